@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "spyre/driver/command_ring.hpp"
+
+#include <atomic>
+#include <cstring>
+#include <immintrin.h>
+#include <thread>
+
+#include "futex.hpp"
+#include "spyre/error.hpp"
+
+using namespace std::chrono;
+
+namespace spyre::driver {
+
+namespace {
+
+template <typename T>
+std::atomic_ref<T> Word(T& t) {
+    return std::atomic_ref<T>(t);
+}
+
+bool IsPowerOfTwo(uint32_t v) { return v && !(v & (v - 1)); }
+
+// How often a spinning or sleeping waiter checks that the device still lives.
+constexpr auto kHealthPeriod = milliseconds(100);
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#endif
+}
+
+}  // namespace
+
+const char* ToString(WaitMode mode) noexcept {
+    switch (mode) {
+    case WaitMode::Poll: return "poll";
+    case WaitMode::Adaptive: return "adaptive";
+    case WaitMode::Blocking: return "blocking";
+    }
+    return "?";
+}
+
+CommandRing::CommandRing(Function& function) : fn_(function) {
+    ErrorContext ctx{.device = fn_.pci_address()};
+    const uint32_t db_off = fn_.Read32(SPYRE_REG_DB_OFFSET);
+    const uint32_t sq_off = fn_.Read32(SPYRE_REG_SQ_OFFSET);
+    const uint32_t cq_off = fn_.Read32(SPYRE_REG_CQ_OFFSET);
+    sq_entries_ = fn_.Read32(SPYRE_REG_SQ_ENTRIES);
+    cq_entries_ = fn_.Read32(SPYRE_REG_CQ_ENTRIES);
+    const uint32_t cb_size = fn_.Read32(SPYRE_REG_CB_SIZE);
+    const uint32_t cqe_size = fn_.Read32(SPYRE_REG_CQE_SIZE);
+    const uint64_t bar4 = SPYRE_BAR4_SIZE;
+    // Refuse geometry this driver cannot use rather than corrupt memory.
+    if (cb_size != sizeof(spyre_cb) || cqe_size != sizeof(spyre_cqe))
+        throw Error(ErrorKind::ProtocolError, "device publishes CB/CQE sizes " + std::to_string(cb_size) + "/" +
+                                                  std::to_string(cqe_size) + ", driver expects 64/32", ctx);
+    if (!IsPowerOfTwo(sq_entries_) || !IsPowerOfTwo(cq_entries_) || cq_entries_ < sq_entries_)
+        throw Error(ErrorKind::ProtocolError, "ring sizes must be powers of two with CQ >= SQ", ctx);
+    if (db_off % 4096 || db_off + sizeof(spyre_doorbell_page) > bar4 || sq_off % 64 ||
+        sq_off + uint64_t(sq_entries_) * cb_size > bar4 || cq_off % 32 || cq_off + uint64_t(cq_entries_) * cqe_size > bar4)
+        throw Error(ErrorKind::ProtocolError, "ring geometry does not fit BAR4", ctx);
+    db_ = reinterpret_cast<spyre_doorbell_page*>(fn_.bar4() + db_off);
+    sq_ = reinterpret_cast<spyre_cb*>(fn_.bar4() + sq_off);
+    cq_ = reinterpret_cast<const spyre_cqe*>(fn_.bar4() + cq_off);
+
+    // Start from a clean ring whatever the previous owner left behind.
+    fn_.Reset();
+    sq_tail_ = Word(db_->sq_tail).load(std::memory_order_acquire);
+    cq_head_ = Word(db_->cq_head).load(std::memory_order_acquire);
+    fn_.Write32(SPYRE_REG_CONTROL, SPYRE_CONTROL_RING_ENABLE);
+    if (!(fn_.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_RING_ENABLED))
+        throw Error(ErrorKind::DeviceError, "device did not enable its ring",
+                    ErrorContext{.device = fn_.pci_address(), .reg = "STATUS", .offset = SPYRE_REG_STATUS});
+}
+
+CommandRing::~CommandRing() {
+    try {
+        if (fn_.Alive()) fn_.Write32(SPYRE_REG_CONTROL, 0);
+    } catch (const Error&) {
+        // The device went away; nothing left to disable.
+    }
+}
+
+uint32_t CommandRing::Submit(std::span<const spyre_cb> cbs) {
+    if (cbs.size() > FreeSlots())
+        throw Error(ErrorKind::InvalidArgument, std::to_string(cbs.size()) + " CBs do not fit in " +
+                                                    std::to_string(FreeSlots()) + " free ring slots (reap completions first)",
+                    ErrorContext{.device = fn_.pci_address()});
+    if (Word(db_->device_state).load(std::memory_order_relaxed) != SPYRE_DEVSTATE_ALIVE) fn_.CheckAlive();
+    const uint32_t first = sq_tail_;
+    for (const spyre_cb& cb : cbs) {
+        std::memcpy(&sq_[sq_tail_ & (sq_entries_ - 1)], &cb, sizeof cb);
+        ++sq_tail_;
+    }
+    Word(db_->sq_tail).store(sq_tail_, std::memory_order_release);
+    // Pairs with the device's fence between setting device_sleeping and
+    // re-reading sq_tail: one of the two sides always sees the other.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (Word(db_->device_sleeping).load(std::memory_order_relaxed)) FutexWake(&db_->sq_tail, 1);
+    return first;
+}
+
+bool CommandRing::CompletionsReady() const noexcept {
+    return Word(db_->cq_tail).load(std::memory_order_acquire) != cq_head_;
+}
+
+size_t CommandRing::Reap(std::span<Completion> out) {
+    const uint32_t tail = Word(db_->cq_tail).load(std::memory_order_acquire);
+    size_t n = 0;
+    while (cq_head_ != tail && n < out.size()) {
+        const spyre_cqe& e = cq_[cq_head_ & (cq_entries_ - 1)];
+        out[n++] = Completion{e.user_data, e.result, e.timestamp_ns, e.sq_pos, e.status, e.opcode};
+        ++cq_head_;
+    }
+    if (n) Word(db_->cq_head).store(cq_head_, std::memory_order_release);
+    return n;
+}
+
+void CommandRing::CheckHealth() const {
+    fn_.CheckAlive();
+    if (fn_.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_HALTED)
+        throw Error(ErrorKind::DeviceError, "the device halted its ring; reset the function to recover",
+                    ErrorContext{.device = fn_.pci_address(), .reg = "ERR_CODE", .offset = SPYRE_REG_ERR_CODE,
+                                 .device_code = fn_.Read32(SPYRE_REG_ERR_CODE)});
+}
+
+void CommandRing::WaitBlocking(steady_clock::time_point deadline) {
+    // Announce the waiter before the last check so the device's wake cannot
+    // slip between our check and our sleep.
+    Word(db_->irq_waiters).fetch_add(1, std::memory_order_seq_cst);
+    struct Disarm {
+        uint32_t* w;
+        ~Disarm() { std::atomic_ref<uint32_t>(*w).fetch_sub(1, std::memory_order_seq_cst); }
+    } disarm{&db_->irq_waiters};
+    while (true) {
+        const uint32_t seq = Word(db_->irq_seq).load(std::memory_order_seq_cst);
+        if (CompletionsReady()) return;
+        const auto now = steady_clock::now();
+        if (now >= deadline) return;
+        FutexWait(&db_->irq_seq, seq, std::min<nanoseconds>(deadline - now, kHealthPeriod));
+        if (!CompletionsReady()) CheckHealth();
+    }
+}
+
+size_t CommandRing::Wait(std::span<Completion> out, size_t min_count, const WaitOptions& options) {
+    min_count = std::min(min_count, out.size());
+    if (min_count > InFlight())
+        throw Error(ErrorKind::InvalidArgument, "waiting for " + std::to_string(min_count) + " completions with only " +
+                                                    std::to_string(InFlight()) + " CBs in flight",
+                    ErrorContext{.device = fn_.pci_address()});
+    const auto start = steady_clock::now();
+    const auto deadline = start + options.timeout;
+    auto next_health = start + kHealthPeriod;
+    size_t got = Reap(out);
+    uint32_t spins = 0;
+    while (got < min_count) {
+        if (CompletionsReady()) {
+            got += Reap(out.subspan(got));
+            continue;
+        }
+        const bool spinning = options.mode == WaitMode::Poll ||
+                              (options.mode == WaitMode::Adaptive && steady_clock::now() - start < options.spin);
+        if (spinning) {
+            CpuRelax();
+            if ((++spins & 1023) != 0) continue;
+            const auto now = steady_clock::now();
+            if (now >= next_health) {
+                CheckHealth();
+                next_health = now + kHealthPeriod;
+            }
+        } else {
+            WaitBlocking(deadline);
+            if (CompletionsReady()) continue;
+        }
+        if (steady_clock::now() >= deadline)
+            throw Error(ErrorKind::Timeout,
+                        "no completion within " + std::to_string(duration_cast<milliseconds>(options.timeout).count()) +
+                            " ms (" + std::to_string(InFlight()) + " CBs in flight)",
+                        ErrorContext{.device = fn_.pci_address()});
+    }
+    return got;
+}
+
+}  // namespace spyre::driver

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "spyre/driver/discovery.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "spyre/error.hpp"
+#include "spyre/uapi/spyre_pci.h"
+
+namespace fs = std::filesystem;
+
+namespace spyre::driver {
+
+namespace {
+
+fs::path DevicesDir(const fs::path& root) { return root / "bus" / "pci" / "devices"; }
+
+std::optional<uint16_t> ReadHexFile(const fs::path& file) {
+    std::ifstream in(file);
+    std::string text;
+    if (!(in >> text)) return std::nullopt;
+    try {
+        size_t used = 0;
+        unsigned long v = std::stoul(text, &used, 16);
+        if (used != text.size() || v > 0xFFFF) return std::nullopt;
+        return static_cast<uint16_t>(v);
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+}
+
+bool IsIndex(std::string_view s) {
+    return !s.empty() && s.size() < 6 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// "01:00.1" -> "0000:01:00.1"; full addresses pass through.
+std::string NormalizeAddress(std::string_view s) {
+    std::string a(s);
+    if (std::count(a.begin(), a.end(), ':') == 1) a = "0000:" + a;
+    std::transform(a.begin(), a.end(), a.begin(), [](unsigned char c) { return std::tolower(c); });
+    return a;
+}
+
+std::vector<std::string> SplitList(std::string_view s) {
+    std::vector<std::string> out;
+    std::stringstream ss{std::string(s)};
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        item.erase(0, item.find_first_not_of(" \t"));
+        item.erase(item.find_last_not_of(" \t") + 1);
+        if (!item.empty()) out.push_back(item);
+    }
+    return out;
+}
+
+}  // namespace
+
+std::optional<FunctionInfo> ProbeFunction(const fs::path& root, const std::string& pci_address) {
+    fs::path dir = DevicesDir(root) / pci_address;
+    auto vendor = ReadHexFile(dir / "vendor");
+    auto device = ReadHexFile(dir / "device");
+    if (!vendor || !device || *vendor != SPYRE_PCI_VENDOR_IBM) return std::nullopt;
+    if (*device != SPYRE_PCI_DEVICE_PF && *device != SPYRE_PCI_DEVICE_VF) return std::nullopt;
+    FunctionInfo info;
+    info.pci_address = pci_address;
+    info.vendor_id = *vendor;
+    info.device_id = *device;
+    info.is_vf = *device == SPYRE_PCI_DEVICE_VF;
+    info.sysfs_dir = dir;
+    info.dev_node = root / "dev" / "spyre" / pci_address;
+    return info;
+}
+
+bool DeviceRoot::Looks(const fs::path& mount) {
+    std::error_code ec;
+    return fs::is_directory(DevicesDir(mount), ec);
+}
+
+DeviceRoot::DeviceRoot(fs::path mount) : path_(std::move(mount)) {
+    if (!Looks(path_))
+        throw Error(ErrorKind::NotFound, "no spyre device tree at " + path_.string() +
+                                             " (expected bus/pci/devices; is spyre-mockdev mounted there?)");
+}
+
+std::vector<FunctionInfo> DeviceRoot::Functions() const {
+    std::vector<FunctionInfo> all;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(DevicesDir(path_), ec)) {
+        if (auto info = ProbeFunction(path_, entry.path().filename().string())) all.push_back(std::move(*info));
+    }
+    if (ec) throw Error(ErrorKind::IoError, "cannot list " + DevicesDir(path_).string() + ": " + ec.message());
+    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.pci_address < b.pci_address; });
+
+    const char* visible = std::getenv("SPYRE_DEVICES");
+    if (!visible || !*visible) return all;
+    std::vector<FunctionInfo> chosen;
+    for (const std::string& item : SplitList(visible)) {
+        if (IsIndex(item)) {
+            size_t i = std::stoul(item);
+            if (i < all.size()) chosen.push_back(all[i]);
+            continue;  // like CUDA_VISIBLE_DEVICES, entries that name nothing are skipped
+        }
+        std::string addr = NormalizeAddress(item);
+        auto it = std::find_if(all.begin(), all.end(), [&](const auto& f) { return f.pci_address == addr; });
+        if (it != all.end()) chosen.push_back(*it);
+    }
+    return chosen;
+}
+
+FunctionInfo DeviceRoot::Find(std::string_view selector) const {
+    auto functions = Functions();
+    if (selector.empty()) throw Error(ErrorKind::InvalidArgument, "empty device selector");
+    if (IsIndex(selector)) {
+        size_t i = std::stoul(std::string(selector));
+        if (i >= functions.size())
+            throw Error(ErrorKind::NotFound, "device index " + std::string(selector) + " out of range: " +
+                                                 std::to_string(functions.size()) + " spyre function(s) under " +
+                                                 path_.string());
+        return functions[i];
+    }
+    std::string addr = NormalizeAddress(selector);
+    for (const auto& f : functions)
+        if (f.pci_address == addr) return f;
+    throw Error(ErrorKind::NotFound, "no spyre function " + addr + " under " + path_.string());
+}
+
+}  // namespace spyre::driver

@@ -1,0 +1,267 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "spyre/driver/function.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <signal.h>
+#include <thread>
+#include <utility>
+
+#include "spyre/error.hpp"
+#include "spyre/uapi/spyre_regdesc.hpp"
+
+namespace spyre::driver {
+
+namespace {
+
+std::string RegisterName(uint32_t offset) {
+    for (const auto& r : uapi::kRegisters)
+        if (r.offset == offset) return r.name;
+    return {};
+}
+
+// Registers whose writes have side effects in the device model: a store to
+// the mapping would go unnoticed, so these are always written trapped.
+bool HasSideEffects(uint32_t offset) {
+    return offset == SPYRE_REG_CONTROL || offset == SPYRE_REG_RESET || offset == SPYRE_REG_ERR_CLEAR;
+}
+
+int PidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+}  // namespace
+
+MappedRegion::MappedRegion(MappedRegion&& o) noexcept
+    : base_(std::exchange(o.base_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+
+MappedRegion& MappedRegion::operator=(MappedRegion&& o) noexcept {
+    if (this != &o) {
+        if (base_) ::munmap(base_, size_);
+        base_ = std::exchange(o.base_, nullptr);
+        size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+}
+
+MappedRegion::~MappedRegion() {
+    if (base_) ::munmap(base_, size_);
+}
+
+Function Function::Open(const FunctionInfo& info) {
+    Function f;
+    f.info_ = info;
+    ErrorContext ctx{.device = info.pci_address};
+    f.fd_ = ::open(info.dev_node.c_str(), O_RDWR | O_CLOEXEC);
+    if (f.fd_ < 0) {
+        if (errno == EBUSY)
+            throw Error(ErrorKind::Busy, "function is in use by another process (device nodes are exclusive)",
+                        ErrorContext{.device = info.pci_address, .sys_errno = EBUSY});
+        throw SystemError("cannot open " + info.dev_node.string(), ctx);
+    }
+    f.dev_info_.argsz = sizeof f.dev_info_;
+    if (::ioctl(f.fd_, SPYRE_IOC_GET_INFO, &f.dev_info_) != 0) throw SystemError("GET_INFO ioctl failed", ctx);
+    if (f.dev_info_.vendor_id != SPYRE_PCI_VENDOR_IBM ||
+        (f.dev_info_.device_id != SPYRE_PCI_DEVICE_PF && f.dev_info_.device_id != SPYRE_PCI_DEVICE_VF))
+        throw Error(ErrorKind::ProtocolError, "device node does not describe a spyre function", ctx);
+    if (SPYRE_VERSION_GET_MAJOR(f.dev_info_.contract_version) != SPYRE_VERSION_MAJOR)
+        throw Error(ErrorKind::ProtocolError,
+                    "device speaks contract " + std::to_string(SPYRE_VERSION_GET_MAJOR(f.dev_info_.contract_version)) +
+                        ".x, this driver " + std::to_string(SPYRE_VERSION_MAJOR) + ".x",
+                    ctx);
+
+    f.bar0_ = f.MapRegion(SPYRE_REGION_BAR0);
+    f.bar4_ = f.MapRegion(SPYRE_REGION_BAR4);
+    if (f.bar0_.size() < SPYRE_REG_FILE_SIZE || f.bar4_.size() < sizeof(spyre_doorbell_page))
+        throw Error(ErrorKind::ProtocolError, "BAR0 or BAR4 mapping is smaller than the contract requires", ctx);
+    uint32_t magic = f.Read32(SPYRE_REG_MAGIC);
+    if (magic != SPYRE_MAGIC)
+        throw Error(ErrorKind::ProtocolError, "bad magic in MAGIC register",
+                    ErrorContext{.device = info.pci_address, .reg = "MAGIC", .offset = SPYRE_REG_MAGIC});
+    f.pidfd_ = PidfdOpen(f.dev_info_.daemon_pid);  // -1 if the daemon is in another pid namespace
+    return f;
+}
+
+Function::Function(Function&& o) noexcept
+    : info_(std::move(o.info_)), dev_info_(o.dev_info_), fd_(std::exchange(o.fd_, -1)),
+      pidfd_(std::exchange(o.pidfd_, -1)), bar0_(std::move(o.bar0_)), bar4_(std::move(o.bar4_)) {}
+
+Function& Function::operator=(Function&& o) noexcept {
+    if (this != &o) {
+        Close();
+        info_ = std::move(o.info_);
+        dev_info_ = o.dev_info_;
+        fd_ = std::exchange(o.fd_, -1);
+        pidfd_ = std::exchange(o.pidfd_, -1);
+        bar0_ = std::move(o.bar0_);
+        bar4_ = std::move(o.bar4_);
+    }
+    return *this;
+}
+
+Function::~Function() { Close(); }
+
+void Function::Close() noexcept {
+    bar0_ = MappedRegion();
+    bar4_ = MappedRegion();
+    if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+    if (pidfd_ >= 0) ::close(std::exchange(pidfd_, -1));
+}
+
+spyre_region_info Function::RegionInfo(uint32_t index) const {
+    spyre_region_info ri{};
+    ri.argsz = sizeof ri;
+    ri.index = index;
+    if (::ioctl(fd_, SPYRE_IOC_GET_REGION_INFO, &ri) != 0)
+        throw SystemError("GET_REGION_INFO for region " + std::to_string(index) + " failed",
+                          ErrorContext{.device = info_.pci_address});
+    return ri;
+}
+
+MappedRegion Function::MapRegion(uint32_t index) const {
+    spyre_region_info ri = RegionInfo(index);
+    ErrorContext ctx{.device = info_.pci_address};
+    if (!(ri.flags & SPYRE_REGION_INFO_FLAG_MMAP) || ri.shm_name[0] == '\0' || ri.mmap_size == 0)
+        throw Error(ErrorKind::Unsupported, "region " + std::to_string(index) + " cannot be mapped", ctx);
+    ri.shm_name[sizeof ri.shm_name - 1] = '\0';
+    int shm = ::shm_open(ri.shm_name, O_RDWR | O_CLOEXEC, 0);
+    if (shm < 0) throw SystemError(std::string("cannot open shared memory ") + ri.shm_name, ctx);
+    void* p = ::mmap(nullptr, ri.mmap_size, PROT_READ | PROT_WRITE, MAP_SHARED, shm, static_cast<off_t>(ri.shm_offset));
+    int e = errno;
+    ::close(shm);
+    if (p == MAP_FAILED) {
+        errno = e;
+        throw SystemError("cannot map region " + std::to_string(index) + " (" + ri.shm_name + ")", ctx);
+    }
+    return MappedRegion(p, ri.mmap_size);
+}
+
+namespace {
+void CheckRegisterOffset(const FunctionInfo& info, uint32_t offset, uint32_t width) {
+    if (offset % width != 0 || offset + width > SPYRE_REG_FILE_SIZE)
+        throw Error(ErrorKind::InvalidArgument,
+                    "register offset must be " + std::to_string(width) + "-byte aligned and inside the register file",
+                    ErrorContext{.device = info.pci_address, .reg = RegisterName(offset), .offset = offset});
+}
+}  // namespace
+
+uint32_t Function::Read32(uint32_t offset) const {
+    CheckRegisterOffset(info_, offset, 4);
+    return std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(bar0_.data() + offset)).load(std::memory_order_acquire);
+}
+
+uint64_t Function::Read64(uint32_t offset) const {
+    CheckRegisterOffset(info_, offset, 8);
+    return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(bar0_.data() + offset)).load(std::memory_order_acquire);
+}
+
+void Function::Write32(uint32_t offset, uint32_t value) {
+    CheckRegisterOffset(info_, offset, 4);
+    if (HasSideEffects(offset)) return WriteTrapped32(offset, value);
+    std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(bar0_.data() + offset)).store(value, std::memory_order_release);
+}
+
+uint32_t Function::ReadTrapped32(uint32_t offset) const {
+    CheckRegisterOffset(info_, offset, 4);
+    auto bytes = ReadRegion(SPYRE_REGION_BAR0, offset, 4);
+    uint32_t v;
+    std::memcpy(&v, bytes.data(), 4);
+    return v;
+}
+
+uint64_t Function::ReadTrapped64(uint32_t offset) const {
+    CheckRegisterOffset(info_, offset, 8);
+    auto bytes = ReadRegion(SPYRE_REGION_BAR0, offset, 8);
+    uint64_t v;
+    std::memcpy(&v, bytes.data(), 8);
+    return v;
+}
+
+void Function::WriteTrapped32(uint32_t offset, uint32_t value) {
+    CheckRegisterOffset(info_, offset, 4);
+    uint8_t bytes[4];
+    std::memcpy(bytes, &value, 4);
+    WriteRegion(SPYRE_REGION_BAR0, offset, bytes);
+}
+
+std::vector<uint8_t> Function::ReadRegion(uint32_t index, uint64_t offset, size_t length) const {
+    std::vector<uint8_t> out(length);
+    ErrorContext ctx{.device = info_.pci_address, .reg = index == SPYRE_REGION_BAR0 ? RegisterName(uint32_t(offset)) : "",
+                     .offset = offset};
+    if (offset > SPYRE_REGION_OFFSET_MASK) throw Error(ErrorKind::InvalidArgument, "region offset too large", ctx);
+    size_t done = 0;
+    while (done < length) {
+        ssize_t n = ::pread(fd_, out.data() + done, length - done,
+                            static_cast<off_t>(SPYRE_REGION_OFFSET(index) + offset + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw SystemError("trapped read of region " + std::to_string(index) + " failed", ctx);
+        if (n == 0) throw Error(ErrorKind::InvalidArgument, "trapped read past the end of region " + std::to_string(index), ctx);
+        done += static_cast<size_t>(n);
+    }
+    return out;
+}
+
+void Function::WriteRegion(uint32_t index, uint64_t offset, std::span<const uint8_t> bytes) {
+    ErrorContext ctx{.device = info_.pci_address, .reg = index == SPYRE_REGION_BAR0 ? RegisterName(uint32_t(offset)) : "",
+                     .offset = offset};
+    if (offset > SPYRE_REGION_OFFSET_MASK) throw Error(ErrorKind::InvalidArgument, "region offset too large", ctx);
+    size_t done = 0;
+    while (done < bytes.size()) {
+        ssize_t n = ::pwrite(fd_, bytes.data() + done, bytes.size() - done,
+                             static_cast<off_t>(SPYRE_REGION_OFFSET(index) + offset + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw SystemError("trapped write of region " + std::to_string(index) + " failed", ctx);
+        if (n == 0) throw Error(ErrorKind::InvalidArgument, "trapped write past the end of region " + std::to_string(index), ctx);
+        done += static_cast<size_t>(n);
+    }
+}
+
+void Function::Reset() {
+    spyre_reset_req req{sizeof(spyre_reset_req), 0};
+    if (::ioctl(fd_, SPYRE_IOC_RESET, &req) != 0)
+        throw SystemError("RESET ioctl failed", ErrorContext{.device = info_.pci_address});
+    // The ioctl returns once the model has reset; RESETTING only shows if a
+    // reset raced with ours, so wait it out with a bound.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_RESETTING) {
+        CheckAlive();
+        if (std::chrono::steady_clock::now() > deadline)
+            throw Error(ErrorKind::Timeout, "function reset did not finish within 5 s",
+                        ErrorContext{.device = info_.pci_address, .reg = "STATUS", .offset = SPYRE_REG_STATUS});
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+}
+
+std::string Function::RegisterDump() const {
+    auto regs = ReadRegion(SPYRE_REGION_BAR0, 0, SPYRE_REG_FILE_SIZE);
+    uint32_t db_offset = Read32(SPYRE_REG_DB_OFFSET);
+    auto db = ReadRegion(SPYRE_REGION_BAR4, db_offset, sizeof(spyre_doorbell_page));
+    return uapi::FormatRegisterDump(regs, db);
+}
+
+bool Function::Alive() const {
+    auto* db = reinterpret_cast<spyre_doorbell_page*>(bar4_.data() + Read32(SPYRE_REG_DB_OFFSET));
+    if (std::atomic_ref<uint32_t>(db->device_state).load(std::memory_order_acquire) != SPYRE_DEVSTATE_ALIVE) return false;
+    if (pidfd_ >= 0) {
+        pollfd p{pidfd_, POLLIN, 0};
+        return ::poll(&p, 1, 0) == 0;
+    }
+    return dev_info_.daemon_pid <= 0 || ::kill(dev_info_.daemon_pid, 0) == 0 || errno == EPERM;
+}
+
+void Function::CheckAlive() const {
+    if (Alive()) return;
+    throw Error(ErrorKind::DeviceLost,
+                "the device model serving this function is gone (spyre-mockdev pid " +
+                    std::to_string(dev_info_.daemon_pid) + " exited or shut down)",
+                ErrorContext{.device = info_.pci_address});
+}
+
+}  // namespace spyre::driver

@@ -1,0 +1,252 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "spyre/driver/mock_daemon.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <thread>
+#include <utility>
+
+#include "spyre/error.hpp"
+
+namespace fs = std::filesystem;
+using namespace std::chrono;
+
+#ifndef SPYRE_MOCKDEV_BUILD_PATH
+#define SPYRE_MOCKDEV_BUILD_PATH ""
+#endif
+#ifndef SPYRE_MOCKDEV_INSTALL_PATH
+#define SPYRE_MOCKDEV_INSTALL_PATH ""
+#endif
+
+extern char** environ;
+
+namespace spyre::driver {
+
+namespace {
+
+constexpr int kReadyFd = 3;  // the fd number the daemon writes "ready" to
+
+bool IsExecutable(const fs::path& p) { return !p.empty() && ::access(p.c_str(), X_OK) == 0 && fs::is_regular_file(p); }
+
+std::string UniquePrefix() {
+    static std::atomic<unsigned> counter{0};
+    return "spyre-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
+           std::to_string(steady_clock::now().time_since_epoch().count() % 100000);
+}
+
+bool IsMountPoint(const fs::path& dir) {
+    std::ifstream in("/proc/self/mountinfo");
+    std::string line;
+    const std::string needle = " " + dir.string() + " ";
+    while (std::getline(in, line))
+        if (line.find(needle) != std::string::npos) return true;
+    return false;
+}
+
+void ForceUnmount(const fs::path& dir) {
+    if (!IsMountPoint(dir)) return;
+    if (::umount2(dir.c_str(), MNT_DETACH) == 0) return;
+    // Not root: ask the setuid helper.
+    pid_t pid = -1;
+    const char* argv[] = {"fusermount3", "-u", "-z", dir.c_str(), nullptr};
+    if (::posix_spawnp(&pid, "fusermount3", nullptr, nullptr, const_cast<char**>(argv), environ) == 0) {
+        int status = 0;
+        ::waitpid(pid, &status, 0);
+    }
+}
+
+void RemoveShm(const std::string& prefix) {
+    if (prefix.empty()) return;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator("/dev/shm", ec)) {
+        std::string name = entry.path().filename().string();
+        if (name.rfind(prefix + ".", 0) == 0) fs::remove(entry.path(), ec);
+    }
+}
+
+}  // namespace
+
+fs::path MockDaemon::FindExecutable() {
+    if (const char* env = std::getenv("SPYRE_MOCKDEV"); env && *env) {
+        if (!IsExecutable(env))
+            throw Error(ErrorKind::NotFound, std::string("SPYRE_MOCKDEV=") + env + " is not an executable file");
+        return env;
+    }
+    std::error_code ec;
+    fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec && IsExecutable(self.parent_path() / "spyre-mockdev")) return self.parent_path() / "spyre-mockdev";
+    if (IsExecutable(SPYRE_MOCKDEV_BUILD_PATH)) return SPYRE_MOCKDEV_BUILD_PATH;
+    if (IsExecutable(SPYRE_MOCKDEV_INSTALL_PATH)) return SPYRE_MOCKDEV_INSTALL_PATH;
+    if (const char* path = std::getenv("PATH")) {
+        std::string p(path);
+        size_t start = 0;
+        while (start <= p.size()) {
+            size_t end = p.find(':', start);
+            if (end == std::string::npos) end = p.size();
+            fs::path candidate = fs::path(p.substr(start, end - start)) / "spyre-mockdev";
+            if (IsExecutable(candidate)) return candidate;
+            start = end + 1;
+        }
+    }
+    throw Error(ErrorKind::NotFound, "spyre-mockdev not found (set SPYRE_MOCKDEV to its path, or install spyre)");
+}
+
+MockDaemon MockDaemon::Start(MockOptions options) {
+    fs::path exe = FindExecutable();
+    MockDaemon d;
+    d.shm_prefix_ = options.shm_prefix.empty() ? UniquePrefix() : options.shm_prefix;
+    if (options.mount.empty()) {
+        const char* tmp = std::getenv("TMPDIR");
+        std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/spyre-mock-XXXXXX";
+        if (!::mkdtemp(templ.data())) throw SystemError("cannot create a mount directory from " + templ);
+        d.mount_ = templ;
+        d.own_mount_dir_ = true;
+    } else {
+        d.mount_ = fs::absolute(options.mount);
+    }
+
+    std::vector<std::string> args = {exe.string(),
+                                     "--mount", d.mount_.string(),
+                                     "--cards", std::to_string(options.cards),
+                                     "--vfs", std::to_string(options.vfs),
+                                     "--mem", options.mem,
+                                     "--shm-prefix", d.shm_prefix_,
+                                     "--log-level", options.log_level,
+                                     "--foreground",
+                                     "--ready-fd", std::to_string(kReadyFd)};
+    args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+
+    int pipefd[2];
+    if (::pipe2(pipefd, O_CLOEXEC) != 0) {
+        d.Cleanup();
+        throw SystemError("cannot create the readiness pipe for spyre-mockdev");
+    }
+    pid_t parent = ::getpid();
+    pid_t pid = ::fork();
+    if (pid < 0) {
+        int e = errno;
+        ::close(pipefd[0]);
+        ::close(pipefd[1]);
+        d.Cleanup();
+        errno = e;
+        throw SystemError("cannot fork spyre-mockdev");
+    }
+    if (pid == 0) {
+        // Child: async-signal-safe calls only until exec.
+        ::setpgid(0, 0);                       // its own group: teardown kills it whole
+        ::prctl(PR_SET_PDEATHSIG, SIGTERM);    // and it never outlives its user
+        if (::getppid() != parent) ::_exit(127);
+        ::dup2(pipefd[1], kReadyFd);           // dup2 clears O_CLOEXEC on the copy
+        ::execv(argv[0], argv.data());
+        ::_exit(127);
+    }
+    ::setpgid(pid, pid);  // also from the parent, so the group exists before we might signal it
+    ::close(pipefd[1]);
+    d.pid_ = pid;
+
+    // Wait for "ready", for EOF (the daemon exited) or for the deadline.
+    std::string got;
+    auto deadline = steady_clock::now() + options.start_timeout;
+    while (got.find('\n') == std::string::npos) {
+        int left = static_cast<int>(duration_cast<milliseconds>(deadline - steady_clock::now()).count());
+        if (left <= 0) break;
+        pollfd p{pipefd[0], POLLIN, 0};
+        int r = ::poll(&p, 1, left);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        char buf[64];
+        ssize_t n = ::read(pipefd[0], buf, sizeof buf);
+        if (n <= 0) break;
+        got.append(buf, static_cast<size_t>(n));
+    }
+    ::close(pipefd[0]);
+    if (got.rfind("ready", 0) != 0) {
+        int status = 0;
+        bool exited = ::waitpid(pid, &status, WNOHANG) == pid;
+        if (exited) d.pid_ = -1;
+        std::string why = exited && WIFEXITED(status)
+                              ? "exited with code " + std::to_string(WEXITSTATUS(status)) + " (see its message above)"
+                              : "did not become ready within " + std::to_string(options.start_timeout.count()) + " ms";
+        d.Stop(milliseconds(1000));
+        throw Error(ErrorKind::DeviceLost, "spyre-mockdev " + why, ErrorContext{.device = d.mount_.string()});
+    }
+    return d;
+}
+
+MockDaemon::MockDaemon(MockDaemon&& o) noexcept
+    : pid_(std::exchange(o.pid_, -1)), mount_(std::move(o.mount_)), shm_prefix_(std::move(o.shm_prefix_)),
+      own_mount_dir_(std::exchange(o.own_mount_dir_, false)) {
+    o.mount_.clear();
+    o.shm_prefix_.clear();
+}
+
+MockDaemon& MockDaemon::operator=(MockDaemon&& o) noexcept {
+    if (this != &o) {
+        Stop();
+        pid_ = std::exchange(o.pid_, -1);
+        mount_ = std::move(o.mount_);
+        shm_prefix_ = std::move(o.shm_prefix_);
+        own_mount_dir_ = std::exchange(o.own_mount_dir_, false);
+        o.mount_.clear();
+        o.shm_prefix_.clear();
+    }
+    return *this;
+}
+
+MockDaemon::~MockDaemon() { Stop(); }
+
+void MockDaemon::Signal(int sig) const {
+    if (pid_ > 0) ::kill(pid_, sig);
+}
+
+int MockDaemon::Stop(milliseconds grace) {
+    int status = -1;
+    if (pid_ > 0) {
+        ::kill(-pid_, SIGCONT);  // a stopped daemon cannot handle SIGTERM
+        ::kill(-pid_, SIGTERM);
+        auto deadline = steady_clock::now() + grace;
+        bool reaped = false;
+        while (steady_clock::now() < deadline) {
+            pid_t r = ::waitpid(pid_, &status, WNOHANG);
+            if (r == pid_ || (r < 0 && errno == ECHILD)) {
+                reaped = true;
+                break;
+            }
+            std::this_thread::sleep_for(milliseconds(5));
+        }
+        if (!reaped) {
+            ::kill(-pid_, SIGKILL);
+            ::waitpid(pid_, &status, 0);
+        }
+        pid_ = -1;
+    }
+    Cleanup();
+    return status;
+}
+
+void MockDaemon::Cleanup() {
+    if (!mount_.empty()) ForceUnmount(mount_);
+    RemoveShm(shm_prefix_);
+    if (own_mount_dir_ && !mount_.empty()) {
+        std::error_code ec;
+        fs::remove(mount_, ec);
+        own_mount_dir_ = false;
+    }
+}
+
+}  // namespace spyre::driver

@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+// How an app finds its device, from the environment:
+//   SPYRE_DEV_ROOT  the device root (a spyre-mockdev mount); default /run/spyre
+//   FLEX_DEVICE     PF | VF | MOCK: which kind of function to open by default;
+//                   MOCK (or unset, when no device root exists) starts a
+//                   private spyre-mockdev for the life of the app
+//   SPYRE_DEVICES   comma-separated PCI addresses or indices: visible functions
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "spyre/driver/discovery.hpp"
+#include "spyre/driver/function.hpp"
+#include "spyre/driver/mock_daemon.hpp"
+
+namespace spyre::driver {
+
+enum class FunctionKind { PF, VF };
+
+class DeviceEnvironment {
+public:
+    // Resolves the device root as documented above. Throws NotFound with a
+    // hint when there is no device and FLEX_DEVICE asks for real hardware.
+    static DeviceEnvironment Acquire(const MockOptions& embedded = {});
+
+    const DeviceRoot& root() const noexcept { return *root_; }
+    // True when this environment started its own spyre-mockdev.
+    bool embedded() const noexcept { return mock_.has_value(); }
+    // The kind FLEX_DEVICE asks for (PF unless FLEX_DEVICE=VF).
+    FunctionKind default_kind() const noexcept { return kind_; }
+
+    // The first visible function of the default kind.
+    FunctionInfo DefaultFunction() const;
+    // Opens the function named by selector (index or PCI address), or the
+    // default function when selector is empty.
+    Function Open(const std::string& selector = {}) const;
+
+private:
+    DeviceEnvironment() = default;
+
+    std::optional<MockDaemon> mock_;  // declared first: destroyed after root_
+    std::optional<DeviceRoot> root_;
+    FunctionKind kind_ = FunctionKind::PF;
+};
+
+}  // namespace spyre::driver

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+// Finding spyre functions under a device root (a spyre-mockdev mount, or a
+// tree shaped like it): MOUNT/bus/pci/devices/<addr>/ and MOUNT/dev/spyre/<addr>.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace spyre::driver {
+
+// Where an app looks when SPYRE_DEV_ROOT is unset.
+inline constexpr const char* kDefaultDeviceRoot = "/run/spyre";
+
+struct FunctionInfo {
+    std::string pci_address;              // "0000:01:00.0"
+    uint16_t vendor_id = 0;
+    uint16_t device_id = 0;
+    bool is_vf = false;
+    std::filesystem::path sysfs_dir;      // MOUNT/bus/pci/devices/<addr>
+    std::filesystem::path dev_node;       // MOUNT/dev/spyre/<addr>
+};
+
+class DeviceRoot {
+public:
+    // Throws NotFound when the path holds no spyre device tree.
+    explicit DeviceRoot(std::filesystem::path mount);
+
+    const std::filesystem::path& path() const noexcept { return path_; }
+
+    // Every spyre function (1014:06a7 / 1014:06a8) under the root, sorted by
+    // PCI address, then filtered and ordered by SPYRE_DEVICES if it is set
+    // (comma-separated PCI addresses or indices into the sorted list).
+    std::vector<FunctionInfo> Functions() const;
+
+    // A function by PCI address ("0000:01:00.1", or the short "01:00.1") or
+    // by index into Functions() ("0", "2"). Throws NotFound / InvalidArgument.
+    FunctionInfo Find(std::string_view selector) const;
+
+    // True when `mount` looks like a device root (has bus/pci/devices).
+    static bool Looks(const std::filesystem::path& mount);
+
+private:
+    std::filesystem::path path_;
+};
+
+// Reads MOUNT/bus/pci/devices/<addr>/{vendor,device} into a FunctionInfo;
+// nullopt for non-spyre functions.
+std::optional<FunctionInfo> ProbeFunction(const std::filesystem::path& root, const std::string& pci_address);
+
+}  // namespace spyre::driver

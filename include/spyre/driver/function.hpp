@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: Apache-2.0
+// An open spyre function (PF or VF): its device node, its regions, mapped
+// and trapped register access, reset and liveness of the device behind it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "spyre/driver/discovery.hpp"
+#include "spyre/uapi/spyre.h"
+
+namespace spyre::driver {
+
+// A mapping of (part of) a region's shared-memory object. Move-only.
+class MappedRegion {
+public:
+    MappedRegion() = default;
+    MappedRegion(void* base, size_t size) noexcept : base_(base), size_(size) {}
+    MappedRegion(MappedRegion&& o) noexcept;
+    MappedRegion& operator=(MappedRegion&& o) noexcept;
+    MappedRegion(const MappedRegion&) = delete;
+    MappedRegion& operator=(const MappedRegion&) = delete;
+    ~MappedRegion();
+
+    uint8_t* data() const noexcept { return static_cast<uint8_t*>(base_); }
+    size_t size() const noexcept { return size_; }
+    explicit operator bool() const noexcept { return base_ != nullptr; }
+
+private:
+    void* base_ = nullptr;
+    size_t size_ = 0;
+};
+
+class Function {
+public:
+    // Opens the device node (claiming the function: a second open anywhere
+    // fails with Busy), checks the contract magic and version, and maps
+    // BAR0 (registers) and BAR4 (doorbell page and rings).
+    static Function Open(const FunctionInfo& info);
+
+    Function(Function&& o) noexcept;
+    Function& operator=(Function&& o) noexcept;
+    Function(const Function&) = delete;
+    Function& operator=(const Function&) = delete;
+    ~Function();
+
+    const FunctionInfo& info() const noexcept { return info_; }
+    const spyre_device_info& device_info() const noexcept { return dev_info_; }
+    const std::string& pci_address() const noexcept { return info_.pci_address; }
+    bool is_vf() const noexcept { return info_.is_vf; }
+
+    spyre_region_info RegionInfo(uint32_t index) const;
+    // Maps a region's shared-memory object (the fast path). Throws
+    // Unsupported for regions that cannot be mapped.
+    MappedRegion MapRegion(uint32_t index) const;
+
+    // Register access. Reads use the mapping; writes to registers with side
+    // effects (CONTROL, RESET, ERR_CLEAR) are trapped so the device sees them,
+    // other writes use the mapping. Offsets are checked against the contract.
+    uint32_t Read32(uint32_t offset) const;
+    uint64_t Read64(uint32_t offset) const;
+    void Write32(uint32_t offset, uint32_t value);
+    // Trapped access: one round trip to the device model per call (slow path).
+    uint32_t ReadTrapped32(uint32_t offset) const;
+    uint64_t ReadTrapped64(uint32_t offset) const;
+    void WriteTrapped32(uint32_t offset, uint32_t value);
+    // Raw trapped region access through the device node (pread/pwrite).
+    std::vector<uint8_t> ReadRegion(uint32_t index, uint64_t offset, size_t length) const;
+    void WriteRegion(uint32_t index, uint64_t offset, std::span<const uint8_t> bytes);
+
+    // Function-level reset through the device node; returns when done. The
+    // ring is disabled afterwards.
+    void Reset();
+
+    // The register dump text (same as the daemon's `regs` file).
+    std::string RegisterDump() const;
+
+    // Liveness of the device model: false once the serving daemon exited or
+    // shut the device down. Cheap (no round trip to the daemon).
+    bool Alive() const;
+    // Throws DeviceLost naming the function if !Alive().
+    void CheckAlive() const;
+
+    uint8_t* bar0() const noexcept { return bar0_.data(); }
+    uint8_t* bar4() const noexcept { return bar4_.data(); }
+    int fd() const noexcept { return fd_; }
+
+private:
+    Function() = default;
+    void Close() noexcept;
+
+    FunctionInfo info_;
+    spyre_device_info dev_info_{};
+    int fd_ = -1;
+    int pidfd_ = -1;  // the daemon's pidfd: readable once it has exited
+    MappedRegion bar0_;
+    MappedRegion bar4_;
+};
+
+}  // namespace spyre::driver

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+// The one error family of spyre: every failure is a spyre::Error with a kind
+// (what went wrong, for code to branch on) and a context (where, for people).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace spyre {
+
+enum class ErrorKind {
+    InvalidArgument,   // the caller passed something malformed
+    NotFound,          // no such device, node, register or file
+    Busy,              // the resource is claimed by someone else
+    PermissionDenied,  // the OS refused access
+    Unsupported,       // valid request the device or host cannot do
+    DeviceError,       // the device reported a fault (device_code says which)
+    DeviceLost,        // the device (or the daemon serving it) went away
+    Timeout,           // a bounded wait ran out
+    OutOfMemory,       // host or device memory exhausted
+    IoError,           // a system call failed unexpectedly
+    ProtocolError,     // the device does not speak this contract (magic, version, geometry)
+    Internal,          // a bug in spyre
+};
+
+const char* ToString(ErrorKind kind) noexcept;
+
+struct ErrorContext {
+    std::string device;                 // PCI address or node path
+    std::string reg;                    // register name
+    std::optional<uint64_t> offset;     // register or region offset
+    std::optional<uint64_t> address;    // device address
+    std::optional<int> stream;          // stream index
+    std::optional<uint64_t> op_index;   // index of the failing operation
+    int sys_errno = 0;                  // errno of a failed system call
+    uint32_t device_code = 0;           // SPYRE_ERR_* reported by the device
+};
+
+class Error : public std::runtime_error {
+public:
+    Error(ErrorKind kind, const std::string& message, ErrorContext context = {});
+
+    ErrorKind kind() const noexcept { return kind_; }
+    const ErrorContext& context() const noexcept { return context_; }
+    // The message without the kind and context decoration of what().
+    const std::string& message() const noexcept { return message_; }
+
+private:
+    ErrorKind kind_;
+    std::string message_;
+    ErrorContext context_;
+};
+
+// Builds an Error for a failed system call from the current errno, with a
+// kind derived from it (ENOENT -> NotFound, EBUSY -> Busy, ...).
+Error SystemError(const std::string& what, ErrorContext context = {});
+
+}  // namespace spyre

@@ -1,0 +1,12 @@
+// SPDX-License-Identifier: Apache-2.0
+// Umbrella header of libspyre.
+#pragma once
+
+#include "spyre/driver/command_ring.hpp"
+#include "spyre/driver/device_environment.hpp"
+#include "spyre/driver/discovery.hpp"
+#include "spyre/driver/function.hpp"
+#include "spyre/driver/mock_daemon.hpp"
+#include "spyre/driver/register_dump.hpp"
+#include "spyre/error.hpp"
+#include "spyre/version.hpp"

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * spyre hardware contract: control blocks (CBs) and completion records (CQEs).
+ *
+ * A CB is one 64-byte submission-ring slot. The device copies the slot out of
+ * the ring before validating it, validates every field (opcode, reserved
+ * bytes, slot count, addresses) and answers every CB with exactly one CQE, in
+ * ring order. A CB that fails validation gets an error CQE and latches the
+ * error registers; the device then goes on with the next CB.
+ */
+#ifndef SPYRE_UAPI_SPYRE_CB_H
+#define SPYRE_UAPI_SPYRE_CB_H
+
+#include <stdint.h>
+#include "spyre_pci.h"
+
+/* Opcodes. 0 is never valid, so a zeroed slot is caught as garbage. */
+#define SPYRE_OP_NOP                0x01u /* no effect; completes with result 0 */
+#define SPYRE_OP_LAUNCH             0x10u /* run a resident program */
+#define SPYRE_OP_CORRECT            0x11u /* program correction: patch a program's relocations */
+#define SPYRE_OP_COPY               0x20u /* device-to-device copy */
+#define SPYRE_OP_COPY_INLINE        0x21u /* host data carried in the following ring slots */
+#define SPYRE_OP_SEM_WRITE          0x30u /* write a value to device memory */
+#define SPYRE_OP_SEM_WAIT           0x31u /* wait until device memory holds a value */
+
+/* Largest number of ring slots one CB may occupy (itself plus inline payload). */
+#define SPYRE_CB_MAX_SLOTS          64u
+
+struct spyre_cb_launch {
+    uint64_t program_addr;    /* device address of the program binary */
+    uint64_t program_size;    /* bytes */
+    uint64_t reserved[4];
+};
+
+struct spyre_cb_correct {
+    uint64_t correction_addr; /* device address of the correction program */
+    uint64_t target_addr;     /* program whose relocation slots are patched */
+    uint64_t input_addr;      /* address table written by the host */
+    uint64_t input_size;      /* bytes */
+    uint64_t reserved[2];
+};
+
+struct spyre_cb_copy {
+    uint64_t src_addr;
+    uint64_t dst_addr;
+    uint64_t size;            /* bytes; for COPY_INLINE the payload follows in the ring */
+    uint64_t reserved[3];
+};
+
+struct spyre_cb_sem {
+    uint64_t addr;            /* 8-byte aligned device address */
+    uint64_t value;
+    uint64_t timeout_ns;      /* SEM_WAIT only; 0 = watchdog bound */
+    uint64_t reserved[3];
+};
+
+struct spyre_cb {
+    uint8_t  opcode;          /* 0x00 SPYRE_OP_* */
+    uint8_t  flags;           /* 0x01 reserved, must be 0 */
+    uint16_t slots;           /* 0x02 ring slots used, >= 1 (1 unless inline payload) */
+    uint32_t reserved0;       /* 0x04 must be 0 */
+    uint64_t user_data;       /* 0x08 echoed in the CQE */
+    union {                   /* 0x10 */
+        uint64_t args[6];
+        struct spyre_cb_launch  launch;
+        struct spyre_cb_correct correct;
+        struct spyre_cb_copy    copy;
+        struct spyre_cb_sem     sem;
+    } u;
+};
+SPYRE_STATIC_ASSERT(sizeof(struct spyre_cb) == 64, "a CB is one 64-byte slot");
+SPYRE_STATIC_ASSERT(sizeof(struct spyre_cb_launch) == 48, "CB payload is 48 bytes");
+SPYRE_STATIC_ASSERT(sizeof(struct spyre_cb_correct) == 48, "CB payload is 48 bytes");
+SPYRE_STATIC_ASSERT(sizeof(struct spyre_cb_copy) == 48, "CB payload is 48 bytes");
+SPYRE_STATIC_ASSERT(sizeof(struct spyre_cb_sem) == 48, "CB payload is 48 bytes");
+
+struct spyre_cqe {
+    uint64_t user_data;       /* 0x00 from the CB */
+    uint64_t result;          /* 0x08 opcode-specific (bytes moved, value seen) */
+    uint64_t timestamp_ns;    /* 0x10 device clock (CLOCK_MONOTONIC) at completion */
+    uint32_t sq_pos;          /* 0x18 free-running ring position of the CB */
+    uint16_t status;          /* 0x1C SPYRE_ERR_*; 0 = success */
+    uint8_t  opcode;          /* 0x1E opcode of the CB (as read) */
+    uint8_t  reserved;        /* 0x1F */
+};
+SPYRE_STATIC_ASSERT(sizeof(struct spyre_cqe) == 32, "a CQE is 32 bytes");
+
+#ifdef __cplusplus
+#include <cstddef>
+static_assert(offsetof(spyre_cb, opcode) == 0x00, "");
+static_assert(offsetof(spyre_cb, flags) == 0x01, "");
+static_assert(offsetof(spyre_cb, slots) == 0x02, "");
+static_assert(offsetof(spyre_cb, reserved0) == 0x04, "");
+static_assert(offsetof(spyre_cb, user_data) == 0x08, "");
+static_assert(offsetof(spyre_cb, u) == 0x10, "");
+static_assert(offsetof(spyre_cqe, user_data) == 0x00, "");
+static_assert(offsetof(spyre_cqe, result) == 0x08, "");
+static_assert(offsetof(spyre_cqe, timestamp_ns) == 0x10, "");
+static_assert(offsetof(spyre_cqe, sq_pos) == 0x18, "");
+static_assert(offsetof(spyre_cqe, status) == 0x1C, "");
+static_assert(offsetof(spyre_cqe, opcode) == 0x1E, "");
+#endif
+
+#endif /* SPYRE_UAPI_SPYRE_CB_H */

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+// spyre-regdump: print every register of a live spyre function by name, with
+// decoded fields. Reads through the sysfs-like resource files, so it works
+// while an app holds the function's device node.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "spyre/driver/device_environment.hpp"
+#include "spyre/driver/discovery.hpp"
+#include "spyre/driver/register_dump.hpp"
+#include "spyre/error.hpp"
+
+namespace fs = std::filesystem;
+using spyre::driver::DeviceRoot;
+using spyre::driver::FunctionInfo;
+
+namespace {
+
+// Accepts MOUNT/dev/spyre/<addr>, MOUNT/bus/pci/devices/<addr>[/file], a PCI
+// address or an index (looked up under SPYRE_DEV_ROOT or /run/spyre).
+FunctionInfo Resolve(const std::string& target) {
+    fs::path p(target);
+    std::error_code ec;
+    if (fs::exists(p, ec)) {
+        p = fs::absolute(p);
+        if (fs::is_regular_file(p, ec) && p.parent_path().filename() != "spyre") p = p.parent_path();
+        std::string addr = p.filename().string();
+        // Walk up to the mount: <root>/dev/spyre/<addr> or <root>/bus/pci/devices/<addr>.
+        fs::path up = p.parent_path();
+        fs::path root = up.filename() == "spyre" ? up.parent_path().parent_path() : up.parent_path().parent_path().parent_path();
+        if (auto info = spyre::driver::ProbeFunction(root, addr)) return *info;
+        throw spyre::Error(spyre::ErrorKind::NotFound, target + " is not a spyre device node or function directory");
+    }
+    const char* env = std::getenv("SPYRE_DEV_ROOT");
+    DeviceRoot root(env && *env ? env : spyre::driver::kDefaultDeviceRoot);
+    return root.Find(target);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"Print every register of a live spyre function, by name and decoded."};
+    std::string target;
+    double watch = 0;
+    app.add_option("function", target, "device node, function directory, PCI address or index")->required();
+    app.add_option("-w,--watch", watch, "repeat every SECONDS until interrupted")->check(CLI::NonNegativeNumber);
+    app.footer("Environment: SPYRE_DEV_ROOT (default /run/spyre) for PCI addresses and indices.");
+    CLI11_PARSE(app, argc, argv);
+    try {
+        FunctionInfo info = Resolve(target);
+        do {
+            std::string dump = spyre::driver::DumpRegisters(info);
+            std::printf("# %s [%04x:%04x] %s\n%s", info.pci_address.c_str(), info.vendor_id, info.device_id,
+                        info.is_vf ? "VF" : "PF", dump.c_str());
+            std::fflush(stdout);
+            if (watch > 0) std::this_thread::sleep_for(std::chrono::duration<double>(watch));
+        } while (watch > 0);
+    } catch (const spyre::Error& e) {
+        std::fprintf(stderr, "spyre-regdump: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
