@@ -91,7 +91,7 @@ uint32_t CommandRing::Submit(std::span<const spyre_cb> cbs) {
     if (Word(db_->device_state).load(std::memory_order_relaxed) != SPYRE_DEVSTATE_ALIVE) fn_.CheckAlive();
     const uint32_t first = sq_tail_;
     for (const spyre_cb& cb : cbs) {
-        std::memcpy(&sq_[sq_tail_ & (sq_entries_ - 1)], &cb, sizeof cb);
+        std::memcpy(&sq_[spyre_ring_slot(sq_tail_, sq_entries_)], &cb, sizeof cb);
         ++sq_tail_;
     }
     Word(db_->sq_tail).store(sq_tail_, std::memory_order_release);
@@ -110,7 +110,7 @@ size_t CommandRing::Reap(std::span<Completion> out) {
     const uint32_t tail = Word(db_->cq_tail).load(std::memory_order_acquire);
     size_t n = 0;
     while (cq_head_ != tail && n < out.size()) {
-        const spyre_cqe& e = cq_[cq_head_ & (cq_entries_ - 1)];
+        const spyre_cqe& e = cq_[spyre_ring_slot(cq_head_, cq_entries_)];
         out[n++] = Completion{e.user_data, e.result, e.timestamp_ns, e.sq_pos, e.status, e.opcode};
         ++cq_head_;
     }

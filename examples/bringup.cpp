@@ -49,10 +49,7 @@ std::vector<double> RoundTrips(CommandRing& ring, WaitMode mode, int count, uint
     WaitOptions wait{.mode = mode};
     Completion c;
     for (int i = 0; i < count; ++i) {
-        spyre_cb cb{};
-        cb.opcode = SPYRE_OP_NOP;
-        cb.slots = 1;
-        cb.user_data = ++user_data;
+        const spyre_cb cb = NopCb(++user_data);
         const auto t0 = Clock::now();
         const uint32_t pos = ring.Submit({&cb, 1});
         ring.Wait({&c, 1}, 1, wait);
@@ -108,7 +105,7 @@ int main(int argc, char** argv) {
         const auto t0 = Clock::now();
         while (checked < count) {
             const int n = std::min(batch, count - checked);
-            for (int i = 0; i < n; ++i) cbs[i] = spyre_cb{.opcode = SPYRE_OP_NOP, .slots = 1, .user_data = ++user_data};
+            for (int i = 0; i < n; ++i) cbs[i] = NopCb(++user_data);
             ring.Submit({cbs.data(), static_cast<size_t>(n)});
             size_t got = 0;
             while (got < static_cast<size_t>(n)) got += ring.Wait({done.data() + got, n - got}, n - got, {.mode = WaitMode::Adaptive});

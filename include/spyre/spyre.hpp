@@ -3,6 +3,7 @@
 #pragma once
 
 #include "spyre/driver/command_ring.hpp"
+#include "spyre/driver/config_space.hpp"
 #include "spyre/driver/device_environment.hpp"
 #include "spyre/driver/discovery.hpp"
 #include "spyre/driver/function.hpp"

@@ -20,6 +20,15 @@ enum class WaitMode {
 
 const char* ToString(WaitMode mode) noexcept;
 
+// A valid NOP control block carrying user_data.
+inline spyre_cb NopCb(uint64_t user_data) noexcept {
+    spyre_cb cb{};
+    cb.opcode = SPYRE_OP_NOP;
+    cb.slots = 1;
+    cb.user_data = user_data;
+    return cb;
+}
+
 struct Completion {
     uint64_t user_data = 0;
     uint64_t result = 0;
@@ -49,9 +58,9 @@ public:
     uint32_t sq_entries() const noexcept { return sq_entries_; }
     uint32_t cq_entries() const noexcept { return cq_entries_; }
     // Slots free for Submit: CBs submitted and not yet reaped hold a slot.
-    uint32_t FreeSlots() const noexcept { return sq_entries_ - (sq_tail_ - cq_head_); }
+    uint32_t FreeSlots() const noexcept { return spyre_ring_free(cq_head_, sq_tail_, sq_entries_); }
     // CBs submitted and not yet reaped.
-    uint32_t InFlight() const noexcept { return sq_tail_ - cq_head_; }
+    uint32_t InFlight() const noexcept { return spyre_ring_used(cq_head_, sq_tail_); }
 
     // Copies the CBs into the ring and rings the doorbell once. Returns the
     // ring position of the first CB. Throws InvalidArgument if they do not

@@ -162,6 +162,18 @@ SPYRE_STATIC_ASSERT(sizeof(struct spyre_doorbell_page) == 4096, "doorbell page i
 #define SPYRE_DEFAULT_CQ_OFFSET     0x200000u
 #define SPYRE_DEFAULT_CQ_ENTRIES    4096u
 
+/* Ring index math shared by both sides: positions are free-running u32
+ * counters that wrap at 2^32; entries is a power of two. */
+static inline uint32_t spyre_ring_slot(uint32_t pos, uint32_t entries) { return pos & (entries - 1u); }
+static inline uint32_t spyre_ring_used(uint32_t head, uint32_t tail) { return tail - head; }
+static inline uint32_t spyre_ring_free(uint32_t head, uint32_t tail, uint32_t entries) {
+    return entries - spyre_ring_used(head, tail);
+}
+/* True when tail is a position the producer may legally have reached. */
+static inline int spyre_ring_valid(uint32_t head, uint32_t tail, uint32_t entries) {
+    return spyre_ring_used(head, tail) <= entries;
+}
+
 #ifdef __cplusplus
 #include <cstddef>
 static_assert(offsetof(spyre_doorbell_page, sq_tail) == SPYRE_DB_SQ_TAIL, "");

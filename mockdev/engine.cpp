@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "engine.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstring>
+#include <ctime>
+
+#include "futex.hpp"
+
+namespace spyre::mockdev {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+// Bound on one futex sleep: a lost wake-up (a driver that skipped the
+// device_sleeping check) costs at most this much latency.
+constexpr auto kSleepTimeout = 1s;
+// How often a full CQ is re-checked; the driver frees space without a wake-up.
+constexpr auto kCqFullRetry = 50us;
+// How long Kick keeps re-waking an engine that has not acknowledged.
+constexpr auto kKickRetry = 20us;
+constexpr auto kKickLimit = 1s;
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield" ::: "memory");
+#endif
+}
+
+uint64_t MonotonicNs() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
+}  // namespace
+
+Engine::Engine(RegisterFile& regs, ShmObject& ring, const RingGeometry& geometry, CbExecutor& executor,
+               std::chrono::microseconds poll)
+    : regs_(regs),
+      ring_(ring),
+      geo_(geometry),
+      executor_(executor),
+      poll_(poll),
+      db_(reinterpret_cast<spyre_doorbell_page*>(ring.data() + geometry.db_offset)),
+      sq_(ring.data() + geometry.sq_offset),
+      cq_(ring.data() + geometry.cq_offset) {}
+
+Engine::~Engine() { Stop(); }
+
+void Engine::Start(const std::string& name) {
+    // Signals belong to the FUSE loop's thread: the engine blocks them all
+    // from its first instruction on.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    running_.store(true);
+    thread_ = std::thread([this] { Run(); });
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    pthread_setname_np(thread_.native_handle(), name.substr(0, 15).c_str());
+}
+
+void Engine::Stop() {
+    if (!thread_.joinable()) return;
+    stopping_.store(true);
+    Kick();
+    thread_.join();
+    running_.store(false);
+}
+
+void Engine::Doorbell() { FutexWake(&db_->sq_tail); }
+
+void Engine::SetRingEnabled(bool enabled) {
+    ring_enabled_.store(enabled, std::memory_order_release);
+    if (enabled) {
+        regs_.SetBits32(SPYRE_REG_STATUS, SPYRE_STATUS_RING_ENABLED);
+        Kick();  // CBs may already be waiting in the ring
+    } else {
+        regs_.ClearBits32(SPYRE_REG_STATUS, SPYRE_STATUS_RING_ENABLED);
+    }
+}
+
+std::unique_lock<std::mutex> Engine::Pause() {
+    abort_batch_.store(true);
+    std::unique_lock lock(exec_mutex_);
+    abort_batch_.store(false);
+    return lock;
+}
+
+void Engine::ClearRing(const std::unique_lock<std::mutex>&) {
+    ring_enabled_.store(false);
+    halted_.store(false);
+    SharedWord(db_->sq_tail).store(0);
+    SharedWord(db_->cq_head).store(0);
+    SharedWord(db_->sq_head).store(0);
+    SharedWord(db_->cq_tail).store(0);
+    ring_.Zero(geo_.sq_offset, uint64_t(geo_.sq_entries) * geo_.cb_size);
+    ring_.Zero(geo_.cq_offset, uint64_t(geo_.cq_entries) * geo_.cqe_size);
+}
+
+bool Engine::RaiseIrq() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // CQEs and cq_tail before irq_seq
+    SharedWord(db_->irq_seq).fetch_add(1);
+    if (SharedWord(db_->irq_waiters).load() == 0) return false;
+    FutexWake(&db_->irq_seq);
+    return true;
+}
+
+void Engine::Kick() {
+    const uint64_t kick = kicks_.fetch_add(1) + 1;
+    FutexWake(&db_->sq_tail);
+    const auto deadline = Clock::now() + kKickLimit;
+    while (running_.load() && kicks_seen_.load() < kick && SharedWord(db_->device_sleeping).load() != 0 &&
+           Clock::now() < deadline) {
+        std::this_thread::sleep_for(kKickRetry);
+        FutexWake(&db_->sq_tail);
+    }
+}
+
+bool Engine::HasWork(uint32_t sq_tail) const {
+    return ring_enabled() && !halted() && sq_tail != SharedWord(db_->sq_head).load(std::memory_order_relaxed);
+}
+
+void Engine::Run() {
+    auto last_work = Clock::now();
+    for (;;) {
+        const uint64_t kicks = kicks_.load();
+        kicks_seen_.store(kicks);
+        if (stopping_.load()) return;
+        if (HasWork(SharedWord(db_->sq_tail).load(std::memory_order_acquire))) {
+            ServeBatch();
+            last_work = Clock::now();
+        } else if (Clock::now() - last_work < poll_) {
+            CpuRelax();
+        } else if (Sleep(kicks)) {
+            last_work = Clock::now();  // woken: poll again; timed out: straight back to sleep
+        }
+    }
+}
+
+// Returns true if the engine was woken (or never slept), false on timeout.
+bool Engine::Sleep(uint64_t kicks_seen) {
+    regs_.SetBits32(SPYRE_REG_STATUS, SPYRE_STATUS_SLEEPING);
+    SharedWord(db_->device_sleeping).store(1);
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // publish sleeping before the last look at sq_tail
+    const uint32_t tail = SharedWord(db_->sq_tail).load();
+    bool woken = true;
+    if (kicks_.load() == kicks_seen && !stopping_.load() && !HasWork(tail))
+        woken = FutexWait(&db_->sq_tail, tail, kSleepTimeout);
+    SharedWord(db_->device_sleeping).store(0);
+    regs_.ClearBits32(SPYRE_REG_STATUS, SPYRE_STATUS_SLEEPING);
+    if (woken) regs_.Add64(SPYRE_REG_CNT_WAKEUPS, 1);
+    return woken;
+}
+
+bool Engine::LeaveBatch() const { return stopping_.load() || abort_batch_.load() || !ring_enabled(); }
+
+bool Engine::WaitForCqSpace(uint32_t cq_tail) const {
+    while (cq_tail - SharedWord(db_->cq_head).load(std::memory_order_acquire) >= geo_.cq_entries) {
+        if (LeaveBatch()) return false;
+        std::this_thread::sleep_for(kCqFullRetry);
+    }
+    return true;
+}
+
+void Engine::Halt(uint32_t sq_head) {
+    halted_.store(true);
+    regs_.LatchError(ErrorRecord{SPYRE_ERR_RING_OVERFLOW, 0, sq_head, 0, 0});
+    regs_.SetBits32(SPYRE_REG_STATUS, SPYRE_STATUS_HALTED);
+}
+
+void Engine::ServeBatch() {
+    std::unique_lock lock(exec_mutex_);
+    if (LeaveBatch() || halted()) return;
+    uint32_t head = SharedWord(db_->sq_head).load(std::memory_order_relaxed);
+    const uint32_t tail = SharedWord(db_->sq_tail).load(std::memory_order_acquire);
+    regs_.Store32(SPYRE_REG_SQ_TAIL, tail);
+    if (tail == head) return;
+    regs_.Add64(SPYRE_REG_CNT_DOORBELLS, 1);
+    if (tail - head > geo_.sq_entries) {
+        Halt(head);
+        return;
+    }
+
+    regs_.SetBits32(SPYRE_REG_STATUS, SPYRE_STATUS_BUSY);
+    const auto started = Clock::now();
+    uint32_t cq_tail = SharedWord(db_->cq_tail).load(std::memory_order_relaxed);
+    while (head != tail && !LeaveBatch()) {
+        // The driver may scribble on the slot at any time: work on a private copy.
+        spyre_cb cb;
+        std::memcpy(&cb, sq_ + size_t(head & (geo_.sq_entries - 1)) * geo_.cb_size, sizeof cb);
+        if (!WaitForCqSpace(cq_tail)) break;
+
+        const CbOutcome outcome = executor_.Execute(cb);
+        if (outcome.status == SPYRE_ERR_NONE) {
+            regs_.Add64(SPYRE_REG_CNT_CB_DONE, 1);
+        } else {
+            regs_.LatchError(ErrorRecord{outcome.status, cb.opcode, head, outcome.fault_addr, cb.user_data});
+            regs_.Add64(SPYRE_REG_CNT_CB_ERRORS, 1);
+        }
+        PostCqe(cb, outcome, head, cq_tail);
+        ++head;
+        ++cq_tail;
+        SharedWord(db_->sq_head).store(head, std::memory_order_release);
+        SharedWord(db_->cq_tail).store(cq_tail, std::memory_order_release);
+        regs_.Store32(SPYRE_REG_SQ_HEAD, head);
+        regs_.Store32(SPYRE_REG_CQ_TAIL, cq_tail);
+        if (RaiseIrq()) regs_.Add64(SPYRE_REG_CNT_IRQS, 1);
+    }
+    regs_.ClearBits32(SPYRE_REG_STATUS, SPYRE_STATUS_BUSY);
+    regs_.Add64(SPYRE_REG_CNT_BUSY_NS,
+                uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started).count()));
+}
+
+void Engine::PostCqe(const spyre_cb& cb, const CbOutcome& outcome, uint32_t sq_pos, uint32_t cq_tail) {
+    spyre_cqe cqe{};
+    cqe.user_data = cb.user_data;
+    cqe.result = outcome.result;
+    cqe.timestamp_ns = MonotonicNs();
+    cqe.sq_pos = sq_pos;
+    cqe.status = outcome.status;
+    cqe.opcode = cb.opcode;
+    std::memcpy(cq_ + size_t(cq_tail & (geo_.cq_entries - 1)) * geo_.cqe_size, &cqe, sizeof cqe);
+}
+
+}  // namespace spyre::mockdev

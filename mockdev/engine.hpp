@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The queue engine of one function: a thread that serves the submission ring
+// in BAR4 the way the doorbell-page protocol describes (spyre_regs.h). It
+// polls sq_tail for --poll-us after the last work, then publishes that it
+// sleeps and parks on a shared futex on sq_tail, so an idle device costs no CPU
+// and a busy one never needs a syscall to be woken.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "cb_executor.hpp"
+#include "register_file.hpp"
+#include "shm_object.hpp"
+#include "spyre/uapi/spyre_cb.h"
+#include "spyre/uapi/spyre_regs.h"
+
+namespace spyre::mockdev {
+
+// Ring layout inside BAR4, published in the geometry registers.
+struct RingGeometry {
+    uint32_t db_offset = SPYRE_DEFAULT_DB_OFFSET;
+    uint32_t sq_offset = SPYRE_DEFAULT_SQ_OFFSET;
+    uint32_t sq_entries = SPYRE_DEFAULT_SQ_ENTRIES;
+    uint32_t cb_size = sizeof(spyre_cb);
+    uint32_t cq_offset = SPYRE_DEFAULT_CQ_OFFSET;
+    uint32_t cq_entries = SPYRE_DEFAULT_CQ_ENTRIES;
+    uint32_t cqe_size = sizeof(spyre_cqe);
+};
+
+class Engine {
+public:
+    Engine(RegisterFile& regs, ShmObject& ring, const RingGeometry& geometry, CbExecutor& executor,
+           std::chrono::microseconds poll);
+    ~Engine();
+
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    void Start(const std::string& name);
+    void Stop();  // idempotent; returns once the thread has exited
+
+    // A trapped write changed sq_tail: wake the engine if it sleeps.
+    void Doorbell();
+
+    void SetRingEnabled(bool enabled);
+    bool ring_enabled() const { return ring_enabled_.load(std::memory_order_acquire); }
+    bool halted() const { return halted_.load(std::memory_order_acquire); }
+
+    // Takes the ring from the engine: it leaves a running batch at the next CB
+    // boundary (or CQ-full wait) and serves nothing until the lock is dropped.
+    std::unique_lock<std::mutex> Pause();
+
+    // While paused: power-on ring state. Ring disabled, not halted, ring
+    // indices zero, SQ and CQ memory zero. irq_waiters and device_sleeping are
+    // left alone: they count live waiters and the engine's own sleep.
+    void ClearRing(const std::unique_lock<std::mutex>& paused);
+
+    // The completion "interrupt": bump irq_seq and wake its futex waiters.
+    // Returns true if a waiter was registered.
+    bool RaiseIrq();
+
+    spyre_doorbell_page* doorbell() const { return db_; }
+
+private:
+    void Run();
+    bool HasWork(uint32_t sq_tail) const;
+    bool Sleep(uint64_t kicks_seen);
+    void ServeBatch();
+    bool LeaveBatch() const;
+    bool WaitForCqSpace(uint32_t cq_tail) const;
+    void Halt(uint32_t sq_head);
+    void PostCqe(const spyre_cb& cb, const CbOutcome& outcome, uint32_t sq_pos, uint32_t cq_tail);
+    // Internal events (enable, stop) change no doorbell word, so a wake-up
+    // could slip in between the engine's last check and its futex wait. The
+    // engine acknowledges each kick; Kick re-wakes until it has.
+    void Kick();
+
+    RegisterFile& regs_;
+    ShmObject& ring_;
+    const RingGeometry geo_;
+    CbExecutor& executor_;
+    const std::chrono::microseconds poll_;
+    spyre_doorbell_page* const db_;
+    uint8_t* const sq_;
+    uint8_t* const cq_;
+
+    std::mutex exec_mutex_;  // held while serving a batch; Pause takes it
+    std::atomic<bool> stopping_{false};
+    std::atomic<bool> abort_batch_{false};
+    std::atomic<bool> ring_enabled_{false};
+    std::atomic<bool> halted_{false};
+    std::atomic<bool> running_{false};
+    std::atomic<uint64_t> kicks_{0};
+    std::atomic<uint64_t> kicks_seen_{0};
+    std::thread thread_;
+};
+
+}  // namespace spyre::mockdev

@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: Apache-2.0
+// Garbage control blocks get error completions with the right code, latch the
+// error registers, and leave the device (and other functions) working.
+#include "mock_fixture.hpp"
+#include "spyre/uapi/spyre_regdesc.hpp"
+
+using namespace spyre::driver;
+using spyre::test::MockDeviceTest;
+
+namespace {
+
+struct BadCb {
+    const char* name;
+    spyre_cb cb;
+    uint16_t expected;
+};
+
+std::vector<BadCb> Garbage() {
+    std::vector<BadCb> v;
+    spyre_cb zero{};
+    v.push_back({"zeroed slot", zero, SPYRE_ERR_INVALID_OPCODE});
+    spyre_cb unknown = NopCb(0);
+    unknown.opcode = 0x7F;
+    v.push_back({"unknown opcode", unknown, SPYRE_ERR_INVALID_OPCODE});
+    spyre_cb flags = NopCb(0);
+    flags.flags = 0x80;
+    v.push_back({"reserved flag", flags, SPYRE_ERR_RESERVED_NONZERO});
+    spyre_cb reserved = NopCb(0);
+    reserved.reserved0 = 1;
+    v.push_back({"reserved0", reserved, SPYRE_ERR_RESERVED_NONZERO});
+    spyre_cb args = NopCb(0);
+    args.u.args[5] = 0xDEAD;
+    v.push_back({"NOP with arguments", args, SPYRE_ERR_RESERVED_NONZERO});
+    spyre_cb slots0 = NopCb(0);
+    slots0.slots = 0;
+    v.push_back({"zero slots", slots0, SPYRE_ERR_BAD_SLOT_COUNT});
+    spyre_cb slots_many = NopCb(0);
+    slots_many.slots = 9;
+    v.push_back({"NOP claiming 9 slots", slots_many, SPYRE_ERR_BAD_SLOT_COUNT});
+    return v;
+}
+
+}  // namespace
+
+TEST_F(MockDeviceTest, MalformedCbsGetErrorCompletionsAndTheDeviceGoesOn) {
+    Function fn = Function::Open(Pf());
+    CommandRing ring(fn);
+    uint64_t tag = 100;
+    for (BadCb bad : Garbage()) {
+        SCOPED_TRACE(bad.name);
+        bad.cb.user_data = ++tag;
+        // The bad CB sits between two good ones: the ring keeps its order.
+        std::array cbs{NopCb(tag * 10), bad.cb, NopCb(tag * 10 + 1)};
+        const uint32_t pos = ring.Submit(cbs);
+        std::array<Completion, 3> done;
+        size_t got = 0;
+        while (got < 3) got += ring.Wait(std::span(done).subspan(got), 3 - got, {.mode = WaitMode::Blocking});
+        EXPECT_TRUE(done[0].ok());
+        EXPECT_EQ(done[1].status, bad.expected) << spyre_error_name(done[1].status);
+        EXPECT_EQ(done[1].user_data, tag);
+        EXPECT_EQ(done[1].sq_pos, pos + 1);
+        EXPECT_TRUE(done[2].ok());
+        EXPECT_EQ(done[2].user_data, tag * 10 + 1);
+
+        // The first fault is latched with where it happened.
+        EXPECT_TRUE(fn.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_ERROR);
+        EXPECT_EQ(fn.Read32(SPYRE_REG_ERR_CODE), bad.expected);
+        EXPECT_EQ(fn.Read32(SPYRE_REG_ERR_SQ_POS), pos + 1);
+        EXPECT_EQ(fn.Read64(SPYRE_REG_ERR_USER_DATA), tag);
+        fn.Write32(SPYRE_REG_ERR_CLEAR, 1);  // trapped write-1-to-clear
+        EXPECT_EQ(fn.Read32(SPYRE_REG_ERR_CODE), 0u);
+        EXPECT_FALSE(fn.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_ERROR);
+    }
+    EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_CB_ERRORS), Garbage().size());
+    EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_NOPS), 2 * Garbage().size());
+}
+
+TEST_F(MockDeviceTest, NotYetExecutedOpcodesAreUnsupportedNotCrashes) {
+    Function fn = Function::Open(Vf(1));
+    CommandRing ring(fn);
+    for (uint8_t op : {SPYRE_OP_LAUNCH, SPYRE_OP_CORRECT, SPYRE_OP_COPY, SPYRE_OP_SEM_WRITE, SPYRE_OP_SEM_WAIT}) {
+        spyre_cb cb = NopCb(op);
+        cb.opcode = op;
+        cb.u.args[0] = 0xFFFFFFFFFFFFFFFFull;
+        ring.Submit(std::array{cb});
+        Completion c;
+        ring.Wait({&c, 1}, 1, {.mode = WaitMode::Adaptive});
+        EXPECT_EQ(c.status, SPYRE_ERR_UNSUPPORTED) << spyre::uapi::OpcodeName(op);
+        EXPECT_EQ(c.opcode, op);
+    }
+    EXPECT_FALSE(fn.Read32(SPYRE_REG_CAPS) & SPYRE_CAP_LAUNCH);  // CAPS tells the truth
+}
+
+TEST_F(MockDeviceTest, RingOverflowHaltsOnlyThatFunctionUntilReset) {
+    Function vf1 = Function::Open(Vf(1));
+    Function vf2 = Function::Open(Vf(2));
+    CommandRing ring2(vf2);
+    {
+        CommandRing ring1(vf1);
+        // A driver bug: sq_tail far beyond what the ring can hold.
+        auto* db = reinterpret_cast<spyre_doorbell_page*>(vf1.bar4() + vf1.Read32(SPYRE_REG_DB_OFFSET));
+        std::atomic_ref<uint32_t>(db->sq_tail).store(ring1.sq_entries() * 3, std::memory_order_release);
+        vf1.WriteRegion(SPYRE_REGION_BAR4, SPYRE_DB_SQ_TAIL,
+                        std::span(reinterpret_cast<const uint8_t*>(&db->sq_tail), 4));  // trapped: wakes the engine
+        for (int i = 0; i < 200 && !(vf1.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_HALTED); ++i) usleep(5000);
+        EXPECT_TRUE(vf1.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_HALTED);
+        EXPECT_EQ(vf1.Read32(SPYRE_REG_ERR_CODE), SPYRE_ERR_RING_OVERFLOW);
+    }
+    // The neighbour never noticed.
+    ring2.Submit(std::array{NopCb(1)});
+    Completion c;
+    ring2.Wait({&c, 1}, 1);
+    EXPECT_TRUE(c.ok());
+    // Reset (done by a new ring) brings the halted function back.
+    CommandRing again(vf1);
+    EXPECT_FALSE(vf1.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_HALTED);
+    again.Submit(std::array{NopCb(2)});
+    again.Wait({&c, 1}, 1);
+    EXPECT_TRUE(c.ok());
+}

@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: Apache-2.0
+// spyre-mockdev start-up errors, clean shutdown, and what a driver sees when
+// the daemon dies or shuts down under a waiting thread.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "mock_fixture.hpp"
+
+namespace fs = std::filesystem;
+using namespace spyre::driver;
+using namespace std::chrono;
+using spyre::test::MockDeviceTest;
+using spyre::test::RunCommand;
+
+namespace {
+
+std::string Mockdev() { return spyre::test::ToolPath("SPYRE_MOCKDEV"); }
+
+struct TempDir {
+    fs::path path;
+    TempDir() {
+        char t[] = "/tmp/spyre-lifecycle-XXXXXX";
+        path = ::mkdtemp(t);
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+};
+
+// Waits up to `limit` for pred() to hold.
+template <typename Pred>
+bool Eventually(Pred pred, milliseconds limit = milliseconds(5000)) {
+    auto end = steady_clock::now() + limit;
+    while (steady_clock::now() < end) {
+        if (pred()) return true;
+        std::this_thread::sleep_for(milliseconds(10));
+    }
+    return pred();
+}
+
+}  // namespace
+
+TEST(MockdevStartup, RejectsBadArgumentsWithUsageExitCode) {
+    auto r = RunCommand(Mockdev() + " --cards 0 --mount /tmp");
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    r = RunCommand(Mockdev());
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("--mount"), std::string::npos) << r.output;
+}
+
+TEST(MockdevStartup, RefusesNonEmptyMountPoint) {
+    TempDir dir;
+    std::ofstream(dir.path / "something") << "x";
+    auto r = RunCommand(Mockdev() + " --mount " + dir.path.string() + " --shm-prefix spyre-test-nonempty");
+    EXPECT_EQ(r.exit_code, 3) << r.output;
+    EXPECT_NE(r.output.find("not empty"), std::string::npos) << r.output;
+    EXPECT_EQ(spyre::test::CountShmObjects("spyre-test-nonempty"), 0);
+    EXPECT_TRUE(fs::exists(dir.path / "something"));  // touched nothing
+}
+
+TEST(MockdevStartup, RefusesMissingMountPoint) {
+    auto r = RunCommand(Mockdev() + " --mount /nonexistent/spyre-mount");
+    EXPECT_EQ(r.exit_code, 3) << r.output;
+}
+
+TEST_F(MockDeviceTest, RefusesBusyMountPointAndPrefixInUse) {
+    // The fixture's mount is live: mounting over it is refused.
+    auto busy = RunCommand(Mockdev() + " --mount " + daemon().mount().string() + " --shm-prefix spyre-test-busy");
+    EXPECT_EQ(busy.exit_code, 3) << busy.output;
+    EXPECT_EQ(spyre::test::CountShmObjects("spyre-test-busy"), 0);
+
+    TempDir dir;
+    auto clash = RunCommand(Mockdev() + " --mount " + dir.path.string() + " --shm-prefix " + daemon().shm_prefix());
+    EXPECT_EQ(clash.exit_code, 4) << clash.output;
+    EXPECT_NE(clash.output.find(daemon().shm_prefix()), std::string::npos) << clash.output;
+    EXPECT_FALSE(spyre::test::IsMounted(dir.path.string()));
+    // The running daemon is unharmed.
+    Function fn = Function::Open(Pf());
+    EXPECT_EQ(fn.Read32(SPYRE_REG_MAGIC), SPYRE_MAGIC);
+}
+
+TEST(MockdevShutdown, BackgroundModeMountsThenSigtermCleansUp) {
+    SPYRE_REQUIRE_FUSE();
+    TempDir dir;
+    const std::string prefix = "spyre-test-bg-" + std::to_string(::getpid());
+    auto r = RunCommand(Mockdev() + " --mount " + dir.path.string() + " --shm-prefix " + prefix + " --vfs 1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;  // returns once the mount is live
+    EXPECT_TRUE(spyre::test::IsMounted(dir.path.string()));
+    EXPECT_GT(spyre::test::CountShmObjects(prefix), 0);
+    DeviceRoot root(dir.path);
+    ASSERT_EQ(root.Functions().size(), 2u);
+    pid_t pid;
+    {
+        Function fn = Function::Open(root.Find("0"));
+        pid = fn.device_info().daemon_pid;
+    }
+    ASSERT_EQ(::kill(pid, SIGTERM), 0);
+    EXPECT_TRUE(Eventually([&] { return !spyre::test::IsMounted(dir.path.string()); }));
+    EXPECT_TRUE(Eventually([&] { return spyre::test::CountShmObjects(prefix) == 0; }));
+    EXPECT_TRUE(Eventually([&] { return ::kill(pid, 0) != 0; }));
+}
+
+TEST_F(MockDeviceTest, FusermountUnmountEndsTheDaemonCleanly) {
+    const std::string prefix = daemon().shm_prefix();
+    ASSERT_GT(spyre::test::CountShmObjects(prefix), 0);
+    auto r = RunCommand("fusermount3 -u " + daemon().mount().string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(Eventually([&] { return spyre::test::CountShmObjects(prefix) == 0; }));
+    int status = 0;
+    EXPECT_TRUE(Eventually([&] { return ::waitpid(daemon().pid(), &status, WNOHANG) == daemon().pid(); }));
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+class DaemonDeathTest : public MockDeviceTest, public ::testing::WithParamInterface<WaitMode> {};
+
+// The ring is disabled so the NOP stays pending; then the daemon dies.
+TEST_P(DaemonDeathTest, KilledDaemonEndsAWaitWithDeviceLostWithinASecond) {
+    Function fn = Function::Open(Pf());
+    CommandRing ring(fn);
+    fn.Write32(SPYRE_REG_CONTROL, 0);
+    ring.Submit(std::array{NopCb(1)});
+    std::thread killer([&] {
+        std::this_thread::sleep_for(milliseconds(100));
+        daemon().Signal(SIGKILL);
+    });
+    const auto t0 = steady_clock::now();
+    Completion c;
+    EXPECT_SPYRE_ERROR(ring.Wait({&c, 1}, 1, {.mode = GetParam(), .timeout = seconds(20)}), DeviceLost, "gone");
+    killer.join();
+    EXPECT_LT(steady_clock::now() - t0, milliseconds(100) + seconds(1));
+    EXPECT_SPYRE_ERROR(ring.Submit(std::array{NopCb(2)}), DeviceLost, "0000:01:00.0");
+}
+
+TEST_P(DaemonDeathTest, DaemonShutdownEndsAWaitWithDeviceLost) {
+    Function fn = Function::Open(Pf());
+    CommandRing ring(fn);
+    fn.Write32(SPYRE_REG_CONTROL, 0);
+    ring.Submit(std::array{NopCb(1)});
+    std::thread stopper([&] {
+        std::this_thread::sleep_for(milliseconds(100));
+        daemon().Signal(SIGTERM);
+    });
+    Completion c;
+    const auto t0 = steady_clock::now();
+    EXPECT_SPYRE_ERROR(ring.Wait({&c, 1}, 1, {.mode = GetParam(), .timeout = seconds(20)}), DeviceLost, "gone");
+    stopper.join();
+    EXPECT_LT(steady_clock::now() - t0, milliseconds(100) + seconds(1));
+}
+
+TEST_P(DaemonDeathTest, WaitTimesOutWhenTheDeviceNeverAnswers) {
+    Function fn = Function::Open(Pf());
+    CommandRing ring(fn);
+    fn.Write32(SPYRE_REG_CONTROL, 0);
+    ring.Submit(std::array{NopCb(1)});
+    Completion c;
+    EXPECT_SPYRE_ERROR(ring.Wait({&c, 1}, 1, {.mode = GetParam(), .timeout = milliseconds(300)}), Timeout,
+                       "1 CBs in flight");
+    fn.Write32(SPYRE_REG_CONTROL, SPYRE_CONTROL_RING_ENABLE);  // and the CB completes once enabled
+    ring.Wait({&c, 1}, 1, {.mode = GetParam()});
+    EXPECT_TRUE(c.ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, DaemonDeathTest, ::testing::Values(WaitMode::Poll, WaitMode::Adaptive, WaitMode::Blocking),
+                         [](const auto& info) { return std::string(ToString(info.param)); });

@@ -1,0 +1,253 @@
+// SPDX-License-Identifier: Apache-2.0
+// A real spyre-mockdev per test: open PF and VF, regions, mapped vs trapped
+// registers, NOP round trips in every wait mode, dumps, resets, SR-IOV.
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "mock_fixture.hpp"
+#include "spyre/uapi/spyre_regdesc.hpp"
+
+using namespace spyre::driver;
+using spyre::test::MockDeviceTest;
+
+namespace {
+
+std::string ReadText(const std::filesystem::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+std::vector<uint8_t> ReadBytes(const std::filesystem::path& p, size_t n) {
+    std::vector<uint8_t> out(n);
+    int fd = ::open(p.c_str(), O_RDONLY);
+    EXPECT_GE(fd, 0) << p;
+    EXPECT_EQ(::pread(fd, out.data(), n, 0), ssize_t(n));
+    ::close(fd);
+    return out;
+}
+
+void RunNops(CommandRing& ring, WaitMode mode, int count) {
+    Completion c;
+    for (int i = 0; i < count; ++i) {
+        const uint64_t tag = (uint64_t(mode) << 32) | uint64_t(i);
+        const uint32_t pos = ring.Submit(std::array{NopCb(tag)});
+        ASSERT_EQ(ring.Wait({&c, 1}, 1, {.mode = mode}), 1u);
+        ASSERT_TRUE(c.ok()) << spyre_error_name(c.status);
+        ASSERT_EQ(c.user_data, tag);
+        ASSERT_EQ(c.sq_pos, pos);
+        ASSERT_EQ(c.opcode, SPYRE_OP_NOP);
+    }
+}
+
+}  // namespace
+
+TEST_F(MockDeviceTest, ConfigSpaceIdentifiesPfAndVf) {
+    auto pf = ReadBytes(Pf().sysfs_dir / "config", SPYRE_CONFIG_SIZE);
+    EXPECT_EQ(pf[0], 0x14);
+    EXPECT_EQ(pf[1], 0x10);
+    EXPECT_EQ(pf[2], 0xa7);
+    EXPECT_EQ(pf[3], 0x06);
+    auto decoded = DecodeConfig(pf);
+    EXPECT_EQ(decoded.class_code, SPYRE_PCI_CLASS_CODE);
+    ASSERT_TRUE(decoded.sriov);
+    EXPECT_EQ(decoded.sriov->num_vfs, 2);
+    EXPECT_EQ(decoded.sriov->vf_device_id, SPYRE_PCI_DEVICE_VF);
+    for (int bar : {0, 2, 4}) EXPECT_TRUE(decoded.bars[bar]) << "BAR" << bar;
+
+    auto vf = DecodeConfig(ReadBytes(Vf(1).sysfs_dir / "config", SPYRE_CONFIG_SIZE));
+    EXPECT_EQ(vf.device_id, SPYRE_PCI_DEVICE_VF);
+    EXPECT_FALSE(vf.sriov);
+}
+
+TEST_F(MockDeviceTest, OpenPfReportsIdentityAndRegions) {
+    Function fn = Function::Open(Pf());
+    EXPECT_EQ(fn.device_info().device_id, SPYRE_PCI_DEVICE_PF);
+    EXPECT_EQ(std::string(fn.device_info().pci_address), "0000:01:00.0");
+    EXPECT_EQ(fn.Read32(SPYRE_REG_MAGIC), SPYRE_MAGIC);
+    EXPECT_EQ(fn.Read32(SPYRE_REG_PCI_ID), SPYRE_PCI_VENDOR_IBM | (SPYRE_PCI_DEVICE_PF << 16));
+    EXPECT_EQ(fn.Read64(SPYRE_REG_MEM_SIZE), 4ull << 30);
+    EXPECT_TRUE(fn.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_READY);
+
+    auto bar0 = fn.RegionInfo(SPYRE_REGION_BAR0);
+    EXPECT_EQ(bar0.size, SPYRE_BAR0_SIZE);
+    EXPECT_TRUE(bar0.flags & SPYRE_REGION_INFO_FLAG_MMAP);
+    EXPECT_EQ(fn.RegionInfo(SPYRE_REGION_BAR2).size, SPYRE_BAR2_SIZE);
+    EXPECT_EQ(fn.RegionInfo(SPYRE_REGION_BAR4).size, SPYRE_BAR4_SIZE);
+    auto cfg = fn.RegionInfo(SPYRE_REGION_CONFIG);
+    EXPECT_EQ(cfg.size, SPYRE_CONFIG_SIZE);
+    EXPECT_FALSE(cfg.flags & SPYRE_REGION_INFO_FLAG_MMAP);
+    EXPECT_SPYRE_ERROR(fn.MapRegion(SPYRE_REGION_CONFIG), Unsupported, "cannot be mapped");
+    EXPECT_SPYRE_ERROR(fn.RegionInfo(SPYRE_NUM_REGIONS), InvalidArgument, "GET_REGION_INFO");
+}
+
+TEST_F(MockDeviceTest, UnknownIoctlIsRejected) {
+    Function fn = Function::Open(Pf());
+    spyre_reset_req bogus{sizeof bogus, 0};
+    EXPECT_EQ(::ioctl(fn.fd(), _IOW(';', 199, spyre_reset_req), &bogus), -1);
+    EXPECT_EQ(errno, ENOTTY);
+    spyre_reset_req bad_flags{sizeof bad_flags, 1};
+    EXPECT_EQ(::ioctl(fn.fd(), SPYRE_IOC_RESET, &bad_flags), -1);
+    EXPECT_EQ(errno, EINVAL);
+}
+
+TEST_F(MockDeviceTest, DeviceNodeIsExclusive) {
+    Function fn = Function::Open(Vf(1));
+    EXPECT_SPYRE_ERROR(Function::Open(Vf(1)), Busy, "in use");
+    Function other = Function::Open(Vf(2));  // a different VF is free
+    EXPECT_TRUE(other.is_vf());
+}
+
+TEST_F(MockDeviceTest, TrappedAndMappedRegisterAccessAgree) {
+    Function fn = Function::Open(Pf());
+    for (const auto& r : spyre::uapi::kRegisters) {
+        if (r.width == 4)
+            EXPECT_EQ(fn.Read32(r.offset), fn.ReadTrapped32(r.offset)) << r.name;
+        else
+            EXPECT_EQ(fn.Read64(r.offset), fn.ReadTrapped64(r.offset)) << r.name;
+    }
+    fn.Write32(SPYRE_REG_SCRATCH, 0xC0FFEE01u);  // mapped store
+    EXPECT_EQ(fn.ReadTrapped32(SPYRE_REG_SCRATCH), 0xC0FFEE01u);
+    fn.WriteTrapped32(SPYRE_REG_SCRATCH, 0x12345678u);  // trapped store
+    EXPECT_EQ(fn.Read32(SPYRE_REG_SCRATCH), 0x12345678u);
+    fn.WriteTrapped32(SPYRE_REG_MAGIC, 0);  // read-only: ignored, like hardware
+    EXPECT_EQ(fn.ReadTrapped32(SPYRE_REG_MAGIC), SPYRE_MAGIC);
+    EXPECT_SPYRE_ERROR(fn.Read32(0x3), InvalidArgument, "aligned");
+    EXPECT_SPYRE_ERROR(fn.Read64(SPYRE_REG_STATUS), InvalidArgument, "8-byte aligned");
+}
+
+TEST_F(MockDeviceTest, SysfsResourceFilesAreTrappedRegisters) {
+    Function fn = Function::Open(Pf());
+    fn.Write32(SPYRE_REG_SCRATCH, 0xA5A55A5Au);
+    int fd = ::open((Pf().sysfs_dir / "resource0").c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    uint32_t v = 0;
+    ASSERT_EQ(::pread(fd, &v, 4, SPYRE_REG_SCRATCH), 4);
+    EXPECT_EQ(v, 0xA5A55A5Au);
+    v = 0x01020304u;
+    ASSERT_EQ(::pwrite(fd, &v, 4, SPYRE_REG_SCRATCH), 4);
+    EXPECT_EQ(fn.Read32(SPYRE_REG_SCRATCH), 0x01020304u);
+    uint16_t half = 1;
+    EXPECT_EQ(::pwrite(fd, &half, 2, SPYRE_REG_SCRATCH), -1);  // registers are written whole
+    EXPECT_EQ(errno, EINVAL);
+    ::close(fd);
+    EXPECT_EQ(std::filesystem::file_size(Pf().sysfs_dir / "resource2"), SPYRE_BAR2_SIZE);
+    EXPECT_EQ(ReadText(Pf().sysfs_dir / "vendor"), "0x1014\n");
+    EXPECT_EQ(ReadText(Vf(2).sysfs_dir / "device"), "0x06a8\n");
+}
+
+TEST_F(MockDeviceTest, NopRoundTripsInEveryWaitModeOnPfAndVf) {
+    for (const FunctionInfo& info : {Pf(), Vf(1)}) {
+        Function fn = Function::Open(info);
+        CommandRing ring(fn);
+        for (WaitMode mode : {WaitMode::Poll, WaitMode::Adaptive, WaitMode::Blocking}) {
+            SCOPED_TRACE(std::string(ToString(mode)) + " on " + info.pci_address);
+            RunNops(ring, mode, 300);
+        }
+        EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_NOPS), 900u);
+        EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_CB_DONE), 900u);
+        EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_CB_ERRORS), 0u);
+    }
+}
+
+TEST_F(MockDeviceTest, BatchesFillTheRingAndCompleteInOrder) {
+    Function fn = Function::Open(Pf());
+    CommandRing ring(fn);
+    std::vector<spyre_cb> cbs;
+    for (uint32_t i = 0; i < ring.sq_entries(); ++i) cbs.push_back(NopCb(i));
+    uint64_t expected = 0;
+    std::vector<Completion> done(ring.sq_entries());
+    for (int round = 0; round < 3; ++round) {  // wraps the ring three times
+        ring.Submit(cbs);
+        EXPECT_EQ(ring.FreeSlots(), 0u);
+        EXPECT_SPYRE_ERROR(ring.Submit(std::array{NopCb(0)}), InvalidArgument, "free ring slots");
+        size_t got = 0;
+        while (got < done.size()) got += ring.Wait(std::span(done).subspan(got), done.size() - got, {.mode = WaitMode::Blocking});
+        for (const auto& c : done) {
+            ASSERT_TRUE(c.ok());
+            ASSERT_EQ(c.user_data, expected++ % ring.sq_entries());
+        }
+    }
+    EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_NOPS), 3ull * ring.sq_entries());
+}
+
+TEST_F(MockDeviceTest, RegsFileMatchesRegdumpTool) {
+    {
+        Function fn = Function::Open(Pf());
+        CommandRing ring(fn);
+        RunNops(ring, WaitMode::Adaptive, 50);
+        usleep(200 * 1000);  // let the engine go to sleep so nothing moves
+        std::string from_daemon = ReadText(Pf().sysfs_dir / "regs");
+        auto r = spyre::test::RunCommand(spyre::test::ToolPath("SPYRE_REGDUMP") + " " + Pf().sysfs_dir.string());
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        // The tool adds one header line naming the function.
+        ASSERT_EQ(r.output.rfind("# 0000:01:00.0 [1014:06a7] PF\n", 0), 0u) << r.output;
+        EXPECT_EQ(r.output.substr(r.output.find('\n') + 1), from_daemon);
+        EXPECT_NE(from_daemon.find("CNT_NOPS"), std::string::npos);
+        EXPECT_NE(from_daemon.find("  50\n"), std::string::npos) << from_daemon;
+        EXPECT_EQ(fn.RegisterDump(), from_daemon);
+        // By PCI address, through SPYRE_DEV_ROOT.
+        auto by_addr = spyre::test::RunCommand("SPYRE_DEV_ROOT=" + root().path().string() + " " +
+                                               spyre::test::ToolPath("SPYRE_REGDUMP") + " 01:00.0");
+        EXPECT_EQ(by_addr.output, r.output);
+    }
+    auto missing = spyre::test::RunCommand("SPYRE_DEV_ROOT=" + root().path().string() + " " +
+                                           spyre::test::ToolPath("SPYRE_REGDUMP") + " 0000:09:00.0");
+    EXPECT_EQ(missing.exit_code, 1);
+    EXPECT_NE(missing.output.find("no spyre function 0000:09:00.0"), std::string::npos) << missing.output;
+}
+
+TEST_F(MockDeviceTest, ResetClearsRingErrorsAndCounters) {
+    Function fn = Function::Open(Pf());
+    {
+        CommandRing ring(fn);
+        RunNops(ring, WaitMode::Poll, 10);
+        EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_NOPS), 10u);
+    }
+    const uint64_t resets = fn.Read64(SPYRE_REG_CNT_RESETS);
+    fn.Reset();
+    EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_NOPS), 0u);
+    EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_RESETS), resets + 1);
+    EXPECT_FALSE(fn.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_RING_ENABLED);
+    // The sysfs reset file does the same.
+    std::ofstream(Pf().sysfs_dir / "reset") << "1";
+    EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_RESETS), resets + 2);
+    CommandRing ring(fn);  // usable again
+    RunNops(ring, WaitMode::Blocking, 5);
+}
+
+TEST_F(MockDeviceTest, SriovNumvfsFollowsLinuxRules) {
+    const auto numvfs = Pf().sysfs_dir / "sriov_numvfs";
+    EXPECT_EQ(ReadText(numvfs), "2\n");
+    EXPECT_EQ(ReadText(Pf().sysfs_dir / "sriov_totalvfs"), "16\n");
+    auto write = [&](const std::string& text) {
+        int fd = ::open(numvfs.c_str(), O_WRONLY);
+        ssize_t n = ::write(fd, text.data(), text.size());
+        int e = errno;
+        ::close(fd);
+        return n < 0 ? -e : 0;
+    };
+    EXPECT_EQ(write("3"), -EBUSY);   // must go through 0
+    EXPECT_EQ(write("17"), -ERANGE);
+    EXPECT_EQ(write("x"), -EINVAL);
+    {
+        Function vf = Function::Open(Vf(1));
+        EXPECT_EQ(write("0"), -EBUSY);  // a VF is in use
+    }
+    EXPECT_EQ(write("0"), 0);
+    EXPECT_EQ(root().Functions().size(), 1u);
+    EXPECT_EQ(write("5"), 0);
+    EXPECT_EQ(root().Functions().size(), 6u);
+    Function vf5 = Function::Open(Vf(5));
+    CommandRing ring(vf5);
+    RunNops(ring, WaitMode::Adaptive, 20);
+    // VFs split the card memory; each sees only its own slice.
+    EXPECT_EQ(vf5.Read64(SPYRE_REG_MEM_SIZE), vf5.device_info().mem_size);
+    EXPECT_LT(vf5.Read64(SPYRE_REG_MEM_SIZE), 4ull << 30);
+    EXPECT_GT(vf5.Read64(SPYRE_REG_MEM_BASE), 0u);
+}

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "mock_fixture.hpp"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace spyre::test {
+
+std::string FuseUnavailableReason() {
+    int fd = ::open("/dev/fuse", O_RDWR | O_CLOEXEC);
+    if (fd < 0) return std::string("/dev/fuse is not usable: ") + std::strerror(errno);
+    ::close(fd);
+    return {};
+}
+
+bool FuseRequired() {
+    const char* v = std::getenv("SPYRE_REQUIRE_FUSE");
+    return v && std::string(v) == "1";
+}
+
+void MockDeviceTest::SetUp() {
+    SPYRE_REQUIRE_FUSE();
+    daemon_.emplace(driver::MockDaemon::Start(Options()));
+    root_.emplace(daemon_->mount());
+}
+
+void MockDeviceTest::TearDown() {
+    root_.reset();
+    daemon_.reset();  // SIGTERM the group, unmount, remove shm and the mount dir
+}
+
+driver::FunctionInfo MockDeviceTest::Pf(int card) const {
+    char addr[16];
+    std::snprintf(addr, sizeof addr, "0000:%02x:00.0", SPYRE_PCI_FIRST_BUS + card);
+    return root_->Find(addr);
+}
+
+driver::FunctionInfo MockDeviceTest::Vf(int index, int card) const {
+    const unsigned devfn = SPYRE_SRIOV_FIRST_VF_OFFSET + (index - 1) * SPYRE_SRIOV_VF_STRIDE;
+    char addr[16];
+    std::snprintf(addr, sizeof addr, "0000:%02x:%02x.%u", SPYRE_PCI_FIRST_BUS + card, devfn >> 3, devfn & 7);
+    return root_->Find(addr);
+}
+
+CommandResult RunCommand(const std::string& command) {
+    CommandResult r;
+    FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+    if (!p) return r;
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+    int status = ::pclose(p);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return r;
+}
+
+std::string ToolPath(const char* env_var) {
+    const char* v = std::getenv(env_var);
+    if (!v || !*v) throw std::runtime_error(std::string(env_var) + " is not set (run the tests through meson test)");
+    return v;
+}
+
+bool IsMounted(const std::string& dir) {
+    std::ifstream in("/proc/self/mountinfo");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.find(" " + dir + " ") != std::string::npos) return true;
+    return false;
+}
+
+int CountShmObjects(const std::string& prefix) {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
+        if (e.path().filename().string().rfind(prefix + ".", 0) == 0) ++n;
+    return n;
+}
+
+}  // namespace spyre::test

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+// Integration fixtures: each test gets its own spyre-mockdev (private mount
+// point and shm prefix, own process group, killed and cleaned on teardown).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+
+#include "spyre/spyre.hpp"
+
+namespace spyre::test {
+
+// Why FUSE cannot be used here, or empty when it can.
+std::string FuseUnavailableReason();
+
+// Skips the test where /dev/fuse is unusable, but fails instead when
+// SPYRE_REQUIRE_FUSE=1 (CI), so a skip never hides a broken CI.
+#define SPYRE_REQUIRE_FUSE()                                                                 \
+    do {                                                                                     \
+        std::string why_ = ::spyre::test::FuseUnavailableReason();                           \
+        if (!why_.empty()) {                                                                 \
+            if (::spyre::test::FuseRequired()) FAIL() << why_ << " (SPYRE_REQUIRE_FUSE=1)";  \
+            GTEST_SKIP() << why_;                                                            \
+        }                                                                                    \
+    } while (0)
+
+bool FuseRequired();
+
+class MockDeviceTest : public ::testing::Test {
+protected:
+    // Small sparse memory keeps tests cheap; subclasses may change it.
+    virtual driver::MockOptions Options() const { return {.cards = 1, .vfs = 2, .mem = "4G"}; }
+
+    void SetUp() override;
+    void TearDown() override;
+
+    driver::MockDaemon& daemon() { return *daemon_; }
+    const driver::DeviceRoot& root() const { return *root_; }
+    driver::FunctionInfo Pf(int card = 0) const;
+    driver::FunctionInfo Vf(int index, int card = 0) const;
+
+private:
+    std::optional<driver::MockDaemon> daemon_;
+    std::optional<driver::DeviceRoot> root_;
+};
+
+// Checks that `statement` throws spyre::Error of `kind` whose what() contains
+// `text`.
+#define EXPECT_SPYRE_ERROR(statement, error_kind, text)                                          \
+    do {                                                                                         \
+        try {                                                                                    \
+            statement;                                                                           \
+            ADD_FAILURE() << "expected spyre::Error(" #error_kind ") from " #statement;          \
+        } catch (const ::spyre::Error& e_) {                                                     \
+            EXPECT_EQ(e_.kind(), ::spyre::ErrorKind::error_kind) << e_.what();                   \
+            EXPECT_NE(std::string(e_.what()).find(text), std::string::npos) << e_.what();        \
+        }                                                                                        \
+    } while (0)
+
+struct CommandResult {
+    int exit_code = -1;
+    std::string output;  // stdout and stderr together
+};
+
+// Runs a shell command, capturing its output and exit code.
+CommandResult RunCommand(const std::string& command);
+
+// The path of a built tool passed by meson in an environment variable.
+std::string ToolPath(const char* env_var);
+
+// True when dir is in this process's mount table.
+bool IsMounted(const std::string& dir);
+
+// Entries of /dev/shm starting with "<prefix>.".
+int CountShmObjects(const std::string& prefix);
+
+}  // namespace spyre::test

@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+// The hardware contract: layout facts both sides rely on, checked at run time
+// too (the headers static_assert the sizes), plus ring index math.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "spyre/uapi/spyre.h"
+#include "spyre/uapi/spyre_regdesc.hpp"
+
+using namespace spyre::uapi;
+
+TEST(Contract, IdentityMatchesTheRealCard) {
+    EXPECT_EQ(SPYRE_PCI_VENDOR_IBM, 0x1014u);
+    EXPECT_EQ(SPYRE_PCI_DEVICE_PF, 0x06a7u);
+    EXPECT_EQ(SPYRE_PCI_DEVICE_VF, 0x06a8u);
+    EXPECT_EQ(SPYRE_PCI_CLASS_CODE >> 16, 0x12u);  // processing accelerator
+    EXPECT_EQ(SPYRE_BAR0_SIZE, 4ull << 20);
+    EXPECT_EQ(SPYRE_BAR2_SIZE, 2ull << 30);
+    EXPECT_EQ(SPYRE_BAR4_SIZE, 32ull << 20);
+}
+
+TEST(Contract, RegistersAreAlignedUniqueAndDoNotOverlap) {
+    std::set<uint32_t> names_seen;
+    std::vector<std::pair<uint32_t, uint32_t>> spans;
+    for (const auto& r : kRegisters) {
+        EXPECT_TRUE(r.width == 4 || r.width == 8) << r.name;
+        EXPECT_EQ(r.offset % r.width, 0u) << r.name << " is misaligned";
+        EXPECT_LE(r.offset + r.width, SPYRE_REG_FILE_SIZE) << r.name;
+        spans.emplace_back(r.offset, r.offset + r.width);
+    }
+    std::sort(spans.begin(), spans.end());
+    for (size_t i = 1; i < spans.size(); ++i) EXPECT_LE(spans[i - 1].second, spans[i].first) << "overlap at " << spans[i].first;
+    EXPECT_EQ(FindRegister("STATUS")->offset, SPYRE_REG_STATUS);
+    EXPECT_EQ(FindRegister("NOT_A_REGISTER"), nullptr);
+}
+
+TEST(Contract, CbAndCqeLayout) {
+    EXPECT_EQ(sizeof(spyre_cb), 64u);
+    EXPECT_EQ(sizeof(spyre_cqe), 32u);
+    EXPECT_EQ(offsetof(spyre_cb, u.copy.size), 0x20u);
+    EXPECT_EQ(offsetof(spyre_cb, u.sem.timeout_ns), 0x20u);
+    EXPECT_EQ(offsetof(spyre_cqe, status), 0x1Cu);
+    // The default rings fit between their published offsets.
+    EXPECT_LE(SPYRE_DEFAULT_SQ_OFFSET + SPYRE_DEFAULT_SQ_ENTRIES * sizeof(spyre_cb), SPYRE_DEFAULT_CQ_OFFSET);
+}
+
+TEST(Contract, DoorbellWordsSitOnSeparateCacheLines) {
+    std::set<uint32_t> lines;
+    for (const auto& w : kDoorbellWords) EXPECT_TRUE(lines.insert(w.offset / 64).second) << w.name;
+    EXPECT_EQ(sizeof(spyre_doorbell_page), 4096u);
+}
+
+TEST(Contract, IoctlsEncodeDirectionAndSize) {
+    EXPECT_EQ(_IOC_SIZE(SPYRE_IOC_GET_INFO), sizeof(spyre_device_info));
+    EXPECT_EQ(_IOC_DIR(SPYRE_IOC_GET_INFO), unsigned(_IOC_READ));
+    EXPECT_EQ(_IOC_SIZE(SPYRE_IOC_GET_REGION_INFO), sizeof(spyre_region_info));
+    EXPECT_EQ(_IOC_DIR(SPYRE_IOC_GET_REGION_INFO), unsigned(_IOC_READ | _IOC_WRITE));
+    EXPECT_EQ(_IOC_DIR(SPYRE_IOC_RESET), unsigned(_IOC_WRITE));
+    EXPECT_EQ(_IOC_TYPE(SPYRE_IOC_RESET), unsigned(';'));  // VFIO's type
+    EXPECT_EQ(SPYRE_REGION_OFFSET(SPYRE_REGION_BAR4), 4ull << 40);
+}
+
+TEST(Contract, ErrorNamesAreDistinct) {
+    std::set<std::string> names;
+    for (uint32_t code : {SPYRE_ERR_NONE, SPYRE_ERR_INVALID_OPCODE, SPYRE_ERR_UNSUPPORTED, SPYRE_ERR_RESERVED_NONZERO,
+                          SPYRE_ERR_BAD_SLOT_COUNT, SPYRE_ERR_ADDR_RANGE, SPYRE_ERR_MISALIGNED, SPYRE_ERR_RING_OVERFLOW,
+                          SPYRE_ERR_PROGRAM_MAGIC, SPYRE_ERR_PROGRAM_VERSION, SPYRE_ERR_PROGRAM_CHECKSUM,
+                          SPYRE_ERR_PROGRAM_FORMAT, SPYRE_ERR_UNKNOWN_OP, SPYRE_ERR_SHAPE, SPYRE_ERR_RELOCATION,
+                          SPYRE_ERR_WATCHDOG, SPYRE_ERR_ABORTED, SPYRE_ERR_INTERNAL})
+        EXPECT_TRUE(names.insert(spyre_error_name(code)).second) << code;
+    EXPECT_STREQ(spyre_error_name(0xEEEE), "UNKNOWN");
+}
+
+TEST(RingMath, SlotsWrapWithThePowerOfTwo) {
+    EXPECT_EQ(spyre_ring_slot(0, 4096), 0u);
+    EXPECT_EQ(spyre_ring_slot(4097, 4096), 1u);
+    EXPECT_EQ(spyre_ring_slot(0xFFFFFFFFu, 4096), 4095u);
+}
+
+TEST(RingMath, UsedAndFreeSurviveCounterWraparound) {
+    const uint32_t head = 0xFFFFFFF0u, tail = 0x10u;  // tail wrapped past 2^32
+    EXPECT_EQ(spyre_ring_used(head, tail), 0x20u);
+    EXPECT_EQ(spyre_ring_free(head, tail, 64), 32u);
+    EXPECT_TRUE(spyre_ring_valid(head, tail, 64));
+    EXPECT_FALSE(spyre_ring_valid(head, tail, 16));  // more in flight than the ring holds
+    EXPECT_TRUE(spyre_ring_valid(7, 7, 16));
+    EXPECT_FALSE(spyre_ring_valid(8, 7, 16));  // tail behind head is garbage
+}
+
+TEST(RegisterDump, DecodesFieldsFromASnapshot) {
+    std::vector<uint8_t> regs(SPYRE_REG_FILE_SIZE), db(4096);
+    auto put32 = [&](uint32_t off, uint32_t v) { std::memcpy(regs.data() + off, &v, 4); };
+    put32(SPYRE_REG_MAGIC, SPYRE_MAGIC);
+    put32(SPYRE_REG_VERSION, SPYRE_VERSION);
+    put32(SPYRE_REG_PCI_ID, SPYRE_PCI_VENDOR_IBM | (SPYRE_PCI_DEVICE_VF << 16));
+    put32(SPYRE_REG_FUNC_ID, SPYRE_FUNC_ID_IS_VF | (2u << SPYRE_FUNC_ID_CARD_SHIFT) | 3u);
+    put32(SPYRE_REG_STATUS, SPYRE_STATUS_READY | SPYRE_STATUS_ERROR);
+    put32(SPYRE_REG_ERR_CODE, SPYRE_ERR_RESERVED_NONZERO);
+    put32(SPYRE_REG_ERR_OPCODE, SPYRE_OP_NOP);
+    uint32_t gone = SPYRE_DEVSTATE_GONE;
+    std::memcpy(db.data() + SPYRE_DB_DEVICE_STATE, &gone, 4);
+    std::string text = FormatRegisterDump(regs, db);
+    EXPECT_NE(text.find("\"SPYR\" ok"), std::string::npos) << text;
+    EXPECT_NE(text.find("vendor 0x1014 device 0x06a8"), std::string::npos);
+    EXPECT_NE(text.find("card 2 VF 3"), std::string::npos);
+    EXPECT_NE(text.find("READY ERROR"), std::string::npos);
+    EXPECT_NE(text.find("RESERVED_NONZERO"), std::string::npos);
+    EXPECT_NE(text.find("GONE"), std::string::npos);
+    // Every register and doorbell word appears once, by name.
+    for (const auto& r : kRegisters) EXPECT_NE(text.find(std::string("\n") + r.name + " "), std::string::npos) << r.name;
+    for (const auto& r : kDoorbellWords) EXPECT_NE(text.find(std::string("\n") + r.name + " "), std::string::npos) << r.name;
+}

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: Apache-2.0
+// Discovery over a hand-made device tree (no daemon): filtering of foreign
+// functions, ordering, selectors and SPYRE_DEVICES.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "spyre/driver/discovery.hpp"
+#include "spyre/error.hpp"
+
+namespace fs = std::filesystem;
+using spyre::driver::DeviceRoot;
+
+class DiscoveryTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        char templ[] = "/tmp/spyre-discovery-XXXXXX";
+        root_ = ::mkdtemp(templ);
+        Add("0000:01:00.1", "0x1014", "0x06a8");
+        Add("0000:01:00.0", "0x1014", "0x06a7");
+        Add("0000:02:00.0", "0x1014", "0x06a7");
+        Add("0000:03:00.0", "0x8086", "0x1234");  // someone else's device
+        ::unsetenv("SPYRE_DEVICES");
+    }
+    void TearDown() override {
+        fs::remove_all(root_);
+        ::unsetenv("SPYRE_DEVICES");
+    }
+    void Add(const std::string& addr, const std::string& vendor, const std::string& device) {
+        fs::path d = root_ / "bus/pci/devices" / addr;
+        fs::create_directories(d);
+        std::ofstream(d / "vendor") << vendor << "\n";
+        std::ofstream(d / "device") << device << "\n";
+    }
+    fs::path root_;
+};
+
+TEST_F(DiscoveryTest, ListsSpyreFunctionsSortedByAddress) {
+    auto fns = DeviceRoot(root_).Functions();
+    ASSERT_EQ(fns.size(), 3u);
+    EXPECT_EQ(fns[0].pci_address, "0000:01:00.0");
+    EXPECT_FALSE(fns[0].is_vf);
+    EXPECT_EQ(fns[1].pci_address, "0000:01:00.1");
+    EXPECT_TRUE(fns[1].is_vf);
+    EXPECT_EQ(fns[1].dev_node, root_ / "dev/spyre/0000:01:00.1");
+}
+
+TEST_F(DiscoveryTest, FindsByIndexFullAndShortAddress) {
+    DeviceRoot root(root_);
+    EXPECT_EQ(root.Find("2").pci_address, "0000:02:00.0");
+    EXPECT_EQ(root.Find("01:00.1").pci_address, "0000:01:00.1");
+    EXPECT_EQ(root.Find("0000:01:00.0").device_id, 0x06a7);
+}
+
+TEST_F(DiscoveryTest, RejectsUnknownSelectors) {
+    DeviceRoot root(root_);
+    try {
+        root.Find("7");
+        FAIL();
+    } catch (const spyre::Error& e) {
+        EXPECT_EQ(e.kind(), spyre::ErrorKind::NotFound);
+        EXPECT_NE(std::string(e.what()).find("3 spyre function(s)"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(root.Find("0000:03:00.0"), spyre::Error);  // not a spyre function
+    EXPECT_THROW(root.Find(""), spyre::Error);
+}
+
+TEST_F(DiscoveryTest, SpyreDevicesFiltersAndOrders) {
+    ::setenv("SPYRE_DEVICES", "0000:02:00.0, 0, 9", 1);
+    auto fns = DeviceRoot(root_).Functions();
+    ASSERT_EQ(fns.size(), 2u);
+    EXPECT_EQ(fns[0].pci_address, "0000:02:00.0");
+    EXPECT_EQ(fns[1].pci_address, "0000:01:00.0");
+}
+
+TEST(Discovery, MissingRootIsNotFound) {
+    try {
+        DeviceRoot("/nonexistent/spyre");
+        FAIL();
+    } catch (const spyre::Error& e) {
+        EXPECT_EQ(e.kind(), spyre::ErrorKind::NotFound);
+        EXPECT_NE(std::string(e.what()).find("/nonexistent/spyre"), std::string::npos);
+    }
+}
