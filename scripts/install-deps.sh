@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs spyre's build and test dependencies from Debian 12 packages.
+# Skips apt entirely when everything is already present.
+set -euo pipefail
+
+packages=(
+  meson ninja-build pkgconf g++            # build
+  libfuse3-dev fuse3                        # spyre-mockdev's FUSE tree (and fusermount3)
+  liburing-dev                              # io_uring DMA engine
+  libboost-dev                              # Boost.Interprocess shared memory
+  libcli11-dev                              # command lines of the tools
+  nlohmann-json3-dev                        # ExecutionPlan manifests
+  libgtest-dev libgmock-dev                 # tests
+  libbenchmark-dev                          # bench/
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+echo "installing: ${missing[*]}"
+"${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+"${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
