@@ -65,7 +65,7 @@ public:
     spyre_region_info RegionInfo(unsigned region) const;  // region < SPYRE_NUM_REGIONS
 
     // Function-level reset (device node open, SPYRE_IOC_RESET, REG_RESET, sysfs reset).
-    void Reset();
+    int Reset();  // 0 or -ENODEV
     std::string RegisterDump();
     ConfigSpace Config() const;
     void SetSriovNumVfs(uint16_t num_vfs) { sriov_num_vfs_.store(num_vfs); }
