@@ -88,7 +88,7 @@ uint32_t CommandRing::Submit(std::span<const spyre_cb> cbs) {
         throw Error(ErrorKind::InvalidArgument, std::to_string(cbs.size()) + " CBs do not fit in " +
                                                     std::to_string(FreeSlots()) + " free ring slots (reap completions first)",
                     ErrorContext{.device = fn_.pci_address()});
-    if (Word(db_->device_state).load(std::memory_order_relaxed) != SPYRE_DEVSTATE_ALIVE) fn_.CheckAlive();
+    if (fn_.lost() || Word(db_->device_state).load(std::memory_order_relaxed) != SPYRE_DEVSTATE_ALIVE) fn_.CheckAlive();
     const uint32_t first = sq_tail_;
     for (const spyre_cb& cb : cbs) {
         std::memcpy(&sq_[spyre_ring_slot(sq_tail_, sq_entries_)], &cb, sizeof cb);

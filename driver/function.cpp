@@ -91,7 +91,7 @@ Function Function::Open(const FunctionInfo& info) {
 
 Function::Function(Function&& o) noexcept
     : info_(std::move(o.info_)), dev_info_(o.dev_info_), fd_(std::exchange(o.fd_, -1)),
-      pidfd_(std::exchange(o.pidfd_, -1)), bar0_(std::move(o.bar0_)), bar4_(std::move(o.bar4_)) {}
+      pidfd_(std::exchange(o.pidfd_, -1)), lost_(o.lost_), bar0_(std::move(o.bar0_)), bar4_(std::move(o.bar4_)) {}
 
 Function& Function::operator=(Function&& o) noexcept {
     if (this != &o) {
@@ -100,6 +100,7 @@ Function& Function::operator=(Function&& o) noexcept {
         dev_info_ = o.dev_info_;
         fd_ = std::exchange(o.fd_, -1);
         pidfd_ = std::exchange(o.pidfd_, -1);
+        lost_ = o.lost_;
         bar0_ = std::move(o.bar0_);
         bar4_ = std::move(o.bar4_);
     }
@@ -247,6 +248,13 @@ std::string Function::RegisterDump() const {
 }
 
 bool Function::Alive() const {
+    if (lost()) return false;
+    const bool alive = Probe();
+    if (!alive) std::atomic_ref<bool>(lost_).store(true, std::memory_order_relaxed);
+    return alive;
+}
+
+bool Function::Probe() const {
     auto* db = reinterpret_cast<spyre_doorbell_page*>(bar4_.data() + Read32(SPYRE_REG_DB_OFFSET));
     if (std::atomic_ref<uint32_t>(db->device_state).load(std::memory_order_acquire) != SPYRE_DEVSTATE_ALIVE) return false;
     if (pidfd_ >= 0) {

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <climits>
 #include <cstring>
 #include <ctime>
 
@@ -21,7 +22,7 @@ using namespace std::chrono_literals;
 constexpr auto kSleepTimeout = 1s;
 // How often a full CQ is re-checked; the driver frees space without a wake-up.
 constexpr auto kCqFullRetry = 50us;
-// How long Kick keeps re-waking an engine that has not acknowledged.
+// How often, and how long, Kick re-wakes an engine that has not acknowledged.
 constexpr auto kKickRetry = 20us;
 constexpr auto kKickLimit = 1s;
 
@@ -113,13 +114,18 @@ bool Engine::RaiseIrq() {
 }
 
 void Engine::Kick() {
-    const uint64_t kick = kicks_.fetch_add(1) + 1;
-    FutexWake(&db_->sq_tail);
+    const uint32_t kick = kicks_.fetch_add(1) + 1;
     const auto deadline = Clock::now() + kKickLimit;
-    while (running_.load() && kicks_seen_.load() < kick && SharedWord(db_->device_sleeping).load() != 0 &&
-           Clock::now() < deadline) {
-        std::this_thread::sleep_for(kKickRetry);
+    for (;;) {
         FutexWake(&db_->sq_tail);
+        const uint32_t seen = std::atomic_ref<uint32_t>(kicks_seen_).load();
+        // Done once the engine has seen the kick, or is awake (it will look
+        // again before it sleeps). Otherwise it may have slept through the
+        // wake: wait for its acknowledgement, waking it again meanwhile.
+        if (!running_.load() || int32_t(seen - kick) >= 0 || SharedWord(db_->device_sleeping).load() == 0 ||
+            Clock::now() > deadline)
+            return;
+        FutexWait(&kicks_seen_, seen, kKickRetry, FutexScope::Private);
     }
 }
 
@@ -130,8 +136,11 @@ bool Engine::HasWork(uint32_t sq_tail) const {
 void Engine::Run() {
     auto last_work = Clock::now();
     for (;;) {
-        const uint64_t kicks = kicks_.load();
-        kicks_seen_.store(kicks);
+        const uint32_t kicks = kicks_.load();
+        if (std::atomic_ref<uint32_t> seen(kicks_seen_); seen.load() != kicks) {
+            seen.store(kicks);
+            FutexWake(&kicks_seen_, INT_MAX, FutexScope::Private);  // kicks are rare: no cost when polling
+        }
         if (stopping_.load()) return;
         if (HasWork(SharedWord(db_->sq_tail).load(std::memory_order_acquire))) {
             ServeBatch();
@@ -144,18 +153,17 @@ void Engine::Run() {
     }
 }
 
-// Returns true if the engine was woken (or never slept), false on timeout.
-bool Engine::Sleep(uint64_t kicks_seen) {
+// Returns false if the sleep timed out: nothing happened for a while.
+bool Engine::Sleep(uint32_t kicks_seen) {
     regs_.SetBits32(SPYRE_REG_STATUS, SPYRE_STATUS_SLEEPING);
     SharedWord(db_->device_sleeping).store(1);
     std::atomic_thread_fence(std::memory_order_seq_cst);  // publish sleeping before the last look at sq_tail
     const uint32_t tail = SharedWord(db_->sq_tail).load();
-    bool woken = true;
-    if (kicks_.load() == kicks_seen && !stopping_.load() && !HasWork(tail))
-        woken = FutexWait(&db_->sq_tail, tail, kSleepTimeout);
+    const bool must_stay = kicks_.load() != kicks_seen || stopping_.load() || HasWork(tail);
+    const bool woken = must_stay || FutexWait(&db_->sq_tail, tail, kSleepTimeout);
     SharedWord(db_->device_sleeping).store(0);
     regs_.ClearBits32(SPYRE_REG_STATUS, SPYRE_STATUS_SLEEPING);
-    if (woken) regs_.Add64(SPYRE_REG_CNT_WAKEUPS, 1);
+    if (!must_stay && woken) regs_.Add64(SPYRE_REG_CNT_WAKEUPS, 1);
     return woken;
 }
 

@@ -70,7 +70,7 @@ public:
 private:
     void Run();
     bool HasWork(uint32_t sq_tail) const;
-    bool Sleep(uint64_t kicks_seen);
+    bool Sleep(uint32_t kicks_seen);
     void ServeBatch();
     bool LeaveBatch() const;
     bool WaitForCqSpace(uint32_t cq_tail) const;
@@ -78,7 +78,7 @@ private:
     void PostCqe(const spyre_cb& cb, const CbOutcome& outcome, uint32_t sq_pos, uint32_t cq_tail);
     // Internal events (enable, stop) change no doorbell word, so a wake-up
     // could slip in between the engine's last check and its futex wait. The
-    // engine acknowledges each kick; Kick re-wakes until it has.
+    // engine acknowledges each kick; Kick re-wakes it until it has.
     void Kick();
 
     RegisterFile& regs_;
@@ -96,8 +96,8 @@ private:
     std::atomic<bool> ring_enabled_{false};
     std::atomic<bool> halted_{false};
     std::atomic<bool> running_{false};
-    std::atomic<uint64_t> kicks_{0};
-    std::atomic<uint64_t> kicks_seen_{0};
+    std::atomic<uint32_t> kicks_{0};
+    uint32_t kicks_seen_ = 0;  // private futex word: the engine acknowledges kicks here
     std::thread thread_;
 };
 

@@ -142,7 +142,7 @@ ssize_t Function::ReadRegion(unsigned region, uint64_t offset, void* buf, size_t
     len = size_t(std::min<uint64_t>(len, size - offset));
     switch (region) {
     case SPYRE_REGION_BAR0: return ReadBar0(offset, buf, len);
-    case SPYRE_REGION_BAR2: return ReadMemory(std::min(SPYRE_BAR2_SIZE, params_.mem_size), offset, buf, len);
+    case SPYRE_REGION_BAR2: return ReadMemory(std::min<uint64_t>(SPYRE_BAR2_SIZE, params_.mem_size), offset, buf, len);
     case SPYRE_REGION_BAR4: return ssize_t(ring_shm_.ReadAt(offset, buf, len));
     case SPYRE_REGION_CONFIG: {
         const ConfigSpace cs = Config();
@@ -166,7 +166,7 @@ ssize_t Function::WriteRegion(unsigned region, uint64_t offset, const void* buf,
     case SPYRE_REGION_BAR2: {
         // The aperture is 2 GiB whatever the memory size; past the memory,
         // stores go nowhere (an unbacked window), as on the bus.
-        const uint64_t window = std::min(SPYRE_BAR2_SIZE, params_.mem_size);
+        const uint64_t window = std::min<uint64_t>(SPYRE_BAR2_SIZE, params_.mem_size);
         if (offset < window)
             std::memcpy(card_memory_.data() + params_.mem_base + offset, buf,
                         size_t(std::min<uint64_t>(len, window - offset)));
@@ -276,7 +276,7 @@ spyre_region_info Function::RegionInfo(unsigned region) const {
     switch (region) {
     case SPYRE_REGION_BAR0: mappable(regs_shm_, 0, SPYRE_BAR0_SIZE); break;
     case SPYRE_REGION_BAR2:
-        mappable(card_memory_, params_.mem_base, std::min(SPYRE_BAR2_SIZE, params_.mem_size));
+        mappable(card_memory_, params_.mem_base, std::min<uint64_t>(SPYRE_BAR2_SIZE, params_.mem_size));
         break;
     case SPYRE_REGION_BAR4: mappable(ring_shm_, 0, SPYRE_BAR4_SIZE); break;
     case SPYRE_REGION_CONFIG: ri.flags = SPYRE_REGION_INFO_FLAG_READ; break;

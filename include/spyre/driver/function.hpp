@@ -3,6 +3,7 @@
 // and trapped register access, reset and liveness of the device behind it.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -83,6 +84,8 @@ public:
     bool Alive() const;
     // Throws DeviceLost naming the function if !Alive().
     void CheckAlive() const;
+    // True once Alive() has seen the device gone; it never comes back.
+    bool lost() const noexcept { return std::atomic_ref<bool>(lost_).load(std::memory_order_relaxed); }
 
     uint8_t* bar0() const noexcept { return bar0_.data(); }
     uint8_t* bar4() const noexcept { return bar4_.data(); }
@@ -91,11 +94,13 @@ public:
 private:
     Function() = default;
     void Close() noexcept;
+    bool Probe() const;  // one liveness check, no memory of earlier ones
 
     FunctionInfo info_;
     spyre_device_info dev_info_{};
     int fd_ = -1;
     int pidfd_ = -1;  // the daemon's pidfd: readable once it has exited
+    mutable bool lost_ = false;
     MappedRegion bar0_;
     MappedRegion bar4_;
 };

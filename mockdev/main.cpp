@@ -1,0 +1,374 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// spyre-mockdev: command line, start-up checks and daemonizing. Everything
+// that can fail is checked before anything is created; the daemon forks
+// before any thread exists and reports start-up success or its exit code to
+// the waiting parent through a pipe.
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "card.hpp"
+#include "fuse_fs.hpp"
+#include "log.hpp"
+#include "options.hpp"
+#include "spyre/uapi/spyre_pci.h"
+
+using namespace spyre::mockdev;
+
+namespace {
+
+constexpr const char* kExitCodesHelp =
+    "Exit codes:\n"
+    "  0  stopped cleanly (SIGTERM, SIGINT, SIGHUP or fusermount3 -u), or the daemon is up\n"
+    "  1  internal error\n"
+    "  2  usage error\n"
+    "  3  mount point problem: missing, not a directory, not empty, already a mount point,\n"
+    "     or a stale FUSE mount (run fusermount3 -u DIR)\n"
+    "  4  shared-memory prefix in use (an entry /dev/shm/<prefix>.* exists)\n"
+    "  5  FUSE mount failed (e.g. /dev/fuse missing)\n";
+
+// Every card's memory is split into 2 MiB-aligned slices, one for the PF and
+// one per VF: the smallest card memory still gives each of 16 VFs a slice.
+constexpr uint64_t kMinMem = (SPYRE_SRIOV_TOTAL_VFS + 1) * kMemSliceAlign;
+
+// "128G", "512M", "64k", "1073741824": binary suffixes K/M/G/T.
+std::optional<uint64_t> ParseSize(const std::string& text) {
+    if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) return std::nullopt;
+    size_t used = 0;
+    unsigned long long value = 0;
+    try {
+        value = std::stoull(text, &used, 10);
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+    std::string suffix = text.substr(used);
+    unsigned shift = 0;
+    if (suffix.size() > 1) return std::nullopt;
+    if (suffix.size() == 1) {
+        switch (std::toupper(static_cast<unsigned char>(suffix[0]))) {
+        case 'K': shift = 10; break;
+        case 'M': shift = 20; break;
+        case 'G': shift = 30; break;
+        case 'T': shift = 40; break;
+        default: return std::nullopt;
+        }
+    }
+    if (shift && value > (ULLONG_MAX >> shift)) return std::nullopt;
+    return uint64_t(value) << shift;
+}
+
+bool ValidPrefix(const std::string& p) {
+    if (p.empty() || p.size() > kShmPrefixMax) return false;
+    for (unsigned char c : p)
+        if (!std::isalnum(c) && c != '.' && c != '_' && c != '-') return false;
+    return true;
+}
+
+// Returns an exit code to stop with, or -1 to go on.
+int ParseCommandLine(int argc, char** argv, Options& opt) {
+    CLI::App app{"Mock Spyre PCIe device: serves the PCI functions of mock Spyre cards as a FUSE tree\n"
+                 "(MOUNT/bus/pci/devices/<addr>/..., MOUNT/dev/spyre/<addr>) backed by shared memory."};
+    app.name("spyre-mockdev");
+    std::string mem = "128G";
+    std::string log_level = "info";
+    app.add_option("--mount", opt.mount, "Mount point: an existing, empty directory")->required();
+    app.add_option("--cards", opt.cards, "Number of cards (1-16)")->check(CLI::Range(1, 16))->capture_default_str();
+    app.add_option("--vfs", opt.vfs, "VFs enabled on each card at start (0-16)")
+        ->check(CLI::Range(0, 16))
+        ->capture_default_str();
+    app.add_option("--mem", mem, "Device memory per card, suffixes K/M/G/T; sparse, costs nothing until touched")
+        ->capture_default_str();
+    app.add_option("--shm-prefix", opt.shm_prefix,
+                   "Shared-memory name prefix ([A-Za-z0-9._-], at most 32 chars; default spyre-<pid>)");
+    app.add_flag("--foreground", opt.foreground,
+                 "Stay in the foreground (no fork). In the background, messages after start-up reach stderr\n"
+                 "only if it is a terminal or a file (a pipe is let go, so callers see EOF)");
+    app.add_option("--log-level", log_level, "error, warn, info or debug")
+        ->check(CLI::IsMember({"error", "warn", "info", "debug"}))
+        ->capture_default_str();
+    app.add_option("--ready-fd", opt.ready_fd, "Write \"ready\\n\" to this fd and close it once the mount is live")
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--poll-us", opt.poll_us, "Microseconds the device polls its doorbell before it sleeps")
+        ->check(CLI::Range(0, 1000000))
+        ->capture_default_str();
+    app.footer(kExitCodesHelp);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+            app.exit(e);
+            return kExitOk;
+        }
+        LOG_ERROR("%s (see --help)", e.what());
+        return kExitUsage;
+    }
+
+    opt.log_level = *ParseLogLevel(log_level);
+    auto size = ParseSize(mem);
+    if (!size) {
+        LOG_ERROR("--mem: '%s' is not a size (examples: 128G, 512M)", mem.c_str());
+        return kExitUsage;
+    }
+    if (*size < kMinMem || *size % kMemSliceAlign != 0) {
+        LOG_ERROR("--mem: %s must be a multiple of 2M and at least 34M (a 2 MiB slice for the PF and each of 16 VFs)",
+                  mem.c_str());
+        return kExitUsage;
+    }
+    opt.mem_size = *size;
+    if (!opt.shm_prefix.empty() && !ValidPrefix(opt.shm_prefix)) {
+        LOG_ERROR("--shm-prefix: '%s' must be 1-32 characters from [A-Za-z0-9._-]", opt.shm_prefix.c_str());
+        return kExitUsage;
+    }
+    if (opt.ready_fd >= 0 && ::fcntl(opt.ready_fd, F_GETFD) == -1) {
+        LOG_ERROR("--ready-fd: %d is not an open file descriptor", opt.ready_fd);
+        return kExitUsage;
+    }
+    return -1;
+}
+
+bool DirectoryIsEmpty(const std::string& dir, bool* empty) {
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return false;
+    *empty = true;
+    while (dirent* e = ::readdir(d)) {
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
+            *empty = false;
+            break;
+        }
+    }
+    ::closedir(d);
+    return true;
+}
+
+// Exit code, or 0 with `mount` made canonical.
+int CheckMountPoint(std::string& mount) {
+    struct stat st {};
+    if (::stat(mount.c_str(), &st) != 0) {
+        if (errno == ENOTCONN) {
+            LOG_ERROR("mount point %s is a stale FUSE mount: run fusermount3 -u %s", mount.c_str(), mount.c_str());
+        } else {
+            LOG_ERROR("mount point %s: %s", mount.c_str(), std::strerror(errno));
+        }
+        return kExitMountPoint;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        LOG_ERROR("mount point %s is not a directory", mount.c_str());
+        return kExitMountPoint;
+    }
+    char* real = ::realpath(mount.c_str(), nullptr);
+    if (!real) {
+        LOG_ERROR("mount point %s: %s", mount.c_str(), std::strerror(errno));
+        return kExitMountPoint;
+    }
+    mount = real;
+    std::free(real);
+    struct stat parent {};
+    if (::stat((mount + "/..").c_str(), &parent) != 0 || parent.st_dev != st.st_dev || parent.st_ino == st.st_ino) {
+        LOG_ERROR("mount point %s is already a mount point", mount.c_str());
+        return kExitMountPoint;
+    }
+    bool empty = false;
+    if (!DirectoryIsEmpty(mount, &empty)) {
+        LOG_ERROR("mount point %s: %s", mount.c_str(), std::strerror(errno));
+        return kExitMountPoint;
+    }
+    if (!empty) {
+        LOG_ERROR("mount point %s is not empty", mount.c_str());
+        return kExitMountPoint;
+    }
+    return kExitOk;
+}
+
+int CheckShmPrefix(const std::string& prefix) {
+    DIR* d = ::opendir("/dev/shm");
+    if (!d) {
+        LOG_ERROR("/dev/shm: %s", std::strerror(errno));
+        return kExitInternal;
+    }
+    const std::string lead = prefix + ".";
+    std::string taken;
+    while (dirent* e = ::readdir(d)) {
+        if (std::strncmp(e->d_name, lead.c_str(), lead.size()) == 0) {
+            taken = e->d_name;
+            break;
+        }
+    }
+    ::closedir(d);
+    if (!taken.empty()) {
+        LOG_ERROR("shared-memory prefix %s is in use: /dev/shm/%s exists (another spyre-mockdev, or leftovers: "
+                  "rm /dev/shm/%s.*)",
+                  prefix.c_str(), taken.c_str(), prefix.c_str());
+        return kExitShmPrefixInUse;
+    }
+    return kExitOk;
+}
+
+// A daemon holding a caller's pipe keeps `$(...)`, popen() or `| tee`
+// waiting for EOF forever. Once up, it lets go of a pipe or socket on stderr;
+// a terminal or a log file keeps receiving its messages.
+void ReleaseStderrPipe() {
+    struct stat st {};
+    if (::fstat(STDERR_FILENO, &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) return;
+    if (int null_fd = ::open("/dev/null", O_WRONLY); null_fd >= 0) {
+        ::dup2(null_fd, STDERR_FILENO);
+        ::close(null_fd);
+    }
+}
+
+// Tells whoever waits how start-up went: the --ready-fd reader and, when
+// daemonized, the parent (one status byte: 0 = up, else the exit code).
+class StartupReport {
+public:
+    StartupReport(int parent_fd, int ready_fd) : parent_fd_(parent_fd), ready_fd_(ready_fd) {}
+    ~StartupReport() { Finish(kExitInternal); }
+
+    void Ready() {
+        if (ready_fd_ >= 0) {
+            static const char kReady[] = "ready\n";
+            ssize_t ignored = ::write(ready_fd_, kReady, sizeof kReady - 1);
+            (void)ignored;
+            ::close(ready_fd_);
+            ready_fd_ = -1;
+        }
+        if (parent_fd_ >= 0) ReleaseStderrPipe();
+        Finish(kExitOk);
+    }
+    void Failed(int code) { Finish(code); }
+
+private:
+    void Finish(int code) {
+        if (parent_fd_ < 0) return;
+        const uint8_t byte = uint8_t(code);
+        ssize_t ignored = ::write(parent_fd_, &byte, 1);
+        (void)ignored;
+        ::close(parent_fd_);
+        parent_fd_ = -1;
+    }
+
+    int parent_fd_;
+    int ready_fd_;
+};
+
+// Creates the devices, mounts, serves until told to stop, tears down.
+int Serve(Options opt, StartupReport& report) {
+    // A stop signal during start-up stays pending until the FUSE loop owns
+    // the signals, so it still ends in a clean teardown.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&stop_signals, sig);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+    auto fail = [&](int code) {
+        report.Failed(code);
+        return code;
+    };
+    if (opt.shm_prefix.empty()) {
+        opt.shm_prefix = "spyre-" + std::to_string(::getpid());
+        if (int rc = CheckShmPrefix(opt.shm_prefix); rc != kExitOk) return fail(rc);
+    }
+
+    std::vector<std::unique_ptr<Card>> cards;
+    try {
+        for (unsigned c = 0; c < opt.cards; ++c) {
+            cards.push_back(std::make_unique<Card>(
+                CardParams{c, opt.mem_size, opt.shm_prefix, std::chrono::microseconds(opt.poll_us)}));
+            if (int rc = cards.back()->SetNumVfs(opt.vfs); rc != 0)  // it said why
+                return fail(-rc == EEXIST ? kExitShmPrefixInUse : kExitInternal);
+        }
+    } catch (const std::system_error& e) {
+        LOG_ERROR("%s", e.what());
+        return fail(e.code().value() == EEXIST ? kExitShmPrefixInUse : kExitInternal);
+    }
+
+    FuseFs fs(cards, [&] {
+        LOG_INFO("serving %u card(s) at %s (shm prefix %s, pid %d)", opt.cards, opt.mount.c_str(),
+                 opt.shm_prefix.c_str(), int(::getpid()));
+        report.Ready();
+    });
+    if (!fs.Mount(opt.mount)) return fail(kExitFuseMount);
+    for (auto& card : cards) card->Start();
+    pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
+
+    fs.Loop();
+
+    LOG_INFO("shutting down");
+    for (auto& card : cards) card->Shutdown();
+    fs.Unmount();
+    cards.clear();
+    return kExitOk;
+}
+
+int Daemonize(const Options& opt) {
+    int pipe_fds[2];
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+        LOG_ERROR("pipe: %s", std::strerror(errno));
+        return kExitInternal;
+    }
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+        LOG_ERROR("fork: %s", std::strerror(errno));
+        return kExitInternal;
+    }
+    if (pid > 0) {
+        ::close(pipe_fds[1]);
+        if (opt.ready_fd >= 0) ::close(opt.ready_fd);  // the daemon owns it now
+        uint8_t code = 0;
+        ssize_t n;
+        do n = ::read(pipe_fds[0], &code, 1);
+        while (n < 0 && errno == EINTR);
+        if (n == 1) return code;
+        LOG_ERROR("the daemon died during start-up");
+        return kExitInternal;
+    }
+    ::close(pipe_fds[0]);
+    ::setsid();
+    if (::chdir("/") != 0) return kExitInternal;
+    // stdout must not keep a caller's pipe open ($(spyre-mockdev ...) would
+    // hang); stderr stays: it is the log.
+    if (int null_fd = ::open("/dev/null", O_RDWR); null_fd >= 0) {
+        ::dup2(null_fd, STDIN_FILENO);
+        ::dup2(null_fd, STDOUT_FILENO);
+        if (null_fd > STDERR_FILENO) ::close(null_fd);
+    }
+    StartupReport report(pipe_fds[1], opt.ready_fd);
+    return Serve(opt, report);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Options opt;
+    if (int rc = ParseCommandLine(argc, argv, opt); rc >= 0) return rc;
+    SetLogLevel(opt.log_level);
+    try {
+        if (::access("/dev/fuse", R_OK | W_OK) != 0) {
+            LOG_ERROR("/dev/fuse: %s (FUSE is not available here)", std::strerror(errno));
+            return kExitFuseMount;
+        }
+        if (int rc = CheckMountPoint(opt.mount); rc != kExitOk) return rc;
+        if (!opt.shm_prefix.empty())
+            if (int rc = CheckShmPrefix(opt.shm_prefix); rc != kExitOk) return rc;
+        if (!opt.foreground) return Daemonize(opt);
+        StartupReport report(-1, opt.ready_fd);
+        return Serve(opt, report);
+    } catch (const std::exception& e) {
+        LOG_ERROR("internal error: %s", e.what());
+        return kExitInternal;
+    }
+}
