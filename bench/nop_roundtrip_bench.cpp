@@ -103,30 +103,35 @@ void BM_FutexPingPong(benchmark::State& state) {
     g_baseline_ns["futex"] = TimePerIteration(state, t0);
 }
 
-// One private daemon for all device benchmarks.
+// A private daemon per device configuration, kept for the whole run.
 struct Device {
-    MockDaemon daemon = MockDaemon::Start({.cards = 1, .vfs = 0, .mem = "1G"});
-    Function fn = Function::Open(DeviceRoot(daemon.mount()).Find("0"));
-    CommandRing ring{fn};
+    explicit Device(std::vector<std::string> args)
+        : daemon(MockDaemon::Start({.cards = 1, .vfs = 0, .mem = "1G", .extra_args = std::move(args)})),
+          fn(Function::Open(DeviceRoot(daemon.mount()).Find("0"))),
+          ring(fn) {}
+    MockDaemon daemon;
+    Function fn;
+    CommandRing ring;
 };
-std::optional<Device> g_device;
+std::optional<Device> g_polling_device;   // the device spins 50 us before it sleeps (default)
+std::optional<Device> g_sleeping_device;  // --poll-us 0: the device sleeps at once, as a futex peer does
 
-void BM_NopRoundTrip(benchmark::State& state) {
-    const auto mode = static_cast<WaitMode>(state.range(0));
-    if (!g_device) g_device.emplace();
-    CommandRing& ring = g_device->ring;
+// One NOP submitted and waited for per iteration.
+void BM_NopRoundTrip(benchmark::State& state, WaitMode mode, bool device_sleeps, const char* baseline) {
+    auto& slot = device_sleeps ? g_sleeping_device : g_polling_device;
+    if (!slot) slot.emplace(device_sleeps ? std::vector<std::string>{"--poll-us", "0"} : std::vector<std::string>{});
+    CommandRing& ring = slot->ring;
     Completion c;
     uint64_t tag = 0;
     auto t0 = std::chrono::steady_clock::now();
     for (auto _ : state) {
         ring.Submit(std::array{NopCb(++tag)});
         ring.Wait({&c, 1}, 1, {.mode = mode});
-        if (!c.ok()) state.SkipWithError("NOP failed");
+        if (!c.ok() || c.user_data != tag) state.SkipWithError("NOP completed wrongly");
     }
     const double ns = TimePerIteration(state, t0);
-    const char* baseline = mode == WaitMode::Blocking ? "futex" : "spin";
-    state.SetLabel(std::string(ToString(mode)) + " vs " + baseline + " ping-pong");
-    if (g_baseline_ns.count(baseline) && g_baseline_ns[baseline] > 0) {
+    state.SetLabel(std::string("vs ") + baseline + " ping-pong");
+    if (g_baseline_ns.count(baseline)) {
         state.counters["baseline_ns"] = g_baseline_ns[baseline];
         state.counters["x_baseline"] = ns / g_baseline_ns[baseline];
     }
@@ -134,22 +139,25 @@ void BM_NopRoundTrip(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(BM_SpinPingPongTimed)->Name("baseline/spin_pingpong")->UseRealTime()->MinTime(0.5);
-BENCHMARK(BM_FutexPingPong)->Name("baseline/futex_pingpong")->UseRealTime()->MinTime(0.5);
-BENCHMARK(BM_NopRoundTrip)->Name("nop_roundtrip/poll")->Arg(int(WaitMode::Poll))->UseRealTime()->MinTime(0.5);
-BENCHMARK(BM_NopRoundTrip)->Name("nop_roundtrip/adaptive")->Arg(int(WaitMode::Adaptive))->UseRealTime()->MinTime(0.5);
-BENCHMARK(BM_NopRoundTrip)->Name("nop_roundtrip/blocking")->Arg(int(WaitMode::Blocking))->UseRealTime()->MinTime(0.5);
-
 int main(int argc, char** argv) {
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    // Registration order is run order: baselines first, so each device
+    // figure is printed beside a baseline of the same run.
+    benchmark::RegisterBenchmark("baseline/spin_pingpong", BM_SpinPingPongTimed)->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("baseline/futex_pingpong", BM_FutexPingPong)->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("nop_roundtrip/poll", BM_NopRoundTrip, WaitMode::Poll, false, "spin")->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("nop_roundtrip/adaptive", BM_NopRoundTrip, WaitMode::Adaptive, false, "spin")->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("nop_roundtrip/blocking", BM_NopRoundTrip, WaitMode::Blocking, false, "futex")->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("nop_roundtrip/blocking_device_sleeps", BM_NopRoundTrip, WaitMode::Blocking, true, "futex")->UseRealTime()->MinTime(0.5);
     try {
         benchmark::RunSpecifiedBenchmarks();
     } catch (const spyre::Error& e) {
         std::fprintf(stderr, "nop_roundtrip_bench: %s\n", e.what());
         return 1;
     }
-    g_device.reset();
+    g_polling_device.reset();
+    g_sleeping_device.reset();
     benchmark::Shutdown();
     return 0;
 }

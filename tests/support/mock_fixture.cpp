@@ -38,14 +38,14 @@ void MockDeviceTest::TearDown() {
 }
 
 driver::FunctionInfo MockDeviceTest::Pf(int card) const {
-    char addr[16];
+    char addr[32];
     std::snprintf(addr, sizeof addr, "0000:%02x:00.0", SPYRE_PCI_FIRST_BUS + card);
     return root_->Find(addr);
 }
 
 driver::FunctionInfo MockDeviceTest::Vf(int index, int card) const {
     const unsigned devfn = SPYRE_SRIOV_FIRST_VF_OFFSET + (index - 1) * SPYRE_SRIOV_VF_STRIDE;
-    char addr[16];
+    char addr[32];
     std::snprintf(addr, sizeof addr, "0000:%02x:%02x.%u", SPYRE_PCI_FIRST_BUS + card, devfn >> 3, devfn & 7);
     return root_->Find(addr);
 }
