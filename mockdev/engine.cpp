@@ -169,12 +169,17 @@ bool Engine::Sleep(uint32_t kicks_seen) {
 
 bool Engine::LeaveBatch() const { return stopping_.load() || abort_batch_.load() || !ring_enabled(); }
 
-bool Engine::WaitForCqSpace(uint32_t cq_tail) const {
-    while (cq_tail - SharedWord(db_->cq_head).load(std::memory_order_acquire) >= geo_.cq_entries) {
+bool Engine::WaitForCqSpace(uint32_t cq_tail, uint32_t sq_head) {
+    for (;;) {
+        const uint32_t cq_head = SharedWord(db_->cq_head).load(std::memory_order_acquire);
+        if (!spyre_ring_valid(cq_head, cq_tail, geo_.cq_entries)) {
+            Halt(sq_head);  // the driver claims completions never posted: a driver bug
+            return false;
+        }
+        if (spyre_ring_free(cq_head, cq_tail, geo_.cq_entries) != 0) return true;
         if (LeaveBatch()) return false;
         std::this_thread::sleep_for(kCqFullRetry);
     }
-    return true;
 }
 
 void Engine::Halt(uint32_t sq_head) {
@@ -191,7 +196,7 @@ void Engine::ServeBatch() {
     regs_.Store32(SPYRE_REG_SQ_TAIL, tail);
     if (tail == head) return;
     regs_.Add64(SPYRE_REG_CNT_DOORBELLS, 1);
-    if (tail - head > geo_.sq_entries) {
+    if (!spyre_ring_valid(head, tail, geo_.sq_entries)) {
         Halt(head);
         return;
     }
@@ -202,8 +207,8 @@ void Engine::ServeBatch() {
     while (head != tail && !LeaveBatch()) {
         // The driver may scribble on the slot at any time: work on a private copy.
         spyre_cb cb;
-        std::memcpy(&cb, sq_ + size_t(head & (geo_.sq_entries - 1)) * geo_.cb_size, sizeof cb);
-        if (!WaitForCqSpace(cq_tail)) break;
+        std::memcpy(&cb, sq_ + size_t(spyre_ring_slot(head, geo_.sq_entries)) * geo_.cb_size, sizeof cb);
+        if (!WaitForCqSpace(cq_tail, head)) break;
 
         const CbOutcome outcome = executor_.Execute(cb);
         if (outcome.status == SPYRE_ERR_NONE) {
@@ -234,7 +239,7 @@ void Engine::PostCqe(const spyre_cb& cb, const CbOutcome& outcome, uint32_t sq_p
     cqe.sq_pos = sq_pos;
     cqe.status = outcome.status;
     cqe.opcode = cb.opcode;
-    std::memcpy(cq_ + size_t(cq_tail & (geo_.cq_entries - 1)) * geo_.cqe_size, &cqe, sizeof cqe);
+    std::memcpy(cq_ + size_t(spyre_ring_slot(cq_tail, geo_.cq_entries)) * geo_.cqe_size, &cqe, sizeof cqe);
 }
 
 }  // namespace spyre::mockdev

@@ -73,7 +73,7 @@ private:
     bool Sleep(uint32_t kicks_seen);
     void ServeBatch();
     bool LeaveBatch() const;
-    bool WaitForCqSpace(uint32_t cq_tail) const;
+    bool WaitForCqSpace(uint32_t cq_tail, uint32_t sq_head);
     void Halt(uint32_t sq_head);
     void PostCqe(const spyre_cb& cb, const CbOutcome& outcome, uint32_t sq_pos, uint32_t cq_tail);
     // Internal events (enable, stop) change no doorbell word, so a wake-up

@@ -118,3 +118,16 @@ TEST_F(MockDeviceTest, RingOverflowHaltsOnlyThatFunctionUntilReset) {
     again.Wait({&c, 1}, 1);
     EXPECT_TRUE(c.ok());
 }
+
+TEST_F(MockDeviceTest, CompletionHeadAheadOfTailHaltsTheRing) {
+    Function fn = Function::Open(Pf());
+    CommandRing ring(fn);
+    auto* db = reinterpret_cast<spyre_doorbell_page*>(fn.bar4() + fn.Read32(SPYRE_REG_DB_OFFSET));
+    std::atomic_ref<uint32_t>(db->cq_head).store(100, std::memory_order_release);  // never posted
+    ring.Submit(std::array{NopCb(1)});
+    for (int i = 0; i < 200 && !(fn.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_HALTED); ++i) usleep(5000);
+    EXPECT_TRUE(fn.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_HALTED);
+    EXPECT_EQ(fn.Read32(SPYRE_REG_ERR_CODE), SPYRE_ERR_RING_OVERFLOW);
+    Completion c;
+    EXPECT_SPYRE_ERROR(ring.Wait({&c, 1}, 1, {.mode = WaitMode::Blocking}), DeviceError, "halted");
+}
