@@ -15,13 +15,15 @@ DeviceEnvironment DeviceEnvironment::Acquire(const MockOptions& embedded) {
         throw Error(ErrorKind::InvalidArgument, "FLEX_DEVICE=" + flex_device + " is not one of PF, VF, MOCK");
     env.kind_ = flex_device == "VF" ? FunctionKind::VF : FunctionKind::PF;
 
-    if (const char* root = std::getenv("SPYRE_DEV_ROOT"); root && *root) {
-        env.root_.emplace(root);  // an explicit root must exist: no silent fallback
-        return env;
-    }
-    if (flex_device != "MOCK" && DeviceRoot::Looks(kDefaultDeviceRoot)) {
-        env.root_.emplace(kDefaultDeviceRoot);
-        return env;
+    if (flex_device != "MOCK") {
+        if (const char* root = std::getenv("SPYRE_DEV_ROOT"); root && *root) {
+            env.root_.emplace(root);  // an explicit root must exist: no silent fallback
+            return env;
+        }
+        if (DeviceRoot::Looks(kDefaultDeviceRoot)) {
+            env.root_.emplace(kDefaultDeviceRoot);
+            return env;
+        }
     }
     if (flex_device == "PF" || flex_device == "VF")
         throw Error(ErrorKind::NotFound, std::string("no spyre device: SPYRE_DEV_ROOT is unset and ") + kDefaultDeviceRoot +

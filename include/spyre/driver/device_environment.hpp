@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // How an app finds its device, from the environment:
 //   SPYRE_DEV_ROOT  the device root (a spyre-mockdev mount); default /run/spyre
-//   FLEX_DEVICE     PF | VF | MOCK: which kind of function to open by default;
-//                   MOCK (or unset, when no device root exists) starts a
-//                   private spyre-mockdev for the life of the app
+//   FLEX_DEVICE     PF | VF: which kind of function to open by default (PF
+//                   when unset); MOCK: always start a private spyre-mockdev
+//                   for the life of the app (as does unset FLEX_DEVICE when
+//                   no device root exists)
 //   SPYRE_DEVICES   comma-separated PCI addresses or indices: visible functions
 #pragma once
 
