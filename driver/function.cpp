@@ -32,7 +32,8 @@ std::string RegisterName(uint32_t offset) {
 // Registers whose writes have side effects in the device model: a store to
 // the mapping would go unnoticed, so these are always written trapped.
 bool HasSideEffects(uint32_t offset) {
-    return offset == SPYRE_REG_CONTROL || offset == SPYRE_REG_RESET || offset == SPYRE_REG_ERR_CLEAR;
+    return offset == SPYRE_REG_CONTROL || offset == SPYRE_REG_RESET || offset == SPYRE_REG_ERR_CLEAR ||
+           offset == SPYRE_REG_REGION_CMD;
 }
 
 int PidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }

@@ -61,6 +61,11 @@ int Card::SetNumVfs(unsigned num_vfs) {
     if (num_vfs == vfs_.size()) return 0;  // Linux: writing the current value is a no-op
     if (num_vfs == 0) return DisableVfs();
     if (!vfs_.empty()) return -EBUSY;  // Linux: disable before changing the count
+    // The PF keeps slice 0; regions it was granted beyond that block the VFs.
+    if (!pf_->SetRegionLimit(VfMemorySlice(params_.mem_size, num_vfs, 1).base)) {
+        LOG_WARN("card %u: cannot enable VFs: PF memory regions reach into the VF slices", params_.index);
+        return -EBUSY;
+    }
 
     std::vector<std::shared_ptr<Function>> created;
     try {
@@ -70,6 +75,7 @@ int Card::SetNumVfs(unsigned num_vfs) {
                 FunctionParams{params_.index, i, slice.base, slice.size, params_.shm_prefix, params_.poll}, memory_));
         }
     } catch (const std::system_error& e) {
+        pf_->SetRegionLimit(params_.mem_size);
         LOG_ERROR("card %u: enabling %u VFs failed: %s", params_.index, num_vfs, e.what());
         return -e.code().value();  // `created` unwinds: nothing stays behind
     }
@@ -96,6 +102,7 @@ int Card::DisableVfs() {
     }
     vfs_.clear();
     pf_->SetSriovNumVfs(0);
+    pf_->SetRegionLimit(params_.mem_size);
     LOG_INFO("card %u: VFs disabled", params_.index);
     return 0;
 }

@@ -45,6 +45,7 @@ Function::Function(const FunctionParams& params, ShmObject& card_memory)
       regs_shm_(ShmName(params, "regs"), SPYRE_BAR0_SIZE),
       ring_shm_(ShmName(params, "ring"), SPYRE_BAR4_SIZE),
       regs_(regs_shm_.data()),
+      regions_(regs_, params.mem_size),
       executor_(regs_),
       engine_(regs_, ring_shm_, kGeometry, executor_, params.poll) {
     InitRegisters(0, SPYRE_STATUS_READY);
@@ -98,6 +99,7 @@ void Function::InitRegisters(uint64_t resets, uint32_t status) {
     put32(SPYRE_REG_CQE_SIZE, kGeometry.cqe_size);
     put64(SPYRE_REG_CNT_RESETS, resets);
     for (uint32_t off = 0; off < SPYRE_REG_FILE_SIZE; off += 8) {
+        if (off >= SPYRE_REG_REGION_CMD && off < SPYRE_REG_REGION_BASE(SPYRE_REGION_MAX_ENTRIES)) continue;  // survives reset
         uint64_t v;
         std::memcpy(&v, image.data() + off, sizeof v);
         regs_.Store64(off, v);
@@ -234,6 +236,8 @@ ssize_t Function::WriteRegister(uint32_t offset, uint32_t value) {
         if (value == SPYRE_RESET_KEY) Reset();
         break;
     case SPYRE_REG_SCRATCH: regs_.Store32(SPYRE_REG_SCRATCH, value); break;
+    case SPYRE_REG_REGION_CMD: regions_.Command(value); break;
+    case SPYRE_REG_REGION_ARG: regs_.Store32(SPYRE_REG_REGION_ARG, value); break;
     case SPYRE_REG_ERR_CLEAR:
         if (value & kErrClearLatch) regs_.ClearErrorLatch();
         break;
@@ -318,12 +322,14 @@ int Function::Open() {
     State expected = State::Idle;
     if (!state_.compare_exchange_strong(expected, State::Open)) return expected == State::Open ? -EBUSY : -ENODEV;
     Reset();
+    regions_.Clear();  // a new owner starts with no memory granted
     return 0;
 }
 
 void Function::Close() {
     regs_.Store32(SPYRE_REG_CONTROL, 0);
     engine_.SetRingEnabled(false);
+    regions_.Clear();  // the owner's grants end with it
     State expected = State::Open;
     state_.compare_exchange_strong(expected, State::Idle);
 }

@@ -18,6 +18,7 @@
 #include "cb_executor.hpp"
 #include "config_space.hpp"
 #include "engine.hpp"
+#include "memory_regions.hpp"
 #include "register_file.hpp"
 #include "shm_object.hpp"
 #include "spyre/uapi/spyre_ioctl.h"
@@ -69,6 +70,9 @@ public:
     std::string RegisterDump();
     ConfigSpace Config() const;
     void SetSriovNumVfs(uint16_t num_vfs) { sriov_num_vfs_.store(num_vfs); }
+    // Where the device may grant memory regions to this function: refused
+    // (false) while a granted region lies beyond `limit`.
+    bool SetRegionLimit(uint64_t limit) { return regions_.SetGrantable(limit); }
 
     // Device node ownership: one open file at a time. Open claims and resets
     // (a clean ring for the new owner); Close disables the ring and lets go.
@@ -95,6 +99,7 @@ private:
     ShmObject regs_shm_;
     ShmObject ring_shm_;
     RegisterFile regs_;
+    RegionTable regions_;
     CbExecutor executor_;
     Engine engine_;
 

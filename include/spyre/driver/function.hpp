@@ -59,7 +59,7 @@ public:
     MappedRegion MapRegion(uint32_t index) const;
 
     // Register access. Reads use the mapping; writes to registers with side
-    // effects (CONTROL, RESET, ERR_CLEAR) are trapped so the device sees them,
+    // effects (CONTROL, RESET, ERR_CLEAR, REGION_CMD) are trapped so the device sees them,
     // other writes use the mapping. Offsets are checked against the contract.
     uint32_t Read32(uint32_t offset) const;
     uint64_t Read64(uint32_t offset) const;

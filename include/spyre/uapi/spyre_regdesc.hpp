@@ -20,7 +20,7 @@
 
 namespace spyre::uapi {
 
-enum class RegDecode : uint8_t { None, Magic, Version, PciId, FuncId, Caps, Status, Control, ErrCode, Opcode, DevState };
+enum class RegDecode : uint8_t { None, Magic, Version, PciId, FuncId, Caps, Status, Control, ErrCode, Opcode, DevState, RegionResult };
 
 struct RegDesc {
     const char* name;
@@ -75,6 +75,23 @@ inline constexpr RegDesc kRegisters[] = {
     {"CNT_IRQS", SPYRE_REG_CNT_IRQS, 8, "RO", RegDecode::None, "interrupts raised"},
     {"CNT_BUSY_NS", SPYRE_REG_CNT_BUSY_NS, 8, "RO", RegDecode::None, "busy nanoseconds"},
     {"CNT_RESETS", SPYRE_REG_CNT_RESETS, 8, "RO", RegDecode::None, "function resets"},
+    {"REGION_CMD", SPYRE_REG_REGION_CMD, 4, "WO", RegDecode::None, "region command"},
+    {"REGION_ARG", SPYRE_REG_REGION_ARG, 4, "RW", RegDecode::None, "MiB to ALLOC, index to FREE"},
+    {"REGION_RESULT", SPYRE_REG_REGION_RESULT, 4, "RO", RegDecode::RegionResult, "last command's result"},
+    {"REGION_INDEX", SPYRE_REG_REGION_INDEX, 4, "RO", RegDecode::None, "entry granted by ALLOC"},
+    {"REGION_MAX", SPYRE_REG_REGION_MAX, 4, "RO", RegDecode::None, "table entries"},
+    {"REGION_COUNT", SPYRE_REG_REGION_COUNT, 4, "RO", RegDecode::None, "entries in use"},
+    {"REGION_ALIGN", SPYRE_REG_REGION_ALIGN, 4, "RO", RegDecode::None, "region alignment"},
+    {"REGION_LARGEST", SPYRE_REG_REGION_LARGEST, 8, "RO", RegDecode::None, "largest grantable"},
+    {"REGION_GRANTABLE", SPYRE_REG_REGION_GRANTABLE, 8, "RO", RegDecode::None, "memory grantable"},
+#define SPYRE_REGION_ROWS(i) \
+    {"REGION" #i "_BASE", SPYRE_REG_REGION_BASE(i), 8, "RO", RegDecode::None, "region base"}, \
+    {"REGION" #i "_SIZE", SPYRE_REG_REGION_SIZE(i), 8, "RO", RegDecode::None, "region size (0 = unused)"}
+    SPYRE_REGION_ROWS(0), SPYRE_REGION_ROWS(1), SPYRE_REGION_ROWS(2), SPYRE_REGION_ROWS(3),
+    SPYRE_REGION_ROWS(4), SPYRE_REGION_ROWS(5), SPYRE_REGION_ROWS(6), SPYRE_REGION_ROWS(7),
+    SPYRE_REGION_ROWS(8), SPYRE_REGION_ROWS(9), SPYRE_REGION_ROWS(10), SPYRE_REGION_ROWS(11),
+    SPYRE_REGION_ROWS(12), SPYRE_REGION_ROWS(13), SPYRE_REGION_ROWS(14), SPYRE_REGION_ROWS(15),
+#undef SPYRE_REGION_ROWS
 };
 
 inline constexpr RegDesc kDoorbellWords[] = {
@@ -163,6 +180,8 @@ inline std::string Decode(RegDecode kind, uint64_t v) {
         return spyre_error_name(uint32_t(v));
     case RegDecode::Opcode:
         return v == 0 ? "-" : OpcodeName(uint32_t(v));
+    case RegDecode::RegionResult:
+        return v == SPYRE_REGION_OK ? "OK" : v == SPYRE_REGION_ENOSPC ? "ENOSPC" : v == SPYRE_REGION_EFULL ? "EFULL" : "EINVAL";
     case RegDecode::DevState:
         return v == SPYRE_DEVSTATE_ALIVE ? "ALIVE" : v == SPYRE_DEVSTATE_GONE ? "GONE" : "UNKNOWN";
     }

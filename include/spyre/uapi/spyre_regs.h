@@ -82,7 +82,38 @@
 #define SPYRE_REG_CNT_BUSY_NS       0x148u /* time spent executing CBs */
 #define SPYRE_REG_CNT_RESETS        0x150u /* survives reset */
 #define SPYRE_REG_COUNTERS_END      0x158u
-/* 0x200..0x3FF: reserved for the memory region table (VF regions). */
+/*
+ * Memory region table: the device grants large regions of the function's
+ * memory to its owner (the allocator reserves its pool this way). Bases are
+ * function-relative device addresses. Write REGION_ARG (mapped is fine), then
+ * REGION_CMD (trapped); the command is done when the write returns, with
+ * REGION_RESULT and, for ALLOC, REGION_INDEX set. The table is emptied when
+ * the device node changes owner (open and last close), not by a reset.
+ */
+#define SPYRE_REG_REGION_CMD        0x200u /* u32 SPYRE_REGION_CMD_* (trapped) */
+#define SPYRE_REG_REGION_ARG        0x204u /* u32 ALLOC: size in MiB; FREE: index */
+#define SPYRE_REG_REGION_RESULT     0x208u /* u32 SPYRE_REGION_E*, 0 = done */
+#define SPYRE_REG_REGION_INDEX      0x20Cu /* u32 entry granted by the last ALLOC */
+#define SPYRE_REG_REGION_MAX        0x210u /* u32 table entries */
+#define SPYRE_REG_REGION_COUNT      0x214u /* u32 entries in use */
+#define SPYRE_REG_REGION_ALIGN      0x218u /* u32 base and size alignment in bytes */
+#define SPYRE_REG_REGION_LARGEST    0x220u /* u64 largest region ALLOC could grant now */
+#define SPYRE_REG_REGION_GRANTABLE  0x228u /* u64 memory the device may grant this function */
+#define SPYRE_REG_REGION_TABLE      0x240u /* SPYRE_REGION_MAX_ENTRIES x { u64 base; u64 size } */
+#define SPYRE_REG_REGION_BASE(i)    (SPYRE_REG_REGION_TABLE + 16u * (i))
+#define SPYRE_REG_REGION_SIZE(i)    (SPYRE_REG_REGION_TABLE + 16u * (i) + 8u) /* 0 = unused */
+#define SPYRE_REGION_MAX_ENTRIES    16u
+#define SPYRE_REGION_ALIGN          (2u << 20)
+
+#define SPYRE_REGION_CMD_ALLOC      1u
+#define SPYRE_REGION_CMD_FREE       2u
+#define SPYRE_REGION_CMD_FREE_ALL   3u
+
+#define SPYRE_REGION_OK             0u
+#define SPYRE_REGION_ENOSPC         1u /* no free block of that size */
+#define SPYRE_REGION_EFULL          2u /* every table entry is in use */
+#define SPYRE_REGION_EINVAL         3u /* size 0, bad index, unknown command */
+
 #define SPYRE_REG_FILE_SIZE         0x1000u /* registers live in the first 4 KiB */
 
 /* SPYRE_REG_FUNC_ID fields */
@@ -191,6 +222,9 @@ SPYRE_STATIC_ASSERT(SPYRE_REG_MEM_BASE + 8 <= SPYRE_REG_DB_OFFSET, "identity blo
 SPYRE_STATIC_ASSERT(SPYRE_REG_CQ_TAIL + 4 <= SPYRE_REG_ERR_CODE, "ring block overlaps error block");
 SPYRE_STATIC_ASSERT(SPYRE_REG_ERR_CLEAR + 4 <= SPYRE_REG_CNT_CB_DONE, "error block overlaps counters");
 SPYRE_STATIC_ASSERT(SPYRE_REG_COUNTERS_END <= 0x200u, "counters overlap the region table");
+SPYRE_STATIC_ASSERT(SPYRE_REG_REGION_GRANTABLE + 8 <= SPYRE_REG_REGION_TABLE, "region registers overlap the table");
+SPYRE_STATIC_ASSERT(SPYRE_REG_REGION_TABLE % 16 == 0, "region entries are 16-byte aligned");
+SPYRE_STATIC_ASSERT(SPYRE_REG_REGION_BASE(SPYRE_REGION_MAX_ENTRIES) <= 0x400u, "region table fits below 0x400");
 SPYRE_STATIC_ASSERT(SPYRE_REG_MEM_SIZE % 8 == 0 && SPYRE_REG_MEM_BASE % 8 == 0, "u64 registers are 8-aligned");
 SPYRE_STATIC_ASSERT(SPYRE_REG_ERR_ADDR % 8 == 0 && SPYRE_REG_ERR_USER_DATA % 8 == 0, "u64 registers are 8-aligned");
 SPYRE_STATIC_ASSERT(SPYRE_REG_CNT_CB_DONE % 8 == 0, "counters are 8-aligned");
