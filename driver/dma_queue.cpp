@@ -1,0 +1,380 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "spyre/driver/dma_queue.hpp"
+
+#include <fcntl.h>
+#include <liburing.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "spyre/error.hpp"
+
+using namespace std::chrono;
+
+namespace spyre::driver {
+
+const char* ToString(DmaBackend backend) noexcept {
+    return backend == DmaBackend::IoUring ? "io_uring" : "fallback (memcpy worker)";
+}
+
+namespace {
+
+// One contiguous piece of a copy: `host` <-> device memory object at `offset`.
+struct Chunk {
+    bool to_device;
+    uint8_t* host;
+    uint64_t offset;  // in the shared-memory object
+    uint64_t size;
+    uint64_t ticket;
+    uint64_t moved = 0;  // bytes done before a short transfer was resubmitted
+};
+
+}  // namespace
+
+// What both backends share: the device memory, its mapping, and tickets.
+class DmaQueue::Backend {
+public:
+    Backend(Function& fn, const DmaOptions& options, std::string reason)
+        : fn_(fn), options_(options), reason_(std::move(reason)) {
+        spyre_region_info ri = fn.RegionInfo(SPYRE_REGION_DEVMEM);
+        mapping_ = fn.MapRegion(SPYRE_REGION_DEVMEM);
+        shm_offset_ = ri.shm_offset;
+        ri.shm_name[sizeof ri.shm_name - 1] = '\0';
+        fd_ = ::shm_open(ri.shm_name, O_RDWR | O_CLOEXEC, 0);
+        if (fd_ < 0) throw SystemError(std::string("cannot open device memory ") + ri.shm_name, {.device = fn.pci_address()});
+    }
+    virtual ~Backend() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    virtual DmaBackend kind() const noexcept = 0;
+    virtual void Submit(const std::vector<Chunk>& chunks) = 0;
+
+    const std::string& reason() const noexcept { return reason_; }
+    uint64_t size() const noexcept { return mapping_.size(); }
+    uint8_t* memory() const noexcept { return mapping_.data(); }
+    uint64_t shm_offset() const noexcept { return shm_offset_; }
+    const DmaOptions& options() const noexcept { return options_; }
+    const std::string& device() const noexcept { return fn_.pci_address(); }
+
+    Ticket NewTicket(uint64_t parts, uint64_t done_bytes = 0) {
+        std::lock_guard lock(mutex_);
+        const Ticket t = ++next_ticket_;
+        tickets_.emplace(t, State{parts, done_bytes, 0});
+        return t;
+    }
+
+    // A chunk finished: `bytes` moved, or errno `error`.
+    void ChunkDone(Ticket t, uint64_t bytes, int error) {
+        std::lock_guard lock(mutex_);
+        State& s = tickets_.at(t);
+        s.bytes += bytes;
+        if (error && !s.error) s.error = error;
+        if (--s.parts_left == 0) cv_.notify_all();
+    }
+
+    DmaCompletion Wait(Ticket t, milliseconds timeout) {
+        std::unique_lock lock(mutex_);
+        auto it = Find(t);
+        if (!cv_.wait_for(lock, timeout, [&] { return it->second.parts_left == 0; }))
+            throw Error(ErrorKind::Timeout, "DMA copy " + std::to_string(t) + " did not finish within " +
+                                                std::to_string(timeout.count()) + " ms",
+                        {.device = device()});
+        return Take(it);
+    }
+
+    std::optional<DmaCompletion> Poll(Ticket t) {
+        std::lock_guard lock(mutex_);
+        auto it = Find(t);
+        if (it->second.parts_left) return std::nullopt;
+        return Take(it);
+    }
+
+protected:
+    Function& fn_;
+    int fd_ = -1;
+
+private:
+    struct State {
+        uint64_t parts_left;
+        uint64_t bytes;
+        int error;
+    };
+    std::unordered_map<Ticket, State>::iterator Find(Ticket t) {
+        auto it = tickets_.find(t);
+        if (it == tickets_.end())
+            throw Error(ErrorKind::InvalidArgument, "unknown or already completed DMA ticket " + std::to_string(t),
+                        {.device = device()});
+        return it;
+    }
+    DmaCompletion Take(std::unordered_map<Ticket, State>::iterator it) {
+        const State s = it->second;
+        tickets_.erase(it);
+        if (s.error) {
+            errno = s.error;
+            throw SystemError("DMA copy failed after " + std::to_string(s.bytes) + " bytes", {.device = device()});
+        }
+        return DmaCompletion{s.bytes};
+    }
+
+    const DmaOptions options_;
+    const std::string reason_;
+    MappedRegion mapping_;
+    uint64_t shm_offset_ = 0;
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    std::unordered_map<Ticket, State> tickets_;
+    Ticket next_ticket_ = 0;
+};
+
+namespace {
+
+// Chunks become read/write requests on io_uring against the device-memory
+// object, registered as a fixed file. A completion thread sleeps in the
+// kernel for completions and resubmits the rest of a short transfer.
+class IoUringBackend final : public DmaQueue::Backend {
+public:
+    IoUringBackend(Function& fn, const DmaOptions& options, io_uring* ring)
+        : Backend(fn, options, "io_uring"), ring_(*ring), slots_(options.queue_depth) {
+        if (io_uring_register_files(&ring_, &fd_, 1) != 0) fixed_file_ = false;
+        reaper_ = std::thread([this] { Reap(); });
+    }
+    ~IoUringBackend() override {
+        {
+            std::unique_lock lock(submit_mutex_);
+            slots_cv_.wait(lock, [&] { return in_flight_ == 0; });
+            io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+            io_uring_prep_nop(sqe);
+            io_uring_sqe_set_data(sqe, nullptr);  // the reaper's signal to stop
+            io_uring_submit(&ring_);
+        }
+        reaper_.join();
+        io_uring_queue_exit(&ring_);
+    }
+    DmaBackend kind() const noexcept override { return DmaBackend::IoUring; }
+
+    void Submit(const std::vector<Chunk>& chunks) override {
+        std::unique_lock lock(submit_mutex_);
+        for (const Chunk& c : chunks) {
+            // Bound the requests in flight: io-wq gains nothing past its workers.
+            slots_cv_.wait(lock, [&] { return in_flight_ < slots_; });
+            Queue(new Chunk(c));
+            io_uring_submit(&ring_);
+        }
+    }
+
+private:
+    // With submit_mutex_ held.
+    void Queue(Chunk* c) {
+        io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+        const int fd = fixed_file_ ? 0 : fd_;
+        if (c->to_device)
+            io_uring_prep_write(sqe, fd, c->host, unsigned(c->size), c->offset);
+        else
+            io_uring_prep_read(sqe, fd, c->host, unsigned(c->size), c->offset);
+        if (fixed_file_) sqe->flags |= IOSQE_FIXED_FILE;
+        io_uring_sqe_set_data(sqe, c);
+        ++in_flight_;
+    }
+
+    void Reap() {
+        for (;;) {
+            io_uring_cqe* cqe = nullptr;
+            if (io_uring_wait_cqe(&ring_, &cqe) != 0) continue;  // EINTR
+            auto* c = static_cast<Chunk*>(io_uring_cqe_get_data(cqe));
+            const int res = cqe->res;
+            io_uring_cqe_seen(&ring_, cqe);
+            if (!c) return;  // the destructor's NOP
+            std::unique_lock lock(submit_mutex_);
+            --in_flight_;
+            if (res > 0 && uint64_t(res) < c->size) {
+                // Short transfer: the rest goes out again, in order.
+                ChunkProgress(*c, uint64_t(res));
+                Queue(c);
+                io_uring_submit(&ring_);
+                continue;
+            }
+            slots_cv_.notify_all();
+            lock.unlock();
+            ChunkDone(c->ticket, res > 0 ? c->moved + uint64_t(res) : c->moved, res < 0 ? -res : (res == 0 ? EIO : 0));
+            delete c;
+        }
+    }
+
+    static void ChunkProgress(Chunk& c, uint64_t n) {
+        c.host += n;
+        c.offset += n;
+        c.size -= n;
+        c.moved += n;
+    }
+
+    io_uring ring_;
+    bool fixed_file_ = true;
+    std::mutex submit_mutex_;
+    std::condition_variable slots_cv_;
+    const unsigned slots_;
+    unsigned in_flight_ = 0;
+    std::thread reaper_;
+};
+
+
+// Copies through the mapping on one worker thread, for hosts without io_uring.
+class FallbackBackend final : public DmaQueue::Backend {
+public:
+    FallbackBackend(Function& fn, const DmaOptions& options, std::string reason)
+        : Backend(fn, options, std::move(reason)), worker_([this] { Work(); }) {}
+    ~FallbackBackend() override {
+        {
+            std::lock_guard lock(mutex_);
+            stopping_ = true;
+        }
+        cv_.notify_all();
+        worker_.join();
+    }
+    DmaBackend kind() const noexcept override { return DmaBackend::Fallback; }
+
+    void Submit(const std::vector<Chunk>& chunks) override {
+        {
+            std::lock_guard lock(mutex_);
+            queue_.insert(queue_.end(), chunks.begin(), chunks.end());
+        }
+        cv_.notify_one();
+    }
+
+private:
+    void Work() {
+        for (;;) {
+            std::unique_lock lock(mutex_);
+            cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+            if (queue_.empty()) return;  // stopping, and everything done
+            const Chunk c = queue_.front();
+            queue_.pop_front();
+            lock.unlock();
+            uint8_t* dev = memory() + (c.offset - shm_offset());
+            if (c.to_device)
+                std::memmove(dev, c.host, c.size);
+            else
+                std::memcpy(c.host, dev, c.size);
+            ChunkDone(c.ticket, c.size, 0);
+        }
+    }
+
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    std::deque<Chunk> queue_;
+    bool stopping_ = false;
+    std::thread worker_;
+};
+
+std::unique_ptr<DmaQueue::Backend> MakeBackend(Function& fn, const DmaOptions& options) {
+    std::optional<DmaBackend> want = options.backend;
+    std::string why;
+    if (const char* env = std::getenv("SPYRE_DMA"); env && *env) {
+        const std::string v = env;
+        if (v != "io_uring" && v != "fallback")
+            throw Error(ErrorKind::InvalidArgument, "SPYRE_DMA=" + v + " is not io_uring or fallback");
+        want = v == "io_uring" ? DmaBackend::IoUring : DmaBackend::Fallback;
+        why = "SPYRE_DMA=" + v;
+    }
+    if (want == DmaBackend::Fallback) return std::make_unique<FallbackBackend>(fn, options, why.empty() ? "requested" : why);
+    io_uring ring;
+    const int rc = io_uring_queue_init(options.queue_depth * 2, &ring, 0);
+    if (rc == 0) return std::make_unique<IoUringBackend>(fn, options, &ring);
+    if (want == DmaBackend::IoUring)
+        throw Error(ErrorKind::Unsupported, std::string("io_uring is unavailable: ") + std::strerror(-rc),
+                    {.device = fn.pci_address(), .sys_errno = -rc});
+    return std::make_unique<FallbackBackend>(fn, options, std::string("io_uring_queue_init: ") + std::strerror(-rc));
+}
+
+}  // namespace
+
+DmaQueue::DmaQueue(Function& function, DmaOptions options) {
+    if (options.chunk_bytes == 0 || options.chunk_bytes > (1u << 30) || options.queue_depth == 0)
+        throw Error(ErrorKind::InvalidArgument, "DMA chunk size must be 1 byte to 1 GiB and queue depth positive");
+    backend_ = MakeBackend(function, options);
+}
+
+DmaQueue::~DmaQueue() = default;
+
+DmaBackend DmaQueue::backend() const noexcept { return backend_->kind(); }
+const std::string& DmaQueue::backend_reason() const noexcept { return backend_->reason(); }
+uint64_t DmaQueue::memory_size() const noexcept { return backend_->size(); }
+
+namespace {
+
+void CheckRange(const DmaQueue::Backend& b, uint64_t addr, uint64_t size, const char* what) {
+    if (addr > b.size() || size > b.size() - addr)
+        throw Error(ErrorKind::InvalidArgument,
+                    std::string(what) + " range of " + std::to_string(size) + " bytes leaves the function's " +
+                        std::to_string(b.size()) + " bytes of device memory",
+                    {.device = b.device(), .address = addr});
+}
+
+// Cuts a copy into chunks for the backend.
+std::vector<Chunk> Split(const DmaQueue::Backend& b, bool to_device, uint8_t* host, uint64_t offset, uint64_t size,
+                         uint64_t ticket) {
+    std::vector<Chunk> chunks;
+    const uint64_t step = b.options().chunk_bytes;
+    for (uint64_t done = 0; done < size; done += step)
+        chunks.push_back(Chunk{to_device, host + done, offset + done, std::min(step, size - done), ticket});
+    return chunks;
+}
+
+uint64_t Parts(const DmaQueue::Backend& b, uint64_t size) {
+    return (size + b.options().chunk_bytes - 1) / b.options().chunk_bytes;
+}
+
+}  // namespace
+
+DmaQueue::Ticket DmaQueue::HostToDevice(const void* host, uint64_t device_addr, uint64_t size) {
+    Backend& b = *backend_;
+    CheckRange(b, device_addr, size, "host-to-device");
+    if (size <= b.options().inline_threshold) {
+        std::memcpy(b.memory() + device_addr, host, size);
+        return b.NewTicket(0, size);
+    }
+    const Ticket t = b.NewTicket(Parts(b, size));
+    b.Submit(Split(b, true, static_cast<uint8_t*>(const_cast<void*>(host)), b.shm_offset() + device_addr, size, t));
+    return t;
+}
+
+DmaQueue::Ticket DmaQueue::DeviceToHost(void* host, uint64_t device_addr, uint64_t size) {
+    Backend& b = *backend_;
+    CheckRange(b, device_addr, size, "device-to-host");
+    if (size <= b.options().inline_threshold) {
+        std::memcpy(host, b.memory() + device_addr, size);
+        return b.NewTicket(0, size);
+    }
+    const Ticket t = b.NewTicket(Parts(b, size));
+    b.Submit(Split(b, false, static_cast<uint8_t*>(host), b.shm_offset() + device_addr, size, t));
+    return t;
+}
+
+DmaQueue::Ticket DmaQueue::DeviceToDevice(uint64_t src_addr, uint64_t dst_addr, uint64_t size) {
+    Backend& b = *backend_;
+    CheckRange(b, src_addr, size, "device-to-device source");
+    CheckRange(b, dst_addr, size, "device-to-device destination");
+    const bool overlap = src_addr < dst_addr + size && dst_addr < src_addr + size;
+    if (overlap || size <= b.options().inline_threshold) {
+        // Overlapping ranges need memmove's ordering, which chunks in parallel lack.
+        std::memmove(b.memory() + dst_addr, b.memory() + src_addr, size);
+        return b.NewTicket(0, size);
+    }
+    // The source is the mapping itself: a write from it into the object.
+    const Ticket t = b.NewTicket(Parts(b, size));
+    b.Submit(Split(b, true, b.memory() + src_addr, b.shm_offset() + dst_addr, size, t));
+    return t;
+}
+
+DmaCompletion DmaQueue::Wait(Ticket ticket, milliseconds timeout) { return backend_->Wait(ticket, timeout); }
+
+std::optional<DmaCompletion> DmaQueue::Poll(Ticket ticket) { return backend_->Poll(ticket); }
+
+}  // namespace spyre::driver

@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: Apache-2.0
+// DeviceHandle: an opaque location in device memory (seed 001). A PF handle
+// is a physical address; a VF handle is a block offset inside one of the
+// regions the device granted to the VF. Size travels beside a handle, never
+// inside it: an allocation is a handle plus its size.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <string>
+#include <variant>
+
+namespace spyre {
+
+struct PFDeviceHandle {
+    uint64_t physical_address = 0;
+    auto operator<=>(const PFDeviceHandle&) const = default;
+};
+
+struct VFDeviceHandle {
+    uint32_t region_id = 0;  // index in the VF's region table
+    uint64_t vf_offset = 0;  // byte offset of the block inside the region
+    auto operator<=>(const VFDeviceHandle&) const = default;
+};
+
+struct DeviceAllocation;
+
+class DeviceHandle {
+public:
+    DeviceHandle(PFDeviceHandle pf) noexcept : value_(pf) {}  // NOLINT: implicit by design
+    DeviceHandle(VFDeviceHandle vf) noexcept : value_(vf) {}  // NOLINT
+
+    bool is_pf() const noexcept { return std::holds_alternative<PFDeviceHandle>(value_); }
+    bool is_vf() const noexcept { return std::holds_alternative<VFDeviceHandle>(value_); }
+    // The variant's fields; Error(InvalidArgument) when asked for the wrong one.
+    const PFDeviceHandle& pf() const;
+    const VFDeviceHandle& vf() const;
+
+    // The handle `bytes` further into the same allocation, for a range of
+    // `size` bytes (tiles). Throws InvalidArgument when [this + bytes,
+    // this + bytes + size) leaves `within`.
+    DeviceHandle Offset(uint64_t bytes, uint64_t size, const DeviceAllocation& within) const;
+
+    // "pf:0x1000" or "vf:region 2+0x80", for messages.
+    std::string ToString() const;
+
+    friend bool operator==(const DeviceHandle&, const DeviceHandle&) = default;
+
+private:
+    std::variant<PFDeviceHandle, VFDeviceHandle> value_;
+};
+
+// What SpyreAllocator::Allocate returns: where, and how many bytes.
+struct DeviceAllocation {
+    DeviceHandle handle;
+    uint64_t size = 0;
+};
+
+}  // namespace spyre

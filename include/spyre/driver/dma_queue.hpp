@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: Apache-2.0
+// Asynchronous copies between host memory and a function's device memory.
+//
+// The function's memory is a shared-memory object (region DEVMEM). Large
+// copies become read/write requests against that object on io_uring, cut
+// into chunks and kept in flight, so the kernel's workers copy in parallel
+// while the caller goes on; a completion thread sleeps in the kernel until
+// chunks finish. Small copies take a fast path: a memcpy through the mapping,
+// done before the call returns (a lone small io_uring write costs ~10x a
+// memcpy). Where io_uring is unavailable (seccomp, old kernels) a worker
+// thread copies through the mapping instead: same API, chosen automatically.
+// docs/dma.md explains the choices and the measurements.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "spyre/driver/function.hpp"
+
+namespace spyre::driver {
+
+enum class DmaBackend { IoUring, Fallback };
+const char* ToString(DmaBackend backend) noexcept;
+
+struct DmaOptions {
+    // Force a backend; otherwise io_uring when it works. The environment
+    // variable SPYRE_DMA=io_uring|fallback forces one too.
+    std::optional<DmaBackend> backend;
+    uint64_t chunk_bytes = 2ull << 20;     // io_uring request size for large copies
+    unsigned queue_depth = 32;             // io_uring requests in flight at most
+    uint64_t inline_threshold = 256 << 10; // copies up to this size use the fast path
+};
+
+struct DmaCompletion {
+    uint64_t bytes = 0;  // bytes moved
+};
+
+class DmaQueue {
+public:
+    using Ticket = uint64_t;
+
+    // Maps the function's device memory and sets up the backend.
+    explicit DmaQueue(Function& function, DmaOptions options = {});
+    ~DmaQueue();  // waits for copies in flight
+    DmaQueue(const DmaQueue&) = delete;
+    DmaQueue& operator=(const DmaQueue&) = delete;
+
+    DmaBackend backend() const noexcept;
+    // Why this backend was chosen ("io_uring", "SPYRE_DMA=fallback", "io_uring_queue_init: ...").
+    const std::string& backend_reason() const noexcept;
+    uint64_t memory_size() const noexcept;
+
+    // Each call checks [device_addr, device_addr + size) against the
+    // function's memory before anything is submitted (InvalidArgument, with
+    // the address), then returns at once. Host buffers must stay valid until
+    // the ticket completes. Thread-safe.
+    Ticket HostToDevice(const void* host, uint64_t device_addr, uint64_t size);
+    Ticket DeviceToHost(void* host, uint64_t device_addr, uint64_t size);
+    Ticket DeviceToDevice(uint64_t src_addr, uint64_t dst_addr, uint64_t size);
+
+    // Blocks until the copy is complete and its data in place. Throws IoError
+    // (with errno) if a chunk failed, Timeout, DeviceLost.
+    DmaCompletion Wait(Ticket ticket, std::chrono::milliseconds timeout = std::chrono::seconds(60));
+    // The completion if the copy is done (forgetting the ticket), else nullopt.
+    std::optional<DmaCompletion> Poll(Ticket ticket);
+
+    class Backend;  // io_uring or fallback, in dma_queue.cpp
+
+private:
+    std::unique_ptr<Backend> backend_;
+};
+
+}  // namespace spyre::driver
