@@ -13,12 +13,9 @@ namespace {
 constexpr uint64_t kGiB = 1ull << 30;
 
 std::string Bytes(uint64_t n) {
-    char buf[48];
-    if (n >= kGiB && n % (kGiB / 10) == 0)
-        std::snprintf(buf, sizeof buf, "%.1f GiB", double(n) / kGiB);
-    else
-        std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(n));
-    return buf;
+    if (n && n % kGiB == 0) return std::to_string(n / kGiB) + " GiB";
+    if (n && n % (1ull << 20) == 0) return std::to_string(n >> 20) + " MiB";
+    return std::to_string(n) + " bytes";
 }
 
 }  // namespace
@@ -46,7 +43,7 @@ DeviceHandle DeviceHandle::Offset(uint64_t bytes, uint64_t size, const DeviceAll
         throw fail("is not inside");
     const uint64_t here = is_pf() ? pf().physical_address : vf().vf_offset;
     const uint64_t start = is_pf() ? within.handle.pf().physical_address : within.handle.vf().vf_offset;
-    if (here < start || bytes > within.size || size > within.size || here - start > within.size - bytes - size)
+    if (here < start || bytes > within.size || size > within.size - bytes || here - start > within.size - bytes - size)
         throw fail("runs outside");
     if (is_pf()) return PFDeviceHandle{here + bytes};
     return VFDeviceHandle{vf().region_id, here + bytes};

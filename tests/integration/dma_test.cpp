@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: Apache-2.0
+// DMA through a real device: byte-exact round trips of many sizes and offsets
+// in PF and VF mode, with io_uring and with the fallback; concurrency; bounds;
+// VF isolation.
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "mock_fixture.hpp"
+
+using namespace spyre;
+using namespace spyre::driver;
+using spyre::test::MockDeviceTest;
+
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
+    std::vector<uint8_t> v(n);
+    std::mt19937_64 rng(seed);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const uint64_t r = rng();
+        std::memcpy(v.data() + i, &r, 8);
+    }
+    for (; i < n; ++i) v[i] = uint8_t(rng());
+    return v;
+}
+
+struct Param {
+    AllocatorMode mode;
+    DmaBackend backend;
+};
+
+std::string Name(const ::testing::TestParamInfo<Param>& p) {
+    return std::string(p.param.mode == AllocatorMode::PF ? "PF" : "VF") + "_" +
+           (p.param.backend == DmaBackend::IoUring ? "io_uring" : "fallback");
+}
+
+}  // namespace
+
+class DmaTest : public MockDeviceTest, public ::testing::WithParamInterface<Param> {
+protected:
+    driver::MockOptions Options() const override { return {.cards = 1, .vfs = 2, .mem = "4G"}; }
+
+    void SetUp() override {
+        MockDeviceTest::SetUp();
+        if (IsSkipped() || HasFatalFailure()) return;
+        fn_.emplace(Function::Open(GetParam().mode == AllocatorMode::PF ? Pf() : Vf(1)));
+        alloc_.emplace(*fn_, GetParam().mode == AllocatorMode::PF
+                                 ? AllocatorOptions{.mode = AllocatorMode::PF, .pf_pool_limit = 1024 * kMiB}
+                                 : AllocatorOptions{.mode = AllocatorMode::VF, .vf_regions = 2,
+                                                    .vf_region_sizes = {512 * kMiB}});
+        try {
+            queue_.emplace(*fn_, DmaOptions{.backend = GetParam().backend});
+        } catch (const Error& e) {
+            if (e.kind() == ErrorKind::Unsupported) GTEST_SKIP() << e.what();
+            throw;
+        }
+        dma_.emplace(*alloc_, *queue_);
+    }
+    void TearDown() override {
+        dma_.reset();
+        queue_.reset();
+        alloc_.reset();
+        fn_.reset();
+        MockDeviceTest::TearDown();
+    }
+
+    std::optional<Function> fn_;
+    std::optional<SpyreAllocator> alloc_;
+    std::optional<DmaQueue> queue_;
+    std::optional<DMAEngine> dma_;
+};
+
+TEST_P(DmaTest, RoundTripsAreByteExactForManySizesAndOffsets) {
+    EXPECT_EQ(dma_->backend(), GetParam().backend);
+    std::mt19937_64 rng(7);
+    for (uint64_t size : std::initializer_list<uint64_t>{1, 3, 127, 4096, 65537, 262145, 1 * kMiB + 3, 5 * kMiB + 77, 16 * kMiB + 5,
+                          256 * kMiB}) {
+        SCOPED_TRACE("size " + std::to_string(size));
+        const uint64_t device_offset = rng() % 4096;
+        const size_t host_offset = rng() % 64;  // unaligned host buffers too
+        auto block = alloc_->Allocate(size + device_offset);
+        auto src = RandomBytes(size + host_offset, size);
+        std::vector<uint8_t> dst(size + host_offset, 0xEE);
+        DeviceHandle at = block.handle.Offset(device_offset, size, block);
+        EXPECT_EQ(dma_->Wait(dma_->CopyToDevice(src.data() + host_offset, at, size)), size);
+        EXPECT_EQ(dma_->Wait(dma_->CopyFromDevice(dst.data() + host_offset, at, size)), size);
+        ASSERT_EQ(std::memcmp(src.data() + host_offset, dst.data() + host_offset, size), 0);
+        alloc_->Free(block.handle);
+    }
+}
+
+TEST_P(DmaTest, DeviceToDeviceCopiesIncludingOverlap) {
+    const uint64_t size = 8 * kMiB + 13;
+    auto a = alloc_->Allocate(size);
+    auto b = alloc_->Allocate(size);
+    auto src = RandomBytes(size, 99);
+    dma_->Wait(dma_->CopyToDevice(src.data(), a.handle, size));
+    EXPECT_EQ(dma_->Wait(dma_->CopyOnDevice(a.handle, b.handle, size)), size);
+    std::vector<uint8_t> back(size);
+    dma_->Wait(dma_->CopyFromDevice(back.data(), b.handle, size));
+    ASSERT_EQ(back, src);
+    // Overlapping ranges behave like memmove.
+    const uint64_t shift = 1000;
+    dma_->Wait(dma_->CopyOnDevice(a.handle, a.handle.Offset(shift, size - shift, a), size - shift));
+    dma_->Wait(dma_->CopyFromDevice(back.data(), a.handle, size));
+    std::vector<uint8_t> expect = src;
+    std::memmove(expect.data() + shift, src.data(), size - shift);
+    ASSERT_EQ(back, expect);
+}
+
+TEST_P(DmaTest, ConcurrentCopiesFromSeveralThreads) {
+    constexpr int kThreads = 4;
+    std::vector<std::thread> threads;
+    std::atomic<int> mismatches{0};
+    for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&, t] {
+            std::mt19937 rng(t);
+            for (int i = 0; i < 20; ++i) {
+                const uint64_t size = 1 + rng() % (3 * kMiB);
+                auto block = alloc_->Allocate(size);
+                auto src = RandomBytes(size, uint64_t(t) * 1000 + i);
+                std::vector<uint8_t> dst(size);
+                auto up = dma_->CopyToDevice(src.data(), block.handle, size);
+                dma_->Wait(up);
+                dma_->Wait(dma_->CopyFromDevice(dst.data(), block.handle, size));
+                if (dst != src) ++mismatches;
+                alloc_->Free(block.handle);
+            }
+        });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(mismatches.load(), 0);
+}
+
+TEST_P(DmaTest, ManyCopiesInFlightCompleteIndependently) {
+    std::vector<DeviceAllocation> blocks;
+    std::vector<std::vector<uint8_t>> data;
+    std::vector<DmaTicket> tickets;
+    for (int i = 0; i < 16; ++i) {
+        blocks.push_back(alloc_->Allocate(2 * kMiB + i));
+        data.push_back(RandomBytes(2 * kMiB + i, i));
+        tickets.push_back(dma_->CopyToDevice(data[i].data(), blocks[i].handle, data[i].size()));
+    }
+    for (int i = 15; i >= 0; --i) EXPECT_EQ(dma_->Wait(tickets[i]), data[i].size());  // any order
+    for (int i = 0; i < 16; ++i) {
+        std::vector<uint8_t> back(data[i].size());
+        dma_->Wait(dma_->CopyFromDevice(back.data(), blocks[i].handle, back.size()));
+        ASSERT_EQ(back, data[i]) << i;
+    }
+    EXPECT_SPYRE_ERROR(dma_->Wait(tickets[0]), InvalidArgument, "unknown or already completed");
+}
+
+TEST_P(DmaTest, OutOfBoundsCopiesAreRejectedBeforeSubmission) {
+    auto block = alloc_->Allocate(4096);
+    std::vector<uint8_t> buf(8192, 1);
+    EXPECT_SPYRE_ERROR(dma_->CopyToDevice(buf.data(), block.handle, 4097), InvalidArgument, "not inside a live allocation");
+    EXPECT_SPYRE_ERROR(dma_->CopyFromDevice(buf.data(), block.handle.Offset(4000, 96, block), 97), InvalidArgument,
+                       "not inside");
+    alloc_->Free(block.handle);
+    EXPECT_SPYRE_ERROR(dma_->CopyToDevice(buf.data(), block.handle, 16), InvalidArgument, "not inside");  // freed
+    // The raw queue checks against the function's memory.
+    EXPECT_SPYRE_ERROR(queue_->HostToDevice(buf.data(), queue_->memory_size() - 10, 11), InvalidArgument,
+                       "leaves the function's");
+    EXPECT_SPYRE_ERROR(queue_->DeviceToHost(buf.data(), ~0ull - 4, 8), InvalidArgument, "leaves the function's");
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, DmaTest,
+                         ::testing::Values(Param{AllocatorMode::PF, DmaBackend::IoUring},
+                                           Param{AllocatorMode::PF, DmaBackend::Fallback},
+                                           Param{AllocatorMode::VF, DmaBackend::IoUring},
+                                           Param{AllocatorMode::VF, DmaBackend::Fallback}),
+                         Name);
+
+// VF A cannot reach VF B: its queue only covers its own memory, and B's
+// handles mean nothing to A's allocator.
+TEST_F(MockDeviceTest, VfCannotReachAnotherVfThroughDma) {
+    Function a = Function::Open(Vf(1));
+    Function b = Function::Open(Vf(2));
+    const AllocatorOptions small{.mode = AllocatorMode::VF, .vf_regions = 1, .vf_region_sizes = {64 * kMiB}};
+    SpyreAllocator alloc_a(a, small), alloc_b(b, small);
+    DmaQueue qa(a), qb(b);
+    DMAEngine dma_a(alloc_a, qa), dma_b(alloc_b, qb);
+
+    auto secret = alloc_b.Allocate(4096);
+    std::vector<uint8_t> pattern(4096, 0x5B);
+    dma_b.Wait(dma_b.CopyToDevice(pattern.data(), secret.handle, 4096));
+
+    // Same region id and offset mean A's own memory, or nothing: never B's.
+    std::vector<uint8_t> got(4096, 0);
+    EXPECT_SPYRE_ERROR(dma_a.CopyFromDevice(got.data(), secret.handle, 4096), InvalidArgument, "live allocation");
+    EXPECT_EQ(qa.memory_size(), a.Read64(SPYRE_REG_MEM_SIZE));
+    // B's memory starts MEM_BASE(B) - MEM_BASE(A) past A's: outside A's window.
+    const uint64_t distance = b.Read64(SPYRE_REG_MEM_BASE) - a.Read64(SPYRE_REG_MEM_BASE);
+    EXPECT_SPYRE_ERROR(qa.DeviceToHost(got.data(), distance, 4096), InvalidArgument, "leaves the function's");
+    EXPECT_SPYRE_ERROR(qa.HostToDevice(got.data(), distance, 4096), InvalidArgument, "leaves the function's");
+    // And B's bytes are untouched.
+    std::vector<uint8_t> still(4096);
+    dma_b.Wait(dma_b.CopyFromDevice(still.data(), secret.handle, 4096));
+    EXPECT_EQ(still, pattern);
+}
+
+TEST(DmaEnvironment, BadSpyreDmaValueIsRejected) {
+    SPYRE_REQUIRE_FUSE();
+    auto daemon = MockDaemon::Start({.vfs = 0, .mem = "1G"});
+    Function fn = Function::Open(DeviceRoot(daemon.mount()).Find("0"));
+    ::setenv("SPYRE_DMA", "dma-engine-9000", 1);
+    EXPECT_SPYRE_ERROR(DmaQueue{fn}, InvalidArgument, "SPYRE_DMA=dma-engine-9000");
+    ::setenv("SPYRE_DMA", "fallback", 1);
+    DmaQueue q(fn);
+    EXPECT_EQ(q.backend(), DmaBackend::Fallback);
+    EXPECT_EQ(q.backend_reason(), "SPYRE_DMA=fallback");
+    ::unsetenv("SPYRE_DMA");
+}
