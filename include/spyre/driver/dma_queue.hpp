@@ -29,9 +29,9 @@ struct DmaOptions {
     // Force a backend; otherwise io_uring when it works. The environment
     // variable SPYRE_DMA=io_uring|fallback forces one too.
     std::optional<DmaBackend> backend;
-    uint64_t chunk_bytes = 2ull << 20;     // io_uring request size for large copies
-    unsigned queue_depth = 32;             // io_uring requests in flight at most
-    uint64_t inline_threshold = 256 << 10; // copies up to this size use the fast path
+    uint64_t chunk_bytes = 4ull << 20;     // io_uring request size for large copies
+    unsigned queue_depth = 16;             // io_uring requests in flight at most
+    uint64_t inline_threshold = 1ull << 20; // copies up to this size use the fast path
 };
 
 struct DmaCompletion {

@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host<->device copy throughput through a real spyre-mockdev, each size
+// printed beside memcpy of the same size measured in the same run; small-copy
+// latency beside pwrite to a tmpfs file; allocator cost at 10^5 live blocks.
+#include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "spyre/spyre.hpp"
+
+using namespace spyre;
+using namespace spyre::driver;
+
+namespace {
+
+constexpr uint64_t kMaxBytes = 256ull << 20;
+
+std::map<std::pair<std::string, int64_t>, double> g_baseline_bps;  // (name, size) -> bytes/s
+
+// Page-faulted host buffers, reused by every benchmark.
+struct Buffers {
+    std::vector<uint8_t> a = std::vector<uint8_t>(kMaxBytes, 1);
+    std::vector<uint8_t> b = std::vector<uint8_t>(kMaxBytes, 2);
+};
+Buffers& Host() {
+    static Buffers buffers;
+    return buffers;
+}
+
+struct Device {
+    MockDaemon daemon = MockDaemon::Start({.cards = 1, .vfs = 0, .mem = "2G"});
+    Function fn = Function::Open(DeviceRoot(daemon.mount()).Find("0"));
+    SpyreAllocator alloc{fn, {.mode = AllocatorMode::PF, .pf_pool_limit = 1ull << 30}};
+    DmaQueue queue{fn};
+    DMAEngine dma{alloc, queue};
+    DeviceAllocation block = alloc.Allocate(kMaxBytes);
+    Device() { dma.Wait(dma.CopyToDevice(Host().a.data(), block.handle, kMaxBytes)); }  // device pages exist
+};
+std::optional<Device> g_device;
+Device& Dev() {
+    if (!g_device) g_device.emplace();
+    return *g_device;
+}
+
+double Elapsed(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void SetRatio(benchmark::State& state, const char* baseline, double secs) {
+    const double bps = double(state.range(0)) * double(state.iterations()) / secs;
+    auto it = g_baseline_bps.find({baseline, state.range(0)});
+    if (it != g_baseline_bps.end()) state.counters["x_" + std::string(baseline)] = bps / it->second;
+}
+
+void BM_Memcpy(benchmark::State& state) {
+    const size_t n = size_t(state.range(0));
+    auto& h = Host();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto _ : state) {
+        std::memcpy(h.b.data(), h.a.data(), n);
+        benchmark::ClobberMemory();
+    }
+    g_baseline_bps[{"memcpy", state.range(0)}] = double(n) * double(state.iterations()) / Elapsed(t0);
+    state.SetBytesProcessed(int64_t(n) * int64_t(state.iterations()));
+}
+
+void BM_HostToDevice(benchmark::State& state) {
+    Device& d = Dev();
+    const size_t n = size_t(state.range(0));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto _ : state) d.dma.Wait(d.dma.CopyToDevice(Host().a.data(), d.block.handle, n));
+    SetRatio(state, "memcpy", Elapsed(t0));
+    state.SetBytesProcessed(int64_t(n) * int64_t(state.iterations()));
+}
+
+void BM_DeviceToHost(benchmark::State& state) {
+    Device& d = Dev();
+    const size_t n = size_t(state.range(0));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto _ : state) d.dma.Wait(d.dma.CopyFromDevice(Host().b.data(), d.block.handle, n));
+    SetRatio(state, "memcpy", Elapsed(t0));
+    state.SetBytesProcessed(int64_t(n) * int64_t(state.iterations()));
+}
+
+// Small copies: one 4 KiB write, as pwrite(2) to a tmpfs file and as DMA.
+void BM_PwriteLatency(benchmark::State& state) {
+    int fd = ::open("/dev/shm", O_TMPFILE | O_RDWR, 0600);
+    if (fd < 0 || ::ftruncate(fd, 1 << 20) != 0) return state.SkipWithError("cannot create a tmpfs file");
+    const size_t n = size_t(state.range(0));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto _ : state)
+        if (::pwrite(fd, Host().a.data(), n, 0) != ssize_t(n)) state.SkipWithError("pwrite failed");
+    g_baseline_bps[{"pwrite", state.range(0)}] = double(n) * double(state.iterations()) / Elapsed(t0);
+    ::close(fd);
+}
+
+void BM_SmallCopyLatency(benchmark::State& state) {
+    Device& d = Dev();
+    const size_t n = size_t(state.range(0));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto _ : state) d.dma.Wait(d.dma.CopyToDevice(Host().a.data(), d.block.handle, n));
+    SetRatio(state, "pwrite", Elapsed(t0));
+}
+
+// Allocate + free of one block while 10^5 blocks stay live.
+void BM_AllocFreeAt100kLive(benchmark::State& state) {
+    Device& d = Dev();
+    SpyreAllocator& alloc = d.alloc;
+    std::mt19937 rng(1);
+    std::vector<DeviceHandle> live;
+    for (int i = 0; i < 100000; ++i) live.push_back(alloc.Allocate(128 + rng() % 4096).handle);
+    for (size_t i = 0; i < live.size(); i += 2) alloc.Free(live[i]);  // fragment: every other block free
+    for (size_t i = 0; i < live.size(); i += 2) live[i] = alloc.Allocate(128 + rng() % 4096).handle;
+    for (auto _ : state) {
+        auto a = alloc.Allocate(128 + rng() % 4096);
+        alloc.Free(a.handle);
+    }
+    state.counters["live_blocks"] = double(alloc.Stats().live_allocations);
+    for (const auto& h : live) alloc.Free(h);
+}
+
+void Sizes(benchmark::internal::Benchmark* b) {
+    for (int64_t n = 4 << 10; n <= int64_t(kMaxBytes); n *= 4) b->Arg(n);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    // Baselines first: every device figure is printed beside one of this run.
+    benchmark::RegisterBenchmark("baseline/memcpy", BM_Memcpy)->Apply(Sizes)->UseRealTime();
+    benchmark::RegisterBenchmark("dma/host_to_device", BM_HostToDevice)->Apply(Sizes)->UseRealTime();
+    benchmark::RegisterBenchmark("dma/device_to_host", BM_DeviceToHost)->Apply(Sizes)->UseRealTime();
+    benchmark::RegisterBenchmark("baseline/pwrite_tmpfs", BM_PwriteLatency)->Arg(64)->Arg(4096)->UseRealTime();
+    benchmark::RegisterBenchmark("dma/small_host_to_device", BM_SmallCopyLatency)->Arg(64)->Arg(4096)->UseRealTime();
+    benchmark::RegisterBenchmark("allocator/alloc_free_at_100k_live", BM_AllocFreeAt100kLive)->UseRealTime();
+    try {
+        benchmark::RunSpecifiedBenchmarks();
+    } catch (const spyre::Error& e) {
+        std::fprintf(stderr, "dma_bench: %s\n", e.what());
+        return 1;
+    }
+    g_device.reset();
+    benchmark::Shutdown();
+    return 0;
+}
