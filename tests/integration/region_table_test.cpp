@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: Apache-2.0
+// The device's memory region table: grants, refusals, release, and how PF
+// grants and SR-IOV share the card memory.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "mock_fixture.hpp"
+
+using namespace spyre::driver;
+using spyre::test::MockDeviceTest;
+
+namespace {
+
+uint32_t Command(Function& fn, uint32_t cmd, uint32_t arg) {
+    fn.Write32(SPYRE_REG_REGION_ARG, arg);
+    fn.Write32(SPYRE_REG_REGION_CMD, cmd);
+    return fn.Read32(SPYRE_REG_REGION_RESULT);
+}
+
+int WriteNumVfs(const std::filesystem::path& file, const char* text) {
+    int fd = ::open(file.c_str(), O_WRONLY);
+    ssize_t n = ::write(fd, text, strlen(text));
+    int e = errno;
+    ::close(fd);
+    return n < 0 ? -e : 0;
+}
+
+}  // namespace
+
+TEST_F(MockDeviceTest, RegionCommandsGrantRefuseAndRelease) {
+    Function fn = Function::Open(Vf(1));
+    const uint64_t grantable = fn.Read64(SPYRE_REG_REGION_GRANTABLE);
+    EXPECT_EQ(grantable, fn.Read64(SPYRE_REG_MEM_SIZE) / SPYRE_REGION_ALIGN * SPYRE_REGION_ALIGN);
+    EXPECT_EQ(fn.Read32(SPYRE_REG_REGION_MAX), SPYRE_REGION_MAX_ENTRIES);
+
+    ASSERT_EQ(Command(fn, SPYRE_REGION_CMD_ALLOC, 3), SPYRE_REGION_OK);  // 3 MiB rounds up to 4 MiB
+    const uint32_t first = fn.Read32(SPYRE_REG_REGION_INDEX);
+    EXPECT_EQ(fn.Read64(SPYRE_REG_REGION_SIZE(first)), 4ull << 20);
+    EXPECT_EQ(fn.Read64(SPYRE_REG_REGION_BASE(first)), 0u);
+    EXPECT_EQ(Command(fn, SPYRE_REGION_CMD_ALLOC, 0), SPYRE_REGION_EINVAL);
+    EXPECT_EQ(Command(fn, SPYRE_REGION_CMD_ALLOC, uint32_t(grantable >> 20)), SPYRE_REGION_ENOSPC);
+    EXPECT_EQ(Command(fn, SPYRE_REGION_CMD_FREE, 15), SPYRE_REGION_EINVAL);  // not granted
+    EXPECT_EQ(Command(fn, 99, 0), SPYRE_REGION_EINVAL);
+    for (uint32_t i = 1; i < SPYRE_REGION_MAX_ENTRIES; ++i) ASSERT_EQ(Command(fn, SPYRE_REGION_CMD_ALLOC, 2), SPYRE_REGION_OK);
+    EXPECT_EQ(Command(fn, SPYRE_REGION_CMD_ALLOC, 2), SPYRE_REGION_EFULL);
+    EXPECT_EQ(fn.Read32(SPYRE_REG_REGION_COUNT), SPYRE_REGION_MAX_ENTRIES);
+    // The dump names them.
+    EXPECT_NE(fn.RegisterDump().find("REGION15_SIZE"), std::string::npos);
+    ASSERT_EQ(Command(fn, SPYRE_REGION_CMD_FREE, first), SPYRE_REGION_OK);
+    EXPECT_EQ(fn.Read64(SPYRE_REG_REGION_SIZE(first)), 0u);
+    // A reset keeps the grants; a new owner starts empty.
+    fn.Reset();
+    EXPECT_EQ(fn.Read32(SPYRE_REG_REGION_COUNT), SPYRE_REGION_MAX_ENTRIES - 1);
+    Command(fn, SPYRE_REGION_CMD_FREE_ALL, 0);
+    EXPECT_EQ(fn.Read32(SPYRE_REG_REGION_COUNT), 0u);
+    EXPECT_EQ(fn.Read64(SPYRE_REG_REGION_LARGEST), grantable);
+}
+
+TEST_F(MockDeviceTest, GrantsEndWithTheOwner) {
+    {
+        Function fn = Function::Open(Vf(2));
+        ASSERT_EQ(Command(fn, SPYRE_REGION_CMD_ALLOC, 64), SPYRE_REGION_OK);
+    }
+    Function again = Function::Open(Vf(2));
+    EXPECT_EQ(again.Read32(SPYRE_REG_REGION_COUNT), 0u);
+}
+
+TEST_F(MockDeviceTest, PfGrantsAndSriovShareTheCardMemory) {
+    const auto numvfs = Pf().sysfs_dir / "sriov_numvfs";
+    Function pf = Function::Open(Pf());
+    // With 2 VFs the PF may only be granted slice 0 (a third of 4 GiB).
+    const uint64_t slice0 = pf.Read64(SPYRE_REG_REGION_GRANTABLE);
+    EXPECT_LT(slice0, pf.Read64(SPYRE_REG_MEM_SIZE) / 2);
+    ASSERT_EQ(WriteNumVfs(numvfs, "0"), 0);
+    EXPECT_EQ(pf.Read64(SPYRE_REG_REGION_GRANTABLE), 4ull << 30);  // the whole card again
+    // A PF region reaching past slice 0 keeps VFs from being enabled.
+    ASSERT_EQ(Command(pf, SPYRE_REGION_CMD_ALLOC, 3 << 10), SPYRE_REGION_OK);  // 3 GiB
+    EXPECT_EQ(WriteNumVfs(numvfs, "2"), -EBUSY);
+    EXPECT_EQ(root().Functions().size(), 1u);
+    Command(pf, SPYRE_REGION_CMD_FREE_ALL, 0);
+    EXPECT_EQ(WriteNumVfs(numvfs, "2"), 0);
+    EXPECT_EQ(pf.Read64(SPYRE_REG_REGION_GRANTABLE), slice0);
+}
