@@ -14,4 +14,7 @@
 #include "spyre/driver/mock_daemon.hpp"
 #include "spyre/driver/register_dump.hpp"
 #include "spyre/error.hpp"
+#include "spyre/layout.hpp"
+#include "spyre/pack.hpp"
+#include "spyre/scales.hpp"
 #include "spyre/version.hpp"

@@ -27,7 +27,9 @@ void ExpectDisjointAndAligned(const std::map<std::pair<uint32_t, uint64_t>, uint
     for (const auto& [key, size] : live) {
         const auto [region, offset] = key;
         EXPECT_EQ(offset % SpyreAllocator::kAlignment, 0u);
-        if (region == prev_region) EXPECT_GE(offset, prev_end) << "overlap in region " << region;
+        if (region == prev_region) {
+            EXPECT_GE(offset, prev_end) << "overlap in region " << region;
+        }
         prev_region = region;
         prev_end = offset + size;
     }
