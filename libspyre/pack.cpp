@@ -43,10 +43,17 @@ public:
     int64_t stick() const noexcept { return stick_; }
     int64_t stick_stride() const noexcept { return stick_stride_; }
 
-    // Calls fn(stick_index, host_offset, valid_elements) for sticks [begin, end).
+    // Calls fn(first_stick, host_offset, valid_elements, count, host_step)
+    // for sticks [begin, end), grouped into runs along the innermost outer
+    // dimension: stick first_stick + i starts at host_offset + i * host_step
+    // and holds `valid` host elements (the rest of it is padding).
     template <typename Fn>
-    void ForEach(int64_t begin, int64_t end, Fn&& fn) const {
+    void ForEachRun(int64_t begin, int64_t end, Fn&& fn) const {
         const size_t k = dims_.size();
+        if (k == 0) {  // a rank-1 tensor of one stick
+            if (begin < end) fn(int64_t(0), int64_t(0), Valid(std::vector<int64_t>(host_.rank(), 0)), int64_t(1), int64_t(0));
+            return;
+        }
         std::vector<int64_t> index(k), coord(host_.rank(), 0);
         int64_t offset = 0;
         for (size_t j = k, rest = size_t(begin); j-- > 0;) {  // start position by division, once
@@ -54,17 +61,27 @@ public:
             rest /= size_t(dims_[j].size);
             Move(j, index[j], coord, offset);
         }
-        for (int64_t s = begin; s < end; ++s) {
-            bool inside = true;
-            for (int h = 0; h < host_.rank(); ++h)
-                if (h != stick_dim_ && coord[h] >= host_.size()[h]) inside = false;
-            const int64_t valid = inside ? std::clamp<int64_t>(host_.size()[stick_dim_] - coord[stick_dim_], 0, stick_) : 0;
-            fn(s, offset, valid);
-            for (size_t j = k; j-- > 0;) {  // odometer step
-                Move(j, 1, coord, offset);
-                if (++index[j] < dims_[j].size) break;
+        const Dim& last = dims_[k - 1];
+        for (int64_t s = begin; s < end;) {
+            int64_t count = std::min(last.size - index[k - 1], end - s);
+            int64_t valid = Valid(coord);
+            if (last.host == stick_dim_) {
+                count = 1;  // the stick's own coordinate moves: valid changes every step
+            } else if (last.host >= 0 && valid > 0) {
+                // Stop the run where this dimension runs into its padding.
+                const int64_t room = (host_.size()[last.host] - coord[last.host] + last.weight - 1) / last.weight;
+                count = std::min(count, std::max<int64_t>(room, 1));
+            }
+            fn(s, offset, valid, count, last.step);
+            s += count;
+            // Odometer: the innermost outer dimension moves by `count`.
+            Move(k - 1, count, coord, offset);
+            index[k - 1] += count;
+            for (size_t j = k - 1; index[j] == dims_[j].size && j > 0; --j) {
                 Move(j, -dims_[j].size, coord, offset);
                 index[j] = 0;
+                Move(j - 1, 1, coord, offset);
+                ++index[j - 1];
             }
         }
     }
@@ -76,6 +93,12 @@ private:
         int64_t weight;   // host coordinate per step
         int64_t step;     // host elements per step
     };
+    // Host elements in the stick whose coordinates are `coord`.
+    int64_t Valid(const std::vector<int64_t>& coord) const {
+        for (int h = 0; h < host_.rank(); ++h)
+            if (h != stick_dim_ && coord[h] >= host_.size()[h]) return 0;
+        return std::clamp<int64_t>(host_.size()[stick_dim_] - coord[stick_dim_], 0, stick_);
+    }
     void Move(size_t j, int64_t by, std::vector<int64_t>& coord, int64_t& offset) const {
         if (dims_[j].host < 0) return;
         coord[dims_[j].host] += by * dims_[j].weight;
@@ -130,13 +153,20 @@ void Pack(const void* host, const HostLayout& host_layout, const DeviceLayout& d
     auto* dst = static_cast<uint8_t*>(device_image);
     const int64_t stick_bytes = walk.stick() * int64_t(e);
     Parallel(walk.sticks(), device.device_bytes(), [&](int64_t begin, int64_t end) {
-        walk.ForEach(begin, end, [&](int64_t s, int64_t offset, int64_t valid) {
-            uint8_t* out = dst + s * stick_bytes;
-            if (walk.stick_stride() == 1)
-                std::memcpy(out, src + offset * int64_t(e), size_t(valid) * e);
-            else
-                GatherAny(e, out, src + offset * int64_t(e), valid, walk.stick_stride());
-            std::memset(out + valid * int64_t(e), 0, size_t(stick_bytes - valid * int64_t(e)));  // padding
+        walk.ForEachRun(begin, end, [&](int64_t s, int64_t offset, int64_t valid, int64_t count, int64_t step) {
+            for (int64_t i = 0; i < count; ++i) {
+                uint8_t* out = dst + (s + i) * stick_bytes;
+                const uint8_t* in = src + (offset + i * step) * int64_t(e);
+                if (walk.stick_stride() == 1 && valid == walk.stick()) {
+                    std::memcpy(out, in, kStickBytes);  // the common case: one whole stick, fixed size
+                    continue;
+                }
+                if (walk.stick_stride() == 1)
+                    std::memcpy(out, in, size_t(valid) * e);
+                else
+                    GatherAny(e, out, in, valid, walk.stick_stride());
+                std::memset(out + valid * int64_t(e), 0, size_t(stick_bytes - valid * int64_t(e)));  // padding
+            }
         });
     });
 }
@@ -148,13 +178,18 @@ void Unpack(const void* device_image, const DeviceLayout& device, const HostLayo
     auto* dst = static_cast<uint8_t*>(host);
     const int64_t stick_bytes = walk.stick() * int64_t(e);
     Parallel(walk.sticks(), device.device_bytes(), [&](int64_t begin, int64_t end) {
-        walk.ForEach(begin, end, [&](int64_t s, int64_t offset, int64_t valid) {
+        walk.ForEachRun(begin, end, [&](int64_t s, int64_t offset, int64_t valid, int64_t count, int64_t step) {
             if (valid == 0) return;
-            const uint8_t* in = src + s * stick_bytes;
-            if (walk.stick_stride() == 1)
-                std::memcpy(dst + offset * int64_t(e), in, size_t(valid) * e);
-            else
-                ScatterAny(e, dst + offset * int64_t(e), in, valid, walk.stick_stride());
+            for (int64_t i = 0; i < count; ++i) {
+                const uint8_t* in = src + (s + i) * stick_bytes;
+                uint8_t* out = dst + (offset + i * step) * int64_t(e);
+                if (walk.stick_stride() == 1 && valid == walk.stick())
+                    std::memcpy(out, in, kStickBytes);
+                else if (walk.stick_stride() == 1)
+                    std::memcpy(out, in, size_t(valid) * e);
+                else
+                    ScatterAny(e, out, in, valid, walk.stick_stride());
+            }
         });
     });
 }
