@@ -15,9 +15,15 @@ MemorySlice VfMemorySlice(uint64_t card_mem_size, unsigned num_vfs, unsigned vf)
 }
 
 Card::Card(const CardParams& params)
-    : params_(params), memory_(params.shm_prefix + ".c" + std::to_string(params.index) + ".mem", params.mem_size) {
-    pf_ = std::make_shared<Function>(
-        FunctionParams{params_.index, 0, 0, params_.mem_size, params_.shm_prefix, params_.poll}, memory_);
+    : params_(params),
+      memory_(params.shm_prefix + ".c" + std::to_string(params.index) + ".mem", params.mem_size),
+      compute_(params.cores ? params.cores : ComputeEngine::DefaultWorkers()) {
+    pf_ = std::make_shared<Function>(FunctionAt(0, MemorySlice{0, params_.mem_size}), memory_, compute_);
+}
+
+FunctionParams Card::FunctionAt(unsigned index, MemorySlice slice) const {
+    return FunctionParams{params_.index, index, slice.base, slice.size, params_.shm_prefix, params_.poll,
+                          params_.watchdog_ms};
 }
 
 Card::~Card() {
@@ -71,8 +77,7 @@ int Card::SetNumVfs(unsigned num_vfs) {
     try {
         for (unsigned i = 1; i <= num_vfs; ++i) {
             const MemorySlice slice = VfMemorySlice(params_.mem_size, num_vfs, i);
-            created.push_back(std::make_shared<Function>(
-                FunctionParams{params_.index, i, slice.base, slice.size, params_.shm_prefix, params_.poll}, memory_));
+            created.push_back(std::make_shared<Function>(FunctionAt(i, slice), memory_, compute_));
         }
     } catch (const std::system_error& e) {
         pf_->SetRegionLimit(params_.mem_size);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// One mock card: its device memory (one sparse shared-memory object), its PF
-// and the VFs the PF has enabled through sriov_numvfs.
+// One mock card: its device memory (one sparse shared-memory object), its
+// compute cores, its PF and the VFs the PF has enabled through sriov_numvfs.
 #pragma once
 
 #include <chrono>
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "compute_engine.hpp"
 #include "function.hpp"
 #include "shm_object.hpp"
 
@@ -21,6 +22,8 @@ struct CardParams {
     uint64_t mem_size = 0;
     std::string shm_prefix;
     std::chrono::microseconds poll{50};
+    unsigned cores = 0;            // compute workers; 0 = ComputeEngine::DefaultWorkers()
+    uint32_t watchdog_ms = 10000;  // every function's WATCHDOG_MS
 };
 
 // Where VF `vf` (1-based) of `num_vfs` finds its memory in the card memory.
@@ -59,8 +62,11 @@ public:
 private:
     int DisableVfs();
 
+    FunctionParams FunctionAt(unsigned index, MemorySlice slice) const;
+
     const CardParams params_;
     ShmObject memory_;
+    ComputeEngine compute_;  // outlives the functions that use it
     mutable std::mutex mutex_;  // guards vfs_ and started_
     std::shared_ptr<Function> pf_;
     std::vector<std::shared_ptr<Function>> vfs_;

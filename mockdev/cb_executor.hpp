@@ -1,37 +1,47 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // Validation and execution of one control block. The engine copies each CB
-// out of the ring and hands it here; every opcode has its own executor in the
-// dispatch so LAUNCH, COPY and the semaphore CBs slot in beside NOP.
+// out of the ring and hands it here with a way to ask it to stop; every
+// opcode has its own executor in the dispatch. Each CB runs under a budget:
+// WATCHDOG_MS from its start, or sooner if the engine aborts it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
+#include "budget.hpp"
+#include "cb_outcome.hpp"
+#include "compute_engine.hpp"
+#include "device_memory.hpp"
+#include "program_executor.hpp"
 #include "register_file.hpp"
 #include "spyre/uapi/spyre_cb.h"
-#include "spyre/uapi/spyre_errors.h"
 
 namespace spyre::mockdev {
 
-struct CbOutcome {
-    uint16_t status = SPYRE_ERR_NONE;  // SPYRE_ERR_*
-    uint64_t result = 0;               // CQE result
-    uint64_t fault_addr = 0;           // ERR_ADDR when status != 0
-};
-
 class CbExecutor {
 public:
-    explicit CbExecutor(RegisterFile& regs) : regs_(regs) {}
+    // `memory` is the function's window; `compute` the card's cores.
+    CbExecutor(RegisterFile& regs, DeviceMemory memory, ComputeEngine& compute)
+        : regs_(regs), memory_(memory), programs_(memory, compute) {}
 
-    // Validates and runs `cb`. Never throws: a device-model fault becomes
+    // Validates and runs `cb`. `aborted` (may be empty) tells a running CB
+    // to stop early. Never throws: a device-model fault becomes
     // SPYRE_ERR_INTERNAL and the device goes on with the next CB.
-    CbOutcome Execute(const spyre_cb& cb) noexcept;
+    CbOutcome Execute(const spyre_cb& cb, const std::function<bool()>& aborted = {}) noexcept;
 
 private:
-    CbOutcome Dispatch(const spyre_cb& cb);
+    CbOutcome Dispatch(const spyre_cb& cb, const Budget& budget);
     CbOutcome ExecuteNop(const spyre_cb& cb);
+    CbOutcome ExecuteLaunch(const spyre_cb& cb, const Budget& budget);
+    CbOutcome ExecuteCorrect(const spyre_cb& cb);
+    CbOutcome ExecuteCopy(const spyre_cb& cb, const Budget& budget);
+    CbOutcome ExecuteSemWrite(const spyre_cb& cb);
+    CbOutcome ExecuteSemWait(const spyre_cb& cb, const Budget& budget);
 
-    RegisterFile& regs_;  // per-opcode counters
+    RegisterFile& regs_;  // per-opcode counters, WATCHDOG_MS
+    DeviceMemory memory_;
+    ProgramExecutor programs_;
 };
 
 }  // namespace spyre::mockdev

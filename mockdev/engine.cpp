@@ -48,6 +48,7 @@ Engine::Engine(RegisterFile& regs, ShmObject& ring, const RingGeometry& geometry
       ring_(ring),
       geo_(geometry),
       executor_(executor),
+      abort_cb_([this] { return stopping_.load() || abort_batch_.load(); }),
       poll_(poll),
       db_(reinterpret_cast<spyre_doorbell_page*>(ring.data() + geometry.db_offset)),
       sq_(ring.data() + geometry.sq_offset),
@@ -210,7 +211,7 @@ void Engine::ServeBatch() {
         std::memcpy(&cb, sq_ + size_t(spyre_ring_slot(head, geo_.sq_entries)) * geo_.cb_size, sizeof cb);
         if (!WaitForCqSpace(cq_tail, head)) break;
 
-        const CbOutcome outcome = executor_.Execute(cb);
+        const CbOutcome outcome = executor_.Execute(cb, abort_cb_);
         if (outcome.status == SPYRE_ERR_NONE) {
             regs_.Add64(SPYRE_REG_CNT_CB_DONE, 1);
         } else {

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -52,8 +53,9 @@ public:
     bool ring_enabled() const { return ring_enabled_.load(std::memory_order_acquire); }
     bool halted() const { return halted_.load(std::memory_order_acquire); }
 
-    // Takes the ring from the engine: it leaves a running batch at the next CB
-    // boundary (or CQ-full wait) and serves nothing until the lock is dropped.
+    // Takes the ring from the engine: a running CB stops early (ABORTED), the
+    // batch ends there (or at its CQ-full wait) and the engine serves nothing
+    // until the lock is dropped.
     std::unique_lock<std::mutex> Pause();
 
     // While paused: power-on ring state. Ring disabled, not halted, ring
@@ -85,6 +87,7 @@ private:
     ShmObject& ring_;
     const RingGeometry geo_;
     CbExecutor& executor_;
+    const std::function<bool()> abort_cb_;  // tells a running CB to stop (reset, shutdown)
     const std::chrono::microseconds poll_;
     spyre_doorbell_page* const db_;
     uint8_t* const sq_;

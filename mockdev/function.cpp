@@ -19,7 +19,7 @@ namespace {
 
 constexpr RingGeometry kGeometry{};
 constexpr uint32_t kNumCores = 32;
-constexpr uint32_t kWatchdogMs = 10000;
+constexpr uint32_t kCaps = SPYRE_CAP_NOP | SPYRE_CAP_LAUNCH | SPYRE_CAP_CORRECTION | SPYRE_CAP_COPY | SPYRE_CAP_SEMAPHORE;
 constexpr uint32_t kErrClearLatch = 1u << 0;
 
 std::string ShmName(const FunctionParams& p, const char* kind) {
@@ -38,7 +38,7 @@ void CopyName(char* dst, size_t cap, const std::string& src) {
 
 }  // namespace
 
-Function::Function(const FunctionParams& params, ShmObject& card_memory)
+Function::Function(const FunctionParams& params, ShmObject& card_memory, ComputeEngine& compute)
     : params_(params),
       address_(FunctionAddress(params.card, params.index).ToString()),
       card_memory_(card_memory),
@@ -46,7 +46,7 @@ Function::Function(const FunctionParams& params, ShmObject& card_memory)
       ring_shm_(ShmName(params, "ring"), SPYRE_BAR4_SIZE),
       regs_(regs_shm_.data()),
       regions_(regs_, params.mem_size),
-      executor_(regs_),
+      executor_(regs_, DeviceMemory(card_memory.data() + params.mem_base, params.mem_size), compute),
       engine_(regs_, ring_shm_, kGeometry, executor_, params.poll) {
     InitRegisters(0, SPYRE_STATUS_READY);
     SharedWord(engine_.doorbell()->device_state).store(SPYRE_DEVSTATE_ALIVE);
@@ -83,11 +83,11 @@ void Function::InitRegisters(uint64_t resets, uint32_t status) {
     put32(SPYRE_REG_PCI_ID, SPYRE_PCI_VENDOR_IBM | uint32_t(device_id()) << 16);
     put32(SPYRE_REG_FUNC_ID, (params_.card << SPYRE_FUNC_ID_CARD_SHIFT) | params_.index |
                                  (is_vf() ? SPYRE_FUNC_ID_IS_VF : 0u));
-    put32(SPYRE_REG_CAPS, SPYRE_CAP_NOP);
+    put32(SPYRE_REG_CAPS, kCaps);
     put32(SPYRE_REG_STATUS, status);
     put32(SPYRE_REG_NUM_CORES, kNumCores);
     put32(SPYRE_REG_DAEMON_PID, uint32_t(::getpid()));
-    put32(SPYRE_REG_WATCHDOG_MS, kWatchdogMs);
+    put32(SPYRE_REG_WATCHDOG_MS, params_.watchdog_ms);
     put64(SPYRE_REG_MEM_SIZE, params_.mem_size);
     put64(SPYRE_REG_MEM_BASE, params_.mem_base);
     put32(SPYRE_REG_DB_OFFSET, kGeometry.db_offset);

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "cb_executor.hpp"
+#include "compute_engine.hpp"
 #include "config_space.hpp"
 #include "engine.hpp"
 #include "memory_regions.hpp"
@@ -32,13 +33,15 @@ struct FunctionParams {
     uint64_t mem_size = 0;
     std::string shm_prefix;
     std::chrono::microseconds poll{50};
+    uint32_t watchdog_ms = 10000;  // WATCHDOG_MS: bound on one CB's run time
 };
 
 class Function {
 public:
     // Creates the register and ring objects (throws std::system_error) and
-    // brings the registers to their power-on state. The engine starts in Start().
-    Function(const FunctionParams& params, ShmObject& card_memory);
+    // brings the registers to their power-on state. The engine starts in
+    // Start(). Programs run on the card's `compute` cores.
+    Function(const FunctionParams& params, ShmObject& card_memory, ComputeEngine& compute);
     ~Function();
 
     Function(const Function&) = delete;

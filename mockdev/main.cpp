@@ -107,6 +107,14 @@ int ParseCommandLine(int argc, char** argv, Options& opt) {
     app.add_option("--poll-us", opt.poll_us, "Microseconds the device polls its doorbell before it sleeps")
         ->check(CLI::Range(0, 1000000))
         ->capture_default_str();
+    app.add_option("--cores", opt.cores,
+                   "Worker threads that execute programs, per card (1-32; default: the card's 32 cores or the\n"
+                   "machine's hardware threads, whichever is fewer). NUM_CORES stays 32")
+        ->check(CLI::Range(1, 32));
+    app.add_option("--watchdog-ms", opt.watchdog_ms,
+                   "Bound on one CB's run time (WATCHDOG_MS); a CB past it ends with WATCHDOG")
+        ->check(CLI::Range(1, 3600000))
+        ->capture_default_str();
     app.footer(kExitCodesHelp);
     try {
         app.parse(argc, argv);
@@ -286,8 +294,9 @@ int Serve(Options opt, StartupReport& report) {
     std::vector<std::unique_ptr<Card>> cards;
     try {
         for (unsigned c = 0; c < opt.cards; ++c) {
-            cards.push_back(std::make_unique<Card>(
-                CardParams{c, opt.mem_size, opt.shm_prefix, std::chrono::microseconds(opt.poll_us)}));
+            cards.push_back(std::make_unique<Card>(CardParams{c, opt.mem_size, opt.shm_prefix,
+                                                              std::chrono::microseconds(opt.poll_us), opt.cores,
+                                                              opt.watchdog_ms}));
             if (int rc = cards.back()->SetNumVfs(opt.vfs); rc != 0)  // it said why
                 return fail(-rc == EEXIST ? kExitShmPrefixInUse : kExitInternal);
         }

@@ -12,6 +12,8 @@ packages=(
   nlohmann-json3-dev                        # ExecutionPlan manifests
   libgtest-dev libgmock-dev                 # tests
   libbenchmark-dev                          # bench/
+  libopenblas-dev                           # the mock device's matmul (sgemm)
+  clang libclang-rt-14-dev                  # libFuzzer for the program-decoder fuzz target
 )
 
 missing=()

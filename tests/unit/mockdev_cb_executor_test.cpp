@@ -27,8 +27,10 @@ protected:
     }
 
     alignas(8) std::array<uint8_t, SPYRE_REG_FILE_SIZE> bar0_{};
+    alignas(8) std::array<uint8_t, 4096> memory_{};
     RegisterFile regs_{bar0_.data()};
-    CbExecutor exec_{regs_};
+    ComputeEngine compute_{1};
+    CbExecutor exec_{regs_, DeviceMemory(memory_.data(), memory_.size()), compute_};
 };
 
 TEST_F(CbExecutorTest, NopSucceeds) {
@@ -88,12 +90,9 @@ TEST_F(CbExecutorTest, NopArgumentsMustBeZero) {
 }
 
 TEST_F(CbExecutorTest, KnownButUnexecutedOpcodesAreUnsupported) {
-    for (unsigned op : {SPYRE_OP_LAUNCH, SPYRE_OP_CORRECT, SPYRE_OP_COPY, SPYRE_OP_COPY_INLINE, SPYRE_OP_SEM_WRITE,
-                        SPYRE_OP_SEM_WAIT}) {
-        spyre_cb cb = Nop();
-        cb.opcode = uint8_t(op);
-        EXPECT_EQ(exec_.Execute(cb).status, SPYRE_ERR_UNSUPPORTED) << op;
-    }
+    spyre_cb cb = Nop();
+    cb.opcode = SPYRE_OP_COPY_INLINE;
+    EXPECT_EQ(exec_.Execute(cb).status, SPYRE_ERR_UNSUPPORTED);
 }
 
 TEST_F(CbExecutorTest, HeaderFaultsComeBeforeUnsupported) {

@@ -7,4 +7,5 @@
 #include "spyre_cb.h"
 #include "spyre_errors.h"
 #include "spyre_ioctl.h"
+#include "spyre_program.h"
 #endif

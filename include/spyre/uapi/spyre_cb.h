@@ -26,31 +26,34 @@
 /* Largest number of ring slots one CB may occupy (itself plus inline payload). */
 #define SPYRE_CB_MAX_SLOTS          64u
 
+/* Device addresses in CBs are function-relative (offsets into the
+ * function's memory window [0, MEM_SIZE)); reserved words must be 0. */
 struct spyre_cb_launch {
-    uint64_t program_addr;    /* device address of the program binary */
-    uint64_t program_size;    /* bytes */
+    uint64_t program_addr;    /* device address of the program binary (spyre_program.h), 8-aligned */
+    uint64_t program_size;    /* bytes; must equal the program's total_size */
     uint64_t reserved[4];
 };
 
+/* The direct form of a program's CORRECT op: patch the target program's
+ * relocations from a table of entry_count u64 device addresses. */
 struct spyre_cb_correct {
-    uint64_t correction_addr; /* device address of the correction program */
-    uint64_t target_addr;     /* program whose relocation slots are patched */
-    uint64_t input_addr;      /* address table written by the host */
-    uint64_t input_size;      /* bytes */
-    uint64_t reserved[2];
+    uint64_t target_addr;     /* program whose relocation slots are patched, 8-aligned */
+    uint64_t input_addr;      /* address table written by the host, 8-aligned */
+    uint64_t entry_count;     /* table entries: the target's slot_count */
+    uint64_t reserved[3];
 };
 
 struct spyre_cb_copy {
     uint64_t src_addr;
     uint64_t dst_addr;
-    uint64_t size;            /* bytes; for COPY_INLINE the payload follows in the ring */
+    uint64_t size;            /* bytes; ranges may overlap (memmove); for COPY_INLINE the payload follows in the ring */
     uint64_t reserved[3];
 };
 
 struct spyre_cb_sem {
-    uint64_t addr;            /* 8-byte aligned device address */
-    uint64_t value;
-    uint64_t timeout_ns;      /* SEM_WAIT only; 0 = watchdog bound */
+    uint64_t addr;            /* 8-byte aligned device address of a u64 */
+    uint64_t value;           /* SEM_WRITE: stored (release); SEM_WAIT: awaited (acquire) */
+    uint64_t timeout_ns;      /* SEM_WAIT only (0 = the watchdog bound); 0 for SEM_WRITE */
     uint64_t reserved[3];
 };
 

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The compute cores of one card: a pool of worker threads shared by all of
+// the card's functions. The card runs one program at a time, as the real
+// hardware does: a LAUNCH holds the card for its whole run (Acquire) and
+// splits each op into chunks that the workers take in turn (ParallelFor).
+// Between chunks the workers ask the CB's budget whether to go on, so a
+// watchdog expiry or a reset stops a kernel within one chunk.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "budget.hpp"
+
+namespace spyre::mockdev {
+
+class ComputeEngine {
+public:
+    // Default pool size: the card's 32 cores, or fewer if the machine has fewer.
+    static unsigned DefaultWorkers();
+
+    explicit ComputeEngine(unsigned workers);
+    ~ComputeEngine();
+
+    ComputeEngine(const ComputeEngine&) = delete;
+    ComputeEngine& operator=(const ComputeEngine&) = delete;
+
+    unsigned workers() const { return unsigned(threads_.size()); }
+
+    // Takes the card for one program. Waits for a program of another
+    // function to finish, but no longer than `budget` allows: then the lock
+    // is not owned and `status` says why.
+    std::unique_lock<std::timed_mutex> Acquire(const Budget& budget, uint16_t& status);
+
+    // Runs body(i) for every i in [0, chunks) on the workers and returns once
+    // all have finished. A chunk returns SPYRE_ERR_NONE or a fault; the first
+    // fault, or the budget running out, stops the rest. Returns that code or
+    // SPYRE_ERR_NONE. An exception from a chunk is rethrown here.
+    uint16_t ParallelFor(size_t chunks, const Budget& budget, const std::function<uint16_t(size_t)>& body);
+
+private:
+    struct Job;
+    void Work();
+    static void RunChunks(Job& job);
+
+    std::timed_mutex card_;  // one program at a time
+    std::mutex mutex_;       // guards job_, generation_, busy_, stopping_
+    std::condition_variable wake_;
+    std::condition_variable done_;
+    Job* job_ = nullptr;
+    uint64_t generation_ = 0;
+    unsigned busy_ = 0;  // workers still on the current job
+    bool stopping_ = false;
+    std::vector<std::thread> threads_;
+};
+
+}  // namespace spyre::mockdev
