@@ -8,6 +8,7 @@
 // watchdog expiry or a reset stops a kernel within one chunk.
 #pragma once
 
+#include <array>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -37,7 +38,7 @@ public:
     // Takes the card for one program. Waits for a program of another
     // function to finish, but no longer than `budget` allows: then the lock
     // is not owned and `status` says why.
-    std::unique_lock<std::timed_mutex> Acquire(const Budget& budget, uint16_t& status);
+    std::unique_lock<std::mutex> Acquire(const Budget& budget, uint16_t& status);
 
     // Runs body(i) for every i in [0, chunks) on the workers and returns once
     // all have finished. A chunk returns SPYRE_ERR_NONE or a fault; the first
@@ -45,12 +46,17 @@ public:
     // SPYRE_ERR_NONE. An exception from a chunk is rethrown here.
     uint16_t ParallelFor(size_t chunks, const Budget& budget, const std::function<uint16_t(size_t)>& body);
 
+    // Scratch memory of the program holding the card, kept between programs
+    // so large kernels do not fault in fresh pages on every launch.
+    static constexpr size_t kScratchSlots = 3;
+    std::vector<float>& Scratch(size_t slot) { return scratch_[slot]; }
+
 private:
     struct Job;
     void Work();
     static void RunChunks(Job& job);
 
-    std::timed_mutex card_;  // one program at a time
+    std::mutex card_;        // one program at a time
     std::mutex mutex_;       // guards job_, generation_, busy_, stopping_
     std::condition_variable wake_;
     std::condition_variable done_;
@@ -59,6 +65,7 @@ private:
     unsigned busy_ = 0;  // workers still on the current job
     bool stopping_ = false;
     std::vector<std::thread> threads_;
+    std::array<std::vector<float>, kScratchSlots> scratch_;
 };
 
 }  // namespace spyre::mockdev

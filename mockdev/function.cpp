@@ -175,7 +175,16 @@ ssize_t Function::WriteRegion(unsigned region, uint64_t offset, const void* buf,
         return ssize_t(len);
     }
     case SPYRE_REGION_BAR4: {
-        std::memcpy(ring_shm_.data() + offset, buf, len);
+        // The engine reads doorbell words atomically; whole aligned words are stored so too.
+        if (offset % 4 == 0 && len % 4 == 0) {
+            for (size_t i = 0; i < len; i += 4) {
+                uint32_t word;
+                std::memcpy(&word, static_cast<const uint8_t*>(buf) + i, sizeof word);
+                SharedWord(*reinterpret_cast<uint32_t*>(ring_shm_.data() + offset + i)).store(word);
+            }
+        } else {
+            std::memcpy(ring_shm_.data() + offset, buf, len);
+        }
         const uint64_t sq_tail = kGeometry.db_offset + SPYRE_DB_SQ_TAIL;
         if (offset < sq_tail + sizeof(uint32_t) && offset + len > sq_tail) {
             std::atomic_thread_fence(std::memory_order_seq_cst);

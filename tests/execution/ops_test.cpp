@@ -15,6 +15,7 @@
 
 #include "execution_support.hpp"
 #include "reference.hpp"
+#include "spyre/program_image.hpp"
 
 using namespace spyre;
 using spyre::test::ExecutionTest;
@@ -62,18 +63,43 @@ TEST_F(ExecutionTest, MatmulMatchesReference) {
             }
 }
 
-TEST_F(ExecutionTest, MatmulSplitsLargeProblemsIntoBlocks) {
-    // Larger than one chunk of rows and one block along K and N: the fp16
-    // path converts in 512-wide blocks, fp32 goes to the BLAS in place.
-    const int64_t m = 600, k = 1100, n = 530;
+TEST_F(ExecutionTest, MatmulSplitsLargeProblemsIntoChunksAndBlocks) {
+    // Several chunks of rows; fp16 operands over 64 MiB as fp32 (A in the
+    // first case, C in the second) are converted block by block in the chunks.
+    const MatmulCase cases[] = {{600, 1100, 530}, {4100, 4100, 8}, {4100, 8, 4100}};
+    for (const MatmulCase& c : cases)
+        for (DType dtype : kFloatTypes) {
+            const BuiltKernel kernel = KernelBuilder(TensorLayout::Sticks).Matmul(c.m, c.k, c.n, dtype);
+            SCOPED_TRACE(kernel.name);
+            const auto a = test::RandomValues(size_t(c.m * c.k), dtype, 11);
+            const auto b = test::RandomValues(size_t(c.k * c.n), dtype, 12);
+            const auto got = pf().RunKernel(kernel, {a, b});
+            const test::MatmulRef ref = test::RefMatmul(a, b, c.m, c.k, c.n);
+            test::ExpectClose(got, ref.c, [&](size_t i) {
+                return double(c.k) * kU32 * ref.magnitude[i] + (dtype == DType::FP16 ? kU16 * std::abs(ref.c[i]) : 0);
+            });
+        }
+}
+
+TEST_F(ExecutionTest, MatmulTakesAnyStrides) {
+    // A stored column-major (A^T in memory): not for the BLAS in place, so
+    // the device gathers it element by element.
+    const int64_t m = 37, k = 29, n = 41;
     for (DType dtype : kFloatTypes) {
-        const BuiltKernel kernel = KernelBuilder(TensorLayout::Sticks).Matmul(m, k, n, dtype);
+        const BuiltKernel kernel = KernelBuilder().Matmul(m, k, n, dtype);
         SCOPED_TRACE(kernel.name);
-        const auto a = test::RandomValues(size_t(m * k), dtype, 11);
-        const auto b = test::RandomValues(size_t(k * n), dtype, 12);
-        const auto got = pf().RunKernel(kernel, {a, b});
+        KernelTensor a_t = kernel.inputs[0];
+        a_t.strides = {1, m};
+        const auto a = test::RandomValues(size_t(m * k), dtype, 31);
+        const auto b = test::RandomValues(size_t(k * n), dtype, 32);
+        std::vector<uint64_t> addrs = pf().Place(kernel, {a, b});
+        pf().WriteTensor(addrs[0], a_t, a);
+        ProgramImage image = ProgramImage::Decode(kernel.Bind(addrs));
+        image.operands[0].strides[0] = 1;
+        image.operands[0].strides[1] = uint64_t(m);
+        ASSERT_TRUE(pf().LaunchProgram(image.Encode()).ok());
         const test::MatmulRef ref = test::RefMatmul(a, b, m, k, n);
-        test::ExpectClose(got, ref.c, [&](size_t i) {
+        test::ExpectClose(pf().ReadTensor(addrs[2], kernel.outputs[0]), ref.c, [&](size_t i) {
             return double(k) * kU32 * ref.magnitude[i] + (dtype == DType::FP16 ? kU16 * std::abs(ref.c[i]) : 0);
         });
     }

@@ -35,6 +35,15 @@ uint64_t LoadLongProgram(TestDevice& dev, uint64_t& size) {
     return dev.Put(program);
 }
 
+// Submits the long program without waiting, and lets it get going.
+void StartLongProgram(TestDevice& dev) {
+    uint64_t size = 0;
+    const uint64_t program = LoadLongProgram(dev, size);
+    dev.ring().Submit(std::array{test::LaunchCb(program, size, 1)});
+    std::this_thread::sleep_for(200ms);
+    EXPECT_TRUE(dev.fn().Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_BUSY);
+}
+
 void ExpectRuns(TestDevice& dev) {
     const BuiltKernel k = KernelBuilder().Fill({8}, 1.0, DType::FP32);
     const uint64_t y = dev.Alloc(k.outputs[0].bytes);
@@ -157,11 +166,7 @@ TEST_F(WatchdogTest, ALongProgramEndsWithWatchdogAndTheDeviceGoesOn) {
 }
 
 TEST_F(ExecutionTest, AResetStopsALongProgram) {
-    uint64_t size = 0;
-    const uint64_t program = LoadLongProgram(pf(), size);
-    pf().ring().Submit(std::array{test::LaunchCb(program, size, 1)});
-    std::this_thread::sleep_for(200ms);
-    EXPECT_TRUE(pf().fn().Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_BUSY);
+    StartLongProgram(pf());
     const auto start = Clock::now();
     pf().Reset();
     EXPECT_LT(Clock::now() - start, 2s);
@@ -169,10 +174,7 @@ TEST_F(ExecutionTest, AResetStopsALongProgram) {
 }
 
 TEST_F(ExecutionTest, ShutdownStopsALongProgram) {
-    uint64_t size = 0;
-    const uint64_t program = LoadLongProgram(pf(), size);
-    pf().ring().Submit(std::array{test::LaunchCb(program, size, 1)});
-    std::this_thread::sleep_for(200ms);
+    StartLongProgram(pf());
     const auto start = Clock::now();
     const int status = daemon().Stop(std::chrono::milliseconds(10000));
     EXPECT_LT(Clock::now() - start, 3s);
