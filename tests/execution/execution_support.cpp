@@ -8,15 +8,6 @@ namespace spyre::test {
 
 namespace {
 
-spyre_cb Cb(uint8_t opcode, uint64_t user_data, std::initializer_list<uint64_t> args) {
-    spyre_cb cb{};
-    cb.opcode = opcode;
-    cb.slots = 1;
-    cb.user_data = user_data;
-    std::copy(args.begin(), args.end(), cb.u.args);
-    return cb;
-}
-
 uint16_t Bf16Bits(float f) {
     uint32_t bits;
     std::memcpy(&bits, &f, sizeof bits);
@@ -44,21 +35,6 @@ T Load(const uint8_t* p) {
 
 }  // namespace
 
-spyre_cb LaunchCb(uint64_t program_addr, uint64_t program_size, uint64_t user_data) {
-    return Cb(SPYRE_OP_LAUNCH, user_data, {program_addr, program_size});
-}
-spyre_cb CorrectCb(uint64_t target_addr, uint64_t input_addr, uint64_t entry_count, uint64_t user_data) {
-    return Cb(SPYRE_OP_CORRECT, user_data, {target_addr, input_addr, entry_count});
-}
-spyre_cb CopyCb(uint64_t src_addr, uint64_t dst_addr, uint64_t size, uint64_t user_data) {
-    return Cb(SPYRE_OP_COPY, user_data, {src_addr, dst_addr, size});
-}
-spyre_cb SemWriteCb(uint64_t addr, uint64_t value, uint64_t user_data) {
-    return Cb(SPYRE_OP_SEM_WRITE, user_data, {addr, value});
-}
-spyre_cb SemWaitCb(uint64_t addr, uint64_t value, uint64_t timeout_ns, uint64_t user_data) {
-    return Cb(SPYRE_OP_SEM_WAIT, user_data, {addr, value, timeout_ns});
-}
 
 double RoundTo(DType dtype, double value) {
     switch (dtype) {

@@ -15,11 +15,11 @@
 
 namespace spyre::test {
 
-spyre_cb LaunchCb(uint64_t program_addr, uint64_t program_size, uint64_t user_data = 0);
-spyre_cb CorrectCb(uint64_t target_addr, uint64_t input_addr, uint64_t entry_count, uint64_t user_data = 0);
-spyre_cb CopyCb(uint64_t src_addr, uint64_t dst_addr, uint64_t size, uint64_t user_data = 0);
-spyre_cb SemWriteCb(uint64_t addr, uint64_t value, uint64_t user_data = 0);
-spyre_cb SemWaitCb(uint64_t addr, uint64_t value, uint64_t timeout_ns, uint64_t user_data = 0);
+using driver::CopyCb;
+using driver::CorrectCb;
+using driver::LaunchCb;
+using driver::SemWaitCb;
+using driver::SemWriteCb;
 
 // The value as the dtype stores it (fp16/bf16/fp32 rounded to nearest even,
 // integers truncated), back as a double.

@@ -17,22 +17,6 @@ Completion RunCb(CommandRing& ring, const spyre_cb& cb) {
     return c;
 }
 
-spyre_cb CopyCb(uint64_t src, uint64_t dst, uint64_t size) {
-    spyre_cb cb = NopCb(7);
-    cb.opcode = SPYRE_OP_COPY;
-    cb.u.copy.src_addr = src;
-    cb.u.copy.dst_addr = dst;
-    cb.u.copy.size = size;
-    return cb;
-}
-
-spyre_cb SemWriteCb(uint64_t addr, uint64_t value) {
-    spyre_cb cb = NopCb(8);
-    cb.opcode = SPYRE_OP_SEM_WRITE;
-    cb.u.sem.addr = addr;
-    cb.u.sem.value = value;
-    return cb;
-}
 
 }  // namespace
 

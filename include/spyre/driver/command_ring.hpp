@@ -29,6 +29,44 @@ inline spyre_cb NopCb(uint64_t user_data) noexcept {
     return cb;
 }
 
+// Valid control blocks of the other opcodes (spyre_cb.h gives the fields).
+inline spyre_cb LaunchCb(uint64_t program_addr, uint64_t program_size, uint64_t user_data = 0) noexcept {
+    spyre_cb cb = NopCb(user_data);
+    cb.opcode = SPYRE_OP_LAUNCH;
+    cb.u.launch.program_addr = program_addr;
+    cb.u.launch.program_size = program_size;
+    return cb;
+}
+inline spyre_cb CorrectCb(uint64_t target_addr, uint64_t input_addr, uint64_t entry_count, uint64_t user_data = 0) noexcept {
+    spyre_cb cb = NopCb(user_data);
+    cb.opcode = SPYRE_OP_CORRECT;
+    cb.u.args[0] = target_addr;
+    cb.u.args[1] = input_addr;
+    cb.u.args[2] = entry_count;
+    return cb;
+}
+inline spyre_cb CopyCb(uint64_t src_addr, uint64_t dst_addr, uint64_t size, uint64_t user_data = 0) noexcept {
+    spyre_cb cb = NopCb(user_data);
+    cb.opcode = SPYRE_OP_COPY;
+    cb.u.copy.src_addr = src_addr;
+    cb.u.copy.dst_addr = dst_addr;
+    cb.u.copy.size = size;
+    return cb;
+}
+inline spyre_cb SemWriteCb(uint64_t addr, uint64_t value, uint64_t user_data = 0) noexcept {
+    spyre_cb cb = NopCb(user_data);
+    cb.opcode = SPYRE_OP_SEM_WRITE;
+    cb.u.sem.addr = addr;
+    cb.u.sem.value = value;
+    return cb;
+}
+inline spyre_cb SemWaitCb(uint64_t addr, uint64_t value, uint64_t timeout_ns, uint64_t user_data = 0) noexcept {
+    spyre_cb cb = SemWriteCb(addr, value, user_data);
+    cb.opcode = SPYRE_OP_SEM_WAIT;
+    cb.u.sem.timeout_ns = timeout_ns;
+    return cb;
+}
+
 struct Completion {
     uint64_t user_data = 0;
     uint64_t result = 0;
