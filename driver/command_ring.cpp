@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "spyre/driver/command_ring.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <immintrin.h>
 #include <thread>
@@ -31,7 +33,43 @@ inline void CpuRelax() {
 #endif
 }
 
+std::string Hex(uint64_t v) {
+    char buf[24];
+    std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+    return buf;
+}
+
 }  // namespace
+
+void AppendCopyInline(std::vector<spyre_cb>& out, uint64_t dst_addr, std::span<const uint8_t> bytes,
+                      uint64_t user_data, uint8_t flags) {
+    if (bytes.empty() || bytes.size() > SPYRE_CB_INLINE_MAX_BYTES)
+        throw Error(ErrorKind::InvalidArgument,
+                    "an inline copy carries 1 to " + std::to_string(SPYRE_CB_INLINE_MAX_BYTES) + " bytes, not " +
+                        std::to_string(bytes.size()),
+                    ErrorContext{.address = dst_addr});
+    if (flags & ~SPYRE_CB_F_DEFINED)
+        throw Error(ErrorKind::InvalidArgument, "CB flags " + Hex(flags) + " set reserved bits (defined: LINK " +
+                                                    Hex(SPYRE_CB_F_LINK) + ")",
+                    ErrorContext{.address = dst_addr});
+    const uint32_t slots = SPYRE_CB_INLINE_SLOTS(bytes.size());
+    const size_t at = out.size();
+    out.resize(at + slots);  // value-initialised: reserved words and payload padding are zero
+    spyre_cb& cb = out[at];
+    cb.opcode = SPYRE_OP_COPY_INLINE;
+    cb.flags = flags;
+    cb.slots = uint16_t(slots);
+    cb.user_data = user_data;
+    cb.u.copy.dst_addr = dst_addr;
+    cb.u.copy.size = bytes.size();
+    std::memcpy(static_cast<void*>(&out[at + 1]), bytes.data(), bytes.size());
+}
+
+std::vector<spyre_cb> CopyInlineCbs(uint64_t dst_addr, std::span<const uint8_t> bytes, uint64_t user_data) {
+    std::vector<spyre_cb> out;
+    AppendCopyInline(out, dst_addr, bytes, user_data);
+    return out;
+}
 
 const char* ToString(WaitMode mode) noexcept {
     switch (mode) {
@@ -68,7 +106,9 @@ CommandRing::CommandRing(Function& function) : fn_(function) {
     // Start from a clean ring whatever the previous owner left behind.
     fn_.Reset();
     sq_tail_ = Word(db_->sq_tail).load(std::memory_order_acquire);
+    sq_head_ = sq_tail_;
     cq_head_ = Word(db_->cq_head).load(std::memory_order_acquire);
+    cb_slots_.assign(sq_entries_, 0);
     fn_.Write32(SPYRE_REG_CONTROL, SPYRE_CONTROL_RING_ENABLE);
     if (!(fn_.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_RING_ENABLED))
         throw Error(ErrorKind::DeviceError, "device did not enable its ring",
@@ -83,17 +123,43 @@ CommandRing::~CommandRing() {
     }
 }
 
-uint32_t CommandRing::Submit(std::span<const spyre_cb> cbs) {
-    if (cbs.size() > FreeSlots())
-        throw Error(ErrorKind::InvalidArgument, std::to_string(cbs.size()) + " CBs do not fit in " +
+uint32_t CommandRing::Submit(std::span<const spyre_cb> slots) {
+    const ErrorContext ctx{.device = fn_.pci_address()};
+    if (slots.size() > FreeSlots())
+        throw Error(ErrorKind::InvalidArgument, std::to_string(slots.size()) + " ring slots do not fit in " +
                                                     std::to_string(FreeSlots()) + " free ring slots (reap completions first)",
-                    ErrorContext{.device = fn_.pci_address()});
+                    ctx);
     if (fn_.lost() || Word(db_->device_state).load(std::memory_order_relaxed) != SPYRE_DEVSTATE_ALIVE) fn_.CheckAlive();
-    const uint32_t first = sq_tail_;
-    for (const spyre_cb& cb : cbs) {
-        std::memcpy(&sq_[spyre_ring_slot(sq_tail_, sq_entries_)], &cb, sizeof cb);
-        ++sq_tail_;
+    // Frame the slots the way the device will (spyre_cb.h), recording each
+    // CB's slot count. The records are committed only once all is valid: at
+    // most slots.size() <= FreeSlots() new CBs, so they never overwrite the
+    // records of CBs in flight.
+    const uint32_t mask = sq_entries_ - 1;
+    uint32_t cbs = 0;
+    for (size_t i = 0; i < slots.size(); ++cbs) {
+        const uint16_t declared = slots[i].slots;
+        size_t used = 1;  // 0 or more than the maximum: the device takes one slot and fails the CB
+        if (declared >= 1 && declared <= SPYRE_CB_MAX_SLOTS) {
+            if (declared > slots.size() - i)
+                throw Error(ErrorKind::InvalidArgument,
+                            "the CB at index " + std::to_string(i) + " (opcode " + Hex(slots[i].opcode) + ") declares " +
+                                std::to_string(declared) + " ring slots but only " + std::to_string(slots.size() - i) +
+                                " remain in the batch; a CB and its payload must be submitted together",
+                            ctx);
+            used = declared;
+        }
+        cb_slots_[(cb_tail_ + cbs) & mask] = uint16_t(used);
+        i += used;
     }
+    const uint32_t first = sq_tail_;
+    for (size_t done = 0; done < slots.size();) {
+        const uint32_t at = spyre_ring_slot(sq_tail_, sq_entries_);
+        const size_t n = std::min<size_t>(slots.size() - done, sq_entries_ - at);  // up to the ring's end
+        std::memcpy(static_cast<void*>(&sq_[at]), slots.data() + done, n * sizeof(spyre_cb));
+        done += n;
+        sq_tail_ += uint32_t(n);
+    }
+    cb_tail_ += cbs;
     Word(db_->sq_tail).store(sq_tail_, std::memory_order_release);
     // Pairs with the device's fence between setting device_sleeping and
     // re-reading sq_tail: one of the two sides always sees the other.
@@ -108,10 +174,26 @@ bool CommandRing::CompletionsReady() const noexcept {
 
 size_t CommandRing::Reap(std::span<Completion> out) {
     const uint32_t tail = Word(db_->cq_tail).load(std::memory_order_acquire);
+    if (spyre_ring_used(cq_head_, tail) > InFlight())
+        throw Error(ErrorKind::ProtocolError,
+                    "the device published " + std::to_string(spyre_ring_used(cq_head_, tail)) +
+                        " completions with only " + std::to_string(InFlight()) + " CBs in flight",
+                    ErrorContext{.device = fn_.pci_address(), .reg = "CQ_TAIL", .offset = SPYRE_REG_CQ_TAIL});
+    const uint32_t mask = sq_entries_ - 1;
     size_t n = 0;
     while (cq_head_ != tail && n < out.size()) {
         const spyre_cqe& e = cq_[spyre_ring_slot(cq_head_, cq_entries_)];
+        // Completions come in ring order: this one must be for the oldest CB.
+        if (e.sq_pos != sq_head_) {
+            if (n) Word(db_->cq_head).store(cq_head_, std::memory_order_release);
+            throw Error(ErrorKind::ProtocolError,
+                        "completion " + std::to_string(cq_head_) + " is for ring position " + std::to_string(e.sq_pos) +
+                            ", but the oldest CB in flight starts at " + std::to_string(sq_head_),
+                        ErrorContext{.device = fn_.pci_address()});
+        }
         out[n++] = Completion{e.user_data, e.result, e.timestamp_ns, e.sq_pos, e.status, e.opcode};
+        sq_head_ += cb_slots_[cb_head_ & mask];  // the CB's slots are free again
+        ++cb_head_;
         ++cq_head_;
     }
     if (n) Word(db_->cq_head).store(cq_head_, std::memory_order_release);

@@ -81,11 +81,28 @@ public:
 
     // A chunk finished: `bytes` moved, or errno `error`.
     void ChunkDone(Ticket t, uint64_t bytes, int error) {
-        std::lock_guard lock(mutex_);
-        State& s = tickets_.at(t);
-        s.bytes += bytes;
-        if (error && !s.error) s.error = error;
-        if (--s.parts_left == 0) cv_.notify_all();
+        bool complete = false;
+        {
+            std::lock_guard lock(mutex_);
+            State& s = tickets_.at(t);
+            s.bytes += bytes;
+            if (error && !s.error) s.error = error;
+            complete = --s.parts_left == 0;
+            if (complete) cv_.notify_all();
+        }
+        if (complete) NotifyComplete();  // outside the lock: the hook may Poll
+    }
+
+    // DmaOptions::on_complete, once per completed ticket.
+    void NotifyComplete() const {
+        if (options_.on_complete) options_.on_complete();
+    }
+
+    // A copy done in the caller: its ticket is complete at birth.
+    Ticket CompletedTicket(uint64_t bytes) {
+        const Ticket t = NewTicket(0, bytes);
+        NotifyComplete();
+        return t;
     }
 
     DmaCompletion Wait(Ticket t, milliseconds timeout) {
@@ -348,7 +365,7 @@ DmaQueue::Ticket DmaQueue::HostToDevice(const void* host, uint64_t device_addr, 
     CheckRange(b, device_addr, size, "host-to-device");
     if (size <= b.options().inline_threshold) {
         std::memcpy(b.memory() + device_addr, host, size);
-        return b.NewTicket(0, size);
+        return b.CompletedTicket(size);
     }
     const Ticket t = b.NewTicket(Parts(b, size));
     b.Submit(Split(b, true, static_cast<uint8_t*>(const_cast<void*>(host)), b.shm_offset() + device_addr, size, t));
@@ -360,7 +377,7 @@ DmaQueue::Ticket DmaQueue::DeviceToHost(void* host, uint64_t device_addr, uint64
     CheckRange(b, device_addr, size, "device-to-host");
     if (size <= b.options().inline_threshold) {
         std::memcpy(host, b.memory() + device_addr, size);
-        return b.NewTicket(0, size);
+        return b.CompletedTicket(size);
     }
     const Ticket t = b.NewTicket(Parts(b, size));
     b.Submit(Split(b, false, static_cast<uint8_t*>(host), b.shm_offset() + device_addr, size, t));
@@ -375,7 +392,7 @@ DmaQueue::Ticket DmaQueue::DeviceToDevice(uint64_t src_addr, uint64_t dst_addr, 
     if (overlap || size <= b.options().inline_threshold) {
         // Overlapping ranges need memmove's ordering, which chunks in parallel lack.
         std::memmove(b.memory() + dst_addr, b.memory() + src_addr, size);
-        return b.NewTicket(0, size);
+        return b.CompletedTicket(size);
     }
     // The source is the mapping itself: a write from it into the object.
     const Ticket t = b.NewTicket(Parts(b, size));

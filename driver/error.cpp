@@ -19,6 +19,7 @@ const char* ToString(ErrorKind kind) noexcept {
     case ErrorKind::DeviceError: return "device error";
     case ErrorKind::DeviceLost: return "device lost";
     case ErrorKind::Timeout: return "timeout";
+    case ErrorKind::NotReady: return "not ready";
     case ErrorKind::OutOfMemory: return "out of memory";
     case ErrorKind::IoError: return "I/O error";
     case ErrorKind::ProtocolError: return "protocol error";

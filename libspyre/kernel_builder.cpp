@@ -93,12 +93,27 @@ BuiltKernel Finish(std::string name, std::vector<KernelTensor> inputs, std::vect
     return k;
 }
 
+// Loops 0..rank-1: dim i of the tensor is loop i.
+std::vector<int> IdentityLoops(size_t rank) {
+    std::vector<int> loops(rank);
+    std::iota(loops.begin(), loops.end(), 0);
+    return loops;
+}
+
+// A tensor right-aligned against an iteration space of `rank` loops (numpy broadcasting).
+std::vector<int> RightAlignedLoops(size_t tensor_rank, size_t rank) {
+    std::vector<int> loops(tensor_rank);
+    std::iota(loops.begin(), loops.end(), int(rank - tensor_rank));
+    return loops;
+}
+
 // One input, one output of the same shape.
 BuiltKernel Unary(const KernelBuilder& b, const char* what, uint16_t opcode, const std::vector<int64_t>& shape,
                   DType dtype, uint32_t axis = 0) {
     CheckShape(shape, what);
     CheckArithmetic(dtype, what);
-    const KernelTensor x = b.Tensor(shape, dtype);
+    KernelTensor x = b.Tensor(shape, dtype);
+    x.loops = IdentityLoops(shape.size());
     spyre_program_op op = Op(opcode, {0, 1});
     op.u.axis.axis = axis;
     return Finish(std::string(what) + " " + ToString(dtype) + " " + ShapeText(shape), {x}, {x},
@@ -191,12 +206,17 @@ BuiltKernel KernelBuilder::Matmul(int64_t m, int64_t k, int64_t n, DType dtype, 
     for (auto [name, v] : dims)
         if (v < 1) Invalid(std::string("matmul dimension ") + name + " is " + std::to_string(v) + "; must be >= 1");
     CheckArithmetic(dtype, "matmul");
-    const KernelTensor a = Tensor({m, k}, dtype), b = Tensor({k, n}, dtype), c = Tensor({m, n}, dtype);
+    KernelTensor a = Tensor({m, k}, dtype), b = Tensor({k, n}, dtype), c = Tensor({m, n}, dtype);
+    a.loops = {0, 1};  // loops m=0, k=1, n=2
+    b.loops = {1, 2};
+    c.loops = {0, 2};
     spyre_program_op op = Op(SPYRE_PROG_OP_MATMUL, {0, 1, 2});
     op.flags = accumulate ? SPYRE_PROG_OPF_ACCUMULATE : 0;
-    return Finish("matmul " + std::string(ToString(dtype)) + " " + ShapeText({m, k}) + "x" + ShapeText({k, n}) +
+    BuiltKernel kernel = Finish("matmul " + std::string(ToString(dtype)) + " " + ShapeText({m, k}) + "x" + ShapeText({k, n}) +
                       (accumulate ? " accumulate" : ""),
                   {a, b}, {c}, {Describe(a, 2), Describe(b, 2), Describe(c, 2)}, op);
+    kernel.reduction_loops = {1};
+    return kernel;
 }
 
 BuiltKernel KernelBuilder::Elementwise(ElementwiseOp op, const std::vector<int64_t>& a, const std::vector<int64_t>& b,
@@ -220,7 +240,10 @@ BuiltKernel KernelBuilder::Elementwise(ElementwiseOp op, const std::vector<int64
         const char* name;
     } kOps[] = {{SPYRE_PROG_OP_ADD, "add"}, {SPYRE_PROG_OP_SUB, "sub"}, {SPYRE_PROG_OP_MUL, "mul"}, {SPYRE_PROG_OP_DIV, "div"}};
     const auto& which = kOps[int(op)];
-    const KernelTensor ta = Tensor(a, dtype), tb = Tensor(b, dtype), tc = Tensor(c, dtype);
+    KernelTensor ta = Tensor(a, dtype), tb = Tensor(b, dtype), tc = Tensor(c, dtype);
+    ta.loops = RightAlignedLoops(a.size(), rank);
+    tb.loops = RightAlignedLoops(b.size(), rank);
+    tc.loops = IdentityLoops(rank);
     return Finish(std::string(which.name) + " " + ToString(dtype) + " " + ShapeText(a) + " " + ShapeText(b), {ta, tb},
                   {tc}, {Describe(ta, rank), Describe(tb, rank), Describe(tc, rank)}, Op(which.opcode, {0, 1, 2}));
 }
@@ -235,7 +258,9 @@ BuiltKernel KernelBuilder::Gelu(const std::vector<int64_t>& shape, DType dtype) 
 
 BuiltKernel KernelBuilder::Softmax(const std::vector<int64_t>& shape, DType dtype) const {
     CheckShape(shape, "softmax input");
-    return Unary(*this, "softmax", SPYRE_PROG_OP_SOFTMAX, shape, dtype, uint32_t(shape.size() - 1));
+    BuiltKernel kernel = Unary(*this, "softmax", SPYRE_PROG_OP_SOFTMAX, shape, dtype, uint32_t(shape.size() - 1));
+    kernel.untileable_loops = {int(shape.size() - 1)};  // every row needs all of its elements at once
+    return kernel;
 }
 
 BuiltKernel KernelBuilder::Reduce(ReduceKind kind, const std::vector<int64_t>& shape, int axis, DType dtype) const {
@@ -248,11 +273,17 @@ BuiltKernel KernelBuilder::Reduce(ReduceKind kind, const std::vector<int64_t>& s
     if (axis < 0) axis += rank;
     std::vector<int64_t> out = shape;
     out[size_t(axis)] = 1;
-    const KernelTensor x = Tensor(shape, dtype), y = Tensor(out, dtype);
+    KernelTensor x = Tensor(shape, dtype), y = Tensor(out, dtype);
+    x.loops = IdentityLoops(shape.size());
+    y.loops = IdentityLoops(shape.size());  // the kept size-1 dim sits on the reduction loop
     spyre_program_op op = Op(kind == ReduceKind::Sum ? SPYRE_PROG_OP_REDUCE_SUM : SPYRE_PROG_OP_REDUCE_MAX, {0, 1});
     op.u.axis.axis = uint32_t(axis);
-    return Finish(std::string(what) + " " + ToString(dtype) + " " + ShapeText(shape) + " axis " + std::to_string(axis),
-                  {x}, {y}, {Describe(x, shape.size()), Describe(y, shape.size())}, op);
+    BuiltKernel kernel = Finish(std::string(what) + " " + ToString(dtype) + " " + ShapeText(shape) + " axis " +
+                                    std::to_string(axis),
+                                {x}, {y}, {Describe(x, shape.size()), Describe(y, shape.size())}, op);
+    kernel.reduction_loops = {axis};
+    kernel.untileable_loops = {axis};  // REDUCE overwrites Y: partial results cannot accumulate
+    return kernel;
 }
 
 BuiltKernel KernelBuilder::Transpose(const std::vector<int64_t>& shape, const std::vector<int>& perm, DType dtype) const {
@@ -270,7 +301,9 @@ BuiltKernel KernelBuilder::Transpose(const std::vector<int64_t>& shape, const st
         out[i] = shape[size_t(perm[i])];
         op.u.copy.perm[i] = uint8_t(perm[i]);
     }
-    const KernelTensor x = Tensor(shape, dtype), y = Tensor(out, dtype);
+    KernelTensor x = Tensor(shape, dtype), y = Tensor(out, dtype);
+    x.loops = IdentityLoops(shape.size());
+    y.loops.assign(perm.begin(), perm.end());  // output dim i walks input dim perm[i]
     const bool identity = std::is_sorted(perm.begin(), perm.end());
     return Finish(std::string(identity ? "copy " : "transpose ") + ToString(dtype) + " " + ShapeText(shape), {x}, {y},
                   {Describe(x, shape.size()), Describe(y, shape.size())}, op);
@@ -284,7 +317,8 @@ BuiltKernel KernelBuilder::Copy(const std::vector<int64_t>& shape, DType dtype) 
 
 BuiltKernel KernelBuilder::Fill(const std::vector<int64_t>& shape, double value, DType dtype) const {
     CheckShape(shape, "fill output");
-    const KernelTensor y = Tensor(shape, dtype);
+    KernelTensor y = Tensor(shape, dtype);
+    y.loops = IdentityLoops(shape.size());
     spyre_program_op op = Op(SPYRE_PROG_OP_FILL, {0});
     op.u.fill.value = FillBits(value, dtype);
     return Finish("fill " + std::string(ToString(dtype)) + " " + ShapeText(shape) + " = " + std::to_string(value), {},

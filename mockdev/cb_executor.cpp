@@ -37,12 +37,20 @@ bool IsContractOpcode(uint8_t op) {
     }
 }
 
-// Header checks common to every opcode. Until COPY_INLINE carries a payload,
-// every CB occupies exactly one slot.
-uint16_t ValidateHeader(const spyre_cb& cb) {
+// Header checks common to every opcode, in contract order: opcode, reserved
+// flags and fields, then the slot count. `payload_bytes` is what the engine
+// framed after the CB. Only COPY_INLINE carries a payload; its slot count
+// follows from its size.
+uint16_t ValidateHeader(const spyre_cb& cb, size_t payload_bytes) {
     if (!IsContractOpcode(cb.opcode)) return SPYRE_ERR_INVALID_OPCODE;
-    if (cb.flags != 0 || cb.reserved0 != 0) return SPYRE_ERR_RESERVED_NONZERO;
-    if (cb.slots != 1) return SPYRE_ERR_BAD_SLOT_COUNT;
+    if ((cb.flags & ~SPYRE_CB_F_DEFINED) != 0 || cb.reserved0 != 0) return SPYRE_ERR_RESERVED_NONZERO;
+    if (cb.slots == 0 || cb.slots > SPYRE_CB_MAX_SLOTS ||
+        payload_bytes != size_t(cb.slots - 1) * SPYRE_CB_SLOT_BYTES)
+        return SPYRE_ERR_BAD_SLOT_COUNT;
+    if (cb.opcode != SPYRE_OP_COPY_INLINE) return cb.slots == 1 ? SPYRE_ERR_NONE : SPYRE_ERR_BAD_SLOT_COUNT;
+    const uint64_t size = cb.u.copy.size;
+    if (size == 0 || size > SPYRE_CB_INLINE_MAX_BYTES || cb.slots != SPYRE_CB_INLINE_SLOTS(size))
+        return SPYRE_ERR_BAD_SLOT_COUNT;
     return SPYRE_ERR_NONE;
 }
 
@@ -62,11 +70,12 @@ CbOutcome SemaphoreAt(const DeviceMemory& memory, uint64_t addr, uint64_t*& word
 
 }  // namespace
 
-CbOutcome CbExecutor::Execute(const spyre_cb& cb, const std::function<bool()>& aborted) noexcept {
+CbOutcome CbExecutor::Execute(const spyre_cb& cb, std::span<const uint8_t> payload,
+                              const std::function<bool()>& aborted) noexcept {
     try {
-        if (uint16_t status = ValidateHeader(cb); status != SPYRE_ERR_NONE) return Fail(status);
+        if (uint16_t status = ValidateHeader(cb, payload.size()); status != SPYRE_ERR_NONE) return Fail(status);
         const auto bound = std::chrono::milliseconds(regs_.Load32(SPYRE_REG_WATCHDOG_MS));
-        return Dispatch(cb, Budget(Budget::Clock::now() + bound, aborted));
+        return Dispatch(cb, payload, Budget(Budget::Clock::now() + bound, aborted));
     } catch (const std::exception& e) {
         LOG_ERROR("executor fault on opcode 0x%02x: %s", unsigned(cb.opcode), e.what());
     } catch (...) {
@@ -75,16 +84,15 @@ CbOutcome CbExecutor::Execute(const spyre_cb& cb, const std::function<bool()>& a
     return Fail(SPYRE_ERR_INTERNAL);
 }
 
-CbOutcome CbExecutor::Dispatch(const spyre_cb& cb, const Budget& budget) {
+CbOutcome CbExecutor::Dispatch(const spyre_cb& cb, std::span<const uint8_t> payload, const Budget& budget) {
     switch (cb.opcode) {
     case SPYRE_OP_NOP: return ExecuteNop(cb);
     case SPYRE_OP_LAUNCH: return ExecuteLaunch(cb, budget);
     case SPYRE_OP_CORRECT: return ExecuteCorrect(cb);
     case SPYRE_OP_COPY: return ExecuteCopy(cb, budget);
+    case SPYRE_OP_COPY_INLINE: return ExecuteCopyInline(cb, payload);
     case SPYRE_OP_SEM_WRITE: return ExecuteSemWrite(cb);
     case SPYRE_OP_SEM_WAIT: return ExecuteSemWait(cb, budget);
-    // Known to the contract, not executed by this device (CAPS says so).
-    case SPYRE_OP_COPY_INLINE: return Fail(SPYRE_ERR_UNSUPPORTED);
     default: return Fail(SPYRE_ERR_INVALID_OPCODE);
     }
 }
@@ -124,6 +132,19 @@ CbOutcome CbExecutor::ExecuteCopy(const spyre_cb& cb, const Budget& budget) {
         std::memmove(dst->data() + at, src->data() + at, n);
         done += n;
     }
+    regs_.Add64(SPYRE_REG_CNT_COPIES, 1);
+    regs_.Add64(SPYRE_REG_CNT_COPY_BYTES, c.size);
+    return CbOutcome{SPYRE_ERR_NONE, c.size, 0};
+}
+
+// The header check proved 1 <= size <= payload.size(). At most 4032 bytes:
+// no budget check needed.
+CbOutcome CbExecutor::ExecuteCopyInline(const spyre_cb& cb, std::span<const uint8_t> payload) {
+    const spyre_cb_copy& c = cb.u.copy;
+    if (c.src_addr != 0 || !ReservedArgsZero(cb, 3)) return Fail(SPYRE_ERR_RESERVED_NONZERO);
+    const auto dst = memory_.Span(c.dst_addr, c.size);
+    if (!dst) return Fail(SPYRE_ERR_ADDR_RANGE, c.dst_addr);
+    std::memcpy(dst->data(), payload.data(), c.size);
     regs_.Add64(SPYRE_REG_CNT_COPIES, 1);
     regs_.Add64(SPYRE_REG_CNT_COPY_BYTES, c.size);
     return CbOutcome{SPYRE_ERR_NONE, c.size, 0};

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Validation and execution of one control block. The engine copies each CB
-// out of the ring and hands it here with a way to ask it to stop; every
-// opcode has its own executor in the dispatch. Each CB runs under a budget:
+// Validation and execution of one control block. The engine frames each CB
+// (spyre_cb.h), copies it and its inline payload out of the ring and hands
+// both here with a way to ask it to stop; every opcode has its own executor
+// in the dispatch. Each CB runs under a budget:
 // WATCHDOG_MS from its start, or sooner if the engine aborts it.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <span>
 
 #include "budget.hpp"
 #include "cb_outcome.hpp"
@@ -25,17 +27,22 @@ public:
     CbExecutor(RegisterFile& regs, DeviceMemory memory, ComputeEngine& compute)
         : regs_(regs), memory_(memory), programs_(memory, compute) {}
 
-    // Validates and runs `cb`. `aborted` (may be empty) tells a running CB
-    // to stop early. Never throws: a device-model fault becomes
-    // SPYRE_ERR_INTERNAL and the device goes on with the next CB.
-    CbOutcome Execute(const spyre_cb& cb, const std::function<bool()>& aborted = {}) noexcept;
+    // Validates and runs `cb`. `payload` holds the ring slots that follow the
+    // CB, (cb.slots - 1) * 64 bytes as framed by the engine (empty for a
+    // one-slot CB); a length that does not match cb.slots is BAD_SLOT_COUNT.
+    // `aborted` (may be empty) tells a running CB to stop early. Never
+    // throws: a device-model fault becomes SPYRE_ERR_INTERNAL and the device
+    // goes on with the next CB.
+    CbOutcome Execute(const spyre_cb& cb, std::span<const uint8_t> payload = {},
+                      const std::function<bool()>& aborted = {}) noexcept;
 
 private:
-    CbOutcome Dispatch(const spyre_cb& cb, const Budget& budget);
+    CbOutcome Dispatch(const spyre_cb& cb, std::span<const uint8_t> payload, const Budget& budget);
     CbOutcome ExecuteNop(const spyre_cb& cb);
     CbOutcome ExecuteLaunch(const spyre_cb& cb, const Budget& budget);
     CbOutcome ExecuteCorrect(const spyre_cb& cb);
     CbOutcome ExecuteCopy(const spyre_cb& cb, const Budget& budget);
+    CbOutcome ExecuteCopyInline(const spyre_cb& cb, std::span<const uint8_t> payload);
     CbOutcome ExecuteSemWrite(const spyre_cb& cb);
     CbOutcome ExecuteSemWait(const spyre_cb& cb, const Budget& budget);
 

@@ -98,6 +98,7 @@ std::unique_lock<std::mutex> Engine::Pause() {
 void Engine::ClearRing(const std::unique_lock<std::mutex>&) {
     ring_enabled_.store(false);
     halted_.store(false);
+    cancel_next_ = false;  // a linked chain does not survive a reset
     SharedWord(db_->sq_tail).store(0);
     SharedWord(db_->cq_head).store(0);
     SharedWord(db_->sq_head).store(0);
@@ -206,20 +207,42 @@ void Engine::ServeBatch() {
     const auto started = Clock::now();
     uint32_t cq_tail = SharedWord(db_->cq_tail).load(std::memory_order_relaxed);
     while (head != tail && !LeaveBatch()) {
-        // The driver may scribble on the slot at any time: work on a private copy.
+        // The driver may scribble on the slots at any time: work on private
+        // copies of the CB and its payload.
         spyre_cb cb;
-        std::memcpy(&cb, sq_ + size_t(spyre_ring_slot(head, geo_.sq_entries)) * geo_.cb_size, sizeof cb);
+        std::memcpy(&cb, Slot(head), sizeof cb);
         if (!WaitForCqSpace(cq_tail, head)) break;
 
-        const CbOutcome outcome = executor_.Execute(cb, abort_cb_);
+        // Framing (spyre_cb.h): a slot count the ring cannot hold consumes
+        // just this slot, so the device never reads past what was published.
+        const bool framed = cb.slots >= 1 && cb.slots <= SPYRE_CB_MAX_SLOTS && cb.slots <= tail - head;
+        const uint32_t used = framed ? cb.slots : 1u;
+        const bool cancelled = cancel_next_;
+        CbOutcome outcome;
+        if (cancelled) {
+            outcome = Fail(SPYRE_ERR_CANCELED);  // the previous CB was linked and failed: not even validated
+        } else if (!framed) {
+            outcome = Fail(SPYRE_ERR_BAD_SLOT_COUNT);
+        } else {
+            const size_t payload_bytes = size_t(used - 1) * SPYRE_CB_SLOT_BYTES;
+            for (uint32_t i = 1; i < used; ++i)
+                std::memcpy(payload_.data() + size_t(i - 1) * SPYRE_CB_SLOT_BYTES, Slot(head + i), SPYRE_CB_SLOT_BYTES);
+            outcome = executor_.Execute(cb, std::span<const uint8_t>(payload_.data(), payload_bytes), abort_cb_);
+        }
+        // LINK: a failed (or cancelled) linked CB cancels its successor, also
+        // one that arrives with a later doorbell.
+        cancel_next_ = (cb.flags & SPYRE_CB_F_LINK) != 0 && outcome.status != SPYRE_ERR_NONE;
         if (outcome.status == SPYRE_ERR_NONE) {
             regs_.Add64(SPYRE_REG_CNT_CB_DONE, 1);
         } else {
-            regs_.LatchError(ErrorRecord{outcome.status, cb.opcode, head, outcome.fault_addr, cb.user_data});
+            // A cancellation is a consequence, not a fault: the first real
+            // fault stays latched.
+            if (!cancelled)
+                regs_.LatchError(ErrorRecord{outcome.status, cb.opcode, head, outcome.fault_addr, cb.user_data});
             regs_.Add64(SPYRE_REG_CNT_CB_ERRORS, 1);
         }
         PostCqe(cb, outcome, head, cq_tail);
-        ++head;
+        head += used;
         ++cq_tail;
         SharedWord(db_->sq_head).store(head, std::memory_order_release);
         SharedWord(db_->cq_tail).store(cq_tail, std::memory_order_release);
@@ -230,6 +253,10 @@ void Engine::ServeBatch() {
     regs_.ClearBits32(SPYRE_REG_STATUS, SPYRE_STATUS_BUSY);
     regs_.Add64(SPYRE_REG_CNT_BUSY_NS,
                 uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started).count()));
+}
+
+const uint8_t* Engine::Slot(uint32_t pos) const {
+    return sq_ + size_t(spyre_ring_slot(pos, geo_.sq_entries)) * geo_.cb_size;
 }
 
 void Engine::PostCqe(const spyre_cb& cb, const CbOutcome& outcome, uint32_t sq_pos, uint32_t cq_tail) {

@@ -7,6 +7,7 @@
 // and a busy one never needs a syscall to be woken.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -77,6 +78,7 @@ private:
     bool LeaveBatch() const;
     bool WaitForCqSpace(uint32_t cq_tail, uint32_t sq_head);
     void Halt(uint32_t sq_head);
+    const uint8_t* Slot(uint32_t pos) const;  // the SQ slot of a ring position
     void PostCqe(const spyre_cb& cb, const CbOutcome& outcome, uint32_t sq_pos, uint32_t cq_tail);
     // Internal events (enable, stop) change no doorbell word, so a wake-up
     // could slip in between the engine's last check and its futex wait. The
@@ -94,6 +96,10 @@ private:
     uint8_t* const cq_;
 
     std::mutex exec_mutex_;  // held while serving a batch; Pause takes it
+    // Guarded by exec_mutex_: the last CB carried LINK and failed, so the
+    // next one is cancelled (spyre_cb.h, "Linked CBs").
+    bool cancel_next_ = false;
+    std::array<uint8_t, SPYRE_CB_INLINE_MAX_BYTES> payload_{};  // inline payload of the CB being served
     std::atomic<bool> stopping_{false};
     std::atomic<bool> abort_batch_{false};
     std::atomic<bool> ring_enabled_{false};

@@ -25,6 +25,14 @@ CbOutcome ProgramFail(const ProgramFault& f, uint64_t program_addr) {
 CbOutcome ProgramExecutor::Load(uint64_t addr, uint64_t size, std::vector<uint8_t>& bytes,
                                 DecodedProgram& program) const {
     if (addr % SPYRE_PROGRAM_ALIGN != 0) return Fail(SPYRE_ERR_MISALIGNED, addr);
+    if (size == 0) {
+        // LAUNCH with program_size 0: the size is the header's total_size.
+        const auto header = memory_.Span(addr, sizeof(spyre_program_header));
+        if (!header) return Fail(SPYRE_ERR_ADDR_RANGE, addr);
+        spyre_program_header h;
+        std::memcpy(&h, header->data(), sizeof h);
+        size = h.total_size;
+    }
     if (size < sizeof(spyre_program_header) || size > SPYRE_PROGRAM_MAX_SIZE) return Fail(SPYRE_ERR_PROGRAM_FORMAT, addr);
     const auto span = memory_.Span(addr, size);
     if (!span) return Fail(SPYRE_ERR_ADDR_RANGE, addr);

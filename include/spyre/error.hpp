@@ -19,6 +19,7 @@ enum class ErrorKind {
     DeviceError,       // the device reported a fault (device_code says which)
     DeviceLost,        // the device (or the daemon serving it) went away
     Timeout,           // a bounded wait ran out
+    NotReady,          // asked for a result that is not there yet (an event still pending)
     OutOfMemory,       // host or device memory exhausted
     IoError,           // a system call failed unexpectedly
     ProtocolError,     // the device does not speak this contract (magic, version, geometry)

@@ -29,6 +29,9 @@ struct KernelTensor {
     DType dtype = DType::FP32;
     TensorLayout layout = TensorLayout::Dense;
     uint64_t bytes = 0;            // device memory from its address to its end, padding included
+    // Iteration-space loop of each dim (TensorSpec::loops): what the tiler
+    // splits. A size-1 dim broadcast against a bigger one shares its loop.
+    std::vector<int> loops;
 };
 
 enum class ElementwiseOp { Add, Sub, Mul, Div };
@@ -45,6 +48,12 @@ struct BuiltKernel {
     uint64_t correction_input_size = 0;
     std::vector<KernelTensor> inputs;   // the SpyreCompute's expected inputs, in order
     std::vector<KernelTensor> outputs;  // what it writes (matmul with accumulate also reads C)
+    // Loops that index no output (a matmul's K, a reduce's axis): tiling
+    // along them accumulates partial results.
+    std::vector<int> reduction_loops;
+    // Loops the program cannot be split along (a softmax axis, a reduce's
+    // axis: REDUCE cannot accumulate across launches).
+    std::vector<int> untileable_loops;
 
     size_t tensor_count() const { return inputs.size() + outputs.size(); }
     // The correction input for these tensor addresses (inputs then outputs).

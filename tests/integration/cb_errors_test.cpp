@@ -18,7 +18,10 @@ struct BadCb {
 std::vector<BadCb> Garbage() {
     std::vector<BadCb> v;
     spyre_cb zero{};
-    v.push_back({"zeroed slot", zero, SPYRE_ERR_INVALID_OPCODE});
+    v.push_back({"zeroed slot (framing: 0 slots)", zero, SPYRE_ERR_BAD_SLOT_COUNT});
+    spyre_cb zero_op = NopCb(0);
+    zero_op.opcode = 0;
+    v.push_back({"opcode 0", zero_op, SPYRE_ERR_INVALID_OPCODE});
     spyre_cb unknown = NopCb(0);
     unknown.opcode = 0x7F;
     v.push_back({"unknown opcode", unknown, SPYRE_ERR_INVALID_OPCODE});
@@ -35,8 +38,11 @@ std::vector<BadCb> Garbage() {
     slots0.slots = 0;
     v.push_back({"zero slots", slots0, SPYRE_ERR_BAD_SLOT_COUNT});
     spyre_cb slots_many = NopCb(0);
-    slots_many.slots = 9;
-    v.push_back({"NOP claiming 9 slots", slots_many, SPYRE_ERR_BAD_SLOT_COUNT});
+    slots_many.slots = SPYRE_CB_MAX_SLOTS + 1;
+    v.push_back({"NOP claiming more slots than a CB may have", slots_many, SPYRE_ERR_BAD_SLOT_COUNT});
+    spyre_cb bad_inline = NopCb(0);
+    bad_inline.opcode = SPYRE_OP_COPY_INLINE;  // size 0: no valid slot count
+    v.push_back({"COPY_INLINE of 0 bytes", bad_inline, SPYRE_ERR_BAD_SLOT_COUNT});
     return v;
 }
 
@@ -75,20 +81,24 @@ TEST_F(MockDeviceTest, MalformedCbsGetErrorCompletionsAndTheDeviceGoesOn) {
     EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_NOPS), 2 * Garbage().size());
 }
 
-TEST_F(MockDeviceTest, NotYetExecutedOpcodesAreUnsupportedNotCrashes) {
+TEST_F(MockDeviceTest, GarbageCopyInlineIsAnErrorNotACrash) {
     Function fn = Function::Open(Vf(1));
     CommandRing ring(fn);
     spyre_cb cb = NopCb(SPYRE_OP_COPY_INLINE);
     cb.opcode = SPYRE_OP_COPY_INLINE;
-    cb.u.args[0] = 0xFFFFFFFFFFFFFFFFull;
-    ring.Submit(std::array{cb});
+    cb.u.args[0] = 0xFFFFFFFFFFFFFFFFull;  // src_addr must be 0
+    cb.u.copy.size = 8;
+    cb.slots = 2;
+    std::array<spyre_cb, 2> slots{cb, spyre_cb{}};
+    ring.Submit(slots);
     Completion c;
     ring.Wait({&c, 1}, 1, {.mode = WaitMode::Adaptive});
-    EXPECT_EQ(c.status, SPYRE_ERR_UNSUPPORTED);
+    EXPECT_EQ(c.status, SPYRE_ERR_RESERVED_NONZERO);
     EXPECT_EQ(c.opcode, SPYRE_OP_COPY_INLINE);
-    // CAPS tells the truth.
-    EXPECT_FALSE(fn.Read32(SPYRE_REG_CAPS) & SPYRE_CAP_COPY_INLINE);
+    // CAPS tells the truth: every contract opcode is executed.
+    EXPECT_TRUE(fn.Read32(SPYRE_REG_CAPS) & SPYRE_CAP_COPY_INLINE);
     EXPECT_TRUE(fn.Read32(SPYRE_REG_CAPS) & SPYRE_CAP_LAUNCH);
+    EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_COPIES), 0u);
 }
 
 TEST_F(MockDeviceTest, RingOverflowHaltsOnlyThatFunctionUntilReset) {

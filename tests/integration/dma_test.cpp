@@ -2,8 +2,11 @@
 // DMA through a real device: byte-exact round trips of many sizes and offsets
 // in PF and VF mode, with io_uring and with the fallback; concurrency; bounds;
 // VF isolation.
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "mock_fixture.hpp"
@@ -202,6 +205,116 @@ TEST_F(MockDeviceTest, VfCannotReachAnotherVfThroughDma) {
     dma_b.Wait(dma_b.CopyFromDevice(still.data(), secret.handle, 4096));
     EXPECT_EQ(still, pattern);
 }
+
+// DmaOptions::on_complete runs once per completed copy, after the completion
+// is visible to Poll: for copies done in the caller before the call returns,
+// for chunked ones on the queue's threads.
+class DmaHookTest : public MockDeviceTest, public ::testing::WithParamInterface<DmaBackend> {};
+
+TEST_P(DmaHookTest, CompletionHookFiresOncePerCopyAfterItIsVisible) {
+    Function fn = Function::Open(Pf());
+    std::mutex m;
+    std::condition_variable cv;
+    int calls = 0;
+    std::optional<DmaQueue> q;
+    try {
+        q.emplace(fn, DmaOptions{.backend = GetParam(), .chunk_bytes = 256 * 1024, .inline_threshold = 64 * 1024,
+                                 .on_complete = [&] {
+                                     {
+                                         std::lock_guard lock(m);
+                                         ++calls;
+                                     }
+                                     cv.notify_all();
+                                 }});
+    } catch (const Error& e) {
+        if (e.kind() == ErrorKind::Unsupported) GTEST_SKIP() << e.what();
+        throw;
+    }
+    auto hooks = [&] {
+        std::lock_guard lock(m);
+        return calls;
+    };
+    // A small copy is done in the caller: the hook has run when it returns.
+    std::vector<uint8_t> small(100, 1);
+    const auto t0 = q->HostToDevice(small.data(), 0, small.size());
+    EXPECT_EQ(hooks(), 1);
+    EXPECT_TRUE(q->Poll(t0).has_value());
+
+    // Chunked copies from two threads, each way and on the device.
+    constexpr int kPerThread = 12;
+    constexpr uint64_t kSize = 1 * kMiB + 77;
+    std::vector<std::vector<uint8_t>> bufs(2 * kPerThread, std::vector<uint8_t>(kSize, 3));
+    std::mutex tickets_mutex;
+    std::set<DmaQueue::Ticket> outstanding;
+    std::vector<std::thread> threads;
+    // The submitting threads stay alive until every copy is done: the kernel
+    // cancels a thread's io_uring requests when it exits (the queue submits from the caller's thread).
+    std::atomic<bool> finished{false};
+    for (int t = 0; t < 2; ++t) {
+        threads.emplace_back([&, t] {
+            for (int i = 0; i < kPerThread; ++i) {
+                const int k = t * kPerThread + i;
+                const uint64_t addr = (8 + uint64_t(k) * 4) * kMiB;  // no two copies touch the same bytes
+                DmaQueue::Ticket ticket;
+                if (i % 3 == 0)
+                    ticket = q->HostToDevice(bufs[k].data(), addr, kSize);
+                else if (i % 3 == 1)
+                    ticket = q->DeviceToHost(bufs[k].data(), addr, kSize);
+                else
+                    ticket = q->DeviceToDevice(addr, addr + 2 * kMiB, kSize / 4);
+                std::lock_guard lock(tickets_mutex);
+                outstanding.insert(ticket);
+            }
+            while (!finished.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        });
+    }
+    auto wait_submitted = [&] {
+        for (;;) {
+            {
+                std::lock_guard lock(tickets_mutex);
+                if (outstanding.size() == 2 * kPerThread) return;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+    };
+    wait_submitted();
+    struct Release {
+        std::atomic<bool>& f;
+        std::vector<std::thread>& ts;
+        ~Release() {
+            f.store(true);
+            for (auto& th : ts) th.join();
+        }
+    } release{finished, threads};
+    // Whenever k hooks have run, at least k copies are complete.
+    int completed = 1;  // t0
+    const int total = 1 + 2 * kPerThread;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (completed < total) {
+        int seen;
+        {
+            std::unique_lock lock(m);
+            cv.wait_until(lock, deadline, [&] { return calls > completed; });
+            seen = calls;
+        }
+        ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "hooks stopped at " << seen;
+        for (auto it = outstanding.begin(); it != outstanding.end();)
+            if (auto done = q->Poll(*it)) {
+                EXPECT_GT(done->bytes, 0u);
+                it = outstanding.erase(it);
+                ++completed;
+            } else {
+                ++it;
+            }
+        ASSERT_GE(completed, seen) << "a hook ran before its copy was visible to Poll";
+    }
+    EXPECT_TRUE(outstanding.empty());
+    q.reset();  // no hook after the queue is gone
+    EXPECT_EQ(hooks(), total);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, DmaHookTest, ::testing::Values(DmaBackend::IoUring, DmaBackend::Fallback),
+                         [](const auto& info) { return std::string(info.param == DmaBackend::IoUring ? "io_uring" : "fallback"); });
 
 TEST(DmaEnvironment, BadSpyreDmaValueIsRejected) {
     SPYRE_REQUIRE_FUSE();

@@ -2,11 +2,17 @@
 // The control-block ring of a function: submission with one doorbell per
 // batch (woken only when the device sleeps), and completion waits that poll,
 // adapt or block on the completion interrupt (a futex word).
+//
+// Submit takes ring slots, not CBs: a COPY_INLINE CB is followed by its
+// payload slots (spyre_cb.h, "Ring framing"). The ring counts both: slots
+// (FreeSlots) and CBs (InFlight, one completion each).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "spyre/driver/function.hpp"
 
@@ -67,6 +73,24 @@ inline spyre_cb SemWaitCb(uint64_t addr, uint64_t value, uint64_t timeout_ns, ui
     return cb;
 }
 
+// `cb` with SPYRE_CB_F_LINK set: if it fails, the next CB in the ring is
+// cancelled (SPYRE_ERR_CANCELED) instead of run.
+inline spyre_cb Linked(spyre_cb cb) noexcept {
+    cb.flags |= SPYRE_CB_F_LINK;
+    return cb;
+}
+
+// Appends a COPY_INLINE CB writing `bytes` to device address `dst_addr`,
+// followed by its payload slots (SPYRE_CB_INLINE_SLOTS(bytes.size()) slots in
+// all; padding past the data is zero). `flags` may hold SPYRE_CB_F_LINK.
+// Throws InvalidArgument for an empty payload, more than
+// SPYRE_CB_INLINE_MAX_BYTES (4032) bytes, or an undefined flag; `out` is then
+// unchanged.
+void AppendCopyInline(std::vector<spyre_cb>& out, uint64_t dst_addr, std::span<const uint8_t> bytes,
+                      uint64_t user_data = 0, uint8_t flags = 0);
+// The same as a new vector.
+std::vector<spyre_cb> CopyInlineCbs(uint64_t dst_addr, std::span<const uint8_t> bytes, uint64_t user_data = 0);
+
 struct Completion {
     uint64_t user_data = 0;
     uint64_t result = 0;
@@ -95,23 +119,39 @@ public:
 
     uint32_t sq_entries() const noexcept { return sq_entries_; }
     uint32_t cq_entries() const noexcept { return cq_entries_; }
-    // Slots free for Submit: CBs submitted and not yet reaped hold a slot.
-    uint32_t FreeSlots() const noexcept { return spyre_ring_free(cq_head_, sq_tail_, sq_entries_); }
-    // CBs submitted and not yet reaped.
-    uint32_t InFlight() const noexcept { return spyre_ring_used(cq_head_, sq_tail_); }
+    // Ring slots free for Submit: a CB holds its slots (itself and its
+    // payload) until its completion is reaped.
+    uint32_t FreeSlots() const noexcept { return spyre_ring_free(sq_head_, sq_tail_, sq_entries_); }
+    // CBs submitted and not yet reaped (each gets one completion).
+    uint32_t InFlight() const noexcept { return cb_tail_ - cb_head_; }
 
-    // Copies the CBs into the ring and rings the doorbell once. Returns the
-    // ring position of the first CB. Throws InvalidArgument if they do not
-    // fit in FreeSlots() (reap first), DeviceLost if the device is gone.
-    uint32_t Submit(std::span<const spyre_cb> cbs);
+    // Copies the ring slots into the ring and rings the doorbell once.
+    // `slots` is a sequence of CBs, each followed by its payload slots, framed
+    // as the device frames them: a CB whose `slots` is 1..SPYRE_CB_MAX_SLOTS
+    // takes that many; one with 0 or more than SPYRE_CB_MAX_SLOTS takes one
+    // slot (the device answers it with BAD_SLOT_COUNT). Returns the ring
+    // position of the first slot. Throws InvalidArgument if the slots do not
+    // fit in FreeSlots() (reap first) or a CB's payload runs past the end of
+    // `slots` (a CB and its payload are published together), DeviceLost if
+    // the device is gone.
+    uint32_t Submit(std::span<const spyre_cb> slots);
 
     // Reaps completions that are ready, without waiting. Returns how many.
+    // Each completion frees its CB's slots. Throws ProtocolError if the
+    // device publishes completions that do not match the CBs in flight.
     size_t Reap(std::span<Completion> out);
 
     // Waits until at least min(min_count, out.size()) completions are ready
     // and reaps up to out.size(). Throws Timeout, DeviceLost (daemon died or
     // shut down: detected within ~100 ms) or DeviceError (ring halted).
     size_t Wait(std::span<Completion> out, size_t min_count, const WaitOptions& options = {});
+
+    // Sleeps until a completion is ready, `*word` (a futex word private to
+    // this process) no longer holds `expected`, or `timeout` passes —
+    // whichever comes first — so one thread can wait for the device and for
+    // its own producers at once (futex_waitv; short sleeps where the kernel
+    // lacks it). Throws DeviceLost / DeviceError like Wait.
+    void WaitCompletionOr(const std::atomic<uint32_t>& word, uint32_t expected, std::chrono::nanoseconds timeout);
 
 private:
     bool CompletionsReady() const noexcept;
@@ -124,8 +164,14 @@ private:
     const spyre_cqe* cq_ = nullptr;
     uint32_t sq_entries_ = 0;
     uint32_t cq_entries_ = 0;
-    uint32_t sq_tail_ = 0;   // our producer position
+    uint32_t sq_tail_ = 0;   // our producer position (slots)
+    uint32_t sq_head_ = 0;   // first slot not yet freed: the oldest CB in flight starts here
     uint32_t cq_head_ = 0;   // our consumer position
+    // Slots of each CB in flight, oldest first: a ring of sq_entries records
+    // (each CB holds at least one slot, so they never outnumber the slots).
+    std::vector<uint16_t> cb_slots_;
+    uint32_t cb_head_ = 0;   // CBs reaped
+    uint32_t cb_tail_ = 0;   // CBs submitted
 };
 
 }  // namespace spyre::driver

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,14 @@ struct DmaOptions {
     uint64_t chunk_bytes = 4ull << 20;     // io_uring request size for large copies
     unsigned queue_depth = 16;             // io_uring requests in flight at most
     uint64_t inline_threshold = 1ull << 20; // copies up to this size use the fast path
+    // Called once each time a copy (ticket) completes, successfully or not,
+    // after its completion is visible to Poll and Wait: on a worker or
+    // completion thread of the queue, or in the calling thread before
+    // HostToDevice/DeviceToHost/DeviceToDevice returns for a copy done there
+    // (so possibly before the caller has the ticket). Meant for waking a
+    // thread; it must be thread-safe, must not throw, and must stay callable
+    // until the queue is destroyed. It may call Poll.
+    std::function<void()> on_complete;
 };
 
 struct DmaCompletion {

@@ -2,11 +2,35 @@
 /*
  * spyre hardware contract: control blocks (CBs) and completion records (CQEs).
  *
- * A CB is one 64-byte submission-ring slot. The device copies the slot out of
- * the ring before validating it, validates every field (opcode, reserved
- * bytes, slot count, addresses) and answers every CB with exactly one CQE, in
- * ring order. A CB that fails validation gets an error CQE and latches the
- * error registers; the device then goes on with the next CB.
+ * A CB is one 64-byte submission-ring slot, followed by inline payload slots
+ * for COPY_INLINE. The device copies the CB (and its payload) out of the ring
+ * before validating it, validates every field (opcode, reserved bytes, slot
+ * count, addresses) and answers every CB with exactly one CQE, in ring order.
+ * A CB that fails validation gets an error CQE and latches the error
+ * registers; the device then goes on with the next CB.
+ *
+ * Ring framing. The device reads `slots` of the CB at sq_head first. If
+ * 1 <= slots <= SPYRE_CB_MAX_SLOTS and slots <= sq_tail - sq_head (so the
+ * driver must publish a CB and its payload with one sq_tail store), the CB
+ * occupies `slots` ring slots: the CB at sq_head, its payload at sq_head + 1
+ * .. sq_head + slots - 1 (positions wrap at the ring end like any position).
+ * Otherwise the CB occupies exactly 1 slot and completes with
+ * SPYRE_ERR_BAD_SLOT_COUNT without being executed. Either way the CB gets one
+ * CQE whose sq_pos is its first slot, and sq_head moves past its slots.
+ * Validation then requires slots == 1 for every opcode but COPY_INLINE, and
+ * slots == SPYRE_CB_INLINE_SLOTS(size) for COPY_INLINE (BAD_SLOT_COUNT).
+ *
+ * Linked CBs. SPYRE_CB_F_LINK on a CB says the next CB in the ring depends on
+ * it: if the CB fails (any status but NONE, CANCELED included), the next CB is
+ * not executed and completes with SPYRE_ERR_CANCELED (result 0, user_data and
+ * opcode as read). A cancelled CB that carries LINK itself cancels its
+ * successor, so one failure cancels the rest of a chain; the chain ends at the
+ * first CB without LINK, and the CB after it runs normally. The state carries
+ * over doorbells (a chain may be submitted in pieces) and is cleared by a
+ * function reset. The device looks at bit 0 of flags of every CB, even one
+ * that fails framing or validation. A cancelled CB is framed as usual (its
+ * payload slots are consumed) but not validated; it counts in CNT_CB_ERRORS
+ * but does not latch the error registers or ERR_COUNT.
  */
 #ifndef SPYRE_UAPI_SPYRE_CB_H
 #define SPYRE_UAPI_SPYRE_CB_H
@@ -23,8 +47,21 @@
 #define SPYRE_OP_SEM_WRITE          0x30u /* write a value to device memory */
 #define SPYRE_OP_SEM_WAIT           0x31u /* wait until device memory holds a value */
 
+/* CB flags. Bits not defined here are reserved and must be 0 (RESERVED_NONZERO). */
+#define SPYRE_CB_F_LINK             (1u << 0) /* next CB runs only if this one succeeds, else CANCELED */
+#define SPYRE_CB_F_DEFINED          (SPYRE_CB_F_LINK)
+
+/* Bytes of one ring slot: a CB or a slot of inline payload. */
+#define SPYRE_CB_SLOT_BYTES         64u
+
 /* Largest number of ring slots one CB may occupy (itself plus inline payload). */
 #define SPYRE_CB_MAX_SLOTS          64u
+
+/* COPY_INLINE: u.copy.src_addr = 0, u.copy.dst_addr = device address,
+ * u.copy.size = 1..SPYRE_CB_INLINE_MAX_BYTES; the payload fills the next
+ * ceil(size / 64) slots (bytes past size in the last slot are ignored). */
+#define SPYRE_CB_INLINE_MAX_BYTES   ((SPYRE_CB_MAX_SLOTS - 1u) * SPYRE_CB_SLOT_BYTES) /* 4032 */
+#define SPYRE_CB_INLINE_SLOTS(size) (1u + ((uint32_t)(size) + SPYRE_CB_SLOT_BYTES - 1u) / SPYRE_CB_SLOT_BYTES)
 
 /* Device addresses in CBs are function-relative (offsets into the
  * function's memory window [0, MEM_SIZE)); reserved words must be 0. */
@@ -59,7 +96,7 @@ struct spyre_cb_sem {
 
 struct spyre_cb {
     uint8_t  opcode;          /* 0x00 SPYRE_OP_* */
-    uint8_t  flags;           /* 0x01 reserved, must be 0 */
+    uint8_t  flags;           /* 0x01 SPYRE_CB_F_*; other bits must be 0 */
     uint16_t slots;           /* 0x02 ring slots used, >= 1 (1 unless inline payload) */
     uint32_t reserved0;       /* 0x04 must be 0 */
     uint64_t user_data;       /* 0x08 echoed in the CQE */
@@ -76,6 +113,10 @@ SPYRE_STATIC_ASSERT(sizeof(struct spyre_cb_launch) == 48, "CB payload is 48 byte
 SPYRE_STATIC_ASSERT(sizeof(struct spyre_cb_correct) == 48, "CB payload is 48 bytes");
 SPYRE_STATIC_ASSERT(sizeof(struct spyre_cb_copy) == 48, "CB payload is 48 bytes");
 SPYRE_STATIC_ASSERT(sizeof(struct spyre_cb_sem) == 48, "CB payload is 48 bytes");
+SPYRE_STATIC_ASSERT(sizeof(struct spyre_cb) == SPYRE_CB_SLOT_BYTES, "a ring slot holds one CB");
+SPYRE_STATIC_ASSERT(SPYRE_CB_INLINE_MAX_BYTES == 4032u, "inline payload fills at most 63 slots");
+SPYRE_STATIC_ASSERT(SPYRE_CB_INLINE_SLOTS(SPYRE_CB_INLINE_MAX_BYTES) == SPYRE_CB_MAX_SLOTS, "largest inline CB fills SPYRE_CB_MAX_SLOTS");
+SPYRE_STATIC_ASSERT(SPYRE_CB_INLINE_SLOTS(1) == 2 && SPYRE_CB_INLINE_SLOTS(64) == 2 && SPYRE_CB_INLINE_SLOTS(65) == 3, "inline slot math");
 
 struct spyre_cqe {
     uint64_t user_data;       /* 0x00 from the CB */

@@ -26,6 +26,7 @@
 #define SPYRE_ERR_RELOCATION        0x16u /* bad relocation slot */
 #define SPYRE_ERR_WATCHDOG          0x20u /* the CB ran past the watchdog bound */
 #define SPYRE_ERR_ABORTED           0x21u /* the CB was dropped by a function reset */
+#define SPYRE_ERR_CANCELED          0x22u /* not executed: the previous CB carried LINK and failed */
 #define SPYRE_ERR_INTERNAL          0x3Fu /* device model fault; the device keeps running */
 
 #ifdef __cplusplus
@@ -49,6 +50,7 @@ inline const char* spyre_error_name(uint32_t code) noexcept {
     case SPYRE_ERR_RELOCATION: return "RELOCATION";
     case SPYRE_ERR_WATCHDOG: return "WATCHDOG";
     case SPYRE_ERR_ABORTED: return "ABORTED";
+    case SPYRE_ERR_CANCELED: return "CANCELED";
     case SPYRE_ERR_INTERNAL: return "INTERNAL";
     default: return "UNKNOWN";
     }

@@ -57,7 +57,7 @@
 #define SPYRE_REG_CQ_ENTRIES        0x054u /* u32 power of two, >= SQ_ENTRIES */
 #define SPYRE_REG_CQE_SIZE          0x058u /* u32 bytes per completion record */
 /* Ring positions, mirrored from the doorbell page (read-only, free-running u32) */
-#define SPYRE_REG_SQ_HEAD           0x060u /* u32 CBs consumed by the device */
+#define SPYRE_REG_SQ_HEAD           0x060u /* u32 ring slots consumed by the device (CBs and payload) */
 #define SPYRE_REG_SQ_TAIL           0x064u /* u32 last doorbell value seen */
 #define SPYRE_REG_CQ_HEAD           0x068u /* u32 completions consumed by the driver */
 #define SPYRE_REG_CQ_TAIL           0x06Cu /* u32 completions posted by the device */

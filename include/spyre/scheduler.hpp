@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+// The Scheduler of seed 001: per-stream FIFOs drained onto one function.
+//
+// One scheduler thread per device owns the command ring. Ring work (launches,
+// small copies carried inline in the ring, semaphore writes and waits) is
+// chained: consecutive ready CBs of a stream go down with one doorbell, and
+// the CBs of one Operation are LINKed so a failure cancels the rest of it on
+// the device. Large copies and device->host copies run on the DMA engine
+// while the ring computes for other streams. Within a stream an operation
+// starts only after the previous one completed; across streams the policy
+// decides. docs/streams.md describes the policies and their guarantees.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "spyre/driver/command_ring.hpp"
+
+namespace spyre {
+
+class DeviceCore;
+struct StreamState;
+struct EventState;
+
+enum class SchedulerPolicy {
+    RoundRobin,     // streams take turns, a bounded quantum each
+    Priority,       // lower priority number first; waiting streams age upwards
+    DrainOneFirst,  // finish one stream's queue before the next (work-conserving)
+};
+const char* ToString(SchedulerPolicy policy) noexcept;
+
+// Stream priorities as torch streams use them: 0 is the default, negative
+// numbers are higher priority, positive lower (CUDA's convention).
+inline constexpr int kStreamPriorityHighest = -3;
+inline constexpr int kStreamPriorityDefault = 0;
+inline constexpr int kStreamPriorityLowest = 3;
+
+struct SchedulerOptions {
+    SchedulerPolicy policy = SchedulerPolicy::RoundRobin;
+    // Ring CBs of one stream per turn (RoundRobin, Priority); a LINKed
+    // chain is never split by a turn.
+    uint32_t quantum = 16;
+    // CBs in the ring at once, over all streams. Small keeps priorities
+    // meaningful; large keeps the device busy.
+    uint32_t max_ring_inflight = 256;
+    // Priority: a ready stream passed over this many turns gains one
+    // priority level (so no stream starves).
+    uint32_t aging_turns = 4;
+    // How the scheduler thread and Synchronize wait: spin this long, then sleep.
+    std::chrono::nanoseconds spin{std::chrono::microseconds(20)};
+    driver::WaitMode wait_mode = driver::WaitMode::Adaptive;
+};
+
+// One unit of stream work as the scheduler queues it (the "cb" of
+// Scheduler::QueueOperation): a ring CB, a DMA copy, or a host callback.
+struct ControlBlock {
+    enum class Kind : uint8_t {
+        Launch,          // LAUNCH of a resident program
+        CopyToDevice,    // inline in the ring when small, else the DMA engine
+        CopyFromDevice,  // DMA engine
+        SemWrite,        // device semaphore store
+        SemWait,         // device semaphore wait
+        EventRecord,     // SEM_WRITE of an event's sequence number
+        EventWait,       // SEM_WAIT once the event's record is in the ring
+        HostCallback,    // runs on the scheduler thread after prior work
+    };
+    Kind kind = Kind::Launch;
+    bool link = false;            // the next op of the stream depends on this one
+    bool always = false;          // HostCallback: runs even on a faulted stream (cleanup)
+    uint64_t device_addr = 0;     // function-relative: program, copy target/source, semaphore
+    uint64_t size = 0;            // Launch: program bytes (0: from its header); copies: bytes
+    const void* src = nullptr;    // CopyToDevice source
+    void* dst = nullptr;          // CopyFromDevice destination
+    uint64_t value = 0;           // SemWrite/SemWait value; EventRecord/EventWait sequence
+    std::shared_ptr<const void> keep_alive;  // owns `src` when the stream made a private copy
+    std::shared_ptr<EventState> event;
+    std::function<void()> callback;
+};
+const char* ToString(ControlBlock::Kind kind) noexcept;
+
+struct SchedulerStats {
+    uint64_t ring_cbs = 0;       // CBs submitted to the ring
+    uint64_t doorbells = 0;      // ring submissions (one doorbell each)
+    uint64_t inline_copies = 0;  // copies carried in the ring
+    uint64_t dma_copies = 0;     // copies on the DMA engine
+    uint64_t callbacks = 0;
+    uint64_t dropped = 0;        // ops discarded on faulted streams
+};
+
+class Scheduler {
+public:
+    ~Scheduler();
+    Scheduler(const Scheduler&) = delete;
+    Scheduler& operator=(const Scheduler&) = delete;
+
+    // Accepts a control block for stream `stream_index` and returns at once.
+    // Throws InvalidArgument for an unknown stream, the stream's sticky
+    // error if it is faulted, DeviceLost once the device is gone.
+    void QueueOperation(int stream_index, ControlBlock cb);
+
+    SchedulerPolicy policy() const noexcept { return options_.policy; }
+    const SchedulerOptions& options() const noexcept { return options_; }
+    SchedulerStats Stats() const;
+
+private:
+    friend class DeviceCore;
+    friend class FlexStream;
+    friend class Event;
+    class Impl;
+    Scheduler(DeviceCore& core, SchedulerOptions options);
+
+    SchedulerOptions options_;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace spyre

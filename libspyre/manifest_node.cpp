@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "manifest_node.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "spyre/error.hpp"
+
+namespace spyre::plan_format {
+
+using nlohmann::json;
+
+nlohmann::json ParseManifest(const std::string& text, const std::string& file) {
+    // One key set per open object: nlohmann keeps the last of two equal keys,
+    // which would let a stray duplicate override a field unnoticed.
+    std::vector<std::set<std::string>> open_objects;
+    auto watch_keys = [&](int, json::parse_event_t event, json& parsed) {
+        if (event == json::parse_event_t::object_start) {
+            open_objects.emplace_back();
+        } else if (event == json::parse_event_t::object_end) {
+            open_objects.pop_back();
+        } else if (event == json::parse_event_t::key) {
+            const auto& key = parsed.get_ref<const std::string&>();
+            if (!open_objects.back().insert(key).second)
+                throw Error(ErrorKind::InvalidArgument, file + ": duplicate key \"" + key + "\"");
+        }
+        return true;
+    };
+    try {
+        return json::parse(text, watch_keys);
+    } catch (const json::parse_error& e) {
+        throw Error(ErrorKind::InvalidArgument,
+                    file + ": not valid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+    }
+}
+
+void Node::Fail(const std::string& what) const {
+    throw Error(ErrorKind::InvalidArgument, *file_ + ": " + (path_.empty() ? "" : path_ + ": ") + what);
+}
+
+void Node::Expect(bool ok, const char* expected) const {
+    if (!ok) Fail(std::string("must be ") + expected + ", not " + value_->type_name());
+}
+
+Node Node::Field(std::string_view key) const {
+    std::optional<Node> field = OptionalField(key);
+    const std::string name(key);
+    if (!field) Fail("missing field \"" + name + "\"");
+    return *field;
+}
+
+std::optional<Node> Node::OptionalField(std::string_view key) const {
+    Expect(value_->is_object(), "an object");
+    const auto it = value_->find(key);
+    if (it == value_->end() || it->is_null()) return std::nullopt;
+    return Node(*it, file_, path_.empty() ? std::string(key) : path_ + "." + std::string(key));
+}
+
+void Node::AllowOnly(std::initializer_list<std::string_view> keys) const {
+    Expect(value_->is_object(), "an object");
+    for (const auto& [key, value] : value_->items())
+        if (std::find(keys.begin(), keys.end(), key) == keys.end()) Fail("unknown field \"" + key + "\"");
+}
+
+std::vector<Node> Node::Elements() const {
+    Expect(value_->is_array(), "an array");
+    std::vector<Node> elements;
+    elements.reserve(value_->size());
+    for (size_t i = 0; i < value_->size(); ++i)
+        elements.push_back(Node((*value_)[i], file_, path_ + "[" + std::to_string(i) + "]"));
+    return elements;
+}
+
+std::string Node::String() const {
+    Expect(value_->is_string(), "a string");
+    return value_->get<std::string>();
+}
+
+std::string Node::NonEmptyString() const {
+    std::string s = String();
+    if (s.empty()) Fail("must not be empty");
+    return s;
+}
+
+int64_t Node::Int(int64_t min, int64_t max) const {
+    // nlohmann stores non-negative integers as unsigned, negative ones as
+    // signed, and anything with a fraction, an exponent or beyond 64 bits as float.
+    Expect(value_->is_number_integer(), "an integer");
+    if (value_->is_number_unsigned()) {
+        const uint64_t v = value_->get<uint64_t>();
+        if (max < 0 || v > uint64_t(max)) Fail("must be <= " + std::to_string(max) + ", got " + std::to_string(v));
+        if (int64_t(v) < min) Fail("must be >= " + std::to_string(min) + ", got " + std::to_string(v));
+        return int64_t(v);
+    }
+    const int64_t v = value_->get<int64_t>();
+    if (v < min) Fail("must be >= " + std::to_string(min) + ", got " + std::to_string(v));
+    if (v > max) Fail("must be <= " + std::to_string(max) + ", got " + std::to_string(v));
+    return v;
+}
+
+uint64_t Node::Uint() const {
+    Expect(value_->is_number_integer(), "an integer");
+    if (!value_->is_number_unsigned()) Fail("must be >= 0, got " + std::to_string(value_->get<int64_t>()));
+    return value_->get<uint64_t>();
+}
+
+}  // namespace spyre::plan_format

@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: Apache-2.0
+// Internal: control blocks the runtime builds itself (tensors, SpyreStream,
+// plan loading), with device addresses resolved and checked up front.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "device_core.hpp"
+
+namespace spyre::detail {
+
+// A copy of bytes the control block owns (so the caller's buffer may go at once).
+inline ControlBlock OwnedCopyToDevice(DeviceCore& core, const DeviceHandle& dst, std::vector<uint8_t> bytes) {
+    auto owned = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
+    ControlBlock cb;
+    cb.kind = ControlBlock::Kind::CopyToDevice;
+    cb.size = owned->size();
+    cb.device_addr = core.allocator->DeviceAddress(dst, cb.size);
+    cb.src = owned->data();
+    cb.keep_alive = std::move(owned);
+    return cb;
+}
+
+inline ControlBlock CopyToDevice(DeviceCore& core, const void* src, const DeviceHandle& dst, uint64_t size) {
+    ControlBlock cb;
+    cb.kind = ControlBlock::Kind::CopyToDevice;
+    cb.size = size;
+    cb.device_addr = core.allocator->DeviceAddress(dst, size);
+    cb.src = src;
+    return cb;
+}
+
+inline ControlBlock CopyFromDevice(DeviceCore& core, void* dst, const DeviceHandle& src, uint64_t size) {
+    ControlBlock cb;
+    cb.kind = ControlBlock::Kind::CopyFromDevice;
+    cb.size = size;
+    cb.device_addr = core.allocator->DeviceAddress(src, size);
+    cb.dst = dst;
+    return cb;
+}
+
+// `size` 0: the device takes the size from the program header.
+inline ControlBlock Launch(DeviceCore& core, const DeviceHandle& program, uint64_t size) {
+    ControlBlock cb;
+    cb.kind = ControlBlock::Kind::Launch;
+    cb.size = size;
+    cb.device_addr = core.allocator->DeviceAddress(program, size ? size : 64);
+    return cb;
+}
+
+inline ControlBlock Callback(std::function<void()> fn) {
+    ControlBlock cb;
+    cb.kind = ControlBlock::Kind::HostCallback;
+    cb.callback = std::move(fn);
+    return cb;
+}
+
+}  // namespace spyre::detail

@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "spyre/flex_stream.hpp"
+
+#include "device_core.hpp"
+#include "scheduler_impl.hpp"
+#include "spyre/uapi/spyre_program.h"
+
+namespace spyre {
+
+using Kind = ControlBlock::Kind;
+
+const char* ToString(StreamStatus status) noexcept {
+    switch (status) {
+    case StreamStatus::Idle: return "idle";
+    case StreamStatus::Busy: return "busy";
+    case StreamStatus::Faulted: return "faulted";
+    }
+    return "?";
+}
+
+FlexStream::FlexStream(std::shared_ptr<DeviceCore> core, StreamState* state) : core_(std::move(core)), state_(state) {}
+
+FlexStream::FlexStream(FlexStream&& other) noexcept
+    : core_(std::move(other.core_)), state_(std::exchange(other.state_, nullptr)) {}
+
+FlexStream& FlexStream::operator=(FlexStream&& other) noexcept {
+    if (this != &other) {
+        FlexStream dying(std::move(*this));
+        core_ = std::move(other.core_);
+        state_ = std::exchange(other.state_, nullptr);
+    }
+    return *this;
+}
+
+FlexStream::~FlexStream() {
+    if (!state_) return;
+    // Host buffers of queued copies belong to the caller: finish before the
+    // stream goes, so nothing runs against memory the caller reclaims next.
+    try {
+        if (!core_->OnSchedulerThread()) core_->WaitUntil(state_->completed, state_->enqueued_count.load(), state_->done);
+    } catch (const Error&) {
+    }
+    core_->RetireStream(state_);
+}
+
+int FlexStream::stream_index() const noexcept { return state_->index; }
+int FlexStream::priority() const noexcept { return state_->priority; }
+uint64_t FlexStream::enqueued() const noexcept { return state_->enqueued_count.load(std::memory_order_acquire); }
+uint64_t FlexStream::completed() const noexcept { return state_->completed.load(std::memory_order_acquire); }
+
+uint64_t FlexStream::Address(const DeviceHandle& handle, uint64_t size, const char* what) const {
+    if (size == 0)
+        throw Error(ErrorKind::InvalidArgument, std::string(what) + " of 0 bytes",
+                    ErrorContext{.stream = state_->index});
+    return core_->allocator->DeviceAddress(handle, size);
+}
+
+void FlexStream::Enqueue(ControlBlock cb) { core_->scheduler->impl_->Push(*state_, std::move(cb)); }
+
+void FlexStream::EnqueueGroup(std::span<ControlBlock> group) { core_->scheduler->impl_->PushGroup(*state_, group); }
+
+void FlexStream::CopyToDevice(const void* host_address, const DeviceHandle& device_handle, uint64_t size) {
+    if (!host_address)
+        throw Error(ErrorKind::InvalidArgument, "CopyToDevice from a null host address",
+                    ErrorContext{.stream = state_->index});
+    ControlBlock cb;
+    cb.kind = Kind::CopyToDevice;
+    cb.device_addr = Address(device_handle, size, "CopyToDevice");
+    cb.size = size;
+    cb.src = host_address;
+    Enqueue(std::move(cb));
+}
+
+void FlexStream::CopyFromDevice(void* host_address, const DeviceHandle& device_handle, uint64_t size) {
+    if (!host_address)
+        throw Error(ErrorKind::InvalidArgument, "CopyFromDevice to a null host address",
+                    ErrorContext{.stream = state_->index});
+    ControlBlock cb;
+    cb.kind = Kind::CopyFromDevice;
+    cb.device_addr = Address(device_handle, size, "CopyFromDevice");
+    cb.size = size;
+    cb.dst = host_address;
+    Enqueue(std::move(cb));
+}
+
+void FlexStream::Launch(const DeviceHandle& device_handle) {
+    ControlBlock cb;
+    cb.kind = Kind::Launch;
+    // The header must be inside the allocation; the device reads the size from it.
+    cb.device_addr = Address(device_handle, sizeof(spyre_program_header), "Launch");
+    Enqueue(std::move(cb));
+}
+
+void FlexStream::Launch(const DeviceHandle& device_handle, uint64_t program_size) {
+    if (program_size < sizeof(spyre_program_header) || program_size > SPYRE_PROGRAM_MAX_SIZE)
+        throw Error(ErrorKind::InvalidArgument,
+                    "Launch of a " + std::to_string(program_size) + "-byte program: programs are " +
+                        std::to_string(sizeof(spyre_program_header)) + " to " + std::to_string(SPYRE_PROGRAM_MAX_SIZE) +
+                        " bytes",
+                    ErrorContext{.stream = state_->index});
+    ControlBlock cb;
+    cb.kind = Kind::Launch;
+    cb.device_addr = Address(device_handle, program_size, "Launch");
+    cb.size = program_size;
+    Enqueue(std::move(cb));
+}
+
+void FlexStream::AddCallback(std::function<void()> callback) {
+    if (!callback)
+        throw Error(ErrorKind::InvalidArgument, "AddCallback with an empty callback", ErrorContext{.stream = state_->index});
+    ControlBlock cb;
+    cb.kind = Kind::HostCallback;
+    cb.callback = std::move(callback);
+    Enqueue(std::move(cb));
+}
+
+void FlexStream::Wait(const Event& event) {
+    EventState& ev = *event.state_;
+    if (ev.core != core_)
+        throw Error(ErrorKind::InvalidArgument, "Wait on an event of another device", ErrorContext{.stream = state_->index});
+    const uint64_t target = ev.recorded.load(std::memory_order_acquire);
+    if (target == 0) return;  // never recorded: nothing to wait for (CUDA does the same)
+    ControlBlock cb;
+    cb.kind = Kind::EventWait;
+    cb.value = target;
+    cb.event = event.state_;
+    Enqueue(std::move(cb));
+}
+
+void FlexStream::Synchronize() {
+    core_->WaitUntil(state_->completed, state_->enqueued_count.load(std::memory_order_acquire), state_->done);
+    std::lock_guard lock(state_->mu);
+    if (state_->fault) throw *state_->fault;
+}
+
+StreamStatus FlexStream::Query() const {
+    if (state_->faulted.load(std::memory_order_acquire)) return StreamStatus::Faulted;
+    return state_->completed.load(std::memory_order_acquire) >= state_->enqueued_count.load(std::memory_order_acquire)
+               ? StreamStatus::Idle
+               : StreamStatus::Busy;
+}
+
+std::optional<Error> FlexStream::LastError() const {
+    std::lock_guard lock(state_->mu);
+    return state_->fault;
+}
+
+void FlexStream::Reset() {
+    core_->WaitUntil(state_->completed, state_->enqueued_count.load(std::memory_order_acquire), state_->done);
+    std::lock_guard lock(state_->mu);
+    state_->fault.reset();
+    state_->faulted.store(false, std::memory_order_release);
+}
+
+// ---------------------------------------------------------------- Event
+
+EventState::~EventState() {
+    if (semaphore && core && core->allocator) {
+        try {
+            core->allocator->Free(semaphore->handle);
+        } catch (const Error&) {
+        }
+    }
+}
+
+Event::Event(Device& device) : state_(std::make_shared<EventState>()) {
+    state_->core = device.core();
+    state_->semaphore = state_->core->allocator->Allocate(sizeof(uint64_t));
+    state_->sem_addr = state_->core->allocator->DeviceAddress(state_->semaphore->handle, sizeof(uint64_t));
+    // Sequences start at 1: a fresh semaphore (0) has seen no record.
+    const uint64_t zero = 0;
+    state_->core->dma->Wait(state_->core->dma->CopyToDevice(&zero, state_->semaphore->handle, sizeof zero));
+}
+
+Event::Event(Event&&) noexcept = default;
+Event& Event::operator=(Event&&) noexcept = default;
+Event::~Event() = default;
+
+void Event::Record(FlexStream& stream) {
+    if (stream.core_ != state_->core)
+        throw Error(ErrorKind::InvalidArgument, "Record of an event on a stream of another device",
+                    ErrorContext{.stream = stream.stream_index()});
+    ControlBlock cb;
+    cb.kind = Kind::EventRecord;
+    cb.event = state_;
+    // The sequence is taken under the stream's queue lock order: records of
+    // one event on one stream are in sequence order.
+    const uint64_t seq = state_->recorded.load() + 1;
+    cb.value = seq;
+    stream.Enqueue(std::move(cb));
+    state_->recorded.store(seq, std::memory_order_release);
+}
+
+bool Event::Query() const {
+    return state_->completed.load(std::memory_order_acquire) >= state_->recorded.load(std::memory_order_acquire);
+}
+
+void Event::Synchronize() const {
+    state_->core->WaitUntil(state_->completed, state_->recorded.load(std::memory_order_acquire), state_->done);
+    std::lock_guard lock(state_->mu);
+    if (state_->error) throw *state_->error;
+}
+
+double Event::ElapsedTime(const Event& start, const Event& end) {
+    for (const Event* e : {&start, &end}) {
+        if (e->state_->recorded.load() == 0)
+            throw Error(ErrorKind::InvalidArgument, "ElapsedTime of an event that was never recorded");
+        if (!e->Query()) throw Error(ErrorKind::NotReady, "ElapsedTime of an event that has not completed yet");
+    }
+    const double ns = double(int64_t(end.state_->timestamp_ns.load() - start.state_->timestamp_ns.load()));
+    return ns / 1e6;
+}
+
+}  // namespace spyre

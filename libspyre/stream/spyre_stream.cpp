@@ -1,0 +1,249 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "spyre/spyre_stream.hpp"
+
+#include <cstring>
+
+#include "control_blocks.hpp"
+#include "spyre/error.hpp"
+#include "spyre/tiling.hpp"
+
+namespace spyre {
+
+// Where a tiled iteration finds its program: a re-specialised variant with
+// its own correction program and input table.
+struct SpyreStream::ProgramOverride {
+    DeviceHandle program;
+    uint64_t program_size;
+    DeviceHandle correction;
+    uint64_t correction_size;
+    DeviceHandle table;
+};
+
+namespace {
+
+std::string OpName(const Operation& op) { return op.name.empty() ? std::string("operation") : "operation '" + op.name + "'"; }
+
+std::vector<uint8_t> AddressTable(std::span<const uint64_t> addresses) {
+    std::vector<uint8_t> bytes(addresses.size() * sizeof(uint64_t));
+    for (size_t i = 0; i < addresses.size(); ++i)
+        for (int b = 0; b < 8; ++b) bytes[i * 8 + size_t(b)] = uint8_t(addresses[i] >> (8 * b));
+    return bytes;
+}
+
+}  // namespace
+
+SpyreStream::SpyreStream(Device& device, StreamOptions options) : stream_(device.CreateStream(options)) {}
+SpyreStream::SpyreStream(FlexStream stream) : stream_(std::move(stream)) {}
+
+std::vector<uint64_t> SpyreStream::Addresses(const Operation& op, std::span<const DeviceHandle> handles) {
+    std::vector<uint64_t> addresses;
+    const SpyreCompute* compute = op.compute() ? &*op.compute() : nullptr;
+    for (size_t i = 0; i < handles.size(); ++i) {
+        const uint64_t bytes = compute && i < compute->tensors.size() && compute->tensors[i].bytes
+                                   ? compute->tensors[i].bytes
+                                   : 1;
+        addresses.push_back(stream_.core()->allocator->DeviceAddress(handles[i], bytes));
+    }
+    return addresses;
+}
+
+void SpyreStream::Decompose(std::vector<ControlBlock>& group, const Operation& op, std::span<const uint64_t> addresses,
+                            const ProgramOverride* override_program) {
+    DeviceCore& core = *stream_.core();
+    const auto& steps = op.preprocess();
+    for (size_t i = 0; i < steps.size(); ++i) {
+        const std::string where = OpName(op) + " step " + std::to_string(i);
+        if (const auto* copy = std::get_if<PreProcessCompute::CopyToDevice>(&steps[i].step())) {
+            if (op.correction_step && *op.correction_step == i) {
+                // The correction input: the tensors' addresses, one u64 per slot.
+                if (addresses.size() * sizeof(uint64_t) != copy->size)
+                    throw Error(ErrorKind::InvalidArgument,
+                                where + ": the correction input takes " + std::to_string(copy->size / 8) +
+                                    " tensor addresses, got " + std::to_string(addresses.size()));
+                group.push_back(detail::OwnedCopyToDevice(
+                    core, override_program ? override_program->table : copy->device_handle, AddressTable(addresses)));
+            } else {
+                if (!copy->host_address)
+                    throw Error(ErrorKind::InvalidArgument, where + ": CopyToDevice without a host address");
+                group.push_back(detail::CopyToDevice(core, copy->host_address, copy->device_handle, copy->size));
+            }
+        } else if (const auto* back = std::get_if<PreProcessCompute::CopyFromDevice>(&steps[i].step())) {
+            if (!back->host_address)
+                throw Error(ErrorKind::InvalidArgument, where + ": CopyFromDevice without a host address");
+            group.push_back(detail::CopyFromDevice(core, back->host_address, back->device_handle, back->size));
+        } else {
+            const auto& launch = std::get<PreProcessCompute::DeviceLaunch>(steps[i].step());
+            const bool is_correction = op.correction && op.correction->binary_handle &&
+                                       launch.device_handle == *op.correction->binary_handle;
+            if (override_program && is_correction)
+                group.push_back(detail::Launch(core, override_program->correction, override_program->correction_size));
+            else
+                group.push_back(detail::Launch(core, launch.device_handle, launch.size));
+        }
+    }
+    if (const auto& compute = op.compute()) {
+        if (override_program) {
+            group.push_back(detail::Launch(core, override_program->program, override_program->program_size));
+        } else {
+            if (!compute->device_handle)
+                throw Error(ErrorKind::InvalidArgument,
+                            OpName(op) + ": its compute binary is not on the device (load the plan first)");
+            group.push_back(detail::Launch(core, *compute->device_handle, compute->binary_size));
+        }
+    }
+}
+
+void SpyreStream::Launch(const Operation& op, std::span<const DeviceHandle> device_handles) {
+    std::vector<ControlBlock> group;
+    Decompose(group, op, Addresses(op, device_handles), nullptr);
+    stream_.EnqueueGroup(group);
+}
+
+void SpyreStream::Launch(const Operation& op, std::span<const SpyreTensor> tensors) {
+    std::vector<DeviceHandle> handles;
+    for (const SpyreTensor& t : tensors) handles.push_back(t.device_handle());
+    Launch(op, handles);
+}
+
+void SpyreStream::LaunchTiled(const Operation& op, std::span<const SpyreTensor> tensors) {
+    if (!op.compute()) throw Error(ErrorKind::InvalidArgument, OpName(op) + " has no compute to tile");
+    const SpyreCompute& compute = *op.compute();
+    if (!compute.device_handle)
+        throw Error(ErrorKind::InvalidArgument, OpName(op) + ": its compute binary is not on the device");
+    if (tensors.size() != compute.tensors.size())
+        throw Error(ErrorKind::InvalidArgument, OpName(op) + " takes " + std::to_string(compute.tensors.size()) +
+                                                    " tensors, got " + std::to_string(tensors.size()));
+    std::vector<TiledTensor> tiled;
+    for (const SpyreTensor& t : tensors) tiled.push_back(TiledTensor{t.shape(), t.element_strides(), t.data_type()});
+    const TilingPlan plan = PlanTiling(compute, tiled);
+    if (plan.exact) return Launch(op, tensors);
+    if (!op.correction || !op.correction->binary_handle || !op.correction_step)
+        throw Error(ErrorKind::InvalidArgument,
+                    OpName(op) + " has no program correction: its tensor addresses are fixed, so it cannot be tiled");
+
+    DeviceCore& core = *stream_.core();
+    std::vector<uint64_t> bases;
+    for (const SpyreTensor& t : tensors) bases.push_back(core.allocator->DeviceAddress(t.device_handle(), t.size_bytes()));
+
+    // Variant programs (remainders, strides, accumulation) are derived from
+    // the compiled one and copied to device ahead of the iterations; they are
+    // freed in stream order once the last iteration is done.
+    auto scratch = std::make_shared<std::vector<DeviceAllocation>>();
+    auto free_scratch = [scratch, core_ptr = stream_.core()] {
+        for (const DeviceAllocation& a : *scratch) {
+            try {
+                core_ptr->allocator->Free(a.handle);
+            } catch (const Error&) {
+            }
+        }
+        scratch->clear();
+    };
+    std::vector<std::optional<ProgramOverride>> overrides(plan.variants.size());
+    std::vector<ControlBlock> uploads;
+    bool enqueued = false;
+    try {
+        for (size_t v = 0; v < plan.variants.size(); ++v) {
+            if (plan.variants[v].compiled) continue;
+            std::vector<uint8_t> program = SpecializeProgram(compute.binary, compute, tiled, plan.variants[v]);
+            std::vector<uint8_t> correction = op.correction->binary;
+            const DeviceAllocation prog = core.allocator->Allocate(program.size());
+            scratch->push_back(prog);
+            const DeviceAllocation table = core.allocator->Allocate(op.correction->input_size);
+            scratch->push_back(table);
+            const DeviceAllocation corr = core.allocator->Allocate(correction.size());
+            scratch->push_back(corr);
+            SetCorrectionTarget(correction, core.allocator->DeviceAddress(prog.handle, program.size()),
+                                core.allocator->DeviceAddress(table.handle, op.correction->input_size));
+            overrides[v] = ProgramOverride{prog.handle, program.size(), corr.handle, correction.size(), table.handle};
+            uploads.push_back(detail::OwnedCopyToDevice(core, prog.handle, std::move(program)));
+            uploads.push_back(detail::OwnedCopyToDevice(core, corr.handle, std::move(correction)));
+        }
+        // One group per tile keeps its copy -> correct -> compute together.
+        std::vector<std::vector<ControlBlock>> groups;
+        std::vector<uint64_t> addresses(tensors.size());
+        for (const TileIteration& it : plan.iterations) {
+            for (size_t i = 0; i < tensors.size(); ++i) addresses[i] = bases[i] + it.byte_offsets[i];
+            Decompose(groups.emplace_back(), op, addresses, overrides[it.variant] ? &*overrides[it.variant] : nullptr);
+        }
+        if (!uploads.empty()) {
+            stream_.EnqueueGroup(uploads);
+            enqueued = true;
+        }
+        for (auto& g : groups) {
+            stream_.EnqueueGroup(g);
+            enqueued = true;
+        }
+        if (!scratch->empty()) {
+            ControlBlock cleanup = detail::Callback(free_scratch);
+            cleanup.always = true;
+            stream_.EnqueueGroup(std::span(&cleanup, 1));
+        }
+    } catch (...) {
+        if (!enqueued) {
+            free_scratch();
+            throw;
+        }
+        // Part of it is queued (the stream faulted meanwhile): free in stream
+        // order, after what was queued, so nothing writes into freed memory.
+        ControlBlock cleanup = detail::Callback(free_scratch);
+        cleanup.always = true;
+        stream_.EnqueueGroup(std::span(&cleanup, 1));
+        throw;
+    }
+}
+
+// ---------------------------------------------------------------- LaunchKernel
+
+void LaunchKernel(SpyreStream& stream, const ExecutionPlan& plan, std::span<const SpyreTensor> tensors) {
+    const std::string plan_name = plan.name.empty() ? std::string("plan") : "plan '" + plan.name + "'";
+    if (tensors.size() != plan.tensor_input_metadata.size())
+        throw Error(ErrorKind::InvalidArgument, plan_name + " takes " + std::to_string(plan.tensor_input_metadata.size()) +
+                                                    " tensors, got " + std::to_string(tensors.size()));
+    struct Route {
+        const Operation* op;
+        std::vector<SpyreTensor> tensors;
+        bool tiled;
+    };
+    std::vector<Route> routes;
+    // Validate every Operation before enqueuing any.
+    for (size_t o = 0; o < plan.operations.size(); ++o) {
+        const Operation& op = plan.operations[o];
+        Route r{&op, {}, false};
+        std::vector<size_t> indices = op.tensor_indices;
+        if (indices.empty() && op.compute())
+            for (size_t i = 0; i < op.compute()->tensors.size(); ++i) indices.push_back(i);
+        for (size_t slot = 0; slot < indices.size(); ++slot) {
+            const size_t t = indices[slot];
+            if (t >= tensors.size())
+                throw Error(ErrorKind::InvalidArgument, plan_name + " operation " + std::to_string(o) +
+                                                            " binds tensor " + std::to_string(t) + " of " +
+                                                            std::to_string(tensors.size()));
+            r.tensors.push_back(tensors[t]);
+        }
+        if (const auto& compute = op.compute()) {
+            if (!compute->device_handle)
+                throw Error(ErrorKind::InvalidArgument, plan_name + " is not loaded (use LoadExecutionPlan)");
+            if (r.tensors.size() != compute->tensors.size())
+                throw Error(ErrorKind::InvalidArgument, plan_name + " operation " + std::to_string(o) + " takes " +
+                                                            std::to_string(compute->tensors.size()) + " tensors");
+            for (size_t slot = 0; slot < r.tensors.size(); ++slot) {
+                const TensorSpec& spec = compute->tensors[slot];
+                const SpyreTensor& t = r.tensors[slot];
+                if (t.data_type() != spec.dtype)
+                    throw Error(ErrorKind::InvalidArgument,
+                                plan_name + " tensor '" + spec.name + "' is " + ToString(spec.dtype) + ", got " +
+                                    ToString(t.data_type()));
+                if (t.shape() != spec.shape || t.element_strides() != spec.strides) r.tiled = true;
+            }
+        }
+        routes.push_back(std::move(r));
+    }
+    for (Route& r : routes) {
+        if (r.tiled)
+            stream.LaunchTiled(*r.op, r.tensors);
+        else
+            stream.Launch(*r.op, r.tensors);
+    }
+}
+
+}  // namespace spyre
