@@ -193,8 +193,12 @@ private:
 namespace {
 
 // Chunks become read/write requests on io_uring against the device-memory
-// object, registered as a fixed file. A completion thread sleeps in the
-// kernel for completions and resubmits the rest of a short transfer.
+// object, registered as a fixed file. One completion thread sleeps in the
+// kernel for completions, and it alone submits the requests: the kernel
+// cancels a thread's io_uring requests when that thread exits, so a copy
+// started by a short-lived caller thread must not belong to it. Callers queue
+// chunks and wake the completion thread with a NOP (completed inline, so it
+// does not matter if they exit).
 class IoUringBackend final : public DmaQueue::Backend {
 public:
     IoUringBackend(Function& fn, const DmaOptions& options, io_uring* ring)
@@ -205,7 +209,7 @@ public:
     ~IoUringBackend() override {
         {
             std::unique_lock lock(submit_mutex_);
-            slots_cv_.wait(lock, [&] { return in_flight_ == 0; });
+            idle_cv_.wait(lock, [&] { return in_flight_ == 0 && pending_.empty(); });
             io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
             io_uring_prep_nop(sqe);
             io_uring_sqe_set_data(sqe, nullptr);  // the reaper's signal to stop
@@ -223,16 +227,22 @@ public:
     // engines instead. docs/dma.md has the numbers.
     void Submit(const std::vector<Chunk>& chunks) override {
         if (!chunks.empty() && chunks.front().to_device) return CopyOnWorkers(chunks);
-        std::vector<Chunk> mine, theirs;
-        for (size_t i = 0; i < chunks.size(); ++i) (i % 2 ? theirs : mine).push_back(chunks[i]);
-        CopyOnWorkers(theirs);
-        std::unique_lock lock(submit_mutex_);
-        for (const Chunk& c : mine) {
-            // Bound the requests in flight: io-wq gains nothing past its workers.
-            slots_cv_.wait(lock, [&] { return in_flight_ < slots_; });
-            Queue(new Chunk(c));
-            io_uring_submit(&ring_);
+        std::vector<Chunk> theirs;
+        std::lock_guard lock(submit_mutex_);
+        for (size_t i = 0; i < chunks.size(); ++i) {
+            if (i % 2)
+                theirs.push_back(chunks[i]);
+            else
+                pending_.push_back(new Chunk(chunks[i]));
         }
+        if (!wake_sent_ && !pending_.empty()) {
+            io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+            io_uring_prep_nop(sqe);
+            io_uring_sqe_set_data(sqe, &wake_tag_);
+            io_uring_submit(&ring_);
+            wake_sent_ = true;
+        }
+        CopyOnWorkers(theirs);
     }
 
 private:
@@ -250,15 +260,33 @@ private:
         ++in_flight_;
     }
 
+    // With submit_mutex_ held, on the reaper: queued chunks go out while the
+    // in-flight bound allows (io-wq gains nothing past its workers).
+    void IssuePending() {
+        bool issued = false;
+        while (!pending_.empty() && in_flight_ < slots_) {
+            Queue(pending_.front());
+            pending_.pop_front();
+            issued = true;
+        }
+        if (issued) io_uring_submit(&ring_);
+    }
+
     void Reap() {
         for (;;) {
             io_uring_cqe* cqe = nullptr;
             if (io_uring_wait_cqe(&ring_, &cqe) != 0) continue;  // EINTR
-            auto* c = static_cast<Chunk*>(io_uring_cqe_get_data(cqe));
+            void* data = io_uring_cqe_get_data(cqe);
             const int res = cqe->res;
             io_uring_cqe_seen(&ring_, cqe);
-            if (!c) return;  // the destructor's NOP
+            if (!data) return;  // the destructor's NOP
             std::unique_lock lock(submit_mutex_);
+            if (data == &wake_tag_) {
+                wake_sent_ = false;
+                IssuePending();
+                continue;
+            }
+            auto* c = static_cast<Chunk*>(data);
             --in_flight_;
             if (res > 0 && uint64_t(res) < c->size) {
                 // Short transfer: the rest goes out again, in order.
@@ -267,7 +295,8 @@ private:
                 io_uring_submit(&ring_);
                 continue;
             }
-            slots_cv_.notify_all();
+            IssuePending();
+            if (in_flight_ == 0 && pending_.empty()) idle_cv_.notify_all();
             lock.unlock();
             ChunkDone(c->ticket, res > 0 ? c->moved + uint64_t(res) : c->moved, res < 0 ? -res : (res == 0 ? EIO : 0));
             delete c;
@@ -284,9 +313,12 @@ private:
     io_uring ring_;
     bool fixed_file_ = true;
     std::mutex submit_mutex_;
-    std::condition_variable slots_cv_;
+    std::condition_variable idle_cv_;  // nothing in flight or queued
     const unsigned slots_;
     unsigned in_flight_ = 0;
+    std::deque<Chunk*> pending_;  // chunks waiting for the reaper to submit them
+    bool wake_sent_ = false;      // a wake NOP is on its way to the reaper
+    char wake_tag_ = 0;           // user_data of wake NOPs
     std::thread reaper_;
 };
 

@@ -88,7 +88,7 @@ private:
         const Node version = root.Field("version");
         const int64_t v = version.Int(INT64_MIN, INT64_MAX);
         if (v != plan_format::kVersion)
-            version.Fail("version " + std::to_string(v) + " is not supported (this reader knows version " +
+            version.Fail(std::to_string(v) + " is not supported (this reader knows version " +
                          std::to_string(plan_format::kVersion) + ")");
         root.AllowOnly({"format", "version", "name", "tensors", "operations", "init_packets"});
     }
@@ -142,6 +142,7 @@ private:
         compute.name = n.Field("name").NonEmptyString();
 
         const Node tensors = n.Field("tensors");
+        std::vector<size_t> tensor_indices;
         for (const Node& index : tensors.Elements()) {
             const int64_t i = index.Int(0, INT64_MAX);
             if (uint64_t(i) >= plan_tensors.size())
@@ -153,6 +154,7 @@ private:
                 index.Fail("input tensor \"" + t.name + "\" follows an output; an operation lists inputs, then outputs");
             compute.tensors.push_back(t);
             compute.expected_input_shapes.push_back(t.shape);
+            tensor_indices.push_back(size_t(i));
         }
         if (compute.tensors.empty()) tensors.Fail("must list at least one tensor");
         const std::map<int, int64_t> loop_sizes = CheckLoops(tensors, compute.tensors);
@@ -164,15 +166,50 @@ private:
         compute.binary_size = compute.binary.size();
         const ProgramImage program = DecodeProgram(c, compute.binary);
         if (program.slot_count != slots)
-            BlobFail(c, "binary", "program has " + std::to_string(program.slot_count) + " correction slots; the operation has " +
-                            std::to_string(slots) + " tensors");
+            BlobFail(c, "binary", "program has " + std::to_string(program.slot_count) +
+                                      " correction slots; the operation has " + std::to_string(slots) + " tensors");
+        CheckOperandsMatchTensors(c, program, compute.tensors);
         compute.reduction_loops = ReadLoopList(c.Field("reduction_loops"), loop_sizes);
         compute.untileable_loops = ReadLoopList(c.Field("untileable_loops"), loop_sizes);
         CheckReductionLoops(c.Field("reduction_loops"), compute);
 
         Operation op(std::move(compute));
+        op.tensor_indices = std::move(tensor_indices);
         if (const std::optional<Node> k = n.OptionalField("correction")) op.correction = ReadCorrection(*k, slots);
         return op;
+    }
+
+    // The tiler trusts the manifest's shapes and strides, so they must be the
+    // ones the binary was built with: each relocated operand against the
+    // tensor of its slot (right-aligned: an operand may add leading size-1
+    // dims). Malformed tables are left to the device, which validates them.
+    void CheckOperandsMatchTensors(const Node& entry, const ProgramImage& program,
+                                   const std::vector<TensorSpec>& tensors) const {
+        for (const spyre_program_reloc& r : program.relocs) {
+            if (r.operand >= program.operands.size() || r.slot >= tensors.size()) continue;
+            const spyre_program_operand& o = program.operands[r.operand];
+            const TensorSpec& t = tensors[r.slot];
+            bool same = o.rank >= t.shape.size() && o.rank <= SPYRE_PROGRAM_MAX_RANK && o.dtype == DeviceDType(t.dtype);
+            const size_t lead = same ? o.rank - t.shape.size() : 0;
+            for (size_t d = 0; same && d < o.rank; ++d)
+                same = d < lead ? o.shape[d] == 1
+                                : o.shape[d] == uint64_t(t.shape[d - lead]) && o.strides[d] == uint64_t(t.strides[d - lead]);
+            if (!same)
+                BlobFail(entry, "binary", "operand " + std::to_string(r.operand) + " (slot " + std::to_string(r.slot) +
+                                              ") is not tensor \"" + t.name + "\" as the manifest describes it " +
+                                              "(dtype, shape or strides differ)");
+        }
+    }
+
+    static uint8_t DeviceDType(DType dtype) {
+        switch (dtype) {
+        case DType::FP16: return SPYRE_DTYPE_FP16;
+        case DType::BF16: return SPYRE_DTYPE_BF16;
+        case DType::FP32: return SPYRE_DTYPE_FP32;
+        case DType::INT8: return SPYRE_DTYPE_INT8;
+        case DType::INT32: return SPYRE_DTYPE_INT32;
+        }
+        return 0;
     }
 
     // Every dim on one loop has the loop's size, or 1 (broadcast). Returns the sizes.

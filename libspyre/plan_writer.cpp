@@ -12,7 +12,8 @@ namespace spyre {
 
 namespace {
 
-using nlohmann::json;
+// Insertion-ordered, so plan.json reads top-down: format and version first.
+using json = nlohmann::ordered_json;
 
 class Writer {
 public:

@@ -24,10 +24,14 @@ namespace spyre {
 
 class SpyreStream {
 public:
+    // A new stream of its own.
     explicit SpyreStream(Device& device, StreamOptions options = {});
     explicit SpyreStream(FlexStream stream);
+    // Over the device's default stream (seed 001 Workflow 5: "default
+    // SpyreStream created at runtime start"); the device must outlive it.
+    static SpyreStream Default(Device& device);
 
-    FlexStream& flex_stream() noexcept { return stream_; }
+    FlexStream& flex_stream() noexcept { return *stream_; }
 
     // Enqueues the Operation's steps for the resident tensors at
     // `device_handles` (one per tensor slot, inputs then outputs; empty for
@@ -38,15 +42,17 @@ public:
     // decomposition per tile, each with the tile's addresses; remainder and
     // strided tiles use re-specialised programs; reduction tiles accumulate.
     void LaunchTiled(const Operation& operation, std::span<const SpyreTensor> tensors);
-    void Synchronize() { stream_.Synchronize(); }
+    void Synchronize() { stream_->Synchronize(); }
 
 private:
+    explicit SpyreStream(FlexStream* borrowed);
     struct ProgramOverride;
     void Decompose(std::vector<ControlBlock>& group, const Operation& operation, std::span<const uint64_t> addresses,
                    const ProgramOverride* override_program);
     std::vector<uint64_t> Addresses(const Operation& operation, std::span<const DeviceHandle> handles);
 
-    FlexStream stream_;
+    std::unique_ptr<FlexStream> owned_;
+    FlexStream* stream_;
 };
 
 // For each Operation of `plan` (loaded), binds its tensors from `tensors`

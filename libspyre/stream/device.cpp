@@ -49,14 +49,16 @@ void DeviceCore::WakeScheduler() {
 
 StreamState* DeviceCore::CreateStream(int priority) { return scheduler->impl_->CreateStream(priority); }
 void DeviceCore::RetireStream(StreamState* state) { scheduler->impl_->Retire(state); }
-std::vector<StreamState*> DeviceCore::Streams() { return scheduler->impl_->Streams(); }
+std::vector<std::shared_ptr<StreamState>> DeviceCore::Streams() { return scheduler->impl_->Streams(); }
 bool DeviceCore::OnSchedulerThread() const { return SchedulerThreadActive(); }
 
 void DeviceCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, CompletionWord& word) const {
-    if (counter.load(std::memory_order_acquire) >= target) return;
+    // Checked first, so a callback that waits fails every time, not only
+    // when the work it waits for happens to be unfinished.
     if (OnSchedulerThread())
         throw Error(ErrorKind::InvalidArgument,
                     "a host callback must not wait for device work (it runs on the scheduler thread)");
+    if (counter.load(std::memory_order_acquire) >= target) return;
     const SchedulerOptions& opt = scheduler->options();
     if (opt.wait_mode != driver::WaitMode::Blocking) {
         const auto until = std::chrono::steady_clock::now() + opt.spin;
@@ -106,7 +108,9 @@ FlexStream Device::CreateStream(StreamOptions options) {
 }
 
 void Device::Synchronize() {
-    for (StreamState* s : core_->Streams()) core_->WaitUntil(s->completed, s->enqueued_count.load(), s->done);
+    // Shared pointers: a stream retired meanwhile stays readable until we are done.
+    for (const std::shared_ptr<StreamState>& s : core_->Streams())
+        core_->WaitUntil(s->completed, s->enqueued_count.load(), s->done);
 }
 
 }  // namespace spyre

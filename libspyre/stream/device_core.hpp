@@ -94,7 +94,7 @@ public:
 
     StreamState* CreateStream(int priority);
     void RetireStream(StreamState* state);
-    std::vector<StreamState*> Streams();
+    std::vector<std::shared_ptr<StreamState>> Streams();
 
     // Blocks until `counter` >= target, per the scheduler's wait options.
     // Throws DeviceLost if the device goes away meanwhile; InvalidArgument

@@ -12,6 +12,8 @@ namespace {
 
 // Device memory of one loaded plan, freed with the plan's last reference.
 struct PlanMemory {
+    explicit PlanMemory(std::shared_ptr<DeviceCore> c) : core(std::move(c)) {}
+    PlanMemory(const PlanMemory&) = delete;  // one owner frees the memory, once
     std::shared_ptr<DeviceCore> core;
     std::vector<DeviceAllocation> blocks;
     ~PlanMemory() {
@@ -78,7 +80,7 @@ std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, cons
     }
     // Parse and validate before any device memory is taken.
     auto plan = std::make_shared<ExecutionPlan>(compiler_output);
-    auto memory = std::make_shared<PlanMemory>(PlanMemory{core, {}});
+    auto memory = std::make_shared<PlanMemory>(core);
     try {
         for (Operation& op : plan->operations) LoadOperation(stream, *memory, op);
         for (InitPacket& packet : plan->init_packets) {

@@ -49,15 +49,26 @@ void Program::AddInstruction(Instruction instruction) {
     if (compute && !compute->device_handle) {
         if (compute->binary.empty())
             throw Error(ErrorKind::InvalidArgument, "AddInstruction: the compute has neither a device handle nor a binary");
-        Operation op = instruction.operation();
+        // Fill in the handle on our own copy of the instruction (a by-value
+        // parameter, so not a const object), keeping its id: the caller's
+        // Instruction must still name it for RemoveInstruction.
+        Operation& op = const_cast<Operation&>(instruction.operation());
         const DeviceAllocation block = device_->allocator().Allocate(compute->binary.size());
         owned_.push_back(block);
         op.compute()->device_handle = block.handle;
-        op.compute()->binary_size = compute->binary.size();
-        stream_.flex_stream().CopyToDevice(op.compute()->binary.data(), block.handle, compute->binary.size());
-        Instruction loaded(std::move(op));
-        instructions_.push_back(std::move(loaded));
-        stream_.Synchronize();  // the host copy goes with `op` if the instruction is removed
+        op.compute()->binary_size = op.compute()->binary.size();
+        try {
+            stream_.flex_stream().CopyToDevice(op.compute()->binary.data(), block.handle, op.compute()->binary_size);
+            stream_.Synchronize();  // the host copy goes with the instruction if it is removed
+        } catch (...) {
+            owned_.pop_back();
+            try {
+                device_->allocator().Free(block.handle);
+            } catch (const Error&) {
+            }
+            throw;
+        }
+        instructions_.push_back(std::move(instruction));
         return;
     }
     instructions_.push_back(std::move(instruction));

@@ -55,10 +55,36 @@ Scheduler::Scheduler(DeviceCore& core, SchedulerOptions options)
 Scheduler::~Scheduler() = default;
 
 void Scheduler::QueueOperation(int stream_index, ControlBlock cb) {
-    StreamState* s = impl_->Find(stream_index);
+    std::shared_ptr<StreamState> s = impl_->Find(stream_index);
     if (!s)
         throw Error(ErrorKind::InvalidArgument, "no stream with index " + std::to_string(stream_index),
                     ErrorContext{.stream = stream_index});
+    // A control block from outside the library is checked like FlexStream's
+    // arguments: a null buffer or missing callback would crash the
+    // scheduler thread, not fail one stream. (Device addresses are checked
+    // by the DMA engine and the device, and fail the stream.)
+    auto bad = [&](const std::string& what) {
+        return Error(ErrorKind::InvalidArgument, std::string("QueueOperation: ") + ToString(cb.kind) + " " + what,
+                     ErrorContext{.stream = stream_index});
+    };
+    switch (cb.kind) {
+    case ControlBlock::Kind::CopyToDevice:
+    case ControlBlock::Kind::CopyFromDevice:
+        if (cb.size == 0) throw bad("of 0 bytes");
+        if (cb.kind == ControlBlock::Kind::CopyToDevice ? !cb.src : !cb.dst) throw bad("with a null host address");
+        break;
+    case ControlBlock::Kind::HostCallback:
+        if (!cb.callback) throw bad("without a callback");
+        break;
+    case ControlBlock::Kind::EventRecord:
+    case ControlBlock::Kind::EventWait:
+        if (!cb.event || cb.value == 0) throw bad("without an event and a sequence >= 1");
+        break;
+    case ControlBlock::Kind::Launch:
+    case ControlBlock::Kind::SemWrite:
+    case ControlBlock::Kind::SemWait: break;
+    default: throw bad("of an unknown kind");
+    }
     impl_->Push(*s, std::move(cb));
 }
 
@@ -101,15 +127,15 @@ StreamState* Scheduler::Impl::CreateStream(int priority) {
                                                     std::to_string(kStreamPriorityLowest) + "]");
     if (lost()) throw lost_error();
     std::lock_guard lock(streams_mu_);
-    streams_.push_back(std::make_unique<StreamState>(next_index_++, priority));
+    streams_.push_back(std::make_shared<StreamState>(next_index_++, priority));
     streams_version_.fetch_add(1);
     return streams_.back().get();
 }
 
-StreamState* Scheduler::Impl::Find(int stream_index) {
+std::shared_ptr<StreamState> Scheduler::Impl::Find(int stream_index) {
     std::lock_guard lock(streams_mu_);
     for (auto& s : streams_)
-        if (s->index == stream_index && !s->retired.load()) return s.get();
+        if (s->index == stream_index && !s->retired.load()) return s;
     return nullptr;
 }
 
@@ -119,11 +145,11 @@ void Scheduler::Impl::Retire(StreamState* state) {
     Wake();
 }
 
-std::vector<StreamState*> Scheduler::Impl::Streams() {
+std::vector<std::shared_ptr<StreamState>> Scheduler::Impl::Streams() {
     std::lock_guard lock(streams_mu_);
-    std::vector<StreamState*> out;
+    std::vector<std::shared_ptr<StreamState>> out;
     for (auto& s : streams_)
-        if (!s->retired.load()) out.push_back(s.get());
+        if (!s->retired.load()) out.push_back(s);
     return out;
 }
 
@@ -143,7 +169,8 @@ void Scheduler::Impl::Push(StreamState& s, ControlBlock cb) {
         s.enqueued_count.store(++s.enqueued, std::memory_order_release);
     }
     s.pending.store(true, std::memory_order_seq_cst);
-    if (sleeping_.load(std::memory_order_seq_cst)) Wake();
+    // Only the first producer to find the thread asleep pays for the wake-up.
+    if (sleeping_.load(std::memory_order_seq_cst) && sleeping_.exchange(0, std::memory_order_seq_cst)) Wake();
 }
 
 void Scheduler::Impl::PushGroup(StreamState& s, std::span<ControlBlock> group) {
@@ -162,7 +189,8 @@ void Scheduler::Impl::PushGroup(StreamState& s, std::span<ControlBlock> group) {
         s.enqueued_count.store(s.enqueued, std::memory_order_release);
     }
     s.pending.store(true, std::memory_order_seq_cst);
-    if (sleeping_.load(std::memory_order_seq_cst)) Wake();
+    // Only the first producer to find the thread asleep pays for the wake-up.
+    if (sleeping_.load(std::memory_order_seq_cst) && sleeping_.exchange(0, std::memory_order_seq_cst)) Wake();
 }
 
 void Scheduler::Impl::Wake() {
@@ -233,7 +261,7 @@ bool Scheduler::Impl::RefreshStreams() {
     if (version == active_version_) return false;
     std::lock_guard lock(streams_mu_);
     // Retired streams leave once idle (their owner waited for them already).
-    std::erase_if(streams_, [&](const std::unique_ptr<StreamState>& s) {
+    std::erase_if(streams_, [&](const std::shared_ptr<StreamState>& s) {
         const bool gone = s->retired.load() && s->local.empty() && s->ring_inflight == 0 && !s->host_busy &&
                           !s->pending.load();
         if (gone && drain_current_ == s.get()) drain_current_ = nullptr;
@@ -278,6 +306,9 @@ void Scheduler::Impl::Fault(StreamState& s, uint64_t seq, Error error) {
 
 void Scheduler::Impl::CompleteEvent(EventState& ev, uint64_t seq, uint64_t timestamp_ns,
                                     const std::optional<Error>& error) {
+    // An event re-recorded on another stream may see its records complete
+    // out of sequence order: an older record never moves it backwards.
+    if (seq <= ev.completed.load(std::memory_order_relaxed)) return;
     {
         std::lock_guard lock(ev.mu);
         ev.error = error;
@@ -312,7 +343,12 @@ bool Scheduler::Impl::ReapRing() {
         ring_records_.pop_front();
         StreamState& s = *rec.stream;
         --s.ring_inflight;
-        if (!c.ok() && !s.faulted.load()) Fault(s, rec.seq, DeviceFailure(s, rec.seq, rec, c.status, c.result));
+        if (!c.ok() && !s.faulted.load()) {
+            Fault(s, rec.seq, DeviceFailure(s, rec.seq, rec, c.status, c.result));
+        } else if (c.status == SPYRE_ERR_CANCELED) {
+            std::lock_guard lock(stats_mu_);
+            ++stats_.dropped;  // cancelled on the device behind the stream's failure
+        }
         if (rec.kind == Kind::EventRecord) {
             std::optional<Error> err;
             if (s.faulted.load()) {
@@ -321,6 +357,9 @@ bool Scheduler::Impl::ReapRing() {
             }
             CompleteEvent(*rec.event, rec.value, c.timestamp_ns, err);
         }
+        // Let go of the event before the stream's waiter wakes: the last
+        // reference to the device must never be dropped on this thread.
+        rec.event.reset();
         Complete(s, rec.seq);
     }
     return n > 0;
@@ -328,8 +367,12 @@ bool Scheduler::Impl::ReapRing() {
 
 bool Scheduler::Impl::PollDma() {
     const uint64_t done = dma_done_.load(std::memory_order_acquire);
-    if (done == dma_seen_ || dma_records_.empty()) return false;
+    if (done == dma_seen_) return false;
+    // Consume the count even with no stream copy in flight: copies made
+    // directly on the DMA engine (events, tensors) bump it too, and an
+    // unconsumed count keeps IdleWait from ever sleeping.
     dma_seen_ = done;
+    if (dma_records_.empty()) return false;
     bool any = false;
     for (size_t i = 0; i < dma_records_.size();) {
         DmaRecord& r = dma_records_[i];
@@ -415,11 +458,11 @@ bool Scheduler::Impl::IssueHostWork() {
         if (IsRingOp(cb)) continue;
         const uint64_t seq = s.next_seq;
         if (cb.kind == Kind::HostCallback) {
-            ControlBlock op = std::move(cb);
+            std::function<void()> callback = std::move(cb.callback);
             s.local.pop_front();
             ++s.next_seq;
             try {
-                op.callback();
+                callback();
             } catch (const Error& e) {
                 Fault(s, seq, Error(e.kind(), "stream " + std::to_string(s.index) + " op #" + std::to_string(seq) +
                                                   ": host callback threw: " + e.message(),
@@ -433,6 +476,8 @@ bool Scheduler::Impl::IssueHostWork() {
                                                              std::to_string(seq) + ": host callback threw",
                                     ErrorContext{.stream = s.index, .op_index = seq}));
             }
+            // Captures go before the waiter wakes (they may hold the device).
+            callback = nullptr;
             Complete(s, seq);
             std::lock_guard lock(stats_mu_);
             ++stats_.callbacks;
@@ -503,10 +548,15 @@ void Scheduler::Impl::AppendRingOp(StreamState& s) {
     }
     case Kind::SemWrite: batch_.push_back(driver::SemWriteCb(op.device_addr, op.value, ud)); break;
     case Kind::SemWait: batch_.push_back(driver::SemWaitCb(op.device_addr, op.value, 0, ud)); break;
-    case Kind::EventRecord:
-        batch_.push_back(driver::SemWriteCb(op.event->sem_addr, op.value, ud));
-        op.event->submitted.store(op.value, std::memory_order_relaxed);
+    case Kind::EventRecord: {
+        // Records of one event on several streams reach the ring in any
+        // order; the semaphore (and `submitted`) only move forward, so a
+        // wait for the newest record cannot be undone by an older one.
+        const uint64_t value = std::max(op.value, op.event->submitted.load(std::memory_order_relaxed));
+        batch_.push_back(driver::SemWriteCb(op.event->sem_addr, value, ud));
+        op.event->submitted.store(value, std::memory_order_relaxed);
         break;
+    }
     case Kind::EventWait:
         // Every record up to `submitted` is ahead of this CB in the ring, and
         // the ring runs in order, so the semaphore holds exactly that value.
@@ -565,20 +615,33 @@ bool Scheduler::Impl::SubmitRing() {
     size_t slot_budget = ring_->FreeSlots();
     for (StreamState* sp : TurnOrder()) {
         StreamState& s = *sp;
-        if (!RingReady(s)) continue;
+        // A stream's turn is one LINKed chain in the ring, so a failure
+        // cancels the rest of it on the device (the stream drops the work
+        // behind a failure). CBs sent in a later turn could not be linked
+        // to it (other streams' CBs may sit between), so a stream gets its
+        // next turn only once its previous one has completed.
+        if (s.ring_inflight != 0 || !RingReady(s)) continue;
         const size_t quantum =
             options_.policy == SchedulerPolicy::DrainOneFirst && sp == drain_current_ ? SIZE_MAX : options_.quantum;
         size_t taken = 0;
-        while (taken < quantum && RingReady(s)) {
+        size_t previous = SIZE_MAX;  // the stream's last CB in this batch
+        bool turn_over = false;
+        while (!turn_over && taken < quantum && RingReady(s)) {
             // A LINKed chain goes down whole, never interleaved with another
             // stream; only a chain larger than the whole budget is split.
             size_t chain_cbs = 0;
             const size_t chain_slots = ChainSlots(s, &chain_cbs);
             const bool fits = chain_slots <= slot_budget && chain_cbs <= cb_budget;
             if (!fits && !(inflight == 0 && batch_.empty())) break;
-            size_t previous = SIZE_MAX;
             for (size_t k = 0; k < chain_cbs && RingReady(s); ++k) {
                 if (SlotsFor(s.local.front()) > slot_budget || cb_budget == 0) break;
+                // An event record is never cancelled by the work before it
+                // (it fires even after a failure, so waiters do not hang):
+                // it starts a turn, unlinked from its predecessor.
+                if (s.local.front().kind == Kind::EventRecord && previous != SIZE_MAX) {
+                    turn_over = true;
+                    break;
+                }
                 const size_t first = batch_.size();
                 AppendRingOp(s);
                 if (previous != SIZE_MAX) batch_[previous].flags |= SPYRE_CB_F_LINK;
@@ -614,6 +677,7 @@ void Scheduler::Impl::FaultAll(const Error& error) {
     for (RingRecord& r : ring_records_) {
         Fault(*r.stream, r.seq, lost_err);
         if (r.event && r.kind == Kind::EventRecord) CompleteEvent(*r.event, r.value, 0, lost_err);
+        r.event.reset();
         --r.stream->ring_inflight;
         Complete(*r.stream, r.seq);
     }

@@ -26,9 +26,10 @@ public:
     void Stop();
 
     StreamState* CreateStream(int priority);
-    StreamState* Find(int stream_index);
+    // Shared: a caller may still hold a stream the scheduler has let go.
+    std::shared_ptr<StreamState> Find(int stream_index);
     void Retire(StreamState* state);
-    std::vector<StreamState*> Streams();
+    std::vector<std::shared_ptr<StreamState>> Streams();
 
     // Producer side: makes `cb` visible to the scheduler thread.
     void Push(StreamState& s, ControlBlock cb);
@@ -37,7 +38,7 @@ public:
     // A DMA copy finished (called from the DMA engine's threads).
     void DmaDone() {
         dma_done_.fetch_add(1, std::memory_order_seq_cst);
-        if (sleeping_.load(std::memory_order_seq_cst)) Wake();
+        if (sleeping_.load(std::memory_order_seq_cst) && sleeping_.exchange(0, std::memory_order_seq_cst)) Wake();
     }
     bool OnSchedulerThread() const { return std::this_thread::get_id() == thread_.get_id(); }
     bool lost() const { return lost_.load(std::memory_order_acquire); }
@@ -90,7 +91,7 @@ private:
     size_t inline_max_ = 0;
 
     std::mutex streams_mu_;
-    std::vector<std::unique_ptr<StreamState>> streams_;  // registered, by creation
+    std::vector<std::shared_ptr<StreamState>> streams_;  // registered, by creation
     std::atomic<uint64_t> streams_version_{0};
     int next_index_ = 0;
 

@@ -32,8 +32,14 @@ std::vector<uint8_t> AddressTable(std::span<const uint64_t> addresses) {
 
 }  // namespace
 
-SpyreStream::SpyreStream(Device& device, StreamOptions options) : stream_(device.CreateStream(options)) {}
-SpyreStream::SpyreStream(FlexStream stream) : stream_(std::move(stream)) {}
+SpyreStream::SpyreStream(Device& device, StreamOptions options)
+    : owned_(std::make_unique<FlexStream>(device.CreateStream(options))), stream_(owned_.get()) {}
+SpyreStream::SpyreStream(FlexStream stream)
+    : owned_(std::make_unique<FlexStream>(std::move(stream))), stream_(owned_.get()) {}
+
+SpyreStream::SpyreStream(FlexStream* borrowed) : stream_(borrowed) {}
+
+SpyreStream SpyreStream::Default(Device& device) { return SpyreStream(&device.default_stream()); }
 
 std::vector<uint64_t> SpyreStream::Addresses(const Operation& op, std::span<const DeviceHandle> handles) {
     std::vector<uint64_t> addresses;
@@ -42,14 +48,14 @@ std::vector<uint64_t> SpyreStream::Addresses(const Operation& op, std::span<cons
         const uint64_t bytes = compute && i < compute->tensors.size() && compute->tensors[i].bytes
                                    ? compute->tensors[i].bytes
                                    : 1;
-        addresses.push_back(stream_.core()->allocator->DeviceAddress(handles[i], bytes));
+        addresses.push_back(stream_->core()->allocator->DeviceAddress(handles[i], bytes));
     }
     return addresses;
 }
 
 void SpyreStream::Decompose(std::vector<ControlBlock>& group, const Operation& op, std::span<const uint64_t> addresses,
                             const ProgramOverride* override_program) {
-    DeviceCore& core = *stream_.core();
+    DeviceCore& core = *stream_->core();
     const auto& steps = op.preprocess();
     for (size_t i = 0; i < steps.size(); ++i) {
         const std::string where = OpName(op) + " step " + std::to_string(i);
@@ -94,12 +100,39 @@ void SpyreStream::Decompose(std::vector<ControlBlock>& group, const Operation& o
 }
 
 void SpyreStream::Launch(const Operation& op, std::span<const DeviceHandle> device_handles) {
+    // One handle per tensor slot (none for a compute whose addresses are
+    // fixed in its binary): a different count is a caller's mistake.
+    if (op.compute() && !op.compute()->tensors.empty() && !device_handles.empty() &&
+        device_handles.size() != op.compute()->tensors.size())
+        throw Error(ErrorKind::InvalidArgument, OpName(op) + " takes " + std::to_string(op.compute()->tensors.size()) +
+                                                    " tensors, got " + std::to_string(device_handles.size()) +
+                                                    " device handles");
     std::vector<ControlBlock> group;
     Decompose(group, op, Addresses(op, device_handles), nullptr);
-    stream_.EnqueueGroup(group);
+    stream_->EnqueueGroup(group);
 }
 
 void SpyreStream::Launch(const Operation& op, std::span<const SpyreTensor> tensors) {
+    // Launch runs the compute as compiled: the tensors must be exactly what
+    // it expects (count, dtype, shape, strides), or it would read and write
+    // the wrong bytes. Larger tensors go through LaunchTiled.
+    if (op.compute() && !op.compute()->tensors.empty()) {
+        const auto& specs = op.compute()->tensors;
+        if (tensors.size() != specs.size())
+            throw Error(ErrorKind::InvalidArgument, OpName(op) + " takes " + std::to_string(specs.size()) +
+                                                        " tensors, got " + std::to_string(tensors.size()));
+        for (size_t i = 0; i < specs.size(); ++i) {
+            const SpyreTensor& t = tensors[i];
+            const std::string who = OpName(op) + " tensor " + std::to_string(i) + " ('" + specs[i].name + "')";
+            if (t.data_type() != specs[i].dtype)
+                throw Error(ErrorKind::InvalidArgument, who + " is " + ToString(t.data_type()) + ", the compute expects " +
+                                                            ToString(specs[i].dtype));
+            if (t.shape() != specs[i].shape || t.element_strides() != specs[i].strides)
+                throw Error(ErrorKind::InvalidArgument, who + " is " + t.ToString() +
+                                                            ", not the shape and strides the compute was compiled for"
+                                                            " (LaunchTiled handles other shapes)");
+        }
+    }
     std::vector<DeviceHandle> handles;
     for (const SpyreTensor& t : tensors) handles.push_back(t.device_handle());
     Launch(op, handles);
@@ -121,7 +154,7 @@ void SpyreStream::LaunchTiled(const Operation& op, std::span<const SpyreTensor> 
         throw Error(ErrorKind::InvalidArgument,
                     OpName(op) + " has no program correction: its tensor addresses are fixed, so it cannot be tiled");
 
-    DeviceCore& core = *stream_.core();
+    DeviceCore& core = *stream_->core();
     std::vector<uint64_t> bases;
     for (const SpyreTensor& t : tensors) bases.push_back(core.allocator->DeviceAddress(t.device_handle(), t.size_bytes()));
 
@@ -129,7 +162,7 @@ void SpyreStream::LaunchTiled(const Operation& op, std::span<const SpyreTensor> 
     // the compiled one and copied to device ahead of the iterations; they are
     // freed in stream order once the last iteration is done.
     auto scratch = std::make_shared<std::vector<DeviceAllocation>>();
-    auto free_scratch = [scratch, core_ptr = stream_.core()] {
+    auto free_scratch = [scratch, core_ptr = stream_->core()] {
         for (const DeviceAllocation& a : *scratch) {
             try {
                 core_ptr->allocator->Free(a.handle);
@@ -166,17 +199,17 @@ void SpyreStream::LaunchTiled(const Operation& op, std::span<const SpyreTensor> 
             Decompose(groups.emplace_back(), op, addresses, overrides[it.variant] ? &*overrides[it.variant] : nullptr);
         }
         if (!uploads.empty()) {
-            stream_.EnqueueGroup(uploads);
+            stream_->EnqueueGroup(uploads);
             enqueued = true;
         }
         for (auto& g : groups) {
-            stream_.EnqueueGroup(g);
+            stream_->EnqueueGroup(g);
             enqueued = true;
         }
         if (!scratch->empty()) {
             ControlBlock cleanup = detail::Callback(free_scratch);
             cleanup.always = true;
-            stream_.EnqueueGroup(std::span(&cleanup, 1));
+            stream_->EnqueueGroup(std::span(&cleanup, 1));
         }
     } catch (...) {
         if (!enqueued) {
@@ -187,7 +220,7 @@ void SpyreStream::LaunchTiled(const Operation& op, std::span<const SpyreTensor> 
         // order, after what was queued, so nothing writes into freed memory.
         ControlBlock cleanup = detail::Callback(free_scratch);
         cleanup.always = true;
-        stream_.EnqueueGroup(std::span(&cleanup, 1));
+        stream_->EnqueueGroup(std::span(&cleanup, 1));
         throw;
     }
 }

@@ -11,6 +11,8 @@
 namespace spyre {
 
 struct SpyreTensor::Storage {
+    Storage(std::shared_ptr<DeviceCore> c, DeviceAllocation a) : core(std::move(c)), allocation(a) {}
+    Storage(const Storage&) = delete;  // one owner frees the memory, once
     std::shared_ptr<DeviceCore> core;
     DeviceAllocation allocation;
     ~Storage() {
@@ -63,7 +65,7 @@ SpyreTensor SpyreTensor::Empty(Device& device, std::vector<int64_t> shape, DType
     const KernelTensor t = KernelBuilder(layout).Tensor(shape, dtype);
     std::vector<int64_t> stride(t.strides.size());
     for (size_t d = 0; d < stride.size(); ++d) stride[d] = t.strides[d] * int64_t(ElementSize(dtype));
-    auto storage = std::make_shared<Storage>(Storage{device.core(), device.allocator().Allocate(t.bytes)});
+    auto storage = std::make_shared<Storage>(device.core(), device.allocator().Allocate(t.bytes));
     SpyreTensor tensor(storage->allocation.handle, std::move(shape), std::move(stride), dtype, t.bytes, layout);
     tensor.storage_ = std::move(storage);
     return tensor;
@@ -77,9 +79,12 @@ SpyreTensor SpyreTensor::FromHost(Device& device, FlexStream& stream, const void
     SpyreTensor t = Empty(device, std::move(shape), dtype, layout);
     DeviceCore& core = *device.core();
     const size_t row = size_t(t.shape_.back()) * ElementSize(dtype);
-    const size_t pitch = t.shape_.size() > 1 ? size_t(t.stride_[t.shape_.size() - 2]) : row;
+    // The host holds numel * element size bytes, never more: a Sticks tensor
+    // has padding after each row (rank 1 included), which is zero-filled here.
+    const size_t host_bytes = size_t(t.numel()) * ElementSize(dtype);
+    const size_t pitch = t.shape_.size() > 1 ? size_t(t.stride_[t.shape_.size() - 2]) : size_t(t.size_bytes_);
     std::vector<ControlBlock> group;
-    if (pitch == row) {
+    if (host_bytes == t.size_bytes_) {
         group.push_back(detail::CopyToDevice(core, host, t.handle_, t.size_bytes_));
     } else {
         // Sticks: pad each innermost row to its stick pitch on the host.

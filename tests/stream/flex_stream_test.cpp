@@ -4,6 +4,7 @@
 
 #include "spyre/flex_stream.hpp"
 #include "spyre/kernel_builder.hpp"
+#include "spyre/program_image.hpp"
 #include "stream_fixture.hpp"
 
 using spyre::test::StreamTest;
@@ -74,4 +75,32 @@ TEST_F(StreamTest, FailureIsStickyUntilReset) {
     s.CopyFromDevice(&back, w.handle, 8);
     s.Synchronize();
     EXPECT_EQ(back, 9u);
+}
+
+TEST_F(StreamTest, ThousandsOfEmptyLaunchesComplete) {
+    Device dev = OpenDevice();
+    FlexStream& s = dev.default_stream();
+    const std::vector<uint8_t> bytes = ProgramImage{}.Encode();
+    const DeviceAllocation p = dev.allocator().Allocate(bytes.size());
+    s.CopyToDevice(bytes.data(), p.handle, bytes.size());
+    for (int round = 0; round < 3; ++round) {
+        for (int i = 0; i < 1024; ++i) s.Launch(p.handle);
+        s.Synchronize();
+    }
+    EXPECT_EQ(s.completed(), 1u + 3 * 1024);
+    EXPECT_EQ(dev.function().Read64(SPYRE_REG_CNT_LAUNCHES), 3u * 1024);
+}
+
+TEST_F(StreamTest, StreamsComeAndGo) {
+    Device dev = OpenDevice();
+    const std::vector<uint8_t> bytes = ProgramImage{}.Encode();
+    const DeviceAllocation p = dev.allocator().Allocate(bytes.size());
+    dev.default_stream().CopyToDevice(bytes.data(), p.handle, bytes.size());
+    dev.default_stream().Synchronize();
+    for (int round = 0; round < 5; ++round) {
+        FlexStream s = dev.CreateStream();
+        for (int i = 0; i < 1024; ++i) s.Launch(p.handle);
+        s.Synchronize();
+        EXPECT_EQ(s.completed(), 1024u);
+    }
 }

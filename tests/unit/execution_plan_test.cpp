@@ -223,6 +223,10 @@ TEST(ExecutionPlan, RoundTripThroughADirectoryKeepsEveryByte) {
         const SpyreCompute& c = *op.compute();
         EXPECT_EQ(c.name, name);
         EXPECT_FALSE(c.device_handle.has_value());
+        std::vector<size_t> indices(kernel.tensor_count());  // each kernel got its own plan tensors, in order
+        for (size_t t = 0; t < indices.size(); ++t) indices[t] = tensor_count + t;
+        EXPECT_EQ(op.tensor_indices, indices);
+        for (size_t t = 0; t < indices.size(); ++t) EXPECT_EQ(plan.tensor_input_metadata[indices[t]].name, c.tensors[t].name);
         EXPECT_EQ(c.binary, kernel.program);
         EXPECT_EQ(c.binary_size, kernel.program.size());
         EXPECT_EQ(c.reduction_loops, kernel.reduction_loops);
@@ -478,6 +482,14 @@ const Malformed kMalformed[] = {
      {"plans/mm/mm.bin", "not a valid program", "shorter than its header"}},
     {"ProgramSlotsDisagree", EditJson([](json& j) { j["operations"][0]["tensors"] = json::array({0, 1, 2, 2}); }),
      {"plans/mm/mm.bin", "3 correction slots", "4 tensors"}},
+    {"TensorDisagreesWithBinary", EditJson([](json& j) { j["tensors"][2]["dtype"] = "fp16"; }),
+     {"plans/mm/mm.bin", "operand 2 (slot 2)", "mm.output0", "operations[0].compute.binary"}},
+    {"StridesDisagreeWithBinary",
+     EditJson([](json& j) {
+         j["tensors"][0]["strides"] = json::array({64, 1});
+         j["tensors"][0]["bytes"] = 64 * 64 * 4;
+     }),
+     {"plans/mm/mm.bin", "operand 0 (slot 0)", "mm.input0"}},
     {"ReductionLoopNotOfTheOp", EditJson([](json& j) { j["operations"][0]["compute"]["reduction_loops"] = json::array({5}); }),
      {"operations[0].compute.reduction_loops[0]:", "indexes none"}},
     {"ReductionLoopIndexesOutput",
@@ -519,8 +531,9 @@ TEST_P(MalformedPlan, IsRejectedNamingTheFileAndField) {
         EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << e.what();
         for (const std::string& part : GetParam().expect)
             EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "\"" << part << "\" not in: " << e.what();
-        if (std::string(e.what()).find("operations[0]") != std::string::npos)
+        if (std::string(e.what()).find("operations[0]") != std::string::npos) {
             EXPECT_EQ(e.context().op_index, std::optional<uint64_t>(0)) << e.what();
+        }
     }
 }
 
@@ -536,8 +549,11 @@ TEST(ExecutionPlanFuzz, TruncatedManifestsOnlyEverThrowSpyreErrors) {
         out.manifest.resize(at);
         std::string message;
         // Only the final newline may go without breaking the JSON.
-        if (TryParse(out, &message) == Outcome::Parsed) EXPECT_GE(at + 1, base.manifest.size());
-        else EXPECT_NE(message.find("plan.json"), std::string::npos) << message;
+        if (TryParse(out, &message) == Outcome::Parsed) {
+            EXPECT_GE(at + 1, base.manifest.size());
+        } else {
+            EXPECT_NE(message.find("plan.json"), std::string::npos) << message;
+        }
     }
 }
 

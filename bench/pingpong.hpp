@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: Apache-2.0
+// Round-trip baselines shared by the benchmarks: a cross-process spin
+// ping-pong and a cross-process futex ping-pong, measured in the same run as
+// the figure they anchor.
+#pragma once
+
+#include <benchmark/benchmark.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <map>
+#include <string>
+
+namespace spyre::bench {
+
+// Baseline results (ns per round trip), filled as the baselines run first.
+inline std::map<std::string, double> g_baseline_ns;
+
+struct alignas(64) PingPongWords {
+    alignas(64) uint32_t ping;
+    alignas(64) uint32_t pong;
+    alignas(64) uint32_t stop;
+};
+
+inline long Futex(uint32_t* word, int op, uint32_t val) { return ::syscall(SYS_futex, word, op, val, nullptr, nullptr, 0); }
+
+// A child process that answers every ping with a pong, by spinning or by
+// sleeping on a futex. Shared anonymous memory spans the fork like shm.
+class PingPongPeer {
+public:
+    explicit PingPongPeer(bool use_futex) : use_futex_(use_futex) {
+        void* p = ::mmap(nullptr, sizeof(PingPongWords), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        words_ = new (p) PingPongWords{};
+        pid_ = ::fork();
+        if (pid_ == 0) {
+            Serve();
+            ::_exit(0);
+        }
+    }
+    ~PingPongPeer() {
+        std::atomic_ref<uint32_t>(words_->stop).store(1);
+        std::atomic_ref<uint32_t>(words_->ping).fetch_add(1);
+        Futex(&words_->ping, FUTEX_WAKE, INT_MAX);
+        ::waitpid(pid_, nullptr, 0);
+        ::munmap(words_, sizeof(PingPongWords));
+    }
+    void RoundTrip(uint32_t i) {
+        std::atomic_ref<uint32_t> ping(words_->ping), pong(words_->pong);
+        ping.store(i, std::memory_order_release);
+        if (use_futex_) Futex(&words_->ping, FUTEX_WAKE, 1);
+        while (pong.load(std::memory_order_acquire) != i)
+            if (use_futex_) Futex(&words_->pong, FUTEX_WAIT, pong.load());
+    }
+
+private:
+    void Serve() {
+        std::atomic_ref<uint32_t> ping(words_->ping), pong(words_->pong), stop(words_->stop);
+        uint32_t seen = 0;
+        while (!stop.load(std::memory_order_acquire)) {
+            uint32_t v = ping.load(std::memory_order_acquire);
+            if (v == seen) {
+                if (use_futex_) Futex(&words_->ping, FUTEX_WAIT, v);
+                continue;
+            }
+            seen = v;
+            pong.store(v, std::memory_order_release);
+            if (use_futex_) Futex(&words_->pong, FUTEX_WAKE, 1);
+        }
+    }
+    bool use_futex_;
+    PingPongWords* words_;
+    pid_t pid_;
+};
+
+inline double TimePerIteration(benchmark::State& state, std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
+           double(state.iterations());
+}
+
+inline void BM_SpinPingPongTimed(benchmark::State& state) {
+    PingPongPeer peer(false);
+    uint32_t i = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    for (auto _ : state) peer.RoundTrip(++i);
+    g_baseline_ns["spin"] = TimePerIteration(state, t0);
+}
+
+inline void BM_FutexPingPong(benchmark::State& state) {
+    PingPongPeer peer(true);
+    uint32_t i = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    for (auto _ : state) peer.RoundTrip(++i);
+    g_baseline_ns["futex"] = TimePerIteration(state, t0);
+}
+
+// Adds baseline_ns and x_baseline counters for a figure of `ns` per iteration.
+inline void ReportAgainst(benchmark::State& state, const char* baseline, double ns) {
+    state.SetLabel(std::string("vs ") + baseline + " ping-pong");
+    if (g_baseline_ns.count(baseline)) {
+        state.counters["baseline_ns"] = g_baseline_ns[baseline];
+        state.counters["x_baseline"] = ns / g_baseline_ns[baseline];
+    }
+}
+
+}  // namespace spyre::bench

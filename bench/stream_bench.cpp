@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: Apache-2.0
+// The stream layer's costs, each beside a baseline of the same run:
+//   enqueue        host cost of one async FlexStream enqueue (target < 100 ns;
+//                  cudaLaunchKernel ~2.6 us), beside an uncontended mutex
+//                  lock/unlock + vector push
+//   launch_sync    empty-kernel Launch + Synchronize round trip through the
+//                  scheduler thread and the device, beside the spin (poll,
+//                  adaptive) and futex (blocking) ping-pongs
+//   launch_tiled   LaunchTiled cost per tile iteration, beside one Launch of
+//                  the same tile
+//   overlap        copy-in + matmul + copy-out of 8 chunks on one stream vs
+//                  two streams ordered by events
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "pingpong.hpp"
+#include "spyre/spyre.hpp"
+
+using namespace spyre;
+using namespace spyre::bench;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Devices kept for the whole run, one per configuration.
+std::optional<Device> g_poll, g_adaptive, g_blocking;
+
+Device& PollDevice() {
+    if (!g_poll) g_poll.emplace(Device::Open({.scheduler = {.wait_mode = driver::WaitMode::Poll}}));
+    return *g_poll;
+}
+Device& AdaptiveDevice() {
+    if (!g_adaptive) g_adaptive.emplace(Device::Open());
+    return *g_adaptive;
+}
+// The device sleeps at once (--poll-us 0), as a futex peer does, and every
+// wait on the host blocks.
+Device& BlockingDevice() {
+    if (!g_blocking) {
+        DeviceOptions o;
+        o.scheduler.wait_mode = driver::WaitMode::Blocking;
+        o.embedded_mock.extra_args = {"--poll-us", "0"};
+        g_blocking.emplace(Device::Open(o));
+    }
+    return *g_blocking;
+}
+
+// An empty program (no ops) resident on `dev`.
+DeviceHandle EmptyProgram(Device& dev) {
+    static std::map<Device*, DeviceHandle> programs;
+    if (auto it = programs.find(&dev); it != programs.end()) return it->second;
+    const std::vector<uint8_t> bytes = ProgramImage{}.Encode();
+    const DeviceAllocation a = dev.allocator().Allocate(bytes.size());
+    dev.default_stream().CopyToDevice(bytes.data(), a.handle, bytes.size());
+    dev.default_stream().Synchronize();
+    programs.emplace(&dev, a.handle);
+    return a.handle;
+}
+
+void BM_MutexPush(benchmark::State& state) {
+    std::mutex mu;
+    std::vector<uint64_t> v;
+    v.reserve(1 << 20);
+    auto t0 = Clock::now();
+    uint64_t i = 0;
+    for (auto _ : state) {
+        std::lock_guard lock(mu);
+        v.push_back(++i);
+        if (v.size() == v.capacity()) v.clear();
+    }
+    g_baseline_ns["mutex_push"] = TimePerIteration(state, t0);
+}
+
+// Enqueues in batches of 1024 (timed), synchronising between batches (not timed).
+void BM_Enqueue(benchmark::State& state, bool copy) {
+    Device& dev = AdaptiveDevice();
+    FlexStream s = dev.CreateStream();
+    const DeviceHandle program = EmptyProgram(dev);
+    const DeviceAllocation target = dev.allocator().Allocate(8);
+    const uint64_t value = 42;
+    constexpr int kBatch = 1024;
+    for (auto _ : state) {
+        const auto t0 = Clock::now();
+        for (int i = 0; i < kBatch; ++i) {
+            if (copy)
+                s.CopyToDevice(&value, target.handle, sizeof value);
+            else
+                s.Launch(program);
+        }
+        const auto t1 = Clock::now();
+        s.Synchronize();
+        state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count() / kBatch);
+    }
+    dev.allocator().Free(target.handle);
+    state.SetLabel("per enqueue, vs mutex lock+push");
+    state.counters["baseline_ns"] = g_baseline_ns["mutex_push"];
+}
+
+void BM_LaunchSync(benchmark::State& state, Device& (*device)(), const char* baseline) {
+    Device& dev = device();
+    FlexStream& s = dev.default_stream();
+    const DeviceHandle program = EmptyProgram(dev);
+    auto t0 = Clock::now();
+    for (auto _ : state) {
+        s.Launch(program);
+        s.Synchronize();
+    }
+    ReportAgainst(state, baseline, TimePerIteration(state, t0));
+}
+
+// A 32^3 fp32 matmul tile run over M = 32 * iterations rows.
+struct TiledSetup {
+    std::shared_ptr<const ExecutionPlan> plan;
+    std::vector<SpyreTensor> tile_tensors, big_tensors;
+};
+TiledSetup MakeTiled(Device& dev, SpyreStream& s, int64_t iterations) {
+    const int64_t t = 32;
+    TiledSetup out;
+    out.plan = LoadExecutionPlan(s, CompilerOutputFromKernel("mm32", KernelBuilder().Matmul(t, t, t, DType::FP32)));
+    std::vector<float> zeros(size_t(t * iterations * t), 0.0f);
+    out.tile_tensors = {SpyreTensor::FromHost(dev, s.flex_stream(), zeros.data(), {t, t}, DType::FP32),
+                        SpyreTensor::FromHost(dev, s.flex_stream(), zeros.data(), {t, t}, DType::FP32),
+                        SpyreTensor::Empty(dev, {t, t}, DType::FP32)};
+    out.big_tensors = {SpyreTensor::FromHost(dev, s.flex_stream(), zeros.data(), {t * iterations, t}, DType::FP32),
+                       out.tile_tensors[1], SpyreTensor::Empty(dev, {t * iterations, t}, DType::FP32)};
+    s.Synchronize();
+    return out;
+}
+
+std::map<std::string, double> g_tile_ns;
+
+void BM_LaunchOneTile(benchmark::State& state) {
+    Device& dev = AdaptiveDevice();
+    SpyreStream s(dev);
+    TiledSetup setup = MakeTiled(dev, s, 64);
+    auto t0 = Clock::now();
+    for (auto _ : state) {
+        LaunchKernel(s, *setup.plan, setup.tile_tensors);
+        s.Synchronize();
+    }
+    g_tile_ns["one"] = TimePerIteration(state, t0);
+}
+
+void BM_LaunchTiled(benchmark::State& state) {
+    Device& dev = AdaptiveDevice();
+    SpyreStream s(dev);
+    const int64_t iterations = state.range(0);
+    TiledSetup setup = MakeTiled(dev, s, iterations);
+    auto t0 = Clock::now();
+    for (auto _ : state) {
+        LaunchKernel(s, *setup.plan, setup.big_tensors);
+        s.Synchronize();
+    }
+    const double per_iteration = TimePerIteration(state, t0) / double(iterations);
+    state.counters["per_tile_ns"] = per_iteration;
+    state.SetLabel("per tile vs one Launch+Synchronize of the tile");
+    if (g_tile_ns.count("one")) {
+        state.counters["one_launch_ns"] = g_tile_ns["one"];
+        state.counters["x_one_launch"] = per_iteration / g_tile_ns["one"];
+    }
+}
+
+// Chunks of A[1024,256] x B[256,256] with copies in and out.
+struct OverlapSetup {
+    static constexpr int64_t kChunks = 8, kRows = 1024, kK = 256, kN = 256;
+    std::shared_ptr<const ExecutionPlan> plan;
+    std::vector<std::vector<float>> a, c;
+    std::vector<SpyreTensor> buffers;  // a0 a1 b c0 c1
+};
+OverlapSetup MakeOverlap(Device& dev, SpyreStream& s) {
+    OverlapSetup o;
+    o.plan = LoadExecutionPlan(
+        s, CompilerOutputFromKernel("mm_overlap", KernelBuilder().Matmul(o.kRows, o.kK, o.kN, DType::FP32)));
+    o.a.assign(o.kChunks, std::vector<float>(size_t(o.kRows * o.kK), 0.5f));
+    o.c.assign(o.kChunks, std::vector<float>(size_t(o.kRows * o.kN), 0.0f));
+    std::vector<float> b(size_t(o.kK * o.kN), 0.25f);
+    o.buffers = {SpyreTensor::Empty(dev, {o.kRows, o.kK}, DType::FP32), SpyreTensor::Empty(dev, {o.kRows, o.kK}, DType::FP32),
+                 SpyreTensor::FromHost(dev, s.flex_stream(), b.data(), {o.kK, o.kN}, DType::FP32),
+                 SpyreTensor::Empty(dev, {o.kRows, o.kN}, DType::FP32), SpyreTensor::Empty(dev, {o.kRows, o.kN}, DType::FP32)};
+    s.Synchronize();
+    return o;
+}
+
+double g_one_stream_ns = 0;
+
+void BM_OverlapOneStream(benchmark::State& state) {
+    Device& dev = AdaptiveDevice();
+    SpyreStream s(dev);
+    OverlapSetup o = MakeOverlap(dev, s);
+    const uint64_t a_bytes = uint64_t(o.kRows * o.kK) * 4, c_bytes = uint64_t(o.kRows * o.kN) * 4;
+    auto t0 = Clock::now();
+    for (auto _ : state) {
+        for (int64_t i = 0; i < o.kChunks; ++i) {
+            const size_t buf = size_t(i % 2);
+            s.flex_stream().CopyToDevice(o.a[size_t(i)].data(), o.buffers[buf].device_handle(), a_bytes);
+            const std::vector<SpyreTensor> t = {o.buffers[buf], o.buffers[2], o.buffers[3 + buf]};
+            LaunchKernel(s, *o.plan, t);
+            s.flex_stream().CopyFromDevice(o.c[size_t(i)].data(), o.buffers[3 + buf].device_handle(), c_bytes);
+        }
+        s.Synchronize();
+    }
+    g_one_stream_ns = TimePerIteration(state, t0);
+}
+
+void BM_OverlapTwoStreams(benchmark::State& state) {
+    Device& dev = AdaptiveDevice();
+    SpyreStream copy(dev), compute(dev);
+    OverlapSetup o = MakeOverlap(dev, copy);
+    const uint64_t a_bytes = uint64_t(o.kRows * o.kK) * 4, c_bytes = uint64_t(o.kRows * o.kN) * 4;
+    std::vector<Event> copied, computed, drained;
+    for (int64_t i = 0; i < o.kChunks; ++i) {
+        copied.emplace_back(dev);
+        computed.emplace_back(dev);
+        drained.emplace_back(dev);
+    }
+    auto copy_in = [&](int64_t i) {
+        copy.flex_stream().CopyToDevice(o.a[size_t(i)].data(), o.buffers[size_t(i % 2)].device_handle(), a_bytes);
+        copied[size_t(i)].Record(copy.flex_stream());
+    };
+    auto t0 = Clock::now();
+    for (auto _ : state) {
+        copy_in(0);
+        for (int64_t i = 0; i < o.kChunks; ++i) {
+            const size_t buf = size_t(i % 2);
+            compute.flex_stream().Wait(copied[size_t(i)]);
+            if (i >= 2) compute.flex_stream().Wait(drained[size_t(i - 2)]);
+            const std::vector<SpyreTensor> t = {o.buffers[buf], o.buffers[2], o.buffers[3 + buf]};
+            LaunchKernel(compute, *o.plan, t);
+            computed[size_t(i)].Record(compute.flex_stream());
+            if (i + 1 < o.kChunks) copy_in(i + 1);
+            copy.flex_stream().Wait(computed[size_t(i)]);
+            copy.flex_stream().CopyFromDevice(o.c[size_t(i)].data(), o.buffers[3 + buf].device_handle(), c_bytes);
+            drained[size_t(i)].Record(copy.flex_stream());
+        }
+        copy.Synchronize();
+        compute.Synchronize();
+    }
+    const double ns = TimePerIteration(state, t0);
+    state.SetLabel("vs the same work on one stream");
+    state.counters["one_stream_ns"] = g_one_stream_ns;
+    state.counters["x_one_stream"] = g_one_stream_ns ? ns / g_one_stream_ns : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    // Every device here is a private mock of this run.
+    ::setenv("FLEX_DEVICE", "MOCK", 1);
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    // Registration order is run order: each baseline runs before its figure.
+    benchmark::RegisterBenchmark("baseline/mutex_push", BM_MutexPush)->UseRealTime();
+    benchmark::RegisterBenchmark("enqueue/launch", BM_Enqueue, false)->UseManualTime()->Iterations(500);
+    benchmark::RegisterBenchmark("enqueue/copy_8B", BM_Enqueue, true)->UseManualTime()->Iterations(500);
+    benchmark::RegisterBenchmark("baseline/spin_pingpong", BM_SpinPingPongTimed)->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("baseline/futex_pingpong", BM_FutexPingPong)->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("launch_sync/poll", BM_LaunchSync, PollDevice, "spin")->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("launch_sync/adaptive", BM_LaunchSync, AdaptiveDevice, "spin")->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("launch_sync/blocking_device_sleeps", BM_LaunchSync, BlockingDevice, "futex")
+        ->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("launch_tiled/one_tile", BM_LaunchOneTile)->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("launch_tiled/tiles", BM_LaunchTiled)->Arg(4)->Arg(64)->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("overlap/one_stream", BM_OverlapOneStream)->UseRealTime()->MinTime(1.0);
+    benchmark::RegisterBenchmark("overlap/two_streams", BM_OverlapTwoStreams)->UseRealTime()->MinTime(1.0);
+    try {
+        benchmark::RunSpecifiedBenchmarks();
+    } catch (const spyre::Error& e) {
+        std::fprintf(stderr, "stream_bench: %s\n", e.what());
+        return 1;
+    }
+    g_poll.reset();
+    g_adaptive.reset();
+    g_blocking.reset();
+    benchmark::Shutdown();
+    return 0;
+}

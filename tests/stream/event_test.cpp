@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: Apache-2.0
+// Events (seed 001 open question 4): Record on one stream, Wait on another
+// (a device-side semaphore wait), Query/Synchronize/ElapsedTime, re-recording,
+// and events recorded behind a failure.
+#include <pthread.h>
+
+#include <atomic>
+#include <numeric>
+
+#include "stream_fixture.hpp"
+#include "stream_test_util.hpp"
+
+using namespace spyre;
+using namespace spyre::test;
+
+namespace {
+std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
+    std::vector<uint8_t> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = uint8_t(seed + i * 7 + (i >> 12));
+    return v;
+}
+}  // namespace
+
+TEST_F(StreamTest, EventOrdersALargeDmaWriteBeforeAnotherStreamsRead) {
+    Device dev = OpenDevice();
+    FlexStream a = dev.CreateStream(), b = dev.CreateStream();
+    constexpr size_t kSize = 8u << 20;  // DMA, several chunks
+    DeviceAllocation buf = dev.allocator().Allocate(kSize);
+    for (uint8_t round = 1; round <= 3; ++round) {
+        SCOPED_TRACE(int(round));
+        const std::vector<uint8_t> in = Pattern(kSize, round);
+        std::vector<uint8_t> out(kSize, 0);
+        Event written(dev);
+        a.CopyToDevice(in.data(), buf.handle, kSize);
+        written.Record(a);
+        b.Wait(written);
+        b.CopyFromDevice(out.data(), buf.handle, kSize);
+        ASSERT_TRUE(SettlesWithin(b));
+        b.Synchronize();
+        EXPECT_TRUE(written.Query());
+        written.Synchronize();
+        EXPECT_TRUE(in == out) << "B read the buffer before A's write completed";
+        a.Synchronize();
+    }
+}
+
+TEST_F(StreamTest, EventWaitOrdersRingWorkAcrossStreams) {
+    // A: slow-ish program chain writes the value; B: waits, then snapshots it with a launch.
+    Device dev = OpenDevice(1);
+    FlexStream a = dev.CreateStream(), b = dev.CreateStream();
+    DeviceAllocation cell = dev.allocator().Allocate(8), copy = dev.allocator().Allocate(8);
+    const ProgramTable progs = ProgramTable::Upload(
+        dev, {Fill8Program(Addr(dev, cell.handle, 8), 4242), Copy8Program(Addr(dev, cell.handle, 8), Addr(dev, copy.handle, 8))});
+    const uint64_t zero = 0;
+    a.CopyToDevice(&zero, cell.handle, 8);
+    b.CopyToDevice(&zero, copy.handle, 8);
+    a.Synchronize();
+    b.Synchronize();
+    Gate gate;
+    Event ev(dev);
+    a.AddCallback(gate.Callback());  // A (and the scheduler) held until B's wait is queued
+    a.Launch(progs.handles[0]);
+    ev.Record(a);
+    b.Wait(ev);
+    b.Launch(progs.handles[1]);
+    uint64_t back = 0;
+    b.CopyFromDevice(&back, copy.handle, 8);
+    EXPECT_FALSE(ev.Query());
+    gate.Open();
+    ASSERT_TRUE(SettlesWithin(b));
+    b.Synchronize();
+    EXPECT_EQ(back, Fill8Value(4242));
+    EXPECT_TRUE(ev.Query());
+}
+
+TEST_F(StreamTest, EventQuerySynchronizeAndElapsedTime) {
+    Device dev = OpenDevice();
+    FlexStream s = dev.CreateStream();
+    Event start(dev), end(dev), never(dev);
+    // Never recorded: complete, and Synchronize returns at once.
+    EXPECT_TRUE(never.Query());
+    never.Synchronize();
+    EXPECT_SPYRE_ERROR(Event::ElapsedTime(never, never), InvalidArgument, "never recorded");
+
+    Gate gate;
+    start.Record(s);
+    s.AddCallback(gate.Callback());
+    end.Record(s);
+    ASSERT_TRUE(gate.WaitEntered());
+    EXPECT_TRUE(Eventually([&] { return start.Query(); }));
+    EXPECT_FALSE(end.Query());
+    EXPECT_SPYRE_ERROR(Event::ElapsedTime(start, end), NotReady, "not completed");
+    EXPECT_SPYRE_ERROR(Event::ElapsedTime(start, never), InvalidArgument, "never recorded");
+    EXPECT_SPYRE_ERROR(Event::ElapsedTime(never, start), InvalidArgument, "never recorded");
+    gate.Open();
+    end.Synchronize();
+    EXPECT_TRUE(end.Query());
+    const double ms = Event::ElapsedTime(start, end);
+    EXPECT_GE(ms, 0.0);
+    EXPECT_GE(Event::ElapsedTime(start, start), 0.0);
+    EXPECT_EQ(Event::ElapsedTime(start, start), 0.0);
+    s.Synchronize();
+}
+
+TEST_F(StreamTest, WaitOnANeverRecordedEventIsANoOp) {
+    Device dev = OpenDevice();
+    FlexStream s = dev.CreateStream();
+    Event e(dev);
+    const uint64_t before = s.enqueued();
+    s.Wait(e);
+    EXPECT_EQ(s.enqueued(), before);
+    uint64_t v = 5, back = 0;
+    DeviceAllocation a = dev.allocator().Allocate(8);
+    s.CopyToDevice(&v, a.handle, 8);
+    s.CopyFromDevice(&back, a.handle, 8);
+    ASSERT_TRUE(SettlesWithin(s));
+    s.Synchronize();
+    EXPECT_EQ(back, 5u);
+}
+
+TEST_F(StreamTest, ReRecordingMovesTheEvent) {
+    Device dev = OpenDevice();
+    FlexStream s = dev.CreateStream();
+    Event e(dev);
+    e.Record(s);
+    e.Synchronize();
+    EXPECT_TRUE(e.Query());
+    Gate gate;
+    s.AddCallback(gate.Callback());
+    e.Record(s);  // moves past the held callback
+    ASSERT_TRUE(gate.WaitEntered());
+    EXPECT_FALSE(e.Query()) << "Query must follow the latest Record";
+    // Waiting now waits for the second record.
+    FlexStream other = dev.CreateStream();
+    std::atomic<bool> other_ran{false};
+    other.Wait(e);
+    other.AddCallback([&] { other_ran = true; });
+    EXPECT_FALSE(other_ran.load());
+    gate.Open();
+    e.Synchronize();
+    ASSERT_TRUE(SettlesWithin(other));
+    other.Synchronize();
+    EXPECT_TRUE(other_ran.load());
+    for (int i = 0; i < 20; ++i) e.Record(i % 2 ? s : other);
+    s.Synchronize();
+    other.Synchronize();
+    ASSERT_TRUE(Eventually([&] { return e.Query(); }, std::chrono::seconds(10)))
+        << "records on two streams completed out of order and moved the event backwards";
+    e.Synchronize();
+}
+
+namespace {
+bool OnThreadNamed(const char* name) {
+    char buf[32] = {};
+    pthread_getname_np(pthread_self(), buf, sizeof buf);
+    return std::string(buf) == name;
+}
+}  // namespace
+
+// Re-recording on another stream while the first record is still pending:
+// the older record completes last and must not move the event (or its
+// semaphore) backwards, or Synchronize and later Waits never finish.
+TEST_F(StreamTest, OlderRecordCompletingLastDoesNotRewindTheEvent) {
+    // A DMA completion hook that holds A's large copy (off the scheduler thread).
+    auto gate = std::make_shared<Gate>();
+    auto armed = std::make_shared<std::atomic<bool>>(false);
+    DeviceOptions o;
+    o.dma.on_complete = [gate, armed] {
+        if (armed->load() && !OnThreadNamed("spyre-sched") && armed->exchange(false)) gate->Wait();
+    };
+    Device dev = OpenDevice(-1, o);
+    FlexStream a = dev.CreateStream(), c = dev.CreateStream(), b = dev.CreateStream(), d = dev.CreateStream();
+    constexpr size_t kSize = 4u << 20;  // past the DMA fast path: completes on the queue's thread
+    DeviceAllocation buf = dev.allocator().Allocate(kSize), cell = dev.allocator().Allocate(8);
+    const std::vector<uint8_t> in = Pattern(kSize, 9);
+    Event e(dev);
+    armed->store(true);
+    a.CopyToDevice(in.data(), buf.handle, kSize);
+    e.Record(a);  // record #1, held behind A's copy
+    if (!gate->WaitEntered(1, std::chrono::seconds(20))) {
+        gate->Open();
+        GTEST_SKIP() << "the copy completed on the scheduler thread; cannot hold it";
+    }
+    e.Record(c);  // record #2 on an idle stream: reaches the device first
+    ASSERT_TRUE(SettlesWithin(c));
+    c.Synchronize();
+    EXPECT_TRUE(e.Query());
+    b.Wait(e);  // waits for #2 (already done)
+    const uint64_t v = 77;
+    b.CopyToDevice(&v, cell.handle, 8);
+    ASSERT_TRUE(SettlesWithin(b));
+    b.Synchronize();
+    gate->Open();  // now #1 completes, after #2
+    ASSERT_TRUE(SettlesWithin(a));
+    a.Synchronize();
+    ASSERT_TRUE(Eventually([&] { return e.Query(); }, std::chrono::seconds(10))) << "the event moved backwards";
+    e.Synchronize();
+    // A later wait for the latest record still finds the semaphore at #2.
+    uint64_t back = 0;
+    d.Wait(e);
+    d.CopyFromDevice(&back, cell.handle, 8);
+    ASSERT_TRUE(SettlesWithin(d));
+    d.Synchronize();
+    EXPECT_EQ(back, 77u);
+}
+
+// An event recorded behind a failure still fires, so the waiting stream does
+// not hang; Event::Synchronize reports the recording stream's error.
+TEST_F(StreamTest, EventRecordedAfterAFaultFiresAndCarriesTheError) {
+    Device dev = OpenDevice();
+    FlexStream a = dev.CreateStream(), b = dev.CreateStream();
+    DeviceAllocation junk = dev.allocator().Allocate(4096), cell = dev.allocator().Allocate(8);
+    std::vector<uint8_t> garbage(4096, 0xCD);
+    a.CopyToDevice(garbage.data(), junk.handle, 4096);
+    a.Synchronize();
+    Event e(dev);
+    // Hold the scheduler thread so A's failure cannot come before the Record.
+    FlexStream holder = dev.CreateStream();
+    Gate gate;
+    holder.AddCallback(gate.Callback());
+    ASSERT_TRUE(gate.WaitEntered());
+    a.Launch(junk.handle, 512);  // op #1 on A fails on the device
+    e.Record(a);
+    b.Wait(e);
+    const uint64_t v = 31;
+    uint64_t back = 0;
+    b.CopyToDevice(&v, cell.handle, 8);
+    b.CopyFromDevice(&back, cell.handle, 8);
+    gate.Open();
+    ASSERT_TRUE(SettlesWithin(b)) << "B hangs on an event recorded behind A's failure";
+    b.Synchronize();  // B itself is healthy
+    EXPECT_EQ(back, 31u);
+    EXPECT_TRUE(e.Query());
+    try {
+        e.Synchronize();
+        ADD_FAILURE() << "Event::Synchronize did not report A's error";
+    } catch (const Error& err) {
+        EXPECT_EQ(err.kind(), ErrorKind::DeviceError) << err.what();
+        EXPECT_EQ(err.context().stream, a.stream_index());
+        EXPECT_NE(std::string(err.what()).find("op #1"), std::string::npos) << err.what();
+    }
+    EXPECT_SPYRE_ERROR(a.Synchronize(), DeviceError, "op #1");
+    // After Reset, a new record on A is clean again.
+    a.Reset();
+    e.Record(a);
+    e.Synchronize();
+}
+
+TEST_F(StreamTest, EventOfAnotherDeviceIsRefused) {
+    Device d1 = OpenDevice(0);
+    Device d2 = OpenDevice(1);
+    FlexStream s1 = d1.CreateStream();
+    Event e2(d2);
+    EXPECT_SPYRE_ERROR(e2.Record(s1), InvalidArgument, "another device");
+    EXPECT_SPYRE_ERROR(s1.Wait(e2), InvalidArgument, "another device");
+    EXPECT_EQ(s1.enqueued(), 0u);
+}

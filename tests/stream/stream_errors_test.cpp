@@ -1,0 +1,349 @@
+// SPDX-License-Identifier: Apache-2.0
+// Sticky stream errors and recovery, bad input, host callback failures and
+// device loss.
+#include <signal.h>
+
+#include <atomic>
+#include <future>
+#include <numeric>
+
+#include "spyre/uapi/spyre_errors.h"
+#include "stream_fixture.hpp"
+#include "stream_test_util.hpp"
+
+using namespace spyre;
+using namespace spyre::test;
+
+namespace {
+// The first `n` bytes of device memory at `h`, read directly.
+std::vector<uint8_t> Peek(Device& dev, const DeviceHandle& h, size_t n) {
+    std::vector<uint8_t> out(n);
+    dev.dma().Wait(dev.dma().CopyFromDevice(out.data(), h, n));
+    return out;
+}
+uint64_t Peek64(Device& dev, const DeviceHandle& h) {
+    uint64_t v = 0;
+    dev.dma().Wait(dev.dma().CopyFromDevice(&v, h, 8));
+    return v;
+}
+void Poke64(Device& dev, const DeviceHandle& h, uint64_t v) { dev.dma().Wait(dev.dma().CopyToDevice(&v, h, 8)); }
+}  // namespace
+
+TEST_F(StreamTest, FailingLaunchIsStickyDropsLaterWorkAndNamesTheOp) {
+    Device dev = OpenDevice();
+    FlexStream s = dev.CreateStream(), other = dev.CreateStream();
+    DeviceAllocation junk = dev.allocator().Allocate(4096), cells = dev.allocator().Allocate(64);
+    std::vector<uint8_t> garbage(4096, 0xAB);
+    dev.dma().Wait(dev.dma().CopyToDevice(garbage.data(), junk.handle, 4096));
+    for (int i = 0; i < 8; ++i) Poke64(dev, cells.handle.Offset(8 * i, 8, cells), 0);
+
+    // Hold the scheduler so the whole sequence reaches it at once (one turn).
+    Gate gate;
+    s.AddCallback(gate.Callback());                   // op #0
+    ASSERT_TRUE(gate.WaitEntered());
+    const uint64_t one = 1, two = 2, three = 3;
+    std::vector<uint8_t> big(8192, 0xEE);
+    uint64_t back = 0xBAD;
+    std::atomic<bool> callback_ran{false};
+    s.CopyToDevice(&one, cells.handle, 8);                             // op #1 runs
+    s.Launch(junk.handle, 256);                                        // op #2 fails (not a program)
+    s.CopyToDevice(&two, cells.handle.Offset(8, 8, cells), 8);         // op #3 inline: dropped
+    s.CopyToDevice(big.data(), junk.handle, 4096);                     // op #4 DMA (> 4032 bytes): dropped
+    s.CopyToDevice(&three, cells.handle.Offset(16, 8, cells), 8);      // op #5 inline: dropped
+    s.CopyFromDevice(&back, cells.handle, 8);                          // op #6 dropped
+    s.AddCallback([&] { callback_ran = true; });                       // op #7 dropped
+    gate.Open();
+    ASSERT_TRUE(SettlesWithin(s));
+    try {
+        s.Synchronize();
+        ADD_FAILURE() << "Synchronize did not throw";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::DeviceError) << e.what();
+        EXPECT_NE(std::string(e.what()).find("op #2"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("Launch"), std::string::npos) << e.what();
+        EXPECT_EQ(e.context().op_index, 2u);
+        EXPECT_EQ(e.context().stream, s.stream_index());
+        EXPECT_NE(e.context().device_code, 0u);
+        EXPECT_NE(e.context().device_code, uint32_t(SPYRE_ERR_CANCELED));
+        EXPECT_FALSE(e.context().device.empty());
+    }
+    EXPECT_EQ(s.Query(), StreamStatus::Faulted);
+    ASSERT_TRUE(s.LastError().has_value());
+    EXPECT_EQ(s.LastError()->context().op_index, 2u);
+    EXPECT_EQ(s.completed(), s.enqueued()) << "dropped ops count as completed";
+    // Work behind the failure never happened.
+    EXPECT_EQ(Peek64(dev, cells.handle), 1u);
+    EXPECT_EQ(Peek64(dev, cells.handle.Offset(8, 8, cells)), 0u) << "an op after the failure ran";
+    EXPECT_EQ(Peek64(dev, cells.handle.Offset(16, 8, cells)), 0u) << "an op after the failure ran";
+    EXPECT_EQ(Peek(dev, junk.handle, 4096), garbage) << "a DMA copy after the failure ran";
+    EXPECT_EQ(back, 0xBADu);
+    EXPECT_FALSE(callback_ran.load());
+    EXPECT_GE(dev.scheduler().Stats().dropped, 1u);
+
+    // Enqueues on the faulted stream throw its error.
+    EXPECT_SPYRE_ERROR(s.CopyToDevice(&one, cells.handle, 8), DeviceError, "op #2");
+    EXPECT_SPYRE_ERROR(s.Launch(junk.handle), DeviceError, "op #2");
+    EXPECT_SPYRE_ERROR(s.AddCallback([] {}), DeviceError, "op #2");
+    // Other streams are unaffected.
+    const uint64_t nine = 9;
+    uint64_t other_back = 0;
+    other.CopyToDevice(&nine, cells.handle.Offset(24, 8, cells), 8);
+    other.CopyFromDevice(&other_back, cells.handle.Offset(24, 8, cells), 8);
+    other.Synchronize();
+    EXPECT_EQ(other_back, 9u);
+    EXPECT_EQ(other.Query(), StreamStatus::Idle);
+    // Reset makes the stream usable again.
+    s.Reset();
+    EXPECT_EQ(s.Query(), StreamStatus::Idle);
+    EXPECT_FALSE(s.LastError().has_value());
+    s.CopyToDevice(&two, cells.handle.Offset(8, 8, cells), 8);
+    s.CopyFromDevice(&back, cells.handle.Offset(8, 8, cells), 8);
+    s.Synchronize();
+    EXPECT_EQ(back, 2u);
+    s.Reset();  // a no-op on a healthy stream
+    EXPECT_EQ(s.Query(), StreamStatus::Idle);
+}
+
+TEST_F(StreamTest, FailureInsideAGroupCancelsTheRestOfTheChainOnTheDevice) {
+    Device dev = OpenDevice();
+    FlexStream s = dev.CreateStream();
+    DeviceAllocation junk = dev.allocator().Allocate(4096), cells = dev.allocator().Allocate(64);
+    std::vector<uint8_t> garbage(4096, 0x5C);
+    dev.dma().Wait(dev.dma().CopyToDevice(garbage.data(), junk.handle, 4096));
+    Poke64(dev, cells.handle, 0);
+    Poke64(dev, cells.handle.Offset(8, 8, cells), 0);
+    const uint64_t first = 0x1111, third = 0x3333;
+    const uint64_t base = s.enqueued();
+    std::vector<ControlBlock> group(3);
+    group[0].kind = ControlBlock::Kind::CopyToDevice;
+    group[0].device_addr = Addr(dev, cells.handle, 8);
+    group[0].size = 8;
+    group[0].src = &first;
+    group[1].kind = ControlBlock::Kind::Launch;
+    group[1].device_addr = Addr(dev, junk.handle, 256);
+    group[1].size = 256;
+    group[2].kind = ControlBlock::Kind::CopyToDevice;
+    group[2].device_addr = Addr(dev, cells.handle.Offset(8, 8, cells), 8);
+    group[2].size = 8;
+    group[2].src = &third;
+    s.EnqueueGroup(group);
+    EXPECT_EQ(s.enqueued(), base + 3);
+    ASSERT_TRUE(SettlesWithin(s));
+    try {
+        s.Synchronize();
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::DeviceError);
+        EXPECT_EQ(e.context().op_index, base + 1) << e.what();
+    }
+    EXPECT_EQ(Peek64(dev, cells.handle), first);
+    EXPECT_EQ(Peek64(dev, cells.handle.Offset(8, 8, cells)), 0u) << "the third CB of the chain ran";
+    EXPECT_GE(dev.scheduler().Stats().dropped, 1u);
+    s.Reset();
+    std::vector<ControlBlock> empty;
+    s.EnqueueGroup(empty);  // nothing
+    EXPECT_EQ(s.enqueued(), base + 3);
+}
+
+TEST_F(StreamTest, ThrowingHostCallbackBecomesTheStickyError) {
+    Device dev = OpenDevice();
+    FlexStream s = dev.CreateStream();
+    DeviceAllocation cell = dev.allocator().Allocate(8);
+    Poke64(dev, cell.handle, 0);
+    const uint64_t v = 4;
+    // Hold the scheduler thread (on another stream) while both ops go in.
+    FlexStream holder = dev.CreateStream();
+    Gate gate;
+    holder.AddCallback(gate.Callback());
+    ASSERT_TRUE(gate.WaitEntered());
+    s.AddCallback([] { throw std::runtime_error("callback exploded"); });  // op #0
+    s.CopyToDevice(&v, cell.handle, 8);                                    // op #1 dropped
+    gate.Open();
+    ASSERT_TRUE(SettlesWithin(s));
+    try {
+        s.Synchronize();
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("callback exploded"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("op #0"), std::string::npos) << e.what();
+        EXPECT_EQ(e.context().op_index, 0u);
+    }
+    EXPECT_EQ(Peek64(dev, cell.handle), 0u);
+    s.Reset();
+    // A spyre::Error keeps its kind.
+    s.AddCallback([] { throw Error(ErrorKind::Unsupported, "not today"); });
+    EXPECT_SPYRE_ERROR(s.Synchronize(), Unsupported, "not today");
+    s.Reset();
+    s.AddCallback([] { throw 42; });
+    EXPECT_SPYRE_ERROR(s.Synchronize(), Internal, "host callback threw");
+    s.Reset();
+    s.CopyToDevice(&v, cell.handle, 8);
+    s.Synchronize();
+    EXPECT_EQ(Peek64(dev, cell.handle), 4u);
+}
+
+TEST_F(StreamTest, WaitingInsideAHostCallbackIsRefused) {
+    Device dev = OpenDevice();
+    FlexStream s = dev.CreateStream(), idle = dev.CreateStream();
+    Event e(dev);
+    std::optional<Error> own, other, device_wide, event;
+    s.AddCallback([&] {
+        try {
+            s.Synchronize();
+        } catch (const Error& err) {
+            own = err;
+        }
+        try {
+            idle.Synchronize();  // idle: fails all the same, not only when it would block
+        } catch (const Error& err) {
+            other = err;
+        }
+        try {
+            dev.Synchronize();
+        } catch (const Error& err) {
+            device_wide = err;
+        }
+        try {
+            e.Synchronize();
+        } catch (const Error& err) {
+            event = err;
+        }
+    });
+    ASSERT_TRUE(SettlesWithin(s));
+    s.Synchronize();  // the callback caught everything: the stream is healthy
+    for (auto* err : {&own, &other, &device_wide, &event}) {
+        ASSERT_TRUE(err->has_value());
+        EXPECT_EQ((*err)->kind(), ErrorKind::InvalidArgument) << (*err)->what();
+        EXPECT_NE(std::string((*err)->what()).find("host callback"), std::string::npos) << (*err)->what();
+    }
+}
+
+TEST_F(StreamTest, BadInputIsRefusedAndNothingIsEnqueued) {
+    Device dev = OpenDevice();
+    FlexStream s = dev.CreateStream();
+    DeviceAllocation a = dev.allocator().Allocate(256);
+    uint8_t host[512] = {};
+    const uint64_t before = s.enqueued();
+    EXPECT_SPYRE_ERROR(s.CopyToDevice(nullptr, a.handle, 8), InvalidArgument, "null host address");
+    EXPECT_SPYRE_ERROR(s.CopyFromDevice(nullptr, a.handle, 8), InvalidArgument, "null host address");
+    EXPECT_SPYRE_ERROR(s.CopyToDevice(host, a.handle, 0), InvalidArgument, "0 bytes");
+    EXPECT_SPYRE_ERROR(s.CopyFromDevice(host, a.handle, 0), InvalidArgument, "0 bytes");
+    // Ranges that leave the allocation.
+    EXPECT_THROW(s.CopyToDevice(host, a.handle, 257), Error);
+    EXPECT_THROW(s.CopyFromDevice(host, a.handle, 512), Error);
+    try {
+        s.CopyToDevice(host, a.handle, 257);
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << e.what();
+    }
+    // A handle no allocation covers.
+    const DeviceHandle wild = PFDeviceHandle{~0ull - 4096};
+    EXPECT_THROW(s.CopyToDevice(host, wild, 8), Error);
+    try {
+        s.CopyToDevice(host, wild, 8);
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << e.what();
+    }
+    // A freed handle.
+    DeviceAllocation freed = dev.allocator().Allocate(128);
+    dev.allocator().Free(freed.handle);
+    try {
+        s.CopyToDevice(host, freed.handle, 8);
+        ADD_FAILURE() << "freed handle accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << e.what();
+    }
+    EXPECT_THROW(s.Launch(freed.handle), Error);
+    // A VF handle on a PF device.
+    try {
+        s.CopyToDevice(host, VFDeviceHandle{3, 0}, 8);
+        ADD_FAILURE() << "foreign handle accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << e.what();
+    }
+    // Launch with a bad program size.
+    EXPECT_SPYRE_ERROR(s.Launch(a.handle, 0), InvalidArgument, "program");
+    EXPECT_SPYRE_ERROR(s.Launch(a.handle, 63), InvalidArgument, "63-byte program");
+    EXPECT_SPYRE_ERROR(s.Launch(a.handle, (1ull << 20) + 8), InvalidArgument, "program");
+    EXPECT_THROW(s.Launch(a.handle, 512), Error);  // larger than its allocation
+    DeviceAllocation tiny = dev.allocator().Allocate(16);
+    EXPECT_THROW(s.Launch(tiny.handle), Error);  // no room for a header
+    EXPECT_SPYRE_ERROR(s.AddCallback(nullptr), InvalidArgument, "empty callback");
+    EXPECT_EQ(s.enqueued(), before) << "a refused call enqueued something";
+    EXPECT_EQ(s.Query(), StreamStatus::Idle);
+    s.Synchronize();
+}
+
+TEST_F(StreamTest, DeviceLossFailsQueuedWorkAndLaterEnqueues) {
+    Device dev = OpenDevice();
+    std::vector<FlexStream> streams;
+    for (int i = 0; i < 3; ++i) streams.push_back(dev.CreateStream());
+    DeviceAllocation a = dev.allocator().Allocate(1 << 20);
+    std::vector<uint64_t> v(1 << 17);
+    std::iota(v.begin(), v.end(), 0);
+    Gate gate;
+    streams[0].AddCallback(gate.Callback());
+    ASSERT_TRUE(gate.WaitEntered());
+    for (int i = 0; i < 2000; ++i)
+        for (auto& s : streams) s.CopyToDevice(&v[i], a.handle.Offset(8ull * i, 8, a), 8);
+    streams[1].CopyToDevice(v.data(), a.handle, 1 << 20);
+    streams[2].CopyFromDevice(v.data(), a.handle, 1 << 20);
+    daemon().Signal(SIGKILL);
+    gate.Open();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto& s : streams) {
+        // Bounded: a hang fails here instead of at the suite timeout.
+        auto done = std::async(std::launch::async, [&s] {
+            try {
+                s.Synchronize();
+                return std::optional<Error>();
+            } catch (const Error& e) {
+                return std::optional<Error>(e);
+            }
+        });
+        ASSERT_EQ(done.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "Synchronize hangs";
+        const std::optional<Error> err = done.get();
+        ASSERT_TRUE(err.has_value()) << "stream " << s.stream_index() << " completed on a dead device";
+        EXPECT_EQ(err->kind(), ErrorKind::DeviceLost) << err->what();
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    RecordProperty("loss_detected_s", std::to_string(secs));
+    for (auto& s : streams) {
+        EXPECT_EQ(s.Query(), StreamStatus::Faulted);
+        EXPECT_EQ(s.completed(), s.enqueued());
+        EXPECT_SPYRE_ERROR(s.CopyToDevice(v.data(), a.handle, 8), DeviceLost, "");
+    }
+    // A reset stream still cannot enqueue on a lost device.
+    streams[0].Reset();
+    EXPECT_SPYRE_ERROR(streams[0].CopyToDevice(v.data(), a.handle, 8), DeviceLost, "");
+    EXPECT_SPYRE_ERROR(dev.default_stream().AddCallback([] {}), DeviceLost, "");
+    EXPECT_SPYRE_ERROR(dev.CreateStream(), DeviceLost, "");
+    dev.Synchronize();  // returns: everything completed (failed)
+}
+
+TEST_F(StreamTest, DeviceLossWhileIdleIsSeenOnTheNextEnqueue) {
+    Device dev = OpenDevice();
+    FlexStream s = dev.CreateStream();
+    DeviceAllocation a = dev.allocator().Allocate(64);
+    uint64_t v = 1;
+    s.CopyToDevice(&v, a.handle, 8);
+    s.Synchronize();
+    daemon().Signal(SIGKILL);
+    // The next ring submission finds the device gone: the stream fails with
+    // DeviceLost (bounded), then enqueues throw it.
+    auto done = std::async(std::launch::async, [&] {
+        try {
+            for (int i = 0; i < 100; ++i) {
+                s.CopyToDevice(&v, a.handle, 8);
+                s.Synchronize();
+            }
+        } catch (const Error& e) {
+            return std::optional<Error>(e);
+        }
+        return std::optional<Error>();
+    });
+    ASSERT_EQ(done.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+    const std::optional<Error> err = done.get();
+    ASSERT_TRUE(err.has_value());
+    EXPECT_EQ(err->kind(), ErrorKind::DeviceLost) << err->what();
+}
