@@ -5,6 +5,7 @@
 
 #include "device_core.hpp"
 #include "spyre/error.hpp"
+#include "spyre/tiling.hpp"
 
 namespace spyre {
 
@@ -123,13 +124,16 @@ void Program::Launch(std::span<const SpyreTensor> tensors) {
                                                             std::to_string(t.shape().size()) + ", expected " +
                                                             std::to_string(spec.shape.size()));
             const std::vector<int64_t> strides = t.element_strides();
-            for (size_t d = 0; d < spec.shape.size(); ++d) {
+            // Shapes first: a wrong shape usually brings wrong strides along,
+            // and the shape is what the caller got wrong.
+            for (size_t d = 0; d < spec.shape.size(); ++d)
                 if (t.shape()[d] != spec.shape[d])
                     throw Error(ErrorKind::InvalidArgument,
                                 "Launch: " + who + " dimension " + std::to_string(d) + " is " +
                                     std::to_string(t.shape()[d]) + ", compiled for " + std::to_string(spec.shape[d]) +
                                     " (shape " + ShapeText(t.shape()) + " vs " + ShapeText(spec.shape) +
                                     "; LaunchTiled handles larger tensors)");
+            for (size_t d = 0; d < spec.shape.size(); ++d) {
                 if (strides[d] != spec.strides[d])
                     throw Error(ErrorKind::InvalidArgument,
                                 "Launch: " + who + " dimension " + std::to_string(d) + " has stride " +
@@ -145,6 +149,24 @@ void Program::Launch(std::span<const SpyreTensor> tensors) {
 void Program::LaunchTiled(std::span<const SpyreTensor> tensors) {
     std::vector<std::vector<SpyreTensor>> bound;
     for (const Instruction& ins : instructions_) bound.push_back(Bind(ins.operation(), tensors));
+    // Plan every instruction before running any, so a failure leaves nothing
+    // half done (SpyreStream::LaunchTiled checks one Operation at a time).
+    if (instructions_.size() > 1)
+        for (size_t i = 0; i < instructions_.size(); ++i) {
+            const Operation& op = instructions_[i].operation();
+            if (!op.compute()) continue;
+            std::vector<TiledTensor> tiled;
+            for (const SpyreTensor& t : bound[i]) tiled.push_back(TiledTensor{t.shape(), t.element_strides(), t.data_type()});
+            try {
+                const TilingPlan plan = PlanTiling(*op.compute(), tiled);
+                if (!plan.exact && (!op.correction || !op.correction->binary_handle || !op.correction_step))
+                    throw Error(ErrorKind::InvalidArgument,
+                                "its tensor addresses are fixed (no program correction), so it cannot be tiled");
+            } catch (const Error& e) {
+                throw Error(e.kind(), "LaunchTiled: instruction " + std::to_string(i) + " ('" + op.name + "'): " + e.message(),
+                            e.context());
+            }
+        }
     for (size_t i = 0; i < instructions_.size(); ++i) {
         const Operation& op = instructions_[i].operation();
         if (op.compute())

@@ -271,6 +271,28 @@ void LaunchKernel(SpyreStream& stream, const ExecutionPlan& plan, std::span<cons
         }
         routes.push_back(std::move(r));
     }
+    // LaunchTiled checks its tensors before it enqueues anything, but with
+    // several Operations a later one failing would leave the earlier ones
+    // queued: plan every tiled route first.
+    if (routes.size() > 1)
+        for (size_t o = 0; o < routes.size(); ++o) {
+            const Route& r = routes[o];
+            if (!r.tiled) continue;
+            try {
+                std::vector<TiledTensor> tiled;
+                for (const SpyreTensor& t : r.tensors)
+                    tiled.push_back(TiledTensor{t.shape(), t.element_strides(), t.data_type()});
+                const TilingPlan tiling = PlanTiling(*r.op->compute(), tiled);
+                if (!tiling.exact && (!r.op->correction || !r.op->correction->binary_handle || !r.op->correction_step))
+                    throw Error(ErrorKind::InvalidArgument, OpName(*r.op) +
+                                                                " has no program correction: its tensor addresses are "
+                                                                "fixed, so it cannot be tiled");
+            } catch (const Error& e) {
+                ErrorContext context = e.context();
+                context.op_index = o;
+                throw Error(e.kind(), plan_name + " operation " + std::to_string(o) + ": " + e.message(), context);
+            }
+        }
     for (Route& r : routes) {
         if (r.tiled)
             stream.LaunchTiled(*r.op, r.tensors);

@@ -262,3 +262,25 @@ TEST_F(PlanLoadTest, MalformedDirectoriesAllocateNothing) {
     auto plan = LoadExecutionPlan(s, out);
     CheckPlanRuns(dev, s, *plan, 64, 64, 64);
 }
+
+// Loading on a stream that already faulted reports that fault and leaves it
+// sticky (it is the caller's to Reset), with nothing allocated.
+TEST_F(PlanLoadTest, LoadOnAFaultedStreamKeepsTheFault) {
+    Device dev = OpenDevice();
+    SpyreStream s(dev);
+    FlexStream& f = s.flex_stream();
+    DeviceAllocation junk = dev.allocator().Allocate(4096);
+    std::vector<uint8_t> garbage(4096, 0xAB);
+    f.CopyToDevice(garbage.data(), junk.handle, 4096);
+    f.Launch(junk.handle, 256);  // not a program: the stream faults
+    const MemoryFigures baseline = Memory(dev);
+    EXPECT_SPYRE_ERROR(LoadExecutionPlan(s, MatmulOutput()), DeviceError, "op #1");
+    EXPECT_EQ(f.Query(), StreamStatus::Faulted);
+    EXPECT_SPYRE_ERROR(f.Synchronize(), DeviceError, "op #1");
+    EXPECT_EQ(Memory(dev), baseline);
+    f.Reset();
+    auto plan = LoadExecutionPlan(s, MatmulOutput());
+    CheckPlanRuns(dev, s, *plan, 64, 64, 64);
+    plan.reset();
+    dev.allocator().Free(junk.handle);
+}

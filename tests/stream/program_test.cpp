@@ -60,7 +60,8 @@ TEST_F(StreamTest, ProgramLaunchIsStrictAndCorrect) {
     EXPECT_SPYRE_ERROR(program.Launch(std::vector<SpyreTensor>{big, tb, tc}), InvalidArgument, "dimension 0");
     EXPECT_SPYRE_ERROR(program.Launch(std::vector<SpyreTensor>{big, tb, tc}), InvalidArgument, "mm.input0");
     SpyreTensor wide = SpyreTensor::Empty(dev, {M, 2 * N}, DType::FP32);
-    EXPECT_SPYRE_ERROR(program.Launch(std::vector<SpyreTensor>{ta, tb, wide}), InvalidArgument, "dimension 1");
+    // (its dim 0 stride differs too, but the shape is what is wrong)
+    EXPECT_SPYRE_ERROR(program.Launch(std::vector<SpyreTensor>{ta, tb, wide}), InvalidArgument, "dimension 1 is");
     EXPECT_SPYRE_ERROR(program.Launch(std::vector<SpyreTensor>{ta, tb, wide}), InvalidArgument, "mm.output0");
     // Wrong rank.
     SpyreTensor flat = SpyreTensor::Empty(dev, {M * K}, DType::FP32);
@@ -220,4 +221,21 @@ TEST_F(StreamTest, ProgramFromPlanInstructionsCanBeRemoved) {
     program.AddInstruction(mm);
     EXPECT_EQ(program.instructions().size(), 2u);
     EXPECT_EQ(program.instructions()[1].id(), mm.id());
+}
+
+// Program::LaunchTiled checks every instruction before running any: a
+// failure leaves nothing half done (and nothing in flight when it throws).
+TEST_F(StreamTest, ProgramLaunchTiledRunsNothingWhenAnInstructionCannotTile) {
+    Device dev = OpenDevice();
+    SpyreStream loader(dev);
+    KernelBuilder kb;
+    auto plan = LoadExecutionPlan(loader, CompilerOutputFromKernels("two", {{"mm", kb.Matmul(32, 32, 32, DType::FP32)},
+                                                                           {"softmax", kb.Softmax({8, 16}, DType::FP32)}}));
+    Program program(dev, plan);
+    auto make = [&](std::vector<int64_t> shape) { return SpyreTensor::Empty(dev, std::move(shape), DType::FP32); };
+    const uint64_t before = program.stream().flex_stream().enqueued();
+    EXPECT_SPYRE_ERROR(program.LaunchTiled(std::vector<SpyreTensor>{make({64, 32}), make({32, 32}), make({64, 32}),
+                                                                    make({8, 32}), make({8, 32})}),
+                       Unsupported, "untileable");
+    EXPECT_EQ(program.stream().flex_stream().enqueued(), before);
 }

@@ -50,8 +50,9 @@ TEST_F(StreamTest, FromHostCopyToHostRoundTripsDenseAndSticks) {
                     EXPECT_EQ(t.data_type(), dtype);
                     EXPECT_EQ(t.layout(), layout);
                     EXPECT_GE(t.size_bytes(), bytes);
-                    if (layout == TensorLayout::Sticks && shape.size() > 1)
+                    if (layout == TensorLayout::Sticks && shape.size() > 1) {
                         EXPECT_EQ(t.stride()[shape.size() - 2] % 128, 0);
+                    }
                     t.CopyToHost(s, out.data());
                     s.Synchronize();
                 }
@@ -365,4 +366,57 @@ TEST_F(StreamTest, TwoStreamsTiledOnOneLoadedPlan) {
         }
     }
     EXPECT_EQ(Memory(dev), memory);  // the variant programs were freed
+}
+
+// LaunchKernel validates every Operation of the plan before it enqueues any:
+// a second Operation whose tensors cannot be tiled must not leave the first
+// one running.
+TEST_F(StreamTest, LaunchKernelEnqueuesNothingWhenALaterOperationCannotRun) {
+    Device dev = OpenDevice();
+    SpyreStream s(dev);
+    KernelBuilder kb;
+    auto plan = LoadExecutionPlan(
+        s, CompilerOutputFromKernels("two", {{"mm", kb.Matmul(32, 32, 32, DType::FP32)},
+                                             {"softmax", kb.Softmax({8, 16}, DType::FP32)}}));
+    ASSERT_EQ(plan->tensor_input_metadata.size(), 5u);
+    auto make = [&](std::vector<int64_t> shape) { return SpyreTensor::Empty(dev, std::move(shape), DType::FP32); };
+    s.Synchronize();
+    const uint64_t before = s.flex_stream().enqueued();
+    // mm exact; softmax rows wider than its tile (untileable).
+    EXPECT_SPYRE_ERROR(LaunchKernel(s, *plan, std::vector<SpyreTensor>{make({32, 32}), make({32, 32}), make({32, 32}),
+                                                                        make({8, 32}), make({8, 32})}),
+                       Unsupported, "untileable");
+    // mm tiled (M 64); softmax smaller than its tile.
+    EXPECT_SPYRE_ERROR(LaunchKernel(s, *plan, std::vector<SpyreTensor>{make({64, 32}), make({32, 32}), make({64, 32}),
+                                                                        make({4, 16}), make({4, 16})}),
+                       InvalidArgument, "smaller");
+    EXPECT_EQ(s.flex_stream().enqueued(), before);
+    s.Synchronize();
+}
+
+// Two threads loading equal compiler output at once get the same plan, and
+// the loser's copy on the device is freed.
+TEST_F(StreamTest, ConcurrentLoadsOfEqualOutputShareOnePlan) {
+    Device dev = OpenDevice();
+    const MemoryFigures baseline = Memory(dev);
+    const CompilerOutput out = CompilerOutputFromKernel("mm", KernelBuilder().Matmul(128, 128, 128, DType::FP32));
+    for (int round = 0; round < 5; ++round) {
+        std::shared_ptr<const ExecutionPlan> p[2];
+        std::thread t0([&] { SpyreStream s(dev); p[0] = LoadExecutionPlan(s, out); });
+        std::thread t1([&] { SpyreStream s(dev); p[1] = LoadExecutionPlan(s, out); });
+        t0.join();
+        t1.join();
+        EXPECT_EQ(p[0].get(), p[1].get());
+        SpyreStream s(dev);
+        const std::vector<float> a = RandomFloats(128 * 128, 13), b = RandomFloats(128 * 128, 14);
+        std::vector<float> c(128 * 128);
+        std::vector<SpyreTensor> t = {SpyreTensor::FromHost(dev, s.flex_stream(), a.data(), {128, 128}, DType::FP32),
+                                      SpyreTensor::FromHost(dev, s.flex_stream(), b.data(), {128, 128}, DType::FP32),
+                                      SpyreTensor::Empty(dev, {128, 128}, DType::FP32)};
+        LaunchKernel(s, *p[1], t);
+        t[2].CopyToHost(s.flex_stream(), c.data());
+        s.Synchronize();
+        EXPECT_EQ(CompareMatmul(c, CpuMatmul(a, b, 128, 128, 128), 128, 128), 0);
+    }
+    EXPECT_EQ(Memory(dev), baseline);
 }

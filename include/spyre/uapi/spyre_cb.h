@@ -67,7 +67,7 @@
  * function's memory window [0, MEM_SIZE)); reserved words must be 0. */
 struct spyre_cb_launch {
     uint64_t program_addr;    /* device address of the program binary (spyre_program.h), 8-aligned */
-    uint64_t program_size;    /* bytes; must equal the program's total_size */
+    uint64_t program_size;    /* bytes; must equal the program's total_size; 0 = take it from the header */
     uint64_t reserved[4];
 };
 
