@@ -40,9 +40,10 @@ inline constexpr int kStreamPriorityLowest = 3;
 
 struct SchedulerOptions {
     SchedulerPolicy policy = SchedulerPolicy::RoundRobin;
-    // Ring CBs of one stream per turn (RoundRobin, Priority); a LINKed
-    // chain is never split by a turn.
-    uint32_t quantum = 16;
+    // Ring CBs of one stream per turn (RoundRobin, Priority). A turn goes
+    // to the ring as one LINKed chain, and a stream's next turn waits until
+    // that chain has completed, so a failure cancels everything behind it.
+    uint32_t quantum = 64;
     // CBs in the ring at once, over all streams. Small keeps priorities
     // meaningful; large keeps the device busy.
     uint32_t max_ring_inflight = 256;

@@ -3,8 +3,8 @@
 // data type, device handle, byte size and its device layout. Created from
 // host data by allocating and enqueuing a layout-converting copy (Workflow 1);
 // copied back the same way. The device memory is freed when the last copy
-// of the tensor goes: destroy (or reassign) a tensor only after the streams
-// that use it have been synchronised.
+// of the tensor goes; like cudaFree, that first waits for the work already
+// enqueued on the device's streams, so nothing queued touches reused memory.
 #pragma once
 
 #include <cstdint>

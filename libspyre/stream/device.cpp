@@ -80,6 +80,15 @@ void DeviceCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target
     word.waiters.fetch_sub(1, std::memory_order_seq_cst);
 }
 
+void DeviceCore::QuiesceForFree() noexcept {
+    if (OnSchedulerThread() || !scheduler) return;
+    try {
+        for (const auto& s : Streams()) WaitUntil(s->completed, s->enqueued_count.load(), s->done);
+    } catch (const Error&) {
+        // Device lost: nothing runs any more.
+    }
+}
+
 // ---------------------------------------------------------------- Device
 
 Device::Device(std::shared_ptr<DeviceCore> core)

@@ -101,6 +101,10 @@ public:
     // if called from the scheduler thread (a host callback).
     void WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, CompletionWord& word) const;
     bool OnSchedulerThread() const;
+    // Before device memory is freed: waits for the work every stream has
+    // enqueued so far (as cudaFree does), so nothing queued can still touch
+    // the memory once it is handed out again. A no-op on the scheduler thread.
+    void QuiesceForFree() noexcept;
 };
 
 }  // namespace spyre

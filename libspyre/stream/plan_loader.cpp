@@ -17,6 +17,7 @@ struct PlanMemory {
     std::shared_ptr<DeviceCore> core;
     std::vector<DeviceAllocation> blocks;
     ~PlanMemory() {
+        core->QuiesceForFree();  // launches of this plan may still be queued
         for (const DeviceAllocation& a : blocks) {
             try {
                 core->allocator->Free(a.handle);

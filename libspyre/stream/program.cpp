@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "spyre/program.hpp"
 
+#include <algorithm>
 #include <atomic>
 
 #include "device_core.hpp"
@@ -86,6 +87,23 @@ void Program::RemoveInstruction(const Instruction& instruction) {
                                          " is not in this program");
 }
 
+namespace {
+// Tensors the instructions bind: one past the highest index any of them uses.
+// More than that would be silently ignored: an error, like too few.
+void CheckTensorCount(const std::vector<Instruction>& instructions, size_t given, const char* what) {
+    size_t needed = 0;
+    for (const Instruction& ins : instructions) {
+        const Operation& op = ins.operation();
+        if (op.tensor_indices.empty())
+            needed = std::max(needed, op.compute() ? op.compute()->tensors.size() : size_t(0));
+        for (size_t t : op.tensor_indices) needed = std::max(needed, t + 1);
+    }
+    if (given > needed)
+        throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the program takes " + std::to_string(needed) +
+                                                    " tensors, got " + std::to_string(given));
+}
+}  // namespace
+
 std::vector<SpyreTensor> Program::Bind(const Operation& op, std::span<const SpyreTensor> tensors) const {
     std::vector<SpyreTensor> bound;
     if (op.tensor_indices.empty()) {
@@ -106,6 +124,7 @@ std::vector<SpyreTensor> Program::Bind(const Operation& op, std::span<const Spyr
 }
 
 void Program::Launch(std::span<const SpyreTensor> tensors) {
+    CheckTensorCount(instructions_, tensors.size(), "Launch");
     std::vector<std::vector<SpyreTensor>> bound;
     for (const Instruction& ins : instructions_) {
         const Operation& op = ins.operation();
@@ -147,6 +166,7 @@ void Program::Launch(std::span<const SpyreTensor> tensors) {
 }
 
 void Program::LaunchTiled(std::span<const SpyreTensor> tensors) {
+    CheckTensorCount(instructions_, tensors.size(), "LaunchTiled");
     std::vector<std::vector<SpyreTensor>> bound;
     for (const Instruction& ins : instructions_) bound.push_back(Bind(ins.operation(), tensors));
     // Plan every instruction before running any, so a failure leaves nothing

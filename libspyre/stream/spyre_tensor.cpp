@@ -16,6 +16,7 @@ struct SpyreTensor::Storage {
     std::shared_ptr<DeviceCore> core;
     DeviceAllocation allocation;
     ~Storage() {
+        core->QuiesceForFree();  // copies or launches using the tensor may still be queued
         try {
             core->allocator->Free(allocation.handle);
         } catch (const Error&) {

@@ -59,7 +59,6 @@ TEST_F(StreamTest, FailureIsStickyUntilReset) {
     s.Launch(junk.handle, 256);  // not a program
     uint64_t v = 7, back = 0;
     DeviceAllocation w = dev.allocator().Allocate(8);
-    s.CopyToDevice(&v, w.handle, 8);
     EXPECT_SPYRE_ERROR(s.Synchronize(), DeviceError, "op #1");
     EXPECT_EQ(s.Query(), StreamStatus::Faulted);
     EXPECT_SPYRE_ERROR(s.CopyToDevice(&v, w.handle, 8), DeviceError, "op #1");

@@ -73,8 +73,11 @@ TEST_F(StreamTest, ProgramLaunchIsStrictAndCorrect) {
     // Wrong dtype.
     SpyreTensor half = SpyreTensor::Empty(dev, {M, K}, DType::FP16);
     EXPECT_SPYRE_ERROR(program.Launch(std::vector<SpyreTensor>{half, tb, tc}), InvalidArgument, "fp16");
-    // Too few tensors.
+    // Too few tensors, or too many (one would be silently ignored).
     EXPECT_SPYRE_ERROR(program.Launch(std::vector<SpyreTensor>{ta, tb}), InvalidArgument, "tensor");
+    EXPECT_SPYRE_ERROR(program.Launch(std::vector<SpyreTensor>{ta, tb, tc, tc}), InvalidArgument, "takes 3 tensors, got 4");
+    EXPECT_SPYRE_ERROR(program.LaunchTiled(std::vector<SpyreTensor>{ta, tb, tc, tc}), InvalidArgument,
+                       "takes 3 tensors, got 4");
     EXPECT_EQ(f.enqueued(), before);  // nothing ran
 
     program.Launch(std::vector<SpyreTensor>{ta, tb, tc});
