@@ -189,7 +189,7 @@ private:
             if (r.operand >= program.operands.size() || r.slot >= tensors.size()) continue;
             const spyre_program_operand& o = program.operands[r.operand];
             const TensorSpec& t = tensors[r.slot];
-            bool same = o.rank >= t.shape.size() && o.rank <= SPYRE_PROGRAM_MAX_RANK && o.dtype == DeviceDType(t.dtype);
+            bool same = o.rank >= t.shape.size() && o.rank <= SPYRE_PROGRAM_MAX_RANK && o.dtype == ProgramDType(t.dtype);
             const size_t lead = same ? o.rank - t.shape.size() : 0;
             for (size_t d = 0; same && d < o.rank; ++d)
                 same = d < lead ? o.shape[d] == 1
@@ -199,17 +199,6 @@ private:
                                               ") is not tensor \"" + t.name + "\" as the manifest describes it " +
                                               "(dtype, shape or strides differ)");
         }
-    }
-
-    static uint8_t DeviceDType(DType dtype) {
-        switch (dtype) {
-        case DType::FP16: return SPYRE_DTYPE_FP16;
-        case DType::BF16: return SPYRE_DTYPE_BF16;
-        case DType::FP32: return SPYRE_DTYPE_FP32;
-        case DType::INT8: return SPYRE_DTYPE_INT8;
-        case DType::INT32: return SPYRE_DTYPE_INT32;
-        }
-        return 0;
     }
 
     // Every dim on one loop has the loop's size, or 1 (broadcast). Returns the sizes.

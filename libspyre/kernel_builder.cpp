@@ -21,17 +21,6 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
     return s + "]";
 }
 
-uint8_t DeviceDType(DType dtype) {
-    switch (dtype) {
-    case DType::FP16: return SPYRE_DTYPE_FP16;
-    case DType::BF16: return SPYRE_DTYPE_BF16;
-    case DType::FP32: return SPYRE_DTYPE_FP32;
-    case DType::INT8: return SPYRE_DTYPE_INT8;
-    case DType::INT32: return SPYRE_DTYPE_INT32;
-    }
-    Invalid("unknown dtype");
-}
-
 void CheckShape(const std::vector<int64_t>& shape, const char* what) {
     if (shape.empty() || shape.size() > SPYRE_PROGRAM_MAX_RANK)
         Invalid(std::string(what) + " has rank " + std::to_string(shape.size()) + "; kernels take 1 to 8 dims");
@@ -48,7 +37,7 @@ void CheckArithmetic(DType dtype, const char* kernel) {
 // The tensor as the device sees it, right-aligned into `rank` dims (leading dims of size 1).
 spyre_program_operand Describe(const KernelTensor& t, size_t rank) {
     spyre_program_operand o{};
-    o.dtype = DeviceDType(t.dtype);
+    o.dtype = ProgramDType(t.dtype);
     o.rank = uint8_t(rank);
     o.layout = t.layout == TensorLayout::Sticks ? SPYRE_LAYOUT_STICK : SPYRE_LAYOUT_STRIDED;
     const size_t lead = rank - t.shape.size();

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "spyre/layout.hpp"
 
+#include "spyre/uapi/spyre_program.h"
+
 #include <sstream>
 
 #include "spyre/error.hpp"
@@ -31,6 +33,17 @@ size_t ElementSize(DType dtype) noexcept {
     case DType::INT8: return 1;
     }
     return 1;
+}
+
+uint8_t ProgramDType(DType dtype) noexcept {
+    switch (dtype) {
+    case DType::FP16: return SPYRE_DTYPE_FP16;
+    case DType::BF16: return SPYRE_DTYPE_BF16;
+    case DType::FP32: return SPYRE_DTYPE_FP32;
+    case DType::INT8: return SPYRE_DTYPE_INT8;
+    case DType::INT32: return SPYRE_DTYPE_INT32;
+    }
+    return 0;
 }
 
 const char* ToString(DType dtype) noexcept {

@@ -21,17 +21,6 @@ std::string ShapeText(std::span<const int64_t> shape) {
     return s + "]";
 }
 
-uint8_t DeviceDType(DType dtype) {
-    switch (dtype) {
-    case DType::FP16: return SPYRE_DTYPE_FP16;
-    case DType::BF16: return SPYRE_DTYPE_BF16;
-    case DType::FP32: return SPYRE_DTYPE_FP32;
-    case DType::INT8: return SPYRE_DTYPE_INT8;
-    case DType::INT32: return SPYRE_DTYPE_INT32;
-    }
-    Invalid("unknown dtype");
-}
-
 // The compute's tensors as validated against the actual ones.
 struct Slots {
     const SpyreCompute& compute;
@@ -376,7 +365,7 @@ std::vector<uint8_t> SpecializeProgram(std::span<const uint8_t> binary, const Sp
         if (o.rank < shape.size() || o.rank > SPYRE_PROGRAM_MAX_RANK)
             Invalid("program operand " + std::to_string(r.operand) + " has rank " + std::to_string(o.rank) +
                     ", too small for " + slots.Name(r.slot) + " of rank " + std::to_string(shape.size()));
-        if (o.dtype != DeviceDType(t.dtype))
+        if (o.dtype != ProgramDType(t.dtype))
             Invalid("program operand " + std::to_string(r.operand) + " has a different dtype than " +
                     slots.Name(r.slot) + " (" + ToString(t.dtype) + ")");
         // Tensors sit right-aligned in the operand's rank (leading dims of size 1).

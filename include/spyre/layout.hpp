@@ -16,6 +16,8 @@ enum class DType : uint8_t { FP16, BF16, FP32, INT8, INT32 };
 
 size_t ElementSize(DType dtype) noexcept;
 const char* ToString(DType dtype) noexcept;
+// The program format's code for the dtype (SPYRE_DTYPE_*, uapi/spyre_program.h).
+uint8_t ProgramDType(DType dtype) noexcept;
 
 // The device's unit of memory access.
 inline constexpr size_t kStickBytes = 128;
