@@ -123,7 +123,6 @@ private:
     friend class Event;
     FlexStream(std::shared_ptr<DeviceCore> core, StreamState* state);
 
-    uint64_t Address(const DeviceHandle& handle, uint64_t size, const char* what) const;
     void Enqueue(ControlBlock cb);
 
     std::shared_ptr<DeviceCore> core_;

@@ -4,11 +4,21 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "device_core.hpp"
+#include "spyre/error.hpp"
+#include "spyre/uapi/spyre_program.h"
 
 namespace spyre::detail {
+
+// The function-relative address of [handle, handle + size), checked against
+// the allocation it lies in.
+inline uint64_t Address(DeviceCore& core, const DeviceHandle& handle, uint64_t size, const char* what) {
+    if (size == 0) throw Error(ErrorKind::InvalidArgument, std::string(what) + " of 0 bytes");
+    return core.allocator->DeviceAddress(handle, size);
+}
 
 // A copy of bytes the control block owns (so the caller's buffer may go at once).
 inline ControlBlock OwnedCopyToDevice(DeviceCore& core, const DeviceHandle& dst, std::vector<uint8_t> bytes) {
@@ -16,7 +26,7 @@ inline ControlBlock OwnedCopyToDevice(DeviceCore& core, const DeviceHandle& dst,
     ControlBlock cb;
     cb.kind = ControlBlock::Kind::CopyToDevice;
     cb.size = owned->size();
-    cb.device_addr = core.allocator->DeviceAddress(dst, cb.size);
+    cb.device_addr = Address(core, dst, cb.size, "CopyToDevice");
     cb.src = owned->data();
     cb.keep_alive = std::move(owned);
     return cb;
@@ -26,7 +36,7 @@ inline ControlBlock CopyToDevice(DeviceCore& core, const void* src, const Device
     ControlBlock cb;
     cb.kind = ControlBlock::Kind::CopyToDevice;
     cb.size = size;
-    cb.device_addr = core.allocator->DeviceAddress(dst, size);
+    cb.device_addr = Address(core, dst, size, "CopyToDevice");
     cb.src = src;
     return cb;
 }
@@ -35,17 +45,18 @@ inline ControlBlock CopyFromDevice(DeviceCore& core, void* dst, const DeviceHand
     ControlBlock cb;
     cb.kind = ControlBlock::Kind::CopyFromDevice;
     cb.size = size;
-    cb.device_addr = core.allocator->DeviceAddress(src, size);
+    cb.device_addr = Address(core, src, size, "CopyFromDevice");
     cb.dst = dst;
     return cb;
 }
 
-// `size` 0: the device takes the size from the program header.
+// `size` 0: the device takes the size from the program header, which must
+// then lie inside the allocation.
 inline ControlBlock Launch(DeviceCore& core, const DeviceHandle& program, uint64_t size) {
     ControlBlock cb;
     cb.kind = ControlBlock::Kind::Launch;
     cb.size = size;
-    cb.device_addr = core.allocator->DeviceAddress(program, size ? size : 64);
+    cb.device_addr = Address(core, program, size ? size : sizeof(spyre_program_header), "Launch");
     return cb;
 }
 

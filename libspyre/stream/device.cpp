@@ -80,12 +80,21 @@ void DeviceCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target
     word.waiters.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-void DeviceCore::QuiesceForFree() noexcept {
-    if (OnSchedulerThread() || !scheduler) return;
-    try {
-        for (const auto& s : Streams()) WaitUntil(s->completed, s->enqueued_count.load(), s->done);
-    } catch (const Error&) {
-        // Device lost: nothing runs any more.
+void DeviceCore::FreeAfterQueuedWork(std::span<const DeviceAllocation> blocks) noexcept {
+    if (blocks.empty()) return;
+    if (!OnSchedulerThread() && scheduler) {
+        try {
+            for (const auto& s : Streams()) WaitUntil(s->completed, s->enqueued_count.load(), s->done);
+        } catch (const Error&) {
+            // Device lost: nothing runs any more.
+        }
+    }
+    for (const DeviceAllocation& a : blocks) {
+        try {
+            allocator->Free(a.handle);
+        } catch (const Error&) {
+            // Already gone with the device: nothing to give back.
+        }
     }
 }
 

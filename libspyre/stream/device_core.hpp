@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "spyre/allocator.hpp"
@@ -101,10 +102,12 @@ public:
     // if called from the scheduler thread (a host callback).
     void WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, CompletionWord& word) const;
     bool OnSchedulerThread() const;
-    // Before device memory is freed: waits for the work every stream has
-    // enqueued so far (as cudaFree does), so nothing queued can still touch
-    // the memory once it is handed out again. A no-op on the scheduler thread.
-    void QuiesceForFree() noexcept;
+    // Frees device memory the runtime owns (tensors, plans, tiling
+    // variants, Program binaries). First waits for the work every stream
+    // has enqueued so far (as cudaFree does), so nothing queued can still
+    // touch the memory once it is handed out again; on the scheduler thread
+    // (cleanup callbacks, which run in stream order) it frees at once.
+    void FreeAfterQueuedWork(std::span<const DeviceAllocation> blocks) noexcept;
 };
 
 }  // namespace spyre

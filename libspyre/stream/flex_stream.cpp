@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "spyre/flex_stream.hpp"
 
+#include "control_blocks.hpp"
 #include "device_core.hpp"
 #include "scheduler_impl.hpp"
 #include "spyre/uapi/spyre_program.h"
@@ -48,13 +49,6 @@ int FlexStream::priority() const noexcept { return state_->priority; }
 uint64_t FlexStream::enqueued() const noexcept { return state_->enqueued_count.load(std::memory_order_acquire); }
 uint64_t FlexStream::completed() const noexcept { return state_->completed.load(std::memory_order_acquire); }
 
-uint64_t FlexStream::Address(const DeviceHandle& handle, uint64_t size, const char* what) const {
-    if (size == 0)
-        throw Error(ErrorKind::InvalidArgument, std::string(what) + " of 0 bytes",
-                    ErrorContext{.stream = state_->index});
-    return core_->allocator->DeviceAddress(handle, size);
-}
-
 void FlexStream::Enqueue(ControlBlock cb) { core_->scheduler->impl_->Push(*state_, std::move(cb)); }
 
 void FlexStream::EnqueueGroup(std::span<ControlBlock> group) { core_->scheduler->impl_->PushGroup(*state_, group); }
@@ -63,33 +57,17 @@ void FlexStream::CopyToDevice(const void* host_address, const DeviceHandle& devi
     if (!host_address)
         throw Error(ErrorKind::InvalidArgument, "CopyToDevice from a null host address",
                     ErrorContext{.stream = state_->index});
-    ControlBlock cb;
-    cb.kind = Kind::CopyToDevice;
-    cb.device_addr = Address(device_handle, size, "CopyToDevice");
-    cb.size = size;
-    cb.src = host_address;
-    Enqueue(std::move(cb));
+    Enqueue(detail::CopyToDevice(*core_, host_address, device_handle, size));
 }
 
 void FlexStream::CopyFromDevice(void* host_address, const DeviceHandle& device_handle, uint64_t size) {
     if (!host_address)
         throw Error(ErrorKind::InvalidArgument, "CopyFromDevice to a null host address",
                     ErrorContext{.stream = state_->index});
-    ControlBlock cb;
-    cb.kind = Kind::CopyFromDevice;
-    cb.device_addr = Address(device_handle, size, "CopyFromDevice");
-    cb.size = size;
-    cb.dst = host_address;
-    Enqueue(std::move(cb));
+    Enqueue(detail::CopyFromDevice(*core_, host_address, device_handle, size));
 }
 
-void FlexStream::Launch(const DeviceHandle& device_handle) {
-    ControlBlock cb;
-    cb.kind = Kind::Launch;
-    // The header must be inside the allocation; the device reads the size from it.
-    cb.device_addr = Address(device_handle, sizeof(spyre_program_header), "Launch");
-    Enqueue(std::move(cb));
-}
+void FlexStream::Launch(const DeviceHandle& device_handle) { Enqueue(detail::Launch(*core_, device_handle, 0)); }
 
 void FlexStream::Launch(const DeviceHandle& device_handle, uint64_t program_size) {
     if (program_size < sizeof(spyre_program_header) || program_size > SPYRE_PROGRAM_MAX_SIZE)
@@ -98,11 +76,7 @@ void FlexStream::Launch(const DeviceHandle& device_handle, uint64_t program_size
                         std::to_string(sizeof(spyre_program_header)) + " to " + std::to_string(SPYRE_PROGRAM_MAX_SIZE) +
                         " bytes",
                     ErrorContext{.stream = state_->index});
-    ControlBlock cb;
-    cb.kind = Kind::Launch;
-    cb.device_addr = Address(device_handle, program_size, "Launch");
-    cb.size = program_size;
-    Enqueue(std::move(cb));
+    Enqueue(detail::Launch(*core_, device_handle, program_size));
 }
 
 void FlexStream::AddCallback(std::function<void()> callback) {

@@ -16,15 +16,7 @@ struct PlanMemory {
     PlanMemory(const PlanMemory&) = delete;  // one owner frees the memory, once
     std::shared_ptr<DeviceCore> core;
     std::vector<DeviceAllocation> blocks;
-    ~PlanMemory() {
-        core->QuiesceForFree();  // launches of this plan may still be queued
-        for (const DeviceAllocation& a : blocks) {
-            try {
-                core->allocator->Free(a.handle);
-            } catch (const Error&) {
-            }
-        }
-    }
+    ~PlanMemory() { core->FreeAfterQueuedWork(blocks); }  // launches of the plan may still be queued
     DeviceAllocation Allocate(uint64_t size) {
         blocks.push_back(core->allocator->Allocate(std::max<uint64_t>(size, 1)));
         return blocks.back();

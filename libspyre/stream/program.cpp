@@ -38,12 +38,7 @@ Program::~Program() {
         stream_.Synchronize();
     } catch (const Error&) {
     }
-    for (const DeviceAllocation& a : owned_) {
-        try {
-            device_->allocator().Free(a.handle);
-        } catch (const Error&) {
-        }
-    }
+    device_->core()->FreeAfterQueuedWork(owned_);
 }
 
 void Program::AddInstruction(Instruction instruction) {

@@ -163,12 +163,7 @@ void SpyreStream::LaunchTiled(const Operation& op, std::span<const SpyreTensor> 
     // freed in stream order once the last iteration is done.
     auto scratch = std::make_shared<std::vector<DeviceAllocation>>();
     auto free_scratch = [scratch, core_ptr = stream_->core()] {
-        for (const DeviceAllocation& a : *scratch) {
-            try {
-                core_ptr->allocator->Free(a.handle);
-            } catch (const Error&) {
-            }
-        }
+        core_ptr->FreeAfterQueuedWork(*scratch);
         scratch->clear();
     };
     std::vector<std::optional<ProgramOverride>> overrides(plan.variants.size());

@@ -15,13 +15,7 @@ struct SpyreTensor::Storage {
     Storage(const Storage&) = delete;  // one owner frees the memory, once
     std::shared_ptr<DeviceCore> core;
     DeviceAllocation allocation;
-    ~Storage() {
-        core->QuiesceForFree();  // copies or launches using the tensor may still be queued
-        try {
-            core->allocator->Free(allocation.handle);
-        } catch (const Error&) {
-        }
-    }
+    ~Storage() { core->FreeAfterQueuedWork({&allocation, 1}); }
 };
 
 namespace {
