@@ -9,21 +9,16 @@
 
 namespace spyre::mockdev {
 
-MemorySlice VfMemorySlice(uint64_t card_mem_size, unsigned num_vfs, unsigned vf) {
-    const uint64_t slice = card_mem_size / (num_vfs + 1) / kMemSliceAlign * kMemSliceAlign;
-    return MemorySlice{vf * slice, slice};
-}
-
 Card::Card(const CardParams& params)
     : params_(params),
-      memory_(params.shm_prefix + ".c" + std::to_string(params.index) + ".mem", params.mem_size),
+      memory_(params.shm_prefix + ".c" + std::to_string(params.index), params.mem_size),
       compute_(params.cores ? params.cores : ComputeEngine::DefaultWorkers()) {
-    pf_ = std::make_shared<Function>(FunctionAt(0, MemorySlice{0, params_.mem_size}), memory_, compute_);
+    policy_.watchdog_ms.store(params.watchdog_ms);
+    pf_ = std::make_shared<Function>(FunctionAt(0, MemorySlice{0, params_.mem_size}), memory_, policy_, compute_);
 }
 
 FunctionParams Card::FunctionAt(unsigned index, MemorySlice slice) const {
-    return FunctionParams{params_.index, index, slice.base, slice.size, params_.shm_prefix, params_.poll,
-                          params_.watchdog_ms};
+    return FunctionParams{params_.index, index, slice.base, slice.size, params_.shm_prefix, params_.poll};
 }
 
 Card::~Card() {
@@ -75,11 +70,14 @@ int Card::SetNumVfs(unsigned num_vfs) {
 
     std::vector<std::shared_ptr<Function>> created;
     try {
+        memory_.SetVfs(num_vfs);  // fresh, zeroed objects: nothing of an earlier VF or of the PF shows
         for (unsigned i = 1; i <= num_vfs; ++i) {
             const MemorySlice slice = VfMemorySlice(params_.mem_size, num_vfs, i);
-            created.push_back(std::make_shared<Function>(FunctionAt(i, slice), memory_, compute_));
+            created.push_back(std::make_shared<Function>(FunctionAt(i, slice), memory_, policy_, compute_));
         }
     } catch (const std::system_error& e) {
+        created.clear();
+        memory_.SetVfs(0);
         pf_->SetRegionLimit(params_.mem_size);
         LOG_ERROR("card %u: enabling %u VFs failed: %s", params_.index, num_vfs, e.what());
         return -e.code().value();  // `created` unwinds: nothing stays behind
@@ -106,6 +104,7 @@ int Card::DisableVfs() {
         vf->UnlinkShm();
     }
     vfs_.clear();
+    memory_.SetVfs(0);  // the VFs' memory goes with their objects
     pf_->SetSriovNumVfs(0);
     pf_->SetRegionLimit(params_.mem_size);
     LOG_INFO("card %u: VFs disabled", params_.index);

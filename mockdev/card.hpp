@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// One mock card: its device memory (one sparse shared-memory object), its
-// compute cores, its PF and the VFs the PF has enabled through sriov_numvfs.
+// One mock card: its device memory (a shared-memory object per function), its
+// compute cores, its card-wide policy, its PF and the VFs enabled through
+// sriov_numvfs.
 #pragma once
 
 #include <chrono>
@@ -11,9 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "card_memory.hpp"
+#include "card_policy.hpp"
 #include "compute_engine.hpp"
 #include "function.hpp"
-#include "shm_object.hpp"
 
 namespace spyre::mockdev {
 
@@ -25,18 +27,6 @@ struct CardParams {
     unsigned cores = 0;            // compute workers; 0 = ComputeEngine::DefaultWorkers()
     uint32_t watchdog_ms = 10000;  // every function's WATCHDOG_MS
 };
-
-// Where VF `vf` (1-based) of `num_vfs` finds its memory in the card memory.
-// The PF sees the whole card memory; with n VFs enabled the card memory is
-// cut into n + 1 equal slices, rounded down to 2 MiB, and VF i owns slice i
-// (slice 0 is left to the PF). A first split, to be refined by the memory
-// work; the PF's view overlaps its VFs' as a privileged function's would.
-struct MemorySlice {
-    uint64_t base;
-    uint64_t size;
-};
-MemorySlice VfMemorySlice(uint64_t card_mem_size, unsigned num_vfs, unsigned vf);
-constexpr uint64_t kMemSliceAlign = 2ull << 20;
 
 class Card {
 public:
@@ -65,7 +55,8 @@ private:
     FunctionParams FunctionAt(unsigned index, MemorySlice slice) const;
 
     const CardParams params_;
-    ShmObject memory_;
+    CardMemory memory_;
+    CardPolicy policy_;
     ComputeEngine compute_;  // outlives the functions that use it
     mutable std::mutex mutex_;  // guards vfs_ and started_
     std::shared_ptr<Function> pf_;

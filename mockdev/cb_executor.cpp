@@ -74,7 +74,7 @@ CbOutcome CbExecutor::Execute(const spyre_cb& cb, std::span<const uint8_t> paylo
                               const std::function<bool()>& aborted) noexcept {
     try {
         if (uint16_t status = ValidateHeader(cb, payload.size()); status != SPYRE_ERR_NONE) return Fail(status);
-        const auto bound = std::chrono::milliseconds(regs_.Load32(SPYRE_REG_WATCHDOG_MS));
+        const auto bound = std::chrono::milliseconds(watchdog_ms_.load(std::memory_order_relaxed));
         return Dispatch(cb, payload, Budget(Budget::Clock::now() + bound, aborted));
     } catch (const std::exception& e) {
         LOG_ERROR("executor fault on opcode 0x%02x: %s", unsigned(cb.opcode), e.what());

@@ -7,6 +7,7 @@
 // WATCHDOG_MS from its start, or sooner if the engine aborts it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -23,9 +24,11 @@ namespace spyre::mockdev {
 
 class CbExecutor {
 public:
-    // `memory` is the function's window; `compute` the card's cores.
-    CbExecutor(RegisterFile& regs, DeviceMemory memory, ComputeEngine& compute)
-        : regs_(regs), memory_(memory), programs_(memory, compute) {}
+    // `memory` is the function's window; `compute` the card's cores;
+    // `watchdog_ms` the card's bound on one CB (card policy, never a register).
+    CbExecutor(RegisterFile& regs, const std::atomic<uint32_t>& watchdog_ms, DeviceMemory memory,
+               ComputeEngine& compute)
+        : regs_(regs), watchdog_ms_(watchdog_ms), memory_(memory), programs_(memory, compute) {}
 
     // Validates and runs `cb`. `payload` holds the ring slots that follow the
     // CB, (cb.slots - 1) * 64 bytes as framed by the engine (empty for a
@@ -46,7 +49,8 @@ private:
     CbOutcome ExecuteSemWrite(const spyre_cb& cb);
     CbOutcome ExecuteSemWait(const spyre_cb& cb, const Budget& budget);
 
-    RegisterFile& regs_;  // per-opcode counters, WATCHDOG_MS
+    RegisterFile& regs_;  // per-opcode counters
+    const std::atomic<uint32_t>& watchdog_ms_;
     DeviceMemory memory_;
     ProgramExecutor programs_;
 };

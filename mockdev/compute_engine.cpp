@@ -13,10 +13,9 @@ namespace spyre::mockdev {
 
 namespace {
 constexpr unsigned kCardCores = 32;
-// How often a LAUNCH waiting for the card tries again. Polling rather than a
-// timed lock: a wait only happens when two functions launch at once, and
-// TSan cannot follow pthread_mutex_clocklock.
-constexpr auto kAcquireSlice = std::chrono::microseconds(200);
+// How often a LAUNCH waiting for the card looks at its budget (a reset's
+// abort, the watchdog); its turn itself comes by notification.
+constexpr auto kBudgetCheck = std::chrono::milliseconds(1);
 }  // namespace
 
 struct ComputeEngine::Job {
@@ -54,10 +53,41 @@ ComputeEngine::~ComputeEngine() {
     for (auto& t : threads_) t.join();
 }
 
-std::unique_lock<std::mutex> ComputeEngine::Acquire(const Budget& budget, uint16_t& status) {
-    std::unique_lock lock(card_, std::defer_lock);
-    while ((status = budget.Check()) == SPYRE_ERR_NONE && !lock.try_lock()) std::this_thread::sleep_for(kAcquireSlice);
-    return lock;
+ComputeEngine::Turn ComputeEngine::Acquire(const Budget& budget, uint16_t& status) {
+    std::unique_lock lock(turn_mutex_);
+    const uint64_t ticket = next_ticket_++;
+    waiting_.push_back(ticket);
+    for (;;) {
+        if (!card_busy_ && waiting_.front() == ticket) {
+            waiting_.pop_front();
+            card_busy_ = true;
+            status = SPYRE_ERR_NONE;
+            return Turn(this);
+        }
+        if ((status = budget.Check()) != SPYRE_ERR_NONE) {
+            waiting_.erase(std::find(waiting_.begin(), waiting_.end(), ticket));
+            turn_cv_.notify_all();  // the next in line may be first now
+            return Turn();
+        }
+        turn_cv_.wait_for(lock, kBudgetCheck);
+    }
+}
+
+unsigned ComputeEngine::waiting() {
+    std::lock_guard lock(turn_mutex_);
+    return unsigned(waiting_.size());
+}
+
+void ComputeEngine::Release() {
+    {
+        std::lock_guard lock(turn_mutex_);
+        card_busy_ = false;
+    }
+    turn_cv_.notify_all();
+}
+
+ComputeEngine::Turn::~Turn() {
+    if (engine_) engine_->Release();
 }
 
 void ComputeEngine::RunChunks(Job& job) {

@@ -6,16 +6,24 @@
 // splits each op into chunks that the workers take in turn (ParallelFor).
 // Between chunks the workers ask the CB's budget whether to go on, so a
 // watchdog expiry or a reset stops a kernel within one chunk.
+//
+// Functions take turns in the order they asked (FIFO): each function's
+// engine asks for one program at a time, so a function that floods the card
+// waits behind every other function that is waiting, and no function holds
+// the card for longer than one program, itself bounded by the card's
+// watchdog.
 #pragma once
 
 #include <array>
 #include <condition_variable>
 #include <cstddef>
+#include <deque>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "budget.hpp"
@@ -35,10 +43,26 @@ public:
 
     unsigned workers() const { return unsigned(threads_.size()); }
 
-    // Takes the card for one program. Waits for a program of another
-    // function to finish, but no longer than `budget` allows: then the lock
-    // is not owned and `status` says why.
-    std::unique_lock<std::mutex> Acquire(const Budget& budget, uint16_t& status);
+    // The card, held for one program; handed to the next waiter on destruction.
+    class Turn {
+    public:
+        Turn() = default;
+        explicit Turn(ComputeEngine* engine) : engine_(engine) {}
+        Turn(Turn&& o) noexcept : engine_(std::exchange(o.engine_, nullptr)) {}
+        Turn& operator=(Turn&&) = delete;
+        ~Turn();
+        explicit operator bool() const { return engine_ != nullptr; }
+
+    private:
+        ComputeEngine* engine_ = nullptr;
+    };
+
+    // Takes the card for one program, after every program that asked
+    // earlier. Waits no longer than `budget` allows: then the returned turn
+    // is empty and `status` says why.
+    Turn Acquire(const Budget& budget, uint16_t& status);
+    // Programs waiting for the card now (for tests and dumps).
+    unsigned waiting();
 
     // Runs body(i) for every i in [0, chunks) on the workers and returns once
     // all have finished. A chunk returns SPYRE_ERR_NONE or a fault; the first
@@ -56,7 +80,13 @@ private:
     void Work();
     static void RunChunks(Job& job);
 
-    std::mutex card_;        // one program at a time
+    void Release();
+
+    std::mutex turn_mutex_;  // guards card_busy_, waiting_, next_ticket_
+    std::condition_variable turn_cv_;
+    bool card_busy_ = false;
+    std::deque<uint64_t> waiting_;  // tickets, oldest first
+    uint64_t next_ticket_ = 0;
     std::mutex mutex_;       // guards job_, generation_, busy_, stopping_
     std::condition_variable wake_;
     std::condition_variable done_;

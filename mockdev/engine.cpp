@@ -88,14 +88,21 @@ void Engine::SetRingEnabled(bool enabled) {
     }
 }
 
-std::unique_lock<std::mutex> Engine::Pause() {
-    abort_batch_.store(true);
-    std::unique_lock lock(exec_mutex_);
-    abort_batch_.store(false);
-    return lock;
+Engine::Paused::Paused(Engine& engine) : engine_(engine) {
+    engine_.paused_.store(true);
+    engine_.abort_batch_.store(true);
+    lock_ = std::unique_lock(engine_.exec_mutex_);
+    engine_.abort_batch_.store(false);
+    engine_.Kick();  // out of its futex sleep, to wait on exec_mutex_ instead
 }
 
-void Engine::ClearRing(const std::unique_lock<std::mutex>&) {
+Engine::Paused::~Paused() {
+    engine_.paused_.store(false);
+    lock_.unlock();
+    engine_.Kick();  // a ring enabled while paused may hold work
+}
+
+void Engine::ClearRing(const Paused&) {
     ring_enabled_.store(false);
     halted_.store(false);
     cancel_next_ = false;  // a linked chain does not survive a reset
@@ -144,6 +151,10 @@ void Engine::Run() {
             FutexWake(&kicks_seen_, INT_MAX, FutexScope::Private);  // kicks are rare: no cost when polling
         }
         if (stopping_.load()) return;
+        if (paused_.load()) {
+            std::lock_guard wait_for_resume(exec_mutex_);
+            continue;
+        }
         if (HasWork(SharedWord(db_->sq_tail).load(std::memory_order_acquire))) {
             ServeBatch();
             last_work = Clock::now();

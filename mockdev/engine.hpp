@@ -54,15 +54,30 @@ public:
     bool ring_enabled() const { return ring_enabled_.load(std::memory_order_acquire); }
     bool halted() const { return halted_.load(std::memory_order_acquire); }
 
+    // Holds the engine paused; resumes it on destruction.
+    class Paused {
+    public:
+        explicit Paused(Engine& engine);
+        ~Paused();
+        Paused(const Paused&) = delete;
+        Paused& operator=(const Paused&) = delete;
+
+    private:
+        Engine& engine_;
+        std::unique_lock<std::mutex> lock_;
+    };
+
     // Takes the ring from the engine: a running CB stops early (ABORTED), the
     // batch ends there (or at its CQ-full wait) and the engine serves nothing
-    // until the lock is dropped.
-    std::unique_lock<std::mutex> Pause();
+    // until the returned object goes. A paused engine waits on the daemon's
+    // own lock, never on a futex in the ring, so the ring's pages can be
+    // replaced under it (Function::Close).
+    [[nodiscard]] Paused Pause() { return Paused(*this); }
 
     // While paused: power-on ring state. Ring disabled, not halted, ring
     // indices zero, SQ and CQ memory zero. irq_waiters and device_sleeping are
     // left alone: they count live waiters and the engine's own sleep.
-    void ClearRing(const std::unique_lock<std::mutex>& paused);
+    void ClearRing(const Paused& paused);
 
     // The completion "interrupt": bump irq_seq and wake its futex waiters.
     // Returns true if a waiter was registered.
@@ -102,6 +117,7 @@ private:
     std::array<uint8_t, SPYRE_CB_INLINE_MAX_BYTES> payload_{};  // inline payload of the CB being served
     std::atomic<bool> stopping_{false};
     std::atomic<bool> abort_batch_{false};
+    std::atomic<bool> paused_{false};
     std::atomic<bool> ring_enabled_{false};
     std::atomic<bool> halted_{false};
     std::atomic<bool> running_{false};

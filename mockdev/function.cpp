@@ -39,15 +39,18 @@ void CopyName(char* dst, size_t cap, const std::string& src) {
 
 }  // namespace
 
-Function::Function(const FunctionParams& params, ShmObject& card_memory, ComputeEngine& compute)
+Function::Function(const FunctionParams& params, CardMemory& card_memory, const CardPolicy& policy,
+                   ComputeEngine& compute)
     : params_(params),
       address_(FunctionAddress(params.card, params.index).ToString()),
       card_memory_(card_memory),
+      policy_(policy),
       regs_shm_(ShmName(params, "regs"), SPYRE_BAR0_SIZE),
       ring_shm_(ShmName(params, "ring"), SPYRE_BAR4_SIZE),
       regs_(regs_shm_.data()),
       regions_(regs_, params.mem_size),
-      executor_(regs_, DeviceMemory(card_memory.data() + params.mem_base, params.mem_size), compute),
+      executor_(regs_, policy.watchdog_ms, DeviceMemory(card_memory.view() + params.mem_base, params.mem_size),
+                compute),
       engine_(regs_, ring_shm_, kGeometry, executor_, params.poll) {
     InitRegisters(0, SPYRE_STATUS_READY);
     SharedWord(engine_.doorbell()->device_state).store(SPYRE_DEVSTATE_ALIVE);
@@ -88,7 +91,7 @@ void Function::InitRegisters(uint64_t resets, uint32_t status) {
     put32(SPYRE_REG_STATUS, status);
     put32(SPYRE_REG_NUM_CORES, kNumCores);
     put32(SPYRE_REG_DAEMON_PID, uint32_t(::getpid()));
-    put32(SPYRE_REG_WATCHDOG_MS, params_.watchdog_ms);
+    put32(SPYRE_REG_WATCHDOG_MS, policy_.watchdog_ms.load());
     put64(SPYRE_REG_MEM_SIZE, params_.mem_size);
     put64(SPYRE_REG_MEM_BASE, params_.mem_base);
     put32(SPYRE_REG_DB_OFFSET, kGeometry.db_offset);
@@ -111,6 +114,7 @@ void Function::InitRegisters(uint64_t resets, uint32_t status) {
 // are brought up to date before anyone reads them through a trap.
 void Function::RefreshMirrors() {
     spyre_doorbell_page* db = engine_.doorbell();
+    regs_.Store32(SPYRE_REG_WATCHDOG_MS, policy_.watchdog_ms.load());  // a mapped store changes only this mirror
     regs_.Store32(SPYRE_REG_SQ_HEAD, SharedWord(db->sq_head).load());
     regs_.Store32(SPYRE_REG_SQ_TAIL, SharedWord(db->sq_tail).load());
     regs_.Store32(SPYRE_REG_CQ_HEAD, SharedWord(db->cq_head).load());
@@ -171,20 +175,19 @@ ssize_t Function::WriteRegion(unsigned region, uint64_t offset, const void* buf,
         // stores go nowhere (an unbacked window), as on the bus.
         const uint64_t window = std::min<uint64_t>(SPYRE_BAR2_SIZE, params_.mem_size);
         if (offset < window)
-            std::memcpy(card_memory_.data() + params_.mem_base + offset, buf,
+            std::memcpy(card_memory_.view() + params_.mem_base + offset, buf,
                         size_t(std::min<uint64_t>(len, window - offset)));
         return ssize_t(len);
     }
     case SPYRE_REGION_BAR4: {
-        // The engine reads doorbell words atomically; whole aligned words are stored so too.
-        if (offset % 4 == 0 && len % 4 == 0) {
-            for (size_t i = 0; i < len; i += 4) {
-                uint32_t word;
-                std::memcpy(&word, static_cast<const uint8_t*>(buf) + i, sizeof word);
-                SharedWord(*reinterpret_cast<uint32_t*>(ring_shm_.data() + offset + i)).store(word);
-            }
-        } else {
-            std::memcpy(ring_shm_.data() + offset, buf, len);
+        // The engine reads ring words atomically: stores are whole aligned
+        // words too, and anything else is refused (a byte store racing the
+        // engine's atomic accesses is a bug of the writer, not a feature).
+        if (offset % 4 != 0 || len % 4 != 0) return -EINVAL;
+        for (size_t i = 0; i < len; i += 4) {
+            uint32_t word;
+            std::memcpy(&word, static_cast<const uint8_t*>(buf) + i, sizeof word);
+            SharedWord(*reinterpret_cast<uint32_t*>(ring_shm_.data() + offset + i)).store(word);
         }
         const uint64_t sq_tail = kGeometry.db_offset + SPYRE_DB_SQ_TAIL;
         if (offset < sq_tail + sizeof(uint32_t) && offset + len > sq_tail) {
@@ -194,7 +197,7 @@ ssize_t Function::WriteRegion(unsigned region, uint64_t offset, const void* buf,
         return ssize_t(len);
     }
     case SPYRE_REGION_DEVMEM:
-        std::memcpy(card_memory_.data() + params_.mem_base + offset, buf, len);
+        std::memcpy(card_memory_.view() + params_.mem_base + offset, buf, len);
         return ssize_t(len);
     default: return -EINVAL;
     }
@@ -203,7 +206,7 @@ ssize_t Function::WriteRegion(unsigned region, uint64_t offset, const void* buf,
 // Function memory seen through a window of `window` bytes; past it, zeros.
 ssize_t Function::ReadMemory(uint64_t window, uint64_t offset, void* buf, size_t len) const {
     const size_t inside = offset < window ? size_t(std::min<uint64_t>(len, window - offset)) : 0;
-    if (inside) card_memory_.ReadAt(params_.mem_base + offset, buf, inside);
+    if (inside) card_memory_.ReadAt(params_.mem_base + offset, buf, inside);  // through the files: holes stay free
     std::memset(static_cast<uint8_t*>(buf) + inside, 0, len - inside);
     return ssize_t(len);
 }
@@ -211,14 +214,21 @@ ssize_t Function::ReadMemory(uint64_t window, uint64_t offset, void* buf, size_t
 ssize_t Function::ReadBar0(uint64_t offset, void* buf, size_t len) {
     RefreshMirrors();
     const size_t inside = offset < SPYRE_REG_FILE_SIZE ? size_t(std::min<uint64_t>(len, SPYRE_REG_FILE_SIZE - offset)) : 0;
-    if (inside == 4 && offset % 4 == 0) {
-        const uint32_t v = regs_.Load32(uint32_t(offset));
-        std::memcpy(buf, &v, 4);
-    } else if (inside == 8 && offset % 8 == 0) {
+    if (inside == 8 && offset % 8 == 0) {
         const uint64_t v = regs_.Load64(uint32_t(offset));
         std::memcpy(buf, &v, 8);
     } else {
-        std::memcpy(buf, regs_.data() + offset, inside);
+        // Word by word, each an atomic load, so no read tears a register
+        // the engine is storing.
+        auto* out = static_cast<uint8_t*>(buf);
+        for (uint64_t at = offset; at < offset + inside;) {
+            const uint32_t word_off = uint32_t(at & ~uint64_t(3));
+            const uint32_t v = regs_.Load32(word_off);
+            const size_t skip = size_t(at - word_off);
+            const size_t n = std::min<size_t>(4 - skip, size_t(offset + inside - at));
+            std::memcpy(out + (at - offset), reinterpret_cast<const uint8_t*>(&v) + skip, n);
+            at += n;
+        }
     }
     std::memset(static_cast<uint8_t*>(buf) + inside, 0, len - inside);  // past the register file
     return ssize_t(len);
@@ -248,6 +258,11 @@ ssize_t Function::WriteRegister(uint32_t offset, uint32_t value) {
     case SPYRE_REG_SCRATCH: regs_.Store32(SPYRE_REG_SCRATCH, value); break;
     case SPYRE_REG_REGION_CMD: regions_.Command(value); break;
     case SPYRE_REG_REGION_ARG: regs_.Store32(SPYRE_REG_REGION_ARG, value); break;
+    case SPYRE_REG_WATCHDOG_MS:
+        // Card-wide policy: the PF may set it through this trapped write; a
+        // VF's write is ignored, as for any read-only register.
+        if (!is_vf() && value != 0) const_cast<CardPolicy&>(policy_).watchdog_ms.store(value);
+        break;
     case SPYRE_REG_ERR_CLEAR:
         if (value & kErrClearLatch) regs_.ClearErrorLatch();
         break;
@@ -281,20 +296,26 @@ spyre_region_info Function::RegionInfo(unsigned region) const {
     ri.index = region;
     ri.size = RegionSize(region);
     ri.offset = SPYRE_REGION_OFFSET(region);
-    auto mappable = [&](const ShmObject& shm, uint64_t shm_offset, uint64_t mmap_size) {
+    auto mappable = [&](const std::string& shm_name, uint64_t shm_offset, uint64_t mmap_size) {
         ri.flags = kRwMmap;
-        CopyName(ri.shm_name, sizeof ri.shm_name, shm.shm_open_name());
+        CopyName(ri.shm_name, sizeof ri.shm_name, shm_name);
         ri.shm_offset = shm_offset;
         ri.mmap_size = mmap_size;
     };
     switch (region) {
-    case SPYRE_REGION_BAR0: mappable(regs_shm_, 0, SPYRE_BAR0_SIZE); break;
-    case SPYRE_REGION_BAR2:
-        mappable(card_memory_, params_.mem_base, std::min<uint64_t>(SPYRE_BAR2_SIZE, params_.mem_size));
+    case SPYRE_REGION_BAR0: mappable(regs_shm_.shm_open_name(), 0, SPYRE_BAR0_SIZE); break;
+    case SPYRE_REGION_BAR2: {
+        // The function's own object only: a VF's slice, the PF's memory
+        // outside the VF slices. The PF reaches VF memory through the device.
+        const uint64_t own = card_memory_.MappableSize(params_.index);
+        mappable(card_memory_.ObjectName(params_.index), 0, std::min<uint64_t>(SPYRE_BAR2_SIZE, own));
         break;
-    case SPYRE_REGION_BAR4: mappable(ring_shm_, 0, SPYRE_BAR4_SIZE); break;
+    }
+    case SPYRE_REGION_BAR4: mappable(ring_shm_.shm_open_name(), 0, SPYRE_BAR4_SIZE); break;
     case SPYRE_REGION_CONFIG: ri.flags = SPYRE_REGION_INFO_FLAG_READ; break;
-    case SPYRE_REGION_DEVMEM: mappable(card_memory_, params_.mem_base, params_.mem_size); break;
+    case SPYRE_REGION_DEVMEM:
+        mappable(card_memory_.ObjectName(params_.index), 0, card_memory_.MappableSize(params_.index));
+        break;
     default: break;  // no such BAR: size 0, no access
     }
     return ri;
@@ -328,20 +349,47 @@ ConfigSpace Function::Config() const {
     return BuildConfigSpace(ConfigSpaceParams{params_.card, params_.index, sriov_num_vfs_.load()});
 }
 
-int Function::Open() {
+int Function::Open(pid_t holder) {
     State expected = State::Idle;
     if (!state_.compare_exchange_strong(expected, State::Open)) return expected == State::Open ? -EBUSY : -ENODEV;
+    holder_.store(holder);
     Reset();
     regions_.Clear();  // a new owner starts with no memory granted
     return 0;
 }
 
 void Function::Close() {
+    if (state_.load() != State::Open) return;
     regs_.Store32(SPYRE_REG_CONTROL, 0);
     engine_.SetRingEnabled(false);
+    const bool handed_over = HandOver();
     regions_.Clear();  // the owner's grants end with it
+    holder_.store(0);
     State expected = State::Open;
-    state_.compare_exchange_strong(expected, State::Idle);
+    state_.compare_exchange_strong(expected, handed_over ? State::Idle : State::Removed);
+}
+
+bool Function::HandOver() {
+    std::lock_guard guard(reset_mutex_);
+    auto paused = engine_.Pause();
+    // Whoever still waits on the old pages learns that the device is gone for them.
+    spyre_doorbell_page* db = engine_.doorbell();
+    SharedWord(db->device_state).store(SPYRE_DEVSTATE_GONE);
+    SharedWord(db->irq_seq).fetch_add(1);
+    FutexWake(&db->irq_seq);
+    const uint64_t resets = regs_.Load64(SPYRE_REG_CNT_RESETS);
+    try {
+        regs_shm_.Renew();
+        ring_shm_.Renew();
+        card_memory_.Renew(params_.index);
+    } catch (const std::system_error& e) {
+        LOG_ERROR("%s: cannot give the next owner fresh memory (%s): function removed", address_.c_str(), e.what());
+        return false;
+    }
+    engine_.ClearRing(paused);
+    InitRegisters(resets, SPYRE_STATUS_READY);
+    SharedWord(db->device_state).store(SPYRE_DEVSTATE_ALIVE);
+    return true;
 }
 
 bool Function::TryMarkRemoved() {

@@ -15,6 +15,8 @@
 #include <mutex>
 #include <string>
 
+#include "card_memory.hpp"
+#include "card_policy.hpp"
 #include "cb_executor.hpp"
 #include "compute_engine.hpp"
 #include "config_space.hpp"
@@ -33,15 +35,16 @@ struct FunctionParams {
     uint64_t mem_size = 0;
     std::string shm_prefix;
     std::chrono::microseconds poll{50};
-    uint32_t watchdog_ms = 10000;  // WATCHDOG_MS: bound on one CB's run time
 };
 
 class Function {
 public:
     // Creates the register and ring objects (throws std::system_error) and
     // brings the registers to their power-on state. The engine starts in
-    // Start(). Programs run on the card's `compute` cores.
-    Function(const FunctionParams& params, ShmObject& card_memory, ComputeEngine& compute);
+    // Start(). Programs run on the card's `compute` cores under the card's
+    // `policy`; the function's memory is its window of `card_memory`.
+    Function(const FunctionParams& params, CardMemory& card_memory, const CardPolicy& policy,
+             ComputeEngine& compute);
     ~Function();
 
     Function(const Function&) = delete;
@@ -77,10 +80,15 @@ public:
     // (false) while a granted region lies beyond `limit`.
     bool SetRegionLimit(uint64_t limit) { return regions_.SetGrantable(limit); }
 
-    // Device node ownership: one open file at a time. Open claims and resets
-    // (a clean ring for the new owner); Close disables the ring and lets go.
-    int Open();  // 0, -EBUSY, -ENODEV
+    // Device node ownership: one open file at a time, held by process
+    // `holder` (a thread group id). Open claims and resets (a clean ring for
+    // the new owner); Close lets go and hands the next owner fresh objects:
+    // registers, rings and memory are new and zeroed, and whatever the old
+    // holder still maps is no longer the device's.
+    int Open(pid_t holder);  // 0, -EBUSY, -ENODEV
     void Close();
+    // The process holding the device node, or 0.
+    pid_t holder() const { return holder_.load(); }
     // For VF removal: succeeds only while nobody holds the device node.
     bool TryMarkRemoved();
     void UndoMarkRemoved();
@@ -89,6 +97,10 @@ private:
     enum class State { Idle, Open, Removed };
 
     void InitRegisters(uint64_t resets, uint32_t status);
+    // A new owner takes the function: fresh objects for registers, rings and
+    // memory. False if they could not be made (the function is then removed:
+    // nothing of the old owner's may reach the next one).
+    bool HandOver();
     void RefreshMirrors();
     ssize_t ReadBar0(uint64_t offset, void* buf, size_t len);
     ssize_t WriteBar0(uint64_t offset, const void* buf, size_t len);
@@ -98,7 +110,8 @@ private:
 
     const FunctionParams params_;
     const std::string address_;
-    ShmObject& card_memory_;
+    CardMemory& card_memory_;
+    const CardPolicy& policy_;
     ShmObject regs_shm_;
     ShmObject ring_shm_;
     RegisterFile regs_;
@@ -108,6 +121,7 @@ private:
 
     std::mutex reset_mutex_;  // one reset at a time
     std::atomic<State> state_{State::Idle};
+    std::atomic<pid_t> holder_{0};
     std::atomic<uint16_t> sriov_num_vfs_{0};
 };
 

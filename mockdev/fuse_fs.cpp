@@ -18,9 +18,11 @@
 #include <optional>
 #include <string_view>
 
+#include "attr_number.hpp"
 #include "log.hpp"
 #include "pci_address.hpp"
 #include "spyre/uapi/spyre_ioctl.h"
+#include "spyre/uapi/spyre_regs.h"
 
 namespace spyre::mockdev {
 
@@ -75,19 +77,20 @@ struct Node {
     std::shared_ptr<Function> fn;
 };
 
-// Linux's kstrtoul(buf, 0, ...) as sysfs stores use it: decimal, 0x hex or 0
-// octal, one optional trailing newline, nothing else.
-int ParseAttrNumber(const char* buf, size_t size, unsigned long* out) {
-    std::string text(buf, size);
-    if (!text.empty() && text.back() == '\n') text.pop_back();
-    if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) return -EINVAL;
-    char* end = nullptr;
-    errno = 0;
-    unsigned long v = std::strtoul(text.c_str(), &end, 0);
-    if (*end != '\0') return -EINVAL;
-    if (errno == ERANGE) return -ERANGE;
-    *out = v;
-    return 0;
+// The process (thread group) of the thread that made the current request:
+// FUSE reports the thread's id.
+pid_t CallerProcess() {
+    const pid_t tid = fuse_get_context()->pid;
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/status", int(tid));
+    FILE* status = std::fopen(path, "re");
+    if (!status) return tid;
+    char line[256];
+    pid_t tgid = tid;
+    while (std::fgets(line, sizeof line, status))
+        if (std::sscanf(line, "Tgid: %d", &tgid) == 1) break;
+    std::fclose(status);
+    return tgid;
 }
 
 // libfuse's own messages go through our log. While mounting they are held
@@ -148,6 +151,30 @@ struct OpenFile {
 struct FuseOps {
     static FuseFs* Self() { return static_cast<FuseFs*>(fuse_get_context()->private_data); }
     static OpenFile* File(fuse_file_info* fi) { return reinterpret_cast<OpenFile*>(fi->fh); }
+
+    // While a function's device node is held, its resource and reset files
+    // serve only the holder and the holder of the card's PF (which sees the
+    // whole card). Views that carry no data stay open to every reader: the
+    // register file (resource0) and the doorbell page of resource4 (ring
+    // indices and flags), which is what spyre-regdump reads. 0 or -EBUSY.
+    static int CheckHolder(const OpenFile& f, bool write, uint64_t off, size_t len) {
+        const pid_t holder = f.fn->holder();
+        if (holder == 0) return 0;
+        if (!write) {
+            if (f.kind == Kind::Resource0) return 0;
+            static_assert(SPYRE_DEFAULT_DB_OFFSET == 0, "the doorbell page opens BAR4");
+            if (f.kind == Kind::Resource4 && off + len <= sizeof(spyre_doorbell_page)) return 0;
+        }
+        const pid_t caller = CallerProcess();
+        if (caller == holder) return 0;
+        if (auto pf = f.card->FindFunction(0); pf && pf->holder() != 0 && caller == pf->holder()) return 0;
+        const char* what = f.kind == Kind::Reset ? "reset" : f.kind == Kind::Resource0 ? "resource0"
+                           : f.kind == Kind::Resource2                             ? "resource2"
+                                                                                   : "resource4";
+        LOG_WARN("%s: %s %s by pid %d refused: the device node is held by pid %d", f.fn->address().c_str(),
+                 write ? "write to" : "read of", what, int(caller), int(holder));
+        return -EBUSY;
+    }
 
     static std::optional<Node> Resolve(const char* path) {
         std::vector<std::string_view> parts;
@@ -264,7 +291,7 @@ struct FuseOps {
         const mode_t mode = ModeOf(node->kind);
         if ((acc != O_RDONLY && !(mode & 0222)) || (acc != O_WRONLY && !(mode & 0444))) return -EACCES;
         if (node->kind == Kind::DevNode)
-            if (int rc = node->fn->Open(); rc != 0) return rc;
+            if (int rc = node->fn->Open(CallerProcess()); rc != 0) return rc;
         auto file = std::make_unique<OpenFile>();
         file->kind = node->kind;
         file->card = node->card;
@@ -311,7 +338,9 @@ struct FuseOps {
         case Kind::Config: return int(f.fn->ReadRegion(SPYRE_REGION_CONFIG, uint64_t(off), buf, size));
         case Kind::Resource0:
         case Kind::Resource2:
-        case Kind::Resource4: return int(f.fn->ReadRegion(BarOf(f.kind), uint64_t(off), buf, size));
+        case Kind::Resource4:
+            if (int rc = CheckHolder(f, false, uint64_t(off), size); rc != 0) return rc;
+            return int(f.fn->ReadRegion(BarOf(f.kind), uint64_t(off), buf, size));
         case Kind::DevNode: {
             unsigned region;
             uint64_t region_off;
@@ -336,7 +365,9 @@ struct FuseOps {
         case Kind::Config: return int(f.fn->WriteRegion(SPYRE_REGION_CONFIG, uint64_t(off), buf, size));
         case Kind::Resource0:
         case Kind::Resource2:
-        case Kind::Resource4: return int(f.fn->WriteRegion(BarOf(f.kind), uint64_t(off), buf, size));
+        case Kind::Resource4:
+            if (int rc = CheckHolder(f, true, uint64_t(off), size); rc != 0) return rc;
+            return int(f.fn->WriteRegion(BarOf(f.kind), uint64_t(off), buf, size));
         case Kind::DevNode: {
             unsigned region;
             uint64_t region_off;
@@ -346,6 +377,7 @@ struct FuseOps {
         case Kind::Reset: {
             unsigned long v = 0;
             if (ParseAttrNumber(buf, size, &v) != 0 || v != 1) return -EINVAL;
+            if (int rc = CheckHolder(f, true, 0, size); rc != 0) return rc;
             if (int rc = f.fn->Reset(); rc != 0) return rc;
             return int(size);
         }

@@ -27,6 +27,7 @@
 #include "fuse_fs.hpp"
 #include "log.hpp"
 #include "options.hpp"
+#include "recovery.hpp"
 #include "spyre/uapi/spyre_pci.h"
 
 using namespace spyre::mockdev;
@@ -39,8 +40,9 @@ constexpr const char* kExitCodesHelp =
     "  1  internal error\n"
     "  2  usage error\n"
     "  3  mount point problem: missing, not a directory, not empty, already a mount point,\n"
-    "     or a stale FUSE mount (run fusermount3 -u DIR)\n"
-    "  4  shared-memory prefix in use (an entry /dev/shm/<prefix>.* exists)\n"
+    "     or a stale FUSE mount of another file system (a dead spyre-mockdev's is detached)\n"
+    "  4  shared-memory prefix in use by a running spyre-mockdev, or by objects of no\n"
+    "     spyre-mockdev (a dead one's objects are removed)\n"
     "  5  FUSE mount failed (e.g. /dev/fuse missing)\n";
 
 // Every card's memory is split into 2 MiB-aligned slices, one for the PF and
@@ -167,6 +169,9 @@ bool DirectoryIsEmpty(const std::string& dir, bool* empty) {
 // Exit code, or 0 with `mount` made canonical.
 int CheckMountPoint(std::string& mount) {
     struct stat st {};
+    if (::stat(mount.c_str(), &st) != 0 && errno == ENOTCONN && RecoverStaleMount(mount)) {
+        // A killed spyre-mockdev's mount: detached, the directory is usable again.
+    }
     if (::stat(mount.c_str(), &st) != 0) {
         if (errno == ENOTCONN) {
             LOG_ERROR("mount point %s is a stale FUSE mount: run fusermount3 -u %s", mount.c_str(), mount.c_str());
@@ -204,27 +209,18 @@ int CheckMountPoint(std::string& mount) {
 }
 
 int CheckShmPrefix(const std::string& prefix) {
-    DIR* d = ::opendir("/dev/shm");
-    if (!d) {
-        LOG_ERROR("/dev/shm: %s", std::strerror(errno));
-        return kExitInternal;
-    }
-    const std::string lead = prefix + ".";
-    std::string taken;
-    while (dirent* e = ::readdir(d)) {
-        if (std::strncmp(e->d_name, lead.c_str(), lead.size()) == 0) {
-            taken = e->d_name;
-            break;
-        }
-    }
-    ::closedir(d);
-    if (!taken.empty()) {
-        LOG_ERROR("shared-memory prefix %s is in use: /dev/shm/%s exists (another spyre-mockdev, or leftovers: "
-                  "rm /dev/shm/%s.*)",
-                  prefix.c_str(), taken.c_str(), prefix.c_str());
+    switch (InspectPrefix(prefix)) {
+    case PrefixState::Free:
+    case PrefixState::Stale: return kExitOk;  // a dead owner's objects go when the prefix is claimed
+    case PrefixState::Live:
+        LOG_ERROR("shared-memory prefix %s is in use by a running spyre-mockdev", prefix.c_str());
         return kExitShmPrefixInUse;
+    case PrefixState::Foreign: break;
     }
-    return kExitOk;
+    LOG_ERROR("shared-memory prefix %s is in use: /dev/shm/%s.* exists but belongs to no spyre-mockdev "
+              "(remove it by hand: rm /dev/shm/%s.*)",
+              prefix.c_str(), prefix.c_str(), prefix.c_str());
+    return kExitShmPrefixInUse;
 }
 
 // A daemon holding a caller's pipe keeps `$(...)`, popen() or `| tee`
@@ -290,6 +286,10 @@ int Serve(Options opt, StartupReport& report) {
         opt.shm_prefix = "spyre-" + std::to_string(::getpid());
         if (int rc = CheckShmPrefix(opt.shm_prefix); rc != kExitOk) return fail(rc);
     }
+
+    std::optional<PrefixClaim> claim = PrefixClaim::Take(opt.shm_prefix);  // held until we exit
+    if (!claim) return fail(kExitShmPrefixInUse);
+    SweepDeadPrefixes();
 
     std::vector<std::unique_ptr<Card>> cards;
     try {

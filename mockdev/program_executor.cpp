@@ -51,7 +51,7 @@ CbOutcome ProgramExecutor::Launch(uint64_t addr, uint64_t size, const Budget& bu
     }
     uint16_t status;
     const auto card = compute_.Acquire(budget, status);
-    if (!card.owns_lock()) return Fail(status, addr);
+    if (!card) return Fail(status, addr);
     for (const spyre_program_op& op : program_.ops)
         if (CbOutcome done = RunOp(op, addr, budget); done.status) return done;
     return CbOutcome{SPYRE_ERR_NONE, program_.ops.size(), 0};

@@ -1,52 +1,110 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// One POSIX shared-memory object that spyre-mockdev creates, maps and
-// eventually unlinks (RAII over Boost.Interprocess). Mappable device regions
-// are handed to drivers by name, so every region lives in one of these.
+// POSIX shared-memory objects that spyre-mockdev creates and hands to drivers
+// by name. Every mappable device region lives in one of these, one set per
+// function, so a function's region info never names another function's bytes.
+//
+// ShmFile is the object itself (created exclusively, sized sparse, unlinked
+// on destruction); ShmObject is a ShmFile the daemon maps whole and can
+// Renew: a fresh, zeroed object under a new name at the same daemon address,
+// so the device model's pointers stay valid while every mapping a previous
+// owner kept now shows only the old, abandoned pages.
 #pragma once
 
-#include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace spyre::mockdev {
 
-class ShmObject {
+class ShmFile {
 public:
-    // Creates `name` (an shm_open name without the leading '/') exclusively,
-    // sizes it with ftruncate only (sparse: pages cost nothing until touched)
-    // and maps it. Throws std::system_error (EEXIST if the name is taken).
-    ShmObject(std::string name, uint64_t size);
-    ~ShmObject();
+    // Creates `name` (an shm_open name without the leading '/') exclusively
+    // and sizes it with ftruncate only (sparse: pages cost nothing until
+    // touched). Throws std::system_error (EEXIST if the name is taken).
+    ShmFile(std::string name, uint64_t size);
+    ~ShmFile();
 
-    ShmObject(const ShmObject&) = delete;
-    ShmObject& operator=(const ShmObject&) = delete;
+    ShmFile(const ShmFile&) = delete;
+    ShmFile& operator=(const ShmFile&) = delete;
 
     const std::string& name() const { return name_; }
     std::string shm_open_name() const { return "/" + name_; }
-    uint8_t* data() const { return static_cast<uint8_t*>(region_.get_address()); }
     uint64_t size() const { return size_; }
+    int fd() const;
 
-    // Removes the name now; the mapping stays valid until destruction. Idempotent.
+    // Maps [offset, offset + len) of the object at `addr`, replacing whatever
+    // was mapped there (MAP_FIXED). Throws std::system_error.
+    void MapAt(void* addr, uint64_t offset, uint64_t len) const;
+
+    // Removes the name now; mappings stay valid. Idempotent.
     void Unlink();
 
-    // Reads through the file rather than the mapping: holes read as zeros
+    // Reads through the file rather than a mapping: holes read as zeros
     // without allocating tmpfs pages (dumping a sparse 2 GiB BAR stays free).
     size_t ReadAt(uint64_t offset, void* buf, size_t len) const;
 
     // Returns [offset, offset + len) to zeros by punching a hole, which frees
-    // the pages instead of dirtying them.
-    void Zero(uint64_t offset, uint64_t len);
+    // the pages instead of dirtying them. Returns false if the file system
+    // cannot punch holes (the caller then clears through a mapping).
+    bool PunchHole(uint64_t offset, uint64_t len);
 
 private:
     std::string name_;
     uint64_t size_;
     boost::interprocess::shared_memory_object shm_;
-    boost::interprocess::mapped_region region_;
     bool unlinked_ = false;
 };
+
+// An anonymous reservation of address space (PROT_NONE) that ShmFiles are
+// mapped into; unmapped whole on destruction.
+class AddressRange {
+public:
+    explicit AddressRange(uint64_t size);  // throws std::system_error
+    ~AddressRange();
+    AddressRange(const AddressRange&) = delete;
+    AddressRange& operator=(const AddressRange&) = delete;
+
+    uint8_t* data() const { return base_; }
+    uint64_t size() const { return size_; }
+
+private:
+    uint8_t* base_ = nullptr;
+    uint64_t size_ = 0;
+};
+
+class ShmObject {
+public:
+    // Creates `<base_name>.<generation>` (generation 0 first) and maps it.
+    ShmObject(std::string base_name, uint64_t size);
+
+    const std::string& name() const { return file_->name(); }
+    std::string shm_open_name() const { return file_->shm_open_name(); }
+    uint8_t* data() const { return range_.data(); }
+    uint64_t size() const { return range_.size(); }
+
+    // A new owner takes the region: a fresh zeroed object, under the next
+    // generation's name, replaces the old one at the same address; the old
+    // name is unlinked. Throws std::system_error (the old object then stays).
+    void Renew();
+    // Removes the current name (mappings stay valid until destruction).
+    void Unlink() { file_->Unlink(); }
+
+    size_t ReadAt(uint64_t offset, void* buf, size_t len) const { return file_->ReadAt(offset, buf, len); }
+    // Zeros [offset, offset + len), freeing the pages where it can.
+    void Zero(uint64_t offset, uint64_t len);
+
+private:
+    std::string base_name_;
+    uint64_t generation_ = 0;
+    AddressRange range_;
+    std::unique_ptr<ShmFile> file_;
+};
+
+// The shm_open name of generation `generation` of an object.
+std::string GenerationName(const std::string& base_name, uint64_t generation);
 
 }  // namespace spyre::mockdev

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -96,17 +98,42 @@ TEST(ComputeEngine, TheFirstFaultStopsTheRestAndExceptionsReachTheCaller) {
 TEST(ComputeEngine, OneProgramHoldsTheCardAndAWaiterGivesUpAtItsBound) {
     ComputeEngine engine(1);
     uint16_t status = 0;
-    auto held = engine.Acquire(Forever(), status);
-    ASSERT_TRUE(held.owns_lock());
+    std::optional<ComputeEngine::Turn> held(engine.Acquire(Forever(), status));
+    ASSERT_TRUE(*held);
     std::thread other([&] {
         uint16_t s = 0;
-        auto lock = engine.Acquire(Budget(Budget::Clock::now() + 20ms), s);
-        EXPECT_FALSE(lock.owns_lock());
+        auto turn = engine.Acquire(Budget(Budget::Clock::now() + 20ms), s);
+        EXPECT_FALSE(turn);
         EXPECT_EQ(s, SPYRE_ERR_WATCHDOG);
     });
     other.join();
-    held.unlock();
+    held.reset();
     auto again = engine.Acquire(Budget(Budget::Clock::now() + 20ms), status);
-    EXPECT_TRUE(again.owns_lock());
+    EXPECT_TRUE(again);
     EXPECT_EQ(status, SPYRE_ERR_NONE);
+}
+
+// Functions get the card in the order they asked for it: a function that
+// asks again right after its turn queues behind everyone already waiting.
+TEST(ComputeEngine, TurnsAreHandedOutInArrivalOrder) {
+    ComputeEngine engine(1);
+    uint16_t status = 0;
+    std::optional<ComputeEngine::Turn> held(engine.Acquire(Forever(), status));
+    std::mutex order_mutex;
+    std::vector<int> order;
+    std::vector<std::thread> waiters;
+    for (int i = 0; i < 4; ++i) {
+        waiters.emplace_back([&, i] {
+            uint16_t s = 0;
+            auto turn = engine.Acquire(Forever(), s);
+            std::lock_guard lock(order_mutex);
+            order.push_back(i);
+        });
+        // The next one starts only once this one is in the queue.
+        while (engine.waiting() != unsigned(i + 1)) std::this_thread::yield();
+    }
+    held.reset();
+    for (auto& t : waiters) t.join();
+    EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
+    EXPECT_EQ(engine.waiting(), 0u);
 }

@@ -41,7 +41,9 @@ public:
     driver::CommandRing& ring() { return *ring_; }
     // Function-level reset and a fresh ring (what CommandRing's constructor does).
     void Reset();
-    uint64_t mem_size() const { return mem_.size(); }
+    // The function's device window (what CBs may address); the PF maps only
+    // its own part of it (slice 0 while VFs exist).
+    uint64_t mem_size() const { return fn_.device_info().mem_size; }
     // The mapped byte at a device address (function-relative); the range must fit.
     uint8_t* At(uint64_t addr, uint64_t len = 1);
 

@@ -50,7 +50,8 @@ protected:
     alignas(8) std::array<uint8_t, 4096> memory_{};
     RegisterFile regs_{bar0_.data()};
     ComputeEngine compute_{1};
-    CbExecutor exec_{regs_, DeviceMemory(memory_.data(), memory_.size()), compute_};
+    std::atomic<uint32_t> watchdog_ms_{10000};
+    CbExecutor exec_{regs_, watchdog_ms_, DeviceMemory(memory_.data(), memory_.size()), compute_};
 };
 
 TEST_F(CbExecutorTest, NopSucceeds) {

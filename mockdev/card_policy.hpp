@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Card-wide policy: set by the daemon (command line) and by the PF through a
+// trapped register write, never read back from a register a function can
+// store to through its mapping. The device model reads it only from here.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace spyre::mockdev {
+
+struct CardPolicy {
+    // Bound on one CB's (or task's) run time; WATCHDOG_MS mirrors it.
+    std::atomic<uint32_t> watchdog_ms{10000};
+};
+
+}  // namespace spyre::mockdev
