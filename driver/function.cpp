@@ -113,7 +113,13 @@ Function::~Function() { Close(); }
 void Function::Close() noexcept {
     bar0_ = MappedRegion();
     bar4_ = MappedRegion();
-    if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+    if (fd_ >= 0) {
+        // Hand the function over before close returns, so whoever opens it
+        // next finds it free (a plain close releases it a moment later).
+        spyre_release_req req{.argsz = sizeof req, .flags = 0};
+        ::ioctl(fd_, SPYRE_IOC_RELEASE, &req);
+        ::close(std::exchange(fd_, -1));
+    }
     if (pidfd_ >= 0) ::close(std::exchange(pidfd_, -1));
 }
 

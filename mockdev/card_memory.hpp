@@ -77,10 +77,10 @@ private:
 
     const std::string base_name_;
     AddressRange view_;
-    mutable std::mutex mutex_;  // guards pf_, vfs_, generations_
+    mutable std::mutex mutex_;  // guards generations_, pf_, vfs_
+    std::array<uint64_t, SPYRE_SRIOV_TOTAL_VFS + 1> generations_{};  // before pf_: NewFile uses it
     std::unique_ptr<ShmFile> pf_;
     std::vector<Vf> vfs_;
-    std::array<uint64_t, SPYRE_SRIOV_TOTAL_VFS + 1> generations_{};
 };
 
 }  // namespace spyre::mockdev

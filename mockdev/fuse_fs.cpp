@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdarg>
@@ -142,6 +143,7 @@ struct OpenFile {
     Kind kind;
     Card* card;
     std::shared_ptr<Function> fn;
+    std::atomic<bool> released{false};  // device node: the hold ended (SPYRE_IOC_RELEASE or release)
     std::mutex text_mutex;
     std::string text;  // attribute text, regenerated on each read at offset 0 (as sysfs does)
 };
@@ -305,7 +307,7 @@ struct FuseOps {
 
     static int Release(const char*, fuse_file_info* fi) {
         OpenFile* file = File(fi);
-        if (file->kind == Kind::DevNode) file->fn->Close();
+        if (file->kind == Kind::DevNode && !file->released.exchange(true)) file->fn->Close();
         Self()->Untrack(file);
         return 0;
     }
@@ -344,6 +346,7 @@ struct FuseOps {
         case Kind::DevNode: {
             unsigned region;
             uint64_t region_off;
+            if (f.released.load()) return -ENODEV;
             if (!SplitDevOffset(off, &region, &region_off)) return -EINVAL;
             return int(f.fn->ReadRegion(region, region_off, buf, size));
         }
@@ -371,6 +374,7 @@ struct FuseOps {
         case Kind::DevNode: {
             unsigned region;
             uint64_t region_off;
+            if (f.released.load()) return -ENODEV;
             if (!SplitDevOffset(off, &region, &region_off)) return -EINVAL;
             return int(f.fn->WriteRegion(region, region_off, buf, size));
         }
@@ -405,6 +409,7 @@ struct FuseOps {
         if (flags & FUSE_IOCTL_COMPAT) return -ENOSYS;
         OpenFile& f = *File(fi);
         if (f.kind != Kind::DevNode) return -ENOTTY;
+        if (f.released.load()) return -ENODEV;
         switch (cmd) {
         case SPYRE_IOC_GET_INFO:
             *static_cast<spyre_device_info*>(data) = f.fn->DeviceInfo();
@@ -419,6 +424,12 @@ struct FuseOps {
             const auto* req = static_cast<const spyre_reset_req*>(data);
             if (req->argsz < sizeof *req || req->flags != 0) return -EINVAL;
             return f.fn->Reset();
+        }
+        case SPYRE_IOC_RELEASE: {
+            const auto* req = static_cast<const spyre_release_req*>(data);
+            if (req->argsz < sizeof *req || req->flags != 0) return -EINVAL;
+            if (!f.released.exchange(true)) f.fn->Close();
+            return 0;
         }
         default: return -ENOTTY;
         }

@@ -2,6 +2,7 @@
 // spyre-mockdev start-up errors, clean shutdown, and what a driver sees when
 // the daemon dies or shuts down under a waiting thread.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -169,3 +170,61 @@ TEST_P(DaemonDeathTest, WaitTimesOutWhenTheDeviceNeverAnswers) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, DaemonDeathTest, ::testing::Values(WaitMode::Poll, WaitMode::Adaptive, WaitMode::Blocking),
                          [](const auto& info) { return std::string(ToString(info.param)); });
+
+// A daemon killed with SIGKILL leaves a dead FUSE mount and its shared-memory
+// objects; starting again on the same mount point and prefix recovers both by
+// itself, and the objects of the dead daemon are gone.
+TEST(MockdevRecovery, RestartAfterKillRecoversTheMountAndThePrefix) {
+    SPYRE_REQUIRE_FUSE();
+    TempDir dir;
+    const std::string prefix = "spyre-test-kill9-" + std::to_string(::getpid());
+    const std::string start = Mockdev() + " --mount " + dir.path.string() + " --shm-prefix " + prefix + " --vfs 1";
+    auto first = RunCommand(start);
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    pid_t pid;
+    {
+        DeviceRoot root(dir.path);
+        Function fn = Function::Open(root.Find("0"));
+        pid = fn.device_info().daemon_pid;
+    }
+    const int objects = spyre::test::CountShmObjects(prefix);
+    ASSERT_GT(objects, 0);
+    ASSERT_EQ(::kill(pid, SIGKILL), 0);
+    ASSERT_TRUE(Eventually([&] { return ::kill(pid, 0) != 0; }));
+    // What it left: a mount that answers ENOTCONN, and its objects.
+    struct stat st {};
+    EXPECT_NE(::stat(dir.path.c_str(), &st), 0);
+    EXPECT_EQ(errno, ENOTCONN);
+    EXPECT_EQ(spyre::test::CountShmObjects(prefix), objects);
+
+    auto second = RunCommand(start);
+    ASSERT_EQ(second.exit_code, 0) << second.output;
+    EXPECT_NE(second.output.find("detached"), std::string::npos) << second.output;
+    DeviceRoot root(dir.path);
+    ASSERT_EQ(root.Functions().size(), 2u);
+    pid_t pid2;
+    {
+        Function fn = Function::Open(root.Find("1"));
+        EXPECT_EQ(fn.Read32(SPYRE_REG_MAGIC), SPYRE_MAGIC);
+        pid2 = fn.device_info().daemon_pid;
+    }
+    EXPECT_NE(pid2, pid);
+    // Only the new daemon's objects are there: as many as the first had.
+    EXPECT_EQ(spyre::test::CountShmObjects(prefix), objects);
+    ASSERT_EQ(::kill(pid2, SIGTERM), 0);
+    EXPECT_TRUE(Eventually([&] { return spyre::test::CountShmObjects(prefix) == 0; }));
+    EXPECT_TRUE(Eventually([&] { return !spyre::test::IsMounted(dir.path.string()); }));
+}
+
+// A live daemon's objects are never taken over, even under a prefix that a
+// new daemon asks for on a different mount point.
+TEST_F(MockDeviceTest, ALiveDaemonsPrefixIsNeverReclaimed) {
+    const int objects = spyre::test::CountShmObjects(daemon().shm_prefix());
+    TempDir dir;
+    auto clash = RunCommand(Mockdev() + " --mount " + dir.path.string() + " --shm-prefix " + daemon().shm_prefix());
+    EXPECT_EQ(clash.exit_code, 4) << clash.output;
+    EXPECT_NE(clash.output.find("running spyre-mockdev"), std::string::npos) << clash.output;
+    EXPECT_EQ(spyre::test::CountShmObjects(daemon().shm_prefix()), objects);
+    Function fn = Function::Open(Pf());
+    EXPECT_EQ(fn.Read32(SPYRE_REG_MAGIC), SPYRE_MAGIC);
+}

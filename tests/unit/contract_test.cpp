@@ -58,6 +58,8 @@ TEST(Contract, IoctlsEncodeDirectionAndSize) {
     EXPECT_EQ(_IOC_DIR(SPYRE_IOC_GET_REGION_INFO), unsigned(_IOC_READ | _IOC_WRITE));
     EXPECT_EQ(_IOC_DIR(SPYRE_IOC_RESET), unsigned(_IOC_WRITE));
     EXPECT_EQ(_IOC_TYPE(SPYRE_IOC_RESET), unsigned(';'));  // VFIO's type
+    EXPECT_EQ(_IOC_SIZE(SPYRE_IOC_RELEASE), sizeof(spyre_release_req));
+    EXPECT_EQ(_IOC_DIR(SPYRE_IOC_RELEASE), unsigned(_IOC_WRITE));
     EXPECT_EQ(SPYRE_REGION_OFFSET(SPYRE_REGION_BAR4), 4ull << 40);
 }
 

@@ -86,11 +86,23 @@ struct spyre_reset_req {
 };
 SPYRE_STATIC_ASSERT(sizeof(struct spyre_reset_req) == 8, "reset request is 8 bytes");
 
+/* Ends the caller's hold on the function now and waits until the device has
+ * handed it over (fresh, zeroed registers, rings and memory for the next
+ * owner). close() does the same, but FUSE delivers that release only after
+ * close() has returned; a driver that closes and lets another process open at
+ * once releases first. Every later request on this open file fails with ENODEV. */
+struct spyre_release_req {
+    uint32_t argsz;             /* caller sets sizeof */
+    uint32_t flags;             /* must be 0 */
+};
+SPYRE_STATIC_ASSERT(sizeof(struct spyre_release_req) == 8, "release request is 8 bytes");
+
 /* VFIO's type and command numbers, with size encoding. */
 #define SPYRE_IOCTL_TYPE            ';'
 #define SPYRE_IOCTL_BASE            100
 #define SPYRE_IOC_GET_INFO          _IOR(SPYRE_IOCTL_TYPE, SPYRE_IOCTL_BASE + 7, struct spyre_device_info)
 #define SPYRE_IOC_GET_REGION_INFO   _IOWR(SPYRE_IOCTL_TYPE, SPYRE_IOCTL_BASE + 8, struct spyre_region_info)
 #define SPYRE_IOC_RESET             _IOW(SPYRE_IOCTL_TYPE, SPYRE_IOCTL_BASE + 11, struct spyre_reset_req)
+#define SPYRE_IOC_RELEASE           _IOW(SPYRE_IOCTL_TYPE, SPYRE_IOCTL_BASE + 20, struct spyre_release_req)
 
 #endif /* SPYRE_UAPI_SPYRE_IOCTL_H */

@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: Apache-2.0
+// Isolation between functions outside the control-block path: what a
+// function can map, who may use the sysfs-like files of a held function,
+// and that memory is scrubbed before it changes hands.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mock_fixture.hpp"
+
+using namespace spyre;
+using namespace spyre::driver;
+using spyre::test::MockDeviceTest;
+
+namespace {
+
+// Runs `body` in a child process (a process that does not hold any device
+// node) and returns its exit code: 0, or an errno.
+int InChild(const std::function<int()>& body) {
+    const pid_t pid = ::fork();
+    if (pid == 0) ::_exit(body());
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 255;
+}
+
+// pread/pwrite of `len` bytes at `offset`: 0 or errno.
+int FileAccess(const std::string& path, bool write, uint64_t offset, size_t len) {
+    const int fd = ::open(path.c_str(), write ? O_WRONLY : O_RDONLY);
+    if (fd < 0) return errno;
+    std::vector<uint8_t> buf(len, 0xAB);
+    const ssize_t n = write ? ::pwrite(fd, buf.data(), len, off_t(offset)) : ::pread(fd, buf.data(), len, off_t(offset));
+    const int err = n < 0 ? errno : 0;
+    ::close(fd);
+    return err;
+}
+
+int WriteText(const std::string& path, const std::string& text) {
+    const int fd = ::open(path.c_str(), O_WRONLY);
+    if (fd < 0) return errno;
+    const int err = ::write(fd, text.data(), text.size()) < 0 ? errno : 0;
+    ::close(fd);
+    return err;
+}
+
+uint64_t ObjectSize(const char* shm_name) {
+    const int fd = ::shm_open(shm_name, O_RDONLY, 0);
+    if (fd < 0) return 0;
+    struct stat st {};
+    ::fstat(fd, &st);
+    ::close(fd);
+    return uint64_t(st.st_size);
+}
+
+bool AllZero(const uint8_t* p, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+        if (p[i] != 0) return false;
+    return true;
+}
+
+}  // namespace
+
+// Each function's memory is an object of its own: a VF's object holds its
+// slice and nothing else, so mapping "its own region" cannot reach another
+// function. The PF maps its own part and reaches VF memory through the device.
+TEST_F(MockDeviceTest, EachFunctionMapsOnlyItsOwnMemory) {
+    Function pf = Function::Open(Pf());
+    Function vf1 = Function::Open(Vf(1));
+    Function vf2 = Function::Open(Vf(2));
+    const spyre_region_info r_pf = pf.RegionInfo(SPYRE_REGION_DEVMEM);
+    const spyre_region_info r1 = vf1.RegionInfo(SPYRE_REGION_DEVMEM);
+    const spyre_region_info r2 = vf2.RegionInfo(SPYRE_REGION_DEVMEM);
+    const uint64_t vf_mem = vf1.device_info().mem_size;
+
+    EXPECT_STRNE(r1.shm_name, r2.shm_name);
+    EXPECT_STRNE(r1.shm_name, r_pf.shm_name);
+    EXPECT_EQ(r1.shm_offset, 0u);
+    EXPECT_EQ(r1.mmap_size, vf_mem);
+    EXPECT_EQ(ObjectSize(r1.shm_name), vf_mem);  // the whole object is the VF's memory
+    EXPECT_EQ(ObjectSize(r2.shm_name), vf_mem);
+    // The PF maps slice 0 (its own memory while VFs exist).
+    EXPECT_EQ(r_pf.mmap_size, vf1.Read64(SPYRE_REG_MEM_BASE));
+    // BAR2 is a window onto the same own object.
+    EXPECT_STREQ(vf1.RegionInfo(SPYRE_REGION_BAR2).shm_name, r1.shm_name);
+
+    MappedRegion m1 = vf1.MapRegion(SPYRE_REGION_DEVMEM);
+    MappedRegion m2 = vf2.MapRegion(SPYRE_REGION_DEVMEM);
+    std::memset(m1.data(), 0x5A, 1 << 20);
+    EXPECT_TRUE(AllZero(m2.data(), 1 << 20));
+    // The PF sees VF 1's bytes through the device, at the VF's card address.
+    const auto seen = pf.ReadRegion(SPYRE_REGION_DEVMEM, vf1.Read64(SPYRE_REG_MEM_BASE), 4096);
+    EXPECT_EQ(seen, std::vector<uint8_t>(4096, 0x5A));
+    // And VF 2's own trapped view is untouched.
+    EXPECT_EQ(vf2.ReadRegion(SPYRE_REGION_DEVMEM, 0, 4096), std::vector<uint8_t>(4096, 0));
+}
+
+// While a function's device node is held, its resource files and reset serve
+// only the holder (and the PF's holder); register and doorbell-page reads
+// stay open to everyone (spyre-regdump).
+TEST_F(MockDeviceTest, SysfsFilesOfAHeldFunctionServeOnlyItsHolder) {
+    const FunctionInfo vf = Vf(1);
+    const std::string res0 = (vf.sysfs_dir / "resource0").string();
+    const std::string res2 = (vf.sysfs_dir / "resource2").string();
+    const std::string res4 = (vf.sysfs_dir / "resource4").string();
+    const std::string reset = (vf.sysfs_dir / "reset").string();
+
+    // Not held: file permissions decide (root here).
+    EXPECT_EQ(InChild([&] { return FileAccess(res2, false, 0, 64); }), 0);
+
+    Function held = Function::Open(vf);
+    EXPECT_EQ(InChild([&] { return FileAccess(res2, false, 0, 64); }), EBUSY);
+    EXPECT_EQ(InChild([&] { return FileAccess(res2, true, 0, 64); }), EBUSY);
+    EXPECT_EQ(InChild([&] { return FileAccess(res4, true, 0, 4); }), EBUSY);  // the doorbell
+    EXPECT_EQ(InChild([&] { return FileAccess(res4, false, 4096, 64); }), EBUSY);  // the rings
+    EXPECT_EQ(InChild([&] { return FileAccess(res0, true, SPYRE_REG_CONTROL, 4); }), EBUSY);
+    EXPECT_EQ(InChild([&] { return WriteText(reset, "1\n"); }), EBUSY);
+    // What carries no data stays readable.
+    EXPECT_EQ(InChild([&] { return FileAccess(res0, false, 0, SPYRE_REG_FILE_SIZE); }), 0);
+    EXPECT_EQ(InChild([&] { return FileAccess(res4, false, 0, sizeof(spyre_doorbell_page)); }), 0);
+    EXPECT_EQ(InChild([&] { return DumpRegisters(vf).empty() ? 1 : 0; }), 0);
+    // The holder itself may.
+    EXPECT_EQ(FileAccess(res2, false, 0, 64), 0);
+    EXPECT_EQ(WriteText(reset, "1\n"), 0);
+    // So may the holder of the card's PF, which sees the whole card.
+    EXPECT_EQ(InChild([&] {
+                  try {
+                      Function pf = Function::Open(Pf());
+                      return FileAccess(res2, false, 0, 64);
+                  } catch (const Error&) {
+                      return 254;
+                  }
+              }),
+              0);
+    // The ring still works for the holder after all of that.
+    CommandRing ring(held);
+    ring.Submit(std::array{NopCb(7)});
+    Completion c;
+    ring.Wait({&c, 1}, 1);
+    EXPECT_TRUE(c.ok());
+}
+
+// A new owner of a function gets zeroed memory, registers and rings, and a
+// mapping the old owner kept is no longer the device's memory.
+TEST_F(MockDeviceTest, MemoryIsScrubbedWhenTheFunctionChangesHands) {
+    const FunctionInfo vf = Vf(2);
+    constexpr size_t kBytes = 1 << 20;
+    MappedRegion stale;
+    {
+        Function first = Function::Open(vf);
+        stale = first.MapRegion(SPYRE_REGION_DEVMEM);
+        std::memset(stale.data(), 0xC3, kBytes);
+        first.Write32(SPYRE_REG_SCRATCH, 0xDEADBEEF);
+    }
+    Function second = Function::Open(vf);
+    MappedRegion now = second.MapRegion(SPYRE_REGION_DEVMEM);
+    EXPECT_TRUE(AllZero(now.data(), kBytes));
+    EXPECT_EQ(second.ReadRegion(SPYRE_REGION_DEVMEM, 0, 4096), std::vector<uint8_t>(4096, 0));
+    EXPECT_EQ(second.Read32(SPYRE_REG_SCRATCH), 0u);
+    // The old mapping and the new memory are apart, both ways.
+    std::memset(now.data(), 0x11, 4096);
+    EXPECT_EQ(stale.data()[0], 0xC3);
+    std::memset(stale.data(), 0x77, 4096);
+    EXPECT_EQ(now.data()[0], 0x11);
+    EXPECT_EQ(second.ReadRegion(SPYRE_REGION_DEVMEM, 0, 1)[0], 0x11);
+}
+
+// The same when the holder dies without closing anything.
+TEST_F(MockDeviceTest, MemoryIsScrubbedAfterTheHolderDies) {
+    const FunctionInfo vf = Vf(1);
+    ASSERT_EQ(InChild([&] {
+                  Function fn = Function::Open(vf);
+                  MappedRegion m = fn.MapRegion(SPYRE_REGION_DEVMEM);
+                  std::memset(m.data(), 0x9E, 1 << 20);
+                  ::_exit(0);  // no destructors: the kernel closes the node
+                  return 0;
+              }),
+              0);
+    // The daemon sees the release a moment later.
+    std::optional<Function> next;
+    for (int i = 0; i < 500 && !next; ++i) {
+        try {
+            next.emplace(Function::Open(vf));
+        } catch (const Error& e) {
+            ASSERT_EQ(e.kind(), ErrorKind::Busy) << e.what();
+            ::usleep(10000);
+        }
+    }
+    ASSERT_TRUE(next);
+    MappedRegion m = next->MapRegion(SPYRE_REGION_DEVMEM);
+    EXPECT_TRUE(AllZero(m.data(), 1 << 20));
+}
+
+// SR-IOV reconfiguration: what the PF left in what becomes a VF's slice, and
+// what a VF had before the VFs were disabled, never reach the next VF.
+TEST_F(MockDeviceTest, MemoryIsScrubbedAcrossSriovChanges) {
+    const std::string numvfs = (Pf().sysfs_dir / "sriov_numvfs").string();
+    uint64_t vf1_base = 0;
+    {
+        Function vf1 = Function::Open(Vf(1));
+        vf1_base = vf1.Read64(SPYRE_REG_MEM_BASE);
+        MappedRegion m = vf1.MapRegion(SPYRE_REGION_DEVMEM);
+        std::memset(m.data(), 0x42, 4096);
+    }
+    ASSERT_EQ(WriteText(numvfs, "0"), 0);
+    {
+        // With no VFs the PF maps the whole card: it writes where VF 1 will be.
+        Function pf = Function::Open(Pf());
+        MappedRegion m = pf.MapRegion(SPYRE_REGION_DEVMEM);
+        ASSERT_GE(m.size(), vf1_base + 4096);
+        EXPECT_TRUE(AllZero(m.data() + vf1_base, 4096));  // VF 1's old bytes are gone
+        std::memset(m.data() + vf1_base, 0x24, 4096);
+    }
+    ASSERT_EQ(WriteText(numvfs, "2"), 0);
+    Function vf1 = Function::Open(Vf(1));
+    ASSERT_EQ(vf1.Read64(SPYRE_REG_MEM_BASE), vf1_base);
+    EXPECT_EQ(vf1.ReadRegion(SPYRE_REGION_DEVMEM, 0, 4096), std::vector<uint8_t>(4096, 0));
+}
+
+// Stores into the doorbell page and rings are whole aligned 32-bit words
+// (the device reads them atomically); anything else is refused.
+TEST_F(MockDeviceTest, UnalignedRingWritesAreRefused) {
+    Function fn = Function::Open(Vf(1));
+    const std::vector<uint8_t> three(3, 0xFF);
+    EXPECT_SPYRE_ERROR(fn.WriteRegion(SPYRE_REGION_BAR4, 1, three), InvalidArgument, "trapped write of region 4");
+    EXPECT_SPYRE_ERROR(fn.WriteRegion(SPYRE_REGION_BAR4, 0, three), InvalidArgument, "trapped write of region 4");
+    EXPECT_EQ(FileAccess((Vf(1).sysfs_dir / "resource4").string(), true, 2, 4), EINVAL);
+    // Aligned words still work, and the ring is unharmed.
+    CommandRing ring(fn);
+    ring.Submit(std::array{NopCb(1)});
+    Completion c;
+    ring.Wait({&c, 1}, 1);
+    EXPECT_TRUE(c.ok());
+    // Unaligned reads of registers are served whole (word by word).
+    const auto bytes = fn.ReadRegion(SPYRE_REGION_BAR0, SPYRE_REG_MAGIC + 1, 6);
+    uint32_t magic = SPYRE_MAGIC;
+    EXPECT_EQ(std::memcmp(bytes.data(), reinterpret_cast<uint8_t*>(&magic) + 1, 3), 0);
+}
