@@ -25,14 +25,7 @@ uint64_t MonotonicNs() {
     return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
 }
 
-class CardPolicyTest : public ExecutionTest {
-protected:
-    MockOptions Options() const override {
-        MockOptions o = ExecutionTest::Options();
-        o.extra_args = {"--watchdog-ms", "300"};
-        return o;
-    }
-};
+using CardPolicyTest = spyre::test::WatchdogTest;
 
 // A program of `repeats` 512^3 fp32 matmuls: tens of milliseconds on the card.
 std::pair<uint64_t, uint64_t> LoadMatmulProgram(TestDevice& dev, size_t repeats) {

@@ -87,4 +87,14 @@ private:
     std::unique_ptr<TestDevice> pf_;
 };
 
+// The same with the card's watchdog at 300 ms.
+class WatchdogTest : public ExecutionTest {
+protected:
+    driver::MockOptions Options() const override {
+        driver::MockOptions o = ExecutionTest::Options();
+        o.extra_args = {"--watchdog-ms", "300"};
+        return o;
+    }
+};
+
 }  // namespace spyre::test

@@ -13,6 +13,7 @@ using namespace spyre::driver;
 using namespace std::chrono_literals;
 using spyre::test::ExecutionTest;
 using spyre::test::TestDevice;
+using spyre::test::WatchdogTest;
 
 namespace {
 
@@ -50,15 +51,6 @@ void ExpectRuns(TestDevice& dev) {
     EXPECT_TRUE(dev.LaunchProgram(k.Bind(std::array{y})).ok());
     EXPECT_EQ(dev.ReadTensor(y, k.outputs[0]), std::vector<double>(8, 1.0));
 }
-
-class WatchdogTest : public ExecutionTest {
-protected:
-    MockOptions Options() const override {
-        MockOptions o = ExecutionTest::Options();
-        o.extra_args = {"--watchdog-ms", "300"};
-        return o;
-    }
-};
 
 }  // namespace
 
