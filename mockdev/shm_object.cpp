@@ -103,7 +103,23 @@ ShmObject::ShmObject(std::string base_name, uint64_t size)
     file_->MapAt(range_.data(), 0, size);
 }
 
+std::string ShmObject::shm_open_name() const {
+    std::lock_guard lock(mutex_);
+    return file_->shm_open_name();
+}
+
+void ShmObject::Unlink() {
+    std::lock_guard lock(mutex_);
+    file_->Unlink();
+}
+
+size_t ShmObject::ReadAt(uint64_t offset, void* buf, size_t len) const {
+    std::lock_guard lock(mutex_);
+    return file_->ReadAt(offset, buf, len);
+}
+
 void ShmObject::Renew() {
+    std::lock_guard lock(mutex_);
     auto fresh = std::make_unique<ShmFile>(GenerationName(base_name_, generation_ + 1), range_.size());
     fresh->MapAt(range_.data(), 0, range_.size());  // atomically replaces the old pages at the same address
     ++generation_;
@@ -113,6 +129,7 @@ void ShmObject::Renew() {
 void ShmObject::Zero(uint64_t offset, uint64_t len) {
     if (offset >= size()) return;
     len = std::min(len, size() - offset);
+    std::lock_guard lock(mutex_);
     if (!file_->PunchHole(offset, len)) std::memset(data() + offset, 0, len);  // no hole punching here
 }
 

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 namespace spyre::mockdev {
@@ -81,8 +82,7 @@ public:
     // Creates `<base_name>.<generation>` (generation 0 first) and maps it.
     ShmObject(std::string base_name, uint64_t size);
 
-    const std::string& name() const { return file_->name(); }
-    std::string shm_open_name() const { return file_->shm_open_name(); }
+    std::string shm_open_name() const;
     uint8_t* data() const { return range_.data(); }
     uint64_t size() const { return range_.size(); }
 
@@ -91,9 +91,9 @@ public:
     // name is unlinked. Throws std::system_error (the old object then stays).
     void Renew();
     // Removes the current name (mappings stay valid until destruction).
-    void Unlink() { file_->Unlink(); }
+    void Unlink();
 
-    size_t ReadAt(uint64_t offset, void* buf, size_t len) const { return file_->ReadAt(offset, buf, len); }
+    size_t ReadAt(uint64_t offset, void* buf, size_t len) const;
     // Zeros [offset, offset + len), freeing the pages where it can.
     void Zero(uint64_t offset, uint64_t len);
 
@@ -101,6 +101,7 @@ private:
     std::string base_name_;
     uint64_t generation_ = 0;
     AddressRange range_;
+    mutable std::mutex mutex_;  // guards generation_ and file_: a hand-over may race a holder's requests
     std::unique_ptr<ShmFile> file_;
 };
 
