@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_main.hpp"
 #include "spyre/spyre.hpp"
 
 using namespace spyre;
@@ -127,13 +128,7 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark("device/matmul_fp16", BM_DeviceMatmul, DType::FP16)
             ->Arg(n)->UseRealTime()->Unit(benchmark::kMillisecond);
     }
-    try {
-        benchmark::RunSpecifiedBenchmarks();
-    } catch (const spyre::Error& e) {
-        std::fprintf(stderr, "matmul_bench: %s\n", e.what());
-        return 1;
-    }
-    g_device.reset();
-    benchmark::Shutdown();
-    return 0;
+    return spyre::bench::RunBenchmarks("matmul_bench", std::chrono::seconds(240), [] {
+        g_device.reset();
+    });
 }
