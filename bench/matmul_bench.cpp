@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bench_main.hpp"
+#include "mock_device.hpp"
 #include "spyre/spyre.hpp"
 
 using namespace spyre;
@@ -54,16 +55,8 @@ void BM_HostSgemm(benchmark::State& state) {
 }
 
 // One mock device for the whole run.
-struct Device {
-    Device()
-        : daemon(MockDaemon::Start({.cards = 1, .vfs = 0, .mem = "1G"})),
-          fn(Function::Open(DeviceRoot(daemon.mount()).Find("0"))),
-          ring(fn),
-          mem(fn.MapRegion(SPYRE_REGION_DEVMEM)) {}
-    MockDaemon daemon;
-    Function fn;
-    CommandRing ring;
-    MappedRegion mem;
+struct Device : spyre::bench::MockDevice {
+    Device() : MockDevice({.cards = 1, .vfs = 0, .mem = "1G"}) {}
 };
 std::optional<Device> g_device;
 

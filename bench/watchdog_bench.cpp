@@ -20,6 +20,7 @@
 #include <string>
 
 #include "bench_main.hpp"
+#include "mock_device.hpp"
 #include "spyre/program_image.hpp"
 #include "spyre/spyre.hpp"
 
@@ -30,17 +31,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Device {
+struct Device : spyre::bench::MockDevice {
     explicit Device(int watchdog_ms)
-        : daemon(MockDaemon::Start(
-              {.cards = 1, .vfs = 0, .mem = "1G", .extra_args = {"--watchdog-ms", std::to_string(watchdog_ms)}})),
-          fn(Function::Open(DeviceRoot(daemon.mount()).Find("0"))),
-          ring(fn),
-          mem(fn.MapRegion(SPYRE_REGION_DEVMEM)) {}
-    MockDaemon daemon;
-    Function fn;
-    CommandRing ring;
-    MappedRegion mem;
+        : MockDevice({.cards = 1, .vfs = 0, .mem = "1G", .extra_args = {"--watchdog-ms", std::to_string(watchdog_ms)}}) {}
 };
 std::map<int, std::optional<Device>> g_devices;
 

@@ -42,6 +42,11 @@ echo "README app block == examples/pkgconfig_example.cpp"
 meson install -C "$build_dir" --destdir "$stage/root" --quiet >/dev/null
 pc=$(find "$stage/root" -name libspyre.pc | head -n1)
 [ -n "$pc" ] || { echo "libspyre.pc was not installed" >&2; exit 1; }
+grep -q '^prefix=${pcfiledir}' "$pc" || {
+  echo "libspyre.pc is not relocatable (prefix=$(sed -n 's/^prefix=//p' "$pc")): reconfigure with" \
+       "meson configure $build_dir -Dpkgconfig.relocatable=true (scripts/build.sh does)" >&2
+  exit 1
+}
 export PKG_CONFIG_PATH=$(dirname "$pc")
 echo "PKG_CONFIG_PATH=$PKG_CONFIG_PATH"
 echo "pkg-config --cflags --libs libspyre: $(pkg-config --cflags --libs libspyre)"
