@@ -34,7 +34,9 @@ private:
     support::HangWatchdog& watchdog_;
 };
 
-// Runs the benchmarks registered so far. `per_benchmark` bounds each one
+// Runs the benchmarks registered so far. The console display is this
+// reporter (so --benchmark_format has no effect on it); machine-readable
+// output still works through --benchmark_out=FILE --benchmark_out_format=json. `per_benchmark` bounds each one
 // (setup included); keep it under the meson benchmark() timeout so the
 // watchdog, not meson, reports a hang.
 // `teardown` (closing devices) runs under the same bound, then
