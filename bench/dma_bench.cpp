@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "bench_main.hpp"
 #include "spyre/spyre.hpp"
 
 using namespace spyre;
@@ -142,13 +143,7 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark("baseline/pwrite_tmpfs", BM_PwriteLatency)->Arg(64)->Arg(4096)->UseRealTime();
     benchmark::RegisterBenchmark("dma/small_host_to_device", BM_SmallCopyLatency)->Arg(64)->Arg(4096)->UseRealTime();
     benchmark::RegisterBenchmark("allocator/alloc_free_at_100k_live", BM_AllocFreeAt100kLive)->UseRealTime();
-    try {
-        benchmark::RunSpecifiedBenchmarks();
-    } catch (const spyre::Error& e) {
-        std::fprintf(stderr, "dma_bench: %s\n", e.what());
-        return 1;
-    }
-    g_device.reset();
-    benchmark::Shutdown();
-    return 0;
+    return spyre::bench::RunBenchmarks("dma_bench", std::chrono::seconds(240), [] {
+        g_device.reset();
+    });
 }

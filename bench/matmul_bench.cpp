@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench_main.hpp"
+#include "mock_device.hpp"
 #include "spyre/spyre.hpp"
 
 using namespace spyre;
@@ -53,16 +55,8 @@ void BM_HostSgemm(benchmark::State& state) {
 }
 
 // One mock device for the whole run.
-struct Device {
-    Device()
-        : daemon(MockDaemon::Start({.cards = 1, .vfs = 0, .mem = "1G"})),
-          fn(Function::Open(DeviceRoot(daemon.mount()).Find("0"))),
-          ring(fn),
-          mem(fn.MapRegion(SPYRE_REGION_DEVMEM)) {}
-    MockDaemon daemon;
-    Function fn;
-    CommandRing ring;
-    MappedRegion mem;
+struct Device : spyre::bench::MockDevice {
+    Device() : MockDevice({.cards = 1, .vfs = 0, .mem = "1G"}) {}
 };
 std::optional<Device> g_device;
 
@@ -127,13 +121,7 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark("device/matmul_fp16", BM_DeviceMatmul, DType::FP16)
             ->Arg(n)->UseRealTime()->Unit(benchmark::kMillisecond);
     }
-    try {
-        benchmark::RunSpecifiedBenchmarks();
-    } catch (const spyre::Error& e) {
-        std::fprintf(stderr, "matmul_bench: %s\n", e.what());
-        return 1;
-    }
-    g_device.reset();
-    benchmark::Shutdown();
-    return 0;
+    return spyre::bench::RunBenchmarks("matmul_bench", std::chrono::seconds(240), [] {
+        g_device.reset();
+    });
 }

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "bench_main.hpp"
 #include "pingpong.hpp"
 #include "spyre/spyre.hpp"
 
@@ -67,14 +68,8 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark("nop_roundtrip/adaptive", BM_NopRoundTrip, WaitMode::Adaptive, false, "spin")->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("nop_roundtrip/blocking", BM_NopRoundTrip, WaitMode::Blocking, false, "futex")->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("nop_roundtrip/blocking_device_sleeps", BM_NopRoundTrip, WaitMode::Blocking, true, "futex")->UseRealTime()->MinTime(0.5);
-    try {
-        benchmark::RunSpecifiedBenchmarks();
-    } catch (const spyre::Error& e) {
-        std::fprintf(stderr, "nop_roundtrip_bench: %s\n", e.what());
-        return 1;
-    }
-    g_polling_device.reset();
-    g_sleeping_device.reset();
-    benchmark::Shutdown();
-    return 0;
+    return spyre::bench::RunBenchmarks("nop_roundtrip_bench", std::chrono::seconds(120), [] {
+        g_polling_device.reset();
+        g_sleeping_device.reset();
+    });
 }

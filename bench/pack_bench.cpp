@@ -8,6 +8,7 @@
 #include <map>
 #include <vector>
 
+#include "bench_main.hpp"
 #include "spyre/layout.hpp"
 #include "spyre/pack.hpp"
 
@@ -68,7 +69,5 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark((std::string("pack/") + s.name).c_str(), BM_Pack, s, false)->UseRealTime();
         benchmark::RegisterBenchmark((std::string("unpack/") + s.name).c_str(), BM_Pack, s, true)->UseRealTime();
     }
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    return 0;
+    return spyre::bench::RunBenchmarks("pack_bench", std::chrono::seconds(120));
 }

@@ -54,8 +54,12 @@ public:
         std::atomic_ref<uint32_t> ping(words_->ping), pong(words_->pong);
         ping.store(i, std::memory_order_release);
         if (use_futex_) Futex(&words_->ping, FUTEX_WAKE, 1);
-        while (pong.load(std::memory_order_acquire) != i)
-            if (use_futex_) Futex(&words_->pong, FUTEX_WAIT, pong.load());
+        // Classic futex protocol: sleep only on the value just checked. The
+        // kernel compares it with the word under its lock, so a pong (and its
+        // wake) that lands between the check and the wait makes FUTEX_WAIT
+        // return at once instead of being lost.
+        for (uint32_t seen; (seen = pong.load(std::memory_order_acquire)) != i;)
+            if (use_futex_) Futex(&words_->pong, FUTEX_WAIT, seen);
     }
 
 private:
@@ -65,6 +69,7 @@ private:
         while (!stop.load(std::memory_order_acquire)) {
             uint32_t v = ping.load(std::memory_order_acquire);
             if (v == seen) {
+                // Waits on the value it checked (see RoundTrip).
                 if (use_futex_) Futex(&words_->ping, FUTEX_WAIT, v);
                 continue;
             }

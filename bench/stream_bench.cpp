@@ -2,7 +2,8 @@
 // The stream layer's costs, each beside a baseline of the same run:
 //   enqueue        host cost of one async FlexStream enqueue (target < 100 ns;
 //                  cudaLaunchKernel ~2.6 us), beside an uncontended mutex
-//                  lock/unlock + vector push
+//                  lock/unlock + vector push, into an idle stream, in a
+//                  burst, and while the scheduler drains (see BM_Enqueue)
 //   launch_sync    empty-kernel Launch + Synchronize round trip through the
 //                  scheduler thread and the device, beside the spin (poll,
 //                  adaptive) and futex (blocking) ping-pongs
@@ -12,12 +13,16 @@
 //                  two streams ordered by events
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <string>
+#include <thread>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <vector>
 
+#include "bench_main.hpp"
 #include "pingpong.hpp"
 #include "spyre/spyre.hpp"
 
@@ -77,28 +82,79 @@ void BM_MutexPush(benchmark::State& state) {
     g_baseline_ns["mutex_push"] = TimePerIteration(state, t0);
 }
 
-// Enqueues in batches of 1024 (timed), synchronising between batches (not timed).
-void BM_Enqueue(benchmark::State& state, bool copy) {
+// Host cost of one async enqueue, under three conditions (docs/streams.md):
+//   idle       the stream is empty and the scheduler thread asleep (2 ms after
+//              a Synchronize): one enqueue, timed alone; it pays the futex
+//              wake of the scheduler
+//   burst      1024 enqueues back to back into an empty stream, timed
+//              together (the first wakes the scheduler, which then drains
+//              concurrently); a Synchronize between batches, not timed
+//   draining   1024 enqueues, each timed alone, while the scheduler drains a
+//              backlog of 1024 ops queued just before: the app competes with
+//              the scheduler thread (and, on 2 cores, the device) for cores
+// Each prints the mean per enqueue; `draining` also its p50 and p99.
+enum class EnqueueLoad { Idle, Burst, Draining };
+
+void BM_Enqueue(benchmark::State& state, bool copy, EnqueueLoad load) {
     Device& dev = AdaptiveDevice();
     FlexStream s = dev.CreateStream();
     const DeviceHandle program = EmptyProgram(dev);
     const DeviceAllocation target = dev.allocator().Allocate(8);
     const uint64_t value = 42;
+    auto enqueue = [&] {
+        if (copy)
+            s.CopyToDevice(&value, target.handle, sizeof value);
+        else
+            s.Launch(program);
+    };
     constexpr int kBatch = 1024;
+    std::vector<double> samples;
+    double total_ns = 0;
+    uint64_t count = 0;
     for (auto _ : state) {
-        const auto t0 = Clock::now();
-        for (int i = 0; i < kBatch; ++i) {
-            if (copy)
-                s.CopyToDevice(&value, target.handle, sizeof value);
-            else
-                s.Launch(program);
+        if (load == EnqueueLoad::Idle) {
+            s.Synchronize();
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the scheduler is asleep by now
+            const auto t0 = Clock::now();
+            enqueue();
+            const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+            samples.push_back(ns);
+            total_ns += ns;
+            ++count;
+            state.SetIterationTime(ns / 1e9);
+        } else if (load == EnqueueLoad::Burst) {
+            const auto t0 = Clock::now();
+            for (int i = 0; i < kBatch; ++i) enqueue();
+            const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+            s.Synchronize();
+            total_ns += ns;
+            count += kBatch;
+            state.SetIterationTime(ns / 1e9 / kBatch);
+        } else {
+            for (int i = 0; i < kBatch; ++i) enqueue();  // the backlog the scheduler drains meanwhile
+            double batch_ns = 0;
+            for (int i = 0; i < kBatch; ++i) {
+                const auto t0 = Clock::now();
+                enqueue();
+                const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+                samples.push_back(ns);
+                batch_ns += ns;
+            }
+            s.Synchronize();
+            total_ns += batch_ns;
+            count += kBatch;
+            state.SetIterationTime(batch_ns / 1e9 / kBatch);
         }
-        const auto t1 = Clock::now();
-        s.Synchronize();
-        state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count() / kBatch);
     }
+    s.Synchronize();
     dev.allocator().Free(target.handle);
     state.SetLabel("per enqueue, vs mutex lock+push");
+    state.counters["mean_ns"] = count ? total_ns / double(count) : 0;
+    if (!samples.empty()) {
+        std::sort(samples.begin(), samples.end());
+        state.counters["p50_ns"] = samples[samples.size() / 2];
+        state.counters["p99_ns"] = samples[std::min(samples.size() - 1, samples.size() * 99 / 100)];
+    }
     state.counters["baseline_ns"] = g_baseline_ns["mutex_push"];
 }
 
@@ -256,8 +312,15 @@ int main(int argc, char** argv) {
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     // Registration order is run order: each baseline runs before its figure.
     benchmark::RegisterBenchmark("baseline/mutex_push", BM_MutexPush)->UseRealTime();
-    benchmark::RegisterBenchmark("enqueue/launch", BM_Enqueue, false)->UseManualTime()->Iterations(500);
-    benchmark::RegisterBenchmark("enqueue/copy_8B", BM_Enqueue, true)->UseManualTime()->Iterations(500);
+    for (const bool copy : {false, true}) {
+        const std::string op = copy ? "enqueue/copy_8B/" : "enqueue/launch/";
+        benchmark::RegisterBenchmark((op + "idle").c_str(), BM_Enqueue, copy, EnqueueLoad::Idle)
+            ->UseManualTime()->Iterations(200);
+        benchmark::RegisterBenchmark((op + "burst").c_str(), BM_Enqueue, copy, EnqueueLoad::Burst)
+            ->UseManualTime()->Iterations(500);
+        benchmark::RegisterBenchmark((op + "draining").c_str(), BM_Enqueue, copy, EnqueueLoad::Draining)
+            ->UseManualTime()->Iterations(200);
+    }
     benchmark::RegisterBenchmark("baseline/spin_pingpong", BM_SpinPingPongTimed)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("baseline/futex_pingpong", BM_FutexPingPong)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("launch_sync/poll", BM_LaunchSync, PollDevice, "spin")->UseRealTime()->MinTime(0.5);
@@ -268,15 +331,9 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark("launch_tiled/tiles", BM_LaunchTiled)->Arg(4)->Arg(64)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("overlap/one_stream", BM_OverlapOneStream)->UseRealTime()->MinTime(1.0);
     benchmark::RegisterBenchmark("overlap/two_streams", BM_OverlapTwoStreams)->UseRealTime()->MinTime(1.0);
-    try {
-        benchmark::RunSpecifiedBenchmarks();
-    } catch (const spyre::Error& e) {
-        std::fprintf(stderr, "stream_bench: %s\n", e.what());
-        return 1;
-    }
-    g_poll.reset();
-    g_adaptive.reset();
-    g_blocking.reset();
-    benchmark::Shutdown();
-    return 0;
+    return spyre::bench::RunBenchmarks("stream_bench", std::chrono::seconds(240), [] {
+        g_poll.reset();
+        g_adaptive.reset();
+        g_blocking.reset();
+    });
 }

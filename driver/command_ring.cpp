@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #include <thread>
 
+#include "device_checks.hpp"
 #include "futex.hpp"
 #include "spyre/error.hpp"
 
@@ -21,8 +22,6 @@ template <typename T>
 std::atomic_ref<T> Word(T& t) {
     return std::atomic_ref<T>(t);
 }
-
-bool IsPowerOfTwo(uint32_t v) { return v && !(v & (v - 1)); }
 
 // How often a spinning or sleeping waiter checks that the device still lives.
 constexpr auto kHealthPeriod = milliseconds(100);
@@ -82,23 +81,21 @@ const char* ToString(WaitMode mode) noexcept {
 
 CommandRing::CommandRing(Function& function) : fn_(function) {
     ErrorContext ctx{.device = fn_.pci_address()};
-    const uint32_t db_off = fn_.Read32(SPYRE_REG_DB_OFFSET);
-    const uint32_t sq_off = fn_.Read32(SPYRE_REG_SQ_OFFSET);
-    const uint32_t cq_off = fn_.Read32(SPYRE_REG_CQ_OFFSET);
-    sq_entries_ = fn_.Read32(SPYRE_REG_SQ_ENTRIES);
-    cq_entries_ = fn_.Read32(SPYRE_REG_CQ_ENTRIES);
-    const uint32_t cb_size = fn_.Read32(SPYRE_REG_CB_SIZE);
-    const uint32_t cqe_size = fn_.Read32(SPYRE_REG_CQE_SIZE);
-    const uint64_t bar4 = SPYRE_BAR4_SIZE;
-    // Refuse geometry this driver cannot use rather than corrupt memory.
-    if (cb_size != sizeof(spyre_cb) || cqe_size != sizeof(spyre_cqe))
-        throw Error(ErrorKind::ProtocolError, "device publishes CB/CQE sizes " + std::to_string(cb_size) + "/" +
-                                                  std::to_string(cqe_size) + ", driver expects 64/32", ctx);
-    if (!IsPowerOfTwo(sq_entries_) || !IsPowerOfTwo(cq_entries_) || cq_entries_ < sq_entries_)
-        throw Error(ErrorKind::ProtocolError, "ring sizes must be powers of two with CQ >= SQ", ctx);
-    if (db_off % 4096 || db_off + sizeof(spyre_doorbell_page) > bar4 || sq_off % 64 ||
-        sq_off + uint64_t(sq_entries_) * cb_size > bar4 || cq_off % 32 || cq_off + uint64_t(cq_entries_) * cqe_size > bar4)
-        throw Error(ErrorKind::ProtocolError, "ring geometry does not fit BAR4", ctx);
+    const checks::RingRegisters geometry{
+        .db_offset = fn_.Read32(SPYRE_REG_DB_OFFSET),
+        .sq_offset = fn_.Read32(SPYRE_REG_SQ_OFFSET),
+        .cq_offset = fn_.Read32(SPYRE_REG_CQ_OFFSET),
+        .sq_entries = fn_.Read32(SPYRE_REG_SQ_ENTRIES),
+        .cq_entries = fn_.Read32(SPYRE_REG_CQ_ENTRIES),
+        .cb_size = fn_.Read32(SPYRE_REG_CB_SIZE),
+        .cqe_size = fn_.Read32(SPYRE_REG_CQE_SIZE),
+    };
+    // Refuse geometry this driver cannot use rather than corrupt memory:
+    // checked against the bytes actually mapped, not the contract's BAR4 size.
+    checks::CheckRingGeometry(geometry, fn_.bar4_size(), ctx);
+    sq_entries_ = geometry.sq_entries;
+    cq_entries_ = geometry.cq_entries;
+    const uint32_t db_off = geometry.db_offset, sq_off = geometry.sq_offset, cq_off = geometry.cq_offset;
     db_ = reinterpret_cast<spyre_doorbell_page*>(fn_.bar4() + db_off);
     sq_ = reinterpret_cast<spyre_cb*>(fn_.bar4() + sq_off);
     cq_ = reinterpret_cast<const spyre_cqe*>(fn_.bar4() + cq_off);
@@ -174,22 +171,19 @@ bool CommandRing::CompletionsReady() const noexcept {
 
 size_t CommandRing::Reap(std::span<Completion> out) {
     const uint32_t tail = Word(db_->cq_tail).load(std::memory_order_acquire);
-    if (spyre_ring_used(cq_head_, tail) > InFlight())
-        throw Error(ErrorKind::ProtocolError,
-                    "the device published " + std::to_string(spyre_ring_used(cq_head_, tail)) +
-                        " completions with only " + std::to_string(InFlight()) + " CBs in flight",
-                    ErrorContext{.device = fn_.pci_address(), .reg = "CQ_TAIL", .offset = SPYRE_REG_CQ_TAIL});
+    checks::CheckCompletionCount(cq_head_, tail, InFlight(), ErrorContext{.device = fn_.pci_address()});
     const uint32_t mask = sq_entries_ - 1;
     size_t n = 0;
     while (cq_head_ != tail && n < out.size()) {
-        const spyre_cqe& e = cq_[spyre_ring_slot(cq_head_, cq_entries_)];
+        // A private copy: the device may rewrite the record while we read it.
+        spyre_cqe e;
+        std::memcpy(&e, &cq_[spyre_ring_slot(cq_head_, cq_entries_)], sizeof e);
         // Completions come in ring order: this one must be for the oldest CB.
-        if (e.sq_pos != sq_head_) {
+        try {
+            checks::CheckCompletion(e, cq_head_, sq_head_, ErrorContext{.device = fn_.pci_address()});
+        } catch (const Error&) {
             if (n) Word(db_->cq_head).store(cq_head_, std::memory_order_release);
-            throw Error(ErrorKind::ProtocolError,
-                        "completion " + std::to_string(cq_head_) + " is for ring position " + std::to_string(e.sq_pos) +
-                            ", but the oldest CB in flight starts at " + std::to_string(sq_head_),
-                        ErrorContext{.device = fn_.pci_address()});
+            throw;
         }
         out[n++] = Completion{e.user_data, e.result, e.timestamp_ns, e.sq_pos, e.status, e.opcode};
         sq_head_ += cb_slots_[cb_head_ & mask];  // the CB's slots are free again

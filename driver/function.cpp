@@ -16,6 +16,7 @@
 #include <thread>
 #include <utility>
 
+#include "device_checks.hpp"
 #include "spyre/error.hpp"
 #include "spyre/uapi/spyre_regdesc.hpp"
 
@@ -86,6 +87,8 @@ Function Function::Open(const FunctionInfo& info) {
     if (magic != SPYRE_MAGIC)
         throw Error(ErrorKind::ProtocolError, "bad magic in MAGIC register",
                     ErrorContext{.device = info.pci_address, .reg = "MAGIC", .offset = SPYRE_REG_MAGIC});
+    // Probe() reads the doorbell page through the mapping: it must lie inside it.
+    checks::CheckDoorbellOffset(f.Read32(SPYRE_REG_DB_OFFSET), f.bar4_.size(), ctx);
     f.pidfd_ = PidfdOpen(f.dev_info_.daemon_pid);  // -1 if the daemon is in another pid namespace
     return f;
 }
@@ -134,21 +137,18 @@ spyre_region_info Function::RegionInfo(uint32_t index) const {
 }
 
 MappedRegion Function::MapRegion(uint32_t index) const {
-    spyre_region_info ri = RegionInfo(index);
     ErrorContext ctx{.device = info_.pci_address};
-    if (!(ri.flags & SPYRE_REGION_INFO_FLAG_MMAP) || ri.shm_name[0] == '\0' || ri.mmap_size == 0)
-        throw Error(ErrorKind::Unsupported, "region " + std::to_string(index) + " cannot be mapped", ctx);
-    ri.shm_name[sizeof ri.shm_name - 1] = '\0';
-    int shm = ::shm_open(ri.shm_name, O_RDWR | O_CLOEXEC, 0);
-    if (shm < 0) throw SystemError(std::string("cannot open shared memory ") + ri.shm_name, ctx);
-    void* p = ::mmap(nullptr, ri.mmap_size, PROT_READ | PROT_WRITE, MAP_SHARED, shm, static_cast<off_t>(ri.shm_offset));
+    const checks::MappableRegion r = checks::CheckRegionInfo(RegionInfo(index), index, ctx);
+    int shm = ::shm_open(r.shm_name.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (shm < 0) throw SystemError("cannot open shared memory " + r.shm_name, ctx);
+    void* p = ::mmap(nullptr, r.mmap_size, PROT_READ | PROT_WRITE, MAP_SHARED, shm, static_cast<off_t>(r.shm_offset));
     int e = errno;
     ::close(shm);
     if (p == MAP_FAILED) {
         errno = e;
-        throw SystemError("cannot map region " + std::to_string(index) + " (" + ri.shm_name + ")", ctx);
+        throw SystemError("cannot map region " + std::to_string(index) + " (" + r.shm_name + ")", ctx);
     }
-    return MappedRegion(p, ri.mmap_size);
+    return MappedRegion(p, r.mmap_size);
 }
 
 namespace {
@@ -262,7 +262,10 @@ bool Function::Alive() const {
 }
 
 bool Function::Probe() const {
-    auto* db = reinterpret_cast<spyre_doorbell_page*>(bar4_.data() + Read32(SPYRE_REG_DB_OFFSET));
+    // DB_OFFSET is a device register: check it again, a device may change it after Open.
+    const uint32_t db_offset = Read32(SPYRE_REG_DB_OFFSET);
+    if (!checks::DoorbellOffsetOk(db_offset, bar4_.size())) return false;
+    auto* db = reinterpret_cast<spyre_doorbell_page*>(bar4_.data() + db_offset);
     if (std::atomic_ref<uint32_t>(db->device_state).load(std::memory_order_acquire) != SPYRE_DEVSTATE_ALIVE) return false;
     if (pidfd_ >= 0) {
         pollfd p{pidfd_, POLLIN, 0};

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "hang_watchdog.hpp"
 #include "spyre/spyre.hpp"
 
 using namespace spyre::driver;
@@ -77,6 +78,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: %s [NOPS_PER_MODE]  (a positive count, default 10000)\n", argv[0]);
         return 2;
     }
+    // A hang is reported (exit 124), not waited out: 100 s for the whole run
+    // (SPYRE_HANG_TIMEOUT_S overrides it, for large counts).
+    spyre::support::HangWatchdog watchdog("spyre-bringup", std::chrono::seconds(100));
     try {
         DeviceEnvironment env = DeviceEnvironment::Acquire();
         Function fn = env.Open();

@@ -19,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "hang_watchdog.hpp"
 #include "spyre/spyre.hpp"
 
 namespace {
@@ -123,6 +124,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "spyre-overlap: every size must be >= 1\n");
         return 2;
     }
+    // A hang is reported (exit 124), not waited out: 300 s per phase
+    // (SPYRE_HANG_TIMEOUT_S overrides it, for large sizes).
+    spyre::support::HangWatchdog watchdog("spyre-overlap", std::chrono::seconds(300), "setup");
     try {
         std::mt19937 rng(7);
         std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -156,12 +160,14 @@ int main(int argc, char** argv) {
                     double(p.rows * p.k * 4) / (1 << 20), double(p.rows * p.n * 4) / (1 << 20));
         // Warm-up (first touch of device pages, BLAS threads), not timed.
         p.c.assign(size_t(p.chunks), std::vector<float>(size_t(p.rows * p.n), 0.0f));
+        watchdog.Phase("warm-up");
         RunOneStream(dev, *plan, p, d);
         bool ok = true;
         double times[2];
         for (int two = 0; two < 2; ++two) {
             p.c.assign(size_t(p.chunks), std::vector<float>(size_t(p.rows * p.n), 0.0f));
             std::printf("%s:\n", two ? "two streams + events" : "one stream");
+            watchdog.Phase(two ? "two streams + events" : "one stream");
             times[two] = two ? RunTwoStreams(dev, *plan, p, d) : RunOneStream(dev, *plan, p, d);
             const double err = Check(p);
             std::printf("  %.3f ms, max relative error %.2g %s\n", times[two], err, err < 1e-4 ? "OK" : "MISMATCH");

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "hang_watchdog.hpp"
 #include "spyre/spyre.hpp"
 
 namespace {
@@ -48,12 +49,16 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: %s [M K N TILE]\n", argv[0]);
         return 2;
     }
+    // A hang is reported (exit 124), not waited out: each phase gets 300 s
+    // (SPYRE_HANG_TIMEOUT_S overrides it, for large sizes).
+    spyre::support::HangWatchdog watchdog("spyre-workflow5", std::chrono::seconds(300), "open device + scheduler");
     try {
         std::vector<Phase> phases;
         auto t0 = Clock::now();
         spyre::Device device = spyre::Device::Open();
         spyre::SpyreStream stream = spyre::SpyreStream::Default(device);  // the runtime's default stream
         phases.push_back({"open device + scheduler", Ms(t0, Clock::now())});
+        watchdog.Phase("after: open device + scheduler");
         std::printf("device %s, allocator %s mode, scheduler %s\n", device.pci_address().c_str(),
                     device.allocator().mode() == spyre::AllocatorMode::VF ? "VF" : "PF",
                     spyre::ToString(device.scheduler().policy()));
@@ -70,6 +75,7 @@ int main(int argc, char** argv) {
         spyre::SpyreTensor tc = spyre::SpyreTensor::Empty(device, {m, n}, spyre::DType::FP32);
         stream.Synchronize();
         phases.push_back({"A, B to device", Ms(t0, Clock::now())});
+        watchdog.Phase("after: A, B to device");
 
         // 4-5: "compile" for the tile, write the compiler output, load it (Workflow 2).
         t0 = Clock::now();
@@ -79,10 +85,12 @@ int main(int argc, char** argv) {
         std::filesystem::remove_all(dir);
         spyre::CompilerOutputFromKernel("matmul_tile" + std::to_string(tile), kernel).WriteDirectory(dir);
         phases.push_back({"compile tile + write plan", Ms(t0, Clock::now())});
+        watchdog.Phase("after: compile tile + write plan");
         t0 = Clock::now();
         std::shared_ptr<const spyre::ExecutionPlan> plan = spyre::LoadExecutionPlan(stream, dir);
         std::filesystem::remove_all(dir);
         phases.push_back({"load plan (binaries to device)", Ms(t0, Clock::now())});
+        watchdog.Phase("after: load plan (binaries to device)");
 
         // LaunchKernel -> LaunchTiled: returns as soon as everything is queued.
         const uint64_t ops_before = stream.flex_stream().enqueued();
@@ -95,13 +103,16 @@ int main(int argc, char** argv) {
         stream.Synchronize();
         const auto done = Clock::now();
         phases.push_back({"LaunchKernel (enqueue only)", Ms(t0, queued)});
+        watchdog.Phase("after: LaunchKernel (enqueue only)");
         phases.push_back({"device compute (to Synchronize)", Ms(queued, done)});
+        watchdog.Phase("after: device compute (to Synchronize)");
 
         // 6: result back to the host.
         t0 = Clock::now();
         tc.CopyToHost(stream.flex_stream(), c.data());
         stream.Synchronize();
         phases.push_back({"C to host", Ms(t0, Clock::now())});
+        watchdog.Phase("after: C to host");
 
         // Check against the host BLAS.
         t0 = Clock::now();
@@ -116,6 +127,7 @@ int main(int argc, char** argv) {
             if (err > 1e-3 * std::max(1.0, std::fabs(double(ref[i])))) ++bad;
         }
         phases.push_back({"host sgemm reference", Ms(t0, Clock::now())});
+        watchdog.Phase("after: host sgemm reference");
 
         const auto stats = device.scheduler().Stats();
         const int64_t tiles = ((m + tile - 1) / tile) * ((n + std::min(n, tile) - 1) / std::min(n, tile)) *

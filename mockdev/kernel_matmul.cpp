@@ -18,14 +18,18 @@ namespace spyre::mockdev {
 
 namespace {
 
-// Work per chunk: about 5-10 ms on one core here (0.5 GFLOP), which bounds how
-// far past its watchdog a program can run (the budget is checked between
-// chunks and between blocks); chunk overhead stays far below 1%.
-constexpr double kChunkFlops = double(1ull << 29);
+// Work per chunk: a few tens of ms on one core (the budget is checked between
+// chunks and, in place, between K blocks of kDirectKBlock).
+constexpr double kChunkFlops = double(1ull << 32);
 // Block edges along N and K: as the BLAS takes them in place, and when
 // operands are converted (bounds each worker's scratch to a few MiB).
 constexpr uint64_t kDirectBlock = 4096;
 constexpr uint64_t kConvertBlock = 512;
+// K edge in place: the budget is checked before every BLAS call, so this
+// bounds how long a worker runs past the watchdog (rows x N x 512 x 2 flops,
+// about 1 GFLOP for a 512-row chunk of a 2048^3 matmul). The BLAS blocks K
+// internally by a few hundred anyway, so C is not traversed more often.
+constexpr uint64_t kDirectKBlock = 512;
 // Rows per chunk, in place and converted.
 constexpr uint64_t kDirectRows = 1u << 16;
 constexpr uint64_t kConvertRows = 256;
@@ -144,7 +148,7 @@ Plan MakePlan(uint64_t m, uint64_t k, uint64_t n, bool direct, unsigned workers)
     uint64_t rows = std::max<uint64_t>(1, (m + wanted - 1) / wanted);
     rows = std::min(rows, direct ? kDirectRows : kConvertRows);
     const uint64_t block = direct ? kDirectBlock : kConvertBlock;
-    return Plan{rows, (m + rows - 1) / rows, std::min(n, block), std::min(k, block)};
+    return Plan{rows, (m + rows - 1) / rows, std::min(n, block), std::min(k, direct ? kDirectKBlock : block)};
 }
 
 // OpenBLAS threads of its own would fight the pool for the cores.

@@ -1,20 +1,31 @@
 // SPDX-License-Identifier: Apache-2.0
-// Writes the fuzz target's seed corpus: one valid program per kind of op,
-// in both layouts, with addresses inside the fuzz target's 1 MiB window.
+// Writes the seed corpora of the fuzz targets in tests/fuzz (one directory
+// each under FUZZ_DIR):
+//   corpus/               program decoder: one valid program per kind of op,
+//                         in both layouts, addresses inside a 1 MiB window
+//   corpus_cb_ring/       whole CB rings + window contents (cb_ring_fuzz.cpp)
+//   corpus_plan/          ExecutionPlan compiler outputs (plan_fuzz.cpp)
+//   corpus_device_input/  region info, ring geometry, completions (device_input_fuzz.cpp)
+//   corpus_regdump/       register files + doorbell pages (regdump_fuzz.cpp)
 // Regenerate with `ninja -C build fuzz-corpus` after a format change.
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "spyre/execution_plan.hpp"
 #include "spyre/kernel_builder.hpp"
 #include "spyre/program_image.hpp"
+#include "spyre/uapi/spyre.h"
 
 using namespace spyre;
 
 namespace {
 
 void Write(const std::string& dir, const std::string& name, const std::vector<uint8_t>& bytes) {
+    std::filesystem::create_directories(dir);
     std::ofstream out(dir + "/" + name + ".bin", std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
     if (!out) throw std::runtime_error("cannot write " + dir + "/" + name + ".bin");
@@ -33,14 +44,158 @@ std::vector<uint8_t> Placed(const BuiltKernel& k) {
     return k.Bind(addrs);
 }
 
+
+template <typename T>
+void Append(std::vector<uint8_t>& out, const T& v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    out.insert(out.end(), p, p + sizeof v);
+}
+
+spyre_cb Cb(uint8_t opcode, uint64_t a0 = 0, uint64_t a1 = 0, uint64_t a2 = 0, uint8_t flags = 0) {
+    spyre_cb cb{};
+    cb.opcode = opcode;
+    cb.flags = flags;
+    cb.slots = 1;
+    cb.user_data = 0x1000 + opcode;
+    cb.u.args[0] = a0;
+    cb.u.args[1] = a1;
+    cb.u.args[2] = a2;
+    return cb;
+}
+
+// cb_ring_fuzz input: slot count, the ring, then the window's first bytes.
+std::vector<uint8_t> Ring(const std::vector<spyre_cb>& ring, const std::vector<uint8_t>& memory = {}) {
+    std::vector<uint8_t> out{uint8_t(ring.size())};
+    for (const spyre_cb& cb : ring) Append(out, cb);
+    out.insert(out.end(), memory.begin(), memory.end());
+    return out;
+}
+
+void WriteRingCorpus(const std::string& dir, const std::string& program_dir) {
+    Write(dir, "nops_linked", Ring({Cb(SPYRE_OP_NOP, 0, 0, 0, SPYRE_CB_F_LINK), Cb(SPYRE_OP_NOP), Cb(0x77, 0, 0, 0, SPYRE_CB_F_LINK),
+                                    Cb(SPYRE_OP_NOP)}));
+    // COPY_INLINE of 100 bytes (2 payload slots), a COPY of them, a semaphore written then awaited.
+    std::vector<spyre_cb> ring = {Cb(SPYRE_OP_COPY_INLINE, 0, 0x1000, 100, SPYRE_CB_F_LINK), {}, {}};
+    ring[0].slots = 3;
+    std::memset(static_cast<void*>(&ring[1]), 0x5a, 2 * sizeof(spyre_cb));
+    ring.push_back(Cb(SPYRE_OP_COPY, 0x1000, 0x2000, 100));
+    ring.push_back(Cb(SPYRE_OP_SEM_WRITE, 0x3000, 5));
+    ring.push_back(Cb(SPYRE_OP_SEM_WAIT, 0x3000, 5, 1000000));
+    ring.push_back(Cb(SPYRE_OP_SEM_WAIT, 0x3000, 6, 1000));
+    Write(dir, "copies_semaphores", Ring(ring));
+    // Every program of the decoder corpus at address 0, launched twice (size from the header, then exact).
+    for (const auto& entry : std::filesystem::directory_iterator(program_dir)) {
+        std::ifstream in(entry.path(), std::ios::binary);
+        std::vector<uint8_t> program((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        Write(dir, "launch_" + entry.path().stem().string(),
+              Ring({Cb(SPYRE_OP_LAUNCH, 0, 0, 0, SPYRE_CB_F_LINK), Cb(SPYRE_OP_LAUNCH, 0, program.size())}, program));
+    }
+    // Program correction: a relu program at 0 patched from a table at 8192, then launched.
+    BuiltKernel k = KernelBuilder().Relu({4}, DType::FP32);
+    spyre_program_header h;
+    std::memcpy(&h, k.program.data(), sizeof h);
+    std::vector<uint8_t> memory(8192 + 8 * h.slot_count, 0);
+    std::memcpy(memory.data(), k.program.data(), k.program.size());
+    for (uint64_t i = 0; i < h.slot_count; ++i) {
+        const uint64_t addr = 0x10000 + i * 0x1000;
+        std::memcpy(memory.data() + 8192 + 8 * i, &addr, 8);
+    }
+    Write(dir, "correct_then_launch",
+          Ring({Cb(SPYRE_OP_CORRECT, 0, 8192, h.slot_count, SPYRE_CB_F_LINK), Cb(SPYRE_OP_LAUNCH, 0, 0)}, memory));
+}
+
+// plan_fuzz input: manifest, NUL, then [u8 name length][name][u32 size][bytes] per blob.
+std::vector<uint8_t> PlanInput(const CompilerOutput& o) {
+    std::vector<uint8_t> out(o.manifest.begin(), o.manifest.end());
+    out.push_back(0);
+    for (const auto& [name, bytes] : o.blobs) {
+        out.push_back(uint8_t(name.size()));
+        out.insert(out.end(), name.begin(), name.end());
+        Append(out, uint32_t(bytes.size()));
+        out.insert(out.end(), bytes.begin(), bytes.end());
+    }
+    return out;
+}
+
+void WritePlanCorpus(const std::string& dir) {
+    Write(dir, "matmul", PlanInput(CompilerOutputFromKernel("mm", KernelBuilder().Matmul(4, 8, 4, DType::FP32))));
+    Write(dir, "relu_sticks", PlanInput(CompilerOutputFromKernel("relu", KernelBuilder(TensorLayout::Sticks).Relu({3, 5}, DType::FP16))));
+    Write(dir, "two_ops", PlanInput(CompilerOutputFromKernels(
+                              "pair", {{"gelu", KernelBuilder().Gelu({7, 9}, DType::FP32)}, {"softmax", KernelBuilder().Softmax({2, 70}, DType::FP32)}})));
+}
+
+// device_input_fuzz input: region index, region info, BAR4 size, geometry,
+// CQ head, in-flight count, SQ head, CQ tail advance, completion records.
+void WriteDeviceInputCorpus(const std::string& dir) {
+    auto make = [&](const std::string& name, uint32_t index, uint64_t mmap_size, uint64_t bar4, uint32_t in_flight,
+                    uint32_t posted) {
+        std::vector<uint8_t> out{uint8_t(index)};
+        spyre_region_info ri{};
+        ri.argsz = sizeof ri;
+        ri.flags = SPYRE_REGION_INFO_FLAG_READ | SPYRE_REGION_INFO_FLAG_WRITE | SPYRE_REGION_INFO_FLAG_MMAP;
+        ri.index = index;
+        ri.size = SPYRE_BAR4_SIZE;
+        ri.offset = SPYRE_REGION_OFFSET(index);
+        std::snprintf(ri.shm_name, sizeof ri.shm_name, "/spyre-0000:01:00.0-bar%u", index);
+        ri.mmap_size = mmap_size;
+        Append(out, ri);
+        Append(out, bar4);
+        for (uint32_t v : {SPYRE_DEFAULT_DB_OFFSET, SPYRE_DEFAULT_SQ_OFFSET, SPYRE_DEFAULT_CQ_OFFSET, SPYRE_DEFAULT_SQ_ENTRIES,
+                           SPYRE_DEFAULT_CQ_ENTRIES, 64u, 32u})
+            Append(out, v);
+        const uint32_t cq_head = 4090, sq_head = 0xfffffff0u;
+        Append(out, cq_head);
+        Append(out, uint16_t(in_flight));
+        Append(out, sq_head);
+        Append(out, uint16_t(posted));
+        for (uint32_t i = 0; i < 256; ++i) {
+            spyre_cqe e{};
+            e.user_data = i;
+            e.sq_pos = sq_head + ((i - cq_head % 256) & 255);
+            Append(out, e);
+        }
+        Write(dir, name, out);
+    };
+    make("bar4_default", SPYRE_REGION_BAR4, SPYRE_BAR4_SIZE, SPYRE_BAR4_SIZE, 8, 8);
+    make("bar0_short_mapping", SPYRE_REGION_BAR0, 4096, 1u << 20, 3, 2);
+    make("too_many_completions", SPYRE_REGION_DEVMEM, 1u << 21, SPYRE_BAR4_SIZE, 2, 5);
+}
+
+// regdump_fuzz input: u16 split, BAR0 bytes, doorbell bytes.
+void WriteRegdumpCorpus(const std::string& dir) {
+    std::vector<uint8_t> regs(SPYRE_REG_FILE_SIZE, 0);
+    auto put32 = [&](uint32_t off, uint32_t v) { std::memcpy(regs.data() + off, &v, 4); };
+    put32(SPYRE_REG_MAGIC, SPYRE_MAGIC);
+    put32(SPYRE_REG_VERSION, (SPYRE_VERSION_MAJOR << 16) | SPYRE_VERSION_MINOR);
+    put32(SPYRE_REG_STATUS, SPYRE_STATUS_READY | SPYRE_STATUS_RING_ENABLED);
+    put32(SPYRE_REG_DB_OFFSET, 0);
+    std::vector<uint8_t> page(sizeof(spyre_doorbell_page), 0);
+    const uint32_t alive = SPYRE_DEVSTATE_ALIVE;
+    std::memcpy(page.data() + SPYRE_DB_DEVICE_STATE, &alive, 4);
+    auto make = [&](const std::string& name, const std::vector<uint8_t>& bar0, const std::vector<uint8_t>& db) {
+        std::vector<uint8_t> out;
+        Append(out, uint16_t(bar0.size()));
+        out.insert(out.end(), bar0.begin(), bar0.end());
+        out.insert(out.end(), db.begin(), db.end());
+        Write(dir, name, out);
+    };
+    make("healthy", regs, page);
+    put32(SPYRE_REG_ERR_CODE, SPYRE_ERR_WATCHDOG);
+    put32(SPYRE_REG_STATUS, 0xffffffffu);
+    put32(SPYRE_REG_DB_OFFSET, 0x2000);
+    make("faulted_db_elsewhere", regs, page);
+    make("short_snapshots", std::vector<uint8_t>(regs.begin(), regs.begin() + 100), std::vector<uint8_t>(page.begin(), page.begin() + 8));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     if (argc != 2) {
-        std::fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
+        std::fprintf(stderr, "usage: %s FUZZ_DIR  (tests/fuzz: writes corpus*/ under it)\n", argv[0]);
         return 2;
     }
-    const std::string dir = argv[1];
+    const std::string fuzz_dir = argv[1];
+    const std::string dir = fuzz_dir + "/corpus";
     for (TensorLayout layout : {TensorLayout::Dense, TensorLayout::Sticks}) {
         const KernelBuilder b(layout);
         const std::string tag = layout == TensorLayout::Dense ? "_dense" : "_sticks";
@@ -56,5 +211,9 @@ int main(int argc, char** argv) {
     SetCorrectionTarget(k.correction, 4096, 8192);
     Write(dir, "correction", k.correction);
     Write(dir, "empty", ProgramImage{}.Encode());
+    WriteRingCorpus(fuzz_dir + "/corpus_cb_ring", dir);
+    WritePlanCorpus(fuzz_dir + "/corpus_plan");
+    WriteDeviceInputCorpus(fuzz_dir + "/corpus_device_input");
+    WriteRegdumpCorpus(fuzz_dir + "/corpus_regdump");
     return 0;
 }

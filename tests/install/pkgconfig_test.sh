@@ -1,26 +1,77 @@
 #!/usr/bin/env bash
-# Installs the build into a scratch prefix and builds an example against it
-# with `pkg-config --cflags --libs libspyre`, then runs it.
+# The README's "Building an app against an installed libspyre", end to end:
+#  1. the README's app block is examples/pkgconfig_example.cpp, byte for byte;
+#  2. `meson install --destdir STAGE` into a scratch directory;
+#  3. with PKG_CONFIG_PATH pointed at the staged libspyre.pc (nothing else:
+#     no PKG_CONFIG_SYSROOT_DIR, no LD_LIBRARY_PATH, no -std flag), the
+#     README's build command, taken from the README, builds app.cpp with
+#     the default c++ and its default language standard;
+#  4. the README's run command runs it (bounded by timeout), and it prints
+#     the version and the typed error it promises.
+# Usage: pkgconfig_test.sh BUILD_DIR SOURCE_ROOT
 set -euo pipefail
-build_dir=$1
-example_src=$2
+build_dir=$(realpath "$1")
+src=$(realpath "$2")
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
+unset LD_LIBRARY_PATH PKG_CONFIG_SYSROOT_DIR CXXFLAGS CPPFLAGS LDFLAGS
 
-meson install -C "$build_dir" --destdir "$stage" --quiet >/dev/null
-pc=$(find "$stage" -name libspyre.pc | head -n1)
+# 1. The README's blocks.
+python3 - "$src/README.md" "$src/examples/pkgconfig_example.cpp" "$stage" <<'PY'
+import re, sys
+readme, example, stage = sys.argv[1], sys.argv[2], sys.argv[3]
+text = open(readme).read()
+m = re.search(r"<!-- begin examples/pkgconfig_example.cpp -->\n```cpp\n(.*?)```\n<!-- end examples/pkgconfig_example.cpp -->", text, re.S)
+if not m:
+    sys.exit("README.md has no block between the examples/pkgconfig_example.cpp markers")
+if m.group(1) != open(example).read():
+    sys.exit("README.md's app block differs from examples/pkgconfig_example.cpp: keep them identical")
+c = re.search(r"<!-- build command -->\n```sh\n(.*?)```", text, re.S)
+if not c:
+    sys.exit("README.md has no block after the build command marker")
+lines = c.group(1).strip().splitlines()
+if len(lines) != 2 or not lines[0].startswith("c++ app.cpp"):
+    sys.exit("README.md's build block must be the build command and the run command: %r" % lines)
+open(stage + "/app.cpp", "w").write(m.group(1))
+open(stage + "/build_cmd", "w").write(lines[0] + "\n")
+open(stage + "/run_cmd", "w").write(lines[1] + "\n")
+PY
+echo "README app block == examples/pkgconfig_example.cpp"
+
+# 2. A staged install.
+meson install -C "$build_dir" --destdir "$stage/root" --quiet >/dev/null
+pc=$(find "$stage/root" -name libspyre.pc | head -n1)
 [ -n "$pc" ] || { echo "libspyre.pc was not installed" >&2; exit 1; }
+grep -q '^prefix=${pcfiledir}' "$pc" || {
+  echo "libspyre.pc is not relocatable (prefix=$(sed -n 's/^prefix=//p' "$pc")): reconfigure with" \
+       "meson configure $build_dir -Dpkgconfig.relocatable=true (scripts/build.sh does)" >&2
+  exit 1
+}
 export PKG_CONFIG_PATH=$(dirname "$pc")
-export PKG_CONFIG_SYSROOT_DIR=$stage
-flags=$(pkg-config --cflags --libs libspyre)
-echo "pkg-config --cflags --libs libspyre: $flags"
-c++ -std=c++20 -o "$stage/example" "$example_src" $flags
-libdir=$(dirname "$(find "$stage" -name 'libspyre.so' | head -n1)")
-out=$(LD_LIBRARY_PATH=$libdir "$stage/example")
+echo "PKG_CONFIG_PATH=$PKG_CONFIG_PATH"
+echo "pkg-config --cflags --libs libspyre: $(pkg-config --cflags --libs libspyre)"
+pkg-config --cflags libspyre | grep -Eq -- '-std=(c|gnu)\+\+20' || { echo "Cflags lack -std=c++20" >&2; exit 1; }
+
+# 3. The README's command, as written, in the directory holding app.cpp.
+cd "$stage"
+build_cmd=$(cat build_cmd)
+run_cmd=$(cat run_cmd)
+echo "\$ $build_cmd"
+bash -euo pipefail -c "$build_cmd"
+
+# The binary finds the staged libspyre through its rpath, not the loader cache.
+ldd ./a.out | grep libspyre
+ldd ./a.out | grep -q "libspyre.so.* => $stage/root/" || { echo "a.out does not resolve libspyre in the staged tree" >&2; exit 1; }
+
+# 4. Run it, bounded (the examples' hang bound; this one cannot include the
+# build tree's hang_watchdog.hpp, since it must build from the .pc alone).
+echo "\$ $run_cmd"
+out=$(timeout 60 bash -c "$run_cmd")
 echo "$out"
 grep -q "libspyre $(pkg-config --modversion libspyre)" <<<"$out"
 grep -q "contract 1.0" <<<"$out"
+grep -q "typed error ok: not found" <<<"$out"
 # The installed headers and udev rules are where users expect them.
-[ -f "$(find "$stage" -path '*include/spyre/uapi/spyre_cb.h' | head -n1)" ]
-[ -n "$(find "$stage" -name '70-spyre.rules' | head -n1)" ]
+[ -f "$(find "$stage/root" -path '*include/spyre/uapi/spyre_cb.h' | head -n1)" ]
+[ -n "$(find "$stage/root" -name '70-spyre.rules' | head -n1)" ]
 echo "pkg-config build OK"

@@ -89,6 +89,7 @@ public:
 
     uint8_t* bar0() const noexcept { return bar0_.data(); }
     uint8_t* bar4() const noexcept { return bar4_.data(); }
+    uint64_t bar4_size() const noexcept { return bar4_.size(); }  // bytes mapped
     int fd() const noexcept { return fd_; }
 
 private:

@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "device_checks.hpp"
+
+#include <cstring>
+#include <limits>
+
+namespace spyre::driver::checks {
+
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+bool IsPowerOfTwo(uint32_t v) { return v && !(v & (v - 1)); }
+
+[[noreturn]] void Protocol(const std::string& what, ErrorContext ctx, const char* reg = nullptr,
+                           std::optional<uint64_t> offset = {}) {
+    if (reg) ctx.reg = reg;
+    if (offset) ctx.offset = offset;
+    throw Error(ErrorKind::ProtocolError, what, std::move(ctx));
+}
+
+// [begin, begin + size) inside [0, limit), without wrapping.
+bool Inside(uint64_t begin, uint64_t size, uint64_t limit) { return begin <= limit && size <= limit - begin; }
+
+bool Overlap(uint64_t a, uint64_t a_size, uint64_t b, uint64_t b_size) { return a < b + b_size && b < a + a_size; }
+
+}  // namespace
+
+MappableRegion CheckRegionInfo(const spyre_region_info& ri, uint32_t index, const ErrorContext& ctx) {
+    const std::string region = "region " + std::to_string(index);
+    if (ri.index != index)
+        Protocol("GET_REGION_INFO for " + region + " answered for region " + std::to_string(ri.index), ctx);
+    if (!(ri.flags & SPYRE_REGION_INFO_FLAG_MMAP) || ri.shm_name[0] == '\0' || ri.mmap_size == 0)
+        throw Error(ErrorKind::Unsupported, region + " cannot be mapped", ctx);
+    const void* nul = std::memchr(ri.shm_name, '\0', sizeof ri.shm_name);
+    if (!nul) Protocol(region + ": shared-memory name is not NUL-terminated", ctx);
+    const std::string name(ri.shm_name);
+    if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos)
+        Protocol(region + ": shared-memory name \"" + name + "\" is not of the form /NAME", ctx);
+    if (ri.shm_offset % kPage)
+        Protocol(region + ": shm_offset " + std::to_string(ri.shm_offset) + " is not page-aligned", ctx);
+    if (ri.mmap_size > ri.size)
+        Protocol(region + ": mmap_size " + std::to_string(ri.mmap_size) + " exceeds the region size " +
+                     std::to_string(ri.size),
+                 ctx);
+    if (!Inside(ri.shm_offset, ri.mmap_size, uint64_t(std::numeric_limits<int64_t>::max())))
+        Protocol(region + ": shm_offset + mmap_size does not fit a file offset", ctx);
+    return MappableRegion{name, ri.shm_offset, ri.mmap_size};
+}
+
+bool DoorbellOffsetOk(uint32_t db_offset, uint64_t bar4_size) noexcept {
+    return db_offset % kPage == 0 && Inside(db_offset, sizeof(spyre_doorbell_page), bar4_size);
+}
+
+void CheckDoorbellOffset(uint32_t db_offset, uint64_t bar4_size, const ErrorContext& ctx) {
+    if (!DoorbellOffsetOk(db_offset, bar4_size))
+        Protocol("doorbell page offset " + std::to_string(db_offset) + " is not a page inside the " +
+                     std::to_string(bar4_size) + "-byte BAR4 mapping",
+                 ctx, "DB_OFFSET", SPYRE_REG_DB_OFFSET);
+}
+
+void CheckRingGeometry(const RingRegisters& r, uint64_t bar4_size, const ErrorContext& ctx) {
+    if (r.cb_size != sizeof(spyre_cb) || r.cqe_size != sizeof(spyre_cqe))
+        Protocol("device publishes CB/CQE sizes " + std::to_string(r.cb_size) + "/" + std::to_string(r.cqe_size) +
+                     ", driver expects 64/32",
+                 ctx, "CB_SIZE", SPYRE_REG_CB_SIZE);
+    if (!IsPowerOfTwo(r.sq_entries) || !IsPowerOfTwo(r.cq_entries) || r.cq_entries < r.sq_entries)
+        Protocol("ring sizes must be powers of two with CQ >= SQ (SQ " + std::to_string(r.sq_entries) + ", CQ " +
+                     std::to_string(r.cq_entries) + ")",
+                 ctx, "SQ_ENTRIES", SPYRE_REG_SQ_ENTRIES);
+    CheckDoorbellOffset(r.db_offset, bar4_size, ctx);
+    const uint64_t sq_bytes = uint64_t(r.sq_entries) * r.cb_size, cq_bytes = uint64_t(r.cq_entries) * r.cqe_size;
+    if (r.sq_offset % 64 || !Inside(r.sq_offset, sq_bytes, bar4_size))
+        Protocol("SQ at " + std::to_string(r.sq_offset) + " (" + std::to_string(sq_bytes) +
+                     " bytes) is misaligned or outside BAR4",
+                 ctx, "SQ_OFFSET", SPYRE_REG_SQ_OFFSET);
+    if (r.cq_offset % 32 || !Inside(r.cq_offset, cq_bytes, bar4_size))
+        Protocol("CQ at " + std::to_string(r.cq_offset) + " (" + std::to_string(cq_bytes) +
+                     " bytes) is misaligned or outside BAR4",
+                 ctx, "CQ_OFFSET", SPYRE_REG_CQ_OFFSET);
+    const uint64_t db_bytes = sizeof(spyre_doorbell_page);
+    if (Overlap(r.sq_offset, sq_bytes, r.cq_offset, cq_bytes) || Overlap(r.sq_offset, sq_bytes, r.db_offset, db_bytes) ||
+        Overlap(r.cq_offset, cq_bytes, r.db_offset, db_bytes))
+        Protocol("ring geometry overlaps: doorbell page, SQ and CQ must be disjoint", ctx);
+}
+
+void CheckCompletionCount(uint32_t cq_head, uint32_t cq_tail, uint32_t in_flight, const ErrorContext& ctx) {
+    if (spyre_ring_used(cq_head, cq_tail) > in_flight)
+        Protocol("the device published " + std::to_string(spyre_ring_used(cq_head, cq_tail)) +
+                     " completions with only " + std::to_string(in_flight) + " CBs in flight",
+                 ctx, "CQ_TAIL", SPYRE_REG_CQ_TAIL);
+}
+
+void CheckCompletion(const spyre_cqe& cqe, uint32_t cq_pos, uint32_t oldest_sq_pos, const ErrorContext& ctx) {
+    if (cqe.sq_pos != oldest_sq_pos)
+        Protocol("completion " + std::to_string(cq_pos) + " is for ring position " + std::to_string(cqe.sq_pos) +
+                     ", but the oldest CB in flight starts at " + std::to_string(oldest_sq_pos),
+                 ctx);
+}
+
+}  // namespace spyre::driver::checks

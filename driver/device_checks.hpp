@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// What the driver accepts from the device, as pure functions of the structs
+// and register values it hands over. The device (a daemon we do not trust to
+// be bug-free, or a hostile one) publishes region info through an ioctl,
+// ring geometry in registers, and completion records in shared memory; the
+// driver uses none of it before one of these checks has passed, so a bad
+// value becomes a ProtocolError naming the field, never a wild pointer.
+// Pure (no I/O, no state) so that tests/fuzz/device_input_fuzz.cpp can drive
+// them with arbitrary bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "spyre/error.hpp"
+#include "spyre/uapi/spyre.h"
+
+namespace spyre::driver::checks {
+
+// A region the driver may map: a shm_open name and the window of it.
+struct MappableRegion {
+    std::string shm_name;
+    uint64_t shm_offset = 0;
+    uint64_t mmap_size = 0;
+};
+
+// GET_REGION_INFO's answer for region `index`: it must describe that region,
+// be mappable (else Unsupported), name a shared-memory object ("/name", one
+// component, NUL-terminated inside the field), and give a page-aligned,
+// non-empty window no larger than the region that does not wrap around.
+MappableRegion CheckRegionInfo(const spyre_region_info& ri, uint32_t index, const ErrorContext& ctx);
+
+// The ring geometry registers (spyre_regs.h), as read.
+struct RingRegisters {
+    uint32_t db_offset = 0, sq_offset = 0, cq_offset = 0;
+    uint32_t sq_entries = 0, cq_entries = 0;
+    uint32_t cb_size = 0, cqe_size = 0;
+};
+
+// The doorbell page lies page-aligned inside the `bar4_size` bytes mapped.
+bool DoorbellOffsetOk(uint32_t db_offset, uint64_t bar4_size) noexcept;
+void CheckDoorbellOffset(uint32_t db_offset, uint64_t bar4_size, const ErrorContext& ctx);
+
+// The geometry describes this contract's CB and CQE sizes, power-of-two rings
+// with CQ >= SQ, each array aligned and inside the `bar4_size` bytes mapped,
+// and no two of doorbell page, SQ and CQ overlapping.
+void CheckRingGeometry(const RingRegisters& regs, uint64_t bar4_size, const ErrorContext& ctx);
+
+// The device moved CQ_TAIL from `cq_head` to `cq_tail`: no more completions
+// than CBs in flight.
+void CheckCompletionCount(uint32_t cq_head, uint32_t cq_tail, uint32_t in_flight, const ErrorContext& ctx);
+
+// Completion `cq_pos` must be for the oldest CB in flight, which starts at
+// ring position `oldest_sq_pos` (completions come in ring order).
+void CheckCompletion(const spyre_cqe& cqe, uint32_t cq_pos, uint32_t oldest_sq_pos, const ErrorContext& ctx);
+
+}  // namespace spyre::driver::checks

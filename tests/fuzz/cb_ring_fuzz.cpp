@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+// libFuzzer target for the device's control-block path over whole rings: the
+// input is a ring of CBs plus the initial contents of a function's memory
+// window, and every CB is framed the way the engine frames it (spyre_cb.h:
+// a CB's slot count, if valid and inside the ring, takes its payload slots,
+// else one slot), then validated and executed by CbExecutor (NOP, LAUNCH
+// through the program decoder and executor with the real kernels, CORRECT,
+// COPY, COPY_INLINE, SEM_WRITE, SEM_WAIT), LINK chains cancelled as the
+// engine cancels them.
+//
+// Input: byte 0 = ring slots N (1..64, taken mod 64, 0 means 64), then N*64
+// bytes of ring (zero-padded), then the window's first bytes (the rest zero).
+//
+// Promises checked after every CB: the status is a contract error code; a
+// successful COPY/COPY_INLINE reports its size; no CB outlives the watchdog
+// by more than kWatchdogSlack; and nothing outside the window changed
+// (guard pages around it), so no CB reaches beyond its function's memory.
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "cb_executor.hpp"
+#include "log.hpp"
+#include "spyre/uapi/spyre_regs.h"
+
+using namespace spyre::mockdev;
+
+namespace {
+
+constexpr size_t kWindow = 256 << 10;  // the function's memory window
+constexpr size_t kGuard = 4096;        // canary bytes on both sides
+constexpr uint8_t kCanary = 0xA5;
+constexpr uint32_t kWatchdogMs = 5;    // short: SEM_WAITs that never match end fast
+constexpr auto kWatchdogSlack = std::chrono::milliseconds(1000);
+
+struct Device {
+    std::vector<uint8_t> bar0 = std::vector<uint8_t>(SPYRE_REG_FILE_SIZE);
+    std::vector<uint8_t> memory = std::vector<uint8_t>(kGuard + kWindow + kGuard, kCanary);
+    RegisterFile regs{bar0.data()};
+    ComputeEngine compute{2};
+    std::atomic<uint32_t> watchdog_ms{kWatchdogMs};  // the card's policy
+    CbExecutor exec{regs, watchdog_ms, DeviceMemory(memory.data() + kGuard, kWindow), compute};
+};
+
+Device& Dev() {
+    static Device* d = [] {
+        SetLogLevel(LogLevel::Error);
+        return new Device;
+    }();
+    return *d;
+}
+
+bool GuardsIntact(const std::vector<uint8_t>& m) {
+    for (size_t i = 0; i < kGuard; ++i)
+        if (m[i] != kCanary || m[kGuard + kWindow + i] != kCanary) return false;
+    return true;
+}
+
+bool KnownStatus(uint16_t s) { return std::strcmp(spyre_error_name(s), "?") != 0 && std::strcmp(spyre_error_name(s), "UNKNOWN") != 0; }
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    if (size < 1) return 0;
+    Device& d = Dev();
+    const uint32_t n = data[0] % SPYRE_CB_MAX_SLOTS ? data[0] % SPYRE_CB_MAX_SLOTS : SPYRE_CB_MAX_SLOTS;
+    ++data, --size;
+    std::vector<spyre_cb> ring(n);
+    const size_t ring_bytes = std::min<size_t>(size, n * sizeof(spyre_cb));
+    std::memcpy(static_cast<void*>(ring.data()), data, ring_bytes);
+    data += ring_bytes, size -= ring_bytes;
+    uint8_t* window = d.memory.data() + kGuard;
+    std::memset(window, 0, kWindow);
+    std::memcpy(window, data, std::min(size, kWindow));
+
+    std::vector<uint8_t> payload;
+    bool cancel_next = false;
+    for (uint32_t head = 0; head < n;) {
+        const spyre_cb cb = ring[head];
+        const bool framed = cb.slots >= 1 && cb.slots <= SPYRE_CB_MAX_SLOTS && cb.slots <= n - head;
+        const uint32_t used = framed ? cb.slots : 1u;
+        payload.assign(reinterpret_cast<const uint8_t*>(&ring[head + 1]),
+                       reinterpret_cast<const uint8_t*>(&ring[head + used]));
+        head += used;
+        if (cancel_next) {  // the engine's LINK rule: the rest of the chain is CANCELED
+            cancel_next = (cb.flags & SPYRE_CB_F_LINK) != 0;
+            continue;
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        const CbOutcome out = d.exec.Execute(cb, payload);
+        const auto took = std::chrono::steady_clock::now() - t0;
+        if (!KnownStatus(out.status)) {
+            std::fprintf(stderr, "CB opcode 0x%02x: status 0x%x is not a contract error\n", cb.opcode, out.status);
+            __builtin_trap();
+        }
+        if (out.status == SPYRE_ERR_INTERNAL) {
+            std::fprintf(stderr, "CB opcode 0x%02x: device-model fault (SPYRE_ERR_INTERNAL)\n", cb.opcode);
+            __builtin_trap();
+        }
+        if (out.status == SPYRE_ERR_NONE && (cb.opcode == SPYRE_OP_COPY || cb.opcode == SPYRE_OP_COPY_INLINE) &&
+            out.result != cb.u.copy.size)
+            __builtin_trap();
+        if (took > std::chrono::milliseconds(kWatchdogMs) + kWatchdogSlack) {
+            std::fprintf(stderr, "CB opcode 0x%02x ran %lld ms past a %u ms watchdog\n", cb.opcode,
+                         (long long)std::chrono::duration_cast<std::chrono::milliseconds>(took).count(), kWatchdogMs);
+            __builtin_trap();
+        }
+        if (!GuardsIntact(d.memory)) {
+            std::fprintf(stderr, "CB opcode 0x%02x wrote outside its window\n", cb.opcode);
+            __builtin_trap();
+        }
+        cancel_next = out.status != SPYRE_ERR_NONE && (cb.flags & SPYRE_CB_F_LINK);
+    }
+    return 0;
+}

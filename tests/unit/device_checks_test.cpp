@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: Apache-2.0
+// The driver's checks of what the device hands it (driver/device_checks.hpp):
+// the mock's real answers pass; each hostile variant is a ProtocolError (or
+// Unsupported for an unmappable region) before the driver uses it.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "device_checks.hpp"
+
+namespace spyre::driver::checks {
+namespace {
+
+spyre_region_info Bar4Info() {
+    spyre_region_info ri{};
+    ri.argsz = sizeof ri;
+    ri.flags = SPYRE_REGION_INFO_FLAG_READ | SPYRE_REGION_INFO_FLAG_WRITE | SPYRE_REGION_INFO_FLAG_MMAP;
+    ri.index = SPYRE_REGION_BAR4;
+    ri.size = SPYRE_BAR4_SIZE;
+    ri.offset = SPYRE_REGION_OFFSET(SPYRE_REGION_BAR4);
+    std::strcpy(ri.shm_name, "/spyre-test-ring");
+    ri.mmap_size = SPYRE_BAR4_SIZE;
+    return ri;
+}
+
+RingRegisters DefaultGeometry() {
+    return {.db_offset = SPYRE_DEFAULT_DB_OFFSET, .sq_offset = SPYRE_DEFAULT_SQ_OFFSET, .cq_offset = SPYRE_DEFAULT_CQ_OFFSET,
+            .sq_entries = SPYRE_DEFAULT_SQ_ENTRIES, .cq_entries = SPYRE_DEFAULT_CQ_ENTRIES, .cb_size = 64, .cqe_size = 32};
+}
+
+ErrorKind KindOf(auto&& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.kind();
+    }
+    return ErrorKind::Internal;  // "no error"
+}
+
+TEST(RegionInfoCheck, TheMocksAnswerPasses) {
+    const MappableRegion r = CheckRegionInfo(Bar4Info(), SPYRE_REGION_BAR4, {});
+    EXPECT_EQ(r.shm_name, "/spyre-test-ring");
+    EXPECT_EQ(r.mmap_size, SPYRE_BAR4_SIZE);
+}
+
+TEST(RegionInfoCheck, HostileAnswersAreRefused) {
+    auto kind = [](auto mutate, uint32_t index = SPYRE_REGION_BAR4) {
+        spyre_region_info ri = Bar4Info();
+        mutate(ri);
+        return KindOf([&] { CheckRegionInfo(ri, index, {}); });
+    };
+    EXPECT_EQ(kind([](auto&) {}, SPYRE_REGION_BAR0), ErrorKind::ProtocolError) << "answer for another region";
+    EXPECT_EQ(kind([](auto& ri) { ri.flags = SPYRE_REGION_INFO_FLAG_READ; }), ErrorKind::Unsupported);
+    EXPECT_EQ(kind([](auto& ri) { std::memset(ri.shm_name, 'x', sizeof ri.shm_name); }), ErrorKind::ProtocolError)
+        << "name without its NUL";
+    EXPECT_EQ(kind([](auto& ri) { std::strcpy(ri.shm_name, "/a/../b"); }), ErrorKind::ProtocolError);
+    EXPECT_EQ(kind([](auto& ri) { std::strcpy(ri.shm_name, "relative"); }), ErrorKind::ProtocolError);
+    EXPECT_EQ(kind([](auto& ri) { ri.shm_offset = 100; }), ErrorKind::ProtocolError) << "unaligned offset";
+    EXPECT_EQ(kind([](auto& ri) { ri.mmap_size = ri.size + 4096; }), ErrorKind::ProtocolError) << "window past the region";
+    EXPECT_EQ(kind([](auto& ri) {
+                  ri.size = ~0ull;
+                  ri.mmap_size = 1ull << 62;
+                  ri.shm_offset = 1ull << 62;
+              }),
+              ErrorKind::ProtocolError)
+        << "offset + size past a file offset";
+}
+
+TEST(RingGeometryCheck, TheDefaultGeometryPassesOnlyInsideTheMapping) {
+    EXPECT_NO_THROW(CheckRingGeometry(DefaultGeometry(), SPYRE_BAR4_SIZE, {}));
+    // A device that maps less BAR4 than the contract's 32 MiB cannot point the rings past it.
+    EXPECT_EQ(KindOf([] { CheckRingGeometry(DefaultGeometry(), 1u << 20, {}); }), ErrorKind::ProtocolError);
+}
+
+TEST(RingGeometryCheck, HostileGeometryIsRefused) {
+    auto kind = [](auto mutate) {
+        RingRegisters g = DefaultGeometry();
+        mutate(g);
+        return KindOf([&] { CheckRingGeometry(g, SPYRE_BAR4_SIZE, {}); });
+    };
+    EXPECT_EQ(kind([](auto& g) { g.cb_size = 128; }), ErrorKind::ProtocolError);
+    EXPECT_EQ(kind([](auto& g) { g.sq_entries = 3000; }), ErrorKind::ProtocolError);
+    EXPECT_EQ(kind([](auto& g) { g.cq_entries = g.sq_entries / 2; }), ErrorKind::ProtocolError);
+    EXPECT_EQ(kind([](auto& g) { g.db_offset = SPYRE_BAR4_SIZE; }), ErrorKind::ProtocolError);
+    EXPECT_EQ(kind([](auto& g) { g.db_offset = 64; }), ErrorKind::ProtocolError) << "unaligned doorbell page";
+    EXPECT_EQ(kind([](auto& g) { g.sq_offset = 0xffffffc0u; }), ErrorKind::ProtocolError);
+    EXPECT_EQ(kind([](auto& g) { g.cq_offset = g.sq_offset; }), ErrorKind::ProtocolError) << "SQ and CQ overlap";
+    EXPECT_EQ(kind([](auto& g) { g.sq_offset = 0; }), ErrorKind::ProtocolError) << "SQ over the doorbell page";
+}
+
+TEST(DoorbellOffsetCheck, PageInsideTheMapping) {
+    EXPECT_TRUE(DoorbellOffsetOk(0, 4096));
+    EXPECT_TRUE(DoorbellOffsetOk(4096, 8192));
+    EXPECT_FALSE(DoorbellOffsetOk(4096, 4096 + 4095));
+    EXPECT_FALSE(DoorbellOffsetOk(0xfffff000u, 4096));
+    EXPECT_FALSE(DoorbellOffsetOk(8, 1u << 20));
+}
+
+TEST(CompletionCheck, NoMoreThanInFlightAndInRingOrder) {
+    EXPECT_NO_THROW(CheckCompletionCount(0xfffffffeu, 2, 4, {}));  // wraps: 4 posted
+    EXPECT_EQ(KindOf([] { CheckCompletionCount(0xfffffffeu, 3, 4, {}); }), ErrorKind::ProtocolError);
+    EXPECT_EQ(KindOf([] { CheckCompletionCount(10, 9, 4, {}); }), ErrorKind::ProtocolError) << "tail behind head";
+    spyre_cqe e{};
+    e.sq_pos = 7;
+    EXPECT_NO_THROW(CheckCompletion(e, 0, 7, {}));
+    EXPECT_EQ(KindOf([&] { CheckCompletion(e, 0, 8, {}); }), ErrorKind::ProtocolError);
+}
+
+}  // namespace
+}  // namespace spyre::driver::checks
