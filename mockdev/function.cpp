@@ -144,6 +144,7 @@ uint64_t Function::RegionSize(unsigned region) const {
 
 ssize_t Function::ReadRegion(unsigned region, uint64_t offset, void* buf, size_t len) {
     if (removed()) return -ENODEV;
+    if (len == 0) return 0;
     const uint64_t size = RegionSize(region);
     if (offset >= size) return 0;  // regions end where they end, like files
     len = size_t(std::min<uint64_t>(len, size - offset));
