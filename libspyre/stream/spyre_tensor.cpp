@@ -110,6 +110,7 @@ void SpyreTensor::CopyToHost(FlexStream& stream, void* host) const {
     } else {
         auto staged = std::make_shared<std::vector<uint8_t>>(size_bytes_);
         group.push_back(detail::CopyFromDevice(core, staged->data(), handle_, size_bytes_));
+        group.back().keep_alive = staged;  // the DMA engine writes it until the copy completes
         const size_t rows = size_t(numel() / shape_.back());
         group.push_back(detail::Callback([staged, host, rows, row, pitch] {
             CopyRows(staged->data(), pitch, static_cast<uint8_t*>(host), row, rows, row);
