@@ -114,31 +114,44 @@ void SpyreAllocator::ReserveVf() {
         throw Error(ErrorKind::InvalidArgument, "VF mode needs 1 to " + std::to_string(max_regions) +
                                                     " regions (the device's region table), not " +
                                                     std::to_string(options_.vf_regions));
-    if (options_.vf_region_sizes.empty())
-        throw Error(ErrorKind::InvalidArgument, "VF mode needs at least one region size");
     const uint64_t grantable = fn_.Read64(SPYRE_REG_REGION_GRANTABLE);
-    for (size_t i = 0; i < options_.vf_region_sizes.size(); ++i) {
-        const uint64_t size = options_.vf_region_sizes[i];
+    const uint64_t largest = fn_.Read64(SPYRE_REG_REGION_LARGEST);
+    std::vector<uint64_t> sizes = options_.vf_region_sizes;
+    const bool adapt = sizes.empty();
+    if (adapt) {
+        // The default: large regions where the VF has the memory for them,
+        // else one region of all it can grant (the largest block possible).
+        sizes = {12 * kGiB, 8 * kGiB, 4 * kGiB};
+        sizes.push_back(std::max<uint64_t>(largest / SPYRE_REGION_ALIGN * SPYRE_REGION_ALIGN, SPYRE_REGION_ALIGN));
+    }
+    for (const uint64_t size : sizes)
         if (size == 0 || size % SPYRE_REGION_ALIGN != 0 || (size >> 20) > UINT32_MAX)
             throw Error(ErrorKind::InvalidArgument, "VF region size " + std::to_string(size) +
                                                         " is not a positive multiple of 2 MiB");
-        const bool last = i + 1 == options_.vf_region_sizes.size();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+        const uint64_t size = sizes[i];
+        const bool last = i + 1 == sizes.size();
         while (regions_.size() < options_.vf_regions && GrantRegion(size) >= 0) {
         }
         if (regions_.size() == options_.vf_regions || (last && !regions_.empty())) {
             reservation_ = "VF: " + std::to_string(regions_.size()) + " x " + Bytes(size);
-            if (i > 0 || regions_.size() < options_.vf_regions) {
-                reservation_ += " (fell back: " + std::to_string(options_.vf_regions) + " x " +
-                                Bytes(options_.vf_region_sizes[0]) + " do not fit the " + Bytes(grantable) +
-                                " the device grants this VF)";
+            if (adapt && size < sizes[0])
+                reservation_ += " (sized to the " + Bytes(grantable) + " the device grants this VF)";
+            else if (i > 0 || regions_.size() < options_.vf_regions) {
+                reservation_ += " (fell back: " + std::to_string(options_.vf_regions) + " x " + Bytes(sizes[0]) +
+                                " do not fit the " + Bytes(grantable) + " the device grants this VF)";
                 std::fprintf(stderr, "spyre: %s: %s\n", fn_.pci_address().c_str(), reservation_.c_str());
             }
             return;
         }
         ReleaseRegions();  // not all of this size: try the next size from scratch
     }
-    throw Error(ErrorKind::OutOfMemory, "the device grants no region of " + Bytes(options_.vf_region_sizes.back()) +
-                                            " (it grants " + Bytes(grantable) + " in all)",
+    std::string asked;
+    for (const uint64_t size : sizes) asked += (asked.empty() ? "" : ", then ") + std::to_string(options_.vf_regions) + " x " + Bytes(size);
+    throw Error(ErrorKind::OutOfMemory,
+                "VF pool of " + asked + " asked for, but the device grants this VF " + Bytes(grantable) +
+                    " in all (largest region " + Bytes(largest) + ", function memory " +
+                    Bytes(fn_.device_info().mem_size) + ")",
                 ErrorContext{.device = fn_.pci_address(), .reg = "REGION_GRANTABLE"});
 }
 
