@@ -20,7 +20,24 @@ std::string Bytes(uint64_t n) {
 
 }  // namespace
 
-// ---- DeviceHandle ---------------------------------------------------------
+// ---- DeviceId, DeviceHandle -----------------------------------------------
+
+std::string DeviceId::ToString() const {
+    // spyre_pci.h: card c is bus FIRST_BUS + c; the PF is devfn 0, VF i
+    // sits at FIRST_VF_OFFSET + (i - 1) * VF_STRIDE.
+    const unsigned devfn = function == 0 ? 0u : SPYRE_SRIOV_FIRST_VF_OFFSET + (function - 1u) * SPYRE_SRIOV_VF_STRIDE;
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%u", SPYRE_PCI_DOMAIN, SPYRE_PCI_FIRST_BUS + card, devfn >> 3,
+                  devfn & 7);
+    return buf;
+}
+
+void CheckSameDevice(const std::optional<DeviceId>& owner, const DeviceId& expected, const std::string& what,
+                     const std::string& user) {
+    if (owner && *owner != expected)
+        throw Error(ErrorKind::WrongDevice,
+                    what + " belongs to " + owner->ToString() + ", " + user + " to " + expected.ToString());
+}
 
 const PFDeviceHandle& DeviceHandle::pf() const {
     if (!is_pf()) throw Error(ErrorKind::InvalidArgument, "handle " + ToString() + " is not a PF handle");
@@ -45,8 +62,9 @@ DeviceHandle DeviceHandle::Offset(uint64_t bytes, uint64_t size, const DeviceAll
     const uint64_t start = is_pf() ? within.handle.pf().physical_address : within.handle.vf().vf_offset;
     if (here < start || bytes > within.size || size > within.size - bytes || here - start > within.size - bytes - size)
         throw fail("runs outside");
-    if (is_pf()) return PFDeviceHandle{here + bytes};
-    return VFDeviceHandle{vf().region_id, here + bytes};
+    DeviceHandle moved = is_pf() ? DeviceHandle(PFDeviceHandle{here + bytes}) : DeviceHandle(VFDeviceHandle{vf().region_id, here + bytes});
+    moved.device_ = device_;
+    return moved;
 }
 
 std::string DeviceHandle::ToString() const {
@@ -61,7 +79,9 @@ std::string DeviceHandle::ToString() const {
 // ---- Reservation ------------------------------------------------------------
 
 SpyreAllocator::SpyreAllocator(driver::Function& function, AllocatorOptions options)
-    : fn_(function), options_(std::move(options)) {
+    : fn_(function),
+      options_(std::move(options)),
+      device_{function.device_info().card_index, function.device_info().function_index} {
     try {
         options_.mode == AllocatorMode::PF ? ReservePf() : ReserveVf();
     } catch (...) {
@@ -169,11 +189,13 @@ void SpyreAllocator::RemoveFree(uint32_t region, uint64_t offset, uint64_t size)
 
 DeviceHandle SpyreAllocator::MakeHandle(uint32_t region, uint64_t offset) const {
     const Region& r = regions_[region];
-    if (options_.mode == AllocatorMode::PF) return PFDeviceHandle{fn_.Read64(SPYRE_REG_MEM_BASE) + r.device_base + offset};
-    return VFDeviceHandle{r.device_index, offset};
+    if (options_.mode == AllocatorMode::PF)
+        return DeviceHandle(PFDeviceHandle{fn_.Read64(SPYRE_REG_MEM_BASE) + r.device_base + offset}, device_);
+    return DeviceHandle(VFDeviceHandle{r.device_index, offset}, device_);
 }
 
 std::pair<uint32_t, uint64_t> SpyreAllocator::Locate(const DeviceHandle& handle) const {
+    CheckSameDevice(handle.device(), device_, "handle " + handle.ToString(), "this allocator");
     if (handle.is_pf() != (options_.mode == AllocatorMode::PF))
         throw Error(ErrorKind::InvalidArgument, "handle " + handle.ToString() + " does not belong to this " +
                                                     (options_.mode == AllocatorMode::PF ? "PF" : "VF") + " allocator",

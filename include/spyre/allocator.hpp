@@ -76,6 +76,8 @@ public:
     SpyreAllocator& operator=(const SpyreAllocator&) = delete;
 
     AllocatorMode mode() const noexcept { return options_.mode; }
+    // The function this allocator's memory (and every handle it hands out) belongs to.
+    const DeviceId& device() const noexcept { return device_; }
 
     // Throws InvalidArgument for size 0 or a size beyond the pool's capacity,
     // OutOfMemory (naming the request and the largest free block) otherwise.
@@ -123,6 +125,7 @@ private:
 
     driver::Function& fn_;
     const AllocatorOptions options_;
+    const DeviceId device_;
     mutable std::mutex mutex_;
     std::vector<Region> regions_;
     std::set<FreeKey> free_by_size_;

@@ -69,8 +69,7 @@ SpyreTensor SpyreTensor::Empty(Device& device, std::vector<int64_t> shape, DType
 SpyreTensor SpyreTensor::FromHost(Device& device, FlexStream& stream, const void* host, std::vector<int64_t> shape,
                                   DType dtype, TensorLayout layout) {
     if (!host) throw Error(ErrorKind::InvalidArgument, "SpyreTensor::FromHost with a null host address");
-    if (stream.core() != device.core())
-        throw Error(ErrorKind::InvalidArgument, "SpyreTensor::FromHost on a stream of another device");
+    CheckSameDevice(stream.core()->id(), device.id(), "SpyreTensor::FromHost: stream", "device");
     SpyreTensor t = Empty(device, std::move(shape), dtype, layout);
     DeviceCore& core = *device.core();
     const size_t row = size_t(t.shape_.back()) * ElementSize(dtype);
@@ -94,6 +93,7 @@ SpyreTensor SpyreTensor::FromHost(Device& device, FlexStream& stream, const void
 void SpyreTensor::CopyToHost(FlexStream& stream, void* host) const {
     if (!host) throw Error(ErrorKind::InvalidArgument, "SpyreTensor::CopyToHost to a null host address");
     DeviceCore& core = *stream.core();
+    CheckSameDevice(device(), core.id(), "SpyreTensor::CopyToHost: tensor", "stream");
     const size_t row = size_t(shape_.back()) * ElementSize(dtype_);
     const size_t pitch = shape_.size() > 1 ? size_t(stride_[shape_.size() - 2]) : row;
     // Only row-major tensors (dense or row-padded) convert here.
