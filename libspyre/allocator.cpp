@@ -62,8 +62,9 @@ DeviceHandle DeviceHandle::Offset(uint64_t bytes, uint64_t size, const DeviceAll
     const uint64_t start = is_pf() ? within.handle.pf().physical_address : within.handle.vf().vf_offset;
     if (here < start || bytes > within.size || size > within.size - bytes || here - start > within.size - bytes - size)
         throw fail("runs outside");
-    DeviceHandle moved = is_pf() ? DeviceHandle(PFDeviceHandle{here + bytes}) : DeviceHandle(VFDeviceHandle{vf().region_id, here + bytes});
-    moved.device_ = device_;
+    DeviceHandle moved = is_pf() ? DeviceHandle(PFDeviceHandle{here + bytes})
+                                 : DeviceHandle(VFDeviceHandle{vf().region_id, here + bytes});
+    moved.device_ = device_;  // same allocation, same device
     return moved;
 }
 
@@ -167,7 +168,8 @@ void SpyreAllocator::ReserveVf() {
         ReleaseRegions();  // not all of this size: try the next size from scratch
     }
     std::string asked;
-    for (const uint64_t size : sizes) asked += (asked.empty() ? "" : ", then ") + std::to_string(options_.vf_regions) + " x " + Bytes(size);
+    for (const uint64_t size : sizes)
+        asked += (asked.empty() ? "" : ", then ") + std::to_string(options_.vf_regions) + " x " + Bytes(size);
     throw Error(ErrorKind::OutOfMemory,
                 "VF pool of " + asked + " asked for, but the device grants this VF " + Bytes(grantable) +
                     " in all (largest region " + Bytes(largest) + ", function memory " +

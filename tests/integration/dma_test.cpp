@@ -228,9 +228,13 @@ TEST_F(MockDeviceTest, VfCannotReachAnotherVfThroughDma) {
     std::vector<uint8_t> pattern(4096, 0x5B);
     dma_b.Wait(dma_b.CopyToDevice(pattern.data(), secret.handle, 4096));
 
-    // Same region id and offset mean A's own memory, or nothing: never B's.
+    // B's handle knows it is B's; the same region id and offset built by
+    // hand mean A's own memory, or nothing: never B's.
     std::vector<uint8_t> got(4096, 0);
-    EXPECT_SPYRE_ERROR(dma_a.CopyFromDevice(got.data(), secret.handle, 4096), InvalidArgument, "live allocation");
+    EXPECT_SPYRE_ERROR(dma_a.CopyFromDevice(got.data(), secret.handle, 4096), WrongDevice,
+                       "belongs to " + b.pci_address() + ", this allocator to " + a.pci_address());
+    EXPECT_SPYRE_ERROR(dma_a.CopyFromDevice(got.data(), DeviceHandle(secret.handle.vf()), 4096), InvalidArgument,
+                       "live allocation");
     EXPECT_EQ(qa.memory_size(), a.Read64(SPYRE_REG_MEM_SIZE));
     // B's memory starts MEM_BASE(B) - MEM_BASE(A) past A's: outside A's window.
     const uint64_t distance = b.Read64(SPYRE_REG_MEM_BASE) - a.Read64(SPYRE_REG_MEM_BASE);
