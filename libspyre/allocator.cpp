@@ -32,11 +32,9 @@ std::string DeviceId::ToString() const {
     return buf;
 }
 
-void CheckSameDevice(const std::optional<DeviceId>& owner, const DeviceId& expected, const std::string& what,
-                     const std::string& user) {
-    if (owner && *owner != expected)
-        throw Error(ErrorKind::WrongDevice,
-                    what + " belongs to " + owner->ToString() + ", " + user + " to " + expected.ToString());
+void ThrowWrongDevice(const DeviceId& owner, const DeviceId& expected, const std::string& what, const char* user) {
+    throw Error(ErrorKind::WrongDevice,
+                what + " belongs to " + owner.ToString() + ", " + user + " to " + expected.ToString());
 }
 
 const PFDeviceHandle& DeviceHandle::pf() const {
@@ -82,7 +80,8 @@ std::string DeviceHandle::ToString() const {
 SpyreAllocator::SpyreAllocator(driver::Function& function, AllocatorOptions options)
     : fn_(function),
       options_(std::move(options)),
-      device_{function.device_info().card_index, function.device_info().function_index} {
+      device_{function.device_info().card_index, function.device_info().function_index},
+      mem_base_(function.Read64(SPYRE_REG_MEM_BASE)) {
     try {
         options_.mode == AllocatorMode::PF ? ReservePf() : ReserveVf();
     } catch (...) {
@@ -192,12 +191,12 @@ void SpyreAllocator::RemoveFree(uint32_t region, uint64_t offset, uint64_t size)
 DeviceHandle SpyreAllocator::MakeHandle(uint32_t region, uint64_t offset) const {
     const Region& r = regions_[region];
     if (options_.mode == AllocatorMode::PF)
-        return DeviceHandle(PFDeviceHandle{fn_.Read64(SPYRE_REG_MEM_BASE) + r.device_base + offset}, device_);
+        return DeviceHandle(PFDeviceHandle{mem_base_ + r.device_base + offset}, device_);
     return DeviceHandle(VFDeviceHandle{r.device_index, offset}, device_);
 }
 
 std::pair<uint32_t, uint64_t> SpyreAllocator::Locate(const DeviceHandle& handle) const {
-    CheckSameDevice(handle.device(), device_, "handle " + handle.ToString(), "this allocator");
+    CheckSameDevice(handle.device(), device_, [&] { return "handle " + handle.ToString(); }, "this allocator");
     if (handle.is_pf() != (options_.mode == AllocatorMode::PF))
         throw Error(ErrorKind::InvalidArgument, "handle " + handle.ToString() + " does not belong to this " +
                                                     (options_.mode == AllocatorMode::PF ? "PF" : "VF") + " allocator",
@@ -207,7 +206,7 @@ std::pair<uint32_t, uint64_t> SpyreAllocator::Locate(const DeviceHandle& handle)
         if (handle.is_vf()) {
             if (r.device_index == handle.vf().region_id && handle.vf().vf_offset < r.size) return {i, handle.vf().vf_offset};
         } else {
-            const uint64_t addr = handle.pf().physical_address - fn_.Read64(SPYRE_REG_MEM_BASE);
+            const uint64_t addr = handle.pf().physical_address - mem_base_;
             if (addr >= r.device_base && addr - r.device_base < r.size) return {i, addr - r.device_base};
         }
     }

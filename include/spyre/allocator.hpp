@@ -126,6 +126,9 @@ private:
     driver::Function& fn_;
     const AllocatorOptions options_;
     const DeviceId device_;
+    // MEM_BASE, read once: a PF handle's physical address is MEM_BASE plus
+    // the function-relative address (fixed while the function is open).
+    const uint64_t mem_base_;
     mutable std::mutex mutex_;
     std::vector<Region> regions_;
     std::set<FreeKey> free_by_size_;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <variant>
 
 namespace spyre {
@@ -26,10 +27,23 @@ struct DeviceId {
     auto operator<=>(const DeviceId&) const = default;
 };
 
+[[noreturn]] void ThrowWrongDevice(const DeviceId& owner, const DeviceId& expected, const std::string& what,
+                                   const char* user);
+
 // Throws Error(WrongDevice, "<what> belongs to <owner>, <user> to
-// <expected>") when `owner` is known and is not `expected`.
-void CheckSameDevice(const std::optional<DeviceId>& owner, const DeviceId& expected, const std::string& what,
-                     const std::string& user);
+// <expected>") when `owner` is known and is not `expected`. `what` is a
+// string or a callable returning one, called only on a mismatch: the check
+// sits on enqueue paths, where building a message every time would cost
+// more than the enqueue.
+template <typename What>
+void CheckSameDevice(const std::optional<DeviceId>& owner, const DeviceId& expected, const What& what,
+                     const char* user) {
+    if (!owner || *owner == expected) return;
+    if constexpr (std::is_invocable_v<const What&>)
+        ThrowWrongDevice(*owner, expected, what(), user);
+    else
+        ThrowWrongDevice(*owner, expected, what, user);
+}
 
 struct PFDeviceHandle {
     uint64_t physical_address = 0;

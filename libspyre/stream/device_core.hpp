@@ -121,9 +121,8 @@ namespace detail {
 // Every handle an Operation holds (its binaries, correction table,
 // preprocessing targets) must be on `device`: launched elsewhere, a plan
 // loaded on one function would write into another's memory.
-inline void CheckOperationDevice(const Operation& op, const DeviceId& device, const std::string& what,
-                                 const std::string& user) {
-    const std::string who = what + ": operation" + (op.name.empty() ? "" : " '" + op.name + "'");
+inline void CheckOperationDevice(const Operation& op, const DeviceId& device, const char* what, const char* user) {
+    auto who = [&] { return std::string(what) + ": operation" + (op.name.empty() ? "" : " '" + op.name + "'"); };
     auto check = [&](const DeviceHandle& h) { CheckSameDevice(h.device(), device, who, user); };
     if (op.compute() && op.compute()->device_handle) check(*op.compute()->device_handle);
     if (op.correction && op.correction->binary_handle) check(*op.correction->binary_handle);
@@ -133,10 +132,11 @@ inline void CheckOperationDevice(const Operation& op, const DeviceId& device, co
         std::visit([&](const auto& s) { check(s.device_handle); }, step.step());
 }
 
-inline void CheckTensorDevices(std::span<const SpyreTensor> tensors, const DeviceId& device, const std::string& what,
-                               const std::string& user) {
+inline void CheckTensorDevices(std::span<const SpyreTensor> tensors, const DeviceId& device, const char* what,
+                               const char* user) {
     for (size_t i = 0; i < tensors.size(); ++i)
-        CheckSameDevice(tensors[i].device(), device, what + ": tensor " + std::to_string(i), user);
+        CheckSameDevice(tensors[i].device(), device, [&] { return std::string(what) + ": tensor " + std::to_string(i); },
+                        user);
 }
 
 }  // namespace detail

@@ -30,7 +30,7 @@ Program::Program(Device& device) : device_(&device), stream_(device) {}
 Program::Program(Device& device, std::shared_ptr<const ExecutionPlan> plan)
     : device_(&device), plan_(std::move(plan)), stream_(device) {
     if (!plan_) throw Error(ErrorKind::InvalidArgument, "Program from a null plan");
-    CheckSameDevice(plan_->device, device.id(), "Program: plan '" + plan_->name + "'", "device");
+    CheckSameDevice(plan_->device, device.id(), [&] { return "Program: plan '" + plan_->name + "'"; }, "device");
     for (const Operation& op : plan_->operations) instructions_.emplace_back(op);
 }
 

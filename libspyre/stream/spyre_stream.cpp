@@ -230,7 +230,7 @@ void SpyreStream::LaunchTiled(const Operation& op, std::span<const SpyreTensor> 
 void LaunchKernel(SpyreStream& stream, const ExecutionPlan& plan, std::span<const SpyreTensor> tensors) {
     const std::string plan_name = plan.name.empty() ? std::string("plan") : "plan '" + plan.name + "'";
     const DeviceId& device = stream.flex_stream().core()->id();
-    CheckSameDevice(plan.device, device, "LaunchKernel: " + plan_name, "stream");
+    CheckSameDevice(plan.device, device, [&] { return "LaunchKernel: " + plan_name; }, "stream");
     for (const Operation& op : plan.operations) detail::CheckOperationDevice(op, device, "LaunchKernel", "stream");
     detail::CheckTensorDevices(tensors, device, "LaunchKernel", "stream");
     if (tensors.size() != plan.tensor_input_metadata.size())
