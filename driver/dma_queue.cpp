@@ -71,21 +71,26 @@ public:
     uint64_t shm_offset() const noexcept { return shm_offset_; }
     const DmaOptions& options() const noexcept { return options_; }
     const std::string& device() const noexcept { return fn_.pci_address(); }
+    const Function& function() const noexcept { return fn_; }
 
     Ticket NewTicket(uint64_t parts, uint64_t done_bytes = 0) {
         std::lock_guard lock(mutex_);
         const Ticket t = ++next_ticket_;
-        tickets_.emplace(t, State{parts, done_bytes, 0});
+        tickets_.emplace(t, State{parts, done_bytes, 0, false});
         return t;
     }
 
-    // A chunk finished: `bytes` moved, or errno `error`.
+    // A chunk finished: `bytes` moved, or errno `error`. A chunk that went
+    // into the memory of a dead device (the shared memory outlives its
+    // daemon) counts for nothing: the copy fails with DeviceLost.
     void ChunkDone(Ticket t, uint64_t bytes, int error) {
+        const bool lost = !fn_.Alive();  // a pidfd poll per chunk (MiBs): off the caller's path
         bool complete = false;
         {
             std::lock_guard lock(mutex_);
             State& s = tickets_.at(t);
             s.bytes += bytes;
+            s.lost = s.lost || lost;
             if (error && !s.error) s.error = error;
             complete = --s.parts_left == 0;
             if (complete) cv_.notify_all();
@@ -157,6 +162,7 @@ private:
         uint64_t parts_left;
         uint64_t bytes;
         int error;
+        bool lost;  // the device was gone when a chunk finished
     };
     std::unordered_map<Ticket, State>::iterator Find(Ticket t) {
         auto it = tickets_.find(t);
@@ -166,8 +172,14 @@ private:
         return it;
     }
     DmaCompletion Take(std::unordered_map<Ticket, State>::iterator it) {
+        const Ticket ticket = it->first;
         const State s = it->second;
         tickets_.erase(it);
+        if (s.lost) {
+            const Error lost = fn_.LostError();
+            throw Error(ErrorKind::DeviceLost, "DMA copy " + std::to_string(ticket) + ": " + lost.message(),
+                        lost.context());
+        }
         if (s.error) {
             errno = s.error;
             throw SystemError("DMA copy failed after " + std::to_string(s.bytes) + " bytes", {.device = device()});
@@ -396,9 +408,11 @@ DmaQueue::Ticket DmaQueue::HostToDevice(const void* host, uint64_t device_addr, 
     Backend& b = *backend_;
     CheckRange(b, device_addr, size, "host-to-device");
     if (size <= b.options().inline_threshold) {
+        b.function().CheckAliveThrottled();
         std::memcpy(b.memory() + device_addr, host, size);
         return b.CompletedTicket(size);
     }
+    b.function().CheckAlive();
     const Ticket t = b.NewTicket(Parts(b, size));
     b.Submit(Split(b, true, static_cast<uint8_t*>(const_cast<void*>(host)), b.shm_offset() + device_addr, size, t));
     return t;
@@ -408,9 +422,11 @@ DmaQueue::Ticket DmaQueue::DeviceToHost(void* host, uint64_t device_addr, uint64
     Backend& b = *backend_;
     CheckRange(b, device_addr, size, "device-to-host");
     if (size <= b.options().inline_threshold) {
+        b.function().CheckAliveThrottled();
         std::memcpy(host, b.memory() + device_addr, size);
         return b.CompletedTicket(size);
     }
+    b.function().CheckAlive();
     const Ticket t = b.NewTicket(Parts(b, size));
     b.Submit(Split(b, false, static_cast<uint8_t*>(host), b.shm_offset() + device_addr, size, t));
     return t;
@@ -423,9 +439,14 @@ DmaQueue::Ticket DmaQueue::DeviceToDevice(uint64_t src_addr, uint64_t dst_addr, 
     const bool overlap = src_addr < dst_addr + size && dst_addr < src_addr + size;
     if (overlap || size <= b.options().inline_threshold) {
         // Overlapping ranges need memmove's ordering, which chunks in parallel lack.
+        if (size <= b.options().inline_threshold)
+            b.function().CheckAliveThrottled();
+        else
+            b.function().CheckAlive();
         std::memmove(b.memory() + dst_addr, b.memory() + src_addr, size);
         return b.CompletedTicket(size);
     }
+    b.function().CheckAlive();
     // The source is the mapping itself: a write from it into the object.
     const Ticket t = b.NewTicket(Parts(b, size));
     b.Submit(Split(b, true, b.memory() + src_addr, b.shm_offset() + dst_addr, size, t));

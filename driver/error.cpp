@@ -24,6 +24,7 @@ const char* ToString(ErrorKind kind) noexcept {
     case ErrorKind::IoError: return "I/O error";
     case ErrorKind::ProtocolError: return "protocol error";
     case ErrorKind::Internal: return "internal error";
+    case ErrorKind::WrongDevice: return "wrong device";
     }
     return "error";
 }

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <signal.h>
 #include <thread>
+#include <time.h>
 #include <utility>
 
 #include "device_checks.hpp"
@@ -83,19 +84,21 @@ Function Function::Open(const FunctionInfo& info) {
     f.bar4_ = f.MapRegion(SPYRE_REGION_BAR4);
     if (f.bar0_.size() < SPYRE_REG_FILE_SIZE || f.bar4_.size() < sizeof(spyre_doorbell_page))
         throw Error(ErrorKind::ProtocolError, "BAR0 or BAR4 mapping is smaller than the contract requires", ctx);
-    uint32_t magic = f.Read32(SPYRE_REG_MAGIC);
-    if (magic != SPYRE_MAGIC)
+    // Plain loads: the liveness checks of Read32 need the doorbell page first.
+    if (f.Load32(SPYRE_REG_MAGIC) != SPYRE_MAGIC)
         throw Error(ErrorKind::ProtocolError, "bad magic in MAGIC register",
                     ErrorContext{.device = info.pci_address, .reg = "MAGIC", .offset = SPYRE_REG_MAGIC});
-    // Probe() reads the doorbell page through the mapping: it must lie inside it.
-    checks::CheckDoorbellOffset(f.Read32(SPYRE_REG_DB_OFFSET), f.bar4_.size(), ctx);
+    // The doorbell page must lie inside the mapping; the offset is kept, not re-read.
+    f.db_offset_ = f.Load32(SPYRE_REG_DB_OFFSET);
+    checks::CheckDoorbellOffset(f.db_offset_, f.bar4_.size(), ctx);
     f.pidfd_ = PidfdOpen(f.dev_info_.daemon_pid);  // -1 if the daemon is in another pid namespace
     return f;
 }
 
 Function::Function(Function&& o) noexcept
     : info_(std::move(o.info_)), dev_info_(o.dev_info_), fd_(std::exchange(o.fd_, -1)),
-      pidfd_(std::exchange(o.pidfd_, -1)), lost_(o.lost_), bar0_(std::move(o.bar0_)), bar4_(std::move(o.bar4_)) {}
+      pidfd_(std::exchange(o.pidfd_, -1)), lost_(o.lost_), next_probe_ns_(o.next_probe_ns_), db_offset_(o.db_offset_),
+      bar0_(std::move(o.bar0_)), bar4_(std::move(o.bar4_)) {}
 
 Function& Function::operator=(Function&& o) noexcept {
     if (this != &o) {
@@ -105,6 +108,8 @@ Function& Function::operator=(Function&& o) noexcept {
         fd_ = std::exchange(o.fd_, -1);
         pidfd_ = std::exchange(o.pidfd_, -1);
         lost_ = o.lost_;
+        next_probe_ns_ = o.next_probe_ns_;
+        db_offset_ = o.db_offset_;
         bar0_ = std::move(o.bar0_);
         bar4_ = std::move(o.bar4_);
     }
@@ -160,19 +165,26 @@ void CheckRegisterOffset(const FunctionInfo& info, uint32_t offset, uint32_t wid
 }
 }  // namespace
 
+uint32_t Function::Load32(uint32_t offset) const noexcept {
+    return std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(bar0_.data() + offset)).load(std::memory_order_acquire);
+}
+
 uint32_t Function::Read32(uint32_t offset) const {
     CheckRegisterOffset(info_, offset, 4);
-    return std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(bar0_.data() + offset)).load(std::memory_order_acquire);
+    CheckAliveThrottled();
+    return Load32(offset);
 }
 
 uint64_t Function::Read64(uint32_t offset) const {
     CheckRegisterOffset(info_, offset, 8);
+    CheckAliveThrottled();
     return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(bar0_.data() + offset)).load(std::memory_order_acquire);
 }
 
 void Function::Write32(uint32_t offset, uint32_t value) {
     CheckRegisterOffset(info_, offset, 4);
     if (HasSideEffects(offset)) return WriteTrapped32(offset, value);
+    CheckAliveThrottled();
     std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(bar0_.data() + offset)).store(value, std::memory_order_release);
 }
 
@@ -261,12 +273,13 @@ bool Function::Alive() const {
     return alive;
 }
 
+uint32_t Function::DeviceState() const noexcept {
+    auto* db = reinterpret_cast<spyre_doorbell_page*>(bar4_.data() + db_offset_);
+    return std::atomic_ref<uint32_t>(db->device_state).load(std::memory_order_acquire);
+}
+
 bool Function::Probe() const {
-    // DB_OFFSET is a device register: check it again, a device may change it after Open.
-    const uint32_t db_offset = Read32(SPYRE_REG_DB_OFFSET);
-    if (!checks::DoorbellOffsetOk(db_offset, bar4_.size())) return false;
-    auto* db = reinterpret_cast<spyre_doorbell_page*>(bar4_.data() + db_offset);
-    if (std::atomic_ref<uint32_t>(db->device_state).load(std::memory_order_acquire) != SPYRE_DEVSTATE_ALIVE) return false;
+    if (DeviceState() != SPYRE_DEVSTATE_ALIVE) return false;
     if (pidfd_ >= 0) {
         pollfd p{pidfd_, POLLIN, 0};
         return ::poll(&p, 1, 0) == 0;
@@ -275,11 +288,30 @@ bool Function::Probe() const {
 }
 
 void Function::CheckAlive() const {
-    if (Alive()) return;
-    throw Error(ErrorKind::DeviceLost,
-                "the device model serving this function is gone (spyre-mockdev pid " +
-                    std::to_string(dev_info_.daemon_pid) + " exited or shut down)",
-                ErrorContext{.device = info_.pci_address});
+    if (!Alive()) throw LostError();
+}
+
+void Function::CheckAliveThrottled() const {
+    if (lost() || DeviceState() != SPYRE_DEVSTATE_ALIVE) throw LostError();
+    // The coarse clock is a vDSO read of a few ns; a pidfd poll is a system call.
+    timespec ts;
+    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    const int64_t now = int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+    std::atomic_ref<int64_t> next(next_probe_ns_);
+    int64_t due = next.load(std::memory_order_relaxed);
+    if (now < due) return;
+    // One thread probes per period; the others go on.
+    if (!next.compare_exchange_strong(due, now + std::chrono::nanoseconds(kProbePeriod).count(),
+                                      std::memory_order_relaxed))
+        return;
+    CheckAlive();
+}
+
+Error Function::LostError() const {
+    return Error(ErrorKind::DeviceLost,
+                 "the device model serving this function is gone (spyre-mockdev pid " +
+                     std::to_string(dev_info_.daemon_pid) + " exited or shut down)",
+                 ErrorContext{.device = info_.pci_address});
 }
 
 }  // namespace spyre::driver

@@ -20,7 +20,22 @@ std::string Bytes(uint64_t n) {
 
 }  // namespace
 
-// ---- DeviceHandle ---------------------------------------------------------
+// ---- DeviceId, DeviceHandle -----------------------------------------------
+
+std::string DeviceId::ToString() const {
+    // spyre_pci.h: card c is bus FIRST_BUS + c; the PF is devfn 0, VF i
+    // sits at FIRST_VF_OFFSET + (i - 1) * VF_STRIDE.
+    const unsigned devfn = function == 0 ? 0u : SPYRE_SRIOV_FIRST_VF_OFFSET + (function - 1u) * SPYRE_SRIOV_VF_STRIDE;
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%u", SPYRE_PCI_DOMAIN, SPYRE_PCI_FIRST_BUS + card, devfn >> 3,
+                  devfn & 7);
+    return buf;
+}
+
+void ThrowWrongDevice(const DeviceId& owner, const DeviceId& expected, const std::string& what, const char* user) {
+    throw Error(ErrorKind::WrongDevice,
+                what + " belongs to " + owner.ToString() + ", " + user + " to " + expected.ToString());
+}
 
 const PFDeviceHandle& DeviceHandle::pf() const {
     if (!is_pf()) throw Error(ErrorKind::InvalidArgument, "handle " + ToString() + " is not a PF handle");
@@ -45,8 +60,10 @@ DeviceHandle DeviceHandle::Offset(uint64_t bytes, uint64_t size, const DeviceAll
     const uint64_t start = is_pf() ? within.handle.pf().physical_address : within.handle.vf().vf_offset;
     if (here < start || bytes > within.size || size > within.size - bytes || here - start > within.size - bytes - size)
         throw fail("runs outside");
-    if (is_pf()) return PFDeviceHandle{here + bytes};
-    return VFDeviceHandle{vf().region_id, here + bytes};
+    DeviceHandle moved = is_pf() ? DeviceHandle(PFDeviceHandle{here + bytes})
+                                 : DeviceHandle(VFDeviceHandle{vf().region_id, here + bytes});
+    moved.device_ = device_;  // same allocation, same device
+    return moved;
 }
 
 std::string DeviceHandle::ToString() const {
@@ -61,7 +78,10 @@ std::string DeviceHandle::ToString() const {
 // ---- Reservation ------------------------------------------------------------
 
 SpyreAllocator::SpyreAllocator(driver::Function& function, AllocatorOptions options)
-    : fn_(function), options_(std::move(options)) {
+    : fn_(function),
+      options_(std::move(options)),
+      device_{function.device_info().card_index, function.device_info().function_index},
+      mem_base_(function.Read64(SPYRE_REG_MEM_BASE)) {
     try {
         options_.mode == AllocatorMode::PF ? ReservePf() : ReserveVf();
     } catch (...) {
@@ -114,31 +134,45 @@ void SpyreAllocator::ReserveVf() {
         throw Error(ErrorKind::InvalidArgument, "VF mode needs 1 to " + std::to_string(max_regions) +
                                                     " regions (the device's region table), not " +
                                                     std::to_string(options_.vf_regions));
-    if (options_.vf_region_sizes.empty())
-        throw Error(ErrorKind::InvalidArgument, "VF mode needs at least one region size");
     const uint64_t grantable = fn_.Read64(SPYRE_REG_REGION_GRANTABLE);
-    for (size_t i = 0; i < options_.vf_region_sizes.size(); ++i) {
-        const uint64_t size = options_.vf_region_sizes[i];
+    const uint64_t largest = fn_.Read64(SPYRE_REG_REGION_LARGEST);
+    std::vector<uint64_t> sizes = options_.vf_region_sizes;
+    const bool adapt = sizes.empty();
+    if (adapt) {
+        // The default: large regions where the VF has the memory for them,
+        // else one region of all it can grant (the largest block possible).
+        sizes = {12 * kGiB, 8 * kGiB, 4 * kGiB};
+        sizes.push_back(std::max<uint64_t>(largest / SPYRE_REGION_ALIGN * SPYRE_REGION_ALIGN, SPYRE_REGION_ALIGN));
+    }
+    for (const uint64_t size : sizes)
         if (size == 0 || size % SPYRE_REGION_ALIGN != 0 || (size >> 20) > UINT32_MAX)
             throw Error(ErrorKind::InvalidArgument, "VF region size " + std::to_string(size) +
                                                         " is not a positive multiple of 2 MiB");
-        const bool last = i + 1 == options_.vf_region_sizes.size();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+        const uint64_t size = sizes[i];
+        const bool last = i + 1 == sizes.size();
         while (regions_.size() < options_.vf_regions && GrantRegion(size) >= 0) {
         }
         if (regions_.size() == options_.vf_regions || (last && !regions_.empty())) {
             reservation_ = "VF: " + std::to_string(regions_.size()) + " x " + Bytes(size);
-            if (i > 0 || regions_.size() < options_.vf_regions) {
-                reservation_ += " (fell back: " + std::to_string(options_.vf_regions) + " x " +
-                                Bytes(options_.vf_region_sizes[0]) + " do not fit the " + Bytes(grantable) +
-                                " the device grants this VF)";
+            if (adapt && size < sizes[0])
+                reservation_ += " (sized to the " + Bytes(grantable) + " the device grants this VF)";
+            else if (i > 0 || regions_.size() < options_.vf_regions) {
+                reservation_ += " (fell back: " + std::to_string(options_.vf_regions) + " x " + Bytes(sizes[0]) +
+                                " do not fit the " + Bytes(grantable) + " the device grants this VF)";
                 std::fprintf(stderr, "spyre: %s: %s\n", fn_.pci_address().c_str(), reservation_.c_str());
             }
             return;
         }
         ReleaseRegions();  // not all of this size: try the next size from scratch
     }
-    throw Error(ErrorKind::OutOfMemory, "the device grants no region of " + Bytes(options_.vf_region_sizes.back()) +
-                                            " (it grants " + Bytes(grantable) + " in all)",
+    std::string asked;
+    for (const uint64_t size : sizes)
+        asked += (asked.empty() ? "" : ", then ") + std::to_string(options_.vf_regions) + " x " + Bytes(size);
+    throw Error(ErrorKind::OutOfMemory,
+                "VF pool of " + asked + " asked for, but the device grants this VF " + Bytes(grantable) +
+                    " in all (largest region " + Bytes(largest) + ", function memory " +
+                    Bytes(fn_.device_info().mem_size) + ")",
                 ErrorContext{.device = fn_.pci_address(), .reg = "REGION_GRANTABLE"});
 }
 
@@ -156,11 +190,13 @@ void SpyreAllocator::RemoveFree(uint32_t region, uint64_t offset, uint64_t size)
 
 DeviceHandle SpyreAllocator::MakeHandle(uint32_t region, uint64_t offset) const {
     const Region& r = regions_[region];
-    if (options_.mode == AllocatorMode::PF) return PFDeviceHandle{fn_.Read64(SPYRE_REG_MEM_BASE) + r.device_base + offset};
-    return VFDeviceHandle{r.device_index, offset};
+    if (options_.mode == AllocatorMode::PF)
+        return DeviceHandle(PFDeviceHandle{mem_base_ + r.device_base + offset}, device_);
+    return DeviceHandle(VFDeviceHandle{r.device_index, offset}, device_);
 }
 
 std::pair<uint32_t, uint64_t> SpyreAllocator::Locate(const DeviceHandle& handle) const {
+    CheckSameDevice(handle.device(), device_, [&] { return "handle " + handle.ToString(); }, "this allocator");
     if (handle.is_pf() != (options_.mode == AllocatorMode::PF))
         throw Error(ErrorKind::InvalidArgument, "handle " + handle.ToString() + " does not belong to this " +
                                                     (options_.mode == AllocatorMode::PF ? "PF" : "VF") + " allocator",
@@ -170,7 +206,7 @@ std::pair<uint32_t, uint64_t> SpyreAllocator::Locate(const DeviceHandle& handle)
         if (handle.is_vf()) {
             if (r.device_index == handle.vf().region_id && handle.vf().vf_offset < r.size) return {i, handle.vf().vf_offset};
         } else {
-            const uint64_t addr = handle.pf().physical_address - fn_.Read64(SPYRE_REG_MEM_BASE);
+            const uint64_t addr = handle.pf().physical_address - mem_base_;
             if (addr >= r.device_base && addr - r.device_base < r.size) return {i, addr - r.device_base};
         }
     }

@@ -67,7 +67,7 @@ CompilerOutput CompilerOutput::ReadDirectory(const fs::path& dir) {
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) {
         if (ec && ec != std::errc::no_such_file_or_directory) throw FsError("cannot stat", dir, ec);
-        throw Error(fs::exists(dir) ? ErrorKind::InvalidArgument : ErrorKind::NotFound,
+        throw Error(fs::exists(dir, ec) ? ErrorKind::InvalidArgument : ErrorKind::NotFound,
                     "compiler output " + dir.string() + " is not a directory");
     }
     const fs::path manifest_path = dir / plan_format::kManifestFile;
@@ -86,7 +86,7 @@ CompilerOutput CompilerOutput::ReadDirectory(const fs::path& dir) {
         const std::string name = it->path().filename().string();
         if (name == plan_format::kManifestFile) continue;
         // The format has no subdirectories; something else here is not ours to ignore.
-        if (!it->is_regular_file())
+        if (!it->is_regular_file(ec))
             throw Error(ErrorKind::InvalidArgument,
                         "compiler output " + dir.string() + ": " + name + " is not a regular file");
         out.blobs.emplace(name, ReadFile(it->path()));

@@ -2,6 +2,7 @@
 #include "manifest_node.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "spyre/error.hpp"
@@ -10,11 +11,69 @@ namespace spyre::plan_format {
 
 using nlohmann::json;
 
+namespace {
+
+// Where the parser is, as a field path ("tensors[1].shape[0]"), rebuilt
+// from nlohmann's parse events: an error in the middle of a value (a number
+// no double holds, a string that is not UTF-8) can then name its field.
+class ParsePath {
+public:
+    void Event(json::parse_event_t event, const json& parsed) {
+        switch (event) {
+        case json::parse_event_t::object_start: frames_.push_back({false, {}, 0}); break;
+        case json::parse_event_t::array_start: frames_.push_back({true, {}, 0}); break;
+        case json::parse_event_t::key: frames_.back().key = parsed.get_ref<const std::string&>(); break;
+        case json::parse_event_t::object_end:
+        case json::parse_event_t::array_end:
+            frames_.pop_back();
+            ElementDone();
+            break;
+        case json::parse_event_t::value: ElementDone(); break;
+        }
+    }
+    std::string Text() const {
+        std::string path;
+        for (const Frame& f : frames_) {
+            if (f.array)
+                path += "[" + std::to_string(f.index) + "]";
+            else if (!f.key.empty())
+                path += (path.empty() ? "" : ".") + f.key;
+        }
+        return path;
+    }
+    // Inside "operations"[i]: i, for the error's context (as the reader gives it).
+    std::optional<uint64_t> OperationIndex() const {
+        if (frames_.size() >= 2 && !frames_[0].array && frames_[0].key == "operations" && frames_[1].array)
+            return frames_[1].index;
+        return std::nullopt;
+    }
+
+private:
+    struct Frame {
+        bool array;
+        std::string key;  // objects: the key being read
+        size_t index;     // arrays: elements done
+    };
+    void ElementDone() {
+        if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+    }
+    std::vector<Frame> frames_;
+};
+
+}  // namespace
+
 nlohmann::json ParseManifest(const std::string& text, const std::string& file) {
+    ParsePath path;
+    auto fail = [&](const std::string& what) {
+        const std::string p = path.Text();
+        return Error(ErrorKind::InvalidArgument, file + ": " + (p.empty() ? "" : p + ": ") + what,
+                     ErrorContext{.op_index = path.OperationIndex()});
+    };
     // One key set per open object: nlohmann keeps the last of two equal keys,
     // which would let a stray duplicate override a field unnoticed.
     std::vector<std::set<std::string>> open_objects;
-    auto watch_keys = [&](int, json::parse_event_t event, json& parsed) {
+    auto watch = [&](int, json::parse_event_t event, json& parsed) {
+        path.Event(event, parsed);
         if (event == json::parse_event_t::object_start) {
             open_objects.emplace_back();
         } else if (event == json::parse_event_t::object_end) {
@@ -22,15 +81,16 @@ nlohmann::json ParseManifest(const std::string& text, const std::string& file) {
         } else if (event == json::parse_event_t::key) {
             const auto& key = parsed.get_ref<const std::string&>();
             if (!open_objects.back().insert(key).second)
-                throw Error(ErrorKind::InvalidArgument, file + ": duplicate key \"" + key + "\"");
+                throw fail("duplicate key \"" + key + "\"");
         }
         return true;
     };
     try {
-        return json::parse(text, watch_keys);
-    } catch (const json::parse_error& e) {
-        throw Error(ErrorKind::InvalidArgument,
-                    file + ": not valid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+        return json::parse(text, watch);
+    } catch (const json::parse_error& e) {  // syntax, truncation, invalid UTF-8
+        throw fail("not valid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+    } catch (const json::exception& e) {  // out_of_range: a number no double can hold (1e999)
+        throw fail(std::string("not a usable JSON value: ") + e.what());
     }
 }
 

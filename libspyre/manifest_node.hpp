@@ -16,9 +16,11 @@
 
 namespace spyre::plan_format {
 
-// Parses manifest text. Syntax errors (with nlohmann's byte position) and
-// duplicate object keys (which nlohmann would silently collapse) throw
-// Error(InvalidArgument) naming `file`.
+// Parses manifest text. Syntax errors and invalid UTF-8 (with nlohmann's byte
+// position), numbers no double can hold (1e999) and duplicate object keys
+// (which nlohmann would silently collapse) throw Error(InvalidArgument)
+// naming `file` and the field the parser was in; no nlohmann exception
+// gets out.
 nlohmann::json ParseManifest(const std::string& text, const std::string& file);
 
 class Node {

@@ -3,10 +3,12 @@
 // and 001), in PF or VF mode.
 //
 // Both modes first reserve memory regions from the device (the BAR0 region
-// table): PF mode one region as large as the device grants, VF mode a fixed
-// pool of large regions (default 8 x 12 GiB), falling back to smaller regions
-// when the device cannot grant that size. Blocks are then carved from the
-// regions, 128-byte aligned:
+// table): PF mode one region as large as the device grants, VF mode a pool of
+// `vf_regions` large regions. By default the VF pool adapts to the VF's
+// memory: 12 GiB regions, else 8 GiB, else 4 GiB, else one region of all the
+// device can grant the VF (REGION_LARGEST). Explicit sizes are tried in order and never adapted: when none
+// fits, OutOfMemory names the pool asked for and the memory that exists.
+// Blocks are then carved from the regions, 128-byte aligned:
 //
 //   placement  best fit: the smallest free block that holds the request
 //              (lowest region, then lowest address on ties), which keeps
@@ -35,9 +37,11 @@ enum class AllocatorMode { PF, VF };
 
 struct AllocatorOptions {
     AllocatorMode mode = AllocatorMode::PF;
-    // VF mode: how many regions to reserve, and the sizes to try in order.
+    // VF mode: how many regions to reserve, and the sizes to try in order
+    // (the last size may give fewer regions). Empty: the default, which
+    // adapts to the VF's memory (12, 8, 4 GiB, then what the VF has).
     uint32_t vf_regions = 8;
-    std::vector<uint64_t> vf_region_sizes = {12ull << 30, 8ull << 30, 4ull << 30};
+    std::vector<uint64_t> vf_region_sizes = {};
     // PF mode: the most to reserve (0 = all the device grants).
     uint64_t pf_pool_limit = 0;
 };
@@ -72,6 +76,8 @@ public:
     SpyreAllocator& operator=(const SpyreAllocator&) = delete;
 
     AllocatorMode mode() const noexcept { return options_.mode; }
+    // The function this allocator's memory (and every handle it hands out) belongs to.
+    const DeviceId& device() const noexcept { return device_; }
 
     // Throws InvalidArgument for size 0 or a size beyond the pool's capacity,
     // OutOfMemory (naming the request and the largest free block) otherwise.
@@ -119,6 +125,10 @@ private:
 
     driver::Function& fn_;
     const AllocatorOptions options_;
+    const DeviceId device_;
+    // MEM_BASE, read once: a PF handle's physical address is MEM_BASE plus
+    // the function-relative address (fixed while the function is open).
+    const uint64_t mem_base_;
     mutable std::mutex mutex_;
     std::vector<Region> regions_;
     std::set<FreeKey> free_by_size_;

@@ -43,6 +43,9 @@ public:
     Scheduler& scheduler();
     driver::Function& function();
     const std::string& pci_address() const;
+    // Card and function index of the opened function: what its handles,
+    // tensors, plans and events are tagged with.
+    const DeviceId& id() const;
 
     // The default stream (index 0, default priority): an ordinary stream
     // that exists for the device's life. It does not synchronise with other

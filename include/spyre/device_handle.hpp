@@ -7,10 +7,43 @@
 
 #include <compare>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <variant>
 
 namespace spyre {
+
+// The device (function) an object belongs to: the card index and the
+// function index (0 = PF, n = VF n) of the function's device info. Handles,
+// tensors, loaded plans and events carry it; APIs that mix objects refuse a
+// mix of devices with ErrorKind::WrongDevice.
+struct DeviceId {
+    uint16_t card = 0;
+    uint16_t function = 0;
+    // "0000:01:00.2": the PCI address the contract gives this card and
+    // function (spyre_pci.h), for messages.
+    std::string ToString() const;
+    auto operator<=>(const DeviceId&) const = default;
+};
+
+[[noreturn]] void ThrowWrongDevice(const DeviceId& owner, const DeviceId& expected, const std::string& what,
+                                   const char* user);
+
+// Throws Error(WrongDevice, "<what> belongs to <owner>, <user> to
+// <expected>") when `owner` is known and is not `expected`. `what` is a
+// string or a callable returning one, called only on a mismatch: the check
+// sits on enqueue paths, where building a message every time would cost
+// more than the enqueue.
+template <typename What>
+void CheckSameDevice(const std::optional<DeviceId>& owner, const DeviceId& expected, const What& what,
+                     const char* user) {
+    if (!owner || *owner == expected) return;
+    if constexpr (std::is_invocable_v<const What&>)
+        ThrowWrongDevice(*owner, expected, what(), user);
+    else
+        ThrowWrongDevice(*owner, expected, what, user);
+}
 
 struct PFDeviceHandle {
     uint64_t physical_address = 0;
@@ -25,10 +58,18 @@ struct VFDeviceHandle {
 
 struct DeviceAllocation;
 
+// A handle from SpyreAllocator knows its device (device()); one built by
+// hand from a PF/VF handle does not, and is checked only against the
+// allocator it is used with.
 class DeviceHandle {
 public:
     DeviceHandle(PFDeviceHandle pf) noexcept : value_(pf) {}  // NOLINT: implicit by design
     DeviceHandle(VFDeviceHandle vf) noexcept : value_(vf) {}  // NOLINT
+    DeviceHandle(PFDeviceHandle pf, DeviceId device) noexcept : value_(pf), device_(device) {}
+    DeviceHandle(VFDeviceHandle vf, DeviceId device) noexcept : value_(vf), device_(device) {}
+
+    // The device the handle belongs to, when known.
+    const std::optional<DeviceId>& device() const noexcept { return device_; }
 
     bool is_pf() const noexcept { return std::holds_alternative<PFDeviceHandle>(value_); }
     bool is_vf() const noexcept { return std::holds_alternative<VFDeviceHandle>(value_); }
@@ -36,9 +77,9 @@ public:
     const PFDeviceHandle& pf() const;
     const VFDeviceHandle& vf() const;
 
-    // The handle `bytes` further into the same allocation, for a range of
-    // `size` bytes (tiles). Throws InvalidArgument when [this + bytes,
-    // this + bytes + size) leaves `within`.
+    // The handle `bytes` further into the same allocation (and device), for
+    // a range of `size` bytes (tiles). Throws InvalidArgument when
+    // [this + bytes, this + bytes + size) leaves `within`.
     DeviceHandle Offset(uint64_t bytes, uint64_t size, const DeviceAllocation& within) const;
 
     // "pf:0x1000" or "vf:region 2+0x80", for messages.
@@ -48,6 +89,7 @@ public:
 
 private:
     std::variant<PFDeviceHandle, VFDeviceHandle> value_;
+    std::optional<DeviceId> device_;
 };
 
 // What SpyreAllocator::Allocate returns: where, and how many bytes.

@@ -24,6 +24,7 @@ enum class ErrorKind {
     IoError,           // a system call failed unexpectedly
     ProtocolError,     // the device does not speak this contract (magic, version, geometry)
     Internal,          // a bug in spyre
+    WrongDevice,       // objects of different devices (functions) mixed in one call
 };
 
 const char* ToString(ErrorKind kind) noexcept;

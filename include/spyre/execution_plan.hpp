@@ -63,6 +63,9 @@ public:
     std::vector<InitPacket> init_packets;
     std::string name;
     uint64_t content_hash = 0;  // CompilerOutput::ContentHash of the source, for plan caches
+    // The device the plan was loaded on (LoadExecutionPlan); its operations'
+    // device handles belong there, and launches on other devices are refused.
+    std::optional<DeviceId> device;
 
     // Per operation, its correction metadata or nullptr when it has none.
     // Pointers into `operations`: valid until it is changed.

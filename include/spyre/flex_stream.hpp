@@ -60,6 +60,8 @@ public:
     // Blocks until the last Record has completed. Throws the recording
     // stream's error if the work before the marker failed.
     void Synchronize() const;
+    // The device whose streams may record and wait for it.
+    const DeviceId& device() const;
     // Milliseconds between two completed events, from device timestamps.
     // Throws InvalidArgument if either was never recorded, NotReady if
     // either has not completed.

@@ -76,7 +76,9 @@ struct ControlBlock {
     const void* src = nullptr;    // CopyToDevice source
     void* dst = nullptr;          // CopyFromDevice destination
     uint64_t value = 0;           // SemWrite/SemWait value; EventRecord/EventWait sequence
-    std::shared_ptr<const void> keep_alive;  // owns `src` when the stream made a private copy
+    // Owns `src` or `dst` when the runtime made the host buffer (a private
+    // copy, a staging image): kept until the device is done with it.
+    std::shared_ptr<const void> keep_alive;
     std::shared_ptr<EventState> event;
     std::function<void()> callback;
 };

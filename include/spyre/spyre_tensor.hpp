@@ -46,6 +46,9 @@ public:
     const std::vector<int64_t>& stride() const noexcept { return stride_; }  // bytes per step along each dim
     DType data_type() const noexcept { return dtype_; }
     const DeviceHandle& device_handle() const noexcept { return handle_; }
+    // The device the tensor's memory belongs to (unknown for a tensor
+    // wrapping a handle built by hand).
+    const std::optional<DeviceId>& device() const noexcept { return handle_.device(); }
     uint64_t size_bytes() const noexcept { return size_bytes_; }
     TensorLayout layout() const noexcept { return layout_; }
     // Strides in elements (what programs use).

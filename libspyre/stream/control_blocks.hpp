@@ -14,8 +14,10 @@
 namespace spyre::detail {
 
 // The function-relative address of [handle, handle + size), checked against
-// the allocation it lies in.
+// the stream's device and the allocation it lies in.
 inline uint64_t Address(DeviceCore& core, const DeviceHandle& handle, uint64_t size, const char* what) {
+    CheckSameDevice(handle.device(), core.id(), [&] { return std::string(what) + ": handle " + handle.ToString(); },
+                    "stream");
     if (size == 0) throw Error(ErrorKind::InvalidArgument, std::string(what) + " of 0 bytes");
     return core.allocator->DeviceAddress(handle, size);
 }

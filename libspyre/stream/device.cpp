@@ -119,6 +119,7 @@ DMAEngine& Device::dma() { return *core_->dma; }
 Scheduler& Device::scheduler() { return *core_->scheduler; }
 driver::Function& Device::function() { return *core_->function; }
 const std::string& Device::pci_address() const { return core_->function->pci_address(); }
+const DeviceId& Device::id() const { return core_->id(); }
 FlexStream& Device::default_stream() { return *default_stream_; }
 
 FlexStream Device::CreateStream(StreamOptions options) {

@@ -22,6 +22,7 @@
 #include "spyre/driver/dma_queue.hpp"
 #include "spyre/driver/function.hpp"
 #include "spyre/scheduler.hpp"
+#include "spyre/spyre_tensor.hpp"
 
 namespace spyre {
 
@@ -86,6 +87,9 @@ public:
     std::optional<DMAEngine> dma;
     std::unique_ptr<Scheduler> scheduler;
 
+    // The function's card and function index (objects of this device carry it).
+    const DeviceId& id() const { return allocator->device(); }
+
     // Loaded ExecutionPlans by content hash (LoadExecutionPlan).
     std::mutex plans_mu;
     std::map<uint64_t, std::weak_ptr<const ExecutionPlan>> plans;
@@ -109,5 +113,32 @@ public:
     // (cleanup callbacks, which run in stream order) it frees at once.
     void FreeAfterQueuedWork(std::span<const DeviceAllocation> blocks) noexcept;
 };
+
+// Device identity checks of the calls that mix objects: they throw
+// WrongDevice "<what>: <object> belongs to <its device>, <user> to <device>".
+namespace detail {
+
+// Every handle an Operation holds (its binaries, correction table,
+// preprocessing targets) must be on `device`: launched elsewhere, a plan
+// loaded on one function would write into another's memory.
+inline void CheckOperationDevice(const Operation& op, const DeviceId& device, const char* what, const char* user) {
+    auto who = [&] { return std::string(what) + ": operation" + (op.name.empty() ? "" : " '" + op.name + "'"); };
+    auto check = [&](const DeviceHandle& h) { CheckSameDevice(h.device(), device, who, user); };
+    if (op.compute() && op.compute()->device_handle) check(*op.compute()->device_handle);
+    if (op.correction && op.correction->binary_handle) check(*op.correction->binary_handle);
+    if (op.correction && op.correction->input_handle) check(*op.correction->input_handle);
+    for (const DeviceHandle& h : op.device_handles) check(h);
+    for (const PreProcessCompute& step : op.preprocess())
+        std::visit([&](const auto& s) { check(s.device_handle); }, step.step());
+}
+
+inline void CheckTensorDevices(std::span<const SpyreTensor> tensors, const DeviceId& device, const char* what,
+                               const char* user) {
+    for (size_t i = 0; i < tensors.size(); ++i)
+        CheckSameDevice(tensors[i].device(), device, [&] { return std::string(what) + ": tensor " + std::to_string(i); },
+                        user);
+}
+
+}  // namespace detail
 
 }  // namespace spyre

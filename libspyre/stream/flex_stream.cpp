@@ -90,8 +90,7 @@ void FlexStream::AddCallback(std::function<void()> callback) {
 
 void FlexStream::Wait(const Event& event) {
     EventState& ev = *event.state_;
-    if (ev.core != core_)
-        throw Error(ErrorKind::InvalidArgument, "Wait on an event of another device", ErrorContext{.stream = state_->index});
+    CheckSameDevice(ev.core->id(), core_->id(), "FlexStream::Wait: event", "stream");
     const uint64_t target = ev.recorded.load(std::memory_order_acquire);
     if (target == 0) return;  // never recorded: nothing to wait for (CUDA does the same)
     ControlBlock cb;
@@ -151,9 +150,7 @@ Event& Event::operator=(Event&&) noexcept = default;
 Event::~Event() = default;
 
 void Event::Record(FlexStream& stream) {
-    if (stream.core_ != state_->core)
-        throw Error(ErrorKind::InvalidArgument, "Record of an event on a stream of another device",
-                    ErrorContext{.stream = stream.stream_index()});
+    CheckSameDevice(state_->core->id(), stream.core_->id(), "Event::Record: event", "stream");
     ControlBlock cb;
     cb.kind = Kind::EventRecord;
     cb.event = state_;
@@ -164,6 +161,8 @@ void Event::Record(FlexStream& stream) {
     stream.Enqueue(std::move(cb));
     state_->recorded.store(seq, std::memory_order_release);
 }
+
+const DeviceId& Event::device() const { return state_->core->id(); }
 
 bool Event::Query() const {
     return state_->completed.load(std::memory_order_acquire) >= state_->recorded.load(std::memory_order_acquire);

@@ -73,6 +73,7 @@ std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, cons
     }
     // Parse and validate before any device memory is taken.
     auto plan = std::make_shared<ExecutionPlan>(compiler_output);
+    plan->device = core->id();
     // Work the caller queued before the load is the caller's: a fault there
     // is thrown as it is and stays sticky (only a fault of the load's own
     // steps is cleared below, as the plan is discarded with it).

@@ -30,6 +30,7 @@ Program::Program(Device& device) : device_(&device), stream_(device) {}
 Program::Program(Device& device, std::shared_ptr<const ExecutionPlan> plan)
     : device_(&device), plan_(std::move(plan)), stream_(device) {
     if (!plan_) throw Error(ErrorKind::InvalidArgument, "Program from a null plan");
+    CheckSameDevice(plan_->device, device.id(), [&] { return "Program: plan '" + plan_->name + "'"; }, "device");
     for (const Operation& op : plan_->operations) instructions_.emplace_back(op);
 }
 
@@ -42,6 +43,7 @@ Program::~Program() {
 }
 
 void Program::AddInstruction(Instruction instruction) {
+    detail::CheckOperationDevice(instruction.operation(), device_->id(), "Program::AddInstruction", "program");
     const auto& compute = instruction.operation().compute();
     if (compute && !compute->device_handle) {
         if (compute->binary.empty())
@@ -119,6 +121,7 @@ std::vector<SpyreTensor> Program::Bind(const Operation& op, std::span<const Spyr
 }
 
 void Program::Launch(std::span<const SpyreTensor> tensors) {
+    detail::CheckTensorDevices(tensors, device_->id(), "Program::Launch", "program");
     CheckTensorCount(instructions_, tensors.size(), "Launch");
     std::vector<std::vector<SpyreTensor>> bound;
     for (const Instruction& ins : instructions_) {
@@ -161,6 +164,7 @@ void Program::Launch(std::span<const SpyreTensor> tensors) {
 }
 
 void Program::LaunchTiled(std::span<const SpyreTensor> tensors) {
+    detail::CheckTensorDevices(tensors, device_->id(), "Program::LaunchTiled", "program");
     CheckTensorCount(instructions_, tensors.size(), "LaunchTiled");
     std::vector<std::vector<SpyreTensor>> bound;
     for (const Instruction& ins : instructions_) bound.push_back(Bind(ins.operation(), tensors));

@@ -399,7 +399,7 @@ bool Scheduler::Impl::PollDma() {
         if (failure) Fault(s, r.seq, *failure);
         s.host_busy = false;
         Complete(s, r.seq);
-        dma_records_[i] = dma_records_.back();
+        dma_records_[i] = std::move(dma_records_.back());  // lets go of its keep_alive
         dma_records_.pop_back();
         any = true;
     }
@@ -485,7 +485,7 @@ bool Scheduler::Impl::IssueHostWork() {
             continue;
         }
         // A DMA copy: it runs beside the ring, which may be busy with other streams.
-        DmaRecord rec{&s, seq, 0, cb.kind, cb.device_addr};
+        DmaRecord rec{&s, seq, 0, cb.kind, cb.device_addr, std::move(cb.keep_alive)};
         try {
             rec.ticket = cb.kind == Kind::CopyToDevice ? core_.dma_queue->HostToDevice(cb.src, cb.device_addr, cb.size)
                                                        : core_.dma_queue->DeviceToHost(cb.dst, cb.device_addr, cb.size);
@@ -494,7 +494,11 @@ bool Scheduler::Impl::IssueHostWork() {
             ++s.next_seq;
             Fault(s, seq, Error(e.kind(), "stream " + std::to_string(s.index) + " op #" + std::to_string(seq) + ": " +
                                               ToString(rec.kind) + " failed: " + e.message(),
-                                ErrorContext{.address = rec.device_addr, .stream = s.index, .op_index = seq}));
+                                ErrorContext{.device = core_.function->pci_address(),
+                                             .address = rec.device_addr,
+                                             .stream = s.index,
+                                             .op_index = seq,
+                                             .sys_errno = e.context().sys_errno}));
             Complete(s, seq);
             any = true;
             continue;
@@ -502,7 +506,7 @@ bool Scheduler::Impl::IssueHostWork() {
         s.local.pop_front();
         ++s.next_seq;
         s.host_busy = true;
-        dma_records_.push_back(rec);
+        dma_records_.push_back(std::move(rec));
         dma_seen_ = ~0ull;  // the copy may have finished inline: look at once
         {
             std::lock_guard lock(stats_mu_);
@@ -683,7 +687,14 @@ void Scheduler::Impl::FaultAll(const Error& error) {
     }
     ring_records_.clear();
     for (DmaRecord& r : dma_records_) {
-        // The copy itself finishes on the DMA engine; its stream is faulted.
+        // The copy itself still runs on the DMA engine, against host memory
+        // the caller reclaims once the stream completes (and the record's
+        // staging buffer): let it finish first. Copies only move memory, so
+        // this is bounded; the ticket's own error does not matter any more.
+        try {
+            core_.dma_queue->Wait(r.ticket);
+        } catch (const Error&) {
+        }
         Fault(*r.stream, r.seq, lost_err);
         r.stream->host_busy = false;
         Complete(*r.stream, r.seq);

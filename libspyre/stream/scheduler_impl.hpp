@@ -60,6 +60,10 @@ private:
         driver::DmaQueue::Ticket ticket;
         ControlBlock::Kind kind;
         uint64_t device_addr;
+        // The host buffer the runtime made for the copy (a packed staging
+        // image, a program): the DMA engine reads or writes it until the
+        // ticket completes, so it lives exactly as long as the record.
+        std::shared_ptr<const void> keep_alive;
     };
 
     void Run();

@@ -100,6 +100,7 @@ void SpyreStream::Decompose(std::vector<ControlBlock>& group, const Operation& o
 }
 
 void SpyreStream::Launch(const Operation& op, std::span<const DeviceHandle> device_handles) {
+    detail::CheckOperationDevice(op, stream_->core()->id(), "SpyreStream::Launch", "stream");
     // One handle per tensor slot (none for a compute whose addresses are
     // fixed in its binary): a different count is a caller's mistake.
     if (op.compute() && !op.compute()->tensors.empty() && !device_handles.empty() &&
@@ -116,6 +117,8 @@ void SpyreStream::Launch(const Operation& op, std::span<const SpyreTensor> tenso
     // Launch runs the compute as compiled: the tensors must be exactly what
     // it expects (count, dtype, shape, strides), or it would read and write
     // the wrong bytes. Larger tensors go through LaunchTiled.
+    detail::CheckOperationDevice(op, stream_->core()->id(), "SpyreStream::Launch", "stream");
+    detail::CheckTensorDevices(tensors, stream_->core()->id(), "SpyreStream::Launch", "stream");
     if (op.compute() && !op.compute()->tensors.empty()) {
         const auto& specs = op.compute()->tensors;
         if (tensors.size() != specs.size())
@@ -139,6 +142,8 @@ void SpyreStream::Launch(const Operation& op, std::span<const SpyreTensor> tenso
 }
 
 void SpyreStream::LaunchTiled(const Operation& op, std::span<const SpyreTensor> tensors) {
+    detail::CheckOperationDevice(op, stream_->core()->id(), "SpyreStream::LaunchTiled", "stream");
+    detail::CheckTensorDevices(tensors, stream_->core()->id(), "SpyreStream::LaunchTiled", "stream");
     if (!op.compute()) throw Error(ErrorKind::InvalidArgument, OpName(op) + " has no compute to tile");
     const SpyreCompute& compute = *op.compute();
     if (!compute.device_handle)
@@ -224,6 +229,10 @@ void SpyreStream::LaunchTiled(const Operation& op, std::span<const SpyreTensor> 
 
 void LaunchKernel(SpyreStream& stream, const ExecutionPlan& plan, std::span<const SpyreTensor> tensors) {
     const std::string plan_name = plan.name.empty() ? std::string("plan") : "plan '" + plan.name + "'";
+    const DeviceId& device = stream.flex_stream().core()->id();
+    CheckSameDevice(plan.device, device, [&] { return "LaunchKernel: " + plan_name; }, "stream");
+    for (const Operation& op : plan.operations) detail::CheckOperationDevice(op, device, "LaunchKernel", "stream");
+    detail::CheckTensorDevices(tensors, device, "LaunchKernel", "stream");
     if (tensors.size() != plan.tensor_input_metadata.size())
         throw Error(ErrorKind::InvalidArgument, plan_name + " takes " + std::to_string(plan.tensor_input_metadata.size()) +
                                                     " tensors, got " + std::to_string(tensors.size()));

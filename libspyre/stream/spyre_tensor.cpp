@@ -69,8 +69,7 @@ SpyreTensor SpyreTensor::Empty(Device& device, std::vector<int64_t> shape, DType
 SpyreTensor SpyreTensor::FromHost(Device& device, FlexStream& stream, const void* host, std::vector<int64_t> shape,
                                   DType dtype, TensorLayout layout) {
     if (!host) throw Error(ErrorKind::InvalidArgument, "SpyreTensor::FromHost with a null host address");
-    if (stream.core() != device.core())
-        throw Error(ErrorKind::InvalidArgument, "SpyreTensor::FromHost on a stream of another device");
+    CheckSameDevice(stream.core()->id(), device.id(), "SpyreTensor::FromHost: stream", "device");
     SpyreTensor t = Empty(device, std::move(shape), dtype, layout);
     DeviceCore& core = *device.core();
     const size_t row = size_t(t.shape_.back()) * ElementSize(dtype);
@@ -94,6 +93,7 @@ SpyreTensor SpyreTensor::FromHost(Device& device, FlexStream& stream, const void
 void SpyreTensor::CopyToHost(FlexStream& stream, void* host) const {
     if (!host) throw Error(ErrorKind::InvalidArgument, "SpyreTensor::CopyToHost to a null host address");
     DeviceCore& core = *stream.core();
+    CheckSameDevice(device(), core.id(), "SpyreTensor::CopyToHost: tensor", "stream");
     const size_t row = size_t(shape_.back()) * ElementSize(dtype_);
     const size_t pitch = shape_.size() > 1 ? size_t(stride_[shape_.size() - 2]) : row;
     // Only row-major tensors (dense or row-padded) convert here.
@@ -110,6 +110,7 @@ void SpyreTensor::CopyToHost(FlexStream& stream, void* host) const {
     } else {
         auto staged = std::make_shared<std::vector<uint8_t>>(size_bytes_);
         group.push_back(detail::CopyFromDevice(core, staged->data(), handle_, size_bytes_));
+        group.back().keep_alive = staged;  // the DMA engine writes it until the copy completes
         const size_t rows = size_t(numel() / shape_.back());
         group.push_back(detail::Callback([staged, host, rows, row, pitch] {
             CopyRows(staged->data(), pitch, static_cast<uint8_t*>(host), row, rows, row);

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "mock_fixture.hpp"
+#include "spyre/device.hpp"
 
 using namespace spyre;
 using namespace spyre::driver;
@@ -90,6 +91,73 @@ TEST_F(MockDeviceTest, VfModeRespectsTheRegionTableLimit) {
     EXPECT_SPYRE_ERROR(SpyreAllocator(fn, SmallVf(17)), InvalidArgument, "1 to 16 regions");
     EXPECT_SPYRE_ERROR(SpyreAllocator(fn, {.mode = AllocatorMode::VF, .vf_region_sizes = {3 * kMiB}}),
                        InvalidArgument, "multiple of 2 MiB");
+}
+
+// A card far smaller than the default VF pool (8 x 12 GiB, falling back to
+// 8 and 4 GiB regions): 256 MiB in three slices gives each VF under 100 MiB.
+class SmallCardTest : public MockDeviceTest {
+protected:
+    driver::MockOptions Options() const override { return {.cards = 1, .vfs = 2, .mem = "256M"}; }
+    void SetUp() override {
+        MockDeviceTest::SetUp();
+        if (IsSkipped() || HasFatalFailure()) return;
+        ::setenv("SPYRE_DEV_ROOT", daemon().mount().c_str(), 1);
+        ::unsetenv("FLEX_DEVICE");
+        ::unsetenv("SPYRE_DEVICES");
+        Function fn = Function::Open(Vf(1));
+        mem_size_ = fn.device_info().mem_size;
+        grantable_ = fn.Read64(SPYRE_REG_REGION_GRANTABLE);
+    }
+    uint64_t mem_size_ = 0, grantable_ = 0;
+};
+
+TEST_F(SmallCardTest, DefaultOptionsOpenAVfSmallerThanTheDefaultPool) {
+    ASSERT_LT(grantable_, 4 * kGiB);
+    ASSERT_GE(grantable_, 64 * kMiB);
+    Device dev = Device::Open({.function = Vf(1).pci_address});
+    const AllocatorStats s = dev.allocator().Stats();
+    EXPECT_EQ(s.capacity, grantable_) << s.reservation;  // all of it, in one region
+    EXPECT_LE(s.capacity, mem_size_) << s.reservation;
+    EXPECT_NE(s.reservation.find("sized to the " + std::to_string(grantable_ >> 20) + " MiB"), std::string::npos)
+        << s.reservation;
+    // The pool is usable: half of it in one block, copied there and back.
+    const uint64_t size = s.capacity / 2 / 4096 * 4096;
+    DeviceAllocation block = dev.allocator().Allocate(size);
+    std::vector<uint8_t> in(size), out(size, 0);
+    std::mt19937_64 rng(13);
+    for (auto& b : in) b = uint8_t(rng());
+    dev.default_stream().CopyToDevice(in.data(), block.handle, size);
+    dev.default_stream().CopyFromDevice(out.data(), block.handle, size);
+    dev.default_stream().Synchronize();
+    EXPECT_TRUE(in == out);
+    dev.allocator().Free(block.handle);
+}
+
+TEST_F(SmallCardTest, ADefaultVfAllocatorUsesTheVfsMemory) {
+    Function fn = Function::Open(Vf(2));
+    SpyreAllocator alloc(fn, {.mode = AllocatorMode::VF});
+    const AllocatorStats s = alloc.Stats();
+    EXPECT_EQ(s.capacity, grantable_) << s.reservation;
+    EXPECT_EQ(alloc.Allocate(grantable_).size, grantable_);  // the whole VF in one block
+}
+
+TEST_F(SmallCardTest, AnImpossibleExplicitPoolSaysWhatWasAskedAndWhatExists) {
+    DeviceOptions options{.function = Vf(1).pci_address};
+    options.allocator.vf_regions = 2;
+    options.allocator.vf_region_sizes = {1 * kGiB};
+    const std::string exists = std::to_string(grantable_ >> 20) + " MiB";
+    try {
+        Device dev = Device::Open(options);
+        FAIL() << "a pool of 2 x 1 GiB on a VF of " << exists;
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory) << e.what();
+        EXPECT_NE(std::string(e.what()).find("2 x 1 GiB"), std::string::npos) << e.what();  // asked
+        EXPECT_NE(std::string(e.what()).find(exists), std::string::npos) << e.what();       // exists
+    }
+    // An explicit size that fits is honoured as asked.
+    options.allocator.vf_region_sizes = {16 * kMiB};
+    Device dev = Device::Open(options);
+    EXPECT_EQ(dev.allocator().Stats().reservation, "VF: 2 x 16 MiB");
 }
 
 TEST_F(MockDeviceTest, ExhaustionAndBadRequestsAreTypedErrors) {

@@ -3,7 +3,9 @@
 // in PF and VF mode, with io_uring and with the fallback; concurrency; bounds;
 // VF isolation.
 #include <condition_variable>
+#include <csignal>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <set>
@@ -171,6 +173,40 @@ TEST_P(DmaTest, OutOfBoundsCopiesAreRejectedBeforeSubmission) {
     EXPECT_SPYRE_ERROR(queue_->DeviceToHost(buf.data(), ~0ull - 4, 8), InvalidArgument, "leaves the function's");
 }
 
+// After the daemon is killed the function's shared memory lingers, orphaned:
+// every copy must fail with DeviceLost (naming the function) instead of
+// "succeeding" into it. The watchdog fails the binary if a copy hangs.
+TEST_P(DmaTest, CopiesFailWithDeviceLostOnceTheDaemonIsKilled) {
+    constexpr uint64_t kSize = 64 * kMiB;
+    auto block = alloc_->Allocate(kSize);
+    auto other = alloc_->Allocate(kSize);
+    auto small = alloc_->Allocate(4096);
+    std::vector<uint8_t> data = RandomBytes(kSize, 6);
+    dma_->Wait(dma_->CopyToDevice(data.data(), block.handle, kSize));  // alive: fine
+
+    daemon().Signal(SIGKILL);
+    ASSERT_TRUE(spyre::test::WaitForExit(daemon().pid())) << "the daemon outlived SIGKILL";
+    spyre::test::Watchdog watchdog(std::chrono::seconds(60), "copies on a dead device");
+    const std::string address = fn_->pci_address();
+    auto expect_lost = [&](const char* what, const std::function<void()>& copy) {
+        SCOPED_TRACE(what);
+        try {
+            copy();
+            ADD_FAILURE() << what << " succeeded on a dead device";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::DeviceLost) << e.what();
+            EXPECT_NE(std::string(e.what()).find(address), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("gone"), std::string::npos) << e.what();
+        }
+    };
+    expect_lost("64 MiB CopyToDevice", [&] { dma_->Wait(dma_->CopyToDevice(data.data(), block.handle, kSize)); });
+    expect_lost("64 MiB CopyFromDevice", [&] { dma_->Wait(dma_->CopyFromDevice(data.data(), block.handle, kSize)); });
+    expect_lost("64 MiB CopyOnDevice", [&] { dma_->Wait(dma_->CopyOnDevice(block.handle, other.handle, kSize)); });
+    expect_lost("4 KiB inline CopyToDevice", [&] { dma_->Wait(dma_->CopyToDevice(data.data(), small.handle, 4096)); });
+    expect_lost("4 KiB inline CopyFromDevice", [&] { dma_->Wait(dma_->CopyFromDevice(data.data(), small.handle, 4096)); });
+    expect_lost("raw queue HostToDevice", [&] { queue_->Wait(queue_->HostToDevice(data.data(), 0, kSize)); });
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, DmaTest,
                          ::testing::Values(Param{AllocatorMode::PF, DmaBackend::IoUring},
                                            Param{AllocatorMode::PF, DmaBackend::Fallback},
@@ -192,9 +228,13 @@ TEST_F(MockDeviceTest, VfCannotReachAnotherVfThroughDma) {
     std::vector<uint8_t> pattern(4096, 0x5B);
     dma_b.Wait(dma_b.CopyToDevice(pattern.data(), secret.handle, 4096));
 
-    // Same region id and offset mean A's own memory, or nothing: never B's.
+    // B's handle knows it is B's; the same region id and offset built by
+    // hand mean A's own memory, or nothing: never B's.
     std::vector<uint8_t> got(4096, 0);
-    EXPECT_SPYRE_ERROR(dma_a.CopyFromDevice(got.data(), secret.handle, 4096), InvalidArgument, "live allocation");
+    EXPECT_SPYRE_ERROR(dma_a.CopyFromDevice(got.data(), secret.handle, 4096), WrongDevice,
+                       "belongs to " + b.pci_address() + ", this allocator to " + a.pci_address());
+    EXPECT_SPYRE_ERROR(dma_a.CopyFromDevice(got.data(), DeviceHandle(secret.handle.vf()), 4096), InvalidArgument,
+                       "live allocation");
     EXPECT_EQ(qa.memory_size(), a.Read64(SPYRE_REG_MEM_SIZE));
     // B's memory starts MEM_BASE(B) - MEM_BASE(A) past A's: outside A's window.
     const uint64_t distance = b.Read64(SPYRE_REG_MEM_BASE) - a.Read64(SPYRE_REG_MEM_BASE);
@@ -308,4 +348,30 @@ TEST(DmaEnvironment, BadSpyreDmaValueIsRejected) {
     EXPECT_EQ(q.backend(), DmaBackend::Fallback);
     EXPECT_EQ(q.backend_reason(), "SPYRE_DMA=fallback");
     ::unsetenv("SPYRE_DMA");
+}
+
+// The mapped register helpers notice a dead daemon too (within a bounded
+// time: the check is throttled so a register read stays a memory load).
+TEST_F(MockDeviceTest, MappedRegisterAccessFailsWithDeviceLostOnceTheDaemonIsKilled) {
+    Function fn = Function::Open(Vf(1));
+    EXPECT_EQ(fn.Read32(SPYRE_REG_MAGIC), SPYRE_MAGIC);
+    daemon().Signal(SIGKILL);
+    ASSERT_TRUE(spyre::test::WaitForExit(daemon().pid())) << "the daemon outlived SIGKILL";
+    spyre::test::Watchdog watchdog(std::chrono::seconds(60), "register reads on a dead device");
+    for (const char* what : {"Read32", "Read64", "Write32"}) {
+        SCOPED_TRACE(what);
+        try {
+            for (;;) {  // until the helper notices; the watchdog bounds it
+                if (what[0] == 'W')
+                    fn.Write32(SPYRE_REG_SCRATCH, 1);
+                else if (what[4] == '6')
+                    (void)fn.Read64(SPYRE_REG_MEM_SIZE);
+                else
+                    (void)fn.Read32(SPYRE_REG_STATUS);
+            }
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::DeviceLost) << e.what();
+            EXPECT_NE(std::string(e.what()).find(fn.pci_address()), std::string::npos) << e.what();
+        }
+    }
 }

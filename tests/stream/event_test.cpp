@@ -251,7 +251,7 @@ TEST_F(StreamTest, EventOfAnotherDeviceIsRefused) {
     Device d2 = OpenDevice(1);
     FlexStream s1 = d1.CreateStream();
     Event e2(d2);
-    EXPECT_SPYRE_ERROR(e2.Record(s1), InvalidArgument, "another device");
-    EXPECT_SPYRE_ERROR(s1.Wait(e2), InvalidArgument, "another device");
+    EXPECT_SPYRE_ERROR(e2.Record(s1), WrongDevice, "event belongs to " + d2.pci_address() + ", stream to " + d1.pci_address());
+    EXPECT_SPYRE_ERROR(s1.Wait(e2), WrongDevice, "event belongs to " + d2.pci_address() + ", stream to " + d1.pci_address());
     EXPECT_EQ(s1.enqueued(), 0u);
 }

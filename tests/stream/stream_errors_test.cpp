@@ -321,6 +321,39 @@ TEST_F(StreamTest, DeviceLossFailsQueuedWorkAndLaterEnqueues) {
     dev.Synchronize();  // returns: everything completed (failed)
 }
 
+// Large copies go to the DMA engine, beside the ring: with no ring work in
+// flight nothing else would look at the device, so the copy itself must see
+// that the daemon is gone (its shared memory lingers, orphaned) and fail the
+// stream with DeviceLost. Both directions, each on its own stream.
+TEST_F(StreamTest, LargeCopiesOnAKilledDeviceFailWithDeviceLost) {
+    Device dev = OpenDevice(1, {});
+    FlexStream up = dev.CreateStream();
+    FlexStream down = dev.CreateStream();
+    constexpr uint64_t kSize = 64ull << 20;
+    DeviceAllocation a = dev.allocator().Allocate(kSize);
+    std::vector<uint8_t> v(kSize, 0x5A);
+    up.CopyToDevice(v.data(), a.handle, kSize);
+    up.Synchronize();  // alive: fine
+
+    daemon().Signal(SIGKILL);
+    ASSERT_TRUE(WaitForExit(daemon().pid())) << "the daemon outlived SIGKILL";
+    Watchdog watchdog(std::chrono::seconds(60), "FlexStream copies on a dead device");
+    up.CopyToDevice(v.data(), a.handle, kSize);
+    down.CopyFromDevice(v.data(), a.handle, kSize);
+    for (FlexStream* s : {&up, &down}) {
+        try {
+            s->Synchronize();
+            ADD_FAILURE() << "stream " << s->stream_index() << ": a 64 MiB copy succeeded on a dead device";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::DeviceLost) << e.what();
+            EXPECT_NE(std::string(e.what()).find(dev.pci_address()), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find(s == &up ? "CopyToDevice" : "CopyFromDevice"), std::string::npos)
+                << e.what();
+        }
+        EXPECT_EQ(s->Query(), StreamStatus::Faulted);
+    }
+}
+
 TEST_F(StreamTest, DeviceLossWhileIdleIsSeenOnTheNextEnqueue) {
     Device dev = OpenDevice();
     FlexStream s = dev.CreateStream();

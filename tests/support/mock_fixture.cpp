@@ -2,6 +2,8 @@
 #include "mock_fixture.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -82,6 +84,35 @@ int CountShmObjects(const std::string& prefix) {
     for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
         if (e.path().filename().string().rfind(prefix + ".", 0) == 0) ++n;
     return n;
+}
+
+bool WaitForExit(pid_t pid, std::chrono::milliseconds limit) {
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    if (pidfd < 0) return errno == ESRCH;  // already reaped
+    pollfd p{pidfd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(limit.count()));  // readable once the process has exited
+    ::close(pidfd);
+    return ready == 1;
+}
+
+Watchdog::Watchdog(std::chrono::seconds limit, std::string what) {
+    thread_ = std::thread([this, limit, what = std::move(what)] {
+        std::unique_lock lock(mu_);
+        if (cv_.wait_for(lock, limit, [this] { return done_; })) return;
+        std::fprintf(stderr, "watchdog: %s did not finish within %lld s; failing the test binary\n", what.c_str(),
+                     static_cast<long long>(limit.count()));
+        std::fflush(stderr);
+        std::_Exit(1);
+    });
+}
+
+Watchdog::~Watchdog() {
+    {
+        std::lock_guard lock(mu_);
+        done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
 }
 
 }  // namespace spyre::test

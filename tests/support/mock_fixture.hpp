@@ -5,8 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "spyre/spyre.hpp"
 
@@ -75,5 +79,26 @@ bool IsMounted(const std::string& dir);
 
 // Entries of /dev/shm starting with "<prefix>.".
 int CountShmObjects(const std::string& prefix);
+
+// Blocks until process `pid` (a child that is not reaped yet, such as a
+// killed daemon) has exited, for at most `limit`; false if it has not.
+bool WaitForExit(pid_t pid, std::chrono::milliseconds limit = std::chrono::seconds(30));
+
+// Fails the test binary instead of letting it hang: unless the watchdog is
+// destroyed within `limit`, it prints what did not finish and exits the
+// process with status 1 (meson reports the test as failed).
+class Watchdog {
+public:
+    Watchdog(std::chrono::seconds limit, std::string what);
+    ~Watchdog();
+    Watchdog(const Watchdog&) = delete;
+    Watchdog& operator=(const Watchdog&) = delete;
+
+private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool done_ = false;
+    std::thread thread_;
+};
 
 }  // namespace spyre::test

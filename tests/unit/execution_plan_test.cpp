@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -405,6 +406,16 @@ void ReplaceBlobConsistently(CompilerOutput& out, const std::string& blob, std::
     });
 }
 
+// Writes the manifest with the value at `where` replaced by raw JSON text
+// (numbers nlohmann cannot hold, bytes that are not UTF-8).
+auto EditRaw(const json::json_pointer& where, std::string text) {
+    return [where, text](CompilerOutput& out) {
+        Edit(out, [&](json& j) { j[where] = "@RAW@"; });
+        const size_t at = out.manifest.find("\"@RAW@\"");
+        out.manifest.replace(at, 7, text);
+    };
+}
+
 const json::json_pointer kCompute("/operations/0/compute");
 const json::json_pointer kCorrection("/operations/0/correction");
 
@@ -505,6 +516,20 @@ const Malformed kMalformed[] = {
      {"plans/mm/mm.correction.bin", "not a correction program", "operations[0].correction.binary"}},
     {"UnreferencedBlob", [](CompilerOutput& o) { o.blobs["stray.bin"] = {1, 2, 3}; },
      {"plans/mm/stray.bin", "not referenced by plan.json"}},
+    {"NumberOverflowsADouble", EditRaw(json::json_pointer("/tensors/2/bytes"), "1e999"),
+     {"plans/mm/plan.json", "tensors[2].bytes", "1e999"}},
+    {"NegativeNumberOverflowsADouble", EditRaw(json::json_pointer("/version"), "-1e999"),
+     {"plans/mm/plan.json", "version", "-1e999"}},
+    {"NumberOverflowInAnArray", EditRaw(json::json_pointer("/tensors/0/shape/1"), "2.5e400"),
+     {"plans/mm/plan.json", "tensors[0].shape[1]", "2.5e400"}},
+    {"NumberOverflowInAnOperation", EditRaw(json::json_pointer("/operations/0/compute/size"), "1E+999"),
+     {"plans/mm/plan.json", "operations[0].compute.size", "1E+999"}},
+    {"IntegerBeyond64Bits", EditRaw(json::json_pointer("/tensors/2/bytes"), "123456789012345678901234567890"),
+     {"plans/mm/plan.json", "tensors[2].bytes:", "must be an integer"}},
+    {"StringNotUtf8", EditRaw(json::json_pointer("/tensors/1/name"), "\"mm\xff\xfe\""),
+     {"plans/mm/plan.json", "tensors[1].name", "not valid JSON", "UTF-8"}},
+    {"KeyNotUtf8", [](CompilerOutput& o) { o.manifest.insert(1, "\"\xc3\x28\": 1,"); },
+     {"plans/mm/plan.json", "not valid JSON", "UTF-8"}},
     {"InitPacketCrcMismatch",
      [](CompilerOutput& o) {
          o.blobs["init0.bin"] = {9, 9};
@@ -595,4 +620,30 @@ TEST(ExecutionPlanFuzz, FlippedManifestBytesOnlyEverThrowSpyreErrors) {
         out.manifest[rng() % out.manifest.size()] = char(rng());
         TryParse(out);
     }
+}
+
+// Every number of the manifest in turn replaced by one no double can hold:
+// always a spyre::Error naming plan.json and the field, never nlohmann's
+// out_of_range.
+TEST(ExecutionPlanFuzz, OverflowingNumbersAnywhereAreSpyreErrorsNamingTheField) {
+    const CompilerOutput base = BasePlan();
+    const std::string& text = base.manifest;
+    int replaced = 0;
+    for (size_t at = 0; at < text.size(); ++at) {
+        const bool starts_number = (std::isdigit(static_cast<unsigned char>(text[at])) || text[at] == '-') &&
+                                   at > 0 && (text[at - 1] == ' ' || text[at - 1] == '[' || text[at - 1] == '\n');
+        if (!starts_number) continue;
+        size_t end = at + 1;
+        while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+        CompilerOutput out = base;
+        out.manifest.replace(at, end - at, "-1e999");
+        std::string message;
+        ASSERT_EQ(TryParse(out, &message), Outcome::Rejected) << out.manifest;
+        EXPECT_NE(message.find("plans/mm/plan.json: "), std::string::npos) << message;
+        EXPECT_NE(message.find("number overflow"), std::string::npos) << message;
+        // The field: a path segment before the message ("version: ", "tensors[0].shape[1]: ", ...).
+        EXPECT_EQ(message.find("plans/mm/plan.json: not valid JSON"), std::string::npos) << message;
+        ++replaced;
+    }
+    EXPECT_GT(replaced, 20);
 }

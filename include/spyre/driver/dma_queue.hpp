@@ -66,12 +66,20 @@ public:
     // function's memory before anything is submitted (InvalidArgument, with
     // the address), then returns at once. Host buffers must stay valid until
     // the ticket completes. Thread-safe.
+    //
+    // A dead device fails the copy with DeviceLost: its shared memory
+    // outlives the daemon, so nothing else would notice. Copies on the
+    // engine check the daemon (Function::Alive, one pidfd poll) when
+    // submitted and as each chunk finishes; fast-path copies use
+    // Function::CheckAliveThrottled (a memory load, the daemon polled at most
+    // once per millisecond).
     Ticket HostToDevice(const void* host, uint64_t device_addr, uint64_t size);
     Ticket DeviceToHost(void* host, uint64_t device_addr, uint64_t size);
     Ticket DeviceToDevice(uint64_t src_addr, uint64_t dst_addr, uint64_t size);
 
     // Blocks until the copy is complete and its data in place. Throws IoError
-    // (with errno) if a chunk failed, Timeout, DeviceLost.
+    // (with errno) if a chunk failed, Timeout, DeviceLost (the device was
+    // gone when a chunk finished).
     DmaCompletion Wait(Ticket ticket, std::chrono::milliseconds timeout = std::chrono::seconds(60));
     // The completion if the copy is done (forgetting the ticket), else nullopt.
     std::optional<DmaCompletion> Poll(Ticket ticket);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "spyre/driver/discovery.hpp"
+#include "spyre/error.hpp"
 #include "spyre/uapi/spyre.h"
 
 namespace spyre::driver {
@@ -61,6 +63,8 @@ public:
     // Register access. Reads use the mapping; writes to registers with side
     // effects (CONTROL, RESET, ERR_CLEAR, REGION_CMD) are trapped so the device sees them,
     // other writes use the mapping. Offsets are checked against the contract.
+    // Mapped access throws DeviceLost once the device is gone
+    // (CheckAliveThrottled), rather than read a dead daemon's memory.
     uint32_t Read32(uint32_t offset) const;
     uint64_t Read64(uint32_t offset) const;
     void Write32(uint32_t offset, uint32_t value);
@@ -80,10 +84,21 @@ public:
     std::string RegisterDump() const;
 
     // Liveness of the device model: false once the serving daemon exited or
-    // shut the device down. Cheap (no round trip to the daemon).
+    // shut the device down. No round trip to the daemon: the doorbell page's
+    // device_state word and one poll of the daemon's pidfd (a system call).
     bool Alive() const;
-    // Throws DeviceLost naming the function if !Alive().
+    // Throws LostError() if !Alive().
     void CheckAlive() const;
+    // The per-access check of the fast data paths (mapped register access,
+    // inline copies): throws LostError() once the device is known gone or
+    // its device_state word says so, and polls the daemon itself (Alive())
+    // at most once per kProbePeriod, so a mapped access stays a memory
+    // access. A daemon killed without a word (SIGKILL) is noticed within
+    // kProbePeriod (plus the coarse clock's tick) of the next access.
+    void CheckAliveThrottled() const;
+    static constexpr std::chrono::milliseconds kProbePeriod{1};
+    // DeviceLost naming the function and the daemon.
+    Error LostError() const;
     // True once Alive() has seen the device gone; it never comes back.
     bool lost() const noexcept { return std::atomic_ref<bool>(lost_).load(std::memory_order_relaxed); }
 
@@ -96,12 +111,16 @@ private:
     Function() = default;
     void Close() noexcept;
     bool Probe() const;  // one liveness check, no memory of earlier ones
+    uint32_t DeviceState() const noexcept;  // the doorbell page's device_state word
+    uint32_t Load32(uint32_t offset) const noexcept;  // a mapped register, unchecked
 
     FunctionInfo info_;
     spyre_device_info dev_info_{};
     int fd_ = -1;
     int pidfd_ = -1;  // the daemon's pidfd: readable once it has exited
     mutable bool lost_ = false;
+    mutable int64_t next_probe_ns_ = 0;  // CheckAliveThrottled: coarse clock time of the next Alive()
+    uint32_t db_offset_ = 0;             // the doorbell page in BAR4
     MappedRegion bar0_;
     MappedRegion bar4_;
 };
