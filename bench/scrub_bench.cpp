@@ -13,6 +13,7 @@
 #include <cstring>
 #include <optional>
 
+#include "bench_main.hpp"
 #include "spyre/spyre.hpp"
 
 using namespace spyre;
@@ -84,13 +85,5 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark("baseline/touch_fresh_memory", BM_TouchBaseline)->Apply(Sizes);
     benchmark::RegisterBenchmark("baseline/unmap_touched_shm", BM_UnmapBaseline)->Apply(Sizes);
     benchmark::RegisterBenchmark("scrub/hand_over_vf", BM_HandOver)->Apply(Sizes);
-    try {
-        benchmark::RunSpecifiedBenchmarks();
-    } catch (const spyre::Error& e) {
-        std::fprintf(stderr, "scrub_bench: %s\n", e.what());
-        return 1;
-    }
-    g_mock.reset();
-    benchmark::Shutdown();
-    return 0;
+    return spyre::bench::RunBenchmarks("scrub_bench", std::chrono::seconds(120), [] { g_mock.reset(); });
 }
