@@ -50,7 +50,7 @@ grep -q '^prefix=${pcfiledir}' "$pc" || {
 export PKG_CONFIG_PATH=$(dirname "$pc")
 echo "PKG_CONFIG_PATH=$PKG_CONFIG_PATH"
 echo "pkg-config --cflags --libs libspyre: $(pkg-config --cflags --libs libspyre)"
-pkg-config --cflags libspyre | grep -Eq -- '-std=(c|gnu)\+\+20' || { echo "Cflags lack -std=c++20" >&2; exit 1; }
+grep -Eq -- '-std=(c|gnu)\+\+20' <<<"$(pkg-config --cflags libspyre)" || { echo "Cflags lack -std=c++20" >&2; exit 1; }
 
 # 3. The README's command, as written, in the directory holding app.cpp.
 cd "$stage"
@@ -60,8 +60,14 @@ echo "\$ $build_cmd"
 bash -euo pipefail -c "$build_cmd"
 
 # The binary finds the staged libspyre through its rpath, not the loader cache.
-ldd ./a.out | grep libspyre
-ldd ./a.out | grep -q "libspyre.so.* => $stage/root/" || { echo "a.out does not resolve libspyre in the staged tree" >&2; exit 1; }
+# (ldd's output is taken whole first: with pipefail, grep -q closing the pipe
+# early would fail the pipeline on ldd's SIGPIPE.)
+linked=$(ldd ./a.out)
+echo "$linked" | grep libspyre
+case "$linked" in
+  *"libspyre.so"*" => $stage/root/"*) ;;
+  *) echo "a.out does not resolve libspyre in the staged tree" >&2; exit 1 ;;
+esac
 
 # 4. Run it, bounded (the examples' hang bound; this one cannot include the
 # build tree's hang_watchdog.hpp, since it must build from the .pc alone).
