@@ -169,9 +169,7 @@ bool DirectoryIsEmpty(const std::string& dir, bool* empty) {
 // Exit code, or 0 with `mount` made canonical.
 int CheckMountPoint(std::string& mount) {
     struct stat st {};
-    if (::stat(mount.c_str(), &st) != 0 && errno == ENOTCONN && RecoverStaleMount(mount)) {
-        // A killed spyre-mockdev's mount: detached, the directory is usable again.
-    }
+    RecoverStaleMount(mount);  // a killed spyre-mockdev's dead mount is detached; anything else is checked below
     if (::stat(mount.c_str(), &st) != 0) {
         if (errno == ENOTCONN) {
             LOG_ERROR("mount point %s is a stale FUSE mount: run fusermount3 -u %s", mount.c_str(), mount.c_str());
