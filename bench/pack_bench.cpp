@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "bench_main.hpp"
-#include "spyre/layout.hpp"
-#include "spyre/pack.hpp"
+#include "spyre/tensor/layout.hpp"
+#include "spyre/tensor/pack.hpp"
 
 using namespace spyre;
 

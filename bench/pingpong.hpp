@@ -5,9 +5,7 @@
 #pragma once
 
 #include <benchmark/benchmark.h>
-#include <linux/futex.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +14,8 @@
 #include <climits>
 #include <map>
 #include <string>
+
+#include "spyre/common/futex.hpp"
 
 namespace spyre::bench {
 
@@ -27,8 +27,6 @@ struct alignas(64) PingPongWords {
     alignas(64) uint32_t pong;
     alignas(64) uint32_t stop;
 };
-
-inline long Futex(uint32_t* word, int op, uint32_t val) { return ::syscall(SYS_futex, word, op, val, nullptr, nullptr, 0); }
 
 // A child process that answers every ping with a pong, by spinning or by
 // sleeping on a futex. Shared anonymous memory spans the fork like shm.
@@ -46,20 +44,20 @@ public:
     ~PingPongPeer() {
         std::atomic_ref<uint32_t>(words_->stop).store(1);
         std::atomic_ref<uint32_t>(words_->ping).fetch_add(1);
-        Futex(&words_->ping, FUTEX_WAKE, INT_MAX);
+        spyre::FutexWake(&words_->ping, INT_MAX);
         ::waitpid(pid_, nullptr, 0);
         ::munmap(words_, sizeof(PingPongWords));
     }
     void RoundTrip(uint32_t i) {
         std::atomic_ref<uint32_t> ping(words_->ping), pong(words_->pong);
         ping.store(i, std::memory_order_release);
-        if (use_futex_) Futex(&words_->ping, FUTEX_WAKE, 1);
+        if (use_futex_) spyre::FutexWake(&words_->ping, 1);
         // Classic futex protocol: sleep only on the value just checked. The
         // kernel compares it with the word under its lock, so a pong (and its
         // wake) that lands between the check and the wait makes FUTEX_WAIT
         // return at once instead of being lost.
         for (uint32_t seen; (seen = pong.load(std::memory_order_acquire)) != i;)
-            if (use_futex_) Futex(&words_->pong, FUTEX_WAIT, seen);
+            if (use_futex_) spyre::FutexWait(&words_->pong, seen, std::chrono::seconds(1));
     }
 
 private:
@@ -70,12 +68,12 @@ private:
             uint32_t v = ping.load(std::memory_order_acquire);
             if (v == seen) {
                 // Waits on the value it checked (see RoundTrip).
-                if (use_futex_) Futex(&words_->ping, FUTEX_WAIT, v);
+                if (use_futex_) spyre::FutexWait(&words_->ping, v, std::chrono::seconds(1));
                 continue;
             }
             seen = v;
             pong.store(v, std::memory_order_release);
-            if (use_futex_) Futex(&words_->pong, FUTEX_WAKE, 1);
+            if (use_futex_) spyre::FutexWake(&words_->pong, 1);
         }
     }
     bool use_futex_;

@@ -21,7 +21,7 @@
 
 #include "bench_main.hpp"
 #include "mock_device.hpp"
-#include "spyre/program_image.hpp"
+#include "spyre/plan/program_image.hpp"
 #include "spyre/spyre.hpp"
 
 using namespace spyre;

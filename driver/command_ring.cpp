@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "device_checks.hpp"
-#include "futex.hpp"
+#include "spyre/common/futex.hpp"
 #include "spyre/error.hpp"
 
 using namespace std::chrono;
@@ -26,11 +26,6 @@ std::atomic_ref<T> Word(T& t) {
 // How often a spinning or sleeping waiter checks that the device still lives.
 constexpr auto kHealthPeriod = milliseconds(100);
 
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-    _mm_pause();
-#endif
-}
 
 std::string Hex(uint64_t v) {
     char buf[24];

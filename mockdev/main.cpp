@@ -23,11 +23,11 @@
 #include <system_error>
 #include <vector>
 
-#include "card.hpp"
-#include "fuse_fs.hpp"
+#include "pci/card.hpp"
+#include "frontend/fuse_fs.hpp"
 #include "log.hpp"
 #include "options.hpp"
-#include "recovery.hpp"
+#include "frontend/recovery.hpp"
 #include "spyre/uapi/spyre_pci.h"
 
 using namespace spyre::mockdev;

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "device_core.hpp"
+#include "device/device_core.hpp"
 #include "spyre/error.hpp"
 #include "spyre/uapi/spyre_program.h"
 

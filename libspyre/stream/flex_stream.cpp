@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "spyre/flex_stream.hpp"
+#include "spyre/stream/flex_stream.hpp"
 
-#include "control_blocks.hpp"
-#include "device_core.hpp"
-#include "scheduler_impl.hpp"
+#include <utility>
+
+#include "stream/control_blocks.hpp"
+#include "device/device_core.hpp"
+#include "stream/scheduler_impl.hpp"
 #include "spyre/uapi/spyre_program.h"
 
 namespace spyre {

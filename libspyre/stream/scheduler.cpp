@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "scheduler_impl.hpp"
+#include "stream/scheduler_impl.hpp"
 #include "spyre/uapi/spyre_errors.h"
-#include "stream_wait.hpp"
+#include "stream/stream_wait.hpp"
 
 namespace spyre {
 
@@ -195,7 +195,7 @@ void Scheduler::Impl::PushGroup(StreamState& s, std::span<ControlBlock> group) {
 
 void Scheduler::Impl::Wake() {
     wake_seq_.fetch_add(1, std::memory_order_seq_cst);
-    FutexWakeAll(&wake_seq_);
+    FutexWake(&wake_seq_, FutexScope::Private);
 }
 
 // ---------------------------------------------------------------- the thread
@@ -250,7 +250,7 @@ void Scheduler::Impl::IdleWait() {
                 return;
             }
         } else {
-            FutexWaitFor(&wake_seq_, seen, dma_records_.empty() ? kIdleSleep : kBusySleep);
+            FutexWait(&wake_seq_, seen, dma_records_.empty() ? kIdleSleep : kBusySleep, FutexScope::Private);
         }
     }
     sleeping_.store(0, std::memory_order_seq_cst);

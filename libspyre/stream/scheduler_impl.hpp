@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "device_core.hpp"
+#include "device/device_core.hpp"
 #include "spyre/driver/command_ring.hpp"
 
 namespace spyre {

@@ -23,7 +23,7 @@
 #include <cstring>
 #include <vector>
 
-#include "cb_executor.hpp"
+#include "execution/cb_executor.hpp"
 #include "log.hpp"
 #include "spyre/uapi/spyre_regs.h"
 
@@ -41,7 +41,7 @@ struct Device {
     std::vector<uint8_t> bar0 = std::vector<uint8_t>(SPYRE_REG_FILE_SIZE);
     std::vector<uint8_t> memory = std::vector<uint8_t>(kGuard + kWindow + kGuard, kCanary);
     RegisterFile regs{bar0.data()};
-    ComputeEngine compute{2};
+    CardCores compute{2};
     std::atomic<uint32_t> watchdog_ms{kWatchdogMs};  // the card's policy
     CbExecutor exec{regs, watchdog_ms, DeviceMemory(memory.data() + kGuard, kWindow), compute};
 };

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "attr_number.hpp"
-#include "card.hpp"
+#include "frontend/attr_number.hpp"
+#include "pci/card.hpp"
 #include "log.hpp"
 #include "spyre/uapi/spyre_ioctl.h"
 

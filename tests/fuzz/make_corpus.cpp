@@ -15,10 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "spyre/execution_plan.hpp"
-#include "spyre/kernel_builder.hpp"
-#include "spyre/program_image.hpp"
+#include "spyre/plan/execution_plan.hpp"
+#include "spyre/compiler/kernel_builder.hpp"
+#include "spyre/plan/program_image.hpp"
 #include "spyre/uapi/spyre.h"
+#include "spyre/compiler/plan_writer.hpp"
 
 using namespace spyre;
 

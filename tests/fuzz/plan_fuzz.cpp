@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// libFuzzer target for the ExecutionPlan reader (libspyre/execution_plan.cpp,
+// libFuzzer target for the ExecutionPlan reader (libspyre/plan/execution_plan.cpp,
 // manifest_node.cpp, plan_format.cpp, program_image.cpp): the in-memory entry
 // point ExecutionPlan(const CompilerOutput&), as LoadExecutionPlan uses it
 // after CompilerOutput::ReadDirectory. Only spyre::Error may leave it: any
@@ -15,7 +15,7 @@
 #include <string>
 
 #include "spyre/error.hpp"
-#include "spyre/execution_plan.hpp"
+#include "spyre/plan/execution_plan.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     spyre::CompilerOutput out;

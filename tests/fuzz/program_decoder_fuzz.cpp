@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "program_decoder.hpp"
+#include "execution/program_decoder.hpp"
 
 using namespace spyre::mockdev;
 

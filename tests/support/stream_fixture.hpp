@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "mock_fixture.hpp"
-#include "spyre/device.hpp"
+#include "spyre/device/device.hpp"
 
 namespace spyre::test {
 

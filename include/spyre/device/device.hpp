@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device: one opened function with everything the runtime needs on it — the
+// allocator (PF or VF mode), the DMA engine, the scheduler and its default
+// stream. Streams, events, tensors and loaded plans keep the device's core
+// alive, so destruction order cannot leave them dangling.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "spyre/memory/allocator.hpp"
+#include "spyre/memory/dma_engine.hpp"
+#include "spyre/driver/device_environment.hpp"
+#include "spyre/stream/flex_stream.hpp"
+#include "spyre/stream/scheduler.hpp"
+
+namespace spyre {
+
+struct DeviceOptions {
+    // Function to open: index or PCI address; empty = the environment's
+    // default (FLEX_DEVICE=PF|VF, see device_environment.hpp).
+    std::string function;
+    // Allocator mode follows the function kind unless set.
+    std::optional<AllocatorMode> allocator_mode;
+    AllocatorOptions allocator;
+    SchedulerOptions scheduler;
+    driver::DmaOptions dma;
+    driver::MockOptions embedded_mock;  // used when the environment starts a private mock
+};
+
+class Device {
+public:
+    // Finds the device as DeviceEnvironment does (starting a private mock
+    // when there is none), opens the function and starts the scheduler.
+    static Device Open(DeviceOptions options = {});
+
+    Device(Device&&) noexcept;
+    Device& operator=(Device&&) noexcept;
+    ~Device();
+
+    SpyreAllocator& allocator();
+    DMAEngine& dma();
+    Scheduler& scheduler();
+    driver::Function& function();
+    const std::string& pci_address() const;
+    // Card and function index of the opened function: what its handles,
+    // tensors, plans and events are tagged with.
+    const DeviceId& id() const;
+
+    // The default stream (index 0, default priority): an ordinary stream
+    // that exists for the device's life. It does not synchronise with other
+    // streams implicitly (CUDA's per-thread default stream semantics).
+    FlexStream& default_stream();
+    FlexStream CreateStream(StreamOptions options = {});
+
+    // Waits for every stream of this device.
+    void Synchronize();
+
+    std::shared_ptr<DeviceCore> core() const noexcept { return core_; }
+
+private:
+    explicit Device(std::shared_ptr<DeviceCore> core);
+    std::shared_ptr<DeviceCore> core_;
+    std::unique_ptr<FlexStream> default_stream_;
+};
+
+}  // namespace spyre

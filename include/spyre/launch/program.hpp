@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+// Program (seed 000): a synchronous, ordered collection of Instructions, each
+// one Operation (a compute with its preprocessing). It is a thin layer over
+// SpyreStream: Launch and LaunchTiled enqueue through its stream and wait.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "spyre/launch/spyre_stream.hpp"
+
+namespace spyre {
+
+class Instruction {
+public:
+    explicit Instruction(SpyreCompute compute);
+    Instruction(SpyreCompute compute, std::vector<PreProcessCompute> preprocess);
+    explicit Instruction(Operation operation);
+
+    const Operation& operation() const noexcept { return operation_; }
+    uint64_t id() const noexcept { return id_; }  // identity for RemoveInstruction
+
+private:
+    Operation operation_;
+    uint64_t id_;
+};
+
+class Program {
+public:
+    // An empty program on `device`, with its own stream.
+    explicit Program(Device& device);
+    // One Instruction per Operation of a loaded plan; the plan stays alive
+    // as long as the program.
+    Program(Device& device, std::shared_ptr<const ExecutionPlan> plan);
+    // Waits for its stream, then frees the binaries AddInstruction loaded.
+    ~Program();
+    Program(const Program&) = delete;
+    Program& operator=(const Program&) = delete;
+
+    // Appends; an Instruction whose compute binary is not on the device yet
+    // (device_handle empty, binary present) is copied there first.
+    void AddInstruction(Instruction instruction);
+    // Removes the instruction with the same id; NotFound if absent.
+    void RemoveInstruction(const Instruction& instruction);
+    const std::vector<Instruction>& instructions() const noexcept { return instructions_; }
+
+    // Strict: every tensor's shape and strides must equal what each compute
+    // was compiled for; fails before running anything, naming the tensor and
+    // dimension. Runs every instruction in order and waits.
+    void Launch(std::span<const SpyreTensor> tensors);
+    // Tiled: loops over tensors larger than the compiled tiles; waits.
+    void LaunchTiled(std::span<const SpyreTensor> tensors);
+
+    SpyreStream& stream() noexcept { return stream_; }
+
+private:
+    std::vector<SpyreTensor> Bind(const Operation& op, std::span<const SpyreTensor> tensors) const;
+
+    Device* device_;
+    std::shared_ptr<const ExecutionPlan> plan_;
+    SpyreStream stream_;
+    std::vector<Instruction> instructions_;
+    std::vector<DeviceAllocation> owned_;  // binaries AddInstruction copied
+};
+
+}  // namespace spyre

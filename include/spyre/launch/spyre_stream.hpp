@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+// SpyreStream (seed 001): the entry point for device work. It holds a
+// FlexStream and decomposes Operations into FlexStream primitives —
+// preprocessing steps in order (the correction input filled from the
+// tensors' addresses), then the compute — as one group, so the steps of one
+// Operation reach the ring back to back and a failure cancels the rest.
+// LaunchTiled runs a compute compiled for a tile over larger tensors
+// (docs/tiling.md). LaunchKernel routes each Operation of a plan to Launch
+// or LaunchTiled. LoadExecutionPlan copies a plan's binaries to device
+// (Workflow 2) and caches loaded plans by content.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <span>
+
+#include "spyre/device/device.hpp"
+#include "spyre/plan/execution_plan.hpp"
+#include "spyre/stream/flex_stream.hpp"
+#include "spyre/plan/operation.hpp"
+#include "spyre/tensor/spyre_tensor.hpp"
+
+namespace spyre {
+
+class SpyreStream {
+public:
+    // A new stream of its own.
+    explicit SpyreStream(Device& device, StreamOptions options = {});
+    explicit SpyreStream(FlexStream stream);
+    // Over the device's default stream (seed 001 Workflow 5: "default
+    // SpyreStream created at runtime start"); the device must outlive it.
+    static SpyreStream Default(Device& device);
+
+    FlexStream& flex_stream() noexcept { return *stream_; }
+
+    // Enqueues the Operation's steps for the resident tensors at
+    // `device_handles` (one per tensor slot, inputs then outputs; empty for
+    // a preprocessing-only Operation). Returns at once.
+    void Launch(const Operation& operation, std::span<const DeviceHandle> device_handles);
+    void Launch(const Operation& operation, std::span<const SpyreTensor> tensors);
+    // Runs the Operation's compute over tensors larger than its tile: one
+    // decomposition per tile, each with the tile's addresses; remainder and
+    // strided tiles use re-specialised programs; reduction tiles accumulate.
+    void LaunchTiled(const Operation& operation, std::span<const SpyreTensor> tensors);
+    void Synchronize() { stream_->Synchronize(); }
+
+private:
+    explicit SpyreStream(FlexStream* borrowed);
+    struct ProgramOverride;
+    void Decompose(std::vector<ControlBlock>& group, const Operation& operation, std::span<const uint64_t> addresses,
+                   const ProgramOverride* override_program);
+    std::vector<uint64_t> Addresses(const Operation& operation, std::span<const DeviceHandle> handles);
+
+    std::unique_ptr<FlexStream> owned_;
+    FlexStream* stream_;
+};
+
+// For each Operation of `plan` (loaded), binds its tensors from `tensors`
+// (the plan's tensor_input_metadata order), then calls Launch when they
+// match the compiled shapes and strides exactly, LaunchTiled otherwise.
+// Validates everything before enqueuing anything; returns at once.
+void LaunchKernel(SpyreStream& stream, const ExecutionPlan& plan, std::span<const SpyreTensor> tensors);
+
+// Loads a plan: each binary is allocated and copied to device through a
+// preprocessing-only Operation on `stream`, correction programs are pointed
+// at their compute binaries, init packets run once; then waits for the
+// stream. Plans are cached per device by content: loading equal compiler
+// output again, while the first loaded plan is alive, returns it without
+// touching the device. The device memory is freed with the last reference.
+std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, const CompilerOutput& compiler_output);
+std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, const std::filesystem::path& directory);
+
+}  // namespace spyre

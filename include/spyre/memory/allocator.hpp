@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: Apache-2.0
+// SpyreAllocator: device memory for tensors and program binaries (seeds 000
+// and 001), in PF or VF mode.
+//
+// Both modes first reserve memory regions from the device (the BAR0 region
+// table): PF mode one region as large as the device grants, VF mode a pool of
+// `vf_regions` large regions. By default the VF pool adapts to the VF's
+// memory: 12 GiB regions, else 8 GiB, else 4 GiB, else one region of all the
+// device can grant the VF (REGION_LARGEST). Explicit sizes are tried in order and never adapted: when none
+// fits, OutOfMemory names the pool asked for and the memory that exists.
+// Blocks are then carved from the regions, 128-byte aligned:
+//
+//   placement  best fit: the smallest free block that holds the request
+//              (lowest region, then lowest address on ties), which keeps
+//              large free blocks whole for large tensors;
+//   freeing    immediate coalescing with both free neighbours;
+//   cost       O(log n) per allocate and free (ordered maps by size and by
+//              address).
+//
+// Thread-safe. Freed or foreign handles are detected, never silently used.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "spyre/memory/device_handle.hpp"
+#include "spyre/driver/function.hpp"
+
+namespace spyre {
+
+enum class AllocatorMode { PF, VF };
+
+struct AllocatorOptions {
+    AllocatorMode mode = AllocatorMode::PF;
+    // VF mode: how many regions to reserve, and the sizes to try in order
+    // (the last size may give fewer regions). Empty: the default, which
+    // adapts to the VF's memory (12, 8, 4 GiB, then what the VF has).
+    uint32_t vf_regions = 8;
+    std::vector<uint64_t> vf_region_sizes = {};
+    // PF mode: the most to reserve (0 = all the device grants).
+    uint64_t pf_pool_limit = 0;
+};
+
+struct RegionStats {
+    uint32_t region_id = 0;
+    uint64_t device_base = 0;  // function-relative device address
+    uint64_t capacity = 0;
+    uint64_t in_use = 0;
+};
+
+struct AllocatorStats {
+    uint64_t capacity = 0;
+    uint64_t bytes_in_use = 0;
+    uint64_t bytes_free = 0;
+    uint64_t largest_free_block = 0;
+    uint64_t peak_bytes_in_use = 0;
+    uint64_t live_allocations = 0;
+    std::vector<RegionStats> regions;
+    std::string reservation;  // how the pool was reserved, including any fallback
+};
+
+class SpyreAllocator {
+public:
+    static constexpr uint64_t kAlignment = 128;
+
+    // Reserves the pool from the device. The function must outlive the
+    // allocator; the regions go back to the device on destruction.
+    SpyreAllocator(driver::Function& function, AllocatorOptions options = {});
+    ~SpyreAllocator();
+    SpyreAllocator(const SpyreAllocator&) = delete;
+    SpyreAllocator& operator=(const SpyreAllocator&) = delete;
+
+    AllocatorMode mode() const noexcept { return options_.mode; }
+    // The function this allocator's memory (and every handle it hands out) belongs to.
+    const DeviceId& device() const noexcept { return device_; }
+
+    // Throws InvalidArgument for size 0 or a size beyond the pool's capacity,
+    // OutOfMemory (naming the request and the largest free block) otherwise.
+    DeviceAllocation Allocate(uint64_t size);
+    // Throws InvalidArgument for a double free or a handle this allocator
+    // did not hand out.
+    void Free(const DeviceHandle& handle);
+
+    // The allocation holding [handle, handle + size); throws InvalidArgument
+    // if the range is not inside one live allocation of this allocator.
+    DeviceAllocation Lookup(const DeviceHandle& handle, uint64_t size) const;
+    // Function-relative device address of a checked range (what CBs, programs
+    // and the DMA engine use).
+    uint64_t DeviceAddress(const DeviceHandle& handle, uint64_t size) const;
+
+    AllocatorStats Stats() const;
+
+private:
+    struct Region {
+        uint32_t device_index;  // entry in the device's region table
+        uint64_t device_base;   // function-relative address of the region
+        uint64_t size;
+        uint64_t in_use = 0;
+        std::map<uint64_t, uint64_t> free_by_offset;  // offset -> size
+        struct Used {
+            uint64_t rounded;    // what the block occupies
+            uint64_t requested;  // what the caller may touch
+        };
+        std::map<uint64_t, Used> used_by_offset;
+    };
+    // (size, region, offset): the best-fit index over every region.
+    using FreeKey = std::tuple<uint64_t, uint32_t, uint64_t>;
+
+    void ReservePf();
+    void ReserveVf();
+    // Asks the device for one region; returns its table index or -1.
+    int GrantRegion(uint64_t size);
+    void ReleaseRegions() noexcept;
+    void AddFree(uint32_t region, uint64_t offset, uint64_t size);
+    void RemoveFree(uint32_t region, uint64_t offset, uint64_t size);
+    // Region (our index) and offset of a handle; throws for foreign handles.
+    std::pair<uint32_t, uint64_t> Locate(const DeviceHandle& handle) const;
+    DeviceHandle MakeHandle(uint32_t region, uint64_t offset) const;
+    uint64_t LargestFreeLocked() const;
+
+    driver::Function& fn_;
+    const AllocatorOptions options_;
+    const DeviceId device_;
+    // MEM_BASE, read once: a PF handle's physical address is MEM_BASE plus
+    // the function-relative address (fixed while the function is open).
+    const uint64_t mem_base_;
+    mutable std::mutex mutex_;
+    std::vector<Region> regions_;
+    std::set<FreeKey> free_by_size_;
+    uint64_t capacity_ = 0;
+    uint64_t in_use_ = 0;
+    uint64_t peak_ = 0;
+    uint64_t live_ = 0;
+    std::string reservation_;
+};
+
+}  // namespace spyre

@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: Apache-2.0
+// ExecutionPlan (seed 001): the compiler's output as passive data. The
+// compiler writes a directory (a plan.json manifest plus one file per
+// binary, docs/execution_plan.md); CompilerOutput holds those bytes and
+// ExecutionPlan parses and validates them into Operations without touching a
+// device. Loading the binaries to device fills the Operations' handles.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "spyre/memory/device_handle.hpp"
+#include "spyre/tensor/layout.hpp"
+#include "spyre/plan/operation.hpp"
+
+namespace spyre {
+
+// The raw compiler output: the manifest text and the blobs by file name.
+// Nothing is validated here; ExecutionPlan does that.
+struct CompilerOutput {
+    std::string manifest;                               // plan.json
+    std::map<std::string, std::vector<uint8_t>> blobs;  // file name -> bytes
+    std::string origin;                                 // where it came from, for messages ("" in memory)
+
+    // Reads plan.json and every other regular file of `dir` (not recursive).
+    // NotFound when `dir` or its plan.json is missing; InvalidArgument for an
+    // entry that is not a regular file; IoError when a read fails.
+    static CompilerOutput ReadDirectory(const std::filesystem::path& dir);
+    // Writes plan.json and the blobs into `dir`, creating it. `dir` must be
+    // absent or empty (stale blobs would otherwise join the plan):
+    // InvalidArgument if not, or if a blob name is not a plain file name.
+    void WriteDirectory(const std::filesystem::path& dir) const;
+    // FNV-1a 64 over the manifest and every blob's name and bytes, in name
+    // order (each length-prefixed): equal outputs hash equal on every host.
+    uint64_t ContentHash() const;
+};
+
+// Data the device needs before any Operation runs.
+struct InitPacket {
+    std::string name;
+    std::vector<uint8_t> binary;
+    std::optional<DeviceHandle> device_handle;  // set when loaded
+};
+
+class ExecutionPlan {
+public:
+    ExecutionPlan() = default;  // empty: operations added by hand
+    // Parses and validates `compiler_output` (docs/execution_plan.md lists
+    // every check). Throws Error(InvalidArgument) naming the file and the
+    // manifest field that is wrong; ErrorContext::op_index says which
+    // operation. Device handles stay empty.
+    explicit ExecutionPlan(const CompilerOutput& compiler_output);
+
+    // Every tensor of the plan, as the compiler laid it out; operations refer
+    // to these (their SpyreCompute::tensors are copies).
+    std::vector<TensorSpec> tensor_input_metadata;
+    std::vector<Operation> operations;
+    std::vector<InitPacket> init_packets;
+    std::string name;
+    uint64_t content_hash = 0;  // CompilerOutput::ContentHash of the source, for plan caches
+    // The device the plan was loaded on (LoadExecutionPlan); its operations'
+    // device handles belong there, and launches on other devices are refused.
+    std::optional<DeviceId> device;
+
+    // Per operation, its correction metadata or nullptr when it has none.
+    // Pointers into `operations`: valid until it is changed.
+    std::vector<const CorrectionMetadata*> correction_metadata() const;
+};
+
+
+}  // namespace spyre

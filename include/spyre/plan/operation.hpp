@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: Apache-2.0
+// The Operation layer of seed 001: PreProcessCompute (a tagged variant of
+// CopyToDevice, CopyFromDevice and DeviceLaunch), SpyreCompute (a compute
+// binary plus the tensors it expects) and Operation (an optional compute with
+// its preprocessing). They are passive data: SpyreStream turns them into
+// FlexStream primitives. docs/streams.md shows the decomposition.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "spyre/memory/device_handle.hpp"
+#include "spyre/tensor/layout.hpp"
+
+namespace spyre {
+
+// One step run before an Operation's compute; each maps to one FlexStream call.
+class PreProcessCompute {
+public:
+    struct CopyToDevice {
+        const void* host_address = nullptr;
+        DeviceHandle device_handle;
+        uint64_t size = 0;
+    };
+    struct CopyFromDevice {
+        void* host_address = nullptr;
+        DeviceHandle device_handle;
+        uint64_t size = 0;
+    };
+    // Runs a binary already resident on device (e.g. program correction).
+    // `size` is the binary's byte size; 0 lets the device read it from the
+    // program header.
+    struct DeviceLaunch {
+        DeviceHandle device_handle;
+        uint64_t size = 0;
+    };
+
+    PreProcessCompute(CopyToDevice step) : step_(step) {}      // NOLINT: implicit by design
+    PreProcessCompute(CopyFromDevice step) : step_(step) {}    // NOLINT
+    PreProcessCompute(DeviceLaunch step) : step_(step) {}      // NOLINT
+
+    const std::variant<CopyToDevice, CopyFromDevice, DeviceLaunch>& step() const noexcept { return step_; }
+    std::variant<CopyToDevice, CopyFromDevice, DeviceLaunch>& step() noexcept { return step_; }
+    // "CopyToDevice", "CopyFromDevice" or "DeviceLaunch", for messages.
+    const char* name() const noexcept;
+
+private:
+    std::variant<CopyToDevice, CopyFromDevice, DeviceLaunch> step_;
+};
+
+enum class TensorRole { Input, Output };
+
+// A tensor as a compute expects it (compiler metadata).
+struct TensorSpec {
+    std::string name;
+    std::vector<int64_t> shape;    // the tile shape the binary was compiled for
+    std::vector<int64_t> strides;  // in elements, as compiled
+    DType dtype = DType::FP32;
+    TensorRole role = TensorRole::Input;
+    // Iteration-space loop of each dim (for tiling): matmul A[m,k] B[k,n]
+    // C[m,n] has loops m=0, k=1, n=2 and A -> {0,1}, B -> {1,2}, C -> {0,2}.
+    // Empty: dim i belongs to loop i (right-aligned broadcasting is not
+    // inferred; give the map for such kernels).
+    std::vector<int> loops;
+    uint64_t bytes = 0;            // device bytes the compute touches, padding included
+};
+
+// The compute of an Operation: a binary resident on device, launched by
+// FlexStream::Launch(device_handle).
+struct SpyreCompute {
+    std::optional<DeviceHandle> device_handle;  // set when the binary is loaded
+    uint64_t binary_size = 0;                   // bytes of the binary on device
+    // Expected tensor shapes (inputs then outputs, in correction-slot order),
+    // as the compiler determined them; SpyreStream compares tensor shapes
+    // against them to detect tiling.
+    std::vector<std::vector<int64_t>> expected_input_shapes;
+    // Full metadata of the same tensors (strides, dtype, roles, loops).
+    std::vector<TensorSpec> tensors;
+    // Loops that are reductions (not indexing any output): tiling along them
+    // accumulates partial results (the binary's matmul ops must allow it).
+    std::vector<int> reduction_loops;
+    // Loops the binary cannot be split along at all (a softmax axis, a
+    // REDUCE's reduced axis): the tiler refuses shapes that exceed the
+    // compiled size there.
+    std::vector<int> untileable_loops;
+    // Host copy of the binary: LaunchTiled derives remainder and strided
+    // variants from it (program re-specialisation).
+    std::vector<uint8_t> binary;
+    std::string name;
+};
+
+// Program correction of an Operation (seed 001 "correction metadata"): the
+// correction binary, where its input table lives, and the table's size.
+struct CorrectionMetadata {
+    uint64_t input_size = 0;                  // bytes: one u64 address per tensor slot
+    std::optional<DeviceHandle> input_handle; // the table on device (set when loaded)
+    std::optional<DeviceHandle> binary_handle;
+    uint64_t binary_size = 0;
+    std::vector<uint8_t> binary;              // host copy of the correction program
+};
+
+class Operation {
+public:
+    explicit Operation(SpyreCompute compute);
+    Operation(SpyreCompute compute, std::vector<PreProcessCompute> preprocess);
+    explicit Operation(std::vector<PreProcessCompute> preprocess);
+
+    const std::optional<SpyreCompute>& compute() const noexcept { return compute_; }
+    std::optional<SpyreCompute>& compute() noexcept { return compute_; }
+    const std::vector<PreProcessCompute>& preprocess() const noexcept { return preprocess_; }
+    std::vector<PreProcessCompute>& preprocess() noexcept { return preprocess_; }
+
+    // One handle per binary loaded to device for this Operation (seed 001):
+    // correction binary, correction input table, compute binary.
+    std::vector<DeviceHandle> device_handles;
+    // Set when the compute needs program correction. The preprocessing step
+    // at `correction_step` is the CopyToDevice of the correction input: its
+    // host_address is filled by SpyreStream from the tensors' addresses.
+    std::optional<CorrectionMetadata> correction;
+    std::optional<size_t> correction_step;
+    // For an Operation of an ExecutionPlan: the plan tensor bound to each of
+    // its tensor slots (indices into ExecutionPlan::tensor_input_metadata).
+    std::vector<size_t> tensor_indices;
+    std::string name;
+
+private:
+    std::optional<SpyreCompute> compute_;
+    std::vector<PreProcessCompute> preprocess_;
+};
+
+}  // namespace spyre

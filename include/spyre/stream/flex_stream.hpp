@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: Apache-2.0
+// FlexStream (seed 001): an asynchronous, ordered queue of primitive device
+// work, modelled on CUDA streams. Every enqueue validates its arguments,
+// returns at once and runs after everything enqueued before it on the same
+// stream; streams are not ordered against each other unless an Event says so.
+//
+// Host buffers passed to CopyToDevice/CopyFromDevice must stay valid (and,
+// for CopyToDevice, unchanged) until the copy has completed: Synchronize, an
+// Event, or a host callback tells when.
+//
+// Errors are sticky: when an operation fails, the stream drops the work
+// queued behind it, Synchronize/Query report the failure (stream index, op
+// index, device error code), and further enqueues throw it, until Reset().
+// Other streams are not affected.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+
+#include "spyre/memory/device_handle.hpp"
+#include "spyre/error.hpp"
+#include "spyre/stream/scheduler.hpp"
+
+namespace spyre {
+
+class Device;
+class DeviceCore;
+class FlexStream;
+
+// What Query() reports.
+enum class StreamStatus {
+    Idle,     // everything enqueued has completed
+    Busy,     // work is queued or running
+    Faulted,  // an operation failed; Synchronize() throws it
+};
+const char* ToString(StreamStatus status) noexcept;
+
+struct StreamOptions {
+    int priority = kStreamPriorityDefault;  // see scheduler.hpp
+};
+
+// A marker in a stream (CUDA-style). Record() places it; Wait() makes
+// another stream wait for it on the device (a semaphore wait CB, no host
+// round trip); timestamps come from the device's completion records.
+class Event {
+public:
+    explicit Event(Device& device);
+    Event(Event&&) noexcept;
+    Event& operator=(Event&&) noexcept;
+    ~Event();
+
+    // Enqueues the marker on `stream`; re-recording moves it.
+    void Record(FlexStream& stream);
+    // True once the last Record has completed (or there was none).
+    bool Query() const;
+    // Blocks until the last Record has completed. Throws the recording
+    // stream's error if the work before the marker failed.
+    void Synchronize() const;
+    // The device whose streams may record and wait for it.
+    const DeviceId& device() const;
+    // Milliseconds between two completed events, from device timestamps.
+    // Throws InvalidArgument if either was never recorded, NotReady if
+    // either has not completed.
+    static double ElapsedTime(const Event& start, const Event& end);
+
+private:
+    friend class FlexStream;
+    std::shared_ptr<EventState> state_;
+};
+
+class FlexStream {
+public:
+    FlexStream(FlexStream&&) noexcept;
+    FlexStream& operator=(FlexStream&&) noexcept;
+    // Waits for the stream's work (errors are dropped: call Synchronize
+    // first to see them), then retires the stream index.
+    ~FlexStream();
+
+    int stream_index() const noexcept;
+    int priority() const noexcept;
+
+    void CopyToDevice(const void* host_address, const DeviceHandle& device_handle, uint64_t size);
+    void CopyFromDevice(void* host_address, const DeviceHandle& device_handle, uint64_t size);
+    // Runs the program at `device_handle`; its size comes from its header.
+    void Launch(const DeviceHandle& device_handle);
+    // Same, with the program's byte size given (the device checks it).
+    void Launch(const DeviceHandle& device_handle, uint64_t program_size);
+    // Runs `callback` on the scheduler thread after all prior work of this
+    // stream, before any later work. It must not block on this device's
+    // streams (Synchronize inside it throws). An exception from it becomes
+    // the stream's sticky error.
+    void AddCallback(std::function<void()> callback);
+    // Later work on this stream waits (on the device) for `event`'s last Record.
+    void Wait(const Event& event);
+
+    // Blocks until everything enqueued so far has completed; throws the
+    // sticky error if an operation failed.
+    void Synchronize();
+    StreamStatus Query() const;
+    // The sticky error, if any.
+    std::optional<Error> LastError() const;
+    // Clears a fault so the stream can be used again. Waits for work still
+    // in flight first. A no-op on a healthy stream.
+    void Reset();
+
+    // Operations enqueued / completed (including dropped ones) so far.
+    uint64_t enqueued() const noexcept;
+    uint64_t completed() const noexcept;
+
+    // Enqueues a group of control blocks at once; the scheduler never
+    // splits a group between turns and LINKs its ring CBs, so a failure
+    // cancels the rest of the group on the device. SpyreStream uses this
+    // for the steps of one Operation.
+    void EnqueueGroup(std::span<ControlBlock> group);
+    // The device this stream belongs to (opaque outside libspyre).
+    const std::shared_ptr<DeviceCore>& core() const noexcept { return core_; }
+
+private:
+    friend class Device;
+    friend class DeviceCore;
+    friend class Event;
+    FlexStream(std::shared_ptr<DeviceCore> core, StreamState* state);
+
+    void Enqueue(ControlBlock cb);
+
+    std::shared_ptr<DeviceCore> core_;
+    StreamState* state_ = nullptr;
+};
+
+}  // namespace spyre

@@ -1,0 +1,322 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "spyre/memory/allocator.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "spyre/error.hpp"
+
+namespace spyre {
+
+namespace {
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+std::string Bytes(uint64_t n) {
+    if (n && n % kGiB == 0) return std::to_string(n / kGiB) + " GiB";
+    if (n && n % (1ull << 20) == 0) return std::to_string(n >> 20) + " MiB";
+    return std::to_string(n) + " bytes";
+}
+
+}  // namespace
+
+// ---- DeviceId, DeviceHandle -----------------------------------------------
+
+std::string DeviceId::ToString() const {
+    // spyre_pci.h: card c is bus FIRST_BUS + c; the PF is devfn 0, VF i
+    // sits at FIRST_VF_OFFSET + (i - 1) * VF_STRIDE.
+    const unsigned devfn = function == 0 ? 0u : SPYRE_SRIOV_FIRST_VF_OFFSET + (function - 1u) * SPYRE_SRIOV_VF_STRIDE;
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%u", SPYRE_PCI_DOMAIN, SPYRE_PCI_FIRST_BUS + card, devfn >> 3,
+                  devfn & 7);
+    return buf;
+}
+
+void ThrowWrongDevice(const DeviceId& owner, const DeviceId& expected, const std::string& what, const char* user) {
+    throw Error(ErrorKind::WrongDevice,
+                what + " belongs to " + owner.ToString() + ", " + user + " to " + expected.ToString());
+}
+
+const PFDeviceHandle& DeviceHandle::pf() const {
+    if (!is_pf()) throw Error(ErrorKind::InvalidArgument, "handle " + ToString() + " is not a PF handle");
+    return std::get<PFDeviceHandle>(value_);
+}
+
+const VFDeviceHandle& DeviceHandle::vf() const {
+    if (!is_vf()) throw Error(ErrorKind::InvalidArgument, "handle " + ToString() + " is not a VF handle");
+    return std::get<VFDeviceHandle>(value_);
+}
+
+DeviceHandle DeviceHandle::Offset(uint64_t bytes, uint64_t size, const DeviceAllocation& within) const {
+    auto fail = [&](const std::string& why) {
+        return Error(ErrorKind::InvalidArgument, "offset " + std::to_string(bytes) + " (+" + std::to_string(size) +
+                                                     " bytes) from " + ToString() + " " + why + " of allocation " +
+                                                     within.handle.ToString() + " (" + std::to_string(within.size) +
+                                                     " bytes)");
+    };
+    if (is_pf() != within.handle.is_pf() || (is_vf() && vf().region_id != within.handle.vf().region_id))
+        throw fail("is not inside");
+    const uint64_t here = is_pf() ? pf().physical_address : vf().vf_offset;
+    const uint64_t start = is_pf() ? within.handle.pf().physical_address : within.handle.vf().vf_offset;
+    if (here < start || bytes > within.size || size > within.size - bytes || here - start > within.size - bytes - size)
+        throw fail("runs outside");
+    DeviceHandle moved = is_pf() ? DeviceHandle(PFDeviceHandle{here + bytes})
+                                 : DeviceHandle(VFDeviceHandle{vf().region_id, here + bytes});
+    moved.device_ = device_;  // same allocation, same device
+    return moved;
+}
+
+std::string DeviceHandle::ToString() const {
+    char buf[64];
+    if (is_pf())
+        std::snprintf(buf, sizeof buf, "pf:0x%llx", static_cast<unsigned long long>(pf().physical_address));
+    else
+        std::snprintf(buf, sizeof buf, "vf:region %u+0x%llx", vf().region_id, static_cast<unsigned long long>(vf().vf_offset));
+    return buf;
+}
+
+// ---- Reservation ------------------------------------------------------------
+
+SpyreAllocator::SpyreAllocator(driver::Function& function, AllocatorOptions options)
+    : fn_(function),
+      options_(std::move(options)),
+      device_{function.device_info().card_index, function.device_info().function_index},
+      mem_base_(function.Read64(SPYRE_REG_MEM_BASE)) {
+    try {
+        options_.mode == AllocatorMode::PF ? ReservePf() : ReserveVf();
+    } catch (...) {
+        ReleaseRegions();
+        throw;
+    }
+    for (uint32_t r = 0; r < regions_.size(); ++r) {
+        AddFree(r, 0, regions_[r].size);
+        capacity_ += regions_[r].size;
+    }
+}
+
+SpyreAllocator::~SpyreAllocator() { ReleaseRegions(); }
+
+int SpyreAllocator::GrantRegion(uint64_t size) {
+    fn_.Write32(SPYRE_REG_REGION_ARG, static_cast<uint32_t>(size >> 20));
+    fn_.Write32(SPYRE_REG_REGION_CMD, SPYRE_REGION_CMD_ALLOC);  // trapped: done when it returns
+    if (fn_.Read32(SPYRE_REG_REGION_RESULT) != SPYRE_REGION_OK) return -1;
+    const uint32_t index = fn_.Read32(SPYRE_REG_REGION_INDEX);
+    regions_.push_back(Region{index, fn_.Read64(SPYRE_REG_REGION_BASE(index)), fn_.Read64(SPYRE_REG_REGION_SIZE(index))});
+    return static_cast<int>(index);
+}
+
+void SpyreAllocator::ReleaseRegions() noexcept {
+    try {
+        if (!fn_.lost())
+            for (const Region& r : regions_) {
+                fn_.Write32(SPYRE_REG_REGION_ARG, r.device_index);
+                fn_.Write32(SPYRE_REG_REGION_CMD, SPYRE_REGION_CMD_FREE);
+            }
+    } catch (const Error&) {
+        // The device went away; its table went with it.
+    }
+    regions_.clear();
+}
+
+void SpyreAllocator::ReservePf() {
+    uint64_t size = fn_.Read64(SPYRE_REG_REGION_LARGEST);
+    if (options_.pf_pool_limit) size = std::min(size, options_.pf_pool_limit);
+    size = size / SPYRE_REGION_ALIGN * SPYRE_REGION_ALIGN;
+    if (size == 0 || GrantRegion(size) < 0)
+        throw Error(ErrorKind::OutOfMemory, "the device grants no memory to this PF",
+                    ErrorContext{.device = fn_.pci_address(), .reg = "REGION_LARGEST"});
+    reservation_ = "PF: 1 region of " + Bytes(size);
+}
+
+void SpyreAllocator::ReserveVf() {
+    const uint32_t max_regions = fn_.Read32(SPYRE_REG_REGION_MAX);
+    if (options_.vf_regions == 0 || options_.vf_regions > max_regions)
+        throw Error(ErrorKind::InvalidArgument, "VF mode needs 1 to " + std::to_string(max_regions) +
+                                                    " regions (the device's region table), not " +
+                                                    std::to_string(options_.vf_regions));
+    const uint64_t grantable = fn_.Read64(SPYRE_REG_REGION_GRANTABLE);
+    const uint64_t largest = fn_.Read64(SPYRE_REG_REGION_LARGEST);
+    std::vector<uint64_t> sizes = options_.vf_region_sizes;
+    const bool adapt = sizes.empty();
+    if (adapt) {
+        // The default: large regions where the VF has the memory for them,
+        // else one region of all it can grant (the largest block possible).
+        sizes = {12 * kGiB, 8 * kGiB, 4 * kGiB};
+        sizes.push_back(std::max<uint64_t>(largest / SPYRE_REGION_ALIGN * SPYRE_REGION_ALIGN, SPYRE_REGION_ALIGN));
+    }
+    for (const uint64_t size : sizes)
+        if (size == 0 || size % SPYRE_REGION_ALIGN != 0 || (size >> 20) > UINT32_MAX)
+            throw Error(ErrorKind::InvalidArgument, "VF region size " + std::to_string(size) +
+                                                        " is not a positive multiple of 2 MiB");
+    for (size_t i = 0; i < sizes.size(); ++i) {
+        const uint64_t size = sizes[i];
+        const bool last = i + 1 == sizes.size();
+        while (regions_.size() < options_.vf_regions && GrantRegion(size) >= 0) {
+        }
+        if (regions_.size() == options_.vf_regions || (last && !regions_.empty())) {
+            reservation_ = "VF: " + std::to_string(regions_.size()) + " x " + Bytes(size);
+            if (adapt && size < sizes[0])
+                reservation_ += " (sized to the " + Bytes(grantable) + " the device grants this VF)";
+            else if (i > 0 || regions_.size() < options_.vf_regions) {
+                reservation_ += " (fell back: " + std::to_string(options_.vf_regions) + " x " + Bytes(sizes[0]) +
+                                " do not fit the " + Bytes(grantable) + " the device grants this VF)";
+                std::fprintf(stderr, "spyre: %s: %s\n", fn_.pci_address().c_str(), reservation_.c_str());
+            }
+            return;
+        }
+        ReleaseRegions();  // not all of this size: try the next size from scratch
+    }
+    std::string asked;
+    for (const uint64_t size : sizes)
+        asked += (asked.empty() ? "" : ", then ") + std::to_string(options_.vf_regions) + " x " + Bytes(size);
+    throw Error(ErrorKind::OutOfMemory,
+                "VF pool of " + asked + " asked for, but the device grants this VF " + Bytes(grantable) +
+                    " in all (largest region " + Bytes(largest) + ", function memory " +
+                    Bytes(fn_.device_info().mem_size) + ")",
+                ErrorContext{.device = fn_.pci_address(), .reg = "REGION_GRANTABLE"});
+}
+
+// ---- Blocks -------------------------------------------------------------------
+
+void SpyreAllocator::AddFree(uint32_t region, uint64_t offset, uint64_t size) {
+    regions_[region].free_by_offset.emplace(offset, size);
+    free_by_size_.emplace(size, region, offset);
+}
+
+void SpyreAllocator::RemoveFree(uint32_t region, uint64_t offset, uint64_t size) {
+    regions_[region].free_by_offset.erase(offset);
+    free_by_size_.erase(FreeKey{size, region, offset});
+}
+
+DeviceHandle SpyreAllocator::MakeHandle(uint32_t region, uint64_t offset) const {
+    const Region& r = regions_[region];
+    if (options_.mode == AllocatorMode::PF)
+        return DeviceHandle(PFDeviceHandle{mem_base_ + r.device_base + offset}, device_);
+    return DeviceHandle(VFDeviceHandle{r.device_index, offset}, device_);
+}
+
+std::pair<uint32_t, uint64_t> SpyreAllocator::Locate(const DeviceHandle& handle) const {
+    CheckSameDevice(handle.device(), device_, [&] { return "handle " + handle.ToString(); }, "this allocator");
+    if (handle.is_pf() != (options_.mode == AllocatorMode::PF))
+        throw Error(ErrorKind::InvalidArgument, "handle " + handle.ToString() + " does not belong to this " +
+                                                    (options_.mode == AllocatorMode::PF ? "PF" : "VF") + " allocator",
+                    ErrorContext{.device = fn_.pci_address()});
+    for (uint32_t i = 0; i < regions_.size(); ++i) {
+        const Region& r = regions_[i];
+        if (handle.is_vf()) {
+            if (r.device_index == handle.vf().region_id && handle.vf().vf_offset < r.size) return {i, handle.vf().vf_offset};
+        } else {
+            const uint64_t addr = handle.pf().physical_address - mem_base_;
+            if (addr >= r.device_base && addr - r.device_base < r.size) return {i, addr - r.device_base};
+        }
+    }
+    throw Error(ErrorKind::InvalidArgument, "handle " + handle.ToString() + " is not in any region of this allocator",
+                ErrorContext{.device = fn_.pci_address()});
+}
+
+uint64_t SpyreAllocator::LargestFreeLocked() const {
+    return free_by_size_.empty() ? 0 : std::get<0>(*free_by_size_.rbegin());
+}
+
+DeviceAllocation SpyreAllocator::Allocate(uint64_t size) {
+    if (size == 0) throw Error(ErrorKind::InvalidArgument, "cannot allocate 0 bytes");
+    if (size > capacity_)
+        throw Error(ErrorKind::InvalidArgument, "cannot allocate " + std::to_string(size) + " bytes: the pool holds " +
+                                                    std::to_string(capacity_) + " bytes in all",
+                    ErrorContext{.device = fn_.pci_address()});
+    const uint64_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;
+    std::lock_guard lock(mutex_);
+    auto it = free_by_size_.lower_bound(FreeKey{rounded, 0, 0});
+    if (it == free_by_size_.end())
+        throw Error(ErrorKind::OutOfMemory, "no free block for " + std::to_string(size) + " bytes; largest free block " +
+                                                std::to_string(LargestFreeLocked()) + " bytes, " +
+                                                std::to_string(capacity_ - in_use_) + " bytes free in all",
+                    ErrorContext{.device = fn_.pci_address()});
+    const auto [block_size, region, offset] = *it;
+    RemoveFree(region, offset, block_size);
+    if (block_size > rounded) AddFree(region, offset + rounded, block_size - rounded);
+    regions_[region].used_by_offset.emplace(offset, Region::Used{rounded, size});
+    regions_[region].in_use += rounded;
+    in_use_ += rounded;
+    peak_ = std::max(peak_, in_use_);
+    ++live_;
+    return DeviceAllocation{MakeHandle(region, offset), size};
+}
+
+void SpyreAllocator::Free(const DeviceHandle& handle) {
+    std::lock_guard lock(mutex_);
+    const auto [region, offset] = Locate(handle);
+    Region& r = regions_[region];
+    auto used = r.used_by_offset.find(offset);
+    if (used == r.used_by_offset.end()) {
+        auto free_block = r.free_by_offset.upper_bound(offset);
+        const bool in_free = free_block != r.free_by_offset.begin() &&
+                             std::prev(free_block)->first + std::prev(free_block)->second > offset;
+        throw Error(ErrorKind::InvalidArgument,
+                    in_free ? "double free of " + handle.ToString()
+                            : handle.ToString() + " is not the start of a live allocation of this allocator",
+                    ErrorContext{.device = fn_.pci_address()});
+    }
+    uint64_t start = offset, size = used->second.rounded;
+    r.used_by_offset.erase(used);
+    r.in_use -= size;
+    in_use_ -= size;
+    --live_;
+    // Coalesce with the free neighbours on both sides.
+    auto next = r.free_by_offset.lower_bound(start);
+    if (next != r.free_by_offset.end() && next->first == start + size) {
+        const uint64_t next_size = next->second;
+        RemoveFree(region, next->first, next_size);
+        size += next_size;
+    }
+    auto prev = r.free_by_offset.lower_bound(start);
+    if (prev != r.free_by_offset.begin()) {
+        --prev;
+        if (prev->first + prev->second == start) {
+            const uint64_t prev_start = prev->first, prev_size = prev->second;
+            RemoveFree(region, prev_start, prev_size);
+            start = prev_start;
+            size += prev_size;
+        }
+    }
+    AddFree(region, start, size);
+}
+
+DeviceAllocation SpyreAllocator::Lookup(const DeviceHandle& handle, uint64_t size) const {
+    std::lock_guard lock(mutex_);
+    const auto [region, offset] = Locate(handle);
+    const Region& r = regions_[region];
+    auto it = r.used_by_offset.upper_bound(offset);
+    if (it != r.used_by_offset.begin()) {
+        --it;
+        const uint64_t start = it->first, length = it->second.requested;
+        if (offset - start <= length && size <= length - (offset - start))
+            return DeviceAllocation{MakeHandle(region, start), length};
+    }
+    throw Error(ErrorKind::InvalidArgument, "range of " + std::to_string(size) + " bytes at " + handle.ToString() +
+                                                " is not inside a live allocation",
+                ErrorContext{.device = fn_.pci_address()});
+}
+
+uint64_t SpyreAllocator::DeviceAddress(const DeviceHandle& handle, uint64_t size) const {
+    Lookup(handle, size);
+    std::lock_guard lock(mutex_);
+    const auto [region, offset] = Locate(handle);
+    return regions_[region].device_base + offset;
+}
+
+AllocatorStats SpyreAllocator::Stats() const {
+    std::lock_guard lock(mutex_);
+    AllocatorStats s;
+    s.capacity = capacity_;
+    s.bytes_in_use = in_use_;
+    s.bytes_free = capacity_ - in_use_;
+    s.largest_free_block = LargestFreeLocked();
+    s.peak_bytes_in_use = peak_;
+    s.live_allocations = live_;
+    s.reservation = reservation_;
+    for (const Region& r : regions_) s.regions.push_back(RegionStats{r.device_index, r.device_base, r.size, r.in_use});
+    return s;
+}
+
+}  // namespace spyre

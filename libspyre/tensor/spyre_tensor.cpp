@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "spyre/tensor/spyre_tensor.hpp"
+
+#include <cstring>
+
+#include "stream/control_blocks.hpp"
+#include "spyre/device/device.hpp"
+#include "spyre/error.hpp"
+#include "spyre/stream/flex_stream.hpp"
+
+namespace spyre {
+
+struct SpyreTensor::Storage {
+    Storage(std::shared_ptr<DeviceCore> c, DeviceAllocation a) : core(std::move(c)), allocation(a) {}
+    Storage(const Storage&) = delete;  // one owner frees the memory, once
+    std::shared_ptr<DeviceCore> core;
+    DeviceAllocation allocation;
+    ~Storage() { core->FreeAfterQueuedWork({&allocation, 1}); }
+};
+
+namespace {
+
+// Row-major rows of `row_bytes`, each placed at a `padded_bytes` pitch.
+void CopyRows(const uint8_t* src, size_t src_pitch, uint8_t* dst, size_t dst_pitch, size_t rows, size_t row_bytes) {
+    for (size_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_pitch, src + r * src_pitch, row_bytes);
+}
+
+}  // namespace
+
+SpyreTensor::SpyreTensor(DeviceHandle handle, std::vector<int64_t> shape, std::vector<int64_t> stride, DType dtype,
+                         uint64_t size_bytes, TensorLayout layout)
+    : handle_(handle),
+      shape_(std::move(shape)),
+      stride_(std::move(stride)),
+      dtype_(dtype),
+      size_bytes_(size_bytes),
+      layout_(layout) {
+    if (shape_.empty() || shape_.size() != stride_.size())
+        throw Error(ErrorKind::InvalidArgument, "tensor " + ShapeText(shape_) + " has " +
+                                                    std::to_string(stride_.size()) + " strides for " +
+                                                    std::to_string(shape_.size()) + " dims");
+    for (size_t d = 0; d < shape_.size(); ++d) {
+        if (shape_[d] < 1)
+            throw Error(ErrorKind::InvalidArgument,
+                        "tensor " + ShapeText(shape_) + ": dim " + std::to_string(d) + " must be >= 1");
+        if (stride_[d] < 0 || stride_[d] % int64_t(ElementSize(dtype_)) != 0)
+            throw Error(ErrorKind::InvalidArgument, "tensor " + ShapeText(shape_) + ": stride " +
+                                                        std::to_string(stride_[d]) + " of dim " + std::to_string(d) +
+                                                        " is not a whole number of " + spyre::ToString(dtype_) + " elements");
+    }
+}
+
+SpyreTensor SpyreTensor::Empty(Device& device, std::vector<int64_t> shape, DType dtype, TensorLayout layout) {
+    const TensorFootprint t = FootprintOf(shape, dtype, layout);
+    std::vector<int64_t> stride(t.strides.size());
+    for (size_t d = 0; d < stride.size(); ++d) stride[d] = t.strides[d] * int64_t(ElementSize(dtype));
+    auto storage = std::make_shared<Storage>(device.core(), device.allocator().Allocate(t.bytes));
+    SpyreTensor tensor(storage->allocation.handle, std::move(shape), std::move(stride), dtype, t.bytes, layout);
+    tensor.storage_ = std::move(storage);
+    return tensor;
+}
+
+SpyreTensor SpyreTensor::FromHost(Device& device, FlexStream& stream, const void* host, std::vector<int64_t> shape,
+                                  DType dtype, TensorLayout layout) {
+    if (!host) throw Error(ErrorKind::InvalidArgument, "SpyreTensor::FromHost with a null host address");
+    CheckSameDevice(stream.core()->id(), device.id(), "SpyreTensor::FromHost: stream", "device");
+    SpyreTensor t = Empty(device, std::move(shape), dtype, layout);
+    DeviceCore& core = *device.core();
+    const size_t row = size_t(t.shape_.back()) * ElementSize(dtype);
+    // The host holds numel * element size bytes, never more: a Sticks tensor
+    // has padding after each row (rank 1 included), which is zero-filled here.
+    const size_t host_bytes = size_t(t.numel()) * ElementSize(dtype);
+    const size_t pitch = t.shape_.size() > 1 ? size_t(t.stride_[t.shape_.size() - 2]) : size_t(t.size_bytes_);
+    std::vector<ControlBlock> group;
+    if (host_bytes == t.size_bytes_) {
+        group.push_back(detail::CopyToDevice(core, host, t.handle_, t.size_bytes_));
+    } else {
+        // Sticks: pad each innermost row to its stick pitch on the host.
+        std::vector<uint8_t> staged(t.size_bytes_, 0);
+        CopyRows(static_cast<const uint8_t*>(host), row, staged.data(), pitch, size_t(t.numel() / t.shape_.back()), row);
+        group.push_back(detail::OwnedCopyToDevice(core, t.handle_, std::move(staged)));
+    }
+    stream.EnqueueGroup(group);
+    return t;
+}
+
+void SpyreTensor::CopyToHost(FlexStream& stream, void* host) const {
+    if (!host) throw Error(ErrorKind::InvalidArgument, "SpyreTensor::CopyToHost to a null host address");
+    DeviceCore& core = *stream.core();
+    CheckSameDevice(device(), core.id(), "SpyreTensor::CopyToHost: tensor", "stream");
+    const size_t row = size_t(shape_.back()) * ElementSize(dtype_);
+    const size_t pitch = shape_.size() > 1 ? size_t(stride_[shape_.size() - 2]) : row;
+    // Only row-major tensors (dense or row-padded) convert here.
+    int64_t expect = int64_t(pitch);
+    for (size_t d = shape_.size() - 1; d-- > 0;) {
+        if (stride_[d] != expect)
+            throw Error(ErrorKind::Unsupported, "CopyToHost of tensor " + ToString() + ": not row-major (dim " +
+                                                    std::to_string(d) + ")");
+        expect *= shape_[d];
+    }
+    std::vector<ControlBlock> group;
+    if (pitch == row) {
+        group.push_back(detail::CopyFromDevice(core, host, handle_, uint64_t(numel()) * ElementSize(dtype_)));
+    } else {
+        auto staged = std::make_shared<std::vector<uint8_t>>(size_bytes_);
+        group.push_back(detail::CopyFromDevice(core, staged->data(), handle_, size_bytes_));
+        group.back().keep_alive = staged;  // the DMA engine writes it until the copy completes
+        const size_t rows = size_t(numel() / shape_.back());
+        group.push_back(detail::Callback([staged, host, rows, row, pitch] {
+            CopyRows(staged->data(), pitch, static_cast<uint8_t*>(host), row, rows, row);
+        }));
+    }
+    stream.EnqueueGroup(group);
+}
+
+std::vector<int64_t> SpyreTensor::element_strides() const {
+    std::vector<int64_t> s(stride_.size());
+    for (size_t d = 0; d < s.size(); ++d) s[d] = stride_[d] / int64_t(ElementSize(dtype_));
+    return s;
+}
+
+int64_t SpyreTensor::numel() const noexcept {
+    int64_t n = 1;
+    for (int64_t d : shape_) n *= d;
+    return n;
+}
+
+std::string SpyreTensor::ToString() const {
+    return std::string(spyre::ToString(dtype_)) + ShapeText(shape_) + " stride(bytes)" + ShapeText(stride_) + " at " +
+           handle_.ToString();
+}
+
+}  // namespace spyre

@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "execution/card_cores.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <string>
+
+namespace spyre::mockdev {
+
+namespace {
+constexpr unsigned kCardCores = 32;
+// How often a LAUNCH waiting for the card looks at its budget (a reset's
+// abort, the watchdog); its turn itself comes by notification.
+constexpr auto kBudgetCheck = std::chrono::milliseconds(1);
+}  // namespace
+
+struct CardCores::Job {
+    size_t chunks;
+    const Budget& budget;
+    const std::function<uint16_t(size_t)>& body;
+    std::atomic<size_t> next{0};
+    std::atomic<uint16_t> verdict{SPYRE_ERR_NONE};
+    std::mutex error_mutex;
+    std::exception_ptr error;
+};
+
+unsigned CardCores::DefaultWorkers() {
+    return std::clamp(std::thread::hardware_concurrency(), 1u, kCardCores);
+}
+
+CardCores::CardCores(unsigned workers) {
+    // Signals belong to the FUSE loop's thread, as for the queue engines.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    for (unsigned i = 0; i < std::max(workers, 1u); ++i) {
+        threads_.emplace_back([this] { Work(); });
+        pthread_setname_np(threads_.back().native_handle(), ("spyre-core" + std::to_string(i)).substr(0, 15).c_str());
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+CardCores::~CardCores() {
+    {
+        std::lock_guard lock(mutex_);
+        stopping_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : threads_) t.join();
+}
+
+CardCores::Turn CardCores::Acquire(const Budget& budget, uint16_t& status) {
+    std::unique_lock lock(turn_mutex_);
+    const uint64_t ticket = next_ticket_++;
+    waiting_.push_back(ticket);
+    for (;;) {
+        if (!card_busy_ && waiting_.front() == ticket) {
+            waiting_.pop_front();
+            card_busy_ = true;
+            status = SPYRE_ERR_NONE;
+            return Turn(this);
+        }
+        if ((status = budget.Check()) != SPYRE_ERR_NONE) {
+            waiting_.erase(std::find(waiting_.begin(), waiting_.end(), ticket));
+            turn_cv_.notify_all();  // the next in line may be first now
+            return Turn();
+        }
+        turn_cv_.wait_for(lock, kBudgetCheck);
+    }
+}
+
+unsigned CardCores::waiting() {
+    std::lock_guard lock(turn_mutex_);
+    return unsigned(waiting_.size());
+}
+
+void CardCores::Release() {
+    {
+        std::lock_guard lock(turn_mutex_);
+        card_busy_ = false;
+    }
+    turn_cv_.notify_all();
+}
+
+CardCores::Turn::~Turn() {
+    if (cores_) cores_->Release();
+}
+
+void CardCores::RunChunks(Job& job) {
+    for (;;) {
+        if (job.verdict.load(std::memory_order_relaxed) != SPYRE_ERR_NONE) return;
+        const size_t i = job.next.fetch_add(1, std::memory_order_relaxed);
+        if (i >= job.chunks) return;
+        uint16_t status = job.budget.Check();
+        if (status == SPYRE_ERR_NONE) {
+            try {
+                status = job.body(i);
+            } catch (...) {
+                std::lock_guard lock(job.error_mutex);
+                if (!job.error) job.error = std::current_exception();
+                status = SPYRE_ERR_INTERNAL;
+            }
+        }
+        if (status != SPYRE_ERR_NONE) {
+            uint16_t none = SPYRE_ERR_NONE;
+            job.verdict.compare_exchange_strong(none, status);
+        }
+    }
+}
+
+uint16_t CardCores::ParallelFor(size_t chunks, const Budget& budget, const std::function<uint16_t(size_t)>& body) {
+    Job job{chunks, budget, body};
+    if (chunks <= 1) {
+        RunChunks(job);  // not worth waking the workers
+    } else {
+        std::unique_lock lock(mutex_);
+        job_ = &job;
+        ++generation_;
+        busy_ = workers();
+        wake_.notify_all();
+        done_.wait(lock, [&] { return busy_ == 0; });
+        job_ = nullptr;
+    }
+    if (job.error) std::rethrow_exception(job.error);
+    return job.verdict.load();
+}
+
+void CardCores::Work() {
+    uint64_t seen = 0;
+    std::unique_lock lock(mutex_);
+    for (;;) {
+        wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+        if (stopping_) return;
+        seen = generation_;
+        Job& job = *job_;
+        lock.unlock();
+        RunChunks(job);
+        lock.lock();
+        if (--busy_ == 0) done_.notify_one();
+    }
+}
+
+}  // namespace spyre::mockdev

@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The compute cores of one card: a pool of worker threads shared by all of
+// the card's functions. The card runs one program at a time, as the real
+// hardware does: a LAUNCH holds the card for its whole run (Acquire) and
+// splits each op into chunks that the workers take in turn (ParallelFor).
+// Between chunks the workers ask the CB's budget whether to go on, so a
+// watchdog expiry or a reset stops a kernel within one chunk.
+//
+// Functions take turns in the order they asked (FIFO): each function's
+// engine asks for one program at a time, so a function that floods the card
+// waits behind every other function that is waiting, and no function holds
+// the card for longer than one program, itself bounded by the card's
+// watchdog.
+#pragma once
+
+#include <array>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "execution/budget.hpp"
+
+namespace spyre::mockdev {
+
+class CardCores {
+public:
+    // Default pool size: the card's 32 cores, or fewer if the machine has fewer.
+    static unsigned DefaultWorkers();
+
+    explicit CardCores(unsigned workers);
+    ~CardCores();
+
+    CardCores(const CardCores&) = delete;
+    CardCores& operator=(const CardCores&) = delete;
+
+    unsigned workers() const { return unsigned(threads_.size()); }
+
+    // The card, held for one program; handed to the next waiter on destruction.
+    class Turn {
+    public:
+        Turn() = default;
+        explicit Turn(CardCores* cores) : cores_(cores) {}
+        Turn(Turn&& o) noexcept : cores_(std::exchange(o.cores_, nullptr)) {}
+        Turn& operator=(Turn&&) = delete;
+        ~Turn();
+        explicit operator bool() const { return cores_ != nullptr; }
+
+    private:
+        CardCores* cores_ = nullptr;
+    };
+
+    // Takes the card for one program, after every program that asked
+    // earlier. Waits no longer than `budget` allows: then the returned turn
+    // is empty and `status` says why.
+    Turn Acquire(const Budget& budget, uint16_t& status);
+    // Programs waiting for the card now (for tests and dumps).
+    unsigned waiting();
+
+    // Runs body(i) for every i in [0, chunks) on the workers and returns once
+    // all have finished. A chunk returns SPYRE_ERR_NONE or a fault; the first
+    // fault, or the budget running out, stops the rest. Returns that code or
+    // SPYRE_ERR_NONE. An exception from a chunk is rethrown here.
+    uint16_t ParallelFor(size_t chunks, const Budget& budget, const std::function<uint16_t(size_t)>& body);
+
+    // Scratch memory of the program holding the card, kept between programs
+    // so large kernels do not fault in fresh pages on every launch.
+    static constexpr size_t kScratchSlots = 3;
+    std::vector<float>& Scratch(size_t slot) { return scratch_[slot]; }
+
+private:
+    struct Job;
+    void Work();
+    static void RunChunks(Job& job);
+
+    void Release();
+
+    std::mutex turn_mutex_;  // guards card_busy_, waiting_, next_ticket_
+    std::condition_variable turn_cv_;
+    bool card_busy_ = false;
+    std::deque<uint64_t> waiting_;  // tickets, oldest first
+    uint64_t next_ticket_ = 0;
+    std::mutex mutex_;       // guards job_, generation_, busy_, stopping_
+    std::condition_variable wake_;
+    std::condition_variable done_;
+    Job* job_ = nullptr;
+    uint64_t generation_ = 0;
+    unsigned busy_ = 0;  // workers still on the current job
+    bool stopping_ = false;
+    std::vector<std::thread> threads_;
+    std::array<std::vector<float>, kScratchSlots> scratch_;
+};
+
+}  // namespace spyre::mockdev

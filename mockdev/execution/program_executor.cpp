@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "execution/program_executor.hpp"
+
+#include <cstddef>
+#include <cstring>
+
+#include "execution/kernels.hpp"
+#include "log.hpp"
+
+namespace spyre::mockdev {
+
+namespace {
+
+// ERR_ADDR: the bad address itself for range and alignment faults, else the
+// program the fault is in.
+CbOutcome ProgramFail(const ProgramFault& f, uint64_t program_addr) {
+    LOG_DEBUG("program at 0x%llx refused: %s (%s)", static_cast<unsigned long long>(program_addr), f.what,
+              spyre_error_name(f.code));
+    const bool names_address = f.code == SPYRE_ERR_ADDR_RANGE || f.code == SPYRE_ERR_MISALIGNED;
+    return Fail(f.code, names_address ? f.addr : program_addr);
+}
+
+}  // namespace
+
+CbOutcome ProgramExecutor::Load(uint64_t addr, uint64_t size, std::vector<uint8_t>& bytes,
+                                DecodedProgram& program) const {
+    if (addr % SPYRE_PROGRAM_ALIGN != 0) return Fail(SPYRE_ERR_MISALIGNED, addr);
+    if (size == 0) {
+        // LAUNCH with program_size 0: the size is the header's total_size.
+        const auto header = memory_.Span(addr, sizeof(spyre_program_header));
+        if (!header) return Fail(SPYRE_ERR_ADDR_RANGE, addr);
+        spyre_program_header h;
+        std::memcpy(&h, header->data(), sizeof h);
+        size = h.total_size;
+    }
+    if (size < sizeof(spyre_program_header) || size > SPYRE_PROGRAM_MAX_SIZE) return Fail(SPYRE_ERR_PROGRAM_FORMAT, addr);
+    const auto span = memory_.Span(addr, size);
+    if (!span) return Fail(SPYRE_ERR_ADDR_RANGE, addr);
+    bytes.assign(span->begin(), span->end());
+    if (ProgramFault f = DecodeProgram(bytes, memory_.size(), program)) return ProgramFail(f, addr);
+    return {};
+}
+
+CbOutcome ProgramExecutor::Launch(uint64_t addr, uint64_t size, const Budget& budget) {
+    if (CbOutcome loaded = Load(addr, size, bytes_, program_); loaded.status) return loaded;
+    operand_data_.clear();
+    for (const Operand& o : program_.operands) {
+        const auto span = memory_.Span(o.desc.addr, o.extent);
+        if (!span) return Fail(SPYRE_ERR_ADDR_RANGE, o.desc.addr);  // the decoder checked; kept as the one rule
+        operand_data_.push_back(span->data());
+    }
+    uint16_t status;
+    const auto card = compute_.Acquire(budget, status);
+    if (!card) return Fail(status, addr);
+    for (const spyre_program_op& op : program_.ops)
+        if (CbOutcome done = RunOp(op, addr, budget); done.status) return done;
+    return CbOutcome{SPYRE_ERR_NONE, program_.ops.size(), 0};
+}
+
+CbOutcome ProgramExecutor::RunOp(const spyre_program_op& op, uint64_t program_addr, const Budget& budget) {
+    const KernelContext ctx{compute_, budget};
+    auto t = [&](int i) { return Tensor{program_.operands[op.operands[i]], operand_data_[op.operands[i]]}; };
+    uint16_t status = SPYRE_ERR_NONE;
+    switch (op.opcode) {
+    case SPYRE_PROG_OP_MATMUL:
+        status = RunMatmul(ctx, t(0), t(1), t(2), op.flags & SPYRE_PROG_OPF_ACCUMULATE);
+        break;
+    case SPYRE_PROG_OP_ADD:
+    case SPYRE_PROG_OP_SUB:
+    case SPYRE_PROG_OP_MUL:
+    case SPYRE_PROG_OP_DIV: status = RunBinary(ctx, op.opcode, t(0), t(1), t(2)); break;
+    case SPYRE_PROG_OP_RELU:
+    case SPYRE_PROG_OP_GELU: status = RunUnary(ctx, op.opcode, t(0), t(1)); break;
+    case SPYRE_PROG_OP_SOFTMAX: status = RunSoftmax(ctx, op.u.axis.axis, t(0), t(1)); break;
+    case SPYRE_PROG_OP_REDUCE_SUM:
+    case SPYRE_PROG_OP_REDUCE_MAX: status = RunReduce(ctx, op.opcode, op.u.axis.axis, t(0), t(1)); break;
+    case SPYRE_PROG_OP_COPY: status = RunCopy(ctx, op.u.copy.perm, t(0), t(1)); break;
+    case SPYRE_PROG_OP_FILL: status = RunFill(ctx, op.u.fill.value, t(0)); break;
+    case SPYRE_PROG_OP_CORRECT:
+        return Correct(op.u.correct.target_addr, op.u.correct.input_addr, op.u.correct.entry_count);
+    default: status = SPYRE_ERR_UNKNOWN_OP; break;  // the decoder admits none
+    }
+    return status == SPYRE_ERR_NONE ? CbOutcome{} : Fail(status, program_addr);
+}
+
+CbOutcome ProgramExecutor::Correct(uint64_t target_addr, uint64_t input_addr, uint64_t entry_count) {
+    if (input_addr % sizeof(uint64_t) != 0) return Fail(SPYRE_ERR_MISALIGNED, input_addr);
+    if (target_addr % SPYRE_PROGRAM_ALIGN != 0) return Fail(SPYRE_ERR_MISALIGNED, target_addr);
+    const auto header = memory_.Span(target_addr, sizeof(spyre_program_header));
+    if (!header) return Fail(SPYRE_ERR_ADDR_RANGE, target_addr);
+    // A target that is not a program is refused before its size is trusted.
+    spyre_program_header h;
+    std::memcpy(&h, header->data(), sizeof h);
+    if (h.magic != SPYRE_PROGRAM_MAGIC) return Fail(SPYRE_ERR_PROGRAM_MAGIC, target_addr);
+    if (CbOutcome loaded = Load(target_addr, h.total_size, target_bytes_, target_); loaded.status) return loaded;
+    if (entry_count != target_.header.slot_count) return Fail(SPYRE_ERR_RELOCATION, target_addr);
+    const auto table = memory_.Span(input_addr, entry_count * sizeof(uint64_t));  // entry_count < 2^16
+    if (!table) return Fail(SPYRE_ERR_ADDR_RANGE, input_addr);
+
+    for (const spyre_program_reloc& r : target_.relocs)
+        std::memcpy(target_bytes_.data() + target_.header.operands_offset + r.operand * sizeof(spyre_program_operand) +
+                        offsetof(spyre_program_operand, addr),
+                    table->data() + r.slot * sizeof(uint64_t), sizeof(uint64_t));
+    const uint32_t checksum = uapi::ProgramChecksum(target_bytes_.data(), target_bytes_.size());
+    std::memcpy(target_bytes_.data() + offsetof(spyre_program_header, checksum), &checksum, sizeof checksum);
+    // The corrected program must validate too (its new addresses inside the window).
+    if (ProgramFault f = DecodeProgram(target_bytes_, memory_.size(), target_)) return ProgramFail(f, target_addr);
+    const auto target = memory_.Span(target_addr, target_bytes_.size());  // checked by Load
+    std::memcpy(target->data(), target_bytes_.data(), target_bytes_.size());
+    return CbOutcome{SPYRE_ERR_NONE, target_.relocs.size(), 0};
+}
+
+}  // namespace spyre::mockdev

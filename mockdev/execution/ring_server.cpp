@@ -1,0 +1,277 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "execution/ring_server.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <climits>
+#include <cstring>
+#include <ctime>
+
+#include "spyre/common/futex.hpp"
+
+namespace spyre::mockdev {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+// Bound on one futex sleep: a lost wake-up (a driver that skipped the
+// device_sleeping check) costs at most this much latency.
+constexpr auto kSleepTimeout = 1s;
+// How often a full CQ is re-checked; the driver frees space without a wake-up.
+constexpr auto kCqFullRetry = 50us;
+// How often, and how long, Kick re-wakes an engine that has not acknowledged.
+constexpr auto kKickRetry = 20us;
+constexpr auto kKickLimit = 1s;
+
+
+uint64_t MonotonicNs() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
+}  // namespace
+
+RingServer::RingServer(RegisterFile& regs, ShmObject& ring, const RingGeometry& geometry, CbExecutor& executor,
+               std::chrono::microseconds poll)
+    : regs_(regs),
+      ring_(ring),
+      geo_(geometry),
+      executor_(executor),
+      abort_cb_([this] { return stopping_.load() || abort_batch_.load(); }),
+      poll_(poll),
+      db_(reinterpret_cast<spyre_doorbell_page*>(ring.data() + geometry.db_offset)),
+      sq_(ring.data() + geometry.sq_offset),
+      cq_(ring.data() + geometry.cq_offset) {}
+
+RingServer::~RingServer() { Stop(); }
+
+void RingServer::Start(const std::string& name) {
+    // Signals belong to the FUSE loop's thread: the engine blocks them all
+    // from its first instruction on.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    running_.store(true);
+    thread_ = std::thread([this] { Run(); });
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    pthread_setname_np(thread_.native_handle(), name.substr(0, 15).c_str());
+}
+
+void RingServer::Stop() {
+    if (!thread_.joinable()) return;
+    stopping_.store(true);
+    Kick();
+    thread_.join();
+    running_.store(false);
+}
+
+void RingServer::Doorbell() { FutexWake(&db_->sq_tail); }
+
+void RingServer::SetRingEnabled(bool enabled) {
+    ring_enabled_.store(enabled, std::memory_order_release);
+    if (enabled) {
+        regs_.SetBits32(SPYRE_REG_STATUS, SPYRE_STATUS_RING_ENABLED);
+        Kick();  // CBs may already be waiting in the ring
+    } else {
+        regs_.ClearBits32(SPYRE_REG_STATUS, SPYRE_STATUS_RING_ENABLED);
+    }
+}
+
+RingServer::Paused::Paused(RingServer& engine) : ring_server_(engine) {
+    ring_server_.paused_.store(true);
+    ring_server_.abort_batch_.store(true);
+    lock_ = std::unique_lock(ring_server_.exec_mutex_);
+    ring_server_.abort_batch_.store(false);
+    ring_server_.Kick();  // out of its futex sleep, to wait on exec_mutex_ instead
+}
+
+RingServer::Paused::~Paused() {
+    ring_server_.paused_.store(false);
+    lock_.unlock();
+    ring_server_.Kick();  // a ring enabled while paused may hold work
+}
+
+void RingServer::ClearRing(const Paused&) {
+    ring_enabled_.store(false);
+    halted_.store(false);
+    cancel_next_ = false;  // a linked chain does not survive a reset
+    SharedWord(db_->sq_tail).store(0);
+    SharedWord(db_->cq_head).store(0);
+    SharedWord(db_->sq_head).store(0);
+    SharedWord(db_->cq_tail).store(0);
+    ring_.Zero(geo_.sq_offset, uint64_t(geo_.sq_entries) * geo_.cb_size);
+    ring_.Zero(geo_.cq_offset, uint64_t(geo_.cq_entries) * geo_.cqe_size);
+}
+
+bool RingServer::RaiseIrq() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // CQEs and cq_tail before irq_seq
+    SharedWord(db_->irq_seq).fetch_add(1);
+    if (SharedWord(db_->irq_waiters).load() == 0) return false;
+    FutexWake(&db_->irq_seq);
+    return true;
+}
+
+void RingServer::Kick() {
+    const uint32_t kick = kicks_.fetch_add(1) + 1;
+    const auto deadline = Clock::now() + kKickLimit;
+    for (;;) {
+        FutexWake(&db_->sq_tail);
+        const uint32_t seen = std::atomic_ref<uint32_t>(kicks_seen_).load();
+        // Done once the engine has seen the kick, or is awake (it will look
+        // again before it sleeps). Otherwise it may have slept through the
+        // wake: wait for its acknowledgement, waking it again meanwhile.
+        if (!running_.load() || int32_t(seen - kick) >= 0 || SharedWord(db_->device_sleeping).load() == 0 ||
+            Clock::now() > deadline)
+            return;
+        FutexWait(&kicks_seen_, seen, kKickRetry, FutexScope::Private);
+    }
+}
+
+bool RingServer::HasWork(uint32_t sq_tail) const {
+    return ring_enabled() && !halted() && sq_tail != SharedWord(db_->sq_head).load(std::memory_order_relaxed);
+}
+
+void RingServer::Run() {
+    auto last_work = Clock::now();
+    for (;;) {
+        const uint32_t kicks = kicks_.load();
+        if (std::atomic_ref<uint32_t> seen(kicks_seen_); seen.load() != kicks) {
+            seen.store(kicks);
+            FutexWake(&kicks_seen_, INT_MAX, FutexScope::Private);  // kicks are rare: no cost when polling
+        }
+        if (stopping_.load()) return;
+        if (paused_.load()) {
+            std::lock_guard wait_for_resume(exec_mutex_);
+            continue;
+        }
+        if (HasWork(SharedWord(db_->sq_tail).load(std::memory_order_acquire))) {
+            ServeBatch();
+            last_work = Clock::now();
+        } else if (Clock::now() - last_work < poll_) {
+            CpuRelax();
+        } else if (Sleep(kicks)) {
+            last_work = Clock::now();  // woken: poll again; timed out: straight back to sleep
+        }
+    }
+}
+
+// Returns false if the sleep timed out: nothing happened for a while.
+bool RingServer::Sleep(uint32_t kicks_seen) {
+    regs_.SetBits32(SPYRE_REG_STATUS, SPYRE_STATUS_SLEEPING);
+    SharedWord(db_->device_sleeping).store(1);
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // publish sleeping before the last look at sq_tail
+    const uint32_t tail = SharedWord(db_->sq_tail).load();
+    const bool must_stay = kicks_.load() != kicks_seen || stopping_.load() || HasWork(tail);
+    const bool woken = must_stay || FutexWait(&db_->sq_tail, tail, kSleepTimeout);
+    SharedWord(db_->device_sleeping).store(0);
+    regs_.ClearBits32(SPYRE_REG_STATUS, SPYRE_STATUS_SLEEPING);
+    if (!must_stay && woken) regs_.Add64(SPYRE_REG_CNT_WAKEUPS, 1);
+    return woken;
+}
+
+bool RingServer::LeaveBatch() const { return stopping_.load() || abort_batch_.load() || !ring_enabled(); }
+
+bool RingServer::WaitForCqSpace(uint32_t cq_tail, uint32_t sq_head) {
+    for (;;) {
+        const uint32_t cq_head = SharedWord(db_->cq_head).load(std::memory_order_acquire);
+        if (!spyre_ring_valid(cq_head, cq_tail, geo_.cq_entries)) {
+            Halt(sq_head);  // the driver claims completions never posted: a driver bug
+            return false;
+        }
+        if (spyre_ring_free(cq_head, cq_tail, geo_.cq_entries) != 0) return true;
+        if (LeaveBatch()) return false;
+        std::this_thread::sleep_for(kCqFullRetry);
+    }
+}
+
+void RingServer::Halt(uint32_t sq_head) {
+    halted_.store(true);
+    regs_.LatchError(ErrorRecord{SPYRE_ERR_RING_OVERFLOW, 0, sq_head, 0, 0});
+    regs_.SetBits32(SPYRE_REG_STATUS, SPYRE_STATUS_HALTED);
+}
+
+void RingServer::ServeBatch() {
+    std::unique_lock lock(exec_mutex_);
+    if (LeaveBatch() || halted()) return;
+    uint32_t head = SharedWord(db_->sq_head).load(std::memory_order_relaxed);
+    const uint32_t tail = SharedWord(db_->sq_tail).load(std::memory_order_acquire);
+    regs_.Store32(SPYRE_REG_SQ_TAIL, tail);
+    if (tail == head) return;
+    regs_.Add64(SPYRE_REG_CNT_DOORBELLS, 1);
+    if (!spyre_ring_valid(head, tail, geo_.sq_entries)) {
+        Halt(head);
+        return;
+    }
+
+    regs_.SetBits32(SPYRE_REG_STATUS, SPYRE_STATUS_BUSY);
+    const auto started = Clock::now();
+    uint32_t cq_tail = SharedWord(db_->cq_tail).load(std::memory_order_relaxed);
+    while (head != tail && !LeaveBatch()) {
+        // The driver may scribble on the slots at any time: work on private
+        // copies of the CB and its payload.
+        spyre_cb cb;
+        std::memcpy(&cb, Slot(head), sizeof cb);
+        if (!WaitForCqSpace(cq_tail, head)) break;
+
+        // Framing (spyre_cb.h): a slot count the ring cannot hold consumes
+        // just this slot, so the device never reads past what was published.
+        const bool framed = cb.slots >= 1 && cb.slots <= SPYRE_CB_MAX_SLOTS && cb.slots <= tail - head;
+        const uint32_t used = framed ? cb.slots : 1u;
+        const bool cancelled = cancel_next_;
+        CbOutcome outcome;
+        if (cancelled) {
+            outcome = Fail(SPYRE_ERR_CANCELED);  // the previous CB was linked and failed: not even validated
+        } else if (!framed) {
+            outcome = Fail(SPYRE_ERR_BAD_SLOT_COUNT);
+        } else {
+            const size_t payload_bytes = size_t(used - 1) * SPYRE_CB_SLOT_BYTES;
+            for (uint32_t i = 1; i < used; ++i)
+                std::memcpy(payload_.data() + size_t(i - 1) * SPYRE_CB_SLOT_BYTES, Slot(head + i), SPYRE_CB_SLOT_BYTES);
+            outcome = executor_.Execute(cb, std::span<const uint8_t>(payload_.data(), payload_bytes), abort_cb_);
+        }
+        // LINK: a failed (or cancelled) linked CB cancels its successor, also
+        // one that arrives with a later doorbell.
+        cancel_next_ = (cb.flags & SPYRE_CB_F_LINK) != 0 && outcome.status != SPYRE_ERR_NONE;
+        if (outcome.status == SPYRE_ERR_NONE) {
+            regs_.Add64(SPYRE_REG_CNT_CB_DONE, 1);
+        } else {
+            // A cancellation is a consequence, not a fault: the first real
+            // fault stays latched.
+            if (!cancelled)
+                regs_.LatchError(ErrorRecord{outcome.status, cb.opcode, head, outcome.fault_addr, cb.user_data});
+            regs_.Add64(SPYRE_REG_CNT_CB_ERRORS, 1);
+        }
+        PostCqe(cb, outcome, head, cq_tail);
+        head += used;
+        ++cq_tail;
+        SharedWord(db_->sq_head).store(head, std::memory_order_release);
+        SharedWord(db_->cq_tail).store(cq_tail, std::memory_order_release);
+        regs_.Store32(SPYRE_REG_SQ_HEAD, head);
+        regs_.Store32(SPYRE_REG_CQ_TAIL, cq_tail);
+        if (RaiseIrq()) regs_.Add64(SPYRE_REG_CNT_IRQS, 1);
+    }
+    regs_.ClearBits32(SPYRE_REG_STATUS, SPYRE_STATUS_BUSY);
+    regs_.Add64(SPYRE_REG_CNT_BUSY_NS,
+                uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started).count()));
+}
+
+const uint8_t* RingServer::Slot(uint32_t pos) const {
+    return sq_ + size_t(spyre_ring_slot(pos, geo_.sq_entries)) * geo_.cb_size;
+}
+
+void RingServer::PostCqe(const spyre_cb& cb, const CbOutcome& outcome, uint32_t sq_pos, uint32_t cq_tail) {
+    spyre_cqe cqe{};
+    cqe.user_data = cb.user_data;
+    cqe.result = outcome.result;
+    cqe.timestamp_ns = MonotonicNs();
+    cqe.sq_pos = sq_pos;
+    cqe.status = outcome.status;
+    cqe.opcode = cb.opcode;
+    std::memcpy(cq_ + size_t(spyre_ring_slot(cq_tail, geo_.cq_entries)) * geo_.cqe_size, &cqe, sizeof cqe);
+}
+
+}  // namespace spyre::mockdev

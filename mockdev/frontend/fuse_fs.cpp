@@ -1,0 +1,525 @@
+// SPDX-License-Identifier: Apache-2.0
+#define FUSE_USE_VERSION 312
+#include "frontend/fuse_fs.hpp"
+
+#include <fcntl.h>
+#include <fuse.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <optional>
+#include <string_view>
+
+#include "frontend/attr_number.hpp"
+#include "log.hpp"
+#include "pci/pci_address.hpp"
+#include "spyre/uapi/spyre_ioctl.h"
+#include "spyre/uapi/spyre_regs.h"
+
+namespace spyre::mockdev {
+
+namespace {
+
+enum class Kind {
+    Root, BusDir, PciDir, DevicesDir, FunctionDir, DevDir, SpyreDir,  // directories
+    Config, Resource0, Resource2, Resource4, Regs, Reset, Vendor, Device, Class, SriovTotalVfs, SriovNumVfs,
+    DevNode,
+};
+
+bool IsDir(Kind k) { return k <= Kind::SpyreDir; }
+
+struct FileSpec {
+    const char* name;
+    Kind kind;
+    mode_t mode;
+    bool pf_only;
+};
+
+constexpr FileSpec kFunctionFiles[] = {
+    {"config", Kind::Config, 0444, false},
+    {"resource0", Kind::Resource0, 0600, false},
+    {"resource2", Kind::Resource2, 0600, false},
+    {"resource4", Kind::Resource4, 0600, false},
+    {"regs", Kind::Regs, 0444, false},
+    {"reset", Kind::Reset, 0200, false},
+    {"vendor", Kind::Vendor, 0444, false},
+    {"device", Kind::Device, 0444, false},
+    {"class", Kind::Class, 0444, false},
+    {"sriov_totalvfs", Kind::SriovTotalVfs, 0444, true},
+    {"sriov_numvfs", Kind::SriovNumVfs, 0644, true},
+};
+constexpr mode_t kDevNodeMode = 0660;
+// Text attributes report sysfs's size; readers go to EOF (direct_io).
+constexpr off_t kAttrSize = 4096;
+
+mode_t ModeOf(Kind kind) {
+    if (kind == Kind::DevNode) return kDevNodeMode;
+    for (const auto& f : kFunctionFiles)
+        if (f.kind == kind) return f.mode;
+    return 0;
+}
+
+unsigned BarOf(Kind kind) {
+    return kind == Kind::Resource0 ? SPYRE_REGION_BAR0 : kind == Kind::Resource2 ? SPYRE_REGION_BAR2 : SPYRE_REGION_BAR4;
+}
+
+struct Node {
+    Kind kind;
+    Card* card = nullptr;
+    std::shared_ptr<Function> fn;
+};
+
+// The process (thread group) of the thread that made the current request:
+// FUSE reports the thread's id.
+pid_t CallerProcess() {
+    const pid_t tid = fuse_get_context()->pid;
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/status", int(tid));
+    FILE* status = std::fopen(path, "re");
+    if (!status) return tid;
+    char line[256];
+    pid_t tgid = tid;
+    while (std::fgets(line, sizeof line, status))
+        if (std::sscanf(line, "Tgid: %d", &tgid) == 1) break;
+    std::fclose(status);
+    return tgid;
+}
+
+// libfuse's own messages go through our log. While mounting they are held
+// back and folded into our one error line instead.
+std::mutex g_fuse_log_mutex;
+bool g_fuse_log_capture = false;
+std::string g_fuse_log_last;
+
+void FuseLogToOurs(fuse_log_level level, const char* fmt, va_list ap) {
+    char buf[512];
+    std::vsnprintf(buf, sizeof buf, fmt, ap);
+    std::string_view msg(buf);
+    while (!msg.empty() && msg.back() == '\n') msg.remove_suffix(1);
+    {
+        std::lock_guard lock(g_fuse_log_mutex);
+        if (g_fuse_log_capture) {
+            g_fuse_log_last = msg;
+            return;
+        }
+    }
+    const LogLevel ours = level <= FUSE_LOG_ERR ? LogLevel::Error : level == FUSE_LOG_WARNING ? LogLevel::Warn
+                          : level <= FUSE_LOG_INFO                ? LogLevel::Info
+                                                                  : LogLevel::Debug;
+    MOCKDEV_LOG(ours, "libfuse: %.*s", int(msg.size()), msg.data());
+}
+
+// Holds libfuse's messages back for its lifetime; Last() is the latest one.
+class FuseLogCapture {
+public:
+    FuseLogCapture() {
+        std::lock_guard lock(g_fuse_log_mutex);
+        g_fuse_log_capture = true;
+        g_fuse_log_last.clear();
+    }
+    ~FuseLogCapture() {
+        std::lock_guard lock(g_fuse_log_mutex);
+        g_fuse_log_capture = false;
+    }
+    std::string Last() const {
+        std::lock_guard lock(g_fuse_log_mutex);
+        return g_fuse_log_last.empty() ? std::string("no reason given") : g_fuse_log_last;
+    }
+};
+
+}  // namespace
+
+// Per-open state, kept in fuse_file_info::fh.
+struct OpenFile {
+    Kind kind;
+    Card* card;
+    std::shared_ptr<Function> fn;
+    std::atomic<bool> released{false};  // device node: the hold ended (SPYRE_IOC_RELEASE or release)
+    std::mutex text_mutex;
+    std::string text;  // attribute text, regenerated on each read at offset 0 (as sysfs does)
+};
+
+// The fuse_operations callbacks. The FuseFs comes back through the context's
+// private_data (what init returned).
+struct FuseOps {
+    static FuseFs* Self() { return static_cast<FuseFs*>(fuse_get_context()->private_data); }
+    static OpenFile* File(fuse_file_info* fi) { return reinterpret_cast<OpenFile*>(fi->fh); }
+
+    // While a function's device node is held, its resource and reset files
+    // serve only the holder and the holder of the card's PF (which sees the
+    // whole card). Views that carry no data stay open to every reader: the
+    // register file (resource0) and the doorbell page of resource4 (ring
+    // indices and flags), which is what spyre-regdump reads. 0 or -EBUSY.
+    static int CheckHolder(const OpenFile& f, bool write, uint64_t off, size_t len) {
+        const pid_t holder = f.fn->holder();
+        if (holder == 0) return 0;
+        if (!write) {
+            if (f.kind == Kind::Resource0) return 0;
+            static_assert(SPYRE_DEFAULT_DB_OFFSET == 0, "the doorbell page opens BAR4");
+            if (f.kind == Kind::Resource4 && off + len <= sizeof(spyre_doorbell_page)) return 0;
+        }
+        const pid_t caller = CallerProcess();
+        if (caller == holder) return 0;
+        if (auto pf = f.card->FindFunction(0); pf && pf->holder() != 0 && caller == pf->holder()) return 0;
+        const char* what = f.kind == Kind::Reset ? "reset" : f.kind == Kind::Resource0 ? "resource0"
+                           : f.kind == Kind::Resource2                             ? "resource2"
+                                                                                   : "resource4";
+        LOG_WARN("%s: %s %s by pid %d refused: the device node is held by pid %d", f.fn->address().c_str(),
+                 write ? "write to" : "read of", what, int(caller), int(holder));
+        return -EBUSY;
+    }
+
+    static std::optional<Node> Resolve(const char* path) {
+        std::vector<std::string_view> parts;
+        std::string_view rest(path);
+        while (!rest.empty()) {
+            size_t slash = rest.find('/');
+            std::string_view part = rest.substr(0, slash);
+            if (!part.empty()) parts.push_back(part);
+            if (slash == std::string_view::npos) break;
+            rest.remove_prefix(slash + 1);
+        }
+        FuseFs* self = Self();
+        if (parts.empty()) return Node{Kind::Root, nullptr, nullptr};
+        if (parts[0] == "bus") {
+            if (parts.size() == 1) return Node{Kind::BusDir, nullptr, nullptr};
+            if (parts[1] != "pci") return std::nullopt;
+            if (parts.size() == 2) return Node{Kind::PciDir, nullptr, nullptr};
+            if (parts[2] != "devices") return std::nullopt;
+            if (parts.size() == 3) return Node{Kind::DevicesDir, nullptr, nullptr};
+            Card* card = nullptr;
+            auto fn = self->FindFunction(parts[3], &card);
+            if (!fn) return std::nullopt;
+            if (parts.size() == 4) return Node{Kind::FunctionDir, card, fn};
+            if (parts.size() > 5) return std::nullopt;
+            for (const auto& f : kFunctionFiles)
+                if (parts[4] == f.name && (!f.pf_only || !fn->is_vf())) return Node{f.kind, card, fn};
+            return std::nullopt;
+        }
+        if (parts[0] == "dev") {
+            if (parts.size() == 1) return Node{Kind::DevDir, nullptr, nullptr};
+            if (parts[1] != "spyre") return std::nullopt;
+            if (parts.size() == 2) return Node{Kind::SpyreDir, nullptr, nullptr};
+            if (parts.size() > 3) return std::nullopt;
+            Card* card = nullptr;
+            auto fn = self->FindFunction(parts[2], &card);
+            if (!fn) return std::nullopt;
+            return Node{Kind::DevNode, card, fn};
+        }
+        return std::nullopt;
+    }
+
+    static void* Init(fuse_conn_info*, fuse_config* cfg) {
+        cfg->entry_timeout = 0;
+        cfg->attr_timeout = 0;
+        cfg->negative_timeout = 0;
+        cfg->direct_io = 1;
+        cfg->kernel_cache = 0;
+        FuseFs* self = Self();
+        if (self->on_ready_) self->on_ready_();
+        return self;
+    }
+
+    static int GetAttr(const char* path, struct stat* st, fuse_file_info*) {
+        auto node = Resolve(path);
+        if (!node) return -ENOENT;
+        static const time_t started = std::time(nullptr);
+        std::memset(st, 0, sizeof *st);
+        st->st_uid = ::geteuid();
+        st->st_gid = ::getegid();
+        st->st_atime = st->st_mtime = st->st_ctime = started;
+        if (IsDir(node->kind)) {
+            st->st_mode = S_IFDIR | 0755;
+            st->st_nlink = 2;
+            return 0;
+        }
+        st->st_mode = S_IFREG | ModeOf(node->kind);
+        st->st_nlink = 1;
+        switch (node->kind) {
+        case Kind::Config: st->st_size = SPYRE_CONFIG_SIZE; break;
+        case Kind::Resource0:
+        case Kind::Resource2:
+        case Kind::Resource4: st->st_size = off_t(node->fn->RegionSize(BarOf(node->kind))); break;
+        case Kind::DevNode: st->st_size = 0; break;
+        default: st->st_size = kAttrSize; break;
+        }
+        return 0;
+    }
+
+    static int ReadDir(const char* path, void* buf, fuse_fill_dir_t filler, off_t, fuse_file_info*, fuse_readdir_flags) {
+        auto node = Resolve(path);
+        if (!node) return -ENOENT;
+        if (!IsDir(node->kind)) return -ENOTDIR;
+        auto add = [&](const std::string& name) { filler(buf, name.c_str(), nullptr, 0, fuse_fill_dir_flags(0)); };
+        add(".");
+        add("..");
+        switch (node->kind) {
+        case Kind::Root:
+            add("bus");
+            add("dev");
+            break;
+        case Kind::BusDir: add("pci"); break;
+        case Kind::PciDir: add("devices"); break;
+        case Kind::DevDir: add("spyre"); break;
+        case Kind::DevicesDir:
+        case Kind::SpyreDir:
+            for (const auto& card : Self()->cards_)
+                for (const auto& fn : card->Functions()) add(fn->address());
+            break;
+        case Kind::FunctionDir:
+            for (const auto& f : kFunctionFiles)
+                if (!f.pf_only || !node->fn->is_vf()) add(f.name);
+            break;
+        default: break;
+        }
+        return 0;
+    }
+
+    static int Open(const char* path, fuse_file_info* fi) {
+        auto node = Resolve(path);
+        if (!node) return -ENOENT;
+        if (IsDir(node->kind)) return -EISDIR;
+        // Modes are enforced here too: root passes the kernel's permission check.
+        const int acc = fi->flags & O_ACCMODE;
+        const mode_t mode = ModeOf(node->kind);
+        if ((acc != O_RDONLY && !(mode & 0222)) || (acc != O_WRONLY && !(mode & 0444))) return -EACCES;
+        if (node->kind == Kind::DevNode)
+            if (int rc = node->fn->Open(CallerProcess()); rc != 0) return rc;
+        auto file = std::make_unique<OpenFile>();
+        file->kind = node->kind;
+        file->card = node->card;
+        file->fn = node->fn;
+        fi->fh = reinterpret_cast<uint64_t>(file.get());
+        fi->direct_io = 1;
+        fi->keep_cache = 0;
+        Self()->Track(std::move(file));
+        return 0;
+    }
+
+    static int Release(const char*, fuse_file_info* fi) {
+        OpenFile* file = File(fi);
+        if (file->kind == Kind::DevNode && !file->released.exchange(true)) file->fn->Close();
+        Self()->Untrack(file);
+        return 0;
+    }
+
+    static std::string AttributeText(OpenFile& f) {
+        char buf[32];
+        switch (f.kind) {
+        case Kind::Regs: return f.fn->RegisterDump();
+        case Kind::Vendor: std::snprintf(buf, sizeof buf, "0x%04x\n", SPYRE_PCI_VENDOR_IBM); return buf;
+        case Kind::Device: std::snprintf(buf, sizeof buf, "0x%04x\n", unsigned(f.fn->device_id())); return buf;
+        case Kind::Class: std::snprintf(buf, sizeof buf, "0x%06x\n", SPYRE_PCI_CLASS_CODE); return buf;
+        case Kind::SriovTotalVfs: std::snprintf(buf, sizeof buf, "%u\n", SPYRE_SRIOV_TOTAL_VFS); return buf;
+        case Kind::SriovNumVfs: std::snprintf(buf, sizeof buf, "%u\n", f.card->num_vfs()); return buf;
+        default: return {};
+        }
+    }
+
+    // Device node offsets carry the region index in their top bits (vfio-pci style).
+    static bool SplitDevOffset(off_t off, unsigned* region, uint64_t* region_off) {
+        const uint64_t u = uint64_t(off);
+        *region = unsigned(u >> SPYRE_REGION_INDEX_SHIFT);
+        *region_off = u & SPYRE_REGION_OFFSET_MASK;
+        return *region < SPYRE_NUM_REGIONS;
+    }
+
+    static int Read(const char*, char* buf, size_t size, off_t off, fuse_file_info* fi) {
+        OpenFile& f = *File(fi);
+        if (off < 0) return -EINVAL;
+        switch (f.kind) {
+        case Kind::Config: return int(f.fn->ReadRegion(SPYRE_REGION_CONFIG, uint64_t(off), buf, size));
+        case Kind::Resource0:
+        case Kind::Resource2:
+        case Kind::Resource4:
+            if (int rc = CheckHolder(f, false, uint64_t(off), size); rc != 0) return rc;
+            return int(f.fn->ReadRegion(BarOf(f.kind), uint64_t(off), buf, size));
+        case Kind::DevNode: {
+            unsigned region;
+            uint64_t region_off;
+            if (f.released.load()) return -ENODEV;
+            if (!SplitDevOffset(off, &region, &region_off)) return -EINVAL;
+            return int(f.fn->ReadRegion(region, region_off, buf, size));
+        }
+        default: {
+            std::lock_guard lock(f.text_mutex);
+            if (off == 0) f.text = AttributeText(f);
+            if (uint64_t(off) >= f.text.size()) return 0;
+            const size_t n = std::min(size, f.text.size() - size_t(off));
+            std::memcpy(buf, f.text.data() + off, n);
+            return int(n);
+        }
+        }
+    }
+
+    static int Write(const char*, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
+        OpenFile& f = *File(fi);
+        if (off < 0) return -EINVAL;
+        switch (f.kind) {
+        case Kind::Config: return int(f.fn->WriteRegion(SPYRE_REGION_CONFIG, uint64_t(off), buf, size));
+        case Kind::Resource0:
+        case Kind::Resource2:
+        case Kind::Resource4:
+            if (int rc = CheckHolder(f, true, uint64_t(off), size); rc != 0) return rc;
+            return int(f.fn->WriteRegion(BarOf(f.kind), uint64_t(off), buf, size));
+        case Kind::DevNode: {
+            unsigned region;
+            uint64_t region_off;
+            if (f.released.load()) return -ENODEV;
+            if (!SplitDevOffset(off, &region, &region_off)) return -EINVAL;
+            return int(f.fn->WriteRegion(region, region_off, buf, size));
+        }
+        case Kind::Reset: {
+            unsigned long v = 0;
+            if (ParseAttrNumber(buf, size, &v) != 0 || v != 1) return -EINVAL;
+            if (int rc = CheckHolder(f, true, 0, size); rc != 0) return rc;
+            if (int rc = f.fn->Reset(); rc != 0) return rc;
+            return int(size);
+        }
+        case Kind::SriovNumVfs: {
+            unsigned long v = 0;
+            if (int rc = ParseAttrNumber(buf, size, &v); rc != 0) return rc;
+            if (v > UINT16_MAX) return -ERANGE;
+            if (int rc = f.card->SetNumVfs(unsigned(v)); rc != 0) return rc;
+            return int(size);
+        }
+        default: return -EACCES;
+        }
+    }
+
+    // Sizes are fixed, as in sysfs: truncating a writable file (`echo 1 > reset`
+    // opens with O_TRUNC) is accepted and changes nothing.
+    static int Truncate(const char* path, off_t, fuse_file_info*) {
+        auto node = Resolve(path);
+        if (!node) return -ENOENT;
+        if (IsDir(node->kind)) return -EISDIR;
+        return (ModeOf(node->kind) & 0222) ? 0 : -EACCES;
+    }
+
+    static int Ioctl(const char*, unsigned int cmd, void*, fuse_file_info* fi, unsigned int flags, void* data) {
+        if (flags & FUSE_IOCTL_COMPAT) return -ENOSYS;
+        OpenFile& f = *File(fi);
+        if (f.kind != Kind::DevNode) return -ENOTTY;
+        if (f.released.load()) return -ENODEV;
+        switch (cmd) {
+        case SPYRE_IOC_GET_INFO:
+            *static_cast<spyre_device_info*>(data) = f.fn->DeviceInfo();
+            return 0;
+        case SPYRE_IOC_GET_REGION_INFO: {
+            auto* info = static_cast<spyre_region_info*>(data);
+            if (info->argsz < sizeof *info || info->index >= SPYRE_NUM_REGIONS) return -EINVAL;
+            *info = f.fn->RegionInfo(info->index);
+            return 0;
+        }
+        case SPYRE_IOC_RESET: {
+            const auto* req = static_cast<const spyre_reset_req*>(data);
+            if (req->argsz < sizeof *req || req->flags != 0) return -EINVAL;
+            return f.fn->Reset();
+        }
+        case SPYRE_IOC_RELEASE: {
+            const auto* req = static_cast<const spyre_release_req*>(data);
+            if (req->argsz < sizeof *req || req->flags != 0) return -EINVAL;
+            if (!f.released.exchange(true)) f.fn->Close();
+            return 0;
+        }
+        default: return -ENOTTY;
+        }
+    }
+
+    static fuse_operations Table() {
+        fuse_operations ops{};
+        ops.init = Init;
+        ops.getattr = GetAttr;
+        ops.readdir = ReadDir;
+        ops.open = Open;
+        ops.release = Release;
+        ops.read = Read;
+        ops.write = Write;
+        ops.truncate = Truncate;
+        ops.ioctl = Ioctl;
+        return ops;
+    }
+};
+
+FuseFs::FuseFs(const std::vector<std::unique_ptr<Card>>& cards, std::function<void()> on_ready)
+    : cards_(cards), on_ready_(std::move(on_ready)) {}
+
+FuseFs::~FuseFs() { Unmount(); }
+
+std::shared_ptr<Function> FuseFs::FindFunction(std::string_view address, Card** card) const {
+    auto slot = ParseFunctionAddress(address);
+    if (!slot || slot->card >= cards_.size()) return nullptr;
+    *card = cards_[slot->card].get();
+    return (*card)->FindFunction(slot->fn);
+}
+
+void FuseFs::Track(std::unique_ptr<OpenFile> file) {
+    std::lock_guard lock(files_mutex_);
+    OpenFile* key = file.get();
+    open_files_.emplace(key, std::move(file));
+}
+
+void FuseFs::Untrack(OpenFile* file) {
+    std::lock_guard lock(files_mutex_);
+    open_files_.erase(file);
+}
+
+bool FuseFs::Mount(const std::string& dir) {
+    static const fuse_operations kOps = FuseOps::Table();
+    fuse_set_log_func(FuseLogToOurs);
+    std::string options = "fsname=spyre-mockdev,subtype=spyre,default_permissions";
+    if (::geteuid() == 0) options += ",allow_other";
+    std::string prog = "spyre-mockdev", dash_o = "-o";
+    char* argv[] = {prog.data(), dash_o.data(), options.data(), nullptr};
+    fuse_args args = FUSE_ARGS_INIT(3, argv);
+    FuseLogCapture capture;
+    fuse_ = fuse_new(&args, &kOps, sizeof kOps, this);
+    fuse_opt_free_args(&args);
+    if (!fuse_) {
+        LOG_ERROR("FUSE setup failed: %s", capture.Last().c_str());
+        return false;
+    }
+    if (fuse_mount(fuse_, dir.c_str()) != 0) {
+        LOG_ERROR("FUSE mount at %s failed: %s", dir.c_str(), capture.Last().c_str());
+        fuse_destroy(fuse_);
+        fuse_ = nullptr;
+        return false;
+    }
+    mounted_ = true;
+    if (fuse_set_signal_handlers(fuse_get_session(fuse_)) != 0) {
+        LOG_ERROR("cannot install signal handlers: %s", capture.Last().c_str());
+        Unmount();
+        return false;
+    }
+    return true;
+}
+
+void FuseFs::Loop() {
+    fuse_loop_config* config = fuse_loop_cfg_create();
+    fuse_loop_cfg_set_clone_fd(config, 0);
+    int rc = fuse_loop_mt(fuse_, config);
+    fuse_loop_cfg_destroy(config);
+    LOG_DEBUG("FUSE loop ended (%d)", rc);
+}
+
+void FuseFs::Unmount() {
+    if (!fuse_) return;
+    fuse_remove_signal_handlers(fuse_get_session(fuse_));
+    if (mounted_) fuse_unmount(fuse_);
+    mounted_ = false;
+    fuse_destroy(fuse_);
+    fuse_ = nullptr;
+    std::lock_guard lock(files_mutex_);
+    open_files_.clear();
+}
+
+}  // namespace spyre::mockdev

@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "frontend/recovery.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "log.hpp"
+
+namespace spyre::mockdev {
+
+namespace {
+
+constexpr const char* kShmDir = "/dev/shm";
+constexpr const char* kOurFsType = "fuse.spyre";  // fuse_fs.cpp mounts with subtype=spyre
+
+// mountinfo escapes blanks and backslashes as \ooo.
+std::string Unescape(const std::string& s) {
+    std::string out;
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '\\' && i + 3 < s.size()) {
+            out += char(std::strtol(s.substr(i + 1, 3).c_str(), nullptr, 8));
+            i += 3;
+        } else {
+            out += s[i];
+        }
+    }
+    return out;
+}
+
+// The file system type of the mount at `path`, or "" if none is there.
+std::string MountType(const std::string& path) {
+    std::ifstream info("/proc/self/mountinfo");
+    std::string line, type;
+    while (std::getline(info, line)) {
+        std::istringstream fields(line);
+        std::string id, parent, devno, root, point;
+        fields >> id >> parent >> devno >> root >> point;
+        if (Unescape(point) != path) continue;
+        std::string word;
+        while (fields >> word && word != "-") {
+        }
+        fields >> type;  // the last mount at a path is the one on top
+    }
+    return type;
+}
+
+std::string OwnerPath(const std::string& prefix) { return std::string(kShmDir) + "/" + prefix + ".owner"; }
+
+std::vector<std::string> ObjectsOf(const std::string& prefix) {
+    std::vector<std::string> names;
+    if (DIR* d = ::opendir(kShmDir)) {
+        const std::string lead = prefix + ".";
+        while (dirent* e = ::readdir(d))
+            if (std::strncmp(e->d_name, lead.c_str(), lead.size()) == 0) names.emplace_back(e->d_name);
+        ::closedir(d);
+    }
+    return names;
+}
+
+// True if the owner file's flock is free and the pid in it is not running.
+bool OwnerIsDead(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    bool dead = false;
+    if (::flock(fd, LOCK_SH | LOCK_NB) == 0) {
+        char buf[32] = {};
+        const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+        const long pid = n > 0 ? std::strtol(buf, nullptr, 10) : 0;
+        // No pid yet: a daemon between creating and locking the file.
+        dead = pid > 0 && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH;
+        ::flock(fd, LOCK_UN);
+    }
+    ::close(fd);
+    return dead;
+}
+
+}  // namespace
+
+bool RecoverStaleMount(const std::string& mount) {
+    struct stat st {};
+    if (::stat(mount.c_str(), &st) == 0 || errno != ENOTCONN) return false;
+    if (MountType(mount) != kOurFsType) return false;
+    if (::umount2(mount.c_str(), MNT_DETACH) != 0) {
+        // Not root: fusermount3 may detach the user's own mounts.
+        const std::string cmd = "fusermount3 -u -z '" + mount + "' 2>/dev/null";
+        if (std::system(cmd.c_str()) != 0) return false;
+    }
+    LOG_WARN("mount point %s was left mounted by a spyre-mockdev that died: detached it", mount.c_str());
+    return ::stat(mount.c_str(), &st) == 0;
+}
+
+PrefixState InspectPrefix(const std::string& prefix) {
+    const auto names = ObjectsOf(prefix);
+    if (names.empty()) return PrefixState::Free;
+    const std::string owner = OwnerPath(prefix);
+    if (::access(owner.c_str(), F_OK) != 0) return PrefixState::Foreign;
+    return OwnerIsDead(owner) ? PrefixState::Stale : PrefixState::Live;
+}
+
+std::optional<PrefixClaim> PrefixClaim::Take(const std::string& prefix) {
+    const std::string path = OwnerPath(prefix);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        LOG_ERROR("cannot create %s: %s", path.c_str(), std::strerror(errno));
+        return std::nullopt;
+    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        LOG_ERROR("shared-memory prefix %s is in use by a running spyre-mockdev", prefix.c_str());
+        ::close(fd);
+        return std::nullopt;
+    }
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    char old[32] = {};
+    const bool had_owner = ::pread(fd, old, sizeof old - 1, 0) > 0;
+    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != ssize_t(pid.size())) {
+        LOG_ERROR("cannot write %s: %s", path.c_str(), std::strerror(errno));
+        ::close(fd);
+        return std::nullopt;
+    }
+    PrefixClaim claim(path, fd);
+    // Everything else under the prefix is a dead owner's: ours now to remove.
+    unsigned removed = 0;
+    for (const std::string& name : ObjectsOf(prefix)) {
+        if (name == prefix + ".owner") continue;
+        if (!had_owner) {
+            LOG_ERROR("shared-memory prefix %s is in use: /dev/shm/%s has no spyre-mockdev owner (remove it by hand)",
+                      prefix.c_str(), name.c_str());
+            return std::nullopt;
+        }
+        if (::unlink((std::string(kShmDir) + "/" + name).c_str()) == 0) ++removed;
+    }
+    if (removed)
+        LOG_WARN("removed %u shared-memory object(s) that a dead spyre-mockdev (pid %ld) left under prefix %s",
+                 removed, std::strtol(old, nullptr, 10), prefix.c_str());
+    return claim;
+}
+
+unsigned SweepDeadPrefixes() {
+    std::vector<std::string> dead;
+    if (DIR* d = ::opendir(kShmDir)) {
+        constexpr std::string_view kSuffix = ".owner";
+        while (dirent* e = ::readdir(d)) {
+            const std::string_view name(e->d_name);
+            if (name.size() > kSuffix.size() && name.substr(name.size() - kSuffix.size()) == kSuffix &&
+                OwnerIsDead(std::string(kShmDir) + "/" + e->d_name))
+                dead.emplace_back(name.substr(0, name.size() - kSuffix.size()));
+        }
+        ::closedir(d);
+    }
+    unsigned removed = 0;
+    for (const std::string& prefix : dead) {
+        for (const std::string& name : ObjectsOf(prefix))
+            if (name != prefix + ".owner" && ::unlink((std::string(kShmDir) + "/" + name).c_str()) == 0) ++removed;
+        ::unlink(OwnerPath(prefix).c_str());  // last: it marks the rest as ours to remove
+    }
+    if (removed) LOG_INFO("removed %u shared-memory object(s) left by dead spyre-mockdev daemons", removed);
+    return removed;
+}
+
+PrefixClaim::PrefixClaim(PrefixClaim&& o) noexcept : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)) {}
+
+PrefixClaim::~PrefixClaim() {
+    if (fd_ < 0) return;
+    ::unlink(path_.c_str());
+    ::close(fd_);
+}
+
+}  // namespace spyre::mockdev

@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// One mock card: its device memory (a shared-memory object per function), its
+// compute cores, its card-wide policy, its PF and the VFs enabled through
+// sriov_numvfs.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "pci/card_memory.hpp"
+#include "pci/card_policy.hpp"
+#include "execution/card_cores.hpp"
+#include "pci/function.hpp"
+
+namespace spyre::mockdev {
+
+struct CardParams {
+    unsigned index = 0;
+    uint64_t mem_size = 0;
+    std::string shm_prefix;
+    std::chrono::microseconds poll{50};
+    unsigned cores = 0;            // compute workers; 0 = CardCores::DefaultWorkers()
+    uint32_t watchdog_ms = 10000;  // every function's WATCHDOG_MS
+};
+
+class Card {
+public:
+    // Creates the card memory and the PF (throws std::system_error).
+    explicit Card(const CardParams& params);
+    ~Card();
+
+    Card(const Card&) = delete;
+    Card& operator=(const Card&) = delete;
+
+    void Start();     // engines of all functions; VFs enabled later start at once
+    void Shutdown();  // every function: engine stopped, device_state GONE
+
+    unsigned index() const { return params_.index; }
+    unsigned num_vfs() const;
+    // fn 0 = PF, i = VF i; null if that function does not exist (now).
+    std::shared_ptr<Function> FindFunction(unsigned fn) const;
+    std::vector<std::shared_ptr<Function>> Functions() const;  // PF first
+
+    // sriov_numvfs write, with Linux's rules: 0 or -errno.
+    int SetNumVfs(unsigned num_vfs);
+
+private:
+    int DisableVfs();
+
+    FunctionParams FunctionAt(unsigned index, MemorySlice slice) const;
+
+    const CardParams params_;
+    CardMemory memory_;
+    CardPolicy policy_;
+    CardCores compute_;  // outlives the functions that use it
+    mutable std::mutex mutex_;  // guards vfs_ and started_
+    std::shared_ptr<Function> pf_;
+    std::vector<std::shared_ptr<Function>> vfs_;
+    bool started_ = false;
+};
+
+}  // namespace spyre::mockdev

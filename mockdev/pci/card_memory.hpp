@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The device memory of one card, one shared-memory object per function so
+// that a function's region info can only ever name its own bytes: the PF's
+// object spans the card, each enabled VF's object covers its slice. The
+// daemon composes them in its own address space into one card-wide view
+// (VF objects mapped over their slices of the PF's), which is what the device
+// model addresses; a function's window is a piece of that view.
+//
+// Memory changes hands fresh: a new owner of a function gets a new, zeroed
+// object (Renew), and VF objects are made anew on every SR-IOV change. A
+// previous owner's stale mapping keeps only its own abandoned pages.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "pci/shm_object.hpp"
+#include "spyre/uapi/spyre_pci.h"
+
+namespace spyre::mockdev {
+
+// Where VF `vf` (1-based) of `num_vfs` finds its memory in the card memory.
+// With n VFs enabled the card memory is cut into n + 1 equal slices, rounded
+// down to 2 MiB, and VF i owns slice i; slice 0 (and the rounding tail) is
+// the PF's own memory. The PF still addresses the whole card through the
+// device (CBs, trapped access), as a privileged function does.
+struct MemorySlice {
+    uint64_t base;
+    uint64_t size;
+};
+MemorySlice VfMemorySlice(uint64_t card_mem_size, unsigned num_vfs, unsigned vf);
+constexpr uint64_t kMemSliceAlign = 2ull << 20;
+
+class CardMemory {
+public:
+    // `base_name` prefixes the objects' names (<base>.f<fn>.mem.<generation>).
+    // Throws std::system_error.
+    CardMemory(std::string base_name, uint64_t size);
+
+    CardMemory(const CardMemory&) = delete;
+    CardMemory& operator=(const CardMemory&) = delete;
+
+    uint8_t* view() const { return view_.data(); }
+    uint64_t size() const { return view_.size(); }
+
+    // Replaces the VF layout: 0 removes every VF object (their memory is
+    // gone); n > 0, from none, makes n fresh objects and scrubs the PF's
+    // object under them. Throws std::system_error, leaving the layout as it was.
+    void SetVfs(unsigned num_vfs);
+
+    // Function `fn` (0 = PF, i = VF i) changes hands: its object is replaced
+    // by a fresh, zeroed one. Throws std::system_error.
+    void Renew(unsigned fn);
+
+    // What function `fn` may map: its own object, from offset 0, and how many
+    // bytes of it are its own memory (for the PF: slice 0 while VFs exist).
+    std::string ObjectName(unsigned fn) const;
+    uint64_t MappableSize(unsigned fn) const;
+
+    // Reads card memory through the objects' files: holes read as zeros
+    // without allocating pages. Bytes past the card read as zeros.
+    void ReadAt(uint64_t card_offset, void* buf, size_t len) const;
+
+private:
+    struct Vf {
+        MemorySlice slice;
+        std::unique_ptr<ShmFile> file;
+    };
+    std::unique_ptr<ShmFile> NewFile(unsigned fn, uint64_t size);
+    // The PF's own pieces of the view: everything outside the VF slices.
+    std::vector<MemorySlice> PfPieces() const;  // with mutex_ held
+
+    const std::string base_name_;
+    AddressRange view_;
+    mutable std::mutex mutex_;  // guards generations_, pf_, vfs_
+    std::array<uint64_t, SPYRE_SRIOV_TOTAL_VFS + 1> generations_{};  // before pf_: NewFile uses it
+    std::unique_ptr<ShmFile> pf_;
+    std::vector<Vf> vfs_;
+};
+
+}  // namespace spyre::mockdev

@@ -1,0 +1,406 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "pci/function.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include "spyre/common/futex.hpp"
+#include "log.hpp"
+#include "pci/pci_address.hpp"
+#include "spyre/uapi/spyre_regdesc.hpp"
+
+namespace spyre::mockdev {
+
+namespace {
+
+constexpr RingGeometry kGeometry{};
+constexpr uint32_t kNumCores = 32;
+constexpr uint32_t kCaps = SPYRE_CAP_NOP | SPYRE_CAP_LAUNCH | SPYRE_CAP_CORRECTION | SPYRE_CAP_COPY |
+                           SPYRE_CAP_COPY_INLINE | SPYRE_CAP_SEMAPHORE;
+constexpr uint32_t kErrClearLatch = 1u << 0;
+
+std::string ShmName(const FunctionParams& p, const char* kind) {
+    return p.shm_prefix + ".c" + std::to_string(p.card) + ".f" + std::to_string(p.index) + "." + kind;
+}
+
+bool Is64BitRegister(uint64_t offset) {
+    return std::any_of(std::begin(uapi::kRegisters), std::end(uapi::kRegisters),
+                       [&](const uapi::RegDesc& r) { return r.offset == offset && r.width == 8; });
+}
+
+void CopyName(char* dst, size_t cap, const std::string& src) {
+    std::memset(dst, 0, cap);
+    std::memcpy(dst, src.data(), std::min(src.size(), cap - 1));
+}
+
+}  // namespace
+
+Function::Function(const FunctionParams& params, CardMemory& card_memory, const CardPolicy& policy,
+                   CardCores& compute)
+    : params_(params),
+      address_(FunctionAddress(params.card, params.index).ToString()),
+      card_memory_(card_memory),
+      policy_(policy),
+      regs_shm_(ShmName(params, "regs"), SPYRE_BAR0_SIZE),
+      ring_shm_(ShmName(params, "ring"), SPYRE_BAR4_SIZE),
+      regs_(regs_shm_.data()),
+      regions_(regs_, params.mem_size),
+      executor_(regs_, policy.watchdog_ms, DeviceMemory(card_memory.view() + params.mem_base, params.mem_size),
+                compute),
+      ring_server_(regs_, ring_shm_, kGeometry, executor_, params.poll) {
+    InitRegisters(0, SPYRE_STATUS_READY);
+    SharedWord(ring_server_.doorbell()->device_state).store(SPYRE_DEVSTATE_ALIVE);
+}
+
+Function::~Function() { Shutdown(); }
+
+void Function::Start() { ring_server_.Start("spyre-" + address_.substr(5)); }
+
+void Function::Shutdown() {
+    state_.store(State::Removed);
+    ring_server_.Stop();
+    spyre_doorbell_page* db = ring_server_.doorbell();
+    SharedWord(db->device_state).store(SPYRE_DEVSTATE_GONE);
+    SharedWord(db->irq_seq).fetch_add(1);
+    FutexWake(&db->irq_seq);  // every blocked driver looks again and sees GONE
+}
+
+void Function::UnlinkShm() {
+    regs_shm_.Unlink();
+    ring_shm_.Unlink();
+}
+
+uint16_t Function::device_id() const { return is_vf() ? SPYRE_PCI_DEVICE_VF : SPYRE_PCI_DEVICE_PF; }
+
+// Power-on register image. Written as aligned 64-bit stores so no register,
+// 32- or 64-bit, is ever seen half-written (identity words never blink to 0).
+void Function::InitRegisters(uint64_t resets, uint32_t status) {
+    alignas(8) std::array<uint8_t, SPYRE_REG_FILE_SIZE> image{};
+    auto put32 = [&](uint32_t off, uint32_t v) { std::memcpy(image.data() + off, &v, sizeof v); };
+    auto put64 = [&](uint32_t off, uint64_t v) { std::memcpy(image.data() + off, &v, sizeof v); };
+    put32(SPYRE_REG_MAGIC, SPYRE_MAGIC);
+    put32(SPYRE_REG_VERSION, SPYRE_VERSION);
+    put32(SPYRE_REG_PCI_ID, SPYRE_PCI_VENDOR_IBM | uint32_t(device_id()) << 16);
+    put32(SPYRE_REG_FUNC_ID, (params_.card << SPYRE_FUNC_ID_CARD_SHIFT) | params_.index |
+                                 (is_vf() ? SPYRE_FUNC_ID_IS_VF : 0u));
+    put32(SPYRE_REG_CAPS, kCaps);
+    put32(SPYRE_REG_STATUS, status);
+    put32(SPYRE_REG_NUM_CORES, kNumCores);
+    put32(SPYRE_REG_DAEMON_PID, uint32_t(::getpid()));
+    put32(SPYRE_REG_WATCHDOG_MS, policy_.watchdog_ms.load());
+    put64(SPYRE_REG_MEM_SIZE, params_.mem_size);
+    put64(SPYRE_REG_MEM_BASE, params_.mem_base);
+    put32(SPYRE_REG_DB_OFFSET, kGeometry.db_offset);
+    put32(SPYRE_REG_SQ_OFFSET, kGeometry.sq_offset);
+    put32(SPYRE_REG_SQ_ENTRIES, kGeometry.sq_entries);
+    put32(SPYRE_REG_CB_SIZE, kGeometry.cb_size);
+    put32(SPYRE_REG_CQ_OFFSET, kGeometry.cq_offset);
+    put32(SPYRE_REG_CQ_ENTRIES, kGeometry.cq_entries);
+    put32(SPYRE_REG_CQE_SIZE, kGeometry.cqe_size);
+    put64(SPYRE_REG_CNT_RESETS, resets);
+    for (uint32_t off = 0; off < SPYRE_REG_FILE_SIZE; off += 8) {
+        if (off >= SPYRE_REG_REGION_CMD && off < SPYRE_REG_REGION_BASE(SPYRE_REGION_MAX_ENTRIES)) continue;  // survives reset
+        uint64_t v;
+        std::memcpy(&v, image.data() + off, sizeof v);
+        regs_.Store64(off, v);
+    }
+}
+
+// Registers that reflect state kept elsewhere (the doorbell page, the engine)
+// are brought up to date before anyone reads them through a trap.
+void Function::RefreshMirrors() {
+    spyre_doorbell_page* db = ring_server_.doorbell();
+    regs_.Store32(SPYRE_REG_WATCHDOG_MS, policy_.watchdog_ms.load());  // a mapped store changes only this mirror
+    regs_.Store32(SPYRE_REG_SQ_HEAD, SharedWord(db->sq_head).load());
+    regs_.Store32(SPYRE_REG_SQ_TAIL, SharedWord(db->sq_tail).load());
+    regs_.Store32(SPYRE_REG_CQ_HEAD, SharedWord(db->cq_head).load());
+    regs_.Store32(SPYRE_REG_CQ_TAIL, SharedWord(db->cq_tail).load());
+    auto status_bit = [&](uint32_t bit, bool on) {
+        if (on)
+            regs_.SetBits32(SPYRE_REG_STATUS, bit);
+        else
+            regs_.ClearBits32(SPYRE_REG_STATUS, bit);
+    };
+    status_bit(SPYRE_STATUS_RING_ENABLED, ring_server_.ring_enabled());
+    status_bit(SPYRE_STATUS_HALTED, ring_server_.halted());
+    status_bit(SPYRE_STATUS_SLEEPING, SharedWord(db->device_sleeping).load() != 0);
+    status_bit(SPYRE_STATUS_ERROR, regs_.Load32(SPYRE_REG_ERR_CODE) != 0);
+}
+
+uint64_t Function::RegionSize(unsigned region) const {
+    switch (region) {
+    case SPYRE_REGION_BAR0: return SPYRE_BAR0_SIZE;
+    case SPYRE_REGION_BAR2: return SPYRE_BAR2_SIZE;
+    case SPYRE_REGION_BAR4: return SPYRE_BAR4_SIZE;
+    case SPYRE_REGION_CONFIG: return SPYRE_CONFIG_SIZE;
+    case SPYRE_REGION_DEVMEM: return params_.mem_size;
+    default: return 0;
+    }
+}
+
+ssize_t Function::ReadRegion(unsigned region, uint64_t offset, void* buf, size_t len) {
+    if (removed()) return -ENODEV;
+    if (len == 0) return 0;
+    const uint64_t size = RegionSize(region);
+    if (offset >= size) return 0;  // regions end where they end, like files
+    len = size_t(std::min<uint64_t>(len, size - offset));
+    switch (region) {
+    case SPYRE_REGION_BAR0: return ReadBar0(offset, buf, len);
+    case SPYRE_REGION_BAR2: return ReadMemory(std::min<uint64_t>(SPYRE_BAR2_SIZE, params_.mem_size), offset, buf, len);
+    case SPYRE_REGION_BAR4: return ssize_t(ring_shm_.ReadAt(offset, buf, len));
+    case SPYRE_REGION_CONFIG: {
+        const ConfigSpace cs = Config();
+        std::memcpy(buf, cs.data() + offset, len);
+        return ssize_t(len);
+    }
+    case SPYRE_REGION_DEVMEM: return ReadMemory(params_.mem_size, offset, buf, len);
+    default: return 0;
+    }
+}
+
+ssize_t Function::WriteRegion(unsigned region, uint64_t offset, const void* buf, size_t len) {
+    if (removed()) return -ENODEV;
+    if (region == SPYRE_REGION_CONFIG) return -EACCES;
+    if (len == 0) return 0;
+    // Nothing is silently dropped at a region's end: a write must fit whole.
+    const uint64_t size = RegionSize(region);
+    if (offset >= size || len > size - offset) return -EINVAL;
+    switch (region) {
+    case SPYRE_REGION_BAR0: return WriteBar0(offset, buf, len);
+    case SPYRE_REGION_BAR2: {
+        // The aperture is 2 GiB whatever the memory size; past the memory,
+        // stores go nowhere (an unbacked window), as on the bus.
+        const uint64_t window = std::min<uint64_t>(SPYRE_BAR2_SIZE, params_.mem_size);
+        if (offset < window)
+            std::memcpy(card_memory_.view() + params_.mem_base + offset, buf,
+                        size_t(std::min<uint64_t>(len, window - offset)));
+        return ssize_t(len);
+    }
+    case SPYRE_REGION_BAR4: {
+        // The engine reads ring words atomically: stores are whole aligned
+        // words too, and anything else is refused (a byte store racing the
+        // engine's atomic accesses is a bug of the writer, not a feature).
+        if (offset % 4 != 0 || len % 4 != 0) return -EINVAL;
+        for (size_t i = 0; i < len; i += 4) {
+            uint32_t word;
+            std::memcpy(&word, static_cast<const uint8_t*>(buf) + i, sizeof word);
+            SharedWord(*reinterpret_cast<uint32_t*>(ring_shm_.data() + offset + i)).store(word);
+        }
+        const uint64_t sq_tail = kGeometry.db_offset + SPYRE_DB_SQ_TAIL;
+        if (offset < sq_tail + sizeof(uint32_t) && offset + len > sq_tail) {
+            std::atomic_thread_fence(std::memory_order_seq_cst);
+            ring_server_.Doorbell();
+        }
+        return ssize_t(len);
+    }
+    case SPYRE_REGION_DEVMEM:
+        std::memcpy(card_memory_.view() + params_.mem_base + offset, buf, len);
+        return ssize_t(len);
+    default: return -EINVAL;
+    }
+}
+
+// Function memory seen through a window of `window` bytes; past it, zeros.
+ssize_t Function::ReadMemory(uint64_t window, uint64_t offset, void* buf, size_t len) const {
+    const size_t inside = offset < window ? size_t(std::min<uint64_t>(len, window - offset)) : 0;
+    if (inside) card_memory_.ReadAt(params_.mem_base + offset, buf, inside);  // through the files: holes stay free
+    std::memset(static_cast<uint8_t*>(buf) + inside, 0, len - inside);
+    return ssize_t(len);
+}
+
+ssize_t Function::ReadBar0(uint64_t offset, void* buf, size_t len) {
+    RefreshMirrors();
+    const size_t inside = offset < SPYRE_REG_FILE_SIZE ? size_t(std::min<uint64_t>(len, SPYRE_REG_FILE_SIZE - offset)) : 0;
+    if (inside == 8 && offset % 8 == 0) {
+        const uint64_t v = regs_.Load64(uint32_t(offset));
+        std::memcpy(buf, &v, 8);
+    } else {
+        // Word by word, each an atomic load, so no read tears a register
+        // the engine is storing.
+        auto* out = static_cast<uint8_t*>(buf);
+        for (uint64_t at = offset; at < offset + inside;) {
+            const uint32_t word_off = uint32_t(at & ~uint64_t(3));
+            const uint32_t v = regs_.Load32(word_off);
+            const size_t skip = size_t(at - word_off);
+            const size_t n = std::min<size_t>(4 - skip, size_t(offset + inside - at));
+            std::memcpy(out + (at - offset), reinterpret_cast<const uint8_t*>(&v) + skip, n);
+            at += n;
+        }
+    }
+    std::memset(static_cast<uint8_t*>(buf) + inside, 0, len - inside);  // past the register file
+    return ssize_t(len);
+}
+
+ssize_t Function::WriteBar0(uint64_t offset, const void* buf, size_t len) {
+    if (len == 8) {
+        if (offset % 8 != 0 || !Is64BitRegister(offset)) return -EINVAL;
+        return 8;  // every 64-bit register is read-only
+    }
+    if (len != 4 || offset % 4 != 0) return -EINVAL;
+    if (offset >= SPYRE_REG_FILE_SIZE) return 4;  // unbacked BAR space
+    uint32_t value;
+    std::memcpy(&value, buf, sizeof value);
+    return WriteRegister(uint32_t(offset), value);
+}
+
+ssize_t Function::WriteRegister(uint32_t offset, uint32_t value) {
+    switch (offset) {
+    case SPYRE_REG_CONTROL:
+        regs_.Store32(SPYRE_REG_CONTROL, value & SPYRE_CONTROL_RING_ENABLE);
+        ring_server_.SetRingEnabled(value & SPYRE_CONTROL_RING_ENABLE);
+        break;
+    case SPYRE_REG_RESET:
+        if (value == SPYRE_RESET_KEY) Reset();
+        break;
+    case SPYRE_REG_SCRATCH: regs_.Store32(SPYRE_REG_SCRATCH, value); break;
+    case SPYRE_REG_REGION_CMD: regions_.Command(value); break;
+    case SPYRE_REG_REGION_ARG: regs_.Store32(SPYRE_REG_REGION_ARG, value); break;
+    case SPYRE_REG_WATCHDOG_MS:
+        // Card-wide policy: the PF may set it through this trapped write; a
+        // VF's write is ignored, as for any read-only register.
+        if (!is_vf() && value != 0) const_cast<CardPolicy&>(policy_).watchdog_ms.store(value);
+        break;
+    case SPYRE_REG_ERR_CLEAR:
+        if (value & kErrClearLatch) regs_.ClearErrorLatch();
+        break;
+    default: break;  // read-only and reserved registers ignore writes, as hardware does
+    }
+    return 4;
+}
+
+spyre_device_info Function::DeviceInfo() const {
+    spyre_device_info info{};
+    info.argsz = sizeof info;
+    info.flags = SPYRE_DEVICE_FLAGS_RESET | SPYRE_DEVICE_FLAGS_PCI | (is_vf() ? SPYRE_DEVICE_FLAGS_VF : 0u);
+    info.num_regions = SPYRE_NUM_REGIONS;
+    info.num_irqs = 1;
+    info.vendor_id = SPYRE_PCI_VENDOR_IBM;
+    info.device_id = device_id();
+    info.card_index = uint16_t(params_.card);
+    info.function_index = uint16_t(params_.index);
+    info.contract_version = SPYRE_VERSION;
+    info.daemon_pid = int32_t(::getpid());
+    CopyName(info.pci_address, sizeof info.pci_address, address_);
+    info.mem_size = params_.mem_size;
+    info.num_cores = kNumCores;
+    return info;
+}
+
+spyre_region_info Function::RegionInfo(unsigned region) const {
+    constexpr uint32_t kRwMmap = SPYRE_REGION_INFO_FLAG_READ | SPYRE_REGION_INFO_FLAG_WRITE | SPYRE_REGION_INFO_FLAG_MMAP;
+    spyre_region_info ri{};
+    ri.argsz = sizeof ri;
+    ri.index = region;
+    ri.size = RegionSize(region);
+    ri.offset = SPYRE_REGION_OFFSET(region);
+    auto mappable = [&](const std::string& shm_name, uint64_t shm_offset, uint64_t mmap_size) {
+        ri.flags = kRwMmap;
+        CopyName(ri.shm_name, sizeof ri.shm_name, shm_name);
+        ri.shm_offset = shm_offset;
+        ri.mmap_size = mmap_size;
+    };
+    switch (region) {
+    case SPYRE_REGION_BAR0: mappable(regs_shm_.shm_open_name(), 0, SPYRE_BAR0_SIZE); break;
+    case SPYRE_REGION_BAR2: {
+        // The function's own object only: a VF's slice, the PF's memory
+        // outside the VF slices. The PF reaches VF memory through the device.
+        const uint64_t own = card_memory_.MappableSize(params_.index);
+        mappable(card_memory_.ObjectName(params_.index), 0, std::min<uint64_t>(SPYRE_BAR2_SIZE, own));
+        break;
+    }
+    case SPYRE_REGION_BAR4: mappable(ring_shm_.shm_open_name(), 0, SPYRE_BAR4_SIZE); break;
+    case SPYRE_REGION_CONFIG: ri.flags = SPYRE_REGION_INFO_FLAG_READ; break;
+    case SPYRE_REGION_DEVMEM:
+        mappable(card_memory_.ObjectName(params_.index), 0, card_memory_.MappableSize(params_.index));
+        break;
+    default: break;  // no such BAR: size 0, no access
+    }
+    return ri;
+}
+
+int Function::Reset() {
+    if (removed()) return -ENODEV;
+    std::lock_guard guard(reset_mutex_);
+    regs_.SetBits32(SPYRE_REG_STATUS, SPYRE_STATUS_RESETTING);
+    {
+        auto paused = ring_server_.Pause();
+        ring_server_.ClearRing(paused);
+        const uint32_t sleeping = regs_.Load32(SPYRE_REG_STATUS) & SPYRE_STATUS_SLEEPING;
+        InitRegisters(regs_.Load64(SPYRE_REG_CNT_RESETS) + 1,
+                      SPYRE_STATUS_READY | SPYRE_STATUS_RESETTING | sleeping);
+        SharedWord(ring_server_.doorbell()->device_state).store(SPYRE_DEVSTATE_ALIVE);
+    }
+    regs_.ClearBits32(SPYRE_REG_STATUS, SPYRE_STATUS_RESETTING);
+    ring_server_.RaiseIrq();  // a driver blocked on the old ring looks again
+    LOG_DEBUG("%s: function reset", address_.c_str());
+    return 0;
+}
+
+std::string Function::RegisterDump() {
+    RefreshMirrors();
+    return uapi::FormatRegisterDump({regs_.data(), SPYRE_REG_FILE_SIZE},
+                                    {reinterpret_cast<const uint8_t*>(ring_server_.doorbell()), sizeof(spyre_doorbell_page)});
+}
+
+ConfigSpace Function::Config() const {
+    return BuildConfigSpace(ConfigSpaceParams{params_.card, params_.index, sriov_num_vfs_.load()});
+}
+
+int Function::Open(pid_t holder) {
+    State expected = State::Idle;
+    if (!state_.compare_exchange_strong(expected, State::Open)) return expected == State::Open ? -EBUSY : -ENODEV;
+    holder_.store(holder);
+    Reset();
+    regions_.Clear();  // a new owner starts with no memory granted
+    return 0;
+}
+
+void Function::Close() {
+    if (state_.load() != State::Open) return;
+    regs_.Store32(SPYRE_REG_CONTROL, 0);
+    ring_server_.SetRingEnabled(false);
+    const bool handed_over = HandOver();
+    regions_.Clear();  // the owner's grants end with it
+    holder_.store(0);
+    State expected = State::Open;
+    state_.compare_exchange_strong(expected, handed_over ? State::Idle : State::Removed);
+}
+
+bool Function::HandOver() {
+    std::lock_guard guard(reset_mutex_);
+    auto paused = ring_server_.Pause();
+    // Whoever still waits on the old pages learns that the device is gone for them.
+    spyre_doorbell_page* db = ring_server_.doorbell();
+    SharedWord(db->device_state).store(SPYRE_DEVSTATE_GONE);
+    SharedWord(db->irq_seq).fetch_add(1);
+    FutexWake(&db->irq_seq);
+    const uint64_t resets = regs_.Load64(SPYRE_REG_CNT_RESETS);
+    try {
+        regs_shm_.Renew();
+        ring_shm_.Renew();
+        card_memory_.Renew(params_.index);
+    } catch (const std::system_error& e) {
+        LOG_ERROR("%s: cannot give the next owner fresh memory (%s): function removed", address_.c_str(), e.what());
+        return false;
+    }
+    ring_server_.ClearRing(paused);
+    InitRegisters(resets, SPYRE_STATUS_READY);
+    SharedWord(db->device_state).store(SPYRE_DEVSTATE_ALIVE);
+    return true;
+}
+
+bool Function::TryMarkRemoved() {
+    State expected = State::Idle;
+    return state_.compare_exchange_strong(expected, State::Removed);
+}
+
+void Function::UndoMarkRemoved() {
+    State expected = State::Removed;
+    state_.compare_exchange_strong(expected, State::Idle);
+}
+
+}  // namespace spyre::mockdev

@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// One PCI function (the PF or a VF) of a mock card: its BAR0 register file
+// and BAR4 ring in shared memory, its slice of the card memory, its queue
+// engine, and the device semantics of every region. The sysfs-style resource
+// files and the device node both reach the regions through ReadRegion and
+// WriteRegion, so trapped access behaves the same on either path.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "pci/card_memory.hpp"
+#include "pci/card_policy.hpp"
+#include "execution/cb_executor.hpp"
+#include "execution/card_cores.hpp"
+#include "pci/config_space.hpp"
+#include "execution/ring_server.hpp"
+#include "pci/memory_regions.hpp"
+#include "pci/register_file.hpp"
+#include "pci/shm_object.hpp"
+#include "spyre/uapi/spyre_ioctl.h"
+
+namespace spyre::mockdev {
+
+struct FunctionParams {
+    unsigned card = 0;
+    unsigned index = 0;      // 0 = PF, i = VF i
+    uint64_t mem_base = 0;   // card address of this function's memory
+    uint64_t mem_size = 0;
+    std::string shm_prefix;
+    std::chrono::microseconds poll{50};
+};
+
+class Function {
+public:
+    // Creates the register and ring objects (throws std::system_error) and
+    // brings the registers to their power-on state. The engine starts in
+    // Start(). Programs run on the card's `compute` cores under the card's
+    // `policy`; the function's memory is its window of `card_memory`.
+    Function(const FunctionParams& params, CardMemory& card_memory, const CardPolicy& policy,
+             CardCores& compute);
+    ~Function();
+
+    Function(const Function&) = delete;
+    Function& operator=(const Function&) = delete;
+
+    void Start();
+    // The daemon or the PF lets go of this function: stop the engine, tell
+    // drivers (device_state GONE, irq waiters woken). Later accesses get ENODEV.
+    void Shutdown();
+    // Removes the shared-memory names (mappings stay valid until destruction).
+    void UnlinkShm();
+
+    unsigned card() const { return params_.card; }
+    unsigned index() const { return params_.index; }
+    bool is_vf() const { return params_.index != 0; }
+    uint16_t device_id() const;
+    const std::string& address() const { return address_; }
+
+    // Trapped region access: bytes transferred, or -errno.
+    ssize_t ReadRegion(unsigned region, uint64_t offset, void* buf, size_t len);
+    ssize_t WriteRegion(unsigned region, uint64_t offset, const void* buf, size_t len);
+    uint64_t RegionSize(unsigned region) const;
+
+    spyre_device_info DeviceInfo() const;
+    spyre_region_info RegionInfo(unsigned region) const;  // region < SPYRE_NUM_REGIONS
+
+    // Function-level reset (device node open, SPYRE_IOC_RESET, REG_RESET, sysfs reset).
+    int Reset();  // 0 or -ENODEV
+    std::string RegisterDump();
+    ConfigSpace Config() const;
+    void SetSriovNumVfs(uint16_t num_vfs) { sriov_num_vfs_.store(num_vfs); }
+    // Where the device may grant memory regions to this function: refused
+    // (false) while a granted region lies beyond `limit`.
+    bool SetRegionLimit(uint64_t limit) { return regions_.SetGrantable(limit); }
+
+    // Device node ownership: one open file at a time, held by process
+    // `holder` (a thread group id). Open claims and resets (a clean ring for
+    // the new owner); Close lets go and hands the next owner fresh objects:
+    // registers, rings and memory are new and zeroed, and whatever the old
+    // holder still maps is no longer the device's.
+    int Open(pid_t holder);  // 0, -EBUSY, -ENODEV
+    void Close();
+    // The process holding the device node, or 0.
+    pid_t holder() const { return holder_.load(); }
+    // For VF removal: succeeds only while nobody holds the device node.
+    bool TryMarkRemoved();
+    void UndoMarkRemoved();
+
+private:
+    enum class State { Idle, Open, Removed };
+
+    void InitRegisters(uint64_t resets, uint32_t status);
+    // A new owner takes the function: fresh objects for registers, rings and
+    // memory. False if they could not be made (the function is then removed:
+    // nothing of the old owner's may reach the next one).
+    bool HandOver();
+    void RefreshMirrors();
+    ssize_t ReadBar0(uint64_t offset, void* buf, size_t len);
+    ssize_t WriteBar0(uint64_t offset, const void* buf, size_t len);
+    ssize_t WriteRegister(uint32_t offset, uint32_t value);
+    ssize_t ReadMemory(uint64_t window, uint64_t offset, void* buf, size_t len) const;
+    bool removed() const { return state_.load() == State::Removed; }
+
+    const FunctionParams params_;
+    const std::string address_;
+    CardMemory& card_memory_;
+    const CardPolicy& policy_;
+    ShmObject regs_shm_;
+    ShmObject ring_shm_;
+    RegisterFile regs_;
+    RegionTable regions_;
+    CbExecutor executor_;
+    RingServer ring_server_;
+
+    std::mutex reset_mutex_;  // one reset at a time
+    std::atomic<State> state_{State::Idle};
+    std::atomic<pid_t> holder_{0};
+    std::atomic<uint16_t> sriov_num_vfs_{0};
+};
+
+}  // namespace spyre::mockdev

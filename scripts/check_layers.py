@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Fails when an #include points the wrong way (docs/architecture.md).
+
+Every source file belongs to a layer; it may include files of its own layer
+and of layers below it. Two components stand apart: spyre-mockdev sees only
+the hardware contract (uapi) and the header-only common helpers, and nothing
+outside mockdev (but its tests, fuzz targets and benchmarks) includes mockdev.
+Private headers of driver/ and libspyre/ are for their own folder and tests.
+
+Usage: scripts/check_layers.py [source root]   (exit 1 and one line per
+violation: file:line: <layer> includes <layer> "<path>")
+"""
+import pathlib
+import re
+import sys
+
+# Lowest first. Files of one rank may include each other (a Device owns its
+# scheduler and default stream; a stream belongs to a device).
+RANKS = {
+    'uapi': 0, 'common': 0, 'base': 0,
+    'driver': 1,
+    'memory': 2, 'trace': 2,
+    'stream': 3, 'device': 3,
+    'tensor': 4,
+    'plan': 5,
+    'launch': 6,
+    'compiler': 7,
+    'orchestration': 8,
+    'host': 9,
+    'app': 99,  # tools, examples, python, tests, benchmarks
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
+
+
+def layer_of(rel: str):
+    """(component, layer) of a path relative to the source root."""
+    p = rel.split('/')
+    if p[0] == 'include' and len(p) > 2 and p[1] == 'spyre':
+        if len(p) == 3:  # error.hpp, version.hpp: the one error family; spyre.hpp: umbrella
+            return ('public', 'app' if p[2] == 'spyre.hpp' else 'base')
+        return ('public', p[2])
+    if p[0] == 'libspyre':
+        return ('libspyre', p[1] if len(p) > 2 else 'base')
+    if p[0] == 'driver':
+        return ('driver', 'driver')
+    if p[0] == 'mockdev':
+        return ('mockdev', 'mockdev')
+    if p[0] in ('tests', 'bench'):
+        return ('tests', 'app')
+    return (p[0], 'app')
+
+
+def resolve(root: pathlib.Path, src: pathlib.Path, kind: str, name: str):
+    """The repository path an include names, or None (system headers)."""
+    candidates = []
+    if kind == '"':
+        candidates.append(src.parent / name)
+    candidates += [root / 'include' / name, root / 'libspyre' / name, root / 'mockdev' / name]
+    for c in candidates:
+        if c.is_file():
+            return c.resolve().relative_to(root).as_posix()
+    return None
+
+
+def check(root: pathlib.Path):
+    errors = []
+    dirs = ['include', 'libspyre', 'driver', 'mockdev', 'tools', 'examples', 'python']
+    for d in dirs:
+        for src in sorted((root / d).rglob('*')):
+            if src.suffix not in ('.h', '.hpp', '.cpp', '.c', '.cc') or not src.is_file():
+                continue
+            rel = src.relative_to(root).as_posix()
+            comp, layer = layer_of(rel)
+            text = src.read_text(encoding='utf-8', errors='replace')
+            for m in INCLUDE.finditer(text):
+                target = resolve(root, src, m.group(1), m.group(2))
+                if target is None:
+                    continue
+                tcomp, tlayer = layer_of(target)
+                line = text.count('\n', 0, m.start()) + 1
+                why = None
+                if comp == 'mockdev':
+                    if tcomp != 'mockdev' and tlayer not in ('uapi', 'common'):
+                        why = 'mockdev sees only uapi and common'
+                elif tcomp == 'mockdev':
+                    why = 'only mockdev and its tests include mockdev'
+                elif tcomp in ('driver', 'libspyre') and tcomp != comp:
+                    why = 'private header of another component'
+                elif RANKS[tlayer] > RANKS[layer]:
+                    why = 'points up'
+                if why:
+                    errors.append(f'{rel}:{line}: {layer} includes {tlayer} "{m.group(2)}" ({why})')
+    return errors
+
+
+def main():
+    root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).parent.parent).resolve()
+    errors = check(root)
+    for e in errors:
+        print(e)
+    print(f'check_layers: {len(errors)} include(s) pointing the wrong way', file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,245 @@
+// SPDX-License-Identifier: Apache-2.0
+// Program (seed 000): the synchronous layer over SpyreStream. Strict Launch
+// validation, LaunchTiled, AddInstruction/RemoveInstruction, empty programs.
+#include "spyre/plan/execution_plan.hpp"
+#include "spyre/launch/program.hpp"
+#include "spyre/compiler/plan_writer.hpp"
+#include "stream_fixture.hpp"
+#include "upper_layer_util.hpp"
+
+using spyre::test::StreamTest;
+using namespace spyre;
+using namespace spyre::test;
+
+namespace {
+
+TensorSpec Spec(const std::string& name, const KernelTensor& t, TensorRole role) {
+    return TensorSpec{name, t.shape, t.strides, t.dtype, role, t.loops, t.bytes};
+}
+
+// A SpyreCompute for `kernel` with its addresses bound on the host (no
+// correction), not yet on the device: AddInstruction copies it there.
+SpyreCompute BoundCompute(const BuiltKernel& kernel, std::span<const uint64_t> addresses) {
+    SpyreCompute c;
+    c.binary = kernel.Bind(addresses);
+    c.binary_size = c.binary.size();
+    for (size_t i = 0; i < kernel.inputs.size(); ++i) {
+        c.tensors.push_back(Spec("in" + std::to_string(i), kernel.inputs[i], TensorRole::Input));
+        c.expected_input_shapes.push_back(kernel.inputs[i].shape);
+    }
+    for (size_t i = 0; i < kernel.outputs.size(); ++i) {
+        c.tensors.push_back(Spec("out" + std::to_string(i), kernel.outputs[i], TensorRole::Output));
+        c.expected_input_shapes.push_back(kernel.outputs[i].shape);
+    }
+    c.reduction_loops = kernel.reduction_loops;
+    c.untileable_loops = kernel.untileable_loops;
+    c.name = kernel.name;
+    return c;
+}
+
+}  // namespace
+
+TEST_F(StreamTest, ProgramLaunchIsStrictAndCorrect) {
+    Device dev = OpenDevice();
+    const int64_t M = 128, K = 64, N = 96;
+    SpyreStream loader(dev);
+    auto plan = LoadExecutionPlan(loader, CompilerOutputFromKernel("mm", KernelBuilder().Matmul(M, K, N, DType::FP32)));
+    Program program(dev, plan);
+    ASSERT_EQ(program.instructions().size(), 1u);
+    FlexStream& f = program.stream().flex_stream();
+
+    const std::vector<float> a = RandomFloats(size_t(M * K), 61), b = RandomFloats(size_t(K * N), 62);
+    std::vector<float> c(size_t(M * N));
+    SpyreTensor ta = SpyreTensor::FromHost(dev, f, a.data(), {M, K}, DType::FP32);
+    SpyreTensor tb = SpyreTensor::FromHost(dev, f, b.data(), {K, N}, DType::FP32);
+    SpyreTensor tc = SpyreTensor::Empty(dev, {M, N}, DType::FP32);
+    program.stream().Synchronize();
+    const uint64_t before = f.enqueued();
+
+    // Wrong shape: the tensor and the dimension are named.
+    SpyreTensor big = SpyreTensor::Empty(dev, {2 * M, K}, DType::FP32);
+    EXPECT_SPYRE_ERROR(program.Launch(std::vector<SpyreTensor>{big, tb, tc}), InvalidArgument, "dimension 0");
+    EXPECT_SPYRE_ERROR(program.Launch(std::vector<SpyreTensor>{big, tb, tc}), InvalidArgument, "mm.input0");
+    SpyreTensor wide = SpyreTensor::Empty(dev, {M, 2 * N}, DType::FP32);
+    // (its dim 0 stride differs too, but the shape is what is wrong)
+    EXPECT_SPYRE_ERROR(program.Launch(std::vector<SpyreTensor>{ta, tb, wide}), InvalidArgument, "dimension 1 is");
+    EXPECT_SPYRE_ERROR(program.Launch(std::vector<SpyreTensor>{ta, tb, wide}), InvalidArgument, "mm.output0");
+    // Wrong rank.
+    SpyreTensor flat = SpyreTensor::Empty(dev, {M * K}, DType::FP32);
+    EXPECT_SPYRE_ERROR(program.Launch(std::vector<SpyreTensor>{flat, tb, tc}), InvalidArgument, "rank");
+    // Wrong stride: the right shape, rows 2K elements apart (a view into a wider tensor).
+    SpyreTensor backing = SpyreTensor::Empty(dev, {M, 2 * K}, DType::FP32);
+    const SpyreTensor strided(backing.device_handle(), {M, K}, {2 * K * 4, 4}, DType::FP32, backing.size_bytes());
+    EXPECT_SPYRE_ERROR(program.Launch(std::vector<SpyreTensor>{strided, tb, tc}), InvalidArgument, "stride");
+    // Wrong dtype.
+    SpyreTensor half = SpyreTensor::Empty(dev, {M, K}, DType::FP16);
+    EXPECT_SPYRE_ERROR(program.Launch(std::vector<SpyreTensor>{half, tb, tc}), InvalidArgument, "fp16");
+    // Too few tensors, or too many (one would be silently ignored).
+    EXPECT_SPYRE_ERROR(program.Launch(std::vector<SpyreTensor>{ta, tb}), InvalidArgument, "tensor");
+    EXPECT_SPYRE_ERROR(program.Launch(std::vector<SpyreTensor>{ta, tb, tc, tc}), InvalidArgument, "takes 3 tensors, got 4");
+    EXPECT_SPYRE_ERROR(program.LaunchTiled(std::vector<SpyreTensor>{ta, tb, tc, tc}), InvalidArgument,
+                       "takes 3 tensors, got 4");
+    EXPECT_EQ(f.enqueued(), before);  // nothing ran
+
+    program.Launch(std::vector<SpyreTensor>{ta, tb, tc});
+    EXPECT_EQ(f.enqueued() - before, 3u);
+    EXPECT_EQ(f.Query(), StreamStatus::Idle);  // Launch waited
+    tc.CopyToHost(f, c.data());
+    program.stream().Synchronize();
+    EXPECT_EQ(CompareMatmul(c, CpuMatmul(a, b, M, K, N), M, N), 0);
+
+    // The strided view is fine for LaunchTiled (a re-specialised program).
+    std::vector<float> wide_a(size_t(M * 2 * K), 0.0f);
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < K; ++j) wide_a[size_t(i * 2 * K + j)] = a[size_t(i * K + j)];
+    f.CopyToDevice(wide_a.data(), backing.device_handle(), wide_a.size() * 4);
+    std::fill(c.begin(), c.end(), 0.0f);
+    program.LaunchTiled(std::vector<SpyreTensor>{strided, tb, tc});
+    tc.CopyToHost(f, c.data());
+    program.stream().Synchronize();
+    EXPECT_EQ(CompareMatmul(c, CpuMatmul(a, b, M, K, N), M, N), 0);
+}
+
+TEST_F(StreamTest, ProgramLaunchTiledOverLargerTensors) {
+    Device dev = OpenDevice();
+    const int64_t T = 64, M = 200, K = 96, N = 80;
+    SpyreStream loader(dev);
+    auto plan = LoadExecutionPlan(loader, CompilerOutputFromKernel("mm", KernelBuilder().Matmul(T, 32, 32, DType::FP32)));
+    const MemoryFigures memory_with_plan = Memory(dev);
+    {
+        Program program(dev, plan);
+        FlexStream& f = program.stream().flex_stream();
+        const std::vector<float> a = RandomFloats(size_t(M * K), 71), b = RandomFloats(size_t(K * N), 72);
+        std::vector<float> c(size_t(M * N));
+        std::vector<SpyreTensor> t = {SpyreTensor::FromHost(dev, f, a.data(), {M, K}, DType::FP32),
+                                      SpyreTensor::FromHost(dev, f, b.data(), {K, N}, DType::FP32),
+                                      SpyreTensor::Empty(dev, {M, N}, DType::FP32)};
+        EXPECT_SPYRE_ERROR(program.Launch(t), InvalidArgument, "LaunchTiled");
+        program.LaunchTiled(t);
+        EXPECT_EQ(f.Query(), StreamStatus::Idle);
+        t[2].CopyToHost(f, c.data());
+        program.stream().Synchronize();
+        EXPECT_EQ(CompareMatmul(c, CpuMatmul(a, b, M, K, N), M, N), 0);
+    }
+    EXPECT_EQ(Memory(dev), memory_with_plan);
+}
+
+TEST_F(StreamTest, ProgramAddAndRemoveInstructions) {
+    Device dev = OpenDevice();
+    const MemoryFigures baseline = Memory(dev);
+    const int64_t n = 64;
+    KernelBuilder kb;
+    FlexStream f = dev.CreateStream();
+    const std::vector<float> x = RandomFloats(n, 81), y = RandomFloats(n, 82);
+    std::vector<float> z(n, 0.0f);
+    {
+        SpyreTensor tx = SpyreTensor::FromHost(dev, f, x.data(), {n}, DType::FP32);
+        SpyreTensor ty = SpyreTensor::FromHost(dev, f, y.data(), {n}, DType::FP32);
+        SpyreTensor tz = SpyreTensor::Empty(dev, {n}, DType::FP32);
+        SpyreTensor tw = SpyreTensor::Empty(dev, {n}, DType::FP32);
+        f.Synchronize();
+        auto addr = [&](const SpyreTensor& t) { return dev.allocator().DeviceAddress(t.device_handle(), t.size_bytes()); };
+        // z = x + y, then w = z * y: two instructions with host-bound addresses.
+        const std::vector<uint64_t> add_addrs = {addr(tx), addr(ty), addr(tz)};
+        const std::vector<uint64_t> mul_addrs = {addr(tz), addr(ty), addr(tw)};
+        const Instruction add(BoundCompute(kb.Elementwise(ElementwiseOp::Add, {n}, {n}, DType::FP32), add_addrs));
+        const Instruction mul(BoundCompute(kb.Elementwise(ElementwiseOp::Mul, {n}, {n}, DType::FP32), mul_addrs));
+        {
+            Program program(dev);
+            EXPECT_TRUE(program.instructions().empty());
+            // An empty program launches nothing.
+            program.Launch(std::vector<SpyreTensor>{});
+            program.LaunchTiled(std::vector<SpyreTensor>{});
+            EXPECT_EQ(program.stream().flex_stream().enqueued(), 0u);
+
+            program.AddInstruction(add);
+            program.AddInstruction(mul);
+            ASSERT_EQ(program.instructions().size(), 2u);
+            EXPECT_TRUE(program.instructions()[0].operation().compute()->device_handle.has_value());
+            const std::vector<SpyreTensor> tensors = {tx, ty, tz};
+            program.Launch(tensors);  // each instruction binds its first 3 tensors (shapes all [n])
+            std::vector<float> w(n);
+            tw.CopyToHost(f, w.data());
+            tz.CopyToHost(f, z.data());
+            f.Synchronize();
+            for (int64_t i = 0; i < n; ++i) {
+                EXPECT_EQ(z[size_t(i)], x[size_t(i)] + y[size_t(i)]) << i;
+                EXPECT_EQ(w[size_t(i)], (x[size_t(i)] + y[size_t(i)]) * y[size_t(i)]) << i;
+            }
+
+            // Removing by the caller's Instruction works after it was loaded.
+            program.RemoveInstruction(mul);
+            ASSERT_EQ(program.instructions().size(), 1u);
+            EXPECT_EQ(program.instructions()[0].id(), add.id());
+            // A second removal, or an instruction never added: NotFound.
+            EXPECT_SPYRE_ERROR(program.RemoveInstruction(mul), NotFound, "not in this program");
+            const Instruction foreign(BoundCompute(kb.Relu({n}, DType::FP32), std::vector<uint64_t>{addr(tx), addr(tz)}));
+            EXPECT_SPYRE_ERROR(program.RemoveInstruction(foreign), NotFound, "not in this program");
+
+            // The remaining instruction still runs.
+            const std::vector<float> zeros(n, 0.0f);
+            f.CopyToDevice(zeros.data(), tz.device_handle(), n * 4);
+            f.Synchronize();
+            program.Launch(tensors);
+            tz.CopyToHost(f, z.data());
+            f.Synchronize();
+            for (int64_t i = 0; i < n; ++i) EXPECT_EQ(z[size_t(i)], x[size_t(i)] + y[size_t(i)]) << i;
+            program.RemoveInstruction(add);
+            EXPECT_TRUE(program.instructions().empty());
+
+            // An instruction with neither a device handle nor a binary.
+            SpyreCompute nothing;
+            EXPECT_SPYRE_ERROR(program.AddInstruction(Instruction(nothing)), InvalidArgument, "binary");
+        }
+    }
+    EXPECT_EQ(Memory(dev), baseline);  // the program freed the binaries it copied
+}
+
+// Instructions taken from a loaded plan can be removed and re-added.
+TEST_F(StreamTest, ProgramFromPlanInstructionsCanBeRemoved) {
+    Device dev = OpenDevice();
+    SpyreStream loader(dev);
+    KernelBuilder kb;
+    auto plan = LoadExecutionPlan(
+        loader, CompilerOutputFromKernels("two", {{"mm", kb.Matmul(32, 32, 32, DType::FP32)},
+                                                  {"add", kb.Elementwise(ElementwiseOp::Add, {8}, {8}, DType::FP32)}}));
+    Program program(dev, plan);
+    ASSERT_EQ(program.instructions().size(), 2u);
+    const Instruction mm = program.instructions()[0];
+    program.RemoveInstruction(mm);
+    ASSERT_EQ(program.instructions().size(), 1u);
+    FlexStream& f = program.stream().flex_stream();
+    // Only "add" remains: it binds plan tensors 3..5.
+    const std::vector<float> x = RandomFloats(8, 91), y = RandomFloats(8, 92);
+    std::vector<float> z(8);
+    std::vector<SpyreTensor> t = {SpyreTensor::Empty(dev, {32, 32}, DType::FP32), SpyreTensor::Empty(dev, {32, 32}, DType::FP32),
+                                  SpyreTensor::Empty(dev, {32, 32}, DType::FP32), SpyreTensor::FromHost(dev, f, x.data(), {8}, DType::FP32),
+                                  SpyreTensor::FromHost(dev, f, y.data(), {8}, DType::FP32), SpyreTensor::Empty(dev, {8}, DType::FP32)};
+    const uint64_t before = f.enqueued();
+    program.Launch(t);
+    EXPECT_EQ(f.enqueued() - before, 3u);
+    t[5].CopyToHost(f, z.data());
+    program.stream().Synchronize();
+    for (size_t i = 0; i < 8; ++i) EXPECT_EQ(z[i], x[i] + y[i]) << i;
+    // Re-adding the same instruction appends it again.
+    program.AddInstruction(mm);
+    EXPECT_EQ(program.instructions().size(), 2u);
+    EXPECT_EQ(program.instructions()[1].id(), mm.id());
+}
+
+// Program::LaunchTiled checks every instruction before running any: a
+// failure leaves nothing half done (and nothing in flight when it throws).
+TEST_F(StreamTest, ProgramLaunchTiledRunsNothingWhenAnInstructionCannotTile) {
+    Device dev = OpenDevice();
+    SpyreStream loader(dev);
+    KernelBuilder kb;
+    auto plan = LoadExecutionPlan(loader, CompilerOutputFromKernels("two", {{"mm", kb.Matmul(32, 32, 32, DType::FP32)},
+                                                                           {"softmax", kb.Softmax({8, 16}, DType::FP32)}}));
+    Program program(dev, plan);
+    auto make = [&](std::vector<int64_t> shape) { return SpyreTensor::Empty(dev, std::move(shape), DType::FP32); };
+    const uint64_t before = program.stream().flex_stream().enqueued();
+    EXPECT_SPYRE_ERROR(program.LaunchTiled(std::vector<SpyreTensor>{make({64, 32}), make({32, 32}), make({64, 32}),
+                                                                    make({8, 32}), make({8, 32})}),
+                       Unsupported, "untileable");
+    EXPECT_EQ(program.stream().flex_stream().enqueued(), before);
+}

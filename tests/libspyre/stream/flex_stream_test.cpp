@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: Apache-2.0
+// FlexStream basics: copies round trip, launches run, FIFO holds, errors stick.
+#include <numeric>
+
+#include "spyre/stream/flex_stream.hpp"
+#include "spyre/compiler/kernel_builder.hpp"
+#include "spyre/plan/program_image.hpp"
+#include "stream_fixture.hpp"
+
+using spyre::test::StreamTest;
+using namespace spyre;
+
+TEST_F(StreamTest, CopiesRoundTripByteForByte) {
+    Device dev = OpenDevice();
+    FlexStream& s = dev.default_stream();
+    for (uint64_t size : {1ull, 63ull, 4032ull, 4033ull, 1ull << 20, (1ull << 20) + 7, 9ull << 20}) {
+        SCOPED_TRACE(size);
+        std::vector<uint8_t> in(size), out(size, 0);
+        std::iota(in.begin(), in.end(), uint8_t(size));
+        DeviceAllocation a = dev.allocator().Allocate(size);
+        s.CopyToDevice(in.data(), a.handle, size);
+        s.CopyFromDevice(out.data(), a.handle, size);
+        s.Synchronize();
+        EXPECT_EQ(in, out);
+        dev.allocator().Free(a.handle);
+    }
+}
+
+TEST_F(StreamTest, LaunchRunsAfterItsCopiesAndBeforeTheCopyBack) {
+    Device dev = OpenDevice();
+    FlexStream s = dev.CreateStream();
+    KernelBuilder kb;
+    const BuiltKernel k = kb.Elementwise(ElementwiseOp::Add, {64}, {64}, DType::FP32);
+    DeviceAllocation a = dev.allocator().Allocate(256), b = dev.allocator().Allocate(256), c = dev.allocator().Allocate(256);
+    const std::vector<uint64_t> addrs = {dev.allocator().DeviceAddress(a.handle, 256), dev.allocator().DeviceAddress(b.handle, 256),
+                                         dev.allocator().DeviceAddress(c.handle, 256)};
+    const std::vector<uint8_t> program = k.Bind(addrs);
+    DeviceAllocation p = dev.allocator().Allocate(program.size());
+    std::vector<float> x(64), y(64), z(64, 0);
+    std::iota(x.begin(), x.end(), 1.0f);
+    std::iota(y.begin(), y.end(), 100.0f);
+    s.CopyToDevice(program.data(), p.handle, program.size());
+    s.CopyToDevice(x.data(), a.handle, 256);
+    s.CopyToDevice(y.data(), b.handle, 256);
+    s.Launch(p.handle);
+    s.CopyFromDevice(z.data(), c.handle, 256);
+    s.Synchronize();
+    for (int i = 0; i < 64; ++i) EXPECT_EQ(z[i], x[i] + y[i]) << i;
+    EXPECT_EQ(s.Query(), StreamStatus::Idle);
+}
+
+TEST_F(StreamTest, FailureIsStickyUntilReset) {
+    Device dev = OpenDevice();
+    FlexStream s = dev.CreateStream();
+    FlexStream other = dev.CreateStream();
+    DeviceAllocation junk = dev.allocator().Allocate(4096);
+    std::vector<uint8_t> garbage(4096, 0xAB);
+    s.CopyToDevice(garbage.data(), junk.handle, 4096);
+    s.Launch(junk.handle, 256);  // not a program
+    uint64_t v = 7, back = 0;
+    DeviceAllocation w = dev.allocator().Allocate(8);
+    EXPECT_SPYRE_ERROR(s.Synchronize(), DeviceError, "op #1");
+    EXPECT_EQ(s.Query(), StreamStatus::Faulted);
+    EXPECT_SPYRE_ERROR(s.CopyToDevice(&v, w.handle, 8), DeviceError, "op #1");
+    // The other stream keeps working.
+    other.CopyToDevice(&v, w.handle, 8);
+    other.CopyFromDevice(&back, w.handle, 8);
+    other.Synchronize();
+    EXPECT_EQ(back, 7u);
+    s.Reset();
+    EXPECT_EQ(s.Query(), StreamStatus::Idle);
+    v = 9;
+    s.CopyToDevice(&v, w.handle, 8);
+    s.CopyFromDevice(&back, w.handle, 8);
+    s.Synchronize();
+    EXPECT_EQ(back, 9u);
+}
+
+TEST_F(StreamTest, ThousandsOfEmptyLaunchesComplete) {
+    Device dev = OpenDevice();
+    FlexStream& s = dev.default_stream();
+    const std::vector<uint8_t> bytes = ProgramImage{}.Encode();
+    const DeviceAllocation p = dev.allocator().Allocate(bytes.size());
+    s.CopyToDevice(bytes.data(), p.handle, bytes.size());
+    for (int round = 0; round < 3; ++round) {
+        for (int i = 0; i < 1024; ++i) s.Launch(p.handle);
+        s.Synchronize();
+    }
+    EXPECT_EQ(s.completed(), 1u + 3 * 1024);
+    EXPECT_EQ(dev.function().Read64(SPYRE_REG_CNT_LAUNCHES), 3u * 1024);
+}
+
+TEST_F(StreamTest, StreamsComeAndGo) {
+    Device dev = OpenDevice();
+    const std::vector<uint8_t> bytes = ProgramImage{}.Encode();
+    const DeviceAllocation p = dev.allocator().Allocate(bytes.size());
+    dev.default_stream().CopyToDevice(bytes.data(), p.handle, bytes.size());
+    dev.default_stream().Synchronize();
+    for (int round = 0; round < 5; ++round) {
+        FlexStream s = dev.CreateStream();
+        for (int i = 0; i < 1024; ++i) s.Launch(p.handle);
+        s.Synchronize();
+        EXPECT_EQ(s.completed(), 1024u);
+    }
+}
