@@ -27,11 +27,6 @@ std::string ShmName(const FunctionParams& p, const char* kind) {
     return p.shm_prefix + ".c" + std::to_string(p.card) + ".f" + std::to_string(p.index) + "." + kind;
 }
 
-bool Is64BitRegister(uint64_t offset) {
-    return std::any_of(std::begin(uapi::kRegisters), std::end(uapi::kRegisters),
-                       [&](const uapi::RegDesc& r) { return r.offset == offset && r.width == 8; });
-}
-
 void CopyName(char* dst, size_t cap, const std::string& src) {
     std::memset(dst, 0, cap);
     std::memcpy(dst, src.data(), std::min(src.size(), cap - 1));
@@ -215,22 +210,7 @@ ssize_t Function::ReadMemory(uint64_t window, uint64_t offset, void* buf, size_t
 ssize_t Function::ReadBar0(uint64_t offset, void* buf, size_t len) {
     RefreshMirrors();
     const size_t inside = offset < SPYRE_REG_FILE_SIZE ? size_t(std::min<uint64_t>(len, SPYRE_REG_FILE_SIZE - offset)) : 0;
-    if (inside == 8 && offset % 8 == 0) {
-        const uint64_t v = regs_.Load64(uint32_t(offset));
-        std::memcpy(buf, &v, 8);
-    } else {
-        // Word by word, each an atomic load, so no read tears a register
-        // the engine is storing.
-        auto* out = static_cast<uint8_t*>(buf);
-        for (uint64_t at = offset; at < offset + inside;) {
-            const uint32_t word_off = uint32_t(at & ~uint64_t(3));
-            const uint32_t v = regs_.Load32(word_off);
-            const size_t skip = size_t(at - word_off);
-            const size_t n = std::min<size_t>(4 - skip, size_t(offset + inside - at));
-            std::memcpy(out + (at - offset), reinterpret_cast<const uint8_t*>(&v) + skip, n);
-            at += n;
-        }
-    }
+    regs_.ReadSpan(uint32_t(offset), buf, inside);
     std::memset(static_cast<uint8_t*>(buf) + inside, 0, len - inside);  // past the register file
     return ssize_t(len);
 }

@@ -5,16 +5,26 @@
 // the register's width, so a driver never sees a torn register.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
+#include <iterator>
 #include <mutex>
 
+#include "spyre/uapi/spyre_regdesc.hpp"
 #include "spyre/uapi/spyre_regs.h"
 
 namespace spyre::mockdev {
 
 // A word of shared memory written by another process (doorbell page fields).
 inline std::atomic_ref<uint32_t> SharedWord(uint32_t& word) { return std::atomic_ref<uint32_t>(word); }
+
+// True for the registers the contract declares 8 bytes wide.
+inline bool Is64BitRegister(uint64_t offset) {
+    return std::any_of(std::begin(uapi::kRegisters), std::end(uapi::kRegisters),
+                       [&](const uapi::RegDesc& r) { return r.offset == offset && r.width == 8; });
+}
 
 // What the error registers record about a fault.
 struct ErrorRecord {
@@ -64,6 +74,24 @@ public:
         Store64(SPYRE_REG_ERR_ADDR, 0);
         Store64(SPYRE_REG_ERR_USER_DATA, 0);
         ClearBits32(SPYRE_REG_STATUS, SPYRE_STATUS_ERROR);
+    }
+
+    // Copies [offset, offset + len) of the register file, every register
+    // with one atomic load of its own width, however the range is cut: a
+    // bulk read (a register dump) that loaded a 64-bit counter as two words
+    // could see its low word wrap between them.
+    void ReadSpan(uint32_t offset, void* buf, size_t len) const {
+        auto* out = static_cast<uint8_t*>(buf);
+        for (uint64_t at = offset; at < uint64_t(offset) + len;) {
+            const uint32_t reg8 = uint32_t(at & ~uint64_t(7));
+            const bool wide = Is64BitRegister(reg8);
+            const uint32_t base = wide ? reg8 : uint32_t(at & ~uint64_t(3));
+            uint64_t v = wide ? Load64(base) : Load32(base);
+            const size_t skip = size_t(at - base);
+            const size_t n = std::min<size_t>((wide ? 8 : 4) - skip, size_t(offset + len - at));
+            std::memcpy(out + (at - offset), reinterpret_cast<const uint8_t*>(&v) + skip, n);
+            at += n;
+        }
     }
 
     const uint8_t* data() const { return base_; }
