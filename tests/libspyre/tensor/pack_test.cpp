@@ -10,17 +10,11 @@
 
 #include "spyre/error.hpp"
 #include "spyre/tensor/pack.hpp"
+#include "random_data.hpp"
 
 using namespace spyre;
 
 namespace {
-
-std::vector<uint8_t> Random(size_t n, uint32_t seed) {
-    std::vector<uint8_t> v(n);
-    std::mt19937 rng(seed);
-    for (auto& b : v) b = uint8_t(rng());
-    return v;
-}
 
 // A random view: shape, a permutation of a contiguous buffer, with gaps.
 HostLayout RandomView(std::mt19937& rng, DType dtype) {
@@ -52,7 +46,7 @@ TEST(Pack, RoundTripsAreByteExactForRandomViewsAndDtypes) {
         const HostLayout host = RandomView(rng, dtype);
         const DeviceLayout device = DeviceLayout::Default(host);
         const size_t e = ElementSize(dtype);
-        const auto src = Random(size_t(host.extent()) * e, trial);
+        const auto src = test::RandomBytes(size_t(host.extent()) * e, trial);
         std::vector<uint8_t> image(size_t(device.device_bytes()), 0xAB);
         Pack(src.data(), host, device, image.data());
         std::vector<uint8_t> back(src.size(), 0xCD);
@@ -86,7 +80,7 @@ TEST(Pack, RoundTripsAreByteExactForRandomViewsAndDtypes) {
 TEST(Pack, LargeTensorsUseThreadsAndStayExact) {
     const HostLayout host = HostLayout::Contiguous({1000, 3000}, DType::FP16);  // padded: 3000 -> 3008
     const DeviceLayout device = DeviceLayout::Default(host);
-    const auto src = Random(size_t(host.numel()) * 2, 1);
+    const auto src = test::RandomBytes(size_t(host.numel()) * 2, 1);
     std::vector<uint8_t> image(size_t(device.device_bytes()));
     Pack(src.data(), host, device, image.data());
     std::vector<uint8_t> back(src.size());

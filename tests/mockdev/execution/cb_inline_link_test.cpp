@@ -12,19 +12,13 @@
 #include <random>
 
 #include "mock_fixture.hpp"
+#include "random_data.hpp"
 
 using namespace spyre;
 using namespace spyre::driver;
 using spyre::test::MockDeviceTest;
 
 namespace {
-
-std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
-    std::vector<uint8_t> v(n);
-    std::mt19937_64 rng(seed);
-    for (auto& b : v) b = uint8_t(rng());
-    return v;
-}
 
 std::vector<Completion> WaitAll(CommandRing& ring, size_t n) {
     std::vector<Completion> done(n);
@@ -61,7 +55,7 @@ TEST_F(MockDeviceTest, CopyInlineRoundTripsByteForByte) {
     std::vector<std::vector<uint8_t>> data;
     std::vector<spyre_cb> batch;
     for (size_t i = 0; i < sizes.size(); ++i) {
-        data.push_back(RandomBytes(sizes[i], i + 1));
+        data.push_back(test::RandomBytes(sizes[i], i + 1));
         AppendCopyInline(batch, kBase + i * 8192, data.back(), 100 + i);
     }
     ASSERT_EQ(batch.size(), 2u + 2u + 2u + 3u + 64u);
@@ -105,7 +99,7 @@ TEST_F(MockDeviceTest, CopyInlineBatchesWrapAroundTheRingEnd) {
         std::vector<std::vector<uint8_t>> data;
         const std::vector<size_t> sizes{SPYRE_CB_INLINE_MAX_BYTES, 65, 1, 64, 4000};
         for (size_t i = 0; i < sizes.size(); ++i) {
-            data.push_back(RandomBytes(sizes[i], before_end * 10 + i));
+            data.push_back(test::RandomBytes(sizes[i], before_end * 10 + i));
             AppendCopyInline(batch, kBase + i * 4096, data.back(), i);
         }
         const uint32_t first = ring.Submit(batch);
@@ -151,7 +145,7 @@ TEST_F(MockDeviceTest, LinkedFailureCancelsTheRestOfTheChain) {
     const uint64_t mem = fn.Read64(SPYRE_REG_MEM_SIZE);
     const std::vector<uint8_t> fill(5 * 4096, 0xEE);
     q.Wait(q.HostToDevice(fill.data(), kBase, fill.size()));
-    const auto a = RandomBytes(100, 1), b = RandomBytes(200, 2), c = RandomBytes(300, 3), d = RandomBytes(400, 4);
+    const auto a = test::RandomBytes(100, 1), b = test::RandomBytes(200, 2), c = test::RandomBytes(300, 3), d = test::RandomBytes(400, 4);
 
     std::vector<spyre_cb> batch;
     AppendCopyInline(batch, kBase, a, 1, SPYRE_CB_F_LINK);                        // runs
@@ -204,7 +198,7 @@ TEST_F(MockDeviceTest, SuccessfulLinkedChainsRunEveryCb) {
     std::vector<spyre_cb> batch;
     std::vector<std::vector<uint8_t>> data;
     for (int i = 0; i < 10; ++i) {
-        data.push_back(RandomBytes(50 + i * 300, i));
+        data.push_back(test::RandomBytes(50 + i * 300, i));
         AppendCopyInline(batch, kBase + i * 4096, data.back(), i, i < 9 ? SPYRE_CB_F_LINK : 0);
     }
     ring.Submit(batch);
@@ -224,7 +218,7 @@ TEST_F(MockDeviceTest, ChainSplitAcrossSubmitsStillCancels) {
     DmaQueue q(fn);
     const std::vector<uint8_t> fill(4096, 0xEE);
     q.Wait(q.HostToDevice(fill.data(), kBase, fill.size()));
-    const auto data = RandomBytes(1000, 9);
+    const auto data = test::RandomBytes(1000, 9);
 
     // The failing linked CB completes before its successor is even submitted.
     ring.Submit(std::array{Linked(CopyCb(~0ull - 100, kBase, 16, 1))});
