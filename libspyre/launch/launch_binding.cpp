@@ -124,8 +124,10 @@ Error AtOperation(const Error& e, size_t index) {
     return Error(e.kind(), e.message(), context);
 }
 
-BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const DeviceHandle> handles, const char* entry) {
-    CheckOperationDevice(op, core.id(), entry, "stream");
+namespace {
+
+// An exact launch of an Operation already checked against the device.
+BoundLaunch BindAddresses(DeviceCore& core, const Operation& op, std::span<const DeviceHandle> handles, const char* entry) {
     BoundLaunch bound;
     bound.op = &op;
     const SpyreCompute* compute = op.compute() ? &*op.compute() : nullptr;
@@ -144,6 +146,13 @@ BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const De
     return bound;
 }
 
+}  // namespace
+
+BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const DeviceHandle> handles, const char* entry) {
+    CheckOperationDevice(op, core.id(), entry, "stream");
+    return BindAddresses(core, op, handles, entry);
+}
+
 BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const SpyreTensor> tensors, LaunchMode mode,
                        const char* entry) {
     CheckOperationDevice(op, core.id(), entry, "stream");
@@ -160,7 +169,7 @@ BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const Sp
         if (described) CheckCompiledShapes(op, tensors);
         std::vector<DeviceHandle> handles;
         for (const SpyreTensor& t : tensors) handles.push_back(t.device_handle());
-        return BindLaunch(core, op, std::span<const DeviceHandle>(handles), entry);
+        return BindAddresses(core, op, handles, entry);
     }
 
     BoundLaunch bound;

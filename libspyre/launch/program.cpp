@@ -9,7 +9,6 @@
 #include "launch/operation_access.hpp"
 #include "launch/same_device.hpp"
 #include "spyre/error.hpp"
-#include "spyre/launch/tiling.hpp"
 
 namespace spyre {
 
