@@ -115,6 +115,7 @@ Device Device::Open(DeviceOptions options) {
 }
 
 SpyreAllocator& Device::allocator() { return *core_->allocator; }
+DeviceBuffer Device::AllocateBuffer(uint64_t bytes) { return DeviceBuffer::Allocate(core_, bytes); }
 DMAEngine& Device::dma() { return *core_->dma; }
 Scheduler& Device::scheduler() { return *core_->scheduler; }
 driver::Function& Device::function() { return *core_->function; }

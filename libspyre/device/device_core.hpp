@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "spyre/memory/allocator.hpp"
+#include "spyre/memory/device_buffer.hpp"
 #include "spyre/device/device.hpp"
 #include "spyre/memory/dma_engine.hpp"
 #include "spyre/driver/device_environment.hpp"
@@ -75,7 +76,7 @@ struct EventState {
     ~EventState();
 };
 
-class DeviceCore : public std::enable_shared_from_this<DeviceCore> {
+class DeviceCore : public std::enable_shared_from_this<DeviceCore>, public DeviceMemory {
 public:
     DeviceCore(DeviceOptions options);
     ~DeviceCore();
@@ -111,7 +112,8 @@ public:
     // has enqueued so far (as cudaFree does), so nothing queued can still
     // touch the memory once it is handed out again; on the scheduler thread
     // (cleanup callbacks, which run in stream order) it frees at once.
-    void FreeAfterQueuedWork(std::span<const DeviceAllocation> blocks) noexcept;
+    void FreeAfterQueuedWork(std::span<const DeviceAllocation> blocks) noexcept override;
+    SpyreAllocator& buffer_allocator() noexcept override { return *allocator; }
 };
 
 }  // namespace spyre

@@ -2,6 +2,8 @@
 // Workflow 2: loading an ExecutionPlan onto the device.
 #include <algorithm>
 
+#include "launch/operation_access.hpp"
+#include "launch/variant_cache.hpp"
 #include "stream/control_blocks.hpp"
 #include "spyre/error.hpp"
 #include "spyre/plan/program_image.hpp"
@@ -11,54 +13,50 @@ namespace spyre {
 
 namespace {
 
-// Device memory of one loaded plan, freed with the plan's last reference.
+// Device memory of one loaded plan, freed with the plan's last reference
+// (after the launches of the plan still queued).
 struct PlanMemory {
-    explicit PlanMemory(std::shared_ptr<DeviceCore> c) : core(std::move(c)) {}
-    PlanMemory(const PlanMemory&) = delete;  // one owner frees the memory, once
-    std::shared_ptr<DeviceCore> core;
-    std::vector<DeviceAllocation> blocks;
-    ~PlanMemory() { core->FreeAfterQueuedWork(blocks); }  // launches of the plan may still be queued
-    DeviceAllocation Allocate(uint64_t size) {
-        blocks.push_back(core->allocator->Allocate(std::max<uint64_t>(size, 1)));
-        return blocks.back();
+    std::vector<DeviceBuffer> blocks;
+    DeviceHandle Allocate(DeviceCore& core, uint64_t size) {
+        return blocks.emplace_back(DeviceBuffer::Allocate(core.shared_from_this(), std::max<uint64_t>(size, 1))).handle();
     }
 };
 
 // A preprocessing-only Operation copying `bytes` to a fresh allocation
 // (seed 001 Workflow 2 step 3), launched on `stream`. Returns the handle.
 DeviceHandle Upload(SpyreStream& stream, PlanMemory& memory, const std::vector<uint8_t>& bytes) {
-    const DeviceAllocation block = memory.Allocate(bytes.size());
-    const Operation load({PreProcessCompute(PreProcessCompute::CopyToDevice{bytes.data(), block.handle, bytes.size()})});
+    const DeviceHandle block = memory.Allocate(*stream.flex_stream().core(), bytes.size());
+    const Operation load({PreProcessCompute(PreProcessCompute::CopyToDevice{bytes.data(), block, bytes.size()})});
     stream.Launch(load, std::span<const DeviceHandle>{});
-    return block.handle;
+    return block;
 }
 
-void LoadOperation(SpyreStream& stream, PlanMemory& memory, Operation& op) {
-    DeviceCore& core = *memory.core;
+void LoadOperation(SpyreStream& stream, const std::shared_ptr<PlanMemory>& memory_ptr, Operation& op) {
+    PlanMemory& memory = *memory_ptr;
+    DeviceCore& core = *stream.flex_stream().core();
     SpyreCompute* compute = op.compute() ? &*op.compute() : nullptr;
-    if (compute && !compute->binary.empty()) {
-        compute->device_handle = Upload(stream, memory, compute->binary);
-        compute->binary_size = compute->binary.size();
-    }
-    if (op.correction && compute && compute->device_handle) {
+    if (compute && !compute->binary.empty())
+        detail::OperationAccess::SetBinary(*compute, Upload(stream, memory, compute->binary), compute->binary.size());
+    if (!compute || !compute->device_handle()) return;
+    const DeviceHandle program = *compute->device_handle();
+    auto loaded = std::make_shared<detail::LoadedOperation>();
+    loaded->plan_memory = memory_ptr;
+    if (op.correction) {
         CorrectionMetadata& c = *op.correction;
-        const DeviceAllocation table = memory.Allocate(c.input_size);
+        const DeviceHandle table = memory.Allocate(core, c.input_size);
         // The correction program patches this Operation's compute binary
         // from this Operation's input table.
-        SetCorrectionTarget(c.binary,
-                            core.allocator->DeviceAddress(*compute->device_handle, compute->binary_size),
-                            core.allocator->DeviceAddress(table.handle, c.input_size));
-        c.binary_handle = Upload(stream, memory, c.binary);
-        c.binary_size = c.binary.size();
-        c.input_handle = table.handle;
+        SetCorrectionTarget(c.binary, core.allocator->DeviceAddress(program, compute->binary_size()),
+                            core.allocator->DeviceAddress(table, c.input_size));
+        const DeviceHandle correction = Upload(stream, memory, c.binary);
+        detail::OperationAccess::SetCorrection(c, correction, c.binary.size(), table);
         // Example 2: copy the correction input, launch the correction; the compute follows.
         op.preprocess().insert(op.preprocess().begin(),
-                               {PreProcessCompute(PreProcessCompute::CopyToDevice{nullptr, table.handle, c.input_size}),
-                                PreProcessCompute(PreProcessCompute::DeviceLaunch{*c.binary_handle, c.binary_size})});
-        op.correction_step = 0;
-        op.device_handles = {*c.binary_handle, table.handle, *compute->device_handle};
-    } else if (compute && compute->device_handle) {
-        op.device_handles = {*compute->device_handle};
+                               {PreProcessCompute(PreProcessCompute::CopyToDevice{nullptr, table, c.input_size}),
+                                PreProcessCompute(PreProcessCompute::DeviceLaunch{correction, c.binary.size()})});
+        detail::OperationAccess::SetLoaded(op, {correction, table, program}, 0, std::move(loaded));
+    } else {
+        detail::OperationAccess::SetLoaded(op, {program}, std::nullopt, std::move(loaded));
     }
 }
 
@@ -74,17 +72,17 @@ std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, cons
     }
     // Parse and validate before any device memory is taken.
     auto plan = std::make_shared<ExecutionPlan>(compiler_output);
-    plan->device = core->id();
+    detail::OperationAccess::SetDevice(*plan, core->id());
     // Work the caller queued before the load is the caller's: a fault there
     // is thrown as it is and stays sticky (only a fault of the load's own
     // steps is cleared below, as the plan is discarded with it).
     stream.Synchronize();
-    auto memory = std::make_shared<PlanMemory>(core);
+    auto memory = std::make_shared<PlanMemory>();
     try {
-        for (Operation& op : plan->operations) LoadOperation(stream, *memory, op);
+        for (Operation& op : plan->operations) LoadOperation(stream, memory, op);
         for (InitPacket& packet : plan->init_packets) {
-            packet.device_handle = Upload(stream, *memory, packet.binary);
-            stream.flex_stream().Launch(*packet.device_handle, packet.binary.size());
+            detail::OperationAccess::SetBinary(packet, Upload(stream, *memory, packet.binary));
+            stream.flex_stream().Launch(*packet.device_handle(), packet.binary.size());
         }
     } catch (...) {
         // Copies already queued write into `memory`: let them finish first.
@@ -103,7 +101,8 @@ std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, cons
         throw Error(e.kind(), "loading plan '" + plan->name + "' from " + compiler_output.origin + ": " + e.message(),
                     e.context());
     }
-    // The plan's device memory lives exactly as long as the plan.
+    // The plan's device memory lives as long as the plan, or a copy of one
+    // of its Operations (each holds it too).
     std::shared_ptr<const ExecutionPlan> loaded(plan.get(), [plan, memory](const ExecutionPlan*) mutable {
         plan.reset();
         memory.reset();

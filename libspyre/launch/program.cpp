@@ -5,9 +5,10 @@
 #include <atomic>
 
 #include "device/device_core.hpp"
+#include "launch/launch_binding.hpp"
+#include "launch/operation_access.hpp"
 #include "launch/same_device.hpp"
 #include "spyre/error.hpp"
-#include "spyre/launch/tiling.hpp"
 
 namespace spyre {
 
@@ -21,12 +22,12 @@ Instruction::Instruction(SpyreCompute compute, std::vector<PreProcessCompute> pr
     : Instruction(Operation(std::move(compute), std::move(preprocess))) {}
 Instruction::Instruction(Operation operation) : operation_(std::move(operation)), id_(next_instruction_id++) {}
 
-Program::Program(Device& device) : device_(&device), stream_(device) {}
+Program::Program(Device& device) : core_(device.core()), stream_(device) {}
 
 Program::Program(Device& device, std::shared_ptr<const ExecutionPlan> plan)
-    : device_(&device), plan_(std::move(plan)), stream_(device) {
+    : core_(device.core()), plan_(std::move(plan)), stream_(device) {
     if (!plan_) throw Error(ErrorKind::InvalidArgument, "Program from a null plan");
-    CheckSameDevice(plan_->device, device.id(), [&] { return "Program: plan '" + plan_->name + "'"; }, "device");
+    CheckSameDevice(plan_->device(), core_->id(), [&] { return "Program: plan '" + plan_->name + "'"; }, "device");
     for (const Operation& op : plan_->operations) instructions_.emplace_back(op);
 }
 
@@ -35,36 +36,25 @@ Program::~Program() {
         stream_.Synchronize();
     } catch (const Error&) {
     }
-    device_->core()->FreeAfterQueuedWork(owned_);
 }
 
 void Program::AddInstruction(Instruction instruction) {
-    detail::CheckOperationDevice(instruction.operation(), device_->id(), "Program::AddInstruction", "program");
+    detail::CheckOperationDevice(instruction.operation(), core_->id(), "Program::AddInstruction", "program");
     const auto& compute = instruction.operation().compute();
-    if (compute && !compute->device_handle) {
+    if (compute && !compute->device_handle()) {
         if (compute->binary.empty())
             throw Error(ErrorKind::InvalidArgument, "AddInstruction: the compute has neither a device handle nor a binary");
         // Fill in the handle on our own copy of the instruction (a by-value
         // parameter, so not a const object), keeping its id: the caller's
         // Instruction must still name it for RemoveInstruction.
-        Operation& op = const_cast<Operation&>(instruction.operation());
-        const DeviceAllocation block = device_->allocator().Allocate(compute->binary.size());
-        owned_.push_back(block);
-        op.compute()->device_handle = block.handle;
-        op.compute()->binary_size = op.compute()->binary.size();
-        try {
-            stream_.flex_stream().CopyToDevice(op.compute()->binary.data(), block.handle, op.compute()->binary_size);
-            stream_.Synchronize();  // the host copy goes with the instruction if it is removed
-        } catch (...) {
-            owned_.pop_back();
-            try {
-                device_->allocator().Free(block.handle);
-            } catch (const Error&) {
-            }
-            throw;
-        }
-        instructions_.push_back(std::move(instruction));
-        return;
+        SpyreCompute& own = *const_cast<Operation&>(instruction.operation()).compute();
+        DeviceBuffer block = DeviceBuffer::Allocate(core_, own.binary.size());
+        stream_.flex_stream().CopyToDevice(own.binary.data(), block.handle(), own.binary.size());
+        // The host copy goes with the instruction if it is removed; a failed
+        // copy frees the block (after the stream's queued work) as it goes.
+        stream_.Synchronize();
+        detail::OperationAccess::SetBinary(own, block.handle(), own.binary.size());
+        owned_.push_back(std::move(block));
     }
     instructions_.push_back(std::move(instruction));
 }
@@ -97,99 +87,27 @@ void CheckTensorCount(const std::vector<Instruction>& instructions, size_t given
 }
 }  // namespace
 
-std::vector<SpyreTensor> Program::Bind(const Operation& op, std::span<const SpyreTensor> tensors) const {
-    std::vector<SpyreTensor> bound;
-    if (op.tensor_indices.empty()) {
-        const size_t n = op.compute() ? op.compute()->tensors.size() : 0;
-        if (tensors.size() < n)
-            throw Error(ErrorKind::InvalidArgument, "instruction '" + op.name + "' takes " + std::to_string(n) +
-                                                        " tensors, got " + std::to_string(tensors.size()));
-        bound.assign(tensors.begin(), tensors.begin() + ptrdiff_t(n));
-        return bound;
-    }
-    for (size_t t : op.tensor_indices) {
-        if (t >= tensors.size())
-            throw Error(ErrorKind::InvalidArgument, "instruction '" + op.name + "' binds tensor " + std::to_string(t) +
-                                                        ", only " + std::to_string(tensors.size()) + " given");
-        bound.push_back(tensors[t]);
-    }
-    return bound;
-}
-
-void Program::Launch(std::span<const SpyreTensor> tensors) {
-    detail::CheckTensorDevices(tensors, device_->id(), "Program::Launch", "program");
-    CheckTensorCount(instructions_, tensors.size(), "Launch");
-    std::vector<std::vector<SpyreTensor>> bound;
-    for (const Instruction& ins : instructions_) {
-        const Operation& op = ins.operation();
-        bound.push_back(Bind(op, tensors));
-        if (!op.compute()) continue;
-        const auto& specs = op.compute()->tensors;
-        for (size_t slot = 0; slot < specs.size(); ++slot) {
-            const SpyreTensor& t = bound.back()[slot];
-            const TensorSpec& spec = specs[slot];
-            const std::string who = "tensor " + std::to_string(slot) + " ('" + spec.name + "')";
-            if (t.data_type() != spec.dtype)
-                throw Error(ErrorKind::InvalidArgument, "Launch: " + who + " is " + ToString(t.data_type()) +
-                                                            ", the compute expects " + ToString(spec.dtype));
-            if (t.shape().size() != spec.shape.size())
-                throw Error(ErrorKind::InvalidArgument, "Launch: " + who + " has rank " +
-                                                            std::to_string(t.shape().size()) + ", expected " +
-                                                            std::to_string(spec.shape.size()));
-            const std::vector<int64_t> strides = t.element_strides();
-            // Shapes first: a wrong shape usually brings wrong strides along,
-            // and the shape is what the caller got wrong.
-            for (size_t d = 0; d < spec.shape.size(); ++d)
-                if (t.shape()[d] != spec.shape[d])
-                    throw Error(ErrorKind::InvalidArgument,
-                                "Launch: " + who + " dimension " + std::to_string(d) + " is " +
-                                    std::to_string(t.shape()[d]) + ", compiled for " + std::to_string(spec.shape[d]) +
-                                    " (shape " + ShapeText(t.shape()) + " vs " + ShapeText(spec.shape) +
-                                    "; LaunchTiled handles larger tensors)");
-            for (size_t d = 0; d < spec.shape.size(); ++d) {
-                if (strides[d] != spec.strides[d])
-                    throw Error(ErrorKind::InvalidArgument,
-                                "Launch: " + who + " dimension " + std::to_string(d) + " has stride " +
-                                    std::to_string(strides[d]) + " elements, compiled for " +
-                                    std::to_string(spec.strides[d]));
-            }
-        }
-    }
-    for (size_t i = 0; i < instructions_.size(); ++i) stream_.Launch(instructions_[i].operation(), bound[i]);
-    stream_.Synchronize();
-}
-
-void Program::LaunchTiled(std::span<const SpyreTensor> tensors) {
-    detail::CheckTensorDevices(tensors, device_->id(), "Program::LaunchTiled", "program");
-    CheckTensorCount(instructions_, tensors.size(), "LaunchTiled");
-    std::vector<std::vector<SpyreTensor>> bound;
-    for (const Instruction& ins : instructions_) bound.push_back(Bind(ins.operation(), tensors));
-    // Plan every instruction before running any, so a failure leaves nothing
-    // half done (SpyreStream::LaunchTiled checks one Operation at a time).
-    if (instructions_.size() > 1)
-        for (size_t i = 0; i < instructions_.size(); ++i) {
-            const Operation& op = instructions_[i].operation();
-            if (!op.compute()) continue;
-            std::vector<TiledTensor> tiled;
-            for (const SpyreTensor& t : bound[i]) tiled.push_back(TiledTensor{t.shape(), t.element_strides(), t.data_type()});
-            try {
-                const TilingPlan plan = PlanTiling(*op.compute(), tiled);
-                if (!plan.exact && (!op.correction || !op.correction->binary_handle || !op.correction_step))
-                    throw Error(ErrorKind::InvalidArgument,
-                                "its tensor addresses are fixed (no program correction), so it cannot be tiled");
-            } catch (const Error& e) {
-                throw Error(e.kind(), "LaunchTiled: instruction " + std::to_string(i) + " ('" + op.name + "'): " + e.message(),
-                            e.context());
-            }
-        }
+void Program::Run(std::span<const SpyreTensor> tensors, bool tiled, const char* entry) {
+    detail::CheckTensorDevices(tensors, core_->id(), entry, "program");
+    CheckTensorCount(instructions_, tensors.size(), entry);
+    // Bind every instruction before running any, so a failure leaves
+    // nothing half done.
+    std::vector<detail::BoundLaunch> bound;
     for (size_t i = 0; i < instructions_.size(); ++i) {
         const Operation& op = instructions_[i].operation();
-        if (op.compute())
-            stream_.LaunchTiled(op, bound[i]);
-        else
-            stream_.Launch(op, bound[i]);
+        const auto mode = tiled && op.compute() ? detail::LaunchMode::Tiled : detail::LaunchMode::Exact;
+        try {
+            bound.push_back(detail::BindLaunch(*core_, op, detail::SelectTensors(op, tensors), mode, entry));
+        } catch (const Error& e) {
+            throw detail::AtOperation(e, i);
+        }
     }
+    for (const detail::BoundLaunch& b : bound) detail::Enqueue(stream_.flex_stream(), b);
     stream_.Synchronize();
 }
+
+void Program::Launch(std::span<const SpyreTensor> tensors) { Run(tensors, false, "Program::Launch"); }
+
+void Program::LaunchTiled(std::span<const SpyreTensor> tensors) { Run(tensors, true, "Program::LaunchTiled"); }
 
 }  // namespace spyre

@@ -22,10 +22,10 @@ namespace detail {
 inline void CheckOperationDevice(const Operation& op, const DeviceId& device, const char* what, const char* user) {
     auto who = [&] { return std::string(what) + ": operation" + (op.name.empty() ? "" : " '" + op.name + "'"); };
     auto check = [&](const DeviceHandle& h) { CheckSameDevice(h.device(), device, who, user); };
-    if (op.compute() && op.compute()->device_handle) check(*op.compute()->device_handle);
-    if (op.correction && op.correction->binary_handle) check(*op.correction->binary_handle);
-    if (op.correction && op.correction->input_handle) check(*op.correction->input_handle);
-    for (const DeviceHandle& h : op.device_handles) check(h);
+    if (op.compute() && op.compute()->device_handle()) check(*op.compute()->device_handle());
+    if (op.correction && op.correction->binary_handle()) check(*op.correction->binary_handle());
+    if (op.correction && op.correction->input_handle()) check(*op.correction->input_handle());
+    for (const DeviceHandle& h : op.device_handles()) check(h);
     for (const PreProcessCompute& step : op.preprocess())
         std::visit([&](const auto& s) { check(s.device_handle); }, step.step());
 }

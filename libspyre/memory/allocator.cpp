@@ -240,6 +240,7 @@ DeviceAllocation SpyreAllocator::Allocate(uint64_t size) {
     in_use_ += rounded;
     peak_ = std::max(peak_, in_use_);
     ++live_;
+    ++allocations_;
     return DeviceAllocation{MakeHandle(region, offset), size};
 }
 
@@ -314,6 +315,7 @@ AllocatorStats SpyreAllocator::Stats() const {
     s.largest_free_block = LargestFreeLocked();
     s.peak_bytes_in_use = peak_;
     s.live_allocations = live_;
+    s.allocations = allocations_;
     s.reservation = reservation_;
     for (const Region& r : regions_) s.regions.push_back(RegionStats{r.device_index, r.device_base, r.size, r.in_use});
     return s;

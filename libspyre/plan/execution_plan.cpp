@@ -69,7 +69,9 @@ public:
         }
         for (const Node& p : root.Field("init_packets").Elements()) {
             p.AllowOnly({"name", "binary", "size", "crc32"});
-            plan.init_packets.push_back(InitPacket{p.Field("name").NonEmptyString(), ReadBlob(p), std::nullopt});
+            InitPacket& packet = plan.init_packets.emplace_back();
+            packet.name = p.Field("name").NonEmptyString();
+            packet.binary = ReadBlob(p);
         }
         for (const auto& [name, bytes] : out_.blobs)
             if (!referenced_.contains(name))
@@ -163,7 +165,6 @@ private:
         const Node c = n.Field("compute");
         c.AllowOnly({"binary", "size", "crc32", "reduction_loops", "untileable_loops"});
         compute.binary = ReadBlob(c);
-        compute.binary_size = compute.binary.size();
         const ProgramImage program = DecodeProgram(c, compute.binary);
         if (program.slot_count != slots)
             BlobFail(c, "binary", "program has " + std::to_string(program.slot_count) +
@@ -256,7 +257,6 @@ private:
             input_size.Fail("is " + std::to_string(m.input_size) + "; the operation has " + std::to_string(slots) +
                             " tensors, so " + std::to_string(slots * sizeof(uint64_t)) + " (one u64 address each)");
         m.binary = ReadBlob(k);
-        m.binary_size = m.binary.size();
         const ProgramImage program = DecodeProgram(k, m.binary);
         if (program.ops.size() != 1 || program.ops[0].opcode != SPYRE_PROG_OP_CORRECT)
             BlobFail(k, "binary", "not a correction program: it must hold exactly one CORRECT op");

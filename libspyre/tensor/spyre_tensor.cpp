@@ -10,14 +10,6 @@
 
 namespace spyre {
 
-struct SpyreTensor::Storage {
-    Storage(std::shared_ptr<DeviceCore> c, DeviceAllocation a) : core(std::move(c)), allocation(a) {}
-    Storage(const Storage&) = delete;  // one owner frees the memory, once
-    std::shared_ptr<DeviceCore> core;
-    DeviceAllocation allocation;
-    ~Storage() { core->FreeAfterQueuedWork({&allocation, 1}); }
-};
-
 namespace {
 
 // Row-major rows of `row_bytes`, each placed at a `padded_bytes` pitch.
@@ -54,8 +46,8 @@ SpyreTensor SpyreTensor::Empty(Device& device, std::vector<int64_t> shape, DType
     const TensorFootprint t = FootprintOf(shape, dtype, layout);
     std::vector<int64_t> stride(t.strides.size());
     for (size_t d = 0; d < stride.size(); ++d) stride[d] = t.strides[d] * int64_t(ElementSize(dtype));
-    auto storage = std::make_shared<Storage>(device.core(), device.allocator().Allocate(t.bytes));
-    SpyreTensor tensor(storage->allocation.handle, std::move(shape), std::move(stride), dtype, t.bytes, layout);
+    auto storage = std::make_shared<const DeviceBuffer>(device.AllocateBuffer(t.bytes));
+    SpyreTensor tensor(storage->handle(), std::move(shape), std::move(stride), dtype, t.bytes, layout);
     tensor.storage_ = std::move(storage);
     return tensor;
 }

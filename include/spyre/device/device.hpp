@@ -9,6 +9,7 @@
 #include <string>
 
 #include "spyre/memory/allocator.hpp"
+#include "spyre/memory/device_buffer.hpp"
 #include "spyre/memory/dma_engine.hpp"
 #include "spyre/driver/device_environment.hpp"
 #include "spyre/stream/flex_stream.hpp"
@@ -39,6 +40,9 @@ public:
     ~Device();
 
     SpyreAllocator& allocator();
+    // `bytes` of device memory, freed when the buffer goes (after the work
+    // queued on this device's streams by then).
+    DeviceBuffer AllocateBuffer(uint64_t bytes);
     DMAEngine& dma();
     Scheduler& scheduler();
     driver::Function& function();

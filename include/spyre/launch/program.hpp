@@ -29,7 +29,8 @@ private:
 
 class Program {
 public:
-    // An empty program on `device`, with its own stream.
+    // An empty program on `device`, with its own stream. The program keeps
+    // what it runs on (the device's core) alive: it may outlive `device`.
     explicit Program(Device& device);
     // One Instruction per Operation of a loaded plan; the plan stays alive
     // as long as the program.
@@ -56,13 +57,13 @@ public:
     SpyreStream& stream() noexcept { return stream_; }
 
 private:
-    std::vector<SpyreTensor> Bind(const Operation& op, std::span<const SpyreTensor> tensors) const;
+    void Run(std::span<const SpyreTensor> tensors, bool tiled, const char* entry);
 
-    Device* device_;
+    std::shared_ptr<DeviceCore> core_;
     std::shared_ptr<const ExecutionPlan> plan_;
     SpyreStream stream_;
     std::vector<Instruction> instructions_;
-    std::vector<DeviceAllocation> owned_;  // binaries AddInstruction copied
+    std::vector<DeviceBuffer> owned_;  // binaries AddInstruction copied
 };
 
 }  // namespace spyre

@@ -41,15 +41,14 @@ public:
     // Runs the Operation's compute over tensors larger than its tile: one
     // decomposition per tile, each with the tile's addresses; remainder and
     // strided tiles use re-specialised programs; reduction tiles accumulate.
+    // The re-specialised programs are kept with the loaded Operation (its
+    // plan), keyed by tile shapes and strides: the first launch of a shape
+    // uploads them before it returns, later ones upload nothing.
     void LaunchTiled(const Operation& operation, std::span<const SpyreTensor> tensors);
     void Synchronize() { stream_->Synchronize(); }
 
 private:
     explicit SpyreStream(FlexStream* borrowed);
-    struct ProgramOverride;
-    void Decompose(std::vector<ControlBlock>& group, const Operation& operation, std::span<const uint64_t> addresses,
-                   const ProgramOverride* override_program);
-    std::vector<uint64_t> Addresses(const Operation& operation, std::span<const DeviceHandle> handles);
 
     std::unique_ptr<FlexStream> owned_;
     FlexStream* stream_;
@@ -58,7 +57,8 @@ private:
 // For each Operation of `plan` (loaded), binds its tensors from `tensors`
 // (the plan's tensor_input_metadata order), then calls Launch when they
 // match the compiled shapes and strides exactly, LaunchTiled otherwise.
-// Validates everything before enqueuing anything; returns at once.
+// Validates everything before enqueuing anything; returns at once. An error
+// about one Operation carries its index in ErrorContext::op_index.
 void LaunchKernel(SpyreStream& stream, const ExecutionPlan& plan, std::span<const SpyreTensor> tensors);
 
 // Loads a plan: each binary is allocated and copied to device through a

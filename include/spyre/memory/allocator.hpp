@@ -60,6 +60,7 @@ struct AllocatorStats {
     uint64_t largest_free_block = 0;
     uint64_t peak_bytes_in_use = 0;
     uint64_t live_allocations = 0;
+    uint64_t allocations = 0;  // Allocate calls that succeeded so far (what a cache saves shows here)
     std::vector<RegionStats> regions;
     std::string reservation;  // how the pool was reserved, including any fallback
 };
@@ -136,6 +137,7 @@ private:
     uint64_t in_use_ = 0;
     uint64_t peak_ = 0;
     uint64_t live_ = 0;
+    uint64_t allocations_ = 0;
     std::string reservation_;
 };
 

@@ -42,9 +42,17 @@ struct CompilerOutput {
 
 // Data the device needs before any Operation runs.
 struct InitPacket {
+    InitPacket() = default;
+    InitPacket(std::string name, std::vector<uint8_t> binary) : name(std::move(name)), binary(std::move(binary)) {}
+
     std::string name;
     std::vector<uint8_t> binary;
-    std::optional<DeviceHandle> device_handle;  // set when loaded
+    // Set by the runtime when the plan is loaded.
+    const std::optional<DeviceHandle>& device_handle() const noexcept { return device_handle_; }
+
+private:
+    friend struct detail::OperationAccess;
+    std::optional<DeviceHandle> device_handle_;
 };
 
 class ExecutionPlan {
@@ -63,13 +71,18 @@ public:
     std::vector<InitPacket> init_packets;
     std::string name;
     uint64_t content_hash = 0;  // CompilerOutput::ContentHash of the source, for plan caches
-    // The device the plan was loaded on (LoadExecutionPlan); its operations'
-    // device handles belong there, and launches on other devices are refused.
-    std::optional<DeviceId> device;
+    // The device the plan was loaded on (set by LoadExecutionPlan); its
+    // operations' device handles belong there, and launches on other
+    // devices are refused.
+    const std::optional<DeviceId>& device() const noexcept { return device_; }
 
     // Per operation, its correction metadata or nullptr when it has none.
     // Pointers into `operations`: valid until it is changed.
     std::vector<const CorrectionMetadata*> correction_metadata() const;
+
+private:
+    friend struct detail::OperationAccess;
+    std::optional<DeviceId> device_;
 };
 
 

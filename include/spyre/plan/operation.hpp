@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -16,6 +17,14 @@
 #include "spyre/tensor/layout.hpp"
 
 namespace spyre {
+
+namespace detail {
+// The runtime's side of a loaded Operation (libspyre/launch): the only
+// writer of the fields below that loading sets, and the per-operation cache
+// of re-specialised tiling variants.
+struct OperationAccess;
+struct LoadedOperation;
+}  // namespace detail
 
 // One step run before an Operation's compute; each maps to one FlexStream call.
 class PreProcessCompute {
@@ -71,8 +80,11 @@ struct TensorSpec {
 // The compute of an Operation: a binary resident on device, launched by
 // FlexStream::Launch(device_handle).
 struct SpyreCompute {
-    std::optional<DeviceHandle> device_handle;  // set when the binary is loaded
-    uint64_t binary_size = 0;                   // bytes of the binary on device
+    // Where the binary is on device and its size: set by the runtime when it
+    // loads the binary (LoadExecutionPlan, Program::AddInstruction), never
+    // by callers (a hand-made handle would launch whatever lies there).
+    const std::optional<DeviceHandle>& device_handle() const noexcept { return device_handle_; }
+    uint64_t binary_size() const noexcept { return binary_size_; }
     // Expected tensor shapes (inputs then outputs, in correction-slot order),
     // as the compiler determined them; SpyreStream compares tensor shapes
     // against them to detect tiling.
@@ -90,16 +102,30 @@ struct SpyreCompute {
     // variants from it (program re-specialisation).
     std::vector<uint8_t> binary;
     std::string name;
+
+private:
+    friend struct detail::OperationAccess;
+    std::optional<DeviceHandle> device_handle_;
+    uint64_t binary_size_ = 0;
 };
 
 // Program correction of an Operation (seed 001 "correction metadata"): the
 // correction binary, where its input table lives, and the table's size.
 struct CorrectionMetadata {
     uint64_t input_size = 0;                  // bytes: one u64 address per tensor slot
-    std::optional<DeviceHandle> input_handle; // the table on device (set when loaded)
-    std::optional<DeviceHandle> binary_handle;
-    uint64_t binary_size = 0;
     std::vector<uint8_t> binary;              // host copy of the correction program
+
+    // Set by the runtime when the plan is loaded: the table and the
+    // correction program on device.
+    const std::optional<DeviceHandle>& input_handle() const noexcept { return input_handle_; }
+    const std::optional<DeviceHandle>& binary_handle() const noexcept { return binary_handle_; }
+    uint64_t binary_size() const noexcept { return binary_size_; }
+
+private:
+    friend struct detail::OperationAccess;
+    std::optional<DeviceHandle> input_handle_;
+    std::optional<DeviceHandle> binary_handle_;
+    uint64_t binary_size_ = 0;
 };
 
 class Operation {
@@ -114,21 +140,29 @@ public:
     std::vector<PreProcessCompute>& preprocess() noexcept { return preprocess_; }
 
     // One handle per binary loaded to device for this Operation (seed 001):
-    // correction binary, correction input table, compute binary.
-    std::vector<DeviceHandle> device_handles;
-    // Set when the compute needs program correction. The preprocessing step
-    // at `correction_step` is the CopyToDevice of the correction input: its
-    // host_address is filled by SpyreStream from the tensors' addresses.
+    // correction binary, correction input table, compute binary. Set by the
+    // runtime when it loads the Operation.
+    const std::vector<DeviceHandle>& device_handles() const noexcept { return device_handles_; }
+    // Set when the compute needs program correction (from the plan).
     std::optional<CorrectionMetadata> correction;
-    std::optional<size_t> correction_step;
+    // Set by the runtime when it loads the correction: the preprocessing
+    // step that is the CopyToDevice of the correction input, whose bytes
+    // SpyreStream fills from the tensors' addresses.
+    const std::optional<size_t>& correction_step() const noexcept { return correction_step_; }
     // For an Operation of an ExecutionPlan: the plan tensor bound to each of
     // its tensor slots (indices into ExecutionPlan::tensor_input_metadata).
     std::vector<size_t> tensor_indices;
     std::string name;
 
 private:
+    friend struct detail::OperationAccess;
     std::optional<SpyreCompute> compute_;
     std::vector<PreProcessCompute> preprocess_;
+    std::vector<DeviceHandle> device_handles_;
+    std::optional<size_t> correction_step_;
+    // Shared by copies of a loaded Operation (a Program's instructions copy
+    // the plan's): its tiling variants live as long as the last copy.
+    std::shared_ptr<detail::LoadedOperation> loaded_;
 };
 
 }  // namespace spyre

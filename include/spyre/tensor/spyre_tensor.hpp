@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "spyre/memory/device_buffer.hpp"
 #include "spyre/memory/device_handle.hpp"
 #include "spyre/tensor/layout.hpp"
 
@@ -57,14 +58,14 @@ public:
     std::string ToString() const;
 
 private:
-    struct Storage;
     DeviceHandle handle_;
     std::vector<int64_t> shape_;
     std::vector<int64_t> stride_;
     DType dtype_;
     uint64_t size_bytes_;
     TensorLayout layout_;
-    std::shared_ptr<Storage> storage_;  // set when the tensor owns its memory
+    // Set when the tensor owns its memory; shared by the tensor's copies.
+    std::shared_ptr<const DeviceBuffer> storage_;
 };
 
 }  // namespace spyre

@@ -93,8 +93,8 @@ TEST_F(DeviceIdentityTest, ObjectsKnowTheirDevice) {
     EXPECT_EQ(e.device(), id1);
     SpyreStream ss(vf1());
     auto plan = LoadExecutionPlan(ss, CompilerOutputFromKernel("mm", KernelBuilder().Matmul(8, 8, 8, DType::FP32)));
-    EXPECT_EQ(plan->device, std::optional<DeviceId>(id1));
-    for (const DeviceHandle& h : plan->operations[0].device_handles) EXPECT_EQ(h.device(), std::optional<DeviceId>(id1));
+    EXPECT_EQ(plan->device(), std::optional<DeviceId>(id1));
+    for (const DeviceHandle& h : plan->operations[0].device_handles()) EXPECT_EQ(h.device(), std::optional<DeviceId>(id1));
     s.Synchronize();
     vf1().allocator().Free(a.handle);
 }
@@ -209,7 +209,7 @@ TEST_F(DeviceIdentityTest, PlanOfAnotherVfIsRefused) {
 
     // The same plan, compiled again and loaded on VF 2, runs there.
     auto plan2 = LoadExecutionPlan(ss2, CompilerOutputFromKernel("mm", KernelBuilder().Matmul(m, k, n, DType::FP32)));
-    EXPECT_EQ(plan2->device, std::optional<DeviceId>(vf2().id()));
+    EXPECT_EQ(plan2->device(), std::optional<DeviceId>(vf2().id()));
     LaunchKernel(ss2, *plan2, t2);
     t2[2].CopyToHost(f2, c_back.data());
     ss2.Synchronize();

@@ -126,7 +126,7 @@ TEST_F(PlanLoadTest, MultiOperationPlanWithInitPacketLoadsAndRuns) {
     DeviceAllocation scratch = dev.allocator().Allocate(256);
     const BuiltKernel fill = kb.Fill({64}, 3.0, DType::FP32);
     const uint64_t scratch_addr = dev.allocator().DeviceAddress(scratch.handle, 256);
-    InitPacket packet{"fill", fill.Bind(std::vector<uint64_t>{scratch_addr}), std::nullopt};
+    InitPacket packet{"fill", fill.Bind(std::vector<uint64_t>{scratch_addr})};
     const CompilerOutput out = CompilerOutputFromKernels(
         "two", {{"mm", kb.Matmul(64, 32, 48, DType::FP32)}, {"add", kb.Elementwise(ElementwiseOp::Add, {16, 8}, {16, 8}, DType::FP32)}},
         {packet});
@@ -135,7 +135,7 @@ TEST_F(PlanLoadTest, MultiOperationPlanWithInitPacketLoadsAndRuns) {
         ASSERT_EQ(plan->operations.size(), 2u);
         ASSERT_EQ(plan->tensor_input_metadata.size(), 6u);
         ASSERT_EQ(plan->init_packets.size(), 1u);
-        EXPECT_TRUE(plan->init_packets[0].device_handle.has_value());
+        EXPECT_TRUE(plan->init_packets[0].device_handle().has_value());
         // The init packet ran once, at load.
         std::vector<float> filled(64, 0.0f);
         s.flex_stream().CopyFromDevice(filled.data(), scratch.handle, 256);

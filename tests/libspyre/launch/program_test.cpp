@@ -22,7 +22,6 @@ TensorSpec Spec(const std::string& name, const KernelTensor& t, TensorRole role)
 SpyreCompute BoundCompute(const BuiltKernel& kernel, std::span<const uint64_t> addresses) {
     SpyreCompute c;
     c.binary = kernel.Bind(addresses);
-    c.binary_size = c.binary.size();
     for (size_t i = 0; i < kernel.inputs.size(); ++i) {
         c.tensors.push_back(Spec("in" + std::to_string(i), kernel.inputs[i], TensorRole::Input));
         c.expected_input_shapes.push_back(kernel.inputs[i].shape);
@@ -104,8 +103,8 @@ TEST_F(StreamTest, ProgramLaunchTiledOverLargerTensors) {
     Device dev = OpenDevice();
     const int64_t T = 64, M = 200, K = 96, N = 80;
     SpyreStream loader(dev);
+    const MemoryFigures before_load = Memory(dev);
     auto plan = LoadExecutionPlan(loader, CompilerOutputFromKernel("mm", KernelBuilder().Matmul(T, 32, 32, DType::FP32)));
-    const MemoryFigures memory_with_plan = Memory(dev);
     {
         Program program(dev, plan);
         FlexStream& f = program.stream().flex_stream();
@@ -121,7 +120,8 @@ TEST_F(StreamTest, ProgramLaunchTiledOverLargerTensors) {
         program.stream().Synchronize();
         EXPECT_EQ(CompareMatmul(c, CpuMatmul(a, b, M, K, N), M, N), 0);
     }
-    EXPECT_EQ(Memory(dev), memory_with_plan);
+    plan.reset();
+    EXPECT_EQ(Memory(dev), before_load);  // the tiling variants went with the plan
 }
 
 TEST_F(StreamTest, ProgramAddAndRemoveInstructions) {
@@ -155,7 +155,7 @@ TEST_F(StreamTest, ProgramAddAndRemoveInstructions) {
             program.AddInstruction(add);
             program.AddInstruction(mul);
             ASSERT_EQ(program.instructions().size(), 2u);
-            EXPECT_TRUE(program.instructions()[0].operation().compute()->device_handle.has_value());
+            EXPECT_TRUE(program.instructions()[0].operation().compute()->device_handle().has_value());
             const std::vector<SpyreTensor> tensors = {tx, ty, tz};
             program.Launch(tensors);  // each instruction binds its first 3 tensors (shapes all [n])
             std::vector<float> w(n);
@@ -242,4 +242,49 @@ TEST_F(StreamTest, ProgramLaunchTiledRunsNothingWhenAnInstructionCannotTile) {
                                                                     make({8, 32}), make({8, 32})}),
                        Unsupported, "untileable");
     EXPECT_EQ(program.stream().flex_stream().enqueued(), before);
+}
+
+// A Program keeps the device's core alive: it runs, loads new instructions
+// and frees them after the Device object is gone (it held a raw Device*
+// before, which this dereferenced after the Device was destroyed).
+TEST_F(StreamTest, ProgramOutlivesItsDevice) {
+    const int64_t M = 64, K = 32, N = 48, n = 64;
+    std::optional<Device> dev(OpenDevice());
+    std::optional<Program> program, bare;
+    const std::vector<float> a = RandomFloats(size_t(M * K), 91), b = RandomFloats(size_t(K * N), 92),
+                             x = RandomFloats(n, 93), y = RandomFloats(n, 94);
+    std::vector<float> c(size_t(M * N)), z(n);
+    std::vector<SpyreTensor> mm, add;
+    {
+        SpyreStream loader(*dev);
+        FlexStream& f = loader.flex_stream();
+        program.emplace(*dev, LoadExecutionPlan(loader, CompilerOutputFromKernel("mm", KernelBuilder().Matmul(
+                                                                                          M, K, N, DType::FP32))));
+        mm = {SpyreTensor::FromHost(*dev, f, a.data(), {M, K}, DType::FP32),
+              SpyreTensor::FromHost(*dev, f, b.data(), {K, N}, DType::FP32), SpyreTensor::Empty(*dev, {M, N}, DType::FP32)};
+        add = {SpyreTensor::FromHost(*dev, f, x.data(), {n}, DType::FP32),
+               SpyreTensor::FromHost(*dev, f, y.data(), {n}, DType::FP32), SpyreTensor::Empty(*dev, {n}, DType::FP32)};
+        loader.Synchronize();
+    }
+    bare.emplace(*dev);
+    std::vector<uint64_t> add_addrs;
+    for (const SpyreTensor& t : add) add_addrs.push_back(dev->allocator().DeviceAddress(t.device_handle(), t.size_bytes()));
+    dev.reset();
+
+    program->Launch(mm);
+    FlexStream& f = program->stream().flex_stream();
+    mm[2].CopyToHost(f, c.data());
+    f.Synchronize();
+    EXPECT_EQ(CompareMatmul(c, CpuMatmul(a, b, M, K, N), M, N), 0);
+
+    // Loading an instruction allocates on the device the Program keeps.
+    bare->AddInstruction(Instruction(BoundCompute(KernelBuilder().Elementwise(ElementwiseOp::Add, {n}, {n}, DType::FP32),
+                                                  add_addrs)));
+    bare->Launch(add);
+    add[2].CopyToHost(bare->stream().flex_stream(), z.data());
+    bare->stream().Synchronize();
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(z[size_t(i)], x[size_t(i)] + y[size_t(i)]) << i;
+    // Destroyed last: their binaries go back to a device only they keep.
+    bare.reset();
+    program.reset();
 }

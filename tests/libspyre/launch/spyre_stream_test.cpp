@@ -166,9 +166,9 @@ TEST_F(StreamTest, Example2LoadedMatmulIsCopyCorrectCompute) {
     ASSERT_EQ(plan->operations.size(), 1u);
     const Operation& op = plan->operations[0];
     // Loading filled the handles: correction binary, its input table, compute binary.
-    ASSERT_TRUE(op.compute() && op.compute()->device_handle);
-    ASSERT_TRUE(op.correction && op.correction->binary_handle && op.correction->input_handle);
-    EXPECT_EQ(op.device_handles.size(), 3u);
+    ASSERT_TRUE(op.compute() && op.compute()->device_handle());
+    ASSERT_TRUE(op.correction && op.correction->binary_handle() && op.correction->input_handle());
+    EXPECT_EQ(op.device_handles().size(), 3u);
     ASSERT_EQ(op.preprocess().size(), 2u);
     EXPECT_STREQ(op.preprocess()[0].name(), "CopyToDevice");
     EXPECT_STREQ(op.preprocess()[1].name(), "DeviceLaunch");
@@ -371,12 +371,13 @@ TEST_F(StreamTest, TwoStreamsShareOneLoadedPlan) {
         }
 }
 
-// The same, tiled: each stream's iterations re-patch the shared program
-// (and its variants' programs are per launch).
+// The same, tiled: each stream's iterations re-patch the shared program and
+// the plan's shared variant programs (uploaded once, by the first launch).
 TEST_F(StreamTest, TwoStreamsTiledOnOneLoadedPlan) {
     Device dev = OpenDevice();
     SpyreStream loader(dev);
     const int64_t T = 64, M = 200, K = 64, N = 48;  // 4 tiles, the last of 8 rows
+    const MemoryFigures before_load = Memory(dev);
     auto plan = LoadMatmul(loader, T, K, N);
     constexpr int kStreams = 2, kRounds = 8;
     std::vector<std::vector<float>> a(kStreams), b(kStreams);
@@ -391,7 +392,7 @@ TEST_F(StreamTest, TwoStreamsTiledOnOneLoadedPlan) {
         for (auto& v : c[size_t(j)]) v.assign(size_t(M * N), 0.0f);
     }
     loader.Synchronize();
-    const MemoryFigures memory = Memory(dev);
+    const MemoryFigures loaded = Memory(dev);
     std::vector<std::thread> threads;
     for (int j = 0; j < kStreams; ++j)
         threads.emplace_back([&, j] {
@@ -410,7 +411,11 @@ TEST_F(StreamTest, TwoStreamsTiledOnOneLoadedPlan) {
             ASSERT_EQ(CompareMatmul(c[size_t(j)][size_t(r)], ref, M, N), 0);
         }
     }
-    EXPECT_EQ(Memory(dev), memory);  // the variant programs were freed
+    // One variant (the 8-row remainder): program, correction, table.
+    EXPECT_EQ(Memory(dev).live_allocations, loaded.live_allocations + 3);
+    plan.reset();
+    tensors.clear();
+    EXPECT_EQ(Memory(dev), before_load);  // the variant programs went with the plan
 }
 
 // LaunchKernel validates every Operation of the plan before it enqueues any:

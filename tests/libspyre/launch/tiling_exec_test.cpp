@@ -2,8 +2,8 @@
 // LaunchTiled on the device (seed 001 Workflow 4, open questions 1, 2, 5):
 // 1-D and 2-D tiling, remainders, reduction tiling with accumulation, all of
 // them at once, broadcasting elementwise tiles, and what cannot be tiled.
-// Every result is checked against the CPU, and every launch must give back
-// the device memory its variant programs took.
+// Every result is checked against the CPU, and the device memory variant
+// programs take goes back with the plan.
 #include <cmath>
 
 #include "spyre/plan/execution_plan.hpp"
@@ -32,6 +32,7 @@ uint64_t RunTiledMatmul(Device& dev, SpyreStream& s, Tile tile, Shape shape,
                         TensorLayout layout = TensorLayout::Dense, bool direct = false) {
     SCOPED_TRACE(::testing::Message() << "tile " << tile.m << "x" << tile.k << "x" << tile.n << ", tensors "
                                       << shape.m << "x" << shape.k << "x" << shape.n);
+    const MemoryFigures memory = Memory(dev);
     auto plan = LoadExecutionPlan(
         s, CompilerOutputFromKernel("mm", KernelBuilder(layout).Matmul(tile.m, tile.k, tile.n, DType::FP32)));
     const int64_t M = shape.m, K = shape.k, N = shape.n;
@@ -42,7 +43,6 @@ uint64_t RunTiledMatmul(Device& dev, SpyreStream& s, Tile tile, Shape shape,
                                   SpyreTensor::FromHost(dev, s.flex_stream(), b.data(), {K, N}, DType::FP32, layout),
                                   SpyreTensor::Empty(dev, {M, N}, DType::FP32, layout)};
     s.Synchronize();
-    const MemoryFigures memory = Memory(dev);
     const uint64_t before = s.flex_stream().enqueued();
     if (direct)
         s.LaunchTiled(plan->operations[0], t);
@@ -52,7 +52,9 @@ uint64_t RunTiledMatmul(Device& dev, SpyreStream& s, Tile tile, Shape shape,
     t[2].CopyToHost(s.flex_stream(), c.data());
     s.Synchronize();
     EXPECT_EQ(CompareMatmul(c, CpuMatmul(a, b, M, K, N), M, N), 0);
-    EXPECT_EQ(Memory(dev), memory) << "variant programs not freed";
+    t.clear();
+    plan.reset();
+    EXPECT_EQ(Memory(dev), memory) << "variant programs not freed with the plan";
     return ops;
 }
 
@@ -117,6 +119,7 @@ TEST_F(StreamTest, TiledElementwiseAddBroadcastsARow) {
     };
     for (const Case& cs : {Case{128, 64, 512, 64}, Case{128, 64, 300, 200}, Case{64, 64, 64, 130}}) {
         SCOPED_TRACE(::testing::Message() << "tile " << cs.tm << "x" << cs.tn << ", tensors " << cs.m << "x" << cs.n);
+        const MemoryFigures memory = Memory(dev);
         auto plan = LoadExecutionPlan(
             s, CompilerOutputFromKernel("add", KernelBuilder().Elementwise(ElementwiseOp::Add, {cs.tm, cs.tn},
                                                                            {1, cs.tn}, DType::FP32)));
@@ -126,11 +129,12 @@ TEST_F(StreamTest, TiledElementwiseAddBroadcastsARow) {
                                       SpyreTensor::FromHost(dev, s.flex_stream(), b.data(), {1, cs.n}, DType::FP32),
                                       SpyreTensor::Empty(dev, {cs.m, cs.n}, DType::FP32)};
         s.Synchronize();
-        const MemoryFigures memory = Memory(dev);
         LaunchKernel(s, *plan, t);
         t[2].CopyToHost(s.flex_stream(), c.data());
         s.Synchronize();
         EXPECT_EQ(c, CpuAddBroadcast(a, b, cs.m, cs.n, true));  // one fp32 add: exact
+        t.clear();
+        plan.reset();
         EXPECT_EQ(Memory(dev), memory);
     }
 }

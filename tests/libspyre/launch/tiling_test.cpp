@@ -33,7 +33,6 @@ SpyreCompute FromKernel(const BuiltKernel& k) {
     SpyreCompute c;
     c.name = k.name;
     c.binary = k.program;
-    c.binary_size = k.program.size();
     return c;
 }
 

@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "launch/launch_binding.hpp"
+
+#include "launch/operation_access.hpp"
+#include "launch/same_device.hpp"
+#include "launch/variant_cache.hpp"
+#include "spyre/error.hpp"
+#include "stream/control_blocks.hpp"
+
+namespace spyre::detail {
+
+namespace {
+
+[[noreturn]] void Invalid(const std::string& message) { throw Error(ErrorKind::InvalidArgument, message); }
+
+std::vector<uint8_t> AddressTable(std::span<const uint64_t> addresses) {
+    std::vector<uint8_t> bytes(addresses.size() * sizeof(uint64_t));
+    for (size_t i = 0; i < addresses.size(); ++i)
+        for (int b = 0; b < 8; ++b) bytes[i * 8 + size_t(b)] = uint8_t(addresses[i] >> (8 * b));
+    return bytes;
+}
+
+const SpyreCompute& LoadedCompute(const Operation& op) {
+    const SpyreCompute& compute = *op.compute();
+    if (!compute.device_handle())
+        Invalid(OpName(op) + ": its compute binary is not on the device (load the plan first)");
+    return compute;
+}
+
+// Count and dtype: wrong for any kind of launch.
+void CheckCountAndDTypes(const Operation& op, std::span<const SpyreTensor> tensors) {
+    const auto& specs = op.compute()->tensors;
+    if (tensors.size() != specs.size())
+        Invalid(OpName(op) + " takes " + std::to_string(specs.size()) + " tensors, got " + std::to_string(tensors.size()));
+    for (size_t i = 0; i < specs.size(); ++i)
+        if (tensors[i].data_type() != specs[i].dtype)
+            Invalid(OpName(op) + " tensor " + std::to_string(i) + " ('" + specs[i].name + "') is " +
+                    ToString(tensors[i].data_type()) + ", the compute expects " + ToString(specs[i].dtype));
+}
+
+// An exact launch runs the compute as compiled: anything else would read
+// and write the wrong bytes.
+void CheckCompiledShapes(const Operation& op, std::span<const SpyreTensor> tensors) {
+    const auto& specs = op.compute()->tensors;
+    for (size_t i = 0; i < specs.size(); ++i) {
+        const SpyreTensor& t = tensors[i];
+        const TensorSpec& spec = specs[i];
+        const std::string who = OpName(op) + " tensor " + std::to_string(i) + " ('" + spec.name + "')";
+        if (t.shape().size() != spec.shape.size())
+            Invalid(who + " has rank " + std::to_string(t.shape().size()) + ", expected " +
+                    std::to_string(spec.shape.size()));
+        // Shapes first: a wrong shape usually brings wrong strides along, and
+        // the shape is what the caller got wrong.
+        for (size_t d = 0; d < spec.shape.size(); ++d)
+            if (t.shape()[d] != spec.shape[d])
+                Invalid(who + " dimension " + std::to_string(d) + " is " + std::to_string(t.shape()[d]) +
+                        ", compiled for " + std::to_string(spec.shape[d]) + " (shape " + ShapeText(t.shape()) + " vs " +
+                        ShapeText(spec.shape) + "; LaunchTiled handles larger tensors)");
+        const std::vector<int64_t> strides = t.element_strides();
+        for (size_t d = 0; d < spec.shape.size(); ++d)
+            if (strides[d] != spec.strides[d])
+                Invalid(who + " dimension " + std::to_string(d) + " has stride " + std::to_string(strides[d]) +
+                        " elements, compiled for " + std::to_string(spec.strides[d]));
+    }
+}
+
+bool MatchesCompiled(const Operation& op, std::span<const SpyreTensor> tensors) {
+    const auto& specs = op.compute()->tensors;
+    for (size_t i = 0; i < specs.size(); ++i)
+        if (tensors[i].shape() != specs[i].shape || tensors[i].element_strides() != specs[i].strides) return false;
+    return true;
+}
+
+// The steps of one launch, in order: preprocessing (the correction input
+// filled from `addresses`), then the compute. `variant` replaces the
+// compiled program and its correction for a tile that needs another one.
+void Decompose(DeviceCore& core, std::vector<ControlBlock>& group, const Operation& op,
+               std::span<const uint64_t> addresses, const VariantProgram* variant) {
+    const auto& steps = op.preprocess();
+    for (size_t i = 0; i < steps.size(); ++i) {
+        if (const auto* copy = std::get_if<PreProcessCompute::CopyToDevice>(&steps[i].step())) {
+            if (op.correction_step() && *op.correction_step() == i) {
+                // The correction input: the tensors' addresses, one u64 per slot.
+                if (addresses.size() * sizeof(uint64_t) != copy->size)
+                    Invalid(OpName(op) + " step " + std::to_string(i) + ": the correction input takes " +
+                            std::to_string(copy->size / 8) + " tensor addresses, got " +
+                            std::to_string(addresses.size()));
+                group.push_back(
+                    OwnedCopyToDevice(core, variant ? variant->table.handle() : copy->device_handle, AddressTable(addresses)));
+            } else {
+                if (!copy->host_address)
+                    Invalid(OpName(op) + " step " + std::to_string(i) + ": CopyToDevice without a host address");
+                group.push_back(CopyToDevice(core, copy->host_address, copy->device_handle, copy->size));
+            }
+        } else if (const auto* back = std::get_if<PreProcessCompute::CopyFromDevice>(&steps[i].step())) {
+            if (!back->host_address)
+                Invalid(OpName(op) + " step " + std::to_string(i) + ": CopyFromDevice without a host address");
+            group.push_back(CopyFromDevice(core, back->host_address, back->device_handle, back->size));
+        } else {
+            const auto& launch = std::get<PreProcessCompute::DeviceLaunch>(steps[i].step());
+            const bool is_correction = op.correction && op.correction->binary_handle() &&
+                                       launch.device_handle == *op.correction->binary_handle();
+            if (variant && is_correction)
+                group.push_back(Launch(core, variant->correction.handle(), variant->correction_size));
+            else
+                group.push_back(Launch(core, launch.device_handle, launch.size));
+        }
+    }
+    if (const auto& compute = op.compute()) {
+        if (variant)
+            group.push_back(Launch(core, variant->program.handle(), variant->program_size));
+        else
+            group.push_back(Launch(core, *LoadedCompute(op).device_handle(), compute->binary_size()));
+    }
+}
+
+}  // namespace
+
+std::string OpName(const Operation& op) { return op.name.empty() ? std::string("operation") : "operation '" + op.name + "'"; }
+
+Error AtOperation(const Error& e, size_t index) {
+    ErrorContext context = e.context();
+    context.op_index = index;
+    return Error(e.kind(), e.message(), context);
+}
+
+namespace {
+
+// An exact launch of an Operation already checked against the device.
+BoundLaunch BindAddresses(DeviceCore& core, const Operation& op, std::span<const DeviceHandle> handles, const char* entry) {
+    BoundLaunch bound;
+    bound.op = &op;
+    const SpyreCompute* compute = op.compute() ? &*op.compute() : nullptr;
+    if (compute) LoadedCompute(op);
+    // One handle per tensor slot (none for a compute whose addresses are
+    // fixed in its binary): a different count is a caller's mistake.
+    if (compute && !compute->tensors.empty() && !handles.empty() && handles.size() != compute->tensors.size())
+        Invalid(OpName(op) + " takes " + std::to_string(compute->tensors.size()) + " tensors, got " +
+                std::to_string(handles.size()) + " device handles");
+    for (size_t i = 0; i < handles.size(); ++i) {
+        const uint64_t bytes = compute && i < compute->tensors.size() && compute->tensors[i].bytes ? compute->tensors[i].bytes : 1;
+        CheckSameDevice(handles[i].device(), core.id(), [&] { return std::string(entry) + ": handle " + std::to_string(i); },
+                        "stream");
+        bound.addresses.push_back(core.allocator->DeviceAddress(handles[i], bytes));
+    }
+    return bound;
+}
+
+}  // namespace
+
+BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const DeviceHandle> handles, const char* entry) {
+    CheckOperationDevice(op, core.id(), entry, "stream");
+    return BindAddresses(core, op, handles, entry);
+}
+
+BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const SpyreTensor> tensors, LaunchMode mode,
+                       const char* entry) {
+    CheckOperationDevice(op, core.id(), entry, "stream");
+    CheckTensorDevices(tensors, core.id(), entry, "stream");
+    const SpyreCompute* compute = op.compute() ? &*op.compute() : nullptr;
+    if (mode == LaunchMode::Tiled && !compute) Invalid(OpName(op) + " has no compute to tile");
+    // A compute without tensor metadata has its addresses fixed: nothing to check.
+    const bool described = compute && !compute->tensors.empty();
+    if (described) {
+        LoadedCompute(op);
+        CheckCountAndDTypes(op, tensors);
+    }
+    if (!described || mode == LaunchMode::Exact || MatchesCompiled(op, tensors)) {
+        if (described) CheckCompiledShapes(op, tensors);
+        std::vector<DeviceHandle> handles;
+        for (const SpyreTensor& t : tensors) handles.push_back(t.device_handle());
+        return BindAddresses(core, op, handles, entry);
+    }
+
+    BoundLaunch bound;
+    bound.op = &op;
+    for (const SpyreTensor& t : tensors) bound.tiled.push_back(TiledTensor{t.shape(), t.element_strides(), t.data_type()});
+    TilingPlan plan;
+    try {
+        plan = PlanTiling(*compute, bound.tiled);
+    } catch (const Error& e) {
+        throw Error(e.kind(), OpName(op) + ": " + e.message(), e.context());
+    }
+    if (plan.exact) {
+        // Other strides on size-1 dims only: the compiled program runs as it is.
+        bound.tiled.clear();
+    } else {
+        if (!op.correction || !op.correction->binary_handle() || !op.correction_step() || !OperationAccess::Loaded(op))
+            Invalid(OpName(op) + " has no program correction: its tensor addresses are fixed, so it cannot be tiled");
+        bound.tiling = std::move(plan);
+    }
+    for (const SpyreTensor& t : tensors)
+        bound.addresses.push_back(core.allocator->DeviceAddress(t.device_handle(), t.size_bytes()));
+    return bound;
+}
+
+std::vector<SpyreTensor> SelectTensors(const Operation& op, std::span<const SpyreTensor> all) {
+    std::vector<SpyreTensor> selected;
+    if (op.tensor_indices.empty()) {
+        const size_t n = op.compute() ? op.compute()->tensors.size() : 0;
+        if (all.size() < n)
+            Invalid(OpName(op) + " takes " + std::to_string(n) + " tensors, got " + std::to_string(all.size()));
+        selected.assign(all.begin(), all.begin() + ptrdiff_t(n));
+        return selected;
+    }
+    for (size_t t : op.tensor_indices) {
+        if (t >= all.size())
+            Invalid(OpName(op) + " binds tensor " + std::to_string(t) + ", only " + std::to_string(all.size()) + " given");
+        selected.push_back(all[t]);
+    }
+    return selected;
+}
+
+void Enqueue(FlexStream& stream, const BoundLaunch& launch) {
+    DeviceCore& core = *stream.core();
+    const Operation& op = *launch.op;
+    if (!launch.tiling) {
+        std::vector<ControlBlock> group;
+        Decompose(core, group, op, launch.addresses, nullptr);
+        stream.EnqueueGroup(group);
+        return;
+    }
+    const TilingPlan& plan = *launch.tiling;
+    // Variant programs come from the Operation's cache; a miss uploads the
+    // program before any tile is enqueued.
+    std::vector<const VariantProgram*> variants(plan.variants.size(), nullptr);
+    LoadedOperation& loaded = *OperationAccess::Loaded(op);
+    for (size_t v = 0; v < plan.variants.size(); ++v)
+        if (!plan.variants[v].compiled) variants[v] = &loaded.variants.Get(core, op, launch.tiled, plan.variants[v]);
+    // Every tile's group is built before any is enqueued, so a bad step
+    // leaves nothing half done. One group per tile keeps its copy -> correct
+    // -> compute together.
+    std::vector<std::vector<ControlBlock>> groups(plan.iterations.size());
+    std::vector<uint64_t> addresses(launch.addresses.size());
+    for (size_t i = 0; i < plan.iterations.size(); ++i) {
+        const TileIteration& it = plan.iterations[i];
+        for (size_t s = 0; s < addresses.size(); ++s) addresses[s] = launch.addresses[s] + it.byte_offsets[s];
+        Decompose(core, groups[i], op, addresses, variants[it.variant]);
+    }
+    for (auto& g : groups) stream.EnqueueGroup(g);
+}
+
+}  // namespace spyre::detail

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0
+// Internal: the re-specialised programs LaunchTiled needs for one loaded
+// Operation (remainder tiles, actual strides, accumulating reduction steps),
+// built and uploaded on first use and kept until the Operation goes (the
+// plan, or the last copy of one of its Operations), so repeating a tiled
+// launch of the same shapes uploads nothing.
+#pragma once
+
+#include <compare>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "device/device_core.hpp"
+#include "spyre/launch/tiling.hpp"
+#include "spyre/memory/device_buffer.hpp"
+
+namespace spyre::detail {
+
+// One variant on device: its program, and its own correction program and
+// correction input table (the correction patches this program, not the
+// compiled one).
+struct VariantProgram {
+    DeviceBuffer program;
+    DeviceBuffer correction;
+    DeviceBuffer table;
+    uint64_t program_size = 0;
+    uint64_t correction_size = 0;
+};
+
+class VariantCache {
+public:
+    // The program of `variant` for a launch of `op` over `tensors`; on a miss
+    // it is specialised and copied to device before this returns (not in
+    // stream order: another stream may use it at once). The reference stays
+    // valid as long as the cache.
+    const VariantProgram& Get(DeviceCore& core, const Operation& op, std::span<const TiledTensor> tensors,
+                              const TileVariant& variant);
+    size_t size() const;
+
+private:
+    // What specialisation writes into the binary: each slot's tile shape,
+    // its strides on dims longer than 1, and whether matmuls accumulate.
+    struct Key {
+        std::vector<std::vector<int64_t>> shapes;
+        std::vector<std::vector<int64_t>> strides;
+        bool accumulate = false;
+        auto operator<=>(const Key&) const = default;
+    };
+    mutable std::mutex mu_;
+    std::map<Key, std::unique_ptr<const VariantProgram>> programs_;
+};
+
+// What the runtime keeps beside a loaded Operation (Operation::loaded_).
+struct LoadedOperation {
+    // The plan's device memory (binaries, tables): a copy of the Operation
+    // that outlives its plan still launches.
+    std::shared_ptr<const void> plan_memory;
+    VariantCache variants;
+};
+
+}  // namespace spyre::detail

@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: Apache-2.0
+// The launch-binding step (libspyre/launch/launch_binding.hpp) and the
+// per-Operation cache of tiling variants, seen from the public entry points:
+// a repeated LaunchTiled of the same shapes uploads nothing, a new remainder
+// adds one variant, the variants go with the plan, and a mismatched tensor
+// gets the same message from SpyreStream::Launch/LaunchTiled, LaunchKernel
+// and Program. Every result is checked against the CPU.
+#include "spyre/compiler/plan_writer.hpp"
+#include "spyre/launch/program.hpp"
+#include "spyre/launch/spyre_stream.hpp"
+#include "spyre/plan/execution_plan.hpp"
+#include "stream_fixture.hpp"
+#include "upper_layer_util.hpp"
+
+using spyre::test::StreamTest;
+using namespace spyre;
+using namespace spyre::test;
+
+namespace {
+
+std::shared_ptr<const ExecutionPlan> LoadMatmul(SpyreStream& s, int64_t m, int64_t k, int64_t n) {
+    return LoadExecutionPlan(s, CompilerOutputFromKernel("mm", KernelBuilder().Matmul(m, k, n, DType::FP32)));
+}
+
+// Allocations made so far on `dev` (every Allocate that succeeded, freed or not).
+uint64_t Allocations(Device& dev) { return dev.allocator().Stats().allocations; }
+
+struct Matmul {
+    int64_t m, k, n;
+    std::vector<float> a, b, c;
+    std::vector<SpyreTensor> tensors;
+};
+
+Matmul MakeMatmul(Device& dev, SpyreStream& s, int64_t m, int64_t k, int64_t n) {
+    Matmul mm{m, k, n, RandomFloats(size_t(m * k), uint32_t(m + 3 * k)), RandomFloats(size_t(k * n), uint32_t(n + 5 * k)),
+              std::vector<float>(size_t(m * n), 0.0f), {}};
+    mm.tensors = {SpyreTensor::FromHost(dev, s.flex_stream(), mm.a.data(), {m, k}, DType::FP32),
+                  SpyreTensor::FromHost(dev, s.flex_stream(), mm.b.data(), {k, n}, DType::FP32),
+                  SpyreTensor::Empty(dev, {m, n}, DType::FP32)};
+    s.Synchronize();
+    return mm;
+}
+
+// Runs LaunchTiled and checks C against the CPU; returns {allocations made,
+// stream operations enqueued} by the launch itself.
+std::pair<uint64_t, uint64_t> TiledAndChecked(Device& dev, SpyreStream& s, const Operation& op, Matmul& mm) {
+    std::fill(mm.c.begin(), mm.c.end(), 0.0f);
+    const uint64_t allocations = Allocations(dev), ops = s.flex_stream().enqueued();
+    s.LaunchTiled(op, mm.tensors);
+    const std::pair<uint64_t, uint64_t> made{Allocations(dev) - allocations, s.flex_stream().enqueued() - ops};
+    mm.tensors[2].CopyToHost(s.flex_stream(), mm.c.data());
+    s.Synchronize();
+    EXPECT_EQ(CompareMatmul(mm.c, CpuMatmul(mm.a, mm.b, mm.m, mm.k, mm.n), mm.m, mm.n), 0);
+    return made;
+}
+
+// The message of the spyre::Error `statement` throws ("" if none).
+template <typename F>
+std::string MessageOf(F statement) {
+    try {
+        statement();
+    } catch (const Error& e) {
+        return e.message();
+    }
+    ADD_FAILURE() << "no error";
+    return "";
+}
+
+}  // namespace
+
+// Tile 128x64x64 over 300x64x100: M and N have remainders and B, C are
+// strided views, so every tile runs a re-specialised program. The first
+// launch uploads them (3 allocations each: program, correction, table), a
+// second one of the same shapes allocates and uploads nothing and enqueues
+// exactly the tiles' groups again.
+TEST_F(StreamTest, RepeatedLaunchTiledUploadsNothing) {
+    Device dev = OpenDevice();
+    SpyreStream s(dev);
+    auto plan = LoadMatmul(s, 128, 64, 64);
+    Matmul mm = MakeMatmul(dev, s, 300, 64, 100);
+    const auto first = TiledAndChecked(dev, s, plan->operations[0], mm);
+    EXPECT_GT(first.first, 0u);
+    EXPECT_EQ(first.first % 3, 0u);
+    const MemoryFigures memory = Memory(dev);
+    for (int round = 0; round < 3; ++round) {
+        SCOPED_TRACE(round);
+        const auto again = TiledAndChecked(dev, s, plan->operations[0], mm);
+        EXPECT_EQ(again.first, 0u) << "a repeated LaunchTiled allocated";
+        EXPECT_EQ(again.second, first.second) << "a repeated LaunchTiled enqueued other work";
+        EXPECT_EQ(Memory(dev), memory);
+    }
+    // LaunchKernel and a Program over the same plan share its cache.
+    const uint64_t before = Allocations(dev);
+    LaunchKernel(s, *plan, mm.tensors);
+    Program program(dev, plan);
+    program.LaunchTiled(mm.tensors);
+    s.Synchronize();
+    EXPECT_EQ(Allocations(dev), before);
+}
+
+// With the compiled strides (N whole), only the partial last M tile needs a
+// variant: a new remainder adds exactly one, an old one adds none.
+TEST_F(StreamTest, ChangedRemainderAddsOneVariant) {
+    Device dev = OpenDevice();
+    SpyreStream s(dev);
+    auto plan = LoadMatmul(s, 128, 64, 64);
+    const Operation& op = plan->operations[0];
+    Matmul m300 = MakeMatmul(dev, s, 300, 64, 64), m310 = MakeMatmul(dev, s, 310, 64, 64),
+           m512 = MakeMatmul(dev, s, 512, 64, 64);
+    EXPECT_EQ(TiledAndChecked(dev, s, op, m300).first, 3u);  // remainder 44
+    EXPECT_EQ(TiledAndChecked(dev, s, op, m310).first, 3u);  // remainder 54: one more variant
+    EXPECT_EQ(TiledAndChecked(dev, s, op, m300).first, 0u);
+    EXPECT_EQ(TiledAndChecked(dev, s, op, m310).first, 0u);
+    EXPECT_EQ(TiledAndChecked(dev, s, op, m512).first, 0u);  // whole tiles run the compiled program
+}
+
+// The variants live as long as the plan, and go with it.
+TEST_F(StreamTest, TilingVariantsAreFreedWithThePlan) {
+    Device dev = OpenDevice();
+    SpyreStream s(dev);
+    Matmul mm = MakeMatmul(dev, s, 200, 96, 80);
+    const MemoryFigures before_load = Memory(dev);
+    auto plan = LoadMatmul(s, 64, 32, 32);
+    const MemoryFigures loaded = Memory(dev);
+    TiledAndChecked(dev, s, plan->operations[0], mm);  // M, K and N remainders
+    EXPECT_GT(Memory(dev).live_allocations, loaded.live_allocations);
+    // A copy of the Operation keeps its variants (and its binaries) alive.
+    std::optional<Operation> copy(plan->operations[0]);
+    plan.reset();
+    EXPECT_EQ(TiledAndChecked(dev, s, *copy, mm).first, 0u);
+    copy.reset();
+    EXPECT_EQ(Memory(dev), before_load);
+}
+
+// One check, one message: whichever entry point finds the mismatch.
+TEST_F(StreamTest, MismatchedTensorsGetTheSameMessageFromEveryEntryPoint) {
+    Device dev = OpenDevice();
+    SpyreStream s(dev);
+    auto plan = LoadMatmul(s, 32, 32, 32);
+    const Operation& op = plan->operations[0];
+    Program program(dev, plan);
+    auto make = [&](std::vector<int64_t> shape, DType dtype = DType::FP32) {
+        return SpyreTensor::Empty(dev, std::move(shape), dtype);
+    };
+    const uint64_t before = s.flex_stream().enqueued();
+
+    // A dtype is wrong for every kind of launch.
+    const std::vector<SpyreTensor> ints = {make({32, 32}, DType::INT32), make({32, 32}), make({32, 32})};
+    const std::string dtype = MessageOf([&] { s.Launch(op, ints); });
+    EXPECT_NE(dtype.find("operation 'mm' tensor 0"), std::string::npos) << dtype;
+    EXPECT_NE(dtype.find("int32"), std::string::npos) << dtype;
+    EXPECT_EQ(MessageOf([&] { s.LaunchTiled(op, ints); }), dtype);
+    EXPECT_EQ(MessageOf([&] { LaunchKernel(s, *plan, ints); }), dtype);
+    EXPECT_EQ(MessageOf([&] { program.Launch(ints); }), dtype);
+    EXPECT_EQ(MessageOf([&] { program.LaunchTiled(ints); }), dtype);
+
+    // A larger tensor is wrong for an exact launch only.
+    const std::vector<SpyreTensor> tall = {make({64, 32}), make({32, 32}), make({64, 32})};
+    const std::string shape = MessageOf([&] { s.Launch(op, tall); });
+    EXPECT_NE(shape.find("dimension 0 is 64, compiled for 32"), std::string::npos) << shape;
+    EXPECT_EQ(MessageOf([&] { program.Launch(tall); }), shape);
+
+    // A tensor smaller than its tile is wrong for a tiled launch.
+    const std::vector<SpyreTensor> small = {make({16, 32}), make({32, 32}), make({16, 32})};
+    const std::string tiled = MessageOf([&] { s.LaunchTiled(op, small); });
+    EXPECT_NE(tiled.find("smaller"), std::string::npos) << tiled;
+    EXPECT_EQ(tiled.rfind("operation 'mm': ", 0), 0u) << tiled;
+    EXPECT_EQ(MessageOf([&] { LaunchKernel(s, *plan, small); }), tiled);
+    EXPECT_EQ(MessageOf([&] { program.LaunchTiled(small); }), tiled);
+
+    // Too few tensors.
+    const std::vector<SpyreTensor> two = {make({32, 32}), make({32, 32})};
+    const std::string count = MessageOf([&] { s.Launch(op, two); });
+    EXPECT_EQ(count, "operation 'mm' takes 3 tensors, got 2");
+    EXPECT_EQ(MessageOf([&] { s.LaunchTiled(op, two); }), count);
+
+    EXPECT_EQ(s.flex_stream().enqueued(), before);
+    EXPECT_EQ(program.stream().flex_stream().enqueued(), 0u);
+}
