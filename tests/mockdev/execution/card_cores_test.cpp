@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: Apache-2.0
+// The card's cores (execution/card_cores.hpp): the worker pool that runs a
+// program's chunks, its budget checks, and the FIFO turns functions take.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "execution/card_cores.hpp"
+
+using namespace spyre::mockdev;
+using namespace std::chrono_literals;
+
+namespace {
+Budget Forever() { return Budget(Budget::Clock::now() + 1h); }
+}  // namespace
+
+TEST(CardCores, RunsEveryChunkExactlyOnce) {
+    CardCores cores(3);
+    for (size_t chunks : {0u, 1u, 2u, 1000u}) {
+        std::vector<std::atomic<int>> hits(chunks);
+        EXPECT_EQ(cores.ParallelFor(chunks, Forever(), [&](size_t i) {
+            hits[i]++;
+            return uint16_t(SPYRE_ERR_NONE);
+        }),
+                  SPYRE_ERR_NONE);
+        for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+    }
+}
+
+TEST(CardCores, StopsWithinAChunkWhenTheBudgetEnds) {
+    CardCores cores(2);
+    std::atomic<size_t> ran{0};
+    const auto start = std::chrono::steady_clock::now();
+    const uint16_t status = cores.ParallelFor(100000, Budget(Budget::Clock::now() + 30ms), [&](size_t) {
+        std::this_thread::sleep_for(1ms);
+        ran++;
+        return uint16_t(SPYRE_ERR_NONE);
+    });
+    EXPECT_EQ(status, SPYRE_ERR_WATCHDOG);
+    EXPECT_LT(ran.load(), 1000u);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+
+    std::atomic<bool> abort{false};
+    std::thread aborter([&] {
+        std::this_thread::sleep_for(20ms);
+        abort = true;
+    });
+    EXPECT_EQ(cores.ParallelFor(100000, Budget(Budget::Clock::now() + 1h, [&] { return abort.load(); }),
+                                 [](size_t) {
+                                     std::this_thread::sleep_for(1ms);
+                                     return uint16_t(SPYRE_ERR_NONE);
+                                 }),
+              SPYRE_ERR_ABORTED);
+    aborter.join();
+}
+
+TEST(CardCores, TheFirstFaultStopsTheRestAndExceptionsReachTheCaller) {
+    CardCores cores(2);
+    EXPECT_EQ(cores.ParallelFor(1000, Forever(), [](size_t i) { return uint16_t(i == 5 ? SPYRE_ERR_SHAPE : 0); }),
+              SPYRE_ERR_SHAPE);
+    EXPECT_THROW(cores.ParallelFor(10, Forever(),
+                                    [](size_t i) -> uint16_t {
+                                        if (i == 3) throw std::runtime_error("kernel bug");
+                                        return SPYRE_ERR_NONE;
+                                    }),
+                 std::runtime_error);
+    // The pool is still fine.
+    EXPECT_EQ(cores.ParallelFor(10, Forever(), [](size_t) { return uint16_t(SPYRE_ERR_NONE); }), SPYRE_ERR_NONE);
+}
+
+TEST(CardCores, OneProgramHoldsTheCardAndAWaiterGivesUpAtItsBound) {
+    CardCores cores(1);
+    uint16_t status = 0;
+    std::optional<CardCores::Turn> held(cores.Acquire(Forever(), status));
+    ASSERT_TRUE(*held);
+    std::thread other([&] {
+        uint16_t s = 0;
+        auto turn = cores.Acquire(Budget(Budget::Clock::now() + 20ms), s);
+        EXPECT_FALSE(turn);
+        EXPECT_EQ(s, SPYRE_ERR_WATCHDOG);
+    });
+    other.join();
+    held.reset();
+    auto again = cores.Acquire(Budget(Budget::Clock::now() + 20ms), status);
+    EXPECT_TRUE(again);
+    EXPECT_EQ(status, SPYRE_ERR_NONE);
+}
+
+// Functions get the card in the order they asked for it: a function that
+// asks again right after its turn queues behind everyone already waiting.
+TEST(CardCores, TurnsAreHandedOutInArrivalOrder) {
+    CardCores cores(1);
+    uint16_t status = 0;
+    std::optional<CardCores::Turn> held(cores.Acquire(Forever(), status));
+    std::mutex order_mutex;
+    std::vector<int> order;
+    std::vector<std::thread> waiters;
+    for (int i = 0; i < 4; ++i) {
+        waiters.emplace_back([&, i] {
+            uint16_t s = 0;
+            auto turn = cores.Acquire(Forever(), s);
+            std::lock_guard lock(order_mutex);
+            order.push_back(i);
+        });
+        // The next one starts only once this one is in the queue.
+        while (cores.waiting() != unsigned(i + 1)) std::this_thread::yield();
+    }
+    held.reset();
+    for (auto& t : waiters) t.join();
+    EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
+    EXPECT_EQ(cores.waiting(), 0u);
+}
