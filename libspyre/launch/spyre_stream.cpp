@@ -209,9 +209,7 @@ void SpyreStream::LaunchTiled(const Operation& op, std::span<const SpyreTensor> 
             enqueued = true;
         }
         if (!scratch->empty()) {
-            ControlBlock cleanup = detail::Callback(free_scratch);
-            cleanup.always = true;
-            stream_->EnqueueGroup(std::span(&cleanup, 1));
+            detail::QueueCleanup(*stream_, free_scratch);
         }
     } catch (...) {
         if (!enqueued) {
@@ -220,9 +218,7 @@ void SpyreStream::LaunchTiled(const Operation& op, std::span<const SpyreTensor> 
         }
         // Part of it is queued (the stream faulted meanwhile): free in stream
         // order, after what was queued, so nothing writes into freed memory.
-        ControlBlock cleanup = detail::Callback(free_scratch);
-        cleanup.always = true;
-        stream_->EnqueueGroup(std::span(&cleanup, 1));
+        detail::QueueCleanup(*stream_, free_scratch);
         throw;
     }
 }
