@@ -104,6 +104,7 @@ SchedulerStats SchedulerCore::Stats() const {
 
 void SchedulerCore::Queue(StreamState& s, std::span<QueuedOp> ops) {
     if (ops.empty()) return;
+    bool stream_was_idle;
     {
         std::lock_guard lock(s.mu);
         // Cleanup callbacks are accepted even on a faulted stream.
@@ -114,14 +115,18 @@ void SchedulerCore::Queue(StreamState& s, std::span<QueuedOp> ops) {
             ops[i].link = i + 1 < ops.size();
             s.incoming.push_back(std::move(ops[i]));
         }
+        stream_was_idle = s.completed.load(std::memory_order_acquire) == s.enqueued;
         s.enqueued += ops.size();
         s.enqueued_count.store(s.enqueued, std::memory_order_release);
     }
     s.pending.store(true, std::memory_order_seq_cst);
-    // The scheduler thread sleeps: submit here rather than pay for its
-    // wake-up (it is woken only for host work). Never on the thread itself
-    // (a callback that enqueues): it holds the lock already.
-    if (thread_asleep_.load(std::memory_order_seq_cst) && !tls_scheduler_thread && drive_mu_.try_lock()) {
+    // The scheduler thread sleeps and the stream had nothing queued: submit
+    // here rather than pay for its wake-up (it is woken only for host work).
+    // A stream with a backlog is the thread's to drain, so enqueues stay
+    // cheap. Never on the thread itself (a callback that enqueues): it
+    // holds the lock already.
+    if (stream_was_idle && thread_asleep_.load(std::memory_order_seq_cst) && !tls_scheduler_thread &&
+        drive_mu_.try_lock()) {
         std::unique_lock lock(drive_mu_, std::adopt_lock);
         CallerPump();
         if (!HostWorkPending()) return;
