@@ -380,3 +380,48 @@ TEST_F(StreamTest, DeviceLossWhileIdleIsSeenOnTheNextEnqueue) {
     ASSERT_TRUE(err.has_value());
     EXPECT_EQ(err->kind(), ErrorKind::DeviceLost) << err->what();
 }
+
+// The group form of the public entrance: the blocks run as one LINKed
+// chain (a failure cancels the rest on the device), and a malformed block
+// refuses the whole group before any of it is queued.
+TEST_F(StreamTest, QueueOperationsGroupIsOneChainCheckedWhole) {
+    Device dev = OpenDevice();
+    FlexStream s = dev.CreateStream();
+    DeviceAllocation junk = dev.allocator().Allocate(4096), cells = dev.allocator().Allocate(64);
+    std::vector<uint8_t> garbage(4096, 0x5C);
+    dev.dma().Wait(dev.dma().CopyToDevice(garbage.data(), junk.handle, 4096));
+    Poke64(dev, cells.handle, 0);
+    Poke64(dev, cells.handle.Offset(8, 8, cells), 0);
+    const uint64_t first = 0x1111, third = 0x3333;
+    std::vector<ControlBlock> group(3);
+    group[0].kind = ControlBlock::Kind::CopyToDevice;
+    group[0].device_addr = Addr(dev, cells.handle, 8);
+    group[0].size = 8;
+    group[0].src = &first;
+    group[1].kind = ControlBlock::Kind::Launch;  // not a program: fails on the device
+    group[1].device_addr = Addr(dev, junk.handle, 256);
+    group[1].size = 256;
+    group[2].kind = ControlBlock::Kind::CopyToDevice;
+    group[2].device_addr = Addr(dev, cells.handle.Offset(8, 8, cells), 8);
+    group[2].size = 8;
+    group[2].src = &third;
+
+    std::vector<ControlBlock> bad = group;
+    bad[2].src = nullptr;
+    const uint64_t base = s.enqueued();
+    EXPECT_SPYRE_ERROR(dev.scheduler().QueueOperations(s.stream_index(), bad), InvalidArgument, "null host address");
+    EXPECT_EQ(s.enqueued(), base) << "a refused group queues nothing";
+
+    dev.scheduler().QueueOperations(s.stream_index(), group);
+    EXPECT_EQ(s.enqueued(), base + 3);
+    try {
+        s.Synchronize();
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::DeviceError);
+        EXPECT_EQ(e.context().op_index, base + 1) << e.what();
+    }
+    EXPECT_EQ(Peek64(dev, cells.handle), first);
+    EXPECT_EQ(Peek64(dev, cells.handle.Offset(8, 8, cells)), 0u) << "the third CB of the chain ran";
+    s.Reset();
+}
