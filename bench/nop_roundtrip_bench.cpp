@@ -26,33 +26,15 @@ using namespace spyre::bench;
 
 namespace {
 
-// A private daemon per device configuration, kept for the whole run.
-struct Device {
-    explicit Device(std::vector<std::string> args)
-        : daemon(MockDaemon::Start({.cards = 1, .vfs = 0, .mem = "1G", .extra_args = std::move(args)})),
-          fn(Function::Open(DeviceRoot(daemon.mount()).Find("0"))),
-          ring(fn) {}
-    MockDaemon daemon;
-    Function fn;
-    CommandRing ring;
-};
-std::optional<Device> g_polling_device;   // the device spins 50 us before it sleeps (default)
-std::optional<Device> g_sleeping_device;  // --poll-us 0: the device sleeps at once, as a futex peer does
+std::optional<RingNopDevice> g_polling_device;   // the device spins 50 us before it sleeps (default)
+std::optional<RingNopDevice> g_sleeping_device;  // --poll-us 0: the device sleeps at once, as a futex peer does
 
-// One NOP submitted and waited for per iteration.
 void BM_NopRoundTrip(benchmark::State& state, WaitMode mode, bool device_sleeps, const char* baseline) {
     auto& slot = device_sleeps ? g_sleeping_device : g_polling_device;
     if (!slot) slot.emplace(device_sleeps ? std::vector<std::string>{"--poll-us", "0"} : std::vector<std::string>{});
-    CommandRing& ring = slot->ring;
-    Completion c;
-    uint64_t tag = 0;
-    auto t0 = std::chrono::steady_clock::now();
-    for (auto _ : state) {
-        ring.Submit(std::array{NopCb(++tag)});
-        ring.Wait({&c, 1}, 1, {.mode = mode});
-        if (!c.ok() || c.user_data != tag) state.SkipWithError("NOP completed wrongly");
-    }
-    ReportAgainst(state, baseline, TimePerIteration(state, t0));
+    const std::string key = std::string("ring_") + ToString(mode) + (device_sleeps ? "_sleeps" : "");
+    RingNopRoundTrip(state, *slot, mode, key.c_str());
+    ReportAgainst(state, baseline, g_baseline_ns[key]);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Round-trip baselines shared by the benchmarks: a cross-process spin
-// ping-pong and a cross-process futex ping-pong, measured in the same run as
-// the figure they anchor.
+// ping-pong, a cross-process futex ping-pong, and the raw ring NOP round trip
+// through a private spyre-mockdev, measured in the same run as the figure
+// they anchor.
 #pragma once
 
 #include <benchmark/benchmark.h>
@@ -11,11 +12,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <array>
 #include <climits>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "spyre/common/futex.hpp"
+#include "spyre/spyre.hpp"
 
 namespace spyre::bench {
 
@@ -100,6 +104,40 @@ inline void BM_FutexPingPong(benchmark::State& state) {
     auto t0 = std::chrono::steady_clock::now();
     for (auto _ : state) peer.RoundTrip(++i);
     g_baseline_ns["futex"] = TimePerIteration(state, t0);
+}
+
+// A private daemon and its command ring, for the raw ring round trip.
+struct RingNopDevice {
+    explicit RingNopDevice(std::vector<std::string> args)
+        : daemon(driver::MockDaemon::Start({.cards = 1, .vfs = 0, .mem = "1G", .extra_args = std::move(args)})),
+          fn(driver::Function::Open(driver::DeviceRoot(daemon.mount()).Find("0"))),
+          ring(fn) {}
+    driver::MockDaemon daemon;
+    driver::Function fn;
+    driver::CommandRing ring;
+};
+
+// One NOP submitted and waited for per iteration, straight on the ring (no
+// runtime); recorded as baseline `key` for the figures that follow.
+inline void RingNopRoundTrip(benchmark::State& state, RingNopDevice& dev, driver::WaitMode mode, const char* key) {
+    driver::Completion c;
+    uint64_t tag = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    for (auto _ : state) {
+        dev.ring.Submit(std::array{driver::NopCb(++tag)});
+        dev.ring.Wait({&c, 1}, 1, {.mode = mode});
+        if (!c.ok() || c.user_data != tag) state.SkipWithError("NOP completed wrongly");
+    }
+    g_baseline_ns[key] = TimePerIteration(state, t0);
+}
+
+// Adds ring_ns and x_ring counters: a figure of `ns` against the raw ring
+// round trip recorded as `key`.
+inline void ReportAgainstRing(benchmark::State& state, const char* key, double ns) {
+    if (g_baseline_ns.count(key)) {
+        state.counters["ring_ns"] = g_baseline_ns[key];
+        state.counters["x_ring"] = ns / g_baseline_ns[key];
+    }
 }
 
 // Adds baseline_ns and x_baseline counters for a figure of `ns` per iteration.

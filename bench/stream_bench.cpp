@@ -5,8 +5,10 @@
 //                  lock/unlock + vector push, into an idle stream, in a
 //                  burst, and while the scheduler drains (see BM_Enqueue)
 //   launch_sync    empty-kernel Launch + Synchronize round trip through the
-//                  scheduler thread and the device, beside the spin (poll,
-//                  adaptive) and futex (blocking) ping-pongs
+//                  stream layer and the device, beside the raw ring NOP
+//                  round trip of the same wait mode (x_ring; target 2x poll
+//                  and adaptive) and the spin (poll, adaptive) and futex
+//                  (blocking; target 1.3x) ping-pongs
 //   launch_tiled   LaunchTiled cost per tile iteration, beside one Launch of
 //                  the same tile
 //   overlap        copy-in + matmul + copy-out of 8 chunks on one stream vs
@@ -158,7 +160,17 @@ void BM_Enqueue(benchmark::State& state, bool copy, EnqueueLoad load) {
     state.counters["baseline_ns"] = g_baseline_ns["mutex_push"];
 }
 
-void BM_LaunchSync(benchmark::State& state, Device& (*device)(), const char* baseline) {
+// The raw ring NOP round trip per wait mode, on a private daemon configured
+// as the launch_sync device is (the blocking one sleeps at once).
+std::optional<RingNopDevice> g_ring_polling, g_ring_sleeping;
+void BM_RingNop(benchmark::State& state, driver::WaitMode mode, const char* key) {
+    const bool sleeps = mode == driver::WaitMode::Blocking;
+    auto& slot = sleeps ? g_ring_sleeping : g_ring_polling;
+    if (!slot) slot.emplace(sleeps ? std::vector<std::string>{"--poll-us", "0"} : std::vector<std::string>{});
+    RingNopRoundTrip(state, *slot, mode, key);
+}
+
+void BM_LaunchSync(benchmark::State& state, Device& (*device)(), const char* baseline, const char* ring) {
     Device& dev = device();
     FlexStream& s = dev.default_stream();
     const DeviceHandle program = EmptyProgram(dev);
@@ -167,7 +179,9 @@ void BM_LaunchSync(benchmark::State& state, Device& (*device)(), const char* bas
         s.Launch(program);
         s.Synchronize();
     }
-    ReportAgainst(state, baseline, TimePerIteration(state, t0));
+    const double ns = TimePerIteration(state, t0);
+    ReportAgainst(state, baseline, ns);
+    ReportAgainstRing(state, ring, ns);
 }
 
 // A 32^3 fp32 matmul tile run over M = 32 * iterations rows.
@@ -323,10 +337,18 @@ int main(int argc, char** argv) {
     }
     benchmark::RegisterBenchmark("baseline/spin_pingpong", BM_SpinPingPongTimed)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("baseline/futex_pingpong", BM_FutexPingPong)->UseRealTime()->MinTime(0.5);
-    benchmark::RegisterBenchmark("launch_sync/poll", BM_LaunchSync, PollDevice, "spin")->UseRealTime()->MinTime(0.5);
-    benchmark::RegisterBenchmark("launch_sync/adaptive", BM_LaunchSync, AdaptiveDevice, "spin")->UseRealTime()->MinTime(0.5);
-    benchmark::RegisterBenchmark("launch_sync/blocking_device_sleeps", BM_LaunchSync, BlockingDevice, "futex")
+    benchmark::RegisterBenchmark("baseline/ring_nop/poll", BM_RingNop, driver::WaitMode::Poll, "ring_poll")
         ->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("baseline/ring_nop/adaptive", BM_RingNop, driver::WaitMode::Adaptive, "ring_adaptive")
+        ->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("baseline/ring_nop/blocking_device_sleeps", BM_RingNop, driver::WaitMode::Blocking,
+                                 "ring_blocking")->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("launch_sync/poll", BM_LaunchSync, PollDevice, "spin", "ring_poll")
+        ->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("launch_sync/adaptive", BM_LaunchSync, AdaptiveDevice, "spin", "ring_adaptive")
+        ->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("launch_sync/blocking_device_sleeps", BM_LaunchSync, BlockingDevice, "futex",
+                                 "ring_blocking")->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("launch_tiled/one_tile", BM_LaunchOneTile)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("launch_tiled/tiles", BM_LaunchTiled)->Arg(4)->Arg(64)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("overlap/one_stream", BM_OverlapOneStream)->UseRealTime()->MinTime(1.0);
@@ -335,5 +357,7 @@ int main(int argc, char** argv) {
         g_poll.reset();
         g_adaptive.reset();
         g_blocking.reset();
+        g_ring_polling.reset();
+        g_ring_sleeping.reset();
     });
 }

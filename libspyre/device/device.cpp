@@ -2,7 +2,7 @@
 #include "spyre/device/device.hpp"
 
 #include "device/device_core.hpp"
-#include "stream/scheduler_impl.hpp"
+#include "stream/scheduler_core.hpp"
 #include "stream/stream_wait.hpp"
 
 namespace spyre {
@@ -28,28 +28,30 @@ DeviceCore::DeviceCore(DeviceOptions options) {
     };
     dma_queue.emplace(*function, dma_options);
     dma.emplace(*allocator, *dma_queue);
-    scheduler.reset(new Scheduler(*this, options.scheduler));
-    scheduler->impl_->Start();
+    sched = std::make_unique<detail::SchedulerCore>(*this, options.scheduler);
+    scheduler = std::make_unique<Scheduler>(*sched);
+    sched->Start();
 }
 
 DeviceCore::~DeviceCore() {
     // The DMA queue's completion hook reaches the scheduler: stop the
     // thread, drain the queue, then take the scheduler (and its ring) down.
-    if (scheduler) scheduler->impl_->Stop();
+    if (sched) sched->Stop();
     dma.reset();
     dma_queue.reset();
     scheduler.reset();
+    sched.reset();
     allocator.reset();
     function.reset();
 }
 
 void DeviceCore::WakeScheduler() {
-    if (scheduler) scheduler->impl_->DmaDone();
+    if (sched) sched->DmaDone();
 }
 
-StreamState* DeviceCore::CreateStream(int priority) { return scheduler->impl_->CreateStream(priority); }
-void DeviceCore::RetireStream(StreamState* state) { scheduler->impl_->Retire(state); }
-std::vector<std::shared_ptr<StreamState>> DeviceCore::Streams() { return scheduler->impl_->Streams(); }
+StreamState* DeviceCore::CreateStream(int priority) { return sched->CreateStream(priority); }
+void DeviceCore::RetireStream(StreamState* state) { sched->Retire(state); }
+std::vector<std::shared_ptr<StreamState>> DeviceCore::Streams() { return sched->Streams(); }
 bool DeviceCore::OnSchedulerThread() const { return SchedulerThreadActive(); }
 
 void DeviceCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, CompletionWord& word) const {
@@ -58,31 +60,12 @@ void DeviceCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target
     if (OnSchedulerThread())
         throw Error(ErrorKind::InvalidArgument,
                     "a host callback must not wait for device work (it runs on the scheduler thread)");
-    if (counter.load(std::memory_order_acquire) >= target) return;
-    const SchedulerOptions& opt = scheduler->options();
-    if (opt.wait_mode != driver::WaitMode::Blocking) {
-        const auto until = std::chrono::steady_clock::now() + opt.spin;
-        uint32_t spins = 0;
-        while (counter.load(std::memory_order_acquire) < target) {
-            CpuRelax();
-            if (opt.wait_mode == driver::WaitMode::Adaptive && (++spins & 63) == 0 &&
-                std::chrono::steady_clock::now() >= until)
-                break;
-        }
-        if (counter.load(std::memory_order_acquire) >= target) return;
-    }
-    word.waiters.fetch_add(1, std::memory_order_seq_cst);
-    while (true) {
-        const uint32_t seen = word.seq.load(std::memory_order_seq_cst);
-        if (counter.load(std::memory_order_seq_cst) >= target) break;
-        FutexWait(&word.seq, seen, std::chrono::milliseconds(100), FutexScope::Private);
-    }
-    word.waiters.fetch_sub(1, std::memory_order_seq_cst);
+    sched->WaitUntil(counter, target, word);
 }
 
 void DeviceCore::FreeAfterQueuedWork(std::span<const DeviceAllocation> blocks) noexcept {
     if (blocks.empty()) return;
-    if (!OnSchedulerThread() && scheduler) {
+    if (!OnSchedulerThread() && sched) {
         try {
             for (const auto& s : Streams()) WaitUntil(s->completed, s->enqueued_count.load(), s->done);
         } catch (const Error&) {

@@ -22,59 +22,14 @@
 #include "spyre/driver/dma_queue.hpp"
 #include "spyre/driver/function.hpp"
 #include "spyre/stream/scheduler.hpp"
+#include "stream/stream_state.hpp"
 
 namespace spyre {
 
 class ExecutionPlan;
-
-// Waits until counter >= target: spins for the scheduler's spin budget,
-// then sleeps on `seq` (bumped by the producer when `waiters` is non-zero).
-struct CompletionWord {
-    std::atomic<uint32_t> seq{0};
-    std::atomic<uint32_t> waiters{0};
-    // Producer side: call after the counter moved.
-    void Notify();
-};
-
-struct StreamState {
-    StreamState(int index, int priority) : index(index), priority(priority) {}
-
-    const int index;
-    const int priority;
-
-    // Producer side, guarded by mu.
-    std::mutex mu;
-    std::vector<ControlBlock> incoming;
-    uint64_t enqueued = 0;
-    std::optional<Error> fault;
-    std::atomic<bool> pending{false};       // incoming is non-empty
-    std::atomic<bool> faulted{false};       // mirrors fault.has_value()
-    std::atomic<uint64_t> enqueued_count{0};
-    std::atomic<uint64_t> completed{0};     // ops done (including dropped), in order
-    std::atomic<bool> retired{false};
-    CompletionWord done;
-
-    // Scheduler thread only.
-    std::deque<ControlBlock> local;         // taken from incoming, in order
-    uint64_t next_seq = 0;                  // op index of local.front()
-    uint32_t ring_inflight = 0;             // CBs of this stream in the ring
-    bool host_busy = false;                 // a DMA copy of this stream is running
-    uint32_t skipped_turns = 0;             // Priority policy: aging
-};
-
-struct EventState {
-    std::shared_ptr<DeviceCore> core;
-    std::optional<DeviceAllocation> semaphore;  // one u64 in device memory
-    uint64_t sem_addr = 0;
-    std::atomic<uint64_t> recorded{0};   // Record calls so far (the last record's sequence)
-    std::atomic<uint64_t> submitted{0};  // last sequence whose SEM_WRITE is in the ring (scheduler)
-    std::atomic<uint64_t> completed{0};  // last sequence completed
-    std::atomic<uint64_t> timestamp_ns{0};  // device time of `completed`
-    CompletionWord done;
-    std::mutex mu;
-    std::optional<Error> error;          // the recording stream's fault, if it had one
-    ~EventState();
-};
+namespace detail {
+class SchedulerCore;
+}
 
 class DeviceCore : public std::enable_shared_from_this<DeviceCore>, public DeviceMemory {
 public:
@@ -86,7 +41,8 @@ public:
     std::optional<SpyreAllocator> allocator;
     std::optional<driver::DmaQueue> dma_queue;
     std::optional<DMAEngine> dma;
-    std::unique_ptr<Scheduler> scheduler;
+    std::unique_ptr<detail::SchedulerCore> sched;  // the scheduler itself (stream/scheduler_core.hpp)
+    std::unique_ptr<Scheduler> scheduler;          // its public face
 
     // The function's card and function index (objects of this device carry it).
     const DeviceId& id() const { return allocator->device(); }
@@ -102,9 +58,9 @@ public:
     void RetireStream(StreamState* state);
     std::vector<std::shared_ptr<StreamState>> Streams();
 
-    // Blocks until `counter` >= target, per the scheduler's wait options.
-    // Throws DeviceLost if the device goes away meanwhile; InvalidArgument
-    // if called from the scheduler thread (a host callback).
+    // Blocks until `counter` >= target, per the scheduler's wait options
+    // (the waiting thread reaps the ring itself when it can). Throws
+    // InvalidArgument if called from the scheduler thread (a host callback).
     void WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, CompletionWord& word) const;
     bool OnSchedulerThread() const;
     // Frees device memory the runtime owns (tensors, plans, tiling

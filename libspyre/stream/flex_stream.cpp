@@ -3,14 +3,15 @@
 
 #include <utility>
 
-#include "stream/control_blocks.hpp"
 #include "device/device_core.hpp"
-#include "stream/scheduler_impl.hpp"
 #include "spyre/uapi/spyre_program.h"
+#include "stream/control_blocks.hpp"
+#include "stream/scheduler_core.hpp"
 
 namespace spyre {
 
-using Kind = ControlBlock::Kind;
+using detail::OpKind;
+using detail::QueuedOp;
 
 const char* ToString(StreamStatus status) noexcept {
     switch (status) {
@@ -49,27 +50,37 @@ FlexStream::~FlexStream() {
 int FlexStream::stream_index() const noexcept { return state_->index; }
 int FlexStream::priority() const noexcept { return state_->priority; }
 uint64_t FlexStream::enqueued() const noexcept { return state_->enqueued_count.load(std::memory_order_acquire); }
-uint64_t FlexStream::completed() const noexcept { return state_->completed.load(std::memory_order_acquire); }
+uint64_t FlexStream::completed() const noexcept {
+    core_->sched->Poke();  // work this thread submitted completes without a wait
+    return state_->completed.load(std::memory_order_acquire);
+}
 
-void FlexStream::Enqueue(ControlBlock cb) { core_->scheduler->impl_->Push(*state_, std::move(cb)); }
+void FlexStream::Enqueue(QueuedOp&& op) { core_->sched->Queue(*state_, std::span(&op, 1)); }
 
-void FlexStream::EnqueueGroup(std::span<ControlBlock> group) { core_->scheduler->impl_->PushGroup(*state_, group); }
+void FlexStream::EnqueueGroup(std::span<ControlBlock> group) {
+    std::vector<QueuedOp> ops;
+    ops.reserve(group.size());
+    for (ControlBlock& cb : group) ops.push_back(QueuedOp::From(std::move(cb)));
+    core_->sched->Queue(*state_, ops);
+}
 
 void FlexStream::CopyToDevice(const void* host_address, const DeviceHandle& device_handle, uint64_t size) {
     if (!host_address)
         throw Error(ErrorKind::InvalidArgument, "CopyToDevice from a null host address",
                     ErrorContext{.stream = state_->index});
-    Enqueue(detail::CopyToDevice(*core_, host_address, device_handle, size));
+    Enqueue(QueuedOp::From(detail::CopyToDevice(*core_, host_address, device_handle, size)));
 }
 
 void FlexStream::CopyFromDevice(void* host_address, const DeviceHandle& device_handle, uint64_t size) {
     if (!host_address)
         throw Error(ErrorKind::InvalidArgument, "CopyFromDevice to a null host address",
                     ErrorContext{.stream = state_->index});
-    Enqueue(detail::CopyFromDevice(*core_, host_address, device_handle, size));
+    Enqueue(QueuedOp::From(detail::CopyFromDevice(*core_, host_address, device_handle, size)));
 }
 
-void FlexStream::Launch(const DeviceHandle& device_handle) { Enqueue(detail::Launch(*core_, device_handle, 0)); }
+void FlexStream::Launch(const DeviceHandle& device_handle) {
+    Enqueue(QueuedOp::From(detail::Launch(*core_, device_handle, 0)));
+}
 
 void FlexStream::Launch(const DeviceHandle& device_handle, uint64_t program_size) {
     if (program_size < sizeof(spyre_program_header) || program_size > SPYRE_PROGRAM_MAX_SIZE)
@@ -78,16 +89,16 @@ void FlexStream::Launch(const DeviceHandle& device_handle, uint64_t program_size
                         std::to_string(sizeof(spyre_program_header)) + " to " + std::to_string(SPYRE_PROGRAM_MAX_SIZE) +
                         " bytes",
                     ErrorContext{.stream = state_->index});
-    Enqueue(detail::Launch(*core_, device_handle, program_size));
+    Enqueue(QueuedOp::From(detail::Launch(*core_, device_handle, program_size)));
 }
 
 void FlexStream::AddCallback(std::function<void()> callback) {
     if (!callback)
         throw Error(ErrorKind::InvalidArgument, "AddCallback with an empty callback", ErrorContext{.stream = state_->index});
-    ControlBlock cb;
-    cb.kind = Kind::HostCallback;
-    cb.callback = std::move(callback);
-    Enqueue(std::move(cb));
+    QueuedOp op;
+    op.kind = OpKind::HostCallback;
+    op.callback = std::move(callback);
+    Enqueue(std::move(op));
 }
 
 void FlexStream::Wait(const Event& event) {
@@ -95,11 +106,11 @@ void FlexStream::Wait(const Event& event) {
     CheckSameDevice(ev.core->id(), core_->id(), "FlexStream::Wait: event", "stream");
     const uint64_t target = ev.recorded.load(std::memory_order_acquire);
     if (target == 0) return;  // never recorded: nothing to wait for (CUDA does the same)
-    ControlBlock cb;
-    cb.kind = Kind::EventWait;
-    cb.value = target;
-    cb.event = event.state_;
-    Enqueue(std::move(cb));
+    QueuedOp op;
+    op.kind = OpKind::EventWait;
+    op.value = target;
+    op.event = event.state_;
+    Enqueue(std::move(op));
 }
 
 void FlexStream::Synchronize() {
@@ -109,6 +120,7 @@ void FlexStream::Synchronize() {
 }
 
 StreamStatus FlexStream::Query() const {
+    core_->sched->Poke();
     if (state_->faulted.load(std::memory_order_acquire)) return StreamStatus::Faulted;
     return state_->completed.load(std::memory_order_acquire) >= state_->enqueued_count.load(std::memory_order_acquire)
                ? StreamStatus::Idle
@@ -153,20 +165,21 @@ Event::~Event() = default;
 
 void Event::Record(FlexStream& stream) {
     CheckSameDevice(state_->core->id(), stream.core_->id(), "Event::Record: event", "stream");
-    ControlBlock cb;
-    cb.kind = Kind::EventRecord;
-    cb.event = state_;
+    QueuedOp op;
+    op.kind = OpKind::EventRecord;
+    op.event = state_;
     // The sequence is taken under the stream's queue lock order: records of
     // one event on one stream are in sequence order.
     const uint64_t seq = state_->recorded.load() + 1;
-    cb.value = seq;
-    stream.Enqueue(std::move(cb));
+    op.value = seq;
+    stream.Enqueue(std::move(op));
     state_->recorded.store(seq, std::memory_order_release);
 }
 
 const DeviceId& Event::device() const { return state_->core->id(); }
 
 bool Event::Query() const {
+    state_->core->sched->Poke();
     return state_->completed.load(std::memory_order_acquire) >= state_->recorded.load(std::memory_order_acquire);
 }
 

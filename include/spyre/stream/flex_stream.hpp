@@ -30,6 +30,11 @@ namespace spyre {
 class Device;
 class DeviceCore;
 class FlexStream;
+struct EventState;
+struct StreamState;
+namespace detail {
+struct QueuedOp;
+}
 
 // What Query() reports.
 enum class StreamStatus {
@@ -111,21 +116,20 @@ public:
     uint64_t enqueued() const noexcept;
     uint64_t completed() const noexcept;
 
-    // Enqueues a group of control blocks at once; the scheduler never
-    // splits a group between turns and LINKs its ring CBs, so a failure
-    // cancels the rest of the group on the device. SpyreStream uses this
-    // for the steps of one Operation.
+    // Enqueues a group of control blocks at once (Scheduler::QueueOperations
+    // on this stream); the scheduler never splits a group between turns and
+    // LINKs its ring CBs, so a failure cancels the rest of the group on the
+    // device. SpyreStream uses this for the steps of one Operation.
     void EnqueueGroup(std::span<ControlBlock> group);
     // The device this stream belongs to (opaque outside libspyre).
     const std::shared_ptr<DeviceCore>& core() const noexcept { return core_; }
 
 private:
     friend class Device;
-    friend class DeviceCore;
     friend class Event;
     FlexStream(std::shared_ptr<DeviceCore> core, StreamState* state);
 
-    void Enqueue(ControlBlock cb);
+    void Enqueue(detail::QueuedOp&& op);
 
     std::shared_ptr<DeviceCore> core_;
     StreamState* state_ = nullptr;

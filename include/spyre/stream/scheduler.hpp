@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The Scheduler of seed 001: per-stream FIFOs drained onto one function.
 //
-// One scheduler thread per device owns the command ring. Ring work (launches,
+// One scheduler per device drives the command ring (its thread, or a host
+// thread that finds it idle: docs/streams.md). Ring work (launches,
 // small copies carried inline in the ring, semaphore writes and waits) is
 // chained: consecutive ready CBs of a stream go down with one doorbell, and
 // the CBs of one Operation are LINKed so a failure cancels the rest of it on
@@ -15,15 +16,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "spyre/driver/command_ring.hpp"
 
 namespace spyre {
-
-class DeviceCore;
-struct StreamState;
-struct EventState;
 
 enum class SchedulerPolicy {
     RoundRobin,     // streams take turns, a bounded quantum each
@@ -55,8 +53,9 @@ struct SchedulerOptions {
     driver::WaitMode wait_mode = driver::WaitMode::Adaptive;
 };
 
-// One unit of stream work as the scheduler queues it (the "cb" of
-// Scheduler::QueueOperation): a ring CB, a DMA copy, or a host callback.
+// One unit of stream work as a caller builds it for Scheduler::QueueOperation:
+// a ring CB, a copy, or a host callback. (Events, chains and cleanup are the
+// runtime's: FlexStream, Event and the group form set them up.)
 struct ControlBlock {
     enum class Kind : uint8_t {
         Launch,          // LAUNCH of a resident program
@@ -64,22 +63,17 @@ struct ControlBlock {
         CopyFromDevice,  // DMA engine
         SemWrite,        // device semaphore store
         SemWait,         // device semaphore wait
-        EventRecord,     // SEM_WRITE of an event's sequence number
-        EventWait,       // SEM_WAIT once the event's record is in the ring
         HostCallback,    // runs on the scheduler thread after prior work
     };
     Kind kind = Kind::Launch;
-    bool link = false;            // the next op of the stream depends on this one
-    bool always = false;          // HostCallback: runs even on a faulted stream (cleanup)
     uint64_t device_addr = 0;     // function-relative: program, copy target/source, semaphore
     uint64_t size = 0;            // Launch: program bytes (0: from its header); copies: bytes
     const void* src = nullptr;    // CopyToDevice source
     void* dst = nullptr;          // CopyFromDevice destination
-    uint64_t value = 0;           // SemWrite/SemWait value; EventRecord/EventWait sequence
-    // Owns `src` or `dst` when the runtime made the host buffer (a private
-    // copy, a staging image): kept until the device is done with it.
+    uint64_t value = 0;           // SemWrite/SemWait value
+    // Owns `src` or `dst` if set (a private copy, a staging image): kept
+    // until the device is done with it.
     std::shared_ptr<const void> keep_alive;
-    std::shared_ptr<EventState> event;
     std::function<void()> callback;
 };
 const char* ToString(ControlBlock::Kind kind) noexcept;
@@ -93,30 +87,35 @@ struct SchedulerStats {
     uint64_t dropped = 0;        // ops discarded on faulted streams
 };
 
+namespace detail {
+class SchedulerCore;
+}
+
+// The scheduler of one device (Device::scheduler()). Everything a stream
+// runs enters through QueueOperation or its group form.
 class Scheduler {
 public:
-    ~Scheduler();
+    // A view of the device's scheduler (made by the device, opaque here).
+    explicit Scheduler(detail::SchedulerCore& core) noexcept : core_(&core) {}
     Scheduler(const Scheduler&) = delete;
     Scheduler& operator=(const Scheduler&) = delete;
 
     // Accepts a control block for stream `stream_index` and returns at once.
-    // Throws InvalidArgument for an unknown stream, the stream's sticky
-    // error if it is faulted, DeviceLost once the device is gone.
+    // Throws InvalidArgument for an unknown stream or a malformed block,
+    // the stream's sticky error if it is faulted, DeviceLost once the
+    // device is gone.
     void QueueOperation(int stream_index, ControlBlock cb);
+    // The group form: the blocks run in order as one chain (LINKed in the
+    // ring, never split between turns), so a failure cancels the rest of
+    // the group. Checked whole before any is queued.
+    void QueueOperations(int stream_index, std::span<ControlBlock> group);
 
-    SchedulerPolicy policy() const noexcept { return options_.policy; }
-    const SchedulerOptions& options() const noexcept { return options_; }
+    SchedulerPolicy policy() const noexcept { return options().policy; }
+    const SchedulerOptions& options() const noexcept;
     SchedulerStats Stats() const;
 
 private:
-    friend class DeviceCore;
-    friend class FlexStream;
-    friend class Event;
-    class Impl;
-    Scheduler(DeviceCore& core, SchedulerOptions options);
-
-    SchedulerOptions options_;
-    std::unique_ptr<Impl> impl_;
+    detail::SchedulerCore* core_;
 };
 
 }  // namespace spyre

@@ -104,29 +104,45 @@ TEST_F(StreamTest, FailingLaunchIsStickyDropsLaterWorkAndNamesTheOp) {
     EXPECT_EQ(s.Query(), StreamStatus::Idle);
 }
 
+// Three control blocks: write `first` to cells[0], launch garbage (fails on
+// the device), write `third` to cells[1]; both cells start at 0.
+struct FailingGroup {
+    explicit FailingGroup(Device& dev)
+        : dev(dev), junk(dev.allocator().Allocate(4096)), cells(dev.allocator().Allocate(64)), blocks(3) {
+        std::vector<uint8_t> garbage(4096, 0x5C);
+        dev.dma().Wait(dev.dma().CopyToDevice(garbage.data(), junk.handle, 4096));
+        Poke64(dev, cells.handle, 0);
+        Poke64(dev, second_cell(), 0);
+        blocks[0].kind = ControlBlock::Kind::CopyToDevice;
+        blocks[0].device_addr = Addr(dev, cells.handle, 8);
+        blocks[0].size = 8;
+        blocks[0].src = &first;
+        blocks[1].kind = ControlBlock::Kind::Launch;
+        blocks[1].device_addr = Addr(dev, junk.handle, 256);
+        blocks[1].size = 256;
+        blocks[2].kind = ControlBlock::Kind::CopyToDevice;
+        blocks[2].device_addr = Addr(dev, second_cell(), 8);
+        blocks[2].size = 8;
+        blocks[2].src = &third;
+    }
+    DeviceHandle second_cell() const { return cells.handle.Offset(8, 8, cells); }
+    // Only the first write ran: the failure cancelled the rest of the chain.
+    void ExpectCancelledAfterFirst() const {
+        EXPECT_EQ(Peek64(dev, cells.handle), first);
+        EXPECT_EQ(Peek64(dev, second_cell()), 0u) << "the third CB of the chain ran";
+    }
+    Device& dev;
+    DeviceAllocation junk, cells;
+    const uint64_t first = 0x1111, third = 0x3333;
+    std::vector<ControlBlock> blocks;
+};
+
 TEST_F(StreamTest, FailureInsideAGroupCancelsTheRestOfTheChainOnTheDevice) {
     Device dev = OpenDevice();
     FlexStream s = dev.CreateStream();
-    DeviceAllocation junk = dev.allocator().Allocate(4096), cells = dev.allocator().Allocate(64);
-    std::vector<uint8_t> garbage(4096, 0x5C);
-    dev.dma().Wait(dev.dma().CopyToDevice(garbage.data(), junk.handle, 4096));
-    Poke64(dev, cells.handle, 0);
-    Poke64(dev, cells.handle.Offset(8, 8, cells), 0);
-    const uint64_t first = 0x1111, third = 0x3333;
+    FailingGroup g(dev);
     const uint64_t base = s.enqueued();
-    std::vector<ControlBlock> group(3);
-    group[0].kind = ControlBlock::Kind::CopyToDevice;
-    group[0].device_addr = Addr(dev, cells.handle, 8);
-    group[0].size = 8;
-    group[0].src = &first;
-    group[1].kind = ControlBlock::Kind::Launch;
-    group[1].device_addr = Addr(dev, junk.handle, 256);
-    group[1].size = 256;
-    group[2].kind = ControlBlock::Kind::CopyToDevice;
-    group[2].device_addr = Addr(dev, cells.handle.Offset(8, 8, cells), 8);
-    group[2].size = 8;
-    group[2].src = &third;
-    s.EnqueueGroup(group);
+    s.EnqueueGroup(g.blocks);
     EXPECT_EQ(s.enqueued(), base + 3);
     ASSERT_TRUE(SettlesWithin(s));
     try {
@@ -136,8 +152,7 @@ TEST_F(StreamTest, FailureInsideAGroupCancelsTheRestOfTheChainOnTheDevice) {
         EXPECT_EQ(e.kind(), ErrorKind::DeviceError);
         EXPECT_EQ(e.context().op_index, base + 1) << e.what();
     }
-    EXPECT_EQ(Peek64(dev, cells.handle), first);
-    EXPECT_EQ(Peek64(dev, cells.handle.Offset(8, 8, cells)), 0u) << "the third CB of the chain ran";
+    g.ExpectCancelledAfterFirst();
     EXPECT_GE(dev.scheduler().Stats().dropped, 1u);
     s.Reset();
     std::vector<ControlBlock> empty;
@@ -379,4 +394,24 @@ TEST_F(StreamTest, DeviceLossWhileIdleIsSeenOnTheNextEnqueue) {
     const std::optional<Error> err = done.get();
     ASSERT_TRUE(err.has_value());
     EXPECT_EQ(err->kind(), ErrorKind::DeviceLost) << err->what();
+}
+
+// The group form of the public entrance: the blocks run as one LINKed
+// chain (a failure cancels the rest on the device), and a malformed block
+// refuses the whole group before any of it is queued.
+TEST_F(StreamTest, QueueOperationsGroupIsOneChainCheckedWhole) {
+    Device dev = OpenDevice();
+    FlexStream s = dev.CreateStream();
+    FailingGroup g(dev);
+    std::vector<ControlBlock> bad = g.blocks;
+    bad[2].src = nullptr;
+    const uint64_t base = s.enqueued();
+    EXPECT_SPYRE_ERROR(dev.scheduler().QueueOperations(s.stream_index(), bad), InvalidArgument, "null host address");
+    EXPECT_EQ(s.enqueued(), base) << "a refused group queues nothing";
+
+    dev.scheduler().QueueOperations(s.stream_index(), g.blocks);
+    EXPECT_EQ(s.enqueued(), base + 3);
+    EXPECT_SPYRE_ERROR(s.Synchronize(), DeviceError, "op #" + std::to_string(base + 1));
+    g.ExpectCancelledAfterFirst();
+    s.Reset();
 }

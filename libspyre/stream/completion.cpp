@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "stream/completion.hpp"
+
+#include "spyre/uapi/spyre_errors.h"
+
+namespace spyre::detail {
+
+void Complete(StreamState& s, uint64_t seq) {
+    s.completed.store(seq + 1, std::memory_order_seq_cst);
+    s.done.Notify();
+}
+
+void Fault(StreamState& s, Error error) {
+    std::lock_guard lock(s.mu);
+    if (s.fault) return;  // the first failure is the one reported
+    s.fault = std::move(error);
+    s.faulted.store(true, std::memory_order_release);
+}
+
+void CompleteEvent(EventState& ev, uint64_t seq, uint64_t timestamp_ns, const std::optional<Error>& error) {
+    // An event re-recorded on another stream may see its records complete
+    // out of sequence order: an older record never moves it backwards.
+    if (seq <= ev.completed.load(std::memory_order_relaxed)) return;
+    {
+        std::lock_guard lock(ev.mu);
+        ev.error = error;
+    }
+    ev.timestamp_ns.store(timestamp_ns, std::memory_order_relaxed);
+    ev.completed.store(seq, std::memory_order_seq_cst);
+    ev.done.Notify();
+}
+
+Error StreamOpError(ErrorKind kind, const StreamState& s, uint64_t seq, const std::string& what, ErrorContext ctx) {
+    ctx.stream = s.index;
+    ctx.op_index = seq;
+    return Error(kind, "stream " + std::to_string(s.index) + " op #" + std::to_string(seq) + ": " + what,
+                 std::move(ctx));
+}
+
+size_t DropFaulted(StreamState& s) {
+    if (!s.faulted.load(std::memory_order_relaxed)) return 0;
+    size_t dropped = 0;
+    while (!s.local.empty() && s.ring_inflight == 0 && !s.host_busy && s.local.front().kind != OpKind::EventRecord &&
+           !s.local.front().always) {
+        s.local.pop_front();
+        Complete(s, s.next_seq++);
+        ++dropped;
+    }
+    return dropped;
+}
+
+size_t RingRecords::Retire(std::span<const driver::Completion> done) {
+    size_t cancelled = 0;
+    for (const driver::Completion& c : done) {
+        if (records_.empty() || records_.front().user_data != c.user_data)
+            throw Error(ErrorKind::ProtocolError,
+                        "the device completed CB " + std::to_string(c.user_data) + " out of ring order",
+                        ErrorContext{.device = device_});
+        Record rec = std::move(records_.front());
+        records_.pop_front();
+        StreamState& s = *rec.stream;
+        --s.ring_inflight;
+        if (!c.ok() && !s.faulted.load()) {
+            const std::string what = c.status == SPYRE_ERR_CANCELED
+                                         ? std::string(ToString(rec.kind)) + " was cancelled by an earlier failure"
+                                         : std::string(ToString(rec.kind)) + " failed on the device: " +
+                                               spyre_error_name(c.status);
+            Fault(s, StreamOpError(ErrorKind::DeviceError, s, rec.seq, what,
+                                   ErrorContext{.device = device_,
+                                                .address = c.result ? std::optional<uint64_t>(c.result) : std::nullopt,
+                                                .device_code = c.status}));
+        } else if (c.status == SPYRE_ERR_CANCELED) {
+            ++cancelled;  // cancelled on the device behind the stream's failure
+        }
+        if (rec.kind == OpKind::EventRecord) {
+            std::optional<Error> err;
+            if (s.faulted.load()) {
+                std::lock_guard lock(s.mu);
+                err = s.fault;
+            }
+            CompleteEvent(*rec.event, rec.value, c.timestamp_ns, err);
+        }
+        // Let go of the event before the stream's waiter wakes: the last
+        // reference to the device must never be dropped on the scheduler thread.
+        rec.event.reset();
+        Complete(s, rec.seq);
+    }
+    return cancelled;
+}
+
+void RingRecords::FailAll(const Error& lost) {
+    for (Record& r : records_) {
+        Fault(*r.stream, lost);
+        if (r.event && r.kind == OpKind::EventRecord) CompleteEvent(*r.event, r.value, 0, lost);
+        r.event.reset();
+        --r.stream->ring_inflight;
+        Complete(*r.stream, r.seq);
+    }
+    records_.clear();
+}
+
+}  // namespace spyre::detail

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0
+// Internal: completion handling. Retires ring completions in ring order onto
+// their streams and events, turns device status into sticky stream errors,
+// drops the work of faulted streams. No device: tests feed completions.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "spyre/driver/command_ring.hpp"
+#include "spyre/error.hpp"
+#include "stream/stream_state.hpp"
+
+namespace spyre::detail {
+
+// Op `seq` of `s` is done (ops complete in stream order).
+void Complete(StreamState& s, uint64_t seq);
+// Makes `error` the stream's sticky error; the first failure is the one kept.
+void Fault(StreamState& s, Error error);
+// Moves an event forward to `seq` (never backwards) and wakes its waiters.
+void CompleteEvent(EventState& ev, uint64_t seq, uint64_t timestamp_ns, const std::optional<Error>& error);
+// "stream S op #N: <what>" with the stream and op in the error's context.
+Error StreamOpError(ErrorKind kind, const StreamState& s, uint64_t seq, const std::string& what, ErrorContext ctx = {});
+// Drops what a faulted stream still holds, in order, once nothing of it is
+// in flight. Event records still fire (waiters do not hang) and cleanup
+// callbacks still run (nothing leaks). Returns the ops dropped.
+size_t DropFaulted(StreamState& s);
+
+// The CBs in the ring, in submission order.
+class RingRecords {
+public:
+    struct Record {
+        StreamState* stream;
+        uint64_t seq;
+        uint64_t user_data;
+        OpKind kind;
+        uint64_t value;  // EventRecord: the sequence it writes
+        std::shared_ptr<EventState> event;
+    };
+
+    explicit RingRecords(std::string device) : device_(std::move(device)) {}
+
+    size_t size() const { return records_.size(); }
+    bool empty() const { return records_.empty(); }
+    void Add(Record r) {
+        ++r.stream->ring_inflight;
+        records_.push_back(std::move(r));
+    }
+    // Retires `done` (reaped from the ring, in ring order). Throws
+    // ProtocolError if the device completed out of order. Returns the CBs
+    // the device cancelled behind an earlier failure.
+    size_t Retire(std::span<const driver::Completion> done);
+    // The device is gone: every CB in the ring fails with `lost`.
+    void FailAll(const Error& lost);
+
+private:
+    std::string device_;
+    std::deque<Record> records_;
+};
+
+}  // namespace spyre::detail

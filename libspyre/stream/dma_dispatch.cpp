@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "stream/dma_dispatch.hpp"
+
+#include "stream/completion.hpp"
+
+namespace spyre::detail {
+
+Error DmaDispatch::Failure(const Record& r, const Error& e) const {
+    return StreamOpError(e.kind(), *r.stream, r.seq, std::string(ToString(r.kind)) + " failed: " + e.message(),
+                         ErrorContext{.device = device_, .address = r.device_addr, .sys_errno = e.context().sys_errno});
+}
+
+bool DmaDispatch::Start(StreamState& s, QueuedOp& op, uint64_t seq) {
+    Record rec{&s, seq, 0, op.kind, op.device_addr, std::move(op.keep_alive)};
+    try {
+        rec.ticket = op.kind == OpKind::CopyToDevice ? queue_.HostToDevice(op.src, op.device_addr, op.size)
+                                                     : queue_.DeviceToHost(op.dst, op.device_addr, op.size);
+    } catch (const Error& e) {
+        Fault(s, Failure(rec, e));
+        Complete(s, seq);
+        return false;
+    }
+    s.host_busy = true;
+    records_.push_back(std::move(rec));
+    return true;
+}
+
+bool DmaDispatch::Poll() {
+    bool any = false;
+    for (size_t i = 0; i < records_.size();) {
+        Record& r = records_[i];
+        std::optional<Error> failure;
+        bool finished = false;
+        try {
+            finished = queue_.Poll(r.ticket).has_value();
+        } catch (const Error& e) {
+            finished = true;
+            failure = Failure(r, e);
+        }
+        if (!finished) {
+            ++i;
+            continue;
+        }
+        StreamState& s = *r.stream;
+        if (failure) Fault(s, *failure);
+        s.host_busy = false;
+        Complete(s, r.seq);
+        records_[i] = std::move(records_.back());  // lets go of its keep_alive
+        records_.pop_back();
+        any = true;
+    }
+    return any;
+}
+
+void DmaDispatch::FailAll(const Error& lost) {
+    for (Record& r : records_) {
+        // Copies only move memory, so the wait is bounded; the ticket's own
+        // error does not matter any more.
+        try {
+            queue_.Wait(r.ticket);
+        } catch (const Error&) {
+        }
+        Fault(*r.stream, lost);
+        r.stream->host_busy = false;
+        Complete(*r.stream, r.seq);
+    }
+    records_.clear();
+}
+
+}  // namespace spyre::detail

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+// Internal: one unit of stream work as the scheduler holds it. The public
+// ControlBlock (scheduler.hpp) is what callers may build; a QueuedOp adds
+// what only the runtime sets: event records and waits, chain links, cleanup
+// callbacks that run on a faulted stream.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "spyre/stream/scheduler.hpp"
+
+namespace spyre {
+struct EventState;
+}
+
+namespace spyre::detail {
+
+enum class OpKind : uint8_t {
+    Launch,          // LAUNCH of a resident program
+    CopyToDevice,    // inline in the ring when small, else the DMA engine
+    CopyFromDevice,  // DMA engine
+    SemWrite,        // device semaphore store
+    SemWait,         // device semaphore wait
+    HostCallback,    // runs on the scheduler thread after prior work
+    EventRecord,     // SEM_WRITE of an event's sequence number
+    EventWait,       // SEM_WAIT once the event's record is in the ring
+};
+const char* ToString(OpKind kind) noexcept;
+
+struct QueuedOp {
+    OpKind kind = OpKind::Launch;
+    bool link = false;            // the next op of the stream depends on this one
+    bool always = false;          // HostCallback: runs even on a faulted stream (cleanup)
+    uint64_t device_addr = 0;     // function-relative: program, copy target/source, semaphore
+    uint64_t size = 0;            // Launch: program bytes (0: from its header); copies: bytes
+    const void* src = nullptr;    // CopyToDevice source
+    void* dst = nullptr;          // CopyFromDevice destination
+    uint64_t value = 0;           // SemWrite/SemWait value; EventRecord/EventWait sequence
+    std::shared_ptr<const void> keep_alive;  // owns src or dst when the runtime made it
+    std::shared_ptr<EventState> event;
+    std::function<void()> callback;
+
+    // A caller's control block (its kinds are a subset of OpKind's).
+    static QueuedOp From(ControlBlock&& cb) {
+        QueuedOp op;
+        op.kind = OpKind(uint8_t(cb.kind));
+        op.device_addr = cb.device_addr;
+        op.size = cb.size;
+        op.src = cb.src;
+        op.dst = cb.dst;
+        op.value = cb.value;
+        op.keep_alive = std::move(cb.keep_alive);
+        op.callback = std::move(cb.callback);
+        return op;
+    }
+};
+
+}  // namespace spyre::detail

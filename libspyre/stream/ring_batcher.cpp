@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "stream/ring_batcher.hpp"
+
+#include <algorithm>
+#include <span>
+
+#include "spyre/driver/command_ring.hpp"
+
+namespace spyre::detail {
+
+bool RingBatcher::IsRingOp(const QueuedOp& op) const {
+    switch (op.kind) {
+    case OpKind::Launch:
+    case OpKind::SemWrite:
+    case OpKind::SemWait:
+    case OpKind::EventRecord:
+    case OpKind::EventWait: return true;
+    case OpKind::CopyToDevice: return op.size <= inline_max_;
+    case OpKind::CopyFromDevice:
+    case OpKind::HostCallback: return false;
+    }
+    return false;
+}
+
+bool RingBatcher::Ready(const StreamState& s) const {
+    if (s.local.empty() || s.host_busy) return false;
+    const QueuedOp& op = s.local.front();
+    if (!IsRingOp(op)) return false;
+    if (s.faulted.load(std::memory_order_relaxed) && op.kind != OpKind::EventRecord) return false;
+    if (op.kind == OpKind::EventWait) return op.event->submitted.load(std::memory_order_relaxed) >= op.value;
+    return true;
+}
+
+size_t RingBatcher::SlotsFor(const QueuedOp& op) {
+    if (op.kind == OpKind::CopyToDevice) return 1 + (op.size + sizeof(spyre_cb) - 1) / sizeof(spyre_cb);
+    return 1;
+}
+
+// Ring slots (and CBs) of the LINKed chain at the stream's head.
+size_t RingBatcher::ChainSlots(const StreamState& s, size_t* cbs) const {
+    size_t slots = 0, n = 0;
+    for (const QueuedOp& op : s.local) {
+        if (!IsRingOp(op)) break;
+        slots += SlotsFor(op);
+        ++n;
+        if (!op.link) break;
+    }
+    *cbs = n;
+    return slots;
+}
+
+void RingBatcher::Append(StreamState& s, std::vector<spyre_cb>& batch, RingRecords& records) {
+    QueuedOp op = std::move(s.local.front());
+    s.local.pop_front();
+    const uint64_t seq = s.next_seq++;
+    const uint64_t ud = next_user_data_++;
+    switch (op.kind) {
+    case OpKind::Launch: batch.push_back(driver::LaunchCb(op.device_addr, op.size, ud)); break;
+    case OpKind::CopyToDevice:
+        driver::AppendCopyInline(batch, op.device_addr, std::span(static_cast<const uint8_t*>(op.src), size_t(op.size)),
+                                 ud);
+        ++inline_copies_;
+        break;
+    case OpKind::SemWrite: batch.push_back(driver::SemWriteCb(op.device_addr, op.value, ud)); break;
+    case OpKind::SemWait: batch.push_back(driver::SemWaitCb(op.device_addr, op.value, 0, ud)); break;
+    case OpKind::EventRecord: {
+        // Records of one event on several streams reach the ring in any
+        // order; the semaphore (and `submitted`) only move forward, so a
+        // wait for the newest record cannot be undone by an older one.
+        const uint64_t value = std::max(op.value, op.event->submitted.load(std::memory_order_relaxed));
+        batch.push_back(driver::SemWriteCb(op.event->sem_addr, value, ud));
+        op.event->submitted.store(value, std::memory_order_relaxed);
+        break;
+    }
+    case OpKind::EventWait:
+        // Every record up to `submitted` is ahead of this CB in the ring, and
+        // the ring runs in order, so the semaphore holds exactly that value.
+        batch.push_back(driver::SemWaitCb(op.event->sem_addr, op.event->submitted.load(), 0, ud));
+        break;
+    default: throw Error(ErrorKind::Internal, "not a ring op");
+    }
+    records.Add(RingRecords::Record{&s, seq, ud, op.kind, op.value, std::move(op.event)});
+}
+
+size_t RingBatcher::TakeTurn(StreamState& s, size_t quantum, Budget& budget, std::vector<spyre_cb>& batch,
+                             RingRecords& records) {
+    size_t taken = 0;
+    size_t previous = SIZE_MAX;  // the stream's last CB in this batch
+    bool turn_over = false;
+    while (!turn_over && taken < quantum && Ready(s)) {
+        // A LINKed chain goes down whole, never interleaved with another
+        // stream; only a chain larger than the whole budget is split.
+        size_t chain_cbs = 0;
+        const size_t chain_slots = ChainSlots(s, &chain_cbs);
+        const bool fits = chain_slots <= budget.slots && chain_cbs <= budget.cbs;
+        if (!fits && !(budget.ring_idle && batch.empty())) break;
+        for (size_t k = 0; k < chain_cbs && Ready(s); ++k) {
+            if (SlotsFor(s.local.front()) > budget.slots || budget.cbs == 0) break;
+            // An event record is never cancelled by the work before it (it
+            // fires even after a failure, so waiters do not hang): it starts
+            // a turn, unlinked from its predecessor.
+            if (s.local.front().kind == OpKind::EventRecord && previous != SIZE_MAX) {
+                turn_over = true;
+                break;
+            }
+            const size_t first = batch.size();
+            Append(s, batch, records);
+            if (previous != SIZE_MAX) batch[previous].flags |= SPYRE_CB_F_LINK;
+            previous = first;
+            budget.slots -= batch.size() - first;
+            --budget.cbs;
+            ++taken;
+        }
+        if (budget.cbs == 0 || budget.slots == 0) break;
+    }
+    return taken;
+}
+
+}  // namespace spyre::detail

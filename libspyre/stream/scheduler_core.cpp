@@ -1,0 +1,502 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "stream/scheduler_core.hpp"
+
+#include <pthread.h>
+
+#include "device/device_core.hpp"
+#include "spyre/common/futex.hpp"
+#include "spyre/uapi/spyre_cb.h"
+#include "stream/stream_wait.hpp"
+
+namespace spyre {
+
+namespace {
+thread_local bool tls_scheduler_thread = false;
+}  // namespace
+
+bool SchedulerThreadActive() { return tls_scheduler_thread; }
+
+namespace detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long a sleeper waits at most between device health checks when work
+// is in flight, and at all when idle.
+constexpr auto kBusySleep = std::chrono::milliseconds(100);
+constexpr auto kIdleSleep = std::chrono::seconds(1);
+
+}  // namespace
+
+// ---------------------------------------------------------------- setup
+
+SchedulerCore::SchedulerCore(DeviceCore& device, const SchedulerOptions& options)
+    : device_(device),
+      options_(options),
+      policy_(options.policy, options.quantum, options.aging_turns),
+      batcher_(device.function->Read32(SPYRE_REG_CAPS) & SPYRE_CAP_COPY_INLINE ? SPYRE_CB_INLINE_MAX_BYTES : 0),
+      records_(device.function->pci_address()),
+      dma_(*device.dma_queue, device.function->pci_address()) {
+    if (options_.quantum == 0) throw Error(ErrorKind::InvalidArgument, "scheduler quantum must be >= 1");
+    if (options_.max_ring_inflight == 0)
+        throw Error(ErrorKind::InvalidArgument, "scheduler max_ring_inflight must be >= 1");
+    ring_.emplace(*device_.function);
+    completions_.resize(256);
+}
+
+SchedulerCore::~SchedulerCore() { Stop(); }
+
+void SchedulerCore::Start() {
+    thread_ = std::thread([this] {
+        tls_scheduler_thread = true;
+        Run();
+    });
+    pthread_setname_np(thread_.native_handle(), "spyre-sched");
+}
+
+void SchedulerCore::Stop() {
+    if (!thread_.joinable()) return;
+    stopping_.store(true);
+    Wake();
+    thread_.join();
+}
+
+StreamState* SchedulerCore::CreateStream(int priority) {
+    if (priority < kStreamPriorityHighest || priority > kStreamPriorityLowest)
+        throw Error(ErrorKind::InvalidArgument, "stream priority " + std::to_string(priority) + " is outside [" +
+                                                    std::to_string(kStreamPriorityHighest) + ", " +
+                                                    std::to_string(kStreamPriorityLowest) + "]");
+    if (lost()) throw lost_error();
+    std::lock_guard lock(streams_mu_);
+    streams_.push_back(std::make_shared<StreamState>(next_index_++, priority));
+    streams_version_.fetch_add(1);
+    return streams_.back().get();
+}
+
+std::shared_ptr<StreamState> SchedulerCore::Find(int stream_index) {
+    std::lock_guard lock(streams_mu_);
+    for (auto& s : streams_)
+        if (s->index == stream_index && !s->retired.load()) return s;
+    return nullptr;
+}
+
+void SchedulerCore::Retire(StreamState* s) {
+    s->retired.store(true);
+    streams_version_.fetch_add(1);
+    Wake();
+}
+
+std::vector<std::shared_ptr<StreamState>> SchedulerCore::Streams() {
+    std::lock_guard lock(streams_mu_);
+    std::vector<std::shared_ptr<StreamState>> out;
+    for (auto& s : streams_)
+        if (!s->retired.load()) out.push_back(s);
+    return out;
+}
+
+SchedulerStats SchedulerCore::Stats() const {
+    std::lock_guard lock(stats_mu_);
+    return stats_;
+}
+
+// ---------------------------------------------------------------- the way in
+
+void SchedulerCore::Queue(StreamState& s, std::span<QueuedOp> ops) {
+    if (ops.empty()) return;
+    bool stream_was_idle;
+    {
+        std::lock_guard lock(s.mu);
+        // Cleanup callbacks are accepted even on a faulted stream.
+        const bool cleanup_only = ops.size() == 1 && ops[0].always;
+        if (s.fault && !cleanup_only) throw *s.fault;
+        if (lost() && !cleanup_only) throw lost_error();
+        for (size_t i = 0; i < ops.size(); ++i) {
+            ops[i].link = i + 1 < ops.size();
+            s.incoming.push_back(std::move(ops[i]));
+        }
+        stream_was_idle = s.completed.load(std::memory_order_acquire) == s.enqueued;
+        s.enqueued += ops.size();
+        s.enqueued_count.store(s.enqueued, std::memory_order_release);
+    }
+    s.pending.store(true, std::memory_order_seq_cst);
+    // The scheduler thread sleeps and the stream had nothing queued: submit
+    // here rather than pay for its wake-up (it is woken only for host work).
+    // A stream with a backlog is the thread's to drain, so enqueues stay
+    // cheap. Never on the thread itself (a callback that enqueues): it
+    // holds the lock already.
+    if (stream_was_idle && thread_asleep_.load(std::memory_order_seq_cst) && !tls_scheduler_thread &&
+        drive_mu_.try_lock()) {
+        std::unique_lock lock(drive_mu_, std::adopt_lock);
+        CallerPump();
+        if (!HostWorkPending()) return;
+    }
+    WakeIfAsleep();
+}
+
+// ---------------------------------------------------------------- waking
+
+void SchedulerCore::Wake() {
+    wake_seq_.fetch_add(1, std::memory_order_seq_cst);
+    FutexWake(&wake_seq_, FutexScope::Private);
+}
+
+void SchedulerCore::WakeIfAsleep() {
+    // Only the first producer to find a sleeper pays for the wake-up.
+    if (sleepers_.load(std::memory_order_seq_cst) && wake_armed_.exchange(false, std::memory_order_seq_cst)) Wake();
+}
+
+void SchedulerCore::DmaDone() {
+    dma_done_.fetch_add(1, std::memory_order_seq_cst);
+    WakeIfAsleep();
+}
+
+bool SchedulerCore::WorkArrived() const {
+    bool work = stopping_.load() || dma_done_.load() != dma_seen_ || streams_version_.load() != active_version_;
+    for (StreamState* s : active_) work = work || s->pending.load(std::memory_order_seq_cst);
+    return work;
+}
+
+bool SchedulerCore::HostWorkPending() const {
+    if (!dma_.empty() && dma_done_.load(std::memory_order_acquire) != dma_seen_) return true;
+    for (StreamState* s : active_) {
+        if (s->local.empty()) continue;
+        const QueuedOp& head = s->local.front();
+        if (!batcher_.IsRingOp(head) && !s->host_busy) return true;
+    }
+    return false;
+}
+
+// ---------------------------------------------------------------- driving
+
+bool SchedulerCore::Pump(bool on_thread) {
+    RefreshStreams();
+    bool progress = PullIncoming();
+    progress |= ReapRing();
+    if (on_thread) progress |= PollDma();
+    progress |= IssueHostWork(on_thread);
+    progress |= SubmitRing();
+    bool busy = !records_.empty() || !dma_.empty();
+    for (StreamState* s : active_) busy = busy || !s->local.empty();
+    busy_.store(busy, std::memory_order_seq_cst);
+    return progress;
+}
+
+void SchedulerCore::CallerPump() {
+    try {
+        Pump(false);
+    } catch (const Error& e) {
+        FaultAll(e);  // only the ring and the function throw: the device is gone or halted
+    }
+}
+
+void SchedulerCore::Poke() {
+    if (tls_scheduler_thread || !drive_mu_.try_lock()) return;
+    std::unique_lock lock(drive_mu_, std::adopt_lock);
+    CallerPump();
+    if (HostWorkPending()) {
+        lock.unlock();
+        WakeIfAsleep();
+    }
+}
+
+void SchedulerCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, CompletionWord& word) {
+    if (counter.load(std::memory_order_acquire) >= target) return;
+    auto done = [&] { return counter.load(std::memory_order_acquire) >= target; };
+    // Reaps (and submits) here when no one else drives; host work found on
+    // the way goes to the scheduler thread.
+    auto drive = [&] {
+        if (!drive_mu_.try_lock()) return;
+        std::unique_lock lock(drive_mu_, std::adopt_lock);
+        CallerPump();
+        if (HostWorkPending()) {
+            lock.unlock();
+            WakeIfAsleep();
+        }
+    };
+    if (options_.wait_mode != driver::WaitMode::Blocking) {
+        drivers_.fetch_add(1, std::memory_order_seq_cst);
+        const auto until = Clock::now() + options_.spin;
+        uint32_t spins = 0;
+        while (!done()) {
+            drive();
+            if (done()) break;
+            CpuRelax();
+            if (options_.wait_mode == driver::WaitMode::Adaptive && (++spins & 63) == 0 && Clock::now() >= until)
+                break;
+        }
+        drivers_.fetch_sub(1, std::memory_order_seq_cst);
+        // Work of others still in flight: the scheduler thread watches it again.
+        if (busy_.load(std::memory_order_seq_cst)) WakeIfAsleep();
+        if (done()) return;
+    }
+    while (!done()) {
+        // Only ring work of ours outstanding: sleep on the ring's completion
+        // interrupt, holding the lock (producers wake us through wake_seq_).
+        if (drive_mu_.try_lock()) {
+            std::unique_lock lock(drive_mu_, std::adopt_lock);
+            CallerPump();
+            if (done()) break;
+            if (!HostWorkPending() && !records_.empty() && !lost()) {
+                const uint32_t seen = wake_seq_.load(std::memory_order_seq_cst);
+                sleepers_.fetch_add(1, std::memory_order_seq_cst);
+                wake_armed_.store(true, std::memory_order_seq_cst);
+                if (!WorkArrived()) {
+                    try {
+                        ring_->WaitCompletionOr(wake_seq_, seen, kBusySleep);
+                    } catch (const Error& e) {
+                        FaultAll(e);
+                    }
+                }
+                sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+                continue;
+            }
+        }
+        // The scheduler thread's turn: make sure it is awake, then sleep
+        // until it completes the work (or a while, then look again).
+        if (thread_asleep_.load(std::memory_order_seq_cst))
+            Wake();
+        else
+            WakeIfAsleep();
+        word.waiters.fetch_add(1, std::memory_order_seq_cst);
+        const uint32_t seen = word.seq.load(std::memory_order_seq_cst);
+        if (!done()) FutexWait(&word.seq, seen, std::chrono::milliseconds(100), FutexScope::Private);
+        word.waiters.fetch_sub(1, std::memory_order_seq_cst);
+    }
+}
+
+// ---------------------------------------------------------------- the thread
+
+void SchedulerCore::Run() {
+    std::unique_lock lock(drive_mu_);
+    auto last_progress = Clock::now();
+    while (!stopping_.load()) {
+        bool progress = false;
+        try {
+            progress = Pump(true);
+        } catch (const Error& e) {
+            // Only the ring and the function can throw here: the device is gone or halted.
+            FaultAll(e);
+            progress = true;
+        }
+        if (progress) {
+            last_progress = Clock::now();
+            continue;
+        }
+        const bool inflight = !records_.empty() || !dma_.empty();
+        if (drivers_.load(std::memory_order_seq_cst) > 0 && !HostWorkPending()) {
+            // A caller waits and reaps itself: keep off its cores and its lock.
+            SleepUnlocked(lock, wake_seq_.load(std::memory_order_seq_cst), kBusySleep);
+            last_progress = Clock::now();
+            continue;
+        }
+        const bool spinning = options_.wait_mode == driver::WaitMode::Poll ||
+                              (options_.wait_mode == driver::WaitMode::Adaptive &&
+                               Clock::now() - last_progress < options_.spin);
+        if (spinning && inflight) {
+            lock.unlock();  // a caller may take a turn here
+            CpuRelax();
+            lock.lock();
+            continue;
+        }
+        IdleWait(lock);
+        last_progress = Clock::now();
+    }
+    // Shutting down: whatever is still queued never runs.
+    FaultAll(Error(ErrorKind::DeviceLost, "the device was closed with work still queued"));
+}
+
+void SchedulerCore::SleepUnlocked(std::unique_lock<std::mutex>& lock, uint32_t seen,
+                                  std::chrono::nanoseconds timeout) {
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    wake_armed_.store(true, std::memory_order_seq_cst);
+    thread_asleep_.store(true, std::memory_order_seq_cst);
+    const bool work = WorkArrived();
+    lock.unlock();
+    if (!work) FutexWait(&wake_seq_, seen, timeout, FutexScope::Private);
+    thread_asleep_.store(false, std::memory_order_seq_cst);
+    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    lock.lock();
+}
+
+void SchedulerCore::IdleWait(std::unique_lock<std::mutex>& lock) {
+    const uint32_t seen = wake_seq_.load(std::memory_order_seq_cst);
+    if (records_.empty()) {
+        // Nothing in the ring: sleep without the lock, so a caller can
+        // submit (and reap) without waking us.
+        SleepUnlocked(lock, seen, dma_.empty() ? kIdleSleep : kBusySleep);
+        return;
+    }
+    // Work in the ring: sleep on its completion interrupt, holding the lock
+    // (the ring is not shared while we wait on it).
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    wake_armed_.store(true, std::memory_order_seq_cst);
+    if (!WorkArrived()) {
+        try {
+            ring_->WaitCompletionOr(wake_seq_, seen, kBusySleep);
+        } catch (const Error& e) {
+            FaultAll(e);
+        }
+    }
+    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void SchedulerCore::RefreshStreams() {
+    const uint64_t version = streams_version_.load();
+    if (version == active_version_) return;
+    std::lock_guard lock(streams_mu_);
+    // Retired streams leave once idle (their owner waited for them already).
+    std::erase_if(streams_, [&](const std::shared_ptr<StreamState>& s) {
+        const bool gone = s->retired.load() && !s->HasWork() && !s->pending.load();
+        if (gone) policy_.Forget(s.get());
+        return gone;
+    });
+    active_.clear();
+    for (auto& s : streams_) active_.push_back(s.get());
+    active_version_ = version;
+    // A retired stream with work left keeps the version "dirty" so it is looked at again.
+    for (StreamState* s : active_)
+        if (s->retired.load()) active_version_ = ~0ull;
+}
+
+bool SchedulerCore::PullIncoming() {
+    bool any = false;
+    for (StreamState* s : active_) {
+        if (!s->pending.load(std::memory_order_acquire)) continue;
+        std::lock_guard lock(s->mu);
+        s->pending.store(false, std::memory_order_relaxed);
+        for (QueuedOp& op : s->incoming) s->local.push_back(std::move(op));
+        s->incoming.clear();
+        any = true;
+    }
+    return any;
+}
+
+bool SchedulerCore::ReapRing() {
+    if (records_.empty()) return false;
+    const size_t n = ring_->Reap(completions_);
+    if (n == 0) return false;
+    const size_t cancelled = records_.Retire(std::span(completions_.data(), n));
+    if (cancelled) {
+        std::lock_guard lock(stats_mu_);
+        stats_.dropped += cancelled;
+    }
+    return true;
+}
+
+bool SchedulerCore::PollDma() {
+    const uint64_t done = dma_done_.load(std::memory_order_acquire);
+    if (done == dma_seen_) return false;
+    // Consume the count even with no stream copy in flight: copies made
+    // directly on the DMA engine (events, tensors) bump it too, and an
+    // unconsumed count keeps the thread from ever sleeping.
+    dma_seen_ = done;
+    return dma_.Poll();
+}
+
+bool SchedulerCore::RunCallback(StreamState& s) {
+    const uint64_t seq = s.next_seq;
+    std::function<void()> callback = std::move(s.local.front().callback);
+    s.local.pop_front();
+    ++s.next_seq;
+    try {
+        callback();
+    } catch (const Error& e) {
+        Fault(s, StreamOpError(e.kind(), s, seq, "host callback threw: " + e.message()));
+    } catch (const std::exception& e) {
+        Fault(s, StreamOpError(ErrorKind::Internal, s, seq, std::string("host callback threw: ") + e.what()));
+    } catch (...) {
+        Fault(s, StreamOpError(ErrorKind::Internal, s, seq, "host callback threw"));
+    }
+    // Captures go before the waiter wakes (they may hold the device).
+    callback = nullptr;
+    Complete(s, seq);
+    std::lock_guard lock(stats_mu_);
+    ++stats_.callbacks;
+    return true;
+}
+
+bool SchedulerCore::IssueHostWork(bool on_thread) {
+    bool any = false;
+    for (StreamState* sp : active_) {
+        StreamState& s = *sp;
+        if (const size_t dropped = DropFaulted(s)) {
+            std::lock_guard lock(stats_mu_);
+            stats_.dropped += dropped;
+            any = true;
+        }
+        // Host work is the thread's: callbacks run there (and may not wait).
+        if (!on_thread || s.local.empty() || s.host_busy || s.ring_inflight != 0) continue;
+        QueuedOp& op = s.local.front();
+        if (batcher_.IsRingOp(op)) continue;
+        if (op.kind == OpKind::HostCallback) {
+            any |= RunCallback(s);
+            continue;
+        }
+        // A DMA copy: it runs beside the ring, which may be busy with other streams.
+        QueuedOp copy = std::move(op);
+        s.local.pop_front();
+        const uint64_t seq = s.next_seq++;
+        if (dma_.Start(s, copy, seq)) {
+            dma_seen_ = ~0ull;  // the copy may have finished inline: look at once
+            std::lock_guard lock(stats_mu_);
+            ++stats_.dma_copies;
+        }
+        any = true;
+    }
+    return any;
+}
+
+bool SchedulerCore::SubmitRing() {
+    batch_.clear();
+    const size_t inflight = records_.size();
+    if (inflight >= options_.max_ring_inflight) return false;
+    RingBatcher::Budget budget{options_.max_ring_inflight - inflight, ring_->FreeSlots(), inflight == 0};
+    size_t batch_cbs = 0;
+    for (StreamState* sp : policy_.Order(active_)) {
+        StreamState& s = *sp;
+        // A stream's turn is one LINKed chain in the ring, so a failure
+        // cancels the rest of it on the device (the stream drops the work
+        // behind a failure). CBs sent in a later turn could not be linked
+        // to it (other streams' CBs may sit between), so a stream gets its
+        // next turn only once its previous one has completed.
+        if (s.ring_inflight != 0 || !batcher_.Ready(s)) continue;
+        const size_t taken = batcher_.TakeTurn(s, policy_.Quantum(sp), budget, batch_, records_);
+        TurnPolicy::EndTurn(s, taken != 0);  // ready but passed over: it ages (Priority)
+        batch_cbs += taken;
+    }
+    if (batch_.empty()) return false;
+    const uint64_t inline_before = batcher_.inline_copies();
+    ring_->Submit(batch_);
+    std::lock_guard lock(stats_mu_);
+    stats_.ring_cbs += batch_cbs;
+    stats_.inline_copies = inline_before;
+    ++stats_.doorbells;
+    return true;
+}
+
+// ---------------------------------------------------------------- device loss
+
+void SchedulerCore::FaultAll(const Error& error) {
+    if (!lost_.load()) {
+        lost_error_ = error;
+        lost_.store(true, std::memory_order_release);
+    }
+    const Error lost_err(ErrorKind::DeviceLost, "device lost: " + error.message(), error.context());
+    records_.FailAll(lost_err);
+    dma_.FailAll(lost_err);
+    RefreshStreams();
+    PullIncoming();
+    for (StreamState* s : active_) {
+        Fault(*s, lost_err);
+        while (!s->local.empty()) {
+            const QueuedOp& op = s->local.front();
+            if (op.kind == OpKind::EventRecord) CompleteEvent(*op.event, op.value, 0, lost_err);
+            s->local.pop_front();
+            Complete(*s, s->next_seq++);
+        }
+    }
+}
+
+}  // namespace detail
+}  // namespace spyre

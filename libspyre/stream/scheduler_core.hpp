@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: Apache-2.0
+// Internal: the scheduler. Each stream's ops enter through Queue (the one
+// way in: FlexStream, events, SpyreStream and Scheduler::QueueOperation all
+// end there) and are issued in FIFO order per stream: ring work batched under
+// one doorbell (RingBatcher), in turns the policy hands out (TurnPolicy),
+// copies on the DMA engine (DmaDispatch), host callbacks on the scheduler
+// thread; completions retire in ring order (RingRecords).
+//
+// Who drives. The state below the drive lock is used by whoever holds it:
+// the scheduler thread, or a host thread that finds it free (caller-runs).
+// A thread that enqueues while the scheduler thread sleeps submits its ring
+// work itself, with no wake-up; a thread waiting for its stream reaps the
+// ring itself (spinning in poll and adaptive mode, asleep on the ring's
+// completion interrupt in blocking mode), and the scheduler thread keeps out
+// of its way. Host work (callbacks, DMA copies) is the scheduler thread's
+// alone: a caller that finds some wakes it. Under contention (the lock
+// taken) a caller only queues and the scheduler thread does the rest.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "spyre/driver/command_ring.hpp"
+#include "spyre/stream/scheduler.hpp"
+#include "stream/completion.hpp"
+#include "stream/dma_dispatch.hpp"
+#include "stream/ring_batcher.hpp"
+#include "stream/turn_policy.hpp"
+
+namespace spyre {
+class DeviceCore;
+}
+
+namespace spyre::detail {
+
+class SchedulerCore {
+public:
+    SchedulerCore(DeviceCore& device, const SchedulerOptions& options);
+    ~SchedulerCore();
+
+    void Start();
+    void Stop();
+    const SchedulerOptions& options() const { return options_; }
+
+    StreamState* CreateStream(int priority);
+    // Shared: a caller may still hold a stream the scheduler has let go.
+    std::shared_ptr<StreamState> Find(int stream_index);
+    void Retire(StreamState* s);
+    std::vector<std::shared_ptr<StreamState>> Streams();
+
+    // The one way in: queues `ops` on `s` in order and returns. Several ops
+    // form a group: LINKed in the ring, never split between turns, so a
+    // failure cancels the rest of it. Throws the stream's sticky error
+    // (a lone cleanup callback is still taken) or DeviceLost.
+    void Queue(StreamState& s, std::span<QueuedOp> ops);
+
+    // Blocks until counter >= target (the caller reaps when it can).
+    void WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, CompletionWord& word);
+    // Reaps what the device has finished, if no one else is driving
+    // (Query and friends: work a caller submitted completes without a wait).
+    void Poke();
+    // A DMA copy finished (called from the DMA engine's threads).
+    void DmaDone();
+
+    bool lost() const { return lost_.load(std::memory_order_acquire); }
+    const Error& lost_error() const { return *lost_error_; }
+    SchedulerStats Stats() const;
+
+private:
+    void Run();
+    // One pass over the work; the drive lock is held. Host work only on the thread.
+    bool Pump(bool on_thread);
+    // Pump on a caller's thread (the lock held): a failure of the device
+    // faults every stream, as on the thread.
+    void CallerPump();
+    bool HostWorkPending() const;
+    bool WorkArrived() const;
+    void Wake();
+    void WakeIfAsleep();
+    void IdleWait(std::unique_lock<std::mutex>& lock);
+    void SleepUnlocked(std::unique_lock<std::mutex>& lock, uint32_t seen, std::chrono::nanoseconds timeout);
+
+    void RefreshStreams();
+    bool PullIncoming();
+    bool ReapRing();
+    bool PollDma();
+    bool IssueHostWork(bool on_thread);
+    bool RunCallback(StreamState& s);
+    bool SubmitRing();
+    void FaultAll(const Error& error);
+
+    DeviceCore& device_;
+    const SchedulerOptions options_;
+
+    std::mutex streams_mu_;
+    std::vector<std::shared_ptr<StreamState>> streams_;  // registered, by creation
+    std::atomic<uint64_t> streams_version_{0};
+    int next_index_ = 0;
+
+    // Under drive_mu_.
+    std::mutex drive_mu_;
+    std::optional<driver::CommandRing> ring_;
+    TurnPolicy policy_;
+    RingBatcher batcher_;
+    RingRecords records_;
+    DmaDispatch dma_;
+    std::vector<StreamState*> active_;
+    uint64_t active_version_ = ~0ull;
+    std::vector<spyre_cb> batch_;
+    std::vector<driver::Completion> completions_;
+    uint64_t dma_seen_ = 0;
+
+    std::atomic<uint32_t> wake_seq_{0};
+    std::atomic<uint32_t> sleepers_{0};      // threads asleep on wake_seq_
+    std::atomic<bool> wake_armed_{false};    // the next producer pays for the wake-up
+    std::atomic<bool> thread_asleep_{false};  // the scheduler thread sleeps without the lock
+    std::atomic<uint32_t> drivers_{0};       // callers reaping in a wait (the thread keeps out)
+    std::atomic<bool> busy_{false};          // work queued or in flight after the last pass
+    std::atomic<uint64_t> dma_done_{0};
+    std::atomic<bool> stopping_{false};
+    std::atomic<bool> lost_{false};
+    std::optional<Error> lost_error_;
+
+    mutable std::mutex stats_mu_;
+    SchedulerStats stats_;
+
+    std::thread thread_;
+};
+
+}  // namespace spyre::detail

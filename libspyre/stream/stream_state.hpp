@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+// Internal: what a stream and an event share with the scheduler thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "spyre/error.hpp"
+#include "spyre/memory/allocator.hpp"
+#include "stream/queued_op.hpp"
+
+namespace spyre {
+
+class DeviceCore;
+
+// Waits until counter >= target: spins for the scheduler's spin budget,
+// then sleeps on `seq` (bumped by the producer when `waiters` is non-zero).
+struct CompletionWord {
+    std::atomic<uint32_t> seq{0};
+    std::atomic<uint32_t> waiters{0};
+    // Producer side: call after the counter moved.
+    void Notify();
+};
+
+struct StreamState {
+    StreamState(int index, int priority) : index(index), priority(priority) {}
+
+    const int index;
+    const int priority;
+
+    // Producer side, guarded by mu (several host threads may enqueue).
+    std::mutex mu;
+    std::vector<detail::QueuedOp> incoming;
+    uint64_t enqueued = 0;
+    std::optional<Error> fault;
+    std::atomic<bool> pending{false};       // incoming is non-empty
+    std::atomic<bool> faulted{false};       // mirrors fault.has_value()
+    std::atomic<uint64_t> enqueued_count{0};
+    std::atomic<uint64_t> completed{0};     // ops done (including dropped), in order
+    std::atomic<bool> retired{false};
+    CompletionWord done;
+
+    // Scheduler side (whoever drives it: the thread or a caller holding the drive lock).
+    std::deque<detail::QueuedOp> local;     // taken from incoming, in order
+    uint64_t next_seq = 0;                  // op index of local.front()
+    uint32_t ring_inflight = 0;             // CBs of this stream in the ring
+    bool host_busy = false;                 // a DMA copy of this stream is running
+    uint32_t skipped_turns = 0;             // Priority policy: aging
+
+    bool HasWork() const { return !local.empty() || ring_inflight != 0 || host_busy; }
+};
+
+struct EventState {
+    std::shared_ptr<DeviceCore> core;
+    std::optional<DeviceAllocation> semaphore;  // one u64 in device memory
+    uint64_t sem_addr = 0;
+    std::atomic<uint64_t> recorded{0};   // Record calls so far (the last record's sequence)
+    std::atomic<uint64_t> submitted{0};  // last sequence whose SEM_WRITE is in the ring (scheduler)
+    std::atomic<uint64_t> completed{0};  // last sequence completed
+    std::atomic<uint64_t> timestamp_ns{0};  // device time of `completed`
+    CompletionWord done;
+    std::mutex mu;
+    std::optional<Error> error;          // the recording stream's fault, if it had one
+    ~EventState();
+};
+
+}  // namespace spyre
