@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // Asynchronous copies between host memory and a function's device memory.
 //
-// The function's memory is a shared-memory object (region DEVMEM). Large
-// copies become read/write requests against that object on io_uring, cut
-// into chunks and kept in flight, so the kernel's workers copy in parallel
-// while the caller goes on; a completion thread sleeps in the kernel until
-// chunks finish. Small copies take a fast path: a memcpy through the mapping,
-// done before the call returns (a lone small io_uring write costs ~10x a
-// memcpy). Where io_uring is unavailable (seccomp, old kernels) a worker
-// thread copies through the mapping instead: same API, chosen automatically.
+// The function's memory is a shared-memory object (region DEVMEM) that this
+// process maps (a process reaches only its own function's memory, which it
+// maps anyway). Large copies are cut into chunks and copied through the
+// mapping by copy engines (one thread per core) while the caller goes on;
+// on the io_uring backend some device-to-host chunks can be io_uring reads
+// against the object instead (DmaOptions::uring_read_every; off by default,
+// slower here). Small copies take a fast path: a memcpy through the mapping,
+// done before the call returns. Where io_uring is unavailable (seccomp, old
+// kernels) the fallback backend runs: same API, chosen automatically.
 // docs/dma.md explains the choices and the measurements.
 #pragma once
 
@@ -33,6 +34,11 @@ struct DmaOptions {
     uint64_t chunk_bytes = 4ull << 20;     // io_uring request size for large copies
     unsigned queue_depth = 16;             // io_uring requests in flight at most
     uint64_t inline_threshold = 1ull << 20; // copies up to this size use the fast path
+    // io_uring backend: every Nth chunk of a device-to-host copy is an
+    // io_uring read (1 = all, 2 = every other one), the rest go to the copy
+    // engines; 0 = none. Measured best here: 0 (docs/dma.md); the reads stay
+    // for hosts where the kernel's copy out of shmem beats a memcpy.
+    unsigned uring_read_every = 0;
     // Called once each time a copy (ticket) completes, successfully or not,
     // after its completion is visible to Poll and Wait: on a worker or
     // completion thread of the queue, or in the calling thread before
