@@ -111,6 +111,11 @@ public:
     }
 
     DmaCompletion Wait(Ticket t, milliseconds timeout) {
+        {
+            std::lock_guard lock(mutex_);
+            Find(t);  // an unknown ticket fails before any work is taken
+        }
+        HelpWith(t);
         std::unique_lock lock(mutex_);
         auto it = Find(t);
         if (!cv_.wait_for(lock, timeout, [&] { return it->second.parts_left == 0; }))
@@ -149,12 +154,32 @@ private:
             const Chunk c = work_.front();
             work_.pop_front();
             lock.unlock();
-            uint8_t* dev = memory() + (c.offset - shm_offset());
-            if (c.to_device)
-                std::memcpy(dev, c.host, c.size);  // chunks of one copy never overlap
-            else
-                std::memcpy(c.host, dev, c.size);
-            ChunkDone(c.ticket, c.size, 0);
+            Copy(c);
+        }
+    }
+
+    void Copy(const Chunk& c) {
+        uint8_t* dev = memory() + (c.offset - shm_offset());
+        if (c.to_device)
+            std::memcpy(dev, c.host, c.size);  // chunks of one copy never overlap
+        else
+            std::memcpy(c.host, dev, c.size);
+        ChunkDone(c.ticket, c.size, 0);
+    }
+
+    // A waiting caller copies its own ticket's chunks that no engine has
+    // started: on a loaded machine an engine thread may be descheduled while
+    // the caller would sit idle (measured: 0.3-0.5x memcpy at times under a
+    // load of 8 on 2 cores without it).
+    void HelpWith(Ticket t) {
+        for (;;) {
+            std::unique_lock lock(work_mutex_);
+            auto it = std::find_if(work_.begin(), work_.end(), [&](const Chunk& c) { return c.ticket == t; });
+            if (it == work_.end()) return;
+            const Chunk c = *it;
+            work_.erase(it);
+            lock.unlock();
+            Copy(c);
         }
     }
 
