@@ -2,6 +2,9 @@
 // spyre::Host: one discovery of every card and function, Devices of any
 // subset sharing one environment (here one embedded spyre-mockdev with
 // 2 cards x 2 VFs), typed errors for bad selectors and double opens.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstring>
 
 #include "mock_fixture.hpp"
@@ -167,4 +170,44 @@ TEST_F(HostTest, ASecondHostOnTheSameRootSeesTheSameFunctions) {
     EXPECT_SPYRE_ERROR(host().Open("4"), Busy, "in use");
     EXPECT_EQ(Host::Open(at_root).functions()[4].held_elsewhere, std::optional<bool>(false));
     RoundTrip(d, 64 << 10, 6);
+}
+
+TEST_F(HostTest, AFunctionHeldByAnotherProcessIsReportedAndRefused) {
+    const std::string desc = host().Describe();
+    const std::filesystem::path mount = desc.substr(desc.find('/'));
+    int ready[2], done[2];
+    ASSERT_EQ(::pipe(ready), 0);
+    ASSERT_EQ(::pipe(done), 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        // Holds VF 2 of card 1 until the parent closes `done`.
+        ::close(done[1]);  // else the read below never sees end of file
+        ::close(ready[0]);
+        try {
+            driver::Function fn = driver::Function::Open(driver::DeviceRoot(mount).Find("0000:02:00.2"));
+            char c = 'r';
+            if (::write(ready[1], &c, 1) != 1) ::_exit(2);
+            while (::read(done[0], &c, 1) > 0) {}
+        } catch (const Error&) {
+            ::_exit(1);
+        }
+        ::_exit(0);
+    }
+    ::close(ready[1]);
+    ::close(done[0]);
+    char c = 0;
+    ASSERT_EQ(::read(ready[0], &c, 1), 1) << "the child could not open 0000:02:00.2";
+    HostOptions at_root;
+    at_root.source = HostOptions::Source::DeviceRoot;
+    at_root.device_root = mount;
+    Host seen = Host::Open(at_root);
+    for (const FunctionDescription& f : seen.functions())
+        EXPECT_EQ(f.held_elsewhere, std::optional<bool>(f.pci_address == "0000:02:00.2")) << f.pci_address;
+    EXPECT_SPYRE_ERROR(seen.Open("0000:02:00.2"), Busy, "in use");
+    ::close(done[1]);
+    ::close(ready[0]);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
