@@ -84,17 +84,24 @@ public:
     // into the memory of a dead device (the shared memory outlives its
     // daemon) counts for nothing: the copy fails with DeviceLost.
     void ChunkDone(Ticket t, uint64_t bytes, int error) {
-        const bool lost = !fn_.Alive();  // a pidfd poll per chunk (MiBs): off the caller's path
-        bool complete = false;
-        {
-            std::lock_guard lock(mutex_);
-            State& s = tickets_.at(t);
-            s.bytes += bytes;
-            s.lost = s.lost || lost;
-            if (error && !s.error) s.error = error;
-            complete = --s.parts_left == 0;
-            if (complete) cv_.notify_all();
+        std::unique_lock lock(mutex_);
+        State* s = &tickets_.at(t);
+        if (s->parts_left == 1) {
+            // The last chunk checks the daemon (a pidfd poll), once per copy:
+            // a device never comes back, so a chunk that finished on a dead
+            // device is still caught here. Only this chunk is left, so no
+            // other thread touches the state meanwhile.
+            lock.unlock();
+            const bool lost = !fn_.Alive();
+            lock.lock();
+            s = &tickets_.at(t);
+            s->lost = s->lost || lost;
         }
+        s->bytes += bytes;
+        if (error && !s->error) s->error = error;
+        const bool complete = --s->parts_left == 0;
+        if (complete) cv_.notify_all();
+        lock.unlock();
         if (complete) NotifyComplete();  // outside the lock: the hook may Poll
     }
 

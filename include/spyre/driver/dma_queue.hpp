@@ -41,7 +41,8 @@ struct DmaOptions {
     unsigned uring_read_every = 0;
     // Called once each time a copy (ticket) completes, successfully or not,
     // after its completion is visible to Poll and Wait: on a worker or
-    // completion thread of the queue, or in the calling thread before
+    // completion thread of the queue, in a thread waiting in Wait (which
+    // copies its ticket's chunks that no worker has started), or in the calling thread before
     // HostToDevice/DeviceToHost/DeviceToDevice returns for a copy done there
     // (so possibly before the caller has the ticket). Meant for waking a
     // thread; it must be thread-safe, must not throw, and must stay callable
@@ -76,7 +77,8 @@ public:
     // A dead device fails the copy with DeviceLost: its shared memory
     // outlives the daemon, so nothing else would notice. Copies on the
     // engine check the daemon (Function::Alive, one pidfd poll) when
-    // submitted and as each chunk finishes; fast-path copies use
+    // submitted and when their last chunk finishes (a device never comes
+    // back, so a chunk finished on a dead device is caught then); fast-path copies use
     // Function::CheckAliveThrottled (a memory load, the daemon polled at most
     // once per millisecond).
     Ticket HostToDevice(const void* host, uint64_t device_addr, uint64_t size);
