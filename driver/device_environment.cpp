@@ -7,13 +7,35 @@
 
 namespace spyre::driver {
 
+FunctionKind DeviceEnvironment::KindFromFlexDevice(std::string* flex_device) {
+    const char* flex = std::getenv("FLEX_DEVICE");
+    *flex_device = flex ? flex : "";
+    if (!flex_device->empty() && *flex_device != "PF" && *flex_device != "VF" && *flex_device != "MOCK")
+        throw Error(ErrorKind::InvalidArgument, "FLEX_DEVICE=" + *flex_device + " is not one of PF, VF, MOCK");
+    return *flex_device == "VF" ? FunctionKind::VF : FunctionKind::PF;
+}
+
+DeviceEnvironment DeviceEnvironment::AtRoot(const std::filesystem::path& root) {
+    DeviceEnvironment env;
+    std::string flex_device;
+    env.kind_ = KindFromFlexDevice(&flex_device);
+    env.root_.emplace(root);
+    return env;
+}
+
+DeviceEnvironment DeviceEnvironment::Embedded(const MockOptions& options) {
+    DeviceEnvironment env;
+    std::string flex_device;
+    env.kind_ = KindFromFlexDevice(&flex_device);
+    env.mock_.emplace(MockDaemon::Start(options));
+    env.root_.emplace(env.mock_->mount());
+    return env;
+}
+
 DeviceEnvironment DeviceEnvironment::Acquire(const MockOptions& embedded) {
     DeviceEnvironment env;
-    const char* flex = std::getenv("FLEX_DEVICE");
-    const std::string flex_device = flex ? flex : "";
-    if (!flex_device.empty() && flex_device != "PF" && flex_device != "VF" && flex_device != "MOCK")
-        throw Error(ErrorKind::InvalidArgument, "FLEX_DEVICE=" + flex_device + " is not one of PF, VF, MOCK");
-    env.kind_ = flex_device == "VF" ? FunctionKind::VF : FunctionKind::PF;
+    std::string flex_device;
+    env.kind_ = KindFromFlexDevice(&flex_device);
 
     if (flex_device != "MOCK") {
         if (const char* root = std::getenv("SPYRE_DEV_ROOT"); root && *root) {
@@ -44,8 +66,10 @@ FunctionInfo DeviceEnvironment::DefaultFunction() const {
                                          " (check SPYRE_DEVICES)");
 }
 
-Function DeviceEnvironment::Open(const std::string& selector) const {
-    return Function::Open(selector.empty() ? DefaultFunction() : root_->Find(selector));
+FunctionInfo DeviceEnvironment::Resolve(const std::string& selector) const {
+    return selector.empty() ? DefaultFunction() : root_->Find(selector);
 }
+
+Function DeviceEnvironment::Open(const std::string& selector) const { return Function::Open(Resolve(selector)); }
 
 }  // namespace spyre::driver

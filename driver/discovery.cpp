@@ -1,13 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "spyre/driver/discovery.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "spyre/error.hpp"
 #include "spyre/uapi/spyre_pci.h"
+#include "spyre/uapi/spyre_regs.h"
 
 namespace fs = std::filesystem;
 
@@ -56,6 +63,12 @@ std::vector<std::string> SplitList(std::string_view s) {
 }
 
 }  // namespace
+
+FunctionSelector ParseFunctionSelector(std::string_view selector) {
+    if (selector.empty()) throw Error(ErrorKind::InvalidArgument, "empty device selector");
+    if (IsIndex(selector)) return FunctionSelector{std::stoul(std::string(selector)), {}};
+    return FunctionSelector{std::nullopt, NormalizeAddress(selector)};
+}
 
 std::optional<FunctionInfo> ProbeFunction(const fs::path& root, const std::string& pci_address) {
     fs::path dir = DevicesDir(root) / pci_address;
@@ -110,20 +123,63 @@ std::vector<FunctionInfo> DeviceRoot::Functions() const {
 }
 
 FunctionInfo DeviceRoot::Find(std::string_view selector) const {
+    const FunctionSelector sel = ParseFunctionSelector(selector);
     auto functions = Functions();
-    if (selector.empty()) throw Error(ErrorKind::InvalidArgument, "empty device selector");
-    if (IsIndex(selector)) {
-        size_t i = std::stoul(std::string(selector));
+    if (sel.index) {
+        const size_t i = *sel.index;
         if (i >= functions.size())
             throw Error(ErrorKind::NotFound, "device index " + std::string(selector) + " out of range: " +
                                                  std::to_string(functions.size()) + " spyre function(s) under " +
                                                  path_.string());
         return functions[i];
     }
-    std::string addr = NormalizeAddress(selector);
+    const std::string& addr = sel.pci_address;
     for (const auto& f : functions)
         if (f.pci_address == addr) return f;
     throw Error(ErrorKind::NotFound, "no spyre function " + addr + " under " + path_.string());
+}
+
+namespace {
+
+// Reads `size` bytes at `offset` of a function's file; the errno on failure.
+int ReadAt(const fs::path& file, void* out, size_t size, off_t offset) {
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno;
+    const ssize_t n = ::pread(fd, out, size, offset);
+    const int err = n < 0 ? errno : (size_t(n) == size ? 0 : EIO);
+    ::close(fd);
+    return err;
+}
+
+}  // namespace
+
+FunctionStatus ReadFunctionStatus(const FunctionInfo& info) {
+    FunctionStatus st;
+    // Fallback identity from the address: bus - first bus, devfn as the SR-IOV layout places VFs.
+    unsigned domain = 0, bus = 0, device = 0, fn = 0;
+    if (std::sscanf(info.pci_address.c_str(), "%x:%x:%x.%x", &domain, &bus, &device, &fn) == 4) {
+        st.card = uint16_t(bus >= SPYRE_PCI_FIRST_BUS ? bus - SPYRE_PCI_FIRST_BUS : bus);
+        const unsigned devfn = device << 3 | fn;
+        st.function = uint16_t(info.is_vf && devfn >= SPYRE_SRIOV_FIRST_VF_OFFSET
+                                   ? (devfn - SPYRE_SRIOV_FIRST_VF_OFFSET) / SPYRE_SRIOV_VF_STRIDE + 1
+                                   : 0);
+    }
+    // FUNC_ID (0x0C) through MEM_SIZE (0x30..0x38) in one trapped read.
+    uint8_t regs[SPYRE_REG_MEM_SIZE + 8 - SPYRE_REG_FUNC_ID];
+    if (ReadAt(info.sysfs_dir / "resource0", regs, sizeof regs, SPYRE_REG_FUNC_ID) == 0) {
+        uint32_t func_id;
+        std::memcpy(&func_id, regs, 4);
+        std::memcpy(&st.memory_bytes, regs + (SPYRE_REG_MEM_SIZE - SPYRE_REG_FUNC_ID), 8);
+        st.card = uint16_t((func_id & SPYRE_FUNC_ID_CARD_MASK) >> SPYRE_FUNC_ID_CARD_SHIFT);
+        st.function = uint16_t(func_id & SPYRE_FUNC_ID_INDEX_MASK);
+    }
+    uint8_t byte;
+    const int err = ReadAt(info.sysfs_dir / "resource2", &byte, 1, 0);
+    if (err == 0)
+        st.held = false;
+    else if (err == EBUSY)
+        st.held = true;
+    return st;
 }
 
 }  // namespace spyre::driver

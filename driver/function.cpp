@@ -65,7 +65,7 @@ Function Function::Open(const FunctionInfo& info) {
     f.fd_ = ::open(info.dev_node.c_str(), O_RDWR | O_CLOEXEC);
     if (f.fd_ < 0) {
         if (errno == EBUSY)
-            throw Error(ErrorKind::Busy, "function is in use by another process (device nodes are exclusive)",
+            throw Error(ErrorKind::Busy, "function is in use: its device node is held by another process or by another open in this one (device nodes are exclusive)",
                         ErrorContext{.device = info.pci_address, .sys_errno = EBUSY});
         throw SystemError("cannot open " + info.dev_node.string(), ctx);
     }

@@ -137,14 +137,19 @@ MockDaemon MockDaemon::Start(MockOptions options) {
         throw SystemError("cannot create the readiness pipe for spyre-mockdev");
     }
     pid_t parent = ::getpid();
-    pid_t pid = ::fork();
+    // vfork, not fork: fork copies the page tables and write-protects every
+    // private page of this process (copy on write), so each host page the
+    // app writes afterwards (a device-to-host copy's destination) takes a
+    // fault, measured as 0.02x memcpy for the first 64 MiB copy after the
+    // mock started. The child below only makes system calls before exec.
+    pid_t pid = ::vfork();
     if (pid < 0) {
         int e = errno;
         ::close(pipefd[0]);
         ::close(pipefd[1]);
         d.Cleanup();
         errno = e;
-        throw SystemError("cannot fork spyre-mockdev");
+        throw SystemError("cannot start (vfork) spyre-mockdev");
     }
     if (pid == 0) {
         // Child: async-signal-safe calls only until exec.

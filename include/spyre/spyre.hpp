@@ -4,6 +4,7 @@
 
 #include "spyre/memory/allocator.hpp"
 #include "spyre/device/device.hpp"
+#include "spyre/device/host.hpp"
 #include "spyre/memory/device_buffer.hpp"
 #include "spyre/memory/device_handle.hpp"
 #include "spyre/memory/dma_engine.hpp"

@@ -13,9 +13,10 @@ void CompletionWord::Notify() {
     FutexWake(&seq, FutexScope::Private);
 }
 
-DeviceCore::DeviceCore(DeviceOptions options) {
-    environment.emplace(driver::DeviceEnvironment::Acquire(options.embedded_mock));
-    function.emplace(environment->Open(options.function));
+DeviceCore::DeviceCore(std::shared_ptr<const driver::DeviceEnvironment> env, const driver::FunctionInfo& info,
+                       DeviceOptions options)
+    : environment(std::move(env)) {
+    function.emplace(driver::Function::Open(info));
     AllocatorOptions alloc = options.allocator;
     alloc.mode = options.allocator_mode.value_or(function->is_vf() ? AllocatorMode::VF : AllocatorMode::PF);
     allocator.emplace(*function, alloc);
@@ -93,8 +94,14 @@ Device& Device::operator=(Device&&) noexcept = default;
 Device::~Device() = default;
 
 Device Device::Open(DeviceOptions options) {
-    auto core = std::make_shared<DeviceCore>(std::move(options));
-    return Device(std::move(core));
+    auto env = std::make_shared<const driver::DeviceEnvironment>(driver::DeviceEnvironment::Acquire(options.embedded_mock));
+    const driver::FunctionInfo info = env->Resolve(options.function);
+    return OpenIn(std::move(env), info, std::move(options));
+}
+
+Device Device::OpenIn(std::shared_ptr<const driver::DeviceEnvironment> environment, const driver::FunctionInfo& function,
+                      DeviceOptions options) {
+    return Device(std::make_shared<DeviceCore>(std::move(environment), function, std::move(options)));
 }
 
 SpyreAllocator& Device::allocator() { return *core_->allocator; }

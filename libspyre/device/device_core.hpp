@@ -33,10 +33,13 @@ class SchedulerCore;
 
 class DeviceCore : public std::enable_shared_from_this<DeviceCore>, public DeviceMemory {
 public:
-    DeviceCore(DeviceOptions options);
+    // Opens `function` of `environment` (shared with every Device opened
+    // from the same Host; kept alive as long as this core).
+    DeviceCore(std::shared_ptr<const driver::DeviceEnvironment> environment, const driver::FunctionInfo& function,
+               DeviceOptions options);
     ~DeviceCore();
 
-    std::optional<driver::DeviceEnvironment> environment;
+    std::shared_ptr<const driver::DeviceEnvironment> environment;
     std::optional<driver::Function> function;
     std::optional<SpyreAllocator> allocator;
     std::optional<driver::DmaQueue> dma_queue;

@@ -36,11 +36,13 @@ std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
 struct Param {
     AllocatorMode mode;
     DmaBackend backend;
+    unsigned uring_read_every = 0;  // DmaOptions::uring_read_every: io_uring reads too
 };
 
 std::string Name(const ::testing::TestParamInfo<Param>& p) {
     return std::string(p.param.mode == AllocatorMode::PF ? "PF" : "VF") + "_" +
-           (p.param.backend == DmaBackend::IoUring ? "io_uring" : "fallback");
+           (p.param.backend == DmaBackend::IoUring ? "io_uring" : "fallback") +
+           (p.param.uring_read_every ? "_reads_every_" + std::to_string(p.param.uring_read_every) : "");
 }
 
 }  // namespace
@@ -58,7 +60,7 @@ protected:
                                  : AllocatorOptions{.mode = AllocatorMode::VF, .vf_regions = 2,
                                                     .vf_region_sizes = {512 * kMiB}});
         try {
-            queue_.emplace(*fn_, DmaOptions{.backend = GetParam().backend});
+            queue_.emplace(*fn_, DmaOptions{.backend = GetParam().backend, .uring_read_every = GetParam().uring_read_every});
         } catch (const Error& e) {
             if (e.kind() == ErrorKind::Unsupported) GTEST_SKIP() << e.what();
             throw;
@@ -209,8 +211,10 @@ TEST_P(DmaTest, CopiesFailWithDeviceLostOnceTheDaemonIsKilled) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, DmaTest,
                          ::testing::Values(Param{AllocatorMode::PF, DmaBackend::IoUring},
+                                           Param{AllocatorMode::PF, DmaBackend::IoUring, 1},
                                            Param{AllocatorMode::PF, DmaBackend::Fallback},
                                            Param{AllocatorMode::VF, DmaBackend::IoUring},
+                                           Param{AllocatorMode::VF, DmaBackend::IoUring, 2},
                                            Param{AllocatorMode::VF, DmaBackend::Fallback}),
                          Name);
 

@@ -33,6 +33,8 @@ class Device {
 public:
     // Finds the device as DeviceEnvironment does (starting a private mock
     // when there is none), opens the function and starts the scheduler.
+    // The environment is this Device's own; to open several functions of one
+    // environment (one private mock for all), use spyre::Host (host.hpp).
     static Device Open(DeviceOptions options = {});
 
     Device(Device&&) noexcept;
@@ -63,7 +65,11 @@ public:
     std::shared_ptr<DeviceCore> core() const noexcept { return core_; }
 
 private:
+    friend class LocalHostBackend;  // host.cpp: opens Devices in a shared environment
     explicit Device(std::shared_ptr<DeviceCore> core);
+    // Opens `function` of `environment`; the Device keeps the environment alive.
+    static Device OpenIn(std::shared_ptr<const driver::DeviceEnvironment> environment,
+                         const driver::FunctionInfo& function, DeviceOptions options);
     std::shared_ptr<DeviceCore> core_;
     std::unique_ptr<FlexStream> default_stream_;
 };

@@ -25,6 +25,12 @@ public:
     // Resolves the device root as documented above. Throws NotFound with a
     // hint when there is no device and FLEX_DEVICE asks for real hardware.
     static DeviceEnvironment Acquire(const MockOptions& embedded = {});
+    // The functions under `root`, ignoring SPYRE_DEV_ROOT (FLEX_DEVICE still
+    // picks the default kind). Throws NotFound when `root` holds no device tree.
+    static DeviceEnvironment AtRoot(const std::filesystem::path& root);
+    // A private spyre-mockdev started with `options`, ignoring SPYRE_DEV_ROOT
+    // and /run/spyre; it stops when the environment goes.
+    static DeviceEnvironment Embedded(const MockOptions& options);
 
     const DeviceRoot& root() const noexcept { return *root_; }
     // True when this environment started its own spyre-mockdev.
@@ -34,12 +40,16 @@ public:
 
     // The first visible function of the default kind.
     FunctionInfo DefaultFunction() const;
+    // The function named by selector (index or PCI address), or the default
+    // function when selector is empty. Throws NotFound / InvalidArgument.
+    FunctionInfo Resolve(const std::string& selector) const;
     // Opens the function named by selector (index or PCI address), or the
     // default function when selector is empty.
     Function Open(const std::string& selector = {}) const;
 
 private:
     DeviceEnvironment() = default;
+    static FunctionKind KindFromFlexDevice(std::string* flex_device);
 
     std::optional<MockDaemon> mock_;  // declared first: destroyed after root_
     std::optional<DeviceRoot> root_;

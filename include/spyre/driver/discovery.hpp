@@ -47,6 +47,30 @@ private:
     std::filesystem::path path_;
 };
 
+// A function selector read as DeviceRoot::Find reads it: an index ("2") or a
+// PCI address ("0000:01:00.1", or the short "01:00.1"), normalised to the
+// long lower-case form. InvalidArgument for an empty selector.
+struct FunctionSelector {
+    std::optional<size_t> index;
+    std::string pci_address;  // when not an index
+};
+FunctionSelector ParseFunctionSelector(std::string_view selector);
+
+// What a function tells about itself without being opened (no claim on it):
+// its identity and memory size from its register file (resource0, readable by
+// everyone, one trapped read), and whether another process holds it (a one-byte
+// read of its memory file, resource2, which the device refuses to all but the
+// holder and its card's PF holder). Fields that cannot be read this way (a
+// tree without readable resource files) fall back to the PCI address and
+// "unknown".
+struct FunctionStatus {
+    uint16_t card = 0;           // FUNC_ID's card field (else the bus number from the first bus)
+    uint16_t function = 0;       // 0 = PF, n = VF n
+    uint64_t memory_bytes = 0;   // MEM_SIZE; 0 when unknown
+    std::optional<bool> held;    // held by another process; nullopt when unknown
+};
+FunctionStatus ReadFunctionStatus(const FunctionInfo& info);
+
 // Reads MOUNT/bus/pci/devices/<addr>/{vendor,device} into a FunctionInfo;
 // nullopt for non-spyre functions.
 std::optional<FunctionInfo> ProbeFunction(const std::filesystem::path& root, const std::string& pci_address);

@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // Asynchronous copies between host memory and a function's device memory.
 //
-// The function's memory is a shared-memory object (region DEVMEM). Large
-// copies become read/write requests against that object on io_uring, cut
-// into chunks and kept in flight, so the kernel's workers copy in parallel
-// while the caller goes on; a completion thread sleeps in the kernel until
-// chunks finish. Small copies take a fast path: a memcpy through the mapping,
-// done before the call returns (a lone small io_uring write costs ~10x a
-// memcpy). Where io_uring is unavailable (seccomp, old kernels) a worker
-// thread copies through the mapping instead: same API, chosen automatically.
+// The function's memory is a shared-memory object (region DEVMEM) that this
+// process maps (a process reaches only its own function's memory, which it
+// maps anyway). Large copies are cut into chunks and copied through the
+// mapping by copy engines (one thread per core) while the caller goes on;
+// on the io_uring backend some device-to-host chunks can be io_uring reads
+// against the object instead (DmaOptions::uring_read_every; off by default,
+// slower here). Small copies take a fast path: a memcpy through the mapping,
+// done before the call returns. Where io_uring is unavailable (seccomp, old
+// kernels) the fallback backend runs: same API, chosen automatically.
 // docs/dma.md explains the choices and the measurements.
 #pragma once
 
@@ -33,9 +34,15 @@ struct DmaOptions {
     uint64_t chunk_bytes = 4ull << 20;     // io_uring request size for large copies
     unsigned queue_depth = 16;             // io_uring requests in flight at most
     uint64_t inline_threshold = 1ull << 20; // copies up to this size use the fast path
+    // io_uring backend: every Nth chunk of a device-to-host copy is an
+    // io_uring read (1 = all, 2 = every other one), the rest go to the copy
+    // engines; 0 = none. Measured best here: 0 (docs/dma.md); the reads stay
+    // for hosts where the kernel's copy out of shmem beats a memcpy.
+    unsigned uring_read_every = 0;
     // Called once each time a copy (ticket) completes, successfully or not,
     // after its completion is visible to Poll and Wait: on a worker or
-    // completion thread of the queue, or in the calling thread before
+    // completion thread of the queue, in a thread waiting in Wait (which
+    // copies its ticket's chunks that no worker has started), or in the calling thread before
     // HostToDevice/DeviceToHost/DeviceToDevice returns for a copy done there
     // (so possibly before the caller has the ticket). Meant for waking a
     // thread; it must be thread-safe, must not throw, and must stay callable
@@ -70,7 +77,8 @@ public:
     // A dead device fails the copy with DeviceLost: its shared memory
     // outlives the daemon, so nothing else would notice. Copies on the
     // engine check the daemon (Function::Alive, one pidfd poll) when
-    // submitted and as each chunk finishes; fast-path copies use
+    // submitted and when their last chunk finishes (a device never comes
+    // back, so a chunk finished on a dead device is caught then); fast-path copies use
     // Function::CheckAliveThrottled (a memory load, the daemon polled at most
     // once per millisecond).
     Ticket HostToDevice(const void* host, uint64_t device_addr, uint64_t size);

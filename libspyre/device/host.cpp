@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "spyre/device/host.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "device/device_core.hpp"
+
+namespace spyre {
+
+// Functions under one device root, found once; every Device opened from it
+// shares (and keeps alive) the one environment.
+class LocalHostBackend final : public HostBackend {
+public:
+    explicit LocalHostBackend(std::shared_ptr<const driver::DeviceEnvironment> env) : env_(std::move(env)) {
+        const std::vector<driver::FunctionInfo> found = env_->root().Functions();
+        for (size_t i = 0; i < found.size(); ++i) {
+            const driver::FunctionStatus st = driver::ReadFunctionStatus(found[i]);
+            functions_.push_back(FunctionDescription{
+                .index = i,
+                .pci_address = found[i].pci_address,
+                .kind = found[i].is_vf ? driver::FunctionKind::VF : driver::FunctionKind::PF,
+                .id = DeviceId{st.card, st.function},
+                .memory_bytes = st.memory_bytes,
+                .held_elsewhere = st.held,
+            });
+            infos_.push_back(found[i]);
+        }
+    }
+
+    std::string Describe() const override {
+        return std::string("local:") + (env_->embedded() ? "embedded spyre-mockdev at " : "") +
+               env_->root().path().string();
+    }
+    const std::vector<FunctionDescription>& Functions() const override { return functions_; }
+    Device Open(const FunctionDescription& function, DeviceOptions options) override {
+        return Device::OpenIn(env_, infos_.at(function.index), std::move(options));
+    }
+
+private:
+    std::shared_ptr<const driver::DeviceEnvironment> env_;
+    std::vector<FunctionDescription> functions_;
+    std::vector<driver::FunctionInfo> infos_;  // same order as functions_
+};
+
+struct Host::State {
+    std::shared_ptr<HostBackend> backend;
+    std::mutex mu;
+    // Functions this Host has opened, by index: held while the core lives.
+    std::map<size_t, std::weak_ptr<DeviceCore>> opened;
+};
+
+Host::Host(std::shared_ptr<HostBackend> backend) : state_(std::make_shared<State>()) {
+    if (!backend) throw Error(ErrorKind::InvalidArgument, "a Host needs a backend");
+    state_->backend = std::move(backend);
+}
+Host::Host(Host&&) noexcept = default;
+Host& Host::operator=(Host&&) noexcept = default;
+Host::~Host() = default;
+
+Host Host::Open(HostOptions options) {
+    driver::DeviceEnvironment env = [&] {
+        switch (options.source) {
+        case HostOptions::Source::DeviceRoot:
+            if (options.device_root.empty())
+                throw Error(ErrorKind::InvalidArgument, "HostOptions::Source::DeviceRoot needs a device_root");
+            return driver::DeviceEnvironment::AtRoot(options.device_root);
+        case HostOptions::Source::EmbeddedMock: return driver::DeviceEnvironment::Embedded(options.embedded_mock);
+        case HostOptions::Source::Environment: break;
+        }
+        return driver::DeviceEnvironment::Acquire(options.embedded_mock);
+    }();
+    return Host(std::make_shared<LocalHostBackend>(std::make_shared<const driver::DeviceEnvironment>(std::move(env))));
+}
+
+const std::vector<FunctionDescription>& Host::functions() const { return state_->backend->Functions(); }
+
+std::string Host::Describe() const { return state_->backend->Describe(); }
+
+std::vector<CardDescription> Host::cards() const {
+    std::map<uint16_t, std::vector<const FunctionDescription*>> by_card;
+    for (const FunctionDescription& f : functions()) by_card[f.id.card].push_back(&f);
+    std::vector<CardDescription> out;
+    for (auto& [card, fns] : by_card) {
+        std::sort(fns.begin(), fns.end(), [](auto* a, auto* b) { return a->id.function < b->id.function; });
+        CardDescription c{.card = card, .functions = {}};
+        for (const FunctionDescription* f : fns) c.functions.push_back(f->index);
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
+const FunctionDescription& Host::Find(const std::string& selector) const {
+    const auto& fns = functions();
+    const driver::FunctionSelector sel = driver::ParseFunctionSelector(selector);
+    if (sel.index) {
+        const size_t i = *sel.index;
+        if (i >= fns.size())
+            throw Error(ErrorKind::NotFound, "function index " + selector + " out of range: " +
+                                                 std::to_string(fns.size()) + " spyre function(s) on " + Describe());
+        return fns[i];
+    }
+    for (const FunctionDescription& f : fns)
+        if (f.pci_address == sel.pci_address) return f;
+    throw Error(ErrorKind::NotFound, "no spyre function " + selector + " on " + Describe() +
+                                         " (a selector is an index into functions() or a PCI address)");
+}
+
+std::vector<Device> Host::OpenAll(const std::vector<std::string>& selectors, const DeviceOptions& options) {
+    std::vector<const FunctionDescription*> chosen;
+    std::set<size_t> seen;
+    for (const std::string& s : selectors) {
+        const FunctionDescription& f = Find(s);
+        if (!seen.insert(f.index).second)
+            throw Error(ErrorKind::InvalidArgument,
+                        "function " + f.pci_address + " is named twice in one Host::OpenAll (selector \"" + s + "\")",
+                        ErrorContext{.device = f.pci_address});
+        chosen.push_back(&f);
+    }
+    std::vector<Device> out;
+    out.reserve(chosen.size());
+    for (const FunctionDescription* f : chosen) out.push_back(Open(f->pci_address, options));
+    return out;
+}
+
+Device Host::Open(const std::string& selector, DeviceOptions options) {
+    const FunctionDescription& f = Find(selector);
+    std::lock_guard lock(state_->mu);
+    auto it = state_->opened.find(f.index);
+    if (it != state_->opened.end() && !it->second.expired())
+        throw Error(ErrorKind::Busy,
+                    "function " + f.pci_address + " is already open as a Device of this Host (close that Device first)",
+                    ErrorContext{.device = f.pci_address});
+    options.function = f.pci_address;
+    Device device = state_->backend->Open(f, std::move(options));
+    state_->opened[f.index] = device.core();
+    return device;
+}
+
+}  // namespace spyre
