@@ -238,17 +238,7 @@ void SchedulerCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t tar
             CallerPump();
             if (done()) break;
             if (!HostWorkPending() && !records_.empty() && !lost()) {
-                const uint32_t seen = wake_seq_.load(std::memory_order_seq_cst);
-                sleepers_.fetch_add(1, std::memory_order_seq_cst);
-                wake_armed_.store(true, std::memory_order_seq_cst);
-                if (!WorkArrived()) {
-                    try {
-                        ring_->WaitCompletionOr(wake_seq_, seen, kBusySleep);
-                    } catch (const Error& e) {
-                        FaultAll(e);
-                    }
-                }
-                sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+                SleepOnRing(wake_seq_.load(std::memory_order_seq_cst));
                 continue;
             }
         }
@@ -329,6 +319,10 @@ void SchedulerCore::IdleWait(std::unique_lock<std::mutex>& lock) {
     }
     // Work in the ring: sleep on its completion interrupt, holding the lock
     // (the ring is not shared while we wait on it).
+    SleepOnRing(seen);
+}
+
+void SchedulerCore::SleepOnRing(uint32_t seen) {
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
     wake_armed_.store(true, std::memory_order_seq_cst);
     if (!WorkArrived()) {

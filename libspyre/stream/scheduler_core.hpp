@@ -84,6 +84,9 @@ private:
     void WakeIfAsleep();
     void IdleWait(std::unique_lock<std::mutex>& lock);
     void SleepUnlocked(std::unique_lock<std::mutex>& lock, uint32_t seen, std::chrono::nanoseconds timeout);
+    // Sleeps on the ring's completion interrupt or a wake-up (`seen` is
+    // wake_seq_ as read before the last look for work), with the drive lock held.
+    void SleepOnRing(uint32_t seen);
 
     void RefreshStreams();
     bool PullIncoming();
