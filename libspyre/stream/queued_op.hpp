@@ -17,13 +17,15 @@ struct EventState;
 
 namespace spyre::detail {
 
+// A caller's kinds (ControlBlock::Kind, described there) keep their values,
+// so QueuedOp::From converts by value; the runtime adds the event kinds.
 enum class OpKind : uint8_t {
-    Launch,          // LAUNCH of a resident program
-    CopyToDevice,    // inline in the ring when small, else the DMA engine
-    CopyFromDevice,  // DMA engine
-    SemWrite,        // device semaphore store
-    SemWait,         // device semaphore wait
-    HostCallback,    // runs on the scheduler thread after prior work
+    Launch = uint8_t(ControlBlock::Kind::Launch),
+    CopyToDevice = uint8_t(ControlBlock::Kind::CopyToDevice),
+    CopyFromDevice = uint8_t(ControlBlock::Kind::CopyFromDevice),
+    SemWrite = uint8_t(ControlBlock::Kind::SemWrite),
+    SemWait = uint8_t(ControlBlock::Kind::SemWait),
+    HostCallback = uint8_t(ControlBlock::Kind::HostCallback),
     EventRecord,     // SEM_WRITE of an event's sequence number
     EventWait,       // SEM_WAIT once the event's record is in the ring
 };
