@@ -15,6 +15,8 @@
 //                  two streams ordered by events
 #include <benchmark/benchmark.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -70,6 +72,18 @@ DeviceHandle EmptyProgram(Device& dev) {
     return a.handle;
 }
 
+// What one steady_clock read costs here (the median of many back to back):
+// each individually timed sample includes one.
+double ClockReadNs() {
+    std::vector<double> d;
+    for (int i = 0; i < 4096; ++i) {
+        const auto t0 = Clock::now();
+        d.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count());
+    }
+    std::sort(d.begin(), d.end());
+    return d[d.size() / 2];
+}
+
 void BM_MutexPush(benchmark::State& state) {
     std::mutex mu;
     std::vector<uint64_t> v;
@@ -91,10 +105,14 @@ void BM_MutexPush(benchmark::State& state) {
 //   burst      1024 enqueues back to back into an empty stream, timed
 //              together (the first wakes the scheduler, which then drains
 //              concurrently); a Synchronize between batches, not timed
-//   draining   1024 enqueues, each timed alone, while the scheduler drains a
-//              backlog of 1024 ops queued just before: the app competes with
-//              the scheduler thread (and, on 2 cores, the device) for cores
-// Each prints the mean per enqueue; `draining` also its p50 and p99.
+//   draining   1024 enqueues back to back, timed together, while the
+//              scheduler drains a backlog of 1024 ops queued just before: the
+//              app competes with the scheduler thread (and, on 2 cores, the
+//              device) for cores; then the same again with each enqueue
+//              timed alone, for the spread (each sample includes a clock
+//              read, printed as clock_ns)
+// Each prints the mean per enqueue; `draining` also its p50 and p99, and how
+// often the timed thread was preempted (preempted_per_1k enqueues).
 enum class EnqueueLoad { Idle, Burst, Draining };
 
 void BM_Enqueue(benchmark::State& state, bool copy, EnqueueLoad load) {
@@ -110,7 +128,9 @@ void BM_Enqueue(benchmark::State& state, bool copy, EnqueueLoad load) {
             s.Launch(program);
     };
     constexpr int kBatch = 1024;
+    double preempted = 0;  // involuntary context switches in the timed blocks
     std::vector<double> samples;
+    samples.reserve(size_t(state.max_iterations) * kBatch);
     double total_ns = 0;
     uint64_t count = 0;
     for (auto _ : state) {
@@ -133,19 +153,29 @@ void BM_Enqueue(benchmark::State& state, bool copy, EnqueueLoad load) {
             count += kBatch;
             state.SetIterationTime(ns / 1e9 / kBatch);
         } else {
-            for (int i = 0; i < kBatch; ++i) enqueue();  // the backlog the scheduler drains meanwhile
-            double batch_ns = 0;
+            // The mean: a block of enqueues timed together while the
+            // scheduler drains the backlog queued just before it.
+            for (int i = 0; i < kBatch; ++i) enqueue();
+            rusage r0, r1;
+            getrusage(RUSAGE_THREAD, &r0);
+            const auto t0 = Clock::now();
+            for (int i = 0; i < kBatch; ++i) enqueue();
+            const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+            getrusage(RUSAGE_THREAD, &r1);
+            preempted += double(r1.ru_nivcsw - r0.ru_nivcsw);
+            s.Synchronize();
+            total_ns += ns;
+            count += kBatch;
+            state.SetIterationTime(ns / 1e9 / kBatch);
+            // The spread: the same again, each enqueue timed alone (each
+            // sample includes one clock read, clock_ns).
+            for (int i = 0; i < kBatch; ++i) enqueue();
             for (int i = 0; i < kBatch; ++i) {
-                const auto t0 = Clock::now();
+                const auto t1 = Clock::now();
                 enqueue();
-                const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
-                samples.push_back(ns);
-                batch_ns += ns;
+                samples.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t1).count());
             }
             s.Synchronize();
-            total_ns += batch_ns;
-            count += kBatch;
-            state.SetIterationTime(batch_ns / 1e9 / kBatch);
         }
     }
     s.Synchronize();
@@ -158,6 +188,10 @@ void BM_Enqueue(benchmark::State& state, bool copy, EnqueueLoad load) {
         state.counters["p99_ns"] = samples[std::min(samples.size() - 1, samples.size() * 99 / 100)];
     }
     state.counters["baseline_ns"] = g_baseline_ns["mutex_push"];
+    if (load == EnqueueLoad::Draining) {
+        state.counters["preempted_per_1k"] = count ? preempted * 1024 / double(count) : 0;
+        state.counters["clock_ns"] = ClockReadNs();
+    }
 }
 
 // The raw ring NOP round trip per wait mode, on a private daemon configured

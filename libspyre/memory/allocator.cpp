@@ -283,8 +283,7 @@ void SpyreAllocator::Free(const DeviceHandle& handle) {
     AddFree(region, start, size);
 }
 
-DeviceAllocation SpyreAllocator::Lookup(const DeviceHandle& handle, uint64_t size) const {
-    std::lock_guard lock(mutex_);
+SpyreAllocator::Found SpyreAllocator::FindLocked(const DeviceHandle& handle, uint64_t size) const {
     const auto [region, offset] = Locate(handle);
     const Region& r = regions_[region];
     auto it = r.used_by_offset.upper_bound(offset);
@@ -292,18 +291,22 @@ DeviceAllocation SpyreAllocator::Lookup(const DeviceHandle& handle, uint64_t siz
         --it;
         const uint64_t start = it->first, length = it->second.requested;
         if (offset - start <= length && size <= length - (offset - start))
-            return DeviceAllocation{MakeHandle(region, start), length};
+            return Found{region, start, length, r.device_base + offset};
     }
     throw Error(ErrorKind::InvalidArgument, "range of " + std::to_string(size) + " bytes at " + handle.ToString() +
                                                 " is not inside a live allocation",
                 ErrorContext{.device = fn_.pci_address()});
 }
 
-uint64_t SpyreAllocator::DeviceAddress(const DeviceHandle& handle, uint64_t size) const {
-    Lookup(handle, size);
+DeviceAllocation SpyreAllocator::Lookup(const DeviceHandle& handle, uint64_t size) const {
     std::lock_guard lock(mutex_);
-    const auto [region, offset] = Locate(handle);
-    return regions_[region].device_base + offset;
+    const Found f = FindLocked(handle, size);
+    return DeviceAllocation{MakeHandle(f.region, f.start), f.length};
+}
+
+uint64_t SpyreAllocator::DeviceAddress(const DeviceHandle& handle, uint64_t size) const {
+    std::lock_guard lock(mutex_);
+    return FindLocked(handle, size).device_address;
 }
 
 AllocatorStats SpyreAllocator::Stats() const {

@@ -104,27 +104,26 @@ SchedulerStats SchedulerCore::Stats() const {
 
 void SchedulerCore::Queue(StreamState& s, std::span<QueuedOp> ops) {
     if (ops.empty()) return;
-    bool stream_was_idle;
-    {
-        std::lock_guard lock(s.mu);
-        // Cleanup callbacks are accepted even on a faulted stream.
-        const bool cleanup_only = ops.size() == 1 && ops[0].always;
-        if (s.fault && !cleanup_only) throw *s.fault;
-        if (lost() && !cleanup_only) throw lost_error();
-        for (size_t i = 0; i < ops.size(); ++i) {
-            ops[i].link = i + 1 < ops.size();
-            s.incoming.push_back(std::move(ops[i]));
+    // Cleanup callbacks are accepted even on a faulted stream. A fault that
+    // lands after this look drops the ops as it drops the ones queued before.
+    const bool cleanup_only = ops.size() == 1 && ops[0].always;
+    if (!cleanup_only) {
+        if (s.faulted.load(std::memory_order_acquire)) {
+            std::lock_guard lock(s.mu);
+            if (s.fault) throw *s.fault;
         }
-        stream_was_idle = s.completed.load(std::memory_order_acquire) == s.enqueued;
-        s.enqueued += ops.size();
-        s.enqueued_count.store(s.enqueued, std::memory_order_release);
+        if (lost()) throw lost_error();
     }
-    s.pending.store(true, std::memory_order_seq_cst);
+    for (size_t i = 0; i < ops.size(); ++i) ops[i].link = i + 1 < ops.size();
+    const uint64_t before = s.enqueued_count.fetch_add(ops.size(), std::memory_order_acq_rel);
+    s.incoming.Push(ops);  // a full fence: the loads below come after it
+    if (!sleepers_.load(std::memory_order_seq_cst)) return;  // the scheduler is awake: it takes them
     // The scheduler thread sleeps and the stream had nothing queued: submit
     // here rather than pay for its wake-up (it is woken only for host work).
     // A stream with a backlog is the thread's to drain, so enqueues stay
     // cheap. Never on the thread itself (a callback that enqueues): it
     // holds the lock already.
+    const bool stream_was_idle = s.completed.load(std::memory_order_acquire) == before;
     if (stream_was_idle && thread_asleep_.load(std::memory_order_seq_cst) && !tls_scheduler_thread &&
         drive_mu_.try_lock()) {
         std::unique_lock lock(drive_mu_, std::adopt_lock);
@@ -153,7 +152,7 @@ void SchedulerCore::DmaDone() {
 
 bool SchedulerCore::WorkArrived() const {
     bool work = stopping_.load() || dma_done_.load() != dma_seen_ || streams_version_.load() != active_version_;
-    for (StreamState* s : active_) work = work || s->pending.load(std::memory_order_seq_cst);
+    for (StreamState* s : active_) work = work || s->incoming.Pending();
     return work;
 }
 
@@ -341,7 +340,7 @@ void SchedulerCore::RefreshStreams() {
     std::lock_guard lock(streams_mu_);
     // Retired streams leave once idle (their owner waited for them already).
     std::erase_if(streams_, [&](const std::shared_ptr<StreamState>& s) {
-        const bool gone = s->retired.load() && !s->HasWork() && !s->pending.load();
+        const bool gone = s->retired.load() && !s->HasWork() && !s->incoming.Pending();
         if (gone) policy_.Forget(s.get());
         return gone;
     });
@@ -355,14 +354,7 @@ void SchedulerCore::RefreshStreams() {
 
 bool SchedulerCore::PullIncoming() {
     bool any = false;
-    for (StreamState* s : active_) {
-        if (!s->pending.load(std::memory_order_acquire)) continue;
-        std::lock_guard lock(s->mu);
-        s->pending.store(false, std::memory_order_relaxed);
-        for (QueuedOp& op : s->incoming) s->local.push_back(std::move(op));
-        s->incoming.clear();
-        any = true;
-    }
+    for (StreamState* s : active_) any |= s->incoming.Drain(s->local) != 0;
     return any;
 }
 

@@ -12,6 +12,7 @@
 
 #include "spyre/error.hpp"
 #include "spyre/memory/allocator.hpp"
+#include "stream/op_queue.hpp"
 #include "stream/queued_op.hpp"
 
 namespace spyre {
@@ -33,15 +34,14 @@ struct StreamState {
     const int index;
     const int priority;
 
-    // Producer side, guarded by mu (several host threads may enqueue).
-    std::mutex mu;
-    std::vector<detail::QueuedOp> incoming;
-    uint64_t enqueued = 0;
+    // Producer side: any host thread may enqueue (the queue takes no lock).
+    detail::OpQueue incoming;
+    std::atomic<uint64_t> enqueued_count{0};  // ops pushed so far (counted before the push)
+    std::mutex mu;                           // guards fault
     std::optional<Error> fault;
-    std::atomic<bool> pending{false};       // incoming is non-empty
     std::atomic<bool> faulted{false};       // mirrors fault.has_value()
-    std::atomic<uint64_t> enqueued_count{0};
-    std::atomic<uint64_t> completed{0};     // ops done (including dropped), in order
+    // Scheduler-written, on its own line: producers do not read it on the way in.
+    alignas(64) std::atomic<uint64_t> completed{0};  // ops done (including dropped), in order
     std::atomic<bool> retired{false};
     CompletionWord done;
 

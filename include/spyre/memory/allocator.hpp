@@ -121,6 +121,15 @@ private:
     void RemoveFree(uint32_t region, uint64_t offset, uint64_t size);
     // Region (our index) and offset of a handle; throws for foreign handles.
     std::pair<uint32_t, uint64_t> Locate(const DeviceHandle& handle) const;
+    // The live allocation holding [handle, handle + size) (mutex_ held);
+    // throws InvalidArgument as Lookup does.
+    struct Found {
+        uint32_t region;
+        uint64_t start;           // the allocation's offset in the region
+        uint64_t length;          // its requested size
+        uint64_t device_address;  // function-relative address of `handle`
+    };
+    Found FindLocked(const DeviceHandle& handle, uint64_t size) const;
     DeviceHandle MakeHandle(uint32_t region, uint64_t offset) const;
     uint64_t LargestFreeLocked() const;
 
