@@ -9,6 +9,8 @@
 //                  round trip of the same wait mode (x_ring; target 2x poll
 //                  and adaptive) and the spin (poll, adaptive) and futex
 //                  (blocking; target 1.3x) ping-pongs
+//   launch_loop    256 launches + one Synchronize, per launch, untraced and
+//                  with a trace recording (x_untraced; target < 1.05)
 //   launch_tiled   LaunchTiled cost per tile iteration, beside one Launch of
 //                  the same tile
 //   overlap        copy-in + matmul + copy-out of 8 chunks on one stream vs
@@ -18,6 +20,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -27,6 +30,7 @@
 #include <vector>
 
 #include "bench_main.hpp"
+#include "spyre/trace/trace.hpp"
 #include "pingpong.hpp"
 #include "spyre/spyre.hpp"
 
@@ -218,6 +222,36 @@ void BM_LaunchSync(benchmark::State& state, Device& (*device)(), const char* bas
     ReportAgainstRing(state, ring, ns);
 }
 
+// The launch loop: 256 empty-kernel launches, then one Synchronize, per
+// iteration; traced, the same with a trace recording (docs/trace.md; the
+// file is written after the timed loop). Target: tracing costs < 5%.
+std::map<std::string, double> g_launch_loop_ns;
+void BM_LaunchLoop(benchmark::State& state, bool traced) {
+    Device& dev = AdaptiveDevice();
+    FlexStream& s = dev.default_stream();
+    const DeviceHandle program = EmptyProgram(dev);
+    constexpr int kLaunches = 256;
+    const std::string path = "/tmp/spyre_stream_bench_trace.json";
+    if (traced) trace::Start(path);
+    auto t0 = Clock::now();
+    for (auto _ : state) {
+        for (int i = 0; i < kLaunches; ++i) s.Launch(program);
+        s.Synchronize();
+    }
+    const double ns = TimePerIteration(state, t0) / kLaunches;
+    if (traced) {
+        state.counters["events"] = double(trace::Stop());
+        std::remove(path.c_str());
+    }
+    g_launch_loop_ns[traced ? "traced" : "untraced"] = ns;
+    state.counters["per_launch_ns"] = ns;
+    if (traced && g_launch_loop_ns.count("untraced")) {
+        state.counters["untraced_ns"] = g_launch_loop_ns["untraced"];
+        state.counters["x_untraced"] = ns / g_launch_loop_ns["untraced"];
+        state.SetLabel("per launch, vs the same loop untraced");
+    }
+}
+
 // A 32^3 fp32 matmul tile run over M = 32 * iterations rows.
 struct TiledSetup {
     std::shared_ptr<const ExecutionPlan> plan;
@@ -381,6 +415,10 @@ int main(int argc, char** argv) {
         ->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("launch_sync/adaptive", BM_LaunchSync, AdaptiveDevice, "spin", "ring_adaptive")
         ->UseRealTime()->MinTime(0.5);
+    for (bool traced : {false, true})
+        benchmark::RegisterBenchmark(traced ? "launch_loop/traced" : "launch_loop/untraced", BM_LaunchLoop, traced)
+            ->Iterations(400)
+            ->UseRealTime();
     benchmark::RegisterBenchmark("launch_sync/blocking_device_sleeps", BM_LaunchSync, BlockingDevice, "futex",
                                  "ring_blocking")->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("launch_tiled/one_tile", BM_LaunchOneTile)->UseRealTime()->MinTime(0.5);

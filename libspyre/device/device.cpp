@@ -2,6 +2,7 @@
 #include "spyre/device/device.hpp"
 
 #include "device/device_core.hpp"
+#include "spyre/trace/trace.hpp"
 #include "stream/scheduler_core.hpp"
 #include "stream/stream_wait.hpp"
 
@@ -118,6 +119,7 @@ FlexStream Device::CreateStream(StreamOptions options) {
 }
 
 void Device::Synchronize() {
+    SPYRE_TRACE_SCOPE("Device::Synchronize");
     // Shared pointers: a stream retired meanwhile stays readable until we are done.
     for (const std::shared_ptr<StreamState>& s : core_->Streams())
         core_->WaitUntil(s->completed, s->enqueued_count.load(), s->done);

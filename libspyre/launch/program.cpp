@@ -9,6 +9,7 @@
 #include "launch/operation_access.hpp"
 #include "launch/same_device.hpp"
 #include "spyre/error.hpp"
+#include "spyre/trace/trace.hpp"
 
 namespace spyre {
 
@@ -88,6 +89,7 @@ void CheckTensorCount(const std::vector<Instruction>& instructions, size_t given
 }  // namespace
 
 void Program::Run(std::span<const SpyreTensor> tensors, bool tiled, const char* entry) {
+    SPYRE_TRACE_SCOPE("Program::Run");
     detail::CheckTensorDevices(tensors, core_->id(), entry, "program");
     CheckTensorCount(instructions_, tensors.size(), entry);
     // Bind every instruction before running any, so a failure leaves

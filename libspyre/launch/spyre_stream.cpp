@@ -4,6 +4,7 @@
 #include "launch/launch_binding.hpp"
 #include "launch/same_device.hpp"
 #include "spyre/error.hpp"
+#include "spyre/trace/trace.hpp"
 
 namespace spyre {
 
@@ -17,15 +18,18 @@ SpyreStream::SpyreStream(FlexStream* borrowed) : stream_(borrowed) {}
 SpyreStream SpyreStream::Default(Device& device) { return SpyreStream(&device.default_stream()); }
 
 void SpyreStream::Launch(const Operation& op, std::span<const DeviceHandle> device_handles) {
+    SPYRE_TRACE_SCOPE("SpyreStream::Launch");
     detail::Enqueue(*stream_, detail::BindLaunch(*stream_->core(), op, device_handles, "SpyreStream::Launch"));
 }
 
 void SpyreStream::Launch(const Operation& op, std::span<const SpyreTensor> tensors) {
+    SPYRE_TRACE_SCOPE("SpyreStream::Launch");
     detail::Enqueue(*stream_, detail::BindLaunch(*stream_->core(), op, tensors, detail::LaunchMode::Exact,
                                                  "SpyreStream::Launch"));
 }
 
 void SpyreStream::LaunchTiled(const Operation& op, std::span<const SpyreTensor> tensors) {
+    SPYRE_TRACE_SCOPE("SpyreStream::LaunchTiled");
     detail::Enqueue(*stream_, detail::BindLaunch(*stream_->core(), op, tensors, detail::LaunchMode::Tiled,
                                                  "SpyreStream::LaunchTiled"));
 }

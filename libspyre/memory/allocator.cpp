@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "spyre/error.hpp"
+#include "trace/recorder.hpp"
 
 namespace spyre {
 
@@ -238,6 +239,7 @@ DeviceAllocation SpyreAllocator::Allocate(uint64_t size) {
     regions_[region].used_by_offset.emplace(offset, Region::Used{rounded, size});
     regions_[region].in_use += rounded;
     in_use_ += rounded;
+    if (trace::Enabled()) TraceInUse();
     peak_ = std::max(peak_, in_use_);
     ++live_;
     ++allocations_;
@@ -262,6 +264,7 @@ void SpyreAllocator::Free(const DeviceHandle& handle) {
     r.used_by_offset.erase(used);
     r.in_use -= size;
     in_use_ -= size;
+    if (trace::Enabled()) TraceInUse();
     --live_;
     // Coalesce with the free neighbours on both sides.
     auto next = r.free_by_offset.lower_bound(start);
@@ -307,6 +310,15 @@ DeviceAllocation SpyreAllocator::Lookup(const DeviceHandle& handle, uint64_t siz
 uint64_t SpyreAllocator::DeviceAddress(const DeviceHandle& handle, uint64_t size) const {
     std::lock_guard lock(mutex_);
     return FindLocked(handle, size).device_address;
+}
+
+void SpyreAllocator::TraceInUse() {
+    const uint64_t recording = trace::detail::Recording();
+    if (trace_recording_ != recording) {
+        trace_track_ = trace::detail::NamedTrack(fn_.pci_address() + " memory");
+        trace_recording_ = recording;
+    }
+    trace::detail::Counter(trace_track_, "device memory in use", trace::detail::NowNs(), int64_t(in_use_));
 }
 
 AllocatorStats SpyreAllocator::Stats() const {

@@ -1,13 +1,44 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "stream/completion.hpp"
 
+#include <algorithm>
+
 #include "spyre/uapi/spyre_errors.h"
+#include "trace/recorder.hpp"
 
 namespace spyre::detail {
 
 void Complete(StreamState& s, uint64_t seq) {
     s.completed.store(seq + 1, std::memory_order_seq_cst);
     s.done.Notify();
+}
+
+void TraceOp(StreamState& s, const std::string& device, OpKind kind, uint64_t seq, const OpTrace& trace,
+             uint64_t done_ns) {
+    if (trace.enqueue_ns == 0 || !trace::Enabled()) return;
+    const uint64_t recording = trace::detail::Recording();
+    if (s.trace_recording != recording) {
+        s.trace_track = trace::detail::NamedTrack(device + " stream " + std::to_string(s.index));
+        s.trace_recording = recording;
+        s.trace_last_done_ns = 0;
+    }
+    const uint64_t start = std::max(trace.enqueue_ns, s.trace_last_done_ns);
+    trace::detail::Span(s.trace_track, "stream", ToString(kind), start, done_ns, int64_t(seq), trace.enqueue_ns,
+                        trace.flow);
+    s.trace_last_done_ns = done_ns;
+}
+
+void RingRecords::TraceDevice(const Record& r, const driver::Completion& c) {
+    const uint64_t recording = trace::detail::Recording();
+    if (trace_recording_ != recording) {
+        trace_track_ = trace::detail::NamedTrack(device_ + " device ring");
+        trace_recording_ = recording;
+        trace_last_done_ns_ = 0;
+    }
+    // The device runs its ring's CBs one after another.
+    const uint64_t start = std::max(r.submit_ns, trace_last_done_ns_);
+    trace::detail::Span(trace_track_, "device", ToString(r.kind), start, c.timestamp_ns, int64_t(r.seq));
+    trace_last_done_ns_ = c.timestamp_ns;
 }
 
 void Fault(StreamState& s, Error error) {
@@ -83,6 +114,10 @@ size_t RingRecords::Retire(std::span<const driver::Completion> done) {
         // Let go of the event before the stream's waiter wakes: the last
         // reference to the device must never be dropped on the scheduler thread.
         rec.event.reset();
+        if (rec.submit_ns != 0 && trace::Enabled()) {
+            TraceDevice(rec, c);
+            TraceOp(s, device_, rec.kind, rec.seq, rec.trace, trace::detail::NowNs());
+        }
         Complete(s, rec.seq);
     }
     return cancelled;

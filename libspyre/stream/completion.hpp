@@ -18,6 +18,11 @@ namespace spyre::detail {
 
 // Op `seq` of `s` is done (ops complete in stream order).
 void Complete(StreamState& s, uint64_t seq);
+// While a trace records: op #seq of `s` (on `device`) as a span of the
+// stream's track, from when it could start (enqueued, and the op before it
+// done) to `done_ns`, with the arrow from its enqueue.
+void TraceOp(StreamState& s, const std::string& device, OpKind kind, uint64_t seq, const OpTrace& trace,
+             uint64_t done_ns);
 // Makes `error` the stream's sticky error; the first failure is the one kept.
 void Fault(StreamState& s, Error error);
 // Moves an event forward to `seq` (never backwards) and wakes its waiters.
@@ -39,6 +44,8 @@ public:
         OpKind kind;
         uint64_t value;  // EventRecord: the sequence it writes
         std::shared_ptr<EventState> event;
+        OpTrace trace = {};
+        uint64_t submit_ns = 0;  // while a trace records: when it went into the ring
     };
 
     explicit RingRecords(std::string device) : device_(std::move(device)) {}
@@ -57,8 +64,15 @@ public:
     void FailAll(const Error& lost);
 
 private:
+    // While a trace records: a CB's device span runs from its submission, or
+    // the ring's previous completion if later, to its own completion.
+    void TraceDevice(const Record& r, const driver::Completion& c);
+
     std::string device_;
     std::deque<Record> records_;
+    uint32_t trace_track_ = 0;
+    uint64_t trace_recording_ = 0;
+    uint64_t trace_last_done_ns_ = 0;
 };
 
 }  // namespace spyre::detail

@@ -2,6 +2,7 @@
 #include "stream/dma_dispatch.hpp"
 
 #include "stream/completion.hpp"
+#include "trace/recorder.hpp"
 
 namespace spyre::detail {
 
@@ -11,7 +12,8 @@ Error DmaDispatch::Failure(const Record& r, const Error& e) const {
 }
 
 bool DmaDispatch::Start(StreamState& s, QueuedOp& op, uint64_t seq) {
-    Record rec{&s, seq, 0, op.kind, op.device_addr, std::move(op.keep_alive)};
+    Record rec{&s, seq, 0, op.kind, op.device_addr, std::move(op.keep_alive), op.trace, op.size,
+               op.trace.enqueue_ns && trace::Enabled() ? trace::detail::NowNs() : 0};
     try {
         rec.ticket = op.kind == OpKind::CopyToDevice ? queue_.HostToDevice(op.src, op.device_addr, op.size)
                                                      : queue_.DeviceToHost(op.dst, op.device_addr, op.size);
@@ -44,12 +46,24 @@ bool DmaDispatch::Poll() {
         StreamState& s = *r.stream;
         if (failure) Fault(s, *failure);
         s.host_busy = false;
+        if (r.start_ns != 0 && trace::Enabled()) Trace(r);
         Complete(s, r.seq);
         records_[i] = std::move(records_.back());  // lets go of its keep_alive
         records_.pop_back();
         any = true;
     }
     return any;
+}
+
+void DmaDispatch::Trace(const Record& r) {
+    const uint64_t now = trace::detail::NowNs();
+    const uint64_t recording = trace::detail::Recording();
+    if (trace_recording_ != recording) {
+        trace_track_ = trace::detail::NamedTrack(device_ + " DMA");
+        trace_recording_ = recording;
+    }
+    trace::detail::Span(trace_track_, "dma", ToString(r.kind), r.start_ns, now, int64_t(r.bytes));
+    TraceOp(*r.stream, device_, r.kind, r.seq, r.trace, now);
 }
 
 void DmaDispatch::FailAll(const Error& lost) {

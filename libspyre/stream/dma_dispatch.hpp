@@ -40,12 +40,19 @@ private:
         // The host buffer the runtime made for the copy: the DMA engine
         // uses it until the ticket completes, so it lives as long as the record.
         std::shared_ptr<const void> keep_alive;
+        OpTrace trace = {};
+        uint64_t bytes = 0;
+        uint64_t start_ns = 0;  // while a trace records: when the copy started
     };
     Error Failure(const Record& r, const Error& e) const;
+    // The copy's span on the DMA track and its op's on the stream's.
+    void Trace(const Record& r);
 
     driver::DmaQueue& queue_;
     const std::string device_;
     std::vector<Record> records_;
+    uint32_t trace_track_ = 0;
+    uint64_t trace_recording_ = 0;
 };
 
 }  // namespace spyre::detail

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "device/device_core.hpp"
+#include "spyre/trace/trace.hpp"
 #include "spyre/uapi/spyre_program.h"
 #include "stream/control_blocks.hpp"
 #include "stream/scheduler_core.hpp"
@@ -58,6 +59,7 @@ uint64_t FlexStream::completed() const noexcept {
 void FlexStream::Enqueue(QueuedOp&& op) { core_->sched->Queue(*state_, std::span(&op, 1)); }
 
 void FlexStream::EnqueueGroup(std::span<ControlBlock> group) {
+    SPYRE_TRACE_SCOPE("FlexStream::EnqueueGroup");
     std::vector<QueuedOp> ops;
     ops.reserve(group.size());
     for (ControlBlock& cb : group) ops.push_back(QueuedOp::From(std::move(cb)));
@@ -65,6 +67,7 @@ void FlexStream::EnqueueGroup(std::span<ControlBlock> group) {
 }
 
 void FlexStream::CopyToDevice(const void* host_address, const DeviceHandle& device_handle, uint64_t size) {
+    SPYRE_TRACE_SCOPE("FlexStream::CopyToDevice");
     if (!host_address)
         throw Error(ErrorKind::InvalidArgument, "CopyToDevice from a null host address",
                     ErrorContext{.stream = state_->index});
@@ -72,6 +75,7 @@ void FlexStream::CopyToDevice(const void* host_address, const DeviceHandle& devi
 }
 
 void FlexStream::CopyFromDevice(void* host_address, const DeviceHandle& device_handle, uint64_t size) {
+    SPYRE_TRACE_SCOPE("FlexStream::CopyFromDevice");
     if (!host_address)
         throw Error(ErrorKind::InvalidArgument, "CopyFromDevice to a null host address",
                     ErrorContext{.stream = state_->index});
@@ -79,10 +83,12 @@ void FlexStream::CopyFromDevice(void* host_address, const DeviceHandle& device_h
 }
 
 void FlexStream::Launch(const DeviceHandle& device_handle) {
+    SPYRE_TRACE_SCOPE("FlexStream::Launch");
     Enqueue(QueuedOp::From(detail::Launch(*core_, device_handle, 0)));
 }
 
 void FlexStream::Launch(const DeviceHandle& device_handle, uint64_t program_size) {
+    SPYRE_TRACE_SCOPE("FlexStream::Launch");
     if (program_size < sizeof(spyre_program_header) || program_size > SPYRE_PROGRAM_MAX_SIZE)
         throw Error(ErrorKind::InvalidArgument,
                     "Launch of a " + std::to_string(program_size) + "-byte program: programs are " +
@@ -93,6 +99,7 @@ void FlexStream::Launch(const DeviceHandle& device_handle, uint64_t program_size
 }
 
 void FlexStream::AddCallback(std::function<void()> callback) {
+    SPYRE_TRACE_SCOPE("FlexStream::AddCallback");
     if (!callback)
         throw Error(ErrorKind::InvalidArgument, "AddCallback with an empty callback", ErrorContext{.stream = state_->index});
     QueuedOp op;
@@ -102,6 +109,7 @@ void FlexStream::AddCallback(std::function<void()> callback) {
 }
 
 void FlexStream::Wait(const Event& event) {
+    SPYRE_TRACE_SCOPE("FlexStream::Wait");
     EventState& ev = *event.state_;
     CheckSameDevice(ev.core->id(), core_->id(), "FlexStream::Wait: event", "stream");
     const uint64_t target = ev.recorded.load(std::memory_order_acquire);
@@ -114,6 +122,7 @@ void FlexStream::Wait(const Event& event) {
 }
 
 void FlexStream::Synchronize() {
+    SPYRE_TRACE_SCOPE("FlexStream::Synchronize");
     core_->WaitUntil(state_->completed, state_->enqueued_count.load(std::memory_order_acquire), state_->done);
     std::lock_guard lock(state_->mu);
     if (state_->fault) throw *state_->fault;
@@ -164,6 +173,7 @@ Event& Event::operator=(Event&&) noexcept = default;
 Event::~Event() = default;
 
 void Event::Record(FlexStream& stream) {
+    SPYRE_TRACE_SCOPE("Event::Record");
     CheckSameDevice(state_->core->id(), stream.core_->id(), "Event::Record: event", "stream");
     QueuedOp op;
     op.kind = OpKind::EventRecord;
@@ -184,6 +194,7 @@ bool Event::Query() const {
 }
 
 void Event::Synchronize() const {
+    SPYRE_TRACE_SCOPE("Event::Synchronize");
     state_->core->WaitUntil(state_->completed, state_->recorded.load(std::memory_order_acquire), state_->done);
     std::lock_guard lock(state_->mu);
     if (state_->error) throw *state_->error;

@@ -31,6 +31,12 @@ enum class OpKind : uint8_t {
 };
 const char* ToString(OpKind kind) noexcept;
 
+// What a trace needs of an op (zero when no trace records).
+struct OpTrace {
+    uint64_t enqueue_ns = 0;  // when it was queued
+    uint64_t flow = 0;        // the arrow from the enqueuing call to the op
+};
+
 struct QueuedOp {
     OpKind kind = OpKind::Launch;
     bool link = false;            // the next op of the stream depends on this one
@@ -43,6 +49,7 @@ struct QueuedOp {
     std::shared_ptr<const void> keep_alive;  // owns src or dst when the runtime made it
     std::shared_ptr<EventState> event;
     std::function<void()> callback;
+    OpTrace trace;
 
     // A caller's control block (its kinds are a subset of OpKind's).
     static QueuedOp From(ControlBlock&& cb) {

@@ -7,6 +7,7 @@
 #include "spyre/common/futex.hpp"
 #include "spyre/uapi/spyre_cb.h"
 #include "stream/stream_wait.hpp"
+#include "trace/recorder.hpp"
 
 namespace spyre {
 
@@ -115,6 +116,13 @@ void SchedulerCore::Queue(StreamState& s, std::span<QueuedOp> ops) {
         if (lost()) throw lost_error();
     }
     for (size_t i = 0; i < ops.size(); ++i) ops[i].link = i + 1 < ops.size();
+    if (trace::Enabled()) [[unlikely]] {
+        const uint64_t now = trace::detail::NowNs();
+        for (QueuedOp& op : ops) {
+            op.trace = OpTrace{now, trace::detail::NewFlow()};
+            trace::detail::FlowOut(op.trace.flow, now);
+        }
+    }
     const uint64_t before = s.enqueued_count.fetch_add(ops.size(), std::memory_order_acq_rel);
     s.incoming.Push(ops);  // a full fence: the loads below come after it
     if (!sleepers_.load(std::memory_order_seq_cst)) return;  // the scheduler is awake: it takes them
@@ -382,6 +390,7 @@ bool SchedulerCore::PollDma() {
 
 bool SchedulerCore::RunCallback(StreamState& s) {
     const uint64_t seq = s.next_seq;
+    const OpTrace trace = s.local.front().trace;
     std::function<void()> callback = std::move(s.local.front().callback);
     s.local.pop_front();
     ++s.next_seq;
@@ -396,6 +405,8 @@ bool SchedulerCore::RunCallback(StreamState& s) {
     }
     // Captures go before the waiter wakes (they may hold the device).
     callback = nullptr;
+    if (trace.enqueue_ns && trace::Enabled())
+        TraceOp(s, device_.function->pci_address(), OpKind::HostCallback, seq, trace, trace::detail::NowNs());
     Complete(s, seq);
     std::lock_guard lock(stats_mu_);
     ++stats_.callbacks;
@@ -454,6 +465,14 @@ bool SchedulerCore::SubmitRing() {
     if (batch_.empty()) return false;
     const uint64_t inline_before = batcher_.inline_copies();
     ring_->Submit(batch_);
+    if (trace::Enabled()) [[unlikely]] {
+        const uint64_t recording = trace::detail::Recording();
+        if (trace_recording_ != recording) {
+            trace_ring_track_ = trace::detail::NamedTrack(device_.function->pci_address() + " device ring");
+            trace_recording_ = recording;
+        }
+        trace::detail::Counter(trace_ring_track_, "CBs in the ring", trace::detail::NowNs(), int64_t(records_.size()));
+    }
     std::lock_guard lock(stats_mu_);
     stats_.ring_cbs += batch_cbs;
     stats_.inline_copies = inline_before;

@@ -117,6 +117,8 @@ private:
     std::vector<spyre_cb> batch_;
     std::vector<driver::Completion> completions_;
     uint64_t dma_seen_ = 0;
+    uint32_t trace_ring_track_ = 0;  // the ring's track in the running trace
+    uint64_t trace_recording_ = 0;
 
     std::atomic<uint32_t> wake_seq_{0};
     std::atomic<uint32_t> sleepers_{0};      // threads asleep on wake_seq_

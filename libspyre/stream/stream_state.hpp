@@ -51,6 +51,11 @@ struct StreamState {
     uint32_t ring_inflight = 0;             // CBs of this stream in the ring
     bool host_busy = false;                 // a DMA copy of this stream is running
     uint32_t skipped_turns = 0;             // Priority policy: aging
+    // Trace (docs/trace.md): the stream's track in the current recording
+    // and when its last op completed (ops run one after another).
+    uint32_t trace_track = 0;
+    uint64_t trace_recording = 0;
+    uint64_t trace_last_done_ns = 0;
 
     bool HasWork() const { return !local.empty() || ring_inflight != 0 || host_busy; }
 };

@@ -132,7 +132,11 @@ private:
     Found FindLocked(const DeviceHandle& handle, uint64_t size) const;
     DeviceHandle MakeHandle(uint32_t region, uint64_t offset) const;
     uint64_t LargestFreeLocked() const;
+    // While a trace records: the bytes in use as a counter (mutex_ held).
+    void TraceInUse();
 
+    uint32_t trace_track_ = 0;  // the counter's track in the running trace
+    uint64_t trace_recording_ = 0;
     driver::Function& fn_;
     const AllocatorOptions options_;
     const DeviceId device_;

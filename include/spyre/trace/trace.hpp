@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+// A timeline of what the stack did, in the Chrome trace-event JSON format
+// (Perfetto and chrome://tracing open it): host API calls on each thread,
+// each stream's operations, control blocks on the device (from the
+// completion records' device timestamps), DMA transfers, flow arrows from
+// an enqueue to its operation, and counters. docs/trace.md lists the tracks.
+//
+// Recording starts with SPYRE_TRACE=path.json in the environment (when the
+// library loads) or with Start(); the file is written by Stop() or when the
+// process exits. Off, each probe costs one predictable branch on a relaxed
+// load; on, a probe appends a fixed-size record to its thread's buffer, and
+// nothing is formatted before Stop.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace spyre::trace {
+
+namespace detail {
+extern std::atomic<bool> g_enabled;
+uint64_t NowNs() noexcept;
+void ApiSpan(const char* name, uint64_t start_ns, uint64_t end_ns) noexcept;
+}  // namespace detail
+
+inline bool Enabled() noexcept { return detail::g_enabled.load(std::memory_order_relaxed); }
+
+// Starts recording into `path`, replacing a recording already running (its
+// events are dropped). Throws spyre::Error(InvalidArgument) if the file
+// cannot be created (checked now, not at Stop).
+void Start(const std::string& path);
+
+// Stops recording and writes the file; returns the events written (0 when
+// nothing was recording). Throws spyre::Error(Io...) if the write fails.
+size_t Stop();
+
+// A span of the calling thread for as long as the object lives. `name`
+// must outlive the recording (a string literal).
+class Scope {
+public:
+    explicit Scope(const char* name) noexcept : name_(name), start_(Enabled() ? detail::NowNs() : 0) {}
+    ~Scope() {
+        if (start_ != 0) detail::ApiSpan(name_, start_, detail::NowNs());
+    }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+private:
+    const char* name_;
+    uint64_t start_;
+};
+
+}  // namespace spyre::trace
+
+#define SPYRE_TRACE_CONCAT2(a, b) a##b
+#define SPYRE_TRACE_CONCAT(a, b) SPYRE_TRACE_CONCAT2(a, b)
+// A span named `name` (a string literal) on the calling thread's track.
+#define SPYRE_TRACE_SCOPE(name) ::spyre::trace::Scope SPYRE_TRACE_CONCAT(spyre_trace_scope_, __LINE__)(name)

@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+// Internal: the probes the runtime's layers call while a trace records
+// (spyre/trace/trace.hpp starts and stops it). Every probe is a no-op when
+// recording is off; callers test trace::Enabled() first where preparing
+// the arguments costs something.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "spyre/trace/trace.hpp"
+
+namespace spyre::trace::detail {
+
+// A row of the timeline that is not a host thread (a stream, a device's
+// ring, a DMA engine), named once; the same name gives the same track.
+uint32_t NamedTrack(const std::string& name);
+
+// Which recording is running (changes with every Start and Stop): a cached
+// track id is valid only within the recording that named it.
+uint64_t Recording() noexcept;
+
+// A fresh id for a flow arrow (never 0).
+uint64_t NewFlow() noexcept;
+
+// A span on `track` (0: the calling thread). `name` and `category` must be
+// string literals. `arg` (an op index, bytes; < 0: none) and `queued_ns`
+// (when the work was enqueued; 0: none) go into the span's args; `flow_in`
+// (0: none) ends a flow arrow at the span's start.
+void Span(uint32_t track, const char* category, const char* name, uint64_t start_ns, uint64_t end_ns,
+          int64_t arg = -1, uint64_t queued_ns = 0, uint64_t flow_in = 0) noexcept;
+
+// Starts flow arrow `flow` at `ts_ns` on the calling thread's track.
+void FlowOut(uint64_t flow, uint64_t ts_ns) noexcept;
+
+// A counter sample: `name` (a string literal) of what `track` shows, for
+// example the ring depth of a device's ring track.
+void Counter(uint32_t track, const char* name, uint64_t ts_ns, int64_t value) noexcept;
+
+}  // namespace spyre::trace::detail

@@ -1,0 +1,294 @@
+// SPDX-License-Identifier: Apache-2.0
+// The trace recorder. Each thread appends fixed-size records to its own
+// chain of chunks (no lock: a record is published by a release store of
+// the chunk's count); Stop walks every chain, sorts by time and writes the
+// Chrome trace-event JSON with nlohmann_json.
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "spyre/error.hpp"
+#include "trace/recorder.hpp"
+
+namespace spyre::trace {
+
+namespace detail {
+
+std::atomic<bool> g_enabled{false};
+
+uint64_t NowNs() noexcept {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);  // the mock device's clock too
+    return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
+namespace {
+
+struct Record {
+    uint64_t ts_ns;
+    uint64_t dur_ns;
+    int64_t arg;
+    uint64_t queued_ns;
+    uint64_t flow;
+    const char* name;
+    const char* category;
+    uint32_t track;  // 0: the thread's own
+    char ph;         // 'X' span, 's' flow start, 'C' counter
+};
+
+struct Chunk {
+    static constexpr uint32_t kRecords = 4096;
+    Record records[kRecords];
+    std::atomic<uint32_t> count{0};
+    std::atomic<Chunk*> next{nullptr};
+};
+
+// One thread's records, oldest chunk first. Only the thread appends.
+struct ThreadBuffer {
+    uint32_t tid = 0;
+    std::string name;
+    std::unique_ptr<Chunk> head{new Chunk};  // records left uninitialised: written before they count
+    Chunk* tail = head.get();
+    std::vector<std::unique_ptr<Chunk>> more;  // owns the chunks after head
+
+    ~ThreadBuffer() = default;
+};
+
+// Tracks that are not threads get ids above every thread id.
+constexpr uint32_t kFirstNamedTrack = 1u << 30;
+
+struct State {
+    std::mutex mu;
+    uint64_t generation = 1;  // a Start drops older buffers
+    std::string path;
+    std::vector<std::shared_ptr<ThreadBuffer>> buffers;
+    std::map<std::string, uint32_t> tracks;
+    std::atomic<uint64_t> next_flow{1};
+};
+
+State& state() {
+    static State* s = new State();  // never destroyed: threads may probe during exit
+    return *s;
+}
+
+std::atomic<uint64_t> g_generation{1};
+thread_local std::shared_ptr<ThreadBuffer> tl_buffer;
+thread_local uint64_t tl_generation = 0;
+
+ThreadBuffer& Buffer() {
+    const uint64_t gen = g_generation.load(std::memory_order_acquire);
+    if (tl_generation != gen || !tl_buffer) {
+        auto buf = std::make_shared<ThreadBuffer>();
+        buf->tid = uint32_t(syscall(SYS_gettid));
+        char name[32] = {};
+        if (pthread_getname_np(pthread_self(), name, sizeof name) == 0) buf->name = name;
+        State& s = state();
+        std::lock_guard lock(s.mu);
+        if (s.generation == gen) s.buffers.push_back(buf);
+        tl_buffer = std::move(buf);
+        tl_generation = gen;
+    }
+    return *tl_buffer;
+}
+
+void Append(const Record& r) noexcept {
+    if (!Enabled()) return;
+    try {
+        ThreadBuffer& b = Buffer();
+        Chunk* c = b.tail;
+        uint32_t n = c->count.load(std::memory_order_relaxed);
+        if (n == Chunk::kRecords) {
+            std::unique_ptr<Chunk> fresh{new Chunk};
+            Chunk* next = fresh.get();
+            b.more.push_back(std::move(fresh));
+            c->next.store(next, std::memory_order_release);
+            b.tail = c = next;
+            n = 0;
+        }
+        c->records[n] = r;
+        c->count.store(n + 1, std::memory_order_release);
+    } catch (...) {
+        // Out of memory while tracing: the record is lost, the work goes on.
+    }
+}
+
+double Micros(uint64_t ns) { return double(ns) / 1000.0; }
+
+}  // namespace
+
+void ApiSpan(const char* name, uint64_t start_ns, uint64_t end_ns) noexcept {
+    Append(Record{start_ns, end_ns - start_ns, -1, 0, 0, name, "api", 0, 'X'});
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+namespace detail {
+
+uint32_t NamedTrack(const std::string& name) {
+    State& s = state();
+    std::lock_guard lock(s.mu);
+    auto [it, fresh] = s.tracks.emplace(name, kFirstNamedTrack + uint32_t(s.tracks.size()));
+    return it->second;
+}
+
+uint64_t Recording() noexcept { return g_generation.load(std::memory_order_acquire); }
+
+uint64_t NewFlow() noexcept { return state().next_flow.fetch_add(1, std::memory_order_relaxed); }
+
+void Span(uint32_t track, const char* category, const char* name, uint64_t start_ns, uint64_t end_ns, int64_t arg,
+          uint64_t queued_ns, uint64_t flow_in) noexcept {
+    Append(Record{start_ns, end_ns > start_ns ? end_ns - start_ns : 0, arg, queued_ns, flow_in, name, category,
+                  track, 'X'});
+}
+
+void FlowOut(uint64_t flow, uint64_t ts_ns) noexcept {
+    Append(Record{ts_ns, 0, -1, 0, flow, "enqueue", "flow", 0, 's'});
+}
+
+void Counter(uint32_t track, const char* name, uint64_t ts_ns, int64_t value) noexcept {
+    Append(Record{ts_ns, 0, value, 0, 0, name, "counter", track, 'C'});
+}
+
+}  // namespace detail
+
+void Start(const std::string& path) {
+    {
+        // Fail now, not at Stop, if the file cannot be written.
+        std::ofstream probe(path, std::ios::trunc);
+        if (!probe)
+            throw Error(ErrorKind::InvalidArgument,
+                        "trace file " + path + " cannot be created: " + std::strerror(errno));
+    }
+    State& s = state();
+    std::lock_guard lock(s.mu);
+    s.path = path;
+    s.buffers.clear();
+    s.tracks.clear();
+    s.generation = g_generation.fetch_add(1, std::memory_order_acq_rel) + 1;
+    g_enabled.store(true, std::memory_order_release);
+}
+
+size_t Stop() {
+    State& s = state();
+    std::vector<std::shared_ptr<ThreadBuffer>> buffers;
+    std::map<std::string, uint32_t> tracks;
+    std::string path;
+    {
+        std::lock_guard lock(s.mu);
+        if (!g_enabled.exchange(false)) return 0;
+        buffers = std::move(s.buffers);
+        s.buffers.clear();
+        tracks = std::move(s.tracks);
+        s.tracks.clear();
+        path = std::move(s.path);
+        g_generation.fetch_add(1, std::memory_order_acq_rel);  // threads start fresh buffers next time
+        s.generation = g_generation.load();
+    }
+
+    struct Placed {
+        Record r;
+        uint32_t tid;
+    };
+    std::vector<Placed> all;
+    for (const auto& b : buffers)
+        for (const Chunk* c = b->head.get(); c; c = c->next.load(std::memory_order_acquire)) {
+            const uint32_t n = c->count.load(std::memory_order_acquire);
+            for (uint32_t i = 0; i < n; ++i) all.push_back({c->records[i], c->records[i].track ? c->records[i].track : b->tid});
+        }
+    std::stable_sort(all.begin(), all.end(), [](const Placed& a, const Placed& b) { return a.r.ts_ns < b.r.ts_ns; });
+
+    const int pid = int(getpid());
+    std::ofstream out(path, std::ios::trunc);
+    if (!out) throw Error(ErrorKind::IoError, "trace file " + path + " cannot be written: " + std::strerror(errno));
+    auto write = [&](const nlohmann::json& ev, bool& first) {
+        out << (first ? "\n" : ",\n") << ev.dump();
+        first = false;
+    };
+    out << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[";
+    bool first = true;
+    char exe[256] = {};
+    const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    const std::string process = std::string("spyre: ") + (len > 0 ? std::strrchr(exe, '/') + 1 : "process");
+    write({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", process}}}}, first);
+    for (const auto& b : buffers)
+        write({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", b->tid},
+               {"args", {{"name", b->name.empty() ? "thread " + std::to_string(b->tid) : b->name}}}},
+              first);
+    std::map<uint32_t, std::string> track_names;
+    for (const auto& [name, id] : tracks) {
+        track_names[id] = name;
+        write({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", id}, {"args", {{"name", name}}}}, first);
+        write({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", id},
+               {"args", {{"sort_index", int64_t(id - kFirstNamedTrack) + 1000}}}},
+              first);
+    }
+    for (const Placed& p : all) {
+        const Record& r = p.r;
+        nlohmann::json ev = {{"ph", std::string(1, r.ph)}, {"name", r.name}, {"cat", r.category},
+                             {"pid", pid},  {"tid", p.tid}, {"ts", Micros(r.ts_ns)}};
+        if (r.ph == 'X') {
+            ev["dur"] = Micros(r.dur_ns);
+            nlohmann::json args = nlohmann::json::object();
+            if (r.arg >= 0) args[std::strcmp(r.category, "dma") == 0 ? "bytes" : "op"] = r.arg;
+            if (r.queued_ns) args["enqueued_us"] = Micros(r.queued_ns);
+            if (!args.empty()) ev["args"] = args;
+            if (r.flow) {
+                // The arrow's head binds to this span (its start lies inside it).
+                write({{"ph", "f"}, {"bp", "e"}, {"name", "enqueue"}, {"cat", "flow"}, {"id", r.flow}, {"pid", pid},
+                       {"tid", p.tid}, {"ts", Micros(r.ts_ns)}},
+                      first);
+            }
+        } else if (r.ph == 's') {
+            ev["id"] = r.flow;
+        } else if (r.ph == 'C') {
+            const auto it = track_names.find(r.track);
+            ev["name"] = std::string(r.name) + (it != track_names.end() ? " (" + it->second + ")" : "");
+            ev["args"] = {{"value", r.arg}};
+            ev.erase("tid");
+        }
+        write(ev, first);
+    }
+    out << "\n]}\n";
+    out.flush();
+    if (!out) throw Error(ErrorKind::IoError, "trace file " + path + " could not be written completely");
+    return all.size();
+}
+
+namespace {
+
+// SPYRE_TRACE=path: record from the library's load to the process's exit.
+struct FromEnvironment {
+    FromEnvironment() {
+        const char* path = std::getenv("SPYRE_TRACE");
+        if (!path || !*path) return;
+        try {
+            Start(path);
+        } catch (const Error&) {
+            // A trace the user asked for but cannot have must not stop the program.
+        }
+    }
+    ~FromEnvironment() {
+        try {
+            Stop();
+        } catch (const Error&) {
+        }
+    }
+} from_environment;
+
+}  // namespace
+
+}  // namespace spyre::trace
