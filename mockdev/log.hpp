@@ -1,29 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
-//
-// Leveled logging to stderr with a "spyre-mockdev:" prefix. One write(2) per
-// line so lines from the FUSE workers and engine threads never interleave.
+// The daemon's names for the one logger (spyre/common/log.hpp): lines carry
+// the "spyre-mockdev:" prefix once main() has called SetProgram.
 #pragma once
 
-#include <optional>
-#include <string_view>
+#include "spyre/common/log.hpp"
 
 namespace spyre::mockdev {
 
-enum class LogLevel { Error = 0, Warn = 1, Info = 2, Debug = 3 };
+using LogLevel = log::Level;
 
-std::optional<LogLevel> ParseLogLevel(std::string_view name);
-void SetLogLevel(LogLevel level);
-bool LogEnabled(LogLevel level);
+inline std::optional<LogLevel> ParseLogLevel(std::string_view name) { return log::ParseLevel(name); }
+inline void SetLogLevel(LogLevel level) { log::SetLevel(level); }
+inline bool LogEnabled(LogLevel level) { return log::Enabled(level); }
 
-void Log(LogLevel level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-
-#define MOCKDEV_LOG(level, ...)                                             \
-    do {                                                                    \
-        if (::spyre::mockdev::LogEnabled(level)) ::spyre::mockdev::Log(level, __VA_ARGS__); \
-    } while (0)
-#define LOG_ERROR(...) MOCKDEV_LOG(::spyre::mockdev::LogLevel::Error, __VA_ARGS__)
-#define LOG_WARN(...) MOCKDEV_LOG(::spyre::mockdev::LogLevel::Warn, __VA_ARGS__)
-#define LOG_INFO(...) MOCKDEV_LOG(::spyre::mockdev::LogLevel::Info, __VA_ARGS__)
-#define LOG_DEBUG(...) MOCKDEV_LOG(::spyre::mockdev::LogLevel::Debug, __VA_ARGS__)
+#define LOG_ERROR(...) SPYRE_LOG_ERROR(__VA_ARGS__)
+#define LOG_WARN(...) SPYRE_LOG_WARN(__VA_ARGS__)
+#define LOG_INFO(...) SPYRE_LOG_INFO(__VA_ARGS__)
+#define LOG_DEBUG(...) SPYRE_LOG_DEBUG(__VA_ARGS__)
 
 }  // namespace spyre::mockdev

@@ -88,7 +88,9 @@ int ParseCommandLine(int argc, char** argv, Options& opt) {
                  "(MOUNT/bus/pci/devices/<addr>/..., MOUNT/dev/spyre/<addr>) backed by shared memory."};
     app.name("spyre-mockdev");
     std::string mem = "128G";
-    std::string log_level = "info";
+    // --log-level, else SPYRE_LOG_LEVEL (the variable the library and the tools read), else info.
+    const auto env_level = spyre::log::LevelFromEnvironment();
+    std::string log_level = env_level ? spyre::log::Name(*env_level) : "info";
     app.add_option("--mount", opt.mount, "Mount point: an existing, empty directory")->required();
     app.add_option("--cards", opt.cards, "Number of cards (1-16)")->check(CLI::Range(1, 16))->capture_default_str();
     app.add_option("--vfs", opt.vfs, "VFs enabled on each card at start (0-16)")
@@ -101,7 +103,7 @@ int ParseCommandLine(int argc, char** argv, Options& opt) {
     app.add_flag("--foreground", opt.foreground,
                  "Stay in the foreground (no fork). In the background, messages after start-up reach stderr\n"
                  "only if it is a terminal or a file (a pipe is let go, so callers see EOF)");
-    app.add_option("--log-level", log_level, "error, warn, info or debug")
+    app.add_option("--log-level", log_level, "error, warn, info or debug (default: SPYRE_LOG_LEVEL, else info)")
         ->check(CLI::IsMember({"error", "warn", "info", "debug"}))
         ->capture_default_str();
     app.add_option("--ready-fd", opt.ready_fd, "Write \"ready\\n\" to this fd and close it once the mount is live")
@@ -360,6 +362,7 @@ int Daemonize(const Options& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    spyre::log::SetProgram("spyre-mockdev", LogLevel::Info);
     Options opt;
     if (int rc = ParseCommandLine(argc, argv, opt); rc >= 0) return rc;
     SetLogLevel(opt.log_level);

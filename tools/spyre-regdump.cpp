@@ -10,6 +10,7 @@
 #include <iostream>
 #include <thread>
 
+#include "spyre/common/log.hpp"
 #include "spyre/driver/device_environment.hpp"
 #include "spyre/driver/discovery.hpp"
 #include "spyre/driver/register_dump.hpp"
@@ -44,12 +45,15 @@ FunctionInfo Resolve(const std::string& target) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    spyre::log::SetProgram("spyre-regdump", spyre::log::Level::Warn);
     CLI::App app{"Print every register of a live spyre function, by name and decoded."};
     std::string target;
     double watch = 0;
     app.add_option("function", target, "device node, function directory, PCI address or index")->required();
     app.add_option("-w,--watch", watch, "repeat every SECONDS until interrupted")->check(CLI::NonNegativeNumber);
-    app.footer("Environment: SPYRE_DEV_ROOT (default /run/spyre) for PCI addresses and indices.");
+    app.footer(
+        "Environment: SPYRE_DEV_ROOT (default /run/spyre) for PCI addresses and indices; SPYRE_LOG_LEVEL\n"
+        "(error, warn, info, debug) for messages.");
     CLI11_PARSE(app, argc, argv);
     try {
         FunctionInfo info = Resolve(target);
@@ -61,7 +65,7 @@ int main(int argc, char** argv) {
             if (watch > 0) std::this_thread::sleep_for(std::chrono::duration<double>(watch));
         } while (watch > 0);
     } catch (const spyre::Error& e) {
-        std::fprintf(stderr, "spyre-regdump: %s\n", e.what());
+        SPYRE_LOG_ERROR("%s", e.what());
         return 1;
     }
     return 0;

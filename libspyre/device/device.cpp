@@ -2,6 +2,7 @@
 #include "spyre/device/device.hpp"
 
 #include "device/device_core.hpp"
+#include "spyre/common/log.hpp"
 #include "spyre/trace/trace.hpp"
 #include "stream/scheduler_core.hpp"
 #include "stream/stream_wait.hpp"
@@ -102,7 +103,9 @@ Device Device::Open(DeviceOptions options) {
 
 Device Device::OpenIn(std::shared_ptr<const driver::DeviceEnvironment> environment, const driver::FunctionInfo& function,
                       DeviceOptions options) {
-    return Device(std::make_shared<DeviceCore>(std::move(environment), function, std::move(options)));
+    Device device(std::make_shared<DeviceCore>(std::move(environment), function, std::move(options)));
+    SPYRE_LOG_INFO("opened %s", device.pci_address().c_str());
+    return device;
 }
 
 SpyreAllocator& Device::allocator() { return *core_->allocator; }

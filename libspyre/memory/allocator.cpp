@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "spyre/common/log.hpp"
 #include "spyre/error.hpp"
 #include "trace/recorder.hpp"
 
@@ -161,7 +162,7 @@ void SpyreAllocator::ReserveVf() {
             else if (i > 0 || regions_.size() < options_.vf_regions) {
                 reservation_ += " (fell back: " + std::to_string(options_.vf_regions) + " x " + Bytes(sizes[0]) +
                                 " do not fit the " + Bytes(grantable) + " the device grants this VF)";
-                std::fprintf(stderr, "spyre: %s: %s\n", fn_.pci_address().c_str(), reservation_.c_str());
+                SPYRE_LOG_WARN("%s: %s", fn_.pci_address().c_str(), reservation_.c_str());
             }
             return;
         }

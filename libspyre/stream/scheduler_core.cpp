@@ -5,6 +5,7 @@
 
 #include "device/device_core.hpp"
 #include "spyre/common/futex.hpp"
+#include "spyre/common/log.hpp"
 #include "spyre/uapi/spyre_cb.h"
 #include "stream/stream_wait.hpp"
 #include "trace/recorder.hpp"
@@ -193,7 +194,7 @@ void SchedulerCore::CallerPump() {
     try {
         Pump(false);
     } catch (const Error& e) {
-        FaultAll(e);  // only the ring and the function throw: the device is gone or halted
+        DeviceFailed(e);  // only the ring and the function throw: the device is gone or halted
     }
 }
 
@@ -273,7 +274,7 @@ void SchedulerCore::Run() {
             progress = Pump(true);
         } catch (const Error& e) {
             // Only the ring and the function can throw here: the device is gone or halted.
-            FaultAll(e);
+            DeviceFailed(e);
             progress = true;
         }
         if (progress) {
@@ -336,7 +337,7 @@ void SchedulerCore::SleepOnRing(uint32_t seen) {
         try {
             ring_->WaitCompletionOr(wake_seq_, seen, kBusySleep);
         } catch (const Error& e) {
-            FaultAll(e);
+            DeviceFailed(e);
         }
     }
     sleepers_.fetch_sub(1, std::memory_order_seq_cst);
@@ -481,6 +482,11 @@ bool SchedulerCore::SubmitRing() {
 }
 
 // ---------------------------------------------------------------- device loss
+
+void SchedulerCore::DeviceFailed(const Error& error) {
+    if (!lost()) SPYRE_LOG_WARN("%s: %s (every stream fails from here)", device_.function->pci_address().c_str(), error.what());
+    FaultAll(error);
+}
 
 void SchedulerCore::FaultAll(const Error& error) {
     if (!lost_.load()) {

@@ -96,6 +96,8 @@ private:
     bool RunCallback(StreamState& s);
     bool SubmitRing();
     void FaultAll(const Error& error);
+    // The ring or the function threw: the device is gone or halted. Logs it once, then FaultAll.
+    void DeviceFailed(const Error& error);
 
     DeviceCore& device_;
     const SchedulerOptions options_;

@@ -115,7 +115,7 @@ void FuseLogToOurs(fuse_log_level level, const char* fmt, va_list ap) {
     const LogLevel ours = level <= FUSE_LOG_ERR ? LogLevel::Error : level == FUSE_LOG_WARNING ? LogLevel::Warn
                           : level <= FUSE_LOG_INFO                ? LogLevel::Info
                                                                   : LogLevel::Debug;
-    MOCKDEV_LOG(ours, "libfuse: %.*s", int(msg.size()), msg.data());
+    SPYRE_LOG(ours, "libfuse: %.*s", int(msg.size()), msg.data());
 }
 
 // Holds libfuse's messages back for its lifetime; Last() is the latest one.
