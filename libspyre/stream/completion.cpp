@@ -82,6 +82,7 @@ size_t DropFaulted(StreamState& s) {
 
 size_t RingRecords::Retire(std::span<const driver::Completion> done) {
     size_t cancelled = 0;
+    uint64_t reaped_ns = 0;  // while a trace records: when this batch was seen, read once
     for (const driver::Completion& c : done) {
         if (records_.empty() || records_.front().user_data != c.user_data)
             throw Error(ErrorKind::ProtocolError,
@@ -115,8 +116,9 @@ size_t RingRecords::Retire(std::span<const driver::Completion> done) {
         // reference to the device must never be dropped on the scheduler thread.
         rec.event.reset();
         if (rec.submit_ns != 0 && trace::Enabled()) {
+            if (reaped_ns == 0) reaped_ns = trace::detail::NowNs();
             TraceDevice(rec, c);
-            TraceOp(s, device_, rec.kind, rec.seq, rec.trace, trace::detail::NowNs());
+            TraceOp(s, device_, rec.kind, rec.seq, rec.trace, reaped_ns);
         }
         Complete(s, rec.seq);
     }

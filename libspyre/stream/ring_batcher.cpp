@@ -50,7 +50,7 @@ size_t RingBatcher::ChainSlots(const StreamState& s, size_t* cbs) const {
     return slots;
 }
 
-void RingBatcher::Append(StreamState& s, std::vector<spyre_cb>& batch, RingRecords& records) {
+void RingBatcher::Append(StreamState& s, std::vector<spyre_cb>& batch, RingRecords& records, uint64_t trace_ns) {
     QueuedOp op = std::move(s.local.front());
     s.local.pop_front();
     const uint64_t seq = s.next_seq++;
@@ -81,7 +81,7 @@ void RingBatcher::Append(StreamState& s, std::vector<spyre_cb>& batch, RingRecor
     default: throw Error(ErrorKind::Internal, "not a ring op");
     }
     records.Add(RingRecords::Record{&s, seq, ud, op.kind, op.value, std::move(op.event), op.trace,
-                                    op.trace.enqueue_ns && trace::Enabled() ? trace::detail::NowNs() : 0});
+                                    op.trace.enqueue_ns ? trace_ns : 0});
 }
 
 size_t RingBatcher::TakeTurn(StreamState& s, size_t quantum, Budget& budget, std::vector<spyre_cb>& batch,
@@ -106,7 +106,7 @@ size_t RingBatcher::TakeTurn(StreamState& s, size_t quantum, Budget& budget, std
                 break;
             }
             const size_t first = batch.size();
-            Append(s, batch, records);
+            Append(s, batch, records, budget.trace_ns);
             if (previous != SIZE_MAX) batch[previous].flags |= SPYRE_CB_F_LINK;
             previous = first;
             budget.slots -= batch.size() - first;

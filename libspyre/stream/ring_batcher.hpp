@@ -26,6 +26,7 @@ public:
         size_t cbs;    // CBs (max_ring_inflight minus those in flight)
         size_t slots;  // ring slots (a CB plus an inline copy's payload)
         bool ring_idle;  // nothing in flight: an oversize chain may be split
+        uint64_t trace_ns = 0;  // while a trace records: when this batch goes down (0 otherwise)
     };
 
     bool IsRingOp(const QueuedOp& op) const;
@@ -44,7 +45,7 @@ public:
 
 private:
     size_t ChainSlots(const StreamState& s, size_t* cbs) const;
-    void Append(StreamState& s, std::vector<spyre_cb>& batch, RingRecords& records);
+    void Append(StreamState& s, std::vector<spyre_cb>& batch, RingRecords& records, uint64_t trace_ns);
 
     const size_t inline_max_;
     uint64_t next_user_data_ = 1;

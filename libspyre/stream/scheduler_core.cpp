@@ -118,7 +118,7 @@ void SchedulerCore::Queue(StreamState& s, std::span<QueuedOp> ops) {
     }
     for (size_t i = 0; i < ops.size(); ++i) ops[i].link = i + 1 < ops.size();
     if (trace::Enabled()) [[unlikely]] {
-        const uint64_t now = trace::detail::NowNs();
+        const uint64_t now = trace::detail::ScopeStartOr(trace::detail::NowNs);
         for (QueuedOp& op : ops) {
             op.trace = OpTrace{now, trace::detail::NewFlow()};
             trace::detail::FlowOut(op.trace.flow, now);
@@ -449,7 +449,8 @@ bool SchedulerCore::SubmitRing() {
     batch_.clear();
     const size_t inflight = records_.size();
     if (inflight >= options_.max_ring_inflight) return false;
-    RingBatcher::Budget budget{options_.max_ring_inflight - inflight, ring_->FreeSlots(), inflight == 0};
+    RingBatcher::Budget budget{options_.max_ring_inflight - inflight, ring_->FreeSlots(), inflight == 0,
+                               trace::Enabled() ? trace::detail::NowNs() : 0};
     size_t batch_cbs = 0;
     for (StreamState* sp : policy_.Order(active_)) {
         StreamState& s = *sp;

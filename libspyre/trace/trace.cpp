@@ -4,6 +4,7 @@
 // the chunk's count); Stop walks every chain, sorts by time and writes the
 // Chrome trace-event JSON with nlohmann_json.
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -49,13 +51,26 @@ struct Record {
 };
 
 struct Chunk {
-    static constexpr uint32_t kRecords = 4096;
+    static constexpr uint32_t kRecords = 16384;  // 1 MiB
     Record records[kRecords];
     std::atomic<uint32_t> count{0};
     std::atomic<Chunk*> next{nullptr};
+
+    // Chunks come from mmap with MAP_POPULATE: the pages are mapped in one
+    // system call instead of one page fault per 64 records while recording
+    // (a fault costs microseconds in a VM).
+    static void* operator new(size_t size) {
+        void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        if (p == MAP_FAILED) throw std::bad_alloc();
+        return p;
+    }
+    static void operator delete(void* p, size_t size) { munmap(p, size); }
 };
 
-// One thread's records, oldest chunk first. Only the thread appends.
+// One thread's records, oldest chunk first. Only the thread appends, and
+// only the thread resets it for the next recording, keeping its chunks:
+// memory touched once is cheap to write again (a first touch costs about
+// 80 ns per record in this VM even with MAP_POPULATE, a second 3-7 ns).
 struct ThreadBuffer {
     uint32_t tid = 0;
     std::string name;
@@ -63,13 +78,18 @@ struct ThreadBuffer {
     Chunk* tail = head.get();
     std::vector<std::unique_ptr<Chunk>> more;  // owns the chunks after head
 
-    ~ThreadBuffer() = default;
+    void Reset() {
+        for (Chunk* c = head.get(); c; c = c->next.load(std::memory_order_relaxed))
+            c->count.store(0, std::memory_order_relaxed);
+        tail = head.get();
+    }
 };
 
 // Tracks that are not threads get ids above every thread id.
 constexpr uint32_t kFirstNamedTrack = 1u << 30;
 
 struct State {
+    std::mutex session_mu;  // a whole Start or Stop: a Stop's writing ends before buffers are reused
     std::mutex mu;
     uint64_t generation = 1;  // a Start drops older buffers
     std::string path;
@@ -90,14 +110,17 @@ thread_local uint64_t tl_generation = 0;
 ThreadBuffer& Buffer() {
     const uint64_t gen = g_generation.load(std::memory_order_acquire);
     if (tl_generation != gen || !tl_buffer) {
-        auto buf = std::make_shared<ThreadBuffer>();
-        buf->tid = uint32_t(syscall(SYS_gettid));
+        if (tl_buffer) {
+            tl_buffer->Reset();  // the last recording's Stop has written it (session_mu)
+        } else {
+            tl_buffer = std::make_shared<ThreadBuffer>();
+            tl_buffer->tid = uint32_t(syscall(SYS_gettid));
+        }
         char name[32] = {};
-        if (pthread_getname_np(pthread_self(), name, sizeof name) == 0) buf->name = name;
+        if (pthread_getname_np(pthread_self(), name, sizeof name) == 0) tl_buffer->name = name;
         State& s = state();
         std::lock_guard lock(s.mu);
-        if (s.generation == gen) s.buffers.push_back(buf);
-        tl_buffer = std::move(buf);
+        if (s.generation == gen) s.buffers.push_back(tl_buffer);
         tl_generation = gen;
     }
     return *tl_buffer;
@@ -110,12 +133,15 @@ void Append(const Record& r) noexcept {
         Chunk* c = b.tail;
         uint32_t n = c->count.load(std::memory_order_relaxed);
         if (n == Chunk::kRecords) {
-            std::unique_ptr<Chunk> fresh{new Chunk};
-            Chunk* next = fresh.get();
-            b.more.push_back(std::move(fresh));
-            c->next.store(next, std::memory_order_release);
+            Chunk* next = c->next.load(std::memory_order_relaxed);  // kept from an earlier recording
+            if (!next) {
+                std::unique_ptr<Chunk> fresh{new Chunk};
+                next = fresh.get();
+                b.more.push_back(std::move(fresh));
+                c->next.store(next, std::memory_order_release);
+            }
             b.tail = c = next;
-            n = 0;
+            n = c->count.load(std::memory_order_relaxed);
         }
         c->records[n] = r;
         c->count.store(n + 1, std::memory_order_release);
@@ -166,6 +192,8 @@ void Counter(uint32_t track, const char* name, uint64_t ts_ns, int64_t value) no
 }  // namespace detail
 
 void Start(const std::string& path) {
+    State& s = state();
+    std::lock_guard session(s.session_mu);
     {
         // Fail now, not at Stop, if the file cannot be written.
         std::ofstream probe(path, std::ios::trunc);
@@ -173,7 +201,6 @@ void Start(const std::string& path) {
             throw Error(ErrorKind::InvalidArgument,
                         "trace file " + path + " cannot be created: " + std::strerror(errno));
     }
-    State& s = state();
     std::lock_guard lock(s.mu);
     s.path = path;
     s.buffers.clear();
@@ -184,6 +211,7 @@ void Start(const std::string& path) {
 
 size_t Stop() {
     State& s = state();
+    std::lock_guard session(s.session_mu);
     std::vector<std::shared_ptr<ThreadBuffer>> buffers;
     std::map<std::string, uint32_t> tracks;
     std::string path;

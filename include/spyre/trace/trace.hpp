@@ -23,6 +23,13 @@ namespace detail {
 extern std::atomic<bool> g_enabled;
 uint64_t NowNs() noexcept;
 void ApiSpan(const char* name, uint64_t start_ns, uint64_t end_ns) noexcept;
+// The start of the innermost Scope of this thread (0: none): work the call
+// enqueues is stamped with it rather than with another clock read.
+inline thread_local uint64_t tl_scope_start = 0;
+template <typename Clock>
+uint64_t ScopeStartOr(Clock clock) noexcept {
+    return tl_scope_start ? tl_scope_start : clock();
+}
 }  // namespace detail
 
 inline bool Enabled() noexcept { return detail::g_enabled.load(std::memory_order_relaxed); }
@@ -40,16 +47,26 @@ size_t Stop();
 // must outlive the recording (a string literal).
 class Scope {
 public:
-    explicit Scope(const char* name) noexcept : name_(name), start_(Enabled() ? detail::NowNs() : 0) {}
+    explicit Scope(const char* name) noexcept : name_(name) {
+        if (Enabled()) [[unlikely]] {
+            start_ = detail::NowNs();
+            outer_ = detail::tl_scope_start;
+            detail::tl_scope_start = start_;
+        }
+    }
     ~Scope() {
-        if (start_ != 0) detail::ApiSpan(name_, start_, detail::NowNs());
+        if (start_ != 0) [[unlikely]] {
+            detail::ApiSpan(name_, start_, detail::NowNs());
+            detail::tl_scope_start = outer_;
+        }
     }
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
 
 private:
     const char* name_;
-    uint64_t start_;
+    uint64_t start_ = 0;
+    uint64_t outer_ = 0;
 };
 
 }  // namespace spyre::trace
