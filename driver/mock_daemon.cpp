@@ -18,6 +18,7 @@
 #include <thread>
 #include <utility>
 
+#include "spyre/common/log.hpp"
 #include "spyre/error.hpp"
 
 namespace fs = std::filesystem;
@@ -103,6 +104,15 @@ fs::path MockDaemon::FindExecutable() {
     throw Error(ErrorKind::NotFound, "spyre-mockdev not found (set SPYRE_MOCKDEV to its path, or install spyre)");
 }
 
+namespace {
+// A private daemon logs what the library would: SPYRE_LOG_LEVEL, else warn
+// (the daemon's own default, info, would be noise inside an app).
+std::string DaemonLogLevel() {
+    const auto level = log::LevelFromEnvironment();
+    return level ? log::Name(*level) : "warn";
+}
+}  // namespace
+
 MockDaemon MockDaemon::Start(MockOptions options) {
     fs::path exe = FindExecutable();
     MockDaemon d;
@@ -123,7 +133,7 @@ MockDaemon MockDaemon::Start(MockOptions options) {
                                      "--vfs", std::to_string(options.vfs),
                                      "--mem", options.mem,
                                      "--shm-prefix", d.shm_prefix_,
-                                     "--log-level", options.log_level,
+                                     "--log-level", options.log_level.empty() ? DaemonLogLevel() : options.log_level,
                                      "--foreground",
                                      "--ready-fd", std::to_string(kReadyFd)};
     args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());

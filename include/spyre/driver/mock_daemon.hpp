@@ -16,7 +16,7 @@ struct MockOptions {
     int cards = 1;
     int vfs = 2;
     std::string mem = "128G";          // per card; sparse, costs only what is touched
-    std::string log_level = "warn";
+    std::string log_level;             // empty: SPYRE_LOG_LEVEL if set, else warn (docs/logging.md)
     std::filesystem::path mount;       // empty: a fresh directory under $TMPDIR
     std::string shm_prefix;            // empty: unique per daemon
     std::vector<std::string> extra_args;
