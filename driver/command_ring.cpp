@@ -142,13 +142,7 @@ uint32_t CommandRing::Submit(std::span<const spyre_cb> slots) {
         i += used;
     }
     const uint32_t first = sq_tail_;
-    for (size_t done = 0; done < slots.size();) {
-        const uint32_t at = spyre_ring_slot(sq_tail_, sq_entries_);
-        const size_t n = std::min<size_t>(slots.size() - done, sq_entries_ - at);  // up to the ring's end
-        std::memcpy(static_cast<void*>(&sq_[at]), slots.data() + done, n * sizeof(spyre_cb));
-        done += n;
-        sq_tail_ += uint32_t(n);
-    }
+    detail::CopyToRing(sq_, sq_entries_, sq_tail_, slots);
     cb_tail_ += cbs;
     Word(db_->sq_tail).store(sq_tail_, std::memory_order_release);
     // Pairs with the device's fence between setting device_sleeping and

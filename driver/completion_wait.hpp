@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// How the driver waits for a device's completions, whichever ring posts
-// them (the CB ring, the task queues): poll, spin then block, or block on
+// What the driver's rings share (the CB ring, the task queues): copying
+// entries into a submission ring, and waiting for a device's completions:
+// poll, spin then block, or block on
 // the completion interrupt, checking the device's health meanwhile. The
 // interrupt protocol is the same for both (spyre_regs.h, spyre_task.h): a
 // waiter counts itself in irq_waiters, reads irq_seq, checks for completions
@@ -12,11 +13,28 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <span>
 
 #include "spyre/common/futex.hpp"
 #include "spyre/driver/command_ring.hpp"
+#include "spyre/uapi/spyre_regs.h"
 
 namespace spyre::driver::detail {
+
+// Copies `entries` into the submission ring `ring` of `size` (a power of
+// two) entries from position `tail` on, wrapping at the ring's end, and
+// advances `tail` past them. The caller has checked that they fit.
+template <typename T>
+void CopyToRing(T* ring, uint32_t size, uint32_t& tail, std::span<const T> entries) {
+    for (size_t done = 0; done < entries.size();) {
+        const uint32_t at = spyre_ring_slot(tail, size);
+        const size_t n = std::min<size_t>(entries.size() - done, size - at);  // up to the ring's end
+        std::memcpy(static_cast<void*>(&ring[at]), entries.data() + done, n * sizeof(T));
+        done += n;
+        tail += uint32_t(n);
+    }
+}
 
 // How often a spinning or sleeping waiter checks that the device still lives.
 inline constexpr std::chrono::milliseconds kHealthPeriod{100};

@@ -94,13 +94,7 @@ size_t TaskQueue::Submit(std::span<const spyre_task_desc> tasks) {
     fn_.CheckAliveThrottled();
     const size_t n = std::min<size_t>(tasks.size(), Free());
     if (n == 0) return 0;
-    for (size_t done = 0; done < n;) {
-        const uint32_t at = spyre_ring_slot(sq_tail_, sq_entries_);
-        const size_t run = std::min<size_t>(n - done, sq_entries_ - at);  // up to the ring's end
-        std::memcpy(static_cast<void*>(&sq_[at]), tasks.data() + done, run * sizeof(spyre_task_desc));
-        done += run;
-        sq_tail_ += uint32_t(run);
-    }
+    detail::CopyToRing(sq_, sq_entries_, sq_tail_, tasks.first(n));
     Word(words_->sq_tail).store(sq_tail_, std::memory_order_release);
     // Pairs with the device's fence between setting device_sleeping and
     // re-reading every sq_tail (spyre_task.h).
