@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #include <thread>
 
+#include "completion_wait.hpp"
 #include "device_checks.hpp"
 #include "spyre/common/futex.hpp"
 #include "spyre/error.hpp"
@@ -22,9 +23,6 @@ template <typename T>
 std::atomic_ref<T> Word(T& t) {
     return std::atomic_ref<T>(t);
 }
-
-// How often a spinning or sleeping waiter checks that the device still lives.
-constexpr auto kHealthPeriod = milliseconds(100);
 
 
 std::string Hex(uint64_t v) {
@@ -144,13 +142,7 @@ uint32_t CommandRing::Submit(std::span<const spyre_cb> slots) {
         i += used;
     }
     const uint32_t first = sq_tail_;
-    for (size_t done = 0; done < slots.size();) {
-        const uint32_t at = spyre_ring_slot(sq_tail_, sq_entries_);
-        const size_t n = std::min<size_t>(slots.size() - done, sq_entries_ - at);  // up to the ring's end
-        std::memcpy(static_cast<void*>(&sq_[at]), slots.data() + done, n * sizeof(spyre_cb));
-        done += n;
-        sq_tail_ += uint32_t(n);
-    }
+    detail::CopyToRing(sq_, sq_entries_, sq_tail_, slots);
     cb_tail_ += cbs;
     Word(db_->sq_tail).store(sq_tail_, std::memory_order_release);
     // Pairs with the device's fence between setting device_sleeping and
@@ -198,21 +190,8 @@ void CommandRing::CheckHealth() const {
 }
 
 void CommandRing::WaitBlocking(steady_clock::time_point deadline) {
-    // Announce the waiter before the last check so the device's wake cannot
-    // slip between our check and our sleep.
-    Word(db_->irq_waiters).fetch_add(1, std::memory_order_seq_cst);
-    struct Disarm {
-        uint32_t* w;
-        ~Disarm() { std::atomic_ref<uint32_t>(*w).fetch_sub(1, std::memory_order_seq_cst); }
-    } disarm{&db_->irq_waiters};
-    while (true) {
-        const uint32_t seq = Word(db_->irq_seq).load(std::memory_order_seq_cst);
-        if (CompletionsReady()) return;
-        const auto now = steady_clock::now();
-        if (now >= deadline) return;
-        FutexWait(&db_->irq_seq, seq, std::min<nanoseconds>(deadline - now, kHealthPeriod));
-        if (!CompletionsReady()) CheckHealth();
-    }
+    detail::BlockOnInterrupt(db_->irq_waiters, db_->irq_seq, [this] { return CompletionsReady(); },
+                             [this] { CheckHealth(); }, deadline);
 }
 
 size_t CommandRing::Wait(std::span<Completion> out, size_t min_count, const WaitOptions& options) {
@@ -221,37 +200,15 @@ size_t CommandRing::Wait(std::span<Completion> out, size_t min_count, const Wait
         throw Error(ErrorKind::InvalidArgument, "waiting for " + std::to_string(min_count) + " completions with only " +
                                                     std::to_string(InFlight()) + " CBs in flight",
                     ErrorContext{.device = fn_.pci_address()});
-    const auto start = steady_clock::now();
-    const auto deadline = start + options.timeout;
-    auto next_health = start + kHealthPeriod;
-    size_t got = Reap(out);
-    uint32_t spins = 0;
-    while (got < min_count) {
-        if (CompletionsReady()) {
-            got += Reap(out.subspan(got));
-            continue;
-        }
-        const bool spinning = options.mode == WaitMode::Poll ||
-                              (options.mode == WaitMode::Adaptive && steady_clock::now() - start < options.spin);
-        if (spinning) {
-            CpuRelax();
-            if ((++spins & 1023) != 0) continue;
-            const auto now = steady_clock::now();
-            if (now >= next_health) {
-                CheckHealth();
-                next_health = now + kHealthPeriod;
-            }
-        } else {
-            WaitBlocking(deadline);
-            if (CompletionsReady()) continue;
-        }
-        if (steady_clock::now() >= deadline)
-            throw Error(ErrorKind::Timeout,
-                        "no completion within " + std::to_string(duration_cast<milliseconds>(options.timeout).count()) +
-                            " ms (" + std::to_string(InFlight()) + " CBs in flight)",
-                        ErrorContext{.device = fn_.pci_address()});
-    }
-    return got;
+    return detail::WaitForCompletions(
+        min_count, options, [this] { return CompletionsReady(); }, [&](size_t done) { return Reap(out.subspan(done)); },
+        [this] { CheckHealth(); }, [this](steady_clock::time_point deadline) { WaitBlocking(deadline); },
+        [&] {
+            return Error(ErrorKind::Timeout,
+                         "no completion within " + std::to_string(duration_cast<milliseconds>(options.timeout).count()) +
+                             " ms (" + std::to_string(InFlight()) + " CBs in flight)",
+                         ErrorContext{.device = fn_.pci_address()});
+        });
 }
 
 }  // namespace spyre::driver

@@ -84,6 +84,35 @@ void CheckRingGeometry(const RingRegisters& r, uint64_t bar4_size, const ErrorCo
         Protocol("ring geometry overlaps: doorbell page, SQ and CQ must be disjoint", ctx);
 }
 
+void CheckTaskGeometry(const TaskRegisters& r, uint64_t bar4_size, const ErrorContext& ctx) {
+    if (r.desc_size != sizeof(spyre_task_desc) || r.cqe_size != sizeof(spyre_task_cqe))
+        Protocol("device publishes task descriptor/completion sizes " + std::to_string(r.desc_size) + "/" +
+                     std::to_string(r.cqe_size) + ", driver expects 64/32",
+                 ctx, "TQ_DESC_SIZE", SPYRE_REG_TQ_DESC_SIZE);
+    if (r.queues > SPYRE_TQ_MAX_QUEUES)
+        Protocol("device publishes " + std::to_string(r.queues) + " task queues, the contract allows " +
+                     std::to_string(SPYRE_TQ_MAX_QUEUES),
+                 ctx, "TQ_COUNT", SPYRE_REG_TQ_COUNT);
+    if (!IsPowerOfTwo(r.sq_entries) || !IsPowerOfTwo(r.cq_entries))
+        Protocol("task ring sizes must be powers of two (SQ " + std::to_string(r.sq_entries) + ", CQ " +
+                     std::to_string(r.cq_entries) + ")",
+                 ctx, "TQ_SQ_ENTRIES", SPYRE_REG_TQ_SQ_ENTRIES);
+    if (r.db_offset % kPage || !Inside(r.db_offset, sizeof(spyre_task_doorbell), bar4_size))
+        Protocol("task doorbell page offset " + std::to_string(r.db_offset) + " is not a page inside the " +
+                     std::to_string(bar4_size) + "-byte BAR4 mapping",
+                 ctx, "TQ_DB_OFFSET", SPYRE_REG_TQ_DB_OFFSET);
+    if (r.queues == 0) return;
+    const uint64_t sq_bytes = uint64_t(r.sq_entries) * r.desc_size, cq_bytes = uint64_t(r.cq_entries) * r.cqe_size;
+    const uint64_t blocks = uint64_t(r.queues - 1) * r.stride + r.cq_offset + cq_bytes;
+    if (r.offset % 64 || r.stride % 64 || r.cq_offset % 64 || r.cq_offset < sq_bytes ||
+        uint64_t(r.cq_offset) + cq_bytes > r.stride || !Inside(r.offset, blocks, bar4_size) ||
+        Overlap(r.offset, blocks, r.db_offset, sizeof(spyre_task_doorbell)))
+        Protocol("task queue blocks at " + std::to_string(r.offset) + " (stride " + std::to_string(r.stride) +
+                     ", CQ at +" + std::to_string(r.cq_offset) +
+                     ") are misaligned, overlap each other or the task doorbell page, or leave BAR4",
+                 ctx, "TQ_OFFSET", SPYRE_REG_TQ_OFFSET);
+}
+
 void CheckCompletionCount(uint32_t cq_head, uint32_t cq_tail, uint32_t in_flight, const ErrorContext& ctx) {
     if (spyre_ring_used(cq_head, cq_tail) > in_flight)
         Protocol("the device published " + std::to_string(spyre_ring_used(cq_head, cq_tail)) +

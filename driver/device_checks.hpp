@@ -47,6 +47,18 @@ void CheckDoorbellOffset(uint32_t db_offset, uint64_t bar4_size, const ErrorCont
 // and no two of doorbell page, SQ and CQ overlapping.
 void CheckRingGeometry(const RingRegisters& regs, uint64_t bar4_size, const ErrorContext& ctx);
 
+// The task queue geometry registers (spyre_regs.h, TQ_*), as read.
+struct TaskRegisters {
+    uint32_t queues = 0, db_offset = 0, offset = 0, stride = 0;
+    uint32_t sq_entries = 0, desc_size = 0, cq_offset = 0, cq_entries = 0, cqe_size = 0;
+};
+
+// This contract's descriptor and completion sizes, at most
+// SPYRE_TQ_MAX_QUEUES queues, power-of-two rings, the task doorbell page and
+// every queue's block (SQ, then CQ inside the stride) aligned, inside the
+// `bar4_size` bytes mapped and disjoint.
+void CheckTaskGeometry(const TaskRegisters& regs, uint64_t bar4_size, const ErrorContext& ctx);
+
 // The device moved CQ_TAIL from `cq_head` to `cq_tail`: no more completions
 // than CBs in flight.
 void CheckCompletionCount(uint32_t cq_head, uint32_t cq_tail, uint32_t in_flight, const ErrorContext& ctx);

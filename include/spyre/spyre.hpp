@@ -9,6 +9,7 @@
 #include "spyre/memory/device_handle.hpp"
 #include "spyre/memory/dma_engine.hpp"
 #include "spyre/driver/command_ring.hpp"
+#include "spyre/driver/task_queue.hpp"
 #include "spyre/driver/config_space.hpp"
 #include "spyre/driver/device_environment.hpp"
 #include "spyre/driver/discovery.hpp"

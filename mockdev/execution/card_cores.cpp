@@ -38,7 +38,7 @@ CardCores::CardCores(unsigned workers) {
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
     for (unsigned i = 0; i < std::max(workers, 1u); ++i) {
-        threads_.emplace_back([this] { Work(); });
+        threads_.emplace_back([this, i] { Work(i); });
         pthread_setname_np(threads_.back().native_handle(), ("spyre-core" + std::to_string(i)).substr(0, 15).c_str());
     }
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
@@ -61,6 +61,10 @@ CardCores::Turn CardCores::Acquire(const Budget& budget, uint16_t& status) {
         if (!card_busy_ && waiting_.front() == ticket) {
             waiting_.pop_front();
             card_busy_ = true;
+            {
+                std::lock_guard workers(mutex_);
+                card_held_ = true;
+            }
             status = SPYRE_ERR_NONE;
             return Turn(this);
         }
@@ -82,8 +86,50 @@ void CardCores::Release() {
     {
         std::lock_guard lock(turn_mutex_);
         card_busy_ = false;
+        std::lock_guard workers(mutex_);
+        card_held_ = false;
     }
     turn_cv_.notify_all();
+    wake_.notify_all();  // tasks held back by the program may start
+}
+
+unsigned CardCores::groups() const {
+    return (workers() + SPYRE_TQ_DEFAULT_GROUP_CORES - 1) / SPYRE_TQ_DEFAULT_GROUP_CORES;
+}
+
+unsigned CardCores::group_cores(unsigned group) const {
+    const unsigned first = group * SPYRE_TQ_DEFAULT_GROUP_CORES;
+    return first >= workers() ? 0 : std::min(SPYRE_TQ_DEFAULT_GROUP_CORES, workers() - first);
+}
+
+void CardCores::AddTaskSource(TaskSource* source) {
+    std::lock_guard lock(mutex_);
+    sources_.push_back(source);
+}
+
+void CardCores::RemoveTaskSource(TaskSource* source) {
+    std::lock_guard lock(mutex_);
+    sources_.erase(std::remove(sources_.begin(), sources_.end(), source), sources_.end());
+}
+
+void CardCores::NotifyTasks() {
+    {
+        std::lock_guard lock(mutex_);
+        ++task_seq_;
+    }
+    wake_.notify_all();
+}
+
+bool CardCores::TakeTask(unsigned group, CoreTask& out) {
+    const size_t n = sources_.size();
+    for (size_t i = 0; i < n; ++i) {
+        const size_t at = (next_source_ + i) % n;
+        if (sources_[at]->Take(group, out)) {
+            next_source_ = (at + 1) % n;  // the next worker starts at the next function
+            return true;
+        }
+    }
+    return false;
 }
 
 CardCores::Turn::~Turn() {
@@ -129,18 +175,33 @@ uint16_t CardCores::ParallelFor(size_t chunks, const Budget& budget, const std::
     return job.verdict.load();
 }
 
-void CardCores::Work() {
+void CardCores::Work(unsigned core) {
+    const unsigned group = core / SPYRE_TQ_DEFAULT_GROUP_CORES;
     uint64_t seen = 0;
+    uint64_t tasks_seen = 0;
+    bool look = false;  // look for a task without a new notification (after running one)
     std::unique_lock lock(mutex_);
     for (;;) {
-        wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+        wake_.wait(lock, [&] {
+            return stopping_ || generation_ != seen || (!card_held_ && (look || task_seq_ != tasks_seen));
+        });
         if (stopping_) return;
-        seen = generation_;
-        Job& job = *job_;
+        if (generation_ != seen) {  // a program's op comes first
+            seen = generation_;
+            Job& job = *job_;
+            lock.unlock();
+            RunChunks(job);
+            lock.lock();
+            if (--busy_ == 0) done_.notify_one();
+            continue;
+        }
+        tasks_seen = task_seq_;
+        CoreTask task;
+        look = TakeTask(group, task);
+        if (!look) continue;  // sleep until tasks are announced
         lock.unlock();
-        RunChunks(job);
+        task.source->Run(task, core);
         lock.lock();
-        if (--busy_ == 0) done_.notify_one();
     }
 }
 

@@ -12,6 +12,14 @@
 // waits behind every other function that is waiting, and no function holds
 // the card for longer than one program, itself bounded by the card's
 // watchdog.
+//
+// Tasks (spyre_task.h) run between programs, one per worker: the workers are
+// split into core groups of SPYRE_TQ_DEFAULT_GROUP_CORES, and an idle worker
+// of group g takes the next task of queue g from the task sources (one per
+// function) in turn, so a function flooding its queues gets one task in
+// every round and cannot starve another. While a program holds the card no
+// worker starts a task, and a program's ops wait for running tasks to end
+// (each bounded by the watchdog), so neither kind starves the other.
 #pragma once
 
 #include <array>
@@ -27,8 +35,28 @@
 #include <vector>
 
 #include "execution/budget.hpp"
+#include "spyre/uapi/spyre_task.h"
 
 namespace spyre::mockdev {
+
+class TaskSource;
+
+// One task taken from a source's queue, run by one worker.
+struct CoreTask {
+    TaskSource* source = nullptr;
+    uint32_t queue = 0;
+    spyre_task_desc desc{};
+};
+
+// A function's task queues as the workers see them.
+class TaskSource {
+public:
+    virtual ~TaskSource() = default;
+    // Takes the next task of `queue`, if any (the cores' lock is held: quick).
+    virtual bool Take(uint32_t queue, CoreTask& out) = 0;
+    // Runs a task Take handed out on worker `core` and posts its completion.
+    virtual void Run(const CoreTask& task, unsigned core) noexcept = 0;
+};
 
 class CardCores {
 public:
@@ -42,6 +70,18 @@ public:
     CardCores& operator=(const CardCores&) = delete;
 
     unsigned workers() const { return unsigned(threads_.size()); }
+    // Core groups: workers [g * 8, g * 8 + 8) form group g, which runs the
+    // tasks of every function's queue g.
+    unsigned groups() const;
+    unsigned group_cores(unsigned group) const;
+
+    // Task sources (functions) the workers serve. Remove returns once no
+    // worker can take a new task from `source`; tasks already taken are the
+    // source's to wait for.
+    void AddTaskSource(TaskSource* source);
+    void RemoveTaskSource(TaskSource* source);
+    // New tasks are waiting: wake the idle workers.
+    void NotifyTasks();
 
     // The card, held for one program; handed to the next waiter on destruction.
     class Turn {
@@ -77,7 +117,8 @@ public:
 
 private:
     struct Job;
-    void Work();
+    void Work(unsigned core);
+    bool TakeTask(unsigned group, CoreTask& out);  // mutex_ held
     static void RunChunks(Job& job);
 
     void Release();
@@ -94,6 +135,10 @@ private:
     uint64_t generation_ = 0;
     unsigned busy_ = 0;  // workers still on the current job
     bool stopping_ = false;
+    bool card_held_ = false;           // mirror of card_busy_ under mutex_: no task starts meanwhile
+    uint64_t task_seq_ = 0;            // bumped by NotifyTasks
+    std::vector<TaskSource*> sources_;  // guarded by mutex_
+    size_t next_source_ = 0;           // round robin between functions
     std::vector<std::thread> threads_;
     std::array<std::vector<float>, kScratchSlots> scratch_;
 };

@@ -98,7 +98,7 @@ uint16_t Stage(const KernelContext& ctx, Matrix& m, std::vector<float>& copy, bo
     if (load) {
         const uint64_t chunks = (m.rows + kStageRows - 1) / kStageRows;
         const Matrix src = m;
-        if (uint16_t status = ctx.compute.ParallelFor(size_t(chunks), ctx.budget, [&](size_t i) {
+        if (uint16_t status = ctx.ParallelFor(size_t(chunks), [&](size_t i) {
                 const uint64_t r0 = i * kStageRows;
                 src.Load(r0, std::min(kStageRows, src.rows - r0), 0, src.cols, copy.data() + r0 * src.cols);
                 return uint16_t(SPYRE_ERR_NONE);
@@ -112,7 +112,7 @@ uint16_t Stage(const KernelContext& ctx, Matrix& m, std::vector<float>& copy, bo
 // Writes a staged C back to device memory.
 uint16_t Unstage(const KernelContext& ctx, const Matrix& device, const std::vector<float>& copy) {
     const uint64_t chunks = (device.rows + kStageRows - 1) / kStageRows;
-    return ctx.compute.ParallelFor(size_t(chunks), ctx.budget, [&](size_t i) {
+    return ctx.ParallelFor(size_t(chunks), [&](size_t i) {
         const uint64_t r0 = i * kStageRows;
         device.Store(r0, std::min(kStageRows, device.rows - r0), 0, device.cols, copy.data() + r0 * device.cols);
         return uint16_t(SPYRE_ERR_NONE);
@@ -163,16 +163,16 @@ uint16_t RunMatmul(const KernelContext& ctx, const Tensor& a, const Tensor& b, c
     UseSingleThreadedBlas();
     const Matrix c_device = Matrix::Of(c);
     Matrix A = Matrix::Of(a), B = Matrix::Of(b), C = c_device;
-    std::vector<float>& staged_a = ctx.compute.Scratch(0);
-    std::vector<float>& staged_b = ctx.compute.Scratch(1);
-    std::vector<float>& staged_c = ctx.compute.Scratch(2);
+    std::vector<float>& staged_a = ctx.Scratch(0);
+    std::vector<float>& staged_b = ctx.Scratch(1);
+    std::vector<float>& staged_c = ctx.Scratch(2);
     if (uint16_t status = Stage(ctx, A, staged_a, true)) return status;
     if (uint16_t status = Stage(ctx, B, staged_b, true)) return status;
     if (uint16_t status = Stage(ctx, C, staged_c, accumulate)) return status;
     const uint64_t m = A.rows, k = A.cols, n = B.cols;
-    const Plan plan = MakePlan(m, k, n, A.direct && B.direct && C.direct, ctx.compute.workers());
+    const Plan plan = MakePlan(m, k, n, A.direct && B.direct && C.direct, ctx.workers());
 
-    const uint16_t status = ctx.compute.ParallelFor(size_t(plan.chunks), ctx.budget, [&](size_t chunk) -> uint16_t {
+    const uint16_t status = ctx.ParallelFor(size_t(plan.chunks), [&](size_t chunk) -> uint16_t {
         thread_local std::vector<float> sa, sb, sc;  // per-worker scratch, kept between chunks
         const uint64_t r0 = chunk * plan.rows_per_chunk;
         const uint64_t rows = std::min(plan.rows_per_chunk, m - r0);

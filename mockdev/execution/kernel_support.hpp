@@ -10,6 +10,8 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <vector>
 
 #include "execution/budget.hpp"
 #include "execution/card_cores.hpp"
@@ -28,9 +30,27 @@ struct Tensor {
     const uint64_t* strides() const { return operand.desc.strides; }
 };
 
+// Where a kernel runs: across the card's cores (a LAUNCH holding the card),
+// or on the one core running a task, whose chunks then run inline in order.
 struct KernelContext {
     CardCores& compute;
     const Budget& budget;
+    bool one_core = false;  // a task (spyre_task.h)
+
+    uint16_t ParallelFor(size_t chunks, const std::function<uint16_t(size_t)>& body) const {
+        if (!one_core) return compute.ParallelFor(chunks, budget, body);
+        for (size_t i = 0; i < chunks; ++i) {
+            if (uint16_t status = budget.Check()) return status;
+            if (uint16_t status = body(i)) return status;
+        }
+        return SPYRE_ERR_NONE;
+    }
+    unsigned workers() const { return one_core ? 1u : compute.workers(); }
+    // Scratch of the program holding the card, or of this core's task.
+    std::vector<float>& Scratch(size_t slot) const {
+        thread_local std::array<std::vector<float>, CardCores::kScratchSlots> core_scratch;
+        return one_core ? core_scratch[slot] : compute.Scratch(slot);
+    }
 };
 
 // Elements per chunk of the elementwise kernels: large enough to amortise a
@@ -41,7 +61,7 @@ constexpr uint64_t kElementGrain = 1u << 16;
 template <typename Body>
 uint16_t ForChunks(const KernelContext& ctx, uint64_t total, uint64_t grain, Body&& body) {
     const uint64_t chunks = total / grain + (total % grain != 0);
-    return ctx.compute.ParallelFor(size_t(chunks), ctx.budget, [&](size_t i) {
+    return ctx.ParallelFor(size_t(chunks), [&](size_t i) {
         body(i * grain, std::min<uint64_t>(total, (i + 1) * grain));
         return uint16_t(SPYRE_ERR_NONE);
     });

@@ -41,14 +41,19 @@ CbOutcome ProgramExecutor::Load(uint64_t addr, uint64_t size, std::vector<uint8_
     return {};
 }
 
-CbOutcome ProgramExecutor::Launch(uint64_t addr, uint64_t size, const Budget& budget) {
-    if (CbOutcome loaded = Load(addr, size, bytes_, program_); loaded.status) return loaded;
+CbOutcome ProgramExecutor::MapOperands() {
     operand_data_.clear();
     for (const Operand& o : program_.operands) {
         const auto span = memory_.Span(o.desc.addr, o.extent);
         if (!span) return Fail(SPYRE_ERR_ADDR_RANGE, o.desc.addr);  // the decoder checked; kept as the one rule
         operand_data_.push_back(span->data());
     }
+    return {};
+}
+
+CbOutcome ProgramExecutor::Launch(uint64_t addr, uint64_t size, const Budget& budget) {
+    if (CbOutcome loaded = Load(addr, size, bytes_, program_); loaded.status) return loaded;
+    if (CbOutcome mapped = MapOperands(); mapped.status) return mapped;
     uint16_t status;
     const auto card = compute_.Acquire(budget, status);
     if (!card) return Fail(status, addr);
@@ -57,8 +62,19 @@ CbOutcome ProgramExecutor::Launch(uint64_t addr, uint64_t size, const Budget& bu
     return CbOutcome{SPYRE_ERR_NONE, program_.ops.size(), 0};
 }
 
-CbOutcome ProgramExecutor::RunOp(const spyre_program_op& op, uint64_t program_addr, const Budget& budget) {
-    const KernelContext ctx{compute_, budget};
+CbOutcome ProgramExecutor::RunTask(uint64_t addr, uint64_t size, uint64_t args_addr, uint64_t arg_count,
+                                   const Budget& budget) {
+    if (CbOutcome loaded = Load(addr, size, bytes_, program_); loaded.status) return loaded;
+    if (CbOutcome relocated = Relocate(addr, args_addr, arg_count, bytes_, program_); relocated.status) return relocated;
+    if (CbOutcome mapped = MapOperands(); mapped.status) return mapped;
+    for (const spyre_program_op& op : program_.ops)
+        if (CbOutcome done = RunOp(op, addr, budget, true); done.status) return done;
+    return CbOutcome{SPYRE_ERR_NONE, program_.ops.size(), 0};
+}
+
+CbOutcome ProgramExecutor::RunOp(const spyre_program_op& op, uint64_t program_addr, const Budget& budget,
+                                 bool one_core) {
+    const KernelContext ctx{compute_, budget, one_core};
     auto t = [&](int i) { return Tensor{program_.operands[op.operands[i]], operand_data_[op.operands[i]]}; };
     uint16_t status = SPYRE_ERR_NONE;
     switch (op.opcode) {
@@ -83,6 +99,24 @@ CbOutcome ProgramExecutor::RunOp(const spyre_program_op& op, uint64_t program_ad
     return status == SPYRE_ERR_NONE ? CbOutcome{} : Fail(status, program_addr);
 }
 
+CbOutcome ProgramExecutor::Relocate(uint64_t program_addr, uint64_t input_addr, uint64_t entry_count,
+                                    std::vector<uint8_t>& bytes, DecodedProgram& program) const {
+    if (entry_count != program.header.slot_count) return Fail(SPYRE_ERR_RELOCATION, program_addr);
+    if (input_addr % sizeof(uint64_t) != 0) return Fail(SPYRE_ERR_MISALIGNED, input_addr);
+    const auto table = memory_.Span(input_addr, entry_count * sizeof(uint64_t));  // entry_count < 2^16
+    if (!table) return Fail(SPYRE_ERR_ADDR_RANGE, input_addr);
+
+    for (const spyre_program_reloc& r : program.relocs)
+        std::memcpy(bytes.data() + program.header.operands_offset + r.operand * sizeof(spyre_program_operand) +
+                        offsetof(spyre_program_operand, addr),
+                    table->data() + r.slot * sizeof(uint64_t), sizeof(uint64_t));
+    const uint32_t checksum = uapi::ProgramChecksum(bytes.data(), bytes.size());
+    std::memcpy(bytes.data() + offsetof(spyre_program_header, checksum), &checksum, sizeof checksum);
+    // The relocated program must validate too (its new addresses inside the window).
+    if (ProgramFault f = DecodeProgram(bytes, memory_.size(), program)) return ProgramFail(f, program_addr);
+    return {};
+}
+
 CbOutcome ProgramExecutor::Correct(uint64_t target_addr, uint64_t input_addr, uint64_t entry_count) {
     if (input_addr % sizeof(uint64_t) != 0) return Fail(SPYRE_ERR_MISALIGNED, input_addr);
     if (target_addr % SPYRE_PROGRAM_ALIGN != 0) return Fail(SPYRE_ERR_MISALIGNED, target_addr);
@@ -93,18 +127,8 @@ CbOutcome ProgramExecutor::Correct(uint64_t target_addr, uint64_t input_addr, ui
     std::memcpy(&h, header->data(), sizeof h);
     if (h.magic != SPYRE_PROGRAM_MAGIC) return Fail(SPYRE_ERR_PROGRAM_MAGIC, target_addr);
     if (CbOutcome loaded = Load(target_addr, h.total_size, target_bytes_, target_); loaded.status) return loaded;
-    if (entry_count != target_.header.slot_count) return Fail(SPYRE_ERR_RELOCATION, target_addr);
-    const auto table = memory_.Span(input_addr, entry_count * sizeof(uint64_t));  // entry_count < 2^16
-    if (!table) return Fail(SPYRE_ERR_ADDR_RANGE, input_addr);
-
-    for (const spyre_program_reloc& r : target_.relocs)
-        std::memcpy(target_bytes_.data() + target_.header.operands_offset + r.operand * sizeof(spyre_program_operand) +
-                        offsetof(spyre_program_operand, addr),
-                    table->data() + r.slot * sizeof(uint64_t), sizeof(uint64_t));
-    const uint32_t checksum = uapi::ProgramChecksum(target_bytes_.data(), target_bytes_.size());
-    std::memcpy(target_bytes_.data() + offsetof(spyre_program_header, checksum), &checksum, sizeof checksum);
-    // The corrected program must validate too (its new addresses inside the window).
-    if (ProgramFault f = DecodeProgram(target_bytes_, memory_.size(), target_)) return ProgramFail(f, target_addr);
+    if (CbOutcome relocated = Relocate(target_addr, input_addr, entry_count, target_bytes_, target_); relocated.status)
+        return relocated;
     const auto target = memory_.Span(target_addr, target_bytes_.size());  // checked by Load
     std::memcpy(target->data(), target_bytes_.data(), target_bytes_.size());
     return CbOutcome{SPYRE_ERR_NONE, target_.relocs.size(), 0};

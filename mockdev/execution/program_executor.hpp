@@ -31,9 +31,25 @@ public:
     // if not, it is left untouched. Result: the relocations patched.
     CbOutcome Correct(uint64_t target_addr, uint64_t input_addr, uint64_t entry_count);
 
+    // A task (spyre_task.h) on the calling core: loads the program at `addr`
+    // into this executor's private copy, writes the argument table's entries
+    // into the copy's relocated operands (the program in memory is never
+    // written), validates the result as LAUNCH does and runs its ops with
+    // their chunks inline. No card turn: tasks share the card core by core.
+    // One executor per core: its buffers are that core's private state.
+    CbOutcome RunTask(uint64_t addr, uint64_t size, uint64_t args_addr, uint64_t arg_count, const Budget& budget);
+
 private:
     // Kernel faults (watchdog, abort) name the program in ERR_ADDR.
-    CbOutcome RunOp(const spyre_program_op& op, uint64_t program_addr, const Budget& budget);
+    CbOutcome RunOp(const spyre_program_op& op, uint64_t program_addr, const Budget& budget, bool one_core = false);
+    // Writes the u64 table at `input_addr` (entry_count entries, which must
+    // be the program's slot_count) into the relocated operands of `bytes`,
+    // re-seals and re-decodes it into `program`: the new addresses are
+    // validated as any program's are.
+    CbOutcome Relocate(uint64_t program_addr, uint64_t input_addr, uint64_t entry_count, std::vector<uint8_t>& bytes,
+                       DecodedProgram& program) const;
+    // Maps every operand of program_ (validated) to its bytes.
+    CbOutcome MapOperands();
     // Copies the program at `addr` out of device memory and decodes it.
     CbOutcome Load(uint64_t addr, uint64_t size, std::vector<uint8_t>& bytes, DecodedProgram& program) const;
 

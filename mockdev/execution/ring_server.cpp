@@ -8,6 +8,8 @@
 #include <cstring>
 #include <ctime>
 
+#include "execution/device_clock.hpp"
+#include "execution/engine_thread.hpp"
 #include "spyre/common/futex.hpp"
 
 namespace spyre::mockdev {
@@ -17,21 +19,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-// Bound on one futex sleep: a lost wake-up (a driver that skipped the
-// device_sleeping check) costs at most this much latency.
-constexpr auto kSleepTimeout = 1s;
-// How often a full CQ is re-checked; the driver frees space without a wake-up.
-constexpr auto kCqFullRetry = 50us;
 // How often, and how long, Kick re-wakes an engine that has not acknowledged.
 constexpr auto kKickRetry = 20us;
 constexpr auto kKickLimit = 1s;
 
-
-uint64_t MonotonicNs() {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-}
 
 }  // namespace
 
@@ -50,15 +41,8 @@ RingServer::RingServer(RegisterFile& regs, ShmObject& ring, const RingGeometry& 
 RingServer::~RingServer() { Stop(); }
 
 void RingServer::Start(const std::string& name) {
-    // Signals belong to the FUSE loop's thread: the engine blocks them all
-    // from its first instruction on.
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
     running_.store(true);
-    thread_ = std::thread([this] { Run(); });
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    pthread_setname_np(thread_.native_handle(), name.substr(0, 15).c_str());
+    thread_ = StartEngineThread(name, [this] { Run(); });
 }
 
 void RingServer::Stop() {
@@ -166,7 +150,7 @@ bool RingServer::Sleep(uint32_t kicks_seen) {
     std::atomic_thread_fence(std::memory_order_seq_cst);  // publish sleeping before the last look at sq_tail
     const uint32_t tail = SharedWord(db_->sq_tail).load();
     const bool must_stay = kicks_.load() != kicks_seen || stopping_.load() || HasWork(tail);
-    const bool woken = must_stay || FutexWait(&db_->sq_tail, tail, kSleepTimeout);
+    const bool woken = must_stay || FutexWait(&db_->sq_tail, tail, kEngineSleepTimeout);
     SharedWord(db_->device_sleeping).store(0);
     regs_.ClearBits32(SPYRE_REG_STATUS, SPYRE_STATUS_SLEEPING);
     if (!must_stay && woken) regs_.Add64(SPYRE_REG_CNT_WAKEUPS, 1);
@@ -267,7 +251,7 @@ void RingServer::PostCqe(const spyre_cb& cb, const CbOutcome& outcome, uint32_t 
     spyre_cqe cqe{};
     cqe.user_data = cb.user_data;
     cqe.result = outcome.result;
-    cqe.timestamp_ns = MonotonicNs();
+    cqe.timestamp_ns = DeviceClockNs();
     cqe.sq_pos = sq_pos;
     cqe.status = outcome.status;
     cqe.opcode = cb.opcode;

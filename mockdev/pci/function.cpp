@@ -18,9 +18,10 @@ namespace spyre::mockdev {
 namespace {
 
 constexpr RingGeometry kGeometry{};
+constexpr TaskGeometry kTaskGeometry{};
 constexpr uint32_t kNumCores = 32;
 constexpr uint32_t kCaps = SPYRE_CAP_NOP | SPYRE_CAP_LAUNCH | SPYRE_CAP_CORRECTION | SPYRE_CAP_COPY |
-                           SPYRE_CAP_COPY_INLINE | SPYRE_CAP_SEMAPHORE;
+                           SPYRE_CAP_COPY_INLINE | SPYRE_CAP_SEMAPHORE | SPYRE_CAP_TASKS;
 constexpr uint32_t kErrClearLatch = 1u << 0;
 
 std::string ShmName(const FunctionParams& p, const char* kind) {
@@ -46,22 +47,29 @@ Function::Function(const FunctionParams& params, CardMemory& card_memory, const 
       regions_(regs_, params.mem_size),
       executor_(regs_, policy.watchdog_ms, DeviceMemory(card_memory.view() + params.mem_base, params.mem_size),
                 compute),
-      ring_server_(regs_, ring_shm_, kGeometry, executor_, params.poll) {
+      ring_server_(regs_, ring_shm_, kGeometry, executor_, params.poll),
+      task_server_(regs_, ring_shm_, kTaskGeometry, policy.watchdog_ms,
+                   DeviceMemory(card_memory.view() + params.mem_base, params.mem_size), compute, params.poll) {
     InitRegisters(0, SPYRE_STATUS_READY);
     SharedWord(ring_server_.doorbell()->device_state).store(SPYRE_DEVSTATE_ALIVE);
 }
 
 Function::~Function() { Shutdown(); }
 
-void Function::Start() { ring_server_.Start("spyre-" + address_.substr(5)); }
+void Function::Start() {
+    ring_server_.Start("spyre-" + address_.substr(5));
+    task_server_.Start("spyre-t" + address_.substr(5));
+}
 
 void Function::Shutdown() {
     state_.store(State::Removed);
+    task_server_.Stop();  // first: a LAUNCH the engine finishes may wait for running tasks
     ring_server_.Stop();
     spyre_doorbell_page* db = ring_server_.doorbell();
     SharedWord(db->device_state).store(SPYRE_DEVSTATE_GONE);
     SharedWord(db->irq_seq).fetch_add(1);
     FutexWake(&db->irq_seq);  // every blocked driver looks again and sees GONE
+    task_server_.RaiseIrq();  // task waiters too
 }
 
 void Function::UnlinkShm() {
@@ -96,6 +104,17 @@ void Function::InitRegisters(uint64_t resets, uint32_t status) {
     put32(SPYRE_REG_CQ_OFFSET, kGeometry.cq_offset);
     put32(SPYRE_REG_CQ_ENTRIES, kGeometry.cq_entries);
     put32(SPYRE_REG_CQE_SIZE, kGeometry.cqe_size);
+    put32(SPYRE_REG_TQ_COUNT, task_server_.queues());
+    put32(SPYRE_REG_TQ_DB_OFFSET, kTaskGeometry.db_offset);
+    put32(SPYRE_REG_TQ_OFFSET, kTaskGeometry.offset);
+    put32(SPYRE_REG_TQ_STRIDE, kTaskGeometry.stride);
+    put32(SPYRE_REG_TQ_SQ_ENTRIES, kTaskGeometry.sq_entries);
+    put32(SPYRE_REG_TQ_DESC_SIZE, kTaskGeometry.desc_size);
+    put32(SPYRE_REG_TQ_CQ_OFFSET, kTaskGeometry.cq_offset);
+    put32(SPYRE_REG_TQ_CQ_ENTRIES, kTaskGeometry.cq_entries);
+    put32(SPYRE_REG_TQ_CQE_SIZE, kTaskGeometry.cqe_size);
+    put32(SPYRE_REG_TQ_HALTED, task_server_.halted_mask());
+    for (uint32_t q = 0; q < task_server_.queues(); ++q) put32(SPYRE_REG_TQ_GROUP_CORES(q), task_server_.group_cores(q));
     put64(SPYRE_REG_CNT_RESETS, resets);
     for (uint32_t off = 0; off < SPYRE_REG_FILE_SIZE; off += 8) {
         if (off >= SPYRE_REG_REGION_CMD && off < SPYRE_REG_REGION_BASE(SPYRE_REGION_MAX_ENTRIES)) continue;  // survives reset
@@ -124,6 +143,7 @@ void Function::RefreshMirrors() {
     status_bit(SPYRE_STATUS_HALTED, ring_server_.halted());
     status_bit(SPYRE_STATUS_SLEEPING, SharedWord(db->device_sleeping).load() != 0);
     status_bit(SPYRE_STATUS_ERROR, regs_.Load32(SPYRE_REG_ERR_CODE) != 0);
+    regs_.Store32(SPYRE_REG_TQ_HALTED, task_server_.halted_mask());
 }
 
 uint64_t Function::RegionSize(unsigned region) const {
@@ -189,6 +209,11 @@ ssize_t Function::WriteRegion(unsigned region, uint64_t offset, const void* buf,
         if (offset < sq_tail + sizeof(uint32_t) && offset + len > sq_tail) {
             std::atomic_thread_fence(std::memory_order_seq_cst);
             ring_server_.Doorbell();
+        }
+        // Any store to the task doorbell page may be a task doorbell.
+        if (offset < kTaskGeometry.db_offset + sizeof(spyre_task_doorbell) && offset + len > kTaskGeometry.db_offset) {
+            std::atomic_thread_fence(std::memory_order_seq_cst);
+            task_server_.Doorbell();
         }
         return ssize_t(len);
     }
@@ -307,8 +332,11 @@ int Function::Reset() {
     std::lock_guard guard(reset_mutex_);
     regs_.SetBits32(SPYRE_REG_STATUS, SPYRE_STATUS_RESETTING);
     {
+        // Tasks first: a LAUNCH the ring pause waits for may wait for running tasks.
+        auto tasks_paused = task_server_.Pause();
         auto paused = ring_server_.Pause();
         ring_server_.ClearRing(paused);
+        task_server_.ClearQueues(tasks_paused);
         const uint32_t sleeping = regs_.Load32(SPYRE_REG_STATUS) & SPYRE_STATUS_SLEEPING;
         InitRegisters(regs_.Load64(SPYRE_REG_CNT_RESETS) + 1,
                       SPYRE_STATUS_READY | SPYRE_STATUS_RESETTING | sleeping);
@@ -316,6 +344,7 @@ int Function::Reset() {
     }
     regs_.ClearBits32(SPYRE_REG_STATUS, SPYRE_STATUS_RESETTING);
     ring_server_.RaiseIrq();  // a driver blocked on the old ring looks again
+    task_server_.RaiseIrq();
     LOG_DEBUG("%s: function reset", address_.c_str());
     return 0;
 }
@@ -352,12 +381,14 @@ void Function::Close() {
 
 bool Function::HandOver() {
     std::lock_guard guard(reset_mutex_);
+    auto tasks_paused = task_server_.Pause();  // the old owner's tasks end (ABORTED) before its memory goes
     auto paused = ring_server_.Pause();
     // Whoever still waits on the old pages learns that the device is gone for them.
     spyre_doorbell_page* db = ring_server_.doorbell();
     SharedWord(db->device_state).store(SPYRE_DEVSTATE_GONE);
     SharedWord(db->irq_seq).fetch_add(1);
     FutexWake(&db->irq_seq);
+    task_server_.RaiseIrq();
     const uint64_t resets = regs_.Load64(SPYRE_REG_CNT_RESETS);
     try {
         regs_shm_.Renew();
@@ -368,6 +399,7 @@ bool Function::HandOver() {
         return false;
     }
     ring_server_.ClearRing(paused);
+    task_server_.ClearQueues(tasks_paused);
     InitRegisters(resets, SPYRE_STATUS_READY);
     SharedWord(db->device_state).store(SPYRE_DEVSTATE_ALIVE);
     return true;

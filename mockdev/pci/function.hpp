@@ -21,6 +21,7 @@
 #include "execution/card_cores.hpp"
 #include "pci/config_space.hpp"
 #include "execution/ring_server.hpp"
+#include "execution/task_server.hpp"
 #include "pci/memory_regions.hpp"
 #include "pci/register_file.hpp"
 #include "pci/shm_object.hpp"
@@ -118,6 +119,7 @@ private:
     RegionTable regions_;
     CbExecutor executor_;
     RingServer ring_server_;
+    TaskServer task_server_;
 
     std::mutex reset_mutex_;  // one reset at a time
     std::atomic<State> state_{State::Idle};

@@ -6,7 +6,8 @@
 // else one slot), then validated and executed by CbExecutor (NOP, LAUNCH
 // through the program decoder and executor with the real kernels, CORRECT,
 // COPY, COPY_INLINE, SEM_WRITE, SEM_WAIT), LINK chains cancelled as the
-// engine cancels them.
+// engine cancels them. Then the same slots, read as task descriptors
+// (spyre_task.h), each validated and run on one core as a task.
 //
 // Input: byte 0 = ring slots N (1..64, taken mod 64, 0 means 64), then N*64
 // bytes of ring (zero-padded), then the window's first bytes (the rest zero).
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "execution/cb_executor.hpp"
+#include "execution/task_executor.hpp"
 #include "log.hpp"
 #include "spyre/uapi/spyre_regs.h"
 
@@ -44,6 +46,7 @@ struct Device {
     CardCores compute{2};
     std::atomic<uint32_t> watchdog_ms{kWatchdogMs};  // the card's policy
     CbExecutor exec{regs, watchdog_ms, DeviceMemory(memory.data() + kGuard, kWindow), compute};
+    ProgramExecutor core{DeviceMemory(memory.data() + kGuard, kWindow), compute};  // one core's task state
 };
 
 Device& Dev() {
@@ -114,6 +117,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             __builtin_trap();
         }
         cancel_next = out.status != SPYRE_ERR_NONE && (cb.flags & SPYRE_CB_F_LINK);
+    }
+    // The same ring slots read as task descriptors (64 bytes too), each run on
+    // one core as the task server runs it: same promises.
+    for (uint32_t i = 0; i < n; ++i) {
+        spyre_task_desc task;
+        std::memcpy(&task, &ring[i], sizeof task);
+        const auto t0 = std::chrono::steady_clock::now();
+        const uint16_t status =
+            ExecuteTask(d.core, task, Budget(Budget::Clock::now() + std::chrono::milliseconds(kWatchdogMs)));
+        const auto took = std::chrono::steady_clock::now() - t0;
+        if (!KnownStatus(status) || status == SPYRE_ERR_INTERNAL) {
+            std::fprintf(stderr, "task %u: status 0x%x\n", i, status);
+            __builtin_trap();
+        }
+        if (took > std::chrono::milliseconds(kWatchdogMs) + kWatchdogSlack || !GuardsIntact(d.memory)) {
+            std::fprintf(stderr, "task %u ran past its watchdog or wrote outside its window\n", i);
+            __builtin_trap();
+        }
     }
     return 0;
 }

@@ -8,4 +8,5 @@
 #include "spyre_errors.h"
 #include "spyre_ioctl.h"
 #include "spyre_program.h"
+#include "spyre_task.h"
 #endif

@@ -92,6 +92,24 @@ inline constexpr RegDesc kRegisters[] = {
     SPYRE_REGION_ROWS(8), SPYRE_REGION_ROWS(9), SPYRE_REGION_ROWS(10), SPYRE_REGION_ROWS(11),
     SPYRE_REGION_ROWS(12), SPYRE_REGION_ROWS(13), SPYRE_REGION_ROWS(14), SPYRE_REGION_ROWS(15),
 #undef SPYRE_REGION_ROWS
+    {"TQ_COUNT", SPYRE_REG_TQ_COUNT, 4, "RO", RegDecode::None, "task queues (core groups)"},
+    {"TQ_DB_OFFSET", SPYRE_REG_TQ_DB_OFFSET, 4, "RO", RegDecode::None, "task doorbell page in BAR4"},
+    {"TQ_OFFSET", SPYRE_REG_TQ_OFFSET, 4, "RO", RegDecode::None, "queue 0's rings in BAR4"},
+    {"TQ_STRIDE", SPYRE_REG_TQ_STRIDE, 4, "RO", RegDecode::None, "bytes between queues"},
+    {"TQ_SQ_ENTRIES", SPYRE_REG_TQ_SQ_ENTRIES, 4, "RO", RegDecode::None, "descriptors per queue"},
+    {"TQ_DESC_SIZE", SPYRE_REG_TQ_DESC_SIZE, 4, "RO", RegDecode::None, "bytes per descriptor"},
+    {"TQ_CQ_OFFSET", SPYRE_REG_TQ_CQ_OFFSET, 4, "RO", RegDecode::None, "task CQ inside a queue"},
+    {"TQ_CQ_ENTRIES", SPYRE_REG_TQ_CQ_ENTRIES, 4, "RO", RegDecode::None, "completions per queue"},
+    {"TQ_CQE_SIZE", SPYRE_REG_TQ_CQE_SIZE, 4, "RO", RegDecode::None, "bytes per task completion"},
+    {"TQ_HALTED", SPYRE_REG_TQ_HALTED, 4, "RO", RegDecode::None, "halted queues (bit q)"},
+#define SPYRE_TQ_ROW(q) {"TQ" #q "_CORES", SPYRE_REG_TQ_GROUP_CORES(q), 4, "RO", RegDecode::None, "cores of group " #q}
+    SPYRE_TQ_ROW(0), SPYRE_TQ_ROW(1), SPYRE_TQ_ROW(2), SPYRE_TQ_ROW(3),
+    SPYRE_TQ_ROW(4), SPYRE_TQ_ROW(5), SPYRE_TQ_ROW(6), SPYRE_TQ_ROW(7),
+#undef SPYRE_TQ_ROW
+    {"CNT_TASKS_DONE", SPYRE_REG_CNT_TASKS_DONE, 8, "RO", RegDecode::None, "tasks completed"},
+    {"CNT_TASK_ERRORS", SPYRE_REG_CNT_TASK_ERRORS, 8, "RO", RegDecode::None, "tasks failed"},
+    {"CNT_TASK_DOORBELLS", SPYRE_REG_CNT_TASK_DOORBELLS, 8, "RO", RegDecode::None, "task batches picked up"},
+    {"CNT_TASK_BUSY_NS", SPYRE_REG_CNT_TASK_BUSY_NS, 8, "RO", RegDecode::None, "core nanoseconds in tasks"},
 };
 
 inline constexpr RegDesc kDoorbellWords[] = {
@@ -166,7 +184,8 @@ inline std::string Decode(RegDecode kind, uint64_t v) {
         return buf;
     case RegDecode::Caps:
         AppendBits(out, v, {{SPYRE_CAP_NOP, "NOP"}, {SPYRE_CAP_LAUNCH, "LAUNCH"}, {SPYRE_CAP_CORRECTION, "CORRECT"},
-                            {SPYRE_CAP_COPY, "COPY"}, {SPYRE_CAP_COPY_INLINE, "COPY_INLINE"}, {SPYRE_CAP_SEMAPHORE, "SEMAPHORE"}});
+                            {SPYRE_CAP_COPY, "COPY"}, {SPYRE_CAP_COPY_INLINE, "COPY_INLINE"}, {SPYRE_CAP_SEMAPHORE, "SEMAPHORE"},
+                            {SPYRE_CAP_TASKS, "TASKS"}});
         return out;
     case RegDecode::Status:
         AppendBits(out, v, {{SPYRE_STATUS_READY, "READY"}, {SPYRE_STATUS_RING_ENABLED, "RING_ENABLED"},

@@ -18,7 +18,7 @@
 /* ---- Contract identity ------------------------------------------------- */
 #define SPYRE_MAGIC                 0x52595053u /* "SPYR" little-endian */
 #define SPYRE_VERSION_MAJOR         1u
-#define SPYRE_VERSION_MINOR         0u
+#define SPYRE_VERSION_MINOR         1u /* 1.1: task queues */
 #define SPYRE_VERSION               ((SPYRE_VERSION_MAJOR << 16) | SPYRE_VERSION_MINOR)
 #define SPYRE_VERSION_GET_MAJOR(v)  ((uint32_t)(v) >> 16)
 #define SPYRE_VERSION_GET_MINOR(v)  ((uint32_t)(v) & 0xFFFFu)
@@ -114,6 +114,27 @@
 #define SPYRE_REGION_EFULL          2u /* every table entry is in use */
 #define SPYRE_REGION_EINVAL         3u /* size 0, bad index, unknown command */
 
+/*
+ * Task queues (spyre_task.h): geometry published by the device (read-only),
+ * per-queue halt bits and counters. One queue per core group.
+ */
+#define SPYRE_REG_TQ_COUNT          0x400u /* u32 task queues = core groups, <= SPYRE_TQ_MAX_QUEUES */
+#define SPYRE_REG_TQ_DB_OFFSET      0x404u /* u32 task doorbell page offset in BAR4 */
+#define SPYRE_REG_TQ_OFFSET         0x408u /* u32 queue 0's block (SQ, then CQ) in BAR4 */
+#define SPYRE_REG_TQ_STRIDE         0x40Cu /* u32 bytes from one queue's block to the next */
+#define SPYRE_REG_TQ_SQ_ENTRIES     0x410u /* u32 power of two; the SQ starts its block */
+#define SPYRE_REG_TQ_DESC_SIZE      0x414u /* u32 bytes per descriptor */
+#define SPYRE_REG_TQ_CQ_OFFSET      0x418u /* u32 CQ offset inside a queue's block */
+#define SPYRE_REG_TQ_CQ_ENTRIES     0x41Cu /* u32 power of two */
+#define SPYRE_REG_TQ_CQE_SIZE       0x420u /* u32 bytes per task completion */
+#define SPYRE_REG_TQ_HALTED         0x424u /* u32 bit q: queue q halted (ring overflow); reset to recover */
+#define SPYRE_REG_TQ_GROUP_CORES(q) (0x440u + 4u * (q)) /* u32 cores of group q (runs queue q's tasks) */
+#define SPYRE_REG_CNT_TASKS_DONE    0x480u /* u64 tasks completed successfully */
+#define SPYRE_REG_CNT_TASK_ERRORS   0x488u /* u64 tasks completed with an error */
+#define SPYRE_REG_CNT_TASK_DOORBELLS 0x490u /* u64 task batches picked up */
+#define SPYRE_REG_CNT_TASK_BUSY_NS  0x498u /* u64 core time spent in tasks */
+#define SPYRE_REG_TQ_END            0x4A0u
+
 #define SPYRE_REG_FILE_SIZE         0x1000u /* registers live in the first 4 KiB */
 
 /* SPYRE_REG_FUNC_ID fields */
@@ -129,6 +150,7 @@
 #define SPYRE_CAP_COPY              (1u << 3)
 #define SPYRE_CAP_COPY_INLINE       (1u << 4)
 #define SPYRE_CAP_SEMAPHORE         (1u << 5)
+#define SPYRE_CAP_TASKS             (1u << 6) /* task queues (spyre_task.h) */
 
 /* SPYRE_REG_STATUS bits */
 #define SPYRE_STATUS_READY          (1u << 0) /* device model alive */
@@ -225,6 +247,11 @@ SPYRE_STATIC_ASSERT(SPYRE_REG_COUNTERS_END <= 0x200u, "counters overlap the regi
 SPYRE_STATIC_ASSERT(SPYRE_REG_REGION_GRANTABLE + 8 <= SPYRE_REG_REGION_TABLE, "region registers overlap the table");
 SPYRE_STATIC_ASSERT(SPYRE_REG_REGION_TABLE % 16 == 0, "region entries are 16-byte aligned");
 SPYRE_STATIC_ASSERT(SPYRE_REG_REGION_BASE(SPYRE_REGION_MAX_ENTRIES) <= 0x400u, "region table fits below 0x400");
+SPYRE_STATIC_ASSERT(SPYRE_REG_REGION_BASE(SPYRE_REGION_MAX_ENTRIES) <= SPYRE_REG_TQ_COUNT, "task queue registers after the region table");
+SPYRE_STATIC_ASSERT(SPYRE_REG_TQ_HALTED + 4 <= SPYRE_REG_TQ_GROUP_CORES(0), "task geometry overlaps group table");
+SPYRE_STATIC_ASSERT(SPYRE_REG_TQ_GROUP_CORES(8) <= SPYRE_REG_CNT_TASKS_DONE, "group table overlaps task counters");
+SPYRE_STATIC_ASSERT(SPYRE_REG_CNT_TASKS_DONE % 8 == 0 && SPYRE_REG_TQ_END <= SPYRE_REG_FILE_SIZE, "task counters");
+SPYRE_STATIC_ASSERT(SPYRE_DEFAULT_CQ_OFFSET + SPYRE_DEFAULT_CQ_ENTRIES * 32u <= 0x300000u, "CB rings end before the task doorbell page");
 SPYRE_STATIC_ASSERT(SPYRE_REG_MEM_SIZE % 8 == 0 && SPYRE_REG_MEM_BASE % 8 == 0, "u64 registers are 8-aligned");
 SPYRE_STATIC_ASSERT(SPYRE_REG_ERR_ADDR % 8 == 0 && SPYRE_REG_ERR_USER_DATA % 8 == 0, "u64 registers are 8-aligned");
 SPYRE_STATIC_ASSERT(SPYRE_REG_CNT_CB_DONE % 8 == 0, "counters are 8-aligned");

@@ -3,10 +3,13 @@
 // program's chunks, its budget checks, and the FIFO turns functions take.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <chrono>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -115,4 +118,92 @@ TEST(CardCores, TurnsAreHandedOutInArrivalOrder) {
     for (auto& t : waiters) t.join();
     EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
     EXPECT_EQ(cores.waiting(), 0u);
+}
+
+namespace {
+
+// A function's task queue 0 holding `count` tasks; records who ran where.
+class FakeTasks : public TaskSource {
+public:
+    FakeTasks(char name, int count, std::vector<char>& log, std::mutex& mu, std::condition_variable& cv)
+        : name_(name), left_(count), log_(log), mu_(mu), cv_(cv) {}
+    bool Take(uint32_t queue, CoreTask& out) override {
+        std::lock_guard lock(mu_);
+        if (queue != 0 || left_ == 0) return false;
+        --left_;
+        out.source = this;
+        out.queue = queue;
+        return true;
+    }
+    void Run(const CoreTask&, unsigned core) noexcept override {
+        std::lock_guard lock(mu_);
+        log_.push_back(name_);
+        cores_.push_back(core);
+        cv_.notify_all();
+    }
+    std::vector<unsigned> cores_;
+
+private:
+    char name_;
+    int left_;
+    std::vector<char>& log_;
+    std::mutex& mu_;
+    std::condition_variable& cv_;
+};
+
+}  // namespace
+
+TEST(CardCores, CoreGroupsAreEightWorkersEach) {
+    CardCores cores(12);
+    EXPECT_EQ(cores.groups(), 2u);
+    EXPECT_EQ(cores.group_cores(0), 8u);
+    EXPECT_EQ(cores.group_cores(1), 4u);
+    EXPECT_EQ(cores.group_cores(2), 0u);
+}
+
+// One worker, two functions' queues: the worker alternates between them, so
+// the function with 100 tasks does not hold back the one with 10.
+TEST(CardCores, TasksOfTwoFunctionsAlternate) {
+    CardCores cores(1);
+    std::vector<char> log;
+    std::mutex mu;
+    std::condition_variable cv;
+    FakeTasks flood('a', 100, log, mu, cv), few('b', 10, log, mu, cv);
+    cores.AddTaskSource(&flood);
+    cores.AddTaskSource(&few);
+    cores.NotifyTasks();
+    {
+        std::unique_lock lock(mu);
+        ASSERT_TRUE(cv.wait_for(lock, 30s, [&] { return log.size() == 110; }));
+    }
+    EXPECT_EQ(std::count(log.begin(), log.begin() + 20, 'b'), 10) << std::string(log.begin(), log.begin() + 20);
+    for (unsigned core : flood.cores_) EXPECT_EQ(core, 0u);
+    cores.RemoveTaskSource(&flood);
+    cores.RemoveTaskSource(&few);
+}
+
+// While a program holds the card no worker starts a task; the tasks run
+// once the turn ends.
+TEST(CardCores, NoTaskStartsWhileAProgramHoldsTheCard) {
+    CardCores cores(2);
+    std::vector<char> log;
+    std::mutex mu;
+    std::condition_variable cv;
+    FakeTasks tasks('t', 5, log, mu, cv);
+    uint16_t status = 0;
+    std::optional<CardCores::Turn> held(cores.Acquire(Forever(), status));
+    ASSERT_TRUE(*held);
+    cores.AddTaskSource(&tasks);
+    cores.NotifyTasks();
+    std::this_thread::sleep_for(20ms);  // room for a wrong start; none may happen however long
+    {
+        std::lock_guard lock(mu);
+        EXPECT_TRUE(log.empty());
+    }
+    held.reset();
+    {
+        std::unique_lock lock(mu);
+        ASSERT_TRUE(cv.wait_for(lock, 30s, [&] { return log.size() == 5; }));
+    }
+    cores.RemoveTaskSource(&tasks);
 }

@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// What the driver's rings share (the CB ring, the task queues): copying
+// entries into a submission ring, and waiting for a device's completions:
+// poll, spin then block, or block on
+// the completion interrupt, checking the device's health meanwhile. The
+// interrupt protocol is the same for both (spyre_regs.h, spyre_task.h): a
+// waiter counts itself in irq_waiters, reads irq_seq, checks for completions
+// once more and only then futex-waits on irq_seq.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+#include "spyre/common/futex.hpp"
+#include "spyre/driver/command_ring.hpp"
+#include "spyre/uapi/spyre_regs.h"
+
+namespace spyre::driver::detail {
+
+// Copies `entries` into the submission ring `ring` of `size` (a power of
+// two) entries from position `tail` on, wrapping at the ring's end, and
+// advances `tail` past them. The caller has checked that they fit.
+template <typename T>
+void CopyToRing(T* ring, uint32_t size, uint32_t& tail, std::span<const T> entries) {
+    for (size_t done = 0; done < entries.size();) {
+        const uint32_t at = spyre_ring_slot(tail, size);
+        const size_t n = std::min<size_t>(entries.size() - done, size - at);  // up to the ring's end
+        std::memcpy(static_cast<void*>(&ring[at]), entries.data() + done, n * sizeof(T));
+        done += n;
+        tail += uint32_t(n);
+    }
+}
+
+// How often a spinning or sleeping waiter checks that the device still lives.
+inline constexpr std::chrono::milliseconds kHealthPeriod{100};
+
+// Sleeps on the interrupt until ready() or `deadline`; calls health() (which
+// throws for a dead or halted device) whenever a sleep ends with nothing ready.
+template <typename Ready, typename Health>
+void BlockOnInterrupt(uint32_t& irq_waiters, uint32_t& irq_seq, Ready&& ready, Health&& health,
+                      std::chrono::steady_clock::time_point deadline) {
+    // Announce the waiter before the last check so the device's wake cannot
+    // slip between our check and our sleep.
+    std::atomic_ref<uint32_t>(irq_waiters).fetch_add(1, std::memory_order_seq_cst);
+    struct Disarm {
+        uint32_t& w;
+        ~Disarm() { std::atomic_ref<uint32_t>(w).fetch_sub(1, std::memory_order_seq_cst); }
+    } disarm{irq_waiters};
+    while (true) {
+        const uint32_t seq = std::atomic_ref<uint32_t>(irq_seq).load(std::memory_order_seq_cst);
+        if (ready()) return;
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= deadline) return;
+        FutexWait(&irq_seq, seq, std::min<std::chrono::nanoseconds>(deadline - now, kHealthPeriod));
+        if (!ready()) health();
+    }
+}
+
+// Reaps until `min_count` completions are in: reap(done) reaps more after
+// the first `done` and returns how many. block(deadline) sleeps on the
+// interrupt. timed_out() builds the Timeout error. Returns the count reaped.
+template <typename Ready, typename Reap, typename Health, typename Block, typename TimedOut>
+size_t WaitForCompletions(size_t min_count, const WaitOptions& options, Ready&& ready, Reap&& reap, Health&& health,
+                          Block&& block, TimedOut&& timed_out) {
+    using std::chrono::steady_clock;
+    const auto start = steady_clock::now();
+    const auto deadline = start + options.timeout;
+    auto next_health = start + kHealthPeriod;
+    size_t got = reap(size_t{0});
+    uint32_t spins = 0;
+    while (got < min_count) {
+        if (ready()) {
+            got += reap(got);
+            continue;
+        }
+        const bool spinning = options.mode == WaitMode::Poll ||
+                              (options.mode == WaitMode::Adaptive && steady_clock::now() - start < options.spin);
+        if (spinning) {
+            CpuRelax();
+            if ((++spins & 1023) != 0) continue;
+            const auto now = steady_clock::now();
+            if (now >= next_health) {
+                health();
+                next_health = now + kHealthPeriod;
+            }
+        } else {
+            block(deadline);
+            if (ready()) continue;
+        }
+        if (steady_clock::now() >= deadline) throw timed_out();
+    }
+    return got;
+}
+
+}  // namespace spyre::driver::detail

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+// The task queue of one core group of a function (uapi/spyre_task.h): many
+// small programs at once on the group's cores, completing out of order.
+// Submission rings the doorbell once per batch (and wakes the device only
+// when it sleeps); completions carry their task ids and are reaped without
+// waiting, or waited for by polling, adaptively or blocking on the task
+// completion interrupt, as CommandRing's are.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "spyre/driver/command_ring.hpp"
+#include "spyre/driver/function.hpp"
+#include "spyre/uapi/spyre_task.h"
+
+namespace spyre::driver {
+
+// The card's cores as a function's task queues see them: one queue per core
+// group, as the device publishes them (TQ_COUNT, TQ_GROUP_CORES).
+struct TaskTopology {
+    std::vector<uint32_t> group_cores;  // cores of group q (which runs queue q)
+    uint32_t queues() const noexcept { return uint32_t(group_cores.size()); }
+    uint32_t cores() const noexcept;    // all groups together
+};
+// Throws ProtocolError if the device publishes more queues than the contract
+// allows, or a group without cores.
+TaskTopology ReadTaskTopology(const Function& function);
+
+// A valid descriptor: the program at `program_addr` (size from its header)
+// with the `arg_count` addresses of the table at `args_addr`.
+inline spyre_task_desc TaskDesc(uint64_t task_id, uint64_t program_addr, uint64_t args_addr, uint32_t arg_count) noexcept {
+    spyre_task_desc d{};
+    d.task_id = task_id;
+    d.program_addr = program_addr;
+    d.args_addr = args_addr;
+    d.arg_count = arg_count;
+    return d;
+}
+
+// Not thread-safe: one thread submits to and reaps a queue; different
+// queues (and the CB ring) may be used from different threads at once.
+class TaskQueue {
+public:
+    // Reads and validates the task geometry the device publishes and takes
+    // queue `group`. The queue must be idle (nothing submitted and not
+    // reaped: a fresh or reset function). Throws InvalidArgument for a group
+    // the device does not have, Busy for a queue with tasks in flight,
+    // ProtocolError for geometry this driver cannot use. The function must
+    // outlive the queue.
+    TaskQueue(Function& function, uint32_t group);
+    TaskQueue(const TaskQueue&) = delete;
+    TaskQueue& operator=(const TaskQueue&) = delete;
+
+    uint32_t group() const noexcept { return group_; }
+    uint32_t cores() const noexcept { return cores_; }  // of this group: tasks that can run at once
+    // Tasks that may be in flight (submitted and not reaped) at once.
+    uint32_t capacity() const noexcept { return capacity_; }
+    uint32_t InFlight() const noexcept { return sq_tail_ - cq_head_; }
+    uint32_t Free() const noexcept { return capacity_ - InFlight(); }
+
+    // Copies as many descriptors as fit (Free()) into the ring, in order,
+    // and rings the doorbell once. Returns how many it took (0 when full:
+    // reap first). Throws DeviceLost if the device is gone.
+    size_t Submit(std::span<const spyre_task_desc> tasks);
+
+    // Reaps completions that are ready, without waiting, in the order tasks
+    // finished. Returns how many. Throws ProtocolError if the device posts
+    // more completions than tasks in flight.
+    size_t Reap(std::span<spyre_task_cqe> out);
+
+    // Waits until at least min(min_count, out.size()) completions are ready
+    // and reaps up to out.size(). Throws InvalidArgument if min_count exceeds
+    // InFlight(), Timeout, DeviceLost (daemon died or shut down: detected
+    // within ~100 ms) or DeviceError (the queue halted).
+    size_t Wait(std::span<spyre_task_cqe> out, size_t min_count, const WaitOptions& options = {});
+
+private:
+    bool CompletionsReady() const noexcept;
+    void CheckHealth() const;
+
+    Function& fn_;
+    uint32_t group_ = 0;
+    uint32_t cores_ = 0;
+    spyre_task_doorbell* db_ = nullptr;
+    spyre_task_queue_words* words_ = nullptr;
+    spyre_task_desc* sq_ = nullptr;
+    const spyre_task_cqe* cq_ = nullptr;
+    uint32_t sq_entries_ = 0;
+    uint32_t cq_entries_ = 0;
+    uint32_t capacity_ = 0;
+    uint32_t sq_tail_ = 0;  // our producer position
+    uint32_t cq_head_ = 0;  // our consumer position
+};
+
+}  // namespace spyre::driver

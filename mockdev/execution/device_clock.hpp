@@ -1,0 +1,19 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The device clock: what completion records carry as timestamps
+// (CLOCK_MONOTONIC in nanoseconds, comparable with the host's clock).
+#pragma once
+
+#include <time.h>
+
+#include <cstdint>
+
+namespace spyre::mockdev {
+
+inline uint64_t DeviceClockNs() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
+}  // namespace spyre::mockdev

@@ -1,0 +1,261 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "execution/task_server.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+
+#include "execution/device_clock.hpp"
+#include "execution/engine_thread.hpp"
+#include "execution/task_executor.hpp"
+#include "log.hpp"
+#include "spyre/common/futex.hpp"
+
+namespace spyre::mockdev {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+}  // namespace
+
+TaskServer::TaskServer(RegisterFile& regs, ShmObject& ring, const TaskGeometry& geometry,
+                       const std::atomic<uint32_t>& watchdog_ms, DeviceMemory memory, CardCores& cores,
+                       std::chrono::microseconds poll)
+    : regs_(regs),
+      ring_(ring),
+      geo_(geometry),
+      watchdog_ms_(watchdog_ms),
+      cores_(cores),
+      poll_(poll),
+      base_(ring.data()),
+      db_(reinterpret_cast<spyre_task_doorbell*>(ring.data() + geometry.db_offset)),
+      queues_(std::min(cores.groups(), SPYRE_TQ_MAX_QUEUES)) {
+    for (unsigned i = 0; i < cores.workers(); ++i) per_core_.push_back(std::make_unique<ProgramExecutor>(memory, cores));
+}
+
+TaskServer::~TaskServer() { Stop(); }
+
+void TaskServer::Start(const std::string& name) {
+    thread_ = StartEngineThread(name, [this] { Loop(); });
+    cores_.AddTaskSource(this);
+    registered_.store(true);
+}
+
+void TaskServer::Stop() {
+    if (registered_.exchange(false)) cores_.RemoveTaskSource(this);  // no worker takes a new task
+    stopping_.store(true);
+    abort_.store(true);
+    {
+        std::unique_lock lock(mutex_);
+        accepting_ = false;
+        idle_.wait(lock, [&] { return running_ == 0; });  // tasks on cores end within one chunk
+    }
+    if (!thread_.joinable()) return;
+    WakeEngine();
+    thread_.join();
+}
+
+void TaskServer::WakeEngine() {
+    SharedWord(db_->wake_seq).fetch_add(1);
+    FutexWake(&db_->wake_seq);
+}
+
+void TaskServer::Doorbell() { WakeEngine(); }
+
+TaskServer::Paused::Paused(TaskServer& server) : server_(server) {
+    server_.paused_.store(true);
+    server_.abort_.store(true);  // running tasks stop at their next budget check
+    lock_ = std::unique_lock(server_.exec_mutex_);
+    // Out of its futex sleep, to wait on exec_mutex_ instead: the page it
+    // sleeps on may be replaced while paused (a change of owner).
+    do {
+        server_.WakeEngine();
+        if (server_.asleep_.load()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    } while (server_.asleep_.load());
+    std::unique_lock lock(server_.mutex_);
+    server_.accepting_ = false;
+    server_.idle_.wait(lock, [&] { return server_.running_ == 0; });
+}
+
+TaskServer::Paused::~Paused() {
+    {
+        std::lock_guard lock(server_.mutex_);
+        server_.accepting_ = !server_.stopping_.load();
+        server_.abort_.store(server_.stopping_.load());
+    }
+    server_.paused_.store(false);
+    lock_.unlock();
+    server_.WakeEngine();
+    server_.cores_.NotifyTasks();
+}
+
+void TaskServer::ClearQueues(const Paused&) {
+    std::lock_guard lock(mutex_);
+    for (uint32_t q = 0; q < SPYRE_TQ_MAX_QUEUES; ++q) {
+        q_[q] = Queue{};
+        spyre_task_queue_words& w = Words(q);
+        SharedWord(w.sq_tail).store(0);
+        SharedWord(w.cq_head).store(0);
+        SharedWord(w.sq_head).store(0);
+        SharedWord(w.cq_tail).store(0);
+    }
+    for (uint32_t q = 0; q < queues_; ++q)
+        ring_.Zero(geo_.offset + uint64_t(q) * geo_.stride, geo_.stride);
+    halted_.store(0);
+    regs_.Store32(SPYRE_REG_TQ_HALTED, 0);
+}
+
+bool TaskServer::RaiseIrq() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // CQEs and cq_tail before irq_seq
+    SharedWord(db_->irq_seq).fetch_add(1);
+    if (SharedWord(db_->irq_waiters).load() == 0) return false;
+    FutexWake(&db_->irq_seq);
+    return true;
+}
+
+bool TaskServer::Submitted() const {
+    for (uint32_t q = 0; q < queues_; ++q)
+        if (!(halted_.load() & (1u << q)) && SharedWord(Words(q).sq_tail).load(std::memory_order_relaxed) != q_[q].sq_head)
+            return true;
+    return false;
+}
+
+void TaskServer::Loop() {
+    auto last_work = Clock::now();
+    for (;;) {
+        if (stopping_.load()) return;
+        if (paused_.load()) {
+            std::lock_guard wait_for_resume(exec_mutex_);
+            continue;
+        }
+        const uint32_t wake = SharedWord(db_->wake_seq).load(std::memory_order_acquire);
+        if (Intake()) {
+            last_work = Clock::now();
+            continue;
+        }
+        if (Submitted()) {
+            std::this_thread::sleep_for(kCqFullRetry);  // held back by a full CQ: the driver must reap
+            continue;
+        }
+        if (Clock::now() - last_work < poll_) {
+            CpuRelax();
+            continue;
+        }
+        // Sleep (spyre_task.h): publish it, fence, look at every sq_tail once more.
+        asleep_.store(true);
+        SharedWord(db_->device_sleeping).store(1);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (!Submitted() && !stopping_.load() && !paused_.load() && FutexWait(&db_->wake_seq, wake, kEngineSleepTimeout))
+            regs_.Add64(SPYRE_REG_CNT_WAKEUPS, 1);
+        SharedWord(db_->device_sleeping).store(0);
+        asleep_.store(false);
+        last_work = Clock::now();
+    }
+}
+
+void TaskServer::Halt(uint32_t queue, uint32_t sq_head) {
+    const uint32_t mask = halted_.fetch_or(1u << queue) | (1u << queue);
+    regs_.Store32(SPYRE_REG_TQ_HALTED, mask);
+    regs_.LatchError(ErrorRecord{SPYRE_ERR_RING_OVERFLOW, 0, sq_head, 0, 0});
+}
+
+bool TaskServer::Intake() {
+    std::unique_lock exec(exec_mutex_);
+    if (paused_.load() || stopping_.load()) return false;
+    bool took = false;
+    for (uint32_t q = 0; q < queues_; ++q) {
+        if (halted_.load() & (1u << q)) continue;
+        spyre_task_queue_words& w = Words(q);
+        Queue& queue = q_[q];
+        const uint32_t tail = SharedWord(w.sq_tail).load(std::memory_order_acquire);
+        uint32_t head = queue.sq_head;
+        if (tail == head) continue;
+        if (!spyre_ring_valid(head, tail, geo_.sq_entries)) {
+            Halt(q, head);
+            continue;
+        }
+        const uint32_t cq_head = SharedWord(w.cq_head).load(std::memory_order_acquire);
+        uint32_t cq_tail;
+        {
+            std::lock_guard lock(mutex_);
+            cq_tail = queue.cq_tail;
+        }
+        if (!spyre_ring_valid(cq_head, cq_tail, geo_.cq_entries)) {
+            Halt(q, head);  // the driver claims completions never posted
+            continue;
+        }
+        // Completions owed: taken and not yet reaped. Take only what the CQ can answer.
+        const uint32_t owed = head - cq_head;
+        const uint32_t room = owed >= geo_.cq_entries ? 0 : geo_.cq_entries - owed;
+        const uint32_t n = std::min(tail - head, room);
+        if (n == 0) continue;
+        const uint8_t* sq = Block(q);
+        {
+            std::lock_guard lock(mutex_);
+            for (uint32_t i = 0; i < n; ++i) {
+                // A private copy: the driver may scribble on the slot at any time.
+                spyre_task_desc d;
+                std::memcpy(&d, sq + size_t(spyre_ring_slot(head + i, geo_.sq_entries)) * geo_.desc_size, sizeof d);
+                queue.pending.push_back(d);
+            }
+        }
+        head += n;
+        queue.sq_head = head;
+        SharedWord(w.sq_head).store(head, std::memory_order_release);
+        regs_.Add64(SPYRE_REG_CNT_TASK_DOORBELLS, 1);
+        took = true;
+    }
+    exec.unlock();
+    if (took) cores_.NotifyTasks();
+    return took;
+}
+
+bool TaskServer::Take(uint32_t queue, CoreTask& out) {
+    std::lock_guard lock(mutex_);
+    if (!accepting_ || queue >= queues_ || q_[queue].pending.empty()) return false;
+    out.source = this;
+    out.queue = queue;
+    out.desc = q_[queue].pending.front();
+    q_[queue].pending.pop_front();
+    ++running_;
+    return true;
+}
+
+uint16_t TaskServer::Execute(const spyre_task_desc& d, unsigned core) {
+    const Budget budget(Clock::now() + std::chrono::milliseconds(watchdog_ms_.load(std::memory_order_relaxed)),
+                        [this] { return abort_.load(std::memory_order_relaxed); });
+    return ExecuteTask(*per_core_.at(core), d, budget);
+}
+
+void TaskServer::Run(const CoreTask& task, unsigned core) noexcept {
+    spyre_task_cqe cqe{};
+    cqe.task_id = task.desc.task_id;
+    cqe.core = uint16_t(core);
+    cqe.start_ns = DeviceClockNs();
+    try {
+        cqe.status = Execute(task.desc, core);
+    } catch (const std::exception& e) {
+        LOG_ERROR("task fault (id %llu): %s", static_cast<unsigned long long>(task.desc.task_id), e.what());
+        cqe.status = SPYRE_ERR_INTERNAL;
+    } catch (...) {
+        cqe.status = SPYRE_ERR_INTERNAL;
+    }
+    cqe.end_ns = DeviceClockNs();
+    regs_.Add64(cqe.status == SPYRE_ERR_NONE ? SPYRE_REG_CNT_TASKS_DONE : SPYRE_REG_CNT_TASK_ERRORS, 1);
+    regs_.Add64(SPYRE_REG_CNT_TASK_BUSY_NS, cqe.end_ns - cqe.start_ns);
+    {
+        std::lock_guard lock(mutex_);
+        Queue& queue = q_[task.queue];
+        uint8_t* cq = Block(task.queue) + geo_.cq_offset;
+        std::memcpy(cq + size_t(spyre_ring_slot(queue.cq_tail, geo_.cq_entries)) * geo_.cqe_size, &cqe, sizeof cqe);
+        ++queue.cq_tail;
+        SharedWord(Words(task.queue).cq_tail).store(queue.cq_tail, std::memory_order_release);
+    }
+    if (RaiseIrq()) regs_.Add64(SPYRE_REG_CNT_IRQS, 1);
+    std::lock_guard lock(mutex_);
+    if (--running_ == 0) idle_.notify_all();
+}
+
+}  // namespace spyre::mockdev

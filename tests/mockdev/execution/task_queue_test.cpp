@@ -1,0 +1,453 @@
+// SPDX-License-Identifier: Apache-2.0
+// Task queues (uapi/spyre_task.h) end to end: one uploaded kernel run by many
+// tasks with their own argument tables, concurrently on several cores and
+// completing out of order; every kind of bad descriptor answered with its
+// error code while the queue goes on; isolation between functions; the
+// watchdog; fair sharing between functions; the CB ring at the same time;
+// queues emptied by a reset and when the function changes hands.
+#include <signal.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "execution_support.hpp"
+#include "reference.hpp"
+#include "spyre/driver/task_queue.hpp"
+
+using namespace spyre;
+using namespace spyre::driver;
+using namespace spyre::test;
+
+namespace {
+
+constexpr WaitOptions kBlocking{.mode = WaitMode::Blocking};
+constexpr double kU32 = 0x1p-24;  // fp32 unit roundoff
+
+// Two core groups of 8: two queues per function.
+class TaskQueueTest : public ExecutionTest {
+protected:
+    MockOptions Options() const override {
+        MockOptions o = ExecutionTest::Options();
+        o.extra_args = {"--cores", "16"};
+        return o;
+    }
+};
+
+class TaskWatchdogTest : public TaskQueueTest {
+protected:
+    MockOptions Options() const override {
+        MockOptions o = TaskQueueTest::Options();
+        o.extra_args.insert(o.extra_args.end(), {"--watchdog-ms", "300"});
+        return o;
+    }
+};
+
+// The argument table of a task: the addresses as little-endian u64s.
+uint64_t PutArgs(TestDevice& dev, std::span<const uint64_t> addrs) {
+    return dev.Put({reinterpret_cast<const uint8_t*>(addrs.data()), addrs.size() * sizeof(uint64_t)});
+}
+
+// Submits every task (reaping while the queue is full) and waits for all completions.
+std::vector<spyre_task_cqe> RunAll(TaskQueue& q, std::span<const spyre_task_desc> tasks) {
+    std::vector<spyre_task_cqe> done(tasks.size());
+    size_t sent = 0, got = 0;
+    while (got < tasks.size()) {
+        sent += q.Submit(tasks.subspan(sent));
+        got += q.Wait(std::span(done).subspan(got), 1, kBlocking);
+    }
+    return done;
+}
+
+spyre_task_cqe RunOne(TaskQueue& q, const spyre_task_desc& d) { return RunAll(q, std::span(&d, 1))[0]; }
+
+// One elementwise-add task's buffers and expected result.
+struct AddTask {
+    std::vector<uint64_t> addrs;  // A, B, C
+    uint64_t args = 0;
+    std::vector<double> expect;
+};
+
+AddTask PlaceAdd(TestDevice& dev, const BuiltKernel& k, uint32_t seed) {
+    const auto a = RandomValues(Numel(k.inputs[0].shape), DType::FP32, seed);
+    const auto b = RandomValues(Numel(k.inputs[1].shape), DType::FP32, seed + 7777);
+    AddTask t;
+    t.addrs = dev.Place(k, {a, b});
+    t.args = PutArgs(dev, t.addrs);
+    for (size_t i = 0; i < a.size(); ++i) t.expect.push_back(RoundTo(DType::FP32, a[i] + b[i]));
+    return t;
+}
+
+// A matmul of zeros large enough to run for seconds on one core.
+struct LongTask {
+    uint64_t program = 0;
+    uint64_t args = 0;
+    uint32_t arg_count = 0;
+};
+
+LongTask PlaceLong(TestDevice& dev, int64_t n) {
+    const BuiltKernel k = KernelBuilder().Matmul(n, n, n, DType::FP32);
+    LongTask t;
+    t.program = dev.Put(k.program);
+    std::vector<uint64_t> addrs;
+    for (const KernelTensor& x : k.inputs) addrs.push_back(dev.Alloc(x.bytes));
+    for (const KernelTensor& x : k.outputs) addrs.push_back(dev.Alloc(x.bytes));
+    t.args = PutArgs(dev, addrs);
+    t.arg_count = uint32_t(addrs.size());
+    return t;
+}
+
+}  // namespace
+
+TEST_F(TaskQueueTest, TopologyIsPublishedInRegisters) {
+    Function& fn = pf().fn();
+    const TaskTopology topo = ReadTaskTopology(fn);
+    ASSERT_EQ(topo.queues(), 2u);
+    EXPECT_EQ(topo.group_cores[0], 8u);
+    EXPECT_EQ(topo.group_cores[1], 8u);
+    EXPECT_EQ(topo.cores(), 16u);
+    EXPECT_TRUE(fn.Read32(SPYRE_REG_CAPS) & SPYRE_CAP_TASKS);
+    EXPECT_EQ(fn.Read32(SPYRE_REG_TQ_DESC_SIZE), sizeof(spyre_task_desc));
+    TaskQueue q(fn, 1);
+    EXPECT_EQ(q.cores(), 8u);
+    EXPECT_EQ(q.capacity(), SPYRE_DEFAULT_TQ_SQ_ENTRIES);
+    const std::string dump = fn.RegisterDump();
+    for (const char* name : {"TQ_COUNT", "TQ_DB_OFFSET", "TQ1_CORES", "TQ_HALTED", "CNT_TASKS_DONE"})
+        EXPECT_NE(dump.find(name), std::string::npos) << name;
+    EXPECT_SPYRE_ERROR(TaskQueue(fn, 2), InvalidArgument, "task queue 2 does not exist");
+}
+
+TEST_F(TaskQueueTest, OneKernelManyArgumentTablesOnSeveralCores) {
+    TestDevice& dev = pf();
+    const BuiltKernel add = KernelBuilder().Elementwise(ElementwiseOp::Add, {32, 64}, {32, 64}, DType::FP32);
+    const std::vector<uint8_t> image = add.program;
+    const uint64_t program = dev.Put(image);
+    TaskQueue q0(dev.fn(), 0), q1(dev.fn(), 1);
+
+    constexpr int kTasks = 400;
+    std::vector<AddTask> tasks;
+    std::vector<spyre_task_desc> d0, d1;
+    for (int i = 0; i < kTasks; ++i) {
+        tasks.push_back(PlaceAdd(dev, add, uint32_t(i)));
+        (i % 2 ? d1 : d0).push_back(TaskDesc(1000 + i, program, tasks.back().args, uint32_t(add.tensor_count())));
+    }
+    ASSERT_EQ(q0.Submit(d0), d0.size());
+    ASSERT_EQ(q1.Submit(d1), d1.size());
+    std::vector<spyre_task_cqe> done(kTasks);
+    size_t got = q0.Wait(std::span(done).first(d0.size()), d0.size(), kBlocking);
+    got += q1.Wait(std::span(done).subspan(got), d1.size(), kBlocking);
+    ASSERT_EQ(got, size_t(kTasks));
+
+    std::set<uint64_t> ids;
+    std::map<uint16_t, int> per_core;
+    for (const spyre_task_cqe& c : done) {
+        EXPECT_EQ(c.status, SPYRE_ERR_NONE) << spyre_error_name(c.status);
+        EXPECT_TRUE(ids.insert(c.task_id).second) << "task " << c.task_id << " completed twice";
+        EXPECT_LE(c.start_ns, c.end_ns);
+        ++per_core[c.core];
+    }
+    EXPECT_EQ(ids.size(), size_t(kTasks));
+    EXPECT_EQ(*ids.begin(), 1000u);
+    EXPECT_EQ(*ids.rbegin(), 1000u + kTasks - 1);
+    // Both groups ran tasks: cores 0-7 serve queue 0, cores 8-15 queue 1.
+    for (const spyre_task_cqe& c : done) EXPECT_EQ(c.core / 8, (c.task_id - 1000) % 2) << "task on the wrong group";
+    EXPECT_GE(per_core.size(), 2u);
+    // Every result is the CPU's.
+    for (int i = 0; i < kTasks; ++i)
+        ASSERT_EQ(dev.ReadTensor(tasks[i].addrs[2], add.outputs[0]), tasks[i].expect) << "task " << i;
+    // The program in memory was never written: each core worked on its own copy.
+    EXPECT_EQ(std::memcmp(dev.At(program, image.size()), image.data(), image.size()), 0);
+    EXPECT_EQ(dev.fn().Read64(SPYRE_REG_CNT_TASKS_DONE), uint64_t(kTasks));
+}
+
+TEST_F(TaskQueueTest, TasksRunConcurrentlyAndCompleteOutOfOrder) {
+    TestDevice& dev = pf();
+    TaskQueue q(dev.fn(), 0);
+    // A long task first, then short ones behind it in the same queue: the
+    // short ones run on the group's other cores and complete first.
+    const LongTask slow = PlaceLong(dev, 768);
+    const BuiltKernel mm = KernelBuilder().Matmul(96, 96, 96, DType::FP32);
+    const uint64_t program = dev.Put(mm.program);
+    std::vector<spyre_task_desc> batch{TaskDesc(1, slow.program, slow.args, slow.arg_count)};
+    std::vector<std::vector<uint64_t>> addrs;
+    for (int i = 0; i < 32; ++i) {
+        const auto a = RandomValues(96 * 96, DType::FP32, 10 + i), b = RandomValues(96 * 96, DType::FP32, 50 + i);
+        addrs.push_back(dev.Place(mm, {a, b}));
+        batch.push_back(TaskDesc(100 + i, program, PutArgs(dev, addrs.back()), 3));
+    }
+    const std::vector<spyre_task_cqe> done = RunAll(q, batch);
+    ASSERT_EQ(done.size(), batch.size());
+    std::set<uint64_t> ids;
+    for (const spyre_task_cqe& c : done) {
+        EXPECT_EQ(c.status, SPYRE_ERR_NONE) << c.task_id << ": " << spyre_error_name(c.status);
+        ids.insert(c.task_id);
+    }
+    EXPECT_EQ(ids.size(), batch.size());
+    EXPECT_NE(done.front().task_id, 1u) << "the long task, submitted first, should not complete first";
+    // Concurrency from the device's own timestamps: two tasks on different
+    // cores whose [start, end] intervals overlap.
+    bool overlap = false;
+    for (size_t i = 0; i < done.size() && !overlap; ++i)
+        for (size_t j = i + 1; j < done.size() && !overlap; ++j)
+            overlap = done[i].core != done[j].core && done[i].start_ns < done[j].end_ns &&
+                      done[j].start_ns < done[i].end_ns;
+    EXPECT_TRUE(overlap);
+    // Results of the short tasks against the CPU.
+    for (int i = 0; i < 32; ++i) {
+        const auto a = RandomValues(96 * 96, DType::FP32, 10 + i), b = RandomValues(96 * 96, DType::FP32, 50 + i);
+        const MatmulRef ref = RefMatmul(a, b, 96, 96, 96);
+        ExpectClose(dev.ReadTensor(addrs[i][2], mm.outputs[0]), ref.c,
+                    [&](size_t e) { return 96.0 * kU32 * ref.magnitude[e]; });
+    }
+}
+
+TEST_F(TaskQueueTest, BadDescriptorsCompleteWithTheirErrorAndTheQueueGoesOn) {
+    TestDevice& dev = pf();
+    const BuiltKernel add = KernelBuilder().Elementwise(ElementwiseOp::Add, {16, 16}, {16, 16}, DType::FP32);
+    const uint64_t program = dev.Put(add.program);
+    const AddTask ok = PlaceAdd(dev, add, 3);
+    const uint64_t mem = dev.mem_size();
+    TaskQueue q(dev.fn(), 0);
+    const spyre_task_desc good = TaskDesc(1, program, ok.args, 3);
+
+    std::vector<std::pair<spyre_task_desc, uint16_t>> cases;
+    auto with = [&](auto change, uint16_t code) {
+        spyre_task_desc d = good;
+        change(d);
+        d.task_id = 100 + cases.size();
+        cases.emplace_back(d, code);
+    };
+    with([](spyre_task_desc& d) { d.flags = 1; }, SPYRE_ERR_RESERVED_NONZERO);
+    with([](spyre_task_desc& d) { d.reserved0 = 2; }, SPYRE_ERR_RESERVED_NONZERO);
+    with([](spyre_task_desc& d) { d.reserved[2] = 5; }, SPYRE_ERR_RESERVED_NONZERO);
+    with([&](spyre_task_desc& d) { d.program_addr = mem + 4096; }, SPYRE_ERR_ADDR_RANGE);
+    with([&](spyre_task_desc& d) { d.program_addr = ~0ull - 7; }, SPYRE_ERR_ADDR_RANGE);
+    with([](spyre_task_desc& d) { d.program_addr += 4; }, SPYRE_ERR_MISALIGNED);
+    const uint64_t zeros = dev.Alloc(add.program.size());  // never written: not a program
+    with([&](spyre_task_desc& d) { d.program_addr = zeros; }, SPYRE_ERR_PROGRAM_FORMAT);  // total_size 0
+    with([&](spyre_task_desc& d) {
+        d.program_addr = zeros;
+        d.program_size = uint32_t(add.program.size());
+    }, SPYRE_ERR_PROGRAM_MAGIC);
+    with([](spyre_task_desc& d) { d.program_size = 10; }, SPYRE_ERR_PROGRAM_FORMAT);
+    with([&](spyre_task_desc& d) { d.program_size = uint32_t(add.program.size() + 64); }, SPYRE_ERR_PROGRAM_FORMAT);
+    with([](spyre_task_desc& d) { d.arg_count = 2; }, SPYRE_ERR_RELOCATION);
+    with([](spyre_task_desc& d) { d.arg_count = 0; }, SPYRE_ERR_RELOCATION);
+    with([](spyre_task_desc& d) { d.args_addr += 4; }, SPYRE_ERR_MISALIGNED);
+    with([&](spyre_task_desc& d) { d.args_addr = mem - 8; }, SPYRE_ERR_ADDR_RANGE);
+    // A table whose output address leaves the window, or wraps around 2^64.
+    const std::vector<uint64_t> out_of_window{ok.addrs[0], ok.addrs[1], mem - 64};
+    with([&](spyre_task_desc& d) { d.args_addr = PutArgs(dev, out_of_window); }, SPYRE_ERR_ADDR_RANGE);
+    const std::vector<uint64_t> wrapping{~0ull & ~uint64_t(255), ok.addrs[1], ok.addrs[2]};
+    with([&](spyre_task_desc& d) { d.args_addr = PutArgs(dev, wrapping); }, SPYRE_ERR_ADDR_RANGE);
+    // All zeros: address 0 holds no program (its total_size reads 0).
+    cases.emplace_back(spyre_task_desc{}, SPYRE_ERR_PROGRAM_FORMAT);
+
+    std::vector<spyre_task_desc> batch;
+    for (const auto& [d, code] : cases) batch.push_back(d);
+    batch.push_back(good);  // in the same batch, after all the garbage
+    const std::vector<spyre_task_cqe> done = RunAll(q, batch);
+    std::map<uint64_t, uint16_t> status;
+    for (const spyre_task_cqe& c : done) status[c.task_id] = c.status;
+    for (size_t i = 0; i + 1 < cases.size(); ++i)
+        EXPECT_EQ(spyre_error_name(status.at(100 + i)), std::string(spyre_error_name(cases[i].second))) << "case " << i;
+    EXPECT_EQ(status.at(0), SPYRE_ERR_PROGRAM_FORMAT);
+    EXPECT_EQ(status.at(1), SPYRE_ERR_NONE);
+    EXPECT_EQ(dev.ReadTensor(ok.addrs[2], add.outputs[0]), ok.expect);
+    EXPECT_EQ(dev.fn().Read64(SPYRE_REG_CNT_TASK_ERRORS), uint64_t(cases.size()));
+    // The queue keeps working, and the CB ring never saw a fault.
+    EXPECT_EQ(RunOne(q, good).status, SPYRE_ERR_NONE);
+    EXPECT_EQ(dev.fn().Read32(SPYRE_REG_ERR_CODE), 0u);
+}
+
+TEST_F(TaskQueueTest, ATaskCannotReachAnotherFunctionsMemory) {
+    TestDevice a(Vf(1)), b(Vf(2));
+    const BuiltKernel copy = KernelBuilder().Copy({64, 16}, DType::FP32);  // 4 KiB in, 4 KiB out
+    const uint64_t program = a.Put(copy.program);
+    const uint64_t secret = b.Alloc(4096);
+    std::memset(b.At(secret, 4096), 0x5B, 4096);
+    const uint64_t mine = a.Alloc(4096), other = a.Alloc(4096);
+    // Where B's secret would be if A's addresses reached the card memory.
+    const uint64_t b_from_a = b.fn().Read64(SPYRE_REG_MEM_BASE) - a.fn().Read64(SPYRE_REG_MEM_BASE) + secret;
+    TaskQueue qa(a.fn(), 0);
+
+    const std::vector<uint64_t> read_b{b_from_a, mine}, write_b{mine, b_from_a}, own{mine, other};
+    const std::vector<spyre_task_desc> batch{
+        TaskDesc(1, program, PutArgs(a, read_b), 2),
+        TaskDesc(2, program, PutArgs(a, write_b), 2),
+        TaskDesc(3, b_from_a & ~7ull, PutArgs(a, own), 2),  // B's memory as a program
+        TaskDesc(4, program, b_from_a & ~7ull, 2),           // B's memory as the argument table
+    };
+    for (const spyre_task_cqe& c : RunAll(qa, batch))
+        EXPECT_EQ(c.status, SPYRE_ERR_ADDR_RANGE) << "task " << c.task_id << ": " << spyre_error_name(c.status);
+    EXPECT_EQ(std::count(b.At(secret, 4096), b.At(secret, 4096) + 4096, uint8_t(0x5B)), 4096);
+    EXPECT_EQ(b.fn().Read64(SPYRE_REG_CNT_TASK_ERRORS), 0u);
+    // A's own copy works.
+    std::memset(a.At(mine, 4096), 0x11, 4096);
+    EXPECT_EQ(RunOne(qa, TaskDesc(5, program, PutArgs(a, own), 2)).status, SPYRE_ERR_NONE);
+    EXPECT_EQ(std::memcmp(a.At(mine, 4096), a.At(other, 4096), 4096), 0);
+}
+
+TEST_F(TaskWatchdogTest, AHungTaskIsCutByTheWatchdog) {
+    TestDevice& dev = pf();
+    TaskQueue q(dev.fn(), 0);
+    const LongTask slow = PlaceLong(dev, 4096);  // about 137 GFLOP on one core: seconds
+    const BuiltKernel add = KernelBuilder().Elementwise(ElementwiseOp::Add, {16, 16}, {16, 16}, DType::FP32);
+    const AddTask ok = PlaceAdd(dev, add, 5);
+    const std::vector<spyre_task_desc> batch{TaskDesc(1, slow.program, slow.args, slow.arg_count),
+                                             TaskDesc(2, dev.Put(add.program), ok.args, 3)};
+    std::map<uint64_t, uint16_t> status;
+    for (const spyre_task_cqe& c : RunAll(q, batch)) status[c.task_id] = c.status;
+    EXPECT_EQ(spyre_error_name(status.at(1)), std::string("WATCHDOG"));
+    EXPECT_EQ(status.at(2), SPYRE_ERR_NONE);  // the other cores were not held up
+    EXPECT_EQ(dev.ReadTensor(ok.addrs[2], add.outputs[0]), ok.expect);
+}
+
+TEST_F(TaskQueueTest, TwoFunctionsShareTheCoresFairly) {
+    TestDevice a(Vf(1)), b(Vf(2));
+    const BuiltKernel mm = KernelBuilder().Matmul(128, 128, 128, DType::FP32);
+    TaskQueue qa(a.fn(), 0), qb(b.fn(), 0);
+    auto flood = [&](TestDevice& dev, int n, uint64_t first_id) {
+        const uint64_t program = dev.Put(mm.program);
+        const uint64_t in_a = dev.Alloc(mm.inputs[0].bytes), in_b = dev.Alloc(mm.inputs[1].bytes);
+        std::vector<spyre_task_desc> tasks;
+        for (int i = 0; i < n; ++i) {
+            const std::vector<uint64_t> addrs{in_a, in_b, dev.Alloc(mm.outputs[0].bytes)};  // own output each
+            tasks.push_back(TaskDesc(first_id + i, program, PutArgs(dev, addrs), 3));
+        }
+        return tasks;
+    };
+    const auto many = flood(a, 1000, 0), few = flood(b, 20, 5000);
+    ASSERT_EQ(qa.Submit(many), many.size());
+    ASSERT_EQ(qb.Submit(few), few.size());
+    std::vector<spyre_task_cqe> da(many.size()), db(few.size());
+    ASSERT_EQ(qb.Wait(db, db.size(), kBlocking), db.size());
+    ASSERT_EQ(qa.Wait(da, da.size(), kBlocking), da.size());
+    uint64_t b_first = ~0ull, b_last_start = 0, b_last = 0, a_last = 0;
+    for (const auto& c : db) {
+        EXPECT_EQ(c.status, SPYRE_ERR_NONE);
+        b_first = std::min(b_first, c.start_ns);
+        b_last_start = std::max(b_last_start, c.start_ns);
+        b_last = std::max(b_last, c.end_ns);
+    }
+    for (const auto& c : da) {
+        EXPECT_EQ(c.status, SPYRE_ERR_NONE);
+        a_last = std::max(a_last, c.end_ns);
+    }
+    // B's few tasks did not wait behind A's flood...
+    EXPECT_LT(b_last, a_last);
+    // ...and from B's first start to its last, B got at least a third of the
+    // starts (the cores alternate between the functions: about half). Starts,
+    // not ends: a core takes a task and stamps its start at once, while an
+    // end can be late by however long the host preempts that worker.
+    const auto a_in = std::count_if(da.begin(), da.end(),
+                                    [&](const auto& c) { return c.start_ns >= b_first && c.start_ns <= b_last_start; });
+    const double share = double(db.size()) / double(db.size() + size_t(a_in));
+    EXPECT_GE(share, 1.0 / 3) << a_in << " of A's tasks started while B's 20 did";
+    // And most of A's flood was still to come: B was not served at the end.
+    const auto a_after = std::count_if(da.begin(), da.end(), [&](const auto& c) { return c.start_ns > b_last_start; });
+    EXPECT_GE(a_after, 500) << "of A's 1000 tasks started after B's last";
+}
+
+TEST_F(TaskQueueTest, CbRingAndTaskQueuesAtOnce) {
+    TestDevice& dev = pf();
+    const BuiltKernel add = KernelBuilder().Elementwise(ElementwiseOp::Add, {64, 64}, {64, 64}, DType::FP32);
+    const uint64_t program = dev.Put(add.program);
+    TaskQueue q(dev.fn(), 0);
+    std::vector<AddTask> tasks;
+    std::vector<spyre_task_desc> batch;
+    for (int i = 0; i < 300; ++i) {
+        tasks.push_back(PlaceAdd(dev, add, 100 + i));
+        batch.push_back(TaskDesc(i, program, tasks.back().args, 3));
+    }
+    ASSERT_EQ(q.Submit(batch), batch.size());
+    // While the tasks run: LAUNCHes and NOPs through the CB ring.
+    const AddTask launched = PlaceAdd(dev, add, 9999);
+    std::vector<spyre_cb> cbs;
+    const uint64_t bound = dev.Put(add.Bind(launched.addrs));
+    for (int i = 0; i < 20; ++i) {
+        cbs.push_back(LaunchCb(bound, 0));
+        cbs.push_back(NopCb(0));
+    }
+    for (const Completion& c : dev.Run(cbs)) EXPECT_TRUE(c.ok()) << spyre_error_name(c.status);
+    EXPECT_EQ(dev.ReadTensor(launched.addrs[2], add.outputs[0]), launched.expect);
+    std::vector<spyre_task_cqe> done(batch.size());
+    ASSERT_EQ(q.Wait(done, done.size(), kBlocking), done.size());
+    for (const auto& c : done) EXPECT_EQ(c.status, SPYRE_ERR_NONE);
+    for (size_t i = 0; i < tasks.size(); ++i)
+        ASSERT_EQ(dev.ReadTensor(tasks[i].addrs[2], add.outputs[0]), tasks[i].expect) << i;
+}
+
+TEST_F(TaskQueueTest, AResetEmptiesTheQueuesAndAnOverflowHaltsOnlyItsQueue) {
+    TestDevice& dev = pf();
+    Function& fn = dev.fn();
+    const uint32_t db = fn.Read32(SPYRE_REG_TQ_DB_OFFSET);
+    {
+        TaskQueue q(fn, 0);
+        const LongTask slow = PlaceLong(dev, 2048);
+        const std::vector<spyre_task_desc> batch(4, TaskDesc(1, slow.program, slow.args, slow.arg_count));
+        ASSERT_EQ(q.Submit(batch), 4u);
+        EXPECT_SPYRE_ERROR(TaskQueue(fn, 0), Busy, "not idle");
+        dev.Reset();  // aborts the running tasks and empties every queue
+    }
+    const auto word = [&](uint32_t off) { return *reinterpret_cast<volatile uint32_t*>(fn.bar4() + db + off); };
+    EXPECT_EQ(word(SPYRE_TDB_SQ_TAIL(0)), 0u);
+    EXPECT_EQ(word(SPYRE_TDB_CQ_TAIL(0)), 0u);
+    TaskQueue q0(fn, 0);
+    const BuiltKernel add = KernelBuilder().Elementwise(ElementwiseOp::Add, {16, 16}, {16, 16}, DType::FP32);
+    const AddTask ok = PlaceAdd(dev, add, 1);
+    const spyre_task_desc good = TaskDesc(7, dev.Put(add.program), ok.args, 3);
+    EXPECT_EQ(RunOne(q0, good).status, SPYRE_ERR_NONE);
+
+    // A driver that claims more descriptors than the ring holds halts queue 1 only.
+    const uint32_t bogus = SPYRE_DEFAULT_TQ_SQ_ENTRIES + 5;
+    fn.WriteRegion(SPYRE_REGION_BAR4, db + SPYRE_TDB_SQ_TAIL(1),
+                   {reinterpret_cast<const uint8_t*>(&bogus), sizeof bogus});
+    for (int i = 0; i < 5000 && !(fn.Read32(SPYRE_REG_TQ_HALTED) & 2u); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(fn.Read32(SPYRE_REG_TQ_HALTED), 2u);
+    EXPECT_EQ(fn.Read32(SPYRE_REG_ERR_CODE), SPYRE_ERR_RING_OVERFLOW);
+    EXPECT_SPYRE_ERROR(TaskQueue(fn, 1), Busy, "not idle");
+    EXPECT_EQ(RunOne(q0, good).status, SPYRE_ERR_NONE);  // queue 0 goes on
+    dev.Reset();
+    EXPECT_EQ(fn.Read32(SPYRE_REG_TQ_HALTED), 0u);
+    TaskQueue q1(fn, 1);
+    EXPECT_EQ(RunOne(q1, good).status, SPYRE_ERR_NONE);
+}
+
+TEST_F(TaskQueueTest, QueuesAreEmptyForTheNextOwner) {
+    const BuiltKernel add = KernelBuilder().Elementwise(ElementwiseOp::Add, {16, 16}, {16, 16}, DType::FP32);
+    uint64_t output = 0;
+    {
+        TestDevice first(Vf(1));
+        TaskQueue q(first.fn(), 0);
+        const LongTask slow = PlaceLong(first, 2048);
+        const AddTask ok = PlaceAdd(first, add, 1);
+        output = ok.addrs[2];
+        const spyre_task_desc done_one = TaskDesc(1, first.Put(add.program), ok.args, 3);
+        EXPECT_EQ(RunOne(q, done_one).status, SPYRE_ERR_NONE);
+        const std::vector<spyre_task_desc> batch(8, TaskDesc(2, slow.program, slow.args, slow.arg_count));
+        ASSERT_EQ(q.Submit(batch), 8u);
+        // The owner goes away with tasks running and queued.
+    }
+    TestDevice next(Vf(1));
+    TaskQueue q(next.fn(), 0);  // idle: nothing of the old owner's is in flight
+    EXPECT_EQ(q.InFlight(), 0u);
+    // The old owner's result is gone with its memory.
+    EXPECT_EQ(std::count(next.At(output, 1024), next.At(output, 1024) + 1024, uint8_t(0)), 1024);
+    const AddTask ok = PlaceAdd(next, add, 2);
+    EXPECT_EQ(RunOne(q, TaskDesc(3, next.Put(add.program), ok.args, 3)).status, SPYRE_ERR_NONE);
+    EXPECT_EQ(next.ReadTensor(ok.addrs[2], add.outputs[0]), ok.expect);
+}
+
+TEST_F(TaskQueueTest, WaitingOnADeadDaemonIsDeviceLost) {
+    TestDevice& dev = pf();
+    TaskQueue q(dev.fn(), 0);
+    const LongTask slow = PlaceLong(dev, 2048);
+    ASSERT_EQ(q.Submit(std::array{TaskDesc(1, slow.program, slow.args, slow.arg_count)}), 1u);
+    daemon().Signal(SIGKILL);
+    std::vector<spyre_task_cqe> out(1);
+    EXPECT_SPYRE_ERROR(q.Wait(out, 1, kBlocking), DeviceLost, "");
+}
