@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <new>
 #include <string>
+#include <type_traits>
 
 #include "orchestration/runtime_handle.hpp"
 #include "spyre/pto.h"
@@ -49,10 +50,36 @@ int32_t Guard(Body&& body) noexcept {
     }
 }
 
-bool NoRuntime(Runtime* rt) {
-    if (rt) return false;
-    g_last_error = "no runtime (NULL)";
-    return true;
+// Runs `body(*rt)` under Guard; -EINVAL without a runtime. A body that
+// returns nothing gives 0.
+template <typename Body>
+int32_t OnRuntime(Runtime* rt, Body&& body) noexcept {
+    if (!rt) {
+        g_last_error = "no runtime (NULL)";
+        return -EINVAL;
+    }
+    return Guard([&]() -> int32_t {
+        if constexpr (std::is_void_v<decltype(body(*rt))>) {
+            body(*rt);
+            return 0;
+        } else {
+            return int32_t(body(*rt));
+        }
+    });
+}
+
+// The same for calls that return a pointer: NULL on error.
+template <typename Body>
+void* PointerFrom(Runtime* rt, Body&& body) noexcept {
+    void* p = nullptr;
+    OnRuntime(rt, [&](Runtime& r) { p = body(r); });
+    return p;
+}
+
+spyre::orchestration::KernelEntry Kernel(int32_t kernel_id) {
+    spyre::orchestration::KernelEntry k;
+    k.kernel_id = kernel_id;
+    return k;
 }
 
 }  // namespace
@@ -90,148 +117,90 @@ void pto_runtime_destroy(Runtime* rt) {
 }
 
 int32_t pto_register_host_kernel(Runtime* rt, int32_t kernel_id, pto_host_fn fn, void* user_data) {
-    if (NoRuntime(rt)) return -EINVAL;
-    return Guard([&] {
-        spyre::orchestration::KernelEntry k;
-        k.kernel_id = kernel_id;
+    return OnRuntime(rt, [&](Runtime& r) {
+        auto k = Kernel(kernel_id);
         k.host_fn = fn;
         k.user_data = user_data;
-        rt->engine->RegisterKernel(std::move(k));
-        return 0;
+        r.engine->RegisterKernel(std::move(k));
     });
 }
 
 int32_t pto_register_device_kernel(Runtime* rt, int32_t kernel_id, uint64_t program_address) {
-    if (NoRuntime(rt)) return -EINVAL;
-    return Guard([&] {
-        spyre::orchestration::KernelEntry k;
-        k.kernel_id = kernel_id;
+    return OnRuntime(rt, [&](Runtime& r) {
+        auto k = Kernel(kernel_id);
         k.program_address = program_address;
         k.has_program = true;
-        rt->engine->RegisterKernel(std::move(k));
-        return 0;
+        r.engine->RegisterKernel(std::move(k));
     });
 }
 
 void* pto_alloc(Runtime* rt, size_t size) {
-    if (NoRuntime(rt)) return nullptr;
-    void* p = nullptr;
-    Guard([&] {
-        p = rt->engine->Alloc(size);
-        return 0;
-    });
-    return p;
+    return PointerFrom(rt, [&](Runtime& r) { return r.engine->Alloc(size); });
 }
 
 int32_t pto_free(Runtime* rt, void* buffer) {
-    if (NoRuntime(rt)) return -EINVAL;
-    return Guard([&] {
-        rt->engine->Free(buffer);
-        return 0;
-    });
+    return OnRuntime(rt, [&](Runtime& r) { r.engine->Free(buffer); });
 }
 
 int32_t pto_scope_begin(Runtime* rt) {
-    if (NoRuntime(rt)) return -EINVAL;
-    return Guard([&] {
-        rt->engine->ScopeBegin();
-        return 0;
-    });
+    return OnRuntime(rt, [](Runtime& r) { r.engine->ScopeBegin(); });
 }
 
 int32_t pto_submit_task(Runtime* rt, int32_t kernel_id, int32_t worker_type, TaskParam* params, int32_t num_params) {
-    if (NoRuntime(rt)) return -EINVAL;
-    return Guard([&] {
+    return OnRuntime(rt, [&](Runtime& r) {
         if (num_params < 0 || (num_params > 0 && !params))
             throw spyre::Error(spyre::ErrorKind::InvalidArgument,
                                "pto_submit_task: " + std::to_string(num_params) + " parameters at " +
                                    (params ? "a valid pointer" : "NULL"));
-        return rt->engine->Submit(kernel_id, worker_type, std::span<const TaskParam>(params, size_t(num_params)));
+        return r.engine->Submit(kernel_id, worker_type, std::span<const TaskParam>(params, size_t(num_params)));
     });
 }
 
 int32_t pto_scope_end(Runtime* rt) {
-    if (NoRuntime(rt)) return -EINVAL;
-    return Guard([&] {
-        rt->engine->ScopeEnd();
-        return 0;
-    });
+    return OnRuntime(rt, [](Runtime& r) { r.engine->ScopeEnd(); });
 }
 
 int32_t pto_task_complete(Runtime* rt, int32_t task_id) {
-    if (NoRuntime(rt)) return -EINVAL;
-    return Guard([&] {
-        rt->engine->Complete(task_id, 0);
-        return 0;
-    });
+    return OnRuntime(rt, [&](Runtime& r) { r.engine->Complete(task_id, 0); });
 }
 
 int32_t pto_task_fail(Runtime* rt, int32_t task_id, uint32_t error_code) {
-    if (NoRuntime(rt)) return -EINVAL;
-    return Guard([&] {
+    return OnRuntime(rt, [&](Runtime& r) {
         if (error_code == 0)
             throw spyre::Error(spyre::ErrorKind::InvalidArgument, "pto_task_fail needs a non-zero error code");
-        rt->engine->Complete(task_id, error_code);
-        return 0;
+        r.engine->Complete(task_id, error_code);
     });
 }
 
 void* pto_task_output(Runtime* rt, int32_t task_id, int32_t index) {
-    if (NoRuntime(rt)) return nullptr;
-    void* p = nullptr;
-    Guard([&] {
-        p = rt->engine->TaskOutput(task_id, index);
-        return 0;
-    });
-    return p;
+    return PointerFrom(rt, [&](Runtime& r) { return r.engine->TaskOutput(task_id, index); });
 }
 
 int32_t pto_task_state(Runtime* rt, int32_t task_id) {
-    if (NoRuntime(rt)) return -EINVAL;
-    return Guard([&] { return int32_t(rt->engine->State(task_id)); });
+    return OnRuntime(rt, [&](Runtime& r) { return int32_t(r.engine->State(task_id)); });
 }
 
 int32_t pto_wait_all(Runtime* rt) {
-    if (NoRuntime(rt)) return -EINVAL;
-    return Guard([&] {
-        rt->engine->WaitAll();
-        return 0;
-    });
+    return OnRuntime(rt, [](Runtime& r) { r.engine->WaitAll(); });
 }
 
 int32_t pto_device_address(Runtime* rt, const void* buffer, uint64_t* device_address) {
-    if (NoRuntime(rt)) return -EINVAL;
-    return Guard([&] {
-        const uint64_t a = rt->engine->DeviceAddress(buffer);
+    return OnRuntime(rt, [&](Runtime& r) {
+        const uint64_t a = r.engine->DeviceAddress(buffer);
         if (device_address) *device_address = a;
-        return 0;
     });
 }
 
 void* pto_host_address(Runtime* rt, uint64_t device_address, uint64_t size) {
-    if (NoRuntime(rt)) return nullptr;
-    void* p = nullptr;
-    Guard([&] {
-        p = rt->engine->HostAddress(device_address, size);
-        return 0;
-    });
-    return p;
+    return PointerFrom(rt, [&](Runtime& r) { return r.engine->HostAddress(device_address, size); });
 }
 
 int32_t pto_run(Runtime* rt, pto_orchestration_fn fn, uint64_t* args) {
-    if (NoRuntime(rt)) return -EINVAL;
-    return Guard([&] {
-        rt->Run(fn, args);
-        return 0;
-    });
+    return OnRuntime(rt, [&](Runtime& r) { r.Run(fn, args); });
 }
 
 int32_t pto_run_library(Runtime* rt, const char* path, const char* symbol, uint64_t* args) {
-    if (NoRuntime(rt)) return -EINVAL;
-    return Guard([&] {
-        rt->RunLibrary(path, symbol, args);
-        return 0;
-    });
+    return OnRuntime(rt, [&](Runtime& r) { r.RunLibrary(path, symbol, args); });
 }
 
 }  // extern "C"

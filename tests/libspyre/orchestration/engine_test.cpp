@@ -385,6 +385,7 @@ TEST_F(OrchTest, BadInputIsATypedErrorNamingWhatWasWrong) {
     EXPECT_SPYRE_ERROR(o().Free(stack), InvalidArgument, "not a live buffer");
     EXPECT_SPYRE_ERROR(o().Run(nullptr, nullptr), InvalidArgument, "no orchestration function");
     EXPECT_SPYRE_ERROR(o().Complete(12345), InvalidArgument, "is not live");
+    auto scope = o().BeginScope();  // keeps t live after it ran
     const int32_t t = o().Submit(K_INC, WORKER_VECTOR, ok);
     EXPECT_SPYRE_ERROR(o().Complete(t), InvalidArgument, "only EXTERNAL tasks");
     EXPECT_SPYRE_ERROR(o().TaskOutput(t, 0), InvalidArgument, "0 implicit output(s)");
