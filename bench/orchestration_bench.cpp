@@ -174,6 +174,7 @@ void BM_Gomp(benchmark::State& state, std::string shape) {
             char* r0 = bufs[t.reads[0]];
             char* r1 = bufs[t.reads[1]];
             char* w = bufs[t.write];
+            (void)r0, (void)r1;  // used only in depend clauses
             if (t.nreads == 0) {
 #pragma omp task depend(inout : w[0])
                 benchmark::DoNotOptimize(w[0]);
