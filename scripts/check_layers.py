@@ -38,6 +38,9 @@ def layer_of(rel: str):
     p = rel.split('/')
     if p[0] == 'include' and len(p) > 2 and p[1] == 'spyre':
         if len(p) == 3:  # error.hpp, version.hpp: the one error family; spyre.hpp: umbrella
+            # orchestration.hpp and pto.h: the orchestration runtime's C++ and C faces
+            if p[2] in ('orchestration.hpp', 'pto.h'):
+                return ('public', 'orchestration')
             return ('public', 'app' if p[2] == 'spyre.hpp' else 'base')
         return ('public', p[2])
     if p[0] == 'libspyre':

@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev                 # tests
   libbenchmark-dev                          # bench/
   libopenblas-dev                           # the mock device's matmul (sgemm)
+  libstarpu-dev                             # bench/orchestration_bench: StarPU baseline (optional)
   clang libclang-rt-14-dev                  # libFuzzer for the program-decoder fuzz target
 )
 

@@ -1,0 +1,299 @@
+// SPDX-License-Identifier: Apache-2.0
+// The orchestration runtime (seed 004), each figure beside a baseline run in
+// the same process:
+//   heap ring Allocate+Release and TensorMap Lookup in cycles (rdtsc; seed
+//   targets < 10 and < 20), beside malloc+free and std::unordered_map::find;
+//   submission throughput with dependency tracking, tasks run to completion
+//   (empty host kernels), for a chain, fan-out and a random DAG, beside
+//   libgomp `#pragma omp task depend` and (when built with it) StarPU on the
+//   same DAGs. Every runtime gets two threads: ours one submitter + one host
+//   worker, libgomp a team of two, StarPU one CPU worker + the submitter.
+#include <benchmark/benchmark.h>
+#include <x86intrin.h>
+
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bench_main.hpp"
+#include "orchestration/heap_ring.hpp"
+#include "orchestration/tensor_map.hpp"
+#include "spyre/orchestration.hpp"
+
+#ifdef SPYRE_HAVE_STARPU
+#include <starpu.h>
+#endif
+
+namespace {
+
+using spyre::orchestration::HeapRing;
+using spyre::orchestration::TensorMap;
+
+// --- cycles -----------------------------------------------------------------
+
+std::map<std::string, double> g_baseline;
+
+void BM_MallocFree(benchmark::State& state) {
+    std::vector<void*> window(64, nullptr);
+    size_t i = 0;
+    const uint64_t c0 = __rdtsc();
+    for (auto _ : state) {
+        std::free(window[i]);
+        window[i] = std::malloc(256);
+        benchmark::DoNotOptimize(window[i]);
+        i = (i + 1) % window.size();
+    }
+    const double cycles = double(__rdtsc() - c0) / double(state.iterations());
+    for (void* p : window) std::free(p);
+    g_baseline["alloc"] = cycles;
+    state.counters["cycles"] = cycles;
+}
+
+void BM_HeapRingAllocRelease(benchmark::State& state) {
+    std::vector<uint8_t> mem(1 << 20);
+    HeapRing ring(mem.data(), mem.size());
+    // 64 live blocks; each step releases the oldest and allocates one: the
+    // ring's steady state, with wrap-around.
+    std::vector<uint64_t> window;
+    for (int i = 0; i < 64; ++i) window.push_back(ring.Allocate(256, 0)->seq);
+    size_t i = 0;
+    const uint64_t c0 = __rdtsc();
+    for (auto _ : state) {
+        ring.Release(window[i]);
+        auto b = ring.Allocate(256, 0);
+        benchmark::DoNotOptimize(b);
+        window[i] = b->seq;
+        i = (i + 1) % window.size();
+    }
+    const double cycles = double(__rdtsc() - c0) / double(state.iterations());
+    state.counters["cycles"] = cycles;
+    state.counters["x_malloc"] = g_baseline["alloc"] / cycles;
+}
+
+// Allocation alone (the seed's < 10 cycles is for the bump): 64 blocks
+// timed, then released untimed.
+void BM_HeapRingAllocOnly(benchmark::State& state) {
+    std::vector<uint8_t> mem(1 << 20);
+    HeapRing ring(mem.data(), mem.size());
+    uint64_t seqs[64];
+    uint64_t cycles = 0;
+    for (auto _ : state) {
+        const uint64_t c0 = __rdtsc();
+        for (uint64_t& s : seqs) s = ring.Allocate(256, 0)->seq;
+        cycles += __rdtsc() - c0;
+        benchmark::DoNotOptimize(seqs);
+        for (uint64_t s : seqs) ring.Release(s);
+    }
+    state.counters["alloc_cycles"] = double(cycles) / double(state.iterations() * 64);
+}
+
+std::vector<uint64_t> LookupKeys(size_t n) {
+    std::mt19937_64 rng(7);
+    std::vector<uint64_t> keys;
+    for (size_t i = 0; i < n; ++i) keys.push_back((rng() % (1u << 16)) << 16);  // 4 GiB of 64 KiB granules
+    return keys;
+}
+
+void BM_UnorderedMapFind(benchmark::State& state) {
+    const auto keys = LookupKeys(1024);
+    std::unordered_map<uint64_t, int32_t> map;
+    for (size_t i = 0; i < keys.size(); ++i) map[keys[i]] = int32_t(i);
+    size_t i = 0;
+    int64_t sum = 0;
+    const uint64_t c0 = __rdtsc();
+    for (auto _ : state) {
+        auto it = map.find(keys[i]);
+        sum += it->second;
+        i = (i + 1) & 1023;
+    }
+    benchmark::DoNotOptimize(sum);
+    const double cycles = double(__rdtsc() - c0) / double(state.iterations());
+    g_baseline["lookup"] = cycles;
+    state.counters["cycles"] = cycles;
+}
+
+void BM_TensorMapLookup(benchmark::State& state) {
+    // A full ring's worth of producers (1024 tasks, one 4 KiB region each).
+    const auto keys = LookupKeys(1024);
+    TensorMap map(1024);
+    for (size_t i = 0; i < keys.size(); ++i) map.Insert(keys[i], 4096, true, int32_t(i));
+    std::vector<int32_t> deps;
+    size_t i = 0;
+    int64_t found = 0;
+    const uint64_t c0 = __rdtsc();
+    for (auto _ : state) {
+        deps.clear();
+        map.Lookup(keys[i] + 1024, 1024, false, -1, [](int32_t) { return true; }, deps);
+        found += int64_t(deps.size());
+        i = (i + 1) & 1023;
+    }
+    benchmark::DoNotOptimize(found);
+    const double cycles = double(__rdtsc() - c0) / double(state.iterations());
+    state.counters["cycles"] = cycles;
+    state.counters["x_unordered_map"] = g_baseline["lookup"] / cycles;
+}
+
+// --- DAGs -------------------------------------------------------------------
+
+constexpr int kTasks = 10000;
+constexpr int kBuffers = 64;
+
+struct DagTask {
+    int reads[2];
+    int nreads;
+    int write;
+};
+
+std::vector<DagTask> MakeDag(const std::string& shape) {
+    std::vector<DagTask> dag;
+    std::mt19937 rng(99);
+    for (int t = 0; t < kTasks; ++t) {
+        if (shape == "chain") {
+            dag.push_back({{0, 0}, 0, 0});
+        } else if (shape == "fanout") {  // one writer, then 63 readers of it
+            if (t % kBuffers == 0) dag.push_back({{0, 0}, 0, 0});
+            else dag.push_back({{0, 0}, 1, t % kBuffers});
+        } else {  // random: read two buffers, write a third
+            dag.push_back({{int(rng() % kBuffers), int(rng() % kBuffers)}, 2, int(rng() % kBuffers)});
+        }
+    }
+    return dag;
+}
+
+std::map<std::string, double> g_rate;  // baseline tasks/s by "runtime/shape"
+
+void Report(benchmark::State& state, const std::string& shape, double seconds, const char* self) {
+    const double rate = double(kTasks) * double(state.iterations()) / seconds;
+    state.counters["tasks_per_s"] = rate;
+    g_rate[std::string(self) + "/" + shape] = rate;
+    if (std::string(self) == "pto") {
+        if (g_rate.count("gomp/" + shape)) state.counters["x_gomp"] = rate / g_rate["gomp/" + shape];
+        if (g_rate.count("starpu/" + shape)) state.counters["x_starpu"] = rate / g_rate["starpu/" + shape];
+    }
+}
+
+double Now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void BM_Gomp(benchmark::State& state, std::string shape) {
+    const auto dag = MakeDag(shape);
+    alignas(64) static char bufs[kBuffers][64];
+    const double t0 = Now();
+    for (auto _ : state) {
+#pragma omp parallel num_threads(2)
+#pragma omp single
+        for (const DagTask& t : dag) {
+            char* r0 = bufs[t.reads[0]];
+            char* r1 = bufs[t.reads[1]];
+            char* w = bufs[t.write];
+            (void)r0, (void)r1;  // used only in depend clauses
+            if (t.nreads == 0) {
+#pragma omp task depend(inout : w[0])
+                benchmark::DoNotOptimize(w[0]);
+            } else if (t.nreads == 1) {
+#pragma omp task depend(in : r0[0]) depend(inout : w[0])
+                benchmark::DoNotOptimize(w[0]);
+            } else {
+#pragma omp task depend(in : r0[0], r1[0]) depend(inout : w[0])
+                benchmark::DoNotOptimize(w[0]);
+            }
+        }
+    }
+    Report(state, shape, Now() - t0, "gomp");
+}
+
+#ifdef SPYRE_HAVE_STARPU
+void EmptyCpu(void*[], void*) {}
+
+void BM_StarPU(benchmark::State& state, std::string shape) {
+    const auto dag = MakeDag(shape);
+    ::setenv("STARPU_NCPU", "1", 1);
+    ::setenv("STARPU_SILENT", "1", 1);
+    ::setenv("STARPU_NCUDA", "0", 1);
+    ::setenv("STARPU_NOPENCL", "0", 1);
+    if (starpu_init(nullptr) != 0) {
+        state.SkipWithError("starpu_init failed");
+        return;
+    }
+    static int values[kBuffers];
+    starpu_data_handle_t h[kBuffers];
+    for (int i = 0; i < kBuffers; ++i)
+        starpu_variable_data_register(&h[i], STARPU_MAIN_RAM, uintptr_t(&values[i]), sizeof(int));
+    starpu_codelet cl;
+    starpu_codelet_init(&cl);
+    cl.cpu_funcs[0] = EmptyCpu;
+    cl.nbuffers = STARPU_VARIABLE_NBUFFERS;
+    const double t0 = Now();
+    for (auto _ : state) {
+        for (const DagTask& t : dag) {
+            if (t.nreads == 0)
+                starpu_task_insert(&cl, STARPU_RW, h[t.write], 0);
+            else if (t.nreads == 1)
+                starpu_task_insert(&cl, STARPU_R, h[t.reads[0]], STARPU_RW, h[t.write], 0);
+            else if (t.reads[0] != t.reads[1])
+                starpu_task_insert(&cl, STARPU_R, h[t.reads[0]], STARPU_R, h[t.reads[1]], STARPU_RW, h[t.write], 0);
+            else
+                starpu_task_insert(&cl, STARPU_R, h[t.reads[0]], STARPU_RW, h[t.write], 0);
+        }
+        starpu_task_wait_for_all();
+    }
+    const double secs = Now() - t0;
+    for (int i = 0; i < kBuffers; ++i) starpu_data_unregister(h[i]);
+    starpu_shutdown();
+    Report(state, shape, secs, "starpu");
+}
+#endif
+
+std::optional<spyre::Orchestrator> g_orch;
+
+void BM_Pto(benchmark::State& state, std::string shape) {
+    if (!g_orch) {
+        g_orch.emplace(spyre::Orchestrator::CreateOnHostMemory(
+            kBuffers << 16, {.task_ring_size = 4096, .heap_size = 1 << 16, .host_threads = 1}));
+        g_orch->RegisterHostKernel(1, [](std::span<void* const>, std::span<const uint64_t>) { return 0u; });
+    }
+    const auto dag = MakeDag(shape);
+    // Buffers 64 KiB apart (one TensorMap granule each), 64 bytes used.
+    auto* base = static_cast<uint8_t*>(g_orch->HostAddress(0, uint64_t(kBuffers - 1) << 16));
+    auto buf = [&](int i) { return static_cast<void*>(base + (uint64_t(i) << 16)); };
+    const double t0 = Now();
+    for (auto _ : state) {
+        for (const DagTask& t : dag) {
+            TaskParam p[3];
+            int n = 0;
+            for (int k = 0; k < t.nreads; ++k) p[n++] = {PARAM_INPUT, buf(t.reads[k]), 64, {}};
+            p[n++] = {PARAM_INOUT, buf(t.write), 64, {}};
+            g_orch->Submit(1, WORKER_HOST, std::span<const TaskParam>(p, size_t(n)));
+        }
+        g_orch->WaitAll();
+    }
+    Report(state, shape, Now() - t0, "pto");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::RegisterBenchmark("baseline/malloc_free_256B", BM_MallocFree);
+    benchmark::RegisterBenchmark("heap_ring/alloc_release_256B", BM_HeapRingAllocRelease);
+    benchmark::RegisterBenchmark("heap_ring/alloc_only_256B_x64", BM_HeapRingAllocOnly);
+    benchmark::RegisterBenchmark("baseline/unordered_map_find", BM_UnorderedMapFind);
+    benchmark::RegisterBenchmark("tensor_map/lookup", BM_TensorMapLookup);
+    for (const char* shape : {"chain", "fanout", "random"}) {
+        benchmark::RegisterBenchmark((std::string("baseline/gomp_task_depend/") + shape).c_str(), BM_Gomp,
+                                     std::string(shape))->UseRealTime()->Unit(benchmark::kMillisecond);
+#ifdef SPYRE_HAVE_STARPU
+        benchmark::RegisterBenchmark((std::string("baseline/starpu/") + shape).c_str(), BM_StarPU, std::string(shape))
+            ->UseRealTime()->Unit(benchmark::kMillisecond);
+#endif
+        benchmark::RegisterBenchmark((std::string("pto_submit/") + shape).c_str(), BM_Pto, std::string(shape))
+            ->UseRealTime()->Unit(benchmark::kMillisecond);
+    }
+    return spyre::bench::RunBenchmarks("orchestration_bench", std::chrono::seconds(120), [] { g_orch.reset(); });
+}

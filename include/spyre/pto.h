@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The orchestration runtime's C API (seed 004): dynamic task submission with
+ * automatic dependencies. Names and argument order are the seed's; calls that
+ * can fail return a negative errno (or NULL) and leave a message that
+ * pto_last_error() returns on the same thread. Nothing here aborts the
+ * process and no C++ exception crosses this API. docs/orchestration.md
+ * explains the design.
+ *
+ * What a buffer (`void*`) is: an address inside the function's memory as this
+ * process maps it (the host mapping of the function's device memory). Pointer
+ * arithmetic therefore selects regions, host workers read and write the data
+ * directly, and the caller reads results through the same pointer. A pointer
+ * outside the function's memory is refused with -EINVAL. */
+#ifndef SPYRE_PTO_H
+#define SPYRE_PTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct Runtime Runtime;
+
+/* TaskParam kinds. INOUT reads and writes the region (an accumulation). */
+enum { PARAM_INPUT = 0, PARAM_OUTPUT = 1, PARAM_INOUT = 2 };
+
+/* Worker types: which workers run a task. CUBE and VECTOR are the card's
+ * core kinds; HOST runs the kernel as a callback on a host worker thread;
+ * EXTERNAL tasks are run by nobody: the caller finishes them with
+ * pto_task_complete (or pto_task_fail). Without a device executor plugged in
+ * (C++ Orchestrator::SetExecutor), CUBE and VECTOR tasks run on the host
+ * worker too. */
+enum { WORKER_CUBE = 0, WORKER_VECTOR = 1, WORKER_HOST = 2, WORKER_EXTERNAL = 3, PTO_WORKER_TYPES = 4 };
+
+/* A task's state (pto_task_state). A task on an executor is READY from
+ * the moment it is queued until it completes; EXTERNAL tasks whose inputs
+ * are done are RUNNING. Reclaimed tasks read as CONSUMED. */
+enum { PTO_TASK_PENDING = 1, PTO_TASK_READY = 2, PTO_TASK_RUNNING = 3, PTO_TASK_COMPLETED = 4, PTO_TASK_CONSUMED = 5 };
+
+/* At most this many parameters per task. */
+#define PTO_MAX_PARAMS 16
+
+typedef struct TaskRegion {
+    void* buffer_ptr;
+    uint64_t offset;
+    uint64_t size;
+} TaskRegion;
+
+/* Both of the seed's spellings work in C:
+ *   {PARAM_INPUT, A, 1024}                                 buffer + size
+ *   {PARAM_OUTPUT, .region = {.buffer_ptr = C_tile, .offset = 0, .size = n}}
+ * A NULL buffer (and NULL region.buffer_ptr) with a size is an implicit
+ * output: the runtime allocates it from the heap ring (pto_task_output). */
+typedef struct TaskParam {
+    int32_t kind;
+    void* buffer;
+    uint64_t size;
+    TaskRegion region;
+} TaskParam;
+
+/* A host kernel: the task's parameter addresses and sizes, in order. Returns
+ * 0 on success, else an error code the runtime reports as the device error
+ * code of the failed task. */
+typedef uint32_t (*pto_host_fn)(void* const* buffers, const uint64_t* sizes, int32_t num_params, void* user_data);
+
+/* An orchestration function as the seed writes it. */
+typedef void (*pto_orchestration_fn)(Runtime* rt, uint64_t* args);
+
+/* --- runtime lifetime --------------------------------------------------- */
+
+/* Opens a device function (`function`: index or PCI address as
+ * spyre::DeviceOptions::function; NULL = the environment's default) and
+ * creates a runtime on it: a task ring of `task_ring_size` slots and a heap
+ * ring of `heap_size` bytes of the function's device memory. */
+Runtime* pto_runtime_create(const char* function, int32_t task_ring_size, uint64_t heap_size);
+/* The same on `memory_size` bytes of host memory, no device: every task runs
+ * on the host worker (tests, benchmarks, CPU-only use). */
+Runtime* pto_runtime_create_host(uint64_t memory_size, int32_t task_ring_size, uint64_t heap_size);
+/* Waits for every submitted task, then frees everything. NULL is a no-op. */
+void pto_runtime_destroy(Runtime* rt);
+
+/* The message of the last call that failed on this thread ("" if none). */
+const char* pto_last_error(void);
+
+/* --- kernels ------------------------------------------------------------ */
+
+/* kernel_id -> a host function (run by the host worker). */
+int32_t pto_register_host_kernel(Runtime* rt, int32_t kernel_id, pto_host_fn fn, void* user_data);
+/* kernel_id -> a device program (function-relative address of a loaded
+ * program), for a device executor. */
+int32_t pto_register_device_kernel(Runtime* rt, int32_t kernel_id, uint64_t program_address);
+
+/* --- the seed's six calls ----------------------------------------------- */
+
+/* A buffer from the heap ring (stalls while the ring is full). NULL on
+ * error (size 0, larger than the heap, or a heap that can never drain). */
+void* pto_alloc(Runtime* rt, size_t size);
+/* No more tasks will reference `buffer`: it is reclaimed once every task
+ * that referenced it is CONSUMED, not at once. */
+int32_t pto_free(Runtime* rt, void* buffer);
+int32_t pto_scope_begin(Runtime* rt);
+/* Returns the task id (>= 0) or a negative errno. */
+int32_t pto_submit_task(Runtime* rt, int32_t kernel_id, int32_t worker_type, TaskParam* params, int32_t num_params);
+/* Releases the scope's references to its tasks. Does not wait; returns -EIO
+ * (message: task id, kernel id, device error code) if a task of the scope
+ * has failed or was skipped by then. */
+int32_t pto_scope_end(Runtime* rt);
+/* Finishes an EXTERNAL task: its outputs are written. If its inputs are not
+ * complete yet, the completion takes effect when they are. -EINVAL for a
+ * task that is not an unfinished EXTERNAL task. */
+int32_t pto_task_complete(Runtime* rt, int32_t task_id);
+/* Finishes an EXTERNAL task as failed with `error_code` (non-zero). */
+int32_t pto_task_fail(Runtime* rt, int32_t task_id, uint32_t error_code);
+
+/* --- results ------------------------------------------------------------ */
+
+/* Address of implicit output `index` (counting implicit outputs only) of a
+ * live task (Example 1's packed_buffer_base + offset). NULL on error. */
+void* pto_task_output(Runtime* rt, int32_t task_id, int32_t index);
+/* PTO_TASK_* of a submitted task, or -EINVAL for an id never handed out. */
+int32_t pto_task_state(Runtime* rt, int32_t task_id);
+/* Waits until every submitted task has finished. -EIO with the first
+ * failure (task id, kernel id, device error code) and the skipped count if
+ * any task failed since the last pto_wait_all; -EDEADLK if only EXTERNAL
+ * tasks are left. */
+int32_t pto_wait_all(Runtime* rt);
+/* Function-relative device address of a buffer address (-EINVAL outside). */
+int32_t pto_device_address(Runtime* rt, const void* buffer, uint64_t* device_address);
+/* The buffer address of [device_address, + size) of the function's memory
+ * (NULL outside): how a caller reaches data it placed there itself. */
+void* pto_host_address(Runtime* rt, uint64_t device_address, uint64_t size);
+
+/* --- orchestration functions -------------------------------------------- */
+
+/* Calls fn(rt, args) inside a scope, then waits for its tasks. */
+int32_t pto_run(Runtime* rt, pto_orchestration_fn fn, uint64_t* args);
+/* The same with `symbol` of the shared object `path` (dlopen/dlsym). */
+int32_t pto_run_library(Runtime* rt, const char* path, const char* symbol, uint64_t* args);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPYRE_PTO_H */

@@ -1,0 +1,565 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "orchestration/engine.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <sstream>
+#include <thread>
+
+#include "orchestration/host_worker.hpp"
+
+namespace spyre::orchestration {
+
+namespace {
+
+// Heap blocks name their owner: a task id, or (this bit set) an explicit
+// buffer's offset in the function's memory.
+constexpr uint64_t kBufferOwner = 1ull << 63;
+
+std::string Hex(uint64_t v) {
+    std::ostringstream s;
+    s << "0x" << std::hex << v;
+    return s.str();
+}
+
+const char* KindName(int32_t kind) {
+    switch (kind) {
+        case PARAM_INPUT: return "INPUT";
+        case PARAM_OUTPUT: return "OUTPUT";
+        case PARAM_INOUT: return "INOUT";
+    }
+    return "?";
+}
+
+}  // namespace
+
+Engine::Engine(EngineOptions options)
+    : options_(std::move(options)),
+      ring_(options_.task_ring_size),
+      heap_(options_.memory + options_.heap_offset, options_.heap_size),
+      map_(options_.task_ring_size) {
+    if (!options_.memory || options_.heap_size == 0 || options_.heap_offset + options_.heap_size > options_.memory_size)
+        throw Error(ErrorKind::InvalidArgument,
+                    "heap ring of " + std::to_string(options_.heap_size) + " bytes at offset " +
+                        std::to_string(options_.heap_offset) + " does not fit the function's memory of " +
+                        std::to_string(options_.memory_size) + " bytes");
+    // One host worker serves CUBE, VECTOR and HOST until a device executor
+    // takes a type over; EXTERNAL tasks have no executor.
+    const unsigned threads = options_.host_threads ? options_.host_threads
+                                                   : std::max(1u, std::thread::hardware_concurrency());
+    auto host = std::make_shared<HostWorker>(threads);
+    queues_.push_back(std::make_unique<ReadyQueue>());
+    for (int32_t w : {WORKER_CUBE, WORKER_VECTOR, WORKER_HOST}) routes_[w] = {host, queues_.back().get()};
+    executors_.push_back(host);
+    host->Start(*queues_.back(), *this);
+}
+
+Engine::~Engine() {
+    {
+        // Tasks already running finish (they use our memory); EXTERNAL tasks
+        // still open are abandoned.
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return active_ == 0; });
+    }
+    for (auto& q : queues_) q->Close();
+    for (auto& e : executors_) e->Stop();
+}
+
+void Engine::Fail(ErrorKind kind, const std::string& message, int sys_errno) const {
+    throw Error(kind, message, {.device = options_.device, .sys_errno = sys_errno});
+}
+
+bool Engine::InMemory(const uint8_t* p, uint64_t size) const noexcept {
+    const uint8_t* lo = options_.memory;
+    return p >= lo && p < lo + options_.memory_size && size <= uint64_t(lo + options_.memory_size - p);
+}
+
+void Engine::FailOutside(const uint8_t* p, uint64_t size, const std::string& what) const {
+    std::ostringstream s;
+    s << what << " [" << static_cast<const void*>(p) << ", +" << size << ") is outside the function's memory ("
+      << options_.memory_size << " bytes mapped at " << static_cast<const void*>(options_.memory) << ")";
+    Fail(ErrorKind::InvalidArgument, s.str());
+}
+
+uint64_t Engine::DeviceAddress(const void* p, uint64_t size) const {
+    if (!InMemory(static_cast<const uint8_t*>(p), size)) FailOutside(static_cast<const uint8_t*>(p), size, "buffer");
+    return uint64_t(static_cast<const uint8_t*>(p) - options_.memory);
+}
+
+uint8_t* Engine::HostAddress(uint64_t device_address, uint64_t size) const {
+    if (device_address > options_.memory_size || size > options_.memory_size - device_address)
+        Fail(ErrorKind::InvalidArgument, "device range [" + Hex(device_address) + ", +" + std::to_string(size) +
+                                             ") is outside the function's memory of " +
+                                             std::to_string(options_.memory_size) + " bytes");
+    return options_.memory + device_address;
+}
+
+void Engine::RegisterKernel(KernelEntry kernel) {
+    std::lock_guard lock(mu_);
+    if (kernel.kernel_id < 0)
+        Fail(ErrorKind::InvalidArgument, "kernel id must be >= 0, got " + std::to_string(kernel.kernel_id));
+    if (!kernel.host_fn && !kernel.host_callable && !kernel.has_program)
+        Fail(ErrorKind::InvalidArgument, "kernel " + std::to_string(kernel.kernel_id) +
+                                             " has neither a host function nor a device program");
+    if (kernels_.count(kernel.kernel_id))
+        Fail(ErrorKind::InvalidArgument, "kernel " + std::to_string(kernel.kernel_id) + " is already registered");
+    const int32_t id = kernel.kernel_id;
+    kernels_.emplace(id, std::make_unique<KernelEntry>(std::move(kernel)));
+}
+
+void Engine::SetExecutor(int32_t worker_type, std::shared_ptr<Executor> executor) {
+    std::lock_guard sub(submit_mu_);
+    std::unique_lock lock(mu_);
+    if (worker_type < 0 || worker_type >= PTO_WORKER_TYPES || worker_type == WORKER_EXTERNAL || !executor)
+        Fail(ErrorKind::InvalidArgument, "no executor can serve worker type " + std::to_string(worker_type));
+    if (inflight_ != 0)
+        Fail(ErrorKind::Busy, "cannot change executors with " + std::to_string(inflight_) + " task(s) in flight");
+    queues_.push_back(std::make_unique<ReadyQueue>());
+    routes_[worker_type] = {executor, queues_.back().get()};
+    executors_.push_back(executor);
+    executor->Start(*queues_.back(), *this);
+}
+
+bool Engine::Alive(int32_t id) const {
+    if (!ring_.IsLive(id)) return false;
+    const TaskDescriptor& t = ring_.Get(id);
+    const TaskState s = t.state.load(std::memory_order_relaxed);
+    // Completed tasks need no waiting for; failed ones stay visible so that
+    // later readers of what they should have written are skipped too.
+    return s < TaskState::Completed ||
+           (s == TaskState::Completed && (t.outcome == TaskOutcome::Failed || t.outcome == TaskOutcome::Skipped));
+}
+
+std::string Engine::Describe(int32_t id) const {
+    const TaskDescriptor& t = ring_.Get(id);
+    return "task " + std::to_string(id) + " (kernel " + std::to_string(t.func_id) + ", " +
+           ToString(t.state.load(std::memory_order_relaxed)) + ")";
+}
+
+template <typename Attempt, typename Stuck>
+auto Engine::Stall(std::unique_lock<std::mutex>& lock, Attempt&& attempt, Stuck&& stuck) {
+    for (;;) {
+        if (auto r = attempt()) return *r;
+        // Only tasks on executors finish by themselves; with none, space
+        // could come back only through this (stalled) caller: say so.
+        if (active_ == 0) Fail(ErrorKind::OutOfMemory, stuck(), EDEADLK);
+        cv_.wait(lock);
+    }
+}
+
+std::string Engine::TaskRingStuck() const {
+    std::ostringstream s;
+    s << "task ring (size " << ring_.capacity() << ") is full and cannot drain: its oldest "
+      << Describe(ring_.tail());
+    const TaskDescriptor& t = ring_.Get(ring_.tail());
+    const TaskState st = t.state.load(std::memory_order_relaxed);
+    if (st == TaskState::Completed && scopes_.depth() > 0) {
+        s << " is held by " << scopes_.depth() << " open scope(s) (the outermost began at task "
+          << *scopes_.outermost() << "); a scope can hold at most " << ring_.capacity()
+          << " tasks: end scopes sooner or create the runtime with a larger task ring";
+    } else if (st == TaskState::Completed) {
+        s << " waits for consumers that cannot run";
+    } else {
+        s << " waits for EXTERNAL task(s) that only pto_task_complete can finish";
+    }
+    return s.str();
+}
+
+std::string Engine::HeapStuck(uint64_t need) const {
+    std::ostringstream s;
+    s << "heap ring (" << heap_.size() << " bytes) cannot make room for " << need << " bytes and cannot drain: "
+      << heap_.used() << " bytes in " << heap_.live_blocks() << " live block(s); the oldest belongs to ";
+    const auto owner = heap_.OldestOwner();
+    if (owner && (*owner & kBufferOwner)) {
+        const uint64_t addr = *owner & ~kBufferOwner;
+        const BufferInfo* b = const_cast<BufferTracker&>(buffers_).FindBase(options_.memory + addr);
+        s << "the pto_alloc buffer at device address " << Hex(addr)
+          << (b && !b->free_requested ? " (not freed with pto_free)" : " (still referenced by live tasks)");
+    } else if (owner) {
+        s << Describe(int32_t(*owner)) << "'s implicit outputs";
+        if (scopes_.depth() > 0) s << ", held by " << scopes_.depth() << " open scope(s)";
+    }
+    s << ": end scopes sooner, free buffers, or create the runtime with a larger heap";
+    return s.str();
+}
+
+uint8_t* Engine::Alloc(uint64_t size) {
+    std::lock_guard sub(submit_mu_);
+    std::unique_lock lock(mu_);
+    if (size == 0) Fail(ErrorKind::InvalidArgument, "pto_alloc of 0 bytes");
+    if (size > heap_.size())
+        Fail(ErrorKind::OutOfMemory, "pto_alloc of " + std::to_string(size) + " bytes is larger than the heap ring (" +
+                                         std::to_string(heap_.size()) + " bytes)");
+    const HeapRing::Block block =
+        Stall(lock, [&] { return heap_.Allocate(size, kBufferOwner); }, [&] { return HeapStuck(size); });
+    heap_.SetOwner(block.seq, kBufferOwner | (options_.heap_offset + block.offset));  // known only now
+    uint8_t* p = heap_.base() + block.offset;
+    buffers_.Register(p, size, block.seq);
+    return p;
+}
+
+void Engine::Free(const void* buffer) {
+    std::lock_guard sub(submit_mu_);
+    std::lock_guard lock(mu_);
+    BufferInfo* b = buffers_.FindBase(static_cast<const uint8_t*>(buffer));
+    if (!b)
+        Fail(ErrorKind::InvalidArgument, "pto_free: " + Hex(reinterpret_cast<uintptr_t>(buffer)) +
+                                             " is not a live buffer from pto_alloc (freed already, or never allocated)");
+    if (b->free_requested)
+        Fail(ErrorKind::InvalidArgument, "pto_free: buffer at device address " +
+                                             Hex(uint64_t(b->base_ptr - options_.memory)) + " was freed already");
+    b->free_requested = true;
+    if (BufferTracker::Reclaimable(*b)) ReleaseBuffer(*b);
+}
+
+void Engine::ReleaseBuffer(BufferInfo& b) {
+    heap_.Release(b.heap_seq);
+    buffers_.Erase(b.base_ptr);
+    cv_.notify_all();
+}
+
+void Engine::ScopeBegin() {
+    std::lock_guard sub(submit_mu_);
+    std::lock_guard lock(mu_);
+    scopes_.Push(ring_.head());
+}
+
+void Engine::ScopeEnd() {
+    std::lock_guard sub(submit_mu_);
+    std::unique_lock lock(mu_);
+    const auto begin = scopes_.Pop();
+    if (!begin) Fail(ErrorKind::InvalidArgument, "pto_scope_end without an open scope");
+    const int32_t end = ring_.head();
+    // What failed in the scope so far (read before the references go).
+    std::optional<TaskReport> first;
+    int32_t failed = 0, skipped = 0;
+    for (int32_t id = *begin; id < end; ++id) {
+        const TaskDescriptor& t = ring_.Get(id);
+        if (t.outcome == TaskOutcome::Failed) {
+            ++failed;
+            if (!first) first = TaskReport{id, t.func_id, t.outcome, t.cause};
+        } else if (t.outcome == TaskOutcome::Skipped) {
+            ++skipped;
+            if (!first) first = TaskReport{id, t.func_id, t.outcome, t.cause};
+        }
+    }
+    for (int32_t id = *begin; id < end; ++id) {
+        TaskDescriptor& t = ring_.Get(id);
+        ++t.fanout_refcount;  // the scope releases its reference
+        TryConsume(t);
+    }
+    if (ring_.Reclaim()) cv_.notify_all();
+    if (first) {
+        std::ostringstream s;
+        s << "scope of tasks [" << *begin << ", " << end << "): task " << first->cause.task_id << " (kernel "
+          << first->cause.kernel_id << ") failed with device error code " << first->cause.device_code << "; "
+          << failed << " task(s) failed, " << skipped << " dependent task(s) skipped";
+        throw Error(ErrorKind::DeviceError, s.str(),
+                    {.device = options_.device, .op_index = uint64_t(first->cause.task_id),
+                     .device_code = first->cause.device_code});
+    }
+}
+
+int32_t Engine::Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params) {
+    std::lock_guard sub(submit_mu_);
+    std::unique_lock lock(mu_);
+    // Everything is checked before a slot is taken.
+    const auto k = kernels_.find(kernel_id);
+    if (k == kernels_.end()) Fail(ErrorKind::InvalidArgument, "kernel " + std::to_string(kernel_id) + " is not registered");
+    if (worker_type < 0 || worker_type >= PTO_WORKER_TYPES)
+        Fail(ErrorKind::InvalidArgument, "worker type " + std::to_string(worker_type) + " does not exist (0.." +
+                                             std::to_string(PTO_WORKER_TYPES - 1) + ")");
+    if (worker_type != WORKER_EXTERNAL && !routes_[worker_type].executor->CanRun(*k->second))
+        Fail(ErrorKind::InvalidArgument, "kernel " + std::to_string(kernel_id) + " cannot run on worker type " +
+                                             std::to_string(worker_type) + " (its executor, " +
+                                             routes_[worker_type].executor->name() + ", has no implementation of it)");
+    if (params.size() > PTO_MAX_PARAMS)
+        Fail(ErrorKind::InvalidArgument, "task has " + std::to_string(params.size()) + " parameters, at most " +
+                                             std::to_string(PTO_MAX_PARAMS) + " are allowed");
+    ResolvedParam resolved[PTO_MAX_PARAMS];
+    uint64_t implicit_bytes = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+        const TaskParam& p = params[i];
+        // Messages are built only on failure: this loop is on the submit path.
+        auto where = [&] { return "parameter " + std::to_string(i) + " (" + KindName(p.kind) + ")"; };
+        if (p.kind != PARAM_INPUT && p.kind != PARAM_OUTPUT && p.kind != PARAM_INOUT)
+            Fail(ErrorKind::InvalidArgument, "parameter " + std::to_string(i) + " has unknown kind " + std::to_string(p.kind));
+        const bool as_region = p.region.buffer_ptr || p.region.size || p.region.offset;
+        if (as_region && (p.buffer || p.size))
+            Fail(ErrorKind::InvalidArgument, where() + " sets both buffer/size and region: use one spelling");
+        uint8_t* base = static_cast<uint8_t*>(as_region ? p.region.buffer_ptr : p.buffer);
+        const uint64_t size = as_region ? p.region.size : p.size;
+        if (size == 0) Fail(ErrorKind::InvalidArgument, where() + " has size 0");
+        ResolvedParam& r = resolved[i];
+        r.kind = p.kind;
+        r.size = size;
+        if (!base) {
+            if (p.kind != PARAM_OUTPUT)
+                Fail(ErrorKind::InvalidArgument, where() + " has no buffer: only an OUTPUT can be allocated implicitly");
+            r.implicit = true;
+            implicit_bytes += (size + HeapRing::kAlignment - 1) / HeapRing::kAlignment * HeapRing::kAlignment;
+            continue;
+        }
+        if (as_region) {
+            if (!InMemory(base, 1)) FailOutside(base, 1, where());
+            if (p.region.offset > uint64_t(options_.memory + options_.memory_size - base))
+                Fail(ErrorKind::InvalidArgument, where() + ": region offset " + std::to_string(p.region.offset) +
+                                                     " is outside the function's memory");
+            base += p.region.offset;
+        }
+        if (!InMemory(base, size)) FailOutside(base, size, where());
+        bool partial = false;
+        if (BufferInfo* b = buffers_.Find(base, size, &partial); b && b->free_requested)
+            Fail(ErrorKind::InvalidArgument, where() + " refers to a buffer already freed with pto_free (device address " +
+                                                 Hex(uint64_t(b->base_ptr - options_.memory)) + ")");
+        if (partial)
+            Fail(ErrorKind::InvalidArgument, where() + " [device address " + Hex(uint64_t(base - options_.memory)) +
+                                                 ", +" + std::to_string(size) + ") runs past the end of its pto_alloc buffer");
+        r.host = base;
+    }
+
+    if (implicit_bytes > heap_.size())
+        Fail(ErrorKind::OutOfMemory, "the task's implicit outputs need " + std::to_string(implicit_bytes) +
+                                         " bytes, more than the heap ring (" + std::to_string(heap_.size()) + " bytes)");
+    // 1. A slot from the task ring (stalls while full).
+    const int32_t id = Stall(lock, [&] { return ring_.Allocate(); }, [&] { return TaskRingStuck(); });
+    TaskDescriptor& t = ring_.Get(id);
+    // 2. Implicit outputs, packed in one heap block.
+    if (implicit_bytes) {
+        try {
+            const HeapRing::Block b =
+                Stall(lock, [&] { return heap_.Allocate(implicit_bytes, uint64_t(id)); }, [&] { return HeapStuck(implicit_bytes); });
+            t.heap_seq = b.seq;
+            t.has_heap_block = true;
+            t.packed_buffer_base = reinterpret_cast<uint64_t>(heap_.base() + b.offset);
+        } catch (...) {
+            ring_.Unallocate();  // nobody else allocates: submitters are serialised
+            throw;
+        }
+    }
+    t.func_id = kernel_id;
+    t.core_type = worker_type;
+    t.kernel = k->second.get();
+    t.num_params = int32_t(params.size());
+    uint8_t* next = reinterpret_cast<uint8_t*>(t.packed_buffer_base);
+    for (int32_t i = 0; i < t.num_params; ++i) {
+        t.params[i] = resolved[i];
+        if (resolved[i].implicit) {
+            t.params[i].host = next;
+            next += (resolved[i].size + HeapRing::kAlignment - 1) / HeapRing::kAlignment * HeapRing::kAlignment;
+        }
+    }
+    // 3. Dependencies: look every region up first, then file this task's
+    // accesses (a task never waits for itself).
+    deps_.clear();
+    auto alive = [this](int32_t task) { return Alive(task); };
+    for (int32_t i = 0; i < t.num_params; ++i) {
+        const ResolvedParam& p = t.params[i];
+        if (p.implicit) continue;  // fresh memory: nobody else touches it yet
+        map_.Lookup(uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id, alive, deps_);
+    }
+    for (int32_t i = 0; i < t.num_params; ++i) {
+        const ResolvedParam& p = t.params[i];
+        map_.Insert(uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id);
+        if (p.implicit) continue;
+        if (BufferInfo* b = buffers_.Find(p.host, p.size)) {
+            bool seen = false;
+            for (uint64_t base : t.buffers) seen |= base == uint64_t(reinterpret_cast<uintptr_t>(b->base_ptr));
+            if (!seen) {
+                t.buffers.push_back(uint64_t(reinterpret_cast<uintptr_t>(b->base_ptr)));
+                ++b->live_refs;
+            }
+            if (p.kind != PARAM_INPUT) buffers_.AddWriter(*b, id);
+        }
+    }
+    for (int32_t d : deps_) {
+        TaskDescriptor& producer = ring_.Get(d);
+        if (producer.state.load(std::memory_order_relaxed) == TaskState::Completed) {
+            // Only failed producers are still in the map once completed.
+            if (!t.poisoned) {
+                t.poisoned = true;
+                t.cause = producer.cause;
+            }
+            continue;
+        }
+        producer.fanout.push_back(id);
+        ++producer.fanout_count;
+        t.fanin.push_back(d);
+        t.fanin_remaining.fetch_add(1, std::memory_order_relaxed);
+    }
+    // 4. One reference per open scope (fanout = consumers + scope depth).
+    t.fanout_count += scopes_.depth();
+    ++inflight_;
+    ++submitted_;
+    if (t.fanin_remaining.load(std::memory_order_relaxed) == 0) MakeReady(t);
+    DrainSkips();
+    return id;
+}
+
+void Engine::MakeReady(TaskDescriptor& t) {
+    if (t.poisoned) {
+        skip_work_.push_back(t.task_id);
+        return;
+    }
+    if (t.core_type == WORKER_EXTERNAL) {
+        t.state.store(TaskState::Running, std::memory_order_relaxed);
+        if (t.external_done) CompleteLocked(t, t.external_code, false);
+        return;
+    }
+    t.state.store(TaskState::Ready, std::memory_order_relaxed);
+    ++active_;
+    routes_[t.core_type].queue->Push({t.task_id, &t});
+}
+
+void Engine::DrainSkips() {
+    while (!skip_work_.empty()) {
+        const int32_t id = skip_work_.back();
+        skip_work_.pop_back();
+        CompleteLocked(ring_.Get(id), 0, true);
+    }
+    if (ring_.Reclaim()) cv_.notify_all();
+}
+
+void Engine::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped) {
+    const TaskState was = t.state.load(std::memory_order_relaxed);
+    if (was == TaskState::Ready || (was == TaskState::Running && t.core_type != WORKER_EXTERNAL)) --active_;
+    --inflight_;
+    ++completed_;
+    if (skipped) {
+        t.outcome = TaskOutcome::Skipped;
+        failures_.push_back({t.task_id, t.func_id, t.outcome, t.cause});
+    } else if (status != 0) {
+        t.outcome = TaskOutcome::Failed;
+        t.cause = {t.task_id, t.func_id, status};
+        failures_.push_back({t.task_id, t.func_id, t.outcome, t.cause});
+    } else {
+        t.outcome = TaskOutcome::Ok;
+    }
+    t.state.store(TaskState::Completed, std::memory_order_release);
+    for (int32_t c : t.fanout) {
+        TaskDescriptor& consumer = ring_.Get(c);
+        if (t.outcome != TaskOutcome::Ok && !consumer.poisoned) {
+            consumer.poisoned = true;
+            consumer.cause = t.cause;
+        }
+        if (consumer.fanin_remaining.fetch_sub(1, std::memory_order_relaxed) == 1) MakeReady(consumer);
+    }
+    for (int32_t p : t.fanin) {
+        TaskDescriptor& producer = ring_.Get(p);
+        ++producer.fanout_refcount;
+        TryConsume(producer);
+    }
+    TryConsume(t);
+    cv_.notify_all();
+}
+
+void Engine::TryConsume(TaskDescriptor& t) {
+    if (t.state.load(std::memory_order_relaxed) != TaskState::Completed || t.fanout_refcount < t.fanout_count) return;
+    t.state.store(TaskState::Consumed, std::memory_order_relaxed);
+    if (t.has_heap_block) heap_.Release(t.heap_seq);
+    for (uint64_t base : t.buffers) {
+        BufferInfo* b = buffers_.FindBase(reinterpret_cast<const uint8_t*>(uintptr_t(base)));
+        if (b && --b->live_refs == 0 && BufferTracker::Reclaimable(*b)) ReleaseBuffer(*b);
+    }
+}
+
+void Engine::OnTaskComplete(int32_t task_id, uint32_t status) {
+    std::lock_guard lock(mu_);
+    CompleteLocked(ring_.Get(task_id), status, false);
+    DrainSkips();
+}
+
+void Engine::Complete(int32_t task_id, uint32_t status) {
+    std::lock_guard lock(mu_);
+    if (!ring_.IsLive(task_id))
+        Fail(ErrorKind::InvalidArgument, "pto_task_complete: task " + std::to_string(task_id) + " is not live");
+    TaskDescriptor& t = ring_.Get(task_id);
+    const TaskState s = t.state.load(std::memory_order_relaxed);
+    if (t.core_type != WORKER_EXTERNAL)
+        Fail(ErrorKind::InvalidArgument, "pto_task_complete: " + Describe(task_id) +
+                                             " is run by an executor; only EXTERNAL tasks are completed by the caller");
+    if (s == TaskState::Completed || s == TaskState::Consumed || t.external_done)
+        Fail(ErrorKind::InvalidArgument, "pto_task_complete: " + Describe(task_id) + " is completed already");
+    if (s == TaskState::Pending) {  // its inputs are not done: complete it when they are
+        t.external_done = true;
+        t.external_code = status;
+        return;
+    }
+    CompleteLocked(t, status, false);
+    DrainSkips();
+}
+
+uint8_t* Engine::TaskOutput(int32_t task_id, int32_t index) {
+    std::lock_guard lock(mu_);
+    if (!ring_.IsLive(task_id))
+        Fail(ErrorKind::InvalidArgument, "task " + std::to_string(task_id) +
+                                             " is not live (never submitted, or consumed and reclaimed)");
+    const TaskDescriptor& t = ring_.Get(task_id);
+    int32_t n = 0;
+    for (int32_t i = 0; i < t.num_params; ++i)
+        if (t.params[i].implicit && n++ == index) return t.params[i].host;
+    Fail(ErrorKind::InvalidArgument, Describe(task_id) + " has " + std::to_string(n) + " implicit output(s), not " +
+                                         std::to_string(index + 1));
+}
+
+void Engine::WaitAll() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+        if (inflight_ == 0) break;
+        if (active_ == 0)
+            Fail(ErrorKind::Busy, "wait for all tasks would never return: " + std::to_string(inflight_) +
+                                      " task(s) wait for EXTERNAL tasks that only pto_task_complete can finish",
+                 EDEADLK);
+        cv_.wait(lock);
+    }
+    if (failures_.empty()) return;
+    std::vector<TaskReport> reports;
+    reports.swap(failures_);
+    const TaskReport* root = nullptr;
+    int32_t failed = 0, skipped = 0;
+    for (const TaskReport& r : reports) {
+        if (r.outcome == TaskOutcome::Failed) {
+            ++failed;
+            if (!root) root = &r;
+        } else {
+            ++skipped;
+        }
+    }
+    if (!root) root = &reports.front();
+    std::ostringstream s;
+    s << "task " << root->cause.task_id << " (kernel " << root->cause.kernel_id << ") failed with device error code "
+      << root->cause.device_code << "; " << failed << " task(s) failed, " << skipped << " dependent task(s) skipped";
+    throw Error(ErrorKind::DeviceError, s.str(),
+                {.device = options_.device, .op_index = uint64_t(root->cause.task_id),
+                 .device_code = root->cause.device_code});
+}
+
+std::vector<TaskReport> Engine::Failures() const {
+    std::lock_guard lock(mu_);
+    return failures_;
+}
+
+TaskState Engine::State(int32_t task_id) const {
+    std::lock_guard lock(mu_);
+    if (task_id < 0 || task_id >= ring_.head())
+        Fail(ErrorKind::InvalidArgument, "task " + std::to_string(task_id) + " was never submitted");
+    if (!ring_.IsLive(task_id)) return TaskState::Consumed;  // reclaimed
+    return ring_.Get(task_id).state.load(std::memory_order_relaxed);
+}
+
+EngineStats Engine::Stats() const {
+    std::lock_guard lock(mu_);
+    EngineStats s;
+    s.task_ring_size = ring_.capacity();
+    s.live_tasks = ring_.live();
+    s.heap_size = heap_.size();
+    s.heap_used = heap_.used();
+    s.live_buffers = buffers_.size();
+    s.tensor_map_entries = map_.entries();
+    s.submitted = submitted_;
+    s.completed = completed_;
+    s.scope_depth = scopes_.depth();
+    return s;
+}
+
+}  // namespace spyre::orchestration

@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+// Engine: seed 004's runtime over one range of the function's mapped memory.
+// It owns the TaskRing, HeapRing, TensorMap, ScopeStack, BufferTracker and
+// one ReadyQueue per executor, and implements submit (slot, dependencies,
+// outputs, ready) and complete (fan-in, consumers ready, fan-out refcount,
+// CONSUMED, reclaim), back-pressure and failure propagation.
+//
+// Threads: one lock (mu_) guards the bookkeeping; submitters are serialised
+// by submit_mu_ (the seed has one orchestration thread; this keeps a
+// stalled submission's slot its own). Executors report completions from
+// their threads through OnTaskComplete. docs/orchestration.md has the
+// lifecycle and why there is a lock.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "orchestration/buffer_tracker.hpp"
+#include "orchestration/executor.hpp"
+#include "orchestration/heap_ring.hpp"
+#include "orchestration/ready_queue.hpp"
+#include "orchestration/scope_stack.hpp"
+#include "orchestration/task_ring.hpp"
+#include "orchestration/tensor_map.hpp"
+#include "spyre/error.hpp"
+#include "spyre/pto.h"
+
+namespace spyre::orchestration {
+
+struct EngineOptions {
+    int32_t task_ring_size = 1024;
+    // The function's memory as this process maps it: every buffer address
+    // must lie inside; device address = host address - memory.
+    uint8_t* memory = nullptr;
+    uint64_t memory_size = 0;
+    // The heap ring: [memory + heap_offset, + heap_size).
+    uint64_t heap_offset = 0;
+    uint64_t heap_size = 0;
+    unsigned host_threads = 0;  // 0: one per hardware thread
+    std::string device;         // for messages
+};
+
+// A task that failed or was skipped, as reported by WaitAll and ScopeEnd.
+struct TaskReport {
+    int32_t task_id = -1;
+    int32_t kernel_id = -1;
+    TaskOutcome outcome = TaskOutcome::None;
+    RootCause cause;  // the failed task behind it (itself when it failed)
+};
+
+struct EngineStats {
+    int32_t task_ring_size = 0;
+    int32_t live_tasks = 0;
+    uint64_t heap_size = 0;
+    uint64_t heap_used = 0;
+    size_t live_buffers = 0;
+    size_t tensor_map_entries = 0;
+    uint64_t submitted = 0;
+    uint64_t completed = 0;
+    int32_t scope_depth = 0;
+};
+
+class Engine final : public CompletionSink {
+public:
+    explicit Engine(EngineOptions options);
+    ~Engine() override;
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    // kernel_id -> implementation; a kernel id is registered once.
+    void RegisterKernel(KernelEntry kernel);
+    // Serves `worker_type` with `executor` from now on (no task may be in flight).
+    void SetExecutor(int32_t worker_type, std::shared_ptr<Executor> executor);
+
+    // The seed's six calls (C++ spelling; errors are spyre::Error).
+    uint8_t* Alloc(uint64_t size);
+    void Free(const void* buffer);
+    void ScopeBegin();
+    void ScopeEnd();
+    int32_t Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params);
+    // Finishes an EXTERNAL task (status 0: success, else its error code).
+    void Complete(int32_t task_id, uint32_t status);
+
+    uint8_t* TaskOutput(int32_t task_id, int32_t index);
+    void WaitAll();
+    // Failed and skipped tasks not yet reported by WaitAll.
+    std::vector<TaskReport> Failures() const;
+
+    uint64_t DeviceAddress(const void* p, uint64_t size = 1) const;
+    uint8_t* HostAddress(uint64_t device_address, uint64_t size) const;
+    uint64_t memory_size() const noexcept { return options_.memory_size; }
+    TaskState State(int32_t task_id) const;  // Consumed once reclaimed
+    EngineStats Stats() const;
+
+    void OnTaskComplete(int32_t task_id, uint32_t status) override;
+
+private:
+    struct Route {
+        std::shared_ptr<Executor> executor;
+        ReadyQueue* queue = nullptr;
+    };
+    [[noreturn]] void Fail(ErrorKind kind, const std::string& message, int sys_errno = 0) const;
+    bool InMemory(const uint8_t* p, uint64_t size) const noexcept;
+    [[noreturn]] void FailOutside(const uint8_t* p, uint64_t size, const std::string& what) const;
+    std::string Describe(int32_t task_id) const;
+    bool Alive(int32_t task_id) const;
+    // Waits (releasing mu_) until `attempt` succeeds; throws what `stuck`
+    // builds once no running task can change anything.
+    template <typename Attempt, typename Stuck>
+    auto Stall(std::unique_lock<std::mutex>& lock, Attempt&& attempt, Stuck&& stuck);
+    std::string TaskRingStuck() const;
+    std::string HeapStuck(uint64_t need) const;
+    void MakeReady(TaskDescriptor& t);
+    void CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped);
+    void TryConsume(TaskDescriptor& t);
+    void ReleaseBuffer(BufferInfo& b);
+    void DrainSkips();
+
+    const EngineOptions options_;
+    std::mutex submit_mu_;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    TaskRing ring_;
+    HeapRing heap_;
+    TensorMap map_;
+    ScopeStack scopes_;
+    BufferTracker buffers_;
+    std::map<int32_t, std::unique_ptr<KernelEntry>> kernels_;
+    std::vector<std::unique_ptr<ReadyQueue>> queues_;
+    Route routes_[PTO_WORKER_TYPES];
+    std::vector<std::shared_ptr<Executor>> executors_;
+    std::vector<TaskReport> failures_;
+    std::vector<int32_t> skip_work_;   // poisoned tasks whose inputs are done
+    std::vector<int32_t> deps_;        // Submit's scratch
+    int64_t inflight_ = 0;  // submitted, not completed
+    int64_t active_ = 0;    // READY or RUNNING on an executor: will complete on their own
+    uint64_t submitted_ = 0;
+    uint64_t completed_ = 0;
+};
+
+}  // namespace spyre::orchestration

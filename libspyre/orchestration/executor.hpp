@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+// Executor: what runs the ready tasks of one worker type. The engine puts
+// ready tasks on the executor's ReadyQueue; the executor runs them however
+// it likes (host threads, a device task queue: batch the queue into one
+// Submit, reap completions out of order) and reports each as (task id,
+// status) through the CompletionSink. Status 0 is success; anything else is
+// the device error code of a failed task.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "orchestration/ready_queue.hpp"
+#include "orchestration/task_ring.hpp"
+
+namespace spyre::orchestration {
+
+// What a kernel id stands for: a host function, a device program, or both.
+struct KernelEntry {
+    int32_t kernel_id = -1;
+    pto_host_fn host_fn = nullptr;
+    void* user_data = nullptr;
+    // C++ host kernels (Orchestrator::RegisterHostKernel).
+    std::function<uint32_t(void* const*, const uint64_t*, int32_t)> host_callable;
+    uint64_t program_address = 0;  // function-relative; 0 = none
+    bool has_program = false;
+};
+
+class CompletionSink {
+public:
+    virtual ~CompletionSink() = default;
+    // Thread-safe; may be called from any thread, in any order.
+    virtual void OnTaskComplete(int32_t task_id, uint32_t status) = 0;
+};
+
+class Executor {
+public:
+    virtual ~Executor() = default;
+    virtual const char* name() const noexcept = 0;
+    // Whether this executor can run `kernel` (checked at submission).
+    virtual bool CanRun(const KernelEntry& kernel) const noexcept = 0;
+    // Starts serving `queue`; both outlive Stop().
+    virtual void Start(ReadyQueue& queue, CompletionSink& sink) = 0;
+    // Called after queue.Close(); returns once no task is running.
+    virtual void Stop() = 0;
+};
+
+}  // namespace spyre::orchestration

@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "orchestration/host_worker.hpp"
+
+#include <algorithm>
+
+namespace spyre::orchestration {
+
+HostWorker::HostWorker(unsigned threads) : threads_(std::max(1u, threads)) {}
+
+HostWorker::~HostWorker() { Stop(); }
+
+uint32_t HostWorker::Run(const TaskDescriptor& task) {
+    void* buffers[PTO_MAX_PARAMS];
+    uint64_t sizes[PTO_MAX_PARAMS];
+    for (int32_t i = 0; i < task.num_params; ++i) {
+        buffers[i] = task.params[i].host;
+        sizes[i] = task.params[i].size;
+    }
+    const KernelEntry& k = *task.kernel;
+    // A C++ kernel that throws fails its task instead of escaping the thread.
+    try {
+        if (k.host_callable) return k.host_callable(buffers, sizes, task.num_params);
+        return k.host_fn(buffers, sizes, task.num_params, k.user_data);
+    } catch (...) {
+        return uint32_t(-1);
+    }
+}
+
+void HostWorker::Start(ReadyQueue& queue, CompletionSink& sink) {
+    for (unsigned i = 0; i < threads_; ++i)
+        pool_.emplace_back([&queue, &sink] {
+            std::vector<ReadyTask> batch;
+            while (queue.PopBatch(batch, 1)) {
+                for (const ReadyTask& t : batch) sink.OnTaskComplete(t.task_id, Run(*t.task));
+                batch.clear();
+            }
+        });
+}
+
+void HostWorker::Stop() {
+    for (auto& t : pool_)
+        if (t.joinable()) t.join();
+    pool_.clear();
+}
+
+}  // namespace spyre::orchestration

@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+// HostWorker: the host CPU executor. Worker threads pop ready tasks and call
+// the kernel's host function with the task's parameter addresses and sizes;
+// the return value is the task's status.
+#pragma once
+
+#include <thread>
+#include <vector>
+
+#include "orchestration/executor.hpp"
+
+namespace spyre::orchestration {
+
+class HostWorker final : public Executor {
+public:
+    explicit HostWorker(unsigned threads);
+    ~HostWorker() override;
+    const char* name() const noexcept override { return "host"; }
+    bool CanRun(const KernelEntry& kernel) const noexcept override {
+        return kernel.host_fn != nullptr || bool(kernel.host_callable);
+    }
+    void Start(ReadyQueue& queue, CompletionSink& sink) override;
+    void Stop() override;
+    unsigned threads() const noexcept { return threads_; }
+
+    // Runs one task's kernel on this thread; returns its status.
+    static uint32_t Run(const TaskDescriptor& task);
+
+private:
+    unsigned threads_;
+    std::vector<std::thread> pool_;
+};
+
+}  // namespace spyre::orchestration

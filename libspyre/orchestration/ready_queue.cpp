@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "orchestration/ready_queue.hpp"
+
+namespace spyre::orchestration {
+
+void ReadyQueue::Push(ReadyTask t) {
+    {
+        std::lock_guard lock(mu_);
+        q_.push_back(t);
+    }
+    cv_.notify_one();
+}
+
+bool ReadyQueue::PopBatch(std::vector<ReadyTask>& out, size_t max) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return closed_ || !q_.empty(); });
+    if (q_.empty()) return false;
+    while (!q_.empty() && out.size() < max) {
+        out.push_back(q_.front());
+        q_.pop_front();
+    }
+    return true;
+}
+
+void ReadyQueue::Close() {
+    {
+        std::lock_guard lock(mu_);
+        closed_ = true;
+    }
+    cv_.notify_all();
+}
+
+size_t ReadyQueue::size() const {
+    std::lock_guard lock(mu_);
+    return q_.size();
+}
+
+}  // namespace spyre::orchestration

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+// ReadyQueue: the ready tasks of one worker type, in the order they became
+// ready, for the executor that serves that type. A mutex and a condition
+// variable: pushes come from the engine (under its own lock, so they are
+// already serialised) and pops from a few worker threads that sleep when
+// idle, which a lock-free queue would have to rebuild with a futex anyway.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+namespace spyre::orchestration {
+
+struct TaskDescriptor;
+
+// What an executor receives: the task's descriptor, stable (and its
+// parameters unchanged) until the executor reports the task complete.
+struct ReadyTask {
+    int32_t task_id;
+    const TaskDescriptor* task;
+};
+
+class ReadyQueue {
+public:
+    void Push(ReadyTask t);
+    // Waits for at least one task and moves up to `max` into `out`; false
+    // once the queue is closed and empty.
+    bool PopBatch(std::vector<ReadyTask>& out, size_t max);
+    // Wakes every waiter; PopBatch drains what is left and then returns false.
+    void Close();
+    size_t size() const;
+
+private:
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<ReadyTask> q_;
+    bool closed_ = false;
+};
+
+}  // namespace spyre::orchestration

@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: Apache-2.0
+// The runtime handle (device or host memory) and the C++ Orchestrator.
+#include <dlfcn.h>
+
+#include <cstring>
+
+#include "orchestration/runtime_handle.hpp"
+#include "spyre/orchestration.hpp"
+#include "spyre/uapi/spyre_ioctl.h"
+
+using spyre::Error;
+using spyre::ErrorKind;
+using spyre::orchestration::Engine;
+using spyre::orchestration::EngineOptions;
+using spyre::orchestration::KernelEntry;
+
+Runtime::~Runtime() {
+    engine.reset();  // waits for running tasks first: they use the memory below
+    if (heap && device) {
+        try {
+            device->allocator().Free(heap->handle);
+        } catch (...) {
+            // The device is gone: its memory went with it.
+        }
+    }
+}
+
+std::unique_ptr<Runtime> Runtime::OnDevice(spyre::Device& device, int32_t task_ring_size, uint64_t heap_size,
+                                           unsigned host_threads) {
+    auto rt = std::make_unique<Runtime>();
+    rt->device = &device;
+    // Buffers are addresses in this mapping of the function's own memory
+    // (region DEVMEM): host workers and the caller read them directly, and
+    // device address = offset in the mapping (as the DMA engine uses it).
+    rt->devmem = device.function().MapRegion(SPYRE_REGION_DEVMEM);
+    if (heap_size == 0) throw Error(ErrorKind::InvalidArgument, "heap ring size must be > 0");
+    rt->heap = device.allocator().Allocate(heap_size);
+    const uint64_t heap_offset = device.allocator().DeviceAddress(rt->heap->handle, heap_size);
+    EngineOptions o;
+    o.task_ring_size = task_ring_size;
+    o.memory = rt->devmem.data();
+    o.memory_size = rt->devmem.size();
+    o.heap_offset = heap_offset;
+    o.heap_size = heap_size;
+    o.host_threads = host_threads;
+    o.device = device.pci_address();
+    rt->engine = std::make_unique<Engine>(o);
+    return rt;
+}
+
+std::unique_ptr<Runtime> Runtime::OnHostMemory(uint64_t memory_size, int32_t task_ring_size, uint64_t heap_size,
+                                               unsigned host_threads) {
+    if (heap_size == 0 || heap_size > memory_size)
+        throw Error(ErrorKind::InvalidArgument, "heap ring of " + std::to_string(heap_size) +
+                                                    " bytes does not fit host memory of " + std::to_string(memory_size) +
+                                                    " bytes");
+    auto rt = std::make_unique<Runtime>();
+    const uint64_t rounded = (memory_size + 4095) / 4096 * 4096;
+    rt->host_memory.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, rounded)));
+    if (!rt->host_memory) throw Error(ErrorKind::OutOfMemory, "cannot allocate " + std::to_string(memory_size) + " bytes");
+    std::memset(rt->host_memory.get(), 0, rounded);
+    EngineOptions o;
+    o.task_ring_size = task_ring_size;
+    o.memory = rt->host_memory.get();
+    o.memory_size = memory_size;
+    o.heap_offset = (memory_size - heap_size) / 128 * 128;
+    o.heap_size = memory_size - o.heap_offset;
+    o.host_threads = host_threads;
+    o.device = "host memory";
+    rt->engine = std::make_unique<Engine>(o);
+    return rt;
+}
+
+void Runtime::Run(pto_orchestration_fn fn, uint64_t* args) {
+    if (!fn) throw Error(ErrorKind::InvalidArgument, "no orchestration function");
+    const int32_t depth = engine->Stats().scope_depth;
+    engine->ScopeBegin();
+    fn(this, args);
+    // Close what the function left open, then its own scope; failures are
+    // reported once, by WaitAll, with every task of the run finished.
+    int32_t left_open = engine->Stats().scope_depth - depth - 1;
+    for (int32_t d = engine->Stats().scope_depth; d > depth; --d) {
+        try {
+            engine->ScopeEnd();
+        } catch (const Error& e) {
+            if (e.kind() != ErrorKind::DeviceError) throw;
+        }
+    }
+    engine->WaitAll();
+    if (left_open > 0)
+        throw Error(ErrorKind::InvalidArgument,
+                    "the orchestration function left " + std::to_string(left_open) + " scope(s) open (ended for it)");
+    if (left_open < 0)
+        throw Error(ErrorKind::InvalidArgument, "the orchestration function ended scopes it did not begin");
+}
+
+void Runtime::RunLibrary(const char* path, const char* symbol, uint64_t* args) {
+    if (!path || !symbol) throw Error(ErrorKind::InvalidArgument, "a library path and a symbol name are needed");
+    void* lib = ::dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) throw Error(ErrorKind::NotFound, std::string("cannot load orchestration library: ") + ::dlerror());
+    struct Close {
+        void* lib;
+        ~Close() { ::dlclose(lib); }
+    } close{lib};
+    void* sym = ::dlsym(lib, symbol);
+    if (!sym)
+        throw Error(ErrorKind::NotFound, std::string("no orchestration function '") + symbol + "' in " + path);
+    Run(reinterpret_cast<pto_orchestration_fn>(sym), args);
+}
+
+namespace spyre {
+
+namespace {
+Engine& Eng(::Runtime* rt) { return *rt->engine; }
+}  // namespace
+
+void Orchestrator::Deleter::operator()(::Runtime* rt) const noexcept { delete rt; }
+
+Orchestrator Orchestrator::Create(Device& device, OrchestratorOptions options) {
+    return Orchestrator(
+        ::Runtime::OnDevice(device, options.task_ring_size, options.heap_size, options.host_threads).release());
+}
+
+Orchestrator Orchestrator::CreateOnHostMemory(uint64_t memory_size, OrchestratorOptions options) {
+    return Orchestrator(
+        ::Runtime::OnHostMemory(memory_size, options.task_ring_size, options.heap_size, options.host_threads).release());
+}
+
+Orchestrator::Orchestrator(Orchestrator&&) noexcept = default;
+Orchestrator& Orchestrator::operator=(Orchestrator&&) noexcept = default;
+Orchestrator::~Orchestrator() = default;
+
+void Orchestrator::RegisterHostKernel(int32_t kernel_id, HostKernel kernel) {
+    if (!kernel) throw Error(ErrorKind::InvalidArgument, "kernel " + std::to_string(kernel_id) + ": empty host function");
+    KernelEntry k;
+    k.kernel_id = kernel_id;
+    k.host_callable = [fn = std::move(kernel)](void* const* buffers, const uint64_t* sizes, int32_t n) {
+        return fn(std::span<void* const>(buffers, size_t(n)), std::span<const uint64_t>(sizes, size_t(n)));
+    };
+    Eng(handle()).RegisterKernel(std::move(k));
+}
+
+void Orchestrator::RegisterDeviceKernel(int32_t kernel_id, uint64_t program_address) {
+    KernelEntry k;
+    k.kernel_id = kernel_id;
+    k.program_address = program_address;
+    k.has_program = true;
+    Eng(handle()).RegisterKernel(std::move(k));
+}
+
+void* Orchestrator::Alloc(size_t size) { return Eng(handle()).Alloc(size); }
+void Orchestrator::Free(void* buffer) { Eng(handle()).Free(buffer); }
+
+Orchestrator::Scope Orchestrator::BeginScope() {
+    Eng(handle()).ScopeBegin();
+    return Scope(this);
+}
+
+Orchestrator::Scope::~Scope() {
+    if (!orch_) return;
+    try {
+        End();
+    } catch (const Error&) {
+        // Failures stay recorded: WaitAll reports them.
+    }
+}
+
+void Orchestrator::Scope::End() {
+    if (!orch_) throw Error(ErrorKind::InvalidArgument, "scope ended already");
+    Orchestrator* o = orch_;
+    orch_ = nullptr;
+    Eng(o->handle()).ScopeEnd();
+}
+
+int32_t Orchestrator::Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params) {
+    return Eng(handle()).Submit(kernel_id, worker_type, params);
+}
+
+void Orchestrator::Complete(int32_t task_id) { Eng(handle()).Complete(task_id, 0); }
+
+void Orchestrator::Fail(int32_t task_id, uint32_t error_code) {
+    if (error_code == 0) throw Error(ErrorKind::InvalidArgument, "a failed task needs a non-zero error code");
+    Eng(handle()).Complete(task_id, error_code);
+}
+
+void* Orchestrator::TaskOutput(int32_t task_id, int32_t index) { return Eng(handle()).TaskOutput(task_id, index); }
+int32_t Orchestrator::TaskState(int32_t task_id) const { return int32_t(Eng(handle()).State(task_id)); }
+void Orchestrator::WaitAll() { Eng(handle()).WaitAll(); }
+
+std::vector<TaskFailure> Orchestrator::Failures() const {
+    std::vector<TaskFailure> out;
+    for (const auto& r : Eng(handle()).Failures())
+        out.push_back({r.task_id, r.kernel_id, r.outcome == orchestration::TaskOutcome::Skipped, r.cause.task_id,
+                       r.cause.kernel_id, r.cause.device_code});
+    return out;
+}
+
+uint64_t Orchestrator::DeviceAddress(const void* buffer) const { return Eng(handle()).DeviceAddress(buffer); }
+void* Orchestrator::HostAddress(uint64_t device_address, uint64_t size) const {
+    return Eng(handle()).HostAddress(device_address, size);
+}
+uint64_t Orchestrator::memory_size() const { return Eng(handle()).memory_size(); }
+
+void Orchestrator::Run(pto_orchestration_fn fn, uint64_t* args) { handle()->Run(fn, args); }
+void Orchestrator::RunLibrary(const std::string& path, const std::string& symbol, uint64_t* args) {
+    handle()->RunLibrary(path.c_str(), symbol.c_str(), args);
+}
+
+}  // namespace spyre

@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the C API's opaque `Runtime` is: the engine and what it runs on (the
+// device and its mapped memory, or host memory). Internal: the C++
+// Orchestrator and the C API share it, and a device executor reaches the
+// engine through it (engine->SetExecutor).
+#pragma once
+
+#include <cstdlib>
+#include <memory>
+#include <optional>
+
+#include "orchestration/engine.hpp"
+#include "spyre/device/device.hpp"
+#include "spyre/driver/function.hpp"
+
+struct Runtime {
+    struct FreeDeleter {
+        void operator()(uint8_t* p) const noexcept { std::free(p); }
+    };
+    std::unique_ptr<spyre::Device> owned_device;  // pto_runtime_create opened it
+    spyre::Device* device = nullptr;
+    spyre::driver::MappedRegion devmem;            // the function's memory, mapped
+    std::optional<spyre::DeviceAllocation> heap;   // the heap ring's allocation
+    std::unique_ptr<uint8_t, FreeDeleter> host_memory;
+    std::unique_ptr<spyre::orchestration::Engine> engine;
+
+    ~Runtime();
+
+    // On `device`: maps its memory and takes the heap from its allocator.
+    static std::unique_ptr<Runtime> OnDevice(spyre::Device& device, int32_t task_ring_size, uint64_t heap_size,
+                                             unsigned host_threads);
+    // On host memory: the heap is the last heap_size bytes of memory_size.
+    static std::unique_ptr<Runtime> OnHostMemory(uint64_t memory_size, int32_t task_ring_size, uint64_t heap_size,
+                                                 unsigned host_threads);
+    // fn(this, args) in a scope, then WaitAll.
+    void Run(pto_orchestration_fn fn, uint64_t* args);
+    void RunLibrary(const char* path, const char* symbol, uint64_t* args);
+};

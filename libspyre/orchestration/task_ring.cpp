@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "orchestration/task_ring.hpp"
+
+#include "spyre/error.hpp"
+
+namespace spyre::orchestration {
+
+const char* ToString(TaskState state) noexcept {
+    switch (state) {
+        case TaskState::Free: return "FREE";
+        case TaskState::Pending: return "PENDING";
+        case TaskState::Ready: return "READY";
+        case TaskState::Running: return "RUNNING";
+        case TaskState::Completed: return "COMPLETED";
+        case TaskState::Consumed: return "CONSUMED";
+    }
+    return "?";
+}
+
+void TaskDescriptor::Reset(int32_t id) {
+    task_id = id;
+    func_id = 0;
+    core_type = 0;
+    fanin_remaining.store(0, std::memory_order_relaxed);
+    fanout_count = 0;
+    fanout_refcount = 0;
+    packed_buffer_base = 0;
+    state.store(TaskState::Pending, std::memory_order_relaxed);
+    fanin.clear();
+    fanout.clear();
+    buffers.clear();
+    num_params = 0;
+    heap_seq = 0;
+    has_heap_block = false;
+    kernel = nullptr;
+    outcome = TaskOutcome::None;
+    poisoned = false;
+    external_done = false;
+    external_code = 0;
+    cause = {};
+}
+
+TaskRing::TaskRing(int32_t capacity) {
+    if (capacity < 1)
+        throw Error(ErrorKind::InvalidArgument,
+                    "task ring size must be at least 1, got " + std::to_string(capacity));
+    slots_ = std::vector<TaskDescriptor>(size_t(capacity));
+}
+
+std::optional<int32_t> TaskRing::Allocate() {
+    if (head_ - tail_ >= capacity()) return std::nullopt;
+    const int32_t id = head_++;
+    Get(id).Reset(id);
+    return id;
+}
+
+void TaskRing::Unallocate() {
+    --head_;
+    Get(head_).state.store(TaskState::Free, std::memory_order_relaxed);
+}
+
+int32_t TaskRing::Reclaim() {
+    int32_t n = 0;
+    while (tail_ < head_ && Get(tail_).state.load(std::memory_order_relaxed) == TaskState::Consumed) {
+        Get(tail_).state.store(TaskState::Free, std::memory_order_relaxed);
+        ++tail_;
+        ++n;
+    }
+    return n;
+}
+
+}  // namespace spyre::orchestration

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: Apache-2.0
+// TaskRing (seed 004): task slots reused in submission order. A task id is a
+// running number; its slot is id % capacity. The tail (oldest live task)
+// advances only over CONSUMED tasks, so a slot is reused only once its task
+// is done and nothing references it. Not thread-safe: the engine calls it
+// under its lock (fanin_remaining and state are atomics so executors and
+// tests may read them without it).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "spyre/pto.h"
+
+namespace spyre::orchestration {
+
+// Values match PTO_TASK_* (spyre/pto.h); Free is a slot without a task.
+enum class TaskState : uint8_t { Free = 0, Pending = 1, Ready = 2, Running = 3, Completed = 4, Consumed = 5 };
+const char* ToString(TaskState state) noexcept;
+
+// How a finished task ended.
+enum class TaskOutcome : uint8_t { None, Ok, Failed, Skipped };
+
+// A parameter as the engine resolved it: where, how big, how used.
+struct ResolvedParam {
+    int32_t kind = PARAM_INPUT;
+    uint8_t* host = nullptr;  // address in the function's mapped memory
+    uint64_t size = 0;
+    bool implicit = false;  // allocated from the heap ring for this task
+};
+
+// The first failure behind a failed or skipped task.
+struct RootCause {
+    int32_t task_id = -1;
+    int32_t kernel_id = -1;
+    uint32_t device_code = 0;
+};
+
+struct KernelEntry;
+
+struct TaskDescriptor {
+    int32_t task_id = -1;
+    int32_t func_id = 0;    // kernel id
+    int32_t core_type = 0;  // worker type
+    std::atomic<int32_t> fanin_remaining{0};  // producers not yet completed
+    int32_t fanout_count = 0;     // consumers + scope depth
+    int32_t fanout_refcount = 0;  // consumers completed + scopes ended
+    uint64_t packed_buffer_base = 0;  // host address of the implicit outputs (0: none)
+    std::atomic<TaskState> state{TaskState::Free};
+
+    // The engine's bookkeeping (kept across reuse so steady state allocates nothing).
+    std::vector<int32_t> fanin;        // producers this task waits for
+    std::vector<int32_t> fanout;       // consumers waiting for this task
+    std::vector<uint64_t> buffers;     // explicit buffers (BufferTracker bases) it references
+    ResolvedParam params[PTO_MAX_PARAMS];
+    int32_t num_params = 0;
+    uint64_t heap_seq = 0;  // the heap block of its implicit outputs
+    bool has_heap_block = false;
+    const KernelEntry* kernel = nullptr;
+    TaskOutcome outcome = TaskOutcome::None;
+    bool poisoned = false;        // a producer failed: do not run
+    bool external_done = false;   // EXTERNAL: completed before its inputs were
+    uint32_t external_code = 0;
+    RootCause cause;
+
+    void Reset(int32_t id);
+};
+
+class TaskRing {
+public:
+    explicit TaskRing(int32_t capacity);
+
+    int32_t capacity() const noexcept { return int32_t(slots_.size()); }
+    // The next task id, or nullopt when every slot is live.
+    std::optional<int32_t> Allocate();
+    // Undoes the last Allocate (a submission that failed before it was published).
+    void Unallocate();
+    TaskDescriptor& Get(int32_t id) noexcept { return slots_[size_t(id) % slots_.size()]; }
+    const TaskDescriptor& Get(int32_t id) const noexcept { return slots_[size_t(id) % slots_.size()]; }
+    // True for ids in [tail, head): submitted and not yet reclaimed.
+    bool IsLive(int32_t id) const noexcept { return id >= tail_ && id < head_; }
+    // Advances the tail over CONSUMED tasks (their slots become Free); returns how many.
+    int32_t Reclaim();
+
+    int32_t head() const noexcept { return head_; }
+    int32_t tail() const noexcept { return tail_; }
+    int32_t live() const noexcept { return head_ - tail_; }
+
+private:
+    std::vector<TaskDescriptor> slots_;
+    int32_t head_ = 0;  // next id
+    int32_t tail_ = 0;  // oldest live id
+};
+
+}  // namespace spyre::orchestration

@@ -1,0 +1,493 @@
+// SPDX-License-Identifier: Apache-2.0
+// The runtime end to end on host memory (no device): seed 004's testing
+// strategy (chains, fan-out, nested scopes, multi-writer, mixed implicit and
+// explicit allocation, deferred free) plus WAR, back-pressure at ring sizes 2
+// and 3, the deadlock errors, failure poisoning and a randomized DAG checked
+// against a sequential run of the same tasks. EXTERNAL tasks (completed by
+// the test) make "runs concurrently" and "waits" observable without timing.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <vector>
+
+#include "mock_fixture.hpp"
+#include "spyre/orchestration.hpp"
+
+namespace spyre {
+namespace {
+
+enum : int32_t { K_FILL = 1, K_INC, K_ADD, K_FAIL, K_EXT, K_MIX };
+
+class OrchTest : public ::testing::Test {
+protected:
+    void Make(int32_t ring = 64, uint64_t heap = 1 << 20, uint64_t memory = 4 << 20) {
+        orch_.emplace(Orchestrator::CreateOnHostMemory(memory, {.task_ring_size = ring, .heap_size = heap, .host_threads = 2}));
+        // K_FILL: out[i] = 7; K_INC: x[i] += 1 (a read-modify-write: lost
+        // updates would show if two ran at once); K_ADD: c = a + b.
+        orch_->RegisterHostKernel(K_FILL, [](std::span<void* const> b, std::span<const uint64_t> s) {
+            auto* out = static_cast<uint32_t*>(b.back());
+            for (size_t i = 0; i < s.back() / 4; ++i) out[i] = 7;
+            return 0u;
+        });
+        orch_->RegisterHostKernel(K_INC, [](std::span<void* const> b, std::span<const uint64_t> s) {
+            auto* x = static_cast<volatile uint32_t*>(b[0]);
+            for (size_t i = 0; i < s[0] / 4; ++i) x[i] = x[i] + 1;
+            return 0u;
+        });
+        orch_->RegisterHostKernel(K_ADD, [](std::span<void* const> b, std::span<const uint64_t> s) {
+            auto* a = static_cast<const uint32_t*>(b[0]);
+            auto* c = static_cast<const uint32_t*>(b[1]);
+            auto* out = static_cast<uint32_t*>(b[2]);
+            for (size_t i = 0; i < s[2] / 4; ++i) out[i] = a[i] + c[i];
+            return 0u;
+        });
+        orch_->RegisterHostKernel(K_FAIL, [](std::span<void* const>, std::span<const uint64_t>) { return 42u; });
+        orch_->RegisterHostKernel(K_EXT, [](std::span<void* const>, std::span<const uint64_t>) { return 0u; });
+    }
+    Orchestrator& o() { return *orch_; }
+    uint32_t* Data(uint64_t offset, uint64_t bytes) { return static_cast<uint32_t*>(o().HostAddress(offset, bytes)); }
+    std::optional<Orchestrator> orch_;
+};
+
+TaskParam In(void* p, uint64_t n) { return {PARAM_INPUT, p, n, {}}; }
+TaskParam Out(void* p, uint64_t n) { return {PARAM_OUTPUT, p, n, {}}; }
+TaskParam InOut(void* p, uint64_t n) { return {PARAM_INOUT, p, n, {}}; }
+
+TEST_F(OrchTest, ChainRunsInOrder) {
+    Make();
+    uint32_t* x = Data(0, 64);
+    TaskParam fill[] = {Out(x, 64)};
+    TaskParam inc[] = {InOut(x, 64)};
+    o().Submit(K_FILL, WORKER_VECTOR, fill);  // A -> B -> C
+    o().Submit(K_INC, WORKER_CUBE, inc);
+    o().Submit(K_INC, WORKER_HOST, inc);
+    o().WaitAll();
+    for (int i = 0; i < 16; ++i) EXPECT_EQ(x[i], 9u);
+}
+
+TEST_F(OrchTest, FanOutReadersSeeTheProducersData) {
+    Make();
+    uint32_t* a = Data(0, 256);
+    uint32_t* outs = Data(4096, 3 * 256);
+    auto scope = o().BeginScope();
+    TaskParam fill[] = {Out(a, 256)};
+    o().Submit(K_FILL, WORKER_VECTOR, fill);
+    for (int k = 0; k < 3; ++k) {  // A -> {B, C, D}
+        TaskParam add[] = {In(a, 256), In(a, 256), Out(outs + k * 64, 256)};
+        o().Submit(K_ADD, WORKER_VECTOR, add);
+    }
+    o().WaitAll();
+    for (int i = 0; i < 3 * 64; ++i) EXPECT_EQ(outs[i], 14u);
+}
+
+TEST_F(OrchTest, NestedScopesHoldOutputsUntilTheOutermostEnds) {
+    Make();
+    uint32_t* a = Data(0, 64);
+    auto outer = o().BeginScope();
+    TaskParam fill[] = {Out(a, 64)};
+    const int32_t t0 = o().Submit(K_FILL, WORKER_VECTOR, fill);
+    int32_t t1;
+    {
+        auto inner = o().BeginScope();
+        TaskParam add[] = {In(a, 64), In(a, 64), Out(nullptr, 64)};  // implicit output
+        t1 = o().Submit(K_ADD, WORKER_VECTOR, add);
+        o().WaitAll();
+        EXPECT_EQ(static_cast<uint32_t*>(o().TaskOutput(t1))[3], 14u);
+        inner.End();
+    }
+    // The inner scope released its reference; the outer one still holds t1.
+    EXPECT_NE(o().TaskOutput(t1), nullptr);
+    EXPECT_EQ(static_cast<uint32_t*>(o().TaskOutput(t1))[0], 14u);
+    outer.End();
+    EXPECT_SPYRE_ERROR(o().TaskOutput(t0), InvalidArgument, "is not live");
+    EXPECT_SPYRE_ERROR(o().TaskOutput(t1), InvalidArgument, "is not live");
+}
+
+TEST_F(OrchTest, AccumulatingWritersSerialiseDisjointWritersDoNot) {
+    Make(256);
+    uint32_t* x = Data(0, 4096);
+    TaskParam inc[] = {InOut(x, 4096)};
+    for (int i = 0; i < 200; ++i) o().Submit(K_INC, WORKER_VECTOR, inc);
+    o().WaitAll();
+    for (int i = 0; i < 1024; ++i) ASSERT_EQ(x[i], 200u) << i;  // no lost update
+
+    // Writers of disjoint regions of one buffer are all ready at once;
+    // an overlapping one waits for the two it overlaps.
+    uint32_t* y = Data(8192, 1024);
+    std::vector<int32_t> ids;
+    for (int k = 0; k < 4; ++k) {
+        TaskParam w[] = {{PARAM_OUTPUT, nullptr, 0, {y, uint64_t(k) * 256, 256}}};
+        ids.push_back(o().Submit(K_EXT, WORKER_EXTERNAL, w));
+    }
+    TaskParam overlap[] = {{PARAM_OUTPUT, nullptr, 0, {y, 200, 100}}};  // [200, 300): regions 0 and 1
+    const int32_t late = o().Submit(K_EXT, WORKER_EXTERNAL, overlap);
+    for (int32_t id : ids) EXPECT_EQ(o().TaskState(id), PTO_TASK_RUNNING);
+    EXPECT_EQ(o().TaskState(late), PTO_TASK_PENDING);
+    o().Complete(ids[0]);
+    o().Complete(ids[2]);
+    o().Complete(ids[3]);
+    EXPECT_EQ(o().TaskState(late), PTO_TASK_PENDING);
+    o().Complete(ids[1]);
+    EXPECT_EQ(o().TaskState(late), PTO_TASK_RUNNING);
+    o().Complete(late);
+    o().WaitAll();
+}
+
+TEST_F(OrchTest, WriteAfterReadWaitsForTheReadersOfTheVersionItOverwrites) {
+    Make();
+    uint32_t* x = Data(0, 128);
+    TaskParam w[] = {Out(x, 128)};
+    TaskParam r[] = {In(x, 128)};
+    const int32_t w1 = o().Submit(K_EXT, WORKER_EXTERNAL, w);
+    const int32_t r1 = o().Submit(K_EXT, WORKER_EXTERNAL, r);
+    const int32_t r2 = o().Submit(K_EXT, WORKER_EXTERNAL, r);
+    EXPECT_EQ(o().TaskState(r1), PTO_TASK_PENDING);  // RAW on w1
+    o().Complete(w1);
+    EXPECT_EQ(o().TaskState(r1), PTO_TASK_RUNNING);  // readers of one version run together
+    EXPECT_EQ(o().TaskState(r2), PTO_TASK_RUNNING);
+    const int32_t w2 = o().Submit(K_EXT, WORKER_EXTERNAL, w);
+    const int32_t r3 = o().Submit(K_EXT, WORKER_EXTERNAL, r);
+    EXPECT_EQ(o().TaskState(w2), PTO_TASK_PENDING);  // WAR on r1 and r2
+    o().Complete(r1);
+    EXPECT_EQ(o().TaskState(w2), PTO_TASK_PENDING);
+    o().Complete(r2);
+    EXPECT_EQ(o().TaskState(w2), PTO_TASK_RUNNING);
+    EXPECT_EQ(o().TaskState(r3), PTO_TASK_PENDING);  // reads the new version: RAW on w2
+    o().Complete(w2);
+    EXPECT_EQ(o().TaskState(r3), PTO_TASK_RUNNING);
+    o().Complete(r3);
+    o().WaitAll();
+}
+
+TEST_F(OrchTest, MixedImplicitAndExplicitAllocation) {
+    Make();
+    uint32_t* a = Data(0, 256);
+    for (int i = 0; i < 64; ++i) a[i] = uint32_t(i);
+    void* buf = o().Alloc(256);
+    auto scope = o().BeginScope();
+    TaskParam p0[] = {In(a, 256), In(a, 256), Out(nullptr, 256)};  // implicit: 2i
+    const int32_t t0 = o().Submit(K_ADD, WORKER_VECTOR, p0);
+    void* t0_out = o().TaskOutput(t0);
+    TaskParam p1[] = {In(t0_out, 256), In(a, 256), Out(buf, 256)};  // explicit: 3i
+    o().Submit(K_ADD, WORKER_VECTOR, p1);
+    o().WaitAll();
+    for (int i = 0; i < 64; ++i) EXPECT_EQ(static_cast<uint32_t*>(buf)[i], uint32_t(3 * i));
+    scope.End();
+    o().Free(buf);
+    EXPECT_SPYRE_ERROR(o().Free(buf), InvalidArgument, "not a live buffer from pto_alloc");
+}
+
+TEST_F(OrchTest, FreeIsDeferredUntilEveryTaskUsingTheBufferIsConsumed) {
+    Make();
+    uint32_t* src = Data(0, 128);
+    void* buf = o().Alloc(128);
+    TaskParam w[] = {Out(buf, 128)};
+    TaskParam r[] = {In(buf, 128), In(src, 128), Out(Data(4096, 128), 128)};
+    const int32_t writer = o().Submit(K_EXT, WORKER_EXTERNAL, w);
+    const int32_t reader = o().Submit(K_EXT, WORKER_EXTERNAL, r);
+    o().Free(buf);  // no more references: but two tasks still use it
+    TaskParam again[] = {In(buf, 128)};
+    EXPECT_SPYRE_ERROR(o().Submit(K_EXT, WORKER_EXTERNAL, again), InvalidArgument, "already freed with pto_free");
+    EXPECT_SPYRE_ERROR(o().Free(buf), InvalidArgument, "freed already");
+    // The heap still holds it: allocating the whole heap would have to wait,
+    // and nothing but this caller can finish the EXTERNAL tasks: an error.
+    EXPECT_SPYRE_ERROR(o().Alloc(1 << 20), OutOfMemory, "pto_alloc buffer at device address");
+    o().Complete(writer);
+    EXPECT_SPYRE_ERROR(o().Alloc(1 << 20), OutOfMemory, "heap ring (1048576 bytes)");
+    o().Complete(reader);  // the last user is consumed: the buffer goes back
+    void* whole = o().Alloc(1 << 20);
+    EXPECT_NE(whole, nullptr);
+    o().Free(whole);  // no users at all: reclaimed at once
+    EXPECT_NE(o().Alloc(1 << 20), nullptr);
+    o().WaitAll();
+}
+
+// Back-pressure: a full ring stalls submission until completions reclaim
+// space; chains at depth 0 run through rings of 2 and 3 slots.
+class BackPressure : public OrchTest, public ::testing::WithParamInterface<int32_t> {};
+
+TEST_P(BackPressure, TaskRingStallsAndDrains) {
+    Make(GetParam());
+    uint32_t* x = Data(0, 64);
+    TaskParam inc[] = {InOut(x, 64)};
+    for (int i = 0; i < 100; ++i) o().Submit(K_INC, WORKER_VECTOR, inc);
+    o().WaitAll();
+    EXPECT_EQ(x[0], 100u);
+    EXPECT_EQ(x[15], 100u);
+}
+
+TEST_P(BackPressure, HeapRingStallsAndDrains) {
+    Make(GetParam(), 1024);
+    uint32_t* a = Data(0, 512);
+    uint32_t* out = Data(4096, 512);
+    for (int i = 0; i < 128; ++i) a[i] = uint32_t(i);
+    for (int i = 0; i < 50; ++i) {
+        auto scope = o().BeginScope();
+        TaskParam add[] = {In(a, 512), In(a, 512), Out(nullptr, 512)};  // half the heap each
+        const int32_t t = o().Submit(K_ADD, WORKER_VECTOR, add);
+        void* tmp = o().TaskOutput(t);
+        TaskParam use[] = {In(tmp, 512), In(a, 512), Out(out, 512)};
+        o().Submit(K_ADD, WORKER_VECTOR, use);
+    }
+    o().WaitAll();
+    for (int i = 0; i < 128; ++i) EXPECT_EQ(out[i], uint32_t(3 * i));
+}
+
+TEST_P(BackPressure, AScopeLargerThanTheRingIsAnErrorNotAHang) {
+    const int32_t n = GetParam();
+    Make(n);
+    uint32_t* x = Data(0, 64);
+    TaskParam fill[] = {Out(x, 64)};
+    auto scope = o().BeginScope();
+    for (int i = 0; i < n; ++i) o().Submit(K_FILL, WORKER_VECTOR, fill);
+    EXPECT_SPYRE_ERROR(o().Submit(K_FILL, WORKER_VECTOR, fill), OutOfMemory,
+                       "task ring (size " + std::to_string(n) + ") is full and cannot drain");
+    try {
+        o().Submit(K_FILL, WORKER_VECTOR, fill);
+    } catch (const Error& e) {
+        EXPECT_NE(e.message().find("held by 1 open scope(s)"), std::string::npos) << e.what();
+        EXPECT_EQ(e.context().sys_errno, EDEADLK);
+    }
+    scope.End();
+    o().Submit(K_FILL, WORKER_VECTOR, fill);  // the ring drains once the scope ends
+    o().WaitAll();
+}
+
+TEST_P(BackPressure, TasksWaitingOnTheStalledCallerAreAnErrorNotAHang) {
+    const int32_t n = GetParam();
+    Make(n);
+    uint32_t* x = Data(0, 64);
+    TaskParam w[] = {Out(x, 64)};
+    TaskParam inc[] = {InOut(x, 64)};
+    const int32_t ext = o().Submit(K_EXT, WORKER_EXTERNAL, w);
+    for (int i = 1; i < n; ++i) o().Submit(K_INC, WORKER_VECTOR, inc);  // wait for ext
+    EXPECT_SPYRE_ERROR(o().Submit(K_INC, WORKER_VECTOR, inc), OutOfMemory, "EXTERNAL task(s)");
+    EXPECT_SPYRE_ERROR(o().WaitAll(), Busy, "only pto_task_complete can finish");
+    o().Complete(ext);
+    o().Submit(K_INC, WORKER_VECTOR, inc);
+    o().WaitAll();
+}
+
+INSTANTIATE_TEST_SUITE_P(RingSizes, BackPressure, ::testing::Values(2, 3));
+
+TEST_F(OrchTest, HeapLargerThanOneScopeIsAnError) {
+    Make(16, 1024);
+    uint32_t* a = Data(0, 512);
+    auto scope = o().BeginScope();
+    TaskParam add[] = {In(a, 512), In(a, 512), Out(nullptr, 512)};
+    o().Submit(K_ADD, WORKER_VECTOR, add);
+    const int32_t t1 = o().Submit(K_ADD, WORKER_VECTOR, add);
+    EXPECT_SPYRE_ERROR(o().Submit(K_ADD, WORKER_VECTOR, add), OutOfMemory,
+                       "heap ring (1024 bytes) cannot make room for 512 bytes");
+    // The failed submission took nothing: the next id follows t1.
+    scope.End();
+    EXPECT_EQ(o().Submit(K_ADD, WORKER_VECTOR, add), t1 + 1);
+    o().WaitAll();
+}
+
+TEST_F(OrchTest, AFailedTaskPoisonsItsDependentsOnly) {
+    Make();
+    uint32_t* x = Data(0, 64);
+    uint32_t* y = Data(4096, 64);
+    uint32_t* z = Data(8192, 64);
+    TaskParam fx[] = {Out(x, 64)};
+    TaskParam bx[] = {In(x, 64), In(x, 64), Out(y, 64)};
+    TaskParam cy[] = {InOut(y, 64)};
+    TaskParam dz[] = {Out(z, 64)};
+    TaskParam late[] = {In(y, 64), In(y, 64), Out(Data(12288, 64), 64)};
+    auto scope = o().BeginScope();
+    const int32_t a = o().Submit(K_EXT, WORKER_EXTERNAL, fx);
+    const int32_t b = o().Submit(K_ADD, WORKER_VECTOR, bx);
+    const int32_t c = o().Submit(K_INC, WORKER_VECTOR, cy);
+    const int32_t d = o().Submit(K_FILL, WORKER_VECTOR, dz);  // independent
+    o().Fail(a, 77);
+    // Submitted after the failure, still behind it: skipped as well.
+    const int32_t e = o().Submit(K_ADD, WORKER_VECTOR, late);
+    EXPECT_SPYRE_ERROR(scope.End(), DeviceError, "task " + std::to_string(a) + " (kernel " + std::to_string(K_EXT) +
+                                                     ") failed with device error code 77");
+    try {
+        o().WaitAll();
+        ADD_FAILURE() << "WaitAll must report the failure";
+    } catch (const Error& err) {
+        EXPECT_EQ(err.kind(), ErrorKind::DeviceError);
+        EXPECT_EQ(err.context().device_code, 77u);
+        EXPECT_EQ(err.context().op_index, uint64_t(a));
+        EXPECT_NE(err.message().find("3 dependent task(s) skipped"), std::string::npos) << err.what();
+    }
+    EXPECT_EQ(z[0], 7u);  // the independent task ran
+    EXPECT_EQ(y[0], 0u);  // b and c never ran
+    (void)b, (void)c, (void)d, (void)e;
+    o().WaitAll();  // reported once
+}
+
+TEST_F(OrchTest, FailuresNameTheRootCause) {
+    Make();
+    uint32_t* x = Data(0, 64);
+    TaskParam fx[] = {Out(x, 64)};
+    TaskParam inc[] = {InOut(x, 64)};
+    const int32_t a = o().Submit(K_FAIL, WORKER_HOST, fx);
+    const int32_t b = o().Submit(K_INC, WORKER_VECTOR, inc);
+    EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "failed with device error code 42");
+    o().Submit(K_INC, WORKER_VECTOR, inc);  // x's writer b was skipped long ago; fine to go on
+    o().WaitAll();
+    (void)a, (void)b;
+}
+
+TEST_F(OrchTest, FailureListBeforeWaitAll) {
+    Make();
+    uint32_t* x = Data(0, 64);
+    TaskParam fx[] = {Out(x, 64)};
+    TaskParam inc[] = {InOut(x, 64)};
+    auto scope = o().BeginScope();
+    const int32_t a = o().Submit(K_EXT, WORKER_EXTERNAL, fx);
+    const int32_t b = o().Submit(K_INC, WORKER_VECTOR, inc);
+    o().Fail(a, 5);
+    const auto f = o().Failures();
+    ASSERT_EQ(f.size(), 2u);
+    EXPECT_EQ(f[0].task_id, a);
+    EXPECT_FALSE(f[0].skipped);
+    EXPECT_EQ(f[1].task_id, b);
+    EXPECT_TRUE(f[1].skipped);
+    EXPECT_EQ(f[1].root_task_id, a);
+    EXPECT_EQ(f[1].root_kernel_id, K_EXT);
+    EXPECT_EQ(f[1].device_code, 5u);
+    EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "code 5");
+}
+
+TEST_F(OrchTest, BadInputIsATypedErrorNamingWhatWasWrong) {
+    Make();
+    uint32_t* x = Data(0, 64);
+    uint32_t stack[16];
+    TaskParam outside[] = {In(stack, 64)};
+    EXPECT_SPYRE_ERROR(o().Submit(K_INC, WORKER_VECTOR, outside), InvalidArgument, "outside the function's memory");
+    TaskParam past_end[] = {In(Data(0, 64), o().memory_size() + 1)};
+    EXPECT_SPYRE_ERROR(o().Submit(K_INC, WORKER_VECTOR, past_end), InvalidArgument, "outside the function's memory");
+    TaskParam ok[] = {InOut(x, 64)};
+    EXPECT_SPYRE_ERROR(o().Submit(99, WORKER_VECTOR, ok), InvalidArgument, "kernel 99 is not registered");
+    EXPECT_SPYRE_ERROR(o().Submit(K_INC, 9, ok), InvalidArgument, "worker type 9 does not exist");
+    TaskParam zero[] = {In(x, 0)};
+    EXPECT_SPYRE_ERROR(o().Submit(K_INC, WORKER_VECTOR, zero), InvalidArgument, "has size 0");
+    TaskParam null_in[] = {In(nullptr, 64)};
+    EXPECT_SPYRE_ERROR(o().Submit(K_INC, WORKER_VECTOR, null_in), InvalidArgument, "only an OUTPUT");
+    TaskParam both[] = {{PARAM_INPUT, x, 64, {x, 0, 64}}};
+    EXPECT_SPYRE_ERROR(o().Submit(K_INC, WORKER_VECTOR, both), InvalidArgument, "use one spelling");
+    TaskParam kind[] = {{7, x, 64, {}}};
+    EXPECT_SPYRE_ERROR(o().Submit(K_INC, WORKER_VECTOR, kind), InvalidArgument, "unknown kind 7");
+    std::vector<TaskParam> many(PTO_MAX_PARAMS + 1, In(x, 4));
+    EXPECT_SPYRE_ERROR(o().Submit(K_INC, WORKER_VECTOR, many), InvalidArgument, "at most 16");
+    void* buf = o().Alloc(256);
+    TaskParam past_buffer[] = {In(static_cast<uint8_t*>(buf) + 128, 256)};
+    EXPECT_SPYRE_ERROR(o().Submit(K_INC, WORKER_VECTOR, past_buffer), InvalidArgument, "runs past the end of its pto_alloc buffer");
+    EXPECT_SPYRE_ERROR(o().Alloc(0), InvalidArgument, "0 bytes");
+    EXPECT_SPYRE_ERROR(o().Alloc(2 << 20), OutOfMemory, "larger than the heap ring");
+    EXPECT_SPYRE_ERROR(o().Free(stack), InvalidArgument, "not a live buffer");
+    EXPECT_SPYRE_ERROR(o().Run(nullptr, nullptr), InvalidArgument, "no orchestration function");
+    EXPECT_SPYRE_ERROR(o().Complete(12345), InvalidArgument, "is not live");
+    auto scope = o().BeginScope();  // keeps t live after it ran
+    const int32_t t = o().Submit(K_INC, WORKER_VECTOR, ok);
+    EXPECT_SPYRE_ERROR(o().Complete(t), InvalidArgument, "only EXTERNAL tasks");
+    EXPECT_SPYRE_ERROR(o().TaskOutput(t, 0), InvalidArgument, "0 implicit output(s)");
+    EXPECT_SPYRE_ERROR(o().TaskState(1 << 30), InvalidArgument, "never submitted");
+    EXPECT_SPYRE_ERROR(o().RegisterHostKernel(K_INC, [](auto, auto) { return 0u; }), InvalidArgument,
+                       "already registered");
+    EXPECT_SPYRE_ERROR(o().HostAddress(o().memory_size(), 1), InvalidArgument, "outside the function's memory");
+    o().WaitAll();
+}
+
+TEST_F(OrchTest, ExternalCompletionBeforeItsInputsTakesEffectLater) {
+    Make();
+    uint32_t* x = Data(0, 64);
+    TaskParam w[] = {Out(x, 64)};
+    const int32_t a = o().Submit(K_EXT, WORKER_EXTERNAL, w);
+    const int32_t b = o().Submit(K_EXT, WORKER_EXTERNAL, w);  // WAW on a
+    o().Complete(b);
+    EXPECT_EQ(o().TaskState(b), PTO_TASK_PENDING);
+    EXPECT_SPYRE_ERROR(o().Complete(b), InvalidArgument, "completed already");
+    o().Complete(a);
+    o().WaitAll();
+    EXPECT_EQ(o().TaskState(b), PTO_TASK_CONSUMED);
+}
+
+// The same tasks submitted to the runtime and run one by one on a copy of
+// the memory must give the same bytes: every dependency the runtime misses
+// would let tasks race and (with this kernel) change the result.
+TEST_F(OrchTest, RandomDagMatchesASequentialRun) {
+    Make(32, 1 << 16);
+    constexpr uint64_t kArena = 16384;  // bytes, 4096 words
+    struct Op {
+        int32_t kinds[3];
+        uint64_t off[3], len[3];
+        int n;
+        uint32_t seed;
+    };
+    // out[i] = out[i] * 3 + in0[i % n0] + in1[i % n1] + seed, over words.
+    auto run = [](const Op& op, uint8_t* base) {
+        auto* out = reinterpret_cast<uint32_t*>(base + op.off[0]);
+        const size_t n = op.len[0] / 4;
+        for (size_t i = 0; i < n; ++i) {
+            uint32_t v = out[i] * 3 + op.seed;
+            for (int k = 1; k < op.n; ++k) v += reinterpret_cast<const uint32_t*>(base + op.off[k])[i % (op.len[k] / 4)];
+            out[i] = v;
+        }
+    };
+    std::mt19937 rng(1234);
+    std::vector<Op> ops;
+    for (int t = 0; t < 2000; ++t) {
+        Op op{};
+        op.n = 1 + int(rng() % 3);
+        for (int k = 0; k < op.n; ++k) {
+            op.len[k] = 4 * (1 + rng() % 256);
+            op.off[k] = 4 * (rng() % ((kArena - op.len[k]) / 4));
+            op.kinds[k] = k == 0 ? (rng() % 2 ? PARAM_INOUT : PARAM_OUTPUT) : PARAM_INPUT;
+        }
+        op.seed = uint32_t(rng());
+        ops.push_back(op);
+    }
+    uint8_t* base = reinterpret_cast<uint8_t*>(Data(0, kArena));
+    std::vector<uint8_t> reference(kArena);
+    for (uint64_t i = 0; i < kArena; ++i) base[i] = reference[i] = uint8_t(i * 7);
+    for (const Op& op : ops) run(op, reference.data());
+
+    o().RegisterHostKernel(K_MIX, [&](std::span<void* const> b, std::span<const uint64_t>) {
+        // Each task finds its op by the seed it carries in its last buffer.
+        const Op& op = ops[*static_cast<const uint32_t*>(b.back())];
+        run(op, base);
+        return 0u;
+    });
+    uint32_t* index = Data(kArena, 4 * ops.size());  // read-only task indices
+    for (size_t t = 0; t < ops.size(); ++t) index[t] = uint32_t(t);
+    for (size_t t = 0; t < ops.size(); ++t) {
+        const Op& op = ops[t];
+        std::vector<TaskParam> p;
+        for (int k = 0; k < op.n; ++k) p.push_back({op.kinds[k], base + op.off[k], op.len[k], {}});
+        p.push_back(In(index + t, 4));
+        o().Submit(K_MIX, WORKER_VECTOR, p);
+    }
+    o().WaitAll();
+    EXPECT_EQ(0, std::memcmp(base, reference.data(), kArena));
+}
+
+void SeedStyleOrchestration(Runtime* rt, uint64_t* args) {
+    auto* a = reinterpret_cast<uint32_t*>(args[0]);
+    auto* out = reinterpret_cast<uint32_t*>(args[1]);
+    TaskParam p0[] = {In(a, 64), In(a, 64), Out(nullptr, 64)};
+    const int32_t t0 = pto_submit_task(rt, K_ADD, WORKER_VECTOR, p0, 3);
+    TaskParam p1[] = {In(pto_task_output(rt, t0, 0), 64), In(a, 64), Out(out, 64)};
+    pto_submit_task(rt, K_ADD, WORKER_VECTOR, p1, 3);
+}
+
+TEST_F(OrchTest, RunCallsAnOrchestrationFunctionInAScopeAndWaits) {
+    Make();
+    uint32_t* a = Data(0, 64);
+    uint32_t* out = Data(4096, 64);
+    for (int i = 0; i < 16; ++i) a[i] = uint32_t(i + 1);
+    uint64_t args[] = {reinterpret_cast<uint64_t>(a), reinterpret_cast<uint64_t>(out)};
+    o().Run(SeedStyleOrchestration, args);
+    for (int i = 0; i < 16; ++i) EXPECT_EQ(out[i], uint32_t(3 * (i + 1)));
+    EXPECT_SPYRE_ERROR(o().RunLibrary("/nonexistent/orch.so", "f", args), NotFound, "cannot load");
+}
+
+}  // namespace
+}  // namespace spyre

@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The C API from C: both TaskParam spellings, implicit outputs read back
+ * with pto_task_output, errors as negative errno plus a message, and an
+ * orchestration function loaded from a shared object (argv[1]). Host memory
+ * runtime: no device needed. Exit status 0 = pass. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "spyre/pto.h"
+
+static int failures;
+#define CHECK(cond)                                                             \
+    do {                                                                        \
+        if (!(cond)) {                                                          \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n",        \
+                    __FILE__, __LINE__, #cond, pto_last_error());               \
+            ++failures;                                                         \
+        }                                                                       \
+    } while (0)
+
+static uint32_t add(void* const* b, const uint64_t* s, int32_t n, void* user) {
+    (void)n, (void)user;
+    const float *x = b[0], *y = b[1];
+    float* out = b[2];
+    for (uint64_t i = 0; i < s[2] / sizeof(float); ++i) out[i] = x[i] + y[i];
+    return 0;
+}
+
+static uint32_t mul(void* const* b, const uint64_t* s, int32_t n, void* user) {
+    (void)n, (void)user;
+    const float *x = b[0], *y = b[1];
+    float* out = b[2];
+    for (uint64_t i = 0; i < s[2] / sizeof(float); ++i) out[i] = x[i] * y[i];
+    return 0;
+}
+
+static uint32_t fails(void* const* b, const uint64_t* s, int32_t n, void* user) {
+    (void)b, (void)s, (void)n;
+    return *(uint32_t*)user;
+}
+
+int main(int argc, char** argv) {
+    CHECK(pto_runtime_create_host(1 << 20, 0, 4096) == NULL);
+    CHECK(strstr(pto_last_error(), "task ring size") != NULL);
+    CHECK(pto_scope_begin(NULL) == -EINVAL);
+
+    Runtime* rt = pto_runtime_create_host(1 << 20, 64, 1 << 16);
+    CHECK(rt != NULL);
+    if (!rt) return 1;
+    CHECK(pto_register_host_kernel(rt, 1, add, NULL) == 0);
+    CHECK(pto_register_host_kernel(rt, 2, mul, NULL) == 0);
+    uint32_t code = 9;
+    CHECK(pto_register_host_kernel(rt, 3, fails, &code) == 0);
+    CHECK(pto_register_host_kernel(rt, 1, add, NULL) == -EINVAL);
+
+    /* A, B, C, D: 256 floats each at the start of the runtime's memory. */
+    float* A = pto_host_address(rt, 0, 4 * 1024);
+    CHECK(A != NULL);
+    float *B = A + 256, *C = B + 256, *D = C + 256;
+    for (int i = 0; i < 256; ++i) A[i] = (float)i, B[i] = 1.0f, C[i] = 2.0f;
+
+    /* Example 1, inline. */
+    CHECK(pto_scope_begin(rt) == 0);
+    int32_t t0 = pto_submit_task(rt, 1, WORKER_VECTOR,
+        (TaskParam[]){{PARAM_INPUT, A, 1024}, {PARAM_INPUT, B, 1024}, {PARAM_OUTPUT, NULL, 1024}}, 3);
+    CHECK(t0 >= 0);
+    void* t0_out = pto_task_output(rt, t0, 0);
+    CHECK(t0_out != NULL);
+    int32_t t1 = pto_submit_task(rt, 2, WORKER_VECTOR,
+        (TaskParam[]){{PARAM_INPUT, t0_out, 1024}, {PARAM_INPUT, C, 1024},
+                      {PARAM_OUTPUT, .region = {.buffer_ptr = D, .offset = 0, .size = 1024}}}, 3);
+    CHECK(t1 > t0);
+    CHECK(pto_wait_all(rt) == 0);
+    for (int i = 0; i < 256; ++i) CHECK(D[i] == 2.0f * ((float)i + 1.0f));
+    CHECK(pto_scope_end(rt) == 0);
+    CHECK(pto_task_state(rt, t1) == PTO_TASK_CONSUMED);
+
+    /* Errors: a pointer outside the function's memory, a bad task id. */
+    float outside[256];
+    CHECK(pto_submit_task(rt, 1, WORKER_VECTOR,
+        (TaskParam[]){{PARAM_INPUT, outside, 1024}, {PARAM_INPUT, B, 1024}, {PARAM_OUTPUT, NULL, 1024}}, 3) == -EINVAL);
+    CHECK(strstr(pto_last_error(), "outside the function's memory") != NULL);
+    CHECK(pto_task_output(rt, 12345, 0) == NULL);
+    CHECK(pto_task_complete(rt, 12345) == -EINVAL);
+    CHECK(pto_scope_end(rt) == -EINVAL);
+    CHECK(strstr(pto_last_error(), "without an open scope") != NULL);
+    uint64_t dev = 1;
+    CHECK(pto_device_address(rt, B, &dev) == 0 && dev == 1024);
+    CHECK(pto_device_address(rt, outside, &dev) == -EINVAL);
+
+    /* pto_alloc / pto_free, and a failing kernel reported with its code. */
+    void* buf = pto_alloc(rt, 512);
+    CHECK(buf != NULL);
+    CHECK(pto_alloc(rt, 0) == NULL);
+    int32_t bad = pto_submit_task(rt, 3, WORKER_HOST, (TaskParam[]){{PARAM_OUTPUT, buf, 512}}, 1);
+    CHECK(bad >= 0);
+    CHECK(pto_free(rt, buf) == 0);
+    CHECK(pto_free(rt, buf) == -EINVAL);
+    CHECK(pto_wait_all(rt) == -EIO);
+    CHECK(strstr(pto_last_error(), "device error code 9") != NULL);
+
+    /* The seed's Example 1 from a shared object. */
+    if (argc > 1) {
+        memset(D, 0, 1024);
+        uint64_t args[] = {(uint64_t)(uintptr_t)A, (uint64_t)(uintptr_t)B, (uint64_t)(uintptr_t)C,
+                           (uint64_t)(uintptr_t)D};
+        CHECK(pto_run_library(rt, argv[1], "simple_orch", args) == 0);
+        for (int i = 0; i < 256; ++i) CHECK(D[i] == 2.0f * ((float)i + 1.0f));
+        CHECK(pto_run_library(rt, argv[1], "no_such_function", args) == -ENOENT);
+        CHECK(strstr(pto_last_error(), "no_such_function") != NULL);
+    }
+    pto_runtime_destroy(rt);
+    pto_runtime_destroy(NULL);
+    if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+    else printf("pto C API: all checks passed\n");
+    return failures ? 1 : 0;
+}

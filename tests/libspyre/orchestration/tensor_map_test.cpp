@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: Apache-2.0
+// TensorMap: RAW, WAW and WAR on overlapping regions, none on disjoint ones,
+// collisions, lazy invalidation.
+#include "orchestration/tensor_map.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+namespace spyre::orchestration {
+namespace {
+
+struct Fixture {
+    TensorMap map{8};
+    std::set<int32_t> dead;
+    std::vector<int32_t> Deps(uint64_t start, uint64_t size, bool write, int32_t self = 1000) {
+        std::vector<int32_t> d;
+        map.Lookup(start, size, write, self, [&](int32_t t) { return !dead.count(t); }, d);
+        std::sort(d.begin(), d.end());
+        return d;
+    }
+};
+
+using V = std::vector<int32_t>;
+
+TEST(TensorMap, ReadAfterWriteOnOverlapOnly) {
+    Fixture f;
+    f.map.Insert(0x1000, 256, true, 1);
+    EXPECT_EQ(f.Deps(0x1000, 256, false), V{1});
+    EXPECT_EQ(f.Deps(0x10F0, 64, false), V{1});   // overlapping sub-region
+    EXPECT_EQ(f.Deps(0x1100, 64, false), V{});    // starts right after: disjoint
+    EXPECT_EQ(f.Deps(0x0F00, 256, false), V{});   // ends right before
+    EXPECT_EQ(f.Deps(0x0F00, 257, false), V{1});  // one byte of overlap
+}
+
+TEST(TensorMap, ReadersOfOneVersionDoNotDependOnEachOther) {
+    Fixture f;
+    f.map.Insert(0, 128, true, 1);
+    f.map.Insert(0, 128, false, 2);
+    f.map.Insert(0, 128, false, 3);
+    EXPECT_EQ(f.Deps(0, 128, false), V{1});  // a reader waits for the writer only
+}
+
+TEST(TensorMap, WriteAfterReadWaitsForReadersAndWriter) {
+    Fixture f;
+    f.map.Insert(0, 128, true, 1);
+    f.map.Insert(0, 64, false, 2);
+    f.map.Insert(64, 64, false, 3);
+    EXPECT_EQ(f.Deps(0, 128, true), (V{1, 2, 3}));  // WAW + WAR
+    EXPECT_EQ(f.Deps(64, 64, true), (V{1, 3}));     // reader 2 touched only [0, 64)
+    f.map.Insert(0, 128, true, 4);  // covers everything before it
+    EXPECT_EQ(f.Deps(0, 128, false), V{4});
+    EXPECT_EQ(f.Deps(0, 128, true), V{4});
+}
+
+TEST(TensorMap, NeverReportsSelfOrDuplicates) {
+    Fixture f;
+    f.map.Insert(0, 1 << 20, true, 5);  // spans 16 granules
+    EXPECT_EQ(f.Deps(0, 1 << 20, false), V{5});
+    EXPECT_EQ(f.Deps(0, 1 << 20, true, 5), V{});
+}
+
+TEST(TensorMap, LazyInvalidationDropsDeadEntries) {
+    Fixture f;
+    f.map.Insert(0, 128, true, 1);
+    f.map.Insert(0, 128, false, 2);
+    EXPECT_EQ(f.map.entries(), 2u);
+    f.dead = {1, 2};
+    EXPECT_EQ(f.Deps(0, 128, true), V{});
+    EXPECT_EQ(f.map.entries(), 0u);  // removed by the lookup that met them
+}
+
+TEST(TensorMap, CollisionsKeepRegionsApart) {
+    // A one-task map has 4 buckets: many granules share each.
+    TensorMap map(1);
+    for (int32_t i = 0; i < 64; ++i) map.Insert(uint64_t(i) << TensorMap::kGranuleShift, 100, true, i);
+    for (int32_t i = 0; i < 64; ++i) {
+        std::vector<int32_t> d;
+        map.Lookup(uint64_t(i) << TensorMap::kGranuleShift, 100, false, -1, [](int32_t) { return true; }, d);
+        EXPECT_EQ(d, V{i});
+    }
+    EXPECT_EQ(map.bucket_count(), 4u);
+}
+
+}  // namespace
+}  // namespace spyre::orchestration
