@@ -114,10 +114,25 @@ void Engine::SetExecutor(int32_t worker_type, std::shared_ptr<Executor> executor
         Fail(ErrorKind::InvalidArgument, "no executor can serve worker type " + std::to_string(worker_type));
     if (inflight_ != 0)
         Fail(ErrorKind::Busy, "cannot change executors with " + std::to_string(inflight_) + " task(s) in flight");
+    // An executor that already serves another type (the device worker runs
+    // CUBE and VECTOR) keeps its one ready queue.
+    for (const Route& r : routes_)
+        if (r.executor == executor) {
+            routes_[worker_type] = r;
+            return;
+        }
     queues_.push_back(std::make_unique<ReadyQueue>());
     routes_[worker_type] = {executor, queues_.back().get()};
     executors_.push_back(executor);
     executor->Start(*queues_.back(), *this);
+}
+
+const Engine::Route& Engine::RouteFor(int32_t worker_type, const KernelEntry& kernel) const {
+    // A kernel the type's executor cannot run (a host-only kernel submitted
+    // as CUBE or VECTOR once the device worker serves those types) runs on
+    // the host worker, which serves HOST.
+    const Route& r = routes_[worker_type];
+    return r.executor->CanRun(kernel) ? r : routes_[WORKER_HOST];
 }
 
 bool Engine::Alive(int32_t id) const {
@@ -269,7 +284,7 @@ int32_t Engine::Submit(int32_t kernel_id, int32_t worker_type, std::span<const T
     if (worker_type < 0 || worker_type >= PTO_WORKER_TYPES)
         Fail(ErrorKind::InvalidArgument, "worker type " + std::to_string(worker_type) + " does not exist (0.." +
                                              std::to_string(PTO_WORKER_TYPES - 1) + ")");
-    if (worker_type != WORKER_EXTERNAL && !routes_[worker_type].executor->CanRun(*k->second))
+    if (worker_type != WORKER_EXTERNAL && !RouteFor(worker_type, *k->second).executor->CanRun(*k->second))
         Fail(ErrorKind::InvalidArgument, "kernel " + std::to_string(kernel_id) + " cannot run on worker type " +
                                              std::to_string(worker_type) + " (its executor, " +
                                              routes_[worker_type].executor->name() + ", has no implementation of it)");
@@ -408,7 +423,7 @@ void Engine::MakeReady(TaskDescriptor& t) {
     }
     t.state.store(TaskState::Ready, std::memory_order_relaxed);
     ++active_;
-    routes_[t.core_type].queue->Push({t.task_id, &t});
+    RouteFor(t.core_type, *t.kernel).queue->Push({t.task_id, &t});
 }
 
 void Engine::DrainSkips() {

@@ -105,6 +105,7 @@ private:
         std::shared_ptr<Executor> executor;
         ReadyQueue* queue = nullptr;
     };
+    const Route& RouteFor(int32_t worker_type, const KernelEntry& kernel) const;
     [[noreturn]] void Fail(ErrorKind kind, const std::string& message, int sys_errno = 0) const;
     bool InMemory(const uint8_t* p, uint64_t size) const noexcept;
     [[noreturn]] void FailOutside(const uint8_t* p, uint64_t size, const std::string& what) const;

@@ -22,6 +22,17 @@ bool ReadyQueue::PopBatch(std::vector<ReadyTask>& out, size_t max) {
     return true;
 }
 
+size_t ReadyQueue::TryPopBatch(std::vector<ReadyTask>& out, size_t max) {
+    std::lock_guard lock(mu_);
+    size_t n = 0;
+    while (!q_.empty() && n < max) {
+        out.push_back(q_.front());
+        q_.pop_front();
+        ++n;
+    }
+    return n;
+}
+
 void ReadyQueue::Close() {
     {
         std::lock_guard lock(mu_);

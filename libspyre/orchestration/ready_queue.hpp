@@ -30,6 +30,9 @@ public:
     // Waits for at least one task and moves up to `max` into `out`; false
     // once the queue is closed and empty.
     bool PopBatch(std::vector<ReadyTask>& out, size_t max);
+    // Moves up to `max` ready tasks into `out` without waiting; returns how
+    // many (an executor that also waits for completions polls with it).
+    size_t TryPopBatch(std::vector<ReadyTask>& out, size_t max);
     // Wakes every waiter; PopBatch drains what is left and then returns false.
     void Close();
     size_t size() const;

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "orchestration/device_worker.hpp"
 #include "orchestration/runtime_handle.hpp"
 #include "spyre/orchestration.hpp"
 #include "spyre/uapi/spyre_ioctl.h"
@@ -45,6 +46,14 @@ std::unique_ptr<Runtime> Runtime::OnDevice(spyre::Device& device, int32_t task_r
     o.host_threads = host_threads;
     o.device = device.pci_address();
     rt->engine = std::make_unique<Engine>(o);
+    // CUBE and VECTOR kernels with a device program run on the card's cores
+    // through the function's task queues (host-only kernels stay on the host).
+    if (spyre::orchestration::DeviceWorker::Available(device.function())) {
+        auto worker =
+            std::make_shared<spyre::orchestration::DeviceWorker>(device.function(), device.allocator(), *rt->engine);
+        rt->engine->SetExecutor(WORKER_CUBE, worker);
+        rt->engine->SetExecutor(WORKER_VECTOR, worker);
+    }
     return rt;
 }
 

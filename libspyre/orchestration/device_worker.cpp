@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "orchestration/device_worker.hpp"
+
+#include <pthread.h>
+
+#include <chrono>
+#include <string>
+
+#include "orchestration/engine.hpp"
+#include "spyre/common/log.hpp"
+#include "spyre/error.hpp"
+#include "spyre/uapi/spyre_errors.h"
+
+namespace spyre::orchestration {
+
+namespace {
+
+constexpr uint64_t kTableBytes = PTO_MAX_PARAMS * sizeof(uint64_t);
+
+// The descriptor's task id carries the argument table's index beside the
+// runtime's task id, so a completion frees its table without a lookup.
+uint64_t PackId(uint32_t table, int32_t task_id) { return (uint64_t(table) << 32) | uint32_t(task_id); }
+uint32_t TableOf(uint64_t packed) { return uint32_t(packed >> 32); }
+int32_t TaskOf(uint64_t packed) { return int32_t(uint32_t(packed)); }
+
+}  // namespace
+
+bool DeviceWorker::Available(const driver::Function& function) {
+    try {
+        return driver::ReadTaskTopology(function).queues() > 0;
+    } catch (const Error&) {
+        return false;  // a device without task queues (an older contract)
+    }
+}
+
+DeviceWorker::DeviceWorker(driver::Function& function, SpyreAllocator& allocator, const Engine& engine)
+    : function_(function), allocator_(allocator), engine_(engine) {}
+
+DeviceWorker::~DeviceWorker() {
+    Stop();
+    if (tables_) {
+        try {
+            allocator_.Free(tables_->handle);
+        } catch (const Error&) {
+            // The device is gone: its memory went with it.
+        }
+    }
+}
+
+void DeviceWorker::Start(ReadyQueue& ready, CompletionSink& sink) {
+    const driver::TaskTopology topo = driver::ReadTaskTopology(function_);
+    uint32_t tables = 0;
+    for (uint32_t q = 0; q < topo.queues(); ++q) {
+        Group g;
+        g.queue = std::make_unique<driver::TaskQueue>(function_, q);
+        g.first_table = tables;
+        tables += g.queue->capacity();
+        groups_.push_back(std::move(g));
+    }
+    tables_ = allocator_.Allocate(uint64_t(tables) * kTableBytes);
+    tables_device_ = allocator_.DeviceAddress(tables_->handle, tables_->size);
+    tables_host_ = engine_.HostAddress(tables_device_, tables_->size);
+    for (Group& g : groups_) threads_.emplace_back([this, &g, &ready, &sink] { Serve(g, ready, sink); });
+}
+
+void DeviceWorker::Stop() {
+    for (std::thread& t : threads_)
+        if (t.joinable()) t.join();
+    threads_.clear();
+}
+
+void DeviceWorker::Serve(Group& g, ReadyQueue& ready, CompletionSink& sink) {
+    driver::TaskQueue& tq = *g.queue;
+    pthread_setname_np(pthread_self(), ("spyre-tq" + std::to_string(tq.group())).c_str());
+    std::vector<uint32_t> free_tables;
+    for (uint32_t i = tq.capacity(); i > 0; --i) free_tables.push_back(g.first_table + i - 1);
+    std::vector<ReadyTask> batch;
+    std::vector<spyre_task_desc> descs;
+    std::vector<spyre_task_cqe> done(tq.capacity());
+    std::vector<int32_t> in_flight_ids(tq.capacity() + g.first_table, -1);  // by table
+    driver::WaitOptions wait;
+    wait.mode = driver::WaitMode::Adaptive;
+    // A wait ends after this long to look for tasks that became ready
+    // meanwhile (the completion interrupt does not see the ready queue).
+    wait.timeout = std::chrono::microseconds(500);
+    std::optional<Error> lost;  // the device failed: every task from here fails
+
+    for (;;) {
+        batch.clear();
+        if (tq.InFlight() == 0 || lost) {
+            if (!ready.PopBatch(batch, lost ? 64 : tq.Free())) break;  // closed and drained
+        } else if (tq.Free() > 0) {
+            ready.TryPopBatch(batch, tq.Free());
+        }
+        if (lost) {
+            for (const ReadyTask& r : batch) sink.OnTaskComplete(r.task_id, SPYRE_ERR_ABORTED);
+            continue;
+        }
+        descs.clear();
+        for (const ReadyTask& r : batch) {
+            const TaskDescriptor& t = *r.task;
+            const uint32_t table = free_tables.back();
+            free_tables.pop_back();
+            auto* entries = reinterpret_cast<uint64_t*>(tables_host_ + uint64_t(table) * kTableBytes);
+            for (int32_t i = 0; i < t.num_params; ++i)
+                entries[i] = engine_.DeviceAddress(t.params[i].host, t.params[i].size);
+            in_flight_ids[table] = r.task_id;
+            descs.push_back(driver::TaskDesc(PackId(table, r.task_id), t.kernel->program_address,
+                                             tables_device_ + uint64_t(table) * kTableBytes, uint32_t(t.num_params)));
+        }
+        try {
+            if (!descs.empty()) tq.Submit(descs);  // all fit: the batch was sized by Free()
+            if (tq.InFlight() == 0) continue;
+            size_t n = tq.Reap(done);
+            if (n == 0) {
+                try {
+                    n = tq.Wait(done, 1, wait);
+                } catch (const Error& e) {
+                    if (e.kind() != ErrorKind::Timeout) throw;
+                }
+            }
+            for (size_t i = 0; i < n; ++i) {
+                const uint32_t table = TableOf(done[i].task_id);
+                free_tables.push_back(table);
+                in_flight_ids[table] = -1;
+                sink.OnTaskComplete(TaskOf(done[i].task_id), done[i].status);
+            }
+        } catch (const Error& e) {
+            // The device is gone or the queue halted: what is in flight will
+            // never complete. Fail it, and every task that comes later.
+            SPYRE_LOG_WARN("task queue %u: %s (its tasks fail from here)", tq.group(), e.what());
+            lost = e;
+            for (int32_t& id : in_flight_ids)
+                if (id >= 0) {
+                    sink.OnTaskComplete(id, SPYRE_ERR_ABORTED);
+                    id = -1;
+                }
+        }
+    }
+}
+
+}  // namespace spyre::orchestration
