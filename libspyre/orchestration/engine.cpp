@@ -139,10 +139,10 @@ bool Engine::Alive(int32_t id) const {
     if (!ring_.IsLive(id)) return false;
     const TaskDescriptor& t = ring_.Get(id);
     const TaskState s = t.state.load(std::memory_order_relaxed);
-    // Completed tasks need no waiting for; failed ones stay visible so that
-    // later readers of what they should have written are skipped too.
-    return s < TaskState::Completed ||
-           (s == TaskState::Completed && (t.outcome == TaskOutcome::Failed || t.outcome == TaskOutcome::Skipped));
+    // Completed tasks stay visible until consumed: a later reader must hold
+    // them (their outputs must outlive its read), and a failed one must
+    // skip it.
+    return s < TaskState::Consumed;
 }
 
 std::string Engine::Describe(int32_t id) const {
@@ -390,11 +390,15 @@ int32_t Engine::Submit(int32_t kernel_id, int32_t worker_type, std::span<const T
     for (int32_t d : deps_) {
         TaskDescriptor& producer = ring_.Get(d);
         if (producer.state.load(std::memory_order_relaxed) == TaskState::Completed) {
-            // Only failed producers are still in the map once completed.
-            if (!t.poisoned) {
+            // Nothing to wait for, but a failed producer poisons this task,
+            // and any producer is held (not consumed, its heap block not
+            // reused) until this task completes.
+            if (producer.outcome != TaskOutcome::Ok && !t.poisoned) {
                 t.poisoned = true;
                 t.cause = producer.cause;
             }
+            ++producer.fanout_count;
+            t.fanin.push_back(d);
             continue;
         }
         producer.fanout.push_back(id);

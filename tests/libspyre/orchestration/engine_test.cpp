@@ -161,6 +161,27 @@ TEST_F(OrchTest, WriteAfterReadWaitsForTheReadersOfTheVersionItOverwrites) {
     o().WaitAll();
 }
 
+// Found by TSan: a reader submitted after its producer completed has nothing
+// to wait for, but must still hold the producer, or the producer's heap
+// block is reused while the reader reads it.
+TEST_F(OrchTest, AReaderOfACompletedProducerHoldsItsOutput) {
+    Make();
+    int32_t p, r;
+    {
+        auto scope = o().BeginScope();
+        TaskParam out[] = {Out(nullptr, 256)};
+        p = o().Submit(K_EXT, WORKER_EXTERNAL, out);
+        o().Complete(p);
+        TaskParam in[] = {In(o().TaskOutput(p), 256)};
+        r = o().Submit(K_EXT, WORKER_EXTERNAL, in);
+        EXPECT_EQ(o().TaskState(r), PTO_TASK_RUNNING);  // nothing to wait for
+    }
+    EXPECT_EQ(o().TaskState(p), PTO_TASK_COMPLETED);  // the scope is gone, r still holds p
+    o().Complete(r);
+    EXPECT_EQ(o().TaskState(p), PTO_TASK_CONSUMED);
+    o().WaitAll();
+}
+
 TEST_F(OrchTest, MixedImplicitAndExplicitAllocation) {
     Make();
     uint32_t* a = Data(0, 256);
