@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "spyre/orchestration.hpp"
+#include "spyre/plan/program_image.hpp"
+#include "spyre/uapi/spyre_regs.h"
 #include "stream_fixture.hpp"
 
 using spyre::test::StreamTest;
@@ -35,7 +37,9 @@ void RunExample1(Device& dev) {
     const uint64_t live_before = dev.allocator().Stats().live_allocations;
     {
         Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 16, .heap_size = 1 << 20, .host_threads = 2});
-        EXPECT_EQ(dev.allocator().Stats().live_allocations, live_before + 1);  // the heap ring
+        // The heap ring, and the device worker's argument tables (one per
+        // task slot of the function's task queues).
+        EXPECT_EQ(dev.allocator().Stats().live_allocations, live_before + 2);
         orch.RegisterHostKernel(KERNEL_ADD, Add);
         orch.RegisterHostKernel(KERNEL_MUL, Mul);
         std::vector<float> a(256), b(256), c(256), d(256), want(256);
@@ -75,6 +79,83 @@ TEST_F(StreamTest, OrchestrationExample1OnThePf) {
 TEST_F(StreamTest, OrchestrationExample1OnAVf) {
     Device dev = OpenDevice(0);
     RunExample1(dev);
+}
+
+// Device kernels run on the card's cores through the task queues (the
+// DeviceWorker): an elementwise add from one uploaded program serves many
+// tasks with different buffers; a kernel whose program the device refuses
+// fails with the device's code, and its consumer is skipped.
+TEST_F(StreamTest, OrchestrationDeviceKernelsRunOnTheCardsCores) {
+    Device dev = OpenDevice();
+    Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20});
+    // Add over 256 floats: operands A, B, C relocated from slots 0, 1, 2.
+    ProgramImage add;
+    spyre_program_op op{};
+    op.opcode = SPYRE_PROG_OP_ADD;
+    for (uint16_t i = 0; i < 4; ++i) op.operands[i] = i < 3 ? i : SPYRE_OPERAND_NONE;
+    add.ops.push_back(op);
+    for (uint16_t i = 0; i < 3; ++i) {
+        spyre_program_operand o{};
+        o.dtype = SPYRE_DTYPE_FP32;
+        o.rank = 1;
+        o.layout = SPYRE_LAYOUT_STRIDED;
+        o.shape[0] = 256;
+        o.strides[0] = 1;
+        add.operands.push_back(o);
+        add.relocs.push_back(spyre_program_reloc{i, i, 0});
+    }
+    add.slot_count = 3;
+    const std::vector<uint8_t> program = add.Encode();
+    DeviceBuffer prog = dev.AllocateBuffer(program.size());
+    dev.default_stream().CopyToDevice(program.data(), prog.handle(), program.size());
+    dev.default_stream().Synchronize();
+    orch.RegisterDeviceKernel(KERNEL_ADD, dev.allocator().DeviceAddress(prog.handle(), program.size()));
+
+    constexpr int kTasks = 40;
+    std::vector<float*> a(kTasks), b(kTasks), c(kTasks);
+    {
+        auto scope = orch.BeginScope();
+        for (int t = 0; t < kTasks; ++t) {
+            a[t] = static_cast<float*>(orch.Alloc(1024));
+            b[t] = static_cast<float*>(orch.Alloc(1024));
+            for (int i = 0; i < 256; ++i) a[t][i] = float(t * 1000 + i), b[t][i] = float(-i) * 0.25f;
+            TaskParam p[] = {{PARAM_INPUT, a[t], 1024, {}}, {PARAM_INPUT, b[t], 1024, {}}, {PARAM_OUTPUT, nullptr, 1024, {}}};
+            const int32_t id = orch.Submit(KERNEL_ADD, WORKER_VECTOR, p);
+            c[t] = static_cast<float*>(orch.TaskOutput(id, 0));
+        }
+        orch.WaitAll();
+        for (int t = 0; t < kTasks; ++t)
+            for (int i = 0; i < 256; ++i)
+                ASSERT_EQ(c[t][i], a[t][i] + b[t][i]) << "task " << t << " element " << i;
+    }
+    for (int t = 0; t < kTasks; ++t) orch.Free(a[t]), orch.Free(b[t]);
+    // Counted by the device: every task ran on a core, none as a host callback.
+    EXPECT_GE(dev.function().Read64(SPYRE_REG_CNT_TASKS_DONE), uint64_t(kTasks));
+
+    // 64 zero bytes are no program: the device refuses it with its code.
+    DeviceBuffer junk = dev.AllocateBuffer(64);
+    const std::vector<uint8_t> zeros(64, 0);
+    dev.default_stream().CopyToDevice(zeros.data(), junk.handle(), zeros.size());
+    dev.default_stream().Synchronize();
+    orch.RegisterDeviceKernel(KERNEL_MUL, dev.allocator().DeviceAddress(junk.handle(), 64));
+    int32_t bad = -1;
+    {
+        auto scope = orch.BeginScope();
+        TaskParam p[] = {{PARAM_OUTPUT, nullptr, 1024, {}}};
+        bad = orch.Submit(KERNEL_MUL, WORKER_CUBE, p);
+        TaskParam q[] = {{PARAM_INPUT, orch.TaskOutput(bad, 0), 1024, {}}, {PARAM_INPUT, orch.TaskOutput(bad, 0), 1024, {}},
+                         {PARAM_OUTPUT, nullptr, 1024, {}}};
+        orch.Submit(KERNEL_ADD, WORKER_VECTOR, q);
+    }
+    try {
+        orch.WaitAll();
+        FAIL() << "no error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::DeviceError) << e.what();
+        EXPECT_NE(e.context().device_code, 0u) << e.what();
+        EXPECT_NE(std::string(e.what()).find("task " + std::to_string(bad)), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("skipped"), std::string::npos) << e.what();
+    }
 }
 
 TEST_F(StreamTest, OrchestrationCApiOpensAFunctionByAddress) {

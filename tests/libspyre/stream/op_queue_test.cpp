@@ -141,7 +141,8 @@ TEST(OpQueue, RacingProducersKeepTheirOrderAndTheirGroupsWhole) {
         ASSERT_EQ(v, next[p]) << "producer " << p << " out of order at " << i;
         next[p] = v + 1;
         // A whole group (pushed as one) arrives with nothing between.
-        if (v % kGroupSize == 0 && (v / kGroupSize) % 5 != 0)
+        if (v % kGroupSize == 0 && (v / kGroupSize) % 5 != 0) {
             for (int k = 1; k < kGroupSize; ++k) ASSERT_EQ(out[i + k].value, out[i].value + k) << "group split at " << i;
+        }
     }
 }

@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: Apache-2.0
+// spyre-pto-examples: seed 004's two examples on the card's cores, through
+// the orchestration runtime (spyre/pto.h, spyre/orchestration.hpp).
+//
+//   pipeline   Example 1: (A + B) * C on 256 floats, two dependent tasks
+//              with implicit outputs from the heap ring
+//   matmul     Example 2: C[M,N] = A[M,K] * B[K,N] in 64^3 tiles, a scope
+//              and an explicit C_tile per output tile; beside one task of
+//              the whole matmul on one core and the host BLAS
+//
+// The orchestration functions are the seed's C (examples/pto/*.c); this
+// program builds the kernels with the kernel builder, uploads them,
+// registers them by id, runs, and checks every result against the CPU.
+//
+// Usage: spyre-pto-examples [pipeline|matmul|all] [--cores N] [M K N]
+//   --cores N   the private mock's compute cores (FLEX_DEVICE=MOCK)
+#include <cblas.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "hang_watchdog.hpp"
+#include "pto/kernels.h"
+#include "spyre/compiler/kernel_builder.hpp"
+#include "spyre/orchestration.hpp"
+#include "spyre/plan/program_image.hpp"
+#include "spyre/spyre.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Strides = std::array<int64_t, 2>;
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// The kernel with the operand of relocation slot s at strides[s] (elements):
+// a tile kernel that reads and writes tiles inside bigger row-major matrices.
+std::vector<uint8_t> WithStrides(const spyre::BuiltKernel& kernel, const std::vector<Strides>& strides) {
+    spyre::ProgramImage image = spyre::ProgramImage::Decode(kernel.program);
+    for (const spyre_program_reloc& r : image.relocs) {
+        spyre_program_operand& op = image.operands.at(r.operand);
+        op.strides[0] = uint64_t(strides.at(r.slot)[0]);
+        op.strides[1] = uint64_t(strides.at(r.slot)[1]);
+    }
+    return image.Encode();
+}
+
+// A program in device memory, for as long as the device lives.
+uint64_t Upload(spyre::Device& dev, const std::vector<uint8_t>& program) {
+    const spyre::DeviceAllocation a = dev.allocator().Allocate(program.size());
+    dev.default_stream().CopyToDevice(program.data(), a.handle, program.size());
+    dev.default_stream().Synchronize();
+    return dev.allocator().DeviceAddress(a.handle, program.size());
+}
+
+double WorstRelative(const float* got, const std::vector<float>& want) {
+    double worst = 0;
+    for (size_t i = 0; i < want.size(); ++i)
+        worst = std::max(worst, std::fabs(double(got[i]) - double(want[i])) / std::max(1.0, std::fabs(double(want[i]))));
+    return worst;
+}
+
+bool Pipeline(spyre::Device& dev, spyre::Orchestrator& orch) {
+    using spyre::ElementwiseOp;
+    const spyre::KernelBuilder kb;
+    const std::vector<int64_t> shape = {PIPELINE_ELEMENTS};
+    orch.RegisterDeviceKernel(KERNEL_ADD, Upload(dev, kb.Elementwise(ElementwiseOp::Add, shape, shape, spyre::DType::FP32).program));
+    orch.RegisterDeviceKernel(KERNEL_MUL, Upload(dev, kb.Elementwise(ElementwiseOp::Mul, shape, shape, spyre::DType::FP32).program));
+
+    const size_t bytes = PIPELINE_ELEMENTS * sizeof(float);
+    auto* a = static_cast<float*>(orch.Alloc(bytes));
+    auto* b = static_cast<float*>(orch.Alloc(bytes));
+    auto* c = static_cast<float*>(orch.Alloc(bytes));
+    std::vector<float> want(PIPELINE_ELEMENTS);
+    for (int i = 0; i < PIPELINE_ELEMENTS; ++i) {
+        a[i] = float(i) * 0.5f;
+        b[i] = 1.0f - float(i);
+        c[i] = float(i % 7) - 3.0f;
+        want[size_t(i)] = (a[i] + b[i]) * c[i];
+    }
+    float* result = nullptr;
+    uint64_t args[] = {uint64_t(a), uint64_t(b), uint64_t(c), uint64_t(&result)};
+    // An outer scope keeps the result (a task's implicit output) alive
+    // after the run's own scope ends.
+    auto outer = orch.BeginScope();
+    const auto t0 = Clock::now();
+    orch.Run(simple_orch, args);
+    const double ms = Ms(Clock::now() - t0);
+    if (!result) {
+        std::printf("pipeline: FAILED (no result: %s)\n", pto_last_error());
+        return false;
+    }
+    const double err = WorstRelative(result, want);
+    std::printf("pipeline: (A + B) * C on %d floats in 2 device tasks: %.3f ms, max relative error %.2g %s\n",
+                PIPELINE_ELEMENTS, ms, err, err < 1e-6 ? "OK" : "FAILED");
+    outer.End();
+    orch.Free(a), orch.Free(b), orch.Free(c);
+    return err < 1e-6;
+}
+
+bool Matmul(spyre::Device& dev, spyre::Orchestrator& orch, int64_t m, int64_t k, int64_t n) {
+    if (m % TILE_M || k % TILE_K || n % TILE_N) {
+        std::printf("matmul: M, K, N must be multiples of %d, %d, %d\n", TILE_M, TILE_K, TILE_N);
+        return false;
+    }
+    const spyre::KernelBuilder kb;
+    const auto f32 = spyre::DType::FP32;
+    const std::vector<Strides> gemm_strides = {Strides{k, 1}, Strides{n, 1}, Strides{TILE_N, 1}};
+    orch.RegisterDeviceKernel(KERNEL_GEMM, Upload(dev, WithStrides(kb.Matmul(TILE_M, TILE_K, TILE_N, f32), gemm_strides)));
+    orch.RegisterDeviceKernel(KERNEL_GEMM_ACC,
+                              Upload(dev, WithStrides(kb.Matmul(TILE_M, TILE_K, TILE_N, f32, true), gemm_strides)));
+    orch.RegisterDeviceKernel(KERNEL_COPY,
+                              Upload(dev, WithStrides(kb.Copy({TILE_M, TILE_N}, f32), {Strides{TILE_N, 1}, Strides{n, 1}})));
+    constexpr int32_t kWhole = 100;  // the whole matmul as one task
+    orch.RegisterDeviceKernel(kWhole, Upload(dev, kb.Matmul(m, k, n, f32).program));
+
+    auto* a = static_cast<float*>(orch.Alloc(size_t(m * k) * 4));
+    auto* b = static_cast<float*>(orch.Alloc(size_t(k * n) * 4));
+    auto* c = static_cast<float*>(orch.Alloc(size_t(m * n) * 4));
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (int64_t i = 0; i < m * k; ++i) a[i] = dist(rng);
+    for (int64_t i = 0; i < k * n; ++i) b[i] = dist(rng);
+
+    std::vector<float> want(size_t(m * n));
+    auto t0 = Clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), 1.0f, a, int(k), b, int(n), 0.0f,
+                want.data(), int(n));
+    const double blas_ms = Ms(Clock::now() - t0);
+
+    std::memset(c, 0, size_t(m * n) * 4);
+    uint64_t args[] = {uint64_t(a), uint64_t(b), uint64_t(c), uint64_t(m), uint64_t(k), uint64_t(n)};
+    t0 = Clock::now();
+    orch.Run(matmul_orch, args);
+    const double tiled_ms = Ms(Clock::now() - t0);
+    const double tiled_err = WorstRelative(c, want);
+    const int64_t tiles = (m / TILE_M) * (n / TILE_N), tasks = tiles * (k / TILE_K + 1);
+
+    std::memset(c, 0, size_t(m * n) * 4);
+    t0 = Clock::now();
+    {
+        auto scope = orch.BeginScope();
+        TaskParam p[] = {{PARAM_INPUT, a, uint64_t(m * k) * 4, {}},
+                         {PARAM_INPUT, b, uint64_t(k * n) * 4, {}},
+                         {PARAM_OUTPUT, c, uint64_t(m * n) * 4, {}}};
+        orch.Submit(kWhole, WORKER_CUBE, p);
+    }
+    orch.WaitAll();
+    const double whole_ms = Ms(Clock::now() - t0);
+    const double whole_err = WorstRelative(c, want);
+
+    const bool ok = tiled_err < 1e-4 && whole_err < 1e-4;
+    std::printf("matmul %lldx%lldx%lld fp32: %lld tiles, %lld device tasks: %.3f ms, max relative error %.2g\n",
+                (long long)m, (long long)k, (long long)n, (long long)tiles, (long long)tasks, tiled_ms, tiled_err);
+    std::printf("  one task of the whole matmul (one core): %.3f ms, max relative error %.2g\n", whole_ms, whole_err);
+    std::printf("  host BLAS (cblas_sgemm): %.3f ms\n", blas_ms);
+    std::printf("matmul: %s\n", ok ? "OK" : "FAILED");
+    orch.Free(a), orch.Free(b), orch.Free(c);
+    return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string which = "all";
+    std::string cores;
+    std::vector<int64_t> dims;
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg == "--cores" && i + 1 < argc) {
+            cores = argv[++i];
+        } else if (arg == "pipeline" || arg == "matmul" || arg == "all") {
+            which = arg;
+        } else if (arg == "-h" || arg == "--help") {
+            std::printf("usage: spyre-pto-examples [pipeline|matmul|all] [--cores N] [M K N]\n");
+            return 0;
+        } else {
+            dims.push_back(std::atoll(arg.c_str()));
+        }
+    }
+    if (!dims.empty() && dims.size() != 3) {
+        std::fprintf(stderr, "spyre-pto-examples: give M K N together\n");
+        return 2;
+    }
+    const int64_t m = dims.empty() ? 256 : dims[0], k = dims.empty() ? 256 : dims[1], n = dims.empty() ? 256 : dims[2];
+    spyre::support::HangWatchdog watchdog("spyre-pto-examples", std::chrono::seconds(300), "run");
+    try {
+        spyre::DeviceOptions options;
+        if (!cores.empty()) options.embedded_mock.extra_args = {"--cores", cores};
+        spyre::Device dev = spyre::Device::Open(options);
+        auto orch = spyre::Orchestrator::Create(dev, {.task_ring_size = 1024, .heap_size = 64ull << 20});
+        bool ok = true;
+        if (which != "matmul") ok &= Pipeline(dev, orch);
+        if (which != "pipeline") ok &= Matmul(dev, orch, m, k, n);
+        std::printf("RESULT: %s\n", ok ? "OK" : "FAILED");
+        return ok ? 0 : 1;
+    } catch (const spyre::Error& e) {
+        std::fprintf(stderr, "spyre-pto-examples: %s\n", e.what());
+        return 1;
+    }
+}
