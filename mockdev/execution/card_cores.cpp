@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <string>
+#include <utility>
 
 namespace spyre::mockdev {
 
@@ -83,14 +84,18 @@ unsigned CardCores::waiting() {
 }
 
 void CardCores::Release() {
+    bool wake_workers = false;
     {
         std::lock_guard lock(turn_mutex_);
         card_busy_ = false;
         std::lock_guard workers(mutex_);
         card_held_ = false;
+        wake_workers = std::exchange(held_back_, false);
     }
     turn_cv_.notify_all();
-    wake_.notify_all();  // tasks held back by the program may start
+    // Only when tasks waited for the program: waking every worker after each
+    // launch cost an empty Launch+Synchronize 5-15x (docs/streams.md).
+    if (wake_workers) wake_.notify_all();
 }
 
 unsigned CardCores::groups() const {
@@ -183,7 +188,10 @@ void CardCores::Work(unsigned core) {
     std::unique_lock lock(mutex_);
     for (;;) {
         wake_.wait(lock, [&] {
-            return stopping_ || generation_ != seen || (!card_held_ && (look || task_seq_ != tasks_seen));
+            if (stopping_ || generation_ != seen) return true;
+            const bool wants_task = look || task_seq_ != tasks_seen;
+            if (wants_task && card_held_) held_back_ = true;  // Release wakes us
+            return wants_task && !card_held_;
         });
         if (stopping_) return;
         if (generation_ != seen) {  // a program's op comes first

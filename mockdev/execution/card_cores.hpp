@@ -136,6 +136,7 @@ private:
     unsigned busy_ = 0;  // workers still on the current job
     bool stopping_ = false;
     bool card_held_ = false;           // mirror of card_busy_ under mutex_: no task starts meanwhile
+    bool held_back_ = false;           // a worker wanted a task while the card was held: Release wakes them
     uint64_t task_seq_ = 0;            // bumped by NotifyTasks
     std::vector<TaskSource*> sources_;  // guarded by mutex_
     size_t next_source_ = 0;           // round robin between functions
