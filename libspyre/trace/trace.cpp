@@ -6,7 +6,6 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "spyre/common/device_clock.hpp"
 #include "spyre/error.hpp"
 #include "trace/recorder.hpp"
 
@@ -30,11 +30,7 @@ namespace detail {
 
 std::atomic<bool> g_enabled{false};
 
-uint64_t NowNs() noexcept {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);  // the mock device's clock too
-    return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-}
+uint64_t NowNs() noexcept { return DeviceClockNs(); }  // the clock device timestamps use
 
 namespace {
 

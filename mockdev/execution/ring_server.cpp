@@ -8,8 +8,8 @@
 #include <cstring>
 #include <ctime>
 
-#include "execution/device_clock.hpp"
 #include "execution/engine_thread.hpp"
+#include "spyre/common/device_clock.hpp"
 #include "spyre/common/futex.hpp"
 
 namespace spyre::mockdev {

@@ -5,10 +5,10 @@
 #include <cstring>
 #include <exception>
 
-#include "execution/device_clock.hpp"
 #include "execution/engine_thread.hpp"
 #include "execution/task_executor.hpp"
 #include "log.hpp"
+#include "spyre/common/device_clock.hpp"
 #include "spyre/common/futex.hpp"
 
 namespace spyre::mockdev {

@@ -1,19 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // The device clock: what completion records carry as timestamps
-// (CLOCK_MONOTONIC in nanoseconds, comparable with the host's clock).
+// (CLOCK_MONOTONIC in nanoseconds, comparable with the host's clock). The
+// mock stamps completions with it and the trace stamps host events with it,
+// so device and host spans need no alignment (docs/trace.md).
 #pragma once
 
 #include <time.h>
 
 #include <cstdint>
 
-namespace spyre::mockdev {
+namespace spyre {
 
-inline uint64_t DeviceClockNs() {
+inline uint64_t DeviceClockNs() noexcept {
     timespec ts{};
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
 }
 
-}  // namespace spyre::mockdev
+}  // namespace spyre
