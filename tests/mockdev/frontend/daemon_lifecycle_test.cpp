@@ -29,6 +29,11 @@ struct TempDir {
         char t[] = "/tmp/spyre-lifecycle-XXXXXX";
         path = ::mkdtemp(t);
     }
+    // A shared-memory prefix as unique as the directory: a pid alone is reused,
+    // and objects a crashed earlier run left under it would be counted here.
+    std::string UniquePrefix(const std::string& stem) const {
+        return stem + "-" + path.filename().string().substr(sizeof("spyre-lifecycle-") - 1);
+    }
     ~TempDir() {
         std::error_code ec;
         fs::remove_all(path, ec);
@@ -90,7 +95,7 @@ TEST_F(MockDeviceTest, RefusesBusyMountPointAndPrefixInUse) {
 TEST(MockdevShutdown, BackgroundModeMountsThenSigtermCleansUp) {
     SPYRE_REQUIRE_FUSE();
     TempDir dir;
-    const std::string prefix = "spyre-test-bg-" + std::to_string(::getpid());
+    const std::string prefix = dir.UniquePrefix("spyre-test-bg");
     auto r = RunCommand(Mockdev() + " --mount " + dir.path.string() + " --shm-prefix " + prefix + " --vfs 1");
     ASSERT_EQ(r.exit_code, 0) << r.output;  // returns once the mount is live
     EXPECT_TRUE(spyre::test::IsMounted(dir.path.string()));
@@ -177,7 +182,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, DaemonDeathTest, ::testing::Values(WaitMode::Pol
 TEST(MockdevRecovery, RestartAfterKillRecoversTheMountAndThePrefix) {
     SPYRE_REQUIRE_FUSE();
     TempDir dir;
-    const std::string prefix = "spyre-test-kill9-" + std::to_string(::getpid());
+    const std::string prefix = dir.UniquePrefix("spyre-test-kill9");
     const std::string start = Mockdev() + " --mount " + dir.path.string() + " --shm-prefix " + prefix + " --vfs 1";
     auto first = RunCommand(start);
     ASSERT_EQ(first.exit_code, 0) << first.output;
