@@ -12,8 +12,8 @@ Error DmaDispatch::Failure(const Record& r, const Error& e) const {
 }
 
 bool DmaDispatch::Start(StreamState& s, QueuedOp& op, uint64_t seq) {
-    Record rec{&s, seq, 0, op.kind, op.device_addr, std::move(op.keep_alive), op.trace, op.size,
-               op.trace.enqueue_ns && trace::Enabled() ? trace::detail::NowNs() : 0};
+    Record rec{&s, seq, 0, op.kind, op.device_addr, std::move(op.keep_alive), op.trace(), op.size,
+               op.trace_enqueue_ns && trace::Enabled() ? trace::detail::NowNs() : 0};
     try {
         rec.ticket = op.kind == OpKind::CopyToDevice ? queue_.HostToDevice(op.src, op.device_addr, op.size)
                                                      : queue_.DeviceToHost(op.dst, op.device_addr, op.size);

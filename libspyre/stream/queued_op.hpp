@@ -34,13 +34,14 @@ const char* ToString(OpKind kind) noexcept;
 // What a trace needs of an op (zero when no trace records).
 struct OpTrace {
     uint64_t enqueue_ns = 0;  // when it was queued
-    uint64_t flow = 0;        // the arrow from the enqueuing call to the op
+    uint32_t flow = 0;        // the arrow from the enqueuing call to the op
 };
 
 struct QueuedOp {
     OpKind kind = OpKind::Launch;
     bool link = false;            // the next op of the stream depends on this one
     bool always = false;          // HostCallback: runs even on a faulted stream (cleanup)
+    uint32_t trace_flow = 0;      // while a trace records: OpTrace::flow (here, it fills padding)
     uint64_t device_addr = 0;     // function-relative: program, copy target/source, semaphore
     uint64_t size = 0;            // Launch: program bytes (0: from its header); copies: bytes
     const void* src = nullptr;    // CopyToDevice source
@@ -49,7 +50,9 @@ struct QueuedOp {
     std::shared_ptr<const void> keep_alive;  // owns src or dst when the runtime made it
     std::shared_ptr<EventState> event;
     std::function<void()> callback;
-    OpTrace trace;
+    uint64_t trace_enqueue_ns = 0;  // while a trace records: OpTrace::enqueue_ns (0 otherwise)
+
+    OpTrace trace() const noexcept { return {trace_enqueue_ns, trace_flow}; }
 
     // A caller's control block (its kinds are a subset of OpKind's).
     static QueuedOp From(ControlBlock&& cb) {
@@ -65,5 +68,11 @@ struct QueuedOp {
         return op;
     }
 };
+
+// An OpQueue slot is its sequence word plus an op: two cache lines while an
+// op stays within 120 bytes. A third line costs every enqueue (measured: the
+// draining enqueue went from 74 to 104 ns when 16 bytes of trace state grew
+// the op to 128).
+static_assert(sizeof(QueuedOp) <= 120, "QueuedOp outgrew two cache lines per OpQueue slot");
 
 }  // namespace spyre::detail

@@ -80,8 +80,8 @@ void RingBatcher::Append(StreamState& s, std::vector<spyre_cb>& batch, RingRecor
         break;
     default: throw Error(ErrorKind::Internal, "not a ring op");
     }
-    records.Add(RingRecords::Record{&s, seq, ud, op.kind, op.value, std::move(op.event), op.trace,
-                                    op.trace.enqueue_ns ? trace_ns : 0});
+    records.Add(RingRecords::Record{&s, seq, ud, op.kind, op.value, std::move(op.event), op.trace(),
+                                    op.trace_enqueue_ns ? trace_ns : 0});
 }
 
 size_t RingBatcher::TakeTurn(StreamState& s, size_t quantum, Budget& budget, std::vector<spyre_cb>& batch,

@@ -120,8 +120,9 @@ void SchedulerCore::Queue(StreamState& s, std::span<QueuedOp> ops) {
     if (trace::Enabled()) [[unlikely]] {
         const uint64_t now = trace::detail::ScopeStartOr(trace::detail::NowNs);
         for (QueuedOp& op : ops) {
-            op.trace = OpTrace{now, trace::detail::NewFlow()};
-            trace::detail::FlowOut(op.trace.flow, now);
+            op.trace_enqueue_ns = now;
+            op.trace_flow = trace::detail::NewFlow();
+            trace::detail::FlowOut(op.trace_flow, now);
         }
     }
     const uint64_t before = s.enqueued_count.fetch_add(ops.size(), std::memory_order_acq_rel);
@@ -391,7 +392,7 @@ bool SchedulerCore::PollDma() {
 
 bool SchedulerCore::RunCallback(StreamState& s) {
     const uint64_t seq = s.next_seq;
-    const OpTrace trace = s.local.front().trace;
+    const OpTrace trace = s.local.front().trace();
     std::function<void()> callback = std::move(s.local.front().callback);
     s.local.pop_front();
     ++s.next_seq;

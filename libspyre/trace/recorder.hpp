@@ -20,8 +20,9 @@ uint32_t NamedTrack(const std::string& name);
 // track id is valid only within the recording that named it.
 uint64_t Recording() noexcept;
 
-// A fresh id for a flow arrow (never 0).
-uint64_t NewFlow() noexcept;
+// A fresh id for a flow arrow (never 0). 32 bits, so a queued op carries it
+// in padding; ids repeat only after 4 billion arrows in one recording.
+uint32_t NewFlow() noexcept;
 
 // A span on `track` (0: the calling thread). `name` and `category` must be
 // string literals. `arg` (an op index, bytes; < 0: none) and `queued_ns`

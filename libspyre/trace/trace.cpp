@@ -91,7 +91,7 @@ struct State {
     std::string path;
     std::vector<std::shared_ptr<ThreadBuffer>> buffers;
     std::map<std::string, uint32_t> tracks;
-    std::atomic<uint64_t> next_flow{1};
+    std::atomic<uint32_t> next_flow{1};
 };
 
 State& state() {
@@ -169,7 +169,11 @@ uint32_t NamedTrack(const std::string& name) {
 
 uint64_t Recording() noexcept { return g_generation.load(std::memory_order_acquire); }
 
-uint64_t NewFlow() noexcept { return state().next_flow.fetch_add(1, std::memory_order_relaxed); }
+uint32_t NewFlow() noexcept {
+    uint32_t id = state().next_flow.fetch_add(1, std::memory_order_relaxed);
+    while (id == 0) id = state().next_flow.fetch_add(1, std::memory_order_relaxed);  // wrapped
+    return id;
+}
 
 void Span(uint32_t track, const char* category, const char* name, uint64_t start_ns, uint64_t end_ns, int64_t arg,
           uint64_t queued_ns, uint64_t flow_in) noexcept {
