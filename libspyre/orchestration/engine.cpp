@@ -228,6 +228,8 @@ void Engine::Free(const void* buffer) {
 }
 
 void Engine::ReleaseBuffer(BufferInfo& b) {
+    const auto lo = uint64_t(reinterpret_cast<uintptr_t>(b.base_ptr));
+    DropPoisonInside(lo, lo + b.size);
     heap_.Release(b.heap_seq);
     buffers_.Erase(b.base_ptr);
     cv_.notify_all();
@@ -366,6 +368,8 @@ int32_t Engine::Submit(int32_t kernel_id, int32_t worker_type, std::span<const T
     }
     // 3. Dependencies: look every region up first, then file this task's
     // accesses (a task never waits for itself).
+    if (!poisoned_.empty()) [[unlikely]]
+        CheckPoison(t);
     deps_.clear();
     auto alive = [this](int32_t task) { return Alive(task); };
     for (int32_t i = 0; i < t.num_params; ++i) {
@@ -475,11 +479,47 @@ void Engine::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped) {
 void Engine::TryConsume(TaskDescriptor& t) {
     if (t.state.load(std::memory_order_relaxed) != TaskState::Completed || t.fanout_refcount < t.fanout_count) return;
     t.state.store(TaskState::Consumed, std::memory_order_relaxed);
+    if (t.outcome != TaskOutcome::Ok) [[unlikely]]
+        PoisonWrites(t);
     if (t.has_heap_block) heap_.Release(t.heap_seq);
     for (uint64_t base : t.buffers) {
         BufferInfo* b = buffers_.FindBase(reinterpret_cast<const uint8_t*>(uintptr_t(base)));
         if (b && --b->live_refs == 0 && BufferTracker::Reclaimable(*b)) ReleaseBuffer(*b);
     }
+}
+
+void Engine::PoisonWrites(const TaskDescriptor& t) {
+    for (int32_t i = 0; i < t.num_params; ++i) {
+        const ResolvedParam& p = t.params[i];
+        if (p.kind == PARAM_INPUT || p.implicit) continue;  // heap blocks go back to the ring with the task
+        const auto lo = uint64_t(reinterpret_cast<uintptr_t>(p.host));
+        poisoned_.push_back({lo, lo + p.size, t.cause});
+    }
+}
+
+void Engine::CheckPoison(TaskDescriptor& t) {
+    for (int32_t i = 0; i < t.num_params; ++i) {
+        const ResolvedParam& p = t.params[i];
+        if (p.implicit || p.kind == PARAM_OUTPUT) continue;
+        const auto lo = uint64_t(reinterpret_cast<uintptr_t>(p.host)), hi = lo + p.size;
+        for (const PoisonedRegion& r : poisoned_)
+            if (lo < r.hi && r.lo < hi && !t.poisoned) {
+                t.poisoned = true;
+                t.cause = r.cause;
+            }
+    }
+    // A pure write over a whole poisoned region makes it good again (a
+    // partial one leaves the rest stale: the region stays).
+    for (int32_t i = 0; i < t.num_params; ++i) {
+        const ResolvedParam& p = t.params[i];
+        if (p.implicit || p.kind != PARAM_OUTPUT || t.poisoned) continue;
+        const auto lo = uint64_t(reinterpret_cast<uintptr_t>(p.host));
+        DropPoisonInside(lo, lo + p.size);
+    }
+}
+
+void Engine::DropPoisonInside(uint64_t lo, uint64_t hi) {
+    std::erase_if(poisoned_, [&](const PoisonedRegion& r) { return lo <= r.lo && r.hi <= hi; });
 }
 
 void Engine::OnTaskComplete(int32_t task_id, uint32_t status) {
@@ -534,6 +574,7 @@ void Engine::WaitAll() {
     if (failures_.empty()) return;
     std::vector<TaskReport> reports;
     reports.swap(failures_);
+    poisoned_.clear();  // reported: what the caller does with the data is its own
     const TaskReport* root = nullptr;
     int32_t failed = 0, skipped = 0;
     for (const TaskReport& r : reports) {

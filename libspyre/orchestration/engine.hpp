@@ -122,6 +122,11 @@ private:
     void TryConsume(TaskDescriptor& t);
     void ReleaseBuffer(BufferInfo& b);
     void DrainSkips();
+    // Poisoned regions (see poisoned_): kept when a failed writer is
+    // consumed, checked by readers, dropped by writers that cover them.
+    void PoisonWrites(const TaskDescriptor& t);
+    void CheckPoison(TaskDescriptor& t);
+    void DropPoisonInside(uint64_t lo, uint64_t hi);
 
     const EngineOptions options_;
     std::mutex submit_mu_;
@@ -138,6 +143,15 @@ private:
     std::vector<std::shared_ptr<Executor>> executors_;
     std::vector<TaskReport> failures_;
     std::vector<int32_t> skip_work_;   // poisoned tasks whose inputs are done
+    // What a failed or skipped writer should have written, kept after its
+    // slot is reclaimed (the TensorMap forgets it then) until WaitAll reports
+    // the failure, a later OUTPUT covers the region, or the buffer is freed:
+    // a reader submitted meanwhile is skipped, not run on stale data.
+    struct PoisonedRegion {
+        uint64_t lo, hi;  // host addresses [lo, hi)
+        RootCause cause;
+    };
+    std::vector<PoisonedRegion> poisoned_;
     std::vector<int32_t> deps_;        // Submit's scratch
     int64_t inflight_ = 0;  // submitted, not completed
     int64_t active_ = 0;    // READY or RUNNING on an executor: will complete on their own

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "mock_fixture.hpp"
@@ -354,6 +355,40 @@ TEST_F(OrchTest, FailuresNameTheRootCause) {
     o().Submit(K_INC, WORKER_VECTOR, inc);  // x's writer b was skipped long ago; fine to go on
     o().WaitAll();
     (void)a, (void)b;
+}
+
+// A failed writer with no consumer and no scope is consumed, and its slot
+// reclaimed, as soon as it completes: a reader submitted after that still
+// depends on what it did not write, and is skipped, until the failure is
+// reported or a writer covers the region again.
+TEST_F(OrchTest, AFailedWritersRegionStaysPoisonedAfterItsSlotIsReclaimed) {
+    Make(/*ring=*/4);
+    uint32_t* x = Data(0, 64);
+    uint32_t* y = Data(4096, 64);
+    TaskParam fx[] = {Out(x, 64)};
+    TaskParam read_x[] = {In(x, 32), In(x, 32), Out(y, 32)};  // the first half of x
+    const int32_t a = o().Submit(K_FAIL, WORKER_HOST, fx);
+    // Enough later tasks to wrap the ring of 4 past a's slot.
+    uint32_t* z = Data(8192, 64);
+    TaskParam fz[] = {Out(z, 64)};
+    for (int i = 0; i < 8; ++i) o().Submit(K_FILL, WORKER_VECTOR, fz);
+    for (int spins = 0; o().TaskState(a) != PTO_TASK_CONSUMED; ++spins) {
+        ASSERT_LT(spins, 20000) << "task " << a << " was never consumed";
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const int32_t b = o().Submit(K_ADD, WORKER_VECTOR, read_x);
+    // A full rewrite of x heals it: its readers run again.
+    o().Submit(K_FILL, WORKER_VECTOR, fx);
+    const int32_t c = o().Submit(K_ADD, WORKER_VECTOR, read_x);
+    try {
+        o().WaitAll();
+        ADD_FAILURE() << "WaitAll must report the failure";
+    } catch (const Error& err) {
+        EXPECT_EQ(err.context().op_index, uint64_t(a));
+        EXPECT_NE(err.message().find("1 task(s) failed, 1 dependent task(s) skipped"), std::string::npos) << err.what();
+    }
+    EXPECT_EQ(y[0], 14u);  // c ran on the rewritten x; b did not
+    (void)b, (void)c;
 }
 
 TEST_F(OrchTest, FailureListBeforeWaitAll) {
