@@ -4,7 +4,10 @@
 // batch rate measured first in the same run on the same device. An empty
 // task is a program with no ops and no arguments: what is measured is the
 // queue (descriptor intake, validation, a core picking the task up, the
-// out-of-order completion), not a kernel.
+// out-of-order completion), not a kernel. Last, the same empty tasks end to
+// end through the orchestration runtime (seed 004: submit with dependency
+// tracking, the device worker's argument tables and doorbells, completion,
+// reclaim) on a Device of a private mock with the same cores.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -15,6 +18,7 @@
 #include "bench_main.hpp"
 #include "mock_device.hpp"
 #include "pingpong.hpp"
+#include "spyre/orchestration.hpp"
 #include "spyre/spyre.hpp"
 
 using namespace spyre;
@@ -90,6 +94,40 @@ void BM_EmptyTasks(benchmark::State& state, bool all_queues) {
     ReportAgainstRing(state, "nop_batch", ns);  // x_ring < 2: at least half the ring's rate
 }
 
+// kBatch independent empty tasks per iteration through an Orchestrator on a
+// spyre::Device (its own private mock, the same --cores), then WaitAll.
+struct RuntimeDevice {
+    RuntimeDevice()
+        : dev(spyre::Device::Open({.embedded_mock = {.extra_args = {"--cores", "16"}}})),
+          orch(Orchestrator::Create(dev, {.task_ring_size = 1024, .heap_size = 1 << 20})) {
+        const std::vector<uint8_t> empty = ProgramImage{}.Encode();
+        program.emplace(dev.AllocateBuffer(empty.size()));
+        dev.default_stream().CopyToDevice(empty.data(), program->handle(), empty.size());
+        dev.default_stream().Synchronize();
+        orch.RegisterDeviceKernel(kEmptyKernel, dev.allocator().DeviceAddress(program->handle(), empty.size()));
+    }
+    static constexpr int32_t kEmptyKernel = 1;
+    spyre::Device dev;
+    std::optional<DeviceBuffer> program;
+    Orchestrator orch;
+};
+std::optional<RuntimeDevice> g_runtime;
+
+void BM_RuntimeEmptyTasks(benchmark::State& state) {
+    if (!g_runtime) g_runtime.emplace();
+    Orchestrator& orch = g_runtime->orch;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto _ : state) {
+        for (size_t i = 0; i < kBatch; ++i)
+            orch.Submit(RuntimeDevice::kEmptyKernel, i % 2 ? WORKER_CUBE : WORKER_VECTOR, {});
+        orch.WaitAll();
+    }
+    const double ns = TimePerIteration(state, t0) / double(kBatch);
+    state.SetItemsProcessed(int64_t(state.iterations() * kBatch));
+    state.counters["ns_per_item"] = ns;
+    ReportAgainstRing(state, "nop_batch", ns);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -99,5 +137,9 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark("baseline/ring_nop_batch", BM_RingNopBatch)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("tasks/empty_one_queue", BM_EmptyTasks, false)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("tasks/empty_all_queues", BM_EmptyTasks, true)->UseRealTime()->MinTime(0.5);
-    return spyre::bench::RunBenchmarks("task_queue_bench", std::chrono::seconds(120), [] { g_device.reset(); });
+    benchmark::RegisterBenchmark("runtime/empty_device_tasks", BM_RuntimeEmptyTasks)->UseRealTime()->MinTime(0.5);
+    return spyre::bench::RunBenchmarks("task_queue_bench", std::chrono::seconds(120), [] {
+        g_device.reset();
+        g_runtime.reset();
+    });
 }
