@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "spyre/orchestration.hpp"
@@ -77,18 +79,14 @@ TEST_F(StreamTest, OrchestrationExample1OnThePf) {
 }
 
 TEST_F(StreamTest, OrchestrationExample1OnAVf) {
-    Device dev = OpenDevice(0);
+    Device dev = OpenDevice(1);
+    ASSERT_TRUE(dev.function().is_vf());
     RunExample1(dev);
 }
 
-// Device kernels run on the card's cores through the task queues (the
-// DeviceWorker): an elementwise add from one uploaded program serves many
-// tasks with different buffers; a kernel whose program the device refuses
-// fails with the device's code, and its consumer is skipped.
-TEST_F(StreamTest, OrchestrationDeviceKernelsRunOnTheCardsCores) {
-    Device dev = OpenDevice();
-    Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20});
-    // Add over 256 floats: operands A, B, C relocated from slots 0, 1, 2.
+// Uploads an elementwise add over 256 floats (operands A, B, C relocated
+// from argument slots 0, 1, 2) to `dev` and registers it as KERNEL_ADD.
+DeviceBuffer UploadAddKernel(Device& dev, Orchestrator& orch) {
     ProgramImage add;
     spyre_program_op op{};
     op.opcode = SPYRE_PROG_OP_ADD;
@@ -110,6 +108,17 @@ TEST_F(StreamTest, OrchestrationDeviceKernelsRunOnTheCardsCores) {
     dev.default_stream().CopyToDevice(program.data(), prog.handle(), program.size());
     dev.default_stream().Synchronize();
     orch.RegisterDeviceKernel(KERNEL_ADD, dev.allocator().DeviceAddress(prog.handle(), program.size()));
+    return prog;
+}
+
+// Device kernels run on the card's cores through the task queues (the
+// DeviceWorker): an elementwise add from one uploaded program serves many
+// tasks with different buffers; a kernel whose program the device refuses
+// fails with the device's code, and its consumer is skipped.
+TEST_F(StreamTest, OrchestrationDeviceKernelsRunOnTheCardsCores) {
+    Device dev = OpenDevice();
+    Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20});
+    DeviceBuffer prog = UploadAddKernel(dev, orch);
 
     constexpr int kTasks = 40;
     std::vector<float*> a(kTasks), b(kTasks), c(kTasks);
@@ -155,6 +164,58 @@ TEST_F(StreamTest, OrchestrationDeviceKernelsRunOnTheCardsCores) {
         EXPECT_NE(e.context().device_code, 0u) << e.what();
         EXPECT_NE(std::string(e.what()).find("task " + std::to_string(bad)), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("skipped"), std::string::npos) << e.what();
+    }
+}
+
+// Three functions of one card (the PF and two VFs), each driven by its own
+// thread and runtime at once: their device tasks share the card's cores,
+// every result is exact, and each function's task counter counts its own
+// tasks only.
+TEST_F(StreamTest, OrchestrationThreadsOfDifferentFunctionsShareOneCard) {
+    constexpr int kFunctions = 3, kTasks = 60;
+    std::vector<Device> devs;
+    devs.push_back(OpenDevice());
+    devs.push_back(OpenDevice(1));
+    devs.push_back(OpenDevice(2));
+    std::vector<uint64_t> done_before(kFunctions);
+    for (int f = 0; f < kFunctions; ++f) done_before[f] = devs[f].function().Read64(SPYRE_REG_CNT_TASKS_DONE);
+    std::vector<std::string> failures(kFunctions);
+    std::vector<std::thread> threads;
+    for (int f = 0; f < kFunctions; ++f)
+        threads.emplace_back([&, f] {
+            try {
+                Device& dev = devs[f];
+                Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 32, .heap_size = 1 << 20});
+                DeviceBuffer prog = UploadAddKernel(dev, orch);
+                std::vector<float*> a(kTasks), c(kTasks);
+                for (int t = 0; t < kTasks; ++t) {
+                    auto scope = orch.BeginScope();  // a scope per pair: 120 tasks pass through a ring of 32
+                    a[t] = static_cast<float*>(orch.Alloc(1024));
+                    c[t] = static_cast<float*>(orch.Alloc(1024));
+                    for (int i = 0; i < 256; ++i) a[t][i] = float(f * 100000 + t * 1000 + i);
+                    // c = a + a, then c = c + a: a chain of two per t, the t's independent.
+                    TaskParam p0[] = {{PARAM_INPUT, a[t], 1024, {}}, {PARAM_INPUT, a[t], 1024, {}}, {PARAM_OUTPUT, c[t], 1024, {}}};
+                    TaskParam p1[] = {{PARAM_INPUT, c[t], 1024, {}}, {PARAM_INPUT, a[t], 1024, {}}, {PARAM_OUTPUT, c[t], 1024, {}}};
+                    orch.Submit(KERNEL_ADD, t % 2 ? WORKER_CUBE : WORKER_VECTOR, p0);
+                    orch.Submit(KERNEL_ADD, WORKER_VECTOR, p1);
+                }
+                orch.WaitAll();
+                for (int t = 0; t < kTasks; ++t)
+                    for (int i = 0; i < 256; ++i)
+                        if (c[t][i] != 3 * a[t][i]) {
+                            failures[f] = "function " + std::to_string(f) + " task pair " + std::to_string(t) +
+                                          " element " + std::to_string(i) + ": " + std::to_string(c[t][i]);
+                            return;
+                        }
+            } catch (const std::exception& e) {
+                failures[f] = e.what();
+            }
+        });
+    for (auto& t : threads) t.join();
+    for (int f = 0; f < kFunctions; ++f) {
+        EXPECT_EQ(failures[f], "") << "function " << f;
+        EXPECT_EQ(devs[f].function().Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before[f], uint64_t(2 * kTasks))
+            << "function " << f << " counts other functions' tasks, or misses its own";
     }
 }
 

@@ -247,8 +247,8 @@ TEST_F(StreamTest, EventRecordedAfterAFaultFiresAndCarriesTheError) {
 }
 
 TEST_F(StreamTest, EventOfAnotherDeviceIsRefused) {
-    Device d1 = OpenDevice(0);
-    Device d2 = OpenDevice(1);
+    Device d1 = OpenDevice(1);
+    Device d2 = OpenDevice(2);
     FlexStream s1 = d1.CreateStream();
     Event e2(d2);
     EXPECT_SPYRE_ERROR(e2.Record(s1), WrongDevice, "event belongs to " + d2.pci_address() + ", stream to " + d1.pci_address());

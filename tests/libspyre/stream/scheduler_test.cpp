@@ -161,7 +161,7 @@ TEST_F(StreamTest, FifoWithinOneStreamAcrossInlineDmaLaunchAndCallbacks) {
 
 TEST_F(StreamTest, FifoHoldsWhenEnqueuedInBursts) {
     // Enqueue in slices while the scheduler is already draining the stream.
-    Device dev = OpenDevice(0);
+    Device dev = OpenDevice(1);
     FlexStream s = dev.CreateStream();
     SequenceWork work(dev, 240, 2, 7);
     for (int from = 0; from < work.steps(); from += 17) work.Enqueue(s, from, std::min(from + 17, work.steps()));
