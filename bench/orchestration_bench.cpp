@@ -170,10 +170,12 @@ void Report(benchmark::State& state, const std::string& shape, double seconds, c
     const double rate = double(kTasks) * double(state.iterations()) / seconds;
     state.counters["tasks_per_s"] = rate;
     g_rate[std::string(self) + "/" + shape] = rate;
-    if (std::string(self) == "pto") {
+    if (std::string(self).starts_with("pto")) {
         if (g_rate.count("gomp/" + shape)) state.counters["x_gomp"] = rate / g_rate["gomp/" + shape];
         if (g_rate.count("starpu/" + shape)) state.counters["x_starpu"] = rate / g_rate["starpu/" + shape];
     }
+    if (std::string(self) == "pto_lock_free" && g_rate.count("pto/" + shape))
+        state.counters["x_locked"] = rate / g_rate["pto/" + shape];  // > 1: the lock-free queues are faster
 }
 
 double Now() {
@@ -249,17 +251,18 @@ void BM_StarPU(benchmark::State& state, std::string shape) {
 }
 #endif
 
-std::optional<spyre::Orchestrator> g_orch;
+std::optional<spyre::Orchestrator> g_orch[2];  // per ReadyQueueKind
 
-void BM_Pto(benchmark::State& state, std::string shape) {
-    if (!g_orch) {
-        g_orch.emplace(spyre::Orchestrator::CreateOnHostMemory(
-            kBuffers << 16, {.task_ring_size = 4096, .heap_size = 1 << 16, .host_threads = 1}));
-        g_orch->RegisterHostKernel(1, [](std::span<void* const>, std::span<const uint64_t>) { return 0u; });
+void BM_Pto(benchmark::State& state, std::string shape, spyre::ReadyQueueKind kind) {
+    std::optional<spyre::Orchestrator>& orch = g_orch[size_t(kind)];
+    if (!orch) {
+        orch.emplace(spyre::Orchestrator::CreateOnHostMemory(
+            kBuffers << 16, {.task_ring_size = 4096, .heap_size = 1 << 16, .host_threads = 1, .ready_queues = kind}));
+        orch->RegisterHostKernel(1, [](std::span<void* const>, std::span<const uint64_t>) { return 0u; });
     }
     const auto dag = MakeDag(shape);
     // Buffers 64 KiB apart (one TensorMap granule each), 64 bytes used.
-    auto* base = static_cast<uint8_t*>(g_orch->HostAddress(0, uint64_t(kBuffers - 1) << 16));
+    auto* base = static_cast<uint8_t*>(orch->HostAddress(0, uint64_t(kBuffers - 1) << 16));
     auto buf = [&](int i) { return static_cast<void*>(base + (uint64_t(i) << 16)); };
     const double t0 = Now();
     for (auto _ : state) {
@@ -268,11 +271,11 @@ void BM_Pto(benchmark::State& state, std::string shape) {
             int n = 0;
             for (int k = 0; k < t.nreads; ++k) p[n++] = {PARAM_INPUT, buf(t.reads[k]), 64, {}};
             p[n++] = {PARAM_INOUT, buf(t.write), 64, {}};
-            g_orch->Submit(1, WORKER_HOST, std::span<const TaskParam>(p, size_t(n)));
+            orch->Submit(1, WORKER_HOST, std::span<const TaskParam>(p, size_t(n)));
         }
-        g_orch->WaitAll();
+        orch->WaitAll();
     }
-    Report(state, shape, Now() - t0, "pto");
+    Report(state, shape, Now() - t0, kind == spyre::ReadyQueueKind::Locked ? "pto" : "pto_lock_free");
 }
 
 }  // namespace
@@ -292,8 +295,14 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark((std::string("baseline/starpu/") + shape).c_str(), BM_StarPU, std::string(shape))
             ->UseRealTime()->Unit(benchmark::kMillisecond);
 #endif
-        benchmark::RegisterBenchmark((std::string("pto_submit/") + shape).c_str(), BM_Pto, std::string(shape))
+        benchmark::RegisterBenchmark((std::string("pto_submit/") + shape).c_str(), BM_Pto, std::string(shape),
+                                     spyre::ReadyQueueKind::Locked)
+            ->UseRealTime()->Unit(benchmark::kMillisecond);
+        benchmark::RegisterBenchmark((std::string("pto_submit/") + shape + "/lock_free_ready_queues").c_str(), BM_Pto,
+                                     std::string(shape), spyre::ReadyQueueKind::LockFree)
             ->UseRealTime()->Unit(benchmark::kMillisecond);
     }
-    return spyre::bench::RunBenchmarks("orchestration_bench", std::chrono::seconds(120), [] { g_orch.reset(); });
+    return spyre::bench::RunBenchmarks("orchestration_bench", std::chrono::seconds(120), [] {
+        for (auto& o : g_orch) o.reset();
+    });
 }

@@ -31,10 +31,16 @@
 
 namespace spyre {
 
+// How the ready queues between the engine and its workers are built
+// (docs/orchestration.md compares them): a mutex and condition variable, or a
+// lock-free ring whose idle workers spin briefly, then sleep on a futex.
+enum class ReadyQueueKind : uint8_t { Locked, LockFree };
+
 struct OrchestratorOptions {
     int32_t task_ring_size = 1024;    // task slots (live tasks at most)
     uint64_t heap_size = 64ull << 20;  // heap ring bytes, from the function's allocator
     unsigned host_threads = 0;         // host worker threads; 0 = one per hardware thread
+    ReadyQueueKind ready_queues = ReadyQueueKind::Locked;
 };
 
 // A host kernel: the task's parameter addresses and sizes; returns 0 or an error code.

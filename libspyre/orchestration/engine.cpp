@@ -48,7 +48,7 @@ Engine::Engine(EngineOptions options)
     const unsigned threads = options_.host_threads ? options_.host_threads
                                                    : std::max(1u, std::thread::hardware_concurrency());
     auto host = std::make_shared<HostWorker>(threads);
-    queues_.push_back(std::make_unique<ReadyQueue>());
+    queues_.push_back(MakeReadyQueue(options_.ready_queues, size_t(options_.task_ring_size)));
     for (int32_t w : {WORKER_CUBE, WORKER_VECTOR, WORKER_HOST}) routes_[w] = {host, queues_.back().get()};
     executors_.push_back(host);
     host->Start(*queues_.back(), *this);
@@ -121,7 +121,7 @@ void Engine::SetExecutor(int32_t worker_type, std::shared_ptr<Executor> executor
             routes_[worker_type] = r;
             return;
         }
-    queues_.push_back(std::make_unique<ReadyQueue>());
+    queues_.push_back(MakeReadyQueue(options_.ready_queues, size_t(options_.task_ring_size)));
     routes_[worker_type] = {executor, queues_.back().get()};
     executors_.push_back(executor);
     executor->Start(*queues_.back(), *this);

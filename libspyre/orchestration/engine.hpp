@@ -43,6 +43,7 @@ struct EngineOptions {
     uint64_t heap_offset = 0;
     uint64_t heap_size = 0;
     unsigned host_threads = 0;  // 0: one per hardware thread
+    ReadyQueueKind ready_queues = ReadyQueueKind::Locked;
     std::string device;         // for messages
 };
 

@@ -94,7 +94,7 @@ Runtime* pto_runtime_create(const char* function, int32_t task_ring_size, uint64
         spyre::DeviceOptions options;
         if (function) options.function = function;
         auto device = std::make_unique<spyre::Device>(spyre::Device::Open(std::move(options)));
-        auto rt = Runtime::OnDevice(*device, task_ring_size, heap_size, 0);
+        auto rt = Runtime::OnDevice(*device, {.task_ring_size = task_ring_size, .heap_size = heap_size});
         rt->owned_device = std::move(device);
         out = rt.release();
         return 0;
@@ -105,7 +105,7 @@ Runtime* pto_runtime_create(const char* function, int32_t task_ring_size, uint64
 Runtime* pto_runtime_create_host(uint64_t memory_size, int32_t task_ring_size, uint64_t heap_size) {
     Runtime* out = nullptr;
     Guard([&] {
-        out = Runtime::OnHostMemory(memory_size, task_ring_size, heap_size, 0).release();
+        out = Runtime::OnHostMemory(memory_size, {.task_ring_size = task_ring_size, .heap_size = heap_size}).release();
         return 0;
     });
     return out;

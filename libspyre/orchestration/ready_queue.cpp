@@ -1,9 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "orchestration/ready_queue.hpp"
 
+#include <bit>
+#include <chrono>
+
+#include "spyre/common/futex.hpp"
+#include "spyre/error.hpp"
+
 namespace spyre::orchestration {
 
-void ReadyQueue::Push(ReadyTask t) {
+std::unique_ptr<ReadyQueue> MakeReadyQueue(ReadyQueueKind kind, size_t capacity) {
+    if (kind == ReadyQueueKind::LockFree) return std::make_unique<LockFreeReadyQueue>(capacity);
+    return std::make_unique<LockedReadyQueue>();
+}
+
+// ------------------------------------------------------------------ locked
+
+void LockedReadyQueue::Push(ReadyTask t) {
     {
         std::lock_guard lock(mu_);
         q_.push_back(t);
@@ -11,7 +24,7 @@ void ReadyQueue::Push(ReadyTask t) {
     cv_.notify_one();
 }
 
-bool ReadyQueue::PopBatch(std::vector<ReadyTask>& out, size_t max) {
+bool LockedReadyQueue::PopBatch(std::vector<ReadyTask>& out, size_t max) {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return closed_ || !q_.empty(); });
     if (q_.empty()) return false;
@@ -22,7 +35,7 @@ bool ReadyQueue::PopBatch(std::vector<ReadyTask>& out, size_t max) {
     return true;
 }
 
-size_t ReadyQueue::TryPopBatch(std::vector<ReadyTask>& out, size_t max) {
+size_t LockedReadyQueue::TryPopBatch(std::vector<ReadyTask>& out, size_t max) {
     std::lock_guard lock(mu_);
     size_t n = 0;
     while (!q_.empty() && n < max) {
@@ -33,7 +46,7 @@ size_t ReadyQueue::TryPopBatch(std::vector<ReadyTask>& out, size_t max) {
     return n;
 }
 
-void ReadyQueue::Close() {
+void LockedReadyQueue::Close() {
     {
         std::lock_guard lock(mu_);
         closed_ = true;
@@ -41,9 +54,114 @@ void ReadyQueue::Close() {
     cv_.notify_all();
 }
 
-size_t ReadyQueue::size() const {
+size_t LockedReadyQueue::size() const {
     std::lock_guard lock(mu_);
     return q_.size();
+}
+
+// --------------------------------------------------------------- lock-free
+
+namespace {
+// How long an idle popper polls before it sleeps: a few hundred ns, about
+// one task's submission, so a steady stream of tasks never pays a futex.
+constexpr int kSpins = 256;
+// A sleeper re-checks now and then even without a wake (Close, belt and braces).
+constexpr auto kSleepBound = std::chrono::milliseconds(100);
+}  // namespace
+
+LockFreeReadyQueue::LockFreeReadyQueue(size_t capacity)
+    : cells_(new Cell[std::bit_ceil(std::max<size_t>(capacity, 2))]),
+      mask_(std::bit_ceil(std::max<size_t>(capacity, 2)) - 1) {
+    for (uint64_t i = 0; i <= mask_; ++i) cells_[i].seq.store(i, std::memory_order_relaxed);
+}
+
+void LockFreeReadyQueue::Push(ReadyTask t) {
+    uint64_t pos = tail_.load(std::memory_order_relaxed);
+    for (;;) {
+        Cell& cell = cells_[pos & mask_];
+        const int64_t dif = int64_t(cell.seq.load(std::memory_order_acquire) - pos);
+        if (dif == 0) {
+            if (tail_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+                cell.task = t;
+                cell.seq.store(pos + 1, std::memory_order_release);
+                break;
+            }
+        } else if (dif < 0) {
+            // Ready tasks are live tasks, and the ring holds no more than its size.
+            throw Error(ErrorKind::Internal, "ready queue of " + std::to_string(mask_ + 1) + " tasks is full");
+        } else {
+            pos = tail_.load(std::memory_order_relaxed);
+        }
+    }
+    // Pairs with a popper's sleepers_ increment before its last look: either
+    // it sees this task, or this sees it asleep and wakes it.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_relaxed) != 0) {
+        wake_seq_.fetch_add(1, std::memory_order_release);
+        FutexWake(&wake_seq_, FutexScope::Private, 1);
+    }
+}
+
+bool LockFreeReadyQueue::TryPop(ReadyTask& out) {
+    uint64_t pos = head_.load(std::memory_order_relaxed);
+    for (;;) {
+        Cell& cell = cells_[pos & mask_];
+        const int64_t dif = int64_t(cell.seq.load(std::memory_order_acquire) - (pos + 1));
+        if (dif == 0) {
+            if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+                out = cell.task;
+                cell.seq.store(pos + mask_ + 1, std::memory_order_release);
+                return true;
+            }
+        } else if (dif < 0) {
+            return false;  // empty
+        } else {
+            pos = head_.load(std::memory_order_relaxed);
+        }
+    }
+}
+
+size_t LockFreeReadyQueue::TryPopBatch(std::vector<ReadyTask>& out, size_t max) {
+    size_t n = 0;
+    ReadyTask t;
+    while (n < max && TryPop(t)) {
+        out.push_back(t);
+        ++n;
+    }
+    return n;
+}
+
+bool LockFreeReadyQueue::PopBatch(std::vector<ReadyTask>& out, size_t max) {
+    for (;;) {
+        for (int i = 0; i < kSpins; ++i) {
+            if (TryPopBatch(out, max) != 0) return true;
+            CpuRelax();
+        }
+        const uint32_t seen = wake_seq_.load(std::memory_order_acquire);
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        std::atomic_thread_fence(std::memory_order_seq_cst);  // the Dekker pair with Push
+        if (TryPopBatch(out, max) != 0) {
+            sleepers_.fetch_sub(1, std::memory_order_relaxed);
+            return true;
+        }
+        if (closed_.load(std::memory_order_acquire)) {
+            sleepers_.fetch_sub(1, std::memory_order_relaxed);
+            return TryPopBatch(out, max) != 0;
+        }
+        FutexWait(&wake_seq_, seen, kSleepBound, FutexScope::Private);
+        sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    }
+}
+
+void LockFreeReadyQueue::Close() {
+    closed_.store(true, std::memory_order_release);
+    wake_seq_.fetch_add(1, std::memory_order_release);
+    FutexWake(&wake_seq_, FutexScope::Private);
+}
+
+size_t LockFreeReadyQueue::size() const {
+    const uint64_t tail = tail_.load(std::memory_order_acquire), head = head_.load(std::memory_order_acquire);
+    return tail > head ? size_t(tail - head) : 0;
 }
 
 }  // namespace spyre::orchestration

@@ -26,8 +26,8 @@ Runtime::~Runtime() {
     }
 }
 
-std::unique_ptr<Runtime> Runtime::OnDevice(spyre::Device& device, int32_t task_ring_size, uint64_t heap_size,
-                                           unsigned host_threads) {
+std::unique_ptr<Runtime> Runtime::OnDevice(spyre::Device& device, const spyre::OrchestratorOptions& options) {
+    const uint64_t heap_size = options.heap_size;
     auto rt = std::make_unique<Runtime>();
     rt->device = &device;
     // Buffers are addresses in this mapping of the function's own memory
@@ -38,12 +38,13 @@ std::unique_ptr<Runtime> Runtime::OnDevice(spyre::Device& device, int32_t task_r
     rt->heap = device.allocator().Allocate(heap_size);
     const uint64_t heap_offset = device.allocator().DeviceAddress(rt->heap->handle, heap_size);
     EngineOptions o;
-    o.task_ring_size = task_ring_size;
+    o.task_ring_size = options.task_ring_size;
     o.memory = rt->devmem.data();
     o.memory_size = rt->devmem.size();
     o.heap_offset = heap_offset;
     o.heap_size = heap_size;
-    o.host_threads = host_threads;
+    o.host_threads = options.host_threads;
+    o.ready_queues = options.ready_queues;
     o.device = device.pci_address();
     rt->engine = std::make_unique<Engine>(o);
     // CUBE and VECTOR kernels with a device program run on the card's cores
@@ -57,8 +58,8 @@ std::unique_ptr<Runtime> Runtime::OnDevice(spyre::Device& device, int32_t task_r
     return rt;
 }
 
-std::unique_ptr<Runtime> Runtime::OnHostMemory(uint64_t memory_size, int32_t task_ring_size, uint64_t heap_size,
-                                               unsigned host_threads) {
+std::unique_ptr<Runtime> Runtime::OnHostMemory(uint64_t memory_size, const spyre::OrchestratorOptions& options) {
+    const uint64_t heap_size = options.heap_size;
     if (heap_size == 0 || heap_size > memory_size)
         throw Error(ErrorKind::InvalidArgument, "heap ring of " + std::to_string(heap_size) +
                                                     " bytes does not fit host memory of " + std::to_string(memory_size) +
@@ -69,12 +70,13 @@ std::unique_ptr<Runtime> Runtime::OnHostMemory(uint64_t memory_size, int32_t tas
     if (!rt->host_memory) throw Error(ErrorKind::OutOfMemory, "cannot allocate " + std::to_string(memory_size) + " bytes");
     std::memset(rt->host_memory.get(), 0, rounded);
     EngineOptions o;
-    o.task_ring_size = task_ring_size;
+    o.task_ring_size = options.task_ring_size;
     o.memory = rt->host_memory.get();
     o.memory_size = memory_size;
     o.heap_offset = (memory_size - heap_size) / 128 * 128;
     o.heap_size = memory_size - o.heap_offset;
-    o.host_threads = host_threads;
+    o.host_threads = options.host_threads;
+    o.ready_queues = options.ready_queues;
     o.device = "host memory";
     rt->engine = std::make_unique<Engine>(o);
     return rt;
@@ -126,13 +128,11 @@ Engine& Eng(::Runtime* rt) { return *rt->engine; }
 void Orchestrator::Deleter::operator()(::Runtime* rt) const noexcept { delete rt; }
 
 Orchestrator Orchestrator::Create(Device& device, OrchestratorOptions options) {
-    return Orchestrator(
-        ::Runtime::OnDevice(device, options.task_ring_size, options.heap_size, options.host_threads).release());
+    return Orchestrator(::Runtime::OnDevice(device, options).release());
 }
 
 Orchestrator Orchestrator::CreateOnHostMemory(uint64_t memory_size, OrchestratorOptions options) {
-    return Orchestrator(
-        ::Runtime::OnHostMemory(memory_size, options.task_ring_size, options.heap_size, options.host_threads).release());
+    return Orchestrator(::Runtime::OnHostMemory(memory_size, options).release());
 }
 
 Orchestrator::Orchestrator(Orchestrator&&) noexcept = default;

@@ -27,11 +27,9 @@ struct Runtime {
     ~Runtime();
 
     // On `device`: maps its memory and takes the heap from its allocator.
-    static std::unique_ptr<Runtime> OnDevice(spyre::Device& device, int32_t task_ring_size, uint64_t heap_size,
-                                             unsigned host_threads);
+    static std::unique_ptr<Runtime> OnDevice(spyre::Device& device, const spyre::OrchestratorOptions& options);
     // On host memory: the heap is the last heap_size bytes of memory_size.
-    static std::unique_ptr<Runtime> OnHostMemory(uint64_t memory_size, int32_t task_ring_size, uint64_t heap_size,
-                                                 unsigned host_threads);
+    static std::unique_ptr<Runtime> OnHostMemory(uint64_t memory_size, const spyre::OrchestratorOptions& options);
     // fn(this, args) in a scope, then WaitAll.
     void Run(pto_orchestration_fn fn, uint64_t* args);
     void RunLibrary(const char* path, const char* symbol, uint64_t* args);

@@ -24,7 +24,8 @@ enum : int32_t { K_FILL = 1, K_INC, K_ADD, K_FAIL, K_EXT, K_MIX };
 class OrchTest : public ::testing::Test {
 protected:
     void Make(int32_t ring = 64, uint64_t heap = 1 << 20, uint64_t memory = 4 << 20) {
-        orch_.emplace(Orchestrator::CreateOnHostMemory(memory, {.task_ring_size = ring, .heap_size = heap, .host_threads = 2}));
+        orch_.emplace(Orchestrator::CreateOnHostMemory(
+            memory, {.task_ring_size = ring, .heap_size = heap, .host_threads = 2, .ready_queues = QueueKind()}));
         // K_FILL: out[i] = 7; K_INC: x[i] += 1 (a read-modify-write: lost
         // updates would show if two ran at once); K_ADD: c = a + b.
         orch_->RegisterHostKernel(K_FILL, [](std::span<void* const> b, std::span<const uint64_t> s) {
@@ -47,16 +48,26 @@ protected:
         orch_->RegisterHostKernel(K_FAIL, [](std::span<void* const>, std::span<const uint64_t>) { return 42u; });
         orch_->RegisterHostKernel(K_EXT, [](std::span<void* const>, std::span<const uint64_t>) { return 0u; });
     }
+    virtual ReadyQueueKind QueueKind() const { return ReadyQueueKind::Locked; }
     Orchestrator& o() { return *orch_; }
     uint32_t* Data(uint64_t offset, uint64_t bytes) { return static_cast<uint32_t*>(o().HostAddress(offset, bytes)); }
     std::optional<Orchestrator> orch_;
 };
 
+// The runtime's tests, once with each kind of ready queue.
+class OrchQueueTest : public OrchTest, public ::testing::WithParamInterface<ReadyQueueKind> {
+protected:
+    ReadyQueueKind QueueKind() const override { return GetParam(); }
+};
+INSTANTIATE_TEST_SUITE_P(ReadyQueues, OrchQueueTest,
+                         ::testing::Values(ReadyQueueKind::Locked, ReadyQueueKind::LockFree),
+                         [](const auto& info) { return info.param == ReadyQueueKind::Locked ? "locked" : "lock_free"; });
+
 TaskParam In(void* p, uint64_t n) { return {PARAM_INPUT, p, n, {}}; }
 TaskParam Out(void* p, uint64_t n) { return {PARAM_OUTPUT, p, n, {}}; }
 TaskParam InOut(void* p, uint64_t n) { return {PARAM_INOUT, p, n, {}}; }
 
-TEST_F(OrchTest, ChainRunsInOrder) {
+TEST_P(OrchQueueTest, ChainRunsInOrder) {
     Make();
     uint32_t* x = Data(0, 64);
     TaskParam fill[] = {Out(x, 64)};
@@ -68,7 +79,7 @@ TEST_F(OrchTest, ChainRunsInOrder) {
     for (int i = 0; i < 16; ++i) EXPECT_EQ(x[i], 9u);
 }
 
-TEST_F(OrchTest, FanOutReadersSeeTheProducersData) {
+TEST_P(OrchQueueTest, FanOutReadersSeeTheProducersData) {
     Make();
     uint32_t* a = Data(0, 256);
     uint32_t* outs = Data(4096, 3 * 256);
@@ -83,7 +94,7 @@ TEST_F(OrchTest, FanOutReadersSeeTheProducersData) {
     for (int i = 0; i < 3 * 64; ++i) EXPECT_EQ(outs[i], 14u);
 }
 
-TEST_F(OrchTest, NestedScopesHoldOutputsUntilTheOutermostEnds) {
+TEST_P(OrchQueueTest, NestedScopesHoldOutputsUntilTheOutermostEnds) {
     Make();
     uint32_t* a = Data(0, 64);
     auto outer = o().BeginScope();
@@ -106,7 +117,7 @@ TEST_F(OrchTest, NestedScopesHoldOutputsUntilTheOutermostEnds) {
     EXPECT_SPYRE_ERROR(o().TaskOutput(t1), InvalidArgument, "is not live");
 }
 
-TEST_F(OrchTest, AccumulatingWritersSerialiseDisjointWritersDoNot) {
+TEST_P(OrchQueueTest, AccumulatingWritersSerialiseDisjointWritersDoNot) {
     Make(256);
     uint32_t* x = Data(0, 4096);
     TaskParam inc[] = {InOut(x, 4096)};
@@ -136,7 +147,7 @@ TEST_F(OrchTest, AccumulatingWritersSerialiseDisjointWritersDoNot) {
     o().WaitAll();
 }
 
-TEST_F(OrchTest, WriteAfterReadWaitsForTheReadersOfTheVersionItOverwrites) {
+TEST_P(OrchQueueTest, WriteAfterReadWaitsForTheReadersOfTheVersionItOverwrites) {
     Make();
     uint32_t* x = Data(0, 128);
     TaskParam w[] = {Out(x, 128)};
@@ -165,7 +176,7 @@ TEST_F(OrchTest, WriteAfterReadWaitsForTheReadersOfTheVersionItOverwrites) {
 // Found by TSan: a reader submitted after its producer completed has nothing
 // to wait for, but must still hold the producer, or the producer's heap
 // block is reused while the reader reads it.
-TEST_F(OrchTest, AReaderOfACompletedProducerHoldsItsOutput) {
+TEST_P(OrchQueueTest, AReaderOfACompletedProducerHoldsItsOutput) {
     Make();
     int32_t p, r;
     {
@@ -183,7 +194,7 @@ TEST_F(OrchTest, AReaderOfACompletedProducerHoldsItsOutput) {
     o().WaitAll();
 }
 
-TEST_F(OrchTest, MixedImplicitAndExplicitAllocation) {
+TEST_P(OrchQueueTest, MixedImplicitAndExplicitAllocation) {
     Make();
     uint32_t* a = Data(0, 256);
     for (int i = 0; i < 64; ++i) a[i] = uint32_t(i);
@@ -201,7 +212,7 @@ TEST_F(OrchTest, MixedImplicitAndExplicitAllocation) {
     EXPECT_SPYRE_ERROR(o().Free(buf), InvalidArgument, "not a live buffer from pto_alloc");
 }
 
-TEST_F(OrchTest, FreeIsDeferredUntilEveryTaskUsingTheBufferIsConsumed) {
+TEST_P(OrchQueueTest, FreeIsDeferredUntilEveryTaskUsingTheBufferIsConsumed) {
     Make();
     uint32_t* src = Data(0, 128);
     void* buf = o().Alloc(128);
@@ -294,7 +305,7 @@ TEST_P(BackPressure, TasksWaitingOnTheStalledCallerAreAnErrorNotAHang) {
 
 INSTANTIATE_TEST_SUITE_P(RingSizes, BackPressure, ::testing::Values(2, 3));
 
-TEST_F(OrchTest, HeapLargerThanOneScopeIsAnError) {
+TEST_P(OrchQueueTest, HeapLargerThanOneScopeIsAnError) {
     Make(16, 1024);
     uint32_t* a = Data(0, 512);
     auto scope = o().BeginScope();
@@ -309,7 +320,7 @@ TEST_F(OrchTest, HeapLargerThanOneScopeIsAnError) {
     o().WaitAll();
 }
 
-TEST_F(OrchTest, AFailedTaskPoisonsItsDependentsOnly) {
+TEST_P(OrchQueueTest, AFailedTaskPoisonsItsDependentsOnly) {
     Make();
     uint32_t* x = Data(0, 64);
     uint32_t* y = Data(4096, 64);
@@ -344,7 +355,7 @@ TEST_F(OrchTest, AFailedTaskPoisonsItsDependentsOnly) {
     o().WaitAll();  // reported once
 }
 
-TEST_F(OrchTest, FailuresNameTheRootCause) {
+TEST_P(OrchQueueTest, FailuresNameTheRootCause) {
     Make();
     uint32_t* x = Data(0, 64);
     TaskParam fx[] = {Out(x, 64)};
@@ -361,7 +372,7 @@ TEST_F(OrchTest, FailuresNameTheRootCause) {
 // reclaimed, as soon as it completes: a reader submitted after that still
 // depends on what it did not write, and is skipped, until the failure is
 // reported or a writer covers the region again.
-TEST_F(OrchTest, AFailedWritersRegionStaysPoisonedAfterItsSlotIsReclaimed) {
+TEST_P(OrchQueueTest, AFailedWritersRegionStaysPoisonedAfterItsSlotIsReclaimed) {
     Make(/*ring=*/4);
     uint32_t* x = Data(0, 64);
     uint32_t* y = Data(4096, 64);
@@ -391,7 +402,7 @@ TEST_F(OrchTest, AFailedWritersRegionStaysPoisonedAfterItsSlotIsReclaimed) {
     (void)b, (void)c;
 }
 
-TEST_F(OrchTest, FailureListBeforeWaitAll) {
+TEST_P(OrchQueueTest, FailureListBeforeWaitAll) {
     Make();
     uint32_t* x = Data(0, 64);
     TaskParam fx[] = {Out(x, 64)};
@@ -412,7 +423,7 @@ TEST_F(OrchTest, FailureListBeforeWaitAll) {
     EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "code 5");
 }
 
-TEST_F(OrchTest, BadInputIsATypedErrorNamingWhatWasWrong) {
+TEST_P(OrchQueueTest, BadInputIsATypedErrorNamingWhatWasWrong) {
     Make();
     uint32_t* x = Data(0, 64);
     uint32_t stack[16];
@@ -452,7 +463,7 @@ TEST_F(OrchTest, BadInputIsATypedErrorNamingWhatWasWrong) {
     o().WaitAll();
 }
 
-TEST_F(OrchTest, ExternalCompletionBeforeItsInputsTakesEffectLater) {
+TEST_P(OrchQueueTest, ExternalCompletionBeforeItsInputsTakesEffectLater) {
     Make();
     uint32_t* x = Data(0, 64);
     TaskParam w[] = {Out(x, 64)};
@@ -469,7 +480,7 @@ TEST_F(OrchTest, ExternalCompletionBeforeItsInputsTakesEffectLater) {
 // The same tasks submitted to the runtime and run one by one on a copy of
 // the memory must give the same bytes: every dependency the runtime misses
 // would let tasks race and (with this kernel) change the result.
-TEST_F(OrchTest, RandomDagMatchesASequentialRun) {
+TEST_P(OrchQueueTest, RandomDagMatchesASequentialRun) {
     Make(32, 1 << 16);
     constexpr uint64_t kArena = 16384;  // bytes, 4096 words
     struct Op {
@@ -534,7 +545,7 @@ void SeedStyleOrchestration(Runtime* rt, uint64_t* args) {
     pto_submit_task(rt, K_ADD, WORKER_VECTOR, p1, 3);
 }
 
-TEST_F(OrchTest, RunCallsAnOrchestrationFunctionInAScopeAndWaits) {
+TEST_P(OrchQueueTest, RunCallsAnOrchestrationFunctionInAScopeAndWaits) {
     Make();
     uint32_t* a = Data(0, 64);
     uint32_t* out = Data(4096, 64);
