@@ -7,8 +7,8 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <optional>
+#include <vector>
 
 namespace spyre::orchestration {
 
@@ -26,18 +26,41 @@ public:
 
     // A block of `size` bytes (rounded up to kAlignment), or nullopt when the
     // ring has no room until the tail advances. `owner` is kept for messages.
-    std::optional<Block> Allocate(uint64_t size, uint64_t owner);
+    // Inline: it is on every submission with implicit outputs (seed target
+    // under 10 cycles; bench/orchestration_bench measures it).
+    std::optional<Block> Allocate(uint64_t size, uint64_t owner) {
+        const uint64_t need = (size + kAlignment - 1) & ~(kAlignment - 1);
+        if (need == 0 || need > size_) [[unlikely]]
+            return std::nullopt;
+        uint64_t at = 0;  // an empty ring starts over at its base
+        if (next_seq_ != first_seq_) {
+            const uint64_t tail = At(first_seq_).offset;
+            if (head_ > tail) {  // live bytes are [tail, head): room at the end, then at the start
+                if (head_ + need <= size_) at = head_;
+                else if (need > tail) return std::nullopt;
+            } else {  // wrapped: live bytes are [tail, size) + [0, head)
+                if (need > tail - head_) return std::nullopt;
+                at = head_;
+            }
+            if (next_seq_ - first_seq_ == entries_.size()) [[unlikely]]
+                Grow();
+        }
+        head_ = at + need;
+        At(next_seq_) = Entry{at, owner, false};
+        ++live_;
+        return Block{at, next_seq_++};
+    }
     // Marks a block consumed; the tail advances over consumed blocks.
     void Release(uint64_t seq);
     // Names the owner of a live block (when it is known only after Allocate).
     void SetOwner(uint64_t seq, uint64_t owner) {
-        if (seq >= first_seq_ && seq - first_seq_ < blocks_.size()) blocks_[seq - first_seq_].owner = owner;
+        if (seq >= first_seq_ && seq < next_seq_) At(seq).owner = owner;
     }
 
     uint8_t* base() const noexcept { return base_; }
     uint64_t size() const noexcept { return size_; }
     uint64_t head() const noexcept { return head_; }
-    uint64_t tail() const noexcept { return blocks_.empty() ? head_ : blocks_.front().offset; }
+    uint64_t tail() const noexcept { return next_seq_ == first_seq_ ? head_ : At(first_seq_).offset; }
     uint64_t live_blocks() const noexcept { return live_; }
     // Bytes between tail and head (what the live blocks hold, with padding).
     uint64_t used() const noexcept;
@@ -47,16 +70,22 @@ public:
 private:
     struct Entry {
         uint64_t offset;
-        uint64_t size;
         uint64_t owner;
         bool released;
     };
+    // Blocks by seq in a power-of-two circle: [first_seq_, next_seq_) are
+    // not yet passed by the tail.
+    Entry& At(uint64_t seq) noexcept { return entries_[seq & (entries_.size() - 1)]; }
+    const Entry& At(uint64_t seq) const noexcept { return entries_[seq & (entries_.size() - 1)]; }
+    void Grow();  // doubles the circle (rare: only when more blocks are live than ever before)
+
     uint8_t* base_;
     uint64_t size_;
     uint64_t head_ = 0;
-    uint64_t first_seq_ = 0;  // seq of blocks_.front()
+    uint64_t first_seq_ = 0;  // the oldest block the tail has not passed
+    uint64_t next_seq_ = 0;   // the seq the next block gets
     uint64_t live_ = 0;
-    std::deque<Entry> blocks_;
+    std::vector<Entry> entries_ = std::vector<Entry>(64);
 };
 
 }  // namespace spyre::orchestration

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <random>
 #include <vector>
 
 namespace spyre::orchestration {
@@ -74,6 +76,36 @@ TEST(HeapRing, WrapSkipsTheTooSmallEnd) {
     EXPECT_EQ(d->offset, 256u);
     ring.Release(c->seq);
     ring.Release(d->seq);
+}
+
+// More blocks live than the ring's bookkeeping first had room for (it
+// grows), released out of order while more are allocated: live blocks never
+// overlap, and owners and the tail stay right across the growth.
+TEST(HeapRing, ManyLiveBlocksOutOfOrderNeverOverlap) {
+    std::vector<uint8_t> mem(1 << 16);  // 512 blocks of 128 bytes
+    HeapRing ring(mem.data(), mem.size());
+    std::mt19937 rng(3);
+    std::map<uint64_t, std::pair<uint64_t, uint64_t>> live;  // seq -> offset, bytes
+    size_t most_live = 0;
+    for (int step = 0; step < 20000; ++step) {
+        if (live.size() < 300 && (live.empty() || rng() % 3 != 0)) {
+            const uint64_t bytes = 128 * (1 + rng() % 2);
+            auto b = ring.Allocate(bytes, uint64_t(step));
+            if (!b) continue;  // full until the tail moves
+            for (const auto& [seq, other] : live)
+                ASSERT_TRUE(b->offset + bytes <= other.first || other.first + other.second <= b->offset)
+                    << "step " << step << ": block at " << b->offset << " overlaps seq " << seq;
+            live.emplace(b->seq, std::pair{b->offset, bytes});
+        } else {
+            auto it = std::next(live.begin(), long(rng() % live.size()));
+            ring.Release(it->first);
+            live.erase(it);
+        }
+        most_live = std::max(most_live, live.size());
+        ASSERT_EQ(ring.live_blocks(), live.size());
+        if (!live.empty()) ASSERT_EQ(ring.tail(), live.begin()->second.first) << "step " << step;  // the oldest
+    }
+    EXPECT_GT(most_live, 64u);  // past the bookkeeping's first size
 }
 
 TEST(HeapRing, ReleaseOfUnknownOrRepeatedSeqIsHarmless) {
