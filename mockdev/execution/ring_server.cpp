@@ -66,9 +66,12 @@ void RingServer::SetRingEnabled(bool enabled) {
 }
 
 RingServer::Paused::Paused(RingServer& engine) : ring_server_(engine) {
-    ring_server_.paused_.store(true);
     ring_server_.abort_batch_.store(true);
     lock_ = std::unique_lock(ring_server_.exec_mutex_);
+    // Only now: a server that sees paused_ blocks on exec_mutex_, and one that
+    // saw it before the lock was ours would take and drop the mutex in a
+    // loop, which can keep this constructor from ever getting it.
+    ring_server_.paused_.store(true);
     ring_server_.abort_batch_.store(false);
     ring_server_.Kick();  // out of its futex sleep, to wait on exec_mutex_ instead
 }

@@ -65,9 +65,11 @@ void TaskServer::WakeEngine() {
 void TaskServer::Doorbell() { WakeEngine(); }
 
 TaskServer::Paused::Paused(TaskServer& server) : server_(server) {
-    server_.paused_.store(true);
     server_.abort_.store(true);  // running tasks stop at their next budget check
     lock_ = std::unique_lock(server_.exec_mutex_);
+    // Only now (as RingServer::Paused): a server seeing paused_ before the
+    // mutex was ours would take and drop it in a loop and could starve us.
+    server_.paused_.store(true);
     // Out of its futex sleep, to wait on exec_mutex_ instead: the page it
     // sleeps on may be replaced while paused (a change of owner).
     do {
