@@ -59,7 +59,7 @@ Engine::~Engine() {
         // Tasks already running finish (they use our memory); EXTERNAL tasks
         // still open are abandoned.
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return active_ == 0; });
+        while (active_ != 0) Sleep(lock);
     }
     for (auto& q : queues_) q->Close();
     for (auto& e : executors_) e->Stop();
@@ -158,7 +158,7 @@ auto Engine::Stall(std::unique_lock<std::mutex>& lock, Attempt&& attempt, Stuck&
         // Only tasks on executors finish by themselves; with none, space
         // could come back only through this (stalled) caller: say so.
         if (active_ == 0) Fail(ErrorKind::OutOfMemory, stuck(), EDEADLK);
-        cv_.wait(lock);
+        Sleep(lock);
     }
 }
 
@@ -225,6 +225,7 @@ void Engine::Free(const void* buffer) {
                                              Hex(uint64_t(b->base_ptr - options_.memory)) + " was freed already");
     b->free_requested = true;
     if (BufferTracker::Reclaimable(*b)) ReleaseBuffer(*b);
+    WakeWaiters();
 }
 
 void Engine::ReleaseBuffer(BufferInfo& b) {
@@ -232,7 +233,22 @@ void Engine::ReleaseBuffer(BufferInfo& b) {
     DropPoisonInside(lo, lo + b.size);
     heap_.Release(b.heap_seq);
     buffers_.Erase(b.base_ptr);
-    cv_.notify_all();
+    space_freed_ = true;
+}
+
+void Engine::Sleep(std::unique_lock<std::mutex>& lock) {
+    ++waiters_;
+    cv_.wait(lock);
+    --waiters_;
+}
+
+void Engine::WakeWaiters() {
+    // Waiters want space (a stalled submit), no task in flight (WaitAll) or
+    // none that can finish by itself (the deadlock checks, the destructor):
+    // waking them for anything else cost a futex wake and a context switch
+    // per completed task.
+    if (waiters_ != 0 && (space_freed_ || inflight_ == 0 || active_ == 0)) cv_.notify_all();
+    space_freed_ = false;
 }
 
 void Engine::ScopeBegin() {
@@ -265,7 +281,8 @@ void Engine::ScopeEnd() {
         ++t.fanout_refcount;  // the scope releases its reference
         TryConsume(t);
     }
-    if (ring_.Reclaim()) cv_.notify_all();
+    if (ring_.Reclaim()) space_freed_ = true;
+    WakeWaiters();
     if (first) {
         std::ostringstream s;
         s << "scope of tasks [" << *begin << ", " << end << "): task " << first->cause.task_id << " (kernel "
@@ -440,7 +457,8 @@ void Engine::DrainSkips() {
         skip_work_.pop_back();
         CompleteLocked(ring_.Get(id), 0, true);
     }
-    if (ring_.Reclaim()) cv_.notify_all();
+    if (ring_.Reclaim()) space_freed_ = true;
+    WakeWaiters();
 }
 
 void Engine::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped) {
@@ -473,7 +491,6 @@ void Engine::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped) {
         TryConsume(producer);
     }
     TryConsume(t);
-    cv_.notify_all();
 }
 
 void Engine::TryConsume(TaskDescriptor& t) {
@@ -481,7 +498,10 @@ void Engine::TryConsume(TaskDescriptor& t) {
     t.state.store(TaskState::Consumed, std::memory_order_relaxed);
     if (t.outcome != TaskOutcome::Ok) [[unlikely]]
         PoisonWrites(t);
-    if (t.has_heap_block) heap_.Release(t.heap_seq);
+    if (t.has_heap_block) {
+        heap_.Release(t.heap_seq);
+        space_freed_ = true;
+    }
     for (uint64_t base : t.buffers) {
         BufferInfo* b = buffers_.FindBase(reinterpret_cast<const uint8_t*>(uintptr_t(base)));
         if (b && --b->live_refs == 0 && BufferTracker::Reclaimable(*b)) ReleaseBuffer(*b);
@@ -569,7 +589,7 @@ void Engine::WaitAll() {
             Fail(ErrorKind::Busy, "wait for all tasks would never return: " + std::to_string(inflight_) +
                                       " task(s) wait for EXTERNAL tasks that only pto_task_complete can finish",
                  EDEADLK);
-        cv_.wait(lock);
+        Sleep(lock);
     }
     if (failures_.empty()) return;
     std::vector<TaskReport> reports;

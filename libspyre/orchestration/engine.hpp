@@ -122,7 +122,11 @@ private:
     void CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped);
     void TryConsume(TaskDescriptor& t);
     void ReleaseBuffer(BufferInfo& b);
-    void DrainSkips();
+    void DrainSkips();  // then WakeWaiters
+    // cv_.wait with the count of waiters kept; WakeWaiters wakes them only
+    // when what they wait for may have come.
+    void Sleep(std::unique_lock<std::mutex>& lock);
+    void WakeWaiters();
     // Poisoned regions (see poisoned_): kept when a failed writer is
     // consumed, checked by readers, dropped by writers that cover them.
     void PoisonWrites(const TaskDescriptor& t);
@@ -154,6 +158,8 @@ private:
     };
     std::vector<PoisonedRegion> poisoned_;
     std::vector<int32_t> deps_;        // Submit's scratch
+    int32_t waiters_ = 0;       // threads in Sleep
+    bool space_freed_ = false;  // a ring slot or heap block came back since the last WakeWaiters
     int64_t inflight_ = 0;  // submitted, not completed
     int64_t active_ = 0;    // READY or RUNNING on an executor: will complete on their own
     uint64_t submitted_ = 0;
