@@ -226,14 +226,18 @@ void BM_LaunchSync(benchmark::State& state, Device& (*device)(), const char* bas
     Device& dev = device();
     FlexStream& s = dev.default_stream();
     const DeviceHandle program = EmptyProgram(dev);
+    RoundTrips trips;
     auto t0 = Clock::now();
     for (auto _ : state) {
+        trips.Start();
         s.Launch(program);
         s.Synchronize();
+        trips.Stop();
     }
-    const double ns = TimePerIteration(state, t0);
-    ReportAgainst(state, baseline, ns);
-    ReportAgainstRing(state, ring, ns);
+    const double ns = TimePerIteration(state, t0), p50 = trips.Median();
+    state.counters["p50_ns"] = p50;
+    ReportAgainst(state, baseline, ns, p50);
+    ReportAgainstRing(state, ring, ns, p50);
 }
 
 // The launch loop: 256 empty-kernel launches, then one Synchronize. Each
