@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
     try {
         DeviceOptions options;
         options.function = address;
-        options.allocator.vf_region_sizes = {64ull << 20, 64ull << 20};  // two regions: the second's base is not 0
+        options.allocator.vf_region_sizes = {64ull << 20};  // 64 MiB regions: the second one's base is not 0
         Device dev = Device::Open(options);
 
         std::vector<uint8_t> host(std::max(to_device, from_device) + 1, 0x5a);
