@@ -27,6 +27,8 @@ const char* ToString(DmaBackend backend) noexcept {
 
 namespace {
 
+enum class Direction { ToDevice, FromDevice, DeviceToDevice };
+
 // One contiguous piece of a copy: `host` <-> device memory object at `offset`.
 struct Chunk {
     bool to_device;
@@ -73,10 +75,11 @@ public:
     const std::string& device() const noexcept { return fn_.pci_address(); }
     const Function& function() const noexcept { return fn_; }
 
-    Ticket NewTicket(uint64_t parts, uint64_t done_bytes = 0) {
+    Ticket NewTicket(uint64_t parts, Direction dir, uint64_t done_bytes = 0) {
         std::lock_guard lock(mutex_);
         const Ticket t = ++next_ticket_;
-        tickets_.emplace(t, State{parts, done_bytes, 0, false});
+        tickets_.emplace(t, State{parts, done_bytes, 0, false, dir});
+        if (parts != 0 && active_++ == 0) busy_since_ = steady_clock::now();
         return t;
     }
 
@@ -100,8 +103,13 @@ public:
         s->bytes += bytes;
         if (error && !s->error) s->error = error;
         const bool complete = --s->parts_left == 0;
+        uint64_t busy_ns = 0;
+        if (complete && --active_ == 0)
+            busy_ns = uint64_t(duration_cast<nanoseconds>(steady_clock::now() - busy_since_).count());
         if (complete) cv_.notify_all();
+        const State done = *s;
         lock.unlock();
+        if (complete) Count(done.dir, done.error || done.lost ? 0 : done.bytes, busy_ns);
         if (complete) NotifyComplete();  // outside the lock: the hook may Poll
     }
 
@@ -110,11 +118,20 @@ public:
         if (options_.on_complete) options_.on_complete();
     }
 
-    // A copy done in the caller: its ticket is complete at birth.
-    Ticket CompletedTicket(uint64_t bytes) {
-        const Ticket t = NewTicket(0, bytes);
+    // A copy done in the caller (which took `busy` for it): its ticket is
+    // complete at birth.
+    Ticket CompletedTicket(uint64_t bytes, Direction dir, steady_clock::duration busy) {
+        const Ticket t = NewTicket(0, dir, bytes);
+        Count(dir, bytes, uint64_t(duration_cast<nanoseconds>(busy).count()));
         NotifyComplete();
         return t;
+    }
+
+    // The DMA engine's counters in the function's registers (CNT_DMA_*):
+    // host <-> device bytes by direction; device-to-device copies count only
+    // in the busy time.
+    void Count(Direction dir, uint64_t bytes, uint64_t busy_ns) noexcept {
+        fn_.CountDma(dir == Direction::ToDevice ? bytes : 0, dir == Direction::FromDevice ? bytes : 0, busy_ns);
     }
 
     DmaCompletion Wait(Ticket t, milliseconds timeout) {
@@ -195,6 +212,7 @@ private:
         uint64_t bytes;
         int error;
         bool lost;  // the device was gone when a chunk finished
+        Direction dir;
     };
     std::unordered_map<Ticket, State>::iterator Find(Ticket t) {
         auto it = tickets_.find(t);
@@ -227,6 +245,8 @@ private:
     std::condition_variable cv_;
     std::unordered_map<Ticket, State> tickets_;
     Ticket next_ticket_ = 0;
+    uint64_t active_ = 0;                 // tickets in flight: the engine is busy while > 0
+    steady_clock::time_point busy_since_;  // when active_ left 0
     std::mutex work_mutex_;
     std::condition_variable work_cv_;
     std::deque<Chunk> work_;
@@ -445,11 +465,12 @@ DmaQueue::Ticket DmaQueue::HostToDevice(const void* host, uint64_t device_addr, 
     CheckRange(b, device_addr, size, "host-to-device");
     if (size <= b.options().inline_threshold) {
         b.function().CheckAliveThrottled();
+        const auto started = steady_clock::now();
         std::memcpy(b.memory() + device_addr, host, size);
-        return b.CompletedTicket(size);
+        return b.CompletedTicket(size, Direction::ToDevice, steady_clock::now() - started);
     }
     b.function().CheckAlive();
-    const Ticket t = b.NewTicket(Parts(b, size));
+    const Ticket t = b.NewTicket(Parts(b, size), Direction::ToDevice);
     b.Submit(Split(b, true, static_cast<uint8_t*>(const_cast<void*>(host)), b.shm_offset() + device_addr, size, t));
     return t;
 }
@@ -459,11 +480,12 @@ DmaQueue::Ticket DmaQueue::DeviceToHost(void* host, uint64_t device_addr, uint64
     CheckRange(b, device_addr, size, "device-to-host");
     if (size <= b.options().inline_threshold) {
         b.function().CheckAliveThrottled();
+        const auto started = steady_clock::now();
         std::memcpy(host, b.memory() + device_addr, size);
-        return b.CompletedTicket(size);
+        return b.CompletedTicket(size, Direction::FromDevice, steady_clock::now() - started);
     }
     b.function().CheckAlive();
-    const Ticket t = b.NewTicket(Parts(b, size));
+    const Ticket t = b.NewTicket(Parts(b, size), Direction::FromDevice);
     b.Submit(Split(b, false, static_cast<uint8_t*>(host), b.shm_offset() + device_addr, size, t));
     return t;
 }
@@ -479,12 +501,13 @@ DmaQueue::Ticket DmaQueue::DeviceToDevice(uint64_t src_addr, uint64_t dst_addr, 
             b.function().CheckAliveThrottled();
         else
             b.function().CheckAlive();
+        const auto started = steady_clock::now();
         std::memmove(b.memory() + dst_addr, b.memory() + src_addr, size);
-        return b.CompletedTicket(size);
+        return b.CompletedTicket(size, Direction::DeviceToDevice, steady_clock::now() - started);
     }
     b.function().CheckAlive();
     // The source is the mapping itself: a write from it into the object.
-    const Ticket t = b.NewTicket(Parts(b, size));
+    const Ticket t = b.NewTicket(Parts(b, size), Direction::DeviceToDevice);
     b.Submit(Split(b, true, b.memory() + src_addr, b.shm_offset() + dst_addr, size, t));
     return t;
 }

@@ -181,6 +181,17 @@ uint64_t Function::Read64(uint32_t offset) const {
     return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(bar0_.data() + offset)).load(std::memory_order_acquire);
 }
 
+void Function::CountDma(uint64_t to_device_bytes, uint64_t from_device_bytes, uint64_t busy_ns) noexcept {
+    auto add = [&](uint32_t offset, uint64_t delta) {
+        if (delta != 0 && offset + 8 <= bar0_.size())
+            std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(bar0_.data() + offset))
+                .fetch_add(delta, std::memory_order_relaxed);
+    };
+    add(SPYRE_REG_CNT_DMA_TO_DEV_BYTES, to_device_bytes);
+    add(SPYRE_REG_CNT_DMA_FROM_DEV_BYTES, from_device_bytes);
+    add(SPYRE_REG_CNT_DMA_BUSY_NS, busy_ns);
+}
+
 void Function::Write32(uint32_t offset, uint32_t value) {
     CheckRegisterOffset(info_, offset, 4);
     if (HasSideEffects(offset)) return WriteTrapped32(offset, value);

@@ -231,6 +231,7 @@ void RingServer::ServeBatch() {
             if (!cancelled)
                 regs_.LatchError(ErrorRecord{outcome.status, cb.opcode, head, outcome.fault_addr, cb.user_data});
             regs_.Add64(SPYRE_REG_CNT_CB_ERRORS, 1);
+            if (outcome.status == SPYRE_ERR_WATCHDOG) regs_.Add64(SPYRE_REG_CNT_WATCHDOG, 1);
         }
         PostCqe(cb, outcome, head, cq_tail);
         head += used;

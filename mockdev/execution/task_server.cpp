@@ -247,6 +247,7 @@ void TaskServer::Run(const CoreTask& task, unsigned core) noexcept {
     cqe.end_ns = DeviceClockNs();
     regs_.Add64(cqe.status == SPYRE_ERR_NONE ? SPYRE_REG_CNT_TASKS_DONE : SPYRE_REG_CNT_TASK_ERRORS, 1);
     regs_.Add64(SPYRE_REG_CNT_TASK_BUSY_NS, cqe.end_ns - cqe.start_ns);
+    if (cqe.status == SPYRE_ERR_WATCHDOG) regs_.Add64(SPYRE_REG_CNT_WATCHDOG, 1);
     {
         std::lock_guard lock(mutex_);
         Queue& queue = q_[task.queue];

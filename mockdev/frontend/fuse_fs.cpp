@@ -31,7 +31,7 @@ namespace {
 
 enum class Kind {
     Root, BusDir, PciDir, DevicesDir, FunctionDir, DevDir, SpyreDir,  // directories
-    Config, Resource0, Resource2, Resource4, Regs, Reset, Vendor, Device, Class, SriovTotalVfs, SriovNumVfs,
+    Config, Resource0, Resource2, Resource4, Regs, Stats, Reset, Vendor, Device, Class, SriovTotalVfs, SriovNumVfs,
     DevNode,
 };
 
@@ -50,6 +50,7 @@ constexpr FileSpec kFunctionFiles[] = {
     {"resource2", Kind::Resource2, 0600, false},
     {"resource4", Kind::Resource4, 0600, false},
     {"regs", Kind::Regs, 0444, false},
+    {"stats", Kind::Stats, 0444, false},  // counters for monitors: anyone, without opening the node
     {"reset", Kind::Reset, 0200, false},
     {"vendor", Kind::Vendor, 0444, false},
     {"device", Kind::Device, 0444, false},
@@ -176,6 +177,18 @@ struct FuseOps {
         LOG_WARN("%s: %s %s by pid %d refused: the device node is held by pid %d", f.fn->address().c_str(),
                  write ? "write to" : "read of", what, int(caller), int(holder));
         return -EBUSY;
+    }
+
+    // Whether the caller may see the holder's addresses and data in the
+    // register file (RedactPrivateRegisters): nobody holds the node, or the
+    // caller is its holder or the card's PF holder.
+    static bool MaySeePrivate(const OpenFile& f) {
+        const pid_t holder = f.fn->holder();
+        if (holder == 0) return true;
+        const pid_t caller = CallerProcess();
+        if (caller == holder) return true;
+        auto pf = f.card->FindFunction(0);
+        return pf && pf->holder() != 0 && caller == pf->holder();
     }
 
     static std::optional<Node> Resolve(const char* path) {
@@ -315,7 +328,8 @@ struct FuseOps {
     static std::string AttributeText(OpenFile& f) {
         char buf[32];
         switch (f.kind) {
-        case Kind::Regs: return f.fn->RegisterDump();
+        case Kind::Regs: return f.fn->RegisterDump(!MaySeePrivate(f));
+        case Kind::Stats: return f.fn->Stats();
         case Kind::Vendor: std::snprintf(buf, sizeof buf, "0x%04x\n", SPYRE_PCI_VENDOR_IBM); return buf;
         case Kind::Device: std::snprintf(buf, sizeof buf, "0x%04x\n", unsigned(f.fn->device_id())); return buf;
         case Kind::Class: std::snprintf(buf, sizeof buf, "0x%06x\n", SPYRE_PCI_CLASS_CODE); return buf;
@@ -342,6 +356,11 @@ struct FuseOps {
         case Kind::Resource2:
         case Kind::Resource4:
             if (int rc = CheckHolder(f, false, uint64_t(off), size); rc != 0) return rc;
+            if (f.kind == Kind::Resource0 && !MaySeePrivate(f)) {
+                const ssize_t n = f.fn->ReadRegion(SPYRE_REGION_BAR0, uint64_t(off), buf, size);
+                if (n > 0) RedactPrivateRegisters(uint64_t(off), reinterpret_cast<uint8_t*>(buf), size_t(n));
+                return int(n);
+            }
             return int(f.fn->ReadRegion(BarOf(f.kind), uint64_t(off), buf, size));
         case Kind::DevNode: {
             unsigned region;

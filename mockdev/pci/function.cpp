@@ -349,9 +349,25 @@ int Function::Reset() {
     return 0;
 }
 
-std::string Function::RegisterDump() {
+void RedactPrivateRegisters(uint64_t offset, uint8_t* buf, size_t len) {
+    auto zero = [&](uint64_t begin, uint64_t end) {  // register bytes [begin, end)
+        const uint64_t lo = std::max(begin, offset), hi = std::min(end, offset + len);
+        if (lo < hi) std::memset(buf + (lo - offset), 0, size_t(hi - lo));
+    };
+    static_assert(SPYRE_REG_ERR_USER_DATA == SPYRE_REG_ERR_ADDR + 8, "the error address and user_data are adjacent");
+    zero(SPYRE_REG_ERR_ADDR, SPYRE_REG_ERR_USER_DATA + 8);
+    for (uint32_t i = 0; i < SPYRE_REGION_MAX_ENTRIES; ++i) zero(SPYRE_REG_REGION_BASE(i), SPYRE_REG_REGION_BASE(i) + 8);
+}
+
+std::string Function::RegisterDump(bool redact) {
     RefreshMirrors();
-    return uapi::FormatRegisterDump({regs_.data(), SPYRE_REG_FILE_SIZE},
+    alignas(8) std::array<uint8_t, SPYRE_REG_FILE_SIZE> image;
+    for (uint32_t off = 0; off < SPYRE_REG_FILE_SIZE; off += 8) {  // whole 64-bit loads: no torn counter
+        const uint64_t v = regs_.Load64(off);
+        std::memcpy(image.data() + off, &v, sizeof v);
+    }
+    if (redact) RedactPrivateRegisters(0, image.data(), image.size());
+    return uapi::FormatRegisterDump({image.data(), image.size()},
                                     {reinterpret_cast<const uint8_t*>(ring_server_.doorbell()), sizeof(spyre_doorbell_page)});
 }
 

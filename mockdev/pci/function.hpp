@@ -38,6 +38,13 @@ struct FunctionParams {
     std::chrono::microseconds poll{50};
 };
 
+// Registers that carry a holder's addresses or data: ERR_ADDR, ERR_USER_DATA
+// and the bases of the granted memory regions. A reader other than the
+// holder (or the card's PF holder) gets zeros there (docs/security.md).
+// Zeroes the bytes of `buf` (register file bytes [offset, offset + len))
+// that fall in them.
+void RedactPrivateRegisters(uint64_t offset, uint8_t* buf, size_t len);
+
 class Function {
 public:
     // Creates the register and ring objects (throws std::system_error) and
@@ -74,7 +81,11 @@ public:
 
     // Function-level reset (device node open, SPYRE_IOC_RESET, REG_RESET, sysfs reset).
     int Reset();  // 0 or -ENODEV
-    std::string RegisterDump();
+    // `redact`: the holder's addresses and data read as 0 (RedactPrivateRegisters).
+    std::string RegisterDump(bool redact = false);
+    // The `stats` attribute (function_stats.cpp): counters, ring state,
+    // memory in use and the holder, as "name value" lines; no addresses.
+    std::string Stats();
     ConfigSpace Config() const;
     void SetSriovNumVfs(uint16_t num_vfs) { sriov_num_vfs_.store(num_vfs); }
     // Where the device may grant memory regions to this function: refused

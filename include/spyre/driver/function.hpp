@@ -68,6 +68,10 @@ public:
     uint32_t Read32(uint32_t offset) const;
     uint64_t Read64(uint32_t offset) const;
     void Write32(uint32_t offset, uint32_t value);
+    // The DMA engine's counters (CNT_DMA_*): on the mock the driver moves
+    // host <-> device bytes itself, so it is the engine that counts them, in
+    // its function's mapped register file. Never throws.
+    void CountDma(uint64_t to_device_bytes, uint64_t from_device_bytes, uint64_t busy_ns) noexcept;
     // Trapped access: one round trip to the device model per call (slow path).
     uint32_t ReadTrapped32(uint32_t offset) const;
     uint64_t ReadTrapped64(uint32_t offset) const;

@@ -18,7 +18,7 @@
 /* ---- Contract identity ------------------------------------------------- */
 #define SPYRE_MAGIC                 0x52595053u /* "SPYR" little-endian */
 #define SPYRE_VERSION_MAJOR         1u
-#define SPYRE_VERSION_MINOR         1u /* 1.1: task queues */
+#define SPYRE_VERSION_MINOR         2u /* 1.1: task queues; 1.2: watchdog and DMA counters */
 #define SPYRE_VERSION               ((SPYRE_VERSION_MAJOR << 16) | SPYRE_VERSION_MINOR)
 #define SPYRE_VERSION_GET_MAJOR(v)  ((uint32_t)(v) >> 16)
 #define SPYRE_VERSION_GET_MINOR(v)  ((uint32_t)(v) & 0xFFFFu)
@@ -81,7 +81,12 @@
 #define SPYRE_REG_CNT_IRQS          0x140u /* completion interrupts raised */
 #define SPYRE_REG_CNT_BUSY_NS       0x148u /* time spent executing CBs */
 #define SPYRE_REG_CNT_RESETS        0x150u /* survives reset */
-#define SPYRE_REG_COUNTERS_END      0x158u
+/* 1.2: what a monitor (spyre-smi) needs beside the above */
+#define SPYRE_REG_CNT_WATCHDOG      0x158u /* CBs and tasks stopped by the watchdog */
+#define SPYRE_REG_CNT_DMA_TO_DEV_BYTES   0x160u /* bytes the DMA engine moved host -> device */
+#define SPYRE_REG_CNT_DMA_FROM_DEV_BYTES 0x168u /* bytes the DMA engine moved device -> host */
+#define SPYRE_REG_CNT_DMA_BUSY_NS   0x170u /* time with at least one DMA transfer in flight */
+#define SPYRE_REG_COUNTERS_END      0x178u
 /*
  * Memory region table: the device grants large regions of the function's
  * memory to its owner (the allocator reserves its pool this way). Bases are
@@ -255,6 +260,12 @@ SPYRE_STATIC_ASSERT(SPYRE_DEFAULT_CQ_OFFSET + SPYRE_DEFAULT_CQ_ENTRIES * 32u <= 
 SPYRE_STATIC_ASSERT(SPYRE_REG_MEM_SIZE % 8 == 0 && SPYRE_REG_MEM_BASE % 8 == 0, "u64 registers are 8-aligned");
 SPYRE_STATIC_ASSERT(SPYRE_REG_ERR_ADDR % 8 == 0 && SPYRE_REG_ERR_USER_DATA % 8 == 0, "u64 registers are 8-aligned");
 SPYRE_STATIC_ASSERT(SPYRE_REG_CNT_CB_DONE % 8 == 0, "counters are 8-aligned");
+SPYRE_STATIC_ASSERT(SPYRE_REG_CNT_WATCHDOG == SPYRE_REG_CNT_RESETS + 8, "1.2 counters follow CNT_RESETS");
+SPYRE_STATIC_ASSERT(SPYRE_REG_CNT_DMA_TO_DEV_BYTES == SPYRE_REG_CNT_WATCHDOG + 8 &&
+                        SPYRE_REG_CNT_DMA_FROM_DEV_BYTES == SPYRE_REG_CNT_DMA_TO_DEV_BYTES + 8 &&
+                        SPYRE_REG_CNT_DMA_BUSY_NS == SPYRE_REG_CNT_DMA_FROM_DEV_BYTES + 8 &&
+                        SPYRE_REG_COUNTERS_END == SPYRE_REG_CNT_DMA_BUSY_NS + 8,
+                    "1.2 counters are packed 8-aligned u64s");
 SPYRE_STATIC_ASSERT(SPYRE_REG_FILE_SIZE <= SPYRE_BAR0_SIZE, "register file fits BAR0");
 SPYRE_STATIC_ASSERT(SPYRE_DEFAULT_SQ_OFFSET >= SPYRE_DEFAULT_DB_OFFSET + 4096u, "SQ after doorbell page");
 SPYRE_STATIC_ASSERT(SPYRE_DEFAULT_CQ_OFFSET >= SPYRE_DEFAULT_SQ_OFFSET + SPYRE_DEFAULT_SQ_ENTRIES * 64u, "CQ after SQ");
