@@ -9,8 +9,10 @@
 //   same DAGs. Every runtime gets two threads: ours one submitter + one host
 //   worker, libgomp a team of two, StarPU one CPU worker + the submitter.
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 #include <x86intrin.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -23,6 +25,7 @@
 #include "orchestration/heap_ring.hpp"
 #include "orchestration/tensor_map.hpp"
 #include "spyre/orchestration.hpp"
+#include "spyre/trace/trace.hpp"
 
 #ifdef SPYRE_HAVE_STARPU
 #include <starpu.h>
@@ -170,6 +173,8 @@ void Report(benchmark::State& state, const std::string& shape, double seconds, c
     const double rate = double(kTasks) * double(state.iterations()) / seconds;
     state.counters["tasks_per_s"] = rate;
     g_rate[std::string(self) + "/" + shape] = rate;
+    if (std::string(self) == "pto_traced" && g_rate.count("pto/" + shape))
+        state.counters["x_untraced"] = rate / g_rate["pto/" + shape];
     if (std::string(self) == "pto") {
         if (g_rate.count("gomp/" + shape)) state.counters["x_gomp"] = rate / g_rate["gomp/" + shape];
         if (g_rate.count("starpu/" + shape)) state.counters["x_starpu"] = rate / g_rate["starpu/" + shape];
@@ -251,7 +256,10 @@ void BM_StarPU(benchmark::State& state, std::string shape) {
 
 std::optional<spyre::Orchestrator> g_orch;
 
-void BM_Pto(benchmark::State& state, std::string shape) {
+// `traced`: each iteration records a trace (started before, written after
+// the timed part), to price the orchestration probes against the same loop
+// untraced, in the same run.
+void BM_Pto(benchmark::State& state, std::string shape, bool traced) {
     if (!g_orch) {
         g_orch.emplace(spyre::Orchestrator::CreateOnHostMemory(
             kBuffers << 16, {.task_ring_size = 4096, .heap_size = 1 << 16, .host_threads = 1}));
@@ -261,8 +269,15 @@ void BM_Pto(benchmark::State& state, std::string shape) {
     // Buffers 64 KiB apart (one TensorMap granule each), 64 bytes used.
     auto* base = static_cast<uint8_t*>(g_orch->HostAddress(0, uint64_t(kBuffers - 1) << 16));
     auto buf = [&](int i) { return static_cast<void*>(base + (uint64_t(i) << 16)); };
-    const double t0 = Now();
+    const std::string trace_path = "/tmp/spyre_orch_bench_" + std::to_string(getpid()) + ".json";
+    double secs = 0;
     for (auto _ : state) {
+        if (traced) {
+            state.PauseTiming();
+            spyre::trace::Start(trace_path);
+            state.ResumeTiming();
+        }
+        const double t0 = Now();
         for (const DagTask& t : dag) {
             TaskParam p[3];
             int n = 0;
@@ -271,8 +286,15 @@ void BM_Pto(benchmark::State& state, std::string shape) {
             g_orch->Submit(1, WORKER_HOST, std::span<const TaskParam>(p, size_t(n)));
         }
         g_orch->WaitAll();
+        secs += Now() - t0;
+        if (traced) {
+            state.PauseTiming();
+            spyre::trace::Stop();
+            state.ResumeTiming();
+        }
     }
-    Report(state, shape, Now() - t0, "pto");
+    if (traced) std::remove(trace_path.c_str());
+    Report(state, shape, secs, traced ? "pto_traced" : "pto");
 }
 
 }  // namespace
@@ -292,7 +314,10 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark((std::string("baseline/starpu/") + shape).c_str(), BM_StarPU, std::string(shape))
             ->UseRealTime()->Unit(benchmark::kMillisecond);
 #endif
-        benchmark::RegisterBenchmark((std::string("pto_submit/") + shape).c_str(), BM_Pto, std::string(shape))
+        benchmark::RegisterBenchmark((std::string("pto_submit/") + shape).c_str(), BM_Pto, std::string(shape), false)
+            ->UseRealTime()->Unit(benchmark::kMillisecond);
+        benchmark::RegisterBenchmark((std::string("pto_submit_traced/") + shape).c_str(), BM_Pto, std::string(shape),
+                                     true)
             ->UseRealTime()->Unit(benchmark::kMillisecond);
     }
     return spyre::bench::RunBenchmarks("orchestration_bench", std::chrono::seconds(120), [] { g_orch.reset(); });

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "orchestration/host_worker.hpp"
+#include "trace/recorder.hpp"
 
 namespace spyre::orchestration {
 
@@ -47,8 +48,8 @@ Engine::Engine(EngineOptions options)
     // takes a type over; EXTERNAL tasks have no executor.
     const unsigned threads = options_.host_threads ? options_.host_threads
                                                    : std::max(1u, std::thread::hardware_concurrency());
-    auto host = std::make_shared<HostWorker>(threads);
-    queues_.push_back(std::make_unique<ReadyQueue>());
+    auto host = std::make_shared<HostWorker>(threads, options_.device);
+    queues_.push_back(std::make_unique<ReadyQueue>(options_.device + " ready queue (host)"));
     for (int32_t w : {WORKER_CUBE, WORKER_VECTOR, WORKER_HOST}) routes_[w] = {host, queues_.back().get()};
     executors_.push_back(host);
     host->Start(*queues_.back(), *this);
@@ -121,7 +122,7 @@ void Engine::SetExecutor(int32_t worker_type, std::shared_ptr<Executor> executor
             routes_[worker_type] = r;
             return;
         }
-    queues_.push_back(std::make_unique<ReadyQueue>());
+    queues_.push_back(std::make_unique<ReadyQueue>(options_.device + " ready queue (" + executor->name() + ")"));
     routes_[worker_type] = {executor, queues_.back().get()};
     executors_.push_back(executor);
     executor->Start(*queues_.back(), *this);
@@ -210,6 +211,8 @@ uint8_t* Engine::Alloc(uint64_t size) {
     heap_.SetOwner(block.seq, kBufferOwner | (options_.heap_offset + block.offset));  // known only now
     uint8_t* p = heap_.base() + block.offset;
     buffers_.Register(p, size, block.seq);
+    if (trace::Enabled()) [[unlikely]]
+        TraceHeap();
     return p;
 }
 
@@ -230,7 +233,40 @@ void Engine::Free(const void* buffer) {
 void Engine::ReleaseBuffer(BufferInfo& b) {
     heap_.Release(b.heap_seq);
     buffers_.Erase(b.base_ptr);
+    if (trace::Enabled()) [[unlikely]]
+        TraceHeap();
     cv_.notify_all();
+}
+
+void Engine::TraceHeap() {
+    if (heap_recording_ != trace::detail::Recording()) {
+        heap_recording_ = trace::detail::Recording();
+        heap_track_ = trace::detail::NamedTrack(options_.device + " heap ring");
+    }
+    trace::detail::Counter(heap_track_, "heap ring bytes in use", trace::detail::NowNs(), int64_t(heap_.used()));
+}
+
+void Engine::TraceTask(TaskDescriptor& t, const TaskTiming& timing) {
+    trace::detail::TaskSpan(timing.track, timing.category, timing.start_ns, timing.end_ns, t.task_id, t.func_id,
+                            timing.sent_ns, timing.reaped_ns);
+    const uint64_t recording = trace::detail::Recording();
+    t.trace_track = timing.track;
+    t.trace_end_ns = timing.end_ns;
+    t.trace_recording = recording;
+    // One arrow per dependency, from the producer's end to this task's
+    // start. Producers are held (not consumed) until this task completes,
+    // so their descriptors are still theirs. A producer that completed
+    // before this task was submitted counts too: it was a dependency, only
+    // one that was already satisfied.
+    for (int32_t p : t.fanin) {
+        const TaskDescriptor& producer = ring_.Get(p);
+        // Skipped, EXTERNAL, or run before this recording: no span to start from.
+        if (producer.trace_track == 0 || producer.trace_recording != recording) continue;
+        const uint32_t flow = trace::detail::NewFlow();
+        // Just inside the producer's span, so a viewer binds the tail to it.
+        trace::detail::FlowOut(flow, producer.trace_end_ns > 0 ? producer.trace_end_ns - 1 : 0, producer.trace_track);
+        trace::detail::FlowIn(timing.track, flow, timing.start_ns);
+    }
 }
 
 void Engine::ScopeBegin() {
@@ -276,6 +312,7 @@ void Engine::ScopeEnd() {
 }
 
 int32_t Engine::Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params) {
+    SPYRE_TRACE_SCOPE("pto_submit_task");
     std::lock_guard sub(submit_mu_);
     std::unique_lock lock(mu_);
     // Everything is checked before a slot is taken.
@@ -347,6 +384,8 @@ int32_t Engine::Submit(int32_t kernel_id, int32_t worker_type, std::span<const T
             t.heap_seq = b.seq;
             t.has_heap_block = true;
             t.packed_buffer_base = reinterpret_cast<uint64_t>(heap_.base() + b.offset);
+            if (trace::Enabled()) [[unlikely]]
+                TraceHeap();
         } catch (...) {
             ring_.Unallocate();  // nobody else allocates: submitters are serialised
             throw;
@@ -439,7 +478,9 @@ void Engine::DrainSkips() {
     if (ring_.Reclaim()) cv_.notify_all();
 }
 
-void Engine::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped) {
+void Engine::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped, const TaskTiming* timing) {
+    if (timing && trace::Enabled()) [[unlikely]]
+        TraceTask(t, *timing);
     const TaskState was = t.state.load(std::memory_order_relaxed);
     if (was == TaskState::Ready || (was == TaskState::Running && t.core_type != WORKER_EXTERNAL)) --active_;
     --inflight_;
@@ -475,16 +516,20 @@ void Engine::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped) {
 void Engine::TryConsume(TaskDescriptor& t) {
     if (t.state.load(std::memory_order_relaxed) != TaskState::Completed || t.fanout_refcount < t.fanout_count) return;
     t.state.store(TaskState::Consumed, std::memory_order_relaxed);
-    if (t.has_heap_block) heap_.Release(t.heap_seq);
+    if (t.has_heap_block) {
+        heap_.Release(t.heap_seq);
+        if (trace::Enabled()) [[unlikely]]
+            TraceHeap();
+    }
     for (uint64_t base : t.buffers) {
         BufferInfo* b = buffers_.FindBase(reinterpret_cast<const uint8_t*>(uintptr_t(base)));
         if (b && --b->live_refs == 0 && BufferTracker::Reclaimable(*b)) ReleaseBuffer(*b);
     }
 }
 
-void Engine::OnTaskComplete(int32_t task_id, uint32_t status) {
+void Engine::OnTaskComplete(int32_t task_id, uint32_t status, const TaskTiming* timing) {
     std::lock_guard lock(mu_);
-    CompleteLocked(ring_.Get(task_id), status, false);
+    CompleteLocked(ring_.Get(task_id), status, false, timing);
     DrainSkips();
 }
 
@@ -521,9 +566,22 @@ uint8_t* Engine::TaskOutput(int32_t task_id, int32_t index) {
                                          std::to_string(index + 1));
 }
 
-void Engine::WaitAll() {
+void Engine::WaitAll(const ProgressCallback& progress) {
+    SPYRE_TRACE_SCOPE("pto_wait_all");
     std::unique_lock lock(mu_);
+    // Progress: tasks completed of those submitted since the last WaitAll
+    // that returned with nothing in flight; reported outside the lock, once
+    // per change (so done only rises, and ends at total).
+    uint64_t reported = ~0ull;
     for (;;) {
+        if (progress && completed_ - waited_ != reported) {
+            reported = completed_ - waited_;
+            const ProgressInfo info{"orchestration", reported, submitted_ - waited_, "tasks"};
+            lock.unlock();
+            progress(info);
+            lock.lock();
+            continue;  // look again: tasks completed meanwhile
+        }
         if (inflight_ == 0) break;
         if (active_ == 0)
             Fail(ErrorKind::Busy, "wait for all tasks would never return: " + std::to_string(inflight_) +
@@ -531,6 +589,7 @@ void Engine::WaitAll() {
                  EDEADLK);
         cv_.wait(lock);
     }
+    waited_ = completed_;
     if (failures_.empty()) return;
     std::vector<TaskReport> reports;
     reports.swap(failures_);

@@ -1,12 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "orchestration/ready_queue.hpp"
 
+#include "trace/recorder.hpp"
+
 namespace spyre::orchestration {
+
+void ReadyQueue::TraceDepth() {
+    if (trace_recording_ != trace::detail::Recording()) {
+        trace_recording_ = trace::detail::Recording();
+        trace_track_ = trace::detail::NamedTrack(name_);
+    }
+    trace::detail::Counter(trace_track_, "ready tasks", trace::detail::NowNs(), int64_t(q_.size()));
+}
 
 void ReadyQueue::Push(ReadyTask t) {
     {
         std::lock_guard lock(mu_);
         q_.push_back(t);
+        if (trace::Enabled()) [[unlikely]]
+            TraceDepth();
     }
     cv_.notify_one();
 }
@@ -19,6 +31,8 @@ bool ReadyQueue::PopBatch(std::vector<ReadyTask>& out, size_t max) {
         out.push_back(q_.front());
         q_.pop_front();
     }
+    if (trace::Enabled()) [[unlikely]]
+        TraceDepth();
     return true;
 }
 
@@ -30,6 +44,8 @@ size_t ReadyQueue::TryPopBatch(std::vector<ReadyTask>& out, size_t max) {
         q_.pop_front();
         ++n;
     }
+    if (n && trace::Enabled()) [[unlikely]]
+        TraceDepth();
     return n;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace spyre::orchestration {
@@ -26,6 +27,9 @@ struct ReadyTask {
 
 class ReadyQueue {
 public:
+    // `name` names its depth counter in a trace ("<device> ready queue (host)").
+    explicit ReadyQueue(std::string name = "ready queue") : name_(std::move(name)) {}
+
     void Push(ReadyTask t);
     // Waits for at least one task and moves up to `max` into `out`; false
     // once the queue is closed and empty.
@@ -42,6 +46,10 @@ private:
     std::condition_variable cv_;
     std::deque<ReadyTask> q_;
     bool closed_ = false;
+    std::string name_;
+    uint32_t trace_track_ = 0;  // of recording trace_recording_
+    uint64_t trace_recording_ = 0;
+    void TraceDepth();  // under mu_, while a trace records
 };
 
 }  // namespace spyre::orchestration

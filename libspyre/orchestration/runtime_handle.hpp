@@ -33,6 +33,7 @@ struct Runtime {
     static std::unique_ptr<Runtime> OnHostMemory(uint64_t memory_size, int32_t task_ring_size, uint64_t heap_size,
                                                  unsigned host_threads);
     // fn(this, args) in a scope, then WaitAll.
-    void Run(pto_orchestration_fn fn, uint64_t* args);
-    void RunLibrary(const char* path, const char* symbol, uint64_t* args);
+    void Run(pto_orchestration_fn fn, uint64_t* args, const spyre::ProgressCallback& progress = {});
+    void RunLibrary(const char* path, const char* symbol, uint64_t* args,
+                    const spyre::ProgressCallback& progress = {});
 };

@@ -31,8 +31,19 @@ uint32_t NewFlow() noexcept;
 void Span(uint32_t track, const char* category, const char* name, uint64_t start_ns, uint64_t end_ns,
           int64_t arg = -1, uint64_t queued_ns = 0, uint64_t flow_in = 0) noexcept;
 
-// Starts flow arrow `flow` at `ts_ns` on the calling thread's track.
-void FlowOut(uint64_t flow, uint64_t ts_ns) noexcept;
+// Starts flow arrow `flow` at `ts_ns` on `track` (0: the calling thread's).
+void FlowOut(uint64_t flow, uint64_t ts_ns, uint32_t track = 0) noexcept;
+
+// Ends flow arrow `flow` at `ts_ns` on `track`, bound to the span that
+// encloses it there (a span may take any number of arrows in and out).
+void FlowIn(uint32_t track, uint64_t flow, uint64_t ts_ns) noexcept;
+
+// An orchestration task that ran on `track` from `start_ns` to `end_ns`,
+// named "kernel <kernel_id>", args task, kernel and (when not 0) when the
+// host sent it (`sent_ns`) and saw it complete (`reaped_ns`). `category`
+// must be a string literal ("task": a host worker, "device": a core).
+void TaskSpan(uint32_t track, const char* category, uint64_t start_ns, uint64_t end_ns, int32_t task_id,
+              int32_t kernel_id, uint64_t sent_ns = 0, uint64_t reaped_ns = 0) noexcept;
 
 // A counter sample: `name` (a string literal) of what `track` shows, for
 // example the ring depth of a device's ring track.

@@ -37,14 +37,18 @@ namespace {
 struct Record {
     uint64_t ts_ns;
     uint64_t dur_ns;
-    int64_t arg;
-    uint64_t queued_ns;
-    uint64_t flow;
-    const char* name;
+    int64_t arg;         // 'T': the task id
+    uint64_t queued_ns;  // 'T': when the host sent the task
+    uint64_t flow;       // 'T': the kernel id
+    union {
+        const char* name;
+        uint64_t reaped_ns;  // 'T' (named "kernel <id>" when written)
+    };
     const char* category;
     uint32_t track;  // 0: the thread's own
-    char ph;         // 'X' span, 's' flow start, 'C' counter
+    char ph;         // 'X' span, 'T' task span, 's' flow start, 'f' flow end, 'C' counter
 };
+static_assert(sizeof(Record) == 64, "a record is one cache line");
 
 struct Chunk {
     static constexpr uint32_t kRecords = 16384;  // 1 MiB
@@ -151,7 +155,7 @@ double Micros(uint64_t ns) { return double(ns) / 1000.0; }
 }  // namespace
 
 void ApiSpan(const char* name, uint64_t start_ns, uint64_t end_ns) noexcept {
-    Append(Record{start_ns, end_ns - start_ns, -1, 0, 0, name, "api", 0, 'X'});
+    Append(Record{start_ns, end_ns - start_ns, -1, 0, 0, {name}, "api", 0, 'X'});
 }
 
 }  // namespace detail
@@ -177,16 +181,28 @@ uint32_t NewFlow() noexcept {
 
 void Span(uint32_t track, const char* category, const char* name, uint64_t start_ns, uint64_t end_ns, int64_t arg,
           uint64_t queued_ns, uint64_t flow_in) noexcept {
-    Append(Record{start_ns, end_ns > start_ns ? end_ns - start_ns : 0, arg, queued_ns, flow_in, name, category,
+    Append(Record{start_ns, end_ns > start_ns ? end_ns - start_ns : 0, arg, queued_ns, flow_in, {name}, category,
                   track, 'X'});
 }
 
-void FlowOut(uint64_t flow, uint64_t ts_ns) noexcept {
-    Append(Record{ts_ns, 0, -1, 0, flow, "enqueue", "flow", 0, 's'});
+void FlowOut(uint64_t flow, uint64_t ts_ns, uint32_t track) noexcept {
+    Append(Record{ts_ns, 0, -1, 0, flow, {track ? "depends" : "enqueue"}, "flow", track, 's'});
+}
+
+void FlowIn(uint32_t track, uint64_t flow, uint64_t ts_ns) noexcept {
+    Append(Record{ts_ns, 0, -1, 0, flow, {"depends"}, "flow", track, 'f'});
+}
+
+void TaskSpan(uint32_t track, const char* category, uint64_t start_ns, uint64_t end_ns, int32_t task_id,
+              int32_t kernel_id, uint64_t sent_ns, uint64_t reaped_ns) noexcept {
+    Record r{start_ns, end_ns > start_ns ? end_ns - start_ns : 0, task_id, sent_ns, uint64_t(uint32_t(kernel_id)),
+             {nullptr}, category, track, 'T'};
+    r.reaped_ns = reaped_ns;
+    Append(r);
 }
 
 void Counter(uint32_t track, const char* name, uint64_t ts_ns, int64_t value) noexcept {
-    Append(Record{ts_ns, 0, value, 0, 0, name, "counter", track, 'C'});
+    Append(Record{ts_ns, 0, value, 0, 0, {name}, "counter", track, 'C'});
 }
 
 }  // namespace detail
@@ -266,6 +282,15 @@ size_t Stop() {
     }
     for (const Placed& p : all) {
         const Record& r = p.r;
+        if (r.ph == 'T') {
+            nlohmann::json args = {{"task", r.arg}, {"kernel", int32_t(uint32_t(r.flow))}};
+            if (r.queued_ns) args["sent_us"] = Micros(r.queued_ns);
+            if (r.reaped_ns) args["reaped_us"] = Micros(r.reaped_ns);
+            write({{"ph", "X"}, {"name", "kernel " + std::to_string(int32_t(uint32_t(r.flow)))}, {"cat", r.category},
+                   {"pid", pid}, {"tid", p.tid}, {"ts", Micros(r.ts_ns)}, {"dur", Micros(r.dur_ns)}, {"args", args}},
+                  first);
+            continue;
+        }
         nlohmann::json ev = {{"ph", std::string(1, r.ph)}, {"name", r.name}, {"cat", r.category},
                              {"pid", pid},  {"tid", p.tid}, {"ts", Micros(r.ts_ns)}};
         if (r.ph == 'X') {
@@ -282,6 +307,9 @@ size_t Stop() {
             }
         } else if (r.ph == 's') {
             ev["id"] = r.flow;
+        } else if (r.ph == 'f') {
+            ev["id"] = r.flow;
+            ev["bp"] = "e";  // binds to the span enclosing it: the consumer, which starts here
         } else if (r.ph == 'C') {
             const auto it = track_names.find(r.track);
             ev["name"] = std::string(r.name) + (it != track_names.end() ? " (" + it->second + ")" : "");
