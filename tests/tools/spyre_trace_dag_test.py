@@ -35,6 +35,8 @@ def arrow(fid, src_tid, src_end, dst_tid, dst_start):
              "ts": dst_start}]
 
 
+# A control block of the device ring (category "device" too, no task id)
+# is no orchestration task: it must not count.
 # core 0: t0 [0,10], t1 [12,42], t3 [50,55]; core 1: t2 [11,16], t4 [20,58]
 # arrows t0->t1, t0->t2, t1->t3, t2->t3 (a diamond); t4 depends on nothing.
 # DAG critical path: t0 + t1 + t3 = 45 us. Window 0..58: core 0 busy 45
@@ -43,6 +45,8 @@ events = [
     {"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": "spyre: dag"}},
     {"ph": "M", "name": "thread_name", "pid": PID, "tid": 1, "args": {"name": "0000:00:01.0 core 0"}},
     {"ph": "M", "name": "thread_name", "pid": PID, "tid": 2, "args": {"name": "0000:00:01.0 core 1"}},
+    {"ph": "M", "name": "thread_name", "pid": PID, "tid": 3, "args": {"name": "0000:00:01.0 device ring"}},
+    {"ph": "X", "name": "Launch", "cat": "device", "pid": PID, "tid": 3, "ts": 0, "dur": 100, "args": {"op": 1}},
     task(1, 0, 0, 10), task(2, 2, 11, 5), task(1, 1, 12, 30), task(2, 4, 20, 38), task(1, 3, 50, 5),
 ]
 events += arrow(1, 1, 10, 1, 12) + arrow(2, 1, 10, 2, 11) + arrow(3, 1, 42, 1, 50) + arrow(4, 2, 16, 1, 50)
@@ -68,6 +72,7 @@ with tempfile.TemporaryDirectory() as d:
     check(util.get("core 0") == "77.6", f"core 0 utilisation {util.get('core 0')}, expected 77.6")
     check(util.get("core 1") == "74.1", f"core 1 utilisation {util.get('core 1')}, expected 74.1")
     check(re.search(r"core 0\s+3 tasks", out) is not None, "core 0 should list 3 tasks")
+    check(re.search(r"device ring\s+\d+ tasks", out) is None, "the device ring's control blocks counted as tasks")
 
 if failures:
     sys.exit(1)

@@ -254,10 +254,13 @@ OrchTrace ReadOrchestration(const json& t) {
         if (e.contains("tid")) {
             const int64_t tid = e["tid"];
             const double ts = e["ts"];
-            if (last_ts.count(tid)) EXPECT_GE(ts, last_ts[tid]) << "timestamps go back on track " << tid;
+            if (last_ts.count(tid)) {
+                EXPECT_GE(ts, last_ts[tid]) << "timestamps go back on track " << tid;
+            }
             last_ts[tid] = ts;
         }
-        if (ph == "X" && (e["cat"] == "task" || e["cat"] == "device")) {
+        const bool is_task = e.contains("args") && e["args"].contains("task");  // not a ring CB (also "device")
+        if (ph == "X" && is_task && (e["cat"] == "task" || e["cat"] == "device")) {
             o.task_span[e["args"]["task"].get<int64_t>()] = e;
             by_track[e["tid"].get<int64_t>()].push_back(e);
             o.task_tracks.insert(names.at(e["tid"].get<int64_t>()));
