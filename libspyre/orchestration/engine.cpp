@@ -262,10 +262,9 @@ void Engine::TraceTask(TaskDescriptor& t, const TaskTiming& timing) {
         const TaskDescriptor& producer = ring_.Get(p);
         // Skipped, EXTERNAL, or run before this recording: no span to start from.
         if (producer.trace_track == 0 || producer.trace_recording != recording) continue;
-        const uint32_t flow = trace::detail::NewFlow();
-        // Just inside the producer's span, so a viewer binds the tail to it.
-        trace::detail::FlowOut(flow, producer.trace_end_ns > 0 ? producer.trace_end_ns - 1 : 0, producer.trace_track);
-        trace::detail::FlowIn(timing.track, flow, timing.start_ns);
+        // The tail just inside the producer's span, so a viewer binds it there.
+        trace::detail::Arrow(producer.trace_track, producer.trace_end_ns > 0 ? producer.trace_end_ns - 1 : 0,
+                             timing.track, timing.start_ns);
     }
 }
 

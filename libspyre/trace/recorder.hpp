@@ -31,12 +31,14 @@ uint32_t NewFlow() noexcept;
 void Span(uint32_t track, const char* category, const char* name, uint64_t start_ns, uint64_t end_ns,
           int64_t arg = -1, uint64_t queued_ns = 0, uint64_t flow_in = 0) noexcept;
 
-// Starts flow arrow `flow` at `ts_ns` on `track` (0: the calling thread's).
-void FlowOut(uint64_t flow, uint64_t ts_ns, uint32_t track = 0) noexcept;
+// Starts flow arrow `flow` at `ts_ns` on the calling thread's track.
+void FlowOut(uint64_t flow, uint64_t ts_ns) noexcept;
 
-// Ends flow arrow `flow` at `ts_ns` on `track`, bound to the span that
-// encloses it there (a span may take any number of arrows in and out).
-void FlowIn(uint32_t track, uint64_t flow, uint64_t ts_ns) noexcept;
+// A whole dependency arrow in one record (written as its 's' and 'f'
+// events): from `from_ns` on `from_track` to `to_ns` on `to_track`, each end
+// bound to the span that encloses it there (a span may take any number of
+// arrows in and out).
+void Arrow(uint32_t from_track, uint64_t from_ns, uint32_t to_track, uint64_t to_ns) noexcept;
 
 // An orchestration task that ran on `track` from `start_ns` to `end_ns`,
 // named "kernel <kernel_id>", args task, kernel and (when not 0) when the

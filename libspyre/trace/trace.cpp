@@ -46,7 +46,7 @@ struct Record {
     };
     const char* category;
     uint32_t track;  // 0: the thread's own
-    char ph;         // 'X' span, 'T' task span, 's' flow start, 'f' flow end, 'C' counter
+    char ph;         // 'X' span, 'T' task span, 's' flow start, 'f' flow end, 'A' arrow, 'C' counter
 };
 static_assert(sizeof(Record) == 64, "a record is one cache line");
 
@@ -185,12 +185,15 @@ void Span(uint32_t track, const char* category, const char* name, uint64_t start
                   track, 'X'});
 }
 
-void FlowOut(uint64_t flow, uint64_t ts_ns, uint32_t track) noexcept {
-    Append(Record{ts_ns, 0, -1, 0, flow, {track ? "depends" : "enqueue"}, "flow", track, 's'});
+void FlowOut(uint64_t flow, uint64_t ts_ns) noexcept {
+    Append(Record{ts_ns, 0, -1, 0, flow, {"enqueue"}, "flow", 0, 's'});
 }
 
-void FlowIn(uint32_t track, uint64_t flow, uint64_t ts_ns) noexcept {
-    Append(Record{ts_ns, 0, -1, 0, flow, {"depends"}, "flow", track, 'f'});
+void Arrow(uint32_t from_track, uint64_t from_ns, uint32_t to_track, uint64_t to_ns) noexcept {
+    if (!Enabled()) return;
+    // One record (half the memory of two): `queued_ns` holds the tail's
+    // time and `arg` its track; Stop writes the two events.
+    Append(Record{to_ns, 0, int64_t(from_track), from_ns, NewFlow(), {"depends"}, "flow", to_track, 'A'});
 }
 
 void TaskSpan(uint32_t track, const char* category, uint64_t start_ns, uint64_t end_ns, int32_t task_id,
@@ -251,7 +254,18 @@ size_t Stop() {
     for (const auto& b : buffers)
         for (const Chunk* c = b->head.get(); c; c = c->next.load(std::memory_order_acquire)) {
             const uint32_t n = c->count.load(std::memory_order_acquire);
-            for (uint32_t i = 0; i < n; ++i) all.push_back({c->records[i], c->records[i].track ? c->records[i].track : b->tid});
+            for (uint32_t i = 0; i < n; ++i) {
+                const Record& r = c->records[i];
+                if (r.ph == 'A') {  // an arrow: its tail and its head, each at its own time on its own track
+                    Record tail = r, head = r;
+                    tail.ph = 's', tail.ts_ns = r.queued_ns, tail.track = uint32_t(r.arg);
+                    head.ph = 'f';
+                    all.push_back({tail, tail.track});
+                    all.push_back({head, head.track});
+                    continue;
+                }
+                all.push_back({r, r.track ? r.track : b->tid});
+            }
         }
     std::stable_sort(all.begin(), all.end(), [](const Placed& a, const Placed& b) { return a.r.ts_ns < b.r.ts_ns; });
 
