@@ -193,7 +193,7 @@ void Arrow(uint32_t from_track, uint64_t from_ns, uint32_t to_track, uint64_t to
     if (!Enabled()) return;
     // One record (half the memory of two): `queued_ns` holds the tail's
     // time and `arg` its track; Stop writes the two events.
-    Append(Record{to_ns, 0, int64_t(from_track), from_ns, NewFlow(), {"depends"}, "flow", to_track, 'A'});
+    Append(Record{to_ns, 0, int64_t(from_track), from_ns, 0, {"depends"}, "flow", to_track, 'A'});  // id at Stop
 }
 
 void TaskSpan(uint32_t track, const char* category, uint64_t start_ns, uint64_t end_ns, int32_t task_id,
@@ -258,6 +258,7 @@ size_t Stop() {
                 const Record& r = c->records[i];
                 if (r.ph == 'A') {  // an arrow: its tail and its head, each at its own time on its own track
                     Record tail = r, head = r;
+                    tail.flow = head.flow = NewFlow();
                     tail.ph = 's', tail.ts_ns = r.queued_ns, tail.track = uint32_t(r.arg);
                     head.ph = 'f';
                     all.push_back({tail, tail.track});
