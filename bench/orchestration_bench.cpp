@@ -9,8 +9,10 @@
 //   same DAGs. Every runtime gets two threads: ours one submitter + one host
 //   worker, libgomp a team of two, StarPU one CPU worker + the submitter.
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 #include <x86intrin.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -23,6 +25,7 @@
 #include "orchestration/heap_ring.hpp"
 #include "orchestration/tensor_map.hpp"
 #include "spyre/orchestration.hpp"
+#include "spyre/trace/trace.hpp"
 
 #ifdef SPYRE_HAVE_STARPU
 #include <starpu.h>
@@ -170,6 +173,8 @@ void Report(benchmark::State& state, const std::string& shape, double seconds, c
     const double rate = double(kTasks) * double(state.iterations()) / seconds;
     state.counters["tasks_per_s"] = rate;
     g_rate[std::string(self) + "/" + shape] = rate;
+    if (std::string(self) == "pto_traced" && g_rate.count("pto/" + shape))
+        state.counters["x_untraced"] = rate / g_rate["pto/" + shape];
     if (std::string(self).starts_with("pto")) {
         if (g_rate.count("gomp/" + shape)) state.counters["x_gomp"] = rate / g_rate["gomp/" + shape];
         if (g_rate.count("starpu/" + shape)) state.counters["x_starpu"] = rate / g_rate["starpu/" + shape];
@@ -253,7 +258,12 @@ void BM_StarPU(benchmark::State& state, std::string shape) {
 
 std::optional<spyre::Orchestrator> g_orch[2];  // per ReadyQueueKind
 
-void BM_Pto(benchmark::State& state, std::string shape, spyre::ReadyQueueKind kind) {
+// `kind`: the ready queues' implementation. `traced`: one recording spans
+// every iteration (started before the first, written after the last, both
+// outside the timed loop), to price the orchestration probes against the
+// same loop untraced in the same run. All run a fixed 20 iterations so a
+// recording stays small (~4 MB each).
+void BM_Pto(benchmark::State& state, std::string shape, spyre::ReadyQueueKind kind, bool traced) {
     std::optional<spyre::Orchestrator>& orch = g_orch[size_t(kind)];
     if (!orch) {
         orch.emplace(spyre::Orchestrator::CreateOnHostMemory(
@@ -264,8 +274,11 @@ void BM_Pto(benchmark::State& state, std::string shape, spyre::ReadyQueueKind ki
     // Buffers 64 KiB apart (one TensorMap granule each), 64 bytes used.
     auto* base = static_cast<uint8_t*>(orch->HostAddress(0, uint64_t(kBuffers - 1) << 16));
     auto buf = [&](int i) { return static_cast<void*>(base + (uint64_t(i) << 16)); };
-    const double t0 = Now();
+    const std::string trace_path = "/tmp/spyre_orch_bench_" + std::to_string(getpid()) + ".json";
+    if (traced) spyre::trace::Start(trace_path);
+    double secs = 0;
     for (auto _ : state) {
+        const double t0 = Now();
         for (const DagTask& t : dag) {
             TaskParam p[3];
             int n = 0;
@@ -274,8 +287,14 @@ void BM_Pto(benchmark::State& state, std::string shape, spyre::ReadyQueueKind ki
             orch->Submit(1, WORKER_HOST, std::span<const TaskParam>(p, size_t(n)));
         }
         orch->WaitAll();
+        secs += Now() - t0;
     }
-    Report(state, shape, Now() - t0, kind == spyre::ReadyQueueKind::Locked ? "pto" : "pto_lock_free");
+    if (traced) {
+        spyre::trace::Stop();
+        std::remove(trace_path.c_str());
+    }
+    Report(state, shape, secs,
+           traced ? "pto_traced" : kind == spyre::ReadyQueueKind::Locked ? "pto" : "pto_lock_free");
 }
 
 }  // namespace
@@ -296,11 +315,14 @@ int main(int argc, char** argv) {
             ->UseRealTime()->Unit(benchmark::kMillisecond);
 #endif
         benchmark::RegisterBenchmark((std::string("pto_submit/") + shape).c_str(), BM_Pto, std::string(shape),
-                                     spyre::ReadyQueueKind::Locked)
-            ->UseRealTime()->Unit(benchmark::kMillisecond);
+                                     spyre::ReadyQueueKind::Locked, false)
+            ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(20);
         benchmark::RegisterBenchmark((std::string("pto_submit/") + shape + "/lock_free_ready_queues").c_str(), BM_Pto,
-                                     std::string(shape), spyre::ReadyQueueKind::LockFree)
-            ->UseRealTime()->Unit(benchmark::kMillisecond);
+                                     std::string(shape), spyre::ReadyQueueKind::LockFree, false)
+            ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(20);
+        benchmark::RegisterBenchmark((std::string("pto_submit_traced/") + shape).c_str(), BM_Pto, std::string(shape),
+                                     spyre::ReadyQueueKind::Locked, true)
+            ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(20);
     }
     return spyre::bench::RunBenchmarks("orchestration_bench", std::chrono::seconds(120), [] {
         for (auto& o : g_orch) o.reset();

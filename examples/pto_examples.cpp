@@ -139,7 +139,11 @@ bool Matmul(spyre::Device& dev, spyre::Orchestrator& orch, int64_t m, int64_t k,
     std::memset(c, 0, size_t(m * n) * 4);
     uint64_t args[] = {uint64_t(a), uint64_t(b), uint64_t(c), uint64_t(m), uint64_t(k), uint64_t(n)};
     t0 = Clock::now();
-    orch.Run(matmul_orch, args);
+    {
+        // Tasks completed, as a line on a terminal (nothing in a pipe or CI).
+        spyre::ProgressLine line;
+        orch.Run(matmul_orch, args, line.Callback());
+    }
     const double tiled_ms = Ms(Clock::now() - t0);
     const double tiled_err = WorstRelative(c, want);
     const int64_t tiles = (m / TILE_M) * (n / TILE_N), tasks = tiles * (k / TILE_K + 1);

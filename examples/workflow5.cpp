@@ -87,7 +87,11 @@ int main(int argc, char** argv) {
         phases.push_back({"compile tile + write plan", Ms(t0, Clock::now())});
         watchdog.Phase("after: compile tile + write plan");
         t0 = Clock::now();
-        std::shared_ptr<const spyre::ExecutionPlan> plan = spyre::LoadExecutionPlan(stream, dir);
+        std::shared_ptr<const spyre::ExecutionPlan> plan;
+        {
+            spyre::ProgressLine line;  // binaries loaded, on a terminal only
+            plan = spyre::LoadExecutionPlan(stream, dir, line.Callback());
+        }
         std::filesystem::remove_all(dir);
         phases.push_back({"load plan (binaries to device)", Ms(t0, Clock::now())});
         watchdog.Phase("after: load plan (binaries to device)");

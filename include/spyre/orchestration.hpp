@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "spyre/common/progress.hpp"
 #include "spyre/device/device.hpp"
 #include "spyre/error.hpp"
 #include "spyre/pto.h"
@@ -98,16 +99,20 @@ public:
     void* TaskOutput(int32_t task_id, int32_t index = 0);
     int32_t TaskState(int32_t task_id) const;  // PTO_TASK_*
     void WaitAll();
+    // The same, telling `progress` the tasks completed of those submitted
+    // since the last WaitAll (called on this thread, done rising to total).
+    void WaitAll(const ProgressCallback& progress);
     std::vector<TaskFailure> Failures() const;  // not yet reported by WaitAll
 
     uint64_t DeviceAddress(const void* buffer) const;
     void* HostAddress(uint64_t device_address, uint64_t size) const;
     uint64_t memory_size() const;
 
-    // fn(handle(), args) inside a scope, then WaitAll.
-    void Run(pto_orchestration_fn fn, uint64_t* args);
+    // fn(handle(), args) inside a scope, then WaitAll (with `progress`, if set).
+    void Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress = {});
     // The same with `symbol` from the shared object at `path`.
-    void RunLibrary(const std::string& path, const std::string& symbol, uint64_t* args);
+    void RunLibrary(const std::string& path, const std::string& symbol, uint64_t* args,
+                    const ProgressCallback& progress = {});
 
     ::Runtime* handle() const noexcept { return rt_.get(); }
 

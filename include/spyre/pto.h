@@ -126,6 +126,12 @@ int32_t pto_task_state(Runtime* rt, int32_t task_id);
  * any task failed since the last pto_wait_all; -EDEADLK if only EXTERNAL
  * tasks are left. */
 int32_t pto_wait_all(Runtime* rt);
+/* The same, calling progress(done, total, user) on this thread each time
+ * tasks complete: tasks completed of those submitted since the last wait
+ * that returned with nothing in flight; done rises and ends at total
+ * (docs/progress.md). A NULL progress is pto_wait_all. */
+typedef void (*pto_progress_fn)(uint64_t done, uint64_t total, void* user);
+int32_t pto_wait_all_progress(Runtime* rt, pto_progress_fn progress, void* user);
 /* Function-relative device address of a buffer address (-EINVAL outside). */
 int32_t pto_device_address(Runtime* rt, const void* buffer, uint64_t* device_address);
 /* The buffer address of [device_address, + size) of the function's memory

@@ -2,6 +2,8 @@
 // Umbrella header of libspyre.
 #pragma once
 
+#include "spyre/common/progress.hpp"
+#include "spyre/common/progress_line.hpp"
 #include "spyre/memory/allocator.hpp"
 #include "spyre/device/device.hpp"
 #include "spyre/device/host.hpp"

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+#include <algorithm>
 #include "launch/launch_binding.hpp"
 
 #include "launch/operation_access.hpp"
@@ -211,13 +212,14 @@ std::vector<SpyreTensor> SelectTensors(const Operation& op, std::span<const Spyr
     return selected;
 }
 
-void Enqueue(FlexStream& stream, const BoundLaunch& launch) {
+void Enqueue(FlexStream& stream, const BoundLaunch& launch, const ProgressCallback& progress) {
     DeviceCore& core = *stream.core();
     const Operation& op = *launch.op;
     if (!launch.tiling) {
         std::vector<ControlBlock> group;
         Decompose(core, group, op, launch.addresses, nullptr);
         stream.EnqueueGroup(group);
+        if (progress) stream.AddCallback([progress] { progress({"LaunchTiled", 1, 1, "tiles"}); });
         return;
     }
     const TilingPlan& plan = *launch.tiling;
@@ -237,7 +239,19 @@ void Enqueue(FlexStream& stream, const BoundLaunch& launch) {
         for (size_t s = 0; s < addresses.size(); ++s) addresses[s] = launch.addresses[s] + it.byte_offsets[s];
         Decompose(core, groups[i], op, addresses, variants[it.variant]);
     }
-    for (auto& g : groups) stream.EnqueueGroup(g);
+    if (!progress) {
+        for (auto& g : groups) stream.EnqueueGroup(g);
+        return;
+    }
+    // Progress as the tiles complete: a callback runs once the stream
+    // reaches it, so done rises in stream order.
+    const uint64_t total = groups.size();
+    const uint64_t step = std::max<uint64_t>(1, total / 100);
+    for (uint64_t i = 0; i < total; ++i) {
+        stream.EnqueueGroup(groups[i]);
+        if ((i + 1) % step == 0 || i + 1 == total)
+            stream.AddCallback([progress, done = i + 1, total] { progress({"LaunchTiled", done, total, "tiles"}); });
+    }
 }
 
 }  // namespace spyre::detail

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "device/device_core.hpp"
+#include "spyre/common/progress.hpp"
 #include "spyre/launch/tiling.hpp"
 #include "spyre/plan/operation.hpp"
 #include "spyre/tensor/spyre_tensor.hpp"
@@ -59,6 +60,8 @@ Error AtOperation(const Error& e, size_t index);
 // bound with): one group, or one per tile, each copy -> correct -> compute.
 // A tiled launch takes its variant programs from the Operation's cache,
 // uploading those it does not hold yet.
-void Enqueue(FlexStream& stream, const BoundLaunch& launch);
+// With `progress`, a tiled launch also enqueues stream callbacks that report
+// the tiles done (about every hundredth tile, and the last).
+void Enqueue(FlexStream& stream, const BoundLaunch& launch, const ProgressCallback& progress = {});
 
 }  // namespace spyre::detail

@@ -8,6 +8,7 @@
 #include "spyre/error.hpp"
 #include "spyre/plan/program_image.hpp"
 #include "spyre/launch/spyre_stream.hpp"
+#include "spyre/trace/trace.hpp"
 
 namespace spyre {
 
@@ -22,21 +23,46 @@ struct PlanMemory {
     }
 };
 
+// Progress of one load: binaries copied of `total`.
+struct LoadProgress {
+    const ProgressCallback* callback = nullptr;
+    uint64_t total = 0;
+    uint64_t queued = 0;
+};
+
+// How many binaries LoadOperation and the init packets upload.
+uint64_t CountUploads(const ExecutionPlan& plan) {
+    uint64_t n = plan.init_packets.size();
+    for (const Operation& op : plan.operations) {
+        const SpyreCompute* c = op.compute() ? &*op.compute() : nullptr;
+        if (!c) continue;
+        n += !c->binary.empty();
+        n += op.correction && (!c->binary.empty() || c->device_handle());
+    }
+    return n;
+}
+
 // A preprocessing-only Operation copying `bytes` to a fresh allocation
 // (seed 001 Workflow 2 step 3), launched on `stream`. Returns the handle.
-DeviceHandle Upload(SpyreStream& stream, PlanMemory& memory, const std::vector<uint8_t>& bytes) {
+DeviceHandle Upload(SpyreStream& stream, PlanMemory& memory, const std::vector<uint8_t>& bytes, LoadProgress& progress) {
     const DeviceHandle block = memory.Allocate(*stream.flex_stream().core(), bytes.size());
     const Operation load({PreProcessCompute(PreProcessCompute::CopyToDevice{bytes.data(), block, bytes.size()})});
     stream.Launch(load, std::span<const DeviceHandle>{});
+    if (progress.callback && *progress.callback)
+        stream.flex_stream().AddCallback([cb = *progress.callback, done = ++progress.queued, total = progress.total] {
+            cb({"loading plan", done, std::max(done, total), "binaries"});
+        });
     return block;
 }
 
-void LoadOperation(SpyreStream& stream, const std::shared_ptr<PlanMemory>& memory_ptr, Operation& op) {
+void LoadOperation(SpyreStream& stream, const std::shared_ptr<PlanMemory>& memory_ptr, Operation& op,
+                   LoadProgress& progress) {
     PlanMemory& memory = *memory_ptr;
     DeviceCore& core = *stream.flex_stream().core();
     SpyreCompute* compute = op.compute() ? &*op.compute() : nullptr;
     if (compute && !compute->binary.empty())
-        detail::OperationAccess::SetBinary(*compute, Upload(stream, memory, compute->binary), compute->binary.size());
+        detail::OperationAccess::SetBinary(*compute, Upload(stream, memory, compute->binary, progress),
+                                          compute->binary.size());
     if (!compute || !compute->device_handle()) return;
     const DeviceHandle program = *compute->device_handle();
     auto loaded = std::make_shared<detail::LoadedOperation>();
@@ -48,7 +74,7 @@ void LoadOperation(SpyreStream& stream, const std::shared_ptr<PlanMemory>& memor
         // from this Operation's input table.
         SetCorrectionTarget(c.binary, core.allocator->DeviceAddress(program, compute->binary_size()),
                             core.allocator->DeviceAddress(table, c.input_size));
-        const DeviceHandle correction = Upload(stream, memory, c.binary);
+        const DeviceHandle correction = Upload(stream, memory, c.binary, progress);
         detail::OperationAccess::SetCorrection(c, correction, c.binary.size(), table);
         // Example 2: copy the correction input, launch the correction; the compute follows.
         op.preprocess().insert(op.preprocess().begin(),
@@ -62,13 +88,21 @@ void LoadOperation(SpyreStream& stream, const std::shared_ptr<PlanMemory>& memor
 
 }  // namespace
 
-std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, const CompilerOutput& compiler_output) {
+std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, const CompilerOutput& compiler_output,
+                                                       const ProgressCallback& progress) {
+    SPYRE_TRACE_SCOPE("LoadExecutionPlan");
     const std::shared_ptr<DeviceCore>& core = stream.flex_stream().core();
     const uint64_t key = compiler_output.ContentHash();
     {
         std::lock_guard lock(core->plans_mu);
         if (auto it = core->plans.find(key); it != core->plans.end())
-            if (auto cached = it->second.lock()) return cached;
+            if (auto cached = it->second.lock()) {
+                if (progress) {
+                    const uint64_t n = CountUploads(*cached);
+                    progress({"loading plan", n, n, "binaries"});
+                }
+                return cached;
+            }
     }
     // Parse and validate before any device memory is taken.
     auto plan = std::make_shared<ExecutionPlan>(compiler_output);
@@ -78,10 +112,11 @@ std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, cons
     // steps is cleared below, as the plan is discarded with it).
     stream.Synchronize();
     auto memory = std::make_shared<PlanMemory>();
+    LoadProgress load_progress{&progress, progress ? CountUploads(*plan) : 0, 0};
     try {
-        for (Operation& op : plan->operations) LoadOperation(stream, memory, op);
+        for (Operation& op : plan->operations) LoadOperation(stream, memory, op, load_progress);
         for (InitPacket& packet : plan->init_packets) {
-            detail::OperationAccess::SetBinary(packet, Upload(stream, *memory, packet.binary));
+            detail::OperationAccess::SetBinary(packet, Upload(stream, *memory, packet.binary, load_progress));
             stream.flex_stream().Launch(*packet.device_handle(), packet.binary.size());
         }
     } catch (...) {
@@ -114,8 +149,9 @@ std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, cons
     return loaded;
 }
 
-std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, const std::filesystem::path& directory) {
-    return LoadExecutionPlan(stream, CompilerOutput::ReadDirectory(directory));
+std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, const std::filesystem::path& directory,
+                                                       const ProgressCallback& progress) {
+    return LoadExecutionPlan(stream, CompilerOutput::ReadDirectory(directory), progress);
 }
 
 }  // namespace spyre

@@ -34,6 +34,14 @@ void SpyreStream::LaunchTiled(const Operation& op, std::span<const SpyreTensor> 
                                                  "SpyreStream::LaunchTiled"));
 }
 
+void SpyreStream::LaunchTiled(const Operation& op, std::span<const SpyreTensor> tensors,
+                              const ProgressCallback& progress) {
+    SPYRE_TRACE_SCOPE("SpyreStream::LaunchTiled");
+    detail::Enqueue(*stream_,
+                    detail::BindLaunch(*stream_->core(), op, tensors, detail::LaunchMode::Tiled, "SpyreStream::LaunchTiled"),
+                    progress);
+}
+
 // ---------------------------------------------------------------- LaunchKernel
 
 void LaunchKernel(SpyreStream& stream, const ExecutionPlan& plan, std::span<const SpyreTensor> tensors) {

@@ -10,6 +10,7 @@
 #include "spyre/common/log.hpp"
 #include "spyre/error.hpp"
 #include "spyre/uapi/spyre_errors.h"
+#include "trace/recorder.hpp"
 
 namespace spyre::orchestration {
 
@@ -84,6 +85,13 @@ void DeviceWorker::Serve(Group& g, ReadyQueue& ready, CompletionSink& sink) {
     // meanwhile (the completion interrupt does not see the ready queue).
     wait.timeout = std::chrono::microseconds(500);
     std::optional<Error> lost;  // the device failed: every task from here fails
+    // Tracing: when each table's task was sent, and one track per core
+    // ("<pci> core N", from the completion's core index).
+    std::vector<uint64_t> sent_ns(in_flight_ids.size(), 0);
+    std::vector<uint32_t> core_tracks;
+    uint64_t recording = 0;
+    TaskTiming timing;
+    timing.category = "device";
 
     for (;;) {
         batch.clear();
@@ -109,6 +117,10 @@ void DeviceWorker::Serve(Group& g, ReadyQueue& ready, CompletionSink& sink) {
                                              tables_device_ + uint64_t(table) * kTableBytes, uint32_t(t.num_params)));
         }
         try {
+            if (trace::Enabled() && !descs.empty()) [[unlikely]] {
+                const uint64_t now = trace::detail::NowNs();
+                for (const spyre_task_desc& d : descs) sent_ns[TableOf(d.task_id)] = now;
+            }
             if (!descs.empty()) tq.Submit(descs);  // all fit: the batch was sized by Free()
             if (tq.InFlight() == 0) continue;
             size_t n = tq.Reap(done);
@@ -119,11 +131,34 @@ void DeviceWorker::Serve(Group& g, ReadyQueue& ready, CompletionSink& sink) {
                     if (e.kind() != ErrorKind::Timeout) throw;
                 }
             }
+            const bool traced = trace::Enabled() && n > 0;
+            if (traced) [[unlikely]] {
+                if (recording != trace::detail::Recording()) {
+                    recording = trace::detail::Recording();
+                    core_tracks.clear();
+                }
+                timing.reaped_ns = trace::detail::NowNs();
+            }
             for (size_t i = 0; i < n; ++i) {
                 const uint32_t table = TableOf(done[i].task_id);
                 free_tables.push_back(table);
                 in_flight_ids[table] = -1;
-                sink.OnTaskComplete(TaskOf(done[i].task_id), done[i].status);
+                // A completion without a time (or a core index past any
+                // card's) is reported without a place on the timeline.
+                if (!traced || done[i].start_ns == 0 || done[i].end_ns < done[i].start_ns || done[i].core >= 1024)
+                    [[likely]] {
+                    sink.OnTaskComplete(TaskOf(done[i].task_id), done[i].status);
+                    continue;
+                }
+                const uint16_t core = done[i].core;
+                while (core_tracks.size() <= core)
+                    core_tracks.push_back(trace::detail::NamedTrack(function_.pci_address() + " core " +
+                                                                    std::to_string(core_tracks.size())));
+                timing.track = core_tracks[core];
+                timing.start_ns = done[i].start_ns;
+                timing.end_ns = done[i].end_ns;
+                timing.sent_ns = sent_ns[table];
+                sink.OnTaskComplete(TaskOf(done[i].task_id), done[i].status, &timing);
             }
         } catch (const Error& e) {
             // The device is gone or the queue halted: what is in flight will

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "orchestration/host_worker.hpp"
+#include "trace/recorder.hpp"
 
 namespace spyre::orchestration {
 
@@ -47,8 +48,9 @@ Engine::Engine(EngineOptions options)
     // takes a type over; EXTERNAL tasks have no executor.
     const unsigned threads = options_.host_threads ? options_.host_threads
                                                    : std::max(1u, std::thread::hardware_concurrency());
-    auto host = std::make_shared<HostWorker>(threads);
-    queues_.push_back(MakeReadyQueue(options_.ready_queues, size_t(options_.task_ring_size)));
+    auto host = std::make_shared<HostWorker>(threads, options_.device);
+    queues_.push_back(
+        MakeReadyQueue(options_.ready_queues, size_t(options_.task_ring_size), options_.device + " ready queue (host)"));
     for (int32_t w : {WORKER_CUBE, WORKER_VECTOR, WORKER_HOST}) routes_[w] = {host, queues_.back().get()};
     executors_.push_back(host);
     host->Start(*queues_.back(), *this);
@@ -121,7 +123,8 @@ void Engine::SetExecutor(int32_t worker_type, std::shared_ptr<Executor> executor
             routes_[worker_type] = r;
             return;
         }
-    queues_.push_back(MakeReadyQueue(options_.ready_queues, size_t(options_.task_ring_size)));
+    queues_.push_back(MakeReadyQueue(options_.ready_queues, size_t(options_.task_ring_size),
+                                     options_.device + " ready queue (" + executor->name() + ")"));
     routes_[worker_type] = {executor, queues_.back().get()};
     executors_.push_back(executor);
     executor->Start(*queues_.back(), *this);
@@ -210,6 +213,8 @@ uint8_t* Engine::Alloc(uint64_t size) {
     heap_.SetOwner(block.seq, kBufferOwner | (options_.heap_offset + block.offset));  // known only now
     uint8_t* p = heap_.base() + block.offset;
     buffers_.Register(p, size, block.seq);
+    if (trace::Enabled()) [[unlikely]]
+        TraceHeap();
     return p;
 }
 
@@ -234,6 +239,8 @@ void Engine::ReleaseBuffer(BufferInfo& b) {
     heap_.Release(b.heap_seq);
     buffers_.Erase(b.base_ptr);
     space_freed_ = true;
+    if (trace::Enabled()) [[unlikely]]
+        TraceHeap();
 }
 
 void Engine::Sleep(std::unique_lock<std::mutex>& lock) {
@@ -249,6 +256,36 @@ void Engine::WakeWaiters() {
     // per completed task.
     if (waiters_ != 0 && (space_freed_ || inflight_ == 0 || active_ == 0)) cv_.notify_all();
     space_freed_ = false;
+}
+
+void Engine::TraceHeap() {
+    if (heap_recording_ != trace::detail::Recording()) {
+        heap_recording_ = trace::detail::Recording();
+        heap_track_ = trace::detail::NamedTrack(options_.device + " heap ring");
+    }
+    trace::detail::Counter(heap_track_, "heap ring bytes in use", trace::detail::NowNs(), int64_t(heap_.used()));
+}
+
+void Engine::TraceTask(TaskDescriptor& t, const TaskTiming& timing) {
+    trace::detail::TaskSpan(timing.track, timing.category, timing.start_ns, timing.end_ns, t.task_id, t.func_id,
+                            timing.sent_ns, timing.reaped_ns);
+    const uint64_t recording = trace::detail::Recording();
+    t.trace_track = timing.track;
+    t.trace_end_ns = timing.end_ns;
+    t.trace_recording = recording;
+    // One arrow per dependency, from the producer's end to this task's
+    // start. Producers are held (not consumed) until this task completes,
+    // so their descriptors are still theirs. A producer that completed
+    // before this task was submitted counts too: it was a dependency, only
+    // one that was already satisfied.
+    for (int32_t p : t.fanin) {
+        const TaskDescriptor& producer = ring_.Get(p);
+        // Skipped, EXTERNAL, or run before this recording: no span to start from.
+        if (producer.trace_track == 0 || producer.trace_recording != recording) continue;
+        // The tail just inside the producer's span, so a viewer binds it there.
+        trace::detail::Arrow(producer.trace_track, producer.trace_end_ns > 0 ? producer.trace_end_ns - 1 : 0,
+                             timing.track, timing.start_ns);
+    }
 }
 
 void Engine::ScopeBegin() {
@@ -295,6 +332,7 @@ void Engine::ScopeEnd() {
 }
 
 int32_t Engine::Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params) {
+    SPYRE_TRACE_SCOPE("pto_submit_task");
     std::lock_guard sub(submit_mu_);
     std::unique_lock lock(mu_);
     // Everything is checked before a slot is taken.
@@ -366,6 +404,8 @@ int32_t Engine::Submit(int32_t kernel_id, int32_t worker_type, std::span<const T
             t.heap_seq = b.seq;
             t.has_heap_block = true;
             t.packed_buffer_base = reinterpret_cast<uint64_t>(heap_.base() + b.offset);
+            if (trace::Enabled()) [[unlikely]]
+                TraceHeap();
         } catch (...) {
             ring_.Unallocate();  // nobody else allocates: submitters are serialised
             throw;
@@ -461,7 +501,9 @@ void Engine::DrainSkips() {
     WakeWaiters();
 }
 
-void Engine::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped) {
+void Engine::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped, const TaskTiming* timing) {
+    if (timing && trace::Enabled()) [[unlikely]]
+        TraceTask(t, *timing);
     const TaskState was = t.state.load(std::memory_order_relaxed);
     if (was == TaskState::Ready || (was == TaskState::Running && t.core_type != WORKER_EXTERNAL)) --active_;
     --inflight_;
@@ -501,6 +543,8 @@ void Engine::TryConsume(TaskDescriptor& t) {
     if (t.has_heap_block) {
         heap_.Release(t.heap_seq);
         space_freed_ = true;
+        if (trace::Enabled()) [[unlikely]]
+            TraceHeap();
     }
     for (uint64_t base : t.buffers) {
         BufferInfo* b = buffers_.FindBase(reinterpret_cast<const uint8_t*>(uintptr_t(base)));
@@ -542,9 +586,9 @@ void Engine::DropPoisonInside(uint64_t lo, uint64_t hi) {
     std::erase_if(poisoned_, [&](const PoisonedRegion& r) { return lo <= r.lo && r.hi <= hi; });
 }
 
-void Engine::OnTaskComplete(int32_t task_id, uint32_t status) {
+void Engine::OnTaskComplete(int32_t task_id, uint32_t status, const TaskTiming* timing) {
     std::lock_guard lock(mu_);
-    CompleteLocked(ring_.Get(task_id), status, false);
+    CompleteLocked(ring_.Get(task_id), status, false, timing);
     DrainSkips();
 }
 
@@ -581,9 +625,22 @@ uint8_t* Engine::TaskOutput(int32_t task_id, int32_t index) {
                                          std::to_string(index + 1));
 }
 
-void Engine::WaitAll() {
+void Engine::WaitAll(const ProgressCallback& progress) {
+    SPYRE_TRACE_SCOPE("pto_wait_all");
     std::unique_lock lock(mu_);
+    // Progress: tasks completed of those submitted since the last WaitAll
+    // that returned with nothing in flight; reported outside the lock, once
+    // per change (so done only rises, and ends at total).
+    uint64_t reported = ~0ull;
     for (;;) {
+        if (progress && completed_ - waited_ != reported) {
+            reported = completed_ - waited_;
+            const ProgressInfo info{"orchestration", reported, submitted_ - waited_, "tasks"};
+            lock.unlock();
+            progress(info);
+            lock.lock();
+            continue;  // look again: tasks completed meanwhile
+        }
         if (inflight_ == 0) break;
         if (active_ == 0)
             Fail(ErrorKind::Busy, "wait for all tasks would never return: " + std::to_string(inflight_) +
@@ -591,6 +648,7 @@ void Engine::WaitAll() {
                  EDEADLK);
         Sleep(lock);
     }
+    waited_ = completed_;
     if (failures_.empty()) return;
     std::vector<TaskReport> reports;
     reports.swap(failures_);

@@ -28,6 +28,7 @@
 #include "orchestration/scope_stack.hpp"
 #include "orchestration/task_ring.hpp"
 #include "orchestration/tensor_map.hpp"
+#include "spyre/common/progress.hpp"
 #include "spyre/error.hpp"
 #include "spyre/pto.h"
 
@@ -89,7 +90,9 @@ public:
     void Complete(int32_t task_id, uint32_t status);
 
     uint8_t* TaskOutput(int32_t task_id, int32_t index);
-    void WaitAll();
+    // Waits for every task submitted; `progress` (if set) hears tasks
+    // completed of those submitted since the last WaitAll.
+    void WaitAll(const ProgressCallback& progress = {});
     // Failed and skipped tasks not yet reported by WaitAll.
     std::vector<TaskReport> Failures() const;
 
@@ -99,7 +102,7 @@ public:
     TaskState State(int32_t task_id) const;  // Consumed once reclaimed
     EngineStats Stats() const;
 
-    void OnTaskComplete(int32_t task_id, uint32_t status) override;
+    void OnTaskComplete(int32_t task_id, uint32_t status, const TaskTiming* timing = nullptr) override;
 
 private:
     struct Route {
@@ -119,7 +122,11 @@ private:
     std::string TaskRingStuck() const;
     std::string HeapStuck(uint64_t need) const;
     void MakeReady(TaskDescriptor& t);
-    void CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped);
+    void CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped, const TaskTiming* timing = nullptr);
+    // The task's span and an arrow from each traced producer (a trace records).
+    void TraceTask(TaskDescriptor& t, const TaskTiming& timing);
+    // The heap ring's bytes in use, as a counter (a trace records).
+    void TraceHeap();
     void TryConsume(TaskDescriptor& t);
     void ReleaseBuffer(BufferInfo& b);
     void DrainSkips();  // then WakeWaiters
@@ -164,6 +171,9 @@ private:
     int64_t active_ = 0;    // READY or RUNNING on an executor: will complete on their own
     uint64_t submitted_ = 0;
     uint64_t completed_ = 0;
+    uint64_t waited_ = 0;  // tasks completed when the last WaitAll returned (progress counts from it)
+    uint32_t heap_track_ = 0;  // of recording heap_recording_
+    uint64_t heap_recording_ = 0;
 };
 
 }  // namespace spyre::orchestration

@@ -26,11 +26,23 @@ struct KernelEntry {
     bool has_program = false;
 };
 
+// Where and when a task ran, for the trace (given only while one records).
+struct TaskTiming {
+    uint32_t track = 0;            // trace::detail::NamedTrack of the worker or core
+    const char* category = "task";  // "task" (a host worker) or "device" (a core)
+    uint64_t start_ns = 0;
+    uint64_t end_ns = 0;
+    uint64_t sent_ns = 0;    // when the host sent it to the device (0: host task)
+    uint64_t reaped_ns = 0;  // when the host saw the device's completion
+};
+
 class CompletionSink {
 public:
     virtual ~CompletionSink() = default;
-    // Thread-safe; may be called from any thread, in any order.
-    virtual void OnTaskComplete(int32_t task_id, uint32_t status) = 0;
+    // Thread-safe; may be called from any thread, in any order. `timing`
+    // (null when no trace records, or the task did not run) places the
+    // task on the timeline.
+    virtual void OnTaskComplete(int32_t task_id, uint32_t status, const TaskTiming* timing = nullptr) = 0;
 };
 
 class Executor {

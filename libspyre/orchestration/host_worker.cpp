@@ -3,9 +3,12 @@
 
 #include <algorithm>
 
+#include "trace/recorder.hpp"
+
 namespace spyre::orchestration {
 
-HostWorker::HostWorker(unsigned threads) : threads_(std::max(1u, threads)) {}
+HostWorker::HostWorker(unsigned threads, std::string device)
+    : threads_(std::max(1u, threads)), device_(std::move(device)) {}
 
 HostWorker::~HostWorker() { Stop(); }
 
@@ -28,10 +31,25 @@ uint32_t HostWorker::Run(const TaskDescriptor& task) {
 
 void HostWorker::Start(ReadyQueue& queue, CompletionSink& sink) {
     for (unsigned i = 0; i < threads_; ++i)
-        pool_.emplace_back([&queue, &sink] {
+        pool_.emplace_back([this, i, &queue, &sink] {
             std::vector<ReadyTask> batch;
+            TaskTiming timing;
+            uint64_t recording = 0;  // the recording `timing.track` belongs to
             while (queue.PopBatch(batch, 1)) {
-                for (const ReadyTask& t : batch) sink.OnTaskComplete(t.task_id, Run(*t.task));
+                for (const ReadyTask& t : batch) {
+                    if (!trace::Enabled()) [[likely]] {
+                        sink.OnTaskComplete(t.task_id, Run(*t.task));
+                        continue;
+                    }
+                    if (recording != trace::detail::Recording()) {
+                        recording = trace::detail::Recording();
+                        timing.track = trace::detail::NamedTrack(device_ + " host worker " + std::to_string(i));
+                    }
+                    timing.start_ns = trace::detail::NowNs();
+                    const uint32_t status = Run(*t.task);
+                    timing.end_ns = trace::detail::NowNs();
+                    sink.OnTaskComplete(t.task_id, status, &timing);
+                }
                 batch.clear();
             }
         });

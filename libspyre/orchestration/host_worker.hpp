@@ -4,6 +4,7 @@
 // the return value is the task's status.
 #pragma once
 
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -13,7 +14,8 @@ namespace spyre::orchestration {
 
 class HostWorker final : public Executor {
 public:
-    explicit HostWorker(unsigned threads);
+    // `device` names the worker's trace tracks ("<device> host worker N").
+    HostWorker(unsigned threads, std::string device);
     ~HostWorker() override;
     const char* name() const noexcept override { return "host"; }
     bool CanRun(const KernelEntry& kernel) const noexcept override {
@@ -28,6 +30,7 @@ public:
 
 private:
     unsigned threads_;
+    std::string device_;
     std::vector<std::thread> pool_;
 };
 

@@ -184,6 +184,14 @@ int32_t pto_wait_all(Runtime* rt) {
     return OnRuntime(rt, [](Runtime& r) { r.engine->WaitAll(); });
 }
 
+int32_t pto_wait_all_progress(Runtime* rt, pto_progress_fn progress, void* user) {
+    return OnRuntime(rt, [&](Runtime& r) {
+        spyre::ProgressCallback cb;
+        if (progress) cb = [progress, user](const spyre::ProgressInfo& p) { progress(p.done, p.total, user); };
+        r.engine->WaitAll(cb);
+    });
+}
+
 int32_t pto_device_address(Runtime* rt, const void* buffer, uint64_t* device_address) {
     return OnRuntime(rt, [&](Runtime& r) {
         const uint64_t a = r.engine->DeviceAddress(buffer);

@@ -6,12 +6,22 @@
 
 #include "spyre/common/futex.hpp"
 #include "spyre/error.hpp"
+#include "trace/recorder.hpp"
 
 namespace spyre::orchestration {
 
-std::unique_ptr<ReadyQueue> MakeReadyQueue(ReadyQueueKind kind, size_t capacity) {
-    if (kind == ReadyQueueKind::LockFree) return std::make_unique<LockFreeReadyQueue>(capacity);
-    return std::make_unique<LockedReadyQueue>();
+std::unique_ptr<ReadyQueue> MakeReadyQueue(ReadyQueueKind kind, size_t capacity, std::string name) {
+    if (kind == ReadyQueueKind::LockFree) return std::make_unique<LockFreeReadyQueue>(capacity, std::move(name));
+    return std::make_unique<LockedReadyQueue>(std::move(name));
+}
+
+void ReadyQueue::TraceDepth(size_t depth) {
+    std::lock_guard lock(trace_mu_);
+    if (trace_recording_ != trace::detail::Recording()) {
+        trace_recording_ = trace::detail::Recording();
+        trace_track_ = trace::detail::NamedTrack(name_);
+    }
+    trace::detail::Counter(trace_track_, "ready tasks", trace::detail::NowNs(), int64_t(depth));
 }
 
 // ------------------------------------------------------------------ locked
@@ -20,6 +30,8 @@ void LockedReadyQueue::Push(ReadyTask t) {
     {
         std::lock_guard lock(mu_);
         q_.push_back(t);
+        if (trace::Enabled()) [[unlikely]]
+            TraceDepth(q_.size());
     }
     cv_.notify_one();
 }
@@ -32,6 +44,8 @@ bool LockedReadyQueue::PopBatch(std::vector<ReadyTask>& out, size_t max) {
         out.push_back(q_.front());
         q_.pop_front();
     }
+    if (trace::Enabled()) [[unlikely]]
+        TraceDepth(q_.size());
     return true;
 }
 
@@ -43,6 +57,8 @@ size_t LockedReadyQueue::TryPopBatch(std::vector<ReadyTask>& out, size_t max) {
         q_.pop_front();
         ++n;
     }
+    if (n && trace::Enabled()) [[unlikely]]
+        TraceDepth(q_.size());
     return n;
 }
 
@@ -69,8 +85,9 @@ constexpr int kSpins = 256;
 constexpr auto kSleepBound = std::chrono::milliseconds(100);
 }  // namespace
 
-LockFreeReadyQueue::LockFreeReadyQueue(size_t capacity)
-    : cells_(new Cell[std::bit_ceil(std::max<size_t>(capacity, 2))]),
+LockFreeReadyQueue::LockFreeReadyQueue(size_t capacity, std::string name)
+    : ReadyQueue(std::move(name)),
+      cells_(new Cell[std::bit_ceil(std::max<size_t>(capacity, 2))]),
       mask_(std::bit_ceil(std::max<size_t>(capacity, 2)) - 1) {
     for (uint64_t i = 0; i <= mask_; ++i) cells_[i].seq.store(i, std::memory_order_relaxed);
 }
@@ -93,6 +110,8 @@ void LockFreeReadyQueue::Push(ReadyTask t) {
             pos = tail_.load(std::memory_order_relaxed);
         }
     }
+    if (trace::Enabled()) [[unlikely]]
+        TraceDepth(size());
     // Pairs with a popper's sleepers_ increment before its last look: either
     // it sees this task, or this sees it asleep and wakes it.
     std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -128,6 +147,8 @@ size_t LockFreeReadyQueue::TryPopBatch(std::vector<ReadyTask>& out, size_t max) 
         out.push_back(t);
         ++n;
     }
+    if (n && trace::Enabled()) [[unlikely]]
+        TraceDepth(size());
     return n;
 }
 

@@ -19,6 +19,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "spyre/orchestration.hpp"
@@ -36,6 +37,8 @@ struct ReadyTask {
 
 class ReadyQueue {
 public:
+    // `name` names its depth counter in a trace ("<device> ready queue (host)").
+    explicit ReadyQueue(std::string name) : name_(std::move(name)) {}
     virtual ~ReadyQueue() = default;
     virtual void Push(ReadyTask t) = 0;
     // Waits for at least one task and moves up to `max` into `out`; false
@@ -47,13 +50,24 @@ public:
     // Wakes every waiter; PopBatch drains what is left and then returns false.
     virtual void Close() = 0;
     virtual size_t size() const = 0;
+
+protected:
+    // While a trace records: the queue's depth as a counter sample.
+    void TraceDepth(size_t depth);
+
+private:
+    const std::string name_;
+    std::mutex trace_mu_;       // pushers and poppers may sample at once (lock-free queue)
+    uint32_t trace_track_ = 0;  // of recording trace_recording_
+    uint64_t trace_recording_ = 0;
 };
 
 // `capacity`: the most tasks that can be ready at once (the task ring's size).
-std::unique_ptr<ReadyQueue> MakeReadyQueue(ReadyQueueKind kind, size_t capacity);
+std::unique_ptr<ReadyQueue> MakeReadyQueue(ReadyQueueKind kind, size_t capacity, std::string name);
 
 class LockedReadyQueue final : public ReadyQueue {
 public:
+    using ReadyQueue::ReadyQueue;
     void Push(ReadyTask t) override;
     bool PopBatch(std::vector<ReadyTask>& out, size_t max) override;
     size_t TryPopBatch(std::vector<ReadyTask>& out, size_t max) override;
@@ -69,7 +83,7 @@ private:
 
 class LockFreeReadyQueue final : public ReadyQueue {
 public:
-    explicit LockFreeReadyQueue(size_t capacity);
+    LockFreeReadyQueue(size_t capacity, std::string name);
     void Push(ReadyTask t) override;
     bool PopBatch(std::vector<ReadyTask>& out, size_t max) override;
     size_t TryPopBatch(std::vector<ReadyTask>& out, size_t max) override;

@@ -82,7 +82,7 @@ std::unique_ptr<Runtime> Runtime::OnHostMemory(uint64_t memory_size, const spyre
     return rt;
 }
 
-void Runtime::Run(pto_orchestration_fn fn, uint64_t* args) {
+void Runtime::Run(pto_orchestration_fn fn, uint64_t* args, const spyre::ProgressCallback& progress) {
     if (!fn) throw Error(ErrorKind::InvalidArgument, "no orchestration function");
     const int32_t depth = engine->Stats().scope_depth;
     engine->ScopeBegin();
@@ -97,7 +97,7 @@ void Runtime::Run(pto_orchestration_fn fn, uint64_t* args) {
             if (e.kind() != ErrorKind::DeviceError) throw;
         }
     }
-    engine->WaitAll();
+    engine->WaitAll(progress);
     if (left_open > 0)
         throw Error(ErrorKind::InvalidArgument,
                     "the orchestration function left " + std::to_string(left_open) + " scope(s) open (ended for it)");
@@ -105,7 +105,8 @@ void Runtime::Run(pto_orchestration_fn fn, uint64_t* args) {
         throw Error(ErrorKind::InvalidArgument, "the orchestration function ended scopes it did not begin");
 }
 
-void Runtime::RunLibrary(const char* path, const char* symbol, uint64_t* args) {
+void Runtime::RunLibrary(const char* path, const char* symbol, uint64_t* args,
+                         const spyre::ProgressCallback& progress) {
     if (!path || !symbol) throw Error(ErrorKind::InvalidArgument, "a library path and a symbol name are needed");
     void* lib = ::dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!lib) throw Error(ErrorKind::NotFound, std::string("cannot load orchestration library: ") + ::dlerror());
@@ -116,7 +117,7 @@ void Runtime::RunLibrary(const char* path, const char* symbol, uint64_t* args) {
     void* sym = ::dlsym(lib, symbol);
     if (!sym)
         throw Error(ErrorKind::NotFound, std::string("no orchestration function '") + symbol + "' in " + path);
-    Run(reinterpret_cast<pto_orchestration_fn>(sym), args);
+    Run(reinterpret_cast<pto_orchestration_fn>(sym), args, progress);
 }
 
 namespace spyre {
@@ -195,6 +196,7 @@ void Orchestrator::Fail(int32_t task_id, uint32_t error_code) {
 void* Orchestrator::TaskOutput(int32_t task_id, int32_t index) { return Eng(handle()).TaskOutput(task_id, index); }
 int32_t Orchestrator::TaskState(int32_t task_id) const { return int32_t(Eng(handle()).State(task_id)); }
 void Orchestrator::WaitAll() { Eng(handle()).WaitAll(); }
+void Orchestrator::WaitAll(const ProgressCallback& progress) { Eng(handle()).WaitAll(progress); }
 
 std::vector<TaskFailure> Orchestrator::Failures() const {
     std::vector<TaskFailure> out;
@@ -210,9 +212,12 @@ void* Orchestrator::HostAddress(uint64_t device_address, uint64_t size) const {
 }
 uint64_t Orchestrator::memory_size() const { return Eng(handle()).memory_size(); }
 
-void Orchestrator::Run(pto_orchestration_fn fn, uint64_t* args) { handle()->Run(fn, args); }
-void Orchestrator::RunLibrary(const std::string& path, const std::string& symbol, uint64_t* args) {
-    handle()->RunLibrary(path.c_str(), symbol.c_str(), args);
+void Orchestrator::Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress) {
+    handle()->Run(fn, args, progress);
+}
+void Orchestrator::RunLibrary(const std::string& path, const std::string& symbol, uint64_t* args,
+                              const ProgressCallback& progress) {
+    handle()->RunLibrary(path.c_str(), symbol.c_str(), args, progress);
 }
 
 }  // namespace spyre

@@ -31,6 +31,7 @@ struct Runtime {
     // On host memory: the heap is the last heap_size bytes of memory_size.
     static std::unique_ptr<Runtime> OnHostMemory(uint64_t memory_size, const spyre::OrchestratorOptions& options);
     // fn(this, args) in a scope, then WaitAll.
-    void Run(pto_orchestration_fn fn, uint64_t* args);
-    void RunLibrary(const char* path, const char* symbol, uint64_t* args);
+    void Run(pto_orchestration_fn fn, uint64_t* args, const spyre::ProgressCallback& progress = {});
+    void RunLibrary(const char* path, const char* symbol, uint64_t* args,
+                    const spyre::ProgressCallback& progress = {});
 };

@@ -38,6 +38,7 @@ void TaskDescriptor::Reset(int32_t id) {
     external_done = false;
     external_code = 0;
     cause = {};
+    trace_track = 0;
 }
 
 TaskRing::TaskRing(int32_t capacity) {

@@ -64,6 +64,11 @@ struct TaskDescriptor {
     bool external_done = false;   // EXTERNAL: completed before its inputs were
     uint32_t external_code = 0;
     RootCause cause;
+    // Where it ran on the timeline of the recording in progress (track 0:
+    // not traced): its consumers' dependency arrows start at its end.
+    uint32_t trace_track = 0;
+    uint64_t trace_end_ns = 0;
+    uint64_t trace_recording = 0;  // trace::detail::Recording() when traced
 
     void Reset(int32_t id);
 };

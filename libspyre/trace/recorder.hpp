@@ -34,6 +34,19 @@ void Span(uint32_t track, const char* category, const char* name, uint64_t start
 // Starts flow arrow `flow` at `ts_ns` on the calling thread's track.
 void FlowOut(uint64_t flow, uint64_t ts_ns) noexcept;
 
+// A whole dependency arrow in one record (written as its 's' and 'f'
+// events): from `from_ns` on `from_track` to `to_ns` on `to_track`, each end
+// bound to the span that encloses it there (a span may take any number of
+// arrows in and out).
+void Arrow(uint32_t from_track, uint64_t from_ns, uint32_t to_track, uint64_t to_ns) noexcept;
+
+// An orchestration task that ran on `track` from `start_ns` to `end_ns`,
+// named "kernel <kernel_id>", args task, kernel and (when not 0) when the
+// host sent it (`sent_ns`) and saw it complete (`reaped_ns`). `category`
+// must be a string literal ("task": a host worker, "device": a core).
+void TaskSpan(uint32_t track, const char* category, uint64_t start_ns, uint64_t end_ns, int32_t task_id,
+              int32_t kernel_id, uint64_t sent_ns = 0, uint64_t reaped_ns = 0) noexcept;
+
 // A counter sample: `name` (a string literal) of what `track` shows, for
 // example the ring depth of a device's ring track.
 void Counter(uint32_t track, const char* name, uint64_t ts_ns, int64_t value) noexcept;

@@ -37,14 +37,18 @@ namespace {
 struct Record {
     uint64_t ts_ns;
     uint64_t dur_ns;
-    int64_t arg;
-    uint64_t queued_ns;
-    uint64_t flow;
-    const char* name;
+    int64_t arg;         // 'T': the task id
+    uint64_t queued_ns;  // 'T': when the host sent the task
+    uint64_t flow;       // 'T': the kernel id
+    union {
+        const char* name;
+        uint64_t reaped_ns;  // 'T' (named "kernel <id>" when written)
+    };
     const char* category;
     uint32_t track;  // 0: the thread's own
-    char ph;         // 'X' span, 's' flow start, 'C' counter
+    char ph;         // 'X' span, 'T' task span, 's' flow start, 'f' flow end, 'A' arrow, 'C' counter
 };
+static_assert(sizeof(Record) == 64, "a record is one cache line");
 
 struct Chunk {
     static constexpr uint32_t kRecords = 16384;  // 1 MiB
@@ -151,7 +155,7 @@ double Micros(uint64_t ns) { return double(ns) / 1000.0; }
 }  // namespace
 
 void ApiSpan(const char* name, uint64_t start_ns, uint64_t end_ns) noexcept {
-    Append(Record{start_ns, end_ns - start_ns, -1, 0, 0, name, "api", 0, 'X'});
+    Append(Record{start_ns, end_ns - start_ns, -1, 0, 0, {name}, "api", 0, 'X'});
 }
 
 }  // namespace detail
@@ -177,16 +181,31 @@ uint32_t NewFlow() noexcept {
 
 void Span(uint32_t track, const char* category, const char* name, uint64_t start_ns, uint64_t end_ns, int64_t arg,
           uint64_t queued_ns, uint64_t flow_in) noexcept {
-    Append(Record{start_ns, end_ns > start_ns ? end_ns - start_ns : 0, arg, queued_ns, flow_in, name, category,
+    Append(Record{start_ns, end_ns > start_ns ? end_ns - start_ns : 0, arg, queued_ns, flow_in, {name}, category,
                   track, 'X'});
 }
 
 void FlowOut(uint64_t flow, uint64_t ts_ns) noexcept {
-    Append(Record{ts_ns, 0, -1, 0, flow, "enqueue", "flow", 0, 's'});
+    Append(Record{ts_ns, 0, -1, 0, flow, {"enqueue"}, "flow", 0, 's'});
+}
+
+void Arrow(uint32_t from_track, uint64_t from_ns, uint32_t to_track, uint64_t to_ns) noexcept {
+    if (!Enabled()) return;
+    // One record (half the memory of two): `queued_ns` holds the tail's
+    // time and `arg` its track; Stop writes the two events.
+    Append(Record{to_ns, 0, int64_t(from_track), from_ns, 0, {"depends"}, "flow", to_track, 'A'});  // id at Stop
+}
+
+void TaskSpan(uint32_t track, const char* category, uint64_t start_ns, uint64_t end_ns, int32_t task_id,
+              int32_t kernel_id, uint64_t sent_ns, uint64_t reaped_ns) noexcept {
+    Record r{start_ns, end_ns > start_ns ? end_ns - start_ns : 0, task_id, sent_ns, uint64_t(uint32_t(kernel_id)),
+             {nullptr}, category, track, 'T'};
+    r.reaped_ns = reaped_ns;
+    Append(r);
 }
 
 void Counter(uint32_t track, const char* name, uint64_t ts_ns, int64_t value) noexcept {
-    Append(Record{ts_ns, 0, value, 0, 0, name, "counter", track, 'C'});
+    Append(Record{ts_ns, 0, value, 0, 0, {name}, "counter", track, 'C'});
 }
 
 }  // namespace detail
@@ -235,7 +254,19 @@ size_t Stop() {
     for (const auto& b : buffers)
         for (const Chunk* c = b->head.get(); c; c = c->next.load(std::memory_order_acquire)) {
             const uint32_t n = c->count.load(std::memory_order_acquire);
-            for (uint32_t i = 0; i < n; ++i) all.push_back({c->records[i], c->records[i].track ? c->records[i].track : b->tid});
+            for (uint32_t i = 0; i < n; ++i) {
+                const Record& r = c->records[i];
+                if (r.ph == 'A') {  // an arrow: its tail and its head, each at its own time on its own track
+                    Record tail = r, head = r;
+                    tail.flow = head.flow = NewFlow();
+                    tail.ph = 's', tail.ts_ns = r.queued_ns, tail.track = uint32_t(r.arg);
+                    head.ph = 'f';
+                    all.push_back({tail, tail.track});
+                    all.push_back({head, head.track});
+                    continue;
+                }
+                all.push_back({r, r.track ? r.track : b->tid});
+            }
         }
     std::stable_sort(all.begin(), all.end(), [](const Placed& a, const Placed& b) { return a.r.ts_ns < b.r.ts_ns; });
 
@@ -266,6 +297,15 @@ size_t Stop() {
     }
     for (const Placed& p : all) {
         const Record& r = p.r;
+        if (r.ph == 'T') {
+            nlohmann::json args = {{"task", r.arg}, {"kernel", int32_t(uint32_t(r.flow))}};
+            if (r.queued_ns) args["sent_us"] = Micros(r.queued_ns);
+            if (r.reaped_ns) args["reaped_us"] = Micros(r.reaped_ns);
+            write({{"ph", "X"}, {"name", "kernel " + std::to_string(int32_t(uint32_t(r.flow)))}, {"cat", r.category},
+                   {"pid", pid}, {"tid", p.tid}, {"ts", Micros(r.ts_ns)}, {"dur", Micros(r.dur_ns)}, {"args", args}},
+                  first);
+            continue;
+        }
         nlohmann::json ev = {{"ph", std::string(1, r.ph)}, {"name", r.name}, {"cat", r.category},
                              {"pid", pid},  {"tid", p.tid}, {"ts", Micros(r.ts_ns)}};
         if (r.ph == 'X') {
@@ -282,6 +322,9 @@ size_t Stop() {
             }
         } else if (r.ph == 's') {
             ev["id"] = r.flow;
+        } else if (r.ph == 'f') {
+            ev["id"] = r.flow;
+            ev["bp"] = "e";  // binds to the span enclosing it: the consumer, which starts here
         } else if (r.ph == 'C') {
             const auto it = track_names.find(r.track);
             ev["name"] = std::string(r.name) + (it != track_names.end() ? " (" + it->second + ")" : "");

@@ -4,7 +4,10 @@
 # events on a private mock) record traces through SPYRE_TRACE; the traces are
 # merged, summarised and rendered, and each output is checked as a viewer or
 # a script would read it.
-# Usage: spyre_trace_test.py SPYRE_TRACE_TOOL SPYRE_OVERLAP_EXE
+# With SPYRE_PTO_EXAMPLES_EXE, the seed 004 examples are traced too: tasks on
+# the card's cores, dependency arrows, per-core utilisation, DAG critical path.
+# Usage: spyre_trace_test.py SPYRE_TRACE_TOOL SPYRE_OVERLAP_EXE [SPYRE_PTO_EXAMPLES_EXE]
+import html.parser
 import json
 import os
 import subprocess
@@ -13,6 +16,7 @@ import tempfile
 import xml.etree.ElementTree as ET
 
 tool, overlap = sys.argv[1], sys.argv[2]
+pto_examples = sys.argv[3] if len(sys.argv) > 3 else None
 failures = []
 
 
@@ -79,6 +83,45 @@ with tempfile.TemporaryDirectory() as d:
         page = f.read()
     check(page.startswith("<!DOCTYPE html>") and "<svg" in page and page.rstrip().endswith("</html>"),
           "HTML page is not a self-contained document")
+
+    class Parser(html.parser.HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.stack, self.rects, self.errors = [], 0, []
+
+        def handle_starttag(self, tag, attrs):
+            if tag in ("meta",):
+                return
+            self.stack.append(tag)
+            self.rects += tag == "rect"
+
+        def handle_endtag(self, tag):
+            if not self.stack or self.stack[-1] != tag:
+                self.errors.append(f"</{tag}> closes {self.stack[-1:]}")
+            else:
+                self.stack.pop()
+
+    parser = Parser()
+    parser.feed(page)
+    parser.close()
+    check(not parser.errors and not parser.stack, f"HTML tags unbalanced: {parser.errors[:3]} open {parser.stack}")
+    check(parser.rects == len(spans), f"HTML draws {parser.rects} rects for {len(spans)} spans")
+
+    if pto_examples:
+        path = os.path.join(d, "pto.json")
+        run([pto_examples, "all", "128", "128", "128"], env=dict(os.environ, SPYRE_TRACE=path))
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+        tasks = [e for e in events if e["ph"] == "X" and e.get("cat") == "device" and "task" in e.get("args", {})]
+        check(len(tasks) >= 14, f"pto examples: {len(tasks)} device task spans, expected 2 + 12")
+        cores = {e["args"]["name"] for e in events if e["ph"] == "M" and " core " in e["args"].get("name", "")}
+        check(cores, "pto examples: no core tracks")
+        arrows_s = {e["id"] for e in events if e["ph"] == "s" and e.get("name") == "depends"}
+        arrows_f = {e["id"] for e in events if e["ph"] == "f" and e.get("name") == "depends"}
+        check(arrows_s and arrows_s == arrows_f, "pto examples: dependency arrows missing or without both ends")
+        r = run([tool, "summary", path])
+        check("per core: orchestration tasks" in r.stdout, "summary of the pto trace has no per-core section")
+        check("DAG critical path" in r.stdout, "summary of the pto trace has no DAG critical path")
 
     # Bad input: a clear message and status 1, not a traceback.
     bad = os.path.join(d, "bad.json")

@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 
+#include "spyre/common/progress.hpp"
 #include "spyre/device/device.hpp"
 #include "spyre/plan/execution_plan.hpp"
 #include "spyre/stream/flex_stream.hpp"
@@ -45,6 +46,11 @@ public:
     // plan), keyed by tile shapes and strides: the first launch of a shape
     // uploads them before it returns, later ones upload nothing.
     void LaunchTiled(const Operation& operation, std::span<const SpyreTensor> tensors);
+    // The same, telling `progress` the tiles completed (from the stream's
+    // callbacks, about every hundredth tile and the last) as the stream
+    // runs them.
+    void LaunchTiled(const Operation& operation, std::span<const SpyreTensor> tensors,
+                     const ProgressCallback& progress);
     void Synchronize() { stream_->Synchronize(); }
 
 private:
@@ -67,7 +73,12 @@ void LaunchKernel(SpyreStream& stream, const ExecutionPlan& plan, std::span<cons
 // stream. Plans are cached per device by content: loading equal compiler
 // output again, while the first loaded plan is alive, returns it without
 // touching the device. The device memory is freed with the last reference.
-std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, const CompilerOutput& compiler_output);
-std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, const std::filesystem::path& directory);
+// `progress` (if set) hears the binaries copied to device, as the stream
+// completes them, ending at the plan's number of binaries; a plan found in
+// the cache reports done == total at once.
+std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, const CompilerOutput& compiler_output,
+                                                       const ProgressCallback& progress = {});
+std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, const std::filesystem::path& directory,
+                                                       const ProgressCallback& progress = {});
 
 }  // namespace spyre

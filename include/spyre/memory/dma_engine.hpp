@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "spyre/common/progress.hpp"
 #include "spyre/memory/allocator.hpp"
 #include "spyre/driver/dma_queue.hpp"
 
@@ -26,6 +27,16 @@ public:
     DmaTicket CopyFromDevice(void* host, const DeviceHandle& device, uint64_t size);
     DmaTicket CopyOnDevice(const DeviceHandle& src, const DeviceHandle& dst, uint64_t size);
 
+    // Large copies with progress: the copy goes in chunks of `chunk` bytes
+    // (all submitted at once, so they overlap as one copy would); these
+    // wait for the last chunk, telling `progress` the bytes in place after
+    // each, in order, and return the bytes moved. Same checks as above.
+    static constexpr uint64_t kProgressChunk = 4ull << 20;
+    uint64_t CopyToDevice(const void* host, const DeviceHandle& device, uint64_t size,
+                          const ProgressCallback& progress, uint64_t chunk = kProgressChunk);
+    uint64_t CopyFromDevice(void* host, const DeviceHandle& device, uint64_t size, const ProgressCallback& progress,
+                            uint64_t chunk = kProgressChunk);
+
     // Bytes moved; throws spyre::Error if the copy failed.
     uint64_t Wait(DmaTicket ticket, std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
         return queue_.Wait(ticket, timeout).bytes;
@@ -34,6 +45,9 @@ public:
     driver::DmaBackend backend() const noexcept { return queue_.backend(); }
 
 private:
+    template <typename Submit>
+    uint64_t Chunked(const char* what, uint64_t size, const ProgressCallback& progress, uint64_t chunk, Submit submit);
+
     SpyreAllocator& allocator_;
     driver::DmaQueue& queue_;
 };

@@ -14,6 +14,7 @@
 #include "spyre/orchestration.hpp"
 #include "spyre/plan/program_image.hpp"
 #include "spyre/uapi/spyre_regs.h"
+#include "device_programs.hpp"
 #include "stream_fixture.hpp"
 
 using spyre::test::StreamTest;
@@ -87,26 +88,8 @@ TEST_F(StreamTest, OrchestrationExample1OnAVf) {
 // Uploads an elementwise add over 256 floats (operands A, B, C relocated
 // from argument slots 0, 1, 2) to `dev` and registers it as KERNEL_ADD.
 DeviceBuffer UploadAddKernel(Device& dev, Orchestrator& orch) {
-    ProgramImage add;
-    spyre_program_op op{};
-    op.opcode = SPYRE_PROG_OP_ADD;
-    for (uint16_t i = 0; i < 4; ++i) op.operands[i] = i < 3 ? i : SPYRE_OPERAND_NONE;
-    add.ops.push_back(op);
-    for (uint16_t i = 0; i < 3; ++i) {
-        spyre_program_operand o{};
-        o.dtype = SPYRE_DTYPE_FP32;
-        o.rank = 1;
-        o.layout = SPYRE_LAYOUT_STRIDED;
-        o.shape[0] = 256;
-        o.strides[0] = 1;
-        add.operands.push_back(o);
-        add.relocs.push_back(spyre_program_reloc{i, i, 0});
-    }
-    add.slot_count = 3;
-    const std::vector<uint8_t> program = add.Encode();
-    DeviceBuffer prog = dev.AllocateBuffer(program.size());
-    dev.default_stream().CopyToDevice(program.data(), prog.handle(), program.size());
-    dev.default_stream().Synchronize();
+    const std::vector<uint8_t> program = test::AddProgram256();
+    DeviceBuffer prog = test::UploadProgram(dev, program);
     orch.RegisterDeviceKernel(KERNEL_ADD, dev.allocator().DeviceAddress(prog.handle(), program.size()));
     return prog;
 }

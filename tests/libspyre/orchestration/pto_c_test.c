@@ -40,6 +40,20 @@ static uint32_t fails(void* const* b, const uint64_t* s, int32_t n, void* user) 
     return *(uint32_t*)user;
 }
 
+/* pto_wait_all_progress: done must rise and end at total. */
+struct Progress {
+    int calls;
+    int monotonic;
+    uint64_t last_done, last_total;
+};
+static void OnProgress(uint64_t done, uint64_t total, void* user) {
+    struct Progress* p = (struct Progress*)user;
+    p->monotonic = (p->calls == 0 || done > p->last_done) && done <= total && (p->calls == 0 || p->monotonic);
+    p->calls++;
+    p->last_done = done;
+    p->last_total = total;
+}
+
 int main(int argc, char** argv) {
     CHECK(pto_runtime_create_host(1 << 20, 0, 4096) == NULL);
     CHECK(strstr(pto_last_error(), "task ring size") != NULL);
@@ -71,7 +85,9 @@ int main(int argc, char** argv) {
         (TaskParam[]){{PARAM_INPUT, t0_out, 1024}, {PARAM_INPUT, C, 1024},
                       {PARAM_OUTPUT, .region = {.buffer_ptr = D, .offset = 0, .size = 1024}}}, 3);
     CHECK(t1 > t0);
-    CHECK(pto_wait_all(rt) == 0);
+    struct Progress progress = {0, 0, 0, 0};
+    CHECK(pto_wait_all_progress(rt, OnProgress, &progress) == 0);
+    CHECK(progress.calls >= 1 && progress.monotonic && progress.last_done == 2 && progress.last_total == 2);
     for (int i = 0; i < 256; ++i) CHECK(D[i] == 2.0f * ((float)i + 1.0f));
     CHECK(pto_scope_end(rt) == 0);
     CHECK(pto_task_state(rt, t1) == PTO_TASK_CONSUMED);

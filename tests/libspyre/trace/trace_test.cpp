@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "spyre/error.hpp"
+#include "spyre/orchestration.hpp"
 #include "spyre/plan/program_image.hpp"
 #include "spyre/trace/trace.hpp"
+#include "device_programs.hpp"
 #include "stream_fixture.hpp"
 
 using namespace spyre;
@@ -200,4 +202,153 @@ TEST_F(TraceTest, AnUnwritablePathIsRefusedAtStart) {
         EXPECT_NE(e.message().find("/nonexistent-dir/trace.json"), std::string::npos) << e.what();
     }
     EXPECT_FALSE(trace::Enabled());
+}
+
+// ------------------------------------------------------------ orchestration
+
+namespace {
+
+enum : int32_t { kAdd = 7 };
+
+// The diamond t0 -> {t1, t2} -> t3 over buffers of its own: X = A + B,
+// Y = X + A, Z = X + B, W = Y + Z. Returns the task ids.
+std::vector<int32_t> SubmitDiamond(Orchestrator& orch, int32_t worker) {
+    float* buf[7];
+    for (float*& b : buf) {
+        b = static_cast<float*>(orch.Alloc(1024));
+        for (int i = 0; i < 256; ++i) b[i] = float(i);
+    }
+    auto [A, B, X, Y, Z, W, unused] = buf;
+    (void)unused;
+    auto add = [&](float* a, float* b, float* c) {
+        TaskParam p[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, b, 1024, {}}, {PARAM_OUTPUT, c, 1024, {}}};
+        return orch.Submit(kAdd, worker, p);
+    };
+    std::vector<int32_t> ids = {add(A, B, X), add(X, A, Y), add(X, B, Z), add(Y, Z, W)};
+    orch.WaitAll();
+    for (int i = 0; i < 256; ++i) EXPECT_EQ(W[i], 6.0f * float(i)) << i;  // (2i + i) + (2i + i)
+    for (float* b : buf) orch.Free(b);
+    return ids;
+}
+
+// The orchestration part of a trace, checked as a viewer reads it: task
+// spans one after another on each worker's track, every flow with both
+// ends bound inside a span, and the arrows exactly the DAG's edges.
+struct OrchTrace {
+    std::map<int64_t, json> task_span;  // task id -> its span
+    std::set<std::pair<int64_t, int64_t>> edges;  // (producer task, consumer task) from the arrows
+    std::map<std::string, int> counters;
+    int submits = 0;
+    std::set<std::string> task_tracks;
+};
+
+OrchTrace ReadOrchestration(const json& t) {
+    OrchTrace o;
+    const auto names = TrackNames(t);
+    std::map<int64_t, std::vector<json>> by_track;
+    std::map<uint64_t, json> starts, ends;
+    std::map<int64_t, double> last_ts;  // per track: timestamps never go back
+    for (const json& e : t["traceEvents"]) {
+        const std::string ph = e["ph"];
+        if (ph == "M") continue;
+        if (e.contains("tid")) {
+            const int64_t tid = e["tid"];
+            const double ts = e["ts"];
+            if (last_ts.count(tid)) {
+                EXPECT_GE(ts, last_ts[tid]) << "timestamps go back on track " << tid;
+            }
+            last_ts[tid] = ts;
+        }
+        const bool is_task = e.contains("args") && e["args"].contains("task");  // not a ring CB (also "device")
+        if (ph == "X" && is_task && (e["cat"] == "task" || e["cat"] == "device")) {
+            o.task_span[e["args"]["task"].get<int64_t>()] = e;
+            by_track[e["tid"].get<int64_t>()].push_back(e);
+            o.task_tracks.insert(names.at(e["tid"].get<int64_t>()));
+            EXPECT_EQ(e["name"], "kernel " + std::to_string(e["args"]["kernel"].get<int>())) << e.dump();
+        } else if (ph == "X" && e["name"] == "pto_submit_task") {
+            ++o.submits;
+        } else if (ph == "s" && e["cat"] == "flow" && e["name"] == "depends") {
+            EXPECT_TRUE(starts.emplace(e["id"].get<uint64_t>(), e).second) << "flow started twice: " << e.dump();
+        } else if (ph == "f" && e["name"] == "depends") {
+            EXPECT_EQ(e["bp"], "e");
+            EXPECT_TRUE(ends.emplace(e["id"].get<uint64_t>(), e).second) << "flow ended twice: " << e.dump();
+        } else if (ph == "C") {
+            const std::string name = e["name"];
+            ++o.counters[name.substr(0, name.find(" ("))];
+        }
+    }
+    for (auto& [tid, v] : by_track)
+        for (size_t i = 1; i < v.size(); ++i)
+            EXPECT_LE(v[i - 1]["ts"].get<double>() + v[i - 1]["dur"].get<double>(), v[i]["ts"].get<double>() + 1e-3)
+                << names.at(tid) << ": tasks overlap on one worker";
+    // The span on `ev`'s track that holds its timestamp.
+    auto holder = [&](const json& ev) -> int64_t {
+        for (const json& s : by_track[ev["tid"].get<int64_t>()]) {
+            const double ts = ev["ts"], a = s["ts"], b = a + s["dur"].get<double>();
+            if (ts >= a - 1e-3 && ts <= b + 1e-3) return s["args"]["task"];
+        }
+        return -1;
+    };
+    EXPECT_EQ(starts.size(), ends.size());
+    for (const auto& [id, s] : starts) {
+        EXPECT_TRUE(ends.count(id)) << "flow " << id << " has no end";
+        if (!ends.count(id)) continue;
+        const int64_t producer = holder(s), consumer = holder(ends[id]);
+        EXPECT_NE(producer, -1) << "flow start outside every task: " << s.dump();
+        EXPECT_NE(consumer, -1) << "flow end outside every task: " << ends[id].dump();
+        EXPECT_TRUE(o.edges.emplace(producer, consumer).second) << "two arrows " << producer << " -> " << consumer;
+    }
+    return o;
+}
+
+// The diamond recorded into `path` and read back: four task spans, four
+// submissions, and arrows for exactly its four edges.
+OrchTrace TraceDiamond(Orchestrator& orch, int32_t worker, const std::string& path) {
+    trace::Start(path);
+    const std::vector<int32_t> ids = SubmitDiamond(orch, worker);
+    trace::Stop();
+    OrchTrace o = ReadOrchestration(Load(path));
+    EXPECT_EQ(o.task_span.size(), 4u);
+    const std::set<std::pair<int64_t, int64_t>> want = {
+        {ids[0], ids[1]}, {ids[0], ids[2]}, {ids[1], ids[3]}, {ids[2], ids[3]}};
+    EXPECT_EQ(o.edges, want);
+    EXPECT_EQ(o.submits, 4);
+    return o;
+}
+
+}  // namespace
+
+TEST_F(TraceTest, ADiamondOnTheCardsCoresHasArrowsExactlyForItsDependencies) {
+    Device dev = OpenDevice();
+    Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20});
+    const std::vector<uint8_t> program = test::AddProgram256();
+    const DeviceBuffer prog = test::UploadProgram(dev, program);
+    orch.RegisterDeviceKernel(kAdd, dev.allocator().DeviceAddress(prog.handle(), program.size()));
+
+    const OrchTrace o = TraceDiamond(orch, WORKER_VECTOR, Path());
+    // Device tasks sit on core tracks, inside the host's send-to-reap span.
+    const std::string pci = dev.function().pci_address();
+    for (const std::string& track : o.task_tracks) EXPECT_EQ(track.rfind(pci + " core ", 0), 0u) << track;
+    for (const auto& [id, e] : o.task_span) {
+        EXPECT_EQ(e["cat"], "device");
+        EXPECT_EQ(e["args"]["kernel"], kAdd);
+        const double ts = e["ts"], end = ts + e["dur"].get<double>();
+        EXPECT_GE(ts + 1e-3, e["args"]["sent_us"].get<double>()) << e.dump();
+        EXPECT_LE(end, e["args"]["reaped_us"].get<double>() + 1e-3) << e.dump();
+    }
+    EXPECT_GT(o.counters.at("ready tasks"), 0);
+    EXPECT_GT(o.counters.at("heap ring bytes in use"), 0);
+}
+
+TEST_F(TraceTest, ADiamondOnHostWorkersHasArrowsExactlyForItsDependencies) {
+    Orchestrator orch = Orchestrator::CreateOnHostMemory(4 << 20, {.task_ring_size = 64, .heap_size = 1 << 20, .host_threads = 2});
+    orch.RegisterHostKernel(kAdd, [](std::span<void* const> b, std::span<const uint64_t>) {
+        auto* a = static_cast<const float*>(b[0]);
+        auto* c = static_cast<const float*>(b[1]);
+        auto* out = static_cast<float*>(b[2]);
+        for (int i = 0; i < 256; ++i) out[i] = a[i] + c[i];
+        return 0u;
+    });
+    const OrchTrace o = TraceDiamond(orch, WORKER_HOST, Path());
+    for (const std::string& track : o.task_tracks) EXPECT_EQ(track.rfind("host memory host worker ", 0), 0u) << track;
 }

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+# spyre-trace summary on a known orchestration DAG (no device): per-core
+# utilisation and the DAG's critical path through the dependency arrows,
+# checked against values worked out by hand.
+# Usage: spyre_trace_dag_test.py SPYRE_TRACE_TOOL
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+tool = sys.argv[1]
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
+
+
+PID = 42
+
+
+def task(tid, task_id, ts, dur, cat="device"):
+    return {"ph": "X", "name": "kernel 7", "cat": cat, "pid": PID, "tid": tid, "ts": ts, "dur": dur,
+            "args": {"task": task_id, "kernel": 7}}
+
+
+def arrow(fid, src_tid, src_end, dst_tid, dst_start):
+    return [{"ph": "s", "name": "depends", "cat": "flow", "id": fid, "pid": PID, "tid": src_tid, "ts": src_end - 0.001},
+            {"ph": "f", "bp": "e", "name": "depends", "cat": "flow", "id": fid, "pid": PID, "tid": dst_tid,
+             "ts": dst_start}]
+
+
+# A control block of the device ring (category "device" too, no task id)
+# is no orchestration task: it must not count.
+# core 0: t0 [0,10], t1 [12,42], t3 [50,55]; core 1: t2 [11,16], t4 [20,58]
+# arrows t0->t1, t0->t2, t1->t3, t2->t3 (a diamond); t4 depends on nothing.
+# DAG critical path: t0 + t1 + t3 = 45 us. Window 0..58: core 0 busy 45
+# (77.6%), core 1 busy 43 (74.1%).
+events = [
+    {"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": "spyre: dag"}},
+    {"ph": "M", "name": "thread_name", "pid": PID, "tid": 1, "args": {"name": "0000:00:01.0 core 0"}},
+    {"ph": "M", "name": "thread_name", "pid": PID, "tid": 2, "args": {"name": "0000:00:01.0 core 1"}},
+    {"ph": "M", "name": "thread_name", "pid": PID, "tid": 3, "args": {"name": "0000:00:01.0 device ring"}},
+    {"ph": "X", "name": "Launch", "cat": "device", "pid": PID, "tid": 3, "ts": 0, "dur": 100, "args": {"op": 1}},
+    task(1, 0, 0, 10), task(2, 2, 11, 5), task(1, 1, 12, 30), task(2, 4, 20, 38), task(1, 3, 50, 5),
+]
+events += arrow(1, 1, 10, 1, 12) + arrow(2, 1, 10, 2, 11) + arrow(3, 1, 42, 1, 50) + arrow(4, 2, 16, 1, 50)
+events.sort(key=lambda e: e.get("ts", -1))
+
+with tempfile.TemporaryDirectory() as d:
+    path = os.path.join(d, "dag.json")
+    with open(path, "w") as f:
+        json.dump({"traceEvents": events}, f)
+    r = subprocess.run([tool, "summary", path], capture_output=True, text=True, timeout=60)
+    print(r.stdout)
+    check(r.returncode == 0, f"summary exited {r.returncode}: {r.stderr}")
+    out = r.stdout
+    m = re.search(r"DAG critical path: ([\d.]+) us in (\d+) tasks", out)
+    check(m is not None, "no DAG critical path line")
+    if m:
+        check(abs(float(m.group(1)) - 45.0) < 1e-6, f"DAG critical path {m.group(1)} us, expected 45")
+        check(int(m.group(2)) == 3, f"DAG critical path has {m.group(2)} tasks, expected 3")
+    section = out[out.find("DAG critical path"):].splitlines()[1:4]
+    ids = [int(re.match(r"\s*task (\d+)", line).group(1)) for line in section if re.match(r"\s*task \d+", line)]
+    check(ids == [0, 1, 3], f"critical path tasks {ids}, expected [0, 1, 3]")
+    util = dict(re.findall(r"(core \d+)\s+\d+ tasks\s+busy\s+[\d.]+ us\s+utilisation\s+([\d.]+)%", out))
+    check(util.get("core 0") == "77.6", f"core 0 utilisation {util.get('core 0')}, expected 77.6")
+    check(util.get("core 1") == "74.1", f"core 1 utilisation {util.get('core 1')}, expected 74.1")
+    check(re.search(r"core 0\s+3 tasks", out) is not None, "core 0 should list 3 tasks")
+    check(re.search(r"device ring\s+\d+ tasks", out) is None, "the device ring's control blocks counted as tasks")
+
+if failures:
+    sys.exit(1)
+print("spyre-trace DAG summary: all checks passed")
