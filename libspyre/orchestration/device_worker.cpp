@@ -88,6 +88,7 @@ void DeviceWorker::Serve(Group& g, ReadyQueue& ready, CompletionSink& sink) {
     // Tracing: when each table's task was sent, and one track per core
     // ("<pci> core N", from the completion's core index).
     std::vector<uint64_t> sent_ns(in_flight_ids.size(), 0);
+    std::vector<CompletionSink::Done> finished;  // reported with one call per reaped batch
     std::vector<uint32_t> core_tracks;
     uint64_t recording = 0;
     TaskTiming timing;
@@ -139,6 +140,7 @@ void DeviceWorker::Serve(Group& g, ReadyQueue& ready, CompletionSink& sink) {
                 }
                 timing.reaped_ns = trace::detail::NowNs();
             }
+            finished.clear();
             for (size_t i = 0; i < n; ++i) {
                 const uint32_t table = TableOf(done[i].task_id);
                 free_tables.push_back(table);
@@ -147,7 +149,7 @@ void DeviceWorker::Serve(Group& g, ReadyQueue& ready, CompletionSink& sink) {
                 // card's) is reported without a place on the timeline.
                 if (!traced || done[i].start_ns == 0 || done[i].end_ns < done[i].start_ns || done[i].core >= 1024)
                     [[likely]] {
-                    sink.OnTaskComplete(TaskOf(done[i].task_id), done[i].status);
+                    finished.push_back({TaskOf(done[i].task_id), done[i].status});
                     continue;
                 }
                 const uint16_t core = done[i].core;
@@ -160,6 +162,7 @@ void DeviceWorker::Serve(Group& g, ReadyQueue& ready, CompletionSink& sink) {
                 timing.sent_ns = sent_ns[table];
                 sink.OnTaskComplete(TaskOf(done[i].task_id), done[i].status, &timing);
             }
+            if (!finished.empty()) sink.OnTasksComplete(finished);
         } catch (const Error& e) {
             // The device is gone or the queue halted: what is in flight will
             // never complete. Fail it, and every task that comes later.

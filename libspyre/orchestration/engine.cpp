@@ -592,6 +592,12 @@ void Engine::OnTaskComplete(int32_t task_id, uint32_t status, const TaskTiming* 
     DrainSkips();
 }
 
+void Engine::OnTasksComplete(std::span<const Done> done) {
+    std::lock_guard lock(mu_);
+    for (const Done& d : done) CompleteLocked(ring_.Get(d.task_id), d.status, false, nullptr);
+    DrainSkips();
+}
+
 void Engine::Complete(int32_t task_id, uint32_t status) {
     std::lock_guard lock(mu_);
     if (!ring_.IsLive(task_id))

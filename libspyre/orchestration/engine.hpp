@@ -103,6 +103,7 @@ public:
     EngineStats Stats() const;
 
     void OnTaskComplete(int32_t task_id, uint32_t status, const TaskTiming* timing = nullptr) override;
+    void OnTasksComplete(std::span<const Done> done) override;
 
 private:
     struct Route {

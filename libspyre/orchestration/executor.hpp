@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 
 #include "orchestration/ready_queue.hpp"
 #include "orchestration/task_ring.hpp"
@@ -43,6 +44,15 @@ public:
     // (null when no trace records, or the task did not run) places the
     // task on the timeline.
     virtual void OnTaskComplete(int32_t task_id, uint32_t status, const TaskTiming* timing = nullptr) = 0;
+    // Several at once (no timing): an executor that reaps completions in
+    // batches reports them with one call, so the sink takes its lock once.
+    struct Done {
+        int32_t task_id;
+        uint32_t status;
+    };
+    virtual void OnTasksComplete(std::span<const Done> done) {
+        for (const Done& d : done) OnTaskComplete(d.task_id, d.status);
+    }
 };
 
 class Executor {
