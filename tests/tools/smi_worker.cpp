@@ -18,33 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "device_programs.hpp"
 #include "spyre/orchestration.hpp"
-#include "spyre/plan/program_image.hpp"
 #include "spyre/spyre.hpp"
 
 using namespace spyre;
 
 namespace {
-
-std::vector<uint8_t> AddProgram() {
-    ProgramImage add;
-    spyre_program_op op{};
-    op.opcode = SPYRE_PROG_OP_ADD;
-    for (uint16_t i = 0; i < 4; ++i) op.operands[i] = i < 3 ? i : SPYRE_OPERAND_NONE;
-    add.ops.push_back(op);
-    for (uint16_t i = 0; i < 3; ++i) {
-        spyre_program_operand o{};
-        o.dtype = SPYRE_DTYPE_FP32;
-        o.rank = 1;
-        o.layout = SPYRE_LAYOUT_STRIDED;
-        o.shape[0] = 256;
-        o.strides[0] = 1;
-        add.operands.push_back(o);
-        add.relocs.push_back(spyre_program_reloc{i, i, 0});
-    }
-    add.slot_count = 3;
-    return add.Encode();
-}
 
 // REGIONn_BASE values of non-empty regions, as the `regs` file shows them to us.
 std::string RegionBases(const std::string& address) {
@@ -96,10 +76,8 @@ int main(int argc, char** argv) {
         }
         if (tasks > 0) {
             Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20});
-            const std::vector<uint8_t> program = AddProgram();
-            DeviceBuffer prog = dev.AllocateBuffer(program.size());
-            dev.default_stream().CopyToDevice(program.data(), prog.handle(), program.size());  // inline: no DMA
-            dev.default_stream().Synchronize();
+            const std::vector<uint8_t> program = test::AddProgram256();
+            const DeviceBuffer prog = test::UploadProgram(dev, program);  // an inline copy: no DMA counted
             orch.RegisterDeviceKernel(1, dev.allocator().DeviceAddress(prog.handle(), program.size()));
             std::vector<void*> bufs;
             {
