@@ -179,8 +179,8 @@ void Report(benchmark::State& state, const std::string& shape, double seconds, c
         if (g_rate.count("gomp/" + shape)) state.counters["x_gomp"] = rate / g_rate["gomp/" + shape];
         if (g_rate.count("starpu/" + shape)) state.counters["x_starpu"] = rate / g_rate["starpu/" + shape];
     }
-    if (std::string(self) == "pto_lock_free" && g_rate.count("pto/" + shape))
-        state.counters["x_locked"] = rate / g_rate["pto/" + shape];  // > 1: the lock-free queues are faster
+    if (std::string(self) == "pto_locked" && g_rate.count("pto/" + shape))
+        state.counters["x_lock_free"] = rate / g_rate["pto/" + shape];  // < 1: the lock-free queues (default) are faster
 }
 
 double Now() {
@@ -294,7 +294,7 @@ void BM_Pto(benchmark::State& state, std::string shape, spyre::ReadyQueueKind ki
         std::remove(trace_path.c_str());
     }
     Report(state, shape, secs,
-           traced ? "pto_traced" : kind == spyre::ReadyQueueKind::Locked ? "pto" : "pto_lock_free");
+           traced ? "pto_traced" : kind == spyre::ReadyQueueKind::LockFree ? "pto" : "pto_locked");
 }
 
 }  // namespace
@@ -315,13 +315,13 @@ int main(int argc, char** argv) {
             ->UseRealTime()->Unit(benchmark::kMillisecond);
 #endif
         benchmark::RegisterBenchmark((std::string("pto_submit/") + shape).c_str(), BM_Pto, std::string(shape),
-                                     spyre::ReadyQueueKind::Locked, false)
+                                     spyre::ReadyQueueKind::LockFree, false)
             ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(20);
-        benchmark::RegisterBenchmark((std::string("pto_submit/") + shape + "/lock_free_ready_queues").c_str(), BM_Pto,
-                                     std::string(shape), spyre::ReadyQueueKind::LockFree, false)
+        benchmark::RegisterBenchmark((std::string("pto_submit/") + shape + "/locked_ready_queues").c_str(), BM_Pto,
+                                     std::string(shape), spyre::ReadyQueueKind::Locked, false)
             ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(20);
         benchmark::RegisterBenchmark((std::string("pto_submit_traced/") + shape).c_str(), BM_Pto, std::string(shape),
-                                     spyre::ReadyQueueKind::Locked, true)
+                                     spyre::ReadyQueueKind::LockFree, true)
             ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(20);
     }
     return spyre::bench::RunBenchmarks("orchestration_bench", std::chrono::seconds(120), [] {

@@ -41,7 +41,7 @@ struct OrchestratorOptions {
     int32_t task_ring_size = 1024;    // task slots (live tasks at most)
     uint64_t heap_size = 64ull << 20;  // heap ring bytes, from the function's allocator
     unsigned host_threads = 0;         // host worker threads; 0 = one per hardware thread
-    ReadyQueueKind ready_queues = ReadyQueueKind::Locked;
+    ReadyQueueKind ready_queues = ReadyQueueKind::LockFree;
 };
 
 // A host kernel: the task's parameter addresses and sizes; returns 0 or an error code.

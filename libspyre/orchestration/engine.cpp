@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "orchestration/host_worker.hpp"
+#include "spyre/common/futex.hpp"
 #include "trace/recorder.hpp"
 
 namespace spyre::orchestration {
@@ -60,7 +61,7 @@ Engine::~Engine() {
     {
         // Tasks already running finish (they use our memory); EXTERNAL tasks
         // still open are abandoned.
-        std::unique_lock lock(mu_);
+        Lock lock(*this);
         while (active_ != 0) Sleep(lock);
     }
     for (auto& q : queues_) q->Close();
@@ -97,7 +98,7 @@ uint8_t* Engine::HostAddress(uint64_t device_address, uint64_t size) const {
 }
 
 void Engine::RegisterKernel(KernelEntry kernel) {
-    std::lock_guard lock(mu_);
+    Lock lock(*this);
     if (kernel.kernel_id < 0)
         Fail(ErrorKind::InvalidArgument, "kernel id must be >= 0, got " + std::to_string(kernel.kernel_id));
     if (!kernel.host_fn && !kernel.host_callable && !kernel.has_program)
@@ -111,7 +112,7 @@ void Engine::RegisterKernel(KernelEntry kernel) {
 
 void Engine::SetExecutor(int32_t worker_type, std::shared_ptr<Executor> executor) {
     std::lock_guard sub(submit_mu_);
-    std::unique_lock lock(mu_);
+    Lock lock(*this);
     if (worker_type < 0 || worker_type >= PTO_WORKER_TYPES || worker_type == WORKER_EXTERNAL || !executor)
         Fail(ErrorKind::InvalidArgument, "no executor can serve worker type " + std::to_string(worker_type));
     if (inflight_ != 0)
@@ -155,12 +156,19 @@ std::string Engine::Describe(int32_t id) const {
 }
 
 template <typename Attempt, typename Stuck>
-auto Engine::Stall(std::unique_lock<std::mutex>& lock, Attempt&& attempt, Stuck&& stuck) {
+auto Engine::Stall(Lock& lock, StallNeed need, Attempt&& attempt, Stuck&& stuck) {
     for (;;) {
-        if (auto r = attempt()) return *r;
+        if (auto r = attempt()) {
+            stalled_ = {};
+            return *r;
+        }
+        stalled_ = need;
         // Only tasks on executors finish by themselves; with none, space
         // could come back only through this (stalled) caller: say so.
-        if (active_ == 0) Fail(ErrorKind::OutOfMemory, stuck(), EDEADLK);
+        if (active_ == 0) {
+            stalled_ = {};
+            Fail(ErrorKind::OutOfMemory, stuck(), EDEADLK);
+        }
         Sleep(lock);
     }
 }
@@ -203,13 +211,13 @@ std::string Engine::HeapStuck(uint64_t need) const {
 
 uint8_t* Engine::Alloc(uint64_t size) {
     std::lock_guard sub(submit_mu_);
-    std::unique_lock lock(mu_);
+    Lock lock(*this);
     if (size == 0) Fail(ErrorKind::InvalidArgument, "pto_alloc of 0 bytes");
     if (size > heap_.size())
         Fail(ErrorKind::OutOfMemory, "pto_alloc of " + std::to_string(size) + " bytes is larger than the heap ring (" +
                                          std::to_string(heap_.size()) + " bytes)");
     const HeapRing::Block block =
-        Stall(lock, [&] { return heap_.Allocate(size, kBufferOwner); }, [&] { return HeapStuck(size); });
+        Stall(lock, {.bytes = size}, [&] { return heap_.Allocate(size, kBufferOwner); }, [&] { return HeapStuck(size); });
     heap_.SetOwner(block.seq, kBufferOwner | (options_.heap_offset + block.offset));  // known only now
     uint8_t* p = heap_.base() + block.offset;
     buffers_.Register(p, size, block.seq);
@@ -220,7 +228,7 @@ uint8_t* Engine::Alloc(uint64_t size) {
 
 void Engine::Free(const void* buffer) {
     std::lock_guard sub(submit_mu_);
-    std::lock_guard lock(mu_);
+    Lock lock(*this);
     BufferInfo* b = buffers_.FindBase(static_cast<const uint8_t*>(buffer));
     if (!b)
         Fail(ErrorKind::InvalidArgument, "pto_free: " + Hex(reinterpret_cast<uintptr_t>(buffer)) +
@@ -243,9 +251,14 @@ void Engine::ReleaseBuffer(BufferInfo& b) {
         TraceHeap();
 }
 
-void Engine::Sleep(std::unique_lock<std::mutex>& lock) {
+void Engine::Sleep(Lock& lock) {
+    // The wake sequence is read under the lock: a wake after this (even one
+    // from applying the inbox as the lock goes) makes the wait return at once.
+    const uint32_t seq = wake_seq_.load(std::memory_order_relaxed);
     ++waiters_;
-    cv_.wait(lock);
+    lock.unlock();
+    FutexWait(&wake_seq_, seq, std::chrono::seconds(1), FutexScope::Private);  // callers re-check
+    lock.lock();
     --waiters_;
 }
 
@@ -254,8 +267,46 @@ void Engine::WakeWaiters() {
     // none that can finish by itself (the deadlock checks, the destructor):
     // waking them for anything else cost a futex wake and a context switch
     // per completed task.
-    if (waiters_ != 0 && (space_freed_ || inflight_ == 0 || active_ == 0)) cv_.notify_all();
-    space_freed_ = false;
+    //
+    // A stalled submitter is woken once a quarter of the ring is free (or
+    // the heap has room for four of its blocks), not for each slot: woken
+    // per slot, it and the executor took turns at a futex per task. Waiting
+    // longer never hangs it: with nothing left running it is woken
+    // (active_ == 0) and goes on or fails.
+    const bool ring_ok = stalled_.slots == 0 || ring_.capacity() - ring_.live() >= std::max(1, ring_.capacity() / 4);
+    const bool heap_ok =
+        stalled_.bytes == 0 || heap_.size() - heap_.used() >= std::min(heap_.size(), 4 * stalled_.bytes);
+    const bool stalled = stalled_.slots != 0 || stalled_.bytes != 0;
+    const bool room = stalled && space_freed_ && ring_ok && heap_ok;
+    if (waiters_ != 0 && (room || inflight_ == 0 || active_ == 0)) {
+        wake_seq_.fetch_add(1, std::memory_order_release);
+        FutexWake(&wake_seq_, FutexScope::Private);
+    }
+    if (room || !stalled) space_freed_ = false;  // else keep it: the next wake looks again
+}
+
+void Engine::ApplyInbox() {
+    TaskDescriptor* t = inbox_.TakeAll();
+    if (!t) return;
+    while (t) {
+        TaskDescriptor* next = t->inbox_next;  // read first: completing may consume it
+        CompleteLocked(*t, t->inbox_status, false);
+        t = next;
+    }
+    DrainSkips();
+}
+
+void Engine::ApplyInboxAfterUnlock() {
+    // Pairs with the producer's push then try_lock (a Dekker handshake): a
+    // producer that failed to take the lock pushed before this unlock, so
+    // this look sees its completion.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    while (!inbox_.Empty()) {
+        if (!mu_.try_lock()) return;  // its holder looks again after it unlocks
+        ApplyInbox();
+        mu_.unlock();
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
 }
 
 void Engine::TraceHeap() {
@@ -290,13 +341,13 @@ void Engine::TraceTask(TaskDescriptor& t, const TaskTiming& timing) {
 
 void Engine::ScopeBegin() {
     std::lock_guard sub(submit_mu_);
-    std::lock_guard lock(mu_);
+    Lock lock(*this);
     scopes_.Push(ring_.head());
 }
 
 void Engine::ScopeEnd() {
     std::lock_guard sub(submit_mu_);
-    std::unique_lock lock(mu_);
+    Lock lock(*this);
     const auto begin = scopes_.Pop();
     if (!begin) Fail(ErrorKind::InvalidArgument, "pto_scope_end without an open scope");
     const int32_t end = ring_.head();
@@ -334,7 +385,7 @@ void Engine::ScopeEnd() {
 int32_t Engine::Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params) {
     SPYRE_TRACE_SCOPE("pto_submit_task");
     std::lock_guard sub(submit_mu_);
-    std::unique_lock lock(mu_);
+    Lock lock(*this);
     // Everything is checked before a slot is taken.
     const auto k = kernels_.find(kernel_id);
     if (k == kernels_.end()) Fail(ErrorKind::InvalidArgument, "kernel " + std::to_string(kernel_id) + " is not registered");
@@ -394,13 +445,13 @@ int32_t Engine::Submit(int32_t kernel_id, int32_t worker_type, std::span<const T
         Fail(ErrorKind::OutOfMemory, "the task's implicit outputs need " + std::to_string(implicit_bytes) +
                                          " bytes, more than the heap ring (" + std::to_string(heap_.size()) + " bytes)");
     // 1. A slot from the task ring (stalls while full).
-    const int32_t id = Stall(lock, [&] { return ring_.Allocate(); }, [&] { return TaskRingStuck(); });
+    const int32_t id = Stall(lock, {.slots = 1}, [&] { return ring_.Allocate(); }, [&] { return TaskRingStuck(); });
     TaskDescriptor& t = ring_.Get(id);
     // 2. Implicit outputs, packed in one heap block.
     if (implicit_bytes) {
         try {
             const HeapRing::Block b =
-                Stall(lock, [&] { return heap_.Allocate(implicit_bytes, uint64_t(id)); }, [&] { return HeapStuck(implicit_bytes); });
+                Stall(lock, {.bytes = implicit_bytes}, [&] { return heap_.Allocate(implicit_bytes, uint64_t(id)); }, [&] { return HeapStuck(implicit_bytes); });
             t.heap_seq = b.seq;
             t.has_heap_block = true;
             t.packed_buffer_base = reinterpret_cast<uint64_t>(heap_.base() + b.offset);
@@ -416,7 +467,7 @@ int32_t Engine::Submit(int32_t kernel_id, int32_t worker_type, std::span<const T
     t.kernel = k->second.get();
     t.num_params = int32_t(params.size());
     uint8_t* next = reinterpret_cast<uint8_t*>(t.packed_buffer_base);
-    for (int32_t i = 0; i < t.num_params; ++i) {
+    for (int32_t i = 0; i < int32_t(params.size()); ++i) {
         t.params[i] = resolved[i];
         if (resolved[i].implicit) {
             t.params[i].host = next;
@@ -448,6 +499,9 @@ int32_t Engine::Submit(int32_t kernel_id, int32_t worker_type, std::span<const T
             if (p.kind != PARAM_INPUT) buffers_.AddWriter(*b, id);
         }
     }
+    // Counted here and stored once: completions apply under the lock this
+    // holds, so nothing decrements it before the task is published.
+    int32_t waiting_for = 0;
     for (int32_t d : deps_) {
         TaskDescriptor& producer = ring_.Get(d);
         if (producer.state.load(std::memory_order_relaxed) == TaskState::Completed) {
@@ -465,13 +519,14 @@ int32_t Engine::Submit(int32_t kernel_id, int32_t worker_type, std::span<const T
         producer.fanout.push_back(id);
         ++producer.fanout_count;
         t.fanin.push_back(d);
-        t.fanin_remaining.fetch_add(1, std::memory_order_relaxed);
+        ++waiting_for;
     }
+    t.fanin_remaining.store(waiting_for, std::memory_order_relaxed);
     // 4. One reference per open scope (fanout = consumers + scope depth).
     t.fanout_count += scopes_.depth();
     ++inflight_;
     ++submitted_;
-    if (t.fanin_remaining.load(std::memory_order_relaxed) == 0) MakeReady(t);
+    if (waiting_for == 0) MakeReady(t);
     DrainSkips();
     return id;
 }
@@ -587,19 +642,24 @@ void Engine::DropPoisonInside(uint64_t lo, uint64_t hi) {
 }
 
 void Engine::OnTaskComplete(int32_t task_id, uint32_t status, const TaskTiming* timing) {
-    std::lock_guard lock(mu_);
-    CompleteLocked(ring_.Get(task_id), status, false, timing);
-    DrainSkips();
+    if (timing && trace::Enabled()) [[unlikely]] {  // the timing lives on the caller's stack: apply it now
+        Lock lock(*this);
+        CompleteLocked(ring_.Get(task_id), status, false, timing);
+        DrainSkips();
+        return;
+    }
+    // The slot is stable (the task is live), so it is parked without the lock.
+    inbox_.Push(ring_.Get(task_id), status);
+    ApplyInboxAfterUnlock();
 }
 
 void Engine::OnTasksComplete(std::span<const Done> done) {
-    std::lock_guard lock(mu_);
-    for (const Done& d : done) CompleteLocked(ring_.Get(d.task_id), d.status, false, nullptr);
-    DrainSkips();
+    for (const Done& d : done) inbox_.Push(ring_.Get(d.task_id), d.status);
+    ApplyInboxAfterUnlock();
 }
 
 void Engine::Complete(int32_t task_id, uint32_t status) {
-    std::lock_guard lock(mu_);
+    Lock lock(*this);
     if (!ring_.IsLive(task_id))
         Fail(ErrorKind::InvalidArgument, "pto_task_complete: task " + std::to_string(task_id) + " is not live");
     TaskDescriptor& t = ring_.Get(task_id);
@@ -619,7 +679,7 @@ void Engine::Complete(int32_t task_id, uint32_t status) {
 }
 
 uint8_t* Engine::TaskOutput(int32_t task_id, int32_t index) {
-    std::lock_guard lock(mu_);
+    Lock lock(*this);
     if (!ring_.IsLive(task_id))
         Fail(ErrorKind::InvalidArgument, "task " + std::to_string(task_id) +
                                              " is not live (never submitted, or consumed and reclaimed)");
@@ -633,7 +693,7 @@ uint8_t* Engine::TaskOutput(int32_t task_id, int32_t index) {
 
 void Engine::WaitAll(const ProgressCallback& progress) {
     SPYRE_TRACE_SCOPE("pto_wait_all");
-    std::unique_lock lock(mu_);
+    Lock lock(*this);
     // Progress: tasks completed of those submitted since the last WaitAll
     // that returned with nothing in flight; reported outside the lock, once
     // per change (so done only rises, and ends at total).
@@ -679,12 +739,12 @@ void Engine::WaitAll(const ProgressCallback& progress) {
 }
 
 std::vector<TaskReport> Engine::Failures() const {
-    std::lock_guard lock(mu_);
+    Lock lock(*this);
     return failures_;
 }
 
 TaskState Engine::State(int32_t task_id) const {
-    std::lock_guard lock(mu_);
+    Lock lock(*this);
     if (task_id < 0 || task_id >= ring_.head())
         Fail(ErrorKind::InvalidArgument, "task " + std::to_string(task_id) + " was never submitted");
     if (!ring_.IsLive(task_id)) return TaskState::Consumed;  // reclaimed
@@ -692,7 +752,7 @@ TaskState Engine::State(int32_t task_id) const {
 }
 
 EngineStats Engine::Stats() const {
-    std::lock_guard lock(mu_);
+    Lock lock(*this);
     EngineStats s;
     s.task_ring_size = ring_.capacity();
     s.live_tasks = ring_.live();

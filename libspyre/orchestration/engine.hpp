@@ -8,11 +8,13 @@
 // Threads: one lock (mu_) guards the bookkeeping; submitters are serialised
 // by submit_mu_ (the seed has one orchestration thread; this keeps a
 // stalled submission's slot its own). Executors report completions from
-// their threads through OnTaskComplete. docs/orchestration.md has the
-// lifecycle and why there is a lock.
+// their threads through OnTaskComplete without waiting for the lock: a
+// completion that finds it held is parked in the CompletionInbox, which
+// every lock holder applies when it takes the lock and looks at again
+// after it releases it. docs/orchestration.md has the lifecycle and why.
 #pragma once
 
-#include <condition_variable>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -21,7 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "orchestration/adaptive_mutex.hpp"
 #include "orchestration/buffer_tracker.hpp"
+#include "orchestration/completion_inbox.hpp"
 #include "orchestration/executor.hpp"
 #include "orchestration/heap_ring.hpp"
 #include "orchestration/ready_queue.hpp"
@@ -44,7 +48,7 @@ struct EngineOptions {
     uint64_t heap_offset = 0;
     uint64_t heap_size = 0;
     unsigned host_threads = 0;  // 0: one per hardware thread
-    ReadyQueueKind ready_queues = ReadyQueueKind::Locked;
+    ReadyQueueKind ready_queues = ReadyQueueKind::LockFree;
     std::string device;         // for messages
 };
 
@@ -106,6 +110,34 @@ public:
     void OnTasksComplete(std::span<const Done> done) override;
 
 private:
+    // mu_ held; the inbox is applied when it is taken and looked at again
+    // after it is released, so nothing parked there is left behind.
+    class Lock {
+    public:
+        explicit Lock(const Engine& engine) : engine_(const_cast<Engine&>(engine)) { lock(); }
+        ~Lock() {
+            if (held_) unlock();
+        }
+        Lock(const Lock&) = delete;
+        Lock& operator=(const Lock&) = delete;
+        void lock() {
+            engine_.mu_.lock();
+            held_ = true;
+            engine_.ApplyInbox();
+        }
+        void unlock() {
+            engine_.mu_.unlock();
+            held_ = false;
+            engine_.ApplyInboxAfterUnlock();
+        }
+
+    private:
+        Engine& engine_;
+        bool held_ = false;
+    };
+    void ApplyInbox();             // mu_ held: completes every parked task
+    void ApplyInboxAfterUnlock();  // mu_ free: applies what was parked, unless another holder will
+
     struct Route {
         std::shared_ptr<Executor> executor;
         ReadyQueue* queue = nullptr;
@@ -118,8 +150,13 @@ private:
     bool Alive(int32_t task_id) const;
     // Waits (releasing mu_) until `attempt` succeeds; throws what `stuck`
     // builds once no running task can change anything.
+    // What a stalled submitter waits for (submitters are serialised: one at a time).
+    struct StallNeed {
+        int32_t slots = 0;
+        uint64_t bytes = 0;
+    };
     template <typename Attempt, typename Stuck>
-    auto Stall(std::unique_lock<std::mutex>& lock, Attempt&& attempt, Stuck&& stuck);
+    auto Stall(Lock& lock, StallNeed need, Attempt&& attempt, Stuck&& stuck);
     std::string TaskRingStuck() const;
     std::string HeapStuck(uint64_t need) const;
     void MakeReady(TaskDescriptor& t);
@@ -131,9 +168,9 @@ private:
     void TryConsume(TaskDescriptor& t);
     void ReleaseBuffer(BufferInfo& b);
     void DrainSkips();  // then WakeWaiters
-    // cv_.wait with the count of waiters kept; WakeWaiters wakes them only
-    // when what they wait for may have come.
-    void Sleep(std::unique_lock<std::mutex>& lock);
+    // Waits on wake_seq_ with the count of waiters kept; WakeWaiters wakes
+    // them only when what they wait for may have come.
+    void Sleep(Lock& lock);
     void WakeWaiters();
     // Poisoned regions (see poisoned_): kept when a failed writer is
     // consumed, checked by readers, dropped by writers that cover them.
@@ -143,8 +180,9 @@ private:
 
     const EngineOptions options_;
     std::mutex submit_mu_;
-    mutable std::mutex mu_;
-    std::condition_variable cv_;
+    mutable AdaptiveMutex mu_;
+    std::atomic<uint32_t> wake_seq_{0};  // bumped (and futex-woken) by WakeWaiters
+    CompletionInbox inbox_;
     TaskRing ring_;
     HeapRing heap_;
     TensorMap map_;
@@ -167,6 +205,7 @@ private:
     std::vector<PoisonedRegion> poisoned_;
     std::vector<int32_t> deps_;        // Submit's scratch
     int32_t waiters_ = 0;       // threads in Sleep
+    StallNeed stalled_;         // what a stalled submitter waits for ({}: none)
     bool space_freed_ = false;  // a ring slot or heap block came back since the last WakeWaiters
     int64_t inflight_ = 0;  // submitted, not completed
     int64_t active_ = 0;    // READY or RUNNING on an executor: will complete on their own

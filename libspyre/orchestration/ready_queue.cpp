@@ -114,10 +114,14 @@ void LockFreeReadyQueue::Push(ReadyTask t) {
         TraceDepth(size());
     // Pairs with a popper's sleepers_ increment before its last look: either
     // it sees this task, or this sees it asleep and wakes it.
+    // One wake per sleep: a push that finds the sleepers already signalled
+    // (and not yet back) makes no second futex call. On this VM each costs a
+    // microsecond or more, and every push that came while a woken worker was
+    // being scheduled paid it.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (sleepers_.load(std::memory_order_relaxed) != 0) {
+    if (sleepers_.load(std::memory_order_relaxed) != 0 && !signalled_.exchange(true, std::memory_order_relaxed)) {
         wake_seq_.fetch_add(1, std::memory_order_release);
-        FutexWake(&wake_seq_, FutexScope::Private, 1);
+        FutexWake(&wake_seq_, FutexScope::Private);  // all: each sleeper armed before it slept
     }
 }
 
@@ -158,7 +162,10 @@ bool LockFreeReadyQueue::PopBatch(std::vector<ReadyTask>& out, size_t max) {
             if (TryPopBatch(out, max) != 0) return true;
             CpuRelax();
         }
+        // The sequence is read before arming: a wake sent after the arm
+        // moves it, so the wait below returns at once.
         const uint32_t seen = wake_seq_.load(std::memory_order_acquire);
+        signalled_.store(false, std::memory_order_relaxed);
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
         std::atomic_thread_fence(std::memory_order_seq_cst);  // the Dekker pair with Push
         if (TryPopBatch(out, max) != 0) {

@@ -103,6 +103,7 @@ private:
     alignas(64) std::atomic<uint64_t> head_{0};  // next position to take (the workers)
     alignas(64) std::atomic<uint32_t> wake_seq_{0};
     std::atomic<uint32_t> sleepers_{0};
+    std::atomic<bool> signalled_{false};  // a wake went out since the last sleeper armed
     std::atomic<bool> closed_{false};
 };
 
