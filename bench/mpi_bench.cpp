@@ -166,6 +166,9 @@ int main(int argc, char** argv) {
         if (t.rank() == 1) return ServeRank(t);
         g_transport = &t;
         g_client.emplace(t, std::chrono::seconds(60));
+        // Rank 1 must be serving before a raw batch blocks our MPI thread
+        // (no heartbeats go out meanwhile; its mock may take seconds to start).
+        g_client->Describe(1);
         // Per size: the raw baseline first, so each figure prints beside it.
         for (int64_t size : {int64_t(4) << 10, int64_t(64) << 10, int64_t(1) << 20, int64_t(16) << 20}) {
             benchmark::RegisterBenchmark("raw_mpi_pingpong", BM_RawMpi)->Arg(size)->UseManualTime()->MinTime(0.3);
