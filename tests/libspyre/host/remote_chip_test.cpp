@@ -186,3 +186,55 @@ TEST_F(RemoteChipTest, AStoppedServerIsReportedWithinTheBoundNotWaitedFor) {
     EXPECT_SPYRE_ERROR(client_->Call(1, AddCall("t-lost", {256}, 5)), DeviceLost, "rank 1 (host node-b");
     EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);  // bound 800 ms, reply timeout 60 s
 }
+
+namespace {
+
+// A reply as a hostile or broken server would send it: type, call id, payloads.
+Message Reply(uint16_t type, uint64_t id, std::vector<std::vector<uint8_t>> payloads) {
+    Message m;
+    m.type = type;
+    m.header.resize(8);
+    std::memcpy(m.header.data(), &id, 8);
+    m.payloads = std::move(payloads);
+    return m;
+}
+
+constexpr uint16_t kCallReplyType = kFirstUserMessageType + 3;
+
+}  // namespace
+
+// No device here: rank 1 is the test itself, answering with what a broken
+// server might say. The client checks every reply against the call it made.
+TEST(RemoteChipClientTest, RepliesThatDoNotMatchTheCallAreProtocolErrors) {
+    auto fabric = InProcessFabric::Create(2);
+    auto t0 = fabric->Take(0), t1 = fabric->Take(1);
+    RemoteChipClient client(*t0, 10s);
+    auto submit = [&] {
+        const uint64_t id = client.Submit(1, ChipCall{"t", "f", "0", {test::Fp32Tensor({2}, {1, 2})}, {HostTensorSpec{{2}}}});
+        Message call = t1->Receive(1s, 0);
+        EXPECT_EQ(call.payloads.size(), 1u);
+        return id;
+    };
+    uint64_t id = submit();
+    t1->Send(0, Reply(kCallReplyType, id, {std::vector<uint8_t>(8), std::vector<uint8_t>(8)}));
+    EXPECT_SPYRE_ERROR(client.Wait(id), ProtocolError, "rank 1 returned 2 outputs for chip call 't', which has 1");
+    id = submit();
+    t1->Send(0, Reply(kCallReplyType, id, {std::vector<uint8_t>(7)}));
+    EXPECT_SPYRE_ERROR(client.Wait(id), ProtocolError, "returned output 0 of chip call 't' with 7 bytes, not 8");
+    id = submit();
+    t1->Send(0, Reply(kCallReplyType, id + 100, {}));
+    EXPECT_SPYRE_ERROR(client.Wait(id), ProtocolError, "replied to call " + std::to_string(id + 100) + ", which it was never sent");
+    id = submit();
+    t1->Send(0, Reply(kFirstUserMessageType + 7, id, {}));
+    EXPECT_SPYRE_ERROR(client.Wait(id), ProtocolError, "where a reply was due");
+    id = submit();
+    Message cut = Reply(kFirstUserMessageType + 4, id, {});  // a CallError cut after its id
+    t1->Send(0, std::move(cut));
+    EXPECT_SPYRE_ERROR(client.Wait(id), ProtocolError, "malformed call error from rank 1: truncated at error kind");
+    // Replies may come in any order; each reaches its own Wait.
+    const uint64_t a = submit(), b = submit();
+    t1->Send(0, Reply(kCallReplyType, b, {std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8}}));
+    t1->Send(0, Reply(kCallReplyType, a, {std::vector<uint8_t>{8, 7, 6, 5, 4, 3, 2, 1}}));
+    EXPECT_EQ(client.Wait(a).at(0).data, (std::vector<uint8_t>{8, 7, 6, 5, 4, 3, 2, 1}));
+    EXPECT_EQ(client.Wait(b).at(0).data, (std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+}

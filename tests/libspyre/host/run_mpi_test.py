@@ -4,7 +4,9 @@
 
 Usage: run_mpi_test.py BINARY NP MODE   (MODE: calls, stop-peer, kill-peer)
 
-Exit 77 (meson's skip) only when mpirun is missing. mpirun gets the options
+Exit 77 (meson's skip) only when mpirun is missing, or when FUSE is unusable
+(every rank starts a mock card) and SPYRE_REQUIRE_FUSE is not 1, as every
+integration test of the project does. mpirun gets the options
 this machine needs: run as root (CI), oversubscribe (3 ranks on 2 cores), and
 loopback only (no other network; without it Open MPI may wait on
 interfaces). Each rank's embedded mock mounts under a private TMPDIR, which is
@@ -31,6 +33,14 @@ def fail(why, output=''):
     sys.exit(1)
 
 
+def fuse_unavailable():
+    if not os.access('/dev/fuse', os.R_OK | os.W_OK):
+        return '/dev/fuse is missing or not accessible'
+    if not shutil.which('fusermount3'):
+        return 'fusermount3 is missing (fuse3)'
+    return ''
+
+
 def unmount_all_under(root):
     with open('/proc/mounts') as f:
         points = [line.split()[1] for line in f if line.split()[1].startswith(root)]
@@ -43,6 +53,12 @@ def main():
     mpirun = shutil.which('mpirun')
     if not mpirun:
         print('SKIP: mpirun not found (install openmpi-bin: scripts/install-deps.sh)')
+        sys.exit(77)
+    no_fuse = fuse_unavailable()
+    if no_fuse:
+        if os.environ.get('SPYRE_REQUIRE_FUSE') == '1':
+            fail(f'{no_fuse} (SPYRE_REQUIRE_FUSE=1)')
+        print(f'SKIP: {no_fuse}')
         sys.exit(77)
     tmp = tempfile.mkdtemp(prefix='spyre-mpi-')
     env = dict(os.environ, TMPDIR=tmp, SPYRE_TEST_LIVENESS_MS=str(BOUND_MS),
