@@ -28,6 +28,10 @@ struct MpiTransportOptions {
     std::chrono::microseconds idle_spin{200};
     // Its sleep between polls once idle (an upper bound on receive latency then).
     std::chrono::microseconds idle_sleep{100};
+    // At shutdown, how long to wait for live ranks (still beating, but slow
+    // to finish: a mock card being torn down) to reach the final barrier. A
+    // lost rank ends the wait at once.
+    std::chrono::milliseconds finalize_timeout{60000};
 };
 
 class MpiTransport final : public Transport {
@@ -36,8 +40,9 @@ public:
     // name and pid (a collective: every rank must construct one). MPI must
     // not be initialised yet (InvalidArgument): no other thread may own it.
     explicit MpiTransport(MpiTransportOptions options = {});
-    // Flushes queued sends, waits (within the liveness bound) for every rank
-    // to arrive at a nonblocking barrier, then finalises MPI. When a peer is
+    // Flushes queued sends, waits for every rank to arrive at a nonblocking
+    // barrier (while they are alive, at most finalize_timeout), then
+    // finalises MPI. When a peer is
     // lost MPI_Finalize would hang on it (measured: a SIGSTOPped rank): it is
     // skipped, and the process should exit non-zero so that mpirun ends the job.
     ~MpiTransport() override;

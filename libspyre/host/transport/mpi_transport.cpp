@@ -360,7 +360,7 @@ void MpiTransport::State::Run(std::promise<void>& ready) {
 }
 
 void MpiTransport::State::Shutdown() {
-    const auto bound = options.liveness.silence_bound;
+    const auto bound = options.finalize_timeout;
     auto lost_peer = [&]() -> std::optional<Error> { return liveness->AnyLost(); };
     // Flush what was sent; the peers keep hearing our heartbeats meanwhile.
     auto deadline = Clock::now() + bound;
@@ -372,12 +372,16 @@ void MpiTransport::State::Shutdown() {
         // Everyone arrives before anyone finalises; a peer that never does is lost, not waited for.
         MPI_Request barrier;
         if (MPI_Ibarrier(comm, &barrier) == MPI_SUCCESS) {
-            deadline = Clock::now() + bound;
+            const auto barrier_start = Clock::now();
+            deadline = barrier_start + bound;
             while (!lost_peer()) {
                 int done = 0;
                 if (MPI_Test(&barrier, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
                 if (done) {
                     met = true;
+                    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - barrier_start);
+                    SPYRE_LOG_DEBUG("MPI transport, rank %d: every rank at the final barrier after %lld ms", rank,
+                                    static_cast<long long>(waited.count()));
                     break;
                 }
                 if (Clock::now() >= deadline) break;
@@ -389,7 +393,7 @@ void MpiTransport::State::Shutdown() {
     if (!met) {
         const auto why = lost_peer();
         SPYRE_LOG_ERROR("MPI transport, rank %d: MPI_Finalize skipped (it would wait for a lost rank): %s", rank,
-                        why ? why->what() : "not every rank reached the final barrier within the liveness bound");
+                        why ? why->what() : "not every rank reached the final barrier within the finalize timeout");
         return;
     }
     for (auto& req : heartbeat_requests)
