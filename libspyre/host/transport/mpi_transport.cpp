@@ -269,13 +269,28 @@ bool MpiTransport::State::AdvanceIncoming(int source) {
         Incoming& in = *queue_of.front();
         if (!in.payload_requests.empty()) {
             int done = 0;
+            std::vector<MPI_Status> statuses(in.payload_requests.size());
             const int rc = MPI_Testall(static_cast<int>(in.payload_requests.size()), in.payload_requests.data(), &done,
-                                       MPI_STATUSES_IGNORE);
+                                       statuses.data());
             if (rc != MPI_SUCCESS) {
+                // Longer than announced (MPI_ERR_TRUNCATE) or a failed transfer.
                 Lose(source, "receiving a payload failed: " + MpiError(rc));
                 in.message.reset();
             } else if (!done) {
                 break;
+            } else {
+                for (size_t i = 0; i < statuses.size() && in.message; ++i) {
+                    int got = 0;
+                    MPI_Get_count(&statuses[i], MPI_BYTE, &got);
+                    if (static_cast<size_t>(got) != in.message->payloads[i].size()) {
+                        // Shorter than announced: the stream is out of step.
+                        in.error = Error(ErrorKind::ProtocolError,
+                                         "malformed message from rank " + std::to_string(source) + ": payload " +
+                                             std::to_string(i) + " is " + std::to_string(got) + " bytes, the frame says " +
+                                             std::to_string(in.message->payloads[i].size()));
+                        broken[source] = true;
+                    }
+                }
             }
         }
         if (in.error) {

@@ -9,6 +9,11 @@
 //              lost (DeviceLost naming rank 1) within the liveness bound.
 //   kill-peer  rank 1 SIGKILLs itself inside a call: mpirun ends the job
 //              (the wrapper checks it names rank 1, in time).
+//   hostile    ranks 1 and 2 are not spyre at all: they join the transport's
+//              start-up collectives by hand, then send rank 0 a frame with a
+//              bad magic (rank 1) and a frame whose payload is shorter than
+//              announced (rank 2). Rank 0 must get ProtocolError naming each,
+//              then find both cut off (DeviceLost), with no crash or hang.
 // Lines starting with "RESULT" are what the wrapper checks.
 #include <signal.h>
 #include <unistd.h>
@@ -145,6 +150,72 @@ int LosePeer(MpiTransport& t, RemoteChipClient& client, const char* how) {
     }
 }
 
+// A rank that speaks raw MPI: the same start-up as MpiTransport (two
+// communicator duplicates, then an allgather of {processor name, pid}: the
+// collectives must match), then garbage on the frame and payload tags.
+int Hostile() {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm comm, raw;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    MPI_Comm_dup(comm, &raw);
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    struct Identity {
+        char name[MPI_MAX_PROCESSOR_NAME];
+        int pid;
+    } mine{}, all[8];
+    int len = 0;
+    MPI_Get_processor_name(mine.name, &len);
+    mine.pid = ::getpid();
+    MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, comm);
+    constexpr int kFrameTag = 1, kPayloadTag = 2;
+    if (rank == 1) {
+        const uint32_t garbage[4] = {0xdeadbeef, 1, 0, 0};
+        MPI_Send(garbage, sizeof garbage, MPI_BYTE, 0, kFrameTag, comm);
+    } else {
+        // A valid frame (type 16, no header) announcing one payload of 100 bytes; 50 follow.
+        uint8_t frame[24] = {};
+        const uint32_t magic = 0x52545053, count = 1;
+        const uint16_t version = 1, type = 16;
+        const uint64_t size = 100;
+        std::memcpy(frame, &magic, 4);
+        std::memcpy(frame + 4, &version, 2);
+        std::memcpy(frame + 6, &type, 2);
+        std::memcpy(frame + 12, &count, 4);
+        std::memcpy(frame + 16, &size, 8);
+        MPI_Send(frame, sizeof frame, MPI_BYTE, 0, kFrameTag, comm);
+        std::vector<uint8_t> half(50, 7);
+        MPI_Send(half.data(), 50, MPI_BYTE, 0, kPayloadTag, comm);
+    }
+    // Rank 0 ends the job (it exits non-zero with its peers cut off); MPI_Finalize waits for that.
+    MPI_Finalize();
+    return 0;
+}
+
+int Victim(MpiTransport& t) {
+    int ok = 0;
+    for (int source : {1, 2}) {
+        try {
+            t.Receive(std::chrono::seconds(20), source);
+            std::printf("rank %d: a message was delivered\n", source);
+        } catch (const Error& e) {
+            std::printf("from rank %d: %s\n", source, e.what());
+            const std::string what = e.what();
+            const char* expected = source == 1 ? "magic 0xdeadbeef is not SPTR" : "payload 0 is 50 bytes, the frame says 100";
+            if (e.kind() == ErrorKind::ProtocolError && what.find("rank " + std::to_string(source)) != std::string::npos &&
+                what.find(expected) != std::string::npos)
+                ++ok;
+        }
+        auto lost = t.PeerError(source);
+        if (lost && lost->kind() == ErrorKind::DeviceLost && std::string(lost->what()).find("malformed") != std::string::npos)
+            ++ok;
+    }
+    std::printf(ok == 4 ? "RESULT hostile-ok\n" : "RESULT hostile-wrong (%d of 4 checks)\n", ok);
+    std::fflush(stdout);
+    return 3;  // its peers are cut off: the run fails, and mpirun ends them
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -155,11 +226,19 @@ int main(int argc, char** argv) {
     options.liveness.silence_bound = std::chrono::milliseconds(bound_env ? std::atoi(bound_env) : 3000);
     int status = 1;
     int rank = -1;
+    if (mode == "hostile") {
+        int world_rank = 0;
+        // Which rank this is, before any MPI: Open MPI's launcher says.
+        if (const char* r = std::getenv("OMPI_COMM_WORLD_RANK")) world_rank = std::atoi(r);
+        if (world_rank != 0) return Hostile();
+    }
     try {
         MpiTransport t(options);
         rank = t.rank();
         setvbuf(stdout, nullptr, _IOLBF, 0);
-        if (t.rank() != 0) {
+        if (mode == "hostile") {
+            status = Victim(t);
+        } else if (t.rank() != 0) {
             status = Serve(t);
         } else {
             RemoteChipClient client(t, std::chrono::seconds(45));

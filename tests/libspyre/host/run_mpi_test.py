@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Runs tests/libspyre/host/mpi_remote_chip under mpirun and checks its outcome.
 
-Usage: run_mpi_test.py BINARY NP MODE   (MODE: calls, stop-peer, kill-peer)
+Usage: run_mpi_test.py BINARY NP MODE   (MODE: calls, stop-peer, kill-peer, hostile)
 
 Exit 77 (meson's skip) only when mpirun is missing, or when FUSE is unusable
 (every rank starts a mock card) and SPYRE_REQUIRE_FUSE is not 1, as every
@@ -128,6 +128,12 @@ def main():
         if took_ms > BOUND_MS + SLACK_MS:
             fail(f'the job ended {took_ms:.0f} ms after the kill, past the bound')
         print(f'ok: rank 1 (killed) reported, job ended {took_ms:.0f} ms after the kill (bound {BOUND_MS} ms)')
+    elif mode == 'hostile':
+        if 'RESULT hostile-ok' not in out:
+            fail('rank 0 did not report both malformed streams as ProtocolError naming their ranks')
+        if rc == 0:
+            fail('mpirun exited 0 although two ranks were cut off')
+        print('ok: garbage from ranks 1 and 2 became ProtocolError naming each, then DeviceLost')
     else:
         fail(f'unknown mode {mode}')
 
