@@ -406,6 +406,12 @@ void MpiTransport::State::Shutdown() {
     }
     inbox->Close(Error(ErrorKind::DeviceLost, "the MPI transport of rank " + std::to_string(rank) + " has shut down"));
     if (!met) {
+        // Requests may still be posted on these buffers, and MPI is never
+        // finalised to cancel them: leak them rather than free memory MPI
+        // (or a peer's single-copy transfer) may still touch.
+        new std::deque<Outgoing>(std::move(sending));
+        new std::vector<std::deque<std::unique_ptr<Incoming>>>(std::move(incoming));
+        new std::vector<uint8_t>(std::move(heartbeat_frame));
         const auto why = lost_peer();
         SPYRE_LOG_ERROR("MPI transport, rank %d: MPI_Finalize skipped (it would wait for a lost rank): %s", rank,
                         why ? why->what() : "not every rank reached the final barrier within the finalize timeout");
