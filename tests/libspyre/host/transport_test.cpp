@@ -51,7 +51,8 @@ std::vector<uint8_t> FrameBytes(uint32_t magic, uint16_t version, uint32_t heade
 
 constexpr uint32_t kMagic = 0x52545053;
 
-LivenessOptions Fast() { return LivenessOptions{.heartbeat_interval = 50ms, .silence_bound = 600ms}; }
+// A short bound keeps the tests quick; long enough that a loaded machine does not starve a beat past it.
+LivenessOptions Fast() { return LivenessOptions{.heartbeat_interval = 50ms, .silence_bound = 1000ms}; }
 
 }  // namespace
 
@@ -137,14 +138,14 @@ TEST(TransportTest, AStoppedPeerIsReportedByRankAndHostWithinTheBound) {
     const auto start = std::chrono::steady_clock::now();
     EXPECT_SPYRE_ERROR(t0->Receive(60s, 1), DeviceLost, "rank 1 (host node-b, pid");
     const auto waited = std::chrono::steady_clock::now() - start;
-    // The bound (600 ms) plus generous slack for a loaded machine; never the 60 s timeout.
+    // The bound (1 s) plus generous slack for a loaded machine; never the 60 s timeout.
     EXPECT_LT(waited, 5s);
     try {
         t0->Receive(1s, 1);
         ADD_FAILURE() << "a lost peer stays lost";
     } catch (const Error& e) {
         EXPECT_EQ(e.kind(), ErrorKind::DeviceLost);
-        EXPECT_NE(std::string(e.what()).find("liveness bound 600 ms"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("liveness bound 1000 ms"), std::string::npos) << e.what();
         EXPECT_EQ(e.context().device, "rank 1@node-b");
     }
     ASSERT_TRUE(t0->PeerError(1).has_value());
@@ -157,7 +158,7 @@ TEST(TransportTest, AStoppedPeerIsReportedByRankAndHostWithinTheBound) {
 TEST(TransportTest, APeerThatKeepsBeatingIsNeverLost) {
     auto fabric = InProcessFabric::Create(2, Fast());
     auto t0 = fabric->Take(0);
-    // Six bounds of silence without messages: heartbeats alone keep rank 1 alive.
+    // Over three bounds of silence without messages: heartbeats alone keep rank 1 alive.
     EXPECT_SPYRE_ERROR(t0->Receive(3600ms, 1), Timeout, "within 3600 ms");
     EXPECT_FALSE(t0->PeerError(1).has_value());
 }
