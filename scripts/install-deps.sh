@@ -14,6 +14,7 @@ packages=(
   libbenchmark-dev                          # bench/
   libopenblas-dev                           # the mock device's matmul (sgemm)
   libstarpu-dev                             # bench/orchestration_bench: StarPU baseline (optional)
+  openmpi-bin libopenmpi-dev                # level 4 across hosts: libspyre-mpi, the mpirun tests, bench/mpi_bench
   clang libclang-rt-14-dev                  # libFuzzer for the program-decoder fuzz target
 )
 

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+// MpiTransport: Transport over Open MPI. One progress thread owns every MPI
+// call, from MPI_Init_thread (FUNNELED: the thread that initialised MPI is
+// the only one to call it) to MPI_Finalize; Send and Receive hand it work
+// through a queue and an inbox. It posts nonblocking Isend/Improbe/Imrecv on
+// its own communicator (MPI_ERRORS_RETURN, so an MPI failure is a typed
+// error, not an abort), sends heartbeats, and declares a silent peer lost
+// after the liveness bound (docs/multihost.md says what Open MPI itself does
+// when a rank is killed or stopped).
+//
+// Built into libspyre-mpi only where Open MPI is installed.
+#pragma once
+
+#include <mpi.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+
+#include "spyre/host/transport.hpp"
+
+namespace spyre::host {
+
+struct MpiTransportOptions {
+    LivenessOptions liveness;
+    // The progress thread polls this long after its last piece of work
+    // before it starts sleeping between polls (latency against a busy core).
+    std::chrono::microseconds idle_spin{200};
+    // Its sleep between polls once idle (an upper bound on receive latency then).
+    std::chrono::microseconds idle_sleep{100};
+    // At shutdown, how long to wait for live ranks (still beating, but slow
+    // to finish: a mock card being torn down) to reach the final barrier. A
+    // lost rank ends the wait at once.
+    std::chrono::milliseconds finalize_timeout{60000};
+};
+
+class MpiTransport final : public Transport {
+public:
+    // Initialises MPI on the progress thread and learns every rank's host
+    // name and pid (a collective: every rank must construct one). MPI must
+    // not be initialised yet (InvalidArgument): no other thread may own it.
+    explicit MpiTransport(MpiTransportOptions options = {});
+    // Flushes queued sends, waits for every rank to arrive at a nonblocking
+    // barrier (while they are alive, at most finalize_timeout), then
+    // finalises MPI. When a peer is
+    // lost MPI_Finalize would hang on it (measured: a SIGSTOPped rank): it is
+    // skipped, and the process should exit non-zero so that mpirun ends the job.
+    ~MpiTransport() override;
+
+    int rank() const override;
+    int size() const override;
+    const PeerInfo& peer(int rank) const override;
+    const LivenessOptions& liveness() const override;
+    void Send(int destination, Message message) override;
+    Message Receive(std::chrono::milliseconds timeout, int source = kAnySource) override;
+    std::optional<Error> PeerError(int rank) const override;
+
+    // Runs `work` on the progress thread with a communicator of its own
+    // (a duplicate of the transport's), between two polls, and returns its
+    // result or rethrows its spyre::Error. For baselines (a raw MPI
+    // ping-pong) that must respect the one-MPI-thread rule. The transport
+    // does not poll while `work` runs: keep it well under the liveness bound.
+    void RunOnMpiThread(const std::function<void(MPI_Comm)>& work);
+
+private:
+    struct State;
+    std::unique_ptr<State> state_;
+};
+
+}  // namespace spyre::host

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+// RemoteChipClient: the calling side. Submit ships a chip call to a rank and
+// returns at once; Wait returns its outputs or throws: RemoteChipError (the
+// call failed there), the transport's DeviceLost (the rank is lost: within
+// the liveness bound, never a hang), ProtocolError (a reply that does not
+// match the call), Timeout (no reply within the reply bound). One thread
+// uses a client.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <vector>
+
+#include "spyre/host/remote_chip.hpp"
+#include "spyre/host/transport.hpp"
+
+namespace spyre::host {
+
+class RemoteChipClient {
+public:
+    explicit RemoteChipClient(Transport& transport, std::chrono::milliseconds reply_timeout = std::chrono::minutes(5));
+
+    RankDescription Describe(int rank);
+    uint64_t Submit(int rank, ChipCall call);
+    std::vector<HostTensor> Wait(uint64_t call_id);
+    std::vector<HostTensor> Call(int rank, ChipCall call) { return Wait(Submit(rank, std::move(call))); }
+    // Ends `rank`'s Serve loop.
+    void Shutdown(int rank);
+
+private:
+    struct Pending {
+        int rank;
+        ChipCall call;  // inputs moved out; the rest kept for errors and checks
+    };
+    Message AwaitReply(int rank, uint64_t id);
+
+    Transport& transport_;
+    std::chrono::milliseconds reply_timeout_;
+    uint64_t next_id_ = 1;
+    std::map<uint64_t, Pending> pending_;
+    std::map<uint64_t, Message> early_;  // replies that came while waiting for another
+};
+
+}  // namespace spyre::host

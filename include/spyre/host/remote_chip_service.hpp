@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+// RemoteChipService: the serving side of remote chip calls on one rank. It
+// owns nothing but a name -> handler table; the rank's Host opens the devices
+// calls name (each once, kept open). The level-3 runtime plugs its chip
+// function registry in through Register.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "spyre/device/host.hpp"
+#include "spyre/host/remote_chip.hpp"
+#include "spyre/host/transport.hpp"
+
+namespace spyre::host {
+
+// Runs `call` on `device`, filling `outputs` (already sized as the call's
+// output specs). A spyre::Error it throws goes back to the caller as a
+// RemoteChipError of the same kind; any other exception as Internal.
+using ChipHandler = std::function<void(Device& device, const ChipCall& call, std::vector<HostTensor>& outputs)>;
+
+class RemoteChipService {
+public:
+    RemoteChipService(Transport& transport, Host& host);
+    ~RemoteChipService();
+
+    // InvalidArgument for an empty name or one registered already.
+    void Register(const std::string& name, ChipHandler handler);
+
+    // Messages of other types (another protocol sharing the transport) go
+    // to `handler`; without one they are logged and dropped.
+    void SetOtherMessageHandler(std::function<void(Message)> handler) { other_ = std::move(handler); }
+
+    // Answers requests until `controller` sends Shutdown. Throws the
+    // transport's errors (a lost peer, the controller gone); a malformed
+    // request is answered with an error and serving goes on.
+    void Serve(int controller = 0);
+    // Answers at most one message within `timeout`; false when none came or
+    // it was a Shutdown. For callers that interleave their own work.
+    bool ServeOne(std::chrono::milliseconds timeout);
+
+    uint64_t calls_served() const { return calls_served_; }
+
+private:
+    void Answer(Message request);
+    Device& OpenDevice(const std::string& selector);
+
+    Transport& transport_;
+    Host& host_;
+    std::map<std::string, ChipHandler> handlers_;
+    std::function<void(Message)> other_;
+    std::map<std::string, Device> devices_;  // by PCI address
+    bool shutdown_ = false;
+    uint64_t calls_served_ = 0;
+};
+
+}  // namespace spyre::host

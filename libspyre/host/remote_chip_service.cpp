@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "spyre/host/remote_chip_service.hpp"
+
+#include <algorithm>
+
+#include "host/remote_protocol.hpp"
+#include "spyre/common/log.hpp"
+
+namespace spyre::host {
+
+RemoteChipService::RemoteChipService(Transport& transport, Host& host) : transport_(transport), host_(host) {}
+RemoteChipService::~RemoteChipService() = default;
+
+void RemoteChipService::Register(const std::string& name, ChipHandler handler) {
+    if (name.empty() || !handler) throw Error(ErrorKind::InvalidArgument, "RemoteChipService::Register: empty name or handler");
+    if (!handlers_.emplace(name, std::move(handler)).second)
+        throw Error(ErrorKind::InvalidArgument, "chip function '" + name + "' is registered already");
+}
+
+void RemoteChipService::Serve(int controller) {
+    shutdown_ = false;
+    int source = kAnySource;
+    while (!shutdown_) {
+        try {
+            Answer(transport_.Receive(transport_.liveness().silence_bound, source));
+        } catch (const Error& e) {
+            switch (e.kind()) {
+            case ErrorKind::Timeout:
+                continue;
+            case ErrorKind::ProtocolError:
+                // A hostile frame: its sender is cut off, the others are still served.
+                SPYRE_LOG_WARN("remote chip service, rank %d: %s", transport_.rank(), e.what());
+                continue;
+            case ErrorKind::DeviceLost:
+                if (transport_.PeerError(controller) || source == controller) throw;
+                // Another peer is lost: the controller decides what happens, keep serving it.
+                SPYRE_LOG_WARN("remote chip service, rank %d: %s", transport_.rank(), e.what());
+                source = controller;
+                continue;
+            default:
+                throw;
+            }
+        }
+    }
+}
+
+bool RemoteChipService::ServeOne(std::chrono::milliseconds timeout) {
+    shutdown_ = false;
+    try {
+        Answer(transport_.Receive(timeout, kAnySource));
+    } catch (const Error& e) {
+        if (e.kind() == ErrorKind::Timeout) return false;
+        throw;
+    }
+    return !shutdown_;
+}
+
+Device& RemoteChipService::OpenDevice(const std::string& selector) {
+    const FunctionDescription& f = host_.Find(selector);
+    auto it = devices_.find(f.pci_address);
+    if (it == devices_.end()) it = devices_.emplace(f.pci_address, host_.Open(f.pci_address)).first;
+    return it->second;
+}
+
+void RemoteChipService::Answer(Message request) {
+    const int from = request.source;
+    const PeerInfo& self = transport_.peer(transport_.rank());
+    switch (request.type) {
+    case remote::kShutdown:
+        shutdown_ = true;
+        return;
+    case remote::kDescribe: {
+        RankDescription d;
+        d.rank = self.rank;
+        d.host_name = self.host_name;
+        d.pid = self.pid;
+        d.host = host_.Describe();
+        for (const FunctionDescription& f : host_.functions())
+            d.functions.push_back(RemoteFunction{f.pci_address, f.kind == driver::FunctionKind::VF, f.id.card,
+                                                 static_cast<uint16_t>(f.id.function), f.memory_bytes});
+        for (const auto& [name, handler] : handlers_) d.chip_functions.push_back(name);
+        transport_.Send(from, remote::EncodeDescribeReply(remote::ReplyId(request), d));
+        return;
+    }
+    case remote::kCall:
+        break;
+    default:
+        if (other_) {
+            other_(std::move(request));
+            return;
+        }
+        SPYRE_LOG_WARN("remote chip service, rank %d: ignored a message of type %u from rank %d", self.rank,
+                       unsigned(request.type), from);
+        return;
+    }
+
+    uint64_t id = 0;
+    RemoteFailure failure{.rank = self.rank, .host_name = self.host_name};
+    try {
+        id = remote::ReplyId(request);
+        auto [call_id, call] = remote::DecodeCall(request);
+        failure.task = call.task;
+        failure.function = call.function;
+        failure.device = call.device;
+        auto handler = handlers_.find(call.function);
+        if (handler == handlers_.end())
+            throw Error(ErrorKind::NotFound, "no chip function '" + call.function + "' is registered on this rank");
+        Device& device = OpenDevice(call.device);
+        failure.device = device.pci_address();
+        std::vector<HostTensor> outputs;
+        for (const HostTensorSpec& s : call.outputs) outputs.push_back(HostTensor{s, std::vector<uint8_t>(s.bytes())});
+        handler->second(device, call, outputs);
+        for (size_t i = 0; i < outputs.size(); ++i)
+            if (outputs[i].data.size() != call.outputs[i].bytes())
+                throw Error(ErrorKind::Internal, "chip function '" + call.function + "' resized output " + std::to_string(i));
+        ++calls_served_;
+        transport_.Send(from, remote::EncodeCallReply(call_id, outputs));
+        return;
+    } catch (const Error& e) {
+        if (e.kind() == ErrorKind::DeviceLost && transport_.PeerError(from)) throw;  // nobody to answer
+        failure.cause = e.kind();
+        failure.message = e.message();
+        failure.device_code = e.context().device_code;
+    } catch (const std::exception& e) {
+        failure.cause = ErrorKind::Internal;
+        failure.message = e.what();
+    }
+    transport_.Send(from, remote::EncodeCallError(id, failure));
+}
+
+}  // namespace spyre::host

@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "host/remote_protocol.hpp"
+
+#include "host/transport/byte_codec.hpp"
+
+namespace spyre::host::remote {
+
+namespace {
+
+using wire::ByteReader;
+using wire::ByteWriter;
+
+constexpr size_t kMaxTensors = 256;
+constexpr size_t kMaxFunctions = 4096;
+
+std::string What(const char* kind, const Message& m) { return std::string(kind) + " from rank " + std::to_string(m.source); }
+
+void PutSpec(ByteWriter& w, const HostTensorSpec& spec) {
+    spec.bytes();  // validates before anything leaves
+    w.Put<uint8_t>(static_cast<uint8_t>(spec.dtype));
+    w.Put<uint8_t>(static_cast<uint8_t>(spec.shape.size()));
+    for (int64_t d : spec.shape) w.Put<int64_t>(d);
+}
+
+HostTensorSpec GetSpec(ByteReader& r) {
+    HostTensorSpec spec;
+    const uint8_t dtype = r.Get<uint8_t>("dtype");
+    if (dtype > static_cast<uint8_t>(DType::INT32)) r.Fail("dtype " + std::to_string(dtype) + " is unknown");
+    spec.dtype = static_cast<DType>(dtype);
+    const uint8_t rank = r.Get<uint8_t>("tensor rank");
+    if (rank < 1 || rank > 8) r.Fail("tensor rank " + std::to_string(rank) + " (1 to 8)");
+    for (uint8_t i = 0; i < rank; ++i) spec.shape.push_back(r.Get<int64_t>("dim"));
+    try {
+        spec.bytes();
+    } catch (const Error& e) {
+        r.Fail(e.message());
+    }
+    return spec;
+}
+
+std::vector<HostTensorSpec> GetSpecs(ByteReader& r, const char* what) {
+    const uint32_t n = r.Get<uint32_t>(what);
+    if (n > kMaxTensors) r.Fail(std::string(what) + ": " + std::to_string(n) + " tensors (at most " + std::to_string(kMaxTensors) + ")");
+    std::vector<HostTensorSpec> specs;
+    for (uint32_t i = 0; i < n; ++i) specs.push_back(GetSpec(r));
+    return specs;
+}
+
+Message Make(uint16_t type, ByteWriter& w) {
+    Message m;
+    m.type = type;
+    m.header = w.Take();
+    return m;
+}
+
+}  // namespace
+
+Message EncodeDescribe(uint64_t id) {
+    ByteWriter w;
+    w.Put<uint64_t>(id);
+    return Make(kDescribe, w);
+}
+
+Message EncodeDescribeReply(uint64_t id, const RankDescription& d) {
+    ByteWriter w;
+    w.Put<uint64_t>(id);
+    w.Put<int32_t>(d.rank);
+    w.PutString(d.host_name);
+    w.Put<int32_t>(d.pid);
+    w.PutString(d.host);
+    w.Put<uint32_t>(static_cast<uint32_t>(d.functions.size()));
+    for (const RemoteFunction& f : d.functions) {
+        w.PutString(f.pci_address);
+        w.Put<uint8_t>(f.is_vf ? 1 : 0);
+        w.Put<uint16_t>(f.card);
+        w.Put<uint16_t>(f.function);
+        w.Put<uint64_t>(f.memory_bytes);
+    }
+    w.Put<uint32_t>(static_cast<uint32_t>(d.chip_functions.size()));
+    for (const std::string& name : d.chip_functions) w.PutString(name);
+    return Make(kDescribeReply, w);
+}
+
+RankDescription DecodeDescribeReply(const Message& m) {
+    ByteReader r(m.header, What("describe reply", m));
+    RankDescription d;
+    r.Get<uint64_t>("id");
+    d.rank = r.Get<int32_t>("rank");
+    d.host_name = r.GetString("host name");
+    d.pid = r.Get<int32_t>("pid");
+    d.host = r.GetString("host description");
+    const uint32_t n = r.Get<uint32_t>("function count");
+    if (n > kMaxFunctions) r.Fail(std::to_string(n) + " functions");
+    for (uint32_t i = 0; i < n; ++i) {
+        RemoteFunction f;
+        f.pci_address = r.GetString("PCI address");
+        f.is_vf = r.Get<uint8_t>("kind") != 0;
+        f.card = r.Get<uint16_t>("card");
+        f.function = r.Get<uint16_t>("function");
+        f.memory_bytes = r.Get<uint64_t>("memory bytes");
+        d.functions.push_back(std::move(f));
+    }
+    const uint32_t names = r.Get<uint32_t>("chip function count");
+    if (names > kMaxFunctions) r.Fail(std::to_string(names) + " chip functions");
+    for (uint32_t i = 0; i < names; ++i) d.chip_functions.push_back(r.GetString("chip function"));
+    r.ExpectEnd();
+    if (d.rank != m.source) r.Fail("it says it is rank " + std::to_string(d.rank));
+    return d;
+}
+
+Message EncodeCall(uint64_t id, ChipCall& call) {
+    if (call.inputs.size() > kMaxTensors || call.outputs.size() > kMaxTensors)
+        throw Error(ErrorKind::InvalidArgument, "chip call '" + call.task + "': at most " + std::to_string(kMaxTensors) +
+                                                    " inputs and outputs");
+    ByteWriter w;
+    w.Put<uint64_t>(id);
+    w.PutString(call.task);
+    w.PutString(call.function);
+    w.PutString(call.device);
+    w.Put<uint32_t>(static_cast<uint32_t>(call.inputs.size()));
+    for (size_t i = 0; i < call.inputs.size(); ++i) {
+        const HostTensor& t = call.inputs[i];
+        PutSpec(w, t.spec);
+        if (t.data.size() != t.spec.bytes())
+            throw Error(ErrorKind::InvalidArgument, "chip call '" + call.task + "': input " + std::to_string(i) + " has " +
+                                                        std::to_string(t.data.size()) + " bytes, its shape " +
+                                                        ShapeText(t.spec.shape) + " needs " + std::to_string(t.spec.bytes()));
+    }
+    w.Put<uint32_t>(static_cast<uint32_t>(call.outputs.size()));
+    for (const HostTensorSpec& s : call.outputs) PutSpec(w, s);
+    Message m = Make(kCall, w);
+    for (HostTensor& t : call.inputs) m.payloads.push_back(std::move(t.data));
+    return m;
+}
+
+std::pair<uint64_t, ChipCall> DecodeCall(Message& m) {
+    ByteReader r(m.header, What("chip call", m));
+    ChipCall call;
+    const uint64_t id = r.Get<uint64_t>("id");
+    call.task = r.GetString("task");
+    call.function = r.GetString("function");
+    call.device = r.GetString("device");
+    for (HostTensorSpec& s : GetSpecs(r, "inputs")) call.inputs.push_back(HostTensor{std::move(s), {}});
+    call.outputs = GetSpecs(r, "outputs");
+    r.ExpectEnd();
+    if (m.payloads.size() != call.inputs.size())
+        r.Fail(std::to_string(call.inputs.size()) + " inputs but " + std::to_string(m.payloads.size()) + " payloads");
+    for (size_t i = 0; i < call.inputs.size(); ++i) {
+        if (m.payloads[i].size() != call.inputs[i].spec.bytes())
+            r.Fail("input " + std::to_string(i) + " is " + std::to_string(m.payloads[i].size()) + " bytes, its shape " +
+                   ShapeText(call.inputs[i].spec.shape) + " needs " + std::to_string(call.inputs[i].spec.bytes()));
+        call.inputs[i].data = std::move(m.payloads[i]);
+    }
+    return {id, std::move(call)};
+}
+
+Message EncodeCallReply(uint64_t id, std::vector<HostTensor>& outputs) {
+    ByteWriter w;
+    w.Put<uint64_t>(id);
+    Message m = Make(kCallReply, w);
+    for (HostTensor& t : outputs) m.payloads.push_back(std::move(t.data));
+    return m;
+}
+
+Message EncodeCallError(uint64_t id, const RemoteFailure& f) {
+    ByteWriter w;
+    w.Put<uint64_t>(id);
+    w.Put<uint8_t>(static_cast<uint8_t>(f.cause));
+    w.Put<uint32_t>(f.device_code);
+    w.Put<int32_t>(f.rank);
+    w.PutString(f.host_name);
+    w.PutString(f.task);
+    w.PutString(f.device);
+    w.PutString(f.function);
+    w.PutString(f.message);
+    return Make(kCallError, w);
+}
+
+RemoteFailure DecodeCallError(const Message& m) {
+    ByteReader r(m.header, What("call error", m));
+    RemoteFailure f;
+    r.Get<uint64_t>("id");
+    const uint8_t kind = r.Get<uint8_t>("error kind");
+    if (kind > static_cast<uint8_t>(ErrorKind::WrongDevice)) r.Fail("error kind " + std::to_string(kind) + " is unknown");
+    f.cause = static_cast<ErrorKind>(kind);
+    f.device_code = r.Get<uint32_t>("device code");
+    f.rank = r.Get<int32_t>("rank");
+    f.host_name = r.GetString("host name");
+    f.task = r.GetString("task");
+    f.device = r.GetString("device");
+    f.function = r.GetString("function");
+    f.message = r.GetString("message", 64 * 1024);
+    r.ExpectEnd();
+    return f;
+}
+
+Message EncodeShutdown() { return Message{.type = kShutdown}; }
+
+uint64_t ReplyId(const Message& m) {
+    ByteReader r(m.header, What("reply", m));
+    return r.Get<uint64_t>("id");
+}
+
+}  // namespace spyre::host::remote

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+// The remote chip-call messages on top of Transport (docs/multihost.md has
+// the field tables). Every decoder checks what it reads and throws
+// ProtocolError naming the message and its source rank.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include "spyre/host/remote_chip.hpp"
+#include "spyre/host/transport.hpp"
+
+namespace spyre::host::remote {
+
+enum MessageType : uint16_t {
+    kDescribe = kFirstUserMessageType,  // id
+    kDescribeReply,                     // id, RankDescription
+    kCall,                              // id, task, function, device, input specs, output specs; payloads: inputs
+    kCallReply,                         // id; payloads: outputs
+    kCallError,                         // id, RemoteFailure
+    kShutdown,                          // nothing
+};
+
+Message EncodeDescribe(uint64_t id);
+Message EncodeDescribeReply(uint64_t id, const RankDescription& description);
+RankDescription DecodeDescribeReply(const Message& message);
+
+// The inputs' bytes are moved into the payloads.
+Message EncodeCall(uint64_t id, ChipCall& call);
+// The inputs' bytes are moved out of the payloads; shapes and sizes checked.
+std::pair<uint64_t, ChipCall> DecodeCall(Message& message);
+
+Message EncodeCallReply(uint64_t id, std::vector<HostTensor>& outputs);
+Message EncodeCallError(uint64_t id, const RemoteFailure& failure);
+RemoteFailure DecodeCallError(const Message& message);
+
+Message EncodeShutdown();
+
+// The call id a reply (DescribeReply, CallReply, CallError) carries first.
+uint64_t ReplyId(const Message& message);
+
+}  // namespace spyre::host::remote

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "host/transport/inbox.hpp"
+
+#include <algorithm>
+
+namespace spyre::host::wire {
+
+void Inbox::Push(Message message) {
+    {
+        std::lock_guard lock(mutex_);
+        const int source = message.source;
+        entries_.push_back(Entry{source, std::move(message)});
+    }
+    cv_.notify_all();
+}
+
+void Inbox::PushError(int source, Error error) {
+    liveness_.MarkLost(source, PeerLostError(liveness_.peer(source), "it sent a malformed frame (" + error.message() + ")"));
+    {
+        std::lock_guard lock(mutex_);
+        entries_.push_back(Entry{source, std::move(error)});
+    }
+    cv_.notify_all();
+}
+
+void Inbox::Wake() { cv_.notify_all(); }
+
+void Inbox::Close(Error error) {
+    {
+        std::lock_guard lock(mutex_);
+        if (!closed_) closed_ = std::move(error);
+    }
+    cv_.notify_all();
+}
+
+Message Inbox::Pop(std::chrono::milliseconds timeout, int source) {
+    if (source != kAnySource) liveness_.peer(source);  // validates the rank
+    using Clock = PeerLiveness::Clock;
+    const auto deadline = Clock::now() + timeout;
+    // Short enough that a lost peer ends the wait soon after the bound.
+    const auto tick = std::max(std::chrono::milliseconds(1), liveness_.options().heartbeat_interval / 2);
+    std::unique_lock lock(mutex_);
+    for (;;) {
+        auto it = std::find_if(entries_.begin(), entries_.end(),
+                               [&](const Entry& e) { return source == kAnySource || e.source == source; });
+        if (it != entries_.end()) {
+            Entry entry = std::move(*it);
+            entries_.erase(it);
+            if (auto* error = std::get_if<Error>(&entry.item)) throw *error;
+            return std::get<Message>(std::move(entry.item));
+        }
+        // Nothing left of the source: now its loss (or the transport's end) is the answer.
+        lock.unlock();
+        liveness_.Evaluate();
+        std::optional<Error> lost = source == kAnySource ? liveness_.AnyLost() : liveness_.Lost(source);
+        lock.lock();
+        if (lost) throw *lost;
+        if (closed_) throw *closed_;
+        const auto now = Clock::now();
+        if (now >= deadline) {
+            throw Error(ErrorKind::Timeout, "no message " +
+                                                (source == kAnySource ? std::string("from any rank")
+                                                                      : "from " + liveness_.peer(source).Describe()) +
+                                                " within " + std::to_string(timeout.count()) + " ms");
+        }
+        cv_.wait_until(lock, std::min(deadline, now + tick));
+    }
+}
+
+}  // namespace spyre::host::wire

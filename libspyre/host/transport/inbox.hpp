@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+// Inbox: the messages that reached one rank, in arrival order per source,
+// and the wait for one of them that ends in a message, the source's error
+// (lost, malformed), or Timeout. Waiters re-check liveness every tick, so a
+// silent peer ends a wait within the bound plus one tick.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <variant>
+
+#include "host/transport/peer_liveness.hpp"
+
+namespace spyre::host::wire {
+
+class Inbox {
+public:
+    explicit Inbox(PeerLiveness& liveness) : liveness_(liveness) {}
+
+    void Push(Message message);
+    // A malformed frame from `source`: its receiver gets `error` once, in
+    // order; the source is cut off (lost) from then on.
+    void PushError(int source, Error error);
+    // Wakes waiters to look at liveness again.
+    void Wake();
+    // Every later Pop throws `error` once nothing is left (the transport stopped).
+    void Close(Error error);
+
+    Message Pop(std::chrono::milliseconds timeout, int source);
+
+private:
+    struct Entry {
+        int source;
+        std::variant<Message, Error> item;
+    };
+    PeerLiveness& liveness_;
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    std::deque<Entry> entries_;
+    std::optional<Error> closed_;
+};
+
+}  // namespace spyre::host::wire

@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: Apache-2.0
+// Run under mpirun (tests/libspyre/host/run_mpi_test.py): every rank opens its
+// own embedded mock card through MpiTransport's run; ranks >= 1 serve chip
+// calls, rank 0 ships them and checks every result byte for byte.
+//   calls      adds of several shapes on every other rank, all in flight at
+//              once, against the CPU (and rank 0's own card); an unknown
+//              function comes back as RemoteChipError naming the rank.
+//   stop-peer  rank 1 SIGSTOPs itself inside a call: rank 0 must report it
+//              lost (DeviceLost naming rank 1) within the liveness bound.
+//   kill-peer  rank 1 SIGKILLs itself inside a call: mpirun ends the job
+//              (the wrapper checks it names rank 1, in time).
+//   hostile    ranks 1 and 2 are not spyre at all: they join the transport's
+//              start-up collectives by hand, then send rank 0 a frame with a
+//              bad magic (rank 1) and a frame whose payload is shorter than
+//              announced (rank 2). Rank 0 must get ProtocolError naming each,
+//              then find both cut off (DeviceLost), with no crash or hang.
+// Lines starting with "RESULT" are what the wrapper checks.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "random_data.hpp"
+#include "remote_add.hpp"
+#include "spyre/device/host.hpp"
+#include "spyre/host/mpi_transport.hpp"
+#include "spyre/host/remote_chip_client.hpp"
+#include "spyre/host/remote_chip_service.hpp"
+
+using namespace spyre;
+using namespace spyre::host;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+Host OpenOwnCard() {
+    HostOptions o;
+    o.source = HostOptions::Source::EmbeddedMock;
+    o.embedded_mock = {.cards = 1, .vfs = 1, .mem = "1G"};  // a fresh mount point and shm prefix per rank
+    return Host::Open(o);
+}
+
+HostTensor RandomTensor(const std::vector<int64_t>& shape, uint64_t seed) {
+    size_t n = 1;
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    const std::vector<uint8_t> bytes = test::RandomBytes(n * 4, seed);
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(bytes[i * 4] | (bytes[i * 4 + 1] << 8)) / 128.0f - 256.0f;
+    return test::Fp32Tensor(shape, v);
+}
+
+int Serve(MpiTransport& t) {
+    Host host = OpenOwnCard();
+    RemoteChipService service(t, host);
+    service.Register("add", test::DeviceAdd);
+    service.Register("sigstop", [](Device&, const ChipCall&, std::vector<HostTensor>&) { ::raise(SIGSTOP); });
+    service.Register("sigkill", [](Device&, const ChipCall&, std::vector<HostTensor>&) { ::raise(SIGKILL); });
+    service.Serve(0);
+    for (int r = 0; r < t.size(); ++r)
+        if (auto e = t.PeerError(r)) {
+            std::fprintf(stderr, "rank %d: %s\n", t.rank(), e->what());
+            return 2;
+        }
+    return 0;
+}
+
+int Calls(MpiTransport& t, RemoteChipClient& client) {
+    int failures = 0;
+    Host host = OpenOwnCard();
+    Device own = host.Open("0");
+    const std::vector<std::vector<int64_t>> shapes = {{256}, {128, 128}, {3, 1000}, {1024, 1024}};
+    struct Sent {
+        int rank;
+        size_t shape;
+        std::vector<uint8_t> expected;
+        uint64_t id;
+    };
+    std::vector<Sent> sent;
+    for (int r = 1; r < t.size(); ++r) {
+        const RankDescription d = client.Describe(r);
+        std::printf("rank %d: host %s, pid %d, %zu functions (%s), serves", d.rank, d.host_name.c_str(), d.pid,
+                    d.functions.size(), d.host.c_str());
+        for (const auto& f : d.chip_functions) std::printf(" %s", f.c_str());
+        std::printf("\n");
+        if (d.pid == ::getpid() || d.functions.size() != 2) ++failures;
+        for (size_t s = 0; s < shapes.size(); ++s) {
+            ChipCall call{"add-r" + std::to_string(r) + "-s" + std::to_string(s), "add", s % 2 ? "1" : "0",
+                          {RandomTensor(shapes[s], 1000 * r + 10 * s), RandomTensor(shapes[s], 1000 * r + 10 * s + 1)},
+                          {HostTensorSpec{shapes[s], DType::FP32}}};
+            std::vector<uint8_t> expected = test::CpuAdd(call.inputs[0], call.inputs[1]);
+            // Rank 0's own card computes the same sum.
+            std::vector<HostTensor> local = {HostTensor{call.outputs[0], std::vector<uint8_t>(expected.size())}};
+            test::DeviceAdd(own, call, local);
+            if (local[0].data != expected) {
+                std::printf("rank 0's own card disagrees with the CPU on %s\n", call.task.c_str());
+                ++failures;
+            }
+            const uint64_t id = client.Submit(r, std::move(call));
+            sent.push_back(Sent{r, s, std::move(expected), id});
+        }
+    }
+    for (const Sent& s : sent) {
+        std::vector<HostTensor> out = client.Wait(s.id);
+        if (out.size() != 1 || out[0].data != s.expected) {
+            std::printf("rank %d: shape %zu differs from the CPU\n", s.rank, s.shape);
+            ++failures;
+        }
+    }
+    for (int r = 1; r < t.size(); ++r) {
+        try {
+            client.Call(r, ChipCall{"t-unknown", "no-such-function", "0", {}, {}});
+            ++failures;
+        } catch (const RemoteChipError& e) {
+            const bool named = e.kind() == ErrorKind::NotFound && e.failure().rank == r &&
+                               std::string(e.what()).find("on rank " + std::to_string(r)) != std::string::npos;
+            if (!named) ++failures;
+            std::printf("expected error: %s\n", e.what());
+        }
+    }
+    for (int r = 1; r < t.size(); ++r) client.Shutdown(r);
+    if (failures == 0) std::printf("RESULT calls-ok ranks=%d calls=%zu\n", t.size(), sent.size());
+    return failures == 0 ? 0 : 1;
+}
+
+// Asks rank 1 to stop or kill itself inside a call, then waits for the reply
+// that never comes: the wait must end with DeviceLost naming rank 1.
+int LosePeer(MpiTransport& t, RemoteChipClient& client, const char* how) {
+    for (int r = 1; r < t.size(); ++r) std::printf("rank %d: pid %d\n", r, client.Describe(r).pid);
+    std::printf("RESULT fault-requested %s\n", how);
+    std::fflush(stdout);
+    const auto start = Clock::now();
+    const uint64_t id = client.Submit(1, ChipCall{"t-fault", how, "0", {}, {}});
+    try {
+        client.Wait(id);
+        std::printf("RESULT peer-lost-not-reported: the call returned\n");
+        return 1;
+    } catch (const Error& e) {
+        const long ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+        const bool named = e.kind() == ErrorKind::DeviceLost && std::string(e.what()).find("rank 1 (host ") != std::string::npos;
+        std::printf("RESULT %s rank=1 after_ms=%ld bound_ms=%ld: %s\n", named ? "peer-lost-reported" : "wrong-error", ms,
+                    static_cast<long>(t.liveness().silence_bound.count()), e.what());
+        std::fflush(stdout);
+        for (int r = 2; r < t.size(); ++r) client.Shutdown(r);
+        // Non-zero on purpose: the run failed, and mpirun must end the stopped rank.
+        return named ? 3 : 1;
+    }
+}
+
+// A rank that speaks raw MPI: the same start-up as MpiTransport (two
+// communicator duplicates, then an allgather of {processor name, pid}: the
+// collectives must match), then garbage on the frame and payload tags.
+int Hostile() {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm comm, raw;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    MPI_Comm_dup(comm, &raw);
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    struct Identity {
+        char name[MPI_MAX_PROCESSOR_NAME];
+        int pid;
+    } mine{}, all[8];
+    int len = 0;
+    MPI_Get_processor_name(mine.name, &len);
+    mine.pid = ::getpid();
+    MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, comm);
+    constexpr int kFrameTag = 1, kPayloadTag = 2;
+    if (rank == 1) {
+        const uint32_t garbage[4] = {0xdeadbeef, 1, 0, 0};
+        MPI_Send(garbage, sizeof garbage, MPI_BYTE, 0, kFrameTag, comm);
+    } else {
+        // A valid frame (type 16, no header) announcing one payload of 100 bytes; 50 follow.
+        uint8_t frame[24] = {};
+        const uint32_t magic = 0x52545053, count = 1;
+        const uint16_t version = 1, type = 16;
+        const uint64_t size = 100;
+        std::memcpy(frame, &magic, 4);
+        std::memcpy(frame + 4, &version, 2);
+        std::memcpy(frame + 6, &type, 2);
+        std::memcpy(frame + 12, &count, 4);
+        std::memcpy(frame + 16, &size, 8);
+        MPI_Send(frame, sizeof frame, MPI_BYTE, 0, kFrameTag, comm);
+        std::vector<uint8_t> half(50, 7);
+        MPI_Send(half.data(), 50, MPI_BYTE, 0, kPayloadTag, comm);
+    }
+    // Rank 0 ends the job (it exits non-zero with its peers cut off); MPI_Finalize waits for that.
+    MPI_Finalize();
+    return 0;
+}
+
+int Victim(MpiTransport& t) {
+    int ok = 0;
+    for (int source : {1, 2}) {
+        try {
+            t.Receive(std::chrono::seconds(20), source);
+            std::printf("rank %d: a message was delivered\n", source);
+        } catch (const Error& e) {
+            std::printf("from rank %d: %s\n", source, e.what());
+            const std::string what = e.what();
+            const char* expected = source == 1 ? "magic 0xdeadbeef is not SPTR" : "payload 0 is 50 bytes, the frame says 100";
+            if (e.kind() == ErrorKind::ProtocolError && what.find("rank " + std::to_string(source)) != std::string::npos &&
+                what.find(expected) != std::string::npos)
+                ++ok;
+        }
+        auto lost = t.PeerError(source);
+        if (lost && lost->kind() == ErrorKind::DeviceLost && std::string(lost->what()).find("malformed") != std::string::npos)
+            ++ok;
+    }
+    std::printf(ok == 4 ? "RESULT hostile-ok\n" : "RESULT hostile-wrong (%d of 4 checks)\n", ok);
+    std::fflush(stdout);
+    return 3;  // its peers are cut off: the run fails, and mpirun ends them
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const std::string mode = argc > 1 ? argv[1] : "calls";
+    const char* bound_env = std::getenv("SPYRE_TEST_LIVENESS_MS");
+    MpiTransportOptions options;
+    options.liveness.heartbeat_interval = std::chrono::milliseconds(200);
+    options.liveness.silence_bound = std::chrono::milliseconds(bound_env ? std::atoi(bound_env) : 3000);
+    int status = 1;
+    int rank = -1;
+    if (mode == "hostile") {
+        int world_rank = 0;
+        // Which rank this is, before any MPI: Open MPI's launcher says.
+        if (const char* r = std::getenv("OMPI_COMM_WORLD_RANK")) world_rank = std::atoi(r);
+        if (world_rank != 0) return Hostile();
+    }
+    try {
+        MpiTransport t(options);
+        rank = t.rank();
+        setvbuf(stdout, nullptr, _IOLBF, 0);
+        if (mode == "hostile") {
+            status = Victim(t);
+        } else if (t.rank() != 0) {
+            status = Serve(t);
+        } else {
+            RemoteChipClient client(t, std::chrono::seconds(45));
+            if (mode == "calls") status = Calls(t, client);
+            else if (mode == "stop-peer") status = LosePeer(t, client, "sigstop");
+            else if (mode == "kill-peer") status = LosePeer(t, client, "sigkill");
+            else std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+        }
+    } catch (const Error& e) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+        status = 1;
+    }
+    std::fflush(stdout);
+    return status;
+}

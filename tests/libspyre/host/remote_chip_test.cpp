@@ -1,0 +1,240 @@
+// SPDX-License-Identifier: Apache-2.0
+// Remote chip calls between two in-process ranks: rank 1 serves its own
+// embedded mock card (a real Host, real device programs), rank 0 calls it.
+// Results are compared byte for byte with the CPU; failures come back as
+// RemoteChipError naming task, rank, host, device and function.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "mock_fixture.hpp"
+#include "random_data.hpp"
+#include "remote_add.hpp"
+#include "spyre/device/host.hpp"
+#include "spyre/host/in_process_transport.hpp"
+#include "spyre/host/remote_chip_client.hpp"
+#include "spyre/host/remote_chip_service.hpp"
+
+using namespace spyre;
+using namespace spyre::host;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<float> RandomFloats(size_t n, uint64_t seed) {
+    const std::vector<uint8_t> bytes = test::RandomBytes(n * 4, seed);
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(bytes[i * 4] | (bytes[i * 4 + 1] << 8)) / 256.0f - 100.0f;
+    return v;
+}
+
+ChipCall AddCall(const std::string& task, const std::vector<int64_t>& shape, uint64_t seed, const std::string& device = "0") {
+    size_t n = 1;
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    return ChipCall{task, "add", device,
+                    {test::Fp32Tensor(shape, RandomFloats(n, seed)), test::Fp32Tensor(shape, RandomFloats(n, seed + 1))},
+                    {HostTensorSpec{shape, DType::FP32}}};
+}
+
+class RemoteChipTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        SPYRE_REQUIRE_FUSE();
+        fabric_ = InProcessFabric::Create(2, LivenessOptions{.heartbeat_interval = 50ms, .silence_bound = 800ms},
+                                          {"node-a", "node-b"});
+        t0_ = fabric_->Take(0);
+        t1_ = fabric_->Take(1);
+        HostOptions o;
+        o.source = HostOptions::Source::EmbeddedMock;
+        o.embedded_mock = {.cards = 1, .vfs = 1, .mem = "1G"};
+        host_.emplace(Host::Open(o));
+        service_ = std::make_unique<RemoteChipService>(*t1_, *host_);
+        service_->Register("add", test::DeviceAdd);
+        service_->Register("fault", test::DeviceFault);
+        server_ = std::thread([this] {
+            try {
+                service_->Serve(0);
+            } catch (const Error& e) {
+                serve_error_ = e.what();
+            }
+        });
+        client_ = std::make_unique<RemoteChipClient>(*t0_, 60s);
+    }
+    void TearDown() override {
+        if (server_.joinable()) {
+            if (!t0_->PeerError(1)) client_->Shutdown(1);
+            if (stopped_) fabric_->Stop(0);  // the server's receive ends on the lost controller
+            server_.join();
+        }
+    }
+
+    std::shared_ptr<InProcessFabric> fabric_;
+    std::unique_ptr<InProcessTransport> t0_, t1_;
+    std::optional<Host> host_;
+    std::unique_ptr<RemoteChipService> service_;
+    std::unique_ptr<RemoteChipClient> client_;
+    std::thread server_;
+    std::string serve_error_;
+    bool stopped_ = false;
+};
+
+}  // namespace
+
+TEST_F(RemoteChipTest, DescribeListsTheRanksFunctionsAndChipFunctions) {
+    const RankDescription d = client_->Describe(1);
+    EXPECT_EQ(d.rank, 1);
+    EXPECT_EQ(d.host_name, "node-b");
+    EXPECT_NE(d.host.find("embedded spyre-mockdev"), std::string::npos) << d.host;
+    ASSERT_EQ(d.functions.size(), 2u);  // PF and one VF
+    EXPECT_EQ(d.functions[0].pci_address, "0000:01:00.0");
+    EXPECT_FALSE(d.functions[0].is_vf);
+    EXPECT_TRUE(d.functions[1].is_vf);
+    EXPECT_GT(d.functions[1].memory_bytes, 0u);
+    EXPECT_EQ(d.chip_functions, (std::vector<std::string>{"add", "fault"}));
+}
+
+TEST_F(RemoteChipTest, AddsOnTheRemoteDeviceMatchTheCpuByteForByte) {
+    const std::vector<std::vector<int64_t>> shapes = {{256}, {128, 128}, {3, 1000}, {1}};
+    std::vector<ChipCall> calls;
+    std::vector<uint64_t> ids;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+        // The VF too: a device is a selector of the serving rank's Host.
+        calls.push_back(AddCall("add" + std::to_string(i), shapes[i], 10 * i, i % 2 ? "0000:01:00.1" : "0"));
+        ChipCall copy = calls.back();
+        ids.push_back(client_->Submit(1, std::move(copy)));  // all in flight at once
+    }
+    for (size_t i = ids.size(); i-- > 0;) {  // waited for out of order
+        std::vector<HostTensor> out = client_->Wait(ids[i]);
+        ASSERT_EQ(out.size(), 1u);
+        EXPECT_EQ(out[0].spec.shape, shapes[i]);
+        EXPECT_EQ(out[0].data, test::CpuAdd(calls[i].inputs[0], calls[i].inputs[1])) << "call " << i;
+    }
+    EXPECT_EQ(service_->calls_served(), shapes.size());
+}
+
+TEST_F(RemoteChipTest, FailuresComeBackStructured) {
+    try {
+        ChipCall call = AddCall("t-missing", {4}, 1);
+        call.function = "nope";
+        client_->Call(1, std::move(call));
+        ADD_FAILURE() << "unknown function";
+    } catch (const RemoteChipError& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::NotFound);
+        EXPECT_EQ(e.failure().task, "t-missing");
+        EXPECT_EQ(e.failure().rank, 1);
+        EXPECT_EQ(e.failure().host_name, "node-b");
+        EXPECT_EQ(e.failure().function, "nope");
+        EXPECT_NE(std::string(e.what()).find("task 't-missing' on rank 1 (host node-b), device 0, function 'nope'"),
+                  std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("no chip function 'nope' is registered"), std::string::npos) << e.what();
+    }
+    EXPECT_SPYRE_ERROR(client_->Call(1, AddCall("t-dev", {4}, 1, "7")), NotFound, "task 't-dev' on rank 1");
+    try {
+        client_->Call(1, ChipCall{"t-fault", "fault", "0", {}, {}});
+        ADD_FAILURE() << "device fault";
+    } catch (const RemoteChipError& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::DeviceError) << e.what();
+        EXPECT_EQ(e.failure().device, "0000:01:00.0");
+        EXPECT_NE(e.failure().device_code, 0u);
+        EXPECT_EQ(e.context().device_code, e.failure().device_code);
+        EXPECT_EQ(e.context().device, "rank 1@node-b:0000:01:00.0");
+    }
+    // Mismatched operands: the handler's own InvalidArgument, carried back.
+    ChipCall bad = AddCall("t-shape", {4}, 1);
+    bad.outputs[0].shape = {5};
+    EXPECT_SPYRE_ERROR(client_->Call(1, std::move(bad)), InvalidArgument, "task 't-shape'");
+    // The service is still healthy after all that.
+    ChipCall ok = AddCall("t-ok", {64}, 3);
+    ChipCall copy = ok;
+    EXPECT_EQ(client_->Call(1, std::move(copy)).at(0).data, test::CpuAdd(ok.inputs[0], ok.inputs[1]));
+}
+
+TEST_F(RemoteChipTest, BadCallsAreRefusedBeforeTheyLeave) {
+    ChipCall short_input = AddCall("t", {4}, 1);
+    short_input.inputs[0].data.pop_back();
+    EXPECT_SPYRE_ERROR(client_->Submit(1, std::move(short_input)), InvalidArgument, "input 0 has 15 bytes");
+    ChipCall bad_shape = AddCall("t", {4}, 1);
+    bad_shape.outputs[0].shape = {0};
+    EXPECT_SPYRE_ERROR(client_->Submit(1, std::move(bad_shape)), InvalidArgument, "dims must be >= 1");
+    EXPECT_SPYRE_ERROR(client_->Wait(999), InvalidArgument, "was not submitted");
+}
+
+TEST_F(RemoteChipTest, AHostileCallRequestGetsAProtocolErrorReply) {
+    // A call header cut short (type kCall = 18), sent as rank 0 would.
+    Message m;
+    m.type = kFirstUserMessageType + 2;
+    const uint64_t id = 77;
+    m.header.resize(10);  // the id, then half of the task length
+    std::memcpy(m.header.data(), &id, 8);
+    t0_->Send(1, std::move(m));
+    Message reply = t0_->Receive(10s, 1);
+    EXPECT_EQ(reply.type, kFirstUserMessageType + 4);  // kCallError
+    // Decoded as the client would: the error names the malformed field.
+    uint8_t kind = 0;
+    std::memcpy(&kind, reply.header.data() + 8, 1);
+    EXPECT_EQ(static_cast<ErrorKind>(kind), ErrorKind::ProtocolError);
+    const std::string text(reply.header.begin(), reply.header.end());
+    EXPECT_NE(text.find("malformed chip call from rank 0: truncated at task"), std::string::npos);
+}
+
+TEST_F(RemoteChipTest, AStoppedServerIsReportedWithinTheBoundNotWaitedFor) {
+    ASSERT_EQ(client_->Describe(1).rank, 1);
+    fabric_->Stop(1);
+    stopped_ = true;
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_SPYRE_ERROR(client_->Call(1, AddCall("t-lost", {256}, 5)), DeviceLost, "rank 1 (host node-b");
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);  // bound 800 ms, reply timeout 60 s
+}
+
+namespace {
+
+// A reply as a hostile or broken server would send it: type, call id, payloads.
+Message Reply(uint16_t type, uint64_t id, std::vector<std::vector<uint8_t>> payloads) {
+    Message m;
+    m.type = type;
+    m.header.resize(8);
+    std::memcpy(m.header.data(), &id, 8);
+    m.payloads = std::move(payloads);
+    return m;
+}
+
+constexpr uint16_t kCallReplyType = kFirstUserMessageType + 3;
+
+}  // namespace
+
+// No device here: rank 1 is the test itself, answering with what a broken
+// server might say. The client checks every reply against the call it made.
+TEST(RemoteChipClientTest, RepliesThatDoNotMatchTheCallAreProtocolErrors) {
+    auto fabric = InProcessFabric::Create(2);
+    auto t0 = fabric->Take(0), t1 = fabric->Take(1);
+    RemoteChipClient client(*t0, 10s);
+    auto submit = [&] {
+        const uint64_t id = client.Submit(1, ChipCall{"t", "f", "0", {test::Fp32Tensor({2}, {1, 2})}, {HostTensorSpec{{2}}}});
+        Message call = t1->Receive(1s, 0);
+        EXPECT_EQ(call.payloads.size(), 1u);
+        return id;
+    };
+    uint64_t id = submit();
+    t1->Send(0, Reply(kCallReplyType, id, {std::vector<uint8_t>(8), std::vector<uint8_t>(8)}));
+    EXPECT_SPYRE_ERROR(client.Wait(id), ProtocolError, "rank 1 returned 2 outputs for chip call 't', which has 1");
+    id = submit();
+    t1->Send(0, Reply(kCallReplyType, id, {std::vector<uint8_t>(7)}));
+    EXPECT_SPYRE_ERROR(client.Wait(id), ProtocolError, "returned output 0 of chip call 't' with 7 bytes, not 8");
+    id = submit();
+    t1->Send(0, Reply(kCallReplyType, id + 100, {}));
+    EXPECT_SPYRE_ERROR(client.Wait(id), ProtocolError, "replied to call " + std::to_string(id + 100) + ", which it was never sent");
+    id = submit();
+    t1->Send(0, Reply(kFirstUserMessageType + 7, id, {}));
+    EXPECT_SPYRE_ERROR(client.Wait(id), ProtocolError, "where a reply was due");
+    id = submit();
+    Message cut = Reply(kFirstUserMessageType + 4, id, {});  // a CallError cut after its id
+    t1->Send(0, std::move(cut));
+    EXPECT_SPYRE_ERROR(client.Wait(id), ProtocolError, "malformed call error from rank 1: truncated at error kind");
+    // Replies may come in any order; each reaches its own Wait.
+    const uint64_t a = submit(), b = submit();
+    t1->Send(0, Reply(kCallReplyType, b, {std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8}}));
+    t1->Send(0, Reply(kCallReplyType, a, {std::vector<uint8_t>{8, 7, 6, 5, 4, 3, 2, 1}}));
+    EXPECT_EQ(client.Wait(a).at(0).data, (std::vector<uint8_t>{8, 7, 6, 5, 4, 3, 2, 1}));
+    EXPECT_EQ(client.Wait(b).at(0).data, (std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+}

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Runs tests/libspyre/host/mpi_remote_chip under mpirun and checks its outcome.
+
+Usage: run_mpi_test.py BINARY NP MODE   (MODE: calls, stop-peer, kill-peer, hostile)
+
+Exit 77 (meson's skip) only when mpirun is missing, or when FUSE is unusable
+(every rank starts a mock card) and SPYRE_REQUIRE_FUSE is not 1, as every
+integration test of the project does. mpirun gets the options
+this machine needs: run as root (CI), oversubscribe (3 ranks on 2 cores), and
+loopback only (no other network; without it Open MPI may wait on
+interfaces). Each rank's embedded mock mounts under a private TMPDIR, which is
+unmounted and removed afterwards whatever happened (a SIGKILLed rank's mock
+leaves its FUSE mount behind).
+"""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HARD_LIMIT_S = 55  # under meson's timeout: a hang is reported here, as a hang
+BOUND_MS = 3000    # the liveness bound the binary runs with
+SLACK_MS = 4000    # a loaded 2-core machine: generous, but far from a hang
+
+
+def fail(why, output=''):
+    sys.stdout.write(output)
+    print(f'FAIL: {why}')
+    sys.exit(1)
+
+
+def fuse_unavailable():
+    if not os.access('/dev/fuse', os.R_OK | os.W_OK):
+        return '/dev/fuse is missing or not accessible'
+    if not shutil.which('fusermount3'):
+        return 'fusermount3 is missing (fuse3)'
+    return ''
+
+
+def unmount_all_under(root):
+    with open('/proc/mounts') as f:
+        points = [line.split()[1] for line in f if line.split()[1].startswith(root)]
+    for p in sorted(points, reverse=True):
+        subprocess.run(['fusermount3', '-u', '-z', p], stderr=subprocess.DEVNULL, check=False)
+
+
+def main():
+    binary, np_, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    mpirun = shutil.which('mpirun')
+    if not mpirun:
+        print('SKIP: mpirun not found (install openmpi-bin: scripts/install-deps.sh)')
+        sys.exit(77)
+    no_fuse = fuse_unavailable()
+    if no_fuse:
+        if os.environ.get('SPYRE_REQUIRE_FUSE') == '1':
+            fail(f'{no_fuse} (SPYRE_REQUIRE_FUSE=1)')
+        print(f'SKIP: {no_fuse}')
+        sys.exit(77)
+    tmp = tempfile.mkdtemp(prefix='spyre-mpi-')
+    env = dict(os.environ, TMPDIR=tmp, SPYRE_TEST_LIVENESS_MS=str(BOUND_MS),
+               OMPI_ALLOW_RUN_AS_ROOT='1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM='1',
+               OMPI_MCA_rmaps_base_oversubscribe='1')
+    cmd = [mpirun, '-np', str(np_), '--oversubscribe',
+           '--mca', 'btl', 'self,vader,tcp', '--mca', 'btl_tcp_if_include', 'lo',
+           '--mca', 'oob_tcp_if_include', 'lo', binary, mode]
+    start = time.monotonic()
+    fault_at = None
+    lines = []
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        os.set_blocking(proc.stdout.fileno(), True)
+        while True:
+            if time.monotonic() - start > HARD_LIMIT_S:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                fail(f'hang: mpirun still running after {HARD_LIMIT_S} s', ''.join(lines))
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith('RESULT fault-requested'):
+                fault_at = time.monotonic()
+        rc = proc.wait(timeout=max(1, HARD_LIMIT_S - (time.monotonic() - start)))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        fail('hang: mpirun did not exit', ''.join(lines))
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the job (a stopped rank)
+        except ProcessLookupError:
+            pass
+        unmount_all_under(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+    ended = time.monotonic()
+    out = ''.join(lines)
+    sys.stdout.write(out)
+    print(f'mpirun exit {rc} after {ended - start:.1f} s')
+
+    if mode == 'calls':
+        if rc != 0 or f'RESULT calls-ok ranks={np_}' not in out:
+            fail('the chip calls did not all come back right')
+    elif mode == 'stop-peer':
+        m = re.search(r'RESULT peer-lost-reported rank=1 after_ms=(\d+) bound_ms=(\d+): .*rank 1 \(host ', out)
+        if not m:
+            fail('rank 0 did not report rank 1 lost')
+        after = int(m.group(1))
+        if after > BOUND_MS + SLACK_MS:
+            fail(f'rank 1 was reported after {after} ms, past the bound {BOUND_MS} ms + slack {SLACK_MS} ms')
+        if rc == 0:
+            fail('mpirun exited 0 although a rank was lost')
+        print(f'ok: rank 1 (stopped) reported lost by rank 0 after {after} ms (bound {BOUND_MS} ms)')
+    elif mode == 'kill-peer':
+        # Open MPI ends the whole job when a rank dies by a signal (unless
+        # --enable-recovery); whichever comes first names rank 1: mpirun's
+        # notice or rank 0's own report.
+        if fault_at is None:
+            fail('the fault was never requested')
+        took_ms = (ended - fault_at) * 1000
+        named = re.search(r'process rank 1 with PID \d+ on node \S+ exited on signal 9', out) or \
+            'RESULT peer-lost-reported rank=1' in out
+        if rc == 0 or not named:
+            fail(f'the killed rank was not reported (exit {rc})')
+        if took_ms > BOUND_MS + SLACK_MS:
+            fail(f'the job ended {took_ms:.0f} ms after the kill, past the bound')
+        print(f'ok: rank 1 (killed) reported, job ended {took_ms:.0f} ms after the kill (bound {BOUND_MS} ms)')
+    elif mode == 'hostile':
+        if 'RESULT hostile-ok' not in out:
+            fail('rank 0 did not report both malformed streams as ProtocolError naming their ranks')
+        if rc == 0:
+            fail('mpirun exited 0 although two ranks were cut off')
+        print('ok: garbage from ranks 1 and 2 became ProtocolError naming each, then DeviceLost')
+    else:
+        fail(f'unknown mode {mode}')
+
+
+if __name__ == '__main__':
+    main()

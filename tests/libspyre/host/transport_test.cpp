@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: Apache-2.0
+// Transport rules on InProcessTransport (the same frame encoding, checks and
+// liveness rule MpiTransport uses): per-pair order, byte-exact payloads,
+// timeouts, a stopped peer reported by rank and host within the bound, and
+// hostile frames as ProtocolError.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "mock_fixture.hpp"
+#include "random_data.hpp"
+#include "spyre/host/in_process_transport.hpp"
+
+using namespace spyre;
+using namespace spyre::host;
+using namespace std::chrono_literals;
+
+namespace {
+
+Message Numbered(uint32_t n, std::vector<std::vector<uint8_t>> payloads = {}) {
+    Message m;
+    m.type = kFirstUserMessageType;
+    m.header.resize(sizeof n);
+    std::memcpy(m.header.data(), &n, sizeof n);
+    m.payloads = std::move(payloads);
+    return m;
+}
+
+uint32_t NumberOf(const Message& m) {
+    uint32_t n = 0;
+    EXPECT_EQ(m.header.size(), sizeof n);
+    std::memcpy(&n, m.header.data(), sizeof n);
+    return n;
+}
+
+// The frame a valid one-payload message would have, to corrupt.
+std::vector<uint8_t> FrameBytes(uint32_t magic, uint16_t version, uint32_t header, uint32_t count, std::vector<uint64_t> sizes,
+                                size_t header_actual) {
+    std::vector<uint8_t> f(16 + 8 * sizes.size() + header_actual, 0);
+    uint16_t type = kFirstUserMessageType;
+    std::memcpy(f.data(), &magic, 4);
+    std::memcpy(f.data() + 4, &version, 2);
+    std::memcpy(f.data() + 6, &type, 2);
+    std::memcpy(f.data() + 8, &header, 4);
+    std::memcpy(f.data() + 12, &count, 4);
+    for (size_t i = 0; i < sizes.size(); ++i) std::memcpy(f.data() + 16 + 8 * i, &sizes[i], 8);
+    return f;
+}
+
+constexpr uint32_t kMagic = 0x52545053;
+
+// A short bound keeps the tests quick; long enough that a loaded machine does not starve a beat past it.
+LivenessOptions Fast() { return LivenessOptions{.heartbeat_interval = 50ms, .silence_bound = 1000ms}; }
+
+}  // namespace
+
+TEST(TransportTest, RanksKnowEachOther) {
+    auto fabric = InProcessFabric::Create(3, {}, {"node-a", "node-b", "node-c"});
+    auto t1 = fabric->Take(1);
+    EXPECT_EQ(t1->rank(), 1);
+    EXPECT_EQ(t1->size(), 3);
+    EXPECT_EQ(t1->peer(2).host_name, "node-c");
+    EXPECT_EQ(t1->peer(2).Describe(), "rank 2 (host node-c, pid " + std::to_string(::getpid()) + ")");
+    EXPECT_SPYRE_ERROR(t1->peer(3), InvalidArgument, "rank 3 is out of range");
+    EXPECT_SPYRE_ERROR(fabric->Take(1), Busy, "rank 1 was already taken");
+    EXPECT_SPYRE_ERROR(InProcessFabric::Create(0), InvalidArgument, "at least 1 rank");
+    EXPECT_SPYRE_ERROR(InProcessFabric::Create(2, LivenessOptions{.heartbeat_interval = 100ms, .silence_bound = 150ms}),
+                       InvalidArgument, "must exceed two heartbeat intervals");
+}
+
+TEST(TransportTest, MessagesBetweenTwoRanksArriveInOrderFromConcurrentSenders) {
+    auto fabric = InProcessFabric::Create(3);
+    auto t0 = fabric->Take(0), t1 = fabric->Take(1), t2 = fabric->Take(2);
+    constexpr uint32_t kCount = 2000;
+    std::thread s1([&] { for (uint32_t i = 0; i < kCount; ++i) t1->Send(0, Numbered(i)); });
+    std::thread s2([&] { for (uint32_t i = 0; i < kCount; ++i) t2->Send(0, Numbered(kCount + i)); });
+    uint32_t next1 = 0, next2 = kCount;
+    for (uint32_t i = 0; i < 2 * kCount; ++i) {
+        Message m = t0->Receive(10s);
+        const uint32_t n = NumberOf(m);
+        if (m.source == 1) {
+            EXPECT_EQ(n, next1++);
+        } else {
+            ASSERT_EQ(m.source, 2);
+            EXPECT_EQ(n, next2++);
+        }
+    }
+    s1.join();
+    s2.join();
+    EXPECT_EQ(next1, kCount);
+    EXPECT_EQ(next2, 2 * kCount);
+    // A receive from one source leaves the other's messages in place.
+    t1->Send(0, Numbered(7));
+    t2->Send(0, Numbered(8));
+    EXPECT_EQ(NumberOf(t0->Receive(1s, 2)), 8u);
+    EXPECT_EQ(NumberOf(t0->Receive(1s, 1)), 7u);
+}
+
+TEST(TransportTest, PayloadsArriveByteExactWhateverTheirSize) {
+    auto fabric = InProcessFabric::Create(2);
+    auto t0 = fabric->Take(0), t1 = fabric->Take(1);
+    const std::vector<size_t> sizes = {0, 1, 4095, 4096, 65537, (16u << 20) + 3};
+    std::vector<std::vector<uint8_t>> sent;
+    for (size_t i = 0; i < sizes.size(); ++i) sent.push_back(test::RandomBytes(sizes[i], 100 + i));
+    t0->Send(1, Numbered(1, sent));
+    Message m = t1->Receive(10s, 0);
+    EXPECT_EQ(m.source, 0);
+    ASSERT_EQ(m.payloads.size(), sizes.size());
+    for (size_t i = 0; i < sizes.size(); ++i) EXPECT_EQ(m.payloads[i], sent[i]) << "payload " << i;
+    // To itself too.
+    t1->Send(1, Numbered(2, {sent[3]}));
+    EXPECT_EQ(t1->Receive(1s, 1).payloads.at(0), sent[3]);
+}
+
+TEST(TransportTest, BadArgumentsAndTimeoutsAreTypedErrors) {
+    auto fabric = InProcessFabric::Create(2, Fast());
+    auto t0 = fabric->Take(0);
+    EXPECT_SPYRE_ERROR(t0->Send(2, Numbered(0)), InvalidArgument, "rank 2 is out of range");
+    EXPECT_SPYRE_ERROR(t0->Send(-1, Numbered(0)), InvalidArgument, "rank -1 is out of range");
+    EXPECT_SPYRE_ERROR(t0->Receive(1s, 5), InvalidArgument, "rank 5 is out of range");
+    Message too_many = Numbered(0);
+    too_many.payloads.resize(kMaxPayloads + 1);
+    EXPECT_SPYRE_ERROR(t0->Send(1, std::move(too_many)), InvalidArgument, "payloads is over the limit");
+    EXPECT_SPYRE_ERROR(t0->Receive(100ms, 1), Timeout, "no message from rank 1 (host inproc-1");
+    EXPECT_SPYRE_ERROR(t0->Receive(100ms), Timeout, "no message from any rank within 100 ms");
+}
+
+TEST(TransportTest, AStoppedPeerIsReportedByRankAndHostWithinTheBound) {
+    auto fabric = InProcessFabric::Create(3, Fast(), {"node-a", "node-b", "node-c"});
+    auto t0 = fabric->Take(0), t1 = fabric->Take(1);
+    t1->Send(0, Numbered(1));
+    fabric->Stop(1);
+    t1->Send(0, Numbered(2));  // dropped: a stopped process sends nothing
+    // What it sent before it stopped is still read first.
+    EXPECT_EQ(NumberOf(t0->Receive(1s, 1)), 1u);
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_SPYRE_ERROR(t0->Receive(60s, 1), DeviceLost, "rank 1 (host node-b, pid");
+    const auto waited = std::chrono::steady_clock::now() - start;
+    // The bound (1 s) plus generous slack for a loaded machine; never the 60 s timeout.
+    EXPECT_LT(waited, 5s);
+    try {
+        t0->Receive(1s, 1);
+        ADD_FAILURE() << "a lost peer stays lost";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::DeviceLost);
+        EXPECT_NE(std::string(e.what()).find("liveness bound 1000 ms"), std::string::npos) << e.what();
+        EXPECT_EQ(e.context().device, "rank 1@node-b");
+    }
+    ASSERT_TRUE(t0->PeerError(1).has_value());
+    EXPECT_FALSE(t0->PeerError(2).has_value());
+    EXPECT_SPYRE_ERROR(t0->Send(1, Numbered(3)), DeviceLost, "rank 1 (host node-b");
+    // Any-source receives fail too: the run cannot go on as if nothing happened.
+    EXPECT_SPYRE_ERROR(t0->Receive(1s), DeviceLost, "rank 1");
+}
+
+TEST(TransportTest, APeerThatKeepsBeatingIsNeverLost) {
+    auto fabric = InProcessFabric::Create(2, Fast());
+    auto t0 = fabric->Take(0);
+    // Over three bounds of silence without messages: heartbeats alone keep rank 1 alive.
+    EXPECT_SPYRE_ERROR(t0->Receive(3600ms, 1), Timeout, "within 3600 ms");
+    EXPECT_FALSE(t0->PeerError(1).has_value());
+}
+
+TEST(TransportTest, MalformedFramesAreProtocolErrorsAndCutTheSenderOff) {
+    struct Case {
+        const char* name;
+        std::vector<uint8_t> frame;
+        std::vector<std::vector<uint8_t>> payloads;
+        const char* text;
+    };
+    const std::vector<Case> cases = {
+        {"empty", {}, {}, "truncated at magic"},
+        {"magic", FrameBytes(0xdeadbeef, 1, 0, 0, {}, 0), {}, "magic 0xdeadbeef is not SPTR"},
+        {"version", FrameBytes(kMagic, 9, 0, 0, {}, 0), {}, "version 9"},
+        {"truncated sizes", FrameBytes(kMagic, 1, 0, 3, {8}, 0), {}, "truncated at payload size"},
+        {"header size", FrameBytes(kMagic, 1, 10, 0, {}, 4), {}, "header is 4 bytes, the frame says 10"},
+        {"huge payload", FrameBytes(kMagic, 1, 0, 1, {1ull << 40}, 0), {}, "over the limit"},
+        {"huge total", FrameBytes(kMagic, 1, 0, 3, {1ull << 30, 1ull << 30, 1ull << 30}, 0), {}, "in all are over the limit"},
+        {"payload count", FrameBytes(kMagic, 1, 0, 1, {4}, 0), {}, "announces 1 payloads, 0 followed"},
+        {"payload size", FrameBytes(kMagic, 1, 0, 1, {4}, 0), {std::vector<uint8_t>(5)}, "payload 0 is 5 bytes, the frame says 4"},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.name);
+        auto fabric = InProcessFabric::Create(3, Fast());
+        auto t0 = fabric->Take(0), t2 = fabric->Take(2);
+        fabric->InjectFrame(1, 0, c.frame, c.payloads);
+        EXPECT_SPYRE_ERROR(t0->Receive(1s, 1), ProtocolError, c.text);
+        EXPECT_SPYRE_ERROR(t0->Receive(1s, 1), DeviceLost, "sent a malformed frame");
+        // Others are unaffected.
+        t2->Send(0, Numbered(5));
+        EXPECT_EQ(NumberOf(t0->Receive(1s, 2)), 5u);
+    }
+}
