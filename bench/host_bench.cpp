@@ -15,6 +15,8 @@
 //   throughput/devices:D     64 independent chip matmul tasks (64x128x128 on a
 //                            card core each) over D = 1, 2, 4, 8 VFs of a
 //                            4-card mock, beside D = 1 in this run
+//   throughput_big/devices:D the same with 16 tasks of 256x256x256 (33 MFLOP
+//                            each): compute rather than per-task overhead
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -26,6 +28,7 @@
 #include <thread>
 
 #include "bench_main.hpp"
+#include "spyre/compiler/kernel_builder.hpp"
 #include "l3_chip_functions.hpp"
 #include "spyre/host.hpp"
 
@@ -65,6 +68,8 @@ Worker& WorkerOver(int devices) {
         c.num_sub_workers = 1;
         auto made = std::make_unique<Worker>(host, c);
         RegisterChipFunctions(*made, 64, 128, 128);
+        made->RegisterKernel(KERNEL_MATMUL_2, KernelBuilder().Matmul(256, 256, 256, DType::FP32).program);
+        made->RegisterChipFunction("chip_matmul_big", ChipMatmul(256, 256, 256, KERNEL_MATMUL_2));
         g_workers[devices] = std::move(made);
     }
     return *g_workers[devices];
@@ -134,25 +139,27 @@ void BM_Dispatch(benchmark::State& state) {
     state.counters["us_per_task"] = us / n;
 }
 
-void BM_Throughput(benchmark::State& state) {
+// `tasks` independent chip matmuls of rows x k x k over the first `devices` VFs.
+void Throughput(benchmark::State& state, const std::string& key, const char* function, int tasks, int64_t rows, int64_t k) {
     const int devices = int(state.range(0));
-    constexpr int kTasks = 64;
     Worker& w = WorkerOver(devices);
     std::vector<HostTensor> a, c;
-    for (int i = 0; i < kTasks; ++i) a.push_back(HostTensor::Full({64, 128}, 0.5f)), c.push_back(HostTensor::Zeros({64, 128}));
-    HostTensor b = HostTensor::Full({128, 128}, 0.25f);
+    for (int i = 0; i < tasks; ++i) a.push_back(HostTensor::Full({rows, k}, 0.5f)), c.push_back(HostTensor::Zeros({rows, k}));
+    HostTensor b = HostTensor::Full({k, k}, 0.25f);
     HostProgram p{"independent", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
-                      for (int i = 0; i < kTasks; ++i) g.Chip("chip_matmul", {In(a[i]), In(b), Out(c[i])});
+                      for (int i = 0; i < tasks; ++i) g.Chip(function, {In(a[i]), In(b), Out(c[i])});
                   }};
     const auto t0 = Clock::now();
     for (auto _ : state) w.Run(p, {});
     const double us = UsPerIteration(state, t0);
-    if (c[kTasks - 1].floats()[0] != 0.5f * 0.25f * 128) state.SkipWithError("wrong matmul result");
-    const double per_s = kTasks / (us * 1e-6);
-    g_us["throughput_" + std::to_string(devices)] = per_s;
+    if (c[tasks - 1].floats()[0] != 0.5f * 0.25f * float(k)) state.SkipWithError("wrong matmul result");
+    const double per_s = tasks / (us * 1e-6);
+    g_us[key + std::to_string(devices)] = per_s;
     state.counters["chip_tasks_per_s"] = per_s;
-    if (g_us.count("throughput_1")) state.counters["x_1_device"] = per_s / g_us["throughput_1"];
+    if (g_us.count(key + "1")) state.counters["x_1_device"] = per_s / g_us[key + "1"];
 }
+void BM_Throughput(benchmark::State& state) { Throughput(state, "throughput_", "chip_matmul", 64, 64, 128); }
+void BM_ThroughputBig(benchmark::State& state) { Throughput(state, "throughput_big_", "chip_matmul_big", 16, 256, 256); }
 
 void Summary() {
     auto at = [](const std::string& k) { return g_us.count(k) ? g_us[k] : 0.0; };
@@ -163,11 +170,14 @@ void Summary() {
                 per_task);
     std::printf("  beside, same run: thread handoff round trip %.2f us, chip runtime alone (empty scope + WaitAll) %.2f us\n",
                 at("handoff"), at("chip_direct"));
-    std::printf("L3 throughput, 64 independent 64x128x128 chip matmuls:\n");
-    for (int d : {1, 2, 4, 8})
-        if (at("throughput_" + std::to_string(d)) > 0)
-            std::printf("  %d device(s): %.0f chip tasks/s  (%.2fx of 1 device, same run)\n", d, at("throughput_" + std::to_string(d)),
-                        at("throughput_" + std::to_string(d)) / at("throughput_1"));
+    for (const char* key : {"throughput_", "throughput_big_"}) {
+        std::printf("L3 throughput, %s:\n", key == std::string("throughput_") ? "64 independent 64x128x128 chip matmuls"
+                                                                              : "16 independent 256x256x256 chip matmuls");
+        for (int d : {1, 2, 4, 8})
+            if (at(key + std::to_string(d)) > 0)
+                std::printf("  %d device(s): %.0f chip tasks/s  (%.2fx of 1 device, same run)\n", d, at(key + std::to_string(d)),
+                            at(key + std::to_string(d)) / at(std::string(key) + "1"));
+    }
 }
 
 }  // namespace
@@ -179,6 +189,7 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark("baseline/chip_direct", BM_ChipDirect)->UseRealTime()->MinTime(0.3);
     benchmark::RegisterBenchmark("dispatch/empty_tasks", BM_Dispatch)->Arg(1)->Arg(64)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("throughput/devices", BM_Throughput)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseRealTime()->MinTime(1.0);
+    benchmark::RegisterBenchmark("throughput_big/devices", BM_ThroughputBig)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseRealTime()->MinTime(1.0);
     const int status = spyre::bench::RunBenchmarks("host_bench", std::chrono::seconds(240), [] {
         g_workers.clear();
         g_host.reset();
