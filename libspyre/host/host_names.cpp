@@ -28,7 +28,7 @@ const char* ToString(Level level) noexcept {
 
 void ChipRegistry::Add(const std::string& name, Entry entry) {
     if (name.empty()) throw Error(ErrorKind::InvalidArgument, "chip function: empty name");
-    if (!entry.cpp && !entry.pto) throw Error(ErrorKind::InvalidArgument, "chip function '" + name + "': no function");
+    if (!entry.cpp && !entry.pto && !entry.plan) throw Error(ErrorKind::InvalidArgument, "chip function '" + name + "': no function");
     std::lock_guard lock(mu_);
     if (!entries_.emplace(name, std::move(entry)).second)
         throw Error(ErrorKind::InvalidArgument, "chip function '" + name + "' is already registered");

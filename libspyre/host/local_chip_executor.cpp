@@ -18,6 +18,8 @@ LocalChipExecutor::LocalChipExecutor(Device device, const DistributedConfig& con
 }
 
 LocalChipExecutor::~LocalChipExecutor() {
+    plans_.clear();
+    plan_stream_.reset();
     copies_.clear();
     orch_.reset();  // before the device it runs on
 }
@@ -30,6 +32,30 @@ void LocalChipExecutor::LoadKernel(int32_t kernel_id, const std::vector<uint8_t>
     device_.default_stream().Synchronize();
     orch_->RegisterDeviceKernel(kernel_id, device_.allocator().DeviceAddress(buffer.handle(), program.size()));
     kernels_.push_back(std::move(buffer));
+}
+
+void LocalChipExecutor::LoadPlan(const std::string& name, const CompilerOutput& plan) {
+    if (!plan_stream_) plan_stream_.emplace(SpyreStream::Default(device_));
+    plans_[name] = LoadExecutionPlan(*plan_stream_, plan);
+}
+
+// The plan's tensors are the call's arguments, dense row-major in their device copies.
+void LocalChipExecutor::RunPlan(const ExecutionPlan& plan, const ChipCall& call, const std::vector<Copy*>& copies) {
+    if (plan.tensor_input_metadata.size() != call.args.size())
+        throw Error(ErrorKind::InvalidArgument, "chip plan '" + call.function + "' takes " +
+                                                    std::to_string(plan.tensor_input_metadata.size()) + " tensors, the task '" +
+                                                    call.task_name + "' passes " + std::to_string(call.args.size()));
+    std::vector<SpyreTensor> tensors;
+    for (size_t i = 0; i < call.args.size(); ++i) {
+        const HostTensor& t = call.args[i].arg.tensor;
+        const std::vector<int64_t> shape = t.shape();
+        std::vector<int64_t> stride(shape.size());
+        int64_t step = int64_t(ElementSize(t.dtype()));
+        for (size_t d = shape.size(); d-- > 0;) stride[d] = step, step *= shape[d];
+        tensors.emplace_back(copies[i]->buffer.handle(), shape, stride, t.dtype(), t.bytes());
+    }
+    LaunchKernel(*plan_stream_, plan, tensors);
+    plan_stream_->Synchronize();  // a device fault surfaces here, with its code
 }
 
 LocalChipExecutor::Copy& LocalChipExecutor::CopyFor(const HostTensor& t) {
@@ -97,16 +123,23 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
         ctx.shapes.push_back(t.shape());
         pto_args.push_back(uint64_t(c.mapped));
     }
-    std::exception_ptr thrown;
-    try {
-        auto scope = orch_->BeginScope();
-        if (fn->pto) fn->pto(orch_->handle(), pto_args.data());
-        else fn->cpp(ctx);
-    } catch (...) {
-        thrown = std::current_exception();
+    if (fn->plan) {
+        auto plan = plans_.find(call.function);
+        if (plan == plans_.end())
+            throw Error(ErrorKind::NotFound, "chip plan '" + call.function + "' is not loaded on " + Describe());
+        RunPlan(*plan->second, call, copies);
+    } else {
+        std::exception_ptr thrown;
+        try {
+            auto scope = orch_->BeginScope();
+            if (fn->pto) fn->pto(orch_->handle(), pto_args.data());
+            else fn->cpp(ctx);
+        } catch (...) {
+            thrown = std::current_exception();
+        }
+        orch_->WaitAll();  // the device tasks' failure first: it names the kernel and the device code
+        if (thrown) std::rethrow_exception(thrown);
     }
-    orch_->WaitAll();  // the device tasks' failure first: it names the kernel and the device code
-    if (thrown) std::rethrow_exception(thrown);
     for (size_t i = 0; i < call.args.size(); ++i) {
         const TensorArg& a = call.args[i].arg;
         if (a.access == Access::In) continue;

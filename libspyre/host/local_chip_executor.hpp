@@ -16,6 +16,8 @@
 #include "spyre/device/device.hpp"
 #include "spyre/host/chip_executor.hpp"
 #include "spyre/host/worker.hpp"
+#include "spyre/launch/spyre_stream.hpp"
+#include "spyre/plan/execution_plan.hpp"
 #include "spyre/orchestration.hpp"
 
 namespace spyre::host {
@@ -27,6 +29,7 @@ public:
 
     std::string Describe() const override;
     void LoadKernel(int32_t kernel_id, const std::vector<uint8_t>& program) override;
+    void LoadPlan(const std::string& name, const CompilerOutput& plan) override;
     ChipCallStats Run(const ChipCall& call) override;
 
     // Bytes of device copies kept between calls at most.
@@ -41,10 +44,13 @@ private:
         uint64_t last_use = 0;
     };
     Copy& CopyFor(const HostTensor& t);
+    void RunPlan(const ExecutionPlan& plan, const ChipCall& call, const std::vector<Copy*>& copies);
     void Evict(const std::vector<Key>& keep);
 
     Device device_;
     std::optional<Orchestrator> orch_;
+    std::optional<SpyreStream> plan_stream_;  // the device's default stream
+    std::map<std::string, std::shared_ptr<const ExecutionPlan>> plans_;
     std::shared_ptr<const ChipRegistry> registry_;
     std::vector<DeviceBuffer> kernels_;
     std::map<Key, Copy> copies_;

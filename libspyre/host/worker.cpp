@@ -189,6 +189,11 @@ void Worker::RegisterChipFunction(const std::string& name, pto_orchestration_fn 
     impl_->registry->Add(name, {{}, fn});
 }
 
+void Worker::RegisterChipPlan(const std::string& name, const CompilerOutput& plan) {
+    impl_->registry->Add(name, {{}, nullptr, true});
+    for (size_t d = 0; d < impl_->scheduler->device_count(); ++d) impl_->scheduler->executor(d).LoadPlan(name, plan);
+}
+
 void Worker::RegisterSubWorker(const std::string& name, SubWorkerFn fn) {
     if (name.empty() || !fn) throw Error(ErrorKind::InvalidArgument, "SubWorker: empty name or function");
     std::lock_guard lock(impl_->sub_mu);

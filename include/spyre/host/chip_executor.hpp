@@ -21,6 +21,7 @@ namespace spyre {
 
 class Device;
 class Orchestrator;
+struct CompilerOutput;
 
 enum class Access : uint8_t { In, Out, InOut };
 const char* ToString(Access access) noexcept;
@@ -56,6 +57,7 @@ public:
     struct Entry {
         ChipFunction cpp;
         pto_orchestration_fn pto = nullptr;
+        bool plan = false;  // an ExecutionPlan each executor loaded under this name
     };
     void Add(const std::string& name, Entry entry);  // InvalidArgument: empty name or already registered
     // nullptr when unknown.
@@ -98,6 +100,10 @@ public:
     // A device program every later call may use as `kernel_id` on this
     // device's orchestration runtime.
     virtual void LoadKernel(int32_t kernel_id, const std::vector<uint8_t>& program) = 0;
+    // An ExecutionPlan (seed 001) a call may name as its function: its
+    // tensors (tensor_input_metadata order) are the call's arguments, and
+    // its operations run on one stream of the device.
+    virtual void LoadPlan(const std::string& name, const CompilerOutput& plan) = 0;
     // Runs `call` to completion: the inputs are on the device before the
     // function runs, the outputs in their host tensors after. Throws
     // spyre::Error (DeviceError with the device's code when the device

@@ -156,6 +156,9 @@ public:
     void RegisterKernel(int32_t kernel_id, const std::vector<uint8_t>& program);
     void RegisterChipFunction(const std::string& name, ChipFunction fn);
     void RegisterChipFunction(const std::string& name, pto_orchestration_fn fn);
+    // A chip function that is an ExecutionPlan: loaded on every device now;
+    // a chip task naming it passes the plan's tensors as its arguments.
+    void RegisterChipPlan(const std::string& name, const CompilerOutput& plan);
     void RegisterSubWorker(const std::string& name, SubWorkerFn fn);
 
     // Runs synchronously: returns the outputs or throws HostRunError (a

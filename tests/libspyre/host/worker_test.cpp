@@ -17,6 +17,7 @@
 
 #include "l3_chip_functions.hpp"
 #include "mock_fixture.hpp"
+#include "spyre/compiler/plan_writer.hpp"
 #include "spyre/host.hpp"
 #include "spyre/trace/trace.hpp"
 
@@ -155,6 +156,28 @@ TEST_F(WorkerTest, ChainsFanOutAndFanInResolveFromTensors) {
     uint64_t tasks = 0;
     for (const auto& s : AllStats()) tasks += s.chip_tasks;
     EXPECT_EQ(tasks, 7u);
+}
+
+// A chip function that is an ExecutionPlan (the kernel builder's add as
+// compiler output), loaded on every device, chained with a C++ chip
+// function: f = (a + b) - b = a.
+TEST_F(WorkerTest, AnExecutionPlanAsAChipFunction) {
+    const KernelBuilder kb;
+    worker_->RegisterChipPlan("plan_add", CompilerOutputFromKernel("add", kb.Elementwise(ElementwiseOp::Add, {kTile, kTile},
+                                                                                         {kTile, kTile}, DType::FP32)));
+    HostProgram p{"plan", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                      HostTensor s = g.CreateTensor({kTile, kTile});
+                      g.Chip("plan_add", {In(x[0]), In(x[1]), Out(s)});
+                      g.Chip("chip_sub", {In(s), In(x[1]), Out(x[2])});
+                  }};
+    HostTensor a = Iota(1.0f, 3.0f), b = Iota(0.0f, 2.0f);
+    auto outs = worker_->Run(p, {a, b});
+    ExpectFloats(outs[0], [&](size_t i) { return a.floats()[i]; }, "(a + b) - b through a plan");
+    HostProgram wrong{"wrong", 2, {}, [](HostGraph& g, std::span<const HostTensor> x) {
+                          g.Chip("plan_add", {In(x[0]), Out(x[1])}, {.name = "two args"});
+                      }};
+    EXPECT_SPYRE_ERROR(worker_->Run(wrong, {a, HostTensor::Zeros({kTile, kTile})}), InvalidArgument,
+                       "chip plan 'plan_add' takes 3 tensors, the task 'two args' passes 2");
 }
 
 // Writers of one range serialise (RAW/WAW: f = a + b, then f = f + b);
