@@ -4,6 +4,7 @@
 // scheduler's lock only.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -47,6 +48,7 @@ struct RunState {
     std::vector<TaskFailureInfo> failures;
     std::vector<std::string> skipped;
     bool done = false;
+    std::atomic<bool> done_flag{false};  // `done`, for a waiter's brief look before it sleeps
     std::condition_variable done_cv;  // waited on with the scheduler's lock
 };
 

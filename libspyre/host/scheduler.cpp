@@ -2,7 +2,9 @@
 #include "scheduler.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
+#include <thread>
 
 #include "placement.hpp"
 
@@ -53,6 +55,7 @@ std::shared_ptr<RunState> Scheduler::Start(std::unique_ptr<RunState> owned) {
     }
     if (run->tasks.empty()) {
         run->done = true;
+        run->done_flag.store(true, std::memory_order_release);
         in_flight_.pop_back();
         return run;
     }
@@ -122,6 +125,7 @@ void Scheduler::Finish(HostTask* task, HostTask::State state, TaskFailureInfo fa
         std::sort(run.failures.begin(), run.failures.end(),
                   [](const TaskFailureInfo& a, const TaskFailureInfo& b) { return a.task_id < b.task_id; });
         run.done = true;
+        run.done_flag.store(true, std::memory_order_release);
         run.done_cv.notify_all();
         auto it = std::find_if(in_flight_.begin(), in_flight_.end(), [&](const auto& r) { return r.get() == &run; });
         finished_.push_back(std::move(*it));
@@ -196,6 +200,11 @@ void Scheduler::RunSub(HostTask* task) {
 }
 
 std::vector<HostTensor> Scheduler::Wait(RunState& run) {
+    // A short run ends within a few microseconds: look for that (yielding)
+    // before paying a sleep and a wake-up.
+    const auto until = std::chrono::steady_clock::now() + JobThreads::kSpin;
+    while (!run.done_flag.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
+        std::this_thread::yield();
     std::unique_lock lock(mu_);
     run.done_cv.wait(lock, [&] { return run.done; });
     if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped);
