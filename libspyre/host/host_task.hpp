@@ -33,7 +33,9 @@ struct HostTask {
     State state = State::Recorded;
     int fanin = 0;                       // producers not finished yet
     std::vector<HostTask*> consumers;
-    const HostTask* root = nullptr;      // the failed task this one is skipped for
+    // The failure this task is skipped for (its own once it failed). A value,
+    // not the failed task: that may belong to another run, gone by then.
+    std::shared_ptr<const TaskFailureInfo> root;
     size_t device = SIZE_MAX;            // where a chip task was placed
 
     bool Finished() const { return state == State::Done || state == State::Failed || state == State::Skipped; }

@@ -107,13 +107,17 @@ void Scheduler::Finish(HostTask* task, HostTask::State state, TaskFailureInfo fa
             else if (chip) residency_.Copied(a.tensor, task->device);
         }
     } else if (state == HostTask::State::Failed) {
-        task->root = task;
+        task->root = std::make_shared<const TaskFailureInfo>(failure);
         // What the device copies of its outputs hold is unknown now.
         for (const TensorArg& a : task->args)
             if (a.access != Access::In) residency_.Wrote(a.tensor, Residency::kHost);
         run.failures.push_back(std::move(failure));
     } else {
         run.skipped.push_back(task->name);
+        // Skipped for a task of an earlier run in flight: this run fails with that cause too.
+        const uint64_t root_id = task->root->task_id;
+        if (std::none_of(run.failures.begin(), run.failures.end(), [&](const auto& f) { return f.task_id == root_id; }))
+            run.failures.push_back(*task->root);
     }
     for (HostTask* c : task->consumers) {
         if (state != HostTask::State::Done && !c->root) c->root = task->root;

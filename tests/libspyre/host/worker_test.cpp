@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -433,6 +434,37 @@ TEST_F(WorkerTest, SeveralRunsInFlight) {
     }
     w.Wait();
     ExpectFloats(rd.Wait()[0], [&](size_t i) { return a.floats()[i]; }, "(a + b) - b across runs");
+}
+
+// A run reading what a failing earlier run in flight should have written
+// is skipped, and fails with the earlier run's cause. A SubWorker gate
+// holds the first run until the second is recorded, so the order is sure.
+TEST_F(WorkerTest, ARunDependingOnAFailedRunInFlightFailsWithItsCause) {
+    std::promise<void> open_gate;
+    std::shared_future<void> gate = open_gate.get_future().share();
+    HostProgram first{"first", 1, {{{kTile, kTile}}}, [gate](HostGraph& g, std::span<const HostTensor> x) {
+                          HostTensor held = g.CreateTensor({kTile, kTile});
+                          g.Sub("gate", [gate](std::span<const HostTensor>) { gate.wait(); }, {In(x[0]), Out(held)});
+                          g.Chip("chip_fault", {In(held), Out(x[1])}, {.name = "fault"});
+                      }};
+    HostProgram second{"second", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                           g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])}, {.name = "reader"});
+                       }};
+    HostTensor a = Iota(1.0f, 0.0f), f = HostTensor::Zeros({kTile, kTile});
+    RunHandle r1 = worker_->Submit(first, {a, f});
+    RunHandle r2 = worker_->Submit(second, {f, a});
+    open_gate.set_value();
+    EXPECT_THROW(r1.Wait(), HostRunError);
+    try {
+        r2.Wait();
+        FAIL() << "the reader ran on what the failed task did not write";
+    } catch (const HostRunError& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::DeviceError) << e.what();
+        ASSERT_EQ(e.failures().size(), 1u);
+        EXPECT_EQ(e.failures()[0].task, "fault");
+        EXPECT_EQ(e.skipped(), std::vector<std::string>{"reader"});
+        EXPECT_NE(std::string(e.what()).find("run 'second': CHIP task 'fault'"), std::string::npos) << e.what();
+    }
 }
 
 // 4 cards x 4 VFs: 32 independent chip tasks over 16 devices, summed by a SubWorker.
