@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <utility>
 
 namespace spyre::host {
 
@@ -15,6 +16,7 @@ LocalChipExecutor::LocalChipExecutor(Device device, const DistributedConfig& con
     o.host_threads = unsigned(config.aicpu_thread_num);
     o.ready_queues = config.runtime == "tensormap_and_ringbuffer_lockfree" ? ReadyQueueKind::LockFree : ReadyQueueKind::Locked;
     orch_.emplace(Orchestrator::Create(device_, o));
+    cache_limit_ = std::min(kCacheBytes, device_.allocator().Stats().capacity / 4);
 }
 
 LocalChipExecutor::~LocalChipExecutor() {
@@ -58,12 +60,20 @@ void LocalChipExecutor::RunPlan(const ExecutionPlan& plan, const ChipCall& call,
     plan_stream_->Synchronize();  // a device fault surfaces here, with its code
 }
 
-LocalChipExecutor::Copy& LocalChipExecutor::CopyFor(const HostTensor& t) {
+LocalChipExecutor::Copy& LocalChipExecutor::CopyFor(const HostTensor& t, const std::vector<Key>& keep) {
     const Key key{t.storage_id(), t.byte_offset(), t.bytes()};
     auto it = copies_.find(key);
     if (it == copies_.end()) {
         Copy c;
-        c.buffer = device_.AllocateBuffer(t.bytes());
+        try {
+            c.buffer = device_.AllocateBuffer(t.bytes());
+        } catch (const Error& e) {
+            if (e.kind() != ErrorKind::OutOfMemory) throw;
+            const uint64_t limit = std::exchange(cache_limit_, 0);
+            Evict(keep);
+            cache_limit_ = limit;
+            c.buffer = device_.AllocateBuffer(t.bytes());
+        }
         c.mapped = orch_->HostAddress(device_.allocator().DeviceAddress(c.buffer.handle(), t.bytes()), t.bytes());
         c.storage = t.storage();
         copy_bytes_ += t.bytes();
@@ -81,7 +91,7 @@ void LocalChipExecutor::Evict(const std::vector<Key>& keep) {
         return copies_.erase(it);
     };
     for (auto it = copies_.begin(); it != copies_.end();) it = it->second.storage.expired() ? drop(it) : std::next(it);
-    while (copy_bytes_ > kCacheBytes) {
+    while (copy_bytes_ > cache_limit_) {
         auto oldest = copies_.end();
         for (auto it = copies_.begin(); it != copies_.end(); ++it)
             if (std::find(keep.begin(), keep.end(), it->first) == keep.end() &&
@@ -105,10 +115,10 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
     std::vector<uint64_t> pto_args;
     std::vector<Key> used;
     std::vector<Copy*> copies;
+    for (const ChipArg& a : call.args) used.emplace_back(a.arg.tensor.storage_id(), a.arg.tensor.byte_offset(), a.arg.tensor.bytes());
     for (const ChipArg& a : call.args) {
         const HostTensor& t = a.arg.tensor;
-        Copy& c = CopyFor(t);
-        used.emplace_back(t.storage_id(), t.byte_offset(), t.bytes());
+        Copy& c = CopyFor(t, used);
         copies.push_back(&c);
         if (a.arg.access != Access::Out) {
             if (a.current_on_device) {

@@ -32,7 +32,8 @@ public:
     void LoadPlan(const std::string& name, const CompilerOutput& plan) override;
     ChipCallStats Run(const ChipCall& call) override;
 
-    // Bytes of device copies kept between calls at most.
+    // Bytes of device copies kept between calls at most: this, or a quarter
+    // of the function's memory when that is less.
     static constexpr uint64_t kCacheBytes = 256ull << 20;
 
 private:
@@ -43,7 +44,9 @@ private:
         std::weak_ptr<HostTensor::Storage> storage;
         uint64_t last_use = 0;
     };
-    Copy& CopyFor(const HostTensor& t);
+    // The device copy of `t`; when the device is out of memory, copies no
+    // key of `keep` names are dropped and the allocation tried once more.
+    Copy& CopyFor(const HostTensor& t, const std::vector<Key>& keep);
     void RunPlan(const ExecutionPlan& plan, const ChipCall& call, const std::vector<Copy*>& copies);
     void Evict(const std::vector<Key>& keep);
 
@@ -54,7 +57,7 @@ private:
     std::shared_ptr<const ChipRegistry> registry_;
     std::vector<DeviceBuffer> kernels_;
     std::map<Key, Copy> copies_;
-    uint64_t copy_bytes_ = 0, use_clock_ = 0;
+    uint64_t copy_bytes_ = 0, use_clock_ = 0, cache_limit_ = kCacheBytes;
 };
 
 }  // namespace spyre::host

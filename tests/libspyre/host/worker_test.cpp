@@ -467,6 +467,30 @@ TEST_F(WorkerTest, ARunDependingOnAFailedRunInFlightFailsWithItsCause) {
     }
 }
 
+// Device copies are a cache bounded by the device's memory: 24 chip tasks
+// over distinct 4 MiB tensors pass through a VF of a 128 MiB card.
+TEST(WorkerSmallDevice, DeviceCopiesMakeRoomOnASmallDevice) {
+    SPYRE_REQUIRE_FUSE();
+    HostOptions o;
+    o.source = HostOptions::Source::EmbeddedMock;
+    o.embedded_mock = {.cards = 1, .vfs = 1, .mem = "128M"};
+    Host host = Host::Open(o);
+    DistributedConfig c;
+    c.device_ids = Vfs(host);
+    c.chip_heap_bytes = 1 << 20;
+    Worker w(host, c);
+    RegisterChipFunctions(w);
+    std::vector<HostTensor> keep;
+    for (int i = 0; i < 24; ++i) {
+        HostTensor in = HostTensor::Full({1024, 1024}, float(i)), out = HostTensor::Zeros({1024, 1024});
+        HostProgram p{"big", 2, {}, [](HostGraph& g, std::span<const HostTensor> x) { g.Chip("chip_empty", {In(x[0]), Out(x[1])}); }};
+        w.Run(p, {in, out});
+        keep.push_back(in), keep.push_back(out);  // alive: their copies can only go by eviction
+    }
+    EXPECT_EQ(w.Stats(0).chip_tasks, 24u);
+    EXPECT_EQ(w.Stats(0).moved.bytes_uploaded, 24u * (4u << 20));
+}
+
 // 4 cards x 4 VFs: 32 independent chip tasks over 16 devices, summed by a SubWorker.
 TEST(WorkerManyDevices, SixteenVfsOfFourCards) {
     SPYRE_REQUIRE_FUSE();
