@@ -163,7 +163,9 @@ Worker::Worker(Host& host, DistributedConfig config) {
 Worker::Worker(std::vector<std::unique_ptr<ChipExecutor>> executors, DistributedConfig config,
                std::shared_ptr<ChipRegistry> registry)
     : impl_(std::make_unique<Impl>()) {
-    Validate(config);
+    DistributedConfig checked = config;
+    checked.device_ids = {0};  // the executors are the devices here
+    Validate(checked);
     if (executors.empty()) throw Error(ErrorKind::InvalidArgument, "Worker: no chip executors");
     if (!registry) throw Error(ErrorKind::InvalidArgument, "Worker: no chip registry");
     impl_->config = std::move(config);
