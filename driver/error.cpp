@@ -25,6 +25,7 @@ const char* ToString(ErrorKind kind) noexcept {
     case ErrorKind::ProtocolError: return "protocol error";
     case ErrorKind::Internal: return "internal error";
     case ErrorKind::WrongDevice: return "wrong device";
+    case ErrorKind::TaskFailed: return "task failed";
     }
     return "error";
 }

@@ -41,6 +41,8 @@ def layer_of(rel: str):
             # orchestration.hpp and pto.h: the orchestration runtime's C++ and C faces
             if p[2] in ('orchestration.hpp', 'pto.h'):
                 return ('public', 'orchestration')
+            if p[2] == 'host.hpp':  # host-level orchestration (seed 003), level 3
+                return ('public', 'host')
             return ('public', 'app' if p[2] == 'spyre.hpp' else 'base')
         return ('public', p[2])
     if p[0] == 'libspyre':

@@ -25,6 +25,7 @@ enum class ErrorKind {
     ProtocolError,     // the device does not speak this contract (magic, version, geometry)
     Internal,          // a bug in spyre
     WrongDevice,       // objects of different devices (functions) mixed in one call
+    TaskFailed,        // user code run as a task (a SubWorker, a host function) raised
 };
 
 const char* ToString(ErrorKind kind) noexcept;

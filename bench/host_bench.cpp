@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host-level (level 3) orchestration: what the Worker costs and how chip
+// work scales over devices, each beside a baseline measured in this run.
+//
+//   dispatch/empty_tasks:N   one run of N chip tasks that submit nothing, on
+//                            one device: the Worker's own cost. Fitted as
+//                            per run + N x per task; the reference runtime
+//                            (simpler) measures 43.3 us per run + 8.08 us per
+//                            task, the target is 10 us + 1 us.
+//   baseline/thread_handoff  a job handed to another thread and its completion
+//                            handed back (condition variables): the floor of
+//                            any runtime that runs chip tasks on device threads
+//   baseline/chip_direct     the device's chip runtime called directly (an
+//                            empty scope and WaitAll on its Orchestrator)
+//   throughput/devices:D     64 independent chip matmul tasks (64x128x128 on a
+//                            card core each) over D = 1, 2, 4, 8 VFs of a
+//                            4-card mock, beside D = 1 in this run
+//   throughput_big/devices:D the same with 16 tasks of 256x256x256 (33 MFLOP
+//                            each): compute rather than per-task overhead
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "bench_main.hpp"
+#include "spyre/compiler/kernel_builder.hpp"
+#include "l3_chip_functions.hpp"
+#include "spyre/host.hpp"
+
+using namespace spyre;
+using namespace spyre::l3;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::optional<Host> g_host;
+std::map<int, std::unique_ptr<Worker>> g_workers;  // by device count
+std::map<std::string, double> g_us;                // figures for the summary
+
+Host& TheHost() {
+    if (!g_host) {
+        HostOptions o;
+        o.source = HostOptions::Source::EmbeddedMock;
+        o.embedded_mock = {.cards = 4, .vfs = 2, .mem = "2G"};
+        g_host.emplace(Host::Open(o));
+    }
+    return *g_host;
+}
+
+// A Worker over the first `devices` VFs, spread over the cards first.
+Worker& WorkerOver(int devices) {
+    auto& w = g_workers[devices];
+    if (!w) {
+        g_workers.clear();  // one Worker at a time: each holds its devices
+        Host& host = TheHost();
+        std::vector<int> vfs;
+        for (int vf = 1; vf <= 2; ++vf)
+            for (const auto& f : host.functions())
+                if (f.id.function == vf) vfs.push_back(int(f.index));
+        DistributedConfig c;
+        c.device_ids.assign(vfs.begin(), vfs.begin() + devices);
+        c.num_sub_workers = 1;
+        auto made = std::make_unique<Worker>(host, c);
+        RegisterChipFunctions(*made, 64, 128, 128);
+        made->RegisterKernel(KERNEL_MATMUL_2, KernelBuilder().Matmul(256, 256, 256, DType::FP32).program);
+        made->RegisterChipFunction("chip_matmul_big", ChipMatmul(256, 256, 256, KERNEL_MATMUL_2));
+        g_workers[devices] = std::move(made);
+    }
+    return *g_workers[devices];
+}
+
+double UsPerIteration(benchmark::State& state, Clock::time_point t0) {
+    return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / double(state.iterations());
+}
+
+void BM_ThreadHandoff(benchmark::State& state) {
+    std::mutex mu;
+    std::condition_variable to_worker, to_caller;
+    int posted = 0, done = 0;
+    bool stop = false;
+    std::thread t([&] {
+        std::unique_lock lock(mu);
+        for (;;) {
+            to_worker.wait(lock, [&] { return stop || posted > done; });
+            if (stop) return;
+            ++done;
+            to_caller.notify_one();
+        }
+    });
+    const auto t0 = Clock::now();
+    for (auto _ : state) {
+        std::unique_lock lock(mu);
+        ++posted;
+        to_worker.notify_one();
+        to_caller.wait(lock, [&] { return done == posted; });
+    }
+    g_us["handoff"] = UsPerIteration(state, t0);
+    state.counters["us"] = g_us["handoff"];
+    {
+        std::lock_guard lock(mu);
+        stop = true;
+    }
+    to_worker.notify_one();
+    t.join();
+}
+
+void BM_ChipDirect(benchmark::State& state) {
+    // The runtime a chip task runs on, without the Worker: its own Orchestrator on a VF.
+    Host& host = TheHost();
+    g_workers.clear();
+    Device dev = host.Open("1");
+    Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 1024, .heap_size = 1 << 20});
+    const auto t0 = Clock::now();
+    for (auto _ : state) {
+        { auto scope = orch.BeginScope(); }
+        orch.WaitAll();
+    }
+    g_us["chip_direct"] = UsPerIteration(state, t0);
+    state.counters["us"] = g_us["chip_direct"];
+}
+
+void BM_Dispatch(benchmark::State& state) {
+    const int n = int(state.range(0));
+    Worker& w = WorkerOver(1);
+    HostProgram p{"empty", 0, {}, [n](HostGraph& g, std::span<const HostTensor>) {
+                      for (int i = 0; i < n; ++i) g.Chip("chip_empty", {});
+                  }};
+    const auto t0 = Clock::now();
+    for (auto _ : state) w.Run(p, {});
+    const double us = UsPerIteration(state, t0);
+    g_us["dispatch_" + std::to_string(n)] = us;
+    state.counters["us_per_run"] = us;
+    state.counters["us_per_task"] = us / n;
+}
+
+// `tasks` independent chip matmuls of rows x k x k over the first `devices` VFs.
+void Throughput(benchmark::State& state, const std::string& key, const char* function, int tasks, int64_t rows, int64_t k) {
+    const int devices = int(state.range(0));
+    Worker& w = WorkerOver(devices);
+    std::vector<HostTensor> a, c;
+    for (int i = 0; i < tasks; ++i) a.push_back(HostTensor::Full({rows, k}, 0.5f)), c.push_back(HostTensor::Zeros({rows, k}));
+    HostTensor b = HostTensor::Full({k, k}, 0.25f);
+    HostProgram p{"independent", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                      for (int i = 0; i < tasks; ++i) g.Chip(function, {In(a[i]), In(b), Out(c[i])});
+                  }};
+    const auto t0 = Clock::now();
+    for (auto _ : state) w.Run(p, {});
+    const double us = UsPerIteration(state, t0);
+    if (c[tasks - 1].floats()[0] != 0.5f * 0.25f * float(k)) state.SkipWithError("wrong matmul result");
+    const double per_s = tasks / (us * 1e-6);
+    g_us[key + std::to_string(devices)] = per_s;
+    state.counters["chip_tasks_per_s"] = per_s;
+    if (g_us.count(key + "1")) state.counters["x_1_device"] = per_s / g_us[key + "1"];
+}
+void BM_Throughput(benchmark::State& state) { Throughput(state, "throughput_", "chip_matmul", 64, 64, 128); }
+void BM_ThroughputBig(benchmark::State& state) { Throughput(state, "throughput_big_", "chip_matmul_big", 16, 256, 256); }
+
+void Summary() {
+    auto at = [](const std::string& k) { return g_us.count(k) ? g_us[k] : 0.0; };
+    const double t1 = at("dispatch_1"), t64 = at("dispatch_64");
+    const double per_task = (t64 - t1) / 63, per_run = t1 - per_task;
+    std::printf("\nL3 dispatch, empty chip tasks on 1 device (%u host cores):\n", std::thread::hardware_concurrency());
+    std::printf("  per run %.2f us + per task %.2f us   (reference runtime 43.3 + 8.08 us; target 10 + 1 us)\n", per_run,
+                per_task);
+    std::printf("  beside, same run: thread handoff round trip %.2f us, chip runtime alone (empty scope + WaitAll) %.2f us\n",
+                at("handoff"), at("chip_direct"));
+    for (const char* key : {"throughput_", "throughput_big_"}) {
+        std::printf("L3 throughput, %s:\n", key == std::string("throughput_") ? "64 independent 64x128x128 chip matmuls"
+                                                                              : "16 independent 256x256x256 chip matmuls");
+        for (int d : {1, 2, 4, 8})
+            if (at(key + std::to_string(d)) > 0)
+                std::printf("  %d device(s): %.0f chip tasks/s  (%.2fx of 1 device, same run)\n", d, at(key + std::to_string(d)),
+                            at(key + std::to_string(d)) / at(std::string(key) + "1"));
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::RegisterBenchmark("baseline/thread_handoff", BM_ThreadHandoff)->UseRealTime()->MinTime(0.3);
+    benchmark::RegisterBenchmark("baseline/chip_direct", BM_ChipDirect)->UseRealTime()->MinTime(0.3);
+    benchmark::RegisterBenchmark("dispatch/empty_tasks", BM_Dispatch)->Arg(1)->Arg(64)->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("throughput/devices", BM_Throughput)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseRealTime()->MinTime(1.0);
+    benchmark::RegisterBenchmark("throughput_big/devices", BM_ThroughputBig)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseRealTime()->MinTime(1.0);
+    const int status = spyre::bench::RunBenchmarks("host_bench", std::chrono::seconds(240), [] {
+        g_workers.clear();
+        g_host.reset();
+    });
+    Summary();
+    return status;
+}

@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+// Chip functions of seed 003's level-3 programs, for the examples, tests and
+// benchmarks: the device kernels (built by the kernel builder) and the chip
+// orchestration functions that submit them on a chip's runtime.
+//   chip_add    C = A + B on [128x128] fp32, a seed-004 C-style function
+//   chip_sub    C = A - B on [128x128] fp32, a C++ ChipFunction
+//   chip_matmul C[r x n] = A[r x k] * B[k x n], split into block_dim core tasks of
+//               `task_rows` rows each (rows of a row-major matrix are contiguous)
+//   chip_empty  submits nothing (dispatch benchmarks)
+//   chip_fault  runs a program the device refuses (error tests)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "spyre/compiler/kernel_builder.hpp"
+#include "spyre/host.hpp"
+#include "spyre/orchestration.hpp"
+
+namespace spyre::l3 {
+
+enum : int32_t { KERNEL_ADD = 301, KERNEL_SUB = 302, KERNEL_MATMUL = 303, KERNEL_JUNK = 304, KERNEL_MATMUL_2 = 305 };
+inline constexpr int64_t kTile = 128;
+inline constexpr uint64_t kTileBytes = kTile * kTile * sizeof(float);
+
+// The seed's chip_orch_add, as seed 004 writes orchestration functions.
+inline void ChipAddPto(Runtime* rt, uint64_t* args) {
+    TaskParam p[] = {{PARAM_INPUT, reinterpret_cast<void*>(args[0]), kTileBytes, {}},
+                     {PARAM_INPUT, reinterpret_cast<void*>(args[1]), kTileBytes, {}},
+                     {PARAM_OUTPUT, reinterpret_cast<void*>(args[2]), kTileBytes, {}}};
+    pto_submit_task(rt, KERNEL_ADD, WORKER_VECTOR, p, 3);
+}
+
+inline void ChipSub(ChipContext& ctx) {
+    for (uint64_t b : ctx.bytes)
+        if (b != kTileBytes) throw Error(ErrorKind::InvalidArgument, "chip_sub: operands must be [128x128] fp32");
+    TaskParam p[] = {{PARAM_INPUT, ctx.args[0], kTileBytes, {}},
+                     {PARAM_INPUT, ctx.args[1], kTileBytes, {}},
+                     {PARAM_OUTPUT, ctx.args[2], kTileBytes, {}}};
+    ctx.orch.Submit(KERNEL_SUB, WORKER_VECTOR, p);
+}
+
+// chip_matmul for row blocks of `task_rows * block_dim` rows, with `kernel`
+// a task_rows x k x n matmul program.
+inline ChipFunction ChipMatmul(int64_t task_rows, int64_t k, int64_t n, int32_t kernel = KERNEL_MATMUL) {
+    return [=](ChipContext& ctx) {
+        const int64_t rows = ctx.shapes.at(0).at(0);
+        if (rows != task_rows * ctx.block_dim || ctx.shapes.at(1) != std::vector<int64_t>{k, n})
+            throw Error(ErrorKind::InvalidArgument, "chip_matmul: expects A of " + std::to_string(task_rows * ctx.block_dim) +
+                                                        " rows (block_dim x " + std::to_string(task_rows) + ") and B [" +
+                                                        std::to_string(k) + "x" + std::to_string(n) + "]");
+        auto* a = static_cast<char*>(ctx.args[0]);
+        auto* c = static_cast<char*>(ctx.args[2]);
+        const uint64_t a_bytes = uint64_t(task_rows * k) * 4, c_bytes = uint64_t(task_rows * n) * 4;
+        for (int i = 0; i < ctx.block_dim; ++i) {
+            TaskParam p[] = {{PARAM_INPUT, a + i * a_bytes, a_bytes, {}},
+                             {PARAM_INPUT, ctx.args[1], ctx.bytes[1], {}},
+                             {PARAM_OUTPUT, c + i * c_bytes, c_bytes, {}}};
+            ctx.orch.Submit(kernel, WORKER_CUBE, p);
+        }
+    };
+}
+
+inline void ChipFault(ChipContext& ctx) {
+    TaskParam p[] = {{PARAM_OUTPUT, ctx.args.back(), ctx.bytes.back(), {}}};
+    ctx.orch.Submit(KERNEL_JUNK, WORKER_CUBE, p);
+}
+
+// Loads the kernels on every device of `w` and registers the chip functions.
+// The matmul kernel computes `task_rows` x k x n.
+inline void RegisterChipFunctions(Worker& w, int64_t task_rows = 64, int64_t k = 128, int64_t n = 128) {
+    const KernelBuilder kb;
+    const std::vector<int64_t> tile = {kTile, kTile};
+    w.RegisterKernel(KERNEL_ADD, kb.Elementwise(ElementwiseOp::Add, tile, tile, DType::FP32).program);
+    w.RegisterKernel(KERNEL_SUB, kb.Elementwise(ElementwiseOp::Sub, tile, tile, DType::FP32).program);
+    w.RegisterKernel(KERNEL_MATMUL, kb.Matmul(task_rows, k, n, DType::FP32).program);
+    w.RegisterKernel(KERNEL_JUNK, std::vector<uint8_t>(64, 0));  // no program: the device refuses it
+    w.RegisterChipFunction("chip_add", &ChipAddPto);
+    w.RegisterChipFunction("chip_sub", ChipFunction(&ChipSub));
+    w.RegisterChipFunction("chip_matmul", ChipMatmul(task_rows, k, n));
+    w.RegisterChipFunction("chip_empty", ChipFunction([](ChipContext&) {}));
+    w.RegisterChipFunction("chip_fault", ChipFunction(&ChipFault));
+}
+
+// seed 003's L3DependencyProgram: chip_add(a, b) -> f, then SubWorker verify(f).
+inline HostProgram DependencyProgram() {
+    return {"l3_dependency", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])});
+                g.Sub("verify", {In(x[2])});
+            }};
+}
+
+// seed 003's L3ParallelReduceProgram: chip_add and chip_sub (independent),
+// then SubWorker reduce_sum: f = (a + b) + (a - b) = 2a.
+inline HostProgram ParallelReduceProgram() {
+    return {"l3_parallel_reduce", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                HostTensor sum_ab = g.CreateTensor({kTile, kTile}), diff_ab = g.CreateTensor({kTile, kTile});
+                g.Chip("chip_add", {In(x[0]), In(x[1]), Out(sum_ab)});
+                g.Chip("chip_sub", {In(x[0]), In(x[1]), Out(diff_ab)});
+                g.Sub("reduce_sum",
+                      [](std::span<const HostTensor> t) {
+                          auto s = t[0].floats(), d = t[1].floats(), f = t[2].floats();
+                          for (size_t i = 0; i < f.size(); ++i) f[i] = s[i] + d[i];
+                      },
+                      {In(sum_ab), In(diff_ab), Out(x[2])});
+            }};
+}
+
+// A data-parallel matmul: C = A * B with A's rows split evenly over
+// `parts` chip tasks (each writing its own rows of C, so they run in
+// parallel), then nothing to gather: the rows land in C.
+inline HostProgram RowParallelMatmul(int64_t m, int64_t n, int parts) {
+    return {"row_parallel_matmul", 2, {{{m, n}}}, [=](HostGraph& g, std::span<const HostTensor> x) {
+                const int64_t rows = m / parts;
+                for (int p = 0; p < parts; ++p)
+                    g.Chip("chip_matmul", {In(x[0].Rows(p * rows, (p + 1) * rows)), In(x[1]), Out(x[2].Rows(p * rows, (p + 1) * rows))},
+                           {.name = "matmul rows " + std::to_string(p * rows) + ".." + std::to_string((p + 1) * rows)});
+            }};
+}
+
+}  // namespace spyre::l3

@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+// Chip tasks (seed 003's CHIP level) and what runs them. A chip function is
+// registered by name and called with tensor arguments; a ChipExecutor runs a
+// named call on one device (card or VF), moving the host tensors' bytes to
+// the device and the outputs back. The scheduler sees only this interface,
+// so a device of another MPI rank can be one more executor later.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "spyre/host/host_tensor.hpp"
+#include "spyre/pto.h"
+
+namespace spyre {
+
+class Device;
+class Orchestrator;
+struct CompilerOutput;
+
+enum class Access : uint8_t { In, Out, InOut };
+const char* ToString(Access access) noexcept;
+
+// A task's tensor argument: a tensor (or row view) and how the task uses it.
+struct TensorArg {
+    HostTensor tensor;
+    Access access = Access::In;
+};
+inline TensorArg In(HostTensor t) { return {std::move(t), Access::In}; }
+inline TensorArg Out(HostTensor t) { return {std::move(t), Access::Out}; }
+inline TensorArg InOut(HostTensor t) { return {std::move(t), Access::InOut}; }
+
+// What a chip function sees: the device's orchestration runtime (seed 004),
+// its arguments as addresses in the device's memory (what TaskParam and
+// pto_submit_task take), in argument order, and the cores it may spread over.
+struct ChipContext {
+    Orchestrator& orch;
+    Device& device;
+    std::vector<void*> args;        // device-memory addresses as this process maps them
+    std::vector<uint64_t> bytes;    // each argument's size
+    std::vector<std::vector<int64_t>> shapes;
+    int block_dim = 1;              // DistributedConfig::block_dim: core tasks to split the work into
+};
+// A chip function in C++: submits device tasks on ctx.orch (the runtime
+// opens a scope around it and waits for its tasks after it returns).
+using ChipFunction = std::function<void(ChipContext& ctx)>;
+
+// The chip functions a Worker knows, by name. Seed 004 orchestration
+// functions (pto_orchestration_fn) get args[i] = the address of argument i.
+class ChipRegistry {
+public:
+    struct Entry {
+        ChipFunction cpp;
+        pto_orchestration_fn pto = nullptr;
+        bool plan = false;  // an ExecutionPlan each executor loaded under this name
+    };
+    void Add(const std::string& name, Entry entry);  // InvalidArgument: empty name or already registered
+    // nullptr when unknown.
+    const Entry* Find(const std::string& name) const;
+    std::string Names() const;  // "chip_add, chip_sub"
+
+private:
+    mutable std::mutex mu_;
+    std::map<std::string, Entry> entries_;
+};
+
+// One argument of a chip call. `current_on_device`: the scheduler knows the
+// executor's copy of these bytes is as current as the host's (an earlier
+// chip task there wrote or uploaded exactly them and nobody wrote them
+// since), so an In or InOut argument needs no upload if the copy is kept.
+struct ChipArg {
+    TensorArg arg;
+    bool current_on_device = false;
+};
+
+struct ChipCall {
+    std::string task_name;
+    std::string function;
+    std::vector<ChipArg> args;
+    int block_dim = 1;
+};
+
+// What a call moved, for the locality tests and the docs.
+struct ChipCallStats {
+    uint64_t bytes_uploaded = 0;
+    uint64_t bytes_reused = 0;  // In/InOut bytes already current on the device
+    uint64_t bytes_downloaded = 0;
+};
+
+class ChipExecutor {
+public:
+    virtual ~ChipExecutor() = default;
+    // "0000:01:00.1": the device in messages and errors.
+    virtual std::string Describe() const = 0;
+    // A device program every later call may use as `kernel_id` on this
+    // device's orchestration runtime.
+    virtual void LoadKernel(int32_t kernel_id, const std::vector<uint8_t>& program) = 0;
+    // An ExecutionPlan (seed 001) a call may name as its function: its
+    // tensors (tensor_input_metadata order) are the call's arguments, and
+    // its operations run on one stream of the device.
+    virtual void LoadPlan(const std::string& name, const CompilerOutput& plan) = 0;
+    // Runs `call` to completion: the inputs are on the device before the
+    // function runs, the outputs in their host tensors after. Throws
+    // spyre::Error (DeviceError with the device's code when the device
+    // refused a task; NotFound for an unknown function).
+    virtual ChipCallStats Run(const ChipCall& call) = 0;
+};
+
+}  // namespace spyre

@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: Apache-2.0
+// The level-3 runtime of seed 003: a Worker over several devices runs host
+// orchestration functions. A host orchestration function builds a DAG of
+// chip tasks (named chip functions on a device) and SubWorker tasks (host
+// functions on a pool of host threads) over HostTensors; the Worker finds
+// the dependencies from what each task reads and writes, places chip tasks
+// on devices, moves the data, and reports failures as one structured error.
+//
+//   spyre::Worker w(host, {.device_ids = {1, 2}, .num_sub_workers = 1});
+//   w.RegisterKernel(KERNEL_ADD, add_program);
+//   w.RegisterChipFunction("chip_add", chip_add);       // ChipFunction or pto_orchestration_fn
+//   w.RegisterSubWorker("verify", verify);
+//   spyre::HostProgram p{"host_orch", 2, {{{128, 128}}}, [](spyre::HostGraph& g, auto args) {
+//       g.Chip("chip_add", {In(args[0]), In(args[1]), Out(args[2])});
+//       g.Sub("verify", {In(args[2])});
+//   }};
+//   w.Run(p, {a, b, f});           // in-place style
+//   auto outs = w.Run(p, {a, b});  // return style: f allocated by the runtime
+//
+// docs/host.md ("Host-level orchestration") has the rules.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "spyre/error.hpp"
+#include "spyre/host/chip_executor.hpp"
+#include "spyre/host/host_tensor.hpp"
+
+namespace spyre {
+
+class Host;
+
+// Seed 003's configuration, each field meaning something here.
+struct DistributedConfig {
+    std::vector<int> device_ids = {0};  // indices into Host::functions(): the devices chip tasks run on
+    int num_sub_workers = 0;            // host threads running SubWorker tasks (0: a graph with one is refused)
+    // The chip runtime: "tensormap_and_ringbuffer" (seed 004's runtime, locked
+    // ready queues) or "tensormap_and_ringbuffer_lockfree" (its lock-free ones).
+    std::string runtime = "tensormap_and_ringbuffer";
+    int block_dim = 1;         // cores a chip task spreads over (ChipContext::block_dim), 1..cores of the card
+    int aicpu_thread_num = 1;  // host threads of each chip's orchestration runtime (its AICPU), 1..64
+    // Not in the seed: bytes of each chip runtime's heap ring.
+    uint64_t chip_heap_bytes = 16ull << 20;
+};
+
+enum class Level : uint8_t { CoreGroup, Chip, Host };
+const char* ToString(Level level) noexcept;
+
+// One failed task of a run (q5): who, where, what, why.
+struct TaskFailureInfo {
+    std::string task;      // the task's name
+    uint64_t task_id = 0;
+    Level level = Level::Chip;
+    std::string device;    // the chip task's device; "" for a SubWorker
+    std::string function;  // chip function or SubWorker name
+    ErrorKind kind = ErrorKind::Internal;  // the cause's kind
+    std::string cause;     // the cause's message
+    uint32_t device_code = 0;  // SPYRE_ERR_* when the device reported one
+};
+
+// A run that failed: the first failure's kind and message, every failure,
+// and every task skipped because something it depends on failed.
+class HostRunError : public Error {
+public:
+    HostRunError(std::string run, std::vector<TaskFailureInfo> failures, std::vector<std::string> skipped);
+    const std::vector<TaskFailureInfo>& failures() const noexcept { return failures_; }
+    const std::vector<std::string>& skipped() const noexcept { return skipped_; }
+
+private:
+    std::vector<TaskFailureInfo> failures_;
+    std::vector<std::string> skipped_;
+};
+
+// A SubWorker: a host function over its arguments' tensors (in task order).
+// Any exception it throws fails the task (ErrorKind::TaskFailed, or the
+// spyre::Error's own kind).
+using SubWorkerFn = std::function<void(std::span<const HostTensor> args)>;
+
+struct ChipOptions {
+    std::string name;                // task name in errors; default "<function>#<n>"
+    std::optional<size_t> device;    // index into the Worker's devices: run there (affinity)
+};
+
+// What a host orchestration function records tasks into. Nothing runs until
+// it returns; then the tasks run as their inputs become ready.
+class HostGraph {
+public:
+    // An intermediate host tensor (pl.create_tensor), zero-filled.
+    HostTensor CreateTensor(const std::vector<int64_t>& shape, DType dtype = DType::FP32);
+    // A chip task: a registered chip function with its tensor arguments.
+    uint64_t Chip(const std::string& function, std::vector<TensorArg> args, ChipOptions options = {});
+    // A SubWorker task: a registered SubWorker, or a callable given here.
+    uint64_t Sub(const std::string& name, std::vector<TensorArg> args);
+    uint64_t Sub(const std::string& name, SubWorkerFn fn, std::vector<TensorArg> args);
+
+    struct Impl;
+    explicit HostGraph(Impl& impl) : impl_(impl) {}
+
+private:
+    Impl& impl_;
+};
+
+// A host orchestration function with its signature: `num_inputs` inputs,
+// then outputs of the given shapes (pl.Out parameters). Run with every
+// argument (in-place style) or with the inputs only (return style: the
+// outputs are allocated, zero-filled, and returned).
+struct HostProgram {
+    std::string name;
+    size_t num_inputs = 0;
+    struct OutputSpec {
+        std::vector<int64_t> shape;
+        DType dtype = DType::FP32;
+    };
+    std::vector<OutputSpec> outputs;
+    std::function<void(HostGraph& g, std::span<const HostTensor> args)> fn;
+};
+
+// A run in flight.
+class RunHandle {
+public:
+    RunHandle();
+    RunHandle(RunHandle&&) noexcept;
+    RunHandle& operator=(RunHandle&&) noexcept;
+    ~RunHandle();  // waits for the run (without throwing)
+    // Waits; returns the program's outputs (inputs excluded) or throws HostRunError.
+    std::vector<HostTensor> Wait();
+    bool Done() const;
+
+    struct State;
+    explicit RunHandle(std::shared_ptr<State> state);
+
+private:
+    std::shared_ptr<State> state_;
+};
+
+class Worker {
+public:
+    // Opens config.device_ids of `host` (checked first: InvalidArgument or
+    // NotFound naming the field and value) and starts the threads.
+    Worker(Host& host, DistributedConfig config);
+    // Over executors made elsewhere (later: remote ranks); the config's
+    // device_ids are then ignored.
+    Worker(std::vector<std::unique_ptr<ChipExecutor>> executors, DistributedConfig config,
+           std::shared_ptr<ChipRegistry> registry);
+    Worker(Worker&&) noexcept;
+    Worker& operator=(Worker&&) noexcept;
+    ~Worker();  // waits for the runs in flight
+
+    // A device program, uploaded to every device, usable as `kernel_id` in chip functions.
+    void RegisterKernel(int32_t kernel_id, const std::vector<uint8_t>& program);
+    void RegisterChipFunction(const std::string& name, ChipFunction fn);
+    void RegisterChipFunction(const std::string& name, pto_orchestration_fn fn);
+    // A chip function that is an ExecutionPlan: loaded on every device now;
+    // a chip task naming it passes the plan's tensors as its arguments.
+    void RegisterChipPlan(const std::string& name, const CompilerOutput& plan);
+    void RegisterSubWorker(const std::string& name, SubWorkerFn fn);
+
+    // Runs synchronously: returns the outputs or throws HostRunError (a
+    // failed task) or Error (bad arguments, a failing orchestration function).
+    std::vector<HostTensor> Run(const HostProgram& program, std::vector<HostTensor> args);
+    // Starts a run and returns at once; tasks of runs in flight that touch
+    // the same tensors are ordered as if the runs were one.
+    RunHandle Submit(const HostProgram& program, std::vector<HostTensor> args);
+
+    size_t device_count() const;
+    std::string DescribeDevice(size_t index) const;
+    // Chip tasks each device has run, and bytes moved (tests, benchmarks).
+    struct DeviceStats {
+        uint64_t chip_tasks = 0;
+        ChipCallStats moved;
+    };
+    DeviceStats Stats(size_t device) const;
+    const DistributedConfig& config() const;
+
+    struct Impl;
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+
+// Checks `config` alone (InvalidArgument naming the field); the Worker also
+// checks device ids against the Host and block_dim against the cards.
+void Validate(const DistributedConfig& config);
+
+}  // namespace spyre

@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: Apache-2.0
+// The small named things of level 3: access and level names, the chip
+// function registry, the run error, and the config check.
+#include <string>
+
+#include "spyre/host/chip_executor.hpp"
+#include "spyre/host/worker.hpp"
+
+namespace spyre {
+
+const char* ToString(Access access) noexcept {
+    switch (access) {
+    case Access::In: return "in";
+    case Access::Out: return "out";
+    case Access::InOut: return "inout";
+    }
+    return "?";
+}
+
+const char* ToString(Level level) noexcept {
+    switch (level) {
+    case Level::CoreGroup: return "CORE_GROUP";
+    case Level::Chip: return "CHIP";
+    case Level::Host: return "HOST";
+    }
+    return "?";
+}
+
+void ChipRegistry::Add(const std::string& name, Entry entry) {
+    if (name.empty()) throw Error(ErrorKind::InvalidArgument, "chip function: empty name");
+    if (!entry.cpp && !entry.pto && !entry.plan) throw Error(ErrorKind::InvalidArgument, "chip function '" + name + "': no function");
+    std::lock_guard lock(mu_);
+    if (!entries_.emplace(name, std::move(entry)).second)
+        throw Error(ErrorKind::InvalidArgument, "chip function '" + name + "' is already registered");
+}
+
+const ChipRegistry::Entry* ChipRegistry::Find(const std::string& name) const {
+    std::lock_guard lock(mu_);
+    auto it = entries_.find(name);
+    return it == entries_.end() ? nullptr : &it->second;  // entries are never removed
+}
+
+std::string ChipRegistry::Names() const {
+    std::lock_guard lock(mu_);
+    std::string s;
+    for (const auto& [name, e] : entries_) s += (s.empty() ? "" : ", ") + name;
+    return s.empty() ? "none" : s;
+}
+
+namespace {
+
+std::string Describe(const std::string& run, const std::vector<TaskFailureInfo>& failures,
+                     const std::vector<std::string>& skipped) {
+    const TaskFailureInfo& f = failures.front();
+    std::string s = "run '" + run + "': " + ToString(f.level) + " task '" + f.task + "' (" +
+                    (f.level == Level::Chip ? "chip function '" : "SubWorker '") + f.function + "'";
+    if (!f.device.empty()) s += " on " + f.device;
+    s += ") failed: " + f.cause;
+    if (f.device_code) s += " [device code " + std::to_string(f.device_code) + "]";
+    if (failures.size() > 1) s += "; " + std::to_string(failures.size() - 1) + " more task(s) failed";
+    if (!skipped.empty()) {
+        s += "; skipped " + std::to_string(skipped.size()) + " downstream task(s):";
+        for (const auto& name : skipped) s += " " + name;
+    }
+    return s;
+}
+
+ErrorContext ContextOf(const TaskFailureInfo& f) {
+    ErrorContext c;
+    c.device = f.device;
+    c.device_code = f.device_code;
+    c.op_index = f.task_id;
+    return c;
+}
+
+}  // namespace
+
+HostRunError::HostRunError(std::string run, std::vector<TaskFailureInfo> failures, std::vector<std::string> skipped)
+    : Error(failures.front().kind, Describe(run, failures, skipped), ContextOf(failures.front())),
+      failures_(std::move(failures)),
+      skipped_(std::move(skipped)) {}
+
+void Validate(const DistributedConfig& c) {
+    auto bad = [](const std::string& what) { throw Error(ErrorKind::InvalidArgument, "DistributedConfig: " + what); };
+    if (c.device_ids.empty()) bad("device_ids is empty (name at least one device)");
+    for (size_t i = 0; i < c.device_ids.size(); ++i) {
+        if (c.device_ids[i] < 0) bad("device_ids[" + std::to_string(i) + "] is " + std::to_string(c.device_ids[i]));
+        for (size_t j = 0; j < i; ++j)
+            if (c.device_ids[j] == c.device_ids[i])
+                bad("device_ids names device " + std::to_string(c.device_ids[i]) + " twice");
+    }
+    if (c.num_sub_workers < 0 || c.num_sub_workers > 256)
+        bad("num_sub_workers is " + std::to_string(c.num_sub_workers) + " (0..256)");
+    if (c.runtime != "tensormap_and_ringbuffer" && c.runtime != "tensormap_and_ringbuffer_lockfree")
+        bad("runtime '" + c.runtime + "' is unknown (tensormap_and_ringbuffer, tensormap_and_ringbuffer_lockfree)");
+    if (c.block_dim < 1) bad("block_dim is " + std::to_string(c.block_dim) + " (>= 1)");
+    if (c.aicpu_thread_num < 1 || c.aicpu_thread_num > 64)
+        bad("aicpu_thread_num is " + std::to_string(c.aicpu_thread_num) + " (1..64)");
+    if (c.chip_heap_bytes < 4096) bad("chip_heap_bytes is " + std::to_string(c.chip_heap_bytes) + " (>= 4096)");
+}
+
+}  // namespace spyre

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+// A task of a host-level run (a chip task or a SubWorker) and the run it
+// belongs to, as the scheduler keeps them. Every field changes under the
+// scheduler's lock only.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "spyre/host/worker.hpp"
+
+namespace spyre::host {
+
+struct RunState;
+
+struct HostTask {
+    enum class State : uint8_t { Recorded, Pending, Queued, Running, Done, Failed, Skipped };
+
+    uint64_t id = 0;
+    std::string name;
+    Level level = Level::Chip;
+    std::string function;         // chip function or SubWorker name
+    SubWorkerFn fn;               // SubWorker body (resolved when recorded)
+    std::vector<TensorArg> args;
+    std::optional<size_t> pinned;  // ChipOptions::device
+    RunState* run = nullptr;
+
+    State state = State::Recorded;
+    int fanin = 0;                       // producers not finished yet
+    std::vector<HostTask*> consumers;
+    // The failure this task is skipped for (its own once it failed). A value,
+    // not the failed task: that may belong to another run, gone by then.
+    std::shared_ptr<const TaskFailureInfo> root;
+    size_t device = SIZE_MAX;            // where a chip task was placed
+
+    bool Finished() const { return state == State::Done || state == State::Failed || state == State::Skipped; }
+};
+
+// One run: its tasks, what it returns, and how it ended.
+struct RunState {
+    std::string name;
+    std::vector<std::unique_ptr<HostTask>> tasks;
+    std::vector<HostTensor> outputs;
+    size_t unfinished = 0;
+    std::vector<TaskFailureInfo> failures;
+    std::vector<std::string> skipped;
+    bool done = false;
+    std::atomic<bool> done_flag{false};  // `done`, for a waiter's brief look before it sleeps
+    std::condition_variable done_cv;  // waited on with the scheduler's lock
+};
+
+}  // namespace spyre::host

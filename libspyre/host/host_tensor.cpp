@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "spyre/host/host_tensor.hpp"
+
+#include <atomic>
+#include <cstring>
+
+#include "spyre/error.hpp"
+
+namespace spyre {
+
+struct HostTensor::Storage {
+    uint64_t id;
+    std::vector<std::byte> bytes;
+};
+
+namespace {
+
+std::atomic<uint64_t> g_next_storage{1};
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i) s += (i ? "x" : "") + std::to_string(shape[i]);
+    return s + "]";
+}
+
+}  // namespace
+
+HostTensor HostTensor::Zeros(const std::vector<int64_t>& shape, DType dtype) {
+    if (shape.empty()) throw Error(ErrorKind::InvalidArgument, "host tensor: empty shape");
+    uint64_t n = 1;
+    for (size_t i = 0; i < shape.size(); ++i) {
+        if (shape[i] < 1)
+            throw Error(ErrorKind::InvalidArgument, "host tensor: dim " + std::to_string(i) + " of shape " +
+                                                        ShapeString(shape) + " is " + std::to_string(shape[i]) +
+                                                        " (must be >= 1)");
+        n *= uint64_t(shape[i]);
+    }
+    HostTensor t;
+    t.storage_ = std::make_shared<Storage>(Storage{g_next_storage.fetch_add(1), std::vector<std::byte>(n * ElementSize(dtype))});
+    t.shape_ = shape;
+    t.dtype_ = dtype;
+    t.row_end_ = shape[0];
+    t.bytes_ = t.storage_->bytes.size();
+    return t;
+}
+
+HostTensor HostTensor::Full(const std::vector<int64_t>& shape, float value) {
+    HostTensor t = Zeros(shape, DType::FP32);
+    for (float& x : t.floats()) x = value;
+    return t;
+}
+
+HostTensor HostTensor::FromFloats(const std::vector<int64_t>& shape, std::span<const float> values) {
+    HostTensor t = Zeros(shape, DType::FP32);
+    if (values.size() != t.numel())
+        throw Error(ErrorKind::InvalidArgument, "host tensor: " + std::to_string(values.size()) + " values for shape " +
+                                                    ShapeString(shape) + " (" + std::to_string(t.numel()) + " elements)");
+    std::memcpy(t.data(), values.data(), t.bytes_);
+    return t;
+}
+
+std::vector<int64_t> HostTensor::shape() const {
+    std::vector<int64_t> s = shape_;
+    if (!s.empty()) s[0] = row_end_ - row_begin_;
+    return s;
+}
+
+uint64_t HostTensor::numel() const noexcept { return storage_ ? bytes_ / ElementSize(dtype_) : 0; }
+uint64_t HostTensor::storage_id() const noexcept { return storage_ ? storage_->id : 0; }
+void* HostTensor::data() const noexcept { return storage_ ? storage_->bytes.data() + offset_ : nullptr; }
+
+std::span<float> HostTensor::floats() const {
+    if (!storage_ || dtype_ != DType::FP32)
+        throw Error(ErrorKind::InvalidArgument, "host tensor: floats() of " + Describe() + " (needs a fp32 tensor)");
+    return {static_cast<float*>(data()), numel()};
+}
+
+HostTensor HostTensor::Rows(int64_t begin, int64_t end) const {
+    const int64_t rows = row_end_ - row_begin_;
+    if (!storage_ || begin < 0 || end > rows || begin >= end)
+        throw Error(ErrorKind::InvalidArgument, "host tensor: rows " + std::to_string(begin) + ".." + std::to_string(end) +
+                                                    " of " + Describe() + " (a non-empty range inside 0.." +
+                                                    std::to_string(rows) + ")");
+    HostTensor v = *this;
+    const uint64_t row_bytes = bytes_ / uint64_t(rows);
+    v.row_begin_ = row_begin_ + begin;
+    v.row_end_ = row_begin_ + end;
+    v.offset_ = offset_ + uint64_t(begin) * row_bytes;
+    v.bytes_ = uint64_t(end - begin) * row_bytes;
+    return v;
+}
+
+std::string HostTensor::Describe() const {
+    if (!storage_) return "empty tensor";
+    std::string s = ShapeString(shape()) + " " + ToString(dtype_);
+    if (row_begin_ != 0 || row_end_ != shape_[0])
+        s += " rows " + std::to_string(row_begin_) + ".." + std::to_string(row_end_) + " of " + ShapeString(shape_);
+    return s + " (tensor #" + std::to_string(storage_->id) + ")";
+}
+
+}  // namespace spyre

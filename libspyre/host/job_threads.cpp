@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "job_threads.hpp"
+
+namespace spyre::host {
+
+JobThreads::JobThreads(int threads) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+}
+
+JobThreads::~JobThreads() {
+    {
+        std::lock_guard lock(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+}
+
+void JobThreads::Post(std::function<void()> job) {
+    {
+        std::lock_guard lock(mu_);
+        jobs_.push_back(std::move(job));
+        queued_.store(jobs_.size(), std::memory_order_release);
+    }
+    cv_.notify_one();
+}
+
+void JobThreads::Loop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+        if (jobs_.empty() && !stop_) {
+            lock.unlock();
+            const auto until = std::chrono::steady_clock::now() + kSpin;
+            while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until)
+                std::this_thread::yield();
+            lock.lock();
+        }
+        cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;  // stop_ and drained
+        std::function<void()> job = std::move(jobs_.front());
+        jobs_.pop_front();
+        queued_.store(jobs_.size(), std::memory_order_release);
+        lock.unlock();
+        job();
+        lock.lock();
+    }
+}
+
+}  // namespace spyre::host

@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// Which devices hold a current copy of which host-tensor byte ranges (q6's
+// data locality). Host memory is always current (chip outputs are copied
+// back when the task ends); a device's copy of a range is current from the
+// moment a chip task there wrote or uploaded exactly it until any task
+// writes an overlapping range elsewhere. Placement prefers the device with
+// the most current input bytes; the executor skips those uploads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "spyre/host/host_tensor.hpp"
+
+namespace spyre::host {
+
+class Residency {
+public:
+    static constexpr size_t kHost = SIZE_MAX;
+    // [begin, end) of the tensor's storage was written by a task on
+    // `device` (kHost for a SubWorker): every other copy is stale.
+    void Wrote(const HostTensor& t, size_t device);
+    // A device received exactly the tensor's bytes (an upload).
+    void Copied(const HostTensor& t, size_t device);
+    bool Current(const HostTensor& t, size_t device) const;
+    // Drops the ranges of storages nobody holds any more.
+    void Sweep();
+
+private:
+    struct Copy {
+        uint64_t begin, end;
+        size_t device;
+    };
+    struct PerStorage {
+        std::weak_ptr<HostTensor::Storage> storage;
+        std::vector<Copy> copies;
+    };
+    std::unordered_map<uint64_t, PerStorage> map_;
+};
+
+}  // namespace spyre::host

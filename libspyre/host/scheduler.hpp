@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// The level-3 scheduler: takes a recorded run, finds its dependencies
+// (RegionTracker, across the runs in flight), starts ready tasks (chip tasks
+// on the device Place picks, one device thread each; SubWorkers on the
+// pool), and on each completion releases consumers, or skips them when the
+// task failed, until the run ends. Everything under one lock; devices and
+// SubWorkers run outside it.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "host_task.hpp"
+#include "job_threads.hpp"
+#include "region_tracker.hpp"
+#include "residency.hpp"
+#include "spyre/host/chip_executor.hpp"
+#include "spyre/host/worker.hpp"
+
+namespace spyre::host {
+
+class Scheduler {
+public:
+    Scheduler(std::vector<std::unique_ptr<ChipExecutor>> executors, const DistributedConfig& config);
+    ~Scheduler();
+    // Waits for the runs in flight, stops the threads, closes the executors.
+    void Shutdown();
+
+    std::shared_ptr<RunState> Start(std::unique_ptr<RunState> run);
+    // The run's outputs, or HostRunError.
+    std::vector<HostTensor> Wait(RunState& run);
+    bool Done(RunState& run);
+
+    size_t device_count() const { return executors_.size(); }
+    ChipExecutor& executor(size_t device) { return *executors_.at(device); }
+    Worker::DeviceStats Stats(size_t device);
+
+private:
+    using Graveyard = std::vector<std::shared_ptr<RunState>>;
+    void MakeReady(HostTask* task);
+    void Finish(HostTask* task, HostTask::State state, TaskFailureInfo failure);
+    void RunChip(HostTask* task, ChipCall call);
+    void RunSub(HostTask* task);
+
+    std::mutex mu_;
+    std::condition_variable idle_cv_;
+    RegionTracker tracker_;
+    Residency residency_;
+    std::vector<std::unique_ptr<ChipExecutor>> executors_;
+    std::vector<uint32_t> load_;
+    std::vector<Worker::DeviceStats> stats_;
+    std::vector<std::unique_ptr<JobThreads>> lanes_;
+    std::unique_ptr<JobThreads> sub_workers_;
+    int block_dim_ = 1;
+    size_t rotate_ = 0;
+    std::vector<std::shared_ptr<RunState>> in_flight_;
+    Graveyard finished_;  // released outside the lock: a run may end deep inside Finish
+};
+
+}  // namespace spyre::host

@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: Apache-2.0
+// The Worker's public face: opening its devices, registration, checking a
+// run's arguments, recording the host orchestration function's tasks
+// (HostGraph), and the handle of a run in flight.
+#include "spyre/host/worker.hpp"
+
+#include <atomic>
+#include <map>
+#include <mutex>
+
+#include "host_task.hpp"
+#include "local_chip_executor.hpp"
+#include "scheduler.hpp"
+#include "spyre/device/host.hpp"
+#include "spyre/uapi/spyre_regs.h"
+
+namespace spyre {
+
+struct Worker::Impl {
+    DistributedConfig config;
+    std::shared_ptr<ChipRegistry> registry;
+    std::mutex sub_mu;
+    std::map<std::string, SubWorkerFn> sub_workers;
+    std::shared_ptr<host::Scheduler> scheduler;
+    std::atomic<uint64_t> next_task{1};
+
+    ~Impl() {
+        if (scheduler) scheduler->Shutdown();
+    }
+};
+
+struct HostGraph::Impl {
+    Worker::Impl& worker;
+    host::RunState& run;
+    std::map<std::string, int> counts;  // default task names: "<function>#<n>"
+
+    host::HostTask& Add(Level level, const std::string& function, std::vector<TensorArg> args, const std::string& name) {
+        for (size_t i = 0; i < args.size(); ++i)
+            if (!args[i].tensor)
+                throw Error(ErrorKind::InvalidArgument, "task '" + function + "': argument " + std::to_string(i) +
+                                                            " is an empty tensor");
+        auto t = std::make_unique<host::HostTask>();
+        t->id = worker.next_task.fetch_add(1);
+        t->name = name.empty() ? function + "#" + std::to_string(counts[function]++) : name;
+        t->level = level;
+        t->function = function;
+        t->args = std::move(args);
+        t->run = &run;
+        run.tasks.push_back(std::move(t));
+        return *run.tasks.back();
+    }
+    void NeedSubWorkers(const std::string& name) const {
+        if (worker.config.num_sub_workers == 0)
+            throw Error(ErrorKind::InvalidArgument, "SubWorker task '" + name +
+                                                        "' needs DistributedConfig::num_sub_workers >= 1 (it is 0)");
+    }
+};
+
+HostTensor HostGraph::CreateTensor(const std::vector<int64_t>& shape, DType dtype) { return HostTensor::Zeros(shape, dtype); }
+
+uint64_t HostGraph::Chip(const std::string& function, std::vector<TensorArg> args, ChipOptions options) {
+    if (!impl_.worker.registry->Find(function))
+        throw Error(ErrorKind::NotFound, "chip function '" + function + "' is not registered on this Worker (registered: " +
+                                             impl_.worker.registry->Names() + ")");
+    const size_t devices = impl_.worker.scheduler->device_count();
+    if (options.device && *options.device >= devices)
+        throw Error(ErrorKind::InvalidArgument, "chip task '" + (options.name.empty() ? function : options.name) +
+                                                    "' names device " + std::to_string(*options.device) +
+                                                    ", but the Worker has " + std::to_string(devices));
+    host::HostTask& t = impl_.Add(Level::Chip, function, std::move(args), options.name);
+    t.pinned = options.device;
+    return t.id;
+}
+
+uint64_t HostGraph::Sub(const std::string& name, std::vector<TensorArg> args) {
+    SubWorkerFn fn;
+    {
+        std::lock_guard lock(impl_.worker.sub_mu);
+        auto it = impl_.worker.sub_workers.find(name);
+        if (it == impl_.worker.sub_workers.end())
+            throw Error(ErrorKind::NotFound, "SubWorker '" + name + "' is not registered on this Worker");
+        fn = it->second;
+    }
+    return Sub(name, std::move(fn), std::move(args));
+}
+
+uint64_t HostGraph::Sub(const std::string& name, SubWorkerFn fn, std::vector<TensorArg> args) {
+    if (!fn) throw Error(ErrorKind::InvalidArgument, "SubWorker task '" + name + "': no function");
+    impl_.NeedSubWorkers(name);
+    host::HostTask& t = impl_.Add(Level::Host, name, std::move(args), "");
+    t.fn = std::move(fn);
+    return t.id;
+}
+
+struct RunHandle::State {
+    std::shared_ptr<host::Scheduler> scheduler;
+    std::shared_ptr<host::RunState> run;
+};
+
+RunHandle::RunHandle() = default;
+RunHandle::RunHandle(std::shared_ptr<State> state) : state_(std::move(state)) {}
+RunHandle::RunHandle(RunHandle&&) noexcept = default;
+RunHandle& RunHandle::operator=(RunHandle&& o) noexcept {
+    if (this != &o) {
+        RunHandle old(std::move(*this));  // waits for the run it had, as destruction would
+        state_ = std::move(o.state_);
+    }
+    return *this;
+}
+RunHandle::~RunHandle() {
+    if (!state_) return;
+    try {
+        state_->scheduler->Wait(*state_->run);
+    } catch (...) {  // the error belongs to whoever waits; a dropped handle only waits
+    }
+}
+
+std::vector<HostTensor> RunHandle::Wait() {
+    if (!state_) throw Error(ErrorKind::InvalidArgument, "RunHandle: empty (moved from or default)");
+    std::shared_ptr<State> s = std::move(state_);
+    return s->scheduler->Wait(*s->run);
+}
+
+bool RunHandle::Done() const { return !state_ || state_->scheduler->Done(*state_->run); }
+
+namespace {
+
+std::vector<std::unique_ptr<ChipExecutor>> OpenExecutors(Host& host, const DistributedConfig& config,
+                                                         const std::shared_ptr<ChipRegistry>& registry) {
+    Validate(config);
+    const auto& fns = host.functions();
+    std::vector<std::string> selectors;
+    for (size_t i = 0; i < config.device_ids.size(); ++i) {
+        const int id = config.device_ids[i];
+        if (size_t(id) >= fns.size())
+            throw Error(ErrorKind::NotFound, "DistributedConfig: device_ids[" + std::to_string(i) + "] is " +
+                                                 std::to_string(id) + ", but " + host.Describe() + " has " +
+                                                 std::to_string(fns.size()) + " function(s) (0.." +
+                                                 std::to_string(int(fns.size()) - 1) + ")");
+        selectors.push_back(std::to_string(id));
+    }
+    std::vector<Device> devices = host.OpenAll(selectors);
+    std::vector<std::unique_ptr<ChipExecutor>> executors;
+    for (Device& dev : devices) {
+        const uint32_t cores = dev.function().Read32(SPYRE_REG_NUM_CORES);
+        if (uint32_t(config.block_dim) > cores)
+            throw Error(ErrorKind::InvalidArgument, "DistributedConfig: block_dim is " + std::to_string(config.block_dim) +
+                                                        ", but " + dev.pci_address() + " has " + std::to_string(cores) +
+                                                        " cores");
+        executors.push_back(std::make_unique<host::LocalChipExecutor>(std::move(dev), config, registry));
+    }
+    return executors;
+}
+
+}  // namespace
+
+Worker::Worker(Host& host, DistributedConfig config) {
+    auto registry = std::make_shared<ChipRegistry>();
+    auto executors = OpenExecutors(host, config, registry);
+    *this = Worker(std::move(executors), std::move(config), std::move(registry));
+}
+
+Worker::Worker(std::vector<std::unique_ptr<ChipExecutor>> executors, DistributedConfig config,
+               std::shared_ptr<ChipRegistry> registry)
+    : impl_(std::make_unique<Impl>()) {
+    DistributedConfig checked = config;
+    checked.device_ids = {0};  // the executors are the devices here
+    Validate(checked);
+    if (executors.empty()) throw Error(ErrorKind::InvalidArgument, "Worker: no chip executors");
+    if (!registry) throw Error(ErrorKind::InvalidArgument, "Worker: no chip registry");
+    impl_->config = std::move(config);
+    impl_->registry = std::move(registry);
+    impl_->scheduler = std::make_shared<host::Scheduler>(std::move(executors), impl_->config);
+}
+
+Worker::Worker(Worker&&) noexcept = default;
+Worker& Worker::operator=(Worker&&) noexcept = default;
+Worker::~Worker() = default;
+
+void Worker::RegisterKernel(int32_t kernel_id, const std::vector<uint8_t>& program) {
+    for (size_t d = 0; d < impl_->scheduler->device_count(); ++d) impl_->scheduler->executor(d).LoadKernel(kernel_id, program);
+}
+
+void Worker::RegisterChipFunction(const std::string& name, ChipFunction fn) {
+    if (!fn) throw Error(ErrorKind::InvalidArgument, "chip function '" + name + "': empty function");
+    impl_->registry->Add(name, {std::move(fn), nullptr});
+}
+
+void Worker::RegisterChipFunction(const std::string& name, pto_orchestration_fn fn) {
+    if (!fn) throw Error(ErrorKind::InvalidArgument, "chip function '" + name + "': null function");
+    impl_->registry->Add(name, {{}, fn});
+}
+
+void Worker::RegisterChipPlan(const std::string& name, const CompilerOutput& plan) {
+    impl_->registry->Add(name, {{}, nullptr, true});
+    for (size_t d = 0; d < impl_->scheduler->device_count(); ++d) impl_->scheduler->executor(d).LoadPlan(name, plan);
+}
+
+void Worker::RegisterSubWorker(const std::string& name, SubWorkerFn fn) {
+    if (name.empty() || !fn) throw Error(ErrorKind::InvalidArgument, "SubWorker: empty name or function");
+    std::lock_guard lock(impl_->sub_mu);
+    if (!impl_->sub_workers.emplace(name, std::move(fn)).second)
+        throw Error(ErrorKind::InvalidArgument, "SubWorker '" + name + "' is already registered");
+}
+
+std::vector<HostTensor> Worker::Run(const HostProgram& program, std::vector<HostTensor> args) {
+    return Submit(program, std::move(args)).Wait();
+}
+
+RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> args) {
+    const std::string what = "host program '" + program.name + "'";
+    if (!program.fn) throw Error(ErrorKind::InvalidArgument, what + ": no orchestration function");
+    const size_t all = program.num_inputs + program.outputs.size();
+    if (args.size() == program.num_inputs && !program.outputs.empty()) {
+        for (const auto& o : program.outputs) args.push_back(HostTensor::Zeros(o.shape, o.dtype));  // return style
+    } else if (args.size() != all) {
+        throw Error(ErrorKind::InvalidArgument, what + " takes " + std::to_string(program.num_inputs) + " input(s) and " +
+                                                    std::to_string(program.outputs.size()) + " output(s): got " +
+                                                    std::to_string(args.size()) + " tensor(s)");
+    }
+    for (size_t i = 0; i < args.size(); ++i) {
+        if (!args[i]) throw Error(ErrorKind::InvalidArgument, what + ": argument " + std::to_string(i) + " is empty");
+        if (i < program.num_inputs) continue;
+        const auto& spec = program.outputs[i - program.num_inputs];
+        if (args[i].shape() != spec.shape || args[i].dtype() != spec.dtype)
+            throw Error(ErrorKind::InvalidArgument, what + ": output " + std::to_string(i - program.num_inputs) + " is " +
+                                                        args[i].Describe() + ", the program writes " +
+                                                        HostTensor::Zeros(spec.shape, spec.dtype).Describe());
+    }
+    auto run = std::make_unique<host::RunState>();
+    run->name = program.name;
+    HostGraph::Impl graph_impl{*impl_, *run, {}};
+    HostGraph graph(graph_impl);
+    try {
+        program.fn(graph, args);
+    } catch (const Error&) {
+        throw;
+    } catch (const std::exception& e) {
+        throw Error(ErrorKind::TaskFailed, what + ": the host orchestration function threw: " + e.what());
+    } catch (...) {
+        throw Error(ErrorKind::TaskFailed, what + ": the host orchestration function threw a non-std exception");
+    }
+    run->outputs.assign(args.begin() + long(program.num_inputs), args.end());
+    auto state = std::make_shared<RunHandle::State>(RunHandle::State{impl_->scheduler, nullptr});
+    state->run = impl_->scheduler->Start(std::move(run));
+    return RunHandle(std::move(state));
+}
+
+size_t Worker::device_count() const { return impl_->scheduler->device_count(); }
+std::string Worker::DescribeDevice(size_t index) const { return impl_->scheduler->executor(index).Describe(); }
+Worker::DeviceStats Worker::Stats(size_t device) const { return impl_->scheduler->Stats(device); }
+const DistributedConfig& Worker::config() const { return impl_->config; }
+
+}  // namespace spyre

@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host-level dependency discovery (libspyre/host/region_tracker): RAW, WAW
+// and WAR on overlapping byte ranges, nothing between disjoint ranges or
+// between readers, finished tasks imposing nothing, failed ones staying.
+#include "host/region_tracker.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace spyre::host;
+
+namespace {
+
+struct Fixture {
+    RegionTracker map;
+    HostTask tasks[8];
+    std::vector<HostTask*> Access(int task, uint64_t begin, uint64_t end, bool write, uint64_t storage = 1) {
+        std::vector<HostTask*> deps;
+        map.Access(storage, begin, end, write, &tasks[task], deps);
+        return deps;
+    }
+};
+
+}  // namespace
+
+TEST(HostRegionTracker, ReadAfterWriteWriteAfterWriteAndWriteAfterRead) {
+    Fixture f;
+    EXPECT_TRUE(f.Access(0, 0, 100, true).empty());
+    EXPECT_EQ(f.Access(1, 50, 60, false), std::vector<HostTask*>{&f.tasks[0]});  // RAW
+    EXPECT_EQ(f.Access(2, 0, 10, false), std::vector<HostTask*>{&f.tasks[0]});   // RAW, and no edge between readers
+    auto deps = f.Access(3, 55, 58, true);                                         // WAW on 0, WAR on 1, not 2
+    EXPECT_EQ(deps, (std::vector<HostTask*>{&f.tasks[0], &f.tasks[1]}));
+}
+
+TEST(HostRegionTracker, DisjointRangesAndOtherStoragesAreIndependent) {
+    Fixture f;
+    f.Access(0, 0, 64, true);
+    EXPECT_TRUE(f.Access(1, 64, 128, true).empty());         // the next rows
+    EXPECT_TRUE(f.Access(2, 0, 64, true, 2).empty());        // another tensor
+    EXPECT_EQ(f.Access(3, 0, 128, false).size(), 2u);        // a reader of both row blocks
+}
+
+TEST(HostRegionTracker, FinishedTasksImposeNothingFailedOnesStayUntilForgotten) {
+    Fixture f;
+    f.Access(0, 0, 100, true);
+    f.Access(1, 200, 300, true);
+    f.tasks[0].state = HostTask::State::Done;
+    f.tasks[1].state = HostTask::State::Failed;
+    EXPECT_TRUE(f.Access(2, 0, 100, false).empty());
+    EXPECT_EQ(f.Access(3, 250, 260, false), std::vector<HostTask*>{&f.tasks[1]});
+    f.tasks[1].args.push_back({spyre::HostTensor{}, spyre::Access::Out});
+    f.map.Forget(f.tasks[1]);  // its storage id is 0 here: nothing to forget on storage 1
+    EXPECT_EQ(f.map.entries(), 3u);
+}

@@ -1,0 +1,522 @@
+// SPDX-License-Identifier: Apache-2.0
+// The level-3 Worker (seed 003) on an embedded spyre-mockdev with 2 cards x
+// 2 VFs (and 4 x 4 at the end): chip tasks run on the cards' cores through
+// each device's orchestration runtime, SubWorkers on host threads; results
+// are checked exactly (or against a CPU matmul), placement through each
+// device's task counts and bytes moved, overlap through the device's own
+// timestamps in a trace, errors by kind, fields and message.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "l3_chip_functions.hpp"
+#include "mock_fixture.hpp"
+#include "spyre/compiler/plan_writer.hpp"
+#include "spyre/host.hpp"
+#include "spyre/trace/trace.hpp"
+
+using namespace spyre;
+using namespace spyre::l3;
+
+namespace {
+
+HostOptions Mock(uint16_t cards, uint16_t vfs) {
+    HostOptions o;
+    o.source = HostOptions::Source::EmbeddedMock;
+    o.embedded_mock = {.cards = cards, .vfs = vfs, .mem = "2G"};
+    return o;
+}
+
+// The VFs of `host`: the devices the Worker uses.
+std::vector<int> Vfs(const Host& host) {
+    std::vector<int> ids;
+    for (const auto& f : host.functions())
+        if (f.kind == driver::FunctionKind::VF) ids.push_back(int(f.index));
+    return ids;
+}
+
+HostTensor Iota(float scale, float offset) {
+    HostTensor t = HostTensor::Zeros({kTile, kTile});
+    auto v = t.floats();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = float(int(i % 1000)) * scale + offset;
+    return t;
+}
+
+void ExpectFloats(const HostTensor& got, const std::function<float(size_t)>& want, const std::string& what) {
+    auto v = got.floats();
+    for (size_t i = 0; i < v.size(); ++i)
+        if (v[i] != want(i)) {
+            ADD_FAILURE() << what << ": element " << i << " is " << v[i] << ", want " << want(i);
+            return;
+        }
+}
+
+class WorkerTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        SPYRE_REQUIRE_FUSE();
+        host_.emplace(Host::Open(Mock(2, 2)));
+        DistributedConfig c;
+        c.device_ids = Vfs(*host_);  // 01:00.1, 01:00.2, 02:00.1, 02:00.2
+        c.num_sub_workers = 2;
+        c.block_dim = 2;
+        worker_.emplace(*host_, c);
+        RegisterChipFunctions(*worker_);
+        worker_->RegisterSubWorker("verify", [](std::span<const HostTensor> t) {
+            for (float x : t[0].floats())
+                if (x != 5.0f) throw std::runtime_error("SubWorker verify failed: expected 5.0, got " + std::to_string(x));
+        });
+    }
+    std::vector<Worker::DeviceStats> AllStats() {
+        std::vector<Worker::DeviceStats> s;
+        for (size_t d = 0; d < worker_->device_count(); ++d) s.push_back(worker_->Stats(d));
+        return s;
+    }
+    std::optional<Host> host_;
+    std::optional<Worker> worker_;
+};
+
+}  // namespace
+
+// Seed 003's L3 dependency program, in-place (f given) and return style
+// (f allocated by the runtime), and its verify SubWorker failing on a wrong f.
+TEST_F(WorkerTest, DependencyProgramInPlaceAndReturnStyle) {
+    HostTensor a = HostTensor::Full({128, 128}, 2.0f), b = HostTensor::Full({128, 128}, 3.0f);
+    HostTensor f = HostTensor::Zeros({128, 128});
+    auto outs = worker_->Run(DependencyProgram(), {a, b, f});
+    ASSERT_EQ(outs.size(), 1u);
+    EXPECT_TRUE(outs[0].SameStorage(f));
+    ExpectFloats(f, [](size_t) { return 5.0f; }, "in-place f");
+
+    outs = worker_->Run(DependencyProgram(), {a, b});
+    ASSERT_EQ(outs.size(), 1u);
+    EXPECT_FALSE(outs[0].SameStorage(f));
+    EXPECT_EQ(outs[0].shape(), (std::vector<int64_t>{128, 128}));
+    ExpectFloats(outs[0], [](size_t) { return 5.0f; }, "returned f");
+
+    try {
+        worker_->Run(DependencyProgram(), {a, a});
+        FAIL() << "verify passed 4.0";
+    } catch (const HostRunError& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::TaskFailed) << e.what();
+        ASSERT_EQ(e.failures().size(), 1u);
+        EXPECT_EQ(e.failures()[0].task, "verify#0");
+        EXPECT_EQ(e.failures()[0].level, Level::Host);
+        EXPECT_NE(e.failures()[0].cause.find("expected 5.0, got 4.0"), std::string::npos) << e.what();
+    }
+}
+
+// Seed 003's parallel pattern: chip_add and chip_sub are independent, go to
+// two devices, and the reduce SubWorker sees both: f = 2a.
+TEST_F(WorkerTest, ParallelReduceSpreadsOverTwoDevices) {
+    HostTensor a = Iota(0.5f, 1.0f), b = Iota(-0.25f, 3.0f);
+    auto outs = worker_->Run(ParallelReduceProgram(), {a, b});
+    auto av = a.floats();
+    ExpectFloats(outs[0], [&](size_t i) { return (av[i] + b.floats()[i]) + (av[i] - b.floats()[i]); }, "f");
+    int used = 0;
+    for (const auto& s : AllStats()) {
+        EXPECT_LE(s.chip_tasks, 1u);
+        used += s.chip_tasks == 1;
+    }
+    EXPECT_EQ(used, 2);
+}
+
+// Chains, fan-out and fan-in at host level: t1 = a + b, t2 = t1 + b,
+// t3 = t2 + b (a chain), four u_i = t3 - b (fan-out from t3), and a
+// SubWorker summing the u_i (fan-in): 4 (a + 2b), exact in fp32 here.
+TEST_F(WorkerTest, ChainsFanOutAndFanInResolveFromTensors) {
+    HostProgram p{"chain_fan", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                      HostTensor t1 = g.CreateTensor({kTile, kTile}), t2 = g.CreateTensor({kTile, kTile}),
+                                 t3 = g.CreateTensor({kTile, kTile});
+                      g.Chip("chip_add", {In(x[0]), In(x[1]), Out(t1)});
+                      g.Chip("chip_add", {In(t1), In(x[1]), Out(t2)});
+                      g.Chip("chip_add", {In(t2), In(x[1]), Out(t3)});
+                      std::vector<TensorArg> sum_args;
+                      for (int i = 0; i < 4; ++i) {
+                          HostTensor u = g.CreateTensor({kTile, kTile});
+                          g.Chip("chip_sub", {In(t3), In(x[1]), Out(u)});
+                          sum_args.push_back(In(u));
+                      }
+                      sum_args.push_back(Out(x[2]));
+                      g.Sub("sum", [](std::span<const HostTensor> t) {
+                          auto f = t[4].floats();
+                          for (size_t i = 0; i < f.size(); ++i)
+                              f[i] = t[0].floats()[i] + t[1].floats()[i] + t[2].floats()[i] + t[3].floats()[i];
+                      }, std::move(sum_args));
+                  }};
+    HostTensor a = Iota(1.0f, 0.0f), b = Iota(0.0f, 2.0f);
+    auto outs = worker_->Run(p, {a, b});
+    ExpectFloats(outs[0], [&](size_t i) { return 4 * (a.floats()[i] + 4.0f); }, "4(a + 2b)");
+    uint64_t tasks = 0;
+    for (const auto& s : AllStats()) tasks += s.chip_tasks;
+    EXPECT_EQ(tasks, 7u);
+}
+
+// A chip function that is an ExecutionPlan (the kernel builder's add as
+// compiler output), loaded on every device, chained with a C++ chip
+// function: f = (a + b) - b = a.
+TEST_F(WorkerTest, AnExecutionPlanAsAChipFunction) {
+    const KernelBuilder kb;
+    worker_->RegisterChipPlan("plan_add", CompilerOutputFromKernel("add", kb.Elementwise(ElementwiseOp::Add, {kTile, kTile},
+                                                                                         {kTile, kTile}, DType::FP32)));
+    HostProgram p{"plan", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                      HostTensor s = g.CreateTensor({kTile, kTile});
+                      g.Chip("plan_add", {In(x[0]), In(x[1]), Out(s)});
+                      g.Chip("chip_sub", {In(s), In(x[1]), Out(x[2])});
+                  }};
+    HostTensor a = Iota(1.0f, 3.0f), b = Iota(0.0f, 2.0f);
+    auto outs = worker_->Run(p, {a, b});
+    ExpectFloats(outs[0], [&](size_t i) { return a.floats()[i]; }, "(a + b) - b through a plan");
+    HostProgram wrong{"wrong", 2, {}, [](HostGraph& g, std::span<const HostTensor> x) {
+                          g.Chip("plan_add", {In(x[0]), Out(x[1])}, {.name = "two args"});
+                      }};
+    EXPECT_SPYRE_ERROR(worker_->Run(wrong, {a, HostTensor::Zeros({kTile, kTile})}), InvalidArgument,
+                       "chip plan 'plan_add' takes 3 tensors, the task 'two args' passes 2");
+}
+
+// Writers of one range serialise (RAW/WAW: f = a + b, then f = f + b);
+// the same program twice gives a + 2b each time.
+TEST_F(WorkerTest, WritersOfOneTensorSerialise) {
+    HostProgram p{"twice", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                      g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])});
+                      g.Chip("chip_add", {In(x[2]), In(x[1]), Out(x[2])});
+                  }};
+    HostTensor a = Iota(2.0f, -7.0f), b = Iota(0.0f, 1.5f);
+    for (int i = 0; i < 2; ++i) {
+        auto outs = worker_->Run(p, {a, b});
+        ExpectFloats(outs[0], [&](size_t j) { return a.floats()[j] + 3.0f; }, "a + 2b");
+    }
+}
+
+// The data-parallel matmul: A's rows split over the four devices, each chip
+// task writing its own rows of C (disjoint: no dependency), each split again
+// over block_dim = 2 core tasks; C checked against a CPU matmul.
+TEST_F(WorkerTest, DataParallelMatmulSplitsRowsOverAllDevices) {
+    constexpr int64_t m = 512, k = 128, n = 128;
+    std::vector<float> av(m * k), bv(k * n), want(m * n, 0.0f);
+    for (size_t i = 0; i < av.size(); ++i) av[i] = float(int(i * 37 % 19) - 9) / 8.0f;
+    for (size_t i = 0; i < bv.size(); ++i) bv[i] = float(int(i * 11 % 13) - 6) / 4.0f;
+    for (int64_t r = 0; r < m; ++r)
+        for (int64_t x = 0; x < k; ++x)
+            for (int64_t c = 0; c < n; ++c) want[r * n + c] += av[r * k + x] * bv[x * n + c];
+    HostTensor a = HostTensor::FromFloats({m, k}, av), b = HostTensor::FromFloats({k, n}, bv);
+    auto outs = worker_->Run(RowParallelMatmul(m, n, 4), {a, b});
+    auto c = outs[0].floats();
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(c[i], want[i], 1e-3 * std::max(1.0f, std::fabs(want[i]))) << i;
+    for (const auto& s : AllStats()) EXPECT_EQ(s.chip_tasks, 1u);
+}
+
+// Chip tasks on different devices really overlap: the device timestamps of
+// their core tasks (trace spans from the completion records) intersect.
+TEST_F(WorkerTest, ChipTasksOnTwoDevicesOverlapInDeviceTime) {
+    worker_.reset();
+    DistributedConfig c;
+    c.device_ids = {1, 4};  // one VF of each card
+    c.num_sub_workers = 1;
+    c.block_dim = 8;
+    worker_.emplace(*host_, c);
+    constexpr int64_t m = 2048, k = 256, n = 256;  // 8 core tasks of 128 rows per device
+    RegisterChipFunctions(*worker_, 128, k, n);
+    HostTensor a = HostTensor::Zeros({m, k}), b = HostTensor::Zeros({k, n});
+    for (float& x : a.floats()) x = 0.5f;
+    for (float& x : b.floats()) x = 0.25f;
+    const std::string path = (std::filesystem::temp_directory_path() / ("l3_overlap_" + std::to_string(getpid()) + ".json")).string();
+    trace::Start(path);
+    auto outs = worker_->Run(RowParallelMatmul(m, n, 2), {a, b});
+    trace::Stop();
+    for (float x : outs[0].floats()) ASSERT_EQ(x, 0.5f * 0.25f * k);
+
+    std::ifstream in(path);
+    const nlohmann::json t = nlohmann::json::parse(in);
+    std::filesystem::remove(path);
+    std::map<int64_t, std::string> tracks;
+    for (const auto& e : t["traceEvents"])
+        if (e["ph"] == "M" && e["name"] == "thread_name") tracks[e["tid"].get<int64_t>()] = e["args"]["name"];
+    // Per device: the span from its first core task's start to its last one's end.
+    std::map<std::string, std::pair<double, double>> busy;
+    for (const auto& e : t["traceEvents"]) {
+        if (e["ph"] != "X" || !e.contains("tid")) continue;
+        const std::string track = tracks[e["tid"].get<int64_t>()];
+        const auto core = track.find(" core ");
+        if (core == std::string::npos) continue;
+        const double ts = e["ts"].get<double>(), end = ts + e["dur"].get<double>();
+        auto [it, fresh] = busy.try_emplace(track.substr(0, core), ts, end);
+        it->second.first = std::min(it->second.first, ts);
+        it->second.second = std::max(it->second.second, end);
+    }
+    ASSERT_EQ(busy.size(), 2u) << "core tasks of two devices in the trace";
+    const auto& [d0, s0] = *busy.begin();
+    const auto& [d1, s1] = *std::next(busy.begin());
+    EXPECT_LT(std::max(s0.first, s1.first), std::min(s0.second, s1.second))
+        << d0 << " busy " << s0.first << ".." << s0.second << " us, " << d1 << " busy " << s1.first << ".." << s1.second;
+}
+
+// Affinity: a task naming its device runs there. Locality: a task reading
+// what a chip task wrote goes to that device and does not upload it again.
+TEST_F(WorkerTest, AffinityAndLocality) {
+    HostProgram pinned{"pinned", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                           g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])}, {.name = "pinned add", .device = 3});
+                       }};
+    HostTensor a = Iota(1.0f, 0.0f), b = Iota(0.0f, 1.0f);
+    worker_->Run(pinned, {a, b});
+    EXPECT_EQ(worker_->Stats(3).chip_tasks, 1u);
+
+    // Fresh tensors: a and b are current on device 3 now, and would draw the chain there.
+    a = Iota(1.0f, 5.0f), b = Iota(0.0f, 1.0f);
+    const auto before = AllStats();
+    HostProgram chain{"chain", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                          HostTensor t = g.CreateTensor({kTile, kTile});
+                          g.Chip("chip_add", {In(x[0]), In(x[1]), Out(t)});
+                          g.Chip("chip_sub", {In(t), In(x[1]), Out(x[2])});
+                      }};
+    auto outs = worker_->Run(chain, {a, b});
+    ExpectFloats(outs[0], [&](size_t i) { return a.floats()[i]; }, "(a + b) - b");
+    const auto after = AllStats();
+    int devices_used = 0;
+    for (size_t d = 0; d < after.size(); ++d) {
+        const uint64_t tasks = after[d].chip_tasks - before[d].chip_tasks;
+        if (tasks == 0) continue;
+        ++devices_used;
+        EXPECT_EQ(tasks, 2u) << "both on " << worker_->DescribeDevice(d);
+        EXPECT_EQ(after[d].moved.bytes_uploaded - before[d].moved.bytes_uploaded, 2 * kTileBytes);  // a, b once
+        EXPECT_EQ(after[d].moved.bytes_reused - before[d].moved.bytes_reused, 2 * kTileBytes);      // t and b
+    }
+    EXPECT_EQ(devices_used, 1);
+}
+
+// A SubWorker that throws: the run fails with its structured error, its
+// downstream tasks are skipped and listed, the independent task finishes,
+// and the next run works.
+TEST_F(WorkerTest, AThrowingSubWorkerFailsTheRunAndSkipsItsCone) {
+    HostProgram p{"with_boom", 2, {{{kTile, kTile}}, {{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                      HostTensor s = g.CreateTensor({kTile, kTile}), t = g.CreateTensor({kTile, kTile}),
+                                 u = g.CreateTensor({kTile, kTile});
+                      g.Chip("chip_add", {In(x[0]), In(x[1]), Out(s)});
+                      g.Sub("boom", [](std::span<const HostTensor>) { throw std::runtime_error("boom!"); }, {In(s), Out(t)});
+                      g.Chip("chip_sub", {In(t), In(x[1]), Out(u)}, {.name = "after boom"});
+                      g.Sub("last", [](std::span<const HostTensor>) {}, {In(u), Out(x[2])});
+                      g.Chip("chip_sub", {In(x[0]), In(x[1]), Out(x[3])}, {.name = "independent"});
+                  }};
+    HostTensor a = Iota(1.0f, 0.0f), b = Iota(0.0f, 1.0f), f = HostTensor::Zeros({kTile, kTile}),
+               v = HostTensor::Zeros({kTile, kTile});
+    try {
+        worker_->Run(p, {a, b, f, v});
+        FAIL() << "no error";
+    } catch (const HostRunError& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::TaskFailed);
+        ASSERT_EQ(e.failures().size(), 1u);
+        const TaskFailureInfo& fail = e.failures()[0];
+        EXPECT_EQ(fail.task, "boom#0");
+        EXPECT_EQ(fail.function, "boom");
+        EXPECT_EQ(fail.level, Level::Host);
+        EXPECT_EQ(fail.device, "");
+        EXPECT_EQ(fail.cause, "boom!");
+        EXPECT_EQ(e.skipped(), (std::vector<std::string>{"after boom", "last#0"}));
+        EXPECT_NE(std::string(e.what()).find("HOST task 'boom#0' (SubWorker 'boom') failed: boom!"), std::string::npos)
+            << e.what();
+        EXPECT_NE(std::string(e.what()).find("skipped 2 downstream task(s): after boom last#0"), std::string::npos)
+            << e.what();
+    }
+    ExpectFloats(v, [&](size_t i) { return a.floats()[i] - 1.0f; }, "the independent task's a - b");
+    ExpectFloats(f, [](size_t) { return 0.0f; }, "f, downstream of the failure");
+    HostTensor five = HostTensor::Full({128, 128}, 2.0f);
+    worker_->Run(DependencyProgram(), {five, HostTensor::Full({128, 128}, 3.0f)});  // still usable
+}
+
+// A chip task whose device program faults: DeviceError with the device,
+// the chip function and the device's code; downstream skipped; independent
+// work done; the worker keeps working.
+TEST_F(WorkerTest, AFaultingChipTaskReportsTheDeviceAndItsCode) {
+    HostProgram p{"with_fault", 2, {{{kTile, kTile}}, {{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                      HostTensor y = g.CreateTensor({kTile, kTile});
+                      g.Chip("chip_fault", {In(x[0]), Out(y)}, {.name = "faulty", .device = 1});
+                      g.Sub("use", [](std::span<const HostTensor>) {}, {In(y), Out(x[2])});
+                      g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[3])}, {.name = "independent", .device = 2});
+                  }};
+    HostTensor a = Iota(1.0f, 0.0f), b = Iota(0.0f, 1.0f);
+    HostTensor f = HostTensor::Zeros({kTile, kTile}), v = HostTensor::Zeros({kTile, kTile});
+    try {
+        worker_->Run(p, {a, b, f, v});
+        FAIL() << "no error";
+    } catch (const HostRunError& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::DeviceError) << e.what();
+        ASSERT_EQ(e.failures().size(), 1u);
+        const TaskFailureInfo& fail = e.failures()[0];
+        EXPECT_EQ(fail.task, "faulty");
+        EXPECT_EQ(fail.level, Level::Chip);
+        EXPECT_EQ(fail.function, "chip_fault");
+        EXPECT_EQ(fail.device, worker_->DescribeDevice(1));
+        EXPECT_NE(fail.device_code, 0u);
+        EXPECT_EQ(e.context().device_code, fail.device_code);
+        EXPECT_EQ(e.context().device, fail.device);
+        EXPECT_NE(fail.cause.find("kernel " + std::to_string(KERNEL_JUNK)), std::string::npos) << fail.cause;
+        EXPECT_EQ(e.skipped(), (std::vector<std::string>{"use#0"}));
+        EXPECT_NE(std::string(e.what()).find("CHIP task 'faulty' (chip function 'chip_fault' on " + fail.device),
+                  std::string::npos) << e.what();
+    }
+    ExpectFloats(v, [&](size_t i) { return a.floats()[i] + 1.0f; }, "independent a + b");
+    // Same device, next run: fine.
+    HostProgram again{"again", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                          g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])}, {.device = 1});
+                      }};
+    auto outs = worker_->Run(again, {a, b});
+    ExpectFloats(outs[0], [&](size_t i) { return a.floats()[i] + 1.0f; }, "a + b after the fault");
+}
+
+// Bad configurations and bad runs are typed errors naming what is wrong.
+TEST_F(WorkerTest, BadConfigurationsAndRunsAreTypedErrors) {
+    auto config = [](auto edit) {
+        DistributedConfig c;
+        c.device_ids = {1};
+        edit(c);
+        return c;
+    };
+    EXPECT_SPYRE_ERROR(Validate(config([](auto& c) { c.device_ids.clear(); })), InvalidArgument, "device_ids is empty");
+    EXPECT_SPYRE_ERROR(Validate(config([](auto& c) { c.device_ids = {1, 1}; })), InvalidArgument, "names device 1 twice");
+    EXPECT_SPYRE_ERROR(Validate(config([](auto& c) { c.runtime = "simpler"; })), InvalidArgument, "runtime 'simpler' is unknown");
+    EXPECT_SPYRE_ERROR(Validate(config([](auto& c) { c.block_dim = 0; })), InvalidArgument, "block_dim is 0");
+    EXPECT_SPYRE_ERROR(Validate(config([](auto& c) { c.aicpu_thread_num = 0; })), InvalidArgument, "aicpu_thread_num is 0");
+    EXPECT_SPYRE_ERROR(Validate(config([](auto& c) { c.num_sub_workers = -1; })), InvalidArgument, "num_sub_workers is -1");
+    EXPECT_SPYRE_ERROR(Worker(*host_, config([](auto& c) { c.device_ids = {9}; })), NotFound, "device_ids[0] is 9");
+    EXPECT_SPYRE_ERROR(Worker(*host_, config([](auto& c) { c.device_ids = {0}; c.block_dim = 100000; })), InvalidArgument,
+                       "block_dim is 100000");
+    EXPECT_SPYRE_ERROR(Worker(*host_, config([](auto& c) { c.device_ids = {1}; })), Busy, "");  // held by worker_
+
+    HostTensor a = Iota(1.0f, 0.0f);
+    EXPECT_SPYRE_ERROR(worker_->Run(DependencyProgram(), {a}), InvalidArgument, "takes 2 input(s) and 1 output(s): got 1");
+    EXPECT_SPYRE_ERROR(worker_->Run(DependencyProgram(), {a, a, HostTensor::Zeros({64, 128})}), InvalidArgument,
+                       "output 0 is [64x128] fp32");
+    HostProgram unknown{"unknown", 1, {}, [](HostGraph& g, std::span<const HostTensor> x) { g.Chip("chip_mul", {In(x[0])}); }};
+    EXPECT_SPYRE_ERROR(worker_->Run(unknown, {a}), NotFound, "chip function 'chip_mul' is not registered on this Worker");
+    HostProgram far{"far", 1, {}, [](HostGraph& g, std::span<const HostTensor> x) { g.Chip("chip_empty", {In(x[0])}, {.device = 4}); }};
+    EXPECT_SPYRE_ERROR(worker_->Run(far, {a}), InvalidArgument, "names device 4, but the Worker has 4");
+    HostProgram throws{"throws", 1, {}, [](HostGraph&, std::span<const HostTensor>) { throw std::logic_error("no graph"); }};
+    EXPECT_SPYRE_ERROR(worker_->Run(throws, {a}), TaskFailed, "host program 'throws': the host orchestration function threw: no graph");
+    EXPECT_SPYRE_ERROR(a.Rows(0, 129), InvalidArgument, "rows 0..129");
+
+    worker_.reset();
+    Worker no_subs(*host_, config([](auto&) {}));
+    RegisterChipFunctions(no_subs);
+    HostProgram sub{"sub", 1, {}, [](HostGraph& g, std::span<const HostTensor> x) { g.Sub("s", [](auto) {}, {In(x[0])}); }};
+    EXPECT_SPYRE_ERROR(no_subs.Run(sub, {a}), InvalidArgument, "needs DistributedConfig::num_sub_workers >= 1 (it is 0)");
+}
+
+// Several runs in flight: independent ones all finish right; a run reading
+// what an earlier run in flight writes waits for it.
+TEST_F(WorkerTest, SeveralRunsInFlight) {
+    std::vector<HostTensor> as, bs;
+    std::vector<RunHandle> runs;
+    for (int r = 0; r < 8; ++r) {
+        as.push_back(Iota(float(r), 1.0f));
+        bs.push_back(Iota(0.5f, float(r)));
+        runs.push_back(worker_->Submit(ParallelReduceProgram(), {as.back(), bs.back()}));
+    }
+    HostTensor a = Iota(1.0f, 0.0f), b = Iota(0.0f, 4.0f), f = HostTensor::Zeros({kTile, kTile});
+    HostProgram write{"write", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                          g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])});
+                      }};
+    HostProgram read{"read", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                         g.Chip("chip_sub", {In(x[0]), In(x[1]), Out(x[2])});
+                     }};
+    RunHandle w = worker_->Submit(write, {a, b, f});
+    RunHandle rd = worker_->Submit(read, {f, b});
+    for (int r = 0; r < 8; ++r) {
+        auto outs = runs[r].Wait();
+        auto x = as[r].floats(), y = bs[r].floats();
+        ExpectFloats(outs[0], [&](size_t i) { return (x[i] + y[i]) + (x[i] - y[i]); }, "run " + std::to_string(r));
+    }
+    w.Wait();
+    ExpectFloats(rd.Wait()[0], [&](size_t i) { return a.floats()[i]; }, "(a + b) - b across runs");
+}
+
+// A run reading what a failing earlier run in flight should have written
+// is skipped, and fails with the earlier run's cause. A SubWorker gate
+// holds the first run until the second is recorded, so the order is sure.
+TEST_F(WorkerTest, ARunDependingOnAFailedRunInFlightFailsWithItsCause) {
+    std::promise<void> open_gate;
+    std::shared_future<void> gate = open_gate.get_future().share();
+    HostProgram first{"first", 1, {{{kTile, kTile}}}, [gate](HostGraph& g, std::span<const HostTensor> x) {
+                          HostTensor held = g.CreateTensor({kTile, kTile});
+                          g.Sub("gate", [gate](std::span<const HostTensor>) { gate.wait(); }, {In(x[0]), Out(held)});
+                          g.Chip("chip_fault", {In(held), Out(x[1])}, {.name = "fault"});
+                      }};
+    HostProgram second{"second", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                           g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])}, {.name = "reader"});
+                       }};
+    HostTensor a = Iota(1.0f, 0.0f), f = HostTensor::Zeros({kTile, kTile});
+    RunHandle r1 = worker_->Submit(first, {a, f});
+    RunHandle r2 = worker_->Submit(second, {f, a});
+    open_gate.set_value();
+    EXPECT_THROW(r1.Wait(), HostRunError);
+    try {
+        r2.Wait();
+        FAIL() << "the reader ran on what the failed task did not write";
+    } catch (const HostRunError& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::DeviceError) << e.what();
+        ASSERT_EQ(e.failures().size(), 1u);
+        EXPECT_EQ(e.failures()[0].task, "fault");
+        EXPECT_EQ(e.skipped(), std::vector<std::string>{"reader"});
+        EXPECT_NE(std::string(e.what()).find("run 'second': CHIP task 'fault'"), std::string::npos) << e.what();
+    }
+}
+
+// Device copies are a cache bounded by the device's memory: 24 chip tasks
+// over distinct 4 MiB tensors pass through a VF of a 128 MiB card.
+TEST(WorkerSmallDevice, DeviceCopiesMakeRoomOnASmallDevice) {
+    SPYRE_REQUIRE_FUSE();
+    HostOptions o;
+    o.source = HostOptions::Source::EmbeddedMock;
+    o.embedded_mock = {.cards = 1, .vfs = 1, .mem = "128M"};
+    Host host = Host::Open(o);
+    DistributedConfig c;
+    c.device_ids = Vfs(host);
+    c.chip_heap_bytes = 1 << 20;
+    Worker w(host, c);
+    RegisterChipFunctions(w);
+    std::vector<HostTensor> keep;
+    for (int i = 0; i < 24; ++i) {
+        HostTensor in = HostTensor::Full({1024, 1024}, float(i)), out = HostTensor::Zeros({1024, 1024});
+        HostProgram p{"big", 2, {}, [](HostGraph& g, std::span<const HostTensor> x) { g.Chip("chip_empty", {In(x[0]), Out(x[1])}); }};
+        w.Run(p, {in, out});
+        keep.push_back(in), keep.push_back(out);  // alive: their copies can only go by eviction
+    }
+    EXPECT_EQ(w.Stats(0).chip_tasks, 24u);
+    EXPECT_EQ(w.Stats(0).moved.bytes_uploaded, 24u * (4u << 20));
+}
+
+// 4 cards x 4 VFs: 32 independent chip tasks over 16 devices, summed by a SubWorker.
+TEST(WorkerManyDevices, SixteenVfsOfFourCards) {
+    SPYRE_REQUIRE_FUSE();
+    Host host = Host::Open(Mock(4, 4));
+    DistributedConfig c;
+    c.device_ids = Vfs(host);
+    ASSERT_EQ(c.device_ids.size(), 16u);
+    c.num_sub_workers = 1;
+    Worker w(host, c);
+    RegisterChipFunctions(w);
+    HostProgram p{"many", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                      std::vector<TensorArg> parts;
+                      for (int i = 0; i < 32; ++i) {
+                          HostTensor t = g.CreateTensor({kTile, kTile});
+                          g.Chip("chip_add", {In(x[0]), In(x[1]), Out(t)});
+                          parts.push_back(In(t));
+                      }
+                      parts.push_back(Out(x[2]));
+                      g.Sub("sum", [](std::span<const HostTensor> t) {
+                          auto f = t.back().floats();
+                          for (size_t j = 0; j + 1 < t.size(); ++j)
+                              for (size_t i = 0; i < f.size(); ++i) f[i] += t[j].floats()[i];
+                      }, std::move(parts));
+                  }};
+    HostTensor a = Iota(1.0f, 0.0f), b = Iota(0.0f, 2.0f);
+    auto outs = w.Run(p, {a, b});
+    ExpectFloats(outs[0], [&](size_t i) { return 32 * (a.floats()[i] + 2.0f); }, "32 (a + b)");
+    for (size_t d = 0; d < w.device_count(); ++d) EXPECT_GE(w.Stats(d).chip_tasks, 1u) << w.DescribeDevice(d);
+}
