@@ -112,12 +112,12 @@ void BM_Transport(benchmark::State& state) {
 
 void BM_ChipCall(benchmark::State& state) {
     const int64_t floats = state.range(0) / 4;
-    HostTensor input{{{floats}, DType::FP32}, std::vector<uint8_t>(static_cast<size_t>(state.range(0)), 0x3f)};
+    WireTensor input{{{floats}, DType::FP32}, std::vector<uint8_t>(static_cast<size_t>(state.range(0)), 0x3f)};
     const auto start = Clock::now();
     for (auto _ : state) {
-        ChipCall call{"echo", "echo", "0", {}, {HostTensorSpec{{floats}, DType::FP32}}};
+        RemoteCall call{"echo", "echo", "0", {}, {WireSpec{{floats}, DType::FP32}}};
         call.inputs.push_back(std::move(input));
-        std::vector<HostTensor> out = g_client->Call(1, std::move(call));
+        std::vector<WireTensor> out = g_client->Call(1, std::move(call));
         input = std::move(out.at(0));
     }
     Report(state, "chip_call", std::chrono::duration<double, std::nano>(Clock::now() - start).count() /
@@ -130,7 +130,7 @@ int ServeRank(MpiTransport& t) {
     o.embedded_mock = {.cards = 1, .vfs = 0, .mem = "1G"};
     Host host = Host::Open(o);
     RemoteChipService service(t, host);
-    service.Register("echo", [](Device&, const ChipCall& call, std::vector<HostTensor>& out) {
+    service.Register("echo", [](Device&, const RemoteCall& call, std::vector<WireTensor>& out) {
         std::memcpy(out.at(0).data.data(), call.inputs.at(0).data.data(), out[0].data.size());
     });
     service.SetOtherMessageHandler([&](Message m) {

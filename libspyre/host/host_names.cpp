@@ -40,6 +40,13 @@ const ChipRegistry::Entry* ChipRegistry::Find(const std::string& name) const {
     return it == entries_.end() ? nullptr : &it->second;  // entries are never removed
 }
 
+std::vector<std::string> ChipRegistry::List() const {
+    std::lock_guard lock(mu_);
+    std::vector<std::string> names;
+    for (const auto& [name, e] : entries_) names.push_back(name);
+    return names;
+}
+
 std::string ChipRegistry::Names() const {
     std::lock_guard lock(mu_);
     std::string s;

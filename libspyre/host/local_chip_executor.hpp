@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "spyre/device/device.hpp"
+#include "spyre/device/host.hpp"
 #include "spyre/host/chip_executor.hpp"
 #include "spyre/host/worker.hpp"
 #include "spyre/launch/spyre_stream.hpp"
@@ -59,5 +60,10 @@ private:
     std::map<Key, Copy> copies_;
     uint64_t copy_bytes_ = 0, use_clock_ = 0, cache_limit_ = kCacheBytes;
 };
+
+// Opens config.device_ids of `host` (checked first: InvalidArgument or
+// NotFound naming the field and value) as executors, in that order.
+std::vector<std::unique_ptr<ChipExecutor>> OpenLocalChipExecutors(Host& host, const DistributedConfig& config,
+                                                                  const std::shared_ptr<const ChipRegistry>& registry);
 
 }  // namespace spyre::host

@@ -7,7 +7,7 @@
 
 namespace spyre::host {
 
-uint64_t HostTensorSpec::bytes() const {
+uint64_t WireSpec::bytes() const {
     if (shape.empty() || shape.size() > 8)
         throw Error(ErrorKind::InvalidArgument, "tensor shape " + ShapeText(shape) + " has " + std::to_string(shape.size()) +
                                                     " dims (1 to 8)");

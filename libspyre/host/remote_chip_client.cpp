@@ -33,7 +33,7 @@ Message RemoteChipClient::AwaitReply(int rank, uint64_t id) {
 
 RankDescription RemoteChipClient::Describe(int rank) {
     const uint64_t id = next_id_++;
-    pending_.emplace(id, Pending{rank, ChipCall{.task = "describe"}});
+    pending_.emplace(id, Pending{rank, RemoteCall{.task = "describe"}});
     transport_.Send(rank, remote::EncodeDescribe(id));
     Message m;
     try {
@@ -49,7 +49,7 @@ RankDescription RemoteChipClient::Describe(int rank) {
     return remote::DecodeDescribeReply(m);
 }
 
-uint64_t RemoteChipClient::Submit(int rank, ChipCall call) {
+uint64_t RemoteChipClient::Submit(int rank, RemoteCall call) {
     const uint64_t id = next_id_++;
     Message m = remote::EncodeCall(id, call);  // moves the inputs' bytes into payloads
     transport_.Send(rank, std::move(m));
@@ -58,7 +58,7 @@ uint64_t RemoteChipClient::Submit(int rank, ChipCall call) {
     return id;
 }
 
-std::vector<HostTensor> RemoteChipClient::Wait(uint64_t call_id) {
+std::vector<WireTensor> RemoteChipClient::Wait(uint64_t call_id) {
     auto it = pending_.find(call_id);
     if (it == pending_.end())
         throw Error(ErrorKind::InvalidArgument, "chip call " + std::to_string(call_id) + " was not submitted (or was waited for)");
@@ -79,14 +79,14 @@ std::vector<HostTensor> RemoteChipClient::Wait(uint64_t call_id) {
         throw Error(ErrorKind::ProtocolError, "rank " + std::to_string(p.rank) + " returned " + std::to_string(m.payloads.size()) +
                                                   " outputs for chip call '" + p.call.task + "', which has " +
                                                   std::to_string(p.call.outputs.size()));
-    std::vector<HostTensor> outputs;
+    std::vector<WireTensor> outputs;
     for (size_t i = 0; i < m.payloads.size(); ++i) {
         if (m.payloads[i].size() != p.call.outputs[i].bytes())
             throw Error(ErrorKind::ProtocolError, "rank " + std::to_string(p.rank) + " returned output " + std::to_string(i) +
                                                       " of chip call '" + p.call.task + "' with " +
                                                       std::to_string(m.payloads[i].size()) + " bytes, not " +
                                                       std::to_string(p.call.outputs[i].bytes()));
-        outputs.push_back(HostTensor{p.call.outputs[i], std::move(m.payloads[i])});
+        outputs.push_back(WireTensor{p.call.outputs[i], std::move(m.payloads[i])});
     }
     return outputs;
 }

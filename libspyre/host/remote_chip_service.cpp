@@ -11,7 +11,7 @@ namespace spyre::host {
 RemoteChipService::RemoteChipService(Transport& transport, Host& host) : transport_(transport), host_(host) {}
 RemoteChipService::~RemoteChipService() = default;
 
-void RemoteChipService::Register(const std::string& name, ChipHandler handler) {
+void RemoteChipService::Register(const std::string& name, RemoteCallHandler handler) {
     if (name.empty() || !handler) throw Error(ErrorKind::InvalidArgument, "RemoteChipService::Register: empty name or handler");
     if (!handlers_.emplace(name, std::move(handler)).second)
         throw Error(ErrorKind::InvalidArgument, "chip function '" + name + "' is registered already");
@@ -79,6 +79,8 @@ void RemoteChipService::Answer(Message request) {
             d.functions.push_back(RemoteFunction{f.pci_address, f.kind == driver::FunctionKind::VF, f.id.card,
                                                  static_cast<uint16_t>(f.id.function), f.memory_bytes});
         for (const auto& [name, handler] : handlers_) d.chip_functions.push_back(name);
+        d.chip_functions.insert(d.chip_functions.end(), router_functions_.begin(), router_functions_.end());
+        std::sort(d.chip_functions.begin(), d.chip_functions.end());
         transport_.Send(from, remote::EncodeDescribeReply(remote::ReplyId(request), d));
         return;
     }
@@ -102,14 +104,18 @@ void RemoteChipService::Answer(Message request) {
         failure.task = call.task;
         failure.function = call.function;
         failure.device = call.device;
-        auto handler = handlers_.find(call.function);
-        if (handler == handlers_.end())
-            throw Error(ErrorKind::NotFound, "no chip function '" + call.function + "' is registered on this rank");
-        Device& device = OpenDevice(call.device);
-        failure.device = device.pci_address();
-        std::vector<HostTensor> outputs;
-        for (const HostTensorSpec& s : call.outputs) outputs.push_back(HostTensor{s, std::vector<uint8_t>(s.bytes())});
-        handler->second(device, call, outputs);
+        std::vector<WireTensor> outputs;
+        for (const WireSpec& s : call.outputs) outputs.push_back(WireTensor{s, std::vector<uint8_t>(s.bytes())});
+        if (router_) {
+            router_(call, outputs);
+        } else {
+            auto handler = handlers_.find(call.function);
+            if (handler == handlers_.end())
+                throw Error(ErrorKind::NotFound, "no chip function '" + call.function + "' is registered on this rank");
+            Device& device = OpenDevice(call.device);
+            failure.device = device.pci_address();
+            handler->second(device, call, outputs);
+        }
         for (size_t i = 0; i < outputs.size(); ++i)
             if (outputs[i].data.size() != call.outputs[i].bytes())
                 throw Error(ErrorKind::Internal, "chip function '" + call.function + "' resized output " + std::to_string(i));

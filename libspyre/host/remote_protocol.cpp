@@ -15,15 +15,15 @@ constexpr size_t kMaxFunctions = 4096;
 
 std::string What(const char* kind, const Message& m) { return std::string(kind) + " from rank " + std::to_string(m.source); }
 
-void PutSpec(ByteWriter& w, const HostTensorSpec& spec) {
+void PutSpec(ByteWriter& w, const WireSpec& spec) {
     spec.bytes();  // validates before anything leaves
     w.Put<uint8_t>(static_cast<uint8_t>(spec.dtype));
     w.Put<uint8_t>(static_cast<uint8_t>(spec.shape.size()));
     for (int64_t d : spec.shape) w.Put<int64_t>(d);
 }
 
-HostTensorSpec GetSpec(ByteReader& r) {
-    HostTensorSpec spec;
+WireSpec GetSpec(ByteReader& r) {
+    WireSpec spec;
     const uint8_t dtype = r.Get<uint8_t>("dtype");
     if (dtype > static_cast<uint8_t>(DType::INT32)) r.Fail("dtype " + std::to_string(dtype) + " is unknown");
     spec.dtype = static_cast<DType>(dtype);
@@ -38,10 +38,10 @@ HostTensorSpec GetSpec(ByteReader& r) {
     return spec;
 }
 
-std::vector<HostTensorSpec> GetSpecs(ByteReader& r, const char* what) {
+std::vector<WireSpec> GetSpecs(ByteReader& r, const char* what) {
     const uint32_t n = r.Get<uint32_t>(what);
     if (n > kMaxTensors) r.Fail(std::string(what) + ": " + std::to_string(n) + " tensors (at most " + std::to_string(kMaxTensors) + ")");
-    std::vector<HostTensorSpec> specs;
+    std::vector<WireSpec> specs;
     for (uint32_t i = 0; i < n; ++i) specs.push_back(GetSpec(r));
     return specs;
 }
@@ -108,7 +108,22 @@ RankDescription DecodeDescribeReply(const Message& m) {
     return d;
 }
 
-Message EncodeCall(uint64_t id, ChipCall& call) {
+// The argument order must account for every input and output exactly once.
+template <typename Fail>
+void CheckAccess(const std::vector<uint8_t>& access, size_t inputs, size_t outputs, Fail&& fail) {
+    if (access.empty()) return;
+    size_t in = 0, out = 0;
+    for (uint8_t a : access) {
+        if (a > RemoteCall::kInOut) fail("argument access " + std::to_string(a) + " is none of In, Out, InOut");
+        in += a != RemoteCall::kOut;
+        out += a != RemoteCall::kIn;
+    }
+    if (in != inputs || out != outputs)
+        fail("its argument order names " + std::to_string(in) + " inputs and " + std::to_string(out) +
+             " outputs, the call carries " + std::to_string(inputs) + " and " + std::to_string(outputs));
+}
+
+Message EncodeCall(uint64_t id, RemoteCall& call) {
     if (call.inputs.size() > kMaxTensors || call.outputs.size() > kMaxTensors)
         throw Error(ErrorKind::InvalidArgument, "chip call '" + call.task + "': at most " + std::to_string(kMaxTensors) +
                                                     " inputs and outputs");
@@ -119,7 +134,7 @@ Message EncodeCall(uint64_t id, ChipCall& call) {
     w.PutString(call.device);
     w.Put<uint32_t>(static_cast<uint32_t>(call.inputs.size()));
     for (size_t i = 0; i < call.inputs.size(); ++i) {
-        const HostTensor& t = call.inputs[i];
+        const WireTensor& t = call.inputs[i];
         PutSpec(w, t.spec);
         if (t.data.size() != t.spec.bytes())
             throw Error(ErrorKind::InvalidArgument, "chip call '" + call.task + "': input " + std::to_string(i) + " has " +
@@ -127,21 +142,29 @@ Message EncodeCall(uint64_t id, ChipCall& call) {
                                                         ShapeText(t.spec.shape) + " needs " + std::to_string(t.spec.bytes()));
     }
     w.Put<uint32_t>(static_cast<uint32_t>(call.outputs.size()));
-    for (const HostTensorSpec& s : call.outputs) PutSpec(w, s);
+    for (const WireSpec& s : call.outputs) PutSpec(w, s);
+    CheckAccess(call.access, call.inputs.size(), call.outputs.size(),
+                [&](const std::string& why) { throw Error(ErrorKind::InvalidArgument, "chip call '" + call.task + "': " + why); });
+    w.Put<uint32_t>(static_cast<uint32_t>(call.access.size()));
+    for (uint8_t a : call.access) w.Put<uint8_t>(a);
     Message m = Make(kCall, w);
-    for (HostTensor& t : call.inputs) m.payloads.push_back(std::move(t.data));
+    for (WireTensor& t : call.inputs) m.payloads.push_back(std::move(t.data));
     return m;
 }
 
-std::pair<uint64_t, ChipCall> DecodeCall(Message& m) {
+std::pair<uint64_t, RemoteCall> DecodeCall(Message& m) {
     ByteReader r(m.header, What("chip call", m));
-    ChipCall call;
+    RemoteCall call;
     const uint64_t id = r.Get<uint64_t>("id");
     call.task = r.GetString("task");
     call.function = r.GetString("function");
     call.device = r.GetString("device");
-    for (HostTensorSpec& s : GetSpecs(r, "inputs")) call.inputs.push_back(HostTensor{std::move(s), {}});
+    for (WireSpec& s : GetSpecs(r, "inputs")) call.inputs.push_back(WireTensor{std::move(s), {}});
     call.outputs = GetSpecs(r, "outputs");
+    const uint32_t arguments = r.Get<uint32_t>("argument count");
+    if (arguments > 2 * kMaxTensors) r.Fail(std::to_string(arguments) + " arguments");
+    for (uint32_t i = 0; i < arguments; ++i) call.access.push_back(r.Get<uint8_t>("argument access"));
+    CheckAccess(call.access, call.inputs.size(), call.outputs.size(), [&](const std::string& why) { r.Fail(why); });
     r.ExpectEnd();
     if (m.payloads.size() != call.inputs.size())
         r.Fail(std::to_string(call.inputs.size()) + " inputs but " + std::to_string(m.payloads.size()) + " payloads");
@@ -154,11 +177,11 @@ std::pair<uint64_t, ChipCall> DecodeCall(Message& m) {
     return {id, std::move(call)};
 }
 
-Message EncodeCallReply(uint64_t id, std::vector<HostTensor>& outputs) {
+Message EncodeCallReply(uint64_t id, std::vector<WireTensor>& outputs) {
     ByteWriter w;
     w.Put<uint64_t>(id);
     Message m = Make(kCallReply, w);
-    for (HostTensor& t : outputs) m.payloads.push_back(std::move(t.data));
+    for (WireTensor& t : outputs) m.payloads.push_back(std::move(t.data));
     return m;
 }
 

@@ -26,11 +26,11 @@ Message EncodeDescribeReply(uint64_t id, const RankDescription& description);
 RankDescription DecodeDescribeReply(const Message& message);
 
 // The inputs' bytes are moved into the payloads.
-Message EncodeCall(uint64_t id, ChipCall& call);
+Message EncodeCall(uint64_t id, RemoteCall& call);
 // The inputs' bytes are moved out of the payloads; shapes and sizes checked.
-std::pair<uint64_t, ChipCall> DecodeCall(Message& message);
+std::pair<uint64_t, RemoteCall> DecodeCall(Message& message);
 
-Message EncodeCallReply(uint64_t id, std::vector<HostTensor>& outputs);
+Message EncodeCallReply(uint64_t id, std::vector<WireTensor>& outputs);
 Message EncodeCallError(uint64_t id, const RemoteFailure& failure);
 RemoteFailure DecodeCallError(const Message& message);
 

@@ -123,40 +123,10 @@ std::vector<HostTensor> RunHandle::Wait() {
 
 bool RunHandle::Done() const { return !state_ || state_->scheduler->Done(*state_->run); }
 
-namespace {
-
-std::vector<std::unique_ptr<ChipExecutor>> OpenExecutors(Host& host, const DistributedConfig& config,
-                                                         const std::shared_ptr<ChipRegistry>& registry) {
-    Validate(config);
-    const auto& fns = host.functions();
-    std::vector<std::string> selectors;
-    for (size_t i = 0; i < config.device_ids.size(); ++i) {
-        const int id = config.device_ids[i];
-        if (size_t(id) >= fns.size())
-            throw Error(ErrorKind::NotFound, "DistributedConfig: device_ids[" + std::to_string(i) + "] is " +
-                                                 std::to_string(id) + ", but " + host.Describe() + " has " +
-                                                 std::to_string(fns.size()) + " function(s) (0.." +
-                                                 std::to_string(int(fns.size()) - 1) + ")");
-        selectors.push_back(std::to_string(id));
-    }
-    std::vector<Device> devices = host.OpenAll(selectors);
-    std::vector<std::unique_ptr<ChipExecutor>> executors;
-    for (Device& dev : devices) {
-        const uint32_t cores = dev.function().Read32(SPYRE_REG_NUM_CORES);
-        if (uint32_t(config.block_dim) > cores)
-            throw Error(ErrorKind::InvalidArgument, "DistributedConfig: block_dim is " + std::to_string(config.block_dim) +
-                                                        ", but " + dev.pci_address() + " has " + std::to_string(cores) +
-                                                        " cores");
-        executors.push_back(std::make_unique<host::LocalChipExecutor>(std::move(dev), config, registry));
-    }
-    return executors;
-}
-
-}  // namespace
 
 Worker::Worker(Host& host, DistributedConfig config) {
     auto registry = std::make_shared<ChipRegistry>();
-    auto executors = OpenExecutors(host, config, registry);
+    auto executors = host::OpenLocalChipExecutors(host, config, registry);
     *this = Worker(std::move(executors), std::move(config), std::move(registry));
 }
 

@@ -15,7 +15,7 @@
 
 namespace spyre::test {
 
-inline void DeviceAdd(Device& dev, const host::ChipCall& call, std::vector<host::HostTensor>& outputs) {
+inline void DeviceAdd(Device& dev, const host::RemoteCall& call, std::vector<host::WireTensor>& outputs) {
     if (call.inputs.size() != 2 || outputs.size() != 1)
         throw Error(ErrorKind::InvalidArgument, "add takes 2 inputs and 1 output");
     const BuiltKernel k = KernelBuilder().Elementwise(ElementwiseOp::Add, call.inputs[0].spec.shape,
@@ -46,7 +46,7 @@ inline void DeviceAdd(Device& dev, const host::ChipCall& call, std::vector<host:
 }
 
 // A launch of bytes that are no program: the device faults (DeviceError with a device code).
-inline void DeviceFault(Device& dev, const host::ChipCall&, std::vector<host::HostTensor>&) {
+inline void DeviceFault(Device& dev, const host::RemoteCall&, std::vector<host::WireTensor>&) {
     SpyreAllocator& alloc = dev.allocator();
     DeviceAllocation junk = alloc.Allocate(4096);
     const std::vector<uint8_t> garbage(4096, 0xAB);
@@ -63,13 +63,13 @@ inline void DeviceFault(Device& dev, const host::ChipCall&, std::vector<host::Ho
     alloc.Free(junk.handle);
 }
 
-inline host::HostTensor Fp32Tensor(const std::vector<int64_t>& shape, const std::vector<float>& values) {
-    host::HostTensor t{{shape, DType::FP32}, std::vector<uint8_t>(values.size() * sizeof(float))};
+inline host::WireTensor Fp32Tensor(const std::vector<int64_t>& shape, const std::vector<float>& values) {
+    host::WireTensor t{{shape, DType::FP32}, std::vector<uint8_t>(values.size() * sizeof(float))};
     std::memcpy(t.data.data(), values.data(), t.data.size());
     return t;
 }
 
-inline std::vector<uint8_t> CpuAdd(const host::HostTensor& a, const host::HostTensor& b) {
+inline std::vector<uint8_t> CpuAdd(const host::WireTensor& a, const host::WireTensor& b) {
     const size_t n = a.data.size() / sizeof(float);
     std::vector<float> x(n), y(n), z(n);
     std::memcpy(x.data(), a.data.data(), a.data.size());

@@ -63,6 +63,7 @@ public:
     // nullptr when unknown.
     const Entry* Find(const std::string& name) const;
     std::string Names() const;  // "chip_add, chip_sub"
+    std::vector<std::string> List() const;  // sorted
 
 private:
     mutable std::mutex mu_;

@@ -16,24 +16,31 @@
 
 namespace spyre::host {
 
-struct HostTensorSpec {
+struct WireSpec {
     std::vector<int64_t> shape;  // 1 to 8 dims, each >= 1
     DType dtype = DType::FP32;
     // Bytes of a dense tensor of this spec; InvalidArgument for a bad shape.
     uint64_t bytes() const;
 };
 
-struct HostTensor {
-    HostTensorSpec spec;
+// A tensor's bytes as they travel between ranks.
+struct WireTensor {
+    WireSpec spec;
     std::vector<uint8_t> data;  // spec.bytes() bytes, dense, row-major
 };
 
-struct ChipCall {
+struct RemoteCall {
     std::string task;      // the caller's task name (for errors)
     std::string function;  // a name registered with the serving rank's RemoteChipService
     std::string device;    // a selector of the serving rank's Host ("0", "0000:01:00.0")
-    std::vector<HostTensor> inputs;
-    std::vector<HostTensorSpec> outputs;  // what the call must return
+    std::vector<WireTensor> inputs;
+    std::vector<WireSpec> outputs;  // what the call must return
+    // How the chip function takes its arguments, in order (a level-3 chip
+    // task's In, Out and InOut arguments): inputs are the In and InOut ones
+    // in order, outputs the Out and InOut ones. Empty: the inputs, then the
+    // outputs.
+    enum : uint8_t { kIn = 0, kOut = 1, kInOut = 2 };
+    std::vector<uint8_t> access;
 };
 
 // One function of a remote rank's Host, as its discovery saw it.

@@ -21,16 +21,16 @@ public:
     explicit RemoteChipClient(Transport& transport, std::chrono::milliseconds reply_timeout = std::chrono::minutes(5));
 
     RankDescription Describe(int rank);
-    uint64_t Submit(int rank, ChipCall call);
-    std::vector<HostTensor> Wait(uint64_t call_id);
-    std::vector<HostTensor> Call(int rank, ChipCall call) { return Wait(Submit(rank, std::move(call))); }
+    uint64_t Submit(int rank, RemoteCall call);
+    std::vector<WireTensor> Wait(uint64_t call_id);
+    std::vector<WireTensor> Call(int rank, RemoteCall call) { return Wait(Submit(rank, std::move(call))); }
     // Ends `rank`'s Serve loop.
     void Shutdown(int rank);
 
 private:
     struct Pending {
         int rank;
-        ChipCall call;  // inputs moved out; the rest kept for errors and checks
+        RemoteCall call;  // inputs moved out; the rest kept for errors and checks
     };
     Message AwaitReply(int rank, uint64_t id);
 

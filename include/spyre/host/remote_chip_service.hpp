@@ -20,7 +20,7 @@ namespace spyre::host {
 // Runs `call` on `device`, filling `outputs` (already sized as the call's
 // output specs). A spyre::Error it throws goes back to the caller as a
 // RemoteChipError of the same kind; any other exception as Internal.
-using ChipHandler = std::function<void(Device& device, const ChipCall& call, std::vector<HostTensor>& outputs)>;
+using RemoteCallHandler = std::function<void(Device& device, const RemoteCall& call, std::vector<WireTensor>& outputs)>;
 
 class RemoteChipService {
 public:
@@ -28,7 +28,16 @@ public:
     ~RemoteChipService();
 
     // InvalidArgument for an empty name or one registered already.
-    void Register(const std::string& name, ChipHandler handler);
+    void Register(const std::string& name, RemoteCallHandler handler);
+
+    // Sends every call to `router` instead of the handler table: for a
+    // serving rank whose devices something else keeps open (the level-4
+    // runtime's chip executors). `functions` is what Describe lists.
+    using Router = std::function<void(const RemoteCall& call, std::vector<WireTensor>& outputs)>;
+    void SetRouter(Router router, std::vector<std::string> functions) {
+        router_ = std::move(router);
+        router_functions_ = std::move(functions);
+    }
 
     // Messages of other types (another protocol sharing the transport) go
     // to `handler`; without one they are logged and dropped.
@@ -50,8 +59,10 @@ private:
 
     Transport& transport_;
     Host& host_;
-    std::map<std::string, ChipHandler> handlers_;
+    std::map<std::string, RemoteCallHandler> handlers_;
     std::function<void(Message)> other_;
+    Router router_;
+    std::vector<std::string> router_functions_;
     std::map<std::string, Device> devices_;  // by PCI address
     bool shutdown_ = false;
     uint64_t calls_served_ = 0;

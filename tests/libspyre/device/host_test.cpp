@@ -16,12 +16,7 @@ using namespace spyre::test;
 
 namespace {
 
-HostOptions TwoCardsTwoVfs() {
-    HostOptions o;
-    o.source = HostOptions::Source::EmbeddedMock;
-    o.embedded_mock = {.cards = 2, .vfs = 2, .mem = "1G"};
-    return o;
-}
+HostOptions TwoCardsTwoVfs() { return EmbeddedMockHost(2, 2); }
 
 // Copies `n` reproducible bytes to a fresh block of `dev` and back through
 // its default stream; returns the block so callers can look at it again.

@@ -44,7 +44,7 @@ Host OpenOwnCard() {
     return Host::Open(o);
 }
 
-HostTensor RandomTensor(const std::vector<int64_t>& shape, uint64_t seed) {
+WireTensor RandomTensor(const std::vector<int64_t>& shape, uint64_t seed) {
     size_t n = 1;
     for (int64_t d : shape) n *= static_cast<size_t>(d);
     const std::vector<uint8_t> bytes = test::RandomBytes(n * 4, seed);
@@ -57,8 +57,8 @@ int Serve(MpiTransport& t) {
     Host host = OpenOwnCard();
     RemoteChipService service(t, host);
     service.Register("add", test::DeviceAdd);
-    service.Register("sigstop", [](Device&, const ChipCall&, std::vector<HostTensor>&) { ::raise(SIGSTOP); });
-    service.Register("sigkill", [](Device&, const ChipCall&, std::vector<HostTensor>&) { ::raise(SIGKILL); });
+    service.Register("sigstop", [](Device&, const RemoteCall&, std::vector<WireTensor>&) { ::raise(SIGSTOP); });
+    service.Register("sigkill", [](Device&, const RemoteCall&, std::vector<WireTensor>&) { ::raise(SIGKILL); });
     service.Serve(0);
     for (int r = 0; r < t.size(); ++r)
         if (auto e = t.PeerError(r)) {
@@ -88,12 +88,12 @@ int Calls(MpiTransport& t, RemoteChipClient& client) {
         std::printf("\n");
         if (d.pid == ::getpid() || d.functions.size() != 2) ++failures;
         for (size_t s = 0; s < shapes.size(); ++s) {
-            ChipCall call{"add-r" + std::to_string(r) + "-s" + std::to_string(s), "add", s % 2 ? "1" : "0",
+            RemoteCall call{"add-r" + std::to_string(r) + "-s" + std::to_string(s), "add", s % 2 ? "1" : "0",
                           {RandomTensor(shapes[s], 1000 * r + 10 * s), RandomTensor(shapes[s], 1000 * r + 10 * s + 1)},
-                          {HostTensorSpec{shapes[s], DType::FP32}}};
+                          {WireSpec{shapes[s], DType::FP32}}};
             std::vector<uint8_t> expected = test::CpuAdd(call.inputs[0], call.inputs[1]);
             // Rank 0's own card computes the same sum.
-            std::vector<HostTensor> local = {HostTensor{call.outputs[0], std::vector<uint8_t>(expected.size())}};
+            std::vector<WireTensor> local = {WireTensor{call.outputs[0], std::vector<uint8_t>(expected.size())}};
             test::DeviceAdd(own, call, local);
             if (local[0].data != expected) {
                 std::printf("rank 0's own card disagrees with the CPU on %s\n", call.task.c_str());
@@ -104,7 +104,7 @@ int Calls(MpiTransport& t, RemoteChipClient& client) {
         }
     }
     for (const Sent& s : sent) {
-        std::vector<HostTensor> out = client.Wait(s.id);
+        std::vector<WireTensor> out = client.Wait(s.id);
         if (out.size() != 1 || out[0].data != s.expected) {
             std::printf("rank %d: shape %zu differs from the CPU\n", s.rank, s.shape);
             ++failures;
@@ -112,7 +112,7 @@ int Calls(MpiTransport& t, RemoteChipClient& client) {
     }
     for (int r = 1; r < t.size(); ++r) {
         try {
-            client.Call(r, ChipCall{"t-unknown", "no-such-function", "0", {}, {}});
+            client.Call(r, RemoteCall{"t-unknown", "no-such-function", "0", {}, {}});
             ++failures;
         } catch (const RemoteChipError& e) {
             const bool named = e.kind() == ErrorKind::NotFound && e.failure().rank == r &&
@@ -133,7 +133,7 @@ int LosePeer(MpiTransport& t, RemoteChipClient& client, const char* how) {
     std::printf("RESULT fault-requested %s\n", how);
     std::fflush(stdout);
     const auto start = Clock::now();
-    const uint64_t id = client.Submit(1, ChipCall{"t-fault", how, "0", {}, {}});
+    const uint64_t id = client.Submit(1, RemoteCall{"t-fault", how, "0", {}, {}});
     try {
         client.Wait(id);
         std::printf("RESULT peer-lost-not-reported: the call returned\n");

@@ -29,12 +29,12 @@ std::vector<float> RandomFloats(size_t n, uint64_t seed) {
     return v;
 }
 
-ChipCall AddCall(const std::string& task, const std::vector<int64_t>& shape, uint64_t seed, const std::string& device = "0") {
+RemoteCall AddCall(const std::string& task, const std::vector<int64_t>& shape, uint64_t seed, const std::string& device = "0") {
     size_t n = 1;
     for (int64_t d : shape) n *= static_cast<size_t>(d);
-    return ChipCall{task, "add", device,
+    return RemoteCall{task, "add", device,
                     {test::Fp32Tensor(shape, RandomFloats(n, seed)), test::Fp32Tensor(shape, RandomFloats(n, seed + 1))},
-                    {HostTensorSpec{shape, DType::FP32}}};
+                    {WireSpec{shape, DType::FP32}}};
 }
 
 class RemoteChipTest : public ::testing::Test {
@@ -96,16 +96,16 @@ TEST_F(RemoteChipTest, DescribeListsTheRanksFunctionsAndChipFunctions) {
 
 TEST_F(RemoteChipTest, AddsOnTheRemoteDeviceMatchTheCpuByteForByte) {
     const std::vector<std::vector<int64_t>> shapes = {{256}, {128, 128}, {3, 1000}, {1}};
-    std::vector<ChipCall> calls;
+    std::vector<RemoteCall> calls;
     std::vector<uint64_t> ids;
     for (size_t i = 0; i < shapes.size(); ++i) {
         // The VF too: a device is a selector of the serving rank's Host.
         calls.push_back(AddCall("add" + std::to_string(i), shapes[i], 10 * i, i % 2 ? "0000:01:00.1" : "0"));
-        ChipCall copy = calls.back();
+        RemoteCall copy = calls.back();
         ids.push_back(client_->Submit(1, std::move(copy)));  // all in flight at once
     }
     for (size_t i = ids.size(); i-- > 0;) {  // waited for out of order
-        std::vector<HostTensor> out = client_->Wait(ids[i]);
+        std::vector<WireTensor> out = client_->Wait(ids[i]);
         ASSERT_EQ(out.size(), 1u);
         EXPECT_EQ(out[0].spec.shape, shapes[i]);
         EXPECT_EQ(out[0].data, test::CpuAdd(calls[i].inputs[0], calls[i].inputs[1])) << "call " << i;
@@ -115,7 +115,7 @@ TEST_F(RemoteChipTest, AddsOnTheRemoteDeviceMatchTheCpuByteForByte) {
 
 TEST_F(RemoteChipTest, FailuresComeBackStructured) {
     try {
-        ChipCall call = AddCall("t-missing", {4}, 1);
+        RemoteCall call = AddCall("t-missing", {4}, 1);
         call.function = "nope";
         client_->Call(1, std::move(call));
         ADD_FAILURE() << "unknown function";
@@ -131,7 +131,7 @@ TEST_F(RemoteChipTest, FailuresComeBackStructured) {
     }
     EXPECT_SPYRE_ERROR(client_->Call(1, AddCall("t-dev", {4}, 1, "7")), NotFound, "task 't-dev' on rank 1");
     try {
-        client_->Call(1, ChipCall{"t-fault", "fault", "0", {}, {}});
+        client_->Call(1, RemoteCall{"t-fault", "fault", "0", {}, {}});
         ADD_FAILURE() << "device fault";
     } catch (const RemoteChipError& e) {
         EXPECT_EQ(e.kind(), ErrorKind::DeviceError) << e.what();
@@ -141,20 +141,20 @@ TEST_F(RemoteChipTest, FailuresComeBackStructured) {
         EXPECT_EQ(e.context().device, "rank 1@node-b:0000:01:00.0");
     }
     // Mismatched operands: the handler's own InvalidArgument, carried back.
-    ChipCall bad = AddCall("t-shape", {4}, 1);
+    RemoteCall bad = AddCall("t-shape", {4}, 1);
     bad.outputs[0].shape = {5};
     EXPECT_SPYRE_ERROR(client_->Call(1, std::move(bad)), InvalidArgument, "task 't-shape'");
     // The service is still healthy after all that.
-    ChipCall ok = AddCall("t-ok", {64}, 3);
-    ChipCall copy = ok;
+    RemoteCall ok = AddCall("t-ok", {64}, 3);
+    RemoteCall copy = ok;
     EXPECT_EQ(client_->Call(1, std::move(copy)).at(0).data, test::CpuAdd(ok.inputs[0], ok.inputs[1]));
 }
 
 TEST_F(RemoteChipTest, BadCallsAreRefusedBeforeTheyLeave) {
-    ChipCall short_input = AddCall("t", {4}, 1);
+    RemoteCall short_input = AddCall("t", {4}, 1);
     short_input.inputs[0].data.pop_back();
     EXPECT_SPYRE_ERROR(client_->Submit(1, std::move(short_input)), InvalidArgument, "input 0 has 15 bytes");
-    ChipCall bad_shape = AddCall("t", {4}, 1);
+    RemoteCall bad_shape = AddCall("t", {4}, 1);
     bad_shape.outputs[0].shape = {0};
     EXPECT_SPYRE_ERROR(client_->Submit(1, std::move(bad_shape)), InvalidArgument, "dims must be >= 1");
     EXPECT_SPYRE_ERROR(client_->Wait(999), InvalidArgument, "was not submitted");
@@ -210,7 +210,7 @@ TEST(RemoteChipClientTest, RepliesThatDoNotMatchTheCallAreProtocolErrors) {
     auto t0 = fabric->Take(0), t1 = fabric->Take(1);
     RemoteChipClient client(*t0, 10s);
     auto submit = [&] {
-        const uint64_t id = client.Submit(1, ChipCall{"t", "f", "0", {test::Fp32Tensor({2}, {1, 2})}, {HostTensorSpec{{2}}}});
+        const uint64_t id = client.Submit(1, RemoteCall{"t", "f", "0", {test::Fp32Tensor({2}, {1, 2})}, {WireSpec{{2}}}});
         Message call = t1->Receive(1s, 0);
         EXPECT_EQ(call.payloads.size(), 1u);
         return id;

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HARD_LIMIT_S = 55  # under meson's timeout: a hang is reported here, as a hang
@@ -72,13 +73,22 @@ def main():
     lines = []
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
+    # A job that prints nothing would keep readline() waiting past any check
+    # in the loop: a timer kills it at the limit, and the loop then sees EOF.
+    hung = threading.Event()
+
+    def kill_at_limit():
+        hung.set()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    watchdog = threading.Timer(HARD_LIMIT_S, kill_at_limit)
+    watchdog.start()
     try:
         os.set_blocking(proc.stdout.fileno(), True)
         while True:
-            if time.monotonic() - start > HARD_LIMIT_S:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                fail(f'hang: mpirun still running after {HARD_LIMIT_S} s', ''.join(lines))
             line = proc.stdout.readline()
             if not line:
                 break
@@ -86,10 +96,13 @@ def main():
             if line.startswith('RESULT fault-requested'):
                 fault_at = time.monotonic()
         rc = proc.wait(timeout=max(1, HARD_LIMIT_S - (time.monotonic() - start)))
+        if hung.is_set():
+            fail(f'hang: mpirun still running after {HARD_LIMIT_S} s (killed)', ''.join(lines))
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         fail('hang: mpirun did not exit', ''.join(lines))
     finally:
+        watchdog.cancel()
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the job (a stopped rank)
         except ProcessLookupError:

@@ -27,12 +27,7 @@ using namespace spyre::l3;
 
 namespace {
 
-HostOptions Mock(uint16_t cards, uint16_t vfs) {
-    HostOptions o;
-    o.source = HostOptions::Source::EmbeddedMock;
-    o.embedded_mock = {.cards = cards, .vfs = vfs, .mem = "2G"};
-    return o;
-}
+HostOptions Mock(uint16_t cards, uint16_t vfs) { return test::EmbeddedMockHost(cards, vfs, "2G"); }
 
 // The VFs of `host`: the devices the Worker uses.
 std::vector<int> Vfs(const Host& host) {

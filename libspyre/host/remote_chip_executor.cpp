@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "remote_chip_executor.hpp"
+
+#include <cstring>
+
+namespace spyre::host {
+
+RemoteChipExecutor::RemoteChipExecutor(std::shared_ptr<RemoteRank> rank, size_t device, std::string description)
+    : rank_(std::move(rank)), device_(device), description_(std::move(description)) {}
+
+ChipCallStats RemoteChipExecutor::Run(const ChipCall& call) {
+    RemoteCall remote{.task = call.task_name, .function = call.function, .device = std::to_string(device_)};
+    ChipCallStats stats;
+    std::vector<const HostTensor*> returned;  // Out and InOut, in order
+    for (const ChipArg& a : call.args) {
+        const HostTensor& t = a.arg.tensor;
+        const WireSpec spec{t.shape(), t.dtype()};
+        switch (a.arg.access) {
+        case Access::In:
+            remote.access.push_back(RemoteCall::kIn);
+            break;
+        case Access::Out:
+            remote.access.push_back(RemoteCall::kOut);
+            break;
+        case Access::InOut:
+            remote.access.push_back(RemoteCall::kInOut);
+            break;
+        }
+        if (a.arg.access != Access::Out) {
+            const auto* bytes = static_cast<const uint8_t*>(t.data());
+            remote.inputs.push_back(WireTensor{spec, std::vector<uint8_t>(bytes, bytes + t.bytes())});
+            stats.bytes_uploaded += t.bytes();
+        }
+        if (a.arg.access != Access::In) {
+            remote.outputs.push_back(spec);
+            returned.push_back(&t);
+        }
+    }
+    std::vector<WireTensor> outputs;
+    {
+        std::lock_guard lock(rank_->mu);
+        outputs = rank_->client.Call(rank_->rank, std::move(remote));  // sizes checked against the specs
+    }
+    for (size_t i = 0; i < returned.size(); ++i) {
+        std::memcpy(returned[i]->data(), outputs[i].data.data(), outputs[i].data.size());
+        stats.bytes_downloaded += outputs[i].data.size();
+    }
+    return stats;
+}
+
+}  // namespace spyre::host

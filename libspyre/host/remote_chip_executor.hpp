@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+// The ChipExecutor of a device another rank serves (level 4): a chip call
+// becomes a remote chip call (docs/multihost.md), the In and InOut
+// arguments' bytes going with it and the Out and InOut ones coming back.
+// The serving rank runs it on its own level-3 Worker, so it loads its own
+// kernels and chip functions: every rank registers the same (SPMD).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "spyre/host/chip_executor.hpp"
+#include "spyre/host/remote_chip_client.hpp"
+
+namespace spyre::host {
+
+// One serving rank as the executors of its devices share it: a client of
+// their own (replies are matched per client) and one call at a time, since
+// the rank's service answers one call at a time.
+struct RemoteRank {
+    RemoteRank(Transport& transport, int rank, std::chrono::milliseconds reply_timeout)
+        : rank(rank), client(transport, reply_timeout) {}
+    const int rank;
+    std::mutex mu;
+    RemoteChipClient client;
+};
+
+class RemoteChipExecutor final : public ChipExecutor {
+public:
+    // `device`: the index of the device among the serving rank's Worker's;
+    // `description`: how errors and DescribeDevice name it.
+    RemoteChipExecutor(std::shared_ptr<RemoteRank> rank, size_t device, std::string description);
+
+    std::string Describe() const override { return description_; }
+    // The serving rank registers its own (SPMD): nothing to ship.
+    void LoadKernel(int32_t, const std::vector<uint8_t>&) override {}
+    void LoadPlan(const std::string&, const CompilerOutput&) override {}
+    ChipCallStats Run(const ChipCall& call) override;
+
+private:
+    std::shared_ptr<RemoteRank> rank_;
+    size_t device_;
+    std::string description_;
+};
+
+}  // namespace spyre::host

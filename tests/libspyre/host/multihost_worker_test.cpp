@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: Apache-2.0
+// Level 4 without mpirun: MultiHostWorker over InProcessTransport, each rank a
+// thread with its own embedded mock card (the MPI runs are in the mpi suite:
+// spyre-l4-examples under mpirun). Chip tasks placed on another rank's
+// device run there and come back byte for byte; a fault there, and a rank
+// that falls silent, fail the run with errors naming the rank.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "l3_chip_functions.hpp"
+#include "mock_fixture.hpp"
+#include "spyre/host.hpp"
+#include "spyre/host/in_process_transport.hpp"
+
+using namespace spyre;
+using namespace spyre::l3;
+
+namespace {
+
+Host OwnCard() { return Host::Open(test::EmbeddedMockHost(1, 1)); }
+
+HostTensor Iota(float scale, float offset, int64_t rows = kTile, int64_t cols = kTile) {
+    HostTensor t = HostTensor::Zeros({rows, cols});
+    auto v = t.floats();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = float(int(i % 997)) * scale + offset;
+    return t;
+}
+
+// Ranks 1..n-1 serve from threads; the test body is rank 0.
+class MultiHostTest : public ::testing::Test {
+protected:
+    void Start(int ranks, std::chrono::milliseconds bound = std::chrono::milliseconds(5000)) {
+        fabric_ = host::InProcessFabric::Create(ranks, {.heartbeat_interval = std::chrono::milliseconds(100),
+                                                        .silence_bound = bound});
+        for (int r = 1; r < ranks; ++r)
+            servers_.push_back(std::async(std::launch::async, [this, t = fabric_->Take(r)]() mutable -> std::string {
+                try {
+                    Host host = OwnCard();
+                    MultiHostWorker w(*t, host, {.device_ids = {1}});
+                    RegisterChipFunctions(w.worker());
+                    w.Serve();
+                    return "served";
+                } catch (const Error& e) {
+                    return std::string("error: ") + e.what();
+                }
+            }));
+        rank0_ = fabric_->Take(0);
+        host_.emplace(OwnCard());
+        worker_.emplace(*rank0_, *host_, DistributedConfig{.device_ids = {1}, .num_sub_workers = 1});
+        RegisterChipFunctions(worker_->worker());
+    }
+    void TearDown() override {
+        worker_.reset();  // releases the servers
+        for (auto& s : servers_) {
+            ASSERT_EQ(s.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "a serving rank hangs";
+            results_.push_back(s.get());
+        }
+    }
+    Worker& w() { return worker_->worker(); }
+
+    std::shared_ptr<host::InProcessFabric> fabric_;
+    std::unique_ptr<host::InProcessTransport> rank0_;
+    std::optional<Host> host_;
+    std::optional<MultiHostWorker> worker_;
+    std::vector<std::future<std::string>> servers_;
+    std::vector<std::string> results_;
+};
+
+TEST_F(MultiHostTest, DevicesOfEveryRankAreTheWorkersDevices) {
+    Start(3);
+    ASSERT_EQ(w().device_count(), 3u);
+    EXPECT_EQ(w().DescribeDevice(0).find("rank"), std::string::npos) << w().DescribeDevice(0);
+    EXPECT_NE(w().DescribeDevice(1).find("rank 1 (inproc-1)"), std::string::npos) << w().DescribeDevice(1);
+    EXPECT_NE(w().DescribeDevice(2).find("rank 2 (inproc-2)"), std::string::npos) << w().DescribeDevice(2);
+}
+
+// Seed 003's parallel pattern with chip add on rank 1 and chip sub on rank 2.
+TEST_F(MultiHostTest, ParallelReduceAcrossRanksIsExact) {
+    Start(3);
+    const HostTensor a = Iota(0.5f, -3.0f), b = Iota(0.25f, 7.0f);
+    HostTensor f = HostTensor::Zeros({kTile, kTile});
+    const HostProgram p{"l4_parallel_reduce", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                            HostTensor s = g.CreateTensor({kTile, kTile}), d = g.CreateTensor({kTile, kTile});
+                            g.Chip("chip_add", {In(x[0]), In(x[1]), Out(s)}, {.device = 1});
+                            g.Chip("chip_sub", {In(x[0]), In(x[1]), Out(d)}, {.device = 2});
+                            g.Sub("reduce",
+                                  [](std::span<const HostTensor> t) {
+                                      auto s = t[0].floats(), d = t[1].floats(), f = t[2].floats();
+                                      for (size_t i = 0; i < f.size(); ++i) f[i] = s[i] + d[i];
+                                  },
+                                  {In(s), In(d), Out(x[2])});
+                        }};
+    w().Run(p, {a, b, f});
+    auto av = a.floats(), fv = f.floats();
+    for (size_t i = 0; i < fv.size(); ++i) ASSERT_EQ(fv[i], 2 * av[i]) << "element " << i;
+    EXPECT_EQ(w().Stats(1).chip_tasks, 1u);
+    EXPECT_EQ(w().Stats(2).chip_tasks, 1u);
+    EXPECT_EQ(w().Stats(1).moved.bytes_uploaded, 2 * kTileBytes);
+    EXPECT_EQ(w().Stats(1).moved.bytes_downloaded, kTileBytes);
+}
+
+// InOut arguments go there and come back: a chain of adds into one tensor,
+// alternating ranks.
+TEST_F(MultiHostTest, InOutArgumentsTravelBothWays) {
+    Start(2);
+    const HostTensor one = HostTensor::Full({kTile, kTile}, 1.0f);
+    HostTensor acc = HostTensor::Full({kTile, kTile}, 5.0f);
+    const HostProgram p{"l4_chain", 2, {}, [](HostGraph& g, std::span<const HostTensor> x) {
+                            for (size_t k = 0; k < 4; ++k) {
+                                HostTensor tmp = g.CreateTensor({kTile, kTile});
+                                g.Chip("chip_add", {In(x[0]), In(x[1]), Out(tmp)}, {.device = k % 2});
+                                g.Sub("copy_back",
+                                      [](std::span<const HostTensor> t) {
+                                          std::memcpy(t[1].data(), t[0].data(), t[0].bytes());
+                                      },
+                                      {In(tmp), InOut(x[0])});
+                            }
+                        }};
+    w().Run(p, {acc, one});
+    for (float v : acc.floats()) ASSERT_EQ(v, 9.0f);
+}
+
+TEST_F(MultiHostTest, RowParallelMatmulOverAllRanksMatchesTheCpu) {
+    Start(3);
+    const int64_t m = 3 * 64, k = 128, n = 128;
+    const HostTensor a = Iota(0.01f, -1.0f, m, k), b = Iota(0.02f, 0.5f, k, n);
+    HostTensor c = HostTensor::Zeros({m, n});
+    w().Run(RowParallelMatmul(m, n, 3), {a, b, c});
+    auto av = a.floats(), bv = b.floats(), cv = c.floats();
+    double worst = 0;
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            double ref = 0;
+            for (int64_t x = 0; x < k; ++x) ref += double(av[size_t(i * k + x)]) * double(bv[size_t(x * n + j)]);
+            worst = std::max(worst, std::abs(ref - double(cv[size_t(i * n + j)])) / std::max(1.0, std::abs(ref)));
+        }
+    EXPECT_LT(worst, 1e-4);
+    for (size_t d = 0; d < 3; ++d) EXPECT_EQ(w().Stats(d).chip_tasks, 1u) << "device " << d;
+}
+
+TEST_F(MultiHostTest, AFaultOnAnotherRankNamesItAndTheWorkerGoesOn) {
+    Start(2);
+    HostTensor x = HostTensor::Zeros({kTile, kTile});
+    const HostProgram bad{"l4_fault", 1, {}, [](HostGraph& g, std::span<const HostTensor> a) {
+                              g.Chip("chip_fault", {Out(a[0])}, {.name = "faulty", .device = 1});
+                              g.Sub("after", [](std::span<const HostTensor>) {}, {In(a[0])});
+                          }};
+    try {
+        w().Run(bad, {x});
+        FAIL() << "the fault was not reported";
+    } catch (const HostRunError& e) {
+        ASSERT_EQ(e.failures().size(), 1u);
+        const TaskFailureInfo& f = e.failures()[0];
+        EXPECT_EQ(f.task, "faulty");
+        EXPECT_NE(f.device.find("rank 1"), std::string::npos) << f.device;
+        EXPECT_EQ(f.kind, ErrorKind::DeviceError) << e.what();
+        EXPECT_NE(f.device_code, 0u) << e.what();
+        EXPECT_NE(f.cause.find("rank 1"), std::string::npos) << f.cause;
+        ASSERT_EQ(e.skipped().size(), 1u);
+    }
+    // The same worker runs the next program on the same remote device.
+    const HostTensor a = Iota(1.0f, 0.0f), b = Iota(2.0f, 1.0f);
+    HostTensor f = HostTensor::Zeros({kTile, kTile});
+    const HostProgram add{"l4_add", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> t) {
+                              g.Chip("chip_add", {In(t[0]), In(t[1]), Out(t[2])}, {.device = 1});
+                          }};
+    w().Run(add, {a, b, f});
+    auto av = a.floats(), bv = b.floats(), fv = f.floats();
+    for (size_t i = 0; i < fv.size(); ++i) ASSERT_EQ(fv[i], av[i] + bv[i]);
+}
+
+TEST_F(MultiHostTest, ASilentRankFailsItsTasksNamingItInsteadOfHanging) {
+    Start(2, std::chrono::milliseconds(1000));
+    fabric_->Stop(1);
+    HostTensor f = HostTensor::Zeros({kTile, kTile});
+    const HostTensor a = Iota(1.0f, 0.0f);
+    const HostProgram p{"l4_lost", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> t) {
+                            g.Chip("chip_add", {In(t[0]), In(t[1]), Out(t[2])}, {.name = "on the lost rank", .device = 1});
+                        }};
+    try {
+        w().Run(p, {a, a, f});
+        FAIL() << "the lost rank was not reported";
+    } catch (const HostRunError& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::DeviceLost) << e.what();
+        EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+    }
+    // Rank 1 is still serving (stopped, not dead): rank 0 falls silent too,
+    // so that it stops, as a rank whose controller is lost must.
+    worker_.reset();
+    fabric_->Stop(0);
+    ASSERT_EQ(servers_[0].wait_for(std::chrono::seconds(30)), std::future_status::ready) << "rank 1 hangs";
+    const std::string r = servers_[0].get();
+    servers_.clear();
+    EXPECT_NE(r.find("rank 0"), std::string::npos) << r;
+}
+
+}  // namespace
