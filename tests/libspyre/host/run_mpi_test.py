@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Runs tests/libspyre/host/mpi_remote_chip under mpirun and checks its outcome.
 
-Usage: run_mpi_test.py BINARY NP MODE   (MODE: calls, stop-peer, kill-peer, hostile)
+Usage: run_mpi_test.py BINARY NP MODE   (MODE: calls, stop-peer, kill-peer, hostile; l4: spyre-l4-examples)
 
 Exit 77 (meson's skip) only when mpirun is missing, or when FUSE is unusable
 (every rank starts a mock card) and SPYRE_REQUIRE_FUSE is not 1, as every
@@ -117,6 +117,9 @@ def main():
     if mode == 'calls':
         if rc != 0 or f'RESULT calls-ok ranks={np_}' not in out:
             fail('the chip calls did not all come back right')
+    elif mode == 'l4':
+        if rc != 0 or f'RESULT l4-ok ranks={np_}' not in out:
+            fail('the level-4 examples did not all pass')
     elif mode == 'stop-peer':
         m = re.search(r'RESULT peer-lost-reported rank=1 after_ms=(\d+) bound_ms=(\d+): .*rank 1 \(host ', out)
         if not m:
