@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "bench_main.hpp"
+#include "mpi_pingpong.hpp"
 #include "spyre/device/host.hpp"
 #include "spyre/host/mpi_transport.hpp"
 #include "spyre/host/remote_chip_client.hpp"
@@ -46,31 +47,6 @@ Message RawBatchRequest(uint64_t size, uint64_t count) {
     return m;
 }
 
-// Both sides of a raw batch, on the MPI thread. A zero-byte exchange first,
-// so the timed part starts with both ranks inside it.
-double RawPingPongs(MPI_Comm comm, int peer, bool first, uint64_t size, uint64_t count) {
-    std::vector<uint8_t> buf(size, 0x5a);
-    char sync = 0;
-    if (first) {
-        MPI_Send(&sync, 0, MPI_BYTE, peer, kRawTag, comm);
-        MPI_Recv(&sync, 0, MPI_BYTE, peer, kRawTag, comm, MPI_STATUS_IGNORE);
-    } else {
-        MPI_Recv(&sync, 0, MPI_BYTE, peer, kRawTag, comm, MPI_STATUS_IGNORE);
-        MPI_Send(&sync, 0, MPI_BYTE, peer, kRawTag, comm);
-    }
-    const auto start = Clock::now();
-    for (uint64_t i = 0; i < count; ++i) {
-        if (first) {
-            MPI_Send(buf.data(), static_cast<int>(size), MPI_BYTE, peer, kRawTag, comm);
-            MPI_Recv(buf.data(), static_cast<int>(size), MPI_BYTE, peer, kRawTag, comm, MPI_STATUS_IGNORE);
-        } else {
-            MPI_Recv(buf.data(), static_cast<int>(size), MPI_BYTE, peer, kRawTag, comm, MPI_STATUS_IGNORE);
-            MPI_Send(buf.data(), static_cast<int>(size), MPI_BYTE, peer, kRawTag, comm);
-        }
-    }
-    return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 void Report(benchmark::State& state, const char* figure, double ns) {
     const int64_t size = state.range(0);
     g_ns[figure][size] = ns;
@@ -87,7 +63,7 @@ void BM_RawMpi(benchmark::State& state) {
     for (auto _ : state) {
         g_transport->Send(1, RawBatchRequest(size, count));
         double seconds = 0;
-        g_transport->RunOnMpiThread([&](MPI_Comm comm) { seconds = RawPingPongs(comm, 1, true, size, count); });
+        g_transport->RunOnMpiThread([&](MPI_Comm comm) { seconds = bench::RawPingPongs(comm, 1, true, size, count, kRawTag); });
         // The figure is one round trip; a batch amortises the hand-over to the MPI thread.
         state.SetIterationTime(seconds / static_cast<double>(count));
         total += seconds / static_cast<double>(count);
@@ -142,7 +118,7 @@ int ServeRank(MpiTransport& t) {
             uint64_t size = 0, count = 0;
             std::memcpy(&size, m.header.data(), 8);
             std::memcpy(&count, m.header.data() + 8, 8);
-            t.RunOnMpiThread([&](MPI_Comm comm) { RawPingPongs(comm, m.source, false, size, count); });
+            t.RunOnMpiThread([&](MPI_Comm comm) { bench::RawPingPongs(comm, m.source, false, size, count, kRawTag); });
         }
     });
     service.Serve(0);

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: Apache-2.0
+// Level 4 (docs/multihost.md), under mpirun -np 2: host programs on a
+// MultiHostWorker, each beside a raw MPI ping-pong of 128 KiB (the bytes a
+// [128x128] fp32 add ships: two inputs there, one output back) measured
+// first in the same run, before either rank starts its mock card:
+//   dependency/local    chip_add on rank 0's device -> SubWorker on rank 0
+//   dependency/remote   chip_add on rank 1's device -> SubWorker on rank 0:
+//                       a dependency across ranks
+//   empty/remote/N      N empty chip tasks on rank 1's device per run
+//                       (dispatch across ranks: per run and per task)
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "bench_main.hpp"
+#include "l3_chip_functions.hpp"
+#include "mpi_pingpong.hpp"
+#include "spyre/host.hpp"
+#include "spyre/host/mpi_transport.hpp"
+
+using namespace spyre;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+Worker* g_worker = nullptr;
+double g_raw_us = 0;  // one raw MPI round trip of 128 KiB each way
+
+void BM_Dependency(benchmark::State& state, size_t device) {
+    HostTensor a = HostTensor::Full({l3::kTile, l3::kTile}, 2.0f), b = HostTensor::Full({l3::kTile, l3::kTile}, 3.0f);
+    HostTensor f = HostTensor::Zeros({l3::kTile, l3::kTile});
+    const HostProgram p{"dependency", 2, {{{l3::kTile, l3::kTile}}}, [device](HostGraph& g, std::span<const HostTensor> x) {
+                            g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])}, {.device = device});
+                            g.Sub("consume", {In(x[2])});
+                        }};
+    const auto t0 = Clock::now();
+    for (auto _ : state) g_worker->Run(p, {a, b, f});
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / double(state.iterations());
+    if (f.floats()[0] != 5.0f) state.SkipWithError("wrong result");
+    state.counters["us_per_run"] = us;
+    state.counters["raw_mpi_us"] = g_raw_us;
+    state.counters["x_raw_mpi"] = us / g_raw_us;
+}
+
+void BM_EmptyRemote(benchmark::State& state) {
+    const int n = int(state.range(0));
+    const HostProgram p{"empty", 0, {}, [n](HostGraph& g, std::span<const HostTensor>) {
+                            for (int i = 0; i < n; ++i) g.Chip("chip_empty", {}, {.device = 1});
+                        }};
+    const auto t0 = Clock::now();
+    for (auto _ : state) g_worker->Run(p, {});
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / double(state.iterations());
+    state.counters["us_per_run"] = us;
+    state.counters["us_per_task"] = us / n;
+    state.counters["raw_mpi_us"] = g_raw_us;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    try {
+        host::MpiTransport t;
+        if (t.size() != 2) {
+            if (t.rank() == 0) std::fprintf(stderr, "multihost_bench: run with mpirun -np 2 (this run has %d ranks)\n", t.size());
+            return 1;
+        }
+        constexpr uint64_t kBytes = 2 * l3::kTileBytes, kRounds = 200;
+        double seconds = 0;
+        t.RunOnMpiThread([&](MPI_Comm comm) { seconds = bench::RawPingPongs(comm, 1 - t.rank(), t.rank() == 0, kBytes, kRounds); });
+        g_raw_us = seconds / double(kRounds) * 1e6;
+
+        HostOptions o;
+        o.source = HostOptions::Source::EmbeddedMock;
+        o.embedded_mock = {.cards = 1, .vfs = 1, .mem = "1G"};
+        Host host = Host::Open(o);
+        MultiHostWorker mw(t, host, {.device_ids = {1}, .num_sub_workers = 1});
+        l3::RegisterChipFunctions(mw.worker());
+        mw.worker().RegisterSubWorker("consume", [](std::span<const HostTensor>) {});
+        if (t.rank() == 1) {
+            mw.Serve();
+            return 0;
+        }
+        g_worker = &mw.worker();
+        benchmark::RegisterBenchmark("dependency/local", BM_Dependency, size_t(0))->UseRealTime()->MinTime(0.5);
+        benchmark::RegisterBenchmark("dependency/remote", BM_Dependency, size_t(1))->UseRealTime()->MinTime(0.5);
+        benchmark::RegisterBenchmark("empty/remote", BM_EmptyRemote)->Arg(1)->Arg(16)->UseRealTime()->MinTime(0.5);
+        std::printf("raw MPI ping-pong, 128 KiB each way: %.1f us per round trip (%llu rounds)\n", g_raw_us,
+                    static_cast<unsigned long long>(kRounds));
+        return bench::RunBenchmarks("multihost_bench", std::chrono::seconds(120));
+    } catch (const Error& e) {
+        std::fprintf(stderr, "multihost_bench: %s\n", e.what());
+        return 1;
+    }
+}
