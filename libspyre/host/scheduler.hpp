@@ -29,8 +29,8 @@ public:
     void Shutdown();
 
     std::shared_ptr<RunState> Start(std::unique_ptr<RunState> run);
-    // The run's outputs, or HostRunError.
-    std::vector<HostTensor> Wait(RunState& run);
+    // The run's outputs, or HostRunError; `progress` (when set) on this thread.
+    std::vector<HostTensor> Wait(RunState& run, const ProgressCallback& progress = {});
     bool Done(RunState& run);
 
     size_t device_count() const { return executors_.size(); }
@@ -39,6 +39,7 @@ public:
 
 private:
     using Graveyard = std::vector<std::shared_ptr<RunState>>;
+    std::vector<HostTensor> WaitReporting(RunState& run, const ProgressCallback& progress);
     void MakeReady(HostTask* task);
     void Finish(HostTask* task, HostTask::State state, TaskFailureInfo failure);
     void RunChip(HostTask* task, ChipCall call);
