@@ -46,9 +46,11 @@ struct Reports {
     }
 };
 
+// `ts` inside `span`, give or take a nanosecond: ts and dur are each
+// rounded to microseconds with three decimals, so ts + dur may miss the end.
 bool Within(double ts, const nlohmann::json& span) {
     const double s = span["ts"].get<double>(), e = s + span["dur"].get<double>();
-    return ts >= s && ts <= e;
+    return ts >= s - 1e-3 && ts <= e + 1e-3;
 }
 
 }  // namespace
@@ -121,6 +123,7 @@ TEST_F(WorkerTraceTest, ParallelReduceTraceShowsDevicesSubWorkerAndArrows) {
         EXPECT_GE(sub["ts"].get<double>(), c["ts"].get<double>() + c["dur"].get<double>())
             << "the SubWorker starts after " << c["name"] << " ends";
     // Upload and download phases nest in their chip span.
+    EXPECT_EQ(phases.size(), 4u) << "an upload and a download per chip task";
     for (const auto& p : phases) {
         bool inside = false;
         for (const auto& c : chips)
