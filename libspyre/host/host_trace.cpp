@@ -8,18 +8,17 @@ namespace spyre::host {
 
 namespace {
 
-// A thread runs one device's chip tasks or one SubWorker slot, so it names
-// one track: looked up once per recording, not per task.
+// A thread runs one device's chip tasks or one SubWorker slot for its
+// whole life (JobThreads), so it names one track: looked up once per
+// recording, not per task.
 uint32_t TrackOf(const std::string& device) {
     thread_local uint64_t recording = 0;
     thread_local uint32_t track = 0;
-    thread_local std::string name;
-    std::string want = device.empty() ? "host-level subworker " + std::to_string(JobThreads::CurrentIndex())
-                                      : "host-level " + device;
-    if (recording != trace::detail::Recording() || want != name) {
+    if (recording != trace::detail::Recording()) {
         recording = trace::detail::Recording();
-        name = std::move(want);
-        track = trace::detail::NamedTrack(name);
+        track = trace::detail::NamedTrack(device.empty()
+                                              ? "host-level subworker " + std::to_string(JobThreads::CurrentIndex())
+                                              : "host-level " + device);
     }
     return track;
 }

@@ -14,7 +14,10 @@ namespace spyre::host {
 
 Scheduler::Scheduler(std::vector<std::unique_ptr<ChipExecutor>> executors, const DistributedConfig& config)
     : executors_(std::move(executors)), load_(executors_.size()), stats_(executors_.size()), block_dim_(config.block_dim) {
-    for (size_t d = 0; d < executors_.size(); ++d) lanes_.push_back(std::make_unique<JobThreads>(1));
+    for (size_t d = 0; d < executors_.size(); ++d) {
+        lanes_.push_back(std::make_unique<JobThreads>(1));
+        device_names_.push_back(executors_[d]->Describe());
+    }
     if (config.num_sub_workers > 0) sub_workers_ = std::make_unique<JobThreads>(config.num_sub_workers);
 }
 
@@ -183,7 +186,7 @@ void Scheduler::RunChip(HostTask* task, ChipCall call) {
         failure = FailureOf(*task, executors_[d]->Describe());
     }
     if (start_ns != 0) [[unlikely]]
-        TraceTask(*task, executors_[d]->Describe(), start_ns, trace::detail::NowNs(), moved);
+        TraceTask(*task, device_names_[d], start_ns, trace::detail::NowNs(), moved);
     Graveyard dead;
     std::lock_guard lock(mu_);
     ++stats_[d].chip_tasks;

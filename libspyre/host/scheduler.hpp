@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "host_task.hpp"
@@ -50,6 +51,7 @@ private:
     RegionTracker tracker_;
     Residency residency_;
     std::vector<std::unique_ptr<ChipExecutor>> executors_;
+    std::vector<std::string> device_names_;  // Describe() of each executor, for the trace
     std::vector<uint32_t> load_;
     std::vector<Worker::DeviceStats> stats_;
     std::vector<std::unique_ptr<JobThreads>> lanes_;
