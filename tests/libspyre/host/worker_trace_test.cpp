@@ -132,6 +132,35 @@ TEST_F(WorkerTraceTest, ParallelReduceTraceShowsDevicesSubWorkerAndArrows) {
         EXPECT_TRUE(inside) << p.dump();
     }
 
+    // Each core task a chip task submitted ran inside that chip task's span
+    // on its device (the device's own timestamps, the host's clock).
+    int core_tasks = 0;
+    for (const auto& e : t["traceEvents"]) {
+        if (e["ph"] != "X" || e["cat"] != "device" || !e.contains("args") || !e["args"].contains("task")) continue;
+        const std::string track = tracks[e["tid"].get<int64_t>()];
+        const std::string device = track.substr(0, track.find(" core "));
+        ++core_tasks;
+        bool inside = false;
+        for (const auto& c : chips)
+            inside |= c["args"]["device"] == device && Within(e["ts"].get<double>(), c) &&
+                      Within(e["ts"].get<double>() + e["dur"].get<double>(), c);
+        EXPECT_TRUE(inside) << "core task outside its chip task: " << e.dump();
+    }
+    EXPECT_GE(core_tasks, 2);
+
+    // Timestamps never go back on a track.
+    std::map<int64_t, double> last;
+    for (const auto& e : t["traceEvents"]) {
+        if (e["ph"] == "M" || !e.contains("tid") || !e.contains("ts")) continue;
+        const int64_t tid = e["tid"].get<int64_t>();
+        const double ts = e["ts"].get<double>();
+        const auto seen = last.find(tid);
+        if (seen != last.end()) {
+            EXPECT_GE(ts, seen->second) << "on " << tracks[tid] << ": " << e.dump();
+        }
+        last[tid] = ts;
+    }
+
     // Two arrows into the SubWorker's span, one out of each chip span.
     std::set<std::string> from;
     int into_sub = 0;
