@@ -7,6 +7,8 @@
 //                            per run + N x per task; the reference runtime
 //                            (simpler) measures 43.3 us per run + 8.08 us per
 //                            task, the target is 10 us + 1 us.
+//   dispatch_traced/empty_tasks:N  the same while a trace records (the
+//                            host-level probes' cost, beside the untraced runs)
 //   baseline/thread_handoff  a job handed to another thread and its completion
 //                            handed back (condition variables): the floor of
 //                            any runtime that runs chip tasks on device threads
@@ -25,12 +27,16 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
+
+#include <unistd.h>
 
 #include "bench_main.hpp"
 #include "spyre/compiler/kernel_builder.hpp"
 #include "l3_chip_functions.hpp"
 #include "spyre/host.hpp"
+#include "spyre/trace/trace.hpp"
 
 using namespace spyre;
 using namespace spyre::l3;
@@ -125,18 +131,30 @@ void BM_ChipDirect(benchmark::State& state) {
     state.counters["us"] = g_us["chip_direct"];
 }
 
-void BM_Dispatch(benchmark::State& state) {
+// `traced`: one recording spans every iteration (started before the first,
+// written after the last, both outside the timed loop), to price the
+// host-level probes against the same runs untraced in this run.
+void BM_Dispatch(benchmark::State& state, bool traced) {
     const int n = int(state.range(0));
     Worker& w = WorkerOver(1);
     HostProgram p{"empty", 0, {}, [n](HostGraph& g, std::span<const HostTensor>) {
                       for (int i = 0; i < n; ++i) g.Chip("chip_empty", {});
                   }};
+    const std::string trace_path = "/tmp/spyre_host_bench_" + std::to_string(getpid()) + ".json";
+    if (traced) spyre::trace::Start(trace_path);
     const auto t0 = Clock::now();
     for (auto _ : state) w.Run(p, {});
     const double us = UsPerIteration(state, t0);
-    g_us["dispatch_" + std::to_string(n)] = us;
+    if (traced) {
+        spyre::trace::Stop();
+        std::remove(trace_path.c_str());
+    }
+    const std::string key = std::string(traced ? "dispatch_traced_" : "dispatch_") + std::to_string(n);
+    g_us[key] = us;
     state.counters["us_per_run"] = us;
     state.counters["us_per_task"] = us / n;
+    if (traced && g_us.count("dispatch_" + std::to_string(n)))
+        state.counters["x_untraced"] = us / g_us["dispatch_" + std::to_string(n)];
 }
 
 // `tasks` independent chip matmuls of rows x k x k over the first `devices` VFs.
@@ -168,6 +186,12 @@ void Summary() {
     std::printf("\nL3 dispatch, empty chip tasks on 1 device (%u host cores):\n", std::thread::hardware_concurrency());
     std::printf("  per run %.2f us + per task %.2f us   (reference runtime 43.3 + 8.08 us; target 10 + 1 us)\n", per_run,
                 per_task);
+    const double tt1 = at("dispatch_traced_1"), tt64 = at("dispatch_traced_64");
+    if (tt1 > 0 && tt64 > 0) {
+        const double tper_task = (tt64 - tt1) / 63;
+        std::printf("  traced (a recording over 2000 runs): per run %.2f us + per task %.2f us (%.2fx / %.2fx untraced)\n",
+                    tt1 - tper_task, tper_task, t1 > 0 ? tt1 / t1 : 0.0, t64 > 0 ? tt64 / t64 : 0.0);
+    }
     std::printf("  beside, same run: thread handoff round trip %.2f us, chip runtime alone (empty scope + WaitAll) %.2f us\n",
                 at("handoff"), at("chip_direct"));
     for (const char* key : {"throughput_", "throughput_big_"}) {
@@ -187,7 +211,9 @@ int main(int argc, char** argv) {
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     benchmark::RegisterBenchmark("baseline/thread_handoff", BM_ThreadHandoff)->UseRealTime()->MinTime(0.3);
     benchmark::RegisterBenchmark("baseline/chip_direct", BM_ChipDirect)->UseRealTime()->MinTime(0.3);
-    benchmark::RegisterBenchmark("dispatch/empty_tasks", BM_Dispatch)->Arg(1)->Arg(64)->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("dispatch/empty_tasks", BM_Dispatch, false)->Arg(1)->Arg(64)->UseRealTime()->MinTime(0.5);
+    // A fixed count keeps a recording small (a few MB).
+    benchmark::RegisterBenchmark("dispatch_traced/empty_tasks", BM_Dispatch, true)->Arg(1)->Arg(64)->UseRealTime()->Iterations(2000);
     benchmark::RegisterBenchmark("throughput/devices", BM_Throughput)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseRealTime()->MinTime(1.0);
     benchmark::RegisterBenchmark("throughput_big/devices", BM_ThroughputBig)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseRealTime()->MinTime(1.0);
     const int status = spyre::bench::RunBenchmarks("host_bench", std::chrono::seconds(240), [] {

@@ -38,6 +38,16 @@ struct HostTask {
     std::shared_ptr<const TaskFailureInfo> root;
     size_t device = SIZE_MAX;            // where a chip task was placed
 
+    // While a trace records: this task's span once drawn (track 0: none),
+    // and its producers' span ends, each the tail of an arrow into it.
+    struct TraceEnd {
+        uint32_t track = 0;
+        uint64_t end_ns = 0;
+        uint64_t recording = 0;  // a track id means nothing in another recording
+    };
+    TraceEnd trace;
+    std::vector<TraceEnd> trace_in;
+
     bool Finished() const { return state == State::Done || state == State::Failed || state == State::Skipped; }
 };
 
@@ -50,6 +60,7 @@ struct RunState {
     std::vector<TaskFailureInfo> failures;
     std::vector<std::string> skipped;
     bool done = false;
+    bool watched = false;  // a waiter reports progress: wake it on every finished task
     std::atomic<bool> done_flag{false};  // `done`, for a waiter's brief look before it sleeps
     std::condition_variable done_cv;  // waited on with the scheduler's lock
 };

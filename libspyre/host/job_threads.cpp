@@ -3,8 +3,14 @@
 
 namespace spyre::host {
 
+namespace {
+thread_local int tl_index = 0;
+}  // namespace
+
+int JobThreads::CurrentIndex() noexcept { return tl_index; }
+
 JobThreads::JobThreads(int threads) {
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this, i] { Loop(i); });
 }
 
 JobThreads::~JobThreads() {
@@ -25,7 +31,8 @@ void JobThreads::Post(std::function<void()> job) {
     cv_.notify_one();
 }
 
-void JobThreads::Loop() {
+void JobThreads::Loop(int index) {
+    tl_index = index;
     std::unique_lock lock(mu_);
     for (;;) {
         if (jobs_.empty() && !stop_) {

@@ -31,8 +31,12 @@ public:
 
     static constexpr std::chrono::microseconds kSpin{50};
 
+    // Which of its pool's threads runs the calling job (0..threads-1): the
+    // trace names a SubWorker's track by it.
+    static int CurrentIndex() noexcept;
+
 private:
-    void Loop();
+    void Loop(int index);
     std::mutex mu_;
     std::condition_variable cv_;
     std::deque<std::function<void()>> jobs_;

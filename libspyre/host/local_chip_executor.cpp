@@ -8,6 +8,8 @@
 #include <exception>
 #include <utility>
 
+#include "spyre/trace/trace.hpp"
+
 namespace spyre::host {
 
 LocalChipExecutor::LocalChipExecutor(Device device, const DistributedConfig& config,
@@ -135,6 +137,9 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
         ctx.shapes.push_back(t.shape());
         pto_args.push_back(uint64_t(c.mapped));
     }
+    const bool traced = trace::Enabled();
+    if (traced) [[unlikely]]
+        stats.run_start_ns = trace::detail::NowNs();
     if (fn->plan) {
         auto plan = plans_.find(call.function);
         if (plan == plans_.end())
@@ -152,6 +157,8 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
         orch_->WaitAll();  // the device tasks' failure first: it names the kernel and the device code
         if (thrown) std::rethrow_exception(thrown);
     }
+    if (traced) [[unlikely]]
+        stats.run_end_ns = trace::detail::NowNs();
     for (size_t i = 0; i < call.args.size(); ++i) {
         const TensorArg& a = call.args[i].arg;
         if (a.access == Access::In) continue;

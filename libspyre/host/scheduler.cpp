@@ -6,13 +6,18 @@
 #include <exception>
 #include <thread>
 
+#include "host_trace.hpp"
 #include "placement.hpp"
+#include "spyre/trace/trace.hpp"
 
 namespace spyre::host {
 
 Scheduler::Scheduler(std::vector<std::unique_ptr<ChipExecutor>> executors, const DistributedConfig& config)
     : executors_(std::move(executors)), load_(executors_.size()), stats_(executors_.size()), block_dim_(config.block_dim) {
-    for (size_t d = 0; d < executors_.size(); ++d) lanes_.push_back(std::make_unique<JobThreads>(1));
+    for (size_t d = 0; d < executors_.size(); ++d) {
+        lanes_.push_back(std::make_unique<JobThreads>(1));
+        device_names_.push_back(executors_[d]->Describe());
+    }
     if (config.num_sub_workers > 0) sub_workers_ = std::make_unique<JobThreads>(config.num_sub_workers);
 }
 
@@ -119,10 +124,13 @@ void Scheduler::Finish(HostTask* task, HostTask::State state, TaskFailureInfo fa
         if (std::none_of(run.failures.begin(), run.failures.end(), [&](const auto& f) { return f.task_id == root_id; }))
             run.failures.push_back(*task->root);
     }
+    if (task->trace.track != 0) [[unlikely]]
+        TraceHandOff(*task);
     for (HostTask* c : task->consumers) {
         if (state != HostTask::State::Done && !c->root) c->root = task->root;
         if (--c->fanin == 0) MakeReady(c);
     }
+    if (run.watched) run.done_cv.notify_all();  // a progress report is due
     if (--run.unfinished == 0) {
         for (auto& t : run.tasks) tracker_.Forget(*t);
         residency_.Sweep();
@@ -170,12 +178,15 @@ void Scheduler::RunChip(HostTask* task, ChipCall call) {
     ChipCallStats moved;
     TaskFailureInfo failure;
     bool ok = true;
+    const uint64_t start_ns = trace::Enabled() ? trace::detail::NowNs() : 0;
     try {
         moved = executors_[d]->Run(call);
     } catch (...) {
         ok = false;
         failure = FailureOf(*task, executors_[d]->Describe());
     }
+    if (start_ns != 0) [[unlikely]]
+        TraceTask(*task, device_names_[d], start_ns, trace::detail::NowNs(), moved);
     Graveyard dead;
     std::lock_guard lock(mu_);
     ++stats_[d].chip_tasks;
@@ -189,6 +200,7 @@ void Scheduler::RunChip(HostTask* task, ChipCall call) {
 void Scheduler::RunSub(HostTask* task) {
     TaskFailureInfo failure;
     bool ok = true;
+    const uint64_t start_ns = trace::Enabled() ? trace::detail::NowNs() : 0;
     try {
         std::vector<HostTensor> args;
         for (const TensorArg& a : task->args) args.push_back(a.tensor);
@@ -197,13 +209,17 @@ void Scheduler::RunSub(HostTask* task) {
         ok = false;
         failure = FailureOf(*task, "");
     }
+    if (start_ns != 0) [[unlikely]]
+        TraceTask(*task, "", start_ns, trace::detail::NowNs(), {});
     Graveyard dead;
     std::lock_guard lock(mu_);
     Finish(task, ok ? HostTask::State::Done : HostTask::State::Failed, std::move(failure));
     dead.swap(finished_);
 }
 
-std::vector<HostTensor> Scheduler::Wait(RunState& run) {
+std::vector<HostTensor> Scheduler::Wait(RunState& run, const ProgressCallback& progress) {
+    SPYRE_TRACE_SCOPE("host_run_wait");
+    if (progress) return WaitReporting(run, progress);
     // A short run ends within a few microseconds: look for that (yielding)
     // before paying a sleep and a wake-up.
     const auto until = std::chrono::steady_clock::now() + JobThreads::kSpin;
@@ -211,6 +227,29 @@ std::vector<HostTensor> Scheduler::Wait(RunState& run) {
         std::this_thread::yield();
     std::unique_lock lock(mu_);
     run.done_cv.wait(lock, [&] { return run.done; });
+    if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped);
+    return run.outputs;
+}
+
+std::vector<HostTensor> Scheduler::WaitReporting(RunState& run, const ProgressCallback& progress) {
+    // Reported outside the lock, once per change: done only rises and ends
+    // at total (Finish wakes a watched run's waiters on every task).
+    std::unique_lock lock(mu_);
+    run.watched = true;
+    const uint64_t total = run.tasks.size();
+    uint64_t reported = ~0ull;
+    for (;;) {
+        const uint64_t done = total - run.unfinished;
+        if (done != reported) {
+            reported = done;
+            lock.unlock();
+            progress(ProgressInfo{"host-level", done, total, "tasks"});
+            lock.lock();
+            continue;  // look again: tasks finished meanwhile
+        }
+        if (run.done) break;
+        run.done_cv.wait(lock);
+    }
     if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped);
     return run.outputs;
 }

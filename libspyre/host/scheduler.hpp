@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "host_task.hpp"
@@ -29,8 +30,8 @@ public:
     void Shutdown();
 
     std::shared_ptr<RunState> Start(std::unique_ptr<RunState> run);
-    // The run's outputs, or HostRunError.
-    std::vector<HostTensor> Wait(RunState& run);
+    // The run's outputs, or HostRunError; `progress` (when set) on this thread.
+    std::vector<HostTensor> Wait(RunState& run, const ProgressCallback& progress = {});
     bool Done(RunState& run);
 
     size_t device_count() const { return executors_.size(); }
@@ -39,6 +40,7 @@ public:
 
 private:
     using Graveyard = std::vector<std::shared_ptr<RunState>>;
+    std::vector<HostTensor> WaitReporting(RunState& run, const ProgressCallback& progress);
     void MakeReady(HostTask* task);
     void Finish(HostTask* task, HostTask::State state, TaskFailureInfo failure);
     void RunChip(HostTask* task, ChipCall call);
@@ -49,6 +51,7 @@ private:
     RegionTracker tracker_;
     Residency residency_;
     std::vector<std::unique_ptr<ChipExecutor>> executors_;
+    std::vector<std::string> device_names_;  // Describe() of each executor, for the trace
     std::vector<uint32_t> load_;
     std::vector<Worker::DeviceStats> stats_;
     std::vector<std::unique_ptr<JobThreads>> lanes_;

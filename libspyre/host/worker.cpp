@@ -12,6 +12,7 @@
 #include "local_chip_executor.hpp"
 #include "scheduler.hpp"
 #include "spyre/device/host.hpp"
+#include "spyre/trace/trace.hpp"
 #include "spyre/uapi/spyre_regs.h"
 
 namespace spyre {
@@ -115,10 +116,10 @@ RunHandle::~RunHandle() {
     }
 }
 
-std::vector<HostTensor> RunHandle::Wait() {
+std::vector<HostTensor> RunHandle::Wait(const ProgressCallback& progress) {
     if (!state_) throw Error(ErrorKind::InvalidArgument, "RunHandle: empty (moved from or default)");
     std::shared_ptr<State> s = std::move(state_);
-    return s->scheduler->Wait(*s->run);
+    return s->scheduler->Wait(*s->run, progress);
 }
 
 bool RunHandle::Done() const { return !state_ || state_->scheduler->Done(*state_->run); }
@@ -173,11 +174,14 @@ void Worker::RegisterSubWorker(const std::string& name, SubWorkerFn fn) {
         throw Error(ErrorKind::InvalidArgument, "SubWorker '" + name + "' is already registered");
 }
 
-std::vector<HostTensor> Worker::Run(const HostProgram& program, std::vector<HostTensor> args) {
-    return Submit(program, std::move(args)).Wait();
+std::vector<HostTensor> Worker::Run(const HostProgram& program, std::vector<HostTensor> args,
+                                    const ProgressCallback& progress) {
+    SPYRE_TRACE_SCOPE("host_run");
+    return Submit(program, std::move(args)).Wait(progress);
 }
 
 RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> args) {
+    SPYRE_TRACE_SCOPE("host_submit");
     const std::string what = "host program '" + program.name + "'";
     if (!program.fn) throw Error(ErrorKind::InvalidArgument, what + ": no orchestration function");
     const size_t all = program.num_inputs + program.outputs.size();

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <new>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <vector>
 
 #include "spyre/common/device_clock.hpp"
@@ -46,7 +47,8 @@ struct Record {
     };
     const char* category;
     uint32_t track;  // 0: the thread's own
-    char ph;         // 'X' span, 'T' task span, 's' flow start, 'f' flow end, 'A' arrow, 'C' counter
+    // 'X' span, 'T' task span, 'H' host-level task, 's' flow start, 'f' flow end, 'A' arrow, 'C' counter
+    char ph;
 };
 static_assert(sizeof(Record) == 64, "a record is one cache line");
 
@@ -152,6 +154,31 @@ void Append(const Record& r) noexcept {
 
 double Micros(uint64_t ns) { return double(ns) / 1000.0; }
 
+// Names a record cannot point at as literals: copied once, never freed (a
+// record may outlive every Start and Stop in between, so nothing is safe to
+// free), looked up under their own lock.
+const char* Intern(const std::string& name) {
+    // A thread tends to repeat a few names (its device, its functions): a
+    // small cache of its own saves the shared lock on most records.
+    struct Hit {
+        std::string name;
+        const char* copy = nullptr;
+    };
+    thread_local Hit recent[4];
+    thread_local unsigned next = 0;
+    for (const Hit& h : recent)
+        if (h.copy && h.name == name) return h.copy;
+    static std::mutex mu;
+    static auto* names = new std::set<std::string, std::less<>>();  // nodes never move
+    const char* copy;
+    {
+        std::lock_guard lock(mu);
+        copy = names->insert(name).first->c_str();
+    }
+    recent[next++ % 4] = {name, copy};
+    return copy;
+}
+
 }  // namespace
 
 void ApiSpan(const char* name, uint64_t start_ns, uint64_t end_ns) noexcept {
@@ -202,6 +229,19 @@ void TaskSpan(uint32_t track, const char* category, uint64_t start_ns, uint64_t 
              {nullptr}, category, track, 'T'};
     r.reaped_ns = reaped_ns;
     Append(r);
+}
+
+void HostTaskSpan(uint32_t track, const std::string& name, const std::string& device, uint64_t start_ns,
+                  uint64_t end_ns, uint64_t task_id, uint64_t bytes_uploaded, uint64_t bytes_downloaded) noexcept {
+    if (!Enabled()) return;
+    try {
+        // `queued_ns` holds the bytes uploaded, `flow` those downloaded,
+        // `category` the device ("": a SubWorker).
+        Append(Record{start_ns, end_ns > start_ns ? end_ns - start_ns : 0, int64_t(task_id), bytes_uploaded,
+                      bytes_downloaded, {Intern(name)}, Intern(device), track, 'H'});
+    } catch (...) {
+        // Out of memory while tracing: the record is lost, the work goes on.
+    }
 }
 
 void Counter(uint32_t track, const char* name, uint64_t ts_ns, int64_t value) noexcept {
@@ -306,12 +346,26 @@ size_t Stop() {
                   first);
             continue;
         }
+        if (r.ph == 'H') {
+            const bool chip = *r.category != '\0';
+            nlohmann::json args = {{"task", r.arg}, {"level", chip ? "CHIP" : "HOST"}};
+            if (chip) {
+                args["device"] = r.category;
+                args["bytes_uploaded"] = r.queued_ns;
+                args["bytes_downloaded"] = r.flow;
+            }
+            write({{"ph", "X"}, {"name", r.name}, {"cat", "host-level"}, {"pid", pid}, {"tid", p.tid},
+                   {"ts", Micros(r.ts_ns)}, {"dur", Micros(r.dur_ns)}, {"args", args}},
+                  first);
+            continue;
+        }
         nlohmann::json ev = {{"ph", std::string(1, r.ph)}, {"name", r.name}, {"cat", r.category},
                              {"pid", pid},  {"tid", p.tid}, {"ts", Micros(r.ts_ns)}};
         if (r.ph == 'X') {
             ev["dur"] = Micros(r.dur_ns);
             nlohmann::json args = nlohmann::json::object();
-            if (r.arg >= 0) args[std::strcmp(r.category, "dma") == 0 ? "bytes" : "op"] = r.arg;
+            const bool bytes = std::strcmp(r.category, "dma") == 0 || std::strcmp(r.category, "host-level") == 0;
+            if (r.arg >= 0) args[bytes ? "bytes" : "op"] = r.arg;
             if (r.queued_ns) args["enqueued_us"] = Micros(r.queued_ns);
             if (!args.empty()) ev["args"] = args;
             if (r.flow) {

@@ -24,6 +24,18 @@ def check(cond, what):
 PID = 42
 
 
+def summarise(events, name):
+    """spyre-trace summary of `events`, checked to exit 0; its output."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, name)
+        with open(path, "w") as f:
+            json.dump({"traceEvents": events}, f)
+        r = subprocess.run([tool, "summary", path], capture_output=True, text=True, timeout=60)
+    print(r.stdout)
+    check(r.returncode == 0, f"summary exited {r.returncode}: {r.stderr}")
+    return r.stdout
+
+
 def task(tid, task_id, ts, dur, cat="device"):
     return {"ph": "X", "name": "kernel 7", "cat": cat, "pid": PID, "tid": tid, "ts": ts, "dur": dur,
             "args": {"task": task_id, "kernel": 7}}
@@ -52,27 +64,53 @@ events = [
 events += arrow(1, 1, 10, 1, 12) + arrow(2, 1, 10, 2, 11) + arrow(3, 1, 42, 1, 50) + arrow(4, 2, 16, 1, 50)
 events.sort(key=lambda e: e.get("ts", -1))
 
-with tempfile.TemporaryDirectory() as d:
-    path = os.path.join(d, "dag.json")
-    with open(path, "w") as f:
-        json.dump({"traceEvents": events}, f)
-    r = subprocess.run([tool, "summary", path], capture_output=True, text=True, timeout=60)
-    print(r.stdout)
-    check(r.returncode == 0, f"summary exited {r.returncode}: {r.stderr}")
-    out = r.stdout
-    m = re.search(r"DAG critical path: ([\d.]+) us in (\d+) tasks", out)
-    check(m is not None, "no DAG critical path line")
-    if m:
-        check(abs(float(m.group(1)) - 45.0) < 1e-6, f"DAG critical path {m.group(1)} us, expected 45")
-        check(int(m.group(2)) == 3, f"DAG critical path has {m.group(2)} tasks, expected 3")
-    section = out[out.find("DAG critical path"):].splitlines()[1:4]
-    ids = [int(re.match(r"\s*task (\d+)", line).group(1)) for line in section if re.match(r"\s*task \d+", line)]
-    check(ids == [0, 1, 3], f"critical path tasks {ids}, expected [0, 1, 3]")
-    util = dict(re.findall(r"(core \d+)\s+\d+ tasks\s+busy\s+[\d.]+ us\s+utilisation\s+([\d.]+)%", out))
-    check(util.get("core 0") == "77.6", f"core 0 utilisation {util.get('core 0')}, expected 77.6")
-    check(util.get("core 1") == "74.1", f"core 1 utilisation {util.get('core 1')}, expected 74.1")
-    check(re.search(r"core 0\s+3 tasks", out) is not None, "core 0 should list 3 tasks")
-    check(re.search(r"device ring\s+\d+ tasks", out) is None, "the device ring's control blocks counted as tasks")
+out = summarise(events, "dag.json")
+m = re.search(r"DAG critical path: ([\d.]+) us in (\d+) tasks", out)
+check(m is not None, "no DAG critical path line")
+if m:
+    check(abs(float(m.group(1)) - 45.0) < 1e-6, f"DAG critical path {m.group(1)} us, expected 45")
+    check(int(m.group(2)) == 3, f"DAG critical path has {m.group(2)} tasks, expected 3")
+section = out[out.find("DAG critical path"):].splitlines()[1:4]
+ids = [int(re.match(r"\s*task (\d+)", line).group(1)) for line in section if re.match(r"\s*task \d+", line)]
+check(ids == [0, 1, 3], f"critical path tasks {ids}, expected [0, 1, 3]")
+util = dict(re.findall(r"(core \d+)\s+\d+ tasks\s+busy\s+[\d.]+ us\s+utilisation\s+([\d.]+)%", out))
+check(util.get("core 0") == "77.6", f"core 0 utilisation {util.get('core 0')}, expected 77.6")
+check(util.get("core 1") == "74.1", f"core 1 utilisation {util.get('core 1')}, expected 74.1")
+check(re.search(r"core 0\s+3 tasks", out) is not None, "core 0 should list 3 tasks")
+check(re.search(r"device ring\s+\d+ tasks", out) is None, "the device ring's control blocks counted as tasks")
+
+# Host-level tasks (seed 003) of the same shape: chip_add on device A
+# [100,110], chip_sub on device B [100,120] (its upload phase, no task id,
+# must not count), reduce_sum on SubWorker 0 [121,125] after both. The
+# host-level critical path: chip_sub + reduce_sum = 24 us in 2 tasks; over
+# the window 100..125 device A is 40.0% busy, device B 80.0%.
+def host_task(tid, task_id, name, ts, dur, level="CHIP"):
+    return {"ph": "X", "name": name, "cat": "host-level", "pid": PID, "tid": tid, "ts": ts, "dur": dur,
+            "args": {"task": task_id, "level": level}}
+
+
+host_events = [
+    {"ph": "M", "name": "thread_name", "pid": PID, "tid": 11, "args": {"name": "host-level 0000:01:00.1"}},
+    {"ph": "M", "name": "thread_name", "pid": PID, "tid": 12, "args": {"name": "host-level 0000:02:00.1"}},
+    {"ph": "M", "name": "thread_name", "pid": PID, "tid": 13, "args": {"name": "host-level subworker 0"}},
+    host_task(11, 0, "chip_add", 100, 10), host_task(12, 1, "chip_sub", 100, 20),
+    {"ph": "X", "name": "upload", "cat": "host-level", "pid": PID, "tid": 12, "ts": 100, "dur": 2,
+     "args": {"bytes": 4096}},
+    host_task(13, 2, "reduce_sum", 121, 4, "HOST"),
+] + arrow(11, 11, 110, 13, 121) + arrow(12, 12, 120, 13, 121)
+host_events.sort(key=lambda e: e.get("ts", -1))
+
+out = summarise(events + host_events, "host.json")
+m = re.search(r"host-level critical path: ([\d.]+) us in (\d+) tasks", out)
+check(m is not None, "no host-level critical path line")
+if m:
+    check(abs(float(m.group(1)) - 24.0) < 1e-6, f"host-level critical path {m.group(1)} us, expected 24")
+    check(int(m.group(2)) == 2, f"host-level critical path has {m.group(2)} tasks, expected 2")
+util = dict(re.findall(r"host-level (\S+)\s+\d+ tasks\s+busy\s+[\d.]+ us\s+utilisation\s+([\d.]+)%", out))
+check(util.get("0000:01:00.1") == "40.0", f"device A utilisation {util.get('0000:01:00.1')}, expected 40.0")
+check(util.get("0000:02:00.1") == "80.0", f"device B utilisation {util.get('0000:02:00.1')}, expected 80.0")
+m = re.search(r"DAG critical path: ([\d.]+) us", out)
+check(m is not None and abs(float(m.group(1)) - 45.0) < 1e-6, "host-level tasks changed the orchestration DAG")
 
 if failures:
     sys.exit(1)

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "spyre/common/progress.hpp"
 #include "spyre/error.hpp"
 #include "spyre/host/chip_executor.hpp"
 #include "spyre/host/host_tensor.hpp"
@@ -128,8 +129,10 @@ public:
     RunHandle(RunHandle&&) noexcept;
     RunHandle& operator=(RunHandle&&) noexcept;
     ~RunHandle();  // waits for the run (without throwing)
-    // Waits; returns the program's outputs (inputs excluded) or throws HostRunError.
-    std::vector<HostTensor> Wait();
+    // Waits; returns the program's outputs (inputs excluded) or throws
+    // HostRunError. `progress` (on this thread) reports the run's tasks
+    // finished of its tasks ("host-level", unit "tasks"), done rising to total.
+    std::vector<HostTensor> Wait(const ProgressCallback& progress = {});
     bool Done() const;
 
     struct State;
@@ -163,7 +166,9 @@ public:
 
     // Runs synchronously: returns the outputs or throws HostRunError (a
     // failed task) or Error (bad arguments, a failing orchestration function).
-    std::vector<HostTensor> Run(const HostProgram& program, std::vector<HostTensor> args);
+    // `progress` as for RunHandle::Wait.
+    std::vector<HostTensor> Run(const HostProgram& program, std::vector<HostTensor> args,
+                                const ProgressCallback& progress = {});
     // Starts a run and returns at once; tasks of runs in flight that touch
     // the same tensors are ordered as if the runs were one.
     RunHandle Submit(const HostProgram& program, std::vector<HostTensor> args);

@@ -17,7 +17,7 @@
 #include <stdexcept>
 
 #include "l3_chip_functions.hpp"
-#include "mock_fixture.hpp"
+#include "worker_fixture.hpp"
 #include "spyre/compiler/plan_writer.hpp"
 #include "spyre/host.hpp"
 #include "spyre/trace/trace.hpp"
@@ -26,16 +26,6 @@ using namespace spyre;
 using namespace spyre::l3;
 
 namespace {
-
-HostOptions Mock(uint16_t cards, uint16_t vfs) { return test::EmbeddedMockHost(cards, vfs, "2G"); }
-
-// The VFs of `host`: the devices the Worker uses.
-std::vector<int> Vfs(const Host& host) {
-    std::vector<int> ids;
-    for (const auto& f : host.functions())
-        if (f.kind == driver::FunctionKind::VF) ids.push_back(int(f.index));
-    return ids;
-}
 
 HostTensor Iota(float scale, float offset) {
     HostTensor t = HostTensor::Zeros({kTile, kTile});
@@ -52,31 +42,6 @@ void ExpectFloats(const HostTensor& got, const std::function<float(size_t)>& wan
             return;
         }
 }
-
-class WorkerTest : public ::testing::Test {
-protected:
-    void SetUp() override {
-        SPYRE_REQUIRE_FUSE();
-        host_.emplace(Host::Open(Mock(2, 2)));
-        DistributedConfig c;
-        c.device_ids = Vfs(*host_);  // 01:00.1, 01:00.2, 02:00.1, 02:00.2
-        c.num_sub_workers = 2;
-        c.block_dim = 2;
-        worker_.emplace(*host_, c);
-        RegisterChipFunctions(*worker_);
-        worker_->RegisterSubWorker("verify", [](std::span<const HostTensor> t) {
-            for (float x : t[0].floats())
-                if (x != 5.0f) throw std::runtime_error("SubWorker verify failed: expected 5.0, got " + std::to_string(x));
-        });
-    }
-    std::vector<Worker::DeviceStats> AllStats() {
-        std::vector<Worker::DeviceStats> s;
-        for (size_t d = 0; d < worker_->device_count(); ++d) s.push_back(worker_->Stats(d));
-        return s;
-    }
-    std::optional<Host> host_;
-    std::optional<Worker> worker_;
-};
 
 }  // namespace
 
