@@ -123,7 +123,13 @@ private:
         void lock() {
             engine_.mu_.lock();
             held_ = true;
-            engine_.ApplyInbox();
+            try {
+                engine_.ApplyInbox();
+            } catch (...) {  // a constructor that throws has no destructor to unlock
+                engine_.mu_.unlock();
+                held_ = false;
+                throw;
+            }
         }
         void unlock() {
             engine_.mu_.unlock();
@@ -148,13 +154,13 @@ private:
     [[noreturn]] void FailOutside(const uint8_t* p, uint64_t size, const std::string& what) const;
     std::string Describe(int32_t task_id) const;
     bool Alive(int32_t task_id) const;
-    // Waits (releasing mu_) until `attempt` succeeds; throws what `stuck`
-    // builds once no running task can change anything.
     // What a stalled submitter waits for (submitters are serialised: one at a time).
     struct StallNeed {
         int32_t slots = 0;
         uint64_t bytes = 0;
     };
+    // Waits (releasing mu_) until `attempt` succeeds; throws what `stuck`
+    // builds once no running task can change anything.
     template <typename Attempt, typename Stuck>
     auto Stall(Lock& lock, StallNeed need, Attempt&& attempt, Stuck&& stuck);
     std::string TaskRingStuck() const;
