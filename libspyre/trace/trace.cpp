@@ -393,6 +393,33 @@ size_t Stop() {
     return all.size();
 }
 
+std::string ProcessTracePath(const std::string& path) {
+    auto env = [](std::initializer_list<const char*> names) -> std::string {
+        for (const char* n : names)
+            if (const char* v = std::getenv(n); v && *v) return v;
+        return "";
+    };
+    const std::string rank = env({"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"});
+    const std::string size = env({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"});
+    std::string out;
+    bool named = false;
+    for (size_t i = 0; i < path.size(); ++i) {
+        if (path[i] == '%' && i + 1 < path.size() && (path[i + 1] == 'p' || path[i + 1] == 'r')) {
+            out += path[i + 1] == 'p' ? std::to_string(getpid()) : (rank.empty() ? "0" : rank);
+            named = true;
+            ++i;
+        } else {
+            out += path[i];
+        }
+    }
+    if (!named && !rank.empty() && std::atoi(size.c_str()) > 1) {
+        const size_t slash = out.rfind('/'), dot = out.rfind('.');
+        const size_t at = dot != std::string::npos && (slash == std::string::npos || dot > slash) ? dot : out.size();
+        out.insert(at, ".rank" + rank);
+    }
+    return out;
+}
+
 namespace {
 
 // SPYRE_TRACE=path: record from the library's load to the process's exit.
@@ -401,7 +428,7 @@ struct FromEnvironment {
         const char* path = std::getenv("SPYRE_TRACE");
         if (!path || !*path) return;
         try {
-            Start(path);
+            Start(ProcessTracePath(path));
         } catch (const Error&) {
             // A trace the user asked for but cannot have must not stop the program.
         }

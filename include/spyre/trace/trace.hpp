@@ -39,6 +39,12 @@ inline bool Enabled() noexcept { return detail::g_enabled.load(std::memory_order
 // cannot be created (checked now, not at Stop).
 void Start(const std::string& path);
 
+// SPYRE_TRACE's path for this process: "%p" becomes the process id and
+// "%r" the MPI rank (OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK; 0 when
+// none is set). One of several MPI ranks whose path names neither gets
+// ".rank<r>" before its extension, so ranks never write one file.
+std::string ProcessTracePath(const std::string& path);
+
 // Stops recording and writes the file; returns the events written (0 when
 // nothing was recording). Throws spyre::Error(Io...) if the write fails.
 size_t Stop();

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Runs tests/libspyre/host/mpi_remote_chip under mpirun and checks its outcome.
 
-Usage: run_mpi_test.py BINARY NP MODE   (MODE: calls, stop-peer, kill-peer, hostile; l4: spyre-l4-examples)
+Usage: run_mpi_test.py BINARY NP MODE   (MODE: calls, stop-peer, kill-peer, hostile; l4, l4-trace: spyre-l4-examples)
 
 Exit 77 (meson's skip) only when mpirun is missing, or when FUSE is unusable
 (every rank starts a mock card) and SPYRE_REQUIRE_FUSE is not 1, as every
@@ -13,6 +13,7 @@ interfaces). Each rank's embedded mock mounts under a private TMPDIR, which is
 unmounted and removed afterwards whatever happened (a SIGKILLed rank's mock
 leaves its FUSE mount behind).
 """
+import json
 import os
 import re
 import shutil
@@ -62,6 +63,8 @@ def main():
         print(f'SKIP: {no_fuse}')
         sys.exit(77)
     tmp = tempfile.mkdtemp(prefix='spyre-mpi-')
+    if mode == 'l4-trace':
+        os.environ['SPYRE_TRACE'] = os.path.join(tmp, 'run-%r.json')  # every rank its own file
     env = dict(os.environ, TMPDIR=tmp, SPYRE_TEST_LIVENESS_MS=str(BOUND_MS),
                OMPI_ALLOW_RUN_AS_ROOT='1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM='1',
                OMPI_MCA_rmaps_base_oversubscribe='1')
@@ -98,6 +101,13 @@ def main():
         rc = proc.wait(timeout=max(1, HARD_LIMIT_S - (time.monotonic() - start)))
         if hung.is_set():
             fail(f'hang: mpirun still running after {HARD_LIMIT_S} s (killed)', ''.join(lines))
+        traces = {}
+        if mode == 'l4-trace':
+            for r in range(np_):
+                path = os.path.join(tmp, f'run-{r}.json')
+                if os.path.exists(path):
+                    with open(path) as f:
+                        traces[r] = json.load(f)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         fail('hang: mpirun did not exit', ''.join(lines))
@@ -120,6 +130,19 @@ def main():
     elif mode == 'l4':
         if rc != 0 or f'RESULT l4-ok ranks={np_}' not in out:
             fail('the level-4 examples did not all pass')
+    elif mode == 'l4-trace':
+        if rc != 0 or f'RESULT l4-ok ranks={np_}' not in out:
+            fail('the level-4 examples did not all pass')
+        if sorted(traces) != list(range(np_)):
+            fail(f'SPYRE_TRACE=run-%r.json wrote traces of ranks {sorted(traces)}, not 0..{np_ - 1}')
+        pids = {r: {e.get('pid') for e in t['traceEvents']} for r, t in traces.items()}
+        if any(pids[a] & pids[b] for a in pids for b in pids if a < b):
+            fail(f'two ranks share a pid in their traces: {pids}')
+        for r, t in traces.items():
+            names = {e.get('name') for e in t['traceEvents']}
+            if 'chip_add' not in names:
+                fail(f"rank {r}'s trace has no chip_add span")
+        print(f'ok: {np_} traces, one per rank, each with its chip tasks')
     elif mode == 'stop-peer':
         m = re.search(r'RESULT peer-lost-reported rank=1 after_ms=(\d+) bound_ms=(\d+): .*rank 1 \(host ', out)
         if not m:

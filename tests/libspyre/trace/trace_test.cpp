@@ -170,6 +170,29 @@ TEST_F(TraceTest, AStreamsWorkIsATimelineAViewerCanOpen) {
     }
 }
 
+// SPYRE_TRACE under mpirun: every rank gets its own file.
+TEST(TracePath, RanksAndProcessesGetTheirOwnFiles) {
+    ::unsetenv("OMPI_COMM_WORLD_RANK");
+    ::unsetenv("OMPI_COMM_WORLD_SIZE");
+    ::unsetenv("PMIX_RANK");
+    ::unsetenv("PMI_RANK");
+    ::unsetenv("PMI_SIZE");
+    const std::string pid = std::to_string(getpid());
+    EXPECT_EQ(trace::ProcessTracePath("/tmp/run.json"), "/tmp/run.json");
+    EXPECT_EQ(trace::ProcessTracePath("/tmp/run-%p.json"), "/tmp/run-" + pid + ".json");
+    EXPECT_EQ(trace::ProcessTracePath("/tmp/run-%r.json"), "/tmp/run-0.json");
+    EXPECT_EQ(trace::ProcessTracePath("/tmp/100%.json"), "/tmp/100%.json");
+    ::setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+    ::setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
+    EXPECT_EQ(trace::ProcessTracePath("/tmp/run-%r.json"), "/tmp/run-2.json");
+    EXPECT_EQ(trace::ProcessTracePath("/tmp/run.json"), "/tmp/run.rank2.json");
+    EXPECT_EQ(trace::ProcessTracePath("/tmp/a.d/run"), "/tmp/a.d/run.rank2");
+    ::setenv("OMPI_COMM_WORLD_SIZE", "1", 1);  // a single rank keeps the path
+    EXPECT_EQ(trace::ProcessTracePath("/tmp/run.json"), "/tmp/run.json");
+    ::unsetenv("OMPI_COMM_WORLD_RANK");
+    ::unsetenv("OMPI_COMM_WORLD_SIZE");
+}
+
 TEST_F(TraceTest, NothingIsRecordedWhenNoTraceRuns) {
     Device dev = OpenDevice();
     RunWork(dev, 3);
