@@ -51,10 +51,7 @@ std::map<std::string, double> g_us;                // figures for the summary
 
 Host& TheHost() {
     if (!g_host) {
-        HostOptions o;
-        o.source = HostOptions::Source::EmbeddedMock;
-        o.embedded_mock = {.cards = 4, .vfs = 2, .mem = "2G"};
-        g_host.emplace(Host::Open(o));
+        g_host.emplace(Host::Open(HostOptions::EmbeddedMock(4, 2, "2G")));
     }
     return *g_host;
 }

@@ -101,10 +101,7 @@ void BM_ChipCall(benchmark::State& state) {
 }
 
 int ServeRank(MpiTransport& t) {
-    HostOptions o;
-    o.source = HostOptions::Source::EmbeddedMock;
-    o.embedded_mock = {.cards = 1, .vfs = 0, .mem = "1G"};
-    Host host = Host::Open(o);
+    Host host = Host::Open(HostOptions::EmbeddedMock(1, 0, "1G"));
     RemoteChipService service(t, host);
     service.Register("echo", [](Device&, const RemoteCall& call, std::vector<WireTensor>& out) {
         std::memcpy(out.at(0).data.data(), call.inputs.at(0).data.data(), out[0].data.size());

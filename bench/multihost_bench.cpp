@@ -74,10 +74,7 @@ int main(int argc, char** argv) {
         t.RunOnMpiThread([&](MPI_Comm comm) { seconds = bench::RawPingPongs(comm, 1 - t.rank(), t.rank() == 0, kBytes, kRounds); });
         g_raw_us = seconds / double(kRounds) * 1e6;
 
-        HostOptions o;
-        o.source = HostOptions::Source::EmbeddedMock;
-        o.embedded_mock = {.cards = 1, .vfs = 1, .mem = "1G"};
-        Host host = Host::Open(o);
+        Host host = Host::Open(HostOptions::EmbeddedMock(1, 1, "1G"));
         MultiHostWorker mw(t, host, {.device_ids = {1}, .num_sub_workers = 1});
         l3::RegisterChipFunctions(mw.worker());
         mw.worker().RegisterSubWorker("consume", [](std::span<const HostTensor>) {});

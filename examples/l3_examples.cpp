@@ -153,15 +153,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     try {
-        HostOptions o;
-        if (root.empty()) {
-            o.source = HostOptions::Source::EmbeddedMock;
-            o.embedded_mock = {.cards = 2, .vfs = 2, .mem = "2G"};
-        } else {
-            o.source = HostOptions::Source::DeviceRoot;
-            o.device_root = root;
-        }
-        Host host = Host::Open(o);
+        Host host = Host::Open(root.empty() ? HostOptions::EmbeddedMock(2, 2, "2G") : HostOptions::DeviceRootAt(root));
         DistributedConfig config;
         config.device_ids.clear();
         for (const auto& f : host.functions())

@@ -110,15 +110,7 @@ int main(int argc, char** argv) {
         host::MpiTransport transport;
         rank = transport.rank();
         setvbuf(stdout, nullptr, _IOLBF, 0);
-        HostOptions o;
-        if (root.empty()) {
-            o.source = HostOptions::Source::EmbeddedMock;
-            o.embedded_mock = {.cards = 1, .vfs = 2, .mem = "1G"};
-        } else {
-            o.source = HostOptions::Source::DeviceRoot;
-            o.device_root = root;
-        }
-        Host host = Host::Open(o);
+        Host host = Host::Open(root.empty() ? HostOptions::EmbeddedMock(1, 2, "1G") : HostOptions::DeviceRootAt(root));
         DistributedConfig config{.device_ids = {}, .num_sub_workers = 1};
         for (const auto& f : host.functions())
             if (f.kind == driver::FunctionKind::VF) config.device_ids.push_back(int(f.index));

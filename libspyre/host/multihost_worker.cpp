@@ -104,9 +104,7 @@ void MultiHostWorker::Impl::Answer(const host::RemoteCall& call, std::vector<hos
             if (a == host::RemoteCall::kInOut) ++out;
         }
         if (a != host::RemoteCall::kIn) returned.push_back(args.size());
-        task_args.push_back({t, a == host::RemoteCall::kIn    ? Access::In
-                                : a == host::RemoteCall::kOut ? Access::Out
-                                                              : Access::InOut});
+        task_args.push_back({t, host::AccessOf(a)});
         args.push_back(std::move(t));
     }
     const HostProgram one{call.task, args.size(), {}, [&](HostGraph& g, std::span<const HostTensor>) {

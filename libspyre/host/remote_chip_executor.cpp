@@ -15,17 +15,7 @@ ChipCallStats RemoteChipExecutor::Run(const ChipCall& call) {
     for (const ChipArg& a : call.args) {
         const HostTensor& t = a.arg.tensor;
         const WireSpec spec{t.shape(), t.dtype()};
-        switch (a.arg.access) {
-        case Access::In:
-            remote.access.push_back(RemoteCall::kIn);
-            break;
-        case Access::Out:
-            remote.access.push_back(RemoteCall::kOut);
-            break;
-        case Access::InOut:
-            remote.access.push_back(RemoteCall::kInOut);
-            break;
-        }
+        remote.access.push_back(WireAccess(a.arg.access));
         if (a.arg.access != Access::Out) {
             const auto* bytes = static_cast<const uint8_t*>(t.data());
             remote.inputs.push_back(WireTensor{spec, std::vector<uint8_t>(bytes, bytes + t.bytes())});

@@ -15,6 +15,14 @@
 
 namespace spyre::host {
 
+// A chip task's argument access on the wire (RemoteCall::access) and back.
+inline uint8_t WireAccess(Access a) noexcept {
+    return a == Access::In ? RemoteCall::kIn : a == Access::Out ? RemoteCall::kOut : RemoteCall::kInOut;
+}
+inline Access AccessOf(uint8_t wire) noexcept {
+    return wire == RemoteCall::kIn ? Access::In : wire == RemoteCall::kOut ? Access::Out : Access::InOut;
+}
+
 // One serving rank as the executors of its devices share it: a client of
 // their own (replies are matched per client) and one call at a time, since
 // the rank's service answers one call at a time.

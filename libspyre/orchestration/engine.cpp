@@ -273,12 +273,16 @@ void Engine::WakeWaiters() {
     // per slot, it and the executor took turns at a futex per task. Waiting
     // longer never hangs it: with nothing left running it is woken
     // (active_ == 0) and goes on or fails.
+    if (waiters_ == 0) {  // the common case, on every completion: nothing to weigh
+        space_freed_ = false;
+        return;
+    }
     const bool ring_ok = stalled_.slots == 0 || ring_.capacity() - ring_.live() >= std::max(1, ring_.capacity() / 4);
     const bool heap_ok =
         stalled_.bytes == 0 || heap_.size() - heap_.used() >= std::min(heap_.size(), 4 * stalled_.bytes);
     const bool stalled = stalled_.slots != 0 || stalled_.bytes != 0;
     const bool room = stalled && space_freed_ && ring_ok && heap_ok;
-    if (waiters_ != 0 && (room || inflight_ == 0 || active_ == 0)) {
+    if (room || inflight_ == 0 || active_ == 0) {
         wake_seq_.fetch_add(1, std::memory_order_release);
         FutexWake(&wake_seq_, FutexScope::Private);
     }

@@ -12,7 +12,6 @@
 #include <string>
 #include <thread>
 
-#include "spyre/device/host.hpp"
 #include "spyre/spyre.hpp"
 
 namespace spyre::test {
@@ -101,13 +100,5 @@ private:
     bool done_ = false;
     std::thread thread_;
 };
-
-// Host options for a private embedded mock of `cards` cards with `vfs` VFs each.
-inline HostOptions EmbeddedMockHost(uint16_t cards, uint16_t vfs, const char* mem = "1G") {
-    HostOptions o;
-    o.source = HostOptions::Source::EmbeddedMock;
-    o.embedded_mock = {.cards = cards, .vfs = vfs, .mem = mem};
-    return o;
-}
 
 }  // namespace spyre::test

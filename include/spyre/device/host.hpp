@@ -48,6 +48,23 @@ struct HostOptions {
     Source source = Source::Environment;
     std::filesystem::path device_root;  // Source::DeviceRoot
     driver::MockOptions embedded_mock;  // Source::EmbeddedMock, or Environment when it starts a mock
+
+    // A private spyre-mockdev of `cards` cards with `vfs` VFs each, `mem` per card.
+    static HostOptions EmbeddedMock(int cards, int vfs, std::string mem) {
+        HostOptions o;
+        o.source = Source::EmbeddedMock;
+        o.embedded_mock.cards = cards;
+        o.embedded_mock.vfs = vfs;
+        o.embedded_mock.mem = std::move(mem);
+        return o;
+    }
+    // The functions under `root` (real nodes or a mounted spyre-mockdev).
+    static HostOptions DeviceRootAt(std::filesystem::path root) {
+        HostOptions o;
+        o.source = Source::DeviceRoot;
+        o.device_root = std::move(root);
+        return o;
+    }
 };
 
 // Where a Host's functions come from and how one is opened. Local devices

@@ -16,7 +16,7 @@ using namespace spyre::test;
 
 namespace {
 
-HostOptions TwoCardsTwoVfs() { return EmbeddedMockHost(2, 2); }
+HostOptions TwoCardsTwoVfs() { return HostOptions::EmbeddedMock(2, 2, "1G"); }
 
 // Copies `n` reproducible bytes to a fresh block of `dev` and back through
 // its default stream; returns the block so callers can look at it again.

@@ -38,10 +38,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 Host OpenOwnCard() {
-    HostOptions o;
-    o.source = HostOptions::Source::EmbeddedMock;
-    o.embedded_mock = {.cards = 1, .vfs = 1, .mem = "1G"};  // a fresh mount point and shm prefix per rank
-    return Host::Open(o);
+    return Host::Open(HostOptions::EmbeddedMock(1, 1, "1G"));  // a fresh mount point and shm prefix per rank
 }
 
 WireTensor RandomTensor(const std::vector<int64_t>& shape, uint64_t seed) {

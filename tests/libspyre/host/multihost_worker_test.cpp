@@ -20,7 +20,7 @@ using namespace spyre::l3;
 
 namespace {
 
-Host OwnCard() { return Host::Open(test::EmbeddedMockHost(1, 1)); }
+Host OwnCard() { return Host::Open(HostOptions::EmbeddedMock(1, 1, "1G")); }
 
 HostTensor Iota(float scale, float offset, int64_t rows = kTile, int64_t cols = kTile) {
     HostTensor t = HostTensor::Zeros({rows, cols});

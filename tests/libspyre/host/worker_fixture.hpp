@@ -17,7 +17,7 @@
 
 namespace spyre::l3 {
 
-inline HostOptions Mock(uint16_t cards, uint16_t vfs) { return test::EmbeddedMockHost(cards, vfs, "2G"); }
+inline HostOptions Mock(uint16_t cards, uint16_t vfs) { return HostOptions::EmbeddedMock(cards, vfs, "2G"); }
 
 // The VFs of `host`: the devices the Worker uses.
 inline std::vector<int> Vfs(const Host& host) {
