@@ -41,6 +41,7 @@ public:
     RemoteChipExecutor(std::shared_ptr<RemoteRank> rank, size_t device, std::string description);
 
     std::string Describe() const override { return description_; }
+    bool Remote() const override { return true; }
     // The serving rank registers its own (SPMD): nothing to ship.
     void LoadKernel(int32_t, const std::vector<uint8_t>&) override {}
     void LoadPlan(const std::string&, const CompilerOutput&) override {}
