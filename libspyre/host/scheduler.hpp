@@ -36,6 +36,7 @@ public:
 
     size_t device_count() const { return executors_.size(); }
     ChipExecutor& executor(size_t device) { return *executors_.at(device); }
+    unsigned room(size_t device) const { return room_.at(device); }
     Worker::DeviceStats Stats(size_t device);
 
 private:

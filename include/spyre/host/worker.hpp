@@ -180,6 +180,8 @@ public:
 
     size_t device_count() const;
     std::string DescribeDevice(size_t index) const;
+    // Chip tasks device `index` runs at once (DistributedConfig::chip_tasks_per_device).
+    unsigned ChipTasksAtOnce(size_t index) const;
     // Chip tasks each device has run, and bytes moved (tests, benchmarks).
     struct DeviceStats {
         uint64_t chip_tasks = 0;

@@ -20,6 +20,7 @@
 #include <stdexcept>
 
 #include "l3_chip_functions.hpp"
+#include "pair_gate.hpp"
 #include "worker_fixture.hpp"
 #include "spyre/compiler/plan_writer.hpp"
 #include "spyre/host.hpp"
@@ -81,12 +82,7 @@ constexpr int64_t kPairM = 2048, kPairK = 1024, kPairN = 256;
 void RegisterPairedMatmul(Worker& w, std::atomic<int>& arrived) {
     RegisterChipFunctions(w, 128, kPairK, kPairN);
     w.RegisterChipFunction("paired_matmul", [&arrived, matmul = ChipMatmul(128, kPairK, kPairN)](ChipContext& ctx) {
-        const int pair_complete = (arrived.fetch_add(1) + 2) / 2 * 2;
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        while (arrived.load() < pair_complete)
-            if (std::chrono::steady_clock::now() > deadline)
-                throw Error(ErrorKind::Timeout, "the other chip task never started beside this one");
-            else std::this_thread::yield();
+        WaitForPartner(arrived, "chip task");
         matmul(ctx);
     });
 }
