@@ -150,61 +150,58 @@ void LocalChipExecutor::Evict() {
     }
 }
 
-// Holds the call's copies and uploads its inputs, under the lock: a copy
-// another call in flight holds is current (the scheduler never runs a
-// writer of a range beside a reader of it), and was uploaded under this
+// One call's hold on the executor: a free slot and its arguments' device
+// copies, inputs uploaded, taken under one lock and given back under one.
+// A copy another call in flight holds is current (the scheduler never runs
+// a writer of a range beside a reader of it) and was uploaded under this
 // lock before, so it is not uploaded twice.
-std::vector<LocalChipExecutor::Copy*> LocalChipExecutor::Pin(Slot& slot, const ChipCall& call, ChipCallStats& stats) {
-    std::vector<Copy*> copies;
-    std::lock_guard lock(mu_);
-    try {
-        for (const ChipArg& a : call.args) {
-            const HostTensor& t = a.arg.tensor;
-            Copy& c = CopyFor(t);
-            ++c.users;
-            copies.push_back(&c);
-            if (a.arg.access == Access::Out) continue;
-            if (a.current_on_device || c.users > 1) {
-                stats.bytes_reused += t.bytes();
-            } else {
-                std::memcpy(slot.orch->HostAddress(c.device_address, t.bytes()), t.data(), t.bytes());  // the function's memory
-                stats.bytes_uploaded += t.bytes();
-            }
-        }
-    } catch (...) {
-        for (Copy* c : copies) --c->users;
-        throw;
-    }
-    return copies;
-}
-
-void LocalChipExecutor::Unpin(const std::vector<Copy*>& copies) {
-    std::lock_guard lock(mu_);
-    for (Copy* c : copies) --c->users;
-    Evict();
-}
-
-// A free slot for the length of one call.
-class LocalChipExecutor::SlotLease {
+class LocalChipExecutor::Lease {
 public:
-    explicit SlotLease(LocalChipExecutor& e) : e_(e) {
+    Lease(LocalChipExecutor& e, const ChipCall& call, ChipCallStats& stats) : e_(e) {
         std::unique_lock lock(e_.mu_);
         e_.slot_free_.wait(lock, [&] { return !e_.free_slots_.empty(); });
         slot_ = e_.free_slots_.back();
         e_.free_slots_.pop_back();
+        try {
+            for (const ChipArg& a : call.args) {
+                const HostTensor& t = a.arg.tensor;
+                Copy& c = e_.CopyFor(t);
+                ++c.users;
+                copies_.push_back(&c);
+                if (a.arg.access == Access::Out) continue;
+                if (a.current_on_device || c.users > 1) {
+                    stats.bytes_reused += t.bytes();
+                } else {
+                    std::memcpy(slot_->orch->HostAddress(c.device_address, t.bytes()), t.data(), t.bytes());  // the function's memory
+                    stats.bytes_uploaded += t.bytes();
+                }
+            }
+        } catch (...) {
+            GiveBack();
+            lock.unlock();
+            e_.slot_free_.notify_one();
+            throw;
+        }
     }
-    ~SlotLease() {
+    ~Lease() {
         {
             std::lock_guard lock(e_.mu_);
-            e_.free_slots_.push_back(slot_);
+            GiveBack();
+            e_.Evict();
         }
         e_.slot_free_.notify_one();
     }
-    Slot& operator*() const { return *slot_; }
+    Slot& slot() const { return *slot_; }
+    const std::vector<Copy*>& copies() const { return copies_; }
 
 private:
+    void GiveBack() {
+        for (Copy* c : copies_) --c->users;
+        e_.free_slots_.push_back(slot_);
+    }
     LocalChipExecutor& e_;
-    Slot* slot_;
+    Slot* slot_ = nullptr;
+    std::vector<Copy*> copies_;
 };
 
 ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
@@ -215,16 +212,11 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
         throw Error(ErrorKind::NotFound, "chip function '" + call.function + "' is not registered (registered: " +
                                              registry_->Names() + ")", where);
     }
-    SlotLease lease(*this);
-    Slot& slot = *lease;
-    Orchestrator& orch = *slot.orch;
     ChipCallStats stats;
-    const std::vector<Copy*> copies = Pin(slot, call, stats);
-    struct Unpinned {
-        LocalChipExecutor& e;
-        const std::vector<Copy*>& copies;
-        ~Unpinned() { e.Unpin(copies); }
-    } unpin{*this, copies};
+    const Lease lease(*this, call, stats);
+    Slot& slot = lease.slot();
+    const std::vector<Copy*>& copies = lease.copies();
+    Orchestrator& orch = *slot.orch;
     ChipContext ctx{orch, device_, {}, {}, {}, call.block_dim};
     std::vector<uint64_t> pto_args;
     for (size_t i = 0; i < call.args.size(); ++i) {

@@ -60,12 +60,10 @@ private:
         std::optional<SpyreStream> plan_stream;  // a stream of its own, made on first plan
         std::map<std::string, std::shared_ptr<const ExecutionPlan>> plans;
     };
-    class SlotLease;
+    class Lease;
     // Under mu_. The device copy of `t`; when the device is out of memory,
     // copies no call holds are dropped and the allocation tried once more.
     Copy& CopyFor(const HostTensor& t);
-    std::vector<Copy*> Pin(Slot& slot, const ChipCall& call, ChipCallStats& stats);
-    void Unpin(const std::vector<Copy*>& copies);
     void Evict();  // under mu_
     void RunPlan(Slot& slot, const ExecutionPlan& plan, const ChipCall& call, const std::vector<Copy*>& copies);
 

@@ -20,6 +20,8 @@ Scheduler::Scheduler(std::vector<std::unique_ptr<ChipExecutor>> executors, const
         lanes_.push_back(std::make_unique<JobThreads>(room_[d]));
         device_names_.push_back(executors_[d]->Describe());
     }
+    placement_.room = room_;
+    placement_.remote = remote_;
     if (config.num_sub_workers > 0) sub_workers_ = std::make_unique<JobThreads>(config.num_sub_workers);
 }
 
@@ -86,11 +88,9 @@ void Scheduler::MakeReady(HostTask* task) {
         sub_workers_->Post([this, task] { RunSub(task); });
         return;
     }
-    PlacementInput in;
+    PlacementInput& in = placement_;
     in.pinned = task->pinned;
     in.load = load_;
-    in.room = room_;
-    in.remote = remote_;
     in.local_bytes.assign(executors_.size(), 0);
     for (const TensorArg& a : task->args)
         if (a.access != Access::Out)

@@ -15,6 +15,7 @@
 
 #include "host_task.hpp"
 #include "job_threads.hpp"
+#include "placement.hpp"
 #include "region_tracker.hpp"
 #include "residency.hpp"
 #include "spyre/host/chip_executor.hpp"
@@ -56,6 +57,7 @@ private:
     std::vector<uint32_t> load_;
     std::vector<uint32_t> room_;  // Concurrency() of each executor
     std::vector<bool> remote_;
+    PlacementInput placement_;  // reused: no allocation per task
     std::vector<Worker::DeviceStats> stats_;
     std::vector<std::unique_ptr<JobThreads>> lanes_;
     std::unique_ptr<JobThreads> sub_workers_;
