@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host memory from Python objects (the buffer protocol: numpy arrays,
+// bytearray, memoryview, ...) and the asynchronous copies that use it. A
+// queued copy keeps its host object alive through a memoryview held by the
+// control block's keep_alive (gil.hpp's KeepAlive), so deleting the array
+// while the copy is queued is safe: it is released once the device is done.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+
+#include "gil.hpp"
+#include "spyre/device/device.hpp"
+#include "spyre/error.hpp"
+#include "spyre/stream/flex_stream.hpp"
+
+namespace spyre::python {
+
+namespace py = pybind11;
+
+struct HostView {
+    py::object keeper;  // a memoryview holding the export
+    void* data = nullptr;
+    uint64_t bytes = 0;
+    Py_buffer* view = nullptr;
+};
+
+// A C-contiguous view of `obj`; InvalidArgument for an object without the
+// buffer protocol, a non-contiguous one, or a read-only one when `writable`.
+inline HostView ViewOf(py::handle obj, bool writable, const std::string& what) {
+    PyObject* mv = PyMemoryView_FromObject(obj.ptr());
+    if (!mv) {
+        PyErr_Clear();
+        throw Error(ErrorKind::InvalidArgument,
+                    what + ": " + std::string(py::str(py::type::handle_of(obj).attr("__name__"))) +
+                        " does not export a buffer (pass a numpy array, bytes, bytearray or memoryview)");
+    }
+    HostView v;
+    v.keeper = py::reinterpret_steal<py::object>(mv);
+    v.view = PyMemoryView_GET_BUFFER(mv);
+    if (!PyBuffer_IsContiguous(v.view, 'C'))
+        throw Error(ErrorKind::InvalidArgument,
+                    what + ": the host array is not C-contiguous (use numpy.ascontiguousarray)");
+    if (writable && v.view->readonly) throw Error(ErrorKind::InvalidArgument, what + ": the host array is read-only");
+    v.data = v.view->buf;
+    v.bytes = uint64_t(v.view->len);
+    return v;
+}
+
+// Enqueues host -> device (`to_device`) or device -> host on `stream` of
+// `device`, keeping `keeper` (what owns `data`) alive until the device is done with it.
+// `handle` must already be checked for `size` bytes.
+inline void EnqueueCopy(Device& device, FlexStream& stream, bool to_device, void* data, py::object keeper,
+                        const DeviceHandle& handle, uint64_t size) {
+    ControlBlock cb;
+    cb.kind = to_device ? ControlBlock::Kind::CopyToDevice : ControlBlock::Kind::CopyFromDevice;
+    cb.device_addr = device.allocator().DeviceAddress(handle, size);
+    cb.size = size;
+    if (to_device) cb.src = data;
+    else cb.dst = data;
+    cb.keep_alive = KeepAlive(std::move(keeper));
+    device.scheduler().QueueOperation(stream.stream_index(), std::move(cb));
+}
+
+}  // namespace spyre::python
