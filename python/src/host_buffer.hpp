@@ -6,6 +6,7 @@
 // while the copy is queued is safe: it is released once the device is done.
 #pragma once
 
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
@@ -21,15 +22,29 @@ namespace spyre::python {
 namespace py = pybind11;
 
 struct HostView {
-    py::object keeper;  // a memoryview holding the export
+    py::object keeper;  // the numpy array, or a memoryview holding the export
     void* data = nullptr;
     uint64_t bytes = 0;
-    Py_buffer* view = nullptr;
 };
 
 // A C-contiguous view of `obj`; InvalidArgument for an object without the
 // buffer protocol, a non-contiguous one, or a read-only one when `writable`.
 inline HostView ViewOf(py::handle obj, bool writable, const std::string& what) {
+    // numpy arrays directly (the common case, and the cheap one): holding a
+    // reference keeps the data in place (numpy refuses to resize an array
+    // that is referenced elsewhere).
+    if (py::isinstance<py::array>(obj)) {
+        auto a = py::reinterpret_borrow<py::array>(obj);
+        if (!(a.flags() & py::array::c_style))
+            throw Error(ErrorKind::InvalidArgument,
+                        what + ": the host array is not C-contiguous (use numpy.ascontiguousarray)");
+        if (writable && !a.writeable()) throw Error(ErrorKind::InvalidArgument, what + ": the host array is read-only");
+        HostView v;
+        v.data = const_cast<void*>(a.data());
+        v.bytes = uint64_t(a.nbytes());
+        v.keeper = std::move(a);
+        return v;
+    }
     PyObject* mv = PyMemoryView_FromObject(obj.ptr());
     if (!mv) {
         PyErr_Clear();
@@ -39,13 +54,13 @@ inline HostView ViewOf(py::handle obj, bool writable, const std::string& what) {
     }
     HostView v;
     v.keeper = py::reinterpret_steal<py::object>(mv);
-    v.view = PyMemoryView_GET_BUFFER(mv);
-    if (!PyBuffer_IsContiguous(v.view, 'C'))
+    Py_buffer* view = PyMemoryView_GET_BUFFER(mv);
+    if (!PyBuffer_IsContiguous(view, 'C'))
         throw Error(ErrorKind::InvalidArgument,
                     what + ": the host array is not C-contiguous (use numpy.ascontiguousarray)");
-    if (writable && v.view->readonly) throw Error(ErrorKind::InvalidArgument, what + ": the host array is read-only");
-    v.data = v.view->buf;
-    v.bytes = uint64_t(v.view->len);
+    if (writable && view->readonly) throw Error(ErrorKind::InvalidArgument, what + ": the host array is read-only");
+    v.data = view->buf;
+    v.bytes = uint64_t(view->len);
     return v;
 }
 
