@@ -110,3 +110,52 @@ def test_device_open_from_environment(monkeypatch):
         assert d.memory_stats().capacity > 0
         assert d.default_stream is d.default_stream
         assert repr(d).startswith("<spyre.Device")
+
+
+@pytest.fixture
+def mounted(tmp_path):
+    """A spyre-mockdev mounted by hand (1 card, 1 VF), as a user runs one."""
+    import os
+    import signal
+    import subprocess
+    mockdev = os.environ.get("SPYRE_MOCKDEV")
+    if not mockdev or not os.path.exists("/dev/fuse"):
+        if os.environ.get("SPYRE_REQUIRE_FUSE") == "1":
+            pytest.fail("SPYRE_REQUIRE_FUSE=1 but no SPYRE_MOCKDEV or /dev/fuse")
+        pytest.skip("needs SPYRE_MOCKDEV and /dev/fuse")
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    rfd, wfd = os.pipe()
+    daemon = subprocess.Popen([mockdev, "--mount", str(mount), "--cards", "1", "--vfs", "1", "--mem", "1G",
+                               "--shm-prefix", f"pytest-{os.getpid()}", "--log-level", "error", "--foreground",
+                               "--ready-fd", str(wfd)], pass_fds=(wfd,), start_new_session=True)
+    os.close(wfd)
+    ready = os.read(rfd, 64)
+    os.close(rfd)
+    assert ready.startswith(b"ready"), ready
+    yield mount, daemon
+    if daemon.poll() is None:
+        os.killpg(daemon.pid, signal.SIGTERM)
+    daemon.wait(timeout=30)
+    subprocess.run(["fusermount3", "-u", "-q", str(mount)], check=False)
+
+
+def test_mounted_mock_and_daemon_death(mounted):
+    import os
+    import signal
+    mount, daemon = mounted
+    host = spyre.Host.device_root(mount)
+    assert [f.kind for f in host.functions] == ["PF", "VF"]
+    d = host.open("1")
+    s = d.create_stream()
+    t = spyre.SpyreTensor.from_numpy(d, np.arange(64, dtype=np.float32), stream=s)
+    np.testing.assert_array_equal(t.to_numpy(stream=s), np.arange(64, dtype=np.float32))
+    os.killpg(daemon.pid, signal.SIGKILL)  # the daemon dies
+    daemon.wait(timeout=30)
+    with pytest.raises(spyre.DeviceLost):
+        for _ in range(100):  # the first enqueues may still be accepted; the wait reports the loss
+            buf = d.alloc(1 << 20)
+            s.copy_to_device(np.ones(1 << 18, np.int32), buf)
+            s.synchronize()
+    d.close()
+    host.close()
