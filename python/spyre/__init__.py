@@ -1,0 +1,58 @@
+# SPDX-License-Identifier: Apache-2.0
+"""spyre: the user-space runtime for Spyre-class accelerators, from Python.
+
+The classes are libspyre's (C++, bound with pybind11 in ``spyre._spyre``)
+with the seeds' names; methods are snake_case (``FlexStream.copy_to_device``
+is ``FlexStream::CopyToDevice``). docs/python.md describes every area.
+
+    import numpy as np, spyre
+    with spyre.Host.embedded_mock(cards=1, vfs=0, mem="4G") as host, host.open("0") as dev:
+        a = spyre.SpyreTensor.from_numpy(dev, np.ones((4, 64), np.float32))
+        print(a.to_numpy().sum())
+"""
+import atexit as _atexit
+
+from . import _spyre
+from ._spyre import (  # noqa: F401  (re-exports)
+    __version__,
+    # errors: spyre.Error and one subclass per spyre::ErrorKind
+    Error, InvalidArgument, NotFound, Busy, PermissionDenied, Unsupported, DeviceError, DeviceLost, Timeout,
+    NotReady, OutOfMemory, IoError, ProtocolError, Internal, WrongDevice, TaskFailed,
+    # host and devices
+    Host, Device, DeviceId, FunctionDescription, CardDescription,
+    # memory
+    DeviceBuffer, AllocatorStats, RegionStats, SchedulerStats,
+    # streams and events
+    FlexStream, Event, SpyreStream, StreamStatus,
+    # tensors and layouts
+    DType, TensorLayout, HostLayout, DeviceLayout, TensorFootprint, SpyreTensor, STICK_BYTES,
+    dtype_of, footprint, from_dlpack,
+    # plans and launching
+    CompilerOutput, ExecutionPlan, Operation, TensorSpec, TensorRole, load_execution_plan, launch_kernel, Program,
+    # the kernel builder
+    KernelBuilder, BuiltKernel, KernelTensor, ElementwiseOp, ReduceKind,
+    compiler_output_from_kernel, compiler_output_from_kernels,
+)
+
+ERROR_KINDS = (
+    "InvalidArgument", "NotFound", "Busy", "PermissionDenied", "Unsupported", "DeviceError", "DeviceLost",
+    "Timeout", "NotReady", "OutOfMemory", "IoError", "ProtocolError", "Internal", "WrongDevice", "TaskFailed",
+)
+
+
+def load_kernel(stream, kernel, name=None):
+    """Loads one BuiltKernel as a one-operation ExecutionPlan on ``stream``'s device.
+
+    ``stream`` is a SpyreStream; ``name`` defaults to the kernel's name with
+    characters unfit for a file name replaced.
+    """
+    if name is None:
+        name = "".join(c if c.isalnum() or c in "_-." else "_" for c in kernel.name) or "kernel"
+    return load_execution_plan(stream, kernel.compiler_output(name))
+
+
+# Queued Python callbacks need a live interpreter: close every Device still
+# open before it finalizes.
+_atexit.register(_spyre._close_all)
+
+__all__ = [n for n in dir() if not n.startswith("_")]

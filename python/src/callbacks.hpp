@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+// Python callables the runtime calls from its own threads: they take the GIL
+// (skipped once the interpreter is finalizing), and a Python exception
+// becomes spyre::Error(TaskFailed) where the runtime expects an error.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "errors.hpp"
+#include "gil.hpp"
+#include "spyre/common/progress.hpp"
+
+namespace spyre::python {
+
+inline std::function<void()> PythonCallback(py::function fn, const char* where) {
+    std::shared_ptr<const void> keep = KeepAlive(fn);
+    PyObject* raw = fn.ptr();
+    return [keep, raw, where] {
+        if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+        py::gil_scoped_acquire gil;
+        try {
+            py::handle callable(raw);
+            callable();
+        } catch (py::error_already_set& e) {
+            throw FromPython(e, where);
+        }
+    };
+}
+
+// progress(what, done, total, unit) from a Python callable (None: no progress).
+inline ProgressCallback PythonProgress(const py::object& fn, const char* where) {
+    if (fn.is_none()) return {};
+    std::shared_ptr<const void> keep = KeepAlive(fn);
+    PyObject* raw = fn.ptr();
+    return [keep, raw, where](const ProgressInfo& p) {
+        if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+        py::gil_scoped_acquire gil;
+        try {
+            py::handle callable(raw);
+            callable(std::string(p.what), p.done, p.total, std::string(p.unit));
+        } catch (py::error_already_set& e) {
+            throw FromPython(e, where);
+        }
+    };
+}
+
+}  // namespace spyre::python

@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: Apache-2.0
+// The exception translation's helpers for the other areas (errors.cpp).
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include "spyre/error.hpp"
+
+namespace spyre::python {
+
+namespace py = pybind11;
+
+// The Python exception object for `error` (its class, message and context),
+// not raised: FlexStream.last_error returns one.
+py::object ToPython(const Error& error);
+
+// A Python exception caught while running user code for the runtime (a
+// stream callback, a progress callback): as Error(TaskFailed) naming where,
+// with the Python type and message. The GIL is held.
+Error FromPython(const py::error_already_set& e, const std::string& where);
+
+}  // namespace spyre::python

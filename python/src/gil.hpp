@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: Apache-2.0
+// The GIL rules of the module, in one place:
+//   - every wait (Synchronize, Event.synchronize, copies that wait) runs with
+//     the GIL released (WithoutGil);
+//   - a Python object the device still reads or writes (the source of a
+//     queued copy) is kept alive by a KeepAlive handle; the handle may die on
+//     any thread (the scheduler's, a waiter's), so it never decrefs there
+//     without the GIL: it hands the reference to Deferred, which drops it at
+//     once when the GIL is held, else from the interpreter's pending calls;
+//   - a Python callable run by the runtime (a stream callback) takes the GIL
+//     itself, and is skipped once the interpreter is finalizing.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace spyre::python {
+
+namespace py = pybind11;
+
+// True when this thread may run Python now (holds the GIL, interpreter alive).
+inline bool HoldsGil() noexcept { return Py_IsInitialized() && !_Py_IsFinalizing() && PyGILState_Check(); }
+
+// References dropped by threads that may not hold the GIL.
+class Deferred {
+public:
+    static Deferred& Instance() {
+        static Deferred* instance = new Deferred;  // never destroyed: threads may push during exit
+        return *instance;
+    }
+    // Takes over one reference to `object`.
+    void Release(PyObject* object) noexcept {
+        if (!object) return;
+        if (HoldsGil()) {
+            Py_DECREF(object);
+            return;
+        }
+        {
+            std::lock_guard lock(mutex_);
+            pending_.push_back(object);
+        }
+        if (!scheduled_.exchange(true) && Py_AddPendingCall(&Deferred::Run, nullptr) != 0) scheduled_ = false;
+    }
+    // Drops what others handed over; the GIL is held.
+    void Drain() {
+        std::vector<PyObject*> objects;
+        {
+            std::lock_guard lock(mutex_);
+            objects.swap(pending_);
+        }
+        for (PyObject* o : objects) Py_DECREF(o);
+    }
+    size_t pending() {
+        std::lock_guard lock(mutex_);
+        return pending_.size();
+    }
+
+private:
+    static int Run(void*) {
+        Instance().scheduled_ = false;
+        Instance().Drain();
+        return 0;
+    }
+    std::mutex mutex_;
+    std::vector<PyObject*> pending_;
+    std::atomic<bool> scheduled_{false};
+};
+
+// Keeps `object` alive for as long as the returned handle lives; the
+// handle may be dropped on any thread. The GIL is held when it is made.
+inline std::shared_ptr<const void> KeepAlive(py::object object) {
+    PyObject* raw = object.release().ptr();
+    return std::shared_ptr<const void>(raw, [](const void* p) {
+        Deferred::Instance().Release(static_cast<PyObject*>(const_cast<void*>(p)));
+    });
+}
+
+// Runs `f` with the GIL released (when this thread holds it).
+template <typename F>
+decltype(auto) WithoutGil(F&& f) {
+    if (HoldsGil()) {
+        py::gil_scoped_release release;
+        return std::forward<F>(f)();
+    }
+    return std::forward<F>(f)();
+}
+
+// Destroys what `p` owns with the GIL released: destructors of streams,
+// programs and devices wait for the device (and for queued Python callbacks,
+// which need the GIL).
+template <typename T>
+void DestroyWithoutGil(std::shared_ptr<T>& p) noexcept {
+    std::shared_ptr<T> local = std::move(p);
+    if (!local) return;
+    if (HoldsGil()) {
+        py::gil_scoped_release release;
+        local.reset();
+    } else {
+        local.reset();
+    }
+}
+
+}  // namespace spyre::python

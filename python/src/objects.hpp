@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the Python objects hold. A Device (DeviceSlot) owns the spyre::Device;
+// every object made on it (streams, buffers, tensors, events, plans,
+// programs) is an Owned<T> that keeps the slot and registers with it, so
+// Device.close() releases them all (waiting for their work first) and any
+// later use raises spyre.InvalidArgument naming the closed device, instead
+// of reaching freed memory. Objects of two devices mixed in one call raise
+// spyre.WrongDevice. All state changes happen with the GIL held; waits and
+// destructors that wait run with it released (gil.hpp).
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gil.hpp"
+#include "spyre/device/device.hpp"
+#include "spyre/device/host.hpp"
+#include "spyre/error.hpp"
+#include "spyre/launch/program.hpp"
+#include "spyre/launch/spyre_stream.hpp"
+#include "spyre/memory/device_buffer.hpp"
+#include "spyre/plan/execution_plan.hpp"
+#include "spyre/stream/flex_stream.hpp"
+#include "spyre/tensor/spyre_tensor.hpp"
+
+namespace spyre::python {
+
+namespace py = pybind11;
+
+template <typename T>
+class Owned;
+
+class Child {
+public:
+    virtual ~Child() = default;
+    // Drops the C++ object (the device is closing).
+    virtual void Release() noexcept = 0;
+};
+
+class DeviceSlot {
+public:
+    explicit DeviceSlot(Device device)
+        : device_(std::make_shared<Device>(std::move(device))), id_(device_->id()), name_(device_->pci_address()) {}
+    ~DeviceSlot() { DestroyWithoutGil(device_); }
+    DeviceSlot(const DeviceSlot&) = delete;
+    DeviceSlot& operator=(const DeviceSlot&) = delete;
+
+    // The device; InvalidArgument naming `what` once closed.
+    Device& Get(const char* what) const {
+        if (!device_) ThrowClosed(what);
+        return *device_;
+    }
+    const std::shared_ptr<Device>& shared() const { return device_; }
+    bool closed() const noexcept { return !device_; }
+    const DeviceId& id() const noexcept { return id_; }
+    const std::string& name() const noexcept { return name_; }
+
+    [[noreturn]] void ThrowClosed(const char* what) const {
+        throw Error(ErrorKind::InvalidArgument, std::string(what) + ": device " + name_ + " is closed",
+                    ErrorContext{.device = name_});
+    }
+    // WrongDevice when `other` is not this device.
+    void CheckSame(const DeviceSlot& other, const std::string& what, const char* user) const {
+        if (&other != this) ThrowWrongDevice(other.id_, id_, what, user);
+    }
+
+    void Adopt(const std::shared_ptr<Child>& child) {
+        std::lock_guard lock(mutex_);
+        if (children_.size() >= prune_at_) {
+            std::erase_if(children_, [](const std::weak_ptr<Child>& c) { return c.expired(); });
+            prune_at_ = std::max<size_t>(64, children_.size() * 2);
+        }
+        children_.push_back(child);
+    }
+
+    // Releases every object made on the device, then the device. The GIL is
+    // held; it is released while things wait.
+    void Close() {
+        if (!device_) return;
+        std::vector<std::weak_ptr<Child>> children;
+        {
+            std::lock_guard lock(mutex_);
+            children.swap(children_);
+        }
+        // Streams first (they wait for their work), then everything else.
+        for (auto& weak : children)
+            if (auto c = weak.lock()) c->Release();
+        DestroyWithoutGil(device_);
+    }
+
+    // Every slot ever opened, for spyre's atexit hook (close what is open
+    // before the interpreter finalizes: queued Python callbacks need it).
+    static std::vector<std::weak_ptr<DeviceSlot>>& Registry() {
+        static auto* r = new std::vector<std::weak_ptr<DeviceSlot>>;
+        return *r;
+    }
+    static std::mutex& RegistryMutex() {
+        static auto* m = new std::mutex;
+        return *m;
+    }
+    static std::shared_ptr<DeviceSlot> Open(Device device) {
+        auto slot = std::make_shared<DeviceSlot>(std::move(device));
+        std::lock_guard lock(RegistryMutex());
+        auto& r = Registry();
+        std::erase_if(r, [](const std::weak_ptr<DeviceSlot>& s) { return s.expired(); });
+        r.push_back(slot);
+        return slot;
+    }
+
+private:
+    std::shared_ptr<Device> device_;
+    DeviceId id_;
+    std::string name_;
+    std::mutex mutex_;
+    std::vector<std::weak_ptr<Child>> children_;
+    size_t prune_at_ = 64;
+
+public:
+    // The Python object of the default stream, while one exists.
+    std::weak_ptr<Owned<FlexStream>> default_stream;
+};
+
+using SlotPtr = std::shared_ptr<DeviceSlot>;
+
+// A C++ object of one device, as a Python object holds it.
+template <typename T>
+class Owned : public Child {
+public:
+    Owned(SlotPtr slot, std::shared_ptr<T> object) : slot_(std::move(slot)), object_(std::move(object)) {}
+    ~Owned() override { DestroyWithoutGil(object_); }
+
+    // The object; InvalidArgument naming `what` once its device is closed
+    // (or the object was freed).
+    T& Get(const char* what) const {
+        if (!object_) Closed(what);
+        return *object_;
+    }
+    // A reference that keeps it alive through a wait without the GIL.
+    std::shared_ptr<T> Share(const char* what) const {
+        if (!object_) Closed(what);
+        return object_;
+    }
+    const SlotPtr& slot() const noexcept { return slot_; }
+    bool released() const noexcept { return !object_; }
+    void Release() noexcept override { DestroyWithoutGil(object_); }
+
+private:
+    [[noreturn]] void Closed(const char* what) const {
+        if (slot_->closed()) slot_->ThrowClosed(what);
+        throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the object was freed",
+                    ErrorContext{.device = slot_->name()});
+    }
+    SlotPtr slot_;
+    std::shared_ptr<T> object_;
+};
+
+template <typename T>
+std::shared_ptr<Owned<T>> Adopt(const SlotPtr& slot, std::shared_ptr<T> object) {
+    auto owned = std::make_shared<Owned<T>>(slot, std::move(object));
+    slot->Adopt(owned);
+    return owned;
+}
+
+using PyStream = Owned<FlexStream>;
+using PyEvent = Owned<Event>;
+using PyBuffer = Owned<DeviceBuffer>;
+using PyTensor = Owned<SpyreTensor>;
+using PySpyreStream = Owned<SpyreStream>;
+using PyProgram = Owned<Program>;
+
+// An ExecutionPlan: parsed only (no slot), or loaded on a device.
+struct PyPlan : Child {
+    std::shared_ptr<const ExecutionPlan> plan;
+    std::shared_ptr<const CompilerOutput> source;  // what it was parsed from, for save()
+    SlotPtr slot;                                  // set once loaded
+    std::string name;                              // kept for messages after a release
+
+    const ExecutionPlan& Get(const char* what) const {
+        if (!plan) {
+            if (slot && slot->closed()) slot->ThrowClosed(what);
+            throw Error(ErrorKind::InvalidArgument, std::string(what) + ": plan '" + name + "' was released");
+        }
+        return *plan;
+    }
+    void Release() noexcept override { DestroyWithoutGil(plan); }
+    ~PyPlan() override { DestroyWithoutGil(plan); }
+};
+
+// The C++ tensors of a Python list, all on `slot`'s device.
+inline std::vector<SpyreTensor> TensorsOf(const DeviceSlot& slot, const std::vector<std::shared_ptr<PyTensor>>& tensors,
+                                          const char* what) {
+    std::vector<SpyreTensor> out;
+    out.reserve(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+        if (!tensors[i]) throw Error(ErrorKind::InvalidArgument, std::string(what) + ": tensor " + std::to_string(i) + " is None");
+        slot.CheckSame(*tensors[i]->slot(), std::string(what) + ": tensor " + std::to_string(i), "stream");
+        out.push_back(tensors[i]->Get(what));
+    }
+    return out;
+}
+
+// The stream a call runs on: `stream` when given, else the device's default.
+std::shared_ptr<PyStream> DefaultStream(const SlotPtr& slot);
+
+}  // namespace spyre::python

@@ -1,0 +1,135 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Reference counting and lifetimes: host arrays deleted while their copy
+is queued, tensors freed while work is queued, devices closed with live
+objects, garbage collection."""
+import gc
+import threading
+import time
+import weakref
+
+import numpy as np
+import pytest
+
+import spyre
+
+
+def released(ref, seconds=10):
+    """True once the weakly referenced object is gone. The runtime drops its
+    reference when the device is done with the copy, on its own thread, and
+    hands it to the interpreter (gil.hpp): shortly after synchronize()."""
+    deadline = time.monotonic() + seconds
+    while ref() is not None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return ref() is None
+
+
+def blocked_stream(dev):
+    """A stream held back by a callback until the returned gate is set.
+    Callbacks run on the device's scheduler thread, so until then the
+    device's other host-side work (DMA copies, frees) waits too."""
+    s = dev.create_stream()
+    gate = threading.Event()
+    s.add_callback(lambda: gate.wait(30))
+    return s, gate
+
+
+def test_source_deleted_while_copy_queued(dev):
+    s, gate = blocked_stream(dev)
+    n = (4 << 20) // 4 + 3  # large: a DMA copy, not inline
+    src = np.arange(n, dtype=np.int32)
+    alive = weakref.ref(src)
+    buf = dev.alloc(src.nbytes)
+    s.copy_to_device(src, buf)
+    del src
+    gc.collect()
+    assert alive() is not None  # the queued copy holds it
+    out = np.zeros(n, np.int32)
+    s.copy_from_device(buf, out)
+    gate.set()
+    s.synchronize()
+    assert released(alive)  # released once the copy completed
+    np.testing.assert_array_equal(out, np.arange(n, dtype=np.int32))
+
+
+def test_destination_deleted_while_copy_queued(dev):
+    s, gate = blocked_stream(dev)
+    buf = dev.alloc(1 << 20)
+    s.copy_to_device(np.full(1 << 18, 9, np.int32), buf)
+    dst = np.zeros(1 << 18, np.int32)
+    alive = weakref.ref(dst)
+    s.copy_from_device(buf, dst)
+    del dst
+    gc.collect()
+    assert alive() is not None
+    gate.set()
+    s.synchronize()
+    assert released(alive)
+
+
+def test_tensor_freed_while_work_queued(dev):
+    gc.collect()
+    dev.synchronize()  # earlier tests' buffers are freed after their work
+    s, gate = blocked_stream(dev)
+    before = dev.memory_stats().bytes_in_use
+    a = np.ones((512, 512), np.float32)
+    t = spyre.SpyreTensor.from_numpy(dev, a, stream=s)
+    out = np.zeros_like(a)
+    t.copy_to_host(out, s)
+    # Dropping the tensor frees its memory after the queued work (as
+    # cudaFree): that waits, with the GIL released, so the timer can run.
+    threading.Timer(0.2, gate.set).start()
+    del t, a
+    gc.collect()
+    assert gate.is_set()
+    s.synchronize()
+    assert (out == 1).all()
+    dev.synchronize()
+    assert dev.memory_stats().bytes_in_use == before
+
+
+def test_many_queued_copies_then_gc(dev):
+    s = dev.create_stream()
+    buf = dev.alloc(1024)
+    refs = []
+    for i in range(500):
+        a = np.full(256, i, np.int32)
+        refs.append(weakref.ref(a))
+        s.copy_to_device(a, buf)
+        del a
+    s.synchronize()
+    gc.collect()
+    assert all(released(r) for r in refs)
+    out = np.zeros(256, np.int32)
+    s.copy_from_device(buf, out)
+    s.synchronize()
+    assert (out == 499).all()
+    assert spyre._spyre._deferred_pending() == 0
+
+
+def test_close_with_queued_work_and_live_objects(host):
+    d = host.open("1")
+    t = spyre.SpyreTensor.from_numpy(d, np.ones(10, np.float32))
+    s, gate = blocked_stream(d)
+    buf = d.alloc(1 << 20)
+    src = np.ones(1 << 18, np.int32)
+    s.copy_to_device(src, buf)
+    threading.Timer(0.2, gate.set).start()
+    d.close()  # waits for the blocked stream, then releases everything
+    with pytest.raises(spyre.InvalidArgument, match="is closed"):
+        s.copy_to_device(src, buf)
+    with pytest.raises(spyre.InvalidArgument, match="is closed"):
+        t.shape
+    del s, buf, t
+    gc.collect()
+    host.open("1").close()  # the function is free
+
+
+def test_objects_outlive_a_dropped_device_reference(host):
+    d = host.open("1")
+    t = spyre.SpyreTensor.from_numpy(d, np.arange(6, dtype=np.int32))
+    s = d.create_stream()
+    del d
+    gc.collect()
+    # The tensor and stream keep their device object alive.
+    np.testing.assert_array_equal(t.to_numpy(stream=s), np.arange(6, dtype=np.int32))
+    t.device.close()

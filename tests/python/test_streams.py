@@ -1,0 +1,139 @@
+# SPDX-License-Identifier: Apache-2.0
+"""FlexStream, Event, SpyreStream: ordering, callbacks, sticky errors, the
+GIL released in waits, Python threads on separate streams."""
+import threading
+
+import numpy as np
+import pytest
+
+import spyre
+
+
+def test_streams_and_order(dev):
+    s = dev.create_stream(priority=-1)
+    assert s.priority == -1 and s.index > 0 and s.device is dev
+    buf = dev.alloc(4)
+    seen = []
+    for i in range(5):
+        s.copy_to_device(np.array([i], np.int32), buf)
+        s.add_callback(lambda i=i: seen.append(i))
+    out = np.zeros(1, np.int32)
+    s.copy_from_device(buf, out)
+    s.synchronize()
+    assert seen == [0, 1, 2, 3, 4] and out[0] == 4
+    assert s.query() == spyre.StreamStatus.Idle
+    assert s.completed == s.enqueued and s.enqueued >= 11
+    assert s.last_error() is None
+
+
+def test_events_order_streams(dev):
+    a, b = dev.create_stream(), dev.create_stream()
+    buf = dev.alloc(1 << 20)
+    start, done = spyre.Event(dev), spyre.Event(dev)
+    assert done.query()  # never recorded
+    start.record(a)
+    a.copy_to_device(np.full(1 << 18, 7, np.int32), buf)
+    a.record(done)
+    b.wait(done)
+    out = np.zeros(1 << 18, np.int32)
+    b.copy_from_device(buf, out)
+    b.synchronize()
+    assert (out == 7).all()
+    done.synchronize()
+    assert done.query()
+    assert spyre.Event.elapsed_time(start, done) >= 0.0
+    never = spyre.Event(dev)
+    with pytest.raises(spyre.InvalidArgument):
+        spyre.Event.elapsed_time(never, done)
+
+
+def test_callback_exception_is_sticky_then_reset(dev):
+    s = dev.create_stream()
+
+    def boom():
+        raise KeyError("no such key")
+
+    s.add_callback(boom)
+    with pytest.raises(spyre.TaskFailed, match="FlexStream callback raised KeyError: 'no such key'") as info:
+        s.synchronize()
+    assert info.value.stream == s.index
+    assert s.query() == spyre.StreamStatus.Faulted
+    err = s.last_error()
+    assert isinstance(err, spyre.TaskFailed) and "KeyError" in err.message
+    with pytest.raises(spyre.TaskFailed):  # further enqueues throw it too
+        s.add_callback(lambda: None)
+    s.reset()
+    ran = []
+    s.add_callback(lambda: ran.append(1))
+    s.synchronize()
+    assert ran == [1] and s.query() == spyre.StreamStatus.Idle
+
+
+def test_wrong_device_mixes(dev, dev2):
+    s = dev.create_stream()
+    e2 = spyre.Event(dev2)
+    with pytest.raises(spyre.WrongDevice, match="event belongs to " + dev2.pci_address):
+        s.wait(e2)
+    with pytest.raises(spyre.WrongDevice):
+        e2.record(s)
+    with pytest.raises(spyre.WrongDevice):
+        spyre.Event.elapsed_time(spyre.Event(dev), e2)
+
+
+def test_synchronize_releases_the_gil(dev):
+    """A callback blocks the stream until the main thread, running Python,
+    lets it go; a waiter in synchronize() must not hold the GIL meanwhile."""
+    s = dev.create_stream()
+    gate = threading.Event()
+    s.add_callback(lambda: gate.wait(30))
+    waited = []
+
+    def waiter():
+        s.synchronize()
+        waited.append(True)
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    total = sum(i * i for i in range(200000))  # Python work while the waiter waits
+    assert not waited
+    gate.set()
+    t.join(30)
+    assert waited == [True] and total > 0
+
+
+def test_threads_drive_separate_streams(dev):
+    n_threads, rounds, n = 4, 40, 4096 + 13
+    errors = []
+
+    def work(k):
+        try:
+            s = dev.create_stream()
+            buf = dev.alloc(n * 4)
+            out = np.empty(n, np.int32)
+            for r in range(rounds):
+                src = np.arange(n, dtype=np.int32) * (k + 1) + r
+                s.copy_to_device(src, buf)
+                s.copy_from_device(buf, out)
+                s.synchronize()
+                if not np.array_equal(out, src):
+                    errors.append((k, r))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+
+
+def test_spyre_stream(dev):
+    ss = spyre.SpyreStream(dev, priority=1)
+    fs = ss.flex_stream
+    assert fs.priority == 1 and ss.device is dev
+    buf = dev.alloc(8)
+    fs.copy_to_device(np.arange(2, dtype=np.int32), buf)
+    ss.synchronize()
+    d = spyre.SpyreStream.default(dev)
+    assert d.flex_stream.index == dev.default_stream.index
