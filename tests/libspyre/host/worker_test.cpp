@@ -294,6 +294,30 @@ TEST(WorkerOneDevice, TwoChipTasksOverlapOnADeviceWithRoom) {
     ExpectPairOverlapsInDeviceTime(*w, [](const std::string&, int core) { return "group " + std::to_string(core / 8); });
     EXPECT_EQ(w->Stats(0).moved.bytes_uploaded, uint64_t(kPairM * kPairK + kPairK * kPairN) * 4) << "only the first run uploads";
 
+    // A chip task that faults beside another on the same device fails alone:
+    // its own chip runtime reports it, the other's C is exact.
+    w->RegisterChipFunction("paired_fault", [&arrived](ChipContext& ctx) {
+        WaitForPartner(arrived, "chip task");
+        ChipFault(ctx);
+    });
+    HostProgram fault_beside{"fault_beside", 2, {{{kPairM / 2, kPairN}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                                 HostTensor junk = g.CreateTensor({kTile, kTile});
+                                 g.Chip("paired_fault", {In(x[1]), Out(junk)}, {.name = "faulty"});
+                                 g.Chip("paired_matmul", {In(x[0].Rows(0, kPairM / 2)), In(x[1]), Out(x[2])}, {.name = "fine"});
+                             }};
+    HostTensor a = HostTensor::Full({kPairM, kPairK}, 1.0f), b = HostTensor::Full({kPairK, kPairN}, 0.5f);
+    HostTensor out = HostTensor::Zeros({kPairM / 2, kPairN});
+    try {
+        w->Run(fault_beside, {a, b, out});
+        ADD_FAILURE() << "no error";
+    } catch (const HostRunError& e) {
+        ASSERT_EQ(e.failures().size(), 1u) << e.what();
+        EXPECT_EQ(e.failures()[0].task, "faulty");
+        EXPECT_NE(e.failures()[0].device_code, 0u);
+        EXPECT_TRUE(e.skipped().empty());
+    }
+    for (float x : out.floats()) ASSERT_EQ(x, 0.5f * kPairK);
+
     // Asked for more than the device has task queues: a typed error naming both.
     w.reset();
     c.chip_tasks_per_device = 3;
