@@ -97,8 +97,17 @@ Function Function::Open(const FunctionInfo& info) {
 
 Function::Function(Function&& o) noexcept
     : info_(std::move(o.info_)), dev_info_(o.dev_info_), fd_(std::exchange(o.fd_, -1)),
-      pidfd_(std::exchange(o.pidfd_, -1)), lost_(o.lost_), next_probe_ns_(o.next_probe_ns_), db_offset_(o.db_offset_),
+      pidfd_(std::exchange(o.pidfd_, -1)), lost_(o.lost_), task_queues_held_(o.task_queues_held_), next_probe_ns_(o.next_probe_ns_), db_offset_(o.db_offset_),
       bar0_(std::move(o.bar0_)), bar4_(std::move(o.bar4_)) {}
+
+bool Function::HoldTaskQueue(uint32_t group) noexcept {
+    const uint32_t bit = 1u << group;
+    return (std::atomic_ref<uint32_t>(task_queues_held_).fetch_or(bit, std::memory_order_acq_rel) & bit) == 0;
+}
+
+void Function::ReleaseTaskQueue(uint32_t group) noexcept {
+    std::atomic_ref<uint32_t>(task_queues_held_).fetch_and(~(1u << group), std::memory_order_acq_rel);
+}
 
 Function& Function::operator=(Function&& o) noexcept {
     if (this != &o) {
@@ -108,6 +117,7 @@ Function& Function::operator=(Function&& o) noexcept {
         fd_ = std::exchange(o.fd_, -1);
         pidfd_ = std::exchange(o.pidfd_, -1);
         lost_ = o.lost_;
+        task_queues_held_ = o.task_queues_held_;
         next_probe_ns_ = o.next_probe_ns_;
         db_offset_ = o.db_offset_;
         bar0_ = std::move(o.bar0_);

@@ -88,7 +88,12 @@ TaskQueue::TaskQueue(Function& function, uint32_t group) : fn_(function), group_
                     "task queue " + std::to_string(group) + " is not idle (" + std::to_string(sq_tail_ - cq_head_) +
                         " tasks submitted and not reaped, or halted): reset the function first",
                     ErrorContext{.device = fn_.pci_address()});
+    if (!fn_.HoldTaskQueue(group))
+        throw Error(ErrorKind::Busy, "task queue " + std::to_string(group) + " is held by another TaskQueue of this process",
+                    ErrorContext{.device = fn_.pci_address()});
 }
+
+TaskQueue::~TaskQueue() { fn_.ReleaseTaskQueue(group_); }
 
 size_t TaskQueue::Submit(std::span<const spyre_task_desc> tasks) {
     fn_.CheckAliveThrottled();

@@ -42,6 +42,10 @@ struct OrchestratorOptions {
     uint64_t heap_size = 64ull << 20;  // heap ring bytes, from the function's allocator
     unsigned host_threads = 0;         // host worker threads; 0 = one per hardware thread
     ReadyQueueKind ready_queues = ReadyQueueKind::LockFree;
+    // The function's task queues (core groups) this runtime takes; empty:
+    // all of them. Several runtimes on one device take disjoint sets (a
+    // queue another runtime holds is Busy).
+    std::vector<uint32_t> task_queues;
 };
 
 // A host kernel: the task's parameter addresses and sizes; returns 0 or an error code.

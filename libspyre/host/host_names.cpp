@@ -104,6 +104,8 @@ void Validate(const DistributedConfig& c) {
     if (c.aicpu_thread_num < 1 || c.aicpu_thread_num > 64)
         bad("aicpu_thread_num is " + std::to_string(c.aicpu_thread_num) + " (1..64)");
     if (c.chip_heap_bytes < 4096) bad("chip_heap_bytes is " + std::to_string(c.chip_heap_bytes) + " (>= 4096)");
+    if (c.chip_tasks_per_device < 0)
+        bad("chip_tasks_per_device is " + std::to_string(c.chip_tasks_per_device) + " (0: automatic, or >= 1)");
 }
 
 }  // namespace spyre

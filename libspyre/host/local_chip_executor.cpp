@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "local_chip_executor.hpp"
 
+#include "spyre/driver/task_queue.hpp"
 #include "spyre/uapi/spyre_regs.h"
 
 #include <algorithm>
@@ -12,22 +13,60 @@
 
 namespace spyre::host {
 
+namespace {
+
+// The device's task queues; none on a device of an older contract (its
+// chip tasks then run host kernels only, one at a time).
+driver::TaskTopology TopologyOf(Device& device) {
+    try {
+        return driver::ReadTaskTopology(device.function());
+    } catch (const Error&) {
+        return {};
+    }
+}
+
+}  // namespace
+
+unsigned LocalChipExecutor::Room(Device& device, const DistributedConfig& config) {
+    const driver::TaskTopology topo = TopologyOf(device);
+    const uint32_t queues = topo.queues(), cores = topo.cores();
+    if (config.chip_tasks_per_device > 0) {
+        if (uint32_t(config.chip_tasks_per_device) > std::max(queues, 1u))
+            throw Error(ErrorKind::InvalidArgument,
+                        "DistributedConfig: chip_tasks_per_device is " + std::to_string(config.chip_tasks_per_device) +
+                            ", but " + device.pci_address() + " has " + std::to_string(queues) +
+                            " task queue(s), one per chip task at most");
+        return unsigned(config.chip_tasks_per_device);
+    }
+    const uint64_t heaps = device.allocator().Stats().capacity / 4 / config.chip_heap_bytes;
+    uint64_t room = std::min<uint64_t>(queues, cores / uint32_t(config.block_dim));
+    room = std::min(room, heaps);
+    return unsigned(std::max<uint64_t>(room, 1));
+}
+
 LocalChipExecutor::LocalChipExecutor(Device device, const DistributedConfig& config,
                                      std::shared_ptr<const ChipRegistry> registry)
     : device_(std::move(device)), registry_(std::move(registry)) {
-    OrchestratorOptions o;
-    o.heap_size = config.chip_heap_bytes;
-    o.host_threads = unsigned(config.aicpu_thread_num);
-    o.ready_queues = config.runtime == "tensormap_and_ringbuffer_lockfree" ? ReadyQueueKind::LockFree : ReadyQueueKind::Locked;
-    orch_.emplace(Orchestrator::Create(device_, o));
+    const unsigned slots = Room(device_, config);
+    const uint32_t queues = TopologyOf(device_).queues();
+    for (unsigned i = 0; i < slots; ++i) {
+        OrchestratorOptions o;
+        o.heap_size = config.chip_heap_bytes;
+        o.host_threads = unsigned(config.aicpu_thread_num);
+        o.ready_queues = config.runtime == "tensormap_and_ringbuffer_lockfree" ? ReadyQueueKind::LockFree : ReadyQueueKind::Locked;
+        // Slot i's share of the queues: [i q / n, (i + 1) q / n).
+        for (uint32_t q = i * queues / slots; q < (i + 1) * queues / slots; ++q) o.task_queues.push_back(q);
+        auto slot = std::make_unique<Slot>();
+        slot->orch.emplace(Orchestrator::Create(device_, o));
+        free_slots_.push_back(slot.get());
+        slots_.push_back(std::move(slot));
+    }
     cache_limit_ = std::min(kCacheBytes, device_.allocator().Stats().capacity / 4);
 }
 
 LocalChipExecutor::~LocalChipExecutor() {
-    plans_.clear();
-    plan_stream_.reset();
     copies_.clear();
-    orch_.reset();  // before the device it runs on
+    slots_.clear();  // their runtimes before the device they run on
 }
 
 std::string LocalChipExecutor::Describe() const { return device_.pci_address(); }
@@ -36,17 +75,22 @@ void LocalChipExecutor::LoadKernel(int32_t kernel_id, const std::vector<uint8_t>
     DeviceBuffer buffer = device_.AllocateBuffer(program.size());
     device_.default_stream().CopyToDevice(program.data(), buffer.handle(), program.size());
     device_.default_stream().Synchronize();
-    orch_->RegisterDeviceKernel(kernel_id, device_.allocator().DeviceAddress(buffer.handle(), program.size()));
+    const uint64_t address = device_.allocator().DeviceAddress(buffer.handle(), program.size());
+    for (auto& slot : slots_) slot->orch->RegisterDeviceKernel(kernel_id, address);
+    std::lock_guard lock(mu_);
     kernels_.push_back(std::move(buffer));
 }
 
 void LocalChipExecutor::LoadPlan(const std::string& name, const CompilerOutput& plan) {
-    if (!plan_stream_) plan_stream_.emplace(SpyreStream::Default(device_));
-    plans_[name] = LoadExecutionPlan(*plan_stream_, plan);
+    for (auto& slot : slots_) {
+        if (!slot->plan_stream) slot->plan_stream.emplace(device_);
+        slot->plans[name] = LoadExecutionPlan(*slot->plan_stream, plan);
+    }
 }
 
 // The plan's tensors are the call's arguments, dense row-major in their device copies.
-void LocalChipExecutor::RunPlan(const ExecutionPlan& plan, const ChipCall& call, const std::vector<Copy*>& copies) {
+void LocalChipExecutor::RunPlan(Slot& slot, const ExecutionPlan& plan, const ChipCall& call,
+                                const std::vector<Copy*>& copies) {
     if (plan.tensor_input_metadata.size() != call.args.size())
         throw Error(ErrorKind::InvalidArgument, "chip plan '" + call.function + "' takes " +
                                                     std::to_string(plan.tensor_input_metadata.size()) + " tensors, the task '" +
@@ -60,11 +104,11 @@ void LocalChipExecutor::RunPlan(const ExecutionPlan& plan, const ChipCall& call,
         for (size_t d = shape.size(); d-- > 0;) stride[d] = step, step *= shape[d];
         tensors.emplace_back(copies[i]->buffer.handle(), shape, stride, t.dtype(), t.bytes());
     }
-    LaunchKernel(*plan_stream_, plan, tensors);
-    plan_stream_->Synchronize();  // a device fault surfaces here, with its code
+    LaunchKernel(*slot.plan_stream, plan, tensors);
+    slot.plan_stream->Synchronize();  // a device fault surfaces here, with its code
 }
 
-LocalChipExecutor::Copy& LocalChipExecutor::CopyFor(const HostTensor& t, const std::vector<Key>& keep) {
+LocalChipExecutor::Copy& LocalChipExecutor::CopyFor(const HostTensor& t) {
     const Key key{t.storage_id(), t.byte_offset(), t.bytes()};
     auto it = copies_.find(key);
     if (it == copies_.end()) {
@@ -74,11 +118,11 @@ LocalChipExecutor::Copy& LocalChipExecutor::CopyFor(const HostTensor& t, const s
         } catch (const Error& e) {
             if (e.kind() != ErrorKind::OutOfMemory) throw;
             const uint64_t limit = std::exchange(cache_limit_, 0);
-            Evict(keep);
+            Evict();
             cache_limit_ = limit;
             c.buffer = device_.AllocateBuffer(t.bytes());
         }
-        c.mapped = orch_->HostAddress(device_.allocator().DeviceAddress(c.buffer.handle(), t.bytes()), t.bytes());
+        c.device_address = device_.allocator().DeviceAddress(c.buffer.handle(), t.bytes());
         c.storage = t.storage();
         copy_bytes_ += t.bytes();
         it = copies_.emplace(key, std::move(c)).first;
@@ -88,23 +132,80 @@ LocalChipExecutor::Copy& LocalChipExecutor::CopyFor(const HostTensor& t, const s
 }
 
 // Drops copies of storages that are gone, then the least recently used
-// until the cache fits (never one this call uses).
-void LocalChipExecutor::Evict(const std::vector<Key>& keep) {
+// until the cache fits (never one a call in flight holds).
+void LocalChipExecutor::Evict() {
     auto drop = [&](std::map<Key, Copy>::iterator it) {
         copy_bytes_ -= std::get<2>(it->first);
         return copies_.erase(it);
     };
-    for (auto it = copies_.begin(); it != copies_.end();) it = it->second.storage.expired() ? drop(it) : std::next(it);
+    for (auto it = copies_.begin(); it != copies_.end();)
+        it = it->second.users == 0 && it->second.storage.expired() ? drop(it) : std::next(it);
     while (copy_bytes_ > cache_limit_) {
         auto oldest = copies_.end();
         for (auto it = copies_.begin(); it != copies_.end(); ++it)
-            if (std::find(keep.begin(), keep.end(), it->first) == keep.end() &&
-                (oldest == copies_.end() || it->second.last_use < oldest->second.last_use))
+            if (it->second.users == 0 && (oldest == copies_.end() || it->second.last_use < oldest->second.last_use))
                 oldest = it;
         if (oldest == copies_.end()) break;
         drop(oldest);
     }
 }
+
+// Holds the call's copies and uploads its inputs, under the lock: a copy
+// another call in flight holds is current (the scheduler never runs a
+// writer of a range beside a reader of it), and was uploaded under this
+// lock before, so it is not uploaded twice.
+std::vector<LocalChipExecutor::Copy*> LocalChipExecutor::Pin(Slot& slot, const ChipCall& call, ChipCallStats& stats) {
+    std::vector<Copy*> copies;
+    std::lock_guard lock(mu_);
+    try {
+        for (const ChipArg& a : call.args) {
+            const HostTensor& t = a.arg.tensor;
+            Copy& c = CopyFor(t);
+            ++c.users;
+            copies.push_back(&c);
+            if (a.arg.access == Access::Out) continue;
+            if (a.current_on_device || c.users > 1) {
+                stats.bytes_reused += t.bytes();
+            } else {
+                std::memcpy(slot.orch->HostAddress(c.device_address, t.bytes()), t.data(), t.bytes());  // the function's memory
+                stats.bytes_uploaded += t.bytes();
+            }
+        }
+    } catch (...) {
+        for (Copy* c : copies) --c->users;
+        throw;
+    }
+    return copies;
+}
+
+void LocalChipExecutor::Unpin(const std::vector<Copy*>& copies) {
+    std::lock_guard lock(mu_);
+    for (Copy* c : copies) --c->users;
+    Evict();
+}
+
+// A free slot for the length of one call.
+class LocalChipExecutor::SlotLease {
+public:
+    explicit SlotLease(LocalChipExecutor& e) : e_(e) {
+        std::unique_lock lock(e_.mu_);
+        e_.slot_free_.wait(lock, [&] { return !e_.free_slots_.empty(); });
+        slot_ = e_.free_slots_.back();
+        e_.free_slots_.pop_back();
+    }
+    ~SlotLease() {
+        {
+            std::lock_guard lock(e_.mu_);
+            e_.free_slots_.push_back(slot_);
+        }
+        e_.slot_free_.notify_one();
+    }
+    Slot& operator*() const { return *slot_; }
+
+private:
+    LocalChipExecutor& e_;
+    Slot* slot_;
+};
 
 ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
     const ChipRegistry::Entry* fn = registry_->Find(call.function);
@@ -114,58 +215,55 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
         throw Error(ErrorKind::NotFound, "chip function '" + call.function + "' is not registered (registered: " +
                                              registry_->Names() + ")", where);
     }
+    SlotLease lease(*this);
+    Slot& slot = *lease;
+    Orchestrator& orch = *slot.orch;
     ChipCallStats stats;
-    ChipContext ctx{*orch_, device_, {}, {}, {}, call.block_dim};
+    const std::vector<Copy*> copies = Pin(slot, call, stats);
+    struct Unpinned {
+        LocalChipExecutor& e;
+        const std::vector<Copy*>& copies;
+        ~Unpinned() { e.Unpin(copies); }
+    } unpin{*this, copies};
+    ChipContext ctx{orch, device_, {}, {}, {}, call.block_dim};
     std::vector<uint64_t> pto_args;
-    std::vector<Key> used;
-    std::vector<Copy*> copies;
-    for (const ChipArg& a : call.args) used.emplace_back(a.arg.tensor.storage_id(), a.arg.tensor.byte_offset(), a.arg.tensor.bytes());
-    for (const ChipArg& a : call.args) {
-        const HostTensor& t = a.arg.tensor;
-        Copy& c = CopyFor(t, used);
-        copies.push_back(&c);
-        if (a.arg.access != Access::Out) {
-            if (a.current_on_device) {
-                stats.bytes_reused += t.bytes();
-            } else {
-                std::memcpy(c.mapped, t.data(), t.bytes());  // the function's memory, mapped
-                stats.bytes_uploaded += t.bytes();
-            }
-        }
-        ctx.args.push_back(c.mapped);
+    for (size_t i = 0; i < call.args.size(); ++i) {
+        const HostTensor& t = call.args[i].arg.tensor;
+        void* mapped = orch.HostAddress(copies[i]->device_address, t.bytes());
+        ctx.args.push_back(mapped);
         ctx.bytes.push_back(t.bytes());
         ctx.shapes.push_back(t.shape());
-        pto_args.push_back(uint64_t(c.mapped));
+        pto_args.push_back(uint64_t(mapped));
     }
     const bool traced = trace::Enabled();
     if (traced) [[unlikely]]
         stats.run_start_ns = trace::detail::NowNs();
     if (fn->plan) {
-        auto plan = plans_.find(call.function);
-        if (plan == plans_.end())
+        auto plan = slot.plans.find(call.function);
+        if (plan == slot.plans.end())
             throw Error(ErrorKind::NotFound, "chip plan '" + call.function + "' is not loaded on " + Describe());
-        RunPlan(*plan->second, call, copies);
+        RunPlan(slot, *plan->second, call, copies);
     } else {
         std::exception_ptr thrown;
         try {
-            auto scope = orch_->BeginScope();
-            if (fn->pto) fn->pto(orch_->handle(), pto_args.data());
+            auto scope = orch.BeginScope();
+            if (fn->pto) fn->pto(orch.handle(), pto_args.data());
             else fn->cpp(ctx);
         } catch (...) {
             thrown = std::current_exception();
         }
-        orch_->WaitAll();  // the device tasks' failure first: it names the kernel and the device code
+        orch.WaitAll();  // the device tasks' failure first: it names the kernel and the device code
         if (thrown) std::rethrow_exception(thrown);
     }
     if (traced) [[unlikely]]
         stats.run_end_ns = trace::detail::NowNs();
+    // Outputs are this call's alone: copied back outside the lock.
     for (size_t i = 0; i < call.args.size(); ++i) {
         const TensorArg& a = call.args[i].arg;
         if (a.access == Access::In) continue;
-        std::memcpy(a.tensor.data(), copies[i]->mapped, a.tensor.bytes());
+        std::memcpy(a.tensor.data(), ctx.args[i], a.tensor.bytes());
         stats.bytes_downloaded += a.tensor.bytes();
     }
-    Evict(used);
     return stats;
 }
 

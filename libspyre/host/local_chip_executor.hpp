@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // The ChipExecutor of a device this process opened: one seed-004
-// orchestration runtime on it, device kernels uploaded once, and device
-// copies of host tensor ranges kept between calls (keyed by the exact
+// orchestration runtime per slot (a chip task running at once), each on its
+// own share of the device's task queues, device kernels uploaded once, and
+// device copies of host tensor ranges kept between calls (keyed by the exact
 // range) so that a range the scheduler says is current is not uploaded again.
 #pragma once
 
 #include <cstdint>
-#include <list>
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -31,7 +33,13 @@ public:
     std::string Describe() const override;
     void LoadKernel(int32_t kernel_id, const std::vector<uint8_t>& program) override;
     void LoadPlan(const std::string& name, const CompilerOutput& plan) override;
+    unsigned Concurrency() const override { return unsigned(slots_.size()); }
     ChipCallStats Run(const ChipCall& call) override;
+
+    // Chip tasks `device` runs at once under `config`
+    // (DistributedConfig::chip_tasks_per_device); InvalidArgument when the
+    // config asks for more than the device has task queues.
+    static unsigned Room(Device& device, const DistributedConfig& config);
 
     // Bytes of device copies kept between calls at most: this, or a quarter
     // of the function's memory when that is less.
@@ -41,23 +49,35 @@ private:
     using Key = std::tuple<uint64_t, uint64_t, uint64_t>;  // storage, offset, bytes
     struct Copy {
         DeviceBuffer buffer;
-        void* mapped = nullptr;
+        uint64_t device_address = 0;  // each slot's runtime maps it at its own host address
         std::weak_ptr<HostTensor::Storage> storage;
         uint64_t last_use = 0;
+        unsigned users = 0;  // calls in flight that hold it: never evicted then
     };
-    // The device copy of `t`; when the device is out of memory, copies no
-    // key of `keep` names are dropped and the allocation tried once more.
-    Copy& CopyFor(const HostTensor& t, const std::vector<Key>& keep);
-    void RunPlan(const ExecutionPlan& plan, const ChipCall& call, const std::vector<Copy*>& copies);
-    void Evict(const std::vector<Key>& keep);
+    // What one chip task at a time runs on.
+    struct Slot {
+        std::optional<Orchestrator> orch;
+        std::optional<SpyreStream> plan_stream;  // a stream of its own, made on first plan
+        std::map<std::string, std::shared_ptr<const ExecutionPlan>> plans;
+    };
+    class SlotLease;
+    // Under mu_. The device copy of `t`; when the device is out of memory,
+    // copies no call holds are dropped and the allocation tried once more.
+    Copy& CopyFor(const HostTensor& t);
+    std::vector<Copy*> Pin(Slot& slot, const ChipCall& call, ChipCallStats& stats);
+    void Unpin(const std::vector<Copy*>& copies);
+    void Evict();  // under mu_
+    void RunPlan(Slot& slot, const ExecutionPlan& plan, const ChipCall& call, const std::vector<Copy*>& copies);
 
     Device device_;
-    std::optional<Orchestrator> orch_;
-    std::optional<SpyreStream> plan_stream_;  // the device's default stream
-    std::map<std::string, std::shared_ptr<const ExecutionPlan>> plans_;
     std::shared_ptr<const ChipRegistry> registry_;
+    std::vector<std::unique_ptr<Slot>> slots_;
     std::vector<DeviceBuffer> kernels_;
-    std::map<Key, Copy> copies_;
+
+    std::mutex mu_;  // the copies and the free slots
+    std::condition_variable slot_free_;
+    std::vector<Slot*> free_slots_;
+    std::map<Key, Copy> copies_;  // node-based: a Copy stays put while others come and go
     uint64_t copy_bytes_ = 0, use_clock_ = 0, cache_limit_ = kCacheBytes;
 };
 

@@ -53,7 +53,6 @@ MultiHostWorker::~MultiHostWorker() {
     for (auto& r : impl_->remote_ranks) {
         if (impl_->transport.PeerError(r->rank)) continue;  // lost: nobody to tell
         try {
-            std::lock_guard lock(r->mu);
             r->client.Shutdown(r->rank);
         } catch (const Error&) {
             // Lost meanwhile: the transport reports it to whoever waits on it.
@@ -68,8 +67,11 @@ Worker& MultiHostWorker::worker() { return *impl_->worker; }
 void MultiHostWorker::Serve() {
     if (rank() == 0) throw Error(ErrorKind::InvalidArgument, "MultiHostWorker::Serve: rank 0 runs the programs, it does not serve");
     host::RemoteChipService service(impl_->transport, impl_->host);
+    // As many calls at once as this rank's devices run chip tasks at once.
+    unsigned concurrency = 0;
+    for (size_t d = 0; d < impl_->worker->device_count(); ++d) concurrency += impl_->worker->ChipTasksAtOnce(d);
     service.SetRouter([this](const host::RemoteCall& call, std::vector<host::WireTensor>& outputs) { impl_->Answer(call, outputs); },
-                      impl_->registry->List());
+                      impl_->registry->List(), concurrency);
     service.Serve(0);
 }
 

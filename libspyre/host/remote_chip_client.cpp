@@ -8,17 +8,39 @@ namespace spyre::host {
 RemoteChipClient::RemoteChipClient(Transport& transport, std::chrono::milliseconds reply_timeout)
     : transport_(transport), reply_timeout_(reply_timeout) {}
 
-Message RemoteChipClient::AwaitReply(int rank, uint64_t id) {
-    if (auto early = early_.find(id); early != early_.end()) {
-        Message m = std::move(early->second);
-        early_.erase(early);
-        return m;
-    }
+// One waiting thread receives (the others sleep); every reply it gets is
+// filed under its call id and the sleepers are woken to look for theirs.
+Message RemoteChipClient::AwaitReply(std::unique_lock<std::mutex>& lock, int rank, uint64_t id) {
     const auto deadline = std::chrono::steady_clock::now() + reply_timeout_;
     for (;;) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-        // Throws DeviceLost when `rank` is lost, Timeout past the reply bound.
-        Message m = transport_.Receive(std::max(left, std::chrono::milliseconds(0)), rank);
+        if (auto early = early_.find(id); early != early_.end()) {
+            Message m = std::move(early->second);
+            early_.erase(early);
+            return m;
+        }
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= deadline)
+            throw Error(ErrorKind::Timeout, "rank " + std::to_string(rank) + " sent no reply to call " + std::to_string(id) +
+                                                " within " + std::to_string(reply_timeout_.count()) + " ms");
+        if (receiving_) {
+            handed_over_.wait_until(lock, deadline);
+            continue;
+        }
+        receiving_ = true;
+        lock.unlock();
+        Message m;
+        try {
+            // Throws DeviceLost when `rank` is lost, Timeout past the reply bound.
+            m = transport_.Receive(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now), rank);
+        } catch (...) {
+            lock.lock();
+            receiving_ = false;
+            handed_over_.notify_all();  // another waiter receives (and sees the same loss)
+            throw;
+        }
+        lock.lock();
+        receiving_ = false;
+        handed_over_.notify_all();
         if (m.type != remote::kDescribeReply && m.type != remote::kCallReply && m.type != remote::kCallError)
             throw Error(ErrorKind::ProtocolError, "rank " + std::to_string(rank) + " sent message type " +
                                                       std::to_string(m.type) + " where a reply was due");
@@ -31,18 +53,17 @@ Message RemoteChipClient::AwaitReply(int rank, uint64_t id) {
     }
 }
 
-RankDescription RemoteChipClient::Describe(int rank) {
+uint64_t RemoteChipClient::Register(int rank, RemoteCall call) {
+    std::lock_guard lock(mu_);
     const uint64_t id = next_id_++;
-    pending_.emplace(id, Pending{rank, RemoteCall{.task = "describe"}});
+    pending_.emplace(id, Pending{rank, std::move(call)});
+    return id;
+}
+
+RankDescription RemoteChipClient::Describe(int rank) {
+    const uint64_t id = Register(rank, RemoteCall{.task = "describe"});
     transport_.Send(rank, remote::EncodeDescribe(id));
-    Message m;
-    try {
-        m = AwaitReply(rank, id);
-    } catch (...) {
-        pending_.erase(id);
-        throw;
-    }
-    pending_.erase(id);
+    const Message m = TakeReply(id).second;
     if (m.type != remote::kDescribeReply)
         throw Error(ErrorKind::ProtocolError, "rank " + std::to_string(rank) + " answered a describe request with type " +
                                                   std::to_string(m.type));
@@ -50,27 +71,38 @@ RankDescription RemoteChipClient::Describe(int rank) {
 }
 
 uint64_t RemoteChipClient::Submit(int rank, RemoteCall call) {
-    const uint64_t id = next_id_++;
-    Message m = remote::EncodeCall(id, call);  // moves the inputs' bytes into payloads
-    transport_.Send(rank, std::move(m));
-    call.inputs.clear();
-    pending_.emplace(id, Pending{rank, std::move(call)});
+    RemoteCall kept{.task = call.task, .function = call.function, .device = call.device, .outputs = call.outputs};
+    // Registered before it is sent: its reply may come before Send returns.
+    const uint64_t id = Register(rank, std::move(kept));
+    try {
+        transport_.Send(rank, remote::EncodeCall(id, call));  // moves the inputs' bytes into payloads
+    } catch (...) {
+        std::lock_guard lock(mu_);
+        pending_.erase(id);
+        throw;
+    }
     return id;
 }
 
-std::vector<WireTensor> RemoteChipClient::Wait(uint64_t call_id) {
+std::pair<RemoteChipClient::Pending, Message> RemoteChipClient::TakeReply(uint64_t call_id) {
+    std::unique_lock lock(mu_);
     auto it = pending_.find(call_id);
     if (it == pending_.end())
         throw Error(ErrorKind::InvalidArgument, "chip call " + std::to_string(call_id) + " was not submitted (or was waited for)");
-    const Pending p = std::move(it->second);
+    Pending p = it->second;
     Message m;
     try {
-        m = AwaitReply(p.rank, call_id);
+        m = AwaitReply(lock, p.rank, call_id);
     } catch (...) {
         pending_.erase(call_id);
         throw;
     }
     pending_.erase(call_id);
+    return {std::move(p), std::move(m)};
+}
+
+std::vector<WireTensor> RemoteChipClient::Wait(uint64_t call_id) {
+    auto [p, m] = TakeReply(call_id);
     if (m.type == remote::kCallError) throw RemoteChipError(remote::DecodeCallError(m));
     if (m.type != remote::kCallReply)
         throw Error(ErrorKind::ProtocolError, "rank " + std::to_string(p.rank) + " answered chip call '" + p.call.task +

@@ -26,11 +26,7 @@ ChipCallStats RemoteChipExecutor::Run(const ChipCall& call) {
             returned.push_back(&t);
         }
     }
-    std::vector<WireTensor> outputs;
-    {
-        std::lock_guard lock(rank_->mu);
-        outputs = rank_->client.Call(rank_->rank, std::move(remote));  // sizes checked against the specs
-    }
+    const std::vector<WireTensor> outputs = rank_->client.Call(rank_->rank, std::move(remote));  // sizes checked against the specs
     for (size_t i = 0; i < returned.size(); ++i) {
         std::memcpy(returned[i]->data(), outputs[i].data.data(), outputs[i].data.size());
         stats.bytes_downloaded += outputs[i].data.size();

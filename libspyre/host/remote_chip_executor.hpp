@@ -7,7 +7,6 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "spyre/host/chip_executor.hpp"
@@ -23,14 +22,13 @@ inline Access AccessOf(uint8_t wire) noexcept {
     return wire == RemoteCall::kIn ? Access::In : wire == RemoteCall::kOut ? Access::Out : Access::InOut;
 }
 
-// One serving rank as the executors of its devices share it: a client of
-// their own (replies are matched per client) and one call at a time, since
-// the rank's service answers one call at a time.
+// One serving rank as the executors of its devices share it: one client
+// (replies are matched per client; calls to its devices are in flight at
+// once, and the rank's service runs them at once).
 struct RemoteRank {
     RemoteRank(Transport& transport, int rank, std::chrono::milliseconds reply_timeout)
         : rank(rank), client(transport, reply_timeout) {}
     const int rank;
-    std::mutex mu;
     RemoteChipClient client;
 };
 
@@ -41,6 +39,7 @@ public:
     RemoteChipExecutor(std::shared_ptr<RemoteRank> rank, size_t device, std::string description);
 
     std::string Describe() const override { return description_; }
+    bool Remote() const override { return true; }
     // The serving rank registers its own (SPMD): nothing to ship.
     void LoadKernel(int32_t, const std::vector<uint8_t>&) override {}
     void LoadPlan(const std::string&, const CompilerOutput&) override {}

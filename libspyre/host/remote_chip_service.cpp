@@ -3,13 +3,21 @@
 
 #include <algorithm>
 
+#include "host/job_threads.hpp"
 #include "host/remote_protocol.hpp"
 #include "spyre/common/log.hpp"
 
 namespace spyre::host {
 
 RemoteChipService::RemoteChipService(Transport& transport, Host& host) : transport_(transport), host_(host) {}
-RemoteChipService::~RemoteChipService() = default;
+RemoteChipService::~RemoteChipService() = default;  // call_threads_ finish their calls first: declared last
+
+void RemoteChipService::SetRouter(Router router, std::vector<std::string> functions, unsigned concurrency) {
+    router_ = std::move(router);
+    router_functions_ = std::move(functions);
+    call_threads_.reset();
+    if (concurrency > 1) call_threads_ = std::make_unique<JobThreads>(int(concurrency));
+}
 
 void RemoteChipService::Register(const std::string& name, RemoteCallHandler handler) {
     if (name.empty() || !handler) throw Error(ErrorKind::InvalidArgument, "RemoteChipService::Register: empty name or handler");
@@ -85,7 +93,19 @@ void RemoteChipService::Answer(Message request) {
         return;
     }
     case remote::kCall:
-        break;
+        if (call_threads_) {
+            call_threads_->Post([this, request = std::move(request)]() mutable {
+                try {
+                    AnswerCall(std::move(request));
+                } catch (const Error& e) {
+                    // The caller is lost: nobody to answer, and Serve learns it from the transport.
+                    SPYRE_LOG_WARN("remote chip service, rank %d: %s", transport_.rank(), e.what());
+                }
+            });
+        } else {
+            AnswerCall(std::move(request));
+        }
+        return;
     default:
         if (other_) {
             other_(std::move(request));
@@ -95,7 +115,11 @@ void RemoteChipService::Answer(Message request) {
                        unsigned(request.type), from);
         return;
     }
+}
 
+void RemoteChipService::AnswerCall(Message request) {
+    const int from = request.source;
+    const PeerInfo& self = transport_.peer(transport_.rank());
     uint64_t id = 0;
     RemoteFailure failure{.rank = self.rank, .host_name = self.host_name};
     try {

@@ -15,7 +15,9 @@ namespace spyre::host {
 Scheduler::Scheduler(std::vector<std::unique_ptr<ChipExecutor>> executors, const DistributedConfig& config)
     : executors_(std::move(executors)), load_(executors_.size()), stats_(executors_.size()), block_dim_(config.block_dim) {
     for (size_t d = 0; d < executors_.size(); ++d) {
-        lanes_.push_back(std::make_unique<JobThreads>(1));
+        room_.push_back(std::max(1u, executors_[d]->Concurrency()));
+        remote_.push_back(executors_[d]->Remote());
+        lanes_.push_back(std::make_unique<JobThreads>(room_[d]));
         device_names_.push_back(executors_[d]->Describe());
     }
     if (config.num_sub_workers > 0) sub_workers_ = std::make_unique<JobThreads>(config.num_sub_workers);
@@ -87,17 +89,19 @@ void Scheduler::MakeReady(HostTask* task) {
     PlacementInput in;
     in.pinned = task->pinned;
     in.load = load_;
+    in.room = room_;
+    in.remote = remote_;
     in.local_bytes.assign(executors_.size(), 0);
     for (const TensorArg& a : task->args)
         if (a.access != Access::Out)
             for (size_t d = 0; d < executors_.size(); ++d)
-                if (residency_.Current(a.tensor, d)) in.local_bytes[d] += a.tensor.bytes();
+                if (!remote_[d] && residency_.Current(a.tensor, d)) in.local_bytes[d] += a.tensor.bytes();
     in.rotate = rotate_++;
     const size_t d = Place(in);
     task->device = d;
     ++load_[d];
     ChipCall call{task->name, task->function, {}, block_dim_};
-    for (const TensorArg& a : task->args) call.args.push_back({a, residency_.Current(a.tensor, d)});
+    for (const TensorArg& a : task->args) call.args.push_back({a, !remote_[d] && residency_.Current(a.tensor, d)});
     lanes_[d]->Post([this, task, call = std::move(call)]() mutable { RunChip(task, std::move(call)); });
 }
 

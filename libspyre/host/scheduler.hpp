@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The level-3 scheduler: takes a recorded run, finds its dependencies
 // (RegionTracker, across the runs in flight), starts ready tasks (chip tasks
-// on the device Place picks, one device thread each; SubWorkers on the
-// pool), and on each completion releases consumers, or skips them when the
+// on the device Place picks, as many device threads as the device runs
+// chip tasks at once; SubWorkers on the pool), and on each completion releases consumers, or skips them when the
 // task failed, until the run ends. Everything under one lock; devices and
 // SubWorkers run outside it.
 #pragma once
@@ -36,6 +36,7 @@ public:
 
     size_t device_count() const { return executors_.size(); }
     ChipExecutor& executor(size_t device) { return *executors_.at(device); }
+    unsigned room(size_t device) const { return room_.at(device); }
     Worker::DeviceStats Stats(size_t device);
 
 private:
@@ -53,6 +54,8 @@ private:
     std::vector<std::unique_ptr<ChipExecutor>> executors_;
     std::vector<std::string> device_names_;  // Describe() of each executor, for the trace
     std::vector<uint32_t> load_;
+    std::vector<uint32_t> room_;  // Concurrency() of each executor
+    std::vector<bool> remote_;
     std::vector<Worker::DeviceStats> stats_;
     std::vector<std::unique_ptr<JobThreads>> lanes_;
     std::unique_ptr<JobThreads> sub_workers_;

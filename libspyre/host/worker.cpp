@@ -222,6 +222,7 @@ RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> arg
 
 size_t Worker::device_count() const { return impl_->scheduler->device_count(); }
 std::string Worker::DescribeDevice(size_t index) const { return impl_->scheduler->executor(index).Describe(); }
+unsigned Worker::ChipTasksAtOnce(size_t index) const { return impl_->scheduler->room(index); }
 Worker::DeviceStats Worker::Stats(size_t device) const { return impl_->scheduler->Stats(device); }
 const DistributedConfig& Worker::config() const { return impl_->config; }
 

@@ -34,8 +34,21 @@ bool DeviceWorker::Available(const driver::Function& function) {
     }
 }
 
-DeviceWorker::DeviceWorker(driver::Function& function, SpyreAllocator& allocator, const Engine& engine)
-    : function_(function), allocator_(allocator), engine_(engine) {}
+DeviceWorker::DeviceWorker(driver::Function& function, SpyreAllocator& allocator, const Engine& engine,
+                           std::vector<uint32_t> queues)
+    : function_(function), allocator_(allocator), engine_(engine), queues_(std::move(queues)) {
+    const uint32_t have = driver::ReadTaskTopology(function_).queues();
+    if (queues_.empty())
+        for (uint32_t q = 0; q < have; ++q) queues_.push_back(q);
+    for (size_t i = 0; i < queues_.size(); ++i) {
+        if (queues_[i] >= have)
+            throw Error(ErrorKind::InvalidArgument, "task queue " + std::to_string(queues_[i]) + " does not exist on " +
+                                                        function_.pci_address() + ", which has " + std::to_string(have));
+        for (size_t j = 0; j < i; ++j)
+            if (queues_[j] == queues_[i])
+                throw Error(ErrorKind::InvalidArgument, "task queue " + std::to_string(queues_[i]) + " named twice");
+    }
+}
 
 DeviceWorker::~DeviceWorker() {
     Stop();
@@ -49,9 +62,8 @@ DeviceWorker::~DeviceWorker() {
 }
 
 void DeviceWorker::Start(ReadyQueue& ready, CompletionSink& sink) {
-    const driver::TaskTopology topo = driver::ReadTaskTopology(function_);
     uint32_t tables = 0;
-    for (uint32_t q = 0; q < topo.queues(); ++q) {
+    for (uint32_t q : queues_) {
         Group g;
         g.queue = std::make_unique<driver::TaskQueue>(function_, q);
         g.first_table = tables;

@@ -28,13 +28,16 @@ public:
 
     // The argument tables come from `allocator` (one per task slot of every
     // queue); `engine` translates buffer addresses. Both outlive the worker.
-    DeviceWorker(driver::Function& function, SpyreAllocator& allocator, const Engine& engine);
+    // `queues`: the task queues to take (empty: all); checked against the
+    // device's topology (InvalidArgument naming the queue).
+    DeviceWorker(driver::Function& function, SpyreAllocator& allocator, const Engine& engine,
+                 std::vector<uint32_t> queues = {});
     ~DeviceWorker() override;
 
     const char* name() const noexcept override { return "device"; }
     bool CanRun(const KernelEntry& kernel) const noexcept override { return kernel.has_program; }
-    // Takes every task queue of the function (Busy if another process or
-    // runtime holds them) and starts a thread per queue.
+    // Takes its task queues of the function (Busy if another process or
+    // runtime holds one) and starts a thread per queue.
     void Start(ReadyQueue& queue, CompletionSink& sink) override;
     void Stop() override;
 
@@ -48,6 +51,7 @@ private:
     driver::Function& function_;
     SpyreAllocator& allocator_;
     const Engine& engine_;
+    std::vector<uint32_t> queues_;
     std::optional<DeviceAllocation> tables_;
     uint8_t* tables_host_ = nullptr;
     uint64_t tables_device_ = 0;

@@ -51,7 +51,8 @@ std::unique_ptr<Runtime> Runtime::OnDevice(spyre::Device& device, const spyre::O
     // through the function's task queues (host-only kernels stay on the host).
     if (spyre::orchestration::DeviceWorker::Available(device.function())) {
         auto worker =
-            std::make_shared<spyre::orchestration::DeviceWorker>(device.function(), device.allocator(), *rt->engine);
+            std::make_shared<spyre::orchestration::DeviceWorker>(device.function(), device.allocator(), *rt->engine,
+                                                                 options.task_queues);
         rt->engine->SetExecutor(WORKER_CUBE, worker);
         rt->engine->SetExecutor(WORKER_VECTOR, worker);
     }

@@ -106,6 +106,12 @@ public:
     // True once Alive() has seen the device gone; it never comes back.
     bool lost() const noexcept { return std::atomic_ref<bool>(lost_).load(std::memory_order_relaxed); }
 
+    // Task queues a TaskQueue of this process holds (bit q for queue q): a
+    // second TaskQueue on a held queue is refused (Busy) instead of sharing
+    // its ring. Hold returns false when `group` is held already.
+    bool HoldTaskQueue(uint32_t group) noexcept;
+    void ReleaseTaskQueue(uint32_t group) noexcept;
+
     uint8_t* bar0() const noexcept { return bar0_.data(); }
     uint8_t* bar4() const noexcept { return bar4_.data(); }
     uint64_t bar4_size() const noexcept { return bar4_.size(); }  // bytes mapped
@@ -123,6 +129,7 @@ private:
     int fd_ = -1;
     int pidfd_ = -1;  // the daemon's pidfd: readable once it has exited
     mutable bool lost_ = false;
+    uint32_t task_queues_held_ = 0;  // through std::atomic_ref
     mutable int64_t next_probe_ns_ = 0;  // CheckAliveThrottled: coarse clock time of the next Alive()
     uint32_t db_offset_ = 0;             // the doorbell page in BAR4
     MappedRegion bar0_;

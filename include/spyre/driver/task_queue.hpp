@@ -48,9 +48,11 @@ public:
     // queue `group`. The queue must be idle (nothing submitted and not
     // reaped: a fresh or reset function). Throws InvalidArgument for a group
     // the device does not have, Busy for a queue with tasks in flight,
-    // ProtocolError for geometry this driver cannot use. The function must
+    // ProtocolError for geometry this driver cannot use, Busy too when
+    // another TaskQueue of this process holds the queue. The function must
     // outlive the queue.
     TaskQueue(Function& function, uint32_t group);
+    ~TaskQueue();
     TaskQueue(const TaskQueue&) = delete;
     TaskQueue& operator=(const TaskQueue&) = delete;
 

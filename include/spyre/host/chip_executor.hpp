@@ -109,8 +109,17 @@ public:
     // tensors (tensor_input_metadata order) are the call's arguments, and
     // its operations run on one stream of the device.
     virtual void LoadPlan(const std::string& name, const CompilerOutput& plan) = 0;
+    // Calls Run may take at once, from different threads (the scheduler
+    // gives the device that many lanes).
+    virtual unsigned Concurrency() const { return 1; }
+    // Served by another rank: every call ships its inputs over the network
+    // (placement prefers this rank's devices; ChipArg::current_on_device is
+    // never set for it).
+    virtual bool Remote() const { return false; }
     // Runs `call` to completion: the inputs are on the device before the
-    // function runs, the outputs in their host tensors after. Throws
+    // function runs, the outputs in their host tensors after. Calls running
+    // at once never write overlapping tensor ranges, and never read a range
+    // another of them writes (the scheduler orders those). Throws
     // spyre::Error (DeviceError with the device's code when the device
     // refused a task; NotFound for an unknown function).
     virtual ChipCallStats Run(const ChipCall& call) = 0;

@@ -3,12 +3,17 @@
 // returns at once; Wait returns its outputs or throws: RemoteChipError (the
 // call failed there), the transport's DeviceLost (the rank is lost: within
 // the liveness bound, never a hang), ProtocolError (a reply that does not
-// match the call), Timeout (no reply within the reply bound). One thread
-// uses a client.
+// match the call), Timeout (no reply within the reply bound). Threads may
+// share a client: calls of several threads are in flight at once, one of
+// the waiting threads receives at a time and hands each reply to its
+// caller.
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <map>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "spyre/host/remote_chip.hpp"
@@ -32,10 +37,17 @@ private:
         int rank;
         RemoteCall call;  // inputs moved out; the rest kept for errors and checks
     };
-    Message AwaitReply(int rank, uint64_t id);
+    // Under mu_ (released while receiving).
+    Message AwaitReply(std::unique_lock<std::mutex>& lock, int rank, uint64_t id);
+    uint64_t Register(int rank, RemoteCall call);
+    // The reply to `call_id` and what was kept of its call, which is forgotten.
+    std::pair<Pending, Message> TakeReply(uint64_t call_id);
 
     Transport& transport_;
     std::chrono::milliseconds reply_timeout_;
+    std::mutex mu_;
+    std::condition_variable handed_over_;  // a reply was filed, or the receiver left
+    bool receiving_ = false;               // a waiting thread is in Transport::Receive
     uint64_t next_id_ = 1;
     std::map<uint64_t, Pending> pending_;
     std::map<uint64_t, Message> early_;  // replies that came while waiting for another

@@ -5,6 +5,7 @@
 // function registry in through Register.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -16,6 +17,8 @@
 #include "spyre/host/transport.hpp"
 
 namespace spyre::host {
+
+class JobThreads;
 
 // Runs `call` on `device`, filling `outputs` (already sized as the call's
 // output specs). A spyre::Error it throws goes back to the caller as a
@@ -32,12 +35,12 @@ public:
 
     // Sends every call to `router` instead of the handler table: for a
     // serving rank whose devices something else keeps open (the level-4
-    // runtime's chip executors). `functions` is what Describe lists.
+    // runtime's chip executors). `functions` is what Describe lists. With
+    // `concurrency` > 1 calls run on that many threads at once (the router
+    // must be thread-safe) and each reply goes out when its call ends;
+    // otherwise each call is answered before the next message is read.
     using Router = std::function<void(const RemoteCall& call, std::vector<WireTensor>& outputs)>;
-    void SetRouter(Router router, std::vector<std::string> functions) {
-        router_ = std::move(router);
-        router_functions_ = std::move(functions);
-    }
+    void SetRouter(Router router, std::vector<std::string> functions, unsigned concurrency = 1);
 
     // Messages of other types (another protocol sharing the transport) go
     // to `handler`; without one they are logged and dropped.
@@ -51,10 +54,11 @@ public:
     // it was a Shutdown. For callers that interleave their own work.
     bool ServeOne(std::chrono::milliseconds timeout);
 
-    uint64_t calls_served() const { return calls_served_; }
+    uint64_t calls_served() const { return calls_served_.load(); }
 
 private:
     void Answer(Message request);
+    void AnswerCall(Message request);
     Device& OpenDevice(const std::string& selector);
 
     Transport& transport_;
@@ -64,8 +68,9 @@ private:
     Router router_;
     std::vector<std::string> router_functions_;
     std::map<std::string, Device> devices_;  // by PCI address
+    std::unique_ptr<JobThreads> call_threads_;  // SetRouter's concurrency > 1
     bool shutdown_ = false;
-    uint64_t calls_served_ = 0;
+    std::atomic<uint64_t> calls_served_{0};
 };
 
 }  // namespace spyre::host

@@ -48,6 +48,11 @@ struct DistributedConfig {
     int aicpu_thread_num = 1;  // host threads of each chip's orchestration runtime (its AICPU), 1..64
     // Not in the seed: bytes of each chip runtime's heap ring.
     uint64_t chip_heap_bytes = 16ull << 20;
+    // Not in the seed: chip tasks one device runs at once, each on its own
+    // share of the device's task queues (core groups) with its own chip
+    // runtime. 0: as many as the device has room for: its task queues, at
+    // most cores / block_dim, and heaps in at most a quarter of its memory.
+    int chip_tasks_per_device = 0;
 };
 
 enum class Level : uint8_t { CoreGroup, Chip, Host };
@@ -175,6 +180,8 @@ public:
 
     size_t device_count() const;
     std::string DescribeDevice(size_t index) const;
+    // Chip tasks device `index` runs at once (DistributedConfig::chip_tasks_per_device).
+    unsigned ChipTasksAtOnce(size_t index) const;
     // Chip tasks each device has run, and bytes moved (tests, benchmarks).
     struct DeviceStats {
         uint64_t chip_tasks = 0;

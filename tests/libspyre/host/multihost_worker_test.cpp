@@ -6,12 +6,15 @@
 // that falls silent, fail the run with errors naming the rank.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <thread>
 
 #include "l3_chip_functions.hpp"
 #include "mock_fixture.hpp"
+#include "pair_gate.hpp"
 #include "spyre/host.hpp"
 #include "spyre/host/in_process_transport.hpp"
 
@@ -32,15 +35,19 @@ HostTensor Iota(float scale, float offset, int64_t rows = kTile, int64_t cols = 
 // Ranks 1..n-1 serve from threads; the test body is rank 0.
 class MultiHostTest : public ::testing::Test {
 protected:
-    void Start(int ranks, std::chrono::milliseconds bound = std::chrono::milliseconds(5000)) {
+    // Every rank opens `devices` of its card (1: its VF) and registers seed
+    // 003's chip functions plus what `also` registers (SPMD).
+    void Start(int ranks, std::chrono::milliseconds bound = std::chrono::milliseconds(5000), std::vector<int> devices = {1},
+               std::function<void(Worker&)> also = {}) {
         fabric_ = host::InProcessFabric::Create(ranks, {.heartbeat_interval = std::chrono::milliseconds(100),
                                                         .silence_bound = bound});
         for (int r = 1; r < ranks; ++r)
-            servers_.push_back(std::async(std::launch::async, [this, t = fabric_->Take(r)]() mutable -> std::string {
+            servers_.push_back(std::async(std::launch::async, [devices, also, t = fabric_->Take(r)]() mutable -> std::string {
                 try {
                     Host host = OwnCard();
-                    MultiHostWorker w(*t, host, {.device_ids = {1}});
+                    MultiHostWorker w(*t, host, {.device_ids = devices});
                     RegisterChipFunctions(w.worker());
+                    if (also) also(w.worker());
                     w.Serve();
                     return "served";
                 } catch (const Error& e) {
@@ -49,8 +56,9 @@ protected:
             }));
         rank0_ = fabric_->Take(0);
         host_.emplace(OwnCard());
-        worker_.emplace(*rank0_, *host_, DistributedConfig{.device_ids = {1}, .num_sub_workers = 1});
+        worker_.emplace(*rank0_, *host_, DistributedConfig{.device_ids = devices, .num_sub_workers = 1});
         RegisterChipFunctions(worker_->worker());
+        if (also) also(worker_->worker());
     }
     void TearDown() override {
         worker_.reset();  // releases the servers
@@ -68,6 +76,35 @@ protected:
     std::vector<std::future<std::string>> servers_;
     std::vector<std::string> results_;
 };
+
+// Chip tasks on two devices of one remote rank are in flight at once: the
+// chip function on each waits for the other (10 s at most) before it runs
+// chip_sub; one call at a time per rank would time out.
+TEST_F(MultiHostTest, CallsToTwoDevicesOfOneRankRunAtOnce) {
+    static std::atomic<int> arrived{0};
+    arrived = 0;
+    Start(2, std::chrono::milliseconds(5000), {0, 1}, [](Worker& w) {
+        w.RegisterChipFunction("paired_sub", [](ChipContext& ctx) {
+            WaitForPartner(arrived, "chip call");
+            ChipSub(ctx);
+        });
+    });
+    ASSERT_EQ(w().device_count(), 4u);  // the PF and VF of rank 0, then of rank 1
+    const HostTensor a = Iota(0.5f, 1.0f), b = Iota(-0.25f, 2.0f);
+    HostTensor d2 = HostTensor::Zeros({kTile, kTile}), d3 = HostTensor::Zeros({kTile, kTile});
+    const HostProgram p{"paired", 2, {}, [&](HostGraph& g, std::span<const HostTensor> x) {
+                            g.Chip("paired_sub", {In(x[0]), In(x[1]), Out(d2)}, {.device = 2});
+                            g.Chip("paired_sub", {In(x[0]), In(x[1]), Out(d3)}, {.device = 3});
+                        }};
+    w().Run(p, {a, b});
+    auto av = a.floats(), bv = b.floats();
+    for (size_t i = 0; i < av.size(); ++i) {
+        ASSERT_EQ(d2.floats()[i], av[i] - bv[i]) << "element " << i;
+        ASSERT_EQ(d3.floats()[i], av[i] - bv[i]) << "element " << i;
+    }
+    EXPECT_EQ(w().Stats(2).chip_tasks, 1u);
+    EXPECT_EQ(w().Stats(3).chip_tasks, 1u);
+}
 
 TEST_F(MultiHostTest, DevicesOfEveryRankAreTheWorkersDevices) {
     Start(3);
@@ -198,3 +235,34 @@ TEST_F(MultiHostTest, ASilentRankFailsItsTasksNamingItInsteadOfHanging) {
 }
 
 }  // namespace
+
+// Rank 0 runs the programs: Serve there is refused. A device id another
+// rank does not have fails the constructor with NotFound naming the rank
+// (rank 0 has 3 functions, rank 1 only 2); rank 1 then sees its controller
+// go and stops serving instead of waiting forever.
+TEST(MultiHostErrors, ServeOnRankZeroAndADeviceAnotherRankLacks) {
+    SPYRE_REQUIRE_FUSE();
+    auto fabric = host::InProcessFabric::Create(2, {.heartbeat_interval = std::chrono::milliseconds(100),
+                                                    .silence_bound = std::chrono::milliseconds(2000)});
+    auto server = std::async(std::launch::async, [t = fabric->Take(1)]() mutable -> std::string {
+        try {
+            Host host = OwnCard();
+            MultiHostWorker w(*t, host, {.device_ids = {1}});
+            w.Serve();
+            return "served";
+        } catch (const Error& e) {
+            return std::string("error: ") + e.what();
+        }
+    });
+    {
+        auto rank0 = fabric->Take(0);
+        Host host = Host::Open(HostOptions::EmbeddedMock(1, 2, "1G"));
+        EXPECT_SPYRE_ERROR(MultiHostWorker(*rank0, host, {.device_ids = {2}}), NotFound,
+                           "DistributedConfig: device_ids[0] is 2, but rank 1 (inproc-1) has 2 function(s)");
+        MultiHostWorker ok(*rank0, host, {.device_ids = {1}});
+        EXPECT_SPYRE_ERROR(ok.Serve(), InvalidArgument, "MultiHostWorker::Serve: rank 0 runs the programs, it does not serve");
+        EXPECT_EQ(ok.worker().device_count(), 2u);
+    }  // ok's destructor tells rank 1 to stop
+    ASSERT_EQ(server.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "rank 1 hangs";
+    EXPECT_EQ(server.get(), "served");
+}

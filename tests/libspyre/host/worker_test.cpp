@@ -8,6 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +20,7 @@
 #include <stdexcept>
 
 #include "l3_chip_functions.hpp"
+#include "pair_gate.hpp"
 #include "worker_fixture.hpp"
 #include "spyre/compiler/plan_writer.hpp"
 #include "spyre/host.hpp"
@@ -41,6 +45,90 @@ void ExpectFloats(const HostTensor& got, const std::function<float(size_t)>& wan
             ADD_FAILURE() << what << ": element " << i << " is " << v[i] << ", want " << want(i);
             return;
         }
+}
+
+// The device time each group of core tracks was busy in the trace at
+// `path` (removed after): from its first core task's start to its last
+// one's end, in µs; `group(device, core)` names a track's group.
+std::map<std::string, std::pair<double, double>> BusySpans(
+    const std::string& path, const std::function<std::string(const std::string&, int)>& group) {
+    std::ifstream in(path);
+    const nlohmann::json t = nlohmann::json::parse(in);
+    std::filesystem::remove(path);
+    std::map<int64_t, std::string> tracks;
+    for (const auto& e : t["traceEvents"])
+        if (e["ph"] == "M" && e["name"] == "thread_name") tracks[e["tid"].get<int64_t>()] = e["args"]["name"];
+    std::map<std::string, std::pair<double, double>> busy;
+    for (const auto& e : t["traceEvents"]) {
+        if (e["ph"] != "X" || !e.contains("tid")) continue;
+        const std::string track = tracks[e["tid"].get<int64_t>()];
+        const auto core = track.find(" core ");
+        if (core == std::string::npos) continue;
+        const double ts = e["ts"].get<double>(), end = ts + e["dur"].get<double>();
+        auto [it, fresh] = busy.try_emplace(group(track.substr(0, core), std::stoi(track.substr(core + 6))), ts, end);
+        it->second.first = std::min(it->second.first, ts);
+        it->second.second = std::max(it->second.second, end);
+    }
+    return busy;
+}
+
+// 8 core tasks of 128 rows per chip task, long enough (milliseconds) that a
+// late start of one chip task on a host of two CPUs still overlaps another.
+constexpr int64_t kPairM = 2048, kPairK = 1024, kPairN = 256;
+
+// "paired_matmul": chip_matmul that first waits until another chip task of
+// the same function is in flight beside it (10 s at most, then Timeout):
+// run one at a time, a pair never completes.
+void RegisterPairedMatmul(Worker& w, std::atomic<int>& arrived) {
+    RegisterChipFunctions(w, 128, kPairK, kPairN);
+    w.RegisterChipFunction("paired_matmul", [&arrived, matmul = ChipMatmul(128, kPairK, kPairN)](ChipContext& ctx) {
+        WaitForPartner(arrived, "chip task");
+        matmul(ctx);
+    });
+}
+
+// C = A * B as two paired chip tasks of half the rows each.
+HostProgram PairedMatmul() {
+    return {"pair", 2, {{{kPairM, kPairN}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                for (int64_t half = 0; half < 2; ++half)
+                    g.Chip("paired_matmul", {In(x[0].Rows(half * kPairM / 2, (half + 1) * kPairM / 2)), In(x[1]),
+                                             Out(x[2].Rows(half * kPairM / 2, (half + 1) * kPairM / 2))});
+            }};
+}
+
+// Runs PairedMatmul until the device time the two groups of core tracks
+// were busy intersects (`group` names a core track's group), at most five
+// times: on a host of two CPUs the emulated cores of one group can starve
+// the other group's submission for milliseconds, but run one at a time the
+// groups never intersect. The first run places the inputs on the devices,
+// so the traced ones upload nothing and their chip tasks start together.
+// C is checked every time.
+void ExpectPairOverlapsInDeviceTime(Worker& w, const std::function<std::string(const std::string&, int)>& group) {
+    HostTensor a = HostTensor::Zeros({kPairM, kPairK}), b = HostTensor::Zeros({kPairK, kPairN});
+    for (size_t i = 0; i < a.floats().size(); ++i) a.floats()[i] = float(int(i % 7) - 3);
+    for (float& x : b.floats()) x = 0.25f;
+    w.Run(PairedMatmul(), {a, b});
+    std::string last;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+        const std::string path = (std::filesystem::temp_directory_path() / ("l3_pair_" + std::to_string(getpid()) + ".json")).string();
+        trace::Start(path);
+        auto outs = w.Run(PairedMatmul(), {a, b});
+        trace::Stop();
+        for (int64_t r = 0; r < kPairM; ++r) {
+            float row = 0;
+            for (int64_t x = 0; x < kPairK; ++x) row += a.floats()[size_t(r * kPairK + x)] * 0.25f;
+            ASSERT_EQ(outs[0].floats()[size_t(r * kPairN)], row) << "row " << r;
+            ASSERT_EQ(outs[0].floats()[size_t(r * kPairN + kPairN - 1)], row) << "row " << r;
+        }
+        const auto busy = BusySpans(path, group);
+        ASSERT_EQ(busy.size(), 2u) << "core tasks of two groups in the trace";
+        const auto& [g0, s0] = *busy.begin();
+        const auto& [g1, s1] = *std::next(busy.begin());
+        if (std::max(s0.first, s1.first) < std::min(s0.second, s1.second)) return;
+        last = g0 + " busy " + std::to_string(s0.first) + ".." + std::to_string(s0.second) + " us, " + g1 + " busy " +
+               std::to_string(s1.first) + ".." + std::to_string(s1.second);
+    }
+    ADD_FAILURE() << "no overlap in five runs; the last: " << last;
 }
 
 }  // namespace
@@ -179,43 +267,40 @@ TEST_F(WorkerTest, ChipTasksOnTwoDevicesOverlapInDeviceTime) {
     worker_.reset();
     DistributedConfig c;
     c.device_ids = {1, 4};  // one VF of each card
-    c.num_sub_workers = 1;
     c.block_dim = 8;
     worker_.emplace(*host_, c);
-    constexpr int64_t m = 2048, k = 256, n = 256;  // 8 core tasks of 128 rows per device
-    RegisterChipFunctions(*worker_, 128, k, n);
-    HostTensor a = HostTensor::Zeros({m, k}), b = HostTensor::Zeros({k, n});
-    for (float& x : a.floats()) x = 0.5f;
-    for (float& x : b.floats()) x = 0.25f;
-    const std::string path = (std::filesystem::temp_directory_path() / ("l3_overlap_" + std::to_string(getpid()) + ".json")).string();
-    trace::Start(path);
-    auto outs = worker_->Run(RowParallelMatmul(m, n, 2), {a, b});
-    trace::Stop();
-    for (float x : outs[0].floats()) ASSERT_EQ(x, 0.5f * 0.25f * k);
+    std::atomic<int> arrived{0};
+    RegisterPairedMatmul(*worker_, arrived);
+    ExpectPairOverlapsInDeviceTime(*worker_, [](const std::string& device, int) { return device; });
+    EXPECT_EQ(worker_->Stats(0).chip_tasks, worker_->Stats(1).chip_tasks) << "one of each pair on each device";
+}
 
-    std::ifstream in(path);
-    const nlohmann::json t = nlohmann::json::parse(in);
-    std::filesystem::remove(path);
-    std::map<int64_t, std::string> tracks;
-    for (const auto& e : t["traceEvents"])
-        if (e["ph"] == "M" && e["name"] == "thread_name") tracks[e["tid"].get<int64_t>()] = e["args"]["name"];
-    // Per device: the span from its first core task's start to its last one's end.
-    std::map<std::string, std::pair<double, double>> busy;
-    for (const auto& e : t["traceEvents"]) {
-        if (e["ph"] != "X" || !e.contains("tid")) continue;
-        const std::string track = tracks[e["tid"].get<int64_t>()];
-        const auto core = track.find(" core ");
-        if (core == std::string::npos) continue;
-        const double ts = e["ts"].get<double>(), end = ts + e["dur"].get<double>();
-        auto [it, fresh] = busy.try_emplace(track.substr(0, core), ts, end);
-        it->second.first = std::min(it->second.first, ts);
-        it->second.second = std::max(it->second.second, end);
-    }
-    ASSERT_EQ(busy.size(), 2u) << "core tasks of two devices in the trace";
-    const auto& [d0, s0] = *busy.begin();
-    const auto& [d1, s1] = *std::next(busy.begin());
-    EXPECT_LT(std::max(s0.first, s1.first), std::min(s0.second, s1.second))
-        << d0 << " busy " << s0.first << ".." << s0.second << " us, " << d1 << " busy " << s1.first << ".." << s1.second;
+// A device with room for two chip tasks (16 cores: two task queues, and
+// block_dim 8) runs two independent ones at once, each on its own core
+// group: both chip functions are in flight together (each waits for the
+// other before it submits: one at a time would time out), and the device
+// timestamps of the two groups' core tasks intersect.
+TEST(WorkerOneDevice, TwoChipTasksOverlapOnADeviceWithRoom) {
+    SPYRE_REQUIRE_FUSE();
+    HostOptions o = HostOptions::EmbeddedMock(1, 1, "2G");
+    o.embedded_mock.extra_args = {"--cores", "16"};
+    Host host = Host::Open(o);
+    DistributedConfig c;
+    c.device_ids = Vfs(host);
+    c.block_dim = 8;
+    std::optional<Worker> w(std::in_place, host, c);
+    std::atomic<int> arrived{0};
+    RegisterPairedMatmul(*w, arrived);
+    ExpectPairOverlapsInDeviceTime(*w, [](const std::string&, int core) { return "group " + std::to_string(core / 8); });
+    EXPECT_EQ(w->Stats(0).moved.bytes_uploaded, uint64_t(kPairM * kPairK + kPairK * kPairN) * 4) << "only the first run uploads";
+
+    // Asked for more than the device has task queues: a typed error naming both.
+    w.reset();
+    c.chip_tasks_per_device = 3;
+    EXPECT_SPYRE_ERROR(Worker(host, c), InvalidArgument,
+                       "chip_tasks_per_device is 3, but 0000:01:00.1 has 2 task queue(s), one per chip task at most");
+    c.chip_tasks_per_device = -1;
+    EXPECT_SPYRE_ERROR(Worker(host, c), InvalidArgument, "chip_tasks_per_device is -1 (0: automatic, or >= 1)");
 }
 
 // Affinity: a task naming its device runs there. Locality: a task reading

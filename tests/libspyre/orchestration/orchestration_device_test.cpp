@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "spyre/device/host.hpp"
 #include "spyre/orchestration.hpp"
 #include "spyre/plan/program_image.hpp"
 #include "spyre/uapi/spyre_regs.h"
@@ -148,6 +149,57 @@ TEST_F(StreamTest, OrchestrationDeviceKernelsRunOnTheCardsCores) {
         EXPECT_NE(std::string(e.what()).find("task " + std::to_string(bad)), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("skipped"), std::string::npos) << e.what();
     }
+}
+
+// Two runtimes on one device, each on its own task queue (a card of 16
+// cores has two): both run their device tasks exactly, and the cores of
+// each runtime's tasks are those of its queue's group. A third runtime on
+// a held queue is Busy; a queue the device does not have is InvalidArgument.
+TEST(OrchestrationQueues, TwoRuntimesOnDisjointQueuesOfOneDevice) {
+    SPYRE_REQUIRE_FUSE();
+    HostOptions o = HostOptions::EmbeddedMock(1, 0, "1G");
+    o.embedded_mock.extra_args = {"--cores", "16"};
+    Host host = Host::Open(o);
+    Device dev = host.Open("0");
+    std::vector<Orchestrator> orchs;
+    for (uint32_t q = 0; q < 2; ++q)
+        orchs.push_back(Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20, .task_queues = {q}}));
+    EXPECT_SPYRE_ERROR(Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20, .task_queues = {1}}), Busy,
+                       "task queue 1 is held by another TaskQueue of this process");
+    EXPECT_SPYRE_ERROR(Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20, .task_queues = {2}}),
+                       InvalidArgument, "task queue 2 does not exist on");
+    const std::vector<uint8_t> program = test::AddProgram256();
+    DeviceBuffer prog = test::UploadProgram(dev, program);
+    for (Orchestrator& orch : orchs) orch.RegisterDeviceKernel(KERNEL_ADD, dev.allocator().DeviceAddress(prog.handle(), program.size()));
+    const uint64_t done_before = dev.function().Read64(SPYRE_REG_CNT_TASKS_DONE);
+    std::vector<std::thread> threads;
+    std::vector<std::string> failures(2);
+    for (int r = 0; r < 2; ++r)
+        threads.emplace_back([&, r] {
+            Orchestrator& orch = orchs[size_t(r)];
+            auto scope = orch.BeginScope();
+            std::vector<float*> a(20), c(20);
+            for (int t = 0; t < 20; ++t) {
+                a[size_t(t)] = static_cast<float*>(orch.Alloc(1024));
+                for (int i = 0; i < 256; ++i) a[size_t(t)][i] = float(r * 100000 + t * 1000 + i);
+                TaskParam p[] = {{PARAM_INPUT, a[size_t(t)], 1024, {}}, {PARAM_INPUT, a[size_t(t)], 1024, {}},
+                                 {PARAM_OUTPUT, nullptr, 1024, {}}};
+                c[size_t(t)] = static_cast<float*>(orch.TaskOutput(orch.Submit(KERNEL_ADD, WORKER_VECTOR, p), 0));
+            }
+            orch.WaitAll();
+            for (int t = 0; t < 20; ++t)
+                for (int i = 0; i < 256; ++i)
+                    if (c[size_t(t)][i] != 2 * a[size_t(t)][i] && failures[size_t(r)].empty())
+                        failures[size_t(r)] = "runtime " + std::to_string(r) + " task " + std::to_string(t) + " element " +
+                                              std::to_string(i) + " is " + std::to_string(c[size_t(t)][i]);
+        });
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(failures[0], "");
+    EXPECT_EQ(failures[1], "");
+    EXPECT_EQ(dev.function().Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before, 40u);
+    // Freed with its runtime: the queue can be taken again.
+    orchs.pop_back();
+    EXPECT_NO_THROW(Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20, .task_queues = {1}}));
 }
 
 // Three functions of one card (the PF and two VFs), each driven by its own

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -110,13 +111,17 @@ TEST_F(TaskQueueTest, TopologyIsPublishedInRegisters) {
     EXPECT_EQ(topo.cores(), 16u);
     EXPECT_TRUE(fn.Read32(SPYRE_REG_CAPS) & SPYRE_CAP_TASKS);
     EXPECT_EQ(fn.Read32(SPYRE_REG_TQ_DESC_SIZE), sizeof(spyre_task_desc));
-    TaskQueue q(fn, 1);
-    EXPECT_EQ(q.cores(), 8u);
-    EXPECT_EQ(q.capacity(), SPYRE_DEFAULT_TQ_SQ_ENTRIES);
+    std::optional<TaskQueue> q(std::in_place, fn, 1);
+    EXPECT_EQ(q->cores(), 8u);
+    // One holder per queue in a process: a second would share its ring.
+    EXPECT_SPYRE_ERROR(TaskQueue(fn, 1), Busy, "task queue 1 is held by another TaskQueue of this process");
+    EXPECT_EQ(q->capacity(), SPYRE_DEFAULT_TQ_SQ_ENTRIES);
     const std::string dump = fn.RegisterDump();
     for (const char* name : {"TQ_COUNT", "TQ_DB_OFFSET", "TQ1_CORES", "TQ_HALTED", "CNT_TASKS_DONE"})
         EXPECT_NE(dump.find(name), std::string::npos) << name;
     EXPECT_SPYRE_ERROR(TaskQueue(fn, 2), InvalidArgument, "task queue 2 does not exist");
+    q.reset();
+    EXPECT_NO_THROW(TaskQueue(fn, 1));
 }
 
 TEST_F(TaskQueueTest, OneKernelManyArgumentTablesOnSeveralCores) {
