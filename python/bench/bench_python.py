@@ -102,7 +102,10 @@ def bench_copies(dev, reps=7):
 def bench_host_dispatch(host, rounds=5, runs=200):
     with spyre.Worker(host, spyre.DistributedConfig(device_ids=[1])) as w:
         w.register_chip_function("chip_empty", spyre.ChipFunction.empty())
-        a, out = np.zeros(8, np.float32), np.zeros(8, np.float32)
+        # HostTensors made once, as the C++ loop does: the same storage each run,
+        # so both sides move the same bytes (a numpy array passed to run() is
+        # wrapped anew per call, a new storage the device holds no copy of).
+        a, out = spyre.HostTensor.zeros([8]), spyre.HostTensor.zeros([8])
 
         def program(tasks):
             def orch(g, x):
