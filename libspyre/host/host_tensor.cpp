@@ -11,6 +11,9 @@ namespace spyre {
 struct HostTensor::Storage {
     uint64_t id;
     std::vector<std::byte> bytes;
+    std::byte* external = nullptr;        // Wrap: memory owned by `owner`
+    std::shared_ptr<const void> owner;
+    std::byte* base() noexcept { return external ? external : bytes.data(); }
 };
 
 namespace {
@@ -23,9 +26,8 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
     return s + "]";
 }
 
-}  // namespace
-
-HostTensor HostTensor::Zeros(const std::vector<int64_t>& shape, DType dtype) {
+// Elements of `shape`; InvalidArgument for an empty shape or a dim < 1.
+uint64_t Elements(const std::vector<int64_t>& shape) {
     if (shape.empty()) throw Error(ErrorKind::InvalidArgument, "host tensor: empty shape");
     uint64_t n = 1;
     for (size_t i = 0; i < shape.size(); ++i) {
@@ -35,12 +37,33 @@ HostTensor HostTensor::Zeros(const std::vector<int64_t>& shape, DType dtype) {
                                                         " (must be >= 1)");
         n *= uint64_t(shape[i]);
     }
+    return n;
+}
+
+}  // namespace
+
+HostTensor HostTensor::Zeros(const std::vector<int64_t>& shape, DType dtype) {
+    const uint64_t n = Elements(shape);
     HostTensor t;
     t.storage_ = std::make_shared<Storage>(Storage{g_next_storage.fetch_add(1), std::vector<std::byte>(n * ElementSize(dtype))});
     t.shape_ = shape;
     t.dtype_ = dtype;
     t.row_end_ = shape[0];
     t.bytes_ = t.storage_->bytes.size();
+    return t;
+}
+
+HostTensor HostTensor::Wrap(void* data, const std::vector<int64_t>& shape, DType dtype,
+                            std::shared_ptr<const void> owner) {
+    if (!data) throw Error(ErrorKind::InvalidArgument, "host tensor: Wrap of a null pointer");
+    const uint64_t n = Elements(shape);
+    HostTensor t;
+    t.dtype_ = dtype;
+    t.storage_ = std::make_shared<Storage>(
+        Storage{g_next_storage.fetch_add(1), {}, static_cast<std::byte*>(data), std::move(owner)});
+    t.shape_ = shape;
+    t.row_end_ = shape[0];
+    t.bytes_ = n * ElementSize(dtype);
     return t;
 }
 
@@ -67,7 +90,7 @@ std::vector<int64_t> HostTensor::shape() const {
 
 uint64_t HostTensor::numel() const noexcept { return storage_ ? bytes_ / ElementSize(dtype_) : 0; }
 uint64_t HostTensor::storage_id() const noexcept { return storage_ ? storage_->id : 0; }
-void* HostTensor::data() const noexcept { return storage_ ? storage_->bytes.data() + offset_ : nullptr; }
+void* HostTensor::data() const noexcept { return storage_ ? storage_->base() + offset_ : nullptr; }
 
 std::span<float> HostTensor::floats() const {
     if (!storage_ || dtype_ != DType::FP32)

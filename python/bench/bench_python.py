@@ -9,6 +9,11 @@
   copies    a numpy array to the device and back (16 and 64 MiB), each direction
             synchronized, beside numpy's memcpy (np.copyto) of the same bytes;
             target: 0.9x memcpy bandwidth or better.
+  host      host-level (L3) dispatch: Worker.run of a program of N empty chip
+            tasks ('chip_empty', a C++ chip function submitting nothing) with its
+            orchestration function in Python, beside the same program run by
+            C++ in this process (spyre._spyre._bench.host_dispatch); per run
+            (N = 1) and per task ((T(16) - T(1)) / 15).
 
 Run by `meson test -C build --benchmark --suite bench python` (or directly with
 PYTHONPATH=build/python SPYRE_MOCKDEV=build/mockdev/spyre-mockdev).
@@ -94,12 +99,51 @@ def bench_copies(dev, reps=7):
         buf.free()
 
 
+def bench_host_dispatch(host, rounds=5, runs=200):
+    with spyre.Worker(host, spyre.DistributedConfig(device_ids=[1])) as w:
+        w.register_chip_function("chip_empty", spyre.ChipFunction.empty())
+        # HostTensors made once, as the C++ loop does: the same storage each run,
+        # so both sides move the same bytes (a numpy array passed to run() is
+        # wrapped anew per call, a new storage the device holds no copy of).
+        a, out = spyre.HostTensor.zeros([8]), spyre.HostTensor.zeros([8])
+
+        def program(tasks):
+            def orch(g, x):
+                for _ in range(tasks):
+                    g.chip("chip_empty", [("in", x[0])])
+            return spyre.HostProgram("bench_empty", 1, [[8]], orch)
+
+        def python_runs(p, n):
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                w.run(p, [a, out])
+            return (time.perf_counter_ns() - t0) / n / 1000.0
+
+        figures = {}
+        for tasks in (1, 16):
+            p = program(tasks)
+            python_runs(p, 20)
+            spyre._spyre._bench.host_dispatch(w, 20, tasks)
+            cpp, py = [], []
+            for _ in range(rounds):
+                cpp.append(spyre._spyre._bench.host_dispatch(w, runs, tasks))
+                py.append(python_runs(p, runs))
+            figures[tasks] = (statistics.median(cpp), statistics.median(py))
+        (c1, p1), (c16, p16) = figures[1], figures[16]
+        print(f"host run 1 task   C++ {c1:8.1f} us   Python {p1:8.1f} us   Python overhead {p1 - c1:6.1f} us/run  "
+              f"[median of {rounds} x {runs} runs, 1 device, empty chip tasks]")
+        ct, pt = (c16 - c1) / 15, (p16 - p1) / 15
+        print(f"host per task     C++ {ct:8.2f} us   Python {pt:8.2f} us   Python overhead {pt - ct:6.2f} us/task "
+              f"[(T(16 tasks) - T(1 task)) / 15]")
+
+
 def main():
-    with spyre.Host.embedded_mock(cards=1, vfs=0, mem="4G") as host, host.open("0") as dev:
+    with spyre.Host.embedded_mock(cards=2, vfs=0, mem="4G") as host, host.open("0") as dev:
         print(f"spyre {spyre.__version__} python {sys.version.split()[0]} numpy {np.__version__}, "
               f"device {dev.pci_address}, DMA backend {dev.dma_backend}, scheduler {dev.scheduler_policy}")
         bench_enqueue(dev)
         bench_copies(dev)
+        bench_host_dispatch(host)
     return 0
 
 

@@ -32,6 +32,20 @@ from ._spyre import (  # noqa: F401  (re-exports)
     # the kernel builder
     KernelBuilder, BuiltKernel, KernelTensor, ElementwiseOp, ReduceKind,
     compiler_output_from_kernel, compiler_output_from_kernels,
+    # seed 004's orchestration runtime
+    Orchestrator, OrchestrationScope, PARAM_INPUT, PARAM_OUTPUT, PARAM_INOUT, WORKER_CUBE, WORKER_VECTOR,
+    WORKER_HOST, WORKER_EXTERNAL, PTO_TASK_PENDING, PTO_TASK_READY, PTO_TASK_RUNNING, PTO_TASK_COMPLETED,
+    PTO_TASK_CONSUMED, PYTHON_KERNEL_RAISED,
+    # seed 003's host level
+    DistributedConfig, Worker, HostTensor, HostProgram, HostGraph, RunHandle, ChipContext, ChipFunction,
+    TaskFailureInfo, HostRunError, TensorArg, Access,
+)
+# seed 003's writing styles (pure Python over Worker). spyre.Out is both the
+# annotation Out[Tensor[...]] and, called with a tensor, a task's output
+# argument; In(t) and InOut(t) are the others ((access, tensor) tuples).
+from .host_dsl import (  # noqa: F401,E402
+    Level, Role, Tensor, TensorType, Out, In, InOut, FP32, FP16, INT32, INT8, function, program, at, ops,
+    assemble, create_tensor, compile, CompiledProgram, register_op,
 )
 
 ERROR_KINDS = (

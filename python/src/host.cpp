@@ -14,16 +14,6 @@ namespace spyre::python {
 
 namespace {
 
-struct PyHost {
-    std::shared_ptr<Host> host;
-    Host& Get(const char* what) const {
-        if (!host) throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the Host is closed");
-        return *host;
-    }
-    void Close() { DestroyWithoutGil(host); }
-    ~PyHost() { Close(); }
-};
-
 std::shared_ptr<PyHost> OpenHost(HostOptions options) {
     auto host = WithoutGil([&] { return std::make_shared<Host>(Host::Open(std::move(options))); });
     return std::make_shared<PyHost>(PyHost{std::move(host)});

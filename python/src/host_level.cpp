@@ -1,11 +1,629 @@
 // SPDX-License-Identifier: Apache-2.0
-// Seed 003's host level (level-3 Worker, SubWorkers in Python).
+// Seed 003's host level from Python: DistributedConfig, HostTensor <->
+// numpy, the level-3 Worker (spyre/host/worker.hpp) with chip functions
+// (ready-made C++ ones over kernel-builder programs, or Python callables
+// that submit to the chip's Orchestrator), SubWorkers written in Python,
+// host programs whose orchestration function is Python, runs (synchronous or
+// handles), and HostRunError with every failure and skipped task.
+//
+// GIL: run/wait/Worker creation and destruction release it; the host
+// orchestration function, Python chip functions and SubWorkers take it on
+// whatever thread the runtime calls them. numpy arrays given to a run are
+// wrapped (HostTensor::Wrap, no copy) and kept alive by the tensors until
+// the run's last task is done with them.
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
 #include "bindings.hpp"
+#include "dtype.hpp"
+#include "errors.hpp"
+#include "orch_objects.hpp"
+#include "spyre/host/worker.hpp"
 
 namespace spyre::python {
 
-void BindHostLevel(py::module_&) {
-    // part B
+namespace {
+
+// ---- HostTensor <-> numpy ---------------------------------------------------
+
+py::array ToNumpy(const HostTensor& t) {
+    const std::vector<int64_t> dims = t.shape();
+    std::vector<py::ssize_t> shape(dims.begin(), dims.end());
+    auto* keep = new HostTensor(t);
+    py::capsule base(keep, [](void* p) { delete static_cast<HostTensor*>(p); });
+    return py::array(NumpyDType(t.dtype()), shape, {}, t.data(), base);
+}
+
+// `obj` as a HostTensor: a HostTensor as is, a numpy array (or buffer) wrapped
+// without a copy when C-contiguous (kept alive by the tensor); a
+// non-contiguous input is copied, a non-contiguous output refused.
+HostTensor ToHostTensor(py::handle obj, bool writable, const std::string& what) {
+    if (py::isinstance<HostTensor>(obj)) return obj.cast<HostTensor>();
+    py::array a;
+    try {
+        a = py::array::ensure(obj);
+    } catch (...) {
+    }
+    if (!a) {
+        PyErr_Clear();
+        throw Error(ErrorKind::InvalidArgument, what + ": " + std::string(py::str(py::type::handle_of(obj).attr("__name__"))) +
+                                                    " is not a numpy array or HostTensor");
+    }
+    if (!(a.flags() & py::array::c_style)) {
+        if (writable)
+            throw Error(ErrorKind::InvalidArgument, what + ": the output array is not C-contiguous (results could not land in it)");
+        a = py::array::ensure(py::module_::import("numpy").attr("ascontiguousarray")(a));
+    }
+    if (writable && !a.writeable()) throw Error(ErrorKind::InvalidArgument, what + ": the output array is read-only");
+    const DType dtype = DTypeOfArray(a.dtype(), std::nullopt, what.c_str());
+    if (a.ndim() == 0) throw Error(ErrorKind::InvalidArgument, what + ": a 0-d array has no rows");
+    std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
+    void* data = a.mutable_data();
+    return HostTensor::Wrap(data, shape, dtype, KeepAlive(std::move(a)));
+}
+
+Access AccessFrom(py::handle h) {
+    if (py::isinstance<py::str>(h)) {
+        const std::string s = h.cast<std::string>();
+        if (s == "in" || s == "input") return Access::In;
+        if (s == "out" || s == "output") return Access::Out;
+        if (s == "inout") return Access::InOut;
+        throw Error(ErrorKind::InvalidArgument, "tensor access '" + s + "' is not in, out or inout");
+    }
+    return h.cast<Access>();
+}
+
+std::vector<TensorArg> ArgsFrom(const py::iterable& args, const std::string& what) {
+    std::vector<TensorArg> out;
+    size_t i = 0;
+    for (py::handle a : args) {
+        const std::string w = what + ": argument " + std::to_string(i++);
+        if (py::isinstance<TensorArg>(a)) {
+            out.push_back(a.cast<TensorArg>());
+            continue;
+        }
+        if (py::isinstance<py::tuple>(a) && py::len(a) == 2) {
+            py::tuple t = py::reinterpret_borrow<py::tuple>(a);
+            const Access acc = AccessFrom(t[0]);
+            out.push_back({ToHostTensor(t[1], acc != Access::In, w), acc});
+            continue;
+        }
+        throw Error(ErrorKind::InvalidArgument, w + ": expected spyre.In(t)/Out(t)/InOut(t), i.e. (access, tensor)");
+    }
+    return out;
+}
+
+// ---- HostRunError -----------------------------------------------------------
+
+PyObject* g_run_error = nullptr;                 // spyre.HostRunError
+std::map<std::string, PyObject*> g_run_classes;  // kind name -> (HostRunError, kind class)
+
+[[noreturn]] void RaiseRunError(const HostRunError& e) {
+    py::object plain = ToPython(e);  // the kind's class with its attributes
+    const std::string kind = py::str(plain.attr("kind"));
+    PyObject*& cls = g_run_classes[kind];
+    if (!cls) {
+        py::tuple bases = py::make_tuple(py::handle(g_run_error), py::handle(reinterpret_cast<PyObject*>(Py_TYPE(plain.ptr()))));
+        cls = PyErr_NewException(("spyre._spyre.HostRunError_" + kind).c_str(), bases.ptr(), nullptr);
+        if (!cls) throw py::error_already_set();
+    }
+    py::object exc = py::reinterpret_steal<py::object>(PyObject_CallFunction(cls, "s", e.what()));
+    if (!exc) throw py::error_already_set();
+    py::dict d = plain.attr("__dict__");
+    for (auto item : d) exc.attr(item.first) = item.second;
+    exc.attr("failures") = py::cast(e.failures());
+    exc.attr("skipped") = py::cast(e.skipped());
+    const TaskFailureInfo* first = e.failures().empty() ? nullptr : &e.failures().front();
+    exc.attr("task") = first ? py::cast(first->task) : py::none();
+    exc.attr("function") = first ? py::cast(first->function) : py::none();
+    exc.attr("level") = first ? py::cast(first->level) : py::none();
+    exc.attr("cause") = first ? py::cast(first->cause) : py::none();
+    if (first) {
+        exc.attr("device_code") = first->device_code;
+        if (!first->device.empty()) exc.attr("device") = first->device;
+    }
+    PyErr_SetObject(cls, exc.ptr());
+    throw py::error_already_set();
+}
+
+// ---- the Worker ---------------------------------------------------------------
+
+struct PyWorker {
+    std::shared_ptr<PyHost> host;
+    std::shared_ptr<Worker> worker;
+    Worker& Get(const char* what) const {
+        if (!worker) throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the Worker is closed");
+        return *worker;
+    }
+    void Close() { DestroyWithoutGil(worker); }
+    ~PyWorker() { Close(); }
+};
+
+// What a Python host orchestration function records into (valid during the call).
+struct PyGraph {
+    HostGraph* graph = nullptr;
+    HostGraph& Get(const char* what) const {
+        if (!graph) throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the host program's graph is closed");
+        return *graph;
+    }
+};
+
+struct PyHostProgram {
+    HostProgram program;
+};
+
+SubWorkerFn PythonSubWorker(const std::string& name, py::function fn) {
+    auto keep = KeepAlive(fn);
+    PyObject* raw = fn.ptr();
+    return [name, keep, raw](std::span<const HostTensor> args) {
+        if (!Py_IsInitialized() || _Py_IsFinalizing())
+            throw Error(ErrorKind::TaskFailed, "SubWorker '" + name + "': the interpreter is finalizing");
+        py::gil_scoped_acquire gil;
+        try {
+            py::tuple a(args.size());
+            for (size_t i = 0; i < args.size(); ++i) a[i] = ToNumpy(args[i]);
+            py::handle{raw}(*a);
+        } catch (py::error_already_set& e) {
+            throw FromPython(e, "SubWorker '" + name + "'");
+        }
+    };
+}
+
+// The chip function given to Python: ChipContext's fields, args as numpy views on device memory.
+struct PyChipContext {
+    std::shared_ptr<PyOrch> orch;
+    py::list args;
+    std::vector<uint64_t> bytes;
+    std::vector<std::vector<int64_t>> shapes;
+    int block_dim = 1;
+    std::string device;
+};
+
+py::dtype GuessDType(uint64_t bytes, const std::vector<int64_t>& shape) {
+    uint64_t n = 1;
+    for (int64_t d : shape) n *= uint64_t(d);
+    const uint64_t item = n ? bytes / n : 4;
+    if (item == 2) return py::dtype("float16");
+    if (item == 1) return py::dtype("int8");
+    return py::dtype("float32");
+}
+
+ChipFunction PythonChipFunction(const std::string& name, py::function fn) {
+    auto keep = KeepAlive(fn);
+    PyObject* raw = fn.ptr();
+    return [name, keep, raw](ChipContext& ctx) {
+        if (!Py_IsInitialized() || _Py_IsFinalizing())
+            throw Error(ErrorKind::TaskFailed, "chip function '" + name + "': the interpreter is finalizing");
+        py::gil_scoped_acquire gil;
+        auto orch = std::make_shared<PyOrch>();
+        orch->orch = &ctx.orch;
+        orch->what = "chip task's Orchestrator";
+        struct Invalidate {
+            PyOrch* o;
+            ~Invalidate() { o->orch = nullptr; }
+        } invalidate{orch.get()};
+        try {
+            py::object orch_obj = py::cast(orch);
+            PyChipContext pc{orch, py::list(), ctx.bytes, ctx.shapes, ctx.block_dim, ctx.device.pci_address()};
+            for (size_t i = 0; i < ctx.args.size(); ++i) {
+                py::object shape = i < ctx.shapes.size() ? py::cast(ctx.shapes[i]) : py::object(py::none());
+                pc.args.append(DeviceView(ctx.args[i], ctx.bytes[i], GuessDType(ctx.bytes[i], ctx.shapes.at(i)), shape,
+                                          orch_obj, "chip function '" + name + "'"));
+            }
+            py::handle{raw}(py::cast(std::move(pc)));
+        } catch (py::error_already_set& e) {
+            throw FromPython(e, "chip function '" + name + "'");
+        }
+    };
+}
+
+// Ready-made chip functions over kernel-builder programs.
+struct PyChipFunction {
+    ChipFunction fn;
+    std::string what;
+};
+
+PyChipFunction ElementwiseChip(int32_t kernel_id, int32_t worker_type) {
+    return {[kernel_id, worker_type](ChipContext& ctx) {
+                if (ctx.args.size() < 2)
+                    throw Error(ErrorKind::InvalidArgument, "elementwise chip function: needs inputs and one output");
+                std::vector<TaskParam> p;
+                for (size_t i = 0; i < ctx.args.size(); ++i)
+                    p.push_back({i + 1 == ctx.args.size() ? PARAM_OUTPUT : PARAM_INPUT, ctx.args[i], ctx.bytes[i], {}});
+                ctx.orch.Submit(kernel_id, worker_type, p);
+            },
+            "elementwise(kernel " + std::to_string(kernel_id) + ")"};
+}
+
+PyChipFunction MatmulChip(int32_t kernel_id, int64_t task_rows, int64_t k, int64_t n) {
+    return {[=](ChipContext& ctx) {
+                const int64_t rows = ctx.shapes.at(0).at(0);
+                if (ctx.args.size() != 3 || rows != task_rows * ctx.block_dim ||
+                    ctx.shapes.at(1) != std::vector<int64_t>{k, n})
+                    throw Error(ErrorKind::InvalidArgument,
+                                "matmul chip function: expects (A, B, C) with A of " + std::to_string(task_rows * ctx.block_dim) +
+                                    " rows (block_dim x " + std::to_string(task_rows) + ") and B [" + std::to_string(k) + "x" +
+                                    std::to_string(n) + "]");
+                auto* a = static_cast<char*>(ctx.args[0]);
+                auto* c = static_cast<char*>(ctx.args[2]);
+                const uint64_t a_bytes = uint64_t(task_rows * k) * 4, c_bytes = uint64_t(task_rows * n) * 4;
+                for (int i = 0; i < ctx.block_dim; ++i) {
+                    TaskParam p[] = {{PARAM_INPUT, a + i * a_bytes, a_bytes, {}},
+                                     {PARAM_INPUT, ctx.args[1], ctx.bytes[1], {}},
+                                     {PARAM_OUTPUT, c + i * c_bytes, c_bytes, {}}};
+                    ctx.orch.Submit(kernel_id, WORKER_CUBE, p);
+                }
+            },
+            "matmul(kernel " + std::to_string(kernel_id) + ")"};
+}
+
+HostProgram MakeProgram(const std::string& name, size_t num_inputs, const py::iterable& outputs, py::function fn) {
+    HostProgram p;
+    p.name = name;
+    p.num_inputs = num_inputs;
+    for (py::handle o : outputs) {
+        HostProgram::OutputSpec spec;
+        if (py::isinstance<py::tuple>(o) && py::len(o) == 2 && !py::isinstance<py::int_>(py::reinterpret_borrow<py::tuple>(o)[1])) {
+            py::tuple t = py::reinterpret_borrow<py::tuple>(o);
+            spec.shape = t[0].cast<std::vector<int64_t>>();
+            spec.dtype = DTypeFrom(t[1], "HostProgram outputs");
+        } else {
+            spec.shape = py::reinterpret_borrow<py::object>(o).cast<std::vector<int64_t>>();
+        }
+        p.outputs.push_back(std::move(spec));
+    }
+    auto keep = KeepAlive(fn);
+    PyObject* raw = fn.ptr();
+    p.fn = [keep, raw, name](HostGraph& g, std::span<const HostTensor> args) {
+        py::gil_scoped_acquire gil;
+        auto pg = std::make_shared<PyGraph>();
+        pg->graph = &g;
+        struct Invalidate {
+            PyGraph* g;
+            ~Invalidate() { g->graph = nullptr; }
+        } invalidate{pg.get()};
+        try {
+            py::list a;
+            for (const HostTensor& t : args) a.append(py::cast(t));
+            py::handle{raw}(py::cast(pg), a);
+        } catch (py::error_already_set& e) {
+            // A spyre error raised inside (a bad chip call) keeps its kind.
+            if (py::hasattr(e.value(), "kind") && py::hasattr(e.value(), "message")) {
+                static const std::pair<const char*, ErrorKind> kinds[] = {
+                    {"InvalidArgument", ErrorKind::InvalidArgument}, {"NotFound", ErrorKind::NotFound},
+                    {"WrongDevice", ErrorKind::WrongDevice},         {"Unsupported", ErrorKind::Unsupported}};
+                const std::string kind = py::str(e.value().attr("kind"));
+                for (const auto& [n, k] : kinds)
+                    if (kind == n)
+                        throw Error(k, "host orchestration function '" + name + "': " +
+                                           std::string(py::str(e.value().attr("message"))));
+            }
+            throw FromPython(e, "host orchestration function '" + name + "'");
+        }
+    };
+    return p;
+}
+
+std::vector<HostTensor> RunArgs(const HostProgram& p, const py::iterable& args) {
+    std::vector<HostTensor> out;
+    size_t i = 0;
+    for (py::handle a : args) {
+        const bool output = i >= p.num_inputs;
+        out.push_back(ToHostTensor(a, output, "host program '" + p.name + "': argument " + std::to_string(i)));
+        ++i;
+    }
+    return out;
+}
+
+struct PyRun {
+    std::shared_ptr<Worker> worker;  // outlives the handle
+    std::shared_ptr<RunHandle> handle;
+    py::list inplace;  // the caller's output arrays (in-place style), else empty
+    py::object result;
+    py::object error;
+    ~PyRun() {
+        DestroyWithoutGil(handle);
+        DestroyWithoutGil(worker);
+    }
+};
+
+py::object Finish(PyRun& r) {
+    if (r.result) return r.result;
+    if (r.error) {
+        PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(r.error.ptr())), r.error.ptr());
+        throw py::error_already_set();
+    }
+    std::vector<HostTensor> outs;
+    try {
+        std::shared_ptr<RunHandle> h = r.handle;
+        outs = WithoutGil([&] { return h->Wait(); });
+    } catch (const HostRunError& e) {
+        try {
+            RaiseRunError(e);
+        } catch (py::error_already_set& pe) {
+            r.error = pe.value();
+            throw;
+        }
+    }
+    if (!r.inplace.empty()) {
+        r.result = r.inplace.size() == 1 ? py::object(r.inplace[0]) : py::object(py::tuple(r.inplace));
+    } else {
+        py::list l;
+        for (const HostTensor& t : outs) l.append(ToNumpy(t));
+        r.result = l.size() == 1 ? py::object(l[0]) : py::object(py::tuple(l));
+    }
+    return r.result;
+}
+
+std::shared_ptr<PyRun> Start(PyWorker& w, const PyHostProgram& p, const py::iterable& args) {
+    auto run = std::make_shared<PyRun>();
+    run->worker = w.worker;
+    Worker& worker = w.Get("Worker.run");
+    std::vector<HostTensor> tensors = RunArgs(p.program, args);
+    if (tensors.size() > p.program.num_inputs) {
+        size_t i = 0;
+        for (py::handle a : args)
+            if (i++ >= p.program.num_inputs) run->inplace.append(a);
+    }
+    RunHandle h = WithoutGil([&] { return worker.Submit(p.program, std::move(tensors)); });
+    run->handle = std::make_shared<RunHandle>(std::move(h));
+    return run;
+}
+
+}  // namespace
+
+void BindHostLevel(py::module_& m) {
+    g_run_error = PyErr_NewExceptionWithDoc(
+        "spyre._spyre.HostRunError",
+        "A host-level run failed. Also an instance of the first failure's kind (TaskFailed for a raising SubWorker, "
+        "DeviceError for a chip task the device refused). Attributes: failures (TaskFailureInfo list: task, task_id, "
+        "level, device, function, kind, cause, device_code), skipped (task names), and the first failure's task, "
+        "function, level, cause, device, device_code.",
+        m.attr("Error").ptr(), nullptr);
+    m.add_object("HostRunError", py::handle(g_run_error));
+    py::register_exception_translator([](std::exception_ptr p) {
+        if (!p) return;
+        try {
+            std::rethrow_exception(p);
+        } catch (const HostRunError& e) {
+            try {
+                RaiseRunError(e);
+            } catch (py::error_already_set& pe) {
+                pe.restore();
+            }
+        }
+    });
+
+    py::enum_<Level>(m, "Level", "Seed 003's execution levels.")
+        .value("CORE_GROUP", Level::CoreGroup)
+        .value("CHIP", Level::Chip)
+        .value("HOST", Level::Host);
+    py::enum_<Access>(m, "Access", "How a task uses a tensor argument.")
+        .value("In", Access::In)
+        .value("Out", Access::Out)
+        .value("InOut", Access::InOut);
+
+    py::class_<DistributedConfig>(m, "DistributedConfig", "Seed 003's configuration of a level-3 Worker.")
+        .def(py::init([](std::vector<int> device_ids, int num_sub_workers, std::string runtime, int block_dim,
+                         int aicpu_thread_num, uint64_t chip_heap_bytes, int chip_tasks_per_device) {
+                 DistributedConfig c;
+                 c.device_ids = std::move(device_ids);
+                 c.num_sub_workers = num_sub_workers;
+                 c.runtime = std::move(runtime);
+                 c.block_dim = block_dim;
+                 c.aicpu_thread_num = aicpu_thread_num;
+                 c.chip_heap_bytes = chip_heap_bytes;
+                 c.chip_tasks_per_device = chip_tasks_per_device;
+                 return c;
+             }),
+             py::arg("device_ids") = std::vector<int>{0}, py::arg("num_sub_workers") = 0,
+             py::arg("runtime") = "tensormap_and_ringbuffer", py::arg("block_dim") = 1, py::arg("aicpu_thread_num") = 1,
+             py::arg("chip_heap_bytes") = uint64_t(16) << 20, py::arg("chip_tasks_per_device") = 0)
+        .def_readwrite("device_ids", &DistributedConfig::device_ids, "Indices into Host.functions: the chip task devices.")
+        .def_readwrite("num_sub_workers", &DistributedConfig::num_sub_workers, "Host threads running SubWorkers.")
+        .def_readwrite("runtime", &DistributedConfig::runtime,
+                       "'tensormap_and_ringbuffer' or 'tensormap_and_ringbuffer_lockfree'.")
+        .def_readwrite("block_dim", &DistributedConfig::block_dim, "Cores a chip task spreads over.")
+        .def_readwrite("aicpu_thread_num", &DistributedConfig::aicpu_thread_num, "Host threads of each chip runtime.")
+        .def_readwrite("chip_heap_bytes", &DistributedConfig::chip_heap_bytes, "Bytes of each chip runtime's heap ring.")
+        .def_readwrite("chip_tasks_per_device", &DistributedConfig::chip_tasks_per_device,
+                       "Chip tasks one device runs at once (0: as many as it has room for).")
+        .def("validate", [](const DistributedConfig& c) { Validate(c); }, "InvalidArgument naming a bad field.")
+        .def("__repr__", [](const DistributedConfig& c) {
+            std::string ids;
+            for (int d : c.device_ids) ids += (ids.empty() ? "" : ", ") + std::to_string(d);
+            return "DistributedConfig(device_ids=[" + ids + "], num_sub_workers=" + std::to_string(c.num_sub_workers) +
+                   ", runtime='" + c.runtime + "', block_dim=" + std::to_string(c.block_dim) +
+                   ", aicpu_thread_num=" + std::to_string(c.aicpu_thread_num) +
+                   ", chip_tasks_per_device=" + std::to_string(c.chip_tasks_per_device) + ")";
+        });
+
+    py::class_<TaskFailureInfo>(m, "TaskFailureInfo", "One failed task of a host-level run.")
+        .def_readonly("task", &TaskFailureInfo::task)
+        .def_readonly("task_id", &TaskFailureInfo::task_id)
+        .def_readonly("level", &TaskFailureInfo::level)
+        .def_readonly("device", &TaskFailureInfo::device)
+        .def_readonly("function", &TaskFailureInfo::function)
+        .def_property_readonly("kind", [](const TaskFailureInfo& f) {
+            return py::str(ToPython(Error(f.kind, "")).attr("kind"));
+        })
+        .def_readonly("cause", &TaskFailureInfo::cause)
+        .def_readonly("device_code", &TaskFailureInfo::device_code)
+        .def("__repr__", [](const TaskFailureInfo& f) {
+            return "<TaskFailureInfo " + f.task + " (" + ToString(f.level) + ", " + f.function + "): " + f.cause + ">";
+        });
+
+    py::class_<HostTensor>(m, "HostTensor",
+        "A host-level tensor (row-major host memory, shared by copies). numpy() is a view (no copy); "
+        "from_numpy wraps a C-contiguous array without copying (the tensor keeps it alive).")
+        .def_static("zeros", [](const std::vector<int64_t>& shape, py::handle dtype) {
+                return HostTensor::Zeros(shape, DTypeFrom(dtype, "HostTensor.zeros"));
+            }, py::arg("shape"), py::arg("dtype") = DType::FP32)
+        .def_static("full", &HostTensor::Full, py::arg("shape"), py::arg("value"), "fp32.")
+        .def_static("from_numpy", [](py::handle a) { return ToHostTensor(a, false, "HostTensor.from_numpy"); },
+                    py::arg("array"), "Wraps the array (no copy when C-contiguous).")
+        .def("numpy", [](const HostTensor& t) { return ToNumpy(t); }, "A numpy view of the tensor (no copy).")
+        .def("__array__", [](const HostTensor& t, py::object dtype, py::object) {
+                py::array a = ToNumpy(t);
+                return dtype.is_none() ? py::object(a) : a.attr("astype")(dtype);
+            }, py::arg("dtype") = py::none(), py::arg("copy") = py::none())
+        .def_property_readonly("shape", [](const HostTensor& t) { return py::tuple(py::cast(t.shape())); })
+        .def_property_readonly("dtype", &HostTensor::dtype)
+        .def_property_readonly("nbytes", &HostTensor::bytes)
+        .def_property_readonly("storage_id", &HostTensor::storage_id)
+        .def("rows", &HostTensor::Rows, py::arg("begin"), py::arg("end"), "Rows [begin, end) as a view.")
+        .def("describe", &HostTensor::Describe)
+        .def("__repr__", [](const HostTensor& t) { return "<spyre.HostTensor " + t.Describe() + ">"; });
+
+    py::class_<TensorArg>(m, "TensorArg", "A task's tensor argument and how the task uses it.")
+        .def_readonly("tensor", &TensorArg::tensor)
+        .def_readonly("access", &TensorArg::access);
+
+    py::class_<PyGraph, std::shared_ptr<PyGraph>>(m, "HostGraph",
+        "What a host orchestration function records tasks into; valid while it runs.")
+        .def("create_tensor", [](PyGraph& g, const std::vector<int64_t>& shape, py::handle dtype) {
+                return g.Get("HostGraph.create_tensor").CreateTensor(shape, DTypeFrom(dtype, "HostGraph.create_tensor"));
+            }, py::arg("shape"), py::arg("dtype") = DType::FP32, "An intermediate host tensor (zero-filled).")
+        .def("chip", [](PyGraph& g, const std::string& function, const py::iterable& args, std::optional<std::string> name,
+                        std::optional<size_t> device) {
+                HostGraph& graph = g.Get("HostGraph.chip");
+                ChipOptions o;
+                if (name) o.name = *name;
+                o.device = device;
+                return graph.Chip(function, ArgsFrom(args, "chip task '" + function + "'"), o);
+            }, py::arg("function"), py::arg("args"), py::kw_only(), py::arg("name") = py::none(), py::arg("device") = py::none(),
+            "A chip task: a registered chip function over [In(a), Out(f), ...]; device: index into the Worker's devices.")
+        .def("sub", [](PyGraph& g, py::object name_or_fn, const py::iterable& args, std::optional<std::string> name) {
+                HostGraph& graph = g.Get("HostGraph.sub");
+                if (py::isinstance<py::str>(name_or_fn)) {
+                    const std::string n = name_or_fn.cast<std::string>();
+                    return graph.Sub(n, ArgsFrom(args, "SubWorker '" + n + "'"));
+                }
+                std::string n = name ? *name : std::string(py::str(name_or_fn.attr("__name__")));
+                return graph.Sub(n, PythonSubWorker(n, name_or_fn), ArgsFrom(args, "SubWorker '" + n + "'"));
+            }, py::arg("subworker"), py::arg("args"), py::kw_only(), py::arg("name") = py::none(),
+            "A SubWorker task: a registered SubWorker's name, or a Python callable taking numpy arrays.");
+
+    py::class_<PyHostProgram>(m, "HostProgram",
+        "A host orchestration function fn(graph, tensors) with its signature: num_inputs inputs, then outputs "
+        "[(shape, dtype) or shape] (run in place with every argument, or with the inputs only: return style).")
+        .def(py::init([](const std::string& name, size_t num_inputs, const py::iterable& outputs, py::function fn) {
+                 return PyHostProgram{MakeProgram(name, num_inputs, outputs, fn)};
+             }),
+             py::arg("name"), py::arg("num_inputs"), py::arg("outputs"), py::arg("fn"))
+        .def_property_readonly("name", [](const PyHostProgram& p) { return p.program.name; })
+        .def_property_readonly("num_inputs", [](const PyHostProgram& p) { return p.program.num_inputs; })
+        .def_property_readonly("outputs", [](const PyHostProgram& p) {
+            py::list l;
+            for (const auto& o : p.program.outputs) l.append(py::make_tuple(o.shape, o.dtype));
+            return l;
+        });
+
+    py::class_<PyChipContext>(m, "ChipContext",
+        "What a Python chip function gets: orch (the chip's Orchestrator: submit tasks on it), args (numpy views "
+        "on the device memory of the task's tensors), bytes, shapes, block_dim, device. Valid during the call.")
+        .def_readonly("orch", &PyChipContext::orch)
+        .def_readonly("args", &PyChipContext::args)
+        .def_readonly("bytes", &PyChipContext::bytes)
+        .def_readonly("shapes", &PyChipContext::shapes)
+        .def_readonly("block_dim", &PyChipContext::block_dim)
+        .def_readonly("device", &PyChipContext::device);
+
+    py::class_<PyChipFunction>(m, "ChipFunction",
+        "A ready-made C++ chip function over kernel-builder programs (no Python runs per task).")
+        .def_static("elementwise", &ElementwiseChip, py::arg("kernel_id"), py::arg("worker_type") = int(WORKER_VECTOR),
+                    "One task of kernel_id over (inputs..., output): add/sub/mul/div kernels.")
+        .def_static("matmul", &MatmulChip, py::arg("kernel_id"), py::arg("task_rows"), py::arg("k"), py::arg("n"),
+                    "C = A @ B, A's rows split into block_dim tasks of task_rows rows (kernel: task_rows x k x n).")
+        .def_static("empty", [] { return PyChipFunction{[](ChipContext&) {}, "empty"}; }, "Submits nothing (benchmarks).")
+        .def("__repr__", [](const PyChipFunction& f) { return "<spyre.ChipFunction " + f.what + ">"; });
+
+    py::class_<PyRun, std::shared_ptr<PyRun>>(m, "RunHandle", "A host-level run in flight.")
+        .def("wait", [](PyRun& r) { return Finish(r); },
+             "Waits (GIL released); returns the outputs (one array, or a tuple) or raises HostRunError.")
+        .def("done", [](PyRun& r) { return r.result || r.error || r.handle->Done(); });
+
+    py::class_<PyWorker, std::shared_ptr<PyWorker>>(m, "Worker",
+        "Seed 003's level-3 Worker over the Host's devices (config.device_ids). Close it (or use `with`) before "
+        "its Host.")
+        .def(py::init([](const std::shared_ptr<PyHost>& host, const DistributedConfig& config) {
+                 Host& h = host->Get("Worker");
+                 auto w = std::make_shared<PyWorker>();
+                 w->host = host;
+                 w->worker = WithoutGil([&] { return std::make_shared<Worker>(h, config); });
+                 return w;
+             }),
+             py::arg("host"), py::arg("config") = DistributedConfig{})
+        .def("register_kernel", [](PyWorker& w, int32_t kernel_id, py::object program) {
+                if (py::hasattr(program, "program")) program = program.attr("program");
+                std::string bytes = py::bytes(program);
+                std::vector<uint8_t> v(bytes.begin(), bytes.end());
+                Worker& worker = w.Get("Worker.register_kernel");
+                WithoutGil([&] { worker.RegisterKernel(kernel_id, v); });
+            }, py::arg("kernel_id"), py::arg("program"),
+            "A device program (BuiltKernel or bytes), uploaded to every device as kernel_id.")
+        .def("register_chip_function", [](PyWorker& w, const std::string& name, py::object fn) {
+                Worker& worker = w.Get("Worker.register_chip_function");
+                if (py::isinstance<PyChipFunction>(fn)) worker.RegisterChipFunction(name, fn.cast<PyChipFunction>().fn);
+                else worker.RegisterChipFunction(name, PythonChipFunction(name, fn.cast<py::function>()));
+            }, py::arg("name"), py::arg("fn"),
+            "A ChipFunction, or a Python callable fn(ctx: ChipContext) submitting core tasks on ctx.orch.")
+        .def("register_sub_worker", [](PyWorker& w, const std::string& name, py::function fn) {
+                w.Get("Worker.register_sub_worker").RegisterSubWorker(name, PythonSubWorker(name, fn));
+            }, py::arg("name"), py::arg("fn"),
+            "fn(*arrays): numpy views of the task's tensors (no copy), with the GIL; raising fails the task (TaskFailed).")
+        .def("run", [](PyWorker& w, const PyHostProgram& p, const py::iterable& args) {
+                auto run = Start(w, p, args);
+                return Finish(*run);
+            }, py::arg("program"), py::arg("args"),
+            "Runs the program (GIL released while waiting): every argument (in place; returns the output arrays) or "
+            "the inputs only (return style: new arrays). One output: the array; several: a tuple.")
+        .def("submit", [](PyWorker& w, const PyHostProgram& p, const py::iterable& args) { return Start(w, p, args); },
+             py::arg("program"), py::arg("args"), "Starts a run; returns a RunHandle (wait(), done()).")
+        .def_property_readonly("device_count", [](PyWorker& w) { return w.Get("Worker.device_count").device_count(); })
+        .def("describe_device", [](PyWorker& w, size_t i) { return w.Get("Worker.describe_device").DescribeDevice(i); },
+             py::arg("index"))
+        .def("chip_tasks_at_once", [](PyWorker& w, size_t i) { return w.Get("Worker.chip_tasks_at_once").ChipTasksAtOnce(i); },
+             py::arg("index"))
+        .def("stats", [](PyWorker& w, size_t i) {
+                Worker::DeviceStats s = w.Get("Worker.stats").Stats(i);
+                py::dict d;
+                d["chip_tasks"] = s.chip_tasks;
+                d["bytes_uploaded"] = s.moved.bytes_uploaded;
+                d["bytes_reused"] = s.moved.bytes_reused;
+                d["bytes_downloaded"] = s.moved.bytes_downloaded;
+                return d;
+            }, py::arg("device"))
+        .def_property_readonly("config", [](PyWorker& w) { return w.Get("Worker.config").config(); })
+        .def_property_readonly("closed", [](PyWorker& w) { return !w.worker; })
+        .def("close", [](PyWorker& w) { w.Close(); }, "Waits for the runs in flight, then stops the threads.")
+        .def("__enter__", [](py::object self) { return self; })
+        .def("__exit__", [](PyWorker& w, py::object, py::object, py::object) {
+            w.Close();
+            return false;
+        });
+
+    // The C++ baseline of the host-level dispatch benchmark (python/bench).
+    py::module_ b = m.attr("_bench");
+    b.def("host_dispatch", [](PyWorker& w, int runs, int tasks) {
+        Worker& worker = w.Get("_bench.host_dispatch");
+        HostTensor a = HostTensor::Zeros({8}), out = HostTensor::Zeros({8});
+        HostProgram p{"bench_empty", 1, {{{8}}}, [tasks](HostGraph& g, std::span<const HostTensor> x) {
+                          for (int i = 0; i < tasks; ++i) g.Chip("chip_empty", {In(x[0])});
+                      }};
+        py::gil_scoped_release release;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int r = 0; r < runs; ++r) worker.Run(p, {a, out});
+        return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / runs;
+    }, py::arg("worker"), py::arg("runs"), py::arg("tasks"),
+    "Mean us per Worker::Run of a program of `tasks` chip tasks of 'chip_empty' (registered by the caller), "
+    "from C++: the baseline beside the same runs from Python.");
 }
 
 }  // namespace spyre::python

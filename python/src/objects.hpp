@@ -127,6 +127,17 @@ public:
 
 using SlotPtr = std::shared_ptr<DeviceSlot>;
 
+// A Host (spyre.Host); the host level's Worker opens its devices through it.
+struct PyHost {
+    std::shared_ptr<Host> host;
+    Host& Get(const char* what) const {
+        if (!host) throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the Host is closed");
+        return *host;
+    }
+    void Close() { DestroyWithoutGil(host); }
+    ~PyHost() { Close(); }
+};
+
 // A C++ object of one device, as a Python object holds it.
 template <typename T>
 class Owned : public Child {

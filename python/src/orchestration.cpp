@@ -1,11 +1,403 @@
 // SPDX-License-Identifier: Apache-2.0
-// Seed 004's orchestration runtime from Python.
+// Seed 004's orchestration runtime from Python: spyre.Orchestrator over
+// spyre::Orchestrator (spyre/orchestration.hpp). Buffers are numpy views on
+// the runtime's mapping of device memory (no copy); a task parameter is
+// (kind, array-or-None-or-address, size). Host kernels are Python callables
+// run on the runtime's host workers with the GIL taken; a raising one fails
+// its task (device code kPythonKernelRaised) and wait_all raises
+// spyre.TaskFailed with the Python message. Device faults raise
+// spyre.DeviceError with task_id, kernel_id, device_code, failures, skipped.
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
 #include "bindings.hpp"
+#include "errors.hpp"
+#include "host_buffer.hpp"
+#include "orch_objects.hpp"
 
 namespace spyre::python {
 
-void BindOrchestration(py::module_&) {
-    // part B
+namespace {
+
+py::handle NoBase() {
+    static PyObject* base = [] {
+        py::capsule c(reinterpret_cast<void*>(&NoBase), [](void*) {});
+        return c.release().ptr();
+    }();
+    return base;
+}
+
+int32_t ParamKind(py::handle k) {
+    if (py::isinstance<py::str>(k)) {
+        const std::string s = k.cast<std::string>();
+        if (s == "in" || s == "input") return PARAM_INPUT;
+        if (s == "out" || s == "output") return PARAM_OUTPUT;
+        if (s == "inout") return PARAM_INOUT;
+        throw Error(ErrorKind::InvalidArgument,
+                    "task parameter kind '" + s + "' is not one of in/input, out/output, inout");
+    }
+    const int v = k.cast<int>();
+    if (v != PARAM_INPUT && v != PARAM_OUTPUT && v != PARAM_INOUT)
+        throw Error(ErrorKind::InvalidArgument, "task parameter kind " + std::to_string(v) +
+                                                    " is not PARAM_INPUT (0), PARAM_OUTPUT (1) or PARAM_INOUT (2)");
+    return v;
+}
+
+// (kind, buffer, size) entries -> TaskParams; `implicit` gets the sizes of
+// implicit outputs (buffer None).
+std::vector<TaskParam> ParseParams(const py::iterable& params, std::vector<uint64_t>& implicit) {
+    std::vector<TaskParam> out;
+    size_t i = 0;
+    for (py::handle entry : params) {
+        const std::string what = "submit: parameter " + std::to_string(i++);
+        py::tuple t;
+        try {
+            t = py::tuple(py::reinterpret_borrow<py::object>(entry));
+        } catch (const py::error_already_set&) {
+            throw Error(ErrorKind::InvalidArgument, what + ": expected (kind, buffer, size)");
+        }
+        if (t.size() < 2 || t.size() > 3)
+            throw Error(ErrorKind::InvalidArgument, what + ": expected (kind, buffer[, size]), got " +
+                                                        std::to_string(t.size()) + " items");
+        TaskParam p{};
+        p.kind = ParamKind(t[0]);
+        std::optional<uint64_t> size;
+        if (t.size() == 3 && !t[2].is_none()) size = t[2].cast<uint64_t>();
+        py::handle buf = t[1];
+        if (buf.is_none()) {
+            if (p.kind != PARAM_OUTPUT)
+                throw Error(ErrorKind::InvalidArgument, what + ": only an output may have no buffer (implicit output)");
+            if (!size) throw Error(ErrorKind::InvalidArgument, what + ": an implicit output needs its size");
+            implicit.push_back(*size);
+        } else if (py::isinstance<py::int_>(buf)) {
+            p.buffer = reinterpret_cast<void*>(buf.cast<uintptr_t>());
+            if (!size) throw Error(ErrorKind::InvalidArgument, what + ": an address needs a size");
+        } else {
+            HostView v = ViewOf(buf, p.kind != PARAM_INPUT, what);
+            p.buffer = v.data;
+            if (size && *size > v.bytes)
+                throw Error(ErrorKind::InvalidArgument, what + ": size " + std::to_string(*size) +
+                                                            " is larger than the array (" + std::to_string(v.bytes) +
+                                                            " bytes)");
+            if (!size) size = v.bytes;
+        }
+        p.size = *size;
+        out.push_back(p);
+    }
+    return out;
+}
+
+void* AddressOf(py::handle obj, const char* what) {
+    if (py::isinstance<py::int_>(obj)) return reinterpret_cast<void*>(obj.cast<uintptr_t>());
+    return ViewOf(obj, false, what).data;
+}
+
+py::dict FailureDict(const TaskFailure& f) {
+    py::dict d;
+    d["task_id"] = f.task_id;
+    d["kernel_id"] = f.kernel_id;
+    d["skipped"] = f.skipped;
+    d["root_task_id"] = f.root_task_id;
+    d["root_kernel_id"] = f.root_kernel_id;
+    d["device_code"] = f.device_code;
+    return d;
+}
+
+// Raises what WaitAll threw, as TaskFailed (a Python host kernel raised) or
+// the error's own kind, with the failed task, its kernel, every failure and
+// the skipped tasks as attributes.
+[[noreturn]] void RaiseWaitError(PyOrch& self, const Error& e, const std::vector<TaskFailure>& failures) {
+    if (e.kind() != ErrorKind::DeviceError) throw e;
+    const int32_t root = e.context().op_index ? int32_t(*e.context().op_index) : -1;
+    int32_t kernel = -1;
+    py::list all, skipped;
+    for (const TaskFailure& f : failures) {
+        if (f.task_id == root && !f.skipped) kernel = f.kernel_id;
+        all.append(FailureDict(f));
+        if (f.skipped) skipped.append(f.task_id);
+    }
+    if (kernel < 0)
+        for (const TaskFailure& f : failures)
+            if (f.root_task_id == root) kernel = f.root_kernel_id;
+    Error out = e;
+    if (e.context().device_code == kPythonKernelRaised) {
+        std::string message;
+        {
+            std::lock_guard lock(self.mu);
+            for (auto& [k, m] : self.python_errors)
+                if (k == kernel && message.empty()) message = m;
+            if (message.empty() && !self.python_errors.empty()) message = self.python_errors.front().second;
+            self.python_errors.clear();
+        }
+        out = Error(ErrorKind::TaskFailed,
+                    "task " + std::to_string(root) + " (kernel " + std::to_string(kernel) + "): " + message + " (" +
+                        e.message() + ")",
+                    e.context());
+    }
+    py::object exc = ToPython(out);
+    exc.attr("task_id") = root;
+    exc.attr("kernel_id") = kernel;
+    exc.attr("failures") = all;
+    exc.attr("skipped") = skipped;
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+    throw py::error_already_set();
+}
+
+HostKernel MakeHostKernel(PyOrch* self, int32_t kernel_id, py::function fn, py::object dtype) {
+    auto keep = KeepAlive(fn);
+    auto keep_dt = KeepAlive(dtype);
+    PyObject* raw = fn.ptr();
+    PyObject* raw_dt = dtype.ptr();
+    return [self, kernel_id, keep, keep_dt, raw, raw_dt](std::span<void* const> buffers,
+                                                         std::span<const uint64_t> sizes) -> uint32_t {
+        if (!Py_IsInitialized() || _Py_IsFinalizing()) return kPythonKernelRaised;
+        py::gil_scoped_acquire gil;
+        try {
+            py::tuple args(buffers.size());
+            for (size_t i = 0; i < buffers.size(); ++i)
+                args[i] = DeviceView(buffers[i], sizes[i], raw_dt, py::none(), py::reinterpret_borrow<py::object>(NoBase()),
+                                     "host kernel " + std::to_string(kernel_id));
+            py::object r = py::handle(raw)(*args);
+            if (!r.is_none() && py::isinstance<py::int_>(r)) return r.cast<uint32_t>();
+            return 0;
+        } catch (py::error_already_set& e) {
+            Error err = FromPython(e, "host kernel " + std::to_string(kernel_id));
+            std::lock_guard lock(self->mu);
+            self->python_errors.emplace_back(kernel_id, err.message());
+            return kPythonKernelRaised;
+        } catch (const Error& e) {
+            std::lock_guard lock(self->mu);
+            self->python_errors.emplace_back(kernel_id, e.message());
+            return kPythonKernelRaised;
+        }
+    };
+}
+
+struct PyScope {
+    std::shared_ptr<PyOrch> orch;
+    std::optional<Orchestrator::Scope> scope;
+};
+
+ReadyQueueKind QueueKind(const std::string& s) {
+    if (s == "lockfree" || s == "lock_free" || s == "LockFree") return ReadyQueueKind::LockFree;
+    if (s == "locked" || s == "Locked") return ReadyQueueKind::Locked;
+    throw Error(ErrorKind::InvalidArgument, "Orchestrator: ready_queues '" + s + "' is not 'lockfree' or 'locked'");
+}
+
+void WaitAll(PyOrch& self) {
+    Orchestrator& o = self.Get("Orchestrator.wait_all");
+    std::vector<TaskFailure> snapshot;
+    try {
+        WithoutGil([&] {
+            o.WaitAll([&](const ProgressInfo& p) {
+                if (p.done == p.total) snapshot = o.Failures();
+            });
+        });
+    } catch (const Error& e) {
+        RaiseWaitError(self, e, snapshot);
+    }
+}
+
+}  // namespace
+
+py::array DeviceView(void* data, uint64_t bytes, py::handle dtype, py::object shape, py::object base,
+                     const std::string& what) {
+    py::dtype dt = py::dtype::from_args(py::reinterpret_borrow<py::object>(dtype));
+    const uint64_t item = uint64_t(dt.itemsize());
+    std::vector<py::ssize_t> dims;
+    if (shape.is_none()) {
+        dims.push_back(py::ssize_t(bytes / item));
+    } else {
+        uint64_t n = 1;
+        for (py::handle d : py::iterable(shape)) {
+            dims.push_back(d.cast<py::ssize_t>());
+            n *= uint64_t(dims.back());
+        }
+        if (n * item > bytes)
+            throw Error(ErrorKind::InvalidArgument, what + ": shape of " + std::to_string(n * item) +
+                                                        " bytes is larger than the buffer (" + std::to_string(bytes) +
+                                                        " bytes)");
+    }
+    return py::array(dt, dims, {}, data, base);
+}
+
+void BindOrchestration(py::module_& m) {
+    m.attr("PARAM_INPUT") = int(PARAM_INPUT);
+    m.attr("PARAM_OUTPUT") = int(PARAM_OUTPUT);
+    m.attr("PARAM_INOUT") = int(PARAM_INOUT);
+    m.attr("WORKER_CUBE") = int(WORKER_CUBE);
+    m.attr("WORKER_VECTOR") = int(WORKER_VECTOR);
+    m.attr("WORKER_HOST") = int(WORKER_HOST);
+    m.attr("WORKER_EXTERNAL") = int(WORKER_EXTERNAL);
+    m.attr("PTO_TASK_PENDING") = int(PTO_TASK_PENDING);
+    m.attr("PTO_TASK_READY") = int(PTO_TASK_READY);
+    m.attr("PTO_TASK_RUNNING") = int(PTO_TASK_RUNNING);
+    m.attr("PTO_TASK_COMPLETED") = int(PTO_TASK_COMPLETED);
+    m.attr("PTO_TASK_CONSUMED") = int(PTO_TASK_CONSUMED);
+    m.attr("PYTHON_KERNEL_RAISED") = kPythonKernelRaised;
+
+    py::class_<PyScope>(m, "OrchestrationScope",
+                        "pto_scope_begin on __enter__, pto_scope_end on __exit__ (the GIL released); failures of its tasks are raised by wait_all.")
+        .def("__enter__", [](py::object self) {
+            PyScope& s = self.cast<PyScope&>();
+            if (s.scope) throw Error(ErrorKind::InvalidArgument, "OrchestrationScope: already entered");
+            s.scope.emplace(s.orch->Get("Orchestrator.scope").BeginScope());
+            return self;
+        })
+        .def("__exit__", [](PyScope& s, py::object type, py::object, py::object) {
+            if (!s.scope) return false;
+            std::optional<Orchestrator::Scope> scope = std::move(s.scope);
+            s.scope.reset();
+            if (!s.orch->orch) return false;  // the runtime went first: nothing to end
+            // Ends the scope; a failed task of it is reported by wait_all (with
+            // the task, kernel, code, failures and skipped tasks), not here.
+            (void)type;
+            WithoutGil([&] { scope.reset(); });
+            return false;
+        });
+
+    py::class_<PyOrch, std::shared_ptr<PyOrch>>(m, "Orchestrator",
+        "Seed 004's orchestration runtime on a Device (spyre::Orchestrator). Buffers are numpy views on the "
+        "device memory the runtime maps (no copy), valid while the Orchestrator and its device are open. "
+        "submit() takes parameters as (kind, buffer, size): kind PARAM_INPUT/OUTPUT/INOUT or 'in'/'out'/'inout', "
+        "buffer a view from alloc()/task_output() (a slice selects a region), None for an implicit output, or "
+        "an address; size defaults to the view's bytes. Blocking calls release the GIL; host kernels take it.")
+        .def(py::init([](const SlotPtr& slot, int32_t task_ring_size, uint64_t heap_size, unsigned host_threads,
+                         const std::string& ready_queues, std::optional<std::vector<uint32_t>> task_queues) {
+                 Device& dev = slot->Get("Orchestrator");
+                 OrchestratorOptions o;
+                 o.task_ring_size = task_ring_size;
+                 o.heap_size = heap_size;
+                 o.host_threads = host_threads;
+                 o.ready_queues = QueueKind(ready_queues);
+                 if (task_queues) o.task_queues = *task_queues;
+                 auto p = std::make_shared<PyOrch>();
+                 p->slot = slot;
+                 p->ring_size = task_ring_size;
+                 p->owned = WithoutGil([&] { return std::make_unique<Orchestrator>(Orchestrator::Create(dev, o)); });
+                 p->orch = p->owned.get();
+                 slot->Adopt(p);
+                 return p;
+             }),
+             py::arg("device"), py::kw_only(), py::arg("task_ring_size") = 1024, py::arg("heap_size") = 64ull << 20,
+             py::arg("host_threads") = 0, py::arg("ready_queues") = "lockfree", py::arg("task_queues") = py::none(),
+             "Orchestrator::Create: a task ring of task_ring_size slots and a heap ring of heap_size bytes of the "
+             "device's memory; ready_queues 'lockfree' or 'locked'; task_queues the core groups it takes (None: all).")
+        .def("register_device_kernel", [](PyOrch& self, int32_t kernel_id, py::object program) {
+                Orchestrator& o = self.Get("Orchestrator.register_device_kernel");
+                if (!self.slot)
+                    throw Error(ErrorKind::InvalidArgument,
+                                "register_device_kernel: a chip task's runtime takes the Worker's kernels (Worker.register_kernel)");
+                if (py::hasattr(program, "program")) program = program.attr("program");
+                HostView v = ViewOf(program, false, "register_device_kernel: program");
+                if (v.bytes == 0) throw Error(ErrorKind::InvalidArgument, "register_device_kernel: empty program");
+                Device& dev = self.slot->Get("Orchestrator.register_device_kernel");
+                DeviceBuffer buf = dev.AllocateBuffer(v.bytes);
+                WithoutGil([&] {
+                    dev.default_stream().CopyToDevice(v.data, buf.handle(), v.bytes);
+                    dev.default_stream().Synchronize();
+                });
+                o.RegisterDeviceKernel(kernel_id, dev.allocator().DeviceAddress(buf.handle(), v.bytes));
+                self.programs.push_back(std::move(buf));
+            }, py::arg("kernel_id"), py::arg("program"),
+            "Uploads `program` (a BuiltKernel or its bytes) to the device and runs it for tasks of kernel_id on "
+            "WORKER_CUBE/WORKER_VECTOR: its operands are the task's parameters in order.")
+        .def("register_host_kernel", [](PyOrch& self, int32_t kernel_id, py::function fn, py::object dtype) {
+                self.Get("Orchestrator.register_host_kernel").RegisterHostKernel(kernel_id, MakeHostKernel(&self, kernel_id, fn, dtype));
+            }, py::arg("kernel_id"), py::arg("fn"), py::arg("dtype") = py::dtype("float32"),
+            "fn(*buffers) runs on a host worker (with the GIL) for tasks of kernel_id: one 1-D numpy view of "
+            "`dtype` per parameter, on the task's memory, valid during the call only. Returning a non-zero int, "
+            "or raising, fails the task (wait_all raises TaskFailed with the Python message).")
+        .def("scope", [](const std::shared_ptr<PyOrch>& self) {
+                self->Get("Orchestrator.scope");
+                return PyScope{self, std::nullopt};
+            }, "A context manager: pto_scope_begin ... pto_scope_end.")
+        .def("submit", [](PyOrch& self, int32_t kernel_id, int32_t worker_type, const py::iterable& params) {
+                Orchestrator& o = self.Get("Orchestrator.submit");
+                std::vector<uint64_t> implicit;
+                std::vector<TaskParam> p = ParseParams(params, implicit);
+                const int32_t id = WithoutGil([&] { return o.Submit(kernel_id, worker_type, p); });
+                if (!implicit.empty()) {
+                    std::lock_guard lock(self.mu);
+                    self.implicit_sizes[id] = std::move(implicit);
+                    if (self.implicit_sizes.size() > size_t(4 * self.ring_size))
+                        self.implicit_sizes.erase(self.implicit_sizes.begin(),
+                                                  self.implicit_sizes.lower_bound(id - 2 * self.ring_size));
+                }
+                return id;
+            }, py::arg("kernel_id"), py::arg("worker_type"), py::arg("params"),
+            "pto_submit_task: returns the task id. Dependencies come from the regions the parameters name.")
+        .def("alloc", [](py::object self_obj, uint64_t size, py::object dtype, py::object shape) {
+                PyOrch& self = self_obj.cast<PyOrch&>();
+                Orchestrator& o = self.Get("Orchestrator.alloc");
+                void* p = WithoutGil([&] { return o.Alloc(size); });
+                return DeviceView(p, size, dtype, shape, self_obj, "Orchestrator.alloc");
+            }, py::arg("size"), py::arg("dtype") = py::dtype("float32"), py::arg("shape") = py::none(),
+            "pto_alloc: `size` bytes of the heap ring as a numpy view (1-D of dtype, or `shape`).")
+        .def("free", [](PyOrch& self, py::object buffer) {
+                self.Get("Orchestrator.free").Free(AddressOf(buffer, "Orchestrator.free"));
+            }, py::arg("buffer"), "pto_free: no more tasks will reference the buffer alloc() returned.")
+        .def("task_output", [](py::object self_obj, int32_t task_id, int32_t index, py::object dtype, py::object shape) {
+                PyOrch& self = self_obj.cast<PyOrch&>();
+                Orchestrator& o = self.Get("Orchestrator.task_output");
+                void* p = o.TaskOutput(task_id, index);
+                uint64_t bytes = 0;
+                {
+                    std::lock_guard lock(self.mu);
+                    auto it = self.implicit_sizes.find(task_id);
+                    if (it != self.implicit_sizes.end() && size_t(index) < it->second.size()) bytes = it->second[size_t(index)];
+                }
+                if (bytes == 0)
+                    throw Error(ErrorKind::InvalidArgument, "task_output: task " + std::to_string(task_id) +
+                                                                " has no implicit output " + std::to_string(index));
+                return DeviceView(p, bytes, dtype, shape, self_obj, "Orchestrator.task_output");
+            }, py::arg("task_id"), py::arg("index") = 0, py::arg("dtype") = py::dtype("float32"), py::arg("shape") = py::none(),
+            "pto_task_output: implicit output `index` of a live task, as a numpy view (pass it to later tasks).")
+        .def("complete", [](PyOrch& self, int32_t id) { self.Get("Orchestrator.complete").Complete(id); }, py::arg("task_id"),
+             "pto_task_complete for a WORKER_EXTERNAL task.")
+        .def("fail", [](PyOrch& self, int32_t id, uint32_t code) { self.Get("Orchestrator.fail").Fail(id, code); },
+             py::arg("task_id"), py::arg("error_code"), "Fails a WORKER_EXTERNAL task with a device code.")
+        .def("task_state", [](PyOrch& self, int32_t id) { return self.Get("Orchestrator.task_state").TaskState(id); },
+             py::arg("task_id"), "PTO_TASK_* of a task.")
+        .def("failures", [](PyOrch& self) {
+                py::list l;
+                for (const TaskFailure& f : self.Get("Orchestrator.failures").Failures()) l.append(FailureDict(f));
+                return l;
+            }, "Failed and skipped tasks not yet reported by wait_all (dicts).")
+        .def("wait_all", [](PyOrch& self) { WaitAll(self); },
+             "Waits (GIL released) for every task; raises DeviceError (a device fault) or TaskFailed (a Python host "
+             "kernel raised) with task_id, kernel_id, device_code, failures (dicts) and skipped (task ids).")
+        .def("run", [](py::object self_obj, py::function fn, py::args args) {
+                auto self = self_obj.cast<std::shared_ptr<PyOrch>>();
+                {
+                    py::object scope = py::cast(PyScope{self, std::nullopt});
+                    scope.attr("__enter__")();
+                    try {
+                        fn(self_obj, *args);
+                    } catch (...) {
+                        scope.attr("__exit__")(py::str("error"), py::none(), py::none());
+                        throw;
+                    }
+                    scope.attr("__exit__")(py::none(), py::none(), py::none());
+                }
+                WaitAll(*self);
+            }, py::arg("fn"),
+            "fn(orchestrator, *args) inside a scope, then wait_all: an orchestration function written in Python.")
+        .def("device_address", [](PyOrch& self, py::object b) {
+                return self.Get("Orchestrator.device_address").DeviceAddress(AddressOf(b, "Orchestrator.device_address"));
+            }, py::arg("buffer"))
+        .def_property_readonly("memory_size", [](PyOrch& self) { return self.Get("Orchestrator.memory_size").memory_size(); })
+        .def_property_readonly("closed", [](PyOrch& self) { return self.orch == nullptr; })
+        .def("close", [](PyOrch& self) { self.Release(); },
+             "Waits for the tasks on executors and frees the runtime; views from it must not be used after.")
+        .def("__enter__", [](py::object self) { return self; })
+        .def("__exit__", [](PyOrch& self, py::object, py::object, py::object) {
+            self.Release();
+            return false;
+        });
 }
 
 }  // namespace spyre::python

@@ -24,6 +24,11 @@ public:
     static HostTensor Full(const std::vector<int64_t>& shape, float value);  // FP32
     // FP32 with `values` (their count must match the shape).
     static HostTensor FromFloats(const std::vector<int64_t>& shape, std::span<const float> values);
+    // Over `data` owned elsewhere (no copy): the bytes of `shape` x `dtype`
+    // at `data` stay valid while `owner` lives; the tensor and its views hold
+    // it (the Python front end wraps numpy arrays this way).
+    static HostTensor Wrap(void* data, const std::vector<int64_t>& shape, DType dtype,
+                           std::shared_ptr<const void> owner);
 
     explicit operator bool() const noexcept { return storage_ != nullptr; }
     // The view's shape: the whole tensor's with dim 0 cut to the view's rows.

@@ -1,0 +1,745 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Seed 003's two writing styles for host-level programs, in pure Python over
+spyre.Worker (the C++ level-3 runtime): nothing here schedules, moves data or
+runs kernels; it turns decorated functions into a HostProgram, chip functions
+and SubWorkers, and registers them on a Worker.
+
+Functional style::
+
+    @spyre.program
+    class Dep:
+        @spyre.function(level=spyre.Level.CORE_GROUP)
+        def tile_add(self, a: T128, b: T128, f: spyre.Out[T128]):
+            return spyre.ops.add(a, b)                  # a kernel-builder op
+        @spyre.function(level=spyre.Level.CHIP, role=spyre.Role.ORCHESTRATOR)
+        def chip_orch(self, a: T128, b: T128, f: spyre.Out[T128]):
+            return self.tile_add(a, b, f)
+        @spyre.function(level=spyre.Level.HOST, role=spyre.Role.WORKER)
+        def verify(self, f: T128):                      # a SubWorker: numpy arrays
+            assert np.allclose(f, 5.0)
+        @spyre.function(level=spyre.Level.HOST, role=spyre.Role.ORCHESTRATOR)
+        def host_orch(self, a: T128, b: T128, f: spyre.Out[T128]):
+            out_f = self.chip_orch(a, b, f)
+            self.verify(out_f)
+            return out_f
+
+    compiled = spyre.compile(Dep, spyre.DistributedConfig(num_sub_workers=1), host=host)
+    compiled(a, b, f)        # in place
+    f = compiled(a, b)       # return style
+
+Inline style: one HOST orchestrator whose body has ``with spyre.at(...)``
+blocks (docs/python.md, "Orchestration and host-level programs").
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import enum
+import inspect
+import textwrap
+import threading
+
+import numpy as np
+
+from . import _spyre
+
+_pycompile = builtins.compile
+
+Level = _spyre.Level
+
+
+class Role(enum.Enum):
+    """A HOST-level function's role: ORCHESTRATOR builds the DAG; WORKER is a
+    SubWorker (pure Python on numpy arrays). SUB_WORKER is the same role."""
+    ORCHESTRATOR = "orchestrator"
+    WORKER = "worker"
+    SUB_WORKER = "worker"
+
+
+FP32, FP16, INT32, INT8 = np.float32, np.float16, np.int32, np.int8
+
+
+class TensorType:
+    def __init__(self, shape, dtype=FP32):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+
+    @property
+    def nbytes(self):
+        return int(np.prod(self.shape)) * self.dtype.itemsize
+
+    def __repr__(self):
+        return f"Tensor[{list(self.shape)}, {self.dtype}]"
+
+
+class _TensorFactory:
+    """``Tensor[[128, 128], FP32]``: a tensor annotation (shape, dtype)."""
+
+    def __getitem__(self, item):
+        if isinstance(item, tuple) and len(item) == 2 and not isinstance(item[1], int):
+            return TensorType(item[0], item[1])
+        return TensorType(item)
+
+
+class OutType:
+    def __init__(self, t):
+        if not isinstance(t, TensorType):
+            raise _spyre.InvalidArgument(f"Out[...] takes a Tensor[...] annotation, got {t!r}")
+        self.tensor = t
+
+    def __repr__(self):
+        return f"Out[{self.tensor!r}]"
+
+
+class _OutFactory:
+    """``Out[Tensor[...]]``: an output annotation; ``Out(t)``: a task's output argument."""
+
+    def __getitem__(self, t):
+        return OutType(t)
+
+    def __call__(self, tensor):
+        return ("out", tensor)
+
+
+def In(tensor):  # noqa: N802 (the C++ API's In/Out/InOut)
+    """A task's input argument: ``("in", tensor)``."""
+    return ("in", tensor)
+
+
+def InOut(tensor):  # noqa: N802
+    """A task's argument it reads and writes: ``("inout", tensor)``."""
+    return ("inout", tensor)
+
+
+Tensor = _TensorFactory()
+Out = _OutFactory()
+
+
+# ---- decorated functions -------------------------------------------------------
+
+class DslFunction:
+    """A function marked with its level and role (spyre.function)."""
+
+    def __init__(self, fn, level, role):
+        if level == Level.HOST and role is None:
+            raise _spyre.InvalidArgument(f"{fn.__name__}: a HOST function needs role=Role.ORCHESTRATOR or Role.WORKER")
+        if level != Level.HOST and role == Role.WORKER:
+            raise _spyre.InvalidArgument(f"{fn.__name__}: Role.WORKER (a SubWorker) is a HOST-level role")
+        self.fn, self.level, self.role, self.name = fn, level, role, fn.__name__
+        sig = inspect.signature(fn)
+        hints = fn.__annotations__
+        self.params = []  # (name, TensorType or None, is_out)
+        for i, p in enumerate(sig.parameters.values()):
+            if i == 0 and p.name == "self":
+                continue
+            ann = hints.get(p.name)
+            if isinstance(ann, str):
+                ann = eval(ann, fn.__globals__)  # noqa: S307 (annotations of the user's own module)
+            if isinstance(ann, OutType):
+                self.params.append((p.name, ann.tensor, True))
+            else:
+                self.params.append((p.name, ann if isinstance(ann, TensorType) else None, False))
+        self.is_method = bool(sig.parameters) and next(iter(sig.parameters)) == "self"
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return self
+        return _Bound(self, obj)
+
+    def __call__(self, *args):
+        return _dispatch(self, None, args)
+
+
+class _Bound:
+    def __init__(self, f, obj):
+        self.f, self.obj = f, obj
+
+    def __call__(self, *args):
+        return _dispatch(self.f, self.obj, args)
+
+
+def function(level=Level.HOST, role=None, *, name_hint=""):
+    """Seed 003's @pl.function(level=, role=): marks a function's level and role."""
+    def wrap(fn):
+        f = DslFunction(fn, level, role)
+        if name_hint:
+            f.name = name_hint
+        return f
+    return wrap
+
+
+def program(cls):
+    """Seed 003's @pl.program: a class of DslFunctions (kept as is; compile() reads it)."""
+    cls.__spyre_program__ = True
+    return cls
+
+
+# ---- tracing state (one per thread) --------------------------------------------
+
+_tls = threading.local()
+
+
+def _ctx():
+    return getattr(_tls, "ctx", None)
+
+
+class _CoreValue:
+    """A core-group op's result inside a chip trace."""
+
+    def __init__(self, builder, call_index, shape, dtype):
+        self.builder, self.call, self.shape, self.dtype = builder, call_index, tuple(shape), np.dtype(dtype)
+
+
+class _ChipArg:
+    """Argument i of a chip function being traced (functional style)."""
+
+    def __init__(self, index, t):
+        self.index, self.shape, self.dtype = index, t.shape, t.dtype
+
+
+class _ChipBuilder:
+    """Records the core calls of one chip function: ops over args and temporaries."""
+
+    def __init__(self, compiled, args=None):
+        self.compiled = compiled
+        self.calls = []       # dicts: op, operands (refs), out (ref), shape, dtype
+        self.args = [] if args is None else args  # inline: (HostTensor, access) in chip-arg order
+        self.arg_ids = {}
+
+    def ref(self, x, access="in"):
+        if isinstance(x, _CoreValue):
+            return ("tmp", x.call)
+        if isinstance(x, _ChipArg):
+            return ("arg", x.index)
+        if isinstance(x, _spyre.HostTensor):
+            key = id(x)
+            if key not in self.arg_ids:
+                self.arg_ids[key] = len(self.args)
+                self.args.append([x, access])
+            elif access != "in":
+                self.args[self.arg_ids[key]][1] = "out"
+            return ("arg", self.arg_ids[key])
+        raise _spyre.InvalidArgument(f"a core-group op takes tensors, got {type(x).__name__}")
+
+    def op(self, name, a, b, out=None):
+        sa, sb = tuple(a.shape), tuple(b.shape)
+        if name == "matmul":
+            if len(sa) != 2 or len(sb) != 2 or sa[1] != sb[0]:
+                raise _spyre.InvalidArgument(f"ops.matmul: shapes {list(sa)} and {list(sb)} do not chain")
+            shape = (sa[0], sb[1])
+        else:
+            try:
+                shape = np.broadcast_shapes(sa, sb)
+            except ValueError:
+                raise _spyre.InvalidArgument(f"ops.{name}: shapes {list(sa)} and {list(sb)} do not broadcast") from None
+        dtype = _np_dtype(a)
+        self.calls.append({"op": name, "operands": [self.ref(a), self.ref(b)], "out": None, "shape": shape,
+                           "dtype": dtype, "a": sa, "b": sb})
+        v = _CoreValue(self, len(self.calls) - 1, shape, dtype)
+        if out is not None:
+            self.store(v, out)
+        return v
+
+    def finish(self, where, problem):
+        """Results read by later ops stay temporaries (implicit outputs on the
+        chip's heap ring); one neither read nor stored is an error."""
+        for k, call in enumerate(self.calls):
+            if call["out"] is None:
+                if not any(("tmp", k) in later["operands"] for later in self.calls[k + 1:]):
+                    raise _spyre.InvalidArgument(f"{where}: the result of ops.{call['op']} (call {k}) {problem}")
+                call["out"] = ("tmp", k)
+
+    def store(self, v, target):
+        if not isinstance(v, _CoreValue):
+            raise _spyre.InvalidArgument("assemble/store: the value is not a core-group op's result")
+        if tuple(target.shape) != v.shape:
+            raise _spyre.InvalidArgument(f"assemble: a {list(v.shape)} result into a {list(target.shape)} tensor")
+        self.calls[v.call]["out"] = self.ref(target, "out")
+        return target
+
+
+def _np_dtype(x):
+    if isinstance(x, _spyre.HostTensor):
+        return x.numpy().dtype
+    return np.dtype(x.dtype)
+
+
+class _Ops:
+    """The core-group operations (the kernel builder's): add, sub, mul, div, matmul."""
+
+    def _do(self, name, a, b, out):
+        c = _ctx()
+        if c is None or c.chip is None:
+            raise _spyre.InvalidArgument(f"ops.{name}: only inside a CORE_GROUP function or a spyre.at(CHIP) block")
+        return c.chip.op(name, a, b, out)
+
+    def add(self, a, b, out=None):
+        return self._do("add", a, b, out)
+
+    def sub(self, a, b, out=None):
+        return self._do("sub", a, b, out)
+
+    def mul(self, a, b, out=None):
+        return self._do("mul", a, b, out)
+
+    def div(self, a, b, out=None):
+        return self._do("div", a, b, out)
+
+    def matmul(self, a, b, out=None):
+        return self._do("matmul", a, b, out)
+
+
+ops = _Ops()
+
+
+def assemble(target, value, offset=(0, 0)):
+    """Seed 003's pl.assemble: a core-group result lands in a host tensor (whole tensors only)."""
+    if tuple(offset) not in ((0, 0), (0,), ()):
+        raise _spyre.Unsupported("assemble: only whole tensors (offset [0, 0]) are supported")
+    c = _ctx()
+    if c is None or c.chip is None:
+        raise _spyre.InvalidArgument("assemble: only inside a spyre.at(level=CHIP) block")
+    return c.chip.store(value, target)
+
+
+def create_tensor(shape, dtype=FP32):
+    """Seed 003's pl.create_tensor: an intermediate host tensor of a HOST orchestrator."""
+    c = _ctx()
+    if c is None or (c.graph is None and not c.dry):
+        raise _spyre.InvalidArgument("create_tensor: only inside a HOST orchestrator")
+    if c.graph is None:
+        return _spyre.HostTensor.zeros(list(shape), np.dtype(dtype))
+    return c.graph.create_tensor(list(shape), np.dtype(dtype))
+
+
+class _Ctx:
+    def __init__(self, compiled, graph, dry):
+        self.compiled, self.graph, self.dry = compiled, graph, dry
+        self.chip = None
+        self.chip_blocks = 0
+        self.level = Level.HOST
+
+
+# ---- calls between levels ---------------------------------------------------------
+
+def _dispatch(f, obj, args):
+    c = _ctx()
+    if c is None:
+        if f.level == Level.HOST and f.role == Role.WORKER:  # a SubWorker called directly: plain Python
+            return f.fn(obj, *args) if f.is_method else f.fn(*args)
+        raise _spyre.InvalidArgument(f"{f.name}: call the compiled program (spyre.compile) instead")
+    if len(args) != len(f.params):
+        raise _spyre.InvalidArgument(f"{f.name} takes {len(f.params)} tensor(s), got {len(args)}")
+    if f.level == Level.CORE_GROUP:
+        if c.chip is None:
+            raise _spyre.InvalidArgument(f"{f.name}: a CORE_GROUP function is called from a CHIP orchestration")
+        outs = [a for a, (_, _, o) in zip(args, f.params) if o]
+        r = f.fn(obj, *args) if f.is_method else f.fn(*args)
+        if isinstance(r, _CoreValue) and outs and c.chip.calls[r.call]["out"] is None:
+            c.chip.store(r, outs[0])
+        return outs[0] if len(outs) == 1 else (tuple(outs) if outs else r)
+    if c.graph is None and not c.dry:
+        raise _spyre.InvalidArgument(f"{f.name}: called outside a HOST orchestrator")
+    access = ["out" if o else "in" for (_, _, o) in f.params]
+    targs = [(acc, a) for acc, a in zip(access, args)]
+    if f.level == Level.CHIP:
+        if not c.dry:
+            c.graph.chip(c.compiled._chip_name(f), targs)
+    elif f.role == Role.WORKER:
+        if not c.dry:
+            c.graph.sub(c.compiled._sub_name(f), targs)
+    else:
+        raise _spyre.InvalidArgument(f"{f.name}: a HOST orchestrator cannot call another one")
+    outs = [a for acc, a in targs if acc == "out"]
+    return outs[0] if len(outs) == 1 else (tuple(outs) if outs else None)
+
+
+# ---- inline style: spyre.at blocks ------------------------------------------------
+
+class at:  # noqa: N801 (seed 003's pl.at)
+    """``with spyre.at(level=..., role=...)``: a CHIP block becomes one chip task
+    (its CORE_GROUP blocks the core calls), a HOST WORKER block one SubWorker
+    task (outlined when the orchestrator is compiled)."""
+
+    def __init__(self, level, role=None, *, optimizations=None, name_hint=""):
+        self.level, self.role, self.name_hint = level, role, name_hint
+
+    def __enter__(self):
+        c = _ctx()
+        if c is None:
+            raise _spyre.InvalidArgument("spyre.at: only inside a HOST orchestrator run by a compiled program")
+        if self.level == Level.HOST and self.role == Role.WORKER:
+            raise _spyre.InvalidArgument("spyre.at(HOST, WORKER): the block was not outlined (is the orchestrator "
+                                         "decorated and compiled with spyre.compile?)")
+        self.prev = c.level
+        if self.level == Level.CHIP:
+            if c.chip is not None:
+                raise _spyre.InvalidArgument("spyre.at(CHIP) blocks do not nest")
+            c.chip = _ChipBuilder(c.compiled)
+        elif self.level == Level.CORE_GROUP and c.chip is None:
+            raise _spyre.InvalidArgument("spyre.at(CORE_GROUP) belongs inside a spyre.at(CHIP) block")
+        c.level = self.level
+        return self
+
+    def __exit__(self, et, ev, tb):
+        c = _ctx()
+        c.level = self.prev
+        if self.level != Level.CHIP:
+            return False
+        chip, c.chip = c.chip, None
+        if et is not None:
+            return False
+        index = c.chip_blocks
+        c.chip_blocks += 1
+        chip.finish(f"spyre.at(CHIP) block {index}", "never lands in a host tensor (use spyre.assemble(target, value))")
+        name = c.compiled._inline_chip(index, self.name_hint, chip, c.dry)
+        if not c.dry:
+            c.graph.chip(name, [(acc, t) for t, acc in chip.args])
+        return False
+
+
+def _sub_call(index, inputs, consts):
+    """Replaces a HOST WORKER block at run time: records one SubWorker task."""
+    c = _ctx()
+    spec = c.compiled._inline_subs[index]
+    outs = [create_tensor(t.shape, t.dtype) for _, t in spec["outputs"]]
+    tensor_in = [(n, v) for n, v in zip(spec["inputs"], inputs) if isinstance(v, _spyre.HostTensor)]
+    fixed = {n: v for n, v in zip(spec["inputs"], inputs) if not isinstance(v, _spyre.HostTensor)}
+    fn = spec["fn"]
+    n_in = len(tensor_in)
+
+    def body(*arrays):
+        kw = dict(fixed)
+        kw.update({n: a for (n, _), a in zip(tensor_in, arrays[:n_in])})
+        results = fn(**kw)
+        for dst, val in zip(arrays[n_in:], results):
+            dst[...] = val
+
+    if not c.dry:
+        c.graph.sub(body, [("inout" if n in spec["written"] else "in", v) for n, v in tensor_in] +
+                    [("out", o) for o in outs], name=spec["name"])
+    return tuple(outs)
+
+
+def _names(node, ctx_type):
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ctx_type)}
+
+
+def _is_at(item, globs):
+    call = item.context_expr
+    if not isinstance(call, ast.Call):
+        return None
+    f = call.func
+    name = f.attr if isinstance(f, ast.Attribute) else (f.id if isinstance(f, ast.Name) else None)
+    if name != "at":
+        return None
+    kw = {k.arg: k.value for k in call.keywords}
+    args = list(call.args)
+    level = kw.get("level", args[0] if args else None)
+    role = kw.get("role", args[1] if len(args) > 1 else None)
+    ev = lambda n: None if n is None else eval(_pycompile(ast.Expression(n), "<at>", "eval"), globs)  # noqa: E731,S307
+    return ev(level), ev(role)
+
+
+def _outline(fn, compiled):
+    """The inline style's compile step: every ``with spyre.at(HOST, WORKER)``
+    block becomes a SubWorker function; inputs are the enclosing function's
+    variables the block reads, outputs its annotated assignments."""
+    src = textwrap.dedent(inspect.getsource(fn))
+    tree = ast.parse(src)
+    fdef = tree.body[0]
+    fdef.decorator_list = []
+    globs = fn.__globals__
+    params = {a.arg for a in fdef.args.args}
+    specs = []
+
+    class Outliner(ast.NodeTransformer):
+        def visit_With(self, node):
+            lr = _is_at(node.items[0], globs) if len(node.items) == 1 else None
+            if not lr or lr != (Level.HOST, Role.WORKER):
+                self.generic_visit(node)
+                return node
+            outputs = []
+            for st in node.body:
+                if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
+                    t = eval(_pycompile(ast.Expression(st.annotation), "<annotation>", "eval"), globs)  # noqa: S307
+                    if isinstance(t, TensorType):
+                        outputs.append((st.target.id, t))
+            outer = params | (_names(fdef, ast.Store) - _names(node, ast.Store))
+            inputs = sorted((_names(node, ast.Load) & outer) - {o for o, _ in outputs})
+            written = set()  # f[...] = ... / f += ...: the block writes the tensor (InOut)
+            for st in ast.walk(node):
+                targets = st.targets if isinstance(st, ast.Assign) else (
+                    [st.target] if isinstance(st, ast.AugAssign) else [])
+                for t in targets:
+                    if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name):
+                        written.add(t.value.id)
+                    elif isinstance(st, ast.AugAssign) and isinstance(t, ast.Name):
+                        written.add(t.id)
+            index = len(specs)
+            name = f"{fn.__name__}.sub{index}"
+            sub = ast.FunctionDef(
+                name="__spyre_sub__", args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in inputs],
+                                                        kwonlyargs=[], kw_defaults=[], defaults=[]),
+                body=node.body + [ast.Return(ast.Tuple([ast.Name(o, ast.Load()) for o, _ in outputs], ast.Load()))],
+                decorator_list=[], returns=None, type_comment=None)
+            mod = ast.fix_missing_locations(ast.Module([sub], type_ignores=[]))
+            ns = {}
+            exec(_pycompile(mod, f"<SubWorker {name}>", "exec"), globs, ns)  # noqa: S102
+            specs.append({"name": name, "fn": ns["__spyre_sub__"], "inputs": inputs, "outputs": outputs,
+                          "written": written})
+            call = ast.Call(ast.Attribute(ast.Name("__spyre_dsl__", ast.Load()), "_sub_call", ast.Load()),
+                            [ast.Constant(index), ast.List([ast.Name(n, ast.Load()) for n in inputs], ast.Load()),
+                             ast.Constant(None)], [])
+            target = ast.Tuple([ast.Name(o, ast.Store()) for o, _ in outputs], ast.Store())
+            return ast.Assign([target], call) if outputs else ast.Expr(call)
+
+    new = ast.fix_missing_locations(Outliner().visit(tree))
+    ns = {}
+    g = dict(globs)
+    g["__spyre_dsl__"] = __import__(__name__, fromlist=["_sub_call"])
+    exec(_pycompile(new, f"<host orchestrator {fn.__name__}>", "exec"), g, ns)  # noqa: S102
+    compiled._inline_subs = specs
+    return ns[fdef.name]
+
+
+# ---- compile -----------------------------------------------------------------------
+
+_KERNEL_BASE = 1000
+_kernel_lock = threading.Lock()
+_kernel_next = [_KERNEL_BASE]
+
+
+def _next_kernel_id():
+    with _kernel_lock:
+        _kernel_next[0] += 1
+        return _kernel_next[0]
+
+
+class CompiledProgram:
+    """A host-level program on a Worker: ``compiled(a, b, f)`` runs in place
+    (returns f), ``f = compiled(a, b)`` allocates and returns the outputs.
+    Inputs and outputs are checked against the orchestrator's annotations
+    (spyre.InvalidArgument naming the argument). Thread-safe: Python threads
+    may call it at once (the Worker runs the programs side by side)."""
+
+    def __init__(self, target, config, host=None, worker=None):
+        self.config = config or _spyre.DistributedConfig()
+        self._own_host = None
+        if worker is None:
+            if host is None:
+                host = self._own_host = _spyre.Host.embedded_mock(cards=max(self.config.device_ids) + 1, vfs=0,
+                                                                  mem="1G")
+            worker = _spyre.Worker(host, self.config)
+            self._own_worker = True
+        else:
+            self._own_worker = False
+        self.worker = worker
+        try:
+            self._setup(target)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, target):
+        self._chip_names, self._sub_names, self._inline_chips = {}, {}, {}
+        self._inline_subs = []
+        self._lock = threading.Lock()
+        self.kernels = {}  # kernel id -> BuiltKernel
+        if isinstance(target, DslFunction):
+            self.obj, orch = None, target
+        else:
+            self.obj = target() if isinstance(target, type) else target
+            funcs = [v for v in vars(type(self.obj)).values() if isinstance(v, DslFunction)]
+            orchs = [f for f in funcs if f.level == Level.HOST and f.role == Role.ORCHESTRATOR]
+            if len(orchs) != 1:
+                raise _spyre.InvalidArgument(f"{type(self.obj).__name__}: needs exactly one HOST ORCHESTRATOR function, "
+                                             f"found {len(orchs)}")
+            orch = orchs[0]
+            for f in funcs:
+                if f.level == Level.CHIP:
+                    self._chip_names[f] = self._register_chip(f)
+                elif f.level == Level.HOST and f.role == Role.WORKER:
+                    self._sub_names[f] = self._register_sub(f)
+        self.orchestrator = orch
+        self.inputs = [(n, t) for n, t, o in orch.params if not o]
+        self.outputs = [(n, t) for n, t, o in orch.params if o]
+        for n, t in self.outputs:
+            if t is None:
+                raise _spyre.InvalidArgument(f"{orch.name}: output '{n}' needs a Out[Tensor[shape, dtype]] annotation")
+        body = orch.fn
+        src_has_at = "at(" in inspect.getsource(orch.fn)
+        if src_has_at:
+            body = _outline(orch.fn, self)
+        self._body = body
+        if src_has_at:  # the dry run: registers each spyre.at(CHIP) block's chip function
+            self._trace(None, [self._placeholder(t, n) for n, t, _ in orch.params], dry=True)
+        self.program = _spyre.HostProgram(orch.name, len(self.inputs),
+                                          [(list(t.shape), t.dtype) for _, t in self.outputs], self._run_graph)
+
+    # -- registration
+    def _build_kernel(self, call):
+        kb = _spyre.KernelBuilder()
+        if call["op"] == "matmul":
+            (m, k), (_, n) = call["a"], call["b"]
+            return kb.matmul(m, k, n, dtype=call["dtype"])
+        return getattr(kb, call["op"])(list(call["a"]), list(call["b"]), dtype=call["dtype"])
+
+    def _chip_function(self, name, chip, nargs, arg_bytes):
+        for call in chip.calls:
+            call["kernel"] = kid = _next_kernel_id()
+            built = self._build_kernel(call)
+            self.kernels[kid] = built
+            self.worker.register_kernel(kid, built)
+        # one call over the chip arguments in order: a ready-made C++ chip function (no Python per task)
+        if len(chip.calls) == 1:
+            call = chip.calls[0]
+            refs = call["operands"] + [call["out"]]
+            if refs == [("arg", i) for i in range(nargs)] and call["op"] != "matmul":
+                self.worker.register_chip_function(name, _spyre.ChipFunction.elementwise(call["kernel"]))
+                return
+        calls = chip.calls
+
+        def run(ctx):
+            tmps = {}
+            val = lambda r: ctx.args[r[1]] if r[0] == "arg" else tmps[r[1]]  # noqa: E731
+            for i, call in enumerate(calls):
+                params = [("in", val(r)) for r in call["operands"]]
+                nbytes = int(np.prod(call["shape"])) * call["dtype"].itemsize
+                params.append(("out", val(call["out"])) if call["out"][0] == "arg" else ("out", None, nbytes))
+                worker = _spyre.WORKER_CUBE if call["op"] == "matmul" else _spyre.WORKER_VECTOR
+                tid = ctx.orch.submit(call["kernel"], worker, params)
+                if call["out"][0] == "tmp":
+                    tmps[i] = ctx.orch.task_output(tid, 0, dtype=call["dtype"])
+        self.worker.register_chip_function(name, run)
+
+    def _register_chip(self, f):
+        name = f"{type(self.obj).__name__}.{f.name}"
+        if any(t is None for _, t, _ in f.params):
+            raise _spyre.InvalidArgument(f"{f.name}: CHIP function parameters need Tensor[...] annotations")
+        chip = _ChipBuilder(self)
+        c = _Ctx(self, None, True)
+        c.chip = chip
+        prev, _tls.ctx = _ctx(), c
+        try:
+            f.fn(self.obj, *[_ChipArg(i, t) for i, (_, t, _) in enumerate(f.params)])
+        finally:
+            _tls.ctx = prev
+        chip.finish(f.name, "is never stored (return it into the Out parameter, or pass out=)")
+        self._chip_function(name, chip, len(f.params), None)
+        return name
+
+    def _register_sub(self, f):
+        name = f"{type(self.obj).__name__}.{f.name}"
+        obj = self.obj
+        self.worker.register_sub_worker(name, lambda *arrays: f.fn(obj, *arrays))
+        return name
+
+    def _inline_chip(self, index, hint, chip, dry):
+        key = index
+        with self._lock:
+            if key not in self._inline_chips:
+                if not dry:
+                    raise _spyre.Internal(f"spyre.at(CHIP) block {index} was not seen when the program was compiled")
+                name = f"{self.orchestrator.name}.{hint or 'chip' + str(index)}"
+                self._chip_function(name, chip, len(chip.args), None)
+                self._inline_chips[key] = (name, len(chip.args))
+            name, nargs = self._inline_chips[key]
+        if len(chip.args) != nargs:
+            raise _spyre.InvalidArgument(f"spyre.at(CHIP) block {index}: {len(chip.args)} tensors now, {nargs} when "
+                                         "compiled (the blocks must not depend on the data)")
+        return name
+
+    def _chip_name(self, f):
+        return self._chip_names[f]
+
+    def _sub_name(self, f):
+        return self._sub_names[f]
+
+    # -- running
+    @staticmethod
+    def _placeholder(t, name):
+        if t is None:
+            raise _spyre.InvalidArgument(f"inline orchestrator: parameter '{name}' needs a Tensor[...] annotation")
+        return _spyre.HostTensor.zeros(list(t.shape), t.dtype)
+
+    def _trace(self, graph, args, dry):
+        c = _Ctx(self, graph, dry)
+        prev, _tls.ctx = _ctx(), c
+        try:
+            if self.obj is not None and self.orchestrator.is_method:
+                self._body(self.obj, *args)
+            else:
+                self._body(*args)
+        finally:
+            _tls.ctx = prev
+
+    def _run_graph(self, graph, tensors):
+        self._trace(graph, tensors, dry=False)
+
+    def _check(self, args):
+        n_in, n_all = len(self.inputs), len(self.inputs) + len(self.outputs)
+        if len(args) not in (n_in, n_all):
+            raise _spyre.InvalidArgument(f"{self.orchestrator.name} takes {n_in} input(s) and {len(self.outputs)} "
+                                         f"output(s): got {len(args)} argument(s)")
+        for (n, t), a in zip(self.inputs + self.outputs, args):
+            if t is None:
+                continue
+            shape = tuple(getattr(a, "shape", ()))
+            dtype = getattr(a, "dtype", None)
+            if isinstance(a, _spyre.HostTensor):
+                dtype = None  # spyre.DType: checked by the runtime
+            if shape != t.shape:
+                raise _spyre.InvalidArgument(f"{self.orchestrator.name}: argument '{n}' has shape {list(shape)}, "
+                                             f"expected {list(t.shape)}")
+            if dtype is not None and np.dtype(dtype) != t.dtype:
+                raise _spyre.InvalidArgument(f"{self.orchestrator.name}: argument '{n}' has dtype {np.dtype(dtype)}, "
+                                             f"expected {t.dtype}")
+
+    def __call__(self, *args):
+        self._check(args)
+        return self.worker.run(self.program, list(args))
+
+    def submit(self, *args):
+        """Starts a run; returns a RunHandle (wait() gives what __call__ returns)."""
+        self._check(args)
+        return self.worker.submit(self.program, list(args))
+
+    def close(self):
+        if self._own_worker:
+            self.worker.close()
+        if self._own_host is not None:
+            self._own_host.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def compile(target, config=None, *, host=None, worker=None):  # noqa: A001 (seed 003's ir.compile)
+    """Compiles a @spyre.program class (functional style) or a HOST ORCHESTRATOR
+    function with spyre.at blocks (inline style) onto a Worker: `worker` when
+    given, else a new Worker(host, config) (host: a new embedded mock when None)."""
+    return CompiledProgram(target, config, host=host, worker=worker)
+
+
+def register_op(worker, name, op, a_shape, b_shape=None, dtype=FP32, *, kernel_id=None):
+    """A ready-made chip function `name` over one kernel-builder op (add/sub/mul/div:
+    args (a, b, out); matmul: (A, B, C) split over the config's block_dim)."""
+    kb = _spyre.KernelBuilder()
+    kid = kernel_id or _next_kernel_id()
+    if op == "matmul":
+        m, k = a_shape
+        n = b_shape[1]
+        bd = worker.config.block_dim
+        if m % bd:
+            raise _spyre.InvalidArgument(f"register_op: {m} rows do not split over block_dim {bd}")
+        worker.register_kernel(kid, kb.matmul(m // bd, k, n, dtype=dtype))
+        worker.register_chip_function(name, _spyre.ChipFunction.matmul(kid, m // bd, k, n))
+    else:
+        worker.register_kernel(kid, getattr(kb, op)(list(a_shape), list(b_shape or a_shape), dtype=dtype))
+        worker.register_chip_function(name, _spyre.ChipFunction.elementwise(kid))
+    return kid

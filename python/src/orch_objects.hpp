@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: Apache-2.0
+// spyre.Orchestrator's C++ side (orchestration.cpp), shared with the host
+// level (host_level.cpp), whose Python chip functions get a borrowed one.
+//
+// A PyOrch owns a spyre::Orchestrator created on a Device (it is a Child of
+// the device's slot: Device.close() releases it), or borrows the runtime a
+// chip task runs on (ChipContext.orch), valid only while the chip function
+// runs. Every call that may block (Submit and Alloc stall while the rings are
+// full, WaitAll, Scope::End) runs with the GIL released: the tasks they wait
+// for may be Python host kernels, which take the GIL.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "objects.hpp"
+#include "spyre/memory/device_buffer.hpp"
+#include "spyre/orchestration.hpp"
+
+namespace spyre::python {
+
+namespace py = pybind11;
+
+// Device code a Python host kernel's task fails with when the kernel raises.
+inline constexpr uint32_t kPythonKernelRaised = 0x70790001u;
+
+struct PyOrch : Child {
+    SlotPtr slot;                         // null for a borrowed runtime
+    std::vector<DeviceBuffer> programs;   // uploaded device kernels (outlive the runtime)
+    std::unique_ptr<Orchestrator> owned;  // destroyed before `programs`
+    Orchestrator* orch = nullptr;
+    std::string what = "Orchestrator";
+
+    std::mutex mu;  // guards the two below (host kernels fail on worker threads)
+    std::vector<std::pair<int32_t, std::string>> python_errors;  // (kernel id, message)
+    std::map<int32_t, std::vector<uint64_t>> implicit_sizes;     // task id -> its implicit outputs' bytes
+    int32_t ring_size = 1024;
+
+    Orchestrator& Get(const char* call) const {
+        if (!orch) {
+            if (slot && slot->closed()) slot->ThrowClosed(call);
+            throw Error(ErrorKind::InvalidArgument,
+                        std::string(call) + ": the " + what + " is closed (or its chip task has ended)");
+        }
+        return *orch;
+    }
+    void Release() noexcept override {
+        orch = nullptr;
+        std::unique_ptr<Orchestrator> o = std::move(owned);
+        if (o) {
+            if (HoldsGil()) {
+                py::gil_scoped_release release;
+                o.reset();
+            } else {
+                o.reset();
+            }
+        }
+        programs.clear();
+    }
+    ~PyOrch() override { Release(); }
+};
+
+// Binds the Orchestrator class and its constants (orchestration.cpp).
+py::array DeviceView(void* data, uint64_t bytes, py::handle dtype, py::object shape, py::object base,
+                     const std::string& what);
+
+}  // namespace spyre::python

@@ -1,0 +1,146 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Seed 003's two writing styles (spyre.host_dsl over spyre.Worker): its three
+programs, verified with numpy, in place and in return style; shape and dtype
+errors; a raising SubWorker; two threads calling one compiled program."""
+import pathlib
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import spyre
+from spyre import Level, Out, Role, Tensor, ops
+
+T = Tensor[[128, 128], spyre.FP32]
+
+# seed 003's three programs are the examples' (examples/python/), tested here too
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "python"))
+from l3_dependency import L3DependencyProgram  # noqa: E402
+from l3_inline import host_orch as l3_dependency_inline  # noqa: E402
+from l3_parallel_reduce import L3ParallelReduceProgram  # noqa: E402
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def parallel_reduce_inline(a: T, b: T, f: Out[T]):
+    sum_ab = spyre.create_tensor([128, 128])
+    diff_ab = spyre.create_tensor([128, 128])
+    with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR, name_hint="chip_add"):
+        with spyre.at(level=Level.CORE_GROUP):
+            spyre.assemble(sum_ab, ops.add(a, b))
+    with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR, name_hint="chip_sub"):
+        with spyre.at(level=Level.CORE_GROUP):
+            spyre.assemble(diff_ab, ops.sub(a, b))
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        total: Tensor[[128, 128], spyre.FP32] = sum_ab + diff_ab
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f[:] = total
+    return f
+
+
+@pytest.fixture(scope="module")
+def config():
+    return spyre.DistributedConfig(device_ids=[0, 1], num_sub_workers=2)
+
+
+def ab(rng=None):
+    if rng is None:
+        return np.full((128, 128), 2.0, np.float32), np.full((128, 128), 3.0, np.float32)
+    return (rng.standard_normal((128, 128)).astype(np.float32), rng.standard_normal((128, 128)).astype(np.float32))
+
+
+@pytest.mark.parametrize("target", [L3DependencyProgram, l3_dependency_inline], ids=["functional", "inline"])
+def test_dependency_program_both_styles(host, config, target):
+    with spyre.compile(target, config, host=host) as compiled:
+        a, b = ab()
+        f = np.zeros((128, 128), np.float32)
+        assert compiled(a, b, f) is f  # in place
+        np.testing.assert_allclose(f, 5.0)
+        f2 = compiled(a, b)  # return style
+        np.testing.assert_allclose(f2, 5.0)
+        # the SubWorker checks 5.0: other data makes it fail with its message
+        with pytest.raises(spyre.TaskFailed, match="expected 5.0"):
+            compiled(a, a)
+
+
+@pytest.mark.parametrize("target", [L3ParallelReduceProgram, parallel_reduce_inline], ids=["functional", "inline"])
+def test_parallel_add_sub_and_reduce_both_styles(host, config, target, rng):
+    with spyre.compile(target, config, host=host) as compiled:
+        a, b = ab(rng)
+        np.testing.assert_allclose(compiled(a, b), 2 * a, rtol=1e-5, atol=1e-5)
+
+
+def test_functional_uses_the_ready_made_cpp_chip_function(host, config):
+    with spyre.compile(L3DependencyProgram, config, host=host) as compiled:
+        assert len(compiled.kernels) == 1
+
+
+def test_a_chip_orchestration_with_temporaries_and_matmul(host, rng):
+    A = Tensor[[64, 32], spyre.FP32]
+    B = Tensor[[32, 16], spyre.FP32]
+    C = Tensor[[64, 16], spyre.FP32]
+
+    @spyre.program
+    class MatmulBias:
+        @spyre.function(level=Level.CHIP, role=Role.ORCHESTRATOR)
+        def chip(self, a: A, b: B, bias: C, c: Out[C]):
+            t = ops.matmul(a, b)
+            ops.add(t, bias, out=c)
+
+        @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+        def host_orch(self, a: A, b: B, bias: C, c: Out[C]):
+            self.chip(a, b, bias, c)
+
+    with spyre.compile(MatmulBias, spyre.DistributedConfig(), host=host) as compiled:
+        a = rng.standard_normal((64, 32)).astype(np.float32)
+        b = rng.standard_normal((32, 16)).astype(np.float32)
+        bias = rng.standard_normal((64, 16)).astype(np.float32)
+        np.testing.assert_allclose(compiled(a, b, bias), a @ b + bias, rtol=1e-4, atol=1e-4)
+
+
+def test_wrong_shapes_and_dtypes_are_refused(host, config):
+    with spyre.compile(L3DependencyProgram, config, host=host) as compiled:
+        a, b = ab()
+        with pytest.raises(spyre.InvalidArgument, match="'b' has shape"):
+            compiled(a, b[:64])
+        with pytest.raises(spyre.InvalidArgument, match="dtype float64"):
+            compiled(a, b.astype(np.float64))
+        with pytest.raises(spyre.InvalidArgument, match="takes 2 input"):
+            compiled(a)
+
+
+def test_misuse_is_reported(host):
+    with pytest.raises(spyre.InvalidArgument, match="role"):
+        spyre.function(level=Level.HOST)(lambda a: a)
+    with pytest.raises(spyre.InvalidArgument, match="compiled program"):
+        L3DependencyProgram().host_orch(1, 2, 3)
+
+    @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+    def never_assembled(a: T, f: Out[T]):
+        with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR):
+            ops.add(a, a)
+
+    with pytest.raises(spyre.InvalidArgument, match="assemble"):
+        spyre.compile(never_assembled, spyre.DistributedConfig(), host=host)
+
+
+def test_two_threads_call_one_compiled_program(host, config):
+    with spyre.compile(L3ParallelReduceProgram, config, host=host) as compiled:
+        errors, out = [], {}
+
+        def go(i):
+            try:
+                a = np.full((128, 128), float(i), np.float32)
+                for _ in range(5):
+                    out[i] = compiled(a, a)
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        ts = [threading.Thread(target=go, args=(i,)) for i in (1, 2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert not errors
+        np.testing.assert_allclose(out[1], 2.0)
+        np.testing.assert_allclose(out[2], 4.0)

@@ -1,0 +1,240 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Seed 003's host level from Python: DistributedConfig, HostTensor <-> numpy,
+spyre.Worker with ready-made and Python chip functions, Python SubWorkers,
+runs (in place, return style, handles, threads) and HostRunError."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import spyre
+
+S = [128, 128]
+ADD, SUB, JUNK, PYK = 301, 302, 304, 306
+
+
+@pytest.fixture(scope="module")
+def worker(host):
+    w = spyre.Worker(host, spyre.DistributedConfig(device_ids=[0, 1], num_sub_workers=2))
+    kb = spyre.KernelBuilder()
+    w.register_kernel(ADD, kb.add(S))
+    w.register_kernel(SUB, kb.sub(S))
+    w.register_kernel(JUNK, bytes(64))  # no program: the device refuses it
+    w.register_chip_function("chip_add", spyre.ChipFunction.elementwise(ADD))
+    w.register_chip_function("chip_sub", spyre.ChipFunction.elementwise(SUB))
+    w.register_chip_function("chip_fault", spyre.ChipFunction.elementwise(JUNK))
+    w.register_chip_function("chip_empty", spyre.ChipFunction.empty())
+    yield w
+    w.close()
+
+
+def full(v):
+    return np.full(S, v, np.float32)
+
+
+def test_config_fields_and_validation(host):
+    c = spyre.DistributedConfig(device_ids=[1], num_sub_workers=3, block_dim=2, aicpu_thread_num=4,
+                                chip_tasks_per_device=2, runtime="tensormap_and_ringbuffer_lockfree")
+    assert (c.device_ids, c.num_sub_workers, c.block_dim, c.aicpu_thread_num, c.chip_tasks_per_device) == \
+        ([1], 3, 2, 4, 2)
+    c.validate()
+    with pytest.raises(spyre.InvalidArgument, match="block_dim"):
+        spyre.DistributedConfig(block_dim=0).validate()
+    with pytest.raises(spyre.InvalidArgument, match="runtime"):
+        spyre.Worker(host, spyre.DistributedConfig(runtime="nonsense"))
+    with pytest.raises(spyre.Error):
+        spyre.Worker(host, spyre.DistributedConfig(device_ids=[7]))
+
+
+def test_chip_tasks_per_device(host):
+    with spyre.Worker(host, spyre.DistributedConfig(device_ids=[0], chip_tasks_per_device=1)) as w:
+        assert w.chip_tasks_at_once(0) == 1
+    with pytest.raises(spyre.InvalidArgument, match="chip_tasks_per_device"):
+        spyre.Worker(host, spyre.DistributedConfig(device_ids=[0], chip_tasks_per_device=64))
+
+
+def test_host_tensor_numpy_zero_copy():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = spyre.HostTensor.from_numpy(a)
+    assert t.shape == (3, 4)
+    v = t.numpy()
+    v[0, 0] = 42
+    assert a[0, 0] == 42  # the same memory
+    z = spyre.HostTensor.zeros([2, 8])
+    z.numpy()[:] = 1
+    assert np.asarray(z).sum() == 16
+    assert t.rows(1, 3).numpy()[0, 0] == 4
+
+
+def dependency_program(verify):
+    def orch(g, x):
+        g.chip("chip_add", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])])
+        g.sub(verify, [spyre.In(x[2])])
+    return spyre.HostProgram("l3_dependency", 2, [(S, np.float32)], orch)
+
+
+def test_dependency_and_verify_in_place_and_return_style(worker):
+    seen = []
+
+    def verify(f):
+        seen.append(f.copy())
+        assert np.allclose(f, 5.0)
+
+    p = dependency_program(verify)
+    a, b, f = full(2), full(3), np.zeros(S, np.float32)
+    r = worker.run(p, [a, b, f])
+    assert r is f
+    np.testing.assert_allclose(f, 5.0)
+    out = worker.run(p, [a, b])
+    np.testing.assert_allclose(out, 5.0)
+    assert len(seen) == 2
+
+
+def test_parallel_add_sub_and_reduce(worker, rng):
+    def orch(g, x):
+        s, d = g.create_tensor(S), g.create_tensor(S)
+        g.chip("chip_add", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(s)])
+        g.chip("chip_sub", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(d)])
+        g.sub("reduce_sum", [spyre.In(s), spyre.In(d), spyre.Out(x[2])])
+
+    def reduce_sum(s, d, f):
+        f[:] = s + d
+
+    worker.register_sub_worker("reduce_sum", reduce_sum)
+    p = spyre.HostProgram("l3_parallel_reduce", 2, [S], orch)
+    a = rng.standard_normal(S).astype(np.float32)
+    b = rng.standard_normal(S).astype(np.float32)
+    np.testing.assert_allclose(worker.run(p, [a, b]), 2 * a, rtol=1e-5, atol=1e-5)
+
+
+def test_python_chip_function_submits_on_the_chip_orchestrator(worker, rng):
+    calls = []
+
+    def chip_triple(ctx):
+        calls.append((ctx.shapes, ctx.block_dim, ctx.args[0].shape, bool(ctx.device)))
+        a, out = ctx.args  # numpy views on the device's memory
+        t = ctx.orch.submit(ADD, spyre.WORKER_VECTOR, [("in", a), ("in", a), ("out", None, a.nbytes)])
+        ctx.orch.submit(ADD, spyre.WORKER_VECTOR, [("in", ctx.orch.task_output(t)), ("in", a), ("out", out)])
+
+    worker.register_chip_function("chip_triple", chip_triple)
+    p = spyre.HostProgram("triple", 1, [S], lambda g, x: g.chip("chip_triple", [spyre.In(x[0]), spyre.Out(x[1])]))
+    a = rng.standard_normal(S).astype(np.float32)
+    np.testing.assert_allclose(worker.run(p, [a]), 3 * a, rtol=1e-5)
+    assert calls == [([S, S], 1, tuple(S), True)]
+
+    def chip_raises(ctx):
+        raise KeyError("no such tile")
+
+    worker.register_chip_function("chip_raises", chip_raises)
+    p = spyre.HostProgram("raises", 1, [S], lambda g, x: g.chip("chip_raises", [spyre.In(x[0]), spyre.Out(x[1])]))
+    with pytest.raises(spyre.TaskFailed, match="no such tile") as info:
+        worker.run(p, [a])
+    assert info.value.failures[0].level == spyre.Level.CHIP
+
+
+def test_subworker_that_raises_fails_with_its_message_and_skips_dependents(worker):
+    ran = []
+
+    def bad(f):
+        raise ValueError("checksum mismatch in tile 3")
+
+    def after(f, g):
+        ran.append("after")
+
+    def independent(x):
+        ran.append("independent")
+
+    def orch(g, x):
+        g.chip("chip_add", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])])
+        g.sub(bad, [spyre.InOut(x[2])])
+        g.sub(after, [spyre.In(x[2]), spyre.Out(g.create_tensor([4]))], name="after")
+        g.sub(independent, [spyre.In(x[0])])
+
+    p = spyre.HostProgram("failing", 2, [S], orch)
+    a, b = full(1), full(2)
+    with pytest.raises(spyre.TaskFailed) as info:
+        worker.run(p, [a, b])
+    e = info.value
+    assert isinstance(e, spyre.HostRunError)
+    assert "checksum mismatch in tile 3" in str(e) and "ValueError" in e.cause
+    assert e.failures[0].function == "bad" and e.failures[0].level == spyre.Level.HOST
+    assert any("after" in s for s in e.skipped)
+    assert ran == ["independent"]
+    # the worker is usable afterwards
+    np.testing.assert_allclose(worker.run(dependency_program(lambda f: None), [a, b]), 3.0)
+
+
+def test_chip_task_that_faults_carries_the_device_code(worker):
+    p = spyre.HostProgram("fault", 2, [S], lambda g, x: g.chip("chip_fault", [spyre.In(x[0]), spyre.In(x[1]),
+                                                                               spyre.Out(x[2])]))
+    with pytest.raises(spyre.HostRunError) as info:
+        worker.run(p, [full(1), full(2)])
+    e = info.value
+    f = e.failures[0]
+    assert f.level == spyre.Level.CHIP and f.function == "chip_fault" and f.device
+    assert f.device_code != 0 and e.device_code == f.device_code
+
+
+def test_bad_arguments_are_typed(worker):
+    p = dependency_program(lambda f: None)
+    with pytest.raises(spyre.InvalidArgument, match="output 0"):
+        worker.run(p, [full(1), full(2), np.zeros([4, 4], np.float32)])
+    with pytest.raises(spyre.InvalidArgument, match="dtype"):
+        worker.run(p, [full(1), full(2), np.zeros(S, np.float64)])
+    with pytest.raises(spyre.InvalidArgument, match="C-contiguous"):
+        worker.run(p, [full(1), full(2), np.zeros([128, 256], np.float32)[:, ::2]])
+    with pytest.raises(spyre.Error, match="nope"):
+        worker.run(spyre.HostProgram("x", 1, [S], lambda g, x: g.chip("nope", [spyre.In(x[0])])), [full(1)])
+
+
+def test_orchestration_function_that_raises(worker):
+    def orch(g, x):
+        raise RuntimeError("cannot plan")
+    with pytest.raises(spyre.TaskFailed, match="cannot plan"):
+        worker.run(spyre.HostProgram("x", 1, [S], orch), [full(1)])
+
+
+def test_two_python_threads_run_programs_at_once(worker, rng):
+    p = dependency_program(lambda f: time.sleep(0.01))
+    errors, results = [], {}
+
+    def run(i):
+        try:
+            a = np.full(S, float(i), np.float32)
+            for _ in range(5):
+                results[i] = worker.run(p, [a, a])
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+    for i in range(2):
+        np.testing.assert_allclose(results[i], 2.0 * i)
+
+
+def test_arrays_stay_alive_while_a_run_is_in_flight(worker):
+    gate = threading.Event()
+    p = dependency_program(lambda f: gate.wait(5))
+    a, b = full(2), full(3)
+    h = worker.submit(p, [a, b, np.zeros(S, np.float32)])
+    del a, b  # the run holds them
+    import gc
+    gc.collect()
+    assert not h.done()
+    gate.set()
+    out = h.wait()
+    np.testing.assert_allclose(out, 5.0)
+    assert h.done()
+    assert h.wait() is out
+
+
+def test_submit_handles_and_many_runs(worker):
+    p = dependency_program(lambda f: None)
+    hs = [worker.submit(p, [full(i), full(1)]) for i in range(8)]
+    for i, h in enumerate(hs):
+        np.testing.assert_allclose(h.wait(), i + 1.0)

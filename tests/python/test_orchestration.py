@@ -1,0 +1,157 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Seed 004's orchestration runtime from Python: spyre.Orchestrator on a device,
+device kernels from the kernel builder, Python host kernels, scopes, implicit
+outputs, alloc/free, and failures (device code, Python exception, skipped tasks)."""
+import threading
+
+import numpy as np
+import pytest
+
+import spyre
+
+N = 256
+NB = N * 4
+ADD, MUL, PYADD, PYRAISE, JUNK = 1, 2, 3, 4, 5
+
+
+@pytest.fixture
+def orch(dev):
+    o = spyre.Orchestrator(dev, task_ring_size=64, heap_size=4 << 20)
+    kb = spyre.KernelBuilder()
+    o.register_device_kernel(ADD, kb.add([N]))
+    o.register_device_kernel(MUL, kb.mul([N]))
+    yield o
+    o.close()
+
+
+def example1(o, A, B, C, D, E):
+    """Seed 004's Example 1 shape: two independent adds, their product into E."""
+    t0 = o.submit(ADD, spyre.WORKER_VECTOR, [("in", A), ("in", B), ("out", None, NB)])
+    t1 = o.submit(ADD, spyre.WORKER_VECTOR, [("in", C), ("in", D), ("out", None, NB)])
+    o.submit(MUL, spyre.WORKER_VECTOR, [("in", o.task_output(t0)), ("in", o.task_output(t1)), ("out", E)])
+
+
+def test_example1_dag_on_device_matches_numpy(orch, rng):
+    bufs = [orch.alloc(NB) for _ in range(5)]
+    A, B, C, D, E = bufs
+    for x in (A, B, C, D):
+        x[:] = rng.standard_normal(N).astype(np.float32)
+    with orch.scope():
+        example1(orch, A, B, C, D, E)
+    orch.wait_all()
+    np.testing.assert_allclose(E, (A + B) * (C + D), rtol=1e-5)
+    for b in bufs:
+        orch.free(b)
+
+
+def test_orchestration_function_written_in_python_with_run(orch, rng):
+    A, B, C, D, E = (orch.alloc(NB) for _ in range(5))
+    for x in (A, B, C, D):
+        x[:] = rng.standard_normal(N).astype(np.float32)
+    orch.run(example1, A, B, C, D, E)
+    np.testing.assert_allclose(E, (A + B) * (C + D), rtol=1e-5)
+
+
+def test_python_host_kernels_get_views_and_mix_with_device_tasks(orch, rng):
+    calls = []
+
+    def pyadd(a, b, c):
+        calls.append(threading.current_thread().name)
+        c[:] = a + b  # views on the task's memory: written in place
+
+    orch.register_host_kernel(PYADD, pyadd)
+    A, B, E = (orch.alloc(NB) for _ in range(3))
+    A[:] = rng.standard_normal(N).astype(np.float32)
+    B[:] = 2.0
+    with orch.scope():
+        t0 = orch.submit(PYADD, spyre.WORKER_HOST, [("in", A), ("in", B), ("out", None, NB)])
+        orch.submit(ADD, spyre.WORKER_VECTOR, [("in", orch.task_output(t0)), ("in", A), ("out", E)])
+    orch.wait_all()  # the GIL is released here: the host kernel takes it on a worker thread
+    assert len(calls) == 1 and calls[0] != threading.current_thread().name
+    np.testing.assert_allclose(E, 2 * A + 2.0, rtol=1e-5)
+
+
+def test_many_python_host_tasks_with_a_chain(orch):
+    acc = orch.alloc(4, dtype=np.int32)
+    acc[:] = 0
+
+    def inc(x):
+        x += 1
+
+    orch.register_host_kernel(PYADD, inc, dtype=np.int32)
+    for _ in range(10):  # 200 tasks through a ring of 64: submit stalls (GIL released) until slots drain
+        with orch.scope():
+            for _ in range(20):
+                orch.submit(PYADD, spyre.WORKER_HOST, [("inout", acc)])
+    orch.wait_all()
+    assert acc[0] == 200
+    with pytest.raises(spyre.OutOfMemory, match="task ring"):  # one scope cannot hold more than the ring
+        with orch.scope():
+            for _ in range(65):
+                orch.submit(PYADD, spyre.WORKER_HOST, [("inout", acc)])
+    orch.wait_all()
+
+
+def test_python_host_kernel_that_raises_fails_its_task_and_skips_dependents(orch, rng):
+    def boom(a, out):
+        raise ValueError("bad tile 7")
+
+    orch.register_host_kernel(PYRAISE, boom)
+    A, E, F = (orch.alloc(NB) for _ in range(3))
+    A[:] = 1.0
+    F[:] = 0.0
+    with orch.scope():
+        t0 = orch.submit(PYRAISE, spyre.WORKER_HOST, [("in", A), ("out", None, NB)])
+        t1 = orch.submit(ADD, spyre.WORKER_VECTOR, [("in", orch.task_output(t0)), ("in", A), ("out", E)])
+        orch.submit(ADD, spyre.WORKER_VECTOR, [("in", A), ("in", A), ("out", F)])  # independent
+    with pytest.raises(spyre.TaskFailed) as info:
+        orch.wait_all()
+    e = info.value
+    assert "bad tile 7" in str(e) and "ValueError" in str(e)
+    assert e.task_id == t0 and e.kernel_id == PYRAISE
+    assert e.device_code == spyre.PYTHON_KERNEL_RAISED
+    assert t1 in e.skipped
+    np.testing.assert_allclose(F, 2.0)  # the independent task ran
+    # the runtime is usable afterwards
+    with orch.scope():
+        orch.submit(ADD, spyre.WORKER_VECTOR, [("in", A), ("in", A), ("out", E)])
+    orch.wait_all()
+    np.testing.assert_allclose(E, 2.0)
+
+
+def test_device_fault_carries_task_kernel_and_device_code(orch):
+    orch.register_device_kernel(JUNK, bytes(64))  # no program: the device refuses it
+    A, E = orch.alloc(NB), orch.alloc(NB)
+    with orch.scope():
+        t0 = orch.submit(JUNK, spyre.WORKER_CUBE, [("in", A), ("out", None, NB)])
+        t1 = orch.submit(ADD, spyre.WORKER_VECTOR, [("in", orch.task_output(t0)), ("in", A), ("out", E)])
+    with pytest.raises(spyre.DeviceError) as info:
+        orch.wait_all()
+    e = info.value
+    assert e.task_id == t0 and e.kernel_id == JUNK
+    assert e.device_code != 0
+    assert t1 in e.skipped
+    assert any(f["task_id"] == t0 and not f["skipped"] for f in e.failures)
+
+
+def test_bad_parameters_are_typed_errors(orch):
+    A = orch.alloc(NB)
+    with pytest.raises(spyre.InvalidArgument, match="kind"):
+        orch.submit(ADD, spyre.WORKER_VECTOR, [("sideways", A)])
+    with pytest.raises(spyre.InvalidArgument, match="implicit output"):
+        orch.submit(ADD, spyre.WORKER_VECTOR, [("in", None, NB)])
+    with pytest.raises(spyre.InvalidArgument):  # host memory, not the device mapping
+        with orch.scope():
+            orch.submit(ADD, spyre.WORKER_VECTOR, [("in", np.zeros(N, np.float32)), ("out", None, NB)])
+    orch.wait_all()
+
+
+def test_views_outlive_nothing_after_close(dev):
+    o = spyre.Orchestrator(dev, task_ring_size=16, heap_size=1 << 20, ready_queues="locked")
+    a = o.alloc(64)
+    a[:] = 3
+    o.close()
+    with pytest.raises(spyre.InvalidArgument, match="closed"):
+        o.alloc(64)
+    with pytest.raises(spyre.InvalidArgument, match="ready_queues"):
+        spyre.Orchestrator(dev, ready_queues="sideways")
