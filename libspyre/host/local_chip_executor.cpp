@@ -152,9 +152,9 @@ void LocalChipExecutor::Evict() {
 
 // One call's hold on the executor: a free slot and its arguments' device
 // copies, inputs uploaded, taken under one lock and given back under one.
-// A copy another call in flight holds is current (the scheduler never runs
-// a writer of a range beside a reader of it) and was uploaded under this
-// lock before, so it is not uploaded twice.
+// A copy another argument in flight reads is current (it was uploaded, or
+// was current, under this lock before, and the scheduler never runs a
+// writer of a range beside a reader of it), so it is not uploaded twice.
 class LocalChipExecutor::Lease {
 public:
     Lease(LocalChipExecutor& e, const ChipCall& call, ChipCallStats& stats) : e_(e) {
@@ -168,13 +168,16 @@ public:
                 Copy& c = e_.CopyFor(t);
                 ++c.users;
                 copies_.push_back(&c);
-                if (a.arg.access == Access::Out) continue;
-                if (a.current_on_device || c.users > 1) {
+                const bool reads = a.arg.access != Access::Out;
+                reads_.push_back(reads);
+                if (!reads) continue;
+                if (a.current_on_device || c.readers > 0) {
                     stats.bytes_reused += t.bytes();
                 } else {
                     std::memcpy(slot_->orch->HostAddress(c.device_address, t.bytes()), t.data(), t.bytes());  // the function's memory
                     stats.bytes_uploaded += t.bytes();
                 }
+                ++c.readers;
             }
         } catch (...) {
             GiveBack();
@@ -196,12 +199,16 @@ public:
 
 private:
     void GiveBack() {
-        for (Copy* c : copies_) --c->users;
+        for (size_t i = 0; i < copies_.size(); ++i) {
+            --copies_[i]->users;
+            if (i < reads_.size() && reads_[i]) --copies_[i]->readers;
+        }
         e_.free_slots_.push_back(slot_);
     }
     LocalChipExecutor& e_;
     Slot* slot_ = nullptr;
     std::vector<Copy*> copies_;
+    std::vector<bool> reads_;  // copies_[i] counted among its readers
 };
 
 ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {

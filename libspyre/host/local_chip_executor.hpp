@@ -52,7 +52,8 @@ private:
         uint64_t device_address = 0;  // each slot's runtime maps it at its own host address
         std::weak_ptr<HostTensor::Storage> storage;
         uint64_t last_use = 0;
-        unsigned users = 0;  // calls in flight that hold it: never evicted then
+        unsigned users = 0;    // arguments of calls in flight that hold it: never evicted then
+        unsigned readers = 0;  // of those, the In and InOut ones: their bytes are current
     };
     // What one chip task at a time runs on.
     struct Slot {

@@ -243,6 +243,20 @@ TEST_F(WorkerTest, WritersOfOneTensorSerialise) {
     }
 }
 
+// A task naming one range as Out and then In reads it: the In uploads the
+// host bytes though the Out came first (the function here changes nothing,
+// so the range comes back as it went).
+TEST_F(WorkerTest, AnOutBeforeAnInOfTheSameRangeStillUploadsIt) {
+    worker_->RegisterChipFunction("leave_as_is", [](ChipContext&) {});
+    HostProgram p{"out_then_in", 1, {}, [](HostGraph& g, std::span<const HostTensor> x) {
+                      g.Chip("leave_as_is", {Out(x[0]), In(x[0])});
+                  }};
+    HostTensor t = Iota(1.0f, 2.0f);
+    const std::vector<float> before(t.floats().begin(), t.floats().end());
+    worker_->Run(p, {t});
+    ExpectFloats(t, [&](size_t i) { return before[i]; }, "the range after Out + In");
+}
+
 // The data-parallel matmul: A's rows split over the four devices, each chip
 // task writing its own rows of C (disjoint: no dependency), each split again
 // over block_dim = 2 core tasks; C checked against a CPU matmul.
