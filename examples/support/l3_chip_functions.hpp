@@ -44,22 +44,7 @@ inline void ChipSub(ChipContext& ctx) {
 // chip_matmul for row blocks of `task_rows * block_dim` rows, with `kernel`
 // a task_rows x k x n matmul program.
 inline ChipFunction ChipMatmul(int64_t task_rows, int64_t k, int64_t n, int32_t kernel = KERNEL_MATMUL) {
-    return [=](ChipContext& ctx) {
-        const int64_t rows = ctx.shapes.at(0).at(0);
-        if (rows != task_rows * ctx.block_dim || ctx.shapes.at(1) != std::vector<int64_t>{k, n})
-            throw Error(ErrorKind::InvalidArgument, "chip_matmul: expects A of " + std::to_string(task_rows * ctx.block_dim) +
-                                                        " rows (block_dim x " + std::to_string(task_rows) + ") and B [" +
-                                                        std::to_string(k) + "x" + std::to_string(n) + "]");
-        auto* a = static_cast<char*>(ctx.args[0]);
-        auto* c = static_cast<char*>(ctx.args[2]);
-        const uint64_t a_bytes = uint64_t(task_rows * k) * 4, c_bytes = uint64_t(task_rows * n) * 4;
-        for (int i = 0; i < ctx.block_dim; ++i) {
-            TaskParam p[] = {{PARAM_INPUT, a + i * a_bytes, a_bytes, {}},
-                             {PARAM_INPUT, ctx.args[1], ctx.bytes[1], {}},
-                             {PARAM_OUTPUT, c + i * c_bytes, c_bytes, {}}};
-            ctx.orch.Submit(kernel, WORKER_CUBE, p);
-        }
-    };
+    return RowBlockMatmulChip("chip_matmul", kernel, task_rows, k, n);
 }
 
 inline void ChipFault(ChipContext& ctx) {

@@ -7,6 +7,7 @@
 
 #include "spyre/device/host.hpp"
 #include "spyre/host/chip_executor.hpp"
+#include "spyre/host/chip_functions.hpp"
 #include "spyre/host/host_tensor.hpp"
 #include "spyre/host/multihost_worker.hpp"
 #include "spyre/host/worker.hpp"

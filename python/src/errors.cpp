@@ -132,6 +132,14 @@ Error FromPython(const py::error_already_set& e, const std::string& where) {
     return Error(ErrorKind::TaskFailed, where + " raised " + type + ": " + std::string(py::str(e.value())));
 }
 
+std::optional<ErrorKind> SpyreKindOf(const py::error_already_set& e) {
+    if (!py::hasattr(e.value(), "kind") || !py::hasattr(e.value(), "message")) return std::nullopt;
+    const std::string kind = py::str(e.value().attr("kind"));
+    for (const auto& k : kKinds)
+        if (kind == k.name) return k.kind;
+    return std::nullopt;
+}
+
 void BindErrors(py::module_& m) {
     g_base = PyErr_NewExceptionWithDoc(
         "spyre._spyre.Error",

@@ -4,6 +4,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <optional>
+
 #include "spyre/error.hpp"
 
 namespace spyre::python {
@@ -18,5 +20,8 @@ py::object ToPython(const Error& error);
 // stream callback, a progress callback): as Error(TaskFailed) naming where,
 // with the Python type and message. The GIL is held.
 Error FromPython(const py::error_already_set& e, const std::string& where);
+
+// The ErrorKind of a spyre.Error raised in Python (by its `kind`), else nullopt.
+std::optional<ErrorKind> SpyreKindOf(const py::error_already_set& e);
 
 }  // namespace spyre::python

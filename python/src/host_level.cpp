@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "dtype.hpp"
 #include "errors.hpp"
 #include "orch_objects.hpp"
+#include "spyre/host/chip_functions.hpp"
 #include "spyre/host/worker.hpp"
 
 namespace spyre::python {
@@ -242,24 +244,7 @@ PyChipFunction ElementwiseChip(int32_t kernel_id, int32_t worker_type) {
 }
 
 PyChipFunction MatmulChip(int32_t kernel_id, int64_t task_rows, int64_t k, int64_t n) {
-    return {[=](ChipContext& ctx) {
-                const int64_t rows = ctx.shapes.at(0).at(0);
-                if (ctx.args.size() != 3 || rows != task_rows * ctx.block_dim ||
-                    ctx.shapes.at(1) != std::vector<int64_t>{k, n})
-                    throw Error(ErrorKind::InvalidArgument,
-                                "matmul chip function: expects (A, B, C) with A of " + std::to_string(task_rows * ctx.block_dim) +
-                                    " rows (block_dim x " + std::to_string(task_rows) + ") and B [" + std::to_string(k) + "x" +
-                                    std::to_string(n) + "]");
-                auto* a = static_cast<char*>(ctx.args[0]);
-                auto* c = static_cast<char*>(ctx.args[2]);
-                const uint64_t a_bytes = uint64_t(task_rows * k) * 4, c_bytes = uint64_t(task_rows * n) * 4;
-                for (int i = 0; i < ctx.block_dim; ++i) {
-                    TaskParam p[] = {{PARAM_INPUT, a + i * a_bytes, a_bytes, {}},
-                                     {PARAM_INPUT, ctx.args[1], ctx.bytes[1], {}},
-                                     {PARAM_OUTPUT, c + i * c_bytes, c_bytes, {}}};
-                    ctx.orch.Submit(kernel_id, WORKER_CUBE, p);
-                }
-            },
+    return {RowBlockMatmulChip("matmul chip function", kernel_id, task_rows, k, n),
             "matmul(kernel " + std::to_string(kernel_id) + ")"};
 }
 
@@ -293,17 +278,12 @@ HostProgram MakeProgram(const std::string& name, size_t num_inputs, const py::it
             for (const HostTensor& t : args) a.append(py::cast(t));
             py::handle{raw}(py::cast(pg), a);
         } catch (py::error_already_set& e) {
-            // A spyre error raised inside (a bad chip call) keeps its kind.
-            if (py::hasattr(e.value(), "kind") && py::hasattr(e.value(), "message")) {
-                static const std::pair<const char*, ErrorKind> kinds[] = {
-                    {"InvalidArgument", ErrorKind::InvalidArgument}, {"NotFound", ErrorKind::NotFound},
-                    {"WrongDevice", ErrorKind::WrongDevice},         {"Unsupported", ErrorKind::Unsupported}};
-                const std::string kind = py::str(e.value().attr("kind"));
-                for (const auto& [n, k] : kinds)
-                    if (kind == n)
-                        throw Error(k, "host orchestration function '" + name + "': " +
-                                           std::string(py::str(e.value().attr("message"))));
-            }
+            // A spyre error of a bad recording (a bad chip call) keeps its kind.
+            const std::optional<ErrorKind> kind = SpyreKindOf(e);
+            if (kind == ErrorKind::InvalidArgument || kind == ErrorKind::NotFound || kind == ErrorKind::WrongDevice ||
+                kind == ErrorKind::Unsupported)
+                throw Error(*kind, "host orchestration function '" + name + "': " +
+                                       std::string(py::str(e.value().attr("message"))));
             throw FromPython(e, "host orchestration function '" + name + "'");
         }
     };

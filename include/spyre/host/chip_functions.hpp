@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: Apache-2.0
+// Ready-made chip functions over one registered device kernel, for callers
+// with no orchestration logic of their own (the examples, the Python front
+// end's ChipFunction.matmul).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "spyre/host/chip_executor.hpp"
+
+namespace spyre {
+
+// C[r x n] = A[r x k] * B[k x n] with arguments (A, B, C), fp32 row-major:
+// A and C split into ctx.block_dim core tasks of `task_rows` rows each
+// (rows of a row-major matrix are contiguous), each running `kernel_id`, a
+// task_rows x k x n matmul program. Other arguments are InvalidArgument
+// naming `name`.
+ChipFunction RowBlockMatmulChip(std::string name, int32_t kernel_id, int64_t task_rows, int64_t k, int64_t n);
+
+}  // namespace spyre
