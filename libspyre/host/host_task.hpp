@@ -1,17 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // A task of a host-level run (a chip task or a SubWorker) and the run it
 // belongs to, as the scheduler keeps them. Every field changes under the
-// scheduler's lock only.
+// scheduler's lock only, but for a task's parked outcome (written by the
+// thread that ran it, before it parks the task) and a run's wake-up words.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "spyre/host/chip_executor.hpp"
 #include "spyre/host/worker.hpp"
 
 namespace spyre::host {
@@ -26,6 +27,7 @@ struct HostTask {
     Level level = Level::Chip;
     std::string function;         // chip function or SubWorker name
     SubWorkerFn fn;               // SubWorker body (resolved when recorded)
+    const ChipRegistry::Entry* chip = nullptr;  // chip function (resolved when recorded)
     std::vector<TensorArg> args;
     std::optional<size_t> pinned;  // ChipOptions::device
     RunState* run = nullptr;
@@ -37,6 +39,7 @@ struct HostTask {
     // not the failed task: that may belong to another run, gone by then.
     std::shared_ptr<const TaskFailureInfo> root;
     size_t device = SIZE_MAX;            // where a chip task was placed
+    ChipCall call;                       // what its device thread runs, set when placed
 
     // While a trace records: this task's span once drawn (track 0: none),
     // and its producers' span ends, each the tail of an arrow into it.
@@ -47,6 +50,12 @@ struct HostTask {
     };
     TraceEnd trace;
     std::vector<TraceEnd> trace_in;
+
+    // How it ended, parked in the scheduler's inbox by the thread that ran
+    // it until a holder of the scheduler's lock applies it.
+    HostTask* inbox_next = nullptr;
+    std::unique_ptr<TaskFailureInfo> inbox_failure;  // null: it succeeded
+    ChipCallStats inbox_moved;
 
     bool Finished() const { return state == State::Done || state == State::Failed || state == State::Skipped; }
 };
@@ -60,9 +69,13 @@ struct RunState {
     std::vector<TaskFailureInfo> failures;
     std::vector<std::string> skipped;
     bool done = false;
-    bool watched = false;  // a waiter reports progress: wake it on every finished task
-    std::atomic<bool> done_flag{false};  // `done`, for a waiter's brief look before it sleeps
-    std::condition_variable done_cv;  // waited on with the scheduler's lock
+    bool watched = false;  // a waiter reports progress: announce every finished task
+    std::atomic<bool> done_flag{false};  // `done`, readable without the lock
+    // Bumped (after done_flag) when the run ends, and when a task finishes
+    // while watched: a private futex word its waiters sleep on, woken only
+    // when one sleeps.
+    std::atomic<uint32_t> changes{0};
+    std::atomic<uint32_t> sleepers{0};
 };
 
 }  // namespace spyre::host

@@ -22,7 +22,19 @@ JobThreads::~JobThreads() {
     for (auto& t : threads_) t.join();
 }
 
-void JobThreads::Post(std::function<void()> job) {
+void JobThreads::PostAll(std::vector<Job>& jobs) {
+    if (jobs.empty()) return;
+    {
+        std::lock_guard lock(mu_);
+        for (Job& job : jobs) jobs_.push_back(std::move(job));
+        queued_.store(jobs_.size(), std::memory_order_release);
+    }
+    if (jobs.size() == 1) cv_.notify_one();
+    else cv_.notify_all();
+    jobs.clear();
+}
+
+void JobThreads::Post(Job job) {
     {
         std::lock_guard lock(mu_);
         jobs_.push_back(std::move(job));
@@ -37,14 +49,12 @@ void JobThreads::Loop(int index) {
     for (;;) {
         if (jobs_.empty() && !stop_) {
             lock.unlock();
-            const auto until = std::chrono::steady_clock::now() + kSpin;
-            while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until)
-                std::this_thread::yield();
+            LookBeforeSleeping([&] { return queued_.load(std::memory_order_acquire) != 0; });
             lock.lock();
         }
         cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
         if (jobs_.empty()) return;  // stop_ and drained
-        std::function<void()> job = std::move(jobs_.front());
+        Job job = std::move(jobs_.front());
         jobs_.pop_front();
         queued_.store(jobs_.size(), std::memory_order_release);
         lock.unlock();

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "spyre/common/futex.hpp"
+
 namespace spyre::host {
 
 class JobThreads {
@@ -26,10 +28,35 @@ public:
     JobThreads(const JobThreads&) = delete;
     JobThreads& operator=(const JobThreads&) = delete;
 
+    using Job = std::function<void()>;
     // `job` must not throw (the scheduler's jobs catch everything).
-    void Post(std::function<void()> job);
+    void Post(Job job);
+    // All of `jobs`, in order, under one lock (emptied): a run's ready
+    // tasks reach a device thread in one hand-over, not one each.
+    void PostAll(std::vector<Job>& jobs);
 
     static constexpr std::chrono::microseconds kSpin{50};
+    // Of kSpin, how long a looker only pauses between looks before it
+    // yields the CPU between them: a yield is a system call, about a
+    // microsecond here, which a hand-over within a few microseconds (the
+    // next chip task, a run's end) would otherwise wait for.
+    static constexpr std::chrono::microseconds kPauseSpin{5};
+
+    // Looks for `ready()` for up to kSpin (pausing, then yielding); false
+    // when it is still not ready and the caller should sleep.
+    template <typename Ready>
+    static bool LookBeforeSleeping(Ready&& ready) {
+        const auto start = std::chrono::steady_clock::now();
+        for (unsigned looks = 0;; ++looks) {
+            if (ready()) return true;
+            if ((looks & 15) == 15) {
+                const auto spent = std::chrono::steady_clock::now() - start;
+                if (spent >= kSpin) return false;
+                if (spent >= kPauseSpin) std::this_thread::yield();
+            }
+            CpuRelax();
+        }
+    }
 
     // Which of its pool's threads runs the calling job (0..threads-1): the
     // trace names a SubWorker's track by it.
@@ -39,7 +66,7 @@ private:
     void Loop(int index);
     std::mutex mu_;
     std::condition_variable cv_;
-    std::deque<std::function<void()>> jobs_;
+    std::deque<Job> jobs_;
     std::atomic<size_t> queued_{0};  // jobs_.size(), readable without the lock
     bool stop_ = false;
     std::vector<std::thread> threads_;

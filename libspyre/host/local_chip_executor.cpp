@@ -212,7 +212,7 @@ private:
 };
 
 ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
-    const ChipRegistry::Entry* fn = registry_->Find(call.function);
+    const ChipRegistry::Entry* fn = call.entry ? call.entry : registry_->Find(call.function);
     if (!fn) {
         ErrorContext where;
         where.device = Describe();

@@ -8,9 +8,100 @@
 
 #include "host_trace.hpp"
 #include "placement.hpp"
+#include "spyre/common/futex.hpp"
 #include "spyre/trace/trace.hpp"
 
 namespace spyre::host {
+
+class Scheduler::Lock {
+public:
+    explicit Lock(Scheduler& s) : s_(s) {
+        s_.mu_.lock();
+        try {
+            s_.ApplyInbox();
+        } catch (...) {  // a constructor that throws has no destructor to unlock
+            s_.Unlock();
+            throw;
+        }
+    }
+    ~Lock() { s_.Unlock(); }
+    Lock(const Lock&) = delete;
+    Lock& operator=(const Lock&) = delete;
+
+private:
+    Scheduler& s_;
+};
+
+void Scheduler::Unlock() {
+    Graveyard dead;
+    struct Posting {
+        JobThreads* pool;
+        std::vector<JobThreads::Job> jobs;
+    };
+    std::vector<Posting> posting;  // allocates only when there is something to post
+    auto take = [&] {
+        for (auto& run : finished_) dead.push_back(std::move(run));
+        finished_.clear();
+        for (size_t i = 0; i < to_post_.size(); ++i) {
+            if (to_post_[i].empty()) continue;
+            posting.push_back({i < lanes_.size() ? lanes_[i].get() : sub_workers_.get(), std::move(to_post_[i])});
+            to_post_[i].clear();  // moved from: empty again, and usable
+        }
+    };
+    auto post = [&] {
+        for (Posting& p : posting) p.pool->PostAll(p.jobs);
+        posting.clear();
+    };
+    take();
+    mu_.unlock();
+    post();
+    ApplyParkedAfterUnlock(mu_, inbox_, [&] {
+        ApplyInbox();
+        take();
+    });
+    post();
+}  // `dead` freed here, outside the lock
+
+void Scheduler::ApplyInbox() {
+    for (HostTask* t = inbox_.TakeAll(); t;) {
+        HostTask* next = t->inbox_next;  // read first: finishing may end its run
+        if (t->level == Level::Chip) {
+            Worker::DeviceStats& st = stats_[t->device];
+            ++st.chip_tasks;
+            st.moved.bytes_uploaded += t->inbox_moved.bytes_uploaded;
+            st.moved.bytes_reused += t->inbox_moved.bytes_reused;
+            st.moved.bytes_downloaded += t->inbox_moved.bytes_downloaded;
+        }
+        if (t->inbox_failure) Finish(t, HostTask::State::Failed, std::move(*t->inbox_failure));
+        else Finish(t, HostTask::State::Done, {});
+        t = next;
+    }
+}
+
+void Scheduler::Park(HostTask& task) {
+    inbox_.Push(task);  // `task` may be finished, and its run gone, from here on
+    if (!mu_.try_lock()) return;  // its holder applies it
+    ApplyInbox();
+    Unlock();
+}
+
+namespace {
+
+// A change of the run (a task finished, the run ended) for its waiters.
+void Announce(RunState& run) {
+    run.changes.fetch_add(1, std::memory_order_seq_cst);
+    if (run.sleepers.load(std::memory_order_seq_cst) != 0) FutexWake(&run.changes, FutexScope::Private);
+}
+
+// Sleeps until the run changes from `seen` (read before what it decided on).
+void SleepPast(RunState& run, uint32_t seen) {
+    run.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    while (run.changes.load(std::memory_order_seq_cst) == seen)
+        FutexWait(&run.changes, seen, std::chrono::seconds(1), FutexScope::Private);
+    run.sleepers.fetch_sub(1, std::memory_order_relaxed);
+}
+
+}  // namespace
 
 Scheduler::Scheduler(std::vector<std::unique_ptr<ChipExecutor>> executors, const DistributedConfig& config)
     : executors_(std::move(executors)), load_(executors_.size()), stats_(executors_.size()), block_dim_(config.block_dim) {
@@ -21,6 +112,7 @@ Scheduler::Scheduler(std::vector<std::unique_ptr<ChipExecutor>> executors, const
         device_names_.push_back(executors_[d]->Describe());
     }
     placement_.room = room_;
+    to_post_.resize(lanes_.size() + 1);
     placement_.remote = remote_;
     if (config.num_sub_workers > 0) sub_workers_ = std::make_unique<JobThreads>(config.num_sub_workers);
 }
@@ -28,10 +120,16 @@ Scheduler::Scheduler(std::vector<std::unique_ptr<ChipExecutor>> executors, const
 Scheduler::~Scheduler() { Shutdown(); }
 
 void Scheduler::Shutdown() {
-    {
-        std::unique_lock lock(mu_);
-        idle_cv_.wait(lock, [&] { return in_flight_.empty(); });
-        finished_.clear();
+    for (;;) {
+        std::shared_ptr<RunState> run;
+        {
+            Lock lock(*this);
+            if (in_flight_.empty()) break;
+            run = in_flight_.front();
+        }
+        for (uint32_t seen = run->changes.load(); !run->done_flag.load(std::memory_order_acquire);
+             seen = run->changes.load())
+            SleepPast(*run, seen);
     }
     lanes_.clear();  // joins
     sub_workers_.reset();
@@ -40,8 +138,7 @@ void Scheduler::Shutdown() {
 
 std::shared_ptr<RunState> Scheduler::Start(std::unique_ptr<RunState> owned) {
     std::shared_ptr<RunState> run(std::move(owned));
-    Graveyard dead;
-    std::lock_guard lock(mu_);
+    Lock lock(*this);
     in_flight_.push_back(run);
     run->unfinished = run->tasks.size();
     std::vector<HostTask*> producers;
@@ -74,7 +171,6 @@ std::shared_ptr<RunState> Scheduler::Start(std::unique_ptr<RunState> owned) {
     for (auto& t : run->tasks)
         if (t->fanin == 0) ready.push_back(t.get());
     for (HostTask* t : ready) MakeReady(t);
-    dead.swap(finished_);
     return run;
 }
 
@@ -85,7 +181,7 @@ void Scheduler::MakeReady(HostTask* task) {
     }
     task->state = HostTask::State::Queued;
     if (task->level == Level::Host) {
-        sub_workers_->Post([this, task] { RunSub(task); });
+        to_post_.back().push_back([this, task] { RunSub(task); });
         return;
     }
     PlacementInput& in = placement_;
@@ -100,9 +196,10 @@ void Scheduler::MakeReady(HostTask* task) {
     const size_t d = Place(in);
     task->device = d;
     ++load_[d];
-    ChipCall call{task->name, task->function, {}, block_dim_};
+    ChipCall& call = task->call;
+    call = {task->name, task->function, {}, block_dim_, task->chip};
     for (const TensorArg& a : task->args) call.args.push_back({a, !remote_[d] && residency_.Current(a.tensor, d)});
-    lanes_[d]->Post([this, task, call = std::move(call)]() mutable { RunChip(task, std::move(call)); });
+    to_post_[d].push_back([this, task] { RunChip(task); });
 }
 
 void Scheduler::Finish(HostTask* task, HostTask::State state, TaskFailureInfo failure) {
@@ -134,19 +231,20 @@ void Scheduler::Finish(HostTask* task, HostTask::State state, TaskFailureInfo fa
         if (state != HostTask::State::Done && !c->root) c->root = task->root;
         if (--c->fanin == 0) MakeReady(c);
     }
-    if (run.watched) run.done_cv.notify_all();  // a progress report is due
-    if (--run.unfinished == 0) {
+    const bool ended = --run.unfinished == 0;
+    if (ended) {
         for (auto& t : run.tasks) tracker_.Forget(*t);
         residency_.Sweep();
         std::sort(run.failures.begin(), run.failures.end(),
                   [](const TaskFailureInfo& a, const TaskFailureInfo& b) { return a.task_id < b.task_id; });
         run.done = true;
         run.done_flag.store(true, std::memory_order_release);
-        run.done_cv.notify_all();
+    }
+    if (ended || run.watched) Announce(run);  // the run ended, or a progress report is due
+    if (ended) {
         auto it = std::find_if(in_flight_.begin(), in_flight_.end(), [&](const auto& r) { return r.get() == &run; });
-        finished_.push_back(std::move(*it));
+        finished_.push_back(std::move(*it));  // `run` lives until the lock is released
         in_flight_.erase(it);
-        if (in_flight_.empty()) idle_cv_.notify_all();
     }
 }
 
@@ -177,94 +275,83 @@ TaskFailureInfo FailureOf(const HostTask& task, const std::string& device) {
 
 }  // namespace
 
-void Scheduler::RunChip(HostTask* task, ChipCall call) {
+void Scheduler::RunChip(HostTask* task) {
     const size_t d = task->device;
     ChipCallStats moved;
-    TaskFailureInfo failure;
-    bool ok = true;
     const uint64_t start_ns = trace::Enabled() ? trace::detail::NowNs() : 0;
     try {
-        moved = executors_[d]->Run(call);
+        moved = executors_[d]->Run(task->call);
     } catch (...) {
-        ok = false;
-        failure = FailureOf(*task, executors_[d]->Describe());
+        task->inbox_failure = std::make_unique<TaskFailureInfo>(FailureOf(*task, executors_[d]->Describe()));
     }
     if (start_ns != 0) [[unlikely]]
         TraceTask(*task, device_names_[d], start_ns, trace::detail::NowNs(), moved);
-    Graveyard dead;
-    std::lock_guard lock(mu_);
-    ++stats_[d].chip_tasks;
-    stats_[d].moved.bytes_uploaded += moved.bytes_uploaded;
-    stats_[d].moved.bytes_reused += moved.bytes_reused;
-    stats_[d].moved.bytes_downloaded += moved.bytes_downloaded;
-    Finish(task, ok ? HostTask::State::Done : HostTask::State::Failed, std::move(failure));
-    dead.swap(finished_);
+    task->inbox_moved = moved;
+    Park(*task);
 }
 
 void Scheduler::RunSub(HostTask* task) {
-    TaskFailureInfo failure;
-    bool ok = true;
     const uint64_t start_ns = trace::Enabled() ? trace::detail::NowNs() : 0;
     try {
         std::vector<HostTensor> args;
         for (const TensorArg& a : task->args) args.push_back(a.tensor);
         task->fn(args);
     } catch (...) {
-        ok = false;
-        failure = FailureOf(*task, "");
+        task->inbox_failure = std::make_unique<TaskFailureInfo>(FailureOf(*task, ""));
     }
     if (start_ns != 0) [[unlikely]]
         TraceTask(*task, "", start_ns, trace::detail::NowNs(), {});
-    Graveyard dead;
-    std::lock_guard lock(mu_);
-    Finish(task, ok ? HostTask::State::Done : HostTask::State::Failed, std::move(failure));
-    dead.swap(finished_);
+    Park(*task);
 }
 
 std::vector<HostTensor> Scheduler::Wait(RunState& run, const ProgressCallback& progress) {
     SPYRE_TRACE_SCOPE("host_run_wait");
     if (progress) return WaitReporting(run, progress);
-    // A short run ends within a few microseconds: look for that (yielding)
-    // before paying a sleep and a wake-up.
-    const auto until = std::chrono::steady_clock::now() + JobThreads::kSpin;
-    while (!run.done_flag.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
-        std::this_thread::yield();
-    std::unique_lock lock(mu_);
-    run.done_cv.wait(lock, [&] { return run.done; });
+    // A short run ends within a few microseconds: look for that before
+    // paying a sleep and a wake-up.
+    JobThreads::LookBeforeSleeping([&] { return run.done_flag.load(std::memory_order_acquire); });
+    for (uint32_t seen = run.changes.load(); !run.done_flag.load(std::memory_order_acquire); seen = run.changes.load())
+        SleepPast(run, seen);
+    Lock lock(*this);
     if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped);
     return run.outputs;
 }
 
 std::vector<HostTensor> Scheduler::WaitReporting(RunState& run, const ProgressCallback& progress) {
     // Reported outside the lock, once per change: done only rises and ends
-    // at total (Finish wakes a watched run's waiters on every task).
-    std::unique_lock lock(mu_);
-    run.watched = true;
+    // at total (Finish announces every finished task of a watched run).
     const uint64_t total = run.tasks.size();
     uint64_t reported = ~0ull;
     for (;;) {
-        const uint64_t done = total - run.unfinished;
+        const uint32_t seen = run.changes.load();
+        uint64_t done = 0;
+        bool ended = false;
+        {
+            Lock lock(*this);
+            run.watched = true;
+            done = total - run.unfinished;
+            ended = run.done;
+        }
         if (done != reported) {
             reported = done;
-            lock.unlock();
             progress(ProgressInfo{"host-level", done, total, "tasks"});
-            lock.lock();
             continue;  // look again: tasks finished meanwhile
         }
-        if (run.done) break;
-        run.done_cv.wait(lock);
+        if (ended) break;
+        SleepPast(run, seen);
     }
+    Lock lock(*this);
     if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped);
     return run.outputs;
 }
 
 bool Scheduler::Done(RunState& run) {
-    std::lock_guard lock(mu_);
+    Lock lock(*this);
     return run.done;
 }
 
 Worker::DeviceStats Scheduler::Stats(size_t device) {
-    std::lock_guard lock(mu_);
+    Lock lock(*this);
     return stats_.at(device);
 }
 

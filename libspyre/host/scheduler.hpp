@@ -4,10 +4,12 @@
 // on the device Place picks, as many device threads as the device runs
 // chip tasks at once; SubWorkers on the pool), and on each completion releases consumers, or skips them when the
 // task failed, until the run ends. Everything under one lock; devices and
-// SubWorkers run outside it.
+// SubWorkers run outside it, and the thread that ran a task never waits for
+// that lock: it parks the outcome (ParkingInbox) for whoever holds the lock,
+// which applies it when it takes the lock and again after it releases it.
+// Waiters sleep on their run's futex word, never on the lock.
 #pragma once
 
-#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,6 +20,7 @@
 #include "placement.hpp"
 #include "region_tracker.hpp"
 #include "residency.hpp"
+#include "spyre/common/inbox.hpp"
 #include "spyre/host/chip_executor.hpp"
 #include "spyre/host/worker.hpp"
 
@@ -42,14 +45,20 @@ public:
 
 private:
     using Graveyard = std::vector<std::shared_ptr<RunState>>;
+    // mu_ held while it lives: taken with the parked outcomes applied,
+    // released with those parked meanwhile applied and ended runs freed.
+    class Lock;
+    void Unlock();       // mu_ held; posts to_post_ after releasing it
+    void ApplyInbox();   // mu_ held
+    void Park(HostTask& task);  // the task's outcome is set
     std::vector<HostTensor> WaitReporting(RunState& run, const ProgressCallback& progress);
     void MakeReady(HostTask* task);
     void Finish(HostTask* task, HostTask::State state, TaskFailureInfo failure);
-    void RunChip(HostTask* task, ChipCall call);
+    void RunChip(HostTask* task);
     void RunSub(HostTask* task);
 
     std::mutex mu_;
-    std::condition_variable idle_cv_;
+    ParkingInbox<HostTask, &HostTask::inbox_next> inbox_;
     RegionTracker tracker_;
     Residency residency_;
     std::vector<std::unique_ptr<ChipExecutor>> executors_;
@@ -61,6 +70,9 @@ private:
     std::vector<Worker::DeviceStats> stats_;
     std::vector<std::unique_ptr<JobThreads>> lanes_;
     std::unique_ptr<JobThreads> sub_workers_;
+    // Tasks made ready under the lock, handed to their threads once it is
+    // released (one hand-over per thread pool): lanes_ by index, then the pool.
+    std::vector<std::vector<JobThreads::Job>> to_post_;
     int block_dim_ = 1;
     size_t rotate_ = 0;
     std::vector<std::shared_ptr<RunState>> in_flight_;

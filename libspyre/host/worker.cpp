@@ -40,15 +40,14 @@ struct HostGraph::Impl {
             if (!args[i].tensor)
                 throw Error(ErrorKind::InvalidArgument, "task '" + function + "': argument " + std::to_string(i) +
                                                             " is an empty tensor");
-        auto t = std::make_unique<host::HostTask>();
-        t->id = worker.next_task.fetch_add(1);
-        t->name = name.empty() ? function + "#" + std::to_string(counts[function]++) : name;
-        t->level = level;
-        t->function = function;
-        t->args = std::move(args);
-        t->run = &run;
-        run.tasks.push_back(std::move(t));
-        return *run.tasks.back();
+        host::HostTask& t = *run.tasks.emplace_back(std::make_unique<host::HostTask>());
+        t.id = worker.next_task.fetch_add(1);
+        t.name = name.empty() ? function + "#" + std::to_string(counts[function]++) : name;
+        t.level = level;
+        t.function = function;
+        t.args = std::move(args);
+        t.run = &run;
+        return t;
     }
     void NeedSubWorkers(const std::string& name) const {
         if (worker.config.num_sub_workers == 0)
@@ -60,7 +59,8 @@ struct HostGraph::Impl {
 HostTensor HostGraph::CreateTensor(const std::vector<int64_t>& shape, DType dtype) { return HostTensor::Zeros(shape, dtype); }
 
 uint64_t HostGraph::Chip(const std::string& function, std::vector<TensorArg> args, ChipOptions options) {
-    if (!impl_.worker.registry->Find(function))
+    const ChipRegistry::Entry* entry = impl_.worker.registry->Find(function);
+    if (!entry)
         throw Error(ErrorKind::NotFound, "chip function '" + function + "' is not registered on this Worker (registered: " +
                                              impl_.worker.registry->Names() + ")");
     const size_t devices = impl_.worker.scheduler->device_count();
@@ -70,6 +70,7 @@ uint64_t HostGraph::Chip(const std::string& function, std::vector<TensorArg> arg
                                                     ", but the Worker has " + std::to_string(devices));
     host::HostTask& t = impl_.Add(Level::Chip, function, std::move(args), options.name);
     t.pinned = options.device;
+    t.chip = entry;
     return t.id;
 }
 

@@ -301,16 +301,7 @@ void Engine::ApplyInbox() {
 }
 
 void Engine::ApplyInboxAfterUnlock() {
-    // Pairs with the producer's push then try_lock (a Dekker handshake): a
-    // producer that failed to take the lock pushed before this unlock, so
-    // this look sees its completion.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    while (!inbox_.Empty()) {
-        if (!mu_.try_lock()) return;  // its holder looks again after it unlocks
-        ApplyInbox();
-        mu_.unlock();
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-    }
+    ApplyParkedAfterUnlock(mu_, inbox_, [this] { ApplyInbox(); });
 }
 
 void Engine::TraceHeap() {
@@ -653,12 +644,12 @@ void Engine::OnTaskComplete(int32_t task_id, uint32_t status, const TaskTiming* 
         return;
     }
     // The slot is stable (the task is live), so it is parked without the lock.
-    inbox_.Push(ring_.Get(task_id), status);
+    Park(ring_.Get(task_id), status);
     ApplyInboxAfterUnlock();
 }
 
 void Engine::OnTasksComplete(std::span<const Done> done) {
-    for (const Done& d : done) inbox_.Push(ring_.Get(d.task_id), d.status);
+    for (const Done& d : done) Park(ring_.Get(d.task_id), d.status);
     ApplyInboxAfterUnlock();
 }
 

@@ -9,7 +9,7 @@
 // by submit_mu_ (the seed has one orchestration thread; this keeps a
 // stalled submission's slot its own). Executors report completions from
 // their threads through OnTaskComplete without waiting for the lock: a
-// completion that finds it held is parked in the CompletionInbox, which
+// completion that finds it held is parked in the inbox (ParkingInbox), which
 // every lock holder applies when it takes the lock and looks at again
 // after it releases it. docs/orchestration.md has the lifecycle and why.
 #pragma once
@@ -25,13 +25,13 @@
 
 #include "orchestration/adaptive_mutex.hpp"
 #include "orchestration/buffer_tracker.hpp"
-#include "orchestration/completion_inbox.hpp"
 #include "orchestration/executor.hpp"
 #include "orchestration/heap_ring.hpp"
 #include "orchestration/ready_queue.hpp"
 #include "orchestration/scope_stack.hpp"
 #include "orchestration/task_ring.hpp"
 #include "orchestration/tensor_map.hpp"
+#include "spyre/common/inbox.hpp"
 #include "spyre/common/progress.hpp"
 #include "spyre/error.hpp"
 #include "spyre/pto.h"
@@ -142,6 +142,10 @@ private:
         bool held_ = false;
     };
     void ApplyInbox();             // mu_ held: completes every parked task
+    void Park(TaskDescriptor& t, uint32_t status) noexcept {
+        t.inbox_status = status;
+        inbox_.Push(t);
+    }
     void ApplyInboxAfterUnlock();  // mu_ free: applies what was parked, unless another holder will
 
     struct Route {
@@ -188,7 +192,8 @@ private:
     std::mutex submit_mu_;
     mutable AdaptiveMutex mu_;
     std::atomic<uint32_t> wake_seq_{0};  // bumped (and futex-woken) by WakeWaiters
-    CompletionInbox inbox_;
+    // Completions parked while mu_ was held (status in inbox_status).
+    ParkingInbox<TaskDescriptor, &TaskDescriptor::inbox_next> inbox_;
     TaskRing ring_;
     HeapRing heap_;
     TensorMap map_;

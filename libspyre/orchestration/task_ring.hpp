@@ -69,7 +69,7 @@ struct TaskDescriptor {
     uint32_t trace_track = 0;
     uint64_t trace_end_ns = 0;
     uint64_t trace_recording = 0;  // trace::detail::Recording() when traced
-    // Its completion while parked in the engine's CompletionInbox.
+    // Its completion while parked in the engine's inbox (ParkingInbox).
     TaskDescriptor* inbox_next = nullptr;
     uint32_t inbox_status = 0;
 

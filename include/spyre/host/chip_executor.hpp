@@ -84,6 +84,10 @@ struct ChipCall {
     std::string function;
     std::vector<ChipArg> args;
     int block_dim = 1;
+    // `function` as the Worker's registry resolved it when the task was
+    // recorded (entries are never removed), so a local executor need not
+    // look it up again per call; nullptr: look it up by name.
+    const ChipRegistry::Entry* entry = nullptr;
 };
 
 // What a call moved, for the locality tests and the docs.
