@@ -519,6 +519,48 @@ TEST_F(WorkerTest, SeveralRunsInFlight) {
     ExpectFloats(rd.Wait()[0], [&](size_t i) { return a.floats()[i]; }, "(a + b) - b across runs");
 }
 
+// Chip tasks and SubWorkers finish on many threads (4 devices, 2
+// SubWorkers) while two threads submit runs, so completions are often
+// parked while another thread holds the scheduler's lock: every task runs
+// once, every chain runs in order, every run ends, and the device counts
+// add up.
+constexpr int kStressRuns = 24, kFan = 12, kChain = 6;
+TEST_F(WorkerTest, CompletionsFromManyThreadsAreNeverLostOrRepeated) {
+    constexpr int kRuns = kStressRuns;
+    uint64_t chip_before = 0;
+    for (const auto& s : AllStats()) chip_before += s.chip_tasks;
+    std::vector<std::atomic<int>> ran(size_t(kRuns) * kFan);
+    std::vector<HostTensor> chains;
+    for (int r = 0; r < kRuns; ++r) chains.push_back(HostTensor::Zeros({1}));
+    auto program = [&](int r) {
+        return HostProgram{"stress" + std::to_string(r), 0, {}, [&, r](HostGraph& g, std::span<const HostTensor>) {
+                               for (int i = 0; i < kFan; ++i) {
+                                   g.Chip("chip_empty", {});
+                                   g.Sub("count", [&ran, r, i](std::span<const HostTensor>) { ++ran[size_t(r) * kFan + size_t(i)]; }, {});
+                               }
+                               for (int k = 0; k < kChain; ++k)
+                                   g.Sub("step", [k](std::span<const HostTensor> t) {
+                                       float& v = t[0].floats()[0];
+                                       if (v != float(k)) throw std::runtime_error("step " + std::to_string(k) + " saw " + std::to_string(v));
+                                       v = float(k + 1);
+                                   }, {InOut(chains[size_t(r)])});
+                           }};
+    };
+    std::vector<RunHandle> handles(kRuns);
+    std::vector<std::thread> submitters;
+    for (int s = 0; s < 2; ++s)
+        submitters.emplace_back([&, s] {
+            for (int r = s; r < kRuns; r += 2) handles[size_t(r)] = worker_->Submit(program(r), {});
+        });
+    for (auto& t : submitters) t.join();
+    for (int r = 0; r < kRuns; ++r) EXPECT_NO_THROW(handles[size_t(r)].Wait()) << "run " << r;
+    for (size_t i = 0; i < ran.size(); ++i) EXPECT_EQ(ran[i].load(), 1) << "task " << i;
+    for (int r = 0; r < kRuns; ++r) EXPECT_EQ(chains[size_t(r)].floats()[0], float(kChain)) << "chain of run " << r;
+    uint64_t chip_after = 0;
+    for (const auto& s : AllStats()) chip_after += s.chip_tasks;
+    EXPECT_EQ(chip_after - chip_before, uint64_t(kRuns) * kFan);
+}
+
 // A run reading what a failing earlier run in flight should have written
 // is skipped, and fails with the earlier run's cause. A SubWorker gate
 // holds the first run until the second is recorded, so the order is sure.
