@@ -22,25 +22,25 @@ JobThreads::~JobThreads() {
     for (auto& t : threads_) t.join();
 }
 
+// The wake-up is sent under the lock: a job posted may end the last run in
+// flight, and the Worker may then destroy this pool (its destructor takes
+// the lock first) while a poster that had released the lock still
+// signalled the condition variable (TSan found it: a SubWorker thread
+// posting a chip task to a device's pool during Shutdown).
 void JobThreads::PostAll(std::vector<Job>& jobs) {
     if (jobs.empty()) return;
-    {
-        std::lock_guard lock(mu_);
-        for (Job& job : jobs) jobs_.push_back(std::move(job));
-        queued_.store(jobs_.size(), std::memory_order_release);
-    }
+    std::lock_guard lock(mu_);
+    for (Job& job : jobs) jobs_.push_back(std::move(job));
+    queued_.store(jobs_.size(), std::memory_order_release);
     if (jobs.size() == 1) cv_.notify_one();
     else cv_.notify_all();
     jobs.clear();
 }
 
 void JobThreads::Post(Job job) {
-    {
-        std::lock_guard lock(mu_);
-        jobs_.push_back(std::move(job));
-        queued_.store(jobs_.size(), std::memory_order_release);
-    }
-    cv_.notify_one();
+    std::vector<Job> one;
+    one.push_back(std::move(job));
+    PostAll(one);
 }
 
 void JobThreads::Loop(int index) {
