@@ -39,8 +39,10 @@ MultiHostWorker::MultiHostWorker(host::Transport& transport, Host& host, Distrib
                                                          d.host_name + ") has " + std::to_string(d.functions.size()) +
                                                          " function(s)");
                 // Its place among the serving rank's devices is its place in device_ids.
+                const unsigned room = i < d.chip_tasks_at_once.size() ? d.chip_tasks_at_once[i] : 1;
                 executors.push_back(std::make_unique<host::RemoteChipExecutor>(
-                    remote, i, "rank " + std::to_string(r) + " (" + d.host_name + ") " + d.functions[size_t(id)].pci_address));
+                    remote, i, "rank " + std::to_string(r) + " (" + d.host_name + ") " + d.functions[size_t(id)].pci_address,
+                    room));
             }
             impl_->remote_ranks.push_back(std::move(remote));
         }
@@ -67,11 +69,12 @@ Worker& MultiHostWorker::worker() { return *impl_->worker; }
 void MultiHostWorker::Serve() {
     if (rank() == 0) throw Error(ErrorKind::InvalidArgument, "MultiHostWorker::Serve: rank 0 runs the programs, it does not serve");
     host::RemoteChipService service(impl_->transport, impl_->host);
-    // As many calls at once as this rank's devices run chip tasks at once.
-    unsigned concurrency = 0;
-    for (size_t d = 0; d < impl_->worker->device_count(); ++d) concurrency += impl_->worker->ChipTasksAtOnce(d);
+    // As many calls at once as this rank's devices run chip tasks at once,
+    // and rank 0 told how many each takes.
+    std::vector<uint32_t> rooms;
+    for (size_t d = 0; d < impl_->worker->device_count(); ++d) rooms.push_back(impl_->worker->ChipTasksAtOnce(d));
     service.SetRouter([this](const host::RemoteCall& call, std::vector<host::WireTensor>& outputs) { impl_->Answer(call, outputs); },
-                      impl_->registry->List(), concurrency);
+                      impl_->registry->List(), std::move(rooms));
     service.Serve(0);
 }
 

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "remote_chip_executor.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace spyre::host {
 
-RemoteChipExecutor::RemoteChipExecutor(std::shared_ptr<RemoteRank> rank, size_t device, std::string description)
-    : rank_(std::move(rank)), device_(device), description_(std::move(description)) {}
+RemoteChipExecutor::RemoteChipExecutor(std::shared_ptr<RemoteRank> rank, size_t device, std::string description,
+                                       unsigned room)
+    : rank_(std::move(rank)), device_(device), description_(std::move(description)), room_(std::max(room, 1u)) {}
 
 ChipCallStats RemoteChipExecutor::Run(const ChipCall& call) {
     RemoteCall remote{.task = call.task_name, .function = call.function, .device = std::to_string(device_)};

@@ -35,11 +35,14 @@ struct RemoteRank {
 class RemoteChipExecutor final : public ChipExecutor {
 public:
     // `device`: the index of the device among the serving rank's Worker's;
-    // `description`: how errors and DescribeDevice name it.
-    RemoteChipExecutor(std::shared_ptr<RemoteRank> rank, size_t device, std::string description);
+    // `description`: how errors and DescribeDevice name it; `room`: chip
+    // tasks it runs at once there (RankDescription::chip_tasks_at_once), so
+    // as many calls to it are kept in flight.
+    RemoteChipExecutor(std::shared_ptr<RemoteRank> rank, size_t device, std::string description, unsigned room = 1);
 
     std::string Describe() const override { return description_; }
     bool Remote() const override { return true; }
+    unsigned Concurrency() const override { return room_; }
     // The serving rank registers its own (SPMD): nothing to ship.
     void LoadKernel(int32_t, const std::vector<uint8_t>&) override {}
     void LoadPlan(const std::string&, const CompilerOutput&) override {}
@@ -49,6 +52,7 @@ private:
     std::shared_ptr<RemoteRank> rank_;
     size_t device_;
     std::string description_;
+    unsigned room_;
 };
 
 }  // namespace spyre::host

@@ -12,11 +12,14 @@ namespace spyre::host {
 RemoteChipService::RemoteChipService(Transport& transport, Host& host) : transport_(transport), host_(host) {}
 RemoteChipService::~RemoteChipService() = default;  // call_threads_ finish their calls first: declared last
 
-void RemoteChipService::SetRouter(Router router, std::vector<std::string> functions, unsigned concurrency) {
+void RemoteChipService::SetRouter(Router router, std::vector<std::string> functions, std::vector<uint32_t> chip_tasks_at_once) {
     router_ = std::move(router);
     router_functions_ = std::move(functions);
+    router_rooms_ = std::move(chip_tasks_at_once);
+    uint64_t concurrency = 0;
+    for (uint32_t room : router_rooms_) concurrency += room;
     call_threads_.reset();
-    if (concurrency > 1) call_threads_ = std::make_unique<JobThreads>(int(concurrency));
+    if (concurrency > 1) call_threads_ = std::make_unique<JobThreads>(int(std::min<uint64_t>(concurrency, 256)));
 }
 
 void RemoteChipService::Register(const std::string& name, RemoteCallHandler handler) {
@@ -89,6 +92,7 @@ void RemoteChipService::Answer(Message request) {
         for (const auto& [name, handler] : handlers_) d.chip_functions.push_back(name);
         d.chip_functions.insert(d.chip_functions.end(), router_functions_.begin(), router_functions_.end());
         std::sort(d.chip_functions.begin(), d.chip_functions.end());
+        d.chip_tasks_at_once = router_rooms_;
         transport_.Send(from, remote::EncodeDescribeReply(remote::ReplyId(request), d));
         return;
     }

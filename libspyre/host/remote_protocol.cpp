@@ -12,6 +12,7 @@ using wire::ByteWriter;
 
 constexpr size_t kMaxTensors = 256;
 constexpr size_t kMaxFunctions = 4096;
+constexpr uint32_t kMaxChipTasksAtOnce = 256;  // a device's task queues bound it far lower
 
 std::string What(const char* kind, const Message& m) { return std::string(kind) + " from rank " + std::to_string(m.source); }
 
@@ -78,6 +79,8 @@ Message EncodeDescribeReply(uint64_t id, const RankDescription& d) {
     }
     w.Put<uint32_t>(static_cast<uint32_t>(d.chip_functions.size()));
     for (const std::string& name : d.chip_functions) w.PutString(name);
+    w.Put<uint32_t>(static_cast<uint32_t>(d.chip_tasks_at_once.size()));
+    for (uint32_t room : d.chip_tasks_at_once) w.Put<uint32_t>(room);
     return Make(kDescribeReply, w);
 }
 
@@ -103,6 +106,15 @@ RankDescription DecodeDescribeReply(const Message& m) {
     const uint32_t names = r.Get<uint32_t>("chip function count");
     if (names > kMaxFunctions) r.Fail(std::to_string(names) + " chip functions");
     for (uint32_t i = 0; i < names; ++i) d.chip_functions.push_back(r.GetString("chip function"));
+    const uint32_t rooms = r.Get<uint32_t>("device count");
+    if (rooms > kMaxFunctions) r.Fail(std::to_string(rooms) + " devices");
+    for (uint32_t i = 0; i < rooms; ++i) {
+        const uint32_t room = r.Get<uint32_t>("chip tasks at once");
+        if (room == 0 || room > kMaxChipTasksAtOnce)
+            r.Fail("device " + std::to_string(i) + " runs " + std::to_string(room) + " chip tasks at once (1.." +
+                   std::to_string(kMaxChipTasksAtOnce) + ")");
+        d.chip_tasks_at_once.push_back(room);
+    }
     r.ExpectEnd();
     if (d.rank != m.source) r.Fail("it says it is rank " + std::to_string(d.rank));
     return d;

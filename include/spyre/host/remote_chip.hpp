@@ -59,6 +59,10 @@ struct RankDescription {
     std::string host;                          // Host::Describe() there
     std::vector<RemoteFunction> functions;     // Host::functions() there
     std::vector<std::string> chip_functions;   // registered call names, sorted
+    // Chip tasks each device of its level-4 Worker runs at once, in that
+    // Worker's device order (a call's `device` indexes it); empty when it
+    // serves no Worker: the caller then sends one call per device at a time.
+    std::vector<uint32_t> chip_tasks_at_once;
 };
 
 // What the serving rank said went wrong.

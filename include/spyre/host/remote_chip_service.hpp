@@ -35,12 +35,14 @@ public:
 
     // Sends every call to `router` instead of the handler table: for a
     // serving rank whose devices something else keeps open (the level-4
-    // runtime's chip executors). `functions` is what Describe lists. With
-    // `concurrency` > 1 calls run on that many threads at once (the router
+    // runtime's chip executors). `functions` is what Describe lists, and
+    // `chip_tasks_at_once` (each device's room, which Describe lists too, so
+    // the caller keeps that many calls in flight per device). When they add
+    // up to more than 1, calls run on that many threads at once (the router
     // must be thread-safe) and each reply goes out when its call ends;
     // otherwise each call is answered before the next message is read.
     using Router = std::function<void(const RemoteCall& call, std::vector<WireTensor>& outputs)>;
-    void SetRouter(Router router, std::vector<std::string> functions, unsigned concurrency = 1);
+    void SetRouter(Router router, std::vector<std::string> functions, std::vector<uint32_t> chip_tasks_at_once = {});
 
     // Messages of other types (another protocol sharing the transport) go
     // to `handler`; without one they are logged and dropped.
@@ -67,8 +69,9 @@ private:
     std::function<void(Message)> other_;
     Router router_;
     std::vector<std::string> router_functions_;
+    std::vector<uint32_t> router_rooms_;
     std::map<std::string, Device> devices_;  // by PCI address
-    std::unique_ptr<JobThreads> call_threads_;  // SetRouter's concurrency > 1
+    std::unique_ptr<JobThreads> call_threads_;  // when SetRouter's rooms add up to more than 1
     bool shutdown_ = false;
     std::atomic<uint64_t> calls_served_{0};
 };

@@ -23,7 +23,11 @@ using namespace spyre::l3;
 
 namespace {
 
-Host OwnCard() { return Host::Open(HostOptions::EmbeddedMock(1, 1, "1G")); }
+Host OwnCard(const std::vector<std::string>& mock_args = {}) {
+    HostOptions o = HostOptions::EmbeddedMock(1, 1, "1G");
+    o.embedded_mock.extra_args = mock_args;
+    return Host::Open(o);
+}
 
 HostTensor Iota(float scale, float offset, int64_t rows = kTile, int64_t cols = kTile) {
     HostTensor t = HostTensor::Zeros({rows, cols});
@@ -42,9 +46,9 @@ protected:
         fabric_ = host::InProcessFabric::Create(ranks, {.heartbeat_interval = std::chrono::milliseconds(100),
                                                         .silence_bound = bound});
         for (int r = 1; r < ranks; ++r)
-            servers_.push_back(std::async(std::launch::async, [devices, also, t = fabric_->Take(r)]() mutable -> std::string {
+            servers_.push_back(std::async(std::launch::async, [this, devices, also, t = fabric_->Take(r)]() mutable -> std::string {
                 try {
-                    Host host = OwnCard();
+                    Host host = OwnCard(mock_args_);
                     MultiHostWorker w(*t, host, {.device_ids = devices});
                     RegisterChipFunctions(w.worker());
                     if (also) also(w.worker());
@@ -55,7 +59,7 @@ protected:
                 }
             }));
         rank0_ = fabric_->Take(0);
-        host_.emplace(OwnCard());
+        host_.emplace(OwnCard(mock_args_));
         worker_.emplace(*rank0_, *host_, DistributedConfig{.device_ids = devices, .num_sub_workers = 1});
         RegisterChipFunctions(worker_->worker());
         if (also) also(worker_->worker());
@@ -75,6 +79,7 @@ protected:
     std::optional<MultiHostWorker> worker_;
     std::vector<std::future<std::string>> servers_;
     std::vector<std::string> results_;
+    std::vector<std::string> mock_args_;  // every rank's card
 };
 
 // Chip tasks on two devices of one remote rank are in flight at once: the
@@ -104,6 +109,39 @@ TEST_F(MultiHostTest, CallsToTwoDevicesOfOneRankRunAtOnce) {
     }
     EXPECT_EQ(w().Stats(2).chip_tasks, 1u);
     EXPECT_EQ(w().Stats(3).chip_tasks, 1u);
+}
+
+// A remote device with room for two chip tasks (a card of 16 cores has 2
+// task queues per VF) takes two calls at once: rank 0 learns its room from
+// rank 1's description and keeps two calls in flight to it. The chip
+// function on each waits for the other (10 s at most); one call at a time
+// per remote device would time out.
+TEST_F(MultiHostTest, TwoCallsToOneRemoteDeviceWithRoomRunAtOnce) {
+    static std::atomic<int> arrived{0};
+    arrived = 0;
+    mock_args_ = {"--cores", "16"};
+    Start(2, std::chrono::milliseconds(5000), {1}, [](Worker& w) {
+        w.RegisterChipFunction("paired_sub", [](ChipContext& ctx) {
+            WaitForPartner(arrived, "chip call");
+            ChipSub(ctx);
+        });
+    });
+    ASSERT_EQ(w().device_count(), 2u);  // rank 0's VF, then rank 1's
+    ASSERT_EQ(w().ChipTasksAtOnce(0), 2u);
+    EXPECT_EQ(w().ChipTasksAtOnce(1), 2u) << "rank 1's VF runs two chip tasks at once";
+    const HostTensor a = Iota(0.5f, 1.0f), b = Iota(-0.25f, 2.0f);
+    HostTensor d1 = HostTensor::Zeros({kTile, kTile}), d2 = HostTensor::Zeros({kTile, kTile});
+    const HostProgram p{"paired", 2, {}, [&](HostGraph& g, std::span<const HostTensor> x) {
+                            g.Chip("paired_sub", {In(x[0]), In(x[1]), Out(d1)}, {.device = 1});
+                            g.Chip("paired_sub", {In(x[0]), In(x[1]), Out(d2)}, {.device = 1});
+                        }};
+    w().Run(p, {a, b});
+    auto av = a.floats(), bv = b.floats();
+    for (size_t i = 0; i < av.size(); ++i) {
+        ASSERT_EQ(d1.floats()[i], av[i] - bv[i]) << "element " << i;
+        ASSERT_EQ(d2.floats()[i], av[i] - bv[i]) << "element " << i;
+    }
+    EXPECT_EQ(w().Stats(1).chip_tasks, 2u);
 }
 
 TEST_F(MultiHostTest, DevicesOfEveryRankAreTheWorkersDevices) {

@@ -15,6 +15,7 @@
 #include "spyre/host/in_process_transport.hpp"
 #include "spyre/host/remote_chip_client.hpp"
 #include "spyre/host/remote_chip_service.hpp"
+#include "host/remote_protocol.hpp"
 
 using namespace spyre;
 using namespace spyre::host;
@@ -92,6 +93,28 @@ TEST_F(RemoteChipTest, DescribeListsTheRanksFunctionsAndChipFunctions) {
     EXPECT_TRUE(d.functions[1].is_vf);
     EXPECT_GT(d.functions[1].memory_bytes, 0u);
     EXPECT_EQ(d.chip_functions, (std::vector<std::string>{"add", "fault"}));
+    EXPECT_TRUE(d.chip_tasks_at_once.empty()) << "a service without a level-4 Worker names no rooms";
+}
+
+// Each device's room goes with the description, and a rank that claims a
+// room of 0 or one past any device's task queues is refused by name.
+TEST(RemoteProtocol, DescribeReplyCarriesEachDevicesRoomAndRefusesNonsense) {
+    RankDescription d;
+    d.rank = 2;
+    d.host_name = "node-c";
+    d.chip_functions = {"add"};
+    d.chip_tasks_at_once = {2, 1};
+    Message m = remote::EncodeDescribeReply(7, d);
+    m.source = 2;
+    EXPECT_EQ(remote::ReplyId(m), 7u);
+    EXPECT_EQ(remote::DecodeDescribeReply(m).chip_tasks_at_once, (std::vector<uint32_t>{2, 1}));
+    for (uint32_t bad : {0u, 100000u}) {
+        d.chip_tasks_at_once = {1, bad};
+        Message hostile = remote::EncodeDescribeReply(8, d);
+        hostile.source = 2;
+        EXPECT_SPYRE_ERROR(remote::DecodeDescribeReply(hostile), ProtocolError,
+                           "device 1 runs " + std::to_string(bad) + " chip tasks at once");
+    }
 }
 
 TEST_F(RemoteChipTest, AddsOnTheRemoteDeviceMatchTheCpuByteForByte) {
