@@ -69,6 +69,7 @@ private:
     std::deque<Job> jobs_;
     std::atomic<size_t> queued_{0};  // jobs_.size(), readable without the lock
     bool stop_ = false;
+    int count_ = 0;  // threads_.size(), fixed before they start
     std::vector<std::thread> threads_;
 };
 
