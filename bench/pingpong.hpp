@@ -37,6 +37,7 @@ public:
     explicit RoundTrips(size_t expect = 1 << 16) { ns_.reserve(expect); }
     void Start() { t_ = std::chrono::steady_clock::now(); }
     void Stop() { ns_.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t_).count()); }
+    double Last() const { return ns_.empty() ? 0 : ns_.back(); }
     double Median() {
         if (ns_.empty()) return 0;
         std::nth_element(ns_.begin(), ns_.begin() + long(ns_.size() / 2), ns_.end());

@@ -240,6 +240,47 @@ void BM_LaunchSync(benchmark::State& state, Device& (*device)(), const char* bas
     ReportAgainstRing(state, ring, ns, p50);
 }
 
+// Launch+Synchronize in blocking mode (device asleep) paired with the futex
+// ping-pong, one round trip of each per iteration in alternating order, so a
+// slow phase of this shared VM (its wake-ups vary 2x over minutes) hits the
+// figure and its baseline alike; the separate benchmarks above run seconds
+// apart. Prints both means and medians and their ratios.
+void BM_LaunchSyncBlockingPaired(benchmark::State& state) {
+    Device& dev = BlockingDevice();
+    FlexStream& s = dev.default_stream();
+    const DeviceHandle program = EmptyProgram(dev);
+    PingPongPeer peer(true);
+    RoundTrips launches, pingpongs;
+    double launch_ns = 0, pingpong_ns = 0;
+    uint32_t i = 0;
+    auto launch = [&] {
+        launches.Start();
+        s.Launch(program);
+        s.Synchronize();
+        launches.Stop();
+        launch_ns += launches.Last();
+    };
+    auto pingpong = [&] {
+        pingpongs.Start();
+        peer.RoundTrip(++i);
+        pingpongs.Stop();
+        pingpong_ns += pingpongs.Last();
+    };
+    for (auto _ : state) {
+        if (i % 2 == 0) launch(), pingpong();
+        else pingpong(), launch();
+    }
+    const double n = double(state.iterations());
+    state.counters["launch_ns"] = launch_ns / n;
+    state.counters["pingpong_ns"] = pingpong_ns / n;
+    state.counters["x_pingpong"] = launch_ns / pingpong_ns;
+    const double launch_p50 = launches.Median(), pingpong_p50 = pingpongs.Median();
+    state.counters["launch_p50_ns"] = launch_p50;
+    state.counters["pingpong_p50_ns"] = pingpong_p50;
+    state.counters["x_pingpong_p50"] = launch_p50 / pingpong_p50;
+    state.SetLabel("vs futex ping-pong, interleaved");
+}
+
 // The launch loop: 256 empty-kernel launches, then one Synchronize. Each
 // iteration runs it twice, untraced and with a trace recording (started
 // before, written after, neither timed), in alternating order, so drift of
@@ -480,6 +521,8 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark("launch_loop/traced_vs_untraced", BM_LaunchLoopTraced)->Iterations(300)->UseManualTime();
     benchmark::RegisterBenchmark("launch_sync/blocking_device_sleeps", BM_LaunchSync, BlockingDevice, "futex",
                                  "ring_blocking")->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("launch_sync/blocking_device_sleeps_paired", BM_LaunchSyncBlockingPaired)
+        ->UseRealTime()->MinTime(1.0);
     benchmark::RegisterBenchmark("launch_tiled/one_tile", BM_LaunchOneTile)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("launch_tiled/tiles", BM_LaunchTiled)->Arg(4)->Arg(64)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("overlap/one_stream", BM_OverlapOneStream, AdaptiveDevice)->UseRealTime()->MinTime(1.0);
