@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host threads that run jobs in FIFO order: one per device (its chip tasks
-// run one at a time, in placement order) and the SubWorker pool. A thread
-// that runs out of jobs looks for the next one for kSpin (yielding the CPU
-// between looks), then sleeps on a condition variable: a job posted soon
+// Host threads that run jobs in the order they are posted: per device, one
+// per chip task it runs at once, and the SubWorker pool. (The scheduler
+// posts after releasing its lock, so tasks two threads made ready at the
+// same moment may arrive in either order; only ready tasks are posted.) A
+// thread that runs out of jobs looks for the next one for kSpin (pausing,
+// then yielding the CPU between looks), then sleeps on a condition
+// variable: a job posted soon
 // after the last (the next run's, a consumer's) skips the wake-up, and an
 // idle Worker burns no core (these machines have 2).
 #pragma once
