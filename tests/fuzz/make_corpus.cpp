@@ -7,6 +7,7 @@
 //   corpus_plan/          ExecutionPlan compiler outputs (plan_fuzz.cpp)
 //   corpus_device_input/  region info, ring geometry, completions (device_input_fuzz.cpp)
 //   corpus_regdump/       register files + doorbell pages (regdump_fuzz.cpp)
+//   corpus_remote/        frames and remote chip-call messages (remote_protocol_fuzz.cpp)
 // Regenerate with `ninja -C build fuzz-corpus` after a format change.
 #include <cstdio>
 #include <cstring>
@@ -20,6 +21,8 @@
 #include "spyre/plan/program_image.hpp"
 #include "spyre/uapi/spyre.h"
 #include "spyre/compiler/plan_writer.hpp"
+#include "host/remote_protocol.hpp"
+#include "host/transport/frame.hpp"
 
 using namespace spyre;
 
@@ -188,6 +191,47 @@ void WriteRegdumpCorpus(const std::string& dir) {
     make("short_snapshots", std::vector<uint8_t>(regs.begin(), regs.begin() + 100), std::vector<uint8_t>(page.begin(), page.begin() + 8));
 }
 
+// remote_protocol_fuzz input: a selector, then a frame (0) or a payload
+// count, u16 payload sizes, the payloads and the header (1-3).
+std::vector<uint8_t> AsRemoteInput(uint8_t selector, const host::Message& m) {
+    std::vector<uint8_t> out{selector, uint8_t(m.payloads.size())};
+    for (const auto& p : m.payloads) Append(out, uint16_t(p.size()));
+    for (const auto& p : m.payloads) out.insert(out.end(), p.begin(), p.end());
+    out.insert(out.end(), m.header.begin(), m.header.end());
+    return out;
+}
+
+void WriteRemoteCorpus(const std::string& dir) {
+    using namespace spyre::host;
+    RankDescription d;
+    d.rank = 3;  // the target decodes as from rank 3
+    d.host_name = "node-d";
+    d.pid = 4242;
+    d.host = "embedded spyre-mockdev: 1 card x 1 VF";
+    d.functions = {{"0000:01:00.0", false, 1, 0, 1u << 30}, {"0000:01:00.1", true, 1, 1, 512u << 20}};
+    d.chip_functions = {"chip_add", "chip_sub"};
+    d.chip_tasks_at_once = {2};
+    const Message describe = remote::EncodeDescribeReply(7, d);
+    std::vector<uint8_t> frame{0};
+    const std::vector<uint8_t> f = wire::EncodeFrame(describe);
+    frame.insert(frame.end(), f.begin(), f.end());
+    Write(dir, "frame_describe_reply", frame);
+    Write(dir, "describe_reply", AsRemoteInput(1, describe));
+
+    RemoteCall call{.task = "chip_add#0", .function = "chip_add", .device = "0"};
+    for (float v : {1.5f, -2.0f}) {
+        WireTensor t{{{2, 3}, DType::FP32}, std::vector<uint8_t>(24)};
+        for (size_t i = 0; i < 6; ++i) std::memcpy(t.data.data() + 4 * i, &v, 4);
+        call.inputs.push_back(std::move(t));
+    }
+    call.outputs = {{{2, 3}, DType::FP32}};
+    call.access = {RemoteCall::kIn, RemoteCall::kIn, RemoteCall::kOut};
+    Write(dir, "call", AsRemoteInput(2, remote::EncodeCall(8, call)));
+
+    RemoteFailure e{"chip_fault#0", 3, "node-d", "0000:01:00.1", "chip_fault", ErrorKind::DeviceError, "bad address", 5};
+    Write(dir, "call_error", AsRemoteInput(3, remote::EncodeCallError(9, e)));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -216,5 +260,6 @@ int main(int argc, char** argv) {
     WritePlanCorpus(fuzz_dir + "/corpus_plan");
     WriteDeviceInputCorpus(fuzz_dir + "/corpus_device_input");
     WriteRegdumpCorpus(fuzz_dir + "/corpus_regdump");
+    WriteRemoteCorpus(fuzz_dir + "/corpus_remote");
     return 0;
 }
