@@ -9,12 +9,6 @@
 
 namespace spyre {
 
-void CompletionWord::Notify() {
-    if (waiters.load(std::memory_order_seq_cst) == 0) return;
-    seq.fetch_add(1, std::memory_order_seq_cst);
-    FutexWake(&seq, FutexScope::Private);
-}
-
 DeviceCore::DeviceCore(std::shared_ptr<const driver::DeviceEnvironment> env, const driver::FunctionInfo& info,
                        DeviceOptions options)
     : environment(std::move(env)) {

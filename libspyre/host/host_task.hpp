@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "spyre/common/completion_word.hpp"
 #include "spyre/host/chip_executor.hpp"
 #include "spyre/host/worker.hpp"
 
@@ -71,11 +72,8 @@ struct RunState {
     bool done = false;
     bool watched = false;  // a waiter reports progress: announce every finished task
     std::atomic<bool> done_flag{false};  // `done`, readable without the lock
-    // Bumped (after done_flag) when the run ends, and when a task finishes
-    // while watched: a private futex word its waiters sleep on, woken only
-    // when one sleeps.
-    std::atomic<uint32_t> changes{0};
-    std::atomic<uint32_t> sleepers{0};
+    // Notified when the run ends, and when a task finishes while watched.
+    CompletionWord wake;
 };
 
 }  // namespace spyre::host

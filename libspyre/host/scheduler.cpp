@@ -8,7 +8,6 @@
 
 #include "host_trace.hpp"
 #include "placement.hpp"
-#include "spyre/common/futex.hpp"
 #include "spyre/trace/trace.hpp"
 
 namespace spyre::host {
@@ -87,18 +86,9 @@ void Scheduler::Park(HostTask& task) {
 
 namespace {
 
-// A change of the run (a task finished, the run ended) for its waiters.
-void Announce(RunState& run) {
-    run.changes.fetch_add(1, std::memory_order_seq_cst);
-    if (run.sleepers.load(std::memory_order_seq_cst) != 0) FutexWake(&run.changes, FutexScope::Private);
-}
-
-// Sleeps until the run changes from `seen` (read before what it decided on).
-void SleepPast(RunState& run, uint32_t seen) {
-    run.sleepers.fetch_add(1, std::memory_order_seq_cst);
-    while (run.changes.load(std::memory_order_seq_cst) == seen)
-        FutexWait(&run.changes, seen, std::chrono::seconds(1), FutexScope::Private);
-    run.sleepers.fetch_sub(1, std::memory_order_relaxed);
+void SleepUntilDone(RunState& run) {
+    auto done = [&] { return run.done_flag.load(std::memory_order_seq_cst); };
+    while (!done()) run.wake.SleepUnless(done, std::chrono::seconds(1));
 }
 
 }  // namespace
@@ -127,9 +117,7 @@ void Scheduler::Shutdown() {
             if (in_flight_.empty()) break;
             run = in_flight_.front();
         }
-        for (uint32_t seen = run->changes.load(); !run->done_flag.load(std::memory_order_acquire);
-             seen = run->changes.load())
-            SleepPast(*run, seen);
+        SleepUntilDone(*run);
     }
     lanes_.clear();  // joins
     sub_workers_.reset();
@@ -238,9 +226,9 @@ void Scheduler::Finish(HostTask* task, HostTask::State state, TaskFailureInfo fa
         std::sort(run.failures.begin(), run.failures.end(),
                   [](const TaskFailureInfo& a, const TaskFailureInfo& b) { return a.task_id < b.task_id; });
         run.done = true;
-        run.done_flag.store(true, std::memory_order_release);
+        run.done_flag.store(true, std::memory_order_seq_cst);
     }
-    if (ended || run.watched) Announce(run);  // the run ended, or a progress report is due
+    if (ended || run.watched) run.wake.Notify();  // the run ended, or a progress report is due
     if (ended) {
         auto it = std::find_if(in_flight_.begin(), in_flight_.end(), [&](const auto& r) { return r.get() == &run; });
         finished_.push_back(std::move(*it));  // `run` lives until the lock is released
@@ -310,8 +298,7 @@ std::vector<HostTensor> Scheduler::Wait(RunState& run, const ProgressCallback& p
     // A short run ends within a few microseconds: look for that before
     // paying a sleep and a wake-up.
     JobThreads::LookBeforeSleeping([&] { return run.done_flag.load(std::memory_order_acquire); });
-    for (uint32_t seen = run.changes.load(); !run.done_flag.load(std::memory_order_acquire); seen = run.changes.load())
-        SleepPast(run, seen);
+    SleepUntilDone(run);
     Lock lock(*this);
     if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped);
     return run.outputs;
@@ -322,23 +309,21 @@ std::vector<HostTensor> Scheduler::WaitReporting(RunState& run, const ProgressCa
     // at total (Finish announces every finished task of a watched run).
     const uint64_t total = run.tasks.size();
     uint64_t reported = ~0ull;
+    // Tasks finished so far, and whether the run ended.
+    auto look = [&] {
+        Lock lock(*this);
+        run.watched = true;
+        return std::pair<uint64_t, bool>{total - run.unfinished, run.done};
+    };
     for (;;) {
-        const uint32_t seen = run.changes.load();
-        uint64_t done = 0;
-        bool ended = false;
-        {
-            Lock lock(*this);
-            run.watched = true;
-            done = total - run.unfinished;
-            ended = run.done;
-        }
+        const auto [done, ended] = look();
         if (done != reported) {
             reported = done;
             progress(ProgressInfo{"host-level", done, total, "tasks"});
             continue;  // look again: tasks finished meanwhile
         }
         if (ended) break;
-        SleepPast(run, seen);
+        run.wake.SleepUnless([&] { return look() != std::pair<uint64_t, bool>{reported, false}; }, std::chrono::seconds(1));
     }
     Lock lock(*this);
     if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped);

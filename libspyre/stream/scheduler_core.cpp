@@ -257,10 +257,7 @@ void SchedulerCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t tar
             Wake();
         else
             WakeIfAsleep();
-        word.waiters.fetch_add(1, std::memory_order_seq_cst);
-        const uint32_t seen = word.seq.load(std::memory_order_seq_cst);
-        if (!done()) FutexWait(&word.seq, seen, std::chrono::milliseconds(100), FutexScope::Private);
-        word.waiters.fetch_sub(1, std::memory_order_seq_cst);
+        word.SleepUnless(done, std::chrono::milliseconds(100));
     }
 }
 

@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "spyre/common/completion_word.hpp"
 #include "spyre/error.hpp"
 #include "spyre/memory/allocator.hpp"
 #include "stream/op_queue.hpp"
@@ -18,15 +19,6 @@
 namespace spyre {
 
 class DeviceCore;
-
-// Waits until counter >= target: spins for the scheduler's spin budget,
-// then sleeps on `seq` (bumped by the producer when `waiters` is non-zero).
-struct CompletionWord {
-    std::atomic<uint32_t> seq{0};
-    std::atomic<uint32_t> waiters{0};
-    // Producer side: call after the counter moved.
-    void Notify();
-};
 
 struct StreamState {
     StreamState(int index, int priority) : index(index), priority(priority) {}
