@@ -15,6 +15,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -229,25 +231,58 @@ void MockDaemon::Signal(int sig) const {
     if (pid_ > 0) ::kill(pid_, sig);
 }
 
+namespace {
+
+// The daemon's end as waitpid would report it, seen without reaping it
+// (WNOWAIT); nullopt while it runs; -1 if it was reaped elsewhere.
+std::optional<int> EndedStatus(pid_t pid, bool block) {
+    siginfo_t info{};
+    for (;;) {
+        if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT | (block ? 0 : WNOHANG)) == 0) break;
+        if (errno != EINTR) return -1;  // ECHILD: reaped already (SIGCHLD ignored)
+    }
+    if (info.si_pid == 0) return std::nullopt;
+    if (info.si_code == CLD_EXITED) return (info.si_status & 0xff) << 8;
+    return (info.si_status & 0x7f) | (info.si_code == CLD_DUMPED ? 0x80 : 0);
+}
+
+// Reaping releases the daemon's task, and with it the kernel drops its /proc
+// entries. Under mpirun that was seen to spin inside wait4
+// (shrink_dcache_parent) for a minute, and to end only when the job's other
+// rank exited, while that rank waited at the final barrier for this one.
+// So the caller goes on once the daemon has ended, and a thread of its own
+// reaps it.
+void ReapAside(pid_t pid) {
+    auto reap = [pid] {
+        while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+        }
+    };
+    try {
+        std::thread(reap).detach();
+    } catch (const std::system_error&) {
+        reap();  // no thread to spare: reap here
+    }
+}
+
+}  // namespace
+
 int MockDaemon::Stop(milliseconds grace) {
     int status = -1;
     if (pid_ > 0) {
         ::kill(-pid_, SIGCONT);  // a stopped daemon cannot handle SIGTERM
         ::kill(-pid_, SIGTERM);
-        auto deadline = steady_clock::now() + grace;
-        bool reaped = false;
-        while (steady_clock::now() < deadline) {
-            pid_t r = ::waitpid(pid_, &status, WNOHANG);
-            if (r == pid_ || (r < 0 && errno == ECHILD)) {
-                reaped = true;
-                break;
-            }
+        const auto deadline = steady_clock::now() + grace;
+        std::optional<int> ended = EndedStatus(pid_, false);
+        while (!ended && steady_clock::now() < deadline) {
             std::this_thread::sleep_for(milliseconds(5));
+            ended = EndedStatus(pid_, false);
         }
-        if (!reaped) {
+        if (!ended) {
             ::kill(-pid_, SIGKILL);
-            ::waitpid(pid_, &status, 0);
+            ended = EndedStatus(pid_, true);
         }
+        status = *ended;
+        if (status != -1) ReapAside(pid_);
         pid_ = -1;
     }
     Cleanup();

@@ -43,6 +43,8 @@ public:
     // SIGTERM, then SIGKILL after a grace period; unmounts a stale mount,
     // removes leftover shared memory and the mount directory if it made it.
     // Returns the daemon's exit status as from waitpid (or -1 if not running).
+    // It returns once the daemon has ended; a thread of its own reaps it
+    // (mock_daemon.cpp says why).
     int Stop(std::chrono::milliseconds grace = std::chrono::milliseconds(5000));
 
     // Sends a signal to the daemon without cleaning up (tests use it to

@@ -11,7 +11,9 @@ this machine needs: run as root (CI), oversubscribe (3 ranks on 2 cores), and
 loopback only (no other network; without it Open MPI may wait on
 interfaces). Each rank's embedded mock mounts under a private TMPDIR, which is
 unmounted and removed afterwards whatever happened (a SIGKILLed rank's mock
-leaves its FUSE mount behind).
+leaves its FUSE mount behind). A job still running at HARD_LIMIT_S is a hang:
+every rank's stacks are printed (gdb) before it is killed, so that a hang
+seen once in CI can be read.
 """
 import json
 import os
@@ -24,7 +26,8 @@ import tempfile
 import threading
 import time
 
-HARD_LIMIT_S = 55  # under meson's timeout: a hang is reported here, as a hang
+HARD_LIMIT_S = 45  # under meson's timeout (60 s): a hang is reported here, as a hang,
+STACKS_S = 10      # with every rank's threads' stacks (gdb), when gdb is there
 BOUND_MS = 3000    # the liveness bound the binary runs with
 SLACK_MS = 4000    # a loaded 2-core machine: generous, but far from a hang
 
@@ -48,6 +51,47 @@ def unmount_all_under(root):
         points = [line.split()[1] for line in f if line.split()[1].startswith(root)]
     for p in sorted(points, reverse=True):
         subprocess.run(['fusermount3', '-u', '-z', p], stderr=subprocess.DEVNULL, check=False)
+
+
+def job_processes(mpirun_pid):
+    """The job's ranks: mpirun's children (each in a process group of its own), not the mock daemons."""
+    pids = []
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f'/proc/{entry}/stat') as f:
+                fields = f.read().rsplit(')', 1)[1].split()
+            with open(f'/proc/{entry}/comm') as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if int(fields[1]) == mpirun_pid and comm != 'spyre-mockdev':  # fields[1]: the parent
+            pids.append((int(entry), comm))
+    return sorted(pids)
+
+
+def stacks_of(ranks):
+    """Every thread's stack in every rank of a hung job (one gdb per rank, at
+    once), so that a hang seen once can be read."""
+    gdb = shutil.which('gdb')
+    if not gdb:
+        return 'no stacks: gdb is not installed\n'
+    dumps = [(pid, comm, subprocess.Popen([gdb, '-batch', '-nx', '-p', str(pid), '-ex', 'thread apply all bt'],
+                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+             for pid, comm in ranks]
+    deadline = time.monotonic() + STACKS_S
+    out = []
+    for pid, comm, dump in dumps:
+        try:
+            text, _ = dump.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            text = '\n'.join(l for l in text.splitlines() if l.startswith(('Thread', '#')))
+        except subprocess.TimeoutExpired:
+            dump.kill()  # the rank may stay stopped: it is killed next
+            dump.communicate()
+            text = f'gdb took longer than {STACKS_S} s'
+        out.append(f'--- stacks of {comm} pid {pid}\n{text}\n')
+    return ''.join(out)
 
 
 def main():
@@ -82,6 +126,15 @@ def main():
 
     def kill_at_limit():
         hung.set()
+        ranks = job_processes(proc.pid)
+        lines.append(stacks_of(ranks))
+        # Each rank is in a process group of its own: killed one by one (a
+        # rank gdb left stopped would otherwise outlive mpirun).
+        for pid, _ in ranks:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -113,6 +113,35 @@ TEST(MockdevShutdown, BackgroundModeMountsThenSigtermCleansUp) {
     EXPECT_TRUE(Eventually([&] { return ::kill(pid, 0) != 0; }));
 }
 
+// Stop reports how the daemon ended, cleans up, and the daemon is reaped
+// (by a thread of Stop's own, so no zombie outlives it for long).
+TEST(MockdevShutdown, StopReportsTheEndAndTheDaemonIsReaped) {
+    SPYRE_REQUIRE_FUSE();
+    MockDaemon daemon = MockDaemon::Start({.vfs = 0, .mem = "64M"});
+    const pid_t pid = daemon.pid();
+    const fs::path mount = daemon.mount();
+    const std::string prefix = daemon.shm_prefix();
+    ASSERT_GT(pid, 0);
+    const int status = daemon.Stop();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    EXPECT_FALSE(daemon.running());
+    EXPECT_FALSE(spyre::test::IsMounted(mount.string()));
+    EXPECT_EQ(spyre::test::CountShmObjects(prefix), 0);
+    // A zombie still answers kill(pid, 0); a reaped pid does not.
+    EXPECT_TRUE(Eventually([&] { return ::kill(pid, 0) != 0 && errno == ESRCH; }));
+    EXPECT_EQ(daemon.Stop(), -1);  // once only
+}
+
+TEST(MockdevShutdown, StopReportsADaemonKilledBeforeIt) {
+    SPYRE_REQUIRE_FUSE();
+    MockDaemon daemon = MockDaemon::Start({.vfs = 0, .mem = "64M"});
+    const pid_t pid = daemon.pid();
+    daemon.Signal(SIGKILL);
+    const int status = daemon.Stop();
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+    EXPECT_TRUE(Eventually([&] { return ::kill(pid, 0) != 0 && errno == ESRCH; }));
+}
+
 TEST_F(MockDeviceTest, FusermountUnmountEndsTheDaemonCleanly) {
     const std::string prefix = daemon().shm_prefix();
     ASSERT_GT(spyre::test::CountShmObjects(prefix), 0);
