@@ -79,6 +79,37 @@ void RemoveShm(const std::string& prefix) {
     }
 }
 
+// The daemon's end as waitpid would report it, seen without reaping it
+// (WNOWAIT); nullopt while it runs; -1 if it was reaped elsewhere.
+std::optional<int> EndedStatus(pid_t pid, bool block) {
+    siginfo_t info{};
+    for (;;) {
+        if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT | (block ? 0 : WNOHANG)) == 0) break;
+        if (errno != EINTR) return -1;  // ECHILD: reaped already (SIGCHLD ignored)
+    }
+    if (info.si_pid == 0) return std::nullopt;
+    if (info.si_code == CLD_EXITED) return (info.si_status & 0xff) << 8;
+    return (info.si_status & 0x7f) | (info.si_code == CLD_DUMPED ? 0x80 : 0);
+}
+
+// Reaping releases the daemon's task, and with it the kernel drops its /proc
+// entries. Under mpirun that was seen to spin inside wait4
+// (shrink_dcache_parent) for a minute, and to end only when the job's other
+// rank exited, while that rank waited at the final barrier for this one.
+// So the caller goes on once the daemon has ended, and a thread of its own
+// reaps it.
+void ReapAside(pid_t pid) {
+    auto reap = [pid] {
+        while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+        }
+    };
+    try {
+        std::thread(reap).detach();
+    } catch (const std::system_error&) {
+        reap();  // no thread to spare: reap here
+    }
+}
+
 }  // namespace
 
 fs::path MockDaemon::FindExecutable() {
@@ -193,11 +224,9 @@ MockDaemon MockDaemon::Start(MockOptions options) {
     }
     ::close(pipefd[0]);
     if (got.rfind("ready", 0) != 0) {
-        int status = 0;
-        bool exited = ::waitpid(pid, &status, WNOHANG) == pid;
-        if (exited) d.pid_ = -1;
-        std::string why = exited && WIFEXITED(status)
-                              ? "exited with code " + std::to_string(WEXITSTATUS(status)) + " (see its message above)"
+        const std::optional<int> ended = EndedStatus(pid, false);  // Stop below reaps it
+        std::string why = ended && *ended != -1 && WIFEXITED(*ended)
+                              ? "exited with code " + std::to_string(WEXITSTATUS(*ended)) + " (see its message above)"
                               : "did not become ready within " + std::to_string(options.start_timeout.count()) + " ms";
         d.Stop(milliseconds(1000));
         throw Error(ErrorKind::DeviceLost, "spyre-mockdev " + why, ErrorContext{.device = d.mount_.string()});
@@ -230,41 +259,6 @@ MockDaemon::~MockDaemon() { Stop(); }
 void MockDaemon::Signal(int sig) const {
     if (pid_ > 0) ::kill(pid_, sig);
 }
-
-namespace {
-
-// The daemon's end as waitpid would report it, seen without reaping it
-// (WNOWAIT); nullopt while it runs; -1 if it was reaped elsewhere.
-std::optional<int> EndedStatus(pid_t pid, bool block) {
-    siginfo_t info{};
-    for (;;) {
-        if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT | (block ? 0 : WNOHANG)) == 0) break;
-        if (errno != EINTR) return -1;  // ECHILD: reaped already (SIGCHLD ignored)
-    }
-    if (info.si_pid == 0) return std::nullopt;
-    if (info.si_code == CLD_EXITED) return (info.si_status & 0xff) << 8;
-    return (info.si_status & 0x7f) | (info.si_code == CLD_DUMPED ? 0x80 : 0);
-}
-
-// Reaping releases the daemon's task, and with it the kernel drops its /proc
-// entries. Under mpirun that was seen to spin inside wait4
-// (shrink_dcache_parent) for a minute, and to end only when the job's other
-// rank exited, while that rank waited at the final barrier for this one.
-// So the caller goes on once the daemon has ended, and a thread of its own
-// reaps it.
-void ReapAside(pid_t pid) {
-    auto reap = [pid] {
-        while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-        }
-    };
-    try {
-        std::thread(reap).detach();
-    } catch (const std::system_error&) {
-        reap();  // no thread to spare: reap here
-    }
-}
-
-}  // namespace
 
 int MockDaemon::Stop(milliseconds grace) {
     int status = -1;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -40,6 +41,17 @@ void Require(bool ok, const char* what) {
 
 bool SameSpec(const WireSpec& a, const WireSpec& b) { return a.shape == b.shape && a.dtype == b.dtype; }
 
+// What a decoder made of the bytes, or nothing when it refused them with
+// spyre::Error (the only exception allowed out: any other fails the run).
+template <typename Decode>
+auto Decoded(Decode decode) -> std::optional<decltype(decode())> {
+    try {
+        return decode();
+    } catch (const Error&) {
+        return std::nullopt;
+    }
+}
+
 void CheckFrame(std::span<const uint8_t> bytes) {
     // The announced payload sizes (u32 count at 12, u64 sizes from 16).
     if (bytes.size() >= wire::kFrameFixedBytes) {
@@ -53,12 +65,9 @@ void CheckFrame(std::span<const uint8_t> bytes) {
         }
         if (total > (64ull << 20)) return;
     }
-    Message m;
-    try {
-        m = wire::DecodeFrame(kSource, bytes);
-    } catch (const Error&) {
-        return;
-    }
+    const std::optional<Message> decoded = Decoded([&] { return wire::DecodeFrame(kSource, bytes); });
+    if (!decoded) return;
+    const Message& m = *decoded;
     Require(m.source == kSource, "a decoded frame names its source");
     std::vector<uint8_t> again;
     try {
@@ -71,12 +80,9 @@ void CheckFrame(std::span<const uint8_t> bytes) {
 }
 
 void CheckDescribeReply(const Message& m) {
-    RankDescription d;
-    try {
-        d = remote::DecodeDescribeReply(m);
-    } catch (const Error&) {
-        return;
-    }
+    const std::optional<RankDescription> decoded = Decoded([&] { return remote::DecodeDescribeReply(m); });
+    if (!decoded) return;
+    const RankDescription& d = *decoded;
     Message again = remote::EncodeDescribeReply(remote::ReplyId(m), d);
     again.source = m.source;
     const RankDescription e = remote::DecodeDescribeReply(again);
@@ -94,19 +100,15 @@ void CheckDescribeReply(const Message& m) {
 }
 
 void CheckCall(Message m) {
-    std::pair<uint64_t, RemoteCall> decoded;
-    try {
-        decoded = remote::DecodeCall(m);
-    } catch (const Error&) {
-        return;
-    }
-    RemoteCall& call = decoded.second;
+    auto decoded = Decoded([&] { return remote::DecodeCall(m); });
+    if (!decoded) return;
+    RemoteCall& call = decoded->second;
     for (const WireTensor& t : call.inputs) Require(t.data.size() == t.spec.bytes(), "a decoded input has its spec's bytes");
     const RemoteCall copy = call;
-    Message again = remote::EncodeCall(decoded.first, call);
+    Message again = remote::EncodeCall(decoded->first, call);
     again.source = m.source;
     auto [id, back] = remote::DecodeCall(again);
-    Require(id == decoded.first, "a call round-trips its id");
+    Require(id == decoded->first, "a call round-trips its id");
     Require(back.task == copy.task && back.function == copy.function && back.device == copy.device &&
                 back.access == copy.access,
             "a call round-trips its names and access");
@@ -120,12 +122,9 @@ void CheckCall(Message m) {
 }
 
 void CheckCallError(const Message& m) {
-    RemoteFailure f;
-    try {
-        f = remote::DecodeCallError(m);
-    } catch (const Error&) {
-        return;
-    }
+    const std::optional<RemoteFailure> decoded = Decoded([&] { return remote::DecodeCallError(m); });
+    if (!decoded) return;
+    const RemoteFailure& f = *decoded;
     Message again = remote::EncodeCallError(remote::ReplyId(m), f);
     again.source = m.source;
     const RemoteFailure g = remote::DecodeCallError(again);

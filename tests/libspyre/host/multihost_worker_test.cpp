@@ -36,6 +36,23 @@ HostTensor Iota(float scale, float offset, int64_t rows = kTile, int64_t cols = 
     return t;
 }
 
+// Runs two "paired_sub" chip tasks, on devices `first` and `second`, and
+// checks that each wrote a - b, element for element.
+void RunTwoPairedSubs(Worker& w, size_t first, size_t second) {
+    const HostTensor a = Iota(0.5f, 1.0f), b = Iota(-0.25f, 2.0f);
+    HostTensor d1 = HostTensor::Zeros({kTile, kTile}), d2 = HostTensor::Zeros({kTile, kTile});
+    const HostProgram p{"paired", 2, {}, [&](HostGraph& g, std::span<const HostTensor> x) {
+                            g.Chip("paired_sub", {In(x[0]), In(x[1]), Out(d1)}, {.device = first});
+                            g.Chip("paired_sub", {In(x[0]), In(x[1]), Out(d2)}, {.device = second});
+                        }};
+    w.Run(p, {a, b});
+    auto av = a.floats(), bv = b.floats();
+    for (size_t i = 0; i < av.size(); ++i) {
+        ASSERT_EQ(d1.floats()[i], av[i] - bv[i]) << "element " << i;
+        ASSERT_EQ(d2.floats()[i], av[i] - bv[i]) << "element " << i;
+    }
+}
+
 // Ranks 1..n-1 serve from threads; the test body is rank 0.
 class MultiHostTest : public ::testing::Test {
 protected:
@@ -95,18 +112,7 @@ TEST_F(MultiHostTest, CallsToTwoDevicesOfOneRankRunAtOnce) {
         });
     });
     ASSERT_EQ(w().device_count(), 4u);  // the PF and VF of rank 0, then of rank 1
-    const HostTensor a = Iota(0.5f, 1.0f), b = Iota(-0.25f, 2.0f);
-    HostTensor d2 = HostTensor::Zeros({kTile, kTile}), d3 = HostTensor::Zeros({kTile, kTile});
-    const HostProgram p{"paired", 2, {}, [&](HostGraph& g, std::span<const HostTensor> x) {
-                            g.Chip("paired_sub", {In(x[0]), In(x[1]), Out(d2)}, {.device = 2});
-                            g.Chip("paired_sub", {In(x[0]), In(x[1]), Out(d3)}, {.device = 3});
-                        }};
-    w().Run(p, {a, b});
-    auto av = a.floats(), bv = b.floats();
-    for (size_t i = 0; i < av.size(); ++i) {
-        ASSERT_EQ(d2.floats()[i], av[i] - bv[i]) << "element " << i;
-        ASSERT_EQ(d3.floats()[i], av[i] - bv[i]) << "element " << i;
-    }
+    RunTwoPairedSubs(w(), 2, 3);
     EXPECT_EQ(w().Stats(2).chip_tasks, 1u);
     EXPECT_EQ(w().Stats(3).chip_tasks, 1u);
 }
@@ -129,18 +135,7 @@ TEST_F(MultiHostTest, TwoCallsToOneRemoteDeviceWithRoomRunAtOnce) {
     ASSERT_EQ(w().device_count(), 2u);  // rank 0's VF, then rank 1's
     ASSERT_EQ(w().ChipTasksAtOnce(0), 2u);
     EXPECT_EQ(w().ChipTasksAtOnce(1), 2u) << "rank 1's VF runs two chip tasks at once";
-    const HostTensor a = Iota(0.5f, 1.0f), b = Iota(-0.25f, 2.0f);
-    HostTensor d1 = HostTensor::Zeros({kTile, kTile}), d2 = HostTensor::Zeros({kTile, kTile});
-    const HostProgram p{"paired", 2, {}, [&](HostGraph& g, std::span<const HostTensor> x) {
-                            g.Chip("paired_sub", {In(x[0]), In(x[1]), Out(d1)}, {.device = 1});
-                            g.Chip("paired_sub", {In(x[0]), In(x[1]), Out(d2)}, {.device = 1});
-                        }};
-    w().Run(p, {a, b});
-    auto av = a.floats(), bv = b.floats();
-    for (size_t i = 0; i < av.size(); ++i) {
-        ASSERT_EQ(d1.floats()[i], av[i] - bv[i]) << "element " << i;
-        ASSERT_EQ(d2.floats()[i], av[i] - bv[i]) << "element " << i;
-    }
+    RunTwoPairedSubs(w(), 1, 1);
     EXPECT_EQ(w().Stats(1).chip_tasks, 2u);
 }
 
