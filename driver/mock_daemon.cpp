@@ -209,6 +209,7 @@ MockDaemon MockDaemon::Start(MockOptions options) {
 
     // Wait for "ready", for EOF (the daemon exited) or for the deadline.
     std::string got;
+    bool closed = false;  // EOF: the daemon is exiting (or exec'd without our fd)
     auto deadline = steady_clock::now() + options.start_timeout;
     while (got.find('\n') == std::string::npos) {
         int left = static_cast<int>(duration_cast<milliseconds>(deadline - steady_clock::now()).count());
@@ -219,12 +220,18 @@ MockDaemon MockDaemon::Start(MockOptions options) {
         if (r <= 0) break;
         char buf[64];
         ssize_t n = ::read(pipefd[0], buf, sizeof buf);
+        closed = n == 0;
         if (n <= 0) break;
         got.append(buf, static_cast<size_t>(n));
     }
     ::close(pipefd[0]);
     if (got.rfind("ready", 0) != 0) {
-        const std::optional<int> ended = EndedStatus(pid, false);  // Stop below reaps it
+        // The pipe closes before the exit is complete: give a closed one a moment.
+        std::optional<int> ended = EndedStatus(pid, false);  // Stop below reaps it
+        for (auto until = steady_clock::now() + milliseconds(2000); closed && !ended && steady_clock::now() < until;) {
+            std::this_thread::sleep_for(milliseconds(2));
+            ended = EndedStatus(pid, false);
+        }
         std::string why = ended && *ended != -1 && WIFEXITED(*ended)
                               ? "exited with code " + std::to_string(WEXITSTATUS(*ended)) + " (see its message above)"
                               : "did not become ready within " + std::to_string(options.start_timeout.count()) + " ms";

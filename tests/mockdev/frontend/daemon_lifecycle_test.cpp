@@ -142,6 +142,29 @@ TEST(MockdevShutdown, StopReportsADaemonKilledBeforeIt) {
     EXPECT_TRUE(Eventually([&] { return ::kill(pid, 0) != 0 && errno == ESRCH; }));
 }
 
+// A daemon that exits before it is ready: Start says how it ended.
+TEST(MockdevShutdown, StartReportsADaemonThatExitsBeforeItIsReady) {
+    TempDir dir;
+    const fs::path fake = dir.path / "spyre-mockdev";
+    {
+        std::ofstream script(fake);
+        script << "#!/bin/sh\nexit 3\n";
+    }
+    fs::permissions(fake, fs::perms::owner_all);
+    const char* was = std::getenv("SPYRE_MOCKDEV");
+    const std::string saved = was ? was : "";
+    ::setenv("SPYRE_MOCKDEV", fake.c_str(), 1);
+    try {
+        MockDaemon::Start({.vfs = 0, .mem = "64M", .mount = dir.path / "mnt"});
+        ADD_FAILURE() << "Start returned for a daemon that exited";
+    } catch (const spyre::Error& e) {
+        EXPECT_EQ(e.kind(), spyre::ErrorKind::DeviceLost);
+        EXPECT_NE(std::string(e.what()).find("exited with code 3"), std::string::npos) << e.what();
+    }
+    if (was) ::setenv("SPYRE_MOCKDEV", saved.c_str(), 1);
+    else ::unsetenv("SPYRE_MOCKDEV");
+}
+
 TEST_F(MockDeviceTest, FusermountUnmountEndsTheDaemonCleanly) {
     const std::string prefix = daemon().shm_prefix();
     ASSERT_GT(spyre::test::CountShmObjects(prefix), 0);
