@@ -8,6 +8,10 @@
 //   libgomp `#pragma omp task depend` and (when built with it) StarPU on the
 //   same DAGs. Every runtime gets two threads: ours one submitter + one host
 //   worker, libgomp a team of two, StarPU one CPU worker + the submitter.
+//   Ours runs by default (cheap host tasks ready at submission run on the
+//   submitting thread) and with every task handed to the worker; and
+//   pto_submit_one_thread prices the bookkeeping alone (EXTERNAL tasks
+//   completed by the submitter at once, no second thread).
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 #include <x86intrin.h>
@@ -175,12 +179,14 @@ void Report(benchmark::State& state, const std::string& shape, double seconds, c
     g_rate[std::string(self) + "/" + shape] = rate;
     if (std::string(self) == "pto_traced" && g_rate.count("pto/" + shape))
         state.counters["x_untraced"] = rate / g_rate["pto/" + shape];
-    if (std::string(self).starts_with("pto")) {
+    if (std::string(self).starts_with("pto") && std::string(self) != "pto_one_thread") {
         if (g_rate.count("gomp/" + shape)) state.counters["x_gomp"] = rate / g_rate["gomp/" + shape];
         if (g_rate.count("starpu/" + shape)) state.counters["x_starpu"] = rate / g_rate["starpu/" + shape];
     }
     if (std::string(self) == "pto_locked" && g_rate.count("pto/" + shape))
-        state.counters["x_lock_free"] = rate / g_rate["pto/" + shape];  // < 1: the lock-free queues (default) are faster
+        state.counters["x_default"] = rate / g_rate["pto/" + shape];  // < 1: the default is faster
+    if (std::string(self) == "pto_handoff" && g_rate.count("pto/" + shape))
+        state.counters["x_default"] = rate / g_rate["pto/" + shape];
 }
 
 double Now() {
@@ -256,45 +262,80 @@ void BM_StarPU(benchmark::State& state, std::string shape) {
 }
 #endif
 
-std::optional<spyre::Orchestrator> g_orch[2];  // per ReadyQueueKind
+// Submits the DAG as tasks of kernel 1 and waits for them; returns the
+// seconds taken. Buffers 64 KiB apart (one TensorMap granule each), 64
+// bytes used. EXTERNAL tasks are completed by the submitter at once.
+double RunDag(spyre::Orchestrator& orch, const std::vector<DagTask>& dag, int32_t worker_type) {
+    auto* base = static_cast<uint8_t*>(orch.HostAddress(0, uint64_t(kBuffers - 1) << 16));
+    auto buf = [&](int i) { return static_cast<void*>(base + (uint64_t(i) << 16)); };
+    const double t0 = Now();
+    for (const DagTask& t : dag) {
+        TaskParam p[3];
+        int n = 0;
+        for (int k = 0; k < t.nreads; ++k) p[n++] = {PARAM_INPUT, buf(t.reads[k]), 64, {}};
+        p[n++] = {PARAM_INOUT, buf(t.write), 64, {}};
+        const int32_t id = orch.Submit(1, worker_type, std::span<const TaskParam>(p, size_t(n)));
+        if (worker_type == WORKER_EXTERNAL) orch.Complete(id);
+    }
+    orch.WaitAll();
+    return Now() - t0;
+}
 
-// `kind`: the ready queues' implementation. `traced`: one recording spans
+std::optional<spyre::Orchestrator> g_orch[2][2];  // per ReadyQueueKind, per run_cheap_host_tasks_here
+
+// `kind`: the ready queues' implementation. `run_here`: cheap host tasks
+// ready at submission run on the submitting thread (the default; false:
+// every task is handed to the worker thread). `traced`: one recording spans
 // every iteration (started before the first, written after the last, both
 // outside the timed loop), to price the orchestration probes against the
 // same loop untraced in the same run. All run a fixed 20 iterations so a
 // recording stays small (~4 MB each).
-void BM_Pto(benchmark::State& state, std::string shape, spyre::ReadyQueueKind kind, bool traced) {
-    std::optional<spyre::Orchestrator>& orch = g_orch[size_t(kind)];
+void BM_Pto(benchmark::State& state, std::string shape, spyre::ReadyQueueKind kind, bool run_here, bool traced) {
+    std::optional<spyre::Orchestrator>& orch = g_orch[size_t(kind)][run_here];
     if (!orch) {
         orch.emplace(spyre::Orchestrator::CreateOnHostMemory(
-            kBuffers << 16, {.task_ring_size = 4096, .heap_size = 1 << 16, .host_threads = 1, .ready_queues = kind}));
+            kBuffers << 16, {.task_ring_size = 4096,
+                             .heap_size = 1 << 16,
+                             .host_threads = 1,
+                             .ready_queues = kind,
+                             .run_cheap_host_tasks_here = run_here}));
         orch->RegisterHostKernel(1, [](std::span<void* const>, std::span<const uint64_t>) { return 0u; });
     }
     const auto dag = MakeDag(shape);
-    // Buffers 64 KiB apart (one TensorMap granule each), 64 bytes used.
-    auto* base = static_cast<uint8_t*>(orch->HostAddress(0, uint64_t(kBuffers - 1) << 16));
-    auto buf = [&](int i) { return static_cast<void*>(base + (uint64_t(i) << 16)); };
     const std::string trace_path = "/tmp/spyre_orch_bench_" + std::to_string(getpid()) + ".json";
     if (traced) spyre::trace::Start(trace_path);
     double secs = 0;
-    for (auto _ : state) {
-        const double t0 = Now();
-        for (const DagTask& t : dag) {
-            TaskParam p[3];
-            int n = 0;
-            for (int k = 0; k < t.nreads; ++k) p[n++] = {PARAM_INPUT, buf(t.reads[k]), 64, {}};
-            p[n++] = {PARAM_INOUT, buf(t.write), 64, {}};
-            orch->Submit(1, WORKER_HOST, std::span<const TaskParam>(p, size_t(n)));
-        }
-        orch->WaitAll();
-        secs += Now() - t0;
-    }
+    for (auto _ : state) secs += RunDag(*orch, dag, WORKER_HOST);
     if (traced) {
         spyre::trace::Stop();
         std::remove(trace_path.c_str());
     }
     Report(state, shape, secs,
-           traced ? "pto_traced" : kind == spyre::ReadyQueueKind::LockFree ? "pto" : "pto_locked");
+           traced                                 ? "pto_traced"
+           : !run_here                            ? "pto_handoff"
+           : kind == spyre::ReadyQueueKind::Locked ? "pto_locked"
+                                                  : "pto");
+}
+
+// The same DAG on the submitting thread alone: every task is submitted as
+// EXTERNAL and completed at once with Complete (pto_task_complete), so it
+// goes through the whole bookkeeping (TensorMap, fan-in and fan-out,
+// readiness, completion, CONSUMED, reclaim) with no ready queue, no worker
+// and no second thread. Its rate is what dependency tracking costs by
+// itself; pto_submit's shortfall from it is the handoff between threads.
+void BM_PtoOneThread(benchmark::State& state, std::string shape) {
+    static std::optional<spyre::Orchestrator> orch;
+    if (!orch) {
+        orch.emplace(spyre::Orchestrator::CreateOnHostMemory(
+            kBuffers << 16, {.task_ring_size = 4096, .heap_size = 1 << 16, .host_threads = 1}));
+        orch->RegisterHostKernel(1, [](std::span<void* const>, std::span<const uint64_t>) { return 0u; });
+    }
+    const auto dag = MakeDag(shape);
+    double secs = 0;
+    for (auto _ : state) secs += RunDag(*orch, dag, WORKER_EXTERNAL);
+    Report(state, shape, secs, "pto_one_thread");
+    if (g_rate.count("pto/" + shape)) state.counters["x_pto"] = g_rate["pto/" + shape] / g_rate["pto_one_thread/" + shape];
+    if (shape == "random") orch.reset();  // the last shape: gone before the process's teardown
 }
 
 }  // namespace
@@ -315,16 +356,23 @@ int main(int argc, char** argv) {
             ->UseRealTime()->Unit(benchmark::kMillisecond);
 #endif
         benchmark::RegisterBenchmark((std::string("pto_submit/") + shape).c_str(), BM_Pto, std::string(shape),
-                                     spyre::ReadyQueueKind::LockFree, false)
+                                     spyre::ReadyQueueKind::LockFree, true, false)
+            ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(20);
+        benchmark::RegisterBenchmark((std::string("pto_submit/") + shape + "/every_task_to_the_worker").c_str(), BM_Pto,
+                                     std::string(shape), spyre::ReadyQueueKind::LockFree, false, false)
+            ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(20);
+        benchmark::RegisterBenchmark((std::string("pto_submit_one_thread/") + shape).c_str(), BM_PtoOneThread,
+                                     std::string(shape))
             ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(20);
         benchmark::RegisterBenchmark((std::string("pto_submit/") + shape + "/locked_ready_queues").c_str(), BM_Pto,
-                                     std::string(shape), spyre::ReadyQueueKind::Locked, false)
+                                     std::string(shape), spyre::ReadyQueueKind::Locked, true, false)
             ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(20);
         benchmark::RegisterBenchmark((std::string("pto_submit_traced/") + shape).c_str(), BM_Pto, std::string(shape),
-                                     spyre::ReadyQueueKind::LockFree, true)
+                                     spyre::ReadyQueueKind::LockFree, true, true)
             ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(20);
     }
     return spyre::bench::RunBenchmarks("orchestration_bench", std::chrono::seconds(120), [] {
-        for (auto& o : g_orch) o.reset();
+        for (auto& kind : g_orch)
+            for (auto& o : kind) o.reset();
     });
 }

@@ -42,6 +42,12 @@ struct OrchestratorOptions {
     uint64_t heap_size = 64ull << 20;  // heap ring bytes, from the function's allocator
     unsigned host_threads = 0;         // host worker threads; 0 = one per hardware thread
     ReadyQueueKind ready_queues = ReadyQueueKind::LockFree;
+    // A host task that is ready when it is submitted runs on the submitting
+    // thread, inside Submit, when its kernel's host runs so far averaged
+    // under a microsecond: handing so short a task to a worker thread and
+    // its completion back costs more than the run. Other tasks, and every
+    // task while this is false, run on the host worker threads.
+    bool run_cheap_host_tasks_here = true;
     // The function's task queues (core groups) this runtime takes; empty:
     // all of them. Several runtimes on one device take disjoint sets (a
     // queue another runtime holds is Busy).

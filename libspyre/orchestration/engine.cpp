@@ -379,7 +379,7 @@ void Engine::ScopeEnd() {
 
 int32_t Engine::Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params) {
     SPYRE_TRACE_SCOPE("pto_submit_task");
-    std::lock_guard sub(submit_mu_);
+    std::unique_lock sub(submit_mu_);
     Lock lock(*this);
     // Everything is checked before a slot is taken.
     const auto k = kernels_.find(kernel_id);
@@ -521,9 +521,47 @@ int32_t Engine::Submit(int32_t kernel_id, int32_t worker_type, std::span<const T
     t.fanout_count += scopes_.depth();
     ++inflight_;
     ++submitted_;
-    if (waiting_for == 0) MakeReady(t);
+    if (waiting_for == 0) {
+        if (RunsHere(t)) {
+            RunHere(sub, lock, t);
+            return id;
+        }
+        MakeReady(t);
+    }
     DrainSkips();
     return id;
+}
+
+bool Engine::RunsHere(const TaskDescriptor& t) const {
+    return options_.run_cheap_host_tasks_here && !t.poisoned && t.core_type != WORKER_EXTERNAL &&
+           RouteFor(t.core_type, *t.kernel).executor == executors_.front() && t.kernel->host_cost.Cheap();
+}
+
+void Engine::RunHere(std::unique_lock<std::mutex>& submitting, Lock& lock, TaskDescriptor& t) {
+    t.state.store(TaskState::Running, std::memory_order_relaxed);
+    ++active_;
+    // One run in 32 is timed: two clock reads cost as much as the
+    // bookkeeping of a task. A traced run is always timed.
+    const bool timed = (++runs_here_ & 31) == 0;
+    // Both locks go while it runs: the task is published (nothing of this
+    // submission is left to guard), and its kernel may call back into the
+    // runtime, a submission of its own included.
+    lock.unlock();
+    submitting.unlock();
+    TaskTiming timing;
+    const bool traced = trace::Enabled();
+    uint32_t status;
+    if (traced) [[unlikely]] {
+        timing.track = trace::detail::NamedTrack(options_.device + " submitting thread");
+        timing.start_ns = trace::detail::NowNs();
+        status = HostWorker::RunTimed(t);
+        timing.end_ns = trace::detail::NowNs();
+    } else {
+        status = timed ? HostWorker::RunTimed(t) : HostWorker::Run(t);
+    }
+    lock.lock();
+    CompleteLocked(t, status, false, traced ? &timing : nullptr);
+    DrainSkips();
 }
 
 void Engine::MakeReady(TaskDescriptor& t) {

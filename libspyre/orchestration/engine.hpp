@@ -49,6 +49,10 @@ struct EngineOptions {
     uint64_t heap_size = 0;
     unsigned host_threads = 0;  // 0: one per hardware thread
     ReadyQueueKind ready_queues = ReadyQueueKind::LockFree;
+    // A host task that is ready when it is submitted, of a kernel whose
+    // runs take under RunCost::kCheapNs, runs on the submitting thread
+    // (OrchestratorOptions::run_cheap_host_tasks_here).
+    bool run_cheap_host_tasks_here = true;
     std::string device;         // for messages
 };
 
@@ -170,6 +174,10 @@ private:
     std::string TaskRingStuck() const;
     std::string HeapStuck(uint64_t need) const;
     void MakeReady(TaskDescriptor& t);
+    // Whether a task ready at submission runs on the submitting thread, and
+    // running it there (both locks released while its kernel runs).
+    bool RunsHere(const TaskDescriptor& t) const;
+    void RunHere(std::unique_lock<std::mutex>& submitting, Lock& lock, TaskDescriptor& t);
     void CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped, const TaskTiming* timing = nullptr);
     // The task's span and an arrow from each traced producer (a trace records).
     void TraceTask(TaskDescriptor& t, const TaskTiming& timing);
@@ -221,6 +229,7 @@ private:
     int64_t inflight_ = 0;  // submitted, not completed
     int64_t active_ = 0;    // READY or RUNNING on an executor: will complete on their own
     uint64_t submitted_ = 0;
+    uint64_t runs_here_ = 0;  // tasks run on the submitting thread (samples one in 32 for host_cost)
     uint64_t completed_ = 0;
     uint64_t waited_ = 0;  // tasks completed when the last WaitAll returned (progress counts from it)
     uint32_t heap_track_ = 0;  // of recording heap_recording_

@@ -7,6 +7,8 @@
 // the device error code of a failed task.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -15,6 +17,35 @@
 #include "orchestration/task_ring.hpp"
 
 namespace spyre::orchestration {
+
+// How long a kernel's host runs take, as an average of the runs measured
+// (the host worker times each run; a run on the submitting thread is
+// sampled). Read and written without a lock: a lost update only delays the
+// average.
+class RunCost {
+public:
+    // Runs this short are cheaper to make on the thread that made the task
+    // ready than to hand to a worker thread and back (docs/orchestration.md).
+    static constexpr uint32_t kCheapNs = 1000;
+
+    RunCost() = default;
+    RunCost(const RunCost& other) : ns_(other.ns_.load(std::memory_order_relaxed)) {}
+    RunCost& operator=(const RunCost& other) {
+        ns_.store(other.ns_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+        return *this;
+    }
+    void Record(uint64_t run_ns) noexcept {
+        const uint32_t sample = uint32_t(std::min<uint64_t>(run_ns, kUnknown - 1));
+        const uint32_t avg = ns_.load(std::memory_order_relaxed);
+        ns_.store(avg == kUnknown ? sample : uint32_t((uint64_t(avg) * 7 + sample) / 8), std::memory_order_relaxed);
+    }
+    // False until a run was measured.
+    bool Cheap() const noexcept { return ns_.load(std::memory_order_relaxed) < kCheapNs; }
+
+private:
+    static constexpr uint32_t kUnknown = UINT32_MAX;
+    std::atomic<uint32_t> ns_{kUnknown};
+};
 
 // What a kernel id stands for: a host function, a device program, or both.
 struct KernelEntry {
@@ -25,6 +56,7 @@ struct KernelEntry {
     std::function<uint32_t(void* const*, const uint64_t*, int32_t)> host_callable;
     uint64_t program_address = 0;  // function-relative; 0 = none
     bool has_program = false;
+    mutable RunCost host_cost;  // its host runs so far
 };
 
 // Where and when a task ran, for the trace (given only while one records).

@@ -2,6 +2,7 @@
 #include "orchestration/host_worker.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "trace/recorder.hpp"
 
@@ -29,6 +30,14 @@ uint32_t HostWorker::Run(const TaskDescriptor& task) {
     }
 }
 
+uint32_t HostWorker::RunTimed(const TaskDescriptor& task) {
+    const auto start = std::chrono::steady_clock::now();
+    const uint32_t status = Run(task);
+    task.kernel->host_cost.Record(
+        uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()));
+    return status;
+}
+
 void HostWorker::Start(ReadyQueue& queue, CompletionSink& sink) {
     for (unsigned i = 0; i < threads_; ++i)
         pool_.emplace_back([this, i, &queue, &sink] {
@@ -38,7 +47,7 @@ void HostWorker::Start(ReadyQueue& queue, CompletionSink& sink) {
             while (queue.PopBatch(batch, 1)) {
                 for (const ReadyTask& t : batch) {
                     if (!trace::Enabled()) [[likely]] {
-                        sink.OnTaskComplete(t.task_id, Run(*t.task));
+                        sink.OnTaskComplete(t.task_id, RunTimed(*t.task));
                         continue;
                     }
                     if (recording != trace::detail::Recording()) {
@@ -46,7 +55,7 @@ void HostWorker::Start(ReadyQueue& queue, CompletionSink& sink) {
                         timing.track = trace::detail::NamedTrack(device_ + " host worker " + std::to_string(i));
                     }
                     timing.start_ns = trace::detail::NowNs();
-                    const uint32_t status = Run(*t.task);
+                    const uint32_t status = RunTimed(*t.task);
                     timing.end_ns = trace::detail::NowNs();
                     sink.OnTaskComplete(t.task_id, status, &timing);
                 }

@@ -27,6 +27,8 @@ public:
 
     // Runs one task's kernel on this thread; returns its status.
     static uint32_t Run(const TaskDescriptor& task);
+    // The same, and records how long it took in the kernel's host_cost.
+    static uint32_t RunTimed(const TaskDescriptor& task);
 
 private:
     unsigned threads_;

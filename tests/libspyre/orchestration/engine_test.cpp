@@ -7,6 +7,8 @@
 // the test) make "runs concurrently" and "waits" observable without timing.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -23,9 +25,13 @@ enum : int32_t { K_FILL = 1, K_INC, K_ADD, K_FAIL, K_EXT, K_MIX };
 
 class OrchTest : public ::testing::Test {
 protected:
-    void Make(int32_t ring = 64, uint64_t heap = 1 << 20, uint64_t memory = 4 << 20, unsigned threads = 2) {
-        orch_.emplace(Orchestrator::CreateOnHostMemory(
-            memory, {.task_ring_size = ring, .heap_size = heap, .host_threads = threads, .ready_queues = QueueKind()}));
+    void Make(int32_t ring = 64, uint64_t heap = 1 << 20, uint64_t memory = 4 << 20, unsigned threads = 2,
+              bool run_here = true) {
+        orch_.emplace(Orchestrator::CreateOnHostMemory(memory, {.task_ring_size = ring,
+                                                                .heap_size = heap,
+                                                                .host_threads = threads,
+                                                                .ready_queues = QueueKind(),
+                                                                .run_cheap_host_tasks_here = run_here}));
         // K_FILL: out[i] = 7; K_INC: x[i] += 1 (a read-modify-write: lost
         // updates would show if two ran at once); K_ADD: c = a + b.
         orch_->RegisterHostKernel(K_FILL, [](std::span<void* const> b, std::span<const uint64_t> s) {
@@ -541,7 +547,7 @@ TEST_P(OrchQueueTest, RandomDagMatchesASequentialRun) {
 // holds the lock most of the time, none may be lost (a lost one would hang
 // WaitAll or leave a counter short) and none applied twice.
 TEST_P(OrchQueueTest, CompletionsFromManyWorkersAreNeverLostOrRepeated) {
-    Make(128, 1 << 16, 4 << 20, 6);
+    Make(128, 1 << 16, 4 << 20, 6, /*run_here=*/false);  // every task on a worker thread
     constexpr int kCounters = 48, kTasks = 12000;
     uint32_t* counters = Data(0, 64 * kCounters);  // 64 bytes apart: independent regions
     for (int c = 0; c < kCounters; ++c) counters[c * 16] = 0;
@@ -555,6 +561,121 @@ TEST_P(OrchQueueTest, CompletionsFromManyWorkersAreNeverLostOrRepeated) {
     }
     o().WaitAll();
     for (int c = 0; c < kCounters; ++c) EXPECT_EQ(counters[c * 16], expected[size_t(c)]) << "counter " << c;
+}
+
+// --- host tasks on the submitting thread -------------------------------------
+
+// Records, per task, whether its kernel ran on the submitting thread.
+class RunHereTest : public OrchTest {
+protected:
+    enum : int32_t { K_WHERE = 20, K_SLOW, K_NEST };
+    void MakeWith(bool run_here) {
+        Make(64, 1 << 20, 4 << 20, 2, run_here);
+        submitter_ = std::this_thread::get_id();
+        auto where = [this](std::span<void* const> b, std::span<const uint64_t>) {
+            *static_cast<uint32_t*>(b[0]) = std::this_thread::get_id() == submitter_ ? 1u : 2u;
+            return 0u;
+        };
+        o().RegisterHostKernel(K_WHERE, where);
+        o().RegisterHostKernel(K_SLOW, [where](std::span<void* const> b, std::span<const uint64_t> s) {
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+            return where(b, s);
+        });
+    }
+    // Runs one task of `kernel` writing its word and waits; true if it ran here.
+    bool RanHere(int32_t kernel) {
+        uint32_t* w = Data(0, 4);
+        *w = 0;
+        TaskParam p[] = {Out(w, 4)};
+        o().Submit(kernel, WORKER_HOST, p);
+        o().WaitAll();
+        EXPECT_NE(*w, 0u) << "the task did not run";
+        return *w == 1;
+    }
+    std::thread::id submitter_;
+};
+
+TEST_F(RunHereTest, ACheapKernelsReadyTasksComeToRunOnTheSubmittingThread) {
+    MakeWith(true);
+    // Its first run is on a worker (nothing is known of its cost); once its
+    // runs are measured under a microsecond, a task ready at submission runs
+    // inside Submit. A preempted run can make one measurement long: the
+    // average needs more runs then, hence a bound and not an exact count.
+    EXPECT_FALSE(RanHere(K_WHERE));
+    int runs = 1;
+    while (!RanHere(K_WHERE) && runs < 2000) ++runs;
+    EXPECT_LT(runs, 2000) << "no task of an empty kernel ever ran on the submitting thread";
+}
+
+TEST_F(RunHereTest, WhenTurnedOffEveryTaskRunsOnAWorker) {
+    MakeWith(false);
+    for (int i = 0; i < 300; ++i) ASSERT_FALSE(RanHere(K_WHERE)) << "task " << i;
+}
+
+TEST_F(RunHereTest, ASlowKernelNeverRunsOnTheSubmittingThread) {
+    MakeWith(true);
+    for (int i = 0; i < 40; ++i) ASSERT_FALSE(RanHere(K_SLOW)) << "task " << i;  // 200 us per run: never cheap
+}
+
+TEST_F(RunHereTest, ATaskThatIsNotReadyAtSubmissionRunsOnAWorker) {
+    MakeWith(true);
+    while (!RanHere(K_WHERE)) {
+    }
+    // Behind an EXTERNAL task, it becomes ready only when the test completes
+    // that one: a worker runs it, not this thread.
+    uint32_t* w = Data(0, 4);
+    *w = 0;
+    TaskParam p[] = {Out(w, 4)};
+    const int32_t gate = o().Submit(K_EXT, WORKER_EXTERNAL, p);
+    o().Submit(K_WHERE, WORKER_HOST, p);
+    o().Complete(gate);
+    o().WaitAll();
+    EXPECT_EQ(*w, 2u);
+}
+
+TEST_F(RunHereTest, AKernelRunOnTheSubmittingThreadMaySubmitTasksOfItsOwn) {
+    MakeWith(true);
+    // K_NEST writes where it ran and, once armed, submits a K_FILL of its
+    // own from inside its run (the locks are released while a kernel runs
+    // on the submitting thread, or this would deadlock).
+    std::atomic<bool> armed{false};
+    uint32_t* filled = Data(4096, 64);
+    o().RegisterHostKernel(K_NEST, [&](std::span<void* const> b, std::span<const uint64_t>) {
+        *static_cast<uint32_t*>(b[0]) = std::this_thread::get_id() == submitter_ ? 1u : 2u;
+        if (armed.load()) {
+            TaskParam fill[] = {Out(filled, 64)};
+            o().Submit(K_FILL, WORKER_HOST, fill);
+        }
+        return 0u;
+    });
+    int runs = 0;
+    while (!RanHere(K_NEST) && runs < 2000) ++runs;
+    ASSERT_LT(runs, 2000);
+    armed = true;
+    bool nested_here = false;
+    for (int i = 0; i < 100 && !nested_here; ++i) {
+        std::memset(filled, 0, 64);
+        nested_here = RanHere(K_NEST);
+        for (int k = 0; k < 16; ++k) ASSERT_EQ(filled[k], 7u) << "the nested task did not run";
+    }
+    EXPECT_TRUE(nested_here) << "no armed run happened on the submitting thread";
+}
+
+TEST_F(RunHereTest, AFailureOnTheSubmittingThreadPoisonsItsDependents) {
+    MakeWith(true);
+    uint32_t* x = Data(0, 64);
+    uint32_t* y = Data(4096, 64);
+    TaskParam px[] = {Out(x, 64)};
+    for (int i = 0; i < 50; ++i) {  // K_FAIL's runs measured: cheap
+        o().Submit(K_FAIL, WORKER_HOST, px);
+        EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "failed with device error code 42");
+    }
+    o().Submit(K_FAIL, WORKER_HOST, px);
+    TaskParam dep[] = {In(x, 64), Out(y, 64)};
+    o().Submit(K_FILL, WORKER_HOST, dep);
+    y[0] = 0;
+    EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "1 task(s) failed, 1 dependent task(s) skipped");
+    EXPECT_EQ(y[0], 0u);
 }
 
 void SeedStyleOrchestration(Runtime* rt, uint64_t* args) {
