@@ -301,6 +301,11 @@ void Engine::ApplyInbox() {
 }
 
 void Engine::ApplyInboxAfterUnlock() {
+    // With no task on an executor, nothing can be parked but by a thread
+    // that takes mu_ and looks after its own unlock: the fence is skipped.
+    // (Read after this thread's unlock or before it, 0 means none was on an
+    // executor then, and only a lock holder can put one there.)
+    if (on_executors_.load(std::memory_order_relaxed) == 0) return;
     ApplyParkedAfterUnlock(mu_, inbox_, [this] { ApplyInbox(); });
 }
 
@@ -409,8 +414,7 @@ int32_t Engine::Submit(int32_t kernel_id, int32_t worker_type, std::span<const T
         const uint64_t size = as_region ? p.region.size : p.size;
         if (size == 0) Fail(ErrorKind::InvalidArgument, where() + " has size 0");
         ResolvedParam& r = resolved[i];
-        r.kind = p.kind;
-        r.size = size;
+        r = {nullptr, size, p.kind, false};
         if (!base) {
             if (p.kind != PARAM_OUTPUT)
                 Fail(ErrorKind::InvalidArgument, where() + " has no buffer: only an OUTPUT can be allocated implicitly");
@@ -463,11 +467,18 @@ int32_t Engine::Submit(int32_t kernel_id, int32_t worker_type, std::span<const T
     t.num_params = int32_t(params.size());
     uint8_t* next = reinterpret_cast<uint8_t*>(t.packed_buffer_base);
     for (int32_t i = 0; i < int32_t(params.size()); ++i) {
-        t.params[i] = resolved[i];
-        if (resolved[i].implicit) {
-            t.params[i].host = next;
-            next += (resolved[i].size + HeapRing::kAlignment - 1) / HeapRing::kAlignment * HeapRing::kAlignment;
+        // Field by field: as one copy of the array, GCC made it a `rep movs`,
+        // slow to start for a few dozen bytes (a tenth of a submission).
+        const ResolvedParam& r = resolved[i];
+        uint8_t* host = r.host;
+        if (r.implicit) {
+            host = next;
+            next += (r.size + HeapRing::kAlignment - 1) / HeapRing::kAlignment * HeapRing::kAlignment;
         }
+        t.params[i].host = host;
+        t.params[i].size = r.size;
+        t.params[i].kind = r.kind;
+        t.params[i].implicit = r.implicit;
     }
     // 3. Dependencies: look every region up first, then file this task's
     // accesses (a task never waits for itself).
@@ -576,6 +587,8 @@ void Engine::MakeReady(TaskDescriptor& t) {
     }
     t.state.store(TaskState::Ready, std::memory_order_relaxed);
     ++active_;
+    t.on_executor = true;
+    on_executors_.store(on_executors_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // mu_ held
     RouteFor(t.core_type, *t.kernel).queue->Push({t.task_id, &t});
 }
 
@@ -594,6 +607,10 @@ void Engine::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped, co
         TraceTask(t, *timing);
     const TaskState was = t.state.load(std::memory_order_relaxed);
     if (was == TaskState::Ready || (was == TaskState::Running && t.core_type != WORKER_EXTERNAL)) --active_;
+    if (t.on_executor) {
+        t.on_executor = false;
+        on_executors_.store(on_executors_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);  // mu_ held
+    }
     --inflight_;
     ++completed_;
     if (skipped) {

@@ -200,6 +200,9 @@ private:
     std::mutex submit_mu_;
     mutable AdaptiveMutex mu_;
     std::atomic<uint32_t> wake_seq_{0};  // bumped (and futex-woken) by WakeWaiters
+    // Tasks pushed to an executor and not yet completed (written under mu_,
+    // read without it by ApplyInboxAfterUnlock).
+    std::atomic<int64_t> on_executors_{0};
     // Completions parked while mu_ was held (status in inbox_status).
     ParkingInbox<TaskDescriptor, &TaskDescriptor::inbox_next> inbox_;
     TaskRing ring_;

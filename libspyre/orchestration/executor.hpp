@@ -35,7 +35,11 @@ public:
         return *this;
     }
     void Record(uint64_t run_ns) noexcept {
-        const uint32_t sample = uint32_t(std::min<uint64_t>(run_ns, kUnknown - 1));
+        // Clamped: one run stretched by a preemption or an interrupt (a
+        // millisecond here and there on a busy machine) must not make a
+        // cheap kernel look slow for the next hundred runs; a kernel slower
+        // than the bound still averages above it after two measured runs.
+        const uint32_t sample = uint32_t(std::min<uint64_t>(run_ns, kSampleCapNs));
         const uint32_t avg = ns_.load(std::memory_order_relaxed);
         ns_.store(avg == kUnknown ? sample : uint32_t((uint64_t(avg) * 7 + sample) / 8), std::memory_order_relaxed);
     }
@@ -44,6 +48,7 @@ public:
 
 private:
     static constexpr uint32_t kUnknown = UINT32_MAX;
+    static constexpr uint32_t kSampleCapNs = 4 * kCheapNs;
     std::atomic<uint32_t> ns_{kUnknown};
 };
 

@@ -35,6 +35,7 @@ void TaskDescriptor::Reset(int32_t id) {
     kernel = nullptr;
     outcome = TaskOutcome::None;
     poisoned = false;
+    on_executor = false;
     external_done = false;
     external_code = 0;
     cause = {};

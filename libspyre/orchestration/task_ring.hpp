@@ -23,12 +23,15 @@ const char* ToString(TaskState state) noexcept;
 // How a finished task ended.
 enum class TaskOutcome : uint8_t { None, Ok, Failed, Skipped };
 
-// A parameter as the engine resolved it: where, how big, how used.
+// A parameter as the engine resolved it: where, how big, how used. No
+// member initializers: a submission resolves its parameters into an array
+// on the stack, and zeroing all PTO_MAX_PARAMS of them cost more than the
+// rest of its checks. Only the first num_params of a task are ever read.
 struct ResolvedParam {
-    int32_t kind = PARAM_INPUT;
-    uint8_t* host = nullptr;  // address in the function's mapped memory
-    uint64_t size = 0;
-    bool implicit = false;  // allocated from the heap ring for this task
+    uint8_t* host;  // address in the function's mapped memory
+    uint64_t size;
+    int32_t kind;
+    bool implicit;  // allocated from the heap ring for this task
 };
 
 // The first failure behind a failed or skipped task.
@@ -61,6 +64,7 @@ struct TaskDescriptor {
     const KernelEntry* kernel = nullptr;
     TaskOutcome outcome = TaskOutcome::None;
     bool poisoned = false;        // a producer failed: do not run
+    bool on_executor = false;     // pushed to an executor's ready queue, not yet completed
     bool external_done = false;   // EXTERNAL: completed before its inputs were
     uint32_t external_code = 0;
     RootCause cause;
