@@ -44,10 +44,12 @@ struct OrchestratorOptions {
     ReadyQueueKind ready_queues = ReadyQueueKind::LockFree;
     // A host task that is ready when it is submitted runs on the submitting
     // thread, inside Submit, when its kernel's host runs so far averaged
-    // under a microsecond: handing so short a task to a worker thread and
-    // its completion back costs more than the run. Other tasks, and every
-    // task while this is false, run on the host worker threads.
+    // under cheap_host_task_ns (a microsecond): handing so short a task to
+    // a worker thread and its completion back costs more than the run.
+    // Other tasks, and every task while this is false, run on the host
+    // worker threads.
     bool run_cheap_host_tasks_here = true;
+    uint32_t cheap_host_task_ns = 1000;
     // The function's task queues (core groups) this runtime takes; empty:
     // all of them. Several runtimes on one device take disjoint sets (a
     // queue another runtime holds is Busy).

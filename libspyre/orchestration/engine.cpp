@@ -107,6 +107,7 @@ void Engine::RegisterKernel(KernelEntry kernel) {
     if (kernels_.count(kernel.kernel_id))
         Fail(ErrorKind::InvalidArgument, "kernel " + std::to_string(kernel.kernel_id) + " is already registered");
     const int32_t id = kernel.kernel_id;
+    kernel.host_cost.SetCheapBelow(options_.cheap_host_task_ns);
     kernels_.emplace(id, std::make_unique<KernelEntry>(std::move(kernel)));
 }
 

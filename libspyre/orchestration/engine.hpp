@@ -50,9 +50,10 @@ struct EngineOptions {
     unsigned host_threads = 0;  // 0: one per hardware thread
     ReadyQueueKind ready_queues = ReadyQueueKind::LockFree;
     // A host task that is ready when it is submitted, of a kernel whose
-    // runs take under RunCost::kCheapNs, runs on the submitting thread
+    // runs average under cheap_host_task_ns, runs on the submitting thread
     // (OrchestratorOptions::run_cheap_host_tasks_here).
     bool run_cheap_host_tasks_here = true;
+    uint32_t cheap_host_task_ns = RunCost::kDefaultCheapNs;
     std::string device;         // for messages
 };
 

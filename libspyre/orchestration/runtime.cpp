@@ -46,6 +46,7 @@ std::unique_ptr<Runtime> Runtime::OnDevice(spyre::Device& device, const spyre::O
     o.host_threads = options.host_threads;
     o.ready_queues = options.ready_queues;
     o.run_cheap_host_tasks_here = options.run_cheap_host_tasks_here;
+    o.cheap_host_task_ns = options.cheap_host_task_ns;
     o.device = device.pci_address();
     rt->engine = std::make_unique<Engine>(o);
     // CUBE and VECTOR kernels with a device program run on the card's cores
@@ -80,6 +81,7 @@ std::unique_ptr<Runtime> Runtime::OnHostMemory(uint64_t memory_size, const spyre
     o.host_threads = options.host_threads;
     o.ready_queues = options.ready_queues;
     o.run_cheap_host_tasks_here = options.run_cheap_host_tasks_here;
+    o.cheap_host_task_ns = options.cheap_host_task_ns;
     o.device = "host memory";
     rt->engine = std::make_unique<Engine>(o);
     return rt;
