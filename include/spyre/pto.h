@@ -86,7 +86,11 @@ const char* pto_last_error(void);
 
 /* --- kernels ------------------------------------------------------------ */
 
-/* kernel_id -> a host function (run by the host worker). */
+/* kernel_id -> a host function, run by a host worker thread; or, when its
+ * runs so far average under a microsecond, by the thread that submits a
+ * task of it that is ready at once, inside pto_submit_task (handing so short
+ * a task to a worker costs more than running it; C++
+ * OrchestratorOptions::run_cheap_host_tasks_here turns this off). */
 int32_t pto_register_host_kernel(Runtime* rt, int32_t kernel_id, pto_host_fn fn, void* user_data);
 /* kernel_id -> a device program (function-relative address of a loaded
  * program), for a device executor. */

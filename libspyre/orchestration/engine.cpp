@@ -560,6 +560,7 @@ void Engine::RunHere(std::unique_lock<std::mutex>& submitting, Lock& lock, TaskD
     // runtime, a submission of its own included.
     lock.unlock();
     submitting.unlock();
+    const HostWorker::RunningTask running(this);
     TaskTiming timing;
     const bool traced = trace::Enabled();
     uint32_t status;
@@ -744,6 +745,11 @@ uint8_t* Engine::TaskOutput(int32_t task_id, int32_t index) {
 
 void Engine::WaitAll(const ProgressCallback& progress) {
     SPYRE_TRACE_SCOPE("pto_wait_all");
+    if (HostWorker::RunningTaskOf() == this)
+        Fail(ErrorKind::InvalidArgument,
+             "wait for all tasks called from inside a task of this runtime would wait for that task itself: wait "
+             "in the orchestration thread instead",
+             EDEADLK);
     Lock lock(*this);
     // Progress: tasks completed of those submitted since the last WaitAll
     // that returned with nothing in flight; reported outside the lock, once

@@ -30,6 +30,18 @@ uint32_t HostWorker::Run(const TaskDescriptor& task) {
     }
 }
 
+namespace {
+thread_local const CompletionSink* t_running_task_of = nullptr;
+}  // namespace
+
+const CompletionSink* HostWorker::RunningTaskOf() noexcept { return t_running_task_of; }
+
+HostWorker::RunningTask::RunningTask(const CompletionSink* sink) noexcept : outer_(t_running_task_of) {
+    t_running_task_of = sink;
+}
+
+HostWorker::RunningTask::~RunningTask() { t_running_task_of = outer_; }
+
 uint32_t HostWorker::RunTimed(const TaskDescriptor& task) {
     const auto start = std::chrono::steady_clock::now();
     const uint32_t status = Run(task);
@@ -41,6 +53,7 @@ uint32_t HostWorker::RunTimed(const TaskDescriptor& task) {
 void HostWorker::Start(ReadyQueue& queue, CompletionSink& sink) {
     for (unsigned i = 0; i < threads_; ++i)
         pool_.emplace_back([this, i, &queue, &sink] {
+            const RunningTask running(&sink);  // every task this thread runs is the sink's
             std::vector<ReadyTask> batch;
             TaskTiming timing;
             uint64_t recording = 0;  // the recording `timing.track` belongs to

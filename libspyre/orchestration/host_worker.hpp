@@ -30,6 +30,22 @@ public:
     // The same, and records how long it took in the kernel's host_cost.
     static uint32_t RunTimed(const TaskDescriptor& task);
 
+    // The runtime (its CompletionSink) whose task this thread is running,
+    // or null: a kernel that waits for every task of its own runtime would
+    // wait for itself. Set for a worker thread's life, and by a
+    // RunningTaskOf around a task run on the submitting thread.
+    static const CompletionSink* RunningTaskOf() noexcept;
+    class RunningTask {
+    public:
+        explicit RunningTask(const CompletionSink* sink) noexcept;
+        ~RunningTask();
+        RunningTask(const RunningTask&) = delete;
+        RunningTask& operator=(const RunningTask&) = delete;
+
+    private:
+        const CompletionSink* outer_;
+    };
+
 private:
     unsigned threads_;
     std::string device_;

@@ -308,7 +308,8 @@ void BindOrchestration(py::module_& m) {
         .def("register_host_kernel", [](PyOrch& self, int32_t kernel_id, py::function fn, py::object dtype) {
                 self.Get("Orchestrator.register_host_kernel").RegisterHostKernel(kernel_id, MakeHostKernel(&self, kernel_id, fn, dtype));
             }, py::arg("kernel_id"), py::arg("fn"), py::arg("dtype") = py::dtype("float32"),
-            "fn(*buffers) runs on a host worker (with the GIL) for tasks of kernel_id: one 1-D numpy view of "
+            "fn(*buffers) runs on a host worker (with the GIL; or inside submit when its runs average under a "
+            "microsecond, which a Python function does not) for tasks of kernel_id: one 1-D numpy view of "
             "`dtype` per parameter, on the task's memory, valid during the call only. Returning a non-zero int, "
             "or raising, fails the task (wait_all raises TaskFailed with the Python message).")
         .def("scope", [](const std::shared_ptr<PyOrch>& self) {

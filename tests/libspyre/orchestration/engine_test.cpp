@@ -12,6 +12,7 @@
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -672,6 +673,32 @@ TEST_F(RunHereTest, AFailureOnTheSubmittingThreadPoisonsItsDependents) {
     o().Submit(K_FILL, WORKER_HOST, dep);  // poisoned at submission: never runs
     EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "1 task(s) failed, 1 dependent task(s) skipped");
     EXPECT_EQ(y[0], 0u);
+}
+
+// A kernel that waits for every task of its own runtime would wait for
+// itself: a typed error instead of a hang, wherever the kernel runs.
+class WaitInsideATask : public RunHereTest, public ::testing::WithParamInterface<bool> {};
+INSTANTIATE_TEST_SUITE_P(Where, WaitInsideATask, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "submitting_thread" : "worker"; });
+
+TEST_P(WaitInsideATask, IsAnErrorNotAHang) {
+    MakeWith(/*run_here=*/GetParam());
+    std::string caught;
+    o().RegisterHostKernel(K_NEST, [&](std::span<void* const> b, std::span<const uint64_t>) {
+        *static_cast<uint32_t*>(b[0]) = std::this_thread::get_id() == submitter_ ? 1u : 2u;
+        try {
+            o().WaitAll();
+            caught = "no error";
+        } catch (const Error& e) {
+            caught = e.kind() == ErrorKind::InvalidArgument ? e.what() : "another kind of error";
+        }
+        return 0u;
+    });
+    EXPECT_FALSE(RanHere(K_NEST));  // the first run: on a worker
+    EXPECT_NE(caught.find("would wait for that task itself"), std::string::npos) << caught;
+    caught.clear();
+    EXPECT_EQ(RanHere(K_NEST), GetParam());  // the second: here when allowed
+    EXPECT_NE(caught.find("would wait for that task itself"), std::string::npos) << caught;
 }
 
 void SeedStyleOrchestration(Runtime* rt, uint64_t* args) {
