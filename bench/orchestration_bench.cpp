@@ -183,10 +183,8 @@ void Report(benchmark::State& state, const std::string& shape, double seconds, c
         if (g_rate.count("gomp/" + shape)) state.counters["x_gomp"] = rate / g_rate["gomp/" + shape];
         if (g_rate.count("starpu/" + shape)) state.counters["x_starpu"] = rate / g_rate["starpu/" + shape];
     }
-    if (std::string(self) == "pto_locked" && g_rate.count("pto/" + shape))
+    if ((std::string(self) == "pto_locked" || std::string(self) == "pto_handoff") && g_rate.count("pto/" + shape))
         state.counters["x_default"] = rate / g_rate["pto/" + shape];  // < 1: the default is faster
-    if (std::string(self) == "pto_handoff" && g_rate.count("pto/" + shape))
-        state.counters["x_default"] = rate / g_rate["pto/" + shape];
 }
 
 double Now() {

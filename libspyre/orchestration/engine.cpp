@@ -589,7 +589,6 @@ void Engine::MakeReady(TaskDescriptor& t) {
     }
     t.state.store(TaskState::Ready, std::memory_order_relaxed);
     ++active_;
-    t.on_executor = true;
     on_executors_.store(on_executors_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // mu_ held
     RouteFor(t.core_type, *t.kernel).queue->Push({t.task_id, &t});
 }
@@ -609,10 +608,10 @@ void Engine::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped, co
         TraceTask(t, *timing);
     const TaskState was = t.state.load(std::memory_order_relaxed);
     if (was == TaskState::Ready || (was == TaskState::Running && t.core_type != WORKER_EXTERNAL)) --active_;
-    if (t.on_executor) {
-        t.on_executor = false;
+    // Executors leave a task READY until it completes (RUNNING and not
+    // EXTERNAL is a task run on the submitting thread).
+    if (was == TaskState::Ready)
         on_executors_.store(on_executors_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);  // mu_ held
-    }
     --inflight_;
     ++completed_;
     if (skipped) {

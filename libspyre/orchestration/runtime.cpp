@@ -15,6 +15,22 @@ using spyre::orchestration::Engine;
 using spyre::orchestration::EngineOptions;
 using spyre::orchestration::KernelEntry;
 
+namespace {
+
+// What both kinds of runtime take from the caller's options as they are;
+// memory, heap and device name are each kind's own.
+EngineOptions EngineOptionsFrom(const spyre::OrchestratorOptions& options) {
+    EngineOptions o;
+    o.task_ring_size = options.task_ring_size;
+    o.host_threads = options.host_threads;
+    o.ready_queues = options.ready_queues;
+    o.run_cheap_host_tasks_here = options.run_cheap_host_tasks_here;
+    o.cheap_host_task_ns = options.cheap_host_task_ns;
+    return o;
+}
+
+}  // namespace
+
 Runtime::~Runtime() {
     engine.reset();  // waits for running tasks first: they use the memory below
     if (heap && device) {
@@ -37,16 +53,11 @@ std::unique_ptr<Runtime> Runtime::OnDevice(spyre::Device& device, const spyre::O
     if (heap_size == 0) throw Error(ErrorKind::InvalidArgument, "heap ring size must be > 0");
     rt->heap = device.allocator().Allocate(heap_size);
     const uint64_t heap_offset = device.allocator().DeviceAddress(rt->heap->handle, heap_size);
-    EngineOptions o;
-    o.task_ring_size = options.task_ring_size;
+    EngineOptions o = EngineOptionsFrom(options);
     o.memory = rt->devmem.data();
     o.memory_size = rt->devmem.size();
     o.heap_offset = heap_offset;
     o.heap_size = heap_size;
-    o.host_threads = options.host_threads;
-    o.ready_queues = options.ready_queues;
-    o.run_cheap_host_tasks_here = options.run_cheap_host_tasks_here;
-    o.cheap_host_task_ns = options.cheap_host_task_ns;
     o.device = device.pci_address();
     rt->engine = std::make_unique<Engine>(o);
     // CUBE and VECTOR kernels with a device program run on the card's cores
@@ -72,16 +83,11 @@ std::unique_ptr<Runtime> Runtime::OnHostMemory(uint64_t memory_size, const spyre
     rt->host_memory.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, rounded)));
     if (!rt->host_memory) throw Error(ErrorKind::OutOfMemory, "cannot allocate " + std::to_string(memory_size) + " bytes");
     std::memset(rt->host_memory.get(), 0, rounded);
-    EngineOptions o;
-    o.task_ring_size = options.task_ring_size;
+    EngineOptions o = EngineOptionsFrom(options);
     o.memory = rt->host_memory.get();
     o.memory_size = memory_size;
     o.heap_offset = (memory_size - heap_size) / 128 * 128;
     o.heap_size = memory_size - o.heap_offset;
-    o.host_threads = options.host_threads;
-    o.ready_queues = options.ready_queues;
-    o.run_cheap_host_tasks_here = options.run_cheap_host_tasks_here;
-    o.cheap_host_task_ns = options.cheap_host_task_ns;
     o.device = "host memory";
     rt->engine = std::make_unique<Engine>(o);
     return rt;

@@ -35,7 +35,6 @@ void TaskDescriptor::Reset(int32_t id) {
     kernel = nullptr;
     outcome = TaskOutcome::None;
     poisoned = false;
-    on_executor = false;
     external_done = false;
     external_code = 0;
     cause = {};

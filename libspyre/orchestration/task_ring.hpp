@@ -64,7 +64,6 @@ struct TaskDescriptor {
     const KernelEntry* kernel = nullptr;
     TaskOutcome outcome = TaskOutcome::None;
     bool poisoned = false;        // a producer failed: do not run
-    bool on_executor = false;     // pushed to an executor's ready queue, not yet completed
     bool external_done = false;   // EXTERNAL: completed before its inputs were
     uint32_t external_code = 0;
     RootCause cause;
