@@ -75,6 +75,7 @@ public:
         ::waitpid(pid_, nullptr, 0);
         ::munmap(words_, sizeof(PingPongWords));
     }
+    pid_t pid() const { return pid_; }
     void RoundTrip(uint32_t i) {
         std::atomic_ref<uint32_t> ping(words_->ping), pong(words_->pong);
         ping.store(i, std::memory_order_release);

@@ -21,11 +21,16 @@
 //                  computes beside the host's DMA, not on its CPUs)
 #include <benchmark/benchmark.h>
 
+#include <sched.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <map>
@@ -240,25 +245,98 @@ void BM_LaunchSync(benchmark::State& state, Device& (*device)(), const char* bas
     ReportAgainstRing(state, ring, ns, p50);
 }
 
+// Where the two ends of a blocking round trip run. This VM's scheduler
+// sometimes puts a woken thread on its waker's vCPU and sometimes on an idle
+// one, by each pair's history, and a round trip on one vCPU is about 1.5x
+// faster (no IPI, no halted vCPU to wake): left free, the ping-pong and the
+// ring land differently and the ratio measures placement, not software. So
+// the paired benchmark also runs with every pair's ends pinned, across the
+// two CPUs and all on one.
+enum class Placement { Free, CrossCpu, SameCpu };
+
+// The device-side threads of this process's mock daemons (the command ring's
+// and the task queues' engines, named spyre-<bus:dev.fn> and spyre-t...).
+std::vector<pid_t> DaemonEngineThreads() {
+    std::vector<pid_t> tids;
+    for (const auto& proc : std::filesystem::directory_iterator("/proc")) {
+        const std::string name = proc.path().filename();
+        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+        std::ifstream stat(proc.path() / "stat");
+        std::string line;
+        std::getline(stat, line);
+        const size_t close = line.rfind(')');
+        if (close == std::string::npos) continue;
+        std::istringstream rest(line.substr(close + 2));
+        char state;
+        pid_t ppid = 0;
+        rest >> state >> ppid;
+        if (ppid != ::getpid()) continue;
+        std::error_code ec;
+        for (const auto& task : std::filesystem::directory_iterator(proc.path() / "task", ec)) {
+            std::ifstream comm(task.path() / "comm");
+            std::string c;
+            std::getline(comm, c);
+            if (c.rfind("spyre-", 0) == 0 && c.find(':') != std::string::npos)
+                tids.push_back(pid_t(std::stoi(task.path().filename().string())));
+        }
+    }
+    return tids;
+}
+
+void PinTo(pid_t tid, int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (cpu >= 0) {
+        CPU_SET(cpu, &set);
+    } else {
+        for (int c = 0; c < CPU_SETSIZE && c < int(std::thread::hardware_concurrency()); ++c) CPU_SET(c, &set);
+    }
+    ::sched_setaffinity(tid, sizeof set, &set);
+}
+
 // Launch+Synchronize in blocking mode (device asleep) paired with the futex
-// ping-pong, one round trip of each per iteration in alternating order, so a
-// slow phase of this shared VM (its wake-ups vary 2x over minutes) hits the
-// figure and its baseline alike; the separate benchmarks above run seconds
-// apart. Prints both means and medians and their ratios.
-void BM_LaunchSyncBlockingPaired(benchmark::State& state) {
+// ping-pong and the raw ring NOP of a sleeping device: one round trip of each
+// per iteration, in rotating order, so a slow phase of this shared VM (its
+// wake-ups vary 2x over minutes) hits the figure and its baselines alike;
+// the separate benchmarks above run seconds apart. Prints the means and
+// medians of all three and the launch's ratios to each, so a gap shows
+// whether it lies in the ring and device (ring vs ping-pong) or in the
+// stream layer (launch vs ring).
+void BM_LaunchSyncBlockingPaired(benchmark::State& state, Placement placement) {
     Device& dev = BlockingDevice();
     FlexStream& s = dev.default_stream();
     const DeviceHandle program = EmptyProgram(dev);
+    if (!g_ring_sleeping) g_ring_sleeping.emplace(std::vector<std::string>{"--poll-us", "0"});
+    driver::CommandRing& ring = g_ring_sleeping->ring;
     PingPongPeer peer(true);
-    RoundTrips launches, pingpongs;
-    double launch_ns = 0, pingpong_ns = 0;
+    const int here = placement == Placement::Free ? -1 : 0;
+    const int there = placement == Placement::Free ? -1 : placement == Placement::CrossCpu ? 1 : 0;
+    if (placement == Placement::CrossCpu && std::thread::hardware_concurrency() < 2) {
+        state.SkipWithError("needs 2 CPUs");
+        return;
+    }
+    PinTo(0, here);
+    PinTo(peer.pid(), there);
+    for (pid_t tid : DaemonEngineThreads()) PinTo(tid, there);
+    RoundTrips launches, rings, pingpongs;
+    double launch_ns = 0, ring_ns = 0, pingpong_ns = 0;
     uint32_t i = 0;
+    uint64_t tag = 0;
+    driver::Completion c;
     auto launch = [&] {
         launches.Start();
         s.Launch(program);
         s.Synchronize();
         launches.Stop();
         launch_ns += launches.Last();
+    };
+    auto ring_nop = [&] {
+        rings.Start();
+        ring.Submit(std::array{driver::NopCb(++tag)});
+        ring.Wait({&c, 1}, 1, {.mode = driver::WaitMode::Blocking});
+        rings.Stop();
+        ring_ns += rings.Last();
+        if (!c.ok() || c.user_data != tag) state.SkipWithError("NOP completed wrongly");
     };
     auto pingpong = [&] {
         pingpongs.Start();
@@ -267,18 +345,28 @@ void BM_LaunchSyncBlockingPaired(benchmark::State& state) {
         pingpong_ns += pingpongs.Last();
     };
     for (auto _ : state) {
-        if (i % 2 == 0) launch(), pingpong();
-        else pingpong(), launch();
+        switch (i % 3) {
+            case 0: launch(), ring_nop(), pingpong(); break;
+            case 1: ring_nop(), pingpong(), launch(); break;
+            default: pingpong(), launch(), ring_nop(); break;
+        }
     }
+    PinTo(0, -1);
+    for (pid_t tid : DaemonEngineThreads()) PinTo(tid, -1);
     const double n = double(state.iterations());
     state.counters["launch_ns"] = launch_ns / n;
+    state.counters["ring_ns"] = ring_ns / n;
     state.counters["pingpong_ns"] = pingpong_ns / n;
     state.counters["x_pingpong"] = launch_ns / pingpong_ns;
-    const double launch_p50 = launches.Median(), pingpong_p50 = pingpongs.Median();
+    state.counters["x_ring"] = launch_ns / ring_ns;
+    state.counters["ring_x_pingpong"] = ring_ns / pingpong_ns;
+    const double launch_p50 = launches.Median(), ring_p50 = rings.Median(), pingpong_p50 = pingpongs.Median();
     state.counters["launch_p50_ns"] = launch_p50;
+    state.counters["ring_p50_ns"] = ring_p50;
     state.counters["pingpong_p50_ns"] = pingpong_p50;
     state.counters["x_pingpong_p50"] = launch_p50 / pingpong_p50;
-    state.SetLabel("vs futex ping-pong, interleaved");
+    state.counters["x_ring_p50"] = launch_p50 / ring_p50;
+    state.SetLabel("vs futex ping-pong and ring NOP, interleaved");
 }
 
 // The launch loop: 256 empty-kernel launches, then one Synchronize. Each
@@ -521,7 +609,14 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark("launch_loop/traced_vs_untraced", BM_LaunchLoopTraced)->Iterations(300)->UseManualTime();
     benchmark::RegisterBenchmark("launch_sync/blocking_device_sleeps", BM_LaunchSync, BlockingDevice, "futex",
                                  "ring_blocking")->UseRealTime()->MinTime(0.5);
-    benchmark::RegisterBenchmark("launch_sync/blocking_device_sleeps_paired", BM_LaunchSyncBlockingPaired)
+    benchmark::RegisterBenchmark("launch_sync/blocking_device_sleeps_paired", BM_LaunchSyncBlockingPaired,
+                                 Placement::Free)
+        ->UseRealTime()->MinTime(1.0);
+    benchmark::RegisterBenchmark("launch_sync/blocking_device_sleeps_paired/cross_cpu", BM_LaunchSyncBlockingPaired,
+                                 Placement::CrossCpu)
+        ->UseRealTime()->MinTime(1.0);
+    benchmark::RegisterBenchmark("launch_sync/blocking_device_sleeps_paired/same_cpu", BM_LaunchSyncBlockingPaired,
+                                 Placement::SameCpu)
         ->UseRealTime()->MinTime(1.0);
     benchmark::RegisterBenchmark("launch_tiled/one_tile", BM_LaunchOneTile)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("launch_tiled/tiles", BM_LaunchTiled)->Arg(4)->Arg(64)->UseRealTime()->MinTime(0.5);
