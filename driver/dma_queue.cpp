@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "spyre/common/memory_copy.hpp"
 #include "spyre/error.hpp"
 
 using namespace std::chrono;
@@ -185,9 +186,9 @@ private:
     void Copy(const Chunk& c) {
         uint8_t* dev = memory() + (c.offset - shm_offset());
         if (c.to_device)
-            std::memcpy(dev, c.host, c.size);  // chunks of one copy never overlap
+            CopyMemory(dev, c.host, c.size);  // chunks of one copy never overlap
         else
-            std::memcpy(c.host, dev, c.size);
+            CopyMemory(c.host, dev, c.size);
         ChunkDone(c.ticket, c.size, 0);
     }
 
@@ -466,7 +467,7 @@ DmaQueue::Ticket DmaQueue::HostToDevice(const void* host, uint64_t device_addr, 
     if (size <= b.options().inline_threshold) {
         b.function().CheckAliveThrottled();
         const auto started = steady_clock::now();
-        std::memcpy(b.memory() + device_addr, host, size);
+        CopyMemory(b.memory() + device_addr, host, size);
         return b.CompletedTicket(size, Direction::ToDevice, steady_clock::now() - started);
     }
     b.function().CheckAlive();
@@ -481,7 +482,7 @@ DmaQueue::Ticket DmaQueue::DeviceToHost(void* host, uint64_t device_addr, uint64
     if (size <= b.options().inline_threshold) {
         b.function().CheckAliveThrottled();
         const auto started = steady_clock::now();
-        std::memcpy(host, b.memory() + device_addr, size);
+        CopyMemory(host, b.memory() + device_addr, size);
         return b.CompletedTicket(size, Direction::FromDevice, steady_clock::now() - started);
     }
     b.function().CheckAlive();
@@ -502,7 +503,10 @@ DmaQueue::Ticket DmaQueue::DeviceToDevice(uint64_t src_addr, uint64_t dst_addr, 
         else
             b.function().CheckAlive();
         const auto started = steady_clock::now();
-        std::memmove(b.memory() + dst_addr, b.memory() + src_addr, size);
+        if (overlap)
+            std::memmove(b.memory() + dst_addr, b.memory() + src_addr, size);
+        else
+            CopyMemory(b.memory() + dst_addr, b.memory() + src_addr, size);
         return b.CompletedTicket(size, Direction::DeviceToDevice, steady_clock::now() - started);
     }
     b.function().CheckAlive();

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "local_chip_executor.hpp"
 
+#include "spyre/common/memory_copy.hpp"
 #include "spyre/driver/task_queue.hpp"
 #include "spyre/uapi/spyre_regs.h"
 
@@ -174,7 +175,7 @@ public:
                 if (a.current_on_device || c.readers > 0) {
                     stats.bytes_reused += t.bytes();
                 } else {
-                    std::memcpy(slot_->orch->HostAddress(c.device_address, t.bytes()), t.data(), t.bytes());  // the function's memory
+                    CopyMemory(slot_->orch->HostAddress(c.device_address, t.bytes()), t.data(), t.bytes());  // the function's memory
                     stats.bytes_uploaded += t.bytes();
                 }
                 ++c.readers;
@@ -260,7 +261,7 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
     for (size_t i = 0; i < call.args.size(); ++i) {
         const TensorArg& a = call.args[i].arg;
         if (a.access == Access::In) continue;
-        std::memcpy(a.tensor.data(), ctx.args[i], a.tensor.bytes());
+        CopyMemory(a.tensor.data(), ctx.args[i], a.tensor.bytes());
         stats.bytes_downloaded += a.tensor.bytes();
     }
     return stats;

@@ -100,6 +100,53 @@ TEST_P(DmaTest, RoundTripsAreByteExactForManySizesAndOffsets) {
     }
 }
 
+// Host buffers 1-31 bytes past the device address modulo 4 KiB take the
+// backward copy (spyre/common/memory_copy.hpp); one 5 MiB copy ends in a
+// chunk under 1 MiB that takes it too. Device-to-device copies at such a gap
+// as well.
+TEST_P(DmaTest, RoundTripsAreByteExactWhereAForwardCopyWouldStall) {
+    const uint64_t sizes[] = {300, 4096 + 5, 65536, 256 * 1024 + 3, 5 * kMiB + 77};
+    // Where `handle` starts in the function's memory, which is mapped page aligned.
+    auto page_offset = [&](const DeviceHandle& handle) { return alloc_->DeviceAddress(handle, 1) & 4095; };
+    for (uint64_t size : sizes) {
+        auto block = alloc_->Allocate(size + 8192);
+        // The copy starts 8 bytes before a page of device memory.
+        const uint64_t device_offset = (4096 - 8 - page_offset(block.handle)) & 4095;
+        const DeviceHandle at = block.handle.Offset(device_offset, size, block);
+        ASSERT_EQ(page_offset(at), 4096u - 8);
+        for (size_t gap : {size_t(1), size_t(16), size_t(31), size_t(32), size_t(4080)}) {
+            SCOPED_TRACE("size " + std::to_string(size) + ", gap " + std::to_string(gap));
+            // A host address `gap` bytes past the device address modulo 4 KiB.
+            std::vector<uint8_t> src_storage(size + 8192), dst_storage(size + 8192, 0xEE);
+            auto place = [&](std::vector<uint8_t>& v) {
+                const uintptr_t want = (4096 - 8 + gap) & 4095;
+                return v.data() + 8 + ((want - reinterpret_cast<uintptr_t>(v.data() + 8)) & 4095);
+            };
+            uint8_t* src = place(src_storage);
+            uint8_t* dst = place(dst_storage);
+            const auto bytes = RandomBytes(size, size + gap);
+            std::memcpy(src, bytes.data(), size);
+            EXPECT_EQ(dma_->Wait(dma_->CopyToDevice(src, at, size)), size);
+            EXPECT_EQ(dma_->Wait(dma_->CopyFromDevice(dst, at, size)), size);
+            ASSERT_EQ(std::memcmp(dst, bytes.data(), size), 0);
+            ASSERT_EQ(dst[-1], 0xEE);
+            ASSERT_EQ(dst[size], 0xEE);
+        }
+        // On the device: a destination 16 bytes past the source, not overlapping.
+        auto other = alloc_->Allocate(size + 8192);
+        const DeviceHandle to =
+            other.handle.Offset((4096 - 8 + 16 - page_offset(other.handle)) & 4095, size, other);
+        ASSERT_EQ(page_offset(to), 8u);
+        EXPECT_EQ(dma_->Wait(dma_->CopyOnDevice(at, to, size)), size);
+        std::vector<uint8_t> a(size), b(size);
+        dma_->Wait(dma_->CopyFromDevice(a.data(), at, size));
+        dma_->Wait(dma_->CopyFromDevice(b.data(), to, size));
+        ASSERT_EQ(a, b);
+        alloc_->Free(other.handle);
+        alloc_->Free(block.handle);
+    }
+}
+
 TEST_P(DmaTest, DeviceToDeviceCopiesIncludingOverlap) {
     const uint64_t size = 8 * kMiB + 13;
     auto a = alloc_->Allocate(size);
