@@ -283,15 +283,13 @@ std::vector<pid_t> DaemonEngineThreads() {
     return tids;
 }
 
-void PinTo(pid_t tid, int cpu) {
+// Pins thread `tid` to `cpu`, or gives it `all` back (cpu < 0). Returns
+// false if the kernel refused.
+bool PinTo(pid_t tid, int cpu, const cpu_set_t& all) {
     cpu_set_t set;
     CPU_ZERO(&set);
-    if (cpu >= 0) {
-        CPU_SET(cpu, &set);
-    } else {
-        for (int c = 0; c < CPU_SETSIZE && c < int(std::thread::hardware_concurrency()); ++c) CPU_SET(c, &set);
-    }
-    ::sched_setaffinity(tid, sizeof set, &set);
+    if (cpu >= 0) CPU_SET(cpu, &set);
+    return ::sched_setaffinity(tid, sizeof set, cpu >= 0 ? &set : &all) == 0;
 }
 
 // Launch+Synchronize in blocking mode (device asleep) paired with the futex
@@ -309,18 +307,26 @@ void BM_LaunchSyncBlockingPaired(benchmark::State& state, Placement placement) {
     if (!g_ring_sleeping) g_ring_sleeping.emplace(std::vector<std::string>{"--poll-us", "0"});
     driver::CommandRing& ring = g_ring_sleeping->ring;
     PingPongPeer peer(true);
-    const int here = placement == Placement::Free ? -1 : 0;
-    const int there = placement == Placement::Free ? -1 : placement == Placement::CrossCpu ? 1 : 0;
-    if (placement == Placement::CrossCpu && std::thread::hardware_concurrency() < 2) {
-        state.SkipWithError("needs 2 CPUs");
-        return;
+    // The first two CPUs this process may use: the app on one, the peers on
+    // the other (CrossCpu) or on the same (SameCpu).
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    ::sched_getaffinity(0, sizeof allowed, &allowed);
+    std::vector<int> cpus;
+    for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c)
+        if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    if (placement == Placement::CrossCpu && cpus.size() < 2) return state.SkipWithError("needs 2 CPUs");
+    const int here = placement == Placement::Free ? -1 : cpus[0];
+    const int there = placement == Placement::Free ? -1 : placement == Placement::CrossCpu ? cpus[1] : cpus[0];
+    bool pinned = PinTo(0, here, allowed) && PinTo(peer.pid(), there, allowed);
+    for (pid_t tid : DaemonEngineThreads()) pinned = PinTo(tid, there, allowed) && pinned;
+    if (!pinned) {
+        PinTo(0, -1, allowed);
+        return state.SkipWithError("cannot set the threads' CPU affinity");
     }
-    PinTo(0, here);
-    PinTo(peer.pid(), there);
-    for (pid_t tid : DaemonEngineThreads()) PinTo(tid, there);
     RoundTrips launches, rings, pingpongs;
     double launch_ns = 0, ring_ns = 0, pingpong_ns = 0;
-    uint32_t i = 0;
+    uint32_t i = 0, turn = 0;
     uint64_t tag = 0;
     driver::Completion c;
     auto launch = [&] {
@@ -345,14 +351,14 @@ void BM_LaunchSyncBlockingPaired(benchmark::State& state, Placement placement) {
         pingpong_ns += pingpongs.Last();
     };
     for (auto _ : state) {
-        switch (i % 3) {
+        switch (turn++ % 3) {
             case 0: launch(), ring_nop(), pingpong(); break;
             case 1: ring_nop(), pingpong(), launch(); break;
             default: pingpong(), launch(), ring_nop(); break;
         }
     }
-    PinTo(0, -1);
-    for (pid_t tid : DaemonEngineThreads()) PinTo(tid, -1);
+    PinTo(0, -1, allowed);
+    for (pid_t tid : DaemonEngineThreads()) PinTo(tid, -1, allowed);
     const double n = double(state.iterations());
     state.counters["launch_ns"] = launch_ns / n;
     state.counters["ring_ns"] = ring_ns / n;
