@@ -148,19 +148,26 @@ struct RingNopDevice {
     driver::CommandRing ring;
 };
 
-// One NOP submitted and waited for per iteration, straight on the ring (no
-// runtime); recorded as baseline `key` for the figures that follow.
-inline void RingNopRoundTrip(benchmark::State& state, RingNopDevice& dev, driver::WaitMode mode, const char* key) {
+// One NOP tagged `tag`, submitted straight on the ring (no runtime) and
+// waited for; false if it completed wrongly.
+inline bool RingNopOnce(RingNopDevice& dev, driver::WaitMode mode, uint64_t tag) {
     driver::Completion c;
+    dev.ring.Submit(std::array{driver::NopCb(tag)});
+    dev.ring.Wait({&c, 1}, 1, {.mode = mode});
+    return c.ok() && c.user_data == tag;
+}
+
+// One NOP round trip per iteration; recorded as baseline `key` for the
+// figures that follow.
+inline void RingNopRoundTrip(benchmark::State& state, RingNopDevice& dev, driver::WaitMode mode, const char* key) {
     uint64_t tag = 0;
     RoundTrips trips;
     auto t0 = std::chrono::steady_clock::now();
     for (auto _ : state) {
         trips.Start();
-        dev.ring.Submit(std::array{driver::NopCb(++tag)});
-        dev.ring.Wait({&c, 1}, 1, {.mode = mode});
+        const bool ok = RingNopOnce(dev, mode, ++tag);
         trips.Stop();
-        if (!c.ok() || c.user_data != tag) state.SkipWithError("NOP completed wrongly");
+        if (!ok) state.SkipWithError("NOP completed wrongly");
     }
     g_baseline_ns[key] = TimePerIteration(state, t0);
     g_baseline_p50_ns[key] = trips.Median();

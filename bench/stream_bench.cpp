@@ -220,11 +220,13 @@ void BM_Enqueue(benchmark::State& state, bool copy, EnqueueLoad load) {
 // The raw ring NOP round trip per wait mode, on a private daemon configured
 // as the launch_sync device is (the blocking one sleeps at once).
 std::optional<RingNopDevice> g_ring_polling, g_ring_sleeping;
-void BM_RingNop(benchmark::State& state, driver::WaitMode mode, const char* key) {
-    const bool sleeps = mode == driver::WaitMode::Blocking;
+RingNopDevice& RingDevice(bool sleeps) {
     auto& slot = sleeps ? g_ring_sleeping : g_ring_polling;
     if (!slot) slot.emplace(sleeps ? std::vector<std::string>{"--poll-us", "0"} : std::vector<std::string>{});
-    RingNopRoundTrip(state, *slot, mode, key);
+    return *slot;
+}
+void BM_RingNop(benchmark::State& state, driver::WaitMode mode, const char* key) {
+    RingNopRoundTrip(state, RingDevice(mode == driver::WaitMode::Blocking), mode, key);
 }
 
 void BM_LaunchSync(benchmark::State& state, Device& (*device)(), const char* baseline, const char* ring) {
@@ -304,8 +306,7 @@ void BM_LaunchSyncBlockingPaired(benchmark::State& state, Placement placement) {
     Device& dev = BlockingDevice();
     FlexStream& s = dev.default_stream();
     const DeviceHandle program = EmptyProgram(dev);
-    if (!g_ring_sleeping) g_ring_sleeping.emplace(std::vector<std::string>{"--poll-us", "0"});
-    driver::CommandRing& ring = g_ring_sleeping->ring;
+    RingNopDevice& ring = RingDevice(true);
     PingPongPeer peer(true);
     // The first two CPUs this process may use: the app on one, the peers on
     // the other (CrossCpu) or on the same (SameCpu).
@@ -318,17 +319,20 @@ void BM_LaunchSyncBlockingPaired(benchmark::State& state, Placement placement) {
     if (placement == Placement::CrossCpu && cpus.size() < 2) return state.SkipWithError("needs 2 CPUs");
     const int here = placement == Placement::Free ? -1 : cpus[0];
     const int there = placement == Placement::Free ? -1 : placement == Placement::CrossCpu ? cpus[1] : cpus[0];
+    auto unpin = [&] {
+        PinTo(0, -1, allowed);
+        for (pid_t tid : DaemonEngineThreads()) PinTo(tid, -1, allowed);
+    };
     bool pinned = PinTo(0, here, allowed) && PinTo(peer.pid(), there, allowed);
     for (pid_t tid : DaemonEngineThreads()) pinned = PinTo(tid, there, allowed) && pinned;
     if (!pinned) {
-        PinTo(0, -1, allowed);
+        unpin();
         return state.SkipWithError("cannot set the threads' CPU affinity");
     }
     RoundTrips launches, rings, pingpongs;
     double launch_ns = 0, ring_ns = 0, pingpong_ns = 0;
     uint32_t i = 0, turn = 0;
     uint64_t tag = 0;
-    driver::Completion c;
     auto launch = [&] {
         launches.Start();
         s.Launch(program);
@@ -338,11 +342,10 @@ void BM_LaunchSyncBlockingPaired(benchmark::State& state, Placement placement) {
     };
     auto ring_nop = [&] {
         rings.Start();
-        ring.Submit(std::array{driver::NopCb(++tag)});
-        ring.Wait({&c, 1}, 1, {.mode = driver::WaitMode::Blocking});
+        const bool ok = RingNopOnce(ring, driver::WaitMode::Blocking, ++tag);
         rings.Stop();
         ring_ns += rings.Last();
-        if (!c.ok() || c.user_data != tag) state.SkipWithError("NOP completed wrongly");
+        if (!ok) state.SkipWithError("NOP completed wrongly");
     };
     auto pingpong = [&] {
         pingpongs.Start();
@@ -357,8 +360,7 @@ void BM_LaunchSyncBlockingPaired(benchmark::State& state, Placement placement) {
             default: pingpong(), launch(), ring_nop(); break;
         }
     }
-    PinTo(0, -1, allowed);
-    for (pid_t tid : DaemonEngineThreads()) PinTo(tid, -1, allowed);
+    unpin();
     const double n = double(state.iterations());
     state.counters["launch_ns"] = launch_ns / n;
     state.counters["ring_ns"] = ring_ns / n;

@@ -503,10 +503,7 @@ DmaQueue::Ticket DmaQueue::DeviceToDevice(uint64_t src_addr, uint64_t dst_addr, 
         else
             b.function().CheckAlive();
         const auto started = steady_clock::now();
-        if (overlap)
-            std::memmove(b.memory() + dst_addr, b.memory() + src_addr, size);
-        else
-            CopyMemory(b.memory() + dst_addr, b.memory() + src_addr, size);
+        MoveMemory(b.memory() + dst_addr, b.memory() + src_addr, size);
         return b.CompletedTicket(size, Direction::DeviceToDevice, steady_clock::now() - started);
     }
     b.function().CheckAlive();

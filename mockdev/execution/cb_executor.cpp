@@ -126,15 +126,11 @@ CbOutcome CbExecutor::ExecuteCopy(const spyre_cb& cb, const Budget& budget) {
     // memmove semantics in chunks: when dst is above src, copy from the end
     // so no chunk overwrites source bytes still to be read.
     const bool backwards = c.dst_addr > c.src_addr;
-    const uint64_t distance = backwards ? c.dst_addr - c.src_addr : c.src_addr - c.dst_addr;
     for (uint64_t done = 0; done < c.size;) {
         if (uint16_t status = budget.Check()) return CbOutcome{status, done, c.dst_addr};
         const uint64_t n = std::min(kCopyChunk, c.size - done);
         const uint64_t at = backwards ? c.size - done - n : done;
-        if (distance < n)
-            std::memmove(dst->data() + at, src->data() + at, n);
-        else
-            CopyMemory(dst->data() + at, src->data() + at, n);  // no 4 KiB aliasing stall (docs/dma.md)
+        MoveMemory(dst->data() + at, src->data() + at, n);  // no 4 KiB aliasing stall (docs/dma.md)
         done += n;
     }
     regs_.Add64(SPYRE_REG_CNT_COPIES, 1);

@@ -70,4 +70,13 @@ inline void CopyMemory(void* dst, const void* src, size_t n) noexcept {
     std::memcpy(dst, src, n);
 }
 
+// memmove's contract: CopyMemory where the ranges do not overlap.
+inline void MoveMemory(void* dst, const void* src, size_t n) noexcept {
+    const auto d = reinterpret_cast<uintptr_t>(dst), s = reinterpret_cast<uintptr_t>(src);
+    if ((d > s ? d - s : s - d) < n)
+        std::memmove(dst, src, n);
+    else
+        CopyMemory(dst, src, n);
+}
+
 }  // namespace spyre
