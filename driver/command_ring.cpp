@@ -99,6 +99,10 @@ CommandRing::CommandRing(Function& function) : fn_(function) {
     sq_head_ = sq_tail_;
     cq_head_ = Word(db_->cq_head).load(std::memory_order_acquire);
     cb_slots_.assign(sq_entries_, 0);
+    // Completions are polled by their phase (spyre_cb.h, "CQE phase").
+    if (!(fn_.Read32(SPYRE_REG_CAPS) & SPYRE_CAP_CQE_PHASE))
+        throw Error(ErrorKind::DeviceError, "the device does not write CQE phases (contract 1.3), which this driver polls",
+                    ErrorContext{.device = fn_.pci_address(), .reg = "CAPS", .offset = SPYRE_REG_CAPS});
     fn_.Write32(SPYRE_REG_CONTROL, SPYRE_CONTROL_RING_ENABLE);
     if (!(fn_.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_RING_ENABLED))
         throw Error(ErrorKind::DeviceError, "device did not enable its ring",
@@ -113,12 +117,13 @@ CommandRing::~CommandRing() {
     }
 }
 
+ErrorContext CommandRing::Context() const { return ErrorContext{.device = fn_.pci_address()}; }
+
 uint32_t CommandRing::Submit(std::span<const spyre_cb> slots) {
-    const ErrorContext ctx{.device = fn_.pci_address()};
     if (slots.size() > FreeSlots())
         throw Error(ErrorKind::InvalidArgument, std::to_string(slots.size()) + " ring slots do not fit in " +
                                                     std::to_string(FreeSlots()) + " free ring slots (reap completions first)",
-                    ctx);
+                    Context());
     if (fn_.lost() || Word(db_->device_state).load(std::memory_order_relaxed) != SPYRE_DEVSTATE_ALIVE) fn_.CheckAlive();
     // Frame the slots the way the device will (spyre_cb.h), recording each
     // CB's slot count. The records are committed only once all is valid: at
@@ -135,7 +140,7 @@ uint32_t CommandRing::Submit(std::span<const spyre_cb> slots) {
                             "the CB at index " + std::to_string(i) + " (opcode " + Hex(slots[i].opcode) + ") declares " +
                                 std::to_string(declared) + " ring slots but only " + std::to_string(slots.size() - i) +
                                 " remain in the batch; a CB and its payload must be submitted together",
-                            ctx);
+                            Context());
             used = declared;
         }
         cb_slots_[(cb_tail_ + cbs) & mask] = uint16_t(used);
@@ -152,25 +157,29 @@ uint32_t CommandRing::Submit(std::span<const spyre_cb> slots) {
     return first;
 }
 
+uint8_t CommandRing::PhaseAt(uint32_t cq_pos) const noexcept {
+    auto& phase = const_cast<uint8_t&>(cq_[spyre_ring_slot(cq_pos, cq_entries_)].phase);
+    return std::atomic_ref<uint8_t>(phase).load(std::memory_order_acquire);
+}
+
+// A completion is known by the line that carries it (one cache-line transfer,
+// where cq_tail and then the CQE took two), and never more are looked for
+// than CBs are in flight. cq_tail is for the device's interrupt waiters.
 bool CommandRing::CompletionsReady() const noexcept {
-    return Word(db_->cq_tail).load(std::memory_order_acquire) != cq_head_;
+    return InFlight() != 0 && PhaseAt(cq_head_) == spyre_cqe_phase(cq_head_, cq_entries_);
 }
 
 size_t CommandRing::Reap(std::span<Completion> out) {
-    const uint32_t tail = Word(db_->cq_tail).load(std::memory_order_acquire);
-    checks::CheckCompletionCount(cq_head_, tail, InFlight(), ErrorContext{.device = fn_.pci_address()});
     const uint32_t mask = sq_entries_ - 1;
     size_t n = 0;
-    while (cq_head_ != tail && n < out.size()) {
+    while (n < out.size() && CompletionsReady()) {
         // A private copy: the device may rewrite the record while we read it.
         spyre_cqe e;
         std::memcpy(&e, &cq_[spyre_ring_slot(cq_head_, cq_entries_)], sizeof e);
         // Completions come in ring order: this one must be for the oldest CB.
-        try {
-            checks::CheckCompletion(e, cq_head_, sq_head_, ErrorContext{.device = fn_.pci_address()});
-        } catch (const Error&) {
+        if (e.sq_pos != sq_head_) {
             if (n) Word(db_->cq_head).store(cq_head_, std::memory_order_release);
-            throw;
+            checks::CheckCompletion(e, cq_head_, sq_head_, Context());
         }
         out[n++] = Completion{e.user_data, e.result, e.timestamp_ns, e.sq_pos, e.status, e.opcode};
         sq_head_ += cb_slots_[cb_head_ & mask];  // the CB's slots are free again

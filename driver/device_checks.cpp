@@ -113,13 +113,6 @@ void CheckTaskGeometry(const TaskRegisters& r, uint64_t bar4_size, const ErrorCo
                  ctx, "TQ_OFFSET", SPYRE_REG_TQ_OFFSET);
 }
 
-void CheckCompletionCount(uint32_t cq_head, uint32_t cq_tail, uint32_t in_flight, const ErrorContext& ctx) {
-    if (spyre_ring_used(cq_head, cq_tail) > in_flight)
-        Protocol("the device published " + std::to_string(spyre_ring_used(cq_head, cq_tail)) +
-                     " completions with only " + std::to_string(in_flight) + " CBs in flight",
-                 ctx, "CQ_TAIL", SPYRE_REG_CQ_TAIL);
-}
-
 void CheckCompletion(const spyre_cqe& cqe, uint32_t cq_pos, uint32_t oldest_sq_pos, const ErrorContext& ctx) {
     if (cqe.sq_pos != oldest_sq_pos)
         Protocol("completion " + std::to_string(cq_pos) + " is for ring position " + std::to_string(cqe.sq_pos) +

@@ -59,10 +59,6 @@ struct TaskRegisters {
 // `bar4_size` bytes mapped and disjoint.
 void CheckTaskGeometry(const TaskRegisters& regs, uint64_t bar4_size, const ErrorContext& ctx);
 
-// The device moved CQ_TAIL from `cq_head` to `cq_tail`: no more completions
-// than CBs in flight.
-void CheckCompletionCount(uint32_t cq_head, uint32_t cq_tail, uint32_t in_flight, const ErrorContext& ctx);
-
 // Completion `cq_pos` must be for the oldest CB in flight, which starts at
 // ring position `oldest_sq_pos` (completions come in ring order).
 void CheckCompletion(const spyre_cqe& cqe, uint32_t cq_pos, uint32_t oldest_sq_pos, const ErrorContext& ctx);

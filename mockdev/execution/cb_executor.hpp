@@ -33,11 +33,14 @@ public:
     // Validates and runs `cb`. `payload` holds the ring slots that follow the
     // CB, (cb.slots - 1) * 64 bytes as framed by the engine (empty for a
     // one-slot CB); a length that does not match cb.slots is BAD_SLOT_COUNT.
-    // `aborted` (may be empty) tells a running CB to stop early. Never
-    // throws: a device-model fault becomes SPYRE_ERR_INTERNAL and the device
-    // goes on with the next CB.
+    // `aborted` (may be empty) tells a running CB to stop early. `started` is
+    // when the CB started, the base of its watchdog deadline: the ring server
+    // passes the clock reading it already has (a clock read costs about as
+    // much as a NOP). Never throws: a device-model fault becomes
+    // SPYRE_ERR_INTERNAL and the device goes on with the next CB.
     CbOutcome Execute(const spyre_cb& cb, std::span<const uint8_t> payload = {},
-                      const std::function<bool()>& aborted = {}) noexcept;
+                      const std::function<bool()>& aborted = {},
+                      Budget::Clock::time_point started = Budget::Clock::now()) noexcept;
 
 private:
     CbOutcome Dispatch(const spyre_cb& cb, std::span<const uint8_t> payload, const Budget& budget);

@@ -37,6 +37,8 @@ struct RingGeometry {
 
 class RingServer {
 public:
+    using Clock = std::chrono::steady_clock;
+
     RingServer(RegisterFile& regs, ShmObject& ring, const RingGeometry& geometry, CbExecutor& executor,
            std::chrono::microseconds poll);
     ~RingServer();
@@ -89,12 +91,15 @@ private:
     void Run();
     bool HasWork(uint32_t sq_tail) const;
     bool Sleep(uint32_t kicks_seen);
-    void ServeBatch();
+    // Serves the CBs published so far; returns the last clock reading (when
+    // the batch ended).
+    Clock::time_point ServeBatch();
     bool LeaveBatch() const;
     bool WaitForCqSpace(uint32_t cq_tail, uint32_t sq_head);
     void Halt(uint32_t sq_head);
     const uint8_t* Slot(uint32_t pos) const;  // the SQ slot of a ring position
-    void PostCqe(const spyre_cb& cb, const CbOutcome& outcome, uint32_t sq_pos, uint32_t cq_tail);
+    void PostCqe(const spyre_cb& cb, const CbOutcome& outcome, uint32_t sq_pos, uint32_t cq_tail,
+                 Clock::time_point completed);
     // Internal events (enable, stop) change no doorbell word, so a wake-up
     // could slip in between the engine's last check and its futex wait. The
     // engine acknowledges each kick; Kick re-wakes it until it has.

@@ -96,10 +96,7 @@ TEST(DoorbellOffsetCheck, PageInsideTheMapping) {
     EXPECT_FALSE(DoorbellOffsetOk(8, 1u << 20));
 }
 
-TEST(CompletionCheck, NoMoreThanInFlightAndInRingOrder) {
-    EXPECT_NO_THROW(CheckCompletionCount(0xfffffffeu, 2, 4, {}));  // wraps: 4 posted
-    EXPECT_EQ(KindOf([] { CheckCompletionCount(0xfffffffeu, 3, 4, {}); }), ErrorKind::ProtocolError);
-    EXPECT_EQ(KindOf([] { CheckCompletionCount(10, 9, 4, {}); }), ErrorKind::ProtocolError) << "tail behind head";
+TEST(CompletionCheck, InRingOrder) {
     spyre_cqe e{};
     e.sq_pos = 7;
     EXPECT_NO_THROW(CheckCompletion(e, 0, 7, {}));

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "mock_fixture.hpp"
+#include "spyre/common/device_clock.hpp"
 #include "spyre/uapi/spyre_regdesc.hpp"
 
 using namespace spyre::driver;
@@ -153,6 +154,86 @@ TEST_F(MockDeviceTest, NopRoundTripsInEveryWaitModeOnPfAndVf) {
         EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_CB_DONE), 900u);
         EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_CB_ERRORS), 0u);
     }
+}
+
+// The device reads its clock once per batch and once per CB: each CQE carries
+// the device clock at its completion and the busy counter adds up the batch.
+TEST_F(MockDeviceTest, CompletionsCarryTheDeviceClockAndBusyTimeAddsUp) {
+    Function fn = Function::Open(Pf());
+    CommandRing ring(fn);
+    const uint64_t busy_before = fn.Read64(SPYRE_REG_CNT_BUSY_NS);
+    std::vector<spyre_cb> cbs;
+    for (uint32_t i = 0; i < 64; ++i) cbs.push_back(NopCb(i));
+    std::vector<Completion> done(cbs.size());
+    const uint64_t submitted = spyre::DeviceClockNs();
+    ring.Submit(cbs);
+    size_t got = 0;
+    while (got < done.size()) got += ring.Wait(std::span(done).subspan(got), done.size() - got, {.mode = WaitMode::Poll});
+    const uint64_t reaped = spyre::DeviceClockNs();
+    uint64_t previous = submitted;
+    for (const Completion& c : done) {
+        ASSERT_TRUE(c.ok());
+        EXPECT_GE(c.timestamp_ns, previous) << "CB " << c.user_data;
+        EXPECT_LE(c.timestamp_ns, reaped) << "CB " << c.user_data;
+        previous = c.timestamp_ns;
+    }
+    const uint64_t busy = fn.Read64(SPYRE_REG_CNT_BUSY_NS) - busy_before;
+    EXPECT_GT(busy, 0u);
+    EXPECT_LE(busy, reaped - submitted);
+}
+// The device writes each CQE with its lap's phase: after a lap and a bit,
+// the slots written twice show lap 1's phase and the others lap 0's.
+TEST_F(MockDeviceTest, CqesCarryTheirLapsPhase) {
+    Function fn = Function::Open(Pf());
+    CommandRing ring(fn);
+    const uint32_t entries = fn.Read32(SPYRE_REG_CQ_ENTRIES), extra = 10;
+    std::vector<Completion> done(ring.sq_entries());
+    for (uint32_t sent = 0; sent < entries + extra;) {
+        const uint32_t n = std::min<uint32_t>(ring.sq_entries(), entries + extra - sent);
+        std::vector<spyre_cb> cbs;
+        for (uint32_t i = 0; i < n; ++i) cbs.push_back(NopCb(sent + i));
+        ring.Submit(cbs);
+        size_t got = 0;
+        while (got < n) got += ring.Wait(std::span(done).subspan(got, n - got), n - got, {.mode = WaitMode::Poll});
+        for (size_t i = 0; i < n; ++i) ASSERT_EQ(done[i].user_data, sent + i);
+        sent += n;
+    }
+    const auto* cq = reinterpret_cast<const spyre_cqe*>(fn.bar4() + fn.Read32(SPYRE_REG_CQ_OFFSET));
+    for (uint32_t slot = 0; slot < entries; ++slot) {
+        const uint32_t last_pos = slot < extra ? entries + slot : slot;
+        ASSERT_EQ(cq[slot].phase, spyre_cqe_phase(last_pos, entries)) << "slot " << slot;
+        ASSERT_EQ(cq[slot].user_data, last_pos) << "slot " << slot;
+    }
+}
+
+// The driver knows a completion by its phase alone: a record with last
+// lap's phase is not taken even if it names the right CB, one with this
+// lap's is, though cq_tail never moved (the ring is off: only the test writes).
+TEST_F(MockDeviceTest, CompletionsAreKnownByTheirPhaseNotByCqTail) {
+    Function fn = Function::Open(Pf());
+    CommandRing ring(fn);
+    fn.Write32(SPYRE_REG_CONTROL, 0);
+    const uint32_t pos = ring.Submit(std::array{NopCb(77)});
+    auto* cq = reinterpret_cast<spyre_cqe*>(fn.bar4() + fn.Read32(SPYRE_REG_CQ_OFFSET));
+    const uint32_t entries = fn.Read32(SPYRE_REG_CQ_ENTRIES);
+    spyre_cqe forged{};
+    forged.user_data = 77;
+    forged.sq_pos = pos;
+    forged.opcode = SPYRE_OP_NOP;
+    forged.phase = spyre_cqe_phase(entries, entries);  // last lap's (the next lap's) phase
+    cq[0] = forged;
+    Completion c;
+    EXPECT_EQ(ring.Reap({&c, 1}), 0u);
+    EXPECT_EQ(ring.InFlight(), 1u);
+    cq[0].phase = spyre_cqe_phase(0, entries);
+    ASSERT_EQ(ring.Reap({&c, 1}), 1u);
+    EXPECT_EQ(c.user_data, 77u);
+    EXPECT_EQ(ring.InFlight(), 0u);
+    EXPECT_EQ(std::atomic_ref<uint32_t>(reinterpret_cast<spyre_doorbell_page*>(fn.bar4() + fn.Read32(SPYRE_REG_DB_OFFSET))->cq_tail).load(), 0u);
+    // Nothing in flight: a record that shows the next position's phase is not looked at.
+    cq[1] = forged;
+    cq[1].phase = spyre_cqe_phase(1, entries);
+    EXPECT_EQ(ring.Reap({&c, 1}), 0u);
 }
 
 TEST_F(MockDeviceTest, BatchesFillTheRingAndCompleteInOrder) {

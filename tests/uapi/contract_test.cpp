@@ -45,6 +45,19 @@ TEST(Contract, CbAndCqeLayout) {
     EXPECT_LE(SPYRE_DEFAULT_SQ_OFFSET + SPYRE_DEFAULT_SQ_ENTRIES * sizeof(spyre_cb), SPYRE_DEFAULT_CQ_OFFSET);
 }
 
+// The phase byte is the CQE's last, and flips every lap of the CQ, also
+// across the u32 wrap of positions; a zeroed (reset) CQ never shows lap 0's.
+TEST(Contract, CqePhaseFlipsEveryLap) {
+    EXPECT_EQ(offsetof(spyre_cqe, phase), 31u);
+    EXPECT_EQ(spyre_cqe_phase(0, 4096), 1u);
+    EXPECT_EQ(spyre_cqe_phase(4095, 4096), 1u);
+    EXPECT_EQ(spyre_cqe_phase(4096, 4096), 0u);
+    EXPECT_EQ(spyre_cqe_phase(8192, 4096), 1u);
+    EXPECT_EQ(spyre_cqe_phase(0xFFFFFFFFu, 4096), 0u);
+    EXPECT_EQ(spyre_cqe_phase(0xFFFFFFFFu + 1u, 4096), 1u);  // the lap after the wrap
+    EXPECT_EQ(spyre_cqe_phase(1, 1), 0u);
+}
+
 TEST(Contract, DoorbellWordsSitOnSeparateCacheLines) {
     std::set<uint32_t> lines;
     for (const auto& w : kDoorbellWords) EXPECT_TRUE(lines.insert(w.offset / 64).second) << w.name;

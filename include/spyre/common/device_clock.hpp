@@ -8,6 +8,7 @@
 
 #include <time.h>
 
+#include <chrono>
 #include <cstdint>
 
 namespace spyre {
@@ -16,6 +17,12 @@ inline uint64_t DeviceClockNs() noexcept {
     timespec ts{};
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
+// A steady_clock reading on the device clock: libstdc++'s steady_clock is
+// CLOCK_MONOTONIC, so a time already read serves without a second read.
+inline uint64_t DeviceClockNs(std::chrono::steady_clock::time_point t) noexcept {
+    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
 }
 
 }  // namespace spyre

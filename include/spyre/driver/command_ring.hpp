@@ -154,6 +154,8 @@ public:
     void WaitCompletionOr(const std::atomic<uint32_t>& word, uint32_t expected, std::chrono::nanoseconds timeout);
 
 private:
+    ErrorContext Context() const;
+    uint8_t PhaseAt(uint32_t cq_pos) const noexcept;  // the phase byte of the CQE slot of a position
     bool CompletionsReady() const noexcept;
     void CheckHealth() const;
     void WaitBlocking(std::chrono::steady_clock::time_point deadline);

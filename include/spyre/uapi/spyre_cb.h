@@ -31,6 +31,16 @@
  * that fails framing or validation. A cancelled CB is framed as usual (its
  * payload slots are consumed) but not validated; it counts in CNT_CB_ERRORS
  * but does not latch the error registers or ERR_COUNT.
+ *
+ * CQE phase (contract 1.3, SPYRE_CAP_CQE_PHASE). The device writes a CQE's
+ * first 31 bytes, then its `phase` byte with a release store, then cq_tail.
+ * Bit 0 of phase is spyre_cqe_phase(position): 1 on the CQ's first lap after
+ * a reset (positions 0 .. cq_entries - 1), 0 on the second, and so on; the
+ * other bits are 0. A reset zeroes the CQ, so a slot the device has not
+ * written in this lap never shows the lap's phase. A driver may therefore
+ * poll the CQE at its cq_head instead of cq_tail: the notice travels in the
+ * line that carries the completion (NVMe's phase tag). cq_tail and the
+ * interrupt are published as before, for waiters that sleep.
  */
 #ifndef SPYRE_UAPI_SPYRE_CB_H
 #define SPYRE_UAPI_SPYRE_CB_H
@@ -125,9 +135,16 @@ struct spyre_cqe {
     uint32_t sq_pos;          /* 0x18 free-running ring position of the CB */
     uint16_t status;          /* 0x1C SPYRE_ERR_*; 0 = success */
     uint8_t  opcode;          /* 0x1E opcode of the CB (as read) */
-    uint8_t  reserved;        /* 0x1F */
+    uint8_t  phase;           /* 0x1F bit 0: spyre_cqe_phase of the CQE's position, written last */
 };
 SPYRE_STATIC_ASSERT(sizeof(struct spyre_cqe) == 32, "a CQE is 32 bytes");
+
+/* The phase a CQE at free-running position `cq_pos` carries (entries is a
+ * power of two, so the phase also alternates across the u32 wrap). */
+static inline uint8_t spyre_cqe_phase(uint32_t cq_pos, uint32_t cq_entries) {
+    return (uint8_t)(((cq_pos / cq_entries) & 1u) ^ 1u);
+}
+#define SPYRE_CQE_PHASE_OFFSET      0x1Fu
 
 #ifdef __cplusplus
 #include <cstddef>
@@ -143,6 +160,7 @@ static_assert(offsetof(spyre_cqe, timestamp_ns) == 0x10, "");
 static_assert(offsetof(spyre_cqe, sq_pos) == 0x18, "");
 static_assert(offsetof(spyre_cqe, status) == 0x1C, "");
 static_assert(offsetof(spyre_cqe, opcode) == 0x1E, "");
+static_assert(offsetof(spyre_cqe, phase) == SPYRE_CQE_PHASE_OFFSET, "");
 #endif
 
 #endif /* SPYRE_UAPI_SPYRE_CB_H */

@@ -18,7 +18,7 @@
 /* ---- Contract identity ------------------------------------------------- */
 #define SPYRE_MAGIC                 0x52595053u /* "SPYR" little-endian */
 #define SPYRE_VERSION_MAJOR         1u
-#define SPYRE_VERSION_MINOR         2u /* 1.1: task queues; 1.2: watchdog and DMA counters */
+#define SPYRE_VERSION_MINOR         3u /* 1.1: task queues; 1.2: watchdog and DMA counters; 1.3: CQE phase */
 #define SPYRE_VERSION               ((SPYRE_VERSION_MAJOR << 16) | SPYRE_VERSION_MINOR)
 #define SPYRE_VERSION_GET_MAJOR(v)  ((uint32_t)(v) >> 16)
 #define SPYRE_VERSION_GET_MINOR(v)  ((uint32_t)(v) & 0xFFFFu)
@@ -156,6 +156,7 @@
 #define SPYRE_CAP_COPY_INLINE       (1u << 4)
 #define SPYRE_CAP_SEMAPHORE         (1u << 5)
 #define SPYRE_CAP_TASKS             (1u << 6) /* task queues (spyre_task.h) */
+#define SPYRE_CAP_CQE_PHASE         (1u << 7) /* CQEs carry their lap's phase (spyre_cb.h) */
 
 /* SPYRE_REG_STATUS bits */
 #define SPYRE_STATUS_READY          (1u << 0) /* device model alive */
