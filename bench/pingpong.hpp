@@ -66,6 +66,7 @@ struct alignas(64) PingPongWords {
     alignas(64) uint32_t ping;
     alignas(64) uint32_t pong;
     alignas(64) uint32_t stop;
+    alignas(64) uint32_t parked;  // 1: the peer sleeps until Unpark (a spinning peer off its CPU)
 };
 
 // A child process that answers every ping with a pong, by spinning or by
@@ -83,12 +84,21 @@ public:
     }
     ~PingPongPeer() {
         std::atomic_ref<uint32_t>(words_->stop).store(1);
+        Unpark();
         std::atomic_ref<uint32_t>(words_->ping).fetch_add(1);
         spyre::FutexWake(&words_->ping, INT_MAX);
         ::waitpid(pid_, nullptr, 0);
         ::munmap(words_, sizeof(PingPongWords));
     }
     pid_t pid() const { return pid_; }
+    // A spinning peer burns a CPU even between round trips; parked, it sleeps
+    // until Unpark, so a benchmark can interleave it with other spinners on a
+    // machine of two CPUs. Each costs a wake-up: not for timed round trips.
+    void Park() { std::atomic_ref<uint32_t>(words_->parked).store(1); }
+    void Unpark() {
+        std::atomic_ref<uint32_t>(words_->parked).store(0);
+        spyre::FutexWake(&words_->parked, INT_MAX);
+    }
     void RoundTrip(uint32_t i) {
         std::atomic_ref<uint32_t> ping(words_->ping), pong(words_->pong);
         ping.store(i, std::memory_order_release);
@@ -103,9 +113,13 @@ public:
 
 private:
     void Serve() {
-        std::atomic_ref<uint32_t> ping(words_->ping), pong(words_->pong), stop(words_->stop);
+        std::atomic_ref<uint32_t> ping(words_->ping), pong(words_->pong), stop(words_->stop), parked(words_->parked);
         uint32_t seen = 0;
         while (!stop.load(std::memory_order_acquire)) {
+            if (parked.load(std::memory_order_relaxed)) {
+                spyre::FutexWait(&words_->parked, 1, std::chrono::milliseconds(100));
+                continue;
+            }
             uint32_t v = ping.load(std::memory_order_acquire);
             if (v == seen) {
                 // Waits on the value it checked (see RoundTrip).

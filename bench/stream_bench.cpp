@@ -247,6 +247,60 @@ void BM_LaunchSync(benchmark::State& state, Device& (*device)(), const char* bas
     ReportAgainstRing(state, ring, ns, p50);
 }
 
+// Launch + Synchronize, the raw ring NOP and the spin ping-pong of a polling
+// (or adaptive) stack, interleaved: each iteration runs a block of each, in
+// rotating order, so a change of the VM's speed mid-run (this one moves
+// between spin ping-pongs of ~130 and ~600 ns) hits all three alike. Only one
+// party spins at a time: the spin peer is parked and the other devices'
+// engines fall asleep 50 us after their block; the first kWarmup round trips
+// of a block (wake-ups) are not timed, the rest as one span per block.
+void BM_PollPaired(benchmark::State& state, Device& (*device)(), driver::WaitMode mode) {
+    constexpr int kWarmup = 256, kTimed = 1024;
+    Device& dev = device();
+    FlexStream& s = dev.default_stream();
+    const DeviceHandle program = EmptyProgram(dev);
+    RingNopDevice& ring = RingDevice(false);
+    PingPongPeer peer(false);
+    peer.Park();
+    double launch_ns = 0, ring_ns = 0, spin_ns = 0;
+    uint32_t i = 0, turn = 0;
+    uint64_t tag = 0;
+    bool ok = true;
+    auto block = [&](double& sum, auto&& once) {
+        for (int k = 0; k < kWarmup; ++k) once();
+        const auto t0 = Clock::now();
+        for (int k = 0; k < kTimed; ++k) once();
+        sum += std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+    };
+    auto launch = [&] {
+        block(launch_ns, [&] {
+            s.Launch(program);
+            s.Synchronize();
+        });
+    };
+    auto ring_nop = [&] { block(ring_ns, [&] { ok = RingNopOnce(ring, mode, ++tag) && ok; }); };
+    auto spin = [&] {
+        peer.Unpark();
+        block(spin_ns, [&] { peer.RoundTrip(++i); });
+        peer.Park();
+    };
+    for (auto _ : state) {
+        switch (turn++ % 3) {
+            case 0: launch(), ring_nop(), spin(); break;
+            case 1: ring_nop(), spin(), launch(); break;
+            default: spin(), launch(), ring_nop(); break;
+        }
+    }
+    if (!ok) state.SkipWithError("NOP completed wrongly");
+    const double trips = double(state.iterations()) * kTimed;
+    state.counters["launch_ns"] = launch_ns / trips;
+    state.counters["ring_ns"] = ring_ns / trips;
+    state.counters["spin_ns"] = spin_ns / trips;
+    state.counters["x_ring"] = launch_ns / ring_ns;
+    state.counters["ring_x_spin"] = ring_ns / spin_ns;
+    state.SetLabel(std::string(driver::ToString(mode)) + ": launch vs ring NOP, ring NOP vs spin ping-pong, interleaved");
+}
+
 // Where the two ends of a blocking round trip run. This VM's scheduler
 // sometimes puts a woken thread on its waker's vCPU and sometimes on an idle
 // one, by each pair's history, and a round trip on one vCPU is about 1.5x
@@ -613,6 +667,11 @@ int main(int argc, char** argv) {
         ->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("launch_sync/adaptive", BM_LaunchSync, AdaptiveDevice, "spin", "ring_adaptive")
         ->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("launch_sync/poll_paired", BM_PollPaired, PollDevice, driver::WaitMode::Poll)
+        ->UseRealTime()->MinTime(2.0);
+    benchmark::RegisterBenchmark("launch_sync/adaptive_paired", BM_PollPaired, AdaptiveDevice,
+                                 driver::WaitMode::Adaptive)
+        ->UseRealTime()->MinTime(2.0);
     benchmark::RegisterBenchmark("trace/scope", BM_TraceScope)->Iterations(1 << 20);
     benchmark::RegisterBenchmark("launch_loop/traced_vs_untraced", BM_LaunchLoopTraced)->Iterations(300)->UseManualTime();
     benchmark::RegisterBenchmark("launch_sync/blocking_device_sleeps", BM_LaunchSync, BlockingDevice, "futex",

@@ -80,6 +80,7 @@ private:
     void CallerPump();
     bool HostWorkPending() const;
     bool WorkArrived() const;
+    bool RingReady() const { return !records_.empty() && ring_->CompletionsReady(); }
     void Wake();
     void WakeIfAsleep();
     void IdleWait(std::unique_lock<std::mutex>& lock);

@@ -23,7 +23,7 @@ CbOutcome ProgramFail(const ProgramFault& f, uint64_t program_addr) {
 }  // namespace
 
 CbOutcome ProgramExecutor::Load(uint64_t addr, uint64_t size, std::vector<uint8_t>& bytes,
-                                DecodedProgram& program) const {
+                                DecodedProgram& program) {
     if (addr % SPYRE_PROGRAM_ALIGN != 0) return Fail(SPYRE_ERR_MISALIGNED, addr);
     if (size == 0) {
         // LAUNCH with program_size 0: the size is the header's total_size.
@@ -36,8 +36,14 @@ CbOutcome ProgramExecutor::Load(uint64_t addr, uint64_t size, std::vector<uint8_
     if (size < sizeof(spyre_program_header) || size > SPYRE_PROGRAM_MAX_SIZE) return Fail(SPYRE_ERR_PROGRAM_FORMAT, addr);
     const auto span = memory_.Span(addr, size);
     if (!span) return Fail(SPYRE_ERR_ADDR_RANGE, addr);
-    bytes.assign(span->begin(), span->end());
+    bytes.assign(span->begin(), span->end());  // compared and decoded as copied: the driver may write meanwhile
+    if (bytes == last_bytes_) {
+        program = last_program_;
+        return {};
+    }
     if (ProgramFault f = DecodeProgram(bytes, memory_.size(), program)) return ProgramFail(f, addr);
+    last_bytes_ = bytes;
+    last_program_ = program;
     return {};
 }
 

@@ -136,6 +136,10 @@ public:
     // the device is gone.
     uint32_t Submit(std::span<const spyre_cb> slots);
 
+    // True when the oldest CB in flight has completed: a Reap would take it.
+    // Reads one CQE's phase byte, nothing else.
+    bool CompletionsReady() const noexcept;
+
     // Reaps completions that are ready, without waiting. Returns how many.
     // Each completion frees its CB's slots. Throws ProtocolError if the
     // device publishes completions that do not match the CBs in flight.
@@ -156,7 +160,6 @@ public:
 private:
     ErrorContext Context() const;
     uint8_t PhaseAt(uint32_t cq_pos) const noexcept;  // the phase byte of the CQE slot of a position
-    bool CompletionsReady() const noexcept;
     void CheckHealth() const;
     void WaitBlocking(std::chrono::steady_clock::time_point deadline);
 

@@ -4,6 +4,7 @@
 // can reach nothing outside its own memory window; the PF can.
 #include "execution_support.hpp"
 #include "malformed_programs.hpp"
+#include "reference.hpp"
 #include "spyre/plan/program_image.hpp"
 
 using namespace spyre;
@@ -105,4 +106,33 @@ TEST_F(ExecutionTest, AVfReachesNothingOutsideItsWindowWhileThePfCan) {
     ExpectFault(vf1, vf1.Run(test::CorrectCb(target, table, 2)), SPYRE_ERR_ADDR_RANGE, vf_size + 0x100);
     EXPECT_EQ(std::vector<uint8_t>(vf1.At(target), vf1.At(target) + relu.program.size()), before);
     ExpectDeviceWorks(vf1);
+}
+
+// The device reuses the decode of a program launched again byte for byte
+// (program_executor.hpp): every change to the bytes in memory must still be
+// seen, a corrupted copy refused, another valid program run, the first
+// one run again once restored.
+TEST_F(ExecutionTest, ARelaunchSeesEveryChangeToTheProgramsBytes) {
+    const BuiltKernel one = KernelBuilder(TensorLayout::Dense).Fill({4, 8}, 1.5, DType::FP32);
+    const BuiltKernel two = KernelBuilder(TensorLayout::Dense).Fill({4, 8}, 2.5, DType::FP32);
+    const KernelTensor& y = one.outputs[0];
+    const uint64_t out = pf().Alloc(y.bytes);
+    const std::vector<uint8_t> first = one.Bind(std::array{out}), second = two.Bind(std::array{out});
+    ASSERT_EQ(first.size(), second.size());
+    ASSERT_NE(first, second);
+    const uint64_t at = pf().Put(first);
+    auto launch = [&] { return pf().Run(LaunchCb(at, first.size())); };
+    auto expect_output = [&](double value) {
+        test::ExpectClose(pf().ReadTensor(out, y), std::vector<double>(32, value), [](size_t) { return 0.0; });
+    };
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(launch().ok());
+    expect_output(1.5);
+    pf().At(at + first.size() - 1)[0] ^= 0x01;  // one bit of the last op: the checksum no longer holds
+    EXPECT_EQ(launch().status, SPYRE_ERR_PROGRAM_CHECKSUM);
+    std::memcpy(pf().At(at, second.size()), second.data(), second.size());
+    ASSERT_TRUE(launch().ok());
+    expect_output(2.5);
+    std::memcpy(pf().At(at, first.size()), first.data(), first.size());
+    ASSERT_TRUE(launch().ok());
+    expect_output(1.5);
 }
