@@ -247,6 +247,17 @@ void BM_LaunchSync(benchmark::State& state, Device& (*device)(), const char* bas
     ReportAgainstRing(state, ring, ns, p50);
 }
 
+// Runs a, b and c in the order `turn` picks (abc, bca, cab), so drift of the
+// machine during a run hits all three alike.
+template <typename A, typename B, typename C>
+void InRotation(uint32_t turn, A& a, B& b, C& c) {
+    switch (turn % 3) {
+        case 0: a(), b(), c(); break;
+        case 1: b(), c(), a(); break;
+        default: c(), a(), b(); break;
+    }
+}
+
 // Launch + Synchronize, the raw ring NOP and the spin ping-pong of a polling
 // (or adaptive) stack, interleaved: each iteration runs a block of each, in
 // rotating order, so a change of the VM's speed mid-run (this one moves
@@ -285,11 +296,7 @@ void BM_PollPaired(benchmark::State& state, Device& (*device)(), driver::WaitMod
         peer.Park();
     };
     for (auto _ : state) {
-        switch (turn++ % 3) {
-            case 0: launch(), ring_nop(), spin(); break;
-            case 1: ring_nop(), spin(), launch(); break;
-            default: spin(), launch(), ring_nop(); break;
-        }
+        InRotation(turn++, launch, ring_nop, spin);
     }
     if (!ok) state.SkipWithError("NOP completed wrongly");
     const double trips = double(state.iterations()) * kTimed;
@@ -408,11 +415,7 @@ void BM_LaunchSyncBlockingPaired(benchmark::State& state, Placement placement) {
         pingpong_ns += pingpongs.Last();
     };
     for (auto _ : state) {
-        switch (turn++ % 3) {
-            case 0: launch(), ring_nop(), pingpong(); break;
-            case 1: ring_nop(), pingpong(), launch(); break;
-            default: pingpong(), launch(), ring_nop(); break;
-        }
+        InRotation(turn++, launch, ring_nop, pingpong);
     }
     unpin();
     const double n = double(state.iterations());
