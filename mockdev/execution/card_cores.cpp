@@ -54,23 +54,28 @@ CardCores::~CardCores() {
     for (auto& t : threads_) t.join();
 }
 
+bool CardCores::TryTake() {
+    bool free = false;
+    return card_busy_.compare_exchange_strong(free, true, std::memory_order_seq_cst);
+}
+
 CardCores::Turn CardCores::Acquire(const Budget& budget, uint16_t& status) {
+    status = SPYRE_ERR_NONE;
+    // No one in line and the card free: take it without the line's lock.
+    if (queued_.load(std::memory_order_seq_cst) == 0 && TryTake()) return Turn(this);
     std::unique_lock lock(turn_mutex_);
     const uint64_t ticket = next_ticket_++;
     waiting_.push_back(ticket);
+    queued_.fetch_add(1, std::memory_order_seq_cst);
     for (;;) {
-        if (!card_busy_ && waiting_.front() == ticket) {
+        if (waiting_.front() == ticket && TryTake()) {
             waiting_.pop_front();
-            card_busy_ = true;
-            {
-                std::lock_guard workers(mutex_);
-                card_held_ = true;
-            }
-            status = SPYRE_ERR_NONE;
+            queued_.fetch_sub(1, std::memory_order_seq_cst);
             return Turn(this);
         }
         if ((status = budget.Check()) != SPYRE_ERR_NONE) {
             waiting_.erase(std::find(waiting_.begin(), waiting_.end(), ticket));
+            queued_.fetch_sub(1, std::memory_order_seq_cst);
             turn_cv_.notify_all();  // the next in line may be first now
             return Turn();
         }
@@ -84,18 +89,20 @@ unsigned CardCores::waiting() {
 }
 
 void CardCores::Release() {
-    bool wake_workers = false;
-    {
-        std::lock_guard lock(turn_mutex_);
-        card_busy_ = false;
-        std::lock_guard workers(mutex_);
-        card_held_ = false;
-        wake_workers = std::exchange(held_back_, false);
+    // Dekker with Acquire's slow path (queued_, then TryTake) and with a
+    // worker held back (held_back_, then card_busy_): each side stores, then
+    // loads the other's word, so one of the two sees the other.
+    card_busy_.store(false, std::memory_order_seq_cst);
+    if (queued_.load(std::memory_order_seq_cst) != 0) {
+        std::lock_guard lock(turn_mutex_);  // a waiter between its look and its wait holds it
+        turn_cv_.notify_all();
     }
-    turn_cv_.notify_all();
     // Only when tasks waited for the program: waking every worker after each
     // launch cost an empty Launch+Synchronize 5-15x (docs/streams.md).
-    if (wake_workers) wake_.notify_all();
+    if (held_back_.exchange(false, std::memory_order_seq_cst)) {
+        std::lock_guard lock(mutex_);
+        wake_.notify_all();
+    }
 }
 
 unsigned CardCores::groups() const {
@@ -190,8 +197,10 @@ void CardCores::Work(unsigned core) {
         wake_.wait(lock, [&] {
             if (stopping_ || generation_ != seen) return true;
             const bool wants_task = look || task_seq_ != tasks_seen;
-            if (wants_task && card_held_) held_back_ = true;  // Release wakes us
-            return wants_task && !card_held_;
+            if (!wants_task) return false;
+            if (!card_busy_.load(std::memory_order_seq_cst)) return true;
+            held_back_.store(true, std::memory_order_seq_cst);  // Release wakes us...
+            return !card_busy_.load(std::memory_order_seq_cst);  // ...unless it released meanwhile
         });
         if (stopping_) return;
         if (generation_ != seen) {  // a program's op comes first

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -121,22 +122,27 @@ private:
     bool TakeTask(unsigned group, CoreTask& out);  // mutex_ held
     static void RunChunks(Job& job);
 
+    bool TryTake();
     void Release();
 
-    std::mutex turn_mutex_;  // guards card_busy_, waiting_, next_ticket_
+    // Held for one program at a time. Taken without a lock when no one is
+    // in line; waiters queue by ticket under turn_mutex_.
+    std::atomic<bool> card_busy_{false};
+    std::atomic<unsigned> queued_{0};  // tickets in waiting_
+    std::mutex turn_mutex_;            // guards waiting_, next_ticket_
     std::condition_variable turn_cv_;
-    bool card_busy_ = false;
     std::deque<uint64_t> waiting_;  // tickets, oldest first
     uint64_t next_ticket_ = 0;
-    std::mutex mutex_;       // guards job_, generation_, busy_, stopping_
+    std::mutex mutex_;  // guards job_, generation_, busy_, stopping_
     std::condition_variable wake_;
     std::condition_variable done_;
     Job* job_ = nullptr;
     uint64_t generation_ = 0;
     unsigned busy_ = 0;  // workers still on the current job
     bool stopping_ = false;
-    bool card_held_ = false;           // mirror of card_busy_ under mutex_: no task starts meanwhile
-    bool held_back_ = false;           // a worker wanted a task while the card was held: Release wakes them
+    // A worker wanted a task while the card was held (no task starts
+    // meanwhile): Release wakes them.
+    std::atomic<bool> held_back_{false};
     uint64_t task_seq_ = 0;            // bumped by NotifyTasks
     std::vector<TaskSource*> sources_;  // guarded by mutex_
     size_t next_source_ = 0;           // round robin between functions

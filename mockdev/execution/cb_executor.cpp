@@ -100,14 +100,14 @@ CbOutcome CbExecutor::Dispatch(const spyre_cb& cb, std::span<const uint8_t> payl
 
 CbOutcome CbExecutor::ExecuteNop(const spyre_cb& cb) {
     if (!ReservedArgsZero(cb, 0)) return Fail(SPYRE_ERR_RESERVED_NONZERO);
-    regs_.Add64(SPYRE_REG_CNT_NOPS, 1);
+    regs_.Count64(SPYRE_REG_CNT_NOPS, 1);
     return CbOutcome{};
 }
 
 CbOutcome CbExecutor::ExecuteLaunch(const spyre_cb& cb, const Budget& budget) {
     if (!ReservedArgsZero(cb, 2)) return Fail(SPYRE_ERR_RESERVED_NONZERO);
     const CbOutcome out = programs_.Launch(cb.u.launch.program_addr, cb.u.launch.program_size, budget);
-    if (out.status == SPYRE_ERR_NONE) regs_.Add64(SPYRE_REG_CNT_LAUNCHES, 1);
+    if (out.status == SPYRE_ERR_NONE) regs_.Count64(SPYRE_REG_CNT_LAUNCHES, 1);
     return out;
 }
 
@@ -133,8 +133,8 @@ CbOutcome CbExecutor::ExecuteCopy(const spyre_cb& cb, const Budget& budget) {
         MoveMemory(dst->data() + at, src->data() + at, n);  // no 4 KiB aliasing stall (docs/dma.md)
         done += n;
     }
-    regs_.Add64(SPYRE_REG_CNT_COPIES, 1);
-    regs_.Add64(SPYRE_REG_CNT_COPY_BYTES, c.size);
+    regs_.Count64(SPYRE_REG_CNT_COPIES, 1);
+    regs_.Count64(SPYRE_REG_CNT_COPY_BYTES, c.size);
     return CbOutcome{SPYRE_ERR_NONE, c.size, 0};
 }
 
@@ -146,8 +146,8 @@ CbOutcome CbExecutor::ExecuteCopyInline(const spyre_cb& cb, std::span<const uint
     const auto dst = memory_.Span(c.dst_addr, c.size);
     if (!dst) return Fail(SPYRE_ERR_ADDR_RANGE, c.dst_addr);
     std::memcpy(dst->data(), payload.data(), c.size);
-    regs_.Add64(SPYRE_REG_CNT_COPIES, 1);
-    regs_.Add64(SPYRE_REG_CNT_COPY_BYTES, c.size);
+    regs_.Count64(SPYRE_REG_CNT_COPIES, 1);
+    regs_.Count64(SPYRE_REG_CNT_COPY_BYTES, c.size);
     return CbOutcome{SPYRE_ERR_NONE, c.size, 0};
 }
 

@@ -23,7 +23,7 @@ CbOutcome ProgramFail(const ProgramFault& f, uint64_t program_addr) {
 }  // namespace
 
 CbOutcome ProgramExecutor::Load(uint64_t addr, uint64_t size, std::vector<uint8_t>& bytes,
-                                DecodedProgram& program) {
+                                std::shared_ptr<const DecodedProgram>& program) {
     if (addr % SPYRE_PROGRAM_ALIGN != 0) return Fail(SPYRE_ERR_MISALIGNED, addr);
     if (size == 0) {
         // LAUNCH with program_size 0: the size is the header's total_size.
@@ -37,19 +37,21 @@ CbOutcome ProgramExecutor::Load(uint64_t addr, uint64_t size, std::vector<uint8_
     const auto span = memory_.Span(addr, size);
     if (!span) return Fail(SPYRE_ERR_ADDR_RANGE, addr);
     bytes.assign(span->begin(), span->end());  // compared and decoded as copied: the driver may write meanwhile
-    if (bytes == last_bytes_) {
-        program = last_program_;
+    if (bytes == cached_bytes_) {
+        program = cached_;
         return {};
     }
-    if (ProgramFault f = DecodeProgram(bytes, memory_.size(), program)) return ProgramFail(f, addr);
-    last_bytes_ = bytes;
-    last_program_ = program;
+    auto decoded = std::make_shared<DecodedProgram>();
+    if (ProgramFault f = DecodeProgram(bytes, memory_.size(), *decoded)) return ProgramFail(f, addr);
+    cached_bytes_ = bytes;
+    cached_ = decoded;
+    program = std::move(decoded);
     return {};
 }
 
-CbOutcome ProgramExecutor::MapOperands() {
+CbOutcome ProgramExecutor::MapOperands(const DecodedProgram& program) {
     operand_data_.clear();
-    for (const Operand& o : program_.operands) {
+    for (const Operand& o : program.operands) {
         const auto span = memory_.Span(o.desc.addr, o.extent);
         if (!span) return Fail(SPYRE_ERR_ADDR_RANGE, o.desc.addr);  // the decoder checked; kept as the one rule
         operand_data_.push_back(span->data());
@@ -58,30 +60,36 @@ CbOutcome ProgramExecutor::MapOperands() {
 }
 
 CbOutcome ProgramExecutor::Launch(uint64_t addr, uint64_t size, const Budget& budget) {
-    if (CbOutcome loaded = Load(addr, size, bytes_, program_); loaded.status) return loaded;
-    if (CbOutcome mapped = MapOperands(); mapped.status) return mapped;
+    // The decode is shared with the cache, not copied: a CORRECT op in the
+    // program may load (and cache) another program meanwhile.
+    std::shared_ptr<const DecodedProgram> program;
+    if (CbOutcome loaded = Load(addr, size, bytes_, program); loaded.status) return loaded;
+    if (CbOutcome mapped = MapOperands(*program); mapped.status) return mapped;
     uint16_t status;
     const auto card = compute_.Acquire(budget, status);
     if (!card) return Fail(status, addr);
-    for (const spyre_program_op& op : program_.ops)
-        if (CbOutcome done = RunOp(op, addr, budget); done.status) return done;
-    return CbOutcome{SPYRE_ERR_NONE, program_.ops.size(), 0};
+    for (const spyre_program_op& op : program->ops)
+        if (CbOutcome done = RunOp(*program, op, addr, budget); done.status) return done;
+    return CbOutcome{SPYRE_ERR_NONE, program->ops.size(), 0};
 }
 
 CbOutcome ProgramExecutor::RunTask(uint64_t addr, uint64_t size, uint64_t args_addr, uint64_t arg_count,
                                    const Budget& budget) {
-    if (CbOutcome loaded = Load(addr, size, bytes_, program_); loaded.status) return loaded;
-    if (CbOutcome relocated = Relocate(addr, args_addr, arg_count, bytes_, program_); relocated.status) return relocated;
-    if (CbOutcome mapped = MapOperands(); mapped.status) return mapped;
-    for (const spyre_program_op& op : program_.ops)
-        if (CbOutcome done = RunOp(op, addr, budget, true); done.status) return done;
-    return CbOutcome{SPYRE_ERR_NONE, program_.ops.size(), 0};
+    std::shared_ptr<const DecodedProgram> loaded;
+    if (CbOutcome out = Load(addr, size, bytes_, loaded); out.status) return out;
+    task_program_ = *loaded;  // relocated below: a private copy
+    if (CbOutcome relocated = Relocate(addr, args_addr, arg_count, bytes_, task_program_); relocated.status)
+        return relocated;
+    if (CbOutcome mapped = MapOperands(task_program_); mapped.status) return mapped;
+    for (const spyre_program_op& op : task_program_.ops)
+        if (CbOutcome done = RunOp(task_program_, op, addr, budget, true); done.status) return done;
+    return CbOutcome{SPYRE_ERR_NONE, task_program_.ops.size(), 0};
 }
 
-CbOutcome ProgramExecutor::RunOp(const spyre_program_op& op, uint64_t program_addr, const Budget& budget,
-                                 bool one_core) {
+CbOutcome ProgramExecutor::RunOp(const DecodedProgram& program, const spyre_program_op& op, uint64_t program_addr,
+                                 const Budget& budget, bool one_core) {
     const KernelContext ctx{compute_, budget, one_core};
-    auto t = [&](int i) { return Tensor{program_.operands[op.operands[i]], operand_data_[op.operands[i]]}; };
+    auto t = [&](int i) { return Tensor{program.operands[op.operands[i]], operand_data_[op.operands[i]]}; };
     uint16_t status = SPYRE_ERR_NONE;
     switch (op.opcode) {
     case SPYRE_PROG_OP_MATMUL:
@@ -132,7 +140,9 @@ CbOutcome ProgramExecutor::Correct(uint64_t target_addr, uint64_t input_addr, ui
     spyre_program_header h;
     std::memcpy(&h, header->data(), sizeof h);
     if (h.magic != SPYRE_PROGRAM_MAGIC) return Fail(SPYRE_ERR_PROGRAM_MAGIC, target_addr);
-    if (CbOutcome loaded = Load(target_addr, h.total_size, target_bytes_, target_); loaded.status) return loaded;
+    std::shared_ptr<const DecodedProgram> loaded;
+    if (CbOutcome out = Load(target_addr, h.total_size, target_bytes_, loaded); out.status) return out;
+    target_ = *loaded;  // relocated below: a private copy
     if (CbOutcome relocated = Relocate(target_addr, input_addr, entry_count, target_bytes_, target_); relocated.status)
         return relocated;
     const auto target = memory_.Span(target_addr, target_bytes_.size());  // checked by Load

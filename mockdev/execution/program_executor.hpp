@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "execution/budget.hpp"
@@ -41,23 +42,26 @@ public:
 
 private:
     // Kernel faults (watchdog, abort) name the program in ERR_ADDR.
-    CbOutcome RunOp(const spyre_program_op& op, uint64_t program_addr, const Budget& budget, bool one_core = false);
+    CbOutcome RunOp(const DecodedProgram& program, const spyre_program_op& op, uint64_t program_addr,
+                    const Budget& budget, bool one_core = false);
     // Writes the u64 table at `input_addr` (entry_count entries, which must
     // be the program's slot_count) into the relocated operands of `bytes`,
     // re-seals and re-decodes it into `program`: the new addresses are
     // validated as any program's are.
     CbOutcome Relocate(uint64_t program_addr, uint64_t input_addr, uint64_t entry_count, std::vector<uint8_t>& bytes,
                        DecodedProgram& program) const;
-    // Maps every operand of program_ (validated) to its bytes.
-    CbOutcome MapOperands();
-    // Copies the program at `addr` out of device memory and decodes it.
-    CbOutcome Load(uint64_t addr, uint64_t size, std::vector<uint8_t>& bytes, DecodedProgram& program);
+    // Maps every operand of `program` (validated) to its bytes.
+    CbOutcome MapOperands(const DecodedProgram& program);
+    // Copies the program at `addr` out of device memory into `bytes` and
+    // decodes it, or takes the cached decode of the same bytes.
+    CbOutcome Load(uint64_t addr, uint64_t size, std::vector<uint8_t>& bytes,
+                   std::shared_ptr<const DecodedProgram>& program);
 
     DeviceMemory memory_;
     CardCores& compute_;
     // Reused between CBs (the function's engine thread is their only user).
     std::vector<uint8_t> bytes_;
-    DecodedProgram program_;
+    DecodedProgram task_program_;
     std::vector<uint8_t*> operand_data_;
     std::vector<uint8_t> target_bytes_;
     DecodedProgram target_;
@@ -66,8 +70,9 @@ private:
     // executor), so a launch of the same bytes again, the usual case, takes
     // this decode instead of a CRC and a check of every table: a 64-byte
     // program's CRC alone cost about 170 ns, as much as a NOP round trip.
-    std::vector<uint8_t> last_bytes_;
-    DecodedProgram last_program_;
+    // A LAUNCH runs the cached decode itself, without a copy.
+    std::vector<uint8_t> cached_bytes_;
+    std::shared_ptr<const DecodedProgram> cached_;
 };
 
 }  // namespace spyre::mockdev

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "execution/completion_irq.hpp"
 #include "execution/engine_thread.hpp"
 #include "spyre/common/device_clock.hpp"
 #include "spyre/common/futex.hpp"
@@ -96,13 +97,7 @@ void RingServer::ClearRing(const Paused&) {
     ring_.Zero(geo_.cq_offset, uint64_t(geo_.cq_entries) * geo_.cqe_size);
 }
 
-bool RingServer::RaiseIrq() {
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // CQEs and cq_tail before irq_seq
-    SharedWord(db_->irq_seq).fetch_add(1);
-    if (SharedWord(db_->irq_waiters).load() == 0) return false;
-    FutexWake(&db_->irq_seq);
-    return true;
-}
+bool RingServer::RaiseIrq() { return RaiseCompletionIrq(db_->irq_seq, db_->irq_waiters); }
 
 void RingServer::Kick() {
     const uint32_t kick = kicks_.fetch_add(1) + 1;
@@ -197,7 +192,7 @@ RingServer::Clock::time_point RingServer::ServeBatch() {
     const uint32_t tail = SharedWord(db_->sq_tail).load(std::memory_order_acquire);
     regs_.Store32(SPYRE_REG_SQ_TAIL, tail);
     if (tail == head) return started;
-    regs_.Add64(SPYRE_REG_CNT_DOORBELLS, 1);
+    regs_.Count64(SPYRE_REG_CNT_DOORBELLS, 1);
     if (!spyre_ring_valid(head, tail, geo_.sq_entries)) {
         Halt(head);
         return started;
@@ -233,13 +228,13 @@ RingServer::Clock::time_point RingServer::ServeBatch() {
         // one that arrives with a later doorbell.
         cancel_next_ = (cb.flags & SPYRE_CB_F_LINK) != 0 && outcome.status != SPYRE_ERR_NONE;
         if (outcome.status == SPYRE_ERR_NONE) {
-            regs_.Add64(SPYRE_REG_CNT_CB_DONE, 1);
+            regs_.Count64(SPYRE_REG_CNT_CB_DONE, 1);
         } else {
             // A cancellation is a consequence, not a fault: the first real
             // fault stays latched.
             if (!cancelled)
                 regs_.LatchError(ErrorRecord{outcome.status, cb.opcode, head, outcome.fault_addr, cb.user_data});
-            regs_.Add64(SPYRE_REG_CNT_CB_ERRORS, 1);
+            regs_.Count64(SPYRE_REG_CNT_CB_ERRORS, 1);
             if (outcome.status == SPYRE_ERR_WATCHDOG) regs_.Add64(SPYRE_REG_CNT_WATCHDOG, 1);
         }
         now = Clock::now();
@@ -253,7 +248,7 @@ RingServer::Clock::time_point RingServer::ServeBatch() {
         if (RaiseIrq()) regs_.Add64(SPYRE_REG_CNT_IRQS, 1);
     }
     regs_.ClearBits32(SPYRE_REG_STATUS, SPYRE_STATUS_BUSY);
-    regs_.Add64(SPYRE_REG_CNT_BUSY_NS,
+    regs_.Count64(SPYRE_REG_CNT_BUSY_NS,
                 uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(now - started).count()));
     return now;
 }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <exception>
 
+#include "execution/completion_irq.hpp"
 #include "execution/engine_thread.hpp"
 #include "execution/task_executor.hpp"
 #include "log.hpp"
@@ -109,13 +110,7 @@ void TaskServer::ClearQueues(const Paused&) {
     regs_.Store32(SPYRE_REG_TQ_HALTED, 0);
 }
 
-bool TaskServer::RaiseIrq() {
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // CQEs and cq_tail before irq_seq
-    SharedWord(db_->irq_seq).fetch_add(1);
-    if (SharedWord(db_->irq_waiters).load() == 0) return false;
-    FutexWake(&db_->irq_seq);
-    return true;
-}
+bool TaskServer::RaiseIrq() { return RaiseCompletionIrq(db_->irq_seq, db_->irq_waiters); }
 
 bool TaskServer::Submitted() const {
     for (uint32_t q = 0; q < queues_; ++q)

@@ -49,6 +49,13 @@ public:
     void SetBits32(uint32_t off, uint32_t bits) { Ref32(off).fetch_or(bits, std::memory_order_acq_rel); }
     void ClearBits32(uint32_t off, uint32_t bits) { Ref32(off).fetch_and(~bits, std::memory_order_acq_rel); }
     void Add64(uint32_t off, uint64_t delta) { Ref64(off).fetch_add(delta, std::memory_order_relaxed); }
+    // A counter with one writer at a time (the ring engine's, written under
+    // its exec lock, which a reset takes too): a load and a store, no locked
+    // instruction. A NOP bumped four such counters; each locked add waits
+    // for the store buffer to drain.
+    void Count64(uint32_t off, uint64_t delta) {
+        Ref64(off).store(Ref64(off).load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+    }
 
     // Latches the first fault (ERR_CODE == 0) into the error registers, counts
     // every fault in ERR_COUNT (saturating) and raises STATUS.ERROR.

@@ -120,6 +120,35 @@ TEST(CardCores, TurnsAreHandedOutInArrivalOrder) {
     EXPECT_EQ(cores.waiting(), 0u);
 }
 
+// Many functions launching at once, some taking the card by its lock-free
+// way (no one in line) and some queued: never two holders, every launch gets
+// its turn, and the line ends empty.
+TEST(CardCores, OneHolderAtATimeUnderContention) {
+    CardCores cores(1);
+    constexpr int kThreads = 4, kTurns = 3000;
+    std::atomic<int> holders{0}, most{0}, turns{0};
+    std::vector<std::thread> functions;
+    for (int t = 0; t < kThreads; ++t)
+        functions.emplace_back([&] {
+            for (int i = 0; i < kTurns; ++i) {
+                uint16_t s = 0;
+                auto turn = cores.Acquire(Forever(), s);
+                ASSERT_TRUE(turn);
+                const int now = holders.fetch_add(1) + 1;
+                int seen = most.load();
+                while (now > seen && !most.compare_exchange_weak(seen, now)) {
+                }
+                if (i % 7 == 0) std::this_thread::yield();  // let others queue behind this turn
+                holders.fetch_sub(1);
+                turns.fetch_add(1);
+            }
+        });
+    for (auto& f : functions) f.join();
+    EXPECT_EQ(most.load(), 1);
+    EXPECT_EQ(turns.load(), kThreads * kTurns);
+    EXPECT_EQ(cores.waiting(), 0u);
+}
+
 namespace {
 
 // A function's task queue 0 holding `count` tasks; records who ran where.

@@ -72,6 +72,40 @@ TEST_F(ExecutionTest, CorrectionAtTwoAddressesGivesTwoResults) {
     for (const spyre_program_reloc& rel : patched.relocs) EXPECT_EQ(patched.operands[rel.operand].addr, addrs[1][rel.slot]);
 }
 
+// A program's CORRECT op loads the program it patches; the ops after it are
+// still the launched program's (the device caches one decode, and the
+// CORRECT op's load replaces it while the launch runs).
+TEST_F(ExecutionTest, OpsAfterACorrectOpAreTheLaunchedProgramsOwn) {
+    const int64_t m = 8, k = 8, n = 8;
+    Resident r(pf(), KernelBuilder().Matmul(m, k, n, DType::FP32));
+    const BuiltKernel fill = KernelBuilder(TensorLayout::Dense).Fill({4, 8}, 1.5, DType::FP32);
+    const uint64_t out = pf().Alloc(fill.outputs[0].bytes);
+    std::vector<uint8_t> corr = r.kernel.correction;
+    SetCorrectionTarget(corr, r.program, r.input);
+    ProgramImage both = ProgramImage::Decode(corr);
+    const ProgramImage tail = ProgramImage::Decode(fill.Bind(std::array{out}));
+    ASSERT_EQ(tail.ops.size(), 1u);
+    spyre_program_op fill_op = tail.ops[0];
+    fill_op.operands[0] = uint16_t(fill_op.operands[0] + both.operands.size());
+    both.operands.insert(both.operands.end(), tail.operands.begin(), tail.operands.end());
+    both.ops.push_back(fill_op);
+    const uint64_t program = pf().Put(both.Encode());
+    for (uint32_t round = 0; round < 2; ++round) {
+        std::memset(pf().At(out, fill.outputs[0].bytes), 0, fill.outputs[0].bytes);
+        const auto a = test::RandomValues(size_t(m * k), DType::FP32, 30 + round);
+        const auto b = test::RandomValues(size_t(k * n), DType::FP32, 40 + round);
+        const std::vector<uint64_t> addrs = pf().Place(r.kernel, {a, b});
+        const std::vector<uint8_t> input = r.kernel.CorrectionInput(addrs);
+        std::memcpy(pf().At(r.input, input.size()), input.data(), input.size());
+        const auto done = pf().Run(std::array{test::LaunchCb(program, both.Encode().size()), r.Launch()});
+        ASSERT_TRUE(done[0].ok()) << spyre_error_name(done[0].status);
+        EXPECT_EQ(done[0].result, 2u);  // ops run: CORRECT, then FILL
+        ASSERT_TRUE(done[1].ok()) << spyre_error_name(done[1].status);
+        test::ExpectClose(pf().ReadTensor(out, fill.outputs[0]), std::vector<double>(32, 1.5), [](size_t) { return 0.0; });
+        ExpectMatmul(pf().ReadTensor(addrs[2], r.kernel.outputs[0]), a, b, m, k, n);
+    }
+}
+
 TEST_F(ExecutionTest, CorrectCbIsTheDirectFormOfTheCorrectionProgram) {
     const int64_t m = 9, k = 13, n = 31;
     Resident r(pf(), KernelBuilder(TensorLayout::Sticks).Matmul(m, k, n, DType::FP16));
