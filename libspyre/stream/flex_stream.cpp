@@ -124,6 +124,7 @@ void FlexStream::Wait(const Event& event) {
 void FlexStream::Synchronize() {
     SPYRE_TRACE_SCOPE("FlexStream::Synchronize");
     core_->WaitUntil(state_->completed, state_->enqueued_count.load(std::memory_order_acquire), state_->done);
+    if (!state_->faulted.load(std::memory_order_acquire)) return;  // set with the fault, under mu
     std::lock_guard lock(state_->mu);
     if (state_->fault) throw *state_->fault;
 }

@@ -100,8 +100,9 @@ std::vector<std::shared_ptr<StreamState>> SchedulerCore::Streams() {
 }
 
 SchedulerStats SchedulerCore::Stats() const {
-    std::lock_guard lock(stats_mu_);
-    return stats_;
+    auto get = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
+    return SchedulerStats{get(stats_.ring_cbs),   get(stats_.doorbells), get(stats_.inline_copies),
+                          get(stats_.dma_copies), get(stats_.callbacks), get(stats_.dropped)};
 }
 
 // ---------------------------------------------------------------- the way in
@@ -187,9 +188,7 @@ bool SchedulerCore::Pump(bool on_thread) {
     if (on_thread) progress |= PollDma();
     progress |= IssueHostWork(on_thread);
     progress |= SubmitRing();
-    bool busy = !records_.empty() || !dma_.empty();
-    for (StreamState* s : active_) busy = busy || !s->local.empty();
-    busy_.store(busy, std::memory_order_seq_cst);
+    SetBusy(!Idle());
     return progress;
 }
 
@@ -198,6 +197,30 @@ void SchedulerCore::CallerPump() {
         Pump(false);
     } catch (const Error& e) {
         DeviceFailed(e);  // only the ring and the function throw: the device is gone or halted
+    }
+}
+
+bool SchedulerCore::Idle() const {
+    if (!records_.empty() || !dma_.empty()) return false;
+    for (const StreamState* s : active_)
+        if (!s->local.empty()) return false;
+    return true;
+}
+
+void SchedulerCore::CallerReap() {
+    try {
+        // Work arrived or left behind needs the whole pass (turns, host
+        // work, the next submit); a lone completion needs only its reap.
+        if (!WorkArrived()) {
+            ReapRing();
+            if (Idle()) {
+                SetBusy(false);
+                return;
+            }
+        }
+        Pump(false);
+    } catch (const Error& e) {
+        DeviceFailed(e);
     }
 }
 
@@ -218,13 +241,19 @@ void SchedulerCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t tar
     // the way goes to the scheduler thread. A pump costs a few hundred ns
     // (every stream, the turn order, the DMA queue), which a spinning caller
     // would add to noticing its own completion: between full pumps (every
-    // kSpinsPerFullPump) it pumps only when the ring has a completion or new
-    // work arrived.
+    // kSpinsPerFullPump) it reaps when the ring has a completion (and pumps
+    // only if more is left to do), or pumps when new work arrived.
     auto drive = [&](bool full) {
         if (!drive_mu_.try_lock()) return;
         std::unique_lock lock(drive_mu_, std::adopt_lock);
-        if (!full && !RingReady() && !WorkArrived()) return;
-        CallerPump();
+        if (full)
+            CallerPump();
+        else if (RingReady())
+            CallerReap();
+        else if (WorkArrived())
+            CallerPump();
+        else
+            return;
         if (HostWorkPending()) {
             lock.unlock();
             WakeIfAsleep();
@@ -380,10 +409,7 @@ bool SchedulerCore::ReapRing() {
     const size_t n = ring_->Reap(completions_);
     if (n == 0) return false;
     const size_t cancelled = records_.Retire(std::span(completions_.data(), n));
-    if (cancelled) {
-        std::lock_guard lock(stats_mu_);
-        stats_.dropped += cancelled;
-    }
+    if (cancelled) Counters::Add(stats_.dropped, cancelled);
     return true;
 }
 
@@ -417,8 +443,7 @@ bool SchedulerCore::RunCallback(StreamState& s) {
     if (trace.enqueue_ns && trace::Enabled())
         TraceOp(s, device_.function->pci_address(), OpKind::HostCallback, seq, trace, trace::detail::NowNs());
     Complete(s, seq);
-    std::lock_guard lock(stats_mu_);
-    ++stats_.callbacks;
+    Counters::Add(stats_.callbacks, 1);
     return true;
 }
 
@@ -427,8 +452,7 @@ bool SchedulerCore::IssueHostWork(bool on_thread) {
     for (StreamState* sp : active_) {
         StreamState& s = *sp;
         if (const size_t dropped = DropFaulted(s)) {
-            std::lock_guard lock(stats_mu_);
-            stats_.dropped += dropped;
+            Counters::Add(stats_.dropped, dropped);
             any = true;
         }
         // Host work is the thread's: callbacks run there (and may not wait).
@@ -445,8 +469,7 @@ bool SchedulerCore::IssueHostWork(bool on_thread) {
         const uint64_t seq = s.next_seq++;
         if (dma_.Start(s, copy, seq)) {
             dma_seen_ = ~0ull;  // the copy may have finished inline: look at once
-            std::lock_guard lock(stats_mu_);
-            ++stats_.dma_copies;
+            Counters::Add(stats_.dma_copies, 1);
         }
         any = true;
     }
@@ -483,10 +506,9 @@ bool SchedulerCore::SubmitRing() {
         }
         trace::detail::Counter(trace_ring_track_, "CBs in the ring", trace::detail::NowNs(), int64_t(records_.size()));
     }
-    std::lock_guard lock(stats_mu_);
-    stats_.ring_cbs += batch_cbs;
-    stats_.inline_copies = inline_before;
-    ++stats_.doorbells;
+    Counters::Add(stats_.ring_cbs, batch_cbs);
+    stats_.inline_copies.store(inline_before, std::memory_order_relaxed);
+    Counters::Add(stats_.doorbells, 1);
     return true;
 }
 

@@ -78,6 +78,16 @@ private:
     // Pump on a caller's thread (the lock held): a failure of the device
     // faults every stream, as on the thread.
     void CallerPump();
+    // A waiter's pass once the ring has completions (the lock held): reaps
+    // them, and pumps only if anything else is left to do.
+    void CallerReap();
+    // Nothing queued, in the ring or on the DMA engine (the lock held).
+    bool Idle() const;
+    // busy_ as of this pass (the lock held); written only when it changes,
+    // a seq_cst store being a full fence.
+    void SetBusy(bool busy) {
+        if (busy != busy_.load(std::memory_order_relaxed)) busy_.store(busy, std::memory_order_seq_cst);
+    }
     bool HostWorkPending() const;
     bool WorkArrived() const;
     bool RingReady() const { return !records_.empty() && ring_->CompletionsReady(); }
@@ -134,8 +144,15 @@ private:
     std::atomic<bool> lost_{false};
     std::optional<Error> lost_error_;
 
-    mutable std::mutex stats_mu_;
-    SchedulerStats stats_;
+    // Written only by the drive lock's holder, read by anyone: a relaxed
+    // load and store per update, no lock (a submit took the stats mutex).
+    struct Counters {
+        std::atomic<uint64_t> ring_cbs{0}, doorbells{0}, inline_copies{0}, dma_copies{0}, callbacks{0}, dropped{0};
+        static void Add(std::atomic<uint64_t>& c, uint64_t n) {
+            c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+        }
+    };
+    Counters stats_;
 
     std::thread thread_;
 };

@@ -5,9 +5,11 @@
 
 namespace spyre::detail {
 
-const std::vector<StreamState*>& TurnPolicy::Order(std::span<StreamState* const> active) {
-    order_.clear();
+std::span<StreamState* const> TurnPolicy::Order(std::span<StreamState* const> active) {
     const size_t n = active.size();
+    // One stream (the usual case): no rotation to keep, nothing to sort.
+    if (n <= 1 && policy_ != SchedulerPolicy::DrainOneFirst) return active;
+    order_.clear();
     if (n == 0) return order_;
     switch (policy_) {
     case SchedulerPolicy::RoundRobin:

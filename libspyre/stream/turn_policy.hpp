@@ -22,7 +22,8 @@ public:
     // rotation that starts one stream later each round. Priority: by
     // priority minus aging (skipped_turns / aging_turns), ties in rotation
     // order. DrainOneFirst: the stream being drained first, then the rest.
-    const std::vector<StreamState*>& Order(std::span<StreamState* const> active);
+    // Valid until the next call; a lone stream's order is `active` itself.
+    std::span<StreamState* const> Order(std::span<StreamState* const> active);
     // Ring CBs the stream may take this turn (the drained stream: no limit).
     size_t Quantum(const StreamState* s) const;
     // After a turn: a ready stream passed over ages by one turn (Priority).

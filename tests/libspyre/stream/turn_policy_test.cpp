@@ -20,7 +20,7 @@ struct Streams {
             active.push_back(owned.back().get());
         }
     }
-    std::vector<int> Indices(const std::vector<StreamState*>& order) const {
+    std::vector<int> Indices(std::span<StreamState* const> order) const {
         std::vector<int> out;
         for (const StreamState* s : order) out.push_back(s->index);
         return out;
