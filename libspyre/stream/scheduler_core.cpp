@@ -28,8 +28,10 @@ using Clock = std::chrono::steady_clock;
 // is in flight, and at all when idle.
 constexpr auto kBusySleep = std::chrono::milliseconds(100);
 constexpr auto kIdleSleep = std::chrono::seconds(1);
-// A waiting caller's spins between two full pumps (WaitUntil).
+// A waiting caller's spins between two full pumps, and between two looks
+// at the clock in adaptive mode (WaitUntil).
 constexpr uint32_t kSpinsPerFullPump = 16;
+constexpr uint32_t kSpinsPerClockRead = 64;
 
 }  // namespace
 
@@ -261,17 +263,23 @@ void SchedulerCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t tar
     };
     if (options_.wait_mode != driver::WaitMode::Blocking) {
         drivers_.fetch_add(1, std::memory_order_seq_cst);
-        // The spin budget bounds adaptive waits only: a poll-mode caller reads
-        // no clock (a read costs about as much as a NOP on the device).
+        // The spin budget bounds adaptive waits only, counted from the first
+        // look at the clock (after kSpinsPerClockRead spins): a poll-mode
+        // caller reads no clock, an adaptive one none before then (a read
+        // costs about as much as a NOP on the device).
         const bool adaptive = options_.wait_mode == driver::WaitMode::Adaptive;
-        const auto until = adaptive ? Clock::now() + options_.spin : Clock::time_point::max();
+        std::optional<Clock::time_point> until;
         uint32_t spins = 0;
         while (!done()) {
             drive(spins % kSpinsPerFullPump == 0);
             if (done()) break;
             CpuRelax();
             ++spins;
-            if (adaptive && (spins & 63) == 0 && Clock::now() >= until) break;
+            if (adaptive && spins % kSpinsPerClockRead == 0) {
+                const auto now = Clock::now();
+                if (!until) until = now + options_.spin;
+                if (now >= *until) break;
+            }
         }
         drivers_.fetch_sub(1, std::memory_order_seq_cst);
         // Work of others still in flight: the scheduler thread watches it again.
