@@ -322,17 +322,20 @@ void SchedulerCore::Run() {
             DeviceFailed(e);
             progress = true;
         }
+        if (drivers_.load(std::memory_order_seq_cst) > 0 && !HostWorkPending()) {
+            // A caller spins in a wait and drives itself: keep off its cores
+            // and its lock, also after a pass that did something (woken by a
+            // wait that outlasted its spin, the thread would otherwise keep
+            // taking the next launches' turns from their callers).
+            SleepUnlocked(lock, wake_seq_.load(std::memory_order_seq_cst), kBusySleep);
+            last_progress = Clock::now();
+            continue;
+        }
         if (progress) {
             last_progress = Clock::now();
             continue;
         }
         const bool inflight = !records_.empty() || !dma_.empty();
-        if (drivers_.load(std::memory_order_seq_cst) > 0 && !HostWorkPending()) {
-            // A caller waits and reaps itself: keep off its cores and its lock.
-            SleepUnlocked(lock, wake_seq_.load(std::memory_order_seq_cst), kBusySleep);
-            last_progress = Clock::now();
-            continue;
-        }
         const bool spinning = options_.wait_mode == driver::WaitMode::Poll ||
                               (options_.wait_mode == driver::WaitMode::Adaptive &&
                                Clock::now() - last_progress < options_.spin);
