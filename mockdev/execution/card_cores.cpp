@@ -10,6 +10,8 @@
 #include <string>
 #include <utility>
 
+#include "spyre/common/futex.hpp"
+
 namespace spyre::mockdev {
 
 namespace {
@@ -56,7 +58,18 @@ CardCores::~CardCores() {
 
 bool CardCores::TryTake() {
     bool free = false;
-    return card_busy_.compare_exchange_strong(free, true, std::memory_order_seq_cst);
+    if (!card_busy_.compare_exchange_strong(free, true, std::memory_order_seq_cst)) return false;
+    // A worker that saw the card free may be taking a task: it started
+    // before this turn. Once it has, no task starts until Release.
+    while (taking_.load(std::memory_order_seq_cst) != 0) CpuRelax();
+    return true;
+}
+
+bool CardCores::MayTakeTask() {
+    taking_.fetch_add(1, std::memory_order_seq_cst);
+    if (!card_busy_.load(std::memory_order_seq_cst)) return true;  // taking_ stays up until the take
+    taking_.fetch_sub(1, std::memory_order_seq_cst);
+    return false;
 }
 
 CardCores::Turn CardCores::Acquire(const Budget& budget, uint16_t& status) {
@@ -198,9 +211,9 @@ void CardCores::Work(unsigned core) {
             if (stopping_ || generation_ != seen) return true;
             const bool wants_task = look || task_seq_ != tasks_seen;
             if (!wants_task) return false;
-            if (!card_busy_.load(std::memory_order_seq_cst)) return true;
+            if (MayTakeTask()) return true;
             held_back_.store(true, std::memory_order_seq_cst);  // Release wakes us...
-            return !card_busy_.load(std::memory_order_seq_cst);  // ...unless it released meanwhile
+            return MayTakeTask();                               // ...unless it released meanwhile
         });
         if (stopping_) return;
         if (generation_ != seen) {  // a program's op comes first
@@ -215,6 +228,7 @@ void CardCores::Work(unsigned core) {
         tasks_seen = task_seq_;
         CoreTask task;
         look = TakeTask(group, task);
+        taking_.fetch_sub(1, std::memory_order_seq_cst);  // raised by MayTakeTask
         if (!look) continue;  // sleep until tasks are announced
         lock.unlock();
         task.source->Run(task, core);

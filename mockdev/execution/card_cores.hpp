@@ -122,7 +122,11 @@ private:
     bool TakeTask(unsigned group, CoreTask& out);  // mutex_ held
     static void RunChunks(Job& job);
 
+    // Takes the card if free, then waits for workers already taking a task.
     bool TryTake();
+    // A worker may take a task: the card is free. Leaves taking_ raised
+    // (the caller lowers it once it took one, or found none).
+    bool MayTakeTask();  // mutex_ held
     void Release();
 
     // Held for one program at a time. Taken without a lock when no one is
@@ -143,6 +147,9 @@ private:
     // A worker wanted a task while the card was held (no task starts
     // meanwhile): Release wakes them.
     std::atomic<bool> held_back_{false};
+    // Workers between their look at card_busy_ and taking a task (Dekker
+    // with TryTake: one of the two sees the other).
+    std::atomic<unsigned> taking_{0};
     uint64_t task_seq_ = 0;            // bumped by NotifyTasks
     std::vector<TaskSource*> sources_;  // guarded by mutex_
     size_t next_source_ = 0;           // round robin between functions
