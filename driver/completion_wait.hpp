@@ -38,8 +38,6 @@ void CopyToRing(T* ring, uint32_t size, uint32_t& tail, std::span<const T> entri
 
 // How often a spinning or sleeping waiter checks that the device still lives.
 inline constexpr std::chrono::milliseconds kHealthPeriod{100};
-// Spins of a polling waiter between two looks at the clock.
-inline constexpr uint32_t kSpinsPerClockRead = 64;
 
 // Sleeps on the interrupt until ready() or `deadline`; calls health() (which
 // throws for a dead or halted device) whenever a sleep ends with nothing ready.

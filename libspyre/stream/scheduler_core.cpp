@@ -28,10 +28,8 @@ using Clock = std::chrono::steady_clock;
 // is in flight, and at all when idle.
 constexpr auto kBusySleep = std::chrono::milliseconds(100);
 constexpr auto kIdleSleep = std::chrono::seconds(1);
-// A waiting caller's spins between two full pumps, and between two looks
-// at the clock in adaptive mode (WaitUntil).
+// A waiting caller's spins between two full pumps (WaitUntil).
 constexpr uint32_t kSpinsPerFullPump = 16;
-constexpr uint32_t kSpinsPerClockRead = 64;
 
 }  // namespace
 

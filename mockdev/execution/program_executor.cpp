@@ -77,8 +77,7 @@ CbOutcome ProgramExecutor::RunTask(uint64_t addr, uint64_t size, uint64_t args_a
                                    const Budget& budget) {
     std::shared_ptr<const DecodedProgram> loaded;
     if (CbOutcome out = Load(addr, size, bytes_, loaded); out.status) return out;
-    task_program_ = *loaded;  // relocated below: a private copy
-    if (CbOutcome relocated = Relocate(addr, args_addr, arg_count, bytes_, task_program_); relocated.status)
+    if (CbOutcome relocated = Relocate(addr, args_addr, arg_count, bytes_, *loaded, task_program_); relocated.status)
         return relocated;
     if (CbOutcome mapped = MapOperands(task_program_); mapped.status) return mapped;
     for (const spyre_program_op& op : task_program_.ops)
@@ -114,20 +113,21 @@ CbOutcome ProgramExecutor::RunOp(const DecodedProgram& program, const spyre_prog
 }
 
 CbOutcome ProgramExecutor::Relocate(uint64_t program_addr, uint64_t input_addr, uint64_t entry_count,
-                                    std::vector<uint8_t>& bytes, DecodedProgram& program) const {
-    if (entry_count != program.header.slot_count) return Fail(SPYRE_ERR_RELOCATION, program_addr);
+                                    std::vector<uint8_t>& bytes, const DecodedProgram& loaded,
+                                    DecodedProgram& relocated) const {
+    if (entry_count != loaded.header.slot_count) return Fail(SPYRE_ERR_RELOCATION, program_addr);
     if (input_addr % sizeof(uint64_t) != 0) return Fail(SPYRE_ERR_MISALIGNED, input_addr);
     const auto table = memory_.Span(input_addr, entry_count * sizeof(uint64_t));  // entry_count < 2^16
     if (!table) return Fail(SPYRE_ERR_ADDR_RANGE, input_addr);
 
-    for (const spyre_program_reloc& r : program.relocs)
-        std::memcpy(bytes.data() + program.header.operands_offset + r.operand * sizeof(spyre_program_operand) +
+    for (const spyre_program_reloc& r : loaded.relocs)
+        std::memcpy(bytes.data() + loaded.header.operands_offset + r.operand * sizeof(spyre_program_operand) +
                         offsetof(spyre_program_operand, addr),
                     table->data() + r.slot * sizeof(uint64_t), sizeof(uint64_t));
     const uint32_t checksum = uapi::ProgramChecksum(bytes.data(), bytes.size());
     std::memcpy(bytes.data() + offsetof(spyre_program_header, checksum), &checksum, sizeof checksum);
     // The relocated program must validate too (its new addresses inside the window).
-    if (ProgramFault f = DecodeProgram(bytes, memory_.size(), program)) return ProgramFail(f, program_addr);
+    if (ProgramFault f = DecodeProgram(bytes, memory_.size(), relocated)) return ProgramFail(f, program_addr);
     return {};
 }
 
@@ -142,8 +142,8 @@ CbOutcome ProgramExecutor::Correct(uint64_t target_addr, uint64_t input_addr, ui
     if (h.magic != SPYRE_PROGRAM_MAGIC) return Fail(SPYRE_ERR_PROGRAM_MAGIC, target_addr);
     std::shared_ptr<const DecodedProgram> loaded;
     if (CbOutcome out = Load(target_addr, h.total_size, target_bytes_, loaded); out.status) return out;
-    target_ = *loaded;  // relocated below: a private copy
-    if (CbOutcome relocated = Relocate(target_addr, input_addr, entry_count, target_bytes_, target_); relocated.status)
+    if (CbOutcome relocated = Relocate(target_addr, input_addr, entry_count, target_bytes_, *loaded, target_);
+        relocated.status)
         return relocated;
     const auto target = memory_.Span(target_addr, target_bytes_.size());  // checked by Load
     std::memcpy(target->data(), target_bytes_.data(), target_bytes_.size());

@@ -45,11 +45,11 @@ private:
     CbOutcome RunOp(const DecodedProgram& program, const spyre_program_op& op, uint64_t program_addr,
                     const Budget& budget, bool one_core = false);
     // Writes the u64 table at `input_addr` (entry_count entries, which must
-    // be the program's slot_count) into the relocated operands of `bytes`,
-    // re-seals and re-decodes it into `program`: the new addresses are
-    // validated as any program's are.
+    // be the slot_count of `loaded`, the decode of `bytes`) into the
+    // relocated operands of `bytes`, re-seals and decodes it into `relocated`:
+    // the new addresses are validated as any program's are.
     CbOutcome Relocate(uint64_t program_addr, uint64_t input_addr, uint64_t entry_count, std::vector<uint8_t>& bytes,
-                       DecodedProgram& program) const;
+                       const DecodedProgram& loaded, DecodedProgram& relocated) const;
     // Maps every operand of `program` (validated) to its bytes.
     CbOutcome MapOperands(const DecodedProgram& program);
     // Copies the program at `addr` out of device memory into `bytes` and
