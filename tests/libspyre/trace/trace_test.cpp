@@ -247,7 +247,13 @@ std::vector<int32_t> SubmitDiamond(Orchestrator& orch, int32_t worker) {
         TaskParam p[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, b, 1024, {}}, {PARAM_OUTPUT, c, 1024, {}}};
         return orch.Submit(kAdd, worker, p);
     };
+    // In a scope, as an orchestration function submits: a producer done
+    // before its consumer is submitted is held, not consumed, so the
+    // TensorMap still finds the edge (without it, a fast worker retires t0
+    // before t1 arrives and that arrow is rightly absent).
+    Orchestrator::Scope scope = orch.BeginScope();
     std::vector<int32_t> ids = {add(A, B, X), add(X, A, Y), add(X, B, Z), add(Y, Z, W)};
+    scope.End();
     orch.WaitAll();
     for (int i = 0; i < 256; ++i) EXPECT_EQ(W[i], 6.0f * float(i)) << i;  // (2i + i) + (2i + i)
     for (float* b : buf) orch.Free(b);
@@ -364,7 +370,10 @@ TEST_F(TraceTest, ADiamondOnTheCardsCoresHasArrowsExactlyForItsDependencies) {
 }
 
 TEST_F(TraceTest, ADiamondOnHostWorkersHasArrowsExactlyForItsDependencies) {
-    Orchestrator orch = Orchestrator::CreateOnHostMemory(4 << 20, {.task_ring_size = 64, .heap_size = 1 << 20, .host_threads = 2});
+    // Cheap tasks ready at submission would run on the submitting thread
+    // (a track of their own): here every task is a host worker's.
+    Orchestrator orch = Orchestrator::CreateOnHostMemory(
+        4 << 20, {.task_ring_size = 64, .heap_size = 1 << 20, .host_threads = 2, .run_cheap_host_tasks_here = false});
     orch.RegisterHostKernel(kAdd, [](std::span<void* const> b, std::span<const uint64_t>) {
         auto* a = static_cast<const float*>(b[0]);
         auto* c = static_cast<const float*>(b[1]);
