@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "execution/cb_executor.hpp"
+#include "execution/cycle_clock.hpp"
 #include "pci/register_file.hpp"
 #include "pci/shm_object.hpp"
 #include "spyre/uapi/spyre_cb.h"
@@ -115,6 +116,7 @@ private:
     uint8_t* const sq_;
     uint8_t* const cq_;
 
+    CycleClock clock_;  // the server thread's only
     std::mutex exec_mutex_;  // held while serving a batch; Pause takes it
     // Guarded by exec_mutex_: the last CB carried LINK and failed, so the
     // next one is cancelled (spyre_cb.h, "Linked CBs").
