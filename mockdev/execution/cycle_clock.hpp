@@ -4,10 +4,10 @@
 // clock (CLOCK_MONOTONIC, spyre/common/device_clock.hpp) and kept on it.
 // A NOP reads the clock twice on its way to the completion (batch start, CB
 // completion); clock_gettime costs about 33 ns in this project's VMs and
-// rdtsc 13. The kernel clock stays the reference: every Resync (the idle
-// loop's look at the clock) re-anchors the counter to it, a reading more
-// than kMaxDrift after the anchor takes the kernel clock itself, and the
-// scale is measured between kernel readings, never assumed.
+// rdtsc 13. The kernel clock stays the reference: a reading more than
+// kMaxDrift after the last kernel reading is a kernel reading (Resync),
+// which re-anchors the counter to it, and the scale is measured between
+// kernel readings, never assumed.
 #pragma once
 
 #include <chrono>

@@ -120,7 +120,7 @@ bool RingServer::HasWork(uint32_t sq_tail) const {
 }
 
 void RingServer::Run() {
-    auto last_work = clock_.Resync();
+    auto last_work = clock_.Now();
     uint32_t idle_polls = 0;
     for (;;) {
         const uint32_t kicks = kicks_.load();
@@ -136,13 +136,13 @@ void RingServer::Run() {
         if (HasWork(SharedWord(db_->sq_tail).load(std::memory_order_acquire))) {
             last_work = ServeBatch();
             idle_polls = 0;
-        } else if (poll_.count() != 0 && (++idle_polls % kPollsPerClockRead != 0 || clock_.Resync() - last_work < poll_)) {
+        } else if (poll_.count() != 0 && (++idle_polls % kPollsPerClockRead != 0 || clock_.Now() - last_work < poll_)) {
             // A clock read costs as much as several polls: look at it now and
             // then, so a new CB is seen sooner (the poll period is
-            // microseconds). The look also keeps the cycle clock on the kernel's.
+            // microseconds).
             CpuRelax();
         } else if (Sleep(kicks)) {
-            last_work = clock_.Resync();  // woken: poll again; timed out: straight back to sleep
+            last_work = clock_.Now();  // woken: poll again; timed out: straight back to sleep
         }
     }
 }
