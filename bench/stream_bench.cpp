@@ -263,7 +263,7 @@ void InRotation(uint32_t turn, A& a, B& b, C& c) {
 // rotating order, so a change of the VM's speed mid-run (this one moves
 // between spin ping-pongs of ~130 and ~600 ns) hits all three alike. Only one
 // party spins at a time: the spin peer is parked and the other devices'
-// engines fall asleep 50 us after their block; the first kWarmup round trips
+// ring servers fall asleep 50 us after their block; the first kWarmup round trips
 // of a block (wake-ups) are not timed, the rest as one span per block.
 void BM_PollPaired(benchmark::State& state, Device& (*device)(), driver::WaitMode mode) {
     constexpr int kWarmup = 256, kTimed = 1024;
@@ -318,8 +318,8 @@ void BM_PollPaired(benchmark::State& state, Device& (*device)(), driver::WaitMod
 enum class Placement { Free, CrossCpu, SameCpu };
 
 // The device-side threads of this process's mock daemons (the command ring's
-// and the task queues' engines, named spyre-<bus:dev.fn> and spyre-t...).
-std::vector<pid_t> DaemonEngineThreads() {
+// and the task queues' servers, named spyre-<bus:dev.fn> and spyre-t...).
+std::vector<pid_t> DaemonServerThreads() {
     std::vector<pid_t> tids;
     for (const auto& proc : std::filesystem::directory_iterator("/proc")) {
         const std::string name = proc.path().filename();
@@ -382,10 +382,10 @@ void BM_LaunchSyncBlockingPaired(benchmark::State& state, Placement placement) {
     const int there = placement == Placement::Free ? -1 : placement == Placement::CrossCpu ? cpus[1] : cpus[0];
     auto unpin = [&] {
         PinTo(0, -1, allowed);
-        for (pid_t tid : DaemonEngineThreads()) PinTo(tid, -1, allowed);
+        for (pid_t tid : DaemonServerThreads()) PinTo(tid, -1, allowed);
     };
     bool pinned = PinTo(0, here, allowed) && PinTo(peer.pid(), there, allowed);
-    for (pid_t tid : DaemonEngineThreads()) pinned = PinTo(tid, there, allowed) && pinned;
+    for (pid_t tid : DaemonServerThreads()) pinned = PinTo(tid, there, allowed) && pinned;
     if (!pinned) {
         unpin();
         return state.SkipWithError("cannot set the threads' CPU affinity");

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "spyre/orchestration.hpp"
+#include "spyre/orchestration/orchestrator.hpp"
 
 namespace spyre {
 

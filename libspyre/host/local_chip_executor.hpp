@@ -21,7 +21,7 @@
 #include "spyre/host/worker.hpp"
 #include "spyre/launch/spyre_stream.hpp"
 #include "spyre/plan/execution_plan.hpp"
-#include "spyre/orchestration.hpp"
+#include "spyre/orchestration/orchestrator.hpp"
 
 namespace spyre::host {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // AdaptiveMutex: glibc's adaptive mutex (PTHREAD_MUTEX_ADAPTIVE_NP), which
-// spins a little before it sleeps. The engine's lock is held for a few
+// spins a little before it sleeps. The task graph's lock is held for a few
 // hundred nanoseconds at a time by a submitter and its executors on other
 // cores; a plain mutex put each contender to sleep and woke it with a futex
 // call, which cost more than the critical section it waited for.

@@ -4,7 +4,7 @@
 // buffer goes back to the heap ring once it is requested free and no task
 // that referenced it is still live (the seed counts writers; readers are
 // counted too, so a buffer never changes hands under a late reader).
-// Not thread-safe: the engine calls it under its lock.
+// Not thread-safe: the task graph calls it under its lock.
 #pragma once
 
 #include <cstddef>

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <string>
 
-#include "orchestration/engine.hpp"
+#include "orchestration/task_graph.hpp"
 #include "spyre/common/log.hpp"
 #include "spyre/error.hpp"
 #include "spyre/uapi/spyre_errors.h"
@@ -34,9 +34,9 @@ bool DeviceWorker::Available(const driver::Function& function) {
     }
 }
 
-DeviceWorker::DeviceWorker(driver::Function& function, SpyreAllocator& allocator, const Engine& engine,
+DeviceWorker::DeviceWorker(driver::Function& function, SpyreAllocator& allocator, const TaskGraph& graph,
                            std::vector<uint32_t> queues)
-    : function_(function), allocator_(allocator), engine_(engine), queues_(std::move(queues)) {
+    : function_(function), allocator_(allocator), graph_(graph), queues_(std::move(queues)) {
     const uint32_t have = driver::ReadTaskTopology(function_).queues();
     if (queues_.empty())
         for (uint32_t q = 0; q < have; ++q) queues_.push_back(q);
@@ -72,7 +72,7 @@ void DeviceWorker::Start(ReadyQueue& ready, CompletionSink& sink) {
     }
     tables_ = allocator_.Allocate(uint64_t(tables) * kTableBytes);
     tables_device_ = allocator_.DeviceAddress(tables_->handle, tables_->size);
-    tables_host_ = engine_.HostAddress(tables_device_, tables_->size);
+    tables_host_ = graph_.HostAddress(tables_device_, tables_->size);
     for (Group& g : groups_) threads_.emplace_back([this, &g, &ready, &sink] { Serve(g, ready, sink); });
 }
 
@@ -124,7 +124,7 @@ void DeviceWorker::Serve(Group& g, ReadyQueue& ready, CompletionSink& sink) {
             free_tables.pop_back();
             auto* entries = reinterpret_cast<uint64_t*>(tables_host_ + uint64_t(table) * kTableBytes);
             for (int32_t i = 0; i < t.num_params; ++i)
-                entries[i] = engine_.DeviceAddress(t.params[i].host, t.params[i].size);
+                entries[i] = graph_.DeviceAddress(t.params[i].host, t.params[i].size);
             in_flight_ids[table] = r.task_id;
             descs.push_back(driver::TaskDesc(PackId(table, r.task_id), t.kernel->program_address,
                                              tables_device_ + uint64_t(table) * kTableBytes, uint32_t(t.num_params)));

@@ -19,7 +19,7 @@
 
 namespace spyre::orchestration {
 
-class Engine;
+class TaskGraph;
 
 class DeviceWorker final : public Executor {
 public:
@@ -27,10 +27,10 @@ public:
     static bool Available(const driver::Function& function);
 
     // The argument tables come from `allocator` (one per task slot of every
-    // queue); `engine` translates buffer addresses. Both outlive the worker.
+    // queue); `graph` translates buffer addresses. Both outlive the worker.
     // `queues`: the task queues to take (empty: all); checked against the
     // device's topology (InvalidArgument naming the queue).
-    DeviceWorker(driver::Function& function, SpyreAllocator& allocator, const Engine& engine,
+    DeviceWorker(driver::Function& function, SpyreAllocator& allocator, const TaskGraph& graph,
                  std::vector<uint32_t> queues = {});
     ~DeviceWorker() override;
 
@@ -50,7 +50,7 @@ private:
 
     driver::Function& function_;
     SpyreAllocator& allocator_;
-    const Engine& engine_;
+    const TaskGraph& graph_;
     std::vector<uint32_t> queues_;
     std::optional<DeviceAllocation> tables_;
     uint8_t* tables_host_ = nullptr;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Executor: what runs the ready tasks of one worker type. The engine puts
+// Executor: what runs the ready tasks of one worker type. The task graph puts
 // ready tasks on the executor's ReadyQueue; the executor runs them however
 // it likes (host threads, a device task queue: batch the queue into one
 // Submit, reap completions out of order) and reports each as (task id,
@@ -36,7 +36,7 @@ public:
         ns_.store(other.ns_.load(std::memory_order_relaxed), std::memory_order_relaxed);
         return *this;
     }
-    // The bound under which the average counts as cheap (the engine's
+    // The bound under which the average counts as cheap (the task graph's
     // option, set when the kernel is registered, before any run).
     void SetCheapBelow(uint32_t ns) noexcept { cheap_ns_ = std::max<uint32_t>(ns, 1); }
     void Record(uint64_t run_ns) noexcept {

@@ -2,7 +2,7 @@
 // HeapRing (seed 004): one device allocation managed as a ring of buffers.
 // Allocation bumps the head; blocks are released in any order but the tail
 // advances only over released (consumed) blocks, in allocation order, so a
-// live block is never handed out twice. Not thread-safe: the engine calls it
+// live block is never handed out twice. Not thread-safe: the task graph calls it
 // under its lock.
 #pragma once
 

@@ -112,7 +112,7 @@ Runtime* pto_runtime_create_host(uint64_t memory_size, int32_t task_ring_size, u
 }
 
 void pto_runtime_destroy(Runtime* rt) {
-    // The engine's destructor waits for running tasks and does not throw.
+    // The task graph's destructor waits for running tasks and does not throw.
     delete rt;
 }
 
@@ -121,7 +121,7 @@ int32_t pto_register_host_kernel(Runtime* rt, int32_t kernel_id, pto_host_fn fn,
         auto k = Kernel(kernel_id);
         k.host_fn = fn;
         k.user_data = user_data;
-        r.engine->RegisterKernel(std::move(k));
+        r.graph->RegisterKernel(std::move(k));
     });
 }
 
@@ -130,20 +130,20 @@ int32_t pto_register_device_kernel(Runtime* rt, int32_t kernel_id, uint64_t prog
         auto k = Kernel(kernel_id);
         k.program_address = program_address;
         k.has_program = true;
-        r.engine->RegisterKernel(std::move(k));
+        r.graph->RegisterKernel(std::move(k));
     });
 }
 
 void* pto_alloc(Runtime* rt, size_t size) {
-    return PointerFrom(rt, [&](Runtime& r) { return r.engine->Alloc(size); });
+    return PointerFrom(rt, [&](Runtime& r) { return r.graph->Alloc(size); });
 }
 
 int32_t pto_free(Runtime* rt, void* buffer) {
-    return OnRuntime(rt, [&](Runtime& r) { r.engine->Free(buffer); });
+    return OnRuntime(rt, [&](Runtime& r) { r.graph->Free(buffer); });
 }
 
 int32_t pto_scope_begin(Runtime* rt) {
-    return OnRuntime(rt, [](Runtime& r) { r.engine->ScopeBegin(); });
+    return OnRuntime(rt, [](Runtime& r) { r.graph->ScopeBegin(); });
 }
 
 int32_t pto_submit_task(Runtime* rt, int32_t kernel_id, int32_t worker_type, TaskParam* params, int32_t num_params) {
@@ -152,55 +152,55 @@ int32_t pto_submit_task(Runtime* rt, int32_t kernel_id, int32_t worker_type, Tas
             throw spyre::Error(spyre::ErrorKind::InvalidArgument,
                                "pto_submit_task: " + std::to_string(num_params) + " parameters at " +
                                    (params ? "a valid pointer" : "NULL"));
-        return r.engine->Submit(kernel_id, worker_type, std::span<const TaskParam>(params, size_t(num_params)));
+        return r.graph->Submit(kernel_id, worker_type, std::span<const TaskParam>(params, size_t(num_params)));
     });
 }
 
 int32_t pto_scope_end(Runtime* rt) {
-    return OnRuntime(rt, [](Runtime& r) { r.engine->ScopeEnd(); });
+    return OnRuntime(rt, [](Runtime& r) { r.graph->ScopeEnd(); });
 }
 
 int32_t pto_task_complete(Runtime* rt, int32_t task_id) {
-    return OnRuntime(rt, [&](Runtime& r) { r.engine->Complete(task_id, 0); });
+    return OnRuntime(rt, [&](Runtime& r) { r.graph->Complete(task_id, 0); });
 }
 
 int32_t pto_task_fail(Runtime* rt, int32_t task_id, uint32_t error_code) {
     return OnRuntime(rt, [&](Runtime& r) {
         if (error_code == 0)
             throw spyre::Error(spyre::ErrorKind::InvalidArgument, "pto_task_fail needs a non-zero error code");
-        r.engine->Complete(task_id, error_code);
+        r.graph->Complete(task_id, error_code);
     });
 }
 
 void* pto_task_output(Runtime* rt, int32_t task_id, int32_t index) {
-    return PointerFrom(rt, [&](Runtime& r) { return r.engine->TaskOutput(task_id, index); });
+    return PointerFrom(rt, [&](Runtime& r) { return r.graph->TaskOutput(task_id, index); });
 }
 
 int32_t pto_task_state(Runtime* rt, int32_t task_id) {
-    return OnRuntime(rt, [&](Runtime& r) { return int32_t(r.engine->State(task_id)); });
+    return OnRuntime(rt, [&](Runtime& r) { return int32_t(r.graph->State(task_id)); });
 }
 
 int32_t pto_wait_all(Runtime* rt) {
-    return OnRuntime(rt, [](Runtime& r) { r.engine->WaitAll(); });
+    return OnRuntime(rt, [](Runtime& r) { r.graph->WaitAll(); });
 }
 
 int32_t pto_wait_all_progress(Runtime* rt, pto_progress_fn progress, void* user) {
     return OnRuntime(rt, [&](Runtime& r) {
         spyre::ProgressCallback cb;
         if (progress) cb = [progress, user](const spyre::ProgressInfo& p) { progress(p.done, p.total, user); };
-        r.engine->WaitAll(cb);
+        r.graph->WaitAll(cb);
     });
 }
 
 int32_t pto_device_address(Runtime* rt, const void* buffer, uint64_t* device_address) {
     return OnRuntime(rt, [&](Runtime& r) {
-        const uint64_t a = r.engine->DeviceAddress(buffer);
+        const uint64_t a = r.graph->DeviceAddress(buffer);
         if (device_address) *device_address = a;
     });
 }
 
 void* pto_host_address(Runtime* rt, uint64_t device_address, uint64_t size) {
-    return PointerFrom(rt, [&](Runtime& r) { return r.engine->HostAddress(device_address, size); });
+    return PointerFrom(rt, [&](Runtime& r) { return r.graph->HostAddress(device_address, size); });
 }
 
 int32_t pto_run(Runtime* rt, pto_orchestration_fn fn, uint64_t* args) {

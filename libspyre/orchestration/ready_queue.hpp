@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // ReadyQueue: the ready tasks of one worker type, in the order they became
-// ready, for the executor that serves that type. Pushes come from the engine
+// ready, for the executor that serves that type. Pushes come from the task graph
 // (under its own lock, so they are already serialised) and pops from a few
 // worker threads that sleep when idle.
 //
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "spyre/orchestration.hpp"
+#include "spyre/orchestration/orchestrator.hpp"
 
 namespace spyre::orchestration {
 
@@ -99,7 +99,7 @@ private:
 
     std::unique_ptr<Cell[]> cells_;
     const uint64_t mask_;
-    alignas(64) std::atomic<uint64_t> tail_{0};  // next position to fill (the engine)
+    alignas(64) std::atomic<uint64_t> tail_{0};  // next position to fill (the task graph)
     alignas(64) std::atomic<uint64_t> head_{0};  // next position to take (the workers)
     alignas(64) std::atomic<uint32_t> wake_seq_{0};
     std::atomic<uint32_t> sleepers_{0};

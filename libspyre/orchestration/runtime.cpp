@@ -6,21 +6,21 @@
 
 #include "orchestration/device_worker.hpp"
 #include "orchestration/runtime_handle.hpp"
-#include "spyre/orchestration.hpp"
+#include "spyre/orchestration/orchestrator.hpp"
 #include "spyre/uapi/spyre_ioctl.h"
 
 using spyre::Error;
 using spyre::ErrorKind;
-using spyre::orchestration::Engine;
-using spyre::orchestration::EngineOptions;
+using spyre::orchestration::TaskGraph;
+using spyre::orchestration::TaskGraphOptions;
 using spyre::orchestration::KernelEntry;
 
 namespace {
 
 // What both kinds of runtime take from the caller's options as they are;
 // memory, heap and device name are each kind's own.
-EngineOptions EngineOptionsFrom(const spyre::OrchestratorOptions& options) {
-    EngineOptions o;
+TaskGraphOptions TaskGraphOptionsFrom(const spyre::OrchestratorOptions& options) {
+    TaskGraphOptions o;
     o.task_ring_size = options.task_ring_size;
     o.host_threads = options.host_threads;
     o.ready_queues = options.ready_queues;
@@ -32,7 +32,7 @@ EngineOptions EngineOptionsFrom(const spyre::OrchestratorOptions& options) {
 }  // namespace
 
 Runtime::~Runtime() {
-    engine.reset();  // waits for running tasks first: they use the memory below
+    graph.reset();  // waits for running tasks first: they use the memory below
     if (heap && device) {
         try {
             device->allocator().Free(heap->handle);
@@ -53,21 +53,21 @@ std::unique_ptr<Runtime> Runtime::OnDevice(spyre::Device& device, const spyre::O
     if (heap_size == 0) throw Error(ErrorKind::InvalidArgument, "heap ring size must be > 0");
     rt->heap = device.allocator().Allocate(heap_size);
     const uint64_t heap_offset = device.allocator().DeviceAddress(rt->heap->handle, heap_size);
-    EngineOptions o = EngineOptionsFrom(options);
+    TaskGraphOptions o = TaskGraphOptionsFrom(options);
     o.memory = rt->devmem.data();
     o.memory_size = rt->devmem.size();
     o.heap_offset = heap_offset;
     o.heap_size = heap_size;
     o.device = device.pci_address();
-    rt->engine = std::make_unique<Engine>(o);
+    rt->graph = std::make_unique<TaskGraph>(o);
     // CUBE and VECTOR kernels with a device program run on the card's cores
     // through the function's task queues (host-only kernels stay on the host).
     if (spyre::orchestration::DeviceWorker::Available(device.function())) {
         auto worker =
-            std::make_shared<spyre::orchestration::DeviceWorker>(device.function(), device.allocator(), *rt->engine,
+            std::make_shared<spyre::orchestration::DeviceWorker>(device.function(), device.allocator(), *rt->graph,
                                                                  options.task_queues);
-        rt->engine->SetExecutor(WORKER_CUBE, worker);
-        rt->engine->SetExecutor(WORKER_VECTOR, worker);
+        rt->graph->SetExecutor(WORKER_CUBE, worker);
+        rt->graph->SetExecutor(WORKER_VECTOR, worker);
     }
     return rt;
 }
@@ -83,32 +83,32 @@ std::unique_ptr<Runtime> Runtime::OnHostMemory(uint64_t memory_size, const spyre
     rt->host_memory.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, rounded)));
     if (!rt->host_memory) throw Error(ErrorKind::OutOfMemory, "cannot allocate " + std::to_string(memory_size) + " bytes");
     std::memset(rt->host_memory.get(), 0, rounded);
-    EngineOptions o = EngineOptionsFrom(options);
+    TaskGraphOptions o = TaskGraphOptionsFrom(options);
     o.memory = rt->host_memory.get();
     o.memory_size = memory_size;
     o.heap_offset = (memory_size - heap_size) / 128 * 128;
     o.heap_size = memory_size - o.heap_offset;
     o.device = "host memory";
-    rt->engine = std::make_unique<Engine>(o);
+    rt->graph = std::make_unique<TaskGraph>(o);
     return rt;
 }
 
 void Runtime::Run(pto_orchestration_fn fn, uint64_t* args, const spyre::ProgressCallback& progress) {
     if (!fn) throw Error(ErrorKind::InvalidArgument, "no orchestration function");
-    const int32_t depth = engine->Stats().scope_depth;
-    engine->ScopeBegin();
+    const int32_t depth = graph->Stats().scope_depth;
+    graph->ScopeBegin();
     fn(this, args);
     // Close what the function left open, then its own scope; failures are
     // reported once, by WaitAll, with every task of the run finished.
-    int32_t left_open = engine->Stats().scope_depth - depth - 1;
-    for (int32_t d = engine->Stats().scope_depth; d > depth; --d) {
+    int32_t left_open = graph->Stats().scope_depth - depth - 1;
+    for (int32_t d = graph->Stats().scope_depth; d > depth; --d) {
         try {
-            engine->ScopeEnd();
+            graph->ScopeEnd();
         } catch (const Error& e) {
             if (e.kind() != ErrorKind::DeviceError) throw;
         }
     }
-    engine->WaitAll(progress);
+    graph->WaitAll(progress);
     if (left_open > 0)
         throw Error(ErrorKind::InvalidArgument,
                     "the orchestration function left " + std::to_string(left_open) + " scope(s) open (ended for it)");
@@ -134,7 +134,7 @@ void Runtime::RunLibrary(const char* path, const char* symbol, uint64_t* args,
 namespace spyre {
 
 namespace {
-Engine& Eng(::Runtime* rt) { return *rt->engine; }
+TaskGraph& Graph(::Runtime* rt) { return *rt->graph; }
 }  // namespace
 
 void Orchestrator::Deleter::operator()(::Runtime* rt) const noexcept { delete rt; }
@@ -158,7 +158,7 @@ void Orchestrator::RegisterHostKernel(int32_t kernel_id, HostKernel kernel) {
     k.host_callable = [fn = std::move(kernel)](void* const* buffers, const uint64_t* sizes, int32_t n) {
         return fn(std::span<void* const>(buffers, size_t(n)), std::span<const uint64_t>(sizes, size_t(n)));
     };
-    Eng(handle()).RegisterKernel(std::move(k));
+    Graph(handle()).RegisterKernel(std::move(k));
 }
 
 void Orchestrator::RegisterDeviceKernel(int32_t kernel_id, uint64_t program_address) {
@@ -166,14 +166,14 @@ void Orchestrator::RegisterDeviceKernel(int32_t kernel_id, uint64_t program_addr
     k.kernel_id = kernel_id;
     k.program_address = program_address;
     k.has_program = true;
-    Eng(handle()).RegisterKernel(std::move(k));
+    Graph(handle()).RegisterKernel(std::move(k));
 }
 
-void* Orchestrator::Alloc(size_t size) { return Eng(handle()).Alloc(size); }
-void Orchestrator::Free(void* buffer) { Eng(handle()).Free(buffer); }
+void* Orchestrator::Alloc(size_t size) { return Graph(handle()).Alloc(size); }
+void Orchestrator::Free(void* buffer) { Graph(handle()).Free(buffer); }
 
 Orchestrator::Scope Orchestrator::BeginScope() {
-    Eng(handle()).ScopeBegin();
+    Graph(handle()).ScopeBegin();
     return Scope(this);
 }
 
@@ -190,38 +190,38 @@ void Orchestrator::Scope::End() {
     if (!orch_) throw Error(ErrorKind::InvalidArgument, "scope ended already");
     Orchestrator* o = orch_;
     orch_ = nullptr;
-    Eng(o->handle()).ScopeEnd();
+    Graph(o->handle()).ScopeEnd();
 }
 
 int32_t Orchestrator::Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params) {
-    return Eng(handle()).Submit(kernel_id, worker_type, params);
+    return Graph(handle()).Submit(kernel_id, worker_type, params);
 }
 
-void Orchestrator::Complete(int32_t task_id) { Eng(handle()).Complete(task_id, 0); }
+void Orchestrator::Complete(int32_t task_id) { Graph(handle()).Complete(task_id, 0); }
 
 void Orchestrator::Fail(int32_t task_id, uint32_t error_code) {
     if (error_code == 0) throw Error(ErrorKind::InvalidArgument, "a failed task needs a non-zero error code");
-    Eng(handle()).Complete(task_id, error_code);
+    Graph(handle()).Complete(task_id, error_code);
 }
 
-void* Orchestrator::TaskOutput(int32_t task_id, int32_t index) { return Eng(handle()).TaskOutput(task_id, index); }
-int32_t Orchestrator::TaskState(int32_t task_id) const { return int32_t(Eng(handle()).State(task_id)); }
-void Orchestrator::WaitAll() { Eng(handle()).WaitAll(); }
-void Orchestrator::WaitAll(const ProgressCallback& progress) { Eng(handle()).WaitAll(progress); }
+void* Orchestrator::TaskOutput(int32_t task_id, int32_t index) { return Graph(handle()).TaskOutput(task_id, index); }
+int32_t Orchestrator::TaskState(int32_t task_id) const { return int32_t(Graph(handle()).State(task_id)); }
+void Orchestrator::WaitAll() { Graph(handle()).WaitAll(); }
+void Orchestrator::WaitAll(const ProgressCallback& progress) { Graph(handle()).WaitAll(progress); }
 
 std::vector<TaskFailure> Orchestrator::Failures() const {
     std::vector<TaskFailure> out;
-    for (const auto& r : Eng(handle()).Failures())
+    for (const auto& r : Graph(handle()).Failures())
         out.push_back({r.task_id, r.kernel_id, r.outcome == orchestration::TaskOutcome::Skipped, r.cause.task_id,
                        r.cause.kernel_id, r.cause.device_code});
     return out;
 }
 
-uint64_t Orchestrator::DeviceAddress(const void* buffer) const { return Eng(handle()).DeviceAddress(buffer); }
+uint64_t Orchestrator::DeviceAddress(const void* buffer) const { return Graph(handle()).DeviceAddress(buffer); }
 void* Orchestrator::HostAddress(uint64_t device_address, uint64_t size) const {
-    return Eng(handle()).HostAddress(device_address, size);
+    return Graph(handle()).HostAddress(device_address, size);
 }
-uint64_t Orchestrator::memory_size() const { return Eng(handle()).memory_size(); }
+uint64_t Orchestrator::memory_size() const { return Graph(handle()).memory_size(); }
 
 void Orchestrator::Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress) {
     handle()->Run(fn, args, progress);

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the C API's opaque `Runtime` is: the engine and what it runs on (the
+// What the C API's opaque `Runtime` is: the task graph and what it runs on (the
 // device and its mapped memory, or host memory). Internal: the C++
 // Orchestrator and the C API share it, and a device executor reaches the
-// engine through it (engine->SetExecutor).
+// task graph through it (graph->SetExecutor).
 #pragma once
 
 #include <cstdlib>
 #include <memory>
 #include <optional>
 
-#include "orchestration/engine.hpp"
+#include "orchestration/task_graph.hpp"
 #include "spyre/device/device.hpp"
 #include "spyre/driver/function.hpp"
 
@@ -22,7 +22,7 @@ struct Runtime {
     spyre::driver::MappedRegion devmem;            // the function's memory, mapped
     std::optional<spyre::DeviceAllocation> heap;   // the heap ring's allocation
     std::unique_ptr<uint8_t, FreeDeleter> host_memory;
-    std::unique_ptr<spyre::orchestration::Engine> engine;
+    std::unique_ptr<spyre::orchestration::TaskGraph> graph;
 
     ~Runtime();
 

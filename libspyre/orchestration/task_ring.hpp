@@ -2,7 +2,7 @@
 // TaskRing (seed 004): task slots reused in submission order. A task id is a
 // running number; its slot is id % capacity. The tail (oldest live task)
 // advances only over CONSUMED tasks, so a slot is reused only once its task
-// is done and nothing references it. Not thread-safe: the engine calls it
+// is done and nothing references it. Not thread-safe: the task graph calls it
 // under its lock (fanin_remaining and state are atomics so executors and
 // tests may read them without it).
 #pragma once
@@ -23,7 +23,7 @@ const char* ToString(TaskState state) noexcept;
 // How a finished task ended.
 enum class TaskOutcome : uint8_t { None, Ok, Failed, Skipped };
 
-// A parameter as the engine resolved it: where, how big, how used. No
+// A parameter as the task graph resolved it: where, how big, how used. No
 // member initializers: a submission resolves its parameters into an array
 // on the stack, and zeroing all PTO_MAX_PARAMS of them cost more than the
 // rest of its checks. Only the first num_params of a task are ever read.
@@ -53,7 +53,7 @@ struct TaskDescriptor {
     uint64_t packed_buffer_base = 0;  // host address of the implicit outputs (0: none)
     std::atomic<TaskState> state{TaskState::Free};
 
-    // The engine's bookkeeping (kept across reuse so steady state allocates nothing).
+    // The task graph's bookkeeping (kept across reuse so steady state allocates nothing).
     std::vector<int32_t> fanin;        // producers this task waits for
     std::vector<int32_t> fanout;       // consumers waiting for this task
     std::vector<uint64_t> buffers;     // explicit buffers (BufferTracker bases) it references
@@ -72,7 +72,7 @@ struct TaskDescriptor {
     uint32_t trace_track = 0;
     uint64_t trace_end_ns = 0;
     uint64_t trace_recording = 0;  // trace::detail::Recording() when traced
-    // Its completion while parked in the engine's inbox (ParkingInbox).
+    // Its completion while parked in the task graph's inbox (ParkingInbox).
     TaskDescriptor* inbox_next = nullptr;
     uint32_t inbox_status = 0;
 

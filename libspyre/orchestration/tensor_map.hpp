@@ -15,7 +15,7 @@
 // task the `alive` predicate rejects (completed, or its slot reused) is
 // dropped when a lookup meets it. A write also drops the entries it covers
 // whole: later tasks reach them through the writer. Not thread-safe: the
-// engine calls it under its lock.
+// task graph calls it under its lock.
 #pragma once
 
 #include <cstddef>

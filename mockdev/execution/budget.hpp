@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // How long one CB may still run. The watchdog gives every CB a deadline
-// (WATCHDOG_MS after it starts) and the engine may ask a running CB to stop
+// (WATCHDOG_MS after it starts) and the server may ask a running CB to stop
 // (function reset, shutdown). Kernels ask Check() between chunks of work, so
 // no CB can keep the device past its bound or block a reset.
 #pragma once
@@ -24,7 +24,7 @@ public:
         : deadline_(deadline), aborted_(std::move(aborted)) {}
 
     // SPYRE_ERR_NONE while the CB may go on, else why it must stop:
-    // SPYRE_ERR_ABORTED (the engine asked) or SPYRE_ERR_WATCHDOG.
+    // SPYRE_ERR_ABORTED (the server asked) or SPYRE_ERR_WATCHDOG.
     uint16_t Check() const {
         if (aborted_ && aborted_()) return SPYRE_ERR_ABORTED;
         return Clock::now() >= deadline_ ? SPYRE_ERR_WATCHDOG : SPYRE_ERR_NONE;

@@ -36,7 +36,7 @@ unsigned CardCores::DefaultWorkers() {
 }
 
 CardCores::CardCores(unsigned workers) {
-    // Signals belong to the FUSE loop's thread, as for the queue engines.
+    // Signals belong to the FUSE loop's thread, as for the queue servers.
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);

@@ -8,7 +8,7 @@
 // watchdog expiry or a reset stops a kernel within one chunk.
 //
 // Functions take turns in the order they asked (FIFO): each function's
-// engine asks for one program at a time, so a function that floods the card
+// server asks for one program at a time, so a function that floods the card
 // waits behind every other function that is waiting, and no function holds
 // the card for longer than one program, itself bounded by the card's
 // watchdog.

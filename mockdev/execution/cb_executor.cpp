@@ -39,7 +39,7 @@ bool IsContractOpcode(uint8_t op) {
 }
 
 // Header checks common to every opcode, in contract order: opcode, reserved
-// flags and fields, then the slot count. `payload_bytes` is what the engine
+// flags and fields, then the slot count. `payload_bytes` is what the server
 // framed after the CB. Only COPY_INLINE carries a payload; its slot count
 // follows from its size.
 uint16_t ValidateHeader(const spyre_cb& cb, size_t payload_bytes) {

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Validation and execution of one control block. The engine frames each CB
+// Validation and execution of one control block. The server frames each CB
 // (spyre_cb.h), copies it and its inline payload out of the ring and hands
 // both here with a way to ask it to stop; every opcode has its own executor
 // in the dispatch. Each CB runs under a budget:
-// WATCHDOG_MS from its start, or sooner if the engine aborts it.
+// WATCHDOG_MS from its start, or sooner if the server aborts it.
 #pragma once
 
 #include <atomic>
@@ -31,7 +31,7 @@ public:
         : regs_(regs), watchdog_ms_(watchdog_ms), memory_(memory), programs_(memory, compute) {}
 
     // Validates and runs `cb`. `payload` holds the ring slots that follow the
-    // CB, (cb.slots - 1) * 64 bytes as framed by the engine (empty for a
+    // CB, (cb.slots - 1) * 64 bytes as framed by the server (empty for a
     // one-slot CB); a length that does not match cb.slots is BAD_SLOT_COUNT.
     // `aborted` (may be empty) tells a running CB to stop early. `started` is
     // when the CB started, the base of its watchdog deadline: the ring server

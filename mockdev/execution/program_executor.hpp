@@ -59,7 +59,7 @@ private:
 
     DeviceMemory memory_;
     CardCores& compute_;
-    // Reused between CBs (the function's engine thread is their only user).
+    // Reused between CBs (the function's server thread is their only user).
     std::vector<uint8_t> bytes_;
     DecodedProgram task_program_;
     std::vector<uint8_t*> operand_data_;

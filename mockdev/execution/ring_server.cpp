@@ -9,7 +9,7 @@
 #include <ctime>
 
 #include "execution/completion_irq.hpp"
-#include "execution/engine_thread.hpp"
+#include "execution/server_thread.hpp"
 #include "spyre/common/device_clock.hpp"
 #include "spyre/common/futex.hpp"
 
@@ -19,7 +19,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// How often, and how long, Kick re-wakes an engine that has not acknowledged.
+// How often, and how long, Kick re-wakes a server that has not acknowledged.
 constexpr auto kKickRetry = 20us;
 constexpr auto kKickLimit = 1s;
 
@@ -45,7 +45,7 @@ RingServer::~RingServer() { Stop(); }
 
 void RingServer::Start(const std::string& name) {
     running_.store(true);
-    thread_ = StartEngineThread(name, [this] { Run(); });
+    thread_ = StartServerThread(name, [this] { Run(); });
 }
 
 void RingServer::Stop() {
@@ -68,7 +68,7 @@ void RingServer::SetRingEnabled(bool enabled) {
     }
 }
 
-RingServer::Paused::Paused(RingServer& engine) : ring_server_(engine) {
+RingServer::Paused::Paused(RingServer& server) : ring_server_(server) {
     ring_server_.abort_batch_.store(true);
     lock_ = std::unique_lock(ring_server_.exec_mutex_);
     // Only now: a server that sees paused_ blocks on exec_mutex_, and one that
@@ -105,7 +105,7 @@ void RingServer::Kick() {
     for (;;) {
         FutexWake(&db_->sq_tail);
         const uint32_t seen = std::atomic_ref<uint32_t>(kicks_seen_).load();
-        // Done once the engine has seen the kick, or is awake (it will look
+        // Done once the server has seen the kick, or is awake (it will look
         // again before it sleeps). Otherwise it may have slept through the
         // wake: wait for its acknowledgement, waking it again meanwhile.
         if (!running_.load() || int32_t(seen - kick) >= 0 || SharedWord(db_->device_sleeping).load() == 0 ||
@@ -154,7 +154,7 @@ bool RingServer::Sleep(uint32_t kicks_seen) {
     std::atomic_thread_fence(std::memory_order_seq_cst);  // publish sleeping before the last look at sq_tail
     const uint32_t tail = SharedWord(db_->sq_tail).load();
     const bool must_stay = kicks_.load() != kicks_seen || stopping_.load() || HasWork(tail);
-    const bool woken = must_stay || FutexWait(&db_->sq_tail, tail, kEngineSleepTimeout);
+    const bool woken = must_stay || FutexWait(&db_->sq_tail, tail, kServerSleepTimeout);
     SharedWord(db_->device_sleeping).store(0);
     regs_.ClearBits32(SPYRE_REG_STATUS, SPYRE_STATUS_SLEEPING);
     if (!must_stay && woken) regs_.Add64(SPYRE_REG_CNT_WAKEUPS, 1);

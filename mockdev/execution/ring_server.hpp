@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The queue engine of one function: a thread that serves the submission ring
+// The queue server of one function: a thread that serves the submission ring
 // in BAR4 the way the doorbell-page protocol describes (spyre_regs.h). It
 // polls sq_tail for --poll-us after the last work, then publishes that it
 // sleeps and parks on a shared futex on sq_tail, so an idle device costs no CPU
@@ -50,14 +50,14 @@ public:
     void Start(const std::string& name);
     void Stop();  // idempotent; returns once the thread has exited
 
-    // A trapped write changed sq_tail: wake the engine if it sleeps.
+    // A trapped write changed sq_tail: wake the server if it sleeps.
     void Doorbell();
 
     void SetRingEnabled(bool enabled);
     bool ring_enabled() const { return ring_enabled_.load(std::memory_order_acquire); }
     bool halted() const { return halted_.load(std::memory_order_acquire); }
 
-    // Holds the engine paused; resumes it on destruction.
+    // Holds the server paused; resumes it on destruction.
     class Paused {
     public:
         explicit Paused(RingServer& server);
@@ -70,16 +70,16 @@ public:
         std::unique_lock<std::mutex> lock_;
     };
 
-    // Takes the ring from the engine: a running CB stops early (ABORTED), the
-    // batch ends there (or at its CQ-full wait) and the engine serves nothing
-    // until the returned object goes. A paused engine waits on the daemon's
+    // Takes the ring from the server: a running CB stops early (ABORTED), the
+    // batch ends there (or at its CQ-full wait) and the server serves nothing
+    // until the returned object goes. A paused server waits on the daemon's
     // own lock, never on a futex in the ring, so the ring's pages can be
     // replaced under it (Function::Close).
     [[nodiscard]] Paused Pause() { return Paused(*this); }
 
     // While paused: power-on ring state. Ring disabled, not halted, ring
     // indices zero, SQ and CQ memory zero. irq_waiters and device_sleeping are
-    // left alone: they count live waiters and the engine's own sleep.
+    // left alone: they count live waiters and the server's own sleep.
     void ClearRing(const Paused& paused);
 
     // The completion "interrupt": bump irq_seq and wake its futex waiters.
@@ -102,8 +102,8 @@ private:
     void PostCqe(const spyre_cb& cb, const CbOutcome& outcome, uint32_t sq_pos, uint32_t cq_tail,
                  Clock::time_point completed);
     // Internal events (enable, stop) change no doorbell word, so a wake-up
-    // could slip in between the engine's last check and its futex wait. The
-    // engine acknowledges each kick; Kick re-wakes it until it has.
+    // could slip in between the server's last check and its futex wait. The
+    // server acknowledges each kick; Kick re-wakes it until it has.
     void Kick();
 
     RegisterFile& regs_;
@@ -129,7 +129,7 @@ private:
     std::atomic<bool> halted_{false};
     std::atomic<bool> running_{false};
     std::atomic<uint32_t> kicks_{0};
-    uint32_t kicks_seen_ = 0;  // private futex word: the engine acknowledges kicks here
+    uint32_t kicks_seen_ = 0;  // private futex word: the server acknowledges kicks here
     std::thread thread_;
 };
 

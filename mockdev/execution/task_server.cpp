@@ -6,7 +6,7 @@
 #include <exception>
 
 #include "execution/completion_irq.hpp"
-#include "execution/engine_thread.hpp"
+#include "execution/server_thread.hpp"
 #include "execution/task_executor.hpp"
 #include "log.hpp"
 #include "spyre/common/device_clock.hpp"
@@ -39,7 +39,7 @@ TaskServer::TaskServer(RegisterFile& regs, ShmObject& ring, const TaskGeometry& 
 TaskServer::~TaskServer() { Stop(); }
 
 void TaskServer::Start(const std::string& name) {
-    thread_ = StartEngineThread(name, [this] { Loop(); });
+    thread_ = StartServerThread(name, [this] { Loop(); });
     cores_.AddTaskSource(this);
     registered_.store(true);
 }
@@ -54,16 +54,16 @@ void TaskServer::Stop() {
         idle_.wait(lock, [&] { return running_ == 0; });  // tasks on cores end within one chunk
     }
     if (!thread_.joinable()) return;
-    WakeEngine();
+    WakeServer();
     thread_.join();
 }
 
-void TaskServer::WakeEngine() {
+void TaskServer::WakeServer() {
     SharedWord(db_->wake_seq).fetch_add(1);
     FutexWake(&db_->wake_seq);
 }
 
-void TaskServer::Doorbell() { WakeEngine(); }
+void TaskServer::Doorbell() { WakeServer(); }
 
 TaskServer::Paused::Paused(TaskServer& server) : server_(server) {
     server_.abort_.store(true);  // running tasks stop at their next budget check
@@ -74,7 +74,7 @@ TaskServer::Paused::Paused(TaskServer& server) : server_(server) {
     // Out of its futex sleep, to wait on exec_mutex_ instead: the page it
     // sleeps on may be replaced while paused (a change of owner).
     do {
-        server_.WakeEngine();
+        server_.WakeServer();
         if (server_.asleep_.load()) std::this_thread::sleep_for(std::chrono::microseconds(20));
     } while (server_.asleep_.load());
     std::unique_lock lock(server_.mutex_);
@@ -90,7 +90,7 @@ TaskServer::Paused::~Paused() {
     }
     server_.paused_.store(false);
     lock_.unlock();
-    server_.WakeEngine();
+    server_.WakeServer();
     server_.cores_.NotifyTasks();
 }
 
@@ -144,7 +144,7 @@ void TaskServer::Loop() {
         asleep_.store(true);
         SharedWord(db_->device_sleeping).store(1);
         std::atomic_thread_fence(std::memory_order_seq_cst);
-        if (!Submitted() && !stopping_.load() && !paused_.load() && FutexWait(&db_->wake_seq, wake, kEngineSleepTimeout))
+        if (!Submitted() && !stopping_.load() && !paused_.load() && FutexWait(&db_->wake_seq, wake, kServerSleepTimeout))
             regs_.Add64(SPYRE_REG_CNT_WAKEUPS, 1);
         SharedWord(db_->device_sleeping).store(0);
         asleep_.store(false);

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The task queues of one function (spyre_task.h). An engine thread takes
+// The task queues of one function (spyre_task.h). A server thread takes
 // descriptors out of the queues' submission rings as the doorbell protocol
 // describes (poll for --poll-us after the last work, then publish that it
 // sleeps and park on the wake_seq futex) and hands them to the card's cores
 // (CardCores), whose idle workers take them one per core, validate and run
-// them on the core and post their completions out of order. The engine takes
+// them on the core and post their completions out of order. The server takes
 // a descriptor only while its completion has room in the CQ, so no worker
 // ever waits to post.
 #pragma once
@@ -59,7 +59,7 @@ public:
     // Idempotent: no task of this function runs or starts once it returns.
     void Stop();
 
-    // A trapped write touched the task doorbell page: wake the engine.
+    // A trapped write touched the task doorbell page: wake the server.
     void Doorbell();
 
     uint32_t queues() const { return queues_; }
@@ -97,7 +97,7 @@ public:
 private:
     struct Queue {
         std::deque<spyre_task_desc> pending;  // taken from the SQ, not yet on a core
-        uint32_t sq_head = 0;                 // descriptors taken (engine thread only, or paused)
+        uint32_t sq_head = 0;                 // descriptors taken (server thread only, or paused)
         uint32_t cq_tail = 0;                 // completions posted (under mutex_)
     };
 
@@ -107,7 +107,7 @@ private:
     void Halt(uint32_t queue, uint32_t sq_head);
     spyre_task_queue_words& Words(uint32_t queue) const { return db_->queue[queue]; }
     uint8_t* Block(uint32_t queue) const { return base_ + geo_.offset + size_t(queue) * geo_.stride; }
-    void WakeEngine();
+    void WakeServer();
     uint16_t Execute(const spyre_task_desc& desc, unsigned core);
 
     RegisterFile& regs_;
@@ -133,7 +133,7 @@ private:
     std::atomic<bool> paused_{false};
     std::atomic<bool> abort_{false};
     std::atomic<bool> registered_{false};
-    std::atomic<bool> asleep_{false};  // the engine is in (or about to enter) its futex wait
+    std::atomic<bool> asleep_{false};  // the server is in (or about to enter) its futex wait
     std::thread thread_;
 };
 

@@ -37,8 +37,8 @@ public:
     Card(const Card&) = delete;
     Card& operator=(const Card&) = delete;
 
-    void Start();     // engines of all functions; VFs enabled later start at once
-    void Shutdown();  // every function: engine stopped, device_state GONE
+    void Start();     // servers of all functions; VFs enabled later start at once
+    void Shutdown();  // every function: server stopped, device_state GONE
 
     unsigned index() const { return params_.index; }
     unsigned num_vfs() const;

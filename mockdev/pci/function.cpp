@@ -63,7 +63,7 @@ void Function::Start() {
 
 void Function::Shutdown() {
     state_.store(State::Removed);
-    task_server_.Stop();  // first: a LAUNCH the engine finishes may wait for running tasks
+    task_server_.Stop();  // first: a LAUNCH the server finishes may wait for running tasks
     ring_server_.Stop();
     spyre_doorbell_page* db = ring_server_.doorbell();
     SharedWord(db->device_state).store(SPYRE_DEVSTATE_GONE);
@@ -124,7 +124,7 @@ void Function::InitRegisters(uint64_t resets, uint32_t status) {
     }
 }
 
-// Registers that reflect state kept elsewhere (the doorbell page, the engine)
+// Registers that reflect state kept elsewhere (the doorbell page, the server)
 // are brought up to date before anyone reads them through a trap.
 void Function::RefreshMirrors() {
     spyre_doorbell_page* db = ring_server_.doorbell();
@@ -196,9 +196,9 @@ ssize_t Function::WriteRegion(unsigned region, uint64_t offset, const void* buf,
         return ssize_t(len);
     }
     case SPYRE_REGION_BAR4: {
-        // The engine reads ring words atomically: stores are whole aligned
+        // The server reads ring words atomically: stores are whole aligned
         // words too, and anything else is refused (a byte store racing the
-        // engine's atomic accesses is a bug of the writer, not a feature).
+        // server's atomic accesses is a bug of the writer, not a feature).
         if (offset % 4 != 0 || len % 4 != 0) return -EINVAL;
         for (size_t i = 0; i < len; i += 4) {
             uint32_t word;

@@ -2,7 +2,7 @@
 //
 // One PCI function (the PF or a VF) of a mock card: its BAR0 register file
 // and BAR4 ring in shared memory, its slice of the card memory, its queue
-// engine, and the device semantics of every region. The sysfs-style resource
+// server, and the device semantics of every region. The sysfs-style resource
 // files and the device node both reach the regions through ReadRegion and
 // WriteRegion, so trapped access behaves the same on either path.
 #pragma once
@@ -48,7 +48,7 @@ void RedactPrivateRegisters(uint64_t offset, uint8_t* buf, size_t len);
 class Function {
 public:
     // Creates the register and ring objects (throws std::system_error) and
-    // brings the registers to their power-on state. The engine starts in
+    // brings the registers to their power-on state. The server starts in
     // Start(). Programs run on the card's `compute` cores under the card's
     // `policy`; the function's memory is its window of `card_memory`.
     Function(const FunctionParams& params, CardMemory& card_memory, const CardPolicy& policy,
@@ -59,7 +59,7 @@ public:
     Function& operator=(const Function&) = delete;
 
     void Start();
-    // The daemon or the PF lets go of this function: stop the engine, tell
+    // The daemon or the PF lets go of this function: stop the server, tell
     // drivers (device_state GONE, irq waiters woken). Later accesses get ENODEV.
     void Shutdown();
     // Removes the shared-memory names (mappings stay valid until destruction).

@@ -262,7 +262,7 @@ TEST_F(MockDeviceTest, RegsFileMatchesRegdumpTool) {
         Function fn = Function::Open(Pf());
         CommandRing ring(fn);
         RunNops(ring, WaitMode::Adaptive, 50);
-        usleep(200 * 1000);  // let the engine go to sleep so nothing moves
+        usleep(200 * 1000);  // let the ring server go to sleep so nothing moves
         std::string from_daemon = ReadText(Pf().sysfs_dir / "regs");
         auto r = spyre::test::RunCommand(spyre::test::ToolPath("SPYRE_REGDUMP") + " " + Pf().sysfs_dir.string());
         ASSERT_EQ(r.exit_code, 0) << r.output;

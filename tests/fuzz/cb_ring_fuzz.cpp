@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // libFuzzer target for the device's control-block path over whole rings: the
 // input is a ring of CBs plus the initial contents of a function's memory
-// window, and every CB is framed the way the engine frames it (spyre_cb.h:
+// window, and every CB is framed the way the ring server frames it (spyre_cb.h:
 // a CB's slot count, if valid and inside the ring, takes its payload slots,
 // else one slot), then validated and executed by CbExecutor (NOP, LAUNCH
 // through the program decoder and executor with the real kernels, CORRECT,
 // COPY, COPY_INLINE, SEM_WRITE, SEM_WAIT), LINK chains cancelled as the
-// engine cancels them. Then the same slots, read as task descriptors
+// ring server cancels them. Then the same slots, read as task descriptors
 // (spyre_task.h), each validated and run on one core as a task.
 //
 // Input: byte 0 = ring slots N (1..64, taken mod 64, 0 means 64), then N*64
@@ -89,7 +89,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         payload.assign(reinterpret_cast<const uint8_t*>(&ring[head + 1]),
                        reinterpret_cast<const uint8_t*>(&ring[head + used]));
         head += used;
-        if (cancel_next) {  // the engine's LINK rule: the rest of the chain is CANCELED
+        if (cancel_next) {  // the ring server's LINK rule: the rest of the chain is CANCELED
             cancel_next = (cb.flags & SPYRE_CB_F_LINK) != 0;
             continue;
         }

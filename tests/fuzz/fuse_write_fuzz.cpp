@@ -4,7 +4,7 @@
 // and trapped region writes and reads (registers, doorbell page and rings,
 // BAR2, device memory, config space) through Function::WriteRegion and
 // ReadRegion, with device-node opens and closes (owner hand-overs) between.
-// One small card lives for the whole run; its engines are not started, so
+// One small card lives for the whole run; its servers are not started, so
 // every input is handled deterministically on this thread.
 //
 // Input: a list of operations, each one byte of opcode and its operands:

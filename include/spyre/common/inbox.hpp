@@ -3,7 +3,7 @@
 // guards the bookkeeping, parked until a lock holder applies it. The
 // finishing thread then never waits for the holder: on a small machine the
 // lock handoffs and futex sleeps between two threads cost more than the
-// bookkeeping they guard. The orchestration engine parks task completions
+// bookkeeping they guard. The orchestration task graph parks task completions
 // here, the host-level scheduler chip-task and SubWorker completions.
 //
 // Intrusive: what is parked is live, so its own node (`Node::*Next`) links

@@ -163,7 +163,7 @@
 #define SPYRE_STATUS_RING_ENABLED   (1u << 1) /* submission ring is being served */
 #define SPYRE_STATUS_BUSY           (1u << 2) /* a CB is executing */
 #define SPYRE_STATUS_ERROR          (1u << 3) /* ERR_CODE latched */
-#define SPYRE_STATUS_SLEEPING       (1u << 4) /* engine is parked on the doorbell futex */
+#define SPYRE_STATUS_SLEEPING       (1u << 4) /* ring server is parked on the doorbell futex */
 #define SPYRE_STATUS_RESETTING      (1u << 5)
 #define SPYRE_STATUS_HALTED         (1u << 6) /* ring stopped by a fatal ring error; reset to recover */
 

@@ -97,7 +97,7 @@ TEST_F(StreamTest, FromHostSticksPaddingIsZero) {
 // Images over the DMA engine's inline threshold (1 MiB) are copied
 // asynchronously, after the scheduler has let go of the control block: the
 // staging buffers the runtime packs a Sticks tensor into (FromHost) and
-// unpacks it from (CopyToHost) must live until the engine is done. Checked
+// unpacks it from (CopyToHost) must live until the DMA engine is done. Checked
 // byte for byte: the device image row by row, and the round trip.
 TEST_F(StreamTest, LargeLayoutConvertingCopiesKeepTheirStagingBuffersAlive) {
     Device dev = OpenDevice();

@@ -41,7 +41,7 @@ TEST(RunCost, AKernelThatTurnsSlowIsNoLongerCheapAfterTwoMeasuredRuns) {
     EXPECT_TRUE(c.Cheap());
 }
 
-TEST(RunCost, TheBoundIsTheEnginesOption) {
+TEST(RunCost, TheBoundIsTheTaskGraphsOption) {
     RunCost c;
     c.SetCheapBelow(1'000'000);
     c.Record(200'000);

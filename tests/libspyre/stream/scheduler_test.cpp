@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The Scheduler under FlexStream: FIFO order within a stream across the three
-// engines (inline ring copies, DMA copies, launches) and host callbacks, no
+// paths (inline ring copies, DMA copies, launches) and host callbacks, no
 // order assumed across streams, every policy, no starvation, the public
 // QueueOperation entry point and the statistics.
 #include <dirent.h>
@@ -19,7 +19,7 @@ using namespace spyre::test;
 
 namespace {
 
-// A sequence of writes to one 8-byte "cursor" word by all three engines, each
+// A sequence of writes to one 8-byte "cursor" word by all three paths, each
 // followed by a launch that snapshots the cursor into log[k]. Any reordering
 // inside the stream shows as a wrong log entry. Every `callback_every` steps a
 // CopyFromDevice of the cursor is followed by a host callback that records

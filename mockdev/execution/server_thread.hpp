@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// What the device's queue engines (the CB ring's, the task queues') share:
+// What the device's queue servers (the CB ring's, the task queues') share:
 // how long they sleep and re-check, and how their threads start.
 #pragma once
 
@@ -14,9 +14,9 @@
 
 namespace spyre::mockdev {
 
-// Bound on one futex sleep of an engine: a lost wake-up (a driver that
+// Bound on one futex sleep of a server: a lost wake-up (a driver that
 // skipped the device_sleeping check) costs at most this much latency.
-inline constexpr std::chrono::seconds kEngineSleepTimeout{1};
+inline constexpr std::chrono::seconds kServerSleepTimeout{1};
 // How often work held back by a full CQ is looked at again: the driver frees
 // CQ space by writing cq_head, which wakes nobody.
 inline constexpr std::chrono::microseconds kCqFullRetry{50};
@@ -25,7 +25,7 @@ inline constexpr std::chrono::microseconds kCqFullRetry{50};
 // signal blocked from its first instruction on: signals belong to the FUSE
 // loop's thread.
 template <typename Body>
-std::thread StartEngineThread(const std::string& name, Body&& body) {
+std::thread StartServerThread(const std::string& name, Body&& body) {
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);

@@ -544,7 +544,7 @@ TEST_P(OrchQueueTest, RandomDagMatchesASequentialRun) {
     EXPECT_EQ(0, std::memcmp(base, reference.data(), kArena));
 }
 
-// Completions that find the engine's lock held are parked and applied by
+// Completions that find the task graph's lock held are parked and applied by
 // its holder: with six workers finishing tiny tasks while the submitter
 // holds the lock most of the time, none may be lost (a lost one would hang
 // WaitAll or leave a counter short) and none applied twice.

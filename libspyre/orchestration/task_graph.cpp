@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "orchestration/engine.hpp"
+#include "orchestration/task_graph.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -35,7 +35,7 @@ const char* KindName(int32_t kind) {
 
 }  // namespace
 
-Engine::Engine(EngineOptions options)
+TaskGraph::TaskGraph(TaskGraphOptions options)
     : options_(std::move(options)),
       ring_(options_.task_ring_size),
       heap_(options_.memory + options_.heap_offset, options_.heap_size),
@@ -57,7 +57,7 @@ Engine::Engine(EngineOptions options)
     host->Start(*queues_.back(), *this);
 }
 
-Engine::~Engine() {
+TaskGraph::~TaskGraph() {
     {
         // Tasks already running finish (they use our memory); EXTERNAL tasks
         // still open are abandoned.
@@ -68,28 +68,28 @@ Engine::~Engine() {
     for (auto& e : executors_) e->Stop();
 }
 
-void Engine::Fail(ErrorKind kind, const std::string& message, int sys_errno) const {
+void TaskGraph::Fail(ErrorKind kind, const std::string& message, int sys_errno) const {
     throw Error(kind, message, {.device = options_.device, .sys_errno = sys_errno});
 }
 
-bool Engine::InMemory(const uint8_t* p, uint64_t size) const noexcept {
+bool TaskGraph::InMemory(const uint8_t* p, uint64_t size) const noexcept {
     const uint8_t* lo = options_.memory;
     return p >= lo && p < lo + options_.memory_size && size <= uint64_t(lo + options_.memory_size - p);
 }
 
-void Engine::FailOutside(const uint8_t* p, uint64_t size, const std::string& what) const {
+void TaskGraph::FailOutside(const uint8_t* p, uint64_t size, const std::string& what) const {
     std::ostringstream s;
     s << what << " [" << static_cast<const void*>(p) << ", +" << size << ") is outside the function's memory ("
       << options_.memory_size << " bytes mapped at " << static_cast<const void*>(options_.memory) << ")";
     Fail(ErrorKind::InvalidArgument, s.str());
 }
 
-uint64_t Engine::DeviceAddress(const void* p, uint64_t size) const {
+uint64_t TaskGraph::DeviceAddress(const void* p, uint64_t size) const {
     if (!InMemory(static_cast<const uint8_t*>(p), size)) FailOutside(static_cast<const uint8_t*>(p), size, "buffer");
     return uint64_t(static_cast<const uint8_t*>(p) - options_.memory);
 }
 
-uint8_t* Engine::HostAddress(uint64_t device_address, uint64_t size) const {
+uint8_t* TaskGraph::HostAddress(uint64_t device_address, uint64_t size) const {
     if (device_address > options_.memory_size || size > options_.memory_size - device_address)
         Fail(ErrorKind::InvalidArgument, "device range [" + Hex(device_address) + ", +" + std::to_string(size) +
                                              ") is outside the function's memory of " +
@@ -97,7 +97,7 @@ uint8_t* Engine::HostAddress(uint64_t device_address, uint64_t size) const {
     return options_.memory + device_address;
 }
 
-void Engine::RegisterKernel(KernelEntry kernel) {
+void TaskGraph::RegisterKernel(KernelEntry kernel) {
     Lock lock(*this);
     if (kernel.kernel_id < 0)
         Fail(ErrorKind::InvalidArgument, "kernel id must be >= 0, got " + std::to_string(kernel.kernel_id));
@@ -111,7 +111,7 @@ void Engine::RegisterKernel(KernelEntry kernel) {
     kernels_.emplace(id, std::make_unique<KernelEntry>(std::move(kernel)));
 }
 
-void Engine::SetExecutor(int32_t worker_type, std::shared_ptr<Executor> executor) {
+void TaskGraph::SetExecutor(int32_t worker_type, std::shared_ptr<Executor> executor) {
     std::lock_guard sub(submit_mu_);
     Lock lock(*this);
     if (worker_type < 0 || worker_type >= PTO_WORKER_TYPES || worker_type == WORKER_EXTERNAL || !executor)
@@ -132,7 +132,7 @@ void Engine::SetExecutor(int32_t worker_type, std::shared_ptr<Executor> executor
     executor->Start(*queues_.back(), *this);
 }
 
-const Engine::Route& Engine::RouteFor(int32_t worker_type, const KernelEntry& kernel) const {
+const TaskGraph::Route& TaskGraph::RouteFor(int32_t worker_type, const KernelEntry& kernel) const {
     // A kernel the type's executor cannot run (a host-only kernel submitted
     // as CUBE or VECTOR once the device worker serves those types) runs on
     // the host worker, which serves HOST.
@@ -140,7 +140,7 @@ const Engine::Route& Engine::RouteFor(int32_t worker_type, const KernelEntry& ke
     return r.executor->CanRun(kernel) ? r : routes_[WORKER_HOST];
 }
 
-bool Engine::Alive(int32_t id) const {
+bool TaskGraph::Alive(int32_t id) const {
     if (!ring_.IsLive(id)) return false;
     const TaskDescriptor& t = ring_.Get(id);
     const TaskState s = t.state.load(std::memory_order_relaxed);
@@ -150,14 +150,14 @@ bool Engine::Alive(int32_t id) const {
     return s < TaskState::Consumed;
 }
 
-std::string Engine::Describe(int32_t id) const {
+std::string TaskGraph::Describe(int32_t id) const {
     const TaskDescriptor& t = ring_.Get(id);
     return "task " + std::to_string(id) + " (kernel " + std::to_string(t.func_id) + ", " +
            ToString(t.state.load(std::memory_order_relaxed)) + ")";
 }
 
 template <typename Attempt, typename Stuck>
-auto Engine::Stall(Lock& lock, StallNeed need, Attempt&& attempt, Stuck&& stuck) {
+auto TaskGraph::Stall(Lock& lock, StallNeed need, Attempt&& attempt, Stuck&& stuck) {
     for (;;) {
         if (auto r = attempt()) {
             stalled_ = {};
@@ -174,7 +174,7 @@ auto Engine::Stall(Lock& lock, StallNeed need, Attempt&& attempt, Stuck&& stuck)
     }
 }
 
-std::string Engine::TaskRingStuck() const {
+std::string TaskGraph::TaskRingStuck() const {
     std::ostringstream s;
     s << "task ring (size " << ring_.capacity() << ") is full and cannot drain: its oldest "
       << Describe(ring_.tail());
@@ -192,7 +192,7 @@ std::string Engine::TaskRingStuck() const {
     return s.str();
 }
 
-std::string Engine::HeapStuck(uint64_t need) const {
+std::string TaskGraph::HeapStuck(uint64_t need) const {
     std::ostringstream s;
     s << "heap ring (" << heap_.size() << " bytes) cannot make room for " << need << " bytes and cannot drain: "
       << heap_.used() << " bytes in " << heap_.live_blocks() << " live block(s); the oldest belongs to ";
@@ -210,7 +210,7 @@ std::string Engine::HeapStuck(uint64_t need) const {
     return s.str();
 }
 
-uint8_t* Engine::Alloc(uint64_t size) {
+uint8_t* TaskGraph::Alloc(uint64_t size) {
     std::lock_guard sub(submit_mu_);
     Lock lock(*this);
     if (size == 0) Fail(ErrorKind::InvalidArgument, "pto_alloc of 0 bytes");
@@ -227,7 +227,7 @@ uint8_t* Engine::Alloc(uint64_t size) {
     return p;
 }
 
-void Engine::Free(const void* buffer) {
+void TaskGraph::Free(const void* buffer) {
     std::lock_guard sub(submit_mu_);
     Lock lock(*this);
     BufferInfo* b = buffers_.FindBase(static_cast<const uint8_t*>(buffer));
@@ -242,7 +242,7 @@ void Engine::Free(const void* buffer) {
     WakeWaiters();
 }
 
-void Engine::ReleaseBuffer(BufferInfo& b) {
+void TaskGraph::ReleaseBuffer(BufferInfo& b) {
     const auto lo = uint64_t(reinterpret_cast<uintptr_t>(b.base_ptr));
     DropPoisonInside(lo, lo + b.size);
     heap_.Release(b.heap_seq);
@@ -252,7 +252,7 @@ void Engine::ReleaseBuffer(BufferInfo& b) {
         TraceHeap();
 }
 
-void Engine::Sleep(Lock& lock) {
+void TaskGraph::Sleep(Lock& lock) {
     // The wake sequence is read under the lock: a wake after this (even one
     // from applying the inbox as the lock goes) makes the wait return at once.
     const uint32_t seq = wake_seq_.load(std::memory_order_relaxed);
@@ -263,7 +263,7 @@ void Engine::Sleep(Lock& lock) {
     --waiters_;
 }
 
-void Engine::WakeWaiters() {
+void TaskGraph::WakeWaiters() {
     // Waiters want space (a stalled submit), no task in flight (WaitAll) or
     // none that can finish by itself (the deadlock checks, the destructor):
     // waking them for anything else cost a futex wake and a context switch
@@ -290,7 +290,7 @@ void Engine::WakeWaiters() {
     if (room || !stalled) space_freed_ = false;  // else keep it: the next wake looks again
 }
 
-void Engine::ApplyInbox() {
+void TaskGraph::ApplyInbox() {
     TaskDescriptor* t = inbox_.TakeAll();
     if (!t) return;
     while (t) {
@@ -301,7 +301,7 @@ void Engine::ApplyInbox() {
     DrainSkips();
 }
 
-void Engine::ApplyInboxAfterUnlock() {
+void TaskGraph::ApplyInboxAfterUnlock() {
     // With no task on an executor, nothing can be parked but by a thread
     // that takes mu_ and looks after its own unlock: the fence is skipped.
     // (Read after this thread's unlock or before it, 0 means none was on an
@@ -310,7 +310,7 @@ void Engine::ApplyInboxAfterUnlock() {
     ApplyParkedAfterUnlock(mu_, inbox_, [this] { ApplyInbox(); });
 }
 
-void Engine::TraceHeap() {
+void TaskGraph::TraceHeap() {
     if (heap_recording_ != trace::detail::Recording()) {
         heap_recording_ = trace::detail::Recording();
         heap_track_ = trace::detail::NamedTrack(options_.device + " heap ring");
@@ -318,7 +318,7 @@ void Engine::TraceHeap() {
     trace::detail::Counter(heap_track_, "heap ring bytes in use", trace::detail::NowNs(), int64_t(heap_.used()));
 }
 
-void Engine::TraceTask(TaskDescriptor& t, const TaskTiming& timing) {
+void TaskGraph::TraceTask(TaskDescriptor& t, const TaskTiming& timing) {
     trace::detail::TaskSpan(timing.track, timing.category, timing.start_ns, timing.end_ns, t.task_id, t.func_id,
                             timing.sent_ns, timing.reaped_ns);
     const uint64_t recording = trace::detail::Recording();
@@ -340,13 +340,13 @@ void Engine::TraceTask(TaskDescriptor& t, const TaskTiming& timing) {
     }
 }
 
-void Engine::ScopeBegin() {
+void TaskGraph::ScopeBegin() {
     std::lock_guard sub(submit_mu_);
     Lock lock(*this);
     scopes_.Push(ring_.head());
 }
 
-void Engine::ScopeEnd() {
+void TaskGraph::ScopeEnd() {
     std::lock_guard sub(submit_mu_);
     Lock lock(*this);
     const auto begin = scopes_.Pop();
@@ -383,7 +383,7 @@ void Engine::ScopeEnd() {
     }
 }
 
-int32_t Engine::Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params) {
+int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params) {
     SPYRE_TRACE_SCOPE("pto_submit_task");
     std::unique_lock sub(submit_mu_);
     Lock lock(*this);
@@ -544,12 +544,12 @@ int32_t Engine::Submit(int32_t kernel_id, int32_t worker_type, std::span<const T
     return id;
 }
 
-bool Engine::RunsHere(const TaskDescriptor& t) const {
+bool TaskGraph::RunsHere(const TaskDescriptor& t) const {
     return options_.run_cheap_host_tasks_here && !t.poisoned && t.core_type != WORKER_EXTERNAL &&
            RouteFor(t.core_type, *t.kernel).executor == executors_.front() && t.kernel->host_cost.Cheap();
 }
 
-void Engine::RunHere(std::unique_lock<std::mutex>& submitting, Lock& lock, TaskDescriptor& t) {
+void TaskGraph::RunHere(std::unique_lock<std::mutex>& submitting, Lock& lock, TaskDescriptor& t) {
     t.state.store(TaskState::Running, std::memory_order_relaxed);
     ++active_;
     // One run in 32 is timed: two clock reads cost as much as the
@@ -577,7 +577,7 @@ void Engine::RunHere(std::unique_lock<std::mutex>& submitting, Lock& lock, TaskD
     DrainSkips();
 }
 
-void Engine::MakeReady(TaskDescriptor& t) {
+void TaskGraph::MakeReady(TaskDescriptor& t) {
     if (t.poisoned) {
         skip_work_.push_back(t.task_id);
         return;
@@ -593,7 +593,7 @@ void Engine::MakeReady(TaskDescriptor& t) {
     RouteFor(t.core_type, *t.kernel).queue->Push({t.task_id, &t});
 }
 
-void Engine::DrainSkips() {
+void TaskGraph::DrainSkips() {
     while (!skip_work_.empty()) {
         const int32_t id = skip_work_.back();
         skip_work_.pop_back();
@@ -603,7 +603,7 @@ void Engine::DrainSkips() {
     WakeWaiters();
 }
 
-void Engine::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped, const TaskTiming* timing) {
+void TaskGraph::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped, const TaskTiming* timing) {
     if (timing && trace::Enabled()) [[unlikely]]
         TraceTask(t, *timing);
     const TaskState was = t.state.load(std::memory_order_relaxed);
@@ -641,7 +641,7 @@ void Engine::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped, co
     TryConsume(t);
 }
 
-void Engine::TryConsume(TaskDescriptor& t) {
+void TaskGraph::TryConsume(TaskDescriptor& t) {
     if (t.state.load(std::memory_order_relaxed) != TaskState::Completed || t.fanout_refcount < t.fanout_count) return;
     t.state.store(TaskState::Consumed, std::memory_order_relaxed);
     if (t.outcome != TaskOutcome::Ok) [[unlikely]]
@@ -658,7 +658,7 @@ void Engine::TryConsume(TaskDescriptor& t) {
     }
 }
 
-void Engine::PoisonWrites(const TaskDescriptor& t) {
+void TaskGraph::PoisonWrites(const TaskDescriptor& t) {
     for (int32_t i = 0; i < t.num_params; ++i) {
         const ResolvedParam& p = t.params[i];
         if (p.kind == PARAM_INPUT || p.implicit) continue;  // heap blocks go back to the ring with the task
@@ -667,7 +667,7 @@ void Engine::PoisonWrites(const TaskDescriptor& t) {
     }
 }
 
-void Engine::CheckPoison(TaskDescriptor& t) {
+void TaskGraph::CheckPoison(TaskDescriptor& t) {
     for (int32_t i = 0; i < t.num_params; ++i) {
         const ResolvedParam& p = t.params[i];
         if (p.implicit || p.kind == PARAM_OUTPUT) continue;
@@ -688,11 +688,11 @@ void Engine::CheckPoison(TaskDescriptor& t) {
     }
 }
 
-void Engine::DropPoisonInside(uint64_t lo, uint64_t hi) {
+void TaskGraph::DropPoisonInside(uint64_t lo, uint64_t hi) {
     std::erase_if(poisoned_, [&](const PoisonedRegion& r) { return lo <= r.lo && r.hi <= hi; });
 }
 
-void Engine::OnTaskComplete(int32_t task_id, uint32_t status, const TaskTiming* timing) {
+void TaskGraph::OnTaskComplete(int32_t task_id, uint32_t status, const TaskTiming* timing) {
     if (timing && trace::Enabled()) [[unlikely]] {  // the timing lives on the caller's stack: apply it now
         Lock lock(*this);
         CompleteLocked(ring_.Get(task_id), status, false, timing);
@@ -704,12 +704,12 @@ void Engine::OnTaskComplete(int32_t task_id, uint32_t status, const TaskTiming* 
     ApplyInboxAfterUnlock();
 }
 
-void Engine::OnTasksComplete(std::span<const Done> done) {
+void TaskGraph::OnTasksComplete(std::span<const Done> done) {
     for (const Done& d : done) Park(ring_.Get(d.task_id), d.status);
     ApplyInboxAfterUnlock();
 }
 
-void Engine::Complete(int32_t task_id, uint32_t status) {
+void TaskGraph::Complete(int32_t task_id, uint32_t status) {
     Lock lock(*this);
     if (!ring_.IsLive(task_id))
         Fail(ErrorKind::InvalidArgument, "pto_task_complete: task " + std::to_string(task_id) + " is not live");
@@ -729,7 +729,7 @@ void Engine::Complete(int32_t task_id, uint32_t status) {
     DrainSkips();
 }
 
-uint8_t* Engine::TaskOutput(int32_t task_id, int32_t index) {
+uint8_t* TaskGraph::TaskOutput(int32_t task_id, int32_t index) {
     Lock lock(*this);
     if (!ring_.IsLive(task_id))
         Fail(ErrorKind::InvalidArgument, "task " + std::to_string(task_id) +
@@ -742,7 +742,7 @@ uint8_t* Engine::TaskOutput(int32_t task_id, int32_t index) {
                                          std::to_string(index + 1));
 }
 
-void Engine::WaitAll(const ProgressCallback& progress) {
+void TaskGraph::WaitAll(const ProgressCallback& progress) {
     SPYRE_TRACE_SCOPE("pto_wait_all");
     if (HostWorker::RunningTaskOf() == this)
         Fail(ErrorKind::InvalidArgument,
@@ -794,12 +794,12 @@ void Engine::WaitAll(const ProgressCallback& progress) {
                  .device_code = root->cause.device_code});
 }
 
-std::vector<TaskReport> Engine::Failures() const {
+std::vector<TaskReport> TaskGraph::Failures() const {
     Lock lock(*this);
     return failures_;
 }
 
-TaskState Engine::State(int32_t task_id) const {
+TaskState TaskGraph::State(int32_t task_id) const {
     Lock lock(*this);
     if (task_id < 0 || task_id >= ring_.head())
         Fail(ErrorKind::InvalidArgument, "task " + std::to_string(task_id) + " was never submitted");
@@ -807,9 +807,9 @@ TaskState Engine::State(int32_t task_id) const {
     return ring_.Get(task_id).state.load(std::memory_order_relaxed);
 }
 
-EngineStats Engine::Stats() const {
+TaskGraphStats TaskGraph::Stats() const {
     Lock lock(*this);
-    EngineStats s;
+    TaskGraphStats s;
     s.task_ring_size = ring_.capacity();
     s.live_tasks = ring_.live();
     s.heap_size = heap_.size();

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Engine: seed 004's runtime over one range of the function's mapped memory.
+// TaskGraph: seed 004's runtime over one range of the function's mapped memory.
 // It owns the TaskRing, HeapRing, TensorMap, ScopeStack, BufferTracker and
 // one ReadyQueue per executor, and implements submit (slot, dependencies,
 // outputs, ready) and complete (fan-in, consumers ready, fan-out refcount,
@@ -38,7 +38,7 @@
 
 namespace spyre::orchestration {
 
-struct EngineOptions {
+struct TaskGraphOptions {
     int32_t task_ring_size = 1024;
     // The function's memory as this process maps it: every buffer address
     // must lie inside; device address = host address - memory.
@@ -65,7 +65,7 @@ struct TaskReport {
     RootCause cause;  // the failed task behind it (itself when it failed)
 };
 
-struct EngineStats {
+struct TaskGraphStats {
     int32_t task_ring_size = 0;
     int32_t live_tasks = 0;
     uint64_t heap_size = 0;
@@ -77,12 +77,12 @@ struct EngineStats {
     int32_t scope_depth = 0;
 };
 
-class Engine final : public CompletionSink {
+class TaskGraph final : public CompletionSink {
 public:
-    explicit Engine(EngineOptions options);
-    ~Engine() override;
-    Engine(const Engine&) = delete;
-    Engine& operator=(const Engine&) = delete;
+    explicit TaskGraph(TaskGraphOptions options);
+    ~TaskGraph() override;
+    TaskGraph(const TaskGraph&) = delete;
+    TaskGraph& operator=(const TaskGraph&) = delete;
 
     // kernel_id -> implementation; a kernel id is registered once.
     void RegisterKernel(KernelEntry kernel);
@@ -109,7 +109,7 @@ public:
     uint8_t* HostAddress(uint64_t device_address, uint64_t size) const;
     uint64_t memory_size() const noexcept { return options_.memory_size; }
     TaskState State(int32_t task_id) const;  // Consumed once reclaimed
-    EngineStats Stats() const;
+    TaskGraphStats Stats() const;
 
     void OnTaskComplete(int32_t task_id, uint32_t status, const TaskTiming* timing = nullptr) override;
     void OnTasksComplete(std::span<const Done> done) override;
@@ -119,31 +119,31 @@ private:
     // after it is released, so nothing parked there is left behind.
     class Lock {
     public:
-        explicit Lock(const Engine& engine) : engine_(const_cast<Engine&>(engine)) { lock(); }
+        explicit Lock(const TaskGraph& graph) : graph_(const_cast<TaskGraph&>(graph)) { lock(); }
         ~Lock() {
             if (held_) unlock();
         }
         Lock(const Lock&) = delete;
         Lock& operator=(const Lock&) = delete;
         void lock() {
-            engine_.mu_.lock();
+            graph_.mu_.lock();
             held_ = true;
             try {
-                engine_.ApplyInbox();
+                graph_.ApplyInbox();
             } catch (...) {  // a constructor that throws has no destructor to unlock
-                engine_.mu_.unlock();
+                graph_.mu_.unlock();
                 held_ = false;
                 throw;
             }
         }
         void unlock() {
-            engine_.mu_.unlock();
+            graph_.mu_.unlock();
             held_ = false;
-            engine_.ApplyInboxAfterUnlock();
+            graph_.ApplyInboxAfterUnlock();
         }
 
     private:
-        Engine& engine_;
+        TaskGraph& graph_;
         bool held_ = false;
     };
     void ApplyInbox();             // mu_ held: completes every parked task
@@ -197,7 +197,7 @@ private:
     void CheckPoison(TaskDescriptor& t);
     void DropPoisonInside(uint64_t lo, uint64_t hi);
 
-    const EngineOptions options_;
+    const TaskGraphOptions options_;
     std::mutex submit_mu_;
     mutable AdaptiveMutex mu_;
     std::atomic<uint32_t> wake_seq_{0};  // bumped (and futex-woken) by WakeWaiters

@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+// The orchestration runtime's C++ API (seed 004), over the same runtime as
+// the C API in spyre/pto.h: RAII scopes, std::span parameters, spyre::Error
+// exceptions. An Orchestrator hands its C handle (handle()) to
+// orchestration functions written as the seed writes them.
+//
+//   spyre::Device dev = spyre::Device::Open();
+//   auto orch = spyre::Orchestrator::Create(dev, {.task_ring_size = 256});
+//   orch.RegisterHostKernel(KERNEL_ADD, add);
+//   {
+//       auto scope = orch.BeginScope();
+//       TaskParam p[] = {{PARAM_INPUT, a, n}, {PARAM_INPUT, b, n}, {PARAM_OUTPUT, nullptr, n}};
+//       int32_t t = orch.Submit(KERNEL_ADD, WORKER_VECTOR, p);
+//       ...
+//   }
+//   orch.WaitAll();  // throws DeviceError naming the failed task, kernel and code
+//
+// docs/orchestration.md describes the data structures and a task's life.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "spyre/common/progress.hpp"
+#include "spyre/device/device.hpp"
+#include "spyre/error.hpp"
+#include "spyre/pto.h"
+
+namespace spyre {
+
+// How the ready queues between the task graph and its workers are built
+// (docs/orchestration.md compares them): a mutex and condition variable, or a
+// lock-free ring whose idle workers spin briefly, then sleep on a futex.
+enum class ReadyQueueKind : uint8_t { Locked, LockFree };
+
+struct OrchestratorOptions {
+    int32_t task_ring_size = 1024;    // task slots (live tasks at most)
+    uint64_t heap_size = 64ull << 20;  // heap ring bytes, from the function's allocator
+    unsigned host_threads = 0;         // host worker threads; 0 = one per hardware thread
+    ReadyQueueKind ready_queues = ReadyQueueKind::LockFree;
+    // A host task that is ready when it is submitted runs on the submitting
+    // thread, inside Submit, when its kernel's host runs so far averaged
+    // under cheap_host_task_ns (a microsecond): handing so short a task to
+    // a worker thread and its completion back costs more than the run.
+    // Other tasks, and every task while this is false, run on the host
+    // worker threads.
+    bool run_cheap_host_tasks_here = true;
+    uint32_t cheap_host_task_ns = 1000;
+    // The function's task queues (core groups) this runtime takes; empty:
+    // all of them. Several runtimes on one device take disjoint sets (a
+    // queue another runtime holds is Busy).
+    std::vector<uint32_t> task_queues;
+};
+
+// A host kernel: the task's parameter addresses and sizes; returns 0 or an error code.
+using HostKernel = std::function<uint32_t(std::span<void* const> buffers, std::span<const uint64_t> sizes)>;
+
+// A task that failed, or that was skipped because a task it depends on failed.
+struct TaskFailure {
+    int32_t task_id = -1;
+    int32_t kernel_id = -1;
+    bool skipped = false;
+    int32_t root_task_id = -1;  // the failed task behind it (itself if it failed)
+    int32_t root_kernel_id = -1;
+    uint32_t device_code = 0;
+};
+
+class Orchestrator {
+public:
+    // A runtime on `device` (which must outlive it): its heap ring is one
+    // allocation of the device's SpyreAllocator.
+    static Orchestrator Create(Device& device, OrchestratorOptions options = {});
+    // A runtime on `memory_size` bytes of host memory, no device (every task
+    // runs on the host worker): tests, benchmarks, CPU-only use.
+    static Orchestrator CreateOnHostMemory(uint64_t memory_size, OrchestratorOptions options = {});
+
+    Orchestrator(Orchestrator&&) noexcept;
+    Orchestrator& operator=(Orchestrator&&) noexcept;
+    ~Orchestrator();  // waits for the tasks on executors, then frees everything
+
+    void RegisterHostKernel(int32_t kernel_id, HostKernel kernel);
+    void RegisterDeviceKernel(int32_t kernel_id, uint64_t program_address);
+
+    void* Alloc(size_t size);
+    void Free(void* buffer);
+
+    // Ends the scope when it goes (errors are then reported by WaitAll);
+    // End() ends it now and throws DeviceError if a task of it failed.
+    class Scope {
+    public:
+        Scope(Scope&& o) noexcept : orch_(o.orch_) { o.orch_ = nullptr; }
+        Scope& operator=(Scope&&) = delete;
+        ~Scope();
+        void End();
+
+    private:
+        friend class Orchestrator;
+        explicit Scope(Orchestrator* orch) : orch_(orch) {}
+        Orchestrator* orch_;
+    };
+    [[nodiscard]] Scope BeginScope();
+
+    int32_t Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params);
+    // EXTERNAL tasks: finish (or fail with a non-zero code) a task.
+    void Complete(int32_t task_id);
+    void Fail(int32_t task_id, uint32_t error_code);
+    void* TaskOutput(int32_t task_id, int32_t index = 0);
+    int32_t TaskState(int32_t task_id) const;  // PTO_TASK_*
+    void WaitAll();
+    // The same, telling `progress` the tasks completed of those submitted
+    // since the last WaitAll (called on this thread, done rising to total).
+    void WaitAll(const ProgressCallback& progress);
+    std::vector<TaskFailure> Failures() const;  // not yet reported by WaitAll
+
+    uint64_t DeviceAddress(const void* buffer) const;
+    void* HostAddress(uint64_t device_address, uint64_t size) const;
+    uint64_t memory_size() const;
+
+    // fn(handle(), args) inside a scope, then WaitAll (with `progress`, if set).
+    void Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress = {});
+    // The same with `symbol` from the shared object at `path`.
+    void RunLibrary(const std::string& path, const std::string& symbol, uint64_t* args,
+                    const ProgressCallback& progress = {});
+
+    ::Runtime* handle() const noexcept { return rt_.get(); }
+
+private:
+    struct Deleter {
+        void operator()(::Runtime* rt) const noexcept;
+    };
+    explicit Orchestrator(::Runtime* rt) : rt_(rt) {}
+    std::unique_ptr<::Runtime, Deleter> rt_;
+};
+
+}  // namespace spyre
