@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <climits>
+#include <string_view>
 
 namespace spyre::mockdev {
 
@@ -25,9 +26,21 @@ public:
     static constexpr std::chrono::microseconds kMaxDrift{100};
     // The scale is first measured over this span; the kernel clock serves until then.
     static constexpr std::chrono::milliseconds kFirstScaleSpan{1};
+    // A kernel reading at most kCheckSpan after the anchor that the scaled
+    // counter misses by more than kMaxError is a miss; kMaxMisses of them turn
+    // the counter off for good. Within 1 ms the scale's own error is tens of
+    // ns and an NTP slew of the kernel clock (at most 500 ppm) 0.5 us.
+    static constexpr std::chrono::milliseconds kCheckSpan{1};
+    static constexpr std::chrono::microseconds kMaxError{1};
+    static constexpr uint32_t kMaxMisses = 3;
+
+    // Where the counter comes from: the CPU's (rdtsc); tests give their own.
+    using CounterFn = uint64_t (*)() noexcept;
+    static uint64_t CpuCycles() noexcept;
 
     // use_cycles: false reads the kernel clock every time (no usable counter).
-    explicit CycleClock(bool use_cycles = CyclesTrackTheKernelClock()) noexcept : use_cycles_(use_cycles) {}
+    explicit CycleClock(bool use_cycles = CyclesTrackTheKernelClock(), CounterFn counter = CpuCycles) noexcept
+        : use_cycles_(use_cycles), counter_(counter) {}
 
     // Never earlier than the previous reading of this clock. One thread only.
     Clock::time_point Now() noexcept;
@@ -35,20 +48,33 @@ public:
     Clock::time_point Resync() noexcept;
 
     bool scaled() const noexcept { return ns_per_cycle_ != 0; }  // readings come from the counter
+    bool counter_trusted() const noexcept { return use_cycles_; }  // false once a check failed
 
-    // x86-64 with the kernel's own clock on the TSC: the counter is invariant
-    // and synchronised across CPUs (the kernel checked), so scaling it is sound.
+    // x86-64 whose kernel clock runs on the TSC: scaling the counter is sound
+    // (CountersAreSound with this machine's clock source and CPU flags).
     static bool CyclesTrackTheKernelClock() noexcept;
+    // The kernel's clock source is the TSC itself (the kernel checked that it
+    // is invariant and in step across CPUs), or kvm-clock, the hypervisor's
+    // scaling of the TSC, on a CPU whose TSC is invariant (constant_tsc and
+    // nonstop_tsc among `cpu_flags`, /proc/cpuinfo's list): kvm-clock is read
+    // in user space only while the host keeps the vCPUs' counters in step,
+    // and readings more than kMaxDrift apart still go to the kernel.
+    static bool CountersAreSound(std::string_view clock_source, std::string_view cpu_flags) noexcept;
 
 private:
     Clock::time_point Monotonic(int64_t ns) noexcept;
 
     // A kernel reading anchors the counter only if the counter readings
-    // around it are at most this many times the closest pair seen.
+    // around it are at most this many times the closest pair seen, and only
+    // after this many pairs have been seen.
     static constexpr uint64_t kTightPairs = 3;
+    static constexpr uint32_t kWarmUpPairs = 16;
 
-    const bool use_cycles_;
+    bool use_cycles_;
+    const CounterFn counter_;
     uint64_t min_pair_cycles_ = UINT64_MAX;
+    uint32_t pairs_seen_ = 0;
+    uint32_t misses_ = 0;
     uint64_t first_cycles_ = 0;  // the first kernel reading: the scale is measured from it
     int64_t first_ns_ = 0;
     uint64_t anchor_cycles_ = 0;  // the latest kernel reading
