@@ -98,6 +98,8 @@ CommandRing::CommandRing(Function& function) : fn_(function) {
     sq_tail_ = Word(db_->sq_tail).load(std::memory_order_acquire);
     sq_head_ = sq_tail_;
     cq_head_ = Word(db_->cq_head).load(std::memory_order_acquire);
+    cq_published_ = cq_head_;
+    publish_every_ = std::max(1u, cq_entries_ / 4);
     cb_slots_.assign(sq_entries_, 0);
     // Completions are polled by their phase (spyre_cb.h, "CQE phase").
     if (!(fn_.Read32(SPYRE_REG_CAPS) & SPYRE_CAP_CQE_PHASE))
@@ -146,6 +148,10 @@ uint32_t CommandRing::Submit(std::span<const spyre_cb> slots) {
         cb_slots_[(cb_tail_ + cbs) & mask] = uint16_t(used);
         i += used;
     }
+    // The device posts a completion only into room it can see: with the
+    // consumed completions it has not been told of, every CB in flight must
+    // still fit in the completion ring.
+    if (InFlight() + cbs + (cq_head_ - cq_published_) > cq_entries_) PublishHead();
     const uint32_t first = sq_tail_;
     detail::CopyToRing(sq_, sq_entries_, sq_tail_, slots);
     cb_tail_ += cbs;
@@ -178,7 +184,7 @@ size_t CommandRing::Reap(std::span<Completion> out) {
         std::memcpy(&e, &cq_[spyre_ring_slot(cq_head_, cq_entries_)], sizeof e);
         // Completions come in ring order: this one must be for the oldest CB.
         if (e.sq_pos != sq_head_) {
-            if (n) Word(db_->cq_head).store(cq_head_, std::memory_order_release);
+            PublishHead();
             checks::CheckCompletion(e, cq_head_, sq_head_, Context());
         }
         out[n++] = Completion{e.user_data, e.result, e.timestamp_ns, e.sq_pos, e.status, e.opcode};
@@ -186,8 +192,14 @@ size_t CommandRing::Reap(std::span<Completion> out) {
         ++cb_head_;
         ++cq_head_;
     }
-    if (n) Word(db_->cq_head).store(cq_head_, std::memory_order_release);
+    if (cq_head_ - cq_published_ >= publish_every_) PublishHead();
     return n;
+}
+
+void CommandRing::PublishHead() noexcept {
+    if (cq_head_ == cq_published_) return;
+    Word(db_->cq_head).store(cq_head_, std::memory_order_release);
+    cq_published_ = cq_head_;
 }
 
 void CommandRing::CheckHealth() const {

@@ -257,6 +257,42 @@ TEST_F(MockDeviceTest, BatchesFillTheRingAndCompleteInOrder) {
     EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_NOPS), 3ull * ring.sq_entries());
 }
 
+// The driver tells the device how far it consumed completions (cq_head)
+// only every quarter ring, and always before the device could lack room for
+// a CB in flight: with 1023 completions consumed and not yet published, a
+// full ring of CBs still completes (the device would otherwise wait for CQ
+// space that the driver had freed without saying so, and the wait time out).
+TEST_F(MockDeviceTest, ConsumedCompletionsArePublishedBeforeTheDeviceLacksRoom) {
+    Function fn = Function::Open(Pf());
+    CommandRing ring(fn);
+    const auto* db = reinterpret_cast<const spyre_doorbell_page*>(fn.bar4() + fn.Read32(SPYRE_REG_DB_OFFSET));
+    auto device_cq_head = [&] { return std::atomic_ref<uint32_t>(const_cast<uint32_t&>(db->cq_head)).load(); };
+    const uint32_t entries = fn.Read32(SPYRE_REG_CQ_ENTRIES), quarter = entries / 4;
+    ASSERT_EQ(ring.sq_entries(), entries);
+    Completion c;
+    for (uint32_t i = 0; i + 1 < quarter; ++i) {
+        ring.Submit(std::array{NopCb(i)});
+        ASSERT_EQ(ring.Wait({&c, 1}, 1, {.mode = WaitMode::Poll}), 1u);
+    }
+    EXPECT_EQ(device_cq_head(), 0u);  // not told yet
+    std::vector<spyre_cb> cbs;
+    for (uint32_t i = 0; i < entries; ++i) cbs.push_back(NopCb(i));
+    ring.Submit(cbs);
+    EXPECT_EQ(device_cq_head(), quarter - 1);  // told before the full ring went in
+    std::vector<Completion> done(entries);
+    size_t got = 0;
+    while (got < done.size())
+        got += ring.Wait(std::span(done).subspan(got), done.size() - got,
+                         {.mode = WaitMode::Poll, .timeout = std::chrono::seconds(5)});
+    for (uint32_t i = 0; i < entries; ++i) ASSERT_EQ(done[i].user_data, i);
+    // Reaped one by one, the device hears of it at least every quarter ring.
+    for (uint32_t i = 0; i < quarter; ++i) {
+        ring.Submit(std::array{NopCb(i)});
+        ASSERT_EQ(ring.Wait({&c, 1}, 1, {.mode = WaitMode::Poll}), 1u);
+        ASSERT_LT(quarter - 1 + entries + i + 1 - device_cq_head(), quarter);
+    }
+}
+
 TEST_F(MockDeviceTest, RegsFileMatchesRegdumpTool) {
     {
         Function fn = Function::Open(Pf());

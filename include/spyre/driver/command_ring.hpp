@@ -159,6 +159,7 @@ public:
 
 private:
     ErrorContext Context() const;
+    void PublishHead() noexcept;  // tells the device how far completions were consumed
     uint8_t PhaseAt(uint32_t cq_pos) const noexcept;  // the phase byte of the CQE slot of a position
     void CheckHealth() const;
     void WaitBlocking(std::chrono::steady_clock::time_point deadline);
@@ -172,6 +173,12 @@ private:
     uint32_t sq_tail_ = 0;   // our producer position (slots)
     uint32_t sq_head_ = 0;   // first slot not yet freed: the oldest CB in flight starts here
     uint32_t cq_head_ = 0;   // our consumer position
+    // cq_head as the device last saw it. Published every publish_every_
+    // completions, not after each reap: the store makes the device's copy of
+    // the line stale, and the next locked instruction of this thread (the
+    // runtime's completion of an op) then waits for that transfer.
+    uint32_t cq_published_ = 0;
+    uint32_t publish_every_ = 1;
     // Slots of each CB in flight, oldest first: a ring of sq_entries records
     // (each CB holds at least one slot, so they never outnumber the slots).
     std::vector<uint16_t> cb_slots_;
