@@ -24,6 +24,29 @@ std::shared_ptr<const ExecutionPlan> LoadMatmul(SpyreStream& s, int64_t m, int64
     return LoadExecutionPlan(s, CompilerOutputFromKernel(name, KernelBuilder().Matmul(m, k, n, DType::FP32)));
 }
 
+// C = A[M,K] x B[K,N] through LaunchKernel with a plan compiled for `plan`'s
+// tile, A and B random from `seed`: the FlexStream ops LaunchKernel enqueued,
+// and C as it came back.
+struct MatmulRun {
+    uint64_t ops = 0;
+    std::vector<float> a, b, c;
+};
+MatmulRun LaunchMatmul(Device& dev, SpyreStream& s, const ExecutionPlan& plan, int64_t M, int64_t K, int64_t N,
+                       uint32_t seed) {
+    MatmulRun run{0, RandomFloats(size_t(M * K), seed), RandomFloats(size_t(K * N), seed + 1),
+                  std::vector<float>(size_t(M * N), 0.0f)};
+    std::vector<SpyreTensor> t = {SpyreTensor::FromHost(dev, s.flex_stream(), run.a.data(), {M, K}, DType::FP32),
+                                  SpyreTensor::FromHost(dev, s.flex_stream(), run.b.data(), {K, N}, DType::FP32),
+                                  SpyreTensor::Empty(dev, {M, N}, DType::FP32)};
+    s.Synchronize();
+    const uint64_t before = s.flex_stream().enqueued();
+    LaunchKernel(s, plan, t);
+    run.ops = s.flex_stream().enqueued() - before;
+    t[2].CopyToHost(s.flex_stream(), run.c.data());
+    s.Synchronize();
+    return run;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------ Workflow 1
@@ -205,19 +228,10 @@ TEST_F(StreamTest, LaunchKernelExactShapesIsOneLaunch) {
     SpyreStream s(dev);
     const int64_t M = 128, K = 256, N = 64;
     auto plan = LoadMatmul(s, M, K, N);
-    const std::vector<float> a = RandomFloats(size_t(M * K), 4), b = RandomFloats(size_t(K * N), 5);
-    std::vector<float> c(size_t(M * N));
-    std::vector<SpyreTensor> t = {SpyreTensor::FromHost(dev, s.flex_stream(), a.data(), {M, K}, DType::FP32),
-                                  SpyreTensor::FromHost(dev, s.flex_stream(), b.data(), {K, N}, DType::FP32),
-                                  SpyreTensor::Empty(dev, {M, N}, DType::FP32)};
-    s.Synchronize();
     const MemoryFigures memory = Memory(dev);
-    const uint64_t before = s.flex_stream().enqueued();
-    LaunchKernel(s, *plan, t);
-    EXPECT_EQ(s.flex_stream().enqueued() - before, 3u);
-    t[2].CopyToHost(s.flex_stream(), c.data());
-    s.Synchronize();
-    EXPECT_EQ(CompareMatmul(c, CpuMatmul(a, b, M, K, N), M, N), 0);
+    const MatmulRun run = LaunchMatmul(dev, s, *plan, M, K, N, 4);
+    EXPECT_EQ(run.ops, 3u);
+    EXPECT_EQ(CompareMatmul(run.c, CpuMatmul(run.a, run.b, M, K, N), M, N), 0);
     EXPECT_EQ(Memory(dev), memory);
 }
 
@@ -226,20 +240,11 @@ TEST_F(StreamTest, LaunchKernelLargerTensorsTileAlongM) {
     SpyreStream s(dev);
     const int64_t T = 128, M = 512, K = 128, N = 128;
     auto plan = LoadMatmul(s, T, K, N);
-    const std::vector<float> a = RandomFloats(size_t(M * K), 6), b = RandomFloats(size_t(K * N), 7);
-    std::vector<float> c(size_t(M * N));
-    std::vector<SpyreTensor> t = {SpyreTensor::FromHost(dev, s.flex_stream(), a.data(), {M, K}, DType::FP32),
-                                  SpyreTensor::FromHost(dev, s.flex_stream(), b.data(), {K, N}, DType::FP32),
-                                  SpyreTensor::Empty(dev, {M, N}, DType::FP32)};
-    s.Synchronize();
     const MemoryFigures memory = Memory(dev);
-    const uint64_t before = s.flex_stream().enqueued();
-    LaunchKernel(s, *plan, t);
+    const MatmulRun run = LaunchMatmul(dev, s, *plan, M, K, N, 6);
     // 512 / 128 = 4 iterations of copy -> correct -> compute, no variant programs.
-    EXPECT_EQ(s.flex_stream().enqueued() - before, 12u);
-    t[2].CopyToHost(s.flex_stream(), c.data());
-    s.Synchronize();
-    EXPECT_EQ(CompareMatmul(c, CpuMatmul(a, b, M, K, N), M, N), 0);
+    EXPECT_EQ(run.ops, 12u);
+    EXPECT_EQ(CompareMatmul(run.c, CpuMatmul(run.a, run.b, M, K, N), M, N), 0);
     EXPECT_EQ(Memory(dev), memory);
 }
 
@@ -250,22 +255,14 @@ TEST_F(StreamTest, Workflow5EndToEnd) {
     SpyreStream s(dev);
     const int64_t T = 1024, M = 4096, K = 1024, N = 1024;
     auto plan = LoadMatmul(s, T, K, N, "workflow5");
-    const std::vector<float> a = RandomFloats(size_t(M * K), 8), b = RandomFloats(size_t(K * N), 9);
-    std::vector<float> c(size_t(M * N), 0.0f);
-    std::vector<SpyreTensor> t = {SpyreTensor::FromHost(dev, s.flex_stream(), a.data(), {M, K}, DType::FP32),
-                                  SpyreTensor::FromHost(dev, s.flex_stream(), b.data(), {K, N}, DType::FP32),
-                                  SpyreTensor::Empty(dev, {M, N}, DType::FP32)};
-    const uint64_t before = s.flex_stream().enqueued();
-    LaunchKernel(s, *plan, t);
-    EXPECT_EQ(s.flex_stream().enqueued() - before, 12u);
-    t[2].CopyToHost(s.flex_stream(), c.data());
-    s.Synchronize();
+    const MatmulRun run = LaunchMatmul(dev, s, *plan, M, K, N, 8);
+    EXPECT_EQ(run.ops, 12u);
     // Rows around every tile boundary plus a spread of others.
     std::vector<int64_t> rows;
     for (int64_t tile = 0; tile < 4; ++tile)
         for (int64_t r : {int64_t(0), int64_t(1), int64_t(511), T - 2, T - 1}) rows.push_back(tile * T + r);
     for (int64_t r = 3; r < M; r += 97) rows.push_back(r);
-    EXPECT_EQ(CompareMatmul(c, CpuMatmul(a, b, M, K, N, rows), M, N, rows), 0);
+    EXPECT_EQ(CompareMatmul(run.c, CpuMatmul(run.a, run.b, M, K, N, rows), M, N, rows), 0);
 }
 
 // ------------------------------------------------------------ bad input
