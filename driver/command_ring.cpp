@@ -172,7 +172,7 @@ uint8_t CommandRing::PhaseAt(uint32_t cq_pos) const noexcept {
 // where cq_tail and then the CQE took two), and never more are looked for
 // than CBs are in flight. cq_tail is for the device's interrupt waiters.
 bool CommandRing::CompletionsReady() const noexcept {
-    return InFlight() != 0 && PhaseAt(cq_head_) == spyre_cqe_phase(cq_head_, cq_entries_);
+    return InFlight() != 0 && CompletionPosted(cq_head_);
 }
 
 size_t CommandRing::Reap(std::span<Completion> out) {

@@ -242,16 +242,21 @@ void SchedulerCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t tar
     // (every stream, the turn order, the DMA queue), which a spinning caller
     // would add to noticing its own completion: between full pumps (every
     // kSpinsPerFullPump) it reaps when the ring has a completion (and pumps
-    // only if more is left to do), or pumps when new work arrived.
+    // only if more is left to do).
     auto drive = [&](bool full) {
+        // Between full pumps the lock is taken only for a completion to
+        // reap: a try_lock and unlock on every spin (two locked
+        // instructions) made noticing the completion slower than the raw
+        // ring's wait. Work other threads queue meanwhile is theirs to submit
+        // (caller-runs) or the scheduler thread's, woken for it; a waiter
+        // takes it at its next full pump at the latest.
+        if (!full && !RingMayBeReady()) return;
         if (!drive_mu_.try_lock()) return;
         std::unique_lock lock(drive_mu_, std::adopt_lock);
         if (full)
             CallerPump();
         else if (RingReady())
             CallerReap();
-        else if (WorkArrived())
-            CallerPump();
         else
             return;
         if (HostWorkPending()) {
@@ -418,6 +423,7 @@ bool SchedulerCore::ReapRing() {
     const size_t n = ring_->Reap(completions_);
     if (n == 0) return false;
     const size_t cancelled = records_.Retire(std::span(completions_.data(), n));
+    UpdateRingWatch();
     if (cancelled) Counters::Add(stats_.dropped, cancelled);
     return true;
 }
@@ -507,6 +513,7 @@ bool SchedulerCore::SubmitRing() {
     if (batch_.empty()) return false;
     const uint64_t inline_before = batcher_.inline_copies();
     ring_->Submit(batch_);
+    UpdateRingWatch();
     if (trace::Enabled()) [[unlikely]] {
         const uint64_t recording = trace::detail::Recording();
         if (trace_recording_ != recording) {
@@ -535,6 +542,7 @@ void SchedulerCore::FaultAll(const Error& error) {
     }
     const Error lost_err(ErrorKind::DeviceLost, "device lost: " + error.message(), error.context());
     records_.FailAll(lost_err);
+    UpdateRingWatch();
     dma_.FailAll(lost_err);
     RefreshStreams();
     PullIncoming();

@@ -91,6 +91,17 @@ private:
     bool HostWorkPending() const;
     bool WorkArrived() const;
     bool RingReady() const { return !records_.empty() && ring_->CompletionsReady(); }
+    // RingReady without the lock, for a waiter deciding whether to take it:
+    // the next completion's position as the lock holder last left it
+    // (ring_watch_), and that CQE's phase. Stale at worst: a false answer
+    // delays the reap until the waiter's next full pass.
+    bool RingMayBeReady() const {
+        const uint64_t pos = ring_watch_.load(std::memory_order_relaxed);
+        return pos != kNoRingWatch && ring_->CompletionPosted(uint32_t(pos));
+    }
+    void UpdateRingWatch() {  // the lock held
+        ring_watch_.store(records_.empty() ? kNoRingWatch : ring_->cq_head(), std::memory_order_relaxed);
+    }
     void Wake();
     void WakeIfAsleep();
     void IdleWait(std::unique_lock<std::mutex>& lock);
@@ -139,6 +150,8 @@ private:
     std::atomic<bool> thread_asleep_{false};  // the scheduler thread sleeps without the lock
     std::atomic<uint32_t> drivers_{0};       // callers reaping in a wait (the thread keeps out)
     std::atomic<bool> busy_{false};          // work queued or in flight after the last pass
+    static constexpr uint64_t kNoRingWatch = ~0ull;
+    std::atomic<uint64_t> ring_watch_{kNoRingWatch};  // RingMayBeReady: the next completion's position
     std::atomic<uint64_t> dma_done_{0};
     std::atomic<bool> stopping_{false};
     std::atomic<bool> lost_{false};

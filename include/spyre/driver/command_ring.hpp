@@ -139,6 +139,15 @@ public:
     // True when the oldest CB in flight has completed: a Reap would take it.
     // Reads one CQE's phase byte, nothing else.
     bool CompletionsReady() const noexcept;
+    // The position of the next completion to reap.
+    uint32_t cq_head() const noexcept { return cq_head_; }
+    // True when the CQE slot of completion position `cq_pos` holds that
+    // position's record. Reads only the ring's geometry and one phase byte,
+    // so any thread may ask while another submits and reaps: a watcher that
+    // learnt `cq_pos` from the reaping thread can spin on it.
+    bool CompletionPosted(uint32_t cq_pos) const noexcept {
+        return PhaseAt(cq_pos) == spyre_cqe_phase(cq_pos, cq_entries_);
+    }
 
     // Reaps completions that are ready, without waiting. Returns how many.
     // Each completion frees its CB's slots. Throws ProtocolError if the
