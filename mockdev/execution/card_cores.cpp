@@ -112,7 +112,10 @@ void CardCores::Release() {
     }
     // Only when tasks waited for the program: waking every worker after each
     // launch cost an empty Launch+Synchronize 5-15x (docs/streams.md).
-    if (held_back_.exchange(false, std::memory_order_seq_cst)) {
+    // Looked at before it is taken (the store above is the full fence the
+    // Dekker pair needs): a launch pays a locked exchange only when a worker
+    // waits.
+    if (held_back_.load(std::memory_order_seq_cst) && held_back_.exchange(false, std::memory_order_seq_cst)) {
         std::lock_guard lock(mutex_);
         wake_.notify_all();
     }

@@ -23,7 +23,7 @@ CbOutcome ProgramFail(const ProgramFault& f, uint64_t program_addr) {
 }  // namespace
 
 CbOutcome ProgramExecutor::Load(uint64_t addr, uint64_t size, std::vector<uint8_t>& bytes,
-                                std::shared_ptr<const DecodedProgram>& program) {
+                                const DecodedProgram*& program) {
     if (addr % SPYRE_PROGRAM_ALIGN != 0) return Fail(SPYRE_ERR_MISALIGNED, addr);
     if (size == 0) {
         // LAUNCH with program_size 0: the size is the header's total_size.
@@ -37,15 +37,16 @@ CbOutcome ProgramExecutor::Load(uint64_t addr, uint64_t size, std::vector<uint8_
     const auto span = memory_.Span(addr, size);
     if (!span) return Fail(SPYRE_ERR_ADDR_RANGE, addr);
     bytes.assign(span->begin(), span->end());  // compared and decoded as copied: the driver may write meanwhile
-    if (bytes == cached_bytes_) {
-        program = cached_;
+    if (cached_ && bytes == cached_bytes_) {
+        program = cached_.get();
         return {};
     }
-    auto decoded = std::make_shared<DecodedProgram>();
+    auto decoded = std::make_unique<DecodedProgram>();
     if (ProgramFault f = DecodeProgram(bytes, memory_.size(), *decoded)) return ProgramFail(f, addr);
+    if (launching_ && cached_) superseded_.push_back(std::move(cached_));  // the running program's
     cached_bytes_ = bytes;
-    cached_ = decoded;
-    program = std::move(decoded);
+    cached_ = std::move(decoded);
+    program = cached_.get();
     return {};
 }
 
@@ -60,14 +61,22 @@ CbOutcome ProgramExecutor::MapOperands(const DecodedProgram& program) {
 }
 
 CbOutcome ProgramExecutor::Launch(uint64_t addr, uint64_t size, const Budget& budget) {
-    // The decode is shared with the cache, not copied: a CORRECT op in the
-    // program may load (and cache) another program meanwhile.
-    std::shared_ptr<const DecodedProgram> program;
+    // The cache's decode, not a copy: a CORRECT op in the program may load
+    // (and cache) another program meanwhile, which keeps this one alive.
+    const DecodedProgram* program = nullptr;
     if (CbOutcome loaded = Load(addr, size, bytes_, program); loaded.status) return loaded;
     if (CbOutcome mapped = MapOperands(*program); mapped.status) return mapped;
     uint16_t status;
     const auto card = compute_.Acquire(budget, status);
     if (!card) return Fail(status, addr);
+    struct Running {
+        ProgramExecutor& executor;
+        explicit Running(ProgramExecutor& e) : executor(e) { executor.launching_ = true; }
+        ~Running() {
+            executor.launching_ = false;
+            executor.superseded_.clear();
+        }
+    } running(*this);
     for (const spyre_program_op& op : program->ops)
         if (CbOutcome done = RunOp(*program, op, addr, budget); done.status) return done;
     return CbOutcome{SPYRE_ERR_NONE, program->ops.size(), 0};
@@ -75,7 +84,7 @@ CbOutcome ProgramExecutor::Launch(uint64_t addr, uint64_t size, const Budget& bu
 
 CbOutcome ProgramExecutor::RunTask(uint64_t addr, uint64_t size, uint64_t args_addr, uint64_t arg_count,
                                    const Budget& budget) {
-    std::shared_ptr<const DecodedProgram> loaded;
+    const DecodedProgram* loaded = nullptr;
     if (CbOutcome out = Load(addr, size, bytes_, loaded); out.status) return out;
     if (CbOutcome relocated = Relocate(addr, args_addr, arg_count, bytes_, *loaded, task_program_); relocated.status)
         return relocated;
@@ -140,7 +149,7 @@ CbOutcome ProgramExecutor::Correct(uint64_t target_addr, uint64_t input_addr, ui
     spyre_program_header h;
     std::memcpy(&h, header->data(), sizeof h);
     if (h.magic != SPYRE_PROGRAM_MAGIC) return Fail(SPYRE_ERR_PROGRAM_MAGIC, target_addr);
-    std::shared_ptr<const DecodedProgram> loaded;
+    const DecodedProgram* loaded = nullptr;
     if (CbOutcome out = Load(target_addr, h.total_size, target_bytes_, loaded); out.status) return out;
     if (CbOutcome relocated = Relocate(target_addr, input_addr, entry_count, target_bytes_, *loaded, target_);
         relocated.status)

@@ -53,9 +53,10 @@ private:
     // Maps every operand of `program` (validated) to its bytes.
     CbOutcome MapOperands(const DecodedProgram& program);
     // Copies the program at `addr` out of device memory into `bytes` and
-    // decodes it, or takes the cached decode of the same bytes.
-    CbOutcome Load(uint64_t addr, uint64_t size, std::vector<uint8_t>& bytes,
-                   std::shared_ptr<const DecodedProgram>& program);
+    // decodes it, or takes the cached decode of the same bytes. `program`
+    // points at the cache's decode: valid until the next Load, or, within a
+    // launch, until the launch ends (superseded_).
+    CbOutcome Load(uint64_t addr, uint64_t size, std::vector<uint8_t>& bytes, const DecodedProgram*& program);
 
     DeviceMemory memory_;
     CardCores& compute_;
@@ -70,9 +71,14 @@ private:
     // executor), so a launch of the same bytes again, the usual case, takes
     // this decode instead of a CRC and a check of every table: a 64-byte
     // program's CRC alone cost about 170 ns, as much as a NOP round trip.
-    // A LAUNCH runs the cached decode itself, without a copy.
+    // A LAUNCH runs the cached decode itself, without a copy and without a
+    // reference count (two locked instructions a launch): a CORRECT op of
+    // the running program may load another program into the cache, and the
+    // decode it replaces waits in superseded_ until the launch ends.
     std::vector<uint8_t> cached_bytes_;
-    std::shared_ptr<const DecodedProgram> cached_;
+    std::unique_ptr<const DecodedProgram> cached_;
+    bool launching_ = false;
+    std::vector<std::unique_ptr<const DecodedProgram>> superseded_;
 };
 
 }  // namespace spyre::mockdev
