@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "spyre/common/device_clock.hpp"
 #include "spyre/uapi/spyre_errors.h"
 #include "trace/recorder.hpp"
 
@@ -80,6 +81,38 @@ size_t DropFaulted(StreamState& s) {
     return dropped;
 }
 
+bool SettleEventOnHost(StreamState& s, const std::string& device) {
+    if (s.local.empty() || s.ring_inflight != 0 || s.host_busy) return false;
+    QueuedOp& op = s.local.front();
+    if (op.kind == OpKind::EventRecord) {
+        EventState& ev = *op.event;
+        if (ev.ring_records != 0) return false;
+        // As in the ring (RingBatcher::Append): records only move forward.
+        const uint64_t value = std::max(op.value, ev.submitted.load(std::memory_order_relaxed));
+        ev.submitted.store(value, std::memory_order_relaxed);
+        std::optional<Error> err;
+        if (s.faulted.load()) {
+            std::lock_guard lock(s.mu);
+            err = s.fault;
+        }
+        // The device clock is CLOCK_MONOTONIC: now is when the work before
+        // the record was seen done, never before it was.
+        CompleteEvent(ev, value, DeviceClockNs(), err);
+    } else if (op.kind == OpKind::EventWait) {
+        if (s.faulted.load(std::memory_order_relaxed)) return false;  // DropFaulted drops it
+        if (op.event->completed.load(std::memory_order_acquire) < op.value) return false;
+    } else {
+        return false;
+    }
+    const uint64_t seq = s.next_seq++;
+    const OpKind kind = op.kind;
+    const OpTrace trace = op.trace();
+    s.local.pop_front();  // lets go of the event before the stream's waiter wakes
+    if (trace.enqueue_ns && trace::Enabled()) TraceOp(s, device, kind, seq, trace, trace::detail::NowNs());
+    Complete(s, seq);
+    return true;
+}
+
 size_t RingRecords::Retire(std::span<const driver::Completion> done) {
     size_t cancelled = 0;
     uint64_t reaped_ns = 0;  // while a trace records: when this batch was seen, read once
@@ -105,6 +138,7 @@ size_t RingRecords::Retire(std::span<const driver::Completion> done) {
             ++cancelled;  // cancelled on the device behind the stream's failure
         }
         if (rec.kind == OpKind::EventRecord) {
+            --rec.event->ring_records;
             std::optional<Error> err;
             if (s.faulted.load()) {
                 std::lock_guard lock(s.mu);
@@ -128,7 +162,10 @@ size_t RingRecords::Retire(std::span<const driver::Completion> done) {
 void RingRecords::FailAll(const Error& lost) {
     for (Record& r : records_) {
         Fault(*r.stream, lost);
-        if (r.event && r.kind == OpKind::EventRecord) CompleteEvent(*r.event, r.value, 0, lost);
+        if (r.event && r.kind == OpKind::EventRecord) {
+            --r.event->ring_records;
+            CompleteEvent(*r.event, r.value, 0, lost);
+        }
         r.event.reset();
         --r.stream->ring_inflight;
         Complete(*r.stream, r.seq);

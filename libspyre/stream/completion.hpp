@@ -34,6 +34,16 @@ Error StreamOpError(ErrorKind kind, const StreamState& s, uint64_t seq, const st
 // callbacks still run (nothing leaks). Returns the ops dropped.
 size_t DropFaulted(StreamState& s);
 
+// Settles the event record or wait at the head of `s` on the host when
+// nothing of `s` is in flight, so the work before it is done and it needs
+// no CB: a CB would queue behind other streams' work in the ring (a long
+// LAUNCH) and hold back this stream's host work (DMA copies) behind it. A
+// record settles only while no SEM_WRITE of its event is in the ring (the
+// semaphore keeps ring order), and then leaves the device's semaphore as it
+// was: a later wait on it is a NOP (RingBatcher). A wait settles once its
+// event has completed. Returns whether the head was settled.
+bool SettleEventOnHost(StreamState& s, const std::string& device);
+
 // The CBs in the ring, in submission order.
 class RingRecords {
 public:
@@ -54,6 +64,7 @@ public:
     bool empty() const { return records_.empty(); }
     void Add(Record r) {
         ++r.stream->ring_inflight;
+        if (r.kind == OpKind::EventRecord && r.event) ++r.event->ring_records;
         records_.push_back(std::move(r));
     }
     // Retires `done` (reaped from the ring, in ring order). Throws

@@ -74,9 +74,15 @@ void RingBatcher::Append(StreamState& s, std::vector<spyre_cb>& batch, RingRecor
         break;
     }
     case OpKind::EventWait:
-        // Every record up to `submitted` is ahead of this CB in the ring, and
-        // the ring runs in order, so the semaphore holds exactly that value.
-        batch.push_back(driver::SemWaitCb(op.event->sem_addr, op.event->submitted.load(), 0, ud));
+        // A completed event needs no wait, and its semaphore may not hold
+        // `submitted` (a record settled on the host does not write it:
+        // SettleEventOnHost). Otherwise a record of it is in the ring, every
+        // record up to `submitted` is ahead of this CB, and the ring runs in
+        // order, so the semaphore holds exactly that value.
+        if (op.event->completed.load(std::memory_order_acquire) >= op.value)
+            batch.push_back(driver::NopCb(ud));
+        else
+            batch.push_back(driver::SemWaitCb(op.event->sem_addr, op.event->submitted.load(), 0, ud));
         break;
     default: throw Error(ErrorKind::Internal, "not a ring op");
     }

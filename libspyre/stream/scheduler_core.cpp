@@ -102,7 +102,8 @@ std::vector<std::shared_ptr<StreamState>> SchedulerCore::Streams() {
 SchedulerStats SchedulerCore::Stats() const {
     auto get = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
     return SchedulerStats{get(stats_.ring_cbs),   get(stats_.doorbells), get(stats_.inline_copies),
-                          get(stats_.dma_copies), get(stats_.callbacks), get(stats_.dropped)};
+                          get(stats_.dma_copies), get(stats_.callbacks), get(stats_.dropped),
+                          get(stats_.host_events)};
 }
 
 // ---------------------------------------------------------------- the way in
@@ -468,6 +469,10 @@ bool SchedulerCore::IssueHostWork(bool on_thread) {
         StreamState& s = *sp;
         if (const size_t dropped = DropFaulted(s)) {
             Counters::Add(stats_.dropped, dropped);
+            any = true;
+        }
+        while (SettleEventOnHost(s, device_.function->pci_address())) {
+            Counters::Add(stats_.host_events, 1);
             any = true;
         }
         // Host work is the thread's: callbacks run there (and may not wait).

@@ -160,7 +160,8 @@ private:
     // Written only by the drive lock's holder, read by anyone: a relaxed
     // load and store per update, no lock (a submit took the stats mutex).
     struct Counters {
-        std::atomic<uint64_t> ring_cbs{0}, doorbells{0}, inline_copies{0}, dma_copies{0}, callbacks{0}, dropped{0};
+        std::atomic<uint64_t> ring_cbs{0}, doorbells{0}, inline_copies{0}, dma_copies{0}, callbacks{0}, dropped{0},
+            host_events{0};
         static void Add(std::atomic<uint64_t>& c, uint64_t n) {
             c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
         }

@@ -57,12 +57,15 @@ struct EventState {
     std::optional<DeviceAllocation> semaphore;  // one u64 in device memory
     uint64_t sem_addr = 0;
     std::atomic<uint64_t> recorded{0};   // Record calls so far (the last record's sequence)
-    std::atomic<uint64_t> submitted{0};  // last sequence whose SEM_WRITE is in the ring (scheduler)
+    std::atomic<uint64_t> submitted{0};  // last sequence written, in the ring or settled on the host (scheduler)
     std::atomic<uint64_t> completed{0};  // last sequence completed
     std::atomic<uint64_t> timestamp_ns{0};  // device time of `completed`
     CompletionWord done;
     std::mutex mu;
     std::optional<Error> error;          // the recording stream's fault, if it had one
+    // Its SEM_WRITEs in the ring, not yet reaped (drive-lock holder only):
+    // a record settles on the host only when there are none.
+    uint32_t ring_records = 0;
     ~EventState();
 };
 

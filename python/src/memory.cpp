@@ -35,7 +35,8 @@ void BindMemory(py::module_& m) {
         .def_readonly("inline_copies", &SchedulerStats::inline_copies)
         .def_readonly("dma_copies", &SchedulerStats::dma_copies)
         .def_readonly("callbacks", &SchedulerStats::callbacks)
-        .def_readonly("dropped", &SchedulerStats::dropped);
+        .def_readonly("dropped", &SchedulerStats::dropped)
+        .def_readonly("host_events", &SchedulerStats::host_events);
 
     py::class_<PyBuffer, std::shared_ptr<PyBuffer>>(m, "DeviceBuffer",
         "One device allocation (Device.alloc). Freed by free(), when garbage collected, or when its device "

@@ -85,6 +85,7 @@ struct SchedulerStats {
     uint64_t dma_copies = 0;     // copies on the DMA engine
     uint64_t callbacks = 0;
     uint64_t dropped = 0;        // ops discarded on faulted streams
+    uint64_t host_events = 0;    // event records and waits settled on the host (no CB)
 };
 
 namespace detail {

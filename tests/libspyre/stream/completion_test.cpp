@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mock_fixture.hpp"
+#include "spyre/common/device_clock.hpp"
 #include "spyre/uapi/spyre_errors.h"
 #include "stream/completion.hpp"
 
@@ -101,6 +102,55 @@ TEST(Completion, AnEventRecordedAfterAFailureCarriesTheError) {
     EXPECT_EQ(ev->completed.load(), 1u);
     ASSERT_TRUE(ev->error.has_value());
     EXPECT_EQ(ev->error->kind(), ErrorKind::DeviceError);
+}
+
+TEST(Completion, AnIdleStreamsEventRecordAndWaitSettleOnTheHost) {
+    StreamState s(0, 0);
+    auto ev = std::make_shared<EventState>(), later = std::make_shared<EventState>();
+    QueuedOp record;
+    record.kind = OpKind::EventRecord;
+    record.event = ev;
+    record.value = 1;
+    QueuedOp wait;
+    wait.kind = OpKind::EventWait;
+    wait.event = ev;
+    wait.value = 1;
+    QueuedOp launch;
+    s.local = {record, wait, launch};
+    s.ring_inflight = 1;
+    EXPECT_FALSE(SettleEventOnHost(s, "d")) << "work before it is in the ring";
+    s.ring_inflight = 0;
+    s.host_busy = true;
+    EXPECT_FALSE(SettleEventOnHost(s, "d")) << "a copy before it is running";
+    s.host_busy = false;
+    ev->ring_records = 1;
+    EXPECT_FALSE(SettleEventOnHost(s, "d")) << "a record of the event is in the ring: the semaphore keeps ring order";
+    ev->ring_records = 0;
+    const uint64_t t0 = DeviceClockNs();
+    EXPECT_TRUE(SettleEventOnHost(s, "d"));
+    EXPECT_EQ(ev->completed.load(), 1u);
+    EXPECT_EQ(ev->submitted.load(), 1u);
+    EXPECT_GE(ev->timestamp_ns.load(), t0);
+    EXPECT_LE(ev->timestamp_ns.load(), DeviceClockNs());
+    EXPECT_EQ(s.completed.load(), 1u);
+    EXPECT_TRUE(SettleEventOnHost(s, "d")) << "a wait on a completed event";
+    EXPECT_EQ(s.completed.load(), 2u);
+    EXPECT_EQ(ev.use_count(), 3) << "settled ops let go of the event (the test's record and wait hold it)";
+    EXPECT_FALSE(SettleEventOnHost(s, "d")) << "a launch is the ring's";
+    s.local.front() = wait;
+    s.local.front().event = later;
+    EXPECT_FALSE(SettleEventOnHost(s, "d")) << "a wait on an event not yet complete";
+
+    // On a faulted stream a record still fires, with the stream's error.
+    s.local.front() = record;
+    s.local.front().event = later;
+    s.local.front().value = 4;
+    later->submitted.store(6);  // records only move forward
+    Fault(s, Error(ErrorKind::DeviceError, "boom"));
+    EXPECT_TRUE(SettleEventOnHost(s, "d"));
+    EXPECT_EQ(later->completed.load(), 6u);
+    ASSERT_TRUE(later->error.has_value());
+    EXPECT_EQ(later->error->kind(), ErrorKind::DeviceError);
 }
 
 TEST(Completion, DropFaultedDropsInOrderButKeepsRecordsAndCleanup) {

@@ -19,6 +19,16 @@ std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
     for (size_t i = 0; i < n; ++i) v[i] = uint8_t(seed + i * 7 + (i >> 12));
     return v;
 }
+
+// A writes `in` to `buf` by DMA and records `written`; B waits for it, then
+// reads `buf` back into `out`.
+void WriteThenRead(FlexStream& a, FlexStream& b, Event& written, const std::vector<uint8_t>& in,
+                   std::vector<uint8_t>& out, const DeviceHandle& buf) {
+    a.CopyToDevice(in.data(), buf, in.size());
+    written.Record(a);
+    b.Wait(written);
+    b.CopyFromDevice(out.data(), buf, out.size());
+}
 }  // namespace
 
 TEST_F(StreamTest, EventOrdersALargeDmaWriteBeforeAnotherStreamsRead) {
@@ -31,10 +41,7 @@ TEST_F(StreamTest, EventOrdersALargeDmaWriteBeforeAnotherStreamsRead) {
         const std::vector<uint8_t> in = Pattern(kSize, round);
         std::vector<uint8_t> out(kSize, 0);
         Event written(dev);
-        a.CopyToDevice(in.data(), buf.handle, kSize);
-        written.Record(a);
-        b.Wait(written);
-        b.CopyFromDevice(out.data(), buf.handle, kSize);
+        WriteThenRead(a, b, written, in, out, buf.handle);
         ASSERT_TRUE(SettlesWithin(b));
         b.Synchronize();
         EXPECT_TRUE(written.Query());
@@ -71,6 +78,58 @@ TEST_F(StreamTest, EventWaitOrdersRingWorkAcrossStreams) {
     b.Synchronize();
     EXPECT_EQ(back, Fill8Value(4242));
     EXPECT_TRUE(ev.Query());
+}
+
+TEST_F(StreamTest, AnEventBehindHostWorkDoesNotQueueBehindAnotherStreamsRing) {
+    // A holds the ring in a device-side semaphore wait (as a long LAUNCH
+    // would). B copies by DMA and records an event; C waits for it and reads
+    // by DMA. None of that needs the ring, so it must not wait for A: this
+    // is what lets a copy stream overlap a compute stream.
+    Device dev = OpenDevice();
+    FlexStream a = dev.CreateStream(), b = dev.CreateStream(), c = dev.CreateStream();
+    constexpr size_t kSize = 1u << 20;  // DMA, not inline in the ring
+    DeviceAllocation gate = dev.allocator().Allocate(kSize), data = dev.allocator().Allocate(kSize);
+    std::vector<uint8_t> gate_bytes(kSize, 0);
+    b.CopyToDevice(gate_bytes.data(), gate.handle, kSize);
+    b.Synchronize();
+    const SchedulerStats before = dev.scheduler().Stats();
+    ControlBlock hold;
+    hold.kind = ControlBlock::Kind::SemWait;
+    hold.device_addr = Addr(dev, gate.handle, 8);
+    hold.value = 1;
+    dev.scheduler().QueueOperation(a.stream_index(), hold);
+    ASSERT_TRUE(Eventually([&] { return dev.scheduler().Stats().ring_cbs > before.ring_cbs; }))
+        << "A's semaphore wait never reached the ring";
+
+    const std::vector<uint8_t> in = Pattern(kSize, 5);
+    std::vector<uint8_t> out(kSize, 0);
+    Event written(dev);
+    WriteThenRead(b, c, written, in, out, data.handle);
+    ASSERT_TRUE(Eventually([&] { return written.Query(); }, std::chrono::seconds(5)))
+        << "B's record queued behind A's semaphore wait in the ring";
+    ASSERT_TRUE(SettlesWithin(c, std::chrono::seconds(5))) << "C's wait queued behind A's semaphore wait";
+    c.Synchronize();
+    EXPECT_TRUE(in == out) << "C read the buffer before B's write completed";
+    EXPECT_EQ(a.Query(), StreamStatus::Busy) << "the ring was not held meanwhile: the test proves nothing";
+    EXPECT_GE(dev.scheduler().Stats().host_events - before.host_events, 2u);
+
+    // Open the gate by DMA (the ring is still held), then wait on the
+    // event from inside the ring: its semaphore was never written (the
+    // record settled on the host), so that wait must not go to the device
+    // as a semaphore wait.
+    gate_bytes[0] = 1;
+    b.CopyToDevice(gate_bytes.data(), gate.handle, kSize);
+    ASSERT_TRUE(SettlesWithin(a));
+    a.Synchronize();
+    const uint64_t v = 77;
+    uint64_t back = 0;
+    DeviceAllocation cell = dev.allocator().Allocate(8);
+    a.CopyToDevice(&v, cell.handle, 8);  // inline: A's wait may share its turn
+    a.Wait(written);
+    a.CopyFromDevice(&back, cell.handle, 8);
+    ASSERT_TRUE(SettlesWithin(a));
+    a.Synchronize();
+    EXPECT_EQ(back, 77u);
 }
 
 TEST_F(StreamTest, EventQuerySynchronizeAndElapsedTime) {

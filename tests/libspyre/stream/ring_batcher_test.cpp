@@ -35,6 +35,14 @@ QueuedOp Copy(uint64_t size, const void* src) {
     return op;
 }
 
+QueuedOp EventOp(OpKind kind, std::shared_ptr<EventState> event, uint64_t value) {
+    QueuedOp op;
+    op.kind = kind;
+    op.event = std::move(event);
+    op.value = value;
+    return op;
+}
+
 struct Fixture {
     StreamState s{0, 0};
     RingBatcher batcher{kInlineMax};
@@ -104,11 +112,7 @@ TEST(RingBatcher, StopsAtHostWorkAndAtAnEventRecord) {
     Fixture f;
     auto event = std::make_shared<EventState>();
     f.s.local.push_back(Launch(0x10));
-    QueuedOp record;
-    record.kind = OpKind::EventRecord;
-    record.event = event;
-    record.value = 1;
-    f.s.local.push_back(record);
+    f.s.local.push_back(EventOp(OpKind::EventRecord, event, 1));
     QueuedOp callback;
     callback.kind = OpKind::HostCallback;
     f.s.local.push_back(callback);
@@ -128,16 +132,41 @@ TEST(RingBatcher, StopsAtHostWorkAndAtAnEventRecord) {
 TEST(RingBatcher, AnEventWaitWaitsForItsRecordToBeSubmitted) {
     Fixture f;
     auto event = std::make_shared<EventState>();
-    QueuedOp wait;
-    wait.kind = OpKind::EventWait;
-    wait.event = event;
-    wait.value = 2;
-    f.s.local.push_back(wait);
+    f.s.local.push_back(EventOp(OpKind::EventWait, event, 2));
     EXPECT_FALSE(f.batcher.Ready(f.s));
     event->submitted.store(2);
     EXPECT_TRUE(f.batcher.Ready(f.s));
     EXPECT_EQ(f.Take(64), 1u);
     EXPECT_EQ(f.batch[0].opcode, SPYRE_OP_SEM_WAIT);
+}
+
+TEST(RingBatcher, AWaitOnACompletedEventIsANop) {
+    // A record settled on the host leaves the semaphore unwritten: a wait
+    // for it in the ring must not wait for the semaphore.
+    Fixture f;
+    auto event = std::make_shared<EventState>();
+    event->submitted.store(3);
+    event->completed.store(2);
+    f.s.local.push_back(EventOp(OpKind::EventWait, event, 2));
+    f.s.local.back().link = true;
+    f.s.local.push_back(EventOp(OpKind::EventWait, event, 3));  // the record of 3 is still in the ring
+    EXPECT_EQ(f.Take(64), 2u);
+    EXPECT_EQ(f.batch[0].opcode, SPYRE_OP_NOP);
+    EXPECT_EQ(f.batch[1].opcode, SPYRE_OP_SEM_WAIT);
+    EXPECT_EQ(f.batch[1].u.sem.value, 3u);
+}
+
+TEST(RingBatcher, TheRingCountsItsRecordsOfEachEvent) {
+    Fixture f;
+    auto event = std::make_shared<EventState>();
+    f.s.local.push_back(EventOp(OpKind::EventRecord, event, 1));
+    EXPECT_EQ(f.Take(64), 1u);
+    EXPECT_EQ(event->ring_records, 1u);
+    driver::Completion done;
+    done.user_data = f.batch[0].user_data;
+    f.records.Retire(std::span(&done, 1));
+    EXPECT_EQ(event->ring_records, 0u);
+    EXPECT_EQ(event->completed.load(), 1u);
 }
 
 TEST(RingBatcher, AGroupIsNotSplitUnlessItCannotFitAtAll) {
