@@ -71,16 +71,13 @@ void RingServer::SetRingEnabled(bool enabled) {
 RingServer::Paused::Paused(RingServer& server) : ring_server_(server) {
     ring_server_.abort_batch_.store(true);
     lock_ = std::unique_lock(ring_server_.exec_mutex_);
-    // Only now: a server that sees paused_ blocks on exec_mutex_, and one that
-    // saw it before the lock was ours would take and drop the mutex in a
-    // loop, which can keep this constructor from ever getting it.
-    ring_server_.paused_.store(true);
+    // Out of its futex sleep, to park on exec_mutex_ instead.
+    ring_server_.pause_.Begin([&] { ring_server_.Kick(); }, [&] { return ring_server_.stopping_.load(); });
     ring_server_.abort_batch_.store(false);
-    ring_server_.Kick();  // out of its futex sleep, to wait on exec_mutex_ instead
 }
 
 RingServer::Paused::~Paused() {
-    ring_server_.paused_.store(false);
+    ring_server_.pause_.End();
     lock_.unlock();
     ring_server_.Kick();  // a ring enabled while paused may hold work
 }
@@ -129,8 +126,8 @@ void RingServer::Run() {
             FutexWake(&kicks_seen_, INT_MAX, FutexScope::Private);  // kicks are rare: no cost when polling
         }
         if (stopping_.load()) return;
-        if (paused_.load()) {
-            std::lock_guard wait_for_resume(exec_mutex_);
+        if (pause_.requested()) {
+            pause_.Park(exec_mutex_);
             continue;
         }
         if (HasWork(SharedWord(db_->sq_tail).load(std::memory_order_acquire))) {

@@ -18,6 +18,7 @@
 
 #include "execution/cb_executor.hpp"
 #include "execution/cycle_clock.hpp"
+#include "execution/server_pause.hpp"
 #include "pci/register_file.hpp"
 #include "pci/shm_object.hpp"
 #include "spyre/uapi/spyre_cb.h"
@@ -124,7 +125,7 @@ private:
     std::array<uint8_t, SPYRE_CB_INLINE_MAX_BYTES> payload_{};  // inline payload of the CB being served
     std::atomic<bool> stopping_{false};
     std::atomic<bool> abort_batch_{false};
-    std::atomic<bool> paused_{false};
+    ServerPause pause_;
     std::atomic<bool> ring_enabled_{false};
     std::atomic<bool> halted_{false};
     std::atomic<bool> running_{false};

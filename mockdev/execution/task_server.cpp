@@ -68,15 +68,9 @@ void TaskServer::Doorbell() { WakeServer(); }
 TaskServer::Paused::Paused(TaskServer& server) : server_(server) {
     server_.abort_.store(true);  // running tasks stop at their next budget check
     lock_ = std::unique_lock(server_.exec_mutex_);
-    // Only now (as RingServer::Paused): a server seeing paused_ before the
-    // mutex was ours would take and drop it in a loop and could starve us.
-    server_.paused_.store(true);
-    // Out of its futex sleep, to wait on exec_mutex_ instead: the page it
+    // Out of its futex sleep, to park on exec_mutex_ instead: the page it
     // sleeps on may be replaced while paused (a change of owner).
-    do {
-        server_.WakeServer();
-        if (server_.asleep_.load()) std::this_thread::sleep_for(std::chrono::microseconds(20));
-    } while (server_.asleep_.load());
+    server_.pause_.Begin([&] { server_.WakeServer(); }, [&] { return server_.stopping_.load(); });
     std::unique_lock lock(server_.mutex_);
     server_.accepting_ = false;
     server_.idle_.wait(lock, [&] { return server_.running_ == 0; });
@@ -88,7 +82,7 @@ TaskServer::Paused::~Paused() {
         server_.accepting_ = !server_.stopping_.load();
         server_.abort_.store(server_.stopping_.load());
     }
-    server_.paused_.store(false);
+    server_.pause_.End();
     lock_.unlock();
     server_.WakeServer();
     server_.cores_.NotifyTasks();
@@ -123,8 +117,8 @@ void TaskServer::Loop() {
     auto last_work = Clock::now();
     for (;;) {
         if (stopping_.load()) return;
-        if (paused_.load()) {
-            std::lock_guard wait_for_resume(exec_mutex_);
+        if (pause_.requested()) {
+            pause_.Park(exec_mutex_);
             continue;
         }
         const uint32_t wake = SharedWord(db_->wake_seq).load(std::memory_order_acquire);
@@ -141,13 +135,11 @@ void TaskServer::Loop() {
             continue;
         }
         // Sleep (spyre_task.h): publish it, fence, look at every sq_tail once more.
-        asleep_.store(true);
         SharedWord(db_->device_sleeping).store(1);
         std::atomic_thread_fence(std::memory_order_seq_cst);
-        if (!Submitted() && !stopping_.load() && !paused_.load() && FutexWait(&db_->wake_seq, wake, kServerSleepTimeout))
+        if (!Submitted() && !stopping_.load() && !pause_.requested() && FutexWait(&db_->wake_seq, wake, kServerSleepTimeout))
             regs_.Add64(SPYRE_REG_CNT_WAKEUPS, 1);
         SharedWord(db_->device_sleeping).store(0);
-        asleep_.store(false);
         last_work = Clock::now();
     }
 }
@@ -160,7 +152,7 @@ void TaskServer::Halt(uint32_t queue, uint32_t sq_head) {
 
 bool TaskServer::Intake() {
     std::unique_lock exec(exec_mutex_);
-    if (paused_.load() || stopping_.load()) return false;
+    if (pause_.requested() || stopping_.load()) return false;
     bool took = false;
     for (uint32_t q = 0; q < queues_; ++q) {
         if (halted_.load() & (1u << q)) continue;

@@ -25,6 +25,7 @@
 #include "execution/card_cores.hpp"
 #include "execution/device_memory.hpp"
 #include "execution/program_executor.hpp"
+#include "execution/server_pause.hpp"
 #include "pci/register_file.hpp"
 #include "pci/shm_object.hpp"
 #include "spyre/uapi/spyre_task.h"
@@ -130,10 +131,9 @@ private:
     bool accepting_ = true;  // false while paused or stopped: no task is handed out
     std::atomic<uint32_t> halted_{0};
     std::atomic<bool> stopping_{false};
-    std::atomic<bool> paused_{false};
+    ServerPause pause_;
     std::atomic<bool> abort_{false};
     std::atomic<bool> registered_{false};
-    std::atomic<bool> asleep_{false};  // the server is in (or about to enter) its futex wait
     std::thread thread_;
 };
 
