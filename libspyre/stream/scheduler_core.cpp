@@ -463,6 +463,15 @@ bool SchedulerCore::RunCallback(StreamState& s) {
     return true;
 }
 
+bool SchedulerCore::SettleEvents(StreamState& s) {
+    bool any = false;
+    while (SettleEventOnHost(s, device_.function->pci_address())) {
+        Counters::Add(stats_.host_events, 1);
+        any = true;
+    }
+    return any;
+}
+
 bool SchedulerCore::IssueHostWork(bool on_thread) {
     bool any = false;
     for (StreamState* sp : active_) {
@@ -471,10 +480,7 @@ bool SchedulerCore::IssueHostWork(bool on_thread) {
             Counters::Add(stats_.dropped, dropped);
             any = true;
         }
-        while (SettleEventOnHost(s, device_.function->pci_address())) {
-            Counters::Add(stats_.host_events, 1);
-            any = true;
-        }
+        any |= SettleEvents(s);
         // Host work is the thread's: callbacks run there (and may not wait).
         if (!on_thread || s.local.empty() || s.host_busy || s.ring_inflight != 0) continue;
         QueuedOp& op = s.local.front();
@@ -503,8 +509,12 @@ bool SchedulerCore::SubmitRing() {
     RingBatcher::Budget budget{options_.max_ring_inflight - inflight, ring_->FreeSlots(), inflight == 0,
                                trace::Enabled() ? trace::detail::NowNs() : 0};
     size_t batch_cbs = 0;
+    bool settled = false;
     for (StreamState* sp : policy_.Order(active_)) {
         StreamState& s = *sp;
+        // A record settled on another stream since IssueHostWork may have
+        // completed the event this stream's wait is for.
+        settled |= SettleEvents(s);
         // A stream's turn is one LINKed chain in the ring, so a failure
         // cancels the rest of it on the device (the stream drops the work
         // behind a failure). CBs sent in a later turn could not be linked
@@ -515,7 +525,7 @@ bool SchedulerCore::SubmitRing() {
         TurnPolicy::EndTurn(s, taken != 0);  // ready but passed over: it ages (Priority)
         batch_cbs += taken;
     }
-    if (batch_.empty()) return false;
+    if (batch_.empty()) return settled;
     const uint64_t inline_before = batcher_.inline_copies();
     ring_->Submit(batch_);
     UpdateRingWatch();

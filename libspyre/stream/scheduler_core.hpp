@@ -114,6 +114,8 @@ private:
     bool PullIncoming();
     bool ReapRing();
     bool PollDma();
+    // Event records and waits of `s` that need no CB (SettleEventOnHost).
+    bool SettleEvents(StreamState& s);
     bool IssueHostWork(bool on_thread);
     bool RunCallback(StreamState& s);
     bool SubmitRing();

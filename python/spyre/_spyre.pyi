@@ -152,6 +152,7 @@ class SchedulerStats:
     dma_copies: int
     callbacks: int
     dropped: int
+    host_events: int
 
 class DeviceBuffer:
     """One device allocation; freed (after queued work) by free(), garbage collection or Device.close()."""

@@ -31,6 +31,7 @@ def test_events_order_streams(dev):
     buf = dev.alloc(1 << 20)
     start, done = spyre.Event(dev), spyre.Event(dev)
     assert done.query()  # never recorded
+    settled = dev.scheduler_stats().host_events
     start.record(a)
     a.copy_to_device(np.full(1 << 18, 7, np.int32), buf)
     a.record(done)
@@ -42,6 +43,8 @@ def test_events_order_streams(dev):
     done.synchronize()
     assert done.query()
     assert spyre.Event.elapsed_time(start, done) >= 0.0
+    # Both records and B's wait found their streams idle: settled on the host.
+    assert dev.scheduler_stats().host_events - settled == 3
     never = spyre.Event(dev)
     with pytest.raises(spyre.InvalidArgument):
         spyre.Event.elapsed_time(never, done)
