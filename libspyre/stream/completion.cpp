@@ -85,11 +85,6 @@ bool SettleEventOnHost(StreamState& s, const std::string& device) {
     if (s.local.empty() || s.ring_inflight != 0 || s.host_busy) return false;
     QueuedOp& op = s.local.front();
     if (op.kind == OpKind::EventRecord) {
-        EventState& ev = *op.event;
-        if (ev.ring_records != 0) return false;
-        // As in the ring (RingBatcher::Append): records only move forward.
-        const uint64_t value = std::max(op.value, ev.submitted.load(std::memory_order_relaxed));
-        ev.submitted.store(value, std::memory_order_relaxed);
         std::optional<Error> err;
         if (s.faulted.load()) {
             std::lock_guard lock(s.mu);
@@ -97,7 +92,7 @@ bool SettleEventOnHost(StreamState& s, const std::string& device) {
         }
         // The device clock is CLOCK_MONOTONIC: now is when the work before
         // the record was seen done, never before it was.
-        CompleteEvent(ev, value, DeviceClockNs(), err);
+        CompleteEvent(*op.event, op.value, DeviceClockNs(), err);
     } else if (op.kind == OpKind::EventWait) {
         if (s.faulted.load(std::memory_order_relaxed)) return false;  // DropFaulted drops it
         if (op.event->completed.load(std::memory_order_acquire) < op.value) return false;
@@ -137,18 +132,6 @@ size_t RingRecords::Retire(std::span<const driver::Completion> done) {
         } else if (c.status == SPYRE_ERR_CANCELED) {
             ++cancelled;  // cancelled on the device behind the stream's failure
         }
-        if (rec.kind == OpKind::EventRecord) {
-            --rec.event->ring_records;
-            std::optional<Error> err;
-            if (s.faulted.load()) {
-                std::lock_guard lock(s.mu);
-                err = s.fault;
-            }
-            CompleteEvent(*rec.event, rec.value, c.timestamp_ns, err);
-        }
-        // Let go of the event before the stream's waiter wakes: the last
-        // reference to the device must never be dropped on the scheduler thread.
-        rec.event.reset();
         if (rec.submit_ns != 0 && trace::Enabled()) {
             if (reaped_ns == 0) reaped_ns = trace::detail::NowNs();
             TraceDevice(rec, c);
@@ -162,11 +145,6 @@ size_t RingRecords::Retire(std::span<const driver::Completion> done) {
 void RingRecords::FailAll(const Error& lost) {
     for (Record& r : records_) {
         Fault(*r.stream, lost);
-        if (r.event && r.kind == OpKind::EventRecord) {
-            --r.event->ring_records;
-            CompleteEvent(*r.event, r.value, 0, lost);
-        }
-        r.event.reset();
         --r.stream->ring_inflight;
         Complete(*r.stream, r.seq);
     }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Internal: completion handling. Retires ring completions in ring order onto
-// their streams and events, turns device status into sticky stream errors,
-// drops the work of faulted streams. No device: tests feed completions.
+// their streams, settles event records and waits on the host, turns device
+// status into sticky stream errors, drops the work of faulted streams. No
+// device: tests feed completions.
 #pragma once
 
 #include <cstdint>
@@ -34,14 +35,13 @@ Error StreamOpError(ErrorKind kind, const StreamState& s, uint64_t seq, const st
 // callbacks still run (nothing leaks). Returns the ops dropped.
 size_t DropFaulted(StreamState& s);
 
-// Settles the event record or wait at the head of `s` on the host when
-// nothing of `s` is in flight, so the work before it is done and it needs
-// no CB: a CB would queue behind other streams' work in the ring (a long
-// LAUNCH) and hold back this stream's host work (DMA copies) behind it. A
-// record settles only while no SEM_WRITE of its event is in the ring (the
-// semaphore keeps ring order), and then leaves the device's semaphore as it
-// was: a later wait on it is a NOP (RingBatcher). A wait settles once its
-// event has completed. Returns whether the head was settled.
+// Settles the event record or wait at the head of `s` on the host once
+// nothing of `s` is in flight, so the work before it is done. Events never
+// go to the ring: with one ring for every stream, a SEM_WRITE there would
+// queue behind other streams' work (a long LAUNCH) and hold back this
+// stream's host work (DMA copies) behind it. A record fires even on a
+// faulted stream, with its error; a wait settles once its event has
+// completed. Returns whether the head was settled.
 bool SettleEventOnHost(StreamState& s, const std::string& device);
 
 // The CBs in the ring, in submission order.
@@ -52,8 +52,6 @@ public:
         uint64_t seq;
         uint64_t user_data;
         OpKind kind;
-        uint64_t value;  // EventRecord: the sequence it writes
-        std::shared_ptr<EventState> event;
         OpTrace trace = {};
         uint64_t submit_ns = 0;  // while a trace records: when it went into the ring
     };
@@ -64,7 +62,6 @@ public:
     bool empty() const { return records_.empty(); }
     void Add(Record r) {
         ++r.stream->ring_inflight;
-        if (r.kind == OpKind::EventRecord && r.event) ++r.event->ring_records;
         records_.push_back(std::move(r));
     }
     // Retires `done` (reaped from the ring, in ring order). Throws

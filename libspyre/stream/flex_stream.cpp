@@ -151,23 +151,8 @@ void FlexStream::Reset() {
 
 // ---------------------------------------------------------------- Event
 
-EventState::~EventState() {
-    if (semaphore && core && core->allocator) {
-        try {
-            core->allocator->Free(semaphore->handle);
-        } catch (const Error&) {
-        }
-    }
-}
-
-Event::Event(Device& device) : state_(std::make_shared<EventState>()) {
-    state_->core = device.core();
-    state_->semaphore = state_->core->allocator->Allocate(sizeof(uint64_t));
-    state_->sem_addr = state_->core->allocator->DeviceAddress(state_->semaphore->handle, sizeof(uint64_t));
-    // Sequences start at 1: a fresh semaphore (0) has seen no record.
-    const uint64_t zero = 0;
-    state_->core->dma->Wait(state_->core->dma->CopyToDevice(&zero, state_->semaphore->handle, sizeof zero));
-}
+// Sequences start at 1: a fresh event (0) has seen no record.
+Event::Event(Device& device) : state_(std::make_shared<EventState>()) { state_->core = device.core(); }
 
 Event::Event(Event&&) noexcept = default;
 Event& Event::operator=(Event&&) noexcept = default;

@@ -26,8 +26,8 @@ enum class OpKind : uint8_t {
     SemWrite = uint8_t(ControlBlock::Kind::SemWrite),
     SemWait = uint8_t(ControlBlock::Kind::SemWait),
     HostCallback = uint8_t(ControlBlock::Kind::HostCallback),
-    EventRecord,     // SEM_WRITE of an event's sequence number
-    EventWait,       // SEM_WAIT once the event's record is in the ring
+    EventRecord,     // an event reaches its sequence number (settled on the host)
+    EventWait,       // until an event reaches a sequence number (on the host, or a NOP in a turn)
 };
 const char* ToString(OpKind kind) noexcept;
 

@@ -27,8 +27,11 @@ bool RingBatcher::Ready(const StreamState& s) const {
     if (s.local.empty() || s.host_busy) return false;
     const QueuedOp& op = s.local.front();
     if (!IsRingOp(op)) return false;
-    if (s.faulted.load(std::memory_order_relaxed) && op.kind != OpKind::EventRecord) return false;
-    if (op.kind == OpKind::EventWait) return op.event->submitted.load(std::memory_order_relaxed) >= op.value;
+    if (s.faulted.load(std::memory_order_relaxed)) return false;
+    // Events are settled on the host (SettleEventOnHost): a record ends the
+    // turn; a wait rides in it, as a NOP, once its event has completed.
+    if (op.kind == OpKind::EventRecord) return false;
+    if (op.kind == OpKind::EventWait) return op.event->completed.load(std::memory_order_acquire) >= op.value;
     return true;
 }
 
@@ -64,38 +67,20 @@ void RingBatcher::Append(StreamState& s, std::vector<spyre_cb>& batch, RingRecor
         break;
     case OpKind::SemWrite: batch.push_back(driver::SemWriteCb(op.device_addr, op.value, ud)); break;
     case OpKind::SemWait: batch.push_back(driver::SemWaitCb(op.device_addr, op.value, 0, ud)); break;
-    case OpKind::EventRecord: {
-        // Records of one event on several streams reach the ring in any
-        // order; the semaphore (and `submitted`) only move forward, so a
-        // wait for the newest record cannot be undone by an older one.
-        const uint64_t value = std::max(op.value, op.event->submitted.load(std::memory_order_relaxed));
-        batch.push_back(driver::SemWriteCb(op.event->sem_addr, value, ud));
-        op.event->submitted.store(value, std::memory_order_relaxed);
-        break;
-    }
     case OpKind::EventWait:
-        // A completed event needs no wait, and its semaphore may not hold
-        // `submitted` (a record settled on the host does not write it:
-        // SettleEventOnHost). Otherwise a record of it is in the ring, every
-        // record up to `submitted` is ahead of this CB, and the ring runs in
-        // order, so the semaphore holds exactly that value.
-        if (op.event->completed.load(std::memory_order_acquire) >= op.value)
-            batch.push_back(driver::NopCb(ud));
-        else
-            batch.push_back(driver::SemWaitCb(op.event->sem_addr, op.event->submitted.load(), 0, ud));
+        // Its event has completed (Ready): it only keeps its place in the turn.
+        batch.push_back(driver::NopCb(ud));
         break;
     default: throw Error(ErrorKind::Internal, "not a ring op");
     }
-    records.Add(RingRecords::Record{&s, seq, ud, op.kind, op.value, std::move(op.event), op.trace(),
-                                    op.trace_enqueue_ns ? trace_ns : 0});
+    records.Add(RingRecords::Record{&s, seq, ud, op.kind, op.trace(), op.trace_enqueue_ns ? trace_ns : 0});
 }
 
 size_t RingBatcher::TakeTurn(StreamState& s, size_t quantum, Budget& budget, std::vector<spyre_cb>& batch,
                              RingRecords& records) {
     size_t taken = 0;
     size_t previous = SIZE_MAX;  // the stream's last CB in this batch
-    bool turn_over = false;
-    while (!turn_over && taken < quantum && Ready(s)) {
+    while (taken < quantum && Ready(s)) {
         // A LINKed chain goes down whole, never interleaved with another
         // stream; only a chain larger than the whole budget is split.
         size_t chain_cbs = 0;
@@ -104,13 +89,6 @@ size_t RingBatcher::TakeTurn(StreamState& s, size_t quantum, Budget& budget, std
         if (!fits && !(budget.ring_idle && batch.empty())) break;
         for (size_t k = 0; k < chain_cbs && Ready(s); ++k) {
             if (SlotsFor(s.local.front()) > budget.slots || budget.cbs == 0) break;
-            // An event record is never cancelled by the work before it (it
-            // fires even after a failure, so waiters do not hang): it starts
-            // a turn, unlinked from its predecessor.
-            if (s.local.front().kind == OpKind::EventRecord && previous != SIZE_MAX) {
-                turn_over = true;
-                break;
-            }
             const size_t first = batch.size();
             Append(s, batch, records, budget.trace_ns);
             if (previous != SIZE_MAX) batch[previous].flags |= SPYRE_CB_F_LINK;

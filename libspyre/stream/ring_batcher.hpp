@@ -29,6 +29,8 @@ public:
         uint64_t trace_ns = 0;  // while a trace records: when this batch goes down (0 otherwise)
     };
 
+    // Ring work, or an event op ordered with it (settled on the host once the
+    // stream's ring work before it is done); not the thread's host work.
     bool IsRingOp(const QueuedOp& op) const;
     // The stream's head is a ring op that may go now.
     bool Ready(const StreamState& s) const;
@@ -36,8 +38,8 @@ public:
 
     // Appends up to `quantum` CBs of `s` to `batch` (its records to
     // `records`), ending early at a chain that does not fit or at an event
-    // record (which starts a turn of its own: it must fire even after a
-    // failure before it). Returns the CBs taken.
+    // record (settled on the host once the turn is done: it must fire even
+    // after a failure before it). Returns the CBs taken.
     size_t TakeTurn(StreamState& s, size_t quantum, Budget& budget, std::vector<spyre_cb>& batch,
                     RingRecords& records);
 

@@ -476,11 +476,16 @@ bool SchedulerCore::IssueHostWork(bool on_thread) {
     bool any = false;
     for (StreamState* sp : active_) {
         StreamState& s = *sp;
-        if (const size_t dropped = DropFaulted(s)) {
-            Counters::Add(stats_.dropped, dropped);
+        // A faulted stream's work is dropped up to each event record, which
+        // still fires (with the error).
+        for (;;) {
+            if (const size_t dropped = DropFaulted(s)) {
+                Counters::Add(stats_.dropped, dropped);
+                any = true;
+            }
+            if (!SettleEvents(s)) break;
             any = true;
         }
-        any |= SettleEvents(s);
         // Host work is the thread's: callbacks run there (and may not wait).
         if (!on_thread || s.local.empty() || s.host_busy || s.ring_inflight != 0) continue;
         QueuedOp& op = s.local.front();

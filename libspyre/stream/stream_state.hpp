@@ -12,7 +12,6 @@
 
 #include "spyre/common/completion_word.hpp"
 #include "spyre/error.hpp"
-#include "spyre/memory/allocator.hpp"
 #include "stream/op_queue.hpp"
 #include "stream/queued_op.hpp"
 
@@ -52,21 +51,16 @@ struct StreamState {
     bool HasWork() const { return !local.empty() || ring_inflight != 0 || host_busy; }
 };
 
+// An event lives on the host: the scheduler settles its records and waits
+// (SettleEventOnHost), so it needs no device memory.
 struct EventState {
     std::shared_ptr<DeviceCore> core;
-    std::optional<DeviceAllocation> semaphore;  // one u64 in device memory
-    uint64_t sem_addr = 0;
     std::atomic<uint64_t> recorded{0};   // Record calls so far (the last record's sequence)
-    std::atomic<uint64_t> submitted{0};  // last sequence written, in the ring or settled on the host (scheduler)
-    std::atomic<uint64_t> completed{0};  // last sequence completed
-    std::atomic<uint64_t> timestamp_ns{0};  // device time of `completed`
+    std::atomic<uint64_t> completed{0};  // last sequence completed (never moves back)
+    std::atomic<uint64_t> timestamp_ns{0};  // device clock when `completed` was reached
     CompletionWord done;
     std::mutex mu;
     std::optional<Error> error;          // the recording stream's fault, if it had one
-    // Its SEM_WRITEs in the ring, not yet reaped (drive-lock holder only):
-    // a record settles on the host only when there are none.
-    uint32_t ring_records = 0;
-    ~EventState();
 };
 
 }  // namespace spyre

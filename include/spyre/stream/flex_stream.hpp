@@ -49,8 +49,10 @@ struct StreamOptions {
 };
 
 // A marker in a stream (CUDA-style). Record() places it; Wait() makes
-// another stream wait for it on the device (a semaphore wait CB, no host
-// round trip); timestamps come from the device's completion records.
+// another stream's later work wait for it. The scheduler settles both on the
+// host once the work before them is done (never queued in the ring behind
+// other streams' work); the timestamp is the device clock when the record's
+// stream was seen done (docs/streams.md, Events).
 class Event {
 public:
     explicit Event(Device& device);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // RingBatcher without a device: a stream's turn as ring CBs — what goes in
 // the ring, LINK flags within a turn, the quantum, groups kept whole, event
-// records starting a turn of their own, and the budget.
+// records ending a turn (they are settled on the host) and waits riding in
+// one as NOPs, and the budget.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -108,65 +109,55 @@ TEST(RingBatcher, InlineCopiesCarryTheirBytes) {
     EXPECT_EQ(f.budget.slots, 256u - 4u);
 }
 
-TEST(RingBatcher, StopsAtHostWorkAndAtAnEventRecord) {
+TEST(RingBatcher, StopsAtAnEventRecordWhichNeverGoesInTheRing) {
     Fixture f;
     auto event = std::make_shared<EventState>();
-    f.s.local.push_back(Launch(0x10));
+    f.s.local.push_back(Launch(0x10, /*link=*/true));
     f.s.local.push_back(EventOp(OpKind::EventRecord, event, 1));
-    QueuedOp callback;
-    callback.kind = OpKind::HostCallback;
-    f.s.local.push_back(callback);
-    // The record is never linked behind earlier work (it must fire even if
-    // that work fails): it waits for the next turn.
+    f.s.local.push_back(Launch(0x20));
+    // The record is settled on the host once the launch is done (it fires
+    // even if the launch fails): the turn ends before it, and the launch
+    // behind it waits for the next turn.
     EXPECT_EQ(f.Take(64), 1u);
     EXPECT_EQ(f.batch[0].flags & SPYRE_CB_F_LINK, 0u);
     f.batch.clear();
     f.s.ring_inflight = 0;
+    EXPECT_FALSE(f.batcher.Ready(f.s));
+    EXPECT_EQ(f.Take(64), 0u);
+    EXPECT_TRUE(f.batch.empty());
+    EXPECT_EQ(f.s.local.size(), 2u);
+}
+
+TEST(RingBatcher, StopsAtHostWork) {
+    Fixture f;
+    f.s.local.push_back(Launch(0x10));
+    QueuedOp callback;
+    callback.kind = OpKind::HostCallback;
+    f.s.local.push_back(callback);
     EXPECT_EQ(f.Take(64), 1u);
-    EXPECT_EQ(f.batch[0].opcode, SPYRE_OP_SEM_WRITE);
-    EXPECT_EQ(event->submitted.load(), 1u);
+    f.s.ring_inflight = 0;
     EXPECT_FALSE(f.batcher.Ready(f.s)) << "a callback is host work";
     EXPECT_EQ(f.s.local.size(), 1u);
 }
 
-TEST(RingBatcher, AnEventWaitWaitsForItsRecordToBeSubmitted) {
+TEST(RingBatcher, AWaitRidesInATurnAsANopOnceItsEventHasCompleted) {
     Fixture f;
     auto event = std::make_shared<EventState>();
-    f.s.local.push_back(EventOp(OpKind::EventWait, event, 2));
-    EXPECT_FALSE(f.batcher.Ready(f.s));
-    event->submitted.store(2);
-    EXPECT_TRUE(f.batcher.Ready(f.s));
-    EXPECT_EQ(f.Take(64), 1u);
-    EXPECT_EQ(f.batch[0].opcode, SPYRE_OP_SEM_WAIT);
-}
-
-TEST(RingBatcher, AWaitOnACompletedEventIsANop) {
-    // A record settled on the host leaves the semaphore unwritten: a wait
-    // for it in the ring must not wait for the semaphore.
-    Fixture f;
-    auto event = std::make_shared<EventState>();
-    event->submitted.store(3);
-    event->completed.store(2);
+    f.s.local.push_back(Launch(0x10, /*link=*/true));
     f.s.local.push_back(EventOp(OpKind::EventWait, event, 2));
     f.s.local.back().link = true;
-    f.s.local.push_back(EventOp(OpKind::EventWait, event, 3));  // the record of 3 is still in the ring
+    f.s.local.push_back(Launch(0x20));
+    event->completed.store(1);
+    EXPECT_EQ(f.Take(64), 1u) << "the wait's event has not reached 2: the turn ends before it";
+    f.batch.clear();
+    f.s.ring_inflight = 0;
+    EXPECT_FALSE(f.batcher.Ready(f.s));
+    event->completed.store(2);
+    ASSERT_TRUE(f.batcher.Ready(f.s));
     EXPECT_EQ(f.Take(64), 2u);
     EXPECT_EQ(f.batch[0].opcode, SPYRE_OP_NOP);
-    EXPECT_EQ(f.batch[1].opcode, SPYRE_OP_SEM_WAIT);
-    EXPECT_EQ(f.batch[1].u.sem.value, 3u);
-}
-
-TEST(RingBatcher, TheRingCountsItsRecordsOfEachEvent) {
-    Fixture f;
-    auto event = std::make_shared<EventState>();
-    f.s.local.push_back(EventOp(OpKind::EventRecord, event, 1));
-    EXPECT_EQ(f.Take(64), 1u);
-    EXPECT_EQ(event->ring_records, 1u);
-    driver::Completion done;
-    done.user_data = f.batch[0].user_data;
-    f.records.Retire(std::span(&done, 1));
-    EXPECT_EQ(event->ring_records, 0u);
-    EXPECT_EQ(event->completed.load(), 1u);
+    EXPECT_EQ(f.batch[0].flags & SPYRE_CB_F_LINK, SPYRE_CB_F_LINK);
+    EXPECT_EQ(f.batch[1].opcode, SPYRE_OP_LAUNCH);
 }
 
 TEST(RingBatcher, AGroupIsNotSplitUnlessItCannotFitAtAll) {
@@ -188,13 +179,11 @@ TEST(RingBatcher, AGroupIsNotSplitUnlessItCannotFitAtAll) {
     EXPECT_EQ(g.s.local.size(), 1u);
 }
 
-TEST(RingBatcher, AFaultedStreamSendsOnlyEventRecords) {
+TEST(RingBatcher, AFaultedStreamSendsNothing) {
     Fixture f;
     f.s.local.push_back(Launch(1));
     f.s.faulted.store(true);
     EXPECT_FALSE(f.batcher.Ready(f.s));
-    f.s.local.front().kind = OpKind::EventRecord;
-    f.s.local.front().event = std::make_shared<EventState>();
-    f.s.local.front().value = 1;
-    EXPECT_TRUE(f.batcher.Ready(f.s));
+    f.s.local.front() = EventOp(OpKind::EventRecord, std::make_shared<EventState>(), 1);
+    EXPECT_FALSE(f.batcher.Ready(f.s)) << "its records fire on the host (SettleEventOnHost)";
 }
