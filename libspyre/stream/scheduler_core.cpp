@@ -187,8 +187,11 @@ bool SchedulerCore::Pump(bool on_thread) {
     bool progress = PullIncoming();
     progress |= ReapRing();
     if (on_thread) progress |= PollDma();
-    progress |= IssueHostWork(on_thread);
+    progress |= SettleStreams();
+    // The ring first: starting a copy may copy inline (io_uring on shared
+    // memory), and the device should not wait for that.
     progress |= SubmitRing();
+    progress |= IssueHostWork(on_thread);
     SetBusy(!Idle());
     return progress;
 }
@@ -463,11 +466,23 @@ bool SchedulerCore::RunCallback(StreamState& s) {
     return true;
 }
 
-bool SchedulerCore::SettleEvents(StreamState& s) {
+bool SchedulerCore::SettleStreams() {
     bool any = false;
-    while (SettleEventOnHost(s, device_.function->pci_address())) {
-        Counters::Add(stats_.host_events, 1);
-        any = true;
+    // Until nothing moves: a faulted stream's work is dropped up to each
+    // event record, which still fires (with the error), and a record settled
+    // on one stream may complete the event another stream waits for.
+    for (bool moved = true; moved; any |= moved) {
+        moved = false;
+        for (StreamState* s : active_) {
+            if (const size_t dropped = DropFaulted(*s)) {
+                Counters::Add(stats_.dropped, dropped);
+                moved = true;
+            }
+            while (SettleEventOnHost(*s, device_.function->pci_address())) {
+                Counters::Add(stats_.host_events, 1);
+                moved = true;
+            }
+        }
     }
     return any;
 }
@@ -476,16 +491,6 @@ bool SchedulerCore::IssueHostWork(bool on_thread) {
     bool any = false;
     for (StreamState* sp : active_) {
         StreamState& s = *sp;
-        // A faulted stream's work is dropped up to each event record, which
-        // still fires (with the error).
-        for (;;) {
-            if (const size_t dropped = DropFaulted(s)) {
-                Counters::Add(stats_.dropped, dropped);
-                any = true;
-            }
-            if (!SettleEvents(s)) break;
-            any = true;
-        }
         // Host work is the thread's: callbacks run there (and may not wait).
         if (!on_thread || s.local.empty() || s.host_busy || s.ring_inflight != 0) continue;
         QueuedOp& op = s.local.front();
@@ -514,12 +519,8 @@ bool SchedulerCore::SubmitRing() {
     RingBatcher::Budget budget{options_.max_ring_inflight - inflight, ring_->FreeSlots(), inflight == 0,
                                trace::Enabled() ? trace::detail::NowNs() : 0};
     size_t batch_cbs = 0;
-    bool settled = false;
     for (StreamState* sp : policy_.Order(active_)) {
         StreamState& s = *sp;
-        // A record settled on another stream since IssueHostWork may have
-        // completed the event this stream's wait is for.
-        settled |= SettleEvents(s);
         // A stream's turn is one LINKed chain in the ring, so a failure
         // cancels the rest of it on the device (the stream drops the work
         // behind a failure). CBs sent in a later turn could not be linked
@@ -530,7 +531,7 @@ bool SchedulerCore::SubmitRing() {
         TurnPolicy::EndTurn(s, taken != 0);  // ready but passed over: it ages (Priority)
         batch_cbs += taken;
     }
-    if (batch_.empty()) return settled;
+    if (batch_.empty()) return false;
     const uint64_t inline_before = batcher_.inline_copies();
     ring_->Submit(batch_);
     UpdateRingWatch();

@@ -114,8 +114,9 @@ private:
     bool PullIncoming();
     bool ReapRing();
     bool PollDma();
-    // Event records and waits of `s` that need no CB (SettleEventOnHost).
-    bool SettleEvents(StreamState& s);
+    // Drops faulted streams' work and settles event records and waits
+    // (SettleEventOnHost) until nothing moves.
+    bool SettleStreams();
     bool IssueHostWork(bool on_thread);
     bool RunCallback(StreamState& s);
     bool SubmitRing();
