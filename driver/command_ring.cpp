@@ -11,27 +11,14 @@
 #include "completion_wait.hpp"
 #include "device_checks.hpp"
 #include "spyre/common/futex.hpp"
+#include "spyre/common/hex.hpp"
 #include "spyre/error.hpp"
 
 using namespace std::chrono;
 
 namespace spyre::driver {
 
-namespace {
-
-template <typename T>
-std::atomic_ref<T> Word(T& t) {
-    return std::atomic_ref<T>(t);
-}
-
-
-std::string Hex(uint64_t v) {
-    char buf[24];
-    std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-    return buf;
-}
-
-}  // namespace
+using detail::Word;
 
 void AppendCopyInline(std::vector<spyre_cb>& out, uint64_t dst_addr, std::span<const uint8_t> bytes,
                       uint64_t user_data, uint8_t flags) {

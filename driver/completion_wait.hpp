@@ -22,6 +22,13 @@
 
 namespace spyre::driver::detail {
 
+// A word the device shares with the driver (doorbells, ring indices), seen
+// atomically: the device is another process, so plain loads would race.
+template <typename T>
+std::atomic_ref<T> Word(T& t) {
+    return std::atomic_ref<T>(t);
+}
+
 // Copies `entries` into the submission ring `ring` of `size` (a power of
 // two) entries from position `tail` on, wrapping at the ring's end, and
 // advances `tail` past them. The caller has checked that they fit.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "spyre/common/hex.hpp"
 #include "spyre/uapi/spyre_errors.h"
 
 namespace spyre {
@@ -31,12 +32,6 @@ const char* ToString(ErrorKind kind) noexcept {
 }
 
 namespace {
-
-std::string Hex(uint64_t v) {
-    char buf[24];
-    std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-    return buf;
-}
 
 std::string Describe(ErrorKind kind, const std::string& message, const ErrorContext& c) {
     std::string out = std::string("spyre: ") + ToString(kind) + ": " + message;

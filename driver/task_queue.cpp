@@ -14,14 +14,7 @@ using namespace std::chrono;
 
 namespace spyre::driver {
 
-namespace {
-
-template <typename T>
-std::atomic_ref<T> Word(T& t) {
-    return std::atomic_ref<T>(t);
-}
-
-}  // namespace
+using detail::Word;
 
 uint32_t TaskTopology::cores() const noexcept {
     uint32_t n = 0;

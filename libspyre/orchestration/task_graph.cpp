@@ -8,6 +8,7 @@
 
 #include "orchestration/host_worker.hpp"
 #include "spyre/common/futex.hpp"
+#include "spyre/common/hex.hpp"
 #include "trace/recorder.hpp"
 
 namespace spyre::orchestration {
@@ -17,12 +18,6 @@ namespace {
 // Heap blocks name their owner: a task id, or (this bit set) an explicit
 // buffer's offset in the function's memory.
 constexpr uint64_t kBufferOwner = 1ull << 63;
-
-std::string Hex(uint64_t v) {
-    std::ostringstream s;
-    s << "0x" << std::hex << v;
-    return s.str();
-}
 
 const char* KindName(int32_t kind) {
     switch (kind) {
