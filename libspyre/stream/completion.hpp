@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -26,6 +27,18 @@ void TraceOp(StreamState& s, const std::string& device, OpKind kind, uint64_t se
              uint64_t done_ns);
 // Makes `error` the stream's sticky error; the first failure is the one kept.
 void Fault(StreamState& s, Error error);
+// Takes the event's next record sequence and queues the record with it
+// (`enqueue(seq)`), one Record of an event at a time. Two at once would take
+// the same sequence, and the slower one's store could move `recorded` back
+// below a sequence already completed: a later Record would then look done at
+// once. If `enqueue` throws, nothing is recorded.
+template <typename Enqueue>
+void RecordEvent(EventState& ev, Enqueue&& enqueue) {
+    std::lock_guard lock(ev.record_mu);
+    const uint64_t seq = ev.recorded.load(std::memory_order_relaxed) + 1;
+    enqueue(seq);
+    ev.recorded.store(seq, std::memory_order_release);
+}
 // Moves an event forward to `seq` (never backwards) and wakes its waiters.
 void CompleteEvent(EventState& ev, uint64_t seq, uint64_t timestamp_ns, const std::optional<Error>& error);
 // "stream S op #N: <what>" with the stream and op in the error's context.

@@ -161,15 +161,13 @@ Event::~Event() = default;
 void Event::Record(FlexStream& stream) {
     SPYRE_TRACE_SCOPE("Event::Record");
     CheckSameDevice(state_->core->id(), stream.core_->id(), "Event::Record: event", "stream");
-    QueuedOp op;
-    op.kind = OpKind::EventRecord;
-    op.event = state_;
-    // The sequence is taken under the stream's queue lock order: records of
-    // one event on one stream are in sequence order.
-    const uint64_t seq = state_->recorded.load() + 1;
-    op.value = seq;
-    stream.Enqueue(std::move(op));
-    state_->recorded.store(seq, std::memory_order_release);
+    detail::RecordEvent(*state_, [&](uint64_t seq) {
+        QueuedOp op;
+        op.kind = OpKind::EventRecord;
+        op.event = state_;
+        op.value = seq;
+        stream.Enqueue(std::move(op));
+    });
 }
 
 const DeviceId& Event::device() const { return state_->core->id(); }

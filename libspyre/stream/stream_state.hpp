@@ -55,6 +55,7 @@ struct StreamState {
 // (SettleEventOnHost), so it needs no device memory.
 struct EventState {
     std::shared_ptr<DeviceCore> core;
+    std::mutex record_mu;                // one Record at a time (RecordEvent)
     std::atomic<uint64_t> recorded{0};   // Record calls so far (the last record's sequence)
     std::atomic<uint64_t> completed{0};  // last sequence completed (never moves back)
     std::atomic<uint64_t> timestamp_ns{0};  // device clock when `completed` was reached

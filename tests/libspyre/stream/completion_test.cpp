@@ -8,7 +8,9 @@
 // device fails everything in flight.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "mock_fixture.hpp"
@@ -101,6 +103,45 @@ TEST(Completion, EventRecordsMoveTheirEventForwardOnly) {
     EXPECT_FALSE(ev->error.has_value());
     EXPECT_EQ(b.completed.load(), 1u) << "the older record is done all the same";
     EXPECT_EQ(ev.use_count(), 1) << "the settled records let go of the event";
+}
+
+// Event::Record from several threads at once (on streams of their own):
+// every record takes a sequence of its own, and `recorded` ends at the
+// highest. The queueing step yields, as a real enqueue that pumps the ring
+// may, so records overlap.
+TEST(Completion, ConcurrentRecordsOfOneEventTakeDistinctSequences) {
+    EventState ev;
+    constexpr int kThreads = 4, kRecords = 2000;
+    std::vector<std::vector<uint64_t>> taken(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+        threads.emplace_back([&, t] {
+            for (int i = 0; i < kRecords; ++i)
+                RecordEvent(ev, [&](uint64_t seq) {
+                    std::this_thread::yield();
+                    taken[t].push_back(seq);
+                });
+        });
+    for (auto& th : threads) th.join();
+    std::vector<uint64_t> all;
+    for (const auto& v : taken) all.insert(all.end(), v.begin(), v.end());
+    std::sort(all.begin(), all.end());
+    ASSERT_EQ(all.size(), size_t(kThreads * kRecords));
+    EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end()) << "two records took one sequence";
+    EXPECT_EQ(all.back(), uint64_t(kThreads * kRecords));
+    EXPECT_EQ(ev.recorded.load(), all.back()) << "recorded moved back below a sequence handed out";
+}
+
+// A Record whose enqueue fails (a faulted stream) records nothing: the
+// event's waiters do not wait for a record that never comes.
+TEST(Completion, ARecordThatFailsToQueueRecordsNothing) {
+    EventState ev;
+    RecordEvent(ev, [](uint64_t) {});
+    EXPECT_THROW(RecordEvent(ev, [](uint64_t) { throw Error(ErrorKind::DeviceError, "stream faulted"); }), Error);
+    EXPECT_EQ(ev.recorded.load(), 1u);
+    uint64_t next = 0;
+    RecordEvent(ev, [&](uint64_t seq) { next = seq; });
+    EXPECT_EQ(next, 2u);
 }
 
 TEST(Completion, AnEventRecordedAfterAFailureCarriesTheError) {

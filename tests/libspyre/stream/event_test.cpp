@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Events (seed 001 open question 4): Record on one stream, Wait on another
-// (a device-side semaphore wait), Query/Synchronize/ElapsedTime, re-recording,
+// (settled on the host), Query/Synchronize/ElapsedTime, re-recording,
 // and events recorded behind a failure.
 #include <pthread.h>
 
 #include <atomic>
 #include <numeric>
+#include <thread>
 
 #include "stream_fixture.hpp"
 #include "stream_test_util.hpp"
@@ -206,6 +207,38 @@ TEST_F(StreamTest, ReRecordingMovesTheEvent) {
     ASSERT_TRUE(Eventually([&] { return e.Query(); }, std::chrono::seconds(10)))
         << "records on two streams completed out of order and moved the event backwards";
     e.Synchronize();
+}
+
+// Threads recording one event at once, each on its stream, with waits on
+// it between: nothing hangs, and once they are done a Record behind held
+// work leaves the event pending until that work is done (two records that
+// took one sequence would make it look done at once).
+TEST_F(StreamTest, ConcurrentRecordsOfOneEventKeepItsOrder) {
+    Device dev = OpenDevice();
+    Event e(dev);
+    constexpr int kThreads = 4, kRecords = 300;
+    std::vector<FlexStream> streams;
+    for (int t = 0; t < kThreads; ++t) streams.push_back(dev.CreateStream());
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+        threads.emplace_back([&, t] {
+            for (int i = 0; i < kRecords; ++i) {
+                if (i % 8 == 0) streams[t].Wait(e);
+                e.Record(streams[t]);
+            }
+        });
+    for (auto& th : threads) th.join();
+    for (FlexStream& s : streams) ASSERT_TRUE(SettlesWithin(s));
+    e.Synchronize();
+    FlexStream last = dev.CreateStream();
+    Gate gate;
+    last.AddCallback(gate.Callback());
+    e.Record(last);
+    ASSERT_TRUE(gate.WaitEntered());
+    EXPECT_FALSE(e.Query()) << "the record behind held work looks done";
+    gate.Open();
+    e.Synchronize();
+    EXPECT_TRUE(e.Query());
 }
 
 namespace {
