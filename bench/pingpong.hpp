@@ -48,10 +48,13 @@ public:
     }
     // The last iteration timed.
     double Last() const { return ns_.empty() ? 0 : ns_.back(); }
-    double Median() {
+    double Median() { return Quantile(0.5); }
+    // The q-quantile (0 <= q <= 1) of the round trips timed: 1 is the slowest.
+    double Quantile(double q) {
         if (ns_.empty()) return 0;
-        std::nth_element(ns_.begin(), ns_.begin() + long(ns_.size() / 2), ns_.end());
-        return ns_[ns_.size() / 2];
+        const size_t k = std::min(ns_.size() - 1, size_t(q * double(ns_.size())));
+        std::nth_element(ns_.begin(), ns_.begin() + long(k), ns_.end());
+        return ns_[k];
     }
 
 private:

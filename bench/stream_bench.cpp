@@ -431,6 +431,14 @@ void BM_LaunchSyncBlockingPaired(benchmark::State& state, Placement placement) {
     state.counters["pingpong_p50_ns"] = pingpong_p50;
     state.counters["x_pingpong_p50"] = launch_p50 / pingpong_p50;
     state.counters["x_ring_p50"] = launch_p50 / ring_p50;
+    // The tail, where a mean above the median comes from (a lost wake-up
+    // would show as a slowest round trip near a sleep timeout, 100 ms).
+    state.counters["launch_p99_ns"] = launches.Quantile(0.99);
+    state.counters["ring_p99_ns"] = rings.Quantile(0.99);
+    state.counters["pingpong_p99_ns"] = pingpongs.Quantile(0.99);
+    state.counters["launch_max_ns"] = launches.Quantile(1);
+    state.counters["ring_max_ns"] = rings.Quantile(1);
+    state.counters["pingpong_max_ns"] = pingpongs.Quantile(1);
     state.SetLabel("vs futex ping-pong and ring NOP, interleaved");
 }
 
