@@ -130,6 +130,20 @@ void SchedulerCore::Queue(StreamState& s, std::span<QueuedOp> ops) {
         }
     }
     const uint64_t before = s.enqueued_count.fetch_add(ops.size(), std::memory_order_acq_rel);
+    // A lone ring op on an idle stream while the scheduler thread sleeps
+    // (the launch of an app that waits for each one): into the ring from
+    // here, past the stream's queue and the scheduler's whole pass.
+    if (ops.size() == 1 && !tls_scheduler_thread && thread_asleep_.load(std::memory_order_seq_cst) &&
+        s.completed.load(std::memory_order_acquire) == before && drive_mu_.try_lock()) {
+        std::unique_lock lock(drive_mu_, std::adopt_lock);
+        if (SubmitAlone(s, ops[0])) return;
+        s.incoming.Push(ops);
+        CallerPump();
+        if (!HostWorkPending()) return;
+        lock.unlock();
+        WakeIfAsleep();
+        return;
+    }
     s.incoming.Push(ops);  // a full fence: the loads below come after it
     if (!sleepers_.load(std::memory_order_seq_cst)) return;  // the scheduler is awake: it takes them
     // The scheduler thread sleeps and the stream had nothing queued: submit
@@ -532,6 +546,39 @@ bool SchedulerCore::SubmitRing() {
         batch_cbs += taken;
     }
     if (batch_.empty()) return false;
+    RingDoorbell(batch_cbs);
+    return true;
+}
+
+bool SchedulerCore::SubmitAlone(StreamState& s, QueuedOp& op) {
+    // Anything else to do (work of other streams, a fault, a changed set of
+    // streams, a trace) takes the whole pass, which keeps turns fair.
+    if (trace::Enabled() || lost() || streams_version_.load() != active_version_) return false;
+    if (s.faulted.load(std::memory_order_acquire) || s.HasWork() || s.incoming.Pending()) return false;
+    if (!batcher_.IsRingOp(op) || op.kind == OpKind::EventRecord || op.kind == OpKind::EventWait) return false;
+    for (const StreamState* other : active_)
+        if (other != &s && (!other->local.empty() || other->incoming.Pending())) return false;
+    const size_t inflight = records_.size();
+    if (inflight >= options_.max_ring_inflight) return false;
+    try {
+        RingBatcher::Budget budget{options_.max_ring_inflight - inflight, ring_->FreeSlots(), inflight == 0, 0};
+        if (RingBatcher::SlotsFor(op) > budget.slots) return false;
+        s.local.push_back(std::move(op));
+        batch_.clear();
+        const size_t taken = batcher_.TakeTurn(s, policy_.Quantum(&s), budget, batch_, records_);
+        TurnPolicy::EndTurn(s, taken != 0);
+        if (taken != 0)
+            RingDoorbell(taken);
+        else
+            Pump(false);  // not expected (it fitted): the whole pass takes it
+    } catch (const Error& e) {
+        DeviceFailed(e);  // only the ring and the function throw: the device is gone or halted
+    }
+    SetBusy(!Idle());
+    return true;
+}
+
+void SchedulerCore::RingDoorbell(size_t batch_cbs) {
     const uint64_t inline_before = batcher_.inline_copies();
     ring_->Submit(batch_);
     UpdateRingWatch();
@@ -546,7 +593,6 @@ bool SchedulerCore::SubmitRing() {
     Counters::Add(stats_.ring_cbs, batch_cbs);
     stats_.inline_copies.store(inline_before, std::memory_order_relaxed);
     Counters::Add(stats_.doorbells, 1);
-    return true;
 }
 
 // ---------------------------------------------------------------- device loss

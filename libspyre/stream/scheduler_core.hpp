@@ -9,8 +9,9 @@
 // Who drives. The state below the drive lock is used by whoever holds it:
 // the scheduler thread, or a host thread that finds it free (caller-runs).
 // A thread that enqueues while the scheduler thread sleeps submits its ring
-// work itself, with no wake-up; a thread waiting for its stream reaps the
-// ring itself (spinning in poll and adaptive mode, asleep on the ring's
+// work itself, with no wake-up (a lone ring op on an idle stream, nothing
+// else queued: straight into the ring, SubmitAlone); a thread waiting for
+// its stream reaps the ring itself (spinning in poll and adaptive mode, asleep on the ring's
 // completion interrupt in blocking mode), and the scheduler thread keeps out
 // of its way. Host work (callbacks, DMA copies) is the scheduler thread's
 // alone: a caller that finds some wakes it. Under contention (the lock
@@ -120,6 +121,12 @@ private:
     bool IssueHostWork(bool on_thread);
     bool RunCallback(StreamState& s);
     bool SubmitRing();
+    // Queue's short way for a lone ring op on an idle stream when nothing
+    // else waits: its turn straight into the ring. False (nothing done) when
+    // the whole pass is needed; the op is then still the caller's.
+    bool SubmitAlone(StreamState& s, QueuedOp& op);
+    // Sends batch_ (batch_cbs CBs) down with one doorbell.
+    void RingDoorbell(size_t batch_cbs);
     void FaultAll(const Error& error);
     // The ring or the function threw: the device is gone or halted. Logs it once, then FaultAll.
     void DeviceFailed(const Error& error);

@@ -418,6 +418,49 @@ TEST_F(StreamTest, StatsShowChainedDoorbells) {
     EXPECT_LE(last.doorbells, last.ring_cbs);
 }
 
+// A lone ring op on an idle stream while the scheduler thread sleeps goes
+// into the ring from the enqueuing thread (SubmitAlone); with another
+// stream's work queued it takes the whole pass instead. Either way each
+// stream keeps its order: two threads, each writing a counter with an inline
+// copy and reading it back by DMA, while a third stream holds queued work
+// behind a callback for part of the run.
+TEST_F(StreamTest, IdleStreamsSubmitFromTheirThreadsAndKeepTheirOrder) {
+    Device dev = OpenDevice();
+    FlexStream held = dev.CreateStream();
+    DeviceAllocation cells = dev.allocator().Allocate(3 * 8);
+    constexpr int kRounds = 400;
+    Gate gate;
+    held.AddCallback(gate.Callback());
+    const uint64_t held_value = 7;
+    held.CopyToDevice(&held_value, cells.handle.Offset(16, 8, cells), 8);  // queued behind the callback
+    ASSERT_TRUE(gate.WaitEntered());
+    std::atomic<int> mismatches{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t)
+        threads.emplace_back([&, t] {
+            FlexStream s = dev.CreateStream();
+            const DeviceHandle cell = cells.handle.Offset(8ull * t, 8, cells);
+            for (int i = 1; i <= kRounds; ++i) {
+                const uint64_t v = uint64_t(t) << 32 | uint64_t(i);
+                uint64_t back = 0;
+                s.CopyToDevice(&v, cell, 8);
+                s.CopyToDevice(&v, cell, 8);  // behind the first: the stream is not idle
+                s.CopyFromDevice(&back, cell, 8);
+                s.Synchronize();
+                if (back != v) ++mismatches;
+            }
+        });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    gate.Open();  // the third stream's copy runs amid the others
+    for (auto& th : threads) th.join();
+    held.Synchronize();
+    EXPECT_EQ(mismatches.load(), 0) << "a stream read back another value than it last wrote";
+    uint64_t back = 0;
+    held.CopyFromDevice(&back, cells.handle.Offset(16, 8, cells), 8);
+    held.Synchronize();
+    EXPECT_EQ(back, held_value);
+}
+
 namespace {
 // The scheduling state ('R' runnable, 'S' sleeping, ...) of this process's
 // thread named `name`, or 0.
