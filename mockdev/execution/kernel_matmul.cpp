@@ -21,6 +21,10 @@ namespace {
 // Work per chunk: a few tens of ms on one core (the budget is checked between
 // chunks and, in place, between K blocks of kDirectKBlock).
 constexpr double kChunkFlops = double(1ull << 32);
+// Below this a matmul runs on one core, the ring server's own: handing it
+// to the workers costs a wake-up and a wait (a futex round trip, 15-25 us on
+// this project's VMs), more than the others' share of it saves.
+constexpr double kMinParallelFlops = double(1ull << 21);
 // Block edges along N and K: as the BLAS takes them in place, and when
 // operands are converted (bounds each worker's scratch to a few MiB).
 constexpr uint64_t kDirectBlock = 4096;
@@ -133,23 +137,21 @@ Block View(const Matrix& m, uint64_t r0, uint64_t rows, uint64_t c0, uint64_t co
     return Block{scratch.data(), int(cols)};
 }
 
-struct Plan {
-    uint64_t rows_per_chunk;
-    uint64_t chunks;
-    uint64_t nb;  // block edge along N
-    uint64_t kb;  // block edge along K
-};
+}  // namespace
 
-Plan MakePlan(uint64_t m, uint64_t k, uint64_t n, bool direct, unsigned workers) {
+MatmulPlan PlanMatmul(uint64_t m, uint64_t k, uint64_t n, bool direct, unsigned workers) {
     // Whole rounds of chunks: every worker gets as many as the others.
     const double flops = 2.0 * double(m) * double(k) * double(n);
-    const uint64_t rounds = std::max<uint64_t>(1, uint64_t(std::ceil(flops / kChunkFlops / workers)));
-    const uint64_t wanted = rounds * workers;
+    const unsigned ways = flops < kMinParallelFlops ? 1u : workers;
+    const uint64_t rounds = std::max<uint64_t>(1, uint64_t(std::ceil(flops / kChunkFlops / ways)));
+    const uint64_t wanted = rounds * ways;
     uint64_t rows = std::max<uint64_t>(1, (m + wanted - 1) / wanted);
     rows = std::min(rows, direct ? kDirectRows : kConvertRows);
     const uint64_t block = direct ? kDirectBlock : kConvertBlock;
-    return Plan{rows, (m + rows - 1) / rows, std::min(n, block), std::min(k, direct ? kDirectKBlock : block)};
+    return MatmulPlan{rows, (m + rows - 1) / rows, std::min(n, block), std::min(k, direct ? kDirectKBlock : block)};
 }
+
+namespace {
 
 // OpenBLAS threads of its own would fight the pool for the cores.
 void UseSingleThreadedBlas() {
@@ -170,7 +172,7 @@ uint16_t RunMatmul(const KernelContext& ctx, const Tensor& a, const Tensor& b, c
     if (uint16_t status = Stage(ctx, B, staged_b, true)) return status;
     if (uint16_t status = Stage(ctx, C, staged_c, accumulate)) return status;
     const uint64_t m = A.rows, k = A.cols, n = B.cols;
-    const Plan plan = MakePlan(m, k, n, A.direct && B.direct && C.direct, ctx.workers());
+    const MatmulPlan plan = PlanMatmul(m, k, n, A.direct && B.direct && C.direct, ctx.workers());
 
     const uint16_t status = ctx.ParallelFor(size_t(plan.chunks), [&](size_t chunk) -> uint16_t {
         thread_local std::vector<float> sa, sb, sc;  // per-worker scratch, kept between chunks

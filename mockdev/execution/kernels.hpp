@@ -14,6 +14,17 @@ namespace spyre::mockdev {
 
 // C = A*B or C += A*B (fp32 BLAS; fp16 converted in blocks).
 uint16_t RunMatmul(const KernelContext& ctx, const Tensor& a, const Tensor& b, const Tensor& c, bool accumulate);
+// How RunMatmul splits an M x K x N matmul: chunks of rows (one chunk runs
+// on the calling thread, more on the card's `workers`), and the blocks
+// along N and K each BLAS call takes. `direct`: every operand is fp32 in
+// place (no conversion scratch).
+struct MatmulPlan {
+    uint64_t rows_per_chunk;
+    uint64_t chunks;
+    uint64_t nb;  // block edge along N
+    uint64_t kb;  // block edge along K
+};
+MatmulPlan PlanMatmul(uint64_t m, uint64_t k, uint64_t n, bool direct, unsigned workers);
 // ADD, SUB, MUL, DIV with A and B broadcast to C.
 uint16_t RunBinary(const KernelContext& ctx, uint16_t opcode, const Tensor& a, const Tensor& b, const Tensor& c);
 // RELU, GELU.
