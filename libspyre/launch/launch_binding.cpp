@@ -176,13 +176,17 @@ BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const Sp
     BoundLaunch bound;
     bound.op = &op;
     for (const SpyreTensor& t : tensors) bound.tiled.push_back(TiledTensor{t.shape(), t.element_strides(), t.data_type()});
-    TilingPlan plan;
-    try {
-        plan = PlanTiling(*compute, bound.tiled);
-    } catch (const Error& e) {
-        throw Error(e.kind(), OpName(op) + ": " + e.message(), e.context());
-    }
-    if (plan.exact) {
+    auto make_plan = [&] {
+        try {
+            return PlanTiling(*compute, bound.tiled);
+        } catch (const Error& e) {
+            throw Error(e.kind(), OpName(op) + ": " + e.message(), e.context());
+        }
+    };
+    LoadedOperation* loaded = OperationAccess::Loaded(op);
+    std::shared_ptr<const TilingPlan> plan =
+        loaded ? loaded->tilings.Get(bound.tiled, make_plan) : std::make_shared<const TilingPlan>(make_plan());
+    if (plan->exact) {
         // Other strides on size-1 dims only: the compiled program runs as it is.
         bound.tiled.clear();
     } else {

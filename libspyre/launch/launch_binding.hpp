@@ -34,7 +34,7 @@ struct BoundLaunch {
     // tensors); a tiled launch adds each tile's byte offsets to them.
     std::vector<uint64_t> addresses;
     std::vector<TiledTensor> tiled;    // the tensors as the tiler sees them (tiled launches)
-    std::optional<TilingPlan> tiling;  // set when the launch is tiled (not exact)
+    std::shared_ptr<const TilingPlan> tiling;  // set when the launch is tiled (not exact); the Operation's cached plan
 };
 
 // "operation 'mm'" (or "operation"), as every launch message names it.

@@ -42,6 +42,11 @@ const VariantProgram& VariantCache::Get(DeviceCore& core, const Operation& op, s
     return *programs_.emplace(std::move(key), std::move(v)).first->second;
 }
 
+size_t TilingPlanCache::size() const {
+    std::lock_guard lock(mu_);
+    return plans_.size();
+}
+
 size_t VariantCache::size() const {
     std::lock_guard lock(mu_);
     return programs_.size();

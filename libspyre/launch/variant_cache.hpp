@@ -53,12 +53,50 @@ private:
     std::map<Key, std::unique_ptr<const VariantProgram>> programs_;
 };
 
+// The tiling of an Operation over tensors of given shapes, strides and
+// dtypes, planned once (PlanTiling is a function of them and the compute)
+// and kept until the Operation goes, like its variants: a repeated
+// LaunchTiled of the same shapes plans nothing. Unbounded, as VariantCache.
+class TilingPlanCache {
+public:
+    // The plan for `tensors`; on a miss `plan()` makes it (an Error it
+    // throws is passed on and nothing is kept).
+    template <typename Plan>
+    std::shared_ptr<const TilingPlan> Get(std::span<const TiledTensor> tensors, Plan&& plan) {
+        Key key;
+        for (const TiledTensor& t : tensors) {
+            key.shapes.push_back(t.shape);
+            key.strides.push_back(t.strides);
+            key.dtypes.push_back(t.dtype);
+        }
+        {
+            std::lock_guard lock(mu_);
+            if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+        }
+        auto made = std::make_shared<const TilingPlan>(plan());  // outside the lock: planning takes a while
+        std::lock_guard lock(mu_);
+        return plans_.try_emplace(std::move(key), std::move(made)).first->second;
+    }
+    size_t size() const;
+
+private:
+    struct Key {
+        std::vector<std::vector<int64_t>> shapes;
+        std::vector<std::vector<int64_t>> strides;
+        std::vector<DType> dtypes;
+        auto operator<=>(const Key&) const = default;
+    };
+    mutable std::mutex mu_;
+    std::map<Key, std::shared_ptr<const TilingPlan>> plans_;
+};
+
 // What the runtime keeps beside a loaded Operation (Operation::loaded_).
 struct LoadedOperation {
     // The plan's device memory (binaries, tables): a copy of the Operation
     // that outlives its plan still launches.
     std::shared_ptr<const void> plan_memory;
     VariantCache variants;
+    TilingPlanCache tilings;
 };
 
 }  // namespace spyre::detail
