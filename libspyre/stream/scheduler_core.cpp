@@ -130,13 +130,16 @@ void SchedulerCore::Queue(StreamState& s, std::span<QueuedOp> ops) {
         }
     }
     const uint64_t before = s.enqueued_count.fetch_add(ops.size(), std::memory_order_acq_rel);
-    // A lone ring op on an idle stream while the scheduler thread sleeps
-    // (the launch of an app that waits for each one): into the ring from
-    // here, past the stream's queue and the scheduler's whole pass.
-    if (ops.size() == 1 && !tls_scheduler_thread && thread_asleep_.load(std::memory_order_seq_cst) &&
+    // The scheduler thread sleeps and the stream had nothing queued: submit
+    // here rather than pay for its wake-up (it is woken only for host work);
+    // a lone ring op with nothing else queued goes straight into the ring,
+    // past the stream's queue and the whole pass (SubmitAlone). A stream with
+    // a backlog is the thread's to drain, so enqueues stay cheap. Never on
+    // the thread itself (a callback that enqueues): it holds the lock already.
+    if (!tls_scheduler_thread && thread_asleep_.load(std::memory_order_seq_cst) &&
         s.completed.load(std::memory_order_acquire) == before && drive_mu_.try_lock()) {
         std::unique_lock lock(drive_mu_, std::adopt_lock);
-        if (SubmitAlone(s, ops[0])) return;
+        if (ops.size() == 1 && SubmitAlone(s, ops[0])) return;
         s.incoming.Push(ops);
         CallerPump();
         if (!HostWorkPending()) return;
@@ -144,21 +147,8 @@ void SchedulerCore::Queue(StreamState& s, std::span<QueuedOp> ops) {
         WakeIfAsleep();
         return;
     }
-    s.incoming.Push(ops);  // a full fence: the loads below come after it
-    if (!sleepers_.load(std::memory_order_seq_cst)) return;  // the scheduler is awake: it takes them
-    // The scheduler thread sleeps and the stream had nothing queued: submit
-    // here rather than pay for its wake-up (it is woken only for host work).
-    // A stream with a backlog is the thread's to drain, so enqueues stay
-    // cheap. Never on the thread itself (a callback that enqueues): it
-    // holds the lock already.
-    const bool stream_was_idle = s.completed.load(std::memory_order_acquire) == before;
-    if (stream_was_idle && thread_asleep_.load(std::memory_order_seq_cst) && !tls_scheduler_thread &&
-        drive_mu_.try_lock()) {
-        std::unique_lock lock(drive_mu_, std::adopt_lock);
-        CallerPump();
-        if (!HostWorkPending()) return;
-    }
-    WakeIfAsleep();
+    s.incoming.Push(ops);  // a full fence: WakeIfAsleep's look at the sleepers comes after it
+    WakeIfAsleep();        // an awake scheduler takes the ops on its next pass
 }
 
 // ---------------------------------------------------------------- waking
