@@ -63,12 +63,7 @@ public:
     // throws is passed on and nothing is kept).
     template <typename Plan>
     std::shared_ptr<const TilingPlan> Get(std::span<const TiledTensor> tensors, Plan&& plan) {
-        Key key;
-        for (const TiledTensor& t : tensors) {
-            key.shapes.push_back(t.shape);
-            key.strides.push_back(t.strides);
-            key.dtypes.push_back(t.dtype);
-        }
+        std::vector<TiledTensor> key(tensors.begin(), tensors.end());
         {
             std::lock_guard lock(mu_);
             if (auto it = plans_.find(key); it != plans_.end()) return it->second;
@@ -80,14 +75,8 @@ public:
     size_t size() const;
 
 private:
-    struct Key {
-        std::vector<std::vector<int64_t>> shapes;
-        std::vector<std::vector<int64_t>> strides;
-        std::vector<DType> dtypes;
-        auto operator<=>(const Key&) const = default;
-    };
     mutable std::mutex mu_;
-    std::map<Key, std::shared_ptr<const TilingPlan>> plans_;
+    std::map<std::vector<TiledTensor>, std::shared_ptr<const TilingPlan>> plans_;
 };
 
 // What the runtime keeps beside a loaded Operation (Operation::loaded_).

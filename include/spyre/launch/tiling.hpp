@@ -8,6 +8,7 @@
 // explains the rules and the answers to the RFC's open questions.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -23,6 +24,8 @@ struct TiledTensor {
     std::vector<int64_t> shape;
     std::vector<int64_t> strides;  // in elements, each >= 0
     DType dtype = DType::FP32;
+
+    auto operator<=>(const TiledTensor&) const = default;
 };
 
 // One loop of the iteration space that is split into tiles (count > 1).
