@@ -27,8 +27,9 @@ void AppendCopyInline(std::vector<spyre_cb>& out, uint64_t dst_addr, std::span<c
                     "an inline copy carries 1 to " + std::to_string(SPYRE_CB_INLINE_MAX_BYTES) + " bytes, not " +
                         std::to_string(bytes.size()),
                     ErrorContext{.address = dst_addr});
-    if (flags & ~SPYRE_CB_F_DEFINED)
-        throw Error(ErrorKind::InvalidArgument, "CB flags " + Hex(flags) + " set reserved bits (defined: LINK " +
+    // A ring stream needs its number too: PutInRingStream sets both.
+    if (flags & ~SPYRE_CB_F_LINK)
+        throw Error(ErrorKind::InvalidArgument, "CB flags " + Hex(flags) + " set reserved bits (defined here: LINK " +
                                                     Hex(SPYRE_CB_F_LINK) + ")",
                     ErrorContext{.address = dst_addr});
     const uint32_t slots = SPYRE_CB_INLINE_SLOTS(bytes.size());

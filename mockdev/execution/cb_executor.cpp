@@ -44,7 +44,11 @@ bool IsContractOpcode(uint8_t op) {
 // follows from its size.
 uint16_t ValidateHeader(const spyre_cb& cb, size_t payload_bytes) {
     if (!IsContractOpcode(cb.opcode)) return SPYRE_ERR_INVALID_OPCODE;
-    if ((cb.flags & ~SPYRE_CB_F_DEFINED) != 0 || cb.reserved0 != 0) return SPYRE_ERR_RESERVED_NONZERO;
+    if ((cb.flags & ~SPYRE_CB_F_DEFINED) != 0) return SPYRE_ERR_RESERVED_NONZERO;
+    // A ring stream number only with F_STREAM, and RESTART only beside it.
+    if ((cb.flags & SPYRE_CB_F_STREAM) ? cb.stream >= SPYRE_RING_STREAMS
+                                       : (cb.stream != 0 || (cb.flags & SPYRE_CB_F_STREAM_RESTART) != 0))
+        return SPYRE_ERR_RESERVED_NONZERO;
     if (cb.slots == 0 || cb.slots > SPYRE_CB_MAX_SLOTS ||
         payload_bytes != size_t(cb.slots - 1) * SPYRE_CB_SLOT_BYTES)
         return SPYRE_ERR_BAD_SLOT_COUNT;

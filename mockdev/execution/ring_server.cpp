@@ -86,6 +86,7 @@ void RingServer::ClearRing(const Paused&) {
     ring_enabled_.store(false);
     halted_.store(false);
     cancel_next_ = false;  // a linked chain does not survive a reset
+    streams_failed_ = 0;   // nor a failed ring stream (InitRegisters zeroes its register)
     SharedWord(db_->sq_tail).store(0);
     SharedWord(db_->cq_head).store(0);
     SharedWord(db_->sq_head).store(0);
@@ -210,7 +211,13 @@ RingServer::Clock::time_point RingServer::ServeBatch() {
         // just this slot, so the device never reads past what was published.
         const bool framed = cb.slots >= 1 && cb.slots <= SPYRE_CB_MAX_SLOTS && cb.slots <= tail - head;
         const uint32_t used = framed ? cb.slots : 1u;
-        const bool cancelled = cancel_next_;
+        // Ring streams: a CB whose stream has failed is cancelled like a
+        // LINK successor; RESTART forgets the failure first.
+        const uint64_t stream_bit =
+            (cb.flags & SPYRE_CB_F_STREAM) && cb.stream < SPYRE_RING_STREAMS ? 1ull << cb.stream : 0;
+        const uint64_t streams_failed_before = streams_failed_;
+        if (cb.flags & SPYRE_CB_F_STREAM_RESTART) streams_failed_ &= ~stream_bit;
+        const bool cancelled = cancel_next_ || (streams_failed_ & stream_bit) != 0;
         CbOutcome outcome;
         if (cancelled) {
             outcome = Fail(SPYRE_ERR_CANCELED);  // the previous CB was linked and failed: not even validated
@@ -225,6 +232,8 @@ RingServer::Clock::time_point RingServer::ServeBatch() {
         // LINK: a failed (or cancelled) linked CB cancels its successor, also
         // one that arrives with a later doorbell.
         cancel_next_ = (cb.flags & SPYRE_CB_F_LINK) != 0 && outcome.status != SPYRE_ERR_NONE;
+        if (outcome.status != SPYRE_ERR_NONE) streams_failed_ |= stream_bit;
+        if (streams_failed_ != streams_failed_before) regs_.Store64(SPYRE_REG_RING_STREAMS_FAILED, streams_failed_);
         if (outcome.status == SPYRE_ERR_NONE) {
             regs_.Count64(SPYRE_REG_CNT_CB_DONE, 1);
         } else {

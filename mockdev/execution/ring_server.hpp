@@ -122,6 +122,9 @@ private:
     // Guarded by exec_mutex_: the last CB carried LINK and failed, so the
     // next one is cancelled (spyre_cb.h, "Linked CBs").
     bool cancel_next_ = false;
+    // Guarded by exec_mutex_: bit n, ring stream n failed (spyre_cb.h, "Ring
+    // streams"); mirrored in RING_STREAMS_FAILED.
+    uint64_t streams_failed_ = 0;
     std::array<uint8_t, SPYRE_CB_INLINE_MAX_BYTES> payload_{};  // inline payload of the CB being served
     std::atomic<bool> stopping_{false};
     std::atomic<bool> abort_batch_{false};

@@ -21,7 +21,8 @@ constexpr RingGeometry kGeometry{};
 constexpr TaskGeometry kTaskGeometry{};
 constexpr uint32_t kNumCores = 32;
 constexpr uint32_t kCaps = SPYRE_CAP_NOP | SPYRE_CAP_LAUNCH | SPYRE_CAP_CORRECTION | SPYRE_CAP_COPY |
-                           SPYRE_CAP_COPY_INLINE | SPYRE_CAP_SEMAPHORE | SPYRE_CAP_TASKS | SPYRE_CAP_CQE_PHASE;
+                           SPYRE_CAP_COPY_INLINE | SPYRE_CAP_SEMAPHORE | SPYRE_CAP_TASKS | SPYRE_CAP_CQE_PHASE |
+                           SPYRE_CAP_RING_STREAMS;
 constexpr uint32_t kErrClearLatch = 1u << 0;
 
 std::string ShmName(const FunctionParams& p, const char* kind) {

@@ -80,6 +80,15 @@ inline spyre_cb Linked(spyre_cb cb) noexcept {
     return cb;
 }
 
+// Puts `cb` (the first slot of a CB) in ring stream `stream` (contract 1.4,
+// < SPYRE_RING_STREAMS): once a CB of the stream fails, the device cancels
+// its later CBs wherever they sit in the ring. `restart` forgets an earlier
+// failure of the stream first.
+inline void PutInRingStream(spyre_cb& cb, uint32_t stream, bool restart) noexcept {
+    cb.flags |= SPYRE_CB_F_STREAM | (restart ? SPYRE_CB_F_STREAM_RESTART : 0);
+    cb.stream = stream;
+}
+
 // Appends a COPY_INLINE CB writing `bytes` to device address `dst_addr`,
 // followed by its payload slots (SPYRE_CB_INLINE_SLOTS(bytes.size()) slots in
 // all; padding past the data is zero). `flags` may hold SPYRE_CB_F_LINK.

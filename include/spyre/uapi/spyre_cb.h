@@ -41,6 +41,21 @@
  * poll the CQE at its cq_head instead of cq_tail: the notice travels in the
  * line that carries the completion (NVMe's phase tag). cq_tail and the
  * interrupt are published as before, for waiters that sleep.
+ *
+ * Ring streams (contract 1.4, SPYRE_CAP_RING_STREAMS). LINK orders a chain
+ * only while nothing else sits between its CBs; a host that runs several
+ * streams of work through the one ring needs a failure of one stream to stop
+ * that stream's later CBs, wherever they sit. SPYRE_CB_F_STREAM puts a CB in
+ * ring stream `stream` (0 .. SPYRE_RING_STREAMS - 1). The device keeps one
+ * failed bit per ring stream (register RING_STREAMS_FAILED). A CB of a stream
+ * whose bit is set is not executed: it completes with SPYRE_ERR_CANCELED like
+ * a LINK cancellation (it does not latch the error registers). A CB of a
+ * stream that completes with any status but NONE, CANCELED included, sets its
+ * stream's bit. SPYRE_CB_F_STREAM_RESTART (only with F_STREAM) clears the bit
+ * before the CB is looked at: the host sets it on a stream's first CB once it
+ * has seen the failure. LINK works as before beside it. A function reset
+ * clears every bit. `stream` must be 0 without F_STREAM, and below
+ * SPYRE_RING_STREAMS with it (else RESERVED_NONZERO, no bit touched).
  */
 #ifndef SPYRE_UAPI_SPYRE_CB_H
 #define SPYRE_UAPI_SPYRE_CB_H
@@ -59,7 +74,12 @@
 
 /* CB flags. Bits not defined here are reserved and must be 0 (RESERVED_NONZERO). */
 #define SPYRE_CB_F_LINK             (1u << 0) /* next CB runs only if this one succeeds, else CANCELED */
-#define SPYRE_CB_F_DEFINED          (SPYRE_CB_F_LINK)
+#define SPYRE_CB_F_STREAM           (1u << 1) /* 1.4: the CB belongs to ring stream `stream` */
+#define SPYRE_CB_F_STREAM_RESTART   (1u << 2) /* 1.4: clear the stream's failed bit first */
+#define SPYRE_CB_F_DEFINED          (SPYRE_CB_F_LINK | SPYRE_CB_F_STREAM | SPYRE_CB_F_STREAM_RESTART)
+
+/* Ring streams a function tracks (bits of RING_STREAMS_FAILED). */
+#define SPYRE_RING_STREAMS          64u
 
 /* Bytes of one ring slot: a CB or a slot of inline payload. */
 #define SPYRE_CB_SLOT_BYTES         64u
@@ -108,7 +128,7 @@ struct spyre_cb {
     uint8_t  opcode;          /* 0x00 SPYRE_OP_* */
     uint8_t  flags;           /* 0x01 SPYRE_CB_F_*; other bits must be 0 */
     uint16_t slots;           /* 0x02 ring slots used, >= 1 (1 unless inline payload) */
-    uint32_t reserved0;       /* 0x04 must be 0 */
+    uint32_t stream;          /* 0x04 with SPYRE_CB_F_STREAM: its ring stream; else 0 */
     uint64_t user_data;       /* 0x08 echoed in the CQE */
     union {                   /* 0x10 */
         uint64_t args[6];
@@ -151,7 +171,7 @@ static inline uint8_t spyre_cqe_phase(uint32_t cq_pos, uint32_t cq_entries) {
 static_assert(offsetof(spyre_cb, opcode) == 0x00, "");
 static_assert(offsetof(spyre_cb, flags) == 0x01, "");
 static_assert(offsetof(spyre_cb, slots) == 0x02, "");
-static_assert(offsetof(spyre_cb, reserved0) == 0x04, "");
+static_assert(offsetof(spyre_cb, stream) == 0x04, "");
 static_assert(offsetof(spyre_cb, user_data) == 0x08, "");
 static_assert(offsetof(spyre_cb, u) == 0x10, "");
 static_assert(offsetof(spyre_cqe, user_data) == 0x00, "");

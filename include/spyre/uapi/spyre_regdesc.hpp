@@ -64,6 +64,7 @@ inline constexpr RegDesc kRegisters[] = {
     {"ERR_ADDR", SPYRE_REG_ERR_ADDR, 8, "RO", RegDecode::None, "faulting address"},
     {"ERR_USER_DATA", SPYRE_REG_ERR_USER_DATA, 8, "RO", RegDecode::None, "faulting CB user_data"},
     {"ERR_CLEAR", SPYRE_REG_ERR_CLEAR, 4, "W1C", RegDecode::None, "write 1 to clear"},
+    {"RING_STREAMS_FAILED", SPYRE_REG_RING_STREAMS_FAILED, 8, "RO", RegDecode::None, "bit n: ring stream n failed"},
     {"CNT_CB_DONE", SPYRE_REG_CNT_CB_DONE, 8, "RO", RegDecode::None, "CBs completed"},
     {"CNT_CB_ERRORS", SPYRE_REG_CNT_CB_ERRORS, 8, "RO", RegDecode::None, "CBs failed"},
     {"CNT_NOPS", SPYRE_REG_CNT_NOPS, 8, "RO", RegDecode::None, "NOPs"},
@@ -189,7 +190,8 @@ inline std::string Decode(RegDecode kind, uint64_t v) {
     case RegDecode::Caps:
         AppendBits(out, v, {{SPYRE_CAP_NOP, "NOP"}, {SPYRE_CAP_LAUNCH, "LAUNCH"}, {SPYRE_CAP_CORRECTION, "CORRECT"},
                             {SPYRE_CAP_COPY, "COPY"}, {SPYRE_CAP_COPY_INLINE, "COPY_INLINE"}, {SPYRE_CAP_SEMAPHORE, "SEMAPHORE"},
-                            {SPYRE_CAP_TASKS, "TASKS"}});
+                            {SPYRE_CAP_TASKS, "TASKS"}, {SPYRE_CAP_CQE_PHASE, "CQE_PHASE"},
+                            {SPYRE_CAP_RING_STREAMS, "RING_STREAMS"}});
         return out;
     case RegDecode::Status:
         AppendBits(out, v, {{SPYRE_STATUS_READY, "READY"}, {SPYRE_STATUS_RING_ENABLED, "RING_ENABLED"},

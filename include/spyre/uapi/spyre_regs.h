@@ -18,7 +18,7 @@
 /* ---- Contract identity ------------------------------------------------- */
 #define SPYRE_MAGIC                 0x52595053u /* "SPYR" little-endian */
 #define SPYRE_VERSION_MAJOR         1u
-#define SPYRE_VERSION_MINOR         3u /* 1.1: task queues; 1.2: watchdog and DMA counters; 1.3: CQE phase */
+#define SPYRE_VERSION_MINOR         4u /* 1.1: task queues; 1.2: watchdog and DMA counters; 1.3: CQE phase; 1.4: ring streams */
 #define SPYRE_VERSION               ((SPYRE_VERSION_MAJOR << 16) | SPYRE_VERSION_MINOR)
 #define SPYRE_VERSION_GET_MAJOR(v)  ((uint32_t)(v) >> 16)
 #define SPYRE_VERSION_GET_MINOR(v)  ((uint32_t)(v) & 0xFFFFu)
@@ -69,6 +69,8 @@
 #define SPYRE_REG_ERR_ADDR          0x090u /* u64 faulting device address, if any */
 #define SPYRE_REG_ERR_USER_DATA     0x098u /* u64 user_data of the faulting CB */
 #define SPYRE_REG_ERR_CLEAR         0x0A0u /* u32 write 1 to clear the latch (trapped) */
+/* 1.4: ring streams (spyre_cb.h) */
+#define SPYRE_REG_RING_STREAMS_FAILED 0x0A8u /* u64 bit n: ring stream n failed (read-only; cleared by reset) */
 /* Per-function counters (read-only u64, reset by function reset) */
 #define SPYRE_REG_CNT_CB_DONE       0x100u /* CBs completed successfully */
 #define SPYRE_REG_CNT_CB_ERRORS     0x108u /* CBs completed with an error */
@@ -157,6 +159,7 @@
 #define SPYRE_CAP_SEMAPHORE         (1u << 5)
 #define SPYRE_CAP_TASKS             (1u << 6) /* task queues (spyre_task.h) */
 #define SPYRE_CAP_CQE_PHASE         (1u << 7) /* CQEs carry their lap's phase (spyre_cb.h) */
+#define SPYRE_CAP_RING_STREAMS      (1u << 8) /* CBs carry a ring stream (spyre_cb.h) */
 
 /* SPYRE_REG_STATUS bits */
 #define SPYRE_STATUS_READY          (1u << 0) /* device model alive */

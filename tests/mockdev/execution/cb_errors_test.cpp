@@ -29,8 +29,8 @@ std::vector<BadCb> Garbage() {
     flags.flags = 0x80;
     v.push_back({"reserved flag", flags, SPYRE_ERR_RESERVED_NONZERO});
     spyre_cb reserved = NopCb(0);
-    reserved.reserved0 = 1;
-    v.push_back({"reserved0", reserved, SPYRE_ERR_RESERVED_NONZERO});
+    reserved.stream = 1;  // a ring stream without F_STREAM
+    v.push_back({"stream without F_STREAM", reserved, SPYRE_ERR_RESERVED_NONZERO});
     spyre_cb args = NopCb(0);
     args.u.args[5] = 0xDEAD;
     v.push_back({"NOP with arguments", args, SPYRE_ERR_RESERVED_NONZERO});

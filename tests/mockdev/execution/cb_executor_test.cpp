@@ -82,7 +82,8 @@ TEST_F(CbExecutorTest, InvalidOpcodeWinsOverOtherFaults) {
 }
 
 TEST_F(CbExecutorTest, ReservedFlagsMustBeZero) {
-    for (unsigned bit = 1; bit < 8; ++bit) {
+    for (unsigned bit = 0; bit < 8; ++bit) {
+        if (SPYRE_CB_F_DEFINED & (1u << bit)) continue;
         spyre_cb cb = Nop();
         cb.flags = uint8_t(1u << bit);
         EXPECT_EQ(exec_.Execute(cb).status, SPYRE_ERR_RESERVED_NONZERO) << bit;
@@ -99,10 +100,22 @@ TEST_F(CbExecutorTest, LinkFlagIsAccepted) {
     EXPECT_EQ(Nops(), 1u);
 }
 
-TEST_F(CbExecutorTest, Reserved0MustBeZero) {
+TEST_F(CbExecutorTest, RingStreamOnlyWithItsFlagAndInRange) {
     spyre_cb cb = Nop();
-    cb.reserved0 = 1;
+    cb.stream = 1;  // no F_STREAM: the word must be 0
     EXPECT_EQ(exec_.Execute(cb).status, SPYRE_ERR_RESERVED_NONZERO);
+    cb = Nop();
+    cb.flags = SPYRE_CB_F_STREAM_RESTART;  // RESTART alone
+    EXPECT_EQ(exec_.Execute(cb).status, SPYRE_ERR_RESERVED_NONZERO);
+    cb = Nop();
+    cb.flags = SPYRE_CB_F_STREAM;
+    cb.stream = SPYRE_RING_STREAMS;
+    EXPECT_EQ(exec_.Execute(cb).status, SPYRE_ERR_RESERVED_NONZERO);
+    EXPECT_EQ(Nops(), 0u);
+    cb.stream = SPYRE_RING_STREAMS - 1;
+    cb.flags = SPYRE_CB_F_STREAM | SPYRE_CB_F_STREAM_RESTART | SPYRE_CB_F_LINK;
+    EXPECT_EQ(exec_.Execute(cb).status, SPYRE_ERR_NONE);
+    EXPECT_EQ(Nops(), 1u);
 }
 
 TEST_F(CbExecutorTest, SlotCountMustBeOne) {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Multi-slot CBs and linked chains through a real device: COPY_INLINE round
 // trips (also across the ring's end), LINK cancelling the rest of a chain
-// (also across doorbells), garbage framing, and the driver's slot and CB
+// (also across doorbells), ring streams cancelling a failed stream's later
+// CBs (contract 1.4), garbage framing, and the driver's slot and CB
 // accounting over many wraps.
 #include <unistd.h>
 
@@ -257,6 +258,73 @@ TEST_F(MockDeviceTest, ResetDropsAPendingCancellation) {
     }
     CommandRing ring(fn);  // resets the function
     ring.Submit(std::array{NopCb(2)});
+    EXPECT_TRUE(WaitAll(ring, 1)[0].ok());
+}
+
+spyre_cb InStream(spyre_cb cb, uint32_t stream, bool restart = false) {
+    PutInRingStream(cb, stream, restart);
+    return cb;
+}
+
+// Contract 1.4: a failure of one ring stream cancels that stream's later
+// CBs, whatever sits between them, until a CB of it carries RESTART.
+TEST_F(MockDeviceTest, RingStreamFailureCancelsItsLaterCbsWhereverTheySit) {
+    Function fn = Function::Open(Vf(1));
+    ASSERT_TRUE(fn.Read32(SPYRE_REG_CAPS) & SPYRE_CAP_RING_STREAMS);
+    CommandRing ring(fn);
+    DmaQueue q(fn);
+    const std::vector<uint8_t> fill(4096, 0xEE);
+    q.Wait(q.HostToDevice(fill.data(), kBase, fill.size()));
+    const uint64_t sem = kBase;  // u64 words at kBase + 8 * i
+
+    // Stream 3 fails; stream 5 and untagged CBs between its CBs run.
+    ring.Submit(std::array{InStream(SemWriteCb(sem, 1, 1), 3, true), InStream(CopyCb(~0ull - 100, kBase, 16, 2), 3),
+                           InStream(SemWriteCb(sem + 8, 2, 3), 5, true), NopCb(4)});
+    auto done = WaitAll(ring, 4);
+    EXPECT_TRUE(done[0].ok());
+    EXPECT_EQ(done[1].status, SPYRE_ERR_ADDR_RANGE);
+    EXPECT_TRUE(done[2].ok()) << "another ring stream goes on";
+    EXPECT_TRUE(done[3].ok());
+    EXPECT_EQ(fn.Read64(SPYRE_REG_RING_STREAMS_FAILED), 1ull << 3);
+
+    // A later doorbell: stream 3's CBs are cancelled, even one that carries LINK
+    // (its untagged successor is cancelled too); stream 5's run.
+    ring.Submit(std::array{InStream(SemWriteCb(sem + 16, 3, 5), 3), InStream(SemWriteCb(sem + 24, 4, 6), 5),
+                           Linked(InStream(SemWriteCb(sem + 32, 5, 7), 3)), NopCb(8), NopCb(9)});
+    done = WaitAll(ring, 5);
+    EXPECT_EQ(done[0].status, SPYRE_ERR_CANCELED);
+    EXPECT_TRUE(done[1].ok());
+    EXPECT_EQ(done[2].status, SPYRE_ERR_CANCELED);
+    EXPECT_EQ(done[3].status, SPYRE_ERR_CANCELED) << "LINK still cancels the successor";
+    EXPECT_TRUE(done[4].ok());
+    // Cancellations do not latch: the one real fault is the copy.
+    EXPECT_EQ(fn.Read32(SPYRE_REG_ERR_COUNT), 1u);
+    EXPECT_EQ(fn.Read64(SPYRE_REG_ERR_USER_DATA), 2u);
+
+    // RESTART: stream 3 runs again.
+    ring.Submit(std::array{InStream(SemWriteCb(sem + 40, 6, 10), 3, true), InStream(SemWriteCb(sem + 48, 7, 11), 3)});
+    done = WaitAll(ring, 2);
+    EXPECT_TRUE(done[0].ok());
+    EXPECT_TRUE(done[1].ok());
+    EXPECT_EQ(fn.Read64(SPYRE_REG_RING_STREAMS_FAILED), 0u);
+
+    std::vector<uint64_t> words(7);
+    q.Wait(q.DeviceToHost(words.data(), sem, words.size() * 8));
+    const uint64_t untouched = 0xEEEEEEEEEEEEEEEEull;
+    EXPECT_EQ(words, (std::vector<uint64_t>{1, 2, untouched, 4, untouched, 6, 7}));
+}
+
+TEST_F(MockDeviceTest, ResetForgetsFailedRingStreams) {
+    Function fn = Function::Open(Pf());
+    {
+        CommandRing ring(fn);
+        ring.Submit(std::array{InStream(CopyCb(~0ull - 100, 0, 16, 1), SPYRE_RING_STREAMS - 1)});
+        EXPECT_EQ(WaitAll(ring, 1)[0].status, SPYRE_ERR_ADDR_RANGE);
+        EXPECT_EQ(fn.Read64(SPYRE_REG_RING_STREAMS_FAILED), 1ull << (SPYRE_RING_STREAMS - 1));
+    }
+    CommandRing ring(fn);  // resets the function
+    EXPECT_EQ(fn.Read64(SPYRE_REG_RING_STREAMS_FAILED), 0u);
+    ring.Submit(std::array{InStream(NopCb(2), SPYRE_RING_STREAMS - 1)});
     EXPECT_TRUE(WaitAll(ring, 1)[0].ok());
 }
 
