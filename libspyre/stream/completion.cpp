@@ -108,6 +108,18 @@ bool SettleEventOnHost(StreamState& s, const std::string& device) {
     return true;
 }
 
+// A record fires done or failed alike (waiters never hang), with the
+// stream's error if it has one; the time is when the host saw it, as on the
+// host path.
+void RingRecords::FireRecord(StreamState& s, const Record& r) {
+    std::optional<Error> err;
+    if (s.faulted.load()) {
+        std::lock_guard lock(s.mu);
+        err = s.fault;
+    }
+    CompleteEvent(*r.event, r.event_seq, DeviceClockNs(), err);
+}
+
 size_t RingRecords::Retire(std::span<const driver::Completion> done) {
     size_t cancelled = 0;
     uint64_t reaped_ns = 0;  // while a trace records: when this batch was seen, read once
@@ -129,9 +141,11 @@ size_t RingRecords::Retire(std::span<const driver::Completion> done) {
                                    ErrorContext{.device = device_,
                                                 .address = c.result ? std::optional<uint64_t>(c.result) : std::nullopt,
                                                 .device_code = c.status}));
-        } else if (c.status == SPYRE_ERR_CANCELED) {
+        } else if (c.status == SPYRE_ERR_CANCELED && rec.kind != OpKind::EventRecord) {
             ++cancelled;  // cancelled on the device behind the stream's failure
         }
+        if (rec.kind == OpKind::EventRecord) FireRecord(s, rec);
+        if (rec.ends_turn) --s.turns_inflight;
         if (rec.submit_ns != 0 && trace::Enabled()) {
             if (reaped_ns == 0) reaped_ns = trace::detail::NowNs();
             TraceDevice(rec, c);
@@ -145,6 +159,8 @@ size_t RingRecords::Retire(std::span<const driver::Completion> done) {
 void RingRecords::FailAll(const Error& lost) {
     for (Record& r : records_) {
         Fault(*r.stream, lost);
+        if (r.kind == OpKind::EventRecord) FireRecord(*r.stream, r);
+        if (r.ends_turn) --r.stream->turns_inflight;
         --r.stream->ring_inflight;
         Complete(*r.stream, r.seq);
     }

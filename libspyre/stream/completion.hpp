@@ -49,12 +49,12 @@ Error StreamOpError(ErrorKind kind, const StreamState& s, uint64_t seq, const st
 size_t DropFaulted(StreamState& s);
 
 // Settles the event record or wait at the head of `s` on the host once
-// nothing of `s` is in flight, so the work before it is done. Events never
-// go to the ring: with one ring for every stream, a SEM_WRITE there would
-// queue behind other streams' work (a long LAUNCH) and hold back this
-// stream's host work (DMA copies) behind it. A record fires even on a
-// faulted stream, with its error; a wait settles once its event has
-// completed. Returns whether the head was settled.
+// nothing of `s` is in flight, so the work before it is done. A record
+// behind ring work of its stream rides in that stream's turn instead, as a
+// NOP retired with it (never queued behind another stream's work: a device
+// SEM_WRITE would wait for whatever else is in the ring). A record fires
+// even on a faulted stream, with its error; a wait settles once its event
+// has completed. Returns whether the head was settled.
 bool SettleEventOnHost(StreamState& s, const std::string& device);
 
 // The CBs in the ring, in submission order.
@@ -67,6 +67,9 @@ public:
         OpKind kind;
         OpTrace trace = {};
         uint64_t submit_ns = 0;  // while a trace records: when it went into the ring
+        std::shared_ptr<EventState> event = {};  // EventRecord: the event it fires when retired
+        uint64_t event_seq = 0;
+        bool ends_turn = false;  // the last CB of its stream's turn
     };
 
     explicit RingRecords(std::string device) : device_(std::move(device)) {}
@@ -77,6 +80,13 @@ public:
         ++r.stream->ring_inflight;
         records_.push_back(std::move(r));
     }
+    // The CB added last ends its stream's turn.
+    void EndTurn() {
+        records_.back().ends_turn = true;
+        ++records_.back().stream->turns_inflight;
+    }
+    // The stream of the ring's last CB (nullptr when empty).
+    const StreamState* last_stream() const { return records_.empty() ? nullptr : records_.back().stream; }
     // Retires `done` (reaped from the ring, in ring order). Throws
     // ProtocolError if the device completed out of order. Returns the CBs
     // the device cancelled behind an earlier failure.
@@ -88,6 +98,7 @@ private:
     // While a trace records: a CB's device span runs from its submission, or
     // the ring's previous completion if later, to its own completion.
     void TraceDevice(const Record& r, const driver::Completion& c);
+    static void FireRecord(StreamState& s, const Record& r);
 
     std::string device_;
     std::deque<Record> records_;

@@ -28,9 +28,10 @@ bool RingBatcher::Ready(const StreamState& s) const {
     const QueuedOp& op = s.local.front();
     if (!IsRingOp(op)) return false;
     if (s.faulted.load(std::memory_order_relaxed)) return false;
-    // Events are settled on the host (SettleEventOnHost): a record ends the
-    // turn; a wait rides in it, as a NOP, once its event has completed.
-    if (op.kind == OpKind::EventRecord) return false;
+    // A record rides in the ring (a NOP fired when retired) behind ring work
+    // of its stream; with none in flight the host settles it at once
+    // (SettleEventOnHost). A wait rides as a NOP once its event has completed.
+    if (op.kind == OpKind::EventRecord) return s.ring_inflight != 0;
     if (op.kind == OpKind::EventWait) return op.event->completed.load(std::memory_order_acquire) >= op.value;
     return true;
 }
@@ -69,17 +70,29 @@ void RingBatcher::Append(StreamState& s, std::vector<spyre_cb>& batch, RingRecor
     case OpKind::SemWait: batch.push_back(driver::SemWaitCb(op.device_addr, op.value, 0, ud)); break;
     case OpKind::EventWait:
         // Its event has completed (Ready): it only keeps its place in the turn.
+    case OpKind::EventRecord:
+        // Fired when retired (RingRecords), after the stream's CBs before it.
         batch.push_back(driver::NopCb(ud));
         break;
     default: throw Error(ErrorKind::Internal, "not a ring op");
     }
-    records.Add(RingRecords::Record{&s, seq, ud, op.kind, op.trace(), op.trace_enqueue_ns ? trace_ns : 0});
+    RingRecords::Record rec{&s, seq, ud, op.kind, op.trace(), op.trace_enqueue_ns ? trace_ns : 0};
+    if (op.kind == OpKind::EventRecord) {
+        rec.event = std::move(op.event);
+        rec.event_seq = op.value;
+    }
+    records.Add(std::move(rec));
 }
 
 size_t RingBatcher::TakeTurn(StreamState& s, size_t quantum, Budget& budget, std::vector<spyre_cb>& batch,
                              RingRecords& records) {
     size_t taken = 0;
     size_t previous = SIZE_MAX;  // the stream's last CB in this batch
+    // The stream's CBs go in its ring stream, so a turn that waits in the
+    // ring behind its previous one is cancelled should that one fail. A turn
+    // with nothing of the stream ahead of it restarts the ring stream: a
+    // failure before it has been seen (a faulted stream takes no turn).
+    bool restart = s.ring_inflight == 0;
     while (taken < quantum && Ready(s)) {
         // A LINKed chain goes down whole, never interleaved with another
         // stream; only a chain larger than the whole budget is split.
@@ -91,6 +104,8 @@ size_t RingBatcher::TakeTurn(StreamState& s, size_t quantum, Budget& budget, std
             if (SlotsFor(s.local.front()) > budget.slots || budget.cbs == 0) break;
             const size_t first = batch.size();
             Append(s, batch, records, budget.trace_ns);
+            if (s.ring_stream >= 0) driver::PutInRingStream(batch[first], uint32_t(s.ring_stream), restart);
+            restart = false;
             if (previous != SIZE_MAX) batch[previous].flags |= SPYRE_CB_F_LINK;
             previous = first;
             budget.slots -= batch.size() - first;
@@ -99,6 +114,7 @@ size_t RingBatcher::TakeTurn(StreamState& s, size_t quantum, Budget& budget, std
         }
         if (budget.cbs == 0 || budget.slots == 0) break;
     }
+    if (taken != 0) records.EndTurn();
     return taken;
 }
 

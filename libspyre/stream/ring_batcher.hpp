@@ -37,9 +37,8 @@ public:
     static size_t SlotsFor(const QueuedOp& op);
 
     // Appends up to `quantum` CBs of `s` to `batch` (its records to
-    // `records`), ending early at a chain that does not fit or at an event
-    // record (settled on the host once the turn is done: it must fire even
-    // after a failure before it). Returns the CBs taken.
+    // `records`), in the stream's ring stream, ending early at a chain that
+    // does not fit or an op not ready. Returns the CBs taken.
     size_t TakeTurn(StreamState& s, size_t quantum, Budget& budget, std::vector<spyre_cb>& batch,
                     RingRecords& records);
 

@@ -3,6 +3,8 @@
 
 #include <pthread.h>
 
+#include <bit>
+
 #include "device/device_core.hpp"
 #include "spyre/common/futex.hpp"
 #include "spyre/common/log.hpp"
@@ -42,6 +44,8 @@ SchedulerCore::SchedulerCore(DeviceCore& device, const SchedulerOptions& options
       batcher_(device.function->Read32(SPYRE_REG_CAPS) & SPYRE_CAP_COPY_INLINE ? SPYRE_CB_INLINE_MAX_BYTES : 0),
       records_(device.function->pci_address()),
       dma_(*device.dma_queue, device.function->pci_address()) {
+    static_assert(SPYRE_RING_STREAMS == 64, "one bit of ring_streams_free_ per ring stream");
+    ring_streams_free_ = device.function->Read32(SPYRE_REG_CAPS) & SPYRE_CAP_RING_STREAMS ? ~0ull : 0;
     if (options_.quantum == 0) throw Error(ErrorKind::InvalidArgument, "scheduler quantum must be >= 1");
     if (options_.max_ring_inflight == 0)
         throw Error(ErrorKind::InvalidArgument, "scheduler max_ring_inflight must be >= 1");
@@ -73,7 +77,12 @@ StreamState* SchedulerCore::CreateStream(int priority) {
                                                     std::to_string(kStreamPriorityLowest) + "]");
     if (lost()) throw lost_error();
     std::lock_guard lock(streams_mu_);
-    streams_.push_back(std::make_shared<StreamState>(next_index_++, priority));
+    auto state = std::make_shared<StreamState>(next_index_++, priority);
+    if (ring_streams_free_ != 0) {
+        state->ring_stream = std::countr_zero(ring_streams_free_);
+        ring_streams_free_ &= ~(1ull << state->ring_stream);
+    }
+    streams_.push_back(std::move(state));
     streams_version_.fetch_add(1);
     return streams_.back().get();
 }
@@ -410,6 +419,7 @@ void SchedulerCore::RefreshStreams() {
     std::erase_if(streams_, [&](const std::shared_ptr<StreamState>& s) {
         const bool gone = s->retired.load() && !s->HasWork() && !s->incoming.Pending();
         if (gone) policy_.Forget(s.get());
+        if (gone && s->ring_stream >= 0) ring_streams_free_ |= 1ull << s->ring_stream;
         return gone;
     });
     active_.clear();
@@ -527,10 +537,10 @@ bool SchedulerCore::SubmitRing() {
         StreamState& s = *sp;
         // A stream's turn is one LINKed chain in the ring, so a failure
         // cancels the rest of it on the device (the stream drops the work
-        // behind a failure). CBs sent in a later turn could not be linked
-        // to it (other streams' CBs may sit between), so a stream gets its
-        // next turn only once its previous one has completed.
-        if (s.ring_inflight != 0 || !batcher_.Ready(s)) continue;
+        // behind a failure). A later turn cannot be linked to it (other
+        // streams' CBs may sit between): it waits for the previous one,
+        // unless it may wait in the ring behind it (MayQueueBehind).
+        if (!batcher_.Ready(s) || (s.ring_inflight != 0 && !MayQueueBehind(s))) continue;
         const size_t taken = batcher_.TakeTurn(s, policy_.Quantum(sp), budget, batch_, records_);
         TurnPolicy::EndTurn(s, taken != 0);  // ready but passed over: it ages (Priority)
         batch_cbs += taken;
@@ -538,6 +548,10 @@ bool SchedulerCore::SubmitRing() {
     if (batch_.empty()) return false;
     RingDoorbell(batch_cbs);
     return true;
+}
+
+bool SchedulerCore::MayQueueBehind(const StreamState& s) const {
+    return s.ring_stream >= 0 && s.turns_inflight < kTurnsInRing && records_.last_stream() == &s;
 }
 
 bool SchedulerCore::SubmitAlone(StreamState& s, QueuedOp& op) {

@@ -121,6 +121,14 @@ private:
     bool IssueHostWork(bool on_thread);
     bool RunCallback(StreamState& s);
     bool SubmitRing();
+    // Whether the next turn of `s`, which has a turn in the ring, may go in
+    // behind it now, so the device starts it with no host round trip in
+    // between. Only with a ring stream (the device cancels it should the turn
+    // ahead fail), at most kTurnsInRing deep, and only right behind the
+    // stream's own CBs: behind another stream's work its event records would
+    // wait for that work.
+    bool MayQueueBehind(const StreamState& s) const;
+    static constexpr uint32_t kTurnsInRing = 2;
     // Queue's short way for a lone ring op on an idle stream when nothing
     // else waits: its turn straight into the ring. False (nothing done) when
     // the whole pass is needed; the op is then still the caller's.
@@ -138,6 +146,7 @@ private:
     std::vector<std::shared_ptr<StreamState>> streams_;  // registered, by creation
     std::atomic<uint64_t> streams_version_{0};
     int next_index_ = 0;
+    uint64_t ring_streams_free_ = 0;  // bit n: ring stream n is no stream's (under streams_mu_)
 
     // Under drive_mu_.
     std::mutex drive_mu_;

@@ -24,6 +24,9 @@ struct StreamState {
 
     const int index;
     const int priority;
+    // The device's ring stream for this stream's CBs (contract 1.4), or -1
+    // (none free, or a device without them): set before the scheduler sees it.
+    int ring_stream = -1;
 
     // Producer side: any host thread may enqueue (the queue takes no lock).
     detail::OpQueue incoming;
@@ -40,6 +43,7 @@ struct StreamState {
     std::deque<detail::QueuedOp> local;     // taken from incoming, in order
     uint64_t next_seq = 0;                  // op index of local.front()
     uint32_t ring_inflight = 0;             // CBs of this stream in the ring
+    uint32_t turns_inflight = 0;            // its turns in the ring (a turn may wait behind the last)
     bool host_busy = false;                 // a DMA copy of this stream is running
     uint32_t skipped_turns = 0;             // Priority policy: aging
     // Trace (docs/trace.md): the stream's track in the current recording
@@ -51,8 +55,10 @@ struct StreamState {
     bool HasWork() const { return !local.empty() || ring_inflight != 0 || host_busy; }
 };
 
-// An event lives on the host: the scheduler settles its records and waits
-// (SettleEventOnHost), so it needs no device memory.
+// An event lives on the host, so it needs no device memory: a record fires
+// when the stream's ring work before it retires (a NOP in its turn) or at
+// once on the host when none is in flight; a wait holds its stream back on
+// the host (SettleEventOnHost).
 struct EventState {
     std::shared_ptr<DeviceCore> core;
     std::mutex record_mu;                // one Record at a time (RecordEvent)

@@ -75,7 +75,7 @@ echo "\$ $run_cmd"
 out=$(timeout 60 bash -c "$run_cmd")
 echo "$out"
 grep -q "libspyre $(pkg-config --modversion libspyre)" <<<"$out"
-grep -q "contract 1.3" <<<"$out"  # 1.1: task queues (spyre_task.h); 1.2: watchdog and DMA counters; 1.3: CQE phase
+grep -q "contract 1.4" <<<"$out"  # 1.1: task queues (spyre_task.h); 1.2: watchdog and DMA counters; 1.3: CQE phase; 1.4: ring streams
 grep -q "typed error ok: not found" <<<"$out"
 # The installed headers and udev rules are where users expect them.
 [ -f "$(find "$stage/root" -path '*include/spyre/uapi/spyre_cb.h' | head -n1)" ]

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Completion handling without a device: ring completions retire in ring
-// order onto their streams, event records and waits settle on the host once
+// order onto their streams, event records ride in the ring behind their
+// stream's work (fired when retired) or, and waits, settle on the host once
 // their stream is idle (a record fires with the stream's error, never moves
 // its event back), a failed CB becomes the stream's sticky error (the first
 // one wins), cancelled CBs are counted, the work of a faulted stream is
@@ -230,15 +231,55 @@ TEST(Completion, DropFaultedDropsInOrderButKeepsRecordsAndCleanup) {
     EXPECT_TRUE(s.local.front().always) << "cleanup still runs";
 }
 
+// A record riding in the ring fires when its NOP retires: after the CBs of
+// its stream before it, with the stream's error if one of them failed
+// (cancelled or not), and the turns in the ring are counted down.
+TEST(Completion, ARecordInTheRingFiresWhenRetiredWithTheStreamsError) {
+    StreamState a(2, 0);
+    auto ok = std::make_shared<EventState>(), failed = std::make_shared<EventState>();
+    RingRecords records("d");
+    records.Add({&a, 0, 1, OpKind::Launch});
+    records.Add({.stream = &a, .seq = 1, .user_data = 2, .kind = OpKind::EventRecord, .event = ok, .event_seq = 1});
+    records.EndTurn();
+    records.Add({&a, 2, 3, OpKind::Launch});
+    records.Add({.stream = &a, .seq = 3, .user_data = 4, .kind = OpKind::EventRecord, .event = failed, .event_seq = 7});
+    records.EndTurn();
+    EXPECT_EQ(a.turns_inflight, 2u);
+    EXPECT_EQ(records.last_stream(), &a);
+    records.Retire(std::vector{Done(1)});
+    EXPECT_EQ(ok->completed.load(), 0u) << "fired before its NOP retired";
+    EXPECT_EQ(records.Retire(std::vector{Done(2)}), 0u);
+    EXPECT_EQ(ok->completed.load(), 1u);
+    EXPECT_FALSE(ok->error.has_value());
+    EXPECT_NE(ok->timestamp_ns.load(), 0u);
+    EXPECT_EQ(a.turns_inflight, 1u);
+    // The second launch fails; the record behind it is cancelled, and fires.
+    EXPECT_EQ(records.Retire(std::vector{Done(3, SPYRE_ERR_ADDR_RANGE), Done(4, SPYRE_ERR_CANCELED)}), 0u)
+        << "a cancelled record is not dropped work";
+    EXPECT_EQ(failed->completed.load(), 7u);
+    ASSERT_TRUE(failed->error.has_value());
+    EXPECT_NE(std::string(failed->error->what()).find("stream 2 op #2"), std::string::npos) << failed->error->what();
+    EXPECT_EQ(a.turns_inflight, 0u);
+    EXPECT_EQ(a.completed.load(), 4u);
+    EXPECT_EQ(records.last_stream(), nullptr);
+}
+
 TEST(Completion, FailAllFailsEverythingInFlight) {
     StreamState a(0, 0), b(1, 0);
+    auto ev = std::make_shared<EventState>();
     RingRecords records("d");
     records.Add({&a, 0, 1, OpKind::Launch});
     records.Add({&b, 0, 2, OpKind::SemWrite});
+    records.Add({.stream = &b, .seq = 1, .user_data = 3, .kind = OpKind::EventRecord, .event = ev, .event_seq = 1});
+    records.EndTurn();
     records.FailAll(Error(ErrorKind::DeviceLost, "device lost: gone"));
     EXPECT_TRUE(records.empty());
+    EXPECT_EQ(ev->completed.load(), 1u) << "a record in the ring fires, failed";
+    ASSERT_TRUE(ev->error.has_value());
+    EXPECT_EQ(ev->error->kind(), ErrorKind::DeviceLost);
+    EXPECT_EQ(b.turns_inflight, 0u);
     for (StreamState* s : {&a, &b}) {
-        EXPECT_EQ(s->completed.load(), 1u);
+        EXPECT_EQ(s->completed.load(), s == &a ? 1u : 2u);
         EXPECT_EQ(s->ring_inflight, 0u);
         ASSERT_TRUE(s->fault.has_value());
         EXPECT_EQ(s->fault->kind(), ErrorKind::DeviceLost);

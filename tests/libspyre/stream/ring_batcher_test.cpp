@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // RingBatcher without a device: a stream's turn as ring CBs — what goes in
 // the ring, LINK flags within a turn, the quantum, groups kept whole, event
-// records ending a turn (they are settled on the host) and waits riding in
-// one as NOPs, and the budget.
+// records and waits riding in a turn as NOPs, ring streams, and the budget.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -109,23 +108,57 @@ TEST(RingBatcher, InlineCopiesCarryTheirBytes) {
     EXPECT_EQ(f.budget.slots, 256u - 4u);
 }
 
-TEST(RingBatcher, StopsAtAnEventRecordWhichNeverGoesInTheRing) {
+TEST(RingBatcher, AnEventRecordRidesBehindItsStreamsRingWorkAsANop) {
     Fixture f;
     auto event = std::make_shared<EventState>();
-    f.s.local.push_back(Launch(0x10, /*link=*/true));
     f.s.local.push_back(EventOp(OpKind::EventRecord, event, 1));
-    f.s.local.push_back(Launch(0x20));
-    // The record is settled on the host once the launch is done (it fires
-    // even if the launch fails): the turn ends before it, and the launch
-    // behind it waits for the next turn.
-    EXPECT_EQ(f.Take(64), 1u);
-    EXPECT_EQ(f.batch[0].flags & SPYRE_CB_F_LINK, 0u);
-    f.batch.clear();
-    f.s.ring_inflight = 0;
+    // Nothing of the stream in the ring: the host settles it at once.
     EXPECT_FALSE(f.batcher.Ready(f.s));
     EXPECT_EQ(f.Take(64), 0u);
-    EXPECT_TRUE(f.batch.empty());
-    EXPECT_EQ(f.s.local.size(), 2u);
+    f.s.local.clear();
+    f.s.local.push_back(Launch(0x10));
+    f.s.local.push_back(EventOp(OpKind::EventRecord, event, 1));
+    f.s.local.push_back(Launch(0x20));
+    // Behind the launch it goes in the turn, LINKed like the rest: it is
+    // fired when retired, after the launch, done or failed.
+    EXPECT_EQ(f.Take(64), 3u);
+    ASSERT_EQ(f.batch.size(), 3u);
+    EXPECT_EQ(f.batch[1].opcode, SPYRE_OP_NOP);
+    EXPECT_NE(f.batch[0].flags & SPYRE_CB_F_LINK, 0u);
+    EXPECT_NE(f.batch[1].flags & SPYRE_CB_F_LINK, 0u);
+    EXPECT_EQ(f.batch[2].flags & SPYRE_CB_F_LINK, 0u);
+    EXPECT_TRUE(f.s.local.empty());
+    EXPECT_EQ(f.s.turns_inflight, 1u);
+}
+
+TEST(RingBatcher, CbsGoInTheStreamsRingStreamRestartedOnlyWithNothingAhead) {
+    Fixture f;
+    f.s.ring_stream = 5;
+    for (uint64_t i = 0; i < 4; ++i) f.s.local.push_back(Launch(0x100 * (i + 1)));
+    EXPECT_EQ(f.Take(2), 2u);
+    ASSERT_EQ(f.batch.size(), 2u);
+    for (const spyre_cb& cb : f.batch) {
+        EXPECT_NE(cb.flags & SPYRE_CB_F_STREAM, 0u);
+        EXPECT_EQ(cb.stream, 5u);
+    }
+    // The first turn with nothing of the stream ahead: its failures before were seen.
+    EXPECT_NE(f.batch[0].flags & SPYRE_CB_F_STREAM_RESTART, 0u);
+    EXPECT_EQ(f.batch[1].flags & SPYRE_CB_F_STREAM_RESTART, 0u);
+    // A turn behind the first, still in the ring: no restart, so the device
+    // cancels it should the first fail.
+    f.batch.clear();
+    EXPECT_EQ(f.Take(2), 2u);
+    EXPECT_EQ(f.s.turns_inflight, 2u);
+    for (const spyre_cb& cb : f.batch) {
+        EXPECT_EQ(cb.stream, 5u);
+        EXPECT_EQ(cb.flags & SPYRE_CB_F_STREAM_RESTART, 0u);
+    }
+    // Without a ring stream the CBs carry none.
+    Fixture g;
+    g.s.local.push_back(Launch(0x10));
+    EXPECT_EQ(g.Take(1), 1u);
+    EXPECT_EQ(g.batch[0].flags & (SPYRE_CB_F_STREAM | SPYRE_CB_F_STREAM_RESTART), 0u);
+    EXPECT_EQ(g.batch[0].stream, 0u);
 }
 
 TEST(RingBatcher, StopsAtHostWork) {

@@ -160,6 +160,47 @@ TEST_F(StreamTest, FailureInsideAGroupCancelsTheRestOfTheChainOnTheDevice) {
     EXPECT_EQ(s.enqueued(), base + 3);
 }
 
+// A stream's next turn may wait in the ring behind the one before it (its
+// ring stream, contract 1.4, lets the device cancel it). Here the first turn
+// blocks on a device semaphore, the second goes in behind it, then the first
+// fails: the device cancels the second, the event recorded after it fires
+// with the error, and Reset lets the stream go on (its ring stream restarts).
+TEST_F(StreamTest, ATurnQueuedBehindAFailingOneIsCancelledOnTheDevice) {
+    Device dev = OpenDevice();
+    FlexStream s = dev.CreateStream();
+    FailingGroup g(dev);
+    DeviceAllocation sem = dev.allocator().Allocate(8), marker = dev.allocator().Allocate(8);
+    Poke64(dev, sem.handle, 0);
+    Poke64(dev, marker.handle, 0);
+    std::vector<ControlBlock> first(2);
+    first[0].kind = ControlBlock::Kind::SemWait;
+    first[0].device_addr = Addr(dev, sem.handle, 8);
+    first[0].value = 1;
+    first[1] = g.blocks[1];  // a launch of garbage: fails on the device
+    const uint64_t base = s.enqueued(), cbs = dev.scheduler().Stats().ring_cbs;
+    s.EnqueueGroup(first);
+    ASSERT_TRUE(Eventually([&] { return dev.scheduler().Stats().ring_cbs >= cbs + 2; }));
+    const uint64_t value = 0x77;
+    s.CopyToDevice(&value, marker.handle, 8);  // inline: a ring op
+    Event recorded(dev);
+    recorded.Record(s);
+    ASSERT_TRUE(Eventually([&] { return dev.scheduler().Stats().ring_cbs >= cbs + 3; }))
+        << "the second turn did not go into the ring behind the first";
+    EXPECT_EQ(s.Query(), StreamStatus::Busy);
+    Poke64(dev, sem.handle, 1);  // the first turn goes on, and fails
+    ASSERT_TRUE(SettlesWithin(s));
+    const std::string failed_op = "op #" + std::to_string(base + 1);
+    EXPECT_SPYRE_ERROR(s.Synchronize(), DeviceError, failed_op);
+    EXPECT_EQ(Peek64(dev, marker.handle), 0u) << "the turn behind the failure ran";
+    EXPECT_SPYRE_ERROR(recorded.Synchronize(), DeviceError, failed_op);
+    s.Reset();
+    s.CopyToDevice(&value, marker.handle, 8);
+    recorded.Record(s);
+    s.Synchronize();
+    recorded.Synchronize();
+    EXPECT_EQ(Peek64(dev, marker.handle), value) << "the stream's ring stream did not restart";
+}
+
 TEST_F(StreamTest, ThrowingHostCallbackBecomesTheStickyError) {
     Device dev = OpenDevice();
     FlexStream s = dev.CreateStream();
