@@ -78,6 +78,14 @@ std::vector<uint8_t> Ring(const std::vector<spyre_cb>& ring, const std::vector<u
 void WriteRingCorpus(const std::string& dir, const std::string& program_dir) {
     Write(dir, "nops_linked", Ring({Cb(SPYRE_OP_NOP, 0, 0, 0, SPYRE_CB_F_LINK), Cb(SPYRE_OP_NOP), Cb(0x77, 0, 0, 0, SPYRE_CB_F_LINK),
                                     Cb(SPYRE_OP_NOP)}));
+    // Ring streams (1.4): CBs of streams 0 and 63 (one restarting), one past the last stream.
+    std::vector<spyre_cb> streams = {Cb(SPYRE_OP_NOP, 0, 0, 0, SPYRE_CB_F_STREAM | SPYRE_CB_F_STREAM_RESTART),
+                                     Cb(SPYRE_OP_COPY, ~0ull, 0, 8, SPYRE_CB_F_STREAM | SPYRE_CB_F_LINK),
+                                     Cb(SPYRE_OP_NOP, 0, 0, 0, SPYRE_CB_F_STREAM), Cb(SPYRE_OP_NOP, 0, 0, 0, SPYRE_CB_F_STREAM),
+                                     Cb(SPYRE_OP_NOP, 0, 0, 0, SPYRE_CB_F_STREAM)};
+    streams[3].stream = SPYRE_RING_STREAMS - 1;
+    streams[4].stream = SPYRE_RING_STREAMS;
+    Write(dir, "ring_streams", Ring(streams));
     // COPY_INLINE of 100 bytes (2 payload slots), a COPY of them, a semaphore written then awaited.
     std::vector<spyre_cb> ring = {Cb(SPYRE_OP_COPY_INLINE, 0, 0x1000, 100, SPYRE_CB_F_LINK), {}, {}};
     ring[0].slots = 3;
