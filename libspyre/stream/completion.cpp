@@ -110,14 +110,17 @@ bool SettleEventOnHost(StreamState& s, const std::string& device) {
 
 // A record fires done or failed alike (waiters never hang), with the
 // stream's error if it has one; the time is when the host saw it, as on the
-// host path.
-void RingRecords::FireRecord(StreamState& s, const Record& r) {
+// host path. Then it lets go of the event, before its stream completes: the
+// event may hold the last reference to the device, whose teardown must run
+// on the caller's thread, never on this one (it joins the scheduler thread).
+void RingRecords::FireRecord(StreamState& s, Record& r) {
     std::optional<Error> err;
     if (s.faulted.load()) {
         std::lock_guard lock(s.mu);
         err = s.fault;
     }
     CompleteEvent(*r.event, r.event_seq, DeviceClockNs(), err);
+    r.event.reset();
 }
 
 size_t RingRecords::Retire(std::span<const driver::Completion> done) {

@@ -98,7 +98,7 @@ private:
     // While a trace records: a CB's device span runs from its submission, or
     // the ring's previous completion if later, to its own completion.
     void TraceDevice(const Record& r, const driver::Completion& c);
-    static void FireRecord(StreamState& s, const Record& r);
+    static void FireRecord(StreamState& s, Record& r);
 
     std::string device_;
     std::deque<Record> records_;
