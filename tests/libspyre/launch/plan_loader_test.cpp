@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "spyre/plan/execution_plan.hpp"
 #include "spyre/launch/spyre_stream.hpp"
@@ -200,62 +201,47 @@ TEST_F(PlanLoadTest, MalformedDirectoriesAllocateNothing) {
 
     // No such directory.
     EXPECT_SPYRE_ERROR(LoadExecutionPlan(s, dir_ / "absent"), NotFound, "absent");
+    // A good plan written to dir_/name, then broken by `damage`.
+    auto broken = [&](const char* name, const std::function<void(const fs::path&)>& damage) {
+        const fs::path d = dir_ / name;
+        out.WriteDirectory(d);
+        damage(d);
+        return d;
+    };
     // plan.json missing.
-    {
-        const fs::path d = dir_ / "no_manifest";
-        out.WriteDirectory(d);
-        fs::remove(d / "plan.json");
-        EXPECT_SPYRE_ERROR(LoadExecutionPlan(s, d), NotFound, "plan.json");
-    }
+    EXPECT_SPYRE_ERROR(LoadExecutionPlan(s, broken("no_manifest", [](const fs::path& d) { fs::remove(d / "plan.json"); })),
+                       NotFound, "plan.json");
     // A truncated compute blob.
-    {
-        const fs::path d = dir_ / "truncated";
-        out.WriteDirectory(d);
-        Truncate(d / "mm.bin", size_t(bin_size / 2));
-        EXPECT_SPYRE_ERROR(LoadExecutionPlan(s, d), InvalidArgument, "mm.bin");
-    }
+    EXPECT_SPYRE_ERROR(
+        LoadExecutionPlan(s, broken("truncated", [&](const fs::path& d) { Truncate(d / "mm.bin", size_t(bin_size / 2)); })),
+        InvalidArgument, "mm.bin");
     // A compute blob with the right size but a flipped byte: its CRC is wrong.
-    {
-        const fs::path d = dir_ / "bad_crc";
-        out.WriteDirectory(d);
-        FlipByte(d / "mm.bin", size_t(bin_size - 9));
-        try {
-            LoadExecutionPlan(s, d);
-            ADD_FAILURE() << "a corrupted blob loaded";
-        } catch (const Error& e) {
-            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << e.what();
-            EXPECT_NE(std::string(e.what()).find("mm.bin"), std::string::npos) << e.what();
-            EXPECT_NE(std::string(e.what()).find("CRC"), std::string::npos) << e.what();
-        }
+    try {
+        LoadExecutionPlan(s, broken("bad_crc", [&](const fs::path& d) { FlipByte(d / "mm.bin", size_t(bin_size - 9)); }));
+        ADD_FAILURE() << "a corrupted blob loaded";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << e.what();
+        EXPECT_NE(std::string(e.what()).find("mm.bin"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("CRC"), std::string::npos) << e.what();
     }
     // A corrupted correction blob.
-    {
-        const fs::path d = dir_ / "bad_correction";
-        out.WriteDirectory(d);
-        FlipByte(d / "mm.correction.bin", 70);
-        EXPECT_SPYRE_ERROR(LoadExecutionPlan(s, d), InvalidArgument, "mm.correction.bin");
-    }
+    EXPECT_SPYRE_ERROR(
+        LoadExecutionPlan(s, broken("bad_correction", [](const fs::path& d) { FlipByte(d / "mm.correction.bin", 70); })),
+        InvalidArgument, "mm.correction.bin");
     // A blob missing.
-    {
-        const fs::path d = dir_ / "missing_blob";
-        out.WriteDirectory(d);
-        fs::remove(d / "mm.correction.bin");
-        EXPECT_SPYRE_ERROR(LoadExecutionPlan(s, d), InvalidArgument, "mm.correction.bin");
-    }
+    EXPECT_SPYRE_ERROR(
+        LoadExecutionPlan(s, broken("missing_blob", [](const fs::path& d) { fs::remove(d / "mm.correction.bin"); })),
+        InvalidArgument, "mm.correction.bin");
     // A stray file the manifest does not name.
-    {
-        const fs::path d = dir_ / "stray";
-        out.WriteDirectory(d);
-        std::ofstream(d / "extra.bin") << "x";
-        EXPECT_SPYRE_ERROR(LoadExecutionPlan(s, d), InvalidArgument, "extra.bin");
-    }
+    EXPECT_SPYRE_ERROR(
+        LoadExecutionPlan(s, broken("stray", [](const fs::path& d) { std::ofstream(d / "extra.bin") << "x"; })),
+        InvalidArgument, "extra.bin");
     // A manifest that is not JSON.
-    {
-        const fs::path d = dir_ / "bad_json";
-        out.WriteDirectory(d);
-        std::ofstream(d / "plan.json", std::ios::trunc) << "{\"format\": ";
-        EXPECT_SPYRE_ERROR(LoadExecutionPlan(s, d), InvalidArgument, "plan.json");
-    }
+    EXPECT_SPYRE_ERROR(LoadExecutionPlan(s, broken("bad_json",
+                                                   [](const fs::path& d) {
+                                                       std::ofstream(d / "plan.json", std::ios::trunc) << "{\"format\": ";
+                                                   })),
+                       InvalidArgument, "plan.json");
     EXPECT_EQ(Memory(dev), baseline);
     EXPECT_EQ(s.flex_stream().enqueued(), enqueued);
     EXPECT_EQ(s.flex_stream().Query(), StreamStatus::Idle);
