@@ -15,6 +15,8 @@ namespace spyre::orchestration {
 class HeapRing {
 public:
     static constexpr uint64_t kAlignment = 128;  // the device's allocation granule
+    // `size` rounded up to kAlignment: 0 when it would overflow.
+    static constexpr uint64_t RoundUp(uint64_t size) noexcept { return (size + kAlignment - 1) & ~(kAlignment - 1); }
 
     struct Block {
         uint64_t offset = 0;  // from the ring's base
@@ -29,7 +31,7 @@ public:
     // Inline: it is on every submission with implicit outputs (seed target
     // under 10 cycles; bench/orchestration_bench measures it).
     std::optional<Block> Allocate(uint64_t size, uint64_t owner) {
-        const uint64_t need = (size + kAlignment - 1) & ~(kAlignment - 1);
+        const uint64_t need = RoundUp(size);
         if (need == 0 || need > size_) [[unlikely]]
             return std::nullopt;
         uint64_t at = 0;  // an empty ring starts over at its base

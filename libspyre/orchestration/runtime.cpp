@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstring>
+#include <exception>
 
 #include "orchestration/device_worker.hpp"
 #include "orchestration/runtime_handle.hpp"
@@ -95,25 +96,37 @@ std::unique_ptr<Runtime> Runtime::OnHostMemory(uint64_t memory_size, const spyre
 
 void Runtime::Run(pto_orchestration_fn fn, uint64_t* args, const spyre::ProgressCallback& progress) {
     if (!fn) throw Error(ErrorKind::InvalidArgument, "no orchestration function");
+    // No scope of its own around the function: a scope holds its tasks'
+    // implicit outputs until it ends, so a function with a loop of scopes
+    // could never run more of them than the ring holds. Its scopes are its
+    // own (the floor keeps it from ending the caller's); what it leaves
+    // open is ended for it.
     const int32_t depth = graph->Stats().scope_depth;
-    graph->ScopeBegin();
-    fn(this, args);
-    // Close what the function left open, then its own scope; failures are
-    // reported once, by WaitAll, with every task of the run finished.
-    int32_t left_open = graph->Stats().scope_depth - depth - 1;
-    for (int32_t d = graph->Stats().scope_depth; d > depth; --d) {
+    const int32_t floor = graph->SetScopeFloor(depth);
+    std::exception_ptr thrown;
+    try {
+        fn(this, args);
+    } catch (...) {  // a C++ orchestration function may throw: finish its tasks first
+        thrown = std::current_exception();
+    }
+    graph->SetScopeFloor(floor);
+    const int32_t left_open = graph->Stats().scope_depth - depth;
+    for (int32_t d = 0; d < left_open; ++d) {
         try {
             graph->ScopeEnd();
         } catch (const Error& e) {
-            if (e.kind() != ErrorKind::DeviceError) throw;
+            if (e.kind() != ErrorKind::DeviceError) throw;  // task failures: WaitAll reports them
         }
     }
-    graph->WaitAll(progress);
+    try {
+        graph->WaitAll(progress);
+    } catch (...) {
+        if (!thrown) throw;
+    }
+    if (thrown) std::rethrow_exception(thrown);  // the function's own error is the one to see
     if (left_open > 0)
         throw Error(ErrorKind::InvalidArgument,
                     "the orchestration function left " + std::to_string(left_open) + " scope(s) open (ended for it)");
-    if (left_open < 0)
-        throw Error(ErrorKind::InvalidArgument, "the orchestration function ended scopes it did not begin");
 }
 
 void Runtime::RunLibrary(const char* path, const char* symbol, uint64_t* args,

@@ -1,35 +1,63 @@
 // SPDX-License-Identifier: Apache-2.0
-// ScopeStack (seed 004): the task range of each open scope. A scope begun
-// when the next task id was `begin` owns [begin, head) when it ends; each
-// task holds one reference per scope open at its submission (its depth), so
-// nested ranges release every reference exactly once. Not thread-safe.
+// ScopeStack (seed 004): the open scopes, innermost last. A scope begun when
+// the next task id was `begin` owns the tasks [begin, head) when it ends.
+// It holds a reference on those of them with implicit outputs (seed 004:
+// fanout = consumers + scope depth), so nested scopes release each
+// reference once; tasks without implicit outputs are not held, so a scope
+// of any length streams through the task ring. What failed in a scope is
+// counted here as it happens, because its tasks' slots may be reused by the
+// time it ends. Not thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <vector>
 
+#include "orchestration/task_ring.hpp"
+
 namespace spyre::orchestration {
+
+struct ScopeRecord {
+    int32_t begin = 0;       // its first task id
+    int32_t failed = 0;      // its tasks that failed so far
+    int32_t skipped = 0;     // and that were skipped
+    int32_t first_task = -1;  // the first of those, and why
+    int32_t first_kernel = -1;
+    RootCause first_cause;
+};
 
 class ScopeStack {
 public:
-    void Push(int32_t begin_task) { begins_.push_back(begin_task); }
-    // The innermost scope's first task id, or nullopt with no scope open.
-    std::optional<int32_t> Pop() {
-        if (begins_.empty()) return std::nullopt;
-        const int32_t b = begins_.back();
-        begins_.pop_back();
-        return b;
+    void Push(int32_t begin_task) { scopes_.push_back({.begin = begin_task}); }
+    // The innermost scope, or nullopt with no scope open.
+    std::optional<ScopeRecord> Pop() {
+        if (scopes_.empty()) return std::nullopt;
+        const ScopeRecord r = scopes_.back();
+        scopes_.pop_back();
+        return r;
     }
-    int32_t depth() const noexcept { return int32_t(begins_.size()); }
+    int32_t depth() const noexcept { return int32_t(scopes_.size()); }
     // The outermost open scope's first task (what holds the oldest tasks).
     std::optional<int32_t> outermost() const {
-        if (begins_.empty()) return std::nullopt;
-        return begins_.front();
+        if (scopes_.empty()) return std::nullopt;
+        return scopes_.front().begin;
+    }
+    // Task `task_id` failed (or was skipped): every open scope it belongs to
+    // (those begun at or before it) counts it.
+    void NoteFailure(int32_t task_id, int32_t kernel_id, bool skipped, const RootCause& cause) {
+        for (ScopeRecord& s : scopes_) {
+            if (s.begin > task_id) break;  // begins rise from outer to inner
+            ++(skipped ? s.skipped : s.failed);
+            if (s.first_task < 0) {
+                s.first_task = task_id;
+                s.first_kernel = kernel_id;
+                s.first_cause = cause;
+            }
+        }
     }
 
 private:
-    std::vector<int32_t> begins_;
+    std::vector<ScopeRecord> scopes_;
 };
 
 }  // namespace spyre::orchestration

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "orchestration/host_worker.hpp"
 #include "spyre/common/futex.hpp"
@@ -19,6 +20,11 @@ namespace {
 // buffer's offset in the function's memory.
 constexpr uint64_t kBufferOwner = 1ull << 63;
 
+// The depth-0 rule, as messages state it.
+constexpr const char* kHoldRule =
+    "a task with implicit outputs submitted outside any scope stays live until the same thread's next "
+    "pto_submit_task has found its producers, its next pto_wait_all, or its exit";
+
 const char* KindName(int32_t kind) {
     switch (kind) {
         case PARAM_INPUT: return "INPUT";
@@ -30,11 +36,46 @@ const char* KindName(int32_t kind) {
 
 }  // namespace
 
+struct TaskGraph::HoldAnchor {
+    std::mutex mu;
+    TaskGraph* graph = nullptr;  // nullptr once the graph is going
+};
+
+namespace {
+
+// The graphs this thread may hold a task in (depth-0 holds), let go when
+// the thread exits: a thread that submitted and went away must not pin
+// the task ring's tail for ever.
+class ThreadHolds {
+public:
+    ~ThreadHolds() {
+        for (const auto& weak : anchors_)
+            if (const auto anchor = weak.lock()) {
+                std::lock_guard lock(anchor->mu);
+                if (anchor->graph) anchor->graph->ReleaseHold();
+            }
+    }
+    void Add(const std::shared_ptr<TaskGraph::HoldAnchor>& anchor) {
+        for (const auto& weak : anchors_)
+            if (!weak.owner_before(anchor) && !anchor.owner_before(weak)) return;
+        std::erase_if(anchors_, [](const auto& weak) { return weak.expired(); });
+        anchors_.push_back(anchor);
+    }
+
+private:
+    std::vector<std::weak_ptr<TaskGraph::HoldAnchor>> anchors_;
+};
+thread_local ThreadHolds tl_holds;
+
+}  // namespace
+
 TaskGraph::TaskGraph(TaskGraphOptions options)
     : options_(std::move(options)),
       ring_(options_.task_ring_size),
       heap_(options_.memory + options_.heap_offset, options_.heap_size),
-      map_(options_.task_ring_size) {
+      map_(options_.task_ring_size),
+      anchor_(std::make_shared<HoldAnchor>()) {
+    anchor_->graph = this;
     if (!options_.memory || options_.heap_size == 0 || options_.heap_offset + options_.heap_size > options_.memory_size)
         throw Error(ErrorKind::InvalidArgument,
                     "heap ring of " + std::to_string(options_.heap_size) + " bytes at offset " +
@@ -53,6 +94,10 @@ TaskGraph::TaskGraph(TaskGraphOptions options)
 }
 
 TaskGraph::~TaskGraph() {
+    {
+        std::lock_guard lock(anchor_->mu);  // exiting threads let go of nothing here from now on
+        anchor_->graph = nullptr;
+    }
     {
         // Tasks already running finish (they use our memory); EXTERNAL tasks
         // still open are abandoned.
@@ -175,16 +220,26 @@ std::string TaskGraph::TaskRingStuck() const {
       << Describe(ring_.tail());
     const TaskDescriptor& t = ring_.Get(ring_.tail());
     const TaskState st = t.state.load(std::memory_order_relaxed);
-    if (st == TaskState::Completed && scopes_.depth() > 0) {
+    if (st == TaskState::Completed && HeldByAThread(t.task_id)) {
+        s << " is held for its submitting thread's next pto_submit_task or pto_wait_all (" << kHoldRule
+          << "); a task that reads it needs a slot of its own beside it: create the runtime with a larger task ring";
+    } else if (st == TaskState::Completed && t.has_heap_block && scopes_.depth() > 0) {
         s << " is held by " << scopes_.depth() << " open scope(s) (the outermost began at task "
-          << *scopes_.outermost() << "); a scope can hold at most " << ring_.capacity()
-          << " tasks: end scopes sooner or create the runtime with a larger task ring";
+          << *scopes_.outermost() << ") for its implicit outputs; a scope can hold at most " << ring_.capacity()
+          << " tasks with implicit outputs: end scopes sooner, write to pto_alloc buffers, or create the runtime "
+             "with a larger task ring";
     } else if (st == TaskState::Completed) {
         s << " waits for consumers that cannot run";
     } else {
         s << " waits for EXTERNAL task(s) that only pto_task_complete can finish";
     }
     return s.str();
+}
+
+bool TaskGraph::HeldByAThread(int32_t task_id) const {
+    for (const auto& h : holds_)
+        if (h.second == task_id) return true;
+    return false;
 }
 
 std::string TaskGraph::HeapStuck(uint64_t need) const {
@@ -199,7 +254,10 @@ std::string TaskGraph::HeapStuck(uint64_t need) const {
           << (b && !b->free_requested ? " (not freed with pto_free)" : " (still referenced by live tasks)");
     } else if (owner) {
         s << Describe(int32_t(*owner)) << "'s implicit outputs";
-        if (scopes_.depth() > 0) s << ", held by " << scopes_.depth() << " open scope(s)";
+        if (HeldByAThread(int32_t(*owner)))
+            s << ", held for its submitting thread's next pto_submit_task or pto_wait_all (" << kHoldRule << ")";
+        else if (scopes_.depth() > 0)
+            s << ", held by " << scopes_.depth() << " open scope(s)";
     }
     s << ": end scopes sooner, free buffers, or create the runtime with a larger heap";
     return s.str();
@@ -344,38 +402,38 @@ void TaskGraph::ScopeBegin() {
 void TaskGraph::ScopeEnd() {
     std::lock_guard sub(submit_mu_);
     Lock lock(*this);
-    const auto begin = scopes_.Pop();
-    if (!begin) Fail(ErrorKind::InvalidArgument, "pto_scope_end without an open scope");
+    if (scopes_.depth() <= scope_floor_)
+        Fail(ErrorKind::InvalidArgument, scopes_.depth() == 0
+                                             ? "pto_scope_end without an open scope"
+                                             : "pto_scope_end of a scope the orchestration function did not begin "
+                                               "(pto_run keeps the function inside scopes of its own)");
+    const ScopeRecord scope = *scopes_.Pop();
     const int32_t end = ring_.head();
-    // What failed in the scope so far (read before the references go).
-    std::optional<TaskReport> first;
-    int32_t failed = 0, skipped = 0;
-    for (int32_t id = *begin; id < end; ++id) {
-        const TaskDescriptor& t = ring_.Get(id);
-        if (t.outcome == TaskOutcome::Failed) {
-            ++failed;
-            if (!first) first = TaskReport{id, t.func_id, t.outcome, t.cause};
-        } else if (t.outcome == TaskOutcome::Skipped) {
-            ++skipped;
-            if (!first) first = TaskReport{id, t.func_id, t.outcome, t.cause};
-        }
-    }
-    for (int32_t id = *begin; id < end; ++id) {
+    // The scope lets go of the tasks it holds: those of its tasks with
+    // implicit outputs, all still live (ids below the tail are reclaimed,
+    // and held tasks never are).
+    for (int32_t id = std::max(scope.begin, ring_.tail()); id < end; ++id) {
         TaskDescriptor& t = ring_.Get(id);
-        ++t.fanout_refcount;  // the scope releases its reference
+        if (!t.has_heap_block) continue;
+        ++t.fanout_refcount;
         TryConsume(t);
     }
     if (ring_.Reclaim()) space_freed_ = true;
     WakeWaiters();
-    if (first) {
+    if (scope.first_task >= 0) {
         std::ostringstream s;
-        s << "scope of tasks [" << *begin << ", " << end << "): task " << first->cause.task_id << " (kernel "
-          << first->cause.kernel_id << ") failed with device error code " << first->cause.device_code << "; "
-          << failed << " task(s) failed, " << skipped << " dependent task(s) skipped";
+        s << "scope of tasks [" << scope.begin << ", " << end << "): task " << scope.first_cause.task_id << " (kernel "
+          << scope.first_cause.kernel_id << ") failed with device error code " << scope.first_cause.device_code << "; "
+          << scope.failed << " task(s) failed, " << scope.skipped << " dependent task(s) skipped";
         throw Error(ErrorKind::DeviceError, s.str(),
-                    {.device = options_.device, .op_index = uint64_t(first->cause.task_id),
-                     .device_code = first->cause.device_code});
+                    {.device = options_.device, .op_index = uint64_t(scope.first_cause.task_id),
+                     .device_code = scope.first_cause.device_code});
     }
+}
+
+int32_t TaskGraph::SetScopeFloor(int32_t depth) {
+    Lock lock(*this);
+    return std::exchange(scope_floor_, depth);
 }
 
 int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params) {
@@ -414,8 +472,13 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
         if (!base) {
             if (p.kind != PARAM_OUTPUT)
                 Fail(ErrorKind::InvalidArgument, where() + " has no buffer: only an OUTPUT can be allocated implicitly");
+            // Checked before rounding: a size near 2^64 would round to 0.
+            if (size > heap_.size())
+                Fail(ErrorKind::OutOfMemory, where() + ": an implicit output of " + std::to_string(size) +
+                                                 " bytes is larger than the heap ring (" +
+                                                 std::to_string(heap_.size()) + " bytes)");
             r.implicit = true;
-            implicit_bytes += (size + HeapRing::kAlignment - 1) / HeapRing::kAlignment * HeapRing::kAlignment;
+            implicit_bytes += HeapRing::RoundUp(size);  // at most PTO_MAX_PARAMS heaps: no overflow
             continue;
         }
         if (as_region) {
@@ -439,8 +502,25 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
     if (implicit_bytes > heap_.size())
         Fail(ErrorKind::OutOfMemory, "the task's implicit outputs need " + std::to_string(implicit_bytes) +
                                          " bytes, more than the heap ring (" + std::to_string(heap_.size()) + " bytes)");
+    // This thread's depth-0 hold goes now unless the new task uses its
+    // outputs; then it goes once the task holds them as their consumer.
+    const std::thread::id self = std::this_thread::get_id();
+    std::optional<int32_t> held;
+    if (!holds_.empty()) [[unlikely]] {
+        held = TakeHold(self);
+        if (held && !Touches({resolved, params.size()}, ring_.Get(*held))) {
+            LetGo(*held);
+            held.reset();
+        }
+    }
     // 1. A slot from the task ring (stalls while full).
-    const int32_t id = Stall(lock, {.slots = 1}, [&] { return ring_.Allocate(); }, [&] { return TaskRingStuck(); });
+    int32_t id;
+    try {
+        id = Stall(lock, {.slots = 1}, [&] { return ring_.Allocate(); }, [&] { return TaskRingStuck(); });
+    } catch (...) {
+        if (held) holds_.emplace_back(self, *held);  // a failed submission changes nothing
+        throw;
+    }
     TaskDescriptor& t = ring_.Get(id);
     // 2. Implicit outputs, packed in one heap block.
     if (implicit_bytes) {
@@ -448,12 +528,14 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
             const HeapRing::Block b =
                 Stall(lock, {.bytes = implicit_bytes}, [&] { return heap_.Allocate(implicit_bytes, uint64_t(id)); }, [&] { return HeapStuck(implicit_bytes); });
             t.heap_seq = b.seq;
+            t.heap_bytes = implicit_bytes;
             t.has_heap_block = true;
             t.packed_buffer_base = reinterpret_cast<uint64_t>(heap_.base() + b.offset);
             if (trace::Enabled()) [[unlikely]]
                 TraceHeap();
         } catch (...) {
             ring_.Unallocate();  // nobody else allocates: submitters are serialised
+            if (held) holds_.emplace_back(self, *held);
             throw;
         }
     }
@@ -469,7 +551,7 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
         uint8_t* host = r.host;
         if (r.implicit) {
             host = next;
-            next += (r.size + HeapRing::kAlignment - 1) / HeapRing::kAlignment * HeapRing::kAlignment;
+            next += HeapRing::RoundUp(r.size);
         }
         t.params[i].host = host;
         t.params[i].size = r.size;
@@ -524,8 +606,15 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
         ++waiting_for;
     }
     t.fanin_remaining.store(waiting_for, std::memory_order_relaxed);
-    // 4. One reference per open scope (fanout = consumers + scope depth).
-    t.fanout_count += scopes_.depth();
+    if (held) LetGo(*held);  // the new task holds it now, as its consumer
+    // 4. Implicit outputs are kept by one reference per open scope (seed
+    // 004: fanout = consumers + scope depth), or outside any scope by the
+    // submitting thread. Other tasks are held only by their consumers, so
+    // a scope of any length streams through the ring.
+    if (t.has_heap_block) {
+        if (scopes_.depth() == 0) Hold(t, self);
+        t.fanout_count += scopes_.depth();
+    }
     ++inflight_;
     ++submitted_;
     if (waiting_for == 0) {
@@ -611,11 +700,11 @@ void TaskGraph::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped,
     ++completed_;
     if (skipped) {
         t.outcome = TaskOutcome::Skipped;
-        failures_.push_back({t.task_id, t.func_id, t.outcome, t.cause});
+        NoteFailure(t);
     } else if (status != 0) {
         t.outcome = TaskOutcome::Failed;
         t.cause = {t.task_id, t.func_id, status};
-        failures_.push_back({t.task_id, t.func_id, t.outcome, t.cause});
+        NoteFailure(t);
     } else {
         t.outcome = TaskOutcome::Ok;
     }
@@ -651,6 +740,54 @@ void TaskGraph::TryConsume(TaskDescriptor& t) {
         BufferInfo* b = buffers_.FindBase(reinterpret_cast<const uint8_t*>(uintptr_t(base)));
         if (b && --b->live_refs == 0 && BufferTracker::Reclaimable(*b)) ReleaseBuffer(*b);
     }
+}
+
+std::optional<int32_t> TaskGraph::TakeHold(std::thread::id thread) {
+    for (auto& h : holds_)
+        if (h.first == thread) {
+            const int32_t id = h.second;
+            h = holds_.back();
+            holds_.pop_back();
+            return id;
+        }
+    return std::nullopt;
+}
+
+void TaskGraph::LetGo(int32_t task_id) {
+    TaskDescriptor& t = ring_.Get(task_id);
+    ++t.fanout_refcount;
+    TryConsume(t);
+    if (ring_.Reclaim()) space_freed_ = true;
+}
+
+void TaskGraph::Hold(TaskDescriptor& t, std::thread::id thread) {
+    ++t.fanout_count;
+    holds_.emplace_back(thread, t.task_id);
+    tl_holds.Add(anchor_);
+}
+
+bool TaskGraph::Touches(std::span<const ResolvedParam> params, const TaskDescriptor& held) {
+    const auto lo = held.packed_buffer_base, hi = lo + held.heap_bytes;
+    for (const ResolvedParam& p : params) {
+        if (p.implicit) continue;
+        const auto a = uint64_t(reinterpret_cast<uintptr_t>(p.host));
+        if (a < hi && lo < a + p.size) return true;
+    }
+    return false;
+}
+
+void TaskGraph::ReleaseHold() {
+    Lock lock(*this);
+    if (holds_.empty()) return;
+    if (const auto id = TakeHold(std::this_thread::get_id())) {
+        LetGo(*id);
+        DrainSkips();
+    }
+}
+
+void TaskGraph::NoteFailure(const TaskDescriptor& t) {
+    failures_.push_back({t.task_id, t.func_id, t.outcome, t.cause});
+    scopes_.NoteFailure(t.task_id, t.func_id, t.outcome == TaskOutcome::Skipped, t.cause);
 }
 
 void TaskGraph::PoisonWrites(const TaskDescriptor& t) {
@@ -745,6 +882,11 @@ void TaskGraph::WaitAll(const ProgressCallback& progress) {
              "in the orchestration thread instead",
              EDEADLK);
     Lock lock(*this);
+    if (!holds_.empty()) [[unlikely]]
+        if (const auto id = TakeHold(std::this_thread::get_id())) {
+            LetGo(*id);
+            DrainSkips();
+        }
     // Progress: tasks completed of those submitted since the last WaitAll
     // that returned with nothing in flight; reported outside the lock, once
     // per change (so done only rises, and ends at total).

@@ -19,8 +19,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "orchestration/adaptive_mutex.hpp"
@@ -94,11 +96,16 @@ public:
     void Free(const void* buffer);
     void ScopeBegin();
     void ScopeEnd();
+    // Scopes at or below `depth` are not the caller's to end (pto_run keeps
+    // an orchestration function inside its own); returns the previous floor.
+    int32_t SetScopeFloor(int32_t depth);
     int32_t Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params);
     // Finishes an EXTERNAL task (status 0: success, else its error code).
     void Complete(int32_t task_id, uint32_t status);
 
     uint8_t* TaskOutput(int32_t task_id, int32_t index);
+    // Lets go of the calling thread's depth-0 hold (see holds_), if any.
+    void ReleaseHold();
     // Waits for every task submitted; `progress` (if set) hears tasks
     // completed of those submitted since the last WaitAll.
     void WaitAll(const ProgressCallback& progress = {});
@@ -113,6 +120,10 @@ public:
 
     void OnTaskComplete(int32_t task_id, uint32_t status, const TaskTiming* timing = nullptr) override;
     void OnTasksComplete(std::span<const Done> done) override;
+
+    // What a thread that exits lets go of (its depth-0 hold), through a
+    // handle that outlives the graph.
+    struct HoldAnchor;
 
 private:
     // mu_ held; the inbox is applied when it is taken and looked at again
@@ -173,6 +184,7 @@ private:
     template <typename Attempt, typename Stuck>
     auto Stall(Lock& lock, StallNeed need, Attempt&& attempt, Stuck&& stuck);
     std::string TaskRingStuck() const;
+    bool HeldByAThread(int32_t task_id) const;  // a depth-0 hold
     std::string HeapStuck(uint64_t need) const;
     void MakeReady(TaskDescriptor& t);
     // Whether a task ready at submission runs on the submitting thread, and
@@ -185,6 +197,16 @@ private:
     // The heap ring's bytes in use, as a counter (a trace records).
     void TraceHeap();
     void TryConsume(TaskDescriptor& t);
+    // Depth-0 holds (holds_): take the calling thread's out of the list,
+    // let one go, take a new one on task t.
+    std::optional<int32_t> TakeHold(std::thread::id thread);
+    void LetGo(int32_t task_id);
+    void Hold(TaskDescriptor& t, std::thread::id thread);
+    // Whether the task-to-be with parameters `params` reads or writes the
+    // implicit outputs of `held`.
+    static bool Touches(std::span<const ResolvedParam> params, const TaskDescriptor& held);
+    // Records a failed or skipped task for WaitAll and its open scopes.
+    void NoteFailure(const TaskDescriptor& t);
     void ReleaseBuffer(BufferInfo& b);
     void DrainSkips();  // then WakeWaiters
     // Waits on wake_seq_ with the count of waiters kept; WakeWaiters wakes
@@ -227,6 +249,15 @@ private:
     };
     std::vector<PoisonedRegion> poisoned_;
     std::vector<int32_t> deps_;        // Submit's scratch
+    // Depth-0 holds. A task with implicit outputs submitted outside any
+    // scope has no scope to keep them, and a fast task would be reclaimed
+    // before its submitter could pass them on (seed 004's Example 1 reads
+    // t0's output right after submitting it). So each submitting thread
+    // holds its last such task until its next submission has found its
+    // producers, its next wait, or its exit.
+    std::vector<std::pair<std::thread::id, int32_t>> holds_;
+    std::shared_ptr<HoldAnchor> anchor_;
+    int32_t scope_floor_ = 0;
     int32_t waiters_ = 0;       // threads in Sleep
     StallNeed stalled_;         // what a stalled submitter waits for ({}: none)
     bool space_freed_ = false;  // a ring slot or heap block came back since the last WakeWaiters

@@ -31,6 +31,7 @@ void TaskDescriptor::Reset(int32_t id) {
     buffers.clear();
     num_params = 0;
     heap_seq = 0;
+    heap_bytes = 0;
     has_heap_block = false;
     kernel = nullptr;
     outcome = TaskOutcome::None;

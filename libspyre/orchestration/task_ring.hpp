@@ -60,6 +60,9 @@ struct TaskDescriptor {
     ResolvedParam params[PTO_MAX_PARAMS];
     int32_t num_params = 0;
     uint64_t heap_seq = 0;  // the heap block of its implicit outputs
+    uint64_t heap_bytes = 0;  // and its size
+    // It has implicit outputs: its scopes (or, outside any scope, its
+    // submitting thread until that thread's next submission) hold it.
     bool has_heap_block = false;
     const KernelEntry* kernel = nullptr;
     TaskOutcome outcome = TaskOutcome::None;

@@ -11,14 +11,15 @@
 
 namespace spyre::test {
 
-// C = A + B over 256 floats, operands A, B, C relocated from argument
-// slots 0, 1, 2: one uploaded copy serves any number of tasks.
-inline std::vector<uint8_t> AddProgram256() {
-    ProgramImage add;
+// C = A op B over 256 floats (op: SPYRE_PROG_OP_ADD, _MUL, ...), operands
+// A, B, C relocated from argument slots 0, 1, 2: one uploaded copy serves
+// any number of tasks.
+inline std::vector<uint8_t> ElementwiseProgram256(uint16_t opcode) {
+    ProgramImage program;
     spyre_program_op op{};
-    op.opcode = SPYRE_PROG_OP_ADD;
+    op.opcode = opcode;
     for (uint16_t i = 0; i < 4; ++i) op.operands[i] = i < 3 ? i : SPYRE_OPERAND_NONE;
-    add.ops.push_back(op);
+    program.ops.push_back(op);
     for (uint16_t i = 0; i < 3; ++i) {
         spyre_program_operand o{};
         o.dtype = SPYRE_DTYPE_FP32;
@@ -26,12 +27,14 @@ inline std::vector<uint8_t> AddProgram256() {
         o.layout = SPYRE_LAYOUT_STRIDED;
         o.shape[0] = 256;
         o.strides[0] = 1;
-        add.operands.push_back(o);
-        add.relocs.push_back(spyre_program_reloc{i, i, 0});
+        program.operands.push_back(o);
+        program.relocs.push_back(spyre_program_reloc{i, i, 0});
     }
-    add.slot_count = 3;
-    return add.Encode();
+    program.slot_count = 3;
+    return program.Encode();
 }
+
+inline std::vector<uint8_t> AddProgram256() { return ElementwiseProgram256(SPYRE_PROG_OP_ADD); }
 
 // `program` copied into a fresh buffer of `dev` (through its default
 // stream, waited for); the buffer's device address is what

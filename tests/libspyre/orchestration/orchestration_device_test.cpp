@@ -16,6 +16,7 @@
 #include "spyre/plan/program_image.hpp"
 #include "spyre/uapi/spyre_regs.h"
 #include "device_programs.hpp"
+#include "example1_check.hpp"
 #include "stream_fixture.hpp"
 
 using spyre::test::StreamTest;
@@ -251,6 +252,36 @@ TEST_F(StreamTest, OrchestrationThreadsOfDifferentFunctionsShareOneCard) {
         EXPECT_EQ(failures[f], "") << "function " << f;
         EXPECT_EQ(devs[f].function().Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before[f], uint64_t(2 * kTasks))
             << "function " << f << " counts other functions' tasks, or misses its own";
+    }
+}
+
+// Seed 004's Example 1 verbatim, 10,000 times at depth 0 on the card's
+// cores with the fastest device kernels there are (256-float ADD and MUL),
+// and with host kernels. A device task often completes before its
+// submitter reads its output: before the depth-0 rule, that output was
+// then refused ("task N is not live").
+TEST_F(StreamTest, OrchestrationExample1VerbatimTenThousandTimes) {
+    Device dev = OpenDevice();
+    for (const bool on_device : {true, false}) {
+        SCOPED_TRACE(on_device ? "device kernels" : "host kernels");
+        Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 16, .heap_size = 1 << 16});
+        const std::vector<uint8_t> add = test::ElementwiseProgram256(SPYRE_PROG_OP_ADD);
+        const std::vector<uint8_t> mul = test::ElementwiseProgram256(SPYRE_PROG_OP_MUL);
+        DeviceBuffer add_prog = test::UploadProgram(dev, add), mul_prog = test::UploadProgram(dev, mul);
+        if (on_device) {
+            orch.RegisterDeviceKernel(KERNEL_ADD, dev.allocator().DeviceAddress(add_prog.handle(), add.size()));
+            orch.RegisterDeviceKernel(KERNEL_MUL, dev.allocator().DeviceAddress(mul_prog.handle(), mul.size()));
+        } else {
+            orch.RegisterHostKernel(KERNEL_ADD, Add);
+            orch.RegisterHostKernel(KERNEL_MUL, Mul);
+        }
+        // Inputs outside the heap ring: a buffer that lives through every
+        // round would pin the ring's tail.
+        DeviceBuffer abc = dev.AllocateBuffer(3 * 1024);
+        auto* f = static_cast<float*>(orch.HostAddress(dev.allocator().DeviceAddress(abc.handle(), 3 * 1024), 3 * 1024));
+        const uint64_t done_before = dev.function().Read64(SPYRE_REG_CNT_TASKS_DONE);
+        EXPECT_EQ(test::RunExample1Verbatim(orch.handle(), f, f + 256, f + 512, 10'000), "");
+        if (on_device) EXPECT_EQ(dev.function().Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before, 20'000u);
     }
 }
 

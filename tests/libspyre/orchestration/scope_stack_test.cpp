@@ -14,9 +14,28 @@ TEST(ScopeStack, PushPopNested) {
     s.Push(5);
     EXPECT_EQ(s.depth(), 2);
     EXPECT_EQ(s.outermost(), 0);
-    EXPECT_EQ(s.Pop(), 5);
-    EXPECT_EQ(s.Pop(), 0);
+    EXPECT_EQ(s.Pop()->begin, 5);
+    EXPECT_EQ(s.Pop()->begin, 0);
     EXPECT_FALSE(s.outermost());
+}
+
+TEST(ScopeStack, AFailureCountsInEveryOpenScopeItBelongsTo) {
+    ScopeStack s;
+    s.Push(0);
+    s.Push(5);
+    s.NoteFailure(3, 7, false, {3, 7, 42});  // submitted before the inner scope began
+    s.NoteFailure(6, 8, true, {3, 7, 42});   // in both
+    s.NoteFailure(9, 9, false, {9, 9, 1});
+    const ScopeRecord inner = *s.Pop();
+    EXPECT_EQ(inner.failed, 1);
+    EXPECT_EQ(inner.skipped, 1);
+    EXPECT_EQ(inner.first_task, 6);
+    EXPECT_EQ(inner.first_cause.task_id, 3);
+    const ScopeRecord outer = *s.Pop();
+    EXPECT_EQ(outer.failed, 2);
+    EXPECT_EQ(outer.skipped, 1);
+    EXPECT_EQ(outer.first_task, 3);
+    EXPECT_EQ(outer.first_cause.device_code, 42u);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "example1_check.hpp"
 #include "mock_fixture.hpp"
 #include "spyre/orchestration.hpp"
 
@@ -276,11 +277,10 @@ TEST_P(BackPressure, HeapRingStallsAndDrains) {
     for (int i = 0; i < 128; ++i) EXPECT_EQ(out[i], uint32_t(3 * i));
 }
 
-TEST_P(BackPressure, AScopeLargerThanTheRingIsAnErrorNotAHang) {
+TEST_P(BackPressure, AScopeOfImplicitOutputsLargerThanTheRingIsAnErrorNotAHang) {
     const int32_t n = GetParam();
     Make(n);
-    uint32_t* x = Data(0, 64);
-    TaskParam fill[] = {Out(x, 64)};
+    TaskParam fill[] = {Out(nullptr, 64)};  // the scope keeps implicit outputs
     auto scope = o().BeginScope();
     for (int i = 0; i < n; ++i) o().Submit(K_FILL, WORKER_VECTOR, fill);
     EXPECT_SPYRE_ERROR(o().Submit(K_FILL, WORKER_VECTOR, fill), OutOfMemory,
@@ -294,6 +294,88 @@ TEST_P(BackPressure, AScopeLargerThanTheRingIsAnErrorNotAHang) {
     scope.End();
     o().Submit(K_FILL, WORKER_VECTOR, fill);  // the ring drains once the scope ends
     o().WaitAll();
+}
+
+// Seed 004: scopes exist so that loops of them stream through rings of any
+// size. A scope holds only implicit outputs; tasks that write explicit
+// buffers go once their consumers are done, inside the scope too.
+TEST_P(BackPressure, AScopeOfExplicitWritesStreamsThroughTheRing) {
+    const int32_t n = GetParam();
+    Make(n);
+    uint32_t* x = Data(0, 64);
+    TaskParam fill[] = {Out(x, 64)};
+    TaskParam inc[] = {InOut(x, 64)};
+    auto scope = o().BeginScope();
+    o().Submit(K_FILL, WORKER_VECTOR, fill);
+    for (int i = 0; i < 16 * n; ++i) o().Submit(K_INC, WORKER_VECTOR, inc);
+    scope.End();
+    o().WaitAll();
+    EXPECT_EQ(x[0], uint32_t(7 + 16 * n));
+    EXPECT_EQ(x[15], uint32_t(7 + 16 * n));
+}
+
+// Seed 004's Example 1 at depth 0: the first task's implicit output is read
+// right after it is submitted and passed to the second task. A cheap host
+// kernel runs inside Submit, so before the depth-0 rule the output was
+// already reclaimed when Submit returned.
+TEST_P(BackPressure, DepthZeroOutputsStayLiveUntilTheThreadsNextSubmission) {
+    Make(GetParam(), 256);
+    uint32_t* a = Data(0, 64);
+    uint32_t* zeros = Data(4096, 64);
+    uint32_t* result = Data(8192, 64);
+    for (int i = 0; i < 16; ++i) a[i] = uint32_t(i);
+    for (int round = 0; round < 10'000; ++round) {
+        TaskParam first[] = {In(a, 64), In(a, 64), Out(nullptr, 64)};
+        const int32_t t0 = o().Submit(K_ADD, WORKER_VECTOR, first);
+        auto* t0_out = static_cast<uint32_t*>(o().TaskOutput(t0));
+        TaskParam second[] = {In(t0_out, 64), In(a, 64), Out(nullptr, 64)};
+        const int32_t t1 = o().Submit(K_ADD, WORKER_VECTOR, second);
+        TaskParam copy[] = {In(o().TaskOutput(t1), 64), In(zeros, 64), Out(result, 64)};
+        o().Submit(K_ADD, WORKER_VECTOR, copy);
+        if (round % 1000 == 0) {
+            o().WaitAll();
+            for (int i = 0; i < 16; ++i) ASSERT_EQ(result[i], uint32_t(3 * i)) << "round " << round;
+            std::memset(result, 0, 64);
+        }
+    }
+    // 10,000 tasks in a row with nothing between them: a ring of 2 (or 3)
+    // slots and a heap of 2 outputs.
+    for (int i = 0; i < 10'000; ++i) {
+        TaskParam p[] = {In(a, 64), In(a, 64), Out(nullptr, 64)};
+        const int32_t t = o().Submit(K_ADD, WORKER_VECTOR, p);
+        ASSERT_EQ(static_cast<uint32_t*>(o().TaskOutput(t))[7], 14u) << "task " << i;
+    }
+    o().WaitAll();
+}
+
+// A task that reads the held output waits in its own slot beside it.
+TEST_P(BackPressure, ADepthZeroChainFlowsThroughARingOfTwoSlots) {
+    Make(GetParam(), 256);
+    uint32_t* a = Data(0, 64);
+    for (int i = 0; i < 16; ++i) a[i] = 1;
+    TaskParam p0[] = {In(a, 64), In(a, 64), Out(nullptr, 64)};
+    int32_t t = o().Submit(K_ADD, WORKER_VECTOR, p0);
+    for (int i = 0; i < 10'000; ++i) {  // out_i = out_{i-1} + a
+        TaskParam p[] = {In(o().TaskOutput(t), 64), In(a, 64), Out(nullptr, 64)};
+        t = o().Submit(K_ADD, WORKER_VECTOR, p);
+    }
+    EXPECT_EQ(static_cast<uint32_t*>(o().TaskOutput(t))[9], 10'002u);
+    o().WaitAll();
+}
+
+// A thread that submitted and went away lets go of what it held.
+TEST_P(BackPressure, AThreadThatExitsLetsGoOfItsHold) {
+    Make(GetParam(), 256);
+    uint32_t* a = Data(0, 64);
+    std::thread([&] {
+        TaskParam p[] = {In(a, 64), In(a, 64), Out(nullptr, 64)};
+        o().Submit(K_ADD, WORKER_VECTOR, p);
+    }).join();
+    uint32_t* x = Data(4096, 64);
+    TaskParam inc[] = {InOut(x, 64)};
+    for (int i = 0; i < 100; ++i) o().Submit(K_INC, WORKER_VECTOR, inc);
+    o().WaitAll();
+    EXPECT_EQ(x[0], 100u);
 }
 
 TEST_P(BackPressure, TasksWaitingOnTheStalledCallerAreAnErrorNotAHang) {
@@ -460,10 +542,14 @@ TEST_P(OrchQueueTest, BadInputIsATypedErrorNamingWhatWasWrong) {
     EXPECT_SPYRE_ERROR(o().Free(stack), InvalidArgument, "not a live buffer");
     EXPECT_SPYRE_ERROR(o().Run(nullptr, nullptr), InvalidArgument, "no orchestration function");
     EXPECT_SPYRE_ERROR(o().Complete(12345), InvalidArgument, "is not live");
-    auto scope = o().BeginScope();  // keeps t live after it ran
-    const int32_t t = o().Submit(K_INC, WORKER_VECTOR, ok);
+    auto scope = o().BeginScope();  // keeps t live after it ran (it has an implicit output)
+    TaskParam with_output[] = {InOut(x, 64), Out(nullptr, 64)};
+    const int32_t t = o().Submit(K_INC, WORKER_VECTOR, with_output);
     EXPECT_SPYRE_ERROR(o().Complete(t), InvalidArgument, "only EXTERNAL tasks");
-    EXPECT_SPYRE_ERROR(o().TaskOutput(t, 0), InvalidArgument, "0 implicit output(s)");
+    EXPECT_SPYRE_ERROR(o().TaskOutput(t, 1), InvalidArgument, "1 implicit output(s), not 2");
+    const int32_t ext = o().Submit(K_EXT, WORKER_EXTERNAL, ok);  // live until completed
+    EXPECT_SPYRE_ERROR(o().TaskOutput(ext, 0), InvalidArgument, "0 implicit output(s)");
+    o().Complete(ext);
     EXPECT_SPYRE_ERROR(o().TaskState(1 << 30), InvalidArgument, "never submitted");
     EXPECT_SPYRE_ERROR(o().RegisterHostKernel(K_INC, [](auto, auto) { return 0u; }), InvalidArgument,
                        "already registered");
@@ -710,7 +796,7 @@ void SeedStyleOrchestration(Runtime* rt, uint64_t* args) {
     pto_submit_task(rt, K_ADD, WORKER_VECTOR, p1, 3);
 }
 
-TEST_P(OrchQueueTest, RunCallsAnOrchestrationFunctionInAScopeAndWaits) {
+TEST_P(OrchQueueTest, RunCallsAnOrchestrationFunctionAndWaits) {
     Make();
     uint32_t* a = Data(0, 64);
     uint32_t* out = Data(4096, 64);
@@ -719,6 +805,74 @@ TEST_P(OrchQueueTest, RunCallsAnOrchestrationFunctionInAScopeAndWaits) {
     o().Run(SeedStyleOrchestration, args);
     for (int i = 0; i < 16; ++i) EXPECT_EQ(out[i], uint32_t(3 * (i + 1)));
     EXPECT_SPYRE_ERROR(o().RunLibrary("/nonexistent/orch.so", "f", args), NotFound, "cannot load");
+}
+
+// Seed 004's Example 2 shape: a loop of scopes, each with a pto_alloc'd
+// tile that several tasks write in turn and one copies out. pto_run used to
+// hold every task of the function in a scope of its own, so a function of
+// more tasks than the ring failed with "task ring ... cannot drain".
+void LoopOfScopes(Runtime* rt, uint64_t* args) {
+    auto* out = reinterpret_cast<uint32_t*>(args[0]);
+    const auto tiles = int(args[1]), writers = int(args[2]);
+    for (int i = 0; i < tiles; ++i) {
+        pto_scope_begin(rt);
+        void* tile = pto_alloc(rt, 64);
+        TaskParam fill[] = {Out(tile, 64)};
+        pto_submit_task(rt, K_FILL, WORKER_CUBE, fill, 1);
+        for (int k = 1; k < writers; ++k) {
+            TaskParam inc[] = {InOut(tile, 64)};
+            pto_submit_task(rt, K_INC, WORKER_CUBE, inc, 1);
+        }
+        TaskParam copy[] = {In(tile, 64), In(tile, 64), Out(out + 16 * i, 64)};
+        pto_submit_task(rt, K_ADD, WORKER_VECTOR, copy, 3);
+        pto_free(rt, tile);
+        pto_scope_end(rt);
+    }
+}
+
+TEST_P(OrchQueueTest, ALoopOfScopesRunsThroughPtoRunBeyondTheRing) {
+    Make(16);
+    const int tiles = 64, writers = 3;  // 256 tasks: 16 times the ring
+    uint32_t* out = Data(0, 64 * tiles);
+    uint64_t args[] = {reinterpret_cast<uint64_t>(out), uint64_t(tiles), uint64_t(writers)};
+    o().Run(LoopOfScopes, args);
+    for (int i = 0; i < 16 * tiles; ++i) ASSERT_EQ(out[i], 2u * (7 + writers - 1)) << i;
+    // One scope of more tasks than the ring (Example 2 with a long K).
+    uint64_t long_k[] = {reinterpret_cast<uint64_t>(out), 1, 16 * 16};
+    o().Run(LoopOfScopes, long_k);
+    EXPECT_EQ(out[0], 2u * (7 + 16 * 16 - 1));
+}
+
+// Seed 004's Example 1 verbatim, 10,000 times at depth 0 with host kernels
+// (cheap: they run inside pto_submit_task, so t0 has completed by the time
+// its output is read).
+TEST_P(OrchQueueTest, Example1VerbatimTenThousandTimes) {
+    auto add = [](std::span<void* const> b, std::span<const uint64_t> s) {
+        for (size_t i = 0; i < s[2] / 4; ++i)
+            static_cast<float*>(b[2])[i] = static_cast<const float*>(b[0])[i] + static_cast<const float*>(b[1])[i];
+        return 0u;
+    };
+    auto mul = [](std::span<void* const> b, std::span<const uint64_t> s) {
+        for (size_t i = 0; i < s[2] / 4; ++i)
+            static_cast<float*>(b[2])[i] = static_cast<const float*>(b[0])[i] * static_cast<const float*>(b[1])[i];
+        return 0u;
+    };
+    orch_.emplace(Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 16, .heap_size = 4096,
+                                                             .ready_queues = QueueKind()}));
+    o().RegisterHostKernel(1, add);
+    o().RegisterHostKernel(2, mul);
+    auto* f = static_cast<float*>(o().HostAddress(0, 3 * 1024));
+    EXPECT_EQ(test::RunExample1Verbatim(o().handle(), f, f + 256, f + 512, 10'000), "");
+}
+
+void EndsTheCallersScope(Runtime* rt, uint64_t*) { pto_scope_end(rt); }
+
+TEST_P(OrchQueueTest, AnOrchestrationFunctionCannotEndItsCallersScope) {
+    Make();
+    auto outer = o().BeginScope();
+    o().Run(EndsTheCallersScope, nullptr);
+    EXPECT_NE(std::string(pto_last_error()).find("did not begin"), std::string::npos) << pto_last_error();
+    outer.End();  // still open: the function could not end it
 }
 
 }  // namespace
