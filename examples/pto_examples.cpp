@@ -89,7 +89,7 @@ bool Pipeline(spyre::Device& dev, spyre::Orchestrator& orch) {
     float* result = nullptr;
     uint64_t args[] = {uint64_t(a), uint64_t(b), uint64_t(c), uint64_t(&result)};
     // An outer scope keeps the result (a task's implicit output) alive
-    // after the run's own scope ends.
+    // after the run's wait (docs/orchestration.md, the depth-0 rule).
     auto outer = orch.BeginScope();
     const auto t0 = Clock::now();
     orch.Run(simple_orch, args);
@@ -207,7 +207,10 @@ int main(int argc, char** argv) {
         std::printf("RESULT: %s\n", ok ? "OK" : "FAILED");
         return ok ? 0 : 1;
     } catch (const spyre::Error& e) {
+        // The runtime's own error (a refused call names itself), not a
+        // numeric mismatch of results that were never computed.
         std::fprintf(stderr, "spyre-pto-examples: %s\n", e.what());
+        std::printf("RESULT: FAILED\n");
         return 1;
     }
 }

@@ -4,7 +4,9 @@
  * one C_tile: the first GEMM writes it (OUTPUT), the others add to it
  * (INOUT), so they serialise on the tile (write-after-write and
  * read-after-write on one region), while different tiles' tasks share
- * nothing and run in parallel on the card's cores. docs/orchestration.md. */
+ * nothing and run in parallel on the card's cores. Every call is checked:
+ * on a failure the function stops, and pto_run reports that call's error
+ * (it ends the scopes left open). docs/orchestration.md. */
 #include "kernels.h"
 
 void matmul_orch(Runtime* rt, uint64_t* args) {
@@ -19,37 +21,37 @@ void matmul_orch(Runtime* rt, uint64_t* args) {
 
     for (int i = 0; i < M; i += TILE_M) {
         for (int j = 0; j < N; j += TILE_N) {
-            pto_scope_begin(rt);
+            if (pto_scope_begin(rt) < 0) return;
 
             /* Explicit allocation for the shared output tile */
             size_t tile_size = TILE_M * TILE_N * sizeof(float);
             void* C_tile = pto_alloc(rt, tile_size);
-            if (!C_tile) {
-                pto_scope_end(rt);
-                return;
-            }
+            if (!C_tile) return;
 
             for (int k = 0; k < K; k += TILE_K) {
                 TaskParam params[] = {
-                    {PARAM_INPUT, &A[i * K + k], a_span},
-                    {PARAM_INPUT, &B[k * N + j], b_span},
+                    {PARAM_INPUT, &A[(size_t)i * K + k], a_span},
+                    {PARAM_INPUT, &B[(size_t)k * N + j], b_span},
                     {k == 0 ? PARAM_OUTPUT : PARAM_INOUT,
                      .region = {.buffer_ptr = C_tile, .offset = 0, .size = tile_size}},
                 };
-                pto_submit_task(rt, k == 0 ? KERNEL_GEMM : KERNEL_GEMM_ACC, WORKER_CUBE, params, 3);
+                if (pto_submit_task(rt, k == 0 ? KERNEL_GEMM : KERNEL_GEMM_ACC, WORKER_CUBE, params, 3) < 0) return;
             }
 
             /* Copy result to final output */
-            pto_submit_task(rt, KERNEL_COPY, WORKER_VECTOR,
-                (TaskParam[]){
-                    {PARAM_INPUT,  C_tile, tile_size},
-                    {PARAM_OUTPUT, &C[i * N + j], c_span}
-                }, 2);
+            if (pto_submit_task(rt, KERNEL_COPY, WORKER_VECTOR,
+                    (TaskParam[]){
+                        {PARAM_INPUT,  C_tile, tile_size},
+                        {PARAM_OUTPUT, &C[(size_t)i * N + j], c_span}
+                    }, 2) < 0)
+                return;
 
             /* Signal no more references will be added to C_tile */
-            pto_free(rt, C_tile);
+            if (pto_free(rt, C_tile) < 0) return;
 
-            pto_scope_end(rt);  /* C_tile freed after copy completes */
+            /* C_tile freed after copy completes (-EIO: a task of the scope
+             * failed; pto_run reports it once its tasks are done) */
+            if (pto_scope_end(rt) < 0) return;
         }
     }
 }

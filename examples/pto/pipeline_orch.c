@@ -14,10 +14,13 @@ void simple_orch(Runtime* rt, uint64_t* args) {
             {PARAM_INPUT,  B, bytes},
             {PARAM_OUTPUT, NULL, bytes}  /* implicit allocation */
         }, 3);
-    if (t0 < 0) return;  /* pto_last_error() says why; the caller reports it */
+    if (t0 < 0) return;  /* pto_run reports the failed call */
 
-    /* The seed reads rt->task_descriptors[t0].packed_buffer_base. */
+    /* The seed reads rt->task_descriptors[t0].packed_buffer_base. Without a
+     * scope, t0 stays live until this thread's next submission has found
+     * it as a producer (the depth-0 rule, docs/orchestration.md). */
     void* t0_out = pto_task_output(rt, t0, 0);
+    if (!t0_out) return;
 
     int32_t t1 = pto_submit_task(rt, KERNEL_MUL, WORKER_VECTOR,
         (TaskParam[]){
@@ -26,6 +29,8 @@ void simple_orch(Runtime* rt, uint64_t* args) {
             {PARAM_OUTPUT, NULL, bytes}
         }, 3);
     if (t1 < 0) return;
-    /* The result lives as long as the task (the enclosing scope, pto_run's). */
+    /* The result lives as long as its task: until this thread's next
+     * submission or wait, or the end of a scope the caller holds around
+     * the run (pto_examples.cpp does). */
     *(void**)args[3] = pto_task_output(rt, t1, 0);
 }

@@ -36,7 +36,8 @@ struct ErrorContext {
     std::optional<uint64_t> offset;     // register or region offset
     std::optional<uint64_t> address;    // device address
     std::optional<int> stream;          // stream index
-    std::optional<uint64_t> op_index;   // index of the failing operation
+    std::optional<uint64_t> op_index;   // index of the failing operation (orchestration: the task id)
+    std::optional<int64_t> kernel_id;   // orchestration: the failing task's kernel
     int sys_errno = 0;                  // errno of a failed system call
     uint32_t device_code = 0;           // SPYRE_ERR_* reported by the device
 };

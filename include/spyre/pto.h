@@ -70,6 +70,9 @@ typedef void (*pto_orchestration_fn)(Runtime* rt, uint64_t* args);
 
 /* --- runtime lifetime --------------------------------------------------- */
 
+/* A Runtime* is a handle, not a pointer: a destroyed runtime's handle (or
+ * one never created) is refused with -EINVAL by every call, never used. */
+
 /* Opens a device function (`function`: index or PCI address as
  * spyre::DeviceOptions::function; NULL = the environment's default) and
  * creates a runtime on it: a task ring of `task_ring_size` slots and a heap
@@ -78,11 +81,54 @@ Runtime* pto_runtime_create(const char* function, int32_t task_ring_size, uint64
 /* The same on `memory_size` bytes of host memory, no device: every task runs
  * on the host worker (tests, benchmarks, CPU-only use). */
 Runtime* pto_runtime_create_host(uint64_t memory_size, int32_t task_ring_size, uint64_t heap_size);
-/* Waits for every submitted task, then frees everything. NULL is a no-op. */
-void pto_runtime_destroy(Runtime* rt);
+/* Waits for every submitted task and for calls on it in other threads,
+ * then frees everything. NULL is a no-op (0). -EINVAL for a handle already
+ * destroyed or never created, or one a spyre::Orchestrator owns; -EBUSY
+ * from inside a call on the same runtime (its orchestration function or
+ * one of its tasks). */
+int32_t pto_runtime_destroy(Runtime* rt);
+
+/* --- errors ------------------------------------------------------------- */
+
+/* What kind of error (spyre::ErrorKind, in its order, plus one). */
+enum {
+    PTO_ERROR_NONE = 0,
+    PTO_ERROR_INVALID_ARGUMENT,
+    PTO_ERROR_NOT_FOUND,
+    PTO_ERROR_BUSY,
+    PTO_ERROR_PERMISSION_DENIED,
+    PTO_ERROR_UNSUPPORTED,
+    PTO_ERROR_DEVICE_ERROR,   /* a task failed: task_id, kernel_id, device_code say which */
+    PTO_ERROR_DEVICE_LOST,
+    PTO_ERROR_TIMEOUT,
+    PTO_ERROR_NOT_READY,
+    PTO_ERROR_OUT_OF_MEMORY,
+    PTO_ERROR_IO,
+    PTO_ERROR_PROTOCOL,
+    PTO_ERROR_INTERNAL,
+    PTO_ERROR_WRONG_DEVICE,
+    PTO_ERROR_TASK_FAILED,
+};
+
+/* The last call that failed on this thread. */
+typedef struct pto_error_info {
+    int32_t code;          /* what it returned: a negative errno (0: no error since the last clear) */
+    int32_t kind;          /* PTO_ERROR_* */
+    int32_t task_id;       /* the failed task behind it (the root cause), or -1 */
+    int32_t kernel_id;     /* that task's kernel, or -1 */
+    uint32_t device_code;  /* SPYRE_ERR_* from the device, or a host kernel's return value; 0 if none */
+    const char* call;      /* the function that failed, e.g. "pto_submit_task" ("" if none) */
+    const char* message;   /* what went wrong, in full ("" if none) */
+} pto_error_info;
 
 /* The message of the last call that failed on this thread ("" if none). */
 const char* pto_last_error(void);
+/* Fills *info with this thread's last error and returns info->code (0:
+ * none). Its strings stay valid until this thread's next failing call or
+ * pto_clear_error. */
+int32_t pto_last_error_info(pto_error_info* info);
+/* Forgets this thread's last error: pto_last_error_info then returns 0. */
+void pto_clear_error(void);
 
 /* --- kernels ------------------------------------------------------------ */
 
@@ -144,7 +190,13 @@ void* pto_host_address(Runtime* rt, uint64_t device_address, uint64_t size);
 
 /* --- orchestration functions -------------------------------------------- */
 
-/* Calls fn(rt, args) inside a scope, then waits for its tasks. */
+/* Calls fn(rt, args), ends the scopes it left open, then waits for its
+ * tasks. No scope of its own: the function's tasks at depth 0 follow the
+ * depth-0 rule (docs/orchestration.md), its scopes end when it ends them,
+ * and it cannot end scopes its caller began. Fails with the first call of
+ * the function that failed (pto_alloc, pto_free, pto_scope_begin/end,
+ * pto_submit_task, pto_task_complete/fail), even one the function ignored,
+ * else with the first task failure. */
 int32_t pto_run(Runtime* rt, pto_orchestration_fn fn, uint64_t* args);
 /* The same with `symbol` of the shared object `path` (dlopen/dlsym). */
 int32_t pto_run_library(Runtime* rt, const char* path, const char* symbol, uint64_t* args);

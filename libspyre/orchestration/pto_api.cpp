@@ -1,102 +1,108 @@
 // SPDX-License-Identifier: Apache-2.0
-// The C API (spyre/pto.h): every call catches what the runtime throws and
-// turns it into a negative errno (or NULL) and a thread-local message.
+// The C API (spyre/pto.h): every call enters its runtime through the handle
+// table (a stale handle is refused, and the runtime cannot be destroyed
+// under the call), and turns what the runtime throws into a negative errno
+// (or NULL) and this thread's last error (c_api_error.hpp).
 #include <cerrno>
-#include <new>
+#include <optional>
 #include <string>
 #include <type_traits>
 
+#include "c_api_error.hpp"
+#include "orchestration/handle_table.hpp"
+#include "orchestration/host_worker.hpp"
 #include "orchestration/runtime_handle.hpp"
 #include "spyre/pto.h"
 
 namespace {
 
-thread_local std::string g_last_error;
+using spyre::Error;
+using spyre::ErrorKind;
+using spyre::capi::Guard;
+using spyre::orchestration::HandleTable;
+using spyre::orchestration::KernelEntry;
+using spyre::orchestration::RuntimeState;
 
-int ErrnoOf(const spyre::Error& e) {
-    if (e.context().sys_errno) return e.context().sys_errno;
-    switch (e.kind()) {
-        case spyre::ErrorKind::InvalidArgument:
-        case spyre::ErrorKind::WrongDevice: return EINVAL;
-        case spyre::ErrorKind::NotFound: return ENOENT;
-        case spyre::ErrorKind::Busy: return EBUSY;
-        case spyre::ErrorKind::PermissionDenied: return EACCES;
-        case spyre::ErrorKind::Unsupported: return ENOTSUP;
-        case spyre::ErrorKind::OutOfMemory: return ENOMEM;
-        case spyre::ErrorKind::DeviceLost: return ENODEV;
-        case spyre::ErrorKind::Timeout: return ETIMEDOUT;
-        case spyre::ErrorKind::NotReady: return EAGAIN;
-        default: return EIO;
-    }
-}
+static_assert(PTO_ERROR_INVALID_ARGUMENT == int(ErrorKind::InvalidArgument) + 1);
+static_assert(PTO_ERROR_DEVICE_ERROR == int(ErrorKind::DeviceError) + 1);
+static_assert(PTO_ERROR_TASK_FAILED == int(ErrorKind::TaskFailed) + 1);
 
-// Runs `body`; on an exception records its message and returns -errno.
+// Whether a failed call changed nothing the function meant to do (a query)
+// or left its work incomplete: pto_run reports the first failure of the
+// latter kind even when the function ignored it.
+enum class Kind : bool { Query, Changes };
+
+// Runs `body(state)` on the runtime behind `rt`: 0 for a body that returns
+// nothing, its value otherwise; a negative errno on error.
 template <typename Body>
-int32_t Guard(Body&& body) noexcept {
-    try {
-        return body();
-    } catch (const spyre::Error& e) {
-        g_last_error = e.what();
-        return -ErrnoOf(e);
-    } catch (const std::bad_alloc&) {
-        g_last_error = "out of host memory";
-        return -ENOMEM;
-    } catch (const std::exception& e) {
-        g_last_error = e.what();
-        return -EIO;
-    } catch (...) {
-        g_last_error = "unknown error";
-        return -EIO;
-    }
-}
-
-// Runs `body(*rt)` under Guard; -EINVAL without a runtime. A body that
-// returns nothing gives 0.
-template <typename Body>
-int32_t OnRuntime(Runtime* rt, Body&& body) noexcept {
-    if (!rt) {
-        g_last_error = "no runtime (NULL)";
-        return -EINVAL;
-    }
-    return Guard([&]() -> int32_t {
-        if constexpr (std::is_void_v<decltype(body(*rt))>) {
-            body(*rt);
-            return 0;
-        } else {
-            return int32_t(body(*rt));
+int32_t OnRuntime(const char* call, Runtime* rt, Kind kind, Body&& body) noexcept {
+    return Guard(call, [&]() -> int32_t {
+        const HandleTable::Call entered = HandleTable::Instance().Enter(rt, call);
+        try {
+            if constexpr (std::is_void_v<decltype(body(*entered))>) {
+                body(*entered);
+                return 0;
+            } else {
+                return int32_t(body(*entered));
+            }
+        } catch (const Error& e) {
+            if (kind == Kind::Changes) spyre::orchestration::NoteFailedCall(*entered, e, call);
+            throw;
         }
     });
 }
 
 // The same for calls that return a pointer: NULL on error.
 template <typename Body>
-void* PointerFrom(Runtime* rt, Body&& body) noexcept {
+void* PointerFrom(const char* call, Runtime* rt, Kind kind, Body&& body) noexcept {
     void* p = nullptr;
-    OnRuntime(rt, [&](Runtime& r) { p = body(r); });
+    OnRuntime(call, rt, kind, [&](RuntimeState& s) { p = body(s); });
     return p;
 }
 
-spyre::orchestration::KernelEntry Kernel(int32_t kernel_id) {
-    spyre::orchestration::KernelEntry k;
+KernelEntry Kernel(int32_t kernel_id) {
+    KernelEntry k;
     k.kernel_id = kernel_id;
     return k;
+}
+
+// A runtime the C caller owns (pto_runtime_destroy frees it).
+Runtime* Owned(std::unique_ptr<RuntimeState> state) {
+    state->handle = HandleTable::Instance().Register(state.get(), true);
+    return state.release()->handle;
 }
 
 }  // namespace
 
 extern "C" {
 
-const char* pto_last_error(void) { return g_last_error.c_str(); }
+const char* pto_last_error(void) { return spyre::capi::LastError().message.c_str(); }
+
+int32_t pto_last_error_info(pto_error_info* info) {
+    const spyre::capi::CallError& e = spyre::capi::LastError();
+    if (info) {
+        info->code = e.code;
+        info->kind = e.kind;
+        info->task_id = e.task_id;
+        info->kernel_id = e.kernel_id;
+        info->device_code = e.device_code;
+        info->call = e.call.c_str();
+        info->message = e.message.c_str();
+    }
+    return e.code;
+}
+
+void pto_clear_error(void) { spyre::capi::ClearLastError(); }
 
 Runtime* pto_runtime_create(const char* function, int32_t task_ring_size, uint64_t heap_size) {
     Runtime* out = nullptr;
-    Guard([&] {
+    Guard("pto_runtime_create", [&] {
         spyre::DeviceOptions options;
         if (function) options.function = function;
         auto device = std::make_unique<spyre::Device>(spyre::Device::Open(std::move(options)));
-        auto rt = Runtime::OnDevice(*device, {.task_ring_size = task_ring_size, .heap_size = heap_size});
-        rt->owned_device = std::move(device);
-        out = rt.release();
+        auto state = RuntimeState::OnDevice(*device, {.task_ring_size = task_ring_size, .heap_size = heap_size});
+        state->owned_device = std::move(device);
+        out = Owned(std::move(state));
         return 0;
     });
     return out;
@@ -104,20 +110,31 @@ Runtime* pto_runtime_create(const char* function, int32_t task_ring_size, uint64
 
 Runtime* pto_runtime_create_host(uint64_t memory_size, int32_t task_ring_size, uint64_t heap_size) {
     Runtime* out = nullptr;
-    Guard([&] {
-        out = Runtime::OnHostMemory(memory_size, {.task_ring_size = task_ring_size, .heap_size = heap_size}).release();
+    Guard("pto_runtime_create_host", [&] {
+        out = Owned(RuntimeState::OnHostMemory(memory_size, {.task_ring_size = task_ring_size, .heap_size = heap_size}));
         return 0;
     });
     return out;
 }
 
-void pto_runtime_destroy(Runtime* rt) {
-    // The task graph's destructor waits for running tasks and does not throw.
-    delete rt;
+int32_t pto_runtime_destroy(Runtime* rt) {
+    if (!rt) return 0;
+    return Guard("pto_runtime_destroy", [&] {
+        {
+            const HandleTable::Call entered = HandleTable::Instance().Enter(rt, "pto_runtime_destroy");
+            // Its tasks are waited for, and a task waits for itself forever.
+            if (spyre::orchestration::HostWorker::RunningTaskOf() == entered->graph.get())
+                throw Error(ErrorKind::Busy, "pto_runtime_destroy called from inside a task of the same runtime: it "
+                                             "would wait for that task itself",
+                            {.sys_errno = EBUSY});
+        }
+        delete HandleTable::Instance().Retire(rt, true);  // waits for the tasks
+        return 0;
+    });
 }
 
 int32_t pto_register_host_kernel(Runtime* rt, int32_t kernel_id, pto_host_fn fn, void* user_data) {
-    return OnRuntime(rt, [&](Runtime& r) {
+    return OnRuntime("pto_register_host_kernel", rt, Kind::Changes, [&](RuntimeState& r) {
         auto k = Kernel(kernel_id);
         k.host_fn = fn;
         k.user_data = user_data;
@@ -126,7 +143,7 @@ int32_t pto_register_host_kernel(Runtime* rt, int32_t kernel_id, pto_host_fn fn,
 }
 
 int32_t pto_register_device_kernel(Runtime* rt, int32_t kernel_id, uint64_t program_address) {
-    return OnRuntime(rt, [&](Runtime& r) {
+    return OnRuntime("pto_register_device_kernel", rt, Kind::Changes, [&](RuntimeState& r) {
         auto k = Kernel(kernel_id);
         k.program_address = program_address;
         k.has_program = true;
@@ -135,57 +152,67 @@ int32_t pto_register_device_kernel(Runtime* rt, int32_t kernel_id, uint64_t prog
 }
 
 void* pto_alloc(Runtime* rt, size_t size) {
-    return PointerFrom(rt, [&](Runtime& r) { return r.graph->Alloc(size); });
+    return PointerFrom("pto_alloc", rt, Kind::Changes, [&](RuntimeState& r) { return r.graph->Alloc(size); });
 }
 
 int32_t pto_free(Runtime* rt, void* buffer) {
-    return OnRuntime(rt, [&](Runtime& r) { r.graph->Free(buffer); });
+    return OnRuntime("pto_free", rt, Kind::Changes, [&](RuntimeState& r) { r.graph->Free(buffer); });
 }
 
 int32_t pto_scope_begin(Runtime* rt) {
-    return OnRuntime(rt, [](Runtime& r) { r.graph->ScopeBegin(); });
+    return OnRuntime("pto_scope_begin", rt, Kind::Changes, [](RuntimeState& r) { r.graph->ScopeBegin(); });
 }
 
 int32_t pto_submit_task(Runtime* rt, int32_t kernel_id, int32_t worker_type, TaskParam* params, int32_t num_params) {
-    return OnRuntime(rt, [&](Runtime& r) {
+    return OnRuntime("pto_submit_task", rt, Kind::Changes, [&](RuntimeState& r) {
         if (num_params < 0 || (num_params > 0 && !params))
-            throw spyre::Error(spyre::ErrorKind::InvalidArgument,
-                               "pto_submit_task: " + std::to_string(num_params) + " parameters at " +
-                                   (params ? "a valid pointer" : "NULL"));
+            throw Error(ErrorKind::InvalidArgument, "pto_submit_task: " + std::to_string(num_params) +
+                                                        " parameters at " + (params ? "a valid pointer" : "NULL"));
         return r.graph->Submit(kernel_id, worker_type, std::span<const TaskParam>(params, size_t(num_params)));
     });
 }
 
 int32_t pto_scope_end(Runtime* rt) {
-    return OnRuntime(rt, [](Runtime& r) { r.graph->ScopeEnd(); });
+    return OnRuntime("pto_scope_end", rt, Kind::Changes, [](RuntimeState& r) {
+        try {
+            r.graph->ScopeEnd();
+        } catch (const Error& e) {
+            // A task failure is reported to the caller here, and by the
+            // wait: not a call of the function that failed.
+            if (e.kind() != ErrorKind::DeviceError) throw;
+            spyre::capi::Record("pto_scope_end", e);
+            return -EIO;
+        }
+        return 0;
+    });
 }
 
 int32_t pto_task_complete(Runtime* rt, int32_t task_id) {
-    return OnRuntime(rt, [&](Runtime& r) { r.graph->Complete(task_id, 0); });
+    return OnRuntime("pto_task_complete", rt, Kind::Changes, [&](RuntimeState& r) { r.graph->Complete(task_id, 0); });
 }
 
 int32_t pto_task_fail(Runtime* rt, int32_t task_id, uint32_t error_code) {
-    return OnRuntime(rt, [&](Runtime& r) {
-        if (error_code == 0)
-            throw spyre::Error(spyre::ErrorKind::InvalidArgument, "pto_task_fail needs a non-zero error code");
+    return OnRuntime("pto_task_fail", rt, Kind::Changes, [&](RuntimeState& r) {
+        if (error_code == 0) throw Error(ErrorKind::InvalidArgument, "pto_task_fail needs a non-zero error code");
         r.graph->Complete(task_id, error_code);
     });
 }
 
 void* pto_task_output(Runtime* rt, int32_t task_id, int32_t index) {
-    return PointerFrom(rt, [&](Runtime& r) { return r.graph->TaskOutput(task_id, index); });
+    return PointerFrom("pto_task_output", rt, Kind::Query,
+                       [&](RuntimeState& r) { return r.graph->TaskOutput(task_id, index); });
 }
 
 int32_t pto_task_state(Runtime* rt, int32_t task_id) {
-    return OnRuntime(rt, [&](Runtime& r) { return int32_t(r.graph->State(task_id)); });
+    return OnRuntime("pto_task_state", rt, Kind::Query, [&](RuntimeState& r) { return int32_t(r.graph->State(task_id)); });
 }
 
 int32_t pto_wait_all(Runtime* rt) {
-    return OnRuntime(rt, [](Runtime& r) { r.graph->WaitAll(); });
+    return OnRuntime("pto_wait_all", rt, Kind::Query, [](RuntimeState& r) { r.graph->WaitAll(); });
 }
 
 int32_t pto_wait_all_progress(Runtime* rt, pto_progress_fn progress, void* user) {
-    return OnRuntime(rt, [&](Runtime& r) {
+    return OnRuntime("pto_wait_all_progress", rt, Kind::Query, [&](RuntimeState& r) {
         spyre::ProgressCallback cb;
         if (progress) cb = [progress, user](const spyre::ProgressInfo& p) { progress(p.done, p.total, user); };
         r.graph->WaitAll(cb);
@@ -193,22 +220,23 @@ int32_t pto_wait_all_progress(Runtime* rt, pto_progress_fn progress, void* user)
 }
 
 int32_t pto_device_address(Runtime* rt, const void* buffer, uint64_t* device_address) {
-    return OnRuntime(rt, [&](Runtime& r) {
+    return OnRuntime("pto_device_address", rt, Kind::Query, [&](RuntimeState& r) {
         const uint64_t a = r.graph->DeviceAddress(buffer);
         if (device_address) *device_address = a;
     });
 }
 
 void* pto_host_address(Runtime* rt, uint64_t device_address, uint64_t size) {
-    return PointerFrom(rt, [&](Runtime& r) { return r.graph->HostAddress(device_address, size); });
+    return PointerFrom("pto_host_address", rt, Kind::Query,
+                       [&](RuntimeState& r) { return r.graph->HostAddress(device_address, size); });
 }
 
 int32_t pto_run(Runtime* rt, pto_orchestration_fn fn, uint64_t* args) {
-    return OnRuntime(rt, [&](Runtime& r) { r.Run(fn, args); });
+    return OnRuntime("pto_run", rt, Kind::Changes, [&](RuntimeState& r) { r.Run(fn, args); });
 }
 
 int32_t pto_run_library(Runtime* rt, const char* path, const char* symbol, uint64_t* args) {
-    return OnRuntime(rt, [&](Runtime& r) { r.RunLibrary(path, symbol, args); });
+    return OnRuntime("pto_run_library", rt, Kind::Changes, [&](RuntimeState& r) { r.RunLibrary(path, symbol, args); });
 }
 
 }  // extern "C"

@@ -427,7 +427,7 @@ void TaskGraph::ScopeEnd() {
           << scope.failed << " task(s) failed, " << scope.skipped << " dependent task(s) skipped";
         throw Error(ErrorKind::DeviceError, s.str(),
                     {.device = options_.device, .op_index = uint64_t(scope.first_cause.task_id),
-                     .device_code = scope.first_cause.device_code});
+                     .kernel_id = scope.first_cause.kernel_id, .device_code = scope.first_cause.device_code});
     }
 }
 
@@ -928,7 +928,7 @@ void TaskGraph::WaitAll(const ProgressCallback& progress) {
       << root->cause.device_code << "; " << failed << " task(s) failed, " << skipped << " dependent task(s) skipped";
     throw Error(ErrorKind::DeviceError, s.str(),
                 {.device = options_.device, .op_index = uint64_t(root->cause.task_id),
-                 .device_code = root->cause.device_code});
+                 .kernel_id = root->cause.kernel_id, .device_code = root->cause.device_code});
 }
 
 std::vector<TaskReport> TaskGraph::Failures() const {

@@ -97,12 +97,13 @@ py::object Build(const Error& e) {
     context["address"] = opt(c.address);
     context["stream"] = opt(c.stream);
     context["op_index"] = opt(c.op_index);
+    context["kernel_id"] = opt(c.kernel_id);
     context["errno"] = c.sys_errno;
     context["device_code"] = c.device_code;
     exc.attr("kind") = NameOf(e.kind());
     exc.attr("message") = e.message();
     exc.attr("context") = context;
-    for (const char* key : {"device", "offset", "address", "stream", "op_index", "device_code"})
+    for (const char* key : {"device", "offset", "address", "stream", "op_index", "kernel_id", "device_code"})
         exc.attr(key) = context[key];
     exc.attr("register") = c.reg;
     exc.attr("sys_errno") = c.sys_errno;
@@ -144,7 +145,7 @@ void BindErrors(py::module_& m) {
     g_base = PyErr_NewExceptionWithDoc(
         "spyre._spyre.Error",
         "Every spyre failure. Attributes: kind (the ErrorKind's name), message (without decoration), "
-        "context (dict), and its entries device, register, offset, address, stream, op_index, "
+        "context (dict), and its entries device, register, offset, address, stream, op_index, kernel_id, "
         "device_code, sys_errno.",
         PyExc_Exception, nullptr);
     m.add_object("Error", py::handle(g_base));

@@ -75,7 +75,7 @@ def test_many_python_host_tasks_with_a_chain(orch):
     acc = orch.alloc(4, dtype=np.int32)
     acc[:] = 0
 
-    def inc(x):
+    def inc(x, *implicit_outputs):
         x += 1
 
     orch.register_host_kernel(PYADD, inc, dtype=np.int32)
@@ -85,10 +85,15 @@ def test_many_python_host_tasks_with_a_chain(orch):
                 orch.submit(PYADD, spyre.WORKER_HOST, [("inout", acc)])
     orch.wait_all()
     assert acc[0] == 200
-    with pytest.raises(spyre.OutOfMemory, match="task ring"):  # one scope cannot hold more than the ring
+    with orch.scope():  # a scope holds implicit outputs only: 200 explicit writes stream through the ring of 64
+        for _ in range(200):
+            orch.submit(PYADD, spyre.WORKER_HOST, [("inout", acc)])
+    orch.wait_all()
+    assert acc[0] == 400
+    with pytest.raises(spyre.OutOfMemory, match="task ring"):  # but cannot hold more implicit outputs than the ring
         with orch.scope():
             for _ in range(65):
-                orch.submit(PYADD, spyre.WORKER_HOST, [("inout", acc)])
+                orch.submit(PYADD, spyre.WORKER_HOST, [("inout", acc), ("out", None, 16)])
     orch.wait_all()
 
 

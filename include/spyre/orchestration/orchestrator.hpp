@@ -32,6 +32,10 @@
 
 namespace spyre {
 
+namespace orchestration {
+struct RuntimeState;
+}
+
 // How the ready queues between the task graph and its workers are built
 // (docs/orchestration.md compares them): a mutex and condition variable, or a
 // lock-free ring whose idle workers spin briefly, then sleep on a futex.
@@ -120,20 +124,22 @@ public:
     void* HostAddress(uint64_t device_address, uint64_t size) const;
     uint64_t memory_size() const;
 
-    // fn(handle(), args) inside a scope, then WaitAll (with `progress`, if set).
+    // fn(handle(), args), then WaitAll (with `progress`, if set): pto_run.
     void Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress = {});
     // The same with `symbol` from the shared object at `path`.
     void RunLibrary(const std::string& path, const std::string& symbol, uint64_t* args,
                     const ProgressCallback& progress = {});
 
-    ::Runtime* handle() const noexcept { return rt_.get(); }
+    // The C handle of this runtime, for the pto_* calls and orchestration
+    // functions; refused by every call once the Orchestrator is gone.
+    ::Runtime* handle() const noexcept;
 
 private:
     struct Deleter {
-        void operator()(::Runtime* rt) const noexcept;
+        void operator()(orchestration::RuntimeState* state) const noexcept;
     };
-    explicit Orchestrator(::Runtime* rt) : rt_(rt) {}
-    std::unique_ptr<::Runtime, Deleter> rt_;
+    explicit Orchestrator(orchestration::RuntimeState* state) : state_(state) {}
+    std::unique_ptr<orchestration::RuntimeState, Deleter> state_;
 };
 
 }  // namespace spyre

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "pto/kernels.h" /* seed 004 Example 2 (examples/pto/matmul_orch.c) */
 #include "spyre/pto.h"
 
 static int failures;
@@ -39,6 +40,9 @@ static uint32_t fails(void* const* b, const uint64_t* s, int32_t n, void* user) 
     (void)b, (void)s, (void)n;
     return *(uint32_t*)user;
 }
+
+/* An orchestration function that destroys its own runtime: refused. */
+static void destroy_self(Runtime* rt, uint64_t* args) { args[0] = (uint64_t)(int64_t)pto_runtime_destroy(rt); }
 
 /* pto_wait_all_progress: done must rise and end at total. */
 struct Progress {
@@ -126,8 +130,50 @@ int main(int argc, char** argv) {
         CHECK(pto_run_library(rt, argv[1], "no_such_function", args) == -ENOENT);
         CHECK(strstr(pto_last_error(), "no_such_function") != NULL);
     }
-    pto_runtime_destroy(rt);
-    pto_runtime_destroy(NULL);
+    /* The last error, structured: the failed task, its kernel, the code. */
+    bad = pto_submit_task(rt, 3, WORKER_HOST, (TaskParam[]){{PARAM_OUTPUT, D, 1024}}, 1);
+    CHECK(pto_wait_all(rt) == -EIO);
+    pto_error_info info;
+    CHECK(pto_last_error_info(&info) == -EIO);
+    CHECK(info.code == -EIO && info.kind == PTO_ERROR_DEVICE_ERROR);
+    CHECK(info.task_id == bad && info.kernel_id == 3 && info.device_code == 9);
+    CHECK(strcmp(info.call, "pto_wait_all") == 0);
+    CHECK(strstr(info.message, "device error code 9") != NULL);
+    CHECK(pto_last_error_info(NULL) == -EIO);
+    pto_clear_error();
+    CHECK(pto_last_error_info(&info) == 0 && info.kind == PTO_ERROR_NONE && info.task_id == -1);
+    CHECK(strcmp(info.message, "") == 0 && strcmp(pto_last_error(), "") == 0);
+    CHECK(pto_alloc(rt, (size_t)-4) == NULL);
+    CHECK(pto_last_error_info(&info) == -ENOMEM && info.kind == PTO_ERROR_OUT_OF_MEMORY && info.task_id == -1);
+    CHECK(strcmp(info.call, "pto_alloc") == 0);
+
+    /* pto_run reports the first call of the function that failed, even one
+     * it ignored: Example 2 on a heap too small for its tile. */
+    Runtime* small = pto_runtime_create_host(1 << 20, 64, 4096);
+    CHECK(small != NULL);
+    CHECK(pto_register_host_kernel(small, KERNEL_GEMM, add, NULL) == 0);
+    uint64_t margs[] = {(uint64_t)(uintptr_t)A, (uint64_t)(uintptr_t)B, (uint64_t)(uintptr_t)C, 64, 64, 64};
+    CHECK(pto_run(small, matmul_orch, margs) == -ENOMEM);
+    CHECK(pto_last_error_info(&info) == -ENOMEM && strcmp(info.call, "pto_run") == 0);
+    CHECK(strstr(info.message, "the orchestration function's pto_alloc failed") != NULL);
+    /* ... and refuses to destroy the runtime from inside its function. */
+    uint64_t self[] = {0};
+    CHECK(pto_run(small, destroy_self, self) == 0 && (int32_t)self[0] == -EBUSY);
+    CHECK(pto_runtime_destroy(small) == 0);
+
+    /* A destroyed runtime's handle is refused, never used, even once its
+     * slot holds a new runtime; so is a handle that was never created. */
+    CHECK(pto_runtime_destroy(rt) == 0);
+    CHECK(pto_scope_begin(rt) == -EINVAL);
+    CHECK(strstr(pto_last_error(), "not a live runtime") != NULL);
+    CHECK(pto_submit_task(rt, 1, WORKER_VECTOR, (TaskParam[]){{PARAM_OUTPUT, NULL, 64}}, 1) == -EINVAL);
+    CHECK(pto_runtime_destroy(rt) == -EINVAL);
+    Runtime* again = pto_runtime_create_host(1 << 20, 8, 4096);
+    CHECK(again != NULL && again != rt);
+    CHECK(pto_wait_all(rt) == -EINVAL && pto_wait_all(again) == 0);
+    CHECK(pto_wait_all((Runtime*)(uintptr_t)0x1234) == -EINVAL);
+    CHECK(pto_runtime_destroy(again) == 0);
+    CHECK(pto_runtime_destroy(NULL) == 0);
     if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
     else printf("pto C API: all checks passed\n");
     return failures ? 1 : 0;

@@ -865,13 +865,64 @@ TEST_P(OrchQueueTest, Example1VerbatimTenThousandTimes) {
     EXPECT_EQ(test::RunExample1Verbatim(o().handle(), f, f + 256, f + 512, 10'000), "");
 }
 
+// Runtime* is a generation-checked handle: once the runtime is gone every
+// call on it is refused, while calls in flight in other threads finish
+// first. (Before, every call only checked for NULL and used freed memory.)
+TEST(OrchestrationHandles, AGoneRuntimesHandleIsRefusedAndCallsInFlightFinishFirst) {
+    ::Runtime* rt = pto_runtime_create_host(1 << 20, 64, 1 << 16);
+    ASSERT_NE(rt, nullptr) << pto_last_error();
+    ASSERT_EQ(pto_register_host_kernel(
+                  rt, 1, [](void* const*, const uint64_t*, int32_t, void*) -> uint32_t { return 0; }, nullptr),
+              0);
+    std::atomic<bool> started{false};
+    std::atomic<int> refused{0}, ran{0};
+    std::thread caller([&] {
+        auto* x = static_cast<uint32_t*>(pto_host_address(rt, 0, 64));
+        for (;;) {
+            TaskParam p[] = {{PARAM_INOUT, x, 64, {}}};
+            const int32_t r = pto_submit_task(rt, 1, WORKER_HOST, p, 1);
+            started = true;
+            if (r == -EINVAL) {
+                ++refused;
+                EXPECT_NE(std::string(pto_last_error()).find("not a live runtime"), std::string::npos)
+                    << pto_last_error();
+                return;
+            }
+            ASSERT_GE(r, 0) << pto_last_error();
+            ++ran;
+        }
+    });
+    while (!started) std::this_thread::yield();
+    EXPECT_EQ(pto_runtime_destroy(rt), 0) << pto_last_error();
+    caller.join();
+    EXPECT_EQ(refused, 1);
+    EXPECT_GT(ran, 0);
+    EXPECT_EQ(pto_wait_all(rt), -EINVAL);
+    EXPECT_EQ(pto_runtime_destroy(rt), -EINVAL);
+
+    // An Orchestrator's handle is its own: C may use it, not destroy it,
+    // and it is refused once the Orchestrator is gone.
+    ::Runtime* handle;
+    {
+        Orchestrator orch = Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 8, .heap_size = 4096});
+        handle = orch.handle();
+        EXPECT_EQ(pto_scope_begin(handle), 0);
+        EXPECT_EQ(pto_runtime_destroy(handle), -EINVAL);
+        EXPECT_NE(std::string(pto_last_error()).find("belongs to a spyre::Orchestrator"), std::string::npos);
+        EXPECT_EQ(pto_scope_end(handle), 0);
+    }
+    EXPECT_EQ(pto_scope_begin(handle), -EINVAL);
+}
+
 void EndsTheCallersScope(Runtime* rt, uint64_t*) { pto_scope_end(rt); }
 
 TEST_P(OrchQueueTest, AnOrchestrationFunctionCannotEndItsCallersScope) {
     Make();
     auto outer = o().BeginScope();
-    o().Run(EndsTheCallersScope, nullptr);
-    EXPECT_NE(std::string(pto_last_error()).find("did not begin"), std::string::npos) << pto_last_error();
+    // pto_run reports the call the function made and ignored.
+    EXPECT_SPYRE_ERROR(o().Run(EndsTheCallersScope, nullptr), InvalidArgument,
+                       "the orchestration function's pto_scope_end failed: pto_scope_end of a scope the "
+                       "orchestration function did not begin");
     outer.End();  // still open: the function could not end it
 }
 
