@@ -122,9 +122,14 @@ bool Matmul(spyre::Device& dev, spyre::Orchestrator& orch, int64_t m, int64_t k,
     constexpr int32_t kWhole = 100;  // the whole matmul as one task
     orch.RegisterDeviceKernel(kWhole, Upload(dev, kb.Matmul(m, k, n, f32).program));
 
-    auto* a = static_cast<float*>(orch.Alloc(size_t(m * k) * 4));
-    auto* b = static_cast<float*>(orch.Alloc(size_t(k * n) * 4));
-    auto* c = static_cast<float*>(orch.Alloc(size_t(m * n) * 4));
+    // A, B and C from the function's allocator, not the heap ring: they
+    // live through the whole run, and in the ring they would pin its tail
+    // (the ring is for the tiles, which come and go).
+    const uint64_t bytes = uint64_t(m * k + k * n + m * n) * 4;
+    spyre::DeviceBuffer abc = dev.AllocateBuffer(bytes);
+    auto* a = static_cast<float*>(orch.HostAddress(dev.allocator().DeviceAddress(abc.handle(), bytes), bytes));
+    float* b = a + m * k;
+    float* c = b + k * n;
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     for (int64_t i = 0; i < m * k; ++i) a[i] = dist(rng);
@@ -167,7 +172,6 @@ bool Matmul(spyre::Device& dev, spyre::Orchestrator& orch, int64_t m, int64_t k,
     std::printf("  one task of the whole matmul (one core): %.3f ms, max relative error %.2g\n", whole_ms, whole_err);
     std::printf("  host BLAS (cblas_sgemm): %.3f ms\n", blas_ms);
     std::printf("matmul: %s\n", ok ? "OK" : "FAILED");
-    orch.Free(a), orch.Free(b), orch.Free(c);
     return ok;
 }
 

@@ -142,6 +142,31 @@ int32_t pto_register_host_kernel(Runtime* rt, int32_t kernel_id, pto_host_fn fn,
  * program), for a device executor. */
 int32_t pto_register_device_kernel(Runtime* rt, int32_t kernel_id, uint64_t program_address);
 
+/* kernel_id -> the device program `image` (`size` bytes in the program
+ * format of spyre/uapi/spyre_program.h: from spyre_build_kernel in
+ * spyre/compiler/kernel_builder.h, or a compiler): decoded and checked,
+ * copied into the function's memory (kept until the runtime goes) and
+ * registered as pto_register_device_kernel does. A task's parameters, in
+ * order, are the program's operands. -ENOTSUP on a runtime without a device. */
+int32_t pto_register_program(Runtime* rt, int32_t kernel_id, const void* image, uint64_t size);
+/* The same with the program image in the file at `path`. */
+int32_t pto_register_program_file(Runtime* rt, int32_t kernel_id, const char* path);
+/* The same with the compute program of operation `op_index` of the
+ * ExecutionPlan in the directory `plan_dir` (plan.json and its blobs,
+ * docs/execution_plan.md). */
+int32_t pto_register_plan(Runtime* rt, int32_t kernel_id, const char* plan_dir, int32_t op_index);
+
+/* --- device memory outside the heap ring ------------------------------- */
+
+/* `size` bytes of the function's memory from its allocator (the seed's
+ * rtMalloc), not the heap ring: for inputs and results that outlive a run
+ * or a scope (a long-lived pto_alloc buffer would pin the heap ring's
+ * tail). Zeroed. NULL on error; -ENOTSUP (pto_last_error) on a runtime
+ * without a device. Freed by pto_device_free or with the runtime. */
+void* pto_device_malloc(Runtime* rt, uint64_t size);
+/* Frees what pto_device_malloc returned. Tasks must be done with it. */
+int32_t pto_device_free(Runtime* rt, void* buffer);
+
 /* --- the seed's six calls ----------------------------------------------- */
 
 /* A buffer from the heap ring (stalls while the ring is full). NULL on

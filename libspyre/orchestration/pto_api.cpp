@@ -1,17 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// The C API (spyre/pto.h): every call enters its runtime through the handle
-// table (a stale handle is refused, and the runtime cannot be destroyed
-// under the call), and turns what the runtime throws into a negative errno
-// (or NULL) and this thread's last error (c_api_error.hpp).
+// The C API (spyre/pto.h) over host memory and any runtime; the calls that
+// need a device are runtime_device.cpp's. Every call goes through
+// OnRuntime (c_calls.hpp).
 #include <cerrno>
-#include <optional>
 #include <string>
-#include <type_traits>
 
-#include "c_api_error.hpp"
-#include "orchestration/handle_table.hpp"
+#include "orchestration/c_calls.hpp"
 #include "orchestration/host_worker.hpp"
-#include "orchestration/runtime_handle.hpp"
 #include "spyre/pto.h"
 
 namespace {
@@ -21,55 +16,19 @@ using spyre::ErrorKind;
 using spyre::capi::Guard;
 using spyre::orchestration::HandleTable;
 using spyre::orchestration::KernelEntry;
+using spyre::orchestration::OnRuntime;
+using spyre::orchestration::PointerFrom;
 using spyre::orchestration::RuntimeState;
+using Kind = spyre::orchestration::CallKind;
 
 static_assert(PTO_ERROR_INVALID_ARGUMENT == int(ErrorKind::InvalidArgument) + 1);
 static_assert(PTO_ERROR_DEVICE_ERROR == int(ErrorKind::DeviceError) + 1);
 static_assert(PTO_ERROR_TASK_FAILED == int(ErrorKind::TaskFailed) + 1);
 
-// Whether a failed call changed nothing the function meant to do (a query)
-// or left its work incomplete: pto_run reports the first failure of the
-// latter kind even when the function ignored it.
-enum class Kind : bool { Query, Changes };
-
-// Runs `body(state)` on the runtime behind `rt`: 0 for a body that returns
-// nothing, its value otherwise; a negative errno on error.
-template <typename Body>
-int32_t OnRuntime(const char* call, Runtime* rt, Kind kind, Body&& body) noexcept {
-    return Guard(call, [&]() -> int32_t {
-        const HandleTable::Call entered = HandleTable::Instance().Enter(rt, call);
-        try {
-            if constexpr (std::is_void_v<decltype(body(*entered))>) {
-                body(*entered);
-                return 0;
-            } else {
-                return int32_t(body(*entered));
-            }
-        } catch (const Error& e) {
-            if (kind == Kind::Changes) spyre::orchestration::NoteFailedCall(*entered, e, call);
-            throw;
-        }
-    });
-}
-
-// The same for calls that return a pointer: NULL on error.
-template <typename Body>
-void* PointerFrom(const char* call, Runtime* rt, Kind kind, Body&& body) noexcept {
-    void* p = nullptr;
-    OnRuntime(call, rt, kind, [&](RuntimeState& s) { p = body(s); });
-    return p;
-}
-
 KernelEntry Kernel(int32_t kernel_id) {
     KernelEntry k;
     k.kernel_id = kernel_id;
     return k;
-}
-
-// A runtime the C caller owns (pto_runtime_destroy frees it).
-Runtime* Owned(std::unique_ptr<RuntimeState> state) {
-    state->handle = HandleTable::Instance().Register(state.get(), true);
-    return state.release()->handle;
 }
 
 }  // namespace
@@ -94,24 +53,10 @@ int32_t pto_last_error_info(pto_error_info* info) {
 
 void pto_clear_error(void) { spyre::capi::ClearLastError(); }
 
-Runtime* pto_runtime_create(const char* function, int32_t task_ring_size, uint64_t heap_size) {
-    Runtime* out = nullptr;
-    Guard("pto_runtime_create", [&] {
-        spyre::DeviceOptions options;
-        if (function) options.function = function;
-        auto device = std::make_unique<spyre::Device>(spyre::Device::Open(std::move(options)));
-        auto state = RuntimeState::OnDevice(*device, {.task_ring_size = task_ring_size, .heap_size = heap_size});
-        state->owned_device = std::move(device);
-        out = Owned(std::move(state));
-        return 0;
-    });
-    return out;
-}
-
 Runtime* pto_runtime_create_host(uint64_t memory_size, int32_t task_ring_size, uint64_t heap_size) {
     Runtime* out = nullptr;
     Guard("pto_runtime_create_host", [&] {
-        out = Owned(RuntimeState::OnHostMemory(memory_size, {.task_ring_size = task_ring_size, .heap_size = heap_size}));
+        out = spyre::orchestration::OwnedByC(RuntimeState::OnHostMemory(memory_size, {.task_ring_size = task_ring_size, .heap_size = heap_size}));
         return 0;
     });
     return out;

@@ -6,41 +6,39 @@
 // through it (graph->SetExecutor).
 #pragma once
 
-#include <cstdlib>
 #include <memory>
-#include <optional>
 
 #include "orchestration/task_graph.hpp"
-#include "spyre/device/device.hpp"
-#include "spyre/driver/function.hpp"
 #include "spyre/orchestration/orchestrator.hpp"
 
 namespace spyre::orchestration {
 
 struct RuntimeState {
-    struct FreeDeleter {
-        void operator()(uint8_t* p) const noexcept { std::free(p); }
-    };
-    std::unique_ptr<spyre::Device> owned_device;  // pto_runtime_create opened it
-    spyre::Device* device = nullptr;
-    spyre::driver::MappedRegion devmem;            // the function's memory, mapped
-    std::optional<spyre::DeviceAllocation> heap;   // the heap ring's allocation
-    std::unique_ptr<uint8_t, FreeDeleter> host_memory;
     std::unique_ptr<TaskGraph> graph;
+    // What the graph's memory lives in (a device's mapping and heap
+    // allocation, or host memory): freed after the graph, whose destructor
+    // waits for the tasks that use it.
+    std::shared_ptr<void> backing;
+    Device* device = nullptr;     // the function it runs on; nullptr on host memory
     ::Runtime* handle = nullptr;  // what C code and orchestration functions hold
 
     ~RuntimeState();
 
-    // On `device`: maps its memory and takes the heap from its allocator.
-    static std::unique_ptr<RuntimeState> OnDevice(spyre::Device& device, const spyre::OrchestratorOptions& options);
+    // On `device` (runtime_device.cpp): maps its memory and takes the heap
+    // from its allocator; `owned`, if set, is `device`, kept and closed last.
+    static std::unique_ptr<RuntimeState> OnDevice(Device& device, const OrchestratorOptions& options,
+                                                  std::unique_ptr<Device> owned = nullptr);
     // On host memory: the heap is the last heap_size bytes of memory_size.
-    static std::unique_ptr<RuntimeState> OnHostMemory(uint64_t memory_size, const spyre::OrchestratorOptions& options);
+    static std::unique_ptr<RuntimeState> OnHostMemory(uint64_t memory_size, const OrchestratorOptions& options);
     // fn(handle, args), the scopes it left open ended, then WaitAll
     // (pto_run: the function is not in a scope of its own).
-    void Run(pto_orchestration_fn fn, uint64_t* args, const spyre::ProgressCallback& progress = {});
-    void RunLibrary(const char* path, const char* symbol, uint64_t* args,
-                    const spyre::ProgressCallback& progress = {});
+    void Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress = {});
+    void RunLibrary(const char* path, const char* symbol, uint64_t* args, const ProgressCallback& progress = {});
 };
+
+// What both kinds of runtime take from the caller's options as they are;
+// memory, heap and device name are each kind's own.
+TaskGraphOptions TaskGraphOptionsFrom(const OrchestratorOptions& options);
 
 // The first failed call an orchestration function made through the C API
 // while pto_run (RuntimeState::Run) ran it on this thread: pto_run reports

@@ -16,6 +16,11 @@
 // dropped when a lookup meets it. A write also drops the entries it covers
 // whole: later tasks reach them through the writer. Not thread-safe: the
 // task graph calls it under its lock.
+//
+// Wide regions (more than kWideGranules granules, up to the whole mapping
+// of a function's memory) are filed once, in a list every lookup scans,
+// and a lookup wider than the table scans each bucket once instead of each
+// granule: no region costs more than the table's size, however large.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +32,7 @@ namespace spyre::orchestration {
 class TensorMap {
 public:
     static constexpr unsigned kGranuleShift = 16;
+    static constexpr uint64_t kWideGranules = 64;  // 4 MiB
 
     // `expected_tasks`: the task ring's capacity; the table is sized for it.
     explicit TensorMap(int32_t expected_tasks);
@@ -57,17 +63,11 @@ private:
             if (d == task) return;
         deps.push_back(task);
     }
-    std::vector<std::vector<Entry>> buckets_;
-    uint64_t mask_;
-};
-
-template <typename Alive>
-void TensorMap::Lookup(uint64_t start, uint64_t size, bool write, int32_t self, Alive&& alive,
-                       std::vector<int32_t>& deps) {
-    const uint64_t end = start + size;
-    const uint64_t g_last = (end - 1) >> kGranuleShift;
-    for (uint64_t g = start >> kGranuleShift; g <= g_last; ++g) {
-        std::vector<Entry>& bucket = Bucket(g);
+    // Appends the live entries of `bucket` that [start, end) depends on;
+    // drops the dead ones.
+    template <typename Alive>
+    static void Scan(std::vector<Entry>& bucket, uint64_t start, uint64_t end, bool write, int32_t self, Alive& alive,
+                     std::vector<int32_t>& deps) {
         for (size_t i = 0; i < bucket.size();) {
             Entry& e = bucket[i];
             if (!alive(e.task)) {  // lazy invalidation
@@ -79,6 +79,25 @@ void TensorMap::Lookup(uint64_t start, uint64_t size, bool write, int32_t self, 
             ++i;
         }
     }
+    // Drops the entries of `bucket` inside [start, end), but `task`'s.
+    static void DropInside(std::vector<Entry>& bucket, uint64_t start, uint64_t end, int32_t task);
+    std::vector<std::vector<Entry>> buckets_;
+    std::vector<Entry> wide_;  // regions of more than kWideGranules granules
+    uint64_t mask_;
+};
+
+template <typename Alive>
+void TensorMap::Lookup(uint64_t start, uint64_t size, bool write, int32_t self, Alive&& alive,
+                       std::vector<int32_t>& deps) {
+    const uint64_t end = start + size;
+    const uint64_t g_first = start >> kGranuleShift, g_last = (end - 1) >> kGranuleShift;
+    if (g_last - g_first < buckets_.size()) {
+        for (uint64_t g = g_first; g <= g_last; ++g) Scan(Bucket(g), start, end, write, self, alive, deps);
+    } else {  // wider than the table: every bucket once
+        for (auto& bucket : buckets_) Scan(bucket, start, end, write, self, alive, deps);
+    }
+    if (!wide_.empty()) [[unlikely]]
+        Scan(wide_, start, end, write, self, alive, deps);
 }
 
 }  // namespace spyre::orchestration

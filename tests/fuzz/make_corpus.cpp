@@ -8,6 +8,8 @@
 //   corpus_device_input/  region info, ring geometry, completions (device_input_fuzz.cpp)
 //   corpus_regdump/       register files + doorbell pages (regdump_fuzz.cpp)
 //   corpus_remote/        frames and remote chip-call messages (remote_protocol_fuzz.cpp)
+//   corpus_pto/           pto_* call sequences (pto_api_fuzz.cpp, pto_ops.hpp); the
+//                         directory also keeps what long runs found (merged)
 // Regenerate with `ninja -C build fuzz-corpus` after a format change.
 #include <cstdio>
 #include <cstring>
@@ -23,6 +25,8 @@
 #include "spyre/compiler/plan_writer.hpp"
 #include "host/remote_protocol.hpp"
 #include "host/transport/frame.hpp"
+#include "pto_ops.hpp"
+#include "spyre/pto.h"
 
 using namespace spyre;
 
@@ -240,6 +244,68 @@ void WriteRemoteCorpus(const std::string& dir) {
     Write(dir, "call_error", AsRemoteInput(3, remote::EncodeCallError(9, e)));
 }
 
+// Seed 004's examples and the runtime's edges as pto_api_fuzz input.
+void WritePtoCorpus(const std::string& dir) {
+    using namespace spyre::fuzz::pto;
+    // One parameter: kind, where, which, size class, low bits, spelling.
+    auto param = [](uint8_t kind, uint8_t where, uint8_t which, uint8_t size_class, uint8_t low, uint8_t spelling = 0) {
+        return std::vector<uint8_t>{kind, where, which, size_class, low, spelling};
+    };
+    auto submit = [](uint8_t kernel, uint8_t worker, std::vector<std::vector<uint8_t>> params) {
+        std::vector<uint8_t> out{SUBMIT, kernel, worker, uint8_t(params.size())};
+        for (const auto& p : params) out.insert(out.end(), p.begin(), p.end());
+        out.push_back(0);  // not a negative count
+        return out;
+    };
+    auto join = [](std::initializer_list<std::vector<uint8_t>> parts) {
+        std::vector<uint8_t> out;
+        for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+        return out;
+    };
+    const std::vector<uint8_t> header{15, 6};  // ring of 16, heap of 8 KiB
+    // Example 1: two tasks at depth 0, the second reading the first's implicit output.
+    Write(dir, "example1", join({header,
+                                 submit(K_WRITE, WORKER_VECTOR, {param(PARAM_INPUT, W_MEMORY, 0, S_SMALL, 64),
+                                                                 param(PARAM_INPUT, W_MEMORY, 1, S_SMALL, 64),
+                                                                 param(PARAM_OUTPUT, W_NULL, 0, S_SMALL, 64)}),
+                                 submit(K_WRITE, WORKER_VECTOR, {param(PARAM_INPUT, W_OUTPUT, 0, S_SMALL, 64),
+                                                                 param(PARAM_INPUT, W_MEMORY, 2, S_SMALL, 64),
+                                                                 param(PARAM_OUTPUT, W_NULL, 0, S_SMALL, 64)}),
+                                 {WAIT}}));
+    // Example 2: a scope per tile, a pto_alloc'd tile written, accumulated, copied out, freed.
+    std::vector<uint8_t> tiles = header;
+    for (uint8_t t = 0; t < 3; ++t)
+        tiles = join({tiles, {SCOPE_BEGIN, ALLOC, S_SMALL, 128},
+                      submit(K_WRITE, WORKER_CUBE, {param(PARAM_INPUT, W_MEMORY, t, S_SMALL, 64),
+                                                    param(PARAM_OUTPUT, W_BUFFER, 0, S_SMALL, 128, 1)}),
+                      submit(K_WRITE, WORKER_CUBE, {param(PARAM_INPUT, W_MEMORY, 9, S_SMALL, 64),
+                                                    param(PARAM_INOUT, W_BUFFER, 0, S_SMALL, 128, 1)}),
+                      submit(K_WRITE, WORKER_VECTOR, {param(PARAM_INPUT, W_BUFFER, 0, S_SMALL, 128),
+                                                      param(PARAM_OUTPUT, W_MEMORY, uint8_t(20 + t), S_SMALL, 128)}),
+                      {FREE, 0, SCOPE_END}});
+    Write(dir, "example2", join({tiles, {WAIT}}));
+    // A failed task, a reader of its output skipped; an EXTERNAL task finished late.
+    Write(dir, "failure_and_external",
+          join({header, submit(K_FAIL, WORKER_HOST, {param(PARAM_OUTPUT, W_MEMORY, 3, S_SMALL, 64)}),
+                submit(K_WRITE, WORKER_HOST, {param(PARAM_INPUT, W_MEMORY, 3, S_SMALL, 64),
+                                              param(PARAM_OUTPUT, W_MEMORY, 4, S_SMALL, 64)}),
+                submit(K_EXT, WORKER_EXTERNAL, {param(PARAM_OUTPUT, W_MEMORY, 5, S_SMALL, 64)}),
+                submit(K_WRITE, WORKER_VECTOR, {param(PARAM_INPUT, W_MEMORY, 5, S_SMALL, 64),
+                                                param(PARAM_OUTPUT, W_NULL, 0, S_SMALL, 32)}),
+                {COMPLETE, 0, 0, QUERY, 1, WAIT}}));
+    // Sizes near 2^64 and the whole memory, an unknown kind, too many parameters.
+    Write(dir, "edges", join({header, {ALLOC, S_HUGE, 3},
+                              submit(K_WRITE, WORKER_VECTOR, {param(PARAM_OUTPUT, W_NULL, 0, S_HUGE, 3)}),
+                              submit(K_WRITE, WORKER_VECTOR, {param(PARAM_INPUT, W_MEMORY, 0, S_MEMORY, 0)}),
+                              submit(K_WRITE, WORKER_VECTOR, {param(9, W_MEMORY, 0, S_SMALL, 8)}),
+                              submit(kKernels, 7, {}),
+                              {SUBMIT, K_WRITE, WORKER_HOST, kMaxParams + 1}}));
+    // pto_run of a function with a scope it leaves open and a submission.
+    Write(dir, "run", join({header, {RUN, 3, SCOPE_BEGIN},
+                            submit(K_WRITE, WORKER_HOST, {param(PARAM_OUTPUT, W_NULL, 0, S_SMALL, 16)}),
+                            {SCOPE_END, WAIT}}));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -269,5 +335,6 @@ int main(int argc, char** argv) {
     WriteDeviceInputCorpus(fuzz_dir + "/corpus_device_input");
     WriteRegdumpCorpus(fuzz_dir + "/corpus_regdump");
     WriteRemoteCorpus(fuzz_dir + "/corpus_remote");
+    WritePtoCorpus(fuzz_dir + "/corpus_pto");
     return 0;
 }

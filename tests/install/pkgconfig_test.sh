@@ -7,7 +7,10 @@
 #     README's build command, taken from the README, builds app.cpp with
 #     the default c++ and its default language standard;
 #  4. the README's run command runs it (bounded by timeout), and it prints
-#     the version and the typed error it promises.
+#     the version and the typed error it promises;
+#  5. the README's C program (examples/pto_c_example.c, seed 004's Example 1
+#     from C alone) builds with cc from the .pc file without a warning and
+#     runs on a private mock.
 # Usage: pkgconfig_test.sh BUILD_DIR SOURCE_ROOT
 set -euo pipefail
 build_dir=$(realpath "$1")
@@ -17,26 +20,33 @@ trap 'rm -rf "$stage"' EXIT
 unset LD_LIBRARY_PATH PKG_CONFIG_SYSROOT_DIR CXXFLAGS CPPFLAGS LDFLAGS
 
 # 1. The README's blocks.
-python3 - "$src/README.md" "$src/examples/pkgconfig_example.cpp" "$stage" <<'PY'
-import re, sys
-readme, example, stage = sys.argv[1], sys.argv[2], sys.argv[3]
+python3 - "$src/README.md" "$src/examples" "$stage" <<'PY'
+import os, re, sys
+readme, examples, stage = sys.argv[1], sys.argv[2], sys.argv[3]
 text = open(readme).read()
-m = re.search(r"<!-- begin examples/pkgconfig_example.cpp -->\n```cpp\n(.*?)```\n<!-- end examples/pkgconfig_example.cpp -->", text, re.S)
-if not m:
-    sys.exit("README.md has no block between the examples/pkgconfig_example.cpp markers")
-if m.group(1) != open(example).read():
-    sys.exit("README.md's app block differs from examples/pkgconfig_example.cpp: keep them identical")
-c = re.search(r"<!-- build command -->\n```sh\n(.*?)```", text, re.S)
-if not c:
-    sys.exit("README.md has no block after the build command marker")
-lines = c.group(1).strip().splitlines()
-if len(lines) != 2 or not lines[0].startswith("c++ app.cpp"):
-    sys.exit("README.md's build block must be the build command and the run command: %r" % lines)
-open(stage + "/app.cpp", "w").write(m.group(1))
-open(stage + "/build_cmd", "w").write(lines[0] + "\n")
-open(stage + "/run_cmd", "w").write(lines[1] + "\n")
+
+def take(example, lang, marker, command, out_dir):
+    """The README's copy of examples/<example> (checked identical) and the
+    build and run commands after <!-- marker -->, written to out_dir."""
+    m = re.search(r"<!-- begin examples/%s -->\n```%s\n(.*?)```\n<!-- end examples/%s -->" % (example, lang, example),
+                  text, re.S)
+    if not m:
+        sys.exit("README.md has no block between the examples/%s markers" % example)
+    if m.group(1) != open(os.path.join(examples, example)).read():
+        sys.exit("README.md's block differs from examples/%s: keep them identical" % example)
+    c = re.search(r"<!-- %s -->\n```sh\n(.*?)```" % marker, text, re.S)
+    lines = c.group(1).strip().splitlines() if c else []
+    if len(lines) != 2 or not lines[0].startswith(command):
+        sys.exit("README.md's block after <!-- %s --> must be the build and the run command: %r" % (marker, lines))
+    os.makedirs(out_dir, exist_ok=True)
+    open(os.path.join(out_dir, "app." + ("cpp" if lang == "cpp" else "c")), "w").write(m.group(1))
+    open(os.path.join(out_dir, "build_cmd"), "w").write(lines[0] + "\n")
+    open(os.path.join(out_dir, "run_cmd"), "w").write(lines[1] + "\n")
+
+take("pkgconfig_example.cpp", "cpp", "build command", "c++ app.cpp", stage)
+take("pto_c_example.c", "c", "c build command", "cc app.c", stage + "/c")  # seed 004's Example 1 from C alone
 PY
-echo "README app block == examples/pkgconfig_example.cpp"
+echo "README app block == examples/pkgconfig_example.cpp, C block == examples/pto_c_example.c"
 
 # 2. A staged install.
 meson install -C "$build_dir" --destdir "$stage/root" --quiet >/dev/null
@@ -77,6 +87,18 @@ echo "$out"
 grep -q "libspyre $(pkg-config --modversion libspyre)" <<<"$out"
 grep -q "contract 1.4" <<<"$out"  # 1.1: task queues (spyre_task.h); 1.2: watchdog and DMA counters; 1.3: CQE phase; 1.4: ring streams
 grep -q "typed error ok: not found" <<<"$out"
+# 5. The C program, built with cc as the README says, run on a private mock
+# (this build's spyre-mockdev: the staged prefix is not where it looks).
+cd "$stage/c"
+c_build_cmd=$(cat build_cmd)
+echo "\$ $c_build_cmd"
+bash -euo pipefail -c "$c_build_cmd" 2>cc.err || { cat cc.err >&2; exit 1; }
+if [ -s cc.err ]; then echo "cc printed warnings:" >&2; cat cc.err >&2; exit 1; fi
+echo "\$ $(cat run_cmd)"
+out=$(SPYRE_MOCKDEV="$build_dir/mockdev/spyre-mockdev" FLEX_DEVICE=MOCK timeout 60 bash -c "$(cat run_cmd)")
+echo "$out"
+grep -q "example 1 from C: OK" <<<"$out"
+cd "$stage"
 # The installed headers and udev rules are where users expect them.
 [ -f "$(find "$stage/root" -path '*include/spyre/uapi/spyre_cb.h' | head -n1)" ]
 [ -n "$(find "$stage/root" -name '70-spyre.rules' | head -n1)" ]

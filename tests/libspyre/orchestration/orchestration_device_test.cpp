@@ -281,7 +281,9 @@ TEST_F(StreamTest, OrchestrationExample1VerbatimTenThousandTimes) {
         auto* f = static_cast<float*>(orch.HostAddress(dev.allocator().DeviceAddress(abc.handle(), 3 * 1024), 3 * 1024));
         const uint64_t done_before = dev.function().Read64(SPYRE_REG_CNT_TASKS_DONE);
         EXPECT_EQ(test::RunExample1Verbatim(orch.handle(), f, f + 256, f + 512, 10'000), "");
-        if (on_device) EXPECT_EQ(dev.function().Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before, 20'000u);
+        if (on_device) {
+            EXPECT_EQ(dev.function().Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before, 20'000u);
+        }
     }
 }
 

@@ -537,6 +537,17 @@ TEST_P(OrchQueueTest, BadInputIsATypedErrorNamingWhatWasWrong) {
     void* buf = o().Alloc(256);
     TaskParam past_buffer[] = {In(static_cast<uint8_t*>(buf) + 128, 256)};
     EXPECT_SPYRE_ERROR(o().Submit(K_INC, WORKER_VECTOR, past_buffer), InvalidArgument, "runs past the end of its pto_alloc buffer");
+    // Sizes near 2^64: rounding one up to the heap's granule used to give
+    // 0, and the task then hung walking 2^48 granules (fails by timeout).
+    TaskParam huge_implicit[] = {In(x, 64), Out(nullptr, uint64_t(-4))};
+    EXPECT_SPYRE_ERROR(o().Submit(K_INC, WORKER_VECTOR, huge_implicit), OutOfMemory,
+                       "implicit output of 18446744073709551612 bytes is larger than the heap ring");
+    TaskParam huge_region[] = {{PARAM_INPUT, nullptr, 0, {x, 8, uint64_t(-8)}}};
+    EXPECT_SPYRE_ERROR(o().Submit(K_INC, WORKER_VECTOR, huge_region), InvalidArgument, "outside the function's memory");
+    TaskParam wrapping_offset[] = {{PARAM_INPUT, nullptr, 0, {x, uint64_t(-64), 64}}};
+    EXPECT_SPYRE_ERROR(o().Submit(K_INC, WORKER_VECTOR, wrapping_offset), InvalidArgument,
+                       "is outside the function's memory");
+    EXPECT_SPYRE_ERROR(o().Alloc(uint64_t(-4)), OutOfMemory, "larger than the heap ring");
     EXPECT_SPYRE_ERROR(o().Alloc(0), InvalidArgument, "0 bytes");
     EXPECT_SPYRE_ERROR(o().Alloc(2 << 20), OutOfMemory, "larger than the heap ring");
     EXPECT_SPYRE_ERROR(o().Free(stack), InvalidArgument, "not a live buffer");

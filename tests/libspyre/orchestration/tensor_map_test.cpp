@@ -83,5 +83,23 @@ TEST(TensorMap, CollisionsKeepRegionsApart) {
     EXPECT_EQ(map.bucket_count(), 4u);
 }
 
+// A region as wide as a function's whole memory (here 64 GiB) is filed
+// once and looked up in one pass over the table, not granule by granule
+// (2^20 granules); narrow and wide regions still find each other.
+TEST(TensorMap, WideRegionsCostNoMoreThanTheTable) {
+    Fixture f;
+    constexpr uint64_t kWide = 64ull << 30;
+    f.map.Insert(0, kWide, true, 1);  // writes everything
+    EXPECT_EQ(f.map.entries(), 1u);
+    EXPECT_EQ(f.Deps(123ull << 20, 64, false), V{1});     // a narrow read inside it
+    f.map.Insert(40ull << 30, 4096, true, 2);             // a narrow write inside it
+    EXPECT_EQ(f.Deps(0, kWide, false), (V{1, 2}));        // a wide read meets both
+    EXPECT_EQ(f.Deps(kWide, kWide, false), V{});          // disjoint: right after
+    f.map.Insert(0, kWide + 4096, true, 3);               // a wider write covers task 1's entry
+    EXPECT_EQ(f.Deps(5, 1, false), (V{3}));
+    f.dead = {2, 3};
+    EXPECT_EQ(f.Deps(0, 2 * kWide, true), V{});
+}
+
 }  // namespace
 }  // namespace spyre::orchestration

@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0
+// spyre::Orchestrator: the C++ face of the runtime behind a handle.
+#include "orchestration/handle_table.hpp"
+#include "orchestration/runtime_handle.hpp"
+#include "spyre/orchestration/orchestrator.hpp"
+
+namespace spyre {
+
+using orchestration::HandleTable;
+using orchestration::KernelEntry;
+using orchestration::RuntimeState;
+
+namespace {
+
+orchestration::TaskGraph& Graph(RuntimeState& state) { return *state.graph; }
+
+// `state` with a handle of its own that an Orchestrator owns.
+RuntimeState* Registered(std::unique_ptr<RuntimeState> state) {
+    state->handle = HandleTable::Instance().Register(state.get(), false);
+    return state.release();
+}
+
+}  // namespace
+
+void Orchestrator::Deleter::operator()(RuntimeState* state) const noexcept {
+    try {
+        HandleTable::Instance().Retire(state->handle, false);  // C calls on it in other threads finish first
+    } catch (...) {
+        // Cannot happen for an Orchestrator's own handle; the state goes regardless.
+    }
+    delete state;
+}
+
+Orchestrator Orchestrator::Create(Device& device, OrchestratorOptions options) {
+    return Orchestrator(Registered(RuntimeState::OnDevice(device, options)));
+}
+
+Orchestrator Orchestrator::CreateOnHostMemory(uint64_t memory_size, OrchestratorOptions options) {
+    return Orchestrator(Registered(RuntimeState::OnHostMemory(memory_size, options)));
+}
+
+::Runtime* Orchestrator::handle() const noexcept { return state_ ? state_->handle : nullptr; }
+
+Orchestrator::Orchestrator(Orchestrator&&) noexcept = default;
+Orchestrator& Orchestrator::operator=(Orchestrator&&) noexcept = default;
+Orchestrator::~Orchestrator() = default;
+
+void Orchestrator::RegisterHostKernel(int32_t kernel_id, HostKernel kernel) {
+    if (!kernel) throw Error(ErrorKind::InvalidArgument, "kernel " + std::to_string(kernel_id) + ": empty host function");
+    KernelEntry k;
+    k.kernel_id = kernel_id;
+    k.host_callable = [fn = std::move(kernel)](void* const* buffers, const uint64_t* sizes, int32_t n) {
+        return fn(std::span<void* const>(buffers, size_t(n)), std::span<const uint64_t>(sizes, size_t(n)));
+    };
+    Graph(*state_).RegisterKernel(std::move(k));
+}
+
+void Orchestrator::RegisterDeviceKernel(int32_t kernel_id, uint64_t program_address) {
+    KernelEntry k;
+    k.kernel_id = kernel_id;
+    k.program_address = program_address;
+    k.has_program = true;
+    Graph(*state_).RegisterKernel(std::move(k));
+}
+
+void* Orchestrator::Alloc(size_t size) { return Graph(*state_).Alloc(size); }
+void Orchestrator::Free(void* buffer) { Graph(*state_).Free(buffer); }
+
+Orchestrator::Scope Orchestrator::BeginScope() {
+    Graph(*state_).ScopeBegin();
+    return Scope(this);
+}
+
+Orchestrator::Scope::~Scope() {
+    if (!orch_) return;
+    try {
+        End();
+    } catch (const Error&) {
+        // Failures stay recorded: WaitAll reports them.
+    }
+}
+
+void Orchestrator::Scope::End() {
+    if (!orch_) throw Error(ErrorKind::InvalidArgument, "scope ended already");
+    Orchestrator* o = orch_;
+    orch_ = nullptr;
+    Graph(*o->state_).ScopeEnd();
+}
+
+int32_t Orchestrator::Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params) {
+    return Graph(*state_).Submit(kernel_id, worker_type, params);
+}
+
+void Orchestrator::Complete(int32_t task_id) { Graph(*state_).Complete(task_id, 0); }
+
+void Orchestrator::Fail(int32_t task_id, uint32_t error_code) {
+    if (error_code == 0) throw Error(ErrorKind::InvalidArgument, "a failed task needs a non-zero error code");
+    Graph(*state_).Complete(task_id, error_code);
+}
+
+void* Orchestrator::TaskOutput(int32_t task_id, int32_t index) { return Graph(*state_).TaskOutput(task_id, index); }
+int32_t Orchestrator::TaskState(int32_t task_id) const { return int32_t(Graph(*state_).State(task_id)); }
+void Orchestrator::WaitAll() { Graph(*state_).WaitAll(); }
+void Orchestrator::WaitAll(const ProgressCallback& progress) { Graph(*state_).WaitAll(progress); }
+
+std::vector<TaskFailure> Orchestrator::Failures() const {
+    std::vector<TaskFailure> out;
+    for (const auto& r : Graph(*state_).Failures())
+        out.push_back({r.task_id, r.kernel_id, r.outcome == orchestration::TaskOutcome::Skipped, r.cause.task_id,
+                       r.cause.kernel_id, r.cause.device_code});
+    return out;
+}
+
+uint64_t Orchestrator::DeviceAddress(const void* buffer) const { return Graph(*state_).DeviceAddress(buffer); }
+void* Orchestrator::HostAddress(uint64_t device_address, uint64_t size) const {
+    return Graph(*state_).HostAddress(device_address, size);
+}
+uint64_t Orchestrator::memory_size() const { return Graph(*state_).memory_size(); }
+
+void Orchestrator::Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress) {
+    state_->Run(fn, args, progress);
+}
+void Orchestrator::RunLibrary(const std::string& path, const std::string& symbol, uint64_t* args,
+                              const ProgressCallback& progress) {
+    state_->RunLibrary(path.c_str(), symbol.c_str(), args, progress);
+}
+
+}  // namespace spyre

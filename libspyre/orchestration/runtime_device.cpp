@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: Apache-2.0
+// A runtime on a device function: its buffers are addresses in this
+// process's mapping of the function's memory, its heap ring one allocation
+// of the function's allocator, and its CUBE and VECTOR tasks run on the
+// card's cores. pto_runtime_create opens the function for a C caller.
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <mutex>
+
+#include "orchestration/c_calls.hpp"
+#include "orchestration/device_worker.hpp"
+#include "spyre/common/hex.hpp"
+#include "spyre/memory/device_buffer.hpp"
+#include "spyre/plan/execution_plan.hpp"
+#include "spyre/plan/program_image.hpp"
+#include "spyre/uapi/spyre_ioctl.h"
+
+namespace spyre::orchestration {
+
+namespace {
+
+// What a device runtime's memory lives in, freed after its task graph.
+struct DeviceBacking {
+    std::unique_ptr<Device> owned;  // pto_runtime_create opened it
+    Device* device = nullptr;
+    driver::MappedRegion devmem;     // the function's memory, mapped
+    std::optional<DeviceAllocation> heap;
+    std::mutex mu;                       // the two below: C callers of any thread
+    std::vector<DeviceBuffer> programs;  // pto_register_program's
+    std::map<uintptr_t, DeviceBuffer> allocations;  // pto_device_malloc's, by host address
+    ~DeviceBacking() {
+        if (!heap) return;
+        try {
+            device->allocator().Free(heap->handle);
+        } catch (...) {
+            // The device is gone: its memory went with it.
+        }
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<RuntimeState> RuntimeState::OnDevice(Device& device, const OrchestratorOptions& options,
+                                                     std::unique_ptr<Device> owned) {
+    const uint64_t heap_size = options.heap_size;
+    if (heap_size == 0) throw Error(ErrorKind::InvalidArgument, "heap ring size must be > 0");
+    auto backing = std::make_shared<DeviceBacking>();
+    backing->device = &device;
+    // Buffers are addresses in this mapping of the function's own memory
+    // (region DEVMEM): host workers and the caller read them directly, and
+    // device address = offset in the mapping (as the DMA engine uses it).
+    backing->devmem = device.function().MapRegion(SPYRE_REGION_DEVMEM);
+    backing->heap = device.allocator().Allocate(heap_size);
+    TaskGraphOptions o = TaskGraphOptionsFrom(options);
+    o.memory = backing->devmem.data();
+    o.memory_size = backing->devmem.size();
+    o.heap_offset = device.allocator().DeviceAddress(backing->heap->handle, heap_size);
+    o.heap_size = heap_size;
+    o.device = device.pci_address();
+    backing->owned = std::move(owned);  // declared first: destroyed after what uses it
+    auto rt = std::make_unique<RuntimeState>();
+    rt->backing = backing;
+    rt->device = &device;
+    rt->graph = std::make_unique<TaskGraph>(o);
+    // CUBE and VECTOR kernels with a device program run on the card's cores
+    // through the function's task queues (host-only kernels stay on the host).
+    if (DeviceWorker::Available(device.function())) {
+        auto worker = std::make_shared<DeviceWorker>(device.function(), device.allocator(), *rt->graph, options.task_queues);
+        rt->graph->SetExecutor(WORKER_CUBE, worker);
+        rt->graph->SetExecutor(WORKER_VECTOR, worker);
+    }
+    return rt;
+}
+
+namespace {
+
+// `image` checked, copied into the function's memory and registered as
+// `kernel_id`'s device program.
+void RegisterProgram(RuntimeState& state, int32_t kernel_id, std::span<const uint8_t> image, const std::string& what) {
+    if (!state.device)
+        throw Error(ErrorKind::Unsupported, "a runtime on host memory has no device to run " + what +
+                                                ": register a host kernel instead");
+    if (image.empty()) throw Error(ErrorKind::InvalidArgument, what + " is empty");
+    try {
+        (void)ProgramImage::Decode(image);
+    } catch (const Error& e) {
+        throw Error(ErrorKind::InvalidArgument, what + " is not a program image: " + e.message());
+    }
+    Device& dev = *state.device;
+    DeviceBuffer buffer = dev.AllocateBuffer(image.size());
+    dev.dma().Wait(dev.dma().CopyToDevice(image.data(), buffer.handle(), image.size()));
+    KernelEntry k;
+    k.kernel_id = kernel_id;
+    k.program_address = dev.allocator().DeviceAddress(buffer.handle(), image.size());
+    k.has_program = true;
+    state.graph->RegisterKernel(std::move(k));
+    DeviceBacking& backing = *static_cast<DeviceBacking*>(state.backing.get());
+    std::lock_guard lock(backing.mu);
+    backing.programs.push_back(std::move(buffer));
+}
+
+DeviceBacking& DeviceOf(RuntimeState& state, const char* call) {
+    if (!state.device)
+        throw Error(ErrorKind::Unsupported, std::string(call) + ": a runtime on host memory has no device memory");
+    return *static_cast<DeviceBacking*>(state.backing.get());
+}
+
+void* DeviceMalloc(RuntimeState& state, uint64_t size) {
+    DeviceBacking& backing = DeviceOf(state, "pto_device_malloc");
+    if (size == 0) throw Error(ErrorKind::InvalidArgument, "pto_device_malloc of 0 bytes");
+    DeviceBuffer buffer = state.device->AllocateBuffer(size);
+    uint8_t* p = backing.devmem.data() + state.device->allocator().DeviceAddress(buffer.handle(), size);
+    std::memset(p, 0, size);  // what the allocator hands out may be another buffer's old bytes
+    std::lock_guard lock(backing.mu);
+    backing.allocations.emplace(uintptr_t(p), std::move(buffer));
+    return p;
+}
+
+void DeviceFree(RuntimeState& state, void* buffer) {
+    DeviceBacking& backing = DeviceOf(state, "pto_device_free");
+    std::lock_guard lock(backing.mu);
+    if (backing.allocations.erase(uintptr_t(buffer)) == 0)
+        throw Error(ErrorKind::InvalidArgument, "pto_device_free: " + Hex(uint64_t(uintptr_t(buffer))) +
+                                                    " is not a live pto_device_malloc buffer of this runtime");
+}
+
+std::vector<uint8_t> ReadFile(const char* path) {
+    if (!path) throw Error(ErrorKind::InvalidArgument, "no program file (NULL)");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw SystemError(std::string("cannot open program file ") + path);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace
+
+}  // namespace spyre::orchestration
+
+using spyre::orchestration::CallKind;
+using spyre::orchestration::OnRuntime;
+using spyre::orchestration::RuntimeState;
+
+extern "C" void* pto_device_malloc(Runtime* rt, uint64_t size) {
+    return spyre::orchestration::PointerFrom("pto_device_malloc", rt, CallKind::Changes,
+                                             [&](RuntimeState& s) { return spyre::orchestration::DeviceMalloc(s, size); });
+}
+
+extern "C" int32_t pto_device_free(Runtime* rt, void* buffer) {
+    return OnRuntime("pto_device_free", rt, CallKind::Changes,
+                     [&](RuntimeState& s) { spyre::orchestration::DeviceFree(s, buffer); });
+}
+
+extern "C" int32_t pto_register_program(Runtime* rt, int32_t kernel_id, const void* image, uint64_t size) {
+    return OnRuntime("pto_register_program", rt, CallKind::Changes, [&](RuntimeState& s) {
+        if (!image && size) throw spyre::Error(spyre::ErrorKind::InvalidArgument, "no program image (NULL)");
+        spyre::orchestration::RegisterProgram(
+            s, kernel_id, {static_cast<const uint8_t*>(image), size_t(size)}, "kernel " + std::to_string(kernel_id) + "'s program");
+    });
+}
+
+extern "C" int32_t pto_register_program_file(Runtime* rt, int32_t kernel_id, const char* path) {
+    return OnRuntime("pto_register_program_file", rt, CallKind::Changes, [&](RuntimeState& s) {
+        const std::vector<uint8_t> image = spyre::orchestration::ReadFile(path);
+        spyre::orchestration::RegisterProgram(s, kernel_id, image, std::string("program file ") + path);
+    });
+}
+
+extern "C" int32_t pto_register_plan(Runtime* rt, int32_t kernel_id, const char* plan_dir, int32_t op_index) {
+    return OnRuntime("pto_register_plan", rt, CallKind::Changes, [&](RuntimeState& s) {
+        if (!plan_dir) throw spyre::Error(spyre::ErrorKind::InvalidArgument, "no plan directory (NULL)");
+        const spyre::ExecutionPlan plan(spyre::CompilerOutput::ReadDirectory(plan_dir));
+        if (op_index < 0 || size_t(op_index) >= plan.operations.size())
+            throw spyre::Error(spyre::ErrorKind::InvalidArgument,
+                               std::string("plan ") + plan_dir + " has " + std::to_string(plan.operations.size()) +
+                                   " operation(s); there is no operation " + std::to_string(op_index));
+        const auto& compute = plan.operations[size_t(op_index)].compute();
+        if (!compute)
+            throw spyre::Error(spyre::ErrorKind::InvalidArgument, std::string("operation ") + std::to_string(op_index) +
+                                                                      " of plan " + plan_dir + " has no compute program");
+        spyre::orchestration::RegisterProgram(s, kernel_id, compute->binary,
+                                              std::string("operation ") + std::to_string(op_index) + " of plan " + plan_dir);
+    });
+}
+
+extern "C" Runtime* pto_runtime_create(const char* function, int32_t task_ring_size, uint64_t heap_size) {
+    using spyre::orchestration::RuntimeState;
+    Runtime* out = nullptr;
+    spyre::capi::Guard("pto_runtime_create", [&] {
+        spyre::DeviceOptions options;
+        if (function) options.function = function;
+        auto device = std::make_unique<spyre::Device>(spyre::Device::Open(std::move(options)));
+        spyre::Device& dev = *device;
+        auto state = RuntimeState::OnDevice(dev, {.task_ring_size = task_ring_size, .heap_size = heap_size},
+                                            std::move(device));
+        out = spyre::orchestration::OwnedByC(std::move(state));
+        return 0;
+    });
+    return out;
+}

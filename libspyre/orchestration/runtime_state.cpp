@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: Apache-2.0
+// The runtime behind a handle: over host memory here (the device kind is
+// runtime_device.cpp), and pto_run's way of running an orchestration
+// function.
+#include <dlfcn.h>
+
+#include <cstring>
+#include <exception>
+
+#include "orchestration/runtime_handle.hpp"
+
+namespace spyre::orchestration {
+
+namespace {
+
+// The run in progress on this thread (pto_run inside pto_run nests): the
+// C API notes there the first call of its function that failed.
+struct RunRecord {
+    const RuntimeState* state;
+    RunRecord* outer;
+    std::optional<Error> failed_call;
+    std::string call;
+};
+thread_local RunRecord* tl_run = nullptr;
+
+}  // namespace
+
+TaskGraphOptions TaskGraphOptionsFrom(const OrchestratorOptions& options) {
+    TaskGraphOptions o;
+    o.task_ring_size = options.task_ring_size;
+    o.host_threads = options.host_threads;
+    o.ready_queues = options.ready_queues;
+    o.run_cheap_host_tasks_here = options.run_cheap_host_tasks_here;
+    o.cheap_host_task_ns = options.cheap_host_task_ns;
+    return o;
+}
+
+void NoteFailedCall(const RuntimeState& state, const Error& error, const char* call) noexcept {
+    for (RunRecord* r = tl_run; r; r = r->outer)
+        if (r->state == &state) {
+            if (!r->failed_call) try {
+                    r->failed_call = error;
+                    r->call = call;
+                } catch (...) {  // out of memory: the call's own return value still told
+                }
+            return;
+        }
+}
+
+RuntimeState::~RuntimeState() {
+    graph.reset();  // waits for running tasks first: they use the memory below
+    backing.reset();
+}
+
+std::unique_ptr<RuntimeState> RuntimeState::OnHostMemory(uint64_t memory_size, const OrchestratorOptions& options) {
+    const uint64_t heap_size = options.heap_size;
+    if (heap_size == 0 || heap_size > memory_size)
+        throw Error(ErrorKind::InvalidArgument, "heap ring of " + std::to_string(heap_size) +
+                                                    " bytes does not fit host memory of " + std::to_string(memory_size) +
+                                                    " bytes");
+    const uint64_t rounded = (memory_size + 4095) / 4096 * 4096;
+    void* memory = rounded < memory_size ? nullptr : std::aligned_alloc(4096, rounded);  // rounding may overflow
+    if (!memory) throw Error(ErrorKind::OutOfMemory, "cannot allocate " + std::to_string(memory_size) + " bytes");
+    std::shared_ptr<uint8_t> host(static_cast<uint8_t*>(memory), [](uint8_t* p) { std::free(p); });
+    std::memset(host.get(), 0, rounded);
+    auto rt = std::make_unique<RuntimeState>();
+    TaskGraphOptions o = TaskGraphOptionsFrom(options);
+    o.memory = host.get();
+    o.memory_size = memory_size;
+    o.heap_offset = (memory_size - heap_size) / 128 * 128;
+    o.heap_size = memory_size - o.heap_offset;
+    o.device = "host memory";
+    rt->backing = std::move(host);
+    rt->graph = std::make_unique<TaskGraph>(o);
+    return rt;
+}
+
+void RuntimeState::Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress) {
+    if (!fn) throw Error(ErrorKind::InvalidArgument, "no orchestration function");
+    // No scope of its own around the function: a scope holds its tasks'
+    // implicit outputs until it ends, so a function with a loop of scopes
+    // could never run more of them than the ring holds. Its scopes are its
+    // own (the floor keeps it from ending the caller's); what it leaves
+    // open is ended for it.
+    const int32_t depth = graph->Stats().scope_depth;
+    const int32_t floor = graph->SetScopeFloor(depth);
+    RunRecord record{this, tl_run, std::nullopt, {}};
+    tl_run = &record;
+    std::exception_ptr thrown;
+    try {
+        fn(handle, args);
+    } catch (...) {  // a C++ orchestration function may throw: finish its tasks first
+        thrown = std::current_exception();
+    }
+    tl_run = record.outer;
+    graph->SetScopeFloor(floor);
+    const int32_t left_open = graph->Stats().scope_depth - depth;
+    for (int32_t d = 0; d < left_open; ++d) {
+        try {
+            graph->ScopeEnd();
+        } catch (const Error& e) {
+            if (e.kind() != ErrorKind::DeviceError) throw;  // task failures: WaitAll reports them
+        }
+    }
+    std::exception_ptr waited;
+    try {
+        graph->WaitAll(progress);
+    } catch (...) {
+        waited = std::current_exception();
+    }
+    // The function's own error first: it is why tasks are missing.
+    if (thrown) std::rethrow_exception(thrown);
+    if (record.failed_call) {
+        const Error& e = *record.failed_call;
+        throw Error(e.kind(), "the orchestration function's " + record.call + " failed: " + e.message(), e.context());
+    }
+    if (waited) std::rethrow_exception(waited);
+    if (left_open > 0)
+        throw Error(ErrorKind::InvalidArgument,
+                    "the orchestration function left " + std::to_string(left_open) + " scope(s) open (ended for it)");
+}
+
+void RuntimeState::RunLibrary(const char* path, const char* symbol, uint64_t* args, const ProgressCallback& progress) {
+    if (!path || !symbol) throw Error(ErrorKind::InvalidArgument, "a library path and a symbol name are needed");
+    void* lib = ::dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) throw Error(ErrorKind::NotFound, std::string("cannot load orchestration library: ") + ::dlerror());
+    struct Close {
+        void* lib;
+        ~Close() { ::dlclose(lib); }
+    } close{lib};
+    void* sym = ::dlsym(lib, symbol);
+    if (!sym)
+        throw Error(ErrorKind::NotFound, std::string("no orchestration function '") + symbol + "' in " + path);
+    Run(reinterpret_cast<pto_orchestration_fn>(sym), args, progress);
+}
+
+}  // namespace spyre::orchestration
