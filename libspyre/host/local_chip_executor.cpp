@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "local_chip_executor.hpp"
 
-#include "spyre/common/memory_copy.hpp"
 #include "spyre/driver/task_queue.hpp"
 #include "spyre/uapi/spyre_regs.h"
 
@@ -152,10 +151,12 @@ void LocalChipExecutor::Evict() {
 }
 
 // One call's hold on the executor: a free slot and its arguments' device
-// copies, inputs uploaded, taken under one lock and given back under one.
-// A copy another argument in flight reads is current (it was uploaded, or
-// was current, under this lock before, and the scheduler never runs a
-// writer of a range beside a reader of it), so it is not uploaded twice.
+// copies, inputs current, taken under one lock and given back under one.
+// An input's copy is reused whole when another call in flight reads it (it
+// was made current under this lock, the scheduler never runs a writer of a
+// range beside a reader of it, and a caller may not write a tensor a run in
+// flight uses); else each chunk whose host bytes hash differently from what
+// the copy holds is uploaded (all of a copy not known yet, hashed on the way).
 class LocalChipExecutor::Lease {
 public:
     Lease(LocalChipExecutor& e, const ChipCall& call, ChipCallStats& stats) : e_(e) {
@@ -172,14 +173,14 @@ public:
                 const bool reads = a.arg.access != Access::Out;
                 reads_.push_back(reads);
                 if (!reads) continue;
-                if (a.current_on_device || c.readers > 0) {
-                    stats.bytes_reused += t.bytes();
-                } else {
-                    CopyMemory(slot_->orch->HostAddress(c.device_address, t.bytes()), t.data(), t.bytes());  // the function's memory
-                    stats.bytes_uploaded += t.bytes();
-                }
+                if (c.readers > 0) stats.bytes_reused += t.bytes();
+                else MakeCurrent(c, t, stats);
                 ++c.readers;
             }
+            // After every input: an argument both written and read (Out(x),
+            // In(x)) must not leave its copy marked as holding the host bytes.
+            for (size_t i = 0; i < call.args.size(); ++i)
+                if (call.args[i].arg.access != Access::In) copies_[i]->holds.clear();
         } catch (...) {
             GiveBack();
             lock.unlock();
@@ -197,12 +198,27 @@ public:
     }
     Slot& slot() const { return *slot_; }
     const std::vector<Copy*>& copies() const { return copies_; }
+    // Copies argument i's device copy (device memory at `from`) into its
+    // host range, hashing it for the copy to be reused later.
+    void Download(size_t i, const HostTensor& t, const void* from) {
+        downloaded_.resize(copies_.size());
+        CopyHashing(t.data(), from, t.bytes(), HostSide::Destination, downloaded_[i]);
+    }
 
 private:
+    void MakeCurrent(Copy& c, const HostTensor& t, ChipCallStats& stats) {
+        void* device = slot_->orch->HostAddress(c.device_address, t.bytes());  // the function's memory
+        uint64_t copied = t.bytes();
+        if (c.holds.empty()) CopyHashing(device, t.data(), t.bytes(), HostSide::Source, c.holds);
+        else copied = CopyChanged(device, t.data(), t.bytes(), c.holds);
+        stats.bytes_uploaded += copied;
+        stats.bytes_reused += t.bytes() - copied;
+    }
     void GiveBack() {
         for (size_t i = 0; i < copies_.size(); ++i) {
             --copies_[i]->users;
             if (i < reads_.size() && reads_[i]) --copies_[i]->readers;
+            if (i < downloaded_.size() && !downloaded_[i].empty()) copies_[i]->holds = std::move(downloaded_[i]);
         }
         e_.free_slots_.push_back(slot_);
     }
@@ -210,6 +226,7 @@ private:
     Slot* slot_ = nullptr;
     std::vector<Copy*> copies_;
     std::vector<bool> reads_;  // copies_[i] counted among its readers
+    std::vector<ChunkHashes> downloaded_;  // by argument, once downloaded; empty until a download
 };
 
 ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
@@ -221,7 +238,7 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
                                              registry_->Names() + ")", where);
     }
     ChipCallStats stats;
-    const Lease lease(*this, call, stats);
+    Lease lease(*this, call, stats);
     Slot& slot = lease.slot();
     const std::vector<Copy*>& copies = lease.copies();
     Orchestrator& orch = *slot.orch;
@@ -257,11 +274,12 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
     }
     if (traced) [[unlikely]]
         stats.run_end_ns = trace::detail::NowNs();
-    // Outputs are this call's alone: copied back outside the lock.
+    // Outputs are this call's alone: copied back outside the lock, hashed
+    // on the way so that a later call may reuse the copy.
     for (size_t i = 0; i < call.args.size(); ++i) {
         const TensorArg& a = call.args[i].arg;
         if (a.access == Access::In) continue;
-        CopyMemory(a.tensor.data(), ctx.args[i], a.tensor.bytes());
+        lease.Download(i, a.tensor, ctx.args[i]);
         stats.bytes_downloaded += a.tensor.bytes();
     }
     return stats;

@@ -186,7 +186,7 @@ void Scheduler::MakeReady(HostTask* task) {
     ++load_[d];
     ChipCall& call = task->call;
     call = {task->name, task->function, {}, block_dim_, task->chip};
-    for (const TensorArg& a : task->args) call.args.push_back({a, !remote_[d] && residency_.Current(a.tensor, d)});
+    for (const TensorArg& a : task->args) call.args.push_back({a});
     to_post_[d].push_back([this, task] { RunChip(task); });
 }
 

@@ -195,6 +195,40 @@ def test_orchestration_function_that_raises(worker):
         worker.run(spyre.HostProgram("x", 1, [S], orch), [full(1)])
 
 
+def add_on(device):
+    """f = a + b on the Worker's device `device`."""
+    return spyre.HostProgram("add_on", 2, [S], lambda g, x: g.chip(
+        "chip_add", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])], device=device))
+
+
+def test_numpy_writes_to_a_wrapped_array_are_seen_by_the_next_run(worker):
+    a_arr, b_arr = full(2), full(4)
+    a, b = spyre.HostTensor.from_numpy(a_arr), spyre.HostTensor.from_numpy(b_arr)  # kept across runs
+    np.testing.assert_array_equal(worker.run(add_on(0), [a, b]), 6.0)
+    b_arr[:] = 3  # numpy writes the memory b wraps
+    np.testing.assert_array_equal(worker.run(add_on(0), [a, b]), a_arr + b_arr)
+
+
+def test_a_numpy_view_kept_since_before_the_first_run_is_seen(worker):
+    a, b = spyre.HostTensor.full(S, 1.0), spyre.HostTensor.full(S, 0.5)
+    view = a.numpy()  # taken before any run, kept
+    np.testing.assert_array_equal(worker.run(add_on(1), [a, b]), 1.5)
+    view[127, 127] = 9.0  # one element
+    out = worker.run(add_on(1), [a, b])
+    np.testing.assert_array_equal(out, view + 0.5)
+    assert out[127, 127] == 9.5
+
+
+def test_an_output_written_by_numpy_is_seen_by_the_next_reader(worker):
+    a, b, f = spyre.HostTensor.full(S, 1.0), spyre.HostTensor.full(S, 2.0), spyre.HostTensor.zeros(S)
+    worker.run(add_on(0), [a, b, f])  # f = 3, on the host and in device 0's copy
+    np.testing.assert_array_equal(f.numpy(), 3.0)
+    np.asarray(f)[:] = 10.0
+    sub = spyre.HostProgram("sub_on", 2, [S], lambda g, x: g.chip(
+        "chip_sub", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])], device=0))
+    np.testing.assert_array_equal(worker.run(sub, [f, b]), 8.0)
+
+
 def test_two_python_threads_run_programs_at_once(worker, rng):
     p = dependency_program(lambda f: time.sleep(0.01))
     errors, results = [], {}
