@@ -188,11 +188,29 @@ def test_bad_arguments_are_typed(worker):
         worker.run(spyre.HostProgram("x", 1, [S], lambda g, x: g.chip("nope", [spyre.In(x[0])])), [full(1)])
 
 
-def test_orchestration_function_that_raises(worker):
+def test_orchestration_function_that_raises_fails_the_run_and_skips_what_it_recorded(worker):
+    ran = []
+
     def orch(g, x):
+        g.chip("chip_add", [spyre.In(x[0]), spyre.In(x[0]), spyre.Out(x[1])])
+        g.sub(lambda f: ran.append(1), [spyre.In(x[1])], name="after")
         raise RuntimeError("cannot plan")
-    with pytest.raises(spyre.TaskFailed, match="cannot plan"):
-        worker.run(spyre.HostProgram("x", 1, [S], orch), [full(1)])
+
+    p = spyre.HostProgram("plan_fails", 1, [S], orch)
+    f = np.zeros(S, np.float32)
+    for start in (lambda: worker.run(p, [full(1), f]), lambda: worker.submit(p, [full(1), f]).wait()):
+        with pytest.raises(spyre.HostRunError, match="cannot plan") as info:
+            start()
+        e = info.value
+        assert isinstance(e, spyre.TaskFailed)  # the kind of a raising Python function
+        assert len(e.failures) == 1
+        fail = e.failures[0]
+        assert (fail.task, fail.function, fail.level, fail.device) == ("plan_fails", "plan_fails", spyre.Level.HOST, "")
+        assert fail.orchestrator
+        assert "RuntimeError: cannot plan" in fail.cause and e.cause == fail.cause
+        assert e.skipped == ["chip_add#0", "after#0"]
+    assert not ran and not f.any()  # nothing it recorded ran
+    np.testing.assert_array_equal(worker.run(dependency_program(lambda f: None), [full(1), full(2)]), 3.0)
 
 
 def add_on(device):
