@@ -60,6 +60,12 @@ ContentHash HashBytes(const void* p, size_t n) noexcept {
     return {h.low64, h.high64};
 }
 
+void HashChunks(const void* p, size_t n, ChunkHashes& hashes) {
+    hashes.resize(Chunks(n));
+    const auto* s = static_cast<const unsigned char*>(p);
+    for (size_t i = 0, at = 0; at < n; ++i, at += kHashChunk) hashes[i] = HashBytes(s + at, std::min(kHashChunk, n - at));
+}
+
 void CopyHashing(void* dst, const void* src, size_t n, HostSide host, ChunkHashes& hashes) {
     hashes.resize(Chunks(n));
     auto* d = static_cast<unsigned char*>(dst);

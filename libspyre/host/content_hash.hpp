@@ -27,6 +27,8 @@ using ChunkHashes = std::vector<ContentHash>;
 
 // The hash of `n` bytes at `p`.
 ContentHash HashBytes(const void* p, size_t n) noexcept;
+// The chunk hashes of `n` bytes at `p`.
+void HashChunks(const void* p, size_t n, ChunkHashes& hashes);
 
 // Which side of a copy is host memory: that side is hashed (device memory
 // may be slow to read back on real hardware).

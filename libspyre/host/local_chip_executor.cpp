@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "local_chip_executor.hpp"
 
+#include "spyre/common/memory_copy.hpp"
 #include "spyre/driver/task_queue.hpp"
 #include "spyre/uapi/spyre_regs.h"
 
@@ -156,7 +157,8 @@ void LocalChipExecutor::Evict() {
 // was made current under this lock, the scheduler never runs a writer of a
 // range beside a reader of it, and a caller may not write a tensor a run in
 // flight uses); else each chunk whose host bytes hash differently from what
-// the copy holds is uploaded (all of a copy not known yet, hashed on the way).
+// the copy holds is uploaded. A copy not known yet is uploaded whole and
+// hashed while the device runs the call (HashUploads).
 class LocalChipExecutor::Lease {
 public:
     Lease(LocalChipExecutor& e, const ChipCall& call, ChipCallStats& stats) : e_(e) {
@@ -165,6 +167,7 @@ public:
         slot_ = e_.free_slots_.back();
         e_.free_slots_.pop_back();
         try {
+            hashes_.resize(call.args.size());
             for (const ChipArg& a : call.args) {
                 const HostTensor& t = a.arg.tensor;
                 Copy& c = e_.CopyFor(t);
@@ -174,13 +177,16 @@ public:
                 reads_.push_back(reads);
                 if (!reads) continue;
                 if (c.readers > 0) stats.bytes_reused += t.bytes();
-                else MakeCurrent(c, t, stats);
+                else MakeCurrent(copies_.size() - 1, c, t, stats);
                 ++c.readers;
             }
             // After every input: an argument both written and read (Out(x),
             // In(x)) must not leave its copy marked as holding the host bytes.
-            for (size_t i = 0; i < call.args.size(); ++i)
-                if (call.args[i].arg.access != Access::In) copies_[i]->holds.clear();
+            for (size_t i = 0; i < call.args.size(); ++i) {
+                if (call.args[i].arg.access == Access::In) continue;
+                copies_[i]->holds.clear();
+                std::erase_if(to_hash_, [&](size_t j) { return copies_[j] == copies_[i]; });
+            }
         } catch (...) {
             GiveBack();
             lock.unlock();
@@ -198,19 +204,29 @@ public:
     }
     Slot& slot() const { return *slot_; }
     const std::vector<Copy*>& copies() const { return copies_; }
+    // Hashes the host bytes of the copies uploaded whole, for a later call
+    // to reuse them: outside the lock, while the device works. They are
+    // still the bytes uploaded: no task writes them beside this call, and
+    // the caller may not while the run is in flight.
+    void HashUploads(const ChipCall& call) {
+        for (size_t i : to_hash_) HashChunks(call.args[i].arg.tensor.data(), call.args[i].arg.tensor.bytes(), hashes_[i]);
+    }
     // Copies argument i's device copy (device memory at `from`) into its
     // host range, hashing it for the copy to be reused later.
     void Download(size_t i, const HostTensor& t, const void* from) {
-        downloaded_.resize(copies_.size());
-        CopyHashing(t.data(), from, t.bytes(), HostSide::Destination, downloaded_[i]);
+        CopyHashing(t.data(), from, t.bytes(), HostSide::Destination, hashes_[i]);
     }
 
 private:
-    void MakeCurrent(Copy& c, const HostTensor& t, ChipCallStats& stats) {
+    void MakeCurrent(size_t i, Copy& c, const HostTensor& t, ChipCallStats& stats) {
         void* device = slot_->orch->HostAddress(c.device_address, t.bytes());  // the function's memory
         uint64_t copied = t.bytes();
-        if (c.holds.empty()) CopyHashing(device, t.data(), t.bytes(), HostSide::Source, c.holds);
-        else copied = CopyChanged(device, t.data(), t.bytes(), c.holds);
+        if (c.holds.empty()) {
+            CopyMemory(device, t.data(), t.bytes());
+            to_hash_.push_back(i);
+        } else {
+            copied = CopyChanged(device, t.data(), t.bytes(), c.holds);
+        }
         stats.bytes_uploaded += copied;
         stats.bytes_reused += t.bytes() - copied;
     }
@@ -218,7 +234,7 @@ private:
         for (size_t i = 0; i < copies_.size(); ++i) {
             --copies_[i]->users;
             if (i < reads_.size() && reads_[i]) --copies_[i]->readers;
-            if (i < downloaded_.size() && !downloaded_[i].empty()) copies_[i]->holds = std::move(downloaded_[i]);
+            if (i < hashes_.size() && !hashes_[i].empty()) copies_[i]->holds = std::move(hashes_[i]);
         }
         e_.free_slots_.push_back(slot_);
     }
@@ -226,7 +242,8 @@ private:
     Slot* slot_ = nullptr;
     std::vector<Copy*> copies_;
     std::vector<bool> reads_;  // copies_[i] counted among its readers
-    std::vector<ChunkHashes> downloaded_;  // by argument, once downloaded; empty until a download
+    std::vector<size_t> to_hash_;  // arguments uploaded whole, hashed by HashUploads
+    std::vector<ChunkHashes> hashes_;  // by argument: what its copy holds once hashed or downloaded; else empty
 };
 
 ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
@@ -260,6 +277,7 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
         if (plan == slot.plans.end())
             throw Error(ErrorKind::NotFound, "chip plan '" + call.function + "' is not loaded on " + Describe());
         RunPlan(slot, *plan->second, call, copies);
+        lease.HashUploads(call);
     } else {
         std::exception_ptr thrown;
         try {
@@ -269,6 +287,7 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
         } catch (...) {
             thrown = std::current_exception();
         }
+        lease.HashUploads(call);  // while the device runs what the function submitted
         orch.WaitAll();  // the device tasks' failure first: it names the kernel and the device code
         if (thrown) std::rethrow_exception(thrown);
     }
