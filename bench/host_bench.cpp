@@ -19,20 +19,45 @@
 //                            4-card mock, beside D = 1 in this run
 //   throughput_big/devices:D the same with 16 tasks of 256x256x256 (33 MFLOP
 //                            each): compute rather than per-task overhead
+//   residency/reuse:B        a run of one chip task (chip_empty) reading an
+//                            unchanged B-byte tensor whose device copy is
+//                            kept: each 64 KiB chunk hashed, found unchanged,
+//                            nothing uploaded
+//   residency/one_changed:B  the same with one element written before each
+//                            run (outside the timing): one chunk uploaded
+//   residency/all_changed:B  every element written before each run: every
+//                            chunk hashed and uploaded (a re-upload)
+//   residency/tiny_run       the same run over a 4-byte tensor: the run's own
+//                            cost (about what reuse cost before the check)
+//   bytes/memcpy:B           memcpy of the same B bytes between two host
+//                            buffers: the baseline of the runs above
+//   bytes/check:B, bytes/reupload:B, bytes/copy_hashing:B  the bytes' part
+//                            alone, on host buffers laid out as an upload's
+//                            (a page-aligned destination, the source 16 bytes
+//                            into a page): the check of an unchanged range,
+//                            of a changed one (hash and copy each chunk), and
+//                            the copy that hashes what it copies (a first
+//                            upload, a download)
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <unistd.h>
 
 #include "bench_main.hpp"
+#include "host/content_hash.hpp"  // internal: the hash of the residency check
 #include "spyre/compiler/kernel_builder.hpp"
 #include "l3_chip_functions.hpp"
 #include "spyre/host.hpp"
@@ -176,21 +201,128 @@ void Throughput(benchmark::State& state, const std::string& key, const char* fun
 void BM_Throughput(benchmark::State& state) { Throughput(state, "throughput_", "chip_matmul", 64, 64, 128); }
 void BM_ThroughputBig(benchmark::State& state) { Throughput(state, "throughput_big_", "chip_matmul_big", 16, 256, 256); }
 
+// One chip task reading x[0] on the Worker's device 0.
+const HostProgram& ReadOnOneDevice() {
+    static const HostProgram p{"read", 1, {}, [](HostGraph& g, std::span<const HostTensor> x) {
+                                   g.Chip("chip_empty", {In(x[0])}, {.device = 0});
+                               }};
+    return p;
+}
+
+// What is written before each run (outside the timing).
+enum class Change { None, OneElement, All };
+
+void BM_Residency(benchmark::State& state, Change change) {
+    const int64_t bytes = state.range(0);
+    Worker& w = WorkerOver(1);
+    HostTensor t = HostTensor::Zeros({bytes / int64_t(sizeof(float))});
+    w.Run(ReadOnOneDevice(), {t});  // the first upload
+    const uint64_t uploaded_before = w.Stats(0).moved.bytes_uploaded;
+    double us = 0;
+    for (auto _ : state) {
+        if (change == Change::OneElement) t.floats()[0] += 1.0f;
+        if (change == Change::All)
+            for (float& x : t.floats()) x += 1.0f;
+        const auto t0 = Clock::now();
+        w.Run(ReadOnOneDevice(), {t});
+        const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+        state.SetIterationTime(s);
+        us += s * 1e6;
+    }
+    us /= double(state.iterations());
+    const uint64_t per_run[] = {0, std::min<uint64_t>(uint64_t(bytes), host::kHashChunk), uint64_t(bytes)};
+    if (w.Stats(0).moved.bytes_uploaded - uploaded_before != per_run[int(change)] * state.iterations())
+        state.SkipWithError("uploads not as expected");
+    const char* name[] = {"reuse_", "one_changed_", "all_changed_"};
+    g_us[name[int(change)] + std::to_string(bytes)] = us;
+    state.counters["us_per_run"] = us;
+    state.SetBytesProcessed(int64_t(state.iterations()) * bytes);
+}
+
+// The bytes' part alone, on host buffers laid out as an upload's.
+enum class BytesOp { Memcpy, Check, Reupload, CopyHashing };
+void BM_Bytes(benchmark::State& state, BytesOp op) {
+    const size_t bytes = size_t(state.range(0));
+    struct Free {
+        void operator()(unsigned char* p) const { std::free(p); }
+    };
+    std::unique_ptr<unsigned char, Free> dst(static_cast<unsigned char*>(std::aligned_alloc(4096, bytes))),
+        src_page(static_cast<unsigned char*>(std::aligned_alloc(4096, bytes + 4096)));
+    unsigned char* src = src_page.get() + 16;  // as a large std::vector's bytes lie
+    std::memset(src, 1, bytes);
+    std::memset(dst.get(), 0, bytes);
+    host::ChunkHashes held;
+    host::CopyHashing(dst.get(), src, bytes, host::HostSide::Source, held);
+    const host::ChunkHashes current = held;
+    const auto t0 = Clock::now();
+    for (auto _ : state) {
+        switch (op) {
+        case BytesOp::Memcpy: std::memcpy(dst.get(), src, bytes); break;
+        case BytesOp::Check: benchmark::DoNotOptimize(host::CopyChanged(dst.get(), src, bytes, held)); break;
+        case BytesOp::Reupload:
+            std::fill(held.begin(), held.end(), host::ContentHash{});  // as if every chunk had changed
+            benchmark::DoNotOptimize(host::CopyChanged(dst.get(), src, bytes, held));
+            break;
+        case BytesOp::CopyHashing: host::CopyHashing(dst.get(), src, bytes, host::HostSide::Source, held); break;
+        }
+        benchmark::ClobberMemory();
+    }
+    const double us = UsPerIteration(state, t0);
+    if (held != current) state.SkipWithError("wrong hashes");
+    const char* name[] = {"memcpy_", "check_", "reupload_", "copy_hashing_"};
+    g_us[name[int(op)] + std::to_string(bytes)] = us;
+    state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(bytes));
+}
+
+void BM_TinyRun(benchmark::State& state) {
+    Worker& w = WorkerOver(1);
+    HostTensor t = HostTensor::Zeros({1});
+    w.Run(ReadOnOneDevice(), {t});
+    const auto t0 = Clock::now();
+    for (auto _ : state) w.Run(ReadOnOneDevice(), {t});
+    g_us["tiny_run"] = UsPerIteration(state, t0);
+    state.counters["us_per_run"] = g_us["tiny_run"];
+}
+
+constexpr int64_t kResidencySizes[] = {64 << 10, 1 << 20, 16 << 20, 64 << 20};
+
 void Summary() {
     auto at = [](const std::string& k) { return g_us.count(k) ? g_us[k] : 0.0; };
     const double t1 = at("dispatch_1"), t64 = at("dispatch_64");
     const double per_task = (t64 - t1) / 63, per_run = t1 - per_task;
-    std::printf("\nL3 dispatch, empty chip tasks on 1 device (%u host cores):\n", std::thread::hardware_concurrency());
-    std::printf("  per run %.2f us + per task %.2f us   (reference runtime 43.3 + 8.08 us; target 10 + 1 us)\n", per_run,
-                per_task);
-    const double tt1 = at("dispatch_traced_1"), tt64 = at("dispatch_traced_64");
-    if (tt1 > 0 && tt64 > 0) {
-        const double tper_task = (tt64 - tt1) / 63;
-        std::printf("  traced (a recording over 2000 runs): per run %.2f us + per task %.2f us (%.2fx / %.2fx untraced)\n",
-                    tt1 - tper_task, tper_task, t1 > 0 ? tt1 / t1 : 0.0, t64 > 0 ? tt64 / t64 : 0.0);
+    std::printf("\n");
+    if (t1 > 0 && t64 > 0) {
+        std::printf("L3 dispatch, empty chip tasks on 1 device (%u host cores):\n", std::thread::hardware_concurrency());
+        std::printf("  per run %.2f us + per task %.2f us   (reference runtime 43.3 + 8.08 us; target 10 + 1 us)\n", per_run,
+                    per_task);
+        const double tt1 = at("dispatch_traced_1"), tt64 = at("dispatch_traced_64");
+        if (tt1 > 0 && tt64 > 0) {
+            const double tper_task = (tt64 - tt1) / 63;
+            std::printf("  traced (a recording over 2000 runs): per run %.2f us + per task %.2f us (%.2fx / %.2fx untraced)\n",
+                        tt1 - tper_task, tper_task, t1 > 0 ? tt1 / t1 : 0.0, t64 > 0 ? tt64 / t64 : 0.0);
+        }
+        std::printf("  beside, same run: thread handoff round trip %.2f us, chip runtime alone (empty scope + WaitAll) %.2f us\n",
+                    at("handoff"), at("chip_direct"));
     }
-    std::printf("  beside, same run: thread handoff round trip %.2f us, chip runtime alone (empty scope + WaitAll) %.2f us\n",
-                at("handoff"), at("chip_direct"));
+    if (at("tiny_run") > 0) {
+        std::printf("L3 residency check of a kept device copy, one chip task reading one tensor (us per run; "
+                    "a run over 4 bytes: %.1f us):\n", at("tiny_run"));
+        std::printf("  %9s %10s | %-20s %-20s %-20s | bytes alone: %-16s %-16s %-16s\n", "bytes", "memcpy", "reuse run",
+                    "one changed run", "all changed run", "check", "reupload", "copy+hash");
+        for (int64_t b : kResidencySizes) {
+            const std::string n = std::to_string(b);
+            const double m = at("memcpy_" + n);
+            auto cell = [&](const std::string& key) {
+                char s[32];
+                std::snprintf(s, sizeof s, "%.1f us (%.2fx)", at(key + n), at(key + n) / m);
+                return std::string(s);
+            };
+            std::printf("  %9lld %7.1f us | %-20s %-20s %-20s |              %-16s %-16s %-16s\n", (long long)b, m,
+                        cell("reuse_").c_str(), cell("one_changed_").c_str(), cell("all_changed_").c_str(),
+                        cell("check_").c_str(), cell("reupload_").c_str(), cell("copy_hashing_").c_str());
+        }
+        std::printf("  (x: ratio to memcpy of the same bytes in this run)\n");
+    }
     for (const char* key : {"throughput_", "throughput_big_"}) {
         std::printf("L3 throughput, %s:\n", key == std::string("throughput_") ? "64 independent 64x128x128 chip matmuls"
                                                                               : "16 independent 256x256x256 chip matmuls");
@@ -213,6 +345,16 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark("dispatch_traced/empty_tasks", BM_Dispatch, true)->Arg(1)->Arg(64)->UseRealTime()->Iterations(2000);
     benchmark::RegisterBenchmark("throughput/devices", BM_Throughput)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseRealTime()->MinTime(1.0);
     benchmark::RegisterBenchmark("throughput_big/devices", BM_ThroughputBig)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseRealTime()->MinTime(1.0);
+    benchmark::RegisterBenchmark("residency/tiny_run", BM_TinyRun)->UseRealTime()->MinTime(0.3);
+    for (int64_t b : kResidencySizes) {
+        benchmark::RegisterBenchmark("bytes/memcpy", BM_Bytes, BytesOp::Memcpy)->Arg(b)->UseRealTime()->MinTime(0.2);
+        benchmark::RegisterBenchmark("bytes/check", BM_Bytes, BytesOp::Check)->Arg(b)->UseRealTime()->MinTime(0.2);
+        benchmark::RegisterBenchmark("bytes/reupload", BM_Bytes, BytesOp::Reupload)->Arg(b)->UseRealTime()->MinTime(0.2);
+        benchmark::RegisterBenchmark("bytes/copy_hashing", BM_Bytes, BytesOp::CopyHashing)->Arg(b)->UseRealTime()->MinTime(0.2);
+        benchmark::RegisterBenchmark("residency/reuse", BM_Residency, Change::None)->Arg(b)->UseManualTime()->MinTime(0.3);
+        benchmark::RegisterBenchmark("residency/one_changed", BM_Residency, Change::OneElement)->Arg(b)->UseManualTime()->MinTime(0.3);
+        benchmark::RegisterBenchmark("residency/all_changed", BM_Residency, Change::All)->Arg(b)->UseManualTime()->MinTime(0.3);
+    }
     const int status = spyre::bench::RunBenchmarks("host_bench", std::chrono::seconds(240), [] {
         g_workers.clear();
         g_host.reset();

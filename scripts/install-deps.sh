@@ -10,6 +10,7 @@ packages=(
   libboost-dev                              # Boost.Interprocess shared memory
   libcli11-dev                              # command lines of the tools
   nlohmann-json3-dev                        # ExecutionPlan manifests
+  libxxhash-dev                             # XXH3-128: the host level's check of kept device copies
   libgtest-dev libgmock-dev                 # tests
   libbenchmark-dev                          # bench/
   libopenblas-dev                           # the mock device's matmul (sgemm)

@@ -59,8 +59,10 @@ namespace {
 std::string Describe(const std::string& run, const std::vector<TaskFailureInfo>& failures,
                      const std::vector<std::string>& skipped) {
     const TaskFailureInfo& f = failures.front();
-    std::string s = "run '" + run + "': " + ToString(f.level) + " task '" + f.task + "' (" +
-                    (f.level == Level::Chip ? "chip function '" : "SubWorker '") + f.function + "'";
+    const char* what = f.level == Level::Chip ? "chip function '"
+                       : f.orchestrator       ? "host orchestration function '"
+                                              : "SubWorker '";
+    std::string s = "run '" + run + "': " + ToString(f.level) + " task '" + f.task + "' (" + what + f.function + "'";
     if (!f.device.empty()) s += " on " + f.device;
     s += ") failed: " + f.cause;
     if (f.device_code) s += " [device code " + std::to_string(f.device_code) + "]";

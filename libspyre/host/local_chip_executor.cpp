@@ -152,10 +152,13 @@ void LocalChipExecutor::Evict() {
 }
 
 // One call's hold on the executor: a free slot and its arguments' device
-// copies, inputs uploaded, taken under one lock and given back under one.
-// A copy another argument in flight reads is current (it was uploaded, or
-// was current, under this lock before, and the scheduler never runs a
-// writer of a range beside a reader of it), so it is not uploaded twice.
+// copies, inputs current, taken under one lock and given back under one.
+// An input's copy is reused whole when another call in flight reads it (it
+// was made current under this lock, the scheduler never runs a writer of a
+// range beside a reader of it, and a caller may not write a tensor a run in
+// flight uses); else each chunk whose host bytes hash differently from what
+// the copy holds is uploaded. A copy not known yet is uploaded whole and
+// hashed while the device runs the call (HashUploads).
 class LocalChipExecutor::Lease {
 public:
     Lease(LocalChipExecutor& e, const ChipCall& call, ChipCallStats& stats) : e_(e) {
@@ -164,6 +167,7 @@ public:
         slot_ = e_.free_slots_.back();
         e_.free_slots_.pop_back();
         try {
+            hashes_.resize(call.args.size());
             for (const ChipArg& a : call.args) {
                 const HostTensor& t = a.arg.tensor;
                 Copy& c = e_.CopyFor(t);
@@ -172,13 +176,16 @@ public:
                 const bool reads = a.arg.access != Access::Out;
                 reads_.push_back(reads);
                 if (!reads) continue;
-                if (a.current_on_device || c.readers > 0) {
-                    stats.bytes_reused += t.bytes();
-                } else {
-                    CopyMemory(slot_->orch->HostAddress(c.device_address, t.bytes()), t.data(), t.bytes());  // the function's memory
-                    stats.bytes_uploaded += t.bytes();
-                }
+                if (c.readers > 0) stats.bytes_reused += t.bytes();
+                else MakeCurrent(copies_.size() - 1, c, t, stats);
                 ++c.readers;
+            }
+            // After every input: an argument both written and read (Out(x),
+            // In(x)) must not leave its copy marked as holding the host bytes.
+            for (size_t i = 0; i < call.args.size(); ++i) {
+                if (call.args[i].arg.access == Access::In) continue;
+                copies_[i]->holds.clear();
+                std::erase_if(to_hash_, [&](size_t j) { return copies_[j] == copies_[i]; });
             }
         } catch (...) {
             GiveBack();
@@ -197,12 +204,37 @@ public:
     }
     Slot& slot() const { return *slot_; }
     const std::vector<Copy*>& copies() const { return copies_; }
+    // Hashes the host bytes of the copies uploaded whole, for a later call
+    // to reuse them: outside the lock, while the device works. They are
+    // still the bytes uploaded: no task writes them beside this call, and
+    // the caller may not while the run is in flight.
+    void HashUploads(const ChipCall& call) {
+        for (size_t i : to_hash_) HashChunks(call.args[i].arg.tensor.data(), call.args[i].arg.tensor.bytes(), hashes_[i]);
+    }
+    // Copies argument i's device copy (device memory at `from`) into its
+    // host range, hashing it for the copy to be reused later.
+    void Download(size_t i, const HostTensor& t, const void* from) {
+        CopyHashing(t.data(), from, t.bytes(), HostSide::Destination, hashes_[i]);
+    }
 
 private:
+    void MakeCurrent(size_t i, Copy& c, const HostTensor& t, ChipCallStats& stats) {
+        void* device = slot_->orch->HostAddress(c.device_address, t.bytes());  // the function's memory
+        uint64_t copied = t.bytes();
+        if (c.holds.empty()) {
+            CopyMemory(device, t.data(), t.bytes());
+            to_hash_.push_back(i);
+        } else {
+            copied = CopyChanged(device, t.data(), t.bytes(), c.holds);
+        }
+        stats.bytes_uploaded += copied;
+        stats.bytes_reused += t.bytes() - copied;
+    }
     void GiveBack() {
         for (size_t i = 0; i < copies_.size(); ++i) {
             --copies_[i]->users;
             if (i < reads_.size() && reads_[i]) --copies_[i]->readers;
+            if (i < hashes_.size() && !hashes_[i].empty()) copies_[i]->holds = std::move(hashes_[i]);
         }
         e_.free_slots_.push_back(slot_);
     }
@@ -210,6 +242,8 @@ private:
     Slot* slot_ = nullptr;
     std::vector<Copy*> copies_;
     std::vector<bool> reads_;  // copies_[i] counted among its readers
+    std::vector<size_t> to_hash_;  // arguments uploaded whole, hashed by HashUploads
+    std::vector<ChunkHashes> hashes_;  // by argument: what its copy holds once hashed or downloaded; else empty
 };
 
 ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
@@ -221,7 +255,7 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
                                              registry_->Names() + ")", where);
     }
     ChipCallStats stats;
-    const Lease lease(*this, call, stats);
+    Lease lease(*this, call, stats);
     Slot& slot = lease.slot();
     const std::vector<Copy*>& copies = lease.copies();
     Orchestrator& orch = *slot.orch;
@@ -243,6 +277,7 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
         if (plan == slot.plans.end())
             throw Error(ErrorKind::NotFound, "chip plan '" + call.function + "' is not loaded on " + Describe());
         RunPlan(slot, *plan->second, call, copies);
+        lease.HashUploads(call);
     } else {
         std::exception_ptr thrown;
         try {
@@ -252,16 +287,18 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
         } catch (...) {
             thrown = std::current_exception();
         }
+        lease.HashUploads(call);  // while the device runs what the function submitted
         orch.WaitAll();  // the device tasks' failure first: it names the kernel and the device code
         if (thrown) std::rethrow_exception(thrown);
     }
     if (traced) [[unlikely]]
         stats.run_end_ns = trace::detail::NowNs();
-    // Outputs are this call's alone: copied back outside the lock.
+    // Outputs are this call's alone: copied back outside the lock, hashed
+    // on the way so that a later call may reuse the copy.
     for (size_t i = 0; i < call.args.size(); ++i) {
         const TensorArg& a = call.args[i].arg;
         if (a.access == Access::In) continue;
-        CopyMemory(a.tensor.data(), ctx.args[i], a.tensor.bytes());
+        lease.Download(i, a.tensor, ctx.args[i]);
         stats.bytes_downloaded += a.tensor.bytes();
     }
     return stats;

@@ -3,7 +3,8 @@
 // orchestration runtime per slot (a chip task running at once), each on its
 // own share of the device's task queues, device kernels uploaded once, and
 // device copies of host tensor ranges kept between calls (keyed by the exact
-// range) so that a range the scheduler says is current is not uploaded again.
+// range), each chunk of a copy reused only while the host range's chunk
+// still hashes to what the copy holds.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "content_hash.hpp"
 #include "spyre/device/device.hpp"
 #include "spyre/device/host.hpp"
 #include "spyre/host/chip_executor.hpp"
@@ -51,6 +53,12 @@ private:
         DeviceBuffer buffer;
         uint64_t device_address = 0;  // each slot's runtime maps it at its own host address
         std::weak_ptr<HostTensor::Storage> storage;
+        // The chunk hashes of the host bytes this copy holds, as of its last
+        // upload or download; empty while not known (new, written by a call
+        // in flight, or by one that failed). A chunk is reused only while
+        // the host range's chunk hashes the same: a caller may have written
+        // the range through any pointer since.
+        ChunkHashes holds;
         uint64_t last_use = 0;
         unsigned users = 0;    // arguments of calls in flight that hold it: never evicted then
         unsigned readers = 0;  // of those, the In and InOut ones: their bytes are current

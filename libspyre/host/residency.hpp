@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Which devices hold a current copy of which host-tensor byte ranges (q6's
-// data locality). Host memory is always current (chip outputs are copied
-// back when the task ends); a device's copy of a range is current from the
-// moment a chip task there wrote or uploaded exactly it until any task
-// writes an overlapping range elsewhere. Placement prefers the device with
-// the most current input bytes; the executor skips those uploads.
+// Which devices likely hold a current copy of which host-tensor byte ranges
+// (q6's data locality), as far as the tasks tell: a device's copy of a range
+// counts as current from the moment a chip task there wrote or uploaded
+// exactly it until any task writes an overlapping range elsewhere. A caller
+// writing host memory between runs goes unseen here, so this only guides
+// placement (the device with the most current input bytes); whether a copy
+// is reused is the executor's content check.
 #pragma once
 
 #include <cstdint>

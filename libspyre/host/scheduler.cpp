@@ -162,6 +162,18 @@ std::shared_ptr<RunState> Scheduler::Start(std::unique_ptr<RunState> owned) {
     return run;
 }
 
+std::shared_ptr<RunState> Scheduler::Fail(std::unique_ptr<RunState> run, TaskFailureInfo failure) {
+    for (auto& t : run->tasks) {
+        t->state = HostTask::State::Skipped;
+        run->skipped.push_back(t->name);
+    }
+    run->failures.push_back(std::move(failure));
+    run->unfinished = 0;
+    run->done = true;
+    run->done_flag.store(true, std::memory_order_release);
+    return run;
+}
+
 void Scheduler::MakeReady(HostTask* task) {
     if (task->root) {
         Finish(task, HostTask::State::Skipped, {});
@@ -186,7 +198,7 @@ void Scheduler::MakeReady(HostTask* task) {
     ++load_[d];
     ChipCall& call = task->call;
     call = {task->name, task->function, {}, block_dim_, task->chip};
-    for (const TensorArg& a : task->args) call.args.push_back({a, !remote_[d] && residency_.Current(a.tensor, d)});
+    for (const TensorArg& a : task->args) call.args.push_back({a});
     to_post_[d].push_back([this, task] { RunChip(task); });
 }
 
@@ -245,6 +257,13 @@ TaskFailureInfo FailureOf(const HostTask& task, const std::string& device) {
     f.level = task.level;
     f.device = device;
     f.function = task.function;
+    SetCause(f);
+    return f;
+}
+
+}  // namespace
+
+void SetCause(TaskFailureInfo& f) {
     try {
         throw;
     } catch (const Error& e) {
@@ -258,10 +277,7 @@ TaskFailureInfo FailureOf(const HostTask& task, const std::string& device) {
         f.kind = ErrorKind::TaskFailed;
         f.cause = "an exception that is not a std::exception";
     }
-    return f;
 }
-
-}  // namespace
 
 void Scheduler::RunChip(HostTask* task) {
     const size_t d = task->device;

@@ -26,6 +26,11 @@
 
 namespace spyre::host {
 
+// Inside a catch block: the kind, cause and device code of the exception in
+// flight into `f` (a spyre::Error keeps its kind; any other exception is
+// TaskFailed with its what()).
+void SetCause(TaskFailureInfo& f);
+
 class Scheduler {
 public:
     Scheduler(std::vector<std::unique_ptr<ChipExecutor>> executors, const DistributedConfig& config);
@@ -34,6 +39,10 @@ public:
     void Shutdown();
 
     std::shared_ptr<RunState> Start(std::unique_ptr<RunState> run);
+    // A run whose host orchestration function threw (`failure`): ended, its
+    // recorded tasks skipped without running or touching the dependency
+    // tracking (they impose nothing on later runs); Wait throws.
+    static std::shared_ptr<RunState> Fail(std::unique_ptr<RunState> run, TaskFailureInfo failure);
     // The run's outputs, or HostRunError; `progress` (when set) on this thread.
     std::vector<HostTensor> Wait(RunState& run, const ProgressCallback& progress = {});
     bool Done(RunState& run);

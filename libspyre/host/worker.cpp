@@ -206,17 +206,23 @@ RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> arg
     run->name = program.name;
     HostGraph::Impl graph_impl{*impl_, *run, {}};
     HostGraph graph(graph_impl);
-    try {
-        program.fn(graph, args);
-    } catch (const Error&) {
-        throw;
-    } catch (const std::exception& e) {
-        throw Error(ErrorKind::TaskFailed, what + ": the host orchestration function threw: " + e.what());
-    } catch (...) {
-        throw Error(ErrorKind::TaskFailed, what + ": the host orchestration function threw a non-std exception");
-    }
     run->outputs.assign(args.begin() + long(program.num_inputs), args.end());
     auto state = std::make_shared<RunHandle::State>(RunHandle::State{impl_->scheduler, nullptr});
+    try {
+        program.fn(graph, args);
+    } catch (...) {
+        // It fails the run as a failing task would (seed 003 q5). What it
+        // recorded is an unfinished graph: none of it runs, all of it is
+        // listed as skipped, so a run either records whole or touches nothing.
+        TaskFailureInfo f;
+        f.task = f.function = program.name;
+        f.task_id = impl_->next_task.fetch_add(1);
+        f.level = Level::Host;
+        f.orchestrator = true;
+        host::SetCause(f);
+        state->run = host::Scheduler::Fail(std::move(run), std::move(f));
+        return RunHandle(std::move(state));
+    }
     state->run = impl_->scheduler->Start(std::move(run));
     return RunHandle(std::move(state));
 }

@@ -526,6 +526,7 @@ class TaskFailureInfo:
     kind: str
     cause: str
     device_code: int
+    orchestrator: bool
 
 class HostTensor:
     @staticmethod

@@ -362,8 +362,9 @@ void BindHostLevel(py::module_& m) {
     g_run_error = PyErr_NewExceptionWithDoc(
         "spyre._spyre.HostRunError",
         "A host-level run failed. Also an instance of the first failure's kind (TaskFailed for a raising SubWorker, "
-        "DeviceError for a chip task the device refused). Attributes: failures (TaskFailureInfo list: task, task_id, "
-        "level, device, function, kind, cause, device_code), skipped (task names), and the first failure's task, "
+        "DeviceError for a chip task the device refused), also when the host orchestration function raised. Attributes: "
+        "failures (TaskFailureInfo list: task, task_id, level, device, function, kind, cause, device_code, "
+        "orchestrator), skipped (task names), and the first failure's task, "
         "function, level, cause, device, device_code.",
         m.attr("Error").ptr(), nullptr);
     m.add_object("HostRunError", py::handle(g_run_error));
@@ -435,13 +436,16 @@ void BindHostLevel(py::module_& m) {
         })
         .def_readonly("cause", &TaskFailureInfo::cause)
         .def_readonly("device_code", &TaskFailureInfo::device_code)
+        .def_readonly("orchestrator", &TaskFailureInfo::orchestrator,
+                      "The host orchestration function itself raised (what it recorded is skipped).")
         .def("__repr__", [](const TaskFailureInfo& f) {
             return "<TaskFailureInfo " + f.task + " (" + ToString(f.level) + ", " + f.function + "): " + f.cause + ">";
         });
 
     py::class_<HostTensor>(m, "HostTensor",
         "A host-level tensor (row-major host memory, shared by copies). numpy() is a view (no copy); "
-        "from_numpy wraps a C-contiguous array without copying (the tensor keeps it alive).")
+        "from_numpy wraps a C-contiguous array without copying (the tensor keeps it alive). Write it (or the "
+        "array it wraps) freely between runs, not while a run that uses it is in flight.")
         .def_static("zeros", [](const std::vector<int64_t>& shape, py::handle dtype) {
                 return HostTensor::Zeros(shape, DTypeFrom(dtype, "HostTensor.zeros"));
             }, py::arg("shape"), py::arg("dtype") = DType::FP32)

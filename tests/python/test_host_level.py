@@ -188,11 +188,63 @@ def test_bad_arguments_are_typed(worker):
         worker.run(spyre.HostProgram("x", 1, [S], lambda g, x: g.chip("nope", [spyre.In(x[0])])), [full(1)])
 
 
-def test_orchestration_function_that_raises(worker):
+def test_orchestration_function_that_raises_fails_the_run_and_skips_what_it_recorded(worker):
+    ran = []
+
     def orch(g, x):
+        g.chip("chip_add", [spyre.In(x[0]), spyre.In(x[0]), spyre.Out(x[1])])
+        g.sub(lambda f: ran.append(1), [spyre.In(x[1])], name="after")
         raise RuntimeError("cannot plan")
-    with pytest.raises(spyre.TaskFailed, match="cannot plan"):
-        worker.run(spyre.HostProgram("x", 1, [S], orch), [full(1)])
+
+    p = spyre.HostProgram("plan_fails", 1, [S], orch)
+    f = np.zeros(S, np.float32)
+    for start in (lambda: worker.run(p, [full(1), f]), lambda: worker.submit(p, [full(1), f]).wait()):
+        with pytest.raises(spyre.HostRunError, match="cannot plan") as info:
+            start()
+        e = info.value
+        assert isinstance(e, spyre.TaskFailed)  # the kind of a raising Python function
+        assert len(e.failures) == 1
+        fail = e.failures[0]
+        assert (fail.task, fail.function, fail.level, fail.device) == ("plan_fails", "plan_fails", spyre.Level.HOST, "")
+        assert fail.orchestrator
+        assert "RuntimeError: cannot plan" in fail.cause and e.cause == fail.cause
+        assert e.skipped == ["chip_add#0", "after#0"]
+    assert not ran and not f.any()  # nothing it recorded ran
+    np.testing.assert_array_equal(worker.run(dependency_program(lambda f: None), [full(1), full(2)]), 3.0)
+
+
+def add_on(device):
+    """f = a + b on the Worker's device `device`."""
+    return spyre.HostProgram("add_on", 2, [S], lambda g, x: g.chip(
+        "chip_add", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])], device=device))
+
+
+def test_numpy_writes_to_a_wrapped_array_are_seen_by_the_next_run(worker):
+    a_arr, b_arr = full(2), full(4)
+    a, b = spyre.HostTensor.from_numpy(a_arr), spyre.HostTensor.from_numpy(b_arr)  # kept across runs
+    np.testing.assert_array_equal(worker.run(add_on(0), [a, b]), 6.0)
+    b_arr[:] = 3  # numpy writes the memory b wraps
+    np.testing.assert_array_equal(worker.run(add_on(0), [a, b]), a_arr + b_arr)
+
+
+def test_a_numpy_view_kept_since_before_the_first_run_is_seen(worker):
+    a, b = spyre.HostTensor.full(S, 1.0), spyre.HostTensor.full(S, 0.5)
+    view = a.numpy()  # taken before any run, kept
+    np.testing.assert_array_equal(worker.run(add_on(1), [a, b]), 1.5)
+    view[127, 127] = 9.0  # one element
+    out = worker.run(add_on(1), [a, b])
+    np.testing.assert_array_equal(out, view + 0.5)
+    assert out[127, 127] == 9.5
+
+
+def test_an_output_written_by_numpy_is_seen_by_the_next_reader(worker):
+    a, b, f = spyre.HostTensor.full(S, 1.0), spyre.HostTensor.full(S, 2.0), spyre.HostTensor.zeros(S)
+    worker.run(add_on(0), [a, b, f])  # f = 3, on the host and in device 0's copy
+    np.testing.assert_array_equal(f.numpy(), 3.0)
+    np.asarray(f)[:] = 10.0
+    sub = spyre.HostProgram("sub_on", 2, [S], lambda g, x: g.chip(
+        "chip_sub", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])], device=0))
+    np.testing.assert_array_equal(worker.run(sub, [f, b]), 8.0)
 
 
 def test_two_python_threads_run_programs_at_once(worker, rng):

@@ -70,13 +70,11 @@ private:
     std::map<std::string, Entry> entries_;
 };
 
-// One argument of a chip call. `current_on_device`: the scheduler knows the
-// executor's copy of these bytes is as current as the host's (an earlier
-// chip task there wrote or uploaded exactly them and nobody wrote them
-// since), so an In or InOut argument needs no upload if the copy is kept.
+// One argument of a chip call. Whether a device copy kept from an earlier
+// call still holds the host bytes is the executor's to check (a caller may
+// write host memory through a kept pointer, unseen by the runtime).
 struct ChipArg {
     TensorArg arg;
-    bool current_on_device = false;
 };
 
 struct ChipCall {
@@ -117,8 +115,8 @@ public:
     // gives the device that many lanes).
     virtual unsigned Concurrency() const { return 1; }
     // Served by another rank: every call ships its inputs over the network
-    // (placement prefers this rank's devices; ChipArg::current_on_device is
-    // never set for it).
+    // (placement prefers this rank's devices, and never counts its copies
+    // as current).
     virtual bool Remote() const { return false; }
     // Runs `call` to completion: the inputs are on the device before the
     // function runs, the outputs in their host tensors after. Calls running

@@ -45,6 +45,10 @@ public:
         return SameStorage(other) && offset_ < other.offset_ + other.bytes_ && other.offset_ < offset_ + bytes_;
     }
 
+    // The bytes, to read and write: between runs freely, through a pointer
+    // kept as long as the tensor lives (a Worker checks a device copy it
+    // kept against them before reusing it), but not while a run that uses
+    // the tensor is in flight (a race: the run may see either bytes).
     void* data() const noexcept;
     std::span<float> floats() const;  // InvalidArgument unless FP32
 

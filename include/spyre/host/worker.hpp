@@ -68,6 +68,10 @@ struct TaskFailureInfo {
     ErrorKind kind = ErrorKind::Internal;  // the cause's kind
     std::string cause;     // the cause's message
     uint32_t device_code = 0;  // SPYRE_ERR_* when the device reported one
+    // The host orchestration function itself threw while it recorded (level
+    // HOST, task and function: the program's name); what it had recorded
+    // is skipped.
+    bool orchestrator = false;
 };
 
 // A run that failed: the first failure's kind and message, every failure,
@@ -170,12 +174,15 @@ public:
     void RegisterSubWorker(const std::string& name, SubWorkerFn fn);
 
     // Runs synchronously: returns the outputs or throws HostRunError (a
-    // failed task) or Error (bad arguments, a failing orchestration function).
+    // failed task, or a host orchestration function that threw) or Error
+    // (bad arguments).
     // `progress` as for RunHandle::Wait.
     std::vector<HostTensor> Run(const HostProgram& program, std::vector<HostTensor> args,
                                 const ProgressCallback& progress = {});
     // Starts a run and returns at once; tasks of runs in flight that touch
-    // the same tensors are ordered as if the runs were one.
+    // the same tensors are ordered as if the runs were one. A host
+    // orchestration function that throws fails the run (Wait throws
+    // HostRunError); bad arguments throw Error here.
     RunHandle Submit(const HostProgram& program, std::vector<HostTensor> args);
 
     size_t device_count() const;

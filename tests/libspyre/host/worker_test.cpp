@@ -400,6 +400,7 @@ TEST_F(WorkerTest, AThrowingSubWorkerFailsTheRunAndSkipsItsCone) {
         EXPECT_EQ(fail.function, "boom");
         EXPECT_EQ(fail.level, Level::Host);
         EXPECT_EQ(fail.device, "");
+        EXPECT_FALSE(fail.orchestrator);
         EXPECT_EQ(fail.cause, "boom!");
         EXPECT_EQ(e.skipped(), (std::vector<std::string>{"after boom", "last#0"}));
         EXPECT_NE(std::string(e.what()).find("HOST task 'boom#0' (SubWorker 'boom') failed: boom!"), std::string::npos)
@@ -411,6 +412,76 @@ TEST_F(WorkerTest, AThrowingSubWorkerFailsTheRunAndSkipsItsCone) {
     ExpectFloats(f, [](size_t) { return 0.0f; }, "f, downstream of the failure");
     HostTensor five = HostTensor::Full({128, 128}, 2.0f);
     worker_->Run(DependencyProgram(), {five, HostTensor::Full({128, 128}, 3.0f)});  // still usable
+}
+
+// A host orchestration function that throws fails its run as a failing
+// task does: HostRunError, the failed task is the orchestration function
+// (level HOST), its cause the exception's message, and the tasks it recorded
+// before it threw are skipped and listed, never run. Through Run and Submit
+// alike; a spyre::Error keeps its kind; the Worker keeps working.
+TEST_F(WorkerTest, AThrowingOrchestrationFunctionFailsTheRunAndSkipsWhatItRecorded) {
+    std::atomic<int> ran{0};
+    HostProgram p{"plan_fails", 2, {{{kTile, kTile}}}, [&ran](HostGraph& g, std::span<const HostTensor> x) {
+                      g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])});
+                      g.Sub("count", [&ran](std::span<const HostTensor>) { ++ran; }, {In(x[2])});
+                      throw std::runtime_error("cannot plan tile 3");
+                  }};
+    HostTensor a = Iota(1.0f, 0.0f), b = Iota(0.0f, 1.0f), f = HostTensor::Zeros({kTile, kTile});
+    const auto before = AllStats();
+    auto expect = [](const HostRunError& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::TaskFailed) << e.what();
+        ASSERT_EQ(e.failures().size(), 1u);
+        const TaskFailureInfo& fail = e.failures()[0];
+        EXPECT_EQ(fail.task, "plan_fails");
+        EXPECT_EQ(fail.function, "plan_fails");
+        EXPECT_EQ(fail.level, Level::Host);
+        EXPECT_TRUE(fail.orchestrator);
+        EXPECT_EQ(fail.device, "");
+        EXPECT_EQ(fail.kind, ErrorKind::TaskFailed);
+        EXPECT_EQ(fail.cause, "cannot plan tile 3");
+        EXPECT_EQ(e.skipped(), (std::vector<std::string>{"chip_add#0", "count#0"}));
+        EXPECT_NE(std::string(e.what()).find("run 'plan_fails': HOST task 'plan_fails' (host orchestration function "
+                                             "'plan_fails') failed: cannot plan tile 3; skipped 2 downstream task(s): "
+                                             "chip_add#0 count#0"),
+                  std::string::npos)
+            << e.what();
+    };
+    try {
+        worker_->Run(p, {a, b, f});
+        ADD_FAILURE() << "Run: no HostRunError";
+    } catch (const HostRunError& e) {
+        expect(e);
+    }
+    RunHandle h = worker_->Submit(p, {a, b, f});
+    try {
+        h.Wait();
+        ADD_FAILURE() << "Submit + Wait: no HostRunError";
+    } catch (const HostRunError& e) {
+        expect(e);
+    }
+    EXPECT_EQ(ran.load(), 0) << "a SubWorker of the failed recording ran";
+    ExpectFloats(f, [](size_t) { return 0.0f; }, "f, never written");
+    const auto after = AllStats();
+    for (size_t d = 0; d < after.size(); ++d) EXPECT_EQ(after[d].chip_tasks, before[d].chip_tasks);
+
+    // A spyre::Error keeps its kind: an unknown chip function after one recorded task.
+    HostProgram unknown{"unknown_fn", 1, {}, [](HostGraph& g, std::span<const HostTensor> x) {
+                            g.Chip("chip_empty", {In(x[0])});
+                            g.Chip("chip_mul", {In(x[0])});
+                        }};
+    try {
+        worker_->Run(unknown, {a});
+        ADD_FAILURE() << "no HostRunError";
+    } catch (const HostRunError& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::NotFound) << e.what();
+        ASSERT_EQ(e.failures().size(), 1u);
+        EXPECT_EQ(e.failures()[0].level, Level::Host);
+        EXPECT_NE(e.failures()[0].cause.find("chip function 'chip_mul' is not registered"), std::string::npos)
+            << e.failures()[0].cause;
+        EXPECT_EQ(e.skipped(), std::vector<std::string>{"chip_empty#0"});
+    }
+    auto outs = worker_->Run(DependencyProgram(), {HostTensor::Full({kTile, kTile}, 2.0f), HostTensor::Full({kTile, kTile}, 3.0f)});
+    ExpectFloats(outs[0], [](size_t) { return 5.0f; }, "the next run");
 }
 
 // A chip task whose device program faults: DeviceError with the device,
@@ -481,7 +552,7 @@ TEST_F(WorkerTest, BadConfigurationsAndRunsAreTypedErrors) {
     HostProgram far{"far", 1, {}, [](HostGraph& g, std::span<const HostTensor> x) { g.Chip("chip_empty", {In(x[0])}, {.device = 4}); }};
     EXPECT_SPYRE_ERROR(worker_->Run(far, {a}), InvalidArgument, "names device 4, but the Worker has 4");
     HostProgram throws{"throws", 1, {}, [](HostGraph&, std::span<const HostTensor>) { throw std::logic_error("no graph"); }};
-    EXPECT_SPYRE_ERROR(worker_->Run(throws, {a}), TaskFailed, "host program 'throws': the host orchestration function threw: no graph");
+    EXPECT_SPYRE_ERROR(worker_->Run(throws, {a}), TaskFailed, "(host orchestration function 'throws') failed: no graph");
     EXPECT_SPYRE_ERROR(a.Rows(0, 129), InvalidArgument, "rows 0..129");
 
     worker_.reset();

@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+// Hashes of host bytes (XXH3-128, libxxhash), one per 64 KiB chunk, and
+// copies that hash what they copy: how a device copy kept between chip
+// calls is checked against the host bytes before it is reused, and brought
+// up to date chunk by chunk when they changed (docs/host.md, "Device
+// copies"). A caller may write host memory through any pointer at any time
+// between runs, unseen by the runtime, so it compares contents instead.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace spyre::host {
+
+struct ContentHash {
+    uint64_t low = 0, high = 0;
+    bool operator==(const ContentHash&) const = default;
+};
+
+// Small enough that a chunk copied is still in L2 when it is hashed, and
+// that a write of a few elements costs a small upload.
+inline constexpr size_t kHashChunk = 64 << 10;
+// The hashes of a byte range, one per kHashChunk bytes in order (the last
+// chunk may be shorter).
+using ChunkHashes = std::vector<ContentHash>;
+
+// The hash of `n` bytes at `p`.
+ContentHash HashBytes(const void* p, size_t n) noexcept;
+// The chunk hashes of `n` bytes at `p`.
+void HashChunks(const void* p, size_t n, ChunkHashes& hashes);
+
+// Which side of a copy is host memory: that side is hashed (device memory
+// may be slow to read back on real hardware).
+enum class HostSide : uint8_t { Source, Destination };
+
+// CopyMemory(dst, src, n); `hashes` becomes the chunk hashes of the bytes
+// copied, each chunk hashed right after it is copied, while in cache.
+void CopyHashing(void* dst, const void* src, size_t n, HostSide host, ChunkHashes& hashes);
+
+// `dst` holds bytes whose chunk hashes are `held` (as many as `n` bytes
+// have chunks); makes it hold the `n` bytes at `src` (host memory), copying
+// only the chunks whose hash changed, and updates `held`. Returns the bytes
+// copied (0: the copy was current).
+uint64_t CopyChanged(void* dst, const void* src, size_t n, ChunkHashes& held) noexcept;
+
+}  // namespace spyre::host

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device copies kept between runs never change a result: whatever way the
+// caller writes host memory between two runs on one Worker (floats(), a
+// pointer from data() kept since before the first run, memory a tensor
+// wraps, a task's output written afterwards), the next run computes with
+// the new bytes, checked against the CPU; what did not change is still not
+// uploaded again. An embedded mock of 2 cards x 2 VFs (worker_fixture.hpp).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "l3_chip_functions.hpp"
+#include "worker_fixture.hpp"
+#include "spyre/host.hpp"
+
+using namespace spyre;
+using namespace spyre::l3;
+
+namespace {
+
+// f = a + b on Worker device `device`, without a SubWorker.
+HostProgram AddOn(size_t device) {
+    return {"add_on", 2, {{{kTile, kTile}}}, [device](HostGraph& g, std::span<const HostTensor> x) {
+                g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])}, {.device = device});
+            }};
+}
+
+// Every element of `got` against the CPU's a + b.
+void ExpectSum(const HostTensor& got, const HostTensor& a, const HostTensor& b, const std::string& what) {
+    auto f = got.floats(), x = a.floats(), y = b.floats();
+    for (size_t i = 0; i < f.size(); ++i)
+        if (f[i] != x[i] + y[i]) {
+            ADD_FAILURE() << what << ": element " << i << " is " << f[i] << ", the CPU's a + b is " << x[i] + y[i];
+            return;
+        }
+}
+
+}  // namespace
+
+// Seed 003's dependency program with a = 2, b = 4 (f = 6), then b = 3
+// written through floats(): the same Worker computes f = 5. Placement sends
+// the second run to the device that holds a and b, so it is the device copy
+// of b that must not be trusted. a did not change: it is not uploaded again.
+TEST_F(WorkerTest, AWriteThroughFloatsIsSeenByTheNextRun) {
+    HostProgram p{"l3_dependency", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                      g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])});
+                      g.Sub("check", [](std::span<const HostTensor> t) {  // the seed's verify, against the CPU
+                          for (size_t i = 0; i < t[2].floats().size(); ++i)
+                              if (t[2].floats()[i] != t[0].floats()[i] + t[1].floats()[i])
+                                  throw std::runtime_error("f[" + std::to_string(i) + "] = " + std::to_string(t[2].floats()[i]));
+                      }, {In(x[0]), In(x[1]), In(x[2])});
+                  }};
+    HostTensor a = HostTensor::Full({kTile, kTile}, 2.0f), b = HostTensor::Full({kTile, kTile}, 4.0f);
+    HostTensor f = HostTensor::Zeros({kTile, kTile});
+    worker_->Run(p, {a, b, f});
+    ExpectSum(f, a, b, "f, first run");
+    const auto before = AllStats();
+
+    for (float& x : b.floats()) x = 3.0f;
+    EXPECT_NO_THROW(worker_->Run(p, {a, b, f}));
+    for (float x : f.floats()) ASSERT_EQ(x, 5.0f);
+    const auto after = AllStats();
+    uint64_t uploaded = 0, reused = 0;
+    for (size_t d = 0; d < after.size(); ++d) {
+        uploaded += after[d].moved.bytes_uploaded - before[d].moved.bytes_uploaded;
+        reused += after[d].moved.bytes_reused - before[d].moved.bytes_reused;
+    }
+    EXPECT_EQ(uploaded, kTileBytes) << "b again";
+    EXPECT_EQ(reused, kTileBytes) << "a, unchanged";
+}
+
+// A pointer from data() taken before the first run and kept: one element
+// written through it between the runs is seen.
+TEST_F(WorkerTest, APointerKeptSinceBeforeTheFirstRunIsSeen) {
+    HostTensor a = HostTensor::Full({kTile, kTile}, 1.0f), b = HostTensor::Full({kTile, kTile}, 4.0f);
+    auto* raw = static_cast<float*>(a.data());
+    raw[7] = 0.5f;
+    auto outs = worker_->Run(AddOn(0), {a, b});
+    ExpectSum(outs[0], a, b, "first run");
+    raw[kTile * kTile - 1] = 10.0f;  // the last element alone
+    outs = worker_->Run(AddOn(0), {a, b});
+    EXPECT_EQ(outs[0].floats()[kTile * kTile - 1], 14.0f);
+    ExpectSum(outs[0], a, b, "second run");
+}
+
+// Memory a tensor wraps (HostTensor::Wrap, as Python wraps numpy arrays),
+// written by its owner between the runs.
+TEST_F(WorkerTest, WrappedMemoryWrittenByItsOwnerIsSeen) {
+    auto memory = std::make_shared<std::vector<float>>(size_t(kTile * kTile), 2.0f);
+    HostTensor a = HostTensor::Wrap(memory->data(), {kTile, kTile}, DType::FP32, memory);
+    HostTensor b = HostTensor::Full({kTile, kTile}, 0.25f);
+    auto outs = worker_->Run(AddOn(1), {a, b});
+    ExpectSum(outs[0], a, b, "first run");
+    for (size_t i = 0; i < memory->size(); ++i) (*memory)[i] = float(i % 100);
+    outs = worker_->Run(AddOn(1), {a, b});
+    ExpectSum(outs[0], a, b, "second run");
+}
+
+// A task's output copied back (f = a + b on device 2: its device copy holds
+// f), then written by the caller, then read by a task on the same device:
+// g = f - b sees the caller's f, not the device's.
+TEST_F(WorkerTest, AnOutputWrittenByTheCallerIsSeenByTheNextReader) {
+    HostTensor a = HostTensor::Full({kTile, kTile}, 1.0f), b = HostTensor::Full({kTile, kTile}, 2.0f);
+    HostTensor f = HostTensor::Zeros({kTile, kTile});
+    worker_->Run(AddOn(2), {a, b, f});
+    ExpectSum(f, a, b, "f");
+    for (float& x : f.floats()) x = 10.0f;
+    HostProgram sub{"sub_on", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                        g.Chip("chip_sub", {In(x[0]), In(x[1]), Out(x[2])}, {.device = 2});
+                    }};
+    auto outs = worker_->Run(sub, {f, b});
+    for (float x : outs[0].floats()) ASSERT_EQ(x, 8.0f) << "10 - 2";
+}
+
+// A chip task that writes its output's device copy and then faults leaves
+// that copy unknown: the host range still holds what it held before, and
+// the next reader on the device uploads it rather than trust the copy.
+TEST_F(WorkerTest, ACopyAFailedTaskWroteIsNotReused) {
+    HostTensor a = HostTensor::Full({kTile, kTile}, 1.0f), b = HostTensor::Full({kTile, kTile}, 2.0f);
+    HostTensor f = HostTensor::Zeros({kTile, kTile});
+    worker_->Run(AddOn(3), {a, b, f});  // f = 3 on the host and in device 3's copy
+    worker_->RegisterChipFunction("scribble_then_fault", [](ChipContext& ctx) {
+        TaskParam p[] = {{PARAM_INPUT, ctx.args[0], kTileBytes, {}},
+                         {PARAM_INPUT, ctx.args[0], kTileBytes, {}},
+                         {PARAM_OUTPUT, ctx.args[1], kTileBytes, {}}};
+        ctx.orch.Submit(KERNEL_SUB, WORKER_VECTOR, p);  // f's copy = 0
+        ChipFault(ctx);
+    });
+    HostProgram fault{"fault", 1, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                          g.Chip("scribble_then_fault", {In(x[0]), InOut(x[1])}, {.device = 3});
+                      }};
+    EXPECT_THROW(worker_->Run(fault, {a, f}), HostRunError);
+    for (float x : f.floats()) ASSERT_EQ(x, 3.0f) << "not copied back";
+    HostProgram sub{"sub_on", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                        g.Chip("chip_sub", {In(x[0]), In(x[1]), Out(x[2])}, {.device = 3});
+                    }};
+    auto outs = worker_->Run(sub, {f, b});
+    for (float x : outs[0].floats()) ASSERT_EQ(x, 1.0f) << "3 - 2";
+}
