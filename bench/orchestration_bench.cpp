@@ -263,7 +263,9 @@ void BM_StarPU(benchmark::State& state, std::string shape) {
 // Submits the DAG as tasks of kernel 1 and waits for them; returns the
 // seconds taken. Buffers 64 KiB apart (one TensorMap granule each), 64
 // bytes used. EXTERNAL tasks are completed by the submitter at once.
-double RunDag(spyre::Orchestrator& orch, const std::vector<DagTask>& dag, int32_t worker_type) {
+// `c_api`: through pto_submit_task and pto_wait_all on the handle (each
+// call checks its generation and holds its slot) instead of the C++ calls.
+double RunDag(spyre::Orchestrator& orch, const std::vector<DagTask>& dag, int32_t worker_type, bool c_api = false) {
     auto* base = static_cast<uint8_t*>(orch.HostAddress(0, uint64_t(kBuffers - 1) << 16));
     auto buf = [&](int i) { return static_cast<void*>(base + (uint64_t(i) << 16)); };
     const double t0 = Now();
@@ -272,10 +274,16 @@ double RunDag(spyre::Orchestrator& orch, const std::vector<DagTask>& dag, int32_
         int n = 0;
         for (int k = 0; k < t.nreads; ++k) p[n++] = {PARAM_INPUT, buf(t.reads[k]), 64, {}};
         p[n++] = {PARAM_INOUT, buf(t.write), 64, {}};
+        if (c_api) {
+            if (pto_submit_task(orch.handle(), 1, worker_type, p, n) < 0)
+                throw spyre::Error(spyre::ErrorKind::Internal, pto_last_error());
+            continue;
+        }
         const int32_t id = orch.Submit(1, worker_type, std::span<const TaskParam>(p, size_t(n)));
         if (worker_type == WORKER_EXTERNAL) orch.Complete(id);
     }
-    orch.WaitAll();
+    if (c_api && pto_wait_all(orch.handle()) < 0) throw spyre::Error(spyre::ErrorKind::Internal, pto_last_error());
+    if (!c_api) orch.WaitAll();
     return Now() - t0;
 }
 
@@ -287,8 +295,10 @@ std::optional<spyre::Orchestrator> g_orch[2][2];  // per ReadyQueueKind, per run
 // every iteration (started before the first, written after the last, both
 // outside the timed loop), to price the orchestration probes against the
 // same loop untraced in the same run. All run a fixed 20 iterations so a
-// recording stays small (~4 MB each).
-void BM_Pto(benchmark::State& state, std::string shape, spyre::ReadyQueueKind kind, bool run_here, bool traced) {
+// recording stays small (~4 MB each). `c_api`: through the C calls on the
+// handle, to price the handle checks beside the C++ calls.
+void BM_Pto(benchmark::State& state, std::string shape, spyre::ReadyQueueKind kind, bool run_here, bool traced,
+            bool c_api) {
     std::optional<spyre::Orchestrator>& orch = g_orch[size_t(kind)][run_here];
     if (!orch) {
         orch.emplace(spyre::Orchestrator::CreateOnHostMemory(
@@ -303,13 +313,14 @@ void BM_Pto(benchmark::State& state, std::string shape, spyre::ReadyQueueKind ki
     const std::string trace_path = "/tmp/spyre_orch_bench_" + std::to_string(getpid()) + ".json";
     if (traced) spyre::trace::Start(trace_path);
     double secs = 0;
-    for (auto _ : state) secs += RunDag(*orch, dag, WORKER_HOST);
+    for (auto _ : state) secs += RunDag(*orch, dag, WORKER_HOST, c_api);
     if (traced) {
         spyre::trace::Stop();
         std::remove(trace_path.c_str());
     }
     Report(state, shape, secs,
-           traced                                 ? "pto_traced"
+           c_api                                  ? "pto_c_api"
+           : traced                               ? "pto_traced"
            : !run_here                            ? "pto_handoff"
            : kind == spyre::ReadyQueueKind::Locked ? "pto_locked"
                                                   : "pto");
@@ -354,19 +365,22 @@ int main(int argc, char** argv) {
             ->UseRealTime()->Unit(benchmark::kMillisecond);
 #endif
         benchmark::RegisterBenchmark((std::string("pto_submit/") + shape).c_str(), BM_Pto, std::string(shape),
-                                     spyre::ReadyQueueKind::LockFree, true, false)
+                                     spyre::ReadyQueueKind::LockFree, true, false, false)
+            ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(20);
+        benchmark::RegisterBenchmark((std::string("pto_submit/") + shape + "/c_api").c_str(), BM_Pto,
+                                     std::string(shape), spyre::ReadyQueueKind::LockFree, true, false, true)
             ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(20);
         benchmark::RegisterBenchmark((std::string("pto_submit/") + shape + "/every_task_to_the_worker").c_str(), BM_Pto,
-                                     std::string(shape), spyre::ReadyQueueKind::LockFree, false, false)
+                                     std::string(shape), spyre::ReadyQueueKind::LockFree, false, false, false)
             ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(20);
         benchmark::RegisterBenchmark((std::string("pto_submit_one_thread/") + shape).c_str(), BM_PtoOneThread,
                                      std::string(shape))
             ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(20);
         benchmark::RegisterBenchmark((std::string("pto_submit/") + shape + "/locked_ready_queues").c_str(), BM_Pto,
-                                     std::string(shape), spyre::ReadyQueueKind::Locked, true, false)
+                                     std::string(shape), spyre::ReadyQueueKind::Locked, true, false, false)
             ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(20);
         benchmark::RegisterBenchmark((std::string("pto_submit_traced/") + shape).c_str(), BM_Pto, std::string(shape),
-                                     spyre::ReadyQueueKind::LockFree, true, true)
+                                     spyre::ReadyQueueKind::LockFree, true, true, false)
             ->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(20);
     }
     return spyre::bench::RunBenchmarks("orchestration_bench", std::chrono::seconds(120), [] {

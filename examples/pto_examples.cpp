@@ -4,20 +4,21 @@
 //
 //   pipeline   Example 1: (A + B) * C on 256 floats, two dependent tasks
 //              with implicit outputs from the heap ring
-//   matmul     Example 2: C[M,N] = A[M,K] * B[K,N] in 64^3 tiles, a scope
-//              and an explicit C_tile per output tile; beside one task of
-//              the whole matmul on one core and the host BLAS
+//   matmul     Example 2: C[M,N] = A[M,K] * B[K,N] in 64^3 tiles (smaller
+//              at the edges of sizes that are not multiples), a scope and
+//              an explicit C_tile per output tile; beside one task of the
+//              whole matmul on one core and the host BLAS
 //
-// The orchestration functions are the seed's C (examples/pto/*.c); this
-// program builds the kernels with the kernel builder, uploads them,
-// registers them by id, runs, and checks every result against the CPU.
+// The orchestration functions and the kernels' registration are C
+// (examples/pto/*.c: the seed's functions, and spyre_build_kernel with
+// pto_register_program); this program runs them and checks every result
+// against the CPU.
 //
 // Usage: spyre-pto-examples [pipeline|matmul|all] [--cores N] [M K N]
 //   --cores N   the private mock's compute cores (FLEX_DEVICE=MOCK)
 #include <cblas.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -29,36 +30,23 @@
 
 #include "hang_watchdog.hpp"
 #include "pto/kernels.h"
-#include "spyre/compiler/kernel_builder.hpp"
+#include "spyre/compiler/kernel_builder.h"
 #include "spyre/orchestration.hpp"
-#include "spyre/plan/program_image.hpp"
 #include "spyre/spyre.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Strides = std::array<int64_t, 2>;
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-// The kernel with the operand of relocation slot s at strides[s] (elements):
-// a tile kernel that reads and writes tiles inside bigger row-major matrices.
-std::vector<uint8_t> WithStrides(const spyre::BuiltKernel& kernel, const std::vector<Strides>& strides) {
-    spyre::ProgramImage image = spyre::ProgramImage::Decode(kernel.program);
-    for (const spyre_program_reloc& r : image.relocs) {
-        spyre_program_operand& op = image.operands.at(r.operand);
-        op.strides[0] = uint64_t(strides.at(r.slot)[0]);
-        op.strides[1] = uint64_t(strides.at(r.slot)[1]);
+// Throws the runtime's error when a C call failed.
+void Check(int32_t r) {
+    if (r < 0) {
+        pto_error_info e;
+        pto_last_error_info(&e);
+        throw spyre::Error(spyre::ErrorKind(e.kind - 1), e.message);
     }
-    return image.Encode();
-}
-
-// A program in device memory, for as long as the device lives.
-uint64_t Upload(spyre::Device& dev, const std::vector<uint8_t>& program) {
-    const spyre::DeviceAllocation a = dev.allocator().Allocate(program.size());
-    dev.default_stream().CopyToDevice(program.data(), a.handle, program.size());
-    dev.default_stream().Synchronize();
-    return dev.allocator().DeviceAddress(a.handle, program.size());
 }
 
 double WorstRelative(const float* got, const std::vector<float>& want) {
@@ -68,12 +56,8 @@ double WorstRelative(const float* got, const std::vector<float>& want) {
     return worst;
 }
 
-bool Pipeline(spyre::Device& dev, spyre::Orchestrator& orch) {
-    using spyre::ElementwiseOp;
-    const spyre::KernelBuilder kb;
-    const std::vector<int64_t> shape = {PIPELINE_ELEMENTS};
-    orch.RegisterDeviceKernel(KERNEL_ADD, Upload(dev, kb.Elementwise(ElementwiseOp::Add, shape, shape, spyre::DType::FP32).program));
-    orch.RegisterDeviceKernel(KERNEL_MUL, Upload(dev, kb.Elementwise(ElementwiseOp::Mul, shape, shape, spyre::DType::FP32).program));
+bool Pipeline(spyre::Orchestrator& orch) {
+    Check(register_pipeline_kernels(orch.handle()));
 
     const size_t bytes = PIPELINE_ELEMENTS * sizeof(float);
     auto* a = static_cast<float*>(orch.Alloc(bytes));
@@ -107,20 +91,12 @@ bool Pipeline(spyre::Device& dev, spyre::Orchestrator& orch) {
 }
 
 bool Matmul(spyre::Device& dev, spyre::Orchestrator& orch, int64_t m, int64_t k, int64_t n) {
-    if (m % TILE_M || k % TILE_K || n % TILE_N) {
-        std::printf("matmul: M, K, N must be multiples of %d, %d, %d\n", TILE_M, TILE_K, TILE_N);
-        return false;
-    }
-    const spyre::KernelBuilder kb;
-    const auto f32 = spyre::DType::FP32;
-    const std::vector<Strides> gemm_strides = {Strides{k, 1}, Strides{n, 1}, Strides{TILE_N, 1}};
-    orch.RegisterDeviceKernel(KERNEL_GEMM, Upload(dev, WithStrides(kb.Matmul(TILE_M, TILE_K, TILE_N, f32), gemm_strides)));
-    orch.RegisterDeviceKernel(KERNEL_GEMM_ACC,
-                              Upload(dev, WithStrides(kb.Matmul(TILE_M, TILE_K, TILE_N, f32, true), gemm_strides)));
-    orch.RegisterDeviceKernel(KERNEL_COPY,
-                              Upload(dev, WithStrides(kb.Copy({TILE_M, TILE_N}, f32), {Strides{TILE_N, 1}, Strides{n, 1}})));
+    Check(register_matmul_kernels(orch.handle(), m, k, n));
     constexpr int32_t kWhole = 100;  // the whole matmul as one task
-    orch.RegisterDeviceKernel(kWhole, Upload(dev, kb.Matmul(m, k, n, f32).program));
+    const spyre_kernel_spec whole = {.kind = SPYRE_KERNEL_MATMUL, .dtype = SPYRE_DTYPE_FP32, .rank = 3, .shape = {m, k, n}};
+    std::vector<uint8_t> program(size_t(spyre_build_kernel(&whole, nullptr, 0)));
+    Check(int32_t(spyre_build_kernel(&whole, program.data(), program.size())));
+    Check(pto_register_program(orch.handle(), kWhole, program.data(), program.size()));
 
     // A, B and C from the function's allocator, not the heap ring: they
     // live through the whole run, and in the ring they would pin its tail
@@ -151,7 +127,8 @@ bool Matmul(spyre::Device& dev, spyre::Orchestrator& orch, int64_t m, int64_t k,
     }
     const double tiled_ms = Ms(Clock::now() - t0);
     const double tiled_err = WorstRelative(c, want);
-    const int64_t tiles = (m / TILE_M) * (n / TILE_N), tasks = tiles * (k / TILE_K + 1);
+    const int64_t tiles = ((m + TILE_M - 1) / TILE_M) * ((n + TILE_N - 1) / TILE_N);
+    const int64_t tasks = tiles * ((k + TILE_K - 1) / TILE_K + 1);
 
     std::memset(c, 0, size_t(m * n) * 4);
     t0 = Clock::now();
@@ -206,7 +183,7 @@ int main(int argc, char** argv) {
         spyre::Device dev = spyre::Device::Open(options);
         auto orch = spyre::Orchestrator::Create(dev, {.task_ring_size = 1024, .heap_size = 64ull << 20});
         bool ok = true;
-        if (which != "matmul") ok &= Pipeline(dev, orch);
+        if (which != "matmul") ok &= Pipeline(orch);
         if (which != "pipeline") ok &= Matmul(dev, orch, m, k, n);
         std::printf("RESULT: %s\n", ok ? "OK" : "FAILED");
         return ok ? 0 : 1;

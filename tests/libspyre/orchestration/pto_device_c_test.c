@@ -26,23 +26,8 @@ static int failures;
         }                                                                                             \
     } while (0)
 
-/* Builds `spec` and registers it as `kernel_id`. */
-static int32_t Register(Runtime* rt, int32_t kernel_id, spyre_kernel_spec spec) {
-    int64_t size = spyre_build_kernel(&spec, NULL, 0);
-    if (size < 0) return (int32_t)size;
-    void* image = malloc((size_t)size);
-    int64_t again = spyre_build_kernel(&spec, image, (uint64_t)size);
-    int32_t r = again == size ? pto_register_program(rt, kernel_id, image, (uint64_t)size) : -EIO;
-    free(image);
-    return r;
-}
-
 static void Example1(Runtime* rt) {
-    const spyre_kernel_spec add = {.kind = SPYRE_KERNEL_ADD, .dtype = SPYRE_DTYPE_FP32, .rank = 1, .shape = {PIPELINE_ELEMENTS}};
-    spyre_kernel_spec mul = add;
-    mul.kind = SPYRE_KERNEL_MUL;
-    CHECK(Register(rt, KERNEL_ADD, add) == 0);
-    CHECK(Register(rt, KERNEL_MUL, mul) == 0);
+    CHECK(register_pipeline_kernels(rt) == 0);
     float* abc = pto_alloc(rt, 3 * PIPELINE_ELEMENTS * sizeof(float));
     CHECK(abc != NULL);
     if (!abc) return;
@@ -57,17 +42,12 @@ static void Example1(Runtime* rt) {
     CHECK(pto_free(rt, abc) == 0);
 }
 
-static void Example2(Runtime* rt, int M, int K, int N) {
-    /* Tiles read and written in place: operands at the matrices' row strides. */
-    spyre_kernel_spec gemm = {.kind = SPYRE_KERNEL_MATMUL, .dtype = SPYRE_DTYPE_FP32, .rank = 3,
-                              .shape = {TILE_M, TILE_K, TILE_N}, .row_stride = {K, N, TILE_N}};
-    spyre_kernel_spec gemm_acc = gemm;
-    gemm_acc.kind = SPYRE_KERNEL_MATMUL_ACCUMULATE;
-    spyre_kernel_spec copy = {.kind = SPYRE_KERNEL_COPY, .dtype = SPYRE_DTYPE_FP32, .rank = 2,
-                              .shape = {TILE_M, TILE_N}, .row_stride = {TILE_N, N}};
-    CHECK(Register(rt, KERNEL_GEMM, gemm) == 0);
-    CHECK(Register(rt, KERNEL_GEMM_ACC, gemm_acc) == 0);
-    CHECK(Register(rt, KERNEL_COPY, copy) == 0);
+/* On a runtime of its own: its kernels are those of these sizes. */
+static void Example2(int M, int K, int N) {
+    Runtime* rt = pto_runtime_create(NULL, 64, 4 << 20);
+    CHECK(rt != NULL);
+    if (!rt) return;
+    CHECK(register_matmul_kernels(rt, M, K, N) == 0);
     /* A, B and C outside the heap ring: they live through the whole run. */
     float* A = malloc(sizeof(float) * (size_t)(M * K));
     float* B = malloc(sizeof(float) * (size_t)(K * N));
@@ -95,6 +75,7 @@ static void Example2(Runtime* rt, int M, int K, int N) {
         CHECK(pto_device_free(rt, dA) == -EINVAL);
     }
     free(A), free(B), free(want);
+    CHECK(pto_runtime_destroy(rt) == 0);
 }
 
 int main(int argc, char** argv) {
@@ -103,7 +84,9 @@ int main(int argc, char** argv) {
     CHECK(rt != NULL);
     if (!rt) return 1;
     Example1(rt);
-    Example2(rt, 128, 256, 192);
+    Example2(128, 256, 192);
+    Example2(100, 130, 70); /* edge tiles along every dimension */
+    Example2(5, 3, 200);    /* no full tile along M and K */
 
     /* A program from a file (argv[1]: a scratch path), and bad input. */
     spyre_kernel_spec relu = {.kind = SPYRE_KERNEL_RELU, .dtype = SPYRE_DTYPE_FP32, .rank = 1, .shape = {64}};
