@@ -17,8 +17,8 @@ void simple_orch(Runtime* rt, uint64_t* args) {
     if (t0 < 0) return;  /* pto_run reports the failed call */
 
     /* The seed reads rt->task_descriptors[t0].packed_buffer_base. Without a
-     * scope, t0 stays live until this thread's next submission has found
-     * it as a producer (the depth-0 rule, docs/orchestration.md). */
+     * scope, t0 stays live until a later task of this thread reads its
+     * output (the depth-0 rule, docs/orchestration.md). */
     void* t0_out = pto_task_output(rt, t0, 0);
     if (!t0_out) return;
 
@@ -29,8 +29,8 @@ void simple_orch(Runtime* rt, uint64_t* args) {
             {PARAM_OUTPUT, NULL, bytes}
         }, 3);
     if (t1 < 0) return;
-    /* The result lives as long as its task: until this thread's next
-     * submission or wait, or the end of a scope the caller holds around
-     * the run (pto_examples.cpp does). */
+    /* The result lives as long as its task: until a task reads it or this
+     * thread waits, or until the end of a scope the caller holds around the
+     * run (pto_examples.cpp does). */
     *(void**)args[3] = pto_task_output(rt, t1, 0);
 }

@@ -192,7 +192,13 @@ int32_t pto_task_fail(Runtime* rt, int32_t task_id, uint32_t error_code);
 /* --- results ------------------------------------------------------------ */
 
 /* Address of implicit output `index` (counting implicit outputs only) of a
- * live task (Example 1's packed_buffer_base + offset). NULL on error. */
+ * live task (Example 1's packed_buffer_base + offset). NULL on error.
+ * The depth-0 rule (docs/orchestration.md): a task submitted outside any
+ * scope is held by its submitting thread until a later task of that
+ * thread reads its outputs, the thread's next pto_wait_all, or its exit;
+ * outputs this call never handed out may go sooner when the rings are
+ * full. An address in the heap ring that is not inside live, handed-out
+ * outputs (or a live pto_alloc buffer) is refused by pto_submit_task. */
 void* pto_task_output(Runtime* rt, int32_t task_id, int32_t index);
 /* PTO_TASK_* of a submitted task, or -EINVAL for an id never handed out. */
 int32_t pto_task_state(Runtime* rt, int32_t task_id);

@@ -16,7 +16,6 @@ void HeapRing::Release(uint64_t seq) {
     e.released = true;
     --live_;
     while (first_seq_ != next_seq_ && At(first_seq_).released) ++first_seq_;
-    if (first_seq_ == next_seq_) head_ = 0;
 }
 
 uint64_t HeapRing::used() const noexcept {

@@ -2,8 +2,9 @@
 // HeapRing (seed 004): one device allocation managed as a ring of buffers.
 // Allocation bumps the head; blocks are released in any order but the tail
 // advances only over released (consumed) blocks, in allocation order, so a
-// live block is never handed out twice. Not thread-safe: the task graph calls it
-// under its lock.
+// live block is never handed out twice. The head goes round even when the
+// ring empties, so an address is reused as late as it can be. Not
+// thread-safe: the task graph calls it under its lock.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +35,11 @@ public:
         const uint64_t need = RoundUp(size);
         if (need == 0 || need > size_) [[unlikely]]
             return std::nullopt;
-        uint64_t at = 0;  // an empty ring starts over at its base
+        // An empty ring goes on from its head, not from its base: a freed
+        // block's address comes back only after the ring has gone round, so
+        // a stale address is seen for what it is (TaskGraph refuses an
+        // address in no live block) for as long as possible.
+        uint64_t at = head_ + need <= size_ ? head_ : 0;
         if (next_seq_ != first_seq_) {
             const uint64_t tail = At(first_seq_).offset;
             if (head_ > tail) {  // live bytes are [tail, head): room at the end, then at the start

@@ -14,6 +14,19 @@ namespace {
 
 orchestration::TaskGraph& Graph(RuntimeState& state) { return *state.graph; }
 
+// Runs a call that changes the runtime's work; a failure inside pto_run's
+// orchestration function is noted for the run to report (as the C calls
+// are), under the seed's name of the call.
+template <typename F>
+decltype(auto) Changing(RuntimeState& state, const char* call, F&& f) {
+    try {
+        return f();
+    } catch (const Error& e) {
+        orchestration::NoteFailedCall(state, e, call);
+        throw;
+    }
+}
+
 // `state` with a handle of its own that an Orchestrator owns.
 RuntimeState* Registered(std::unique_ptr<RuntimeState> state) {
     state->handle = HandleTable::Instance().Register(state.get(), false);
@@ -63,11 +76,15 @@ void Orchestrator::RegisterDeviceKernel(int32_t kernel_id, uint64_t program_addr
     Graph(*state_).RegisterKernel(std::move(k));
 }
 
-void* Orchestrator::Alloc(size_t size) { return Graph(*state_).Alloc(size); }
-void Orchestrator::Free(void* buffer) { Graph(*state_).Free(buffer); }
+void* Orchestrator::Alloc(size_t size) {
+    return Changing(*state_, "pto_alloc", [&] { return Graph(*state_).Alloc(size); });
+}
+void Orchestrator::Free(void* buffer) {
+    Changing(*state_, "pto_free", [&] { Graph(*state_).Free(buffer); });
+}
 
 Orchestrator::Scope Orchestrator::BeginScope() {
-    Graph(*state_).ScopeBegin();
+    Changing(*state_, "pto_scope_begin", [&] { Graph(*state_).ScopeBegin(); });
     return Scope(this);
 }
 
@@ -84,18 +101,28 @@ void Orchestrator::Scope::End() {
     if (!orch_) throw Error(ErrorKind::InvalidArgument, "scope ended already");
     Orchestrator* o = orch_;
     orch_ = nullptr;
-    Graph(*o->state_).ScopeEnd();
+    try {
+        Graph(*o->state_).ScopeEnd();
+    } catch (const Error& e) {
+        // A task of the scope failed: the wait reports that, not the call.
+        if (e.kind() != ErrorKind::DeviceError) orchestration::NoteFailedCall(*o->state_, e, "pto_scope_end");
+        throw;
+    }
 }
 
 int32_t Orchestrator::Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params) {
-    return Graph(*state_).Submit(kernel_id, worker_type, params);
+    return Changing(*state_, "pto_submit_task", [&] { return Graph(*state_).Submit(kernel_id, worker_type, params); });
 }
 
-void Orchestrator::Complete(int32_t task_id) { Graph(*state_).Complete(task_id, 0); }
+void Orchestrator::Complete(int32_t task_id) {
+    Changing(*state_, "pto_task_complete", [&] { Graph(*state_).Complete(task_id, 0); });
+}
 
 void Orchestrator::Fail(int32_t task_id, uint32_t error_code) {
-    if (error_code == 0) throw Error(ErrorKind::InvalidArgument, "a failed task needs a non-zero error code");
-    Graph(*state_).Complete(task_id, error_code);
+    Changing(*state_, "pto_task_fail", [&] {
+        if (error_code == 0) throw Error(ErrorKind::InvalidArgument, "a failed task needs a non-zero error code");
+        Graph(*state_).Complete(task_id, error_code);
+    });
 }
 
 void* Orchestrator::TaskOutput(int32_t task_id, int32_t index) { return Graph(*state_).TaskOutput(task_id, index); }

@@ -22,8 +22,9 @@ constexpr uint64_t kBufferOwner = 1ull << 63;
 
 // The depth-0 rule, as messages state it.
 constexpr const char* kHoldRule =
-    "a task with implicit outputs submitted outside any scope stays live until the same thread's next "
-    "pto_submit_task has found its producers, its next pto_wait_all, or its exit";
+    "a task with implicit outputs submitted outside any scope is held by its submitting thread until a later "
+    "task of that thread reads them, the thread's next pto_wait_all, or its exit; outputs whose address "
+    "pto_task_output never handed out go sooner when the rings are full";
 
 const char* KindName(int32_t kind) {
     switch (kind) {
@@ -204,6 +205,9 @@ auto TaskGraph::Stall(Lock& lock, StallNeed need, Attempt&& attempt, Stuck&& stu
             return *r;
         }
         stalled_ = need;
+        // Under pressure, depth-0 outputs nobody can name (their address
+        // was never handed out) need not be kept.
+        if (!holds_.empty() && LetGoHoldsNotHandedOut()) continue;
         // Only tasks on executors finish by themselves; with none, space
         // could come back only through this (stalled) caller: say so.
         if (active_ == 0) {
@@ -221,8 +225,9 @@ std::string TaskGraph::TaskRingStuck() const {
     const TaskDescriptor& t = ring_.Get(ring_.tail());
     const TaskState st = t.state.load(std::memory_order_relaxed);
     if (st == TaskState::Completed && HeldByAThread(t.task_id)) {
-        s << " is held for its submitting thread's next pto_submit_task or pto_wait_all (" << kHoldRule
-          << "); a task that reads it needs a slot of its own beside it: create the runtime with a larger task ring";
+        s << " is held by its submitting thread (" << kHoldRule
+          << "): read depth-0 outputs sooner, wait, put the tasks in scopes, or create the runtime with a larger "
+             "task ring";
     } else if (st == TaskState::Completed && t.has_heap_block && scopes_.depth() > 0) {
         s << " is held by " << scopes_.depth() << " open scope(s) (the outermost began at task "
           << *scopes_.outermost() << ") for its implicit outputs; a scope can hold at most " << ring_.capacity()
@@ -237,9 +242,14 @@ std::string TaskGraph::TaskRingStuck() const {
 }
 
 bool TaskGraph::HeldByAThread(int32_t task_id) const {
-    for (const auto& h : holds_)
-        if (h.second == task_id) return true;
+    for (const Held& h : holds_)
+        if (h.task == task_id) return true;
     return false;
+}
+
+bool TaskGraph::InHeap(const uint8_t* p, uint64_t size) const noexcept {
+    const uint8_t* lo = heap_.base();
+    return p < lo + heap_.size() && lo < p + size;
 }
 
 std::string TaskGraph::HeapStuck(uint64_t need) const {
@@ -255,7 +265,7 @@ std::string TaskGraph::HeapStuck(uint64_t need) const {
     } else if (owner) {
         s << Describe(int32_t(*owner)) << "'s implicit outputs";
         if (HeldByAThread(int32_t(*owner)))
-            s << ", held for its submitting thread's next pto_submit_task or pto_wait_all (" << kHoldRule << ")";
+            s << ", held by its submitting thread (" << kHoldRule << ")";
         else if (scopes_.depth() > 0)
             s << ", held by " << scopes_.depth() << " open scope(s)";
     }
@@ -468,7 +478,7 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
         const uint64_t size = as_region ? p.region.size : p.size;
         if (size == 0) Fail(ErrorKind::InvalidArgument, where() + " has size 0");
         ResolvedParam& r = resolved[i];
-        r = {nullptr, size, p.kind, false};
+        r = {nullptr, size, p.kind, false, false};
         if (!base) {
             if (p.kind != PARAM_OUTPUT)
                 Fail(ErrorKind::InvalidArgument, where() + " has no buffer: only an OUTPUT can be allocated implicitly");
@@ -490,9 +500,11 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
         }
         if (!InMemory(base, size)) FailOutside(base, size, where());
         bool partial = false;
-        if (BufferInfo* b = buffers_.Find(base, size, &partial); b && b->free_requested)
+        BufferInfo* b = buffers_.Find(base, size, &partial);
+        if (b && b->free_requested)
             Fail(ErrorKind::InvalidArgument, where() + " refers to a buffer already freed with pto_free (device address " +
                                                  Hex(uint64_t(b->base_ptr - options_.memory)) + ")");
+        r.in_outputs = !b && !partial && InHeap(base, size);
         if (partial)
             Fail(ErrorKind::InvalidArgument, where() + " [device address " + Hex(uint64_t(base - options_.memory)) +
                                                  ", +" + std::to_string(size) + ") runs past the end of its pto_alloc buffer");
@@ -502,25 +514,8 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
     if (implicit_bytes > heap_.size())
         Fail(ErrorKind::OutOfMemory, "the task's implicit outputs need " + std::to_string(implicit_bytes) +
                                          " bytes, more than the heap ring (" + std::to_string(heap_.size()) + " bytes)");
-    // This thread's depth-0 hold goes now unless the new task uses its
-    // outputs; then it goes once the task holds them as their consumer.
-    const std::thread::id self = std::this_thread::get_id();
-    std::optional<int32_t> held;
-    if (!holds_.empty()) [[unlikely]] {
-        held = TakeHold(self);
-        if (held && !Touches({resolved, params.size()}, ring_.Get(*held))) {
-            LetGo(*held);
-            held.reset();
-        }
-    }
     // 1. A slot from the task ring (stalls while full).
-    int32_t id;
-    try {
-        id = Stall(lock, {.slots = 1}, [&] { return ring_.Allocate(); }, [&] { return TaskRingStuck(); });
-    } catch (...) {
-        if (held) holds_.emplace_back(self, *held);  // a failed submission changes nothing
-        throw;
-    }
+    const int32_t id = Stall(lock, {.slots = 1}, [&] { return ring_.Allocate(); }, [&] { return TaskRingStuck(); });
     TaskDescriptor& t = ring_.Get(id);
     // 2. Implicit outputs, packed in one heap block.
     if (implicit_bytes) {
@@ -535,7 +530,6 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
                 TraceHeap();
         } catch (...) {
             ring_.Unallocate();  // nobody else allocates: submitters are serialised
-            if (held) holds_.emplace_back(self, *held);
             throw;
         }
     }
@@ -557,6 +551,7 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
         t.params[i].size = r.size;
         t.params[i].kind = r.kind;
         t.params[i].implicit = r.implicit;
+        t.params[i].in_outputs = r.in_outputs;
     }
     // 3. Dependencies: look every region up first, then file this task's
     // accesses (a task never waits for itself).
@@ -564,11 +559,15 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
         CheckPoison(t);
     deps_.clear();
     auto alive = [this](int32_t task) { return Alive(task); };
+    bool uses_outputs = false;
     for (int32_t i = 0; i < t.num_params; ++i) {
         const ResolvedParam& p = t.params[i];
         if (p.implicit) continue;  // fresh memory: nobody else touches it yet
         map_.Lookup(uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id, alive, deps_);
+        uses_outputs |= p.in_outputs;
     }
+    if (uses_outputs) [[unlikely]]
+        CheckOutputsUsed(t);  // before anything is filed: a refusal takes nothing
     for (int32_t i = 0; i < t.num_params; ++i) {
         const ResolvedParam& p = t.params[i];
         map_.Insert(uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id);
@@ -606,13 +605,16 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
         ++waiting_for;
     }
     t.fanin_remaining.store(waiting_for, std::memory_order_relaxed);
-    if (held) LetGo(*held);  // the new task holds it now, as its consumer
+    // This thread's depth-0 outputs the task reads are its to hold now, as
+    // their consumer.
+    if (uses_outputs && !holds_.empty()) LetGoHoldsReadBy(t);
     // 4. Implicit outputs are kept by one reference per open scope (seed
     // 004: fanout = consumers + scope depth), or outside any scope by the
-    // submitting thread. Other tasks are held only by their consumers, so
-    // a scope of any length streams through the ring.
+    // submitting thread (the depth-0 rule, holds_). Other tasks are held
+    // only by their consumers, so a scope of any length streams through
+    // the ring.
     if (t.has_heap_block) {
-        if (scopes_.depth() == 0) Hold(t, self);
+        if (scopes_.depth() == 0) Hold(t);
         t.fanout_count += scopes_.depth();
     }
     ++inflight_;
@@ -742,17 +744,6 @@ void TaskGraph::TryConsume(TaskDescriptor& t) {
     }
 }
 
-std::optional<int32_t> TaskGraph::TakeHold(std::thread::id thread) {
-    for (auto& h : holds_)
-        if (h.first == thread) {
-            const int32_t id = h.second;
-            h = holds_.back();
-            holds_.pop_back();
-            return id;
-        }
-    return std::nullopt;
-}
-
 void TaskGraph::LetGo(int32_t task_id) {
     TaskDescriptor& t = ring_.Get(task_id);
     ++t.fanout_refcount;
@@ -760,29 +751,95 @@ void TaskGraph::LetGo(int32_t task_id) {
     if (ring_.Reclaim()) space_freed_ = true;
 }
 
-void TaskGraph::Hold(TaskDescriptor& t, std::thread::id thread) {
+void TaskGraph::Hold(TaskDescriptor& t) {
     ++t.fanout_count;
-    holds_.emplace_back(thread, t.task_id);
+    holds_.push_back({std::this_thread::get_id(), t.task_id});
     tl_holds.Add(anchor_);
 }
 
-bool TaskGraph::Touches(std::span<const ResolvedParam> params, const TaskDescriptor& held) {
-    const auto lo = held.packed_buffer_base, hi = lo + held.heap_bytes;
-    for (const ResolvedParam& p : params) {
-        if (p.implicit) continue;
-        const auto a = uint64_t(reinterpret_cast<uintptr_t>(p.host));
-        if (a < hi && lo < a + p.size) return true;
+bool TaskGraph::Covers(const TaskDescriptor& owner, const ResolvedParam& p) {
+    const auto a = uint64_t(reinterpret_cast<uintptr_t>(p.host));
+    return owner.has_heap_block && a >= owner.packed_buffer_base && a - owner.packed_buffer_base < owner.heap_bytes &&
+           p.size <= owner.packed_buffer_base + owner.heap_bytes - a;
+}
+
+void TaskGraph::CheckOutputsUsed(TaskDescriptor& t) {
+    for (int32_t i = 0; i < t.num_params; ++i) {
+        const ResolvedParam& p = t.params[i];
+        if (!p.in_outputs) continue;
+        // The producer is among the live tasks the lookups found (it wrote
+        // the block); it must have handed the address out (pto_task_output):
+        // otherwise the address came from a task that is gone, and the
+        // bytes there are another's, or nobody's.
+        bool live = false;
+        for (int32_t d : deps_) live |= Covers(ring_.Get(d), p) && ring_.Get(d).handed_out;
+        if (live) continue;
+        const uint64_t device_address = uint64_t(p.host - options_.memory);
+        // Refused whole: the slot and the heap block go back.
+        if (t.has_heap_block) heap_.Release(t.heap_seq);
+        ring_.Unallocate();
+        Fail(ErrorKind::InvalidArgument,
+             "parameter " + std::to_string(i) + " [device address " + Hex(device_address) + ", +" +
+                 std::to_string(p.size) +
+                 ") lies in the heap ring but not inside a live task's implicit outputs that pto_task_output handed "
+                 "out, nor a live pto_alloc buffer: an output used after its task was let go (" + kHoldRule + ")");
     }
-    return false;
+}
+
+void TaskGraph::LetGoHoldsReadBy(const TaskDescriptor& t) {
+    const std::thread::id self = std::this_thread::get_id();
+    for (size_t h = 0; h < holds_.size();) {
+        const Held held = holds_[h];
+        bool read = false;
+        if (held.thread == self)
+            for (int32_t i = 0; i < t.num_params && !read; ++i)
+                read = t.params[i].in_outputs && Covers(ring_.Get(held.task), t.params[i]);
+        if (!read) {
+            ++h;
+            continue;
+        }
+        holds_.erase(holds_.begin() + std::ptrdiff_t(h));
+        LetGo(held.task);
+    }
+}
+
+bool TaskGraph::LetGoHoldsNotHandedOut() {
+    // Each thread's newest hold stays: its submitter may not have asked
+    // for the address yet (Example 1 asks right after submitting).
+    bool any = false;
+    for (size_t h = 0; h < holds_.size();) {
+        const Held held = holds_[h];
+        bool newest = true;
+        for (size_t later = h + 1; later < holds_.size() && newest; ++later) newest = holds_[later].thread != held.thread;
+        if (newest || ring_.Get(held.task).handed_out) {
+            ++h;
+            continue;
+        }
+        holds_.erase(holds_.begin() + std::ptrdiff_t(h));
+        LetGo(held.task);
+        any = true;
+    }
+    return any;
+}
+
+void TaskGraph::LetGoHoldsOf(std::thread::id thread) {
+    bool any = false;
+    for (size_t h = 0; h < holds_.size();) {
+        if (holds_[h].thread != thread) {
+            ++h;
+            continue;
+        }
+        const int32_t task = holds_[h].task;
+        holds_.erase(holds_.begin() + std::ptrdiff_t(h));
+        LetGo(task);
+        any = true;
+    }
+    if (any) DrainSkips();
 }
 
 void TaskGraph::ReleaseHold() {
     Lock lock(*this);
-    if (holds_.empty()) return;
-    if (const auto id = TakeHold(std::this_thread::get_id())) {
-        LetGo(*id);
-        DrainSkips();
-    }
+    if (!holds_.empty()) LetGoHoldsOf(std::this_thread::get_id());
 }
 
 void TaskGraph::NoteFailure(const TaskDescriptor& t) {
@@ -866,10 +923,13 @@ uint8_t* TaskGraph::TaskOutput(int32_t task_id, int32_t index) {
     if (!ring_.IsLive(task_id))
         Fail(ErrorKind::InvalidArgument, "task " + std::to_string(task_id) +
                                              " is not live (never submitted, or consumed and reclaimed)");
-    const TaskDescriptor& t = ring_.Get(task_id);
+    TaskDescriptor& t = ring_.Get(task_id);
     int32_t n = 0;
     for (int32_t i = 0; i < t.num_params; ++i)
-        if (t.params[i].implicit && n++ == index) return t.params[i].host;
+        if (t.params[i].implicit && n++ == index) {
+            t.handed_out = true;  // from now on a task may name these outputs
+            return t.params[i].host;
+        }
     Fail(ErrorKind::InvalidArgument, Describe(task_id) + " has " + std::to_string(n) + " implicit output(s), not " +
                                          std::to_string(index + 1));
 }
@@ -883,10 +943,7 @@ void TaskGraph::WaitAll(const ProgressCallback& progress) {
              EDEADLK);
     Lock lock(*this);
     if (!holds_.empty()) [[unlikely]]
-        if (const auto id = TakeHold(std::this_thread::get_id())) {
-            LetGo(*id);
-            DrainSkips();
-        }
+        LetGoHoldsOf(std::this_thread::get_id());
     // Progress: tasks completed of those submitted since the last WaitAll
     // that returned with nothing in flight; reported outside the lock, once
     // per change (so done only rises, and ends at total).

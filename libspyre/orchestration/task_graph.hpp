@@ -197,14 +197,19 @@ private:
     // The heap ring's bytes in use, as a counter (a trace records).
     void TraceHeap();
     void TryConsume(TaskDescriptor& t);
-    // Depth-0 holds (holds_): take the calling thread's out of the list,
-    // let one go, take a new one on task t.
-    std::optional<int32_t> TakeHold(std::thread::id thread);
-    void LetGo(int32_t task_id);
-    void Hold(TaskDescriptor& t, std::thread::id thread);
-    // Whether the task-to-be with parameters `params` reads or writes the
-    // implicit outputs of `held`.
-    static bool Touches(std::span<const ResolvedParam> params, const TaskDescriptor& held);
+    // Depth-0 holds (holds_, docs/orchestration.md "The depth-0 rule").
+    void Hold(TaskDescriptor& t);     // the calling thread holds t
+    void LetGo(int32_t task_id);      // one hold's reference goes
+    void LetGoHoldsReadBy(const TaskDescriptor& t);  // the calling thread's holds t reads
+    bool LetGoHoldsNotHandedOut();    // under pressure; whether any went
+    void LetGoHoldsOf(std::thread::id thread);
+    // Whether `p` lies inside `owner`'s implicit outputs.
+    static bool Covers(const TaskDescriptor& owner, const ResolvedParam& p);
+    // Refuses (unwinding t's slot and block) a parameter in the heap ring
+    // that is not inside live, handed-out implicit outputs (deps_ holds the
+    // lookups' producers).
+    void CheckOutputsUsed(TaskDescriptor& t);
+    bool InHeap(const uint8_t* p, uint64_t size) const noexcept;
     // Records a failed or skipped task for WaitAll and its open scopes.
     void NoteFailure(const TaskDescriptor& t);
     void ReleaseBuffer(BufferInfo& b);
@@ -249,13 +254,18 @@ private:
     };
     std::vector<PoisonedRegion> poisoned_;
     std::vector<int32_t> deps_;        // Submit's scratch
-    // Depth-0 holds. A task with implicit outputs submitted outside any
-    // scope has no scope to keep them, and a fast task would be reclaimed
-    // before its submitter could pass them on (seed 004's Example 1 reads
-    // t0's output right after submitting it). So each submitting thread
-    // holds its last such task until its next submission has found its
-    // producers, its next wait, or its exit.
-    std::vector<std::pair<std::thread::id, int32_t>> holds_;
+    // Depth-0 holds, oldest first. A task with implicit outputs submitted
+    // outside any scope has no scope to keep them, and a fast task would be
+    // reclaimed before its submitter could pass them on (seed 004's
+    // Example 1 reads t0's output right after submitting it). So its
+    // submitting thread holds it until a later task of that thread reads
+    // them, the thread's next wait, or its exit; under pressure, holds whose
+    // address was never handed out go sooner (each thread's newest stays).
+    struct Held {
+        std::thread::id thread;
+        int32_t task;
+    };
+    std::vector<Held> holds_;
     std::shared_ptr<HoldAnchor> anchor_;
     int32_t scope_floor_ = 0;
     int32_t waiters_ = 0;       // threads in Sleep

@@ -32,6 +32,9 @@ struct ResolvedParam {
     uint64_t size;
     int32_t kind;
     bool implicit;  // allocated from the heap ring for this task
+    // In the heap ring outside any pto_alloc buffer: another task's
+    // implicit outputs, which must be live and handed out.
+    bool in_outputs;
 };
 
 // The first failure behind a failed or skipped task.
@@ -62,8 +65,9 @@ struct TaskDescriptor {
     uint64_t heap_seq = 0;  // the heap block of its implicit outputs
     uint64_t heap_bytes = 0;  // and its size
     // It has implicit outputs: its scopes (or, outside any scope, its
-    // submitting thread until that thread's next submission) hold it.
+    // submitting thread, the depth-0 rule) hold it.
     bool has_heap_block = false;
+    bool handed_out = false;  // pto_task_output gave its outputs' address away
     const KernelEntry* kernel = nullptr;
     TaskOutcome outcome = TaskOutcome::None;
     bool poisoned = false;        // a producer failed: do not run

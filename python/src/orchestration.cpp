@@ -373,20 +373,38 @@ void BindOrchestration(py::module_& m) {
              "kernel raised) with task_id, kernel_id, device_code, failures (dicts) and skipped (task ids).")
         .def("run", [](py::object self_obj, py::function fn, py::args args) {
                 auto self = self_obj.cast<std::shared_ptr<PyOrch>>();
-                {
-                    py::object scope = py::cast(PyScope{self, std::nullopt});
-                    scope.attr("__enter__")();
-                    try {
-                        fn(self_obj, *args);
-                    } catch (...) {
-                        scope.attr("__exit__")(py::str("error"), py::none(), py::none());
-                        throw;
-                    }
-                    scope.attr("__exit__")(py::none(), py::none(), py::none());
+                Orchestrator& o = self->Get("Orchestrator.run");
+                // pto_run's rules (no scope of its own, the function's
+                // scopes its own, the failed calls it ignored reported):
+                // Orchestrator::Run with the GIL released, taken again
+                // around the Python function.
+                struct Call {
+                    py::object self;
+                    py::function fn;
+                    py::args args;
+                } call{self_obj, fn, args};
+                uint64_t raw[] = {uint64_t(uintptr_t(&call))};
+                std::vector<TaskFailure> snapshot;
+                try {
+                    WithoutGil([&] {
+                        o.Run(
+                            [](Runtime*, uint64_t* a) {
+                                const auto* c = reinterpret_cast<const Call*>(uintptr_t(a[0]));
+                                py::gil_scoped_acquire gil;
+                                c->fn(c->self, *c->args);
+                            },
+                            raw, [&](const ProgressInfo& p) {
+                                if (p.done == p.total) snapshot = o.Failures();
+                            });
+                    });
+                } catch (const Error& e) {
+                    if (e.kind() != ErrorKind::DeviceError) throw;
+                    RaiseWaitError(*self, e, snapshot);
                 }
-                WaitAll(*self);
             }, py::arg("fn"),
-            "fn(orchestrator, *args) inside a scope, then wait_all: an orchestration function written in Python.")
+            "fn(orchestrator, *args), then wait_all, as pto_run: no scope of its own (a loop of scopes in fn "
+            "streams through the rings), scopes fn leaves open ended for it, and the first call of fn that "
+            "failed raised even if fn went on.")
         .def("device_address", [](PyOrch& self, py::object b) {
                 return self.Get("Orchestrator.device_address").DeviceAddress(AddressOf(b, "Orchestrator.device_address"));
             }, py::arg("buffer"))

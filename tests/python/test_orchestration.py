@@ -52,6 +52,48 @@ def test_orchestration_function_written_in_python_with_run(orch, rng):
     np.testing.assert_allclose(E, (A + B) * (C + D), rtol=1e-5)
 
 
+def counter_with_inc_kernel(orch):
+    """A zeroed int32 counter and kernel PYADD incrementing its first parameter."""
+    acc = orch.alloc(4, dtype=np.int32)
+    acc[:] = 0
+
+    def inc(x, *implicit_outputs):
+        x += 1
+
+    orch.register_host_kernel(PYADD, inc, dtype=np.int32)
+    return acc
+
+
+def test_run_streams_a_loop_of_scopes_beyond_the_ring_and_reports_ignored_failures(orch):
+    acc = counter_with_inc_kernel(orch)
+
+    def loop(o, n):  # 4 x the ring of 64 (the fixture's), in scopes of 4
+        for _ in range(n // 4):
+            with o.scope():
+                for _ in range(4):
+                    o.submit(PYADD, spyre.WORKER_HOST, [("inout", acc)])
+
+    orch.run(loop, 256)  # run used to hold every task in a scope of its own: "task ring ... cannot drain"
+    assert acc[0] == 256
+
+    def ignores_a_failure(o):
+        try:
+            o.submit(999, spyre.WORKER_HOST, [("inout", acc)])  # a kernel never registered
+        except spyre.InvalidArgument:
+            pass  # and goes on
+
+    with pytest.raises(spyre.InvalidArgument, match="the orchestration function's pto_submit_task failed"):
+        orch.run(ignores_a_failure)
+
+    def raises(o):
+        o.submit(PYADD, spyre.WORKER_HOST, [("inout", acc)])
+        raise KeyError("in the orchestration function")
+
+    with pytest.raises(KeyError, match="in the orchestration function"):
+        orch.run(raises)
+    assert acc[0] == 257  # what it submitted ran before the error was raised
+
+
 def test_python_host_kernels_get_views_and_mix_with_device_tasks(orch, rng):
     calls = []
 
@@ -72,13 +114,7 @@ def test_python_host_kernels_get_views_and_mix_with_device_tasks(orch, rng):
 
 
 def test_many_python_host_tasks_with_a_chain(orch):
-    acc = orch.alloc(4, dtype=np.int32)
-    acc[:] = 0
-
-    def inc(x, *implicit_outputs):
-        x += 1
-
-    orch.register_host_kernel(PYADD, inc, dtype=np.int32)
+    acc = counter_with_inc_kernel(orch)
     for _ in range(10):  # 200 tasks through a ring of 64: submit stalls (GIL released) until slots drain
         with orch.scope():
             for _ in range(20):

@@ -55,9 +55,13 @@ TEST(HeapRing, TailAdvancesOnlyOverReleasedBlocksInOrder) {
     ring.Release(e->seq);
     EXPECT_EQ(ring.used(), 0u);
     EXPECT_EQ(ring.live_blocks(), 0u);
-    auto f = ring.Allocate(512, 7);  // an empty ring starts over
+    auto f = ring.Allocate(128, 7);  // an empty ring goes on from its head: e's address comes back last
     ASSERT_TRUE(f);
-    EXPECT_EQ(f->offset, 0u);
+    EXPECT_EQ(f->offset, 256u);
+    ring.Release(f->seq);
+    auto g = ring.Allocate(512, 8);  // what does not fit before the end starts over
+    ASSERT_TRUE(g);
+    EXPECT_EQ(g->offset, 0u);
 }
 
 TEST(HeapRing, WrapSkipsTheTooSmallEnd) {

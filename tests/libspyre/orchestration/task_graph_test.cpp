@@ -318,7 +318,7 @@ TEST_P(BackPressure, AScopeOfExplicitWritesStreamsThroughTheRing) {
 // right after it is submitted and passed to the second task. A cheap host
 // kernel runs inside Submit, so before the depth-0 rule the output was
 // already reclaimed when Submit returned.
-TEST_P(BackPressure, DepthZeroOutputsStayLiveUntilTheThreadsNextSubmission) {
+TEST_P(BackPressure, DepthZeroOutputsStayLiveUntilATaskReadsThem) {
     Make(GetParam(), 256);
     uint32_t* a = Data(0, 64);
     uint32_t* zeros = Data(4096, 64);
@@ -338,13 +338,74 @@ TEST_P(BackPressure, DepthZeroOutputsStayLiveUntilTheThreadsNextSubmission) {
             std::memset(result, 0, 64);
         }
     }
-    // 10,000 tasks in a row with nothing between them: a ring of 2 (or 3)
-    // slots and a heap of 2 outputs.
+    o().WaitAll();
+}
+
+// 10,000 tasks in a row at depth 0 with nothing between them through a ring
+// of 2 (or 3) slots and a heap of 2 outputs: outputs whose address nobody
+// asked for go when the rings are full; those asked for stay until a wait.
+TEST_P(BackPressure, DepthZeroTasksFlowThroughARingOfTwoAndAHeapOfTwoOutputs) {
+    Make(GetParam(), 256);
+    uint32_t* a = Data(0, 64);
+    for (int i = 0; i < 16; ++i) a[i] = uint32_t(i);
+    int32_t last = -1;
+    for (int i = 0; i < 10'000; ++i) {
+        TaskParam p[] = {In(a, 64), In(a, 64), Out(nullptr, 64)};
+        last = o().Submit(K_ADD, WORKER_VECTOR, p);
+    }
+    EXPECT_EQ(last, 9'999);
+    o().WaitAll();
+    EXPECT_EQ(o().TaskState(last), PTO_TASK_CONSUMED);  // nothing is held after the wait
     for (int i = 0; i < 10'000; ++i) {
         TaskParam p[] = {In(a, 64), In(a, 64), Out(nullptr, 64)};
         const int32_t t = o().Submit(K_ADD, WORKER_VECTOR, p);
         ASSERT_EQ(static_cast<uint32_t*>(o().TaskOutput(t))[7], 14u) << "task " << i;
+        o().WaitAll();  // lets go of what was asked for
     }
+}
+
+// Outputs taken early and read later by one task (a fan-in): both stay
+// until it reads them. Before, the first was let go at the second's
+// submission, its heap block went to the second's output, and the reader
+// read the second twice: a wrong answer, silently.
+TEST_P(OrchQueueTest, DepthZeroOutputsTakenEarlyAreKeptForTheirReader) {
+    Make(16, 4096);
+    uint32_t* a = Data(0, 64);
+    uint32_t* b = Data(4096, 64);
+    uint32_t* out = Data(8192, 64);
+    for (int i = 0; i < 16; ++i) a[i] = uint32_t(i), b[i] = 100;
+    TaskParam p0[] = {In(a, 64), In(a, 64), Out(nullptr, 64)};
+    const int32_t t0 = o().Submit(K_ADD, WORKER_VECTOR, p0);
+    void* t0_out = o().TaskOutput(t0);  // 2a
+    while (o().TaskState(t0) != PTO_TASK_COMPLETED) std::this_thread::yield();  // done before t1 (no wait: it lets go)
+    TaskParam p1[] = {In(b, 64), In(b, 64), Out(nullptr, 64)};
+    void* t1_out = o().TaskOutput(o().Submit(K_ADD, WORKER_VECTOR, p1));  // 2b
+    EXPECT_NE(t0_out, t1_out);
+    TaskParam p2[] = {In(t0_out, 64), In(t1_out, 64), Out(out, 64)};
+    o().Submit(K_ADD, WORKER_VECTOR, p2);
+    o().WaitAll();
+    for (int i = 0; i < 16; ++i) ASSERT_EQ(out[i], uint32_t(2 * i + 200)) << i;
+}
+
+// Once its hold has gone (here: a wait), an output's address is refused,
+// not read: nothing live is there, or what is there was never handed out.
+TEST_P(OrchQueueTest, AnOutputUsedAfterItsHoldWentIsRefused) {
+    Make(16, 4096);
+    uint32_t* a = Data(0, 64);
+    uint32_t* out = Data(8192, 64);
+    TaskParam p0[] = {In(a, 64), In(a, 64), Out(nullptr, 64)};
+    void* t0_out = o().TaskOutput(o().Submit(K_ADD, WORKER_VECTOR, p0));
+    o().WaitAll();
+    TaskParam p1[] = {In(t0_out, 64), In(a, 64), Out(out, 64)};
+    EXPECT_SPYRE_ERROR(o().Submit(K_ADD, WORKER_VECTOR, p1), InvalidArgument,
+                       "lies in the heap ring but not inside a live task's implicit outputs that pto_task_output "
+                       "handed out");
+    // A new task's outputs at the same place, never handed out: still refused.
+    for (int i = 0; i < 64; ++i) {
+        TaskParam fresh[] = {In(a, 64), In(a, 64), Out(nullptr, 64)};
+        o().Submit(K_ADD, WORKER_VECTOR, fresh);
+    }
+    EXPECT_SPYRE_ERROR(o().Submit(K_ADD, WORKER_VECTOR, p1), InvalidArgument, "an output used after its task was let go");
     o().WaitAll();
 }
 
