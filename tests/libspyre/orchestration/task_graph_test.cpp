@@ -58,6 +58,11 @@ protected:
         orch_->RegisterHostKernel(K_EXT, [](std::span<void* const>, std::span<const uint64_t>) { return 0u; });
     }
     virtual ReadyQueueKind QueueKind() const { return ReadyQueueKind::Locked; }
+    // Until task t has completed, without a wait (a wait lets go of the
+    // thread's depth-0 outputs).
+    void WaitForTask(int32_t t) {
+        while (o().TaskState(t) < PTO_TASK_COMPLETED) std::this_thread::yield();
+    }
     Orchestrator& o() { return *orch_; }
     uint32_t* Data(uint64_t offset, uint64_t bytes) { return static_cast<uint32_t*>(o().HostAddress(offset, bytes)); }
     std::optional<Orchestrator> orch_;
@@ -359,7 +364,9 @@ TEST_P(BackPressure, DepthZeroTasksFlowThroughARingOfTwoAndAHeapOfTwoOutputs) {
     for (int i = 0; i < 10'000; ++i) {
         TaskParam p[] = {In(a, 64), In(a, 64), Out(nullptr, 64)};
         const int32_t t = o().Submit(K_ADD, WORKER_VECTOR, p);
-        ASSERT_EQ(static_cast<uint32_t*>(o().TaskOutput(t))[7], 14u) << "task " << i;
+        const auto* out = static_cast<const uint32_t*>(o().TaskOutput(t));
+        WaitForTask(t);  // not WaitAll: that lets go of it
+        ASSERT_EQ(out[7], 14u) << "task " << i;
         o().WaitAll();  // lets go of what was asked for
     }
 }
@@ -377,7 +384,7 @@ TEST_P(OrchQueueTest, DepthZeroOutputsTakenEarlyAreKeptForTheirReader) {
     TaskParam p0[] = {In(a, 64), In(a, 64), Out(nullptr, 64)};
     const int32_t t0 = o().Submit(K_ADD, WORKER_VECTOR, p0);
     void* t0_out = o().TaskOutput(t0);  // 2a
-    while (o().TaskState(t0) != PTO_TASK_COMPLETED) std::this_thread::yield();  // done before t1 (no wait: it lets go)
+    WaitForTask(t0);  // done before t1 is submitted
     TaskParam p1[] = {In(b, 64), In(b, 64), Out(nullptr, 64)};
     void* t1_out = o().TaskOutput(o().Submit(K_ADD, WORKER_VECTOR, p1));  // 2b
     EXPECT_NE(t0_out, t1_out);
@@ -420,6 +427,7 @@ TEST_P(BackPressure, ADepthZeroChainFlowsThroughARingOfTwoSlots) {
         TaskParam p[] = {In(o().TaskOutput(t), 64), In(a, 64), Out(nullptr, 64)};
         t = o().Submit(K_ADD, WORKER_VECTOR, p);
     }
+    WaitForTask(t);
     EXPECT_EQ(static_cast<uint32_t*>(o().TaskOutput(t))[9], 10'002u);
     o().WaitAll();
 }
