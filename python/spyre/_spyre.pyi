@@ -29,6 +29,7 @@ class Error(Exception):
     address: Optional[int]
     stream: Optional[int]
     op_index: Optional[int]
+    kernel_id: Optional[int]
     device_code: int
     sys_errno: int
 class InvalidArgument(Error, ValueError): ...
