@@ -80,7 +80,7 @@ CbOutcome CbExecutor::Execute(const spyre_cb& cb, std::span<const uint8_t> paylo
     try {
         if (uint16_t status = ValidateHeader(cb, payload.size()); status != SPYRE_ERR_NONE) return Fail(status);
         const auto bound = std::chrono::milliseconds(watchdog_ms_.load(std::memory_order_relaxed));
-        return Dispatch(cb, payload, Budget(started + bound, aborted));
+        return Dispatch(cb, payload, Budget(started, bound, aborted));
     } catch (const std::exception& e) {
         LOG_ERROR("executor fault on opcode 0x%02x: %s", unsigned(cb.opcode), e.what());
     } catch (...) {

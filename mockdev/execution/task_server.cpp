@@ -213,7 +213,7 @@ bool TaskServer::Take(uint32_t queue, CoreTask& out) {
 }
 
 uint16_t TaskServer::Execute(const spyre_task_desc& d, unsigned core) {
-    const Budget budget(Clock::now() + std::chrono::milliseconds(watchdog_ms_.load(std::memory_order_relaxed)),
+    const Budget budget(Clock::now(), std::chrono::milliseconds(watchdog_ms_.load(std::memory_order_relaxed)),
                         [this] { return abort_.load(std::memory_order_relaxed); });
     return ExecuteTask(*per_core_.at(core), d, budget);
 }
