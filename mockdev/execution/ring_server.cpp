@@ -71,8 +71,10 @@ void RingServer::SetRingEnabled(bool enabled) {
 RingServer::Paused::Paused(RingServer& server) : ring_server_(server) {
     ring_server_.abort_batch_.store(true);
     lock_ = std::unique_lock(ring_server_.exec_mutex_);
-    // Out of its futex sleep, to park on exec_mutex_ instead.
-    ring_server_.pause_.Begin([&] { ring_server_.Kick(); }, [&] { return ring_server_.stopping_.load(); });
+    // Out of its futex sleep, to park on exec_mutex_ instead. A server never
+    // started (a test harness's card) has no thread to wait for.
+    ring_server_.pause_.Begin([&] { ring_server_.Kick(); },
+                              [&] { return ring_server_.stopping_.load() || !ring_server_.running_.load(); });
     ring_server_.abort_batch_.store(false);
 }
 
@@ -185,8 +187,8 @@ RingServer::Clock::time_point RingServer::ServeBatch() {
     // is also when the next CB starts), on the cycle clock: at 33 ns each in a
     // VM, kernel clock reads were most of a NOP's time on the device.
     const auto started = clock_.Now();
-    std::unique_lock lock(exec_mutex_);
-    if (LeaveBatch() || halted()) return started;
+    const auto lock = pause_.Enter(exec_mutex_);
+    if (!lock || LeaveBatch() || halted()) return started;
     uint32_t head = SharedWord(db_->sq_head).load(std::memory_order_relaxed);
     const uint32_t tail = SharedWord(db_->sq_tail).load(std::memory_order_acquire);
     regs_.Store32(SPYRE_REG_SQ_TAIL, tail);

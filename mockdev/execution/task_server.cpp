@@ -39,6 +39,7 @@ TaskServer::TaskServer(RegisterFile& regs, ShmObject& ring, const TaskGeometry& 
 TaskServer::~TaskServer() { Stop(); }
 
 void TaskServer::Start(const std::string& name) {
+    started_.store(true);
     thread_ = StartServerThread(name, [this] { Loop(); });
     cores_.AddTaskSource(this);
     registered_.store(true);
@@ -69,8 +70,10 @@ TaskServer::Paused::Paused(TaskServer& server) : server_(server) {
     server_.abort_.store(true);  // running tasks stop at their next budget check
     lock_ = std::unique_lock(server_.exec_mutex_);
     // Out of its futex sleep, to park on exec_mutex_ instead: the page it
-    // sleeps on may be replaced while paused (a change of owner).
-    server_.pause_.Begin([&] { server_.WakeServer(); }, [&] { return server_.stopping_.load(); });
+    // sleeps on may be replaced while paused (a change of owner). A server
+    // never started (a test harness's card) has no thread to wait for.
+    server_.pause_.Begin([&] { server_.WakeServer(); },
+                         [&] { return server_.stopping_.load() || !server_.started_.load(); });
     std::unique_lock lock(server_.mutex_);
     server_.accepting_ = false;
     server_.idle_.wait(lock, [&] { return server_.running_ == 0; });
@@ -151,8 +154,8 @@ void TaskServer::Halt(uint32_t queue, uint32_t sq_head) {
 }
 
 bool TaskServer::Intake() {
-    std::unique_lock exec(exec_mutex_);
-    if (pause_.requested() || stopping_.load()) return false;
+    auto exec = pause_.Enter(exec_mutex_);
+    if (!exec || pause_.requested() || stopping_.load()) return false;
     bool took = false;
     for (uint32_t q = 0; q < queues_; ++q) {
         if (halted_.load() & (1u << q)) continue;

@@ -134,6 +134,7 @@ private:
     ServerPause pause_;
     std::atomic<bool> abort_{false};
     std::atomic<bool> registered_{false};
+    std::atomic<bool> started_{false};  // a thread to wait for in a pause
     std::thread thread_;
 };
 
