@@ -30,11 +30,12 @@ constexpr uint32_t kPollsPerClockRead = 16;
 }  // namespace
 
 RingServer::RingServer(RegisterFile& regs, ShmObject& ring, const RingGeometry& geometry, CbExecutor& executor,
-               std::chrono::microseconds poll)
+                       HostLink& host_link, std::chrono::microseconds poll)
     : regs_(regs),
       ring_(ring),
       geo_(geometry),
       executor_(executor),
+      host_link_(host_link),
       abort_cb_([this] { return stopping_.load() || abort_batch_.load(); }),
       poll_(poll),
       db_(reinterpret_cast<spyre_doorbell_page*>(ring.data() + geometry.db_offset)),
@@ -193,6 +194,7 @@ RingServer::Clock::time_point RingServer::ServeBatch() {
     const uint32_t tail = SharedWord(db_->sq_tail).load(std::memory_order_acquire);
     regs_.Store32(SPYRE_REG_SQ_TAIL, tail);
     if (tail == head) return started;
+    host_link_.Observed();
     regs_.Count64(SPYRE_REG_CNT_DOORBELLS, 1);
     if (!spyre_ring_valid(head, tail, geo_.sq_entries)) {
         Halt(head);
@@ -279,6 +281,7 @@ void RingServer::PostCqe(const spyre_cb& cb, const CbOutcome& outcome, uint32_t 
     // lap's phase may read the rest.
     uint8_t* slot = cq_ + size_t(spyre_ring_slot(cq_tail, geo_.cq_entries)) * geo_.cqe_size;
     std::memcpy(slot, &cqe, SPYRE_CQE_PHASE_OFFSET);
+    host_link_.Published();
     std::atomic_ref<uint8_t>(slot[SPYRE_CQE_PHASE_OFFSET]).store(spyre_cqe_phase(cq_tail, geo_.cq_entries),
                                                                  std::memory_order_release);
 }

@@ -23,12 +23,13 @@ using namespace std::chrono_literals;
 
 TaskServer::TaskServer(RegisterFile& regs, ShmObject& ring, const TaskGeometry& geometry,
                        const std::atomic<uint32_t>& watchdog_ms, DeviceMemory memory, CardCores& cores,
-                       std::chrono::microseconds poll)
+                       HostLink& host_link, std::chrono::microseconds poll)
     : regs_(regs),
       ring_(ring),
       geo_(geometry),
       watchdog_ms_(watchdog_ms),
       cores_(cores),
+      host_link_(host_link),
       poll_(poll),
       base_(ring.data()),
       db_(reinterpret_cast<spyre_task_doorbell*>(ring.data() + geometry.db_offset)),
@@ -164,6 +165,7 @@ bool TaskServer::Intake() {
         const uint32_t tail = SharedWord(w.sq_tail).load(std::memory_order_acquire);
         uint32_t head = queue.sq_head;
         if (tail == head) continue;
+        host_link_.Observed();
         if (!spyre_ring_valid(head, tail, geo_.sq_entries)) {
             Halt(q, head);
             continue;
@@ -243,6 +245,7 @@ void TaskServer::Run(const CoreTask& task, unsigned core) noexcept {
         Queue& queue = q_[task.queue];
         uint8_t* cq = Block(task.queue) + geo_.cq_offset;
         std::memcpy(cq + size_t(spyre_ring_slot(queue.cq_tail, geo_.cq_entries)) * geo_.cqe_size, &cqe, sizeof cqe);
+        host_link_.Published();
         ++queue.cq_tail;
         SharedWord(Words(task.queue).cq_tail).store(queue.cq_tail, std::memory_order_release);
     }
