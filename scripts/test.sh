@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# Install dependencies, build, and run the unit and integration suites.
+# Install dependencies, build, and run the test suites; with no arguments,
+# then the ThreadSanitizer job on the daemon (scripts/tsan.sh; SPYRE_TSAN=0
+# skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
 export SPYRE_REQUIRE_FUSE=${SPYRE_REQUIRE_FUSE:-1}
-meson test -C build --print-errorlogs --num-processes 2 "$@"
+rm -rf build/meson-logs/tsan*  # no stale TSan results for .ci/run to count
+status=0
+meson test -C build --print-errorlogs --num-processes 2 "$@" || status=$?
+if [ $# -eq 0 ] && [ "${SPYRE_TSAN:-1}" != 0 ]; then
+  scripts/tsan.sh || status=$?
+fi
+exit $status

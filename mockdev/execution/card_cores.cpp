@@ -57,6 +57,7 @@ CardCores::~CardCores() {
 }
 
 bool CardCores::TryTake() {
+    if (tasks_turn_.load(std::memory_order_seq_cst)) return false;  // workers held back by the last program first
     bool free = false;
     if (!card_busy_.compare_exchange_strong(free, true, std::memory_order_seq_cst)) return false;
     // A worker that saw the card free may be taking a task: it started
@@ -75,7 +76,22 @@ bool CardCores::MayTakeTask() {
 CardCores::Turn CardCores::Acquire(const Budget& budget, uint16_t& status) {
     status = SPYRE_ERR_NONE;
     // No one in line and the card free: take it without the line's lock.
-    if (queued_.load(std::memory_order_seq_cst) == 0 && TryTake()) return Turn(this);
+    bool waited = false;
+    if (queued_.load(std::memory_order_seq_cst) != 0 || !TryTake()) {
+        if (!WaitForTurn(budget, status)) return Turn();
+        waited = true;
+    }
+    Turn turn(this, waited);
+    // Tasks that started before this turn may still run on the cores (no new
+    // one starts now); the program has the cores once they have ended.
+    if (tasks_running_.load(std::memory_order_seq_cst) != 0) {
+        if (!WaitForTasks(budget, status)) return Turn();  // `turn` hands the card on
+        turn.waited_ = true;
+    }
+    return turn;
+}
+
+bool CardCores::WaitForTurn(const Budget& budget, uint16_t& status) {
     std::unique_lock lock(turn_mutex_);
     const uint64_t ticket = next_ticket_++;
     waiting_.push_back(ticket);
@@ -84,16 +100,25 @@ CardCores::Turn CardCores::Acquire(const Budget& budget, uint16_t& status) {
         if (waiting_.front() == ticket && TryTake()) {
             waiting_.pop_front();
             queued_.fetch_sub(1, std::memory_order_seq_cst);
-            return Turn(this);
+            return true;
         }
         if ((status = budget.Check()) != SPYRE_ERR_NONE) {
             waiting_.erase(std::find(waiting_.begin(), waiting_.end(), ticket));
             queued_.fetch_sub(1, std::memory_order_seq_cst);
             turn_cv_.notify_all();  // the next in line may be first now
-            return Turn();
+            return false;
         }
         turn_cv_.wait_for(lock, kBudgetCheck);
     }
+}
+
+bool CardCores::WaitForTasks(const Budget& budget, uint16_t& status) {
+    std::unique_lock lock(mutex_);
+    while (tasks_running_.load(std::memory_order_seq_cst) != 0) {
+        if ((status = budget.Check()) != SPYRE_ERR_NONE) return false;
+        tasks_done_.wait_for(lock, kBudgetCheck);
+    }
+    return true;
 }
 
 unsigned CardCores::waiting() {
@@ -102,6 +127,10 @@ unsigned CardCores::waiting() {
 }
 
 void CardCores::Release() {
+    // Workers this program held back from tasks look before the next program
+    // takes the card (one that slips in before this store only delays them
+    // by its own run: they are still counted at its Release).
+    if (held_workers_.load(std::memory_order_seq_cst) != 0) tasks_turn_.store(true, std::memory_order_seq_cst);
     // Dekker with Acquire's slow path (queued_, then TryTake) and with a
     // worker held back (held_back_, then card_busy_): each side stores, then
     // loads the other's word, so one of the two sees the other.
@@ -208,6 +237,7 @@ void CardCores::Work(unsigned core) {
     uint64_t seen = 0;
     uint64_t tasks_seen = 0;
     bool look = false;  // look for a task without a new notification (after running one)
+    bool held = false;  // counted in held_workers_: wanted a task while a program held the card
     std::unique_lock lock(mutex_);
     for (;;) {
         wake_.wait(lock, [&] {
@@ -215,6 +245,10 @@ void CardCores::Work(unsigned core) {
             const bool wants_task = look || task_seq_ != tasks_seen;
             if (!wants_task) return false;
             if (MayTakeTask()) return true;
+            if (!held) {
+                held = true;
+                held_workers_.fetch_add(1, std::memory_order_seq_cst);
+            }
             held_back_.store(true, std::memory_order_seq_cst);  // Release wakes us...
             return MayTakeTask();                               // ...unless it released meanwhile
         });
@@ -231,11 +265,20 @@ void CardCores::Work(unsigned core) {
         tasks_seen = task_seq_;
         CoreTask task;
         look = TakeTask(group, task);
+        if (look) tasks_running_.fetch_add(1, std::memory_order_seq_cst);
         taking_.fetch_sub(1, std::memory_order_seq_cst);  // raised by MayTakeTask
-        if (!look) continue;  // sleep until tasks are announced
+        // This worker has looked: the last of those held back ends the tasks' turn.
+        const bool turn_over = held && held_workers_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+                               tasks_turn_.exchange(false, std::memory_order_seq_cst);
+        held = false;
         lock.unlock();
-        task.source->Run(task, core);
+        if (turn_over) {
+            std::lock_guard turn_lock(turn_mutex_);  // a program between its look and its wait holds it
+            turn_cv_.notify_all();
+        }
+        if (look) task.source->Run(task, core);
         lock.lock();
+        if (look && tasks_running_.fetch_sub(1, std::memory_order_seq_cst) == 1) tasks_done_.notify_all();
     }
 }
 

@@ -11,15 +11,20 @@
 // server asks for one program at a time, so a function that floods the card
 // waits behind every other function that is waiting, and no function holds
 // the card for longer than one program, itself bounded by the card's
-// watchdog.
+// watchdog. That bound is on the program's run: its watchdog starts when it
+// has the cores, so the wait for its turn (bounded by the turns ahead) never
+// eats it.
 //
 // Tasks (spyre_task.h) run between programs, one per worker: the workers are
 // split into core groups of SPYRE_TQ_DEFAULT_GROUP_CORES, and an idle worker
 // of group g takes the next task of queue g from the task sources (one per
 // function) in turn, so a function flooding its queues gets one task in
 // every round and cannot starve another. While a program holds the card no
-// worker starts a task, and a program's ops wait for running tasks to end
-// (each bounded by the watchdog), so neither kind starves the other.
+// worker starts a task; a program has the cores once the tasks running on
+// them have ended (each bounded by the watchdog), and when it ends, workers
+// that waited for it to take a task do so before the next program takes the
+// card. Programs and rounds of tasks alternate: neither kind starves the
+// other.
 #pragma once
 
 #include <array>
@@ -88,22 +93,31 @@ public:
     class Turn {
     public:
         Turn() = default;
-        explicit Turn(CardCores* cores) : cores_(cores) {}
-        Turn(Turn&& o) noexcept : cores_(std::exchange(o.cores_, nullptr)) {}
+        Turn(CardCores* cores, bool waited) : cores_(cores), waited_(waited) {}
+        Turn(Turn&& o) noexcept : cores_(std::exchange(o.cores_, nullptr)), waited_(o.waited_) {}
         Turn& operator=(Turn&&) = delete;
         ~Turn();
         explicit operator bool() const { return cores_ != nullptr; }
+        // The cores were not free at once: the program's watchdog starts now.
+        bool waited() const { return waited_; }
 
     private:
+        friend class CardCores;
         CardCores* cores_ = nullptr;
+        bool waited_ = false;
     };
 
     // Takes the card for one program, after every program that asked
-    // earlier. Waits no longer than `budget` allows: then the returned turn
-    // is empty and `status` says why.
+    // earlier and the tasks that waited for the last one, and returns once
+    // the tasks still running on the cores have ended: the program then has
+    // every core. Waits no longer than `budget` allows (a LAUNCH passes one
+    // with only its abort): then the returned turn is empty and `status`
+    // says why.
     Turn Acquire(const Budget& budget, uint16_t& status);
     // Programs waiting for the card now (for tests and dumps).
     unsigned waiting();
+    // Workers waiting to take a task while a program holds the card (for tests).
+    unsigned tasks_waiting() const { return held_workers_.load(); }
 
     // Runs body(i) for every i in [0, chunks) on the workers and returns once
     // all have finished. A chunk returns SPYRE_ERR_NONE or a fault; the first
@@ -122,8 +136,13 @@ private:
     bool TakeTask(unsigned group, CoreTask& out);  // mutex_ held
     static void RunChunks(Job& job);
 
-    // Takes the card if free, then waits for workers already taking a task.
+    // Takes the card if free and no tasks' turn is due, then waits for
+    // workers already taking a task.
     bool TryTake();
+    // Acquire's line: waits for the ticket's turn.
+    bool WaitForTurn(const Budget& budget, uint16_t& status);
+    // With the card held: waits for the tasks running on the cores to end.
+    bool WaitForTasks(const Budget& budget, uint16_t& status);
     // A worker may take a task: the card is free. Leaves taking_ raised
     // (the caller lowers it once it took one, or found none).
     bool MayTakeTask();  // mutex_ held
@@ -147,6 +166,16 @@ private:
     // A worker wanted a task while the card was held (no task starts
     // meanwhile): Release wakes them.
     std::atomic<bool> held_back_{false};
+    // Workers held back that have not looked for a task since (changed under
+    // mutex_). Release gives them a turn (tasks_turn_): the next program
+    // takes the card only once each has looked, so a function flooding the
+    // card with programs cannot starve the tasks.
+    std::atomic<unsigned> held_workers_{0};
+    std::atomic<bool> tasks_turn_{false};
+    // Tasks on the workers now (changed under mutex_): a program that took
+    // the card waits for them (tasks_done_) before it runs.
+    std::atomic<unsigned> tasks_running_{0};
+    std::condition_variable tasks_done_;
     // Workers between their look at card_busy_ and taking a task (Dekker
     // with TryTake: one of the two sees the other).
     std::atomic<unsigned> taking_{0};

@@ -80,7 +80,7 @@ CbOutcome CbExecutor::Execute(const spyre_cb& cb, std::span<const uint8_t> paylo
     try {
         if (uint16_t status = ValidateHeader(cb, payload.size()); status != SPYRE_ERR_NONE) return Fail(status);
         const auto bound = std::chrono::milliseconds(watchdog_ms_.load(std::memory_order_relaxed));
-        return Dispatch(cb, payload, Budget(started + bound, aborted));
+        return Dispatch(cb, payload, Budget(started, bound, aborted));
     } catch (const std::exception& e) {
         LOG_ERROR("executor fault on opcode 0x%02x: %s", unsigned(cb.opcode), e.what());
     } catch (...) {
@@ -159,6 +159,7 @@ CbOutcome CbExecutor::ExecuteSemWrite(const spyre_cb& cb) {
     if (!ReservedArgsZero(cb, 2)) return Fail(SPYRE_ERR_RESERVED_NONZERO);
     uint64_t* word = nullptr;
     if (CbOutcome f = SemaphoreAt(memory_, cb.u.sem.addr, word); f.status) return f;
+    memory_.Published();  // the host may wait for this value, then act
     std::atomic_ref<uint64_t>(*word).store(cb.u.sem.value, std::memory_order_release);
     return CbOutcome{SPYRE_ERR_NONE, cb.u.sem.value, 0};
 }
@@ -174,7 +175,10 @@ CbOutcome CbExecutor::ExecuteSemWait(const spyre_cb& cb, const Budget& watchdog)
     std::chrono::nanoseconds sleep = kSemSleepMin;
     for (int spins = 0;; ++spins) {
         const uint64_t seen = std::atomic_ref<uint64_t>(*word).load(std::memory_order_acquire);
-        if (seen == s.value) return CbOutcome{SPYRE_ERR_NONE, seen, 0};
+        if (seen == s.value) {
+            memory_.Observed();  // the host may have written it, after what it waited for
+            return CbOutcome{SPYRE_ERR_NONE, seen, 0};
+        }
         if (uint16_t status = budget.Check()) return CbOutcome{status, seen, s.addr};
         if (spins < kSemSpins) continue;
         std::this_thread::sleep_for(sleep);

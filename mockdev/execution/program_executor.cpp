@@ -66,9 +66,12 @@ CbOutcome ProgramExecutor::Launch(uint64_t addr, uint64_t size, const Budget& bu
     const DecodedProgram* program = nullptr;
     if (CbOutcome loaded = Load(addr, size, bytes_, program); loaded.status) return loaded;
     if (CbOutcome mapped = MapOperands(*program); mapped.status) return mapped;
+    // The wait for the cores is bounded by arbitration (card_cores.hpp), not
+    // by this program's watchdog, which bounds its run from when it has them.
     uint16_t status;
-    const auto card = compute_.Acquire(budget, status);
+    const auto card = compute_.Acquire(budget.AbortOnly(), status);
     if (!card) return Fail(status, addr);
+    const Budget run = card.waited() ? budget.From(Budget::Clock::now()) : budget;
     struct Running {
         ProgramExecutor& executor;
         explicit Running(ProgramExecutor& e) : executor(e) { executor.launching_ = true; }
@@ -78,7 +81,7 @@ CbOutcome ProgramExecutor::Launch(uint64_t addr, uint64_t size, const Budget& bu
         }
     } running(*this);
     for (const spyre_program_op& op : program->ops)
-        if (CbOutcome done = RunOp(*program, op, addr, budget); done.status) return done;
+        if (CbOutcome done = RunOp(*program, op, addr, run); done.status) return done;
     return CbOutcome{SPYRE_ERR_NONE, program->ops.size(), 0};
 }
 

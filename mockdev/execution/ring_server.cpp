@@ -30,11 +30,12 @@ constexpr uint32_t kPollsPerClockRead = 16;
 }  // namespace
 
 RingServer::RingServer(RegisterFile& regs, ShmObject& ring, const RingGeometry& geometry, CbExecutor& executor,
-               std::chrono::microseconds poll)
+                       HostLink& host_link, std::chrono::microseconds poll)
     : regs_(regs),
       ring_(ring),
       geo_(geometry),
       executor_(executor),
+      host_link_(host_link),
       abort_cb_([this] { return stopping_.load() || abort_batch_.load(); }),
       poll_(poll),
       db_(reinterpret_cast<spyre_doorbell_page*>(ring.data() + geometry.db_offset)),
@@ -71,8 +72,10 @@ void RingServer::SetRingEnabled(bool enabled) {
 RingServer::Paused::Paused(RingServer& server) : ring_server_(server) {
     ring_server_.abort_batch_.store(true);
     lock_ = std::unique_lock(ring_server_.exec_mutex_);
-    // Out of its futex sleep, to park on exec_mutex_ instead.
-    ring_server_.pause_.Begin([&] { ring_server_.Kick(); }, [&] { return ring_server_.stopping_.load(); });
+    // Out of its futex sleep, to park on exec_mutex_ instead. A server never
+    // started (a test harness's card) has no thread to wait for.
+    ring_server_.pause_.Begin([&] { ring_server_.Kick(); },
+                              [&] { return ring_server_.stopping_.load() || !ring_server_.running_.load(); });
     ring_server_.abort_batch_.store(false);
 }
 
@@ -185,12 +188,13 @@ RingServer::Clock::time_point RingServer::ServeBatch() {
     // is also when the next CB starts), on the cycle clock: at 33 ns each in a
     // VM, kernel clock reads were most of a NOP's time on the device.
     const auto started = clock_.Now();
-    std::unique_lock lock(exec_mutex_);
-    if (LeaveBatch() || halted()) return started;
+    const auto lock = pause_.Enter(exec_mutex_);
+    if (!lock || LeaveBatch() || halted()) return started;
     uint32_t head = SharedWord(db_->sq_head).load(std::memory_order_relaxed);
     const uint32_t tail = SharedWord(db_->sq_tail).load(std::memory_order_acquire);
     regs_.Store32(SPYRE_REG_SQ_TAIL, tail);
     if (tail == head) return started;
+    host_link_.Observed();
     regs_.Count64(SPYRE_REG_CNT_DOORBELLS, 1);
     if (!spyre_ring_valid(head, tail, geo_.sq_entries)) {
         Halt(head);
@@ -277,6 +281,7 @@ void RingServer::PostCqe(const spyre_cb& cb, const CbOutcome& outcome, uint32_t 
     // lap's phase may read the rest.
     uint8_t* slot = cq_ + size_t(spyre_ring_slot(cq_tail, geo_.cq_entries)) * geo_.cqe_size;
     std::memcpy(slot, &cqe, SPYRE_CQE_PHASE_OFFSET);
+    host_link_.Published();
     std::atomic_ref<uint8_t>(slot[SPYRE_CQE_PHASE_OFFSET]).store(spyre_cqe_phase(cq_tail, geo_.cq_entries),
                                                                  std::memory_order_release);
 }

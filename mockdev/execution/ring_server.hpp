@@ -18,6 +18,7 @@
 
 #include "execution/cb_executor.hpp"
 #include "execution/cycle_clock.hpp"
+#include "execution/host_link.hpp"
 #include "execution/server_pause.hpp"
 #include "pci/register_file.hpp"
 #include "pci/shm_object.hpp"
@@ -41,8 +42,10 @@ class RingServer {
 public:
     using Clock = std::chrono::steady_clock;
 
+    // `host_link` is the card's: the server acts on doorbells and posts
+    // completions through it (host_link.hpp).
     RingServer(RegisterFile& regs, ShmObject& ring, const RingGeometry& geometry, CbExecutor& executor,
-           std::chrono::microseconds poll);
+               HostLink& host_link, std::chrono::microseconds poll);
     ~RingServer();
 
     RingServer(const RingServer&) = delete;
@@ -111,6 +114,7 @@ private:
     ShmObject& ring_;
     const RingGeometry geo_;
     CbExecutor& executor_;
+    HostLink& host_link_;
     const std::function<bool()> abort_cb_;  // tells a running CB to stop (reset, shutdown)
     const std::chrono::microseconds poll_;
     spyre_doorbell_page* const db_;

@@ -6,7 +6,8 @@
 // registers and pages may be replaced meanwhile (a reset, a change of
 // owner). Seeing the server awake is not enough: a server just out of its
 // futex sleep still writes STATUS, CNT_WAKEUPS and device_sleeping, which
-// would land in the next owner's fresh pages.
+// would land in the next owner's fresh pages. Outside Park the server takes
+// the mutex only through Enter, which never waits for it.
 #pragma once
 
 #include <atomic>
@@ -31,6 +32,15 @@ public:
         FutexWake(&parked_, INT_MAX, FutexScope::Private);
         std::lock_guard wait_for_resume(exec_mutex);
         Parked().store(0);
+    }
+
+    // Server thread: the exec mutex for a turn of work, or an empty lock if
+    // a pause holds it (the server then goes round to Park). A server that
+    // waited for the mutex here would never park: the pause waited out
+    // kParkLimit and then changed what the server had read without the
+    // server having parked (TSan: TaskServer::ClearQueues against Submitted).
+    std::unique_lock<std::mutex> Enter(std::mutex& exec_mutex) {
+        return std::unique_lock<std::mutex>(exec_mutex, std::try_to_lock);
     }
 
     // Pausing thread, holding the exec mutex: asks for the pause and waits

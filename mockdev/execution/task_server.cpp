@@ -23,12 +23,13 @@ using namespace std::chrono_literals;
 
 TaskServer::TaskServer(RegisterFile& regs, ShmObject& ring, const TaskGeometry& geometry,
                        const std::atomic<uint32_t>& watchdog_ms, DeviceMemory memory, CardCores& cores,
-                       std::chrono::microseconds poll)
+                       HostLink& host_link, std::chrono::microseconds poll)
     : regs_(regs),
       ring_(ring),
       geo_(geometry),
       watchdog_ms_(watchdog_ms),
       cores_(cores),
+      host_link_(host_link),
       poll_(poll),
       base_(ring.data()),
       db_(reinterpret_cast<spyre_task_doorbell*>(ring.data() + geometry.db_offset)),
@@ -39,6 +40,7 @@ TaskServer::TaskServer(RegisterFile& regs, ShmObject& ring, const TaskGeometry& 
 TaskServer::~TaskServer() { Stop(); }
 
 void TaskServer::Start(const std::string& name) {
+    started_.store(true);
     thread_ = StartServerThread(name, [this] { Loop(); });
     cores_.AddTaskSource(this);
     registered_.store(true);
@@ -69,8 +71,10 @@ TaskServer::Paused::Paused(TaskServer& server) : server_(server) {
     server_.abort_.store(true);  // running tasks stop at their next budget check
     lock_ = std::unique_lock(server_.exec_mutex_);
     // Out of its futex sleep, to park on exec_mutex_ instead: the page it
-    // sleeps on may be replaced while paused (a change of owner).
-    server_.pause_.Begin([&] { server_.WakeServer(); }, [&] { return server_.stopping_.load(); });
+    // sleeps on may be replaced while paused (a change of owner). A server
+    // never started (a test harness's card) has no thread to wait for.
+    server_.pause_.Begin([&] { server_.WakeServer(); },
+                         [&] { return server_.stopping_.load() || !server_.started_.load(); });
     std::unique_lock lock(server_.mutex_);
     server_.accepting_ = false;
     server_.idle_.wait(lock, [&] { return server_.running_ == 0; });
@@ -151,8 +155,8 @@ void TaskServer::Halt(uint32_t queue, uint32_t sq_head) {
 }
 
 bool TaskServer::Intake() {
-    std::unique_lock exec(exec_mutex_);
-    if (pause_.requested() || stopping_.load()) return false;
+    auto exec = pause_.Enter(exec_mutex_);
+    if (!exec || pause_.requested() || stopping_.load()) return false;
     bool took = false;
     for (uint32_t q = 0; q < queues_; ++q) {
         if (halted_.load() & (1u << q)) continue;
@@ -161,6 +165,7 @@ bool TaskServer::Intake() {
         const uint32_t tail = SharedWord(w.sq_tail).load(std::memory_order_acquire);
         uint32_t head = queue.sq_head;
         if (tail == head) continue;
+        host_link_.Observed();
         if (!spyre_ring_valid(head, tail, geo_.sq_entries)) {
             Halt(q, head);
             continue;
@@ -213,7 +218,7 @@ bool TaskServer::Take(uint32_t queue, CoreTask& out) {
 }
 
 uint16_t TaskServer::Execute(const spyre_task_desc& d, unsigned core) {
-    const Budget budget(Clock::now() + std::chrono::milliseconds(watchdog_ms_.load(std::memory_order_relaxed)),
+    const Budget budget(Clock::now(), std::chrono::milliseconds(watchdog_ms_.load(std::memory_order_relaxed)),
                         [this] { return abort_.load(std::memory_order_relaxed); });
     return ExecuteTask(*per_core_.at(core), d, budget);
 }
@@ -240,6 +245,7 @@ void TaskServer::Run(const CoreTask& task, unsigned core) noexcept {
         Queue& queue = q_[task.queue];
         uint8_t* cq = Block(task.queue) + geo_.cq_offset;
         std::memcpy(cq + size_t(spyre_ring_slot(queue.cq_tail, geo_.cq_entries)) * geo_.cqe_size, &cqe, sizeof cqe);
+        host_link_.Published();
         ++queue.cq_tail;
         SharedWord(Words(task.queue).cq_tail).store(queue.cq_tail, std::memory_order_release);
     }

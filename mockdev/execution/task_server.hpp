@@ -24,6 +24,7 @@
 
 #include "execution/card_cores.hpp"
 #include "execution/device_memory.hpp"
+#include "execution/host_link.hpp"
 #include "execution/program_executor.hpp"
 #include "execution/server_pause.hpp"
 #include "pci/register_file.hpp"
@@ -47,10 +48,11 @@ struct TaskGeometry {
 class TaskServer final : public TaskSource {
 public:
     // One queue per core group of `cores`. `memory` is the function's window,
-    // `watchdog_ms` the card's bound on one task.
+    // `watchdog_ms` the card's bound on one task, `host_link` the card's (the
+    // server acts on doorbells and posts completions through it).
     TaskServer(RegisterFile& regs, ShmObject& ring, const TaskGeometry& geometry,
                const std::atomic<uint32_t>& watchdog_ms, DeviceMemory memory, CardCores& cores,
-               std::chrono::microseconds poll);
+               HostLink& host_link, std::chrono::microseconds poll);
     ~TaskServer() override;
 
     TaskServer(const TaskServer&) = delete;
@@ -116,6 +118,7 @@ private:
     const TaskGeometry geo_;
     const std::atomic<uint32_t>& watchdog_ms_;
     CardCores& cores_;
+    HostLink& host_link_;
     const std::chrono::microseconds poll_;
     uint8_t* const base_;
     spyre_task_doorbell* const db_;
@@ -134,6 +137,7 @@ private:
     ServerPause pause_;
     std::atomic<bool> abort_{false};
     std::atomic<bool> registered_{false};
+    std::atomic<bool> started_{false};  // a thread to wait for in a pause
     std::thread thread_;
 };
 

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "execution/host_link.hpp"
 #include "pci/shm_object.hpp"
 #include "spyre/uapi/spyre_pci.h"
 
@@ -47,6 +48,8 @@ public:
 
     uint8_t* view() const { return view_.data(); }
     uint64_t size() const { return view_.size(); }
+    // Orders the device's accesses to this memory as the host does.
+    HostLink& host_link() { return host_link_; }
 
     // Replaces the VF layout: 0 removes every VF object (their memory is
     // gone); n > 0, from none, makes n fresh objects and scrubs the PF's
@@ -77,6 +80,7 @@ private:
 
     const std::string base_name_;
     AddressRange view_;
+    HostLink host_link_;
     mutable std::mutex mutex_;  // guards generations_, pf_, vfs_
     std::array<uint64_t, SPYRE_SRIOV_TOTAL_VFS + 1> generations_{};  // before pf_: NewFile uses it
     std::unique_ptr<ShmFile> pf_;

@@ -46,11 +46,10 @@ Function::Function(const FunctionParams& params, CardMemory& card_memory, const 
       ring_shm_(ShmName(params, "ring"), SPYRE_BAR4_SIZE),
       regs_(regs_shm_.data()),
       regions_(regs_, params.mem_size),
-      executor_(regs_, policy.watchdog_ms, DeviceMemory(card_memory.view() + params.mem_base, params.mem_size),
-                compute),
-      ring_server_(regs_, ring_shm_, kGeometry, executor_, params.poll),
-      task_server_(regs_, ring_shm_, kTaskGeometry, policy.watchdog_ms,
-                   DeviceMemory(card_memory.view() + params.mem_base, params.mem_size), compute, params.poll) {
+      executor_(regs_, policy.watchdog_ms, Window(), compute),
+      ring_server_(regs_, ring_shm_, kGeometry, executor_, card_memory.host_link(), params.poll),
+      task_server_(regs_, ring_shm_, kTaskGeometry, policy.watchdog_ms, Window(), compute, card_memory.host_link(),
+                   params.poll) {
     InitRegisters(0, SPYRE_STATUS_READY);
     SharedWord(ring_server_.doorbell()->device_state).store(SPYRE_DEVSTATE_ALIVE);
 }
@@ -191,9 +190,7 @@ ssize_t Function::WriteRegion(unsigned region, uint64_t offset, const void* buf,
         // The aperture is 2 GiB whatever the memory size; past the memory,
         // stores go nowhere (an unbacked window), as on the bus.
         const uint64_t window = std::min<uint64_t>(SPYRE_BAR2_SIZE, params_.mem_size);
-        if (offset < window)
-            std::memcpy(card_memory_.view() + params_.mem_base + offset, buf,
-                        size_t(std::min<uint64_t>(len, window - offset)));
+        if (offset < window) WriteMemory(offset, buf, size_t(std::min<uint64_t>(len, window - offset)));
         return ssize_t(len);
     }
     case SPYRE_REGION_BAR4: {
@@ -219,10 +216,22 @@ ssize_t Function::WriteRegion(unsigned region, uint64_t offset, const void* buf,
         return ssize_t(len);
     }
     case SPYRE_REGION_DEVMEM:
-        std::memcpy(card_memory_.view() + params_.mem_base + offset, buf, len);
+        WriteMemory(offset, buf, len);
         return ssize_t(len);
     default: return -EINVAL;
     }
+}
+
+// A trapped store into function memory: the host asked for it after what it
+// waited for, and acts on it once the write returns (host_link.hpp).
+void Function::WriteMemory(uint64_t offset, const void* buf, size_t len) {
+    card_memory_.host_link().Observed();
+    std::memcpy(card_memory_.view() + params_.mem_base + offset, buf, len);
+    card_memory_.host_link().Published();
+}
+
+DeviceMemory Function::Window() const {
+    return DeviceMemory(card_memory_.view() + params_.mem_base, params_.mem_size, &card_memory_.host_link());
 }
 
 // Function memory seen through a window of `window` bytes; past it, zeros.

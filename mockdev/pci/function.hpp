@@ -118,6 +118,9 @@ private:
     ssize_t WriteBar0(uint64_t offset, const void* buf, size_t len);
     ssize_t WriteRegister(uint32_t offset, uint32_t value);
     ssize_t ReadMemory(uint64_t window, uint64_t offset, void* buf, size_t len) const;
+    void WriteMemory(uint64_t offset, const void* buf, size_t len);
+    // The function's window of the card memory, as its executors see it.
+    DeviceMemory Window() const;
     bool removed() const { return state_.load() == State::Removed; }
 
     const FunctionParams params_;

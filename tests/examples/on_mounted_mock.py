@@ -4,7 +4,8 @@
 
 Usage: on_mounted_mock.py MOCKDEV CARDS VFS COMMAND... ({root} in COMMAND is the mount)
 
-Starts the daemon on a private mount with CARDS x VFS, runs COMMAND with
+Starts the daemon (the environment's SPYRE_MOCKDEV, when set, instead of
+MOCKDEV, as for the library) on a private mount with CARDS x VFS, runs COMMAND with
 {root} replaced by the mount point, prints its output, stops the daemon
 and exits with the command's status (a daemon that does not start fails).
 """
@@ -15,6 +16,7 @@ import sys
 import tempfile
 
 mockdev, cards, vfs, command = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+mockdev = os.environ.get("SPYRE_MOCKDEV") or mockdev
 with tempfile.TemporaryDirectory() as d:
     mount = os.path.join(d, "mnt")
     os.mkdir(mount)

@@ -125,7 +125,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::memcpy(&task, &ring[i], sizeof task);
         const auto t0 = std::chrono::steady_clock::now();
         const uint16_t status =
-            ExecuteTask(d.core, task, Budget(Budget::Clock::now() + std::chrono::milliseconds(kWatchdogMs)));
+            ExecuteTask(d.core, task, Budget(Budget::Clock::now(), std::chrono::milliseconds(kWatchdogMs)));
         const auto took = std::chrono::steady_clock::now() - t0;
         if (!KnownStatus(status) || status == SPYRE_ERR_INTERNAL) {
             std::fprintf(stderr, "task %u: status 0x%x\n", i, status);

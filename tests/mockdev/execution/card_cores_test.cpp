@@ -20,7 +20,7 @@ using namespace spyre::mockdev;
 using namespace std::chrono_literals;
 
 namespace {
-Budget Forever() { return Budget(Budget::Clock::now() + 1h); }
+Budget Forever() { return Budget(Budget::Clock::now(), 1h); }
 }  // namespace
 
 TEST(CardCores, RunsEveryChunkExactlyOnce) {
@@ -40,7 +40,7 @@ TEST(CardCores, StopsWithinAChunkWhenTheBudgetEnds) {
     CardCores cores(2);
     std::atomic<size_t> ran{0};
     const auto start = std::chrono::steady_clock::now();
-    const uint16_t status = cores.ParallelFor(100000, Budget(Budget::Clock::now() + 30ms), [&](size_t) {
+    const uint16_t status = cores.ParallelFor(100000, Budget(Budget::Clock::now(), 30ms), [&](size_t) {
         std::this_thread::sleep_for(1ms);
         ran++;
         return uint16_t(SPYRE_ERR_NONE);
@@ -54,7 +54,7 @@ TEST(CardCores, StopsWithinAChunkWhenTheBudgetEnds) {
         std::this_thread::sleep_for(20ms);
         abort = true;
     });
-    EXPECT_EQ(cores.ParallelFor(100000, Budget(Budget::Clock::now() + 1h, [&] { return abort.load(); }),
+    EXPECT_EQ(cores.ParallelFor(100000, Budget(Budget::Clock::now(), 1h, [&] { return abort.load(); }),
                                  [](size_t) {
                                      std::this_thread::sleep_for(1ms);
                                      return uint16_t(SPYRE_ERR_NONE);
@@ -82,15 +82,25 @@ TEST(CardCores, OneProgramHoldsTheCardAndAWaiterGivesUpAtItsBound) {
     uint16_t status = 0;
     std::optional<CardCores::Turn> held(cores.Acquire(Forever(), status));
     ASSERT_TRUE(*held);
+    EXPECT_FALSE(held->waited());
     std::thread other([&] {
         uint16_t s = 0;
-        auto turn = cores.Acquire(Budget(Budget::Clock::now() + 20ms), s);
+        auto turn = cores.Acquire(Budget(Budget::Clock::now(), 20ms), s);
         EXPECT_FALSE(turn);
         EXPECT_EQ(s, SPYRE_ERR_WATCHDOG);
+        std::atomic<bool> reset{false};
+        std::thread resetter([&] {
+            std::this_thread::sleep_for(20ms);
+            reset = true;
+        });
+        auto aborted = cores.Acquire(Budget(Budget::Clock::now(), 1h, [&] { return reset.load(); }).AbortOnly(), s);
+        EXPECT_FALSE(aborted);
+        EXPECT_EQ(s, SPYRE_ERR_ABORTED);
+        resetter.join();
     });
     other.join();
     held.reset();
-    auto again = cores.Acquire(Budget(Budget::Clock::now() + 20ms), status);
+    auto again = cores.Acquire(Budget(Budget::Clock::now(), 20ms), status);
     EXPECT_TRUE(again);
     EXPECT_EQ(status, SPYRE_ERR_NONE);
 }
@@ -233,6 +243,96 @@ TEST(CardCores, NoTaskStartsWhileAProgramHoldsTheCard) {
     {
         std::unique_lock lock(mu);
         ASSERT_TRUE(cv.wait_for(lock, 30s, [&] { return log.size() == 5; }));
+    }
+    cores.RemoveTaskSource(&tasks);
+}
+
+// A program has the cores only once the tasks running on them have ended,
+// and says that it waited (its watchdog then starts late); when it ends, a
+// worker it held back takes its task before the next program takes the card.
+TEST(CardCores, ProgramsAndTasksWaitingForEachOtherTakeTurns) {
+    CardCores cores(1);
+    std::mutex mu;
+    std::condition_variable cv;
+    bool running = false, let_go = false;
+    int ran = 0;
+    // Each task runs until let go, then counts itself.
+    class HeldTasks : public TaskSource {
+    public:
+        HeldTasks(std::mutex& mu, std::condition_variable& cv, bool& running, bool& let_go, int& ran)
+            : mu_(mu), cv_(cv), running_(running), let_go_(let_go), ran_(ran) {}
+        bool Take(uint32_t queue, CoreTask& out) override {
+            if (queue != 0 || left_ == 0) return false;
+            --left_;
+            out.source = this;
+            return true;
+        }
+        void Run(const CoreTask&, unsigned) noexcept override {
+            std::unique_lock lock(mu_);
+            running_ = true;
+            cv_.notify_all();
+            cv_.wait(lock, [&] { return let_go_; });
+            running_ = false;
+            ++ran_;
+            cv_.notify_all();
+        }
+
+    private:
+        std::mutex& mu_;
+        std::condition_variable& cv_;
+        bool& running_;
+        bool& let_go_;
+        int& ran_;
+        int left_ = 3;  // Take runs under the cores' lock
+    } tasks(mu, cv, running, let_go, ran);
+    auto let_go_now = [&](bool go) {
+        std::lock_guard lock(mu);
+        let_go = go;
+        cv.notify_all();
+    };
+    auto wait_running = [&] {
+        std::unique_lock lock(mu);
+        return cv.wait_for(lock, 30s, [&] { return running; });
+    };
+    cores.AddTaskSource(&tasks);
+    cores.NotifyTasks();
+    ASSERT_TRUE(wait_running());
+
+    // A program asks while task 1 runs: it gets the card once the task ends.
+    std::atomic<int> ran_before{-1};
+    auto program = [&] {
+        uint16_t s = 0;
+        auto turn = cores.Acquire(Forever(), s);
+        EXPECT_TRUE(turn.waited());
+        {
+            std::lock_guard lock(mu);
+            ran_before = ran;
+        }
+        // The worker wants its next task: held back until this turn ends.
+        while (cores.tasks_waiting() == 0) std::this_thread::yield();
+        let_go_now(false);
+    };
+    std::thread first(program);
+    std::this_thread::sleep_for(20ms);  // room for a wrong start; none may happen however long
+    EXPECT_EQ(ran_before.load(), -1);
+    let_go_now(true);
+    first.join();
+    EXPECT_EQ(ran_before.load(), 1);
+
+    // The worker held back by that program takes task 2 before the next
+    // program gets the card, and the program waits for it to end.
+    ran_before = -1;
+    std::thread second(program);
+    ASSERT_TRUE(wait_running());
+    std::this_thread::sleep_for(20ms);
+    EXPECT_EQ(ran_before.load(), -1);
+    let_go_now(true);
+    second.join();
+    EXPECT_EQ(ran_before.load(), 2);
+    let_go_now(true);
+    {
+        std::unique_lock lock(mu);
+        ASSERT_TRUE(cv.wait_for(lock, 30s, [&] { return ran == 3; }));
     }
     cores.RemoveTaskSource(&tasks);
 }

@@ -109,3 +109,60 @@ TEST(ServerPause, AServerThatIsGoneIsNotWaitedFor) {
     pause.End();
     EXPECT_FALSE(pause.requested());
 }
+
+// A pause that takes the exec mutex just after the server looked for a
+// pause, and before the server takes the mutex for its work: the server
+// finds the mutex held (Enter), goes round and parks, so the pause gets
+// control at once. A server that waited for the mutex there parked only
+// after the pause had given up on it (kParkLimit, 5 s).
+TEST(ServerPause, APauseBetweenTheServersLookAndItsWorkFindsItParked) {
+    ServerPause pause;
+    std::mutex exec_mutex;
+    std::mutex gate_mutex;
+    std::condition_variable gate;
+    bool at_gate = false, pauser_has_mutex = false;
+    std::atomic<bool> stopping{false};
+    std::atomic<int> entered{0};
+    std::thread server([&] {
+        bool first = true;
+        while (!stopping.load()) {
+            if (pause.requested()) {
+                pause.Park(exec_mutex);
+                continue;
+            }
+            if (first) {  // the pauser takes the mutex right here, once
+                first = false;
+                std::unique_lock lock(gate_mutex);
+                at_gate = true;
+                gate.notify_all();
+                gate.wait(lock, [&] { return pauser_has_mutex; });
+            }
+            if (auto exec = pause.Enter(exec_mutex)) entered.fetch_add(1);
+            std::this_thread::yield();
+        }
+    });
+    {
+        std::unique_lock lock(gate_mutex);
+        gate.wait(lock, [&] { return at_gate; });
+    }
+    std::unique_lock exec(exec_mutex);
+    {
+        std::lock_guard lock(gate_mutex);
+        pauser_has_mutex = true;
+    }
+    gate.notify_all();
+    const auto t0 = std::chrono::steady_clock::now();
+    pause.Begin([] {}, [&] { return stopping.load(); });
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s) << "the pause waited for a server blocked on its mutex";
+    const int at_pause = entered.load();
+    std::this_thread::sleep_for(10ms);
+    EXPECT_EQ(entered.load(), at_pause) << "the server worked during the pause";
+    pause.End();
+    exec.unlock();
+    // And it works again once the pause ends.
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (entered.load() == at_pause && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    EXPECT_GT(entered.load(), at_pause);
+    stopping.store(true);
+    server.join();
+}
