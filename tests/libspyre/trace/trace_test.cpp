@@ -237,26 +237,32 @@ enum : int32_t { kAdd = 7 };
 // The diamond t0 -> {t1, t2} -> t3 over buffers of its own: X = A + B,
 // Y = X + A, Z = X + B, W = Y + Z. Returns the task ids.
 std::vector<int32_t> SubmitDiamond(Orchestrator& orch, int32_t worker) {
-    float* buf[7];
+    float* buf[3];
     for (float*& b : buf) {
         b = static_cast<float*>(orch.Alloc(1024));
         for (int i = 0; i < 256; ++i) b[i] = float(i);
     }
-    auto [A, B, X, Y, Z, W, unused] = buf;
-    (void)unused;
+    auto [A, B, W] = buf;
+    // c null: an implicit output, returned with the task's id.
     auto add = [&](float* a, float* b, float* c) {
         TaskParam p[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, b, 1024, {}}, {PARAM_OUTPUT, c, 1024, {}}};
-        return orch.Submit(kAdd, worker, p);
+        const int32_t id = orch.Submit(kAdd, worker, p);
+        return std::pair{id, c ? c : static_cast<float*>(orch.TaskOutput(id))};
     };
-    // In a scope, as an orchestration function submits: a producer done
-    // before its consumer is submitted is held, not consumed, so the
-    // TensorMap still finds the edge (without it, a fast worker retires t0
-    // before t1 arrives and that arrow is rightly absent).
+    // In a scope, as an orchestration function submits, with implicit
+    // outputs in between: the scope holds their producers, so a producer
+    // done before its consumer is submitted is still found and the arrow
+    // drawn (a producer of an explicit buffer done by then is consumed, and
+    // that arrow is rightly absent: nothing was waited for).
     Orchestrator::Scope scope = orch.BeginScope();
-    std::vector<int32_t> ids = {add(A, B, X), add(X, A, Y), add(X, B, Z), add(Y, Z, W)};
-    scope.End();
+    const auto [t0, X] = add(A, B, nullptr);
+    const auto [t1, Y] = add(X, A, nullptr);
+    const auto [t2, Z] = add(X, B, nullptr);
+    const auto [t3, out] = add(Y, Z, W);
+    std::vector<int32_t> ids = {t0, t1, t2, t3};
     orch.WaitAll();
-    for (int i = 0; i < 256; ++i) EXPECT_EQ(W[i], 6.0f * float(i)) << i;  // (2i + i) + (2i + i)
+    for (int i = 0; i < 256; ++i) EXPECT_EQ(out[i], 6.0f * float(i)) << i;  // (2i + i) + (2i + i)
+    scope.End();
     for (float* b : buf) orch.Free(b);
     return ids;
 }
