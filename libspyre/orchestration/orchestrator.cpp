@@ -101,13 +101,7 @@ void Orchestrator::Scope::End() {
     if (!orch_) throw Error(ErrorKind::InvalidArgument, "scope ended already");
     Orchestrator* o = orch_;
     orch_ = nullptr;
-    try {
-        Graph(*o->state_).ScopeEnd();
-    } catch (const Error& e) {
-        // A task of the scope failed: the wait reports that, not the call.
-        if (e.kind() != ErrorKind::DeviceError) orchestration::NoteFailedCall(*o->state_, e, "pto_scope_end");
-        throw;
-    }
+    Changing(*o->state_, "pto_scope_end", [&] { Graph(*o->state_).ScopeEnd(); });
 }
 
 int32_t Orchestrator::Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params) {

@@ -118,18 +118,7 @@ int32_t pto_submit_task(Runtime* rt, int32_t kernel_id, int32_t worker_type, Tas
 }
 
 int32_t pto_scope_end(Runtime* rt) {
-    return OnRuntime("pto_scope_end", rt, Kind::Changes, [](RuntimeState& r) {
-        try {
-            r.graph->ScopeEnd();
-        } catch (const Error& e) {
-            // A task failure is reported to the caller here, and by the
-            // wait: not a call of the function that failed.
-            if (e.kind() != ErrorKind::DeviceError) throw;
-            spyre::capi::Record("pto_scope_end", e);
-            return -EIO;
-        }
-        return 0;
-    });
+    return OnRuntime("pto_scope_end", rt, Kind::Changes, [](RuntimeState& r) { r.graph->ScopeEnd(); });
 }
 
 int32_t pto_task_complete(Runtime* rt, int32_t task_id) {

@@ -40,9 +40,10 @@ struct RuntimeState {
 // memory, heap and device name are each kind's own.
 TaskGraphOptions TaskGraphOptionsFrom(const OrchestratorOptions& options);
 
-// The first failed call an orchestration function made through the C API
-// while pto_run (RuntimeState::Run) ran it on this thread: pto_run reports
-// it even when the function went on as if nothing happened.
+// The first failed call an orchestration function made (through the C API
+// or the C++ calls) while pto_run (RuntimeState::Run) ran it on this
+// thread: pto_run reports it even when the function went on as if nothing
+// happened. Task failures (DeviceError) are the wait's to report.
 void NoteFailedCall(const RuntimeState& state, const Error& error, const char* call) noexcept;
 
 }  // namespace spyre::orchestration

@@ -36,6 +36,9 @@ TaskGraphOptions TaskGraphOptionsFrom(const OrchestratorOptions& options) {
 }
 
 void NoteFailedCall(const RuntimeState& state, const Error& error, const char* call) noexcept {
+    // A task's failure (a scope's or a nested run's report of one) is not
+    // a failed call: the run's wait reports it, with every task done.
+    if (error.kind() == ErrorKind::DeviceError) return;
     for (RunRecord* r = tl_run; r; r = r->outer)
         if (r->state == &state) {
             if (!r->failed_call) try {

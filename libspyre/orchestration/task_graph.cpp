@@ -805,21 +805,24 @@ void TaskGraph::LetGoHoldsReadBy(const TaskDescriptor& t) {
 
 bool TaskGraph::LetGoHoldsNotHandedOut() {
     // Each thread's newest hold stays: its submitter may not have asked
-    // for the address yet (Example 1 asks right after submitting).
-    bool any = false;
-    for (size_t h = 0; h < holds_.size();) {
-        const Held held = holds_[h];
-        bool newest = true;
-        for (size_t later = h + 1; later < holds_.size() && newest; ++later) newest = holds_[later].thread != held.thread;
-        if (newest || ring_.Get(held.task).handed_out) {
-            ++h;
-            continue;
-        }
-        holds_.erase(holds_.begin() + std::ptrdiff_t(h));
-        LetGo(held.task);
-        any = true;
+    // for the address yet (Example 1 asks right after submitting). Newest
+    // first, so a thread's first hold met is its newest.
+    std::vector<std::thread::id> seen;
+    std::vector<bool> goes(holds_.size());
+    for (size_t h = holds_.size(); h-- > 0;) {
+        const bool newest = std::find(seen.begin(), seen.end(), holds_[h].thread) == seen.end();
+        if (newest) seen.push_back(holds_[h].thread);
+        goes[h] = !newest && !ring_.Get(holds_[h].task).handed_out;
     }
-    return any;
+    std::vector<int32_t> going;
+    size_t kept = 0;
+    for (size_t h = 0; h < holds_.size(); ++h) {
+        if (goes[h]) going.push_back(holds_[h].task);
+        else holds_[kept++] = holds_[h];
+    }
+    holds_.resize(kept);
+    for (int32_t task : going) LetGo(task);
+    return !going.empty();
 }
 
 void TaskGraph::LetGoHoldsOf(std::thread::id thread) {

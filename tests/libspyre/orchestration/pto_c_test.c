@@ -122,11 +122,14 @@ int main(int argc, char** argv) {
 
     /* The seed's Example 1 from a shared object. */
     if (argc > 1) {
-        memset(D, 0, 1024);
+        float* result = NULL;
         uint64_t args[] = {(uint64_t)(uintptr_t)A, (uint64_t)(uintptr_t)B, (uint64_t)(uintptr_t)C,
-                           (uint64_t)(uintptr_t)D};
+                           (uint64_t)(uintptr_t)&result};
+        CHECK(pto_scope_begin(rt) == 0); /* keeps the result (an implicit output) after the run's wait */
         CHECK(pto_run_library(rt, argv[1], "simple_orch", args) == 0);
-        for (int i = 0; i < 256; ++i) CHECK(D[i] == 2.0f * ((float)i + 1.0f));
+        CHECK(result != NULL);
+        for (int i = 0; result && i < 256; ++i) CHECK(result[i] == 2.0f * ((float)i + 1.0f));
+        CHECK(pto_scope_end(rt) == 0);
         CHECK(pto_run_library(rt, argv[1], "no_such_function", args) == -ENOENT);
         CHECK(strstr(pto_last_error(), "no_such_function") != NULL);
     }
