@@ -11,6 +11,13 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "spyre/compiler/kernel_builder.h"
+#include "spyre/compiler/kernel_builder.hpp"
+#include "spyre/compiler/plan_writer.hpp"
 #include "spyre/device/host.hpp"
 #include "spyre/orchestration.hpp"
 #include "spyre/plan/program_image.hpp"
@@ -300,6 +307,66 @@ TEST_F(StreamTest, OrchestrationCApiOpensAFunctionByAddress) {
     pto_runtime_destroy(rt);
     EXPECT_EQ(pto_runtime_create("no-such-function", 8, 1 << 16), nullptr);
     EXPECT_STRNE(pto_last_error(), "");
+}
+
+// A kernel from an ExecutionPlan on disk (pto_register_plan), run as a
+// device task on memory from pto_device_malloc; and what bad input to
+// those calls and to spyre_build_kernel gets.
+TEST_F(StreamTest, OrchestrationCApiRegistersAPlanOnDiskAndRefusesBadInput) {
+    Runtime* rt = pto_runtime_create(Pf().pci_address.c_str(), 16, 1 << 16);
+    ASSERT_NE(rt, nullptr) << pto_last_error();
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                      ("spyre-pto-plan-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    CompilerOutputFromKernel("add", KernelBuilder().Elementwise(ElementwiseOp::Add, {256}, {256}, DType::FP32))
+        .WriteDirectory(dir);
+    ASSERT_EQ(pto_register_plan(rt, KERNEL_ADD, dir.c_str(), 0), 0) << pto_last_error();
+    EXPECT_EQ(pto_register_plan(rt, 9, dir.c_str(), 5), -EINVAL);
+    EXPECT_NE(std::string(pto_last_error()).find("has 1 operation(s); there is no operation 5"), std::string::npos)
+        << pto_last_error();
+    EXPECT_LT(pto_register_plan(rt, 9, (dir / "missing").c_str(), 0), 0);
+    std::filesystem::remove_all(dir);
+
+    auto* f = static_cast<float*>(pto_device_malloc(rt, 3 * 1024));
+    ASSERT_NE(f, nullptr) << pto_last_error();
+    for (int i = 0; i < 512; ++i) EXPECT_EQ(f[i], 0.0f) << "not zeroed at " << i;
+    for (int i = 0; i < 256; ++i) f[i] = float(i), f[256 + i] = 0.5f;
+    TaskParam p[] = {{PARAM_INPUT, f, 1024, {}}, {PARAM_INPUT, f + 256, 1024, {}}, {PARAM_OUTPUT, f + 512, 1024, {}}};
+    ASSERT_GE(pto_submit_task(rt, KERNEL_ADD, WORKER_VECTOR, p, 3), 0) << pto_last_error();
+    ASSERT_EQ(pto_wait_all(rt), 0) << pto_last_error();
+    for (int i = 0; i < 256; ++i) ASSERT_EQ(f[512 + i], float(i) + 0.5f) << i;
+    EXPECT_EQ(pto_device_free(rt, f), 0);
+    EXPECT_EQ(pto_device_malloc(rt, 0), nullptr);
+    EXPECT_NE(std::string(pto_last_error()).find("pto_device_malloc of 0 bytes"), std::string::npos);
+    EXPECT_EQ(pto_device_malloc(rt, uint64_t(-4)), nullptr);
+    EXPECT_EQ(pto_last_error_info(nullptr), -EINVAL) << pto_last_error();  // the allocator's word for it
+    EXPECT_NE(std::string(pto_last_error()).find("cannot allocate 18446744073709551612 bytes"), std::string::npos);
+    EXPECT_EQ(pto_register_program(rt, 10, nullptr, 64), -EINVAL);
+    EXPECT_EQ(pto_register_program(rt, 10, f, 0), -EINVAL);  // empty
+    EXPECT_EQ(pto_runtime_destroy(rt), 0);
+
+    spyre_kernel_spec spec = {.kind = SPYRE_KERNEL_ADD, .dtype = 99, .rank = 1, .shape = {8}};
+    uint8_t image[4096];
+    EXPECT_EQ(spyre_build_kernel(&spec, image, sizeof image), -EINVAL);
+    EXPECT_NE(std::string(pto_last_error()).find("unknown dtype 99"), std::string::npos);
+    spec.dtype = SPYRE_DTYPE_FP32;
+    spec.rank = 0;
+    EXPECT_EQ(spyre_build_kernel(&spec, image, sizeof image), -EINVAL);
+    EXPECT_NE(std::string(pto_last_error()).find("rank 0 is not 1 to 4"), std::string::npos);
+    spec = {.kind = SPYRE_KERNEL_MATMUL, .dtype = SPYRE_DTYPE_FP32, .rank = 2, .shape = {8, 8}};
+    EXPECT_EQ(spyre_build_kernel(&spec, image, sizeof image), -EINVAL);
+    EXPECT_NE(std::string(pto_last_error()).find("{M, K, N}"), std::string::npos);
+    spec = {.kind = SPYRE_KERNEL_COPY, .dtype = SPYRE_DTYPE_FP32, .rank = 2, .shape = {8, 8}, .row_stride = {4}};
+    EXPECT_EQ(spyre_build_kernel(&spec, image, sizeof image), -EINVAL);
+    EXPECT_NE(std::string(pto_last_error()).find("less than its width 8"), std::string::npos);
+    spec.row_stride[0] = 0;
+    EXPECT_EQ(spyre_build_kernel(&spec, nullptr, 16), -EINVAL);  // a capacity without a buffer
+    // Too small a buffer: nothing written, the size told.
+    std::memset(image, 0xab, 8);
+    const int64_t size = spyre_build_kernel(&spec, image, 8);
+    EXPECT_GT(size, 8);
+    EXPECT_EQ(image[0], 0xab);
+    EXPECT_EQ(spyre_build_kernel(&spec, image, sizeof image), size);
 }
 
 }  // namespace
