@@ -19,6 +19,7 @@ bool DmaDispatch::Start(StreamState& s, QueuedOp& op, uint64_t seq) {
                                                      : queue_.DeviceToHost(op.dst, op.device_addr, op.size);
     } catch (const Error& e) {
         Fault(s, Failure(rec, e));
+        rec.keep_alive.reset();  // before the stream's waiter wakes
         Complete(s, seq);
         return false;
     }
@@ -47,8 +48,12 @@ bool DmaDispatch::Poll() {
         if (failure) Fault(s, *failure);
         s.host_busy = false;
         if (r.start_ns != 0 && trace::Enabled()) Trace(r);
+        // The host memory it held goes before the stream's waiter wakes: a
+        // caller who synchronized may count on it being let go (Python's
+        // buffers are released then).
+        r.keep_alive.reset();
         Complete(s, r.seq);
-        records_[i] = std::move(records_.back());  // lets go of its keep_alive
+        records_[i] = std::move(records_.back());
         records_.pop_back();
         any = true;
     }
@@ -76,6 +81,7 @@ void DmaDispatch::FailAll(const Error& lost) {
         }
         Fault(*r.stream, lost);
         r.stream->host_busy = false;
+        r.keep_alive.reset();
         Complete(*r.stream, r.seq);
     }
     records_.clear();

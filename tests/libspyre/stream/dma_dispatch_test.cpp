@@ -91,3 +91,38 @@ TEST_F(StreamTest, DmaDispatchFaultsTheStreamOnARefusedCopy) {
     EXPECT_EQ(s.fault->context().op_index, 2u);
     EXPECT_EQ(s.fault->context().address, ~0ull - 64);
 }
+
+// The host memory a copy holds is let go before its op completes: a caller
+// woken by the completion (Synchronize) may count on it being free (Python
+// checks that a synchronized stream holds none of its arrays). Before, it
+// went just after, on the scheduler thread, racing the woken caller.
+TEST_F(StreamTest, DmaDispatchLetsGoOfTheHostMemoryBeforeTheOpCompletes) {
+    Device dev = OpenDevice();
+    DeviceCore& core = *dev.core();
+    DmaDispatch dma(*core.dma_queue, core.function->pci_address());
+    const size_t n = 1 << 16;
+    DeviceAllocation a = dev.allocator().Allocate(n);
+    std::vector<uint8_t> bytes(n, 5);
+    StreamState s(0, 0);
+    // The stream's completed count when the holder went.
+    uint64_t completed_at_release = ~0ull;
+    auto holder = [&] {
+        return std::shared_ptr<const void>(new int(0), [&](const int* p) {
+            completed_at_release = s.completed.load();
+            delete p;
+        });
+    };
+    QueuedOp copy = CopyOp(OpKind::CopyToDevice, Addr(dev, a.handle, n), n, bytes.data(), nullptr);
+    copy.keep_alive = holder();
+    ASSERT_TRUE(dma.Start(s, copy, 0));
+    ASSERT_TRUE(PollUntil(dma, s, 0));
+    EXPECT_EQ(completed_at_release, 0u) << "let go only after op #0 completed";
+
+    QueuedOp wild = CopyOp(OpKind::CopyToDevice, ~0ull - 64, 8, bytes.data(), nullptr);
+    wild.keep_alive = holder();
+    if (dma.Start(s, wild, 1)) {
+        ASSERT_TRUE(PollUntil(dma, s, 1));
+    }
+    EXPECT_EQ(completed_at_release, 1u) << "a refused copy let go only after its op completed";
+    dev.allocator().Free(a.handle);
+}
