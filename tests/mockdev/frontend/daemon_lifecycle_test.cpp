@@ -252,7 +252,11 @@ TEST(MockdevRecovery, RestartAfterKillRecoversTheMountAndThePrefix) {
     struct stat st {};
     EXPECT_NE(::stat(dir.path.c_str(), &st), 0);
     EXPECT_EQ(errno, ENOTCONN);
-    EXPECT_EQ(spyre::test::CountShmObjects(prefix), objects);
+    // Its objects, unless a daemon that another test started meanwhile has
+    // swept them already: every daemon removes dead daemons' prefixes when
+    // it starts (seen in a parallel TSan run: 0 left).
+    const int left = spyre::test::CountShmObjects(prefix);
+    EXPECT_TRUE(left == objects || left == 0) << left << " of " << objects << " objects left";
 
     auto second = RunCommand(start);
     ASSERT_EQ(second.exit_code, 0) << second.output;
