@@ -38,9 +38,14 @@ int main(void) {
         fprintf(stderr, "example 1: %s\n", pto_last_error());
         return 1;
     }
-    float* abc = pto_alloc(rt, 3 * 1024); /* A, B, C in the function's memory */
+    float host[768], got[256];
+    for (int i = 0; i < 256; ++i) host[i] = (float)i, host[256 + i] = 0.5f, host[512 + i] = (float)(i % 5);
+    float* abc = pto_alloc(rt, sizeof host); /* A, B, C in the function's memory */
     float *A = abc, *B = abc + 256, *C = abc + 512, *result = NULL;
-    for (int i = 0; i < 256; ++i) A[i] = (float)i, B[i] = 0.5f, C[i] = (float)(i % 5);
+    if (!abc || pto_copy_in(rt, abc, host, sizeof host) < 0) { /* by DMA */
+        fprintf(stderr, "example 1: %s\n", pto_last_error());
+        return 1;
+    }
     uint64_t args[] = {(uint64_t)A, (uint64_t)B, (uint64_t)C, (uint64_t)&result};
     pto_scope_begin(rt); /* keeps the result, an implicit output, after the run's wait */
     if (pto_run(rt, simple_orch, args) < 0) {
@@ -49,8 +54,8 @@ int main(void) {
         fprintf(stderr, "example 1: %s failed: %s\n", e.call, e.message);
         return 1;
     }
-    int wrong = 0;
-    for (int i = 0; i < 256; ++i) wrong += result[i] != (A[i] + B[i]) * C[i];
+    int wrong = pto_copy_out(rt, got, result, sizeof got) < 0;
+    for (int i = 0; i < 256; ++i) wrong += got[i] != (host[i] + host[256 + i]) * host[512 + i];
     pto_scope_end(rt);
     pto_free(rt, abc);
     pto_runtime_destroy(rt);

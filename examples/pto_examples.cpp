@@ -63,13 +63,18 @@ bool Pipeline(spyre::Orchestrator& orch) {
     auto* a = static_cast<float*>(orch.Alloc(bytes));
     auto* b = static_cast<float*>(orch.Alloc(bytes));
     auto* c = static_cast<float*>(orch.Alloc(bytes));
-    std::vector<float> want(PIPELINE_ELEMENTS);
-    for (int i = 0; i < PIPELINE_ELEMENTS; ++i) {
-        a[i] = float(i) * 0.5f;
-        b[i] = 1.0f - float(i);
-        c[i] = float(i % 7) - 3.0f;
-        want[size_t(i)] = (a[i] + b[i]) * c[i];
+    std::vector<float> ha(PIPELINE_ELEMENTS), hb(PIPELINE_ELEMENTS), hc(PIPELINE_ELEMENTS), want(PIPELINE_ELEMENTS);
+    for (size_t i = 0; i < want.size(); ++i) {
+        ha[i] = float(i) * 0.5f;
+        hb[i] = 1.0f - float(i);
+        hc[i] = float(i % 7) - 3.0f;
+        want[i] = (ha[i] + hb[i]) * hc[i];
     }
+    // Host data reaches the device by DMA, as on a card whose memory the
+    // host does not map.
+    orch.CopyIn(a, ha.data(), bytes);
+    orch.CopyIn(b, hb.data(), bytes);
+    orch.CopyIn(c, hc.data(), bytes);
     float* result = nullptr;
     uint64_t args[] = {uint64_t(a), uint64_t(b), uint64_t(c), uint64_t(&result)};
     // An outer scope keeps the result (a task's implicit output) alive
@@ -82,7 +87,9 @@ bool Pipeline(spyre::Orchestrator& orch) {
         std::printf("pipeline: FAILED (no result: %s)\n", pto_last_error());
         return false;
     }
-    const double err = WorstRelative(result, want);
+    std::vector<float> got(PIPELINE_ELEMENTS);
+    orch.CopyOut(got.data(), result, bytes);
+    const double err = WorstRelative(got.data(), want);
     std::printf("pipeline: (A + B) * C on %d floats in 2 device tasks: %.3f ms, max relative error %.2g %s\n",
                 PIPELINE_ELEMENTS, ms, err, err < 1e-6 ? "OK" : "FAILED");
     outer.End();
@@ -113,17 +120,24 @@ bool Matmul(spyre::Device& dev, spyre::Orchestrator& orch, int64_t m, int64_t k,
     // and a tolerance loose enough for K = 665,600 would miss a lost tile.)
     std::mt19937 rng(7);
     std::uniform_int_distribution<int> dist(-1, 1);
-    for (int64_t i = 0; i < m * k; ++i) a[i] = float(dist(rng));
-    for (int64_t i = 0; i < k * n; ++i) b[i] = float(dist(rng));
+    std::vector<float> host(size_t(m * k + k * n + m * n), 0.0f);  // A, B, then C zeroed
+    for (int64_t i = 0; i < m * k + k * n; ++i) host[size_t(i)] = float(dist(rng));
+    const float* ha = host.data();
+    const float* hb = ha + m * k;
     const double tolerance = k < (1 << 24) ? 0.0 : double(k) * 0x1p-24;
 
     std::vector<float> want(size_t(m * n));
     auto t0 = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), 1.0f, a, int(k), b, int(n), 0.0f,
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), 1.0f, ha, int(k), hb, int(n), 0.0f,
                 want.data(), int(n));
     const double blas_ms = Ms(Clock::now() - t0);
 
-    std::memset(c, 0, size_t(m * n) * 4);
+    // Host data reaches the device by DMA, as on a card whose memory the
+    // host does not map; so does the result come back.
+    const uint64_t c_bytes = uint64_t(m * n) * 4;
+    const std::vector<float> zeros(size_t(m * n), 0.0f);
+    std::vector<float> got(size_t(m * n));
+    orch.CopyIn(a, host.data(), bytes);
     uint64_t args[] = {uint64_t(a), uint64_t(b), uint64_t(c), uint64_t(m), uint64_t(k), uint64_t(n)};
     t0 = Clock::now();
     {
@@ -132,11 +146,12 @@ bool Matmul(spyre::Device& dev, spyre::Orchestrator& orch, int64_t m, int64_t k,
         orch.Run(matmul_orch, args, line.Callback());
     }
     const double tiled_ms = Ms(Clock::now() - t0);
-    const double tiled_err = WorstRelative(c, want);
+    orch.CopyOut(got.data(), c, c_bytes);
+    const double tiled_err = WorstRelative(got.data(), want);
     const int64_t tiles = ((m + TILE_M - 1) / TILE_M) * ((n + TILE_N - 1) / TILE_N);
     const int64_t tasks = tiles * ((k + TILE_K - 1) / TILE_K + 1);
 
-    std::memset(c, 0, size_t(m * n) * 4);
+    orch.CopyIn(c, zeros.data(), c_bytes);
     t0 = Clock::now();
     {
         auto scope = orch.BeginScope();
@@ -147,7 +162,8 @@ bool Matmul(spyre::Device& dev, spyre::Orchestrator& orch, int64_t m, int64_t k,
     }
     orch.WaitAll();
     const double whole_ms = Ms(Clock::now() - t0);
-    const double whole_err = WorstRelative(c, want);
+    orch.CopyOut(got.data(), c, c_bytes);
+    const double whole_err = WorstRelative(got.data(), want);
 
     const bool ok = tiled_err <= tolerance && whole_err <= tolerance;
     std::printf("matmul %lldx%lldx%lld fp32: %lld tiles, %lld device tasks: %.3f ms, max relative error %.2g\n",

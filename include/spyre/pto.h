@@ -218,6 +218,12 @@ int32_t pto_device_address(Runtime* rt, const void* buffer, uint64_t* device_add
 /* The buffer address of [device_address, + size) of the function's memory
  * (NULL outside): how a caller reaches data it placed there itself. */
 void* pto_host_address(Runtime* rt, uint64_t device_address, uint64_t size);
+/* Copies `size` bytes of host memory to the runtime's memory at `buffer`
+ * (pto_alloc, pto_task_output, pto_device_malloc, pto_host_address) and
+ * back, and waits for them: by the device's DMA engine, or a memory copy
+ * on a runtime without a device. -EINVAL when the range leaves the memory. */
+int32_t pto_copy_in(Runtime* rt, void* buffer, const void* host, uint64_t size);
+int32_t pto_copy_out(Runtime* rt, void* host, const void* buffer, uint64_t size);
 
 /* --- orchestration functions -------------------------------------------- */
 

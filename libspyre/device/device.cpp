@@ -24,7 +24,7 @@ DeviceCore::DeviceCore(std::shared_ptr<const driver::DeviceEnvironment> env, con
         WakeScheduler();
     };
     dma_queue.emplace(*function, dma_options);
-    dma.emplace(*allocator, *dma_queue);
+    dma.emplace(*allocator, *dma_queue, function->pci_address());
     sched = std::make_unique<detail::SchedulerCore>(*this, options.scheduler);
     scheduler = std::make_unique<Scheduler>(*sched);
     sched->Start();

@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <chrono>
 
-#include "spyre/common/memory_copy.hpp"
 
 namespace spyre::host {
 
@@ -66,30 +65,20 @@ void HashChunks(const void* p, size_t n, ChunkHashes& hashes) {
     for (size_t i = 0, at = 0; at < n; ++i, at += kHashChunk) hashes[i] = HashBytes(s + at, std::min(kHashChunk, n - at));
 }
 
-void CopyHashing(void* dst, const void* src, size_t n, HostSide host, ChunkHashes& hashes) {
-    hashes.resize(Chunks(n));
-    auto* d = static_cast<unsigned char*>(dst);
+std::vector<ByteRange> ChangedRanges(const void* src, size_t n, ChunkHashes& held) {
     const auto* s = static_cast<const unsigned char*>(src);
-    for (size_t i = 0, at = 0; at < n; ++i, at += kHashChunk) {
-        const size_t k = std::min(kHashChunk, n - at);
-        CopyMemory(d + at, s + at, k);
-        hashes[i] = HashBytes((host == HostSide::Source ? s : d) + at, k);
-    }
-}
-
-uint64_t CopyChanged(void* dst, const void* src, size_t n, ChunkHashes& held) noexcept {
-    auto* d = static_cast<unsigned char*>(dst);
-    const auto* s = static_cast<const unsigned char*>(src);
-    uint64_t copied = 0;
+    const bool unknown = held.size() != Chunks(n);
+    if (unknown) held.resize(Chunks(n));
+    std::vector<ByteRange> ranges;
     for (size_t i = 0, at = 0; at < n; ++i, at += kHashChunk) {
         const size_t k = std::min(kHashChunk, n - at);
         const ContentHash now = HashBytes(s + at, k);
-        if (now == held[i]) continue;
-        CopyMemory(d + at, s + at, k);  // the chunk just hashed: still in cache
+        if (!unknown && held[i] == now) continue;
         held[i] = now;
-        copied += k;
+        if (!ranges.empty() && ranges.back().offset + ranges.back().bytes == at) ranges.back().bytes += k;
+        else ranges.push_back({at, k});
     }
-    return copied;
+    return ranges;
 }
 
 }  // namespace spyre::host

@@ -30,18 +30,17 @@ ContentHash HashBytes(const void* p, size_t n) noexcept;
 // The chunk hashes of `n` bytes at `p`.
 void HashChunks(const void* p, size_t n, ChunkHashes& hashes);
 
-// Which side of a copy is host memory: that side is hashed (device memory
-// may be slow to read back on real hardware).
-enum class HostSide : uint8_t { Source, Destination };
+// A byte range [offset, offset + bytes).
+struct ByteRange {
+    uint64_t offset = 0, bytes = 0;
+    bool operator==(const ByteRange&) const = default;
+};
 
-// CopyMemory(dst, src, n); `hashes` becomes the chunk hashes of the bytes
-// copied, each chunk hashed right after it is copied, while in cache.
-void CopyHashing(void* dst, const void* src, size_t n, HostSide host, ChunkHashes& hashes);
-
-// `dst` holds bytes whose chunk hashes are `held` (as many as `n` bytes
-// have chunks); makes it hold the `n` bytes at `src` (host memory), copying
-// only the chunks whose hash changed, and updates `held`. Returns the bytes
-// copied (0: the copy was current).
-uint64_t CopyChanged(void* dst, const void* src, size_t n, ChunkHashes& held) noexcept;
+// A copy holds bytes whose chunk hashes are `held` (as many as `n` bytes
+// have chunks; fewer, as when empty: nothing is known). Returns the ranges
+// of the `n` bytes at `src` (host memory) the copy must take to hold them,
+// whole chunks whose hash changed with neighbours merged, and makes `held`
+// their chunk hashes.
+std::vector<ByteRange> ChangedRanges(const void* src, size_t n, ChunkHashes& held);
 
 }  // namespace spyre::host

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "local_chip_executor.hpp"
 
-#include "spyre/common/memory_copy.hpp"
 #include "spyre/driver/task_queue.hpp"
 #include "spyre/uapi/spyre_regs.h"
 
@@ -152,42 +151,66 @@ void LocalChipExecutor::Evict() {
 }
 
 // One call's hold on the executor: a free slot and its arguments' device
-// copies, inputs current, taken under one lock and given back under one.
-// An input's copy is reused whole when another call in flight reads it (it
-// was made current under this lock, the scheduler never runs a writer of a
-// range beside a reader of it, and a caller may not write a tensor a run in
-// flight uses); else each chunk whose host bytes hash differently from what
-// the copy holds is uploaded. A copy not known yet is uploaded whole and
-// hashed while the device runs the call (HashUploads).
+// copies, inputs current. The slot and the copies are taken and given back
+// under the executor's lock; the bytes move through the device's DMAEngine
+// outside it, so calls on other slots go on meanwhile. An input's copy is
+// reused whole when another call in flight reads it (that call made it
+// current or is making it so: this one waits for that upload; the scheduler
+// never runs a writer of a range beside a reader of it, and a caller may not
+// write a tensor a run in flight uses); else each chunk whose host bytes
+// hash differently from what the copy holds is uploaded. A copy not known
+// yet is uploaded whole and hashed while the device runs the call
+// (HashUploads).
 class LocalChipExecutor::Lease {
 public:
-    Lease(LocalChipExecutor& e, const ChipCall& call, ChipCallStats& stats) : e_(e) {
+    Lease(LocalChipExecutor& e, const ChipCall& call, ChipCallStats& stats) : e_(e), call_(call) {
         std::unique_lock lock(e_.mu_);
         e_.slot_free_.wait(lock, [&] { return !e_.free_slots_.empty(); });
         slot_ = e_.free_slots_.back();
         e_.free_slots_.pop_back();
         try {
             hashes_.resize(call.args.size());
-            for (const ChipArg& a : call.args) {
-                const HostTensor& t = a.arg.tensor;
+            std::vector<size_t> shared;
+            for (size_t i = 0; i < call.args.size(); ++i) {
+                const HostTensor& t = call.args[i].arg.tensor;
                 Copy& c = e_.CopyFor(t);
                 ++c.users;
                 copies_.push_back(&c);
-                const bool reads = a.arg.access != Access::Out;
+                const bool reads = call.args[i].arg.access != Access::Out;
                 reads_.push_back(reads);
                 if (!reads) continue;
-                if (c.readers > 0) stats.bytes_reused += t.bytes();
-                else MakeCurrent(copies_.size() - 1, c, t, stats);
+                if (c.readers > 0) {
+                    shared.push_back(i);
+                } else {
+                    c.upload = Upload::Running;
+                    running_.push_back(i);
+                }
                 ++c.readers;
             }
-            // After every input: an argument both written and read (Out(x),
-            // In(x)) must not leave its copy marked as holding the host bytes.
+            for (size_t i : std::vector<size_t>(running_)) Upload(lock, i, stats);
+            for (size_t i : shared) {
+                Copy& c = *copies_[i];
+                e_.uploaded_.wait(lock, [&] { return c.upload != Upload::Running; });
+                if (c.upload == Upload::Failed) {
+                    c.upload = Upload::Running;  // the uploader gave up: this call tries again
+                    running_.push_back(i);
+                    Upload(lock, i, stats);
+                } else {
+                    stats.bytes_reused += call.args[i].arg.tensor.bytes();
+                }
+            }
+            // An argument both written and read (Out(x), In(x)) must not
+            // leave its copy marked as holding the host bytes.
             for (size_t i = 0; i < call.args.size(); ++i) {
                 if (call.args[i].arg.access == Access::In) continue;
                 copies_[i]->holds.clear();
                 std::erase_if(to_hash_, [&](size_t j) { return copies_[j] == copies_[i]; });
             }
         } catch (...) {
+            // Uploads this call took on and did not finish: a call waiting
+            // for one takes it over.
+            for (size_t i : running_) copies_[i]->upload = Upload::Failed;
+            e_.uploaded_.notify_all();
             GiveBack();
             lock.unlock();
             e_.slot_free_.notify_one();
@@ -208,40 +231,92 @@ public:
     // to reuse them: outside the lock, while the device works. They are
     // still the bytes uploaded: no task writes them beside this call, and
     // the caller may not while the run is in flight.
-    void HashUploads(const ChipCall& call) {
-        for (size_t i : to_hash_) HashChunks(call.args[i].arg.tensor.data(), call.args[i].arg.tensor.bytes(), hashes_[i]);
+    void HashUploads() {
+        for (size_t i : to_hash_) HashChunks(call_.args[i].arg.tensor.data(), call_.args[i].arg.tensor.bytes(), hashes_[i]);
     }
-    // Copies argument i's device copy (device memory at `from`) into its
-    // host range, hashing it for the copy to be reused later.
-    void Download(size_t i, const HostTensor& t, const void* from) {
-        CopyHashing(t.data(), from, t.bytes(), HostSide::Destination, hashes_[i]);
+    // Copies argument i's device copy back into its host range, hashing it
+    // for the copy to be reused later. Outputs are this call's alone.
+    void Download(size_t i) {
+        const HostTensor& t = call_.args[i].arg.tensor;
+        DMAEngine& dma = e_.device_.dma();
+        dma.Wait(dma.CopyFromDevice(t.data(), copies_[i]->buffer.handle(), t.bytes()));
+        HashChunks(t.data(), t.bytes(), hashes_[i]);
     }
 
 private:
-    void MakeCurrent(size_t i, Copy& c, const HostTensor& t, ChipCallStats& stats) {
-        void* device = slot_->orch->HostAddress(c.device_address, t.bytes());  // the function's memory
-        uint64_t copied = t.bytes();
-        if (c.holds.empty()) {
-            CopyMemory(device, t.data(), t.bytes());
-            to_hash_.push_back(i);
-        } else {
-            copied = CopyChanged(device, t.data(), t.bytes(), c.holds);
+    // Makes copy i hold the host bytes (its upload Running, lock held):
+    // moves the chunks that changed, or all of it, with the lock let go.
+    void Upload(std::unique_lock<std::mutex>& lock, size_t i, ChipCallStats& stats) {
+        Copy& c = *copies_[i];
+        const HostTensor& t = call_.args[i].arg.tensor;
+        const bool whole = c.holds.empty();
+        ChunkHashes held = c.holds;  // the copy is this call's to upload: nobody else changes holds meanwhile
+        lock.unlock();
+        uint64_t copied = 0;
+        std::exception_ptr failed;
+        try {
+            copied = whole ? UploadWhole(c, t) : UploadChanged(c, t, held);
+        } catch (...) {
+            failed = std::current_exception();
         }
+        lock.lock();
+        std::erase(running_, i);
+        if (failed) {
+            c.holds.clear();  // some chunks may have moved: nothing is known
+            c.upload = Upload::Failed;
+            e_.uploaded_.notify_all();
+            std::rethrow_exception(failed);
+        }
+        if (whole) to_hash_.push_back(i);
+        else c.holds = std::move(held);
+        c.upload = Upload::Done;
+        e_.uploaded_.notify_all();
         stats.bytes_uploaded += copied;
         stats.bytes_reused += t.bytes() - copied;
+    }
+    uint64_t UploadWhole(Copy& c, const HostTensor& t) {
+        DMAEngine& dma = e_.device_.dma();
+        return dma.Wait(dma.CopyToDevice(t.data(), c.buffer.handle(), t.bytes()));
+    }
+    // The changed chunks, all submitted before the first wait.
+    uint64_t UploadChanged(Copy& c, const HostTensor& t, ChunkHashes& held) {
+        DMAEngine& dma = e_.device_.dma();
+        const auto* host = static_cast<const uint8_t*>(t.data());
+        std::vector<DmaTicket> tickets;
+        uint64_t copied = 0;
+        std::exception_ptr failed;
+        try {
+            for (const ByteRange& r : ChangedRanges(host, t.bytes(), held)) {
+                const DeviceHandle at = c.buffer.handle().Offset(r.offset, r.bytes, c.buffer.allocation());
+                tickets.push_back(dma.CopyToDevice(host + r.offset, at, r.bytes));
+            }
+        } catch (...) {
+            failed = std::current_exception();
+        }
+        for (DmaTicket ticket : tickets) {  // every one, even after a failure: they read the caller's memory
+            try {
+                copied += dma.Wait(ticket);
+            } catch (...) {
+                if (!failed) failed = std::current_exception();
+            }
+        }
+        if (failed) std::rethrow_exception(failed);
+        return copied;
     }
     void GiveBack() {
         for (size_t i = 0; i < copies_.size(); ++i) {
             --copies_[i]->users;
             if (i < reads_.size() && reads_[i]) --copies_[i]->readers;
-            if (i < hashes_.size() && !hashes_[i].empty()) copies_[i]->holds = std::move(hashes_[i]);
+            if (!hashes_[i].empty()) copies_[i]->holds = std::move(hashes_[i]);
         }
         e_.free_slots_.push_back(slot_);
     }
     LocalChipExecutor& e_;
+    const ChipCall& call_;
     Slot* slot_ = nullptr;
     std::vector<Copy*> copies_;
     std::vector<bool> reads_;  // copies_[i] counted among its readers
+    std::vector<size_t> running_;  // arguments whose upload this call took on and has not finished
     std::vector<size_t> to_hash_;  // arguments uploaded whole, hashed by HashUploads
     std::vector<ChunkHashes> hashes_;  // by argument: what its copy holds once hashed or downloaded; else empty
 };
@@ -277,7 +352,7 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
         if (plan == slot.plans.end())
             throw Error(ErrorKind::NotFound, "chip plan '" + call.function + "' is not loaded on " + Describe());
         RunPlan(slot, *plan->second, call, copies);
-        lease.HashUploads(call);
+        lease.HashUploads();
     } else {
         std::exception_ptr thrown;
         try {
@@ -287,18 +362,16 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
         } catch (...) {
             thrown = std::current_exception();
         }
-        lease.HashUploads(call);  // while the device runs what the function submitted
+        lease.HashUploads();  // while the device runs what the function submitted
         orch.WaitAll();  // the device tasks' failure first: it names the kernel and the device code
         if (thrown) std::rethrow_exception(thrown);
     }
     if (traced) [[unlikely]]
         stats.run_end_ns = trace::detail::NowNs();
-    // Outputs are this call's alone: copied back outside the lock, hashed
-    // on the way so that a later call may reuse the copy.
     for (size_t i = 0; i < call.args.size(); ++i) {
         const TensorArg& a = call.args[i].arg;
         if (a.access == Access::In) continue;
-        lease.Download(i, a.tensor, ctx.args[i]);
+        lease.Download(i);
         stats.bytes_downloaded += a.tensor.bytes();
     }
     return stats;

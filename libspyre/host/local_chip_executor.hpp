@@ -49,6 +49,8 @@ public:
 
 private:
     using Key = std::tuple<uint64_t, uint64_t, uint64_t>;  // storage, offset, bytes
+    // Where a copy's upload for the calls reading it stands.
+    enum class Upload : uint8_t { Done, Running, Failed };
     struct Copy {
         DeviceBuffer buffer;
         uint64_t device_address = 0;  // each slot's runtime maps it at its own host address
@@ -61,7 +63,8 @@ private:
         ChunkHashes holds;
         uint64_t last_use = 0;
         unsigned users = 0;    // arguments of calls in flight that hold it: never evicted then
-        unsigned readers = 0;  // of those, the In and InOut ones: their bytes are current
+        unsigned readers = 0;  // of those, the In and InOut ones: their bytes are current once uploaded
+        Upload upload = Upload::Done;  // Running: a reader's call is moving the bytes (lock let go)
     };
     // What one chip task at a time runs on.
     struct Slot {
@@ -81,8 +84,9 @@ private:
     std::vector<std::unique_ptr<Slot>> slots_;
     std::vector<DeviceBuffer> kernels_;
 
-    std::mutex mu_;  // the copies and the free slots
+    std::mutex mu_;  // the copies and the free slots; never held while bytes move
     std::condition_variable slot_free_;
+    std::condition_variable uploaded_;  // a copy's upload ended
     std::vector<Slot*> free_slots_;
     std::map<Key, Copy> copies_;  // node-based: a Copy stays put while others come and go
     uint64_t copy_bytes_ = 0, use_clock_ = 0, cache_limit_ = kCacheBytes;

@@ -7,19 +7,100 @@
 #include <vector>
 
 #include "spyre/error.hpp"
+#include "trace/recorder.hpp"
 
 namespace spyre {
 
+namespace {
+
+const char* SpanName(uint8_t direction) noexcept {
+    static constexpr const char* kNames[] = {"CopyToDevice", "CopyFromDevice", "CopyOnDevice"};
+    return kNames[direction];
+}
+
+}  // namespace
+
+DmaTicket DMAEngine::Started(DmaTicket ticket, Direction direction, uint64_t size) {
+    Counter& c = direction == Direction::ToDevice ? to_device_ : direction == Direction::FromDevice ? from_device_ : on_device_;
+    c.copies.fetch_add(1, std::memory_order_relaxed);
+    c.bytes.fetch_add(size, std::memory_order_relaxed);
+    if (trace::Enabled()) [[unlikely]] {
+        std::lock_guard lock(traced_mu_);
+        traced_.emplace(ticket, Traced{direction, size, trace::detail::NowNs()});
+        any_traced_.store(true, std::memory_order_relaxed);
+    }
+    return ticket;
+}
+
+void DMAEngine::Finished(DmaTicket ticket, bool failed) noexcept {
+    if (failed) failed_.fetch_add(1, std::memory_order_relaxed);
+    if (!any_traced_.load(std::memory_order_relaxed)) [[likely]]
+        return;
+    std::lock_guard lock(traced_mu_);
+    auto it = traced_.find(ticket);
+    if (it == traced_.end()) return;
+    const Traced t = it->second;
+    traced_.erase(it);
+    if (traced_.empty()) any_traced_.store(false, std::memory_order_relaxed);
+    if (!trace::Enabled()) return;
+    const uint64_t recording = trace::detail::Recording();
+    if (track_recording_ != recording) {
+        track_ = trace::detail::NamedTrack(device_ + " DMA");
+        track_recording_ = recording;
+    }
+    trace::detail::Span(track_, "dma", SpanName(uint8_t(t.direction)), t.start_ns, trace::detail::NowNs(),
+                        int64_t(t.bytes));
+}
+
 DmaTicket DMAEngine::CopyToDevice(const void* host, const DeviceHandle& device, uint64_t size) {
-    return queue_.HostToDevice(host, allocator_.DeviceAddress(device, size), size);
+    return CopyToDeviceAt(host, allocator_.DeviceAddress(device, size), size);
 }
 
 DmaTicket DMAEngine::CopyFromDevice(void* host, const DeviceHandle& device, uint64_t size) {
-    return queue_.DeviceToHost(host, allocator_.DeviceAddress(device, size), size);
+    return CopyFromDeviceAt(host, allocator_.DeviceAddress(device, size), size);
+}
+
+DmaTicket DMAEngine::CopyToDeviceAt(const void* host, uint64_t device_address, uint64_t size) {
+    return Started(queue_.HostToDevice(host, device_address, size), Direction::ToDevice, size);
+}
+
+DmaTicket DMAEngine::CopyFromDeviceAt(void* host, uint64_t device_address, uint64_t size) {
+    return Started(queue_.DeviceToHost(host, device_address, size), Direction::FromDevice, size);
 }
 
 DmaTicket DMAEngine::CopyOnDevice(const DeviceHandle& src, const DeviceHandle& dst, uint64_t size) {
-    return queue_.DeviceToDevice(allocator_.DeviceAddress(src, size), allocator_.DeviceAddress(dst, size), size);
+    const uint64_t from = allocator_.DeviceAddress(src, size), to = allocator_.DeviceAddress(dst, size);
+    return Started(queue_.DeviceToDevice(from, to, size), Direction::OnDevice, size);
+}
+
+uint64_t DMAEngine::Wait(DmaTicket ticket, std::chrono::milliseconds timeout) {
+    try {
+        const uint64_t bytes = queue_.Wait(ticket, timeout).bytes;
+        Finished(ticket, false);
+        return bytes;
+    } catch (const Error& e) {
+        if (e.kind() != ErrorKind::Timeout) Finished(ticket, true);  // a timed-out copy is still in flight
+        throw;
+    }
+}
+
+std::optional<uint64_t> DMAEngine::Poll(DmaTicket ticket) {
+    try {
+        const std::optional<driver::DmaCompletion> done = queue_.Poll(ticket);
+        if (!done) return std::nullopt;
+        Finished(ticket, false);
+        return done->bytes;
+    } catch (const Error&) {
+        Finished(ticket, true);
+        throw;
+    }
+}
+
+DmaStats DMAEngine::Stats() const noexcept {
+    auto get = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+    return DmaStats{get(to_device_.copies),   get(to_device_.bytes), get(from_device_.copies),
+                    get(from_device_.bytes),  get(on_device_.copies), get(on_device_.bytes),
+                    get(failed_)};
 }
 
 template <typename Submit>
@@ -64,7 +145,7 @@ uint64_t DMAEngine::CopyToDevice(const void* host, const DeviceHandle& device, u
     const uint64_t base = allocator_.DeviceAddress(device, size);  // the whole range is checked first
     const auto* src = static_cast<const uint8_t*>(host);
     return Chunked("copy to device", size, progress, chunk,
-                   [&](uint64_t off, uint64_t n) { return queue_.HostToDevice(src + off, base + off, n); });
+                   [&](uint64_t off, uint64_t n) { return CopyToDeviceAt(src + off, base + off, n); });
 }
 
 uint64_t DMAEngine::CopyFromDevice(void* host, const DeviceHandle& device, uint64_t size,
@@ -72,7 +153,7 @@ uint64_t DMAEngine::CopyFromDevice(void* host, const DeviceHandle& device, uint6
     const uint64_t base = allocator_.DeviceAddress(device, size);
     auto* dst = static_cast<uint8_t*>(host);
     return Chunked("copy from device", size, progress, chunk,
-                   [&](uint64_t off, uint64_t n) { return queue_.DeviceToHost(dst + off, base + off, n); });
+                   [&](uint64_t off, uint64_t n) { return CopyFromDeviceAt(dst + off, base + off, n); });
 }
 
 }  // namespace spyre

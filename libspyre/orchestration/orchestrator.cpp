@@ -138,6 +138,9 @@ void* Orchestrator::HostAddress(uint64_t device_address, uint64_t size) const {
 }
 uint64_t Orchestrator::memory_size() const { return Graph(*state_).memory_size(); }
 
+void Orchestrator::CopyIn(void* buffer, const void* host, uint64_t size) { state_->CopyIn(buffer, host, size); }
+void Orchestrator::CopyOut(void* host, const void* buffer, uint64_t size) { state_->CopyOut(host, buffer, size); }
+
 void Orchestrator::Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress) {
     state_->Run(fn, args, progress);
 }

@@ -165,6 +165,14 @@ void* pto_host_address(Runtime* rt, uint64_t device_address, uint64_t size) {
                        [&](RuntimeState& r) { return r.graph->HostAddress(device_address, size); });
 }
 
+int32_t pto_copy_in(Runtime* rt, void* buffer, const void* host, uint64_t size) {
+    return OnRuntime("pto_copy_in", rt, Kind::Query, [&](RuntimeState& r) { r.CopyIn(buffer, host, size); });
+}
+
+int32_t pto_copy_out(Runtime* rt, void* host, const void* buffer, uint64_t size) {
+    return OnRuntime("pto_copy_out", rt, Kind::Query, [&](RuntimeState& r) { r.CopyOut(host, buffer, size); });
+}
+
 int32_t pto_run(Runtime* rt, pto_orchestration_fn fn, uint64_t* args) {
     return OnRuntime("pto_run", rt, Kind::Changes, [&](RuntimeState& r) { r.Run(fn, args); });
 }

@@ -135,6 +135,18 @@ std::vector<uint8_t> ReadFile(const char* path) {
 
 }  // namespace
 
+void RuntimeState::CopyIn(void* buffer, const void* host, uint64_t size) {
+    const uint64_t at = graph->DeviceAddress(buffer, size);
+    if (device) device->dma().Wait(device->dma().CopyToDeviceAt(host, at, size));
+    else std::memcpy(buffer, host, size);
+}
+
+void RuntimeState::CopyOut(void* host, const void* buffer, uint64_t size) {
+    const uint64_t at = graph->DeviceAddress(buffer, size);
+    if (device) device->dma().Wait(device->dma().CopyFromDeviceAt(host, at, size));
+    else std::memcpy(host, buffer, size);
+}
+
 }  // namespace spyre::orchestration
 
 using spyre::orchestration::CallKind;

@@ -34,6 +34,10 @@ struct RuntimeState {
     // (pto_run: the function is not in a scope of its own).
     void Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress = {});
     void RunLibrary(const char* path, const char* symbol, uint64_t* args, const ProgressCallback& progress = {});
+    // Host bytes into and out of the graph's memory at `buffer` (checked):
+    // by the device's DMAEngine, or a memory copy on host memory.
+    void CopyIn(void* buffer, const void* host, uint64_t size);
+    void CopyOut(void* host, const void* buffer, uint64_t size);
 };
 
 // What both kinds of runtime take from the caller's options as they are;

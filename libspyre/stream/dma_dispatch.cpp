@@ -13,10 +13,10 @@ Error DmaDispatch::Failure(const Record& r, const Error& e) const {
 
 bool DmaDispatch::Start(StreamState& s, QueuedOp& op, uint64_t seq) {
     Record rec{&s, seq, 0, op.kind, op.device_addr, std::move(op.keep_alive), op.trace(), op.size,
-               op.trace_enqueue_ns && trace::Enabled() ? trace::detail::NowNs() : 0};
+               op.trace_enqueue_ns && trace::Enabled()};
     try {
-        rec.ticket = op.kind == OpKind::CopyToDevice ? queue_.HostToDevice(op.src, op.device_addr, op.size)
-                                                     : queue_.DeviceToHost(op.dst, op.device_addr, op.size);
+        rec.ticket = op.kind == OpKind::CopyToDevice ? engine_.CopyToDeviceAt(op.src, op.device_addr, op.size)
+                                                     : engine_.CopyFromDeviceAt(op.dst, op.device_addr, op.size);
     } catch (const Error& e) {
         Fault(s, Failure(rec, e));
         rec.keep_alive.reset();  // before the stream's waiter wakes
@@ -35,7 +35,7 @@ bool DmaDispatch::Poll() {
         std::optional<Error> failure;
         bool finished = false;
         try {
-            finished = queue_.Poll(r.ticket).has_value();
+            finished = engine_.Poll(r.ticket).has_value();
         } catch (const Error& e) {
             finished = true;
             failure = Failure(r, e);
@@ -47,7 +47,7 @@ bool DmaDispatch::Poll() {
         StreamState& s = *r.stream;
         if (failure) Fault(s, *failure);
         s.host_busy = false;
-        if (r.start_ns != 0 && trace::Enabled()) Trace(r);
+        if (r.traced && trace::Enabled()) Trace(r);
         // The host memory it held goes before the stream's waiter wakes: a
         // caller who synchronized may count on it being let go (Python's
         // buffers are released then).
@@ -61,14 +61,7 @@ bool DmaDispatch::Poll() {
 }
 
 void DmaDispatch::Trace(const Record& r) {
-    const uint64_t now = trace::detail::NowNs();
-    const uint64_t recording = trace::detail::Recording();
-    if (trace_recording_ != recording) {
-        trace_track_ = trace::detail::NamedTrack(device_ + " DMA");
-        trace_recording_ = recording;
-    }
-    trace::detail::Span(trace_track_, "dma", ToString(r.kind), r.start_ns, now, int64_t(r.bytes));
-    TraceOp(*r.stream, device_, r.kind, r.seq, r.trace, now);
+    TraceOp(*r.stream, device_, r.kind, r.seq, r.trace, trace::detail::NowNs());
 }
 
 void DmaDispatch::FailAll(const Error& lost) {
@@ -76,7 +69,7 @@ void DmaDispatch::FailAll(const Error& lost) {
         // Copies only move memory, so the wait is bounded; the ticket's own
         // error does not matter any more.
         try {
-            queue_.Wait(r.ticket);
+            engine_.Wait(r.ticket);
         } catch (const Error&) {
         }
         Fault(*r.stream, lost);

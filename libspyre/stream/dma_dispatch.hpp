@@ -1,22 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 // Internal: DMA dispatch. Copies that do not go in the ring (large
-// host->device, every device->host) run on the DMA engine beside the ring,
-// one at a time per stream (the stream waits for it: FIFO), and complete
-// their stream when their ticket does.
+// host->device, every device->host) run on the device's DMAEngine beside
+// the ring, one at a time per stream (the stream waits for it: FIFO), and
+// complete their stream when their ticket does. The engine counts them and
+// traces them on the DMA track; this records the stream's op span.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "spyre/driver/dma_queue.hpp"
+#include "spyre/memory/dma_engine.hpp"
 #include "stream/stream_state.hpp"
 
 namespace spyre::detail {
 
 class DmaDispatch {
 public:
-    DmaDispatch(driver::DmaQueue& queue, std::string device) : queue_(queue), device_(std::move(device)) {}
+    DmaDispatch(DMAEngine& engine, std::string device) : engine_(engine), device_(std::move(device)) {}
 
     bool empty() const { return records_.empty(); }
     // Starts the copy `op` (op #seq of `s`, already taken off its queue).
@@ -34,7 +35,7 @@ private:
     struct Record {
         StreamState* stream;
         uint64_t seq;
-        driver::DmaQueue::Ticket ticket;
+        DmaTicket ticket;
         OpKind kind;
         uint64_t device_addr;
         // The host buffer the runtime made for the copy: the DMA engine
@@ -42,17 +43,15 @@ private:
         std::shared_ptr<const void> keep_alive;
         OpTrace trace = {};
         uint64_t bytes = 0;
-        uint64_t start_ns = 0;  // while a trace records: when the copy started
+        bool traced = false;  // a trace recorded when the copy started
     };
     Error Failure(const Record& r, const Error& e) const;
-    // The copy's span on the DMA track and its op's on the stream's.
+    // The copy's op span on the stream's track.
     void Trace(const Record& r);
 
-    driver::DmaQueue& queue_;
+    DMAEngine& engine_;
     const std::string device_;
     std::vector<Record> records_;
-    uint32_t trace_track_ = 0;
-    uint64_t trace_recording_ = 0;
 };
 
 }  // namespace spyre::detail

@@ -1,12 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// DMAEngine (seed 000): asynchronous copies between host memory and device
-// allocations, by DeviceHandle. Every copy is checked against its allocation
-// (and so against the function's own memory) before anything is submitted;
-// the driver's DmaQueue moves the bytes (io_uring, or the fallback).
+// DMAEngine (seed 000): the one way bytes move between host memory and a
+// device's allocations. Every copy is checked against its allocation (and
+// so against the function's own memory) before anything is submitted, is
+// counted, and shows as a span on the device's DMA track while a trace
+// records; the driver's DmaQueue moves the bytes (io_uring, or the
+// fallback). Streams, the orchestration runtime and the host level all
+// copy through it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
 
 #include "spyre/common/progress.hpp"
 #include "spyre/memory/allocator.hpp"
@@ -16,16 +24,33 @@ namespace spyre {
 
 using DmaTicket = driver::DmaQueue::Ticket;
 
+// What an engine has moved since it was made: copies submitted and their
+// bytes by direction, and copies that failed.
+struct DmaStats {
+    uint64_t to_device_copies = 0, to_device_bytes = 0;
+    uint64_t from_device_copies = 0, from_device_bytes = 0;
+    uint64_t on_device_copies = 0, on_device_bytes = 0;
+    uint64_t failed = 0;
+};
+
 class DMAEngine {
 public:
-    // Both must outlive the engine.
-    DMAEngine(SpyreAllocator& allocator, driver::DmaQueue& queue) : allocator_(allocator), queue_(queue) {}
+    // Both must outlive the engine; `device` names its DMA track ("0000:3b:00.0").
+    DMAEngine(SpyreAllocator& allocator, driver::DmaQueue& queue, std::string device = {})
+        : allocator_(allocator), queue_(queue), device_(std::move(device)) {}
 
-    // Each returns at once; Wait() says when the bytes are in place. Throws
-    // InvalidArgument when a range is not inside one live allocation.
+    // Each returns at once; Wait() or Poll() says when the bytes are in
+    // place. Throws InvalidArgument when a range is not inside one live
+    // allocation.
     DmaTicket CopyToDevice(const void* host, const DeviceHandle& device, uint64_t size);
     DmaTicket CopyFromDevice(void* host, const DeviceHandle& device, uint64_t size);
     DmaTicket CopyOnDevice(const DeviceHandle& src, const DeviceHandle& dst, uint64_t size);
+
+    // The same at a function-relative address this engine's allocator
+    // returned for a checked range (SpyreAllocator::DeviceAddress): how a
+    // stream's queued copy, checked when it was enqueued, starts later.
+    DmaTicket CopyToDeviceAt(const void* host, uint64_t device_address, uint64_t size);
+    DmaTicket CopyFromDeviceAt(void* host, uint64_t device_address, uint64_t size);
 
     // Large copies with progress: the copy goes in chunks of `chunk` bytes
     // (all submitted at once, so they overlap as one copy would); these
@@ -38,18 +63,44 @@ public:
                             uint64_t chunk = kProgressChunk);
 
     // Bytes moved; throws spyre::Error if the copy failed.
-    uint64_t Wait(DmaTicket ticket, std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-        return queue_.Wait(ticket, timeout).bytes;
-    }
+    uint64_t Wait(DmaTicket ticket, std::chrono::milliseconds timeout = std::chrono::seconds(60));
+    // Bytes moved if the copy is done (the ticket is then spent), else
+    // nullopt; throws spyre::Error if it failed.
+    std::optional<uint64_t> Poll(DmaTicket ticket);
 
+    DmaStats Stats() const noexcept;
     driver::DmaBackend backend() const noexcept { return queue_.backend(); }
 
 private:
+    enum class Direction : uint8_t { ToDevice, FromDevice, OnDevice };
     template <typename Submit>
     uint64_t Chunked(const char* what, uint64_t size, const ProgressCallback& progress, uint64_t chunk, Submit submit);
+    // Counts a submitted copy and, while a trace records, notes its start.
+    DmaTicket Started(DmaTicket ticket, Direction direction, uint64_t size);
+    // Ends a copy's span (when it has one); counts it when it failed.
+    void Finished(DmaTicket ticket, bool failed) noexcept;
 
     SpyreAllocator& allocator_;
     driver::DmaQueue& queue_;
+    const std::string device_;
+
+    struct Counter {
+        std::atomic<uint64_t> copies{0}, bytes{0};
+    };
+    Counter to_device_, from_device_, on_device_;
+    std::atomic<uint64_t> failed_{0};
+
+    // Copies in flight that started while a trace recorded.
+    struct Traced {
+        Direction direction;
+        uint64_t bytes;
+        uint64_t start_ns;
+    };
+    std::mutex traced_mu_;
+    std::unordered_map<DmaTicket, Traced> traced_;
+    std::atomic<bool> any_traced_{false};
+    uint32_t track_ = 0;  // traced_mu_
+    uint64_t track_recording_ = 0;
 };
 
 }  // namespace spyre

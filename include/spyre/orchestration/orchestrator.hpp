@@ -124,6 +124,14 @@ public:
     void* HostAddress(uint64_t device_address, uint64_t size) const;
     uint64_t memory_size() const;
 
+    // Copy `size` bytes between host memory and the runtime's memory at
+    // `buffer` (what Alloc, TaskOutput or HostAddress gave): through the
+    // device's DMAEngine (checked, counted and traced as every copy), or a
+    // memory copy for a runtime on host memory. They wait for the bytes.
+    // InvalidArgument when [buffer, buffer + size) leaves the memory.
+    void CopyIn(void* buffer, const void* host, uint64_t size);
+    void CopyOut(void* host, const void* buffer, uint64_t size);
+
     // fn(handle(), args), then WaitAll (with `progress`, if set): pto_run.
     void Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress = {});
     // The same with `symbol` from the shared object at `path`.

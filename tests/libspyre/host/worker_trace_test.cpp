@@ -46,6 +46,18 @@ struct Reports {
     }
 };
 
+// The trace at `path` (removed after; a parse error fails the test) and
+// its track names by tid.
+std::pair<nlohmann::json, std::map<int64_t, std::string>> LoadTrace(const std::string& path) {
+    std::ifstream in(path);
+    nlohmann::json t = nlohmann::json::parse(in);
+    std::filesystem::remove(path);
+    std::map<int64_t, std::string> tracks;
+    for (const auto& e : t["traceEvents"])
+        if (e["ph"] == "M" && e["name"] == "thread_name") tracks[e["tid"].get<int64_t>()] = e["args"]["name"];
+    return {std::move(t), std::move(tracks)};
+}
+
 // `ts` inside `span`, give or take a nanosecond: ts and dur are each
 // rounded to microseconds with three decimals, so ts + dur may miss the end.
 bool Within(double ts, const nlohmann::json& span) {
@@ -66,12 +78,7 @@ TEST_F(WorkerTraceTest, ParallelReduceTraceShowsDevicesSubWorkerAndArrows) {
     for (float x : outs[0].floats()) ASSERT_EQ(x, 3.0f);
     progress.Expect(3);
 
-    std::ifstream in(path);
-    const nlohmann::json t = nlohmann::json::parse(in);  // throws (fails the test) if not valid JSON
-    std::filesystem::remove(path);
-    std::map<int64_t, std::string> tracks;
-    for (const auto& e : t["traceEvents"])
-        if (e["ph"] == "M" && e["name"] == "thread_name") tracks[e["tid"].get<int64_t>()] = e["args"]["name"];
+    auto [t, tracks] = LoadTrace(path);
 
     // Well formed: every B has an E on its track, X spans have dur >= 0,
     // every flow has both ends.
@@ -174,6 +181,36 @@ TEST_F(WorkerTraceTest, ParallelReduceTraceShowsDevicesSubWorkerAndArrows) {
     }
     EXPECT_EQ(into_sub, 2);
     EXPECT_EQ(from, (std::set<std::string>{"chip_add", "chip_sub"}));
+}
+
+// A chip task's uploads and downloads are copies of the device's DMA
+// engine: they show on the device's DMA track, byte for byte what the task
+// moved.
+TEST_F(WorkerTraceTest, ChipTaskCopiesShowOnTheDevicesDmaTrack) {
+    HostProgram p{"add_on_0", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                      g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])}, {.device = 0});
+                  }};
+    HostTensor a = HostTensor::Full({kTile, kTile}, 1.5f), b = HostTensor::Full({kTile, kTile}, 0.5f);
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("l3_dma_trace_" + std::to_string(getpid()) + ".json")).string();
+    trace::Start(path);
+    auto outs = worker_->Run(p, {a, b});
+    trace::Stop();
+    for (float x : outs[0].floats()) ASSERT_EQ(x, 2.0f);
+
+    auto [t, tracks] = LoadTrace(path);
+    std::string device;
+    for (const auto& e : t["traceEvents"])
+        if (e["ph"] == "X" && e["cat"] == "host-level" && e["args"].contains("device")) device = e["args"]["device"];
+    ASSERT_FALSE(device.empty()) << "no chip task span";
+    uint64_t up = 0, down = 0;
+    for (const auto& e : t["traceEvents"]) {
+        if (e["ph"] != "X" || e["cat"] != "dma") continue;
+        EXPECT_EQ(tracks[e["tid"].get<int64_t>()], device + " DMA") << e.dump();
+        (e["name"] == "CopyToDevice" ? up : down) += e["args"]["bytes"].get<uint64_t>();
+    }
+    EXPECT_EQ(up, 2 * kTileBytes) << "a and b";
+    EXPECT_EQ(down, kTileBytes) << "the sum";
 }
 
 // RunHandle::Wait(progress) reports too, and a failed run's progress still
