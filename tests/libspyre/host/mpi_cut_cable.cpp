@@ -6,9 +6,8 @@
 //
 // Rank 0: a cross-rank add is checked against the CPU; then a chip task
 // 'held_add' goes to rank 1's device, whose chip function prints
-// "RESULT hold-in-flight" and holds the task (the wrapper cuts the link
-// now) for a while shorter than the liveness bound, so that its reply is
-// on its way when the link goes. Rank 0's run must fail with DeviceLost
+// "RESULT hold-in-flight" (the wrapper cuts the link now) and holds the
+// task until the link is back. Rank 0's run must fail with DeviceLost
 // naming rank 1 and the task. Once the wrapper says the link is back
 // (a file appears), the old run stays failed: nothing rank 1 sent is
 // delivered (rank 1, with a longer bound, is still serving and beating),
@@ -32,7 +31,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr auto kHold = std::chrono::milliseconds(1500);     // under any bound the wrapper sets
 constexpr auto kLinkBackWait = std::chrono::seconds(30);    // the wrapper's signal, at most
 // TCP retransmits with a doubling timeout (0.2, 0.4, ... 3.2 s): a link down
 // for about 4 s carries again at most about 3.2 s after it is back.
@@ -98,9 +96,9 @@ int Controller(MultiHostWorker& mw, host::MpiTransport& t, size_t remote_device,
         std::printf("RESULT wrong: the wrapper never said the link is back\n");
         return 1;
     }
-    // What rank 1 queued while the link was down (the held task's reply,
-    // beats) comes through once TCP retransmits, seconds after the link is
-    // back: none of it may be delivered.
+    // What rank 1 sends now (the held task's reply, beats) comes through
+    // once TCP retransmits what was queued while the link was down, seconds
+    // after the link is back: none of it may be delivered.
     int stale = 0;
     const auto until = Clock::now() + kStaleWatch;
     for (int i = 0; i < 100 && Clock::now() < until && stale == 0; ++i) {
@@ -152,10 +150,14 @@ int main() {
             if (fn.kind == driver::FunctionKind::VF) config.device_ids.push_back(int(fn.index));
         MultiHostWorker mw(t, host, config);
         l3::RegisterChipFunctions(mw.worker());
-        mw.worker().RegisterChipFunction("chip_hold", [&t](ChipContext&) {
+        // Held until the link is back, however late the wrapper cuts it:
+        // its reply then crosses the restored link, to a rank 0 that has
+        // already failed the task.
+        const std::string back = link_back;
+        mw.worker().RegisterChipFunction("chip_hold", [&t, back](ChipContext&) {
             std::printf("RESULT hold-in-flight on rank %d\n", t.rank());
             std::fflush(stdout);
-            std::this_thread::sleep_for(kHold);
+            LinkIsBack(back);
         });
         if (rank != 0) {
             mw.Serve();
