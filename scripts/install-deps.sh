@@ -16,6 +16,7 @@ packages=(
   libopenblas-dev                           # the mock device's matmul (sgemm)
   libstarpu-dev                             # bench/orchestration_bench: StarPU baseline (optional)
   openmpi-bin libopenmpi-dev                # level 4 across hosts: libspyre-mpi, the mpirun tests, bench/mpi_bench
+  iproute2                                  # ip netns: the mpi_netns_* tests put each rank in a network namespace
   clang libclang-rt-14-dev                  # libFuzzer for the program-decoder fuzz target
   pybind11-dev python3-pybind11 python3-dev # the Python package spyre (python/)
   python3-numpy libdlpack-dev               # its numpy arrays and DLPack (dlpack/dlpack.h)

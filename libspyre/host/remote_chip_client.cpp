@@ -93,6 +93,13 @@ std::pair<RemoteChipClient::Pending, Message> RemoteChipClient::TakeReply(uint64
     Message m;
     try {
         m = AwaitReply(lock, p.rank, call_id);
+    } catch (const Error& e) {
+        pending_.erase(call_id);
+        // The rank's loss names the call it took with it (the transport only knows the rank).
+        if (e.kind() == ErrorKind::DeviceLost)
+            throw Error(ErrorKind::DeviceLost, "chip call '" + p.call.task + "' (function '" + p.call.function +
+                                                   "') was in flight on a lost rank: " + e.message(), e.context());
+        throw;
     } catch (...) {
         pending_.erase(call_id);
         throw;

@@ -51,6 +51,9 @@ public:
     // `rank` stops: its sends are dropped and it sends no heartbeats, as a
     // stopped or killed process looks to its peers.
     void Stop(int rank);
+    // `rank` speaks again, as a cut cable plugged back in. Peers that found
+    // it lost meanwhile keep it lost and drop what it sends.
+    void Resume(int rank);
     // Delivers raw bytes as a frame from `from` to `to` (with these payloads),
     // through the receive path's checks: for hostile-input tests.
     void InjectFrame(int from, int to, std::span<const uint8_t> frame, std::vector<std::vector<uint8_t>> payloads);

@@ -111,6 +111,12 @@ void InProcessFabric::Stop(int rank) {
     state_->endpoints[rank]->stopped.store(true);
 }
 
+void InProcessFabric::Resume(int rank) {
+    if (rank < 0 || rank >= static_cast<int>(state_->endpoints.size()))
+        throw Error(ErrorKind::InvalidArgument, "in-process fabric has no rank " + std::to_string(rank));
+    state_->endpoints[rank]->stopped.store(false);
+}
+
 void InProcessFabric::InjectFrame(int from, int to, std::span<const uint8_t> frame,
                                   std::vector<std::vector<uint8_t>> payloads) {
     const int n = static_cast<int>(state_->endpoints.size());

@@ -6,6 +6,9 @@
 namespace spyre::host::wire {
 
 void Inbox::Push(Message message) {
+    // A lost peer stays lost: what it sends once its link is back (a reply
+    // to a call that already failed) belongs to a run that is over.
+    if (liveness_.Lost(message.source)) return;
     {
         std::lock_guard lock(mutex_);
         const int source = message.source;

@@ -20,6 +20,7 @@ class Inbox {
 public:
     explicit Inbox(PeerLiveness& liveness) : liveness_(liveness) {}
 
+    // Queues `message`, unless its source is already lost (then dropped).
     void Push(Message message);
     // A malformed frame from `source`: its receiver gets `error` once, in
     // order; the source is cut off (lost) from then on.

@@ -155,6 +155,26 @@ TEST(TransportTest, AStoppedPeerIsReportedByRankAndHostWithinTheBound) {
     EXPECT_SPYRE_ERROR(t0->Receive(1s), DeviceLost, "rank 1");
 }
 
+// A cut cable plugged back in: the peer beats and sends again, but the run
+// that lost it stays failed, and nothing it sends is delivered as if it
+// belonged to that run.
+TEST(TransportTest, APeerWhoseLinkComesBackStaysLostAndIsNotHeard) {
+    auto fabric = InProcessFabric::Create(2, Fast(), {"node-a", "node-b"});
+    auto t0 = fabric->Take(0), t1 = fabric->Take(1);
+    fabric->Stop(1);
+    EXPECT_SPYRE_ERROR(t0->Receive(60s, 1), DeviceLost, "rank 1 (host node-b, pid");
+    fabric->Resume(1);
+    t1->Send(0, Numbered(7));  // a late reply, say
+    // Beats arrive again for two bounds; the message is never handed out.
+    const auto until = std::chrono::steady_clock::now() + 2 * Fast().silence_bound;
+    for (int i = 0; i < 100 && std::chrono::steady_clock::now() < until; ++i) {
+        EXPECT_SPYRE_ERROR(t0->Receive(50ms, 1), DeviceLost, "liveness bound 1000 ms");
+        std::this_thread::sleep_for(20ms);
+    }
+    EXPECT_SPYRE_ERROR(t0->Receive(50ms), DeviceLost, "rank 1");
+    ASSERT_TRUE(t0->PeerError(1).has_value());
+}
+
 TEST(TransportTest, APeerThatKeepsBeatingIsNeverLost) {
     auto fabric = InProcessFabric::Create(2, Fast());
     auto t0 = fabric->Take(0);
