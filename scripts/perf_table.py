@@ -56,6 +56,22 @@ def number(value):
     return f"{value:.3g}"
 
 
+UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def duration(value, unit):
+    """A time in the unit that keeps it between 1 and 1000 (seconds at most)."""
+    seconds = value * UNITS.get(unit, 1e-9)
+    for name in ("ns", "us", "ms"):
+        if abs(seconds) < 1000 * UNITS[name]:
+            return number(seconds / UNITS[name]) + " " + name
+    return number(seconds) + " s"
+
+
+def ratio_text(ratio):
+    return f"{ratio:.2f}x" if abs(ratio) >= 0.1 else f"{ratio:.3g}x"
+
+
 def throughput(run):
     if "bytes_per_second" in run:
         return number(run["bytes_per_second"] / 2**30) + " GiB/s"
@@ -75,7 +91,7 @@ def figure(run):
     """What the benchmark measured: its time per iteration and its rate."""
     if run.get("error_occurred"):
         return "error: " + run.get("error_message", "")
-    text = number(run["real_time"]) + " " + run.get("time_unit", "ns")
+    text = duration(run["real_time"], run.get("time_unit", "ns"))
     if run.get("run_type") == "aggregate":
         text += f" ({run['aggregate_name']} of {run.get('repetitions', '?')})"
     rate = throughput(run)
@@ -148,13 +164,15 @@ def against_baselines(run, runs):
         if not key.startswith("x_"):
             continue
         base = find_baseline(name, key[2:], runs)
-        text = f"{ratio:.2f}x {key[2:]}"
+        text = f"{ratio_text(ratio)} {key[2:]}"
         if base is not None:
             extra = other_counters(base)
             text += f" (`{display_name(base)}`: {figure(base)}{'; ' + extra if extra else ''})"
         parts.append(text)
     if name.startswith("baseline/"):
         parts.append("baseline")
+    if run.get("label"):  # what the benchmark says its ratios are against
+        parts.append(str(run["label"]))
     return "; ".join(parts)
 
 

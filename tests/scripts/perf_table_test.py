@@ -33,8 +33,10 @@ Conditions of each run:
 
 | program | benchmark | figure | counters | against its baseline (same run) |
 |---|---|---|---|---|
-| dma_bench | `baseline/memcpy/16777216` | 1,600 us, 10 GiB/s |  | baseline |
-| dma_bench | `dma/host_to_device/16777216` | 2,000 us, 8 GiB/s |  | 0.80x memcpy (`baseline/memcpy/16777216`: 1,600 us, 10 GiB/s) |
+| dma_bench | `baseline/memcpy/16777216` | 1.6 ms, 10 GiB/s |  | baseline |
+| dma_bench | `dma/host_to_device/16777216` | 2 ms, 8 GiB/s |  | 0.80x memcpy (`baseline/memcpy/16777216`: 1.6 ms, 10 GiB/s); vs memcpy |
+| dma_bench | `baseline/pwrite_tmpfs/64` | 1.14 us |  | baseline |
+| dma_bench | `dma/small_host_to_device/64` | 25 us |  | 0.0456x pwrite_tmpfs (`baseline/pwrite_tmpfs/64`: 1.14 us); vs pwrite |
 | dma_bench | `allocator/alloc_free_at_100k_live` | 412 ns | live_blocks 100,000 |  |
 | orchestration_bench | `baseline/gomp_task_depend/chain` | 5 ms | tasks_per_s 2M | baseline |
 | orchestration_bench | `baseline/gomp_task_depend/fanout` | 4 ms | tasks_per_s 2.5M | baseline |
