@@ -113,8 +113,9 @@ def load(path):
     runs = []
     with_aggregates = {b.get("run_name") for b in doc["benchmarks"] if b.get("run_type") == "aggregate"}
     for b in doc["benchmarks"]:
-        if not isinstance(b, dict) or "name" not in b or ("real_time" not in b and not b.get("error_occurred")):
-            raise PerfTableError(f"{path}: a benchmark entry lacks 'name' or 'real_time': {b!r}")
+        if not isinstance(b, dict) or not isinstance(b.get("name"), str) or (
+                not isinstance(b.get("real_time"), (int, float)) and not b.get("error_occurred")):
+            raise PerfTableError(f"{path}: a benchmark entry lacks a 'name' or a numeric 'real_time': {b!r}")
         # With repetitions, the median stands for the run (the mean when there is no median).
         if b.get("run_name") in with_aggregates:
             if b.get("run_type") != "aggregate" or b.get("aggregate_name") not in ("median", "mean"):
@@ -129,7 +130,10 @@ def load(path):
 def conditions(path, context):
     program = os.path.basename(context.get("executable", "")) or os.path.basename(path)
     load_avg = context.get("load_avg")
-    load_text = "load " + " / ".join(f"{x:.2f}" for x in load_avg) + " (1/5/15 min)" if load_avg else "load not reported"
+    if isinstance(load_avg, list) and load_avg and all(isinstance(x, (int, float)) for x in load_avg):
+        load_text = "load " + " / ".join(f"{x:.2f}" for x in load_avg) + " (1/5/15 min)"
+    else:
+        load_text = "load not reported"
     date = context.get("date", "no date").replace("T", " ")
     return (program, f"`{program}`: {date}, host `{context.get('host_name', '?')}`, "
             f"{context.get('num_cpus', '?')} CPUs at {context.get('mhz_per_cpu', '?')} MHz, {load_text}")

@@ -87,6 +87,12 @@ with tempfile.TemporaryDirectory() as d:
         f.write('{"benchmarks": {}}')
     r = run("--stdout", wrong_shape)
     check(r.returncode == 2 and "not Google Benchmark JSON" in r.stderr, f"JSON of another shape: exit 2 ({r.stderr})")
+    bad_time = os.path.join(d, "bad_time.json")
+    with open(bad_time, "w") as f:
+        f.write('{"context": {}, "benchmarks": [{"name": "a", "real_time": "fast"}]}')
+    r = run("--stdout", bad_time)
+    check(r.returncode == 2 and "numeric 'real_time'" in r.stderr and "Traceback" not in r.stderr,
+          f"a non-numeric time: exit 2, named ({r.stderr})")
     r = run("--stdout", "--filter", "nothing matches this", *inputs)
     check(r.returncode == 2 and "no benchmark matched" in r.stderr, f"an empty selection: exit 2 ({r.stderr})")
     check(open(doc).read() == written, "failed runs leave the document unchanged")
