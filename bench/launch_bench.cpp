@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // LaunchTiled per tile, beside one Launch + Synchronize of the same tile in
-// the same run (issue 12 target: per tile <= 2x one Launch). A 32^3 fp32
+// the same run (target: per tile <= 2x one Launch). A 32^3 fp32
 // matmul tile over M = 32 * tiles rows:
 //   one_launch         SpyreStream::Launch of the exact tile + Synchronize
 //   tiled/compiled/N   LaunchTiled over N whole tiles (the compiled program)

@@ -5,8 +5,8 @@
 // worker threads that sleep when idle.
 //
 // Two implementations, chosen per runtime (OrchestratorOptions::ready_queues),
-// because seed 004 asks for lock-free ready queues and the brief asks to keep
-// a lock where it is faster: a mutex with a condition variable, and a bounded
+// because seed 004 asks for lock-free ready queues and a lock is faster on
+// some machines and DAGs: a mutex with a condition variable, and a bounded
 // lock-free ring (Vyukov's sequence per cell) whose idle poppers spin briefly
 // and then sleep on a futex. bench/orchestration_bench runs both on the same
 // DAGs; docs/orchestration.md has the figures and which is the default.

@@ -19,7 +19,7 @@ void BindLaunch(py::module_& m);    // launch.cpp: launch_kernel, Program, Instr
 void BindPlan(py::module_& m);      // plan.cpp: CompilerOutput, ExecutionPlan, Operation, load_execution_plan
 void BindCompiler(py::module_& m);  // compiler.cpp: KernelBuilder, BuiltKernel, compiler output helpers
 void BindBench(py::module_& m);     // bench.cpp: spyre._spyre._bench (C++ loops for the benchmarks)
-// Part B: seed 004's orchestration runtime and seed 003's host level.
+// Seed 004's orchestration runtime and seed 003's host level.
 void BindOrchestration(py::module_& m);  // orchestration.cpp
 void BindHostLevel(py::module_& m);      // host_level.cpp
 

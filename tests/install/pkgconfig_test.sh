@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# The README's "Building an app against an installed libspyre", end to end:
-#  1. the README's app block is examples/pkgconfig_example.cpp, byte for byte;
+# docs/building.md's "Building an app against an installed libspyre", end to end:
+#  1. its app block is examples/pkgconfig_example.cpp, byte for byte;
 #  2. `meson install --destdir STAGE` into a scratch directory;
 #  3. with PKG_CONFIG_PATH pointed at the staged libspyre.pc (nothing else:
 #     no PKG_CONFIG_SYSROOT_DIR, no LD_LIBRARY_PATH, no -std flag), the
-#     README's build command, taken from the README, builds app.cpp with
+#     doc's build command, taken from the doc, builds app.cpp with
 #     the default c++ and its default language standard;
-#  4. the README's run command runs it (bounded by timeout), and it prints
+#  4. the doc's run command runs it (bounded by timeout), and it prints
 #     the version and the typed error it promises;
-#  5. the README's C program (examples/pto_c_example.c, seed 004's Example 1
+#  5. the doc's C program (examples/pto_c_example.c, seed 004's Example 1
 #     from C alone) builds with cc from the .pc file without a warning and
 #     runs on a private mock.
 # Usage: pkgconfig_test.sh BUILD_DIR SOURCE_ROOT
@@ -19,25 +19,25 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 unset LD_LIBRARY_PATH PKG_CONFIG_SYSROOT_DIR CXXFLAGS CPPFLAGS LDFLAGS
 
-# 1. The README's blocks.
-python3 - "$src/README.md" "$src/examples" "$stage" <<'PY'
+# 1. The doc's blocks.
+python3 - "$src/docs/building.md" "$src/examples" "$stage" <<'PY'
 import os, re, sys
-readme, examples, stage = sys.argv[1], sys.argv[2], sys.argv[3]
-text = open(readme).read()
+doc, examples, stage = sys.argv[1], sys.argv[2], sys.argv[3]
+text = open(doc).read()
 
 def take(example, lang, marker, command, out_dir):
-    """The README's copy of examples/<example> (checked identical) and the
+    """The doc's copy of examples/<example> (checked identical) and the
     build and run commands after <!-- marker -->, written to out_dir."""
     m = re.search(r"<!-- begin examples/%s -->\n```%s\n(.*?)```\n<!-- end examples/%s -->" % (example, lang, example),
                   text, re.S)
     if not m:
-        sys.exit("README.md has no block between the examples/%s markers" % example)
+        sys.exit("docs/building.md has no block between the examples/%s markers" % example)
     if m.group(1) != open(os.path.join(examples, example)).read():
-        sys.exit("README.md's block differs from examples/%s: keep them identical" % example)
+        sys.exit("docs/building.md's block differs from examples/%s: keep them identical" % example)
     c = re.search(r"<!-- %s -->\n```sh\n(.*?)```" % marker, text, re.S)
     lines = c.group(1).strip().splitlines() if c else []
     if len(lines) != 2 or not lines[0].startswith(command):
-        sys.exit("README.md's block after <!-- %s --> must be the build and the run command: %r" % (marker, lines))
+        sys.exit("docs/building.md's block after <!-- %s --> must be the build and the run command: %r" % (marker, lines))
     os.makedirs(out_dir, exist_ok=True)
     open(os.path.join(out_dir, "app." + ("cpp" if lang == "cpp" else "c")), "w").write(m.group(1))
     open(os.path.join(out_dir, "build_cmd"), "w").write(lines[0] + "\n")
@@ -46,7 +46,7 @@ def take(example, lang, marker, command, out_dir):
 take("pkgconfig_example.cpp", "cpp", "build command", "c++ app.cpp", stage)
 take("pto_c_example.c", "c", "c build command", "cc app.c", stage + "/c")  # seed 004's Example 1 from C alone
 PY
-echo "README app block == examples/pkgconfig_example.cpp, C block == examples/pto_c_example.c"
+echo "docs/building.md app block == examples/pkgconfig_example.cpp, C block == examples/pto_c_example.c"
 
 # 2. A staged install.
 meson install -C "$build_dir" --destdir "$stage/root" --quiet >/dev/null
@@ -62,7 +62,7 @@ echo "PKG_CONFIG_PATH=$PKG_CONFIG_PATH"
 echo "pkg-config --cflags --libs libspyre: $(pkg-config --cflags --libs libspyre)"
 grep -Eq -- '-std=(c|gnu)\+\+20' <<<"$(pkg-config --cflags libspyre)" || { echo "Cflags lack -std=c++20" >&2; exit 1; }
 
-# 3. The README's command, as written, in the directory holding app.cpp.
+# 3. The doc's command, as written, in the directory holding app.cpp.
 cd "$stage"
 build_cmd=$(cat build_cmd)
 run_cmd=$(cat run_cmd)
@@ -87,7 +87,7 @@ echo "$out"
 grep -q "libspyre $(pkg-config --modversion libspyre)" <<<"$out"
 grep -q "contract 1.4" <<<"$out"  # 1.1: task queues (spyre_task.h); 1.2: watchdog and DMA counters; 1.3: CQE phase; 1.4: ring streams
 grep -q "typed error ok: not found" <<<"$out"
-# 5. The C program, built with cc as the README says, run on a private mock
+# 5. The C program, built with cc as the doc says, run on a private mock
 # (this build's spyre-mockdev: the staged prefix is not where it looks).
 cd "$stage/c"
 c_build_cmd=$(cat build_cmd)
