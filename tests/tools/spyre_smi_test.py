@@ -261,6 +261,8 @@ with tempfile.TemporaryDirectory() as d:
         ("[1, 2]", "not a JSON object"),
         (dict(good, version=CONTRACT_VERSION + 1), f"version {CONTRACT_VERSION + 1}: a newer or older device contract"),
         (dict(good, version="1"), "version '1'"),
+        (dict(good, version=True), "version True"),
+        ("[" * 100000 + "]" * 100000, "not JSON this tool can read: nested too deep"),
         (dict(good, schema="other"), "schema 'other'"),
         ({k: v for k, v in good.items() if k != "ring"}, "no field 'ring.state'"),
         (dict(good, timestamp_ns="soon"), "field 'timestamp_ns' is \"soon\", not a non-negative integer"),
