@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -51,13 +52,21 @@ def chromium(profile, url, *flags):
     """Headless Chromium on `url`, as root too (no sandbox), its own profile,
     bounded in time. (stdout, stderr)."""
     cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
-           "--disable-background-networking", "--disable-component-update", f"--user-data-dir={profile}",
+           "--disable-background-networking", "--disable-component-update", "--disable-dev-shm-usage",
+           f"--user-data-dir={profile}",
            "--force-device-scale-factor=1", "--hide-scrollbars", "--enable-logging=stderr", "--v=0", *flags, url]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
-    if r.returncode != 0:
-        print(r.stderr[-3000:], file=sys.stderr)
-        raise SystemExit(f"chromium exited {r.returncode}")
-    return r.stdout, r.stderr
+    # Its own process group: on a timeout the browser's helpers go too.
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        raise SystemExit(f"chromium did not finish {url} within 90 s")
+    if p.returncode != 0:
+        print(err[-3000:], file=sys.stderr)
+        raise SystemExit(f"chromium exited {p.returncode}")
+    return out, err
 
 
 def page_status(dom):
@@ -151,7 +160,7 @@ with tempfile.TemporaryDirectory() as d:
         check(sum(lane["spans"] for lane in report["lanes"]) == len(spans), "lanes do not hold every span")
         selftest = report.get("selftest", {})
         for step in ("wheel_zoom", "drag_pan", "key_zoom", "fit", "hover", "click"):
-            check(selftest.get(step) is True, f"self-test step {step}: {selftest.get(step)}")
+            check(selftest.get(step) is True, f"self-test step {step}: {selftest}")
 
     # A screenshot of the whole timeline: every lane with spans shows span colours.
     if report:
