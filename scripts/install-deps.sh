@@ -21,6 +21,7 @@ packages=(
   pybind11-dev python3-pybind11 python3-dev # the Python package spyre (python/)
   python3-numpy libdlpack-dev               # its numpy arrays and DLPack (dlpack/dlpack.h)
   python3-pytest                            # its tests (tests/python/)
+  chromium                                  # spyre-trace's HTML timeline checked in a browser (tests/tools)
 )
 
 missing=()

@@ -24,6 +24,7 @@
 #include "pci/pci_address.hpp"
 #include "spyre/uapi/spyre_ioctl.h"
 #include "spyre/uapi/spyre_regs.h"
+#include "spyre/uapi/spyre_stats.h"
 
 namespace spyre::mockdev {
 
@@ -31,7 +32,7 @@ namespace {
 
 enum class Kind {
     Root, BusDir, PciDir, DevicesDir, FunctionDir, DevDir, SpyreDir,  // directories
-    Config, Resource0, Resource2, Resource4, Regs, Stats, Reset, Vendor, Device, Class, SriovTotalVfs, SriovNumVfs,
+    Config, Resource0, Resource2, Resource4, Regs, Stats, StatsJson, Reset, Vendor, Device, Class, SriovTotalVfs, SriovNumVfs,
     DevNode,
 };
 
@@ -50,7 +51,8 @@ constexpr FileSpec kFunctionFiles[] = {
     {"resource2", Kind::Resource2, 0600, false},
     {"resource4", Kind::Resource4, 0600, false},
     {"regs", Kind::Regs, 0444, false},
-    {"stats", Kind::Stats, 0444, false},  // counters for monitors: anyone, without opening the node
+    {SPYRE_STATS_ATTR, Kind::Stats, 0444, false},  // counters for monitors: anyone, without opening the node
+    {SPYRE_STATS_JSON_ATTR, Kind::StatsJson, 0444, false},  // the same for programs (uapi/spyre_stats.h)
     {"reset", Kind::Reset, 0200, false},
     {"vendor", Kind::Vendor, 0444, false},
     {"device", Kind::Device, 0444, false},
@@ -330,6 +332,7 @@ struct FuseOps {
         switch (f.kind) {
         case Kind::Regs: return f.fn->RegisterDump(!MaySeePrivate(f));
         case Kind::Stats: return f.fn->Stats();
+        case Kind::StatsJson: return f.fn->StatsJson(MaySeePrivate(f));
         case Kind::Vendor: std::snprintf(buf, sizeof buf, "0x%04x\n", SPYRE_PCI_VENDOR_IBM); return buf;
         case Kind::Device: std::snprintf(buf, sizeof buf, "0x%04x\n", unsigned(f.fn->device_id())); return buf;
         case Kind::Class: std::snprintf(buf, sizeof buf, "0x%06x\n", SPYRE_PCI_CLASS_CODE); return buf;

@@ -4,8 +4,8 @@
 // and a VFIO-like device node per function under dev/spyre/. Every file is
 // opened direct_io (register and ring contents are live, never page-cached).
 //
-//   MOUNT/bus/pci/devices/<addr>/{config,resource0,resource2,resource4,regs,
-//                                 reset,vendor,device,class[,sriov_totalvfs,sriov_numvfs]}
+//   MOUNT/bus/pci/devices/<addr>/{config,resource0,resource2,resource4,regs,stats,
+//                                 stats.json,reset,vendor,device,class[,sriov_totalvfs,sriov_numvfs]}
 //   MOUNT/dev/spyre/<addr>
 #pragma once
 

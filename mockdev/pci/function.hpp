@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "pci/card_memory.hpp"
 #include "pci/card_policy.hpp"
@@ -86,6 +87,11 @@ public:
     // The `stats` attribute (function_stats.cpp): counters, ring state,
     // memory in use and the holder, as "name value" lines; no addresses.
     std::string Stats();
+    // The `stats.json` attribute (uapi/spyre_stats.h): the same plus the
+    // granted regions, the error registers and the status decoded; region
+    // bases and the error's address and user_data are null unless
+    // `show_private` (the reader may see the holder's addresses).
+    std::string StatsJson(bool show_private);
     ConfigSpace Config() const;
     void SetSriovNumVfs(uint16_t num_vfs) { sriov_num_vfs_.store(num_vfs); }
     // Where the device may grant memory regions to this function: refused
@@ -114,6 +120,21 @@ private:
     // nothing of the old owner's may reach the next one).
     bool HandOver();
     void RefreshMirrors();
+    // What both stats attributes read, loaded once so that they agree.
+    struct StatsSnapshot {
+        struct Region {
+            uint32_t index;
+            uint64_t base, size;
+        };
+        uint64_t timestamp_ns = 0;
+        pid_t holder_pid = 0;
+        std::string holder_comm;
+        uint32_t status = 0;
+        uint64_t mem_used = 0, task_cores = 0;
+        std::vector<Region> regions;
+        std::vector<uint64_t> counters;  // in SPYRE_STATS_COUNTERS order
+    };
+    StatsSnapshot SnapshotStats();
     ssize_t ReadBar0(uint64_t offset, void* buf, size_t len);
     ssize_t WriteBar0(uint64_t offset, const void* buf, size_t len);
     ssize_t WriteRegister(uint32_t offset, uint32_t value);

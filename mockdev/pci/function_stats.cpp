@@ -1,16 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The `stats` attribute of a function: what a monitor (spyre-smi) shows to
-// every reader. Rendered from the registers (one source of truth) plus the
-// holder, which only the daemon knows. It carries counts, times, ring
-// positions and the holder's pid and name, never an address, a region base,
-// data or a CB's user_data (docs/security.md, "What a monitor sees").
+// The `stats` and `stats.json` attributes of a function: what a monitor
+// (spyre-smi) shows to every reader. Rendered from the registers (one source
+// of truth) plus the holder, which only the daemon knows. Counter names come
+// from the contract (uapi/spyre_stats.h). Addresses (region bases, the
+// faulting address, a CB's user_data) appear only in stats.json and only for
+// a reader allowed to see them (docs/security.md, "What a monitor sees").
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 #include <string>
 
 #include "pci/function.hpp"
 #include "spyre/common/device_clock.hpp"
+#include "spyre/uapi/spyre_regdesc.hpp"
 #include "spyre/uapi/spyre_regs.h"
+#include "spyre/uapi/spyre_stats.h"
 #include "spyre/uapi/spyre_task.h"
 
 namespace spyre::mockdev {
@@ -46,16 +51,26 @@ const char* RingState(uint32_t status) {
 
 }  // namespace
 
-std::string Function::Stats() {
+Function::StatsSnapshot Function::SnapshotStats() {
     RefreshMirrors();
-    const pid_t pid = holder();
-    uint64_t used = 0, regions = 0;
+    StatsSnapshot s;
+    s.timestamp_ns = DeviceClockNs();
+    s.holder_pid = holder();
+    s.holder_comm = ProcessName(s.holder_pid);
+    s.status = regs_.Load32(SPYRE_REG_STATUS);
     for (uint32_t i = 0; i < SPYRE_REGION_MAX_ENTRIES; ++i)
         if (const uint64_t size = regs_.Load64(SPYRE_REG_REGION_SIZE(i)); size != 0) {
-            used += size;
-            ++regions;
+            s.mem_used += size;
+            s.regions.push_back({i, regs_.Load64(SPYRE_REG_REGION_BASE(i)), size});
         }
-    const uint32_t status = regs_.Load32(SPYRE_REG_STATUS);
+    const uint32_t queues = regs_.Load32(SPYRE_REG_TQ_COUNT);
+    for (uint32_t q = 0; q < queues && q < SPYRE_TQ_MAX_QUEUES; ++q) s.task_cores += regs_.Load32(SPYRE_REG_TQ_GROUP_CORES(q));
+    for (const auto& c : spyre_stats_counters) s.counters.push_back(regs_.Load64(c.reg));
+    return s;
+}
+
+std::string Function::Stats() {
+    const StatsSnapshot s = SnapshotStats();
     std::string out;
     char line[96];
     auto put = [&](const char* key, unsigned long long v) {
@@ -63,48 +78,71 @@ std::string Function::Stats() {
         out += line;
     };
     auto put_text = [&](const char* key, const std::string& v) { out += std::string(key) + " " + v + "\n"; };
-    auto reg = [&](const char* key, uint32_t off) { put(key, regs_.Load64(off)); };
-    auto reg32 = [&](const char* key, uint32_t off) { put(key, regs_.Load32(off)); };
-    put("timestamp_ns", DeviceClockNs());
-    put("holder_pid", static_cast<unsigned long long>(pid));
-    put_text("holder_comm", ProcessName(pid));
-    put_text("ring_state", RingState(status));
-    std::snprintf(line, sizeof line, "status 0x%08x\n", status);
+    put("timestamp_ns", s.timestamp_ns);
+    put("holder_pid", static_cast<unsigned long long>(s.holder_pid));
+    put_text("holder_comm", s.holder_comm);
+    put_text("ring_state", RingState(s.status));
+    std::snprintf(line, sizeof line, "status 0x%08x\n", s.status);
     out += line;
-    reg32("sq_head", SPYRE_REG_SQ_HEAD);
-    reg32("sq_tail", SPYRE_REG_SQ_TAIL);
-    reg32("cq_head", SPYRE_REG_CQ_HEAD);
-    reg32("cq_tail", SPYRE_REG_CQ_TAIL);
-    reg32("task_queues", SPYRE_REG_TQ_COUNT);
-    reg32("task_queues_halted", SPYRE_REG_TQ_HALTED);
-    uint64_t task_cores = 0;
-    for (uint32_t q = 0; q < regs_.Load32(SPYRE_REG_TQ_COUNT) && q < SPYRE_TQ_MAX_QUEUES; ++q) task_cores += regs_.Load32(SPYRE_REG_TQ_GROUP_CORES(q));
-    put("task_cores", task_cores);
+    put("sq_head", regs_.Load32(SPYRE_REG_SQ_HEAD));
+    put("sq_tail", regs_.Load32(SPYRE_REG_SQ_TAIL));
+    put("cq_head", regs_.Load32(SPYRE_REG_CQ_HEAD));
+    put("cq_tail", regs_.Load32(SPYRE_REG_CQ_TAIL));
+    put("task_queues", regs_.Load32(SPYRE_REG_TQ_COUNT));
+    put("task_queues_halted", regs_.Load32(SPYRE_REG_TQ_HALTED));
+    put("task_cores", s.task_cores);
     put("mem_total_bytes", regs_.Load64(SPYRE_REG_REGION_GRANTABLE));
-    put("mem_used_bytes", used);
-    put("mem_regions", regions);
-    reg32("err_code", SPYRE_REG_ERR_CODE);
-    reg32("err_count", SPYRE_REG_ERR_COUNT);
-    reg("cb_done", SPYRE_REG_CNT_CB_DONE);
-    reg("cb_errors", SPYRE_REG_CNT_CB_ERRORS);
-    reg("nops", SPYRE_REG_CNT_NOPS);
-    reg("launches", SPYRE_REG_CNT_LAUNCHES);
-    reg("copies", SPYRE_REG_CNT_COPIES);
-    reg("copy_bytes", SPYRE_REG_CNT_COPY_BYTES);
-    reg("doorbells", SPYRE_REG_CNT_DOORBELLS);
-    reg("wakeups", SPYRE_REG_CNT_WAKEUPS);
-    reg("irqs", SPYRE_REG_CNT_IRQS);
-    reg("busy_ns", SPYRE_REG_CNT_BUSY_NS);
-    reg("resets", SPYRE_REG_CNT_RESETS);
-    reg("tasks_done", SPYRE_REG_CNT_TASKS_DONE);
-    reg("task_errors", SPYRE_REG_CNT_TASK_ERRORS);
-    reg("task_doorbells", SPYRE_REG_CNT_TASK_DOORBELLS);
-    reg("task_busy_ns", SPYRE_REG_CNT_TASK_BUSY_NS);
-    reg("watchdog", SPYRE_REG_CNT_WATCHDOG);
-    reg("dma_to_device_bytes", SPYRE_REG_CNT_DMA_TO_DEV_BYTES);
-    reg("dma_from_device_bytes", SPYRE_REG_CNT_DMA_FROM_DEV_BYTES);
-    reg("dma_busy_ns", SPYRE_REG_CNT_DMA_BUSY_NS);
+    put("mem_used_bytes", s.mem_used);
+    put("mem_regions", s.regions.size());
+    put("err_code", regs_.Load32(SPYRE_REG_ERR_CODE));
+    put("err_count", regs_.Load32(SPYRE_REG_ERR_COUNT));
+    for (size_t i = 0; i < std::size(spyre_stats_counters); ++i) put(spyre_stats_counters[i].name, s.counters[i]);
     return out;
+}
+
+std::string Function::StatsJson(bool show_private) {
+    using Json = nlohmann::ordered_json;  // counters keep the contract's order
+    const StatsSnapshot s = SnapshotStats();
+    auto private_value = [&](uint64_t v) { return show_private ? Json(v) : Json(nullptr); };
+    Json regions = Json::array();
+    for (const auto& r : s.regions) regions.push_back({{"index", r.index}, {"base", private_value(r.base)}, {"size_bytes", r.size}});
+    const uint32_t err_code = regs_.Load32(SPYRE_REG_ERR_CODE), err_op = regs_.Load32(SPYRE_REG_ERR_OPCODE);
+    Json counters = Json::object();
+    for (size_t i = 0; i < std::size(spyre_stats_counters); ++i) counters[spyre_stats_counters[i].name] = s.counters[i];
+    Json out = {
+        {"schema", SPYRE_STATS_JSON_SCHEMA},
+        {"version", SPYRE_STATS_JSON_VERSION},
+        {"address", address_},
+        {"kind", is_vf() ? "VF" : "PF"},
+        {"index", index()},
+        {"vendor", SPYRE_PCI_VENDOR_IBM},
+        {"device", device_id()},
+        {"timestamp_ns", s.timestamp_ns},
+        {"holder", s.holder_pid ? Json{{"pid", s.holder_pid}, {"name", s.holder_comm}} : Json(nullptr)},
+        {"private_visible", show_private},
+        {"status", {{"value", s.status}, {"decoded", uapi::detail::Decode(uapi::RegDecode::Status, s.status)}}},
+        {"ring",
+         {{"state", RingState(s.status)},
+          {"sq_head", regs_.Load32(SPYRE_REG_SQ_HEAD)},
+          {"sq_tail", regs_.Load32(SPYRE_REG_SQ_TAIL)},
+          {"cq_head", regs_.Load32(SPYRE_REG_CQ_HEAD)},
+          {"cq_tail", regs_.Load32(SPYRE_REG_CQ_TAIL)}}},
+        {"task_queues",
+         {{"count", regs_.Load32(SPYRE_REG_TQ_COUNT)}, {"cores", s.task_cores}, {"halted_mask", regs_.Load32(SPYRE_REG_TQ_HALTED)}}},
+        {"memory", {{"total_bytes", regs_.Load64(SPYRE_REG_REGION_GRANTABLE)}, {"used_bytes", s.mem_used}, {"regions", regions}}},
+        {"errors",
+         {{"code", err_code},
+          {"name", spyre_error_name(err_code)},
+          {"opcode", err_op},
+          {"opcode_name", err_op == 0 ? "-" : uapi::OpcodeName(err_op)},
+          {"sq_pos", regs_.Load32(SPYRE_REG_ERR_SQ_POS)},
+          {"count", regs_.Load32(SPYRE_REG_ERR_COUNT)},
+          {"addr", private_value(regs_.Load64(SPYRE_REG_ERR_ADDR))},
+          {"user_data", private_value(regs_.Load64(SPYRE_REG_ERR_USER_DATA))}}},
+        {"watchdog_ms", regs_.Load32(SPYRE_REG_WATCHDOG_MS)},
+        {"counters", counters},
+    };
+    return out.dump(2) + "\n";
 }
 
 }  // namespace spyre::mockdev

@@ -6,8 +6,12 @@
 # table, -q and --json must report exactly that work and the holders' pids;
 # a non-holder must not see the holders' addresses; the new attribute
 # refuses writes; bad usage gives the documented exit codes.
-# Usage: spyre_smi_test.py SPYRE_SMI SMI_WORKER SPYRE_MOCKDEV (the environment's
-# SPYRE_MOCKDEV, when set, wins, as for the library: the TSan job sets it)
+# stats.json is the contract's (uapi/spyre_stats.h): schema, version and
+# counter names as the header declares them, the same counts as the text
+# form; a stats.json of another version, or garbage, is a clear error.
+# Usage: spyre_smi_test.py SPYRE_SMI SMI_WORKER SPYRE_MOCKDEV SPYRE_STATS_H (the
+# environment's SPYRE_MOCKDEV, when set, wins, as for the library: the TSan
+# job sets it)
 import errno
 import json
 import os
@@ -22,6 +26,13 @@ smi, worker_exe = sys.argv[1], sys.argv[2]
 mockdev = os.environ.get("SPYRE_MOCKDEV") or sys.argv[3]
 failures = []
 MIB = 1 << 20
+
+# The contract, read from the header as a device vendor's tool would.
+with open(sys.argv[4]) as f:
+    header = f.read()
+CONTRACT_VERSION = int(re.search(r"#define SPYRE_STATS_JSON_VERSION\s+(\d+)", header).group(1))
+CONTRACT_SCHEMA = re.search(r'#define SPYRE_STATS_JSON_SCHEMA\s+"([^"]+)"', header).group(1)
+CONTRACT_COUNTERS = re.findall(r"^\s*X\((\w+), SPYRE_REG_CNT_\w+\)", header, re.M)
 
 
 def check(cond, what):
@@ -146,20 +157,50 @@ with tempfile.TemporaryDirectory() as d:
             f.seek(0x240 + 16)  # SPYRE_REG_REGION_BASE(1)
             check(f.read(8) == bytes(8), "a non-holder reads the region base through resource0")
 
-        # Hostile writes to the new attribute are refused.
-        stats = os.path.join(mount, "bus/pci/devices", address, "stats")
-        for flags in (os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_TRUNC):
+        # stats.json as served: the contract's schema, version and counters,
+        # the same counts as the text form (the holder is idle now), and no
+        # addresses for us (not the holder) while an unheld function shows them.
+        fn_dir = os.path.join(mount, "bus/pci/devices", address)
+        with open(os.path.join(fn_dir, "stats.json")) as f:
+            doc = json.load(f)
+        with open(os.path.join(fn_dir, "stats")) as f:
+            text = dict(line.split(" ", 1) for line in f.read().splitlines())
+        check(len(CONTRACT_COUNTERS) >= 19 and CONTRACT_SCHEMA == "spyre-stats", f"header parsed: {CONTRACT_COUNTERS}")
+        check(doc["schema"] == CONTRACT_SCHEMA and doc["version"] == CONTRACT_VERSION,
+              f"stats.json schema {doc.get('schema')} version {doc.get('version')}")
+        check(list(doc["counters"]) == CONTRACT_COUNTERS, f"stats.json counters {list(doc['counters'])}")
+        check([k for k in text if k in doc["counters"]] == CONTRACT_COUNTERS, "text stats lack a contract counter")
+        for name in CONTRACT_COUNTERS:
+            check(int(text[name]) == doc["counters"][name], f"{name}: text {text[name]}, JSON {doc['counters'][name]}")
+        check(doc["address"] == address and doc["kind"] == "VF" and doc["index"] == 1, f"identity {doc['address']}")
+        check(doc["holder"] == {"pid": workers[0].pid, "name": "smi_worker"}, f"stats.json holder {doc['holder']}")
+        check(doc["counters"]["tasks_done"] == tasks and doc["counters"]["dma_to_device_bytes"] == to_mib * MIB,
+              f"stats.json counters {doc['counters']}")
+        check(doc["private_visible"] is False and all(r["base"] is None for r in doc["memory"]["regions"])
+              and doc["errors"]["addr"] is None and doc["errors"]["user_data"] is None,
+              "stats.json shows the holder's addresses to a non-holder")
+        check(len(doc["memory"]["regions"]) == granted, f"stats.json regions {doc['memory']['regions']}")
+        check(doc["errors"]["name"] == "NONE" and "READY" in doc["status"]["decoded"], f"decoded {doc['errors']}")
+        with open(os.path.join(mount, "bus/pci/devices/0000:02:00.2/stats.json")) as f:
+            unheld = json.load(f)
+        check(unheld["holder"] is None and unheld["private_visible"] is True and unheld["errors"]["addr"] == 0,
+              f"an unheld function's stats.json: {unheld['holder']} {unheld['private_visible']}")
+        check(sorted(os.listdir(fn_dir)).count("stats.json") == 1, "stats.json is not listed")
+
+        # Hostile writes to the new attributes are refused.
+        for stats in (os.path.join(fn_dir, "stats"), os.path.join(fn_dir, "stats.json")):
+            for flags in (os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_TRUNC):
+                try:
+                    fd = os.open(stats, flags)
+                    os.close(fd)
+                    check(False, f"{stats} opened for writing (flags {flags})")
+                except OSError as e:
+                    check(e.errno in (errno.EACCES, errno.EPERM), f"stats write open: {e}")
             try:
-                fd = os.open(stats, flags)
-                os.close(fd)
-                check(False, f"stats opened for writing (flags {flags})")
+                os.truncate(stats, 0)
+                check(False, f"{stats} truncated")
             except OSError as e:
-                check(e.errno in (errno.EACCES, errno.EPERM), f"stats write open: {e}")
-        try:
-            os.truncate(stats, 0)
-            check(False, "stats truncated")
-        except OSError as e:
-            check(e.errno in (errno.EACCES, errno.EPERM), f"stats truncate: {e}")
+                check(e.errno in (errno.EACCES, errno.EPERM), f"stats truncate: {e}")
 
         # --loop in a pipe: successive plain tables; SIGINT exits 0.
         lp = subprocess.Popen([sys.executable, smi, "--loop", "0.3", "--sample-ms", "50"], env=env,
@@ -185,6 +226,60 @@ with tempfile.TemporaryDirectory() as d:
                 p.wait(timeout=30)
         os.killpg(daemon.pid, signal.SIGTERM)
         daemon.wait(timeout=30)
+
+# A stats.json that is not the contract's: a clear error naming the file and
+# what is wrong, exit 1, never a traceback. The same tree with the daemon's
+# own document reads fine, so the content is what fails.
+with tempfile.TemporaryDirectory() as d:
+    fn_dir = os.path.join(d, "bus/pci/devices/0000:01:00.0")
+    os.makedirs(fn_dir)
+    os.makedirs(os.path.join(d, "bus/pci/devices/0000:00:1f.0"))  # another device: no stats.json, skipped
+    stats_path = os.path.join(fn_dir, "stats.json")
+    good = dict(doc, address="0000:01:00.0", kind="PF", index=0, holder=None)
+
+    def smi_on(content):
+        with open(stats_path, "w") as f:
+            f.write(content if isinstance(content, str) else json.dumps(content))
+        return subprocess.run([sys.executable, smi, "--root", d, "--json", "--sample-ms", "0"],
+                              capture_output=True, text=True, timeout=60)
+
+    r = smi_on(good)
+    check(r.returncode == 0, f"a good stats.json: exit {r.returncode} {r.stderr}")
+    if r.returncode == 0:
+        fns = [f for c in json.loads(r.stdout)["cards"] for f in c["functions"]]
+        check([f["address"] for f in fns] == ["0000:01:00.0"], f"fake tree functions {fns}")
+        check(fns and fns[0]["counters"] == good["counters"], "counters not taken from stats.json as they are")
+    no_counter = json.loads(json.dumps(good))
+    del no_counter["counters"]["tasks_done"]
+    negative = json.loads(json.dumps(good))
+    negative["counters"]["cb_done"] = -1
+    region = json.loads(json.dumps(good))
+    region["memory"]["regions"] = [{"index": 0, "size_bytes": "big"}]
+    cases = [
+        ("{not json", "not JSON"),
+        ("", "not JSON"),
+        ("[1, 2]", "not a JSON object"),
+        (dict(good, version=CONTRACT_VERSION + 1), f"version {CONTRACT_VERSION + 1}: a newer or older device contract"),
+        (dict(good, version="1"), "version '1'"),
+        (dict(good, version=True), "version True"),
+        ("[" * 100000 + "]" * 100000, "not JSON this tool can read: nested too deep"),
+        (dict(good, schema="other"), "schema 'other'"),
+        ({k: v for k, v in good.items() if k != "ring"}, "no field 'ring.state'"),
+        (dict(good, timestamp_ns="soon"), "field 'timestamp_ns' is \"soon\", not a non-negative integer"),
+        (dict(good, kind="XF"), "kind 'XF'"),
+        (no_counter, "no counter 'tasks_done'"),
+        (negative, "counter 'cb_done' is -1"),
+        (region, "a region is"),
+        (dict(good, address="0000:09:00.0"), "describes function '0000:09:00.0'"),
+    ]
+    for content, message in cases:
+        r = smi_on(content)
+        check(r.returncode == 1 and f"spyre-smi: error: {stats_path}: {message}" in r.stderr
+              and "Traceback" not in r.stderr and r.stdout == "",
+              f"bad stats.json ({message}): exit {r.returncode}, stderr {r.stderr!r}")
+        if message not in ("describes function '0000:09:00.0'",):
+            check(f"(this spyre-smi reads {CONTRACT_SCHEMA} version {CONTRACT_VERSION})" in r.stderr,
+                  f"bad stats.json ({message}): the message does not say what the tool reads: {r.stderr!r}")
 
 # --mock: a private daemon for one run, gone afterwards.
 env = dict(os.environ, SPYRE_MOCKDEV=mockdev)

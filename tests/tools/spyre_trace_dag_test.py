@@ -112,6 +112,34 @@ check(util.get("0000:02:00.1") == "80.0", f"device B utilisation {util.get('0000
 m = re.search(r"DAG critical path: ([\d.]+) us", out)
 check(m is not None and abs(float(m.group(1)) - 45.0) < 1e-6, "host-level tasks changed the orchestration DAG")
 
+# The HTML timeline's layout of the same trace: lanes in order (device ring,
+# cores by number, host-level tracks), a span nested in another one row down,
+# each dependency arrow from the producer's lane to the consumer's.
+with tempfile.TemporaryDirectory() as d:
+    src, page = os.path.join(d, "all.json"), os.path.join(d, "all.html")
+    with open(src, "w") as f:
+        json.dump({"traceEvents": events + host_events}, f)
+    r = subprocess.run([tool, "render", src, "-o", page], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0, f"render exited {r.returncode}: {r.stderr}")
+    with open(page) as f:
+        text = f.read()
+m = re.search(r'<script type="application/json" id="trace-data">(.*?)</script>', text, re.S)
+data = json.loads(m.group(1))
+names = [lane["name"] for lane in data["lanes"]]
+check(names == ["0000:00:01.0 device ring", "0000:00:01.0 core 0", "0000:00:01.0 core 1", "host-level 0000:01:00.1",
+                "host-level 0000:02:00.1", "host-level subworker 0"], f"lanes {names}")
+upload = next(s for s in data["spans"] if s["n"] == "upload")
+chip_sub = next(s for s in data["spans"] if s["n"] == "chip_sub")
+check(upload["l"] == chip_sub["l"] == 4 and upload["z"] == 1 and chip_sub["z"] == 0, f"nesting {upload} {chip_sub}")
+check(data["lanes"][4]["depth"] == 2 and data["lanes"][1]["depth"] == 1, f"lane depths {data['lanes']}")
+check(upload["a"] == {"bytes": 4096} and abs(upload["t"] - 100) < 1e-9, f"upload span {upload}")
+arrows = sorted((a["l0"], a["t0"], a["l1"], a["t1"]) for a in data["arrows"])
+want = sorted([(1, 9.999, 1, 12), (1, 9.999, 2, 11), (1, 41.999, 1, 50), (2, 15.999, 1, 50),
+               (3, 109.999, 5, 121), (4, 119.999, 5, 121)])
+check(len(arrows) == len(want) and all(a[0] == b[0] and a[2] == b[2] and abs(a[1] - b[1]) < 1e-6 and a[3] == b[3]
+                                       for a, b in zip(arrows, want)), f"arrows {arrows}")
+check(data["colours"] == {"device": "#e15759", "host-level": "#76b7b2"}, f"colours {data['colours']}")
+
 if failures:
     sys.exit(1)
 print("spyre-trace DAG summary: all checks passed")

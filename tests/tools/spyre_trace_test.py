@@ -81,31 +81,43 @@ with tempfile.TemporaryDirectory() as d:
     run([tool, "render", merged_path, "-o", html_path])
     with open(html_path) as f:
         page = f.read()
-    check(page.startswith("<!DOCTYPE html>") and "<svg" in page and page.rstrip().endswith("</html>"),
-          "HTML page is not a self-contained document")
+    check(page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>"),
+          "HTML page is not a complete document")
 
     class Parser(html.parser.HTMLParser):
+        """Balanced tags, and the text of the trace-data script."""
         def __init__(self):
             super().__init__()
-            self.stack, self.rects, self.errors = [], 0, []
+            self.stack, self.errors, self.data, self.in_data = [], [], "", False
 
         def handle_starttag(self, tag, attrs):
-            if tag in ("meta",):
+            if tag in ("meta", "input"):
                 return
             self.stack.append(tag)
-            self.rects += tag == "rect"
+            self.in_data = tag == "script" and ("id", "trace-data") in attrs
 
         def handle_endtag(self, tag):
+            self.in_data = False
             if not self.stack or self.stack[-1] != tag:
                 self.errors.append(f"</{tag}> closes {self.stack[-1:]}")
             else:
                 self.stack.pop()
 
+        def handle_data(self, text):
+            if self.in_data:
+                self.data += text
+
     parser = Parser()
     parser.feed(page)
     parser.close()
     check(not parser.errors and not parser.stack, f"HTML tags unbalanced: {parser.errors[:3]} open {parser.stack}")
-    check(parser.rects == len(spans), f"HTML draws {parser.rects} rects for {len(spans)} spans")
+    data = json.loads(parser.data)  # the page's data: valid JSON, nothing cut off
+    check(len(data["spans"]) == len(spans), f"HTML timeline has {len(data['spans'])} spans, the trace {len(spans)}")
+    tracks = {(e["pid"], e["tid"]) for e in spans}
+    check(len(data["lanes"]) == len(tracks), f"HTML timeline has {len(data['lanes'])} lanes for {len(tracks)} tracks")
+    flows = [e for e in merged if e["ph"] == "f"]
+    check(len(data["arrows"]) == len(flows), f"HTML timeline has {len(data['arrows'])} arrows for {len(flows)} flows")
+    check(abs(max(s["t"] + s["d"] for s in data["spans"]) - data["duration"]) < 1e-6, "duration is not the last span's end")
 
     if pto_examples:
         path = os.path.join(d, "pto.json")

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
 
 #include "spyre/uapi/spyre.h"
 #include "spyre/uapi/spyre_regdesc.hpp"
+#include "spyre/uapi/spyre_stats.h"
 
 using namespace spyre::uapi;
 
@@ -33,6 +35,29 @@ TEST(Contract, RegistersAreAlignedUniqueAndDoNotOverlap) {
     for (size_t i = 1; i < spans.size(); ++i) EXPECT_LE(spans[i - 1].second, spans[i].first) << "overlap at " << spans[i].first;
     EXPECT_EQ(FindRegister("STATUS")->offset, SPYRE_REG_STATUS);
     EXPECT_EQ(FindRegister("NOT_A_REGISTER"), nullptr);
+}
+
+// The stats attributes name every 64-bit counter register once, and nothing else.
+TEST(Contract, StatsCountersAreTheCounterRegisters) {
+    std::set<std::string> names;
+    std::set<uint32_t> regs;
+    for (const auto& c : spyre_stats_counters) {
+        EXPECT_TRUE(names.insert(c.name).second) << c.name << " named twice";
+        EXPECT_TRUE(regs.insert(c.reg).second) << c.name << " reads a register already named";
+        const RegDesc* r = nullptr;
+        for (const auto& d : kRegisters)
+            if (d.offset == c.reg) r = &d;
+        ASSERT_NE(r, nullptr) << c.name;
+        EXPECT_EQ(std::string(r->name).rfind("CNT_", 0), 0u) << c.name << " reads " << r->name;
+        EXPECT_EQ(r->width, 8u) << c.name;
+    }
+    for (const auto& d : kRegisters) {
+        if (std::string(d.name).rfind("CNT_", 0) == 0) {
+            EXPECT_EQ(regs.count(d.offset), 1u) << d.name << " has no stats name";
+        }
+    }
+    EXPECT_STREQ(SPYRE_STATS_JSON_SCHEMA, "spyre-stats");
+    EXPECT_EQ(SPYRE_STATS_JSON_VERSION, 1);
 }
 
 TEST(Contract, CbAndCqeLayout) {

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -147,6 +148,32 @@ TEST_F(MockDeviceTest, SysfsFilesOfAHeldFunctionServeOnlyItsHolder) {
     Completion c;
     ring.Wait({&c, 1}, 1);
     EXPECT_TRUE(c.ok());
+}
+
+// stats.json is for everyone, but the holder's addresses (region bases, the
+// faulting address and user_data) are values only for the holder, and null
+// for anyone else while the function is held.
+TEST_F(MockDeviceTest, StatsJsonShowsAddressesOnlyToTheHolder) {
+    const FunctionInfo vf = Vf(1);
+    const std::string path = (vf.sysfs_dir / "stats.json").string();
+    auto read = [&] {
+        std::ifstream in(path);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    // 0: the reader sees values; 1: it sees nulls; 2: neither (unreadable or changed format).
+    auto visibility = [](const std::string& j) {
+        const bool values = j.find("\"private_visible\": true") != std::string::npos &&
+                            j.find("\"addr\": 0,") != std::string::npos;
+        const bool nulls = j.find("\"private_visible\": false") != std::string::npos &&
+                           j.find("\"addr\": null,") != std::string::npos && j.find("\"user_data\": null") != std::string::npos;
+        return values ? 0 : nulls ? 1 : 2;
+    };
+    EXPECT_EQ(visibility(read()), 0) << read();  // nobody holds it
+    Function held = Function::Open(vf);
+    EXPECT_EQ(visibility(read()), 0) << read();  // the holder
+    EXPECT_EQ(InChild([&] { return visibility(read()); }), 1);  // anyone else
+    const std::string mine = read();
+    EXPECT_NE(mine.find("\"pid\": " + std::to_string(::getpid())), std::string::npos) << mine;
 }
 
 // A new owner of a function gets zeroed memory, registers and rings, and a
