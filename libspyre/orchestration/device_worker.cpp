@@ -26,24 +26,21 @@ int32_t TaskOf(uint64_t packed) { return int32_t(uint32_t(packed)); }
 
 }  // namespace
 
-bool DeviceWorker::Available(const driver::Function& function) {
-    try {
-        return driver::ReadTaskTopology(function).queues() > 0;
-    } catch (const Error&) {
-        return false;  // a device without task queues (an older contract)
-    }
-}
+bool DeviceWorker::Available(const Device& device) { return device.task_topology().queues() > 0; }
 
-DeviceWorker::DeviceWorker(driver::Function& function, SpyreAllocator& allocator, const TaskGraph& graph,
-                           std::vector<uint32_t> queues)
-    : function_(function), allocator_(allocator), graph_(graph), queues_(std::move(queues)) {
-    const uint32_t have = driver::ReadTaskTopology(function_).queues();
+DeviceWorker::DeviceWorker(Device& device, const TaskGraph& graph, std::vector<uint32_t> queues)
+    : device_(device),
+      pci_(device.pci_address()),
+      allocator_(device.allocator()),
+      graph_(graph),
+      queues_(std::move(queues)) {
+    const uint32_t have = device_.task_topology().queues();
     if (queues_.empty())
         for (uint32_t q = 0; q < have; ++q) queues_.push_back(q);
     for (size_t i = 0; i < queues_.size(); ++i) {
         if (queues_[i] >= have)
             throw Error(ErrorKind::InvalidArgument, "task queue " + std::to_string(queues_[i]) + " does not exist on " +
-                                                        function_.pci_address() + ", which has " + std::to_string(have));
+                                                        pci_ + ", which has " + std::to_string(have));
         for (size_t j = 0; j < i; ++j)
             if (queues_[j] == queues_[i])
                 throw Error(ErrorKind::InvalidArgument, "task queue " + std::to_string(queues_[i]) + " named twice");
@@ -65,7 +62,7 @@ void DeviceWorker::Start(ReadyQueue& ready, CompletionSink& sink) {
     uint32_t tables = 0;
     for (uint32_t q : queues_) {
         Group g;
-        g.queue = std::make_unique<driver::TaskQueue>(function_, q);
+        g.queue = device_.TakeTaskQueue(q);
         g.first_table = tables;
         tables += g.queue->capacity();
         groups_.push_back(std::move(g));
@@ -166,7 +163,7 @@ void DeviceWorker::Serve(Group& g, ReadyQueue& ready, CompletionSink& sink) {
                 }
                 const uint16_t core = done[i].core;
                 while (core_tracks.size() <= core)
-                    core_tracks.push_back(trace::detail::NamedTrack(function_.pci_address() + " core " +
+                    core_tracks.push_back(trace::detail::NamedTrack(pci_ + " core " +
                                                                     std::to_string(core_tracks.size())));
                 timing.track = core_tracks[core];
                 timing.start_ns = done[i].start_ns;

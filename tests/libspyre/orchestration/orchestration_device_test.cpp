@@ -163,6 +163,7 @@ TEST_F(StreamTest, OrchestrationDeviceKernelsRunOnTheCardsCores) {
 // cores has two): both run their device tasks exactly, and the cores of
 // each runtime's tasks are those of its queue's group. A third runtime on
 // a held queue is Busy; a queue the device does not have is InvalidArgument.
+// The runtimes take their queues through the Device, as anyone must.
 TEST(OrchestrationQueues, TwoRuntimesOnDisjointQueuesOfOneDevice) {
     SPYRE_REQUIRE_FUSE();
     HostOptions o = HostOptions::EmbeddedMock(1, 0, "1G");
@@ -176,6 +177,10 @@ TEST(OrchestrationQueues, TwoRuntimesOnDisjointQueuesOfOneDevice) {
                        "task queue 1 is held by another TaskQueue of this process");
     EXPECT_SPYRE_ERROR(Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20, .task_queues = {2}}),
                        InvalidArgument, "task queue 2 does not exist on");
+    ASSERT_EQ(dev.task_topology().queues(), 2u);
+    EXPECT_EQ(dev.task_topology().cores(), 16u);
+    EXPECT_SPYRE_ERROR(dev.TakeTaskQueue(0), Busy, "task queue 0 is held by another TaskQueue of this process");
+    EXPECT_SPYRE_ERROR(dev.TakeTaskQueue(2), InvalidArgument, "task queue 2 does not exist on");
     const std::vector<uint8_t> program = test::AddProgram256();
     DeviceBuffer prog = test::UploadProgram(dev, program);
     for (Orchestrator& orch : orchs) orch.RegisterDeviceKernel(KERNEL_ADD, dev.allocator().DeviceAddress(prog.handle(), program.size()));
@@ -207,6 +212,7 @@ TEST(OrchestrationQueues, TwoRuntimesOnDisjointQueuesOfOneDevice) {
     EXPECT_EQ(dev.function().Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before, 40u);
     // Freed with its runtime: the queue can be taken again.
     orchs.pop_back();
+    EXPECT_EQ(dev.TakeTaskQueue(1)->group(), 1u);
     EXPECT_NO_THROW(Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20, .task_queues = {1}}));
 }
 
