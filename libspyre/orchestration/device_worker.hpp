@@ -2,10 +2,13 @@
 // DeviceWorker: the executor that runs device kernels on the card's cores
 // through the task queues of the Device the runtime was created on
 // (Device::TakeTaskQueue, uapi/spyre_task.h).
-// One thread per core group: it turns ready tasks into descriptors (the
-// kernel's program and a table of the task's parameter addresses, which the
-// device applies to the program's relocation slots), sends each batch under
-// one doorbell, and reports completions as they come, out of order.
+// One thread serves every core group it took: it turns ready tasks into
+// descriptors (the kernel's program and a table of the task's parameter
+// addresses, which the device applies to the program's relocation slots),
+// spreads each batch over the groups under one doorbell per group, and
+// reports completions as they come, out of order. One thread, not one per
+// group: on a host of few CPUs every spinning waiter takes a CPU from the
+// device's cores and the submitting thread.
 #pragma once
 
 #include <memory>
@@ -36,16 +39,13 @@ public:
     const char* name() const noexcept override { return "device"; }
     bool CanRun(const KernelEntry& kernel) const noexcept override { return kernel.has_program; }
     // Takes its task queues from the device (Busy if another process or
-    // runtime holds one) and starts a thread per queue.
+    // runtime holds one) and starts the thread that serves them.
     void Start(ReadyQueue& queue, CompletionSink& sink) override;
     void Stop() override;
 
 private:
-    struct Group {
-        std::unique_ptr<driver::TaskQueue> queue;
-        uint32_t first_table = 0;
-    };
-    void Serve(Group& group, ReadyQueue& ready, CompletionSink& sink);
+    // `tables`: argument tables in all (one per task that can be in flight).
+    void Serve(uint32_t tables, ReadyQueue& ready, CompletionSink& sink);
 
     Device& device_;    // only until Start: its queues are taken then
     std::string pci_;   // names the log lines and the cores' trace tracks
@@ -55,8 +55,8 @@ private:
     std::optional<DeviceAllocation> tables_;
     uint8_t* tables_host_ = nullptr;
     uint64_t tables_device_ = 0;
-    std::vector<Group> groups_;
-    std::vector<std::thread> threads_;
+    std::vector<std::unique_ptr<driver::TaskQueue>> queues_taken_;
+    std::thread thread_;
 };
 
 }  // namespace spyre::orchestration
