@@ -1,16 +1,26 @@
 // SPDX-License-Identifier: Apache-2.0
+// The device-task path, each figure beside a baseline from the same run.
+//
 // Empty-task throughput through the task queues of a real spyre-mockdev,
 // through one queue and through all of them, beside the raw CB ring's NOP
-// batch rate measured first in the same run on the same device. An empty
-// task is a program with no ops and no arguments: what is measured is the
-// queue (descriptor intake, validation, a core picking the task up, the
-// out-of-order completion), not a kernel. Last, the same empty tasks end to
-// end through the orchestration runtime (seed 004: submit with dependency
-// tracking, the device worker's argument tables and doorbells, completion,
-// reclaim) on a Device of a private mock with the same cores.
+// batch rate (and one NOP's round trip) measured first in the same run on
+// the same device. An empty task is a program with no ops: what is measured
+// is the queue (descriptor intake, validation, a core picking the task up,
+// the out-of-order completion), not a kernel. Then the same empty tasks end
+// to end through the orchestration runtime (seed 004: submit with
+// dependency tracking, the device worker's argument tables and doorbells,
+// completion, reclaim) on a Device of a private mock with the same cores:
+// independent tasks through the C++ calls and through pto_submit_task
+// (against the batched NOP), and a serial chain, each task INOUT on the
+// previous one's buffer (against the NOP round trip). Last, seed 004's
+// Example 2 (examples/pto/matmul_orch.c, 64^3 tiles) at 512^3 and 1024^3
+// beside one task of the whole matmul and the host BLAS (cblas_sgemm with
+// its default threads), the result checked exactly against the BLAS.
 #include <benchmark/benchmark.h>
+#include <cblas.h>
 
 #include <cstring>
+#include <random>
 #include <deque>
 #include <optional>
 #include <vector>
@@ -18,6 +28,8 @@
 #include "bench_main.hpp"
 #include "mock_device.hpp"
 #include "pingpong.hpp"
+#include "pto/kernels.h"
+#include "spyre/compiler/kernel_builder.h"
 #include "spyre/orchestration.hpp"
 #include "spyre/spyre.hpp"
 
@@ -67,6 +79,21 @@ void BM_RingNopBatch(benchmark::State& state) {
     state.counters["ns_per_item"] = g_baseline_ns["nop_batch"];
 }
 
+// Baseline: one NOP submitted and waited for (polling), one at a time.
+void BM_RingNopRoundTrip(benchmark::State& state) {
+    TaskDevice& d = Device();
+    Completion done;
+    uint64_t tag = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto _ : state) {
+        d.dev.ring.Submit(std::array{NopCb(++tag)});
+        d.dev.ring.Wait({&done, 1}, 1, {.mode = WaitMode::Poll});
+        if (!done.ok() || done.user_data != tag) state.SkipWithError("NOP completed wrongly");
+    }
+    g_baseline_ns["nop_roundtrip"] = TimePerIteration(state, t0);
+    state.counters["ns_per_item"] = g_baseline_ns["nop_roundtrip"];
+}
+
 // kBatch empty tasks on each of `queues` queues per iteration.
 void BM_EmptyTasks(benchmark::State& state, bool all_queues) {
     TaskDevice& d = Device();
@@ -94,38 +121,168 @@ void BM_EmptyTasks(benchmark::State& state, bool all_queues) {
     ReportAgainstRing(state, "nop_batch", ns);  // x_ring < 2: at least half the ring's rate
 }
 
-// kBatch independent empty tasks per iteration through an Orchestrator on a
-// spyre::Device (its own private mock, the same --cores), then WaitAll.
+// Empty tasks through an Orchestrator on a spyre::Device (its own private
+// mock, the same --cores). The chain's kernel is an empty program with one
+// argument slot, so its tasks can name a buffer.
 struct RuntimeDevice {
     RuntimeDevice()
         : dev(spyre::Device::Open({.embedded_mock = {.extra_args = {"--cores", "16"}}})),
           orch(Orchestrator::Create(dev, {.task_ring_size = 1024, .heap_size = 1 << 20})) {
-        const std::vector<uint8_t> empty = ProgramImage{}.Encode();
-        program.emplace(dev.AllocateBuffer(empty.size()));
-        dev.default_stream().CopyToDevice(empty.data(), program->handle(), empty.size());
+        RegisterEmpty(kEmptyKernel, 0);
+        RegisterEmpty(kEmptyOneArgKernel, 1);
+        link = orch.Alloc(64);
+    }
+    void RegisterEmpty(int32_t kernel, uint16_t slots) {
+        ProgramImage image;
+        image.slot_count = slots;
+        const std::vector<uint8_t> bytes = image.Encode();
+        DeviceBuffer& buffer = programs.emplace_back(dev.AllocateBuffer(bytes.size()));
+        dev.default_stream().CopyToDevice(bytes.data(), buffer.handle(), bytes.size());
         dev.default_stream().Synchronize();
-        orch.RegisterDeviceKernel(kEmptyKernel, dev.allocator().DeviceAddress(program->handle(), empty.size()));
+        orch.RegisterDeviceKernel(kernel, dev.allocator().DeviceAddress(buffer.handle(), bytes.size()));
     }
     static constexpr int32_t kEmptyKernel = 1;
+    static constexpr int32_t kEmptyOneArgKernel = 2;
     spyre::Device dev;
-    std::optional<DeviceBuffer> program;
+    std::deque<DeviceBuffer> programs;
     Orchestrator orch;
+    void* link = nullptr;  // the chain's buffer
 };
 std::optional<RuntimeDevice> g_runtime;
 
-void BM_RuntimeEmptyTasks(benchmark::State& state) {
+RuntimeDevice& TheRuntime() {
     if (!g_runtime) g_runtime.emplace();
-    Orchestrator& orch = g_runtime->orch;
+    return *g_runtime;
+}
+
+// kBatch independent empty tasks per iteration, then WaitAll; `c_api`:
+// through pto_submit_task and pto_wait_all on the runtime's handle.
+void BM_RuntimeEmptyTasks(benchmark::State& state, bool c_api) {
+    Orchestrator& orch = TheRuntime().orch;
     const auto t0 = std::chrono::steady_clock::now();
     for (auto _ : state) {
-        for (size_t i = 0; i < kBatch; ++i)
-            orch.Submit(RuntimeDevice::kEmptyKernel, i % 2 ? WORKER_CUBE : WORKER_VECTOR, {});
-        orch.WaitAll();
+        for (size_t i = 0; i < kBatch; ++i) {
+            const int32_t worker = i % 2 ? WORKER_CUBE : WORKER_VECTOR;
+            if (!c_api) orch.Submit(RuntimeDevice::kEmptyKernel, worker, {});
+            else if (pto_submit_task(orch.handle(), RuntimeDevice::kEmptyKernel, worker, nullptr, 0) < 0)
+                state.SkipWithError(pto_last_error());
+        }
+        if (!c_api) orch.WaitAll();
+        else if (pto_wait_all(orch.handle()) < 0) state.SkipWithError(pto_last_error());
     }
     const double ns = TimePerIteration(state, t0) / double(kBatch);
     state.SetItemsProcessed(int64_t(state.iterations() * kBatch));
     state.counters["ns_per_item"] = ns;
     ReportAgainstRing(state, "nop_batch", ns);
+}
+
+// A serial chain: kBatch empty tasks per iteration, each INOUT on the same
+// 64 bytes, so each waits for the one before (a WAW/RAW edge per link).
+void BM_RuntimeEmptyChain(benchmark::State& state) {
+    RuntimeDevice& rt = TheRuntime();
+    TaskParam p[] = {{PARAM_INOUT, rt.link, 64, {}}};  // pto_submit_task takes it non-const (the seed's signature)
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto _ : state) {
+        for (size_t i = 0; i < kBatch; ++i)
+            if (pto_submit_task(rt.orch.handle(), RuntimeDevice::kEmptyOneArgKernel, WORKER_CUBE, p, 1) < 0)
+                state.SkipWithError(pto_last_error());
+        if (pto_wait_all(rt.orch.handle()) < 0) state.SkipWithError(pto_last_error());
+    }
+    const double ns = TimePerIteration(state, t0) / double(kBatch);
+    state.SetItemsProcessed(int64_t(state.iterations() * kBatch));
+    state.counters["ns_per_link"] = ns;
+    ReportAgainstRing(state, "nop_roundtrip", ns);
+}
+
+// --- seed 004 Example 2 --------------------------------------------------------
+
+// One runtime on a Device of a private mock with the default cores, the
+// matrices of one size from the function's allocator (as the example does),
+// integer-valued inputs so every order of summation gives the same fp32.
+struct Example2 {
+    explicit Example2(int64_t size)
+        : n(size), dev(spyre::Device::Open()), orch(Orchestrator::Create(dev)),
+          abc(dev.AllocateBuffer(uint64_t(3 * n * n) * 4)) {
+        if (register_matmul_kernels(orch.handle(), n, n, n) < 0) throw Error(ErrorKind::Internal, pto_last_error());
+        const spyre_kernel_spec whole = {.kind = SPYRE_KERNEL_MATMUL, .dtype = SPYRE_DTYPE_FP32, .rank = 3, .shape = {n, n, n}};
+        std::vector<uint8_t> program(size_t(spyre_build_kernel(&whole, nullptr, 0)));
+        if (spyre_build_kernel(&whole, program.data(), program.size()) < 0 ||
+            pto_register_program(orch.handle(), kWhole, program.data(), program.size()) < 0)
+            throw Error(ErrorKind::Internal, pto_last_error());
+        const uint64_t bytes = uint64_t(3 * n * n) * 4;
+        a = static_cast<float*>(orch.HostAddress(dev.allocator().DeviceAddress(abc.handle(), bytes), bytes));
+        b = a + n * n;
+        c = b + n * n;
+        std::mt19937 rng(7);
+        std::uniform_int_distribution<int> dist(-1, 1);
+        for (int64_t i = 0; i < 2 * n * n; ++i) a[i] = float(dist(rng));
+        want.resize(size_t(n * n));
+        Blas(want.data());
+    }
+    void Blas(float* out) const {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f, a, int(n), b, int(n), 0.0f,
+                    out, int(n));
+    }
+    void Tiled() {
+        uint64_t args[] = {uint64_t(a), uint64_t(b), uint64_t(c), uint64_t(n), uint64_t(n), uint64_t(n)};
+        orch.Run(matmul_orch, args);
+    }
+    void Whole() {
+        {
+            auto scope = orch.BeginScope();
+            const TaskParam p[] = {{PARAM_INPUT, a, uint64_t(n * n) * 4, {}},
+                                   {PARAM_INPUT, b, uint64_t(n * n) * 4, {}},
+                                   {PARAM_OUTPUT, c, uint64_t(n * n) * 4, {}}};
+            orch.Submit(kWhole, WORKER_CUBE, p);
+        }
+        orch.WaitAll();
+    }
+    bool Exact() const { return std::memcmp(c, want.data(), want.size() * 4) == 0; }
+
+    static constexpr int32_t kWhole = 100;
+    int64_t n;
+    spyre::Device dev;
+    Orchestrator orch;
+    DeviceBuffer abc;
+    float* a = nullptr;
+    float* b = nullptr;
+    float* c = nullptr;
+    std::vector<float> want;
+};
+std::map<int64_t, std::unique_ptr<Example2>> g_example2;
+std::map<std::string, double> g_example2_ms;  // baselines by "blas/<n>", "whole/<n>"
+
+Example2& Example2Of(int64_t n) {
+    auto& e = g_example2[n];
+    if (!e) e = std::make_unique<Example2>(n);
+    return *e;
+}
+
+enum class Example2Run { HostBlas, WholeTask, Tiled };
+
+// Registration order is run order: BLAS, then the whole-matmul task, then
+// the tiled run, which reports against both.
+void BM_Example2(benchmark::State& state, Example2Run run) {
+    Example2& e = Example2Of(state.range(0));
+    const std::string size = std::to_string(e.n);
+    std::vector<float> out(e.want.size());
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto _ : state) {
+        std::memset(e.c, 0xff, e.want.size() * 4);  // a NaN pattern: nothing left over passes the check
+        if (run == Example2Run::HostBlas) e.Blas(e.c);
+        else if (run == Example2Run::WholeTask) e.Whole();
+        else e.Tiled();
+    }
+    const double ms = TimePerIteration(state, t0) / 1e6;
+    if (!e.Exact()) state.SkipWithError("the result differs from cblas_sgemm's");
+    state.counters["ms"] = ms;
+    if (run == Example2Run::HostBlas) g_example2_ms["blas/" + size] = ms;
+    if (run == Example2Run::WholeTask) g_example2_ms["whole/" + size] = ms;
+    if (run == Example2Run::Tiled) {
+        state.counters["tasks"] = double((e.n / TILE_M) * (e.n / TILE_N) * (e.n / TILE_K + 1));
+        if (g_example2_ms.count("whole/" + size)) state.counters["x_whole_task"] = g_example2_ms["whole/" + size] / ms;
+        if (g_example2_ms.count("blas/" + size)) state.counters["x_host_blas"] = g_example2_ms["blas/" + size] / ms;
+    }
 }
 
 }  // namespace
@@ -135,11 +292,25 @@ int main(int argc, char** argv) {
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     // Registration order is run order: the ring baseline first.
     benchmark::RegisterBenchmark("baseline/ring_nop_batch", BM_RingNopBatch)->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("baseline/ring_nop_roundtrip", BM_RingNopRoundTrip)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("tasks/empty_one_queue", BM_EmptyTasks, false)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("tasks/empty_all_queues", BM_EmptyTasks, true)->UseRealTime()->MinTime(0.5);
-    benchmark::RegisterBenchmark("runtime/empty_device_tasks", BM_RuntimeEmptyTasks)->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("runtime/empty_device_tasks", BM_RuntimeEmptyTasks, false)->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("runtime/empty_device_tasks/pto_submit_task", BM_RuntimeEmptyTasks, true)
+        ->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("runtime/empty_device_task_chain", BM_RuntimeEmptyChain)->UseRealTime()->MinTime(0.5);
+    for (int64_t n : {512, 1024}) {
+        const int iterations = n == 512 ? 10 : 3;
+        benchmark::RegisterBenchmark("example2/baseline/host_blas", BM_Example2, Example2Run::HostBlas)
+            ->Arg(n)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(iterations);
+        benchmark::RegisterBenchmark("example2/baseline/one_whole_matmul_task", BM_Example2, Example2Run::WholeTask)
+            ->Arg(n)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(iterations);
+        benchmark::RegisterBenchmark("example2/tiles_of_64", BM_Example2, Example2Run::Tiled)
+            ->Arg(n)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(iterations);
+    }
     return spyre::bench::RunBenchmarks("task_queue_bench", std::chrono::seconds(120), [] {
         g_device.reset();
         g_runtime.reset();
+        g_example2.clear();
     });
 }

@@ -157,4 +157,41 @@ size_t TaskQueue::Wait(std::span<spyre_task_cqe> out, size_t min_count, const Wa
         });
 }
 
+void TaskQueue::WaitAny(std::span<TaskQueue* const> queues, const WaitOptions& options) {
+    if (queues.empty()) throw Error(ErrorKind::InvalidArgument, "waiting for task completions on no queue");
+    TaskQueue& first = *queues.front();
+    uint32_t in_flight = 0;
+    for (TaskQueue* q : queues) {
+        if (&q->fn_ != &first.fn_)
+            throw Error(ErrorKind::InvalidArgument, "waiting on task queues of two functions (" +
+                                                        first.fn_.pci_address() + ", " + q->fn_.pci_address() + ") at once",
+                        ErrorContext{.device = first.fn_.pci_address()});
+        in_flight += q->InFlight();
+    }
+    if (in_flight == 0)
+        throw Error(ErrorKind::InvalidArgument, "waiting for task completions with no task in flight",
+                    ErrorContext{.device = first.fn_.pci_address()});
+    auto ready = [&] {
+        for (TaskQueue* q : queues)
+            if (q->CompletionsReady()) return true;
+        return false;
+    };
+    auto health = [&] {
+        for (TaskQueue* q : queues) q->CheckHealth();
+    };
+    detail::WaitForCompletions(
+        1, options, ready, [&](size_t) { return ready() ? size_t{1} : size_t{0}; }, health,
+        [&](steady_clock::time_point deadline) {
+            detail::BlockOnInterrupt(first.db_->irq_waiters, first.db_->irq_seq, ready, health, deadline);
+        },
+        [&] {
+            return Error(ErrorKind::Timeout,
+                         "no task completion within " +
+                             std::to_string(duration_cast<milliseconds>(options.timeout).count()) + " ms (" +
+                             std::to_string(in_flight) + " tasks in flight on " + std::to_string(queues.size()) +
+                             " queues)",
+                         ErrorContext{.device = first.fn_.pci_address()});
+        });
+}
+
 }  // namespace spyre::driver

@@ -7,6 +7,9 @@ and of layers below it. Two components stand apart: spyre-mockdev sees only
 the hardware contract (uapi) and the header-only common helpers, and nothing
 outside mockdev (but its tests, fuzz targets and benchmarks) includes mockdev.
 Private headers of driver/ and libspyre/ are for their own folder and tests.
+Above the driver, only a Device (libspyre/device and the scheduler it owns,
+libspyre/stream) opens a device queue: the runtime's other parts, the tools
+and the Python module reach the CB ring and the task queues through it.
 
 Usage: scripts/check_layers.py [source root]   (exit 1 and one line per
 violation: file:line: <layer> includes <layer> "<path>")
@@ -31,6 +34,14 @@ RANKS = {
     'app': 99,  # tools, examples, python, tests, benchmarks
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
+# The driver's queue classes, and what opens one: their headers, or a
+# construction (a declaration of one by value, or make_unique/shared).
+QUEUE_HEADERS = ('spyre/driver/command_ring.hpp', 'spyre/driver/task_queue.hpp')
+QUEUE_OPEN = re.compile(r'make_(?:unique|shared)<\s*(?:spyre::)?(?:driver::)?(?:CommandRing|TaskQueue)\s*>'
+                        r'|(?:^|[^:\w<&*])(?:spyre::)?(?:driver::)?(?:CommandRing|TaskQueue)\s+\w+\s*[({]', re.M)
+# Who may: the Device and the scheduler it owns.
+QUEUE_OWNERS = ('libspyre/device/', 'libspyre/stream/')
+QUEUE_CHECKED = ('libspyre/', 'tools/', 'python/')
 
 
 def layer_of(rel: str):
@@ -94,8 +105,16 @@ def check(root: pathlib.Path):
                     why = 'private header of another component'
                 elif RANKS[tlayer] > RANKS[layer]:
                     why = 'points up'
+                elif (m.group(2) in QUEUE_HEADERS and rel.startswith(QUEUE_CHECKED)
+                      and not rel.startswith(QUEUE_OWNERS)):
+                    why = 'a device queue is reached through Device'
                 if why:
                     errors.append(f'{rel}:{line}: {layer} includes {tlayer} "{m.group(2)}" ({why})')
+            if rel.startswith(QUEUE_CHECKED) and not rel.startswith(QUEUE_OWNERS):
+                for m in QUEUE_OPEN.finditer(text):
+                    line = text.count('\n', 0, m.start()) + 1
+                    errors.append(f'{rel}:{line}: {layer} opens a device queue "{m.group(0).strip()}" '
+                                  '(a device queue is reached through Device)')
     return errors
 
 
@@ -104,7 +123,7 @@ def main():
     errors = check(root)
     for e in errors:
         print(e)
-    print(f'check_layers: {len(errors)} include(s) pointing the wrong way', file=sys.stderr)
+    print(f'check_layers: {len(errors)} violation(s)', file=sys.stderr)
     return 1 if errors else 0
 
 

@@ -23,6 +23,13 @@ DeviceCore::DeviceCore(std::shared_ptr<const driver::DeviceEnvironment> env, con
         if (user_hook) user_hook();
         WakeScheduler();
     };
+    try {
+        task_topology = driver::ReadTaskTopology(*function);
+    } catch (const Error& e) {
+        // A function of an older contract has no task queues: its work goes
+        // through the CB ring alone.
+        SPYRE_LOG_INFO("%s: no task queues (%s)", function->pci_address().c_str(), e.what());
+    }
     dma_queue.emplace(*function, dma_options);
     dma.emplace(*allocator, *dma_queue, function->pci_address());
     sched = std::make_unique<detail::SchedulerCore>(*this, options.scheduler);
@@ -110,6 +117,15 @@ driver::Function& Device::function() { return *core_->function; }
 const std::string& Device::pci_address() const { return core_->function->pci_address(); }
 const DeviceId& Device::id() const { return core_->id(); }
 FlexStream& Device::default_stream() { return *default_stream_; }
+const driver::TaskTopology& Device::task_topology() const { return core_->task_topology; }
+
+std::unique_ptr<driver::TaskQueue> Device::TakeTaskQueue(uint32_t group) {
+    const uint32_t have = core_->task_topology.queues();
+    if (group >= have)
+        throw Error(ErrorKind::InvalidArgument, "task queue " + std::to_string(group) + " does not exist on " +
+                                                    pci_address() + ", which has " + std::to_string(have));
+    return std::make_unique<driver::TaskQueue>(*core_->function, group);
+}
 
 FlexStream Device::CreateStream(StreamOptions options) {
     return FlexStream(core_, core_->CreateStream(options.priority));

@@ -46,6 +46,7 @@ public:
     std::optional<DMAEngine> dma;
     std::unique_ptr<detail::SchedulerCore> sched;  // the scheduler itself (stream/scheduler_core.hpp)
     std::unique_ptr<Scheduler> scheduler;          // its public face
+    driver::TaskTopology task_topology;             // read once at open
 
     // The function's card and function index (objects of this device carry it).
     const DeviceId& id() const { return allocator->device(); }

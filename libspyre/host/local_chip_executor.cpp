@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "local_chip_executor.hpp"
 
-#include "spyre/driver/task_queue.hpp"
 #include "spyre/uapi/spyre_regs.h"
 
 #include <algorithm>
@@ -13,22 +12,10 @@
 
 namespace spyre::host {
 
-namespace {
-
-// The device's task queues; none on a device of an older contract (its
-// chip tasks then run host kernels only, one at a time).
-driver::TaskTopology TopologyOf(Device& device) {
-    try {
-        return driver::ReadTaskTopology(device.function());
-    } catch (const Error&) {
-        return {};
-    }
-}
-
-}  // namespace
-
 unsigned LocalChipExecutor::Room(Device& device, const DistributedConfig& config) {
-    const driver::TaskTopology topo = TopologyOf(device);
+    // None on a device of an older contract: its chip tasks then run host
+    // kernels only, one at a time.
+    const driver::TaskTopology& topo = device.task_topology();
     const uint32_t queues = topo.queues(), cores = topo.cores();
     if (config.chip_tasks_per_device > 0) {
         if (uint32_t(config.chip_tasks_per_device) > std::max(queues, 1u))
@@ -48,7 +35,7 @@ LocalChipExecutor::LocalChipExecutor(Device device, const DistributedConfig& con
                                      std::shared_ptr<const ChipRegistry> registry)
     : device_(std::move(device)), registry_(std::move(registry)) {
     const unsigned slots = Room(device_, config);
-    const uint32_t queues = TopologyOf(device_).queues();
+    const uint32_t queues = device_.task_topology().queues();
     for (unsigned i = 0; i < slots; ++i) {
         OrchestratorOptions o;
         o.heap_size = config.chip_heap_bytes;

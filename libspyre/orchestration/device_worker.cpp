@@ -26,24 +26,21 @@ int32_t TaskOf(uint64_t packed) { return int32_t(uint32_t(packed)); }
 
 }  // namespace
 
-bool DeviceWorker::Available(const driver::Function& function) {
-    try {
-        return driver::ReadTaskTopology(function).queues() > 0;
-    } catch (const Error&) {
-        return false;  // a device without task queues (an older contract)
-    }
-}
+bool DeviceWorker::Available(const Device& device) { return device.task_topology().queues() > 0; }
 
-DeviceWorker::DeviceWorker(driver::Function& function, SpyreAllocator& allocator, const TaskGraph& graph,
-                           std::vector<uint32_t> queues)
-    : function_(function), allocator_(allocator), graph_(graph), queues_(std::move(queues)) {
-    const uint32_t have = driver::ReadTaskTopology(function_).queues();
+DeviceWorker::DeviceWorker(Device& device, const TaskGraph& graph, std::vector<uint32_t> queues)
+    : device_(device),
+      pci_(device.pci_address()),
+      allocator_(device.allocator()),
+      graph_(graph),
+      queues_(std::move(queues)) {
+    const uint32_t have = device_.task_topology().queues();
     if (queues_.empty())
         for (uint32_t q = 0; q < have; ++q) queues_.push_back(q);
     for (size_t i = 0; i < queues_.size(); ++i) {
         if (queues_[i] >= have)
             throw Error(ErrorKind::InvalidArgument, "task queue " + std::to_string(queues_[i]) + " does not exist on " +
-                                                        function_.pci_address() + ", which has " + std::to_string(have));
+                                                        pci_ + ", which has " + std::to_string(have));
         for (size_t j = 0; j < i; ++j)
             if (queues_[j] == queues_[i])
                 throw Error(ErrorKind::InvalidArgument, "task queue " + std::to_string(queues_[i]) + " named twice");
@@ -64,33 +61,39 @@ DeviceWorker::~DeviceWorker() {
 void DeviceWorker::Start(ReadyQueue& ready, CompletionSink& sink) {
     uint32_t tables = 0;
     for (uint32_t q : queues_) {
-        Group g;
-        g.queue = std::make_unique<driver::TaskQueue>(function_, q);
-        g.first_table = tables;
-        tables += g.queue->capacity();
-        groups_.push_back(std::move(g));
+        queues_taken_.push_back(device_.TakeTaskQueue(q));
+        tables += queues_taken_.back()->capacity();
     }
     tables_ = allocator_.Allocate(uint64_t(tables) * kTableBytes);
     tables_device_ = allocator_.DeviceAddress(tables_->handle, tables_->size);
     tables_host_ = graph_.HostAddress(tables_device_, tables_->size);
-    for (Group& g : groups_) threads_.emplace_back([this, &g, &ready, &sink] { Serve(g, ready, sink); });
+    thread_ = std::thread([this, tables, &ready, &sink] { Serve(tables, ready, sink); });
+    pthread_setname_np(thread_.native_handle(), "spyre-tasks");  // named once it exists, not when it first runs
 }
 
 void DeviceWorker::Stop() {
-    for (std::thread& t : threads_)
-        if (t.joinable()) t.join();
-    threads_.clear();
+    if (thread_.joinable()) thread_.join();
 }
 
-void DeviceWorker::Serve(Group& g, ReadyQueue& ready, CompletionSink& sink) {
-    driver::TaskQueue& tq = *g.queue;
-    pthread_setname_np(pthread_self(), ("spyre-tq" + std::to_string(tq.group())).c_str());
+void DeviceWorker::Serve(uint32_t tables, ReadyQueue& ready, CompletionSink& sink) {
+    std::vector<driver::TaskQueue*> queues;
+    for (auto& q : queues_taken_) queues.push_back(q.get());
+    auto in_flight = [&] {
+        uint32_t n = 0;
+        for (driver::TaskQueue* q : queues) n += q->InFlight();
+        return n;
+    };
+    auto free_slots = [&] {
+        uint32_t n = 0;
+        for (driver::TaskQueue* q : queues) n += q->Free();
+        return n;
+    };
     std::vector<uint32_t> free_tables;
-    for (uint32_t i = tq.capacity(); i > 0; --i) free_tables.push_back(g.first_table + i - 1);
+    for (uint32_t i = tables; i > 0; --i) free_tables.push_back(i - 1);
     std::vector<ReadyTask> batch;
-    std::vector<spyre_task_desc> descs;
-    std::vector<spyre_task_cqe> done(tq.capacity());
-    std::vector<int32_t> in_flight_ids(tq.capacity() + g.first_table, -1);  // by table
+    std::vector<std::vector<spyre_task_desc>> descs(queues.size());
+    std::vector<spyre_task_cqe> done(tables);
+    std::vector<int32_t> in_flight_ids(tables, -1);  // by table
     driver::WaitOptions wait;
     wait.mode = driver::WaitMode::Adaptive;
     // A wait ends after this long to look for tasks that became ready
@@ -99,26 +102,31 @@ void DeviceWorker::Serve(Group& g, ReadyQueue& ready, CompletionSink& sink) {
     std::optional<Error> lost;  // the device failed: every task from here fails
     // Tracing: when each table's task was sent, and one track per core
     // ("<pci> core N", from the completion's core index).
-    std::vector<uint64_t> sent_ns(in_flight_ids.size(), 0);
+    std::vector<uint64_t> sent_ns(tables, 0);
     std::vector<CompletionSink::Done> finished;  // reported with one call per reaped batch
     std::vector<uint32_t> core_tracks;
     uint64_t recording = 0;
     TaskTiming timing;
     timing.category = "device";
+    size_t next_queue = 0;  // where the spreading of the next batch starts
 
     for (;;) {
         batch.clear();
-        if (tq.InFlight() == 0 || lost) {
-            if (!ready.PopBatch(batch, lost ? 64 : tq.Free())) break;  // closed and drained
-        } else if (tq.Free() > 0) {
-            ready.TryPopBatch(batch, tq.Free());
+        if (in_flight() == 0 || lost) {
+            if (!ready.PopBatch(batch, lost ? 64 : free_slots())) break;  // closed and drained
+        } else if (free_slots() > 0) {
+            ready.TryPopBatch(batch, free_slots());
         }
         if (lost) {
             for (const ReadyTask& r : batch) sink.OnTaskComplete(r.task_id, SPYRE_ERR_ABORTED);
             continue;
         }
-        descs.clear();
+        // Spread the batch over the core groups, each up to its free room.
+        for (auto& d : descs) d.clear();
         for (const ReadyTask& r : batch) {
+            size_t q = next_queue;
+            while (descs[q].size() >= queues[q]->Free()) q = (q + 1) % queues.size();  // the batch fits in all
+            next_queue = (q + 1) % queues.size();
             const TaskDescriptor& t = *r.task;
             const uint32_t table = free_tables.back();
             free_tables.pop_back();
@@ -126,23 +134,31 @@ void DeviceWorker::Serve(Group& g, ReadyQueue& ready, CompletionSink& sink) {
             for (int32_t i = 0; i < t.num_params; ++i)
                 entries[i] = graph_.DeviceAddress(t.params[i].host, t.params[i].size);
             in_flight_ids[table] = r.task_id;
-            descs.push_back(driver::TaskDesc(PackId(table, r.task_id), t.kernel->program_address,
-                                             tables_device_ + uint64_t(table) * kTableBytes, uint32_t(t.num_params)));
+            descs[q].push_back(driver::TaskDesc(PackId(table, r.task_id), t.kernel->program_address,
+                                                tables_device_ + uint64_t(table) * kTableBytes, uint32_t(t.num_params)));
         }
         try {
-            if (trace::Enabled() && !descs.empty()) [[unlikely]] {
+            if (trace::Enabled() && !batch.empty()) [[unlikely]] {
                 const uint64_t now = trace::detail::NowNs();
-                for (const spyre_task_desc& d : descs) sent_ns[TableOf(d.task_id)] = now;
+                for (const auto& d : descs)
+                    for (const spyre_task_desc& t : d) sent_ns[TableOf(t.task_id)] = now;
             }
-            if (!descs.empty()) tq.Submit(descs);  // all fit: the batch was sized by Free()
-            if (tq.InFlight() == 0) continue;
-            size_t n = tq.Reap(done);
+            for (size_t q = 0; q < queues.size(); ++q)
+                if (!descs[q].empty()) queues[q]->Submit(descs[q]);  // all fit: spread by Free()
+            if (in_flight() == 0) continue;
+            auto reap = [&] {
+                size_t n = 0;
+                for (driver::TaskQueue* q : queues) n += q->Reap(std::span(done).subspan(n));
+                return n;
+            };
+            size_t n = reap();
             if (n == 0) {
                 try {
-                    n = tq.Wait(done, 1, wait);
+                    driver::TaskQueue::WaitAny(queues, wait);
                 } catch (const Error& e) {
                     if (e.kind() != ErrorKind::Timeout) throw;
                 }
+                n = reap();
             }
             const bool traced = trace::Enabled() && n > 0;
             if (traced) [[unlikely]] {
@@ -166,7 +182,7 @@ void DeviceWorker::Serve(Group& g, ReadyQueue& ready, CompletionSink& sink) {
                 }
                 const uint16_t core = done[i].core;
                 while (core_tracks.size() <= core)
-                    core_tracks.push_back(trace::detail::NamedTrack(function_.pci_address() + " core " +
+                    core_tracks.push_back(trace::detail::NamedTrack(pci_ + " core " +
                                                                     std::to_string(core_tracks.size())));
                 timing.track = core_tracks[core];
                 timing.start_ns = done[i].start_ns;
@@ -176,9 +192,9 @@ void DeviceWorker::Serve(Group& g, ReadyQueue& ready, CompletionSink& sink) {
             }
             if (!finished.empty()) sink.OnTasksComplete(finished);
         } catch (const Error& e) {
-            // The device is gone or the queue halted: what is in flight will
+            // The device is gone or a queue halted: what is in flight will
             // never complete. Fail it, and every task that comes later.
-            SPYRE_LOG_WARN("task queue %u: %s (its tasks fail from here)", tq.group(), e.what());
+            SPYRE_LOG_WARN("task queues of %s: %s (their tasks fail from here)", pci_.c_str(), e.what());
             lost = e;
             for (int32_t& id : in_flight_ids)
                 if (id >= 0) {

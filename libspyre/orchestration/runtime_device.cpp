@@ -65,9 +65,9 @@ std::unique_ptr<RuntimeState> RuntimeState::OnDevice(Device& device, const Orche
     rt->device = &device;
     rt->graph = std::make_unique<TaskGraph>(o);
     // CUBE and VECTOR kernels with a device program run on the card's cores
-    // through the function's task queues (host-only kernels stay on the host).
-    if (DeviceWorker::Available(device.function())) {
-        auto worker = std::make_shared<DeviceWorker>(device.function(), device.allocator(), *rt->graph, options.task_queues);
+    // through the device's task queues (host-only kernels stay on the host).
+    if (DeviceWorker::Available(device)) {
+        auto worker = std::make_shared<DeviceWorker>(device, *rt->graph, options.task_queues);
         rt->graph->SetExecutor(WORKER_CUBE, worker);
         rt->graph->SetExecutor(WORKER_VECTOR, worker);
     }

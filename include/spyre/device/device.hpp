@@ -12,6 +12,7 @@
 #include "spyre/memory/device_buffer.hpp"
 #include "spyre/memory/dma_engine.hpp"
 #include "spyre/driver/device_environment.hpp"
+#include "spyre/driver/task_queue.hpp"
 #include "spyre/stream/flex_stream.hpp"
 #include "spyre/stream/scheduler.hpp"
 
@@ -61,6 +62,16 @@ public:
 
     // Waits for every stream of this device.
     void Synchronize();
+
+    // The function's core groups, one task queue each (uapi/spyre_task.h);
+    // none on a function of a contract without task queues.
+    const driver::TaskTopology& task_topology() const;
+    // Task queue `group`, for one user's exclusive use while the returned
+    // queue lives (the orchestration runtime's device tasks go through the
+    // queues it takes here). Throws InvalidArgument for a group the device
+    // does not have, Busy while another user holds the queue or it has
+    // tasks in flight.
+    std::unique_ptr<driver::TaskQueue> TakeTaskQueue(uint32_t group);
 
     std::shared_ptr<DeviceCore> core() const noexcept { return core_; }
 

@@ -79,6 +79,13 @@ public:
     // within ~100 ms) or DeviceError (the queue halted).
     size_t Wait(std::span<spyre_task_cqe> out, size_t min_count, const WaitOptions& options = {});
 
+    // Waits until one of `queues` (task queues of one function: they share
+    // its completion interrupt) has a completion ready; reaps nothing. One
+    // thread can so serve every core group. Throws InvalidArgument for no
+    // queue, queues of different functions or none in flight, Timeout,
+    // DeviceLost or DeviceError (a queue halted) as Wait does.
+    static void WaitAny(std::span<TaskQueue* const> queues, const WaitOptions& options = {});
+
 private:
     bool CompletionsReady() const noexcept;
     void CheckHealth() const;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -163,6 +164,7 @@ TEST_F(StreamTest, OrchestrationDeviceKernelsRunOnTheCardsCores) {
 // cores has two): both run their device tasks exactly, and the cores of
 // each runtime's tasks are those of its queue's group. A third runtime on
 // a held queue is Busy; a queue the device does not have is InvalidArgument.
+// The runtimes take their queues through the Device, as anyone must.
 TEST(OrchestrationQueues, TwoRuntimesOnDisjointQueuesOfOneDevice) {
     SPYRE_REQUIRE_FUSE();
     HostOptions o = HostOptions::EmbeddedMock(1, 0, "1G");
@@ -176,6 +178,10 @@ TEST(OrchestrationQueues, TwoRuntimesOnDisjointQueuesOfOneDevice) {
                        "task queue 1 is held by another TaskQueue of this process");
     EXPECT_SPYRE_ERROR(Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20, .task_queues = {2}}),
                        InvalidArgument, "task queue 2 does not exist on");
+    ASSERT_EQ(dev.task_topology().queues(), 2u);
+    EXPECT_EQ(dev.task_topology().cores(), 16u);
+    EXPECT_SPYRE_ERROR(dev.TakeTaskQueue(0), Busy, "task queue 0 is held by another TaskQueue of this process");
+    EXPECT_SPYRE_ERROR(dev.TakeTaskQueue(2), InvalidArgument, "task queue 2 does not exist on");
     const std::vector<uint8_t> program = test::AddProgram256();
     DeviceBuffer prog = test::UploadProgram(dev, program);
     for (Orchestrator& orch : orchs) orch.RegisterDeviceKernel(KERNEL_ADD, dev.allocator().DeviceAddress(prog.handle(), program.size()));
@@ -207,7 +213,51 @@ TEST(OrchestrationQueues, TwoRuntimesOnDisjointQueuesOfOneDevice) {
     EXPECT_EQ(dev.function().Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before, 40u);
     // Freed with its runtime: the queue can be taken again.
     orchs.pop_back();
+    EXPECT_EQ(dev.TakeTaskQueue(1)->group(), 1u);
     EXPECT_NO_THROW(Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20, .task_queues = {1}}));
+}
+
+// Threads of this process with the name `name` (/proc/self/task/*/comm).
+int ThreadsNamed(const std::string& name) {
+    int n = 0;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+        std::ifstream comm(task.path() / "comm");
+        std::string line;
+        if (std::getline(comm, line) && line == name) ++n;
+    }
+    return n;
+}
+
+// One thread serves every core group a runtime takes: on a host of few CPUs
+// each spinning waiter would take a CPU from the submitter and the device.
+// Tasks spread over the groups still all complete, exactly.
+TEST(OrchestrationQueues, OneThreadServesEveryCoreGroup) {
+    SPYRE_REQUIRE_FUSE();
+    HostOptions o = HostOptions::EmbeddedMock(1, 0, "1G");
+    o.embedded_mock.extra_args = {"--cores", "16"};
+    Host host = Host::Open(o);
+    Device dev = host.Open("0");
+    ASSERT_EQ(dev.task_topology().queues(), 2u);
+    const int before = ThreadsNamed("spyre-tasks");
+    Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20});
+    EXPECT_EQ(ThreadsNamed("spyre-tasks") - before, 1);
+    const std::vector<uint8_t> program = test::AddProgram256();
+    DeviceBuffer prog = test::UploadProgram(dev, program);
+    orch.RegisterDeviceKernel(KERNEL_ADD, dev.allocator().DeviceAddress(prog.handle(), program.size()));
+    const uint64_t done_before = dev.function().Read64(SPYRE_REG_CNT_TASKS_DONE);
+    auto scope = orch.BeginScope();
+    std::vector<float*> a(50), c(50);
+    for (int t = 0; t < 50; ++t) {
+        a[size_t(t)] = static_cast<float*>(orch.Alloc(1024));
+        for (int i = 0; i < 256; ++i) a[size_t(t)][i] = float(t * 1000 + i);
+        TaskParam p[] = {{PARAM_INPUT, a[size_t(t)], 1024, {}}, {PARAM_INPUT, a[size_t(t)], 1024, {}},
+                         {PARAM_OUTPUT, nullptr, 1024, {}}};
+        c[size_t(t)] = static_cast<float*>(orch.TaskOutput(orch.Submit(KERNEL_ADD, WORKER_CUBE, p), 0));
+    }
+    orch.WaitAll();
+    for (int t = 0; t < 50; ++t)
+        for (int i = 0; i < 256; ++i) ASSERT_EQ(c[size_t(t)][i], 2 * a[size_t(t)][i]) << "task " << t << " element " << i;
+    EXPECT_EQ(dev.function().Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before, 50u);
 }
 
 // Three functions of one card (the PF and two VFs), each driven by its own

@@ -44,7 +44,7 @@ TEST_F(StreamTest, DmaDispatchRoundTripsAndKeepsTheStreamBusy) {
     Device dev = OpenDevice();
     DeviceCore& core = *dev.core();
     // A dispatcher of its own on the device's DMA queue (the scheduler's is busy elsewhere).
-    DmaDispatch dma(*core.dma_queue, core.function->pci_address());
+    DmaDispatch dma(*core.dma, core.function->pci_address());
     const size_t n = 1 << 20;
     DeviceAllocation a = dev.allocator().Allocate(n);
     std::vector<uint8_t> out(n), back(n, 0);
@@ -74,7 +74,7 @@ TEST_F(StreamTest, DmaDispatchRoundTripsAndKeepsTheStreamBusy) {
 TEST_F(StreamTest, DmaDispatchFaultsTheStreamOnARefusedCopy) {
     Device dev = OpenDevice();
     DeviceCore& core = *dev.core();
-    DmaDispatch dma(*core.dma_queue, core.function->pci_address());
+    DmaDispatch dma(*core.dma, core.function->pci_address());
     StreamState s(5, 0);
     uint64_t word = 7;
     QueuedOp wild = CopyOp(OpKind::CopyToDevice, ~0ull - 64, 8, &word, nullptr);
@@ -99,7 +99,7 @@ TEST_F(StreamTest, DmaDispatchFaultsTheStreamOnARefusedCopy) {
 TEST_F(StreamTest, DmaDispatchLetsGoOfTheHostMemoryBeforeTheOpCompletes) {
     Device dev = OpenDevice();
     DeviceCore& core = *dev.core();
-    DmaDispatch dma(*core.dma_queue, core.function->pci_address());
+    DmaDispatch dma(*core.dma, core.function->pci_address());
     const size_t n = 1 << 16;
     DeviceAllocation a = dev.allocator().Allocate(n);
     std::vector<uint8_t> bytes(n, 5);

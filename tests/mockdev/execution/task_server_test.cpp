@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "execution_support.hpp"
 #include "reference.hpp"
 #include "spyre/driver/task_queue.hpp"
+#include "spyre/plan/program_image.hpp"
 
 using namespace spyre;
 using namespace spyre::driver;
@@ -122,6 +124,28 @@ TEST_F(TaskQueueTest, TopologyIsPublishedInRegisters) {
     EXPECT_SPYRE_ERROR(TaskQueue(fn, 2), InvalidArgument, "task queue 2 does not exist");
     q.reset();
     EXPECT_NO_THROW(TaskQueue(fn, 1));
+}
+
+// One thread serving both core groups sleeps on the function's one task
+// completion interrupt: a completion on either queue ends the wait.
+TEST_F(TaskQueueTest, WaitAnyWakesOnEitherQueue) {
+    TestDevice& dev = pf();
+    const uint64_t program = dev.Put(ProgramImage{}.Encode());
+    TaskQueue q0(dev.fn(), 0), q1(dev.fn(), 1);
+    std::array<TaskQueue*, 2> both{&q0, &q1};
+    EXPECT_SPYRE_ERROR(TaskQueue::WaitAny(both, kBlocking), InvalidArgument, "with no task in flight");
+    EXPECT_SPYRE_ERROR(TaskQueue::WaitAny({}, kBlocking), InvalidArgument, "on no queue");
+    for (TaskQueue* q : {&q1, &q0, &q1}) {
+        const spyre_task_desc d = TaskDesc(q->group() + 10, program, program, 0);
+        ASSERT_EQ(q->Submit({&d, 1}), 1u);
+        TaskQueue::WaitAny(both, kBlocking);
+        spyre_task_cqe done{};
+        size_t got = q0.Reap({&done, 1});
+        got += q1.Reap({&done, 1});
+        ASSERT_EQ(got, 1u);
+        EXPECT_EQ(done.task_id, q->group() + 10);
+        EXPECT_EQ(done.status, SPYRE_ERR_NONE);
+    }
 }
 
 TEST_F(TaskQueueTest, OneKernelManyArgumentTablesOnSeveralCores) {
