@@ -7,6 +7,17 @@
 
 namespace spyre::driver {
 
+namespace {
+
+bool HasVfioFunction(const char* sysfs) {
+    if (!DeviceRoot::Looks(sysfs)) return false;
+    for (const auto& f : DeviceRoot(sysfs).Functions())
+        if (f.transport == Transport::Vfio) return true;
+    return false;
+}
+
+}  // namespace
+
 FunctionKind DeviceEnvironment::KindFromFlexDevice(std::string* flex_device) {
     const char* flex = std::getenv("FLEX_DEVICE");
     *flex_device = flex ? flex : "";
@@ -44,6 +55,10 @@ DeviceEnvironment DeviceEnvironment::Acquire(const MockOptions& embedded) {
         }
         if (DeviceRoot::Looks(kDefaultDeviceRoot)) {
             env.root_.emplace(kDefaultDeviceRoot);
+            return env;
+        }
+        if (HasVfioFunction(kSysfsRoot)) {  // a card bound to vfio-pci
+            env.root_.emplace(kSysfsRoot);
             return env;
         }
     }
