@@ -9,10 +9,13 @@ namespace spyre::driver {
 
 namespace {
 
-bool HasVfioFunction(const char* sysfs) {
-    if (!DeviceRoot::Looks(sysfs)) return false;
-    for (const auto& f : DeviceRoot(sysfs).Functions())
-        if (f.transport == Transport::Vfio) return true;
+// Unfiltered (SPYRE_DEVICES selects among functions once a root is chosen).
+bool HasVfioFunction(const std::filesystem::path& sysfs) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(sysfs / "bus/pci/devices", ec)) {
+        const auto info = ProbeFunction(sysfs, entry.path().filename().string());
+        if (info && info->transport == Transport::Vfio) return true;
+    }
     return false;
 }
 

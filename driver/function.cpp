@@ -137,11 +137,17 @@ int Function::fd() const noexcept { return backend_ ? backend_->fd() : -1; }
 
 const char* Function::backend_name() const noexcept { return backend_ ? backend_->name() : "closed"; }
 
-spyre_region_info Function::RegionInfo(uint32_t index) const { return backend_->RegionInfo(index); }
+DeviceBackend& Function::Backend() const {
+    if (!backend_)
+        throw Error(ErrorKind::InvalidArgument, "the function is closed (moved from)", ErrorContext{.device = info_.pci_address});
+    return *backend_;
+}
 
-MappedRegion Function::MapRegion(uint32_t index) const { return backend_->Map(index); }
+spyre_region_info Function::RegionInfo(uint32_t index) const { return Backend().RegionInfo(index); }
 
-RegionFile Function::OpenRegionFile(uint32_t index) const { return backend_->File(index); }
+MappedRegion Function::MapRegion(uint32_t index) const { return Backend().Map(index); }
+
+RegionFile Function::OpenRegionFile(uint32_t index) const { return Backend().File(index); }
 
 namespace {
 void CheckRegisterOffset(const FunctionInfo& info, uint32_t offset, uint32_t width) {
@@ -214,7 +220,7 @@ std::vector<uint8_t> Function::ReadRegion(uint32_t index, uint64_t offset, size_
     ErrorContext ctx{.device = info_.pci_address, .reg = index == SPYRE_REGION_BAR0 ? RegisterName(uint32_t(offset)) : "",
                      .offset = offset};
     if (offset > SPYRE_REGION_OFFSET_MASK) throw Error(ErrorKind::InvalidArgument, "region offset too large", ctx);
-    backend_->Read(index, offset, out, ctx);
+    Backend().Read(index, offset, out, ctx);
     return out;
 }
 
@@ -222,11 +228,11 @@ void Function::WriteRegion(uint32_t index, uint64_t offset, std::span<const uint
     ErrorContext ctx{.device = info_.pci_address, .reg = index == SPYRE_REGION_BAR0 ? RegisterName(uint32_t(offset)) : "",
                      .offset = offset};
     if (offset > SPYRE_REGION_OFFSET_MASK) throw Error(ErrorKind::InvalidArgument, "region offset too large", ctx);
-    backend_->Write(index, offset, bytes, ctx);
+    Backend().Write(index, offset, bytes, ctx);
 }
 
 void Function::Reset() {
-    backend_->Reset();
+    Backend().Reset();
     // The reset returns once the model has reset; RESETTING only shows if a
     // reset raced with ours, so wait it out with a bound.
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);

@@ -138,6 +138,7 @@ public:
 private:
     Function() = default;
     void Close() noexcept;
+    DeviceBackend& Backend() const;  // InvalidArgument once closed
     bool Probe() const;  // one liveness check, no memory of earlier ones
     uint32_t DeviceState() const noexcept;  // the doorbell page's device_state word
     uint32_t Load32(uint32_t offset) const noexcept;  // a mapped register, unchecked
