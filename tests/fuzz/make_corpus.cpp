@@ -21,6 +21,7 @@
 #include "spyre/plan/execution_plan.hpp"
 #include "spyre/compiler/kernel_builder.hpp"
 #include "spyre/plan/program_image.hpp"
+#include "spyre/mock/spyre_mock.h"
 #include "spyre/uapi/spyre.h"
 #include "spyre/compiler/plan_writer.hpp"
 #include "host/remote_protocol.hpp"
