@@ -26,26 +26,34 @@ bool Overlap(uint64_t a, uint64_t a_size, uint64_t b, uint64_t b_size) { return 
 
 }  // namespace
 
-MappableRegion CheckRegionInfo(const spyre_region_info& ri, uint32_t index, const ErrorContext& ctx) {
-    const std::string region = "region " + std::to_string(index);
+void CheckRegionInfo(const spyre_region_info& ri, uint32_t index, const ErrorContext& ctx) {
     if (ri.index != index)
-        Protocol("GET_REGION_INFO for " + region + " answered for region " + std::to_string(ri.index), ctx);
-    if (!(ri.flags & SPYRE_REGION_INFO_FLAG_MMAP) || ri.shm_name[0] == '\0' || ri.mmap_size == 0)
+        Protocol("GET_REGION_INFO for region " + std::to_string(index) + " answered for region " + std::to_string(ri.index),
+                 ctx);
+}
+
+MappableRegion CheckMockRegion(const spyre_region_info& ri, const spyre_mock_region_shm& shm, uint32_t index,
+                               const ErrorContext& ctx) {
+    CheckRegionInfo(ri, index, ctx);
+    const std::string region = "region " + std::to_string(index);
+    if (shm.index != index)
+        Protocol("the mock's shared memory for " + region + " was answered for region " + std::to_string(shm.index), ctx);
+    if (!(ri.flags & SPYRE_REGION_INFO_FLAG_MMAP) || shm.shm_name[0] == '\0' || shm.mmap_size == 0)
         throw Error(ErrorKind::Unsupported, region + " cannot be mapped", ctx);
-    const void* nul = std::memchr(ri.shm_name, '\0', sizeof ri.shm_name);
+    const void* nul = std::memchr(shm.shm_name, '\0', sizeof shm.shm_name);
     if (!nul) Protocol(region + ": shared-memory name is not NUL-terminated", ctx);
-    const std::string name(ri.shm_name);
+    const std::string name(shm.shm_name);
     if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos)
         Protocol(region + ": shared-memory name \"" + name + "\" is not of the form /NAME", ctx);
-    if (ri.shm_offset % kPage)
-        Protocol(region + ": shm_offset " + std::to_string(ri.shm_offset) + " is not page-aligned", ctx);
-    if (ri.mmap_size > ri.size)
-        Protocol(region + ": mmap_size " + std::to_string(ri.mmap_size) + " exceeds the region size " +
+    if (shm.shm_offset % kPage)
+        Protocol(region + ": shm_offset " + std::to_string(shm.shm_offset) + " is not page-aligned", ctx);
+    if (shm.mmap_size > ri.size)
+        Protocol(region + ": mmap_size " + std::to_string(shm.mmap_size) + " exceeds the region size " +
                      std::to_string(ri.size),
                  ctx);
-    if (!Inside(ri.shm_offset, ri.mmap_size, uint64_t(std::numeric_limits<int64_t>::max())))
+    if (!Inside(shm.shm_offset, shm.mmap_size, uint64_t(std::numeric_limits<int64_t>::max())))
         Protocol(region + ": shm_offset + mmap_size does not fit a file offset", ctx);
-    return MappableRegion{name, ri.shm_offset, ri.mmap_size};
+    return MappableRegion{name, shm.shm_offset, shm.mmap_size};
 }
 
 bool DoorbellOffsetOk(uint32_t db_offset, uint64_t bar4_size) noexcept {

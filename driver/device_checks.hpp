@@ -14,22 +14,28 @@
 #include <string>
 
 #include "spyre/error.hpp"
+#include "spyre/mock/spyre_mock.h"
 #include "spyre/uapi/spyre.h"
 
 namespace spyre::driver::checks {
 
-// A region the driver may map: a shm_open name and the window of it.
+// GET_REGION_INFO's answer for region `index` must describe that region.
+void CheckRegionInfo(const spyre_region_info& ri, uint32_t index, const ErrorContext& ctx);
+
+// A region the mock lets the driver map: a shm_open name and the window of it.
 struct MappableRegion {
     std::string shm_name;
     uint64_t shm_offset = 0;
     uint64_t mmap_size = 0;
 };
 
-// GET_REGION_INFO's answer for region `index`: it must describe that region,
-// be mappable (else Unsupported), name a shared-memory object ("/name", one
-// component, NUL-terminated inside the field), and give a page-aligned,
+// The mock transport's answer for region `index`, beside the region's info
+// `ri`: both must describe that region, the region be mappable (else
+// Unsupported), the answer name a shared-memory object ("/name", one
+// component, NUL-terminated inside the field) and give a page-aligned,
 // non-empty window no larger than the region that does not wrap around.
-MappableRegion CheckRegionInfo(const spyre_region_info& ri, uint32_t index, const ErrorContext& ctx);
+MappableRegion CheckMockRegion(const spyre_region_info& ri, const spyre_mock_region_shm& shm, uint32_t index,
+                               const ErrorContext& ctx);
 
 // The ring geometry registers (spyre_regs.h), as read.
 struct RingRegisters {

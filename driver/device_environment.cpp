@@ -7,6 +7,20 @@
 
 namespace spyre::driver {
 
+namespace {
+
+// Unfiltered (SPYRE_DEVICES selects among functions once a root is chosen).
+bool HasVfioFunction(const std::filesystem::path& sysfs) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(sysfs / "bus/pci/devices", ec)) {
+        const auto info = ProbeFunction(sysfs, entry.path().filename().string());
+        if (info && info->transport == Transport::Vfio) return true;
+    }
+    return false;
+}
+
+}  // namespace
+
 FunctionKind DeviceEnvironment::KindFromFlexDevice(std::string* flex_device) {
     const char* flex = std::getenv("FLEX_DEVICE");
     *flex_device = flex ? flex : "";
@@ -44,6 +58,10 @@ DeviceEnvironment DeviceEnvironment::Acquire(const MockOptions& embedded) {
         }
         if (DeviceRoot::Looks(kDefaultDeviceRoot)) {
             env.root_.emplace(kDefaultDeviceRoot);
+            return env;
+        }
+        if (HasVfioFunction(kSysfsRoot)) {  // a card bound to vfio-pci
+            env.root_.emplace(kSysfsRoot);
             return env;
         }
     }

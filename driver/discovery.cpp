@@ -83,6 +83,15 @@ std::optional<FunctionInfo> ProbeFunction(const fs::path& root, const std::strin
     info.is_vf = *device == SPYRE_PCI_DEVICE_VF;
     info.sysfs_dir = dir;
     info.dev_node = root / "dev" / "spyre" / pci_address;
+    // A real sysfs: a function bound to vfio-pci is reached through its IOMMU group.
+    std::error_code ec;
+    if (fs::read_symlink(dir / "driver", ec).filename() == "vfio-pci") {
+        const fs::path group = fs::read_symlink(dir / "iommu_group", ec).filename();
+        if (!ec && !group.empty()) {
+            info.dev_node = fs::path(kVfioDevDir) / group;
+            info.transport = Transport::Vfio;
+        }
+    }
     return info;
 }
 

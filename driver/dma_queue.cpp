@@ -47,12 +47,10 @@ class DmaQueue::Backend {
 public:
     Backend(Function& fn, const DmaOptions& options, std::string reason)
         : fn_(fn), options_(options), reason_(std::move(reason)) {
-        spyre_region_info ri = fn.RegionInfo(SPYRE_REGION_DEVMEM);
         mapping_ = fn.MapRegion(SPYRE_REGION_DEVMEM);
-        shm_offset_ = ri.shm_offset;
-        ri.shm_name[sizeof ri.shm_name - 1] = '\0';
-        fd_ = ::shm_open(ri.shm_name, O_RDWR | O_CLOEXEC, 0);
-        if (fd_ < 0) throw SystemError(std::string("cannot open device memory ") + ri.shm_name, {.device = fn.pci_address()});
+        const RegionFile file = fn.OpenRegionFile(SPYRE_REGION_DEVMEM);  // the backend's: shm object or device fd
+        fd_ = file.fd;
+        shm_offset_ = file.offset;
         const unsigned n = std::max(2u, std::thread::hardware_concurrency());
         for (unsigned i = 0; i < n; ++i) workers_.emplace_back([this] { CopyLoop(); });
     }

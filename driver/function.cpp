@@ -1,9 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "spyre/driver/function.hpp"
 
-#include <fcntl.h>
 #include <poll.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -17,6 +15,7 @@
 #include <time.h>
 #include <utility>
 
+#include "device_backend.hpp"
 #include "device_checks.hpp"
 #include "spyre/error.hpp"
 #include "spyre/uapi/spyre_regdesc.hpp"
@@ -62,15 +61,8 @@ Function Function::Open(const FunctionInfo& info) {
     Function f;
     f.info_ = info;
     ErrorContext ctx{.device = info.pci_address};
-    f.fd_ = ::open(info.dev_node.c_str(), O_RDWR | O_CLOEXEC);
-    if (f.fd_ < 0) {
-        if (errno == EBUSY)
-            throw Error(ErrorKind::Busy, "function is in use: its device node is held by another process or by another open in this one (device nodes are exclusive)",
-                        ErrorContext{.device = info.pci_address, .sys_errno = EBUSY});
-        throw SystemError("cannot open " + info.dev_node.string(), ctx);
-    }
-    f.dev_info_.argsz = sizeof f.dev_info_;
-    if (::ioctl(f.fd_, SPYRE_IOC_GET_INFO, &f.dev_info_) != 0) throw SystemError("GET_INFO ioctl failed", ctx);
+    f.backend_ = OpenBackend(info);
+    f.dev_info_ = f.backend_->DeviceInfo();
     if (f.dev_info_.vendor_id != SPYRE_PCI_VENDOR_IBM ||
         (f.dev_info_.device_id != SPYRE_PCI_DEVICE_PF && f.dev_info_.device_id != SPYRE_PCI_DEVICE_VF))
         throw Error(ErrorKind::ProtocolError, "device node does not describe a spyre function", ctx);
@@ -91,12 +83,13 @@ Function Function::Open(const FunctionInfo& info) {
     // The doorbell page must lie inside the mapping; the offset is kept, not re-read.
     f.db_offset_ = f.Load32(SPYRE_REG_DB_OFFSET);
     checks::CheckDoorbellOffset(f.db_offset_, f.bar4_.size(), ctx);
-    f.pidfd_ = PidfdOpen(f.dev_info_.daemon_pid);  // -1 if the daemon is in another pid namespace
+    // -1 if the daemon is in another pid namespace, or there is none (vfio-pci)
+    if (f.dev_info_.daemon_pid > 0) f.pidfd_ = PidfdOpen(f.dev_info_.daemon_pid);
     return f;
 }
 
 Function::Function(Function&& o) noexcept
-    : info_(std::move(o.info_)), dev_info_(o.dev_info_), fd_(std::exchange(o.fd_, -1)),
+    : info_(std::move(o.info_)), dev_info_(o.dev_info_), backend_(std::move(o.backend_)),
       pidfd_(std::exchange(o.pidfd_, -1)), lost_(o.lost_), task_queues_held_(o.task_queues_held_), next_probe_ns_(o.next_probe_ns_), db_offset_(o.db_offset_),
       bar0_(std::move(o.bar0_)), bar4_(std::move(o.bar4_)) {}
 
@@ -114,7 +107,7 @@ Function& Function::operator=(Function&& o) noexcept {
         Close();
         info_ = std::move(o.info_);
         dev_info_ = o.dev_info_;
-        fd_ = std::exchange(o.fd_, -1);
+        backend_ = std::move(o.backend_);
         pidfd_ = std::exchange(o.pidfd_, -1);
         lost_ = o.lost_;
         task_queues_held_ = o.task_queues_held_;
@@ -131,40 +124,30 @@ Function::~Function() { Close(); }
 void Function::Close() noexcept {
     bar0_ = MappedRegion();
     bar4_ = MappedRegion();
-    if (fd_ >= 0) {
-        // Hand the function over before close returns, so whoever opens it
-        // next finds it free (a plain close releases it a moment later).
-        spyre_release_req req{.argsz = sizeof req, .flags = 0};
-        ::ioctl(fd_, SPYRE_IOC_RELEASE, &req);
-        ::close(std::exchange(fd_, -1));
+    if (backend_) {
+        // Hand the function over before the fds close, so whoever opens it
+        // next finds it free.
+        backend_->Release();
+        backend_.reset();
     }
     if (pidfd_ >= 0) ::close(std::exchange(pidfd_, -1));
 }
 
-spyre_region_info Function::RegionInfo(uint32_t index) const {
-    spyre_region_info ri{};
-    ri.argsz = sizeof ri;
-    ri.index = index;
-    if (::ioctl(fd_, SPYRE_IOC_GET_REGION_INFO, &ri) != 0)
-        throw SystemError("GET_REGION_INFO for region " + std::to_string(index) + " failed",
-                          ErrorContext{.device = info_.pci_address});
-    return ri;
+int Function::fd() const noexcept { return backend_ ? backend_->fd() : -1; }
+
+const char* Function::backend_name() const noexcept { return backend_ ? backend_->name() : "closed"; }
+
+DeviceBackend& Function::Backend() const {
+    if (!backend_)
+        throw Error(ErrorKind::InvalidArgument, "the function is closed (moved from)", ErrorContext{.device = info_.pci_address});
+    return *backend_;
 }
 
-MappedRegion Function::MapRegion(uint32_t index) const {
-    ErrorContext ctx{.device = info_.pci_address};
-    const checks::MappableRegion r = checks::CheckRegionInfo(RegionInfo(index), index, ctx);
-    int shm = ::shm_open(r.shm_name.c_str(), O_RDWR | O_CLOEXEC, 0);
-    if (shm < 0) throw SystemError("cannot open shared memory " + r.shm_name, ctx);
-    void* p = ::mmap(nullptr, r.mmap_size, PROT_READ | PROT_WRITE, MAP_SHARED, shm, static_cast<off_t>(r.shm_offset));
-    int e = errno;
-    ::close(shm);
-    if (p == MAP_FAILED) {
-        errno = e;
-        throw SystemError("cannot map region " + std::to_string(index) + " (" + r.shm_name + ")", ctx);
-    }
-    return MappedRegion(p, r.mmap_size);
-}
+spyre_region_info Function::RegionInfo(uint32_t index) const { return Backend().RegionInfo(index); }
+
+MappedRegion Function::MapRegion(uint32_t index) const { return Backend().Map(index); }
+
+RegionFile Function::OpenRegionFile(uint32_t index) const { return Backend().File(index); }
 
 namespace {
 void CheckRegisterOffset(const FunctionInfo& info, uint32_t offset, uint32_t width) {
@@ -237,15 +220,7 @@ std::vector<uint8_t> Function::ReadRegion(uint32_t index, uint64_t offset, size_
     ErrorContext ctx{.device = info_.pci_address, .reg = index == SPYRE_REGION_BAR0 ? RegisterName(uint32_t(offset)) : "",
                      .offset = offset};
     if (offset > SPYRE_REGION_OFFSET_MASK) throw Error(ErrorKind::InvalidArgument, "region offset too large", ctx);
-    size_t done = 0;
-    while (done < length) {
-        ssize_t n = ::pread(fd_, out.data() + done, length - done,
-                            static_cast<off_t>(SPYRE_REGION_OFFSET(index) + offset + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) throw SystemError("trapped read of region " + std::to_string(index) + " failed", ctx);
-        if (n == 0) throw Error(ErrorKind::InvalidArgument, "trapped read past the end of region " + std::to_string(index), ctx);
-        done += static_cast<size_t>(n);
-    }
+    Backend().Read(index, offset, out, ctx);
     return out;
 }
 
@@ -253,22 +228,12 @@ void Function::WriteRegion(uint32_t index, uint64_t offset, std::span<const uint
     ErrorContext ctx{.device = info_.pci_address, .reg = index == SPYRE_REGION_BAR0 ? RegisterName(uint32_t(offset)) : "",
                      .offset = offset};
     if (offset > SPYRE_REGION_OFFSET_MASK) throw Error(ErrorKind::InvalidArgument, "region offset too large", ctx);
-    size_t done = 0;
-    while (done < bytes.size()) {
-        ssize_t n = ::pwrite(fd_, bytes.data() + done, bytes.size() - done,
-                             static_cast<off_t>(SPYRE_REGION_OFFSET(index) + offset + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) throw SystemError("trapped write of region " + std::to_string(index) + " failed", ctx);
-        if (n == 0) throw Error(ErrorKind::InvalidArgument, "trapped write past the end of region " + std::to_string(index), ctx);
-        done += static_cast<size_t>(n);
-    }
+    Backend().Write(index, offset, bytes, ctx);
 }
 
 void Function::Reset() {
-    spyre_reset_req req{sizeof(spyre_reset_req), 0};
-    if (::ioctl(fd_, SPYRE_IOC_RESET, &req) != 0)
-        throw SystemError("RESET ioctl failed", ErrorContext{.device = info_.pci_address});
-    // The ioctl returns once the model has reset; RESETTING only shows if a
+    Backend().Reset();
+    // The reset returns once the model has reset; RESETTING only shows if a
     // reset raced with ours, so wait it out with a bound.
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     while (Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_RESETTING) {

@@ -4,7 +4,8 @@
 
 Every source file belongs to a layer; it may include files of its own layer
 and of layers below it. Two components stand apart: spyre-mockdev sees only
-the hardware contract (uapi) and the header-only common helpers, and nothing
+the hardware contract (uapi), the mock transport (include/spyre/mock/, which
+only mockdev and driver/ include) and the header-only common helpers, and nothing
 outside mockdev (but its tests, fuzz targets and benchmarks) includes mockdev.
 Private headers of driver/ and libspyre/ are for their own folder and tests.
 Above the driver, only a Device (libspyre/device and the scheduler it owns,
@@ -22,6 +23,7 @@ import sys
 # scheduler and default stream; a stream belongs to a device).
 RANKS = {
     'uapi': 0, 'common': 0, 'base': 0,
+    'mock': 0,  # the mock transport (include/spyre/mock/): mockdev and the driver's MockBackend only
     'driver': 1,
     'memory': 2, 'trace': 2,
     'stream': 3, 'device': 3,
@@ -97,8 +99,10 @@ def check(root: pathlib.Path):
                 line = text.count('\n', 0, m.start()) + 1
                 why = None
                 if comp == 'mockdev':
-                    if tcomp != 'mockdev' and tlayer not in ('uapi', 'common'):
-                        why = 'mockdev sees only uapi and common'
+                    if tcomp != 'mockdev' and tlayer not in ('uapi', 'common', 'mock'):
+                        why = 'mockdev sees only uapi, common and the mock transport'
+                elif tlayer == 'mock' and comp not in ('driver', 'tests') and layer != 'mock':
+                    why = 'only mockdev and the driver speak the mock transport'
                 elif tcomp == 'mockdev':
                     why = 'only mockdev and its tests include mockdev'
                 elif tcomp in ('driver', 'libspyre') and tcomp != comp:

@@ -22,6 +22,7 @@
 #include "frontend/attr_number.hpp"
 #include "log.hpp"
 #include "pci/pci_address.hpp"
+#include "spyre/mock/spyre_mock.h"
 #include "spyre/uapi/spyre_ioctl.h"
 #include "spyre/uapi/spyre_regs.h"
 #include "spyre/uapi/spyre_stats.h"
@@ -440,6 +441,12 @@ struct FuseOps {
             auto* info = static_cast<spyre_region_info*>(data);
             if (info->argsz < sizeof *info || info->index >= SPYRE_NUM_REGIONS) return -EINVAL;
             *info = f.fn->RegionInfo(info->index);
+            return 0;
+        }
+        case SPYRE_MOCK_IOC_REGION_SHM: {
+            auto* shm = static_cast<spyre_mock_region_shm*>(data);
+            if (shm->argsz < sizeof *shm || shm->index >= SPYRE_NUM_REGIONS) return -EINVAL;
+            *shm = f.fn->RegionShm(shm->index);
             return 0;
         }
         case SPYRE_IOC_RESET: {

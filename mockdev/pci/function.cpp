@@ -306,17 +306,26 @@ spyre_device_info Function::DeviceInfo() const {
 }
 
 spyre_region_info Function::RegionInfo(unsigned region) const {
-    constexpr uint32_t kRwMmap = SPYRE_REGION_INFO_FLAG_READ | SPYRE_REGION_INFO_FLAG_WRITE | SPYRE_REGION_INFO_FLAG_MMAP;
     spyre_region_info ri{};
     ri.argsz = sizeof ri;
     ri.index = region;
     ri.size = RegionSize(region);
     ri.offset = SPYRE_REGION_OFFSET(region);
+    if (RegionShm(region).shm_name[0] != '\0')
+        ri.flags = SPYRE_REGION_INFO_FLAG_READ | SPYRE_REGION_INFO_FLAG_WRITE | SPYRE_REGION_INFO_FLAG_MMAP;
+    else if (region == SPYRE_REGION_CONFIG)
+        ri.flags = SPYRE_REGION_INFO_FLAG_READ;
+    return ri;
+}
+
+spyre_mock_region_shm Function::RegionShm(unsigned region) const {
+    spyre_mock_region_shm m{};
+    m.argsz = sizeof m;
+    m.index = region;
     auto mappable = [&](const std::string& shm_name, uint64_t shm_offset, uint64_t mmap_size) {
-        ri.flags = kRwMmap;
-        CopyName(ri.shm_name, sizeof ri.shm_name, shm_name);
-        ri.shm_offset = shm_offset;
-        ri.mmap_size = mmap_size;
+        CopyName(m.shm_name, sizeof m.shm_name, shm_name);
+        m.shm_offset = shm_offset;
+        m.mmap_size = mmap_size;
     };
     switch (region) {
     case SPYRE_REGION_BAR0: mappable(regs_shm_.shm_open_name(), 0, SPYRE_BAR0_SIZE); break;
@@ -328,13 +337,12 @@ spyre_region_info Function::RegionInfo(unsigned region) const {
         break;
     }
     case SPYRE_REGION_BAR4: mappable(ring_shm_.shm_open_name(), 0, SPYRE_BAR4_SIZE); break;
-    case SPYRE_REGION_CONFIG: ri.flags = SPYRE_REGION_INFO_FLAG_READ; break;
     case SPYRE_REGION_DEVMEM:
         mappable(card_memory_.ObjectName(params_.index), 0, card_memory_.MappableSize(params_.index));
         break;
-    default: break;  // no such BAR: size 0, no access
+    default: break;  // config space and absent BARs: trapped access or none
     }
-    return ri;
+    return m;
 }
 
 int Function::Reset() {

@@ -26,6 +26,7 @@
 #include "pci/memory_regions.hpp"
 #include "pci/register_file.hpp"
 #include "pci/shm_object.hpp"
+#include "spyre/mock/spyre_mock.h"
 #include "spyre/uapi/spyre_ioctl.h"
 
 namespace spyre::mockdev {
@@ -79,6 +80,9 @@ public:
 
     spyre_device_info DeviceInfo() const;
     spyre_region_info RegionInfo(unsigned region) const;  // region < SPYRE_NUM_REGIONS
+    // The mock transport: the shared-memory window a mappable region is
+    // served from (empty name if not mappable). Only the holder asks.
+    spyre_mock_region_shm RegionShm(unsigned region) const;  // region < SPYRE_NUM_REGIONS
 
     // Function-level reset (device node open, SPYRE_IOC_RESET, REG_RESET, sysfs reset).
     int Reset();  // 0 or -ENODEV

@@ -18,9 +18,16 @@ spyre_region_info Bar4Info() {
     ri.index = SPYRE_REGION_BAR4;
     ri.size = SPYRE_BAR4_SIZE;
     ri.offset = SPYRE_REGION_OFFSET(SPYRE_REGION_BAR4);
-    std::strcpy(ri.shm_name, "/spyre-test-ring");
-    ri.mmap_size = SPYRE_BAR4_SIZE;
     return ri;
+}
+
+spyre_mock_region_shm Bar4Shm() {
+    spyre_mock_region_shm m{};
+    m.argsz = sizeof m;
+    m.index = SPYRE_REGION_BAR4;
+    std::strcpy(m.shm_name, "/spyre-test-ring");
+    m.mmap_size = SPYRE_BAR4_SIZE;
+    return m;
 }
 
 RingRegisters DefaultGeometry() {
@@ -38,29 +45,35 @@ ErrorKind KindOf(auto&& f) {
 }
 
 TEST(RegionInfoCheck, TheMocksAnswerPasses) {
-    const MappableRegion r = CheckRegionInfo(Bar4Info(), SPYRE_REGION_BAR4, {});
+    const MappableRegion r = CheckMockRegion(Bar4Info(), Bar4Shm(), SPYRE_REGION_BAR4, {});
     EXPECT_EQ(r.shm_name, "/spyre-test-ring");
     EXPECT_EQ(r.mmap_size, SPYRE_BAR4_SIZE);
+    EXPECT_NO_THROW(CheckRegionInfo(Bar4Info(), SPYRE_REGION_BAR4, {}));
 }
 
 TEST(RegionInfoCheck, HostileAnswersAreRefused) {
     auto kind = [](auto mutate, uint32_t index = SPYRE_REGION_BAR4) {
         spyre_region_info ri = Bar4Info();
-        mutate(ri);
-        return KindOf([&] { CheckRegionInfo(ri, index, {}); });
+        spyre_mock_region_shm m = Bar4Shm();
+        mutate(ri, m);
+        return KindOf([&] { CheckMockRegion(ri, m, index, {}); });
     };
-    EXPECT_EQ(kind([](auto&) {}, SPYRE_REGION_BAR0), ErrorKind::ProtocolError) << "answer for another region";
-    EXPECT_EQ(kind([](auto& ri) { ri.flags = SPYRE_REGION_INFO_FLAG_READ; }), ErrorKind::Unsupported);
-    EXPECT_EQ(kind([](auto& ri) { std::memset(ri.shm_name, 'x', sizeof ri.shm_name); }), ErrorKind::ProtocolError)
+    EXPECT_EQ(kind([](auto&, auto&) {}, SPYRE_REGION_BAR0), ErrorKind::ProtocolError) << "answer for another region";
+    EXPECT_EQ(kind([](auto&, auto& m) { m.index = SPYRE_REGION_BAR0; }), ErrorKind::ProtocolError)
+        << "shared memory of another region";
+    EXPECT_EQ(kind([](auto& ri, auto&) { ri.flags = SPYRE_REGION_INFO_FLAG_READ; }), ErrorKind::Unsupported);
+    EXPECT_EQ(kind([](auto&, auto& m) { m.shm_name[0] = '\0'; }), ErrorKind::Unsupported);
+    EXPECT_EQ(kind([](auto&, auto& m) { std::memset(m.shm_name, 'x', sizeof m.shm_name); }), ErrorKind::ProtocolError)
         << "name without its NUL";
-    EXPECT_EQ(kind([](auto& ri) { std::strcpy(ri.shm_name, "/a/../b"); }), ErrorKind::ProtocolError);
-    EXPECT_EQ(kind([](auto& ri) { std::strcpy(ri.shm_name, "relative"); }), ErrorKind::ProtocolError);
-    EXPECT_EQ(kind([](auto& ri) { ri.shm_offset = 100; }), ErrorKind::ProtocolError) << "unaligned offset";
-    EXPECT_EQ(kind([](auto& ri) { ri.mmap_size = ri.size + 4096; }), ErrorKind::ProtocolError) << "window past the region";
-    EXPECT_EQ(kind([](auto& ri) {
+    EXPECT_EQ(kind([](auto&, auto& m) { std::strcpy(m.shm_name, "/a/../b"); }), ErrorKind::ProtocolError);
+    EXPECT_EQ(kind([](auto&, auto& m) { std::strcpy(m.shm_name, "relative"); }), ErrorKind::ProtocolError);
+    EXPECT_EQ(kind([](auto&, auto& m) { m.shm_offset = 100; }), ErrorKind::ProtocolError) << "unaligned offset";
+    EXPECT_EQ(kind([](auto& ri, auto& m) { m.mmap_size = ri.size + 4096; }), ErrorKind::ProtocolError)
+        << "window past the region";
+    EXPECT_EQ(kind([](auto& ri, auto& m) {
                   ri.size = ~0ull;
-                  ri.mmap_size = 1ull << 62;
-                  ri.shm_offset = 1ull << 62;
+                  m.mmap_size = 1ull << 62;
+                  m.shm_offset = 1ull << 62;
               }),
               ErrorKind::ProtocolError)
         << "offset + size past a file offset";

@@ -5,11 +5,13 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "mock_fixture.hpp"
 #include "spyre/common/device_clock.hpp"
+#include "spyre/mock/spyre_mock.h"
 #include "spyre/uapi/spyre_regdesc.hpp"
 
 using namespace spyre::driver;
@@ -85,6 +87,30 @@ TEST_F(MockDeviceTest, OpenPfReportsIdentityAndRegions) {
     EXPECT_FALSE(cfg.flags & SPYRE_REGION_INFO_FLAG_MMAP);
     EXPECT_SPYRE_ERROR(fn.MapRegion(SPYRE_REGION_CONFIG), Unsupported, "cannot be mapped");
     EXPECT_SPYRE_ERROR(fn.RegionInfo(SPYRE_NUM_REGIONS), InvalidArgument, "GET_REGION_INFO");
+}
+
+// On the mock, the shared-memory objects are the transport's: the driver
+// learns them over the device node it holds, and nowhere else.
+TEST_F(MockDeviceTest, MockBackendHandsSharedMemoryOnlyToTheHolder) {
+    Function fn = Function::Open(Vf(1));
+    EXPECT_STREQ(fn.backend_name(), "mock");
+    MappedRegion mem = fn.MapRegion(SPYRE_REGION_DEVMEM);
+    std::memcpy(mem.data() + 8192, "spyre!", 6);
+    const RegionFile file = fn.OpenRegionFile(SPYRE_REGION_DEVMEM);
+    char back[6] = {};
+    EXPECT_EQ(::pread(file.fd, back, sizeof back, off_t(file.offset + 8192)), 6);
+    ::close(file.fd);
+    EXPECT_EQ(std::memcmp(back, "spyre!", 6), 0);
+
+    const int config = ::open((Vf(1).sysfs_dir / "config").c_str(), O_RDONLY);
+    ASSERT_GE(config, 0);
+    spyre_mock_region_shm m{};
+    m.argsz = sizeof m;
+    m.index = SPYRE_REGION_DEVMEM;
+    EXPECT_EQ(::ioctl(config, SPYRE_MOCK_IOC_REGION_SHM, &m), -1);
+    EXPECT_EQ(errno, ENOTTY);
+    EXPECT_EQ(m.shm_name[0], '\0');
+    ::close(config);
 }
 
 TEST_F(MockDeviceTest, UnknownIoctlIsRejected) {

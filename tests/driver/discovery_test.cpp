@@ -47,6 +47,26 @@ TEST_F(DiscoveryTest, ListsSpyreFunctionsSortedByAddress) {
     EXPECT_EQ(fns[1].dev_node, root_ / "dev/spyre/0000:01:00.1");
 }
 
+// A real sysfs: a function bound to vfio-pci is opened through its IOMMU
+// group; one bound to another driver (or none) stays the mock's kind.
+TEST_F(DiscoveryTest, FunctionsBoundToVfioPciGoThroughTheirGroup) {
+    const fs::path pci = root_ / "bus/pci/devices";
+    fs::create_directories(root_ / "bus/pci/drivers/vfio-pci");
+    fs::create_directories(root_ / "bus/pci/drivers/other");
+    fs::create_directories(root_ / "kernel/iommu_groups/42");
+    fs::create_symlink("../../../bus/pci/drivers/vfio-pci", pci / "0000:01:00.1/driver");
+    fs::create_symlink("../../../kernel/iommu_groups/42", pci / "0000:01:00.1/iommu_group");
+    fs::create_symlink("../../../bus/pci/drivers/other", pci / "0000:02:00.0/driver");
+    fs::create_symlink("../../../kernel/iommu_groups/42", pci / "0000:02:00.0/iommu_group");
+    auto fns = DeviceRoot(root_).Functions();
+    ASSERT_EQ(fns.size(), 3u);
+    EXPECT_EQ(fns[0].transport, spyre::driver::Transport::Mock);
+    EXPECT_EQ(fns[1].transport, spyre::driver::Transport::Vfio);
+    EXPECT_EQ(fns[1].dev_node, fs::path("/dev/vfio/42"));
+    EXPECT_EQ(fns[2].transport, spyre::driver::Transport::Mock) << "bound to another driver";
+    EXPECT_EQ(fns[2].dev_node, root_ / "dev/spyre/0000:02:00.0");
+}
+
 TEST_F(DiscoveryTest, FindsByIndexFullAndShortAddress) {
     DeviceRoot root(root_);
     EXPECT_EQ(root.Find("2").pci_address, "0000:02:00.0");

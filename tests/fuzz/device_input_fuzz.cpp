@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // libFuzzer target for what the driver accepts from a hostile device
-// (driver/device_checks.hpp): GET_REGION_INFO answers, ring geometry
+// (driver/device_checks.hpp): GET_REGION_INFO and the mock transport's
+// shared-memory answers, ring geometry
 // registers against the BAR4 bytes actually mapped, and completion records
 // reaped the way CommandRing::Reap reaps them. Only spyre::Error may leave a
 // check, and whatever a check accepts must keep its promises, verified here
@@ -8,7 +9,8 @@
 // lies inside what was mapped, and the reaper only ever frees the slots of
 // CBs it submitted.
 //
-// Input: byte 0 picks the region index; then a spyre_region_info (112 bytes),
+// Input: byte 0 picks the region index; then a spyre_region_info (32 bytes)
+// and a spyre_mock_region_shm (88 bytes),
 // a u64 BAR4 mapping size, the seven geometry registers (u32 each), a u32 CQ
 // head and in-flight count, and completion records (32 bytes each).
 #include <cstddef>
@@ -42,11 +44,11 @@ void Require(bool ok) {
     if (!ok) __builtin_trap();
 }
 
-void FuzzRegionInfo(const spyre_region_info& ri, uint32_t index) {
+void FuzzRegionInfo(const spyre_region_info& ri, const spyre_mock_region_shm& shm, uint32_t index) {
     try {
-        const checks::MappableRegion r = checks::CheckRegionInfo(ri, index, {});
-        Require(ri.index == index && (ri.flags & SPYRE_REGION_INFO_FLAG_MMAP));
-        Require(r.shm_name.size() >= 2 && r.shm_name.size() < SPYRE_SHM_NAME_MAX && r.shm_name[0] == '/');
+        const checks::MappableRegion r = checks::CheckMockRegion(ri, shm, index, {});
+        Require(ri.index == index && shm.index == index && (ri.flags & SPYRE_REGION_INFO_FLAG_MMAP));
+        Require(r.shm_name.size() >= 2 && r.shm_name.size() < SPYRE_MOCK_SHM_NAME_MAX && r.shm_name[0] == '/');
         Require(r.shm_name.find('/', 1) == std::string::npos && r.shm_name.find('\0') == std::string::npos);
         Require(r.mmap_size > 0 && r.mmap_size <= ri.size && r.shm_offset % 4096 == 0);
         Require(u128(r.shm_offset) + r.mmap_size <= u128(INT64_MAX));
@@ -106,7 +108,8 @@ void FuzzReap(Reader& in, uint32_t cq_entries) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Reader in{data, size};
     const uint32_t index = in.Take<uint8_t>() % 12;
-    FuzzRegionInfo(in.Take<spyre_region_info>(), index);
+    const auto ri = in.Take<spyre_region_info>();
+    FuzzRegionInfo(ri, in.Take<spyre_mock_region_shm>(), index);
     const uint64_t bar4 = in.Take<uint64_t>();
     checks::RingRegisters g;
     g.db_offset = in.Take<uint32_t>();

@@ -21,6 +21,7 @@
 #include "spyre/plan/execution_plan.hpp"
 #include "spyre/compiler/kernel_builder.hpp"
 #include "spyre/plan/program_image.hpp"
+#include "spyre/mock/spyre_mock.h"
 #include "spyre/uapi/spyre.h"
 #include "spyre/compiler/plan_writer.hpp"
 #include "host/remote_protocol.hpp"
@@ -140,7 +141,8 @@ void WritePlanCorpus(const std::string& dir) {
                               "pair", {{"gelu", KernelBuilder().Gelu({7, 9}, DType::FP32)}, {"softmax", KernelBuilder().Softmax({2, 70}, DType::FP32)}})));
 }
 
-// device_input_fuzz input: region index, region info, BAR4 size, geometry,
+// device_input_fuzz input: region index, region info, the mock's shared
+// memory for it, BAR4 size, geometry,
 // CQ head, in-flight count, SQ head, CQ tail advance, completion records.
 void WriteDeviceInputCorpus(const std::string& dir) {
     auto make = [&](const std::string& name, uint32_t index, uint64_t mmap_size, uint64_t bar4, uint32_t in_flight,
@@ -152,9 +154,13 @@ void WriteDeviceInputCorpus(const std::string& dir) {
         ri.index = index;
         ri.size = SPYRE_BAR4_SIZE;
         ri.offset = SPYRE_REGION_OFFSET(index);
-        std::snprintf(ri.shm_name, sizeof ri.shm_name, "/spyre-0000:01:00.0-bar%u", index);
-        ri.mmap_size = mmap_size;
         Append(out, ri);
+        spyre_mock_region_shm shm{};
+        shm.argsz = sizeof shm;
+        shm.index = index;
+        std::snprintf(shm.shm_name, sizeof shm.shm_name, "/spyre-0000:01:00.0-bar%u", index);
+        shm.mmap_size = mmap_size;
+        Append(out, shm);
         Append(out, bar4);
         for (uint32_t v : {SPYRE_DEFAULT_DB_OFFSET, SPYRE_DEFAULT_SQ_OFFSET, SPYRE_DEFAULT_CQ_OFFSET, SPYRE_DEFAULT_SQ_ENTRIES,
                            SPYRE_DEFAULT_CQ_ENTRIES, 64u, 32u})

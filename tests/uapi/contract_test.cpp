@@ -3,9 +3,13 @@
 // too (the headers static_assert the sizes), plus ring index math.
 #include <gtest/gtest.h>
 
+#include <linux/vfio.h>
+
+#include <cstddef>
 #include <set>
 #include <string>
 
+#include "spyre/mock/spyre_mock.h"
 #include "spyre/uapi/spyre.h"
 #include "spyre/uapi/spyre_regdesc.hpp"
 #include "spyre/uapi/spyre_stats.h"
@@ -99,6 +103,23 @@ TEST(Contract, IoctlsEncodeDirectionAndSize) {
     EXPECT_EQ(_IOC_SIZE(SPYRE_IOC_RELEASE), sizeof(spyre_release_req));
     EXPECT_EQ(_IOC_DIR(SPYRE_IOC_RELEASE), unsigned(_IOC_WRITE));
     EXPECT_EQ(SPYRE_REGION_OFFSET(SPYRE_REGION_BAR4), 4ull << 40);
+    // The mock transport's own command shares no type with the contract's.
+    EXPECT_EQ(_IOC_SIZE(SPYRE_MOCK_IOC_REGION_SHM), sizeof(spyre_mock_region_shm));
+    EXPECT_EQ(_IOC_DIR(SPYRE_MOCK_IOC_REGION_SHM), unsigned(_IOC_READ | _IOC_WRITE));
+    EXPECT_NE(_IOC_TYPE(SPYRE_MOCK_IOC_REGION_SHM), _IOC_TYPE(SPYRE_IOC_GET_REGION_INFO));
+}
+
+// Region info is vfio_region_info, field for field: a driver on vfio-pci
+// and one on the mock read the same struct.
+TEST(Contract, RegionInfoIsVfios) {
+    EXPECT_EQ(sizeof(spyre_region_info), sizeof(vfio_region_info));
+    EXPECT_EQ(offsetof(spyre_region_info, flags), offsetof(vfio_region_info, flags));
+    EXPECT_EQ(offsetof(spyre_region_info, index), offsetof(vfio_region_info, index));
+    EXPECT_EQ(offsetof(spyre_region_info, cap_offset), offsetof(vfio_region_info, cap_offset));
+    EXPECT_EQ(offsetof(spyre_region_info, size), offsetof(vfio_region_info, size));
+    EXPECT_EQ(offsetof(spyre_region_info, offset), offsetof(vfio_region_info, offset));
+    EXPECT_EQ(SPYRE_REGION_INFO_FLAG_MMAP, unsigned(VFIO_REGION_INFO_FLAG_MMAP));
+    EXPECT_EQ(SPYRE_VERSION_MAJOR, 2u);  // 2.0 dropped the shared-memory fields from region info
 }
 
 TEST(Contract, ErrorNamesAreDistinct) {

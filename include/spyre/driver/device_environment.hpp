@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // How an app finds its device, from the environment:
-//   SPYRE_DEV_ROOT  the device root (a spyre-mockdev mount); default /run/spyre
+//   SPYRE_DEV_ROOT  the device root (a spyre-mockdev mount, or /sys for cards
+//                   bound to vfio-pci); default /run/spyre, else /sys when it
+//                   shows a Spyre function bound to vfio-pci
 //   FLEX_DEVICE     PF | VF: which kind of function to open by default (PF
 //                   when unset); MOCK: always start a private spyre-mockdev
 //                   for the life of the app (as does unset FLEX_DEVICE when

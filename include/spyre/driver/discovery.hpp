@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Finding spyre functions under a device root (a spyre-mockdev mount, or a
 // tree shaped like it): MOUNT/bus/pci/devices/<addr>/ and MOUNT/dev/spyre/<addr>.
+// The root may be a real sysfs (/sys): functions bound to vfio-pci there are
+// opened through their IOMMU group, /dev/vfio/<group>.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,14 @@ namespace spyre::driver {
 
 // Where an app looks when SPYRE_DEV_ROOT is unset.
 inline constexpr const char* kDefaultDeviceRoot = "/run/spyre";
+// Where the kernel's sysfs is: a device root too.
+inline constexpr const char* kSysfsRoot = "/sys";
+// Where vfio puts the IOMMU group nodes.
+inline constexpr const char* kVfioDevDir = "/dev/vfio";
+
+// How a function is reached: spyre-mockdev's device node and shared memory,
+// or a card bound to vfio-pci.
+enum class Transport { Mock, Vfio };
 
 struct FunctionInfo {
     std::string pci_address;              // "0000:01:00.0"
@@ -21,7 +31,8 @@ struct FunctionInfo {
     uint16_t device_id = 0;
     bool is_vf = false;
     std::filesystem::path sysfs_dir;      // MOUNT/bus/pci/devices/<addr>
-    std::filesystem::path dev_node;       // MOUNT/dev/spyre/<addr>
+    std::filesystem::path dev_node;       // MOUNT/dev/spyre/<addr>; for Vfio the group, /dev/vfio/<group>
+    Transport transport = Transport::Mock;
 };
 
 class DeviceRoot {
@@ -72,7 +83,8 @@ struct FunctionStatus {
 FunctionStatus ReadFunctionStatus(const FunctionInfo& info);
 
 // Reads MOUNT/bus/pci/devices/<addr>/{vendor,device} into a FunctionInfo;
-// nullopt for non-spyre functions.
+// nullopt for non-spyre functions. A function whose `driver` link names
+// vfio-pci and that has an `iommu_group` link gets Transport::Vfio.
 std::optional<FunctionInfo> ProbeFunction(const std::filesystem::path& root, const std::string& pci_address);
 
 }  // namespace spyre::driver

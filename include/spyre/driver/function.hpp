@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// An open spyre function (PF or VF): its device node, its regions, mapped
-// and trapped register access, reset and liveness of the device behind it.
+// An open spyre function (PF or VF): its regions, mapped and trapped
+// register access, reset and liveness of the device behind it. How the
+// device is reached (the mock's device node and shared memory, or vfio-pci)
+// is its backend's business (driver/device_backend.hpp).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,7 +20,7 @@
 
 namespace spyre::driver {
 
-// A mapping of (part of) a region's shared-memory object. Move-only.
+// A mapping of (part of) a region. Move-only.
 class MappedRegion {
 public:
     MappedRegion() = default;
@@ -37,11 +40,21 @@ private:
     size_t size_ = 0;
 };
 
+// Where a region's bytes can be read and written with plain file I/O (and
+// so with io_uring): `fd` at `offset` plus the offset in the region. The fd
+// is the caller's, to close.
+struct RegionFile {
+    int fd = -1;
+    uint64_t offset = 0;
+};
+
+class DeviceBackend;
+
 class Function {
 public:
-    // Opens the device node (claiming the function: a second open anywhere
-    // fails with Busy), checks the contract magic and version, and maps
-    // BAR0 (registers) and BAR4 (doorbell page and rings).
+    // Opens the function through the backend its info names (claiming it: a
+    // second open anywhere fails with Busy), checks the contract magic and
+    // version, and maps BAR0 (registers) and BAR4 (doorbell page and rings).
     static Function Open(const FunctionInfo& info);
 
     Function(Function&& o) noexcept;
@@ -56,9 +69,13 @@ public:
     bool is_vf() const noexcept { return info_.is_vf; }
 
     spyre_region_info RegionInfo(uint32_t index) const;
-    // Maps a region's shared-memory object (the fast path). Throws
-    // Unsupported for regions that cannot be mapped.
+    // Maps a region (the fast path). Throws Unsupported for regions that
+    // cannot be mapped.
     MappedRegion MapRegion(uint32_t index) const;
+    // A region as a file for bulk copies (io_uring DMA): a new fd, the caller's.
+    RegionFile OpenRegionFile(uint32_t index) const;
+    // Which backend carries this function ("mock", "vfio").
+    const char* backend_name() const noexcept;
 
     // Register access. Reads use the mapping; writes to registers with side
     // effects (CONTROL, RESET, ERR_CLEAR, REGION_CMD) are trapped so the device sees them,
@@ -115,18 +132,20 @@ public:
     uint8_t* bar0() const noexcept { return bar0_.data(); }
     uint8_t* bar4() const noexcept { return bar4_.data(); }
     uint64_t bar4_size() const noexcept { return bar4_.size(); }  // bytes mapped
-    int fd() const noexcept { return fd_; }
+    // The fd trapped access goes through (the device node, the VFIO device fd).
+    int fd() const noexcept;
 
 private:
     Function() = default;
     void Close() noexcept;
+    DeviceBackend& Backend() const;  // InvalidArgument once closed
     bool Probe() const;  // one liveness check, no memory of earlier ones
     uint32_t DeviceState() const noexcept;  // the doorbell page's device_state word
     uint32_t Load32(uint32_t offset) const noexcept;  // a mapped register, unchecked
 
     FunctionInfo info_;
     spyre_device_info dev_info_{};
-    int fd_ = -1;
+    std::unique_ptr<DeviceBackend> backend_;
     int pidfd_ = -1;  // the daemon's pidfd: readable once it has exited
     mutable bool lost_ = false;
     uint32_t task_queues_held_ = 0;  // through std::atomic_ref

@@ -12,8 +12,10 @@
  *
  * Regions are also readable and writable with pread/pwrite on the device
  * node at SPYRE_REGION_OFFSET(index) + offset (the trapped slow path), as
- * with vfio-pci. Mappable regions are shared-memory objects: the region info
- * names the object (shm_open name), the offset in it and the length to map.
+ * with vfio-pci. Region info is VFIO's: flags, size and that offset. How a
+ * mappable region is mapped is the transport's business, not the contract's
+ * (vfio-pci: mmap of the device fd at the offset; the mock: see
+ * include/spyre/mock/spyre_mock.h).
  */
 #ifndef SPYRE_UAPI_SPYRE_IOCTL_H
 #define SPYRE_UAPI_SPYRE_IOCTL_H
@@ -44,7 +46,6 @@
 #define SPYRE_REGION_INFO_FLAG_WRITE (1u << 1)
 #define SPYRE_REGION_INFO_FLAG_MMAP  (1u << 2)
 
-#define SPYRE_SHM_NAME_MAX          64u
 #define SPYRE_PCI_ADDR_MAX          16u /* "0000:01:00.0" + NUL, padded */
 
 struct spyre_device_info {
@@ -73,12 +74,9 @@ struct spyre_region_info {
     uint32_t index;             /* 0x08 in: region index */
     uint32_t cap_offset;        /* 0x0C 0 */
     uint64_t size;              /* 0x10 region size in bytes */
-    uint64_t offset;            /* 0x18 pread/pwrite offset on the device node */
-    char     shm_name[SPYRE_SHM_NAME_MAX]; /* 0x20 shm_open name ("/..."), empty if not mappable */
-    uint64_t shm_offset;        /* 0x60 where the region starts in the object */
-    uint64_t mmap_size;         /* 0x68 bytes that may be mapped from shm_offset */
+    uint64_t offset;            /* 0x18 pread/pwrite (and, on vfio-pci, mmap) offset on the device node */
 };
-SPYRE_STATIC_ASSERT(sizeof(struct spyre_region_info) == 0x70, "region info is 112 bytes");
+SPYRE_STATIC_ASSERT(sizeof(struct spyre_region_info) == 0x20, "region info is 32 bytes, as vfio_region_info");
 
 struct spyre_reset_req {
     uint32_t argsz;             /* caller sets sizeof */

@@ -17,8 +17,8 @@
 
 /* ---- Contract identity ------------------------------------------------- */
 #define SPYRE_MAGIC                 0x52595053u /* "SPYR" little-endian */
-#define SPYRE_VERSION_MAJOR         1u
-#define SPYRE_VERSION_MINOR         4u /* 1.1: task queues; 1.2: watchdog and DMA counters; 1.3: CQE phase; 1.4: ring streams */
+#define SPYRE_VERSION_MAJOR         2u /* 2.0: region info is VFIO's (no shared-memory fields) */
+#define SPYRE_VERSION_MINOR         0u /* 1.1: task queues; 1.2: watchdog and DMA counters; 1.3: CQE phase; 1.4: ring streams */
 #define SPYRE_VERSION               ((SPYRE_VERSION_MAJOR << 16) | SPYRE_VERSION_MINOR)
 #define SPYRE_VERSION_GET_MAJOR(v)  ((uint32_t)(v) >> 16)
 #define SPYRE_VERSION_GET_MINOR(v)  ((uint32_t)(v) & 0xFFFFu)

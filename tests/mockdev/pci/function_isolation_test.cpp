@@ -3,6 +3,7 @@
 // function can map, who may use the sysfs-like files of a held function,
 // and that memory is scrubbed before it changes hands.
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "mock_fixture.hpp"
+#include "spyre/mock/spyre_mock.h"
 
 using namespace spyre;
 using namespace spyre::driver;
@@ -63,6 +65,15 @@ uint64_t ObjectSize(const char* shm_name) {
     return uint64_t(st.st_size);
 }
 
+// The mock transport's answer for a region, asked on the held device node.
+spyre_mock_region_shm Shm(const Function& fn, uint32_t index) {
+    spyre_mock_region_shm m{};
+    m.argsz = sizeof m;
+    m.index = index;
+    EXPECT_EQ(::ioctl(fn.fd(), SPYRE_MOCK_IOC_REGION_SHM, &m), 0);
+    return m;
+}
+
 bool AllZero(const uint8_t* p, size_t n) {
     for (size_t i = 0; i < n; ++i)
         if (p[i] != 0) return false;
@@ -78,9 +89,9 @@ TEST_F(MockDeviceTest, EachFunctionMapsOnlyItsOwnMemory) {
     Function pf = Function::Open(Pf());
     Function vf1 = Function::Open(Vf(1));
     Function vf2 = Function::Open(Vf(2));
-    const spyre_region_info r_pf = pf.RegionInfo(SPYRE_REGION_DEVMEM);
-    const spyre_region_info r1 = vf1.RegionInfo(SPYRE_REGION_DEVMEM);
-    const spyre_region_info r2 = vf2.RegionInfo(SPYRE_REGION_DEVMEM);
+    const spyre_mock_region_shm r_pf = Shm(pf, SPYRE_REGION_DEVMEM);
+    const spyre_mock_region_shm r1 = Shm(vf1, SPYRE_REGION_DEVMEM);
+    const spyre_mock_region_shm r2 = Shm(vf2, SPYRE_REGION_DEVMEM);
     const uint64_t vf_mem = vf1.device_info().mem_size;
 
     EXPECT_STRNE(r1.shm_name, r2.shm_name);
@@ -92,7 +103,7 @@ TEST_F(MockDeviceTest, EachFunctionMapsOnlyItsOwnMemory) {
     // The PF maps slice 0 (its own memory while VFs exist).
     EXPECT_EQ(r_pf.mmap_size, vf1.Read64(SPYRE_REG_MEM_BASE));
     // BAR2 is a window onto the same own object.
-    EXPECT_STREQ(vf1.RegionInfo(SPYRE_REGION_BAR2).shm_name, r1.shm_name);
+    EXPECT_STREQ(Shm(vf1, SPYRE_REGION_BAR2).shm_name, r1.shm_name);
 
     MappedRegion m1 = vf1.MapRegion(SPYRE_REGION_DEVMEM);
     MappedRegion m2 = vf2.MapRegion(SPYRE_REGION_DEVMEM);

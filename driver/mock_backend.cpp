@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: Apache-2.0
+// The function's device is spyre-mockdev: the contract's ioctls and trapped
+// access go to its device node (FUSE), mappable regions are its
+// shared-memory objects, named by the mock transport's ioctl on that node.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+#include "device_backend.hpp"
+#include "device_checks.hpp"
+#include "spyre/mock/spyre_mock.h"
+
+namespace spyre::driver {
+
+namespace {
+
+class MockBackend final : public DeviceBackend {
+public:
+    MockBackend(const FunctionInfo& info, Syscalls& sys) : DeviceBackend(info.pci_address, sys) {
+        fd_ = sys.Open(info.dev_node.c_str(), O_RDWR | O_CLOEXEC);
+        if (fd_ < 0) {
+            if (errno == EBUSY)
+                throw Error(ErrorKind::Busy,
+                            "function is in use: its device node is held by another process or by another open in "
+                            "this one (device nodes are exclusive)",
+                            ErrorContext{.device = device(), .sys_errno = EBUSY});
+            throw SystemError("cannot open " + info.dev_node.string(), Context());
+        }
+    }
+    ~MockBackend() override { Release(); }
+
+    const char* name() const noexcept override { return "mock"; }
+    int fd() const noexcept override { return fd_; }
+
+    spyre_device_info DeviceInfo() override {
+        spyre_device_info di{};
+        di.argsz = sizeof di;
+        if (sys().Ioctl(fd_, SPYRE_IOC_GET_INFO, &di) != 0) throw SystemError("GET_INFO ioctl failed", Context());
+        return di;
+    }
+
+    spyre_region_info RegionInfo(uint32_t index) override {
+        spyre_region_info ri{};
+        ri.argsz = sizeof ri;
+        ri.index = index;
+        if (sys().Ioctl(fd_, SPYRE_IOC_GET_REGION_INFO, &ri) != 0)
+            throw SystemError("GET_REGION_INFO for region " + std::to_string(index) + " failed", Context());
+        return ri;
+    }
+
+    MappedRegion Map(uint32_t index) override {
+        const checks::MappableRegion r = Mappable(index);
+        const int shm = OpenObject(r);
+        void* p = sys().Mmap(r.mmap_size, PROT_READ | PROT_WRITE, shm, static_cast<off_t>(r.shm_offset));
+        const int e = errno;
+        ::close(shm);
+        if (p == MAP_FAILED) {
+            errno = e;
+            throw SystemError("cannot map region " + std::to_string(index) + " (" + r.shm_name + ")", Context());
+        }
+        return MappedRegion(p, r.mmap_size);
+    }
+
+    RegionFile File(uint32_t index) override {
+        const checks::MappableRegion r = Mappable(index);
+        return RegionFile{OpenObject(r), r.shm_offset};
+    }
+
+    void Reset() override {
+        spyre_reset_req req{sizeof(spyre_reset_req), 0};
+        if (sys().Ioctl(fd_, SPYRE_IOC_RESET, &req) != 0) throw SystemError("RESET ioctl failed", Context());
+    }
+
+    // FUSE delivers close's release only after close() has returned; the
+    // ioctl hands the function over first.
+    void Release() noexcept override {
+        if (fd_ < 0) return;
+        spyre_release_req req{.argsz = sizeof req, .flags = 0};
+        sys().Ioctl(fd_, SPYRE_IOC_RELEASE, &req);
+        sys().Close(std::exchange(fd_, -1));
+    }
+
+protected:
+    // The contract fixes where trapped access to each region lies.
+    uint64_t TrapOffset(uint32_t index) override { return SPYRE_REGION_OFFSET(index); }
+
+private:
+    ErrorContext Context() const { return ErrorContext{.device = device()}; }
+
+    // The names travel only over the held device node: only the holder
+    // learns which objects are its function's memory.
+    checks::MappableRegion Mappable(uint32_t index) {
+        const spyre_region_info ri = RegionInfo(index);
+        spyre_mock_region_shm shm{};
+        shm.argsz = sizeof shm;
+        shm.index = index;
+        if (sys().Ioctl(fd_, SPYRE_MOCK_IOC_REGION_SHM, &shm) != 0)
+            throw SystemError("the mock's REGION_SHM for region " + std::to_string(index) + " failed", Context());
+        return checks::CheckMockRegion(ri, shm, index, Context());
+    }
+
+    int OpenObject(const checks::MappableRegion& r) const {
+        const int shm = ::shm_open(r.shm_name.c_str(), O_RDWR | O_CLOEXEC, 0);
+        if (shm < 0) throw SystemError("cannot open shared memory " + r.shm_name, Context());
+        return shm;
+    }
+
+    int fd_ = -1;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceBackend> OpenMockBackend(const FunctionInfo& info, Syscalls& sys) {
+    return std::make_unique<MockBackend>(info, sys);
+}
+
+}  // namespace spyre::driver
