@@ -13,6 +13,7 @@ packages=(
   libxxhash-dev                             # XXH3-128: the host level's check of kept device copies
   libgtest-dev libgmock-dev                 # tests
   libbenchmark-dev                          # bench/
+  libconcurrentqueue-dev                    # bench/ring_bench: moodycamel's queue beside the hand-written rings
   libopenblas-dev                           # the mock device's matmul (sgemm)
   libstarpu-dev                             # bench/orchestration_bench: StarPU baseline (optional)
   openmpi-bin libopenmpi-dev                # level 4 across hosts: libspyre-mpi, the mpirun tests, bench/mpi_bench
@@ -22,6 +23,7 @@ packages=(
   python3-numpy libdlpack-dev               # its numpy arrays and DLPack (dlpack/dlpack.h)
   python3-pytest                            # its tests (tests/python/)
   chromium                                  # spyre-trace's HTML timeline checked in a browser (tests/tools)
+  python3-mesonpy patchelf python3-venv python3-pip  # pip install . of it into a venv (pyproject.toml)
 )
 
 missing=()

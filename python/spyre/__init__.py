@@ -12,6 +12,7 @@ is ``FlexStream::CopyToDevice``). docs/python.md describes every area.
 """
 import atexit as _atexit
 
+from . import _mockdev
 from . import _spyre
 from ._spyre import (  # noqa: F401  (re-exports)
     __version__,
@@ -64,6 +65,8 @@ def load_kernel(stream, kernel, name=None):
         name = "".join(c if c.isalnum() or c in "_-." else "_" for c in kernel.name) or "kernel"
     return load_execution_plan(stream, kernel.compiler_output(name))
 
+
+_mockdev.use_installed_mockdev()
 
 # Queued Python callbacks need a live interpreter: close every Device still
 # open before it finalizes.
