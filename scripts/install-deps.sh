@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   meson ninja-build pkgconf g++            # build
+  ccache                                    # a second build of the same sources (the pip install test's) from cache
   libfuse3-dev fuse3                        # spyre-mockdev's FUSE tree (and fusermount3)
   liburing-dev                              # io_uring DMA engine
   libboost-dev                              # Boost.Interprocess shared memory

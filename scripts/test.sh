@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+# The pip install test builds the sources again in build-wheel/: ccache
+# serves them from this build's objects when the directory is not hashed.
+export CCACHE_NOHASHDIR=1 CCACHE_BASEDIR=$PWD
 scripts/build.sh
 export SPYRE_REQUIRE_FUSE=${SPYRE_REQUIRE_FUSE:-1}
 rm -rf build/meson-logs/tsan*  # no stale TSan results for .ci/run to count

@@ -73,8 +73,8 @@ def main():
             pass
     shutil.rmtree(venv, ignore_errors=True)
     run([sys.executable, "-m", "venv", "--system-site-packages", venv], env=env)
-    # -Ddebug=true: the compile flags of the default build type, so ccache
-    # serves what the main build compiled.
+    # -Ddebug=true (with pyproject's -O2): the compile flags of the default
+    # build type, so ccache serves what the main build compiled.
     run([os.path.join(venv, "bin", "pip"), "install", "--no-build-isolation", "--no-index",
          "--config-settings=builddir=" + build, "--config-settings=setup-args=-Ddebug=true", source],
         env=env, cwd=source)
