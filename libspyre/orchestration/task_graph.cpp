@@ -316,14 +316,12 @@ void TaskGraph::ReleaseBuffer(BufferInfo& b) {
 }
 
 void TaskGraph::Sleep(Lock& lock) {
-    // The wake sequence is read under the lock: a wake after this (even one
-    // from applying the inbox as the lock goes) makes the wait return at once.
-    const uint32_t seq = wake_seq_.load(std::memory_order_relaxed);
-    ++waiters_;
+    // Armed under the lock: a wake after this (even one from applying the
+    // inbox as the lock goes) makes the wait return at once.
+    const EventCount::Key key = wake_.Arm();
     lock.unlock();
-    FutexWait(&wake_seq_, seq, std::chrono::seconds(1), FutexScope::Private);  // callers re-check
+    wake_.Wait(key, std::chrono::seconds(1));  // callers re-check
     lock.lock();
-    --waiters_;
 }
 
 void TaskGraph::WakeWaiters() {
@@ -337,7 +335,7 @@ void TaskGraph::WakeWaiters() {
     // per slot, it and the executor took turns at a futex per task. Waiting
     // longer never hangs it: with nothing left running it is woken
     // (active_ == 0) and goes on or fails.
-    if (waiters_ == 0) {  // the common case, on every completion: nothing to weigh
+    if (!wake_.Armed()) {  // the common case, on every completion: nothing to weigh
         space_freed_ = false;
         return;
     }
@@ -346,10 +344,7 @@ void TaskGraph::WakeWaiters() {
         stalled_.bytes == 0 || heap_.size() - heap_.used() >= std::min(heap_.size(), 4 * stalled_.bytes);
     const bool stalled = stalled_.slots != 0 || stalled_.bytes != 0;
     const bool room = stalled && space_freed_ && ring_ok && heap_ok;
-    if (room || inflight_ == 0 || active_ == 0) {
-        wake_seq_.fetch_add(1, std::memory_order_release);
-        FutexWake(&wake_seq_, FutexScope::Private);
-    }
+    if (room || inflight_ == 0 || active_ == 0) wake_.Notify();
     if (room || !stalled) space_freed_ = false;  // else keep it: the next wake looks again
 }
 

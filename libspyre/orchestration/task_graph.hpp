@@ -33,6 +33,7 @@
 #include "orchestration/scope_stack.hpp"
 #include "orchestration/task_ring.hpp"
 #include "orchestration/tensor_map.hpp"
+#include "spyre/common/eventcount.hpp"
 #include "spyre/common/inbox.hpp"
 #include "spyre/common/progress.hpp"
 #include "spyre/error.hpp"
@@ -214,8 +215,8 @@ private:
     void NoteFailure(const TaskDescriptor& t);
     void ReleaseBuffer(BufferInfo& b);
     void DrainSkips();  // then WakeWaiters
-    // Waits on wake_seq_ with the count of waiters kept; WakeWaiters wakes
-    // them only when what they wait for may have come.
+    // Waits on wake_; WakeWaiters wakes the waiters only when what they
+    // wait for may have come.
     void Sleep(Lock& lock);
     void WakeWaiters();
     // Poisoned regions (see poisoned_): kept when a failed writer is
@@ -227,7 +228,7 @@ private:
     const TaskGraphOptions options_;
     std::mutex submit_mu_;
     mutable AdaptiveMutex mu_;
-    std::atomic<uint32_t> wake_seq_{0};  // bumped (and futex-woken) by WakeWaiters
+    EventCount wake_;  // Sleep's waiters (WaitAll, a stalled submitter, the destructor)
     // Tasks pushed to an executor and not yet completed (written under mu_,
     // read without it by ApplyInboxAfterUnlock).
     std::atomic<int64_t> on_executors_{0};
@@ -268,7 +269,6 @@ private:
     std::vector<Held> holds_;
     std::shared_ptr<HoldAnchor> anchor_;
     int32_t scope_floor_ = 0;
-    int32_t waiters_ = 0;       // threads in Sleep
     StallNeed stalled_;         // what a stalled submitter waits for ({}: none)
     bool space_freed_ = false;  // a ring slot or heap block came back since the last WakeWaiters
     int64_t inflight_ = 0;  // submitted, not completed
