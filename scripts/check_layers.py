@@ -20,7 +20,7 @@ import sys
 RANKS = {
     'uapi': 0, 'common': 0, 'base': 0,
     'driver': 1,
-    'memory': 2, 'trace': 2,
+    'memory': 2, 'trace': 2, 'dependency': 2,
     'stream': 3, 'device': 3,
     'tensor': 4,
     'plan': 5,

@@ -74,7 +74,7 @@ TaskGraph::TaskGraph(TaskGraphOptions options)
     : options_(std::move(options)),
       ring_(options_.task_ring_size),
       heap_(options_.memory + options_.heap_offset, options_.heap_size),
-      map_(options_.task_ring_size),
+      map_(size_t(std::max(options_.task_ring_size, 1))),
       anchor_(std::make_shared<HoldAnchor>()) {
     anchor_->graph = this;
     if (!options_.memory || options_.heap_size == 0 || options_.heap_offset + options_.heap_size > options_.memory_size)
@@ -558,14 +558,14 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
     for (int32_t i = 0; i < t.num_params; ++i) {
         const ResolvedParam& p = t.params[i];
         if (p.implicit) continue;  // fresh memory: nobody else touches it yet
-        map_.Lookup(uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id, alive, deps_);
+        map_.Lookup(0, uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id, alive, deps_);
         uses_outputs |= p.in_outputs;
     }
     if (uses_outputs) [[unlikely]]
         CheckOutputsUsed(t);  // before anything is filed: a refusal takes nothing
     for (int32_t i = 0; i < t.num_params; ++i) {
         const ResolvedParam& p = t.params[i];
-        map_.Insert(uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id);
+        map_.Insert(0, uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id);
         if (p.implicit) continue;
         if (BufferInfo* b = buffers_.Find(p.host, p.size)) {
             bool seen = false;

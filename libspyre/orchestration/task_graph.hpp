@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // TaskGraph: seed 004's runtime over one range of the function's mapped memory.
-// It owns the TaskRing, HeapRing, TensorMap, ScopeStack, BufferTracker and
+// It owns the TaskRing, HeapRing, hazard map, ScopeStack, BufferTracker and
 // one ReadyQueue per executor, and implements submit (slot, dependencies,
 // outputs, ready) and complete (fan-in, consumers ready, fan-out refcount,
 // CONSUMED, reclaim), back-pressure and failure propagation.
@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "dependency/region_map.hpp"
 #include "orchestration/adaptive_mutex.hpp"
 #include "orchestration/buffer_tracker.hpp"
 #include "orchestration/executor.hpp"
@@ -32,7 +33,6 @@
 #include "orchestration/ready_queue.hpp"
 #include "orchestration/scope_stack.hpp"
 #include "orchestration/task_ring.hpp"
-#include "orchestration/tensor_map.hpp"
 #include "spyre/common/eventcount.hpp"
 #include "spyre/common/inbox.hpp"
 #include "spyre/common/progress.hpp"
@@ -236,7 +236,8 @@ private:
     ParkingInbox<TaskDescriptor, &TaskDescriptor::inbox_next> inbox_;
     TaskRing ring_;
     HeapRing heap_;
-    TensorMap map_;
+    // The hazard map over the function's memory (one space: host addresses).
+    dependency::RegionMap<int32_t> map_;
     ScopeStack scopes_;
     BufferTracker buffers_;
     std::map<int32_t, std::unique_ptr<KernelEntry>> kernels_;
@@ -246,7 +247,7 @@ private:
     std::vector<TaskReport> failures_;
     std::vector<int32_t> skip_work_;   // poisoned tasks whose inputs are done
     // What a failed or skipped writer should have written, kept after its
-    // slot is reclaimed (the TensorMap forgets it then) until WaitAll reports
+    // slot is reclaimed (the hazard map forgets it then) until WaitAll reports
     // the failure, a later OUTPUT covers the region, or the buffer is freed:
     // a reader submitted meanwhile is skipped, not run on stale data.
     struct PoisonedRegion {
