@@ -27,7 +27,7 @@
 
 #include "bench_main.hpp"
 #include "orchestration/heap_ring.hpp"
-#include "orchestration/tensor_map.hpp"
+#include "dependency/region_map.hpp"
 #include "spyre/orchestration.hpp"
 #include "spyre/trace/trace.hpp"
 
@@ -38,7 +38,7 @@
 namespace {
 
 using spyre::orchestration::HeapRing;
-using spyre::orchestration::TensorMap;
+using TensorMap = spyre::dependency::RegionMap<int32_t>;
 
 // --- cycles -----------------------------------------------------------------
 
@@ -127,14 +127,14 @@ void BM_TensorMapLookup(benchmark::State& state) {
     // A full ring's worth of producers (1024 tasks, one 4 KiB region each).
     const auto keys = LookupKeys(1024);
     TensorMap map(1024);
-    for (size_t i = 0; i < keys.size(); ++i) map.Insert(keys[i], 4096, true, int32_t(i));
+    for (size_t i = 0; i < keys.size(); ++i) map.Insert(0, keys[i], 4096, true, int32_t(i));
     std::vector<int32_t> deps;
     size_t i = 0;
     int64_t found = 0;
     const uint64_t c0 = __rdtsc();
     for (auto _ : state) {
         deps.clear();
-        map.Lookup(keys[i] + 1024, 1024, false, -1, [](int32_t) { return true; }, deps);
+        map.Lookup(0, keys[i] + 1024, 1024, false, -1, [](int32_t) { return true; }, deps);
         found += int64_t(deps.size());
         i = (i + 1) & 1023;
     }

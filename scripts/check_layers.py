@@ -25,7 +25,7 @@ RANKS = {
     'uapi': 0, 'common': 0, 'base': 0,
     'mock': 0,  # the mock transport (include/spyre/mock/): mockdev and the driver's MockBackend only
     'driver': 1,
-    'memory': 2, 'trace': 2,
+    'memory': 2, 'trace': 2, 'dependency': 2,
     'stream': 3, 'device': 3,
     'tensor': 4,
     'plan': 5,

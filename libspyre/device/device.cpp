@@ -58,7 +58,7 @@ void DeviceCore::RetireStream(StreamState* state) { sched->Retire(state); }
 std::vector<std::shared_ptr<StreamState>> DeviceCore::Streams() { return sched->Streams(); }
 bool DeviceCore::OnSchedulerThread() const { return SchedulerThreadActive(); }
 
-void DeviceCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, CompletionWord& word) const {
+void DeviceCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, EventCount& word) const {
     // Checked first, so a callback that waits fails every time, not only
     // when the work it waits for happens to be unfinished.
     if (OnSchedulerThread())

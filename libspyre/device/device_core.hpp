@@ -65,7 +65,7 @@ public:
     // Blocks until `counter` >= target, per the scheduler's wait options
     // (the waiting thread reaps the ring itself when it can). Throws
     // InvalidArgument if called from the scheduler thread (a host callback).
-    void WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, CompletionWord& word) const;
+    void WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, EventCount& word) const;
     bool OnSchedulerThread() const;
     // Frees device memory the runtime owns (tensors, plans, tiling
     // variants, Program binaries). First waits for the work every stream

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "spyre/common/completion_word.hpp"
+#include "spyre/common/eventcount.hpp"
 #include "spyre/host/chip_executor.hpp"
 #include "spyre/host/worker.hpp"
 
@@ -73,7 +73,7 @@ struct RunState {
     bool watched = false;  // a waiter reports progress: announce every finished task
     std::atomic<bool> done_flag{false};  // `done`, readable without the lock
     // Notified when the run ends, and when a task finishes while watched.
-    CompletionWord wake;
+    EventCount wake;
 };
 
 }  // namespace spyre::host

@@ -16,24 +16,23 @@ JobThreads::JobThreads(int threads) : count_(threads) {
 JobThreads::~JobThreads() {
     {
         std::lock_guard lock(mu_);
-        stop_ = true;
+        stop_.store(true, std::memory_order_release);
+        wake_.NotifyAll();
     }
-    cv_.notify_all();
     for (auto& t : threads_) t.join();
 }
 
 // The wake-up is sent under the lock: a job posted may end the last run in
 // flight, and the Worker may then destroy this pool (its destructor takes
 // the lock first) while a poster that had released the lock still
-// signalled the condition variable (TSan found it: a SubWorker thread
-// posting a chip task to a device's pool during Shutdown).
+// woke its threads (TSan found it: a SubWorker thread posting a chip task
+// to a device's pool during Shutdown).
 void JobThreads::PostAll(std::vector<Job>& jobs) {
     if (jobs.empty()) return;
     std::lock_guard lock(mu_);
     for (Job& job : jobs) jobs_.push_back(std::move(job));
     queued_.store(jobs_.size(), std::memory_order_release);
-    if (jobs.size() == 1) cv_.notify_one();
-    else cv_.notify_all();
+    wake_.Notify();
     jobs.clear();
 }
 
@@ -48,13 +47,14 @@ void JobThreads::Loop(int index) {
     std::deque<Job> batch;  // kept: swapping storage with jobs_ allocates nothing
     std::unique_lock lock(mu_);
     for (;;) {
-        if (jobs_.empty() && !stop_) {
+        if (jobs_.empty()) {
+            if (stop_.load(std::memory_order_relaxed)) return;  // stopped and drained
             lock.unlock();
-            LookBeforeSleeping([&] { return queued_.load(std::memory_order_acquire) != 0; });
+            if (!LookBeforeSleeping([&] { return Runnable(); }))
+                wake_.SleepUnless([&] { return Runnable(); }, std::chrono::seconds(1));
             lock.lock();
+            continue;
         }
-        cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
-        if (jobs_.empty()) return;  // stop_ and drained
         if (count_ == 1) {
             // Alone in its pool: everything queued is its own to run, in
             // order, for one lock instead of one per job.

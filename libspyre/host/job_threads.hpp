@@ -4,15 +4,13 @@
 // posts after releasing its lock, so tasks two threads made ready at the
 // same moment may arrive in either order; only ready tasks are posted.) A
 // thread that runs out of jobs looks for the next one for kSpin (pausing,
-// then yielding the CPU between looks), then sleeps on a condition
-// variable: a job posted soon
-// after the last (the next run's, a consumer's) skips the wake-up, and an
-// idle Worker burns no core (these machines have 2).
+// then yielding the CPU between looks), then sleeps on an EventCount: a job
+// posted soon after the last (the next run's, a consumer's) skips the
+// wake-up, and an idle Worker burns no core (these machines have 2).
 #pragma once
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -20,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "spyre/common/eventcount.hpp"
 #include "spyre/common/futex.hpp"
 
 namespace spyre::host {
@@ -67,11 +66,15 @@ public:
 
 private:
     void Loop(int index);
+    // Whether a thread has a reason to take the lock (lock-free look).
+    bool Runnable() const noexcept {
+        return queued_.load(std::memory_order_acquire) != 0 || stop_.load(std::memory_order_acquire);
+    }
     std::mutex mu_;
-    std::condition_variable cv_;
+    EventCount wake_;
     std::deque<Job> jobs_;
     std::atomic<size_t> queued_{0};  // jobs_.size(), readable without the lock
-    bool stop_ = false;
+    std::atomic<bool> stop_{false};
     int count_ = 0;  // threads_.size(), fixed before they start
     std::vector<std::thread> threads_;
 };

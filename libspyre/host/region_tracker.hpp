@@ -1,18 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// Dependency discovery for host-level tasks from the byte ranges of the
-// host tensors they read and write, with TensorMap's rules
-// (libspyre/orchestration/tensor_map, docs/orchestration.md):
-//   a read waits for the overlapping writers (RAW);
-//   a write waits for the overlapping writers (WAW) and the readers filed
-//   since them (WAR); readers of one version never wait for each other.
-// A task that finished well imposes nothing and is dropped when met; a
-// failed or skipped one stays (its consumers are skipped) until Forget.
+// The host level's policy over the dependency engine's RegionMap
+// (libspyre/dependency/region_map.hpp): a host task's ranges of host
+// tensors, one space per storage. A task that finished well imposes
+// nothing and is dropped when met; a failed or skipped one stays (its
+// consumers are skipped), even under a covering write, until Forget.
 #pragma once
 
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
+#include "dependency/region_map.hpp"
 #include "host_task.hpp"
 
 namespace spyre::host {
@@ -25,15 +22,11 @@ public:
                 std::vector<HostTask*>& producers);
     // Drops every access of `task` (its run ended).
     void Forget(const HostTask& task);
-    size_t entries() const;
+    size_t entries() const { return map_.entries(); }
 
 private:
-    struct Entry {
-        uint64_t begin, end;
-        HostTask* task;
-        bool write;
-    };
-    std::unordered_map<uint64_t, std::vector<Entry>> by_storage_;
+    // Sized for a few runs of a few hundred tasks in flight.
+    dependency::RegionMap<HostTask*> map_{1024};
 };
 
 }  // namespace spyre::host

@@ -10,6 +10,14 @@
 
 namespace spyre::orchestration {
 
+namespace {
+// How long an idle popper polls before it sleeps: a few hundred ns, about
+// one task's submission, so a steady stream of tasks never pays a futex.
+constexpr int kSpins = 256;
+// A sleeper re-checks now and then even without a wake (Close, belt and braces).
+constexpr auto kSleepBound = std::chrono::milliseconds(100);
+}  // namespace
+
 std::unique_ptr<ReadyQueue> MakeReadyQueue(ReadyQueueKind kind, size_t capacity, std::string name) {
     if (kind == ReadyQueueKind::LockFree) return std::make_unique<LockFreeReadyQueue>(capacity, std::move(name));
     return std::make_unique<LockedReadyQueue>(std::move(name));
@@ -33,20 +41,31 @@ void LockedReadyQueue::Push(ReadyTask t) {
         if (trace::Enabled()) [[unlikely]]
             TraceDepth(q_.size());
     }
-    cv_.notify_one();
+    wake_.Notify();
 }
 
 bool LockedReadyQueue::PopBatch(std::vector<ReadyTask>& out, size_t max) {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return closed_ || !q_.empty(); });
-    if (q_.empty()) return false;
-    while (!q_.empty() && out.size() < max) {
-        out.push_back(q_.front());
-        q_.pop_front();
+    for (;;) {
+        {
+            std::lock_guard lock(mu_);
+            if (!q_.empty()) {
+                while (!q_.empty() && out.size() < max) {
+                    out.push_back(q_.front());
+                    q_.pop_front();
+                }
+                if (trace::Enabled()) [[unlikely]]
+                    TraceDepth(q_.size());
+                return true;
+            }
+            if (closed_) return false;
+        }
+        wake_.SleepUnless(
+            [&] {
+                std::lock_guard lock(mu_);
+                return closed_ || !q_.empty();
+            },
+            kSleepBound);
     }
-    if (trace::Enabled()) [[unlikely]]
-        TraceDepth(q_.size());
-    return true;
 }
 
 size_t LockedReadyQueue::TryPopBatch(std::vector<ReadyTask>& out, size_t max) {
@@ -67,7 +86,7 @@ void LockedReadyQueue::Close() {
         std::lock_guard lock(mu_);
         closed_ = true;
     }
-    cv_.notify_all();
+    wake_.NotifyAll();
 }
 
 size_t LockedReadyQueue::size() const {
@@ -76,14 +95,6 @@ size_t LockedReadyQueue::size() const {
 }
 
 // --------------------------------------------------------------- lock-free
-
-namespace {
-// How long an idle popper polls before it sleeps: a few hundred ns, about
-// one task's submission, so a steady stream of tasks never pays a futex.
-constexpr int kSpins = 256;
-// A sleeper re-checks now and then even without a wake (Close, belt and braces).
-constexpr auto kSleepBound = std::chrono::milliseconds(100);
-}  // namespace
 
 LockFreeReadyQueue::LockFreeReadyQueue(size_t capacity, std::string name)
     : ReadyQueue(std::move(name)),
@@ -112,17 +123,12 @@ void LockFreeReadyQueue::Push(ReadyTask t) {
     }
     if (trace::Enabled()) [[unlikely]]
         TraceDepth(size());
-    // Pairs with a popper's sleepers_ increment before its last look: either
-    // it sees this task, or this sees it asleep and wakes it.
-    // One wake per sleep: a push that finds the sleepers already signalled
-    // (and not yet back) makes no second futex call. On this VM each costs a
-    // microsecond or more, and every push that came while a woken worker was
-    // being scheduled paid it.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (sleepers_.load(std::memory_order_relaxed) != 0 && !signalled_.exchange(true, std::memory_order_relaxed)) {
-        wake_seq_.fetch_add(1, std::memory_order_release);
-        FutexWake(&wake_seq_, FutexScope::Private);  // all: each sleeper armed before it slept
-    }
+    // Either the popper's last look after it armed sees this task, or this
+    // sees it armed and wakes it. One wake per sleep: a push that finds the
+    // sleepers already woken (and not yet back) makes no second futex call.
+    // On this VM each costs a microsecond or more, and every push that came
+    // while a woken worker was being scheduled paid it.
+    wake_.Notify();
 }
 
 bool LockFreeReadyQueue::TryPop(ReadyTask& out) {
@@ -162,29 +168,22 @@ bool LockFreeReadyQueue::PopBatch(std::vector<ReadyTask>& out, size_t max) {
             if (TryPopBatch(out, max) != 0) return true;
             CpuRelax();
         }
-        // The sequence is read before arming: a wake sent after the arm
-        // moves it, so the wait below returns at once.
-        const uint32_t seen = wake_seq_.load(std::memory_order_acquire);
-        signalled_.store(false, std::memory_order_relaxed);
-        sleepers_.fetch_add(1, std::memory_order_seq_cst);
-        std::atomic_thread_fence(std::memory_order_seq_cst);  // the Dekker pair with Push
+        const EventCount::Key key = wake_.Arm();
         if (TryPopBatch(out, max) != 0) {
-            sleepers_.fetch_sub(1, std::memory_order_relaxed);
+            wake_.Disarm();
             return true;
         }
         if (closed_.load(std::memory_order_acquire)) {
-            sleepers_.fetch_sub(1, std::memory_order_relaxed);
+            wake_.Disarm();
             return TryPopBatch(out, max) != 0;
         }
-        FutexWait(&wake_seq_, seen, kSleepBound, FutexScope::Private);
-        sleepers_.fetch_sub(1, std::memory_order_relaxed);
+        wake_.Wait(key, kSleepBound);
     }
 }
 
 void LockFreeReadyQueue::Close() {
     closed_.store(true, std::memory_order_release);
-    wake_seq_.fetch_add(1, std::memory_order_release);
-    FutexWake(&wake_seq_, FutexScope::Private);
+    wake_.NotifyAll();
 }
 
 size_t LockFreeReadyQueue::size() const {

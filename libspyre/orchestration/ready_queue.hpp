@@ -6,14 +6,13 @@
 //
 // Two implementations, chosen per runtime (OrchestratorOptions::ready_queues),
 // because seed 004 asks for lock-free ready queues and a lock is faster on
-// some machines and DAGs: a mutex with a condition variable, and a bounded
-// lock-free ring (Vyukov's sequence per cell) whose idle poppers spin briefly
-// and then sleep on a futex. bench/orchestration_bench runs both on the same
+// some machines and DAGs: a mutex-guarded deque, and a bounded lock-free
+// ring (Vyukov's sequence per cell) whose idle poppers spin briefly. Idle
+// poppers of both sleep on an EventCount. bench/orchestration_bench runs both on the same
 // DAGs; docs/orchestration.md has the figures and which is the default.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -22,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "spyre/common/eventcount.hpp"
 #include "spyre/orchestration/orchestrator.hpp"
 
 namespace spyre::orchestration {
@@ -76,9 +76,9 @@ public:
 
 private:
     mutable std::mutex mu_;
-    std::condition_variable cv_;
     std::deque<ReadyTask> q_;
     bool closed_ = false;
+    EventCount wake_;
 };
 
 class LockFreeReadyQueue final : public ReadyQueue {
@@ -101,9 +101,7 @@ private:
     const uint64_t mask_;
     alignas(64) std::atomic<uint64_t> tail_{0};  // next position to fill (the task graph)
     alignas(64) std::atomic<uint64_t> head_{0};  // next position to take (the workers)
-    alignas(64) std::atomic<uint32_t> wake_seq_{0};
-    std::atomic<uint32_t> sleepers_{0};
-    std::atomic<bool> signalled_{false};  // a wake went out since the last sleeper armed
+    alignas(64) EventCount wake_;
     std::atomic<bool> closed_{false};
 };
 

@@ -74,7 +74,7 @@ TaskGraph::TaskGraph(TaskGraphOptions options)
     : options_(std::move(options)),
       ring_(options_.task_ring_size),
       heap_(options_.memory + options_.heap_offset, options_.heap_size),
-      map_(options_.task_ring_size),
+      map_(size_t(std::max(options_.task_ring_size, 1))),
       anchor_(std::make_shared<HoldAnchor>()) {
     anchor_->graph = this;
     if (!options_.memory || options_.heap_size == 0 || options_.heap_offset + options_.heap_size > options_.memory_size)
@@ -316,14 +316,12 @@ void TaskGraph::ReleaseBuffer(BufferInfo& b) {
 }
 
 void TaskGraph::Sleep(Lock& lock) {
-    // The wake sequence is read under the lock: a wake after this (even one
-    // from applying the inbox as the lock goes) makes the wait return at once.
-    const uint32_t seq = wake_seq_.load(std::memory_order_relaxed);
-    ++waiters_;
+    // Armed under the lock: a wake after this (even one from applying the
+    // inbox as the lock goes) makes the wait return at once.
+    const EventCount::Key key = wake_.Arm();
     lock.unlock();
-    FutexWait(&wake_seq_, seq, std::chrono::seconds(1), FutexScope::Private);  // callers re-check
+    wake_.Wait(key, std::chrono::seconds(1));  // callers re-check
     lock.lock();
-    --waiters_;
 }
 
 void TaskGraph::WakeWaiters() {
@@ -337,7 +335,7 @@ void TaskGraph::WakeWaiters() {
     // per slot, it and the executor took turns at a futex per task. Waiting
     // longer never hangs it: with nothing left running it is woken
     // (active_ == 0) and goes on or fails.
-    if (waiters_ == 0) {  // the common case, on every completion: nothing to weigh
+    if (!wake_.Armed()) {  // the common case, on every completion: nothing to weigh
         space_freed_ = false;
         return;
     }
@@ -346,10 +344,7 @@ void TaskGraph::WakeWaiters() {
         stalled_.bytes == 0 || heap_.size() - heap_.used() >= std::min(heap_.size(), 4 * stalled_.bytes);
     const bool stalled = stalled_.slots != 0 || stalled_.bytes != 0;
     const bool room = stalled && space_freed_ && ring_ok && heap_ok;
-    if (room || inflight_ == 0 || active_ == 0) {
-        wake_seq_.fetch_add(1, std::memory_order_release);
-        FutexWake(&wake_seq_, FutexScope::Private);
-    }
+    if (room || inflight_ == 0 || active_ == 0) wake_.Notify();
     if (room || !stalled) space_freed_ = false;  // else keep it: the next wake looks again
 }
 
@@ -563,14 +558,14 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
     for (int32_t i = 0; i < t.num_params; ++i) {
         const ResolvedParam& p = t.params[i];
         if (p.implicit) continue;  // fresh memory: nobody else touches it yet
-        map_.Lookup(uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id, alive, deps_);
+        map_.Lookup(0, uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id, alive, deps_);
         uses_outputs |= p.in_outputs;
     }
     if (uses_outputs) [[unlikely]]
         CheckOutputsUsed(t);  // before anything is filed: a refusal takes nothing
     for (int32_t i = 0; i < t.num_params; ++i) {
         const ResolvedParam& p = t.params[i];
-        map_.Insert(uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id);
+        map_.Insert(0, uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id);
         if (p.implicit) continue;
         if (BufferInfo* b = buffers_.Find(p.host, p.size)) {
             bool seen = false;

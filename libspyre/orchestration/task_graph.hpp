@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // TaskGraph: seed 004's runtime over one range of the function's mapped memory.
-// It owns the TaskRing, HeapRing, TensorMap, ScopeStack, BufferTracker and
+// It owns the TaskRing, HeapRing, hazard map, ScopeStack, BufferTracker and
 // one ReadyQueue per executor, and implements submit (slot, dependencies,
 // outputs, ready) and complete (fan-in, consumers ready, fan-out refcount,
 // CONSUMED, reclaim), back-pressure and failure propagation.
@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "dependency/region_map.hpp"
 #include "orchestration/adaptive_mutex.hpp"
 #include "orchestration/buffer_tracker.hpp"
 #include "orchestration/executor.hpp"
@@ -32,7 +33,7 @@
 #include "orchestration/ready_queue.hpp"
 #include "orchestration/scope_stack.hpp"
 #include "orchestration/task_ring.hpp"
-#include "orchestration/tensor_map.hpp"
+#include "spyre/common/eventcount.hpp"
 #include "spyre/common/inbox.hpp"
 #include "spyre/common/progress.hpp"
 #include "spyre/error.hpp"
@@ -214,8 +215,8 @@ private:
     void NoteFailure(const TaskDescriptor& t);
     void ReleaseBuffer(BufferInfo& b);
     void DrainSkips();  // then WakeWaiters
-    // Waits on wake_seq_ with the count of waiters kept; WakeWaiters wakes
-    // them only when what they wait for may have come.
+    // Waits on wake_; WakeWaiters wakes the waiters only when what they
+    // wait for may have come.
     void Sleep(Lock& lock);
     void WakeWaiters();
     // Poisoned regions (see poisoned_): kept when a failed writer is
@@ -227,7 +228,7 @@ private:
     const TaskGraphOptions options_;
     std::mutex submit_mu_;
     mutable AdaptiveMutex mu_;
-    std::atomic<uint32_t> wake_seq_{0};  // bumped (and futex-woken) by WakeWaiters
+    EventCount wake_;  // Sleep's waiters (WaitAll, a stalled submitter, the destructor)
     // Tasks pushed to an executor and not yet completed (written under mu_,
     // read without it by ApplyInboxAfterUnlock).
     std::atomic<int64_t> on_executors_{0};
@@ -235,7 +236,8 @@ private:
     ParkingInbox<TaskDescriptor, &TaskDescriptor::inbox_next> inbox_;
     TaskRing ring_;
     HeapRing heap_;
-    TensorMap map_;
+    // The hazard map over the function's memory (one space: host addresses).
+    dependency::RegionMap<int32_t> map_;
     ScopeStack scopes_;
     BufferTracker buffers_;
     std::map<int32_t, std::unique_ptr<KernelEntry>> kernels_;
@@ -245,7 +247,7 @@ private:
     std::vector<TaskReport> failures_;
     std::vector<int32_t> skip_work_;   // poisoned tasks whose inputs are done
     // What a failed or skipped writer should have written, kept after its
-    // slot is reclaimed (the TensorMap forgets it then) until WaitAll reports
+    // slot is reclaimed (the hazard map forgets it then) until WaitAll reports
     // the failure, a later OUTPUT covers the region, or the buffer is freed:
     // a reader submitted meanwhile is skipped, not run on stale data.
     struct PoisonedRegion {
@@ -268,7 +270,6 @@ private:
     std::vector<Held> holds_;
     std::shared_ptr<HoldAnchor> anchor_;
     int32_t scope_floor_ = 0;
-    int32_t waiters_ = 0;       // threads in Sleep
     StallNeed stalled_;         // what a stalled submitter waits for ({}: none)
     bool space_freed_ = false;  // a ring slot or heap block came back since the last WakeWaiters
     int64_t inflight_ = 0;  // submitted, not completed

@@ -162,15 +162,10 @@ void SchedulerCore::Queue(StreamState& s, std::span<QueuedOp> ops) {
 
 // ---------------------------------------------------------------- waking
 
-void SchedulerCore::Wake() {
-    wake_seq_.fetch_add(1, std::memory_order_seq_cst);
-    FutexWake(&wake_seq_, FutexScope::Private);
-}
+void SchedulerCore::Wake() { wake_.NotifyAll(); }
 
-void SchedulerCore::WakeIfAsleep() {
-    // Only the first producer to find a sleeper pays for the wake-up.
-    if (sleepers_.load(std::memory_order_seq_cst) && wake_armed_.exchange(false, std::memory_order_seq_cst)) Wake();
-}
+// Only the first producer to find a sleeper pays for the wake-up.
+void SchedulerCore::WakeIfAsleep() { wake_.Notify(); }
 
 void SchedulerCore::DmaDone() {
     dma_done_.fetch_add(1, std::memory_order_seq_cst);
@@ -251,7 +246,7 @@ void SchedulerCore::Poke() {
     }
 }
 
-void SchedulerCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, CompletionWord& word) {
+void SchedulerCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, EventCount& word) {
     if (counter.load(std::memory_order_acquire) >= target) return;
     auto done = [&] { return counter.load(std::memory_order_acquire) >= target; };
     // Reaps (and submits) here when no one else drives; host work found on
@@ -308,13 +303,13 @@ void SchedulerCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t tar
     }
     while (!done()) {
         // Only ring work of ours outstanding: sleep on the ring's completion
-        // interrupt, holding the lock (producers wake us through wake_seq_).
+        // interrupt, holding the lock (producers wake us through wake_).
         if (drive_mu_.try_lock()) {
             std::unique_lock lock(drive_mu_, std::adopt_lock);
             CallerPump();
             if (done()) break;
             if (!HostWorkPending() && !records_.empty() && !lost()) {
-                SleepOnRing(wake_seq_.load(std::memory_order_seq_cst));
+                SleepOnRing(wake_.Current());
                 continue;
             }
         }
@@ -347,7 +342,7 @@ void SchedulerCore::Run() {
             // and its lock, also after a pass that did something (woken by a
             // wait that outlasted its spin, the thread would otherwise keep
             // taking the next launches' turns from their callers).
-            SleepUnlocked(lock, wake_seq_.load(std::memory_order_seq_cst), kBusySleep);
+            SleepUnlocked(lock, wake_.Current(), kBusySleep);
             last_progress = Clock::now();
             continue;
         }
@@ -374,19 +369,20 @@ void SchedulerCore::Run() {
 
 void SchedulerCore::SleepUnlocked(std::unique_lock<std::mutex>& lock, uint32_t seen,
                                   std::chrono::nanoseconds timeout) {
-    sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    wake_armed_.store(true, std::memory_order_seq_cst);
+    wake_.Arm();
     thread_asleep_.store(true, std::memory_order_seq_cst);
     const bool work = WorkArrived();
     lock.unlock();
-    if (!work) FutexWait(&wake_seq_, seen, timeout, FutexScope::Private);
+    if (work)
+        wake_.Disarm();
+    else
+        wake_.Wait(seen, timeout);
     thread_asleep_.store(false, std::memory_order_seq_cst);
-    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
     lock.lock();
 }
 
 void SchedulerCore::IdleWait(std::unique_lock<std::mutex>& lock) {
-    const uint32_t seen = wake_seq_.load(std::memory_order_seq_cst);
+    const uint32_t seen = wake_.Current();
     if (records_.empty()) {
         // Nothing in the ring: sleep without the lock, so a caller can
         // submit (and reap) without waking us.
@@ -399,16 +395,15 @@ void SchedulerCore::IdleWait(std::unique_lock<std::mutex>& lock) {
 }
 
 void SchedulerCore::SleepOnRing(uint32_t seen) {
-    sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    wake_armed_.store(true, std::memory_order_seq_cst);
+    wake_.Arm();
     if (!WorkArrived()) {
         try {
-            ring_->WaitCompletionOr(wake_seq_, seen, kBusySleep);
+            ring_->WaitCompletionOr(wake_.word(), seen, kBusySleep);
         } catch (const Error& e) {
             DeviceFailed(e);
         }
     }
-    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    wake_.Disarm();
 }
 
 void SchedulerCore::RefreshStreams() {

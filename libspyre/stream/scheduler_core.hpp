@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "spyre/common/eventcount.hpp"
 #include "spyre/driver/command_ring.hpp"
 #include "spyre/stream/scheduler.hpp"
 #include "stream/completion.hpp"
@@ -61,7 +62,7 @@ public:
     void Queue(StreamState& s, std::span<QueuedOp> ops);
 
     // Blocks until counter >= target (the caller reaps when it can).
-    void WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, CompletionWord& word);
+    void WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, EventCount& word);
     // Reaps what the device has finished, if no one else is driving
     // (Query and friends: work a caller submitted completes without a wait).
     void Poke();
@@ -108,7 +109,7 @@ private:
     void IdleWait(std::unique_lock<std::mutex>& lock);
     void SleepUnlocked(std::unique_lock<std::mutex>& lock, uint32_t seen, std::chrono::nanoseconds timeout);
     // Sleeps on the ring's completion interrupt or a wake-up (`seen` is
-    // wake_seq_ as read before the last look for work), with the drive lock held.
+    // wake_'s key as read before the last look for work), with the drive lock held.
     void SleepOnRing(uint32_t seen);
 
     void RefreshStreams();
@@ -163,9 +164,7 @@ private:
     uint32_t trace_ring_track_ = 0;  // the ring's track in the running trace
     uint64_t trace_recording_ = 0;
 
-    std::atomic<uint32_t> wake_seq_{0};
-    std::atomic<uint32_t> sleepers_{0};      // threads asleep on wake_seq_
-    std::atomic<bool> wake_armed_{false};    // the next producer pays for the wake-up
+    EventCount wake_;  // the scheduler thread and ring sleepers wait on it
     std::atomic<bool> thread_asleep_{false};  // the scheduler thread sleeps without the lock
     std::atomic<uint32_t> drivers_{0};       // callers reaping in a wait (the thread keeps out)
     std::atomic<bool> busy_{false};          // work queued or in flight after the last pass

@@ -10,7 +10,7 @@
 #include <optional>
 #include <vector>
 
-#include "spyre/common/completion_word.hpp"
+#include "spyre/common/eventcount.hpp"
 #include "spyre/error.hpp"
 #include "stream/op_queue.hpp"
 #include "stream/queued_op.hpp"
@@ -37,7 +37,7 @@ struct StreamState {
     // Scheduler-written, on its own line: producers do not read it on the way in.
     alignas(64) std::atomic<uint64_t> completed{0};  // ops done (including dropped), in order
     std::atomic<bool> retired{false};
-    CompletionWord done;
+    EventCount done;
 
     // Scheduler side (whoever drives it: the thread or a caller holding the drive lock).
     std::deque<detail::QueuedOp> local;     // taken from incoming, in order
@@ -65,7 +65,7 @@ struct EventState {
     std::atomic<uint64_t> recorded{0};   // Record calls so far (the last record's sequence)
     std::atomic<uint64_t> completed{0};  // last sequence completed (never moves back)
     std::atomic<uint64_t> timestamp_ns{0};  // device clock when `completed` was reached
-    CompletionWord done;
+    EventCount done;
     std::mutex mu;
     std::optional<Error> error;          // the recording stream's fault, if it had one
 };

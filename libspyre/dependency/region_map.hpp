@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: Apache-2.0
+// RegionMap: which live tasks read or write which byte ranges, for
+// dependency discovery. The orchestration runtime files its tasks' regions
+// of the function's memory here (one address space), the host level its
+// tasks' ranges of host tensors (one space per tensor storage).
+//
+// Hazards found:
+//   read   after a write: RAW on the writers;
+//   write  after a write: WAW on the writers, and after a read: WAR on the
+//          readers since that write.
+// Readers of one version never depend on each other; disjoint ranges and
+// other spaces never depend on each other.
+//
+// A range is filed under every 64 KiB granule it touches (hashed with its
+// space), and a lookup reports entries whose range overlaps the asked one.
+// Wide ranges (more than kWideGranules granules) are filed once, in a list
+// every lookup scans, and a lookup wider than the table scans each bucket
+// once: no range costs more than the table's size, however large.
+//
+// Lazy invalidation: an entry whose task the caller's `alive` predicate
+// rejects (finished well, or its slot reused) is dropped when a lookup
+// meets it. A write drops the entries it covers whole, which later tasks
+// reach through the writer, but those the caller's `keep` predicate holds
+// (a failed writer whose readers must be skipped). Erase drops one task's
+// entries at once (tasks that are freed). Not thread-safe: callers hold
+// their own lock. Empty ranges touch nothing and are never filed.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace spyre::dependency {
+
+template <typename Task>
+class RegionMap {
+public:
+    static constexpr unsigned kGranuleShift = 16;
+    static constexpr uint64_t kWideGranules = 64;  // 4 MiB
+
+    // `expected_tasks`: how many tasks are live at once; the table is sized for it.
+    explicit RegionMap(size_t expected_tasks) {
+        // About four buckets per task keeps chains short when every task
+        // touches a couple of granules.
+        const uint64_t n = std::bit_ceil(uint64_t(expected_tasks < 1 ? 1 : expected_tasks) * 4);
+        buckets_.resize(n);
+        mask_ = n - 1;
+    }
+
+    // Appends to `deps` (without duplicates, never `self`) the live tasks a
+    // task `self` accessing [start, start + size) of `space` must wait for;
+    // `write` selects the hazards. `alive(task)` says whether an entry still counts.
+    template <typename Alive>
+    void Lookup(uint64_t space, uint64_t start, uint64_t size, bool write, Task self, Alive&& alive,
+                std::vector<Task>& deps) {
+        if (size == 0) return;
+        const Range r{space, start, start + size};
+        const uint64_t g_first = start >> kGranuleShift, g_last = (r.end - 1) >> kGranuleShift;
+        if (g_last - g_first < buckets_.size()) {
+            for (uint64_t g = g_first; g <= g_last; ++g) Scan(Bucket(space, g), r, write, self, alive, deps);
+        } else {  // wider than the table: every bucket once
+            for (auto& bucket : buckets_) Scan(bucket, r, write, self, alive, deps);
+        }
+        if (!wide_.empty()) [[unlikely]]
+            Scan(wide_, r, write, self, alive, deps);
+    }
+
+    // Records that `task` reads (write = false) or writes [start, start + size)
+    // of `space`. A write drops the entries it covers whole, but `task`'s own
+    // and those `keep(task)` holds.
+    template <typename Keep>
+    void Insert(uint64_t space, uint64_t start, uint64_t size, bool write, Task task, Keep&& keep) {
+        if (size == 0) return;
+        const Range r{space, start, start + size};
+        const uint64_t g_first = start >> kGranuleShift, g_last = (r.end - 1) >> kGranuleShift;
+        // (A wide write leaves the granules' entries: they cost a lookup a
+        // needless edge, no more.)
+        if (write && !wide_.empty()) DropInside(wide_, r, task, keep);
+        if (g_last - g_first >= kWideGranules) {
+            wide_.push_back({r, task, write});
+            return;
+        }
+        for (uint64_t g = g_first; g <= g_last; ++g) {
+            std::vector<Entry>& bucket = Bucket(space, g);
+            if (write) DropInside(bucket, r, task, keep);
+            bucket.push_back({r, task, write});
+        }
+    }
+    void Insert(uint64_t space, uint64_t start, uint64_t size, bool write, Task task) {
+        Insert(space, start, size, write, task, [](const Task&) { return false; });
+    }
+
+    // Drops `task`'s entries for [start, start + size) of `space` (the range
+    // it was filed with).
+    void Erase(uint64_t space, uint64_t start, uint64_t size, Task task) {
+        if (size == 0) return;
+        const uint64_t end = start + size;
+        const uint64_t g_first = start >> kGranuleShift, g_last = (end - 1) >> kGranuleShift;
+        auto drop = [&](std::vector<Entry>& bucket) {
+            for (size_t i = 0; i < bucket.size();) {
+                const Entry& e = bucket[i];
+                if (e.task == task && e.range.space == space && e.range.start == start && e.range.end == end) {
+                    bucket[i] = bucket.back();
+                    bucket.pop_back();
+                } else {
+                    ++i;
+                }
+            }
+        };
+        if (g_last - g_first >= kWideGranules) {
+            drop(wide_);
+            return;
+        }
+        for (uint64_t g = g_first; g <= g_last; ++g) drop(Bucket(space, g));
+    }
+
+    size_t bucket_count() const noexcept { return buckets_.size(); }
+    // Entries held, stale ones included.
+    size_t entries() const noexcept {
+        size_t n = wide_.size();
+        for (const auto& b : buckets_) n += b.size();
+        return n;
+    }
+
+private:
+    struct Range {
+        uint64_t space, start, end;
+        bool Overlaps(const Range& o) const noexcept { return space == o.space && start < o.end && o.start < end; }
+        bool Covers(const Range& o) const noexcept { return space == o.space && start <= o.start && o.end <= end; }
+    };
+    struct Entry {
+        Range range;
+        Task task;
+        bool write;
+    };
+    std::vector<Entry>& Bucket(uint64_t space, uint64_t granule) noexcept {
+        return buckets_[((granule + space * 0xC2B2AE3D27D4EB4Full) * 0x9E3779B97F4A7C15ull >> 32) & mask_];
+    }
+    static void AddDep(std::vector<Task>& deps, const Task& task) {
+        for (const Task& d : deps)
+            if (d == task) return;
+        deps.push_back(task);
+    }
+    // Appends the live entries of `bucket` that `r` depends on; drops the dead ones.
+    template <typename Alive>
+    static void Scan(std::vector<Entry>& bucket, const Range& r, bool write, const Task& self, Alive& alive,
+                     std::vector<Task>& deps) {
+        for (size_t i = 0; i < bucket.size();) {
+            Entry& e = bucket[i];
+            if (!alive(e.task)) {  // lazy invalidation
+                e = bucket.back();
+                bucket.pop_back();
+                continue;
+            }
+            if (e.task != self && (e.write || write) && e.range.Overlaps(r)) AddDep(deps, e.task);
+            ++i;
+        }
+    }
+    // Drops the entries of `bucket` inside `r`, but `task`'s and those `keep` holds.
+    template <typename Keep>
+    static void DropInside(std::vector<Entry>& bucket, const Range& r, const Task& task, Keep& keep) {
+        for (size_t i = 0; i < bucket.size();) {
+            const Entry& e = bucket[i];
+            if (e.task != task && r.Covers(e.range) && !keep(e.task)) {
+                bucket[i] = bucket.back();
+                bucket.pop_back();
+            } else {
+                ++i;
+            }
+        }
+    }
+
+    std::vector<std::vector<Entry>> buckets_;
+    std::vector<Entry> wide_;  // ranges of more than kWideGranules granules
+    uint64_t mask_;
+};
+
+}  // namespace spyre::dependency

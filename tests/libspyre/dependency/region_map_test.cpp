@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: Apache-2.0
+// RegionMap, the dependency engine's hazard map: RAW, WAW and WAR on
+// overlapping ranges, none on disjoint ones or other spaces, collisions,
+// lazy invalidation, kept and erased entries.
+#include "dependency/region_map.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+namespace spyre::dependency {
+namespace {
+
+// One address space (0), as the orchestration runtime files its regions.
+struct SpaceMap : RegionMap<int32_t> {
+    using RegionMap::RegionMap;
+    void Insert(uint64_t start, uint64_t size, bool write, int32_t task) {
+        RegionMap::Insert(0, start, size, write, task);
+    }
+    template <typename Alive>
+    void Lookup(uint64_t start, uint64_t size, bool write, int32_t self, Alive&& alive, std::vector<int32_t>& deps) {
+        RegionMap::Lookup(0, start, size, write, self, alive, deps);
+    }
+};
+using TensorMap = SpaceMap;
+
+struct Fixture {
+    SpaceMap map{8};
+    std::set<int32_t> dead;
+    std::vector<int32_t> Deps(uint64_t start, uint64_t size, bool write, int32_t self = 1000) {
+        std::vector<int32_t> d;
+        map.Lookup(start, size, write, self, [&](int32_t t) { return !dead.count(t); }, d);
+        std::sort(d.begin(), d.end());
+        return d;
+    }
+};
+
+using V = std::vector<int32_t>;
+
+TEST(RegionMap, ReadAfterWriteOnOverlapOnly) {
+    Fixture f;
+    f.map.Insert(0x1000, 256, true, 1);
+    EXPECT_EQ(f.Deps(0x1000, 256, false), V{1});
+    EXPECT_EQ(f.Deps(0x10F0, 64, false), V{1});   // overlapping sub-region
+    EXPECT_EQ(f.Deps(0x1100, 64, false), V{});    // starts right after: disjoint
+    EXPECT_EQ(f.Deps(0x0F00, 256, false), V{});   // ends right before
+    EXPECT_EQ(f.Deps(0x0F00, 257, false), V{1});  // one byte of overlap
+}
+
+TEST(RegionMap, ReadersOfOneVersionDoNotDependOnEachOther) {
+    Fixture f;
+    f.map.Insert(0, 128, true, 1);
+    f.map.Insert(0, 128, false, 2);
+    f.map.Insert(0, 128, false, 3);
+    EXPECT_EQ(f.Deps(0, 128, false), V{1});  // a reader waits for the writer only
+}
+
+TEST(RegionMap, WriteAfterReadWaitsForReadersAndWriter) {
+    Fixture f;
+    f.map.Insert(0, 128, true, 1);
+    f.map.Insert(0, 64, false, 2);
+    f.map.Insert(64, 64, false, 3);
+    EXPECT_EQ(f.Deps(0, 128, true), (V{1, 2, 3}));  // WAW + WAR
+    EXPECT_EQ(f.Deps(64, 64, true), (V{1, 3}));     // reader 2 touched only [0, 64)
+    f.map.Insert(0, 128, true, 4);  // covers everything before it
+    EXPECT_EQ(f.Deps(0, 128, false), V{4});
+    EXPECT_EQ(f.Deps(0, 128, true), V{4});
+}
+
+TEST(RegionMap, NeverReportsSelfOrDuplicates) {
+    Fixture f;
+    f.map.Insert(0, 1 << 20, true, 5);  // spans 16 granules
+    EXPECT_EQ(f.Deps(0, 1 << 20, false), V{5});
+    EXPECT_EQ(f.Deps(0, 1 << 20, true, 5), V{});
+}
+
+TEST(RegionMap, LazyInvalidationDropsDeadEntries) {
+    Fixture f;
+    f.map.Insert(0, 128, true, 1);
+    f.map.Insert(0, 128, false, 2);
+    EXPECT_EQ(f.map.entries(), 2u);
+    f.dead = {1, 2};
+    EXPECT_EQ(f.Deps(0, 128, true), V{});
+    EXPECT_EQ(f.map.entries(), 0u);  // removed by the lookup that met them
+}
+
+TEST(RegionMap, CollisionsKeepRegionsApart) {
+    // A one-task map has 4 buckets: many granules share each.
+    TensorMap map(1);
+    for (int32_t i = 0; i < 64; ++i) map.Insert(uint64_t(i) << TensorMap::kGranuleShift, 100, true, i);
+    for (int32_t i = 0; i < 64; ++i) {
+        std::vector<int32_t> d;
+        map.Lookup(uint64_t(i) << TensorMap::kGranuleShift, 100, false, -1, [](int32_t) { return true; }, d);
+        EXPECT_EQ(d, V{i});
+    }
+    EXPECT_EQ(map.bucket_count(), 4u);
+}
+
+// A region as wide as a function's whole memory (here 64 GiB) is filed
+// once and looked up in one pass over the table, not granule by granule
+// (2^20 granules); narrow and wide regions still find each other.
+TEST(RegionMap, WideRegionsCostNoMoreThanTheTable) {
+    Fixture f;
+    constexpr uint64_t kWide = 64ull << 30;
+    f.map.Insert(0, kWide, true, 1);  // writes everything
+    EXPECT_EQ(f.map.entries(), 1u);
+    EXPECT_EQ(f.Deps(123ull << 20, 64, false), V{1});     // a narrow read inside it
+    f.map.Insert(40ull << 30, 4096, true, 2);             // a narrow write inside it
+    EXPECT_EQ(f.Deps(0, kWide, false), (V{1, 2}));        // a wide read meets both
+    EXPECT_EQ(f.Deps(kWide, kWide, false), V{});          // disjoint: right after
+    f.map.Insert(0, kWide + 4096, true, 3);               // a wider write covers task 1's entry
+    EXPECT_EQ(f.Deps(5, 1, false), (V{3}));
+    f.dead = {2, 3};
+    EXPECT_EQ(f.Deps(0, 2 * kWide, true), V{});
+}
+
+// Ranges of different spaces (host tensors' storages) never meet, even at
+// the same offsets and in the same buckets.
+TEST(RegionMap, SpacesAreIndependent) {
+    RegionMap<int32_t> map(1);  // 4 buckets: the spaces share them
+    map.Insert(1, 0, 100, true, 1);
+    map.Insert(2, 0, 100, true, 2);
+    std::vector<int32_t> d;
+    auto all = [](int32_t) { return true; };
+    map.Lookup(1, 50, 10, false, -1, all, d);
+    EXPECT_EQ(d, V{1});
+    d.clear();
+    map.Lookup(2, 0, 100, true, -1, all, d);
+    EXPECT_EQ(d, V{2});
+    d.clear();
+    map.Lookup(3, 0, 100, true, -1, all, d);
+    EXPECT_EQ(d, V{});
+    map.Insert(1, 0, 100, true, 3);  // covers task 1's entry only
+    d.clear();
+    map.Lookup(2, 0, 100, false, -1, all, d);
+    EXPECT_EQ(d, V{2});
+    EXPECT_EQ(map.entries(), 2u);
+}
+
+// A covering write drops what it covers, but entries the caller keeps (a
+// failed writer whose readers must be skipped) stay until erased.
+TEST(RegionMap, KeptEntriesSurviveACoveringWriteUntilErased) {
+    RegionMap<int32_t> map(8);
+    auto all = [](int32_t) { return true; };
+    map.Insert(7, 0, 64, true, 1);
+    map.Insert(7, 0, 64, false, 2);
+    map.Insert(7, 0, 128, true, 3, [](int32_t t) { return t == 1; });
+    std::vector<int32_t> d;
+    map.Lookup(7, 0, 64, false, -1, all, d);
+    std::sort(d.begin(), d.end());
+    EXPECT_EQ(d, (V{1, 3}));  // 2 was dropped, 1 kept
+    map.Erase(7, 0, 64, 1);
+    d.clear();
+    map.Lookup(7, 0, 64, false, -1, all, d);
+    EXPECT_EQ(d, V{3});
+    map.Erase(7, 0, 128, 3);
+    EXPECT_EQ(map.entries(), 0u);
+}
+
+TEST(RegionMap, EraseFindsWideAndMultiGranuleEntries) {
+    RegionMap<int32_t> map(8);
+    map.Insert(0, 12345, 3 << 16, false, 1);  // four granules
+    map.Insert(0, 0, 1ull << 30, true, 2);    // wide
+    EXPECT_EQ(map.entries(), 5u);
+    map.Erase(0, 12345, 3 << 16, 1);
+    map.Erase(0, 0, 1ull << 30, 2);
+    EXPECT_EQ(map.entries(), 0u);
+}
+
+TEST(RegionMap, EmptyRangesTouchNothing) {
+    RegionMap<int32_t> map(8);
+    auto all = [](int32_t) { return true; };
+    map.Insert(0, 0, 100, true, 1);
+    map.Insert(0, 50, 0, true, 2);
+    EXPECT_EQ(map.entries(), 1u);
+    std::vector<int32_t> d;
+    map.Lookup(0, 50, 0, true, -1, all, d);
+    EXPECT_EQ(d, V{});
+    map.Lookup(0, 0, 100, false, -1, all, d);
+    EXPECT_EQ(d, V{1});
+}
+
+}  // namespace
+}  // namespace spyre::dependency
