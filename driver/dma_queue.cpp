@@ -166,15 +166,15 @@ public:
     }
 
 protected:
-    // Moves one chunk on engine `engine` (0 .. EngineCount()-1), in its thread.
+    // Moves one chunk on engine `engine` (0 .. engines started - 1), in its thread.
     virtual Moved Move(const Chunk& c, unsigned engine) = 0;
     // Whether a caller in Wait moves its own ticket's chunks (with memcpy).
     virtual bool CallerHelps() const noexcept = 0;
 
     // Derived constructors start the engines once they can Move; derived
     // destructors stop them before what Move uses goes away.
-    void StartEngines() {
-        for (unsigned i = 0; i < EngineCount(); ++i) workers_.emplace_back([this, i] { CopyLoop(i); });
+    void StartEngines(unsigned n) {
+        for (unsigned i = 0; i < n; ++i) workers_.emplace_back([this, i] { CopyLoop(i); });
     }
     void StopEngines() {
         {
@@ -347,7 +347,7 @@ public:
     IoUringBackend(Function& fn, const DmaOptions& options, std::string reason, Rings rings)
         : Backend(fn, options, std::move(reason)), rings_(std::move(rings)) {
         for (unsigned i = 0; i < rings_.size(); ++i) fixed_file_.push_back(io_uring_register_files(&rings_[i], &fd_, 1) == 0);
-        StartEngines();
+        StartEngines(rings_.size());
     }
     ~IoUringBackend() override { StopEngines(); }
     DmaBackend kind() const noexcept override { return DmaBackend::IoUring; }
@@ -401,7 +401,7 @@ class EnginesBackend final : public DmaQueue::Backend {
 public:
     EnginesBackend(Function& fn, const DmaOptions& options, std::string reason)
         : Backend(fn, options, std::move(reason)) {
-        StartEngines();
+        StartEngines(EngineCount());
     }
     ~EnginesBackend() override { StopEngines(); }
     DmaBackend kind() const noexcept override { return DmaBackend::Engines; }

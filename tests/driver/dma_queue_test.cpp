@@ -53,8 +53,9 @@ std::string Name(const ::testing::TestParamInfo<Param>& p) {
 }
 
 // Denies io_uring_setup (ENOSYS, as seccomp profiles of containers do) to
-// the calling thread and the threads it starts from now on.
-void DenyIoUringToThisThread() {
+// the calling thread and the threads it starts from now on. Returns 0, or
+// errno where this kernel or sandbox refuses the filter.
+int DenyIoUringToThisThread() {
     sock_filter filter[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
@@ -62,8 +63,9 @@ void DenyIoUringToThisThread() {
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
     sock_fprog prog{static_cast<unsigned short>(std::size(filter)), filter};
-    ASSERT_EQ(::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0) << std::strerror(errno);
-    ASSERT_EQ(::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog), 0) << std::strerror(errno);
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
+    if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) return errno;
+    return 0;
 }
 
 }  // namespace
@@ -440,9 +442,9 @@ TEST_F(MockDeviceTest, QueueFallsBackToTheEnginesWhereIoUringIsDenied) {
     Function fn = Function::Open(Pf());
     std::optional<DmaQueue> q;
     std::optional<Error> required_error;
+    int filter_error = 0;
     std::thread([&] {
-        DenyIoUringToThisThread();
-        if (HasFatalFailure()) return;
+        if ((filter_error = DenyIoUringToThisThread()) != 0) return;
         q.emplace(fn, DmaOptions{.backend = DmaBackend::IoUring, .inline_threshold = 0});
         try {
             DmaQueue strict(fn, {.backend = DmaBackend::IoUring, .require_io_uring = true});
@@ -450,6 +452,7 @@ TEST_F(MockDeviceTest, QueueFallsBackToTheEnginesWhereIoUringIsDenied) {
             required_error = e;
         }
     }).join();
+    if (filter_error) GTEST_SKIP() << "cannot install a seccomp filter here: " << std::strerror(filter_error);
     ASSERT_TRUE(q.has_value());
     EXPECT_EQ(q->backend(), DmaBackend::Engines);
     EXPECT_EQ(q->backend_reason(), "io_uring unavailable (io_uring_queue_init: Function not implemented)");
