@@ -441,11 +441,15 @@ TEST(DmaEnvironment, BadSpyreDmaValueIsRejected) {
 TEST_F(MockDeviceTest, QueueFallsBackToTheEnginesWhereIoUringIsDenied) {
     Function fn = Function::Open(Pf());
     std::optional<DmaQueue> q;
-    std::optional<Error> required_error;
+    std::optional<Error> fallback_error, required_error;
     int filter_error = 0;
     std::thread([&] {
         if ((filter_error = DenyIoUringToThisThread()) != 0) return;
-        q.emplace(fn, DmaOptions{.backend = DmaBackend::IoUring, .inline_threshold = 0});
+        try {
+            q.emplace(fn, DmaOptions{.backend = DmaBackend::IoUring, .inline_threshold = 0});
+        } catch (const Error& e) {
+            fallback_error = e;
+        }
         try {
             DmaQueue strict(fn, {.backend = DmaBackend::IoUring, .require_io_uring = true});
         } catch (const Error& e) {
@@ -453,6 +457,7 @@ TEST_F(MockDeviceTest, QueueFallsBackToTheEnginesWhereIoUringIsDenied) {
         }
     }).join();
     if (filter_error) GTEST_SKIP() << "cannot install a seccomp filter here: " << std::strerror(filter_error);
+    ASSERT_FALSE(fallback_error.has_value()) << "no fall back: " << fallback_error->what();
     ASSERT_TRUE(q.has_value());
     EXPECT_EQ(q->backend(), DmaBackend::Engines);
     EXPECT_EQ(q->backend_reason(), "io_uring unavailable (io_uring_queue_init: Function not implemented)");
