@@ -294,9 +294,9 @@ namespace {
 // One io_uring instance per copy engine, used only by that engine's thread.
 // tmpfs has no non-blocking read/write, so the kernel punts every request to
 // the io-wq workers of the submitting thread; a ring per engine thread gives
-// each engine its own io-wq, so chunks move in parallel instead of queueing
-// behind one thread's workers (io-wq serialises buffered writes per inode
-// within one io-wq).
+// each engine its own io-wq, so reads move in parallel instead of queueing
+// behind one thread's workers, which also run buffered writes to one inode
+// one at a time (tmpfs writes then still take the inode lock in turn).
 class Rings {
 public:
     // Sets up `n` rings, or says why it could not (errno from the kernel).
