@@ -2,7 +2,7 @@
 // DMAEngine (seed 000): asynchronous copies between host memory and device
 // allocations, by DeviceHandle. Every copy is checked against its allocation
 // (and so against the function's own memory) before anything is submitted;
-// the driver's DmaQueue moves the bytes (copy engines or io_uring).
+// the driver's DmaQueue moves the bytes (io_uring, or the fallback).
 #pragma once
 
 #include <chrono>
