@@ -1,16 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host<->device copy throughput through a real spyre-mockdev, each size
-// printed beside memcpy of the same size measured in the same run; small-copy
-// latency beside pwrite to a tmpfs file; allocator cost at 10^5 live blocks.
+// Host<->device copy throughput through a real spyre-mockdev on each DMA path
+// (io_uring only, copy engines only, the default), each size printed beside
+// memcpy of the same size measured in the same run; the kernel's own copy of
+// the device-memory object (pread/pwrite) beside it; small-copy latency beside
+// pwrite to a tmpfs file; allocator cost at 10^5 live blocks.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench_main.hpp"
@@ -21,7 +25,7 @@ using namespace spyre::driver;
 
 namespace {
 
-constexpr uint64_t kMaxBytes = 256ull << 20;
+constexpr uint64_t kMaxBytes = 64ull << 20;
 
 std::map<std::pair<std::string, int64_t>, double> g_baseline_bps;  // (name, size) -> bytes/s
 
@@ -35,19 +39,50 @@ Buffers& Host() {
     return buffers;
 }
 
+// The DMA paths compared. "io_uring" and "engines" take every copy, small
+// ones included, through their path (no fast path); "default" is a queue
+// with default options, as an app gets it.
+enum Path { kIoUring, kEngines, kDefault, kPaths };
+const char* const kPathNames[kPaths] = {"io_uring", "engines", "default"};
+
+DmaOptions PathOptions(Path path) {
+    switch (path) {
+    case kIoUring: return {.backend = DmaBackend::IoUring, .require_io_uring = true, .inline_threshold = 0};
+    case kEngines: return {.backend = DmaBackend::Engines, .inline_threshold = 0};
+    default: return {};
+    }
+}
+
 struct Device {
     MockDaemon daemon = MockDaemon::Start({.cards = 1, .vfs = 0, .mem = "2G"});
     Function fn = Function::Open(DeviceRoot(daemon.mount()).Find("0"));
     SpyreAllocator alloc{fn, {.mode = AllocatorMode::PF, .pf_pool_limit = 1ull << 30}};
-    DmaQueue queue{fn};
-    DMAEngine dma{alloc, queue};
+    std::optional<DmaQueue> queues[kPaths];
+    std::optional<DMAEngine> dma[kPaths];
     DeviceAllocation block = alloc.Allocate(kMaxBytes);
-    Device() { dma.Wait(dma.CopyToDevice(Host().a.data(), block.handle, kMaxBytes)); }  // device pages exist
+    Device() {
+        for (int p = 0; p < kPaths; ++p) {
+            queues[p].emplace(fn, PathOptions(Path(p)));
+            dma[p].emplace(alloc, *queues[p]);
+        }
+        dma[kDefault]->Wait(dma[kDefault]->CopyToDevice(Host().a.data(), block.handle, kMaxBytes));  // device pages exist
+    }
 };
 std::optional<Device> g_device;
 Device& Dev() {
     if (!g_device) g_device.emplace();
     return *g_device;
+}
+
+// The device-memory object itself, opened as the driver's io_uring path
+// opens it: what the kernel's copy of it costs without io_uring.
+int DeviceMemoryFd() {
+    static int fd = [] {
+        spyre_region_info ri = Dev().fn.RegionInfo(SPYRE_REGION_DEVMEM);
+        ri.shm_name[sizeof ri.shm_name - 1] = '\0';
+        return ::shm_open(ri.shm_name, O_RDWR | O_CLOEXEC, 0);
+    }();
+    return fd;
 }
 
 double Elapsed(std::chrono::steady_clock::time_point t0) {
@@ -94,22 +129,62 @@ void BM_MemcpyAliased(benchmark::State& state) {
     state.SetBytesProcessed(int64_t(n) * int64_t(state.iterations()));
 }
 
-void BM_HostToDevice(benchmark::State& state) {
-    Device& d = Dev();
+// Each iteration times one copy, then one memcpy of the same size between
+// host buffers: x_memcpy_interleaved compares the two over the same moments,
+// so a machine whose load changes during the run moves both alike.
+template <typename Copy>
+void Interleaved(benchmark::State& state, Copy copy) {
+    using clock = std::chrono::steady_clock;
     const size_t n = size_t(state.range(0));
-    const auto t0 = std::chrono::steady_clock::now();
-    for (auto _ : state) d.dma.Wait(d.dma.CopyToDevice(Host().a.data(), d.block.handle, n));
-    SetRatio(state, "memcpy", Elapsed(t0));
+    double copy_secs = 0, memcpy_secs = 0;
+    for (auto _ : state) {
+        const auto t0 = clock::now();
+        copy();
+        const auto t1 = clock::now();
+        std::memcpy(Host().b.data(), Host().a.data(), n);
+        benchmark::ClobberMemory();
+        const auto t2 = clock::now();
+        const double secs = std::chrono::duration<double>(t1 - t0).count();
+        state.SetIterationTime(secs);
+        copy_secs += secs;
+        memcpy_secs += std::chrono::duration<double>(t2 - t1).count();
+    }
+    state.counters["x_memcpy_interleaved"] = memcpy_secs / copy_secs;
+    state.counters["memcpy_GBps"] = double(n) * double(state.iterations()) / memcpy_secs / 1e9;
     state.SetBytesProcessed(int64_t(n) * int64_t(state.iterations()));
 }
 
-void BM_DeviceToHost(benchmark::State& state) {
+void BM_HostToDevice(benchmark::State& state, Path path) {
     Device& d = Dev();
     const size_t n = size_t(state.range(0));
-    const auto t0 = std::chrono::steady_clock::now();
-    for (auto _ : state) d.dma.Wait(d.dma.CopyFromDevice(Host().b.data(), d.block.handle, n));
-    SetRatio(state, "memcpy", Elapsed(t0));
-    state.SetBytesProcessed(int64_t(n) * int64_t(state.iterations()));
+    Interleaved(state, [&] { d.dma[path]->Wait(d.dma[path]->CopyToDevice(Host().a.data(), d.block.handle, n)); });
+    state.SetLabel(ToString(d.queues[path]->backend()));
+}
+
+void BM_DeviceToHost(benchmark::State& state, Path path) {
+    Device& d = Dev();
+    const size_t n = size_t(state.range(0));
+    Interleaved(state, [&] { d.dma[path]->Wait(d.dma[path]->CopyFromDevice(Host().b.data(), d.block.handle, n)); });
+    state.SetLabel(ToString(d.queues[path]->backend()));
+}
+
+// pwrite/pread of the device-memory object in 4 MiB pieces on one thread:
+// the kernel's copy that every io_uring request runs, without io_uring.
+void BM_KernelCopy(benchmark::State& state, bool to_device) {
+    const int fd = DeviceMemoryFd();
+    if (fd < 0) return state.SkipWithError("cannot open the device memory object");
+    const uint64_t base = Dev().fn.RegionInfo(SPYRE_REGION_DEVMEM).shm_offset +
+                          Dev().alloc.DeviceAddress(Dev().block.handle, kMaxBytes);
+    const size_t n = size_t(state.range(0));
+    Interleaved(state, [&] {
+        for (size_t done = 0; done < n;) {
+            const size_t piece = std::min<size_t>(n - done, 4u << 20);
+            const ssize_t r = to_device ? ::pwrite(fd, Host().a.data() + done, piece, off_t(base + done))
+                                        : ::pread(fd, Host().b.data() + done, piece, off_t(base + done));
+            if (r <= 0) return state.SkipWithError("pread/pwrite of the device memory object failed");
+            done += size_t(r);
+        }
+    });
 }
 
 // Small copies: one 4 KiB write, as pwrite(2) to a tmpfs file and as DMA.
@@ -128,7 +203,7 @@ void BM_SmallCopyLatency(benchmark::State& state) {
     Device& d = Dev();
     const size_t n = size_t(state.range(0));
     const auto t0 = std::chrono::steady_clock::now();
-    for (auto _ : state) d.dma.Wait(d.dma.CopyToDevice(Host().a.data(), d.block.handle, n));
+    for (auto _ : state) d.dma[kDefault]->Wait(d.dma[kDefault]->CopyToDevice(Host().a.data(), d.block.handle, n));
     SetRatio(state, "pwrite", Elapsed(t0));
 }
 
@@ -162,8 +237,18 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark("baseline/memcpy", BM_Memcpy)->Apply(Sizes)->UseRealTime();
     benchmark::RegisterBenchmark("baseline/memcpy_to_16_past_a_page", BM_MemcpyAliased)
         ->Arg(4 << 10)->Arg(64 << 10)->Arg(256 << 10)->UseRealTime();
-    benchmark::RegisterBenchmark("dma/host_to_device", BM_HostToDevice)->Apply(Sizes)->UseRealTime();
-    benchmark::RegisterBenchmark("dma/device_to_host", BM_DeviceToHost)->Apply(Sizes)->UseRealTime();
+    for (const bool to_device : {true, false}) {
+        const std::string dir = to_device ? "host_to_device" : "device_to_host";
+        for (int p = 0; p < kPaths; ++p) {
+            auto run = to_device ? BM_HostToDevice : BM_DeviceToHost;
+            benchmark::RegisterBenchmark(("dma/" + dir + "/" + kPathNames[p]).c_str(),
+                                         [run, p](benchmark::State& s) { run(s, Path(p)); })
+                ->Apply(Sizes)->UseManualTime();
+        }
+        benchmark::RegisterBenchmark(to_device ? "kernel_copy/pwrite_device_memory" : "kernel_copy/pread_device_memory",
+                                     [to_device](benchmark::State& s) { BM_KernelCopy(s, to_device); })
+            ->Arg(16 << 20)->Arg(64 << 20)->UseManualTime();
+    }
     benchmark::RegisterBenchmark("baseline/pwrite_tmpfs", BM_PwriteLatency)->Arg(64)->Arg(4096)->UseRealTime();
     benchmark::RegisterBenchmark("dma/small_host_to_device", BM_SmallCopyLatency)->Arg(64)->Arg(4096)->UseRealTime();
     benchmark::RegisterBenchmark("allocator/alloc_free_at_100k_live", BM_AllocFreeAt100kLive)->UseRealTime();

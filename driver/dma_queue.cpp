@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,7 +24,7 @@ using namespace std::chrono;
 namespace spyre::driver {
 
 const char* ToString(DmaBackend backend) noexcept {
-    return backend == DmaBackend::IoUring ? "io_uring" : "fallback (memcpy worker)";
+    return backend == DmaBackend::IoUring ? "io_uring" : "copy engines (memcpy)";
 }
 
 namespace {
@@ -37,12 +38,21 @@ struct Chunk {
     uint64_t offset;  // in the shared-memory object
     uint64_t size;
     uint64_t ticket;
-    uint64_t moved = 0;  // bytes done before a short transfer was resubmitted
 };
+
+// What moving a chunk achieved: bytes moved, and errno if it stopped short.
+struct Moved {
+    uint64_t bytes;
+    int error;
+};
+
+unsigned EngineCount() { return std::max(2u, std::thread::hardware_concurrency()); }
 
 }  // namespace
 
-// What both backends share: the device memory, its mapping, and tickets.
+// What both backends share: the device memory, its mapping, tickets, and the
+// copy engines (one thread per core) that take chunks from a queue. A
+// backend says how an engine moves a chunk (Move).
 class DmaQueue::Backend {
 public:
     Backend(Function& fn, const DmaOptions& options, std::string reason)
@@ -50,26 +60,26 @@ public:
         mapping_ = fn.MapRegion(SPYRE_REGION_DEVMEM);
         const RegionFile file = fn.OpenRegionFile(SPYRE_REGION_DEVMEM);  // the backend's: shm object or device fd
         fd_ = file.fd;
-        shm_offset_ = file.offset;
-        const unsigned n = std::max(2u, std::thread::hardware_concurrency());
-        for (unsigned i = 0; i < n; ++i) workers_.emplace_back([this] { CopyLoop(); });
+        file_offset_ = file.offset;
     }
     virtual ~Backend() {
-        {
-            std::lock_guard lock(work_mutex_);
-            stopping_ = true;
-        }
-        work_cv_.notify_all();
-        for (auto& w : workers_) w.join();
+        StopEngines();
         if (fd_ >= 0) ::close(fd_);
     }
     virtual DmaBackend kind() const noexcept = 0;
-    virtual void Submit(const std::vector<Chunk>& chunks) = 0;
+
+    void Submit(const std::vector<Chunk>& chunks) {
+        {
+            std::lock_guard lock(work_mutex_);
+            work_.insert(work_.end(), chunks.begin(), chunks.end());
+        }
+        work_cv_.notify_all();
+    }
 
     const std::string& reason() const noexcept { return reason_; }
     uint64_t size() const noexcept { return mapping_.size(); }
     uint8_t* memory() const noexcept { return mapping_.data(); }
-    uint64_t shm_offset() const noexcept { return shm_offset_; }
+    uint64_t file_offset() const noexcept { return file_offset_; }
     const DmaOptions& options() const noexcept { return options_; }
     const std::string& device() const noexcept { return fn_.pci_address(); }
     const Function& function() const noexcept { return fn_; }
@@ -138,7 +148,7 @@ public:
             std::lock_guard lock(mutex_);
             Find(t);  // an unknown ticket fails before any work is taken
         }
-        HelpWith(t);
+        if (CallerHelps()) HelpWith(t);
         std::unique_lock lock(mutex_);
         auto it = Find(t);
         if (!cv_.wait_for(lock, timeout, [&] { return it->second.parts_left == 0; }))
@@ -156,20 +166,45 @@ public:
     }
 
 protected:
-    // Copy engines: threads that copy chunks through the mapping, in parallel.
-    void CopyOnWorkers(const std::vector<Chunk>& chunks) {
+    // Moves one chunk on engine `engine` (0 .. engines started - 1), in its thread.
+    virtual Moved Move(const Chunk& c, unsigned engine) = 0;
+    // Whether a caller in Wait moves its own ticket's chunks (with memcpy).
+    virtual bool CallerHelps() const noexcept = 0;
+
+    // Derived constructors start the engines once they can Move; derived
+    // destructors stop them before what Move uses goes away.
+    void StartEngines(unsigned n) {
+        for (unsigned i = 0; i < n; ++i) workers_.emplace_back([this, i] { CopyLoop(i); });
+    }
+    void StopEngines() {
         {
             std::lock_guard lock(work_mutex_);
-            work_.insert(work_.end(), chunks.begin(), chunks.end());
+            stopping_ = true;
         }
         work_cv_.notify_all();
+        for (auto& w : workers_) w.join();
+        workers_.clear();
+    }
+    // Called first in each engine's thread.
+    virtual void EngineStarted(unsigned /*engine*/) {}
+
+    Moved MoveWithMemcpy(const Chunk& c) const {
+        uint8_t* dev = memory() + (c.offset - file_offset());
+        if (c.to_device)
+            CopyMemory(dev, c.host, c.size);  // chunks of one copy never overlap
+        else
+            CopyMemory(c.host, dev, c.size);
+        return {c.size, 0};
     }
 
     Function& fn_;
     int fd_ = -1;
 
 private:
-    void CopyLoop() {
+    // The one place that knows how the driver reaches the object behind
+    // DEVMEM: a file descriptor for the io_uring path.
+    void CopyLoop(unsigned engine) {
+        EngineStarted(engine);
         for (;;) {
             std::unique_lock lock(work_mutex_);
             work_cv_.wait(lock, [&] { return stopping_ || !work_.empty(); });
@@ -177,17 +212,9 @@ private:
             const Chunk c = work_.front();
             work_.pop_front();
             lock.unlock();
-            Copy(c);
+            const Moved m = Move(c, engine);
+            ChunkDone(c.ticket, m.bytes, m.error);
         }
-    }
-
-    void Copy(const Chunk& c) {
-        uint8_t* dev = memory() + (c.offset - shm_offset());
-        if (c.to_device)
-            CopyMemory(dev, c.host, c.size);  // chunks of one copy never overlap
-        else
-            CopyMemory(c.host, dev, c.size);
-        ChunkDone(c.ticket, c.size, 0);
     }
 
     // A waiting caller copies its own ticket's chunks that no engine has
@@ -202,7 +229,8 @@ private:
             const Chunk c = *it;
             work_.erase(it);
             lock.unlock();
-            Copy(c);
+            const Moved m = MoveWithMemcpy(c);
+            ChunkDone(c.ticket, m.bytes, m.error);
         }
     }
 
@@ -239,7 +267,7 @@ private:
     const DmaOptions options_;
     const std::string reason_;
     MappedRegion mapping_;
-    uint64_t shm_offset_ = 0;
+    uint64_t file_offset_ = 0;
     std::mutex mutex_;
     std::condition_variable cv_;
     std::unordered_map<Ticket, State> tickets_;
@@ -255,168 +283,145 @@ private:
 
 namespace {
 
-// Chunks become read/write requests on io_uring against the device-memory
-// object, registered as a fixed file. One completion thread sleeps in the
-// kernel for completions, and it alone submits the requests: the kernel
-// cancels a thread's io_uring requests when that thread exits, so a copy
-// started by a short-lived caller thread must not belong to it. Callers queue
-// chunks and wake the completion thread with a NOP (completed inline, so it
-// does not matter if they exit).
-class IoUringBackend final : public DmaQueue::Backend {
+// One io_uring instance per copy engine, used only by that engine's thread.
+// tmpfs has no non-blocking read/write, so the kernel punts every request to
+// the io-wq workers of the submitting thread; a ring per engine thread gives
+// each engine its own io-wq, so reads move in parallel instead of queueing
+// behind one thread's workers, which also run buffered writes to one inode
+// one at a time (tmpfs writes then still take the inode lock in turn).
+class Rings {
 public:
-    IoUringBackend(Function& fn, const DmaOptions& options, io_uring* ring)
-        : Backend(fn, options, "io_uring"), ring_(*ring), slots_(options.queue_depth) {
-        if (io_uring_register_files(&ring_, &fd_, 1) != 0) fixed_file_ = false;
-        reaper_ = std::thread([this] { Reap(); });
-    }
-    ~IoUringBackend() override {
-        {
-            std::unique_lock lock(submit_mutex_);
-            idle_cv_.wait(lock, [&] { return in_flight_ == 0 && pending_.empty(); });
-            io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-            io_uring_prep_nop(sqe);
-            io_uring_sqe_set_data(sqe, nullptr);  // the reaper's signal to stop
-            io_uring_submit(&ring_);
+    // Sets up `n` rings, or says why it could not (errno from the kernel).
+    static std::optional<Rings> Make(unsigned n, unsigned entries, std::string& why, int& error) {
+        Rings rings;
+        for (unsigned i = 0; i < n; ++i) {
+            // The engine thread that submits is not the one creating the ring:
+            // created disabled, it becomes the single issuer when it enables it.
+            io_uring_params p{};
+            p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED;
+            auto ring = std::make_unique<io_uring>();
+            int rc = io_uring_queue_init_params(entries, ring.get(), &p);
+            if (rc == -EINVAL) {  // kernels before 6.1 lack these flags
+                p = {};
+                rc = io_uring_queue_init_params(entries, ring.get(), &p);
+            }
+            if (rc != 0) {
+                why = std::string("io_uring_queue_init: ") + std::strerror(-rc);
+                error = -rc;
+                return std::nullopt;
+            }
+            rings.disabled_.push_back(p.flags & IORING_SETUP_R_DISABLED);
+            rings.rings_.push_back(std::move(ring));
         }
-        reaper_.join();
-        io_uring_queue_exit(&ring_);
+        return rings;
     }
-    DmaBackend kind() const noexcept override { return DmaBackend::IoUring; }
-
-    // Chunks towards the device go to the copy engines: buffered writes to
-    // one file are serialised by io-wq (hashed per inode) and the shmem write
-    // path is slow (measured 0.4x memcpy). Reads from the device object go to
-    // the copy engines too unless uring_read_every asks for io_uring reads
-    // (forced async, on the kernel's io-wq workers): on 2 cores the io-wq
-    // threads only compete with the engines (measured 0.45-0.9x memcpy mixed,
-    // 0.63-0.74x all io_uring, 0.8-1.2x engines only). docs/dma.md.
-    void Submit(const std::vector<Chunk>& chunks) override {
-        if (!chunks.empty() && chunks.front().to_device) return CopyOnWorkers(chunks);
-        const unsigned every = options().uring_read_every;
-        if (every == 0) return CopyOnWorkers(chunks);
-        std::vector<Chunk> theirs;
-        std::lock_guard lock(submit_mutex_);
-        for (size_t i = 0; i < chunks.size(); ++i) {
-            if (i % every)
-                theirs.push_back(chunks[i]);
-            else
-                pending_.push_back(new Chunk(chunks[i]));
-        }
-        if (!wake_sent_ && !pending_.empty()) {
-            io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-            io_uring_prep_nop(sqe);
-            io_uring_sqe_set_data(sqe, &wake_tag_);
-            io_uring_submit(&ring_);
-            wake_sent_ = true;
-        }
-        CopyOnWorkers(theirs);
+    Rings() = default;
+    Rings(Rings&&) = default;
+    ~Rings() {
+        for (auto& r : rings_)
+            if (r) io_uring_queue_exit(r.get());
     }
+    io_uring& operator[](unsigned i) { return *rings_[i]; }
+    bool disabled(unsigned i) const { return disabled_[i]; }
+    unsigned size() const { return unsigned(rings_.size()); }
 
 private:
-    // With submit_mutex_ held.
-    void Queue(Chunk* c) {
-        io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-        const int fd = fixed_file_ ? 0 : fd_;
-        if (c->to_device)
-            io_uring_prep_write(sqe, fd, c->host, unsigned(c->size), c->offset);
-        else
-            io_uring_prep_read(sqe, fd, c->host, unsigned(c->size), c->offset);
-        sqe->flags |= IOSQE_ASYNC;  // straight to io-wq: parallel, not inline in io_uring_submit
-        if (fixed_file_) sqe->flags |= IOSQE_FIXED_FILE;
-        io_uring_sqe_set_data(sqe, c);
-        ++in_flight_;
-    }
-
-    // With submit_mutex_ held, on the reaper: queued chunks go out while the
-    // in-flight bound allows (io-wq gains nothing past its workers).
-    void IssuePending() {
-        bool issued = false;
-        while (!pending_.empty() && in_flight_ < slots_) {
-            Queue(pending_.front());
-            pending_.pop_front();
-            issued = true;
-        }
-        if (issued) io_uring_submit(&ring_);
-    }
-
-    void Reap() {
-        for (;;) {
-            io_uring_cqe* cqe = nullptr;
-            if (io_uring_wait_cqe(&ring_, &cqe) != 0) continue;  // EINTR
-            void* data = io_uring_cqe_get_data(cqe);
-            const int res = cqe->res;
-            io_uring_cqe_seen(&ring_, cqe);
-            if (!data) return;  // the destructor's NOP
-            std::unique_lock lock(submit_mutex_);
-            if (data == &wake_tag_) {
-                wake_sent_ = false;
-                IssuePending();
-                continue;
-            }
-            auto* c = static_cast<Chunk*>(data);
-            --in_flight_;
-            if (res > 0 && uint64_t(res) < c->size) {
-                // Short transfer: the rest goes out again, in order.
-                ChunkProgress(*c, uint64_t(res));
-                Queue(c);
-                io_uring_submit(&ring_);
-                continue;
-            }
-            IssuePending();
-            if (in_flight_ == 0 && pending_.empty()) idle_cv_.notify_all();
-            lock.unlock();
-            ChunkDone(c->ticket, res > 0 ? c->moved + uint64_t(res) : c->moved, res < 0 ? -res : (res == 0 ? EIO : 0));
-            delete c;
-        }
-    }
-
-    static void ChunkProgress(Chunk& c, uint64_t n) {
-        c.host += n;
-        c.offset += n;
-        c.size -= n;
-        c.moved += n;
-    }
-
-    io_uring ring_;
-    bool fixed_file_ = true;
-    std::mutex submit_mutex_;
-    std::condition_variable idle_cv_;  // nothing in flight or queued
-    const unsigned slots_;
-    unsigned in_flight_ = 0;
-    std::deque<Chunk*> pending_;  // chunks waiting for the reaper to submit them
-    bool wake_sent_ = false;      // a wake NOP is on its way to the reaper
-    char wake_tag_ = 0;           // user_data of wake NOPs
-    std::thread reaper_;
+    std::vector<std::unique_ptr<io_uring>> rings_;
+    std::vector<bool> disabled_;
 };
 
-
-// Every chunk goes to the copy engines: for hosts without io_uring.
-class FallbackBackend final : public DmaQueue::Backend {
+// Every chunk is an io_uring read or write against the device-memory object
+// (a registered file), submitted by a copy engine on its own ring; the engine
+// waits for its completion, so a request never outlives its thread. Callers do
+// not help in Wait: every byte moves through io_uring.
+class IoUringBackend final : public DmaQueue::Backend {
 public:
-    FallbackBackend(Function& fn, const DmaOptions& options, std::string reason)
-        : Backend(fn, options, std::move(reason)) {}
-    DmaBackend kind() const noexcept override { return DmaBackend::Fallback; }
-    void Submit(const std::vector<Chunk>& chunks) override { CopyOnWorkers(chunks); }
+    IoUringBackend(Function& fn, const DmaOptions& options, std::string reason, Rings rings)
+        : Backend(fn, options, std::move(reason)), rings_(std::move(rings)) {
+        for (unsigned i = 0; i < rings_.size(); ++i) fixed_file_.push_back(io_uring_register_files(&rings_[i], &fd_, 1) == 0);
+        StartEngines(rings_.size());
+    }
+    ~IoUringBackend() override { StopEngines(); }
+    DmaBackend kind() const noexcept override { return DmaBackend::IoUring; }
+
+private:
+    bool CallerHelps() const noexcept override { return false; }
+    void EngineStarted(unsigned engine) override {
+        // liburing 2.3 (Debian 12) declares io_uring_enable_rings but does not export it.
+        if (rings_.disabled(engine) && ::syscall(__NR_io_uring_register, rings_[engine].ring_fd,
+                                                 IORING_REGISTER_ENABLE_RINGS, nullptr, 0) != 0)
+            enable_error_[engine] = errno;
+    }
+
+    // One request at a time; a short transfer goes out again for the rest.
+    Moved Move(const Chunk& c, unsigned engine) override {
+        if (enable_error_[engine]) return {0, enable_error_[engine]};
+        io_uring& ring = rings_[engine];
+        const bool fixed = fixed_file_[engine];
+        uint64_t done = 0;
+        while (done < c.size) {
+            io_uring_sqe* sqe = io_uring_get_sqe(&ring);  // the ring is empty between requests
+            const unsigned n = unsigned(std::min<uint64_t>(c.size - done, 1u << 30));
+            if (c.to_device)
+                io_uring_prep_write(sqe, fixed ? 0 : fd_, c.host + done, n, c.offset + done);
+            else
+                io_uring_prep_read(sqe, fixed ? 0 : fd_, c.host + done, n, c.offset + done);
+            if (fixed) sqe->flags |= IOSQE_FIXED_FILE;
+            int rc = io_uring_submit(&ring);
+            if (rc < 0) return {done, -rc};
+            io_uring_cqe* cqe = nullptr;
+            do rc = io_uring_wait_cqe(&ring, &cqe);
+            while (rc == -EINTR);
+            if (rc < 0) return {done, -rc};
+            const int res = cqe->res;
+            io_uring_cqe_seen(&ring, cqe);
+            if (res < 0) return {done, -res};
+            if (res == 0) return {done, EIO};  // past the end of the object
+            done += uint64_t(res);
+        }
+        return {done, 0};
+    }
+
+    Rings rings_;
+    std::vector<bool> fixed_file_;
+    std::vector<int> enable_error_ = std::vector<int>(rings_.size(), 0);
+};
+
+// Every chunk is a memcpy through the mapping by a copy engine, and a caller
+// in Wait copies its own chunks that no engine has started.
+class EnginesBackend final : public DmaQueue::Backend {
+public:
+    EnginesBackend(Function& fn, const DmaOptions& options, std::string reason)
+        : Backend(fn, options, std::move(reason)) {
+        StartEngines(EngineCount());
+    }
+    ~EnginesBackend() override { StopEngines(); }
+    DmaBackend kind() const noexcept override { return DmaBackend::Engines; }
+
+private:
+    bool CallerHelps() const noexcept override { return true; }
+    Moved Move(const Chunk& c, unsigned) override { return MoveWithMemcpy(c); }
 };
 
 std::unique_ptr<DmaQueue::Backend> MakeBackend(Function& fn, const DmaOptions& options) {
-    std::optional<DmaBackend> want = options.backend;
-    std::string why;
+    DmaBackend want = options.backend.value_or(kDefaultDmaBackend);
+    std::string why = options.backend ? "requested" : "default";
     if (const char* env = std::getenv("SPYRE_DMA"); env && *env) {
         const std::string v = env;
-        if (v != "io_uring" && v != "fallback")
-            throw Error(ErrorKind::InvalidArgument, "SPYRE_DMA=" + v + " is not io_uring or fallback");
-        want = v == "io_uring" ? DmaBackend::IoUring : DmaBackend::Fallback;
+        if (v != "io_uring" && v != "engines" && v != "fallback")
+            throw Error(ErrorKind::InvalidArgument, "SPYRE_DMA=" + v + " is not io_uring, engines or fallback");
+        want = v == "io_uring" ? DmaBackend::IoUring : DmaBackend::Engines;
         why = "SPYRE_DMA=" + v;
     }
-    if (want == DmaBackend::Fallback) return std::make_unique<FallbackBackend>(fn, options, why.empty() ? "requested" : why);
-    io_uring ring;
-    const int rc = io_uring_queue_init(options.queue_depth * 2, &ring, 0);
-    if (rc == 0) return std::make_unique<IoUringBackend>(fn, options, &ring);
-    if (want == DmaBackend::IoUring)
-        throw Error(ErrorKind::Unsupported, std::string("io_uring is unavailable: ") + std::strerror(-rc),
-                    {.device = fn.pci_address(), .sys_errno = -rc});
-    return std::make_unique<FallbackBackend>(fn, options, std::string("io_uring_queue_init: ") + std::strerror(-rc));
+    if (want == DmaBackend::Engines) return std::make_unique<EnginesBackend>(fn, options, why);
+    std::string failure;
+    int error = 0;
+    if (auto rings = Rings::Make(EngineCount(), options.queue_depth, failure, error))
+        return std::make_unique<IoUringBackend>(fn, options, why, std::move(*rings));
+    if (options.require_io_uring)
+        throw Error(ErrorKind::Unsupported, "io_uring is unavailable: " + failure,
+                    {.device = fn.pci_address(), .sys_errno = error});
+    return std::make_unique<EnginesBackend>(fn, options, "io_uring unavailable (" + failure + ")");
 }
 
 }  // namespace
@@ -470,7 +475,7 @@ DmaQueue::Ticket DmaQueue::HostToDevice(const void* host, uint64_t device_addr, 
     }
     b.function().CheckAlive();
     const Ticket t = b.NewTicket(Parts(b, size), Direction::ToDevice);
-    b.Submit(Split(b, true, static_cast<uint8_t*>(const_cast<void*>(host)), b.shm_offset() + device_addr, size, t));
+    b.Submit(Split(b, true, static_cast<uint8_t*>(const_cast<void*>(host)), b.file_offset() + device_addr, size, t));
     return t;
 }
 
@@ -485,7 +490,7 @@ DmaQueue::Ticket DmaQueue::DeviceToHost(void* host, uint64_t device_addr, uint64
     }
     b.function().CheckAlive();
     const Ticket t = b.NewTicket(Parts(b, size), Direction::FromDevice);
-    b.Submit(Split(b, false, static_cast<uint8_t*>(host), b.shm_offset() + device_addr, size, t));
+    b.Submit(Split(b, false, static_cast<uint8_t*>(host), b.file_offset() + device_addr, size, t));
     return t;
 }
 
@@ -507,7 +512,7 @@ DmaQueue::Ticket DmaQueue::DeviceToDevice(uint64_t src_addr, uint64_t dst_addr, 
     b.function().CheckAlive();
     // The source is the mapping itself: a write from it into the object.
     const Ticket t = b.NewTicket(Parts(b, size), Direction::DeviceToDevice);
-    b.Submit(Split(b, true, b.memory() + src_addr, b.shm_offset() + dst_addr, size, t));
+    b.Submit(Split(b, true, b.memory() + src_addr, b.file_offset() + dst_addr, size, t));
     return t;
 }
 

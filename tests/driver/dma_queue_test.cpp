@@ -1,7 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // DMA through a real device: byte-exact round trips of many sizes and offsets
-// in PF and VF mode, with io_uring and with the fallback; concurrency; bounds;
-// VF isolation.
+// in PF and VF mode, on io_uring and on the copy engines; concurrency; bounds;
+// VF isolation; the fall back to the engines where io_uring is denied.
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+
 #include <condition_variable>
 #include <csignal>
 #include <cstring>
@@ -36,13 +43,29 @@ std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
 struct Param {
     AllocatorMode mode;
     DmaBackend backend;
-    unsigned uring_read_every = 0;  // DmaOptions::uring_read_every: io_uring reads too
+    bool no_fast_path = false;  // DmaOptions::inline_threshold 0: every byte through the backend
 };
 
 std::string Name(const ::testing::TestParamInfo<Param>& p) {
     return std::string(p.param.mode == AllocatorMode::PF ? "PF" : "VF") + "_" +
-           (p.param.backend == DmaBackend::IoUring ? "io_uring" : "fallback") +
-           (p.param.uring_read_every ? "_reads_every_" + std::to_string(p.param.uring_read_every) : "");
+           (p.param.backend == DmaBackend::IoUring ? "io_uring" : "engines") +
+           (p.param.no_fast_path ? "_no_fast_path" : "");
+}
+
+// Denies io_uring_setup (ENOSYS, as seccomp profiles of containers do) to
+// the calling thread and the threads it starts from now on. Returns 0, or
+// errno where this kernel or sandbox refuses the filter.
+int DenyIoUringToThisThread() {
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog prog{static_cast<unsigned short>(std::size(filter)), filter};
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
+    if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) return errno;
+    return 0;
 }
 
 }  // namespace
@@ -60,7 +83,9 @@ protected:
                                  : AllocatorOptions{.mode = AllocatorMode::VF, .vf_regions = 2,
                                                     .vf_region_sizes = {512 * kMiB}});
         try {
-            queue_.emplace(*fn_, DmaOptions{.backend = GetParam().backend, .uring_read_every = GetParam().uring_read_every});
+            DmaOptions options{.backend = GetParam().backend, .require_io_uring = true};
+            if (GetParam().no_fast_path) options.inline_threshold = 0;
+            queue_.emplace(*fn_, options);
         } catch (const Error& e) {
             if (e.kind() == ErrorKind::Unsupported) GTEST_SKIP() << e.what();
             throw;
@@ -258,11 +283,12 @@ TEST_P(DmaTest, CopiesFailWithDeviceLostOnceTheDaemonIsKilled) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, DmaTest,
                          ::testing::Values(Param{AllocatorMode::PF, DmaBackend::IoUring},
-                                           Param{AllocatorMode::PF, DmaBackend::IoUring, 1},
-                                           Param{AllocatorMode::PF, DmaBackend::Fallback},
+                                           Param{AllocatorMode::PF, DmaBackend::IoUring, true},
+                                           Param{AllocatorMode::PF, DmaBackend::Engines},
+                                           Param{AllocatorMode::PF, DmaBackend::Engines, true},
                                            Param{AllocatorMode::VF, DmaBackend::IoUring},
-                                           Param{AllocatorMode::VF, DmaBackend::IoUring, 2},
-                                           Param{AllocatorMode::VF, DmaBackend::Fallback}),
+                                           Param{AllocatorMode::VF, DmaBackend::IoUring, true},
+                                           Param{AllocatorMode::VF, DmaBackend::Engines}),
                          Name);
 
 // VF A cannot reach VF B: its queue only covers its own memory, and B's
@@ -309,7 +335,8 @@ TEST_P(DmaHookTest, CompletionHookFiresOncePerCopyAfterItIsVisible) {
     int calls = 0;
     std::optional<DmaQueue> q;
     try {
-        q.emplace(fn, DmaOptions{.backend = GetParam(), .chunk_bytes = 256 * 1024, .inline_threshold = 64 * 1024,
+        q.emplace(fn, DmaOptions{.backend = GetParam(), .require_io_uring = true, .chunk_bytes = 256 * 1024,
+                                 .inline_threshold = 64 * 1024,
                                  .on_complete = [&] {
                                      {
                                          std::lock_guard lock(m);
@@ -385,8 +412,8 @@ TEST_P(DmaHookTest, CompletionHookFiresOncePerCopyAfterItIsVisible) {
     EXPECT_EQ(hooks(), total);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, DmaHookTest, ::testing::Values(DmaBackend::IoUring, DmaBackend::Fallback),
-                         [](const auto& info) { return std::string(info.param == DmaBackend::IoUring ? "io_uring" : "fallback"); });
+INSTANTIATE_TEST_SUITE_P(Backends, DmaHookTest, ::testing::Values(DmaBackend::IoUring, DmaBackend::Engines),
+                         [](const auto& info) { return std::string(info.param == DmaBackend::IoUring ? "io_uring" : "engines"); });
 
 TEST(DmaEnvironment, BadSpyreDmaValueIsRejected) {
     SPYRE_REQUIRE_FUSE();
@@ -395,10 +422,80 @@ TEST(DmaEnvironment, BadSpyreDmaValueIsRejected) {
     ::setenv("SPYRE_DMA", "dma-engine-9000", 1);
     EXPECT_SPYRE_ERROR(DmaQueue{fn}, InvalidArgument, "SPYRE_DMA=dma-engine-9000");
     ::setenv("SPYRE_DMA", "fallback", 1);
-    DmaQueue q(fn);
-    EXPECT_EQ(q.backend(), DmaBackend::Fallback);
-    EXPECT_EQ(q.backend_reason(), "SPYRE_DMA=fallback");
+    {
+        DmaQueue q(fn, {.backend = DmaBackend::IoUring});
+        EXPECT_EQ(q.backend(), DmaBackend::Engines);
+        EXPECT_EQ(q.backend_reason(), "SPYRE_DMA=fallback");
+    }
+    ::setenv("SPYRE_DMA", "engines", 1);
+    EXPECT_EQ(DmaQueue(fn).backend_reason(), "SPYRE_DMA=engines");
     ::unsetenv("SPYRE_DMA");
+    DmaQueue by_default(fn);
+    EXPECT_EQ(by_default.backend(), kDefaultDmaBackend);
+    EXPECT_EQ(by_default.backend_reason(), "default");
+}
+
+// Where the kernel refuses io_uring (here a seccomp filter on the thread
+// that makes the queue), a queue asked for io_uring runs on the copy engines,
+// says so, and moves every byte; one that requires io_uring fails typed.
+TEST_F(MockDeviceTest, QueueFallsBackToTheEnginesWhereIoUringIsDenied) {
+    Function fn = Function::Open(Pf());
+    std::optional<DmaQueue> q;
+    std::optional<Error> fallback_error, required_error;
+    int filter_error = 0;
+    std::thread([&] {
+        if ((filter_error = DenyIoUringToThisThread()) != 0) return;
+        try {
+            q.emplace(fn, DmaOptions{.backend = DmaBackend::IoUring, .inline_threshold = 0});
+        } catch (const Error& e) {
+            fallback_error = e;
+        }
+        try {
+            DmaQueue strict(fn, {.backend = DmaBackend::IoUring, .require_io_uring = true});
+        } catch (const Error& e) {
+            required_error = e;
+        }
+    }).join();
+    if (filter_error) GTEST_SKIP() << "cannot install a seccomp filter here: " << std::strerror(filter_error);
+    ASSERT_FALSE(fallback_error.has_value()) << "no fall back: " << fallback_error->what();
+    ASSERT_TRUE(q.has_value());
+    EXPECT_EQ(q->backend(), DmaBackend::Engines);
+    EXPECT_EQ(q->backend_reason(), "io_uring unavailable (io_uring_queue_init: Function not implemented)");
+    ASSERT_TRUE(required_error.has_value()) << "a queue that requires io_uring was made without it";
+    EXPECT_EQ(required_error->kind(), ErrorKind::Unsupported) << required_error->what();
+    EXPECT_NE(std::string(required_error->what()).find("io_uring is unavailable"), std::string::npos);
+
+    const uint64_t size = 5 * kMiB + 77, at = 4093;
+    auto src = RandomBytes(size + 3, 35);
+    std::vector<uint8_t> back(size + 3, 0xEE);
+    EXPECT_EQ(q->Wait(q->HostToDevice(src.data() + 3, at, size)).bytes, size);
+    EXPECT_EQ(q->Wait(q->DeviceToHost(back.data() + 1, at, size)).bytes, size);
+    EXPECT_EQ(std::memcmp(src.data() + 3, back.data() + 1, size), 0);
+}
+
+// A request the kernel fails comes back as a typed error with its errno:
+// io_uring reports a host buffer it cannot touch (EFAULT) instead of the
+// process crashing, and the queue goes on working.
+TEST_F(MockDeviceTest, IoUringCopyIntoUnmappedHostMemoryFailsWithIoError) {
+    Function fn = Function::Open(Pf());
+    std::optional<DmaQueue> q;
+    try {
+        q.emplace(fn, DmaOptions{.backend = DmaBackend::IoUring, .require_io_uring = true});
+    } catch (const Error& e) {
+        if (e.kind() == ErrorKind::Unsupported) GTEST_SKIP() << e.what();
+        throw;
+    }
+    constexpr uint64_t kSize = 6 * kMiB;
+    void* guard = ::mmap(nullptr, kSize, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(guard, MAP_FAILED);
+    EXPECT_SPYRE_ERROR(q->Wait(q->DeviceToHost(guard, 0, kSize)), IoError, "Bad address");
+    EXPECT_SPYRE_ERROR(q->Wait(q->HostToDevice(guard, 0, kSize)), IoError, "Bad address");
+    ::munmap(guard, kSize);
+    auto data = RandomBytes(kSize, 9);
+    std::vector<uint8_t> back(kSize);
+    q->Wait(q->HostToDevice(data.data(), 0, kSize));
+    q->Wait(q->DeviceToHost(back.data(), 0, kSize));
+    EXPECT_EQ(back, data);
 }
 
 // The mapped register helpers notice a dead daemon too (within a bounded

@@ -3,13 +3,11 @@
 //
 // The function's memory is a shared-memory object (region DEVMEM) that this
 // process maps (a process reaches only its own function's memory, which it
-// maps anyway). Large copies are cut into chunks and copied through the
-// mapping by copy engines (one thread per core) while the caller goes on;
-// on the io_uring backend some device-to-host chunks can be io_uring reads
-// against the object instead (DmaOptions::uring_read_every; off by default,
-// slower here). Small copies take a fast path: a memcpy through the mapping,
-// done before the call returns. Where io_uring is unavailable (seccomp, old
-// kernels) the fallback backend runs: same API, chosen automatically.
+// maps anyway). Large copies are cut into chunks that copy engines (one
+// thread per core) move while the caller goes on. Two paths move a chunk:
+// the copy engines' memcpy through the mapping, or an io_uring read/write
+// against the object from the engine's own ring. Small copies take a fast
+// path: a memcpy through the mapping, done before the call returns.
 // docs/dma.md explains the choices and the measurements.
 #pragma once
 
@@ -24,21 +22,25 @@
 
 namespace spyre::driver {
 
-enum class DmaBackend { IoUring, Fallback };
+// IoUring: every chunk is an io_uring request. Engines: every chunk is a
+// memcpy by a copy engine; also what runs where io_uring is unavailable.
+enum class DmaBackend { IoUring, Engines, Fallback = Engines };
+// The default path, chosen by measurement (docs/dma.md): the copy engines,
+// since the kernel's tmpfs copy runs at about half a memcpy here.
+inline constexpr DmaBackend kDefaultDmaBackend = DmaBackend::Engines;
 const char* ToString(DmaBackend backend) noexcept;
 
 struct DmaOptions {
-    // Force a backend; otherwise io_uring when it works. The environment
-    // variable SPYRE_DMA=io_uring|fallback forces one too.
+    // The path for chunks; nullopt = kDefaultDmaBackend. The environment
+    // variable SPYRE_DMA=io_uring|engines|fallback overrides it.
     std::optional<DmaBackend> backend;
-    uint64_t chunk_bytes = 4ull << 20;     // io_uring request size for large copies
-    unsigned queue_depth = 16;             // io_uring requests in flight at most
+    // Where io_uring is asked for but its set-up fails (seccomp, old
+    // kernels): false = run on the copy engines (backend() and
+    // backend_reason() say so), true = throw Unsupported.
+    bool require_io_uring = false;
+    uint64_t chunk_bytes = 4ull << 20;     // size of the chunks of a large copy
+    unsigned queue_depth = 16;             // io_uring submission queue entries per ring
     uint64_t inline_threshold = 1ull << 20; // copies up to this size use the fast path
-    // io_uring backend: every Nth chunk of a device-to-host copy is an
-    // io_uring read (1 = all, 2 = every other one), the rest go to the copy
-    // engines; 0 = none. Measured best here: 0 (docs/dma.md); the reads stay
-    // for hosts where the kernel's copy out of shmem beats a memcpy.
-    unsigned uring_read_every = 0;
     // Called once each time a copy (ticket) completes, successfully or not,
     // after its completion is visible to Poll and Wait: on a worker or
     // completion thread of the queue, in a thread waiting in Wait (which
@@ -65,7 +67,8 @@ public:
     DmaQueue& operator=(const DmaQueue&) = delete;
 
     DmaBackend backend() const noexcept;
-    // Why this backend was chosen ("io_uring", "SPYRE_DMA=fallback", "io_uring_queue_init: ...").
+    // Why this backend was chosen ("default", "requested", "SPYRE_DMA=engines",
+    // "io_uring unavailable (io_uring_queue_init: ...)").
     const std::string& backend_reason() const noexcept;
     uint64_t memory_size() const noexcept;
 
@@ -92,7 +95,7 @@ public:
     // The completion if the copy is done (forgetting the ticket), else nullopt.
     std::optional<DmaCompletion> Poll(Ticket ticket);
 
-    class Backend;  // io_uring or fallback, in dma_queue.cpp
+    class Backend;  // in dma_queue.cpp
 
 private:
     std::unique_ptr<Backend> backend_;

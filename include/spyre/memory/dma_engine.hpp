@@ -3,8 +3,8 @@
 // device's allocations. Every copy is checked against its allocation (and
 // so against the function's own memory) before anything is submitted, is
 // counted, and shows as a span on the device's DMA track while a trace
-// records; the driver's DmaQueue moves the bytes (io_uring, or the
-// fallback). Streams, the orchestration runtime and the host level all
+// records; the driver's DmaQueue moves the bytes (its copy engines, or
+// io_uring). Streams, the orchestration runtime and the host level all
 // copy through it.
 #pragma once
 
