@@ -76,13 +76,9 @@ Device& Dev() {
 
 // The device-memory object itself, opened as the driver's io_uring path
 // opens it: what the kernel's copy of it costs without io_uring.
-int DeviceMemoryFd() {
-    static int fd = [] {
-        spyre_region_info ri = Dev().fn.RegionInfo(SPYRE_REGION_DEVMEM);
-        ri.shm_name[sizeof ri.shm_name - 1] = '\0';
-        return ::shm_open(ri.shm_name, O_RDWR | O_CLOEXEC, 0);
-    }();
-    return fd;
+const spyre::driver::RegionFile& DeviceMemoryFile() {
+    static const spyre::driver::RegionFile file = Dev().fn.OpenRegionFile(SPYRE_REGION_DEVMEM);
+    return file;
 }
 
 double Elapsed(std::chrono::steady_clock::time_point t0) {
@@ -171,10 +167,8 @@ void BM_DeviceToHost(benchmark::State& state, Path path) {
 // pwrite/pread of the device-memory object in 4 MiB pieces on one thread:
 // the kernel's copy that every io_uring request runs, without io_uring.
 void BM_KernelCopy(benchmark::State& state, bool to_device) {
-    const int fd = DeviceMemoryFd();
-    if (fd < 0) return state.SkipWithError("cannot open the device memory object");
-    const uint64_t base = Dev().fn.RegionInfo(SPYRE_REGION_DEVMEM).shm_offset +
-                          Dev().alloc.DeviceAddress(Dev().block.handle, kMaxBytes);
+    const int fd = DeviceMemoryFile().fd;
+    const uint64_t base = DeviceMemoryFile().offset + Dev().alloc.DeviceAddress(Dev().block.handle, kMaxBytes);
     const size_t n = size_t(state.range(0));
     Interleaved(state, [&] {
         for (size_t done = 0; done < n;) {

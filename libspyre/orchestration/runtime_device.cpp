@@ -63,6 +63,12 @@ std::unique_ptr<RuntimeState> RuntimeState::OnDevice(Device& device, const Orche
     auto rt = std::make_unique<RuntimeState>();
     rt->backing = backing;
     rt->device = &device;
+    rt->copy_in = [&device](const void* host, uint64_t at, uint64_t size) {
+        device.dma().Wait(device.dma().CopyToDeviceAt(host, at, size));
+    };
+    rt->copy_out = [&device](void* host, uint64_t at, uint64_t size) {
+        device.dma().Wait(device.dma().CopyFromDeviceAt(host, at, size));
+    };
     rt->graph = std::make_unique<TaskGraph>(o);
     // CUBE and VECTOR kernels with a device program run on the card's cores
     // through the device's task queues (host-only kernels stay on the host).
@@ -134,18 +140,6 @@ std::vector<uint8_t> ReadFile(const char* path) {
 }
 
 }  // namespace
-
-void RuntimeState::CopyIn(void* buffer, const void* host, uint64_t size) {
-    const uint64_t at = graph->DeviceAddress(buffer, size);
-    if (device) device->dma().Wait(device->dma().CopyToDeviceAt(host, at, size));
-    else std::memcpy(buffer, host, size);
-}
-
-void RuntimeState::CopyOut(void* host, const void* buffer, uint64_t size) {
-    const uint64_t at = graph->DeviceAddress(buffer, size);
-    if (device) device->dma().Wait(device->dma().CopyFromDeviceAt(host, at, size));
-    else std::memcpy(host, buffer, size);
-}
 
 }  // namespace spyre::orchestration
 

@@ -6,6 +6,7 @@
 // through it (graph->SetExecutor).
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "orchestration/task_graph.hpp"
@@ -20,6 +21,10 @@ struct RuntimeState {
     // waits for the tasks that use it.
     std::shared_ptr<void> backing;
     Device* device = nullptr;     // the function it runs on; nullptr on host memory
+    // How host bytes go to and from a checked device address of the graph's
+    // memory: the device's DMAEngine (OnDevice sets them); unset, a memory copy.
+    std::function<void(const void* host, uint64_t device_address, uint64_t size)> copy_in;
+    std::function<void(void* host, uint64_t device_address, uint64_t size)> copy_out;
     ::Runtime* handle = nullptr;  // what C code and orchestration functions hold
 
     ~RuntimeState();

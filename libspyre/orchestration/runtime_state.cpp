@@ -137,4 +137,16 @@ void RuntimeState::RunLibrary(const char* path, const char* symbol, uint64_t* ar
     Run(reinterpret_cast<pto_orchestration_fn>(sym), args, progress);
 }
 
+void RuntimeState::CopyIn(void* buffer, const void* host, uint64_t size) {
+    const uint64_t at = graph->DeviceAddress(buffer, size);
+    if (copy_in) copy_in(host, at, size);
+    else std::memcpy(buffer, host, size);
+}
+
+void RuntimeState::CopyOut(void* host, const void* buffer, uint64_t size) {
+    const uint64_t at = graph->DeviceAddress(buffer, size);
+    if (copy_out) copy_out(host, at, size);
+    else std::memcpy(host, buffer, size);
+}
+
 }  // namespace spyre::orchestration
