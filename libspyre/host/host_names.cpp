@@ -2,6 +2,7 @@
 // The small named things of level 3: access and level names, the chip
 // function registry, the run error, and the config check.
 #include <string>
+#include <string_view>
 
 #include "spyre/host/chip_executor.hpp"
 #include "spyre/host/worker.hpp"
@@ -24,6 +25,21 @@ const char* ToString(Level level) noexcept {
     case Level::Host: return "HOST";
     }
     return "?";
+}
+
+const char* ToString(ChipRuntime runtime) noexcept {
+    switch (runtime) {
+    case ChipRuntime::TensorMapAndRingBuffer: return "tensormap_and_ringbuffer";
+    case ChipRuntime::TensorMapAndRingBufferLockFree: return "tensormap_and_ringbuffer_lockfree";
+    }
+    return "?";
+}
+
+ChipRuntime ChipRuntimeFromString(std::string_view name) {
+    for (ChipRuntime r : {ChipRuntime::TensorMapAndRingBuffer, ChipRuntime::TensorMapAndRingBufferLockFree})
+        if (name == ToString(r)) return r;
+    throw Error(ErrorKind::InvalidArgument, "runtime '" + std::string(name) +
+                                                "' is unknown (tensormap_and_ringbuffer, tensormap_and_ringbuffer_lockfree)");
 }
 
 void ChipRegistry::Add(const std::string& name, Entry entry) {
@@ -100,8 +116,9 @@ void Validate(const DistributedConfig& c) {
     }
     if (c.num_sub_workers < 0 || c.num_sub_workers > 256)
         bad("num_sub_workers is " + std::to_string(c.num_sub_workers) + " (0..256)");
-    if (c.runtime != "tensormap_and_ringbuffer" && c.runtime != "tensormap_and_ringbuffer_lockfree")
-        bad("runtime '" + c.runtime + "' is unknown (tensormap_and_ringbuffer, tensormap_and_ringbuffer_lockfree)");
+    if (c.runtime != ChipRuntime::TensorMapAndRingBuffer && c.runtime != ChipRuntime::TensorMapAndRingBufferLockFree)
+        bad("runtime " + std::to_string(unsigned(c.runtime)) + " is unknown (ChipRuntime::TensorMapAndRingBuffer, "
+            "ChipRuntime::TensorMapAndRingBufferLockFree)");
     if (c.block_dim < 1) bad("block_dim is " + std::to_string(c.block_dim) + " (>= 1)");
     if (c.aicpu_thread_num < 1 || c.aicpu_thread_num > 64)
         bad("aicpu_thread_num is " + std::to_string(c.aicpu_thread_num) + " (1..64)");

@@ -40,7 +40,7 @@ LocalChipExecutor::LocalChipExecutor(Device device, const DistributedConfig& con
         OrchestratorOptions o;
         o.heap_size = config.chip_heap_bytes;
         o.host_threads = unsigned(config.aicpu_thread_num);
-        o.ready_queues = config.runtime == "tensormap_and_ringbuffer_lockfree" ? ReadyQueueKind::LockFree : ReadyQueueKind::Locked;
+        o.ready_queues = config.runtime == ChipRuntime::TensorMapAndRingBufferLockFree ? ReadyQueueKind::LockFree : ReadyQueueKind::Locked;
         // Slot i's share of the queues: [i q / n, (i + 1) q / n).
         for (uint32_t q = i * queues / slots; q < (i + 1) * queues / slots; ++q) o.task_queues.push_back(q);
         auto slot = std::make_unique<Slot>();

@@ -38,7 +38,7 @@ from ._spyre import (  # noqa: F401  (re-exports)
     WORKER_HOST, WORKER_EXTERNAL, PTO_TASK_PENDING, PTO_TASK_READY, PTO_TASK_RUNNING, PTO_TASK_COMPLETED,
     PTO_TASK_CONSUMED, PYTHON_KERNEL_RAISED,
     # seed 003's host level
-    DistributedConfig, Worker, HostTensor, HostProgram, HostGraph, RunHandle, ChipContext, ChipFunction,
+    DistributedConfig, ChipRuntime, Worker, HostTensor, HostProgram, HostGraph, RunHandle, ChipContext, ChipFunction,
     TaskFailureInfo, HostRunError, TensorArg, Access,
 )
 # seed 003's writing styles (pure Python over Worker). spyre.Out is both the

@@ -505,16 +505,21 @@ class Access(enum.Enum):
     Out = ...
     InOut = ...
 
+class ChipRuntime(enum.Enum):
+    TensorMapAndRingBuffer = ...
+    TensorMapAndRingBufferLockFree = ...
+
 class DistributedConfig:
     device_ids: list[int]
     num_sub_workers: int
-    runtime: str
+    # set from a ChipRuntime or its seed name; reads back a ChipRuntime
+    runtime: ChipRuntime
     block_dim: int
     aicpu_thread_num: int
     chip_heap_bytes: int
     chip_tasks_per_device: int
     def __init__(self, device_ids: Sequence[int] = ..., num_sub_workers: int = 0,
-                 runtime: str = "tensormap_and_ringbuffer", block_dim: int = 1, aicpu_thread_num: int = 1,
+                 runtime: Union[ChipRuntime, str] = ..., block_dim: int = 1, aicpu_thread_num: int = 1,
                  chip_heap_bytes: int = ..., chip_tasks_per_device: int = 0) -> None: ...
     def validate(self) -> None: ...
 

@@ -81,6 +81,16 @@ Access AccessFrom(py::handle h) {
     return h.cast<Access>();
 }
 
+// A ChipRuntime, or the seed's string name of one (scripts written for the
+// seed pass strings).
+ChipRuntime RuntimeArg(const py::handle& h) {
+    if (py::isinstance<py::str>(h)) return ChipRuntimeFromString(h.cast<std::string>());
+    if (py::isinstance<ChipRuntime>(h)) return h.cast<ChipRuntime>();
+    throw Error(ErrorKind::InvalidArgument,
+                "DistributedConfig: runtime is a " + std::string(py::str(h.get_type().attr("__name__"))) +
+                    " (a ChipRuntime or its name)");
+}
+
 std::vector<TensorArg> ArgsFrom(const py::iterable& args, const std::string& what) {
     std::vector<TensorArg> out;
     size_t i = 0;
@@ -390,13 +400,17 @@ void BindHostLevel(py::module_& m) {
         .value("Out", Access::Out)
         .value("InOut", Access::InOut);
 
+    py::enum_<ChipRuntime>(m, "ChipRuntime", "The chip runtime of a level-3 Worker (seed 004's, locked or lock-free ready queues).")
+        .value("TensorMapAndRingBuffer", ChipRuntime::TensorMapAndRingBuffer)
+        .value("TensorMapAndRingBufferLockFree", ChipRuntime::TensorMapAndRingBufferLockFree);
+
     py::class_<DistributedConfig>(m, "DistributedConfig", "Seed 003's configuration of a level-3 Worker.")
-        .def(py::init([](std::vector<int> device_ids, int num_sub_workers, std::string runtime, int block_dim,
+        .def(py::init([](std::vector<int> device_ids, int num_sub_workers, const py::object& runtime, int block_dim,
                          int aicpu_thread_num, uint64_t chip_heap_bytes, int chip_tasks_per_device) {
                  DistributedConfig c;
                  c.device_ids = std::move(device_ids);
                  c.num_sub_workers = num_sub_workers;
-                 c.runtime = std::move(runtime);
+                 c.runtime = RuntimeArg(runtime);
                  c.block_dim = block_dim;
                  c.aicpu_thread_num = aicpu_thread_num;
                  c.chip_heap_bytes = chip_heap_bytes;
@@ -404,12 +418,14 @@ void BindHostLevel(py::module_& m) {
                  return c;
              }),
              py::arg("device_ids") = std::vector<int>{0}, py::arg("num_sub_workers") = 0,
-             py::arg("runtime") = "tensormap_and_ringbuffer", py::arg("block_dim") = 1, py::arg("aicpu_thread_num") = 1,
+             py::arg("runtime") = ChipRuntime::TensorMapAndRingBuffer, py::arg("block_dim") = 1, py::arg("aicpu_thread_num") = 1,
              py::arg("chip_heap_bytes") = uint64_t(16) << 20, py::arg("chip_tasks_per_device") = 0)
         .def_readwrite("device_ids", &DistributedConfig::device_ids, "Indices into Host.functions: the chip task devices.")
         .def_readwrite("num_sub_workers", &DistributedConfig::num_sub_workers, "Host threads running SubWorkers.")
-        .def_readwrite("runtime", &DistributedConfig::runtime,
-                       "'tensormap_and_ringbuffer' or 'tensormap_and_ringbuffer_lockfree'.")
+        .def_property(
+            "runtime", [](const DistributedConfig& c) { return c.runtime; },
+            [](DistributedConfig& c, const py::object& runtime) { c.runtime = RuntimeArg(runtime); },
+            "A ChipRuntime, or its seed name: 'tensormap_and_ringbuffer' or 'tensormap_and_ringbuffer_lockfree'.")
         .def_readwrite("block_dim", &DistributedConfig::block_dim, "Cores a chip task spreads over.")
         .def_readwrite("aicpu_thread_num", &DistributedConfig::aicpu_thread_num, "Host threads of each chip runtime.")
         .def_readwrite("chip_heap_bytes", &DistributedConfig::chip_heap_bytes, "Bytes of each chip runtime's heap ring.")
@@ -420,7 +436,7 @@ void BindHostLevel(py::module_& m) {
             std::string ids;
             for (int d : c.device_ids) ids += (ids.empty() ? "" : ", ") + std::to_string(d);
             return "DistributedConfig(device_ids=[" + ids + "], num_sub_workers=" + std::to_string(c.num_sub_workers) +
-                   ", runtime='" + c.runtime + "', block_dim=" + std::to_string(c.block_dim) +
+                   ", runtime='" + ToString(c.runtime) + "', block_dim=" + std::to_string(c.block_dim) +
                    ", aicpu_thread_num=" + std::to_string(c.aicpu_thread_num) +
                    ", chip_tasks_per_device=" + std::to_string(c.chip_tasks_per_device) + ")";
         });

@@ -38,10 +38,20 @@ def test_config_fields_and_validation(host):
                                 chip_tasks_per_device=2, runtime="tensormap_and_ringbuffer_lockfree")
     assert (c.device_ids, c.num_sub_workers, c.block_dim, c.aicpu_thread_num, c.chip_tasks_per_device) == \
         ([1], 3, 2, 4, 2)
+    assert c.runtime == spyre.ChipRuntime.TensorMapAndRingBufferLockFree
     c.validate()
+    assert spyre.DistributedConfig().runtime == spyre.ChipRuntime.TensorMapAndRingBuffer
+    c.runtime = spyre.ChipRuntime.TensorMapAndRingBuffer
+    assert c.runtime == spyre.ChipRuntime.TensorMapAndRingBuffer
+    c.runtime = "tensormap_and_ringbuffer_lockfree"
+    assert c.runtime == spyre.ChipRuntime.TensorMapAndRingBufferLockFree
+    with pytest.raises(spyre.InvalidArgument, match="runtime 'simpler' is unknown"):
+        c.runtime = "simpler"
+    with pytest.raises(spyre.InvalidArgument, match="runtime is a int"):
+        spyre.DistributedConfig(runtime=3)
     with pytest.raises(spyre.InvalidArgument, match="block_dim"):
         spyre.DistributedConfig(block_dim=0).validate()
-    with pytest.raises(spyre.InvalidArgument, match="runtime"):
+    with pytest.raises(spyre.InvalidArgument, match="runtime 'nonsense' is unknown"):
         spyre.Worker(host, spyre.DistributedConfig(runtime="nonsense"))
     with pytest.raises(spyre.Error):
         spyre.Worker(host, spyre.DistributedConfig(device_ids=[7]))

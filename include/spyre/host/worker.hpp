@@ -26,6 +26,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "spyre/common/progress.hpp"
@@ -37,13 +38,20 @@ namespace spyre {
 
 class Host;
 
+// The chip runtime a Worker runs on each device: seed 004's runtime with
+// locked ready queues, or with its lock-free ones. The seed names them by
+// string; ToString and ChipRuntimeFromString map to and from those names.
+enum class ChipRuntime : uint8_t { TensorMapAndRingBuffer, TensorMapAndRingBufferLockFree };
+const char* ToString(ChipRuntime runtime) noexcept;
+// The runtime named `name` ("tensormap_and_ringbuffer",
+// "tensormap_and_ringbuffer_lockfree"); InvalidArgument for any other name.
+ChipRuntime ChipRuntimeFromString(std::string_view name);
+
 // Seed 003's configuration, each field meaning something here.
 struct DistributedConfig {
     std::vector<int> device_ids = {0};  // indices into Host::functions(): the devices chip tasks run on
     int num_sub_workers = 0;            // host threads running SubWorker tasks (0: a graph with one is refused)
-    // The chip runtime: "tensormap_and_ringbuffer" (seed 004's runtime, locked
-    // ready queues) or "tensormap_and_ringbuffer_lockfree" (its lock-free ones).
-    std::string runtime = "tensormap_and_ringbuffer";
+    ChipRuntime runtime = ChipRuntime::TensorMapAndRingBuffer;
     int block_dim = 1;         // cores a chip task spreads over (ChipContext::block_dim), 1..cores of the card
     int aicpu_thread_num = 1;  // host threads of each chip's orchestration runtime (its AICPU), 1..64
     // Not in the seed: bytes of each chip runtime's heap ring.

@@ -534,7 +534,11 @@ TEST_F(WorkerTest, BadConfigurationsAndRunsAreTypedErrors) {
     };
     EXPECT_SPYRE_ERROR(Validate(config([](auto& c) { c.device_ids.clear(); })), InvalidArgument, "device_ids is empty");
     EXPECT_SPYRE_ERROR(Validate(config([](auto& c) { c.device_ids = {1, 1}; })), InvalidArgument, "names device 1 twice");
-    EXPECT_SPYRE_ERROR(Validate(config([](auto& c) { c.runtime = "simpler"; })), InvalidArgument, "runtime 'simpler' is unknown");
+    EXPECT_SPYRE_ERROR(Validate(config([](auto& c) { c.runtime = static_cast<ChipRuntime>(7); })), InvalidArgument,
+                       "runtime 7 is unknown");
+    EXPECT_SPYRE_ERROR(ChipRuntimeFromString("simpler"), InvalidArgument, "runtime 'simpler' is unknown");
+    EXPECT_EQ(ChipRuntimeFromString("tensormap_and_ringbuffer_lockfree"), ChipRuntime::TensorMapAndRingBufferLockFree);
+    EXPECT_STREQ(ToString(ChipRuntime::TensorMapAndRingBuffer), "tensormap_and_ringbuffer");
     EXPECT_SPYRE_ERROR(Validate(config([](auto& c) { c.block_dim = 0; })), InvalidArgument, "block_dim is 0");
     EXPECT_SPYRE_ERROR(Validate(config([](auto& c) { c.aicpu_thread_num = 0; })), InvalidArgument, "aicpu_thread_num is 0");
     EXPECT_SPYRE_ERROR(Validate(config([](auto& c) { c.num_sub_workers = -1; })), InvalidArgument, "num_sub_workers is -1");
