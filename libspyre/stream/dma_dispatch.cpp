@@ -12,7 +12,7 @@ Error DmaDispatch::Failure(const Record& r, const Error& e) const {
 }
 
 bool DmaDispatch::Start(StreamState& s, QueuedOp& op, uint64_t seq) {
-    Record rec{&s, seq, 0, op.kind, op.device_addr, std::move(op.keep_alive), op.trace(), op.size,
+    Record rec{&s, seq, 0, op.kind, op.device_addr, std::move(op.keep_alive), op.trace(),
                op.trace_enqueue_ns && trace::Enabled()};
     try {
         rec.ticket = op.kind == OpKind::CopyToDevice ? engine_.CopyToDeviceAt(op.src, op.device_addr, op.size)

@@ -42,7 +42,6 @@ private:
         // uses it until the ticket completes, so it lives as long as the record.
         std::shared_ptr<const void> keep_alive;
         OpTrace trace = {};
-        uint64_t bytes = 0;
         bool traced = false;  // a trace recorded when the copy started
     };
     Error Failure(const Record& r, const Error& e) const;

@@ -24,28 +24,15 @@ import sys
 import tempfile
 import zlib
 
+from trace_checks import check, failures, run
+
 tool, overlap, pto_examples = sys.argv[1:4]
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, file=sys.stderr)
 
 
 browser = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
 if browser is None:
     print("skipped: no Chromium installed (Debian: apt-get install chromium; scripts/install-deps.sh adds it)")
     sys.exit(77)
-
-
-def run(cmd, **kw):
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, **kw)
-    if r.returncode != 0:
-        print(r.stdout, r.stderr, file=sys.stderr)
-        raise SystemExit(f"{cmd[0]} exited {r.returncode}")
-    return r
 
 
 def chromium(profile, url, *flags):

@@ -15,23 +15,10 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 
+from trace_checks import check, failures, run
+
 tool, overlap = sys.argv[1], sys.argv[2]
 pto_examples = sys.argv[3] if len(sys.argv) > 3 else None
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, file=sys.stderr)
-
-
-def run(cmd, **kw):
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, **kw)
-    if r.returncode != 0:
-        print(r.stdout, r.stderr, file=sys.stderr)
-        raise SystemExit(f"{cmd[0]} exited {r.returncode}")
-    return r
 
 
 with tempfile.TemporaryDirectory() as d:
