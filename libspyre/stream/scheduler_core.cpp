@@ -156,8 +156,10 @@ void SchedulerCore::Queue(StreamState& s, std::span<QueuedOp> ops) {
         WakeIfAsleep();
         return;
     }
-    s.incoming.Push(ops);  // a full fence: WakeIfAsleep's look at the sleepers comes after it
-    WakeIfAsleep();        // an awake scheduler takes the ops on its next pass
+    // Push publishes with a seq_cst update, which orders it before the
+    // look at the sleepers; an awake scheduler takes the ops on its next pass.
+    s.incoming.Push(ops);
+    wake_.NotifyAfterSeqCstUpdate();
 }
 
 // ---------------------------------------------------------------- waking
@@ -169,7 +171,7 @@ void SchedulerCore::WakeIfAsleep() { wake_.Notify(); }
 
 void SchedulerCore::DmaDone() {
     dma_done_.fetch_add(1, std::memory_order_seq_cst);
-    WakeIfAsleep();
+    wake_.NotifyAfterSeqCstUpdate();
 }
 
 bool SchedulerCore::WorkArrived() const {

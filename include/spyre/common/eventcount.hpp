@@ -71,6 +71,17 @@ public:
         if (notified_.exchange(true, std::memory_order_seq_cst)) return;
         Bump();
     }
+    // Notify for a producer whose change was itself a sequentially
+    // consistent store or read-modify-write: that operation already orders
+    // the change before the look at the waiters (one total order over both),
+    // so the fence Notify pays is not needed. The hot producers (a stream
+    // enqueue, a DMA completion) publish that way; the fence was most of
+    // an enqueue's cost while the scheduler drains.
+    void NotifyAfterSeqCstUpdate() noexcept {
+        if (waiters_.load(std::memory_order_seq_cst) == 0) return;
+        if (notified_.exchange(true, std::memory_order_seq_cst)) return;
+        Bump();
+    }
     // Moves the sequence and wakes whoever sleeps, armed or not (shutdown,
     // or a key taken with Current before arming).
     void NotifyAll() noexcept {
