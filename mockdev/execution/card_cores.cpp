@@ -36,11 +36,13 @@ unsigned CardCores::DefaultWorkers() {
 }
 
 CardCores::CardCores(unsigned workers) {
+    workers = std::max(workers, 1u);
+    group_wake_ = std::make_unique<GroupWake[]>((workers + SPYRE_TQ_DEFAULT_GROUP_CORES - 1) / SPYRE_TQ_DEFAULT_GROUP_CORES);
     // Signals belong to the FUSE loop's thread, as for the queue servers.
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
-    for (unsigned i = 0; i < std::max(workers, 1u); ++i) {
+    for (unsigned i = 0; i < workers; ++i) {
         threads_.emplace_back([this, i] { Work(i); });
         pthread_setname_np(threads_.back().native_handle(), ("spyre-core" + std::to_string(i)).substr(0, 15).c_str());
     }
@@ -52,7 +54,7 @@ CardCores::~CardCores() {
         std::lock_guard lock(mutex_);
         stopping_ = true;
     }
-    wake_.notify_all();
+    WakeAllWorkers();
     for (auto& t : threads_) t.join();
 }
 
@@ -146,7 +148,7 @@ void CardCores::Release() {
     // waits.
     if (held_back_.load(std::memory_order_seq_cst) && held_back_.exchange(false, std::memory_order_seq_cst)) {
         std::lock_guard lock(mutex_);
-        wake_.notify_all();
+        WakeAllWorkers();
     }
 }
 
@@ -169,12 +171,28 @@ void CardCores::RemoveTaskSource(TaskSource* source) {
     sources_.erase(std::remove(sources_.begin(), sources_.end(), source), sources_.end());
 }
 
+void CardCores::WakeAllWorkers() {
+    for (unsigned g = 0; g < groups(); ++g) group_wake_[g].cv.notify_all();
+}
+
+void CardCores::NotifyTasks(uint32_t group, uint32_t count) {
+    if (group >= groups() || count == 0) return;  // no core serves that queue
+    GroupWake& wake = group_wake_[group];
+    {
+        std::lock_guard lock(mutex_);
+        ++wake.task_seq;
+    }
+    // A worker that finishes a task looks for the next one before it
+    // sleeps, so one woken worker per new task (at most the group) is enough.
+    for (uint32_t i = 0; i < std::min(count, group_cores(group)); ++i) wake.cv.notify_one();
+}
+
 void CardCores::NotifyTasks() {
     {
         std::lock_guard lock(mutex_);
-        ++task_seq_;
+        for (unsigned g = 0; g < groups(); ++g) ++group_wake_[g].task_seq;
     }
-    wake_.notify_all();
+    WakeAllWorkers();
 }
 
 bool CardCores::TakeTask(unsigned group, CoreTask& out) {
@@ -224,7 +242,7 @@ uint16_t CardCores::ParallelFor(size_t chunks, const Budget& budget, const std::
         job_ = &job;
         ++generation_;
         busy_ = workers();
-        wake_.notify_all();
+        WakeAllWorkers();
         done_.wait(lock, [&] { return busy_ == 0; });
         job_ = nullptr;
     }
@@ -234,15 +252,16 @@ uint16_t CardCores::ParallelFor(size_t chunks, const Budget& budget, const std::
 
 void CardCores::Work(unsigned core) {
     const unsigned group = core / SPYRE_TQ_DEFAULT_GROUP_CORES;
+    GroupWake& wake = group_wake_[group];
     uint64_t seen = 0;
     uint64_t tasks_seen = 0;
     bool look = false;  // look for a task without a new notification (after running one)
     bool held = false;  // counted in held_workers_: wanted a task while a program held the card
     std::unique_lock lock(mutex_);
     for (;;) {
-        wake_.wait(lock, [&] {
+        wake.cv.wait(lock, [&] {
             if (stopping_ || generation_ != seen) return true;
-            const bool wants_task = look || task_seq_ != tasks_seen;
+            const bool wants_task = look || wake.task_seq != tasks_seen;
             if (!wants_task) return false;
             if (MayTakeTask()) return true;
             if (!held) {
@@ -262,9 +281,11 @@ void CardCores::Work(unsigned core) {
             if (--busy_ == 0) done_.notify_one();
             continue;
         }
-        tasks_seen = task_seq_;
+        tasks_seen = wake.task_seq;
         CoreTask task;
+        const bool notified = !look;
         look = TakeTask(group, task);
+        if (notified && !look) fruitless_wakeups_.fetch_add(1, std::memory_order_relaxed);
         if (look) tasks_running_.fetch_add(1, std::memory_order_seq_cst);
         taking_.fetch_sub(1, std::memory_order_seq_cst);  // raised by MayTakeTask
         // This worker has looked: the last of those held back ends the tasks' turn.

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -86,7 +87,11 @@ public:
     // source's to wait for.
     void AddTaskSource(TaskSource* source);
     void RemoveTaskSource(TaskSource* source);
-    // New tasks are waiting: wake the idle workers.
+    // `count` new tasks wait in queue `group`: wake that many idle workers
+    // of the group (not every worker of the card: on a host with few CPUs
+    // each needless wake-up costs a context switch per task).
+    void NotifyTasks(uint32_t group, uint32_t count);
+    // Tasks may wait in any queue (a source resumed): every worker looks.
     void NotifyTasks();
 
     // The card, held for one program; handed to the next waiter on destruction.
@@ -116,6 +121,8 @@ public:
     Turn Acquire(const Budget& budget, uint16_t& status);
     // Programs waiting for the card now (for tests and dumps).
     unsigned waiting();
+    // Times a worker woke for new tasks and found none to take (for tests).
+    uint64_t fruitless_wakeups() const { return fruitless_wakeups_.load(std::memory_order_relaxed); }
     // Workers waiting to take a task while a program holds the card (for tests).
     unsigned tasks_waiting() const { return held_workers_.load(); }
 
@@ -156,8 +163,15 @@ private:
     std::condition_variable turn_cv_;
     std::deque<uint64_t> waiting_;  // tickets, oldest first
     uint64_t next_ticket_ = 0;
-    std::mutex mutex_;  // guards job_, generation_, busy_, stopping_
-    std::condition_variable wake_;
+    std::mutex mutex_;  // guards job_, generation_, busy_, stopping_, each group's task_seq
+    // One wake-up per core group: a group's workers sleep on its own
+    // condition, so new tasks wake only workers that can take them.
+    struct GroupWake {
+        std::condition_variable cv;
+        uint64_t task_seq = 0;  // bumped by NotifyTasks
+    };
+    std::unique_ptr<GroupWake[]> group_wake_;
+    void WakeAllWorkers();  // a program's op, a release or stopping: every worker looks
     std::condition_variable done_;
     Job* job_ = nullptr;
     uint64_t generation_ = 0;
@@ -179,7 +193,7 @@ private:
     // Workers between their look at card_busy_ and taking a task (Dekker
     // with TryTake: one of the two sees the other).
     std::atomic<unsigned> taking_{0};
-    uint64_t task_seq_ = 0;            // bumped by NotifyTasks
+    std::atomic<uint64_t> fruitless_wakeups_{0};
     std::vector<TaskSource*> sources_;  // guarded by mutex_
     size_t next_source_ = 0;           // round robin between functions
     std::vector<std::thread> threads_;

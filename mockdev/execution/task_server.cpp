@@ -157,7 +157,7 @@ void TaskServer::Halt(uint32_t queue, uint32_t sq_head) {
 bool TaskServer::Intake() {
     auto exec = pause_.Enter(exec_mutex_);
     if (!exec || pause_.requested() || stopping_.load()) return false;
-    bool took = false;
+    std::array<uint32_t, SPYRE_TQ_MAX_QUEUES> taken{};
     for (uint32_t q = 0; q < queues_; ++q) {
         if (halted_.load() & (1u << q)) continue;
         spyre_task_queue_words& w = Words(q);
@@ -199,10 +199,15 @@ bool TaskServer::Intake() {
         queue.sq_head = head;
         SharedWord(w.sq_head).store(head, std::memory_order_release);
         regs_.Add64(SPYRE_REG_CNT_TASK_DOORBELLS, 1);
-        took = true;
+        taken[q] = n;
     }
     exec.unlock();
-    if (took) cores_.NotifyTasks();
+    bool took = false;
+    for (uint32_t q = 0; q < queues_; ++q)
+        if (taken[q] != 0) {
+            cores_.NotifyTasks(q, taken[q]);
+            took = true;
+        }
     return took;
 }
 
