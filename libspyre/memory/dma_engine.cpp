@@ -42,14 +42,27 @@ void DMAEngine::Finished(DmaTicket ticket, bool failed) noexcept {
     const Traced t = it->second;
     traced_.erase(it);
     if (traced_.empty()) any_traced_.store(false, std::memory_order_relaxed);
+    TraceSpan(t.direction, t.bytes, t.start_ns);
+}
+
+void DMAEngine::TraceSpan(Direction direction, uint64_t bytes, uint64_t start_ns) noexcept {
     if (!trace::Enabled()) return;
     const uint64_t recording = trace::detail::Recording();
     if (track_recording_ != recording) {
         track_ = trace::detail::NamedTrack(device_ + " DMA");
         track_recording_ = recording;
     }
-    trace::detail::Span(track_, "dma", SpanName(uint8_t(t.direction)), t.start_ns, trace::detail::NowNs(),
-                        int64_t(t.bytes));
+    trace::detail::Span(track_, "dma", SpanName(uint8_t(direction)), start_ns, trace::detail::NowNs(), int64_t(bytes));
+}
+
+void DMAEngine::CountRingCopy(uint64_t size, bool failed, uint64_t start_ns) noexcept {
+    to_device_.copies.fetch_add(1, std::memory_order_relaxed);
+    to_device_.bytes.fetch_add(size, std::memory_order_relaxed);
+    if (failed) failed_.fetch_add(1, std::memory_order_relaxed);
+    if (start_ns == 0) [[likely]]
+        return;
+    std::lock_guard lock(traced_mu_);
+    TraceSpan(Direction::ToDevice, size, start_ns);
 }
 
 DmaTicket DMAEngine::CopyToDevice(const void* host, const DeviceHandle& device, uint64_t size) {

@@ -148,6 +148,7 @@ size_t RingRecords::Retire(std::span<const driver::Completion> done) {
             ++cancelled;  // cancelled on the device behind the stream's failure
         }
         if (rec.kind == OpKind::EventRecord) FireRecord(s, rec);
+        if (rec.kind == OpKind::CopyToDevice && dma_) dma_->CountRingCopy(rec.copy_bytes, !c.ok(), rec.submit_ns);
         if (rec.ends_turn) --s.turns_inflight;
         if (rec.submit_ns != 0 && trace::Enabled()) {
             if (reaped_ns == 0) reaped_ns = trace::detail::NowNs();
@@ -163,6 +164,7 @@ void RingRecords::FailAll(const Error& lost) {
     for (Record& r : records_) {
         Fault(*r.stream, lost);
         if (r.kind == OpKind::EventRecord) FireRecord(*r.stream, r);
+        if (r.kind == OpKind::CopyToDevice && dma_) dma_->CountRingCopy(r.copy_bytes, true, 0);
         if (r.ends_turn) --r.stream->turns_inflight;
         --r.stream->ring_inflight;
         Complete(*r.stream, r.seq);

@@ -14,6 +14,7 @@
 
 #include "spyre/driver/command_ring.hpp"
 #include "spyre/error.hpp"
+#include "spyre/memory/dma_engine.hpp"
 #include "stream/stream_state.hpp"
 
 namespace spyre::detail {
@@ -70,9 +71,12 @@ public:
         std::shared_ptr<EventState> event = {};  // EventRecord: the event it fires when retired
         uint64_t event_seq = 0;
         bool ends_turn = false;  // the last CB of its stream's turn
+        uint64_t copy_bytes = 0;  // CopyToDevice: the bytes it carried inline
     };
 
-    explicit RingRecords(std::string device) : device_(std::move(device)) {}
+    // `dma`: where the inline copies are counted and traced, as every copy
+    // is (null only in tests of the bookkeeping alone).
+    explicit RingRecords(std::string device, DMAEngine* dma = nullptr) : device_(std::move(device)), dma_(dma) {}
 
     size_t size() const { return records_.size(); }
     bool empty() const { return records_.empty(); }
@@ -101,6 +105,7 @@ private:
     static void FireRecord(StreamState& s, Record& r);
 
     std::string device_;
+    DMAEngine* dma_;
     std::deque<Record> records_;
     uint32_t trace_track_ = 0;
     uint64_t trace_recording_ = 0;

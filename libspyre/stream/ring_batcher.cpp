@@ -81,6 +81,7 @@ void RingBatcher::Append(StreamState& s, std::vector<spyre_cb>& batch, RingRecor
         rec.event = std::move(op.event);
         rec.event_seq = op.value;
     }
+    if (op.kind == OpKind::CopyToDevice) rec.copy_bytes = op.size;
     records.Add(std::move(rec));
 }
 

@@ -42,7 +42,7 @@ SchedulerCore::SchedulerCore(DeviceCore& device, const SchedulerOptions& options
       options_(options),
       policy_(options.policy, options.quantum, options.aging_turns),
       batcher_(device.function->Read32(SPYRE_REG_CAPS) & SPYRE_CAP_COPY_INLINE ? SPYRE_CB_INLINE_MAX_BYTES : 0),
-      records_(device.function->pci_address()),
+      records_(device.function->pci_address(), &*device.dma),
       dma_(*device.dma, device.function->pci_address()) {
     static_assert(SPYRE_RING_STREAMS == 64, "one bit of ring_streams_free_ per ring stream");
     ring_streams_free_ = device.function->Read32(SPYRE_REG_CAPS) & SPYRE_CAP_RING_STREAMS ? ~0ull : 0;

@@ -68,6 +68,13 @@ public:
     // nullopt; throws spyre::Error if it failed.
     std::optional<uint64_t> Poll(DmaTicket ticket);
 
+    // A small host-to-device copy a stream's ring carried inside its control
+    // blocks (in order with the stream's launches), checked when it was
+    // enqueued: counted here like every other copy and, when `start_ns` is
+    // set (a trace recorded when it went into the ring), drawn on the DMA
+    // track up to now. Called when the ring retires it.
+    void CountRingCopy(uint64_t size, bool failed, uint64_t start_ns) noexcept;
+
     DmaStats Stats() const noexcept;
     driver::DmaBackend backend() const noexcept { return queue_.backend(); }
 
@@ -79,6 +86,7 @@ private:
     DmaTicket Started(DmaTicket ticket, Direction direction, uint64_t size);
     // Ends a copy's span (when it has one); counts it when it failed.
     void Finished(DmaTicket ticket, bool failed) noexcept;
+    void TraceSpan(Direction direction, uint64_t bytes, uint64_t start_ns) noexcept;  // traced_mu_ held
 
     SpyreAllocator& allocator_;
     driver::DmaQueue& queue_;

@@ -26,6 +26,30 @@ TEST_F(StreamTest, CopiesRoundTripByteForByte) {
     }
 }
 
+// Every copy counts on the device's DMA engine, whether the ring carried it
+// inside its control blocks (small) or the engine moved it.
+TEST_F(StreamTest, EveryCopyCountsOnTheDmaEngineInlineOrNot) {
+    Device dev = OpenDevice();
+    FlexStream& s = dev.default_stream();
+    constexpr uint64_t kSmall = 8, kLarge = 1ull << 20;
+    std::vector<uint8_t> in(kLarge, 0x5a), out(kLarge, 0);
+    DeviceAllocation a = dev.allocator().Allocate(kLarge);
+    const DmaStats before = dev.dma().Stats();
+    s.CopyToDevice(in.data(), a.handle, kSmall);
+    s.CopyToDevice(in.data(), a.handle, kLarge);
+    s.CopyFromDevice(out.data(), a.handle, kLarge);
+    s.Synchronize();
+    EXPECT_EQ(in, out);
+    const DmaStats after = dev.dma().Stats();
+    EXPECT_EQ(after.to_device_copies - before.to_device_copies, 2u);
+    EXPECT_EQ(after.to_device_bytes - before.to_device_bytes, kSmall + kLarge);
+    EXPECT_EQ(after.from_device_copies - before.from_device_copies, 1u);
+    EXPECT_EQ(after.from_device_bytes - before.from_device_bytes, kLarge);
+    EXPECT_EQ(after.failed, before.failed);
+    EXPECT_GE(dev.scheduler().Stats().inline_copies, 1u);  // the small one did ride in the ring
+    dev.allocator().Free(a.handle);
+}
+
 TEST_F(StreamTest, LaunchRunsAfterItsCopiesAndBeforeTheCopyBack) {
     Device dev = OpenDevice();
     FlexStream s = dev.CreateStream();

@@ -137,7 +137,7 @@ TEST_F(TraceTest, AStreamsWorkIsATimelineAViewerCanOpen) {
     // Every op of the stream: program copy, launches, two copies, the
     // callback, the event record.
     EXPECT_EQ(spans[stream_tid].size(), size_t(1 + kLaunches + 2 + 1 + 1));
-    EXPECT_EQ(spans[dma_tid].size(), 2u);  // the 1 MiB copies
+    EXPECT_EQ(spans[dma_tid].size(), 3u);  // the 1 MiB copies, and the program copy the ring carried inline
     // The ring ran the program copy (inline) and the launches; the record,
     // behind the callback on an idle stream, settled on the host.
     EXPECT_EQ(spans[ring_tid].size(), size_t(1 + kLaunches));
@@ -390,4 +390,33 @@ TEST_F(TraceTest, ADiamondOnHostWorkersHasArrowsExactlyForItsDependencies) {
     });
     const OrchTrace o = TraceDiamond(orch, WORKER_HOST, Path());
     for (const std::string& track : o.task_tracks) EXPECT_EQ(track.rfind("host memory host worker ", 0), 0u) << track;
+}
+
+// A copy small enough to ride inside the stream's control blocks is still a
+// copy: it is drawn on the device's DMA track like one the DMA engine moved.
+TEST_F(TraceTest, ACopyTheRingCarriesInlineIsOnTheDmaTrack) {
+    Device dev = OpenDevice();
+    const DeviceAllocation cell = dev.allocator().Allocate(64);
+    const uint64_t value = 0x1122334455667788ull;
+    const std::string path = Path();
+    trace::Start(path);
+    FlexStream s = dev.CreateStream();
+    s.CopyToDevice(&value, cell.handle, sizeof value);
+    s.Synchronize();
+    EXPECT_EQ(dev.dma().Stats().failed, 0u);
+    trace::Stop();
+    dev.allocator().Free(cell.handle);
+
+    const json t = Load(path);
+    int64_t dma_tid = -1;
+    for (const auto& [tid, name] : TrackNames(t))
+        if (name == dev.function().pci_address() + " DMA") dma_tid = tid;
+    ASSERT_NE(dma_tid, -1) << "no DMA track";
+    int copies = 0;
+    for (const json& e : t["traceEvents"])
+        if (e["ph"] == "X" && e["tid"] == dma_tid && e["name"] == "CopyToDevice") {
+            EXPECT_EQ(e["args"]["bytes"], sizeof value) << e.dump();
+            ++copies;
+        }
+    EXPECT_EQ(copies, 1);
 }
