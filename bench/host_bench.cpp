@@ -22,8 +22,10 @@
 //   baseline/host_blas:R     the same independent matmuls (R = 64: 64 of
 //                            64x128x128; R = 256: 16 of 256x256x256) as
 //                            cblas_sgemm on the host, spread over one thread
-//                            per core (OpenBLAS's own threads as configured):
-//                            the throughputs' baseline on the same cores
+//                            per core, each sgemm on its caller's thread
+//                            (OpenBLAS's own pool off: it would fight the
+//                            callers for the cores): the throughputs'
+//                            baseline on the same cores
 //   residency/reuse:B        a run of one chip task (chip_empty) reading an
 //                            unchanged B-byte tensor whose device copy is
 //                            kept: each 64 KiB chunk hashed, found unchanged,
@@ -218,6 +220,7 @@ void BM_HostBlas(benchmark::State& state) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(k), int(k), 1.0f, a[i].data(), int(k), b.data(),
                         int(k), 0.0f, c[i].data(), int(k));
     };
+    openblas_set_num_threads(1);  // this process's BLAS only: the mock cards are other processes
     const auto t0 = Clock::now();
     for (auto _ : state) {
         std::vector<std::thread> pool;
