@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "bench_main.hpp"
 #include "l3_chip_functions.hpp"
@@ -76,7 +77,9 @@ int main(int argc, char** argv) {
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     try {
         host::MpiTransportOptions options;
-        options.idle_spin = std::chrono::microseconds(2000);  // as mpi_bench: a round trip should not pay a sleep
+        // As mpi_bench: a round trip should not pay a sleep. SPYRE_IDLE_SPIN_US overrides it (to compare).
+        const char* spin = std::getenv("SPYRE_IDLE_SPIN_US");
+        options.idle_spin = std::chrono::microseconds(spin ? std::atoll(spin) : 2000);
         host::MpiTransport t(options);
         if (t.size() != 2) {
             if (t.rank() == 0) std::fprintf(stderr, "multihost_bench: run with mpirun -np 2 (this run has %d ranks)\n", t.size());
@@ -108,6 +111,7 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark("dependency/local", BM_Dependency, size_t(0))->UseRealTime()->MinTime(0.5);
         benchmark::RegisterBenchmark("dependency/remote", BM_Dependency, size_t(1))->UseRealTime()->MinTime(0.5);
         benchmark::RegisterBenchmark("empty/remote", BM_EmptyRemote)->Arg(1)->Arg(16)->UseRealTime()->MinTime(0.5);
+        std::printf("transport idle_spin %lld us\n", static_cast<long long>(options.idle_spin.count()));
         std::printf("raw MPI ping-pong, best of 3 batches, us per round trip: no mock card running: 128 KiB %.1f, 4 KiB %.1f;"
                     " both mock cards running: 128 KiB %.1f, 4 KiB %.1f\n",
                     g_raw_us, g_raw_small_us, busy_us, busy_small_us);
