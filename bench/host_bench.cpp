@@ -19,6 +19,13 @@
 //                            4-card mock, beside D = 1 in this run
 //   throughput_big/devices:D the same with 16 tasks of 256x256x256 (33 MFLOP
 //                            each): compute rather than per-task overhead
+//   baseline/host_blas:R     the same independent matmuls (R = 64: 64 of
+//                            64x128x128; R = 256: 16 of 256x256x256) as
+//                            cblas_sgemm on the host, spread over one thread
+//                            per core, each sgemm on its caller's thread
+//                            (OpenBLAS's own pool off: it would fight the
+//                            callers for the cores): the throughputs'
+//                            baseline on the same cores
 //   residency/reuse:B        a run of one chip task (chip_empty) reading an
 //                            unchanged B-byte tensor whose device copy is
 //                            kept: each 64 KiB chunk hashed, found unchanged,
@@ -39,6 +46,7 @@
 //                            ranges that changed), and a copy followed by the
 //                            hashes of what it copied (a download)
 #include <benchmark/benchmark.h>
+#include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
@@ -197,7 +205,36 @@ void Throughput(benchmark::State& state, const std::string& key, const char* fun
     g_us[key + std::to_string(devices)] = per_s;
     state.counters["chip_tasks_per_s"] = per_s;
     if (g_us.count(key + "1")) state.counters["x_1_device"] = per_s / g_us[key + "1"];
+    if (g_us.count(key + "blas")) state.counters["x_host_blas"] = per_s / g_us[key + "blas"];
 }
+// The throughputs' matmuls on the host: `tasks` sgemms of rows x k x k,
+// split over one thread per core.
+void BM_HostBlas(benchmark::State& state) {
+    const int64_t rows = state.range(0) == 64 ? 64 : 256, k = state.range(0) == 64 ? 128 : 256;
+    const int tasks = state.range(0) == 64 ? 64 : 16;
+    const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+    std::vector<std::vector<float>> a(tasks, std::vector<float>(size_t(rows * k), 0.5f)), c(tasks, std::vector<float>(size_t(rows * k)));
+    const std::vector<float> b(size_t(k * k), 0.25f);
+    auto share = [&](unsigned t) {
+        for (int i = int(t); i < tasks; i += int(threads))
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(k), int(k), 1.0f, a[i].data(), int(k), b.data(),
+                        int(k), 0.0f, c[i].data(), int(k));
+    };
+    openblas_set_num_threads(1);  // this process's BLAS only: the mock cards are other processes
+    const auto t0 = Clock::now();
+    for (auto _ : state) {
+        std::vector<std::thread> pool;
+        for (unsigned t = 1; t < threads; ++t) pool.emplace_back(share, t);
+        share(0);
+        for (auto& t : pool) t.join();
+    }
+    const double us = UsPerIteration(state, t0);
+    if (c[tasks - 1][0] != 0.5f * 0.25f * float(k)) state.SkipWithError("wrong BLAS result");
+    const double per_s = tasks / (us * 1e-6);
+    g_us[std::string(rows == 64 ? "throughput_" : "throughput_big_") + "blas"] = per_s;
+    state.counters["matmuls_per_s"] = per_s;
+}
+
 void BM_Throughput(benchmark::State& state) { Throughput(state, "throughput_", "chip_matmul", 64, 64, 128); }
 void BM_ThroughputBig(benchmark::State& state) { Throughput(state, "throughput_big_", "chip_matmul_big", 16, 256, 256); }
 
@@ -335,10 +372,13 @@ void Summary() {
     for (const char* key : {"throughput_", "throughput_big_"}) {
         std::printf("L3 throughput, %s:\n", key == std::string("throughput_") ? "64 independent 64x128x128 chip matmuls"
                                                                               : "16 independent 256x256x256 chip matmuls");
+        if (at(key + std::string("blas")) > 0)
+            std::printf("  host BLAS, one thread per core: %.0f matmuls/s\n", at(key + std::string("blas")));
         for (int d : {1, 2, 4, 8})
             if (at(key + std::to_string(d)) > 0)
-                std::printf("  %d device(s): %.0f chip tasks/s  (%.2fx of 1 device, same run)\n", d, at(key + std::to_string(d)),
-                            at(key + std::to_string(d)) / at(std::string(key) + "1"));
+                std::printf("  %d device(s): %.0f chip tasks/s  (%.2fx of 1 device, %.2fx of host BLAS, same run)\n", d,
+                            at(key + std::to_string(d)), at(key + std::to_string(d)) / at(std::string(key) + "1"),
+                            at(key + std::to_string(d)) / at(key + std::string("blas")));
     }
 }
 
@@ -352,6 +392,7 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark("dispatch/empty_tasks", BM_Dispatch, false)->Arg(1)->Arg(64)->UseRealTime()->MinTime(0.5);
     // A fixed count keeps a recording small (a few MB).
     benchmark::RegisterBenchmark("dispatch_traced/empty_tasks", BM_Dispatch, true)->Arg(1)->Arg(64)->UseRealTime()->Iterations(2000);
+    benchmark::RegisterBenchmark("baseline/host_blas", BM_HostBlas)->Arg(64)->Arg(256)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("throughput/devices", BM_Throughput)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseRealTime()->MinTime(1.0);
     benchmark::RegisterBenchmark("throughput_big/devices", BM_ThroughputBig)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseRealTime()->MinTime(1.0);
     benchmark::RegisterBenchmark("residency/tiny_run", BM_TinyRun)->UseRealTime()->MinTime(0.3);

@@ -1,32 +1,48 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "spyre/host/multihost_worker.hpp"
 
-#include <cstring>
+#include <algorithm>
+#include <semaphore>
 
 #include "local_chip_executor.hpp"
 #include "remote_chip_executor.hpp"
 #include "spyre/host/remote_chip_service.hpp"
+#include "spyre/trace/trace.hpp"
+#include "trace/recorder.hpp"
 
 namespace spyre {
 
 struct MultiHostWorker::Impl {
+    // A device of this rank as calls from rank 0 reach it: its executor
+    // (owned by `worker`), and a slot per chip task it runs at once.
+    struct Served {
+        ChipExecutor* executor;
+        std::unique_ptr<std::counting_semaphore<256>> slots;
+    };
     host::Transport& transport;
     Host& host;
     std::shared_ptr<ChipRegistry> registry = std::make_shared<ChipRegistry>();
     std::optional<Worker> worker;
     std::vector<std::shared_ptr<host::RemoteRank>> remote_ranks;
+    std::vector<Served> served;
+    int block_dim = 1;
 
     Impl(host::Transport& t, Host& h) : transport(t), host(h) {}
 
-    // A call a remote rank placed on local device `call.device`: one chip task
-    // with affinity to it, run as a one-task program on the local Worker.
-    void Answer(const host::RemoteCall& call, std::vector<host::WireTensor>& outputs);
+    // A call a remote rank placed on local device `call.device`, run on that
+    // device's executor directly: the call's tensors are its own, so no
+    // dependency tracking or placement is needed, and a one-task run on
+    // the Worker would add two thread hand-overs to every call.
+    void Answer(host::RemoteCall& call, std::vector<host::WireTensor>& outputs);
 };
 
 MultiHostWorker::MultiHostWorker(host::Transport& transport, Host& host, DistributedConfig config,
                                  std::chrono::milliseconds reply_timeout)
     : impl_(std::make_unique<Impl>(transport, host)) {
     auto executors = host::OpenLocalChipExecutors(host, config, impl_->registry);
+    impl_->block_dim = config.block_dim;
+    for (auto& e : executors)
+        impl_->served.push_back({e.get(), std::make_unique<std::counting_semaphore<256>>(std::clamp(e->Concurrency(), 1u, 256u))});
     if (transport.rank() == 0) {
         for (int r = 1; r < transport.size(); ++r) {
             auto remote = std::make_shared<host::RemoteRank>(transport, r, reply_timeout);
@@ -73,53 +89,73 @@ void MultiHostWorker::Serve() {
     // and rank 0 told how many each takes.
     std::vector<uint32_t> rooms;
     for (size_t d = 0; d < impl_->worker->device_count(); ++d) rooms.push_back(impl_->worker->ChipTasksAtOnce(d));
-    service.SetRouter([this](const host::RemoteCall& call, std::vector<host::WireTensor>& outputs) { impl_->Answer(call, outputs); },
+    service.SetRouter([this](host::RemoteCall& call, std::vector<host::WireTensor>& outputs) { impl_->Answer(call, outputs); },
                       impl_->registry->List(), std::move(rooms));
     service.Serve(0);
 }
 
-void MultiHostWorker::Impl::Answer(const host::RemoteCall& call, std::vector<host::WireTensor>& outputs) {
+void MultiHostWorker::Impl::Answer(host::RemoteCall& call, std::vector<host::WireTensor>& outputs) {
     size_t device = 0;
     try {
         device = std::stoul(call.device);
     } catch (const std::exception&) {
         device = worker->device_count();
     }
-    if (device >= worker->device_count())
+    if (device >= served.size())
         throw Error(ErrorKind::NotFound, "chip call '" + call.task + "' names device '" + call.device + "'; this rank serves " +
-                                             std::to_string(worker->device_count()) + " device(s)");
+                                             std::to_string(served.size()) + " device(s)");
     std::vector<uint8_t> access = call.access;
     if (access.empty()) {  // inputs, then outputs
         access.assign(call.inputs.size(), host::RemoteCall::kIn);
         access.insert(access.end(), call.outputs.size(), host::RemoteCall::kOut);
     }
-    std::vector<HostTensor> args;
-    std::vector<TensorArg> task_args;
-    std::vector<size_t> returned;  // args that go back, in order
+    // The task's tensors are the message's own bytes (no copies): an In or
+    // InOut argument wraps its received payload, an Out argument the reply's
+    // buffer; an InOut's payload becomes the reply's after the run. Both
+    // outlive the run (the service sends the reply after this returns).
+    ChipCall chip{.task_name = call.task, .function = call.function, .args = {}, .block_dim = block_dim,
+                  .entry = registry->Find(call.function)};
+    std::vector<std::pair<size_t, size_t>> in_outs;  // (input, output) of each InOut
     size_t in = 0, out = 0;
     for (uint8_t a : access) {
         HostTensor t;
         if (a == host::RemoteCall::kOut) {
-            const host::WireSpec& spec = call.outputs.at(out++);
-            t = HostTensor::Zeros(spec.shape, spec.dtype);
+            host::WireTensor& dst = outputs.at(out++);
+            t = HostTensor::Wrap(dst.data.data(), dst.spec.shape, dst.spec.dtype, nullptr);
         } else {
-            const host::WireTensor& src = call.inputs.at(in++);
-            t = HostTensor::Zeros(src.spec.shape, src.spec.dtype);
-            std::memcpy(t.data(), src.data.data(), src.data.size());
-            if (a == host::RemoteCall::kInOut) ++out;
+            host::WireTensor& src = call.inputs.at(in++);
+            t = HostTensor::Wrap(src.data.data(), src.spec.shape, src.spec.dtype, nullptr);
+            if (a == host::RemoteCall::kInOut) in_outs.emplace_back(in - 1, out++);
         }
-        if (a != host::RemoteCall::kIn) returned.push_back(args.size());
-        task_args.push_back({t, host::AccessOf(a)});
-        args.push_back(std::move(t));
+        chip.args.push_back({TensorArg{std::move(t), host::AccessOf(a)}});
     }
-    const HostProgram one{call.task, args.size(), {}, [&](HostGraph& g, std::span<const HostTensor>) {
-                              g.Chip(call.function, task_args, {.name = call.task, .device = device});
-                          }};
-    worker->Run(one, args);  // a failure is a HostRunError: kind, device code and the device named
-    for (size_t i = 0; i < returned.size(); ++i) {
-        const HostTensor& t = args[returned[i]];
-        std::memcpy(outputs[i].data.data(), t.data(), t.bytes());
+    if (!chip.entry)
+        throw Error(ErrorKind::NotFound, "no chip function '" + call.function + "' is registered (" + registry->Names() + ")");
+    Served& d = served[device];
+    // As a local run names a failure: the task, the function and the device.
+    auto failed = [&](ErrorKind kind, const std::string& why, ErrorContext context) {
+        return Error(kind, "CHIP task '" + call.task + "' (chip function '" + call.function + "' on " + d.executor->Describe() +
+                               ") failed: " + why,
+                     std::move(context));
+    };
+    d.slots->acquire();
+    struct Release {
+        std::counting_semaphore<256>& s;
+        ~Release() { s.release(); }
+    } release{*d.slots};
+    try {
+        const uint64_t start_ns = trace::Enabled() ? trace::detail::NowNs() : 0;
+        const ChipCallStats moved = d.executor->Run(chip);
+        if (start_ns != 0) [[unlikely]]  // the span a one-task run on the Worker would draw
+            trace::detail::HostTaskSpan(trace::detail::NamedTrack("host-level " + d.executor->Describe()), call.function,
+                                        d.executor->Describe(), start_ns, trace::detail::NowNs(), 0, moved.bytes_uploaded,
+                                        moved.bytes_downloaded);
+    } catch (const Error& e) {
+        throw failed(e.kind(), e.message(), e.context());
+    } catch (const std::exception& e) {
+        throw failed(ErrorKind::TaskFailed, e.what(), {});
     }
+    for (auto [i, o] : in_outs) outputs[o].data.swap(call.inputs[i].data);  // the same spec: the same size
 }
 
 }  // namespace spyre

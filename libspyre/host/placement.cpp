@@ -1,31 +1,78 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "placement.hpp"
 
-#include <algorithm>
+#include "spyre/host/chip_executor.hpp"
 
 namespace spyre::host {
+
+namespace {
+
+double At(const std::vector<double>& v, size_t d, double prior) { return v.empty() ? prior : v[d]; }
+
+}  // namespace
 
 size_t Place(const PlacementInput& in) {
     if (in.pinned) return *in.pinned;
     const size_t n = in.load.size();
-    auto backlog = [&](size_t d) { return double(in.load[d]) / double(in.room[d]); };
     auto remote = [&](size_t d) { return !in.remote.empty() && in.remote[d]; };
-    double least = backlog(0);
-    for (size_t d = 1; d < n; ++d) least = std::min(least, backlog(d));
-    size_t local = n;
-    for (size_t d = 0; d < n; ++d)
-        if (in.local_bytes[d] > 0 && (local == n || in.local_bytes[d] > in.local_bytes[local])) local = d;
-    if (local != n && backlog(local) <= least + kLocalitySlack) return local;
-    // The least backlogged device of each kind, ties round-robin.
-    size_t best[2] = {n, n};
-    for (size_t i = 0; i < n; ++i) {
+    auto cost = [&](size_t d) {
+        const double wait = double(in.load[d]) / double(in.room[d]) * At(in.task_ns, d, DeviceCosts::kPriorTaskNs);
+        const uint64_t current = in.current_bytes.empty() ? 0 : in.current_bytes[d];
+        const uint64_t to_move = in.input_bytes > current ? in.input_bytes - current : 0;
+        const double per_byte = At(in.ns_per_byte, d,
+                                   remote(d) ? DeviceCosts::kPriorRemoteNsPerByte : DeviceCosts::kPriorLocalNsPerByte);
+        const double call = At(in.call_ns, d, remote(d) ? DeviceCosts::kRemoteCallNs : 0);
+        return wait + double(to_move) * per_byte + call;
+    };
+    // Among devices within kTieNs of each other: the one holding most of the
+    // inputs, then this rank's, then the first from `rotate`.
+    auto preferred = [&](size_t a, size_t b) {
+        const uint64_t ca = in.current_bytes.empty() ? 0 : in.current_bytes[a];
+        const uint64_t cb = in.current_bytes.empty() ? 0 : in.current_bytes[b];
+        if (ca != cb) return ca > cb;
+        return remote(a) < remote(b);
+    };
+    size_t best = in.rotate % n;
+    double best_cost = cost(best);
+    for (size_t i = 1; i < n; ++i) {
         const size_t d = (in.rotate + i) % n;
-        size_t& b = best[remote(d)];
-        if (b == n || backlog(d) < backlog(b)) b = d;
+        const double c = cost(d);
+        if (c < best_cost - kTieNs || (c <= best_cost + kTieNs && preferred(d, best))) {
+            best = d;
+            best_cost = c;
+        }
     }
-    if (best[0] == n) return best[1];
-    if (best[1] != n && backlog(best[1]) + kRemoteSlack < backlog(best[0])) return best[1];
-    return best[0];
+    return best;
+}
+
+DeviceCosts::DeviceCosts(const std::vector<bool>& remote)
+    : devices_(std::make_unique<Device[]>(remote.size())), count_(remote.size()) {
+    for (size_t d = 0; d < count_; ++d) {
+        devices_[d].ns_per_byte = remote[d] ? kPriorRemoteNsPerByte : kPriorLocalNsPerByte;
+        devices_[d].call_ns = remote[d] ? kRemoteCallNs : 0;
+    }
+}
+
+void DeviceCosts::Record(size_t device, uint64_t elapsed_ns, const ChipCallStats& moved) {
+    Device& d = devices_[device];
+    const double t = d.task_ns.load(std::memory_order_relaxed);
+    d.task_ns.store(t + (double(elapsed_ns) - t) / 8, std::memory_order_relaxed);
+    const uint64_t bytes = moved.bytes_uploaded + moved.bytes_downloaded;
+    if (bytes < kLinkSampleBytes) return;
+    const double sample = double(elapsed_ns) / double(bytes);
+    const double b = d.ns_per_byte.load(std::memory_order_relaxed);
+    d.ns_per_byte.store(sample < b ? sample : b + (sample - b) / 32, std::memory_order_relaxed);
+}
+
+void DeviceCosts::Fill(PlacementInput& in) const {
+    in.task_ns.resize(count_);
+    in.ns_per_byte.resize(count_);
+    in.call_ns.resize(count_);
+    for (size_t d = 0; d < count_; ++d) {
+        in.task_ns[d] = devices_[d].task_ns.load(std::memory_order_relaxed);
+        in.ns_per_byte[d] = devices_[d].ns_per_byte.load(std::memory_order_relaxed);
+        in.call_ns[d] = devices_[d].call_ns;
+    }
 }
 
 }  // namespace spyre::host

@@ -101,6 +101,7 @@ Scheduler::Scheduler(std::vector<std::unique_ptr<ChipExecutor>> executors, const
         lanes_.push_back(std::make_unique<JobThreads>(room_[d]));
         device_names_.push_back(executors_[d]->Describe());
     }
+    costs_ = std::make_unique<DeviceCosts>(remote_);
     placement_.room = room_;
     to_post_.resize(lanes_.size() + 1);
     placement_.remote = remote_;
@@ -187,11 +188,15 @@ void Scheduler::MakeReady(HostTask* task) {
     PlacementInput& in = placement_;
     in.pinned = task->pinned;
     in.load = load_;
-    in.local_bytes.assign(executors_.size(), 0);
+    in.current_bytes.assign(executors_.size(), 0);
+    in.input_bytes = 0;
     for (const TensorArg& a : task->args)
-        if (a.access != Access::Out)
+        if (a.access != Access::Out) {
+            in.input_bytes += a.tensor.bytes();
             for (size_t d = 0; d < executors_.size(); ++d)
-                if (!remote_[d] && residency_.Current(a.tensor, d)) in.local_bytes[d] += a.tensor.bytes();
+                if (!remote_[d] && residency_.Current(a.tensor, d)) in.current_bytes[d] += a.tensor.bytes();
+        }
+    costs_->Fill(in);
     in.rotate = rotate_++;
     const size_t d = Place(in);
     task->device = d;
@@ -283,8 +288,11 @@ void Scheduler::RunChip(HostTask* task) {
     const size_t d = task->device;
     ChipCallStats moved;
     const uint64_t start_ns = trace::Enabled() ? trace::detail::NowNs() : 0;
+    const auto began = std::chrono::steady_clock::now();
     try {
         moved = executors_[d]->Run(task->call);
+        costs_->Record(d, uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began).count()),
+                      moved);
     } catch (...) {
         task->inbox_failure = std::make_unique<TaskFailureInfo>(FailureOf(*task, executors_[d]->Describe()));
     }

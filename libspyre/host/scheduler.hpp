@@ -76,6 +76,7 @@ private:
     std::vector<uint32_t> room_;  // Concurrency() of each executor
     std::vector<bool> remote_;
     PlacementInput placement_;  // reused: no allocation per task
+    std::unique_ptr<DeviceCosts> costs_;  // what placement learns of each device's speed
     std::vector<Worker::DeviceStats> stats_;
     std::vector<std::unique_ptr<JobThreads>> lanes_;
     std::unique_ptr<JobThreads> sub_workers_;

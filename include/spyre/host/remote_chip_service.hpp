@@ -41,7 +41,8 @@ public:
     // up to more than 1, calls run on that many threads at once (the router
     // must be thread-safe) and each reply goes out when its call ends;
     // otherwise each call is answered before the next message is read.
-    using Router = std::function<void(const RemoteCall& call, std::vector<WireTensor>& outputs)>;
+    // The router may take the call's input bytes (it is the last to read them).
+    using Router = std::function<void(RemoteCall& call, std::vector<WireTensor>& outputs)>;
     void SetRouter(Router router, std::vector<std::string> functions, std::vector<uint32_t> chip_tasks_at_once = {});
 
     // Messages of other types (another protocol sharing the transport) go

@@ -6,6 +6,7 @@
 // message its frame announced.
 #include "spyre/host/mpi_transport.hpp"
 
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <climits>
@@ -348,6 +349,8 @@ void MpiTransport::State::Run(std::promise<void>& ready) {
         return;
     }
     ready.set_value();
+    // Its short sleeps end when asked, not up to 50 us later (the default slack).
+    prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
     auto last_work = Clock::now();
     for (;;) {
         {
@@ -365,7 +368,10 @@ void MpiTransport::State::Run(std::promise<void>& ready) {
         const bool busy = now - last_work < options.idle_spin ||
                           (InFlight() && now - last_work < std::chrono::milliseconds(20));
         if (busy) {
-            std::this_thread::yield();
+            if (options.busy_poll.count() > 0)
+                std::this_thread::sleep_for(options.busy_poll);
+            else
+                std::this_thread::yield();
             continue;
         }
         std::unique_lock lock(mutex);

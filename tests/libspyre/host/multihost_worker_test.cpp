@@ -6,10 +6,12 @@
 // that falls silent, fail the run with errors naming the rank.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
 #include <future>
+#include <map>
 #include <thread>
 
 #include "l3_chip_functions.hpp"
@@ -193,12 +195,15 @@ TEST_F(MultiHostTest, InOutArgumentsTravelBothWays) {
     for (float v : acc.floats()) ASSERT_EQ(v, 9.0f);
 }
 
+// Six row blocks over three ranks' devices: placement weighs rank 0's queue
+// against shipping a block's inputs, so rank 0 takes more than its share,
+// but every rank takes some.
 TEST_F(MultiHostTest, RowParallelMatmulOverAllRanksMatchesTheCpu) {
     Start(3);
-    const int64_t m = 3 * 64, k = 128, n = 128;
+    const int64_t m = 6 * 64, k = 128, n = 128;
     const HostTensor a = Iota(0.01f, -1.0f, m, k), b = Iota(0.02f, 0.5f, k, n);
     HostTensor c = HostTensor::Zeros({m, n});
-    w().Run(RowParallelMatmul(m, n, 3), {a, b, c});
+    w().Run(RowParallelMatmul(m, n, 6), {a, b, c});
     auto av = a.floats(), bv = b.floats(), cv = c.floats();
     double worst = 0;
     for (int64_t i = 0; i < m; ++i)
@@ -208,7 +213,12 @@ TEST_F(MultiHostTest, RowParallelMatmulOverAllRanksMatchesTheCpu) {
             worst = std::max(worst, std::abs(ref - double(cv[size_t(i * n + j)])) / std::max(1.0, std::abs(ref)));
         }
     EXPECT_LT(worst, 1e-4);
-    for (size_t d = 0; d < 3; ++d) EXPECT_EQ(w().Stats(d).chip_tasks, 1u) << "device " << d;
+    uint64_t total = 0;
+    for (size_t d = 0; d < 3; ++d) {
+        EXPECT_GE(w().Stats(d).chip_tasks, 1u) << "device " << d;
+        total += w().Stats(d).chip_tasks;
+    }
+    EXPECT_EQ(total, 6u);
 }
 
 TEST_F(MultiHostTest, AFaultOnAnotherRankNamesItAndTheWorkerGoesOn) {
@@ -265,6 +275,91 @@ TEST_F(MultiHostTest, ASilentRankFailsItsTasksNamingItInsteadOfHanging) {
     const std::string r = servers_[0].get();
     servers_.clear();
     EXPECT_NE(r.find("rank 0"), std::string::npos) << r;
+}
+
+// Four chip tasks held on rank 1 (two devices with room for two each), all
+// in flight; then rank 1 goes (`lose`: falls silent, or sends a malformed
+// frame). Every one of the four must fail with a typed error naming rank 1,
+// none may hang.
+// Returns how many failed with each kind.
+std::map<ErrorKind, int> FailFourCallsInFlight(Worker& w, std::atomic<int>& started, std::atomic<bool>& release,
+                                              const std::function<void()>& lose) {
+    std::map<ErrorKind, int> kinds;
+    EXPECT_EQ(w.device_count(), 4u);
+    EXPECT_GE(w.ChipTasksAtOnce(2), 2u);
+    EXPECT_GE(w.ChipTasksAtOnce(3), 2u);
+    const HostTensor a = Iota(1.0f, 0.0f);
+    std::vector<HostTensor> outs;
+    for (int i = 0; i < 4; ++i) outs.push_back(HostTensor::Zeros({kTile, kTile}));
+    const HostProgram p{"held", 1, {}, [&](HostGraph& g, std::span<const HostTensor> x) {
+                            for (size_t i = 0; i < 4; ++i)
+                                g.Chip("held_sub", {In(x[0]), In(x[0]), Out(outs[i])},
+                                       {.name = "held " + std::to_string(i), .device = 2 + i % 2});
+                        }};
+    auto run = std::async(std::launch::async, [&] { w.Run(p, {a}); });
+    for (int i = 0; i < 2000 && started.load() < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(started.load(), 4) << "the four calls were not in flight at once on rank 1";
+    lose();
+    if (run.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+        ADD_FAILURE() << "rank 0 hangs on the lost calls";
+        release = true;
+        return kinds;
+    }
+    try {
+        run.get();
+        ADD_FAILURE() << "the lost calls were not reported";
+    } catch (const HostRunError& e) {
+        EXPECT_EQ(e.failures().size(), 4u) << e.what();
+        for (const TaskFailureInfo& f : e.failures()) {
+            ++kinds[f.kind];
+            EXPECT_NE(f.cause.find("rank 1"), std::string::npos) << f.cause;
+            EXPECT_NE(f.device.find("rank 1"), std::string::npos) << f.device;
+        }
+    }
+    release = true;
+    return kinds;
+}
+
+std::atomic<int> held_started{0};
+std::atomic<bool> held_release{false};
+
+// Counts itself in, then holds its device until released (20 s at most).
+void RegisterHeldSub(Worker& w) {
+    w.RegisterChipFunction("held_sub", [](ChipContext& ctx) {
+        held_started.fetch_add(1);
+        for (int i = 0; i < 4000 && !held_release.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        ChipSub(ctx);
+    });
+}
+
+TEST_F(MultiHostTest, ARankLostWithSeveralCallsInFlightFailsEveryOne) {
+    held_started = 0;
+    held_release = false;
+    mock_args_ = {"--cores", "16"};
+    Start(2, std::chrono::milliseconds(1000), {0, 1}, RegisterHeldSub);
+    const auto kinds = FailFourCallsInFlight(w(), held_started, held_release, [&] { fabric_->Stop(1); });
+    EXPECT_EQ(kinds, (std::map<ErrorKind, int>{{ErrorKind::DeviceLost, 4}}));
+    worker_.reset();
+    fabric_->Stop(0);
+    ASSERT_EQ(servers_[0].wait_for(std::chrono::seconds(30)), std::future_status::ready) << "rank 1 hangs";
+    servers_.clear();
+}
+
+// A malformed frame from the serving rank: the call whose wait read it fails
+// with ProtocolError, and the rank is cut off, so the others fail with
+// DeviceLost.
+TEST_F(MultiHostTest, AMalformedFrameWithSeveralCallsInFlightFailsEveryOne) {
+    held_started = 0;
+    held_release = false;
+    mock_args_ = {"--cores", "16"};
+    Start(2, std::chrono::milliseconds(1000), {0, 1}, RegisterHeldSub);
+    const std::vector<uint8_t> garbage = {'J', 'U', 'N', 'K', 1, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    const auto kinds = FailFourCallsInFlight(w(), held_started, held_release, [&] { fabric_->InjectFrame(1, 0, garbage, {}); });
+    EXPECT_EQ(kinds, (std::map<ErrorKind, int>{{ErrorKind::ProtocolError, 1}, {ErrorKind::DeviceLost, 3}}));
+    worker_.reset();
+    fabric_->Stop(0);
+    ASSERT_EQ(servers_[0].wait_for(std::chrono::seconds(30)), std::future_status::ready) << "rank 1 hangs";
+    servers_.clear();
 }
 
 }  // namespace
