@@ -18,6 +18,11 @@
 #include <vector>
 
 #include "bench_main.hpp"
+// Below a Device: the driver tier, which spyre.hpp leaves out.
+#include "spyre/driver/discovery.hpp"
+#include "spyre/driver/dma_queue.hpp"
+#include "spyre/driver/function.hpp"
+#include "spyre/driver/mock_daemon.hpp"
 #include "spyre/spyre.hpp"
 
 using namespace spyre;

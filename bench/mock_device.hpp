@@ -4,6 +4,13 @@
 // that place programs and data in device memory themselves.
 #pragma once
 
+// Below a Device: the driver tier, which spyre.hpp leaves out.
+#include "spyre/driver/command_ring.hpp"
+#include "spyre/driver/discovery.hpp"
+#include "spyre/driver/dma_queue.hpp"
+#include "spyre/driver/function.hpp"
+#include "spyre/driver/mock_daemon.hpp"
+#include "spyre/driver/task_queue.hpp"
 #include "spyre/spyre.hpp"
 
 namespace spyre::bench {

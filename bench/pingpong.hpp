@@ -20,6 +20,11 @@
 #include <vector>
 
 #include "spyre/common/futex.hpp"
+// Below a Device: the driver tier, which spyre.hpp leaves out.
+#include "spyre/driver/command_ring.hpp"
+#include "spyre/driver/discovery.hpp"
+#include "spyre/driver/function.hpp"
+#include "spyre/driver/mock_daemon.hpp"
 #include "spyre/spyre.hpp"
 
 namespace spyre::bench {

@@ -14,6 +14,10 @@
 #include <optional>
 
 #include "bench_main.hpp"
+// Below a Device: the driver tier, which spyre.hpp leaves out.
+#include "spyre/driver/discovery.hpp"
+#include "spyre/driver/function.hpp"
+#include "spyre/driver/mock_daemon.hpp"
 #include "spyre/spyre.hpp"
 
 using namespace spyre;

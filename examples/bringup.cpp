@@ -13,6 +13,11 @@
 #include <vector>
 
 #include "hang_watchdog.hpp"
+// Bring-up works at the driver level, below a Device: it includes that tier itself.
+#include "spyre/driver/command_ring.hpp"
+#include "spyre/driver/device_environment.hpp"
+#include "spyre/driver/dma_queue.hpp"
+#include "spyre/driver/function.hpp"
 #include "spyre/spyre.hpp"
 
 using namespace spyre::driver;

@@ -8,9 +8,10 @@ int main() {
     const unsigned contract = spyre::ContractVersion();
     std::printf("libspyre %s, contract %u.%u\n", spyre::Version(), SPYRE_VERSION_GET_MAJOR(contract),
                 SPYRE_VERSION_GET_MINOR(contract));
-    // Errors are typed: a missing device root is NotFound, with the path.
+    // Errors are typed, and an app catches them by type: a missing device
+    // root is NotFound, with the path, thrown from inside libspyre.so.
     try {
-        spyre::driver::DeviceRoot root("/nonexistent/spyre-root");
+        spyre::Host::Open(spyre::HostOptions::DeviceRootAt("/nonexistent/spyre-root"));
     } catch (const spyre::Error& e) {
         std::printf("typed error ok: %s\n", spyre::ToString(e.kind()));
         return e.kind() == spyre::ErrorKind::NotFound ? 0 : 1;

@@ -12,6 +12,10 @@ Above the driver, only a Device (libspyre/device and the scheduler it owns,
 libspyre/stream) opens a device queue: the runtime's other parts, the tools
 and the Python module reach the CB ring and the task queues through it.
 
+The app tier's headers (spyre/spyre.hpp, host.hpp, orchestration.hpp)
+include nothing of the driver tier (spyre/driver/), directly or through
+another header (docs/building.md, "What an app includes").
+
 Usage: scripts/check_layers.py [source root]   (exit 1 and one line per
 violation: file:line: <layer> includes <layer> "<path>")
 """
@@ -51,6 +55,8 @@ def layer_of(rel: str):
     p = rel.split('/')
     if p[0] == 'include' and len(p) > 2 and p[1] == 'spyre':
         if len(p) == 3:  # error.hpp, version.hpp: the one error family; spyre.hpp: umbrella
+            if p[2] == 'export.h':  # what the .so exports: marks every public header, mockdev's common ones too
+                return ('public', 'common')
             # orchestration.hpp and pto.h: the orchestration runtime's C++ and C faces
             if p[2] in ('orchestration.hpp', 'pto.h'):
                 return ('public', 'orchestration')
@@ -122,9 +128,38 @@ def check(root: pathlib.Path):
     return errors
 
 
+# The app tier (docs/building.md): what an app includes pulls in nothing of
+# the driver tier, through any header.
+APP_HEADERS = ('include/spyre/spyre.hpp', 'include/spyre/host.hpp', 'include/spyre/orchestration.hpp')
+DRIVER_TIER = 'include/spyre/driver/'
+
+
+def check_app_tier(root: pathlib.Path):
+    errors = []
+    for top in APP_HEADERS:
+        seen, todo = {top: None}, [top]
+        while todo:
+            rel = todo.pop()
+            src = root / rel
+            for m in INCLUDE.finditer(src.read_text(encoding='utf-8', errors='replace')):
+                target = resolve(root, src, m.group(1), m.group(2))
+                if target is None or target in seen:
+                    continue
+                seen[target] = rel
+                if target.startswith(DRIVER_TIER):
+                    chain = [target]
+                    while seen[chain[-1]] is not None:
+                        chain.append(seen[chain[-1]])
+                    errors.append(f'{top}: includes the driver tier "{target}" '
+                                  f'(through {" <- ".join(chain[1:])}); apps include spyre/driver/ themselves')
+                else:
+                    todo.append(target)
+    return errors
+
+
 def main():
     root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).parent.parent).resolve()
-    errors = check(root)
+    errors = check(root) + check_app_tier(root)
     for e in errors:
         print(e)
     print(f'check_layers: {len(errors)} violation(s)', file=sys.stderr)

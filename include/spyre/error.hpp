@@ -7,6 +7,9 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -62,3 +65,4 @@ private:
 Error SystemError(const std::string& what, ErrorContext context = {});
 
 }  // namespace spyre
+SPYRE_API_END

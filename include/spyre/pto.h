@@ -16,6 +16,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 #ifdef __cplusplus
 extern "C" {
@@ -241,5 +244,7 @@ int32_t pto_run_library(Runtime* rt, const char* path, const char* symbol, uint6
 #ifdef __cplusplus
 }
 #endif
+
+SPYRE_API_END
 
 #endif /* SPYRE_PTO_H */

@@ -2,6 +2,7 @@
 #include "spyre/device/device.hpp"
 
 #include "device/device_core.hpp"
+#include "device/device_internals.hpp"
 #include "spyre/common/log.hpp"
 #include "spyre/trace/trace.hpp"
 #include "stream/scheduler_core.hpp"
@@ -113,18 +114,21 @@ SpyreAllocator& Device::allocator() { return *core_->allocator; }
 DeviceBuffer Device::AllocateBuffer(uint64_t bytes) { return DeviceBuffer::Allocate(core_, bytes); }
 DMAEngine& Device::dma() { return *core_->dma; }
 Scheduler& Device::scheduler() { return *core_->scheduler; }
-driver::Function& Device::function() { return *core_->function; }
 const std::string& Device::pci_address() const { return core_->function->pci_address(); }
 const DeviceId& Device::id() const { return core_->id(); }
 FlexStream& Device::default_stream() { return *default_stream_; }
-const driver::TaskTopology& Device::task_topology() const { return core_->task_topology; }
+driver::Function& DeviceInternals::Function(const Device& device) { return *device.core_->function; }
+const driver::TaskTopology& DeviceInternals::TaskTopology(const Device& device) {
+    return device.core_->task_topology;
+}
 
-std::unique_ptr<driver::TaskQueue> Device::TakeTaskQueue(uint32_t group) {
-    const uint32_t have = core_->task_topology.queues();
+std::unique_ptr<driver::TaskQueue> DeviceInternals::TakeTaskQueue(const Device& device, uint32_t group) {
+    DeviceCore& core = *device.core_;
+    const uint32_t have = core.task_topology.queues();
     if (group >= have)
         throw Error(ErrorKind::InvalidArgument, "task queue " + std::to_string(group) + " does not exist on " +
-                                                    pci_address() + ", which has " + std::to_string(have));
-    return std::make_unique<driver::TaskQueue>(*core_->function, group);
+                                                    device.pci_address() + ", which has " + std::to_string(have));
+    return std::make_unique<driver::TaskQueue>(*core.function, group);
 }
 
 FlexStream Device::CreateStream(StreamOptions options) {

@@ -21,6 +21,7 @@
 #include "spyre/driver/device_environment.hpp"
 #include "spyre/driver/dma_queue.hpp"
 #include "spyre/driver/function.hpp"
+#include "spyre/driver/task_queue.hpp"
 #include "spyre/stream/scheduler.hpp"
 #include "stream/stream_state.hpp"
 

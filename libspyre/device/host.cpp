@@ -8,6 +8,7 @@
 #include <set>
 
 #include "device/device_core.hpp"
+#include "device/device_internals.hpp"
 
 namespace spyre {
 
@@ -136,7 +137,7 @@ Device Host::Open(const std::string& selector, DeviceOptions options) {
                     ErrorContext{.device = f.pci_address});
     options.function = f.pci_address;
     Device device = state_->backend->Open(f, std::move(options));
-    state_->opened[f.index] = device.core();
+    state_->opened[f.index] = DeviceInternals::Core(device);
     return device;
 }
 

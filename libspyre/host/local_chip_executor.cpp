@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "local_chip_executor.hpp"
 
+#include "device/device_internals.hpp"
 #include "spyre/uapi/spyre_regs.h"
 
 #include <algorithm>
@@ -15,7 +16,7 @@ namespace spyre::host {
 unsigned LocalChipExecutor::Room(Device& device, const DistributedConfig& config) {
     // None on a device of an older contract: its chip tasks then run host
     // kernels only, one at a time.
-    const driver::TaskTopology& topo = device.task_topology();
+    const driver::TaskTopology& topo = DeviceInternals::TaskTopology(device);
     const uint32_t queues = topo.queues(), cores = topo.cores();
     if (config.chip_tasks_per_device > 0) {
         if (uint32_t(config.chip_tasks_per_device) > std::max(queues, 1u))
@@ -35,7 +36,7 @@ LocalChipExecutor::LocalChipExecutor(Device device, const DistributedConfig& con
                                      std::shared_ptr<const ChipRegistry> registry)
     : device_(std::move(device)), registry_(std::move(registry)) {
     const unsigned slots = Room(device_, config);
-    const uint32_t queues = device_.task_topology().queues();
+    const uint32_t queues = DeviceInternals::TaskTopology(device_).queues();
     for (unsigned i = 0; i < slots; ++i) {
         OrchestratorOptions o;
         o.heap_size = config.chip_heap_bytes;
@@ -381,7 +382,7 @@ std::vector<std::unique_ptr<ChipExecutor>> OpenLocalChipExecutors(Host& host, co
     std::vector<Device> devices = host.OpenAll(selectors);
     std::vector<std::unique_ptr<ChipExecutor>> executors;
     for (Device& dev : devices) {
-        const uint32_t cores = dev.function().Read32(SPYRE_REG_NUM_CORES);
+        const uint32_t cores = DeviceInternals::Function(dev).Read32(SPYRE_REG_NUM_CORES);
         if (uint32_t(config.block_dim) > cores)
             throw Error(ErrorKind::InvalidArgument, "DistributedConfig: block_dim is " + std::to_string(config.block_dim) +
                                                         ", but " + dev.pci_address() + " has " + std::to_string(cores) +

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include "launch/launch_binding.hpp"
 
+#include "device/device_internals.hpp"
 #include "launch/operation_access.hpp"
 #include "launch/same_device.hpp"
 #include "launch/variant_cache.hpp"
@@ -217,7 +218,7 @@ std::vector<SpyreTensor> SelectTensors(const Operation& op, std::span<const Spyr
 }
 
 void Enqueue(FlexStream& stream, const BoundLaunch& launch, const ProgressCallback& progress) {
-    DeviceCore& core = *stream.core();
+    DeviceCore& core = *DeviceInternals::Core(stream);
     const Operation& op = *launch.op;
     if (!launch.tiling) {
         std::vector<ControlBlock> group;

@@ -2,6 +2,7 @@
 // Workflow 2: loading an ExecutionPlan onto the device.
 #include <algorithm>
 
+#include "device/device_internals.hpp"
 #include "launch/operation_access.hpp"
 #include "launch/variant_cache.hpp"
 #include "stream/control_blocks.hpp"
@@ -45,7 +46,7 @@ uint64_t CountUploads(const ExecutionPlan& plan) {
 // A preprocessing-only Operation copying `bytes` to a fresh allocation
 // (seed 001 Workflow 2 step 3), launched on `stream`. Returns the handle.
 DeviceHandle Upload(SpyreStream& stream, PlanMemory& memory, const std::vector<uint8_t>& bytes, LoadProgress& progress) {
-    const DeviceHandle block = memory.Allocate(*stream.flex_stream().core(), bytes.size());
+    const DeviceHandle block = memory.Allocate(*DeviceInternals::Core(stream.flex_stream()), bytes.size());
     const Operation load({PreProcessCompute(PreProcessCompute::CopyToDevice{bytes.data(), block, bytes.size()})});
     stream.Launch(load, std::span<const DeviceHandle>{});
     if (progress.callback && *progress.callback)
@@ -58,7 +59,7 @@ DeviceHandle Upload(SpyreStream& stream, PlanMemory& memory, const std::vector<u
 void LoadOperation(SpyreStream& stream, const std::shared_ptr<PlanMemory>& memory_ptr, Operation& op,
                    LoadProgress& progress) {
     PlanMemory& memory = *memory_ptr;
-    DeviceCore& core = *stream.flex_stream().core();
+    DeviceCore& core = *DeviceInternals::Core(stream.flex_stream());
     SpyreCompute* compute = op.compute() ? &*op.compute() : nullptr;
     if (compute && !compute->binary.empty())
         detail::OperationAccess::SetBinary(*compute, Upload(stream, memory, compute->binary, progress),
@@ -91,7 +92,7 @@ void LoadOperation(SpyreStream& stream, const std::shared_ptr<PlanMemory>& memor
 std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, const CompilerOutput& compiler_output,
                                                        const ProgressCallback& progress) {
     SPYRE_TRACE_SCOPE("LoadExecutionPlan");
-    const std::shared_ptr<DeviceCore>& core = stream.flex_stream().core();
+    const std::shared_ptr<DeviceCore>& core = DeviceInternals::Core(stream.flex_stream());
     const uint64_t key = compiler_output.ContentHash();
     {
         std::lock_guard lock(core->plans_mu);

@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "device/device_core.hpp"
+#include "device/device_internals.hpp"
 #include "launch/launch_binding.hpp"
 #include "launch/operation_access.hpp"
 #include "launch/same_device.hpp"
@@ -23,10 +24,10 @@ Instruction::Instruction(SpyreCompute compute, std::vector<PreProcessCompute> pr
     : Instruction(Operation(std::move(compute), std::move(preprocess))) {}
 Instruction::Instruction(Operation operation) : operation_(std::move(operation)), id_(next_instruction_id++) {}
 
-Program::Program(Device& device) : core_(device.core()), stream_(device) {}
+Program::Program(Device& device) : core_(DeviceInternals::Core(device)), stream_(device) {}
 
 Program::Program(Device& device, std::shared_ptr<const ExecutionPlan> plan)
-    : core_(device.core()), plan_(std::move(plan)), stream_(device) {
+    : core_(DeviceInternals::Core(device)), plan_(std::move(plan)), stream_(device) {
     if (!plan_) throw Error(ErrorKind::InvalidArgument, "Program from a null plan");
     CheckSameDevice(plan_->device(), core_->id(), [&] { return "Program: plan '" + plan_->name + "'"; }, "device");
     for (const Operation& op : plan_->operations) instructions_.emplace_back(op);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "spyre/launch/spyre_stream.hpp"
 
+#include "device/device_internals.hpp"
 #include "launch/launch_binding.hpp"
 #include "launch/same_device.hpp"
 #include "spyre/error.hpp"
@@ -19,18 +20,18 @@ SpyreStream SpyreStream::Default(Device& device) { return SpyreStream(&device.de
 
 void SpyreStream::Launch(const Operation& op, std::span<const DeviceHandle> device_handles) {
     SPYRE_TRACE_SCOPE("SpyreStream::Launch");
-    detail::Enqueue(*stream_, detail::BindLaunch(*stream_->core(), op, device_handles, "SpyreStream::Launch"));
+    detail::Enqueue(*stream_, detail::BindLaunch(*DeviceInternals::Core(*stream_), op, device_handles, "SpyreStream::Launch"));
 }
 
 void SpyreStream::Launch(const Operation& op, std::span<const SpyreTensor> tensors) {
     SPYRE_TRACE_SCOPE("SpyreStream::Launch");
-    detail::Enqueue(*stream_, detail::BindLaunch(*stream_->core(), op, tensors, detail::LaunchMode::Exact,
+    detail::Enqueue(*stream_, detail::BindLaunch(*DeviceInternals::Core(*stream_), op, tensors, detail::LaunchMode::Exact,
                                                  "SpyreStream::Launch"));
 }
 
 void SpyreStream::LaunchTiled(const Operation& op, std::span<const SpyreTensor> tensors) {
     SPYRE_TRACE_SCOPE("SpyreStream::LaunchTiled");
-    detail::Enqueue(*stream_, detail::BindLaunch(*stream_->core(), op, tensors, detail::LaunchMode::Tiled,
+    detail::Enqueue(*stream_, detail::BindLaunch(*DeviceInternals::Core(*stream_), op, tensors, detail::LaunchMode::Tiled,
                                                  "SpyreStream::LaunchTiled"));
 }
 
@@ -38,7 +39,7 @@ void SpyreStream::LaunchTiled(const Operation& op, std::span<const SpyreTensor> 
                               const ProgressCallback& progress) {
     SPYRE_TRACE_SCOPE("SpyreStream::LaunchTiled");
     detail::Enqueue(*stream_,
-                    detail::BindLaunch(*stream_->core(), op, tensors, detail::LaunchMode::Tiled, "SpyreStream::LaunchTiled"),
+                    detail::BindLaunch(*DeviceInternals::Core(*stream_), op, tensors, detail::LaunchMode::Tiled, "SpyreStream::LaunchTiled"),
                     progress);
 }
 
@@ -46,7 +47,7 @@ void SpyreStream::LaunchTiled(const Operation& op, std::span<const SpyreTensor> 
 
 void LaunchKernel(SpyreStream& stream, const ExecutionPlan& plan, std::span<const SpyreTensor> tensors) {
     const std::string plan_name = plan.name.empty() ? std::string("plan") : "plan '" + plan.name + "'";
-    DeviceCore& core = *stream.flex_stream().core();
+    DeviceCore& core = *DeviceInternals::Core(stream.flex_stream());
     CheckSameDevice(plan.device(), core.id(), [&] { return "LaunchKernel: " + plan_name; }, "stream");
     detail::CheckTensorDevices(tensors, core.id(), "LaunchKernel", "stream");
     if (tensors.size() != plan.tensor_input_metadata.size())

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "spyre/common/log.hpp"
+#include "spyre/driver/function.hpp"
 #include "spyre/error.hpp"
 #include "trace/recorder.hpp"
 

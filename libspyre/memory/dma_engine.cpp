@@ -3,13 +3,17 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "spyre/driver/dma_queue.hpp"
 #include "spyre/error.hpp"
 #include "trace/recorder.hpp"
 
 namespace spyre {
+
+static_assert(std::is_same_v<DmaTicket, driver::DmaQueue::Ticket>);
 
 namespace {
 
@@ -108,6 +112,8 @@ std::optional<uint64_t> DMAEngine::Poll(DmaTicket ticket) {
         throw;
     }
 }
+
+driver::DmaBackend DMAEngine::backend() const noexcept { return queue_.backend(); }
 
 DmaStats DMAEngine::Stats() const noexcept {
     auto get = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };

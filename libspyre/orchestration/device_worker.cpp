@@ -6,6 +6,7 @@
 #include <chrono>
 #include <string>
 
+#include "device/device_internals.hpp"
 #include "orchestration/task_graph.hpp"
 #include "spyre/common/log.hpp"
 #include "spyre/error.hpp"
@@ -26,7 +27,7 @@ int32_t TaskOf(uint64_t packed) { return int32_t(uint32_t(packed)); }
 
 }  // namespace
 
-bool DeviceWorker::Available(const Device& device) { return device.task_topology().queues() > 0; }
+bool DeviceWorker::Available(const Device& device) { return DeviceInternals::TaskTopology(device).queues() > 0; }
 
 DeviceWorker::DeviceWorker(Device& device, const TaskGraph& graph, std::vector<uint32_t> queues)
     : device_(device),
@@ -34,7 +35,7 @@ DeviceWorker::DeviceWorker(Device& device, const TaskGraph& graph, std::vector<u
       allocator_(device.allocator()),
       graph_(graph),
       queues_(std::move(queues)) {
-    const uint32_t have = device_.task_topology().queues();
+    const uint32_t have = DeviceInternals::TaskTopology(device_).queues();
     if (queues_.empty())
         for (uint32_t q = 0; q < have; ++q) queues_.push_back(q);
     for (size_t i = 0; i < queues_.size(); ++i) {
@@ -61,7 +62,7 @@ DeviceWorker::~DeviceWorker() {
 void DeviceWorker::Start(ReadyQueue& ready, CompletionSink& sink) {
     uint32_t tables = 0;
     for (uint32_t q : queues_) {
-        queues_taken_.push_back(device_.TakeTaskQueue(q));
+        queues_taken_.push_back(DeviceInternals::TakeTaskQueue(device_, q));
         tables += queues_taken_.back()->capacity();
     }
     tables_ = allocator_.Allocate(uint64_t(tables) * kTableBytes);

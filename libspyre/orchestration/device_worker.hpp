@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "device/device_internals.hpp"
 #include "orchestration/executor.hpp"
 #include "spyre/device/device.hpp"
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "orchestration/c_calls.hpp"
-#include "orchestration/host_worker.hpp"
+#include "orchestration/cpu_worker.hpp"
 #include "spyre/pto.h"
 
 namespace {
@@ -68,7 +68,7 @@ int32_t pto_runtime_destroy(Runtime* rt) {
         {
             const HandleTable::Call entered = HandleTable::Instance().Enter(rt, "pto_runtime_destroy");
             // Its tasks are waited for, and a task waits for itself forever.
-            if (spyre::orchestration::HostWorker::RunningTaskOf() == entered->graph.get())
+            if (spyre::orchestration::CpuWorker::RunningTaskOf() == entered->graph.get())
                 throw Error(ErrorKind::Busy, "pto_runtime_destroy called from inside a task of the same runtime: it "
                                              "would wait for that task itself",
                             {.sys_errno = EBUSY});

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 
+#include "device/device_internals.hpp"
 #include "orchestration/c_calls.hpp"
 #include "orchestration/device_worker.hpp"
 #include "spyre/common/hex.hpp"
@@ -51,7 +52,7 @@ std::unique_ptr<RuntimeState> RuntimeState::OnDevice(Device& device, const Orche
     // Buffers are addresses in this mapping of the function's own memory
     // (region DEVMEM): host workers and the caller read them directly, and
     // device address = offset in the mapping (as the DMA engine uses it).
-    backing->devmem = device.function().MapRegion(SPYRE_REGION_DEVMEM);
+    backing->devmem = DeviceInternals::Function(device).MapRegion(SPYRE_REGION_DEVMEM);
     backing->heap = device.allocator().Allocate(heap_size);
     TaskGraphOptions o = TaskGraphOptionsFrom(options);
     o.memory = backing->devmem.data();

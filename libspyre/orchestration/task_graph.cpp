@@ -7,7 +7,7 @@
 #include <thread>
 #include <utility>
 
-#include "orchestration/host_worker.hpp"
+#include "orchestration/cpu_worker.hpp"
 #include "spyre/common/futex.hpp"
 #include "spyre/common/hex.hpp"
 #include "trace/recorder.hpp"
@@ -86,7 +86,7 @@ TaskGraph::TaskGraph(TaskGraphOptions options)
     // takes a type over; EXTERNAL tasks have no executor.
     const unsigned threads = options_.host_threads ? options_.host_threads
                                                    : std::max(1u, std::thread::hardware_concurrency());
-    auto host = std::make_shared<HostWorker>(threads, options_.device);
+    auto host = std::make_shared<CpuWorker>(threads, options_.device);
     queues_.push_back(
         MakeReadyQueue(options_.ready_queues, size_t(options_.task_ring_size), options_.device + " ready queue (host)"));
     for (int32_t w : {WORKER_CUBE, WORKER_VECTOR, WORKER_HOST}) routes_[w] = {host, queues_.back().get()};
@@ -641,17 +641,17 @@ void TaskGraph::RunHere(std::unique_lock<std::mutex>& submitting, Lock& lock, Ta
     // runtime, a submission of its own included.
     lock.unlock();
     submitting.unlock();
-    const HostWorker::RunningTask running(this);
+    const CpuWorker::RunningTask running(this);
     TaskTiming timing;
     const bool traced = trace::Enabled();
     uint32_t status;
     if (traced) [[unlikely]] {
         timing.track = trace::detail::NamedTrack(options_.device + " submitting thread");
         timing.start_ns = trace::detail::NowNs();
-        status = HostWorker::RunTimed(t);
+        status = CpuWorker::RunTimed(t);
         timing.end_ns = trace::detail::NowNs();
     } else {
-        status = timed ? HostWorker::RunTimed(t) : HostWorker::Run(t);
+        status = timed ? CpuWorker::RunTimed(t) : CpuWorker::Run(t);
     }
     lock.lock();
     CompleteLocked(t, status, false, traced ? &timing : nullptr);
@@ -934,7 +934,7 @@ uint8_t* TaskGraph::TaskOutput(int32_t task_id, int32_t index) {
 
 void TaskGraph::WaitAll(const ProgressCallback& progress) {
     SPYRE_TRACE_SCOPE("pto_wait_all");
-    if (HostWorker::RunningTaskOf() == this)
+    if (CpuWorker::RunningTaskOf() == this)
         Fail(ErrorKind::InvalidArgument,
              "wait for all tasks called from inside a task of this runtime would wait for that task itself: wait "
              "in the orchestration thread instead",

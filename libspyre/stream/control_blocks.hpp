@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "device/device_core.hpp"
+#include "device/device_internals.hpp"
 #include "spyre/error.hpp"
 #include "spyre/stream/flex_stream.hpp"
 #include "spyre/uapi/spyre_program.h"
@@ -74,13 +75,13 @@ inline ControlBlock Callback(std::function<void()> fn) {
 // Runs `cleanup` on the scheduler thread after all work queued on `stream`
 // so far, even if the stream faults (it frees what that work used).
 inline void QueueCleanup(FlexStream& stream, std::function<void()> cleanup) {
-    std::shared_ptr<StreamState> s = stream.core()->sched->Find(stream.stream_index());
+    std::shared_ptr<StreamState> s = DeviceInternals::Core(stream)->sched->Find(stream.stream_index());
     if (!s) throw Error(ErrorKind::InvalidArgument, "cleanup on a retired stream");
     QueuedOp op;
     op.kind = OpKind::HostCallback;
     op.always = true;
     op.callback = std::move(cleanup);
-    stream.core()->sched->Queue(*s, std::span(&op, 1));
+    DeviceInternals::Core(stream)->sched->Queue(*s, std::span(&op, 1));
 }
 
 }  // namespace spyre::detail

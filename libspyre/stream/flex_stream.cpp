@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "device/device_core.hpp"
+#include "device/device_internals.hpp"
 #include "spyre/trace/trace.hpp"
 #include "spyre/uapi/spyre_program.h"
 #include "stream/control_blocks.hpp"
@@ -152,7 +153,7 @@ void FlexStream::Reset() {
 // ---------------------------------------------------------------- Event
 
 // Sequences start at 1: a fresh event (0) has seen no record.
-Event::Event(Device& device) : state_(std::make_shared<EventState>()) { state_->core = device.core(); }
+Event::Event(Device& device) : state_(std::make_shared<EventState>()) { state_->core = DeviceInternals::Core(device); }
 
 Event::Event(Event&&) noexcept = default;
 Event& Event::operator=(Event&&) noexcept = default;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 
+#include "spyre/stream/flex_stream.hpp"  // declares QueuedOp first, internal (SPYRE_INTERNAL)
 #include "spyre/stream/scheduler.hpp"
 
 namespace spyre {

@@ -12,6 +12,7 @@
 
 #include "spyre/common/eventcount.hpp"
 #include "spyre/error.hpp"
+#include "spyre/stream/flex_stream.hpp"  // declares these states first, internal (SPYRE_INTERNAL)
 #include "stream/op_queue.hpp"
 #include "stream/queued_op.hpp"
 

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "device/device_internals.hpp"
 #include "stream/control_blocks.hpp"
 #include "spyre/device/device.hpp"
 #include "spyre/error.hpp"
@@ -55,9 +56,9 @@ SpyreTensor SpyreTensor::Empty(Device& device, std::vector<int64_t> shape, DType
 SpyreTensor SpyreTensor::FromHost(Device& device, FlexStream& stream, const void* host, std::vector<int64_t> shape,
                                   DType dtype, TensorLayout layout) {
     if (!host) throw Error(ErrorKind::InvalidArgument, "SpyreTensor::FromHost with a null host address");
-    CheckSameDevice(stream.core()->id(), device.id(), "SpyreTensor::FromHost: stream", "device");
+    CheckSameDevice(DeviceInternals::Core(stream)->id(), device.id(), "SpyreTensor::FromHost: stream", "device");
     SpyreTensor t = Empty(device, std::move(shape), dtype, layout);
-    DeviceCore& core = *device.core();
+    DeviceCore& core = *DeviceInternals::Core(device);
     const size_t row = size_t(t.shape_.back()) * ElementSize(dtype);
     // The host holds numel * element size bytes, never more: a Sticks tensor
     // has padding after each row (rank 1 included), which is zero-filled here.
@@ -78,7 +79,7 @@ SpyreTensor SpyreTensor::FromHost(Device& device, FlexStream& stream, const void
 
 void SpyreTensor::CopyToHost(FlexStream& stream, void* host) const {
     if (!host) throw Error(ErrorKind::InvalidArgument, "SpyreTensor::CopyToHost to a null host address");
-    DeviceCore& core = *stream.core();
+    DeviceCore& core = *DeviceInternals::Core(stream);
     CheckSameDevice(device(), core.id(), "SpyreTensor::CopyToHost: tensor", "stream");
     const size_t row = size_t(shape_.back()) * ElementSize(dtype_);
     const size_t pitch = shape_.size() > 1 ? size_t(stride_[shape_.size() - 2]) : row;

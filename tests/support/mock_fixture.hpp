@@ -12,6 +12,16 @@
 #include <string>
 #include <thread>
 
+// The tests work at every tier: the driver's too (apps include it themselves).
+#include "spyre/driver/command_ring.hpp"
+#include "spyre/driver/config_space.hpp"
+#include "spyre/driver/device_environment.hpp"
+#include "spyre/driver/discovery.hpp"
+#include "spyre/driver/dma_queue.hpp"
+#include "spyre/driver/function.hpp"
+#include "spyre/driver/mock_daemon.hpp"
+#include "spyre/driver/register_dump.hpp"
+#include "spyre/driver/task_queue.hpp"
 #include "spyre/spyre.hpp"
 
 namespace spyre::test {

@@ -10,6 +10,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -26,3 +29,4 @@ inline uint64_t DeviceClockNs(std::chrono::steady_clock::time_point t) noexcept 
 }
 
 }  // namespace spyre
+SPYRE_API_END

@@ -27,6 +27,9 @@
 #include <cstdint>
 
 #include "spyre/common/futex.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -110,3 +113,4 @@ private:
 };
 
 }  // namespace spyre
+SPYRE_API_END

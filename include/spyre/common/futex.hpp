@@ -17,6 +17,9 @@
 #include <climits>
 #include <cstdint>
 #include <ctime>
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -64,3 +67,4 @@ inline void CpuRelax() {
 }
 
 }  // namespace spyre
+SPYRE_API_END

@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -16,3 +19,4 @@ inline std::string Hex(uint64_t v) {
 }
 
 }  // namespace spyre
+SPYRE_API_END

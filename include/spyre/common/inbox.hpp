@@ -19,6 +19,9 @@
 #pragma once
 
 #include <atomic>
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -69,3 +72,4 @@ void ApplyParkedAfterUnlock(Mutex& mu, const Inbox& inbox, Apply&& apply) {
 }
 
 }  // namespace spyre
+SPYRE_API_END

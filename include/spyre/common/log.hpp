@@ -18,6 +18,9 @@
 #include <cstdlib>
 #include <optional>
 #include <string_view>
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre::log {
 
@@ -112,3 +115,4 @@ __attribute__((format(printf, 2, 3))) inline void Write(Level level, const char*
 #define SPYRE_LOG_WARN(...) SPYRE_LOG(::spyre::log::Level::Warn, __VA_ARGS__)
 #define SPYRE_LOG_INFO(...) SPYRE_LOG(::spyre::log::Level::Info, __VA_ARGS__)
 #define SPYRE_LOG_DEBUG(...) SPYRE_LOG(::spyre::log::Level::Debug, __VA_ARGS__)
+SPYRE_API_END

@@ -20,6 +20,9 @@
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 #endif
 
 namespace spyre {
@@ -80,3 +83,4 @@ inline void MoveMemory(void* dst, const void* src, size_t n) noexcept {
 }
 
 }  // namespace spyre
+SPYRE_API_END

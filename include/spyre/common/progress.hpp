@@ -12,6 +12,9 @@
 #include <cstdint>
 #include <functional>
 #include <string_view>
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -26,3 +29,4 @@ struct ProgressInfo {
 using ProgressCallback = std::function<void(const ProgressInfo&)>;
 
 }  // namespace spyre
+SPYRE_API_END

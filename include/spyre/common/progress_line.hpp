@@ -18,6 +18,9 @@
 #include <string>
 
 #include "spyre/common/progress.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -89,3 +92,4 @@ private:
 };
 
 }  // namespace spyre
+SPYRE_API_END

@@ -18,6 +18,9 @@
 #include <stdint.h>
 
 #include "spyre/uapi/spyre_program.h" /* SPYRE_DTYPE_* */
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 #ifdef __cplusplus
 extern "C" {
@@ -58,5 +61,7 @@ int64_t spyre_build_kernel(const spyre_kernel_spec* spec, void* image, uint64_t 
 #ifdef __cplusplus
 }
 #endif
+
+SPYRE_API_END
 
 #endif /* SPYRE_COMPILER_KERNEL_BUILDER_H */

@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "spyre/tensor/layout.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -89,3 +92,4 @@ private:
 };
 
 }  // namespace spyre
+SPYRE_API_END

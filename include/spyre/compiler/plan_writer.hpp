@@ -10,6 +10,9 @@
 
 #include "spyre/compiler/kernel_builder.hpp"
 #include "spyre/plan/execution_plan.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -25,3 +28,4 @@ CompilerOutput CompilerOutputFromKernels(const std::string& plan_name,
 CompilerOutput CompilerOutputFromKernel(const std::string& name, const BuiltKernel& kernel);
 
 }  // namespace spyre
+SPYRE_API_END

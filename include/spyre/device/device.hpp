@@ -11,12 +11,20 @@
 #include "spyre/memory/allocator.hpp"
 #include "spyre/memory/device_buffer.hpp"
 #include "spyre/memory/dma_engine.hpp"
-#include "spyre/driver/device_environment.hpp"
-#include "spyre/driver/task_queue.hpp"
+#include "spyre/driver_options.hpp"
 #include "spyre/stream/flex_stream.hpp"
 #include "spyre/stream/scheduler.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
+
+namespace driver {
+class DeviceEnvironment;
+struct FunctionInfo;
+}  // namespace driver
+class SPYRE_INTERNAL LocalHostBackend;
 
 struct DeviceOptions {
     // Function to open: index or PCI address; empty = the environment's
@@ -48,7 +56,6 @@ public:
     DeviceBuffer AllocateBuffer(uint64_t bytes);
     DMAEngine& dma();
     Scheduler& scheduler();
-    driver::Function& function();
     const std::string& pci_address() const;
     // Card and function index of the opened function: what its handles,
     // tensors, plans and events are tagged with.
@@ -63,19 +70,8 @@ public:
     // Waits for every stream of this device.
     void Synchronize();
 
-    // The function's core groups, one task queue each (uapi/spyre_task.h);
-    // none on a function of a contract without task queues.
-    const driver::TaskTopology& task_topology() const;
-    // Task queue `group`, for one user's exclusive use while the returned
-    // queue lives (the orchestration runtime's device tasks go through the
-    // queues it takes here). Throws InvalidArgument for a group the device
-    // does not have, Busy while another user holds the queue or it has
-    // tasks in flight.
-    std::unique_ptr<driver::TaskQueue> TakeTaskQueue(uint32_t group);
-
-    std::shared_ptr<DeviceCore> core() const noexcept { return core_; }
-
 private:
+    friend class DeviceInternals;   // libspyre's own layers: the core, the function, task queues
     friend class LocalHostBackend;  // host.cpp: opens Devices in a shared environment
     explicit Device(std::shared_ptr<DeviceCore> core);
     // Opens `function` of `environment`; the Device keeps the environment alive.
@@ -86,3 +82,4 @@ private:
 };
 
 }  // namespace spyre
+SPYRE_API_END

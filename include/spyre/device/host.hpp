@@ -19,7 +19,10 @@
 #include <vector>
 
 #include "spyre/device/device.hpp"
-#include "spyre/driver/device_environment.hpp"
+#include "spyre/driver_options.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -113,8 +116,9 @@ public:
     std::vector<Device> OpenAll(const std::vector<std::string>& selectors, const DeviceOptions& options = {});
 
 private:
-    struct State;
+    struct SPYRE_INTERNAL State;
     std::shared_ptr<State> state_;
 };
 
 }  // namespace spyre
+SPYRE_API_END

@@ -15,16 +15,12 @@
 #include <vector>
 
 #include "spyre/driver/function.hpp"
+#include "spyre/driver_options.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre::driver {
-
-enum class WaitMode {
-    Poll,      // spin on the completion ring: lowest latency, burns a core
-    Adaptive,  // spin for a short budget, then block
-    Blocking,  // sleep on the completion interrupt right away
-};
-
-const char* ToString(WaitMode mode) noexcept;
 
 // A valid NOP control block carrying user_data.
 inline spyre_cb NopCb(uint64_t user_data) noexcept {
@@ -205,3 +201,4 @@ private:
 };
 
 }  // namespace spyre::driver
+SPYRE_API_END

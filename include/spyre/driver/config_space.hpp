@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre::driver {
 
@@ -44,3 +47,4 @@ struct PciConfig {
 PciConfig DecodeConfig(std::span<const uint8_t> config);
 
 }  // namespace spyre::driver
+SPYRE_API_END

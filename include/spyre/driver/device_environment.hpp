@@ -17,10 +17,12 @@
 #include "spyre/driver/discovery.hpp"
 #include "spyre/driver/function.hpp"
 #include "spyre/driver/mock_daemon.hpp"
+#include "spyre/driver_options.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre::driver {
-
-enum class FunctionKind { PF, VF };
 
 class DeviceEnvironment {
 public:
@@ -59,3 +61,4 @@ private:
 };
 
 }  // namespace spyre::driver
+SPYRE_API_END

@@ -11,6 +11,9 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre::driver {
 
@@ -88,3 +91,4 @@ FunctionStatus ReadFunctionStatus(const FunctionInfo& info);
 std::optional<FunctionInfo> ProbeFunction(const std::filesystem::path& root, const std::string& pci_address);
 
 }  // namespace spyre::driver
+SPYRE_API_END

@@ -19,38 +19,12 @@
 #include <string>
 
 #include "spyre/driver/function.hpp"
+#include "spyre/driver_options.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre::driver {
-
-// IoUring: every chunk is an io_uring request. Engines: every chunk is a
-// memcpy by a copy engine; also what runs where io_uring is unavailable.
-enum class DmaBackend { IoUring, Engines, Fallback = Engines };
-// The default path, chosen by measurement (docs/dma.md): the copy engines,
-// since the kernel's tmpfs copy runs at about half a memcpy here.
-inline constexpr DmaBackend kDefaultDmaBackend = DmaBackend::Engines;
-const char* ToString(DmaBackend backend) noexcept;
-
-struct DmaOptions {
-    // The path for chunks; nullopt = kDefaultDmaBackend. The environment
-    // variable SPYRE_DMA=io_uring|engines|fallback overrides it.
-    std::optional<DmaBackend> backend;
-    // Where io_uring is asked for but its set-up fails (seccomp, old
-    // kernels): false = run on the copy engines (backend() and
-    // backend_reason() say so), true = throw Unsupported.
-    bool require_io_uring = false;
-    uint64_t chunk_bytes = 4ull << 20;     // size of the chunks of a large copy
-    unsigned queue_depth = 16;             // io_uring submission queue entries per ring
-    uint64_t inline_threshold = 1ull << 20; // copies up to this size use the fast path
-    // Called once each time a copy (ticket) completes, successfully or not,
-    // after its completion is visible to Poll and Wait: on a worker or
-    // completion thread of the queue, in a thread waiting in Wait (which
-    // copies its ticket's chunks that no worker has started), or in the calling thread before
-    // HostToDevice/DeviceToHost/DeviceToDevice returns for a copy done there
-    // (so possibly before the caller has the ticket). Meant for waking a
-    // thread; it must be thread-safe, must not throw, and must stay callable
-    // until the queue is destroyed. It may call Poll.
-    std::function<void()> on_complete;
-};
 
 struct DmaCompletion {
     uint64_t bytes = 0;  // bytes moved
@@ -95,10 +69,11 @@ public:
     // The completion if the copy is done (forgetting the ticket), else nullopt.
     std::optional<DmaCompletion> Poll(Ticket ticket);
 
-    class Backend;  // in dma_queue.cpp
+    class SPYRE_INTERNAL Backend;  // in dma_queue.cpp
 
 private:
     std::unique_ptr<Backend> backend_;
 };
 
 }  // namespace spyre::driver
+SPYRE_API_END

@@ -17,6 +17,9 @@
 #include "spyre/driver/discovery.hpp"
 #include "spyre/error.hpp"
 #include "spyre/uapi/spyre.h"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre::driver {
 
@@ -48,7 +51,7 @@ struct RegionFile {
     uint64_t offset = 0;
 };
 
-class DeviceBackend;
+class SPYRE_INTERNAL DeviceBackend;
 
 class Function {
 public:
@@ -156,3 +159,4 @@ private:
 };
 
 }  // namespace spyre::driver
+SPYRE_API_END

@@ -10,18 +10,12 @@
 #include <string>
 #include <vector>
 
-namespace spyre::driver {
+#include "spyre/driver_options.hpp"
+#include "spyre/export.h"
 
-struct MockOptions {
-    int cards = 1;
-    int vfs = 2;
-    std::string mem = "128G";          // per card; sparse, costs only what is touched
-    std::string log_level;             // empty: SPYRE_LOG_LEVEL if set, else warn (docs/logging.md)
-    std::filesystem::path mount;       // empty: a fresh directory under $TMPDIR
-    std::string shm_prefix;            // empty: unique per daemon
-    std::vector<std::string> extra_args;
-    std::chrono::milliseconds start_timeout{15000};
-};
+SPYRE_API_BEGIN
+
+namespace spyre::driver {
 
 class MockDaemon {
 public:
@@ -66,3 +60,4 @@ private:
 };
 
 }  // namespace spyre::driver
+SPYRE_API_END

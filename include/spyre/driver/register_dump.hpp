@@ -6,6 +6,9 @@
 #include <string>
 
 #include "spyre/driver/discovery.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre::driver {
 
@@ -14,3 +17,4 @@ namespace spyre::driver {
 std::string DumpRegisters(const FunctionInfo& function);
 
 }  // namespace spyre::driver
+SPYRE_API_END

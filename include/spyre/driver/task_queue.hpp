@@ -15,6 +15,9 @@
 #include "spyre/driver/command_ring.hpp"
 #include "spyre/driver/function.hpp"
 #include "spyre/uapi/spyre_task.h"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre::driver {
 
@@ -105,3 +108,4 @@ private:
 };
 
 }  // namespace spyre::driver
+SPYRE_API_END

@@ -16,6 +16,9 @@
 
 #include "spyre/host/host_tensor.hpp"
 #include "spyre/pto.h"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -128,3 +131,4 @@ public:
 };
 
 }  // namespace spyre
+SPYRE_API_END

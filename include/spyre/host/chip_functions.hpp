@@ -8,6 +8,9 @@
 #include <string>
 
 #include "spyre/host/chip_executor.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -19,3 +22,4 @@ namespace spyre {
 ChipFunction RowBlockMatmulChip(std::string name, int32_t kernel_id, int64_t task_rows, int64_t k, int64_t n);
 
 }  // namespace spyre
+SPYRE_API_END

@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "spyre/tensor/layout.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -58,7 +61,7 @@ public:
     // "[128x128] fp32 rows 0..64 of tensor #3": for messages.
     std::string Describe() const;
 
-    struct Storage;
+    struct SPYRE_INTERNAL Storage;
     // The storage, for the runtime's residency bookkeeping.
     const std::shared_ptr<Storage>& storage() const noexcept { return storage_; }
 
@@ -71,3 +74,4 @@ private:
 };
 
 }  // namespace spyre
+SPYRE_API_END

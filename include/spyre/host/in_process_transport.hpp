@@ -12,6 +12,9 @@
 #include <vector>
 
 #include "spyre/host/transport.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre::host {
 
@@ -31,7 +34,7 @@ public:
 
 private:
     friend class InProcessFabric;
-    struct Endpoint;
+    struct SPYRE_INTERNAL Endpoint;
     InProcessTransport(std::shared_ptr<InProcessFabric> fabric, int rank);
     std::shared_ptr<InProcessFabric> fabric_;
     int rank_;
@@ -58,7 +61,7 @@ public:
     // through the receive path's checks: for hostile-input tests.
     void InjectFrame(int from, int to, std::span<const uint8_t> frame, std::vector<std::vector<uint8_t>> payloads);
 
-    struct State;
+    struct SPYRE_INTERNAL State;
 
 private:
     InProcessFabric() = default;
@@ -67,3 +70,4 @@ private:
 };
 
 }  // namespace spyre::host
+SPYRE_API_END

@@ -18,6 +18,9 @@
 #include <memory>
 
 #include "spyre/host/transport.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre::host {
 
@@ -71,8 +74,9 @@ public:
     void RunOnMpiThread(const std::function<void(MPI_Comm)>& work);
 
 private:
-    struct State;
+    struct SPYRE_INTERNAL State;
     std::unique_ptr<State> state_;
 };
 
 }  // namespace spyre::host
+SPYRE_API_END

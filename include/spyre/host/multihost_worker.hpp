@@ -24,6 +24,9 @@
 #include "spyre/device/host.hpp"
 #include "spyre/host/transport.hpp"
 #include "spyre/host/worker.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -49,10 +52,11 @@ public:
     // InvalidArgument.
     void Serve();
 
-    struct Impl;
+    struct SPYRE_INTERNAL Impl;
 
 private:
     std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace spyre
+SPYRE_API_END

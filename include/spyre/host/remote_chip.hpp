@@ -13,6 +13,9 @@
 
 #include "spyre/error.hpp"
 #include "spyre/tensor/layout.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre::host {
 
@@ -89,3 +92,4 @@ private:
 };
 
 }  // namespace spyre::host
+SPYRE_API_END

@@ -18,6 +18,9 @@
 
 #include "spyre/host/remote_chip.hpp"
 #include "spyre/host/transport.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre::host {
 
@@ -54,3 +57,4 @@ private:
 };
 
 }  // namespace spyre::host
+SPYRE_API_END

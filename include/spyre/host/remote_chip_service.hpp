@@ -15,10 +15,13 @@
 #include "spyre/device/host.hpp"
 #include "spyre/host/remote_chip.hpp"
 #include "spyre/host/transport.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre::host {
 
-class JobThreads;
+class SPYRE_INTERNAL JobThreads;
 
 // Runs `call` on `device`, filling `outputs` (already sized as the call's
 // output specs). A spyre::Error it throws goes back to the caller as a
@@ -78,3 +81,4 @@ private:
 };
 
 }  // namespace spyre::host
+SPYRE_API_END

@@ -18,6 +18,9 @@
 #include <vector>
 
 #include "spyre/error.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre::host {
 
@@ -86,3 +89,4 @@ public:
 };
 
 }  // namespace spyre::host
+SPYRE_API_END

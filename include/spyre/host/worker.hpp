@@ -33,6 +33,9 @@
 #include "spyre/error.hpp"
 #include "spyre/host/chip_executor.hpp"
 #include "spyre/host/host_tensor.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -117,7 +120,7 @@ public:
     uint64_t Sub(const std::string& name, std::vector<TensorArg> args);
     uint64_t Sub(const std::string& name, SubWorkerFn fn, std::vector<TensorArg> args);
 
-    struct Impl;
+    struct SPYRE_INTERNAL Impl;
     explicit HostGraph(Impl& impl) : impl_(impl) {}
 
 private:
@@ -152,7 +155,7 @@ public:
     std::vector<HostTensor> Wait(const ProgressCallback& progress = {});
     bool Done() const;
 
-    struct State;
+    struct SPYRE_INTERNAL State;
     explicit RunHandle(std::shared_ptr<State> state);
 
 private:
@@ -205,7 +208,7 @@ public:
     DeviceStats Stats(size_t device) const;
     const DistributedConfig& config() const;
 
-    struct Impl;
+    struct SPYRE_INTERNAL Impl;
 
 private:
     std::unique_ptr<Impl> impl_;
@@ -216,3 +219,4 @@ private:
 void Validate(const DistributedConfig& config);
 
 }  // namespace spyre
+SPYRE_API_END

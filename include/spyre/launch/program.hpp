@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "spyre/launch/spyre_stream.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -67,3 +70,4 @@ private:
 };
 
 }  // namespace spyre
+SPYRE_API_END

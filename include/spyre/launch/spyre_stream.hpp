@@ -20,6 +20,9 @@
 #include "spyre/stream/flex_stream.hpp"
 #include "spyre/plan/operation.hpp"
 #include "spyre/tensor/spyre_tensor.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -82,3 +85,4 @@ std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, cons
                                                        const ProgressCallback& progress = {});
 
 }  // namespace spyre
+SPYRE_API_END

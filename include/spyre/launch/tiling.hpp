@@ -16,6 +16,9 @@
 
 #include "spyre/tensor/layout.hpp"
 #include "spyre/plan/operation.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -99,3 +102,4 @@ std::vector<uint8_t> SpecializeProgram(std::span<const uint8_t> binary, const Sp
 std::string Describe(const TilingPlan& plan);
 
 }  // namespace spyre
+SPYRE_API_END

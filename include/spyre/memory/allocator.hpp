@@ -29,9 +29,15 @@
 #include <vector>
 
 #include "spyre/memory/device_handle.hpp"
-#include "spyre/driver/function.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
+
+namespace driver {
+class Function;
+}
 
 enum class AllocatorMode { PF, VF };
 
@@ -155,3 +161,4 @@ private:
 };
 
 }  // namespace spyre
+SPYRE_API_END

@@ -12,6 +12,9 @@
 #include <span>
 
 #include "spyre/memory/allocator.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -62,3 +65,4 @@ private:
 };
 
 }  // namespace spyre
+SPYRE_API_END

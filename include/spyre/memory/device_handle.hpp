@@ -11,6 +11,9 @@
 #include <string>
 #include <type_traits>
 #include <variant>
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -99,3 +102,4 @@ struct DeviceAllocation {
 };
 
 }  // namespace spyre
+SPYRE_API_END

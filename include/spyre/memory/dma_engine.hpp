@@ -18,11 +18,19 @@
 
 #include "spyre/common/progress.hpp"
 #include "spyre/memory/allocator.hpp"
-#include "spyre/driver/dma_queue.hpp"
+#include "spyre/driver_options.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
-using DmaTicket = driver::DmaQueue::Ticket;
+namespace driver {
+class DmaQueue;
+}
+
+// A copy in flight (driver::DmaQueue::Ticket).
+using DmaTicket = uint64_t;
 
 // What an engine has moved since it was made: copies submitted and their
 // bytes by direction, and copies that failed.
@@ -76,7 +84,7 @@ public:
     void CountRingCopy(uint64_t size, bool failed, uint64_t start_ns) noexcept;
 
     DmaStats Stats() const noexcept;
-    driver::DmaBackend backend() const noexcept { return queue_.backend(); }
+    driver::DmaBackend backend() const noexcept;
 
 private:
     enum class Direction : uint8_t { ToDevice, FromDevice, OnDevice };
@@ -112,3 +120,4 @@ private:
 };
 
 }  // namespace spyre
+SPYRE_API_END

@@ -29,11 +29,14 @@
 #include "spyre/device/device.hpp"
 #include "spyre/error.hpp"
 #include "spyre/pto.h"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
 namespace orchestration {
-struct RuntimeState;
+struct SPYRE_INTERNAL RuntimeState;
 }
 
 // How the ready queues between the task graph and its workers are built
@@ -151,3 +154,4 @@ private:
 };
 
 }  // namespace spyre
+SPYRE_API_END

@@ -17,6 +17,9 @@
 #include "spyre/memory/device_handle.hpp"
 #include "spyre/tensor/layout.hpp"
 #include "spyre/plan/operation.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -87,3 +90,4 @@ private:
 
 
 }  // namespace spyre
+SPYRE_API_END

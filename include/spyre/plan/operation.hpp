@@ -15,6 +15,9 @@
 
 #include "spyre/memory/device_handle.hpp"
 #include "spyre/tensor/layout.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -22,8 +25,8 @@ namespace detail {
 // The runtime's side of a loaded Operation (libspyre/launch): the only
 // writer of the fields below that loading sets, and the per-operation cache
 // of re-specialised tiling variants.
-struct OperationAccess;
-struct LoadedOperation;
+struct SPYRE_INTERNAL OperationAccess;
+struct SPYRE_INTERNAL LoadedOperation;
 }  // namespace detail
 
 // One step run before an Operation's compute; each maps to one FlexStream call.
@@ -166,3 +169,4 @@ private:
 };
 
 }  // namespace spyre
+SPYRE_API_END

@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "spyre/uapi/spyre_program.h"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -35,3 +38,4 @@ struct ProgramImage {
 void SetCorrectionTarget(std::vector<uint8_t>& correction, uint64_t target_addr, uint64_t input_addr);
 
 }  // namespace spyre
+SPYRE_API_END

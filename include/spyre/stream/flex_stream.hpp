@@ -24,16 +24,20 @@
 #include "spyre/memory/device_handle.hpp"
 #include "spyre/error.hpp"
 #include "spyre/stream/scheduler.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
 class Device;
-class DeviceCore;
+class SPYRE_INTERNAL DeviceCore;
+class SPYRE_INTERNAL DeviceInternals;
 class FlexStream;
-struct EventState;
-struct StreamState;
+struct SPYRE_INTERNAL EventState;
+struct SPYRE_INTERNAL StreamState;
 namespace detail {
-struct QueuedOp;
+struct SPYRE_INTERNAL QueuedOp;
 }
 
 // What Query() reports.
@@ -123,10 +127,8 @@ public:
     // LINKs its ring CBs, so a failure cancels the rest of the group on the
     // device. SpyreStream uses this for the steps of one Operation.
     void EnqueueGroup(std::span<ControlBlock> group);
-    // The device this stream belongs to (opaque outside libspyre).
-    const std::shared_ptr<DeviceCore>& core() const noexcept { return core_; }
-
 private:
+    friend class DeviceInternals;  // libspyre's own layers reach the device through it
     friend class Device;
     friend class Event;
     FlexStream(std::shared_ptr<DeviceCore> core, StreamState* state);
@@ -138,3 +140,4 @@ private:
 };
 
 }  // namespace spyre
+SPYRE_API_END

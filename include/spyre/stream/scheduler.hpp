@@ -19,7 +19,10 @@
 #include <span>
 #include <string>
 
-#include "spyre/driver/command_ring.hpp"
+#include "spyre/driver_options.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -89,7 +92,7 @@ struct SchedulerStats {
 };
 
 namespace detail {
-class SchedulerCore;
+class SPYRE_INTERNAL SchedulerCore;
 }
 
 // The scheduler of one device (Device::scheduler()). Everything a stream
@@ -120,3 +123,4 @@ private:
 };
 
 }  // namespace spyre
+SPYRE_API_END

@@ -10,6 +10,9 @@
 #include <span>
 #include <string>
 #include <vector>
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -132,3 +135,4 @@ private:
 };
 
 }  // namespace spyre
+SPYRE_API_END

@@ -10,6 +10,9 @@
 #include "spyre/memory/device_handle.hpp"
 #include "spyre/memory/dma_engine.hpp"
 #include "spyre/tensor/layout.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -32,3 +35,4 @@ void CopyTensorFromDevice(DMAEngine& dma, const DeviceHandle& src, const DeviceL
                           const HostLayout& host_layout, void* host);
 
 }  // namespace spyre
+SPYRE_API_END

@@ -8,6 +8,9 @@
 #include <vector>
 
 #include "spyre/tensor/layout.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
@@ -54,3 +57,4 @@ void CheckCompatible(const OperationScales& op, const std::vector<HostLayout>& h
                      const std::vector<DeviceLayout>& devices);
 
 }  // namespace spyre
+SPYRE_API_END

@@ -14,12 +14,15 @@
 #include "spyre/memory/device_buffer.hpp"
 #include "spyre/memory/device_handle.hpp"
 #include "spyre/tensor/layout.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre {
 
 class Device;
 class FlexStream;
-class DeviceCore;
+class SPYRE_INTERNAL DeviceCore;
 
 class SpyreTensor {
 public:
@@ -69,3 +72,4 @@ private:
 };
 
 }  // namespace spyre
+SPYRE_API_END

@@ -16,6 +16,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
 
 namespace spyre::trace {
 
@@ -81,3 +84,4 @@ private:
 #define SPYRE_TRACE_CONCAT(a, b) SPYRE_TRACE_CONCAT2(a, b)
 // A span named `name` (a string literal) on the calling thread's track.
 #define SPYRE_TRACE_SCOPE(name) ::spyre::trace::Scope SPYRE_TRACE_CONCAT(spyre_trace_scope_, __LINE__)(name)
+SPYRE_API_END

@@ -8,15 +8,15 @@
 #include <thread>
 
 #include "host/transport/frame.hpp"
-#include "host/transport/inbox.hpp"
+#include "host/transport/message_queue.hpp"
 
 namespace spyre::host {
 
 struct InProcessTransport::Endpoint {
     Endpoint(int rank, const std::vector<PeerInfo>& peers, LivenessOptions options)
-        : liveness(rank, peers, options), inbox(liveness) {}
+        : liveness(rank, peers, options), messages(liveness) {}
     wire::PeerLiveness liveness;
-    wire::Inbox inbox;
+    wire::MessageQueue messages;
     std::atomic<bool> stopped{false};
     bool taken = false;
 };
@@ -49,9 +49,9 @@ struct InProcessFabric::State {
             m.payloads = std::move(payloads);
             dst.liveness.Seen(from);
             if (m.type == wire::kHeartbeatType) return;
-            dst.inbox.Push(std::move(m));
+            dst.messages.Push(std::move(m));
         } catch (const Error& e) {
-            dst.inbox.PushError(from, e);
+            dst.messages.PushError(from, e);
         }
     }
 
@@ -61,7 +61,7 @@ struct InProcessFabric::State {
             for (auto& to : endpoints) {
                 for (size_t from = 0; from < endpoints.size(); ++from)
                     if (!endpoints[from]->stopped.load()) to->liveness.Seen(static_cast<int>(from));
-                if (to->liveness.Evaluate()) to->inbox.Wake();
+                if (to->liveness.Evaluate()) to->messages.Wake();
             }
             cv.wait_for(lock, options.heartbeat_interval);
         }
@@ -144,7 +144,7 @@ void InProcessTransport::Send(int destination, Message message) {
 }
 
 Message InProcessTransport::Receive(std::chrono::milliseconds timeout, int source) {
-    return fabric_->state_->endpoints[rank_]->inbox.Pop(timeout, source);
+    return fabric_->state_->endpoints[rank_]->messages.Pop(timeout, source);
 }
 
 std::optional<Error> InProcessTransport::PeerError(int rank) const {

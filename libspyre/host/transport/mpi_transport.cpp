@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "host/transport/frame.hpp"
-#include "host/transport/inbox.hpp"
+#include "host/transport/message_queue.hpp"
 #include "spyre/common/log.hpp"
 
 namespace spyre::host {
@@ -69,7 +69,7 @@ struct MpiTransport::State {
     int size = 0;
     std::vector<PeerInfo> peers;
     std::unique_ptr<wire::PeerLiveness> liveness;
-    std::unique_ptr<wire::Inbox> inbox;
+    std::unique_ptr<wire::MessageQueue> messages;
 
     std::mutex mutex;  // guards the hand-over queues below
     std::condition_variable cv;
@@ -104,7 +104,7 @@ struct MpiTransport::State {
 
 void MpiTransport::State::Lose(int peer_rank, const std::string& why) {
     liveness->MarkLost(peer_rank, wire::PeerLostError(peers[peer_rank], why));
-    inbox->Wake();
+    messages->Wake();
 }
 
 void MpiTransport::State::Init() {
@@ -141,7 +141,7 @@ void MpiTransport::State::Init() {
         peers.push_back(PeerInfo{r, table[r].name, table[r].pid});
     }
     liveness = std::make_unique<wire::PeerLiveness>(rank, peers, options.liveness);
-    inbox = std::make_unique<wire::Inbox>(*liveness);
+    messages = std::make_unique<wire::MessageQueue>(*liveness);
     heartbeat_requests.assign(static_cast<size_t>(size), MPI_REQUEST_NULL);
     heartbeat_frame = wire::EncodeFrame(Message{.type = wire::kHeartbeatType});
     incoming.resize(static_cast<size_t>(size));
@@ -295,10 +295,10 @@ bool MpiTransport::State::AdvanceIncoming(int source) {
             }
         }
         if (in.error) {
-            inbox->PushError(source, *in.error);
+            messages->PushError(source, *in.error);
         } else if (in.message && in.message->type != wire::kHeartbeatType) {
             liveness->Seen(source);
-            inbox->Push(std::move(*in.message));
+            messages->Push(std::move(*in.message));
         }
         queue_of.pop_front();
         any = true;
@@ -337,7 +337,7 @@ bool MpiTransport::State::Poll() {
     any |= ProbeFrames();
     for (int s = 0; s < size; ++s) any |= AdvanceIncoming(s);
     any |= TestSends();
-    if (liveness->Evaluate(Clock::now())) inbox->Wake();
+    if (liveness->Evaluate(Clock::now())) messages->Wake();
     return any;
 }
 
@@ -410,7 +410,7 @@ void MpiTransport::State::Shutdown() {
             }
         }
     }
-    inbox->Close(Error(ErrorKind::DeviceLost, "the MPI transport of rank " + std::to_string(rank) + " has shut down"));
+    messages->Close(Error(ErrorKind::DeviceLost, "the MPI transport of rank " + std::to_string(rank) + " has shut down"));
     if (!met) {
         // Requests may still be posted on these buffers, and MPI is never
         // finalised to cancel them: leak them rather than free memory MPI
@@ -470,7 +470,7 @@ void MpiTransport::Send(int destination, Message message) {
 }
 
 Message MpiTransport::Receive(std::chrono::milliseconds timeout, int source) {
-    return state_->inbox->Pop(timeout, source);
+    return state_->messages->Pop(timeout, source);
 }
 
 std::optional<Error> MpiTransport::PeerError(int rank) const {

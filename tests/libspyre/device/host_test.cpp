@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "device/device_internals.hpp"
 #include "mock_fixture.hpp"
 #include "random_data.hpp"
 #include "spyre/device/host.hpp"
@@ -82,8 +83,8 @@ TEST_F(HostTest, TwoVfsAreTwoDevicesOnOneMockWithSeparateMemory) {
     EXPECT_EQ(vf1.id(), (DeviceId{0, 1}));
     EXPECT_EQ(vf2.id(), (DeviceId{0, 2}));
     // One mock serves both: the same daemon, different memory windows.
-    EXPECT_EQ(vf1.function().device_info().daemon_pid, vf2.function().device_info().daemon_pid);
-    EXPECT_NE(vf1.function().Read64(SPYRE_REG_MEM_BASE), vf2.function().Read64(SPYRE_REG_MEM_BASE));
+    EXPECT_EQ(DeviceInternals::Function(vf1).device_info().daemon_pid, DeviceInternals::Function(vf2).device_info().daemon_pid);
+    EXPECT_NE(DeviceInternals::Function(vf1).Read64(SPYRE_REG_MEM_BASE), DeviceInternals::Function(vf2).Read64(SPYRE_REG_MEM_BASE));
 
     // Byte-exact round trips on both, small (inline) and large (DMA engine).
     const size_t big = (3u << 20) + 5;

@@ -16,6 +16,7 @@
 
 #include <filesystem>
 
+#include "device/device_internals.hpp"
 #include "spyre/compiler/kernel_builder.h"
 #include "spyre/compiler/kernel_builder.hpp"
 #include "spyre/compiler/plan_writer.hpp"
@@ -91,7 +92,7 @@ TEST_F(StreamTest, OrchestrationExample1OnThePf) {
 
 TEST_F(StreamTest, OrchestrationExample1OnAVf) {
     Device dev = OpenDevice(1);
-    ASSERT_TRUE(dev.function().is_vf());
+    ASSERT_TRUE(DeviceInternals::Function(dev).is_vf());
     RunExample1(dev);
 }
 
@@ -132,7 +133,7 @@ TEST_F(StreamTest, OrchestrationDeviceKernelsRunOnTheCardsCores) {
     }
     for (int t = 0; t < kTasks; ++t) orch.Free(a[t]), orch.Free(b[t]);
     // Counted by the device: every task ran on a core, none as a host callback.
-    EXPECT_GE(dev.function().Read64(SPYRE_REG_CNT_TASKS_DONE), uint64_t(kTasks));
+    EXPECT_GE(DeviceInternals::Function(dev).Read64(SPYRE_REG_CNT_TASKS_DONE), uint64_t(kTasks));
 
     // 64 zero bytes are no program: the device refuses it with its code.
     DeviceBuffer junk = dev.AllocateBuffer(64);
@@ -178,14 +179,14 @@ TEST(OrchestrationQueues, TwoRuntimesOnDisjointQueuesOfOneDevice) {
                        "task queue 1 is held by another TaskQueue of this process");
     EXPECT_SPYRE_ERROR(Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20, .task_queues = {2}}),
                        InvalidArgument, "task queue 2 does not exist on");
-    ASSERT_EQ(dev.task_topology().queues(), 2u);
-    EXPECT_EQ(dev.task_topology().cores(), 16u);
-    EXPECT_SPYRE_ERROR(dev.TakeTaskQueue(0), Busy, "task queue 0 is held by another TaskQueue of this process");
-    EXPECT_SPYRE_ERROR(dev.TakeTaskQueue(2), InvalidArgument, "task queue 2 does not exist on");
+    ASSERT_EQ(DeviceInternals::TaskTopology(dev).queues(), 2u);
+    EXPECT_EQ(DeviceInternals::TaskTopology(dev).cores(), 16u);
+    EXPECT_SPYRE_ERROR(DeviceInternals::TakeTaskQueue(dev, 0), Busy, "task queue 0 is held by another TaskQueue of this process");
+    EXPECT_SPYRE_ERROR(DeviceInternals::TakeTaskQueue(dev, 2), InvalidArgument, "task queue 2 does not exist on");
     const std::vector<uint8_t> program = test::AddProgram256();
     DeviceBuffer prog = test::UploadProgram(dev, program);
     for (Orchestrator& orch : orchs) orch.RegisterDeviceKernel(KERNEL_ADD, dev.allocator().DeviceAddress(prog.handle(), program.size()));
-    const uint64_t done_before = dev.function().Read64(SPYRE_REG_CNT_TASKS_DONE);
+    const uint64_t done_before = DeviceInternals::Function(dev).Read64(SPYRE_REG_CNT_TASKS_DONE);
     std::vector<std::thread> threads;
     std::vector<std::string> failures(2);
     for (int r = 0; r < 2; ++r)
@@ -210,10 +211,10 @@ TEST(OrchestrationQueues, TwoRuntimesOnDisjointQueuesOfOneDevice) {
     for (auto& t : threads) t.join();
     EXPECT_EQ(failures[0], "");
     EXPECT_EQ(failures[1], "");
-    EXPECT_EQ(dev.function().Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before, 40u);
+    EXPECT_EQ(DeviceInternals::Function(dev).Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before, 40u);
     // Freed with its runtime: the queue can be taken again.
     orchs.pop_back();
-    EXPECT_EQ(dev.TakeTaskQueue(1)->group(), 1u);
+    EXPECT_EQ(DeviceInternals::TakeTaskQueue(dev, 1)->group(), 1u);
     EXPECT_NO_THROW(Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20, .task_queues = {1}}));
 }
 
@@ -237,14 +238,14 @@ TEST(OrchestrationQueues, OneThreadServesEveryCoreGroup) {
     o.embedded_mock.extra_args = {"--cores", "16"};
     Host host = Host::Open(o);
     Device dev = host.Open("0");
-    ASSERT_EQ(dev.task_topology().queues(), 2u);
+    ASSERT_EQ(DeviceInternals::TaskTopology(dev).queues(), 2u);
     const int before = ThreadsNamed("spyre-tasks");
     Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20});
     EXPECT_EQ(ThreadsNamed("spyre-tasks") - before, 1);
     const std::vector<uint8_t> program = test::AddProgram256();
     DeviceBuffer prog = test::UploadProgram(dev, program);
     orch.RegisterDeviceKernel(KERNEL_ADD, dev.allocator().DeviceAddress(prog.handle(), program.size()));
-    const uint64_t done_before = dev.function().Read64(SPYRE_REG_CNT_TASKS_DONE);
+    const uint64_t done_before = DeviceInternals::Function(dev).Read64(SPYRE_REG_CNT_TASKS_DONE);
     auto scope = orch.BeginScope();
     std::vector<float*> a(50), c(50);
     for (int t = 0; t < 50; ++t) {
@@ -257,7 +258,7 @@ TEST(OrchestrationQueues, OneThreadServesEveryCoreGroup) {
     orch.WaitAll();
     for (int t = 0; t < 50; ++t)
         for (int i = 0; i < 256; ++i) ASSERT_EQ(c[size_t(t)][i], 2 * a[size_t(t)][i]) << "task " << t << " element " << i;
-    EXPECT_EQ(dev.function().Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before, 50u);
+    EXPECT_EQ(DeviceInternals::Function(dev).Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before, 50u);
 }
 
 // Three functions of one card (the PF and two VFs), each driven by its own
@@ -271,7 +272,7 @@ TEST_F(StreamTest, OrchestrationThreadsOfDifferentFunctionsShareOneCard) {
     devs.push_back(OpenDevice(1));
     devs.push_back(OpenDevice(2));
     std::vector<uint64_t> done_before(kFunctions);
-    for (int f = 0; f < kFunctions; ++f) done_before[f] = devs[f].function().Read64(SPYRE_REG_CNT_TASKS_DONE);
+    for (int f = 0; f < kFunctions; ++f) done_before[f] = DeviceInternals::Function(devs[f]).Read64(SPYRE_REG_CNT_TASKS_DONE);
     std::vector<std::string> failures(kFunctions);
     std::vector<std::thread> threads;
     for (int f = 0; f < kFunctions; ++f)
@@ -307,7 +308,7 @@ TEST_F(StreamTest, OrchestrationThreadsOfDifferentFunctionsShareOneCard) {
     for (auto& t : threads) t.join();
     for (int f = 0; f < kFunctions; ++f) {
         EXPECT_EQ(failures[f], "") << "function " << f;
-        EXPECT_EQ(devs[f].function().Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before[f], uint64_t(2 * kTasks))
+        EXPECT_EQ(DeviceInternals::Function(devs[f]).Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before[f], uint64_t(2 * kTasks))
             << "function " << f << " counts other functions' tasks, or misses its own";
     }
 }
@@ -336,10 +337,10 @@ TEST_F(StreamTest, OrchestrationExample1VerbatimTenThousandTimes) {
         // round would pin the ring's tail.
         DeviceBuffer abc = dev.AllocateBuffer(3 * 1024);
         auto* f = static_cast<float*>(orch.HostAddress(dev.allocator().DeviceAddress(abc.handle(), 3 * 1024), 3 * 1024));
-        const uint64_t done_before = dev.function().Read64(SPYRE_REG_CNT_TASKS_DONE);
+        const uint64_t done_before = DeviceInternals::Function(dev).Read64(SPYRE_REG_CNT_TASKS_DONE);
         EXPECT_EQ(test::RunExample1Verbatim(orch.handle(), f, f + 256, f + 512, 10'000), "");
         if (on_device) {
-            EXPECT_EQ(dev.function().Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before, 20'000u);
+            EXPECT_EQ(DeviceInternals::Function(dev).Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before, 20'000u);
         }
     }
 }

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "device/device_core.hpp"
+#include "device/device_internals.hpp"
 #include "stream/dma_dispatch.hpp"
 #include "stream_fixture.hpp"
 #include "stream_test_util.hpp"
@@ -42,7 +43,7 @@ bool PollUntil(DmaDispatch& dma, StreamState& s, uint64_t seq) {
 
 TEST_F(StreamTest, DmaDispatchRoundTripsAndKeepsTheStreamBusy) {
     Device dev = OpenDevice();
-    DeviceCore& core = *dev.core();
+    DeviceCore& core = *DeviceInternals::Core(dev);
     // A dispatcher of its own on the device's DMA queue (the scheduler's is busy elsewhere).
     DmaDispatch dma(*core.dma, core.function->pci_address());
     const size_t n = 1 << 20;
@@ -73,7 +74,7 @@ TEST_F(StreamTest, DmaDispatchRoundTripsAndKeepsTheStreamBusy) {
 
 TEST_F(StreamTest, DmaDispatchFaultsTheStreamOnARefusedCopy) {
     Device dev = OpenDevice();
-    DeviceCore& core = *dev.core();
+    DeviceCore& core = *DeviceInternals::Core(dev);
     DmaDispatch dma(*core.dma, core.function->pci_address());
     StreamState s(5, 0);
     uint64_t word = 7;
@@ -98,7 +99,7 @@ TEST_F(StreamTest, DmaDispatchFaultsTheStreamOnARefusedCopy) {
 // went just after, on the scheduler thread, racing the woken caller.
 TEST_F(StreamTest, DmaDispatchLetsGoOfTheHostMemoryBeforeTheOpCompletes) {
     Device dev = OpenDevice();
-    DeviceCore& core = *dev.core();
+    DeviceCore& core = *DeviceInternals::Core(dev);
     DmaDispatch dma(*core.dma, core.function->pci_address());
     const size_t n = 1 << 16;
     DeviceAllocation a = dev.allocator().Allocate(n);

@@ -2,6 +2,7 @@
 // FlexStream basics: copies round trip, launches run, FIFO holds, errors stick.
 #include <numeric>
 
+#include "device/device_internals.hpp"
 #include "spyre/stream/flex_stream.hpp"
 #include "spyre/compiler/kernel_builder.hpp"
 #include "spyre/plan/program_image.hpp"
@@ -111,7 +112,7 @@ TEST_F(StreamTest, ThousandsOfEmptyLaunchesComplete) {
         s.Synchronize();
     }
     EXPECT_EQ(s.completed(), 1u + 3 * 1024);
-    EXPECT_EQ(dev.function().Read64(SPYRE_REG_CNT_LAUNCHES), 3u * 1024);
+    EXPECT_EQ(DeviceInternals::Function(dev).Read64(SPYRE_REG_CNT_LAUNCHES), 3u * 1024);
 }
 
 TEST_F(StreamTest, StreamsComeAndGo) {

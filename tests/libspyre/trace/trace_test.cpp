@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "device/device_internals.hpp"
 #include "spyre/error.hpp"
 #include "spyre/orchestration.hpp"
 #include "spyre/plan/program_image.hpp"
@@ -93,7 +94,7 @@ TEST_F(TraceTest, AStreamsWorkIsATimelineAViewerCanOpen) {
     const json t = Load(path);
     ASSERT_TRUE(t.contains("traceEvents"));
     const auto names = TrackNames(t);
-    const std::string pci = dev.function().pci_address();
+    const std::string pci = DeviceInternals::Function(dev).pci_address();
     int64_t stream_tid = -1, ring_tid = -1, dma_tid = -1;
     for (const auto& [tid, name] : names) {
         if (name.find(pci + " stream ") == 0) stream_tid = tid;
@@ -363,7 +364,7 @@ TEST_F(TraceTest, ADiamondOnTheCardsCoresHasArrowsExactlyForItsDependencies) {
 
     const OrchTrace o = TraceDiamond(orch, WORKER_VECTOR, Path());
     // Device tasks sit on core tracks, inside the host's send-to-reap span.
-    const std::string pci = dev.function().pci_address();
+    const std::string pci = DeviceInternals::Function(dev).pci_address();
     for (const std::string& track : o.task_tracks) EXPECT_EQ(track.rfind(pci + " core ", 0), 0u) << track;
     for (const auto& [id, e] : o.task_span) {
         EXPECT_EQ(e["cat"], "device");

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "orchestration/host_worker.hpp"
+#include "orchestration/cpu_worker.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -8,12 +8,12 @@
 
 namespace spyre::orchestration {
 
-HostWorker::HostWorker(unsigned threads, std::string device)
+CpuWorker::CpuWorker(unsigned threads, std::string device)
     : threads_(std::max(1u, threads)), device_(std::move(device)) {}
 
-HostWorker::~HostWorker() { Stop(); }
+CpuWorker::~CpuWorker() { Stop(); }
 
-uint32_t HostWorker::Run(const TaskDescriptor& task) {
+uint32_t CpuWorker::Run(const TaskDescriptor& task) {
     void* buffers[PTO_MAX_PARAMS];
     uint64_t sizes[PTO_MAX_PARAMS];
     for (int32_t i = 0; i < task.num_params; ++i) {
@@ -34,15 +34,15 @@ namespace {
 thread_local const CompletionSink* t_running_task_of = nullptr;
 }  // namespace
 
-const CompletionSink* HostWorker::RunningTaskOf() noexcept { return t_running_task_of; }
+const CompletionSink* CpuWorker::RunningTaskOf() noexcept { return t_running_task_of; }
 
-HostWorker::RunningTask::RunningTask(const CompletionSink* sink) noexcept : outer_(t_running_task_of) {
+CpuWorker::RunningTask::RunningTask(const CompletionSink* sink) noexcept : outer_(t_running_task_of) {
     t_running_task_of = sink;
 }
 
-HostWorker::RunningTask::~RunningTask() { t_running_task_of = outer_; }
+CpuWorker::RunningTask::~RunningTask() { t_running_task_of = outer_; }
 
-uint32_t HostWorker::RunTimed(const TaskDescriptor& task) {
+uint32_t CpuWorker::RunTimed(const TaskDescriptor& task) {
     const auto start = std::chrono::steady_clock::now();
     const uint32_t status = Run(task);
     task.kernel->host_cost.Record(
@@ -50,7 +50,7 @@ uint32_t HostWorker::RunTimed(const TaskDescriptor& task) {
     return status;
 }
 
-void HostWorker::Start(ReadyQueue& queue, CompletionSink& sink) {
+void CpuWorker::Start(ReadyQueue& queue, CompletionSink& sink) {
     for (unsigned i = 0; i < threads_; ++i)
         pool_.emplace_back([this, i, &queue, &sink] {
             const RunningTask running(&sink);  // every task this thread runs is the sink's
@@ -77,7 +77,7 @@ void HostWorker::Start(ReadyQueue& queue, CompletionSink& sink) {
         });
 }
 
-void HostWorker::Stop() {
+void CpuWorker::Stop() {
     for (auto& t : pool_)
         if (t.joinable()) t.join();
     pool_.clear();

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// HostWorker: the host CPU executor. Worker threads pop ready tasks and call
+// CpuWorker: the host CPU executor. Worker threads pop ready tasks and call
 // the kernel's host function with the task's parameter addresses and sizes;
 // the return value is the task's status.
 #pragma once
@@ -12,11 +12,11 @@
 
 namespace spyre::orchestration {
 
-class HostWorker final : public Executor {
+class CpuWorker final : public Executor {
 public:
     // `device` names the worker's trace tracks ("<device> host worker N").
-    HostWorker(unsigned threads, std::string device);
-    ~HostWorker() override;
+    CpuWorker(unsigned threads, std::string device);
+    ~CpuWorker() override;
     const char* name() const noexcept override { return "host"; }
     bool CanRun(const KernelEntry& kernel) const noexcept override {
         return kernel.host_fn != nullptr || bool(kernel.host_callable);

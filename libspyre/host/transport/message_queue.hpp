@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Inbox: the messages that reached one rank, in arrival order per source,
+// MessageQueue: the messages that reached one rank, in arrival order per source,
 // and the wait for one of them that ends in a message, the source's error
 // (lost, malformed), or Timeout. Waiters re-check liveness every tick, so a
 // silent peer ends a wait within the bound plus one tick.
@@ -16,9 +16,9 @@
 
 namespace spyre::host::wire {
 
-class Inbox {
+class MessageQueue {
 public:
-    explicit Inbox(PeerLiveness& liveness) : liveness_(liveness) {}
+    explicit MessageQueue(PeerLiveness& liveness) : liveness_(liveness) {}
 
     // Queues `message`, unless its source is already lost (then dropped).
     void Push(Message message);

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "host/transport/inbox.hpp"
+#include "host/transport/message_queue.hpp"
 
 #include <algorithm>
 
 namespace spyre::host::wire {
 
-void Inbox::Push(Message message) {
+void MessageQueue::Push(Message message) {
     // A lost peer stays lost: what it sends once its link is back (a reply
     // to a call that already failed) belongs to a run that is over.
     if (liveness_.Lost(message.source)) return;
@@ -17,7 +17,7 @@ void Inbox::Push(Message message) {
     cv_.notify_all();
 }
 
-void Inbox::PushError(int source, Error error) {
+void MessageQueue::PushError(int source, Error error) {
     liveness_.MarkLost(source, PeerLostError(liveness_.peer(source), "it sent a malformed frame (" + error.message() + ")"));
     {
         std::lock_guard lock(mutex_);
@@ -26,9 +26,9 @@ void Inbox::PushError(int source, Error error) {
     cv_.notify_all();
 }
 
-void Inbox::Wake() { cv_.notify_all(); }
+void MessageQueue::Wake() { cv_.notify_all(); }
 
-void Inbox::Close(Error error) {
+void MessageQueue::Close(Error error) {
     {
         std::lock_guard lock(mutex_);
         if (!closed_) closed_ = std::move(error);
@@ -36,7 +36,7 @@ void Inbox::Close(Error error) {
     cv_.notify_all();
 }
 
-Message Inbox::Pop(std::chrono::milliseconds timeout, int source) {
+Message MessageQueue::Pop(std::chrono::milliseconds timeout, int source) {
     if (source != kAnySource) liveness_.peer(source);  // validates the rank
     using Clock = PeerLiveness::Clock;
     const auto deadline = Clock::now() + timeout;
