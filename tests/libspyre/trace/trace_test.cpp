@@ -411,7 +411,7 @@ TEST_F(TraceTest, ACopyTheRingCarriesInlineIsOnTheDmaTrack) {
     const json t = Load(path);
     int64_t dma_tid = -1;
     for (const auto& [tid, name] : TrackNames(t))
-        if (name == dev.function().pci_address() + " DMA") dma_tid = tid;
+        if (name == DeviceInternals::Function(dev).pci_address() + " DMA") dma_tid = tid;
     ASSERT_NE(dma_tid, -1) << "no DMA track";
     int copies = 0;
     for (const json& e : t["traceEvents"])
