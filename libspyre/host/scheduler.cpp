@@ -38,19 +38,25 @@ void Scheduler::Unlock() {
         JobThreads* pool;
         std::vector<JobThreads::Job> jobs;
     };
-    std::vector<Posting> posting;  // allocates only when there is something to post
+    // Kept per thread, entries and their capacity too: jobs are swapped
+    // out of to_post_ and an emptied vector swapped back in, so a submit,
+    // which posts one task per unlock, allocates nothing.
+    thread_local std::vector<Posting> posting;
+    size_t used = 0;
     auto take = [&] {
         for (auto& run : finished_) dead.push_back(std::move(run));
         finished_.clear();
         for (size_t i = 0; i < to_post_.size(); ++i) {
             if (to_post_[i].empty()) continue;
-            posting.push_back({i < lanes_.size() ? lanes_[i].get() : sub_workers_.get(), std::move(to_post_[i])});
-            to_post_[i].clear();  // moved from: empty again, and usable
+            JobThreads* pool = i < lanes_.size() ? lanes_[i].get() : sub_workers_.get();
+            if (used == posting.size()) posting.emplace_back();
+            posting[used].pool = pool;
+            posting[used++].jobs.swap(to_post_[i]);
         }
     };
     auto post = [&] {
-        for (Posting& p : posting) p.pool->PostAll(p.jobs);
-        posting.clear();
+        for (size_t i = 0; i < used; ++i) posting[i].pool->PostAll(posting[i].jobs);  // leaves them empty
+        used = 0;
     };
     take();
     mu_.unlock();
