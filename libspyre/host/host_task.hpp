@@ -30,8 +30,8 @@ struct HostTask {
     std::string name;
     Level level = Level::Chip;
     std::string function;         // chip function or SubWorker name
-    SubWorkerFn fn;               // SubWorker body (resolved when recorded)
-    const ChipRegistry::Entry* chip = nullptr;  // chip function (resolved when recorded)
+    SubWorkerFn fn;               // SubWorker body (resolved when submitted)
+    const ChipRegistry::Entry* chip = nullptr;  // chip function (resolved when submitted)
     std::vector<TensorArg> args;
     std::optional<size_t> pinned;  // ChipOptions::device
     RunState* run = nullptr;

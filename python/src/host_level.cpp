@@ -464,7 +464,7 @@ void BindHostLevel(py::module_& m) {
         .def_readonly("cause", &TaskFailureInfo::cause)
         .def_readonly("device_code", &TaskFailureInfo::device_code)
         .def_readonly("orchestrator", &TaskFailureInfo::orchestrator,
-                      "The host orchestration function itself raised (what it recorded is skipped).")
+                      "The host orchestration function itself raised (what it submitted before still ran).")
         .def("__repr__", [](const TaskFailureInfo& f) {
             return "<TaskFailureInfo " + f.task + " (" + ToString(f.level) + ", " + f.function + "): " + f.cause + ">";
         });
@@ -518,7 +518,7 @@ void BindHostLevel(py::module_& m) {
         .def_readonly("access", &TensorArg::access);
 
     py::class_<PyGraph, std::shared_ptr<PyGraph>>(m, "HostGraph",
-        "What a host orchestration function records tasks into; valid while it runs.")
+        "What a host orchestration function submits tasks into (each starts once ready); valid while it runs.")
         .def("create_tensor", [](PyGraph& g, const std::vector<int64_t>& shape, py::handle dtype) {
                 return g.Get("HostGraph.create_tensor").CreateTensor(shape, DTypeFrom(dtype, "HostGraph.create_tensor"));
             }, py::arg("shape"), py::arg("dtype") = DType::FP32, "An intermediate host tensor (zero-filled).")

@@ -82,9 +82,8 @@ struct TaskFailureInfo {
     ErrorKind kind = ErrorKind::Internal;  // the cause's kind
     std::string cause;     // the cause's message
     uint32_t device_code = 0;  // SPYRE_ERR_* when the device reported one
-    // The host orchestration function itself threw while it recorded (level
-    // HOST, task and function: the program's name); what it had recorded
-    // is skipped.
+    // The host orchestration function itself threw (level HOST, task and
+    // function: the program's name); what it had submitted still ran.
     bool orchestrator = false;
 };
 
