@@ -27,6 +27,15 @@ const char* ToString(Level level) noexcept {
     return "?";
 }
 
+const char* ToString(TaskState state) noexcept {
+    switch (state) {
+    case TaskState::Done: return "done";
+    case TaskState::Failed: return "failed";
+    case TaskState::Skipped: return "skipped";
+    }
+    return "?";
+}
+
 const char* ToString(ChipRuntime runtime) noexcept {
     switch (runtime) {
     case ChipRuntime::TensorMapAndRingBuffer: return "tensormap_and_ringbuffer";
@@ -100,10 +109,12 @@ ErrorContext ContextOf(const TaskFailureInfo& f) {
 
 }  // namespace
 
-HostRunError::HostRunError(std::string run, std::vector<TaskFailureInfo> failures, std::vector<std::string> skipped)
+HostRunError::HostRunError(std::string run, std::vector<TaskFailureInfo> failures, std::vector<std::string> skipped,
+                           std::vector<TaskRecord> report)
     : Error(failures.front().kind, Describe(run, failures, skipped), ContextOf(failures.front())),
       failures_(std::move(failures)),
-      skipped_(std::move(skipped)) {}
+      skipped_(std::move(skipped)),
+      report_(std::move(report)) {}
 
 void Validate(const DistributedConfig& c) {
     auto bad = [](const std::string& what) { throw Error(ErrorKind::InvalidArgument, "DistributedConfig: " + what); };
@@ -125,6 +136,8 @@ void Validate(const DistributedConfig& c) {
     if (c.chip_heap_bytes < 4096) bad("chip_heap_bytes is " + std::to_string(c.chip_heap_bytes) + " (>= 4096)");
     if (c.chip_tasks_per_device < 0)
         bad("chip_tasks_per_device is " + std::to_string(c.chip_tasks_per_device) + " (0: automatic, or >= 1)");
+    if (c.max_tasks_in_flight < 1 || c.max_tasks_in_flight > (1 << 20))
+        bad("max_tasks_in_flight is " + std::to_string(c.max_tasks_in_flight) + " (1..1048576)");
 }
 
 }  // namespace spyre

@@ -3,6 +3,9 @@
 // belongs to, as the scheduler keeps them. Every field changes under the
 // scheduler's lock only, but for a task's parked outcome (written by the
 // thread that ran it, before it parks the task) and a run's wake-up words.
+// A task lives from its submission until it finished well (then only its
+// TaskRecord stays), or, failed or skipped, until its run ends (the region
+// tracker keeps it to skip later readers).
 #pragma once
 
 #include <atomic>
@@ -21,19 +24,19 @@ namespace spyre::host {
 struct RunState;
 
 struct HostTask {
-    enum class State : uint8_t { Recorded, Pending, Queued, Running, Done, Failed, Skipped };
+    enum class State : uint8_t { Pending, Queued, Running, Done, Failed, Skipped };
 
     uint64_t id = 0;
     std::string name;
     Level level = Level::Chip;
     std::string function;         // chip function or SubWorker name
-    SubWorkerFn fn;               // SubWorker body (resolved when recorded)
-    const ChipRegistry::Entry* chip = nullptr;  // chip function (resolved when recorded)
+    SubWorkerFn fn;               // SubWorker body (resolved when submitted)
+    const ChipRegistry::Entry* chip = nullptr;  // chip function (resolved when submitted)
     std::vector<TensorArg> args;
     std::optional<size_t> pinned;  // ChipOptions::device
     RunState* run = nullptr;
 
-    State state = State::Recorded;
+    State state = State::Pending;
     int fanin = 0;                       // producers not finished yet
     std::vector<HostTask*> consumers;
     // The failure this task is skipped for (its own once it failed). A value,
@@ -57,22 +60,46 @@ struct HostTask {
     HostTask* inbox_next = nullptr;
     std::unique_ptr<TaskFailureInfo> inbox_failure;  // null: it succeeded
     ChipCallStats inbox_moved;
+    // When it ran, on the device clock (DeviceClockNs): a chip task from its
+    // device's first task start to its last task end, a SubWorker from the
+    // host clock around its call. 0: it never ran.
+    uint64_t start_ns = 0, end_ns = 0;
 
     bool Finished() const { return state == State::Done || state == State::Failed || state == State::Skipped; }
 };
 
-// One run: its tasks, what it returns, and how it ended.
+// What a run remembers of a finished task for its report: TaskRecord
+// without the strings it can rebuild (the device's name from its index).
+struct FinishedTask {
+    std::string name;
+    uint64_t id = 0;
+    uint64_t start_ns = 0, end_ns = 0;
+    uint32_t device = UINT32_MAX;  // UINT32_MAX: a SubWorker, or never placed
+    Level level = Level::Chip;
+    TaskState state = TaskState::Done;
+};
+
+// One run: its tasks in flight, what it returns, and how it ended. It ends
+// once its orchestration function returned (`sealed`) and every task it
+// submitted finished.
 struct RunState {
     std::string name;
-    std::vector<std::unique_ptr<HostTask>> tasks;
     std::vector<HostTensor> outputs;
-    size_t unfinished = 0;
+    size_t window = 0;      // DistributedConfig::max_tasks_in_flight
+    size_t unfinished = 0;  // submitted, not finished
+    uint64_t submitted = 0;
+    bool sealed = false;
+    std::vector<HostTask*> kept;  // failed and skipped tasks, freed when the run ends
+    std::vector<FinishedTask> finished;
     std::vector<TaskFailureInfo> failures;
     std::vector<std::string> skipped;
     bool done = false;
     bool watched = false;  // a waiter reports progress: announce every finished task
+    bool window_waiter = false;  // the submitter sleeps until a task finishes
     std::atomic<bool> done_flag{false};  // `done`, readable without the lock
-    // Notified when the run ends, and when a task finishes while watched.
+    std::atomic<size_t> unfinished_seen{0};  // `unfinished`, readable without the lock
+    // Notified when the run ends, when a task finishes while watched, and
+    // when one finishes while the submitter waits for room.
     EventCount wake;
 };
 

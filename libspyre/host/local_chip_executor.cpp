@@ -2,14 +2,13 @@
 #include "local_chip_executor.hpp"
 
 #include "device/device_internals.hpp"
+#include "spyre/common/device_clock.hpp"
 #include "spyre/uapi/spyre_regs.h"
 
 #include <algorithm>
 #include <cstring>
 #include <exception>
 #include <utility>
-
-#include "spyre/trace/trace.hpp"
 
 namespace spyre::host {
 
@@ -332,9 +331,8 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
         ctx.shapes.push_back(t.shape());
         pto_args.push_back(uint64_t(mapped));
     }
-    const bool traced = trace::Enabled();
-    if (traced) [[unlikely]]
-        stats.run_start_ns = trace::detail::NowNs();
+    // The device's span on the device clock, for the run's report.
+    stats.run_start_ns = DeviceClockNs();
     if (fn->plan) {
         auto plan = slot.plans.find(call.function);
         if (plan == slot.plans.end())
@@ -354,8 +352,7 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
         orch.WaitAll();  // the device tasks' failure first: it names the kernel and the device code
         if (thrown) std::rethrow_exception(thrown);
     }
-    if (traced) [[unlikely]]
-        stats.run_end_ns = trace::detail::NowNs();
+    stats.run_end_ns = DeviceClockNs();
     for (size_t i = 0; i < call.args.size(); ++i) {
         const TensorArg& a = call.args[i].arg;
         if (a.access == Access::In) continue;

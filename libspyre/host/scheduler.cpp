@@ -8,6 +8,7 @@
 
 #include "host_trace.hpp"
 #include "placement.hpp"
+#include "spyre/common/device_clock.hpp"
 #include "spyre/trace/trace.hpp"
 
 namespace spyre::host {
@@ -37,19 +38,25 @@ void Scheduler::Unlock() {
         JobThreads* pool;
         std::vector<JobThreads::Job> jobs;
     };
-    std::vector<Posting> posting;  // allocates only when there is something to post
+    // Kept per thread, entries and their capacity too: jobs are swapped
+    // out of to_post_ and an emptied vector swapped back in, so a submit,
+    // which posts one task per unlock, allocates nothing.
+    thread_local std::vector<Posting> posting;
+    size_t used = 0;
     auto take = [&] {
         for (auto& run : finished_) dead.push_back(std::move(run));
         finished_.clear();
         for (size_t i = 0; i < to_post_.size(); ++i) {
             if (to_post_[i].empty()) continue;
-            posting.push_back({i < lanes_.size() ? lanes_[i].get() : sub_workers_.get(), std::move(to_post_[i])});
-            to_post_[i].clear();  // moved from: empty again, and usable
+            JobThreads* pool = i < lanes_.size() ? lanes_[i].get() : sub_workers_.get();
+            if (used == posting.size()) posting.emplace_back();
+            posting[used].pool = pool;
+            posting[used++].jobs.swap(to_post_[i]);
         }
     };
     auto post = [&] {
-        for (Posting& p : posting) p.pool->PostAll(p.jobs);
-        posting.clear();
+        for (size_t i = 0; i < used; ++i) posting[i].pool->PostAll(posting[i].jobs);  // leaves them empty
+        used = 0;
     };
     take();
     mu_.unlock();
@@ -86,12 +93,43 @@ void Scheduler::Park(HostTask& task) {
 
 namespace {
 
-void SleepUntilDone(RunState& run) {
+// What the calling thread is part of: the run whose SubWorker or chip task
+// it runs, and the run whose orchestration function it runs. Waiting on
+// either from here would wait for itself.
+thread_local const RunState* tl_running = nullptr;
+thread_local const RunState* tl_submitting = nullptr;
+
+struct Running {
+    explicit Running(const RunState* run) : previous(tl_running) { tl_running = run; }
+    ~Running() { tl_running = previous; }
+    const RunState* previous;
+};
+
+void SleepOn(RunState& run) {
     auto done = [&] { return run.done_flag.load(std::memory_order_seq_cst); };
     while (!done()) run.wake.SleepUnless(done, std::chrono::seconds(1));
 }
 
 }  // namespace
+
+Scheduler::Submitting::Submitting(const RunState& run) : previous_(tl_submitting) { tl_submitting = &run; }
+Scheduler::Submitting::~Submitting() { tl_submitting = previous_; }
+
+void Scheduler::SleepUntilDone(RunState& run) {
+    CheckNotPartOf(run);
+    SleepOn(run);
+}
+
+void Scheduler::CheckNotPartOf(const RunState& run) {
+    if (&run == tl_running)
+        throw Error(ErrorKind::InvalidArgument, "run '" + run.name +
+                                                    "': a task of the run waits for the run itself (it cannot end "
+                                                    "before this task does)");
+    if (&run == tl_submitting)
+        throw Error(ErrorKind::InvalidArgument, "run '" + run.name +
+                                                    "': its host orchestration function waits for the run itself "
+                                                    "(it cannot end before the function returns)");
+}
 
 Scheduler::Scheduler(std::vector<std::unique_ptr<ChipExecutor>> executors, const DistributedConfig& config)
     : executors_(std::move(executors)), load_(executors_.size()), stats_(executors_.size()), block_dim_(config.block_dim) {
@@ -118,61 +156,62 @@ void Scheduler::Shutdown() {
             if (in_flight_.empty()) break;
             run = in_flight_.front();
         }
-        SleepUntilDone(*run);
+        SleepOn(*run);
     }
     lanes_.clear();  // joins
     sub_workers_.reset();
     executors_.clear();
 }
 
-std::shared_ptr<RunState> Scheduler::Start(std::unique_ptr<RunState> owned) {
+std::shared_ptr<RunState> Scheduler::Begin(std::unique_ptr<RunState> owned) {
     std::shared_ptr<RunState> run(std::move(owned));
     Lock lock(*this);
     in_flight_.push_back(run);
-    run->unfinished = run->tasks.size();
-    std::vector<HostTask*> producers;
-    for (auto& t : run->tasks) {
-        producers.clear();
-        for (const TensorArg& a : t->args)
-            tracker_.Access(a.tensor.storage_id(), a.tensor.byte_offset(), a.tensor.byte_offset() + a.tensor.bytes(),
-                            a.access != Access::In, t.get(), producers);
-        std::sort(producers.begin(), producers.end());
-        producers.erase(std::unique(producers.begin(), producers.end()), producers.end());
-        for (HostTask* p : producers) {
-            if (p->state == HostTask::State::Failed || p->state == HostTask::State::Skipped) {
-                if (!t->root) t->root = p->root;
-            } else if (p->state != HostTask::State::Done) {
-                p->consumers.push_back(t.get());
-                ++t->fanin;
-            }
-        }
-        t->state = HostTask::State::Pending;
-    }
-    if (run->tasks.empty()) {
-        run->done = true;
-        run->done_flag.store(true, std::memory_order_release);
-        in_flight_.pop_back();
-        return run;
-    }
-    // Recorded all first: a task readied (or skipped) below may release
-    // consumers recorded after it.
-    std::vector<HostTask*> ready;
-    for (auto& t : run->tasks)
-        if (t->fanin == 0) ready.push_back(t.get());
-    for (HostTask* t : ready) MakeReady(t);
     return run;
 }
 
-std::shared_ptr<RunState> Scheduler::Fail(std::unique_ptr<RunState> run, TaskFailureInfo failure) {
-    for (auto& t : run->tasks) {
-        t->state = HostTask::State::Skipped;
-        run->skipped.push_back(t->name);
+void Scheduler::WaitForRoom(RunState& run) {
+    auto room = [&] { return run.unfinished_seen.load(std::memory_order_seq_cst) < run.window; };
+    for (;;) {
+        {
+            Lock lock(*this);
+            run.window_waiter = run.unfinished >= run.window;
+            if (!run.window_waiter) return;
+        }
+        // The lock is released: the completions that make room need it.
+        run.wake.SleepUnless(room, std::chrono::seconds(1));
     }
-    run->failures.push_back(std::move(failure));
-    run->unfinished = 0;
-    run->done = true;
-    run->done_flag.store(true, std::memory_order_release);
-    return run;
+}
+
+void Scheduler::Submit(RunState& run, std::unique_ptr<HostTask> owned) {
+    if (run.unfinished_seen.load(std::memory_order_acquire) >= run.window) [[unlikely]]
+        WaitForRoom(run);
+    Lock lock(*this);
+    HostTask* t = owned.release();  // freed by Finish (done) or EndRun (failed, skipped)
+    t->run = &run;
+    ++run.unfinished;
+    ++run.submitted;
+    run.unfinished_seen.store(run.unfinished, std::memory_order_relaxed);
+    producers_.clear();
+    for (const TensorArg& a : t->args)
+        tracker_.Access(a.tensor.storage_id(), a.tensor.byte_offset(), a.tensor.byte_offset() + a.tensor.bytes(),
+                        a.access != Access::In, t, producers_);
+    for (HostTask* p : producers_) {  // RegionMap lists each once
+        if (p->state == HostTask::State::Failed || p->state == HostTask::State::Skipped) {
+            if (!t->root) t->root = p->root;
+        } else {
+            p->consumers.push_back(t);
+            ++t->fanin;
+        }
+    }
+    if (t->fanin == 0) MakeReady(t);
+}
+
+void Scheduler::Seal(RunState& run, std::optional<TaskFailureInfo> failure) {
+    Lock lock(*this);
+    run.sealed = true;
+    if (failure) run.failures.push_back(std::move(*failure));
+    if (run.unfinished == 0) EndRun(run);
 }
 
 void Scheduler::MakeReady(HostTask* task) {
@@ -236,21 +275,46 @@ void Scheduler::Finish(HostTask* task, HostTask::State state, TaskFailureInfo fa
         if (state != HostTask::State::Done && !c->root) c->root = task->root;
         if (--c->fanin == 0) MakeReady(c);
     }
-    const bool ended = --run.unfinished == 0;
-    if (ended) {
-        for (auto& t : run.tasks) tracker_.Forget(*t);
+    run.finished.push_back({std::move(task->name), task->id, task->start_ns, task->end_ns,
+                            chip ? uint32_t(task->device) : UINT32_MAX, task->level,
+                            state == HostTask::State::Done     ? TaskState::Done
+                            : state == HostTask::State::Failed ? TaskState::Failed
+                                                               : TaskState::Skipped});
+    if (state == HostTask::State::Done) {
+        // It imposes nothing on later tasks any more: forgotten and freed
+        // now, so a long run holds only its window.
+        tracker_.Forget(*task);
+        delete task;
+    } else {
+        run.kept.push_back(task);  // later readers of what it wrote are skipped
+    }
+    if (++since_sweep_ >= 4096) {
+        since_sweep_ = 0;
         residency_.Sweep();
-        std::sort(run.failures.begin(), run.failures.end(),
-                  [](const TaskFailureInfo& a, const TaskFailureInfo& b) { return a.task_id < b.task_id; });
-        run.done = true;
-        run.done_flag.store(true, std::memory_order_seq_cst);
     }
-    if (ended || run.watched) run.wake.Notify();  // the run ended, or a progress report is due
-    if (ended) {
-        auto it = std::find_if(in_flight_.begin(), in_flight_.end(), [&](const auto& r) { return r.get() == &run; });
-        finished_.push_back(std::move(*it));  // `run` lives until the lock is released
-        in_flight_.erase(it);
+    --run.unfinished;
+    run.unfinished_seen.store(run.unfinished, std::memory_order_seq_cst);
+    if (run.sealed && run.unfinished == 0) EndRun(run);
+    else if (run.watched || run.window_waiter) run.wake.Notify();  // a progress report, or room, is due
+}
+
+void Scheduler::EndRun(RunState& run) {
+    for (HostTask* t : run.kept) {
+        tracker_.Forget(*t);
+        delete t;
     }
+    run.kept.clear();
+    residency_.Sweep();
+    std::sort(run.failures.begin(), run.failures.end(),
+              [](const TaskFailureInfo& a, const TaskFailureInfo& b) { return a.task_id < b.task_id; });
+    std::sort(run.finished.begin(), run.finished.end(),
+              [](const FinishedTask& a, const FinishedTask& b) { return a.id < b.id; });
+    run.done = true;
+    run.done_flag.store(true, std::memory_order_seq_cst);
+    run.wake.Notify();
+    auto it = std::find_if(in_flight_.begin(), in_flight_.end(), [&](const auto& r) { return r.get() == &run; });
+    finished_.push_back(std::move(*it));  // `run` lives until the lock is released
+    in_flight_.erase(it);
 }
 
 namespace {
@@ -287,51 +351,67 @@ void SetCause(TaskFailureInfo& f) {
 void Scheduler::RunChip(HostTask* task) {
     const size_t d = task->device;
     ChipCallStats moved;
-    const uint64_t start_ns = trace::Enabled() ? trace::detail::NowNs() : 0;
-    const auto began = std::chrono::steady_clock::now();
-    try {
-        moved = executors_[d]->Run(task->call);
-        costs_->Record(d, uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began).count()),
-                      moved);
-    } catch (...) {
-        task->inbox_failure = std::make_unique<TaskFailureInfo>(FailureOf(*task, executors_[d]->Describe()));
+    const uint64_t start_ns = DeviceClockNs();
+    {
+        Running running(task->run);
+        try {
+            moved = executors_[d]->Run(task->call);
+            costs_->Record(d, DeviceClockNs() - start_ns, moved);
+        } catch (...) {
+            task->inbox_failure = std::make_unique<TaskFailureInfo>(FailureOf(*task, executors_[d]->Describe()));
+        }
     }
-    if (start_ns != 0) [[unlikely]]
-        TraceTask(*task, device_names_[d], start_ns, trace::detail::NowNs(), moved);
+    const uint64_t end_ns = DeviceClockNs();
+    // The device's own span when the executor saw it (a local device),
+    // else the call's.
+    const bool device_span = moved.run_start_ns != 0 && moved.run_end_ns >= moved.run_start_ns;
+    task->start_ns = device_span ? moved.run_start_ns : start_ns;
+    task->end_ns = device_span ? moved.run_end_ns : end_ns;
+    if (trace::Enabled()) [[unlikely]]
+        TraceTask(*task, device_names_[d], start_ns, end_ns, moved);
     task->inbox_moved = moved;
     Park(*task);
 }
 
 void Scheduler::RunSub(HostTask* task) {
-    const uint64_t start_ns = trace::Enabled() ? trace::detail::NowNs() : 0;
-    try {
-        std::vector<HostTensor> args;
-        for (const TensorArg& a : task->args) args.push_back(a.tensor);
-        task->fn(args);
-    } catch (...) {
-        task->inbox_failure = std::make_unique<TaskFailureInfo>(FailureOf(*task, ""));
+    task->start_ns = DeviceClockNs();
+    {
+        Running running(task->run);
+        try {
+            std::vector<HostTensor> args;
+            for (const TensorArg& a : task->args) args.push_back(a.tensor);
+            task->fn(args);
+        } catch (...) {
+            task->inbox_failure = std::make_unique<TaskFailureInfo>(FailureOf(*task, ""));
+        }
     }
-    if (start_ns != 0) [[unlikely]]
-        TraceTask(*task, "", start_ns, trace::detail::NowNs(), {});
+    task->end_ns = DeviceClockNs();
+    if (trace::Enabled()) [[unlikely]]
+        TraceTask(*task, "", task->start_ns, task->end_ns, {});
     Park(*task);
 }
 
 std::vector<HostTensor> Scheduler::Wait(RunState& run, const ProgressCallback& progress) {
     SPYRE_TRACE_SCOPE("host_run_wait");
+    CheckNotPartOf(run);
     if (progress) return WaitReporting(run, progress);
     // A short run ends within a few microseconds: look for that before
     // paying a sleep and a wake-up.
-    JobThreads::LookBeforeSleeping([&] { return run.done_flag.load(std::memory_order_acquire); });
-    SleepUntilDone(run);
+    if (!JobThreads::LookBeforeSleeping([&] { return run.done_flag.load(std::memory_order_acquire); }))
+        SleepUntilDone(run);
     Lock lock(*this);
-    if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped);
+    if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped, RecordsOf(run));
     return run.outputs;
 }
 
 std::vector<HostTensor> Scheduler::WaitReporting(RunState& run, const ProgressCallback& progress) {
     // Reported outside the lock, once per change: done only rises and ends
     // at total (Finish announces every finished task of a watched run).
-    const uint64_t total = run.tasks.size();
+    CheckNotPartOf(run);
+    const uint64_t total = [&] {
+        Lock lock(*this);
+        return run.submitted;  // final: the function returned before its handle existed
+    }();
     uint64_t reported = ~0ull;
     // Tasks finished so far, and whether the run ended.
     auto look = [&] {
@@ -350,13 +430,36 @@ std::vector<HostTensor> Scheduler::WaitReporting(RunState& run, const ProgressCa
         run.wake.SleepUnless([&] { return look() != std::pair<uint64_t, bool>{reported, false}; }, std::chrono::seconds(1));
     }
     Lock lock(*this);
-    if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped);
+    if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped, RecordsOf(run));
     return run.outputs;
+}
+
+std::vector<TaskRecord> Scheduler::Report(RunState& run) {
+    if (!run.done_flag.load(std::memory_order_acquire)) SleepUntilDone(run);
+    Lock lock(*this);
+    return RecordsOf(run);
+}
+
+std::vector<TaskRecord> Scheduler::RecordsOf(const RunState& run) const {
+    std::vector<TaskRecord> out;
+    out.reserve(run.finished.size());
+    for (const FinishedTask& f : run.finished)
+        out.push_back({f.name, f.id, f.level, f.device == UINT32_MAX ? std::string() : device_names_[f.device], f.state,
+                       f.start_ns, f.end_ns});
+    return out;
 }
 
 bool Scheduler::Done(RunState& run) {
     Lock lock(*this);
     return run.done;
+}
+
+Worker::Held Scheduler::HeldNow() {
+    Lock lock(*this);
+    Worker::Held held;
+    for (const auto& run : in_flight_) held.tasks += run->unfinished + run->kept.size();
+    held.hazard_records = tracker_.entries();
+    return held;
 }
 
 Worker::DeviceStats Scheduler::Stats(size_t device) {

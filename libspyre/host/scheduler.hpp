@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The level-3 scheduler: takes a recorded run, finds its dependencies
-// (RegionTracker, across the runs in flight), starts ready tasks (chip tasks
-// on the device Place picks, as many device threads as the device runs
-// chip tasks at once; SubWorkers on the pool), and on each completion releases consumers, or skips them when the
-// task failed, until the run ends. Everything under one lock; devices and
+// The level-3 scheduler: takes each task as the host orchestration function
+// submits it, finds its dependencies (RegionTracker, across the runs in
+// flight), starts it once ready (chip tasks on the device Place picks, as
+// many device threads as the device runs chip tasks at once; SubWorkers on
+// the pool), and on each completion releases consumers, or skips them when
+// the task failed, frees what finished well (its TaskRecord stays), and
+// ends the run once the function returned and its tasks finished. A run
+// holds at most its window of unfinished tasks: the submitter waits for
+// room without the lock. Everything under one lock; devices and
 // SubWorkers run outside it, and the thread that ran a task never waits for
 // that lock: it parks the outcome (ParkingInbox) for whoever holds the lock,
 // which applies it when it takes the lock and again after it releases it.
@@ -12,6 +16,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,19 +43,44 @@ public:
     // Waits for the runs in flight, stops the threads, closes the executors.
     void Shutdown();
 
-    std::shared_ptr<RunState> Start(std::unique_ptr<RunState> run);
-    // A run whose host orchestration function threw (`failure`): ended, its
-    // recorded tasks skipped without running or touching the dependency
-    // tracking (they impose nothing on later runs); Wait throws.
-    static std::shared_ptr<RunState> Fail(std::unique_ptr<RunState> run, TaskFailureInfo failure);
-    // The run's outputs, or HostRunError; `progress` (when set) on this thread.
+    // A run whose host orchestration function is about to run, in flight
+    // from now on (its window set).
+    std::shared_ptr<RunState> Begin(std::unique_ptr<RunState> run);
+    // Takes `task` of `run` (not sealed): waits while the run has its
+    // window of unfinished tasks, then files its accesses and starts it
+    // once what it depends on has finished.
+    void Submit(RunState& run, std::unique_ptr<HostTask> task);
+    // The host orchestration function returned, or threw (`failure`): the
+    // run ends once the tasks it submitted have finished.
+    void Seal(RunState& run, std::optional<TaskFailureInfo> failure);
+    // The run's outputs, or HostRunError; `progress` (when set) on this
+    // thread. InvalidArgument when called from the run's own SubWorker,
+    // chip function or orchestration function (it would wait for itself).
     std::vector<HostTensor> Wait(RunState& run, const ProgressCallback& progress = {});
     bool Done(RunState& run);
+    // InvalidArgument when the calling thread runs a task or the
+    // orchestration function of `run` (a wait there would wait for itself).
+    static void CheckNotPartOf(const RunState& run);
+    // Every task of the run, in submission order (waits for its end).
+    std::vector<TaskRecord> Report(RunState& run);
+    // Marks the calling thread as running `run`'s orchestration function
+    // while it lives (Wait refuses to wait on that run from it).
+    class Submitting {
+    public:
+        explicit Submitting(const RunState& run);
+        ~Submitting();
+        Submitting(const Submitting&) = delete;
+        Submitting& operator=(const Submitting&) = delete;
+
+    private:
+        const RunState* previous_;
+    };
 
     size_t device_count() const { return executors_.size(); }
     ChipExecutor& executor(size_t device) { return *executors_.at(device); }
     unsigned room(size_t device) const { return room_.at(device); }
     Worker::DeviceStats Stats(size_t device);
+    Worker::Held HeldNow();
 
 private:
     using Graveyard = std::vector<std::shared_ptr<RunState>>;
@@ -63,6 +93,10 @@ private:
     std::vector<HostTensor> WaitReporting(RunState& run, const ProgressCallback& progress);
     void MakeReady(HostTask* task);
     void Finish(HostTask* task, HostTask::State state, TaskFailureInfo failure);
+    void EndRun(RunState& run);  // mu_ held: sealed, nothing unfinished
+    void WaitForRoom(RunState& run);
+    void SleepUntilDone(RunState& run);  // checks the caller is not part of `run` first
+    std::vector<TaskRecord> RecordsOf(const RunState& run) const;  // mu_ held, the run ended
     void RunChip(HostTask* task);
     void RunSub(HostTask* task);
 
@@ -85,6 +119,10 @@ private:
     std::vector<std::vector<JobThreads::Job>> to_post_;
     int block_dim_ = 1;
     size_t rotate_ = 0;
+    std::vector<HostTask*> producers_;  // Submit's scratch: no allocation per task
+    // Tasks finished since Residency last dropped the ranges of tensors
+    // nobody holds: a long run creating tensors sweeps as it goes.
+    size_t since_sweep_ = 0;
     std::vector<std::shared_ptr<RunState>> in_flight_;
     Graveyard finished_;  // released outside the lock: a run may end deep inside Finish
 };

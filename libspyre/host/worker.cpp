@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The Worker's public face: opening its devices, registration, checking a
-// run's arguments, recording the host orchestration function's tasks
-// (HostGraph), and the handle of a run in flight.
+// run's arguments, handing the host orchestration function's tasks to the
+// scheduler as it submits them (HostGraph), and the handle of a run in flight.
 #include "spyre/host/worker.hpp"
 
 #include <atomic>
@@ -35,19 +35,24 @@ struct HostGraph::Impl {
     host::RunState& run;
     std::map<std::string, int> counts;  // default task names: "<function>#<n>"
 
-    host::HostTask& Add(Level level, const std::string& function, std::vector<TensorArg> args, const std::string& name) {
+    std::unique_ptr<host::HostTask> Make(Level level, const std::string& function, std::vector<TensorArg> args,
+                                         const std::string& name) {
         for (size_t i = 0; i < args.size(); ++i)
             if (!args[i].tensor)
                 throw Error(ErrorKind::InvalidArgument, "task '" + function + "': argument " + std::to_string(i) +
                                                             " is an empty tensor");
-        host::HostTask& t = *run.tasks.emplace_back(std::make_unique<host::HostTask>());
-        t.id = worker.next_task.fetch_add(1);
-        t.name = name.empty() ? function + "#" + std::to_string(counts[function]++) : name;
-        t.level = level;
-        t.function = function;
-        t.args = std::move(args);
-        t.run = &run;
+        auto t = std::make_unique<host::HostTask>();
+        t->id = worker.next_task.fetch_add(1);
+        t->name = name.empty() ? function + "#" + std::to_string(counts[function]++) : name;
+        t->level = level;
+        t->function = function;
+        t->args = std::move(args);
         return t;
+    }
+    uint64_t Submit(std::unique_ptr<host::HostTask> t) {
+        const uint64_t id = t->id;
+        worker.scheduler->Submit(run, std::move(t));
+        return id;
     }
     void NeedSubWorkers(const std::string& name) const {
         if (worker.config.num_sub_workers == 0)
@@ -68,10 +73,10 @@ uint64_t HostGraph::Chip(const std::string& function, std::vector<TensorArg> arg
         throw Error(ErrorKind::InvalidArgument, "chip task '" + (options.name.empty() ? function : options.name) +
                                                     "' names device " + std::to_string(*options.device) +
                                                     ", but the Worker has " + std::to_string(devices));
-    host::HostTask& t = impl_.Add(Level::Chip, function, std::move(args), options.name);
-    t.pinned = options.device;
-    t.chip = entry;
-    return t.id;
+    auto t = impl_.Make(Level::Chip, function, std::move(args), options.name);
+    t->pinned = options.device;
+    t->chip = entry;
+    return impl_.Submit(std::move(t));
 }
 
 uint64_t HostGraph::Sub(const std::string& name, std::vector<TensorArg> args) {
@@ -89,9 +94,9 @@ uint64_t HostGraph::Sub(const std::string& name, std::vector<TensorArg> args) {
 uint64_t HostGraph::Sub(const std::string& name, SubWorkerFn fn, std::vector<TensorArg> args) {
     if (!fn) throw Error(ErrorKind::InvalidArgument, "SubWorker task '" + name + "': no function");
     impl_.NeedSubWorkers(name);
-    host::HostTask& t = impl_.Add(Level::Host, name, std::move(args), "");
-    t.fn = std::move(fn);
-    return t.id;
+    auto t = impl_.Make(Level::Host, name, std::move(args), "");
+    t->fn = std::move(fn);
+    return impl_.Submit(std::move(t));
 }
 
 struct RunHandle::State {
@@ -106,6 +111,7 @@ RunHandle& RunHandle::operator=(RunHandle&& o) noexcept {
     if (this != &o) {
         RunHandle old(std::move(*this));  // waits for the run it had, as destruction would
         state_ = std::move(o.state_);
+        waited_ = std::move(o.waited_);
     }
     return *this;
 }
@@ -119,11 +125,20 @@ RunHandle::~RunHandle() {
 
 std::vector<HostTensor> RunHandle::Wait(const ProgressCallback& progress) {
     if (!state_) throw Error(ErrorKind::InvalidArgument, "RunHandle: empty (moved from or default)");
-    std::shared_ptr<State> s = std::move(state_);
-    return s->scheduler->Wait(*s->run, progress);
+    // Refused before the handle lets go of the run: a task of the run
+    // waiting on it gets the error, and the handle still waits later.
+    host::Scheduler::CheckNotPartOf(*state_->run);
+    waited_ = std::move(state_);
+    return waited_->scheduler->Wait(*waited_->run, progress);
 }
 
 bool RunHandle::Done() const { return !state_ || state_->scheduler->Done(*state_->run); }
+
+std::vector<TaskRecord> RunHandle::Report() {
+    const std::shared_ptr<State>& s = state_ ? state_ : waited_;
+    if (!s) throw Error(ErrorKind::InvalidArgument, "RunHandle: empty (moved from or default)");
+    return s->scheduler->Report(*s->run);
+}
 
 
 Worker::Worker(Host& host, DistributedConfig config) {
@@ -202,35 +217,38 @@ RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> arg
                                                         args[i].Describe() + ", the program writes " +
                                                         HostTensor::Zeros(spec.shape, spec.dtype).Describe());
     }
-    auto run = std::make_unique<host::RunState>();
-    run->name = program.name;
+    auto owned = std::make_unique<host::RunState>();
+    owned->name = program.name;
+    owned->window = size_t(impl_->config.max_tasks_in_flight);
+    owned->outputs.assign(args.begin() + long(program.num_inputs), args.end());
+    std::shared_ptr<host::RunState> run = impl_->scheduler->Begin(std::move(owned));
     HostGraph::Impl graph_impl{*impl_, *run, {}};
     HostGraph graph(graph_impl);
-    run->outputs.assign(args.begin() + long(program.num_inputs), args.end());
-    auto state = std::make_shared<RunHandle::State>(RunHandle::State{impl_->scheduler, nullptr});
+    std::optional<TaskFailureInfo> failed;
     try {
+        host::Scheduler::Submitting submitting(*run);
         program.fn(graph, args);
     } catch (...) {
         // It fails the run as a failing task would (seed 003 q5). What it
-        // recorded is an unfinished graph: none of it runs, all of it is
-        // listed as skipped, so a run either records whole or touches nothing.
+        // submitted before it threw runs on (or is skipped behind a failed
+        // task); nothing more is submitted.
         TaskFailureInfo f;
         f.task = f.function = program.name;
         f.task_id = impl_->next_task.fetch_add(1);
         f.level = Level::Host;
         f.orchestrator = true;
         host::SetCause(f);
-        state->run = host::Scheduler::Fail(std::move(run), std::move(f));
-        return RunHandle(std::move(state));
+        failed = std::move(f);
     }
-    state->run = impl_->scheduler->Start(std::move(run));
-    return RunHandle(std::move(state));
+    impl_->scheduler->Seal(*run, std::move(failed));
+    return RunHandle(std::make_shared<RunHandle::State>(RunHandle::State{impl_->scheduler, std::move(run)}));
 }
 
 size_t Worker::device_count() const { return impl_->scheduler->device_count(); }
 std::string Worker::DescribeDevice(size_t index) const { return impl_->scheduler->executor(index).Describe(); }
 unsigned Worker::ChipTasksAtOnce(size_t index) const { return impl_->scheduler->room(index); }
 Worker::DeviceStats Worker::Stats(size_t device) const { return impl_->scheduler->Stats(device); }
+Worker::Held Worker::HeldNow() const { return impl_->scheduler->HeldNow(); }
 const DistributedConfig& Worker::config() const { return impl_->config; }
 
 }  // namespace spyre

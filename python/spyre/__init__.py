@@ -39,7 +39,7 @@ from ._spyre import (  # noqa: F401  (re-exports)
     PTO_TASK_CONSUMED, PYTHON_KERNEL_RAISED,
     # seed 003's host level
     DistributedConfig, ChipRuntime, Worker, HostTensor, HostProgram, HostGraph, RunHandle, ChipContext, ChipFunction,
-    TaskFailureInfo, HostRunError, TensorArg, Access,
+    TaskFailureInfo, TaskRecord, TaskState, HostRunError, TensorArg, Access,
 )
 # seed 003's writing styles (pure Python over Worker). spyre.Out is both the
 # annotation Out[Tensor[...]] and, called with a tensor, a task's output

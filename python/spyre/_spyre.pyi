@@ -490,6 +490,7 @@ class Orchestrator:
 class HostRunError(Error):
     failures: list[TaskFailureInfo]
     skipped: list[str]
+    report: list[TaskRecord]
     task: Optional[str]
     function: Optional[str]
     level: Optional[Level]
@@ -518,9 +519,11 @@ class DistributedConfig:
     aicpu_thread_num: int
     chip_heap_bytes: int
     chip_tasks_per_device: int
+    max_tasks_in_flight: int
     def __init__(self, device_ids: Sequence[int] = ..., num_sub_workers: int = 0,
                  runtime: Union[ChipRuntime, str] = ..., block_dim: int = 1, aicpu_thread_num: int = 1,
-                 chip_heap_bytes: int = ..., chip_tasks_per_device: int = 0) -> None: ...
+                 chip_heap_bytes: int = ..., chip_tasks_per_device: int = 0,
+                 max_tasks_in_flight: int = 1024) -> None: ...
     def validate(self) -> None: ...
 
 class TaskFailureInfo:
@@ -533,6 +536,20 @@ class TaskFailureInfo:
     cause: str
     device_code: int
     orchestrator: bool
+
+class TaskState(enum.Enum):
+    DONE = ...
+    FAILED = ...
+    SKIPPED = ...
+
+class TaskRecord:
+    name: str
+    task_id: int
+    level: Level
+    device: str
+    state: TaskState
+    start_ns: int
+    end_ns: int
 
 class HostTensor:
     @staticmethod
@@ -596,6 +613,7 @@ class ChipFunction:
 class RunHandle:
     def wait(self) -> Any: ...
     def done(self) -> bool: ...
+    def report(self) -> list[TaskRecord]: ...
 
 class Worker:
     def __init__(self, host: Host, config: DistributedConfig = ...) -> None: ...

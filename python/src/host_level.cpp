@@ -4,11 +4,15 @@
 // (ready-made C++ ones over kernel-builder programs, or Python callables
 // that submit to the chip's Orchestrator), SubWorkers written in Python,
 // host programs whose orchestration function is Python, runs (synchronous or
-// handles), and HostRunError with every failure and skipped task.
+// handles), HostRunError with every failure and skipped task, and every
+// run's report (TaskRecord per task).
 //
-// GIL: run/wait/Worker creation and destruction release it; the host
+// GIL: run/wait/report/Worker creation and destruction release it; the host
 // orchestration function, Python chip functions and SubWorkers take it on
-// whatever thread the runtime calls them. numpy arrays given to a run are
+// whatever thread the runtime calls them; the function's chip/sub calls
+// release it while they hand the task over (tasks start as they are
+// submitted, and a submit waits while the run's window is full, for tasks
+// that may be Python SubWorkers). numpy arrays given to a run are
 // wrapped (HostTensor::Wrap, no copy) and kept alive by the tensors until
 // the run's last task is done with them.
 #include <pybind11/functional.h>
@@ -131,6 +135,7 @@ std::map<std::string, PyObject*> g_run_classes;  // kind name -> (HostRunError, 
     for (auto item : d) exc.attr(item.first) = item.second;
     exc.attr("failures") = py::cast(e.failures());
     exc.attr("skipped") = py::cast(e.skipped());
+    exc.attr("report") = py::cast(e.report());
     const TaskFailureInfo* first = e.failures().empty() ? nullptr : &e.failures().front();
     exc.attr("task") = first ? py::cast(first->task) : py::none();
     exc.attr("function") = first ? py::cast(first->function) : py::none();
@@ -374,7 +379,7 @@ void BindHostLevel(py::module_& m) {
         "A host-level run failed. Also an instance of the first failure's kind (TaskFailed for a raising SubWorker, "
         "DeviceError for a chip task the device refused), also when the host orchestration function raised. Attributes: "
         "failures (TaskFailureInfo list: task, task_id, level, device, function, kind, cause, device_code, "
-        "orchestrator), skipped (task names), and the first failure's task, "
+        "orchestrator), skipped (task names), report (TaskRecord list: every task), and the first failure's task, "
         "function, level, cause, device, device_code.",
         m.attr("Error").ptr(), nullptr);
     m.add_object("HostRunError", py::handle(g_run_error));
@@ -406,7 +411,8 @@ void BindHostLevel(py::module_& m) {
 
     py::class_<DistributedConfig>(m, "DistributedConfig", "Seed 003's configuration of a level-3 Worker.")
         .def(py::init([](std::vector<int> device_ids, int num_sub_workers, const py::object& runtime, int block_dim,
-                         int aicpu_thread_num, uint64_t chip_heap_bytes, int chip_tasks_per_device) {
+                         int aicpu_thread_num, uint64_t chip_heap_bytes, int chip_tasks_per_device,
+                         int max_tasks_in_flight) {
                  DistributedConfig c;
                  c.device_ids = std::move(device_ids);
                  c.num_sub_workers = num_sub_workers;
@@ -415,11 +421,13 @@ void BindHostLevel(py::module_& m) {
                  c.aicpu_thread_num = aicpu_thread_num;
                  c.chip_heap_bytes = chip_heap_bytes;
                  c.chip_tasks_per_device = chip_tasks_per_device;
+                 c.max_tasks_in_flight = max_tasks_in_flight;
                  return c;
              }),
              py::arg("device_ids") = std::vector<int>{0}, py::arg("num_sub_workers") = 0,
              py::arg("runtime") = ChipRuntime::TensorMapAndRingBuffer, py::arg("block_dim") = 1, py::arg("aicpu_thread_num") = 1,
-             py::arg("chip_heap_bytes") = uint64_t(16) << 20, py::arg("chip_tasks_per_device") = 0)
+             py::arg("chip_heap_bytes") = uint64_t(16) << 20, py::arg("chip_tasks_per_device") = 0,
+             py::arg("max_tasks_in_flight") = DistributedConfig{}.max_tasks_in_flight)
         .def_readwrite("device_ids", &DistributedConfig::device_ids, "Indices into Host.functions: the chip task devices.")
         .def_readwrite("num_sub_workers", &DistributedConfig::num_sub_workers, "Host threads running SubWorkers.")
         .def_property(
@@ -431,6 +439,8 @@ void BindHostLevel(py::module_& m) {
         .def_readwrite("chip_heap_bytes", &DistributedConfig::chip_heap_bytes, "Bytes of each chip runtime's heap ring.")
         .def_readwrite("chip_tasks_per_device", &DistributedConfig::chip_tasks_per_device,
                        "Chip tasks one device runs at once (0: as many as it has room for).")
+        .def_readwrite("max_tasks_in_flight", &DistributedConfig::max_tasks_in_flight,
+                       "Tasks of one run submitted and unfinished at most; a submit waits for room.")
         .def("validate", [](const DistributedConfig& c) { Validate(c); }, "InvalidArgument naming a bad field.")
         .def("__repr__", [](const DistributedConfig& c) {
             std::string ids;
@@ -438,7 +448,8 @@ void BindHostLevel(py::module_& m) {
             return "DistributedConfig(device_ids=[" + ids + "], num_sub_workers=" + std::to_string(c.num_sub_workers) +
                    ", runtime='" + ToString(c.runtime) + "', block_dim=" + std::to_string(c.block_dim) +
                    ", aicpu_thread_num=" + std::to_string(c.aicpu_thread_num) +
-                   ", chip_tasks_per_device=" + std::to_string(c.chip_tasks_per_device) + ")";
+                   ", chip_tasks_per_device=" + std::to_string(c.chip_tasks_per_device) +
+                   ", max_tasks_in_flight=" + std::to_string(c.max_tasks_in_flight) + ")";
         });
 
     py::class_<TaskFailureInfo>(m, "TaskFailureInfo", "One failed task of a host-level run.")
@@ -453,9 +464,30 @@ void BindHostLevel(py::module_& m) {
         .def_readonly("cause", &TaskFailureInfo::cause)
         .def_readonly("device_code", &TaskFailureInfo::device_code)
         .def_readonly("orchestrator", &TaskFailureInfo::orchestrator,
-                      "The host orchestration function itself raised (what it recorded is skipped).")
+                      "The host orchestration function itself raised (what it submitted before still ran).")
         .def("__repr__", [](const TaskFailureInfo& f) {
             return "<TaskFailureInfo " + f.task + " (" + ToString(f.level) + ", " + f.function + "): " + f.cause + ">";
+        });
+
+    py::enum_<TaskState>(m, "TaskState", "How a task of a host-level run ended.")
+        .value("DONE", TaskState::Done)
+        .value("FAILED", TaskState::Failed)
+        .value("SKIPPED", TaskState::Skipped);
+
+    py::class_<TaskRecord>(m, "TaskRecord",
+        "One task of a finished host-level run: name, task_id, level, device ('' for a SubWorker), state, and "
+        "start_ns/end_ns on the device clock (CLOCK_MONOTONIC; a chip task's as its device ran it, a SubWorker's "
+        "around its call; 0 for a skipped task).")
+        .def_readonly("name", &TaskRecord::name)
+        .def_readonly("task_id", &TaskRecord::task_id)
+        .def_readonly("level", &TaskRecord::level)
+        .def_readonly("device", &TaskRecord::device)
+        .def_readonly("state", &TaskRecord::state)
+        .def_readonly("start_ns", &TaskRecord::start_ns)
+        .def_readonly("end_ns", &TaskRecord::end_ns)
+        .def("__repr__", [](const TaskRecord& r) {
+            return "<TaskRecord " + r.name + " (" + ToString(r.level) + (r.device.empty() ? "" : ", " + r.device) + "): " +
+                   ToString(r.state) + ">";
         });
 
     py::class_<HostTensor>(m, "HostTensor",
@@ -486,7 +518,7 @@ void BindHostLevel(py::module_& m) {
         .def_readonly("access", &TensorArg::access);
 
     py::class_<PyGraph, std::shared_ptr<PyGraph>>(m, "HostGraph",
-        "What a host orchestration function records tasks into; valid while it runs.")
+        "What a host orchestration function submits tasks into (each starts once ready); valid while it runs.")
         .def("create_tensor", [](PyGraph& g, const std::vector<int64_t>& shape, py::handle dtype) {
                 return g.Get("HostGraph.create_tensor").CreateTensor(shape, DTypeFrom(dtype, "HostGraph.create_tensor"));
             }, py::arg("shape"), py::arg("dtype") = DType::FP32, "An intermediate host tensor (zero-filled).")
@@ -496,17 +528,23 @@ void BindHostLevel(py::module_& m) {
                 ChipOptions o;
                 if (name) o.name = *name;
                 o.device = device;
-                return graph.Chip(function, ArgsFrom(args, "chip task '" + function + "'"), o);
+                std::vector<TensorArg> a = ArgsFrom(args, "chip task '" + function + "'");
+                // Released while the task is handed over: a full window
+                // waits for tasks that may need the GIL (Python SubWorkers).
+                return WithoutGil([&] { return graph.Chip(function, std::move(a), std::move(o)); });
             }, py::arg("function"), py::arg("args"), py::kw_only(), py::arg("name") = py::none(), py::arg("device") = py::none(),
             "A chip task: a registered chip function over [In(a), Out(f), ...]; device: index into the Worker's devices.")
         .def("sub", [](PyGraph& g, py::object name_or_fn, const py::iterable& args, std::optional<std::string> name) {
                 HostGraph& graph = g.Get("HostGraph.sub");
                 if (py::isinstance<py::str>(name_or_fn)) {
                     const std::string n = name_or_fn.cast<std::string>();
-                    return graph.Sub(n, ArgsFrom(args, "SubWorker '" + n + "'"));
+                    std::vector<TensorArg> a = ArgsFrom(args, "SubWorker '" + n + "'");
+                    return WithoutGil([&] { return graph.Sub(n, std::move(a)); });
                 }
                 std::string n = name ? *name : std::string(py::str(name_or_fn.attr("__name__")));
-                return graph.Sub(n, PythonSubWorker(n, name_or_fn), ArgsFrom(args, "SubWorker '" + n + "'"));
+                SubWorkerFn fn = PythonSubWorker(n, name_or_fn);
+                std::vector<TensorArg> a = ArgsFrom(args, "SubWorker '" + n + "'");
+                return WithoutGil([&] { return graph.Sub(n, std::move(fn), std::move(a)); });
             }, py::arg("subworker"), py::arg("args"), py::kw_only(), py::arg("name") = py::none(),
             "A SubWorker task: a registered SubWorker's name, or a Python callable taking numpy arrays.");
 
@@ -547,7 +585,13 @@ void BindHostLevel(py::module_& m) {
     py::class_<PyRun, std::shared_ptr<PyRun>>(m, "RunHandle", "A host-level run in flight.")
         .def("wait", [](PyRun& r) { return Finish(r); },
              "Waits (GIL released); returns the outputs (one array, or a tuple) or raises HostRunError.")
-        .def("done", [](PyRun& r) { return r.result || r.error || r.handle->Done(); });
+        .def("done", [](PyRun& r) { return r.result || r.error || r.handle->Done(); })
+        .def("report", [](PyRun& r) {
+                std::shared_ptr<RunHandle> h = r.handle;
+                return WithoutGil([&] { return h->Report(); });
+            },
+            "Every task of the run (TaskRecord list, submission order); waits for the run (GIL released), never "
+            "raises its failure.");
 
     py::class_<PyWorker, std::shared_ptr<PyWorker>>(m, "Worker",
         "Seed 003's level-3 Worker over the Host's devices (config.device_ids). Close it (or use `with`) before "

@@ -64,6 +64,39 @@ def test_chip_tasks_per_device(host):
         spyre.Worker(host, spyre.DistributedConfig(device_ids=[0], chip_tasks_per_device=64))
 
 
+def test_tasks_run_as_submitted_within_the_window_and_are_reported(host):
+    """(Before the module's Worker opens the devices.) A Python SubWorker runs while the orchestration function is still
+    submitting (the function waits for it), a window of 2 holds 200 chip
+    tasks, and the report lists every task with device-clock times."""
+    with spyre.Worker(host, spyre.DistributedConfig(device_ids=[0, 1], num_sub_workers=1,
+                                                    max_tasks_in_flight=2)) as w:
+        assert w.config.max_tasks_in_flight == 2
+        w.register_kernel(ADD, spyre.KernelBuilder().add(S))
+        w.register_chip_function("chip_add", spyre.ChipFunction.elementwise(ADD))
+        seen = threading.Event()
+
+        def orch(g, x):
+            g.chip("chip_add", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])], name="first")
+            g.sub(lambda f: seen.set(), [spyre.In(x[2])], name="seen")
+            assert seen.wait(60), "the SubWorker did not run while the function was submitting"
+            for i in range(200):
+                g.chip("chip_add", [spyre.In(x[2]), spyre.In(x[1]), spyre.Out(g.create_tensor(S))])
+
+        h = w.submit(spyre.HostProgram("stream", 2, [S], orch), [full(2), full(3)])
+        np.testing.assert_array_equal(h.wait(), 5.0)
+        report = h.report()
+        assert len(report) == 202
+        first, sub = report[0], report[1]
+        assert (first.name, first.level, first.state) == ("first", spyre.Level.CHIP, spyre.TaskState.DONE)
+        assert first.device in (w.describe_device(0), w.describe_device(1))
+        assert (sub.name, sub.level, sub.device, sub.state) == ("seen#0", spyre.Level.HOST, "", spyre.TaskState.DONE)
+        assert all(0 < r.start_ns <= r.end_ns for r in report)
+        assert sub.start_ns >= first.end_ns
+        assert [r.name for r in report[2:5]] == ["chip_add#0", "chip_add#1", "chip_add#2"]
+    with pytest.raises(spyre.InvalidArgument, match="max_tasks_in_flight is 0"):
+        spyre.DistributedConfig(max_tasks_in_flight=0).validate()
+
+
 def test_host_tensor_numpy_zero_copy():
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     t = spyre.HostTensor.from_numpy(a)
@@ -198,7 +231,7 @@ def test_bad_arguments_are_typed(worker):
         worker.run(spyre.HostProgram("x", 1, [S], lambda g, x: g.chip("nope", [spyre.In(x[0])])), [full(1)])
 
 
-def test_orchestration_function_that_raises_fails_the_run_and_skips_what_it_recorded(worker):
+def test_orchestration_function_that_raises_fails_the_run_and_what_it_submitted_runs(worker):
     ran = []
 
     def orch(g, x):
@@ -218,8 +251,11 @@ def test_orchestration_function_that_raises_fails_the_run_and_skips_what_it_reco
         assert (fail.task, fail.function, fail.level, fail.device) == ("plan_fails", "plan_fails", spyre.Level.HOST, "")
         assert fail.orchestrator
         assert "RuntimeError: cannot plan" in fail.cause and e.cause == fail.cause
-        assert e.skipped == ["chip_add#0", "after#0"]
-    assert not ran and not f.any()  # nothing it recorded ran
+        assert e.skipped == []
+        assert [(r.name, r.state) for r in e.report] == [("chip_add#0", spyre.TaskState.DONE),
+                                                          ("after#0", spyre.TaskState.DONE)]
+    assert ran == [1, 1]  # what it submitted before it raised ran, once per run
+    np.testing.assert_array_equal(f, 2.0)
     np.testing.assert_array_equal(worker.run(dependency_program(lambda f: None), [full(1), full(2)]), 3.0)
 
 

@@ -96,8 +96,10 @@ struct ChipCallStats {
     uint64_t bytes_uploaded = 0;
     uint64_t bytes_reused = 0;  // In/InOut bytes already current on the device
     uint64_t bytes_downloaded = 0;
-    // While a trace records: when the function started (uploads done) and
-    // ended (downloads next), for the trace's nested spans; 0: not known.
+    // On the device clock (DeviceClockNs): when the function started
+    // (uploads done) and the device had completed what it submitted
+    // (downloads next), for the run's report and the trace's nested
+    // spans; 0: not known.
     uint64_t run_start_ns = 0;
     uint64_t run_end_ns = 0;
 };

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The level-3 runtime of seed 003: a Worker over several devices runs host
-// orchestration functions. A host orchestration function builds a DAG of
-// chip tasks (named chip functions on a device) and SubWorker tasks (host
-// functions on a pool of host threads) over HostTensors; the Worker finds
-// the dependencies from what each task reads and writes, places chip tasks
-// on devices, moves the data, and reports failures as one structured error.
+// orchestration functions. A host orchestration function submits chip tasks
+// (named chip functions on a device) and SubWorker tasks (host functions on
+// a pool of host threads) over HostTensors; the Worker finds each task's
+// dependencies from what it reads and writes as it is submitted, starts it
+// once they are done while the function goes on, places chip tasks on
+// devices, moves the data, reports failures as one structured error, and
+// reports every task (RunHandle::Report).
 //
 //   spyre::Worker w(host, {.device_ids = {1, 2}, .num_sub_workers = 1});
 //   w.RegisterKernel(KERNEL_ADD, add_program);
@@ -64,6 +66,10 @@ struct DistributedConfig {
     // runtime. 0: as many as the device has room for: its task queues, at
     // most cores / block_dim, and heaps in at most a quarter of its memory.
     int chip_tasks_per_device = 0;
+    // Not in the seed: tasks of one run submitted and not finished at most
+    // (seed 004's flow control). A host orchestration function that submits
+    // one more waits until one ends. 1..1,048,576.
+    int max_tasks_in_flight = 1024;
 };
 
 enum class Level : uint8_t { CoreGroup, Chip, Host };
@@ -79,23 +85,46 @@ struct TaskFailureInfo {
     ErrorKind kind = ErrorKind::Internal;  // the cause's kind
     std::string cause;     // the cause's message
     uint32_t device_code = 0;  // SPYRE_ERR_* when the device reported one
-    // The host orchestration function itself threw while it recorded (level
-    // HOST, task and function: the program's name); what it had recorded
-    // is skipped.
+    // The host orchestration function itself threw (level HOST, task and
+    // function: the program's name); what it had submitted still ran.
     bool orchestrator = false;
 };
 
+enum class TaskState : uint8_t { Done, Failed, Skipped };
+const char* ToString(TaskState state) noexcept;
+
+// One task of a finished run, for its report. Times are on the device clock
+// (spyre/common/device_clock.hpp: CLOCK_MONOTONIC ns, which the mock's
+// completion records and the trace use too): a chip task's as its executor
+// read that clock when the chip function started on the device (its inputs
+// uploaded) and when the device had completed every task it submitted
+// (before the outputs come back); a remote chip task's, and a SubWorker's,
+// around the call on the host. A skipped task never ran: start and end are 0.
+struct TaskRecord {
+    std::string name;      // ChipOptions::name, the SubWorker's name, or "<function>#<n>"
+    uint64_t task_id = 0;
+    Level level = Level::Chip;
+    std::string device;    // the chip task's device; "" for a SubWorker (or a task never placed)
+    TaskState state = TaskState::Done;
+    uint64_t start_ns = 0;
+    uint64_t end_ns = 0;
+};
+
 // A run that failed: the first failure's kind and message, every failure,
-// and every task skipped because something it depends on failed.
+// every task skipped because something it depends on failed, and the run's
+// report (every task).
 class HostRunError : public Error {
 public:
-    HostRunError(std::string run, std::vector<TaskFailureInfo> failures, std::vector<std::string> skipped);
+    HostRunError(std::string run, std::vector<TaskFailureInfo> failures, std::vector<std::string> skipped,
+                 std::vector<TaskRecord> report = {});
     const std::vector<TaskFailureInfo>& failures() const noexcept { return failures_; }
     const std::vector<std::string>& skipped() const noexcept { return skipped_; }
+    const std::vector<TaskRecord>& report() const noexcept { return report_; }
 
 private:
     std::vector<TaskFailureInfo> failures_;
     std::vector<std::string> skipped_;
+    std::vector<TaskRecord> report_;
 };
 
 // A SubWorker: a host function over its arguments' tensors (in task order).
@@ -108,8 +137,12 @@ struct ChipOptions {
     std::optional<size_t> device;    // index into the Worker's devices: run there (affinity)
 };
 
-// What a host orchestration function records tasks into. Nothing runs until
-// it returns; then the tasks run as their inputs become ready.
+// What a host orchestration function submits tasks into. Each task starts
+// as soon as the tasks it depends on (RAW, WAW, WAR on byte ranges, across
+// the runs in flight) have finished, while the function goes on. Chip and
+// Sub wait while the run has DistributedConfig::max_tasks_in_flight tasks
+// unfinished. If the function throws, what it submitted still runs (or is
+// skipped behind a failure), and the run fails with its exception.
 class HostGraph {
 public:
     // An intermediate host tensor (pl.create_tensor), zero-filled.
@@ -154,12 +187,17 @@ public:
     // finished of its tasks ("host-level", unit "tasks"), done rising to total.
     std::vector<HostTensor> Wait(const ProgressCallback& progress = {});
     bool Done() const;
+    // Every task of the run in submission order (waits for it, never
+    // throws for its failure); also after Wait. InvalidArgument on an
+    // empty handle.
+    std::vector<TaskRecord> Report();
 
     struct SPYRE_INTERNAL State;
     explicit RunHandle(std::shared_ptr<State> state);
 
 private:
     std::shared_ptr<State> state_;
+    std::shared_ptr<State> waited_;  // after Wait: what Report reads
 };
 
 class Worker {
@@ -186,12 +224,13 @@ public:
 
     // Runs synchronously: returns the outputs or throws HostRunError (a
     // failed task, or a host orchestration function that threw) or Error
-    // (bad arguments).
+    // (bad arguments, or a SubWorker of this Worker waiting on its own run).
     // `progress` as for RunHandle::Wait.
     std::vector<HostTensor> Run(const HostProgram& program, std::vector<HostTensor> args,
                                 const ProgressCallback& progress = {});
-    // Starts a run and returns at once; tasks of runs in flight that touch
-    // the same tensors are ordered as if the runs were one. A host
+    // Runs the host orchestration function (its tasks start as it submits
+    // them) and returns once it has returned; tasks of runs in flight that
+    // touch the same tensors are ordered as if the runs were one. A host
     // orchestration function that throws fails the run (Wait throws
     // HostRunError); bad arguments throw Error here.
     RunHandle Submit(const HostProgram& program, std::vector<HostTensor> args);
@@ -206,6 +245,15 @@ public:
         ChipCallStats moved;
     };
     DeviceStats Stats(size_t device) const;
+    // What the runs in flight hold now: tasks submitted and not freed (a
+    // task that finished well is freed at once; a failed or skipped one
+    // when its run ends) and their hazard records (byte ranges filed for
+    // dependency discovery). Tests check that a long run stays bounded.
+    struct Held {
+        size_t tasks = 0;
+        size_t hazard_records = 0;
+    };
+    Held HeldNow() const;
     const DistributedConfig& config() const;
 
     struct SPYRE_INTERNAL Impl;

@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: Apache-2.0
+// The level-3 Worker runs tasks as the host orchestration function submits
+// them: a task completes (by its device timestamps) before the function
+// returns, a long loop stays within the run's window of tasks and hazard
+// records and computes the right result, a failure midway leaves what was
+// submitted to finish, a task waiting on its own run gets an error instead
+// of a hang, and every run reports every task (name, level, device, state,
+// device-clock times).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "l3_chip_functions.hpp"
+#include "spyre/common/device_clock.hpp"
+#include "worker_fixture.hpp"
+
+using namespace spyre;
+using namespace spyre::l3;
+
+namespace {
+
+// Waits (60 s at most) for `ready`; false when it never came.
+template <typename Ready>
+bool Await(Ready&& ready) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!ready()) {
+        if (std::chrono::steady_clock::now() > until) return false;
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return true;
+}
+
+constexpr int32_t KERNEL_TINY_ADD = 310;
+constexpr int64_t kTinyCols = 16;  // one row: 64 bytes
+
+// "tiny_add": out[1 x 16] = a[1 x 16] + b[1 x 16] as one device task.
+void RegisterTinyAdd(Worker& w) {
+    const std::vector<int64_t> row = {1, kTinyCols};
+    w.RegisterKernel(KERNEL_TINY_ADD, KernelBuilder().Elementwise(ElementwiseOp::Add, row, row, DType::FP32).program);
+    w.RegisterChipFunction("tiny_add", ChipFunction([](ChipContext& ctx) {
+                               std::vector<TaskParam> p;
+                               for (size_t i = 0; i < 3; ++i)
+                                   p.push_back({i == 2 ? PARAM_OUTPUT : PARAM_INPUT, ctx.args[i], ctx.bytes[i], {}});
+                               ctx.orch.Submit(KERNEL_TINY_ADD, WORKER_VECTOR, p);
+                           }));
+}
+
+const TaskRecord& Find(const std::vector<TaskRecord>& report, const std::string& name) {
+    for (const TaskRecord& r : report)
+        if (r.name == name) return r;
+    throw std::runtime_error("no task '" + name + "' in the report");
+}
+
+}  // namespace
+
+// The function submits one chip task and a SubWorker reading its output,
+// then waits until that SubWorker ran before it returns: it only can if
+// tasks start while the function still runs. The chip task's device end
+// time comes before the function's return.
+TEST_F(WorkerTest, AChipTaskCompletesBeforeTheOrchestrationFunctionReturns) {
+    std::atomic<bool> consumed{false};
+    std::atomic<uint64_t> returned_ns{0};
+    bool saw = false;
+    HostProgram p{"early", 2, {{{kTile, kTile}}}, [&](HostGraph& g, std::span<const HostTensor> x) {
+                      g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])}, {.name = "first"});
+                      g.Sub("seen", [&](std::span<const HostTensor>) { consumed = true; }, {In(x[2])});
+                      saw = Await([&] { return consumed.load(); });
+                      returned_ns = DeviceClockNs();
+                  }};
+    HostTensor a = HostTensor::Full({kTile, kTile}, 2.0f), b = HostTensor::Full({kTile, kTile}, 3.0f);
+    RunHandle h = worker_->Submit(p, {a, b});
+    auto outs = h.Wait();
+    ASSERT_TRUE(saw) << "the SubWorker did not run while the orchestration function was running";
+    for (float v : outs[0].floats()) ASSERT_EQ(v, 5.0f);
+    const std::vector<TaskRecord> report = h.Report();
+    const TaskRecord& first = Find(report, "first");
+    EXPECT_EQ(first.state, TaskState::Done);
+    EXPECT_GT(first.start_ns, 0u);
+    EXPECT_LE(first.start_ns, first.end_ns);
+    EXPECT_LT(first.end_ns, returned_ns.load()) << "the chip task ended (device clock) after the function returned";
+}
+
+// 10,000 chip tasks from one loop over tiny tensors, with a window of 64:
+// the run never holds more tasks than its window, nor more hazard records
+// than those tasks file, and the result matches a CPU reference. Each pair
+// of tasks goes through an intermediate the loop creates: RAW edges, and
+// tensors freed as the run goes.
+TEST_F(WorkerTest, TenThousandChipTasksRunInABoundedWindow) {
+    constexpr int kPairs = 5000;
+    constexpr int kWindow = 64;
+    worker_.reset();
+    DistributedConfig c;
+    c.device_ids = Vfs(*host_);
+    c.max_tasks_in_flight = kWindow;
+    Worker w(*host_, c);
+    RegisterTinyAdd(w);
+    HostTensor a = HostTensor::Zeros({kPairs, kTinyCols}), b = HostTensor::Zeros({1, kTinyCols});
+    for (size_t i = 0; i < a.floats().size(); ++i) a.floats()[i] = float(i % 977);
+    for (int j = 0; j < kTinyCols; ++j) b.floats()[size_t(j)] = float(j) * 0.5f;
+    Worker::Held most;
+    HostProgram p{"long_loop", 2, {{{kPairs, kTinyCols}}}, [&](HostGraph& g, std::span<const HostTensor> x) {
+                      for (int64_t i = 0; i < kPairs; ++i) {
+                          HostTensor t = g.CreateTensor({1, kTinyCols});
+                          g.Chip("tiny_add", {In(x[0].Rows(i, i + 1)), In(x[1]), Out(t)});
+                          g.Chip("tiny_add", {In(t), In(x[1]), Out(x[2].Rows(i, i + 1))});
+                          if (i % 64 == 0) {
+                              const Worker::Held held = w.HeldNow();
+                              most.tasks = std::max(most.tasks, held.tasks);
+                              most.hazard_records = std::max(most.hazard_records, held.hazard_records);
+                          }
+                      }
+                  }};
+    RunHandle h = w.Submit(p, {a, b});
+    auto outs = h.Wait();
+    EXPECT_GT(most.tasks, 0u);
+    EXPECT_LE(most.tasks, size_t(kWindow));
+    EXPECT_LE(most.hazard_records, size_t(kWindow) * 3);  // three ranges per task
+    const auto got = outs[0].floats();
+    for (size_t i = 0; i < got.size(); ++i) {
+        const float want = a.floats()[i] + 2.0f * b.floats()[i % kTinyCols];
+        ASSERT_EQ(got[i], want) << "element " << i;
+    }
+    EXPECT_EQ(h.Report().size(), size_t(2 * kPairs));
+    const Worker::Held after = w.HeldNow();
+    EXPECT_EQ(after.tasks, 0u);
+    EXPECT_EQ(after.hazard_records, 0u);
+}
+
+// With a window of 2 and the chip tasks held at a gate the test opens once
+// the function has submitted two, the function never sees more than two
+// tasks held after a submit: the third waits for room.
+TEST_F(WorkerTest, ASubmitWaitsWhileTheWindowIsFull) {
+    worker_.reset();
+    DistributedConfig c;
+    c.device_ids = Vfs(*host_);
+    c.max_tasks_in_flight = 2;
+    Worker w(*host_, c);
+    std::atomic<bool> gate{false};
+    std::atomic<int> submitted{0};
+    w.RegisterChipFunction("gated", ChipFunction([&](ChipContext&) {
+                               if (!Await([&] { return gate.load(); })) throw std::runtime_error("gate never opened");
+                           }));
+    size_t most = 0;
+    HostProgram p{"gated", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                      for (int i = 0; i < 6; ++i) {
+                          g.Chip("gated", {Out(HostTensor::Zeros({4}))});
+                          ++submitted;
+                          most = std::max(most, w.HeldNow().tasks);
+                      }
+                  }};
+    std::thread opener([&] {
+        Await([&] { return submitted.load() >= 2; });
+        gate = true;
+    });
+    w.Run(p, {});
+    opener.join();
+    EXPECT_EQ(most, 2u);
+}
+
+// A host orchestration function that throws after submitting: what it
+// submitted runs to the end (the chip task's sum lands, the SubWorker
+// behind it runs), nothing is skipped, and the run fails with the
+// function's exception.
+TEST_F(WorkerTest, WhatWasSubmittedBeforeTheFunctionThrewRuns) {
+    std::atomic<int> ran{0};
+    HostProgram p{"plan_fails", 2, {{{kTile, kTile}}}, [&ran](HostGraph& g, std::span<const HostTensor> x) {
+                      g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])});
+                      g.Sub("count", [&ran](std::span<const HostTensor>) { ++ran; }, {In(x[2])});
+                      throw std::runtime_error("cannot plan tile 3");
+                  }};
+    HostTensor a = HostTensor::Full({kTile, kTile}, 2.0f), b = HostTensor::Full({kTile, kTile}, 3.0f),
+               f = HostTensor::Zeros({kTile, kTile});
+    RunHandle h = worker_->Submit(p, {a, b, f});
+    try {
+        h.Wait();
+        ADD_FAILURE() << "no HostRunError";
+    } catch (const HostRunError& e) {
+        ASSERT_EQ(e.failures().size(), 1u);
+        EXPECT_TRUE(e.failures()[0].orchestrator);
+        EXPECT_EQ(e.failures()[0].cause, "cannot plan tile 3");
+        EXPECT_TRUE(e.skipped().empty());
+        ASSERT_EQ(e.report().size(), 2u);
+        EXPECT_EQ(e.report()[0].state, TaskState::Done);
+        EXPECT_EQ(e.report()[1].state, TaskState::Done);
+    }
+    EXPECT_EQ(ran.load(), 1);
+    for (float v : f.floats()) ASSERT_EQ(v, 5.0f);
+}
+
+// A SubWorker that waits on its own run (through the run's handle) gets
+// InvalidArgument at once instead of waiting for itself; the run then ends.
+TEST_F(WorkerTest, ASubWorkerWaitingOnItsOwnRunIsRefused) {
+    std::atomic<RunHandle*> handle{nullptr};
+    std::string wait_error, report_error;
+    HostProgram p{"self_wait", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                      g.Sub("waits_on_itself",
+                            [&](std::span<const HostTensor>) {
+                                if (!Await([&] { return handle.load() != nullptr; })) return;
+                                try {
+                                    handle.load()->Wait();
+                                } catch (const Error& e) {
+                                    if (e.kind() == ErrorKind::InvalidArgument) wait_error = e.message();
+                                }
+                                try {
+                                    handle.load()->Report();
+                                } catch (const Error& e) {
+                                    if (e.kind() == ErrorKind::InvalidArgument) report_error = e.message();
+                                }
+                            },
+                            {In(HostTensor::Zeros({4}))});
+                  }};
+    RunHandle h = worker_->Submit(p, {});
+    handle = &h;
+    ASSERT_TRUE(Await([&] { return h.Done(); }));
+    h.Wait();
+    EXPECT_NE(wait_error.find("a task of the run waits for the run itself"), std::string::npos) << wait_error;
+    EXPECT_NE(report_error.find("a task of the run waits for the run itself"), std::string::npos) << report_error;
+}
+
+// The report lists every task by name, level, device and state: a pinned
+// chip task, a SubWorker by the name the program gives it, a chip task the
+// device refuses and the task behind it skipped. Times are on the device
+// clock: start <= end, and a consumer starts after its producer ended.
+TEST_F(WorkerTest, TheReportListsEveryTask) {
+    HostProgram p{"report", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                      g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])}, {.name = "add", .device = 1});
+                      g.Sub("verify", {In(x[2])});
+                      HostTensor junk = g.CreateTensor({kTile, kTile});
+                      g.Chip("chip_fault", {Out(junk)}, {.name = "fault", .device = 0});
+                      g.Chip("chip_sub", {In(junk), In(x[1]), Out(g.CreateTensor({kTile, kTile}))}, {.name = "behind"});
+                  }};
+    HostTensor a = HostTensor::Full({kTile, kTile}, 2.0f), b = HostTensor::Full({kTile, kTile}, 3.0f);
+    RunHandle h = worker_->Submit(p, {a, b});
+    std::vector<TaskRecord> from_error;
+    try {
+        h.Wait();
+        ADD_FAILURE() << "no HostRunError";
+    } catch (const HostRunError& e) {
+        from_error = e.report();
+    }
+    const std::vector<TaskRecord> report = h.Report();
+    ASSERT_EQ(report.size(), 4u);
+    ASSERT_EQ(from_error.size(), 4u);
+    const std::vector<std::string> names = {"add", "verify#0", "fault", "behind"};
+    for (size_t i = 0; i < 4; ++i) {
+        EXPECT_EQ(report[i].name, names[i]);
+        EXPECT_EQ(from_error[i].name, names[i]);
+        EXPECT_EQ(from_error[i].state, report[i].state);
+        if (i > 0) {
+            EXPECT_LT(report[i - 1].task_id, report[i].task_id);
+        }
+    }
+    EXPECT_EQ(report[0].level, Level::Chip);
+    EXPECT_EQ(report[0].device, worker_->DescribeDevice(1));
+    EXPECT_EQ(report[0].state, TaskState::Done);
+    EXPECT_EQ(report[1].level, Level::Host);
+    EXPECT_EQ(report[1].device, "");
+    EXPECT_EQ(report[1].state, TaskState::Done);
+    EXPECT_EQ(report[2].device, worker_->DescribeDevice(0));
+    EXPECT_EQ(report[2].state, TaskState::Failed);
+    EXPECT_EQ(report[3].level, Level::Chip);
+    EXPECT_EQ(report[3].state, TaskState::Skipped);
+    EXPECT_EQ(report[3].start_ns, 0u);
+    EXPECT_EQ(report[3].end_ns, 0u);
+    for (size_t i = 0; i < 3; ++i) {
+        EXPECT_GT(report[i].start_ns, 0u) << report[i].name;
+        EXPECT_LE(report[i].start_ns, report[i].end_ns) << report[i].name;
+    }
+    EXPECT_GE(report[1].start_ns, report[0].end_ns) << "the SubWorker started before the chip task it reads ended";
+}
+
+// Validate names the window's field and its range.
+TEST(DistributedConfigTest, TheWindowIsChecked) {
+    DistributedConfig c;
+    c.max_tasks_in_flight = 0;
+    EXPECT_SPYRE_ERROR(Validate(c), InvalidArgument, "max_tasks_in_flight is 0 (1..1048576)");
+    c.max_tasks_in_flight = (1 << 20) + 1;
+    EXPECT_SPYRE_ERROR(Validate(c), InvalidArgument, "max_tasks_in_flight is 1048577");
+}
