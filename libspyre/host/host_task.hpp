@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // A task of a host-level run (a chip task or a SubWorker) and the run it
-// belongs to, as the scheduler keeps them. Every field changes under the
-// scheduler's lock only, but for a task's parked outcome (written by the
+// belongs to, as the dispatcher keeps them. Every field changes under the
+// dispatcher's lock only, but for a task's parked outcome (written by the
 // thread that ran it, before it parks the task) and a run's wake-up words.
 // A task lives from its submission until it finished well (then only its
 // TaskRecord stays), or, failed or skipped, until its run ends (the region
@@ -55,8 +55,8 @@ struct HostTask {
     TraceEnd trace;
     std::vector<TraceEnd> trace_in;
 
-    // How it ended, parked in the scheduler's inbox by the thread that ran
-    // it until a holder of the scheduler's lock applies it.
+    // How it ended, parked in the dispatcher's inbox by the thread that ran
+    // it until a holder of the dispatcher's lock applies it.
     HostTask* inbox_next = nullptr;
     std::unique_ptr<TaskFailureInfo> inbox_failure;  // null: it succeeded
     ChipCallStats inbox_moved;

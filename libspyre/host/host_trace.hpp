@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The host-level scheduler's trace probes: a finished task's span on the
+// The host-level dispatcher's trace probes: a finished task's span on the
 // track of its device ("host-level <device>") or SubWorker thread
 // ("host-level subworker N"), a chip task's upload and download phases
 // nested in it, and an arrow from each producer's span into it.
@@ -21,7 +21,7 @@ namespace spyre::host {
 void TraceTask(HostTask& task, const std::string& device, uint64_t start_ns, uint64_t end_ns,
                const ChipCallStats& moved);
 
-// Called under the scheduler's lock as `task` finishes: hands its span's
+// Called under the dispatcher's lock as `task` finishes: hands its span's
 // end to each consumer (a no-op when the task drew no span).
 void TraceHandOff(const HostTask& task);
 

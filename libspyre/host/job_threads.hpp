@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Host threads that run jobs in the order they are posted: per device, one
-// per chip task it runs at once, and the SubWorker pool. (The scheduler
+// per chip task it runs at once, and the SubWorker pool. (The dispatcher
 // posts after releasing its lock, so tasks two threads made ready at the
 // same moment may arrive in either order; only ready tasks are posted.) A
 // thread that runs out of jobs looks for the next one for kSpin (pausing,
@@ -31,7 +31,7 @@ public:
     JobThreads& operator=(const JobThreads&) = delete;
 
     using Job = std::function<void()>;
-    // `job` must not throw (the scheduler's jobs catch everything).
+    // `job` must not throw (the dispatcher's jobs catch everything).
     void Post(Job job);
     // All of `jobs`, in order, under one lock (emptied): a run's ready
     // tasks reach a device thread in one hand-over, not one each.

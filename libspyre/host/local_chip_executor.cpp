@@ -142,7 +142,7 @@ void LocalChipExecutor::Evict() {
 // under the executor's lock; the bytes move through the device's DMAEngine
 // outside it, so calls on other slots go on meanwhile. An input's copy is
 // reused whole when another call in flight reads it (that call made it
-// current or is making it so: this one waits for that upload; the scheduler
+// current or is making it so: this one waits for that upload; the dispatcher
 // never runs a writer of a range beside a reader of it, and a caller may not
 // write a tensor a run in flight uses); else each chunk whose host bytes
 // hash differently from what the copy holds is uploaded. A copy not known

@@ -51,7 +51,7 @@ struct PlacementInput {
 size_t Place(const PlacementInput& in);
 
 // What placement knows of each device's speed, learnt from its calls (the
-// device threads record, the scheduler reads under its lock; estimates, so
+// device threads record, the dispatcher reads under its lock; estimates, so
 // relaxed atomics and an occasional lost update are fine).
 //   task_ns: a moving average (1/8 weight to each call) of how long a call
 //     held its slot, uploads and downloads included; kPriorTaskNs before

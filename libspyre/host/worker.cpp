@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The Worker's public face: opening its devices, registration, checking a
 // run's arguments, handing the host orchestration function's tasks to the
-// scheduler as it submits them (HostGraph), and the handle of a run in flight.
+// dispatcher as it submits them (HostGraph), and the handle of a run in flight.
 #include "spyre/host/worker.hpp"
 
 #include <atomic>
@@ -10,7 +10,7 @@
 
 #include "host_task.hpp"
 #include "local_chip_executor.hpp"
-#include "scheduler.hpp"
+#include "dispatcher.hpp"
 #include "spyre/device/host.hpp"
 #include "spyre/trace/trace.hpp"
 #include "spyre/uapi/spyre_regs.h"
@@ -22,11 +22,11 @@ struct Worker::Impl {
     std::shared_ptr<ChipRegistry> registry;
     std::mutex sub_mu;
     std::map<std::string, SubWorkerFn> sub_workers;
-    std::shared_ptr<host::Scheduler> scheduler;
+    std::shared_ptr<host::Dispatcher> dispatcher;
     std::atomic<uint64_t> next_task{1};
 
     ~Impl() {
-        if (scheduler) scheduler->Shutdown();
+        if (dispatcher) dispatcher->Shutdown();
     }
 };
 
@@ -51,7 +51,7 @@ struct HostGraph::Impl {
     }
     uint64_t Submit(std::unique_ptr<host::HostTask> t) {
         const uint64_t id = t->id;
-        worker.scheduler->Submit(run, std::move(t));
+        worker.dispatcher->Submit(run, std::move(t));
         return id;
     }
     void NeedSubWorkers(const std::string& name) const {
@@ -68,7 +68,7 @@ uint64_t HostGraph::Chip(const std::string& function, std::vector<TensorArg> arg
     if (!entry)
         throw Error(ErrorKind::NotFound, "chip function '" + function + "' is not registered on this Worker (registered: " +
                                              impl_.worker.registry->Names() + ")");
-    const size_t devices = impl_.worker.scheduler->device_count();
+    const size_t devices = impl_.worker.dispatcher->device_count();
     if (options.device && *options.device >= devices)
         throw Error(ErrorKind::InvalidArgument, "chip task '" + (options.name.empty() ? function : options.name) +
                                                     "' names device " + std::to_string(*options.device) +
@@ -100,7 +100,7 @@ uint64_t HostGraph::Sub(const std::string& name, SubWorkerFn fn, std::vector<Ten
 }
 
 struct RunHandle::State {
-    std::shared_ptr<host::Scheduler> scheduler;
+    std::shared_ptr<host::Dispatcher> dispatcher;
     std::shared_ptr<host::RunState> run;
 };
 
@@ -118,7 +118,7 @@ RunHandle& RunHandle::operator=(RunHandle&& o) noexcept {
 RunHandle::~RunHandle() {
     if (!state_) return;
     try {
-        state_->scheduler->Wait(*state_->run);
+        state_->dispatcher->Wait(*state_->run);
     } catch (...) {  // the error belongs to whoever waits; a dropped handle only waits
     }
 }
@@ -127,17 +127,17 @@ std::vector<HostTensor> RunHandle::Wait(const ProgressCallback& progress) {
     if (!state_) throw Error(ErrorKind::InvalidArgument, "RunHandle: empty (moved from or default)");
     // Refused before the handle lets go of the run: a task of the run
     // waiting on it gets the error, and the handle still waits later.
-    host::Scheduler::CheckNotPartOf(*state_->run);
+    host::Dispatcher::CheckNotPartOf(*state_->run);
     waited_ = std::move(state_);
-    return waited_->scheduler->Wait(*waited_->run, progress);
+    return waited_->dispatcher->Wait(*waited_->run, progress);
 }
 
-bool RunHandle::Done() const { return !state_ || state_->scheduler->Done(*state_->run); }
+bool RunHandle::Done() const { return !state_ || state_->dispatcher->Done(*state_->run); }
 
 std::vector<TaskRecord> RunHandle::Report() {
     const std::shared_ptr<State>& s = state_ ? state_ : waited_;
     if (!s) throw Error(ErrorKind::InvalidArgument, "RunHandle: empty (moved from or default)");
-    return s->scheduler->Report(*s->run);
+    return s->dispatcher->Report(*s->run);
 }
 
 
@@ -157,7 +157,7 @@ Worker::Worker(std::vector<std::unique_ptr<ChipExecutor>> executors, Distributed
     if (!registry) throw Error(ErrorKind::InvalidArgument, "Worker: no chip registry");
     impl_->config = std::move(config);
     impl_->registry = std::move(registry);
-    impl_->scheduler = std::make_shared<host::Scheduler>(std::move(executors), impl_->config);
+    impl_->dispatcher = std::make_shared<host::Dispatcher>(std::move(executors), impl_->config);
 }
 
 Worker::Worker(Worker&&) noexcept = default;
@@ -165,7 +165,7 @@ Worker& Worker::operator=(Worker&&) noexcept = default;
 Worker::~Worker() = default;
 
 void Worker::RegisterKernel(int32_t kernel_id, const std::vector<uint8_t>& program) {
-    for (size_t d = 0; d < impl_->scheduler->device_count(); ++d) impl_->scheduler->executor(d).LoadKernel(kernel_id, program);
+    for (size_t d = 0; d < impl_->dispatcher->device_count(); ++d) impl_->dispatcher->executor(d).LoadKernel(kernel_id, program);
 }
 
 void Worker::RegisterChipFunction(const std::string& name, ChipFunction fn) {
@@ -180,7 +180,7 @@ void Worker::RegisterChipFunction(const std::string& name, pto_orchestration_fn 
 
 void Worker::RegisterChipPlan(const std::string& name, const CompilerOutput& plan) {
     impl_->registry->Add(name, {{}, nullptr, true});
-    for (size_t d = 0; d < impl_->scheduler->device_count(); ++d) impl_->scheduler->executor(d).LoadPlan(name, plan);
+    for (size_t d = 0; d < impl_->dispatcher->device_count(); ++d) impl_->dispatcher->executor(d).LoadPlan(name, plan);
 }
 
 void Worker::RegisterSubWorker(const std::string& name, SubWorkerFn fn) {
@@ -221,12 +221,12 @@ RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> arg
     owned->name = program.name;
     owned->window = size_t(impl_->config.max_tasks_in_flight);
     owned->outputs.assign(args.begin() + long(program.num_inputs), args.end());
-    std::shared_ptr<host::RunState> run = impl_->scheduler->Begin(std::move(owned));
+    std::shared_ptr<host::RunState> run = impl_->dispatcher->Begin(std::move(owned));
     HostGraph::Impl graph_impl{*impl_, *run, {}};
     HostGraph graph(graph_impl);
     std::optional<TaskFailureInfo> failed;
     try {
-        host::Scheduler::Submitting submitting(*run);
+        host::Dispatcher::Submitting submitting(*run);
         program.fn(graph, args);
     } catch (...) {
         // It fails the run as a failing task would (seed 003 q5). What it
@@ -240,15 +240,15 @@ RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> arg
         host::SetCause(f);
         failed = std::move(f);
     }
-    impl_->scheduler->Seal(*run, std::move(failed));
-    return RunHandle(std::make_shared<RunHandle::State>(RunHandle::State{impl_->scheduler, std::move(run)}));
+    impl_->dispatcher->Seal(*run, std::move(failed));
+    return RunHandle(std::make_shared<RunHandle::State>(RunHandle::State{impl_->dispatcher, std::move(run)}));
 }
 
-size_t Worker::device_count() const { return impl_->scheduler->device_count(); }
-std::string Worker::DescribeDevice(size_t index) const { return impl_->scheduler->executor(index).Describe(); }
-unsigned Worker::ChipTasksAtOnce(size_t index) const { return impl_->scheduler->room(index); }
-Worker::DeviceStats Worker::Stats(size_t device) const { return impl_->scheduler->Stats(device); }
-Worker::Held Worker::HeldNow() const { return impl_->scheduler->HeldNow(); }
+size_t Worker::device_count() const { return impl_->dispatcher->device_count(); }
+std::string Worker::DescribeDevice(size_t index) const { return impl_->dispatcher->executor(index).Describe(); }
+unsigned Worker::ChipTasksAtOnce(size_t index) const { return impl_->dispatcher->room(index); }
+Worker::DeviceStats Worker::Stats(size_t device) const { return impl_->dispatcher->Stats(device); }
+Worker::Held Worker::HeldNow() const { return impl_->dispatcher->HeldNow(); }
 const DistributedConfig& Worker::config() const { return impl_->config; }
 
 }  // namespace spyre

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The level-3 scheduler: takes each task as the host orchestration function
+// The level-3 dispatcher: takes each task as the host orchestration function
 // submits it, finds its dependencies (RegionTracker, across the runs in
 // flight), starts it once ready (chip tasks on the device Place picks, as
 // many device threads as the device runs chip tasks at once; SubWorkers on
@@ -36,10 +36,10 @@ namespace spyre::host {
 // TaskFailed with its what()).
 void SetCause(TaskFailureInfo& f);
 
-class Scheduler {
+class Dispatcher {
 public:
-    Scheduler(std::vector<std::unique_ptr<ChipExecutor>> executors, const DistributedConfig& config);
-    ~Scheduler();
+    Dispatcher(std::vector<std::unique_ptr<ChipExecutor>> executors, const DistributedConfig& config);
+    ~Dispatcher();
     // Waits for the runs in flight, stops the threads, closes the executors.
     void Shutdown();
 

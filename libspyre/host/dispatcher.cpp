@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "scheduler.hpp"
+#include "dispatcher.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -13,9 +13,9 @@
 
 namespace spyre::host {
 
-class Scheduler::Lock {
+class Dispatcher::Lock {
 public:
-    explicit Lock(Scheduler& s) : s_(s) {
+    explicit Lock(Dispatcher& s) : s_(s) {
         s_.mu_.lock();
         try {
             s_.ApplyInbox();
@@ -29,10 +29,10 @@ public:
     Lock& operator=(const Lock&) = delete;
 
 private:
-    Scheduler& s_;
+    Dispatcher& s_;
 };
 
-void Scheduler::Unlock() {
+void Dispatcher::Unlock() {
     Graveyard dead;
     struct Posting {
         JobThreads* pool;
@@ -68,7 +68,7 @@ void Scheduler::Unlock() {
     post();
 }  // `dead` freed here, outside the lock
 
-void Scheduler::ApplyInbox() {
+void Dispatcher::ApplyInbox() {
     for (HostTask* t = inbox_.TakeAll(); t;) {
         HostTask* next = t->inbox_next;  // read first: finishing may end its run
         if (t->level == Level::Chip) {
@@ -84,7 +84,7 @@ void Scheduler::ApplyInbox() {
     }
 }
 
-void Scheduler::Park(HostTask& task) {
+void Dispatcher::Park(HostTask& task) {
     inbox_.Push(task);  // `task` may be finished, and its run gone, from here on
     if (!mu_.try_lock()) return;  // its holder applies it
     ApplyInbox();
@@ -112,15 +112,15 @@ void SleepOn(RunState& run) {
 
 }  // namespace
 
-Scheduler::Submitting::Submitting(const RunState& run) : previous_(tl_submitting) { tl_submitting = &run; }
-Scheduler::Submitting::~Submitting() { tl_submitting = previous_; }
+Dispatcher::Submitting::Submitting(const RunState& run) : previous_(tl_submitting) { tl_submitting = &run; }
+Dispatcher::Submitting::~Submitting() { tl_submitting = previous_; }
 
-void Scheduler::SleepUntilDone(RunState& run) {
+void Dispatcher::SleepUntilDone(RunState& run) {
     CheckNotPartOf(run);
     SleepOn(run);
 }
 
-void Scheduler::CheckNotPartOf(const RunState& run) {
+void Dispatcher::CheckNotPartOf(const RunState& run) {
     if (&run == tl_running)
         throw Error(ErrorKind::InvalidArgument, "run '" + run.name +
                                                     "': a task of the run waits for the run itself (it cannot end "
@@ -131,7 +131,7 @@ void Scheduler::CheckNotPartOf(const RunState& run) {
                                                     "(it cannot end before the function returns)");
 }
 
-Scheduler::Scheduler(std::vector<std::unique_ptr<ChipExecutor>> executors, const DistributedConfig& config)
+Dispatcher::Dispatcher(std::vector<std::unique_ptr<ChipExecutor>> executors, const DistributedConfig& config)
     : executors_(std::move(executors)), load_(executors_.size()), stats_(executors_.size()), block_dim_(config.block_dim) {
     for (size_t d = 0; d < executors_.size(); ++d) {
         room_.push_back(std::max(1u, executors_[d]->Concurrency()));
@@ -146,9 +146,9 @@ Scheduler::Scheduler(std::vector<std::unique_ptr<ChipExecutor>> executors, const
     if (config.num_sub_workers > 0) sub_workers_ = std::make_unique<JobThreads>(config.num_sub_workers);
 }
 
-Scheduler::~Scheduler() { Shutdown(); }
+Dispatcher::~Dispatcher() { Shutdown(); }
 
-void Scheduler::Shutdown() {
+void Dispatcher::Shutdown() {
     for (;;) {
         std::shared_ptr<RunState> run;
         {
@@ -163,14 +163,14 @@ void Scheduler::Shutdown() {
     executors_.clear();
 }
 
-std::shared_ptr<RunState> Scheduler::Begin(std::unique_ptr<RunState> owned) {
+std::shared_ptr<RunState> Dispatcher::Begin(std::unique_ptr<RunState> owned) {
     std::shared_ptr<RunState> run(std::move(owned));
     Lock lock(*this);
     in_flight_.push_back(run);
     return run;
 }
 
-void Scheduler::WaitForRoom(RunState& run) {
+void Dispatcher::WaitForRoom(RunState& run) {
     auto room = [&] { return run.unfinished_seen.load(std::memory_order_seq_cst) < run.window; };
     for (;;) {
         {
@@ -183,7 +183,7 @@ void Scheduler::WaitForRoom(RunState& run) {
     }
 }
 
-void Scheduler::Submit(RunState& run, std::unique_ptr<HostTask> owned) {
+void Dispatcher::Submit(RunState& run, std::unique_ptr<HostTask> owned) {
     if (run.unfinished_seen.load(std::memory_order_acquire) >= run.window) [[unlikely]]
         WaitForRoom(run);
     Lock lock(*this);
@@ -207,14 +207,14 @@ void Scheduler::Submit(RunState& run, std::unique_ptr<HostTask> owned) {
     if (t->fanin == 0) MakeReady(t);
 }
 
-void Scheduler::Seal(RunState& run, std::optional<TaskFailureInfo> failure) {
+void Dispatcher::Seal(RunState& run, std::optional<TaskFailureInfo> failure) {
     Lock lock(*this);
     run.sealed = true;
     if (failure) run.failures.push_back(std::move(*failure));
     if (run.unfinished == 0) EndRun(run);
 }
 
-void Scheduler::MakeReady(HostTask* task) {
+void Dispatcher::MakeReady(HostTask* task) {
     if (task->root) {
         Finish(task, HostTask::State::Skipped, {});
         return;
@@ -246,7 +246,7 @@ void Scheduler::MakeReady(HostTask* task) {
     to_post_[d].push_back([this, task] { RunChip(task); });
 }
 
-void Scheduler::Finish(HostTask* task, HostTask::State state, TaskFailureInfo failure) {
+void Dispatcher::Finish(HostTask* task, HostTask::State state, TaskFailureInfo failure) {
     task->state = state;
     RunState& run = *task->run;
     const bool chip = task->level == Level::Chip && task->device != SIZE_MAX;
@@ -298,7 +298,7 @@ void Scheduler::Finish(HostTask* task, HostTask::State state, TaskFailureInfo fa
     else if (run.watched || run.window_waiter) run.wake.Notify();  // a progress report, or room, is due
 }
 
-void Scheduler::EndRun(RunState& run) {
+void Dispatcher::EndRun(RunState& run) {
     for (HostTask* t : run.kept) {
         tracker_.Forget(*t);
         delete t;
@@ -348,7 +348,7 @@ void SetCause(TaskFailureInfo& f) {
     }
 }
 
-void Scheduler::RunChip(HostTask* task) {
+void Dispatcher::RunChip(HostTask* task) {
     const size_t d = task->device;
     ChipCallStats moved;
     const uint64_t start_ns = DeviceClockNs();
@@ -373,7 +373,7 @@ void Scheduler::RunChip(HostTask* task) {
     Park(*task);
 }
 
-void Scheduler::RunSub(HostTask* task) {
+void Dispatcher::RunSub(HostTask* task) {
     task->start_ns = DeviceClockNs();
     {
         Running running(task->run);
@@ -391,7 +391,7 @@ void Scheduler::RunSub(HostTask* task) {
     Park(*task);
 }
 
-std::vector<HostTensor> Scheduler::Wait(RunState& run, const ProgressCallback& progress) {
+std::vector<HostTensor> Dispatcher::Wait(RunState& run, const ProgressCallback& progress) {
     SPYRE_TRACE_SCOPE("host_run_wait");
     CheckNotPartOf(run);
     if (progress) return WaitReporting(run, progress);
@@ -404,7 +404,7 @@ std::vector<HostTensor> Scheduler::Wait(RunState& run, const ProgressCallback& p
     return run.outputs;
 }
 
-std::vector<HostTensor> Scheduler::WaitReporting(RunState& run, const ProgressCallback& progress) {
+std::vector<HostTensor> Dispatcher::WaitReporting(RunState& run, const ProgressCallback& progress) {
     // Reported outside the lock, once per change: done only rises and ends
     // at total (Finish announces every finished task of a watched run).
     CheckNotPartOf(run);
@@ -434,13 +434,13 @@ std::vector<HostTensor> Scheduler::WaitReporting(RunState& run, const ProgressCa
     return run.outputs;
 }
 
-std::vector<TaskRecord> Scheduler::Report(RunState& run) {
+std::vector<TaskRecord> Dispatcher::Report(RunState& run) {
     if (!run.done_flag.load(std::memory_order_acquire)) SleepUntilDone(run);
     Lock lock(*this);
     return RecordsOf(run);
 }
 
-std::vector<TaskRecord> Scheduler::RecordsOf(const RunState& run) const {
+std::vector<TaskRecord> Dispatcher::RecordsOf(const RunState& run) const {
     std::vector<TaskRecord> out;
     out.reserve(run.finished.size());
     for (const FinishedTask& f : run.finished)
@@ -449,12 +449,12 @@ std::vector<TaskRecord> Scheduler::RecordsOf(const RunState& run) const {
     return out;
 }
 
-bool Scheduler::Done(RunState& run) {
+bool Dispatcher::Done(RunState& run) {
     Lock lock(*this);
     return run.done;
 }
 
-Worker::Held Scheduler::HeldNow() {
+Worker::Held Dispatcher::HeldNow() {
     Lock lock(*this);
     Worker::Held held;
     for (const auto& run : in_flight_) held.tasks += run->unfinished + run->kept.size();
@@ -462,7 +462,7 @@ Worker::Held Scheduler::HeldNow() {
     return held;
 }
 
-Worker::DeviceStats Scheduler::Stats(size_t device) {
+Worker::DeviceStats Dispatcher::Stats(size_t device) {
     Lock lock(*this);
     return stats_.at(device);
 }
