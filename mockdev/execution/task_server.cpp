@@ -135,7 +135,11 @@ void TaskServer::Loop() {
             continue;
         }
         if (Clock::now() - last_work < poll_) {
-            CpuRelax();
+            // Yield, not a bare spin: the cores this server just handed
+            // tasks to are threads too, and on a host with few CPUs a
+            // spinning server keeps them (and the driver) off the CPU for
+            // the whole poll budget.
+            std::this_thread::yield();
             continue;
         }
         // Sleep (spyre_task.h): publish it, fence, look at every sq_tail once more.
