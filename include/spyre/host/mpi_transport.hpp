@@ -30,13 +30,13 @@ struct MpiTransportOptions {
     // before it starts sleeping between polls (latency against a busy core).
     std::chrono::microseconds idle_spin{200};
     // While it polls (in that window, or with a transfer under way), how long
-    // it sleeps between polls; 0: it yields instead. The sleep gives the core
-    // to the threads the message is for (the caller waiting for a reply, the
-    // serving rank's device), where yielding kept it on a loaded machine: an
-    // empty remote chip task took 4.8-12 ms yielding, 0.6-1.1 ms sleeping,
-    // under load 8-14 on 2 cores (docs/multihost.md); yielding only for the
-    // first 20 us after work already cost 0.9 ms.
-    std::chrono::microseconds busy_poll{5};
+    // it sleeps between polls; 0 (the default): it yields. On a quiet host
+    // yielding answers fastest (an empty remote chip task 47 us yielding,
+    // 2.3 ms sleeping 5 us); on a host whose cores are all taken a short
+    // sleep hands the core to the threads the message is for (4.8-12 ms
+    // yielding, 0.5-1.1 ms sleeping, at load 8-14 on 2 cores;
+    // docs/multihost.md).
+    std::chrono::microseconds busy_poll{0};
     // Its sleep between polls once idle (an upper bound on receive latency then).
     std::chrono::microseconds idle_sleep{100};
     // At shutdown, how long to wait for live ranks (still beating, but slow
