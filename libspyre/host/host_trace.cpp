@@ -29,8 +29,10 @@ void TraceTask(HostTask& task, const std::string& device, uint64_t start_ns, uin
                const ChipCallStats& moved) {
     const uint32_t track = TrackOf(device);
     const uint64_t recording = trace::detail::Recording();
-    trace::detail::HostTaskSpan(track, task.function, device, start_ns, end_ns, task.id, moved.bytes_uploaded,
-                                moved.bytes_downloaded);
+    trace::detail::HostTaskSpan(track, task.name, device, start_ns, end_ns, task.id, moved.bytes_uploaded,
+                                moved.bytes_downloaded, task.function,
+                                task.inbox_failure ? trace::detail::HostTaskState::Failed
+                                                   : trace::detail::HostTaskState::Done);
     if (moved.run_start_ns > start_ns && moved.run_start_ns <= end_ns)
         trace::detail::Span(track, "host-level", "upload", start_ns, moved.run_start_ns, int64_t(moved.bytes_uploaded));
     if (moved.run_end_ns >= start_ns && moved.run_end_ns < end_ns)

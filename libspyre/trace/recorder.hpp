@@ -47,14 +47,20 @@ void Arrow(uint32_t from_track, uint64_t from_ns, uint32_t to_track, uint64_t to
 void TaskSpan(uint32_t track, const char* category, uint64_t start_ns, uint64_t end_ns, int32_t task_id,
               int32_t kernel_id, uint64_t sent_ns = 0, uint64_t reaped_ns = 0) noexcept;
 
+// How a host-level task ended, as its span says.
+enum class HostTaskState : uint8_t { Unknown, Done, Failed };
+
 // A host-level task (seed 003) that ran on `track` from `start_ns` to
 // `end_ns`: a chip task on `device` (its bytes moved, when known) or, with
-// `device` empty, a SubWorker task. `name` (the chip function or SubWorker)
-// and `device` are copied once into a table kept for the process: both come
-// from a small set (registered names, the devices), so it stays small.
+// `device` empty, a SubWorker task. `name` is the task's name (as the run's
+// report gives it), `function` the chip function or SubWorker it ran ("":
+// the same as `name`). The strings are copied once into a table kept for
+// the process: devices and functions are a small set, and task names
+// repeat from run to run (a run names its tasks "<function>#<n>" unless the
+// program names them).
 void HostTaskSpan(uint32_t track, const std::string& name, const std::string& device, uint64_t start_ns,
-                  uint64_t end_ns, uint64_t task_id, uint64_t bytes_uploaded = 0,
-                  uint64_t bytes_downloaded = 0) noexcept;
+                  uint64_t end_ns, uint64_t task_id, uint64_t bytes_uploaded = 0, uint64_t bytes_downloaded = 0,
+                  const std::string& function = {}, HostTaskState state = HostTaskState::Unknown) noexcept;
 
 // A counter sample: `name` (a string literal) of what `track` shows, for
 // example the ring depth of a device's ring track.

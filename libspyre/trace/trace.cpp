@@ -35,6 +35,8 @@ uint64_t NowNs() noexcept { return DeviceClockNs(); }  // the clock device times
 
 namespace {
 
+constexpr char kFunctionSeparator = '\x1f';  // between an 'H' record's device and function
+
 struct Record {
     uint64_t ts_ns;
     uint64_t dur_ns;
@@ -49,6 +51,7 @@ struct Record {
     uint32_t track;  // 0: the thread's own
     // 'X' span, 'T' task span, 'H' host-level task, 's' flow start, 'f' flow end, 'A' arrow, 'C' counter
     char ph;
+    HostTaskState state = HostTaskState::Unknown;  // 'H'
 };
 static_assert(sizeof(Record) == 64, "a record is one cache line");
 
@@ -232,13 +235,18 @@ void TaskSpan(uint32_t track, const char* category, uint64_t start_ns, uint64_t 
 }
 
 void HostTaskSpan(uint32_t track, const std::string& name, const std::string& device, uint64_t start_ns,
-                  uint64_t end_ns, uint64_t task_id, uint64_t bytes_uploaded, uint64_t bytes_downloaded) noexcept {
+                  uint64_t end_ns, uint64_t task_id, uint64_t bytes_uploaded, uint64_t bytes_downloaded,
+                  const std::string& function, HostTaskState state) noexcept {
     if (!Enabled()) return;
     try {
         // `queued_ns` holds the bytes uploaded, `flow` those downloaded,
-        // `category` the device ("": a SubWorker).
-        Append(Record{start_ns, end_ns > start_ns ? end_ns - start_ns : 0, int64_t(task_id), bytes_uploaded,
-                      bytes_downloaded, {Intern(name)}, Intern(device), track, 'H'});
+        // `category` the device ("": a SubWorker), then the function after
+        // a unit separator.
+        const std::string where = function.empty() ? device : device + kFunctionSeparator + function;
+        Record r{start_ns, end_ns > start_ns ? end_ns - start_ns : 0, int64_t(task_id), bytes_uploaded,
+                 bytes_downloaded, {Intern(name)}, Intern(where), track, 'H'};
+        r.state = state;
+        Append(r);
     } catch (...) {
         // Out of memory while tracing: the record is lost, the work goes on.
     }
@@ -347,10 +355,15 @@ size_t Stop() {
             continue;
         }
         if (r.ph == 'H') {
-            const bool chip = *r.category != '\0';
+            const std::string_view where = r.category;
+            const size_t cut = where.find(kFunctionSeparator);
+            const std::string device(where.substr(0, cut));
+            const bool chip = !device.empty();
             nlohmann::json args = {{"task", r.arg}, {"level", chip ? "CHIP" : "HOST"}};
+            if (cut != std::string_view::npos) args["function"] = std::string(where.substr(cut + 1));
+            if (r.state != HostTaskState::Unknown) args["state"] = r.state == HostTaskState::Done ? "done" : "failed";
             if (chip) {
-                args["device"] = r.category;
+                args["device"] = device;
                 args["bytes_uploaded"] = r.queued_ns;
                 args["bytes_downloaded"] = r.flow;
             }

@@ -192,7 +192,10 @@ def main():
         if any(pids[a] & pids[b] for a in pids for b in pids if a < b):
             fail(f'two ranks share a pid in their traces: {pids}')
         for r, t in traces.items():
+            # A task's span is named for the task; its function is in args
+            # (a serving rank's span, for a call, is named for the function).
             names = {e.get('name') for e in t['traceEvents']}
+            names |= {e.get('args', {}).get('function') for e in t['traceEvents']}
             if 'chip_add' not in names:
                 fail(f"rank {r}'s trace has no chip_add span")
         print(f'ok: {np_} traces, one per rank, each with its chip tasks')

@@ -112,19 +112,26 @@ TEST_F(WorkerTraceTest, ParallelReduceTraceShowsDevicesSubWorkerAndArrows) {
 
     ASSERT_EQ(chips.size(), 2u);
     ASSERT_EQ(subs.size(), 1u);
-    std::set<std::string> names, chip_tracks;
+    // A task's span is named as the run's report names the task, with its
+    // function and how it ended beside.
+    std::set<std::string> names, functions, chip_tracks;
     for (const auto& c : chips) {
         names.insert(c["name"].get<std::string>());
+        functions.insert(c["args"]["function"].get<std::string>());
+        EXPECT_EQ(c["args"]["state"], "done") << c.dump();
         const std::string track = tracks[c["tid"].get<int64_t>()];
         chip_tracks.insert(track);
         EXPECT_EQ(track, "host-level " + c["args"]["device"].get<std::string>());
         EXPECT_GT(c["args"]["bytes_uploaded"].get<uint64_t>(), 0u);
         EXPECT_GT(c["args"]["bytes_downloaded"].get<uint64_t>(), 0u);
     }
-    EXPECT_EQ(names, (std::set<std::string>{"chip_add", "chip_sub"}));
+    EXPECT_EQ(functions, (std::set<std::string>{"chip_add", "chip_sub"}));
+    EXPECT_EQ(names, (std::set<std::string>{"chip_add#0", "chip_sub#0"}));
     EXPECT_EQ(chip_tracks.size(), 2u) << "chip spans on two device tracks";
     const nlohmann::json& sub = subs[0];
-    EXPECT_EQ(sub["name"], "reduce_sum");
+    EXPECT_EQ(sub["name"], "reduce_sum#0");
+    EXPECT_EQ(sub["args"]["function"], "reduce_sum");
+    EXPECT_EQ(sub["args"]["state"], "done");
     EXPECT_EQ(tracks[sub["tid"].get<int64_t>()].rfind("host-level subworker ", 0), 0u) << tracks[sub["tid"].get<int64_t>()];
     for (const auto& c : chips)
         EXPECT_GE(sub["ts"].get<double>(), c["ts"].get<double>() + c["dur"].get<double>())
@@ -180,7 +187,7 @@ TEST_F(WorkerTraceTest, ParallelReduceTraceShowsDevicesSubWorkerAndArrows) {
             if (c["tid"] == tail->second["tid"] && Within(tail->second["ts"].get<double>(), c)) from.insert(c["name"]);
     }
     EXPECT_EQ(into_sub, 2);
-    EXPECT_EQ(from, (std::set<std::string>{"chip_add", "chip_sub"}));
+    EXPECT_EQ(from, (std::set<std::string>{"chip_add#0", "chip_sub#0"}));
 }
 
 // A chip task's uploads and downloads are copies of the device's DMA
@@ -229,4 +236,28 @@ TEST_F(WorkerTraceTest, ProgressOfSubmittedAndFailedRuns) {
     Reports none;  // no trace recording: progress alone
     worker_->Run(ParallelReduceProgram(), {a, b}, none.callback());
     none.Expect(3);
+}
+
+// A task that failed is drawn with state "failed"; one skipped behind it
+// never ran and has no span (the run's report lists it).
+TEST_F(WorkerTraceTest, AFailedTasksSpanSaysSoAndASkippedOneHasNone) {
+    HostTensor x = HostTensor::Full({4}, 1.0f), y = HostTensor::Full({4}, 0.0f);
+    HostProgram program{"fails", 2, {}, [](HostGraph& g, std::span<const HostTensor> a) {
+                            g.Sub("breaks", [](std::span<const HostTensor>) { throw std::runtime_error("broken"); },
+                                  {In(a[0]), Out(a[1])});
+                            g.Sub("after", [](std::span<const HostTensor>) {}, {In(a[1])});
+                        }};
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("l3_trace_fail_" + std::to_string(getpid()) + ".json")).string();
+    trace::Start(path);
+    EXPECT_THROW(worker_->Run(program, {x, y}), HostRunError);
+    trace::Stop();
+    auto [t, tracks] = LoadTrace(path);
+    std::map<std::string, nlohmann::json> spans;
+    for (const auto& e : t["traceEvents"])
+        if (e["ph"] == "X" && e["cat"] == "host-level" && e["args"].contains("task")) spans[e["name"]] = e;
+    ASSERT_EQ(spans.count("breaks#0"), 1u);
+    EXPECT_EQ(spans["breaks#0"]["args"]["state"], "failed");
+    EXPECT_EQ(spans["breaks#0"]["args"]["function"], "breaks");
+    EXPECT_EQ(spans.count("after#0"), 0u) << "a skipped task never ran";
 }
