@@ -24,10 +24,14 @@ const char* SpanName(uint8_t direction) noexcept {
 
 }  // namespace
 
-DmaTicket DMAEngine::Started(DmaTicket ticket, Direction direction, uint64_t size) {
+void DMAEngine::Count(Direction direction, uint64_t size) noexcept {
     Counter& c = direction == Direction::ToDevice ? to_device_ : direction == Direction::FromDevice ? from_device_ : on_device_;
     c.copies.fetch_add(1, std::memory_order_relaxed);
     c.bytes.fetch_add(size, std::memory_order_relaxed);
+}
+
+DmaTicket DMAEngine::Started(DmaTicket ticket, Direction direction, uint64_t size) {
+    Count(direction, size);
     if (trace::Enabled()) [[unlikely]] {
         std::lock_guard lock(traced_mu_);
         traced_.emplace(ticket, Traced{direction, size, trace::detail::NowNs()});
@@ -60,8 +64,7 @@ void DMAEngine::TraceSpan(Direction direction, uint64_t bytes, uint64_t start_ns
 }
 
 void DMAEngine::CountRingCopy(uint64_t size, bool failed, uint64_t start_ns) noexcept {
-    to_device_.copies.fetch_add(1, std::memory_order_relaxed);
-    to_device_.bytes.fetch_add(size, std::memory_order_relaxed);
+    Count(Direction::ToDevice, size);
     if (failed) failed_.fetch_add(1, std::memory_order_relaxed);
     if (start_ns == 0) [[likely]]
         return;

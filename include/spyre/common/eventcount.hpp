@@ -70,9 +70,7 @@ public:
     // Wakes every armed waiter, if any and none was woken since the last arm.
     void Notify() noexcept {
         std::atomic_thread_fence(std::memory_order_seq_cst);
-        if (waiters_.load(std::memory_order_relaxed) == 0) return;
-        if (notified_.exchange(true, std::memory_order_seq_cst)) return;
-        Bump();
+        NotifyAfterSeqCstUpdate();
     }
     // Notify for a producer whose change was itself a sequentially
     // consistent store or read-modify-write: that operation already orders

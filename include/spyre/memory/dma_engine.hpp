@@ -90,6 +90,7 @@ private:
     enum class Direction : uint8_t { ToDevice, FromDevice, OnDevice };
     template <typename Submit>
     uint64_t Chunked(const char* what, uint64_t size, const ProgressCallback& progress, uint64_t chunk, Submit submit);
+    void Count(Direction direction, uint64_t size) noexcept;  // one copy of `size` bytes
     // Counts a submitted copy and, while a trace records, notes its start.
     DmaTicket Started(DmaTicket ticket, Direction direction, uint64_t size);
     // Ends a copy's span (when it has one); counts it when it failed.
