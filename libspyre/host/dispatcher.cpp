@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <thread>
 
 #include "host_trace.hpp"
@@ -61,7 +62,7 @@ void Dispatcher::Unlock() {
     take();
     mu_.unlock();
     post();
-    ApplyParkedAfterUnlock(mu_, inbox_, [&] {
+    ApplyParkedAfterUnlock(mu_, parked_, [&] {
         ApplyInbox();
         take();
     });
@@ -69,6 +70,13 @@ void Dispatcher::Unlock() {
 }  // `dead` freed here, outside the lock
 
 void Dispatcher::ApplyInbox() {
+    // Submissions first (a completion is only ever of a task filed before).
+    for (HostTask* t = submissions_.TakeAll(); t;) {
+        HostTask* next = t->inbox_next;
+        t->inbox_next = nullptr;
+        File(t);
+        t = next;
+    }
     for (HostTask* t = inbox_.TakeAll(); t;) {
         HostTask* next = t->inbox_next;  // read first: finishing may end its run
         if (t->level == Level::Chip) {
@@ -171,11 +179,11 @@ std::shared_ptr<RunState> Dispatcher::Begin(std::unique_ptr<RunState> owned) {
 }
 
 void Dispatcher::WaitForRoom(RunState& run) {
-    auto room = [&] { return run.unfinished_seen.load(std::memory_order_seq_cst) < run.window; };
+    auto room = [&] { return run.in_window.load(std::memory_order_seq_cst) < run.window; };
     for (;;) {
         {
             Lock lock(*this);
-            run.window_waiter = run.unfinished >= run.window;
+            run.window_waiter = run.in_window.load(std::memory_order_relaxed) >= run.window;
             if (!run.window_waiter) return;
         }
         // The lock is released: the completions that make room need it.
@@ -184,14 +192,24 @@ void Dispatcher::WaitForRoom(RunState& run) {
 }
 
 void Dispatcher::Submit(RunState& run, std::unique_ptr<HostTask> owned) {
-    if (run.unfinished_seen.load(std::memory_order_acquire) >= run.window) [[unlikely]]
+    if (run.in_window.load(std::memory_order_acquire) >= run.window) [[unlikely]]
         WaitForRoom(run);
-    Lock lock(*this);
+    run.in_window.fetch_add(1, std::memory_order_relaxed);
     HostTask* t = owned.release();  // freed by Finish (done) or EndRun (failed, skipped)
     t->run = &run;
+    // Filed by whoever holds the lock: a submitter never waits for a device
+    // thread that is applying a completion, and tasks submitted back to
+    // back while it does reach the dispatcher in one hand-over.
+    submissions_.Push(*t);
+    if (!mu_.try_lock()) return;
+    ApplyInbox();
+    Unlock();
+}
+
+void Dispatcher::File(HostTask* t) {
+    RunState& run = *t->run;
     ++run.unfinished;
     ++run.submitted;
-    run.unfinished_seen.store(run.unfinished, std::memory_order_relaxed);
     producers_.clear();
     for (const TensorArg& a : t->args)
         tracker_.Access(a.tensor.storage_id(), a.tensor.byte_offset(), a.tensor.byte_offset() + a.tensor.bytes(),
@@ -205,6 +223,37 @@ void Dispatcher::Submit(RunState& run, std::unique_ptr<HostTask> owned) {
         }
     }
     if (t->fanin == 0) MakeReady(t);
+}
+
+void Dispatcher::Free(HostTask* task) {
+    if (spare_.size() == kSpareTasks) delete task;
+    else spare_.emplace_back(task);  // emptied by NewTask, outside the lock
+}
+
+std::unique_ptr<HostTask> Dispatcher::NewTask(std::vector<std::unique_ptr<HostTask>>& spares) {
+    if (spares.empty()) {
+        // A handful at a time, so the lock is taken once per handful.
+        Lock lock(*this);
+        const size_t n = std::min<size_t>(spare_.size(), 32);
+        for (size_t i = 0; i < n; ++i) {
+            spares.push_back(std::move(spare_.back()));
+            spare_.pop_back();
+        }
+        if (spares.empty()) return std::make_unique<HostTask>();
+    }
+    std::unique_ptr<HostTask> t = std::move(spares.back());
+    spares.pop_back();
+    // Emptied as new, but for the capacity of the vectors a task of the
+    // same shape fills again.
+    std::vector<HostTask*> consumers = std::move(t->consumers);
+    std::vector<ChipArg> call_args = std::move(t->call.args);
+    std::destroy_at(t.get());
+    std::construct_at(t.get());
+    consumers.clear();
+    call_args.clear();
+    t->consumers = std::move(consumers);
+    t->call.args = std::move(call_args);
+    return t;
 }
 
 void Dispatcher::Seal(RunState& run, std::optional<TaskFailureInfo> failure) {
@@ -284,7 +333,7 @@ void Dispatcher::Finish(HostTask* task, HostTask::State state, TaskFailureInfo f
         // It imposes nothing on later tasks any more: forgotten and freed
         // now, so a long run holds only its window.
         tracker_.Forget(*task);
-        delete task;
+        Free(task);
     } else {
         run.kept.push_back(task);  // later readers of what it wrote are skipped
     }
@@ -293,7 +342,7 @@ void Dispatcher::Finish(HostTask* task, HostTask::State state, TaskFailureInfo f
         residency_.Sweep();
     }
     --run.unfinished;
-    run.unfinished_seen.store(run.unfinished, std::memory_order_seq_cst);
+    run.in_window.fetch_sub(1, std::memory_order_seq_cst);
     if (run.sealed && run.unfinished == 0) EndRun(run);
     else if (run.watched || run.window_waiter) run.wake.Notify();  // a progress report, or room, is due
 }
@@ -301,7 +350,7 @@ void Dispatcher::Finish(HostTask* task, HostTask::State state, TaskFailureInfo f
 void Dispatcher::EndRun(RunState& run) {
     for (HostTask* t : run.kept) {
         tracker_.Forget(*t);
-        delete t;
+        Free(t);
     }
     run.kept.clear();
     residency_.Sweep();

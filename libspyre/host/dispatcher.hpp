@@ -8,9 +8,10 @@
 // ends the run once the function returned and its tasks finished. A run
 // holds at most its window of unfinished tasks: the submitter waits for
 // room without the lock. Everything under one lock; devices and
-// SubWorkers run outside it, and the thread that ran a task never waits for
-// that lock: it parks the outcome (ParkingInbox) for whoever holds the lock,
-// which applies it when it takes the lock and again after it releases it.
+// SubWorkers run outside it, and neither a submitter nor the thread that ran
+// a task waits for that lock: each parks its task (ParkingInbox) for whoever
+// holds the lock, which files or applies it when it takes the lock and
+// again after it releases it.
 // Waiters sleep on their run's futex word, never on the lock.
 #pragma once
 
@@ -25,6 +26,7 @@
 #include "placement.hpp"
 #include "region_tracker.hpp"
 #include "residency.hpp"
+#include "spyre/common/adaptive_mutex.hpp"
 #include "spyre/common/inbox.hpp"
 #include "spyre/host/chip_executor.hpp"
 #include "spyre/host/worker.hpp"
@@ -47,9 +49,17 @@ public:
     // from now on (its window set).
     std::shared_ptr<RunState> Begin(std::unique_ptr<RunState> run);
     // Takes `task` of `run` (not sealed): waits while the run has its
-    // window of unfinished tasks, then files its accesses and starts it
-    // once what it depends on has finished.
+    // window of unfinished tasks, then parks it for the lock's holder (this
+    // thread when the lock is free), which files its accesses and starts it
+    // once what it depends on has finished. Every later use of the lock
+    // files it first.
     void Submit(RunState& run, std::unique_ptr<HostTask> task);
+    // A task to fill and Submit: one that finished before, emptied, when
+    // the calling thread's `spares` or the dispatcher has one. A submitter
+    // allocating each task that a device thread frees would make every
+    // allocation take malloc's slow path (a free goes to the freeing
+    // thread's cache).
+    std::unique_ptr<HostTask> NewTask(std::vector<std::unique_ptr<HostTask>>& spares);
     // The host orchestration function returned, or threw (`failure`): the
     // run ends once the tasks it submitted have finished.
     void Seal(RunState& run, std::optional<TaskFailureInfo> failure);
@@ -88,7 +98,8 @@ private:
     // released with those parked meanwhile applied and ended runs freed.
     class Lock;
     void Unlock();       // mu_ held; posts to_post_ after releasing it
-    void ApplyInbox();   // mu_ held
+    void ApplyInbox();   // mu_ held: files the submissions, then applies the outcomes
+    void File(HostTask* task);  // mu_ held: a submitted task's dependencies; starts it when ready
     void Park(HostTask& task);  // the task's outcome is set
     std::vector<HostTensor> WaitReporting(RunState& run, const ProgressCallback& progress);
     void MakeReady(HostTask* task);
@@ -99,9 +110,21 @@ private:
     std::vector<TaskRecord> RecordsOf(const RunState& run) const;  // mu_ held, the run ended
     void RunChip(HostTask* task);
     void RunSub(HostTask* task);
+    void Free(HostTask* task);  // mu_ held: kept in spare_, or deleted
 
-    std::mutex mu_;
+    static constexpr size_t kSpareTasks = 256;
+    std::vector<std::unique_ptr<HostTask>> spare_;  // finished tasks for NewTask, under mu_
+
+    AdaptiveMutex mu_;  // short sections, a submitter and device threads on other cores
+    // Tasks submitted and tasks that ran, parked for whoever holds mu_
+    // (a task is in one at a time: submitted, then, once run, finished).
+    ParkingInbox<HostTask, &HostTask::inbox_next> submissions_;
     ParkingInbox<HostTask, &HostTask::inbox_next> inbox_;
+    struct Parked {  // both, as ApplyParkedAfterUnlock looks at them
+        const Dispatcher& d;
+        bool Empty() const noexcept { return d.submissions_.Empty() && d.inbox_.Empty(); }
+    };
+    Parked parked_{*this};
     RegionTracker tracker_;
     Residency residency_;
     std::vector<std::unique_ptr<ChipExecutor>> executors_;

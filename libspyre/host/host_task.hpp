@@ -55,8 +55,9 @@ struct HostTask {
     TraceEnd trace;
     std::vector<TraceEnd> trace_in;
 
-    // How it ended, parked in the dispatcher's inbox by the thread that ran
-    // it until a holder of the dispatcher's lock applies it.
+    // Submitted, or how it ended, parked in the dispatcher's inboxes by the
+    // submitter or by the thread that ran it, until a holder of the
+    // dispatcher's lock files it or applies it.
     HostTask* inbox_next = nullptr;
     std::unique_ptr<TaskFailureInfo> inbox_failure;  // null: it succeeded
     ChipCallStats inbox_moved;
@@ -97,7 +98,9 @@ struct RunState {
     bool watched = false;  // a waiter reports progress: announce every finished task
     bool window_waiter = false;  // the submitter sleeps until a task finishes
     std::atomic<bool> done_flag{false};  // `done`, readable without the lock
-    std::atomic<size_t> unfinished_seen{0};  // `unfinished`, readable without the lock
+    // Submitted and not finished, kept without the lock: the submitter's
+    // window check (a task counts from its Submit, before it is filed).
+    std::atomic<size_t> in_window{0};
     // Notified when the run ends, when a task finishes while watched, and
     // when one finishes while the submitter waits for room.
     EventCount wake;

@@ -34,6 +34,7 @@ struct HostGraph::Impl {
     Worker::Impl& worker;
     host::RunState& run;
     std::map<std::string, int> counts;  // default task names: "<function>#<n>"
+    std::vector<std::unique_ptr<host::HostTask>> spares;  // Dispatcher::NewTask's
 
     std::unique_ptr<host::HostTask> Make(Level level, const std::string& function, std::vector<TensorArg> args,
                                          const std::string& name) {
@@ -41,7 +42,7 @@ struct HostGraph::Impl {
             if (!args[i].tensor)
                 throw Error(ErrorKind::InvalidArgument, "task '" + function + "': argument " + std::to_string(i) +
                                                             " is an empty tensor");
-        auto t = std::make_unique<host::HostTask>();
+        auto t = worker.dispatcher->NewTask(spares);
         t->id = worker.next_task.fetch_add(1);
         t->name = name.empty() ? function + "#" + std::to_string(counts[function]++) : name;
         t->level = level;
@@ -222,7 +223,7 @@ RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> arg
     owned->window = size_t(impl_->config.max_tasks_in_flight);
     owned->outputs.assign(args.begin() + long(program.num_inputs), args.end());
     std::shared_ptr<host::RunState> run = impl_->dispatcher->Begin(std::move(owned));
-    HostGraph::Impl graph_impl{*impl_, *run, {}};
+    HostGraph::Impl graph_impl{*impl_, *run, {}, {}};
     HostGraph graph(graph_impl);
     std::optional<TaskFailureInfo> failed;
     try {

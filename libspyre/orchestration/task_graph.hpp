@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "dependency/region_map.hpp"
-#include "orchestration/adaptive_mutex.hpp"
+#include "spyre/common/adaptive_mutex.hpp"
 #include "orchestration/buffer_tracker.hpp"
 #include "orchestration/executor.hpp"
 #include "orchestration/heap_ring.hpp"

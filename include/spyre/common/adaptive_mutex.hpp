@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // AdaptiveMutex: glibc's adaptive mutex (PTHREAD_MUTEX_ADAPTIVE_NP), which
-// spins a little before it sleeps. The task graph's lock is held for a few
-// hundred nanoseconds at a time by a submitter and its executors on other
-// cores; a plain mutex put each contender to sleep and woke it with a futex
-// call, which cost more than the critical section it waited for.
+// spins a little before it sleeps. The task graph's and the level-3
+// dispatcher's locks are held for a few hundred nanoseconds at a time by a
+// submitter and its executors on other cores; a plain mutex put each
+// contender to sleep and woke it with a futex call, which cost more than the
+// critical section it waited for.
 #pragma once
 
 #include <pthread.h>
 
-namespace spyre::orchestration {
+namespace spyre {
 
 class AdaptiveMutex {
 public:
@@ -31,4 +32,4 @@ private:
     pthread_mutex_t mu_;
 };
 
-}  // namespace spyre::orchestration
+}  // namespace spyre
