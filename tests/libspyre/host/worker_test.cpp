@@ -721,7 +721,12 @@ TEST(WorkerSmallDevice, DeviceCopiesMakeRoomOnASmallDevice) {
     EXPECT_EQ(w.Stats(0).moved.bytes_uploaded, 24u * (4u << 20));
 }
 
-// 4 cards x 4 VFs: 32 independent chip tasks over 16 devices, summed by a SubWorker.
+// 4 cards x 4 VFs: 32 independent chip tasks over 16 devices, summed by a
+// SubWorker. A SubWorker gate writes their input first and holds it until
+// the function has submitted them all, so all 32 become ready at once and
+// placement spreads them by load: started one by one as submitted, on a
+// slow machine (TSan), each would find the last one done and its inputs
+// current there, and stay.
 TEST(WorkerManyDevices, SixteenVfsOfFourCards) {
     SPYRE_REQUIRE_FUSE();
     Host host = Host::Open(Mock(4, 4));
@@ -731,8 +736,14 @@ TEST(WorkerManyDevices, SixteenVfsOfFourCards) {
     c.num_sub_workers = 1;
     Worker w(host, c);
     RegisterChipFunctions(w);
-    HostProgram p{"many", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+    std::atomic<bool> submitted{false};
+    HostProgram p{"many", 2, {{{kTile, kTile}}}, [&submitted](HostGraph& g, std::span<const HostTensor> x) {
                       std::vector<TensorArg> parts;
+                      g.Sub("gate", [&submitted](std::span<const HostTensor>) {
+                          const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+                          while (!submitted.load() && std::chrono::steady_clock::now() < give_up)
+                              std::this_thread::sleep_for(std::chrono::microseconds(100));
+                      }, {InOut(x[0])});
                       for (int i = 0; i < 32; ++i) {
                           HostTensor t = g.CreateTensor({kTile, kTile});
                           g.Chip("chip_add", {In(x[0]), In(x[1]), Out(t)});
@@ -744,6 +755,7 @@ TEST(WorkerManyDevices, SixteenVfsOfFourCards) {
                           for (size_t j = 0; j + 1 < t.size(); ++j)
                               for (size_t i = 0; i < f.size(); ++i) f[i] += t[j].floats()[i];
                       }, std::move(parts));
+                      submitted = true;
                   }};
     HostTensor a = Iota(1.0f, 0.0f), b = Iota(0.0f, 2.0f);
     auto outs = w.Run(p, {a, b});
