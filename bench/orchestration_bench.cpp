@@ -148,6 +148,10 @@ void BM_TensorMapLookup(benchmark::State& state) {
 
 constexpr int kTasks = 10000;
 constexpr int kBuffers = 64;
+// The heap ring takes the memory's last kHeap bytes: the DAG's buffers (64
+// KiB apart from address 0) lie before it, not inside it.
+constexpr uint64_t kHeap = 1 << 16;
+constexpr uint64_t kMemory = (uint64_t(kBuffers) << 16) + kHeap;
 
 struct DagTask {
     int reads[2];
@@ -302,8 +306,8 @@ void BM_Pto(benchmark::State& state, std::string shape, spyre::ReadyQueueKind ki
     std::optional<spyre::Orchestrator>& orch = g_orch[size_t(kind)][run_here];
     if (!orch) {
         orch.emplace(spyre::Orchestrator::CreateOnHostMemory(
-            kBuffers << 16, {.task_ring_size = 4096,
-                             .heap_size = 1 << 16,
+            kMemory, {.task_ring_size = 4096,
+                             .heap_size = kHeap,
                              .host_threads = 1,
                              .ready_queues = kind,
                              .run_cheap_host_tasks_here = run_here}));
@@ -336,7 +340,7 @@ void BM_PtoOneThread(benchmark::State& state, std::string shape) {
     static std::optional<spyre::Orchestrator> orch;
     if (!orch) {
         orch.emplace(spyre::Orchestrator::CreateOnHostMemory(
-            kBuffers << 16, {.task_ring_size = 4096, .heap_size = 1 << 16, .host_threads = 1}));
+            kMemory, {.task_ring_size = 4096, .heap_size = kHeap, .host_threads = 1}));
         orch->RegisterHostKernel(1, [](std::span<void* const>, std::span<const uint64_t>) { return 0u; });
     }
     const auto dag = MakeDag(shape);
