@@ -14,8 +14,9 @@ and the Python module reach the CB ring and the task queues through it.
 
 In libspyre/ and include/spyre/, a thread sleeps until another made
 progress only through spyre::EventCount (include/spyre/common/eventcount.hpp):
-no std::condition_variable, pthread condition or futex call of its own
-(eventcount.hpp and futex.hpp are where those live).
+no std::condition_variable, semaphore, latch, barrier, std::atomic wait,
+pthread condition or futex call of its own (eventcount.hpp and futex.hpp are
+where those live).
 
 The app tier's headers (spyre/spyre.hpp, host.hpp, orchestration.hpp)
 include nothing of the driver tier (spyre/driver/), directly or through
@@ -57,7 +58,9 @@ QUEUE_CHECKED = ('libspyre/', 'tools/', 'python/')
 # Sleep and wake: one primitive. What hand-rolls it instead, outside the
 # eventcount and the futex helpers it stands on.
 SLEEP_WAKE = re.compile(r'\bcondition_variable(?:_any)?\b|\bpthread_cond_\w+|\bFutexWa(?:it|ke)\s*\('
-                        r'|\bSYS_futex\b|\bfutex_waitv\b|\bFUTEX_WA(?:IT|KE)\w*')
+                        r'|\bSYS_futex\b|\bfutex_waitv\b|\bFUTEX_WA(?:IT|KE)\w*'
+                        r'|\b(?:counting|binary)_semaphore\b|\bstd::(?:latch|barrier)\b'
+                        r'|\.wait\s*\(|\bnotify_(?:one|all)\s*\(')  # std::atomic's wait and notify too
 SLEEP_WAKE_CHECKED = ('libspyre/', 'include/spyre/')
 SLEEP_WAKE_HOME = ('include/spyre/common/eventcount.hpp', 'include/spyre/common/futex.hpp')
 COMMENT = re.compile(r'//[^\n]*|/\*.*?\*/', re.S)
