@@ -12,6 +12,12 @@ Above the driver, only a Device (libspyre/device and the scheduler it owns,
 libspyre/stream) opens a device queue: the runtime's other parts, the tools
 and the Python module reach the CB ring and the task queues through it.
 
+In libspyre/ and include/spyre/, a thread sleeps until another made
+progress only through spyre::EventCount (include/spyre/common/eventcount.hpp):
+no std::condition_variable, semaphore, latch, barrier, std::atomic wait,
+pthread condition or futex call of its own (eventcount.hpp and futex.hpp are
+where those live).
+
 The app tier's headers (spyre/spyre.hpp, host.hpp, orchestration.hpp)
 include nothing of the driver tier (spyre/driver/), directly or through
 another header (docs/building.md, "What an app includes").
@@ -48,6 +54,31 @@ QUEUE_OPEN = re.compile(r'make_(?:unique|shared)<\s*(?:spyre::)?(?:driver::)?(?:
 # Who may: the Device and the scheduler it owns.
 QUEUE_OWNERS = ('libspyre/device/', 'libspyre/stream/')
 QUEUE_CHECKED = ('libspyre/', 'tools/', 'python/')
+
+# Sleep and wake: one primitive. What hand-rolls it instead, outside the
+# eventcount and the futex helpers it stands on.
+SLEEP_WAKE = re.compile(r'\bcondition_variable(?:_any)?\b|\bpthread_cond_\w+|\bFutexWa(?:it|ke)\s*\('
+                        r'|\bSYS_futex\b|\bfutex_waitv\b|\bFUTEX_WA(?:IT|KE)\w*'
+                        r'|\b(?:counting|binary)_semaphore\b|\bstd::(?:latch|barrier)\b'
+                        r'|\.wait\s*\(|\bnotify_(?:one|all)\s*\(')  # std::atomic's wait and notify too
+SLEEP_WAKE_CHECKED = ('libspyre/', 'include/spyre/')
+SLEEP_WAKE_HOME = ('include/spyre/common/eventcount.hpp', 'include/spyre/common/futex.hpp')
+COMMENT = re.compile(r'//[^\n]*|/\*.*?\*/', re.S)
+
+
+def without_comments(text: str) -> str:
+    """`text` with its comments blanked, lines kept (a comment may name a futex)."""
+    return COMMENT.sub(lambda m: re.sub(r'[^\n]', ' ', m.group(0)), text)
+
+
+def check_sleep_wake(rel: str, text: str):
+    if not rel.startswith(SLEEP_WAKE_CHECKED) or rel in SLEEP_WAKE_HOME:
+        return []
+    code = without_comments(text)
+    return [f'{rel}:{code.count(chr(10), 0, m.start()) + 1}: sleeps or wakes with "{m.group(0).strip()}" '
+            '(use spyre::EventCount, include/spyre/common/eventcount.hpp: waiter loops '
+            'SleepUnless(ready, bound), producer changes the state then Notify)'
+            for m in SLEEP_WAKE.finditer(code)]
 
 
 def layer_of(rel: str):
@@ -120,6 +151,7 @@ def check(root: pathlib.Path):
                     why = 'a device queue is reached through Device'
                 if why:
                     errors.append(f'{rel}:{line}: {layer} includes {tlayer} "{m.group(2)}" ({why})')
+            errors += check_sleep_wake(rel, text)
             if rel.startswith(QUEUE_CHECKED) and not rel.startswith(QUEUE_OWNERS):
                 for m in QUEUE_OPEN.finditer(text):
                     line = text.count('\n', 0, m.start()) + 1

@@ -152,7 +152,7 @@ class LocalChipExecutor::Lease {
 public:
     Lease(LocalChipExecutor& e, const ChipCall& call, ChipCallStats& stats) : e_(e), call_(call) {
         std::unique_lock lock(e_.mu_);
-        e_.slot_free_.wait(lock, [&] { return !e_.free_slots_.empty(); });
+        Await(lock, e_.slot_free_, [&] { return !e_.free_slots_.empty(); });
         slot_ = e_.free_slots_.back();
         e_.free_slots_.pop_back();
         try {
@@ -177,7 +177,7 @@ public:
             for (size_t i : std::vector<size_t>(running_)) Upload(lock, i, stats);
             for (size_t i : shared) {
                 Copy& c = *copies_[i];
-                e_.uploaded_.wait(lock, [&] { return c.upload != Upload::Running; });
+                Await(lock, e_.uploaded_, [&] { return c.upload != Upload::Running; });
                 if (c.upload == Upload::Failed) {
                     c.upload = Upload::Running;  // the uploader gave up: this call tries again
                     running_.push_back(i);
@@ -197,10 +197,10 @@ public:
             // Uploads this call took on and did not finish: a call waiting
             // for one takes it over.
             for (size_t i : running_) copies_[i]->upload = Upload::Failed;
-            e_.uploaded_.notify_all();
+            e_.uploaded_.Notify();
             GiveBack();
             lock.unlock();
-            e_.slot_free_.notify_one();
+            e_.slot_free_.Notify();
             throw;
         }
     }
@@ -210,7 +210,7 @@ public:
             GiveBack();
             e_.Evict();
         }
-        e_.slot_free_.notify_one();
+        e_.slot_free_.Notify();
     }
     Slot& slot() const { return *slot_; }
     const std::vector<Copy*>& copies() const { return copies_; }
@@ -231,6 +231,22 @@ public:
     }
 
 private:
+    // Sleeps on `ec` until `ready` (read under mu_) holds; `lock` holds mu_
+    // on entry and on return, and is let go while asleep. No bound: the
+    // second is only how often a sleeper looks again.
+    template <typename Ready>
+    void Await(std::unique_lock<std::mutex>& lock, EventCount& ec, Ready ready) {
+        while (!ready()) {
+            lock.unlock();
+            ec.SleepUnless(
+                [&] {
+                    std::lock_guard look(e_.mu_);
+                    return ready();
+                },
+                std::chrono::seconds(1));
+            lock.lock();
+        }
+    }
     // Makes copy i hold the host bytes (its upload Running, lock held):
     // moves the chunks that changed, or all of it, with the lock let go.
     void Upload(std::unique_lock<std::mutex>& lock, size_t i, ChipCallStats& stats) {
@@ -251,13 +267,13 @@ private:
         if (failed) {
             c.holds.clear();  // some chunks may have moved: nothing is known
             c.upload = Upload::Failed;
-            e_.uploaded_.notify_all();
+            e_.uploaded_.Notify();
             std::rethrow_exception(failed);
         }
         if (whole) to_hash_.push_back(i);
         else c.holds = std::move(held);
         c.upload = Upload::Done;
-        e_.uploaded_.notify_all();
+        e_.uploaded_.Notify();
         stats.bytes_uploaded += copied;
         stats.bytes_reused += t.bytes() - copied;
     }

@@ -8,7 +8,6 @@
 #pragma once
 
 #include <cstdint>
-#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "content_hash.hpp"
+#include "spyre/common/eventcount.hpp"
 #include "spyre/device/device.hpp"
 #include "spyre/device/host.hpp"
 #include "spyre/host/chip_executor.hpp"
@@ -85,8 +85,10 @@ private:
     std::vector<DeviceBuffer> kernels_;
 
     std::mutex mu_;  // the copies and the free slots; never held while bytes move
-    std::condition_variable slot_free_;
-    std::condition_variable uploaded_;  // a copy's upload ended
+    // Waiters look at the state under mu_ after arming, so producers may
+    // notify with mu_ held or after letting it go.
+    EventCount slot_free_;
+    EventCount uploaded_;  // a copy's upload ended
     std::vector<Slot*> free_slots_;
     std::map<Key, Copy> copies_;  // node-based: a Copy stays put while others come and go
     uint64_t copy_bytes_ = 0, use_clock_ = 0, cache_limit_ = kCacheBytes;

@@ -2,22 +2,51 @@
 #include "spyre/host/multihost_worker.hpp"
 
 #include <algorithm>
-#include <semaphore>
+#include <atomic>
 
 #include "local_chip_executor.hpp"
 #include "remote_chip_executor.hpp"
+#include "spyre/common/eventcount.hpp"
 #include "spyre/host/remote_chip_service.hpp"
 #include "spyre/trace/trace.hpp"
 #include "trace/recorder.hpp"
 
 namespace spyre {
 
+namespace {
+
+// A served device's chip-task slots: a count of free ones, and the
+// eventcount a call sleeps on while none is free.
+class Slots {
+public:
+    explicit Slots(unsigned n) : free_(int(n)) {}
+    void Acquire() {
+        for (;;) {
+            int f = free_.load(std::memory_order_acquire);
+            while (f > 0)
+                if (free_.compare_exchange_weak(f, f - 1, std::memory_order_acquire)) return;
+            // No bound (as the semaphore had none): 1 s is how often a sleeper looks again.
+            freed_.SleepUnless([&] { return free_.load(std::memory_order_acquire) > 0; }, std::chrono::seconds(1));
+        }
+    }
+    void Release() {
+        free_.fetch_add(1, std::memory_order_seq_cst);
+        freed_.NotifyAfterSeqCstUpdate();
+    }
+
+private:
+    std::atomic<int> free_;
+    EventCount freed_;
+};
+
+}  // namespace
+
 struct MultiHostWorker::Impl {
     // A device of this rank as calls from rank 0 reach it: its executor
     // (owned by `worker`), and a slot per chip task it runs at once.
     struct Served {
         ChipExecutor* executor;
-        std::unique_ptr<std::counting_semaphore<256>> slots;
+        std::unique_ptr<Slots> slots;
     };
     host::Transport& transport;
     Host& host;
@@ -42,7 +71,7 @@ MultiHostWorker::MultiHostWorker(host::Transport& transport, Host& host, Distrib
     auto executors = host::OpenLocalChipExecutors(host, config, impl_->registry);
     impl_->block_dim = config.block_dim;
     for (auto& e : executors)
-        impl_->served.push_back({e.get(), std::make_unique<std::counting_semaphore<256>>(std::clamp(e->Concurrency(), 1u, 256u))});
+        impl_->served.push_back({e.get(), std::make_unique<Slots>(std::clamp(e->Concurrency(), 1u, 256u))});
     if (transport.rank() == 0) {
         for (int r = 1; r < transport.size(); ++r) {
             auto remote = std::make_shared<host::RemoteRank>(transport, r, reply_timeout);
@@ -138,10 +167,10 @@ void MultiHostWorker::Impl::Answer(host::RemoteCall& call, std::vector<host::Wir
                                ") failed: " + why,
                      std::move(context));
     };
-    d.slots->acquire();
+    d.slots->Acquire();
     struct Release {
-        std::counting_semaphore<256>& s;
-        ~Release() { s.release(); }
+        Slots& s;
+        ~Release() { s.Release(); }
     } release{*d.slots};
     try {
         const uint64_t start_ns = trace::Enabled() ? trace::detail::NowNs() : 0;

@@ -10,6 +10,8 @@ RemoteChipClient::RemoteChipClient(Transport& transport, std::chrono::millisecon
 
 // One waiting thread receives (the others sleep); every reply it gets is
 // filed under its call id and the sleepers are woken to look for theirs.
+// The receiver notifies with mu_ held: sleepers look under mu_ after
+// arming, so they see the filed reply once it lets go.
 Message RemoteChipClient::AwaitReply(std::unique_lock<std::mutex>& lock, int rank, uint64_t id) {
     const auto deadline = std::chrono::steady_clock::now() + reply_timeout_;
     for (;;) {
@@ -23,7 +25,14 @@ Message RemoteChipClient::AwaitReply(std::unique_lock<std::mutex>& lock, int ran
             throw Error(ErrorKind::Timeout, "rank " + std::to_string(rank) + " sent no reply to call " + std::to_string(id) +
                                                 " within " + std::to_string(reply_timeout_.count()) + " ms");
         if (receiving_) {
-            handed_over_.wait_until(lock, deadline);
+            lock.unlock();
+            handed_over_.SleepUnless(
+                [&] {
+                    std::lock_guard look(mu_);
+                    return !receiving_ || early_.count(id) != 0;
+                },
+                deadline - now);
+            lock.lock();
             continue;
         }
         receiving_ = true;
@@ -35,12 +44,12 @@ Message RemoteChipClient::AwaitReply(std::unique_lock<std::mutex>& lock, int ran
         } catch (...) {
             lock.lock();
             receiving_ = false;
-            handed_over_.notify_all();  // another waiter receives (and sees the same loss)
+            handed_over_.Notify();  // another waiter receives (and sees the same loss)
             throw;
         }
         lock.lock();
         receiving_ = false;
-        handed_over_.notify_all();
+        handed_over_.Notify();
         if (m.type != remote::kDescribeReply && m.type != remote::kCallReply && m.type != remote::kCallError)
             throw Error(ErrorKind::ProtocolError, "rank " + std::to_string(rank) + " sent message type " +
                                                       std::to_string(m.type) + " where a reply was due");

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "spyre/common/eventcount.hpp"
 #include "spyre/common/hex.hpp"
 #include "spyre/error.hpp"
 
@@ -12,6 +13,7 @@ namespace spyre::orchestration {
 struct HandleTable::Call::Slot {
     // generation (high 32 bits) | closing (bit 31) | calls in flight (low 31)
     std::atomic<uint64_t> word{0};
+    EventCount left;  // a call left a closing slot
     std::atomic<RuntimeState*> state{nullptr};
     bool c_owned = false;
 };
@@ -91,7 +93,7 @@ HandleTable::Call::~Call() {
     if (!slot_) return;
     if (!tl_inside.empty()) tl_inside.pop_back();  // calls of one thread nest
     const uint64_t w = slot_->word.fetch_sub(1, std::memory_order_release) - 1;
-    if (w & kClosing) slot_->word.notify_all();
+    if (w & kClosing) slot_->left.Notify();  // the slot's memory is never freed: a late wake is harmless
 }
 
 RuntimeState* HandleTable::Retire(::Runtime* handle, bool from_c) {
@@ -112,10 +114,9 @@ RuntimeState* HandleTable::Retire(::Runtime* handle, bool from_c) {
         if (GenerationOf(w) != generation || (w & kClosing)) Stale(handle, call);  // another thread destroys it
     } while (!s.word.compare_exchange_weak(w, w | kClosing, std::memory_order_acq_rel, std::memory_order_acquire));
     w |= kClosing;
-    while ((w & kCalls) > own) {  // calls of other threads finish what they do
-        s.word.wait(w, std::memory_order_acquire);
-        w = s.word.load(std::memory_order_acquire);
-    }
+    while ((w & kCalls) > own)  // calls of other threads finish what they do (no bound: 1 s is how often it looks)
+        s.left.SleepUnless([&] { return ((w = s.word.load(std::memory_order_acquire)) & kCalls) <= own; },
+                           std::chrono::seconds(1));
     RuntimeState* state = s.state.exchange(nullptr, std::memory_order_acq_rel);
     const uint32_t next = generation + 1 == 0 ? 1 : generation + 1;
     s.word.store((uint64_t(next) << 32) | own, std::memory_order_release);

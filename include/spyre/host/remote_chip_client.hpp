@@ -10,12 +10,12 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <utility>
 #include <vector>
 
+#include "spyre/common/eventcount.hpp"
 #include "spyre/host/remote_chip.hpp"
 #include "spyre/host/transport.hpp"
 #include "spyre/export.h"
@@ -49,7 +49,7 @@ private:
     Transport& transport_;
     std::chrono::milliseconds reply_timeout_;
     std::mutex mu_;
-    std::condition_variable handed_over_;  // a reply was filed, or the receiver left
+    EventCount handed_over_;  // a reply was filed, or the receiver left (waiters look under mu_)
     bool receiving_ = false;               // a waiting thread is in Transport::Receive
     uint64_t next_id_ = 1;
     std::map<uint64_t, Pending> pending_;

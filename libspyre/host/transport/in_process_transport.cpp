@@ -4,11 +4,11 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <thread>
 
 #include "host/transport/frame.hpp"
 #include "host/transport/message_queue.hpp"
+#include "spyre/common/eventcount.hpp"
 
 namespace spyre::host {
 
@@ -26,7 +26,7 @@ struct InProcessFabric::State {
     std::vector<PeerInfo> peers;
     std::vector<std::unique_ptr<InProcessTransport::Endpoint>> endpoints;
     std::mutex mutex;
-    std::condition_variable cv;
+    EventCount wake;  // quit was set
     bool quit = false;
     std::thread heartbeats;
 
@@ -63,7 +63,14 @@ struct InProcessFabric::State {
                     if (!endpoints[from]->stopped.load()) to->liveness.Seen(static_cast<int>(from));
                 if (to->liveness.Evaluate()) to->messages.Wake();
             }
-            cv.wait_for(lock, options.heartbeat_interval);
+            lock.unlock();
+            wake.SleepUnless(
+                [&] {
+                    std::lock_guard look(mutex);
+                    return quit;
+                },
+                options.heartbeat_interval);
+            lock.lock();
         }
     }
 };
@@ -92,7 +99,7 @@ InProcessFabric::~InProcessFabric() {
         std::lock_guard lock(state_->mutex);
         state_->quit = true;
     }
-    state_->cv.notify_all();
+    state_->wake.Notify();
     state_->heartbeats.join();
 }
 

@@ -14,7 +14,7 @@ void MessageQueue::Push(Message message) {
         const int source = message.source;
         entries_.push_back(Entry{source, std::move(message)});
     }
-    cv_.notify_all();
+    wake_.Notify();
 }
 
 void MessageQueue::PushError(int source, Error error) {
@@ -23,17 +23,17 @@ void MessageQueue::PushError(int source, Error error) {
         std::lock_guard lock(mutex_);
         entries_.push_back(Entry{source, std::move(error)});
     }
-    cv_.notify_all();
+    wake_.Notify();
 }
 
-void MessageQueue::Wake() { cv_.notify_all(); }
+void MessageQueue::Wake() { wake_.Notify(); }
 
 void MessageQueue::Close(Error error) {
     {
         std::lock_guard lock(mutex_);
         if (!closed_) closed_ = std::move(error);
     }
-    cv_.notify_all();
+    wake_.Notify();
 }
 
 Message MessageQueue::Pop(std::chrono::milliseconds timeout, int source) {
@@ -42,10 +42,13 @@ Message MessageQueue::Pop(std::chrono::milliseconds timeout, int source) {
     const auto deadline = Clock::now() + timeout;
     // Short enough that a lost peer ends the wait soon after the bound.
     const auto tick = std::max(std::chrono::milliseconds(1), liveness_.options().heartbeat_interval / 2);
+    auto matching = [&] {
+        return std::find_if(entries_.begin(), entries_.end(),
+                            [&](const Entry& e) { return source == kAnySource || e.source == source; });
+    };
     std::unique_lock lock(mutex_);
     for (;;) {
-        auto it = std::find_if(entries_.begin(), entries_.end(),
-                               [&](const Entry& e) { return source == kAnySource || e.source == source; });
+        auto it = matching();
         if (it != entries_.end()) {
             Entry entry = std::move(*it);
             entries_.erase(it);
@@ -66,7 +69,17 @@ Message MessageQueue::Pop(std::chrono::milliseconds timeout, int source) {
                                                                       : "from " + liveness_.peer(source).Describe()) +
                                                 " within " + std::to_string(timeout.count()) + " ms");
         }
-        cv_.wait_until(lock, std::min(deadline, now + tick));
+        // Producers change the queue under the lock and notify after it, so
+        // a look under the lock after arming misses nothing; a liveness
+        // change (Wake) not seen here is seen within the tick.
+        lock.unlock();
+        wake_.SleepUnless(
+            [&] {
+                std::lock_guard look(mutex_);
+                return matching() != entries_.end() || closed_.has_value();
+            },
+            std::min(deadline, now + tick) - now);
+        lock.lock();
     }
 }
 

@@ -1,18 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // MessageQueue: the messages that reached one rank, in arrival order per source,
 // and the wait for one of them that ends in a message, the source's error
-// (lost, malformed), or Timeout. Waiters re-check liveness every tick, so a
-// silent peer ends a wait within the bound plus one tick.
+// (lost, malformed), or Timeout. Waiters sleep on an EventCount and re-check
+// liveness every tick, so a silent peer ends a wait within the bound plus
+// one tick.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <variant>
 
 #include "host/transport/peer_liveness.hpp"
+#include "spyre/common/eventcount.hpp"
 
 namespace spyre::host::wire {
 
@@ -39,7 +40,7 @@ private:
     };
     PeerLiveness& liveness_;
     std::mutex mutex_;
-    std::condition_variable cv_;
+    EventCount wake_;  // an entry came, the queue closed, or liveness moved
     std::deque<Entry> entries_;
     std::optional<Error> closed_;
 };

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <climits>
-#include <condition_variable>
 #include <deque>
 #include <future>
 #include <mutex>
@@ -18,6 +17,7 @@
 
 #include "host/transport/frame.hpp"
 #include "host/transport/message_queue.hpp"
+#include "spyre/common/eventcount.hpp"
 #include "spyre/common/log.hpp"
 
 namespace spyre::host {
@@ -72,7 +72,7 @@ struct MpiTransport::State {
     std::unique_ptr<wire::MessageQueue> messages;
 
     std::mutex mutex;  // guards the hand-over queues below
-    std::condition_variable cv;
+    EventCount wake;   // the idle progress thread's: a send, a job, or stop (notified after the unlock)
     std::deque<Outgoing> queue;
     std::deque<Job> jobs;
     bool stop = false;
@@ -374,8 +374,12 @@ void MpiTransport::State::Run(std::promise<void>& ready) {
                 std::this_thread::yield();
             continue;
         }
-        std::unique_lock lock(mutex);
-        cv.wait_for(lock, options.idle_sleep, [&] { return stop || !queue.empty() || !jobs.empty(); });
+        wake.SleepUnless(
+            [&] {
+                std::lock_guard lock(mutex);
+                return stop || !queue.empty() || !jobs.empty();
+            },
+            options.idle_sleep);
     }
     Shutdown();
 }
@@ -448,7 +452,7 @@ MpiTransport::~MpiTransport() {
         std::lock_guard lock(state_->mutex);
         state_->stop = true;
     }
-    state_->cv.notify_all();
+    state_->wake.Notify();
     state_->thread.join();
 }
 
@@ -466,7 +470,7 @@ void MpiTransport::Send(int destination, Message message) {
         if (state_->stop) throw Error(ErrorKind::InvalidArgument, "Send on an MPI transport that is shutting down");
         state_->queue.push_back(std::move(out));
     }
-    state_->cv.notify_all();
+    state_->wake.Notify();
 }
 
 Message MpiTransport::Receive(std::chrono::milliseconds timeout, int source) {
@@ -486,7 +490,7 @@ void MpiTransport::RunOnMpiThread(const std::function<void(MPI_Comm)>& work) {
         done = job.done.get_future();
         state_->jobs.push_back(std::move(job));
     }
-    state_->cv.notify_all();
+    state_->wake.Notify();
     done.get();
 }
 
