@@ -18,6 +18,11 @@ namespace spyre::orchestration {
 namespace {
 
 constexpr uint64_t kTableBytes = PTO_MAX_PARAMS * sizeof(uint64_t);
+// How long the worker looks for completions, yielding, before it sleeps on
+// the completion interrupt. Yield, not spin: on a host with few CPUs the
+// device's threads (a mock's server and cores) need the CPU a spinning
+// waiter holds, and a short task's completion comes sooner when they get it.
+constexpr auto kYieldPoll = std::chrono::microseconds(50);
 
 // The descriptor's task id carries the argument table's index beside the
 // runtime's task id, so a completion frees its table without a lookup.
@@ -96,7 +101,7 @@ void DeviceWorker::Serve(uint32_t tables, ReadyQueue& ready, CompletionSink& sin
     std::vector<spyre_task_cqe> done(tables);
     std::vector<int32_t> in_flight_ids(tables, -1);  // by table
     driver::WaitOptions wait;
-    wait.mode = driver::WaitMode::Adaptive;
+    wait.mode = driver::WaitMode::Blocking;  // after kYieldPoll of looking
     // A wait ends after this long to look for tasks that became ready
     // meanwhile (the completion interrupt does not see the ready queue).
     wait.timeout = std::chrono::microseconds(500);
@@ -153,6 +158,11 @@ void DeviceWorker::Serve(uint32_t tables, ReadyQueue& ready, CompletionSink& sin
                 return n;
             };
             size_t n = reap();
+            if (n == 0) {
+                const auto until = std::chrono::steady_clock::now() + kYieldPoll;
+                do std::this_thread::yield();
+                while ((n = reap()) == 0 && std::chrono::steady_clock::now() < until);
+            }
             if (n == 0) {
                 try {
                     driver::TaskQueue::WaitAny(queues, wait);

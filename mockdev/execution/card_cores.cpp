@@ -35,7 +35,7 @@ unsigned CardCores::DefaultWorkers() {
     return std::clamp(std::thread::hardware_concurrency(), 1u, kCardCores);
 }
 
-CardCores::CardCores(unsigned workers) {
+CardCores::CardCores(unsigned workers, std::chrono::microseconds linger) : linger_(linger) {
     workers = std::max(workers, 1u);
     group_wake_ = std::make_unique<GroupWake[]>((workers + SPYRE_TQ_DEFAULT_GROUP_CORES - 1) / SPYRE_TQ_DEFAULT_GROUP_CORES);
     // Signals belong to the FUSE loop's thread, as for the queue servers.
@@ -172,26 +172,56 @@ void CardCores::RemoveTaskSource(TaskSource* source) {
 }
 
 void CardCores::WakeAllWorkers() {
-    for (unsigned g = 0; g < groups(); ++g) group_wake_[g].cv.notify_all();
+    for (unsigned g = 0; g < groups(); ++g) {
+        group_wake_[g].poke.fetch_add(1, std::memory_order_release);
+        group_wake_[g].cv.notify_all();
+    }
+}
+
+unsigned CardCores::lingering(unsigned group) {
+    std::lock_guard lock(mutex_);
+    return group < groups() ? group_wake_[group].lingering : 0;
+}
+
+void CardCores::Linger(GroupWake& wake, std::unique_lock<std::mutex>& lock) {
+    ++wake.lingering;
+    const uint64_t poke = wake.poke.load(std::memory_order_relaxed);  // bumped under mutex_: none missed
+    lock.unlock();
+    // Yield, not spin: on a host with few CPUs the thread that brings the
+    // next task (the task server, the driver) needs the CPU.
+    const auto until = std::chrono::steady_clock::now() + linger_;
+    while (wake.poke.load(std::memory_order_acquire) == poke && std::chrono::steady_clock::now() < until)
+        std::this_thread::yield();
+    lock.lock();
+    --wake.lingering;
 }
 
 void CardCores::NotifyTasks(uint32_t group, uint32_t count) {
     if (group >= groups() || count == 0) return;  // no core serves that queue
     GroupWake& wake = group_wake_[group];
+    unsigned lingering;
     {
         std::lock_guard lock(mutex_);
         ++wake.task_seq;
+        wake.poke.fetch_add(1, std::memory_order_release);
+        // A lingering worker sees the poke, or (once it stops lingering,
+        // under mutex_) the new task_seq: it takes a task without a wake.
+        lingering = wake.lingering;
     }
     // A worker that finishes a task looks for the next one before it
     // sleeps, so one woken worker per new task (at most the group) is enough.
-    for (uint32_t i = 0; i < std::min(count, group_cores(group)); ++i) wake.cv.notify_one();
+    const uint32_t wakes = std::min(count, group_cores(group));
+    for (uint32_t i = lingering; i < wakes; ++i) {
+        wake.cv.notify_one();
+        wakes_sent_.fetch_add(1, std::memory_order_relaxed);
+    }
 }
 
 void CardCores::NotifyTasks() {
     {
         std::lock_guard lock(mutex_);
         for (unsigned g = 0; g < groups(); ++g) ++group_wake_[g].task_seq;
-    }
+    }  // WakeAllWorkers pokes lingering workers too
     WakeAllWorkers();
 }
 
@@ -257,8 +287,16 @@ void CardCores::Work(unsigned core) {
     uint64_t tasks_seen = 0;
     bool look = false;  // look for a task without a new notification (after running one)
     bool held = false;  // counted in held_workers_: wanted a task while a program held the card
+    bool ran = false;   // ran a task since it last lingered
     std::unique_lock lock(mutex_);
     for (;;) {
+        // Nothing to do right now, after a task: look a little longer
+        // before sleeping (bounded per group, so idle cores cost no CPU).
+        if (ran && !look && !stopping_ && generation_ == seen && wake.task_seq == tasks_seen && linger_.count() > 0 &&
+            wake.lingering < kMaxLingering) {
+            ran = false;
+            Linger(wake, lock);
+        }
         wake.cv.wait(lock, [&] {
             if (stopping_ || generation_ != seen) return true;
             const bool wants_task = look || wake.task_seq != tasks_seen;
@@ -297,7 +335,10 @@ void CardCores::Work(unsigned core) {
             std::lock_guard turn_lock(turn_mutex_);  // a program between its look and its wait holds it
             turn_cv_.notify_all();
         }
-        if (look) task.source->Run(task, core);
+        if (look) {
+            task.source->Run(task, core);
+            ran = true;
+        }
         lock.lock();
         if (look && tasks_running_.fetch_sub(1, std::memory_order_seq_cst) == 1) tasks_done_.notify_all();
     }

@@ -25,10 +25,16 @@
 // that waited for it to take a task do so before the next program takes the
 // card. Programs and rounds of tasks alternate: neither kind starves the
 // other.
+//
+// A worker that has just run a task lingers (yields, up to `linger`) before
+// it sleeps, one per group at a time: a task that comes in the meantime (the
+// next link of a chain) is taken without a wake-up, which costs a context
+// switch and, on a host with few CPUs, a wait for the scheduler.
 #pragma once
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -70,7 +76,12 @@ public:
     // Default pool size: the card's 32 cores, or fewer if the machine has fewer.
     static unsigned DefaultWorkers();
 
-    explicit CardCores(unsigned workers);
+    // How long a worker that ran a task looks for the next before it sleeps.
+    static constexpr std::chrono::microseconds kDefaultLinger{50};
+    // At most this many workers of a group linger at once.
+    static constexpr unsigned kMaxLingering = 1;
+
+    explicit CardCores(unsigned workers, std::chrono::microseconds linger = kDefaultLinger);
     ~CardCores();
 
     CardCores(const CardCores&) = delete;
@@ -123,6 +134,10 @@ public:
     unsigned waiting();
     // Times a worker woke for new tasks and found none to take (for tests).
     uint64_t fruitless_wakeups() const { return fruitless_wakeups_.load(std::memory_order_relaxed); }
+    // Wake-ups NotifyTasks(group, count) sent (for tests).
+    uint64_t wakes_sent() const { return wakes_sent_.load(std::memory_order_relaxed); }
+    // Workers of `group` lingering now (for tests).
+    unsigned lingering(unsigned group);
     // Workers waiting to take a task while a program holds the card (for tests).
     unsigned tasks_waiting() const { return held_workers_.load(); }
 
@@ -168,8 +183,13 @@ private:
     // condition, so new tasks wake only workers that can take them.
     struct GroupWake {
         std::condition_variable cv;
-        uint64_t task_seq = 0;  // bumped by NotifyTasks
+        uint64_t task_seq = 0;          // bumped by NotifyTasks
+        unsigned lingering = 0;         // workers looking before they sleep (NotifyTasks spares their wakes)
+        std::atomic<uint64_t> poke{0};  // bumped (under mutex_) whenever the group's workers should look
     };
+    // A worker that ran a task looks (yielding) for up to linger_ before it
+    // sleeps, until its group is poked.
+    void Linger(GroupWake& wake, std::unique_lock<std::mutex>& lock);
     std::unique_ptr<GroupWake[]> group_wake_;
     void WakeAllWorkers();  // a program's op, a release or stopping: every worker looks
     std::condition_variable done_;
@@ -194,6 +214,8 @@ private:
     // with TryTake: one of the two sees the other).
     std::atomic<unsigned> taking_{0};
     std::atomic<uint64_t> fruitless_wakeups_{0};
+    std::atomic<uint64_t> wakes_sent_{0};
+    const std::chrono::microseconds linger_;
     std::vector<TaskSource*> sources_;  // guarded by mutex_
     size_t next_source_ = 0;           // round robin between functions
     std::vector<std::thread> threads_;

@@ -229,6 +229,71 @@ TEST(CardCores, ANewTaskWakesOneWorkerOfItsGroup) {
     cores.RemoveTaskSource(&tasks);
 }
 
+// A worker that has just run a task lingers before it sleeps: the next task
+// (a chain's next link) is taken by it without a wake-up. The linger here is
+// an hour, so the test does not depend on how fast the host is; the card's
+// destruction ends it (a stop pokes lingering workers).
+TEST(CardCores, AWorkerThatJustRanATaskTakesTheNextWithoutAWake) {
+    CardCores cores(16, std::chrono::hours(1));
+    // Every worker has started and sleeps (one starting late would look for
+    // a task on its own).
+    ASSERT_EQ(cores.ParallelFor(16, Forever(), [](size_t) { return uint16_t(SPYRE_ERR_NONE); }), SPYRE_ERR_NONE);
+    std::vector<char> log;
+    std::mutex mu;
+    std::condition_variable cv;
+    FakeTasks tasks('t', 0, log, mu, cv);
+    cores.AddTaskSource(&tasks);
+    tasks.Add(1);
+    cores.NotifyTasks(0, 1);
+    EXPECT_EQ(cores.wakes_sent(), 1u);  // every worker slept
+    for (size_t i = 2; i <= 20; ++i) {
+        {
+            std::unique_lock lock(mu);
+            ASSERT_TRUE(cv.wait_for(lock, 30s, [&] { return log.size() == i - 1; }));
+        }
+        while (cores.lingering(0) != 1) std::this_thread::yield();
+        EXPECT_EQ(cores.lingering(1), 0u);  // group 1 ran nothing
+        tasks.Add(1);
+        cores.NotifyTasks(0, 1);
+    }
+    {
+        std::unique_lock lock(mu);
+        ASSERT_TRUE(cv.wait_for(lock, 30s, [&] { return log.size() == 20; }));
+    }
+    EXPECT_EQ(cores.wakes_sent(), 1u);
+    EXPECT_EQ(cores.fruitless_wakeups(), 0u);
+    for (unsigned core : tasks.cores_) EXPECT_EQ(core, tasks.cores_.front());  // the one lingering worker
+    // Two tasks with one worker lingering: one wake-up for the other.
+    while (cores.lingering(0) != 1) std::this_thread::yield();
+    tasks.Add(2);
+    cores.NotifyTasks(0, 2);
+    {
+        std::unique_lock lock(mu);
+        ASSERT_TRUE(cv.wait_for(lock, 30s, [&] { return log.size() == 22; }));
+    }
+    EXPECT_EQ(cores.wakes_sent(), 2u);
+    cores.RemoveTaskSource(&tasks);
+}
+
+// Without a linger every new task wakes a sleeping worker.
+TEST(CardCores, WithoutALingerEveryTaskIsAWake) {
+    CardCores cores(8, std::chrono::microseconds(0));
+    std::vector<char> log;
+    std::mutex mu;
+    std::condition_variable cv;
+    FakeTasks tasks('t', 0, log, mu, cv);
+    cores.AddTaskSource(&tasks);
+    for (size_t i = 1; i <= 5; ++i) {
+        tasks.Add(1);
+        cores.NotifyTasks(0, 1);
+        std::unique_lock lock(mu);
+        ASSERT_TRUE(cv.wait_for(lock, 30s, [&] { return log.size() == i; }));
+    }
+    EXPECT_EQ(cores.wakes_sent(), 5u);
+    EXPECT_EQ(cores.lingering(0), 0u);
+    cores.RemoveTaskSource(&tasks);
+}
+
 // One worker, two functions' queues: the worker alternates between them, so
 // the function with 100 tasks does not hold back the one with 10.
 TEST(CardCores, TasksOfTwoFunctionsAlternate) {
