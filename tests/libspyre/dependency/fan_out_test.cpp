@@ -74,6 +74,13 @@ struct Engine {
 };
 using S = Engine::State;
 
+// top -> {left, right} -> join
+struct Diamond {
+    size_t top, left, right, join;
+    explicit Diamond(Engine& e)
+        : top(e.Submit({})), left(e.Submit({top})), right(e.Submit({top})), join(e.Submit({left, right})) {}
+};
+
 TEST(FanOut, AChainRunsLinkByLink) {
     Engine e;
     e.Reserve(8);
@@ -94,10 +101,7 @@ TEST(FanOut, AChainRunsLinkByLink) {
 TEST(FanOut, ADiamondsJoinWaitsForBothSides) {
     Engine e;
     e.Reserve(8);
-    const size_t top = e.Submit({});
-    const size_t left = e.Submit({top});
-    const size_t right = e.Submit({top});
-    const size_t join = e.Submit({left, right});
+    const auto [top, left, right, join] = Diamond(e);
     EXPECT_EQ(e.tasks[join].gate.fanin_remaining, 2);
     e.Run(top);  // fans out to both sides
     EXPECT_EQ(e.StateOf(left), S::Ready);
@@ -113,10 +117,7 @@ TEST(FanOut, ADiamondsJoinWaitsForBothSides) {
 TEST(FanOut, AFailedProducerPoisonsTheDiamondWithItsOwnRecord) {
     Engine e;
     e.Reserve(8);
-    const size_t top = e.Submit({});
-    const size_t left = e.Submit({top});
-    const size_t right = e.Submit({top});
-    const size_t join = e.Submit({left, right});
+    const auto [top, left, right, join] = Diamond(e);
     const size_t after = e.Submit({join});
     const size_t other = e.Submit({});  // independent: untouched
     e.Run(top, 42);
