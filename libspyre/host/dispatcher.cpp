@@ -214,15 +214,9 @@ void Dispatcher::File(HostTask* t) {
     for (const TensorArg& a : t->args)
         tracker_.Access(a.tensor.storage_id(), a.tensor.byte_offset(), a.tensor.byte_offset() + a.tensor.bytes(),
                         a.access != Access::In, t, producers_);
-    for (HostTask* p : producers_) {  // RegionMap lists each once
-        if (p->state == HostTask::State::Failed || p->state == HostTask::State::Skipped) {
-            if (!t->root) t->root = p->root;
-        } else {
-            p->consumers.push_back(t);
-            ++t->fanin;
-        }
-    }
-    if (t->fanin == 0) MakeReady(t);
+    for (HostTask* p : producers_)  // RegionMap lists each once
+        if (dependency::Meet(t->gate, p->gate, p->Finished())) p->consumers.push_back(t);
+    if (t->gate.fanin_remaining == 0) MakeReady(t);
 }
 
 void Dispatcher::Free(HostTask* task) {
@@ -264,7 +258,7 @@ void Dispatcher::Seal(RunState& run, std::optional<TaskFailureInfo> failure) {
 }
 
 void Dispatcher::MakeReady(HostTask* task) {
-    if (task->root) {
+    if (task->gate.root) [[unlikely]] {  // a producer failed
         Finish(task, HostTask::State::Skipped, {});
         return;
     }
@@ -306,7 +300,7 @@ void Dispatcher::Finish(HostTask* task, HostTask::State state, TaskFailureInfo f
             else if (chip) residency_.Copied(a.tensor, task->device);
         }
     } else if (state == HostTask::State::Failed) {
-        task->root = std::make_shared<const TaskFailureInfo>(failure);
+        task->gate.root = std::make_shared<const TaskFailureInfo>(failure);
         // What the device copies of its outputs hold is unknown now.
         for (const TensorArg& a : task->args)
             if (a.access != Access::In) residency_.Wrote(a.tensor, Residency::kHost);
@@ -314,16 +308,16 @@ void Dispatcher::Finish(HostTask* task, HostTask::State state, TaskFailureInfo f
     } else {
         run.skipped.push_back(task->name);
         // Skipped for a task of an earlier run in flight: this run fails with that cause too.
-        const uint64_t root_id = task->root->task_id;
+        const uint64_t root_id = task->gate.root->task_id;
         if (std::none_of(run.failures.begin(), run.failures.end(), [&](const auto& f) { return f.task_id == root_id; }))
-            run.failures.push_back(*task->root);
+            run.failures.push_back(*task->gate.root);
     }
     if (task->trace.track != 0) [[unlikely]]
         TraceHandOff(*task);
-    for (HostTask* c : task->consumers) {
-        if (state != HostTask::State::Done && !c->root) c->root = task->root;
-        if (--c->fanin == 0) MakeReady(c);
-    }
+    // Its root (null: it finished well) poisons its consumers.
+    dependency::Release(
+        task->gate.root, task->consumers, [](HostTask* c) -> HostTask& { return *c; },
+        [this](HostTask& c) { MakeReady(&c); });
     run.finished.push_back({std::move(task->name), task->id, task->start_ns, task->end_ns,
                             chip ? uint32_t(task->device) : UINT32_MAX, task->level,
                             state == HostTask::State::Done     ? TaskState::Done
@@ -388,6 +382,7 @@ void SetCause(TaskFailureInfo& f) {
         f.kind = e.kind();
         f.cause = e.message();
         f.device_code = e.context().device_code;
+        if (e.context().kernel_id) f.kernel_id = int32_t(*e.context().kernel_id);
     } catch (const std::exception& e) {
         f.kind = ErrorKind::TaskFailed;
         f.cause = e.what();

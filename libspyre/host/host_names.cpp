@@ -18,15 +18,6 @@ const char* ToString(Access access) noexcept {
     return "?";
 }
 
-const char* ToString(Level level) noexcept {
-    switch (level) {
-    case Level::CoreGroup: return "CORE_GROUP";
-    case Level::Chip: return "CHIP";
-    case Level::Host: return "HOST";
-    }
-    return "?";
-}
-
 const char* ToString(TaskState state) noexcept {
     switch (state) {
     case TaskState::Done: return "done";
@@ -104,6 +95,7 @@ ErrorContext ContextOf(const TaskFailureInfo& f) {
     c.device = f.device;
     c.device_code = f.device_code;
     c.op_index = f.task_id;
+    if (f.kernel_id >= 0) c.kernel_id = f.kernel_id;
     return c;
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "dependency/fan_out.hpp"
 #include "spyre/common/eventcount.hpp"
 #include "spyre/host/chip_executor.hpp"
 #include "spyre/host/worker.hpp"
@@ -37,11 +38,11 @@ struct HostTask {
     RunState* run = nullptr;
 
     State state = State::Pending;
-    int fanin = 0;                       // producers not finished yet
+    // Producers not finished yet, and the failure this task is skipped for
+    // (its own once it failed). The root is a value, not the failed task:
+    // that may belong to another run, gone by then.
+    dependency::Gate gate;
     std::vector<HostTask*> consumers;
-    // The failure this task is skipped for (its own once it failed). A value,
-    // not the failed task: that may belong to another run, gone by then.
-    std::shared_ptr<const TaskFailureInfo> root;
     size_t device = SIZE_MAX;            // where a chip task was placed
     ChipCall call;                       // what its device thread runs, set when placed
 

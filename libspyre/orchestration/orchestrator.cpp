@@ -124,13 +124,7 @@ int32_t Orchestrator::TaskState(int32_t task_id) const { return int32_t(Graph(*s
 void Orchestrator::WaitAll() { Graph(*state_).WaitAll(); }
 void Orchestrator::WaitAll(const ProgressCallback& progress) { Graph(*state_).WaitAll(progress); }
 
-std::vector<TaskFailure> Orchestrator::Failures() const {
-    std::vector<TaskFailure> out;
-    for (const auto& r : Graph(*state_).Failures())
-        out.push_back({r.task_id, r.kernel_id, r.outcome == orchestration::TaskOutcome::Skipped, r.cause.task_id,
-                       r.cause.kernel_id, r.cause.device_code});
-    return out;
-}
+std::vector<TaskFailure> Orchestrator::Failures() const { return Graph(*state_).Failures(); }
 
 uint64_t Orchestrator::DeviceAddress(const void* buffer) const { return Graph(*state_).DeviceAddress(buffer); }
 void* Orchestrator::HostAddress(uint64_t device_address, uint64_t size) const {

@@ -23,7 +23,7 @@ struct ScopeRecord {
     int32_t skipped = 0;     // and that were skipped
     int32_t first_task = -1;  // the first of those, and why
     int32_t first_kernel = -1;
-    RootCause first_cause;
+    dependency::Root first_root;  // never null once first_task is set
 };
 
 class ScopeStack {
@@ -44,14 +44,14 @@ public:
     }
     // Task `task_id` failed (or was skipped): every open scope it belongs to
     // (those begun at or before it) counts it.
-    void NoteFailure(int32_t task_id, int32_t kernel_id, bool skipped, const RootCause& cause) {
+    void NoteFailure(int32_t task_id, int32_t kernel_id, bool skipped, const dependency::Root& root) {
         for (ScopeRecord& s : scopes_) {
             if (s.begin > task_id) break;  // begins rise from outer to inner
             ++(skipped ? s.skipped : s.failed);
             if (s.first_task < 0) {
                 s.first_task = task_id;
                 s.first_kernel = kernel_id;
-                s.first_cause = cause;
+                s.first_root = root;
             }
         }
     }

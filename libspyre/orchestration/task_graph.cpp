@@ -427,12 +427,13 @@ void TaskGraph::ScopeEnd() {
     WakeWaiters();
     if (scope.first_task >= 0) {
         std::ostringstream s;
-        s << "scope of tasks [" << scope.begin << ", " << end << "): task " << scope.first_cause.task_id << " (kernel "
-          << scope.first_cause.kernel_id << ") failed with device error code " << scope.first_cause.device_code << "; "
-          << scope.failed << " task(s) failed, " << scope.skipped << " dependent task(s) skipped";
+        const TaskFailureInfo& root = *scope.first_root;
+        s << "scope of tasks [" << scope.begin << ", " << end << "): task " << root.task_id << " (kernel "
+          << root.kernel_id << ") failed with device error code " << root.device_code << "; " << scope.failed
+          << " task(s) failed, " << scope.skipped << " dependent task(s) skipped";
         throw Error(ErrorKind::DeviceError, s.str(),
-                    {.device = options_.device, .op_index = uint64_t(scope.first_cause.task_id),
-                     .kernel_id = scope.first_cause.kernel_id, .device_code = scope.first_cause.device_code});
+                    {.device = options_.device, .op_index = root.task_id, .kernel_id = root.kernel_id,
+                     .device_code = root.device_code});
     }
 }
 
@@ -577,29 +578,19 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
             if (p.kind != PARAM_INPUT) buffers_.AddWriter(*b, id);
         }
     }
-    // Counted here and stored once: completions apply under the lock this
-    // holds, so nothing decrements it before the task is published.
-    int32_t waiting_for = 0;
+    // Completions apply under the lock this holds: nothing counts the
+    // fan-in down before the task is published.
     for (int32_t d : deps_) {
         TaskDescriptor& producer = ring_.Get(d);
-        if (producer.state.load(std::memory_order_relaxed) == TaskState::Completed) {
-            // Nothing to wait for, but a failed producer poisons this task,
-            // and any producer is held (not consumed, its heap block not
-            // reused) until this task completes.
-            if (producer.outcome != TaskOutcome::Ok && !t.poisoned) {
-                t.poisoned = true;
-                t.cause = producer.cause;
-            }
-            ++producer.fanout_count;
-            t.fanin.push_back(d);
-            continue;
-        }
-        producer.fanout.push_back(id);
+        // Every producer is held (not consumed, its heap block not reused)
+        // until this task completes; one completed already is not waited
+        // for, but passes on its failure, if any.
         ++producer.fanout_count;
         t.fanin.push_back(d);
-        ++waiting_for;
+        if (dependency::Meet(t.gate, producer.gate,
+                             producer.state.load(std::memory_order_relaxed) == TaskState::Completed))
+            producer.fanout.push_back(id);
     }
-    t.fanin_remaining.store(waiting_for, std::memory_order_relaxed);
     // This thread's depth-0 outputs the task reads are its to hold now, as
     // their consumer.
     if (uses_outputs && !holds_.empty()) LetGoHoldsReadBy(t);
@@ -614,7 +605,7 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
     }
     ++inflight_;
     ++submitted_;
-    if (waiting_for == 0) {
+    if (t.gate.fanin_remaining == 0) {
         if (RunsHere(t)) {
             RunHere(sub, lock, t);
             return id;
@@ -626,7 +617,7 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
 }
 
 bool TaskGraph::RunsHere(const TaskDescriptor& t) const {
-    return options_.run_cheap_host_tasks_here && !t.poisoned && t.core_type != WORKER_EXTERNAL &&
+    return options_.run_cheap_host_tasks_here && !t.gate.root && t.core_type != WORKER_EXTERNAL &&
            RouteFor(t.core_type, *t.kernel).executor == executors_.front() && t.kernel->host_cost.Cheap();
 }
 
@@ -659,7 +650,7 @@ void TaskGraph::RunHere(std::unique_lock<std::mutex>& submitting, Lock& lock, Ta
 }
 
 void TaskGraph::MakeReady(TaskDescriptor& t) {
-    if (t.poisoned) {
+    if (t.gate.root) [[unlikely]] {  // a producer failed: skipped, not run
         skip_work_.push_back(t.task_id);
         return;
     }
@@ -700,20 +691,16 @@ void TaskGraph::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped,
         NoteFailure(t);
     } else if (status != 0) {
         t.outcome = TaskOutcome::Failed;
-        t.cause = {t.task_id, t.func_id, status};
+        t.gate.root = FailureOf(t, status);
         NoteFailure(t);
     } else {
         t.outcome = TaskOutcome::Ok;
     }
     t.state.store(TaskState::Completed, std::memory_order_release);
-    for (int32_t c : t.fanout) {
-        TaskDescriptor& consumer = ring_.Get(c);
-        if (t.outcome != TaskOutcome::Ok && !consumer.poisoned) {
-            consumer.poisoned = true;
-            consumer.cause = t.cause;
-        }
-        if (consumer.fanin_remaining.fetch_sub(1, std::memory_order_relaxed) == 1) MakeReady(consumer);
-    }
+    // Its root (null: it completed well) poisons its consumers.
+    dependency::Release(
+        t.gate.root, t.fanout, [this](int32_t c) -> TaskDescriptor& { return ring_.Get(c); },
+        [this](TaskDescriptor& consumer) { MakeReady(consumer); });
     for (int32_t p : t.fanin) {
         TaskDescriptor& producer = ring_.Get(p);
         ++producer.fanout_refcount;
@@ -840,9 +827,25 @@ void TaskGraph::ReleaseHold() {
     if (!holds_.empty()) LetGoHoldsOf(std::this_thread::get_id());
 }
 
+dependency::Root TaskGraph::FailureOf(const TaskDescriptor& t, uint32_t status) const {
+    auto f = std::make_shared<TaskFailureInfo>();
+    f->task = "task " + std::to_string(t.task_id);
+    f->task_id = uint64_t(t.task_id);
+    f->level = Level::CoreGroup;
+    f->device = options_.device;
+    f->function = "kernel " + std::to_string(t.func_id);
+    f->kind = ErrorKind::DeviceError;
+    f->cause = "device error code " + std::to_string(status);
+    f->device_code = status;
+    f->kernel_id = t.func_id;
+    return f;
+}
+
 void TaskGraph::NoteFailure(const TaskDescriptor& t) {
-    failures_.push_back({t.task_id, t.func_id, t.outcome, t.cause});
-    scopes_.NoteFailure(t.task_id, t.func_id, t.outcome == TaskOutcome::Skipped, t.cause);
+    const TaskFailureInfo& root = *t.gate.root;  // its own, or the one it was skipped for
+    const bool skipped = t.outcome == TaskOutcome::Skipped;
+    failures_.push_back({t.task_id, t.func_id, skipped, int32_t(root.task_id), root.kernel_id, root.device_code});
+    scopes_.NoteFailure(t.task_id, t.func_id, skipped, t.gate.root);
 }
 
 void TaskGraph::PoisonWrites(const TaskDescriptor& t) {
@@ -850,7 +853,7 @@ void TaskGraph::PoisonWrites(const TaskDescriptor& t) {
         const ResolvedParam& p = t.params[i];
         if (p.kind == PARAM_INPUT || p.implicit) continue;  // heap blocks go back to the ring with the task
         const auto lo = uint64_t(reinterpret_cast<uintptr_t>(p.host));
-        poisoned_.push_back({lo, lo + p.size, t.cause});
+        poisoned_.push_back({lo, lo + p.size, t.gate.root});
     }
 }
 
@@ -860,16 +863,13 @@ void TaskGraph::CheckPoison(TaskDescriptor& t) {
         if (p.implicit || p.kind == PARAM_OUTPUT) continue;
         const auto lo = uint64_t(reinterpret_cast<uintptr_t>(p.host)), hi = lo + p.size;
         for (const PoisonedRegion& r : poisoned_)
-            if (lo < r.hi && r.lo < hi && !t.poisoned) {
-                t.poisoned = true;
-                t.cause = r.cause;
-            }
+            if (lo < r.hi && r.lo < hi) dependency::Inherit(t.gate.root, r.root);
     }
     // A pure write over a whole poisoned region makes it good again (a
     // partial one leaves the rest stale: the region stays).
     for (int32_t i = 0; i < t.num_params; ++i) {
         const ResolvedParam& p = t.params[i];
-        if (p.implicit || p.kind != PARAM_OUTPUT || t.poisoned) continue;
+        if (p.implicit || p.kind != PARAM_OUTPUT || t.gate.root) continue;
         const auto lo = uint64_t(reinterpret_cast<uintptr_t>(p.host));
         DropPoisonInside(lo, lo + p.size);
     }
@@ -964,13 +964,13 @@ void TaskGraph::WaitAll(const ProgressCallback& progress) {
     }
     waited_ = completed_;
     if (failures_.empty()) return;
-    std::vector<TaskReport> reports;
+    std::vector<TaskFailure> reports;
     reports.swap(failures_);
     poisoned_.clear();  // reported: what the caller does with the data is its own
-    const TaskReport* root = nullptr;
+    const TaskFailure* root = nullptr;
     int32_t failed = 0, skipped = 0;
-    for (const TaskReport& r : reports) {
-        if (r.outcome == TaskOutcome::Failed) {
+    for (const TaskFailure& r : reports) {
+        if (!r.skipped) {
             ++failed;
             if (!root) root = &r;
         } else {
@@ -979,14 +979,14 @@ void TaskGraph::WaitAll(const ProgressCallback& progress) {
     }
     if (!root) root = &reports.front();
     std::ostringstream s;
-    s << "task " << root->cause.task_id << " (kernel " << root->cause.kernel_id << ") failed with device error code "
-      << root->cause.device_code << "; " << failed << " task(s) failed, " << skipped << " dependent task(s) skipped";
+    s << "task " << root->root_task_id << " (kernel " << root->root_kernel_id << ") failed with device error code "
+      << root->device_code << "; " << failed << " task(s) failed, " << skipped << " dependent task(s) skipped";
     throw Error(ErrorKind::DeviceError, s.str(),
-                {.device = options_.device, .op_index = uint64_t(root->cause.task_id),
-                 .kernel_id = root->cause.kernel_id, .device_code = root->cause.device_code});
+                {.device = options_.device, .op_index = uint64_t(root->root_task_id),
+                 .kernel_id = root->root_kernel_id, .device_code = root->device_code});
 }
 
-std::vector<TaskReport> TaskGraph::Failures() const {
+std::vector<TaskFailure> TaskGraph::Failures() const {
     Lock lock(*this);
     return failures_;
 }

@@ -37,6 +37,7 @@
 #include "spyre/common/inbox.hpp"
 #include "spyre/common/progress.hpp"
 #include "spyre/error.hpp"
+#include "spyre/orchestration/orchestrator.hpp"
 #include "spyre/pto.h"
 
 namespace spyre::orchestration {
@@ -58,14 +59,6 @@ struct TaskGraphOptions {
     bool run_cheap_host_tasks_here = true;
     uint32_t cheap_host_task_ns = RunCost::kDefaultCheapNs;
     std::string device;         // for messages
-};
-
-// A task that failed or was skipped, as reported by WaitAll and ScopeEnd.
-struct TaskReport {
-    int32_t task_id = -1;
-    int32_t kernel_id = -1;
-    TaskOutcome outcome = TaskOutcome::None;
-    RootCause cause;  // the failed task behind it (itself when it failed)
 };
 
 struct TaskGraphStats {
@@ -110,8 +103,9 @@ public:
     // Waits for every task submitted; `progress` (if set) hears tasks
     // completed of those submitted since the last WaitAll.
     void WaitAll(const ProgressCallback& progress = {});
-    // Failed and skipped tasks not yet reported by WaitAll.
-    std::vector<TaskReport> Failures() const;
+    // Failed and skipped tasks not yet reported by WaitAll, each with its
+    // root (TaskFailure::root_*).
+    std::vector<TaskFailure> Failures() const;
 
     uint64_t DeviceAddress(const void* p, uint64_t size = 1) const;
     uint8_t* HostAddress(uint64_t device_address, uint64_t size) const;
@@ -211,6 +205,8 @@ private:
     // lookups' producers).
     void CheckOutputsUsed(TaskDescriptor& t);
     bool InHeap(const uint8_t* p, uint64_t size) const noexcept;
+    // The record of `t` failing with device error `status` (its root).
+    dependency::Root FailureOf(const TaskDescriptor& t, uint32_t status) const;
     // Records a failed or skipped task for WaitAll and its open scopes.
     void NoteFailure(const TaskDescriptor& t);
     void ReleaseBuffer(BufferInfo& b);
@@ -244,7 +240,7 @@ private:
     std::vector<std::unique_ptr<ReadyQueue>> queues_;
     Route routes_[PTO_WORKER_TYPES];
     std::vector<std::shared_ptr<Executor>> executors_;
-    std::vector<TaskReport> failures_;
+    std::vector<TaskFailure> failures_;
     std::vector<int32_t> skip_work_;   // poisoned tasks whose inputs are done
     // What a failed or skipped writer should have written, kept after its
     // slot is reclaimed (the hazard map forgets it then) until WaitAll reports
@@ -252,7 +248,7 @@ private:
     // a reader submitted meanwhile is skipped, not run on stale data.
     struct PoisonedRegion {
         uint64_t lo, hi;  // host addresses [lo, hi)
-        RootCause cause;
+        dependency::Root root;
     };
     std::vector<PoisonedRegion> poisoned_;
     std::vector<int32_t> deps_;        // Submit's scratch

@@ -21,7 +21,8 @@ void TaskDescriptor::Reset(int32_t id) {
     task_id = id;
     func_id = 0;
     core_type = 0;
-    fanin_remaining.store(0, std::memory_order_relaxed);
+    gate.fanin_remaining = 0;
+    gate.root.reset();  // a failure is let go of when its slot is reused
     fanout_count = 0;
     fanout_refcount = 0;
     packed_buffer_base = 0;
@@ -36,10 +37,8 @@ void TaskDescriptor::Reset(int32_t id) {
     handed_out = false;
     kernel = nullptr;
     outcome = TaskOutcome::None;
-    poisoned = false;
     external_done = false;
     external_code = 0;
-    cause = {};
     trace_track = 0;
 }
 

@@ -3,8 +3,8 @@
 // running number; its slot is id % capacity. The tail (oldest live task)
 // advances only over CONSUMED tasks, so a slot is reused only once its task
 // is done and nothing references it. Not thread-safe: the task graph calls it
-// under its lock (fanin_remaining and state are atomics so executors and
-// tests may read them without it).
+// under its lock (state is an atomic so executors and tests may read it
+// without it).
 #pragma once
 
 #include <atomic>
@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "dependency/fan_out.hpp"
 #include "spyre/pto.h"
 
 namespace spyre::orchestration {
@@ -37,20 +38,15 @@ struct ResolvedParam {
     bool in_outputs;
 };
 
-// The first failure behind a failed or skipped task.
-struct RootCause {
-    int32_t task_id = -1;
-    int32_t kernel_id = -1;
-    uint32_t device_code = 0;
-};
-
 struct KernelEntry;
 
 struct TaskDescriptor {
     int32_t task_id = -1;
     int32_t func_id = 0;    // kernel id
     int32_t core_type = 0;  // worker type
-    std::atomic<int32_t> fanin_remaining{0};  // producers not yet completed
+    // Producers not yet completed, and the failure behind it once a
+    // producer failed (do not run) or it failed itself.
+    dependency::Gate gate;
     int32_t fanout_count = 0;     // consumers + scope depth
     int32_t fanout_refcount = 0;  // consumers completed + scopes ended
     uint64_t packed_buffer_base = 0;  // host address of the implicit outputs (0: none)
@@ -70,10 +66,8 @@ struct TaskDescriptor {
     bool handed_out = false;  // pto_task_output gave its outputs' address away
     const KernelEntry* kernel = nullptr;
     TaskOutcome outcome = TaskOutcome::None;
-    bool poisoned = false;        // a producer failed: do not run
     bool external_done = false;   // EXTERNAL: completed before its inputs were
     uint32_t external_code = 0;
-    RootCause cause;
     // Where it ran on the timeline of the recording in progress (track 0:
     // not traced): its consumers' dependency arrows start at its end.
     uint32_t trace_track = 0;

@@ -536,6 +536,7 @@ class TaskFailureInfo:
     cause: str
     device_code: int
     orchestrator: bool
+    kernel_id: int
 
 class TaskState(enum.Enum):
     DONE = ...

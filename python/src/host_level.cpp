@@ -379,7 +379,7 @@ void BindHostLevel(py::module_& m) {
         "A host-level run failed. Also an instance of the first failure's kind (TaskFailed for a raising SubWorker, "
         "DeviceError for a chip task the device refused), also when the host orchestration function raised. Attributes: "
         "failures (TaskFailureInfo list: task, task_id, level, device, function, kind, cause, device_code, "
-        "orchestrator), skipped (task names), report (TaskRecord list: every task), and the first failure's task, "
+        "orchestrator, kernel_id), skipped (task names), report (TaskRecord list: every task), and the first failure's task, "
         "function, level, cause, device, device_code.",
         m.attr("Error").ptr(), nullptr);
     m.add_object("HostRunError", py::handle(g_run_error));
@@ -465,6 +465,8 @@ void BindHostLevel(py::module_& m) {
         .def_readonly("device_code", &TaskFailureInfo::device_code)
         .def_readonly("orchestrator", &TaskFailureInfo::orchestrator,
                       "The host orchestration function itself raised (what it submitted before still ran).")
+        .def_readonly("kernel_id", &TaskFailureInfo::kernel_id,
+                      "The kernel that failed, when the chip function's runtime reported one (-1: none).")
         .def("__repr__", [](const TaskFailureInfo& f) {
             return "<TaskFailureInfo " + f.task + " (" + ToString(f.level) + ", " + f.function + "): " + f.cause + ">";
         });

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "spyre/common/progress.hpp"
+#include "spyre/dependency/task_failure.hpp"
 #include "spyre/error.hpp"
 #include "spyre/host/chip_executor.hpp"
 #include "spyre/host/host_tensor.hpp"
@@ -72,24 +73,6 @@ struct DistributedConfig {
     int max_tasks_in_flight = 1024;
 };
 
-enum class Level : uint8_t { CoreGroup, Chip, Host };
-const char* ToString(Level level) noexcept;
-
-// One failed task of a run (q5): who, where, what, why.
-struct TaskFailureInfo {
-    std::string task;      // the task's name
-    uint64_t task_id = 0;
-    Level level = Level::Chip;
-    std::string device;    // the chip task's device; "" for a SubWorker
-    std::string function;  // chip function or SubWorker name
-    ErrorKind kind = ErrorKind::Internal;  // the cause's kind
-    std::string cause;     // the cause's message
-    uint32_t device_code = 0;  // SPYRE_ERR_* when the device reported one
-    // The host orchestration function itself threw (level HOST, task and
-    // function: the program's name); what it had submitted still ran.
-    bool orchestrator = false;
-};
-
 enum class TaskState : uint8_t { Done, Failed, Skipped };
 const char* ToString(TaskState state) noexcept;
 
@@ -109,6 +92,9 @@ struct TaskRecord {
     uint64_t start_ns = 0;
     uint64_t end_ns = 0;
 };
+
+// Level and TaskFailureInfo, the failure record the host level shares with
+// the orchestration runtime: spyre/dependency/task_failure.hpp.
 
 // A run that failed: the first failure's kind and message, every failure,
 // every task skipped because something it depends on failed, and the run's

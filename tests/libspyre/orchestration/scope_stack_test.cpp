@@ -6,6 +6,11 @@
 namespace spyre::orchestration {
 namespace {
 
+dependency::Root Failure(int32_t task, int32_t kernel, uint32_t code) {
+    return std::make_shared<const TaskFailureInfo>(
+        TaskFailureInfo{.task_id = uint64_t(task), .device_code = code, .kernel_id = kernel});
+}
+
 TEST(ScopeStack, PushPopNested) {
     ScopeStack s;
     EXPECT_EQ(s.depth(), 0);
@@ -23,19 +28,20 @@ TEST(ScopeStack, AFailureCountsInEveryOpenScopeItBelongsTo) {
     ScopeStack s;
     s.Push(0);
     s.Push(5);
-    s.NoteFailure(3, 7, false, {3, 7, 42});  // submitted before the inner scope began
-    s.NoteFailure(6, 8, true, {3, 7, 42});   // in both
-    s.NoteFailure(9, 9, false, {9, 9, 1});
+    const dependency::Root root = Failure(3, 7, 42);
+    s.NoteFailure(3, 7, false, root);  // submitted before the inner scope began
+    s.NoteFailure(6, 8, true, root);   // in both
+    s.NoteFailure(9, 9, false, Failure(9, 9, 1));
     const ScopeRecord inner = *s.Pop();
     EXPECT_EQ(inner.failed, 1);
     EXPECT_EQ(inner.skipped, 1);
     EXPECT_EQ(inner.first_task, 6);
-    EXPECT_EQ(inner.first_cause.task_id, 3);
+    EXPECT_EQ(inner.first_root->task_id, 3u);
     const ScopeRecord outer = *s.Pop();
     EXPECT_EQ(outer.failed, 2);
     EXPECT_EQ(outer.skipped, 1);
     EXPECT_EQ(outer.first_task, 3);
-    EXPECT_EQ(outer.first_cause.device_code, 42u);
+    EXPECT_EQ(outer.first_root->device_code, 42u);
 }
 
 }  // namespace

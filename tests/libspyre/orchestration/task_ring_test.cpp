@@ -37,13 +37,13 @@ TEST(TaskRing, ResetClearsBookkeeping) {
     TaskDescriptor& t = ring.Get(a);
     t.fanout.push_back(9);
     t.fanout_count = 4;
-    t.poisoned = true;
+    t.gate.root = std::make_shared<const TaskFailureInfo>();
     t.state = TaskState::Consumed;
     ring.Reclaim();
     const int32_t b = *ring.Allocate();
     EXPECT_TRUE(ring.Get(b).fanout.empty());
     EXPECT_EQ(ring.Get(b).fanout_count, 0);
-    EXPECT_FALSE(ring.Get(b).poisoned);
+    EXPECT_EQ(ring.Get(b).gate.root, nullptr);
 }
 
 TEST(TaskRing, UnallocateGivesTheSlotBack) {

@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+// The one record of a failed task. The dependency engine's two users share
+// it: a task that fails makes one, and every task skipped because it
+// depends on that task carries it, shared, as its root cause
+// (libspyre/dependency/fan_out.hpp). The host level reports its failed
+// tasks with it (HostRunError::failures, spyre/host/worker.hpp); the
+// orchestration runtime (seed 004) reports, for each failed or skipped task,
+// the record behind it (spyre::TaskFailure flattens it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "spyre/error.hpp"
+#include "spyre/export.h"
+
+SPYRE_API_BEGIN
+
+namespace spyre {
+
+// Where a task runs: a core group (a task of the orchestration runtime), a
+// chip (a host-level chip task) or the host (a SubWorker).
+enum class Level : uint8_t { CoreGroup, Chip, Host };
+const char* ToString(Level level) noexcept;
+
+// One failed task (q5): who, where, what, why.
+struct TaskFailureInfo {
+    std::string task;      // the task's name
+    uint64_t task_id = 0;
+    Level level = Level::Chip;
+    std::string device;    // the chip task's device; "" for a SubWorker
+    std::string function;  // chip function or SubWorker name
+    ErrorKind kind = ErrorKind::Internal;  // the cause's kind
+    std::string cause;     // the cause's message
+    uint32_t device_code = 0;  // SPYRE_ERR_* when the device reported one
+    // The host orchestration function itself threw (level HOST, task and
+    // function: the program's name); what it had submitted still ran.
+    bool orchestrator = false;
+    // The kernel that failed, when one did (-1: none known): an orchestration
+    // task's, or the one a failed chip function's runtime reported.
+    int32_t kernel_id = -1;
+};
+
+}  // namespace spyre
+
+SPYRE_API_END
