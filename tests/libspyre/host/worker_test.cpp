@@ -282,7 +282,17 @@ TEST_F(WorkerTest, DataParallelMatmulSplitsRowsOverAllDevices) {
     // Placed as they are submitted, a task that finished before the next
     // was submitted draws it to its device (b is current there): the
     // split over all devices holds when the four are in flight together,
-    // as here, where each waits until the function submitted all four.
+    // as here, where each waits until the function submitted all four. A
+    // fresh Worker: what the first run taught placement of each device's
+    // speed (noisy on a loaded machine) would weigh in beside the load.
+    {
+        DistributedConfig c;
+        c.device_ids = Vfs(*host_);
+        c.block_dim = 2;
+        worker_.reset();
+        worker_.emplace(*host_, c);
+        RegisterChipFunctions(*worker_);
+    }
     std::atomic<bool> all_in{false};
     worker_->RegisterChipFunction("gated_matmul", [&all_in, matmul = ChipMatmul(64, k, n)](ChipContext& ctx) {
         while (!all_in.load()) std::this_thread::yield();
