@@ -235,17 +235,8 @@ private:
     // on entry and on return, and is let go while asleep. No bound: the
     // second is only how often a sleeper looks again.
     template <typename Ready>
-    void Await(std::unique_lock<std::mutex>& lock, EventCount& ec, Ready ready) {
-        while (!ready()) {
-            lock.unlock();
-            ec.SleepUnless(
-                [&] {
-                    std::lock_guard look(e_.mu_);
-                    return ready();
-                },
-                std::chrono::seconds(1));
-            lock.lock();
-        }
+    static void Await(std::unique_lock<std::mutex>& lock, EventCount& ec, Ready ready) {
+        while (!ready()) ec.SleepUnlocked(lock, ready, std::chrono::seconds(1));
     }
     // Makes copy i hold the host bytes (its upload Running, lock held):
     // moves the chunks that changed, or all of it, with the lock let go.

@@ -25,14 +25,7 @@ Message RemoteChipClient::AwaitReply(std::unique_lock<std::mutex>& lock, int ran
             throw Error(ErrorKind::Timeout, "rank " + std::to_string(rank) + " sent no reply to call " + std::to_string(id) +
                                                 " within " + std::to_string(reply_timeout_.count()) + " ms");
         if (receiving_) {
-            lock.unlock();
-            handed_over_.SleepUnless(
-                [&] {
-                    std::lock_guard look(mu_);
-                    return !receiving_ || early_.count(id) != 0;
-                },
-                deadline - now);
-            lock.lock();
+            handed_over_.SleepUnlocked(lock, [&] { return !receiving_ || early_.count(id) != 0; }, deadline - now);
             continue;
         }
         receiving_ = true;

@@ -25,6 +25,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdint>
+#include <mutex>
 
 #include "spyre/common/futex.hpp"
 #include "spyre/export.h"
@@ -64,6 +65,23 @@ public:
             Disarm();
         else
             Wait(key, timeout);
+    }
+
+    // SleepUnless for a condition guarded by `lock`'s mutex (held on entry
+    // and on return): lets it go while asleep, and looks under it after
+    // arming, so a producer that changes the state under the mutex and
+    // notifies (under it or after it) is never missed.
+    template <typename Mutex, typename Ready>
+    void SleepUnlocked(std::unique_lock<Mutex>& lock, Ready&& ready, std::chrono::nanoseconds timeout) {
+        Mutex& mu = *lock.mutex();
+        lock.unlock();
+        SleepUnless(
+            [&] {
+                std::lock_guard look(mu);
+                return ready();
+            },
+            timeout);
+        lock.lock();
     }
 
     // ---- producer side (after the condition changed)

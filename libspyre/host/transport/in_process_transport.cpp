@@ -63,14 +63,7 @@ struct InProcessFabric::State {
                     if (!endpoints[from]->stopped.load()) to->liveness.Seen(static_cast<int>(from));
                 if (to->liveness.Evaluate()) to->messages.Wake();
             }
-            lock.unlock();
-            wake.SleepUnless(
-                [&] {
-                    std::lock_guard look(mutex);
-                    return quit;
-                },
-                options.heartbeat_interval);
-            lock.lock();
+            wake.SleepUnlocked(lock, [&] { return quit; }, options.heartbeat_interval);
         }
     }
 };

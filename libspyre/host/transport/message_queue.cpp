@@ -72,14 +72,8 @@ Message MessageQueue::Pop(std::chrono::milliseconds timeout, int source) {
         // Producers change the queue under the lock and notify after it, so
         // a look under the lock after arming misses nothing; a liveness
         // change (Wake) not seen here is seen within the tick.
-        lock.unlock();
-        wake_.SleepUnless(
-            [&] {
-                std::lock_guard look(mutex_);
-                return matching() != entries_.end() || closed_.has_value();
-            },
-            std::min(deadline, now + tick) - now);
-        lock.lock();
+        wake_.SleepUnlocked(lock, [&] { return matching() != entries_.end() || closed_.has_value(); },
+                            std::min(deadline, now + tick) - now);
     }
 }
 
