@@ -37,6 +37,9 @@ public:
     void LoadPlan(const std::string& name, const CompilerOutput& plan) override;
     unsigned Concurrency() const override { return unsigned(slots_.size()); }
     ChipCallStats Run(const ChipCall& call) override;
+    // The same, called at `called_ns` on the device clock (the caller's
+    // own read, which this call then need not repeat).
+    ChipCallStats Run(const ChipCall& call, uint64_t called_ns);
 
     // Chip tasks `device` runs at once under `config`
     // (DistributedConfig::chip_tasks_per_device); InvalidArgument when the
