@@ -114,9 +114,26 @@ struct Running {
     const RunState* previous;
 };
 
+// Sleeps on the run until `ready()`. A thread of the Worker's own pools (a
+// SubWorker that started a run and waits on it) runs its pool's queued jobs
+// meanwhile: that run's SubWorker tasks may need the very thread that
+// waits, and the pool's other threads may be waiting the same way. A job
+// posted while it sleeps wakes the pool, not the run, so such a sleep is
+// short.
+template <typename Ready>
+void SleepOrHelp(RunState& run, Ready&& ready) {
+    JobThreads* pool = JobThreads::Current();
+    while (!ready()) {
+        if (!pool) {
+            run.wake.SleepUnless(ready, std::chrono::seconds(1));
+        } else if (!pool->RunOneQueued()) {
+            run.wake.SleepUnless([&] { return ready() || pool->HasQueued(); }, std::chrono::milliseconds(1));
+        }
+    }
+}
+
 void SleepOn(RunState& run) {
-    auto done = [&] { return run.done_flag.load(std::memory_order_seq_cst); };
-    while (!done()) run.wake.SleepUnless(done, std::chrono::seconds(1));
+    SleepOrHelp(run, [&] { return run.done_flag.load(std::memory_order_seq_cst); });
 }
 
 }  // namespace
@@ -189,7 +206,7 @@ void Dispatcher::WaitForRoom(RunState& run) {
             if (!run.window_waiter) return;
         }
         // The lock is released: the completions that make room need it.
-        run.wake.SleepUnless(room, std::chrono::seconds(1));
+        SleepOrHelp(run, room);
     }
 }
 
@@ -447,7 +464,8 @@ std::vector<HostTensor> Dispatcher::Wait(RunState& run, const ProgressCallback& 
     if (progress) return WaitReporting(run, progress);
     // A short run ends within a few microseconds: look for that before
     // paying a sleep and a wake-up.
-    if (!JobThreads::LookBeforeSleeping([&] { return run.done_flag.load(std::memory_order_acquire); }))
+    if (JobThreads::Current() ||
+        !JobThreads::LookBeforeSleeping([&] { return run.done_flag.load(std::memory_order_acquire); }))
         SleepUntilDone(run);
     Lock lock(*this);
     if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped, RecordsOf(run));
@@ -477,7 +495,7 @@ std::vector<HostTensor> Dispatcher::WaitReporting(RunState& run, const ProgressC
             continue;  // look again: tasks finished meanwhile
         }
         if (ended) break;
-        run.wake.SleepUnless([&] { return look() != std::pair<uint64_t, bool>{reported, false}; }, std::chrono::seconds(1));
+        SleepOrHelp(run, [&] { return look() != std::pair<uint64_t, bool>{reported, false}; });
     }
     Lock lock(*this);
     if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped, RecordsOf(run));

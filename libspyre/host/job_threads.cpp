@@ -5,9 +5,30 @@ namespace spyre::host {
 
 namespace {
 thread_local int tl_index = 0;
+thread_local JobThreads* tl_pool = nullptr;
+// A lone thread's jobs taken out of the queue in one batch and not yet
+// run: RunOneQueued on that thread (a job that waits) takes from here first.
+thread_local std::deque<JobThreads::Job>* tl_batch = nullptr;
 }  // namespace
 
 int JobThreads::CurrentIndex() noexcept { return tl_index; }
+JobThreads* JobThreads::Current() noexcept { return tl_pool; }
+
+bool JobThreads::RunOneQueued() {
+    Job job;
+    if (tl_batch && !tl_batch->empty()) {
+        job = std::move(tl_batch->front());
+        tl_batch->pop_front();
+    } else {
+        std::lock_guard lock(mu_);
+        if (jobs_.empty()) return false;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+        queued_.store(jobs_.size(), std::memory_order_release);
+    }
+    job();
+    return true;
+}
 
 JobThreads::JobThreads(int threads) : count_(threads) {
     for (int i = 0; i < threads; ++i) threads_.emplace_back([this, i] { Loop(i); });
@@ -44,7 +65,9 @@ void JobThreads::Post(Job job) {
 
 void JobThreads::Loop(int index) {
     tl_index = index;
+    tl_pool = this;
     std::deque<Job> batch;  // kept: swapping storage with jobs_ allocates nothing
+    tl_batch = &batch;
     std::unique_lock lock(mu_);
     for (;;) {
         if (jobs_.empty()) {
@@ -61,8 +84,11 @@ void JobThreads::Loop(int index) {
             batch.swap(jobs_);
             queued_.store(0, std::memory_order_release);
             lock.unlock();
-            for (Job& job : batch) job();
-            batch.clear();
+            while (!batch.empty()) {  // a job that waits may run the next ones (RunOneQueued)
+                Job job = std::move(batch.front());
+                batch.pop_front();
+                job();
+            }
             lock.lock();
             continue;
         }

@@ -63,6 +63,16 @@ public:
     // Which of its pool's threads runs the calling job (0..threads-1): the
     // trace names a SubWorker's track by it.
     static int CurrentIndex() noexcept;
+    // The pool whose thread is calling, or null.
+    static JobThreads* Current() noexcept;
+
+    // For a thread of this pool that waits for work its pool may have to
+    // run (a SubWorker waiting on a run that needs a SubWorker): runs one
+    // queued job on the calling thread; false when none is queued. The
+    // pool's other threads may all be waiting the same way.
+    bool RunOneQueued();
+    // Whether a job is queued for RunOneQueued (lock-free look).
+    bool HasQueued() const noexcept { return queued_.load(std::memory_order_acquire) != 0; }
 
 private:
     void Loop(int index);

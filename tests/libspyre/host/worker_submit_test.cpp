@@ -11,6 +11,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
 #include <thread>
 
 #include "l3_chip_functions.hpp"
@@ -218,6 +221,46 @@ TEST_F(WorkerTest, ASubWorkerWaitingOnItsOwnRunIsRefused) {
     h.Wait();
     EXPECT_NE(wait_error.find("a task of the run waits for the run itself"), std::string::npos) << wait_error;
     EXPECT_NE(report_error.find("a task of the run waits for the run itself"), std::string::npos) << report_error;
+}
+
+// Both SubWorker threads (the fixture has 2) run a SubWorker that starts a
+// run of the same Worker and waits on it; each nested run has SubWorkers of
+// its own, one level deeper still. No thread is free for them: the waiting
+// threads run them. Before, this deadlocked.
+TEST_F(WorkerTest, SubWorkersWaitingOnNestedRunsOfTheirWorkerRunThoseRunsSubWorkers) {
+    std::atomic<int> outer_started{0}, leaves{0};
+    std::atomic<bool> stalled{false};
+    HostProgram leaf_run{"leaf_run", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                             for (int i = 0; i < 3; ++i)
+                                 g.Sub("leaf " + std::to_string(i), [&](std::span<const HostTensor>) { ++leaves; },
+                                       {In(HostTensor::Zeros({4}))});
+                         }};
+    HostProgram middle_run{"middle_run", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                               g.Sub("middle", [&](std::span<const HostTensor>) { worker_->Run(leaf_run, {}); },
+                                     {In(HostTensor::Zeros({4}))});
+                           }};
+    HostProgram outer{"outer", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                          for (int i = 0; i < 2; ++i)
+                              g.Sub("outer " + std::to_string(i),
+                                    [&](std::span<const HostTensor>) {
+                                        // Both threads busy before either nests.
+                                        ++outer_started;
+                                        if (!Await([&] { return outer_started.load() == 2; })) stalled = true;
+                                        worker_->Run(middle_run, {});
+                                    },
+                                    {In(HostTensor::Zeros({4}))});
+                      }};
+    auto run = std::async(std::launch::async, [&] { return worker_->Submit(outer, {}).Report(); });
+    if (run.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+        std::fprintf(stderr, "the nested runs deadlocked (%d of 6 leaves ran)\n", leaves.load());
+        std::fflush(stderr);
+        std::_Exit(1);  // the Worker's threads are stuck: no clean teardown is possible
+    }
+    const std::vector<TaskRecord> report = run.get();
+    EXPECT_FALSE(stalled.load()) << "the two outer SubWorkers never ran at once";
+    EXPECT_EQ(leaves.load(), 6);
+    ASSERT_EQ(report.size(), 2u);
+    for (const TaskRecord& r : report) EXPECT_EQ(r.state, TaskState::Done) << r.name;
 }
 
 // The report lists every task by name, level, device and state: a pinned
