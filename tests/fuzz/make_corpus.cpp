@@ -306,6 +306,13 @@ void WritePtoCorpus(const std::string& dir) {
                               submit(K_WRITE, WORKER_VECTOR, {param(9, W_MEMORY, 0, S_SMALL, 8)}),
                               submit(kKernels, 7, {}),
                               {SUBMIT, K_WRITE, WORKER_HOST, kMaxParams + 1}}));
+    // Copies in and out: a buffer, the whole memory, past its end, a null and a foreign pointer.
+    Write(dir, "copies", join({header, {ALLOC, S_SMALL, 200},
+                               {COPY, 0, W_BUFFER, 0, S_SMALL, 200, 3}, {COPY, 1, W_BUFFER, 0, S_SMALL, 200, 7},
+                               {COPY, 0, W_MEMORY, 0, S_MEMORY, 0, 0}, {COPY, 1, W_MEMORY, 1, S_MEMORY, 0, 0},
+                               {COPY, 0, W_MEMORY, 255, S_SMALL, 255, 1}, {COPY, 1, W_NULL, 0, S_SMALL, 8, 0},
+                               {COPY, 0, W_OUTSIDE, 0, S_SMALL, 8, 0}, {COPY, 1, W_BUFFER, 0, S_HUGE, 1, 0},
+                               {WAIT}}));
     // pto_run of a function with a scope it leaves open and a submission.
     Write(dir, "run", join({header, {RUN, 3, SCOPE_BEGIN},
                             submit(K_WRITE, WORKER_HOST, {param(PARAM_OUTPUT, W_NULL, 0, S_SMALL, 16)}),

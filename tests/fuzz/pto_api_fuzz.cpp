@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // libFuzzer target for the orchestration runtime's C API (spyre/pto.h) on
-// host memory: random sequences of pto_alloc, pto_free, scopes, submissions
-// with random parameters (NULL, buffers, other tasks' outputs, wild and
-// outside pointers; sizes up to 2^64; both spellings and both at once;
-// unknown kinds, worker types and kernels; too many parameters), EXTERNAL
-// completions, queries, waits and pto_run, in the format of pto_ops.hpp.
+// host memory: random sequences of pto_alloc, pto_free, pto_copy_in/out,
+// scopes, submissions with random parameters (NULL, buffers, other tasks'
+// outputs, wild and outside pointers; sizes up to 2^64; both spellings and
+// both at once; unknown kinds, worker types and kernels; too many
+// parameters), EXTERNAL completions, queries, waits and pto_run, in the
+// format of pto_ops.hpp.
 //
 // Asserted beyond "no crash, no sanitizer report":
 // - every call returns success or a negative errno of the documented set,
@@ -109,6 +110,7 @@ struct Session {
     uint64_t heap = 0;
     std::vector<void*> buffers;
     std::vector<int32_t> tasks, external;
+    std::vector<uint8_t> scratch = std::vector<uint8_t>(kMemory + 256, 0x5a);  // host side of COPY
     Reader* in = nullptr;
 
     uint64_t Size(uint8_t size_class, uint8_t low) const {
@@ -193,6 +195,18 @@ struct Session {
             case SCOPE_BEGIN: CheckCode("pto_scope_begin", Call("pto_scope_begin", [&] { return pto_scope_begin(rt); })); break;
             case SCOPE_END: CheckCode("pto_scope_end", Call("pto_scope_end", [&] { return pto_scope_end(rt); })); break;
             case WAIT: CheckCode("pto_wait_all", Call("pto_wait_all", [&] { return pto_wait_all(rt); })); break;
+            case COPY: {
+                const bool out = in->u8() & 1;
+                void* at = Where(in->u8(), in->u8());
+                const uint64_t size = Size(in->u8(), in->u8());
+                uint8_t* host = scratch.data() + in->u8();
+                // A range the runtime takes must fit its memory, so it fits
+                // the scratch too; one past it is an ASan report.
+                const int32_t r = out ? Call("pto_copy_out", [&] { return pto_copy_out(rt, host, at, size); })
+                                      : Call("pto_copy_in", [&] { return pto_copy_in(rt, at, host, size); });
+                CheckCode(out ? "pto_copy_out" : "pto_copy_in", r);
+                break;
+            }
             case RUN: {
                 const uint8_t ops = in->u8() % 16;
                 if (depth > 0) break;  // no pto_run inside pto_run's function here

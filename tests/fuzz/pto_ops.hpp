@@ -13,13 +13,16 @@
 //   QUERY    u8 which task (state and output)
 //   SCOPE_BEGIN, SCOPE_END, WAIT: no operands
 //   RUN      u8 ops: the next ops run inside pto_run as its orchestration function
+//   COPY     u8 direction (bit 0: 0 pto_copy_in, 1 pto_copy_out), u8 where,
+//            u8 which, u8 size class, u8 low bits, u8 offset into the host
+//            scratch buffer (kMemory + 256 bytes)
 #pragma once
 
 #include <cstdint>
 
 namespace spyre::fuzz::pto {
 
-enum Op : uint8_t { ALLOC, FREE, SUBMIT, COMPLETE, QUERY, SCOPE_BEGIN, SCOPE_END, WAIT, RUN, kOps };
+enum Op : uint8_t { ALLOC, FREE, SUBMIT, COMPLETE, QUERY, SCOPE_BEGIN, SCOPE_END, WAIT, RUN, COPY, kOps };
 // Kernels the harness registers: writes its outputs, fails with code 7,
 // and one run by nobody (submitted as EXTERNAL).
 enum Kernel : uint8_t { K_WRITE = 1, K_FAIL = 2, K_EXT = 3, kKernels = 4 };
