@@ -95,9 +95,29 @@ void Dispatcher::ApplyInbox() {
 
 void Dispatcher::Park(HostTask& task) {
     inbox_.Push(task);  // `task` may be finished, and its run gone, from here on
+    // A waiter looking for its run's end applies it (it looks at the inbox
+    // after it stops looking): this thread goes on to its next task.
+    if (lookers_.load(std::memory_order_seq_cst) != 0) return;
+    ApplyIfParked();
+}
+
+void Dispatcher::ApplyIfParked() {
     if (!mu_.try_lock()) return;  // its holder applies it
     ApplyInbox();
     Unlock();
+}
+
+bool Dispatcher::LookForEnd(RunState& run) {
+    auto ended = [&] { return run.done_flag.load(std::memory_order_acquire); };
+    lookers_.fetch_add(1, std::memory_order_seq_cst);
+    JobThreads::LookBeforeSleeping([&] {
+        if (!ended() && !inbox_.Empty()) ApplyIfParked();
+        return ended();
+    });
+    lookers_.fetch_sub(1, std::memory_order_seq_cst);
+    // A device thread that saw this look parked and left it to us.
+    if (!inbox_.Empty()) ApplyIfParked();
+    return ended();
 }
 
 namespace {
@@ -369,8 +389,10 @@ void Dispatcher::EndRun(RunState& run) {
     residency_.Sweep();
     std::sort(run.failures.begin(), run.failures.end(),
               [](const TaskFailureInfo& a, const TaskFailureInfo& b) { return a.task_id < b.task_id; });
-    std::sort(run.finished.begin(), run.finished.end(),
-              [](const FinishedTask& a, const FinishedTask& b) { return a.id < b.id; });
+    // Tasks mostly finish in the order they were submitted: a look first.
+    auto by_id = [](const FinishedTask& a, const FinishedTask& b) { return a.id < b.id; };
+    if (!std::is_sorted(run.finished.begin(), run.finished.end(), by_id))
+        std::sort(run.finished.begin(), run.finished.end(), by_id);
     run.done = true;
     run.done_flag.store(true, std::memory_order_seq_cst);
     run.wake.Notify();
@@ -464,9 +486,7 @@ std::vector<HostTensor> Dispatcher::Wait(RunState& run, const ProgressCallback& 
     if (progress) return WaitReporting(run, progress);
     // A short run ends within a few microseconds: look for that before
     // paying a sleep and a wake-up.
-    if (JobThreads::Current() ||
-        !JobThreads::LookBeforeSleeping([&] { return run.done_flag.load(std::memory_order_acquire); }))
-        SleepUntilDone(run);
+    if (JobThreads::Current() || !LookForEnd(run)) SleepUntilDone(run);
     Lock lock(*this);
     if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped, RecordsOf(run));
     return run.outputs;

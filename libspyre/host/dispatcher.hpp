@@ -15,6 +15,7 @@
 // Waiters sleep on their run's futex word, never on the lock.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -103,6 +104,10 @@ private:
     void ApplyInbox();   // mu_ held: files the submissions, then applies the outcomes
     void File(HostTask* task);  // mu_ held: a submitted task's dependencies; starts it when ready
     void Park(HostTask& task);  // the task's outcome is set
+    // Whether `run` ended within a short look, applying what device threads
+    // parked meanwhile (they leave it to the looker and go on).
+    bool LookForEnd(RunState& run);
+    void ApplyIfParked();  // the protocol of a thread that parked, for a looker that leaves
     std::vector<HostTensor> WaitReporting(RunState& run, const ProgressCallback& progress);
     void MakeReady(HostTask* task);
     void Finish(HostTask* task, HostTask::State state, TaskFailureInfo failure);
@@ -127,6 +132,7 @@ private:
         bool Empty() const noexcept { return d.submissions_.Empty() && d.inbox_.Empty(); }
     };
     Parked parked_{*this};
+    std::atomic<int> lookers_{0};  // waiters in LookForEnd
     RegionTracker tracker_;
     Residency residency_;
     std::vector<std::unique_ptr<ChipExecutor>> executors_;
