@@ -2,6 +2,7 @@
 """Seed 003's host level from Python: DistributedConfig, HostTensor <-> numpy,
 spyre.Worker with ready-made and Python chip functions, Python SubWorkers,
 runs (in place, return style, handles, threads) and HostRunError."""
+import os
 import threading
 import time
 
@@ -336,3 +337,34 @@ def test_submit_handles_and_many_runs(worker):
     hs = [worker.submit(p, [full(i), full(1)]) for i in range(8)]
     for i, h in enumerate(hs):
         np.testing.assert_allclose(h.wait(), i + 1.0)
+
+
+def test_subworkers_waiting_on_nested_runs_of_their_worker_run_those_runs_subworkers(worker):
+    """Both SubWorker threads (num_sub_workers=2) start a run of the same
+    Worker from a SubWorker and wait on it; the nested runs' SubWorkers have
+    no free thread, so the waiting threads run them (this deadlocked)."""
+    both = threading.Barrier(2, timeout=60)
+    leaves = []
+
+    def leaf_orch(g, x):
+        g.sub(lambda f: leaves.append(1), [spyre.In(g.create_tensor([4]))], name="leaf")
+
+    leaf = spyre.HostProgram("leaf_run", 0, [], leaf_orch)
+
+    def outer_sub(f):
+        both.wait()  # both threads busy before either nests
+        worker.run(leaf, [])
+
+    def outer_orch(g, x):
+        for i in range(2):
+            g.sub(outer_sub, [spyre.In(g.create_tensor([4]))], name=f"outer {i}")
+
+    done = []
+    t = threading.Thread(target=lambda: done.append(worker.submit(spyre.HostProgram("outer", 0, [], outer_orch), []).report()))
+    t.start()
+    t.join(60)
+    if t.is_alive():
+        print(f"the nested runs deadlocked ({len(leaves)} of 2 leaves ran)", flush=True)
+        os._exit(1)  # the Worker's threads are stuck: no clean teardown is possible
+    assert len(leaves) == 2
+    assert [r.state for r in done[0]] == [spyre.TaskState.DONE] * 2
