@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -16,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "spyre/common/eventcount.hpp"
 #include "spyre/common/memory_copy.hpp"
 #include "spyre/error.hpp"
 
@@ -73,7 +73,7 @@ public:
             std::lock_guard lock(work_mutex_);
             work_.insert(work_.end(), chunks.begin(), chunks.end());
         }
-        work_cv_.notify_all();
+        work_ready_.Notify();
     }
 
     const std::string& reason() const noexcept { return reason_; }
@@ -115,9 +115,9 @@ public:
         uint64_t busy_ns = 0;
         if (complete && --active_ == 0)
             busy_ns = uint64_t(duration_cast<nanoseconds>(steady_clock::now() - busy_since_).count());
-        if (complete) cv_.notify_all();
         const State done = *s;
         lock.unlock();
+        if (complete) copy_done_.Notify();
         if (complete) Count(done.dir, done.error || done.lost ? 0 : done.bytes, busy_ns);
         if (complete) NotifyComplete();  // outside the lock: the hook may Poll
     }
@@ -151,10 +151,16 @@ public:
         if (CallerHelps()) HelpWith(t);
         std::unique_lock lock(mutex_);
         auto it = Find(t);
-        if (!cv_.wait_for(lock, timeout, [&] { return it->second.parts_left == 0; }))
-            throw Error(ErrorKind::Timeout, "DMA copy " + std::to_string(t) + " did not finish within " +
-                                                std::to_string(timeout.count()) + " ms",
-                        {.device = device()});
+        auto finished = [&] { return it->second.parts_left == 0; };
+        const auto deadline = steady_clock::now() + timeout;
+        while (!finished()) {
+            const auto now = steady_clock::now();
+            if (now >= deadline)
+                throw Error(ErrorKind::Timeout, "DMA copy " + std::to_string(t) + " did not finish within " +
+                                                    std::to_string(timeout.count()) + " ms",
+                            {.device = device()});
+            copy_done_.SleepUnlocked(lock, finished, deadline - now);
+        }
         return Take(it);
     }
 
@@ -181,7 +187,7 @@ protected:
             std::lock_guard lock(work_mutex_);
             stopping_ = true;
         }
-        work_cv_.notify_all();
+        work_ready_.NotifyAll();
         for (auto& w : workers_) w.join();
         workers_.clear();
     }
@@ -207,7 +213,8 @@ private:
         EngineStarted(engine);
         for (;;) {
             std::unique_lock lock(work_mutex_);
-            work_cv_.wait(lock, [&] { return stopping_ || !work_.empty(); });
+            auto ready = [&] { return stopping_ || !work_.empty(); };
+            while (!ready()) work_ready_.SleepUnlocked(lock, ready, std::chrono::seconds(1));
             if (work_.empty()) return;  // stopping, and everything done
             const Chunk c = work_.front();
             work_.pop_front();
@@ -269,13 +276,13 @@ private:
     MappedRegion mapping_;
     uint64_t file_offset_ = 0;
     std::mutex mutex_;
-    std::condition_variable cv_;
+    EventCount copy_done_;  // a ticket completed (its state changes under mutex_)
     std::unordered_map<Ticket, State> tickets_;
     Ticket next_ticket_ = 0;
     uint64_t active_ = 0;                 // tickets in flight: the engine is busy while > 0
     steady_clock::time_point busy_since_;  // when active_ left 0
     std::mutex work_mutex_;
-    std::condition_variable work_cv_;
+    EventCount work_ready_;  // chunks queued, or stopping (under work_mutex_)
     std::deque<Chunk> work_;
     bool stopping_ = false;
     std::vector<std::thread> workers_;

@@ -16,7 +16,9 @@ In libspyre/ and include/spyre/, a thread sleeps until another made
 progress only through spyre::EventCount (include/spyre/common/eventcount.hpp):
 no std::condition_variable, semaphore, latch, barrier, std::atomic wait,
 pthread condition or futex call of its own (eventcount.hpp and futex.hpp are
-where those live).
+where those live). The driver's threads follow the same rule; its futex
+calls on the device's doorbell and interrupt words are the hardware
+contract's, not a sleep between threads.
 
 The app tier's headers (spyre/spyre.hpp, host.hpp, orchestration.hpp)
 include nothing of the driver tier (spyre/driver/), directly or through
@@ -63,6 +65,11 @@ SLEEP_WAKE = re.compile(r'\bcondition_variable(?:_any)?\b|\bpthread_cond_\w+|\bF
                         r'|\.wait\s*\(|\bnotify_(?:one|all)\s*\(')  # std::atomic's wait and notify too
 SLEEP_WAKE_CHECKED = ('libspyre/', 'include/spyre/')
 SLEEP_WAKE_HOME = ('include/spyre/common/eventcount.hpp', 'include/spyre/common/futex.hpp')
+# The driver rings doorbells and sleeps on interrupt words with futex calls
+# (the hardware contract's); between its own threads it uses EventCount too.
+DRIVER_SLEEP_WAKE = re.compile(r'\bcondition_variable(?:_any)?\b|\bpthread_cond_\w+'
+                               r'|\b(?:counting|binary)_semaphore\b|\bstd::(?:latch|barrier)\b'
+                               r'|\.wait\s*\(|\bnotify_(?:one|all)\s*\(')
 COMMENT = re.compile(r'//[^\n]*|/\*.*?\*/', re.S)
 
 
@@ -72,13 +79,17 @@ def without_comments(text: str) -> str:
 
 
 def check_sleep_wake(rel: str, text: str):
-    if not rel.startswith(SLEEP_WAKE_CHECKED) or rel in SLEEP_WAKE_HOME:
+    if rel.startswith(SLEEP_WAKE_CHECKED) and rel not in SLEEP_WAKE_HOME:
+        pattern = SLEEP_WAKE
+    elif rel.startswith('driver/'):
+        pattern = DRIVER_SLEEP_WAKE
+    else:
         return []
     code = without_comments(text)
     return [f'{rel}:{code.count(chr(10), 0, m.start()) + 1}: sleeps or wakes with "{m.group(0).strip()}" '
             '(use spyre::EventCount, include/spyre/common/eventcount.hpp: waiter loops '
             'SleepUnless(ready, bound), producer changes the state then Notify)'
-            for m in SLEEP_WAKE.finditer(code)]
+            for m in pattern.finditer(code)]
 
 
 def layer_of(rel: str):
