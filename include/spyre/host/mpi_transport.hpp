@@ -71,8 +71,9 @@ public:
     // Runs `work` on the progress thread with a communicator of its own
     // (a duplicate of the transport's), between two polls, and returns its
     // result or rethrows its spyre::Error. For baselines (a raw MPI
-    // ping-pong) that must respect the one-MPI-thread rule. The transport
-    // does not poll while `work` runs: keep it well under the liveness bound.
+    // ping-pong) that must respect the one-call-at-a-time rule: it holds
+    // the transport's MPI lock, so `work` must not call Send or Receive,
+    // and nothing polls while it runs: keep it well under the liveness bound.
     void RunOnMpiThread(const std::function<void(MPI_Comm)>& work);
 
 private:
