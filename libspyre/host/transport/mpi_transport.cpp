@@ -125,7 +125,7 @@ void MpiTransport::State::Init() {
     MPI_Initialized(&initialized);
     if (initialized)
         throw Error(ErrorKind::InvalidArgument,
-                    "MPI is already initialised: MpiTransport must own MPI (one thread makes every MPI call)");
+                    "MPI is already initialised: MpiTransport must own MPI (it serialises every MPI call)");
     int provided = 0;
     // SERIALIZED: any thread may call MPI, one at a time (the `mpi` lock).
     Check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
