@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The raw MPI ping-pong the level-4 benchmarks stand beside: both sides of
 // `count` round trips of `size` bytes, run on the transport's MPI thread
-// (MpiTransport::RunOnMpiThread) so the one-MPI-thread rule holds. A
-// zero-byte exchange first, so the timed part starts with both ranks in it.
+// (MpiTransport::RunOnMpiThread, holding its MPI lock) so no other MPI call
+// runs at the same time. A zero-byte exchange first, so the timed part
+// starts with both ranks in it.
 #pragma once
 
 #include <mpi.h>

@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// MpiTransport: Transport over Open MPI. One progress thread owns every MPI
-// call, from MPI_Init_thread (FUNNELED: the thread that initialised MPI is
-// the only one to call it) to MPI_Finalize; Send and Receive hand it work
-// through a queue and an inbox. It posts nonblocking Isend/Improbe/Imrecv on
-// its own communicator (MPI_ERRORS_RETURN, so an MPI failure is a typed
-// error, not an abort), sends heartbeats, and declares a silent peer lost
-// after the liveness bound (docs/multihost.md says what Open MPI itself does
-// when a rank is killed or stopped).
+// MpiTransport: Transport over Open MPI. A progress thread initialises MPI
+// (MPI_THREAD_SERIALIZED) and finalises it; between the two every MPI call
+// is made under one lock, by whoever polls: a thread waiting in Receive
+// polls for its own message, a Send posts its own Isends when nobody
+// polls, and the progress thread polls while neither does (heartbeats,
+// jobs, transfers nobody waits for). So a message crosses no thread on
+// either side. It posts nonblocking Isend/Improbe/Imrecv on its own
+// communicator (MPI_ERRORS_RETURN, so an MPI failure is a typed error, not
+// an abort), sends heartbeats, and declares a silent peer lost after the
+// liveness bound (docs/multihost.md says what Open MPI itself does when a
+// rank is killed or stopped).
 //
 // Built into libspyre-mpi only where Open MPI is installed.
 #pragma once
@@ -26,18 +29,17 @@ namespace spyre::host {
 
 struct MpiTransportOptions {
     LivenessOptions liveness;
-    // The progress thread polls this long after its last piece of work
-    // before it starts sleeping between polls (latency against a busy core).
+    // How long a Receive polls MPI itself for its message (pausing between
+    // polls, never yielding: on a loaded host a yield hands the core to
+    // whatever else runs for a whole slice) before it sleeps on the
+    // message queue, polling again every millisecond. 0: it only sleeps.
     std::chrono::microseconds idle_spin{200};
-    // While it polls (in that window, or with a transfer under way), how long
-    // it sleeps between polls; 0 (the default): it yields. On a quiet host
-    // yielding answers fastest (an empty remote chip task 47 us yielding,
-    // 2.3 ms sleeping 5 us); on a host whose cores are all taken a short
-    // sleep hands the core to the threads the message is for (4.8-12 ms
-    // yielding, 0.5-1.1 ms sleeping, at load 8-14 on 2 cores;
-    // docs/multihost.md).
+    // How long that polling Receive sleeps between polls; 0 (the default):
+    // it pauses. Also how long the progress thread sleeps between polls of
+    // a transfer nobody waits for (0: it yields).
     std::chrono::microseconds busy_poll{0};
-    // Its sleep between polls once idle (an upper bound on receive latency then).
+    // The progress thread's sleep between polls while no Receive polls (an
+    // upper bound on the latency of a message nobody waits for yet).
     std::chrono::microseconds idle_sleep{100};
     // At shutdown, how long to wait for live ranks (still beating, but slow
     // to finish: a mock card being torn down) to reach the final barrier. A
@@ -69,8 +71,9 @@ public:
     // Runs `work` on the progress thread with a communicator of its own
     // (a duplicate of the transport's), between two polls, and returns its
     // result or rethrows its spyre::Error. For baselines (a raw MPI
-    // ping-pong) that must respect the one-MPI-thread rule. The transport
-    // does not poll while `work` runs: keep it well under the liveness bound.
+    // ping-pong) that must respect the one-call-at-a-time rule: it holds
+    // the transport's MPI lock, so `work` must not call Send or Receive,
+    // and nothing polls while it runs: keep it well under the liveness bound.
     void RunOnMpiThread(const std::function<void(MPI_Comm)>& work);
 
 private:

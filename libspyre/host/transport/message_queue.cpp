@@ -37,9 +37,20 @@ void MessageQueue::Close(Error error) {
 }
 
 Message MessageQueue::Pop(std::chrono::milliseconds timeout, int source) {
+    if (auto m = PopUntil(PeerLiveness::Clock::now() + timeout, source)) return std::move(*m);
+    throw TimeoutError(timeout, source);
+}
+
+Error MessageQueue::TimeoutError(std::chrono::milliseconds timeout, int source) const {
+    return Error(ErrorKind::Timeout, "no message " +
+                                         (source == kAnySource ? std::string("from any rank")
+                                                               : "from " + liveness_.peer(source).Describe()) +
+                                         " within " + std::to_string(timeout.count()) + " ms");
+}
+
+std::optional<Message> MessageQueue::PopUntil(PeerLiveness::Clock::time_point deadline, int source) {
     if (source != kAnySource) liveness_.peer(source);  // validates the rank
     using Clock = PeerLiveness::Clock;
-    const auto deadline = Clock::now() + timeout;
     // Short enough that a lost peer ends the wait soon after the bound.
     const auto tick = std::max(std::chrono::milliseconds(1), liveness_.options().heartbeat_interval / 2);
     auto matching = [&] {
@@ -63,12 +74,7 @@ Message MessageQueue::Pop(std::chrono::milliseconds timeout, int source) {
         if (lost) throw *lost;
         if (closed_) throw *closed_;
         const auto now = Clock::now();
-        if (now >= deadline) {
-            throw Error(ErrorKind::Timeout, "no message " +
-                                                (source == kAnySource ? std::string("from any rank")
-                                                                      : "from " + liveness_.peer(source).Describe()) +
-                                                " within " + std::to_string(timeout.count()) + " ms");
-        }
+        if (now >= deadline) return std::nullopt;
         // Producers change the queue under the lock and notify after it, so
         // a look under the lock after arming misses nothing; a liveness
         // change (Wake) not seen here is seen within the tick.

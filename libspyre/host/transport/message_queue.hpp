@@ -31,7 +31,14 @@ public:
     // Every later Pop throws `error` once nothing is left (the transport stopped).
     void Close(Error error);
 
+    // The oldest message of `source` (any rank: kAnySource); throws its
+    // error, the source's loss or the queue's end, or Timeout.
     Message Pop(std::chrono::milliseconds timeout, int source);
+    // The same, waiting until `deadline` at most (a past one: only a look);
+    // nullopt instead of Timeout.
+    std::optional<Message> PopUntil(PeerLiveness::Clock::time_point deadline, int source);
+    // The Timeout error of a wait of `timeout` for `source`.
+    Error TimeoutError(std::chrono::milliseconds timeout, int source) const;
 
 private:
     struct Entry {

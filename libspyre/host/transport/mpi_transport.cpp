@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// The MPI progress thread: the only thread that calls MPI. Each message is a
-// frame (tag kFrameTag) followed by one MPI message per payload
-// (kPayloadTag); MPI keeps both in order per (source, tag), and payload
-// receives are posted in frame order, so a payload always lands in the
-// message its frame announced.
+// MPI under one lock: the progress thread polls while nobody else does, and
+// a thread that waits for a message (Receive) or sends one polls or posts
+// itself, so a message crosses no thread on either side (MPI_THREAD_SERIALIZED:
+// one MPI call at a time, from any thread). Each message is a frame (tag
+// kFrameTag) followed by one MPI message per payload (kPayloadTag); MPI keeps
+// both in order per (source, tag), and payload receives are posted in frame
+// order, so a payload always lands in the message its frame announced.
 #include "spyre/host/mpi_transport.hpp"
 
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
 #include <deque>
 #include <future>
@@ -27,6 +30,9 @@ namespace {
 constexpr int kFrameTag = 1;
 constexpr int kPayloadTag = 2;
 using Clock = std::chrono::steady_clock;
+// How often a Receive past its polling window polls MPI again itself, while
+// it sleeps on its message queue (the progress thread polls meanwhile too).
+constexpr std::chrono::milliseconds kDriveTick{1};
 
 std::string MpiError(int rc) {
     char text[MPI_MAX_ERROR_STRING];
@@ -77,8 +83,14 @@ struct MpiTransport::State {
     std::deque<Job> jobs;
     bool stop = false;
     std::thread thread;
+    // Receives polling MPI themselves: the progress thread leaves it to them.
+    std::atomic<int> drivers{0};
 
-    // The progress thread's own.
+    // Held for every MPI call after Init, and guards what follows: whoever
+    // polls (the progress thread, a waiting Receive, a Send posting its own
+    // message) holds it.
+    std::mutex mpi;
+    bool finished = false;  // MPI finalised (or given up on): nobody polls again
     MPI_Comm comm = MPI_COMM_NULL;
     MPI_Comm raw_comm = MPI_COMM_NULL;
     std::deque<Outgoing> sending;
@@ -90,7 +102,8 @@ struct MpiTransport::State {
 
     void Init();
     void Run(std::promise<void>& ready);
-    bool Poll();
+    bool Poll(bool run_jobs);
+    bool Drive();
     bool PostSends();
     bool RunJobs();
     void Beat(Clock::time_point now);
@@ -112,11 +125,12 @@ void MpiTransport::State::Init() {
     MPI_Initialized(&initialized);
     if (initialized)
         throw Error(ErrorKind::InvalidArgument,
-                    "MPI is already initialised: MpiTransport must own MPI (one thread makes every MPI call)");
+                    "MPI is already initialised: MpiTransport must own MPI (it serialises every MPI call)");
     int provided = 0;
-    Check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
-    if (provided < MPI_THREAD_FUNNELED)
-        throw Error(ErrorKind::Unsupported, "MPI provides thread level " + std::to_string(provided) + ", FUNNELED is needed");
+    // SERIALIZED: any thread may call MPI, one at a time (the `mpi` lock).
+    Check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+    if (provided < MPI_THREAD_SERIALIZED)
+        throw Error(ErrorKind::Unsupported, "MPI provides thread level " + std::to_string(provided) + ", SERIALIZED is needed");
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     Check(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
@@ -329,9 +343,9 @@ bool MpiTransport::State::InFlight() const {
     return false;
 }
 
-bool MpiTransport::State::Poll() {
+bool MpiTransport::State::Poll(bool run_jobs) {
     bool any = PostSends();
-    any |= RunJobs();
+    if (run_jobs) any |= RunJobs();
     const auto now = Clock::now();
     Beat(now);
     any |= ProbeFrames();
@@ -339,6 +353,15 @@ bool MpiTransport::State::Poll() {
     any |= TestSends();
     if (liveness->Evaluate(Clock::now())) messages->Wake();
     return any;
+}
+
+// One poll by a thread that is not the progress thread, unless someone
+// else is polling (then that poll serves it too).
+bool MpiTransport::State::Drive() {
+    std::unique_lock lock(mpi, std::try_to_lock);
+    if (!lock || finished) return false;
+    Poll(false);
+    return true;
 }
 
 void MpiTransport::State::Run(std::promise<void>& ready) {
@@ -353,21 +376,35 @@ void MpiTransport::State::Run(std::promise<void>& ready) {
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
     auto last_work = Clock::now();
     for (;;) {
+        bool queued = false;
         {
             std::lock_guard lock(mutex);
             if (stop && queue.empty() && jobs.empty()) break;
+            queued = !queue.empty() || !jobs.empty();
         }
-        const bool worked = Poll();
+        // Work handed to it is its own (jobs run only here); otherwise it
+        // polls only while no Receive does: a waiting thread polls for its
+        // own message, and a second poller would only take cores from it.
+        bool worked = false, in_flight = false;
+        {
+            std::unique_lock lock(mpi, std::defer_lock);
+            if (queued)
+                lock.lock();
+            else if (drivers.load(std::memory_order_acquire) == 0)
+                lock.try_lock();
+            if (lock) {
+                worked = Poll(true);
+                in_flight = InFlight();
+            }
+        }
         const auto now = Clock::now();
         if (worked) {
             last_work = now;
             continue;
         }
-        // Spin while a transfer is under way (MPI only progresses inside our
-        // calls) or just after work; otherwise sleep between polls.
-        const bool busy = now - last_work < options.idle_spin ||
-                          (InFlight() && now - last_work < std::chrono::milliseconds(20));
-        if (busy) {
+        // A transfer under way that nobody else polls for (MPI progresses
+        // only inside calls): poll on, for at most 20 ms without progress.
+        if (in_flight && drivers.load(std::memory_order_acquire) == 0 && now - last_work < std::chrono::milliseconds(20)) {
             if (options.busy_poll.count() > 0)
                 std::this_thread::sleep_for(options.busy_poll);
             else
@@ -381,7 +418,9 @@ void MpiTransport::State::Run(std::promise<void>& ready) {
             },
             options.idle_sleep);
     }
+    std::lock_guard lock(mpi);
     Shutdown();
+    finished = true;
 }
 
 void MpiTransport::State::Shutdown() {
@@ -389,8 +428,9 @@ void MpiTransport::State::Shutdown() {
     auto lost_peer = [&]() -> std::optional<Error> { return liveness->AnyLost(); };
     // Flush what was sent; the peers keep hearing our heartbeats meanwhile.
     auto deadline = Clock::now() + bound;
+    const auto pause = std::min<std::chrono::microseconds>(options.idle_sleep, std::chrono::milliseconds(1));
     while (!sending.empty() && !lost_peer() && Clock::now() < deadline) {
-        if (!Poll()) std::this_thread::sleep_for(options.idle_sleep);
+        if (!Poll(true)) std::this_thread::sleep_for(pause);
     }
     bool met = false;
     if (!lost_peer() && sending.empty()) {
@@ -410,7 +450,7 @@ void MpiTransport::State::Shutdown() {
                     break;
                 }
                 if (Clock::now() >= deadline) break;
-                if (!Poll()) std::this_thread::sleep_for(options.idle_sleep);
+                if (!Poll(true)) std::this_thread::sleep_for(pause);
             }
         }
     }
@@ -470,11 +510,49 @@ void MpiTransport::Send(int destination, Message message) {
         if (state_->stop) throw Error(ErrorKind::InvalidArgument, "Send on an MPI transport that is shutting down");
         state_->queue.push_back(std::move(out));
     }
+    // Posted by this thread when nobody polls (no hand-over); else the
+    // poller posts it (a Receive's poll, or the progress thread, woken).
+    {
+        std::unique_lock lock(state_->mpi, std::try_to_lock);
+        if (lock && !state_->finished) {
+            state_->PostSends();
+            return;
+        }
+    }
     state_->wake.Notify();
 }
 
 Message MpiTransport::Receive(std::chrono::milliseconds timeout, int source) {
-    return state_->messages->Pop(timeout, source);
+    State& s = *state_;
+    const auto start = Clock::now();
+    const auto deadline = start + timeout;
+    // Poll MPI for it here, for idle_spin: the message reaches this thread
+    // with no hand-over, and no thread yields its core to wait (a yield on
+    // a loaded host hands the core to whoever else runs, for a whole slice).
+    if (s.options.idle_spin.count() > 0) {
+        s.drivers.fetch_add(1, std::memory_order_acq_rel);
+        struct Leave {
+            std::atomic<int>& n;
+            ~Leave() { n.fetch_sub(1, std::memory_order_acq_rel); }
+        } leave{s.drivers};
+        const auto spin_end = std::min(deadline, start + s.options.idle_spin);
+        for (;;) {
+            if (auto m = s.messages->PopUntil(start, source)) return std::move(*m);
+            s.Drive();
+            if (Clock::now() >= spin_end) break;
+            if (s.options.busy_poll.count() > 0)
+                std::this_thread::sleep_for(s.options.busy_poll);
+            else
+                CpuRelax();
+        }
+    }
+    // Then sleep on the message queue (the progress thread polls every
+    // idle_sleep), polling again every tick.
+    for (;;) {
+        if (auto m = s.messages->PopUntil(std::min(deadline, Clock::now() + kDriveTick), source)) return std::move(*m);
+        if (Clock::now() >= deadline) throw s.messages->TimeoutError(timeout, source);
+        s.Drive();
+    }
 }
 
 std::optional<Error> MpiTransport::PeerError(int rank) const {

@@ -5,6 +5,10 @@
 //   calls      adds of several shapes on every other rank, all in flight at
 //              once, against the CPU (and rank 0's own card); an unknown
 //              function comes back as RemoteChipError naming the rank.
+//   calls-waiters-poll  the same with every rank's progress thread asleep
+//              for an hour between polls: the threads that wait (the
+//              service's, the client's) must poll MPI themselves. Before
+//              they did, nothing was received and each rank lost the other.
 //   stop-peer  rank 1 SIGSTOPs itself inside a call: rank 0 must report it
 //              lost (DeviceLost naming rank 1) within the liveness bound.
 //   kill-peer  rank 1 SIGKILLs itself inside a call: mpirun ends the job
@@ -221,6 +225,7 @@ int main(int argc, char** argv) {
     MpiTransportOptions options;
     options.liveness.heartbeat_interval = std::chrono::milliseconds(200);
     options.liveness.silence_bound = std::chrono::milliseconds(bound_env ? std::atoi(bound_env) : 3000);
+    if (mode == "calls-waiters-poll") options.idle_sleep = std::chrono::hours(1);
     int status = 1;
     int rank = -1;
     if (mode == "hostile") {
@@ -239,7 +244,7 @@ int main(int argc, char** argv) {
             status = Serve(t);
         } else {
             RemoteChipClient client(t, std::chrono::seconds(45));
-            if (mode == "calls") status = Calls(t, client);
+            if (mode == "calls" || mode == "calls-waiters-poll") status = Calls(t, client);
             else if (mode == "stop-peer") status = LosePeer(t, client, "sigstop");
             else if (mode == "kill-peer") status = LosePeer(t, client, "sigkill");
             else std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
