@@ -18,11 +18,14 @@ void MessageQueue::Push(Message message) {
 }
 
 void MessageQueue::PushError(int source, Error error) {
-    liveness_.MarkLost(source, PeerLostError(liveness_.peer(source), "it sent a malformed frame (" + error.message() + ")"));
+    // The error first, then the loss: a receiver that sees the loss finds
+    // the error when it looks again (PopUntil), and reports that.
+    Error lost = PeerLostError(liveness_.peer(source), "it sent a malformed frame (" + error.message() + ")");
     {
         std::lock_guard lock(mutex_);
         entries_.push_back(Entry{source, std::move(error)});
     }
+    liveness_.MarkLost(source, std::move(lost));
     wake_.Notify();
 }
 
@@ -71,6 +74,9 @@ std::optional<Message> MessageQueue::PopUntil(PeerLiveness::Clock::time_point de
         liveness_.Evaluate();
         std::optional<Error> lost = source == kAnySource ? liveness_.AnyLost() : liveness_.Lost(source);
         lock.lock();
+        // A malformed frame's error is queued before its sender is marked
+        // lost: look once more, so the loss does not overtake it.
+        if (lost && matching() != entries_.end()) continue;
         if (lost) throw *lost;
         if (closed_) throw *closed_;
         const auto now = Clock::now();
