@@ -25,6 +25,27 @@ float Apply(uint16_t opcode, float a, float b) {
     }
 }
 
+// One contiguous run of a binary op: the op chosen once, not per element,
+// so the loop vectorises (mockdev is built with -fvect-cost-model=dynamic).
+// A standalone copy of both loops, fp32 add of 16,384 elements at load 8:
+// 3.0-7.6 ns an element before, 0.2-0.6 ns after. Overlap between c and a
+// or b keeps the element-by-element meaning: the vectorised loop runs only
+// after a run-time check finds none.
+template <typename T, typename Op>
+void ContiguousRun(const uint8_t* a, const uint8_t* b, uint8_t* c, uint64_t n, Op op) {
+    for (uint64_t j = 0; j < n; ++j) StoreElement<T>(c, j, op(LoadElement<T>(a, j), LoadElement<T>(b, j)));
+}
+
+template <typename T>
+void ContiguousBinary(uint16_t opcode, const uint8_t* a, const uint8_t* b, uint8_t* c, uint64_t n) {
+    switch (opcode) {
+    case SPYRE_PROG_OP_ADD: return ContiguousRun<T>(a, b, c, n, [](float x, float y) { return x + y; });
+    case SPYRE_PROG_OP_SUB: return ContiguousRun<T>(a, b, c, n, [](float x, float y) { return x - y; });
+    case SPYRE_PROG_OP_MUL: return ContiguousRun<T>(a, b, c, n, [](float x, float y) { return x * y; });
+    default: return ContiguousRun<T>(a, b, c, n, [](float x, float y) { return x / y; });
+    }
+}
+
 // GELU with erf, computed in double: erfc keeps the tail exact where 1 + erf(x) would cancel.
 float Gelu(float x) { return float(0.5 * double(x) * std::erfc(-double(x) / std::sqrt(2.0))); }
 
@@ -40,6 +61,9 @@ uint16_t RunBinary(const KernelContext& ctx, uint16_t opcode, const Tensor& a, c
     return WithFloatType(c.desc().dtype, [&]<typename T>() {
         return ForChunks(ctx, c.operand.elements, kElementGrain, [&](uint64_t begin, uint64_t end) {
             walk.ForEachRun(begin, end, [&](const std::array<uint64_t, 3>& off, uint64_t n) {
+                if (walk.inner_stride(0) == 1 && walk.inner_stride(1) == 1 && walk.inner_stride(2) == 1)
+                    return ContiguousBinary<T>(opcode, a.data + off[0] * sizeof(T), b.data + off[1] * sizeof(T),
+                                               c.data + off[2] * sizeof(T), n);
                 for (uint64_t j = 0; j < n; ++j)
                     StoreElement<T>(c.data, off[2] + j * walk.inner_stride(2),
                                     Apply(opcode, LoadElement<T>(a.data, off[0] + j * walk.inner_stride(0)),
