@@ -54,6 +54,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -109,6 +112,33 @@ Worker& WorkerOver(int devices) {
         g_workers[devices] = std::move(made);
     }
     return *g_workers[devices];
+}
+
+// CPU seconds (user + system) of this process and of its children (the
+// embedded mock's daemon): what a run costs the host's cores whatever else
+// runs on them, so it moves far less with other jobs' load than a rate does.
+double TreeCpuSeconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    double s = double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+    const double tick = double(sysconf(_SC_CLK_TCK));
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+        std::ifstream f(e.path() / "stat");
+        std::string stat;
+        if (!std::getline(f, stat)) continue;
+        const size_t paren = stat.rfind(')');
+        if (paren == std::string::npos) continue;
+        // After the name: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
+        char state = 0;
+        long ppid = 0;
+        unsigned long skip = 0, utime = 0, stime = 0;
+        if (std::sscanf(stat.c_str() + paren + 1, " %c %ld %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu %lu", &state, &ppid, &skip,
+                        &skip, &skip, &skip, &skip, &skip, &skip, &skip, &skip, &utime, &stime) == 13 &&
+            ppid == long(getpid()))
+            s += double(utime + stime) / tick;
+    }
+    return s;
 }
 
 double UsPerIteration(benchmark::State& state, Clock::time_point t0) {
@@ -197,13 +227,26 @@ void Throughput(benchmark::State& state, const std::string& key, const char* fun
     HostProgram p{"independent", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
                       for (int i = 0; i < tasks; ++i) g.Chip(function, {In(a[i]), In(b), Out(c[i])});
                   }};
+    const double cpu0 = TreeCpuSeconds();
     const auto t0 = Clock::now();
     for (auto _ : state) w.Run(p, {});
     const double us = UsPerIteration(state, t0);
-    if (c[tasks - 1].floats()[0] != 0.5f * 0.25f * float(k)) state.SkipWithError("wrong matmul result");
+    const double cpu_us = (TreeCpuSeconds() - cpu0) * 1e6 / double(state.iterations() * tasks);
+    // One more run, untimed, into zeroed outputs: every element of every C
+    // must be computed again (no copy the device kept stands in for it).
+    for (HostTensor& t : c) std::fill(t.floats().begin(), t.floats().end(), 0.0f);
+    w.Run(p, {});
+    for (int i = 0; i < tasks; ++i)
+        for (float x : c[i].floats())
+            if (x != 0.5f * 0.25f * float(k)) {
+                state.SkipWithError("wrong matmul result");
+                return;
+            }
     const double per_s = tasks / (us * 1e-6);
     g_us[key + std::to_string(devices)] = per_s;
+    g_us[key + "cpu_" + std::to_string(devices)] = cpu_us;
     state.counters["chip_tasks_per_s"] = per_s;
+    state.counters["cpu_us_per_task"] = cpu_us;
     if (g_us.count(key + "1")) state.counters["x_1_device"] = per_s / g_us[key + "1"];
     if (g_us.count(key + "blas")) state.counters["x_host_blas"] = per_s / g_us[key + "blas"];
 }
@@ -221,6 +264,7 @@ void BM_HostBlas(benchmark::State& state) {
                         int(k), 0.0f, c[i].data(), int(k));
     };
     openblas_set_num_threads(1);  // this process's BLAS only: the mock cards are other processes
+    const double cpu0 = TreeCpuSeconds();
     const auto t0 = Clock::now();
     for (auto _ : state) {
         std::vector<std::thread> pool;
@@ -230,9 +274,12 @@ void BM_HostBlas(benchmark::State& state) {
     }
     const double us = UsPerIteration(state, t0);
     if (c[tasks - 1][0] != 0.5f * 0.25f * float(k)) state.SkipWithError("wrong BLAS result");
+    const double cpu_us = (TreeCpuSeconds() - cpu0) * 1e6 / double(state.iterations() * tasks);
     const double per_s = tasks / (us * 1e-6);
     g_us[std::string(rows == 64 ? "throughput_" : "throughput_big_") + "blas"] = per_s;
+    g_us[std::string(rows == 64 ? "throughput_" : "throughput_big_") + "cpu_blas"] = cpu_us;
     state.counters["matmuls_per_s"] = per_s;
+    state.counters["cpu_us_per_matmul"] = cpu_us;
 }
 
 void BM_Throughput(benchmark::State& state) { Throughput(state, "throughput_", "chip_matmul", 64, 64, 128); }
@@ -372,13 +419,18 @@ void Summary() {
     for (const char* key : {"throughput_", "throughput_big_"}) {
         std::printf("L3 throughput, %s:\n", key == std::string("throughput_") ? "64 independent 64x128x128 chip matmuls"
                                                                               : "16 independent 256x256x256 chip matmuls");
+        const double blas_cpu = at(key + std::string("cpu_blas"));
         if (at(key + std::string("blas")) > 0)
-            std::printf("  host BLAS, one thread per core: %.0f matmuls/s\n", at(key + std::string("blas")));
+            std::printf("  host BLAS, one thread per core: %.0f matmuls/s, %.1f us CPU per matmul\n", at(key + std::string("blas")),
+                        blas_cpu);
         for (int d : {1, 2, 4, 8})
-            if (at(key + std::to_string(d)) > 0)
-                std::printf("  %d device(s): %.0f chip tasks/s  (%.2fx of 1 device, %.2fx of host BLAS, same run)\n", d,
-                            at(key + std::to_string(d)), at(key + std::to_string(d)) / at(std::string(key) + "1"),
-                            at(key + std::to_string(d)) / at(key + std::string("blas")));
+            if (at(key + std::to_string(d)) > 0) {
+                const double cpu = at(key + std::string("cpu_") + std::to_string(d));
+                std::printf("  %d device(s): %.0f chip tasks/s  (%.2fx of 1 device, %.2fx of host BLAS, same run); "
+                            "%.1f us CPU per task, both processes (BLAS's CPU / this: %.2f)\n",
+                            d, at(key + std::to_string(d)), at(key + std::to_string(d)) / at(std::string(key) + "1"),
+                            at(key + std::to_string(d)) / at(key + std::string("blas")), cpu, cpu > 0 ? blas_cpu / cpu : 0.0);
+            }
     }
 }
 

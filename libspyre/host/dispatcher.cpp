@@ -2,6 +2,7 @@
 #include "dispatcher.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <memory>
@@ -85,6 +86,7 @@ void Dispatcher::ApplyInbox() {
             ++st.chip_tasks;
             st.moved.bytes_uploaded += t->inbox_moved.bytes_uploaded;
             st.moved.bytes_reused += t->inbox_moved.bytes_reused;
+            st.moved.bytes_checked += t->inbox_moved.bytes_checked;
             st.moved.bytes_downloaded += t->inbox_moved.bytes_downloaded;
         }
         if (t->inbox_failure) Finish(t, HostTask::State::Failed, std::move(*t->inbox_failure));
@@ -212,6 +214,9 @@ void Dispatcher::Shutdown() {
 
 std::shared_ptr<RunState> Dispatcher::Begin(std::unique_ptr<RunState> owned) {
     std::shared_ptr<RunState> run(std::move(owned));
+    // Unique in the process: executors may serve several Workers.
+    static std::atomic<uint64_t> next_serial{1};
+    run->serial = next_serial.fetch_add(1, std::memory_order_relaxed);
     Lock lock(*this);
     in_flight_.push_back(run);
     return run;
@@ -323,8 +328,8 @@ void Dispatcher::MakeReady(HostTask* task) {
     task->device = d;
     ++load_[d];
     ChipCall& call = task->call;
-    call = {task->name, task->function, {}, block_dim_, task->chip};
-    for (const TensorArg& a : task->args) call.args.push_back({a});
+    call = {task->name, task->function, {}, block_dim_, task->chip, task->run->serial};
+    for (const TensorArg& a : task->args) call.args.push_back({a, residency_.Writes(a.tensor)});
     to_post_[d].push_back([this, task] { RunChip(task); });
 }
 
@@ -333,6 +338,11 @@ void Dispatcher::Finish(HostTask* task, HostTask::State state, TaskFailureInfo f
     RunState& run = *task->run;
     const bool chip = task->level == Level::Chip && task->device != SIZE_MAX;
     if (chip) --load_[task->device];
+    // A task that ran, even one that failed, may have written what it
+    // writes (ChipArg::writes).
+    if (state != HostTask::State::Skipped)
+        for (const TensorArg& a : task->args)
+            if (a.access != Access::In) residency_.CountWrite(a.tensor);
     if (state == HostTask::State::Done) {
         for (const TensorArg& a : task->args) {
             if (a.access != Access::In) residency_.Wrote(a.tensor, chip ? task->device : Residency::kHost);

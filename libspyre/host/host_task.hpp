@@ -86,6 +86,7 @@ struct FinishedTask {
 // submitted finished.
 struct RunState {
     std::string name;
+    uint64_t serial = 0;  // unique in the process (ChipCall::run)
     std::vector<HostTensor> outputs;
     size_t window = 0;      // DistributedConfig::max_tasks_in_flight
     size_t unfinished = 0;  // submitted, not finished

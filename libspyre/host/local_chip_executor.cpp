@@ -12,6 +12,19 @@
 
 namespace spyre::host {
 
+namespace {
+// Calls between two walks for copies of storages that are gone (Evict):
+// their device memory waits at most that long, or until the cache is full
+// or the device out of memory (both walk at once).
+constexpr unsigned kSweepEvery = 64;
+
+// Whether the copy holds what this call would read without a check: a call
+// of the same run made it current and no task wrote the storage since.
+bool SameView(uint64_t run, uint64_t writes, const ChipCall& call, size_t i) {
+    return call.run != 0 && run == call.run && writes == call.args[i].writes;
+}
+}  // namespace
+
 unsigned LocalChipExecutor::Room(Device& device, const DistributedConfig& config) {
     // None on a device of an older contract: its chip tasks then run host
     // kernels only, one at a time.
@@ -125,6 +138,8 @@ void LocalChipExecutor::Evict() {
         copy_bytes_ -= std::get<2>(it->first);
         return copies_.erase(it);
     };
+    if (++calls_since_sweep_ < kSweepEvery && copy_bytes_ <= cache_limit_) return;
+    calls_since_sweep_ = 0;
     for (auto it = copies_.begin(); it != copies_.end();)
         it = it->second.users == 0 && it->second.storage.expired() ? drop(it) : std::next(it);
     while (copy_bytes_ > cache_limit_) {
@@ -168,6 +183,8 @@ public:
                 if (!reads) continue;
                 if (c.readers > 0) {
                     shared.push_back(i);
+                } else if (!c.holds.empty() && SameView(c.run, c.writes, call, i)) {
+                    stats.bytes_reused += t.bytes();  // a call of this run made it current, nothing wrote since
                 } else {
                     c.upload = Upload::Running;
                     running_.push_back(i);
@@ -191,6 +208,7 @@ public:
             for (size_t i = 0; i < call.args.size(); ++i) {
                 if (call.args[i].arg.access == Access::In) continue;
                 copies_[i]->holds.clear();
+                copies_[i]->run = copies_[i]->writes = 0;
                 std::erase_if(to_hash_, [&](size_t j) { return copies_[j] == copies_[i]; });
             }
         } catch (...) {
@@ -262,12 +280,18 @@ private:
         std::erase(running_, i);
         if (failed) {
             c.holds.clear();  // some chunks may have moved: nothing is known
+            c.run = c.writes = 0;
             c.upload = Upload::Failed;
             e_.uploaded_.Notify();
             std::rethrow_exception(failed);
         }
-        if (whole) to_hash_.push_back(i);
-        else c.holds = std::move(held);
+        if (whole) {
+            to_hash_.push_back(i);
+        } else {
+            c.holds = std::move(held);
+            c.run = call_.run, c.writes = call_.args[i].writes;
+            stats.bytes_checked += t.bytes();
+        }
         c.upload = Upload::Done;
         e_.uploaded_.Notify();
         stats.bytes_uploaded += copied;
@@ -306,7 +330,13 @@ private:
         for (size_t i = 0; i < copies_.size(); ++i) {
             --copies_[i]->users;
             if (i < reads_.size() && reads_[i]) --copies_[i]->readers;
-            if (!hashes_[i].empty()) copies_[i]->holds = std::move(hashes_[i]);
+            if (!hashes_[i].empty()) {
+                // An output's bytes are this call's, whose own write the
+                // storage counts once it ends: one more.
+                const bool wrote = call_.args[i].arg.access != Access::In;
+                copies_[i]->holds = std::move(hashes_[i]);
+                copies_[i]->run = call_.run, copies_[i]->writes = call_.args[i].writes + (wrote ? 1 : 0);
+            }
         }
         e_.free_slots_.push_back(slot_);
     }

@@ -64,6 +64,11 @@ private:
         // the host range's chunk hashes the same: a caller may have written
         // the range through any pointer since.
         ChunkHashes holds;
+        // The run of the call that last made `holds` true and the writes of
+        // the storage it saw (ChipCall::run, ChipArg::writes): a call that
+        // sees the same reads the copy without hashing the host bytes again.
+        // run 0: none.
+        uint64_t run = 0, writes = 0;
         uint64_t last_use = 0;
         unsigned users = 0;    // arguments of calls in flight that hold it: never evicted then
         unsigned readers = 0;  // of those, the In and InOut ones: their bytes are current once uploaded
@@ -95,6 +100,9 @@ private:
     std::vector<Slot*> free_slots_;
     std::map<Key, Copy> copies_;  // node-based: a Copy stays put while others come and go
     uint64_t copy_bytes_ = 0, use_clock_ = 0, cache_limit_ = kCacheBytes;
+    // Calls since the copies of storages that are gone were last dropped:
+    // looking for them walks every copy, so not after every call.
+    unsigned calls_since_sweep_ = 0;
 };
 
 // Opens config.device_ids of `host` (checked first: InvalidArgument or

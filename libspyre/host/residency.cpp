@@ -28,6 +28,17 @@ bool Residency::Current(const HostTensor& t, size_t device) const {
                        [&](const Copy& c) { return c.device == device && c.begin == b && c.end == e; });
 }
 
+void Residency::CountWrite(const HostTensor& t) {
+    PerStorage& s = map_[t.storage_id()];
+    s.storage = t.storage();
+    ++s.writes;
+}
+
+uint64_t Residency::Writes(const HostTensor& t) const {
+    auto it = map_.find(t.storage_id());
+    return it == map_.end() ? 0 : it->second.writes;
+}
+
 void Residency::Sweep() {
     std::erase_if(map_, [](const auto& kv) { return kv.second.storage.expired(); });
 }

@@ -26,6 +26,10 @@ public:
     // A device received exactly the tensor's bytes (an upload).
     void Copied(const HostTensor& t, size_t device);
     bool Current(const HostTensor& t, size_t device) const;
+    // Tasks that ended having run with write access to the tensor's storage
+    // (any part of it), as counted by CountWrite (ChipArg::writes).
+    void CountWrite(const HostTensor& t);
+    uint64_t Writes(const HostTensor& t) const;
     // Drops the ranges of storages nobody holds any more.
     void Sweep();
 
@@ -37,6 +41,7 @@ private:
     struct PerStorage {
         std::weak_ptr<HostTensor::Storage> storage;
         std::vector<Copy> copies;
+        uint64_t writes = 0;
     };
     std::unordered_map<uint64_t, PerStorage> map_;
 };

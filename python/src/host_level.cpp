@@ -643,6 +643,7 @@ void BindHostLevel(py::module_& m) {
                 d["chip_tasks"] = s.chip_tasks;
                 d["bytes_uploaded"] = s.moved.bytes_uploaded;
                 d["bytes_reused"] = s.moved.bytes_reused;
+                d["bytes_checked"] = s.moved.bytes_checked;
                 d["bytes_downloaded"] = s.moved.bytes_downloaded;
                 return d;
             }, py::arg("device"))

@@ -78,6 +78,9 @@ private:
 // write host memory through a kept pointer, unseen by the runtime).
 struct ChipArg {
     TensorArg arg;
+    // Tasks that had written the tensor's storage (any part of it), ended,
+    // when the call was placed (see ChipCall::run).
+    uint64_t writes = 0;
 };
 
 struct ChipCall {
@@ -89,6 +92,12 @@ struct ChipCall {
     // recorded (entries are never removed), so a local executor need not
     // look it up again per call; nullptr: look it up by name.
     const ChipRegistry::Entry* entry = nullptr;
+    // The call's run: a number no other run in the process has; 0: unknown.
+    // Two calls of one run that see the same ChipArg::writes of a tensor see
+    // the same host bytes of it (no task wrote it between them, and the
+    // caller may not write what a run in flight uses), so an executor may
+    // read a copy the first made current without checking it again.
+    uint64_t run = 0;
 };
 
 // What a call moved, for the locality tests and the docs.
@@ -102,6 +111,9 @@ struct ChipCallStats {
     // spans; 0: not known.
     uint64_t run_start_ns = 0;
     uint64_t run_end_ns = 0;
+    // Host bytes hashed to check a kept copy before reusing it. Last, so
+    // code that fills the fields above in order keeps its meaning.
+    uint64_t bytes_checked = 0;
 };
 
 class ChipExecutor {

@@ -139,3 +139,49 @@ TEST_F(WorkerTest, ACopyAFailedTaskWroteIsNotReused) {
     auto outs = worker_->Run(sub, {f, b});
     for (float x : outs[0].floats()) ASSERT_EQ(x, 1.0f) << "3 - 2";
 }
+
+// Within one run, a kept copy that a call of the run checked is read by the
+// run's later calls without hashing the host bytes again (the caller may
+// not write what a run in flight uses): b, read by four tasks on device 0
+// in the second run, is hashed once, and never uploaded again.
+TEST_F(WorkerTest, ACopyOneRunCheckedIsNotCheckedAgainInThatRun) {
+    HostProgram four{"four_readers", 1, {}, [](HostGraph& g, std::span<const HostTensor> x) {
+                         for (int i = 0; i < 4; ++i) g.Chip("chip_empty", {In(x[0])}, {.device = 0});
+                     }};
+    HostTensor b = HostTensor::Full({kTile, kTile}, 2.0f);
+    worker_->Run(four, {b});  // the first upload: hashed while the device runs, not a check
+    const Worker::DeviceStats before = worker_->Stats(0);
+    worker_->Run(four, {b});
+    const Worker::DeviceStats after = worker_->Stats(0);
+    EXPECT_EQ(after.moved.bytes_checked - before.moved.bytes_checked, kTileBytes) << "one check for the run";
+    EXPECT_EQ(after.moved.bytes_uploaded, before.moved.bytes_uploaded);
+    EXPECT_EQ(after.moved.bytes_reused - before.moved.bytes_reused, 4 * kTileBytes);
+}
+
+// What a task of the run writes between two readers on one device is seen
+// by the second, whoever writes it: a SubWorker on the host, or a chip task
+// on another device (its output copied back). Each is checked against the
+// CPU, in the first run (copies new) and in a second (copies kept).
+TEST_F(WorkerTest, AWriteByATaskOfTheRunIsSeenByTheRunsNextReader) {
+    worker_->RegisterSubWorker("add_one", [](std::span<const HostTensor> t) {
+        for (float& x : t[0].floats()) x += 1.0f;
+    });
+    HostProgram p{"reread", 2, {{{kTile, kTile}}, {{kTile, kTile}}, {{kTile, kTile}}},
+                  [](HostGraph& g, std::span<const HostTensor> x) {
+                      // x: a, b, then outputs f1 = a + b, f2 = a + (b + 1), f3 = a + (a + a)
+                      g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])}, {.device = 0});
+                      g.Sub("add_one", {InOut(x[1])});
+                      g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[3])}, {.device = 0});
+                      g.Chip("chip_add", {In(x[0]), In(x[0]), Out(x[1])}, {.device = 1});
+                      g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[4])}, {.device = 0});
+                  }};
+    HostTensor a = HostTensor::Full({kTile, kTile}, 1.0f), b = HostTensor::Full({kTile, kTile}, 2.0f);
+    for (int run = 0; run < 2; ++run) {
+        for (float& x : b.floats()) x = 2.0f;  // between runs
+        const std::vector<HostTensor> outs = worker_->Run(p, {a, b});
+        ASSERT_EQ(outs.size(), 3u);
+        for (float x : outs[0].floats()) ASSERT_EQ(x, 3.0f) << "run " << run << ": 1 + 2";
+        for (float x : outs[1].floats()) ASSERT_EQ(x, 4.0f) << "run " << run << ": 1 + (2 + 1), the SubWorker's b";
+        for (float x : outs[2].floats()) ASSERT_EQ(x, 3.0f) << "run " << run << ": 1 + (1 + 1), device 1's b";
+    }
+}
