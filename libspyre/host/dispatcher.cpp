@@ -111,15 +111,38 @@ void Dispatcher::ApplyIfParked() {
 
 bool Dispatcher::LookForEnd(RunState& run) {
     auto ended = [&] { return run.done_flag.load(std::memory_order_acquire); };
-    lookers_.fetch_add(1, std::memory_order_seq_cst);
-    JobThreads::LookBeforeSleeping([&] {
-        if (!ended() && !inbox_.Empty()) ApplyIfParked();
-        return ended();
-    });
-    lookers_.fetch_sub(1, std::memory_order_seq_cst);
-    // A device thread that saw this look parked and left it to us.
-    if (!inbox_.Empty()) ApplyIfParked();
-    return ended();
+    for (;;) {
+        bool ran = false;
+        lookers_.fetch_add(1, std::memory_order_seq_cst);
+        JobThreads::LookBeforeSleeping([&] {
+            if (!ended() && !inbox_.Empty()) ApplyIfParked();
+            if (ended()) return true;
+            if (!MayRunOneOf()) return false;
+            // Not a looker while it runs a task: threads that finish one
+            // meanwhile apply their own.
+            lookers_.fetch_sub(1, std::memory_order_seq_cst);
+            if (!inbox_.Empty()) ApplyIfParked();
+            ran = RunOneOf(run);
+            lookers_.fetch_add(1, std::memory_order_seq_cst);
+            return ran;
+        });
+        lookers_.fetch_sub(1, std::memory_order_seq_cst);
+        // A device thread that saw this look parked and left it to us.
+        if (!inbox_.Empty()) ApplyIfParked();
+        if (!ran || ended()) return ended();  // after a task it ran: a new look
+    }
+}
+
+bool Dispatcher::MayRunOneOf() const noexcept {
+    for (const auto& lane : lanes_)
+        if (lane->MayRunOne()) return true;
+    return sub_workers_ && sub_workers_->MayRunOne();
+}
+
+bool Dispatcher::RunOneOf(RunState& run) {
+    for (const auto& lane : lanes_)
+        if (lane->MayRunOne() && lane->RunOneOf(&run)) return true;
+    return sub_workers_ && sub_workers_->MayRunOne() && sub_workers_->RunOneOf(&run);
 }
 
 namespace {
@@ -308,7 +331,7 @@ void Dispatcher::MakeReady(HostTask* task) {
     }
     task->state = HostTask::State::Queued;
     if (task->level == Level::Host) {
-        to_post_.back().push_back([this, task] { RunSub(task); });
+        to_post_.back().push_back({[this, task] { RunSub(task); }, task->run});
         return;
     }
     PlacementInput& in = placement_;
@@ -330,7 +353,7 @@ void Dispatcher::MakeReady(HostTask* task) {
     ChipCall& call = task->call;
     call = {task->name, task->function, {}, block_dim_, task->chip, task->run->serial};
     for (const TensorArg& a : task->args) call.args.push_back({a, residency_.Writes(a.tensor)});
-    to_post_[d].push_back([this, task] { RunChip(task); });
+    to_post_[d].push_back({[this, task] { RunChip(task); }, task->run});
 }
 
 void Dispatcher::Finish(HostTask* task, HostTask::State state, TaskFailureInfo failure) {
@@ -495,8 +518,8 @@ std::vector<HostTensor> Dispatcher::Wait(RunState& run, const ProgressCallback& 
     SPYRE_TRACE_SCOPE("host_run_wait");
     CheckNotPartOf(run);
     if (progress) return WaitReporting(run, progress);
-    // A short run ends within a few microseconds: look for that before
-    // paying a sleep and a wake-up.
+    // A short run ends within a few microseconds: look for that, running
+    // the run's queued tasks meanwhile, before paying a sleep and a wake-up.
     if (JobThreads::Current() || !LookForEnd(run)) SleepUntilDone(run);
     Lock lock(*this);
     if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped, RecordsOf(run));

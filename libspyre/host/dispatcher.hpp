@@ -105,8 +105,12 @@ private:
     void File(HostTask* task);  // mu_ held: a submitted task's dependencies; starts it when ready
     void Park(HostTask& task);  // the task's outcome is set
     // Whether `run` ended within a short look, applying what device threads
-    // parked meanwhile (they leave it to the looker and go on).
+    // parked meanwhile (they leave it to the looker and go on) and running
+    // the run's tasks queued where a pool has a thread's room (a sleeping
+    // device thread would take a wake-up to start them).
     bool LookForEnd(RunState& run);
+    bool MayRunOneOf() const noexcept;  // lock-free: some pool has a job queued and room
+    bool RunOneOf(RunState& run);       // one queued task of `run` on this thread
     void ApplyIfParked();  // the protocol of a thread that parked, for a looker that leaves
     std::vector<HostTensor> WaitReporting(RunState& run, const ProgressCallback& progress);
     void MakeReady(HostTask* task);

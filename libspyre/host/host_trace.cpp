@@ -8,17 +8,23 @@ namespace spyre::host {
 
 namespace {
 
-// A thread runs one device's chip tasks or one SubWorker slot for its
+// A pool thread runs one device's chip tasks or one SubWorker slot for its
 // whole life (JobThreads), so it names one track: looked up once per
-// recording, not per task.
+// recording, not per task. A run's waiter runs tasks of any device
+// (JobThreads::RunOneOf): its track follows the name.
 uint32_t TrackOf(const std::string& device) {
     thread_local uint64_t recording = 0;
     thread_local uint32_t track = 0;
-    if (recording != trace::detail::Recording()) {
+    thread_local std::string cached_device;
+    thread_local int cached_index = 0;
+    const int index = device.empty() ? JobThreads::CurrentIndex() : 0;
+    if (recording != trace::detail::Recording() || cached_device != device || cached_index != index) {
         recording = trace::detail::Recording();
-        track = trace::detail::NamedTrack(device.empty()
-                                              ? "host-level subworker " + std::to_string(JobThreads::CurrentIndex())
-                                              : "host-level " + device);
+        cached_device = device;
+        cached_index = index;
+        track = trace::detail::NamedTrack(!device.empty()                      ? "host-level " + device
+                                          : index == JobThreads::kHelperIndex ? "host-level subworker (a run's waiter)"
+                                                                              : "host-level subworker " + std::to_string(index));
     }
     return track;
 }

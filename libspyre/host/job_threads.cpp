@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "job_threads.hpp"
 
+#include <algorithm>
+#include <utility>
+
 namespace spyre::host {
 
 namespace {
@@ -26,7 +29,36 @@ bool JobThreads::RunOneQueued() {
         jobs_.pop_front();
         queued_.store(jobs_.size(), std::memory_order_release);
     }
-    job();
+    job.run();  // nested in a job this thread runs: it counts in running_ already
+    return true;
+}
+
+bool JobThreads::RunOneOf(const void* owner) {
+    Job job;
+    {
+        std::lock_guard lock(mu_);
+        if (running_.load(std::memory_order_relaxed) >= count_ || stop_.load(std::memory_order_relaxed)) return false;
+        auto it = std::find_if(jobs_.begin(), jobs_.end(), [&](const Job& j) { return j.owner == owner; });
+        if (it == jobs_.end()) return false;
+        job = std::move(*it);
+        jobs_.erase(it);
+        queued_.store(jobs_.size(), std::memory_order_release);
+        running_.fetch_add(1, std::memory_order_relaxed);
+        ++helpers_;
+    }
+    // As one of the pool's threads: a job that waits on a nested run runs
+    // this pool's queued jobs (RunOneQueued), and the trace names its track.
+    JobThreads* const pool = std::exchange(tl_pool, this);
+    const int index = std::exchange(tl_index, kHelperIndex);
+    std::deque<Job>* const batch = std::exchange(tl_batch, nullptr);
+    job.run();
+    tl_pool = pool, tl_index = index, tl_batch = batch;
+    std::lock_guard lock(mu_);
+    running_.fetch_sub(1, std::memory_order_relaxed);
+    --helpers_;
+    // Under the lock, as PostAll: the destructor may be waiting for this
+    // helper, and a pool thread for the room it leaves.
+    wake_.Notify();
     return true;
 }
 
@@ -36,9 +68,12 @@ JobThreads::JobThreads(int threads) : count_(threads) {
 
 JobThreads::~JobThreads() {
     {
-        std::lock_guard lock(mu_);
+        std::unique_lock lock(mu_);
         stop_.store(true, std::memory_order_release);
         wake_.NotifyAll();
+        // A waiter's job may end the last run while the waiter is still in
+        // RunOneOf: it leaves under the lock.
+        while (helpers_ != 0) wake_.SleepUnlocked(lock, [&] { return helpers_ == 0; }, std::chrono::seconds(1));
     }
     for (auto& t : threads_) t.join();
 }
@@ -57,9 +92,9 @@ void JobThreads::PostAll(std::vector<Job>& jobs) {
     jobs.clear();
 }
 
-void JobThreads::Post(Job job) {
+void JobThreads::Post(std::function<void()> run, const void* owner) {
     std::vector<Job> one;
-    one.push_back(std::move(job));
+    one.push_back(Job{std::move(run), owner});
     PostAll(one);
 }
 
@@ -70,14 +105,16 @@ void JobThreads::Loop(int index) {
     tl_batch = &batch;
     std::unique_lock lock(mu_);
     for (;;) {
-        if (jobs_.empty()) {
-            if (stop_.load(std::memory_order_relaxed)) return;  // stopped and drained
+        // Nothing queued, or every thread's room taken (waiters run jobs too).
+        if (jobs_.empty() || running_.load(std::memory_order_relaxed) >= count_) {
+            if (stop_.load(std::memory_order_relaxed) && jobs_.empty()) return;  // stopped and drained
             lock.unlock();
             if (!LookBeforeSleeping([&] { return Runnable(); }))
                 wake_.SleepUnless([&] { return Runnable(); }, std::chrono::seconds(1));
             lock.lock();
             continue;
         }
+        running_.fetch_add(1, std::memory_order_relaxed);
         if (count_ == 1) {
             // Alone in its pool: everything queued is its own to run, in
             // order, for one lock instead of one per job.
@@ -87,17 +124,17 @@ void JobThreads::Loop(int index) {
             while (!batch.empty()) {  // a job that waits may run the next ones (RunOneQueued)
                 Job job = std::move(batch.front());
                 batch.pop_front();
-                job();
+                job.run();
             }
-            lock.lock();
-            continue;
+        } else {
+            Job job = std::move(jobs_.front());
+            jobs_.pop_front();
+            queued_.store(jobs_.size(), std::memory_order_release);
+            lock.unlock();
+            job.run();
         }
-        Job job = std::move(jobs_.front());
-        jobs_.pop_front();
-        queued_.store(jobs_.size(), std::memory_order_release);
-        lock.unlock();
-        job();
         lock.lock();
+        running_.fetch_sub(1, std::memory_order_relaxed);
     }
 }
 

@@ -7,6 +7,13 @@
 // then yielding the CPU between looks), then sleeps on an EventCount: a job
 // posted soon after the last (the next run's, a consumer's) skips the
 // wake-up, and an idle Worker burns no core (these machines have 2).
+//
+// A thread outside the pool that waits for a run (its waiter) may run that
+// run's queued jobs itself (RunOneOf) while the pool has a thread's room:
+// it is awake already, and a pool thread asleep would take a wake-up (15-25
+// us on these VMs) to start them. Jobs running, the pool's and the
+// waiters' together, never exceed the pool's threads, so a device runs no
+// more chip tasks at once than it has lanes.
 #pragma once
 
 #include <atomic>
@@ -30,9 +37,13 @@ public:
     JobThreads(const JobThreads&) = delete;
     JobThreads& operator=(const JobThreads&) = delete;
 
-    using Job = std::function<void()>;
-    // `job` must not throw (the dispatcher's jobs catch everything).
-    void Post(Job job);
+    // `run` must not throw (the dispatcher's jobs catch everything).
+    // `owner` (the run a task belongs to) lets that run's waiter take it.
+    struct Job {
+        std::function<void()> run;
+        const void* owner = nullptr;
+    };
+    void Post(std::function<void()> run, const void* owner = nullptr);
     // All of `jobs`, in order, under one lock (emptied): a run's ready
     // tasks reach a device thread in one hand-over, not one each.
     void PostAll(std::vector<Job>& jobs);
@@ -60,9 +71,11 @@ public:
         }
     }
 
-    // Which of its pool's threads runs the calling job (0..threads-1): the
-    // trace names a SubWorker's track by it.
+    // Which of its pool's threads runs the calling job (0..threads-1, or
+    // kHelperIndex for a waiter running it): the trace names a SubWorker's
+    // track by it.
     static int CurrentIndex() noexcept;
+    static constexpr int kHelperIndex = -1;
     // The pool whose thread is calling, or null.
     static JobThreads* Current() noexcept;
 
@@ -74,17 +87,30 @@ public:
     // Whether a job is queued for RunOneQueued (lock-free look).
     bool HasQueued() const noexcept { return queued_.load(std::memory_order_acquire) != 0; }
 
+    // For a thread outside the pool waiting on `owner`: runs the first
+    // queued job of `owner` on the calling thread, as one of the pool's
+    // threads (JobThreads::Current() is this pool meanwhile), if fewer jobs
+    // run than the pool has threads. False when it ran none.
+    bool RunOneOf(const void* owner);
+    // Whether RunOneOf might find a job: some are queued and the pool has
+    // room (lock-free look).
+    bool MayRunOne() const noexcept {
+        return queued_.load(std::memory_order_acquire) != 0 && running_.load(std::memory_order_acquire) < count_;
+    }
+
 private:
     void Loop(int index);
     // Whether a thread has a reason to take the lock (lock-free look).
-    bool Runnable() const noexcept {
-        return queued_.load(std::memory_order_acquire) != 0 || stop_.load(std::memory_order_acquire);
-    }
+    bool Runnable() const noexcept { return MayRunOne() || stop_.load(std::memory_order_acquire); }
     std::mutex mu_;
     EventCount wake_;
     std::deque<Job> jobs_;
     std::atomic<size_t> queued_{0};  // jobs_.size(), readable without the lock
     std::atomic<bool> stop_{false};
+    // Jobs being run, by the pool's threads and by waiters (RunOneOf);
+    // changed under mu_. A pool thread takes a job only below count_.
+    std::atomic<int> running_{0};
+    int helpers_ = 0;  // waiters inside RunOneOf (under mu_): the destructor waits for them
     int count_ = 0;  // threads_.size(), fixed before they start
     std::vector<std::thread> threads_;
 };

@@ -263,6 +263,41 @@ TEST_F(WorkerTest, SubWorkersWaitingOnNestedRunsOfTheirWorkerRunThoseRunsSubWork
     for (const TaskRecord& r : report) EXPECT_EQ(r.state, TaskState::Done) << r.name;
 }
 
+// A run's waiter runs the run's queued tasks itself while the device
+// threads and SubWorkers sleep (Dispatcher::LookForEnd). A SubWorker it
+// runs that starts a nested run and waits takes the SubWorker pool's only
+// room: the nested run's SubWorker must then run on that same thread, as
+// it would on a pool thread, or the two runs wait for each other forever.
+TEST_F(WorkerTest, ASubWorkerRunByItsRunsWaiterMayWaitOnANestedRun) {
+    worker_.reset();  // its devices, for a Worker of one SubWorker
+    DistributedConfig c;
+    c.device_ids = {Vfs(*host_).front()};
+    c.num_sub_workers = 1;
+    Worker one(*host_, c);
+    std::atomic<int> inner_ran{0};
+    HostProgram inner{"inner", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                          g.Sub("inner", [&](std::span<const HostTensor>) { ++inner_ran; }, {In(HostTensor::Zeros({4}))});
+                      }};
+    HostProgram outer{"outer", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                          g.Sub("outer", [&](std::span<const HostTensor>) { one.Run(inner, {}); },
+                                {In(HostTensor::Zeros({4}))});
+                      }};
+    auto runs = std::async(std::launch::async, [&] {
+        for (int i = 0; i < 100; ++i) {
+            // The SubWorker thread sleeps by then: the waiter usually runs "outer".
+            std::this_thread::sleep_for(std::chrono::microseconds(300));
+            one.Run(outer, {});
+        }
+    });
+    if (runs.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+        std::fprintf(stderr, "a waiter's SubWorker and its nested run deadlocked (%d of 100 inner runs)\n", inner_ran.load());
+        std::fflush(stderr);
+        std::_Exit(1);  // the Worker's threads are stuck: no clean teardown is possible
+    }
+    runs.get();
+    EXPECT_EQ(inner_ran.load(), 100);
+}
+
 // The report lists every task by name, level, device and state: a pinned
 // chip task, a SubWorker by the name the program gives it, a chip task the
 // device refuses and the task behind it skipped. Times are on the device

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: Apache-2.0
+// Host job threads (libspyre/host/job_threads): a run's waiter running that
+// run's queued jobs (RunOneOf) takes only its own, never runs more jobs at
+// once than the pool has threads, and runs them as one of the pool's threads.
+#include "host/job_threads.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+using namespace spyre::host;
+
+namespace {
+
+const int kRun = 1, kOtherRun = 2;  // their addresses are the owners
+
+// Waits up to 10 s for `ready`.
+template <typename Ready>
+bool Await(Ready ready) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!ready())
+        if (std::chrono::steady_clock::now() > end) return false;
+        else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    return true;
+}
+
+TEST(JobThreads, AWaiterRunsNoJobWhileEveryThreadOfThePoolIsBusy) {
+    JobThreads pool(1);
+    std::atomic<bool> release{false}, busy{false}, second_ran{false};
+    pool.Post([&] {
+        busy = true;
+        while (!release) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    });
+    ASSERT_TRUE(Await([&] { return busy.load(); }));
+    pool.Post([&] { second_ran = true; }, &kRun);
+    EXPECT_FALSE(pool.MayRunOne());
+    EXPECT_FALSE(pool.RunOneOf(&kRun)) << "a waiter ran a job beside the pool's only thread";
+    EXPECT_FALSE(second_ran.load());
+    release = true;
+    EXPECT_TRUE(Await([&] { return second_ran.load(); })) << "the pool's thread never ran the job left queued";
+}
+
+TEST(JobThreads, AWaiterRunsOnlyItsOwnRunsJobsAsOneOfThePoolsThreads) {
+    JobThreads pool(1);
+    std::atomic<int> ran_by_waiter{0}, others_ran{0}, others_ran_by_waiter{0};
+    std::atomic<bool> pool_seen_in_helped_job{true};
+    for (int i = 0; i < 50; ++i) {
+        // Past the pool thread's look (JobThreads::kSpin): it sleeps, and the
+        // waiter, awake already, usually takes the job first.
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::atomic<bool> done{false};
+        pool.Post([&] {
+            ++others_ran;
+            if (JobThreads::CurrentIndex() == JobThreads::kHelperIndex) ++others_ran_by_waiter;
+        }, &kOtherRun);
+        pool.Post([&] {
+            if (JobThreads::CurrentIndex() == JobThreads::kHelperIndex) {
+                ++ran_by_waiter;
+                if (JobThreads::Current() != &pool) pool_seen_in_helped_job = false;
+            }
+            done = true;
+        }, &kRun);
+        while (!done) pool.RunOneOf(&kRun);
+    }
+    ASSERT_TRUE(Await([&] { return others_ran.load() == 50; }));
+    EXPECT_EQ(others_ran_by_waiter.load(), 0) << "a waiter ran another run's job";
+    EXPECT_GT(ran_by_waiter.load(), 0) << "in 50 tries the waiter never ran its own queued job";
+    EXPECT_TRUE(pool_seen_in_helped_job.load()) << "a job a waiter ran did not see the pool as its own";
+}
+
+TEST(JobThreads, AJobAWaiterRunsMayRunThePoolsQueuedJobsNestedInIt) {
+    // As a pool thread's job may (a SubWorker waiting on a nested run): the
+    // pool's room is taken by the waiter's job, so only this thread can run it.
+    JobThreads pool(1);
+    std::atomic<int> nested_ran{0}, helped{0};
+    for (int i = 0; i < 50; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::atomic<bool> done{false};
+        pool.Post([&] {
+            if (JobThreads::CurrentIndex() == JobThreads::kHelperIndex) {
+                ++helped;
+                std::atomic<bool> nested{false};
+                JobThreads::Current()->Post([&] { nested = true; });
+                while (!nested) JobThreads::Current()->RunOneQueued();
+                ++nested_ran;
+            }
+            done = true;
+        }, &kRun);
+        while (!done) pool.RunOneOf(&kRun);
+    }
+    EXPECT_GT(helped.load(), 0) << "in 50 tries the waiter never ran its own queued job";
+    EXPECT_EQ(nested_ran.load(), helped.load());
+}
+
+}  // namespace
