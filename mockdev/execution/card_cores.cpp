@@ -37,6 +37,8 @@ unsigned CardCores::DefaultWorkers() {
 
 CardCores::CardCores(unsigned workers, std::chrono::microseconds linger) : linger_(linger) {
     workers = std::max(workers, 1u);
+    core_state_.assign(workers, CoreState::Idle);
+    missed_.assign(workers, false);
     group_wake_ = std::make_unique<GroupWake[]>((workers + SPYRE_TQ_DEFAULT_GROUP_CORES - 1) / SPYRE_TQ_DEFAULT_GROUP_CORES);
     // Signals belong to the FUSE loop's thread, as for the queue servers.
     sigset_t all, old;
@@ -225,6 +227,39 @@ void CardCores::NotifyTasks() {
     WakeAllWorkers();
 }
 
+bool CardCores::RunOneTask(uint32_t group, TaskSource& source) {
+    if (group >= groups()) return false;
+    GroupWake& wake = group_wake_[group];
+    CoreTask task;
+    unsigned core = group * SPYRE_TQ_DEFAULT_GROUP_CORES;
+    {
+        std::lock_guard lock(mutex_);
+        if (stopping_) return false;
+        const unsigned end = core + group_cores(group);
+        while (core < end && core_state_[core] != CoreState::Idle) ++core;
+        if (core == end || !MayTakeTask()) return false;  // taking_ is raised only when it may
+        const bool got = source.Take(group, task);
+        if (got) {
+            tasks_running_.fetch_add(1, std::memory_order_seq_cst);
+            core_state_[core] = CoreState::Lent;
+        }
+        taking_.fetch_sub(1, std::memory_order_seq_cst);
+        if (!got) return false;
+    }
+    task.source->Run(task, core);
+    std::lock_guard lock(mutex_);
+    core_state_[core] = CoreState::Idle;
+    if (tasks_running_.fetch_sub(1, std::memory_order_seq_cst) == 1) tasks_done_.notify_all();
+    // The core's worker was woken (or spared a wake while it lingered) for
+    // a task while the core was lent, and went back to sleep: whoever of
+    // the group wakes now takes it.
+    if (missed_[core]) {
+        missed_[core] = false;
+        wake.cv.notify_all();
+    }
+    return true;
+}
+
 bool CardCores::TakeTask(unsigned group, CoreTask& out) {
     const size_t n = sources_.size();
     for (size_t i = 0; i < n; ++i) {
@@ -300,6 +335,12 @@ void CardCores::Work(unsigned core) {
         wake.cv.wait(lock, [&] {
             if (stopping_ || generation_ != seen) return true;
             const bool wants_task = look || wake.task_seq != tasks_seen;
+            if (core_state_[core] == CoreState::Lent) {
+                // A wake (or a spared linger) meant for this core: RunOneTask
+                // wakes the group when it gives the core back.
+                if (wants_task) missed_[core] = true;
+                return false;
+            }
             if (!wants_task) return false;
             if (MayTakeTask()) return true;
             if (!held) {
@@ -324,7 +365,10 @@ void CardCores::Work(unsigned core) {
         const bool notified = !look;
         look = TakeTask(group, task);
         if (notified && !look) fruitless_wakeups_.fetch_add(1, std::memory_order_relaxed);
-        if (look) tasks_running_.fetch_add(1, std::memory_order_seq_cst);
+        if (look) {
+            tasks_running_.fetch_add(1, std::memory_order_seq_cst);
+            core_state_[core] = CoreState::Running;
+        }
         taking_.fetch_sub(1, std::memory_order_seq_cst);  // raised by MayTakeTask
         // This worker has looked: the last of those held back ends the tasks' turn.
         const bool turn_over = held && held_workers_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
@@ -340,6 +384,7 @@ void CardCores::Work(unsigned core) {
             ran = true;
         }
         lock.lock();
+        if (look) core_state_[core] = CoreState::Idle;
         if (look && tasks_running_.fetch_sub(1, std::memory_order_seq_cst) == 1) tasks_done_.notify_all();
     }
 }

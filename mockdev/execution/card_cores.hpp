@@ -104,6 +104,13 @@ public:
     void NotifyTasks(uint32_t group, uint32_t count);
     // Tasks may wait in any queue (a source resumed): every worker looks.
     void NotifyTasks();
+    // Runs one task of `source`'s queue `group` on the calling thread (a
+    // task server), on an idle core of the group lent for the run: a lone
+    // task (the next link of a chain) then starts without waking a worker,
+    // a hand-over that costs more than a short task on a host with few
+    // CPUs. False when no core of the group is idle, a program holds the
+    // card, or the source has no task for it.
+    bool RunOneTask(uint32_t group, TaskSource& source);
 
     // The card, held for one program; handed to the next waiter on destruction.
     class Turn {
@@ -215,6 +222,11 @@ private:
     std::atomic<unsigned> taking_{0};
     std::atomic<uint64_t> fruitless_wakeups_{0};
     std::atomic<uint64_t> wakes_sent_{0};
+    // What each core does (under mutex_): a lent core's worker takes no
+    // task until RunOneTask gives it back.
+    enum class CoreState : uint8_t { Idle, Running, Lent };
+    std::vector<CoreState> core_state_;
+    std::vector<bool> missed_;  // a lent core's worker wanted a task (under mutex_)
     const std::chrono::microseconds linger_;
     std::vector<TaskSource*> sources_;  // guarded by mutex_
     size_t next_source_ = 0;           // round robin between functions

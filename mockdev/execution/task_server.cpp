@@ -206,13 +206,19 @@ bool TaskServer::Intake() {
         taken[q] = n;
     }
     exec.unlock();
-    bool took = false;
-    for (uint32_t q = 0; q < queues_; ++q)
-        if (taken[q] != 0) {
-            cores_.NotifyTasks(q, taken[q]);
-            took = true;
-        }
-    return took;
+    // The first queue's first task runs on this thread (CardCores::RunOneTask):
+    // a lone task, a chain's next link, starts without a worker's wake-up.
+    int own = -1;
+    for (uint32_t q = 0; q < queues_; ++q) {
+        if (taken[q] == 0) continue;
+        const bool first = own < 0;
+        if (first) own = int(q);
+        cores_.NotifyTasks(q, taken[q] - (first ? 1 : 0));
+    }
+    if (own < 0) return false;
+    if (pause_.requested() || stopping_.load() || !cores_.RunOneTask(uint32_t(own), *this))
+        cores_.NotifyTasks(uint32_t(own), 1);  // no idle core, or the card is held: a worker takes it
+    return true;
 }
 
 bool TaskServer::Take(uint32_t queue, CoreTask& out) {

@@ -430,3 +430,133 @@ TEST(CardCores, ProgramsAndTasksWaitingForEachOtherTakeTurns) {
     }
     cores.RemoveTaskSource(&tasks);
 }
+
+// A task server runs a lone task on its own thread, on an idle core of the
+// group lent for the run: no worker is woken (on a host with two CPUs a
+// wake-up costs more than a short task).
+TEST(CardCores, ALoneTaskRunsOnTheCallerOnALentCoreWithoutAWake) {
+    CardCores cores(8);
+    ASSERT_EQ(cores.ParallelFor(8, Forever(), [](size_t) { return uint16_t(SPYRE_ERR_NONE); }), SPYRE_ERR_NONE);
+    std::vector<char> log;
+    std::mutex mu;
+    std::condition_variable cv;
+    FakeTasks tasks('t', 0, log, mu, cv);
+    cores.AddTaskSource(&tasks);
+    EXPECT_FALSE(cores.RunOneTask(0, tasks)) << "ran a task the source does not have";
+    tasks.Add(1);
+    EXPECT_TRUE(cores.RunOneTask(0, tasks));
+    ASSERT_EQ(log.size(), 1u);  // already run: on this thread
+    EXPECT_LT(tasks.cores_.front(), 8u);
+    EXPECT_EQ(cores.wakes_sent(), 0u);
+    EXPECT_FALSE(cores.RunOneTask(1, tasks)) << "group 1 does not exist on 8 cores";
+    cores.RemoveTaskSource(&tasks);
+}
+
+namespace {
+
+// FakeTasks whose runs wait for `open` (under the log's mutex).
+class GatedTasks : public FakeTasks {
+public:
+    GatedTasks(std::vector<char>& log, std::mutex& mu, std::condition_variable& cv) : FakeTasks('g', 0, log, mu, cv), mu_(mu), cv_(cv) {}
+    void Run(const CoreTask& task, unsigned core) noexcept override {
+        {
+            std::unique_lock lock(mu_);
+            ++started;
+            cv_.notify_all();
+            cv_.wait(lock, [&] { return open; });
+        }
+        FakeTasks::Run(task, core);
+    }
+    int started = 0;
+    bool open = false;
+
+private:
+    std::mutex& mu_;
+    std::condition_variable& cv_;
+};
+
+}  // namespace
+
+// A core lent to a task server runs nothing else: its worker takes no task
+// until the core is given back (one task per core), nor does a second
+// RunOneTask; a task announced meanwhile runs once it is.
+TEST(CardCores, ALentCoreRunsNoOtherTaskUntilItIsGivenBack) {
+    CardCores cores(1);
+    ASSERT_EQ(cores.ParallelFor(1, Forever(), [](size_t) { return uint16_t(SPYRE_ERR_NONE); }), SPYRE_ERR_NONE);
+    std::vector<char> log;
+    std::mutex mu;
+    std::condition_variable cv;
+    GatedTasks tasks(log, mu, cv);
+    cores.AddTaskSource(&tasks);
+    tasks.Add(1);
+    std::thread server([&] { EXPECT_TRUE(cores.RunOneTask(0, tasks)); });
+    {
+        std::unique_lock lock(mu);
+        ASSERT_TRUE(cv.wait_for(lock, 30s, [&] { return tasks.started == 1; }));
+    }
+    tasks.Add(1);
+    cores.NotifyTasks(0, 1);
+    EXPECT_FALSE(cores.RunOneTask(0, tasks)) << "ran a second task on the card's only core";
+    std::this_thread::sleep_for(20ms);  // room for a wrong start; none may happen however long
+    {
+        std::lock_guard lock(mu);
+        EXPECT_EQ(tasks.started, 1) << "the lent core's worker took a task";
+        tasks.open = true;
+        cv.notify_all();
+    }
+    server.join();
+    {
+        std::unique_lock lock(mu);
+        ASSERT_TRUE(cv.wait_for(lock, 30s, [&] { return log.size() == 2; })) << "the task announced while the core was lent never ran";
+    }
+    EXPECT_EQ(tasks.cores_, (std::vector<unsigned>{0, 0}));
+    cores.RemoveTaskSource(&tasks);
+}
+
+// While a program holds the card no task starts on a lent core either.
+TEST(CardCores, NoTaskRunsOnALentCoreWhileAProgramHoldsTheCard) {
+    CardCores cores(2);
+    std::vector<char> log;
+    std::mutex mu;
+    std::condition_variable cv;
+    FakeTasks tasks('t', 1, log, mu, cv);
+    uint16_t status = 0;
+    std::optional<CardCores::Turn> held(cores.Acquire(Forever(), status));
+    ASSERT_TRUE(*held);
+    EXPECT_FALSE(cores.RunOneTask(0, tasks));
+    EXPECT_TRUE(log.empty());
+    held.reset();
+    EXPECT_TRUE(cores.RunOneTask(0, tasks));
+    EXPECT_EQ(log.size(), 1u);
+}
+
+// A task server's round, over and over: two tasks come in while the card's
+// only worker lingers after its last task, so the notice of one is a poke,
+// not a wake; the server then runs the other on a lent core, which may be
+// lent before the lingering worker looks. The worker's task must still run
+// once the core is given back: no round may wait for a wake that never comes.
+TEST(CardCores, ATaskAnnouncedToALentCoresWorkerStillRuns) {
+    CardCores cores(1, std::chrono::hours(1));
+    std::vector<char> log;
+    std::mutex mu;
+    std::condition_variable cv;
+    FakeTasks tasks('t', 1, log, mu, cv);
+    cores.AddTaskSource(&tasks);
+    cores.NotifyTasks(0, 1);
+    for (size_t round = 1; round <= 300; ++round) {
+        {
+            std::unique_lock lock(mu);
+            ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return log.size() == 2 * round - 1; }))
+                << "round " << round << ": a task was left for a wake that never came";
+        }
+        while (cores.lingering(0) != 1) std::this_thread::yield();
+        tasks.Add(2);
+        cores.NotifyTasks(0, 1);
+        if (!cores.RunOneTask(0, tasks)) cores.NotifyTasks(0, 1);
+    }
+    {
+        std::unique_lock lock(mu);
+        ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return log.size() == 601; })) << "the last round's task never ran";
+    }
+    cores.RemoveTaskSource(&tasks);
+}
