@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <set>
 #include <string>
+#include <type_traits>
 
 #include "spyre/mock/spyre_mock.h"
 #include "spyre/uapi/spyre.h"
@@ -119,16 +120,17 @@ TEST(Contract, RegionInfoIsVfios) {
     EXPECT_EQ(offsetof(spyre_region_info, size), offsetof(vfio_region_info, size));
     EXPECT_EQ(offsetof(spyre_region_info, offset), offsetof(vfio_region_info, offset));
     EXPECT_EQ(SPYRE_REGION_INFO_FLAG_MMAP, unsigned(VFIO_REGION_INFO_FLAG_MMAP));
-    EXPECT_EQ(SPYRE_VERSION_MAJOR, 2u);  // 2.0 dropped the shared-memory fields from region info
+    EXPECT_EQ(SPYRE_VERSION_MAJOR, 3u);  // 2.0 dropped the shared-memory fields from region info; 3.0 task CBs
 }
 
 TEST(Contract, ErrorNamesAreDistinct) {
     std::set<std::string> names;
     for (uint32_t code : {SPYRE_ERR_NONE, SPYRE_ERR_INVALID_OPCODE, SPYRE_ERR_UNSUPPORTED, SPYRE_ERR_RESERVED_NONZERO,
                           SPYRE_ERR_BAD_SLOT_COUNT, SPYRE_ERR_ADDR_RANGE, SPYRE_ERR_MISALIGNED, SPYRE_ERR_RING_OVERFLOW,
+                          SPYRE_ERR_WRONG_QUEUE,
                           SPYRE_ERR_PROGRAM_MAGIC, SPYRE_ERR_PROGRAM_VERSION, SPYRE_ERR_PROGRAM_CHECKSUM,
                           SPYRE_ERR_PROGRAM_FORMAT, SPYRE_ERR_UNKNOWN_OP, SPYRE_ERR_SHAPE, SPYRE_ERR_RELOCATION,
-                          SPYRE_ERR_WATCHDOG, SPYRE_ERR_ABORTED, SPYRE_ERR_INTERNAL})
+                          SPYRE_ERR_WATCHDOG, SPYRE_ERR_ABORTED, SPYRE_ERR_CANCELED, SPYRE_ERR_INTERNAL})
         EXPECT_TRUE(names.insert(spyre_error_name(code)).second) << code;
     EXPECT_STREQ(spyre_error_name(0xEEEE), "UNKNOWN");
 }
