@@ -6,6 +6,7 @@
 // watchdog; fair sharing between functions; the CB ring at the same time;
 // queues emptied by a reset and when the function changes hands.
 #include <signal.h>
+#include <time.h>
 
 #include <algorithm>
 #include <array>
@@ -19,6 +20,7 @@
 #include "reference.hpp"
 #include "spyre/driver/task_queue.hpp"
 #include "spyre/plan/program_image.hpp"
+#include "spyre/uapi/spyre_regdesc.hpp"
 
 using namespace spyre;
 using namespace spyre::driver;
@@ -72,6 +74,12 @@ std::vector<spyre_cqe> RunAll(TaskQueue& q, std::span<const spyre_cb> tasks) {
 
 spyre_cqe RunOne(TaskQueue& q, const spyre_cb& d) { return RunAll(q, std::span(&d, 1))[0]; }
 
+uint64_t MonotonicNs() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
 // One elementwise-add task's buffers and expected result.
 struct AddTask {
     std::vector<uint64_t> addrs;  // A, B, C
@@ -87,6 +95,28 @@ AddTask PlaceAdd(TestDevice& dev, const BuiltKernel& k, uint32_t seed) {
     t.args = PutArgs(dev, t.addrs);
     for (size_t i = 0; i < a.size(); ++i) t.expect.push_back(RoundTo(DType::FP32, a[i] + b[i]));
     return t;
+}
+
+// A 16x16 add task whose output holds 0x5A bytes until it runs: a test sees
+// whether a refused CB ran.
+struct WatchedAdd {
+    BuiltKernel kernel = KernelBuilder().Elementwise(ElementwiseOp::Add, {16, 16}, {16, 16}, DType::FP32);
+    uint64_t program = 0;
+    AddTask task;
+    uint64_t out_bytes() const { return kernel.outputs[0].bytes; }
+};
+
+WatchedAdd PlaceWatchedAdd(TestDevice& dev, uint32_t seed) {
+    WatchedAdd w;
+    w.program = dev.Put(w.kernel.program);
+    w.task = PlaceAdd(dev, w.kernel, seed);
+    std::memset(dev.At(w.task.addrs[2], w.out_bytes()), 0x5A, w.out_bytes());
+    return w;
+}
+
+bool OutputUntouched(TestDevice& dev, const WatchedAdd& w) {
+    const uint8_t* out = dev.At(w.task.addrs[2], w.out_bytes());
+    return std::all_of(out, out + w.out_bytes(), [](uint8_t b) { return b == 0x5A; });
 }
 
 // A matmul of zeros large enough to run for seconds on one core.
@@ -493,4 +523,159 @@ TEST_F(TaskQueueTest, WaitingOnADeadDaemonIsDeviceLost) {
     daemon().Signal(SIGKILL);
     std::vector<spyre_cqe> out(1);
     EXPECT_SPYRE_ERROR(q.Wait(out, 1, kBlocking), DeviceLost, "");
+}
+
+// Contract 3.0: one submission format, each queue kind refusing the other's
+// opcodes. A TASK on the CB ring completes with WRONG_QUEUE (latched like any
+// CB fault) without running.
+TEST_F(TaskQueueTest, TheRingRefusesATaskWithWrongQueue) {
+    TestDevice& dev = pf();
+    const WatchedAdd w = PlaceWatchedAdd(dev, 21);
+    const std::vector<Completion> done = dev.Run(std::vector{TaskCb(77, w.program, w.task.args, 3), NopCb(78)});
+    ASSERT_EQ(done.size(), 2u);
+    EXPECT_STREQ(spyre_error_name(done[0].status), "WRONG_QUEUE");
+    EXPECT_EQ(done[0].user_data, 77u);
+    EXPECT_EQ(done[0].opcode, SPYRE_OP_TASK);
+    EXPECT_TRUE(done[1].ok());  // the ring goes on
+    EXPECT_EQ(dev.fn().Read32(SPYRE_REG_ERR_CODE), SPYRE_ERR_WRONG_QUEUE);
+    EXPECT_EQ(dev.fn().Read32(SPYRE_REG_ERR_OPCODE), SPYRE_OP_TASK);
+    EXPECT_EQ(dev.fn().Read64(SPYRE_REG_ERR_USER_DATA), 77u);
+    EXPECT_TRUE(OutputUntouched(dev, w)) << "the task ran on the ring";
+    EXPECT_EQ(dev.fn().Read64(SPYRE_REG_CNT_TASKS_DONE), 0u);
+}
+
+// A task queue runs TASK and NOP; every other opcode completes with
+// WRONG_QUEUE (echoing its opcode and position) without any effect, and the
+// queue goes on with the next CB.
+TEST_F(TaskQueueTest, ATaskQueueRefusesEveryOpcodeButTaskAndNop) {
+    TestDevice& dev = pf();
+    const WatchedAdd w = PlaceWatchedAdd(dev, 22);
+    const uint64_t program = w.program;
+    const std::vector<uint8_t>& image = w.kernel.program;
+    const uint64_t sem = dev.Alloc(8), src = dev.Alloc(64), dst = dev.Alloc(64);
+    std::memset(dev.At(src, 64), 0x33, 64);
+    std::memset(dev.At(dst, 64), 0, 64);
+    std::memset(dev.At(sem, 8), 0, 8);
+    spyre_cb inline_copy = CopyCb(0, dst, 8, 13);
+    inline_copy.opcode = SPYRE_OP_COPY_INLINE;  // one slot: refused for its opcode before its slot count
+    const std::vector<spyre_cb> batch{
+        LaunchCb(program, 0, 10), CorrectCb(program, w.task.args, 3, 11), CopyCb(src, dst, 64, 12), inline_copy,
+        SemWriteCb(sem, 99, 14),  SemWaitCb(sem, 0, 0, 15),                NopCb(20),
+        TaskCb(21, program, w.task.args, 3),
+    };
+    TaskQueue q(dev.fn(), 0);
+    const std::vector<spyre_cqe> done = RunAll(q, batch);
+    ASSERT_EQ(done.size(), batch.size());
+    std::map<uint64_t, spyre_cqe> by_id;
+    for (const spyre_cqe& c : done) by_id[c.user_data] = c;
+    ASSERT_EQ(by_id.size(), batch.size());
+    for (uint32_t i = 0; i < batch.size(); ++i) {
+        const spyre_cqe& c = by_id.at(batch[i].user_data);
+        SCOPED_TRACE(spyre::uapi::OpcodeName(batch[i].opcode));
+        EXPECT_EQ(c.opcode, batch[i].opcode);
+        EXPECT_EQ(c.sq_pos, i);  // a fresh queue: positions from 0
+        const bool runs = batch[i].opcode == SPYRE_OP_TASK || batch[i].opcode == SPYRE_OP_NOP;
+        EXPECT_STREQ(spyre_error_name(c.status), runs ? "NONE" : "WRONG_QUEUE");
+    }
+    // None of the refused CBs had an effect; the task ran.
+    EXPECT_EQ(*reinterpret_cast<const uint64_t*>(dev.At(sem, 8)), 0u);
+    EXPECT_EQ(std::count(dev.At(dst, 64), dev.At(dst, 64) + 64, uint8_t(0)), 64);
+    EXPECT_EQ(std::memcmp(dev.At(program, image.size()), image.data(), image.size()), 0);
+    EXPECT_EQ(dev.ReadTensor(w.task.addrs[2], w.kernel.outputs[0]), w.task.expect);
+    EXPECT_EQ(dev.fn().Read64(SPYRE_REG_CNT_TASK_ERRORS), 6u);
+    EXPECT_EQ(dev.fn().Read64(SPYRE_REG_CNT_TASKS_DONE), 2u);
+    EXPECT_EQ(dev.fn().Read32(SPYRE_REG_ERR_CODE), 0u);  // task faults do not latch the ring's registers
+}
+
+// A task's CQE says which core of its group ran it and for how long, on the
+// device clock (CLOCK_MONOTONIC): it started at timestamp_ns - run_ns, both
+// inside the host's bracket around the submission and the reap.
+TEST_F(TaskQueueTest, ATaskCompletionCarriesItsCoreAndRunTime) {
+    TestDevice& dev = pf();
+    Function& fn = dev.fn();
+    const BuiltKernel add = KernelBuilder().Elementwise(ElementwiseOp::Add, {32, 32}, {32, 32}, DType::FP32);
+    const uint64_t program = dev.Put(add.program);
+    const TaskTopology topo = ReadTaskTopology(fn);
+    ASSERT_EQ(topo.queues(), 2u);
+    const uint64_t busy_before = fn.Read64(SPYRE_REG_CNT_TASK_BUSY_NS);
+    uint64_t run_total = 0;
+    uint32_t first_core = 0;
+    for (uint32_t g = 0; g < topo.queues(); ++g) {
+        TaskQueue q(fn, g);
+        std::vector<AddTask> tasks;
+        std::vector<spyre_cb> batch;
+        for (uint32_t i = 0; i < 12; ++i) {
+            tasks.push_back(PlaceAdd(dev, add, 300 + i));
+            batch.push_back(TaskCb(g * 100 + i, program, tasks.back().args, 3));
+        }
+        const uint64_t before = MonotonicNs();
+        const std::vector<spyre_cqe> done = RunAll(q, batch);
+        const uint64_t after = MonotonicNs();
+        std::set<uint32_t> positions;
+        for (const spyre_cqe& c : done) {
+            SCOPED_TRACE("task " + std::to_string(c.user_data));
+            EXPECT_EQ(c.status, SPYRE_ERR_NONE);
+            EXPECT_EQ(c.opcode, SPYRE_OP_TASK);
+            positions.insert(c.sq_pos);
+            EXPECT_EQ(c.sq_pos, c.user_data - g * 100);  // its own submission position
+            EXPECT_GE(Core(c), first_core);
+            EXPECT_LT(Core(c), first_core + topo.group_cores[g]);
+            EXPECT_LE(before, Start(c));
+            EXPECT_LE(Start(c), End(c));
+            EXPECT_LE(End(c), after);
+            run_total += spyre_task_result_run_ns(c.result);
+        }
+        EXPECT_EQ(positions.size(), batch.size());
+        for (size_t i = 0; i < tasks.size(); ++i)
+            EXPECT_EQ(dev.ReadTensor(tasks[i].addrs[2], add.outputs[0]), tasks[i].expect) << i;
+        first_core += topo.group_cores[g];
+    }
+    // The device counts the same run times as core time.
+    EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_TASK_BUSY_NS) - busy_before, run_total);
+}
+
+// Every field is checked before a task runs: a reserved word set, and the
+// task's program never touches its output; cleared, the same CB runs.
+TEST_F(TaskQueueTest, AReservedWordStopsATaskBeforeItRuns) {
+    TestDevice& dev = pf();
+    const WatchedAdd w = PlaceWatchedAdd(dev, 23);
+    TaskQueue q(dev.fn(), 0);
+    for (int word = 0; word < 3; ++word) {
+        spyre_cb cb = TaskCb(40 + word, w.program, w.task.args, 3);
+        cb.u.task.reserved[word] = 1ull << (20 * word);
+        const spyre_cqe c = RunOne(q, cb);
+        EXPECT_STREQ(spyre_error_name(c.status), "RESERVED_NONZERO") << "reserved[" << word << "]";
+        EXPECT_EQ(c.user_data, uint64_t(40 + word));
+    }
+    EXPECT_TRUE(OutputUntouched(dev, w)) << "a refused task ran";
+    EXPECT_EQ(dev.fn().Read64(SPYRE_REG_CNT_TASKS_DONE), 0u);
+    EXPECT_EQ(RunOne(q, TaskCb(50, w.program, w.task.args, 3)).status, SPYRE_ERR_NONE);
+    EXPECT_EQ(dev.ReadTensor(w.task.addrs[2], w.kernel.outputs[0]), w.task.expect);
+}
+
+// The task CQ's phase bit works as the CB ring's: 1 on the first lap, 0 on
+// the second. The driver reads completions by it, so more tasks than the CQ
+// holds all complete once, each record carrying its lap's phase.
+TEST_F(TaskQueueTest, TheCompletionPhaseFlipsOnTheSecondLap) {
+    TestDevice& dev = pf();
+    Function& fn = dev.fn();
+    const uint32_t entries = fn.Read32(SPYRE_REG_TQ_CQ_ENTRIES);
+    const uint64_t program = dev.Put(ProgramImage{}.Encode());  // an empty program, no arguments
+    std::vector<spyre_cb> tasks;
+    const uint32_t total = entries + entries / 2;
+    for (uint32_t i = 0; i < total; ++i) tasks.push_back(i % 5 ? TaskCb(i, program, program, 0) : NopCb(i));
+    TaskQueue q(fn, 0);
+    const std::vector<spyre_cqe> done = RunAll(q, tasks);  // reaped in CQ order
+    ASSERT_EQ(done.size(), size_t(total));
+    std::set<uint64_t> ids;
+    for (uint32_t i = 0; i < total; ++i) {
+        EXPECT_EQ(done[i].status, SPYRE_ERR_NONE) << i;
+        EXPECT_EQ(done[i].phase, i < entries ? 1u : 0u) << "completion " << i;
+        ids.insert(done[i].user_data);
+    }
+    EXPECT_EQ(ids.size(), size_t(total));
+    // The ring memory itself: the slots of the second lap show phase 0, the rest still 1.
+    const uint8_t* cq = fn.bar4() + fn.Read32(SPYRE_REG_TQ_OFFSET) + fn.Read32(SPYRE_REG_TQ_CQ_OFFSET);
+    for (uint32_t slot = 0; slot < entries; ++slot)
+        ASSERT_EQ(cq[slot * sizeof(spyre_cqe) + SPYRE_CQE_PHASE_OFFSET], slot < total - entries ? 0u : 1u) << slot;
 }
