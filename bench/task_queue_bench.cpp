@@ -98,19 +98,19 @@ void BM_RingNopRoundTrip(benchmark::State& state) {
 void BM_EmptyTasks(benchmark::State& state, bool all_queues) {
     TaskDevice& d = Device();
     const size_t queues = all_queues ? d.queues.size() : 1;
-    std::vector<spyre_task_desc> tasks(kBatch);
-    std::vector<spyre_task_cqe> done(kBatch);
+    std::vector<spyre_cb> tasks(kBatch);
+    std::vector<spyre_cqe> done(kBatch);
     uint64_t id = 0;
     const auto t0 = std::chrono::steady_clock::now();
     for (auto _ : state) {
         for (size_t q = 0; q < queues; ++q) {
-            for (spyre_task_desc& t : tasks) t = TaskDesc(++id, d.program, d.program, 0);
+            for (spyre_cb& t : tasks) t = TaskCb(++id, d.program, d.program, 0);
             if (d.queues[q].Submit(tasks) != kBatch) state.SkipWithError("queue full");
         }
         for (size_t q = 0; q < queues; ++q) {
             for (size_t got = 0; got < kBatch;)
                 got += d.queues[q].Wait(std::span(done).subspan(got), kBatch - got, {.mode = WaitMode::Poll});
-            for (const spyre_task_cqe& c : done)
+            for (const spyre_cqe& c : done)
                 if (c.status != SPYRE_ERR_NONE) state.SkipWithError("task failed");
         }
     }

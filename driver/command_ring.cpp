@@ -151,9 +151,8 @@ uint32_t CommandRing::Submit(std::span<const spyre_cb> slots) {
     return first;
 }
 
-uint8_t CommandRing::PhaseAt(uint32_t cq_pos) const noexcept {
-    auto& phase = const_cast<uint8_t&>(cq_[spyre_ring_slot(cq_pos, cq_entries_)].phase);
-    return std::atomic_ref<uint8_t>(phase).load(std::memory_order_acquire);
+bool CommandRing::CompletionPosted(uint32_t cq_pos) const noexcept {
+    return detail::CqePosted(cq_, cq_entries_, cq_pos);
 }
 
 // A completion is known by the line that carries it (one cache-line transfer,
@@ -167,9 +166,7 @@ size_t CommandRing::Reap(std::span<Completion> out) {
     const uint32_t mask = sq_entries_ - 1;
     size_t n = 0;
     while (n < out.size() && CompletionsReady()) {
-        // A private copy: the device may rewrite the record while we read it.
-        spyre_cqe e;
-        std::memcpy(&e, &cq_[spyre_ring_slot(cq_head_, cq_entries_)], sizeof e);
+        const spyre_cqe e = detail::ReadCqe(cq_, cq_entries_, cq_head_);
         // Completions come in ring order: this one must be for the oldest CB.
         if (e.sq_pos != sq_head_) {
             PublishHead();

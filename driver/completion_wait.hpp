@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // What the driver's rings share (the CB ring, the task queues): copying
-// entries into a submission ring, and waiting for a device's completions:
-// poll, spin then block, or block on
-// the completion interrupt, checking the device's health meanwhile. The
+// entries into a submission ring, reading completion records by their phase
+// (both post spyre_cqe the same way, spyre_cb.h "CQE phase"), and waiting
+// for a device's completions: poll, spin then block, or block on the
+// completion interrupt, checking the device's health meanwhile. The
 // interrupt protocol is the same for both (spyre_regs.h, spyre_task.h): a
 // waiter counts itself in irq_waiters, reads irq_seq, checks for completions
 // once more and only then futex-waits on irq_seq.
@@ -18,6 +19,7 @@
 
 #include "spyre/common/futex.hpp"
 #include "spyre/driver/command_ring.hpp"
+#include "spyre/uapi/spyre_cb.h"
 #include "spyre/uapi/spyre_regs.h"
 
 namespace spyre::driver::detail {
@@ -41,6 +43,23 @@ void CopyToRing(T* ring, uint32_t size, uint32_t& tail, std::span<const T> entri
         done += n;
         tail += uint32_t(n);
     }
+}
+
+// True when the CQE slot of completion position `cq_pos` (of a CQ of
+// `entries`, a power of two) holds that position's record: its phase byte,
+// which the device writes last with a release store, shows the position's
+// lap. Reads that one byte.
+inline bool CqePosted(const spyre_cqe* cq, uint32_t entries, uint32_t cq_pos) noexcept {
+    auto& phase = const_cast<uint8_t&>(cq[spyre_ring_slot(cq_pos, entries)].phase);
+    return std::atomic_ref<uint8_t>(phase).load(std::memory_order_acquire) == spyre_cqe_phase(cq_pos, entries);
+}
+
+// A private copy of the record at `cq_pos`, once CqePosted: the device may
+// rewrite the slot (its next lap) while the caller looks at it.
+inline spyre_cqe ReadCqe(const spyre_cqe* cq, uint32_t entries, uint32_t cq_pos) noexcept {
+    spyre_cqe e;
+    std::memcpy(&e, &cq[spyre_ring_slot(cq_pos, entries)], sizeof e);
+    return e;
 }
 
 // How often a spinning or sleeping waiter checks that the device still lives.

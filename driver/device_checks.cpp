@@ -26,6 +26,14 @@ bool Overlap(uint64_t a, uint64_t a_size, uint64_t b, uint64_t b_size) { return 
 
 }  // namespace
 
+void CheckContractVersion(uint32_t version, const ErrorContext& ctx) {
+    if (SPYRE_VERSION_GET_MAJOR(version) != SPYRE_VERSION_MAJOR)
+        Protocol("device speaks contract " + std::to_string(SPYRE_VERSION_GET_MAJOR(version)) + "." +
+                     std::to_string(SPYRE_VERSION_GET_MINOR(version)) + ", this driver " +
+                     std::to_string(SPYRE_VERSION_MAJOR) + ".x (a major version changes the formats)",
+                 ctx, "VERSION", SPYRE_REG_VERSION);
+}
+
 void CheckRegionInfo(const spyre_region_info& ri, uint32_t index, const ErrorContext& ctx) {
     if (ri.index != index)
         Protocol("GET_REGION_INFO for region " + std::to_string(index) + " answered for region " + std::to_string(ri.index),
@@ -93,8 +101,8 @@ void CheckRingGeometry(const RingRegisters& r, uint64_t bar4_size, const ErrorCo
 }
 
 void CheckTaskGeometry(const TaskRegisters& r, uint64_t bar4_size, const ErrorContext& ctx) {
-    if (r.desc_size != sizeof(spyre_task_desc) || r.cqe_size != sizeof(spyre_task_cqe))
-        Protocol("device publishes task descriptor/completion sizes " + std::to_string(r.desc_size) + "/" +
+    if (r.desc_size != sizeof(spyre_cb) || r.cqe_size != sizeof(spyre_cqe))
+        Protocol("device publishes task queue CB/CQE sizes " + std::to_string(r.desc_size) + "/" +
                      std::to_string(r.cqe_size) + ", driver expects 64/32",
                  ctx, "TQ_DESC_SIZE", SPYRE_REG_TQ_DESC_SIZE);
     if (r.queues > SPYRE_TQ_MAX_QUEUES)

@@ -19,6 +19,10 @@
 
 namespace spyre::driver::checks {
 
+// The device's contract `version` (major << 16 | minor) must have this
+// driver's major: a major version changes the queue formats.
+void CheckContractVersion(uint32_t version, const ErrorContext& ctx);
+
 // GET_REGION_INFO's answer for region `index` must describe that region.
 void CheckRegionInfo(const spyre_region_info& ri, uint32_t index, const ErrorContext& ctx);
 
@@ -59,7 +63,7 @@ struct TaskRegisters {
     uint32_t sq_entries = 0, desc_size = 0, cq_offset = 0, cq_entries = 0, cqe_size = 0;
 };
 
-// This contract's descriptor and completion sizes, at most
+// This contract's CB and CQE sizes (a task queue's entries), at most
 // SPYRE_TQ_MAX_QUEUES queues, power-of-two rings, the task doorbell page and
 // every queue's block (SQ, then CQ inside the stride) aligned, inside the
 // `bar4_size` bytes mapped and disjoint.

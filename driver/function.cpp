@@ -66,11 +66,7 @@ Function Function::Open(const FunctionInfo& info) {
     if (f.dev_info_.vendor_id != SPYRE_PCI_VENDOR_IBM ||
         (f.dev_info_.device_id != SPYRE_PCI_DEVICE_PF && f.dev_info_.device_id != SPYRE_PCI_DEVICE_VF))
         throw Error(ErrorKind::ProtocolError, "device node does not describe a spyre function", ctx);
-    if (SPYRE_VERSION_GET_MAJOR(f.dev_info_.contract_version) != SPYRE_VERSION_MAJOR)
-        throw Error(ErrorKind::ProtocolError,
-                    "device speaks contract " + std::to_string(SPYRE_VERSION_GET_MAJOR(f.dev_info_.contract_version)) +
-                        ".x, this driver " + std::to_string(SPYRE_VERSION_MAJOR) + ".x",
-                    ctx);
+    checks::CheckContractVersion(f.dev_info_.contract_version, ctx);
 
     f.bar0_ = f.MapRegion(SPYRE_REGION_BAR0);
     f.bar4_ = f.MapRegion(SPYRE_REGION_BAR4);

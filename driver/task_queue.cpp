@@ -64,13 +64,13 @@ TaskQueue::TaskQueue(Function& function, uint32_t group) : fn_(function), group_
     cores_ = ReadTaskTopology(fn_).group_cores.at(group);
     sq_entries_ = geo.sq_entries;
     cq_entries_ = geo.cq_entries;
-    // The device takes a descriptor only while its completion has room.
+    // The device takes a CB only while its completion has room.
     capacity_ = std::min(sq_entries_, cq_entries_);
     uint8_t* block = fn_.bar4() + geo.offset + size_t(group) * geo.stride;
     db_ = reinterpret_cast<spyre_task_doorbell*>(fn_.bar4() + geo.db_offset);
     words_ = &db_->queue[group];
-    sq_ = reinterpret_cast<spyre_task_desc*>(block);
-    cq_ = reinterpret_cast<const spyre_task_cqe*>(block + geo.cq_offset);
+    sq_ = reinterpret_cast<spyre_cb*>(block);
+    cq_ = reinterpret_cast<const spyre_cqe*>(block + geo.cq_offset);
 
     fn_.CheckAlive();
     sq_tail_ = Word(words_->sq_tail).load(std::memory_order_acquire);
@@ -88,7 +88,7 @@ TaskQueue::TaskQueue(Function& function, uint32_t group) : fn_(function), group_
 
 TaskQueue::~TaskQueue() { fn_.ReleaseTaskQueue(group_); }
 
-size_t TaskQueue::Submit(std::span<const spyre_task_desc> tasks) {
+size_t TaskQueue::Submit(std::span<const spyre_cb> tasks) {
     fn_.CheckAliveThrottled();
     const size_t n = std::min<size_t>(tasks.size(), Free());
     if (n == 0) return 0;
@@ -104,22 +104,16 @@ size_t TaskQueue::Submit(std::span<const spyre_task_desc> tasks) {
     return n;
 }
 
+// As CommandRing's: the phase of the CQE at cq_head, never more looked for
+// than tasks are in flight. cq_tail is for the device's interrupt waiters.
 bool TaskQueue::CompletionsReady() const noexcept {
-    return Word(words_->cq_tail).load(std::memory_order_acquire) != cq_head_;
+    return InFlight() != 0 && detail::CqePosted(cq_, cq_entries_, cq_head_);
 }
 
-size_t TaskQueue::Reap(std::span<spyre_task_cqe> out) {
-    const uint32_t tail = Word(words_->cq_tail).load(std::memory_order_acquire);
-    if (spyre_ring_used(cq_head_, tail) > InFlight())
-        throw Error(ErrorKind::ProtocolError,
-                    "the device posted " + std::to_string(spyre_ring_used(cq_head_, tail)) +
-                        " task completions with only " + std::to_string(InFlight()) + " tasks in flight on queue " +
-                        std::to_string(group_),
-                    ErrorContext{.device = fn_.pci_address()});
+size_t TaskQueue::Reap(std::span<spyre_cqe> out) {
     size_t n = 0;
-    while (cq_head_ != tail && n < out.size()) {
-        // A private copy: the device may rewrite the record while we read it.
-        std::memcpy(&out[n++], &cq_[spyre_ring_slot(cq_head_, cq_entries_)], sizeof(spyre_task_cqe));
+    while (n < out.size() && CompletionsReady()) {
+        out[n++] = detail::ReadCqe(cq_, cq_entries_, cq_head_);
         ++cq_head_;
     }
     if (n) Word(words_->cq_head).store(cq_head_, std::memory_order_release);
@@ -135,7 +129,7 @@ void TaskQueue::CheckHealth() const {
                                  .device_code = fn_.Read32(SPYRE_REG_ERR_CODE)});
 }
 
-size_t TaskQueue::Wait(std::span<spyre_task_cqe> out, size_t min_count, const WaitOptions& options) {
+size_t TaskQueue::Wait(std::span<spyre_cqe> out, size_t min_count, const WaitOptions& options) {
     min_count = std::min(min_count, out.size());
     if (min_count > InFlight())
         throw Error(ErrorKind::InvalidArgument, "waiting for " + std::to_string(min_count) + " task completions with only " +

@@ -97,8 +97,8 @@ void DeviceWorker::Serve(uint32_t tables, ReadyQueue& ready, CompletionSink& sin
     std::vector<uint32_t> free_tables;
     for (uint32_t i = tables; i > 0; --i) free_tables.push_back(i - 1);
     std::vector<ReadyTask> batch;
-    std::vector<std::vector<spyre_task_desc>> descs(queues.size());
-    std::vector<spyre_task_cqe> done(tables);
+    std::vector<std::vector<spyre_cb>> descs(queues.size());
+    std::vector<spyre_cqe> done(tables);
     std::vector<int32_t> in_flight_ids(tables, -1);  // by table
     driver::WaitOptions wait;
     wait.mode = driver::WaitMode::Blocking;  // after kYieldPoll of looking
@@ -140,14 +140,14 @@ void DeviceWorker::Serve(uint32_t tables, ReadyQueue& ready, CompletionSink& sin
             for (int32_t i = 0; i < t.num_params; ++i)
                 entries[i] = graph_.DeviceAddress(t.params[i].host, t.params[i].size);
             in_flight_ids[table] = r.task_id;
-            descs[q].push_back(driver::TaskDesc(PackId(table, r.task_id), t.kernel->program_address,
-                                                tables_device_ + uint64_t(table) * kTableBytes, uint32_t(t.num_params)));
+            descs[q].push_back(driver::TaskCb(PackId(table, r.task_id), t.kernel->program_address,
+                                              tables_device_ + uint64_t(table) * kTableBytes, uint32_t(t.num_params)));
         }
         try {
             if (trace::Enabled() && !batch.empty()) [[unlikely]] {
                 const uint64_t now = trace::detail::NowNs();
                 for (const auto& d : descs)
-                    for (const spyre_task_desc& t : d) sent_ns[TableOf(t.task_id)] = now;
+                    for (const spyre_cb& t : d) sent_ns[TableOf(t.user_data)] = now;
             }
             for (size_t q = 0; q < queues.size(); ++q)
                 if (!descs[q].empty()) queues[q]->Submit(descs[q]);  // all fit: spread by Free()
@@ -181,25 +181,27 @@ void DeviceWorker::Serve(uint32_t tables, ReadyQueue& ready, CompletionSink& sin
             }
             finished.clear();
             for (size_t i = 0; i < n; ++i) {
-                const uint32_t table = TableOf(done[i].task_id);
+                const uint32_t table = TableOf(done[i].user_data);
                 free_tables.push_back(table);
                 in_flight_ids[table] = -1;
+                // The task ran on `core` from end - run_ns to end (spyre_task.h).
                 // A completion without a time (or a core index past any
                 // card's) is reported without a place on the timeline.
-                if (!traced || done[i].start_ns == 0 || done[i].end_ns < done[i].start_ns || done[i].core >= 1024)
-                    [[likely]] {
-                    finished.push_back({TaskOf(done[i].task_id), done[i].status});
+                const uint64_t end_ns = done[i].timestamp_ns;
+                const uint64_t run_ns = spyre_task_result_run_ns(done[i].result);
+                const uint16_t core = spyre_task_result_core(done[i].result);
+                if (!traced || end_ns == 0 || run_ns >= end_ns || core >= 1024) [[likely]] {
+                    finished.push_back({TaskOf(done[i].user_data), done[i].status});
                     continue;
                 }
-                const uint16_t core = done[i].core;
                 while (core_tracks.size() <= core)
                     core_tracks.push_back(trace::detail::NamedTrack(pci_ + " core " +
                                                                     std::to_string(core_tracks.size())));
                 timing.track = core_tracks[core];
-                timing.start_ns = done[i].start_ns;
-                timing.end_ns = done[i].end_ns;
+                timing.start_ns = end_ns - run_ns;
+                timing.end_ns = end_ns;
                 timing.sent_ns = sent_ns[table];
-                sink.OnTaskComplete(TaskOf(done[i].task_id), done[i].status, &timing);
+                sink.OnTaskComplete(TaskOf(done[i].user_data), done[i].status, &timing);
             }
             if (!finished.empty()) sink.OnTasksComplete(finished);
         } catch (const Error& e) {

@@ -54,11 +54,12 @@ namespace spyre::mockdev {
 
 class TaskSource;
 
-// One task taken from a source's queue, run by one worker.
+// One CB taken from a source's task queue, run by one worker.
 struct CoreTask {
     TaskSource* source = nullptr;
     uint32_t queue = 0;
-    spyre_task_desc desc{};
+    uint32_t sq_pos = 0;  // its submission position, echoed in its CQE
+    spyre_cb cb{};
 };
 
 // A function's task queues as the workers see them.

@@ -6,9 +6,9 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
-#include <iterator>
 #include <thread>
 
+#include "execution/cb_fields.hpp"
 #include "log.hpp"
 #include "spyre/common/memory_copy.hpp"
 
@@ -25,45 +25,6 @@ constexpr int kSemSpins = 1000;
 constexpr auto kSemSleepMin = std::chrono::microseconds(10);
 constexpr auto kSemSleepMax = std::chrono::milliseconds(1);
 
-bool IsContractOpcode(uint8_t op) {
-    switch (op) {
-    case SPYRE_OP_NOP:
-    case SPYRE_OP_LAUNCH:
-    case SPYRE_OP_CORRECT:
-    case SPYRE_OP_COPY:
-    case SPYRE_OP_COPY_INLINE:
-    case SPYRE_OP_SEM_WRITE:
-    case SPYRE_OP_SEM_WAIT: return true;
-    default: return false;
-    }
-}
-
-// Header checks common to every opcode, in contract order: opcode, reserved
-// flags and fields, then the slot count. `payload_bytes` is what the server
-// framed after the CB. Only COPY_INLINE carries a payload; its slot count
-// follows from its size.
-uint16_t ValidateHeader(const spyre_cb& cb, size_t payload_bytes) {
-    if (!IsContractOpcode(cb.opcode)) return SPYRE_ERR_INVALID_OPCODE;
-    if ((cb.flags & ~SPYRE_CB_F_DEFINED) != 0) return SPYRE_ERR_RESERVED_NONZERO;
-    // A ring stream number only with F_STREAM, and RESTART only beside it.
-    if ((cb.flags & SPYRE_CB_F_STREAM) ? cb.stream >= SPYRE_RING_STREAMS
-                                       : (cb.stream != 0 || (cb.flags & SPYRE_CB_F_STREAM_RESTART) != 0))
-        return SPYRE_ERR_RESERVED_NONZERO;
-    if (cb.slots == 0 || cb.slots > SPYRE_CB_MAX_SLOTS ||
-        payload_bytes != size_t(cb.slots - 1) * SPYRE_CB_SLOT_BYTES)
-        return SPYRE_ERR_BAD_SLOT_COUNT;
-    if (cb.opcode != SPYRE_OP_COPY_INLINE) return cb.slots == 1 ? SPYRE_ERR_NONE : SPYRE_ERR_BAD_SLOT_COUNT;
-    const uint64_t size = cb.u.copy.size;
-    if (size == 0 || size > SPYRE_CB_INLINE_MAX_BYTES || cb.slots != SPYRE_CB_INLINE_SLOTS(size))
-        return SPYRE_ERR_BAD_SLOT_COUNT;
-    return SPYRE_ERR_NONE;
-}
-
-// Payload words from `first` on are reserved for this opcode.
-bool ReservedArgsZero(const spyre_cb& cb, size_t first) {
-    return std::all_of(std::begin(cb.u.args) + first, std::end(cb.u.args), [](uint64_t a) { return a == 0; });
-}
-
 // The u64 semaphore at `addr`, or the fault that forbids it.
 CbOutcome SemaphoreAt(const DeviceMemory& memory, uint64_t addr, uint64_t*& word) {
     if (addr % sizeof(uint64_t) != 0) return Fail(SPYRE_ERR_MISALIGNED, addr);
@@ -78,7 +39,8 @@ CbOutcome SemaphoreAt(const DeviceMemory& memory, uint64_t addr, uint64_t*& word
 CbOutcome CbExecutor::Execute(const spyre_cb& cb, std::span<const uint8_t> payload,
                               const std::function<bool()>& aborted, Budget::Clock::time_point started) noexcept {
     try {
-        if (uint16_t status = ValidateHeader(cb, payload.size()); status != SPYRE_ERR_NONE) return Fail(status);
+        if (uint16_t status = ValidateCbHeader(cb, payload.size(), CbQueue::Ring); status != SPYRE_ERR_NONE)
+            return Fail(status);
         const auto bound = std::chrono::milliseconds(watchdog_ms_.load(std::memory_order_relaxed));
         return Dispatch(cb, payload, Budget(started, bound, aborted));
     } catch (const std::exception& e) {

@@ -9,6 +9,7 @@
 #include <ctime>
 
 #include "execution/completion_irq.hpp"
+#include "execution/cqe_post.hpp"
 #include "execution/server_thread.hpp"
 #include "spyre/common/device_clock.hpp"
 #include "spyre/common/futex.hpp"
@@ -277,13 +278,7 @@ void RingServer::PostCqe(const spyre_cb& cb, const CbOutcome& outcome, uint32_t 
     cqe.sq_pos = sq_pos;
     cqe.status = outcome.status;
     cqe.opcode = cb.opcode;
-    // The phase byte last (spyre_cb.h, "CQE phase"): a driver that sees this
-    // lap's phase may read the rest.
-    uint8_t* slot = cq_ + size_t(spyre_ring_slot(cq_tail, geo_.cq_entries)) * geo_.cqe_size;
-    std::memcpy(slot, &cqe, SPYRE_CQE_PHASE_OFFSET);
-    host_link_.Published();
-    std::atomic_ref<uint8_t>(slot[SPYRE_CQE_PHASE_OFFSET]).store(spyre_cqe_phase(cq_tail, geo_.cq_entries),
-                                                                 std::memory_order_release);
+    mockdev::PostCqe(cq_, geo_.cq_entries, geo_.cqe_size, cq_tail, cqe, host_link_);
 }
 
 }  // namespace spyre::mockdev

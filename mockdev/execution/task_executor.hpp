@@ -1,28 +1,29 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// One task descriptor (spyre_task.h) validated and run on one core: the
-// descriptor's own fields here, everything it points at (program, argument
-// table, relocated operands) by the core's ProgramExecutor, exactly as a
-// LAUNCH's program is checked. Shared by the task server and the fuzz target.
+// One CB taken from a task queue (spyre_task.h) validated and run on one
+// core: the CB's fields by the checks every queue shares (cb_fields.hpp), a
+// TASK's program, argument table and relocated operands by the core's
+// ProgramExecutor, exactly as a LAUNCH's program is checked. Shared by the
+// task server and the fuzz target.
 #pragma once
 
 #include <cstdint>
 
 #include "execution/budget.hpp"
+#include "execution/cb_fields.hpp"
 #include "execution/program_executor.hpp"
 #include "spyre/uapi/spyre_task.h"
 
 namespace spyre::mockdev {
 
-inline bool TaskReservedZero(const spyre_task_desc& d) {
-    return (d.flags & ~SPYRE_TASK_F_DEFINED) == 0 && d.reserved0 == 0 && d.reserved[0] == 0 && d.reserved[1] == 0 &&
-           d.reserved[2] == 0;
-}
-
-// The task's completion status (SPYRE_ERR_*).
-inline uint16_t ExecuteTask(ProgramExecutor& core, const spyre_task_desc& d, const Budget& budget) {
-    if (!TaskReservedZero(d)) return SPYRE_ERR_RESERVED_NONZERO;
-    return core.RunTask(d.program_addr, d.program_size, d.args_addr, d.arg_count, budget).status;
+// The CB's completion status (SPYRE_ERR_*). Nothing runs unless every field
+// passed.
+inline uint16_t ExecuteTaskCb(ProgramExecutor& core, const spyre_cb& cb, const Budget& budget) {
+    if (uint16_t status = ValidateCbHeader(cb, 0, CbQueue::Task); status != SPYRE_ERR_NONE) return status;
+    if (cb.opcode == SPYRE_OP_NOP) return ReservedArgsZero(cb, 0) ? SPYRE_ERR_NONE : SPYRE_ERR_RESERVED_NONZERO;
+    if (!ReservedArgsZero(cb, 3)) return SPYRE_ERR_RESERVED_NONZERO;  // u.task.reserved
+    const spyre_cb_task& t = cb.u.task;
+    return core.RunTask(t.program_addr, t.program_size, t.args_addr, t.arg_count, budget).status;
 }
 
 }  // namespace spyre::mockdev

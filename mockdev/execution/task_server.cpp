@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "execution/completion_irq.hpp"
+#include "execution/cqe_post.hpp"
 #include "execution/server_thread.hpp"
 #include "execution/task_executor.hpp"
 #include "log.hpp"
@@ -194,9 +195,9 @@ bool TaskServer::Intake() {
             std::lock_guard lock(mutex_);
             for (uint32_t i = 0; i < n; ++i) {
                 // A private copy: the driver may scribble on the slot at any time.
-                spyre_task_desc d;
-                std::memcpy(&d, sq + size_t(spyre_ring_slot(head + i, geo_.sq_entries)) * geo_.desc_size, sizeof d);
-                queue.pending.push_back(d);
+                Queue::Taken t{{}, head + i};
+                std::memcpy(&t.cb, sq + size_t(spyre_ring_slot(head + i, geo_.sq_entries)) * geo_.desc_size, sizeof t.cb);
+                queue.pending.push_back(t);
             }
         }
         head += n;
@@ -226,41 +227,43 @@ bool TaskServer::Take(uint32_t queue, CoreTask& out) {
     if (!accepting_ || queue >= queues_ || q_[queue].pending.empty()) return false;
     out.source = this;
     out.queue = queue;
-    out.desc = q_[queue].pending.front();
+    out.cb = q_[queue].pending.front().cb;
+    out.sq_pos = q_[queue].pending.front().sq_pos;
     q_[queue].pending.pop_front();
     ++running_;
     return true;
 }
 
-uint16_t TaskServer::Execute(const spyre_task_desc& d, unsigned core) {
+uint16_t TaskServer::Execute(const spyre_cb& cb, unsigned core) {
     const Budget budget(Clock::now(), std::chrono::milliseconds(watchdog_ms_.load(std::memory_order_relaxed)),
                         [this] { return abort_.load(std::memory_order_relaxed); });
-    return ExecuteTask(*per_core_.at(core), d, budget);
+    return ExecuteTaskCb(*per_core_.at(core), cb, budget);
 }
 
 void TaskServer::Run(const CoreTask& task, unsigned core) noexcept {
-    spyre_task_cqe cqe{};
-    cqe.task_id = task.desc.task_id;
-    cqe.core = uint16_t(core);
-    cqe.start_ns = DeviceClockNs();
+    uint16_t status = SPYRE_ERR_INTERNAL;
+    const uint64_t start_ns = DeviceClockNs();
     try {
-        cqe.status = Execute(task.desc, core);
+        status = Execute(task.cb, core);
     } catch (const std::exception& e) {
-        LOG_ERROR("task fault (id %llu): %s", static_cast<unsigned long long>(task.desc.task_id), e.what());
-        cqe.status = SPYRE_ERR_INTERNAL;
+        LOG_ERROR("task fault (user_data %llu): %s", static_cast<unsigned long long>(task.cb.user_data), e.what());
     } catch (...) {
-        cqe.status = SPYRE_ERR_INTERNAL;
     }
-    cqe.end_ns = DeviceClockNs();
-    regs_.Add64(cqe.status == SPYRE_ERR_NONE ? SPYRE_REG_CNT_TASKS_DONE : SPYRE_REG_CNT_TASK_ERRORS, 1);
-    regs_.Add64(SPYRE_REG_CNT_TASK_BUSY_NS, cqe.end_ns - cqe.start_ns);
-    if (cqe.status == SPYRE_ERR_WATCHDOG) regs_.Add64(SPYRE_REG_CNT_WATCHDOG, 1);
+    const uint64_t end_ns = DeviceClockNs();
+    regs_.Add64(status == SPYRE_ERR_NONE ? SPYRE_REG_CNT_TASKS_DONE : SPYRE_REG_CNT_TASK_ERRORS, 1);
+    regs_.Add64(SPYRE_REG_CNT_TASK_BUSY_NS, end_ns - start_ns);
+    if (status == SPYRE_ERR_WATCHDOG) regs_.Add64(SPYRE_REG_CNT_WATCHDOG, 1);
+    spyre_cqe cqe{};
+    cqe.user_data = task.cb.user_data;
+    cqe.result = spyre_task_result(end_ns - start_ns, uint16_t(core));
+    cqe.timestamp_ns = end_ns;
+    cqe.sq_pos = task.sq_pos;
+    cqe.status = status;
+    cqe.opcode = task.cb.opcode;
     {
         std::lock_guard lock(mutex_);
         Queue& queue = q_[task.queue];
-        uint8_t* cq = Block(task.queue) + geo_.cq_offset;
-        std::memcpy(cq + size_t(spyre_ring_slot(queue.cq_tail, geo_.cq_entries)) * geo_.cqe_size, &cqe, sizeof cqe);
-        host_link_.Published();
+        PostCqe(Block(task.queue) + geo_.cq_offset, geo_.cq_entries, geo_.cqe_size, queue.cq_tail, cqe, host_link_);
         ++queue.cq_tail;
         SharedWord(Words(task.queue).cq_tail).store(queue.cq_tail, std::memory_order_release);
     }

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // The task queues of one function (spyre_task.h). A server thread takes
-// descriptors out of the queues' submission rings as the doorbell protocol
+// CBs out of the queues' submission rings as the doorbell protocol
 // describes (poll for --poll-us after the last work, then publish that it
 // sleeps and park on the wake_seq futex) and hands them to the card's cores
 // (CardCores), whose idle workers take them one per core, validate and run
 // them on the core and post their completions out of order. The server takes
-// a descriptor only while its completion has room in the CQ, so no worker
-// ever waits to post.
+// a CB only while its completion has room in the CQ, so no worker ever
+// waits to post. Completions are posted as the CB ring posts them
+// (cqe_post.hpp), in the order tasks finish.
 #pragma once
 
 #include <array>
@@ -39,10 +40,10 @@ struct TaskGeometry {
     uint32_t offset = SPYRE_DEFAULT_TQ_OFFSET;
     uint32_t stride = SPYRE_DEFAULT_TQ_STRIDE;
     uint32_t sq_entries = SPYRE_DEFAULT_TQ_SQ_ENTRIES;
-    uint32_t desc_size = sizeof(spyre_task_desc);
+    uint32_t desc_size = sizeof(spyre_cb);
     uint32_t cq_offset = SPYRE_DEFAULT_TQ_CQ_OFFSET;
     uint32_t cq_entries = SPYRE_DEFAULT_TQ_CQ_ENTRIES;
-    uint32_t cqe_size = sizeof(spyre_task_cqe);
+    uint32_t cqe_size = sizeof(spyre_cqe);
 };
 
 class TaskServer final : public TaskSource {
@@ -71,8 +72,8 @@ public:
     spyre_task_doorbell* doorbell() const { return db_; }
 
     // Holds the queues: running tasks are told to stop (ABORTED) and have
-    // posted their completions when the constructor returns; no descriptor
-    // is taken and no task starts until the object goes.
+    // posted their completions when the constructor returns; no CB is
+    // taken and no task starts until the object goes.
     class Paused {
     public:
         explicit Paused(TaskServer& server);
@@ -99,19 +100,23 @@ public:
 
 private:
     struct Queue {
-        std::deque<spyre_task_desc> pending;  // taken from the SQ, not yet on a core
-        uint32_t sq_head = 0;                 // descriptors taken (server thread only, or paused)
+        struct Taken {
+            spyre_cb cb;
+            uint32_t sq_pos;
+        };
+        std::deque<Taken> pending;  // taken from the SQ, not yet on a core
+        uint32_t sq_head = 0;       // CBs taken (server thread only, or paused)
         uint32_t cq_tail = 0;                 // completions posted (under mutex_)
     };
 
     void Loop();
     bool Intake();         // takes what the queues hold; true if it took any
-    bool Submitted() const;  // some queue holds descriptors not taken yet
+    bool Submitted() const;  // some queue holds CBs not taken yet
     void Halt(uint32_t queue, uint32_t sq_head);
     spyre_task_queue_words& Words(uint32_t queue) const { return db_->queue[queue]; }
     uint8_t* Block(uint32_t queue) const { return base_ + geo_.offset + size_t(queue) * geo_.stride; }
     void WakeServer();
-    uint16_t Execute(const spyre_task_desc& desc, unsigned core);
+    uint16_t Execute(const spyre_cb& cb, unsigned core);
 
     RegisterFile& regs_;
     ShmObject& ring_;
@@ -126,7 +131,7 @@ private:
     // Each core's private state: its copy of the program it runs.
     std::vector<std::unique_ptr<ProgramExecutor>> per_core_;
 
-    std::mutex exec_mutex_;  // held while taking descriptors; Pause takes it
+    std::mutex exec_mutex_;  // held while taking CBs; Pause takes it
     std::mutex mutex_;       // guards queues' pending and cq_tail, running_, accepting_
     std::condition_variable idle_;  // running_ dropped to 0
     std::array<Queue, SPYRE_TQ_MAX_QUEUES> q_;

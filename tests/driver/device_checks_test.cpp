@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 
 #include "device_checks.hpp"
 
@@ -114,6 +115,41 @@ TEST(CompletionCheck, InRingOrder) {
     e.sq_pos = 7;
     EXPECT_NO_THROW(CheckCompletion(e, 0, 7, {}));
     EXPECT_EQ(KindOf([&] { CheckCompletion(e, 0, 8, {}); }), ErrorKind::ProtocolError);
+}
+
+// Function::Open asks this of the version the device publishes: a device of
+// another major version (2.x: tasks were spyre_task_desc) is refused.
+TEST(ContractVersionCheck, OnlyThisMajorVersion) {
+    EXPECT_NO_THROW(CheckContractVersion(SPYRE_VERSION, {}));
+    EXPECT_NO_THROW(CheckContractVersion((SPYRE_VERSION_MAJOR << 16) | 9u, {}));  // a later minor adds, never changes
+    try {
+        CheckContractVersion(2u << 16, ErrorContext{.device = "0000:3b:00.0"});
+        ADD_FAILURE() << "a 2.0 device was accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::ProtocolError);
+        EXPECT_NE(std::string(e.what()).find("device speaks contract 2.0, this driver 3.x"), std::string::npos)
+            << e.what();
+        EXPECT_EQ(e.context().reg, "VERSION");
+        EXPECT_EQ(e.context().device, "0000:3b:00.0");
+    }
+    EXPECT_EQ(KindOf([] { CheckContractVersion(4u << 16, {}); }), ErrorKind::ProtocolError);
+    EXPECT_EQ(KindOf([] { CheckContractVersion(0, {}); }), ErrorKind::ProtocolError);
+}
+
+// Task queues take CBs and post CQEs (3.0): the old descriptor sizes were
+// 64/32 too, so only the registers' meaning changed; other sizes are refused.
+TEST(TaskGeometryCheck, EntriesAreCbsAndCqes) {
+    const TaskRegisters good{.queues = 2, .db_offset = SPYRE_DEFAULT_TQ_DB_OFFSET, .offset = SPYRE_DEFAULT_TQ_OFFSET,
+                             .stride = SPYRE_DEFAULT_TQ_STRIDE, .sq_entries = SPYRE_DEFAULT_TQ_SQ_ENTRIES,
+                             .desc_size = sizeof(spyre_cb), .cq_offset = SPYRE_DEFAULT_TQ_CQ_OFFSET,
+                             .cq_entries = SPYRE_DEFAULT_TQ_CQ_ENTRIES, .cqe_size = sizeof(spyre_cqe)};
+    EXPECT_NO_THROW(CheckTaskGeometry(good, SPYRE_BAR4_SIZE, {}));
+    TaskRegisters r = good;
+    r.cqe_size = 64;
+    EXPECT_EQ(KindOf([&] { CheckTaskGeometry(r, SPYRE_BAR4_SIZE, {}); }), ErrorKind::ProtocolError);
+    r = good;
+    r.desc_size = 32;
+    EXPECT_EQ(KindOf([&] { CheckTaskGeometry(r, SPYRE_BAR4_SIZE, {}); }), ErrorKind::ProtocolError);
 }
 
 }  // namespace

@@ -6,8 +6,9 @@
 // else one slot), then validated and executed by CbExecutor (NOP, LAUNCH
 // through the program decoder and executor with the real kernels, CORRECT,
 // COPY, COPY_INLINE, SEM_WRITE, SEM_WAIT), LINK chains cancelled as the
-// ring server cancels them. Then the same slots, read as task descriptors
-// (spyre_task.h), each validated and run on one core as a task.
+// ring server cancels them. Then the same CBs pushed through a task queue
+// (spyre_task.h: one slot per CB, TASK and NOP only), each validated and,
+// for a TASK, run on one core as the task server runs it.
 //
 // Input: byte 0 = ring slots N (1..64, taken mod 64, 0 means 64), then N*64
 // bytes of ring (zero-padded), then the window's first bytes (the rest zero).
@@ -16,6 +17,8 @@
 // successful COPY/COPY_INLINE reports its size; no CB outlives the watchdog
 // by more than kWatchdogSlack; and nothing outside the window changed
 // (guard pages around it), so no CB reaches beyond its function's memory.
+// Each queue refuses the other's opcodes: TASK on the ring, and any contract
+// opcode but TASK and NOP on a task queue, complete with WRONG_QUEUE.
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -107,6 +110,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (out.status == SPYRE_ERR_NONE && (cb.opcode == SPYRE_OP_COPY || cb.opcode == SPYRE_OP_COPY_INLINE) &&
             out.result != cb.u.copy.size)
             __builtin_trap();
+        if (cb.opcode == SPYRE_OP_TASK && out.status != SPYRE_ERR_WRONG_QUEUE) {
+            std::fprintf(stderr, "TASK on the ring: status 0x%x, not WRONG_QUEUE\n", out.status);
+            __builtin_trap();
+        }
         if (took > std::chrono::milliseconds(kWatchdogMs) + kWatchdogSlack) {
             std::fprintf(stderr, "CB opcode 0x%02x ran %lld ms past a %u ms watchdog\n", cb.opcode,
                          (long long)std::chrono::duration_cast<std::chrono::milliseconds>(took).count(), kWatchdogMs);
@@ -118,21 +125,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         cancel_next = out.status != SPYRE_ERR_NONE && (cb.flags & SPYRE_CB_F_LINK);
     }
-    // The same ring slots read as task descriptors (64 bytes too), each run on
-    // one core as the task server runs it: same promises.
+    // The same slots pushed through a task queue: one CB per slot, run on
+    // one core as the task server runs it. Same promises.
     for (uint32_t i = 0; i < n; ++i) {
-        spyre_task_desc task;
-        std::memcpy(&task, &ring[i], sizeof task);
+        const spyre_cb& cb = ring[i];
         const auto t0 = std::chrono::steady_clock::now();
         const uint16_t status =
-            ExecuteTask(d.core, task, Budget(Budget::Clock::now(), std::chrono::milliseconds(kWatchdogMs)));
+            ExecuteTaskCb(d.core, cb, Budget(Budget::Clock::now(), std::chrono::milliseconds(kWatchdogMs)));
         const auto took = std::chrono::steady_clock::now() - t0;
         if (!KnownStatus(status) || status == SPYRE_ERR_INTERNAL) {
-            std::fprintf(stderr, "task %u: status 0x%x\n", i, status);
+            std::fprintf(stderr, "task queue CB %u (opcode 0x%02x): status 0x%x\n", i, cb.opcode, status);
+            __builtin_trap();
+        }
+        if (IsContractOpcode(cb.opcode) && !OpcodeFitsQueue(cb.opcode, CbQueue::Task) &&
+            status != SPYRE_ERR_WRONG_QUEUE) {
+            std::fprintf(stderr, "opcode 0x%02x on a task queue: status 0x%x, not WRONG_QUEUE\n", cb.opcode, status);
             __builtin_trap();
         }
         if (took > std::chrono::milliseconds(kWatchdogMs) + kWatchdogSlack || !GuardsIntact(d.memory)) {
-            std::fprintf(stderr, "task %u ran past its watchdog or wrote outside its window\n", i);
+            std::fprintf(stderr, "task queue CB %u ran past its watchdog or wrote outside its window\n", i);
             __builtin_trap();
         }
     }

@@ -119,6 +119,17 @@ void WriteRingCorpus(const std::string& dir, const std::string& program_dir) {
     }
     Write(dir, "correct_then_launch",
           Ring({Cb(SPYRE_OP_CORRECT, 0, 8192, h.slot_count, SPYRE_CB_F_LINK), Cb(SPYRE_OP_LAUNCH, 0, 0)}, memory));
+    // Tasks (3.0): the same relu program run with the same table as a TASK, one
+    // with a reserved word set, one with LINK, a NOP; on the ring each TASK is
+    // WRONG_QUEUE, on the task queue the other way round for CORRECT.
+    spyre_cb task = Cb(SPYRE_OP_TASK);
+    task.u.task.program_addr = 0;
+    task.u.task.args_addr = 8192;
+    task.u.task.arg_count = h.slot_count;
+    spyre_cb reserved = task, linked = task;
+    reserved.u.task.reserved[1] = 1;
+    linked.flags = SPYRE_CB_F_LINK;
+    Write(dir, "tasks", Ring({task, reserved, linked, Cb(SPYRE_OP_NOP), Cb(SPYRE_OP_CORRECT, 0, 8192, h.slot_count)}, memory));
 }
 
 // plan_fuzz input: manifest, NUL, then [u8 name length][name][u32 size][bytes] per blob.

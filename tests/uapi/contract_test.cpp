@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <set>
 #include <string>
+#include <type_traits>
 
 #include "spyre/mock/spyre_mock.h"
 #include "spyre/uapi/spyre.h"
@@ -119,16 +120,57 @@ TEST(Contract, RegionInfoIsVfios) {
     EXPECT_EQ(offsetof(spyre_region_info, size), offsetof(vfio_region_info, size));
     EXPECT_EQ(offsetof(spyre_region_info, offset), offsetof(vfio_region_info, offset));
     EXPECT_EQ(SPYRE_REGION_INFO_FLAG_MMAP, unsigned(VFIO_REGION_INFO_FLAG_MMAP));
-    EXPECT_EQ(SPYRE_VERSION_MAJOR, 2u);  // 2.0 dropped the shared-memory fields from region info
+    EXPECT_EQ(SPYRE_VERSION_MAJOR, 3u);  // 2.0 dropped the shared-memory fields from region info; 3.0 task CBs
+}
+
+// Contract 3.0: a task is a control block and completes with a CQE; the task
+// queues' entry sizes are a CB's and a CQE's.
+TEST(Contract, ATaskIsAControlBlock) {
+    static_assert(SPYRE_OP_TASK == 0x40u);
+    static_assert(SPYRE_ERR_WRONG_QUEUE == 0x08u);
+    static_assert(sizeof(spyre_cb_task) == 48 && sizeof(spyre_cb_task) == sizeof(spyre_cb::u));
+    static_assert(offsetof(spyre_cb, u.task) == 0x10);
+    static_assert(offsetof(spyre_cb, u.task.program_addr) == 0x10);
+    static_assert(offsetof(spyre_cb, u.task.args_addr) == 0x18);
+    static_assert(offsetof(spyre_cb, u.task.program_size) == 0x20);
+    static_assert(offsetof(spyre_cb, u.task.arg_count) == 0x24);
+    static_assert(offsetof(spyre_cb, u.task.reserved) == 0x28);
+    static_assert(sizeof(spyre_cb_task::reserved) == 24);
+    static_assert(std::is_same_v<decltype(spyre_cb_task::program_size), uint32_t>);
+    static_assert(std::is_same_v<decltype(spyre_cb_task::arg_count), uint32_t>);
+    static_assert(SPYRE_DEFAULT_TQ_CQ_OFFSET >= SPYRE_DEFAULT_TQ_SQ_ENTRIES * sizeof(spyre_cb));
+    // The task's reserved words are the CB's last three payload words.
+    spyre_cb cb{};
+    cb.u.task.reserved[0] = 1;
+    cb.u.task.reserved[2] = 3;
+    EXPECT_EQ(cb.u.args[3], 1u);
+    EXPECT_EQ(cb.u.args[5], 3u);
+    EXPECT_STREQ(spyre_error_name(SPYRE_ERR_WRONG_QUEUE), "WRONG_QUEUE");
+    EXPECT_STREQ(spyre::uapi::OpcodeName(SPYRE_OP_TASK), "TASK");
+}
+
+// A task CQE's result: the run time above the core, saturating.
+TEST(Contract, TaskResultPacksRunTimeAndCore) {
+    const uint64_t r = spyre_task_result(123456789, 13);
+    EXPECT_EQ(r, (123456789ull << 16) | 13u);
+    EXPECT_EQ(spyre_task_result_core(r), 13u);
+    EXPECT_EQ(spyre_task_result_run_ns(r), 123456789u);
+    EXPECT_EQ(spyre_task_result_run_ns(spyre_task_result(SPYRE_TASK_RUN_NS_MAX, 0xFFFF)), SPYRE_TASK_RUN_NS_MAX);
+    EXPECT_EQ(spyre_task_result_core(spyre_task_result(SPYRE_TASK_RUN_NS_MAX, 0xFFFF)), 0xFFFFu);
+    EXPECT_EQ(spyre_task_result_run_ns(spyre_task_result(1ull << 48, 2)), SPYRE_TASK_RUN_NS_MAX);
+    EXPECT_EQ(spyre_task_result_run_ns(spyre_task_result(~0ull, 2)), SPYRE_TASK_RUN_NS_MAX);
+    EXPECT_EQ(spyre_task_result_core(spyre_task_result(~0ull, 2)), 2u);
+    EXPECT_EQ(SPYRE_TASK_RUN_NS_MAX, (1ull << 48) - 1);
 }
 
 TEST(Contract, ErrorNamesAreDistinct) {
     std::set<std::string> names;
     for (uint32_t code : {SPYRE_ERR_NONE, SPYRE_ERR_INVALID_OPCODE, SPYRE_ERR_UNSUPPORTED, SPYRE_ERR_RESERVED_NONZERO,
                           SPYRE_ERR_BAD_SLOT_COUNT, SPYRE_ERR_ADDR_RANGE, SPYRE_ERR_MISALIGNED, SPYRE_ERR_RING_OVERFLOW,
+                          SPYRE_ERR_WRONG_QUEUE,
                           SPYRE_ERR_PROGRAM_MAGIC, SPYRE_ERR_PROGRAM_VERSION, SPYRE_ERR_PROGRAM_CHECKSUM,
                           SPYRE_ERR_PROGRAM_FORMAT, SPYRE_ERR_UNKNOWN_OP, SPYRE_ERR_SHAPE, SPYRE_ERR_RELOCATION,
-                          SPYRE_ERR_WATCHDOG, SPYRE_ERR_ABORTED, SPYRE_ERR_INTERNAL})
+                          SPYRE_ERR_WATCHDOG, SPYRE_ERR_ABORTED, SPYRE_ERR_CANCELED, SPYRE_ERR_INTERNAL})
         EXPECT_TRUE(names.insert(spyre_error_name(code)).second) << code;
     EXPECT_STREQ(spyre_error_name(0xEEEE), "UNKNOWN");
 }

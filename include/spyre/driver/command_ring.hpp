@@ -69,6 +69,19 @@ inline spyre_cb SemWaitCb(uint64_t addr, uint64_t value, uint64_t timeout_ns, ui
     return cb;
 }
 
+// A valid TASK CB (contract 3.0; task queues only, spyre_task.h): the
+// program at `program_addr` (size from its header) run with the `arg_count`
+// addresses of the table at `args_addr`. The task's id is the CB's user_data,
+// echoed in its completion.
+inline spyre_cb TaskCb(uint64_t task_id, uint64_t program_addr, uint64_t args_addr, uint32_t arg_count) noexcept {
+    spyre_cb cb = NopCb(task_id);
+    cb.opcode = SPYRE_OP_TASK;
+    cb.u.task.program_addr = program_addr;
+    cb.u.task.args_addr = args_addr;
+    cb.u.task.arg_count = arg_count;
+    return cb;
+}
+
 // `cb` with SPYRE_CB_F_LINK set: if it fails, the next CB in the ring is
 // cancelled (SPYRE_ERR_CANCELED) instead of run.
 inline spyre_cb Linked(spyre_cb cb) noexcept {
@@ -150,9 +163,7 @@ public:
     // position's record. Reads only the ring's geometry and one phase byte,
     // so any thread may ask while another submits and reaps: a watcher that
     // learnt `cq_pos` from the reaping thread can spin on it.
-    bool CompletionPosted(uint32_t cq_pos) const noexcept {
-        return PhaseAt(cq_pos) == spyre_cqe_phase(cq_pos, cq_entries_);
-    }
+    bool CompletionPosted(uint32_t cq_pos) const noexcept;
 
     // Reaps completions that are ready, without waiting. Returns how many.
     // Each completion frees its CB's slots. Throws ProtocolError if the
@@ -174,7 +185,6 @@ public:
 private:
     ErrorContext Context() const;
     void PublishHead() noexcept;  // tells the device how far completions were consumed
-    uint8_t PhaseAt(uint32_t cq_pos) const noexcept;  // the phase byte of the CQE slot of a position
     void CheckHealth() const;
     void WaitBlocking(std::chrono::steady_clock::time_point deadline);
 

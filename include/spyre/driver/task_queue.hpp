@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The task queue of one core group of a function (uapi/spyre_task.h): many
 // small programs at once on the group's cores, completing out of order.
-// Submission rings the doorbell once per batch (and wakes the device only
-// when it sleeps); completions carry their task ids and are reaped without
-// waiting, or waited for by polling, adaptively or blocking on the task
-// completion interrupt, as CommandRing's are.
+// Tasks are CBs (TaskCb, command_ring.hpp) and complete with spyre_cqe
+// records, read by their phase as CommandRing reads its own. Submission
+// rings the doorbell once per batch (and wakes the device only when it
+// sleeps); completions carry their task ids (user_data) and are reaped
+// without waiting, or waited for by polling, adaptively or blocking on the
+// task completion interrupt, as CommandRing's are.
 #pragma once
 
 #include <cstddef>
@@ -32,17 +34,6 @@ struct TaskTopology {
 // allows, or a group without cores.
 TaskTopology ReadTaskTopology(const Function& function);
 
-// A valid descriptor: the program at `program_addr` (size from its header)
-// with the `arg_count` addresses of the table at `args_addr`.
-inline spyre_task_desc TaskDesc(uint64_t task_id, uint64_t program_addr, uint64_t args_addr, uint32_t arg_count) noexcept {
-    spyre_task_desc d{};
-    d.task_id = task_id;
-    d.program_addr = program_addr;
-    d.args_addr = args_addr;
-    d.arg_count = arg_count;
-    return d;
-}
-
 // Not thread-safe: one thread submits to and reaps a queue; different
 // queues (and the CB ring) may be used from different threads at once.
 class TaskQueue {
@@ -66,21 +57,23 @@ public:
     uint32_t InFlight() const noexcept { return sq_tail_ - cq_head_; }
     uint32_t Free() const noexcept { return capacity_ - InFlight(); }
 
-    // Copies as many descriptors as fit (Free()) into the ring, in order,
-    // and rings the doorbell once. Returns how many it took (0 when full:
-    // reap first). Throws DeviceLost if the device is gone.
-    size_t Submit(std::span<const spyre_task_desc> tasks);
+    // Copies as many CBs as fit (Free()) into the ring, in order, and rings
+    // the doorbell once. Each takes one slot: TASK (TaskCb) or NOP; the device
+    // answers any other opcode, or a CB with more slots, with an error
+    // completion (WRONG_QUEUE, BAD_SLOT_COUNT). Returns how many it took (0
+    // when full: reap first). Throws DeviceLost if the device is gone.
+    size_t Submit(std::span<const spyre_cb> tasks);
 
     // Reaps completions that are ready, without waiting, in the order tasks
-    // finished. Returns how many. Throws ProtocolError if the device posts
-    // more completions than tasks in flight.
-    size_t Reap(std::span<spyre_task_cqe> out);
+    // finished (never more than are in flight). Returns how many. A task's
+    // result holds its core and run time (spyre_task_result_*).
+    size_t Reap(std::span<spyre_cqe> out);
 
     // Waits until at least min(min_count, out.size()) completions are ready
     // and reaps up to out.size(). Throws InvalidArgument if min_count exceeds
     // InFlight(), Timeout, DeviceLost (daemon died or shut down: detected
     // within ~100 ms) or DeviceError (the queue halted).
-    size_t Wait(std::span<spyre_task_cqe> out, size_t min_count, const WaitOptions& options = {});
+    size_t Wait(std::span<spyre_cqe> out, size_t min_count, const WaitOptions& options = {});
 
     // Waits until one of `queues` (task queues of one function: they share
     // its completion interrupt) has a completion ready; reaps nothing. One
@@ -98,8 +91,8 @@ private:
     uint32_t cores_ = 0;
     spyre_task_doorbell* db_ = nullptr;
     spyre_task_queue_words* words_ = nullptr;
-    spyre_task_desc* sq_ = nullptr;
-    const spyre_task_cqe* cq_ = nullptr;
+    spyre_cb* sq_ = nullptr;
+    const spyre_cqe* cq_ = nullptr;
     uint32_t sq_entries_ = 0;
     uint32_t cq_entries_ = 0;
     uint32_t capacity_ = 0;

@@ -2,8 +2,16 @@
 /*
  * spyre hardware contract: control blocks (CBs) and completion records (CQEs).
  *
- * A CB is one 64-byte submission-ring slot, followed by inline payload slots
- * for COPY_INLINE. The device copies the CB (and its payload) out of the ring
+ * The device has one submission format and one completion format (contract
+ * 3.0): every queue takes 64-byte spyre_cb slots and answers each CB with one
+ * 32-byte spyre_cqe. The CB ring (below) runs its CBs one at a time in ring
+ * order; the task queues (spyre_task.h) run SPYRE_OP_TASK CBs many at once and
+ * complete them in the order they finish. A queue refuses an opcode that
+ * belongs to the other kind with SPYRE_ERR_WRONG_QUEUE: the ring refuses TASK,
+ * a task queue every opcode but TASK and NOP.
+ *
+ * On the CB ring a CB is one slot, followed by inline payload slots for
+ * COPY_INLINE. The device copies the CB (and its payload) out of the ring
  * before validating it, validates every field (opcode, reserved bytes, slot
  * count, addresses) and answers every CB with exactly one CQE, in ring order.
  * A CB that fails validation gets an error CQE and latches the error
@@ -71,6 +79,7 @@
 #define SPYRE_OP_COPY_INLINE        0x21u /* host data carried in the following ring slots */
 #define SPYRE_OP_SEM_WRITE          0x30u /* write a value to device memory */
 #define SPYRE_OP_SEM_WAIT           0x31u /* wait until device memory holds a value */
+#define SPYRE_OP_TASK               0x40u /* 3.0: a task, task queues only (spyre_task.h) */
 
 /* CB flags. Bits not defined here are reserved and must be 0 (RESERVED_NONZERO). */
 #define SPYRE_CB_F_LINK             (1u << 0) /* next CB runs only if this one succeeds, else CANCELED */
@@ -124,6 +133,17 @@ struct spyre_cb_sem {
     uint64_t reserved[3];
 };
 
+/* A task (task queues only, spyre_task.h): a program already in device
+ * memory run on one core with its own argument table. The task's id is the
+ * CB's user_data. */
+struct spyre_cb_task {
+    uint64_t program_addr;    /* program binary (spyre_program.h), 8-aligned */
+    uint64_t args_addr;       /* table of arg_count u64 device addresses, 8-aligned, inside the window */
+    uint32_t program_size;    /* bytes; 0 = the header's total_size */
+    uint32_t arg_count;       /* must equal the program's slot_count (RELOCATION) */
+    uint64_t reserved[3];
+};
+
 struct spyre_cb {
     uint8_t  opcode;          /* 0x00 SPYRE_OP_* */
     uint8_t  flags;           /* 0x01 SPYRE_CB_F_*; other bits must be 0 */
@@ -136,6 +156,7 @@ struct spyre_cb {
         struct spyre_cb_correct correct;
         struct spyre_cb_copy    copy;
         struct spyre_cb_sem     sem;
+        struct spyre_cb_task    task;
     } u;
 };
 SPYRE_STATIC_ASSERT(sizeof(struct spyre_cb) == 64, "a CB is one 64-byte slot");
@@ -143,6 +164,7 @@ SPYRE_STATIC_ASSERT(sizeof(struct spyre_cb_launch) == 48, "CB payload is 48 byte
 SPYRE_STATIC_ASSERT(sizeof(struct spyre_cb_correct) == 48, "CB payload is 48 bytes");
 SPYRE_STATIC_ASSERT(sizeof(struct spyre_cb_copy) == 48, "CB payload is 48 bytes");
 SPYRE_STATIC_ASSERT(sizeof(struct spyre_cb_sem) == 48, "CB payload is 48 bytes");
+SPYRE_STATIC_ASSERT(sizeof(struct spyre_cb_task) == 48, "CB payload is 48 bytes");
 SPYRE_STATIC_ASSERT(sizeof(struct spyre_cb) == SPYRE_CB_SLOT_BYTES, "a ring slot holds one CB");
 SPYRE_STATIC_ASSERT(SPYRE_CB_INLINE_MAX_BYTES == 4032u, "inline payload fills at most 63 slots");
 SPYRE_STATIC_ASSERT(SPYRE_CB_INLINE_SLOTS(SPYRE_CB_INLINE_MAX_BYTES) == SPYRE_CB_MAX_SLOTS, "largest inline CB fills SPYRE_CB_MAX_SLOTS");
@@ -150,7 +172,7 @@ SPYRE_STATIC_ASSERT(SPYRE_CB_INLINE_SLOTS(1) == 2 && SPYRE_CB_INLINE_SLOTS(64) =
 
 struct spyre_cqe {
     uint64_t user_data;       /* 0x00 from the CB */
-    uint64_t result;          /* 0x08 opcode-specific (bytes moved, value seen) */
+    uint64_t result;          /* 0x08 opcode-specific (bytes moved, value seen; a task's run time and core) */
     uint64_t timestamp_ns;    /* 0x10 device clock (CLOCK_MONOTONIC) at completion */
     uint32_t sq_pos;          /* 0x18 free-running ring position of the CB */
     uint16_t status;          /* 0x1C SPYRE_ERR_*; 0 = success */
@@ -174,6 +196,11 @@ static_assert(offsetof(spyre_cb, slots) == 0x02, "");
 static_assert(offsetof(spyre_cb, stream) == 0x04, "");
 static_assert(offsetof(spyre_cb, user_data) == 0x08, "");
 static_assert(offsetof(spyre_cb, u) == 0x10, "");
+static_assert(offsetof(spyre_cb, u.task.program_addr) == 0x10, "");
+static_assert(offsetof(spyre_cb, u.task.args_addr) == 0x18, "");
+static_assert(offsetof(spyre_cb, u.task.program_size) == 0x20, "");
+static_assert(offsetof(spyre_cb, u.task.arg_count) == 0x24, "");
+static_assert(offsetof(spyre_cb, u.task.reserved) == 0x28, "");
 static_assert(offsetof(spyre_cqe, user_data) == 0x00, "");
 static_assert(offsetof(spyre_cqe, result) == 0x08, "");
 static_assert(offsetof(spyre_cqe, timestamp_ns) == 0x10, "");

@@ -17,6 +17,7 @@
 #define SPYRE_ERR_ADDR_RANGE        0x05u /* an address lies outside the function's memory */
 #define SPYRE_ERR_MISALIGNED        0x06u /* an address or size breaks an alignment rule */
 #define SPYRE_ERR_RING_OVERFLOW     0x07u /* sq_tail ran more than SQ_ENTRIES ahead of sq_head */
+#define SPYRE_ERR_WRONG_QUEUE       0x08u /* 3.0: opcode of the other queue kind (TASK on the ring, not TASK/NOP on a task queue) */
 #define SPYRE_ERR_PROGRAM_MAGIC     0x10u /* program binary: bad magic */
 #define SPYRE_ERR_PROGRAM_VERSION   0x11u
 #define SPYRE_ERR_PROGRAM_CHECKSUM  0x12u
@@ -41,6 +42,7 @@ inline const char* spyre_error_name(uint32_t code) noexcept {
     case SPYRE_ERR_ADDR_RANGE: return "ADDR_RANGE";
     case SPYRE_ERR_MISALIGNED: return "MISALIGNED";
     case SPYRE_ERR_RING_OVERFLOW: return "RING_OVERFLOW";
+    case SPYRE_ERR_WRONG_QUEUE: return "WRONG_QUEUE";
     case SPYRE_ERR_PROGRAM_MAGIC: return "PROGRAM_MAGIC";
     case SPYRE_ERR_PROGRAM_VERSION: return "PROGRAM_VERSION";
     case SPYRE_ERR_PROGRAM_CHECKSUM: return "PROGRAM_CHECKSUM";

@@ -143,6 +143,7 @@ inline const char* OpcodeName(uint32_t op) noexcept {
     case SPYRE_OP_COPY_INLINE: return "COPY_INLINE";
     case SPYRE_OP_SEM_WRITE: return "SEM_WRITE";
     case SPYRE_OP_SEM_WAIT: return "SEM_WAIT";
+    case SPYRE_OP_TASK: return "TASK";
     default: return "?";
     }
 }

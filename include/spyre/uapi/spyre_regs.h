@@ -17,7 +17,7 @@
 
 /* ---- Contract identity ------------------------------------------------- */
 #define SPYRE_MAGIC                 0x52595053u /* "SPYR" little-endian */
-#define SPYRE_VERSION_MAJOR         2u /* 2.0: region info is VFIO's (no shared-memory fields) */
+#define SPYRE_VERSION_MAJOR         3u /* 3.0: a task is a CB (OP_TASK) and completes with a spyre_cqe; 2.0: region info is VFIO's */
 #define SPYRE_VERSION_MINOR         0u /* 1.1: task queues; 1.2: watchdog and DMA counters; 1.3: CQE phase; 1.4: ring streams */
 #define SPYRE_VERSION               ((SPYRE_VERSION_MAJOR << 16) | SPYRE_VERSION_MINOR)
 #define SPYRE_VERSION_GET_MAJOR(v)  ((uint32_t)(v) >> 16)
@@ -130,10 +130,10 @@
 #define SPYRE_REG_TQ_OFFSET         0x408u /* u32 queue 0's block (SQ, then CQ) in BAR4 */
 #define SPYRE_REG_TQ_STRIDE         0x40Cu /* u32 bytes from one queue's block to the next */
 #define SPYRE_REG_TQ_SQ_ENTRIES     0x410u /* u32 power of two; the SQ starts its block */
-#define SPYRE_REG_TQ_DESC_SIZE      0x414u /* u32 bytes per descriptor */
+#define SPYRE_REG_TQ_DESC_SIZE      0x414u /* u32 bytes per SQ entry: a spyre_cb, 64 */
 #define SPYRE_REG_TQ_CQ_OFFSET      0x418u /* u32 CQ offset inside a queue's block */
 #define SPYRE_REG_TQ_CQ_ENTRIES     0x41Cu /* u32 power of two */
-#define SPYRE_REG_TQ_CQE_SIZE       0x420u /* u32 bytes per task completion */
+#define SPYRE_REG_TQ_CQE_SIZE       0x420u /* u32 bytes per CQ entry: a spyre_cqe, 32 */
 #define SPYRE_REG_TQ_HALTED         0x424u /* u32 bit q: queue q halted (ring overflow); reset to recover */
 #define SPYRE_REG_TQ_GROUP_CORES(q) (0x440u + 4u * (q)) /* u32 cores of group q (runs queue q's tasks) */
 #define SPYRE_REG_CNT_TASKS_DONE    0x480u /* u64 tasks completed successfully */

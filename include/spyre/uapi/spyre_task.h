@@ -8,31 +8,49 @@
  * Tasks of queue q run on the cores of group q, one task per core at a time,
  * concurrently with each other and with the function's CB ring.
  *
- * A task is a program already in device memory plus an argument table. The
- * device copies the program into the core's private state, writes entry
- * `slot` of the task's argument table into the address of every operand the
- * program's relocation table (spyre_program_reloc) maps to that slot, and
- * runs the ops of that private copy. The program in memory is never written,
- * so one uploaded kernel serves any number of tasks with different buffers
- * at once. Every field is validated before anything runs, every resolved
- * operand exactly as a LAUNCH's operands are; a task is bounded by the card's
- * watchdog (WATCHDOG_MS) and stopped by a function reset (ABORTED).
+ * A task is a control block (contract 3.0, spyre_cb.h): opcode SPYRE_OP_TASK,
+ * u.task naming a program already in device memory and its argument table,
+ * the task's id in user_data. The device copies the program into the core's
+ * private state, writes entry `slot` of the task's argument table into the
+ * address of every operand the program's relocation table
+ * (spyre_program_reloc) maps to that slot, and runs the ops of that private
+ * copy. The program in memory is never written, so one uploaded kernel serves
+ * any number of tasks with different buffers at once. A task is bounded by
+ * the card's watchdog (WATCHDOG_MS) and stopped by a function reset (ABORTED).
  *
- * Rings. Each queue has a submission ring of spyre_task_desc and a completion
- * ring of spyre_task_cqe in BAR4 (TQ_OFFSET + q * TQ_STRIDE, the CQ at
- * TQ_CQ_OFFSET inside that block). Their positions are free-running u32
- * words in the task doorbell page (TQ_DB_OFFSET in BAR4). The device takes a
- * descriptor out of the SQ (advancing sq_head) only while the completions it
- * owes, sq_head - cq_head, are fewer than TQ_CQ_ENTRIES, so completion posting
- * never waits; it posts one completion per descriptor, in the order tasks
- * finish (each CQE carries its task_id). A descriptor that fails validation
- * completes at once with its error code; the queue goes on. A queue whose
- * sq_tail runs more than TQ_SQ_ENTRIES ahead of sq_head, or whose cq_head
- * claims completions never posted, halts (TQ_HALTED bit q, ERR_CODE
- * RING_OVERFLOW) until a function reset.
+ * Validation, before anything runs, in this order: an opcode unknown to the
+ * contract is INVALID_OPCODE; a task queue takes TASK and NOP only, any other
+ * opcode completes with WRONG_QUEUE (and the CB ring refuses TASK so). Flags
+ * must be 0 and stream 0 (LINK and ring streams order a ring, they mean
+ * nothing where CBs complete out of order: RESERVED_NONZERO); slots must be 1
+ * (BAD_SLOT_COUNT; a task queue has no inline payload, every CB takes one
+ * slot); u.task.reserved (a NOP: every payload word) must be 0
+ * (RESERVED_NONZERO). Then every field of the task, and every resolved
+ * operand, is checked exactly as a LAUNCH's.
  *
- * Doorbell (one per batch, as for the CB ring): the driver writes the
- * descriptors, store-releases queue[q].sq_tail, issues a full fence and reads
+ * Completions are spyre_cqe records, one per CB, in the order tasks finish,
+ * with the phase bit exactly as on the CB ring (spyre_cb.h, "CQE phase": the
+ * phase byte written last, spyre_cqe_phase of the CQE's position, a reset
+ * zeroes the CQ), so a driver polls the CQE at its cq_head. A task's CQE:
+ * user_data and opcode as read, sq_pos its submission position, timestamp_ns
+ * the device clock when it ended, status, and result =
+ * spyre_task_result(run_ns, core): the core that ran (or refused) it and how
+ * long it ran, so it started at timestamp_ns - run_ns.
+ *
+ * Rings. Each queue has a submission ring of spyre_cb (TQ_DESC_SIZE 64) and a
+ * completion ring of spyre_cqe (TQ_CQE_SIZE 32) in BAR4 (TQ_OFFSET + q *
+ * TQ_STRIDE, the CQ at TQ_CQ_OFFSET inside that block). Their positions are
+ * free-running u32 words in the task doorbell page (TQ_DB_OFFSET in BAR4).
+ * The device takes a CB out of the SQ (advancing sq_head) only while the
+ * completions it owes, sq_head - cq_head, are fewer than TQ_CQ_ENTRIES, so
+ * completion posting never waits. A CB that fails validation completes at
+ * once with its error code; the queue goes on. A queue whose sq_tail runs
+ * more than TQ_SQ_ENTRIES ahead of sq_head, or whose cq_head claims
+ * completions never posted, halts (TQ_HALTED bit q, ERR_CODE RING_OVERFLOW)
+ * until a function reset.
+ *
+ * Doorbell (one per batch, as for the CB ring): the driver writes the CBs,
+ * store-releases queue[q].sq_tail, issues a full fence and reads
  * device_sleeping; only if it is 1 does it increment wake_seq and futex-wake
  * it. The device sets device_sleeping = 1, fences, re-reads every sq_tail and
  * only then futex-waits on wake_seq. Completion interrupt: the device writes
@@ -44,41 +62,26 @@
 #define SPYRE_UAPI_SPYRE_TASK_H
 
 #include <stdint.h>
+#include "spyre_cb.h"
 #include "spyre_pci.h"
 
 #define SPYRE_TQ_MAX_QUEUES         8u   /* TQ_COUNT <= this */
 #define SPYRE_TQ_DEFAULT_GROUP_CORES 8u  /* cores per group the mock forms (the last group may be smaller) */
 
-/* Task flags: none defined yet; every bit is reserved and must be 0. */
-#define SPYRE_TASK_F_DEFINED        0u
-
-struct spyre_task_desc {
-    uint64_t task_id;         /* 0x00 opaque, echoed in the completion */
-    uint64_t program_addr;    /* 0x08 program binary (spyre_program.h), function-relative, 8-aligned */
-    uint64_t args_addr;       /* 0x10 table of arg_count u64 function-relative addresses, 8-aligned, inside the window */
-    uint32_t program_size;    /* 0x18 bytes; 0 = the header's total_size */
-    uint32_t arg_count;       /* 0x1C must equal the program's slot_count (RELOCATION) */
-    uint32_t flags;           /* 0x20 SPYRE_TASK_F_*; must be 0 (RESERVED_NONZERO) */
-    uint32_t reserved0;       /* 0x24 must be 0 */
-    uint64_t reserved[3];     /* 0x28 must be 0 */
-};
-SPYRE_STATIC_ASSERT(sizeof(struct spyre_task_desc) == 64, "a task descriptor is 64 bytes");
-
-struct spyre_task_cqe {
-    uint64_t task_id;         /* 0x00 from the descriptor */
-    uint64_t start_ns;        /* 0x08 device clock (CLOCK_MONOTONIC) when the core took the task */
-    uint64_t end_ns;          /* 0x10 device clock when it finished */
-    uint16_t status;          /* 0x18 SPYRE_ERR_*; 0 = success */
-    uint16_t core;            /* 0x1A card core that ran it (or validated and refused it) */
-    uint32_t reserved;        /* 0x1C 0 */
-};
-SPYRE_STATIC_ASSERT(sizeof(struct spyre_task_cqe) == 32, "a task completion is 32 bytes");
+/* A task CQE's result: bits 0-15 the core, bits 16-63 the run time in ns
+ * (saturating at 2^48 - 1). */
+#define SPYRE_TASK_RUN_NS_MAX       ((UINT64_C(1) << 48) - 1u)
+static inline uint64_t spyre_task_result(uint64_t run_ns, uint16_t core) {
+    return (run_ns < SPYRE_TASK_RUN_NS_MAX ? run_ns : SPYRE_TASK_RUN_NS_MAX) << 16 | core;
+}
+static inline uint16_t spyre_task_result_core(uint64_t result) { return (uint16_t)(result & 0xFFFFu); }
+static inline uint64_t spyre_task_result_run_ns(uint64_t result) { return result >> 16; }
 
 /* Positions of one queue in the task doorbell page, one cache line each. */
 struct spyre_task_queue_words {
     uint32_t sq_tail;         uint32_t pad0[15];  /* +0x00 driver -> device */
     uint32_t cq_head;         uint32_t pad1[15];  /* +0x40 driver -> device */
-    uint32_t sq_head;         uint32_t pad2[15];  /* +0x80 device -> driver: descriptors taken */
+    uint32_t sq_head;         uint32_t pad2[15];  /* +0x80 device -> driver: CBs taken */
     uint32_t cq_tail;         uint32_t pad3[15];  /* +0xC0 device -> driver: completions posted */
 };
 SPYRE_STATIC_ASSERT(sizeof(struct spyre_task_queue_words) == 256, "queue words are 4 cache lines");
@@ -112,8 +115,8 @@ SPYRE_STATIC_ASSERT(sizeof(struct spyre_task_doorbell) == 4096, "task doorbell p
 #define SPYRE_DEFAULT_TQ_CQ_ENTRIES 1024u
 #define SPYRE_DEFAULT_TQ_STRIDE     0x20000u
 
-SPYRE_STATIC_ASSERT(SPYRE_DEFAULT_TQ_CQ_OFFSET >= SPYRE_DEFAULT_TQ_SQ_ENTRIES * 64u, "task CQ after task SQ");
-SPYRE_STATIC_ASSERT(SPYRE_DEFAULT_TQ_STRIDE >= SPYRE_DEFAULT_TQ_CQ_OFFSET + SPYRE_DEFAULT_TQ_CQ_ENTRIES * 32u,
+SPYRE_STATIC_ASSERT(SPYRE_DEFAULT_TQ_CQ_OFFSET >= SPYRE_DEFAULT_TQ_SQ_ENTRIES * sizeof(struct spyre_cb), "task CQ after task SQ");
+SPYRE_STATIC_ASSERT(SPYRE_DEFAULT_TQ_STRIDE >= SPYRE_DEFAULT_TQ_CQ_OFFSET + SPYRE_DEFAULT_TQ_CQ_ENTRIES * sizeof(struct spyre_cqe),
                     "task queue blocks do not overlap");
 SPYRE_STATIC_ASSERT(SPYRE_DEFAULT_TQ_OFFSET >= SPYRE_DEFAULT_TQ_DB_OFFSET + 4096u, "task rings after their doorbell page");
 SPYRE_STATIC_ASSERT(SPYRE_DEFAULT_TQ_OFFSET + SPYRE_TQ_MAX_QUEUES * SPYRE_DEFAULT_TQ_STRIDE <= (32u << 20),
@@ -123,19 +126,6 @@ SPYRE_STATIC_ASSERT((SPYRE_DEFAULT_TQ_CQ_ENTRIES & (SPYRE_DEFAULT_TQ_CQ_ENTRIES 
 
 #ifdef __cplusplus
 #include <cstddef>
-static_assert(offsetof(spyre_task_desc, task_id) == 0x00, "");
-static_assert(offsetof(spyre_task_desc, program_addr) == 0x08, "");
-static_assert(offsetof(spyre_task_desc, args_addr) == 0x10, "");
-static_assert(offsetof(spyre_task_desc, program_size) == 0x18, "");
-static_assert(offsetof(spyre_task_desc, arg_count) == 0x1C, "");
-static_assert(offsetof(spyre_task_desc, flags) == 0x20, "");
-static_assert(offsetof(spyre_task_desc, reserved0) == 0x24, "");
-static_assert(offsetof(spyre_task_desc, reserved) == 0x28, "");
-static_assert(offsetof(spyre_task_cqe, task_id) == 0x00, "");
-static_assert(offsetof(spyre_task_cqe, start_ns) == 0x08, "");
-static_assert(offsetof(spyre_task_cqe, end_ns) == 0x10, "");
-static_assert(offsetof(spyre_task_cqe, status) == 0x18, "");
-static_assert(offsetof(spyre_task_cqe, core) == 0x1A, "");
 static_assert(offsetof(spyre_task_doorbell, wake_seq) == SPYRE_TDB_WAKE_SEQ, "");
 static_assert(offsetof(spyre_task_doorbell, device_sleeping) == SPYRE_TDB_DEVICE_SLEEPING, "");
 static_assert(offsetof(spyre_task_doorbell, irq_waiters) == SPYRE_TDB_IRQ_WAITERS, "");

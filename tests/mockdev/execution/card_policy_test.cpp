@@ -73,13 +73,13 @@ LongTasks LoadLongTaskProgram(TestDevice& dev, size_t repeats) {
     return t;
 }
 
-std::vector<spyre_task_desc> LongTaskFlood(TestDevice& dev, size_t n, uint64_t first_id) {
+std::vector<spyre_cb> LongTaskFlood(TestDevice& dev, size_t n, uint64_t first_id) {
     const LongTasks t = LoadLongTaskProgram(dev, 2000);
-    std::vector<spyre_task_desc> tasks;
+    std::vector<spyre_cb> tasks;
     for (size_t i = 0; i < n; ++i) {
         const std::array<uint64_t, 3> args{t.a, t.b, dev.Alloc(t.c_bytes)};
         const uint64_t table = dev.Put({reinterpret_cast<const uint8_t*>(args.data()), sizeof args});
-        tasks.push_back(TaskDesc(first_id + i, t.program, table, 3));
+        tasks.push_back(TaskCb(first_id + i, t.program, table, 3));
     }
     return tasks;
 }
@@ -156,13 +156,14 @@ std::vector<Measured> TaskEvery(TestDevice& dev, TaskQueue& q, const Fills& fill
         if (i) std::this_thread::sleep_for(kAskEvery);
         const uint64_t table = dev.Put({reinterpret_cast<const uint8_t*>(&fills.outputs[i]), sizeof(uint64_t)});
         m[i].asked = MonotonicNs();
-        const spyre_task_desc d = TaskDesc(i, program, table, 1);
+        const spyre_cb d = TaskCb(i, program, table, 1);
         EXPECT_EQ(q.Submit(std::span(&d, 1)), 1u);
     }
-    std::vector<spyre_task_cqe> done(m.size());
+    std::vector<spyre_cqe> done(m.size());
     for (size_t got = 0; got < done.size();)
         got += q.Wait(std::span(done).subspan(got), done.size() - got, {.mode = WaitMode::Blocking});
-    for (const spyre_task_cqe& c : done) m.at(c.task_id) = {m.at(c.task_id).asked, c.start_ns, c.status};
+    for (const spyre_cqe& c : done)
+        m.at(c.user_data) = {m.at(c.user_data).asked, c.timestamp_ns - spyre_task_result_run_ns(c.result), c.status};
     return m;
 }
 
@@ -182,13 +183,13 @@ std::vector<uint64_t> FloodEnds(CommandRing& ring, size_t n) {
 // The flooding function's task completions, likewise: their start times
 // (`starts`) or end times.
 std::vector<uint64_t> FloodTasks(TaskQueue& q, size_t n, bool starts) {
-    std::vector<spyre_task_cqe> done(n);
+    std::vector<spyre_cqe> done(n);
     for (size_t got = 0; got < n;)
         got += q.Wait(std::span(done).subspan(got), n - got, {.mode = WaitMode::Blocking});
     std::vector<uint64_t> stamps;
-    for (const spyre_task_cqe& c : done) {
+    for (const spyre_cqe& c : done) {
         EXPECT_STREQ(spyre_error_name(c.status), "WATCHDOG");
-        stamps.push_back(starts ? c.start_ns : c.end_ns);
+        stamps.push_back(starts ? c.timestamp_ns - spyre_task_result_run_ns(c.result) : c.timestamp_ns);
     }
     return stamps;
 }
@@ -316,7 +317,7 @@ TEST_F(CardSharingTest, ALaunchWaitingForTheCardKeepsItsWholeWatchdog) {
 TEST_F(CardSharingTest, ALaunchWaitingForRunningTasksKeepsItsWholeWatchdog) {
     TestDevice flooder(Vf(1)), measured(Vf(2));
     TaskQueue q(flooder.fn(), 0);
-    const std::vector<spyre_task_desc> flood = LongTaskFlood(flooder, 16, 1);
+    const std::vector<spyre_cb> flood = LongTaskFlood(flooder, 16, 1);
     const Fills fills = PlaceFills(measured, 4 << 16, kAsks);
     ASSERT_EQ(q.Submit(flood), flood.size());
     const std::vector<Measured> mine = LaunchEvery(measured, fills);
@@ -344,7 +345,7 @@ TEST_F(CardSharingTest, ATaskWaitingForTheCardKeepsItsWholeWatchdog) {
 TEST_F(CardSharingTest, ATaskWaitingForACoreKeepsItsWholeWatchdog) {
     TestDevice flooder(Vf(1)), measured(Vf(2));
     TaskQueue qa(flooder.fn(), 0), qb(measured.fn(), 0);
-    const std::vector<spyre_task_desc> flood = LongTaskFlood(flooder, 16, 1);
+    const std::vector<spyre_cb> flood = LongTaskFlood(flooder, 16, 1);
     const Fills fills = PlaceFills(measured, 8, kAsks);
     ASSERT_EQ(qa.Submit(flood), flood.size());
     const std::vector<Measured> mine = TaskEvery(measured, qb, fills);

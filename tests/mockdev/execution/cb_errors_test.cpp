@@ -43,6 +43,8 @@ std::vector<BadCb> Garbage() {
     spyre_cb bad_inline = NopCb(0);
     bad_inline.opcode = SPYRE_OP_COPY_INLINE;  // size 0: no valid slot count
     v.push_back({"COPY_INLINE of 0 bytes", bad_inline, SPYRE_ERR_BAD_SLOT_COUNT});
+    // 3.0: a task belongs on a task queue; the ring refuses it.
+    v.push_back({"TASK on the CB ring", TaskCb(0, 64, 128, 0), SPYRE_ERR_WRONG_QUEUE});
     return v;
 }
 

@@ -247,6 +247,19 @@ TEST_F(CbExecutorTest, CopyInlineSourceAndReservedWordsMustBeZero) {
     }
 }
 
+// A TASK runs on a task queue only: the ring's executor refuses it before
+// it looks at anything else, and a valid one too.
+TEST_F(CbExecutorTest, TaskIsTheWrongQueue) {
+    spyre_cb task = Nop();
+    task.opcode = SPYRE_OP_TASK;
+    task.u.task.program_addr = 64;
+    EXPECT_EQ(exec_.Execute(task).status, SPYRE_ERR_WRONG_QUEUE);
+    task.flags = 0x80;  // a reserved flag as well: the queue is checked first
+    task.slots = 0;
+    EXPECT_EQ(exec_.Execute(task).status, SPYRE_ERR_WRONG_QUEUE);
+    EXPECT_EQ(Nops(), 0u);
+}
+
 TEST_F(CbExecutorTest, EveryContractOpcodeIsExecuted) {
     // No opcode answers UNSUPPORTED any more: COPY_INLINE runs.
     const spyre_cb cb = Inline(0, 4);

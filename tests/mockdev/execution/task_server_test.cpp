@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Task queues (uapi/spyre_task.h) end to end: one uploaded kernel run by many
 // tasks with their own argument tables, concurrently on several cores and
-// completing out of order; every kind of bad descriptor answered with its
+// completing out of order; every kind of bad task CB answered with its
 // error code while the queue goes on; isolation between functions; the
 // watchdog; fair sharing between functions; the CB ring at the same time;
 // queues emptied by a reset and when the function changes hands.
 #include <signal.h>
+#include <time.h>
 
 #include <algorithm>
 #include <array>
@@ -19,6 +20,7 @@
 #include "reference.hpp"
 #include "spyre/driver/task_queue.hpp"
 #include "spyre/plan/program_image.hpp"
+#include "spyre/uapi/spyre_regdesc.hpp"
 
 using namespace spyre;
 using namespace spyre::driver;
@@ -53,9 +55,15 @@ uint64_t PutArgs(TestDevice& dev, std::span<const uint64_t> addrs) {
     return dev.Put({reinterpret_cast<const uint8_t*>(addrs.data()), addrs.size() * sizeof(uint64_t)});
 }
 
+// A task's completion (spyre_task.h): the core that ran it, and when it ran
+// on the device clock (it ended at timestamp_ns, after run_ns).
+uint16_t Core(const spyre_cqe& c) { return spyre_task_result_core(c.result); }
+uint64_t End(const spyre_cqe& c) { return c.timestamp_ns; }
+uint64_t Start(const spyre_cqe& c) { return c.timestamp_ns - spyre_task_result_run_ns(c.result); }
+
 // Submits every task (reaping while the queue is full) and waits for all completions.
-std::vector<spyre_task_cqe> RunAll(TaskQueue& q, std::span<const spyre_task_desc> tasks) {
-    std::vector<spyre_task_cqe> done(tasks.size());
+std::vector<spyre_cqe> RunAll(TaskQueue& q, std::span<const spyre_cb> tasks) {
+    std::vector<spyre_cqe> done(tasks.size());
     size_t sent = 0, got = 0;
     while (got < tasks.size()) {
         sent += q.Submit(tasks.subspan(sent));
@@ -64,7 +72,13 @@ std::vector<spyre_task_cqe> RunAll(TaskQueue& q, std::span<const spyre_task_desc
     return done;
 }
 
-spyre_task_cqe RunOne(TaskQueue& q, const spyre_task_desc& d) { return RunAll(q, std::span(&d, 1))[0]; }
+spyre_cqe RunOne(TaskQueue& q, const spyre_cb& d) { return RunAll(q, std::span(&d, 1))[0]; }
+
+uint64_t MonotonicNs() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
 
 // One elementwise-add task's buffers and expected result.
 struct AddTask {
@@ -81,6 +95,28 @@ AddTask PlaceAdd(TestDevice& dev, const BuiltKernel& k, uint32_t seed) {
     t.args = PutArgs(dev, t.addrs);
     for (size_t i = 0; i < a.size(); ++i) t.expect.push_back(RoundTo(DType::FP32, a[i] + b[i]));
     return t;
+}
+
+// A 16x16 add task whose output holds 0x5A bytes until it runs: a test sees
+// whether a refused CB ran.
+struct WatchedAdd {
+    BuiltKernel kernel = KernelBuilder().Elementwise(ElementwiseOp::Add, {16, 16}, {16, 16}, DType::FP32);
+    uint64_t program = 0;
+    AddTask task;
+    uint64_t out_bytes() const { return kernel.outputs[0].bytes; }
+};
+
+WatchedAdd PlaceWatchedAdd(TestDevice& dev, uint32_t seed) {
+    WatchedAdd w;
+    w.program = dev.Put(w.kernel.program);
+    w.task = PlaceAdd(dev, w.kernel, seed);
+    std::memset(dev.At(w.task.addrs[2], w.out_bytes()), 0x5A, w.out_bytes());
+    return w;
+}
+
+bool OutputUntouched(TestDevice& dev, const WatchedAdd& w) {
+    const uint8_t* out = dev.At(w.task.addrs[2], w.out_bytes());
+    return std::all_of(out, out + w.out_bytes(), [](uint8_t b) { return b == 0x5A; });
 }
 
 // A matmul of zeros large enough to run for seconds on one core.
@@ -112,7 +148,8 @@ TEST_F(TaskQueueTest, TopologyIsPublishedInRegisters) {
     EXPECT_EQ(topo.group_cores[1], 8u);
     EXPECT_EQ(topo.cores(), 16u);
     EXPECT_TRUE(fn.Read32(SPYRE_REG_CAPS) & SPYRE_CAP_TASKS);
-    EXPECT_EQ(fn.Read32(SPYRE_REG_TQ_DESC_SIZE), sizeof(spyre_task_desc));
+    EXPECT_EQ(fn.Read32(SPYRE_REG_TQ_DESC_SIZE), sizeof(spyre_cb));  // a task is a CB (3.0)
+    EXPECT_EQ(fn.Read32(SPYRE_REG_TQ_CQE_SIZE), sizeof(spyre_cqe));
     std::optional<TaskQueue> q(std::in_place, fn, 1);
     EXPECT_EQ(q->cores(), 8u);
     // One holder per queue in a process: a second would share its ring.
@@ -136,14 +173,14 @@ TEST_F(TaskQueueTest, WaitAnyWakesOnEitherQueue) {
     EXPECT_SPYRE_ERROR(TaskQueue::WaitAny(both, kBlocking), InvalidArgument, "with no task in flight");
     EXPECT_SPYRE_ERROR(TaskQueue::WaitAny({}, kBlocking), InvalidArgument, "on no queue");
     for (TaskQueue* q : {&q1, &q0, &q1}) {
-        const spyre_task_desc d = TaskDesc(q->group() + 10, program, program, 0);
+        const spyre_cb d = TaskCb(q->group() + 10, program, program, 0);
         ASSERT_EQ(q->Submit({&d, 1}), 1u);
         TaskQueue::WaitAny(both, kBlocking);
-        spyre_task_cqe done{};
+        spyre_cqe done{};
         size_t got = q0.Reap({&done, 1});
         got += q1.Reap({&done, 1});
         ASSERT_EQ(got, 1u);
-        EXPECT_EQ(done.task_id, q->group() + 10);
+        EXPECT_EQ(done.user_data, q->group() + 10);
         EXPECT_EQ(done.status, SPYRE_ERR_NONE);
     }
 }
@@ -157,31 +194,31 @@ TEST_F(TaskQueueTest, OneKernelManyArgumentTablesOnSeveralCores) {
 
     constexpr int kTasks = 400;
     std::vector<AddTask> tasks;
-    std::vector<spyre_task_desc> d0, d1;
+    std::vector<spyre_cb> d0, d1;
     for (int i = 0; i < kTasks; ++i) {
         tasks.push_back(PlaceAdd(dev, add, uint32_t(i)));
-        (i % 2 ? d1 : d0).push_back(TaskDesc(1000 + i, program, tasks.back().args, uint32_t(add.tensor_count())));
+        (i % 2 ? d1 : d0).push_back(TaskCb(1000 + i, program, tasks.back().args, uint32_t(add.tensor_count())));
     }
     ASSERT_EQ(q0.Submit(d0), d0.size());
     ASSERT_EQ(q1.Submit(d1), d1.size());
-    std::vector<spyre_task_cqe> done(kTasks);
+    std::vector<spyre_cqe> done(kTasks);
     size_t got = q0.Wait(std::span(done).first(d0.size()), d0.size(), kBlocking);
     got += q1.Wait(std::span(done).subspan(got), d1.size(), kBlocking);
     ASSERT_EQ(got, size_t(kTasks));
 
     std::set<uint64_t> ids;
     std::map<uint16_t, int> per_core;
-    for (const spyre_task_cqe& c : done) {
+    for (const spyre_cqe& c : done) {
         EXPECT_EQ(c.status, SPYRE_ERR_NONE) << spyre_error_name(c.status);
-        EXPECT_TRUE(ids.insert(c.task_id).second) << "task " << c.task_id << " completed twice";
-        EXPECT_LE(c.start_ns, c.end_ns);
-        ++per_core[c.core];
+        EXPECT_TRUE(ids.insert(c.user_data).second) << "task " << c.user_data << " completed twice";
+        EXPECT_LE(Start(c), End(c));
+        ++per_core[Core(c)];
     }
     EXPECT_EQ(ids.size(), size_t(kTasks));
     EXPECT_EQ(*ids.begin(), 1000u);
     EXPECT_EQ(*ids.rbegin(), 1000u + kTasks - 1);
     // Both groups ran tasks: cores 0-7 serve queue 0, cores 8-15 queue 1.
-    for (const spyre_task_cqe& c : done) EXPECT_EQ(c.core / 8, (c.task_id - 1000) % 2) << "task on the wrong group";
+    for (const spyre_cqe& c : done) EXPECT_EQ(Core(c) / 8, (c.user_data - 1000) % 2) << "task on the wrong group";
     EXPECT_GE(per_core.size(), 2u);
     // Every result is the CPU's.
     for (int i = 0; i < kTasks; ++i)
@@ -199,29 +236,29 @@ TEST_F(TaskQueueTest, TasksRunConcurrentlyAndCompleteOutOfOrder) {
     const LongTask slow = PlaceLong(dev, 768);
     const BuiltKernel mm = KernelBuilder().Matmul(96, 96, 96, DType::FP32);
     const uint64_t program = dev.Put(mm.program);
-    std::vector<spyre_task_desc> batch{TaskDesc(1, slow.program, slow.args, slow.arg_count)};
+    std::vector<spyre_cb> batch{TaskCb(1, slow.program, slow.args, slow.arg_count)};
     std::vector<std::vector<uint64_t>> addrs;
     for (int i = 0; i < 32; ++i) {
         const auto a = RandomValues(96 * 96, DType::FP32, 10 + i), b = RandomValues(96 * 96, DType::FP32, 50 + i);
         addrs.push_back(dev.Place(mm, {a, b}));
-        batch.push_back(TaskDesc(100 + i, program, PutArgs(dev, addrs.back()), 3));
+        batch.push_back(TaskCb(100 + i, program, PutArgs(dev, addrs.back()), 3));
     }
-    const std::vector<spyre_task_cqe> done = RunAll(q, batch);
+    const std::vector<spyre_cqe> done = RunAll(q, batch);
     ASSERT_EQ(done.size(), batch.size());
     std::set<uint64_t> ids;
-    for (const spyre_task_cqe& c : done) {
-        EXPECT_EQ(c.status, SPYRE_ERR_NONE) << c.task_id << ": " << spyre_error_name(c.status);
-        ids.insert(c.task_id);
+    for (const spyre_cqe& c : done) {
+        EXPECT_EQ(c.status, SPYRE_ERR_NONE) << c.user_data << ": " << spyre_error_name(c.status);
+        ids.insert(c.user_data);
     }
     EXPECT_EQ(ids.size(), batch.size());
-    EXPECT_NE(done.front().task_id, 1u) << "the long task, submitted first, should not complete first";
+    EXPECT_NE(done.front().user_data, 1u) << "the long task, submitted first, should not complete first";
     // Concurrency from the device's own timestamps: two tasks on different
     // cores whose [start, end] intervals overlap.
     bool overlap = false;
     for (size_t i = 0; i < done.size() && !overlap; ++i)
         for (size_t j = i + 1; j < done.size() && !overlap; ++j)
-            overlap = done[i].core != done[j].core && done[i].start_ns < done[j].end_ns &&
-                      done[j].start_ns < done[i].end_ns;
+            overlap = Core(done[i]) != Core(done[j]) && Start(done[i]) < End(done[j]) &&
+                      Start(done[j]) < End(done[i]);
     EXPECT_TRUE(overlap);
     // Results of the short tasks against the CPU.
     for (int i = 0; i < 32; ++i) {
@@ -232,57 +269,64 @@ TEST_F(TaskQueueTest, TasksRunConcurrentlyAndCompleteOutOfOrder) {
     }
 }
 
-TEST_F(TaskQueueTest, BadDescriptorsCompleteWithTheirErrorAndTheQueueGoesOn) {
+TEST_F(TaskQueueTest, BadTaskCbsCompleteWithTheirErrorAndTheQueueGoesOn) {
     TestDevice& dev = pf();
     const BuiltKernel add = KernelBuilder().Elementwise(ElementwiseOp::Add, {16, 16}, {16, 16}, DType::FP32);
     const uint64_t program = dev.Put(add.program);
     const AddTask ok = PlaceAdd(dev, add, 3);
     const uint64_t mem = dev.mem_size();
     TaskQueue q(dev.fn(), 0);
-    const spyre_task_desc good = TaskDesc(1, program, ok.args, 3);
+    const spyre_cb good = TaskCb(1, program, ok.args, 3);
 
-    std::vector<std::pair<spyre_task_desc, uint16_t>> cases;
+    std::vector<std::pair<spyre_cb, uint16_t>> cases;
     auto with = [&](auto change, uint16_t code) {
-        spyre_task_desc d = good;
+        spyre_cb d = good;
         change(d);
-        d.task_id = 100 + cases.size();
+        d.user_data = 100 + cases.size();
         cases.emplace_back(d, code);
     };
-    with([](spyre_task_desc& d) { d.flags = 1; }, SPYRE_ERR_RESERVED_NONZERO);
-    with([](spyre_task_desc& d) { d.reserved0 = 2; }, SPYRE_ERR_RESERVED_NONZERO);
-    with([](spyre_task_desc& d) { d.reserved[2] = 5; }, SPYRE_ERR_RESERVED_NONZERO);
-    with([&](spyre_task_desc& d) { d.program_addr = mem + 4096; }, SPYRE_ERR_ADDR_RANGE);
-    with([&](spyre_task_desc& d) { d.program_addr = ~0ull - 7; }, SPYRE_ERR_ADDR_RANGE);
-    with([](spyre_task_desc& d) { d.program_addr += 4; }, SPYRE_ERR_MISALIGNED);
+    // LINK and ring streams mean nothing on a task queue.
+    with([](spyre_cb& d) { d.flags = SPYRE_CB_F_LINK; }, SPYRE_ERR_RESERVED_NONZERO);
+    with([](spyre_cb& d) { d.flags = SPYRE_CB_F_STREAM; }, SPYRE_ERR_RESERVED_NONZERO);
+    with([](spyre_cb& d) { d.flags = 0x80; }, SPYRE_ERR_RESERVED_NONZERO);
+    with([](spyre_cb& d) { d.stream = 2; }, SPYRE_ERR_RESERVED_NONZERO);
+    with([](spyre_cb& d) { d.u.task.reserved[0] = 1; }, SPYRE_ERR_RESERVED_NONZERO);
+    with([](spyre_cb& d) { d.u.task.reserved[2] = 5; }, SPYRE_ERR_RESERVED_NONZERO);
+    with([](spyre_cb& d) { d.slots = 0; }, SPYRE_ERR_BAD_SLOT_COUNT);
+    with([](spyre_cb& d) { d.slots = 2; }, SPYRE_ERR_BAD_SLOT_COUNT);  // no inline payload on a task queue
+    with([](spyre_cb& d) { d.opcode = 0x99; }, SPYRE_ERR_INVALID_OPCODE);
+    with([&](spyre_cb& d) { d.u.task.program_addr = mem + 4096; }, SPYRE_ERR_ADDR_RANGE);
+    with([&](spyre_cb& d) { d.u.task.program_addr = ~0ull - 7; }, SPYRE_ERR_ADDR_RANGE);
+    with([](spyre_cb& d) { d.u.task.program_addr += 4; }, SPYRE_ERR_MISALIGNED);
     const uint64_t zeros = dev.Alloc(add.program.size());  // never written: not a program
-    with([&](spyre_task_desc& d) { d.program_addr = zeros; }, SPYRE_ERR_PROGRAM_FORMAT);  // total_size 0
-    with([&](spyre_task_desc& d) {
-        d.program_addr = zeros;
-        d.program_size = uint32_t(add.program.size());
+    with([&](spyre_cb& d) { d.u.task.program_addr = zeros; }, SPYRE_ERR_PROGRAM_FORMAT);  // total_size 0
+    with([&](spyre_cb& d) {
+        d.u.task.program_addr = zeros;
+        d.u.task.program_size = uint32_t(add.program.size());
     }, SPYRE_ERR_PROGRAM_MAGIC);
-    with([](spyre_task_desc& d) { d.program_size = 10; }, SPYRE_ERR_PROGRAM_FORMAT);
-    with([&](spyre_task_desc& d) { d.program_size = uint32_t(add.program.size() + 64); }, SPYRE_ERR_PROGRAM_FORMAT);
-    with([](spyre_task_desc& d) { d.arg_count = 2; }, SPYRE_ERR_RELOCATION);
-    with([](spyre_task_desc& d) { d.arg_count = 0; }, SPYRE_ERR_RELOCATION);
-    with([](spyre_task_desc& d) { d.args_addr += 4; }, SPYRE_ERR_MISALIGNED);
-    with([&](spyre_task_desc& d) { d.args_addr = mem - 8; }, SPYRE_ERR_ADDR_RANGE);
+    with([](spyre_cb& d) { d.u.task.program_size = 10; }, SPYRE_ERR_PROGRAM_FORMAT);
+    with([&](spyre_cb& d) { d.u.task.program_size = uint32_t(add.program.size() + 64); }, SPYRE_ERR_PROGRAM_FORMAT);
+    with([](spyre_cb& d) { d.u.task.arg_count = 2; }, SPYRE_ERR_RELOCATION);
+    with([](spyre_cb& d) { d.u.task.arg_count = 0; }, SPYRE_ERR_RELOCATION);
+    with([](spyre_cb& d) { d.u.task.args_addr += 4; }, SPYRE_ERR_MISALIGNED);
+    with([&](spyre_cb& d) { d.u.task.args_addr = mem - 8; }, SPYRE_ERR_ADDR_RANGE);
     // A table whose output address leaves the window, or wraps around 2^64.
     const std::vector<uint64_t> out_of_window{ok.addrs[0], ok.addrs[1], mem - 64};
-    with([&](spyre_task_desc& d) { d.args_addr = PutArgs(dev, out_of_window); }, SPYRE_ERR_ADDR_RANGE);
+    with([&](spyre_cb& d) { d.u.task.args_addr = PutArgs(dev, out_of_window); }, SPYRE_ERR_ADDR_RANGE);
     const std::vector<uint64_t> wrapping{~0ull & ~uint64_t(255), ok.addrs[1], ok.addrs[2]};
-    with([&](spyre_task_desc& d) { d.args_addr = PutArgs(dev, wrapping); }, SPYRE_ERR_ADDR_RANGE);
-    // All zeros: address 0 holds no program (its total_size reads 0).
-    cases.emplace_back(spyre_task_desc{}, SPYRE_ERR_PROGRAM_FORMAT);
+    with([&](spyre_cb& d) { d.u.task.args_addr = PutArgs(dev, wrapping); }, SPYRE_ERR_ADDR_RANGE);
+    // All zeros (user_data 0): opcode 0 is never valid, so a zeroed slot is caught.
+    cases.emplace_back(spyre_cb{}, SPYRE_ERR_INVALID_OPCODE);
 
-    std::vector<spyre_task_desc> batch;
+    std::vector<spyre_cb> batch;
     for (const auto& [d, code] : cases) batch.push_back(d);
     batch.push_back(good);  // in the same batch, after all the garbage
-    const std::vector<spyre_task_cqe> done = RunAll(q, batch);
+    const std::vector<spyre_cqe> done = RunAll(q, batch);
     std::map<uint64_t, uint16_t> status;
-    for (const spyre_task_cqe& c : done) status[c.task_id] = c.status;
+    for (const spyre_cqe& c : done) status[c.user_data] = c.status;
     for (size_t i = 0; i + 1 < cases.size(); ++i)
         EXPECT_EQ(spyre_error_name(status.at(100 + i)), std::string(spyre_error_name(cases[i].second))) << "case " << i;
-    EXPECT_EQ(status.at(0), SPYRE_ERR_PROGRAM_FORMAT);
+    EXPECT_EQ(status.at(0), SPYRE_ERR_INVALID_OPCODE);
     EXPECT_EQ(status.at(1), SPYRE_ERR_NONE);
     EXPECT_EQ(dev.ReadTensor(ok.addrs[2], add.outputs[0]), ok.expect);
     EXPECT_EQ(dev.fn().Read64(SPYRE_REG_CNT_TASK_ERRORS), uint64_t(cases.size()));
@@ -303,19 +347,19 @@ TEST_F(TaskQueueTest, ATaskCannotReachAnotherFunctionsMemory) {
     TaskQueue qa(a.fn(), 0);
 
     const std::vector<uint64_t> read_b{b_from_a, mine}, write_b{mine, b_from_a}, own{mine, other};
-    const std::vector<spyre_task_desc> batch{
-        TaskDesc(1, program, PutArgs(a, read_b), 2),
-        TaskDesc(2, program, PutArgs(a, write_b), 2),
-        TaskDesc(3, b_from_a & ~7ull, PutArgs(a, own), 2),  // B's memory as a program
-        TaskDesc(4, program, b_from_a & ~7ull, 2),           // B's memory as the argument table
+    const std::vector<spyre_cb> batch{
+        TaskCb(1, program, PutArgs(a, read_b), 2),
+        TaskCb(2, program, PutArgs(a, write_b), 2),
+        TaskCb(3, b_from_a & ~7ull, PutArgs(a, own), 2),  // B's memory as a program
+        TaskCb(4, program, b_from_a & ~7ull, 2),           // B's memory as the argument table
     };
-    for (const spyre_task_cqe& c : RunAll(qa, batch))
-        EXPECT_EQ(c.status, SPYRE_ERR_ADDR_RANGE) << "task " << c.task_id << ": " << spyre_error_name(c.status);
+    for (const spyre_cqe& c : RunAll(qa, batch))
+        EXPECT_EQ(c.status, SPYRE_ERR_ADDR_RANGE) << "task " << c.user_data << ": " << spyre_error_name(c.status);
     EXPECT_EQ(std::count(b.At(secret, 4096), b.At(secret, 4096) + 4096, uint8_t(0x5B)), 4096);
     EXPECT_EQ(b.fn().Read64(SPYRE_REG_CNT_TASK_ERRORS), 0u);
     // A's own copy works.
     std::memset(a.At(mine, 4096), 0x11, 4096);
-    EXPECT_EQ(RunOne(qa, TaskDesc(5, program, PutArgs(a, own), 2)).status, SPYRE_ERR_NONE);
+    EXPECT_EQ(RunOne(qa, TaskCb(5, program, PutArgs(a, own), 2)).status, SPYRE_ERR_NONE);
     EXPECT_EQ(std::memcmp(a.At(mine, 4096), a.At(other, 4096), 4096), 0);
 }
 
@@ -325,10 +369,10 @@ TEST_F(TaskWatchdogTest, AHungTaskIsCutByTheWatchdog) {
     const LongTask slow = PlaceLong(dev, 4096);  // about 137 GFLOP on one core: seconds
     const BuiltKernel add = KernelBuilder().Elementwise(ElementwiseOp::Add, {16, 16}, {16, 16}, DType::FP32);
     const AddTask ok = PlaceAdd(dev, add, 5);
-    const std::vector<spyre_task_desc> batch{TaskDesc(1, slow.program, slow.args, slow.arg_count),
-                                             TaskDesc(2, dev.Put(add.program), ok.args, 3)};
+    const std::vector<spyre_cb> batch{TaskCb(1, slow.program, slow.args, slow.arg_count),
+                                             TaskCb(2, dev.Put(add.program), ok.args, 3)};
     std::map<uint64_t, uint16_t> status;
-    for (const spyre_task_cqe& c : RunAll(q, batch)) status[c.task_id] = c.status;
+    for (const spyre_cqe& c : RunAll(q, batch)) status[c.user_data] = c.status;
     EXPECT_EQ(spyre_error_name(status.at(1)), std::string("WATCHDOG"));
     EXPECT_EQ(status.at(2), SPYRE_ERR_NONE);  // the other cores were not held up
     EXPECT_EQ(dev.ReadTensor(ok.addrs[2], add.outputs[0]), ok.expect);
@@ -341,29 +385,29 @@ TEST_F(TaskQueueTest, TwoFunctionsShareTheCoresFairly) {
     auto flood = [&](TestDevice& dev, int n, uint64_t first_id) {
         const uint64_t program = dev.Put(mm.program);
         const uint64_t in_a = dev.Alloc(mm.inputs[0].bytes), in_b = dev.Alloc(mm.inputs[1].bytes);
-        std::vector<spyre_task_desc> tasks;
+        std::vector<spyre_cb> tasks;
         for (int i = 0; i < n; ++i) {
             const std::vector<uint64_t> addrs{in_a, in_b, dev.Alloc(mm.outputs[0].bytes)};  // own output each
-            tasks.push_back(TaskDesc(first_id + i, program, PutArgs(dev, addrs), 3));
+            tasks.push_back(TaskCb(first_id + i, program, PutArgs(dev, addrs), 3));
         }
         return tasks;
     };
     const auto many = flood(a, 1000, 0), few = flood(b, 20, 5000);
     ASSERT_EQ(qa.Submit(many), many.size());
     ASSERT_EQ(qb.Submit(few), few.size());
-    std::vector<spyre_task_cqe> da(many.size()), db(few.size());
+    std::vector<spyre_cqe> da(many.size()), db(few.size());
     ASSERT_EQ(qb.Wait(db, db.size(), kBlocking), db.size());
     ASSERT_EQ(qa.Wait(da, da.size(), kBlocking), da.size());
     uint64_t b_first = ~0ull, b_last_start = 0, b_last = 0, a_last = 0;
     for (const auto& c : db) {
         EXPECT_EQ(c.status, SPYRE_ERR_NONE);
-        b_first = std::min(b_first, c.start_ns);
-        b_last_start = std::max(b_last_start, c.start_ns);
-        b_last = std::max(b_last, c.end_ns);
+        b_first = std::min(b_first, Start(c));
+        b_last_start = std::max(b_last_start, Start(c));
+        b_last = std::max(b_last, End(c));
     }
     for (const auto& c : da) {
         EXPECT_EQ(c.status, SPYRE_ERR_NONE);
-        a_last = std::max(a_last, c.end_ns);
+        a_last = std::max(a_last, End(c));
     }
     // B's few tasks did not wait behind A's flood...
     EXPECT_LT(b_last, a_last);
@@ -372,11 +416,11 @@ TEST_F(TaskQueueTest, TwoFunctionsShareTheCoresFairly) {
     // not ends: a core takes a task and stamps its start at once, while an
     // end can be late by however long the host preempts that worker.
     const auto a_in = std::count_if(da.begin(), da.end(),
-                                    [&](const auto& c) { return c.start_ns >= b_first && c.start_ns <= b_last_start; });
+                                    [&](const auto& c) { return Start(c) >= b_first && Start(c) <= b_last_start; });
     const double share = double(db.size()) / double(db.size() + size_t(a_in));
     EXPECT_GE(share, 1.0 / 3) << a_in << " of A's tasks started while B's 20 did";
     // And most of A's flood was still to come: B was not served at the end.
-    const auto a_after = std::count_if(da.begin(), da.end(), [&](const auto& c) { return c.start_ns > b_last_start; });
+    const auto a_after = std::count_if(da.begin(), da.end(), [&](const auto& c) { return Start(c) > b_last_start; });
     EXPECT_GE(a_after, 500) << "of A's 1000 tasks started after B's last";
 }
 
@@ -386,10 +430,10 @@ TEST_F(TaskQueueTest, CbRingAndTaskQueuesAtOnce) {
     const uint64_t program = dev.Put(add.program);
     TaskQueue q(dev.fn(), 0);
     std::vector<AddTask> tasks;
-    std::vector<spyre_task_desc> batch;
+    std::vector<spyre_cb> batch;
     for (int i = 0; i < 300; ++i) {
         tasks.push_back(PlaceAdd(dev, add, 100 + i));
-        batch.push_back(TaskDesc(i, program, tasks.back().args, 3));
+        batch.push_back(TaskCb(i, program, tasks.back().args, 3));
     }
     ASSERT_EQ(q.Submit(batch), batch.size());
     // While the tasks run: LAUNCHes and NOPs through the CB ring.
@@ -402,7 +446,7 @@ TEST_F(TaskQueueTest, CbRingAndTaskQueuesAtOnce) {
     }
     for (const Completion& c : dev.Run(cbs)) EXPECT_TRUE(c.ok()) << spyre_error_name(c.status);
     EXPECT_EQ(dev.ReadTensor(launched.addrs[2], add.outputs[0]), launched.expect);
-    std::vector<spyre_task_cqe> done(batch.size());
+    std::vector<spyre_cqe> done(batch.size());
     ASSERT_EQ(q.Wait(done, done.size(), kBlocking), done.size());
     for (const auto& c : done) EXPECT_EQ(c.status, SPYRE_ERR_NONE);
     for (size_t i = 0; i < tasks.size(); ++i)
@@ -416,7 +460,7 @@ TEST_F(TaskQueueTest, AResetEmptiesTheQueuesAndAnOverflowHaltsOnlyItsQueue) {
     {
         TaskQueue q(fn, 0);
         const LongTask slow = PlaceLong(dev, 2048);
-        const std::vector<spyre_task_desc> batch(4, TaskDesc(1, slow.program, slow.args, slow.arg_count));
+        const std::vector<spyre_cb> batch(4, TaskCb(1, slow.program, slow.args, slow.arg_count));
         ASSERT_EQ(q.Submit(batch), 4u);
         EXPECT_SPYRE_ERROR(TaskQueue(fn, 0), Busy, "not idle");
         dev.Reset();  // aborts the running tasks and empties every queue
@@ -427,7 +471,7 @@ TEST_F(TaskQueueTest, AResetEmptiesTheQueuesAndAnOverflowHaltsOnlyItsQueue) {
     TaskQueue q0(fn, 0);
     const BuiltKernel add = KernelBuilder().Elementwise(ElementwiseOp::Add, {16, 16}, {16, 16}, DType::FP32);
     const AddTask ok = PlaceAdd(dev, add, 1);
-    const spyre_task_desc good = TaskDesc(7, dev.Put(add.program), ok.args, 3);
+    const spyre_cb good = TaskCb(7, dev.Put(add.program), ok.args, 3);
     EXPECT_EQ(RunOne(q0, good).status, SPYRE_ERR_NONE);
 
     // A driver that claims more descriptors than the ring holds halts queue 1 only.
@@ -455,9 +499,9 @@ TEST_F(TaskQueueTest, QueuesAreEmptyForTheNextOwner) {
         const LongTask slow = PlaceLong(first, 2048);
         const AddTask ok = PlaceAdd(first, add, 1);
         output = ok.addrs[2];
-        const spyre_task_desc done_one = TaskDesc(1, first.Put(add.program), ok.args, 3);
+        const spyre_cb done_one = TaskCb(1, first.Put(add.program), ok.args, 3);
         EXPECT_EQ(RunOne(q, done_one).status, SPYRE_ERR_NONE);
-        const std::vector<spyre_task_desc> batch(8, TaskDesc(2, slow.program, slow.args, slow.arg_count));
+        const std::vector<spyre_cb> batch(8, TaskCb(2, slow.program, slow.args, slow.arg_count));
         ASSERT_EQ(q.Submit(batch), 8u);
         // The owner goes away with tasks running and queued.
     }
@@ -467,7 +511,7 @@ TEST_F(TaskQueueTest, QueuesAreEmptyForTheNextOwner) {
     // The old owner's result is gone with its memory.
     EXPECT_EQ(std::count(next.At(output, 1024), next.At(output, 1024) + 1024, uint8_t(0)), 1024);
     const AddTask ok = PlaceAdd(next, add, 2);
-    EXPECT_EQ(RunOne(q, TaskDesc(3, next.Put(add.program), ok.args, 3)).status, SPYRE_ERR_NONE);
+    EXPECT_EQ(RunOne(q, TaskCb(3, next.Put(add.program), ok.args, 3)).status, SPYRE_ERR_NONE);
     EXPECT_EQ(next.ReadTensor(ok.addrs[2], add.outputs[0]), ok.expect);
 }
 
@@ -475,8 +519,163 @@ TEST_F(TaskQueueTest, WaitingOnADeadDaemonIsDeviceLost) {
     TestDevice& dev = pf();
     TaskQueue q(dev.fn(), 0);
     const LongTask slow = PlaceLong(dev, 2048);
-    ASSERT_EQ(q.Submit(std::array{TaskDesc(1, slow.program, slow.args, slow.arg_count)}), 1u);
+    ASSERT_EQ(q.Submit(std::array{TaskCb(1, slow.program, slow.args, slow.arg_count)}), 1u);
     daemon().Signal(SIGKILL);
-    std::vector<spyre_task_cqe> out(1);
+    std::vector<spyre_cqe> out(1);
     EXPECT_SPYRE_ERROR(q.Wait(out, 1, kBlocking), DeviceLost, "");
+}
+
+// Contract 3.0: one submission format, each queue kind refusing the other's
+// opcodes. A TASK on the CB ring completes with WRONG_QUEUE (latched like any
+// CB fault) without running.
+TEST_F(TaskQueueTest, TheRingRefusesATaskWithWrongQueue) {
+    TestDevice& dev = pf();
+    const WatchedAdd w = PlaceWatchedAdd(dev, 21);
+    const std::vector<Completion> done = dev.Run(std::vector{TaskCb(77, w.program, w.task.args, 3), NopCb(78)});
+    ASSERT_EQ(done.size(), 2u);
+    EXPECT_STREQ(spyre_error_name(done[0].status), "WRONG_QUEUE");
+    EXPECT_EQ(done[0].user_data, 77u);
+    EXPECT_EQ(done[0].opcode, SPYRE_OP_TASK);
+    EXPECT_TRUE(done[1].ok());  // the ring goes on
+    EXPECT_EQ(dev.fn().Read32(SPYRE_REG_ERR_CODE), SPYRE_ERR_WRONG_QUEUE);
+    EXPECT_EQ(dev.fn().Read32(SPYRE_REG_ERR_OPCODE), SPYRE_OP_TASK);
+    EXPECT_EQ(dev.fn().Read64(SPYRE_REG_ERR_USER_DATA), 77u);
+    EXPECT_TRUE(OutputUntouched(dev, w)) << "the task ran on the ring";
+    EXPECT_EQ(dev.fn().Read64(SPYRE_REG_CNT_TASKS_DONE), 0u);
+}
+
+// A task queue runs TASK and NOP; every other opcode completes with
+// WRONG_QUEUE (echoing its opcode and position) without any effect, and the
+// queue goes on with the next CB.
+TEST_F(TaskQueueTest, ATaskQueueRefusesEveryOpcodeButTaskAndNop) {
+    TestDevice& dev = pf();
+    const WatchedAdd w = PlaceWatchedAdd(dev, 22);
+    const uint64_t program = w.program;
+    const std::vector<uint8_t>& image = w.kernel.program;
+    const uint64_t sem = dev.Alloc(8), src = dev.Alloc(64), dst = dev.Alloc(64);
+    std::memset(dev.At(src, 64), 0x33, 64);
+    std::memset(dev.At(dst, 64), 0, 64);
+    std::memset(dev.At(sem, 8), 0, 8);
+    spyre_cb inline_copy = CopyCb(0, dst, 8, 13);
+    inline_copy.opcode = SPYRE_OP_COPY_INLINE;  // one slot: refused for its opcode before its slot count
+    const std::vector<spyre_cb> batch{
+        LaunchCb(program, 0, 10), CorrectCb(program, w.task.args, 3, 11), CopyCb(src, dst, 64, 12), inline_copy,
+        SemWriteCb(sem, 99, 14),  SemWaitCb(sem, 0, 0, 15),                NopCb(20),
+        TaskCb(21, program, w.task.args, 3),
+    };
+    TaskQueue q(dev.fn(), 0);
+    const std::vector<spyre_cqe> done = RunAll(q, batch);
+    ASSERT_EQ(done.size(), batch.size());
+    std::map<uint64_t, spyre_cqe> by_id;
+    for (const spyre_cqe& c : done) by_id[c.user_data] = c;
+    ASSERT_EQ(by_id.size(), batch.size());
+    for (uint32_t i = 0; i < batch.size(); ++i) {
+        const spyre_cqe& c = by_id.at(batch[i].user_data);
+        SCOPED_TRACE(spyre::uapi::OpcodeName(batch[i].opcode));
+        EXPECT_EQ(c.opcode, batch[i].opcode);
+        EXPECT_EQ(c.sq_pos, i);  // a fresh queue: positions from 0
+        const bool runs = batch[i].opcode == SPYRE_OP_TASK || batch[i].opcode == SPYRE_OP_NOP;
+        EXPECT_STREQ(spyre_error_name(c.status), runs ? "NONE" : "WRONG_QUEUE");
+    }
+    // None of the refused CBs had an effect; the task ran.
+    EXPECT_EQ(*reinterpret_cast<const uint64_t*>(dev.At(sem, 8)), 0u);
+    EXPECT_EQ(std::count(dev.At(dst, 64), dev.At(dst, 64) + 64, uint8_t(0)), 64);
+    EXPECT_EQ(std::memcmp(dev.At(program, image.size()), image.data(), image.size()), 0);
+    EXPECT_EQ(dev.ReadTensor(w.task.addrs[2], w.kernel.outputs[0]), w.task.expect);
+    EXPECT_EQ(dev.fn().Read64(SPYRE_REG_CNT_TASK_ERRORS), 6u);
+    EXPECT_EQ(dev.fn().Read64(SPYRE_REG_CNT_TASKS_DONE), 2u);
+    EXPECT_EQ(dev.fn().Read32(SPYRE_REG_ERR_CODE), 0u);  // task faults do not latch the ring's registers
+}
+
+// A task's CQE says which core of its group ran it and for how long, on the
+// device clock (CLOCK_MONOTONIC): it started at timestamp_ns - run_ns, both
+// inside the host's bracket around the submission and the reap.
+TEST_F(TaskQueueTest, ATaskCompletionCarriesItsCoreAndRunTime) {
+    TestDevice& dev = pf();
+    Function& fn = dev.fn();
+    const BuiltKernel add = KernelBuilder().Elementwise(ElementwiseOp::Add, {32, 32}, {32, 32}, DType::FP32);
+    const uint64_t program = dev.Put(add.program);
+    const TaskTopology topo = ReadTaskTopology(fn);
+    ASSERT_EQ(topo.queues(), 2u);
+    const uint64_t busy_before = fn.Read64(SPYRE_REG_CNT_TASK_BUSY_NS);
+    uint64_t run_total = 0;
+    uint32_t first_core = 0;
+    for (uint32_t g = 0; g < topo.queues(); ++g) {
+        TaskQueue q(fn, g);
+        std::vector<AddTask> tasks;
+        std::vector<spyre_cb> batch;
+        for (uint32_t i = 0; i < 12; ++i) {
+            tasks.push_back(PlaceAdd(dev, add, 300 + i));
+            batch.push_back(TaskCb(g * 100 + i, program, tasks.back().args, 3));
+        }
+        const uint64_t before = MonotonicNs();
+        const std::vector<spyre_cqe> done = RunAll(q, batch);
+        const uint64_t after = MonotonicNs();
+        std::set<uint32_t> positions;
+        for (const spyre_cqe& c : done) {
+            SCOPED_TRACE("task " + std::to_string(c.user_data));
+            EXPECT_EQ(c.status, SPYRE_ERR_NONE);
+            EXPECT_EQ(c.opcode, SPYRE_OP_TASK);
+            positions.insert(c.sq_pos);
+            EXPECT_EQ(c.sq_pos, c.user_data - g * 100);  // its own submission position
+            EXPECT_GE(Core(c), first_core);
+            EXPECT_LT(Core(c), first_core + topo.group_cores[g]);
+            EXPECT_LE(before, Start(c));
+            EXPECT_LE(Start(c), End(c));
+            EXPECT_LE(End(c), after);
+            run_total += spyre_task_result_run_ns(c.result);
+        }
+        EXPECT_EQ(positions.size(), batch.size());
+        for (size_t i = 0; i < tasks.size(); ++i)
+            EXPECT_EQ(dev.ReadTensor(tasks[i].addrs[2], add.outputs[0]), tasks[i].expect) << i;
+        first_core += topo.group_cores[g];
+    }
+    // The device counts the same run times as core time.
+    EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_TASK_BUSY_NS) - busy_before, run_total);
+}
+
+// Every field is checked before a task runs: a reserved word set, and the
+// task's program never touches its output; cleared, the same CB runs.
+TEST_F(TaskQueueTest, AReservedWordStopsATaskBeforeItRuns) {
+    TestDevice& dev = pf();
+    const WatchedAdd w = PlaceWatchedAdd(dev, 23);
+    TaskQueue q(dev.fn(), 0);
+    for (int word = 0; word < 3; ++word) {
+        spyre_cb cb = TaskCb(40 + word, w.program, w.task.args, 3);
+        cb.u.task.reserved[word] = 1ull << (20 * word);
+        const spyre_cqe c = RunOne(q, cb);
+        EXPECT_STREQ(spyre_error_name(c.status), "RESERVED_NONZERO") << "reserved[" << word << "]";
+        EXPECT_EQ(c.user_data, uint64_t(40 + word));
+    }
+    EXPECT_TRUE(OutputUntouched(dev, w)) << "a refused task ran";
+    EXPECT_EQ(dev.fn().Read64(SPYRE_REG_CNT_TASKS_DONE), 0u);
+    EXPECT_EQ(RunOne(q, TaskCb(50, w.program, w.task.args, 3)).status, SPYRE_ERR_NONE);
+    EXPECT_EQ(dev.ReadTensor(w.task.addrs[2], w.kernel.outputs[0]), w.task.expect);
+}
+
+// The task CQ's phase bit works as the CB ring's: 1 on the first lap, 0 on
+// the second. The driver reads completions by it, so more tasks than the CQ
+// holds all complete once, each record carrying its lap's phase.
+TEST_F(TaskQueueTest, TheCompletionPhaseFlipsOnTheSecondLap) {
+    TestDevice& dev = pf();
+    Function& fn = dev.fn();
+    const uint32_t entries = fn.Read32(SPYRE_REG_TQ_CQ_ENTRIES);
+    const uint64_t program = dev.Put(ProgramImage{}.Encode());  // an empty program, no arguments
+    std::vector<spyre_cb> tasks;
+    const uint32_t total = entries + entries / 2;
+    for (uint32_t i = 0; i < total; ++i) tasks.push_back(i % 5 ? TaskCb(i, program, program, 0) : NopCb(i));
+    TaskQueue q(fn, 0);
+    const std::vector<spyre_cqe> done = RunAll(q, tasks);  // reaped in CQ order
+    ASSERT_EQ(done.size(), size_t(total));
+    std::set<uint64_t> ids;
+    for (uint32_t i = 0; i < total; ++i) {
+        EXPECT_EQ(done[i].status, SPYRE_ERR_NONE) << i;
+        EXPECT_EQ(done[i].phase, i < entries ? 1u : 0u) << "completion " << i;
+        ids.insert(done[i].user_data);
+    }
+    EXPECT_EQ(ids.size(), size_t(total));
+    // The ring memory itself: the slots of the second lap show phase 0, the rest still 1.
+    const uint8_t* cq = fn.bar4() + fn.Read32(SPYRE_REG_TQ_OFFSET) + fn.Read32(SPYRE_REG_TQ_CQ_OFFSET);
+    for (uint32_t slot = 0; slot < entries; ++slot)
+        ASSERT_EQ(cq[slot * sizeof(spyre_cqe) + SPYRE_CQE_PHASE_OFFSET], slot < total - entries ? 0u : 1u) << slot;
 }
