@@ -13,7 +13,7 @@
 // independent tasks through the C++ calls and through pto_submit_task
 // (against the batched NOP), and a serial chain, each task INOUT on the
 // previous one's buffer (against the NOP round trip). Last, seed 004's
-// Example 2 (examples/pto/matmul_orch.c, 64^3 tiles) at 512^3 and 1024^3
+// Example 2 (examples/pto/matmul_orch.c, the seed's 128^3 tiles) at 512^3 and 1024^3
 // beside one task of the whole matmul and the host BLAS (cblas_sgemm with
 // its default threads), the result checked exactly against the BLAS.
 #include <benchmark/benchmark.h>
@@ -305,7 +305,7 @@ int main(int argc, char** argv) {
             ->Arg(n)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(iterations);
         benchmark::RegisterBenchmark("example2/baseline/one_whole_matmul_task", BM_Example2, Example2Run::WholeTask)
             ->Arg(n)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(iterations);
-        benchmark::RegisterBenchmark("example2/tiles_of_64", BM_Example2, Example2Run::Tiled)
+        benchmark::RegisterBenchmark(("example2/tiles_of_" + std::to_string(TILE_M)).c_str(), BM_Example2, Example2Run::Tiled)
             ->Arg(n)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(iterations);
     }
     return spyre::bench::RunBenchmarks("task_queue_bench", std::chrono::seconds(120), [] {

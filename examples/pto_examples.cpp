@@ -4,7 +4,7 @@
 //
 //   pipeline   Example 1: (A + B) * C on 256 floats, two dependent tasks
 //              with implicit outputs from the heap ring
-//   matmul     Example 2: C[M,N] = A[M,K] * B[K,N] in 64^3 tiles (smaller
+//   matmul     Example 2: C[M,N] = A[M,K] * B[K,N] in 128^3 tiles (smaller
 //              at the edges of sizes that are not multiples), a scope and
 //              an explicit C_tile per output tile; beside one task of the
 //              whole matmul on one core and the host BLAS

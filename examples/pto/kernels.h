@@ -8,9 +8,18 @@
 #include <spyre/pto.h>
 
 #define PIPELINE_ELEMENTS 256 /* 1024 bytes of fp32, as in the seed */
-#define TILE_M 64
-#define TILE_K 64
-#define TILE_N 64
+/* Example 2's tile, the seed's: 128^3. At 64^3 a tile GEMM does an eighth
+ * of the work for more than a quarter of the time (OpenBLAS packs and
+ * calls per tile), and eight times the tasks each pay the runtime and the
+ * task queue: 512^3 in 64^3 tiles cost 5.6 ms of one core in the GEMMs
+ * alone, against 4.5 ms in 128^3 tiles and 3.6 ms whole
+ * (docs/orchestration.md). */
+#ifndef EXAMPLE2_TILE /* a build may set another, to compare */
+#define EXAMPLE2_TILE 128
+#endif
+#define TILE_M EXAMPLE2_TILE
+#define TILE_K EXAMPLE2_TILE
+#define TILE_N EXAMPLE2_TILE
 
 /* A tile at the bottom, far or right edge of a matrix whose M, K or N is not
  * a multiple of the tile is smaller: its kernels are kernels of their own,

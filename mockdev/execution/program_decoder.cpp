@@ -77,7 +77,8 @@ ProgramFault CheckHeader(std::span<const uint8_t> bytes, const spyre_program_hea
     return {};
 }
 
-// Fills `out` with the descriptor and its element count and extent.
+}  // namespace
+
 ProgramFault CheckOperand(const spyre_program_operand& d, uint64_t window, Operand& out) {
     out.desc = d;
     if (d.reserved0 != 0 || d.reserved1 != 0) return Fault(SPYRE_ERR_PROGRAM_FORMAT, "reserved operand field");
@@ -122,6 +123,8 @@ ProgramFault CheckOperand(const spyre_program_operand& d, uint64_t window, Opera
         return Fault(SPYRE_ERR_ADDR_RANGE, "operand outside the function's memory", d.addr);
     return {};
 }
+
+namespace {
 
 bool SameShape(const spyre_program_operand& a, const spyre_program_operand& b) {
     return a.rank == b.rank && std::equal(a.shape, a.shape + a.rank, b.shape);

@@ -41,6 +41,13 @@ struct ProgramFault {
     explicit operator bool() const { return code != SPYRE_ERR_NONE; }
 };
 
+// Checks one operand descriptor for a function whose memory window is
+// [0, window) and fills `out` with it, its element count and its extent.
+// DecodeProgram checks every operand with it, in index order; a task's
+// relocation checks the operands it gave new addresses (the only part of a
+// decoded program an address can make invalid).
+ProgramFault CheckOperand(const spyre_program_operand& desc, uint64_t window, Operand& out);
+
 // Decodes the program `bytes` (exactly its total_size) for a function whose
 // memory window is [0, window). On success `out` holds the program; on a
 // fault its contents are unspecified.

@@ -37,16 +37,23 @@ CbOutcome ProgramExecutor::Load(uint64_t addr, uint64_t size, std::vector<uint8_
     const auto span = memory_.Span(addr, size);
     if (!span) return Fail(SPYRE_ERR_ADDR_RANGE, addr);
     bytes.assign(span->begin(), span->end());  // compared and decoded as copied: the driver may write meanwhile
-    if (cached_ && bytes == cached_bytes_) {
-        program = cached_.get();
-        return {};
+    CachedProgram* victim = &cache_[0];
+    for (CachedProgram& entry : cache_) {
+        if (entry.decoded && entry.bytes == bytes) {
+            entry.used = ++use_clock_;
+            program = entry.decoded.get();
+            return {};
+        }
+        if (entry.used < victim->used) victim = &entry;  // never used: 0
     }
     auto decoded = std::make_unique<DecodedProgram>();
+    ++decodes_;
     if (ProgramFault f = DecodeProgram(bytes, memory_.size(), *decoded)) return ProgramFail(f, addr);
-    if (launching_ && cached_) superseded_.push_back(std::move(cached_));  // the running program's
-    cached_bytes_ = bytes;
-    cached_ = std::move(decoded);
-    program = cached_.get();
+    if (launching_ && victim->decoded) superseded_.push_back(std::move(victim->decoded));  // maybe the running program's
+    victim->bytes = bytes;
+    victim->decoded = std::move(decoded);
+    victim->used = ++use_clock_;
+    program = victim->decoded.get();
     return {};
 }
 
@@ -89,7 +96,7 @@ CbOutcome ProgramExecutor::RunTask(uint64_t addr, uint64_t size, uint64_t args_a
                                    const Budget& budget) {
     const DecodedProgram* loaded = nullptr;
     if (CbOutcome out = Load(addr, size, bytes_, loaded); out.status) return out;
-    if (CbOutcome relocated = Relocate(addr, args_addr, arg_count, bytes_, *loaded, task_program_); relocated.status)
+    if (CbOutcome relocated = RelocateDecoded(addr, args_addr, arg_count, *loaded, task_program_); relocated.status)
         return relocated;
     if (CbOutcome mapped = MapOperands(task_program_); mapped.status) return mapped;
     for (const spyre_program_op& op : task_program_.ops)
@@ -140,6 +147,35 @@ CbOutcome ProgramExecutor::Relocate(uint64_t program_addr, uint64_t input_addr, 
     std::memcpy(bytes.data() + offsetof(spyre_program_header, checksum), &checksum, sizeof checksum);
     // The relocated program must validate too (its new addresses inside the window).
     if (ProgramFault f = DecodeProgram(bytes, memory_.size(), relocated)) return ProgramFail(f, program_addr);
+    return {};
+}
+
+CbOutcome ProgramExecutor::RelocateDecoded(uint64_t program_addr, uint64_t input_addr, uint64_t entry_count,
+                                           const DecodedProgram& loaded, DecodedProgram& relocated) {
+    if (entry_count != loaded.header.slot_count) return Fail(SPYRE_ERR_RELOCATION, program_addr);
+    if (input_addr % sizeof(uint64_t) != 0) return Fail(SPYRE_ERR_MISALIGNED, input_addr);
+    const auto table = memory_.Span(input_addr, entry_count * sizeof(uint64_t));  // entry_count < 2^16
+    if (!table) return Fail(SPYRE_ERR_ADDR_RANGE, input_addr);
+
+    // Copies into the executor's own vectors: no allocation once they have grown.
+    // The header is the loaded one, checksum included (nothing reads it).
+    relocated.header = loaded.header;
+    relocated.ops = loaded.ops;
+    relocated.operands = loaded.operands;
+    relocated.relocs = loaded.relocs;
+    relocated_.assign(loaded.operands.size(), 0);
+    for (const spyre_program_reloc& r : loaded.relocs) {  // validated: operand in range, each once
+        std::memcpy(&relocated.operands[r.operand].desc.addr, table->data() + r.slot * sizeof(uint64_t),
+                    sizeof(uint64_t));  // read once: the driver may write the table meanwhile
+        relocated_[r.operand] = 1;
+    }
+    // In index order, as a decode of the relocated bytes checks them, so the
+    // first bad operand is the one reported; the others passed at load.
+    for (size_t i = 0; i < relocated.operands.size(); ++i) {
+        if (!relocated_[i]) continue;
+        const spyre_program_operand desc = relocated.operands[i].desc;
+        if (ProgramFault f = CheckOperand(desc, memory_.size(), relocated.operands[i])) return ProgramFail(f, program_addr);
+    }
     return {};
 }
 

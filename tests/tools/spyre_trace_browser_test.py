@@ -111,7 +111,7 @@ def decode_png(path):
 with tempfile.TemporaryDirectory() as d:
     # A real run: two programs on private mocks, traced.
     parts = []
-    for name, cmd in (("overlap", [overlap, "4", "64", "64", "64"]), ("pto", [pto_examples, "all", "128", "128", "128"])):
+    for name, cmd in (("overlap", [overlap, "4", "64", "64", "64"]), ("pto", [pto_examples, "all", "256", "256", "256"])):
         path = os.path.join(d, f"{name}.json")
         run(cmd, env=dict(os.environ, SPYRE_TRACE=path))
         parts.append(path)

@@ -108,7 +108,7 @@ with tempfile.TemporaryDirectory() as d:
 
     if pto_examples:
         path = os.path.join(d, "pto.json")
-        run([pto_examples, "all", "128", "128", "128"], env=dict(os.environ, SPYRE_TRACE=path))
+        run([pto_examples, "all", "256", "256", "256"], env=dict(os.environ, SPYRE_TRACE=path))
         with open(path) as f:
             events = json.load(f)["traceEvents"]
         tasks = [e for e in events if e["ph"] == "X" and e.get("cat") == "device" and "task" in e.get("args", {})]
