@@ -217,8 +217,18 @@ bool TaskServer::Intake() {
         cores_.NotifyTasks(q, taken[q] - (first ? 1 : 0));
     }
     if (own < 0) return false;
-    if (pause_.requested() || stopping_.load() || !cores_.RunOneTask(uint32_t(own), *this))
+    if (pause_.requested() || stopping_.load() || !cores_.RunOneTask(uint32_t(own), *this)) {
         cores_.NotifyTasks(uint32_t(own), 1);  // no idle core, or the card is held: a worker takes it
+        return true;
+    }
+    // Tasks of this queue still waiting after the lent run: announced
+    // again, so none depends on a notice its worker may have slept through.
+    size_t left = 0;
+    {
+        std::lock_guard lock(mutex_);
+        left = q_[uint32_t(own)].pending.size();
+    }
+    if (left != 0) cores_.NotifyTasks(uint32_t(own), uint32_t(left));
     return true;
 }
 
