@@ -109,6 +109,15 @@ public:
     virtual void Start(ReadyQueue& queue, CompletionSink& sink) = 0;
     // Called after queue.Close(); returns once no task is running.
     virtual void Stop() = 0;
+
+    // An executor without threads of its own (the device's task queues) is
+    // driven by the runtime's threads: kicked after tasks were pushed to its
+    // queue (never waits), and driven by a thread that waits for tasks
+    // until done() or it has nothing in flight (false at once when it has
+    // none: the thread waits elsewhere).
+    virtual bool driven() const noexcept { return false; }
+    virtual void Kick() noexcept {}
+    virtual bool Drive(const std::function<bool()>& /*done*/) { return false; }
 };
 
 }  // namespace spyre::orchestration

@@ -168,7 +168,7 @@ void TaskGraph::SetExecutor(int32_t worker_type, std::shared_ptr<Executor> execu
         }
     queues_.push_back(MakeReadyQueue(options_.ready_queues, size_t(options_.task_ring_size),
                                      options_.device + " ready queue (" + executor->name() + ")"));
-    routes_[worker_type] = {executor, queues_.back().get()};
+    routes_[worker_type] = {executor, queues_.back().get(), executor->driven()};
     executors_.push_back(executor);
     executor->Start(*queues_.back(), *this);
 }
@@ -320,7 +320,19 @@ void TaskGraph::Sleep(Lock& lock) {
     // inbox as the lock goes) makes the wait return at once.
     const EventCount::Key key = wake_.Arm();
     lock.unlock();
-    wake_.Wait(key, std::chrono::seconds(1));  // callers re-check
+    // Tasks on a driven executor (the device's task queues) complete only
+    // when a thread reaps them: the waiter does, until what it waits for
+    // may have come.
+    bool drove = false;
+    for (const auto& e : executors_)
+        if (e->driven() && e->Drive([this, key] { return wake_.Current() != key; })) {
+            drove = true;
+            break;
+        }
+    if (drove)
+        wake_.Disarm();
+    else
+        wake_.Wait(key, std::chrono::seconds(1));  // callers re-check
     lock.lock();
 }
 
@@ -360,6 +372,10 @@ void TaskGraph::ApplyInbox() {
 }
 
 void TaskGraph::ApplyInboxAfterUnlock() {
+    struct KickAtEnd {  // what applying the inbox made ready, too
+        const TaskGraph& graph;
+        ~KickAtEnd() { graph.KickAfterUnlock(); }
+    } kick{*this};
     // With no task on an executor, nothing can be parked but by a thread
     // that takes mu_ and looks after its own unlock: the fence is skipped.
     // (Read after this thread's unlock or before it, 0 means none was on an
@@ -662,7 +678,14 @@ void TaskGraph::MakeReady(TaskDescriptor& t) {
     t.state.store(TaskState::Ready, std::memory_order_relaxed);
     ++active_;
     on_executors_.store(on_executors_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // mu_ held
-    RouteFor(t.core_type, *t.kernel).queue->Push({t.task_id, &t});
+    const Route& route = RouteFor(t.core_type, *t.kernel);
+    route.queue->Push({t.task_id, &t});
+    if (route.driven) kick_.store(true, std::memory_order_relaxed);
+}
+
+void TaskGraph::KickExecutors() const noexcept {
+    for (const auto& e : executors_)
+        if (e->driven()) e->Kick();
 }
 
 void TaskGraph::DrainSkips() {
@@ -992,6 +1015,9 @@ std::vector<TaskFailure> TaskGraph::Failures() const {
 }
 
 TaskState TaskGraph::State(int32_t task_id) const {
+    // A caller that polls a task's state sees device tasks finish without
+    // a wait: the look reaps what is done.
+    KickExecutors();
     Lock lock(*this);
     if (task_id < 0 || task_id >= ring_.head())
         Fail(ErrorKind::InvalidArgument, "task " + std::to_string(task_id) + " was never submitted");

@@ -145,7 +145,7 @@ private:
         void unlock() {
             graph_.mu_.unlock();
             held_ = false;
-            graph_.ApplyInboxAfterUnlock();
+            graph_.ApplyInboxAfterUnlock();  // and kicks
         }
 
     private:
@@ -158,10 +158,16 @@ private:
         inbox_.Push(t);
     }
     void ApplyInboxAfterUnlock();  // mu_ free: applies what was parked, unless another holder will
+    // mu_ free: kicks the driven executors if tasks were pushed to them.
+    void KickAfterUnlock() const noexcept {
+        if (kick_.load(std::memory_order_relaxed) && kick_.exchange(false, std::memory_order_acq_rel)) KickExecutors();
+    }
+    void KickExecutors() const noexcept;
 
     struct Route {
         std::shared_ptr<Executor> executor;
         ReadyQueue* queue = nullptr;
+        bool driven = false;  // executor->driven(): kicked after a push
     };
     const Route& RouteFor(int32_t worker_type, const KernelEntry& kernel) const;
     [[noreturn]] void Fail(ErrorKind kind, const std::string& message, int sys_errno = 0) const;
@@ -228,6 +234,9 @@ private:
     // Tasks pushed to an executor and not yet completed (written under mu_,
     // read without it by ApplyInboxAfterUnlock).
     std::atomic<int64_t> on_executors_{0};
+    // A task was pushed to a driven executor since the last kick (set under
+    // mu_, taken by whoever unlocks next).
+    mutable std::atomic<bool> kick_{false};
     // Completions parked while mu_ was held (status in inbox_status).
     ParkingInbox<TaskDescriptor, &TaskDescriptor::inbox_next> inbox_;
     TaskRing ring_;

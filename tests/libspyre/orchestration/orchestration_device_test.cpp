@@ -229,8 +229,10 @@ int ThreadsNamed(const std::string& name) {
     return n;
 }
 
-// One thread serves every core group a runtime takes: on a host of few CPUs
-// each spinning waiter would take a CPU from the submitter and the device.
+// The runtime has no thread of its own for the device's queues: its callers
+// drive them, and the device's task port keeps one thread, for every core
+// group, that steps in only while no caller waits (on a host of few CPUs
+// each spinning waiter would take a CPU from the submitter and the device).
 // Tasks spread over the groups still all complete, exactly.
 TEST(OrchestrationQueues, OneThreadServesEveryCoreGroup) {
     SPYRE_REQUIRE_FUSE();
@@ -239,9 +241,10 @@ TEST(OrchestrationQueues, OneThreadServesEveryCoreGroup) {
     Host host = Host::Open(o);
     Device dev = host.Open("0");
     ASSERT_EQ(DeviceInternals::TaskTopology(dev).queues(), 2u);
-    const int before = ThreadsNamed("spyre-tasks");
+    const int before = ThreadsNamed("spyre-taskport");
     Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20});
-    EXPECT_EQ(ThreadsNamed("spyre-tasks") - before, 1);
+    EXPECT_EQ(ThreadsNamed("spyre-taskport") - before, 1);
+    EXPECT_EQ(ThreadsNamed("spyre-tasks"), 0);
     const std::vector<uint8_t> program = test::AddProgram256();
     DeviceBuffer prog = test::UploadProgram(dev, program);
     orch.RegisterDeviceKernel(KERNEL_ADD, dev.allocator().DeviceAddress(prog.handle(), program.size()));
@@ -259,6 +262,71 @@ TEST(OrchestrationQueues, OneThreadServesEveryCoreGroup) {
     for (int t = 0; t < 50; ++t)
         for (int i = 0; i < 256; ++i) ASSERT_EQ(c[size_t(t)][i], 2 * a[size_t(t)][i]) << "task " << t << " element " << i;
     EXPECT_EQ(DeviceInternals::Function(dev).Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before, 50u);
+}
+
+// A runtime on the PF of a card of its own, with the device's add kernel
+// registered as KERNEL_ADD.
+struct OneCardRuntime {
+    explicit OneCardRuntime(int32_t task_ring_size)
+        : host(Host::Open(HostOptions::EmbeddedMock(1, 0, "1G"))),
+          dev(host.Open("0")),
+          orch(Orchestrator::Create(dev, {.task_ring_size = task_ring_size, .heap_size = 1 << 20})),
+          program(test::AddProgram256()),
+          prog(test::UploadProgram(dev, program)) {
+        orch.RegisterDeviceKernel(KERNEL_ADD, dev.allocator().DeviceAddress(prog.handle(), program.size()));
+    }
+    Host host;
+    Device dev;
+    Orchestrator orch;
+    std::vector<uint8_t> program;
+    DeviceBuffer prog;
+};
+
+// A chain of device tasks runs to its end while the submitting thread does
+// something else and never calls the runtime: the task port's thread reaps
+// each completion and sends the next task (callers drive only while they
+// are in the runtime). The device's task counter shows the progress.
+TEST(OrchestrationQueues, AChainRunsOnWhileTheSubmitterIsBusyElsewhere) {
+    SPYRE_REQUIRE_FUSE();
+    OneCardRuntime rt(256);
+    Device& dev = rt.dev;
+    Orchestrator& orch = rt.orch;
+    const uint64_t done_before = DeviceInternals::Function(dev).Read64(SPYRE_REG_CNT_TASKS_DONE);
+    constexpr int kLinks = 100;
+    auto* x = static_cast<float*>(orch.Alloc(1024));
+    for (int i = 0; i < 256; ++i) x[i] = float(i % 5);
+    // x = x + x, kLinks times, each link waiting for the one before.
+    for (int t = 0; t < kLinks; ++t) {
+        TaskParam p[] = {{PARAM_INPUT, x, 1024, {}}, {PARAM_INPUT, x, 1024, {}}, {PARAM_OUTPUT, x, 1024, {}}};
+        orch.Submit(KERNEL_ADD, WORKER_VECTOR, p);
+    }
+    uint64_t done = 0;
+    for (int look = 0; look < 20000 && done < kLinks; ++look) {  // at most ~20 s: a bound, not a timing
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        done = DeviceInternals::Function(dev).Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before;
+    }
+    EXPECT_EQ(done, uint64_t(kLinks)) << "the chain stopped while nobody called the runtime";
+    orch.WaitAll();
+    for (int i = 0; i < 256; ++i) ASSERT_EQ(x[i], float(i % 5) * 0x1p100f) << "element " << i;
+}
+
+// A caller that polls a device task's state, and never waits, sees it end.
+TEST(OrchestrationQueues, PollingATasksStateSeesItEnd) {
+    SPYRE_REQUIRE_FUSE();
+    OneCardRuntime rt(64);
+    Device& dev = rt.dev;
+    Orchestrator& orch = rt.orch;
+    auto scope = orch.BeginScope();
+    auto* a = static_cast<float*>(orch.Alloc(1024));
+    for (int i = 0; i < 256; ++i) a[i] = float(i);
+    TaskParam p[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, a, 1024, {}}, {PARAM_OUTPUT, nullptr, 1024, {}}};
+    const int32_t id = orch.Submit(KERNEL_ADD, WORKER_VECTOR, p);
+    const auto* c = static_cast<const float*>(orch.TaskOutput(id, 0));
+    int32_t state = PTO_TASK_PENDING;
+    for (int look = 0; look < 2000000 && state != PTO_TASK_COMPLETED && state != PTO_TASK_CONSUMED; ++look)
+        state = orch.TaskState(id);
+    EXPECT_EQ(state, PTO_TASK_COMPLETED);
+    for (int i = 0; i < 256; ++i) ASSERT_EQ(c[i], 2.0f * float(i)) << "element " << i;
 }
 
 // Three functions of one card (the PF and two VFs), each driven by its own

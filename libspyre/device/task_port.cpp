@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "device/task_port.hpp"
+
+#include <pthread.h>
+
+#include <chrono>
+#include <string>
+
+#include "device/device_internals.hpp"
+#include "spyre/common/log.hpp"
+
+namespace spyre {
+
+namespace {
+
+// How long a driving waiter looks for completions, yielding, before it
+// sleeps on the completion interrupt. Yield, not spin: on a host with few
+// CPUs the device's threads (a mock's server and cores) need the CPU a
+// spinning waiter holds, and a short task's completion comes sooner when
+// they get it.
+constexpr auto kYieldPoll = std::chrono::microseconds(50);
+// A sleep on the interrupt ends after this long to look for tasks that
+// became ready meanwhile on a thread that found the port busy (the
+// interrupt does not see them), and for a waiter that wants to drive.
+constexpr auto kInterruptSleep = std::chrono::microseconds(500);
+
+// The port a thread is driving (its drive lock held): a Kick from inside the
+// client's callbacks leaves a note instead of locking again.
+thread_local const TaskPort* tl_driving = nullptr;
+
+}  // namespace
+
+TaskPort::TaskPort(const Device& device, std::vector<uint32_t> groups, TaskPortClient& client)
+    : client_(client), pci_(device.pci_address()) {
+    const uint32_t have = DeviceInternals::TaskTopology(device).queues();
+    if (groups.empty())
+        for (uint32_t q = 0; q < have; ++q) groups.push_back(q);
+    for (size_t i = 0; i < groups.size(); ++i) {
+        if (groups[i] >= have)
+            throw Error(ErrorKind::InvalidArgument, "task queue " + std::to_string(groups[i]) + " does not exist on " +
+                                                        pci_ + ", which has " + std::to_string(have));
+        for (size_t j = 0; j < i; ++j)
+            if (groups[j] == groups[i])
+                throw Error(ErrorKind::InvalidArgument, "task queue " + std::to_string(groups[i]) + " named twice");
+    }
+    for (uint32_t g : groups) {
+        queues_.push_back(DeviceInternals::TakeTaskQueue(device, g));
+        raw_.push_back(queues_.back().get());
+        capacity_ += queues_.back()->capacity();
+    }
+    per_queue_.resize(queues_.size());
+    done_.resize(capacity_);
+    progress_ = std::thread([this] { Progress(); });
+    pthread_setname_np(progress_.native_handle(), "spyre-taskport");
+}
+
+TaskPort::~TaskPort() {
+    stopping_.store(true, std::memory_order_seq_cst);
+    progress_wake_.NotifyAll();
+    progress_.join();
+}
+
+void TaskPort::Fail(const Error& e) {
+    SPYRE_LOG_WARN("task queues of %s: %s (their tasks fail from here)", pci_.c_str(), e.what());
+    failed_ = true;
+    in_flight_.store(0, std::memory_order_release);
+    client_.Failed(e);
+}
+
+bool TaskPort::Pass() {
+    bool moved = false;
+    for (;;) {
+        note_.store(false, std::memory_order_seq_cst);
+        bool step = false;
+        try {
+            uint32_t room = 0;
+            if (!failed_)
+                for (driver::TaskQueue* q : raw_) room += q->Free();
+            batch_.clear();
+            client_.Fill(batch_, room);
+            if (!batch_.empty() && !failed_) {
+                // Spread the batch over the core groups, each up to its room:
+                // one doorbell per group.
+                for (auto& d : per_queue_) d.clear();
+                for (const spyre_cb& cb : batch_) {
+                    size_t q = next_queue_;
+                    while (per_queue_[q].size() >= raw_[q]->Free()) q = (q + 1) % raw_.size();  // all fit: room
+                    next_queue_ = (q + 1) % raw_.size();
+                    per_queue_[q].push_back(cb);
+                }
+                for (size_t q = 0; q < raw_.size(); ++q)
+                    if (!per_queue_[q].empty()) raw_[q]->Submit(per_queue_[q]);
+                step = true;
+            }
+            if (!failed_) {
+                size_t n = 0;
+                for (driver::TaskQueue* q : raw_) n += q->Reap(std::span(done_).subspan(n));
+                uint32_t flying = 0;
+                for (driver::TaskQueue* q : raw_) flying += q->InFlight();
+                in_flight_.store(flying, std::memory_order_release);
+                if (n > 0) {
+                    client_.Finished(std::span(done_.data(), n));
+                    step = true;
+                }
+            }
+        } catch (const Error& e) {
+            Fail(e);
+            step = true;
+        }
+        moved |= step;
+        if (!step && !note_.load(std::memory_order_seq_cst)) return moved;
+    }
+}
+
+void TaskPort::Unlock() {
+    tl_driving = nullptr;
+    mu_.unlock();
+    // A Kick that found the lock taken left its note before it tried: the
+    // look after the unlock sees it (the ParkingInbox handshake).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    while (note_.load(std::memory_order_seq_cst)) {
+        if (!mu_.try_lock()) return;  // the holder looks after its own unlock
+        tl_driving = this;
+        Pass();
+        tl_driving = nullptr;
+        mu_.unlock();
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
+}
+
+void TaskPort::Kick() noexcept {
+    note_.store(true, std::memory_order_seq_cst);
+    if (tl_driving == this) return;  // inside a callback: the pass looks again
+    if (!mu_.try_lock()) return;
+    tl_driving = this;
+    Pass();
+    Unlock();
+    WakeProgressIfAlone();
+}
+
+void TaskPort::WakeProgressIfAlone() noexcept {
+    // Tasks left in flight with nobody to reap them: the port's thread
+    // watches for their completions.
+    if (in_flight_.load(std::memory_order_seq_cst) != 0 && waiters_.load(std::memory_order_seq_cst) == 0 &&
+        !progress_driving_.load(std::memory_order_seq_cst))
+        progress_wake_.Notify();
+}
+
+void TaskPort::WaitForCompletion(std::chrono::microseconds max) {
+    // Look first (yielding), then sleep on the interrupt.
+    const auto until = std::chrono::steady_clock::now() + kYieldPoll;
+    do {
+        std::this_thread::yield();
+        if (Pass() || failed_ || in_flight_.load(std::memory_order_relaxed) == 0) return;
+    } while (std::chrono::steady_clock::now() < until);
+    driver::WaitOptions wait;
+    wait.mode = driver::WaitMode::Blocking;
+    wait.timeout = max;
+    try {
+        driver::TaskQueue::WaitAny(raw_, wait);
+    } catch (const Error& e) {
+        if (e.kind() != ErrorKind::Timeout) throw;
+    }
+}
+
+void TaskPort::DriveLocked(const std::function<bool()>& done) {
+    for (;;) {
+        Pass();
+        if (failed_ || in_flight_.load(std::memory_order_relaxed) == 0 || done()) return;
+        try {
+            WaitForCompletion(kInterruptSleep);
+        } catch (const Error& e) {
+            Fail(e);
+        }
+    }
+}
+
+bool TaskPort::Drive(const std::function<bool()>& done) {
+    if (in_flight_.load(std::memory_order_acquire) == 0) {
+        Kick();  // what is ready goes first
+        if (in_flight_.load(std::memory_order_acquire) == 0) return false;
+    }
+    waiters_.fetch_add(1, std::memory_order_seq_cst);
+    {
+        mu_.lock();
+        tl_driving = this;
+        DriveLocked(done);
+        Unlock();
+    }
+    waiters_.fetch_sub(1, std::memory_order_seq_cst);
+    WakeProgressIfAlone();
+    return true;
+}
+
+void TaskPort::Progress() {
+    while (!stopping_.load(std::memory_order_seq_cst)) {
+        const EventCount::Key key = progress_wake_.Arm();
+        const bool work = in_flight_.load(std::memory_order_seq_cst) != 0 && waiters_.load(std::memory_order_seq_cst) == 0;
+        if (!work || stopping_.load(std::memory_order_seq_cst)) {
+            progress_wake_.Wait(key, std::chrono::seconds(1));
+            continue;
+        }
+        progress_wake_.Disarm();
+        progress_driving_.store(true, std::memory_order_seq_cst);
+        mu_.lock();
+        tl_driving = this;
+        // Until a caller comes to wait (it drives itself then) or nothing is
+        // left in flight.
+        DriveLocked([this] {
+            return waiters_.load(std::memory_order_relaxed) != 0 || stopping_.load(std::memory_order_relaxed);
+        });
+        Unlock();
+        progress_driving_.store(false, std::memory_order_seq_cst);
+    }
+}
+
+}  // namespace spyre

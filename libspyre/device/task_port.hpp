@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: Apache-2.0
+// Internal: TaskPort, a device's task queues (one per core group,
+// uapi/spyre_task.h) served for one user, the orchestration runtime, by the
+// threads that call it. Whoever calls drives:
+//   - Kick (any thread, never waits) sends what the user has ready and reaps
+//     what has finished. A thread that finds another one driving leaves it a
+//     note, and that one looks again before it lets go.
+//   - Drive (a thread that waits for tasks: pto_wait, a stalled submit) does
+//     the same, and between passes looks again for a while, then sleeps on
+//     the completion interrupt.
+// Its one thread steps in only while tasks are in flight and no caller waits,
+// so a task whose producer finishes while the user's threads are busy
+// elsewhere still starts at once; otherwise it sleeps. The user says what to
+// send and hears what finished through TaskPortClient, which the port calls
+// with its drive lock held: one thread at a time.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "spyre/common/eventcount.hpp"
+#include "spyre/device/device.hpp"
+#include "spyre/driver/task_queue.hpp"
+#include "spyre/error.hpp"
+
+namespace spyre {
+
+class TaskPortClient {
+public:
+    virtual ~TaskPortClient() = default;
+    // Appends up to `room` tasks to send now (CBs, driver::TaskCb). After
+    // Failed, room is 0: the client fails what it has instead.
+    virtual void Fill(std::vector<spyre_cb>& out, uint32_t room) = 0;
+    // Completions, in the order the tasks finished.
+    virtual void Finished(std::span<const spyre_cqe> done) = 0;
+    // The queues failed (the device is gone, or a queue halted): what is in
+    // flight never completes. Called once; nothing is sent afterwards.
+    virtual void Failed(const Error& error) = 0;
+};
+
+class TaskPort {
+public:
+    // Takes task queues `groups` of `device` (none: all of them) for
+    // `client`, which outlives the port. Throws InvalidArgument for a group
+    // the device does not have or one named twice, Busy while another user
+    // holds one.
+    TaskPort(const Device& device, std::vector<uint32_t> groups, TaskPortClient& client);
+    // Stops its thread. The client has waited for its tasks (Drive).
+    ~TaskPort();
+    TaskPort(const TaskPort&) = delete;
+    TaskPort& operator=(const TaskPort&) = delete;
+
+    // Tasks that can be in flight at once, over all the groups taken.
+    uint32_t capacity() const noexcept { return capacity_; }
+    uint32_t in_flight() const noexcept { return in_flight_.load(std::memory_order_acquire); }
+
+    // Sends what the client has ready and reaps what finished, if no other
+    // thread is driving (that one then looks again). Never waits.
+    void Kick() noexcept;
+    // Drives until done() (checked after each pass) or nothing is left in
+    // flight. False at once when nothing is in flight: the caller waits for
+    // its condition elsewhere.
+    bool Drive(const std::function<bool()>& done);
+
+private:
+    // Drive lock held: send, reap and report until nothing moves. Whether
+    // anything moved.
+    bool Pass();
+    // Drive lock held: sleeps until a completion may be ready, up to `max`.
+    void WaitForCompletion(std::chrono::microseconds max);
+    void Fail(const Error& e);
+    // Releases the drive lock, then takes it again for notes left meanwhile.
+    void Unlock();
+    void DriveLocked(const std::function<bool()>& done);
+    void Progress();  // the port's thread
+    void WakeProgressIfAlone() noexcept;
+
+    TaskPortClient& client_;
+    std::string pci_;
+    std::vector<std::unique_ptr<driver::TaskQueue>> queues_;
+    std::vector<driver::TaskQueue*> raw_;  // for WaitAny
+    uint32_t capacity_ = 0;
+    size_t next_queue_ = 0;           // where the spreading of the next batch starts
+    std::vector<spyre_cb> batch_;     // Pass's scratch
+    std::vector<std::vector<spyre_cb>> per_queue_;
+    std::vector<spyre_cqe> done_;
+    bool failed_ = false;
+
+    std::mutex mu_;                        // the drive lock: the members above
+    std::atomic<bool> note_{false};        // a Kick found the lock taken
+    std::atomic<uint32_t> in_flight_{0};   // written under mu_
+    std::atomic<int> waiters_{0};          // callers in Drive
+    std::atomic<bool> progress_driving_{false};
+    std::atomic<bool> stopping_{false};
+    EventCount progress_wake_;
+    std::thread progress_;
+};
+
+}  // namespace spyre
