@@ -23,6 +23,10 @@ constexpr auto kYieldPoll = std::chrono::microseconds(50);
 // became ready meanwhile on a thread that found the port busy (the
 // interrupt does not see them), and for a waiter that wants to drive.
 constexpr auto kInterruptSleep = std::chrono::microseconds(500);
+// How often the port's thread looks for tasks nobody reaps, while the port
+// is in use, and after how many looks with nothing in flight it sleeps.
+constexpr auto kTick = std::chrono::microseconds(1000);
+constexpr int kIdleTicksBeforeDeepSleep = 100;
 
 // The port a thread is driving (its drive lock held): a Kick from inside the
 // client's callbacks leaves a note instead of locking again.
@@ -68,6 +72,7 @@ void TaskPort::Fail(const Error& e) {
 }
 
 bool TaskPort::Pass() {
+    passes_.store(passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // mu_ held
     bool moved = false;
     for (;;) {
         note_.store(false, std::memory_order_seq_cst);
@@ -139,19 +144,20 @@ void TaskPort::Kick() noexcept {
 }
 
 void TaskPort::WakeProgressIfAlone() noexcept {
-    // Tasks left in flight with nobody to reap them: the port's thread
-    // watches for their completions.
-    if (in_flight_.load(std::memory_order_seq_cst) != 0 && waiters_.load(std::memory_order_seq_cst) == 0 &&
-        !progress_driving_.load(std::memory_order_seq_cst))
+    // Tasks left in flight with nobody to reap them: the port's thread looks
+    // at them within a tick. Only a thread in its deep sleep (nothing in
+    // flight for a while) needs a wake for that; one that ticks finds them.
+    if (deep_sleep_.load(std::memory_order_seq_cst) && in_flight_.load(std::memory_order_seq_cst) != 0 &&
+        waiters_.load(std::memory_order_seq_cst) == 0)
         progress_wake_.Notify();
 }
 
-void TaskPort::WaitForCompletion(std::chrono::microseconds max) {
+void TaskPort::WaitForCompletion(const std::function<bool()>& done, std::chrono::microseconds max) {
     // Look first (yielding), then sleep on the interrupt.
     const auto until = std::chrono::steady_clock::now() + kYieldPoll;
     do {
         std::this_thread::yield();
-        if (Pass() || failed_ || in_flight_.load(std::memory_order_relaxed) == 0) return;
+        if (Pass() || failed_ || in_flight_.load(std::memory_order_relaxed) == 0 || done()) return;
     } while (std::chrono::steady_clock::now() < until);
     driver::WaitOptions wait;
     wait.mode = driver::WaitMode::Blocking;
@@ -168,7 +174,7 @@ void TaskPort::DriveLocked(const std::function<bool()>& done) {
         Pass();
         if (failed_ || in_flight_.load(std::memory_order_relaxed) == 0 || done()) return;
         try {
-            WaitForCompletion(kInterruptSleep);
+            WaitForCompletion(done, kInterruptSleep);
         } catch (const Error& e) {
             Fail(e);
         }
@@ -193,15 +199,30 @@ bool TaskPort::Drive(const std::function<bool()>& done) {
 }
 
 void TaskPort::Progress() {
+    // It ticks while the port is in use and steps in when tasks are in
+    // flight, no caller waits and nobody drove since the last tick: a waiter
+    // that comes right after its submit drives alone, without this thread
+    // being woken for it (a wake-up per submit cost a CPU's worth of
+    // scheduling on a host of two). After a while with nothing in flight it
+    // sleeps until a kick leaves tasks behind.
+    uint64_t seen_passes = passes_.load(std::memory_order_relaxed);
+    int idle_ticks = 0;
     while (!stopping_.load(std::memory_order_seq_cst)) {
         const EventCount::Key key = progress_wake_.Arm();
-        const bool work = in_flight_.load(std::memory_order_seq_cst) != 0 && waiters_.load(std::memory_order_seq_cst) == 0;
-        if (!work || stopping_.load(std::memory_order_seq_cst)) {
-            progress_wake_.Wait(key, std::chrono::seconds(1));
-            continue;
-        }
-        progress_wake_.Disarm();
-        progress_driving_.store(true, std::memory_order_seq_cst);
+        const bool deep = idle_ticks >= kIdleTicksBeforeDeepSleep;
+        deep_sleep_.store(deep, std::memory_order_seq_cst);
+        if (stopping_.load(std::memory_order_seq_cst) ||
+            (deep && in_flight_.load(std::memory_order_seq_cst) != 0 && waiters_.load(std::memory_order_seq_cst) == 0))
+            progress_wake_.Disarm();
+        else
+            progress_wake_.Wait(key, deep ? std::chrono::microseconds(std::chrono::seconds(1)) : kTick);
+        deep_sleep_.store(false, std::memory_order_seq_cst);
+        const uint64_t passes = passes_.load(std::memory_order_relaxed);
+        const bool quiet = passes == seen_passes;
+        seen_passes = passes;
+        const bool flying = in_flight_.load(std::memory_order_seq_cst) != 0;
+        idle_ticks = flying || !quiet ? 0 : idle_ticks + 1;
+        if (!flying || !quiet || waiters_.load(std::memory_order_seq_cst) != 0) continue;
         mu_.lock();
         tl_driving = this;
         // Until a caller comes to wait (it drives itself then) or nothing is
@@ -210,7 +231,7 @@ void TaskPort::Progress() {
             return waiters_.load(std::memory_order_relaxed) != 0 || stopping_.load(std::memory_order_relaxed);
         });
         Unlock();
-        progress_driving_.store(false, std::memory_order_seq_cst);
+        seen_passes = passes_.load(std::memory_order_relaxed);
     }
 }
 

@@ -8,9 +8,10 @@
 //   - Drive (a thread that waits for tasks: pto_wait, a stalled submit) does
 //     the same, and between passes looks again for a while, then sleeps on
 //     the completion interrupt.
-// Its one thread steps in only while tasks are in flight and no caller waits,
-// so a task whose producer finishes while the user's threads are busy
-// elsewhere still starts at once; otherwise it sleeps. The user says what to
+// Its one thread steps in only when tasks are in flight, no caller waits and
+// nobody drove for a tick (1 ms), so a task whose producer finishes while the
+// user's threads are busy elsewhere still starts; otherwise it stays out of
+// the way. The user says what to
 // send and hears what finished through TaskPortClient, which the port calls
 // with its drive lock held: one thread at a time.
 #pragma once
@@ -73,7 +74,7 @@ private:
     // anything moved.
     bool Pass();
     // Drive lock held: sleeps until a completion may be ready, up to `max`.
-    void WaitForCompletion(std::chrono::microseconds max);
+    void WaitForCompletion(const std::function<bool()>& done, std::chrono::microseconds max);
     void Fail(const Error& e);
     // Releases the drive lock, then takes it again for notes left meanwhile.
     void Unlock();
@@ -96,7 +97,8 @@ private:
     std::atomic<bool> note_{false};        // a Kick found the lock taken
     std::atomic<uint32_t> in_flight_{0};   // written under mu_
     std::atomic<int> waiters_{0};          // callers in Drive
-    std::atomic<bool> progress_driving_{false};
+    std::atomic<uint64_t> passes_{0};      // Pass calls (mu_ held): the thread sees who drove
+    std::atomic<bool> deep_sleep_{false};  // the thread sleeps until woken, not for a tick
     std::atomic<bool> stopping_{false};
     EventCount progress_wake_;
     std::thread progress_;
