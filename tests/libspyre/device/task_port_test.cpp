@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+// TaskPort (libspyre/device/task_port.hpp, internal): a device's task queues
+// driven by the threads that call it. A client hands it NOP tasks (task
+// queues run TASK and NOP) with ids, and the tests check that every task
+// comes back exactly once whoever drives, that a kick from inside the
+// client's callbacks does not lock the port against itself, that the
+// client never gets more room than the queues have, and that a device that
+// dies fails what is in flight instead of leaving a waiter hanging.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <csignal>
+#include <future>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "device/device_internals.hpp"
+#include "device/task_port.hpp"
+#include "spyre/uapi/spyre_errors.h"
+#include "stream_fixture.hpp"
+
+using spyre::test::StreamTest;
+using namespace spyre;
+
+namespace {
+
+// Hands out NOP tasks 0..total-1 and records what comes back.
+class NopClient : public TaskPortClient {
+public:
+    explicit NopClient(uint64_t total) : total_(total) {}
+    void Fill(std::vector<spyre_cb>& out, uint32_t room) override {
+        max_room = std::max(max_room, room);
+        for (; room > 0 && next_ < total_; --room) out.push_back(driver::NopCb(next_++));
+    }
+    void Finished(std::span<const spyre_cqe> done) override {
+        for (const spyre_cqe& c : done) {
+            if (c.status != SPYRE_ERR_NONE) ++bad_status;
+            if (!seen.insert(c.user_data).second) ++repeated;
+        }
+        back.store(seen.size(), std::memory_order_release);  // what a thread that does not drive may read
+        if (on_finished) on_finished();
+    }
+    void Failed(const Error& e) override {
+        failed = true;
+        failure = e.kind();
+    }
+    bool all_back() const { return seen.size() == total_; }
+
+    std::function<void()> on_finished;
+    std::atomic<uint64_t> back{0};
+    std::set<uint64_t> seen;
+    uint64_t repeated = 0, bad_status = 0;
+    uint32_t max_room = 0;
+    bool failed = false;
+    ErrorKind failure = ErrorKind::Internal;
+
+private:
+    const uint64_t total_;
+    uint64_t next_ = 0;
+};
+
+}  // namespace
+
+// Many more tasks than the queues hold: kicks send what fits, a waiter
+// drives the rest; every id comes back once, with status OK, and the client
+// was never offered more room than the queues have.
+TEST_F(StreamTest, TaskPortEveryTaskComesBackOnce) {
+    Device dev = OpenDevice();
+    NopClient client(5000);
+    TaskPort port(dev, {}, client);
+    ASSERT_GT(port.capacity(), 0u);
+    port.Kick();
+    while (port.Drive([] { return false; })) port.Kick();
+    EXPECT_TRUE(client.all_back()) << client.seen.size() << " of 5000 came back";
+    EXPECT_EQ(client.repeated, 0u);
+    EXPECT_EQ(client.bad_status, 0u);
+    EXPECT_LE(client.max_room, port.capacity());
+    EXPECT_FALSE(client.failed);
+    EXPECT_EQ(port.in_flight(), 0u);
+}
+
+// The client kicks the port from inside its completion callback (as the
+// runtime does when a completion makes tasks ready): the kick leaves a note
+// and the driving thread sends the next tasks; nothing deadlocks.
+TEST_F(StreamTest, TaskPortAKickFromInsideACallbackIsANote) {
+    Device dev = OpenDevice();
+    NopClient client(2000);
+    TaskPort port(dev, {}, client);
+    int kicks = 0;
+    client.on_finished = [&] {
+        ++kicks;
+        port.Kick();
+    };
+    auto driven = std::async(std::launch::async, [&] {
+        port.Kick();
+        while (port.Drive([] { return false; })) {
+        }
+    });
+    ASSERT_EQ(driven.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "the port locked itself";
+    driven.get();
+    EXPECT_TRUE(client.all_back()) << client.seen.size() << " of 2000 came back";
+    EXPECT_GT(kicks, 0);
+    EXPECT_EQ(client.repeated, 0u);
+}
+
+// Nobody waits: after one kick the port's own thread reaps and sends the
+// rest.
+TEST_F(StreamTest, TaskPortItsThreadFinishesWhatNobodyWaitsFor) {
+    Device dev = OpenDevice();
+    NopClient client(3000);
+    TaskPort port(dev, {}, client);
+    port.Kick();
+    for (int look = 0; look < 20000 && client.back.load(std::memory_order_acquire) < 3000; ++look)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));  // at most ~20 s: a bound, not a timing
+    ASSERT_EQ(client.back.load(std::memory_order_acquire), 3000u);
+    EXPECT_EQ(client.repeated, 0u);
+    EXPECT_EQ(client.bad_status, 0u);
+}
+
+// The device dies with tasks in flight: the waiter's Drive returns, the
+// client hears Failed (DeviceLost) once, and later kicks send nothing.
+TEST_F(StreamTest, TaskPortADeadDeviceFailsWhatIsInFlight) {
+    Device dev = OpenDevice();
+    NopClient client(1u << 30);  // more than can ever finish before the kill
+    TaskPort port(dev, {}, client);
+    port.Kick();
+    daemon().Signal(SIGKILL);
+    auto driven = std::async(std::launch::async, [&] {
+        while (port.Drive([] { return false; })) {
+        }
+    });
+    ASSERT_EQ(driven.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "Drive hangs on a dead device";
+    driven.get();
+    EXPECT_TRUE(client.failed);
+    EXPECT_EQ(client.failure, ErrorKind::DeviceLost);
+    EXPECT_EQ(port.in_flight(), 0u);
+    const size_t seen = client.seen.size();
+    port.Kick();
+    EXPECT_EQ(client.seen.size(), seen);
+}
