@@ -113,7 +113,7 @@ TEST_F(MockDeviceTest, RingOverflowHaltsOnlyThatFunctionUntilReset) {
         auto* db = reinterpret_cast<spyre_doorbell_page*>(vf1.bar4() + vf1.Read32(SPYRE_REG_DB_OFFSET));
         std::atomic_ref<uint32_t>(db->sq_tail).store(ring1.sq_entries() * 3, std::memory_order_release);
         vf1.WriteRegion(SPYRE_REGION_BAR4, SPYRE_DB_SQ_TAIL,
-                        std::span(reinterpret_cast<const uint8_t*>(&db->sq_tail), 4));  // trapped: wakes the ring server
+                        std::span(reinterpret_cast<const uint8_t*>(&db->sq_tail), 4));  // trapped: wakes the ring lane
         for (int i = 0; i < 200 && !(vf1.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_HALTED); ++i) usleep(5000);
         EXPECT_TRUE(vf1.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_HALTED);
         EXPECT_EQ(vf1.Read32(SPYRE_REG_ERR_CODE), SPYRE_ERR_RING_OVERFLOW);
