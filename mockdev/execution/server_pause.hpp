@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// A pause of a queue server (the CB ring's, the task queues'). The pausing
+// A pause of a queue lane (the CB ring's, the task queues'). The pausing
 // thread holds the server's exec mutex and waits until the server's thread
 // has parked on it: until the pause ends the server touches nothing, so its
 // registers and pages may be replaced meanwhile (a reset, a change of
