@@ -15,7 +15,6 @@
 #include <cstring>
 #include <optional>
 
-#include "execution/cqe_post.hpp"
 #include "execution/host_link.hpp"
 #include "pci/shm_object.hpp"
 #include "pci/register_file.hpp"
@@ -88,9 +87,16 @@ public:
         sq_head_ += slots;
         SharedWord(*sq_head_word_).store(sq_head_, std::memory_order_release);
     }
-    // Posts `cqe` at cq_tail and publishes it (one writer at a time).
+    // Posts `cqe` (its phase field ignored) at cq_tail and publishes it (one
+    // writer at a time). The record's first 31 bytes go first, then its
+    // phase byte with a release store (spyre_cb.h, "CQE phase"): a driver
+    // that sees this lap's phase at its cq_head may read the rest.
     void Post(const spyre_cqe& cqe, HostLink& host_link) {
-        PostCqe(cq_, layout_.cq_entries, layout_.cqe_size, cq_tail_, cqe, host_link);
+        uint8_t* slot = cq_ + size_t(spyre_ring_slot(cq_tail_, layout_.cq_entries)) * layout_.cqe_size;
+        std::memcpy(slot, &cqe, SPYRE_CQE_PHASE_OFFSET);
+        host_link.Published();
+        std::atomic_ref<uint8_t>(slot[SPYRE_CQE_PHASE_OFFSET])
+            .store(spyre_cqe_phase(cq_tail_, layout_.cq_entries), std::memory_order_release);
         ++cq_tail_;
         SharedWord(*cq_tail_word_).store(cq_tail_, std::memory_order_release);
     }
