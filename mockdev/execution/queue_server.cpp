@@ -2,6 +2,7 @@
 #include "execution/queue_server.hpp"
 
 #include "execution/completion_irq.hpp"
+#include "spyre/common/futex.hpp"
 
 namespace spyre::mockdev {
 
@@ -40,6 +41,15 @@ void QueueServer::Clear(const Paused&) {
 void QueueServer::RaiseIrqs() {
     RaiseCompletionIrq(ring_.doorbell()->irq_seq, ring_.doorbell()->irq_waiters);
     RaiseCompletionIrq(tasks_.doorbell()->irq_seq, tasks_.doorbell()->irq_waiters);
+}
+
+void QueueServer::Gone() {
+    spyre_doorbell_page* db = ring_.doorbell();
+    SharedWord(db->device_state).store(SPYRE_DEVSTATE_GONE);
+    // Every ring waiter, whether or not it counted itself in irq_waiters.
+    SharedWord(db->irq_seq).fetch_add(1);
+    FutexWake(&db->irq_seq);
+    RaiseCompletionIrq(tasks_.doorbell()->irq_seq, tasks_.doorbell()->irq_waiters);  // task waiters too
 }
 
 }  // namespace spyre::mockdev

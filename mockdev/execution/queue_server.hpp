@@ -80,6 +80,9 @@ public:
 
     // Both completion interrupts: a driver blocked on either looks again.
     void RaiseIrqs();
+    // device_state GONE, and every blocked driver woken to see it (shutdown,
+    // a change of owner).
+    void Gone();
 
 private:
     RingQueue ring_;

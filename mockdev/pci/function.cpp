@@ -62,11 +62,7 @@ void Function::Start() {
 void Function::Shutdown() {
     state_.store(State::Removed);
     server_.Stop();
-    spyre_doorbell_page* db = server_.doorbell();
-    SharedWord(db->device_state).store(SPYRE_DEVSTATE_GONE);
-    SharedWord(db->irq_seq).fetch_add(1);
-    FutexWake(&db->irq_seq);  // every blocked driver looks again and sees GONE
-    server_.RaiseIrqs();      // task waiters too
+    server_.Gone();
 }
 
 void Function::UnlinkShm() {
@@ -409,12 +405,7 @@ void Function::Close() {
 bool Function::HandOver() {
     std::lock_guard guard(reset_mutex_);
     auto paused = server_.Pause();  // the old owner's CBs and tasks end (ABORTED) before its memory goes
-    // Whoever still waits on the old pages learns that the device is gone for them.
-    spyre_doorbell_page* db = server_.doorbell();
-    SharedWord(db->device_state).store(SPYRE_DEVSTATE_GONE);
-    SharedWord(db->irq_seq).fetch_add(1);
-    FutexWake(&db->irq_seq);
-    server_.RaiseIrqs();
+    server_.Gone();  // whoever still waits on the old pages learns that the device is gone for them
     const uint64_t resets = regs_.Load64(SPYRE_REG_CNT_RESETS);
     try {
         regs_shm_.Renew();
@@ -426,7 +417,7 @@ bool Function::HandOver() {
     }
     server_.Clear(paused);
     InitRegisters(resets, SPYRE_STATUS_READY);
-    SharedWord(db->device_state).store(SPYRE_DEVSTATE_ALIVE);
+    SharedWord(server_.doorbell()->device_state).store(SPYRE_DEVSTATE_ALIVE);
     return true;
 }
 
