@@ -9,16 +9,6 @@
 
 namespace spyre::mockdev {
 
-namespace {
-
-QueueLayout RingLayout(const RingGeometry& g) {
-    return QueueLayout{g.db_offset + SPYRE_DB_SQ_TAIL, g.db_offset + SPYRE_DB_CQ_HEAD, g.db_offset + SPYRE_DB_SQ_HEAD,
-                       g.db_offset + SPYRE_DB_CQ_TAIL, g.sq_offset, g.sq_entries, g.cb_size, g.cq_offset,
-                       g.cq_entries, g.cqe_size};
-}
-
-}  // namespace
-
 RingQueue::RingQueue(RegisterFile& regs, ShmObject& bar4, const RingGeometry& geometry, CbExecutor& executor,
                      HostLink& host_link, const QueueLane& lane)
     : regs_(regs),

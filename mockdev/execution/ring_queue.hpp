@@ -13,6 +13,7 @@
 
 #include "execution/cb_executor.hpp"
 #include "execution/host_link.hpp"
+#include "execution/queue_geometry.hpp"
 #include "execution/queue_lane.hpp"
 #include "execution/queue_pair.hpp"
 #include "pci/register_file.hpp"
@@ -21,17 +22,6 @@
 #include "spyre/uapi/spyre_regs.h"
 
 namespace spyre::mockdev {
-
-// Ring layout inside BAR4, published in the geometry registers.
-struct RingGeometry {
-    uint32_t db_offset = SPYRE_DEFAULT_DB_OFFSET;
-    uint32_t sq_offset = SPYRE_DEFAULT_SQ_OFFSET;
-    uint32_t sq_entries = SPYRE_DEFAULT_SQ_ENTRIES;
-    uint32_t cb_size = sizeof(spyre_cb);
-    uint32_t cq_offset = SPYRE_DEFAULT_CQ_OFFSET;
-    uint32_t cq_entries = SPYRE_DEFAULT_CQ_ENTRIES;
-    uint32_t cqe_size = sizeof(spyre_cqe);
-};
 
 class RingQueue final : public QueueKind {
 public:

@@ -12,17 +12,6 @@
 
 namespace spyre::mockdev {
 
-namespace {
-
-QueueLayout TaskLayout(const TaskGeometry& g, uint32_t q) {
-    const uint64_t block = g.offset + uint64_t(q) * g.stride;
-    return QueueLayout{g.db_offset + SPYRE_TDB_SQ_TAIL(q), g.db_offset + SPYRE_TDB_CQ_HEAD(q),
-                       g.db_offset + SPYRE_TDB_SQ_HEAD(q), g.db_offset + SPYRE_TDB_CQ_TAIL(q), block, g.sq_entries,
-                       g.desc_size, block + g.cq_offset, g.cq_entries, g.cqe_size};
-}
-
-}  // namespace
-
 TaskQueues::TaskQueues(RegisterFile& regs, ShmObject& bar4, const TaskGeometry& geometry,
                        const std::atomic<uint32_t>& watchdog_ms, DeviceMemory memory, CardCores& cores,
                        HostLink& host_link, const QueueLane& lane)

@@ -24,6 +24,7 @@
 #include "execution/device_memory.hpp"
 #include "execution/host_link.hpp"
 #include "execution/program_executor.hpp"
+#include "execution/queue_geometry.hpp"
 #include "execution/queue_lane.hpp"
 #include "execution/queue_pair.hpp"
 #include "pci/register_file.hpp"
@@ -31,18 +32,6 @@
 #include "spyre/uapi/spyre_task.h"
 
 namespace spyre::mockdev {
-
-// Task queue layout inside BAR4, published in the TQ_* registers.
-struct TaskGeometry {
-    uint32_t db_offset = SPYRE_DEFAULT_TQ_DB_OFFSET;
-    uint32_t offset = SPYRE_DEFAULT_TQ_OFFSET;
-    uint32_t stride = SPYRE_DEFAULT_TQ_STRIDE;
-    uint32_t sq_entries = SPYRE_DEFAULT_TQ_SQ_ENTRIES;
-    uint32_t desc_size = sizeof(spyre_cb);
-    uint32_t cq_offset = SPYRE_DEFAULT_TQ_CQ_OFFSET;
-    uint32_t cq_entries = SPYRE_DEFAULT_TQ_CQ_ENTRIES;
-    uint32_t cqe_size = sizeof(spyre_cqe);
-};
 
 class TaskQueues final : public QueueKind, public TaskSource {
 public:
