@@ -190,7 +190,7 @@ void CardCores::Linger(GroupWake& wake, std::unique_lock<std::mutex>& lock) {
     const uint64_t poke = wake.poke.load(std::memory_order_relaxed);  // bumped under mutex_: none missed
     lock.unlock();
     // Yield, not spin: on a host with few CPUs the thread that brings the
-    // next task (the task server, the driver) needs the CPU.
+    // next task (the task lane, the driver) needs the CPU.
     const auto until = std::chrono::steady_clock::now() + linger_;
     while (wake.poke.load(std::memory_order_acquire) == poke && std::chrono::steady_clock::now() < until)
         std::this_thread::yield();

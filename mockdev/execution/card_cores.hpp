@@ -106,7 +106,7 @@ public:
     // Tasks may wait in any queue (a source resumed): every worker looks.
     void NotifyTasks();
     // Runs one task of `source`'s queue `group` on the calling thread (a
-    // task server), on an idle core of the group lent for the run: a lone
+    // task lane), on an idle core of the group lent for the run: a lone
     // task (the next link of a chain) then starts without waking a worker,
     // a hand-over that costs more than a short task on a host with few
     // CPUs. False when no core of the group is idle, a program holds the

@@ -34,7 +34,7 @@ public:
     // CB, (cb.slots - 1) * 64 bytes as framed by the server (empty for a
     // one-slot CB); a length that does not match cb.slots is BAD_SLOT_COUNT.
     // `aborted` (may be empty) tells a running CB to stop early. `started` is
-    // when the CB started, the base of its watchdog deadline: the ring server
+    // when the CB started, the base of its watchdog deadline: the ring lane
     // passes the clock reading it already has (a clock read costs about as
     // much as a NOP). Never throws: a device-model fault becomes
     // SPYRE_ERR_INTERNAL and the device goes on with the next CB.

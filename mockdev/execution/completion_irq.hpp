@@ -21,4 +21,9 @@ inline bool RaiseCompletionIrq(uint32_t& irq_seq, uint32_t& irq_waiters) {
     return true;
 }
 
+// A queue posted completions: the interrupt, counted in CNT_IRQS when it woke someone.
+inline void SignalCompletion(uint32_t& irq_seq, uint32_t& irq_waiters, RegisterFile& regs) {
+    if (RaiseCompletionIrq(irq_seq, irq_waiters)) regs.Add64(SPYRE_REG_CNT_IRQS, 1);
+}
+
 }  // namespace spyre::mockdev

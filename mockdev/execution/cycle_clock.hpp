@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// The ring server's clock: the CPU's cycle counter, scaled to the device
+// A queue lane's clock: the CPU's cycle counter, scaled to the device
 // clock (CLOCK_MONOTONIC, spyre/common/device_clock.hpp) and kept on it.
 // A NOP reads the clock twice on its way to the completion (batch start, CB
 // completion); clock_gettime costs about 33 ns in this project's VMs and

@@ -21,7 +21,7 @@ namespace {
 // Work per chunk: a few tens of ms on one core (the budget is checked between
 // chunks and, in place, between K blocks of kDirectKBlock).
 constexpr double kChunkFlops = double(1ull << 32);
-// Below this a matmul runs on one core, the ring server's own: handing it
+// Below this a matmul runs on one core, the ring lane's own: handing it
 // to the workers costs a wake-up and a wait (a futex round trip, 15-25 us on
 // this project's VMs), more than the others' share of it saves.
 constexpr double kMinParallelFlops = double(1ull << 21);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// A pause of a queue server (the CB ring's, the task queues'). The pausing
+// A pause of a queue lane (the CB ring's, the task queues'). The pausing
 // thread holds the server's exec mutex and waits until the server's thread
 // has parked on it: until the pause ends the server touches nothing, so its
 // registers and pages may be replaced meanwhile (a reset, a change of
@@ -38,7 +38,7 @@ public:
     // a pause holds it (the server then goes round to Park). A server that
     // waited for the mutex here would never park: the pause waited out
     // kParkLimit and then changed what the server had read without the
-    // server having parked (TSan: TaskServer::ClearQueues against Submitted).
+    // server having parked (TSan: the task queues cleared while the server read them).
     std::unique_lock<std::mutex> Enter(std::mutex& exec_mutex) {
         return std::unique_lock<std::mutex>(exec_mutex, std::try_to_lock);
     }

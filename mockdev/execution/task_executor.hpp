@@ -4,7 +4,7 @@
 // core: the CB's fields by the checks every queue shares (cb_fields.hpp), a
 // TASK's program, argument table and relocated operands by the core's
 // ProgramExecutor, exactly as a LAUNCH's program is checked. Shared by the
-// task server and the fuzz target.
+// task queues and the fuzz target.
 #pragma once
 
 #include <cstdint>

@@ -47,29 +47,22 @@ Function::Function(const FunctionParams& params, CardMemory& card_memory, const 
       regs_(regs_shm_.data()),
       regions_(regs_, params.mem_size),
       executor_(regs_, policy.watchdog_ms, Window(), compute),
-      ring_server_(regs_, ring_shm_, kGeometry, executor_, card_memory.host_link(), params.poll),
-      task_server_(regs_, ring_shm_, kTaskGeometry, policy.watchdog_ms, Window(), compute, card_memory.host_link(),
-                   params.poll) {
+      server_(regs_, ring_shm_, kGeometry, kTaskGeometry, executor_, policy.watchdog_ms, Window(), compute,
+              card_memory.host_link(), params.poll) {
     InitRegisters(0, SPYRE_STATUS_READY);
-    SharedWord(ring_server_.doorbell()->device_state).store(SPYRE_DEVSTATE_ALIVE);
+    SharedWord(server_.doorbell()->device_state).store(SPYRE_DEVSTATE_ALIVE);
 }
 
 Function::~Function() { Shutdown(); }
 
 void Function::Start() {
-    ring_server_.Start("spyre-" + address_.substr(5));
-    task_server_.Start("spyre-t" + address_.substr(5));
+    server_.Start(address_.substr(5));
 }
 
 void Function::Shutdown() {
     state_.store(State::Removed);
-    task_server_.Stop();  // first: a LAUNCH the server finishes may wait for running tasks
-    ring_server_.Stop();
-    spyre_doorbell_page* db = ring_server_.doorbell();
-    SharedWord(db->device_state).store(SPYRE_DEVSTATE_GONE);
-    SharedWord(db->irq_seq).fetch_add(1);
-    FutexWake(&db->irq_seq);  // every blocked driver looks again and sees GONE
-    task_server_.RaiseIrq();  // task waiters too
+    server_.Stop();
+    server_.Gone();
 }
 
 void Function::UnlinkShm() {
@@ -104,7 +97,7 @@ void Function::InitRegisters(uint64_t resets, uint32_t status) {
     put32(SPYRE_REG_CQ_OFFSET, kGeometry.cq_offset);
     put32(SPYRE_REG_CQ_ENTRIES, kGeometry.cq_entries);
     put32(SPYRE_REG_CQE_SIZE, kGeometry.cqe_size);
-    put32(SPYRE_REG_TQ_COUNT, task_server_.queues());
+    put32(SPYRE_REG_TQ_COUNT, server_.task_queues());
     put32(SPYRE_REG_TQ_DB_OFFSET, kTaskGeometry.db_offset);
     put32(SPYRE_REG_TQ_OFFSET, kTaskGeometry.offset);
     put32(SPYRE_REG_TQ_STRIDE, kTaskGeometry.stride);
@@ -113,8 +106,8 @@ void Function::InitRegisters(uint64_t resets, uint32_t status) {
     put32(SPYRE_REG_TQ_CQ_OFFSET, kTaskGeometry.cq_offset);
     put32(SPYRE_REG_TQ_CQ_ENTRIES, kTaskGeometry.cq_entries);
     put32(SPYRE_REG_TQ_CQE_SIZE, kTaskGeometry.cqe_size);
-    put32(SPYRE_REG_TQ_HALTED, task_server_.halted_mask());
-    for (uint32_t q = 0; q < task_server_.queues(); ++q) put32(SPYRE_REG_TQ_GROUP_CORES(q), task_server_.group_cores(q));
+    put32(SPYRE_REG_TQ_HALTED, server_.tasks_halted_mask());
+    for (uint32_t q = 0; q < server_.task_queues(); ++q) put32(SPYRE_REG_TQ_GROUP_CORES(q), server_.group_cores(q));
     put64(SPYRE_REG_CNT_RESETS, resets);
     for (uint32_t off = 0; off < SPYRE_REG_FILE_SIZE; off += 8) {
         if (off >= SPYRE_REG_REGION_CMD && off < SPYRE_REG_REGION_BASE(SPYRE_REGION_MAX_ENTRIES)) continue;  // survives reset
@@ -127,7 +120,7 @@ void Function::InitRegisters(uint64_t resets, uint32_t status) {
 // Registers that reflect state kept elsewhere (the doorbell page, the server)
 // are brought up to date before anyone reads them through a trap.
 void Function::RefreshMirrors() {
-    spyre_doorbell_page* db = ring_server_.doorbell();
+    spyre_doorbell_page* db = server_.doorbell();
     regs_.Store32(SPYRE_REG_WATCHDOG_MS, policy_.watchdog_ms.load());  // a mapped store changes only this mirror
     regs_.Store32(SPYRE_REG_SQ_HEAD, SharedWord(db->sq_head).load());
     regs_.Store32(SPYRE_REG_SQ_TAIL, SharedWord(db->sq_tail).load());
@@ -139,11 +132,11 @@ void Function::RefreshMirrors() {
         else
             regs_.ClearBits32(SPYRE_REG_STATUS, bit);
     };
-    status_bit(SPYRE_STATUS_RING_ENABLED, ring_server_.ring_enabled());
-    status_bit(SPYRE_STATUS_HALTED, ring_server_.halted());
+    status_bit(SPYRE_STATUS_RING_ENABLED, server_.ring_enabled());
+    status_bit(SPYRE_STATUS_HALTED, server_.ring_halted());
     status_bit(SPYRE_STATUS_SLEEPING, SharedWord(db->device_sleeping).load() != 0);
     status_bit(SPYRE_STATUS_ERROR, regs_.Load32(SPYRE_REG_ERR_CODE) != 0);
-    regs_.Store32(SPYRE_REG_TQ_HALTED, task_server_.halted_mask());
+    regs_.Store32(SPYRE_REG_TQ_HALTED, server_.tasks_halted_mask());
 }
 
 uint64_t Function::RegionSize(unsigned region) const {
@@ -206,12 +199,12 @@ ssize_t Function::WriteRegion(unsigned region, uint64_t offset, const void* buf,
         const uint64_t sq_tail = kGeometry.db_offset + SPYRE_DB_SQ_TAIL;
         if (offset < sq_tail + sizeof(uint32_t) && offset + len > sq_tail) {
             std::atomic_thread_fence(std::memory_order_seq_cst);
-            ring_server_.Doorbell();
+            server_.RingDoorbell();
         }
         // Any store to the task doorbell page may be a task doorbell.
         if (offset < kTaskGeometry.db_offset + sizeof(spyre_task_doorbell) && offset + len > kTaskGeometry.db_offset) {
             std::atomic_thread_fence(std::memory_order_seq_cst);
-            task_server_.Doorbell();
+            server_.TaskDoorbell();
         }
         return ssize_t(len);
     }
@@ -266,7 +259,7 @@ ssize_t Function::WriteRegister(uint32_t offset, uint32_t value) {
     switch (offset) {
     case SPYRE_REG_CONTROL:
         regs_.Store32(SPYRE_REG_CONTROL, value & SPYRE_CONTROL_RING_ENABLE);
-        ring_server_.SetRingEnabled(value & SPYRE_CONTROL_RING_ENABLE);
+        server_.SetRingEnabled(value & SPYRE_CONTROL_RING_ENABLE);
         break;
     case SPYRE_REG_RESET:
         if (value == SPYRE_RESET_KEY) Reset();
@@ -350,19 +343,15 @@ int Function::Reset() {
     std::lock_guard guard(reset_mutex_);
     regs_.SetBits32(SPYRE_REG_STATUS, SPYRE_STATUS_RESETTING);
     {
-        // Tasks first: a LAUNCH the ring pause waits for may wait for running tasks.
-        auto tasks_paused = task_server_.Pause();
-        auto paused = ring_server_.Pause();
-        ring_server_.ClearRing(paused);
-        task_server_.ClearQueues(tasks_paused);
+        auto paused = server_.Pause();
+        server_.Clear(paused);
         const uint32_t sleeping = regs_.Load32(SPYRE_REG_STATUS) & SPYRE_STATUS_SLEEPING;
         InitRegisters(regs_.Load64(SPYRE_REG_CNT_RESETS) + 1,
                       SPYRE_STATUS_READY | SPYRE_STATUS_RESETTING | sleeping);
-        SharedWord(ring_server_.doorbell()->device_state).store(SPYRE_DEVSTATE_ALIVE);
+        SharedWord(server_.doorbell()->device_state).store(SPYRE_DEVSTATE_ALIVE);
     }
     regs_.ClearBits32(SPYRE_REG_STATUS, SPYRE_STATUS_RESETTING);
-    ring_server_.RaiseIrq();  // a driver blocked on the old ring looks again
-    task_server_.RaiseIrq();
+    server_.RaiseIrqs();  // a driver blocked on the old rings looks again
     LOG_DEBUG("%s: function reset", address_.c_str());
     return 0;
 }
@@ -386,7 +375,7 @@ std::string Function::RegisterDump(bool redact) {
     }
     if (redact) RedactPrivateRegisters(0, image.data(), image.size());
     return uapi::FormatRegisterDump({image.data(), image.size()},
-                                    {reinterpret_cast<const uint8_t*>(ring_server_.doorbell()), sizeof(spyre_doorbell_page)});
+                                    {reinterpret_cast<const uint8_t*>(server_.doorbell()), sizeof(spyre_doorbell_page)});
 }
 
 ConfigSpace Function::Config() const {
@@ -405,7 +394,7 @@ int Function::Open(pid_t holder) {
 void Function::Close() {
     if (state_.load() != State::Open) return;
     regs_.Store32(SPYRE_REG_CONTROL, 0);
-    ring_server_.SetRingEnabled(false);
+    server_.SetRingEnabled(false);
     const bool handed_over = HandOver();
     regions_.Clear();  // the owner's grants end with it
     holder_.store(0);
@@ -415,14 +404,8 @@ void Function::Close() {
 
 bool Function::HandOver() {
     std::lock_guard guard(reset_mutex_);
-    auto tasks_paused = task_server_.Pause();  // the old owner's tasks end (ABORTED) before its memory goes
-    auto paused = ring_server_.Pause();
-    // Whoever still waits on the old pages learns that the device is gone for them.
-    spyre_doorbell_page* db = ring_server_.doorbell();
-    SharedWord(db->device_state).store(SPYRE_DEVSTATE_GONE);
-    SharedWord(db->irq_seq).fetch_add(1);
-    FutexWake(&db->irq_seq);
-    task_server_.RaiseIrq();
+    auto paused = server_.Pause();  // the old owner's CBs and tasks end (ABORTED) before its memory goes
+    server_.Gone();  // whoever still waits on the old pages learns that the device is gone for them
     const uint64_t resets = regs_.Load64(SPYRE_REG_CNT_RESETS);
     try {
         regs_shm_.Renew();
@@ -432,10 +415,9 @@ bool Function::HandOver() {
         LOG_ERROR("%s: cannot give the next owner fresh memory (%s): function removed", address_.c_str(), e.what());
         return false;
     }
-    ring_server_.ClearRing(paused);
-    task_server_.ClearQueues(tasks_paused);
+    server_.Clear(paused);
     InitRegisters(resets, SPYRE_STATUS_READY);
-    SharedWord(db->device_state).store(SPYRE_DEVSTATE_ALIVE);
+    SharedWord(server_.doorbell()->device_state).store(SPYRE_DEVSTATE_ALIVE);
     return true;
 }
 

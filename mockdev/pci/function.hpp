@@ -21,8 +21,7 @@
 #include "execution/cb_executor.hpp"
 #include "execution/card_cores.hpp"
 #include "pci/config_space.hpp"
-#include "execution/ring_server.hpp"
-#include "execution/task_server.hpp"
+#include "execution/queue_server.hpp"
 #include "pci/memory_regions.hpp"
 #include "pci/register_file.hpp"
 #include "pci/shm_object.hpp"
@@ -157,8 +156,7 @@ private:
     RegisterFile regs_;
     RegionTable regions_;
     CbExecutor executor_;
-    RingServer ring_server_;
-    TaskServer task_server_;
+    QueueServer server_;  // the CB ring and the task queues
 
     std::mutex reset_mutex_;  // one reset at a time
     std::atomic<State> state_{State::Idle};

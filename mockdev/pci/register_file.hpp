@@ -49,7 +49,7 @@ public:
     void SetBits32(uint32_t off, uint32_t bits) { Ref32(off).fetch_or(bits, std::memory_order_acq_rel); }
     void ClearBits32(uint32_t off, uint32_t bits) { Ref32(off).fetch_and(~bits, std::memory_order_acq_rel); }
     void Add64(uint32_t off, uint64_t delta) { Ref64(off).fetch_add(delta, std::memory_order_relaxed); }
-    // A counter with one writer at a time (the ring server's, written under
+    // A counter with one writer at a time (the ring lane's, written under
     // its exec lock, which a reset takes too): a load and a store, no locked
     // instruction. A NOP bumped four such counters; each locked add waits
     // for the store buffer to drain.

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // libFuzzer target for the device's control-block path over whole rings: the
 // input is a ring of CBs plus the initial contents of a function's memory
-// window, and every CB is framed the way the ring server frames it (spyre_cb.h:
+// window, and every CB is framed the way the ring lane frames it (spyre_cb.h:
 // a CB's slot count, if valid and inside the ring, takes its payload slots,
 // else one slot), then validated and executed by CbExecutor (NOP, LAUNCH
 // through the program decoder and executor with the real kernels, CORRECT,
 // COPY, COPY_INLINE, SEM_WRITE, SEM_WAIT), LINK chains cancelled as the
-// ring server cancels them. Then the same CBs pushed through a task queue
+// ring lane cancels them. Then the same CBs pushed through a task queue
 // (spyre_task.h: one slot per CB, TASK and NOP only), each validated and,
-// for a TASK, run on one core as the task server runs it.
+// for a TASK, run on one core as the task queues run it.
 //
 // Input: byte 0 = ring slots N (1..64, taken mod 64, 0 means 64), then N*64
 // bytes of ring (zero-padded), then the window's first bytes (the rest zero).
@@ -92,7 +92,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         payload.assign(reinterpret_cast<const uint8_t*>(&ring[head + 1]),
                        reinterpret_cast<const uint8_t*>(&ring[head + used]));
         head += used;
-        if (cancel_next) {  // the ring server's LINK rule: the rest of the chain is CANCELED
+        if (cancel_next) {  // the ring lane's LINK rule: the rest of the chain is CANCELED
             cancel_next = (cb.flags & SPYRE_CB_F_LINK) != 0;
             continue;
         }
@@ -126,7 +126,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         cancel_next = out.status != SPYRE_ERR_NONE && (cb.flags & SPYRE_CB_F_LINK);
     }
     // The same slots pushed through a task queue: one CB per slot, run on
-    // one core as the task server runs it. Same promises.
+    // one core as the task queues run it. Same promises.
     for (uint32_t i = 0; i < n; ++i) {
         const spyre_cb& cb = ring[i];
         const auto t0 = std::chrono::steady_clock::now();

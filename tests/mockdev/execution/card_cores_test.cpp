@@ -431,7 +431,7 @@ TEST(CardCores, ProgramsAndTasksWaitingForEachOtherTakeTurns) {
     cores.RemoveTaskSource(&tasks);
 }
 
-// A task server runs a lone task on its own thread, on an idle core of the
+// A task lane runs a lone task on its own thread, on an idle core of the
 // group lent for the run: no worker is woken (on a host with two CPUs a
 // wake-up costs more than a short task).
 TEST(CardCores, ALoneTaskRunsOnTheCallerOnALentCoreWithoutAWake) {
@@ -477,7 +477,7 @@ private:
 
 }  // namespace
 
-// A core lent to a task server runs nothing else: its worker takes no task
+// A core lent to a task lane runs nothing else: its worker takes no task
 // until the core is given back (one task per core), nor does a second
 // RunOneTask; a task announced meanwhile runs once it is.
 TEST(CardCores, ALentCoreRunsNoOtherTaskUntilItIsGivenBack) {
@@ -530,11 +530,11 @@ TEST(CardCores, NoTaskRunsOnALentCoreWhileAProgramHoldsTheCard) {
     EXPECT_EQ(log.size(), 1u);
 }
 
-// A task server's round, over and over: two tasks come in while the card's
+// A task lane's round, over and over: two tasks come in while the card's
 // only worker lingers after its last task (or sleeps), so the notice of one
 // is a poke or a wake; the server then runs the other on a lent core, which
 // may be lent before the worker looks, and announces what is left, as
-// TaskServer::Intake does. Every task must run: no round may wait for a
+// TaskQueues::HandOut does. Every task must run: no round may wait for a
 // wake that never comes.
 TEST(CardCores, ATaskAnnouncedToALentCoresWorkerStillRuns) {
     CardCores cores(1, std::chrono::hours(1));
@@ -556,7 +556,7 @@ TEST(CardCores, ATaskAnnouncedToALentCoresWorkerStillRuns) {
         while (cores.lingering(0) != 1 && std::chrono::steady_clock::now() < enough) std::this_thread::yield();
         tasks.Add(2);
         cores.NotifyTasks(0, 1);
-        // As TaskServer::Intake: the task left after the lent run is announced again.
+        // As TaskQueues::HandOut: the task left after the lent run is announced again.
         const bool lent = cores.RunOneTask(0, tasks);
         bool left;
         {

@@ -113,7 +113,7 @@ TEST_F(MockDeviceTest, RingOverflowHaltsOnlyThatFunctionUntilReset) {
         auto* db = reinterpret_cast<spyre_doorbell_page*>(vf1.bar4() + vf1.Read32(SPYRE_REG_DB_OFFSET));
         std::atomic_ref<uint32_t>(db->sq_tail).store(ring1.sq_entries() * 3, std::memory_order_release);
         vf1.WriteRegion(SPYRE_REGION_BAR4, SPYRE_DB_SQ_TAIL,
-                        std::span(reinterpret_cast<const uint8_t*>(&db->sq_tail), 4));  // trapped: wakes the ring server
+                        std::span(reinterpret_cast<const uint8_t*>(&db->sq_tail), 4));  // trapped: wakes the ring lane
         for (int i = 0; i < 200 && !(vf1.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_HALTED); ++i) usleep(5000);
         EXPECT_TRUE(vf1.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_HALTED);
         EXPECT_EQ(vf1.Read32(SPYRE_REG_ERR_CODE), SPYRE_ERR_RING_OVERFLOW);
@@ -142,4 +142,51 @@ TEST_F(MockDeviceTest, CompletionHeadAheadOfTailHaltsTheRing) {
     EXPECT_EQ(fn.Read32(SPYRE_REG_ERR_CODE), SPYRE_ERR_RING_OVERFLOW);
     Completion c;
     EXPECT_SPYRE_ERROR(ring.Wait({&c, 1}, 1, {.mode = WaitMode::Blocking}), DeviceError, "halted");
+}
+
+// A driver that does not reap holds the ring back: the device takes no CB
+// whose completion the CQ has no room for, so it never overwrites a CQE the
+// driver has not consumed. Once cq_head moves, the CBs left run.
+TEST_F(MockDeviceTest, AFullCompletionQueueHoldsTheRingBackUntilReaped) {
+    Function fn = Function::Open(Pf());
+    CommandRing ring(fn);  // enables the ring; the CBs below bypass it
+    const uint32_t entries = fn.Read32(SPYRE_REG_CQ_ENTRIES);
+    ASSERT_EQ(fn.Read32(SPYRE_REG_SQ_ENTRIES), entries);
+    uint8_t* bar4 = fn.bar4();
+    auto* db = reinterpret_cast<spyre_doorbell_page*>(bar4 + fn.Read32(SPYRE_REG_DB_OFFSET));
+    auto* sq = reinterpret_cast<spyre_cb*>(bar4 + fn.Read32(SPYRE_REG_SQ_OFFSET));
+    const auto* cq = reinterpret_cast<const spyre_cqe*>(bar4 + fn.Read32(SPYRE_REG_CQ_OFFSET));
+    const auto word = [](uint32_t& w) { return std::atomic_ref<uint32_t>(w); };
+    const auto publish = [&](uint32_t tail) {
+        word(db->sq_tail).store(tail, std::memory_order_release);
+        fn.WriteRegion(SPYRE_REGION_BAR4, fn.Read32(SPYRE_REG_DB_OFFSET) + SPYRE_DB_SQ_TAIL,
+                       std::span(reinterpret_cast<const uint8_t*>(&db->sq_tail), 4));  // trapped: wakes the ring lane
+    };
+    const auto wait_cq_tail = [&](uint32_t n) {
+        for (int i = 0; i < 5000 && word(db->cq_tail).load(std::memory_order_acquire) != n; ++i) usleep(1000);
+        return word(db->cq_tail).load(std::memory_order_acquire);
+    };
+    // A whole lap, never reaped: the CQ is full.
+    for (uint32_t i = 0; i < entries; ++i) sq[i] = NopCb(i);
+    publish(entries);
+    ASSERT_EQ(wait_cq_tail(entries), entries);
+    ASSERT_EQ(word(db->sq_head).load(), entries);
+    // Three more in the SQ slots the device gave back.
+    for (uint32_t i = 0; i < 3; ++i) sq[i] = NopCb(entries + i);
+    publish(entries + 3);
+    usleep(20 * 1000);
+    EXPECT_EQ(word(db->sq_head).load(), entries) << "a CB was taken with no room for its completion";
+    EXPECT_EQ(word(db->cq_tail).load(), entries);
+    for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(cq[i].user_data, i) << "an unreaped CQE was overwritten";
+    EXPECT_FALSE(fn.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_HALTED);
+    // The driver reaps the first lap: the three run, on the CQ's second lap.
+    word(db->cq_head).store(entries, std::memory_order_release);
+    ASSERT_EQ(wait_cq_tail(entries + 3), entries + 3);
+    for (uint32_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(cq[i].user_data, entries + i);
+        EXPECT_EQ(cq[i].sq_pos, entries + i);
+        EXPECT_EQ(cq[i].status, SPYRE_ERR_NONE);
+        EXPECT_EQ(cq[i].phase, 0u);  // second lap
+    }
+    EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_CB_DONE), uint64_t(entries) + 3);
 }

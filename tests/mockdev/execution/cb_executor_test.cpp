@@ -92,7 +92,7 @@ TEST_F(CbExecutorTest, ReservedFlagsMustBeZero) {
     }
 }
 
-// LINK is defined: the executor runs the CB (the ring server acts on the flag).
+// LINK is defined: the executor runs the CB (the ring lane acts on the flag).
 TEST_F(CbExecutorTest, LinkFlagIsAccepted) {
     spyre_cb cb = Nop();
     cb.flags = SPYRE_CB_F_LINK;

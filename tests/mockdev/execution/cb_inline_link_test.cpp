@@ -343,7 +343,7 @@ TEST_F(MockDeviceTest, GarbageFramingGetsBadSlotCountAndTheDeviceGoesOn) {
     auto publish = [&] {
         std::atomic_ref<uint32_t>(db->sq_tail).store(tail, std::memory_order_release);
         fn.WriteRegion(SPYRE_REGION_BAR4, fn.Read32(SPYRE_REG_DB_OFFSET) + SPYRE_DB_SQ_TAIL,
-                       std::span(reinterpret_cast<const uint8_t*>(&tail), 4));  // trapped: wakes the ring server
+                       std::span(reinterpret_cast<const uint8_t*>(&tail), 4));  // trapped: wakes the ring lane
     };
     auto next = [&]() -> spyre_cqe {
         for (int i = 0; i < 4000 && std::atomic_ref<uint32_t>(db->cq_tail).load(std::memory_order_acquire) == cq_head; ++i)

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The ring server's cycle clock (execution/cycle_clock.hpp): scaled readings
+// A queue lane's cycle clock (execution/cycle_clock.hpp): scaled readings
 // stay on the kernel's CLOCK_MONOTONIC and never go backwards.
 #include <gtest/gtest.h>
 #include <sched.h>

@@ -679,3 +679,103 @@ TEST_F(TaskQueueTest, TheCompletionPhaseFlipsOnTheSecondLap) {
     for (uint32_t slot = 0; slot < entries; ++slot)
         ASSERT_EQ(cq[slot * sizeof(spyre_cqe) + SPYRE_CQE_PHASE_OFFSET], slot < total - entries ? 0u : 1u) << slot;
 }
+
+// One server serves the function's CB ring and its task queues (each kind
+// on its own doorbell): a fault on one kind is answered on that kind alone,
+// and the other kind goes on.
+
+// Garbage on the ring (an unknown opcode, a slot count of 0) completes with
+// its error and latches the error registers; a task queue used at the same
+// time runs its tasks as if nothing happened.
+TEST_F(TaskQueueTest, GarbageOnTheRingLeavesTheTaskQueuesWorking) {
+    TestDevice& dev = pf();
+    const WatchedAdd w = PlaceWatchedAdd(dev, 31);
+    TaskQueue q(dev.fn(), 0);
+    ASSERT_EQ(q.Submit(std::array{TaskCb(5, w.program, w.task.args, 3)}), 1u);
+    spyre_cb unknown = NopCb(1);
+    unknown.opcode = 0x99;
+    spyre_cb no_slots = NopCb(2);
+    no_slots.slots = 0;
+    const std::vector<Completion> ring = dev.Run(std::vector{unknown, no_slots, NopCb(3)});
+    ASSERT_EQ(ring.size(), 3u);
+    EXPECT_STREQ(spyre_error_name(ring[0].status), "INVALID_OPCODE");
+    EXPECT_STREQ(spyre_error_name(ring[1].status), "BAD_SLOT_COUNT");
+    EXPECT_TRUE(ring[2].ok()) << spyre_error_name(ring[2].status);
+    EXPECT_EQ(dev.fn().Read32(SPYRE_REG_ERR_CODE), SPYRE_ERR_INVALID_OPCODE);
+    EXPECT_EQ(dev.fn().Read64(SPYRE_REG_ERR_USER_DATA), 1u);
+    std::vector<spyre_cqe> done(1);
+    ASSERT_EQ(q.Wait(done, 1, kBlocking), 1u);
+    EXPECT_EQ(done[0].user_data, 5u);
+    EXPECT_STREQ(spyre_error_name(done[0].status), "NONE");
+    EXPECT_EQ(dev.ReadTensor(w.task.addrs[2], w.kernel.outputs[0]), w.task.expect);
+    EXPECT_STREQ(spyre_error_name(RunOne(q, TaskCb(6, w.program, w.task.args, 3)).status), "NONE");
+    EXPECT_EQ(dev.fn().Read64(SPYRE_REG_CNT_CB_ERRORS), 2u);
+    EXPECT_EQ(dev.fn().Read64(SPYRE_REG_CNT_TASK_ERRORS), 0u);
+}
+
+// Garbage on a task queue (a zeroed slot, a ring-only opcode) completes with
+// its error on that queue; the ring, used between them, never sees a fault.
+TEST_F(TaskQueueTest, GarbageOnATaskQueueLeavesTheRingWorking) {
+    TestDevice& dev = pf();
+    const uint64_t sem = dev.Alloc(8);
+    std::memset(dev.At(sem, 8), 0, 8);
+    TaskQueue q(dev.fn(), 1);
+    const std::vector<spyre_cqe> bad = RunAll(q, std::vector{spyre_cb{}, SemWriteCb(sem, 7, 41)});
+    std::map<uint64_t, uint16_t> status;
+    for (const spyre_cqe& c : bad) status[c.user_data] = c.status;
+    EXPECT_STREQ(spyre_error_name(status.at(0)), "INVALID_OPCODE");
+    EXPECT_STREQ(spyre_error_name(status.at(41)), "WRONG_QUEUE");
+    const Completion c = dev.Run(SemWriteCb(sem, 9, 42));
+    EXPECT_TRUE(c.ok()) << spyre_error_name(c.status);
+    EXPECT_EQ(*reinterpret_cast<const uint64_t*>(dev.At(sem, 8)), 9u);
+    EXPECT_EQ(dev.fn().Read32(SPYRE_REG_ERR_CODE), 0u);
+    EXPECT_EQ(dev.fn().Read64(SPYRE_REG_CNT_CB_ERRORS), 0u);
+    EXPECT_EQ(dev.fn().Read64(SPYRE_REG_CNT_TASK_ERRORS), 2u);
+    EXPECT_STREQ(spyre_error_name(RunOne(q, NopCb(43)).status), "NONE");
+}
+
+// A driver that publishes an impossible ring sq_tail halts the ring only:
+// tasks still run, and a reset brings the ring back.
+TEST_F(TaskQueueTest, ARingOverflowHaltsTheRingAloneAndTasksGoOn) {
+    TestDevice& dev = pf();
+    Function& fn = dev.fn();
+    const WatchedAdd w = PlaceWatchedAdd(dev, 32);
+    const uint32_t bogus = fn.Read32(SPYRE_REG_SQ_ENTRIES) + 5;
+    fn.WriteRegion(SPYRE_REGION_BAR4, fn.Read32(SPYRE_REG_DB_OFFSET) + SPYRE_DB_SQ_TAIL,
+                   {reinterpret_cast<const uint8_t*>(&bogus), sizeof bogus});
+    for (int i = 0; i < 5000 && !(fn.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_HALTED); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_TRUE(fn.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_HALTED);
+    EXPECT_EQ(fn.Read32(SPYRE_REG_ERR_CODE), SPYRE_ERR_RING_OVERFLOW);
+    EXPECT_EQ(fn.Read32(SPYRE_REG_TQ_HALTED), 0u);
+    {
+        TaskQueue q(fn, 0);
+        EXPECT_STREQ(spyre_error_name(RunOne(q, TaskCb(7, w.program, w.task.args, 3)).status), "NONE");
+        EXPECT_EQ(dev.ReadTensor(w.task.addrs[2], w.kernel.outputs[0]), w.task.expect);
+    }
+    dev.Reset();
+    EXPECT_FALSE(fn.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_HALTED);
+    EXPECT_TRUE(dev.Run(NopCb(8)).ok());
+}
+
+// The ring runs its CBs in order, one at a time: a SEM_WAIT holds it. The
+// task queues are served beside it, so tasks submitted meanwhile run and
+// complete while the ring waits.
+TEST_F(TaskQueueTest, ARingWaitingOnASemaphoreDoesNotHoldUpTheTasks) {
+    TestDevice& dev = pf();
+    const WatchedAdd w = PlaceWatchedAdd(dev, 33);
+    const uint64_t sem = dev.Alloc(8);
+    std::memset(dev.At(sem, 8), 0, 8);
+    dev.ring().Submit(std::vector{SemWaitCb(sem, 1, 0, 51), NopCb(52)});
+    TaskQueue q(dev.fn(), 0);
+    const spyre_cqe task = RunOne(q, TaskCb(53, w.program, w.task.args, 3));
+    EXPECT_STREQ(spyre_error_name(task.status), "NONE");
+    EXPECT_EQ(dev.ReadTensor(w.task.addrs[2], w.kernel.outputs[0]), w.task.expect);
+    EXPECT_FALSE(dev.ring().CompletionsReady()) << "the SEM_WAIT completed before its semaphore was written";
+    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(dev.At(sem, 8))).store(1, std::memory_order_release);
+    std::vector<Completion> ring(2);
+    ASSERT_EQ(dev.ring().Wait(ring, 2, kBlocking), 2u);
+    EXPECT_EQ(ring[0].user_data, 51u);
+    EXPECT_TRUE(ring[0].ok()) << spyre_error_name(ring[0].status);
+    EXPECT_TRUE(ring[1].ok()) << spyre_error_name(ring[1].status);
+}

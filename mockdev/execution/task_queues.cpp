@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "execution/task_queues.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+
+#include "execution/completion_irq.hpp"
+#include "execution/task_executor.hpp"
+#include "log.hpp"
+#include "spyre/common/device_clock.hpp"
+
+namespace spyre::mockdev {
+
+TaskQueues::TaskQueues(RegisterFile& regs, ShmObject& bar4, const TaskGeometry& geometry,
+                       const std::atomic<uint32_t>& watchdog_ms, DeviceMemory memory, CardCores& cores,
+                       HostLink& host_link, const QueueLane& lane)
+    : regs_(regs),
+      watchdog_ms_(watchdog_ms),
+      cores_(cores),
+      host_link_(host_link),
+      lane_(lane),
+      db_(reinterpret_cast<spyre_task_doorbell*>(bar4.data() + geometry.db_offset)),
+      queues_(std::min(cores.groups(), SPYRE_TQ_MAX_QUEUES)) {
+    for (uint32_t q = 0; q < SPYRE_TQ_MAX_QUEUES; ++q)
+        pairs_.push_back(std::make_unique<QueuePair>(bar4, TaskLayout(geometry, q)));
+    for (unsigned i = 0; i < cores.workers(); ++i) per_core_.push_back(std::make_unique<ProgramExecutor>(memory, cores));
+}
+
+uint32_t TaskQueues::halted_mask() const {
+    uint32_t mask = 0;
+    for (uint32_t q = 0; q < queues_; ++q)
+        if (pairs_[q]->halted()) mask |= 1u << q;
+    return mask;
+}
+
+void TaskQueues::Started() {
+    cores_.AddTaskSource(this);
+    registered_.store(true);
+}
+
+void TaskQueues::Stopping() {
+    if (registered_.exchange(false)) cores_.RemoveTaskSource(this);  // no worker takes a new task
+    Hold();  // tasks on cores end within one chunk (the lane is aborting)
+}
+
+void TaskQueues::Hold() {
+    std::unique_lock lock(mutex_);
+    accepting_ = false;
+    idle_.wait(lock, [&] { return running_ == 0; });
+}
+
+void TaskQueues::Resume() {
+    {
+        std::lock_guard lock(mutex_);
+        accepting_ = !lane_.stopping();
+    }
+    cores_.NotifyTasks();  // tasks taken before the pause wait for a worker
+}
+
+void TaskQueues::Clear() {
+    std::lock_guard lock(mutex_);
+    for (auto& pending : pending_) pending.clear();
+    for (auto& pair : pairs_) pair->Clear();
+    regs_.Store32(SPYRE_REG_TQ_HALTED, 0);
+}
+
+bool TaskQueues::Submitted() const {
+    for (uint32_t q = 0; q < queues_; ++q)
+        if (pairs_[q]->Submitted()) return true;
+    return false;
+}
+
+void TaskQueues::Halt(uint32_t queue) {
+    pairs_[queue]->Halt(regs_);
+    regs_.Store32(SPYRE_REG_TQ_HALTED, halted_mask());
+}
+
+QueueKind::Turn TaskQueues::Serve(std::unique_lock<std::mutex>& exec, CycleClock& clock, Clock::time_point& now) {
+    std::array<uint32_t, SPYRE_TQ_MAX_QUEUES> taken{};
+    bool any = false, held_back = false;
+    for (uint32_t q = 0; q < queues_; ++q) {
+        QueuePair& pair = *pairs_[q];
+        if (pair.halted()) continue;
+        const uint32_t tail = pair.tail();
+        const uint32_t head = pair.head();
+        if (tail == head) continue;
+        host_link_.Observed();
+        if (!pair.TailValid(tail)) {
+            Halt(q);
+            continue;
+        }
+        std::unique_lock lock(mutex_);
+        // Every CB taken owes a CQE until the driver reaps it: take only
+        // what the CQ can answer.
+        const std::optional<uint32_t> room = pair.CqRoom(head);
+        if (!room) {
+            lock.unlock();
+            Halt(q);  // the driver claims completions never posted
+            continue;
+        }
+        const uint32_t n = std::min(tail - head, *room);
+        if (n == 0) {
+            held_back = true;
+            continue;
+        }
+        for (uint32_t i = 0; i < n; ++i) {
+            Taken t{{}, head + i};
+            pair.Copy(head + i, &t.cb);
+            pending_[q].push_back(t);
+        }
+        lock.unlock();
+        pair.Consume(n);
+        regs_.Add64(SPYRE_REG_CNT_TASK_DOORBELLS, 1);
+        taken[q] = n;
+        any = true;
+    }
+    if (!any) return held_back ? Turn::HeldBack : Turn::Idle;
+    exec.unlock();  // a pause need not wait for the lent run: it waits for running tasks anyway
+    HandOut(taken);
+    now = clock.Now();
+    return Turn::Served;
+}
+
+void TaskQueues::HandOut(const std::array<uint32_t, SPYRE_TQ_MAX_QUEUES>& taken) {
+    // The first queue's first task runs on this thread (CardCores::RunOneTask):
+    // a lone task, a chain's next link, starts without a worker's wake-up.
+    int own = -1;
+    for (uint32_t q = 0; q < queues_; ++q) {
+        if (taken[q] == 0) continue;
+        const bool first = own < 0;
+        if (first) own = int(q);
+        cores_.NotifyTasks(q, taken[q] - (first ? 1 : 0));
+    }
+    if (own < 0) return;
+    if (lane_.aborting() || lane_.pause_requested() || !cores_.RunOneTask(uint32_t(own), *this)) {
+        cores_.NotifyTasks(uint32_t(own), 1);  // no idle core, or the card is held: a worker takes it
+        return;
+    }
+    // Tasks of this queue still waiting after the lent run: announced
+    // again, so none depends on a notice its worker may have slept through.
+    size_t left = 0;
+    {
+        std::lock_guard lock(mutex_);
+        left = pending_[uint32_t(own)].size();
+    }
+    if (left != 0) cores_.NotifyTasks(uint32_t(own), uint32_t(left));
+}
+
+bool TaskQueues::Take(uint32_t queue, CoreTask& out) {
+    std::lock_guard lock(mutex_);
+    if (!accepting_ || queue >= queues_ || pending_[queue].empty()) return false;
+    out.source = this;
+    out.queue = queue;
+    out.cb = pending_[queue].front().cb;
+    out.sq_pos = pending_[queue].front().sq_pos;
+    pending_[queue].pop_front();
+    ++running_;
+    return true;
+}
+
+uint16_t TaskQueues::Execute(const spyre_cb& cb, unsigned core) {
+    const Budget budget(Budget::Clock::now(), std::chrono::milliseconds(watchdog_ms_.load(std::memory_order_relaxed)),
+                        [this] { return lane_.aborting(); });
+    return ExecuteTaskCb(*per_core_.at(core), cb, budget);
+}
+
+void TaskQueues::Run(const CoreTask& task, unsigned core) noexcept {
+    uint16_t status = SPYRE_ERR_INTERNAL;
+    const uint64_t start_ns = DeviceClockNs();
+    try {
+        status = Execute(task.cb, core);
+    } catch (const std::exception& e) {
+        LOG_ERROR("task fault (user_data %llu): %s", static_cast<unsigned long long>(task.cb.user_data), e.what());
+    } catch (...) {
+    }
+    const uint64_t end_ns = DeviceClockNs();
+    regs_.Add64(status == SPYRE_ERR_NONE ? SPYRE_REG_CNT_TASKS_DONE : SPYRE_REG_CNT_TASK_ERRORS, 1);
+    regs_.Add64(SPYRE_REG_CNT_TASK_BUSY_NS, end_ns - start_ns);
+    if (status == SPYRE_ERR_WATCHDOG) regs_.Add64(SPYRE_REG_CNT_WATCHDOG, 1);
+    const spyre_cqe cqe =
+        MakeCqe(task.cb, task.sq_pos, status, spyre_task_result(end_ns - start_ns, uint16_t(core)), end_ns);
+    {
+        std::lock_guard lock(mutex_);
+        pairs_[task.queue]->Post(cqe, host_link_);
+    }
+    SignalCompletion(db_->irq_seq, db_->irq_waiters, regs_);
+    std::lock_guard lock(mutex_);
+    if (--running_ == 0) idle_.notify_all();
+}
+
+}  // namespace spyre::mockdev

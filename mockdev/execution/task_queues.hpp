@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The task queues of a function as its queue server serves them
+// (spyre_task.h): one queue per core group of the card. A turn copies CBs out
+// of the queues into per-queue pending lists, taking one only while its
+// completion has room in the CQ, so no core ever waits to post, and hands
+// them to the card's cores (CardCores), whose idle workers take them one per
+// core, validate and run them and post their completions in the order they
+// finish. The lane's own thread runs the first task of a turn itself on a
+// lent core (CardCores::RunOneTask): a lone task, a chain's next link,
+// starts without waking a worker.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "execution/card_cores.hpp"
+#include "execution/device_memory.hpp"
+#include "execution/host_link.hpp"
+#include "execution/program_executor.hpp"
+#include "execution/queue_geometry.hpp"
+#include "execution/queue_lane.hpp"
+#include "execution/queue_pair.hpp"
+#include "pci/register_file.hpp"
+#include "pci/shm_object.hpp"
+#include "spyre/uapi/spyre_task.h"
+
+namespace spyre::mockdev {
+
+class TaskQueues final : public QueueKind, public TaskSource {
+public:
+    // One queue per core group of `cores`. `memory` is the function's window,
+    // `watchdog_ms` the card's bound on one task; `lane` serves these queues:
+    // its aborting() stops running tasks (ABORTED).
+    TaskQueues(RegisterFile& regs, ShmObject& bar4, const TaskGeometry& geometry,
+               const std::atomic<uint32_t>& watchdog_ms, DeviceMemory memory, CardCores& cores, HostLink& host_link,
+               const QueueLane& lane);
+
+    uint32_t queues() const { return queues_; }
+    uint32_t group_cores(uint32_t queue) const { return cores_.group_cores(queue); }
+    uint32_t halted_mask() const;
+    spyre_task_doorbell* doorbell() const { return db_; }
+
+    // QueueKind: the lane's turn.
+    bool Submitted() const override;
+    Turn Serve(std::unique_lock<std::mutex>& exec, CycleClock& clock, Clock::time_point& now) override;
+    void Started() override;   // the cores take tasks from here
+    void Stopping() override;  // no longer; tasks running end first
+    // Running tasks (told to stop by the lane) have posted their completions
+    // when Hold returns; no task starts until Resume.
+    void Hold() override;
+    void Resume() override;
+    // Every queue empty (positions zero, rings zeroed, tasks not yet run
+    // dropped), none halted.
+    void Clear() override;
+
+    // TaskSource: the card's workers pull tasks through these.
+    bool Take(uint32_t queue, CoreTask& out) override;
+    void Run(const CoreTask& task, unsigned core) noexcept override;
+
+private:
+    struct Taken {
+        spyre_cb cb;
+        uint32_t sq_pos;
+    };
+    void Halt(uint32_t queue);
+    uint16_t Execute(const spyre_cb& cb, unsigned core);
+    // Tasks taken in this turn, `taken[q]` of queue q: announced to the
+    // cores, the first run here on a lent core.
+    void HandOut(const std::array<uint32_t, SPYRE_TQ_MAX_QUEUES>& taken);
+
+    RegisterFile& regs_;
+    const std::atomic<uint32_t>& watchdog_ms_;
+    CardCores& cores_;
+    HostLink& host_link_;
+    const QueueLane& lane_;
+    spyre_task_doorbell* const db_;
+    const uint32_t queues_;
+    // Every queue of the page, served or not: a reset clears them all.
+    std::vector<std::unique_ptr<QueuePair>> pairs_;
+    // Each core's private state: its copy of the program it runs.
+    std::vector<std::unique_ptr<ProgramExecutor>> per_core_;
+
+    std::mutex mutex_;  // guards pending_, each pair's CQ side, running_, accepting_
+    std::condition_variable idle_;  // running_ dropped to 0
+    std::array<std::deque<Taken>, SPYRE_TQ_MAX_QUEUES> pending_;  // taken from the SQ, not yet on a core
+    unsigned running_ = 0;
+    bool accepting_ = true;  // false while held or stopped: no task is handed out
+    std::atomic<bool> registered_{false};
+};
+
+}  // namespace spyre::mockdev

@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: Apache-2.0
+// A function's queue server (execution/queue_server.hpp) without a daemon:
+// a card's PF, its server started, driven through the trapped region
+// accesses the FUSE files use. The CB ring and a task queue each answer
+// their garbage with an error CQE while the other kind goes on, and a reset
+// empties both. In the mockdev-model suite, so ThreadSanitizer runs it.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "pci/card.hpp"
+#include "pci/function.hpp"
+#include "spyre/uapi/spyre_task.h"
+
+using namespace spyre::mockdev;
+
+namespace {
+
+constexpr RingGeometry kRing{};
+constexpr TaskGeometry kTasks{};
+
+spyre_cb Nop(uint64_t user_data) {
+    spyre_cb cb{};
+    cb.opcode = SPYRE_OP_NOP;
+    cb.slots = 1;
+    cb.user_data = user_data;
+    return cb;
+}
+
+class QueueServerTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        card_ = std::make_unique<Card>(CardParams{0, 64ull << 20, "spyre-qs-test-" + std::to_string(::getpid()),
+                                                  std::chrono::microseconds(50), 1, 10000});
+        card_->Start();
+        fn_ = card_->FindFunction(0);
+        ASSERT_TRUE(fn_);
+        ASSERT_EQ(Read32(SPYRE_REGION_BAR0, SPYRE_REG_TQ_COUNT), 1u);  // one core: one task queue
+        EnableRing();
+    }
+
+    uint32_t Read32(unsigned region, uint64_t offset) {
+        uint32_t v = 0;
+        EXPECT_EQ(fn_->ReadRegion(region, offset, &v, sizeof v), ssize_t(sizeof v));
+        return v;
+    }
+    void Write(uint64_t bar4_offset, const void* bytes, size_t len) {
+        ASSERT_EQ(fn_->WriteRegion(SPYRE_REGION_BAR4, bar4_offset, bytes, len), ssize_t(len));
+    }
+    void EnableRing() {
+        const uint32_t on = SPYRE_CONTROL_RING_ENABLE;
+        ASSERT_EQ(fn_->WriteRegion(SPYRE_REGION_BAR0, SPYRE_REG_CONTROL, &on, sizeof on), 4);
+    }
+    // Writes `cbs` into an SQ from ring position `pos` on and publishes the
+    // new tail at `tail_offset` (a trapped write: the doorbell).
+    void Submit(uint64_t sq, uint32_t entries, uint32_t pos, const std::vector<spyre_cb>& cbs, uint64_t tail_offset) {
+        for (size_t i = 0; i < cbs.size(); ++i)
+            Write(sq + uint64_t((pos + i) & (entries - 1)) * sizeof(spyre_cb), &cbs[i], sizeof(spyre_cb));
+        const uint32_t tail = pos + uint32_t(cbs.size());
+        Write(tail_offset, &tail, sizeof tail);
+    }
+    // Waits (bounded) until the word at `tail_offset` reaches `n`.
+    uint32_t WaitFor(uint64_t tail_offset, uint32_t n) {
+        for (int i = 0; i < 10000 && Read32(SPYRE_REGION_BAR4, tail_offset) != n; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return Read32(SPYRE_REGION_BAR4, tail_offset);
+    }
+    spyre_cqe Cqe(uint64_t cq, uint32_t entries, uint32_t pos) {
+        spyre_cqe c{};
+        fn_->ReadRegion(SPYRE_REGION_BAR4, cq + uint64_t(pos & (entries - 1)) * sizeof c, &c, sizeof c);
+        return c;
+    }
+
+    // The CB ring's and task queue 0's submit and wait.
+    void SubmitRing(uint32_t pos, const std::vector<spyre_cb>& cbs) {
+        Submit(kRing.sq_offset, kRing.sq_entries, pos, cbs, kRing.db_offset + SPYRE_DB_SQ_TAIL);
+    }
+    void SubmitTasks(uint32_t pos, const std::vector<spyre_cb>& cbs) {
+        Submit(kTasks.offset, kTasks.sq_entries, pos, cbs, kTasks.db_offset + SPYRE_TDB_SQ_TAIL(0));
+    }
+    uint32_t WaitRing(uint32_t n) { return WaitFor(kRing.db_offset + SPYRE_DB_CQ_TAIL, n); }
+    uint32_t WaitTasks(uint32_t n) { return WaitFor(kTasks.db_offset + SPYRE_TDB_CQ_TAIL(0), n); }
+    spyre_cqe RingCqe(uint32_t pos) { return Cqe(kRing.cq_offset, kRing.cq_entries, pos); }
+    // Task completions come in the order tasks finish: by user_data.
+    std::map<uint64_t, spyre_cqe> TaskCqes(uint32_t from, uint32_t to) {
+        std::map<uint64_t, spyre_cqe> out;
+        for (uint32_t pos = from; pos < to; ++pos) {
+            const spyre_cqe c = Cqe(kTasks.offset + kTasks.cq_offset, kTasks.cq_entries, pos);
+            out[c.user_data] = c;
+        }
+        return out;
+    }
+
+    std::unique_ptr<Card> card_;
+    std::shared_ptr<Function> fn_;
+};
+
+TEST_F(QueueServerTest, GarbageOnEachKindGetsItsErrorAndTheOtherKindGoesOn) {
+    spyre_cb unknown = Nop(1);
+    unknown.opcode = 0x99;
+    spyre_cb task_on_ring = Nop(2);
+    task_on_ring.opcode = SPYRE_OP_TASK;
+    SubmitRing(0, {unknown, task_on_ring, Nop(3)});
+    SubmitTasks(0, {spyre_cb{}, Nop(11)});  // a zeroed slot: opcode 0 (user_data 0)
+    ASSERT_EQ(WaitRing(3), 3u);
+    ASSERT_EQ(WaitTasks(2), 2u);
+    EXPECT_EQ(RingCqe(0).status, SPYRE_ERR_INVALID_OPCODE);
+    EXPECT_EQ(RingCqe(0).user_data, 1u);
+    EXPECT_EQ(RingCqe(1).status, SPYRE_ERR_WRONG_QUEUE);
+    EXPECT_EQ(RingCqe(2).status, SPYRE_ERR_NONE);
+    EXPECT_EQ(RingCqe(2).sq_pos, 2u);
+    auto tasks = TaskCqes(0, 2);
+    ASSERT_EQ(tasks.size(), 2u);
+    EXPECT_EQ(tasks.at(0).status, SPYRE_ERR_INVALID_OPCODE);
+    EXPECT_EQ(tasks.at(11).status, SPYRE_ERR_NONE);
+    // The ring's first fault is latched; task faults are counted, not latched.
+    EXPECT_EQ(Read32(SPYRE_REGION_BAR0, SPYRE_REG_ERR_CODE), SPYRE_ERR_INVALID_OPCODE);
+    EXPECT_EQ(Read32(SPYRE_REGION_BAR0, SPYRE_REG_CNT_CB_ERRORS), 2u);
+    EXPECT_EQ(Read32(SPYRE_REGION_BAR0, SPYRE_REG_CNT_TASK_ERRORS), 1u);
+
+    // Both go on.
+    SubmitRing(3, {Nop(4)});
+    SubmitTasks(2, {Nop(12)});
+    ASSERT_EQ(WaitRing(4), 4u);
+    ASSERT_EQ(WaitTasks(3), 3u);
+    EXPECT_EQ(RingCqe(3).status, SPYRE_ERR_NONE);
+    EXPECT_EQ(TaskCqes(2, 3).at(12).status, SPYRE_ERR_NONE);
+}
+
+// A task queue whose sq_tail runs past its ring halts alone: the CB ring
+// goes on, and a reset brings the queue back with both kinds empty.
+TEST_F(QueueServerTest, ATaskQueueOverflowHaltsItAloneUntilReset) {
+    const uint32_t bogus = kTasks.sq_entries + 9;
+    Write(kTasks.db_offset + SPYRE_TDB_SQ_TAIL(0), &bogus, sizeof bogus);
+    for (int i = 0; i < 10000 && Read32(SPYRE_REGION_BAR0, SPYRE_REG_TQ_HALTED) == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(Read32(SPYRE_REGION_BAR0, SPYRE_REG_TQ_HALTED), 1u);
+    EXPECT_EQ(Read32(SPYRE_REGION_BAR0, SPYRE_REG_ERR_CODE), SPYRE_ERR_RING_OVERFLOW);
+    EXPECT_FALSE(Read32(SPYRE_REGION_BAR0, SPYRE_REG_STATUS) & SPYRE_STATUS_HALTED);
+    SubmitRing(0, {Nop(1)});
+    ASSERT_EQ(WaitRing(1), 1u);
+    EXPECT_EQ(RingCqe(0).status, SPYRE_ERR_NONE);
+
+    ASSERT_EQ(fn_->Reset(), 0);
+    EXPECT_EQ(Read32(SPYRE_REGION_BAR0, SPYRE_REG_TQ_HALTED), 0u);
+    for (uint32_t off : {SPYRE_DB_SQ_TAIL, SPYRE_DB_SQ_HEAD, SPYRE_DB_CQ_TAIL})
+        EXPECT_EQ(Read32(SPYRE_REGION_BAR4, kRing.db_offset + off), 0u) << off;
+    for (uint32_t off : {SPYRE_TDB_SQ_TAIL(0), SPYRE_TDB_SQ_HEAD(0), SPYRE_TDB_CQ_TAIL(0)})
+        EXPECT_EQ(Read32(SPYRE_REGION_BAR4, kTasks.db_offset + off), 0u) << off;
+    EXPECT_EQ(RingCqe(0).user_data, 0u);  // the CQ was zeroed
+    EnableRing();                          // a reset disables the ring
+    SubmitRing(0, {Nop(5)});
+    SubmitTasks(0, {Nop(6)});
+    ASSERT_EQ(WaitRing(1), 1u);
+    ASSERT_EQ(WaitTasks(1), 1u);
+    EXPECT_EQ(RingCqe(0).user_data, 5u);
+    EXPECT_EQ(TaskCqes(0, 1).at(6).status, SPYRE_ERR_NONE);
+}
+
+}  // namespace
