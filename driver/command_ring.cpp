@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "completion_wait.hpp"
+#include "device_queue_submit.hpp"
 #include "device_checks.hpp"
 #include "spyre/common/hex.hpp"
 #include "spyre/error.hpp"

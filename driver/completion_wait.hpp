@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// How DeviceQueue (the CB ring, the task queues) copies entries into a
-// submission ring and waits for a device's completions: poll, spin then
-// block, or block on the completion interrupt, checking the device's health
+// How DeviceQueue (the CB ring, the task queues) waits for a device's
+// completions: poll, spin then block, or block on the completion interrupt, checking the device's health
 // meanwhile. The interrupt protocol is the same for every queue
 // (spyre_regs.h, spyre_task.h): a waiter counts itself in irq_waiters, reads
 // irq_seq, checks for completions once more and only then futex-waits on
@@ -28,20 +27,6 @@ namespace spyre::driver::detail {
 template <typename T>
 std::atomic_ref<T> Word(T& t) {
     return std::atomic_ref<T>(t);
-}
-
-// Copies `entries` into the submission ring `ring` of `size` (a power of
-// two) entries from position `tail` on, wrapping at the ring's end, and
-// advances `tail` past them. The caller has checked that they fit.
-template <typename T>
-void CopyToRing(T* ring, uint32_t size, uint32_t& tail, std::span<const T> entries) {
-    for (size_t done = 0; done < entries.size();) {
-        const uint32_t at = spyre_ring_slot(tail, size);
-        const size_t n = std::min<size_t>(entries.size() - done, size - at);  // up to the ring's end
-        std::memcpy(static_cast<void*>(&ring[at]), entries.data() + done, n * sizeof(T));
-        done += n;
-        tail += uint32_t(n);
-    }
 }
 
 // How often a spinning or sleeping waiter checks that the device still lives.

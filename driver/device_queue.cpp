@@ -5,7 +5,6 @@
 
 #include "completion_wait.hpp"
 #include "device_checks.hpp"
-#include "spyre/common/futex.hpp"
 
 using namespace std::chrono;
 
@@ -105,26 +104,6 @@ bool DeviceQueue::DeviceIdle() const noexcept {
 }
 
 bool DeviceQueue::Halted() const { return (fn_.Read32(halt_reg_) & halt_mask_) != 0; }
-
-void DeviceQueue::Submit(std::span<const spyre_cb> slots, uint32_t cbs) {
-    if (fn_.lost() || Word(*device_state_).load(std::memory_order_relaxed) != SPYRE_DEVSTATE_ALIVE)
-        fn_.CheckAlive();
-    if (slots.empty()) return;
-    // The device posts a completion only into room it can see: with the
-    // consumed completions it has not been told of, every CB in flight must
-    // still fit in the completion ring.
-    if (InFlight() + cbs + (cq_head_ - cq_published_) > cq_entries_) PublishHead();
-    detail::CopyToRing(sq_, sq_entries_, sq_tail_, slots);
-    cq_end_ += cbs;
-    Word(*sq_tail_word_).store(sq_tail_, std::memory_order_release);
-    // Pairs with the device's fence between setting device_sleeping and
-    // re-reading sq_tail: one of the two sides always sees the other.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (Word(*device_sleeping_).load(std::memory_order_relaxed)) {
-        if (wake_word_ != sq_tail_word_) Word(*wake_word_).fetch_add(1, std::memory_order_release);
-        FutexWake(wake_word_, 1);
-    }
-}
 
 void DeviceQueue::PublishHead() noexcept {
     if (cq_head_ == cq_published_) return;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "completion_wait.hpp"
+#include "device_queue_submit.hpp"
 #include "spyre/error.hpp"
 
 using namespace std::chrono;

@@ -44,11 +44,15 @@ struct QueueId {
     static QueueId Ring() noexcept { return {}; }
     static QueueId Task(uint32_t group) noexcept { return {true, group}; }
     // "the CB ring", "task queue 2": how messages name the queue.
-    std::string Name() const;
+    SPYRE_INTERNAL std::string Name() const;
 };
 
 // Not thread-safe, as the classes over it: one thread submits and reaps
-// (CompletionPosted excepted).
+// (CompletionPosted excepted). Its out-of-line members are libspyre's own
+// (SPYRE_INTERNAL: not exported, and called directly, not through the PLT,
+// on the submit and wait paths); it sits in an installed header only because
+// CommandRing and TaskQueue hold it by value and read it inline. Apps use
+// those two.
 class DeviceQueue {
 public:
     // Reads the geometry the device publishes for queue `id`, checks it
@@ -57,18 +61,18 @@ public:
     // ProtocolError for geometry this driver cannot use, InvalidArgument for
     // a task queue the device does not have. The function must outlive the
     // queue.
-    DeviceQueue(Function& function, QueueId id);
+    SPYRE_INTERNAL DeviceQueue(Function& function, QueueId id);
     DeviceQueue(const DeviceQueue&) = delete;
     DeviceQueue& operator=(const DeviceQueue&) = delete;
 
     // Takes the positions in the device's words as this queue's own, with
     // nothing in flight: on a fresh (reset) queue, or one found DeviceIdle.
-    void Attach() noexcept;
+    SPYRE_INTERNAL void Attach() noexcept;
     // True when the device's words show nothing submitted and not reaped,
     // and no completion posted and not reaped.
-    bool DeviceIdle() const noexcept;
+    SPYRE_INTERNAL bool DeviceIdle() const noexcept;
     // True when the device halted this queue (until a function reset).
-    bool Halted() const;
+    SPYRE_INTERNAL bool Halted() const;
 
     Function& function() const noexcept { return fn_; }
     QueueId id() const noexcept { return id_; }
@@ -85,8 +89,10 @@ public:
     // Copies `slots` into the SQ (the caller has checked they fit: a CB ring
     // CB may take several slots), counts `cbs` more completions owed,
     // publishes sq_tail and wakes the device only if it sleeps (one doorbell
-    // for the batch). Throws DeviceLost if the device is gone.
-    void Submit(std::span<const spyre_cb> slots, uint32_t cbs);
+    // for the batch). Throws DeviceLost if the device is gone. Defined in
+    // the driver's device_queue_submit.hpp, inline in the Submit of the
+    // classes over it.
+    SPYRE_INTERNAL inline void Submit(std::span<const spyre_cb> slots, uint32_t cbs);
 
     // True when the CQE slot of completion position `cq_pos` holds that
     // position's record: its phase byte (written last by the device with a
@@ -115,18 +121,19 @@ public:
         if (cq_head_ - cq_published_ >= publish_every_) PublishHead();
     }
     // Returns the CQ head to the device now.
-    void PublishHead() noexcept;
+    SPYRE_INTERNAL void PublishHead() noexcept;
 
     // Throws DeviceLost (the device is gone) or DeviceError (it halted this queue).
-    void CheckHealth() const;
+    SPYRE_INTERNAL void CheckHealth() const;
     // Sleeps on the completion interrupt until CompletionsReady() or
     // `deadline`, checking health whenever a sleep ends with nothing ready.
-    void BlockOnInterrupt(std::chrono::steady_clock::time_point deadline) const;
+    SPYRE_INTERNAL void BlockOnInterrupt(std::chrono::steady_clock::time_point deadline) const;
     // Sleeps until a completion is ready, `*word` (a futex word private to
     // this process) no longer holds `expected`, or `timeout` passes
     // (futex_waitv; short sleeps where the kernel lacks it). Throws like
     // CheckHealth.
-    void WaitCompletionOr(const std::atomic<uint32_t>& word, uint32_t expected, std::chrono::nanoseconds timeout) const;
+    SPYRE_INTERNAL void WaitCompletionOr(const std::atomic<uint32_t>& word, uint32_t expected,
+                                         std::chrono::nanoseconds timeout) const;
 
     // The completion interrupt words, shared by the function's queues of a
     // kind (the task queues wait on one interrupt).
@@ -138,8 +145,8 @@ public:
 
     // The errors of a wait: InvalidArgument for more completions than are
     // owed, Timeout naming the queue and what it has in flight.
-    Error TooManyAwaited(size_t min_count) const;
-    Error TimedOut(std::chrono::nanoseconds timeout) const;
+    SPYRE_INTERNAL Error TooManyAwaited(size_t min_count) const;
+    SPYRE_INTERNAL Error TimedOut(std::chrono::nanoseconds timeout) const;
     ErrorContext Context() const { return ErrorContext{.device = fn_.pci_address()}; }
 
 private:
