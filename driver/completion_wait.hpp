@@ -1,13 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// What the driver's rings share (the CB ring, the task queues): copying
-// entries into a submission ring, reading completion records by their phase
-// (both post spyre_cqe the same way, spyre_cb.h "CQE phase"), and waiting
-// for a device's completions: poll, spin then block, or block on the
-// completion interrupt, checking the device's health meanwhile. The
-// interrupt protocol is the same for both (spyre_regs.h, spyre_task.h): a
-// waiter counts itself in irq_waiters, reads irq_seq, checks for completions
-// once more and only then futex-waits on irq_seq.
+// How DeviceQueue (the CB ring, the task queues) waits for a device's
+// completions: poll, spin then block, or block on the completion interrupt, checking the device's health
+// meanwhile. The interrupt protocol is the same for every queue
+// (spyre_regs.h, spyre_task.h): a waiter counts itself in irq_waiters, reads
+// irq_seq, checks for completions once more and only then futex-waits on
+// irq_seq. Templates, so the queue's checks inline into the spin.
 #pragma once
 
 #include <algorithm>
@@ -18,7 +16,7 @@
 #include <span>
 
 #include "spyre/common/futex.hpp"
-#include "spyre/driver/command_ring.hpp"
+#include "spyre/driver/device_queue.hpp"
 #include "spyre/uapi/spyre_cb.h"
 #include "spyre/uapi/spyre_regs.h"
 
@@ -31,45 +29,16 @@ std::atomic_ref<T> Word(T& t) {
     return std::atomic_ref<T>(t);
 }
 
-// Copies `entries` into the submission ring `ring` of `size` (a power of
-// two) entries from position `tail` on, wrapping at the ring's end, and
-// advances `tail` past them. The caller has checked that they fit.
-template <typename T>
-void CopyToRing(T* ring, uint32_t size, uint32_t& tail, std::span<const T> entries) {
-    for (size_t done = 0; done < entries.size();) {
-        const uint32_t at = spyre_ring_slot(tail, size);
-        const size_t n = std::min<size_t>(entries.size() - done, size - at);  // up to the ring's end
-        std::memcpy(static_cast<void*>(&ring[at]), entries.data() + done, n * sizeof(T));
-        done += n;
-        tail += uint32_t(n);
-    }
-}
-
-// True when the CQE slot of completion position `cq_pos` (of a CQ of
-// `entries`, a power of two) holds that position's record: its phase byte,
-// which the device writes last with a release store, shows the position's
-// lap. Reads that one byte.
-inline bool CqePosted(const spyre_cqe* cq, uint32_t entries, uint32_t cq_pos) noexcept {
-    auto& phase = const_cast<uint8_t&>(cq[spyre_ring_slot(cq_pos, entries)].phase);
-    return std::atomic_ref<uint8_t>(phase).load(std::memory_order_acquire) == spyre_cqe_phase(cq_pos, entries);
-}
-
-// A private copy of the record at `cq_pos`, once CqePosted: the device may
-// rewrite the slot (its next lap) while the caller looks at it.
-inline spyre_cqe ReadCqe(const spyre_cqe* cq, uint32_t entries, uint32_t cq_pos) noexcept {
-    spyre_cqe e;
-    std::memcpy(&e, &cq[spyre_ring_slot(cq_pos, entries)], sizeof e);
-    return e;
-}
-
 // How often a spinning or sleeping waiter checks that the device still lives.
 inline constexpr std::chrono::milliseconds kHealthPeriod{100};
 
 // Sleeps on the interrupt until ready() or `deadline`; calls health() (which
 // throws for a dead or halted device) whenever a sleep ends with nothing ready.
 template <typename Ready, typename Health>
-void BlockOnInterrupt(uint32_t& irq_waiters, uint32_t& irq_seq, Ready&& ready, Health&& health,
+void BlockOnInterrupt(DeviceQueue::Interrupt irq, Ready&& ready, Health&& health,
                       std::chrono::steady_clock::time_point deadline) {
+    uint32_t& irq_waiters = irq.waiters;
+    uint32_t& irq_seq = irq.seq;
     // Announce the waiter before the last check so the device's wake cannot
     // slip between our check and our sleep.
     std::atomic_ref<uint32_t>(irq_waiters).fetch_add(1, std::memory_order_seq_cst);
@@ -139,6 +108,21 @@ size_t WaitForCompletions(size_t min_count, const WaitOptions& options, Ready&& 
         if (t >= deadline) throw timed_out();
     }
     return got;
+}
+
+// Waits on `queue` until min(min_count, out_size) completions are in, as
+// WaitForCompletions; reap(done) reaps into the caller's records after the
+// first `done`. Throws the queue's errors (TooManyAwaited, TimedOut,
+// CheckHealth's).
+template <typename Reap>
+size_t WaitOnQueue(const DeviceQueue& queue, size_t out_size, size_t min_count, const WaitOptions& options,
+                   Reap&& reap) {
+    min_count = std::min(min_count, out_size);
+    if (min_count > queue.InFlight()) throw queue.TooManyAwaited(min_count);
+    return WaitForCompletions(
+        min_count, options, [&] { return queue.CompletionsReady(); }, reap, [&] { queue.CheckHealth(); },
+        [&](std::chrono::steady_clock::time_point deadline) { queue.BlockOnInterrupt(deadline); },
+        [&] { return queue.TimedOut(options.timeout); });
 }
 
 }  // namespace spyre::driver::detail

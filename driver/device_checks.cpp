@@ -100,13 +100,14 @@ void CheckRingGeometry(const RingRegisters& r, uint64_t bar4_size, const ErrorCo
         Protocol("ring geometry overlaps: doorbell page, SQ and CQ must be disjoint", ctx);
 }
 
-void CheckTaskGeometry(const TaskRegisters& r, uint64_t bar4_size, const ErrorContext& ctx) {
-    if (r.desc_size != sizeof(spyre_cb) || r.cqe_size != sizeof(spyre_cqe))
-        Protocol("device publishes task queue CB/CQE sizes " + std::to_string(r.desc_size) + "/" +
+void CheckTaskGeometry(const TaskRegisters& t, uint64_t bar4_size, const ErrorContext& ctx) {
+    const QueueRegisters& r = t.rings;
+    if (r.cb_size != sizeof(spyre_cb) || r.cqe_size != sizeof(spyre_cqe))
+        Protocol("device publishes task queue CB/CQE sizes " + std::to_string(r.cb_size) + "/" +
                      std::to_string(r.cqe_size) + ", driver expects 64/32",
                  ctx, "TQ_DESC_SIZE", SPYRE_REG_TQ_DESC_SIZE);
-    if (r.queues > SPYRE_TQ_MAX_QUEUES)
-        Protocol("device publishes " + std::to_string(r.queues) + " task queues, the contract allows " +
+    if (t.queues > SPYRE_TQ_MAX_QUEUES)
+        Protocol("device publishes " + std::to_string(t.queues) + " task queues, the contract allows " +
                      std::to_string(SPYRE_TQ_MAX_QUEUES),
                  ctx, "TQ_COUNT", SPYRE_REG_TQ_COUNT);
     if (!IsPowerOfTwo(r.sq_entries) || !IsPowerOfTwo(r.cq_entries))
@@ -117,13 +118,13 @@ void CheckTaskGeometry(const TaskRegisters& r, uint64_t bar4_size, const ErrorCo
         Protocol("task doorbell page offset " + std::to_string(r.db_offset) + " is not a page inside the " +
                      std::to_string(bar4_size) + "-byte BAR4 mapping",
                  ctx, "TQ_DB_OFFSET", SPYRE_REG_TQ_DB_OFFSET);
-    if (r.queues == 0) return;
-    const uint64_t sq_bytes = uint64_t(r.sq_entries) * r.desc_size, cq_bytes = uint64_t(r.cq_entries) * r.cqe_size;
-    const uint64_t blocks = uint64_t(r.queues - 1) * r.stride + r.cq_offset + cq_bytes;
-    if (r.offset % 64 || r.stride % 64 || r.cq_offset % 64 || r.cq_offset < sq_bytes ||
-        uint64_t(r.cq_offset) + cq_bytes > r.stride || !Inside(r.offset, blocks, bar4_size) ||
-        Overlap(r.offset, blocks, r.db_offset, sizeof(spyre_task_doorbell)))
-        Protocol("task queue blocks at " + std::to_string(r.offset) + " (stride " + std::to_string(r.stride) +
+    if (t.queues == 0) return;
+    const uint64_t sq_bytes = uint64_t(r.sq_entries) * r.cb_size, cq_bytes = uint64_t(r.cq_entries) * r.cqe_size;
+    const uint64_t blocks = uint64_t(t.queues - 1) * t.stride + r.cq_offset + cq_bytes;
+    if (r.sq_offset % 64 || t.stride % 64 || r.cq_offset % 64 || r.cq_offset < sq_bytes ||
+        uint64_t(r.cq_offset) + cq_bytes > t.stride || !Inside(r.sq_offset, blocks, bar4_size) ||
+        Overlap(r.sq_offset, blocks, r.db_offset, sizeof(spyre_task_doorbell)))
+        Protocol("task queue blocks at " + std::to_string(r.sq_offset) + " (stride " + std::to_string(t.stride) +
                      ", CQ at +" + std::to_string(r.cq_offset) +
                      ") are misaligned, overlap each other or the task doorbell page, or leave BAR4",
                  ctx, "TQ_OFFSET", SPYRE_REG_TQ_OFFSET);

@@ -41,12 +41,16 @@ struct MappableRegion {
 MappableRegion CheckMockRegion(const spyre_region_info& ri, const spyre_mock_region_shm& shm, uint32_t index,
                                const ErrorContext& ctx);
 
-// The ring geometry registers (spyre_regs.h), as read.
-struct RingRegisters {
+// A queue's geometry registers (spyre_regs.h), as read: the CB ring's, or
+// the ones all task queues share (TQ_*: sq_offset is TQ_OFFSET, where queue
+// 0's block starts; cq_offset TQ_CQ_OFFSET, inside a block; cb_size
+// TQ_DESC_SIZE). DeviceQueue also keeps here which register holds each.
+struct QueueRegisters {
     uint32_t db_offset = 0, sq_offset = 0, cq_offset = 0;
     uint32_t sq_entries = 0, cq_entries = 0;
     uint32_t cb_size = 0, cqe_size = 0;
 };
+using RingRegisters = QueueRegisters;
 
 // The doorbell page lies page-aligned inside the `bar4_size` bytes mapped.
 bool DoorbellOffsetOk(uint32_t db_offset, uint64_t bar4_size) noexcept;
@@ -57,10 +61,11 @@ void CheckDoorbellOffset(uint32_t db_offset, uint64_t bar4_size, const ErrorCont
 // and no two of doorbell page, SQ and CQ overlapping.
 void CheckRingGeometry(const RingRegisters& regs, uint64_t bar4_size, const ErrorContext& ctx);
 
-// The task queue geometry registers (spyre_regs.h, TQ_*), as read.
+// The task queue geometry registers (spyre_regs.h, TQ_*), as read: what
+// every queue shares, how many queues and how far apart their blocks lie.
 struct TaskRegisters {
-    uint32_t queues = 0, db_offset = 0, offset = 0, stride = 0;
-    uint32_t sq_entries = 0, desc_size = 0, cq_offset = 0, cq_entries = 0, cqe_size = 0;
+    QueueRegisters rings;
+    uint32_t queues = 0, stride = 0;
 };
 
 // This contract's CB and CQE sizes (a task queue's entries), at most

@@ -50,9 +50,10 @@ RANKS = {
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
 # The driver's queue classes, and what opens one: their headers, or a
 # construction (a declaration of one by value, or make_unique/shared).
-QUEUE_HEADERS = ('spyre/driver/command_ring.hpp', 'spyre/driver/task_queue.hpp')
-QUEUE_OPEN = re.compile(r'make_(?:unique|shared)<\s*(?:spyre::)?(?:driver::)?(?:CommandRing|TaskQueue)\s*>'
-                        r'|(?:^|[^:\w<&*])(?:spyre::)?(?:driver::)?(?:CommandRing|TaskQueue)\s+\w+\s*[({]', re.M)
+QUEUE_HEADERS = ('spyre/driver/command_ring.hpp', 'spyre/driver/task_queue.hpp', 'spyre/driver/device_queue.hpp')
+QUEUE_OPEN = re.compile(r'make_(?:unique|shared)<\s*(?:spyre::)?(?:driver::)?(?:CommandRing|TaskQueue|DeviceQueue)\s*>'
+                        r'|(?:^|[^:\w<&*])(?:spyre::)?(?:driver::)?(?:CommandRing|TaskQueue|DeviceQueue)\s+\w+\s*[({]',
+                        re.M)
 # Who may: the Device and the scheduler it owns.
 QUEUE_OWNERS = ('libspyre/device/', 'libspyre/stream/')
 QUEUE_CHECKED = ('libspyre/', 'tools/', 'python/')

@@ -139,16 +139,18 @@ TEST(ContractVersionCheck, OnlyThisMajorVersion) {
 // Task queues take CBs and post CQEs (3.0): the old descriptor sizes were
 // 64/32 too, so only the registers' meaning changed; other sizes are refused.
 TEST(TaskGeometryCheck, EntriesAreCbsAndCqes) {
-    const TaskRegisters good{.queues = 2, .db_offset = SPYRE_DEFAULT_TQ_DB_OFFSET, .offset = SPYRE_DEFAULT_TQ_OFFSET,
-                             .stride = SPYRE_DEFAULT_TQ_STRIDE, .sq_entries = SPYRE_DEFAULT_TQ_SQ_ENTRIES,
-                             .desc_size = sizeof(spyre_cb), .cq_offset = SPYRE_DEFAULT_TQ_CQ_OFFSET,
-                             .cq_entries = SPYRE_DEFAULT_TQ_CQ_ENTRIES, .cqe_size = sizeof(spyre_cqe)};
+    const TaskRegisters good{.rings = {.db_offset = SPYRE_DEFAULT_TQ_DB_OFFSET, .sq_offset = SPYRE_DEFAULT_TQ_OFFSET,
+                                       .cq_offset = SPYRE_DEFAULT_TQ_CQ_OFFSET, .sq_entries = SPYRE_DEFAULT_TQ_SQ_ENTRIES,
+                                       .cq_entries = SPYRE_DEFAULT_TQ_CQ_ENTRIES, .cb_size = sizeof(spyre_cb),
+                                       .cqe_size = sizeof(spyre_cqe)},
+                             .queues = 2,
+                             .stride = SPYRE_DEFAULT_TQ_STRIDE};
     EXPECT_NO_THROW(CheckTaskGeometry(good, SPYRE_BAR4_SIZE, {}));
     TaskRegisters r = good;
-    r.cqe_size = 64;
+    r.rings.cqe_size = 64;
     EXPECT_EQ(KindOf([&] { CheckTaskGeometry(r, SPYRE_BAR4_SIZE, {}); }), ErrorKind::ProtocolError);
     r = good;
-    r.desc_size = 32;
+    r.rings.cb_size = 32;
     EXPECT_EQ(KindOf([&] { CheckTaskGeometry(r, SPYRE_BAR4_SIZE, {}); }), ErrorKind::ProtocolError);
 }
 

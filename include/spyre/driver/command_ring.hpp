@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The control-block ring of a function: submission with one doorbell per
 // batch (woken only when the device sleeps), and completion waits that poll,
-// adapt or block on the completion interrupt (a futex word).
+// adapt or block on the completion interrupt (a futex word). All of that is
+// the driver's one queue implementation (DeviceQueue, device_queue.hpp);
+// this class adds what only the CB ring has: multi-slot CBs and their
+// in-order records, the ring's reset and enable.
 //
 // Submit takes ring slots, not CBs: a COPY_INLINE CB is followed by its
 // payload slots (spyre_cb.h, "Ring framing"). The ring counts both: slots
@@ -14,6 +17,7 @@
 #include <span>
 #include <vector>
 
+#include "spyre/driver/device_queue.hpp"
 #include "spyre/driver/function.hpp"
 #include "spyre/driver_options.hpp"
 #include "spyre/export.h"
@@ -119,12 +123,6 @@ struct Completion {
     bool ok() const noexcept { return status == SPYRE_ERR_NONE; }
 };
 
-struct WaitOptions {
-    WaitMode mode = WaitMode::Adaptive;
-    std::chrono::nanoseconds spin{std::chrono::microseconds(20)};  // Adaptive: spin budget
-    std::chrono::nanoseconds timeout{std::chrono::seconds(30)};
-};
-
 // Not thread-safe: one thread submits and reaps (the scheduler above owns it).
 class CommandRing {
 public:
@@ -135,13 +133,13 @@ public:
     CommandRing(const CommandRing&) = delete;
     CommandRing& operator=(const CommandRing&) = delete;
 
-    uint32_t sq_entries() const noexcept { return sq_entries_; }
-    uint32_t cq_entries() const noexcept { return cq_entries_; }
+    uint32_t sq_entries() const noexcept { return queue_.sq_entries(); }
+    uint32_t cq_entries() const noexcept { return queue_.cq_entries(); }
     // Ring slots free for Submit: a CB holds its slots (itself and its
     // payload) until its completion is reaped.
-    uint32_t FreeSlots() const noexcept { return spyre_ring_free(sq_head_, sq_tail_, sq_entries_); }
+    uint32_t FreeSlots() const noexcept { return spyre_ring_free(sq_head_, queue_.sq_tail(), queue_.sq_entries()); }
     // CBs submitted and not yet reaped (each gets one completion).
-    uint32_t InFlight() const noexcept { return cb_tail_ - cb_head_; }
+    uint32_t InFlight() const noexcept { return queue_.InFlight(); }
 
     // Copies the ring slots into the ring and rings the doorbell once.
     // `slots` is a sequence of CBs, each followed by its payload slots, framed
@@ -156,14 +154,14 @@ public:
 
     // True when the oldest CB in flight has completed: a Reap would take it.
     // Reads one CQE's phase byte, nothing else.
-    bool CompletionsReady() const noexcept;
+    bool CompletionsReady() const noexcept { return queue_.CompletionsReady(); }
     // The position of the next completion to reap.
-    uint32_t cq_head() const noexcept { return cq_head_; }
+    uint32_t cq_head() const noexcept { return queue_.cq_head(); }
     // True when the CQE slot of completion position `cq_pos` holds that
     // position's record. Reads only the ring's geometry and one phase byte,
     // so any thread may ask while another submits and reaps: a watcher that
     // learnt `cq_pos` from the reaping thread can spin on it.
-    bool CompletionPosted(uint32_t cq_pos) const noexcept;
+    bool CompletionPosted(uint32_t cq_pos) const noexcept { return queue_.CompletionPosted(cq_pos); }
 
     // Reaps completions that are ready, without waiting. Returns how many.
     // Each completion frees its CB's slots. Throws ProtocolError if the
@@ -183,31 +181,12 @@ public:
     void WaitCompletionOr(const std::atomic<uint32_t>& word, uint32_t expected, std::chrono::nanoseconds timeout);
 
 private:
-    ErrorContext Context() const;
-    void PublishHead() noexcept;  // tells the device how far completions were consumed
-    void CheckHealth() const;
-    void WaitBlocking(std::chrono::steady_clock::time_point deadline);
-
-    Function& fn_;
-    spyre_doorbell_page* db_ = nullptr;
-    spyre_cb* sq_ = nullptr;
-    const spyre_cqe* cq_ = nullptr;
-    uint32_t sq_entries_ = 0;
-    uint32_t cq_entries_ = 0;
-    uint32_t sq_tail_ = 0;   // our producer position (slots)
-    uint32_t sq_head_ = 0;   // first slot not yet freed: the oldest CB in flight starts here
-    uint32_t cq_head_ = 0;   // our consumer position
-    // cq_head as the device last saw it. Published every publish_every_
-    // completions, not after each reap: the store makes the device's copy of
-    // the line stale, and the next locked instruction of this thread (the
-    // runtime's completion of an op) then waits for that transfer.
-    uint32_t cq_published_ = 0;
-    uint32_t publish_every_ = 1;
-    // Slots of each CB in flight, oldest first: a ring of sq_entries records
-    // (each CB holds at least one slot, so they never outnumber the slots).
+    DeviceQueue queue_;
+    uint32_t sq_head_ = 0;  // first slot not yet freed: the oldest CB in flight starts here
+    // Slots of each CB in flight, by its completion position modulo
+    // sq_entries (each CB holds at least one slot, so they never outnumber
+    // the slots).
     std::vector<uint16_t> cb_slots_;
-    uint32_t cb_head_ = 0;   // CBs reaped
-    uint32_t cb_tail_ = 0;   // CBs submitted
 };
 
 }  // namespace spyre::driver

@@ -2,11 +2,11 @@
 // The task queue of one core group of a function (uapi/spyre_task.h): many
 // small programs at once on the group's cores, completing out of order.
 // Tasks are CBs (TaskCb, command_ring.hpp) and complete with spyre_cqe
-// records, read by their phase as CommandRing reads its own. Submission
-// rings the doorbell once per batch (and wakes the device only when it
-// sleeps); completions carry their task ids (user_data) and are reaped
-// without waiting, or waited for by polling, adaptively or blocking on the
-// task completion interrupt, as CommandRing's are.
+// records. Submission, completions, health and waits are the driver's one
+// queue implementation (DeviceQueue, device_queue.hpp), as under
+// CommandRing; this class adds what only a task queue has: its core group,
+// the idle check and hold when it is taken, out-of-order completions handed
+// over as they come, and WaitAny across the groups.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "spyre/driver/command_ring.hpp"
+#include "spyre/driver/device_queue.hpp"
 #include "spyre/driver/function.hpp"
 #include "spyre/uapi/spyre_task.h"
 #include "spyre/export.h"
@@ -50,11 +51,11 @@ public:
     TaskQueue(const TaskQueue&) = delete;
     TaskQueue& operator=(const TaskQueue&) = delete;
 
-    uint32_t group() const noexcept { return group_; }
+    uint32_t group() const noexcept { return queue_.id().group; }
     uint32_t cores() const noexcept { return cores_; }  // of this group: tasks that can run at once
     // Tasks that may be in flight (submitted and not reaped) at once.
     uint32_t capacity() const noexcept { return capacity_; }
-    uint32_t InFlight() const noexcept { return sq_tail_ - cq_head_; }
+    uint32_t InFlight() const noexcept { return queue_.InFlight(); }
     uint32_t Free() const noexcept { return capacity_ - InFlight(); }
 
     // Copies as many CBs as fit (Free()) into the ring, in order, and rings
@@ -83,21 +84,9 @@ public:
     static void WaitAny(std::span<TaskQueue* const> queues, const WaitOptions& options = {});
 
 private:
-    bool CompletionsReady() const noexcept;
-    void CheckHealth() const;
-
-    Function& fn_;
-    uint32_t group_ = 0;
+    DeviceQueue queue_;
     uint32_t cores_ = 0;
-    spyre_task_doorbell* db_ = nullptr;
-    spyre_task_queue_words* words_ = nullptr;
-    spyre_cb* sq_ = nullptr;
-    const spyre_cqe* cq_ = nullptr;
-    uint32_t sq_entries_ = 0;
-    uint32_t cq_entries_ = 0;
     uint32_t capacity_ = 0;
-    uint32_t sq_tail_ = 0;  // our producer position
-    uint32_t cq_head_ = 0;  // our consumer position
 };
 
 }  // namespace spyre::driver

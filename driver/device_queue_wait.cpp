@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// CommandRing::WaitCompletionOr: one sleep on two futex words — the ring's
+// DeviceQueue::WaitCompletionOr: one sleep on two futex words — the queue's
 // completion interrupt (shared memory) and a word of the caller's process.
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <thread>
 
-#include "spyre/driver/command_ring.hpp"
+#include "spyre/driver/device_queue.hpp"
 
 namespace spyre::driver {
 
@@ -47,20 +47,20 @@ bool FutexWaitV(WaitV* waiters, unsigned count, std::chrono::nanoseconds timeout
 
 }  // namespace
 
-void CommandRing::WaitCompletionOr(const std::atomic<uint32_t>& word, uint32_t expected,
-                                   std::chrono::nanoseconds timeout) {
+void DeviceQueue::WaitCompletionOr(const std::atomic<uint32_t>& word, uint32_t expected,
+                                   std::chrono::nanoseconds timeout) const {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    std::atomic_ref<uint32_t> waiters(db_->irq_waiters);
+    std::atomic_ref<uint32_t> waiters(*irq_waiters_);
     waiters.fetch_add(1, std::memory_order_seq_cst);
     struct Disarm {
         std::atomic_ref<uint32_t>& w;
         ~Disarm() { w.fetch_sub(1, std::memory_order_seq_cst); }
     } disarm{waiters};
-    const uint32_t seq = std::atomic_ref<uint32_t>(db_->irq_seq).load(std::memory_order_seq_cst);
+    const uint32_t seq = std::atomic_ref<uint32_t>(*irq_seq_).load(std::memory_order_seq_cst);
     if (CompletionsReady() || word.load(std::memory_order_seq_cst) != expected) return;
     const auto left = std::max<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now(), {});
     WaitV waitv[2] = {
-        {seq, reinterpret_cast<uint64_t>(&db_->irq_seq), FUTEX_32, 0},  // shared: the device wakes it
+        {seq, reinterpret_cast<uint64_t>(irq_seq_), FUTEX_32, 0},  // shared: the device wakes it
         {expected, reinterpret_cast<uint64_t>(&word), FUTEX_32 | FUTEX_PRIVATE_FLAG, 0},
     };
     if (!FutexWaitV(waitv, 2, left)) {
