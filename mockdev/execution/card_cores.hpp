@@ -146,6 +146,8 @@ public:
     uint64_t wakes_sent() const { return wakes_sent_.load(std::memory_order_relaxed); }
     // Workers of `group` lingering now (for tests).
     unsigned lingering(unsigned group);
+    // Whether a program holds the card now (for tests).
+    bool card_held() const { return card_busy_.load(std::memory_order_seq_cst); }
     // Workers waiting to take a task while a program holds the card (for tests).
     unsigned tasks_waiting() const { return held_workers_.load(); }
 

@@ -403,7 +403,10 @@ TEST(CardCores, ProgramsAndTasksWaitingForEachOtherTakeTurns) {
             ran_before = ran;
         }
         // The worker wants its next task: held back until this turn ends.
-        while (cores.tasks_waiting() == 0) std::this_thread::yield();
+        // Bounded: a worker that is never held back fails, not hangs.
+        for (int look = 0; look < 20000 && cores.tasks_waiting() == 0; ++look)
+            std::this_thread::sleep_for(std::chrono::microseconds(500));
+        EXPECT_GT(cores.tasks_waiting(), 0u) << "the worker was not held back by the program's turn";
         let_go_now(false);
     };
     std::thread first(program);
@@ -418,6 +421,10 @@ TEST(CardCores, ProgramsAndTasksWaitingForEachOtherTakeTurns) {
     ran_before = -1;
     std::thread second(program);
     ASSERT_TRUE(wait_running());
+    // The program must hold the card before task 2 may end (a thread
+    // started late would otherwise find task 3 taken). Bounded.
+    for (int look = 0; look < 20000 && !cores.card_held(); ++look) std::this_thread::sleep_for(std::chrono::microseconds(500));
+    ASSERT_TRUE(cores.card_held()) << "the second program never took the card";
     std::this_thread::sleep_for(20ms);
     EXPECT_EQ(ran_before.load(), -1);
     let_go_now(true);
