@@ -76,20 +76,44 @@ size_t TaskQueue::Wait(std::span<spyre_cqe> out, size_t min_count, const WaitOpt
                                [&](size_t done) { return Reap(out.subspan(done)); });
 }
 
-void TaskQueue::WaitAny(std::span<TaskQueue* const> queues, const WaitOptions& options) {
+namespace {
+
+// The tasks in flight on `queues`, which must be task queues of one function.
+uint32_t CheckWaitable(std::span<TaskQueue* const> queues, const DeviceQueue& (*queue_of)(const TaskQueue&)) {
     if (queues.empty()) throw Error(ErrorKind::InvalidArgument, "waiting for task completions on no queue");
-    const DeviceQueue& first = queues.front()->queue_;
+    const DeviceQueue& first = queue_of(*queues.front());
     Function& fn = first.function();
     uint32_t in_flight = 0;
     for (TaskQueue* q : queues) {
-        if (&q->queue_.function() != &fn)
+        if (&queue_of(*q).function() != &fn)
             throw Error(ErrorKind::InvalidArgument, "waiting on task queues of two functions (" + fn.pci_address() +
-                                                        ", " + q->queue_.function().pci_address() + ") at once",
+                                                        ", " + queue_of(*q).function().pci_address() + ") at once",
                         first.Context());
         in_flight += q->InFlight();
     }
     if (in_flight == 0)
         throw Error(ErrorKind::InvalidArgument, "waiting for task completions with no task in flight", first.Context());
+    return in_flight;
+}
+
+}  // namespace
+
+void TaskQueue::WaitAnyOr(std::span<TaskQueue* const> queues, std::span<const FutexWord> words,
+                          std::chrono::nanoseconds timeout) {
+    CheckWaitable(queues, [](const TaskQueue& q) -> const DeviceQueue& { return q.queue_; });
+    auto ready = [&] {
+        for (TaskQueue* q : queues)
+            if (q->queue_.CompletionsReady()) return true;
+        return false;
+    };
+    DeviceQueue::SleepOnInterruptOr(queues.front()->queue_.interrupt(), ready, words, timeout);
+    if (!ready())
+        for (TaskQueue* q : queues) q->queue_.CheckHealth();
+}
+
+void TaskQueue::WaitAny(std::span<TaskQueue* const> queues, const WaitOptions& options) {
+    const uint32_t in_flight = CheckWaitable(queues, [](const TaskQueue& q) -> const DeviceQueue& { return q.queue_; });
+    const DeviceQueue& first = queues.front()->queue_;
     auto ready = [&] {
         for (TaskQueue* q : queues)
             if (q->queue_.CompletionsReady()) return true;

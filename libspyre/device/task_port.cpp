@@ -19,9 +19,8 @@ namespace {
 // spinning waiter holds, and a short task's completion comes sooner when
 // they get it.
 constexpr auto kYieldPoll = std::chrono::microseconds(50);
-// A sleep on the interrupt ends after this long to look for tasks that
-// became ready meanwhile on a thread that found the port busy (the
-// interrupt does not see them), and for a waiter that wants to drive.
+// A sleep on the interrupt ends after this long at the latest (the health
+// checks run then); a caller of the port ends it sooner (CallDriver).
 constexpr auto kInterruptSleep = std::chrono::microseconds(500);
 // How often the port's thread looks for tasks nobody reaps, while the port
 // is in use, and after how many looks with nothing in flight it sleeps.
@@ -61,6 +60,7 @@ TaskPort::TaskPort(const Device& device, std::vector<uint32_t> groups, TaskPortC
 TaskPort::~TaskPort() {
     stopping_.store(true, std::memory_order_seq_cst);
     progress_wake_.NotifyAll();
+    CallDriver();
     progress_.join();
 }
 
@@ -136,11 +136,20 @@ void TaskPort::Unlock() {
 void TaskPort::Kick() noexcept {
     note_.store(true, std::memory_order_seq_cst);
     if (tl_driving == this) return;  // inside a callback: the pass looks again
-    if (!mu_.try_lock()) return;
+    if (!mu_.try_lock()) {
+        CallDriver();  // it may sleep on the interrupt: the note must end that sleep
+        return;
+    }
     tl_driving = this;
     Pass();
     Unlock();
     WakeProgressIfAlone();
+}
+
+void TaskPort::CallDriver() noexcept {
+    // The driver arms before its last look at the note and sleeps on the
+    // EventCount's word with that key: a call after the arm moves the word.
+    called_.Notify();
 }
 
 void TaskPort::WakeProgressIfAlone() noexcept {
@@ -152,45 +161,56 @@ void TaskPort::WakeProgressIfAlone() noexcept {
         progress_wake_.Notify();
 }
 
-void TaskPort::WaitForCompletion(const std::function<bool()>& done, std::chrono::microseconds max) {
+void TaskPort::WaitForCompletion(const FutexWord* caller, const std::function<bool()>& stop,
+                                 std::chrono::microseconds max) {
+    auto done = [&] { return (caller && caller->word->load(std::memory_order_relaxed) != caller->expected) || stop(); };
     // Look first (yielding), then sleep on the interrupt.
     const auto until = std::chrono::steady_clock::now() + kYieldPoll;
     do {
         std::this_thread::yield();
         if (Pass() || failed_ || in_flight_.load(std::memory_order_relaxed) == 0 || done()) return;
     } while (std::chrono::steady_clock::now() < until);
-    driver::WaitOptions wait;
-    wait.mode = driver::WaitMode::Blocking;
-    wait.timeout = max;
-    try {
-        driver::TaskQueue::WaitAny(raw_, wait);
-    } catch (const Error& e) {
-        if (e.kind() != ErrorKind::Timeout) throw;
-    }
+    // One sleep for the device's completions, a caller of the port (a kick
+    // that found it busy, a waiter that wants to drive) and the driver's own
+    // caller (what it waits for may have come).
+    const EventCount::Key called = called_.Arm();
+    struct Disarm {
+        EventCount& ec;
+        ~Disarm() { ec.Disarm(); }
+    } disarm{called_};
+    if (note_.load(std::memory_order_seq_cst)) return;
+    driver::FutexWord words[2] = {{&called_.word(), called}, {}};
+    const size_t n = caller ? 2 : 1;
+    if (caller) words[1] = *caller;
+    driver::TaskQueue::WaitAnyOr(raw_, std::span(words, n), max);
 }
 
-void TaskPort::DriveLocked(const std::function<bool()>& done) {
+void TaskPort::DriveLocked(const FutexWord* caller, const std::function<bool()>& stop) {
     for (;;) {
         Pass();
-        if (failed_ || in_flight_.load(std::memory_order_relaxed) == 0 || done()) return;
+        if (failed_ || in_flight_.load(std::memory_order_relaxed) == 0 || stop() ||
+            (caller && caller->word->load(std::memory_order_relaxed) != caller->expected))
+            return;
         try {
-            WaitForCompletion(done, kInterruptSleep);
+            WaitForCompletion(caller, stop, kInterruptSleep);
         } catch (const Error& e) {
             Fail(e);
         }
     }
 }
 
-bool TaskPort::Drive(const std::function<bool()>& done) {
+bool TaskPort::Drive(const std::atomic<uint32_t>& word, uint32_t expected) {
     if (in_flight_.load(std::memory_order_acquire) == 0) {
         Kick();  // what is ready goes first
         if (in_flight_.load(std::memory_order_acquire) == 0) return false;
     }
     waiters_.fetch_add(1, std::memory_order_seq_cst);
+    CallDriver();  // the port's thread, if it drives, gives way
     {
         mu_.lock();
         tl_driving = this;
-        DriveLocked(done);
+        const FutexWord caller{&word, expected};
+        DriveLocked(&caller, [] { return false; });
         Unlock();
     }
     waiters_.fetch_sub(1, std::memory_order_seq_cst);
@@ -227,7 +247,7 @@ void TaskPort::Progress() {
         tl_driving = this;
         // Until a caller comes to wait (it drives itself then) or nothing is
         // left in flight.
-        DriveLocked([this] {
+        DriveLocked(nullptr, [this] {
             return waiters_.load(std::memory_order_relaxed) != 0 || stopping_.load(std::memory_order_relaxed);
         });
         Unlock();

@@ -64,21 +64,28 @@ public:
     // Sends what the client has ready and reaps what finished, if no other
     // thread is driving (that one then looks again). Never waits.
     void Kick() noexcept;
-    // Drives until done() (checked after each pass) or nothing is left in
-    // flight. False at once when nothing is in flight: the caller waits for
-    // its condition elsewhere.
-    bool Drive(const std::function<bool()>& done);
+    // Drives until `word` (a futex word of this process, an EventCount's)
+    // no longer holds `expected`, or nothing is left in flight; the driver's
+    // sleep on the completion interrupt also ends when the word moves. False
+    // at once when nothing is in flight: the caller waits elsewhere.
+    bool Drive(const std::atomic<uint32_t>& word, uint32_t expected);
 
 private:
     // Drive lock held: send, reap and report until nothing moves. Whether
     // anything moved.
     bool Pass();
-    // Drive lock held: sleeps until a completion may be ready, up to `max`.
-    void WaitForCompletion(const std::function<bool()>& done, std::chrono::microseconds max);
+    using FutexWord = driver::FutexWord;
+    // Drive lock held: sleeps until a completion may be ready, a caller of
+    // the port calls (CallDriver) or `caller`'s word moves, up to `max`.
+    void WaitForCompletion(const FutexWord* caller, const std::function<bool()>& stop, std::chrono::microseconds max);
+    // Asks the thread driving the port to look again, waking it from its
+    // sleep on the interrupt.
+    void CallDriver() noexcept;
     void Fail(const Error& e);
     // Releases the drive lock, then takes it again for notes left meanwhile.
     void Unlock();
-    void DriveLocked(const std::function<bool()>& done);
+    // Until `caller`'s word moves (if given), stop(), or nothing is in flight.
+    void DriveLocked(const FutexWord* caller, const std::function<bool()>& stop);
     void Progress();  // the port's thread
     void WakeProgressIfAlone() noexcept;
 
@@ -95,6 +102,7 @@ private:
 
     std::mutex mu_;                        // the drive lock: the members above
     std::atomic<bool> note_{false};        // a Kick found the lock taken
+    EventCount called_;                    // CallDriver: the driver's sleep on the interrupt ends
     std::atomic<uint32_t> in_flight_{0};   // written under mu_
     std::atomic<int> waiters_{0};          // callers in Drive
     std::atomic<uint64_t> passes_{0};      // Pass calls (mu_ held): the thread sees who drove

@@ -61,7 +61,8 @@ void DeviceWorker::Stop() {
     if (!port_) return;
     // The graph waited for every task it gave us; what is left ready (the
     // queue closed) is drained by the port's last passes.
-    while (port_->Drive([] { return false; })) {
+    const std::atomic<uint32_t> never_moves{0};
+    while (port_->Drive(never_moves, 0)) {
     }
     port_->Kick();
     port_.reset();
@@ -71,7 +72,9 @@ void DeviceWorker::Kick() noexcept {
     if (port_) port_->Kick();
 }
 
-bool DeviceWorker::Drive(const std::function<bool()>& done) { return port_ && port_->Drive(done); }
+bool DeviceWorker::Drive(const std::atomic<uint32_t>& word, uint32_t expected) {
+    return port_ && port_->Drive(word, expected);
+}
 
 void DeviceWorker::Fill(std::vector<spyre_cb>& out, uint32_t room) {
     batch_.clear();

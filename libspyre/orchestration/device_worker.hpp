@@ -43,7 +43,7 @@ public:
     void Stop() override;
     bool driven() const noexcept override { return true; }
     void Kick() noexcept override;
-    bool Drive(const std::function<bool()>& done) override;
+    bool Drive(const std::atomic<uint32_t>& word, uint32_t expected) override;
 
 private:
     // TaskPortClient (the port's drive lock held).

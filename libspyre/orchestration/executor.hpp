@@ -113,11 +113,12 @@ public:
     // An executor without threads of its own (the device's task queues) is
     // driven by the runtime's threads: kicked after tasks were pushed to its
     // queue (never waits), and driven by a thread that waits for tasks
-    // until done() or it has nothing in flight (false at once when it has
+    // until `word` (the waiter's EventCount word) no longer holds
+    // `expected` or it has nothing in flight (false at once when it has
     // none: the thread waits elsewhere).
     virtual bool driven() const noexcept { return false; }
     virtual void Kick() noexcept {}
-    virtual bool Drive(const std::function<bool()>& /*done*/) { return false; }
+    virtual bool Drive(const std::atomic<uint32_t>& /*word*/, uint32_t /*expected*/) { return false; }
 };
 
 }  // namespace spyre::orchestration

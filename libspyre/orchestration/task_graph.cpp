@@ -325,7 +325,7 @@ void TaskGraph::Sleep(Lock& lock) {
     // may have come.
     bool drove = false;
     for (const auto& e : executors_)
-        if (e->driven() && e->Drive([this, key] { return wake_.Current() != key; })) {
+        if (e->driven() && e->Drive(wake_.word(), key)) {
             drove = true;
             break;
         }

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -34,6 +35,13 @@ struct WaitOptions {
     WaitMode mode = WaitMode::Adaptive;
     std::chrono::nanoseconds spin{std::chrono::microseconds(20)};  // Adaptive: spin budget
     std::chrono::nanoseconds timeout{std::chrono::seconds(30)};
+};
+
+// A futex word of the caller's process and the value a sleeper expects in
+// it: a sleep on the completion interrupt also ends when the word moves.
+struct FutexWord {
+    const std::atomic<uint32_t>* word;
+    uint32_t expected;
 };
 
 // Which queue of a function: its CB ring, or the task queue of core group
@@ -142,6 +150,13 @@ public:
         uint32_t& seq;
     };
     Interrupt interrupt() const noexcept { return {*irq_waiters_, *irq_seq_}; }
+    // Sleeps on `irq` until ready(), one of `words` (futex words of the
+    // caller's process) no longer holds what the caller expects in it, or
+    // `timeout` passes (futex_waitv; a short nap where the kernel lacks
+    // it). Looks at nothing else: the caller looks at its conditions and
+    // the device's health after.
+    SPYRE_INTERNAL static void SleepOnInterruptOr(Interrupt irq, const std::function<bool()>& ready,
+                                                  std::span<const FutexWord> words, std::chrono::nanoseconds timeout);
 
     // The errors of a wait: InvalidArgument for more completions than are
     // owed, Timeout naming the queue and what it has in flight.

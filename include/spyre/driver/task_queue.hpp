@@ -82,6 +82,14 @@ public:
     // queue, queues of different functions or none in flight, Timeout,
     // DeviceLost or DeviceError (a queue halted) as Wait does.
     static void WaitAny(std::span<TaskQueue* const> queues, const WaitOptions& options = {});
+    // Sleeps on their interrupt until one of `queues` (as WaitAny) has a
+    // completion ready, one of `words` (futex words of this process, at
+    // most 4) no longer holds its expected value, or `timeout` passes; reaps
+    // nothing. A thread that serves the queues and must also hear its own
+    // producers (tasks made ready elsewhere) sleeps once for both. Throws
+    // InvalidArgument as WaitAny, DeviceLost or DeviceError.
+    static void WaitAnyOr(std::span<TaskQueue* const> queues, std::span<const FutexWord> words,
+                          std::chrono::nanoseconds timeout);
 
 private:
     DeviceQueue queue_;

@@ -25,6 +25,8 @@ using namespace spyre;
 
 namespace {
 
+const std::atomic<uint32_t> never_moves{0};  // a waiter's word that never moves: drive until nothing is in flight
+
 // Hands out NOP tasks 0..total-1 and records what comes back.
 class NopClient : public TaskPortClient {
 public:
@@ -71,7 +73,7 @@ TEST_F(StreamTest, TaskPortEveryTaskComesBackOnce) {
     TaskPort port(dev, {}, client);
     ASSERT_GT(port.capacity(), 0u);
     port.Kick();
-    while (port.Drive([] { return false; })) port.Kick();
+    while (port.Drive(never_moves, 0)) port.Kick();
     EXPECT_TRUE(client.all_back()) << client.seen.size() << " of 5000 came back";
     EXPECT_EQ(client.repeated, 0u);
     EXPECT_EQ(client.bad_status, 0u);
@@ -94,7 +96,7 @@ TEST_F(StreamTest, TaskPortAKickFromInsideACallbackIsANote) {
     };
     auto driven = std::async(std::launch::async, [&] {
         port.Kick();
-        while (port.Drive([] { return false; })) {
+        while (port.Drive(never_moves, 0)) {
         }
     });
     ASSERT_EQ(driven.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "the port locked itself";
@@ -127,7 +129,7 @@ TEST_F(StreamTest, TaskPortADeadDeviceFailsWhatIsInFlight) {
     port.Kick();
     daemon().Signal(SIGKILL);
     auto driven = std::async(std::launch::async, [&] {
-        while (port.Drive([] { return false; })) {
+        while (port.Drive(never_moves, 0)) {
         }
     });
     ASSERT_EQ(driven.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "Drive hangs on a dead device";
@@ -138,4 +140,31 @@ TEST_F(StreamTest, TaskPortADeadDeviceFailsWhatIsInFlight) {
     const size_t seen = client.seen.size();
     port.Kick();
     EXPECT_EQ(client.seen.size(), seen);
+}
+
+// A thread that kicks while another drives (asleep on the interrupt, or
+// looking): each kick calls the driver, nothing is lost or repeated.
+TEST_F(StreamTest, TaskPortKicksFromAnotherThreadCallTheDriver) {
+    Device dev = OpenDevice();
+    NopClient client(20000);
+    TaskPort port(dev, {}, client);
+    std::atomic<bool> stop{false};
+    std::thread kicker([&] {
+        while (!stop.load()) {
+            port.Kick();
+            std::this_thread::yield();
+        }
+    });
+    auto driven = std::async(std::launch::async, [&] {
+        port.Kick();
+        while (client.back.load(std::memory_order_acquire) < 20000) port.Drive(never_moves, 0);
+    });
+    const bool finished = driven.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+    stop = true;
+    kicker.join();
+    ASSERT_TRUE(finished) << "the driver stopped with " << client.back.load() << " of 20000 back";
+    driven.get();
+    EXPECT_EQ(client.back.load(), 20000u);
+    EXPECT_EQ(client.repeated, 0u);
+    EXPECT_EQ(client.bad_status, 0u);
 }
