@@ -111,6 +111,8 @@ QueueKind::Turn QueueLane::Serve(Clock::time_point& now) {
 void QueueLane::Run() {
     auto last_work = clock_.Now();
     uint32_t idle_polls = 0;
+    bool held_back = false;  // the last turn found the CQ full
+    auto held_back_since = last_work;
     for (;;) {
         const uint32_t kicks = kicks_.load();
         if (std::atomic_ref<uint32_t> seen(kicks_seen_); seen.load() != kicks) {
@@ -129,9 +131,19 @@ void QueueLane::Run() {
                 continue;
             }
             if (turn == QueueKind::Turn::HeldBack) {
-                std::this_thread::sleep_for(kCqFullRetry);  // the driver must reap first
+                // The driver must reap first. It usually does within
+                // microseconds (it returns the CQ head every few
+                // completions): look again, yielding, before napping; a nap
+                // per full CQ cost the stream overlap benchmark 18%.
+                if (!held_back) held_back_since = clock_.Now();
+                held_back = true;
+                if (clock_.Now() - held_back_since < kCqFullRetry)
+                    std::this_thread::yield();
+                else
+                    std::this_thread::sleep_for(kCqFullRetry);
                 continue;
             }
+            held_back = false;
         }
         if (poll_.count() != 0 && (++idle_polls % kPollsPerClockRead != 0 || clock_.Now() - last_work < poll_)) {
             // A clock read costs as much as several polls: look at it now and
