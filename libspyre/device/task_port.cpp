@@ -71,6 +71,39 @@ void TaskPort::Fail(const Error& e) {
     client_.Failed(e);
 }
 
+bool TaskPort::SendReady() {
+    uint32_t room = 0;
+    if (!failed_)
+        for (driver::TaskQueue* q : raw_) room += q->Free();
+    batch_.clear();
+    client_.Fill(batch_, room);  // after a failure, the client fails what it has
+    if (batch_.empty() || failed_) return false;
+    // Spread the batch over the core groups, each up to its room: one
+    // doorbell per group.
+    for (auto& d : per_queue_) d.clear();
+    for (const spyre_cb& cb : batch_) {
+        size_t q = next_queue_;
+        while (per_queue_[q].size() >= raw_[q]->Free()) q = (q + 1) % raw_.size();  // all fit: room
+        next_queue_ = (q + 1) % raw_.size();
+        per_queue_[q].push_back(cb);
+    }
+    for (size_t q = 0; q < raw_.size(); ++q)
+        if (!per_queue_[q].empty()) raw_[q]->Submit(per_queue_[q]);
+    return true;
+}
+
+bool TaskPort::ReapDone() {
+    if (failed_) return false;
+    size_t n = 0;
+    for (driver::TaskQueue* q : raw_) n += q->Reap(std::span(done_).subspan(n));
+    uint32_t flying = 0;
+    for (driver::TaskQueue* q : raw_) flying += q->InFlight();
+    in_flight_.store(flying, std::memory_order_release);
+    if (n == 0) return false;
+    client_.Finished(std::span(done_.data(), n));
+    return true;
+}
+
 bool TaskPort::Pass() {
     passes_.store(passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // mu_ held
     bool moved = false;
@@ -78,36 +111,8 @@ bool TaskPort::Pass() {
         note_.store(false, std::memory_order_seq_cst);
         bool step = false;
         try {
-            uint32_t room = 0;
-            if (!failed_)
-                for (driver::TaskQueue* q : raw_) room += q->Free();
-            batch_.clear();
-            client_.Fill(batch_, room);
-            if (!batch_.empty() && !failed_) {
-                // Spread the batch over the core groups, each up to its room:
-                // one doorbell per group.
-                for (auto& d : per_queue_) d.clear();
-                for (const spyre_cb& cb : batch_) {
-                    size_t q = next_queue_;
-                    while (per_queue_[q].size() >= raw_[q]->Free()) q = (q + 1) % raw_.size();  // all fit: room
-                    next_queue_ = (q + 1) % raw_.size();
-                    per_queue_[q].push_back(cb);
-                }
-                for (size_t q = 0; q < raw_.size(); ++q)
-                    if (!per_queue_[q].empty()) raw_[q]->Submit(per_queue_[q]);
-                step = true;
-            }
-            if (!failed_) {
-                size_t n = 0;
-                for (driver::TaskQueue* q : raw_) n += q->Reap(std::span(done_).subspan(n));
-                uint32_t flying = 0;
-                for (driver::TaskQueue* q : raw_) flying += q->InFlight();
-                in_flight_.store(flying, std::memory_order_release);
-                if (n > 0) {
-                    client_.Finished(std::span(done_.data(), n));
-                    step = true;
-                }
-            }
+            step = SendReady();
+            step |= ReapDone();
         } catch (const Error& e) {
             Fail(e);
             step = true;
@@ -161,9 +166,8 @@ void TaskPort::WakeProgressIfAlone() noexcept {
         progress_wake_.Notify();
 }
 
-void TaskPort::WaitForCompletion(const FutexWord* caller, const std::function<bool()>& stop,
+void TaskPort::WaitForCompletion(const FutexWord* caller, const std::function<bool()>& done,
                                  std::chrono::microseconds max) {
-    auto done = [&] { return (caller && caller->word->load(std::memory_order_relaxed) != caller->expected) || stop(); };
     // Look first (yielding), then sleep on the interrupt.
     const auto until = std::chrono::steady_clock::now() + kYieldPoll;
     do {
@@ -186,13 +190,14 @@ void TaskPort::WaitForCompletion(const FutexWord* caller, const std::function<bo
 }
 
 void TaskPort::DriveLocked(const FutexWord* caller, const std::function<bool()>& stop) {
+    const std::function<bool()> done = [&] {
+        return (caller && caller->word->load(std::memory_order_relaxed) != caller->expected) || stop();
+    };
     for (;;) {
         Pass();
-        if (failed_ || in_flight_.load(std::memory_order_relaxed) == 0 || stop() ||
-            (caller && caller->word->load(std::memory_order_relaxed) != caller->expected))
-            return;
+        if (failed_ || in_flight_.load(std::memory_order_relaxed) == 0 || done()) return;
         try {
-            WaitForCompletion(caller, stop, kInterruptSleep);
+            WaitForCompletion(caller, done, kInterruptSleep);
         } catch (const Error& e) {
             Fail(e);
         }

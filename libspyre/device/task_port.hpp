@@ -74,10 +74,13 @@ private:
     // Drive lock held: send, reap and report until nothing moves. Whether
     // anything moved.
     bool Pass();
+    bool SendReady();  // what the client has, spread over the groups; whether any went
+    bool ReapDone();   // reaps, reports, and counts what is left in flight; whether any came
     using FutexWord = driver::FutexWord;
     // Drive lock held: sleeps until a completion may be ready, a caller of
-    // the port calls (CallDriver) or `caller`'s word moves, up to `max`.
-    void WaitForCompletion(const FutexWord* caller, const std::function<bool()>& stop, std::chrono::microseconds max);
+    // the port calls (CallDriver), done() (looked at while polling) or
+    // `caller`'s word moves (in the sleep), up to `max`.
+    void WaitForCompletion(const FutexWord* caller, const std::function<bool()>& done, std::chrono::microseconds max);
     // Asks the thread driving the port to look again, waking it from its
     // sleep on the interrupt.
     void CallDriver() noexcept;
