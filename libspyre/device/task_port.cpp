@@ -19,6 +19,14 @@ namespace {
 // spinning waiter holds, and a short task's completion comes sooner when
 // they get it.
 constexpr auto kYieldPoll = std::chrono::microseconds(50);
+// Before it yields, the waiter spins for a while that adapts (spin_ns_):
+// doubled (up to kSpinMaxNs) each time the spin saw progress, halved (down
+// to kSpinMinNs) each time it ran out. On a quiet host a short task's
+// completion comes within the spin, and a yield (a system call that may give
+// the CPU away) would cost the whole hop; on a loaded one completions come
+// late, the spin shrinks to almost nothing and the waiter yields as before.
+constexpr uint32_t kSpinMaxNs = 20'000;
+constexpr uint32_t kSpinMinNs = 500;
 // A sleep on the interrupt ends after this long at the latest (the health
 // checks run then); a caller of the port ends it sooner (CallDriver).
 constexpr auto kInterruptSleep = std::chrono::microseconds(500);
@@ -168,7 +176,8 @@ void TaskPort::WakeProgressIfAlone() noexcept {
 
 void TaskPort::WaitForCompletion(const FutexWord* caller, const std::function<bool()>& done,
                                  std::chrono::microseconds max) {
-    // Look first (yielding), then sleep on the interrupt.
+    // Look first (spinning, then yielding), then sleep on the interrupt.
+    if (SpinForProgress(done)) return;
     const auto until = std::chrono::steady_clock::now() + kYieldPoll;
     do {
         std::this_thread::yield();
@@ -187,6 +196,21 @@ void TaskPort::WaitForCompletion(const FutexWord* caller, const std::function<bo
     const size_t n = caller ? 2 : 1;
     if (caller) words[1] = *caller;
     driver::TaskQueue::WaitAnyOr(raw_, std::span(words, n), max);
+}
+
+bool TaskPort::SpinForProgress(const std::function<bool()>& done) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin_ns_);
+    for (unsigned looks = 1;; ++looks) {
+        for (int i = 0; i < 8; ++i) CpuRelax();
+        if (Pass() || failed_ || in_flight_.load(std::memory_order_relaxed) == 0 || done()) {
+            spin_ns_ = std::min(kSpinMaxNs, spin_ns_ * 2);
+            return true;
+        }
+        if (looks % 8 == 0 && std::chrono::steady_clock::now() >= until) {
+            spin_ns_ = std::max(kSpinMinNs, spin_ns_ / 2);
+            return false;
+        }
+    }
 }
 
 void TaskPort::DriveLocked(const FutexWord* caller, const std::function<bool()>& stop) {

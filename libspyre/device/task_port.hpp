@@ -81,6 +81,9 @@ private:
     // the port calls (CallDriver), done() (looked at while polling) or
     // `caller`'s word moves (in the sleep), up to `max`.
     void WaitForCompletion(const FutexWord* caller, const std::function<bool()>& done, std::chrono::microseconds max);
+    // Drive lock held: passes, spinning, for up to spin_ns_; whether
+    // anything moved (or done()). Adapts spin_ns_ (task_port.cpp).
+    bool SpinForProgress(const std::function<bool()>& done);
     // Asks the thread driving the port to look again, waking it from its
     // sleep on the interrupt.
     void CallDriver() noexcept;
@@ -102,6 +105,7 @@ private:
     std::vector<std::vector<spyre_cb>> per_queue_;
     std::vector<spyre_cqe> done_;
     bool failed_ = false;
+    uint32_t spin_ns_ = 2'000;  // SpinForProgress's current bound
 
     std::mutex mu_;                        // the drive lock: the members above
     std::atomic<bool> note_{false};        // a Kick found the lock taken

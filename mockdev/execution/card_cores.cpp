@@ -235,9 +235,14 @@ bool CardCores::RunOneTask(uint32_t group, TaskSource& source) {
     {
         std::lock_guard lock(mutex_);
         if (stopping_) return false;
-        const unsigned end = core + group_cores(group);
-        while (core < end && core_state_[core] != CoreState::Idle) ++core;
-        if (core == end || !MayTakeTask()) return false;  // taking_ is raised only when it may
+        // From the core after the last one lent: a run of tasks on the lane
+        // spreads over the group's cores, as a worker per task would.
+        const unsigned size = group_cores(group);
+        unsigned i = 0;
+        while (i < size && core_state_[core + (wake.next_lent + i) % size] != CoreState::Idle) ++i;
+        if (i == size || !MayTakeTask()) return false;  // taking_ is raised only when it may
+        core += (wake.next_lent + i) % size;
+        wake.next_lent = (wake.next_lent + i + 1) % size;
         const bool got = source.Take(group, task);
         if (got) {
             tasks_running_.fetch_add(1, std::memory_order_seq_cst);

@@ -148,6 +148,8 @@ public:
     unsigned lingering(unsigned group);
     // Whether a program holds the card now (for tests).
     bool card_held() const { return card_busy_.load(std::memory_order_seq_cst); }
+    // Tasks running on the cores now, on workers or lent.
+    unsigned tasks_running() const { return tasks_running_.load(std::memory_order_relaxed); }
     // Workers waiting to take a task while a program holds the card (for tests).
     unsigned tasks_waiting() const { return held_workers_.load(); }
 
@@ -196,6 +198,7 @@ private:
         uint64_t task_seq = 0;          // bumped by NotifyTasks
         unsigned lingering = 0;         // workers looking before they sleep (NotifyTasks spares their wakes)
         std::atomic<uint64_t> poke{0};  // bumped (under mutex_) whenever the group's workers should look
+        unsigned next_lent = 0;         // where RunOneTask looks for an idle core first
     };
     // A worker that ran a task looks (yielding) for up to linger_ before it
     // sleeps, until its group is poked.

@@ -39,12 +39,11 @@ std::thread StartLaneThread(const std::string& name, Body&& body) {
 }  // namespace
 
 QueueLane::QueueLane(RegisterFile& regs, QueueKind& kind, LaneWords words, uint32_t sleeping_status,
-                     bool yield_while_polling, std::chrono::microseconds poll)
+                     std::chrono::microseconds poll)
     : regs_(regs),
       kind_(kind),
       words_(words),
       sleeping_status_(sleeping_status),
-      yield_while_polling_(yield_while_polling),
       poll_(poll) {}
 
 QueueLane::~QueueLane() { Stop(); }
@@ -148,11 +147,11 @@ void QueueLane::Run() {
         if (poll_.count() != 0 && (++idle_polls % kPollsPerClockRead != 0 || clock_.Now() - last_work < poll_)) {
             // A clock read costs as much as several polls: look at it now and
             // then, so a new CB is seen sooner (the poll period is
-            // microseconds). The task lane yields instead of spinning: the
-            // cores it just handed tasks to are threads too, and on a host
+            // microseconds). A task lane whose cores run tasks yields
+            // instead of spinning: the cores are threads too, and on a host
             // with few CPUs a spinning lane keeps them (and the driver) off
             // the CPU for the whole poll budget.
-            if (yield_while_polling_)
+            if (kind_.PollYields())
                 std::this_thread::yield();
             else
                 CpuRelax();

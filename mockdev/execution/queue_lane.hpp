@@ -60,6 +60,10 @@ public:
     virtual void Resume() {}
     // While paused: power-on state.
     virtual void Clear() = 0;
+    // Whether the lane, polling for new CBs, should yield the CPU between
+    // looks rather than spin: threads of the kind's own (cores running
+    // tasks) need it on a host with few CPUs.
+    virtual bool PollYields() const { return false; }
 };
 
 // The words of the doorbell page a lane watches.
@@ -74,10 +78,8 @@ public:
     using Clock = CycleClock::Clock;
 
     // `sleeping_status`: the STATUS bit mirroring the sleep (0: none).
-    // `yield_while_polling`: poll with yields, not spins (the task queues:
-    // the cores they hand tasks to are threads that need the CPU).
     QueueLane(RegisterFile& regs, QueueKind& kind, LaneWords words, uint32_t sleeping_status,
-              bool yield_while_polling, std::chrono::microseconds poll);
+              std::chrono::microseconds poll);
     ~QueueLane();
 
     QueueLane(const QueueLane&) = delete;
@@ -124,7 +126,6 @@ private:
     QueueKind& kind_;
     const LaneWords words_;
     const uint32_t sleeping_status_;
-    const bool yield_while_polling_;
     const std::chrono::microseconds poll_;
 
     CycleClock clock_;       // the lane's thread's only

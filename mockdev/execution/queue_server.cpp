@@ -14,9 +14,9 @@ QueueServer::QueueServer(RegisterFile& regs, ShmObject& bar4, const RingGeometry
     : ring_(regs, bar4, ring, executor, host_link, ring_lane_),
       tasks_(regs, bar4, tasks, watchdog_ms, memory, cores, host_link, task_lane_),
       ring_lane_(regs, ring_, LaneWords{&ring_.doorbell()->sq_tail, false, &ring_.doorbell()->device_sleeping},
-                 SPYRE_STATUS_SLEEPING, false, poll),
+                 SPYRE_STATUS_SLEEPING, poll),
       task_lane_(regs, tasks_, LaneWords{&tasks_.doorbell()->wake_seq, true, &tasks_.doorbell()->device_sleeping}, 0,
-                 true, poll) {}
+                 poll) {}
 
 void QueueServer::Start(const std::string& address) {
     ring_lane_.Start("spyre-" + address);

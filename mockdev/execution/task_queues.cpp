@@ -123,28 +123,45 @@ QueueKind::Turn TaskQueues::Serve(std::unique_lock<std::mutex>& exec, CycleClock
 }
 
 void TaskQueues::HandOut(const std::array<uint32_t, SPYRE_TQ_MAX_QUEUES>& taken) {
-    // The first queue's first task runs on this thread (CardCores::RunOneTask):
-    // a lone task, a chain's next link, starts without a worker's wake-up.
+    // Long tasks: a worker each, but the first queue's first task runs here.
+    // Short ones run here, with one helper per queue when there are several.
     int own = -1;
     for (uint32_t q = 0; q < queues_; ++q) {
         if (taken[q] == 0) continue;
         const bool first = own < 0;
         if (first) own = int(q);
-        cores_.NotifyTasks(q, taken[q] - (first ? 1 : 0));
+        const uint32_t handed = taken[q] - (first ? 1 : 0);
+        // A helper for short tasks only when the lane has two or more to run
+        // after its first: it bounds what one long task among them holds up.
+        cores_.NotifyTasks(q, !ShortTasks(q) ? handed : handed >= 2 ? 1 : 0);
     }
-    if (own < 0) return;
-    if (lane_.aborting() || lane_.pause_requested() || !cores_.RunOneTask(uint32_t(own), *this)) {
-        cores_.NotifyTasks(uint32_t(own), 1);  // no idle core, or the card is held: a worker takes it
-        return;
+    for (uint32_t q = uint32_t(std::max(own, 0)); own >= 0 && q < queues_; ++q) {
+        if (taken[q] == 0) continue;
+        if (ShortTasks(q)) {
+            RunShortTasks(q);
+        } else if (int(q) == own) {
+            if (lane_.aborting() || lane_.pause_requested() || !cores_.RunOneTask(q, *this)) {
+                cores_.NotifyTasks(q, 1);  // no idle core, or the card is held: a worker takes it
+                continue;
+            }
+            // Tasks still waiting after the lent run: announced again, so
+            // none depends on a notice its worker may have slept through.
+            if (const size_t left = Pending(q)) cores_.NotifyTasks(q, uint32_t(left));
+        }
     }
-    // Tasks of this queue still waiting after the lent run: announced
-    // again, so none depends on a notice its worker may have slept through.
-    size_t left = 0;
-    {
-        std::lock_guard lock(mutex_);
-        left = pending_[uint32_t(own)].size();
+}
+
+void TaskQueues::RunShortTasks(uint32_t q) {
+    while (!lane_.aborting() && !lane_.pause_requested() && ShortTasks(q)) {
+        if (!cores_.RunOneTask(q, *this)) break;  // none left, no idle core, or the card is held
     }
-    if (left != 0) cores_.NotifyTasks(uint32_t(own), uint32_t(left));
+    // A task ran long, or the lane must stop: the workers take the rest.
+    if (const size_t left = Pending(q)) cores_.NotifyTasks(q, uint32_t(left));
+}
+
+size_t TaskQueues::Pending(uint32_t q) {
+    std::lock_guard lock(mutex_);
+    return pending_[q].size();
 }
 
 bool TaskQueues::Take(uint32_t queue, CoreTask& out) {
@@ -175,6 +192,8 @@ void TaskQueues::Run(const CoreTask& task, unsigned core) noexcept {
     } catch (...) {
     }
     const uint64_t end_ns = DeviceClockNs();
+    std::atomic<uint64_t>& recent = recent_run_ns_[task.queue];
+    recent.store((recent.load(std::memory_order_relaxed) * 3 + (end_ns - start_ns)) / 4, std::memory_order_relaxed);
     regs_.Add64(status == SPYRE_ERR_NONE ? SPYRE_REG_CNT_TASKS_DONE : SPYRE_REG_CNT_TASK_ERRORS, 1);
     regs_.Add64(SPYRE_REG_CNT_TASK_BUSY_NS, end_ns - start_ns);
     if (status == SPYRE_ERR_WATCHDOG) regs_.Add64(SPYRE_REG_CNT_WATCHDOG, 1);

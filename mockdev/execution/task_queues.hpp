@@ -6,9 +6,12 @@
 // completion has room in the CQ, so no core ever waits to post, and hands
 // them to the card's cores (CardCores), whose idle workers take them one per
 // core, validate and run them and post their completions in the order they
-// finish. The lane's own thread runs the first task of a turn itself on a
-// lent core (CardCores::RunOneTask): a lone task, a chain's next link,
-// starts without waking a worker.
+// finish. The lane's own thread runs tasks itself on a lent core
+// (CardCores::RunOneTask): a lone task, a chain's next link, starts without
+// waking a worker. How many workers a turn wakes depends on how long the
+// queue's recent tasks ran: short ones (under kShortTaskNs, less than a
+// wake-up costs) run on the lane with one helper, so a batch of them costs
+// one wake-up, not one per task; longer ones go to a worker each.
 #pragma once
 
 #include <array>
@@ -59,6 +62,9 @@ public:
     // Every queue empty (positions zero, rings zeroed, tasks not yet run
     // dropped), none halted.
     void Clear() override;
+    // While the card's cores run tasks (workers, or other lanes' lent
+    // runs): they need the CPU more than a spinning lane.
+    bool PollYields() const override { return cores_.tasks_running() != 0; }
 
     // TaskSource: the card's workers pull tasks through these.
     bool Take(uint32_t queue, CoreTask& out) override;
@@ -74,6 +80,15 @@ private:
     // Tasks taken in this turn, `taken[q]` of queue q: announced to the
     // cores, the first run here on a lent core.
     void HandOut(const std::array<uint32_t, SPYRE_TQ_MAX_QUEUES>& taken);
+    // Runs queue `q`'s pending tasks on the lane while they stay short;
+    // announces what is left to the workers when one runs long or the lane
+    // must stop.
+    void RunShortTasks(uint32_t q);
+    bool ShortTasks(uint32_t q) const { return recent_run_ns_[q].load(std::memory_order_relaxed) < kShortTaskNs; }
+    size_t Pending(uint32_t q);
+
+    // Below this a task runs on the lane rather than costing a wake-up.
+    static constexpr uint64_t kShortTaskNs = 20'000;
 
     RegisterFile& regs_;
     const std::atomic<uint32_t>& watchdog_ms_;
@@ -91,6 +106,9 @@ private:
     std::condition_variable idle_;  // running_ dropped to 0
     std::array<std::deque<Taken>, SPYRE_TQ_MAX_QUEUES> pending_;  // taken from the SQ, not yet on a core
     unsigned running_ = 0;
+    // Per queue, a moving average of its tasks' run times (ns): written by
+    // whichever core ran one, racy on purpose (a hint for HandOut).
+    std::array<std::atomic<uint64_t>, SPYRE_TQ_MAX_QUEUES> recent_run_ns_{};
     bool accepting_ = true;  // false while held or stopped: no task is handed out
     std::atomic<bool> registered_{false};
 };

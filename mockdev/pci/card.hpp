@@ -48,6 +48,8 @@ public:
 
     // sriov_numvfs write, with Linux's rules: 0 or -errno.
     int SetNumVfs(unsigned num_vfs);
+    // The card's cores (for tests: their wake-up counters).
+    const CardCores& compute() const { return compute_; }
 
 private:
     int DisableVfs();

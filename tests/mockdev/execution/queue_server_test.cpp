@@ -132,6 +132,36 @@ TEST_F(QueueServerTest, GarbageOnEachKindGetsItsErrorAndTheOtherKindGoesOn) {
     EXPECT_EQ(TaskCqes(2, 3).at(12).status, SPYRE_ERR_NONE);
 }
 
+// Short tasks run on the task lane itself: a batch of them costs at most
+// one worker's wake-up (the helper that bounds what a long task among them
+// would hold up), not one per task. On a host with few CPUs each wake-up
+// cost more than an empty task's whole run.
+TEST_F(QueueServerTest, ABatchOfShortTasksCostsAtMostOneWakeUp) {
+    // One core per group would make every batch a single worker's anyway.
+    card_.reset();
+    card_ = std::make_unique<Card>(CardParams{0, 64ull << 20, "spyre-qs-test-" + std::to_string(::getpid()),
+                                              std::chrono::microseconds(50), 8, 10000});
+    card_->Start();
+    fn_ = card_->FindFunction(0);
+    ASSERT_TRUE(fn_);
+    SubmitTasks(0, {Nop(1)});  // the queue's recent tasks are short from here on
+    ASSERT_EQ(WaitTasks(1), 1u);
+    constexpr uint32_t kBatch = 64;
+    for (uint32_t round = 0; round < 3; ++round) {
+        const uint64_t wakes = card_->compute().wakes_sent();
+        std::vector<spyre_cb> batch;
+        for (uint32_t i = 0; i < kBatch; ++i) batch.push_back(Nop(100 + round * kBatch + i));
+        const uint32_t from = 1 + round * kBatch;
+        SubmitTasks(from, batch);
+        ASSERT_EQ(WaitTasks(from + kBatch), from + kBatch);
+        const auto done = TaskCqes(from, from + kBatch);
+        ASSERT_EQ(done.size(), size_t(kBatch));
+        for (const auto& [id, c] : done) EXPECT_EQ(c.status, SPYRE_ERR_NONE) << id;
+        // The lane may take the batch in a few turns, each with its helper.
+        EXPECT_LE(card_->compute().wakes_sent() - wakes, 3u) << "round " << round;
+    }
+}
+
 // A task queue whose sq_tail runs past its ring halts alone: the CB ring
 // goes on, and a reset brings the queue back with both kinds empty.
 TEST_F(QueueServerTest, ATaskQueueOverflowHaltsItAloneUntilReset) {
