@@ -27,6 +27,10 @@ constexpr auto kYieldPoll = std::chrono::microseconds(50);
 // late, the spin shrinks to almost nothing and the waiter yields as before.
 constexpr uint32_t kSpinMaxNs = 20'000;
 constexpr uint32_t kSpinMinNs = 500;
+// The spin only while waits lately took less than this on average (short
+// tasks): a waiter that spins through long ones holds a CPU the device's
+// threads (a mock's cores) would compute on.
+constexpr uint64_t kSpinWhileWaitsUnderNs = 20'000;
 // A sleep on the interrupt ends after this long at the latest (the health
 // checks run then); a caller of the port ends it sooner (CallDriver).
 constexpr auto kInterruptSleep = std::chrono::microseconds(500);
@@ -174,15 +178,30 @@ void TaskPort::WakeProgressIfAlone() noexcept {
         progress_wake_.Notify();
 }
 
-void TaskPort::WaitForCompletion(const FutexWord* caller, const std::function<bool()>& done,
-                                 std::chrono::microseconds max) {
-    // Look first (spinning, then yielding), then sleep on the interrupt.
-    if (SpinForProgress(done)) return;
+bool TaskPort::LookForProgress(const std::function<bool()>& done) {
+    if (wait_ns_ < kSpinWhileWaitsUnderNs && SpinForProgress(done)) return true;
     const auto until = std::chrono::steady_clock::now() + kYieldPoll;
     do {
         std::this_thread::yield();
-        if (Pass() || failed_ || in_flight_.load(std::memory_order_relaxed) == 0 || done()) return;
+        if (Pass() || failed_ || in_flight_.load(std::memory_order_relaxed) == 0 || done()) return true;
     } while (std::chrono::steady_clock::now() < until);
+    return false;
+}
+
+void TaskPort::WaitForCompletion(const FutexWord* caller, const std::function<bool()>& done,
+                                 std::chrono::microseconds max) {
+    const auto start = std::chrono::steady_clock::now();
+    struct Learn {
+        uint64_t& wait_ns;
+        std::chrono::steady_clock::time_point start;
+        ~Learn() {
+            const auto took = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                           std::chrono::steady_clock::now() - start).count());
+            wait_ns = (wait_ns * 3 + took) / 4;
+        }
+    } learn{wait_ns_, start};
+    // Look first (spinning, then yielding), then sleep on the interrupt.
+    if (LookForProgress(done)) return;
     // One sleep for the device's completions, a caller of the port (a kick
     // that found it busy, a waiter that wants to drive) and the driver's own
     // caller (what it waits for may have come).

@@ -84,6 +84,9 @@ private:
     // Drive lock held: passes, spinning, for up to spin_ns_; whether
     // anything moved (or done()). Adapts spin_ns_ (task_port.cpp).
     bool SpinForProgress(const std::function<bool()>& done);
+    // SpinForProgress (while waits are short), then passes while yielding
+    // for a while.
+    bool LookForProgress(const std::function<bool()>& done);
     // Asks the thread driving the port to look again, waking it from its
     // sleep on the interrupt.
     void CallDriver() noexcept;
@@ -106,6 +109,7 @@ private:
     std::vector<spyre_cqe> done_;
     bool failed_ = false;
     uint32_t spin_ns_ = 2'000;  // SpinForProgress's current bound
+    uint64_t wait_ns_ = 0;      // how long WaitForCompletion lately took (moving average)
 
     std::mutex mu_;                        // the drive lock: the members above
     std::atomic<bool> note_{false};        // a Kick found the lock taken

@@ -88,7 +88,7 @@ private:
     size_t Pending(uint32_t q);
 
     // Below this a task runs on the lane rather than costing a wake-up.
-    static constexpr uint64_t kShortTaskNs = 20'000;
+    static constexpr uint64_t kShortTaskNs = 5'000;
 
     RegisterFile& regs_;
     const std::atomic<uint32_t>& watchdog_ms_;
