@@ -159,6 +159,13 @@ void TaskQueues::RunShortTasks(uint32_t q) {
     if (const size_t left = Pending(q)) cores_.NotifyTasks(q, uint32_t(left));
 }
 
+bool TaskQueues::PollYields() const {
+    if (cores_.tasks_running() != 0) return true;
+    for (uint32_t q = 0; q < queues_; ++q)
+        if (!ShortTasks(q)) return true;
+    return false;
+}
+
 size_t TaskQueues::Pending(uint32_t q) {
     std::lock_guard lock(mutex_);
     return pending_[q].size();

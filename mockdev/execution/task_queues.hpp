@@ -62,9 +62,12 @@ public:
     // Every queue empty (positions zero, rings zeroed, tasks not yet run
     // dropped), none halted.
     void Clear() override;
-    // While the card's cores run tasks (workers, or other lanes' lent
-    // runs): they need the CPU more than a spinning lane.
-    bool PollYields() const override { return cores_.tasks_running() != 0; }
+    // Spins only while its queues' tasks are short (a chain of them: the
+    // lane's own latency is the link's) and no task runs on the card's
+    // cores (workers, other lanes' lent runs), which need the CPU more; on a
+    // card of several functions, or beside several cards, a lane that spun
+    // after long tasks took the CPU their cores compute on.
+    bool PollYields() const override;
 
     // TaskSource: the card's workers pull tasks through these.
     bool Take(uint32_t queue, CoreTask& out) override;
