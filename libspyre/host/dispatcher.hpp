@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "host_task.hpp"
-#include "job_threads.hpp"
+#include "dependency/job_threads.hpp"
 #include "placement.hpp"
 #include "region_tracker.hpp"
 #include "residency.hpp"
@@ -33,6 +33,8 @@
 #include "spyre/host/worker.hpp"
 
 namespace spyre::host {
+
+using dependency::JobThreads;
 
 class LocalChipExecutor;
 

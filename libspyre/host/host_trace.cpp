@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "host_trace.hpp"
 
-#include "job_threads.hpp"
+#include "dependency/job_threads.hpp"
 #include "trace/recorder.hpp"
 
 namespace spyre::host {
+
+using dependency::JobThreads;
 
 namespace {
 

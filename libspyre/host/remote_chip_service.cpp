@@ -3,11 +3,13 @@
 
 #include <algorithm>
 
-#include "host/job_threads.hpp"
+#include "dependency/job_threads.hpp"
 #include "host/remote_protocol.hpp"
 #include "spyre/common/log.hpp"
 
 namespace spyre::host {
+
+using dependency::JobThreads;
 
 RemoteChipService::RemoteChipService(Transport& transport, Host& host) : transport_(transport), host_(host) {}
 RemoteChipService::~RemoteChipService() = default;  // call_threads_ finish their calls first: declared last

@@ -51,36 +51,37 @@ uint32_t CpuWorker::RunTimed(const TaskDescriptor& task) {
 }
 
 void CpuWorker::Start(ReadyQueue& queue, CompletionSink& sink) {
-    for (unsigned i = 0; i < threads_; ++i)
-        pool_.emplace_back([this, i, &queue, &sink] {
-            const RunningTask running(&sink);  // every task this thread runs is the sink's
-            std::vector<ReadyTask> batch;
-            TaskTiming timing;
-            uint64_t recording = 0;  // the recording `timing.track` belongs to
-            while (queue.PopBatch(batch, 1)) {
-                for (const ReadyTask& t : batch) {
-                    if (!trace::Enabled()) [[likely]] {
-                        sink.OnTaskComplete(t.task_id, RunTimed(*t.task));
-                        continue;
-                    }
-                    if (recording != trace::detail::Recording()) {
-                        recording = trace::detail::Recording();
-                        timing.track = trace::detail::NamedTrack(device_ + " host worker " + std::to_string(i));
-                    }
-                    timing.start_ns = trace::detail::NowNs();
-                    const uint32_t status = RunTimed(*t.task);
-                    timing.end_ns = trace::detail::NowNs();
-                    sink.OnTaskComplete(t.task_id, status, &timing);
-                }
-                batch.clear();
+    pool_ = std::make_unique<dependency::JobThreads>(int(threads_));
+    for (unsigned i = 0; i < threads_; ++i) pool_->Post([this, &queue, &sink] { Serve(queue, sink); });
+}
+
+void CpuWorker::Serve(ReadyQueue& queue, CompletionSink& sink) {
+    const RunningTask running(&sink);  // every task this thread runs is the sink's
+    const int index = dependency::JobThreads::CurrentIndex();
+    std::vector<ReadyTask> batch;
+    TaskTiming timing;
+    uint64_t recording = 0;  // the recording `timing.track` belongs to
+    while (queue.PopBatch(batch, 1)) {
+        for (const ReadyTask& t : batch) {
+            if (!trace::Enabled()) [[likely]] {
+                sink.OnTaskComplete(t.task_id, RunTimed(*t.task));
+                continue;
             }
-        });
+            if (recording != trace::detail::Recording()) {
+                recording = trace::detail::Recording();
+                timing.track = trace::detail::NamedTrack(device_ + " host worker " + std::to_string(index));
+            }
+            timing.start_ns = trace::detail::NowNs();
+            const uint32_t status = RunTimed(*t.task);
+            timing.end_ns = trace::detail::NowNs();
+            sink.OnTaskComplete(t.task_id, status, &timing);
+        }
+        batch.clear();
+    }
 }
 
 void CpuWorker::Stop() {
-    for (auto& t : pool_)
-        if (t.joinable()) t.join();
-    pool_.clear();
+    pool_.reset();  // the queue is closed: each loop returns, and the pool joins its threads
 }
 
 }  // namespace spyre::orchestration

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // CpuWorker: the host CPU executor. Worker threads pop ready tasks and call
 // the kernel's host function with the task's parameter addresses and sizes;
-// the return value is the task's status.
+// the return value is the task's status. The threads are a JobThreads pool
+// (the engine's, which the host level uses too), each running one worker
+// loop from Start until the ready queue is closed.
 #pragma once
 
+#include <memory>
 #include <string>
-#include <thread>
-#include <vector>
 
+#include "dependency/job_threads.hpp"
 #include "orchestration/executor.hpp"
 
 namespace spyre::orchestration {
@@ -47,9 +49,12 @@ public:
     };
 
 private:
+    // One pool thread's loop: pops and runs until the queue is closed.
+    void Serve(ReadyQueue& queue, CompletionSink& sink);
+
     unsigned threads_;
     std::string device_;
-    std::vector<std::thread> pool_;
+    std::unique_ptr<dependency::JobThreads> pool_;
 };
 
 }  // namespace spyre::orchestration

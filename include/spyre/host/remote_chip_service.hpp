@@ -19,9 +19,11 @@
 
 SPYRE_API_BEGIN
 
-namespace spyre::host {
-
+namespace spyre::dependency {
 class SPYRE_INTERNAL JobThreads;
+}  // namespace spyre::dependency
+
+namespace spyre::host {
 
 // Runs `call` on `device`, filling `outputs` (already sized as the call's
 // output specs). A spyre::Error it throws goes back to the caller as a
@@ -75,7 +77,7 @@ private:
     std::vector<std::string> router_functions_;
     std::vector<uint32_t> router_rooms_;
     std::map<std::string, Device> devices_;  // by PCI address
-    std::unique_ptr<JobThreads> call_threads_;  // when SetRouter's rooms add up to more than 1
+    std::unique_ptr<dependency::JobThreads> call_threads_;  // when SetRouter's rooms add up to more than 1
     bool shutdown_ = false;
     std::atomic<uint64_t> calls_served_{0};
 };

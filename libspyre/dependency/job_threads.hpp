@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host threads that run jobs in the order they are posted: per device, one
-// per chip task it runs at once, and the SubWorker pool. (The dispatcher
+// Host threads that run jobs in the order they are posted: the one thread
+// pool of both orchestration levels. The host level keeps one per device,
+// one thread per chip task it runs at once, and one for the SubWorkers; the
+// orchestration runtime's host executor (CpuWorker) runs its worker loops
+// on one. (The dispatcher
 // posts after releasing its lock, so tasks two threads made ready at the
 // same moment may arrive in either order; only ready tasks are posted.) A
 // thread that runs out of jobs looks for the next one for kSpin (pausing,
@@ -28,7 +31,7 @@
 #include "spyre/common/eventcount.hpp"
 #include "spyre/common/futex.hpp"
 
-namespace spyre::host {
+namespace spyre::dependency {
 
 class JobThreads {
 public:
@@ -115,4 +118,4 @@ private:
     std::vector<std::thread> threads_;
 };
 
-}  // namespace spyre::host
+}  // namespace spyre::dependency

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "job_threads.hpp"
+#include "dependency/job_threads.hpp"
 
 #include <algorithm>
 #include <utility>
 
-namespace spyre::host {
+namespace spyre::dependency {
 
 namespace {
 thread_local int tl_index = 0;
@@ -138,4 +138,4 @@ void JobThreads::Loop(int index) {
     }
 }
 
-}  // namespace spyre::host
+}  // namespace spyre::dependency

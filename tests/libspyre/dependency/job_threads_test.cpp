@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host job threads (libspyre/host/job_threads): a run's waiter running that
+// Host job threads (libspyre/dependency/job_threads): a run's waiter running that
 // run's queued jobs (RunOneOf) takes only its own, never runs more jobs at
 // once than the pool has threads, and runs them as one of the pool's threads.
-#include "host/job_threads.hpp"
+#include "dependency/job_threads.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <chrono>
 #include <thread>
 
-using namespace spyre::host;
+using namespace spyre::dependency;
 
 namespace {
 
