@@ -79,7 +79,8 @@ private:
         uint32_t sq_pos;
     };
     void Halt(uint32_t queue);
-    uint16_t Execute(const spyre_cb& cb, unsigned core);
+    // Under the watchdog counted from `start`.
+    uint16_t Execute(const spyre_cb& cb, unsigned core, Budget::Clock::time_point start);
     // Tasks taken in this turn, `taken[q]` of queue q: announced to the
     // cores, the first run here on a lent core.
     void HandOut(const std::array<uint32_t, SPYRE_TQ_MAX_QUEUES>& taken);
