@@ -341,9 +341,15 @@ void CardCores::Work(unsigned core) {
             if (stopping_ || generation_ != seen) return true;
             const bool wants_task = look || wake.task_seq != tasks_seen;
             if (core_state_[core] == CoreState::Lent) {
-                // A wake (or a spared linger) meant for this core: RunOneTask
-                // wakes the group when it gives the core back.
-                if (wants_task) missed_[core] = true;
+                // A wake (or a spared linger) for a task, which this core
+                // cannot take: passed on, once per lend, to another worker
+                // of the group (they share the condition, so the wake may
+                // have been meant for one of them), and RunOneTask wakes
+                // the group when it gives the core back.
+                if (wants_task && !missed_[core]) {
+                    missed_[core] = true;
+                    wake.cv.notify_one();
+                }
                 return false;
             }
             if (!wants_task) return false;

@@ -537,6 +537,47 @@ TEST(CardCores, NoTaskRunsOnALentCoreWhileAProgramHoldsTheCard) {
     EXPECT_EQ(log.size(), 1u);
 }
 
+// A wake for a new task may reach the worker of a core lent to a task lane
+// (a group's workers share one condition): that worker cannot take it, and
+// passes the wake on to another of the group. The lane's task here runs
+// until the test lets it end, so a task that waited for the core's return
+// would not start in time. Rounds alternate the lent core (RunOneTask
+// rotates), so the wake meets the lent worker in some of them.
+TEST(CardCores, AWakeThatReachesALentCoresWorkerIsPassedOn) {
+    CardCores cores(2, std::chrono::microseconds(0));  // no lingering: every notice is a wake
+    std::vector<char> log;
+    std::mutex mu;
+    std::condition_variable cv;
+    GatedTasks tasks(log, mu, cv);
+    cores.AddTaskSource(&tasks);
+    for (int round = 1; round <= 10; ++round) {
+        {
+            std::lock_guard lock(mu);
+            tasks.open = false;
+        }
+        tasks.Add(1);
+        std::thread lane([&] { EXPECT_TRUE(cores.RunOneTask(0, tasks)); });
+        {
+            std::unique_lock lock(mu);
+            ASSERT_TRUE(cv.wait_for(lock, 30s, [&] { return tasks.started == 2 * round - 1; }));
+        }
+        tasks.Add(1);
+        cores.NotifyTasks(0, 1);
+        bool started;
+        {
+            std::unique_lock lock(mu);
+            started = cv.wait_for(lock, 5s, [&] { return tasks.started == 2 * round; });
+            tasks.open = true;
+            cv.notify_all();
+        }
+        lane.join();
+        EXPECT_TRUE(started) << "round " << round << ": the new task waited for the lent core";
+        std::unique_lock lock(mu);
+        ASSERT_TRUE(cv.wait_for(lock, 30s, [&] { return log.size() == size_t(2 * round); }));
+    }
+    cores.RemoveTaskSource(&tasks);
+}
+
 // A task lane's round, over and over: two tasks come in while the card's
 // only worker lingers after its last task (or sleeps), so the notice of one
 // is a poke or a wake; the server then runs the other on a lent core, which
