@@ -541,33 +541,35 @@ TEST(CardCores, NoTaskRunsOnALentCoreWhileAProgramHoldsTheCard) {
 // (a group's workers share one condition): that worker cannot take it, and
 // passes the wake on to another of the group. The lane's task here runs
 // until the test lets it end, so a task that waited for the core's return
-// would not start in time. Rounds alternate the lent core (RunOneTask
-// rotates), so the wake meets the lent worker in some of them.
+// would not start in time. The lane takes its task from a source of its
+// own, which the workers do not serve, so no worker looking for work takes
+// it first. Rounds alternate the lent core (RunOneTask rotates), so the
+// wake meets the lent worker in some of them.
 TEST(CardCores, AWakeThatReachesALentCoresWorkerIsPassedOn) {
     CardCores cores(2, std::chrono::microseconds(0));  // no lingering: every notice is a wake
     std::vector<char> log;
     std::mutex mu;
     std::condition_variable cv;
-    GatedTasks tasks(log, mu, cv);
+    GatedTasks lane_tasks(log, mu, cv), tasks(log, mu, cv);
     cores.AddTaskSource(&tasks);
     for (int round = 1; round <= 10; ++round) {
         {
             std::lock_guard lock(mu);
-            tasks.open = false;
+            lane_tasks.open = tasks.open = false;
         }
-        tasks.Add(1);
-        std::thread lane([&] { EXPECT_TRUE(cores.RunOneTask(0, tasks)); });
+        lane_tasks.Add(1);
+        std::thread lane([&] { EXPECT_TRUE(cores.RunOneTask(0, lane_tasks)); });
         {
             std::unique_lock lock(mu);
-            ASSERT_TRUE(cv.wait_for(lock, 30s, [&] { return tasks.started == 2 * round - 1; }));
+            ASSERT_TRUE(cv.wait_for(lock, 30s, [&] { return lane_tasks.started == round; }));
         }
         tasks.Add(1);
         cores.NotifyTasks(0, 1);
         bool started;
         {
             std::unique_lock lock(mu);
-            started = cv.wait_for(lock, 5s, [&] { return tasks.started == 2 * round; });
-            tasks.open = true;
+            started = cv.wait_for(lock, 5s, [&] { return tasks.started == round; });
+            lane_tasks.open = tasks.open = true;
             cv.notify_all();
         }
         lane.join();
