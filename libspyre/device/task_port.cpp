@@ -178,12 +178,16 @@ void TaskPort::WakeProgressIfAlone() noexcept {
         progress_wake_.Notify();
 }
 
+bool TaskPort::PassMoved(const std::function<bool()>& done) {
+    return Pass() || failed_ || in_flight_.load(std::memory_order_relaxed) == 0 || done();
+}
+
 bool TaskPort::LookForProgress(const std::function<bool()>& done) {
     if (wait_ns_ < kSpinWhileWaitsUnderNs && SpinForProgress(done)) return true;
     const auto until = std::chrono::steady_clock::now() + kYieldPoll;
     do {
         std::this_thread::yield();
-        if (Pass() || failed_ || in_flight_.load(std::memory_order_relaxed) == 0 || done()) return true;
+        if (PassMoved(done)) return true;
     } while (std::chrono::steady_clock::now() < until);
     return false;
 }
@@ -221,7 +225,7 @@ bool TaskPort::SpinForProgress(const std::function<bool()>& done) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin_ns_);
     for (unsigned looks = 1;; ++looks) {
         for (int i = 0; i < 8; ++i) CpuRelax();
-        if (Pass() || failed_ || in_flight_.load(std::memory_order_relaxed) == 0 || done()) {
+        if (PassMoved(done)) {
             spin_ns_ = std::min(kSpinMaxNs, spin_ns_ * 2);
             return true;
         }

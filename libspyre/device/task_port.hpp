@@ -81,6 +81,9 @@ private:
     // the port calls (CallDriver), done() (looked at while polling) or
     // `caller`'s word moves (in the sleep), up to `max`.
     void WaitForCompletion(const FutexWord* caller, const std::function<bool()>& done, std::chrono::microseconds max);
+    // Drive lock held: one pass; whether it moved anything, the port
+    // failed, nothing is left in flight or done() holds (a looker stops).
+    bool PassMoved(const std::function<bool()>& done);
     // Drive lock held: passes, spinning, for up to spin_ns_; whether
     // anything moved (or done()). Adapts spin_ns_ (task_port.cpp).
     bool SpinForProgress(const std::function<bool()>& done);

@@ -136,9 +136,11 @@ void TaskQueues::HandOut(const std::array<uint32_t, SPYRE_TQ_MAX_QUEUES>& taken)
         const uint32_t handed = taken[q] - (first ? 1 : 0);
         // A helper for short tasks only when the lane has two or more to run
         // after its first: it bounds what one long task among them holds up.
-        cores_.NotifyTasks(q, !ShortTasks(q) ? handed : handed >= 2 ? 1 : 0);
+        const uint32_t helpers = handed >= 2 ? 1 : 0;
+        cores_.NotifyTasks(q, ShortTasks(q) ? helpers : handed);
     }
-    for (uint32_t q = uint32_t(std::max(own, 0)); own >= 0 && q < queues_; ++q) {
+    if (own < 0) return;
+    for (uint32_t q = uint32_t(own); q < queues_; ++q) {
         if (taken[q] == 0) continue;
         if (ShortTasks(q)) {
             RunShortTasks(q);
