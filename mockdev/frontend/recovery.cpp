@@ -10,12 +10,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -27,6 +29,9 @@ namespace {
 
 constexpr const char* kShmDir = "/dev/shm";
 constexpr const char* kOurFsType = "fuse.spyre";  // fuse_fs.cpp mounts with subtype=spyre
+// How long a claim waits out a lock on the owner file before it calls the
+// prefix in use (PrefixClaim::Take).
+constexpr auto kClaimPatience = std::chrono::milliseconds(500);
 
 // mountinfo escapes blanks and backslashes as \ooo.
 std::string Unescape(const std::string& s) {
@@ -119,10 +124,18 @@ std::optional<PrefixClaim> PrefixClaim::Take(const std::string& prefix) {
         LOG_ERROR("cannot create %s: %s", path.c_str(), std::strerror(errno));
         return std::nullopt;
     }
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        LOG_ERROR("shared-memory prefix %s is in use by a running spyre-mockdev", prefix.c_str());
-        ::close(fd);
-        return std::nullopt;
+    // A daemon starting beside this one (two ranks of an MPI job) may be
+    // looking at this file in its sweep (OwnerIsDead's shared lock, held for
+    // one read): that ends within microseconds, while an owner's lock lasts
+    // as long as the owner. Refused only if the lock stays taken.
+    const auto give_up = std::chrono::steady_clock::now() + kClaimPatience;
+    while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK || std::chrono::steady_clock::now() >= give_up) {
+            LOG_ERROR("shared-memory prefix %s is in use by a running spyre-mockdev", prefix.c_str());
+            ::close(fd);
+            return std::nullopt;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     const std::string pid = std::to_string(::getpid()) + "\n";
     char old[32] = {};

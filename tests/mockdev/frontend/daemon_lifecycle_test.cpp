@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // spyre-mockdev start-up errors, clean shutdown, and what a driver sees when
 // the daemon dies or shuts down under a waiting thread.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "mock_fixture.hpp"
@@ -275,6 +278,41 @@ TEST(MockdevRecovery, RestartAfterKillRecoversTheMountAndThePrefix) {
     ASSERT_EQ(::kill(pid2, SIGTERM), 0);
     EXPECT_TRUE(Eventually([&] { return spyre::test::CountShmObjects(prefix) == 0; }));
     EXPECT_TRUE(Eventually([&] { return !spyre::test::IsMounted(dir.path.string()); }));
+}
+
+// Another daemon's sweep of dead prefixes (two ranks of an MPI job start
+// their mocks at once) takes a shared lock on each owner file for a look.
+// A daemon claiming its prefix meanwhile, a dead owner's here, waits that
+// look out instead of calling the prefix in use and exiting (CI, 29 Nov: a
+// level-4 job hung after its rank 0's mock did).
+TEST(MockdevStartup, AClaimWaitsOutAnotherDaemonsLookAtTheOwnerFile) {
+    TempDir dir;
+    fs::create_directory(dir.path / "mnt");
+    const std::string prefix = dir.UniquePrefix("spyre-look");
+    const pid_t dead = ::fork();  // a pid that has exited: the owner file's owner
+    if (dead == 0) ::_exit(0);
+    ASSERT_GT(dead, 0);
+    ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+    const std::string owner = "/dev/shm/" + prefix + ".owner";
+    const int fd = ::open(owner.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0);
+    const std::string pid = std::to_string(dead) + "\n";
+    ASSERT_EQ(::write(fd, pid.data(), pid.size()), ssize_t(pid.size()));
+    ASSERT_EQ(::flock(fd, LOCK_SH), 0);  // as the sweep's look holds it, but for 200 ms
+    std::thread look_ends([fd] {
+        std::this_thread::sleep_for(milliseconds(200));
+        ::flock(fd, LOCK_UN);
+        ::close(fd);
+    });
+    std::optional<MockDaemon> daemon;
+    try {
+        daemon.emplace(MockDaemon::Start({.vfs = 0, .mem = "64M", .mount = dir.path / "mnt", .shm_prefix = prefix}));
+    } catch (const spyre::Error& e) {
+        ADD_FAILURE() << e.what();
+    }
+    look_ends.join();
+    ASSERT_TRUE(daemon);
+    EXPECT_GT(spyre::test::CountShmObjects(prefix), 1);  // the owner file and the card's objects
 }
 
 // A live daemon's objects are never taken over, even under a prefix that a
