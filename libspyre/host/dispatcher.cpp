@@ -16,6 +16,8 @@
 
 namespace spyre::host {
 
+using dependency::JobThreads;
+
 class Dispatcher::Lock {
 public:
     explicit Lock(Dispatcher& s) : s_(s) {

@@ -34,8 +34,6 @@
 
 namespace spyre::host {
 
-using dependency::JobThreads;
-
 class LocalChipExecutor;
 
 // Inside a catch block: the kind, cause and device code of the exception in
@@ -150,11 +148,11 @@ private:
     PlacementInput placement_;  // reused: no allocation per task
     std::unique_ptr<DeviceCosts> costs_;  // what placement learns of each device's speed
     std::vector<Worker::DeviceStats> stats_;
-    std::vector<std::unique_ptr<JobThreads>> lanes_;
-    std::unique_ptr<JobThreads> sub_workers_;
+    std::vector<std::unique_ptr<dependency::JobThreads>> lanes_;
+    std::unique_ptr<dependency::JobThreads> sub_workers_;
     // Tasks made ready under the lock, handed to their threads once it is
     // released (one hand-over per thread pool): lanes_ by index, then the pool.
-    std::vector<std::vector<JobThreads::Job>> to_post_;
+    std::vector<std::vector<dependency::JobThreads::Job>> to_post_;
     int block_dim_ = 1;
     size_t rotate_ = 0;
     std::vector<HostTask*> producers_;  // Submit's scratch: no allocation per task
