@@ -35,7 +35,14 @@ void RemoteChipService::Serve(int controller) {
     int source = kAnySource;
     while (!shutdown_) {
         try {
-            Answer(transport_.Receive(transport_.liveness().silence_bound, source));
+            Message m = transport_.Receive(transport_.liveness().silence_bound, source);
+            if (m.type == kPeerLeftMessageType) {
+                // A rank that finished; unless it is the controller, which
+                // then never sends Shutdown (it failed before it could).
+                if (m.source == controller) throw *transport_.PeerError(controller);
+                continue;
+            }
+            Answer(std::move(m));
         } catch (const Error& e) {
             switch (e.kind()) {
             case ErrorKind::Timeout:
@@ -79,6 +86,8 @@ void RemoteChipService::Answer(Message request) {
     const int from = request.source;
     const PeerInfo& self = transport_.peer(transport_.rank());
     switch (request.type) {
+    case kPeerLeftMessageType:  // a rank that finished: nothing to answer
+        return;
     case remote::kShutdown:
         shutdown_ = true;
         return;

@@ -55,8 +55,10 @@ public:
     void SetOtherMessageHandler(std::function<void(Message)> handler) { other_ = std::move(handler); }
 
     // Answers requests until `controller` sends Shutdown. Throws the
-    // transport's errors (a lost peer, the controller gone); a malformed
-    // request is answered with an error and serving goes on.
+    // transport's errors (a lost peer, the controller gone); a controller
+    // that leaves the run without Shutdown (it failed before it could) ends
+    // it at once with the transport's DeviceLost ("left the run"). A
+    // malformed request is answered with an error and serving goes on.
     void Serve(int controller = 0);
     // Answers at most one message within `timeout`; false when none came or
     // it was a Shutdown. For callers that interleave their own work.

@@ -28,6 +28,13 @@ namespace spyre::host {
 inline constexpr int kAnySource = -1;
 // Types below this are the transport's own (heartbeats); protocols use the rest.
 inline constexpr uint16_t kFirstUserMessageType = 16;
+// A peer's transport shut down (it finished, or failed and unwound): it
+// sends nothing more. Receive(kAnySource) returns one message of this type
+// from it (source set, no header, no payloads), after everything it sent;
+// a Receive from it alone, and a Send to it, fail with DeviceLost ("left
+// the run") from then on. Not a loss: the transport's final barrier still
+// waits for it, and a wait on any source goes on.
+inline constexpr uint16_t kPeerLeftMessageType = 2;
 
 struct Message {
     uint16_t type = 0;
@@ -84,7 +91,8 @@ public:
     // trusted).
     virtual Message Receive(std::chrono::milliseconds timeout, int source = kAnySource) = 0;
 
-    // Why `rank` is lost, or nullopt while it is alive.
+    // Why `rank` is lost (or that it left the run), or nullopt while it is
+    // alive.
     virtual std::optional<Error> PeerError(int rank) const = 0;
 };
 

@@ -22,6 +22,7 @@ inline constexpr size_t kFrameFixedBytes = 16;
 inline constexpr size_t kMaxFrameBytes = kFrameFixedBytes + 8 * kMaxPayloads + kMaxHeaderBytes;
 // Transport-internal message types.
 inline constexpr uint16_t kHeartbeatType = 1;
+inline constexpr uint16_t kLeavingType = kPeerLeftMessageType;  // sent by a transport as it shuts down
 
 // Throws InvalidArgument when the message is over the limits.
 std::vector<uint8_t> EncodeFrame(const Message& message);

@@ -49,6 +49,10 @@ struct InProcessFabric::State {
             m.payloads = std::move(payloads);
             dst.liveness.Seen(from);
             if (m.type == wire::kHeartbeatType) return;
+            if (m.type == wire::kLeavingType) {
+                dst.messages.PushLeft(from);
+                return;
+            }
             dst.messages.Push(std::move(m));
         } catch (const Error& e) {
             dst.messages.PushError(from, e);
@@ -128,7 +132,12 @@ void InProcessFabric::InjectFrame(int from, int to, std::span<const uint8_t> fra
 InProcessTransport::InProcessTransport(std::shared_ptr<InProcessFabric> fabric, int rank)
     : fabric_(std::move(fabric)), rank_(rank) {}
 
-InProcessTransport::~InProcessTransport() = default;
+InProcessTransport::~InProcessTransport() {
+    // As MpiTransport does at shutdown: nothing more comes from this rank.
+    const std::vector<uint8_t> leaving = wire::EncodeFrame(Message{.type = wire::kLeavingType});
+    for (int r = 0; r < size(); ++r)
+        if (r != rank_) fabric_->state_->Deliver(rank_, r, leaving, {});
+}
 
 int InProcessTransport::rank() const { return rank_; }
 int InProcessTransport::size() const { return static_cast<int>(fabric_->state_->endpoints.size()); }

@@ -29,6 +29,15 @@ void MessageQueue::PushError(int source, Error error) {
     wake_.Notify();
 }
 
+void MessageQueue::PushLeft(int source) {
+    {
+        std::lock_guard lock(mutex_);
+        entries_.push_back(Entry{source, Message{.type = kPeerLeftMessageType, .source = source}});
+    }
+    liveness_.MarkLeft(source);  // after the entry: a wait on it alone finds the notice, then the leave
+    wake_.Notify();
+}
+
 void MessageQueue::Wake() { wake_.Notify(); }
 
 void MessageQueue::Close(Error error) {
@@ -64,6 +73,14 @@ std::optional<Message> MessageQueue::PopUntil(PeerLiveness::Clock::time_point de
     for (;;) {
         auto it = matching();
         if (it != entries_.end()) {
+            // A leave notice ends a wait on its source alone with the leave
+            // (and stays for a wait on any source, which gets it as a message).
+            const auto* notice = std::get_if<Message>(&it->item);
+            if (notice && notice->type == kPeerLeftMessageType && source != kAnySource) {
+                lock.unlock();
+                liveness_.MarkLeft(source);  // the push marks it too, right after queueing
+                throw *liveness_.Lost(source);
+            }
             Entry entry = std::move(*it);
             entries_.erase(it);
             if (auto* error = std::get_if<Error>(&entry.item)) throw *error;

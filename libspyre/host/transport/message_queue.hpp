@@ -26,6 +26,10 @@ public:
     // A malformed frame from `source`: its receiver gets `error` once, in
     // order; the source is cut off (lost) from then on.
     void PushError(int source, Error error);
+    // `source` is leaving (kPeerLeftMessageType): after what it sent, a
+    // wait on any source gets that message once, and a wait on `source`
+    // alone its DeviceLost ("left the run").
+    void PushLeft(int source);
     // Wakes waiters to look at liveness again.
     void Wake();
     // Every later Pop throws `error` once nothing is left (the transport stopped).

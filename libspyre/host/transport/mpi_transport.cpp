@@ -310,6 +310,8 @@ bool MpiTransport::State::AdvanceIncoming(int source) {
         }
         if (in.error) {
             messages->PushError(source, *in.error);
+        } else if (in.message && in.message->type == wire::kLeavingType) {
+            messages->PushLeft(source);
         } else if (in.message && in.message->type != wire::kHeartbeatType) {
             liveness->Seen(source);
             messages->Push(std::move(*in.message));
@@ -426,6 +428,16 @@ void MpiTransport::State::Run(std::promise<void>& ready) {
 void MpiTransport::State::Shutdown() {
     const auto bound = options.finalize_timeout;
     auto lost_peer = [&]() -> std::optional<Error> { return liveness->AnyLost(); };
+    // Tell every peer still here that nothing more comes from this rank, after
+    // all it sent: one waiting for it (a serving rank for its controller)
+    // ends at once, not at this barrier's timeout.
+    {
+        const std::vector<uint8_t> leaving = wire::EncodeFrame(Message{.type = wire::kLeavingType});
+        std::lock_guard lock(mutex);
+        for (int r = 0; r < size; ++r)
+            if (r != rank && !liveness->Lost(r)) queue.push_back(Outgoing{r, leaving, {}, {}});
+    }
+    PostSends();
     // Flush what was sent; the peers keep hearing our heartbeats meanwhile.
     auto deadline = Clock::now() + bound;
     const auto pause = std::min<std::chrono::microseconds>(options.idle_sleep, std::chrono::milliseconds(1));

@@ -24,7 +24,7 @@ Error PeerLostError(const PeerInfo& peer, const std::string& why) {
 PeerLiveness::PeerLiveness(int self, std::vector<PeerInfo> peers, LivenessOptions options)
     : self_(self), peers_(std::move(peers)), options_(options),
       last_seen_ns_(new std::atomic<int64_t>[peers_.size()]), last_evaluate_ns_(Ns(Clock::now())),
-      lost_(peers_.size()) {
+      lost_(peers_.size()), left_(peers_.size()) {
     if (options_.silence_bound <= options_.heartbeat_interval * 2)
         throw Error(ErrorKind::InvalidArgument, "liveness: the silence bound (" +
                                                     std::to_string(options_.silence_bound.count()) +
@@ -53,7 +53,7 @@ bool PeerLiveness::Evaluate(Clock::time_point now) {
         const int64_t silent = t - last_seen_ns_[r].load(std::memory_order_relaxed);
         if (silent <= bound) continue;
         std::lock_guard lock(mutex_);
-        if (lost_[r]) continue;
+        if (lost_[r] || left_[r]) continue;
         lost_[r] = PeerLostError(peers_[r], "silent for " + std::to_string(silent / 1000000) + " ms (liveness bound " +
                                                 std::to_string(options_.silence_bound.count()) + " ms)");
         newly = true;
@@ -67,10 +67,21 @@ void PeerLiveness::MarkLost(int rank, Error error) {
     if (!lost_[rank]) lost_[rank] = std::move(error);
 }
 
+void PeerLiveness::MarkLeft(int rank) {
+    if (rank < 0 || rank >= size()) return;
+    ErrorContext ctx;
+    ctx.device = "rank " + std::to_string(rank) + "@" + peers_[rank].host_name;
+    std::lock_guard lock(mutex_);
+    if (!left_[rank])
+        left_[rank] = Error(ErrorKind::DeviceLost,
+                            peers_[rank].Describe() + " left the run: its transport shut down, nothing more comes from it",
+                            std::move(ctx));
+}
+
 std::optional<Error> PeerLiveness::Lost(int rank) const {
     if (rank < 0 || rank >= size()) return std::nullopt;
     std::lock_guard lock(mutex_);
-    return lost_[rank];
+    return lost_[rank] ? lost_[rank] : left_[rank];
 }
 
 std::optional<Error> PeerLiveness::AnyLost() const {

@@ -31,7 +31,11 @@ public:
     // Cuts `rank` off with `error` (a malformed frame, an MPI failure). The
     // first reason stays.
     void MarkLost(int rank, Error error);
-
+    // `rank` said it is leaving (its transport shut down): nothing more
+    // comes from it. Not a loss: AnyLost does not name it (the final
+    // barrier still waits for it), and its silence is not held against it.
+    void MarkLeft(int rank);
+    // Its loss, or that it left; nullopt while it is alive.
     std::optional<Error> Lost(int rank) const;
     // The first lost peer's error (lowest rank), if any.
     std::optional<Error> AnyLost() const;
@@ -48,6 +52,7 @@ private:
     std::atomic<int64_t> last_evaluate_ns_;
     mutable std::mutex mutex_;
     std::vector<std::optional<Error>> lost_;
+    std::vector<std::optional<Error>> left_;
 };
 
 // "rank 1 (host b, pid 42) is lost: <why>": the DeviceLost error of a peer.

@@ -13,6 +13,12 @@
 //              lost (DeviceLost naming rank 1) within the liveness bound.
 //   kill-peer  rank 1 SIGKILLs itself inside a call: mpirun ends the job
 //              (the wrapper checks it names rank 1, in time).
+//   controller-fails  rank 0 gives up right after the transport is up (as
+//              a program whose own card will not open does), so it never
+//              sends Shutdown: every serving rank's Serve must end with
+//              DeviceLost naming rank 0 ("left the run") at once. Before
+//              the transport said so, they served on while rank 0 waited
+//              for them at the final barrier: a minute, the finalize timeout.
 //   hostile    ranks 1 and 2 are not spyre at all: they join the transport's
 //              start-up collectives by hand, then send rank 0 a frame with a
 //              bad magic (rank 1) and a frame whose payload is shorter than
@@ -240,8 +246,19 @@ int main(int argc, char** argv) {
         setvbuf(stdout, nullptr, _IOLBF, 0);
         if (mode == "hostile") {
             status = Victim(t);
+        } else if (t.rank() != 0 && mode == "controller-fails") {
+            try {
+                status = Serve(t);
+                std::printf("RESULT serve-returned rank=%d\n", t.rank());
+            } catch (const Error& e) {
+                std::printf("RESULT controller-left rank=%d kind=%s: %s\n", t.rank(), ToString(e.kind()), e.what());
+                status = 4;
+            }
         } else if (t.rank() != 0) {
             status = Serve(t);
+        } else if (mode == "controller-fails") {
+            std::printf("RESULT controller-failing\n");
+            status = 1;
         } else {
             RemoteChipClient client(t, std::chrono::seconds(45));
             if (mode == "calls" || mode == "calls-waiters-poll") status = Calls(t, client);

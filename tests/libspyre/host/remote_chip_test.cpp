@@ -210,6 +210,49 @@ TEST_F(RemoteChipTest, AStoppedServerIsReportedWithinTheBoundNotWaitedFor) {
     EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);  // bound 800 ms, reply timeout 60 s
 }
 
+// A controller that fails before it sends Shutdown (its transport goes):
+// the serving rank's Serve ends at once with DeviceLost naming it, not at
+// the liveness bound (the controller's process may still be alive, waiting
+// at the transport's final barrier for this rank).
+TEST_F(RemoteChipTest, AControllerThatLeavesWithoutShutdownEndsServeAtOnce) {
+    ASSERT_EQ(client_->Describe(1).rank, 1);
+    client_.reset();
+    const auto start = std::chrono::steady_clock::now();
+    t0_.reset();
+    server_.join();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+    EXPECT_NE(serve_error_.find("rank 0 (host node-a"), std::string::npos) << serve_error_;
+    EXPECT_NE(serve_error_.find("left the run"), std::string::npos) << serve_error_;
+}
+
+// Another rank that finishes is no reason to stop serving the controller.
+TEST(RemoteChipServiceTest, ARankOtherThanTheControllerLeavingIsNotAnError) {
+    SPYRE_REQUIRE_FUSE();
+    auto fabric = InProcessFabric::Create(3, LivenessOptions{.heartbeat_interval = 50ms, .silence_bound = 800ms});
+    auto t0 = fabric->Take(0), t1 = fabric->Take(1);
+    Host host = Host::Open(HostOptions::EmbeddedMock(1, 0, "1G"));
+    RemoteChipService service(*t1, host);
+    service.Register("add", test::DeviceAdd);
+    std::string serve_error = "still serving";
+    std::thread server([&] {
+        try {
+            service.Serve(0);
+            serve_error.clear();
+        } catch (const Error& e) {
+            serve_error = e.what();
+        }
+    });
+    fabric->Take(2).reset();  // rank 2 comes and goes
+    RemoteChipClient client(*t0, 60s);
+    const RemoteCall call = AddCall("after-rank-2-left", {64}, 11);
+    std::vector<WireTensor> out = client.Call(1, call);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].data, test::CpuAdd(call.inputs[0], call.inputs[1]));
+    client.Shutdown(1);
+    server.join();
+    EXPECT_EQ(serve_error, "");
+}
+
 namespace {
 
 // A reply as a hostile or broken server would send it: type, call id, payloads.

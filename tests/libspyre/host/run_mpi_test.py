@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Runs tests/libspyre/host/mpi_remote_chip under mpirun and checks its outcome.
 
-Usage: run_mpi_test.py BINARY NP MODE   (MODE: calls, stop-peer, kill-peer, hostile; l4, l4-trace: spyre-l4-examples)
+Usage: run_mpi_test.py BINARY NP MODE   (MODE: calls, stop-peer, kill-peer, hostile, controller-fails; l4, l4-trace: spyre-l4-examples)
 
 Exit 77 (meson's skip) only when mpirun is missing, or when FUSE is unusable
 (every rank starts a mock card) and SPYRE_REQUIRE_FUSE is not 1, as every
@@ -223,6 +223,15 @@ def main():
         if took_ms > BOUND_MS + SLACK_MS:
             fail(f'the job ended {took_ms:.0f} ms after the kill, past the bound')
         print(f'ok: rank 1 (killed) reported, job ended {took_ms:.0f} ms after the kill (bound {BOUND_MS} ms)')
+    elif mode == 'controller-fails':
+        left = re.findall(r'RESULT controller-left rank=(\d+) kind=device lost: .*rank 0 \(host .*left the run', out)
+        if sorted(int(r) for r in left) != list(range(1, np_)):
+            fail(f'serving ranks {sorted(left)} reported rank 0 gone, not 1..{np_ - 1}')
+        if rc == 0:
+            fail('mpirun exited 0 although rank 0 failed')
+        if ended - start > 20:
+            fail(f'the job took {ended - start:.1f} s: the serving ranks waited for a controller that had left')
+        print(f'ok: ranks 1..{np_ - 1} ended their Serve on rank 0 leaving; the job took {ended - start:.1f} s')
     elif mode == 'hostile':
         if 'RESULT hostile-ok' not in out:
             fail('rank 0 did not report both malformed streams as ProtocolError naming their ranks')

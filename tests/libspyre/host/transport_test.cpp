@@ -127,6 +127,51 @@ TEST(TransportTest, BadArgumentsAndTimeoutsAreTypedErrors) {
     EXPECT_SPYRE_ERROR(t0->Receive(100ms), Timeout, "no message from any rank within 100 ms");
 }
 
+// A rank whose transport shuts down says so, after everything it sent: a
+// wait on it alone ends at once, a wait on any rank hears it once and goes
+// on, and the leave is not a loss (a stopped or silent peer is).
+TEST(TransportTest, APeerThatLeavesIsAnnouncedAfterItsMessagesAndEndsAWaitOnIt) {
+    auto fabric = InProcessFabric::Create(3, Fast(), {"node-a", "node-b", "node-c"});
+    auto t0 = fabric->Take(0);
+    auto t2 = fabric->Take(2);
+    {
+        auto t1 = fabric->Take(1);
+        t1->Send(0, Numbered(7));
+        t1->Send(0, Numbered(8));
+    }
+    // From rank 1 alone: its messages, then the leave (no wait for the bound).
+    EXPECT_EQ(NumberOf(t0->Receive(1s, 1)), 7u);
+    EXPECT_EQ(NumberOf(t0->Receive(1s, 1)), 8u);
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_SPYRE_ERROR(t0->Receive(10s, 1), DeviceLost, "rank 1 (host node-b, pid");
+    EXPECT_SPYRE_ERROR(t0->Receive(10s, 1), DeviceLost, "left the run: its transport shut down");
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+    EXPECT_SPYRE_ERROR(t0->Send(1, Numbered(9)), DeviceLost, "rank 1 (host node-b");
+    ASSERT_TRUE(t0->PeerError(1).has_value());
+    EXPECT_NE(t0->PeerError(1)->message().find("left the run"), std::string::npos);
+    // From any rank: the notice once, as a message; then the wait goes on
+    // (rank 2 is still here and sends later).
+    const Message notice = t0->Receive(1s);
+    EXPECT_EQ(notice.type, kPeerLeftMessageType);
+    EXPECT_EQ(notice.source, 1);
+    EXPECT_TRUE(notice.header.empty());
+    EXPECT_TRUE(notice.payloads.empty());
+    EXPECT_SPYRE_ERROR(t0->Receive(100ms), Timeout, "no message from any rank");
+    t2->Send(0, Numbered(3));
+    EXPECT_EQ(NumberOf(t0->Receive(1s)), 3u);
+    EXPECT_FALSE(t0->PeerError(2).has_value());
+    // Rank 2 heard the same, first from any rank.
+    const Message heard = t2->Receive(1s);
+    EXPECT_EQ(heard.type, kPeerLeftMessageType);
+    EXPECT_EQ(heard.source, 1);
+    // A rank that left is not lost by its silence afterwards (its process
+    // ends): a wait on any rank still goes on.
+    fabric->Stop(1);
+    std::this_thread::sleep_for(Fast().silence_bound + 300ms);
+    EXPECT_SPYRE_ERROR(t0->Receive(10ms, 1), DeviceLost, "left the run");
+    EXPECT_SPYRE_ERROR(t0->Receive(100ms), Timeout, "no message from any rank");
+}
+
 TEST(TransportTest, AStoppedPeerIsReportedByRankAndHostWithinTheBound) {
     auto fabric = InProcessFabric::Create(3, Fast(), {"node-a", "node-b", "node-c"});
     auto t0 = fabric->Take(0), t1 = fabric->Take(1);
