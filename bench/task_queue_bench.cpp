@@ -121,6 +121,25 @@ void BM_EmptyTasks(benchmark::State& state, bool all_queues) {
     ReportAgainstRing(state, "nop_batch", ns);  // x_ring < 2: at least half the ring's rate
 }
 
+// One empty task submitted and waited for (polling), one at a time, on
+// one queue: the driver's and the mock's share of a chain's link.
+void BM_EmptyTaskRoundTrip(benchmark::State& state) {
+    TaskDevice& d = Device();
+    spyre_cqe done{};
+    uint64_t id = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto _ : state) {
+        const spyre_cb task = TaskCb(++id, d.program, d.program, 0);
+        if (d.queues[0].Submit({&task, 1}) != 1) state.SkipWithError("queue full");
+        while (d.queues[0].Wait({&done, 1}, 1, {.mode = WaitMode::Poll}) == 0) {
+        }
+        if (done.status != SPYRE_ERR_NONE || done.user_data != id) state.SkipWithError("task completed wrongly");
+    }
+    const double ns = TimePerIteration(state, t0);
+    state.counters["ns_per_item"] = ns;
+    ReportAgainstRing(state, "nop_roundtrip", ns);
+}
+
 // Empty tasks through an Orchestrator on a spyre::Device (its own private
 // mock, the same --cores). The chain's kernel is an empty program with one
 // argument slot, so its tasks can name a buffer.
@@ -294,6 +313,7 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark("baseline/ring_nop_batch", BM_RingNopBatch)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("baseline/ring_nop_roundtrip", BM_RingNopRoundTrip)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("tasks/empty_one_queue", BM_EmptyTasks, false)->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("tasks/empty_roundtrip", BM_EmptyTaskRoundTrip)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("tasks/empty_all_queues", BM_EmptyTasks, true)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("runtime/empty_device_tasks", BM_RuntimeEmptyTasks, false)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("runtime/empty_device_tasks/pto_submit_task", BM_RuntimeEmptyTasks, true)
