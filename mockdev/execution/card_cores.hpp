@@ -60,6 +60,7 @@ struct CoreTask {
     uint32_t queue = 0;
     uint32_t sq_pos = 0;  // its submission position, echoed in its CQE
     spyre_cb cb{};
+    uint16_t verdict = 0;  // not NONE: completes with this without running (TaskWaits)
     // When a core took it, under the cores' lock: its start, so starts
     // keep the order the cores took tasks in even when the host preempts a
     // worker between the take and the run.

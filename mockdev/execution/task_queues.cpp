@@ -22,8 +22,10 @@ TaskQueues::TaskQueues(RegisterFile& regs, ShmObject& bar4, const TaskGeometry& 
       lane_(lane),
       db_(reinterpret_cast<spyre_task_doorbell*>(bar4.data() + geometry.db_offset)),
       queues_(std::min(cores.groups(), SPYRE_TQ_MAX_QUEUES)) {
-    for (uint32_t q = 0; q < SPYRE_TQ_MAX_QUEUES; ++q)
+    for (uint32_t q = 0; q < SPYRE_TQ_MAX_QUEUES; ++q) {
         pairs_.push_back(std::make_unique<QueuePair>(bar4, TaskLayout(geometry, q)));
+        waits_.emplace_back(TaskLayout(geometry, q).sq_entries);
+    }
     for (unsigned i = 0; i < cores.workers(); ++i) per_core_.push_back(std::make_unique<ProgramExecutor>(memory, cores));
 }
 
@@ -61,6 +63,7 @@ void TaskQueues::Resume() {
 void TaskQueues::Clear() {
     std::lock_guard lock(mutex_);
     for (auto& pending : pending_) pending.clear();
+    for (auto& waits : waits_) waits.Clear();
     for (auto& pair : pairs_) pair->Clear();
     // The next owner's tasks start from power-on, not from how long the
     // last owner's ran.
@@ -107,15 +110,19 @@ QueueKind::Turn TaskQueues::Serve(std::unique_lock<std::mutex>& exec, CycleClock
             held_back = true;
             continue;
         }
+        uint32_t ready = 0;
         for (uint32_t i = 0; i < n; ++i) {
             Taken t{{}, head + i};
             pair.Copy(head + i, &t.cb);
-            pending_[q].push_back(t);
+            if (waits_[q].Admit(t)) {
+                pending_[q].push_back(t);
+                ++ready;
+            }
         }
         lock.unlock();
         pair.Consume(n);
         regs_.Add64(SPYRE_REG_CNT_TASK_DOORBELLS, 1);
-        taken[q] = n;
+        taken[q] = ready;
         any = true;
     }
     if (!any) return held_back ? Turn::HeldBack : Turn::Idle;
@@ -183,6 +190,7 @@ bool TaskQueues::Take(uint32_t queue, CoreTask& out) {
     out.queue = queue;
     out.cb = pending_[queue].front().cb;
     out.sq_pos = pending_[queue].front().sq_pos;
+    out.verdict = pending_[queue].front().verdict;
     out.taken = Budget::Clock::now();
     pending_[queue].pop_front();
     ++running_;
@@ -203,7 +211,7 @@ void TaskQueues::Run(const CoreTask& task, unsigned core) noexcept {
     const Budget::Clock::time_point start = task.taken;
     const uint64_t start_ns = DeviceClockNs(start);
     try {
-        status = Execute(task.cb, core, start);
+        status = task.verdict != SPYRE_ERR_NONE ? task.verdict : Execute(task.cb, core, start);
     } catch (const std::exception& e) {
         LOG_ERROR("task fault (user_data %llu): %s", static_cast<unsigned long long>(task.cb.user_data), e.what());
     } catch (...) {
@@ -216,11 +224,17 @@ void TaskQueues::Run(const CoreTask& task, unsigned core) noexcept {
     if (status == SPYRE_ERR_WATCHDOG) regs_.Add64(SPYRE_REG_CNT_WATCHDOG, 1);
     const spyre_cqe cqe =
         MakeCqe(task.cb, task.sq_pos, status, spyre_task_result(end_ns - start_ns, uint16_t(core)), end_ns);
+    size_t released = 0;
     {
         std::lock_guard lock(mutex_);
         pairs_[task.queue]->Post(cqe, host_link_);
+        released = waits_[task.queue].Ended(task.sq_pos, status, pending_[task.queue]);
     }
     SignalCompletion(db_->irq_seq, db_->irq_waiters, regs_);
+    // Tasks that waited for this one: this core takes the first next (its
+    // worker, or the lane's run of short tasks, looks again); more wake
+    // others.
+    if (released > 1) cores_.NotifyTasks(task.queue, uint32_t(released - 1));
     std::lock_guard lock(mutex_);
     if (--running_ == 0) idle_.notify_all();
 }

@@ -11,7 +11,9 @@
 // waking a worker. How many workers a turn wakes depends on how long the
 // queue's recent tasks ran: short ones (under kShortTaskNs, less than a
 // wake-up costs) run on the lane with one helper, so a batch of them costs
-// one wake-up, not one per task; longer ones go to a worker each.
+// one wake-up, not one per task; longer ones go to a worker each. A task
+// that names earlier tasks of its queue (after) waits in TaskWaits until
+// they end; whoever ran the last of them takes it next, on the same core.
 #pragma once
 
 #include <array>
@@ -30,6 +32,7 @@
 #include "execution/queue_geometry.hpp"
 #include "execution/queue_lane.hpp"
 #include "execution/queue_pair.hpp"
+#include "execution/task_waits.hpp"
 #include "pci/register_file.hpp"
 #include "pci/shm_object.hpp"
 #include "spyre/uapi/spyre_task.h"
@@ -74,10 +77,7 @@ public:
     void Run(const CoreTask& task, unsigned core) noexcept override;
 
 private:
-    struct Taken {
-        spyre_cb cb;
-        uint32_t sq_pos;
-    };
+    using Taken = QueuedTask;
     void Halt(uint32_t queue);
     // Under the watchdog counted from `start`.
     uint16_t Execute(const spyre_cb& cb, unsigned core, Budget::Clock::time_point start);
@@ -108,7 +108,8 @@ private:
 
     std::mutex mutex_;  // guards pending_, each pair's CQ side, running_, accepting_
     std::condition_variable idle_;  // running_ dropped to 0
-    std::array<std::deque<Taken>, SPYRE_TQ_MAX_QUEUES> pending_;  // taken from the SQ, not yet on a core
+    std::array<std::deque<Taken>, SPYRE_TQ_MAX_QUEUES> pending_;  // taken from the SQ, free to go to a core
+    std::vector<TaskWaits> waits_;  // per queue: taken tasks that wait for earlier ones (after)
     unsigned running_ = 0;
     // Per queue, a moving average of its tasks' run times (ns): written by
     // whichever core ran one, racy on purpose (a hint for HandOut).

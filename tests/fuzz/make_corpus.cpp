@@ -127,7 +127,7 @@ void WriteRingCorpus(const std::string& dir, const std::string& program_dir) {
     task.u.task.args_addr = 8192;
     task.u.task.arg_count = h.slot_count;
     spyre_cb reserved = task, linked = task;
-    reserved.u.task.reserved[1] = 1;
+    reserved.u.task.reserved = 1;
     linked.flags = SPYRE_CB_F_LINK;
     Write(dir, "tasks", Ring({task, reserved, linked, Cb(SPYRE_OP_NOP), Cb(SPYRE_OP_CORRECT, 0, 8192, h.slot_count)}, memory));
 }

@@ -134,17 +134,24 @@ TEST(Contract, ATaskIsAControlBlock) {
     static_assert(offsetof(spyre_cb, u.task.args_addr) == 0x18);
     static_assert(offsetof(spyre_cb, u.task.program_size) == 0x20);
     static_assert(offsetof(spyre_cb, u.task.arg_count) == 0x24);
-    static_assert(offsetof(spyre_cb, u.task.reserved) == 0x28);
-    static_assert(sizeof(spyre_cb_task::reserved) == 24);
+    static_assert(offsetof(spyre_cb, u.task.after_count) == 0x28);
+    static_assert(offsetof(spyre_cb, u.task.after) == 0x2C);
+    static_assert(sizeof(spyre_cb_task::after) == 4 * SPYRE_TASK_MAX_AFTER);
+    static_assert(offsetof(spyre_cb, u.task.reserved) == 0x3C);
+    static_assert(sizeof(spyre_cb_task::reserved) == 4);
     static_assert(std::is_same_v<decltype(spyre_cb_task::program_size), uint32_t>);
     static_assert(std::is_same_v<decltype(spyre_cb_task::arg_count), uint32_t>);
     static_assert(SPYRE_DEFAULT_TQ_CQ_OFFSET >= SPYRE_DEFAULT_TQ_SQ_ENTRIES * sizeof(spyre_cb));
-    // The task's reserved words are the CB's last three payload words.
+    // The after list fills the CB's last three payload words (3.1), the
+    // reserved word last.
     spyre_cb cb{};
-    cb.u.task.reserved[0] = 1;
-    cb.u.task.reserved[2] = 3;
-    EXPECT_EQ(cb.u.args[3], 1u);
-    EXPECT_EQ(cb.u.args[5], 3u);
+    cb.u.task.after_count = 1;
+    cb.u.task.after[0] = 7;
+    cb.u.task.reserved = 3;
+    EXPECT_EQ(cb.u.args[3], 1u | (7ull << 32));
+    EXPECT_EQ(cb.u.args[5], 3ull << 32);
+    EXPECT_STREQ(spyre_error_name(SPYRE_ERR_BAD_DEPENDENCY), "BAD_DEPENDENCY");
+    EXPECT_STREQ(spyre_error_name(SPYRE_ERR_DEPENDENCY_FAILED), "DEPENDENCY_FAILED");
     EXPECT_STREQ(spyre_error_name(SPYRE_ERR_WRONG_QUEUE), "WRONG_QUEUE");
     EXPECT_STREQ(spyre::uapi::OpcodeName(SPYRE_OP_TASK), "TASK");
 }

@@ -86,6 +86,17 @@ inline spyre_cb TaskCb(uint64_t task_id, uint64_t program_addr, uint64_t args_ad
     return cb;
 }
 
+// TASK `task` waiting (contract 3.1) for the tasks of its own queue at
+// submission positions `positions` (at most SPYRE_TASK_MAX_AFTER, each
+// before its own and less than an SQ lap back: TaskQueue::NextPosition when
+// they were submitted). It starts once they have all ended, and completes
+// with DEPENDENCY_FAILED, without running, if one did not succeed.
+inline spyre_cb After(spyre_cb task, std::span<const uint32_t> positions) noexcept {
+    task.u.task.after_count = uint32_t(positions.size());
+    for (size_t i = 0; i < positions.size() && i < SPYRE_TASK_MAX_AFTER; ++i) task.u.task.after[i] = positions[i];
+    return task;
+}
+
 // `cb` with SPYRE_CB_F_LINK set: if it fails, the next CB in the ring is
 // cancelled (SPYRE_ERR_CANCELED) instead of run.
 inline spyre_cb Linked(spyre_cb cb) noexcept {

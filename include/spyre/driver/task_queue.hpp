@@ -57,6 +57,9 @@ public:
     uint32_t capacity() const noexcept { return capacity_; }
     uint32_t InFlight() const noexcept { return queue_.InFlight(); }
     uint32_t Free() const noexcept { return capacity_ - InFlight(); }
+    // The submission position the next CB submitted gets (its CQE's sq_pos):
+    // what a later task of this queue names to wait for it (After).
+    uint32_t NextPosition() const noexcept { return queue_.sq_tail(); }
 
     // Copies as many CBs as fit (Free()) into the ring, in order, and rings
     // the doorbell once. Each takes one slot: TASK (TaskCb) or NOP; the device

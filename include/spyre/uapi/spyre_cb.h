@@ -135,13 +135,18 @@ struct spyre_cb_sem {
 
 /* A task (task queues only, spyre_task.h): a program already in device
  * memory run on one core with its own argument table. The task's id is the
- * CB's user_data. */
+ * CB's user_data. 3.1: it may wait for up to SPYRE_TASK_MAX_AFTER earlier
+ * tasks of its own queue, named by submission position (spyre_task.h,
+ * "Waiting on earlier tasks"). */
+#define SPYRE_TASK_MAX_AFTER 4u
 struct spyre_cb_task {
     uint64_t program_addr;    /* program binary (spyre_program.h), 8-aligned */
     uint64_t args_addr;       /* table of arg_count u64 device addresses, 8-aligned, inside the window */
     uint32_t program_size;    /* bytes; 0 = the header's total_size */
     uint32_t arg_count;       /* must equal the program's slot_count (RELOCATION) */
-    uint64_t reserved[3];
+    uint32_t after_count;     /* 3.1: how many of after[] it waits for, <= SPYRE_TASK_MAX_AFTER */
+    uint32_t after[SPYRE_TASK_MAX_AFTER]; /* 3.1: sq positions of earlier tasks of this queue; unused ones 0 */
+    uint32_t reserved;        /* must be 0 */
 };
 
 struct spyre_cb {
@@ -200,7 +205,9 @@ static_assert(offsetof(spyre_cb, u.task.program_addr) == 0x10, "");
 static_assert(offsetof(spyre_cb, u.task.args_addr) == 0x18, "");
 static_assert(offsetof(spyre_cb, u.task.program_size) == 0x20, "");
 static_assert(offsetof(spyre_cb, u.task.arg_count) == 0x24, "");
-static_assert(offsetof(spyre_cb, u.task.reserved) == 0x28, "");
+static_assert(offsetof(spyre_cb, u.task.after_count) == 0x28, "");
+static_assert(offsetof(spyre_cb, u.task.after) == 0x2C, "");
+static_assert(offsetof(spyre_cb, u.task.reserved) == 0x3C, "");
 static_assert(offsetof(spyre_cqe, user_data) == 0x00, "");
 static_assert(offsetof(spyre_cqe, result) == 0x08, "");
 static_assert(offsetof(spyre_cqe, timestamp_ns) == 0x10, "");

@@ -18,6 +18,7 @@
 #define SPYRE_ERR_MISALIGNED        0x06u /* an address or size breaks an alignment rule */
 #define SPYRE_ERR_RING_OVERFLOW     0x07u /* sq_tail ran more than SQ_ENTRIES ahead of sq_head */
 #define SPYRE_ERR_WRONG_QUEUE       0x08u /* 3.0: opcode of the other queue kind (TASK on the ring, not TASK/NOP on a task queue) */
+#define SPYRE_ERR_BAD_DEPENDENCY    0x09u /* 3.1: a task's after list is too long or names no earlier task of its queue */
 #define SPYRE_ERR_PROGRAM_MAGIC     0x10u /* program binary: bad magic */
 #define SPYRE_ERR_PROGRAM_VERSION   0x11u
 #define SPYRE_ERR_PROGRAM_CHECKSUM  0x12u
@@ -28,6 +29,7 @@
 #define SPYRE_ERR_WATCHDOG          0x20u /* the CB ran past the watchdog bound */
 #define SPYRE_ERR_ABORTED           0x21u /* the CB was dropped by a function reset */
 #define SPYRE_ERR_CANCELED          0x22u /* not executed: the previous CB carried LINK and failed */
+#define SPYRE_ERR_DEPENDENCY_FAILED 0x23u /* 3.1: not executed: a task it waited for (after) did not succeed */
 #define SPYRE_ERR_INTERNAL          0x3Fu /* device model fault; the device keeps running */
 
 #ifdef __cplusplus
@@ -43,6 +45,7 @@ inline const char* spyre_error_name(uint32_t code) noexcept {
     case SPYRE_ERR_MISALIGNED: return "MISALIGNED";
     case SPYRE_ERR_RING_OVERFLOW: return "RING_OVERFLOW";
     case SPYRE_ERR_WRONG_QUEUE: return "WRONG_QUEUE";
+    case SPYRE_ERR_BAD_DEPENDENCY: return "BAD_DEPENDENCY";
     case SPYRE_ERR_PROGRAM_MAGIC: return "PROGRAM_MAGIC";
     case SPYRE_ERR_PROGRAM_VERSION: return "PROGRAM_VERSION";
     case SPYRE_ERR_PROGRAM_CHECKSUM: return "PROGRAM_CHECKSUM";
@@ -53,6 +56,7 @@ inline const char* spyre_error_name(uint32_t code) noexcept {
     case SPYRE_ERR_WATCHDOG: return "WATCHDOG";
     case SPYRE_ERR_ABORTED: return "ABORTED";
     case SPYRE_ERR_CANCELED: return "CANCELED";
+    case SPYRE_ERR_DEPENDENCY_FAILED: return "DEPENDENCY_FAILED";
     case SPYRE_ERR_INTERNAL: return "INTERNAL";
     default: return "UNKNOWN";
     }

@@ -24,9 +24,22 @@
  * must be 0 and stream 0 (LINK and ring streams order a ring, they mean
  * nothing where CBs complete out of order: RESERVED_NONZERO); slots must be 1
  * (BAD_SLOT_COUNT; a task queue has no inline payload, every CB takes one
- * slot); u.task.reserved (a NOP: every payload word) must be 0
- * (RESERVED_NONZERO). Then every field of the task, and every resolved
+ * slot); u.task.after_count at most SPYRE_TASK_MAX_AFTER (BAD_DEPENDENCY),
+ * the after[] words past it and u.task.reserved (a NOP: every payload word)
+ * 0 (RESERVED_NONZERO). Then every field of the task, and every resolved
  * operand, is checked exactly as a LAUNCH's.
+ *
+ * Waiting on earlier tasks (3.1). A TASK may name up to SPYRE_TASK_MAX_AFTER
+ * earlier tasks of its own queue by submission position (u.task.after, the
+ * sq_pos their CQEs carry). It starts only once each has completed, so it
+ * reads what they wrote; the device resolves the wait, with no round trip
+ * to the driver. If one of them completed with any status but NONE, it does
+ * not run: it completes with DEPENDENCY_FAILED (after all of them), and a
+ * task waiting for it fails so in turn. A position that is its own, a later
+ * one, SQ_ENTRIES or more behind its own, or before the queue's last reset
+ * names no task it could wait for: BAD_DEPENDENCY, at once, without running.
+ * Positions, not ids: the device tracks them in one SQ lap, and the driver
+ * knows them (its sq_tail when it submitted the task).
  *
  * Completions are spyre_cqe records, one per CB, in the order tasks finish,
  * with the phase bit exactly as on the CB ring (spyre_cb.h, "CQE phase": the

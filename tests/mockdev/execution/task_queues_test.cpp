@@ -311,8 +311,9 @@ TEST_F(TaskQueueTest, BadTaskCbsCompleteWithTheirErrorAndTheQueueGoesOn) {
     with([](spyre_cb& d) { d.flags = SPYRE_CB_F_STREAM; }, SPYRE_ERR_RESERVED_NONZERO);
     with([](spyre_cb& d) { d.flags = 0x80; }, SPYRE_ERR_RESERVED_NONZERO);
     with([](spyre_cb& d) { d.stream = 2; }, SPYRE_ERR_RESERVED_NONZERO);
-    with([](spyre_cb& d) { d.u.task.reserved[0] = 1; }, SPYRE_ERR_RESERVED_NONZERO);
-    with([](spyre_cb& d) { d.u.task.reserved[2] = 5; }, SPYRE_ERR_RESERVED_NONZERO);
+    with([](spyre_cb& d) { d.u.task.reserved = 1; }, SPYRE_ERR_RESERVED_NONZERO);
+    with([](spyre_cb& d) { d.u.task.after[2] = 5; }, SPYRE_ERR_RESERVED_NONZERO);  // past after_count
+    with([](spyre_cb& d) { d.u.task.after_count = SPYRE_TASK_MAX_AFTER + 1; }, SPYRE_ERR_BAD_DEPENDENCY);
     with([](spyre_cb& d) { d.slots = 0; }, SPYRE_ERR_BAD_SLOT_COUNT);
     with([](spyre_cb& d) { d.slots = 2; }, SPYRE_ERR_BAD_SLOT_COUNT);  // no inline payload on a task queue
     with([](spyre_cb& d) { d.opcode = 0x99; }, SPYRE_ERR_INVALID_OPCODE);
@@ -682,7 +683,8 @@ TEST_F(TaskQueueTest, AReservedWordStopsATaskBeforeItRuns) {
     TaskQueue q(dev.fn(), 0);
     for (int word = 0; word < 3; ++word) {
         spyre_cb cb = TaskCb(40 + word, w.program, w.task.args, 3);
-        cb.u.task.reserved[word] = 1ull << (20 * word);
+        if (word == 0) cb.u.task.reserved = 1u << 20;
+        else cb.u.task.after[word] = 1u << (10 * word);  // past after_count (0)
         const spyre_cqe c = RunOne(q, cb);
         EXPECT_STREQ(spyre_error_name(c.status), "RESERVED_NONZERO") << "reserved[" << word << "]";
         EXPECT_EQ(c.user_data, uint64_t(40 + word));
@@ -818,4 +820,115 @@ TEST_F(TaskQueueTest, ARingWaitingOnASemaphoreDoesNotHoldUpTheTasks) {
     EXPECT_EQ(ring[0].user_data, 51u);
     EXPECT_TRUE(ring[0].ok()) << spyre_error_name(ring[0].status);
     EXPECT_TRUE(ring[1].ok()) << spyre_error_name(ring[1].status);
+}
+
+// Contract 3.1: a task names earlier tasks of its queue (after) and starts
+// only once they have ended. A chain of adds, each reading the one before's
+// output, submitted in one batch to a group of 8 cores: without the waits
+// they would run at once and read outputs not yet written.
+TEST_F(TaskQueueTest, ATaskWaitsForTheTasksItNamesAndReadsWhatTheyWrote) {
+    TestDevice& dev = pf();
+    const BuiltKernel add = KernelBuilder().Elementwise(ElementwiseOp::Add, {64, 64}, {64, 64}, DType::FP32);
+    const uint64_t program = dev.Put(add.program);
+    const size_t n = 64 * 64;
+    const uint64_t bytes = n * 4;
+    // Integer-valued fp32: every partial sum is exact.
+    std::vector<float> step(n), start(n);
+    for (size_t i = 0; i < n; ++i) {
+        step[i] = float(int(i % 7) - 3);
+        start[i] = float(int(i % 11) - 5);
+    }
+    const uint64_t b = dev.Alloc(bytes), first = dev.Alloc(bytes);
+    std::memcpy(dev.At(b, bytes), step.data(), bytes);
+    std::memcpy(dev.At(first, bytes), start.data(), bytes);
+    constexpr int kLinks = 48;
+    std::vector<uint64_t> outs;
+    for (int i = 0; i < kLinks; ++i) {
+        outs.push_back(dev.Alloc(bytes));
+        std::memset(dev.At(outs.back(), bytes), 0x7F, bytes);  // NaN-like garbage until written
+    }
+    TaskQueue q(dev.fn(), 0);
+    // A slow head: the chain's first add waits for it (it writes nothing the
+    // chain reads, so only the wait orders them).
+    const LongTask slow = PlaceLong(dev, 512);
+    const uint32_t head = q.NextPosition();
+    std::vector<spyre_cb> batch{TaskCb(1, slow.program, slow.args, slow.arg_count)};
+    for (int i = 0; i < kLinks; ++i) {
+        const uint64_t in = i == 0 ? first : outs[size_t(i - 1)];
+        const std::vector<uint64_t> table{in, b, outs[size_t(i)]};
+        const uint32_t previous = head + uint32_t(i);  // the slow task, then each link's predecessor
+        batch.push_back(After(TaskCb(100 + i, program, PutArgs(dev, table), 3), std::array{previous}));
+    }
+    const std::vector<spyre_cqe> done = RunAll(q, batch);
+    std::map<uint64_t, spyre_cqe> by_id;
+    for (const spyre_cqe& c : done) by_id[c.user_data] = c;
+    ASSERT_EQ(by_id.size(), batch.size());
+    for (const auto& [id, c] : by_id) EXPECT_STREQ(spyre_error_name(c.status), "NONE") << id;
+    // Each link started after the task it named had ended (device clock).
+    EXPECT_GE(Start(by_id[100]), End(by_id[1]));
+    for (int i = 1; i < kLinks; ++i) EXPECT_GE(Start(by_id[100 + i]), End(by_id[99 + i])) << "link " << i;
+    // And the result is the CPU's, exactly: start + kLinks * step.
+    std::vector<double> expect(n);
+    for (size_t i = 0; i < n; ++i) expect[i] = double(start[i]) + kLinks * double(step[i]);
+    EXPECT_EQ(dev.ReadTensor(outs.back(), add.outputs[0]), expect);
+}
+
+// A task whose producer fails does not run: it completes with
+// DEPENDENCY_FAILED, and so does one that waits for it. A task naming a
+// producer that ended well long ago (reaped) runs.
+TEST_F(TaskQueueTest, ATaskWhoseProducerFailedCompletesWithoutRunning) {
+    TestDevice& dev = pf();
+    const WatchedAdd first = PlaceWatchedAdd(dev, 31), second = PlaceWatchedAdd(dev, 32), third = PlaceWatchedAdd(dev, 33);
+    TaskQueue q(dev.fn(), 1);
+    const uint32_t ok_pos = q.NextPosition();
+    ASSERT_STREQ(spyre_error_name(RunOne(q, TaskCb(1, first.program, first.task.args, 3)).status), "NONE");
+    const uint32_t bad_pos = q.NextPosition();
+    spyre_cb failing = TaskCb(2, first.program, first.task.args, 2);  // wrong arg count: RELOCATION
+    const std::vector<spyre_cb> batch{
+        failing,
+        After(TaskCb(3, second.program, second.task.args, 3), std::array{bad_pos, ok_pos}),
+        After(TaskCb(4, second.program, second.task.args, 3), std::array{bad_pos + 1}),
+        After(TaskCb(5, third.program, third.task.args, 3), std::array{ok_pos}),
+    };
+    std::map<uint64_t, uint16_t> status;
+    for (const spyre_cqe& c : RunAll(q, batch)) status[c.user_data] = c.status;
+    EXPECT_STREQ(spyre_error_name(status.at(2)), "RELOCATION");
+    EXPECT_STREQ(spyre_error_name(status.at(3)), "DEPENDENCY_FAILED");
+    EXPECT_STREQ(spyre_error_name(status.at(4)), "DEPENDENCY_FAILED");
+    EXPECT_TRUE(OutputUntouched(dev, second)) << "a task whose producer failed ran";
+    EXPECT_STREQ(spyre_error_name(status.at(5)), "NONE");
+    EXPECT_EQ(dev.ReadTensor(third.task.addrs[2], third.kernel.outputs[0]), third.task.expect);
+    EXPECT_EQ(dev.fn().Read64(SPYRE_REG_CNT_TASK_ERRORS), 3u);
+}
+
+// An after list that names no earlier task of the queue is BAD_DEPENDENCY
+// (never a wait that cannot end), the task does not run, and the queue goes on.
+TEST_F(TaskQueueTest, AnAfterListNamingNoEarlierTaskIsBadDependency) {
+    TestDevice& dev = pf();
+    const WatchedAdd w = PlaceWatchedAdd(dev, 41);
+    TaskQueue q(dev.fn(), 0);
+    const spyre_cb task = TaskCb(0, w.program, w.task.args, 3);
+    // The queue's first task: nothing came before it (position 2^32 - 1 is
+    // before the reset, not a task of this queue).
+    std::vector<spyre_cb> firsts{After(task, std::array{uint32_t(0xFFFFFFFF)})};
+    firsts[0].user_data = 1;
+    EXPECT_STREQ(spyre_error_name(RunAll(q, firsts)[0].status), "BAD_DEPENDENCY");
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(RunOne(q, NopCb(10 + i)).status, SPYRE_ERR_NONE);
+    const uint32_t pos = q.NextPosition();
+    const uint32_t sq_entries = SPYRE_DEFAULT_TQ_SQ_ENTRIES;
+    std::vector<spyre_cb> batch;
+    for (const uint32_t named : {pos, pos + 1, pos - sq_entries, pos - 6}) {  // itself, a later one, a lap back, before the reset
+        batch.push_back(After(task, std::array{named}));
+        batch.back().user_data = 20 + batch.size();
+    }
+    batch.push_back(After(task, std::array{pos - 1, pos - 2, pos - 3, pos - 4}));
+    batch.back().u.task.after_count = SPYRE_TASK_MAX_AFTER + 1;
+    batch.back().user_data = 30;
+    // Right after: a task naming the NOP before the garbage runs.
+    batch.push_back(After(TaskCb(40, w.program, w.task.args, 3), std::array{pos - 1}));
+    std::map<uint64_t, uint16_t> status;
+    for (const spyre_cqe& c : RunAll(q, batch)) status[c.user_data] = c.status;
+    for (uint64_t id : {21, 22, 23, 24, 30}) EXPECT_STREQ(spyre_error_name(status.at(id)), "BAD_DEPENDENCY") << id;
+    EXPECT_STREQ(spyre_error_name(status.at(40)), "NONE");
+    EXPECT_EQ(dev.ReadTensor(w.task.addrs[2], w.kernel.outputs[0]), w.task.expect);
 }
