@@ -83,25 +83,36 @@ void TaskPort::Fail(const Error& e) {
     client_.Failed(e);
 }
 
-bool TaskPort::SendReady() {
+void TaskPortClient::FillQueues(std::span<std::vector<spyre_cb>> per_queue, std::span<const QueueRoom> rooms) {
     uint32_t room = 0;
-    if (!failed_)
-        for (driver::TaskQueue* q : raw_) room += q->Free();
-    batch_.clear();
-    client_.Fill(batch_, room);  // after a failure, the client fails what it has
-    if (batch_.empty() || failed_) return false;
-    // Spread the batch over the core groups, each up to its room: one
-    // doorbell per group.
-    for (auto& d : per_queue_) d.clear();
-    for (const spyre_cb& cb : batch_) {
-        size_t q = next_queue_;
-        while (per_queue_[q].size() >= raw_[q]->Free()) q = (q + 1) % raw_.size();  // all fit: room
-        next_queue_ = (q + 1) % raw_.size();
-        per_queue_[q].push_back(cb);
+    for (const QueueRoom& r : rooms) room += r.free;
+    std::vector<spyre_cb> batch;
+    Fill(batch, room);
+    // Spread over the core groups, each up to its room.
+    for (const spyre_cb& cb : batch) {
+        size_t q = next_queue_ % per_queue.size();
+        while (per_queue[q].size() >= rooms[q].free) q = (q + 1) % per_queue.size();  // all fit: room
+        next_queue_ = (q + 1) % per_queue.size();
+        per_queue[q].push_back(cb);
     }
+}
+
+bool TaskPort::SendReady() {
+    rooms_.resize(raw_.size());
     for (size_t q = 0; q < raw_.size(); ++q)
-        if (!per_queue_[q].empty()) raw_[q]->Submit(per_queue_[q]);
-    return true;
+        rooms_[q] = failed_ ? QueueRoom{} : QueueRoom{raw_[q]->Free(), raw_[q]->NextPosition()};
+    for (auto& d : per_queue_) d.clear();
+    client_.FillQueues(per_queue_, rooms_);  // after a failure, the client fails what it has
+    if (failed_) return false;
+    // One doorbell per group.
+    bool any = false;
+    for (size_t q = 0; q < raw_.size(); ++q) {
+        if (per_queue_[q].empty()) continue;
+        if (raw_[q]->Submit(per_queue_[q]) != per_queue_[q].size())
+            throw Error(ErrorKind::Internal, "task port: a queue took fewer tasks than it had room for");
+        any = true;
+    }
+    return any;
 }
 
 bool TaskPort::ReapDone() {

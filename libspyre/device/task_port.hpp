@@ -32,17 +32,33 @@
 
 namespace spyre {
 
+// One task queue (core group) as a fill sees it.
+struct QueueRoom {
+    uint32_t free = 0;           // CBs it takes now
+    uint32_t next_position = 0;  // the submission position of the first CB sent to it now
+};
+
 class TaskPortClient {
 public:
     virtual ~TaskPortClient() = default;
     // Appends up to `room` tasks to send now (CBs, driver::TaskCb). After
     // Failed, room is 0: the client fails what it has instead.
-    virtual void Fill(std::vector<spyre_cb>& out, uint32_t room) = 0;
+    virtual void Fill(std::vector<spyre_cb>& /*out*/, uint32_t /*room*/) {}
+    // Appends tasks to send now to each queue (per_queue[i] for the port's
+    // i-th queue, at most rooms[i].free; after Failed, none). A client that
+    // places tasks itself (a task that waits on the device for one of its
+    // queue: driver::After) overrides this; by default Fill's tasks are
+    // spread over the queues.
+    virtual void FillQueues(std::span<std::vector<spyre_cb>> per_queue, std::span<const QueueRoom> rooms);
+
     // Completions, in the order the tasks finished.
     virtual void Finished(std::span<const spyre_cqe> done) = 0;
     // The queues failed (the device is gone, or a queue halted): what is in
     // flight never completes. Called once; nothing is sent afterwards.
     virtual void Failed(const Error& error) = 0;
+
+private:
+    size_t next_queue_ = 0;  // where the default spreading of the next batch starts
 };
 
 class TaskPort {
@@ -106,8 +122,7 @@ private:
     std::vector<std::unique_ptr<driver::TaskQueue>> queues_;
     std::vector<driver::TaskQueue*> raw_;  // for WaitAny
     uint32_t capacity_ = 0;
-    size_t next_queue_ = 0;           // where the spreading of the next batch starts
-    std::vector<spyre_cb> batch_;     // Pass's scratch
+    std::vector<QueueRoom> rooms_;    // Pass's scratch
     std::vector<std::vector<spyre_cb>> per_queue_;
     std::vector<spyre_cqe> done_;
     bool failed_ = false;

@@ -30,7 +30,8 @@ DeviceWorker::DeviceWorker(Device& device, const TaskGraph& graph, std::vector<u
       pci_(device.pci_address()),
       allocator_(device.allocator()),
       graph_(graph),
-      queues_(std::move(queues)) {}
+      queues_(std::move(queues)),
+      waits_on_card_(SPYRE_VERSION_GET_MINOR(DeviceInternals::Function(device).device_info().contract_version) >= 1) {}
 
 DeviceWorker::~DeviceWorker() {
     Stop();
@@ -55,6 +56,7 @@ void DeviceWorker::Start(ReadyQueue& ready, CompletionSink& sink) {
     for (uint32_t i = tables; i > 0; --i) free_tables_.push_back(i - 1);
     in_flight_ids_.assign(tables, -1);
     sent_ns_.assign(tables, 0);
+    placed_.assign(size_t(std::max(graph_.task_ring_size(), 1)), Placed{});
 }
 
 void DeviceWorker::Stop() {
@@ -76,30 +78,104 @@ bool DeviceWorker::Drive(const std::atomic<uint32_t>& word, uint32_t expected) {
     return port_ && port_->Drive(word, expected);
 }
 
-void DeviceWorker::Fill(std::vector<spyre_cb>& out, uint32_t room) {
-    batch_.clear();
+void DeviceWorker::FillQueues(std::span<std::vector<spyre_cb>> per_queue, std::span<const QueueRoom> rooms) {
     if (lost_) {
-        ready_->TryPopBatch(batch_, SIZE_MAX);
-        finished_.clear();
-        for (const ReadyTask& r : batch_) finished_.push_back({r.task_id, SPYRE_ERR_ABORTED});
-        if (!finished_.empty()) sink_->OnTasksComplete(finished_);
+        FailHeld(SPYRE_ERR_ABORTED);
+        FailReady(SPYRE_ERR_ABORTED);
         return;
     }
-    if (room == 0 || free_tables_.empty()) return;
-    ready_->TryPopBatch(batch_, std::min<size_t>(room, free_tables_.size()));
-    const bool traced = trace::Enabled() && !batch_.empty();
-    const uint64_t now = traced ? trace::detail::NowNs() : 0;
-    for (const ReadyTask& r : batch_) {
-        const TaskDescriptor& t = *r.task;
-        const uint32_t table = free_tables_.back();
-        free_tables_.pop_back();
-        auto* entries = reinterpret_cast<uint64_t*>(tables_host_ + uint64_t(table) * kTableBytes);
-        for (int32_t i = 0; i < t.num_params; ++i) entries[i] = graph_.DeviceAddress(t.params[i].host, t.params[i].size);
-        in_flight_ids_[table] = r.task_id;
-        sent_ns_[table] = now;
-        out.push_back(driver::TaskCb(PackId(table, r.task_id), t.kernel->program_address,
-                                     tables_device_ + uint64_t(table) * kTableBytes, uint32_t(t.num_params)));
+    room_left_.resize(rooms.size());
+    next_position_.resize(rooms.size());
+    uint32_t room = 0;
+    for (size_t q = 0; q < rooms.size(); ++q) {
+        room_left_[q] = rooms[q].free;
+        next_position_[q] = rooms[q].next_position;
+        room += rooms[q].free;
     }
+    finished_.clear();  // what fails here, without being sent (a producer failed)
+    // What waited first, in order: a task held for a producer comes after it.
+    size_t kept = 0;
+    for (size_t i = 0; i < held_.size(); ++i)
+        if (!Place(held_[i], per_queue)) held_[kept++] = held_[i];
+    held_.resize(kept);
+    batch_.clear();
+    if (room != 0 && !free_tables_.empty()) ready_->TryPopBatch(batch_, std::min<size_t>(room, free_tables_.size()));
+    for (const ReadyTask& r : batch_)
+        if (!Place(r, per_queue)) held_.push_back(r);
+    if (!finished_.empty()) sink_->OnTasksComplete(finished_);
+}
+
+bool DeviceWorker::Place(const ReadyTask& r, std::span<std::vector<spyre_cb>> per_queue) {
+    const TaskDescriptor& t = *r.task;
+    Placed& self = placed_[uint32_t(r.task_id) % placed_.size()];
+    auto hold = [&] {
+        self = Placed{r.task_id, Placed::State::Held};
+        return false;
+    };
+    // The producers it was pushed early for: ended well (nothing to wait
+    // for), failed (it fails so too), held here (so is it), or in flight on
+    // a queue (it goes to that queue and waits for them there).
+    uint32_t positions[TaskDescriptor::kMaxAfter];
+    uint32_t waits = 0;
+    int64_t queue = -1;
+    for (int32_t i = 0; i < t.after_count; ++i) {
+        const Placed& p = placed_[uint32_t(t.after_ids[i]) % placed_.size()];
+        const bool known = p.id == t.after_ids[i];
+        if (!known || p.state == Placed::State::Failed) {
+            // A producer never seen cannot happen (it was pushed first): the
+            // task fails rather than runs unordered.
+            const uint32_t status = known ? SPYRE_ERR_DEPENDENCY_FAILED : SPYRE_ERR_INTERNAL;
+            finished_.push_back({r.task_id, status});
+            self = Placed{r.task_id, Placed::State::Failed};
+            return true;
+        }
+        if (p.state == Placed::State::Held) return hold();
+        if (p.state == Placed::State::InFlight) {
+            if (queue >= 0 && uint32_t(queue) != p.queue) return hold();  // the card waits within one queue
+            queue = p.queue;
+            positions[waits++] = p.position;
+        }
+    }
+    if (free_tables_.empty()) return hold();
+    if (queue < 0) {  // free to go anywhere: spread over the groups with room
+        for (size_t i = 0; i < per_queue.size() && queue < 0; ++i) {
+            const uint32_t q = (next_queue_ + uint32_t(i)) % uint32_t(per_queue.size());
+            if (room_left_[q] != 0) queue = q;
+        }
+        if (queue < 0) return hold();
+        next_queue_ = (uint32_t(queue) + 1) % uint32_t(per_queue.size());
+    } else if (room_left_[size_t(queue)] == 0) {
+        return hold();
+    }
+    const uint32_t table = free_tables_.back();
+    free_tables_.pop_back();
+    auto* entries = reinterpret_cast<uint64_t*>(tables_host_ + uint64_t(table) * kTableBytes);
+    for (int32_t i = 0; i < t.num_params; ++i) entries[i] = graph_.DeviceAddress(t.params[i].host, t.params[i].size);
+    in_flight_ids_[table] = r.task_id;
+    sent_ns_[table] = trace::Enabled() ? trace::detail::NowNs() : 0;
+    spyre_cb cb = driver::TaskCb(PackId(table, r.task_id), t.kernel->program_address,
+                                 tables_device_ + uint64_t(table) * kTableBytes, uint32_t(t.num_params));
+    if (waits != 0) cb = driver::After(cb, std::span(positions, waits));
+    const size_t q = size_t(queue);
+    per_queue[q].push_back(cb);
+    --room_left_[q];
+    self = Placed{r.task_id, Placed::State::InFlight, uint32_t(q), next_position_[q]++};
+    return true;
+}
+
+void DeviceWorker::FailHeld(uint32_t status) {
+    finished_.clear();
+    for (const ReadyTask& r : held_) finished_.push_back({r.task_id, status});
+    held_.clear();
+    if (!finished_.empty()) sink_->OnTasksComplete(finished_);
+}
+
+void DeviceWorker::FailReady(uint32_t status) {
+    batch_.clear();
+    ready_->TryPopBatch(batch_, SIZE_MAX);
+    finished_.clear();
+    for (const ReadyTask& r : batch_) finished_.push_back({r.task_id, status});
+    if (!finished_.empty()) sink_->OnTasksComplete(finished_);
 }
 
 void DeviceWorker::Finished(std::span<const spyre_cqe> done) {
@@ -118,6 +194,9 @@ void DeviceWorker::Finished(std::span<const spyre_cqe> done) {
         const uint32_t table = TableOf(c.user_data);
         free_tables_.push_back(table);
         in_flight_ids_[table] = -1;
+        Placed& placed = placed_[uint32_t(TaskOf(c.user_data)) % placed_.size()];
+        if (placed.id == TaskOf(c.user_data))
+            placed.state = c.status == SPYRE_ERR_NONE ? Placed::State::Ended : Placed::State::Failed;
         // The task ran on `core` from end - run_ns to end (spyre_task.h).
         // A completion without a time (or a core index past any card's) is
         // reported without a place on the timeline.
@@ -143,6 +222,7 @@ void DeviceWorker::Failed(const Error&) {
     // What is in flight will never complete: it fails, and so does every
     // task that comes later (Fill).
     lost_ = true;
+    FailHeld(SPYRE_ERR_ABORTED);
     finished_.clear();
     for (int32_t& id : in_flight_ids_)
         if (id >= 0) {

@@ -5,8 +5,12 @@
 // a submitter or a completing task kicks it, a waiter drives it. It turns
 // ready tasks into descriptors (the kernel's program and a table of the
 // task's parameter addresses, which the device applies to the program's
-// relocation slots), spread by the port over the core groups under one
-// doorbell per group, and reports completions as they come, out of order.
+// relocation slots), spread over the core groups under one doorbell per
+// group, and reports completions as they come, out of order. A task the
+// graph pushed before its producers finished (OrdersAfterProducers: on a
+// contract 3.1 card) goes to the queue of the producers still in flight and
+// names their positions (driver::After): the card starts it when they have
+// ended, with no round trip through the host.
 #pragma once
 
 #include <memory>
@@ -42,12 +46,20 @@ public:
     void Start(ReadyQueue& queue, CompletionSink& sink) override;
     void Stop() override;
     bool driven() const noexcept override { return true; }
+    bool OrdersAfterProducers() const noexcept override { return waits_on_card_; }
     void Kick() noexcept override;
     bool Drive(const std::atomic<uint32_t>& word, uint32_t expected) override;
 
 private:
     // TaskPortClient (the port's drive lock held).
-    void Fill(std::vector<spyre_cb>& out, uint32_t room) override;
+    void FillQueues(std::span<std::vector<spyre_cb>> per_queue, std::span<const QueueRoom> rooms) override;
+    // Sends `r` to a queue with room (the one its producers in flight are
+    // on), or reports it failed when one of them failed; false: it waits
+    // (held_) for room, or for producers in flight on several queues.
+    bool Place(const ReadyTask& r, std::span<std::vector<spyre_cb>> per_queue);
+    // Fails what waits here, and what is ready (the queues are lost).
+    void FailHeld(uint32_t status);
+    void FailReady(uint32_t status);
     void Finished(std::span<const spyre_cqe> done) override;
     void Failed(const Error& error) override;
 
@@ -67,6 +79,22 @@ private:
     std::vector<uint32_t> free_tables_;
     std::vector<int32_t> in_flight_ids_;  // by table; -1: free
     std::vector<ReadyTask> batch_;
+    // Each task seen, by task id modulo the task ring (live tasks have
+    // distinct slots, and a producer outlives its consumers' completions):
+    // where a consumer pushed early finds it.
+    struct Placed {
+        enum class State : uint8_t { InFlight, Ended, Failed, Held };
+        int32_t id = -1;
+        State state = State::Ended;
+        uint32_t queue = 0;
+        uint32_t position = 0;  // its submission position on `queue`
+    };
+    std::vector<Placed> placed_;
+    std::vector<ReadyTask> held_;     // popped, not sent yet (in the order popped)
+    std::vector<uint32_t> room_left_;  // FillQueues' scratch: per queue
+    std::vector<uint32_t> next_position_;
+    uint32_t next_queue_ = 0;  // where the spreading of tasks free to go anywhere goes on
+    bool waits_on_card_ = false;  // contract 3.1: tasks may wait for tasks on the card
     std::vector<CompletionSink::Done> finished_;  // reported with one call per reaped batch
     bool lost_ = false;  // the queues failed: every task from here fails
     // Tracing: when each table's task was sent, and one track per core

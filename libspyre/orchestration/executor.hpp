@@ -117,6 +117,13 @@ public:
     // `expected` or it has nothing in flight (false at once when it has
     // none: the thread waits elsewhere).
     virtual bool driven() const noexcept { return false; }
+    // Whether a task may be pushed before its producers finished, when they
+    // are all this executor's and pushed already (at most
+    // TaskDescriptor::kMaxAfter): the executor orders it after them itself
+    // (the device's task queues wait on the card, driver::After) and
+    // completes it with SPYRE_ERR_DEPENDENCY_FAILED, without running it,
+    // when one of them failed.
+    virtual bool OrdersAfterProducers() const noexcept { return false; }
     virtual void Kick() noexcept {}
     virtual bool Drive(const std::atomic<uint32_t>& /*word*/, uint32_t /*expected*/) { return false; }
 };

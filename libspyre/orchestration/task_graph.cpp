@@ -10,6 +10,7 @@
 #include "orchestration/cpu_worker.hpp"
 #include "spyre/common/futex.hpp"
 #include "spyre/common/hex.hpp"
+#include "spyre/uapi/spyre_errors.h"
 #include "trace/recorder.hpp"
 
 namespace spyre::orchestration {
@@ -168,7 +169,7 @@ void TaskGraph::SetExecutor(int32_t worker_type, std::shared_ptr<Executor> execu
         }
     queues_.push_back(MakeReadyQueue(options_.ready_queues, size_t(options_.task_ring_size),
                                      options_.device + " ready queue (" + executor->name() + ")"));
-    routes_[worker_type] = {executor, queues_.back().get(), executor->driven()};
+    routes_[worker_type] = {executor, queues_.back().get(), executor->driven(), executor->OrdersAfterProducers()};
     executors_.push_back(executor);
     executor->Start(*queues_.back(), *this);
 }
@@ -365,7 +366,7 @@ void TaskGraph::ApplyInbox() {
     if (!t) return;
     while (t) {
         TaskDescriptor* next = t->inbox_next;  // read first: completing may consume it
-        CompleteLocked(*t, t->inbox_status, false);
+        CompleteFromExecutor(*t, t->inbox_status);
         t = next;
     }
     DrainSkips();
@@ -627,9 +628,33 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
             return id;
         }
         MakeReady(t);
+    } else {
+        PushEarly(t);
     }
     DrainSkips();
     return id;
+}
+
+bool TaskGraph::PushEarly(TaskDescriptor& t) {
+    if (t.gate.root || t.core_type == WORKER_EXTERNAL) return false;
+    const Route& route = RouteFor(t.core_type, *t.kernel);
+    if (!route.orders_after) return false;
+    int32_t n = 0;
+    for (int32_t p : t.fanin) {
+        const TaskDescriptor& producer = ring_.Get(p);
+        const TaskState s = producer.state.load(std::memory_order_relaxed);
+        if (s == TaskState::Completed) continue;  // met at submission: not waited for
+        // Waited for: it must be on the same executor already (not pending,
+        // not run on a host thread), and the list short.
+        if (s != TaskState::Ready || n == TaskDescriptor::kMaxAfter ||
+            RouteFor(producer.core_type, *producer.kernel).executor != route.executor)
+            return false;
+        t.after_ids[n++] = p;
+    }
+    t.after_count = n;
+    t.pushed_early = true;
+    Push(t);
+    return true;
 }
 
 bool TaskGraph::RunsHere(const TaskDescriptor& t) const {
@@ -666,7 +691,7 @@ void TaskGraph::RunHere(std::unique_lock<std::mutex>& submitting, Lock& lock, Ta
 }
 
 void TaskGraph::MakeReady(TaskDescriptor& t) {
-    if (t.gate.root) [[unlikely]] {  // a producer failed: skipped, not run
+    if (t.gate.root && !t.pushed_early) [[unlikely]] {  // a producer failed: skipped, not run
         skip_work_.push_back(t.task_id);
         return;
     }
@@ -675,6 +700,14 @@ void TaskGraph::MakeReady(TaskDescriptor& t) {
         if (t.external_done) CompleteLocked(t, t.external_code, false);
         return;
     }
+    if (t.pushed_early) [[unlikely]] {  // on its executor already; its completion came first
+        if (t.early_done) skip_work_.push_back(t.task_id);  // DrainSkips completes it
+        return;
+    }
+    Push(t);
+}
+
+void TaskGraph::Push(TaskDescriptor& t) {
     t.state.store(TaskState::Ready, std::memory_order_relaxed);
     ++active_;
     on_executors_.store(on_executors_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // mu_ held
@@ -692,10 +725,34 @@ void TaskGraph::DrainSkips() {
     while (!skip_work_.empty()) {
         const int32_t id = skip_work_.back();
         skip_work_.pop_back();
-        CompleteLocked(ring_.Get(id), 0, true);
+        TaskDescriptor& t = ring_.Get(id);
+        if (t.pushed_early)
+            CompleteEarly(t);
+        else
+            CompleteLocked(t, 0, true);
     }
     if (ring_.Reclaim()) space_freed_ = true;
     WakeWaiters();
+}
+
+void TaskGraph::CompleteFromExecutor(TaskDescriptor& t, uint32_t status, const TaskTiming* timing) {
+    if (!t.pushed_early) [[likely]] {
+        CompleteLocked(t, status, false, timing);
+        return;
+    }
+    t.early_done = true;
+    t.early_code = status;
+    // Its producers' completions may still be parked behind it: their
+    // releases apply first, then MakeReady completes it.
+    if (t.gate.fanin_remaining == 0) CompleteEarly(t, timing);
+}
+
+void TaskGraph::CompleteEarly(TaskDescriptor& t, const TaskTiming* timing) {
+    // The executor did not run it because a producer failed: a skip, with
+    // that producer's root. DEPENDENCY_FAILED with no failed producer is
+    // the executor's own failure and stays one.
+    const bool skipped = t.early_code == SPYRE_ERR_DEPENDENCY_FAILED && t.gate.root;
+    CompleteLocked(t, skipped ? 0 : t.early_code, skipped, timing);
 }
 
 void TaskGraph::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped, const TaskTiming* timing) {
@@ -905,7 +962,7 @@ void TaskGraph::DropPoisonInside(uint64_t lo, uint64_t hi) {
 void TaskGraph::OnTaskComplete(int32_t task_id, uint32_t status, const TaskTiming* timing) {
     if (timing && trace::Enabled()) [[unlikely]] {  // the timing lives on the caller's stack: apply it now
         Lock lock(*this);
-        CompleteLocked(ring_.Get(task_id), status, false, timing);
+        CompleteFromExecutor(ring_.Get(task_id), status, timing);
         DrainSkips();
         return;
     }

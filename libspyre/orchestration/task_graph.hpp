@@ -112,6 +112,7 @@ public:
     uint64_t memory_size() const noexcept { return options_.memory_size; }
     TaskState State(int32_t task_id) const;  // Consumed once reclaimed
     TaskGraphStats Stats() const;
+    int32_t task_ring_size() const noexcept { return options_.task_ring_size; }
 
     void OnTaskComplete(int32_t task_id, uint32_t status, const TaskTiming* timing = nullptr) override;
     void OnTasksComplete(std::span<const Done> done) override;
@@ -168,6 +169,7 @@ private:
         std::shared_ptr<Executor> executor;
         ReadyQueue* queue = nullptr;
         bool driven = false;  // executor->driven(): kicked after a push
+        bool orders_after = false;  // executor->OrdersAfterProducers()
     };
     const Route& RouteFor(int32_t worker_type, const KernelEntry& kernel) const;
     [[noreturn]] void Fail(ErrorKind kind, const std::string& message, int sys_errno = 0) const;
@@ -188,6 +190,17 @@ private:
     bool HeldByAThread(int32_t task_id) const;  // a depth-0 hold
     std::string HeapStuck(uint64_t need) const;
     void MakeReady(TaskDescriptor& t);
+    // Pushes `t`, whose producers have not all finished, to its executor
+    // now when that executor orders it after them (they are all its own and
+    // pushed already); whether it did.
+    bool PushEarly(TaskDescriptor& t);
+    void Push(TaskDescriptor& t);  // to its executor's ready queue
+    // An executor's completion of `t`: one pushed early whose producers'
+    // completions are not all applied yet waits for them (MakeReady).
+    void CompleteFromExecutor(TaskDescriptor& t, uint32_t status, const TaskTiming* timing = nullptr);
+    // A task pushed early, once its fan-in ended and its completion came:
+    // DEPENDENCY_FAILED for a producer's failure is a skip.
+    void CompleteEarly(TaskDescriptor& t, const TaskTiming* timing = nullptr);
     // Whether a task ready at submission runs on the submitting thread, and
     // running it there (both locks released while its kernel runs).
     bool RunsHere(const TaskDescriptor& t) const;
@@ -250,7 +263,7 @@ private:
     Route routes_[PTO_WORKER_TYPES];
     std::vector<std::shared_ptr<Executor>> executors_;
     std::vector<TaskFailure> failures_;
-    std::vector<int32_t> skip_work_;   // poisoned tasks whose inputs are done
+    std::vector<int32_t> skip_work_;   // poisoned tasks whose inputs are done, and early ones to complete
     // What a failed or skipped writer should have written, kept after its
     // slot is reclaimed (the hazard map forgets it then) until WaitAll reports
     // the failure, a later OUTPUT covers the region, or the buffer is freed:

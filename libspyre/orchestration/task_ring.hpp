@@ -68,6 +68,15 @@ struct TaskDescriptor {
     TaskOutcome outcome = TaskOutcome::None;
     bool external_done = false;   // EXTERNAL: completed before its inputs were
     uint32_t external_code = 0;
+    // Pushed before its producers finished (Executor::OrdersAfterProducers):
+    // the ones it waits for, and its completion if that came before theirs
+    // were applied (it is applied when its fan-in ends).
+    static constexpr int32_t kMaxAfter = 4;
+    int32_t after_count = 0;
+    int32_t after_ids[kMaxAfter] = {};
+    bool pushed_early = false;
+    bool early_done = false;
+    uint32_t early_code = 0;
     // Where it ran on the timeline of the recording in progress (track 0:
     // not traced): its consumers' dependency arrows start at its end.
     uint32_t trace_track = 0;

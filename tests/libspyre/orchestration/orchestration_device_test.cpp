@@ -310,6 +310,47 @@ TEST(OrchestrationQueues, AChainRunsOnWhileTheSubmitterIsBusyElsewhere) {
     for (int i = 0; i < 256; ++i) ASSERT_EQ(x[i], float(i % 5) * 0x1p100f) << "element " << i;
 }
 
+// A chain's links wait for each other on the card (contract 3.1): a link
+// the device refuses fails, and the links after it never run (the card
+// completes those it holds DEPENDENCY_FAILED): they are skipped with the
+// refused task as their root, and the buffer holds what the links before
+// it made.
+TEST(OrchestrationQueues, ALinkTheDeviceRefusesStopsTheRestOfTheChainOnTheCard) {
+    SPYRE_REQUIRE_FUSE();
+    OneCardRuntime rt(256);
+    Device& dev = rt.dev;
+    Orchestrator& orch = rt.orch;
+    DeviceBuffer junk = dev.AllocateBuffer(64);
+    const std::vector<uint8_t> zeros(64, 0);
+    dev.default_stream().CopyToDevice(zeros.data(), junk.handle(), zeros.size());
+    dev.default_stream().Synchronize();
+    orch.RegisterDeviceKernel(KERNEL_MUL, dev.allocator().DeviceAddress(junk.handle(), 64));
+    auto* x = static_cast<float*>(orch.Alloc(1024));
+    for (int i = 0; i < 256; ++i) x[i] = float(i % 5);
+    TaskParam doubling[] = {{PARAM_INPUT, x, 1024, {}}, {PARAM_INPUT, x, 1024, {}}, {PARAM_OUTPUT, x, 1024, {}}};
+    for (int t = 0; t < 10; ++t) orch.Submit(KERNEL_ADD, WORKER_VECTOR, doubling);
+    TaskParam refused_params[] = {{PARAM_INOUT, x, 1024, {}}};
+    const int32_t refused = orch.Submit(KERNEL_MUL, WORKER_CUBE, refused_params);
+    for (int t = 0; t < 10; ++t) orch.Submit(KERNEL_ADD, WORKER_VECTOR, doubling);
+    try {
+        orch.WaitAll();
+        FAIL() << "no error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::DeviceError) << e.what();
+        EXPECT_EQ(e.context().op_index, uint64_t(refused)) << e.what();
+        EXPECT_NE(e.message().find("10 dependent task(s) skipped"), std::string::npos) << e.what();
+    }
+    for (int i = 0; i < 256; ++i) ASSERT_EQ(x[i], float(i % 5) * 1024.0f) << "element " << i;
+    // The card ran the ten links before the refused one, and no link after
+    // it. The links it held back count as its errors (DEPENDENCY_FAILED);
+    // one submitted after the refusal was seen is skipped on the host
+    // instead, so only the bounds are certain.
+    EXPECT_EQ(DeviceInternals::Function(dev).Read64(SPYRE_REG_CNT_TASKS_DONE), 10u);
+    const uint64_t errors = DeviceInternals::Function(dev).Read64(SPYRE_REG_CNT_TASK_ERRORS);
+    EXPECT_GE(errors, 1u);
+    EXPECT_LE(errors, 11u);
+}
+
 // A caller that polls a device task's state, and never waits, sees it end.
 TEST(OrchestrationQueues, PollingATasksStateSeesItEnd) {
     SPYRE_REQUIRE_FUSE();

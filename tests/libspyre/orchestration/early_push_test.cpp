@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: Apache-2.0
+// The task graph's early push (Executor::OrdersAfterProducers): a task whose
+// producers are all on one such executor, pushed already (four at most),
+// goes to it at once, naming them; the executor orders it after them (the
+// device's task queues wait on the card). Completions may then come in any
+// order, a consumer's before its producers' (as a batch parked in the
+// inbox is applied), and a consumer the executor did not run because a
+// producer failed (DEPENDENCY_FAILED) is a skip with that producer's root.
+// A scripted executor stands in for the device: the test pops what was
+// pushed and completes it by hand.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "mock_fixture.hpp"
+#include "orchestration/task_graph.hpp"
+#include "spyre/uapi/spyre_errors.h"
+
+namespace spyre::orchestration {
+namespace {
+
+class ScriptedExecutor final : public Executor {
+public:
+    const char* name() const noexcept override { return "scripted"; }
+    bool CanRun(const KernelEntry& kernel) const noexcept override { return kernel.has_program; }
+    void Start(ReadyQueue& queue, CompletionSink& sink) override {
+        queue_ = &queue;
+        sink_ = &sink;
+    }
+    void Stop() override {}
+    bool OrdersAfterProducers() const noexcept override { return true; }
+
+    // What was pushed since the last look, in order.
+    std::vector<ReadyTask> Pushed() {
+        std::vector<ReadyTask> v;
+        queue_->TryPopBatch(v, SIZE_MAX);
+        return v;
+    }
+    void Complete(int32_t id, uint32_t status) { sink_->OnTaskComplete(id, status); }
+    // As DeviceWorker reports a reaped batch (parked, applied in any order).
+    void CompleteAll(std::vector<CompletionSink::Done> done) { sink_->OnTasksComplete(done); }
+
+private:
+    ReadyQueue* queue_ = nullptr;
+    CompletionSink* sink_ = nullptr;
+};
+
+constexpr int32_t kDeviceKernel = 1;
+constexpr int32_t kHostKernel = 2;
+constexpr int32_t kExternalKernel = 3;
+
+class EarlyPushTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        memory_.resize(1 << 20);
+        graph_.emplace(TaskGraphOptions{.task_ring_size = 64, .memory = memory_.data(), .memory_size = memory_.size(),
+                                        .heap_offset = 1 << 19, .heap_size = 1 << 19, .host_threads = 1,
+                                        .run_cheap_host_tasks_here = false, .device = "test"});
+        graph_->RegisterKernel(KernelEntry{.kernel_id = kDeviceKernel, .program_address = 64, .has_program = true});
+        graph_->RegisterKernel(KernelEntry{
+            .kernel_id = kHostKernel, .host_callable = [](void* const*, const uint64_t*, int32_t) { return 0u; }});
+        graph_->RegisterKernel(KernelEntry{
+            .kernel_id = kExternalKernel, .host_callable = [](void* const*, const uint64_t*, int32_t) { return 0u; }});
+        graph_->SetExecutor(WORKER_VECTOR, executor_);
+    }
+    void TearDown() override {
+        // Whatever a test left pushed completes, so the graph can go.
+        for (const ReadyTask& r : executor_->Pushed()) executor_->Complete(r.task_id, 0);
+    }
+    uint8_t* At(uint64_t offset) { return memory_.data() + offset; }
+    int32_t Device(std::vector<TaskParam> params) { return graph_->Submit(kDeviceKernel, WORKER_VECTOR, params); }
+    static std::vector<int32_t> After(const ReadyTask& r) {
+        return {r.task->after_ids, r.task->after_ids + r.task->after_count};
+    }
+
+    std::vector<uint8_t> memory_;
+    std::shared_ptr<ScriptedExecutor> executor_ = std::make_shared<ScriptedExecutor>();
+    std::optional<TaskGraph> graph_;
+};
+
+TaskParam InOut(uint8_t* p) { return {PARAM_INOUT, p, 64, {}}; }
+TaskParam In(uint8_t* p) { return {PARAM_INPUT, p, 64, {}}; }
+TaskParam Out(uint8_t* p) { return {PARAM_OUTPUT, p, 64, {}}; }
+
+// A chain goes to the executor whole, each link naming the one before; the
+// links completed last-first still complete in order, once their producers
+// have.
+TEST_F(EarlyPushTest, AChainIsPushedWholeAndCompletesInOrderWhateverOrderItsCompletionsCome) {
+    const int32_t a = Device({InOut(At(0))});
+    const int32_t b = Device({InOut(At(0))});
+    const int32_t c = Device({InOut(At(0))});
+    const std::vector<ReadyTask> pushed = executor_->Pushed();
+    ASSERT_EQ(pushed.size(), 3u);
+    EXPECT_EQ(pushed[0].task_id, a);
+    EXPECT_EQ(After(pushed[0]), std::vector<int32_t>{});
+    EXPECT_EQ(After(pushed[1]), std::vector<int32_t>{a});
+    EXPECT_EQ(After(pushed[2]), std::vector<int32_t>{b});
+    executor_->Complete(c, 0);
+    executor_->Complete(b, 0);
+    EXPECT_EQ(graph_->State(b), TaskState::Ready) << "completed before its producer";
+    EXPECT_EQ(graph_->State(c), TaskState::Ready);
+    executor_->Complete(a, 0);
+    graph_->WaitAll();
+    EXPECT_EQ(graph_->Failures().size(), 0u);
+    EXPECT_EQ(graph_->Stats().completed, 3u);
+}
+
+// The same when the completions come as one batch, parked and applied in
+// whatever order the inbox gives them.
+TEST_F(EarlyPushTest, ABatchOfCompletionsOfAChainAppliesInAnyOrder) {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 40; ++i) ids.push_back(Device({InOut(At(0))}));
+    ASSERT_EQ(executor_->Pushed().size(), 40u);
+    std::vector<CompletionSink::Done> done;
+    for (int32_t id : ids) done.push_back({id, 0});
+    executor_->CompleteAll(done);
+    graph_->WaitAll();
+    EXPECT_EQ(graph_->Stats().completed, 40u);
+}
+
+// A producer fails: the consumers the executor did not run (it reports
+// DEPENDENCY_FAILED, here before the failure itself) are skipped with the
+// producer as their root, and an independent task is not touched.
+TEST_F(EarlyPushTest, ConsumersAProducersFailureKeptFromRunningAreSkippedWithItsRoot) {
+    const int32_t a = Device({InOut(At(0))});
+    const int32_t b = Device({InOut(At(0))});
+    const int32_t c = Device({In(At(0)), Out(At(4096))});
+    const int32_t d = Device({Out(At(8192))});
+    ASSERT_EQ(executor_->Pushed().size(), 4u);
+    executor_->Complete(c, SPYRE_ERR_DEPENDENCY_FAILED);
+    executor_->Complete(b, SPYRE_ERR_DEPENDENCY_FAILED);
+    executor_->Complete(d, 0);
+    executor_->Complete(a, 77);
+    try {
+        graph_->WaitAll();
+        FAIL() << "no error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::DeviceError) << e.what();
+        EXPECT_EQ(e.context().device_code, 77u) << e.what();
+        EXPECT_EQ(e.context().op_index, uint64_t(a)) << e.what();
+        EXPECT_NE(e.message().find("2 dependent task(s) skipped"), std::string::npos) << e.what();
+    }
+}
+
+// DEPENDENCY_FAILED for a task whose producers all succeeded is the
+// executor's own failure, reported as one, never a silent skip.
+TEST_F(EarlyPushTest, DependencyFailedWithoutAFailedProducerIsAFailure) {
+    const int32_t a = Device({InOut(At(0))});
+    const int32_t b = Device({InOut(At(0))});
+    ASSERT_EQ(executor_->Pushed().size(), 2u);
+    executor_->Complete(a, 0);
+    executor_->Complete(b, SPYRE_ERR_DEPENDENCY_FAILED);
+    EXPECT_SPYRE_ERROR(graph_->WaitAll(), DeviceError, "task " + std::to_string(b));
+}
+
+// Not pushed early: a producer that is not the executor's (an EXTERNAL
+// task, a host task), one that is not pushed yet, or more than four.
+TEST_F(EarlyPushTest, OnlyTasksWaitingForAFewPushedTasksOfTheSameExecutorGoEarly) {
+    const int32_t ext = graph_->Submit(kExternalKernel, WORKER_EXTERNAL, std::vector<TaskParam>{Out(At(0))});
+    const int32_t after_ext = Device({InOut(At(0))});
+    const int32_t after_that = Device({InOut(At(0))});  // its producer is not pushed yet
+    EXPECT_TRUE(executor_->Pushed().empty());
+    graph_->Complete(ext, 0);
+    std::vector<ReadyTask> pushed = executor_->Pushed();
+    ASSERT_EQ(pushed.size(), 1u);
+    EXPECT_EQ(pushed[0].task_id, after_ext);
+    executor_->Complete(after_ext, 0);
+    pushed = executor_->Pushed();
+    ASSERT_EQ(pushed.size(), 1u);
+    EXPECT_EQ(pushed[0].task_id, after_that);
+    executor_->Complete(after_that, 0);
+    // Five producers on the executor: too many to name.
+    std::vector<TaskParam> five;
+    for (int i = 0; i < 5; ++i) {
+        Device({Out(At(4096 * (i + 1)))});
+        five.push_back(In(At(4096 * (i + 1))));
+    }
+    five.push_back(Out(At(65536)));
+    const std::vector<ReadyTask> producers = executor_->Pushed();
+    ASSERT_EQ(producers.size(), 5u);
+    const int32_t wide = Device(five);
+    EXPECT_TRUE(executor_->Pushed().empty());
+    // Four of them: named.
+    std::vector<TaskParam> four(five.begin() + 1, five.end());
+    four.back() = Out(At(131072));
+    const int32_t four_wide = Device(four);
+    pushed = executor_->Pushed();
+    ASSERT_EQ(pushed.size(), 1u);
+    EXPECT_EQ(pushed[0].task_id, four_wide);
+    EXPECT_EQ(pushed[0].task->after_count, 4);
+    for (const ReadyTask& r : producers) executor_->Complete(r.task_id, 0);
+    pushed = executor_->Pushed();  // the wide one, now that its producers are done
+    ASSERT_EQ(pushed.size(), 1u);
+    EXPECT_EQ(pushed[0].task_id, wide);
+    EXPECT_EQ(pushed[0].task->after_count, 0);
+    executor_->Complete(wide, 0);
+    executor_->Complete(four_wide, 0);
+    graph_->WaitAll();
+}
+
+}  // namespace
+}  // namespace spyre::orchestration
