@@ -100,7 +100,7 @@ void TaskPortClient::FillQueues(std::span<std::vector<spyre_cb>> per_queue, std:
 bool TaskPort::SendReady() {
     rooms_.resize(raw_.size());
     for (size_t q = 0; q < raw_.size(); ++q)
-        rooms_[q] = failed_ ? QueueRoom{} : QueueRoom{raw_[q]->Free(), raw_[q]->NextPosition()};
+        rooms_[q] = failed_ ? QueueRoom{} : QueueRoom{raw_[q]->Free(), raw_[q]->NextPosition(), raw_[q]->AfterWindow()};
     for (auto& d : per_queue_) d.clear();
     client_.FillQueues(per_queue_, rooms_);  // after a failure, the client fails what it has
     if (failed_) return false;

@@ -36,6 +36,7 @@ namespace spyre {
 struct QueueRoom {
     uint32_t free = 0;           // CBs it takes now
     uint32_t next_position = 0;  // the submission position of the first CB sent to it now
+    uint32_t after_window = 0;   // a task names only tasks less than this many positions back
 };
 
 class TaskPortClient {

@@ -86,10 +86,12 @@ void DeviceWorker::FillQueues(std::span<std::vector<spyre_cb>> per_queue, std::s
     }
     room_left_.resize(rooms.size());
     next_position_.resize(rooms.size());
+    after_window_.resize(rooms.size());
     uint32_t room = 0;
     for (size_t q = 0; q < rooms.size(); ++q) {
         room_left_[q] = rooms[q].free;
         next_position_[q] = rooms[q].next_position;
+        after_window_[q] = rooms[q].after_window;
         room += rooms[q].free;
     }
     finished_.clear();  // what fails here, without being sent (a producer failed)
@@ -146,6 +148,11 @@ bool DeviceWorker::Place(const ReadyTask& r, std::span<std::vector<spyre_cb>> pe
         next_queue_ = (uint32_t(queue) + 1) % uint32_t(per_queue.size());
     } else if (room_left_[size_t(queue)] == 0) {
         return hold();
+    } else {
+        // A producer more than a lap of the SQ back (a long task while many
+        // short ones went by) cannot be named: wait here until it ends.
+        for (uint32_t i = 0; i < waits; ++i)
+            if (next_position_[size_t(queue)] - positions[i] >= after_window_[size_t(queue)]) return hold();
     }
     const uint32_t table = free_tables_.back();
     free_tables_.pop_back();

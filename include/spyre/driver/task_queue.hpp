@@ -60,6 +60,8 @@ public:
     // The submission position the next CB submitted gets (its CQE's sq_pos):
     // what a later task of this queue names to wait for it (After).
     uint32_t NextPosition() const noexcept { return queue_.sq_tail(); }
+    // How far back a task may name another (After): less than the SQ's entries.
+    uint32_t AfterWindow() const noexcept { return queue_.sq_entries(); }
 
     // Copies as many CBs as fit (Free()) into the ring, in order, and rings
     // the doorbell once. Each takes one slot: TASK (TaskCb) or NOP; the device

@@ -351,6 +351,53 @@ TEST(OrchestrationQueues, ALinkTheDeviceRefusesStopsTheRestOfTheChainOnTheCard) 
     EXPECT_LE(errors, 11u);
 }
 
+// The card names tasks only within one lap of a queue's SQ: a consumer of
+// a long task that more than a lap of other tasks went past on the same
+// queue waits in the host until it ends (named, the card would refuse it
+// with BAD_DEPENDENCY), and reads what it wrote.
+TEST(OrchestrationQueues, AConsumerOfATaskALapOfTheQueueWentPastStillRuns) {
+    SPYRE_REQUIRE_FUSE();
+    Host host = Host::Open(HostOptions::EmbeddedMock(1, 0, "1G"));
+    Device dev = host.Open("0");
+    // One queue, so that every task goes through the same SQ.
+    Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 2048, .heap_size = 128 << 20, .task_queues = {0}});
+    const std::vector<uint8_t> add = test::AddProgram256();
+    DeviceBuffer add_prog = test::UploadProgram(dev, add);
+    orch.RegisterDeviceKernel(KERNEL_ADD, dev.allocator().DeviceAddress(add_prog.handle(), add.size()));
+    constexpr int64_t n = 2048;  // a matmul that runs far longer than the short tasks
+    const spyre_kernel_spec mm = {.kind = SPYRE_KERNEL_MATMUL, .dtype = SPYRE_DTYPE_FP32, .rank = 3, .shape = {n, n, n}};
+    std::vector<uint8_t> mm_image(size_t(spyre_build_kernel(&mm, nullptr, 0)));
+    ASSERT_GT(spyre_build_kernel(&mm, mm_image.data(), mm_image.size()), 0);
+    ASSERT_EQ(pto_register_program(orch.handle(), KERNEL_MUL, mm_image.data(), mm_image.size()), 0) << pto_last_error();
+    const uint64_t bytes = uint64_t(n * n) * 4;
+    auto* a = static_cast<float*>(orch.Alloc(bytes));
+    auto* b = static_cast<float*>(orch.Alloc(bytes));
+    auto* c = static_cast<float*>(orch.Alloc(bytes));
+    for (int64_t i = 0; i < n * n; ++i) a[i] = 1.0f, b[i] = 2.0f, c[i] = -1.0f;
+    TaskParam long_params[] = {{PARAM_INPUT, a, bytes, {}}, {PARAM_INPUT, b, bytes, {}}, {PARAM_OUTPUT, c, bytes, {}}};
+    // Once first: the card then knows the queue's tasks run long and gives
+    // the next one a core of its own, not its lane (which would serve no
+    // other task until it ended).
+    orch.Submit(KERNEL_MUL, WORKER_CUBE, long_params);
+    orch.WaitAll();
+    orch.Submit(KERNEL_MUL, WORKER_CUBE, long_params);
+    // More short tasks than the SQ has entries, none touching c.
+    auto* x = static_cast<float*>(orch.Alloc(1024));
+    for (int i = 0; i < 256; ++i) x[i] = 1.0f;
+    constexpr int kShort = 1100;
+    auto* ys = static_cast<float*>(orch.Alloc(1024 * kShort));
+    for (int t = 0; t < kShort; ++t) {
+        TaskParam p[] = {{PARAM_INPUT, x, 1024, {}}, {PARAM_INPUT, x, 1024, {}}, {PARAM_OUTPUT, ys + 256 * t, 1024, {}}};
+        orch.Submit(KERNEL_ADD, WORKER_VECTOR, p);
+    }
+    // c + c, waiting for the matmul: 2 * (1 * 2 * n) everywhere.
+    auto* d = static_cast<float*>(orch.Alloc(1024));
+    TaskParam consumer[] = {{PARAM_INPUT, c, 1024, {}}, {PARAM_INPUT, c, 1024, {}}, {PARAM_OUTPUT, d, 1024, {}}};
+    orch.Submit(KERNEL_ADD, WORKER_VECTOR, consumer);
+    orch.WaitAll();
+    for (int i = 0; i < 256; ++i) ASSERT_EQ(d[i], 4.0f * float(n)) << "element " << i;
+}
+
 // A caller that polls a device task's state, and never waits, sees it end.
 TEST(OrchestrationQueues, PollingATasksStateSeesItEnd) {
     SPYRE_REQUIRE_FUSE();
