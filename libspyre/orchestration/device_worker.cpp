@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "orchestration/device_worker.hpp"
 
+#include <bit>
 #include <string>
 
 #include "device/device_internals.hpp"
@@ -56,7 +57,9 @@ void DeviceWorker::Start(ReadyQueue& ready, CompletionSink& sink) {
     for (uint32_t i = tables; i > 0; --i) free_tables_.push_back(i - 1);
     in_flight_ids_.assign(tables, -1);
     sent_ns_.assign(tables, 0);
-    placed_.assign(size_t(std::max(graph_.task_ring_size(), 1)), Placed{});
+    // A power of two at least the ring's size: live ids, consecutive, still
+    // get distinct slots, and a slot is a mask, not a division.
+    placed_.assign(std::bit_ceil(size_t(std::max(graph_.task_ring_size(), 1))), Placed{});
 }
 
 void DeviceWorker::Stop() {
@@ -109,7 +112,7 @@ void DeviceWorker::FillQueues(std::span<std::vector<spyre_cb>> per_queue, std::s
 
 bool DeviceWorker::Place(const ReadyTask& r, std::span<std::vector<spyre_cb>> per_queue) {
     const TaskDescriptor& t = *r.task;
-    Placed& self = placed_[uint32_t(r.task_id) % placed_.size()];
+    Placed& self = PlacedOf(r.task_id);
     auto hold = [&] {
         self = Placed{r.task_id, Placed::State::Held};
         return false;
@@ -121,7 +124,7 @@ bool DeviceWorker::Place(const ReadyTask& r, std::span<std::vector<spyre_cb>> pe
     uint32_t waits = 0;
     int64_t queue = -1;
     for (int32_t i = 0; i < t.after_count; ++i) {
-        const Placed& p = placed_[uint32_t(t.after_ids[i]) % placed_.size()];
+        const Placed& p = PlacedOf(t.after_ids[i]);
         const bool known = p.id == t.after_ids[i];
         if (!known || p.state == Placed::State::Failed) {
             // A producer never seen cannot happen (it was pushed first): the
@@ -201,7 +204,7 @@ void DeviceWorker::Finished(std::span<const spyre_cqe> done) {
         const uint32_t table = TableOf(c.user_data);
         free_tables_.push_back(table);
         in_flight_ids_[table] = -1;
-        Placed& placed = placed_[uint32_t(TaskOf(c.user_data)) % placed_.size()];
+        Placed& placed = PlacedOf(TaskOf(c.user_data));
         if (placed.id == TaskOf(c.user_data))
             placed.state = c.status == SPYRE_ERR_NONE ? Placed::State::Ended : Placed::State::Failed;
         // The task ran on `core` from end - run_ns to end (spyre_task.h).

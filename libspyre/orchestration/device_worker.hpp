@@ -90,6 +90,7 @@ private:
         uint32_t position = 0;  // its submission position on `queue`
     };
     std::vector<Placed> placed_;
+    Placed& PlacedOf(int32_t id) { return placed_[uint32_t(id) & (placed_.size() - 1)]; }
     std::vector<ReadyTask> held_;     // popped, not sent yet (in the order popped)
     std::vector<uint32_t> room_left_;  // FillQueues' scratch: per queue
     std::vector<uint32_t> next_position_;
