@@ -230,7 +230,7 @@ void DeviceWorker::Finished(std::span<const spyre_cqe> done) {
 
 void DeviceWorker::Failed(const Error&) {
     // What is in flight will never complete: it fails, and so does every
-    // task that comes later (Fill).
+    // task that comes later (FillQueues).
     lost_ = true;
     FailHeld(SPYRE_ERR_ABORTED);
     finished_.clear();
