@@ -25,10 +25,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <vector>
 
 #include "execution/cb_executor.hpp"
 #include "execution/task_executor.hpp"
+#include "execution/task_waits.hpp"
 #include "log.hpp"
 #include "spyre/uapi/spyre_regs.h"
 
@@ -67,6 +69,62 @@ bool GuardsIntact(const std::vector<uint8_t>& m) {
 }
 
 bool KnownStatus(uint16_t s) { return std::strcmp(spyre_error_name(s), "?") != 0 && std::strcmp(spyre_error_name(s), "UNKNOWN") != 0; }
+
+// The same CBs taken by a task queue (contract 3.1, after lists), with a
+// window of 16 positions so that laps and slot reuse come up: admitted in
+// order, then ended in an order and with statuses the window's bytes pick.
+// Every task reaches a core exactly once, never before a task it names has
+// ended (unless refused: BAD_DEPENDENCY), with DEPENDENCY_FAILED exactly
+// when one of those failed, and none is left waiting.
+void CheckWaits(const std::vector<spyre_cb>& ring, const uint8_t* choices) {
+    constexpr uint32_t kLap = 16;
+    const uint32_t n = uint32_t(ring.size());
+    TaskWaits waits(kLap);
+    std::deque<QueuedTask> ready;
+    std::vector<int> ended(n, -1);  // status once ended
+    for (uint32_t i = 0; i < n; ++i) {
+        QueuedTask t{ring[i], i};
+        if (waits.Admit(t)) ready.push_back(t);
+    }
+    size_t pick = 0;
+    while (!ready.empty()) {
+        const uint8_t choice = choices[pick++ % 4096];
+        const size_t at = ready.size() > 1 ? choice % ready.size() : 0;
+        const QueuedTask t = ready[at];
+        ready.erase(ready.begin() + ptrdiff_t(at));
+        const uint32_t pos = t.sq_pos;
+        if (pos >= n || ended[pos] != -1) {
+            std::fprintf(stderr, "task %u reached a core twice\n", pos);
+            __builtin_trap();
+        }
+        const spyre_cb_task& task = t.cb.u.task;
+        const bool waited = t.cb.opcode == SPYRE_OP_TASK && t.verdict != SPYRE_ERR_BAD_DEPENDENCY &&
+                            ValidateCbHeader(t.cb, 0, CbQueue::Task) == SPYRE_ERR_NONE &&
+                            ValidateTaskAfter(task) == SPYRE_ERR_NONE;
+        bool failed = false;
+        for (uint32_t i = 0; waited && i < task.after_count; ++i) {
+            const uint32_t named = task.after[i];
+            if (named >= n || ended[named] == -1) {
+                std::fprintf(stderr, "task %u started before task %u it names ended\n", pos, named);
+                __builtin_trap();
+            }
+            failed |= ended[named] != SPYRE_ERR_NONE;
+        }
+        if (waited && failed != (t.verdict == SPYRE_ERR_DEPENDENCY_FAILED)) {
+            std::fprintf(stderr, "task %u: verdict 0x%x, a producer failed: %d\n", pos, t.verdict, int(failed));
+            __builtin_trap();
+        }
+        // It ends with its verdict, or as the input says (1 in 8 fail).
+        const uint16_t status = t.verdict != SPYRE_ERR_NONE ? t.verdict : (choice & 7) == 7 ? SPYRE_ERR_SHAPE : SPYRE_ERR_NONE;
+        ended[pos] = status;
+        waits.Ended(pos, status, ready);
+    }
+    for (uint32_t i = 0; i < n; ++i)
+        if (ended[i] == -1) {
+            std::fprintf(stderr, "task %u never reached a core (%zu still wait)\n", i, waits.waiting());
+            __builtin_trap();
+        }
+}
 
 }  // namespace
 
@@ -147,5 +205,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             __builtin_trap();
         }
     }
+    CheckWaits(ring, window);  // the window's bytes pick the order tasks end in
     return 0;
 }

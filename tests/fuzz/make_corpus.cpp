@@ -130,6 +130,21 @@ void WriteRingCorpus(const std::string& dir, const std::string& program_dir) {
     reserved.u.task.reserved = 1;
     linked.flags = SPYRE_CB_F_LINK;
     Write(dir, "tasks", Ring({task, reserved, linked, Cb(SPYRE_OP_NOP), Cb(SPYRE_OP_CORRECT, 0, 8192, h.slot_count)}, memory));
+    // After lists (3.1): a chain, a fan-in of four, a task naming itself and
+    // one naming a task further back than the fuzzer's lap of 16.
+    std::vector<spyre_cb> waiting(20, task);
+    for (uint32_t i = 1; i < 8; ++i) {
+        waiting[i].u.task.after_count = 1;
+        waiting[i].u.task.after[0] = i - 1;
+    }
+    waiting[8].u.task.after_count = 4;
+    for (uint32_t i = 0; i < 4; ++i) waiting[8].u.task.after[i] = 4 + i;
+    waiting[9].u.task.after_count = 1;
+    waiting[9].u.task.after[0] = 9;
+    waiting[19].u.task.after_count = 2;
+    waiting[19].u.task.after[0] = 18;
+    waiting[19].u.task.after[1] = 1;
+    Write(dir, "task_waits", Ring(waiting, memory));
 }
 
 // plan_fuzz input: manifest, NUL, then [u8 name length][name][u32 size][bytes] per blob.
