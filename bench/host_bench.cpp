@@ -26,6 +26,10 @@
 //                            (OpenBLAS's own pool off: it would fight the
 //                            callers for the cores): the throughputs'
 //                            baseline on the same cores
+//   baseline/host_blas_with_copies:64  the R = 64 matmuls with the copies
+//                            each chip task makes (A and B in, C out, as
+//                            memcpy): what the chip path could reach on
+//                            these cores if dispatch cost nothing
 //   residency/reuse:B        a run of one chip task (chip_empty) reading an
 //                            unchanged B-byte tensor whose device copy is
 //                            kept: each 64 KiB chunk hashed, found unchanged,
@@ -282,6 +286,47 @@ void BM_HostBlas(benchmark::State& state) {
     state.counters["cpu_us_per_matmul"] = cpu_us;
 }
 
+// The bound of a chip task's path on these cores if dispatch cost nothing:
+// each matmul of BM_HostBlas plus the copies its chip task makes (A and B
+// into device memory, C back out; memcpy between host buffers, the
+// cheapest such copy), on the same threads.
+void BM_HostBlasWithCopies(benchmark::State& state) {
+    constexpr int64_t rows = 64, k = 128;
+    constexpr int tasks = 64;
+    const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+    std::vector<std::vector<float>> a(tasks, std::vector<float>(size_t(rows * k), 0.5f)), c(tasks, std::vector<float>(size_t(rows * k)));
+    const std::vector<float> b(size_t(k * k), 0.25f);
+    struct Staging {  // one "device copy" of a task's tensors per thread
+        std::vector<float> a, b, c, out;
+    };
+    std::vector<Staging> staging(threads, Staging{std::vector<float>(size_t(rows * k)), std::vector<float>(size_t(k * k)),
+                                                  std::vector<float>(size_t(rows * k)), std::vector<float>(size_t(rows * k))});
+    auto share = [&](unsigned t) {
+        Staging& st = staging[t];
+        for (int i = int(t); i < tasks; i += int(threads)) {
+            std::memcpy(st.a.data(), a[i].data(), a[i].size() * 4);
+            std::memcpy(st.b.data(), b.data(), b.size() * 4);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(k), int(k), 1.0f, st.a.data(), int(k),
+                        st.b.data(), int(k), 0.0f, st.c.data(), int(k));
+            std::memcpy(c[i].data(), st.c.data(), st.c.size() * 4);
+        }
+    };
+    openblas_set_num_threads(1);
+    const auto t0 = Clock::now();
+    for (auto _ : state) {
+        std::vector<std::thread> pool;
+        for (unsigned t = 1; t < threads; ++t) pool.emplace_back(share, t);
+        share(0);
+        for (auto& t : pool) t.join();
+    }
+    const double us = UsPerIteration(state, t0);
+    if (c[tasks - 1][0] != 0.5f * 0.25f * float(k)) state.SkipWithError("wrong BLAS result");
+    const double per_s = tasks / (us * 1e-6);
+    g_us["throughput_blas_with_copies"] = per_s;
+    state.counters["matmuls_per_s"] = per_s;
+    if (g_us.count("throughput_blas")) state.counters["x_host_blas"] = per_s / g_us["throughput_blas"];
+}
+
 void BM_Throughput(benchmark::State& state) { Throughput(state, "throughput_", "chip_matmul", 64, 64, 128); }
 void BM_ThroughputBig(benchmark::State& state) { Throughput(state, "throughput_big_", "chip_matmul_big", 16, 256, 256); }
 
@@ -423,6 +468,10 @@ void Summary() {
         if (at(key + std::string("blas")) > 0)
             std::printf("  host BLAS, one thread per core: %.0f matmuls/s, %.1f us CPU per matmul\n", at(key + std::string("blas")),
                         blas_cpu);
+        if (at(key + std::string("blas_with_copies")) > 0)
+            std::printf("  the same with each chip task's copies (memcpy in and out): %.0f matmuls/s (%.2fx of host BLAS)\n",
+                        at(key + std::string("blas_with_copies")),
+                        at(key + std::string("blas_with_copies")) / at(key + std::string("blas")));
         for (int d : {1, 2, 4, 8})
             if (at(key + std::to_string(d)) > 0) {
                 const double cpu = at(key + std::string("cpu_") + std::to_string(d));
@@ -445,6 +494,7 @@ int main(int argc, char** argv) {
     // A fixed count keeps a recording small (a few MB).
     benchmark::RegisterBenchmark("dispatch_traced/empty_tasks", BM_Dispatch, true)->Arg(1)->Arg(64)->UseRealTime()->Iterations(2000);
     benchmark::RegisterBenchmark("baseline/host_blas", BM_HostBlas)->Arg(64)->Arg(256)->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("baseline/host_blas_with_copies", BM_HostBlasWithCopies)->Arg(64)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("throughput/devices", BM_Throughput)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseRealTime()->MinTime(1.0);
     benchmark::RegisterBenchmark("throughput_big/devices", BM_ThroughputBig)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseRealTime()->MinTime(1.0);
     benchmark::RegisterBenchmark("residency/tiny_run", BM_TinyRun)->UseRealTime()->MinTime(0.3);
