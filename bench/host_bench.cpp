@@ -255,17 +255,37 @@ void Throughput(benchmark::State& state, const std::string& key, const char* fun
     if (g_us.count(key + "blas")) state.counters["x_host_blas"] = per_s / g_us[key + "blas"];
 }
 // The throughputs' matmuls on the host: `tasks` sgemms of rows x k x k,
-// split over one thread per core.
-void BM_HostBlas(benchmark::State& state) {
+// split over one thread per core. `copies`: each with the copies its chip
+// task makes (A and B into device memory, C back out; memcpy between host
+// buffers, the cheapest such copy), on the same threads: the bound of the
+// chip path on these cores if dispatch cost nothing.
+void BM_HostBlas(benchmark::State& state, bool copies) {
     const int64_t rows = state.range(0) == 64 ? 64 : 256, k = state.range(0) == 64 ? 128 : 256;
     const int tasks = state.range(0) == 64 ? 64 : 16;
     const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
     std::vector<std::vector<float>> a(tasks, std::vector<float>(size_t(rows * k), 0.5f)), c(tasks, std::vector<float>(size_t(rows * k)));
     const std::vector<float> b(size_t(k * k), 0.25f);
+    struct Staging {  // one "device copy" of a task's tensors per thread
+        std::vector<float> a, b, c;
+    };
+    std::vector<Staging> staging(copies ? threads : 0, Staging{std::vector<float>(size_t(rows * k)),
+                                                               std::vector<float>(size_t(k * k)),
+                                                               std::vector<float>(size_t(rows * k))});
     auto share = [&](unsigned t) {
-        for (int i = int(t); i < tasks; i += int(threads))
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(k), int(k), 1.0f, a[i].data(), int(k), b.data(),
-                        int(k), 0.0f, c[i].data(), int(k));
+        for (int i = int(t); i < tasks; i += int(threads)) {
+            const float* in_a = a[i].data();
+            const float* in_b = b.data();
+            float* out = c[i].data();
+            if (copies) {
+                Staging& st = staging[t];
+                std::memcpy(st.a.data(), in_a, st.a.size() * 4);
+                std::memcpy(st.b.data(), in_b, st.b.size() * 4);
+                in_a = st.a.data(), in_b = st.b.data(), out = st.c.data();
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(k), int(k), 1.0f, in_a, int(k), in_b,
+                        int(k), 0.0f, out, int(k));
+            if (copies) std::memcpy(c[i].data(), out, c[i].size() * 4);
+        }
     };
     openblas_set_num_threads(1);  // this process's BLAS only: the mock cards are other processes
     const double cpu0 = TreeCpuSeconds();
@@ -280,51 +300,12 @@ void BM_HostBlas(benchmark::State& state) {
     if (c[tasks - 1][0] != 0.5f * 0.25f * float(k)) state.SkipWithError("wrong BLAS result");
     const double cpu_us = (TreeCpuSeconds() - cpu0) * 1e6 / double(state.iterations() * tasks);
     const double per_s = tasks / (us * 1e-6);
-    g_us[std::string(rows == 64 ? "throughput_" : "throughput_big_") + "blas"] = per_s;
-    g_us[std::string(rows == 64 ? "throughput_" : "throughput_big_") + "cpu_blas"] = cpu_us;
+    const std::string key = std::string(rows == 64 ? "throughput_" : "throughput_big_") + "blas";
+    g_us[key + (copies ? "_with_copies" : "")] = per_s;
+    if (!copies) g_us[std::string(rows == 64 ? "throughput_" : "throughput_big_") + "cpu_blas"] = cpu_us;
     state.counters["matmuls_per_s"] = per_s;
     state.counters["cpu_us_per_matmul"] = cpu_us;
-}
-
-// The bound of a chip task's path on these cores if dispatch cost nothing:
-// each matmul of BM_HostBlas plus the copies its chip task makes (A and B
-// into device memory, C back out; memcpy between host buffers, the
-// cheapest such copy), on the same threads.
-void BM_HostBlasWithCopies(benchmark::State& state) {
-    constexpr int64_t rows = 64, k = 128;
-    constexpr int tasks = 64;
-    const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-    std::vector<std::vector<float>> a(tasks, std::vector<float>(size_t(rows * k), 0.5f)), c(tasks, std::vector<float>(size_t(rows * k)));
-    const std::vector<float> b(size_t(k * k), 0.25f);
-    struct Staging {  // one "device copy" of a task's tensors per thread
-        std::vector<float> a, b, c, out;
-    };
-    std::vector<Staging> staging(threads, Staging{std::vector<float>(size_t(rows * k)), std::vector<float>(size_t(k * k)),
-                                                  std::vector<float>(size_t(rows * k)), std::vector<float>(size_t(rows * k))});
-    auto share = [&](unsigned t) {
-        Staging& st = staging[t];
-        for (int i = int(t); i < tasks; i += int(threads)) {
-            std::memcpy(st.a.data(), a[i].data(), a[i].size() * 4);
-            std::memcpy(st.b.data(), b.data(), b.size() * 4);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(k), int(k), 1.0f, st.a.data(), int(k),
-                        st.b.data(), int(k), 0.0f, st.c.data(), int(k));
-            std::memcpy(c[i].data(), st.c.data(), st.c.size() * 4);
-        }
-    };
-    openblas_set_num_threads(1);
-    const auto t0 = Clock::now();
-    for (auto _ : state) {
-        std::vector<std::thread> pool;
-        for (unsigned t = 1; t < threads; ++t) pool.emplace_back(share, t);
-        share(0);
-        for (auto& t : pool) t.join();
-    }
-    const double us = UsPerIteration(state, t0);
-    if (c[tasks - 1][0] != 0.5f * 0.25f * float(k)) state.SkipWithError("wrong BLAS result");
-    const double per_s = tasks / (us * 1e-6);
-    g_us["throughput_blas_with_copies"] = per_s;
-    state.counters["matmuls_per_s"] = per_s;
-    if (g_us.count("throughput_blas")) state.counters["x_host_blas"] = per_s / g_us["throughput_blas"];
+    if (copies && g_us.count(key)) state.counters["x_host_blas"] = per_s / g_us[key];
 }
 
 void BM_Throughput(benchmark::State& state) { Throughput(state, "throughput_", "chip_matmul", 64, 64, 128); }
@@ -493,8 +474,8 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark("dispatch/empty_tasks", BM_Dispatch, false)->Arg(1)->Arg(64)->UseRealTime()->MinTime(0.5);
     // A fixed count keeps a recording small (a few MB).
     benchmark::RegisterBenchmark("dispatch_traced/empty_tasks", BM_Dispatch, true)->Arg(1)->Arg(64)->UseRealTime()->Iterations(2000);
-    benchmark::RegisterBenchmark("baseline/host_blas", BM_HostBlas)->Arg(64)->Arg(256)->UseRealTime()->MinTime(0.5);
-    benchmark::RegisterBenchmark("baseline/host_blas_with_copies", BM_HostBlasWithCopies)->Arg(64)->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("baseline/host_blas", BM_HostBlas, false)->Arg(64)->Arg(256)->UseRealTime()->MinTime(0.5);
+    benchmark::RegisterBenchmark("baseline/host_blas_with_copies", BM_HostBlas, true)->Arg(64)->UseRealTime()->MinTime(0.5);
     benchmark::RegisterBenchmark("throughput/devices", BM_Throughput)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseRealTime()->MinTime(1.0);
     benchmark::RegisterBenchmark("throughput_big/devices", BM_ThroughputBig)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseRealTime()->MinTime(1.0);
     benchmark::RegisterBenchmark("residency/tiny_run", BM_TinyRun)->UseRealTime()->MinTime(0.3);
