@@ -39,7 +39,10 @@ void RemoteChipService::Serve(int controller) {
             if (m.type == kPeerLeftMessageType) {
                 // A rank that finished; unless it is the controller, which
                 // then never sends Shutdown (it failed before it could).
-                if (m.source == controller) throw *transport_.PeerError(controller);
+                if (m.source == controller) {
+                    if (auto left = transport_.PeerError(controller)) throw *left;
+                    throw Error(ErrorKind::DeviceLost, transport_.peer(controller).Describe() + " left the run");
+                }
                 continue;
             }
             Answer(std::move(m));

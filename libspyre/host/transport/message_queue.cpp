@@ -30,11 +30,13 @@ void MessageQueue::PushError(int source, Error error) {
 }
 
 void MessageQueue::PushLeft(int source) {
+    // The leave first: whoever takes the notice finds the peer gone
+    // (PeerError), and everything it sent before is queued already.
+    liveness_.MarkLeft(source);
     {
         std::lock_guard lock(mutex_);
         entries_.push_back(Entry{source, Message{.type = kPeerLeftMessageType, .source = source}});
     }
-    liveness_.MarkLeft(source);  // after the entry: a wait on it alone finds the notice, then the leave
     wake_.Notify();
 }
 
@@ -78,8 +80,7 @@ std::optional<Message> MessageQueue::PopUntil(PeerLiveness::Clock::time_point de
             const auto* notice = std::get_if<Message>(&it->item);
             if (notice && notice->type == kPeerLeftMessageType && source != kAnySource) {
                 lock.unlock();
-                liveness_.MarkLeft(source);  // the push marks it too, right after queueing
-                throw *liveness_.Lost(source);
+                throw *liveness_.Lost(source);  // marked before the notice was queued
             }
             Entry entry = std::move(*it);
             entries_.erase(it);
