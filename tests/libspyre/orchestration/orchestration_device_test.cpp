@@ -402,7 +402,6 @@ TEST(OrchestrationQueues, AConsumerOfATaskALapOfTheQueueWentPastStillRuns) {
 TEST(OrchestrationQueues, PollingATasksStateSeesItEnd) {
     SPYRE_REQUIRE_FUSE();
     OneCardRuntime rt(64);
-    Device& dev = rt.dev;
     Orchestrator& orch = rt.orch;
     auto scope = orch.BeginScope();
     auto* a = static_cast<float*>(orch.Alloc(1024));
