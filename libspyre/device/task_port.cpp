@@ -83,20 +83,6 @@ void TaskPort::Fail(const Error& e) {
     client_.Failed(e);
 }
 
-void TaskPortClient::FillQueues(std::span<std::vector<spyre_cb>> per_queue, std::span<const QueueRoom> rooms) {
-    uint32_t room = 0;
-    for (const QueueRoom& r : rooms) room += r.free;
-    std::vector<spyre_cb> batch;
-    Fill(batch, room);
-    // Spread over the core groups, each up to its room.
-    for (const spyre_cb& cb : batch) {
-        size_t q = next_queue_ % per_queue.size();
-        while (per_queue[q].size() >= rooms[q].free) q = (q + 1) % per_queue.size();  // all fit: room
-        next_queue_ = (q + 1) % per_queue.size();
-        per_queue[q].push_back(cb);
-    }
-}
-
 bool TaskPort::SendReady() {
     rooms_.resize(raw_.size());
     for (size_t q = 0; q < raw_.size(); ++q)

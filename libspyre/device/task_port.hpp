@@ -42,24 +42,18 @@ struct QueueRoom {
 class TaskPortClient {
 public:
     virtual ~TaskPortClient() = default;
-    // Appends up to `room` tasks to send now (CBs, driver::TaskCb). After
-    // Failed, room is 0: the client fails what it has instead.
-    virtual void Fill(std::vector<spyre_cb>& /*out*/, uint32_t /*room*/) {}
-    // Appends tasks to send now to each queue (per_queue[i] for the port's
-    // i-th queue, at most rooms[i].free; after Failed, none). A client that
-    // places tasks itself (a task that waits on the device for one of its
-    // queue: driver::After) overrides this; by default Fill's tasks are
-    // spread over the queues.
-    virtual void FillQueues(std::span<std::vector<spyre_cb>> per_queue, std::span<const QueueRoom> rooms);
+    // Appends the tasks to send now (CBs, driver::TaskCb) to the queues the
+    // client picks: per_queue[i] for the port's i-th queue, at most
+    // rooms[i].free (a task that waits on the card for others of its queue,
+    // driver::After, goes to theirs). After Failed, every room is 0: the
+    // client fails what it has instead.
+    virtual void FillQueues(std::span<std::vector<spyre_cb>> per_queue, std::span<const QueueRoom> rooms) = 0;
 
     // Completions, in the order the tasks finished.
     virtual void Finished(std::span<const spyre_cqe> done) = 0;
     // The queues failed (the device is gone, or a queue halted): what is in
     // flight never completes. Called once; nothing is sent afterwards.
     virtual void Failed(const Error& error) = 0;
-
-private:
-    size_t next_queue_ = 0;  // where the default spreading of the next batch starts
 };
 
 class TaskPort {

@@ -87,16 +87,9 @@ void DeviceWorker::FillQueues(std::span<std::vector<spyre_cb>> per_queue, std::s
         FailReady(SPYRE_ERR_ABORTED);
         return;
     }
-    room_left_.resize(rooms.size());
-    next_position_.resize(rooms.size());
-    after_window_.resize(rooms.size());
+    left_.assign(rooms.begin(), rooms.end());
     uint32_t room = 0;
-    for (size_t q = 0; q < rooms.size(); ++q) {
-        room_left_[q] = rooms[q].free;
-        next_position_[q] = rooms[q].next_position;
-        after_window_[q] = rooms[q].after_window;
-        room += rooms[q].free;
-    }
+    for (const QueueRoom& r : rooms) room += r.free;
     finished_.clear();  // what fails here, without being sent (a producer failed)
     // What waited first, in order: a task held for a producer comes after it.
     size_t kept = 0;
@@ -145,17 +138,18 @@ bool DeviceWorker::Place(const ReadyTask& r, std::span<std::vector<spyre_cb>> pe
     if (queue < 0) {  // free to go anywhere: spread over the groups with room
         for (size_t i = 0; i < per_queue.size() && queue < 0; ++i) {
             const uint32_t q = (next_queue_ + uint32_t(i)) % uint32_t(per_queue.size());
-            if (room_left_[q] != 0) queue = q;
+            if (left_[q].free != 0) queue = q;
         }
         if (queue < 0) return hold();
         next_queue_ = (uint32_t(queue) + 1) % uint32_t(per_queue.size());
-    } else if (room_left_[size_t(queue)] == 0) {
+    } else if (left_[size_t(queue)].free == 0) {
         return hold();
     } else {
         // A producer more than a lap of the SQ back (a long task while many
         // short ones went by) cannot be named: wait here until it ends.
+        const QueueRoom& r = left_[size_t(queue)];
         for (uint32_t i = 0; i < waits; ++i)
-            if (next_position_[size_t(queue)] - positions[i] >= after_window_[size_t(queue)]) return hold();
+            if (r.next_position - positions[i] >= r.after_window) return hold();
     }
     const uint32_t table = free_tables_.back();
     free_tables_.pop_back();
@@ -168,8 +162,8 @@ bool DeviceWorker::Place(const ReadyTask& r, std::span<std::vector<spyre_cb>> pe
     if (waits != 0) cb = driver::After(cb, std::span(positions, waits));
     const size_t q = size_t(queue);
     per_queue[q].push_back(cb);
-    --room_left_[q];
-    self = Placed{r.task_id, Placed::State::InFlight, uint32_t(q), next_position_[q]++};
+    --left_[q].free;
+    self = Placed{r.task_id, Placed::State::InFlight, uint32_t(q), left_[q].next_position++};
     return true;
 }
 

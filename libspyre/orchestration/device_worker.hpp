@@ -92,9 +92,7 @@ private:
     std::vector<Placed> placed_;
     Placed& PlacedOf(int32_t id) { return placed_[uint32_t(id) & (placed_.size() - 1)]; }
     std::vector<ReadyTask> held_;     // popped, not sent yet (in the order popped)
-    std::vector<uint32_t> room_left_;  // FillQueues' scratch: per queue
-    std::vector<uint32_t> next_position_;
-    std::vector<uint32_t> after_window_;
+    std::vector<QueueRoom> left_;  // FillQueues' scratch: each queue's room, as the fill uses it up
     uint32_t next_queue_ = 0;  // where the spreading of tasks free to go anywhere goes on
     bool waits_on_card_ = false;  // contract 3.1: tasks may wait for tasks on the card
     std::vector<CompletionSink::Done> finished_;  // reported with one call per reaped batch

@@ -697,7 +697,7 @@ void TaskGraph::MakeReady(TaskDescriptor& t) {
     }
     if (t.core_type == WORKER_EXTERNAL) {
         t.state.store(TaskState::Running, std::memory_order_relaxed);
-        if (t.external_done) CompleteLocked(t, t.external_code, false);
+        if (t.early_done) CompleteLocked(t, t.early_code, false);
         return;
     }
     if (t.pushed_early) [[unlikely]] {  // on its executor already; its completion came first
@@ -985,11 +985,11 @@ void TaskGraph::Complete(int32_t task_id, uint32_t status) {
     if (t.core_type != WORKER_EXTERNAL)
         Fail(ErrorKind::InvalidArgument, "pto_task_complete: " + Describe(task_id) +
                                              " is run by an executor; only EXTERNAL tasks are completed by the caller");
-    if (s == TaskState::Completed || s == TaskState::Consumed || t.external_done)
+    if (s == TaskState::Completed || s == TaskState::Consumed || t.early_done)
         Fail(ErrorKind::InvalidArgument, "pto_task_complete: " + Describe(task_id) + " is completed already");
     if (s == TaskState::Pending) {  // its inputs are not done: complete it when they are
-        t.external_done = true;
-        t.external_code = status;
+        t.early_done = true;
+        t.early_code = status;
         return;
     }
     CompleteLocked(t, status, false);

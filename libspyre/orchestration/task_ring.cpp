@@ -37,12 +37,10 @@ void TaskDescriptor::Reset(int32_t id) {
     handed_out = false;
     kernel = nullptr;
     outcome = TaskOutcome::None;
-    external_done = false;
-    external_code = 0;
-    after_count = 0;
-    pushed_early = false;
     early_done = false;
     early_code = 0;
+    after_count = 0;
+    pushed_early = false;
     trace_track = 0;
 }
 

@@ -66,17 +66,17 @@ struct TaskDescriptor {
     bool handed_out = false;  // pto_task_output gave its outputs' address away
     const KernelEntry* kernel = nullptr;
     TaskOutcome outcome = TaskOutcome::None;
-    bool external_done = false;   // EXTERNAL: completed before its inputs were
-    uint32_t external_code = 0;
+    // Its completion, when it came before its producers' were applied (an
+    // EXTERNAL task completed by the caller, a task pushed early completed
+    // by its executor): applied when its fan-in ends.
+    bool early_done = false;
+    uint32_t early_code = 0;
     // Pushed before its producers finished (Executor::OrdersAfterProducers):
-    // the ones it waits for, and its completion if that came before theirs
-    // were applied (it is applied when its fan-in ends).
+    // the ones it waits for.
     static constexpr int32_t kMaxAfter = 4;
     int32_t after_count = 0;
     int32_t after_ids[kMaxAfter] = {};
     bool pushed_early = false;
-    bool early_done = false;
-    uint32_t early_code = 0;
     // Where it ran on the timeline of the recording in progress (track 0:
     // not traced): its consumers' dependency arrows start at its end.
     uint32_t trace_track = 0;

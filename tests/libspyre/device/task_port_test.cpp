@@ -31,9 +31,14 @@ const std::atomic<uint32_t> never_moves{0};  // a waiter's word that never moves
 class NopClient : public TaskPortClient {
 public:
     explicit NopClient(uint64_t total) : total_(total) {}
-    void Fill(std::vector<spyre_cb>& out, uint32_t room) override {
+    // Each queue up to its room, in turn.
+    void FillQueues(std::span<std::vector<spyre_cb>> per_queue, std::span<const QueueRoom> rooms) override {
+        uint32_t room = 0;
+        for (size_t q = 0; q < rooms.size(); ++q) {
+            room += rooms[q].free;
+            for (uint32_t n = rooms[q].free; n > 0 && next_ < total_; --n) per_queue[q].push_back(driver::NopCb(next_++));
+        }
         max_room = std::max(max_room, room);
-        for (; room > 0 && next_ < total_; --room) out.push_back(driver::NopCb(next_++));
     }
     void Finished(std::span<const spyre_cqe> done) override {
         for (const spyre_cqe& c : done) {
