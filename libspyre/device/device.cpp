@@ -18,7 +18,8 @@ DeviceCore::DeviceCore(std::shared_ptr<const driver::DeviceEnvironment> env, con
     alloc.mode = options.allocator_mode.value_or(function->is_vf() ? AllocatorMode::VF : AllocatorMode::PF);
     allocator.emplace(*function, alloc);
     driver::DmaOptions dma_options = options.dma;
-    // Every finished copy wakes the scheduler thread.
+    // Every finished copy tells the scheduler, which wakes for it only
+    // while a stream's copy is in flight.
     auto user_hook = dma_options.on_complete;
     dma_options.on_complete = [this, user_hook] {
         if (user_hook) user_hook();

@@ -171,7 +171,7 @@ void SchedulerCore::WakeIfAsleep() { wake_.Notify(); }
 
 void SchedulerCore::DmaDone() {
     dma_done_.fetch_add(1, std::memory_order_seq_cst);
-    wake_.NotifyAfterSeqCstUpdate();
+    if (awaits_dma_.load(std::memory_order_seq_cst)) wake_.NotifyAfterSeqCstUpdate();
 }
 
 bool SchedulerCore::WorkArrived() const {
@@ -450,7 +450,9 @@ bool SchedulerCore::PollDma() {
     // directly on the DMA engine (events, tensors) bump it too, and an
     // unconsumed count keeps the thread from ever sleeping.
     dma_seen_ = done;
-    return dma_.Poll();
+    const bool progress = dma_.Poll();
+    if (dma_.empty()) awaits_dma_.store(false, std::memory_order_relaxed);
+    return progress;
 }
 
 bool SchedulerCore::RunCallback(StreamState& s) {
@@ -514,6 +516,7 @@ bool SchedulerCore::IssueHostWork(bool on_thread) {
         QueuedOp copy = std::move(op);
         s.local.pop_front();
         const uint64_t seq = s.next_seq++;
+        awaits_dma_.store(true, std::memory_order_seq_cst);  // before the copy can complete
         if (dma_.Start(s, copy, seq)) {
             dma_seen_ = ~0ull;  // the copy may have finished inline: look at once
             Counters::Add(stats_.dma_copies, 1);

@@ -171,6 +171,11 @@ private:
     static constexpr uint64_t kNoRingWatch = ~0ull;
     std::atomic<uint64_t> ring_watch_{kNoRingWatch};  // RingMayBeReady: the next completion's position
     std::atomic<uint64_t> dma_done_{0};
+    // A stream copy of this scheduler is in flight: only then does a DMA
+    // completion wake the thread (copies made straight on the DMA engine,
+    // as the host level's are, would wake it for nothing). Set before a
+    // copy starts, cleared by the thread once none is left.
+    std::atomic<bool> awaits_dma_{false};
     std::atomic<bool> stopping_{false};
     std::atomic<bool> lost_{false};
     std::optional<Error> lost_error_;
