@@ -13,6 +13,7 @@
 
 #include "spyre/memory/device_buffer.hpp"
 #include "spyre/memory/device_handle.hpp"
+#include "spyre/stream/flex_stream.hpp"  // FlexStream, and DeviceCore declared once (hidden)
 #include "spyre/tensor/layout.hpp"
 #include "spyre/export.h"
 
@@ -21,8 +22,6 @@ SPYRE_API_BEGIN
 namespace spyre {
 
 class Device;
-class FlexStream;
-class SPYRE_INTERNAL DeviceCore;
 
 class SpyreTensor {
 public:

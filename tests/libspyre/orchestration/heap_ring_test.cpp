@@ -107,7 +107,9 @@ TEST(HeapRing, ManyLiveBlocksOutOfOrderNeverOverlap) {
         }
         most_live = std::max(most_live, live.size());
         ASSERT_EQ(ring.live_blocks(), live.size());
-        if (!live.empty()) ASSERT_EQ(ring.tail(), live.begin()->second.first) << "step " << step;  // the oldest
+        if (!live.empty()) {
+            ASSERT_EQ(ring.tail(), live.begin()->second.first) << "step " << step;  // the oldest
+        }
     }
     EXPECT_GT(most_live, 64u);  // past the bookkeeping's first size
 }
