@@ -12,6 +12,26 @@
 
 namespace spyre::mockdev {
 
+namespace {
+// The TaskQueues whose run of short tasks the calling thread (a lane) is in:
+// Take leaves a task known to be long to a worker then.
+thread_local const TaskQueues* tl_short_run = nullptr;
+}  // namespace
+
+bool TaskQueues::ProgramTimes::RanLong(uint64_t program) const {
+    const Entry& e = entries_[Slot(program)];
+    return e.program.load(std::memory_order_relaxed) == program && e.ran_long.load(std::memory_order_relaxed);
+}
+
+void TaskQueues::ProgramTimes::Record(uint64_t program, uint64_t run_ns) {
+    Entry& e = entries_[Slot(program)];
+    const bool ran_long = run_ns >= kShortTaskNs;
+    if (e.program.load(std::memory_order_relaxed) == program && e.ran_long.load(std::memory_order_relaxed) == ran_long)
+        return;
+    e.program.store(program, std::memory_order_relaxed);
+    e.ran_long.store(ran_long, std::memory_order_relaxed);
+}
+
 TaskQueues::TaskQueues(RegisterFile& regs, ShmObject& bar4, const TaskGeometry& geometry,
                        const std::atomic<uint32_t>& watchdog_ms, DeviceMemory memory, CardCores& cores,
                        HostLink& host_link, const QueueLane& lane)
@@ -164,9 +184,12 @@ void TaskQueues::HandOut(const std::array<uint32_t, SPYRE_TQ_MAX_QUEUES>& taken)
 }
 
 void TaskQueues::RunShortTasks(uint32_t q) {
+    tl_short_run = this;
     while (!lane_.aborting() && !lane_.pause_requested() && ShortTasks(q)) {
-        if (!cores_.RunOneTask(q, *this)) break;  // none left, no idle core, or the card is held
+        // None left, no idle core, the card is held, or the next one's program ran long.
+        if (!cores_.RunOneTask(q, *this)) break;
     }
+    tl_short_run = nullptr;
     // A task ran long, or the lane must stop: the workers take the rest.
     if (const size_t left = Pending(q)) cores_.NotifyTasks(q, uint32_t(left));
 }
@@ -186,6 +209,10 @@ size_t TaskQueues::Pending(uint32_t q) {
 bool TaskQueues::Take(uint32_t queue, CoreTask& out) {
     std::lock_guard lock(mutex_);
     if (!accepting_ || queue >= queues_ || pending_[queue].empty()) return false;
+    const Taken& next = pending_[queue].front();
+    if (tl_short_run == this && next.cb.opcode == SPYRE_OP_TASK && next.verdict == SPYRE_ERR_NONE &&
+        program_times_.RanLong(next.cb.u.task.program_addr))
+        return false;
     out.source = this;
     out.queue = queue;
     out.cb = pending_[queue].front().cb;
@@ -217,6 +244,8 @@ void TaskQueues::Run(const CoreTask& task, unsigned core) noexcept {
     } catch (...) {
     }
     const uint64_t end_ns = DeviceClockNs();
+    if (task.cb.opcode == SPYRE_OP_TASK && task.verdict == SPYRE_ERR_NONE)
+        program_times_.Record(task.cb.u.task.program_addr, end_ns - start_ns);
     std::atomic<uint64_t>& recent = recent_run_ns_[task.queue];
     recent.store((recent.load(std::memory_order_relaxed) * 3 + (end_ns - start_ns)) / 4, std::memory_order_relaxed);
     regs_.Add64(status == SPYRE_ERR_NONE ? SPYRE_REG_CNT_TASKS_DONE : SPYRE_REG_CNT_TASK_ERRORS, 1);

@@ -11,7 +11,11 @@
 // waking a worker. How many workers a turn wakes depends on how long the
 // queue's recent tasks ran: short ones (under kShortTaskNs, less than a
 // wake-up costs) run on the lane with one helper, so a batch of them costs
-// one wake-up, not one per task; longer ones go to a worker each. A task
+// one wake-up, not one per task; longer ones go to a worker each. Within a
+// run of short tasks the lane leaves to a worker a task whose program ran
+// long the last time (ProgramTimes): a queue of short tasks is no promise
+// about its next one, and a long task on the lane holds every queue's
+// doorbells until it ends. A task
 // that names earlier tasks of its queue (after) waits in TaskWaits until
 // they end; whoever ran the last of them takes it next, on the same core.
 #pragma once
@@ -91,6 +95,26 @@ private:
     bool ShortTasks(uint32_t q) const { return recent_run_ns_[q].load(std::memory_order_relaxed) < kShortTaskNs; }
     size_t Pending(uint32_t q);
 
+    // Whether each program (by device address) ran long (kShortTaskNs or
+    // more) the last time, for the programs run lately: a hint, written by
+    // whichever core ran one, only when it changes (cores running the same
+    // program do not trade the line), and read by the lane without a lock
+    // (a pair read mid-update is a wrong hint, nothing more).
+    class ProgramTimes {
+    public:
+        bool RanLong(uint64_t program) const;
+        void Record(uint64_t program, uint64_t run_ns);
+
+    private:
+        struct Entry {
+            std::atomic<uint64_t> program{0};
+            std::atomic<bool> ran_long{false};
+        };
+        static constexpr size_t kEntries = 64;
+        static size_t Slot(uint64_t program) { return size_t((program >> 3) * 0x9E3779B97F4A7C15ull >> 58); }
+        std::array<Entry, kEntries> entries_;
+    };
+
     // Below this a task runs on the lane rather than costing a wake-up.
     static constexpr uint64_t kShortTaskNs = 5'000;
 
@@ -114,6 +138,7 @@ private:
     // Per queue, a moving average of its tasks' run times (ns): written by
     // whichever core ran one, racy on purpose (a hint for HandOut).
     std::array<std::atomic<uint64_t>, SPYRE_TQ_MAX_QUEUES> recent_run_ns_{};
+    ProgramTimes program_times_;
     bool accepting_ = true;  // false while held or stopped: no task is handed out
     std::atomic<bool> registered_{false};
 };
