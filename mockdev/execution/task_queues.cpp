@@ -153,12 +153,15 @@ QueueKind::Turn TaskQueues::Serve(std::unique_lock<std::mutex>& exec, CycleClock
 }
 
 void TaskQueues::HandOut(const std::array<uint32_t, SPYRE_TQ_MAX_QUEUES>& taken) {
-    // Long tasks: a worker each, but the first queue's first task runs here.
-    // Short ones run here, with one helper per queue when there are several.
+    // Long tasks: a worker each; on a function of one queue the first runs
+    // here (a lone task starts without a wake-up), but with several queues
+    // the lane goes back to their doorbells: a long task here would hold
+    // them until it ended. Short ones run here, with one helper per queue
+    // when there are several.
     int own = -1;
     for (uint32_t q = 0; q < queues_; ++q) {
         if (taken[q] == 0) continue;
-        const bool first = own < 0;
+        const bool first = own < 0 && (queues_ == 1 || ShortTasks(q));
         if (first) own = int(q);
         const uint32_t handed = taken[q] - (first ? 1 : 0);
         // A helper for short tasks only when the lane has two or more to run

@@ -8,7 +8,8 @@
 // core, validate and run them and post their completions in the order they
 // finish. The lane's own thread runs tasks itself on a lent core
 // (CardCores::RunOneTask): a lone task, a chain's next link, starts without
-// waking a worker. How many workers a turn wakes depends on how long the
+// waking a worker (a long one only on a function of one queue: with more,
+// the lane keeps serving their doorbells). How many workers a turn wakes depends on how long the
 // queue's recent tasks ran: short ones (under kShortTaskNs, less than a
 // wake-up costs) run on the lane with one helper, so a batch of them costs
 // one wake-up, not one per task; longer ones go to a worker each. Within a

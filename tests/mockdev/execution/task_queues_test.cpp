@@ -971,3 +971,33 @@ TEST_F(TaskQueueTest, AProgramThatRanLongIsLeftToAWorkerAfterShortTasks) {
     for (size_t i = 0; i < shorts.size(); ++i)
         ASSERT_EQ(dev.ReadTensor(shorts[i].addrs[2], add.outputs[0]), shorts[i].expect) << "short task " << i;
 }
+
+// On a function of several queues the lane runs no long task itself, not
+// even the lone one of a turn: a short task on queue 1 completes while
+// queue 0's long task runs. The lane ran it before and served no doorbell
+// until it ended.
+TEST_F(TaskQueueTest, ALoneLongTaskLeavesTheLaneToTheOtherQueues) {
+    TestDevice& dev = pf();
+    TaskQueue q0(dev.fn(), 0), q1(dev.fn(), 1);
+    const BuiltKernel add = KernelBuilder().Elementwise(ElementwiseOp::Add, {16, 16}, {16, 16}, DType::FP32);
+    const uint64_t add_program = dev.Put(add.program);
+    const AddTask probe = PlaceAdd(dev, add, 7);
+    // Retried with a longer task when the probe's wake-up and run outlasted
+    // it (a loaded host): 3 rounds at most, a bound, not a timing.
+    spyre_cqe long_done{}, probe_done{};
+    for (const int64_t n : {1024, 1536, 2048}) {
+        const LongTask slow = PlaceLong(dev, n);
+        const spyre_cb long_cb = TaskCb(1, slow.program, slow.args, slow.arg_count);
+        ASSERT_EQ(RunOne(q0, long_cb).status, SPYRE_ERR_NONE);  // queue 0's tasks now run long
+        const uint64_t batches = dev.fn().Read64(SPYRE_REG_CNT_TASK_DOORBELLS);
+        ASSERT_EQ(q0.Submit(std::span(&long_cb, 1)), 1u);
+        TakenAfter(dev, batches);  // the lane has it
+        probe_done = RunOne(q1, TaskCb(2, add_program, probe.args, 3));
+        ASSERT_EQ(q0.Wait(std::span(&long_done, 1), 1, kBlocking), 1u);
+        if (End(probe_done) < End(long_done)) break;
+    }
+    EXPECT_EQ(long_done.status, SPYRE_ERR_NONE);
+    EXPECT_EQ(probe_done.status, SPYRE_ERR_NONE);
+    EXPECT_LT(End(probe_done), End(long_done)) << "queue 1's task waited for queue 0's long task to end";
+    EXPECT_EQ(dev.ReadTensor(probe.addrs[2], add.outputs[0]), probe.expect);
+}
