@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -933,6 +934,34 @@ TEST_F(TaskQueueTest, AnAfterListNamingNoEarlierTaskIsBadDependency) {
     EXPECT_EQ(dev.ReadTensor(w.task.addrs[2], w.kernel.outputs[0]), w.task.expect);
 }
 
+// Queue 0 runs a long matmul while queue 1 gets `probe`: each round runs
+// the matmul once (the device learns it runs long), then `before`, then
+// submits the matmul again and, once the lane has taken it, the probe. A
+// round whose matmul ended before the probe's wake-up and run (a loaded
+// host) is tried again with a longer one: 3 rounds at most, a bound, not a
+// timing. A lane that runs the matmul itself fails every round.
+namespace {
+void ProbeWhileLongRuns(TestDevice& dev, TaskQueue& q0, TaskQueue& q1, const spyre_cb& probe,
+                        const std::function<void()>& before) {
+    spyre_cqe long_done{}, probe_done{};
+    for (const int64_t n : {1024, 1536, 2048}) {
+        const LongTask slow = PlaceLong(dev, n);
+        const spyre_cb long_cb = TaskCb(1, slow.program, slow.args, slow.arg_count);
+        EXPECT_EQ(RunOne(q0, long_cb).status, SPYRE_ERR_NONE);
+        before();
+        const uint64_t batches = dev.fn().Read64(SPYRE_REG_CNT_TASK_DOORBELLS);
+        EXPECT_EQ(q0.Submit(std::span(&long_cb, 1)), 1u);
+        TakenAfter(dev, batches);  // the lane has it
+        probe_done = RunOne(q1, probe);
+        EXPECT_EQ(q0.Wait(std::span(&long_done, 1), 1, kBlocking), 1u);
+        if (End(probe_done) < End(long_done)) break;
+    }
+    EXPECT_EQ(long_done.status, SPYRE_ERR_NONE);
+    EXPECT_EQ(probe_done.status, SPYRE_ERR_NONE);
+    EXPECT_LT(End(probe_done), End(long_done)) << "queue 1's task waited for queue 0's long task to end";
+}
+}  // namespace
+
 // A queue whose recent tasks were short gets a task of a program that ran
 // long before: the lane leaves it to a worker and goes on serving the
 // doorbells, so a short task on the other queue completes while it runs.
@@ -945,28 +974,11 @@ TEST_F(TaskQueueTest, AProgramThatRanLongIsLeftToAWorkerAfterShortTasks) {
     std::vector<AddTask> shorts;
     for (uint32_t i = 0; i < 64; ++i) shorts.push_back(PlaceAdd(dev, add, 500 + i));
     const AddTask probe = PlaceAdd(dev, add, 99);
-    // A round whose long task ended before the probe's wake-up and run (a
-    // loaded host) is tried again with a longer one: 3 rounds at most, a
-    // bound, not a timing. A lane that runs the long task itself fails
-    // every round.
-    spyre_cqe long_done{}, probe_done{};
-    for (const int64_t n : {1024, 1536, 2048}) {
-        const LongTask slow = PlaceLong(dev, n);
-        const spyre_cb long_cb = TaskCb(1, slow.program, slow.args, slow.arg_count);
-        ASSERT_EQ(RunOne(q0, long_cb).status, SPYRE_ERR_NONE);  // the device learns it runs long
+    ProbeWhileLongRuns(dev, q0, q1, TaskCb(2, add_program, probe.args, 3), [&] {
         std::vector<spyre_cb> batch;
         for (size_t i = 0; i < shorts.size(); ++i) batch.push_back(TaskCb(100 + i, add_program, shorts[i].args, 3));
         for (const spyre_cqe& c : RunAll(q0, batch)) ASSERT_EQ(c.status, SPYRE_ERR_NONE);  // queue 0 looks short now
-        const uint64_t batches = dev.fn().Read64(SPYRE_REG_CNT_TASK_DOORBELLS);
-        ASSERT_EQ(q0.Submit(std::span(&long_cb, 1)), 1u);
-        TakenAfter(dev, batches);  // the lane has it
-        probe_done = RunOne(q1, TaskCb(2, add_program, probe.args, 3));
-        ASSERT_EQ(q0.Wait(std::span(&long_done, 1), 1, kBlocking), 1u);
-        if (End(probe_done) < End(long_done)) break;
-    }
-    EXPECT_EQ(long_done.status, SPYRE_ERR_NONE);
-    EXPECT_EQ(probe_done.status, SPYRE_ERR_NONE);
-    EXPECT_LT(End(probe_done), End(long_done)) << "queue 1's task waited for queue 0's long task to end";
+    });
     EXPECT_EQ(dev.ReadTensor(probe.addrs[2], add.outputs[0]), probe.expect);
     for (size_t i = 0; i < shorts.size(); ++i)
         ASSERT_EQ(dev.ReadTensor(shorts[i].addrs[2], add.outputs[0]), shorts[i].expect) << "short task " << i;
@@ -980,24 +992,7 @@ TEST_F(TaskQueueTest, ALoneLongTaskLeavesTheLaneToTheOtherQueues) {
     TestDevice& dev = pf();
     TaskQueue q0(dev.fn(), 0), q1(dev.fn(), 1);
     const BuiltKernel add = KernelBuilder().Elementwise(ElementwiseOp::Add, {16, 16}, {16, 16}, DType::FP32);
-    const uint64_t add_program = dev.Put(add.program);
     const AddTask probe = PlaceAdd(dev, add, 7);
-    // Retried with a longer task when the probe's wake-up and run outlasted
-    // it (a loaded host): 3 rounds at most, a bound, not a timing.
-    spyre_cqe long_done{}, probe_done{};
-    for (const int64_t n : {1024, 1536, 2048}) {
-        const LongTask slow = PlaceLong(dev, n);
-        const spyre_cb long_cb = TaskCb(1, slow.program, slow.args, slow.arg_count);
-        ASSERT_EQ(RunOne(q0, long_cb).status, SPYRE_ERR_NONE);  // queue 0's tasks now run long
-        const uint64_t batches = dev.fn().Read64(SPYRE_REG_CNT_TASK_DOORBELLS);
-        ASSERT_EQ(q0.Submit(std::span(&long_cb, 1)), 1u);
-        TakenAfter(dev, batches);  // the lane has it
-        probe_done = RunOne(q1, TaskCb(2, add_program, probe.args, 3));
-        ASSERT_EQ(q0.Wait(std::span(&long_done, 1), 1, kBlocking), 1u);
-        if (End(probe_done) < End(long_done)) break;
-    }
-    EXPECT_EQ(long_done.status, SPYRE_ERR_NONE);
-    EXPECT_EQ(probe_done.status, SPYRE_ERR_NONE);
-    EXPECT_LT(End(probe_done), End(long_done)) << "queue 1's task waited for queue 0's long task to end";
+    ProbeWhileLongRuns(dev, q0, q1, TaskCb(2, dev.Put(add.program), probe.args, 3), [] {});  // queue 0 runs long
     EXPECT_EQ(dev.ReadTensor(probe.addrs[2], add.outputs[0]), probe.expect);
 }
