@@ -23,6 +23,13 @@ bool TaskQueues::ProgramTimes::RanLong(uint64_t program) const {
     return e.program.load(std::memory_order_relaxed) == program && e.ran_long.load(std::memory_order_relaxed);
 }
 
+void TaskQueues::ProgramTimes::Clear() {
+    for (Entry& e : entries_) {
+        e.program.store(0, std::memory_order_relaxed);
+        e.ran_long.store(false, std::memory_order_relaxed);
+    }
+}
+
 void TaskQueues::ProgramTimes::Record(uint64_t program, uint64_t run_ns) {
     Entry& e = entries_[Slot(program)];
     const bool ran_long = run_ns >= kShortTaskNs;
@@ -88,6 +95,7 @@ void TaskQueues::Clear() {
     // The next owner's tasks start from power-on, not from how long the
     // last owner's ran.
     for (auto& recent : recent_run_ns_) recent.store(0, std::memory_order_relaxed);
+    program_times_.Clear();
     regs_.Store32(SPYRE_REG_TQ_HALTED, 0);
 }
 

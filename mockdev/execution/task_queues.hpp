@@ -9,16 +9,16 @@
 // finish. The lane's own thread runs tasks itself on a lent core
 // (CardCores::RunOneTask): a lone task, a chain's next link, starts without
 // waking a worker (a long one only on a function of one queue: with more,
-// the lane keeps serving their doorbells). How many workers a turn wakes depends on how long the
-// queue's recent tasks ran: short ones (under kShortTaskNs, less than a
-// wake-up costs) run on the lane with one helper, so a batch of them costs
-// one wake-up, not one per task; longer ones go to a worker each. Within a
-// run of short tasks the lane leaves to a worker a task whose program ran
-// long the last time (ProgramTimes): a queue of short tasks is no promise
-// about its next one, and a long task on the lane holds every queue's
-// doorbells until it ends. A task
-// that names earlier tasks of its queue (after) waits in TaskWaits until
-// they end; whoever ran the last of them takes it next, on the same core.
+// the lane keeps serving their doorbells). How many workers a turn wakes
+// depends on how long the queue's recent tasks ran: short ones (under
+// kShortTaskNs, less than a wake-up costs) run on the lane with one helper,
+// so a batch of them costs one wake-up, not one per task; longer ones go to
+// a worker each. Within a run of short tasks the lane leaves to a worker a
+// task whose program ran long the last time (ProgramTimes): a queue of
+// short tasks is no promise about its next one, and a long task on the lane
+// holds every queue's doorbells until it ends. A task that names earlier
+// tasks of its queue (after) waits in TaskWaits until they end; whoever ran
+// the last of them takes it next, on the same core.
 #pragma once
 
 #include <array>
@@ -105,6 +105,7 @@ private:
     public:
         bool RanLong(uint64_t program) const;
         void Record(uint64_t program, uint64_t run_ns);
+        void Clear();  // for the function's next owner, whose programs these are not
 
     private:
         struct Entry {
