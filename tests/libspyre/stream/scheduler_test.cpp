@@ -462,48 +462,43 @@ TEST_F(StreamTest, IdleStreamsSubmitFromTheirThreadsAndKeepTheirOrder) {
 }
 
 namespace {
-// The scheduling state ('R' runnable, 'S' sleeping, ...) of this process's
-// thread named `name`, or 0.
-char ThreadState(const std::string& name) {
+// /proc/self/task/TID of this process's thread named `name`, or "" when
+// there is none.
+std::string ThreadDir(const std::string& name) {
     DIR* d = opendir("/proc/self/task");
-    if (!d) return 0;
-    char state = 0;
+    if (!d) return "";
+    std::string found;
     while (dirent* e = readdir(d)) {
         if (e->d_name[0] == '.') continue;
         const std::string dir = std::string("/proc/self/task/") + e->d_name;
         std::ifstream comm(dir + "/comm");
         std::string c;
         std::getline(comm, c);
-        if (c != name) continue;
-        std::ifstream stat(dir + "/stat");
-        std::string line;
-        std::getline(stat, line);
-        const size_t close = line.rfind(')');
-        if (close != std::string::npos && close + 2 < line.size()) state = line[close + 2];
+        if (c == name) found = dir;
     }
     closedir(d);
-    return state;
+    return found;
+}
+// The scheduling state ('R' runnable, 'S' sleeping, ...) of this process's
+// thread named `name`, or 0.
+char ThreadState(const std::string& name) {
+    const std::string dir = ThreadDir(name);
+    if (dir.empty()) return 0;
+    std::ifstream stat(dir + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : 0;
 }
 // How many times the thread named `name` has been put on a CPU so far; -1
 // when there is none.
 long ThreadRuns(const std::string& name) {
-    DIR* d = opendir("/proc/self/task");
-    if (!d) return -1;
-    long runs = -1;
-    while (dirent* e = readdir(d)) {
-        if (e->d_name[0] == '.') continue;
-        const std::string dir = std::string("/proc/self/task/") + e->d_name;
-        std::ifstream comm(dir + "/comm");
-        std::string c;
-        std::getline(comm, c);
-        if (c != name) continue;
-        // schedstat: time on a CPU, time waiting for one, times it ran.
-        std::ifstream schedstat(dir + "/schedstat");
-        unsigned long long on_cpu = 0, waited = 0, count = 0;
-        if (schedstat >> on_cpu >> waited >> count) runs = long(count);
-    }
-    closedir(d);
-    return runs;
+    const std::string dir = ThreadDir(name);
+    if (dir.empty()) return -1;
+    // schedstat: time on a CPU, time waiting for one, times it ran.
+    std::ifstream schedstat(dir + "/schedstat");
+    unsigned long long on_cpu = 0, waited = 0, count = 0;
+    return schedstat >> on_cpu >> waited >> count ? long(count) : -1;
 }
 }  // namespace
 
