@@ -113,15 +113,7 @@ LocalChipExecutor::Copy& LocalChipExecutor::CopyFor(const HostTensor& t) {
     auto it = copies_.find(key);
     if (it == copies_.end()) {
         Copy c;
-        try {
-            c.buffer = device_.AllocateBuffer(t.bytes());
-        } catch (const Error& e) {
-            if (e.kind() != ErrorKind::OutOfMemory) throw;
-            const uint64_t limit = std::exchange(cache_limit_, 0);
-            Evict();
-            cache_limit_ = limit;
-            c.buffer = device_.AllocateBuffer(t.bytes());
-        }
+        c.buffer = AllocateEvicting(t.bytes());
         c.device_address = device_.allocator().DeviceAddress(c.buffer.handle(), t.bytes());
         c.storage = t.storage();
         copy_bytes_ += t.bytes();
@@ -129,6 +121,29 @@ LocalChipExecutor::Copy& LocalChipExecutor::CopyFor(const HostTensor& t) {
     }
     it->second.last_use = ++use_clock_;
     return it->second;
+}
+
+DeviceBuffer LocalChipExecutor::AllocateEvicting(uint64_t bytes) {
+    try {
+        return device_.AllocateBuffer(bytes);
+    } catch (const Error& e) {
+        if (e.kind() != ErrorKind::OutOfMemory) throw;
+    }
+    const uint64_t limit = std::exchange(cache_limit_, 0);
+    Evict();
+    cache_limit_ = limit;
+    return device_.AllocateBuffer(bytes);
+}
+
+LocalChipExecutor::Copy& LocalChipExecutor::ScratchFor(Slot& slot, size_t i, uint64_t bytes) {
+    if (slot.scratch.size() <= i) slot.scratch.resize(i + 1);
+    Copy& c = slot.scratch[i];
+    if (c.buffer.size() < bytes) {
+        c.buffer = DeviceBuffer();  // the old one first: the device may have room for one only
+        c.buffer = AllocateEvicting(bytes);
+        c.device_address = device_.allocator().DeviceAddress(c.buffer.handle(), bytes);
+    }
+    return c;
 }
 
 // Drops copies of storages that are gone, then the least recently used
@@ -175,7 +190,7 @@ public:
             std::vector<size_t> shared;
             for (size_t i = 0; i < call.args.size(); ++i) {
                 const HostTensor& t = call.args[i].arg.tensor;
-                Copy& c = e_.CopyFor(t);
+                Copy& c = call.one_shot ? e_.ScratchFor(*slot_, i, t.bytes()) : e_.CopyFor(t);
                 ++c.users;
                 copies_.push_back(&c);
                 const bool reads = call.args[i].arg.access != Access::Out;
@@ -238,6 +253,7 @@ public:
     // still the bytes uploaded: no task writes them beside this call, and
     // the caller may not while the run is in flight.
     void HashUploads() {
+        if (call_.one_shot) return;  // no later call reads these copies
         for (size_t i : to_hash_) HashChunks(call_.args[i].arg.tensor.data(), call_.args[i].arg.tensor.bytes(), hashes_[i]);
     }
     // Copies argument i's device copy back into its host range, hashing it
@@ -246,7 +262,7 @@ public:
         const HostTensor& t = call_.args[i].arg.tensor;
         DMAEngine& dma = e_.device_.dma();
         dma.Wait(dma.CopyFromDevice(t.data(), copies_[i]->buffer.handle(), t.bytes()));
-        HashChunks(t.data(), t.bytes(), hashes_[i]);
+        if (!call_.one_shot) HashChunks(t.data(), t.bytes(), hashes_[i]);
     }
 
 private:
@@ -338,6 +354,9 @@ private:
                 copies_[i]->run = call_.run, copies_[i]->writes = call_.args[i].writes + (wrote ? 1 : 0);
             }
         }
+        if (call_.one_shot)
+            for (Copy& c : slot_->scratch)
+                if (c.buffer.size() > kScratchKeepBytes) c = Copy{};
         e_.free_slots_.push_back(slot_);
     }
     LocalChipExecutor& e_;

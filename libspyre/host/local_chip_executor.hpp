@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -49,6 +50,9 @@ public:
     // Bytes of device copies kept between calls at most: this, or a quarter
     // of the function's memory when that is less.
     static constexpr uint64_t kCacheBytes = 256ull << 20;
+    // A slot keeps a one-shot argument's scratch copy up to this size; a
+    // larger one is given back after its call.
+    static constexpr uint64_t kScratchKeepBytes = 16ull << 20;
 
 private:
     using Key = std::tuple<uint64_t, uint64_t, uint64_t>;  // storage, offset, bytes
@@ -79,11 +83,22 @@ private:
         std::optional<Orchestrator> orch;
         std::optional<SpyreStream> plan_stream;  // a stream of its own, made on first plan
         std::map<std::string, std::shared_ptr<const ExecutionPlan>> plans;
+        // A one-shot call's device copies (ChipCall::one_shot), by argument:
+        // reused by the slot's next such call, so a served remote call
+        // neither allocates nor hashes.
+        std::deque<Copy> scratch;  // a deque: growing keeps the copies a lease points to in place
     };
     class Lease;
     // Under mu_. The device copy of `t`; when the device is out of memory,
     // copies no call holds are dropped and the allocation tried once more.
     Copy& CopyFor(const HostTensor& t);
+    // Under mu_. Slot `slot`'s scratch copy for argument `i` of a one-shot
+    // call, at least `bytes` long.
+    Copy& ScratchFor(Slot& slot, size_t i, uint64_t bytes);
+    // Under mu_. `bytes` of device memory; when the device is out of
+    // memory, copies no call holds are dropped and the allocation tried
+    // once more.
+    DeviceBuffer AllocateEvicting(uint64_t bytes);
     void Evict();  // under mu_
     void RunPlan(Slot& slot, const ExecutionPlan& plan, const ChipCall& call, const std::vector<Copy*>& copies);
 

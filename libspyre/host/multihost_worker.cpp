@@ -143,7 +143,7 @@ void MultiHostWorker::Impl::Answer(host::RemoteCall& call, std::vector<host::Wir
     // buffer; an InOut's payload becomes the reply's after the run. Both
     // outlive the run (the service sends the reply after this returns).
     ChipCall chip{.task_name = call.task, .function = call.function, .args = {}, .block_dim = block_dim,
-                  .entry = registry->Find(call.function)};
+                  .entry = registry->Find(call.function), .one_shot = true};
     std::vector<std::pair<size_t, size_t>> in_outs;  // (input, output) of each InOut
     size_t in = 0, out = 0;
     for (uint8_t a : access) {

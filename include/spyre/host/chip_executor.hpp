@@ -98,6 +98,10 @@ struct ChipCall {
     // caller may not write what a run in flight uses), so an executor may
     // read a copy the first made current without checking it again.
     uint64_t run = 0;
+    // The arguments' storages live for this call only (a served remote
+    // call's message buffers): an executor need not keep device copies of
+    // them for later calls, nor hash their bytes to reuse such copies.
+    bool one_shot = false;
 };
 
 // What a call moved, for the locality tests and the docs.
