@@ -10,7 +10,10 @@
 #     the version and the typed error it promises;
 #  5. the doc's C program (examples/pto_c_example.c, seed 004's Example 1
 #     from C alone) builds with cc from the .pc file without a warning and
-#     runs on a private mock.
+#     runs on a private mock;
+#  6. where Open MPI was found, the doc's level-4 program
+#     (examples/mpi_pkgconfig_example.cpp) builds from libspyre-mpi.pc and
+#     runs under the doc's mpirun line, two ranks, each on a private mock.
 # Usage: pkgconfig_test.sh BUILD_DIR SOURCE_ROOT
 set -euo pipefail
 build_dir=$(realpath "$1")
@@ -45,6 +48,7 @@ def take(example, lang, marker, command, out_dir):
 
 take("pkgconfig_example.cpp", "cpp", "build command", "c++ app.cpp", stage)
 take("pto_c_example.c", "c", "c build command", "cc app.c", stage + "/c")  # seed 004's Example 1 from C alone
+take("mpi_pkgconfig_example.cpp", "cpp", "mpi build command", "c++ app.cpp", stage + "/mpi")  # level 4
 PY
 echo "docs/building.md app block == examples/pkgconfig_example.cpp, C block == examples/pto_c_example.c"
 
@@ -98,6 +102,29 @@ echo "\$ $(cat run_cmd)"
 out=$(SPYRE_MOCKDEV="$build_dir/mockdev/spyre-mockdev" FLEX_DEVICE=MOCK timeout 60 bash -c "$(cat run_cmd)")
 echo "$out"
 grep -q "example 1 from C: OK" <<<"$out"
+# 6. The level-4 app against libspyre-mpi.pc, where Open MPI was found:
+# built with the doc's command, run under its mpirun line (two ranks, each
+# with a private mock), bounded.
+mpi_pc=$(find "$stage/root" -name libspyre-mpi.pc | head -n1)
+if [ -n "$mpi_pc" ]; then
+  cd "$stage/mpi"
+  echo "\$ $(cat build_cmd)"
+  bash -euo pipefail -c "$(cat build_cmd)"
+  linked=$(ldd ./a.out)
+  case "$linked" in
+    *"libspyre-mpi.so"*" => $stage/root/"*) ;;
+    *) echo "a.out does not resolve libspyre-mpi in the staged tree" >&2; exit 1 ;;
+  esac
+  echo "\$ $(cat run_cmd)"
+  out=$(SPYRE_MOCKDEV="$build_dir/mockdev/spyre-mockdev" timeout 120 bash -c "$(cat run_cmd)" </dev/null)
+  echo "$out"
+  grep -q "libspyre-mpi, 2 ranks, a chip task on rank 1 .*: OK" <<<"$out"
+elif [ -e "$build_dir/libspyre/libspyre-mpi.so" ]; then
+  echo "libspyre-mpi.so was built but libspyre-mpi.pc was not installed" >&2
+  exit 1
+else
+  echo "no libspyre-mpi in this build (Open MPI not found): level-4 app skipped"
+fi
 cd "$stage"
 # The installed headers and udev rules are where users expect them.
 [ -f "$(find "$stage/root" -path '*include/spyre/uapi/spyre_cb.h' | head -n1)" ]
