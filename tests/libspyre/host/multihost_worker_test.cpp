@@ -144,31 +144,49 @@ TEST_F(MultiHostTest, TwoCallsToOneRemoteDeviceWithRoomRunAtOnce) {
 
 // A served call's tensors are its message's buffers, new with every call:
 // the serving rank moves them through the same device memory each time
-// rather than allocating (and later dropping) device copies per call. The
-// chip function reports the device's allocation count beside an echo of
-// its input, so the data still round-trips byte for byte.
+// rather than allocating (and later dropping) device copies per call; a
+// scratch copy past the size a slot keeps is given back after its call.
+// The chip function reports the serving device's allocator beside an echo
+// of its input, so the data still round-trips byte for byte.
 TEST_F(MultiHostTest, ServedCallsReuseTheirDeviceMemory) {
+    struct Seen {
+        uint64_t allocations, bytes_in_use;
+    };
     Start(2, std::chrono::milliseconds(5000), {1}, [](Worker& w) {
-        w.RegisterChipFunction("echo_allocations", [](ChipContext& ctx) {
-            auto* out = static_cast<float*>(ctx.args[1]);
+        w.RegisterChipFunction("echo_allocator", [](ChipContext& ctx) {
+            auto* out = static_cast<uint8_t*>(ctx.args[1]);
             std::memcpy(out, ctx.args[0], ctx.bytes[0]);
-            out[ctx.bytes[0] / sizeof(float)] = float(ctx.device.allocator().Stats().allocations);
+            const AllocatorStats stats = ctx.device.allocator().Stats();
+            const Seen seen{stats.allocations, stats.bytes_in_use};
+            std::memcpy(out + ctx.bytes[0], &seen, sizeof seen);
         });
     });
-    constexpr int64_t kCols = 1024;
-    std::vector<float> allocations;
-    for (int call = 0; call < 6; ++call) {
-        const HostTensor in = Iota(0.5f, float(call), 1, kCols);  // a new storage each call, as rank 1 sees it too
-        HostTensor out = HostTensor::Zeros({1, kCols + 1});
+    auto echo = [&](int64_t cols, float offset) {
+        const HostTensor in = Iota(0.5f, offset, 1, cols);  // a new storage each call, as rank 1 sees it too
+        HostTensor out = HostTensor::Zeros({1, cols + int64_t(sizeof(Seen) / sizeof(float))});
         const HostProgram p{"echo", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
-                                g.Chip("echo_allocations", {In(in), Out(out)}, {.device = 1});
+                                g.Chip("echo_allocator", {In(in), Out(out)}, {.device = 1});
                             }};
         w().Run(p, {});
-        ASSERT_EQ(std::memcmp(out.floats().data(), in.floats().data(), kCols * sizeof(float)), 0) << "call " << call;
-        allocations.push_back(out.floats()[kCols]);
+        EXPECT_EQ(std::memcmp(out.data(), in.data(), in.bytes()), 0) << "the echo of " << cols << " floats differs";
+        Seen seen{};
+        std::memcpy(&seen, static_cast<const uint8_t*>(out.data()) + in.bytes(), sizeof seen);
+        return seen;
+    };
+    constexpr int64_t kCols = 1024;
+    std::vector<Seen> small;
+    for (int call = 0; call < 6; ++call) small.push_back(echo(kCols, float(call)));
+    for (size_t call = 2; call < small.size(); ++call) {
+        EXPECT_EQ(small[call].allocations, small[1].allocations) << "call " << call << " allocated device memory anew";
+        EXPECT_EQ(small[call].bytes_in_use, small[1].bytes_in_use) << "call " << call;
     }
-    for (size_t call = 2; call < allocations.size(); ++call)
-        EXPECT_EQ(allocations[call], allocations[1]) << "call " << call << " allocated device memory anew";
+    // 20 MiB each way, over the 16 MiB a slot keeps: held during the call,
+    // given back after it.
+    const Seen big = echo(5 << 20, 1.0f);
+    EXPECT_GE(big.bytes_in_use, small[1].bytes_in_use + (39ull << 20));  // the small copies gave way to the big
+    const Seen after = echo(kCols, 2.0f);
+    EXPECT_LE(after.bytes_in_use, small[1].bytes_in_use + 2 * kCols * sizeof(float) + 4096)
+        << "the big call's scratch copies were kept";
 }
 
 TEST_F(MultiHostTest, DevicesOfEveryRankAreTheWorkersDevices) {
