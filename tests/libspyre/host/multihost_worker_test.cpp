@@ -26,8 +26,8 @@ using namespace spyre::l3;
 
 namespace {
 
-Host OwnCard(const std::vector<std::string>& mock_args = {}) {
-    HostOptions o = HostOptions::EmbeddedMock(1, 1, "1G");
+Host OwnCard(const std::vector<std::string>& mock_args = {}, const std::string& memory = "1G") {
+    HostOptions o = HostOptions::EmbeddedMock(1, 1, memory);
     o.embedded_mock.extra_args = mock_args;
     return Host::Open(o);
 }
@@ -68,7 +68,7 @@ protected:
         for (int r = 1; r < ranks; ++r)
             servers_.push_back(std::async(std::launch::async, [this, devices, also, t = fabric_->Take(r)]() mutable -> std::string {
                 try {
-                    Host host = OwnCard(mock_args_);
+                    Host host = OwnCard(mock_args_, mock_memory_);
                     MultiHostWorker w(*t, host, {.device_ids = devices});
                     RegisterChipFunctions(w.worker());
                     if (also) also(w.worker());
@@ -79,7 +79,7 @@ protected:
                 }
             }));
         rank0_ = fabric_->Take(0);
-        host_.emplace(OwnCard(mock_args_));
+        host_.emplace(OwnCard(mock_args_, mock_memory_));
         worker_.emplace(*rank0_, *host_, DistributedConfig{.device_ids = devices, .num_sub_workers = 1});
         RegisterChipFunctions(worker_->worker());
         if (also) also(worker_->worker());
@@ -100,6 +100,7 @@ protected:
     std::vector<std::future<std::string>> servers_;
     std::vector<std::string> results_;
     std::vector<std::string> mock_args_;  // every rank's card
+    std::string mock_memory_ = "1G";      // every rank's card
 };
 
 // Chip tasks on two devices of one remote rank are in flight at once: the
@@ -148,19 +149,23 @@ TEST_F(MultiHostTest, TwoCallsToOneRemoteDeviceWithRoomRunAtOnce) {
 // scratch copy past the size a slot keeps is given back after its call.
 // The chip function reports the serving device's allocator beside an echo
 // of its input, so the data still round-trips byte for byte.
-TEST_F(MultiHostTest, ServedCallsReuseTheirDeviceMemory) {
-    struct Seen {
-        uint64_t allocations, bytes_in_use;
-    };
-    Start(2, std::chrono::milliseconds(5000), {1}, [](Worker& w) {
-        w.RegisterChipFunction("echo_allocator", [](ChipContext& ctx) {
-            auto* out = static_cast<uint8_t*>(ctx.args[1]);
-            std::memcpy(out, ctx.args[0], ctx.bytes[0]);
-            const AllocatorStats stats = ctx.device.allocator().Stats();
-            const Seen seen{stats.allocations, stats.bytes_in_use};
-            std::memcpy(out + ctx.bytes[0], &seen, sizeof seen);
-        });
+struct Seen {
+    uint64_t allocations, bytes_in_use;
+};
+// "echo_allocator": copies its input to its output, then appends what the
+// device's allocator saw (Seen).
+void RegisterEchoAllocator(Worker& w) {
+    w.RegisterChipFunction("echo_allocator", [](ChipContext& ctx) {
+        auto* out = static_cast<uint8_t*>(ctx.args[1]);
+        std::memcpy(out, ctx.args[0], ctx.bytes[0]);
+        const AllocatorStats stats = ctx.device.allocator().Stats();
+        const Seen seen{stats.allocations, stats.bytes_in_use};
+        std::memcpy(out + ctx.bytes[0], &seen, sizeof seen);
     });
+}
+
+TEST_F(MultiHostTest, ServedCallsReuseTheirDeviceMemory) {
+    Start(2, std::chrono::milliseconds(5000), {1}, RegisterEchoAllocator);
     auto echo = [&](int64_t cols, float offset) {
         const HostTensor in = Iota(0.5f, offset, 1, cols);  // a new storage each call, as rank 1 sees it too
         HostTensor out = HostTensor::Zeros({1, cols + int64_t(sizeof(Seen) / sizeof(float))});
@@ -187,6 +192,43 @@ TEST_F(MultiHostTest, ServedCallsReuseTheirDeviceMemory) {
     const Seen after = echo(kCols, 2.0f);
     EXPECT_LE(after.bytes_in_use, small[1].bytes_in_use + 2 * kCols * sizeof(float) + 4096)
         << "the big call's scratch copies were kept";
+}
+
+// Served calls past the serving device's memory fail with the kind and
+// the message of the allocator there, naming the remote device, and the
+// next call runs on it: an argument larger than the whole pool
+// (InvalidArgument), and two that fit one at a time but not together
+// (OutOfMemory, the first one's copy given back).
+TEST_F(MultiHostTest, ServedCallsPastTheDevicesMemoryFailAndTheNextRuns) {
+    mock_memory_ = "256M";  // the VF's pool: 128 MiB
+    Start(2, std::chrono::milliseconds(5000), {1}, RegisterEchoAllocator);
+    auto echo = [&](int64_t cols) {
+        const HostTensor in = Iota(0.25f, 1.0f, 1, cols);
+        HostTensor out = HostTensor::Zeros({1, cols + int64_t(sizeof(Seen) / sizeof(float))});
+        const HostProgram p{"echo", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                                g.Chip("echo_allocator", {In(in), Out(out)}, {.name = "echo", .device = 1});
+                            }};
+        w().Run(p, {});
+        return std::memcmp(out.data(), in.data(), in.bytes()) == 0;
+    };
+    const struct {
+        int64_t mib;
+        ErrorKind kind;
+        const char* says;
+    } cases[] = {{200, ErrorKind::InvalidArgument, "cannot allocate 209715200 bytes: the pool holds 134217728"},
+                 {80, ErrorKind::OutOfMemory, ""}};
+    for (const auto& c : cases) {
+        try {
+            echo(c.mib << 18);  // c.mib MiB in, as much out
+            ADD_FAILURE() << "a call of " << c.mib << " MiB each way ran on a 128 MiB pool";
+        } catch (const HostRunError& e) {
+            ASSERT_EQ(e.failures().size(), 1u) << e.what();
+            EXPECT_EQ(e.failures()[0].kind, c.kind) << e.what();
+            EXPECT_NE(e.failures()[0].device.find("rank 1"), std::string::npos) << e.failures()[0].device;
+            EXPECT_NE(std::string(e.what()).find(c.says), std::string::npos) << e.what();
+        }
+        EXPECT_TRUE(echo(1024)) << "the next call on the same remote device, after " << c.mib << " MiB";
+    }
 }
 
 TEST_F(MultiHostTest, DevicesOfEveryRankAreTheWorkersDevices) {
