@@ -89,8 +89,7 @@ private:
         std::deque<Copy> scratch;  // a deque: growing keeps the copies a lease points to in place
     };
     class Lease;
-    // Under mu_. The device copy of `t`; when the device is out of memory,
-    // copies no call holds are dropped and the allocation tried once more.
+    // Under mu_. The device copy of `t` (a new one from AllocateEvicting).
     Copy& CopyFor(const HostTensor& t);
     // Under mu_. Slot `slot`'s scratch copy for argument `i` of a one-shot
     // call, at least `bytes` long.
