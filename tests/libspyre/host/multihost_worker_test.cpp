@@ -18,6 +18,7 @@
 #include "l3_chip_functions.hpp"
 #include "mock_fixture.hpp"
 #include "pair_gate.hpp"
+#include "spyre/compiler/plan_writer.hpp"
 #include "spyre/host.hpp"
 #include "spyre/host/in_process_transport.hpp"
 
@@ -192,6 +193,31 @@ TEST_F(MultiHostTest, ServedCallsReuseTheirDeviceMemory) {
     const Seen after = echo(kCols, 2.0f);
     EXPECT_LE(after.bytes_in_use, small[1].bytes_in_use + 2 * kCols * sizeof(float) + 4096)
         << "the big call's scratch copies were kept";
+}
+
+// A served plan call reads and writes its tensors through scratch copies a
+// larger call left bigger than they are: the result is exact, twice.
+TEST_F(MultiHostTest, AServedPlanRunsOnScratchCopiesLargerThanItsTensors) {
+    Start(2, std::chrono::milliseconds(5000), {1}, [](Worker& w) {
+        RegisterEchoAllocator(w);
+        const KernelBuilder kb;
+        w.RegisterChipPlan("plan_add", CompilerOutputFromKernel("add", kb.Elementwise(ElementwiseOp::Add, {kTile, kTile},
+                                                                                      {kTile, kTile}, DType::FP32)));
+    });
+    const HostTensor big = Iota(0.5f, 1.0f, 1, 4 * kTile * kTile);
+    HostTensor echoed = HostTensor::Zeros({1, 4 * kTile * kTile + int64_t(sizeof(Seen) / sizeof(float))});
+    const HostTensor a = Iota(1.0f, 3.0f), b = Iota(-0.5f, 2.0f);
+    for (int round = 0; round < 2; ++round) {
+        HostTensor f = HostTensor::Zeros({kTile, kTile});
+        const HostProgram p{"big then plan", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                                g.Chip("echo_allocator", {In(big), Out(echoed)}, {.device = 1});
+                                g.Chip("plan_add", {In(a), In(b), Out(f)}, {.device = 1});
+                            }};
+        w().Run(p, {});
+        ASSERT_EQ(std::memcmp(echoed.data(), big.data(), big.bytes()), 0) << "round " << round;
+        for (size_t i = 0; i < f.floats().size(); ++i)
+            ASSERT_EQ(f.floats()[i], a.floats()[i] + b.floats()[i]) << "round " << round << ", element " << i;
+    }
 }
 
 // Served calls past the serving device's memory fail with the kind and
