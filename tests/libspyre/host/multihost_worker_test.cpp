@@ -144,17 +144,11 @@ TEST_F(MultiHostTest, TwoCallsToOneRemoteDeviceWithRoomRunAtOnce) {
     EXPECT_EQ(w().Stats(1).chip_tasks, 2u);
 }
 
-// A served call's tensors are its message's buffers, new with every call:
-// the serving rank moves them through the same device memory each time
-// rather than allocating (and later dropping) device copies per call; a
-// scratch copy past the size a slot keeps is given back after its call.
-// The chip function reports the serving device's allocator beside an echo
-// of its input, so the data still round-trips byte for byte.
+// What the serving device's allocator saw during an "echo_allocator" call.
 struct Seen {
     uint64_t allocations, bytes_in_use;
 };
-// "echo_allocator": copies its input to its output, then appends what the
-// device's allocator saw (Seen).
+// "echo_allocator": copies its input to its output, then appends a Seen.
 void RegisterEchoAllocator(Worker& w) {
     w.RegisterChipFunction("echo_allocator", [](ChipContext& ctx) {
         auto* out = static_cast<uint8_t*>(ctx.args[1]);
@@ -164,20 +158,36 @@ void RegisterEchoAllocator(Worker& w) {
         std::memcpy(out + ctx.bytes[0], &seen, sizeof seen);
     });
 }
+struct Echoed {
+    bool same;  // the output began with the input, byte for byte
+    Seen seen;
+};
+// One run of an "echo_allocator" task named "echo" over a new [1 x cols]
+// tensor (a new storage each call, as rank 1 sees it too) on device 1.
+Echoed EchoOnDevice1(Worker& w, int64_t cols, float offset) {
+    const HostTensor in = Iota(0.5f, offset, 1, cols);
+    HostTensor out = HostTensor::Zeros({1, cols + int64_t(sizeof(Seen) / sizeof(float))});
+    const HostProgram p{"echo", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                            g.Chip("echo_allocator", {In(in), Out(out)}, {.name = "echo", .device = 1});
+                        }};
+    w.Run(p, {});
+    Echoed e{std::memcmp(out.data(), in.data(), in.bytes()) == 0, {}};
+    std::memcpy(&e.seen, static_cast<const uint8_t*>(out.data()) + in.bytes(), sizeof e.seen);
+    return e;
+}
 
+// A served call's tensors are its message's buffers, new with every call:
+// the serving rank moves them through the same device memory each time
+// rather than allocating (and later dropping) device copies per call; a
+// scratch copy past the size a slot keeps is given back after its call.
+// The chip function reports the serving device's allocator beside an echo
+// of its input, so the data still round-trips byte for byte.
 TEST_F(MultiHostTest, ServedCallsReuseTheirDeviceMemory) {
     Start(2, std::chrono::milliseconds(5000), {1}, RegisterEchoAllocator);
     auto echo = [&](int64_t cols, float offset) {
-        const HostTensor in = Iota(0.5f, offset, 1, cols);  // a new storage each call, as rank 1 sees it too
-        HostTensor out = HostTensor::Zeros({1, cols + int64_t(sizeof(Seen) / sizeof(float))});
-        const HostProgram p{"echo", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
-                                g.Chip("echo_allocator", {In(in), Out(out)}, {.device = 1});
-                            }};
-        w().Run(p, {});
-        EXPECT_EQ(std::memcmp(out.data(), in.data(), in.bytes()), 0) << "the echo of " << cols << " floats differs";
-        Seen seen{};
-        std::memcpy(&seen, static_cast<const uint8_t*>(out.data()) + in.bytes(), sizeof seen);
-        return seen;
+        const Echoed e = EchoOnDevice1(w(), cols, offset);
+        EXPECT_TRUE(e.same) << "the echo of " << cols << " floats differs";
+        return e.seen;
     };
     constexpr int64_t kCols = 1024;
     std::vector<Seen> small;
@@ -228,15 +238,6 @@ TEST_F(MultiHostTest, AServedPlanRunsOnScratchCopiesLargerThanItsTensors) {
 TEST_F(MultiHostTest, ServedCallsPastTheDevicesMemoryFailAndTheNextRuns) {
     mock_memory_ = "256M";  // the VF's pool: 128 MiB
     Start(2, std::chrono::milliseconds(5000), {1}, RegisterEchoAllocator);
-    auto echo = [&](int64_t cols) {
-        const HostTensor in = Iota(0.25f, 1.0f, 1, cols);
-        HostTensor out = HostTensor::Zeros({1, cols + int64_t(sizeof(Seen) / sizeof(float))});
-        const HostProgram p{"echo", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
-                                g.Chip("echo_allocator", {In(in), Out(out)}, {.name = "echo", .device = 1});
-                            }};
-        w().Run(p, {});
-        return std::memcmp(out.data(), in.data(), in.bytes()) == 0;
-    };
     const struct {
         int64_t mib;
         ErrorKind kind;
@@ -245,7 +246,7 @@ TEST_F(MultiHostTest, ServedCallsPastTheDevicesMemoryFailAndTheNextRuns) {
                  {80, ErrorKind::OutOfMemory, ""}};
     for (const auto& c : cases) {
         try {
-            echo(c.mib << 18);  // c.mib MiB in, as much out
+            EchoOnDevice1(w(), c.mib << 18, 1.0f);  // c.mib MiB in, as much out
             ADD_FAILURE() << "a call of " << c.mib << " MiB each way ran on a 128 MiB pool";
         } catch (const HostRunError& e) {
             ASSERT_EQ(e.failures().size(), 1u) << e.what();
@@ -253,7 +254,8 @@ TEST_F(MultiHostTest, ServedCallsPastTheDevicesMemoryFailAndTheNextRuns) {
             EXPECT_NE(e.failures()[0].device.find("rank 1"), std::string::npos) << e.failures()[0].device;
             EXPECT_NE(std::string(e.what()).find(c.says), std::string::npos) << e.what();
         }
-        EXPECT_TRUE(echo(1024)) << "the next call on the same remote device, after " << c.mib << " MiB";
+        EXPECT_TRUE(EchoOnDevice1(w(), 1024, 2.0f).same)
+            << "the next call on the same remote device, after " << c.mib << " MiB";
     }
 }
 
