@@ -22,13 +22,15 @@ int blas_thread_shutdown_(void);
 
 namespace spyre::bench {
 
-// Stops the workers (none spins from here on) and sets how long they spin
-// after each later call: 2^4 cycles (the shortest OpenBLAS takes) or its
-// default 2^28.
+// Stops the workers at once (the next call starts them again).
+inline void StopHostBlasWorkers() { blas_thread_shutdown_(); }
+
+// Stops the workers and sets how long they spin after each later call:
+// 2^4 cycles (the shortest OpenBLAS takes) or its default 2^28.
 inline void SetHostBlasWorkersSpin(bool spin) {
     setenv("OPENBLAS_THREAD_TIMEOUT", spin ? "28" : "4", 1);
     openblas_read_env();
-    blas_thread_shutdown_();
+    StopHostBlasWorkers();
 }
 
 }  // namespace spyre::bench

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bench_main.hpp"
+#include "host_blas_quiet.hpp"
 #include "mock_device.hpp"
 #include "spyre/spyre.hpp"
 
@@ -49,6 +50,7 @@ void BM_HostSgemm(benchmark::State& state) {
     for (auto _ : state)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(state.iterations());
+    spyre::bench::StopHostBlasWorkers();  // spinning, they would share the CPUs with the device's run after this one
     g_host_gflops[n] = Gflops(n, s);
     state.counters["GFLOP/s"] = g_host_gflops[n];
     state.counters["threads"] = PoolThreads();
