@@ -352,10 +352,11 @@ void BM_Example2(benchmark::State& state) {
     state.counters["tasks"] = double((e.n / TILE_M) * (e.n / TILE_N) * (e.n / TILE_K + 1));
     state.SetLabel("medians; the baselines ran in the same iterations, in turn (see the code)");
 }
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    SetHostBlasWorkersSpin(false);
+    SetHostBlasWorkersSpin(false);  // from the first call on (host_blas_quiet.hpp)
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     // Registration order is run order: the ring baseline first.
