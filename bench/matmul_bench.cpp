@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "bench_main.hpp"
-#include "host_blas_quiet.hpp"
+#include "host_blas_threads.hpp"
 #include "mock_device.hpp"
 #include "spyre/spyre.hpp"
 

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "bench_main.hpp"
-#include "host_blas_quiet.hpp"
+#include "host_blas_threads.hpp"
 #include "mock_device.hpp"
 #include "pingpong.hpp"
 #include "pto/kernels.h"
@@ -298,7 +298,7 @@ double MedianOf(std::vector<double>& v) {
 // so a drift of the machine touches all three alike. The figures are the
 // medians of the runs after the first of each block (back to back); the
 // first runs (after another kind) give the *_first_ms figures. The host
-// BLAS's workers sleep between its calls (host_blas_quiet.hpp); last,
+// BLAS's workers sleep between its calls (host_blas_threads.hpp); last,
 // timed apart, the BLAS as back-to-back calls with spinning workers see
 // it. Every run is checked.
 void BM_Example2(benchmark::State& state) {
@@ -356,7 +356,7 @@ void BM_Example2(benchmark::State& state) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    SetHostBlasWorkersSpin(false);  // from the first call on (host_blas_quiet.hpp)
+    SetHostBlasWorkersSpin(false);  // from the first call on (host_blas_threads.hpp)
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     // Registration order is run order: the ring baseline first.
