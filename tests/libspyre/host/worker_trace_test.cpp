@@ -6,11 +6,14 @@
 // run reports. Order only, never durations.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "spyre/trace/trace.hpp"
 #include "worker_fixture.hpp"
@@ -72,9 +75,30 @@ TEST_F(WorkerTraceTest, ParallelReduceTraceShowsDevicesSubWorkerAndArrows) {
     const std::string path =
         (std::filesystem::temp_directory_path() / ("l3_trace_" + std::to_string(getpid()) + ".json")).string();
     Reports progress;
+    // Tasks run as they are submitted, and a producer that has finished by
+    // then is no edge (and draws no arrow): the chip tasks must still be
+    // unfinished when the program submits the SubWorker. A run in flight
+    // holds `a` (InOut) until the program has returned, so both wait for it.
+    std::atomic<bool> submitted{false};
+    RunHandle held = worker_->Submit(
+        HostProgram{"hold_a", 1, {}, [&](HostGraph& g, std::span<const HostTensor> x) {
+                        g.Sub("hold",
+                              [&](std::span<const HostTensor>) {
+                                  for (int i = 0; i < 10'000 && !submitted.load(); ++i)
+                                      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                              },
+                              {InOut(x[0])});
+                    }},
+        {a});
+    HostProgram reduce = ParallelReduceProgram();
+    reduce.fn = [&submitted, inner = reduce.fn](HostGraph& g, std::span<const HostTensor> x) {
+        inner(g, x);
+        submitted = true;
+    };
     trace::Start(path);
-    auto outs = worker_->Run(ParallelReduceProgram(), {a, b}, progress.callback());
+    auto outs = worker_->Run(reduce, {a, b}, progress.callback());
     trace::Stop();
+    held.Wait();
     for (float x : outs[0].floats()) ASSERT_EQ(x, 3.0f);
     progress.Expect(3);
 
@@ -97,7 +121,7 @@ TEST_F(WorkerTraceTest, ParallelReduceTraceShowsDevicesSubWorkerAndArrows) {
         if (ph != "X") continue;
         EXPECT_GE(e["dur"].get<double>(), 0.0) << e.dump();
         if (e["name"] == "host_run" && e["cat"] == "api") run_span = true;
-        if (e["cat"] != "host-level") continue;
+        if (e["cat"] != "host-level" || e["name"] == "hold#0") continue;  // the holding run's span
         if (!e["args"].contains("task")) {
             phases.push_back(e);  // upload / download
         } else if (e["args"]["level"] == "CHIP") {
