@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "orchestration/runtime_handle.hpp"
+#include "spyre/common/memory_copy.hpp"
 
 namespace spyre::orchestration {
 
@@ -140,13 +141,13 @@ void RuntimeState::RunLibrary(const char* path, const char* symbol, uint64_t* ar
 void RuntimeState::CopyIn(void* buffer, const void* host, uint64_t size) {
     const uint64_t at = graph->DeviceAddress(buffer, size);
     if (copy_in) copy_in(host, at, size);
-    else std::memcpy(buffer, host, size);
+    else CopyMemory(buffer, host, size);
 }
 
 void RuntimeState::CopyOut(void* host, const void* buffer, uint64_t size) {
     const uint64_t at = graph->DeviceAddress(buffer, size);
     if (copy_out) copy_out(host, at, size);
-    else std::memcpy(host, buffer, size);
+    else CopyMemory(host, buffer, size);
 }
 
 }  // namespace spyre::orchestration
