@@ -236,7 +236,8 @@ int32_t pto_copy_out(Runtime* rt, void* host, const void* buffer, uint64_t size)
  * and it cannot end scopes its caller began. Fails with the first call of
  * the function that failed (pto_alloc, pto_free, pto_scope_begin/end,
  * pto_submit_task, pto_task_complete/fail), even one the function ignored,
- * else with the first task failure. */
+ * else with the first task failure, else with -EINVAL when the function
+ * returned with scopes open (its tasks ran; the scopes were ended for it). */
 int32_t pto_run(Runtime* rt, pto_orchestration_fn fn, uint64_t* args);
 /* The same with `symbol` of the shared object `path` (dlopen/dlsym). */
 int32_t pto_run_library(Runtime* rt, const char* path, const char* symbol, uint64_t* args);

@@ -13,6 +13,7 @@
 #include <functional>
 #include <span>
 
+#include "orchestration/program_slots.hpp"
 #include "orchestration/ready_queue.hpp"
 #include "orchestration/task_ring.hpp"
 
@@ -68,6 +69,7 @@ struct KernelEntry {
     std::function<uint32_t(void* const*, const uint64_t*, int32_t)> host_callable;
     uint64_t program_address = 0;  // function-relative; 0 = none
     bool has_program = false;
+    std::vector<SlotUse> slot_uses;  // of its device program: checked at submit
     mutable RunCost host_cost;  // its host runs so far
 };
 

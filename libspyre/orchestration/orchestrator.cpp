@@ -73,7 +73,10 @@ void Orchestrator::RegisterDeviceKernel(int32_t kernel_id, uint64_t program_addr
     k.kernel_id = kernel_id;
     k.program_address = program_address;
     k.has_program = true;
-    Graph(*state_).RegisterKernel(std::move(k));
+    orchestration::TaskGraph& graph = Graph(*state_);
+    const uint8_t* at = graph.HostAddress(program_address, 0);  // InvalidArgument outside the function's memory
+    k.slot_uses = orchestration::SlotUsesAt({at, size_t(graph.memory_size() - program_address)});
+    graph.RegisterKernel(std::move(k));
 }
 
 void* Orchestrator::Alloc(size_t size) {

@@ -90,15 +90,15 @@ void RegisterProgram(RuntimeState& state, int32_t kernel_id, std::span<const uin
         throw Error(ErrorKind::Unsupported, "a runtime on host memory has no device to run " + what +
                                                 ": register a host kernel instead");
     if (image.empty()) throw Error(ErrorKind::InvalidArgument, what + " is empty");
+    KernelEntry k;
     try {
-        (void)ProgramImage::Decode(image);
+        k.slot_uses = SlotUsesOf(ProgramImage::Decode(image));
     } catch (const Error& e) {
         throw Error(ErrorKind::InvalidArgument, what + " is not a program image: " + e.message());
     }
     Device& dev = *state.device;
     DeviceBuffer buffer = dev.AllocateBuffer(image.size());
     dev.dma().Wait(dev.dma().CopyToDevice(image.data(), buffer.handle(), image.size()));
-    KernelEntry k;
     k.kernel_id = kernel_id;
     k.program_address = dev.allocator().DeviceAddress(buffer.handle(), image.size());
     k.has_program = true;

@@ -139,12 +139,14 @@ void RuntimeState::RunLibrary(const char* path, const char* symbol, uint64_t* ar
 }
 
 void RuntimeState::CopyIn(void* buffer, const void* host, uint64_t size) {
+    if (!host && size) throw Error(ErrorKind::InvalidArgument, "pto_copy_in: the host address is NULL");
     const uint64_t at = graph->DeviceAddress(buffer, size);
     if (copy_in) copy_in(host, at, size);
     else CopyMemory(buffer, host, size);
 }
 
 void RuntimeState::CopyOut(void* host, const void* buffer, uint64_t size) {
+    if (!host && size) throw Error(ErrorKind::InvalidArgument, "pto_copy_out: the host address is NULL");
     const uint64_t at = graph->DeviceAddress(buffer, size);
     if (copy_out) copy_out(host, at, size);
     else CopyMemory(host, buffer, size);

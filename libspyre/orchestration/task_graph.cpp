@@ -524,6 +524,14 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
         r.host = base;
     }
 
+    if (!k->second->slot_uses.empty()) {
+        uint64_t sizes[PTO_MAX_PARAMS];
+        int32_t kinds[PTO_MAX_PARAMS];
+        for (size_t i = 0; i < params.size(); ++i) sizes[i] = resolved[i].size, kinds[i] = params[i].kind;
+        const std::string wrong = SlotUseError(kernel_id, k->second->slot_uses, std::span(sizes, params.size()),
+                                               std::span(kinds, params.size()));
+        if (!wrong.empty()) Fail(ErrorKind::InvalidArgument, wrong);
+    }
     if (implicit_bytes > heap_.size())
         Fail(ErrorKind::OutOfMemory, "the task's implicit outputs need " + std::to_string(implicit_bytes) +
                                          " bytes, more than the heap ring (" + std::to_string(heap_.size()) + " bytes)");
@@ -844,7 +852,8 @@ void TaskGraph::CheckOutputsUsed(TaskDescriptor& t) {
              "parameter " + std::to_string(i) + " [device address " + Hex(device_address) + ", +" +
                  std::to_string(p.size) +
                  ") lies in the heap ring but not inside a live task's implicit outputs that pto_task_output handed "
-                 "out, nor a live pto_alloc buffer: an output used after its task was let go (" + kHoldRule + ")");
+                 "out, nor a live pto_alloc buffer: a buffer freed with pto_free whose tasks are done, or an output used "
+                 "after its task was let go (" + kHoldRule + ")");
     }
 }
 
@@ -979,14 +988,14 @@ void TaskGraph::OnTasksComplete(std::span<const Done> done) {
 void TaskGraph::Complete(int32_t task_id, uint32_t status) {
     Lock lock(*this);
     if (!ring_.IsLive(task_id))
-        Fail(ErrorKind::InvalidArgument, "pto_task_complete: task " + std::to_string(task_id) + " is not live");
+        Fail(ErrorKind::InvalidArgument, "task " + std::to_string(task_id) + " is not live");
     TaskDescriptor& t = ring_.Get(task_id);
     const TaskState s = t.state.load(std::memory_order_relaxed);
     if (t.core_type != WORKER_EXTERNAL)
-        Fail(ErrorKind::InvalidArgument, "pto_task_complete: " + Describe(task_id) +
+        Fail(ErrorKind::InvalidArgument, Describe(task_id) +
                                              " is run by an executor; only EXTERNAL tasks are completed by the caller");
     if (s == TaskState::Completed || s == TaskState::Consumed || t.early_done)
-        Fail(ErrorKind::InvalidArgument, "pto_task_complete: " + Describe(task_id) + " is completed already");
+        Fail(ErrorKind::InvalidArgument, Describe(task_id) + " is completed already");
     if (s == TaskState::Pending) {  // its inputs are not done: complete it when they are
         t.early_done = true;
         t.early_code = status;
@@ -1008,8 +1017,8 @@ uint8_t* TaskGraph::TaskOutput(int32_t task_id, int32_t index) {
             t.handed_out = true;  // from now on a task may name these outputs
             return t.params[i].host;
         }
-    Fail(ErrorKind::InvalidArgument, Describe(task_id) + " has " + std::to_string(n) + " implicit output(s), not " +
-                                         std::to_string(index + 1));
+    Fail(ErrorKind::InvalidArgument, Describe(task_id) + " has " + std::to_string(n) + " implicit output(s): index " +
+                                         std::to_string(index) + " is not one of them");
 }
 
 void TaskGraph::WaitAll(const ProgressCallback& progress) {

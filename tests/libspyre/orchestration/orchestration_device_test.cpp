@@ -398,6 +398,54 @@ TEST(OrchestrationQueues, AConsumerOfATaskALapOfTheQueueWentPastStillRuns) {
     for (int i = 0; i < 256; ++i) ASSERT_EQ(d[i], 4.0f * float(n)) << "element " << i;
 }
 
+// A task's parameters are checked against what its device program does
+// with them, at submit: the card only checks that an operand lies in the
+// function's memory, so a short region or a written INPUT would let the
+// program write past the buffer, or run without the dependency its write
+// needs (both once returned 0 and corrupted the next buffer). Both ways of
+// registering a program are covered: an uploaded one (RegisterDeviceKernel)
+// and an image (pto_register_program).
+TEST(OrchestrationQueues, ATasksParametersAreCheckedAgainstItsDeviceProgram) {
+    SPYRE_REQUIRE_FUSE();
+    OneCardRuntime rt(64);
+    Orchestrator& orch = rt.orch;
+    const std::vector<uint8_t> image = test::AddProgram256();
+    constexpr int32_t kImageAdd = 77;
+    ASSERT_EQ(pto_register_program(orch.handle(), kImageAdd, image.data(), image.size()), 0) << pto_last_error();
+    auto* a = static_cast<float*>(orch.Alloc(4096));
+    auto* next = static_cast<float*>(orch.Alloc(1024));  // the buffer a stray write would hit
+    for (int i = 0; i < 1024; ++i) a[i] = 1.0f;
+    for (int i = 0; i < 256; ++i) next[i] = -3.0f;
+    for (const int32_t kernel : {int32_t(KERNEL_ADD), kImageAdd}) {
+        SCOPED_TRACE("kernel " + std::to_string(kernel));
+        const std::string program = "kernel " + std::to_string(kernel) + "'s device program (operand 2, fp32 [256])";
+        TaskParam short_output[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, a + 256, 1024, {}}, {PARAM_OUTPUT, a + 1023, 4, {}}};
+        EXPECT_SPYRE_ERROR(orch.Submit(kernel, WORKER_VECTOR, short_output), InvalidArgument,
+                           "parameter 2 (OUTPUT) is 4 bytes, but " + program + " spans 1024 bytes");
+        TaskParam short_input[] = {{PARAM_INPUT, a, 16, {}}, {PARAM_INPUT, a + 256, 1024, {}}, {PARAM_OUTPUT, a + 512, 1024, {}}};
+        EXPECT_SPYRE_ERROR(orch.Submit(kernel, WORKER_VECTOR, short_input), InvalidArgument,
+                           "parameter 0 (INPUT) is 16 bytes, but kernel " + std::to_string(kernel) +
+                               "'s device program (operand 0, fp32 [256]) spans 1024 bytes");
+        TaskParam written_input[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, a + 256, 1024, {}}, {PARAM_INPUT, a + 512, 1024, {}}};
+        EXPECT_SPYRE_ERROR(orch.Submit(kernel, WORKER_VECTOR, written_input), InvalidArgument,
+                           "parameter 2 is an INPUT, but " + program + " writes it: pass it as OUTPUT or INOUT");
+        TaskParam one[] = {{PARAM_INPUT, a, 1024, {}}};
+        EXPECT_SPYRE_ERROR(orch.Submit(kernel, WORKER_VECTOR, one), InvalidArgument,
+                           "takes argument 1, but the task passes 1 parameter(s)");
+        orch.WaitAll();
+        for (int i = 0; i < 256; ++i) ASSERT_EQ(next[i], -3.0f) << "element " << i << " of the next buffer";
+        // A region larger than the operand is fine (the program reads its first 1024 bytes).
+        TaskParam ok[] = {{PARAM_INPUT, a, 4096, {}}, {PARAM_INPUT, a + 256, 1024, {}}, {PARAM_INOUT, a + 768, 1024, {}}};
+        orch.Submit(kernel, WORKER_VECTOR, ok);
+        orch.WaitAll();
+        for (int i = 0; i < 256; ++i) ASSERT_EQ(a[768 + i], 2.0f) << "element " << i;
+        for (int i = 0; i < 256; ++i) a[768 + i] = 1.0f;
+    }
+    EXPECT_EQ(pto_submit_task(orch.handle(), kImageAdd, WORKER_VECTOR, nullptr, 0), -EINVAL);
+    EXPECT_NE(std::string(pto_last_error()).find("takes argument 0, but the task passes 0 parameter(s)"), std::string::npos)
+        << pto_last_error();
+}
+
 // A caller that polls a device task's state, and never waits, sees it end.
 TEST(OrchestrationQueues, PollingATasksStateSeesItEnd) {
     SPYRE_REQUIRE_FUSE();
@@ -610,6 +658,11 @@ TEST_F(StreamTest, OrchestrationCopiesHostDataInAndOutByDma) {
     EXPECT_STREQ(e.call, "pto_copy_in");
     EXPECT_NE(std::string(e.message).find("outside the function's memory"), std::string::npos) << e.message;
     EXPECT_EQ(pto_copy_out(nullptr, out.data(), f, 4), -EINVAL);
+    // A NULL host address is refused, on a device and on host memory (it crashed in the copy).
+    EXPECT_EQ(pto_copy_in(rt, f, nullptr, 16), -EINVAL);
+    EXPECT_NE(std::string(pto_last_error()).find("host address is NULL"), std::string::npos) << pto_last_error();
+    EXPECT_EQ(pto_copy_out(rt, nullptr, f, 16), -EINVAL);
+    EXPECT_NE(std::string(pto_last_error()).find("host address is NULL"), std::string::npos) << pto_last_error();
 
     Orchestrator on_host = Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 16, .heap_size = 1 << 16});
     auto* h = static_cast<uint8_t*>(on_host.Alloc(4096));
@@ -617,6 +670,8 @@ TEST_F(StreamTest, OrchestrationCopiesHostDataInAndOutByDma) {
     std::vector<uint8_t> h_back(4096);
     on_host.CopyOut(h_back.data(), h, 4096);
     EXPECT_TRUE(std::equal(h_back.begin(), h_back.end(), host.begin()));
+    EXPECT_SPYRE_ERROR(on_host.CopyIn(h, nullptr, 16), InvalidArgument, "host address is NULL");
+    EXPECT_SPYRE_ERROR(on_host.CopyOut(nullptr, h, 16), InvalidArgument, "host address is NULL");
 }
 
 }  // namespace

@@ -626,7 +626,9 @@ TEST_P(OrchQueueTest, BadInputIsATypedErrorNamingWhatWasWrong) {
     TaskParam with_output[] = {InOut(x, 64), Out(nullptr, 64)};
     const int32_t t = o().Submit(K_INC, WORKER_VECTOR, with_output);
     EXPECT_SPYRE_ERROR(o().Complete(t), InvalidArgument, "only EXTERNAL tasks");
-    EXPECT_SPYRE_ERROR(o().TaskOutput(t, 1), InvalidArgument, "1 implicit output(s), not 2");
+    EXPECT_SPYRE_ERROR(o().TaskOutput(t, 1), InvalidArgument, "1 implicit output(s): index 1 is not one of them");
+    EXPECT_SPYRE_ERROR(o().TaskOutput(t, -1), InvalidArgument, "index -1 is not one of them");
+    EXPECT_SPYRE_ERROR(o().TaskOutput(t, INT32_MAX), InvalidArgument, "index 2147483647 is not one of them");
     const int32_t ext = o().Submit(K_EXT, WORKER_EXTERNAL, ok);  // live until completed
     EXPECT_SPYRE_ERROR(o().TaskOutput(ext, 0), InvalidArgument, "0 implicit output(s)");
     o().Complete(ext);

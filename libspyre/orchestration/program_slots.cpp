@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "orchestration/program_slots.hpp"
+
+#include <cstring>
+
+#include "spyre/error.hpp"
+
+namespace spyre::orchestration {
+
+namespace {
+
+const char* DtypeName(uint32_t dtype) {
+    switch (dtype) {
+    case SPYRE_DTYPE_FP16: return "fp16";
+    case SPYRE_DTYPE_BF16: return "bf16";
+    case SPYRE_DTYPE_FP32: return "fp32";
+    case SPYRE_DTYPE_INT8: return "int8";
+    case SPYRE_DTYPE_INT32: return "int32";
+    default: return "dtype ?";
+    }
+}
+
+// Bytes from the operand's first element to past its last; 0 when the
+// descriptor is one the device refuses anyway (rank, dtype, a zero dim,
+// or a span past 2^64).
+uint64_t SpanBytes(const spyre_program_operand& o) {
+    const uint32_t element = spyre_dtype_size(o.dtype);
+    if (element == 0 || o.rank == 0 || o.rank > SPYRE_PROGRAM_MAX_RANK) return 0;
+    unsigned __int128 last = 0;
+    for (unsigned d = 0; d < o.rank; ++d) {
+        if (o.shape[d] == 0) return 0;
+        last += (unsigned __int128)(o.shape[d] - 1) * o.strides[d];
+    }
+    const unsigned __int128 bytes = (last + 1) * element;
+    return bytes > UINT64_MAX ? 0 : uint64_t(bytes);
+}
+
+std::string ShapeOf(const spyre_program_operand& o) {
+    std::string s = std::string(DtypeName(o.dtype)) + " [";
+    for (unsigned d = 0; d < o.rank && d < SPYRE_PROGRAM_MAX_RANK; ++d) s += (d ? ", " : "") + std::to_string(o.shape[d]);
+    return s + "]";
+}
+
+const char* KindName(int32_t kind) {
+    switch (kind) {
+    case PARAM_INPUT: return "INPUT";
+    case PARAM_OUTPUT: return "OUTPUT";
+    default: return "INOUT";
+    }
+}
+
+}  // namespace
+
+std::vector<SlotUse> SlotUsesOf(const ProgramImage& image) {
+    // Every op's last operand is the one it writes (uapi/spyre_program.h).
+    std::vector<bool> written(image.operands.size(), false);
+    for (const spyre_program_op& op : image.ops) {
+        int last = -1;
+        for (int i = 0; i < 4; ++i)
+            if (op.operands[i] != SPYRE_OPERAND_NONE) last = i;
+        if (last >= 0 && op.operands[last] < written.size()) written[op.operands[last]] = true;
+    }
+    std::vector<SlotUse> uses;
+    for (const spyre_program_reloc& r : image.relocs) {
+        if (r.operand >= image.operands.size()) continue;  // the device refuses the program
+        const spyre_program_operand& o = image.operands[r.operand];
+        uses.push_back({r.slot, r.operand, SpanBytes(o), written[r.operand], ShapeOf(o)});
+    }
+    return uses;
+}
+
+std::vector<SlotUse> SlotUsesAt(std::span<const uint8_t> memory) {
+    spyre_program_header h;
+    if (memory.size() < sizeof h) return {};
+    std::memcpy(&h, memory.data(), sizeof h);
+    if (h.total_size < sizeof h || h.total_size > memory.size()) return {};
+    try {
+        return SlotUsesOf(ProgramImage::Decode(memory.first(h.total_size)));
+    } catch (const Error&) {
+        return {};  // not a program (yet): the device reports it when a task runs it
+    }
+}
+
+std::string SlotUseError(int32_t kernel_id, std::span<const SlotUse> uses, std::span<const uint64_t> sizes,
+                         std::span<const int32_t> kinds) {
+    for (const SlotUse& u : uses) {
+        auto program = [&] {
+            return "kernel " + std::to_string(kernel_id) + "'s device program (operand " + std::to_string(u.operand) +
+                   ", " + u.shape + ")";
+        };
+        if (u.slot >= sizes.size())
+            return program() + " takes argument " + std::to_string(u.slot) + ", but the task passes " +
+                   std::to_string(sizes.size()) + " parameter(s)";
+        if (u.bytes > sizes[u.slot])
+            return "parameter " + std::to_string(u.slot) + " (" + KindName(kinds[u.slot]) + ") is " +
+                   std::to_string(sizes[u.slot]) + " bytes, but " + program() + " spans " + std::to_string(u.bytes) +
+                   " bytes";
+        if (u.written && kinds[u.slot] == PARAM_INPUT)
+            return "parameter " + std::to_string(u.slot) + " is an INPUT, but " + program() +
+                   " writes it: pass it as OUTPUT or INOUT";
+    }
+    return {};
+}
+
+}  // namespace spyre::orchestration

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+// What a device program does with each argument slot of its task: the
+// operand a relocation points at the slot, how many bytes that operand
+// spans, and whether an op writes it. The runtime checks a task's
+// parameters against these at submit (docs/orchestration.md, "Device
+// programs"): the device only checks that an operand lies in the
+// function's memory, so a region smaller than the operand, or a written
+// operand passed as INPUT, would silently touch other buffers or run
+// without the dependency the write needs.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "spyre/plan/program_image.hpp"
+#include "spyre/pto.h"
+
+namespace spyre::orchestration {
+
+struct SlotUse {
+    uint16_t slot = 0;
+    uint16_t operand = 0;
+    uint64_t bytes = 0;  // from the first element to past the last one; 0 if the descriptor is not valid
+    bool written = false;
+    std::string shape;  // "fp32 [128, 128]", for messages
+};
+
+// One entry per relocation of `image`.
+std::vector<SlotUse> SlotUsesOf(const ProgramImage& image);
+
+// The slot uses of the program image at the start of `memory` (bytes of
+// the function's memory from the program's address on); none when no valid
+// image is there (the device then reports it when a task runs it).
+std::vector<SlotUse> SlotUsesAt(std::span<const uint8_t> memory);
+
+// What is wrong with a task of kernel `kernel_id` whose parameter i has a
+// region of sizes[i] bytes and kind kinds[i] (PARAM_*): fewer parameters
+// than the program's slots, a region smaller than an operand, or a written
+// operand passed as INPUT. Empty when nothing is.
+std::string SlotUseError(int32_t kernel_id, std::span<const SlotUse> uses, std::span<const uint64_t> sizes,
+                         std::span<const int32_t> kinds);
+
+}  // namespace spyre::orchestration
