@@ -20,21 +20,6 @@ const char* DtypeName(uint32_t dtype) {
     }
 }
 
-// Bytes from the operand's first element to past its last; 0 when the
-// descriptor is one the device refuses anyway (rank, dtype, a zero dim,
-// or a span past 2^64).
-uint64_t SpanBytes(const spyre_program_operand& o) {
-    const uint32_t element = spyre_dtype_size(o.dtype);
-    if (element == 0 || o.rank == 0 || o.rank > SPYRE_PROGRAM_MAX_RANK) return 0;
-    unsigned __int128 last = 0;
-    for (unsigned d = 0; d < o.rank; ++d) {
-        if (o.shape[d] == 0) return 0;
-        last += (unsigned __int128)(o.shape[d] - 1) * o.strides[d];
-    }
-    const unsigned __int128 bytes = (last + 1) * element;
-    return bytes > UINT64_MAX ? 0 : uint64_t(bytes);
-}
-
 std::string ShapeOf(const spyre_program_operand& o) {
     std::string s = std::string(DtypeName(o.dtype)) + " [";
     for (unsigned d = 0; d < o.rank && d < SPYRE_PROGRAM_MAX_RANK; ++d) s += (d ? ", " : "") + std::to_string(o.shape[d]);
@@ -64,7 +49,7 @@ std::vector<SlotUse> SlotUsesOf(const ProgramImage& image) {
     for (const spyre_program_reloc& r : image.relocs) {
         if (r.operand >= image.operands.size()) continue;  // the device refuses the program
         const spyre_program_operand& o = image.operands[r.operand];
-        uses.push_back({r.slot, r.operand, SpanBytes(o), written[r.operand], ShapeOf(o)});
+        uses.push_back({r.slot, r.operand, spyre_operand_extent(&o), written[r.operand], ShapeOf(o)});
     }
     return uses;
 }

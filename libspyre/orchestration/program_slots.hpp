@@ -22,7 +22,7 @@ namespace spyre::orchestration {
 struct SlotUse {
     uint16_t slot = 0;
     uint16_t operand = 0;
-    uint64_t bytes = 0;  // from the first element to past the last one; 0 if the descriptor is not valid
+    uint64_t bytes = 0;  // spyre_operand_extent; 0 if the descriptor has none (the device refuses it)
     bool written = false;
     std::string shape;  // "fp32 [128, 128]", for messages
 };

@@ -101,7 +101,6 @@ ProgramFault CheckOperand(const spyre_program_operand& d, uint64_t window, Opera
             AddOverflows(last, step, last))
             return Fault(SPYRE_ERR_SHAPE, "shape overflows");
     }
-    uint64_t end = last + 1;  // elements from addr to past the last one
     if (d.layout == SPYRE_LAYOUT_STICK) {
         // Rows (the innermost dim) start on a stick and fill whole sticks.
         const uint64_t per_stick = SPYRE_STICK_BYTES / out.element_size;
@@ -110,14 +109,12 @@ ProgramFault CheckOperand(const spyre_program_operand& d, uint64_t window, Opera
         for (unsigned i = 0; i + 1 < rank; ++i)
             if (d.strides[i] % per_stick != 0)
                 return Fault(SPYRE_ERR_MISALIGNED, "stick operand row is not whole sticks", d.addr);
-        const uint64_t row = d.shape[rank - 1];
-        const uint64_t padded_row = (row + per_stick - 1) / per_stick * per_stick;
-        end = last - (row - 1) + padded_row;  // last >= row - 1: the innermost stride is 1
-        if (end < last) return Fault(SPYRE_ERR_SHAPE, "shape overflows");  // wrapped: by less than a stick
     } else if (d.addr % out.element_size != 0) {
         return Fault(SPYRE_ERR_MISALIGNED, "operand not element-aligned", d.addr);
     }
-    if (end == 0 || MulOverflows(end, out.element_size, out.extent)) return Fault(SPYRE_ERR_SHAPE, "extent overflows");
+    // The contract's extent (uapi/spyre_program.h), which the host's checks use too.
+    out.extent = spyre_operand_extent(&d);
+    if (out.extent == 0) return Fault(SPYRE_ERR_SHAPE, "extent overflows");
     out.elements = elements;
     if (d.addr > window || out.extent > window - d.addr)
         return Fault(SPYRE_ERR_ADDR_RANGE, "operand outside the function's memory", d.addr);

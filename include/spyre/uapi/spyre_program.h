@@ -97,6 +97,38 @@ struct spyre_program_operand {
 };
 SPYRE_STATIC_ASSERT(sizeof(struct spyre_program_operand) == 144, "operand descriptor is 144 bytes");
 
+/* Bytes an operand spans from its address: to past its last element, and
+ * for SPYRE_LAYOUT_STICK to the end of the stick its rows' last element is
+ * in (rows fill whole sticks). 0 when the descriptor has no extent: an
+ * unknown dtype or layout, a rank outside 1..SPYRE_PROGRAM_MAX_RANK, a zero
+ * dimension, a stick operand whose innermost stride is not 1, or a span
+ * past 2^64 bytes. The device's own checks of a descriptor come first
+ * (alignment, reserved fields); this is the extent they stand on. */
+static inline uint64_t spyre_operand_extent(const struct spyre_program_operand* d) {
+    const uint64_t element = spyre_dtype_size(d->dtype);
+    uint64_t last = 0, step = 0, end = 0, bytes = 0;
+    unsigned i;
+    if (element == 0 || d->rank == 0 || d->rank > SPYRE_PROGRAM_MAX_RANK) return 0;
+    if (d->layout != SPYRE_LAYOUT_STRIDED && d->layout != SPYRE_LAYOUT_STICK) return 0;
+    for (i = 0; i < d->rank; ++i) {
+        if (d->shape[i] == 0) return 0;
+        if (__builtin_mul_overflow(d->shape[i] - 1, d->strides[i], &step) || __builtin_add_overflow(last, step, &last))
+            return 0;
+    }
+    end = last + 1;
+    if (end == 0) return 0;
+    if (d->layout == SPYRE_LAYOUT_STICK) {
+        const uint64_t per_stick = SPYRE_STICK_BYTES / element;
+        const uint64_t row = d->shape[d->rank - 1];
+        if (d->strides[d->rank - 1] != 1) return 0;
+        /* last >= row - 1 with an innermost stride of 1 */
+        end = last - (row - 1) + (row + per_stick - 1) / per_stick * per_stick;
+        if (end < last) return 0;
+    }
+    if (__builtin_mul_overflow(end, element, &bytes)) return 0;
+    return bytes;
+}
+
 struct spyre_program_op {
     uint16_t opcode;          /* 0x00 SPYRE_PROG_OP_* */
     uint16_t flags;           /* 0x02 SPYRE_PROG_OPF_* */
