@@ -26,7 +26,11 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
     return s + "]";
 }
 
-// Elements of `shape`; InvalidArgument for an empty shape or a dim < 1.
+// At most 2^60 elements: their bytes (8 at most each) then fit in 2^63.
+constexpr uint64_t kMaxElements = uint64_t(1) << 60;
+
+// Elements of `shape`; InvalidArgument for an empty shape, a dim < 1, or a
+// count over kMaxElements.
 uint64_t Elements(const std::vector<int64_t>& shape) {
     if (shape.empty()) throw Error(ErrorKind::InvalidArgument, "host tensor: empty shape");
     uint64_t n = 1;
@@ -35,9 +39,21 @@ uint64_t Elements(const std::vector<int64_t>& shape) {
             throw Error(ErrorKind::InvalidArgument, "host tensor: dim " + std::to_string(i) + " of shape " +
                                                         ShapeString(shape) + " is " + std::to_string(shape[i]) +
                                                         " (must be >= 1)");
-        n *= uint64_t(shape[i]);
+        if (__builtin_mul_overflow(n, uint64_t(shape[i]), &n) || n > kMaxElements)
+            throw Error(ErrorKind::InvalidArgument, "host tensor: shape " + ShapeString(shape) +
+                                                        " has more elements than a tensor can hold (2^60)");
     }
     return n;
+}
+
+// A zeroed buffer of `bytes`, or OutOfMemory saying so (never std::bad_alloc).
+std::vector<std::byte> ZeroedBytes(uint64_t bytes, const std::vector<int64_t>& shape) {
+    try {
+        return std::vector<std::byte>(bytes);
+    } catch (const std::exception&) {  // bad_alloc, or length_error past the allocator's size
+        throw Error(ErrorKind::OutOfMemory, "host tensor: cannot allocate " + std::to_string(bytes) + " bytes for shape " +
+                                                ShapeString(shape));
+    }
 }
 
 }  // namespace
@@ -45,7 +61,7 @@ uint64_t Elements(const std::vector<int64_t>& shape) {
 HostTensor HostTensor::Zeros(const std::vector<int64_t>& shape, DType dtype) {
     const uint64_t n = Elements(shape);
     HostTensor t;
-    t.storage_ = std::make_shared<Storage>(Storage{g_next_storage.fetch_add(1), std::vector<std::byte>(n * ElementSize(dtype))});
+    t.storage_ = std::make_shared<Storage>(Storage{g_next_storage.fetch_add(1), ZeroedBytes(n * ElementSize(dtype), shape)});
     t.shape_ = shape;
     t.dtype_ = dtype;
     t.row_end_ = shape[0];

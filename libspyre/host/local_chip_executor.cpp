@@ -387,9 +387,14 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call, uint64_t called_ns) {
     Orchestrator& orch = *slot.orch;
     ChipContext ctx{orch, device_, {}, {}, {}, call.block_dim};
     std::vector<uint64_t> pto_args;
+    // The function's tasks may name its arguments' bytes and the runtime's
+    // own buffers, nothing else: a region past a tensor would reach another
+    // tensor's device copy, which a later call could reuse unchecked.
+    std::vector<std::pair<const void*, uint64_t>> confined;
     for (size_t i = 0; i < call.args.size(); ++i) {
         const HostTensor& t = call.args[i].arg.tensor;
         void* mapped = orch.HostAddress(copies[i]->device_address, t.bytes());
+        confined.emplace_back(mapped, t.bytes());
         ctx.args.push_back(mapped);
         ctx.bytes.push_back(t.bytes());
         ctx.shapes.push_back(t.shape());
@@ -406,17 +411,26 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call, uint64_t called_ns) {
         RunPlan(slot, *plan->second, call, copies);
         lease.HashUploads();
     } else {
-        std::exception_ptr thrown;
-        try {
-            auto scope = orch.BeginScope();
-            if (fn->pto) fn->pto(orch.handle(), pto_args.data());
-            else fn->cpp(ctx);
-        } catch (...) {
-            thrown = std::current_exception();
+        orch.ConfineTasksTo(std::move(confined));
+        if (fn->pto) {
+            pto_args.push_back(0);  // never a null array, even with no arguments
+            // As pto_run: a call the function made and did not check (a
+            // refused pto_submit_task) fails the chip task, which would
+            // otherwise end with its work missing.
+            orch.Run(fn->pto, pto_args.data());
+            lease.HashUploads();
+        } else {
+            std::exception_ptr thrown;
+            try {
+                auto scope = orch.BeginScope();
+                fn->cpp(ctx);
+            } catch (...) {
+                thrown = std::current_exception();
+            }
+            lease.HashUploads();  // while the device runs what the function submitted
+            orch.WaitAll();  // the device tasks' failure first: it names the kernel and the device code
+            if (thrown) std::rethrow_exception(thrown);
         }
-        lease.HashUploads();  // while the device runs what the function submitted
-        orch.WaitAll();  // the device tasks' failure first: it names the kernel and the device code
-        if (thrown) std::rethrow_exception(thrown);
     }
     stats.run_end_ns = DeviceClockNs();
     for (size_t i = 0; i < call.args.size(); ++i) {

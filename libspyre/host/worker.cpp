@@ -17,6 +17,12 @@
 
 namespace spyre {
 
+namespace {
+// Inputs, and outputs, a HostProgram may declare: far more than any run
+// passes, and small enough that their sum cannot wrap.
+constexpr size_t kMaxProgramTensors = size_t(1) << 20;
+}  // namespace
+
 struct Worker::Impl {
     DistributedConfig config;
     std::shared_ptr<ChipRegistry> registry;
@@ -125,7 +131,7 @@ RunHandle::~RunHandle() {
 }
 
 std::vector<HostTensor> RunHandle::Wait(const ProgressCallback& progress) {
-    if (!state_) throw Error(ErrorKind::InvalidArgument, "RunHandle: empty (moved from or default)");
+    if (!state_) throw Error(ErrorKind::InvalidArgument, "RunHandle: empty (waited for already, moved from, or default)");
     // Refused before the handle lets go of the run: a task of the run
     // waiting on it gets the error, and the handle still waits later.
     host::Dispatcher::CheckNotPartOf(*state_->run);
@@ -137,7 +143,7 @@ bool RunHandle::Done() const { return !state_ || state_->dispatcher->Done(*state
 
 std::vector<TaskRecord> RunHandle::Report() {
     const std::shared_ptr<State>& s = state_ ? state_ : waited_;
-    if (!s) throw Error(ErrorKind::InvalidArgument, "RunHandle: empty (moved from or default)");
+    if (!s) throw Error(ErrorKind::InvalidArgument, "RunHandle: empty (waited for already, moved from, or default)");
     return s->dispatcher->Report(*s->run);
 }
 
@@ -155,6 +161,8 @@ Worker::Worker(std::vector<std::unique_ptr<ChipExecutor>> executors, Distributed
     checked.device_ids = {0};  // the executors are the devices here
     Validate(checked);
     if (executors.empty()) throw Error(ErrorKind::InvalidArgument, "Worker: no chip executors");
+    for (size_t i = 0; i < executors.size(); ++i)
+        if (!executors[i]) throw Error(ErrorKind::InvalidArgument, "Worker: chip executor " + std::to_string(i) + " is null");
     if (!registry) throw Error(ErrorKind::InvalidArgument, "Worker: no chip registry");
     impl_->config = std::move(config);
     impl_->registry = std::move(registry);
@@ -201,6 +209,11 @@ RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> arg
     SPYRE_TRACE_SCOPE("host_submit");
     const std::string what = "host program '" + program.name + "'";
     if (!program.fn) throw Error(ErrorKind::InvalidArgument, what + ": no orchestration function");
+    // Checked before the sum: a count near SIZE_MAX would wrap it.
+    if (program.num_inputs > kMaxProgramTensors || program.outputs.size() > kMaxProgramTensors)
+        throw Error(ErrorKind::InvalidArgument, what + " declares " + std::to_string(program.num_inputs) + " input(s) and " +
+                                                    std::to_string(program.outputs.size()) + " output(s): at most " +
+                                                    std::to_string(kMaxProgramTensors) + " of each");
     const size_t all = program.num_inputs + program.outputs.size();
     if (args.size() == program.num_inputs && !program.outputs.empty()) {
         for (const auto& o : program.outputs) args.push_back(HostTensor::Zeros(o.shape, o.dtype));  // return style
@@ -246,9 +259,26 @@ RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> arg
 }
 
 size_t Worker::device_count() const { return impl_->dispatcher->device_count(); }
-std::string Worker::DescribeDevice(size_t index) const { return impl_->dispatcher->executor(index).Describe(); }
-unsigned Worker::ChipTasksAtOnce(size_t index) const { return impl_->dispatcher->room(index); }
-Worker::DeviceStats Worker::Stats(size_t device) const { return impl_->dispatcher->Stats(device); }
+namespace {
+// An index of one of the Worker's devices, or InvalidArgument naming the call.
+size_t CheckedDevice(const host::Dispatcher& d, size_t index, const char* call) {
+    if (index >= d.device_count())
+        throw Error(ErrorKind::InvalidArgument, std::string("Worker::") + call + ": device " + std::to_string(index) +
+                                                    ", but the Worker has " + std::to_string(d.device_count()) +
+                                                    " device(s)");
+    return index;
+}
+}  // namespace
+
+std::string Worker::DescribeDevice(size_t index) const {
+    return impl_->dispatcher->executor(CheckedDevice(*impl_->dispatcher, index, "DescribeDevice")).Describe();
+}
+unsigned Worker::ChipTasksAtOnce(size_t index) const {
+    return impl_->dispatcher->room(CheckedDevice(*impl_->dispatcher, index, "ChipTasksAtOnce"));
+}
+Worker::DeviceStats Worker::Stats(size_t device) const {
+    return impl_->dispatcher->Stats(CheckedDevice(*impl_->dispatcher, device, "Stats"));
+}
 Worker::Held Worker::HeldNow() const { return impl_->dispatcher->HeldNow(); }
 const DistributedConfig& Worker::config() const { return impl_->config; }
 

@@ -79,6 +79,11 @@ void Orchestrator::RegisterDeviceKernel(int32_t kernel_id, uint64_t program_addr
     graph.RegisterKernel(std::move(k));
 }
 
+void Orchestrator::ConfineTasksTo(std::vector<std::pair<const void*, uint64_t>> regions) {
+    Graph(*state_).ConfineTasksTo(std::move(regions));
+}
+void Orchestrator::Unconfine() { Graph(*state_).ConfineTasksTo(std::nullopt); }
+
 void* Orchestrator::Alloc(size_t size) {
     return Changing(*state_, "pto_alloc", [&] { return Graph(*state_).Alloc(size); });
 }

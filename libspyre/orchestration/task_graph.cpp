@@ -139,6 +139,19 @@ uint8_t* TaskGraph::HostAddress(uint64_t device_address, uint64_t size) const {
     return options_.memory + device_address;
 }
 
+void TaskGraph::ConfineTasksTo(std::optional<std::vector<std::pair<const void*, uint64_t>>> regions) {
+    Lock lock(*this);
+    confined_to_ = std::move(regions);
+}
+
+bool TaskGraph::Confined(const uint8_t* p, uint64_t size) const noexcept {
+    for (const auto& [at, bytes] : *confined_to_) {
+        const auto* lo = static_cast<const uint8_t*>(at);
+        if (p >= lo && uint64_t(p - lo) <= bytes && size <= bytes - uint64_t(p - lo)) return true;
+    }
+    return false;
+}
+
 void TaskGraph::RegisterKernel(KernelEntry kernel) {
     Lock lock(*this);
     if (kernel.kernel_id < 0)
@@ -518,6 +531,11 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
             Fail(ErrorKind::InvalidArgument, where() + " refers to a buffer already freed with pto_free (device address " +
                                                  Hex(uint64_t(b->base_ptr - options_.memory)) + ")");
         r.in_outputs = !b && !partial && InHeap(base, size);
+        if (!b && !r.in_outputs && confined_to_ && !Confined(base, size)) [[unlikely]]
+            Fail(ErrorKind::InvalidArgument, where() + " [device address " + Hex(uint64_t(base - options_.memory)) + ", +" +
+                                                 std::to_string(size) +
+                                                 ") is outside the memory its tasks are confined to (a chip call's "
+                                                 "arguments: a region runs past its tensor)");
         if (partial)
             Fail(ErrorKind::InvalidArgument, where() + " [device address " + Hex(uint64_t(base - options_.memory)) +
                                                  ", +" + std::to_string(size) + ") runs past the end of its pto_alloc buffer");

@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dependency/region_map.hpp"
@@ -109,6 +110,9 @@ public:
 
     uint64_t DeviceAddress(const void* p, uint64_t size = 1) const;
     uint8_t* HostAddress(uint64_t device_address, uint64_t size) const;
+    // Orchestrator::ConfineTasksTo.
+    void ConfineTasksTo(std::optional<std::vector<std::pair<const void*, uint64_t>>> regions);  // nullopt: anywhere
+    bool Confined(const uint8_t* p, uint64_t size) const noexcept;
     uint64_t memory_size() const noexcept { return options_.memory_size; }
     TaskState State(int32_t task_id) const;  // Consumed once reclaimed
     TaskGraphStats Stats() const;
@@ -241,6 +245,7 @@ private:
     void DropPoisonInside(uint64_t lo, uint64_t hi);
 
     const TaskGraphOptions options_;
+    std::optional<std::vector<std::pair<const void*, uint64_t>>> confined_to_;  // ConfineTasksTo; nullopt: anywhere in memory
     std::mutex submit_mu_;
     mutable AdaptiveMutex mu_;
     EventCount wake_;  // Sleep's waiters (WaitAll, a stalled submitter, the destructor)

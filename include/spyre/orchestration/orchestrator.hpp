@@ -23,6 +23,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "spyre/common/progress.hpp"
@@ -126,6 +127,15 @@ public:
     uint64_t DeviceAddress(const void* buffer) const;
     void* HostAddress(uint64_t device_address, uint64_t size) const;
     uint64_t memory_size() const;
+
+    // Confines tasks to given memory: from now on a task parameter that is
+    // not inside a pto_alloc buffer or the heap ring must lie inside one of
+    // `regions` (buffer addresses, as HostAddress gives them, and sizes), or
+    // Submit throws InvalidArgument. The host level sets a chip call's
+    // argument copies here, so that a chip function cannot name bytes past
+    // them (another tensor's copy). Unconfine lifts it.
+    void ConfineTasksTo(std::vector<std::pair<const void*, uint64_t>> regions);
+    void Unconfine();
 
     // Copy `size` bytes between host memory and the runtime's memory at
     // `buffer` (what Alloc, TaskOutput or HostAddress gave): through the

@@ -772,3 +772,58 @@ TEST(WorkerManyDevices, SixteenVfsOfFourCards) {
     ExpectFloats(outs[0], [&](size_t i) { return 32 * (a.floats()[i] + 2.0f); }, "32 (a + b)");
     for (size_t d = 0; d < w.device_count(); ++d) EXPECT_GE(w.Stats(d).chip_tasks, 1u) << w.DescribeDevice(d);
 }
+
+// A chip function whose tasks name more bytes than its tensors hold (chip_add
+// always passes [128x128] regions) is refused: the region would run past its
+// argument's device copy into another tensor's, which a later run reused as
+// current and so computed 303 where 5 was due (found probing from outside).
+TEST_F(WorkerTest, AChipTaskRegionPastItsTensorIsRefusedAndLaterRunsStayRight) {
+    HostProgram small{"small", 2, {{{4, 4}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                          g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])}, {.name = "too small", .device = 0});
+                      }};
+    HostProgram add{"add", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                        g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])}, {.device = 0});
+                    }};
+    HostTensor a = HostTensor::Full({kTile, kTile}, 2.0f), b = HostTensor::Full({kTile, kTile}, 3.0f);
+    HostTensor s1 = HostTensor::Full({4, 4}, 100.0f), s2 = HostTensor::Full({4, 4}, 200.0f);
+    for (int round = 0; round < 2; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        EXPECT_SPYRE_ERROR(worker_->Run(small, {s1, s2, HostTensor::Zeros({4, 4})}), InvalidArgument,
+                           "is outside the memory its tasks are confined to");
+        auto outs = worker_->Run(add, {a, b});
+        ExpectFloats(outs[0], [](size_t) { return 5.0f; }, "a + b after a refused call");
+    }
+}
+
+// Bad indexes and counts get InvalidArgument, never a standard-library
+// exception or a crash (found probing from outside).
+TEST_F(WorkerTest, OutOfRangeDevicesCountsAndShapesAreInvalidArguments) {
+    const size_t n = worker_->device_count();
+    EXPECT_SPYRE_ERROR(worker_->Stats(n), InvalidArgument, "Worker::Stats: device " + std::to_string(n));
+    EXPECT_SPYRE_ERROR(worker_->DescribeDevice(99), InvalidArgument, "Worker::DescribeDevice: device 99");
+    EXPECT_SPYRE_ERROR(worker_->ChipTasksAtOnce(99), InvalidArgument, "has " + std::to_string(n) + " device(s)");
+    // num_inputs + outputs wrapped to 0 and an empty argument list passed the count check.
+    HostProgram wraps{"wraps", size_t(-1), {{{4}}}, [](HostGraph&, std::span<const HostTensor>) {}};
+    EXPECT_SPYRE_ERROR(worker_->Run(wraps, {}), InvalidArgument, "at most 1048576 of each");
+    // Element counts that overflow, or that no host has the memory for.
+    EXPECT_SPYRE_ERROR(HostTensor::Zeros({int64_t(1) << 62, 4}), InvalidArgument, "more elements than a tensor can hold");
+    EXPECT_SPYRE_ERROR(HostTensor::Zeros({int64_t(1) << 32, int64_t(1) << 32}), InvalidArgument, "more elements");
+    EXPECT_SPYRE_ERROR(HostTensor::Zeros({INT64_MAX}), InvalidArgument, "more elements");
+    float x = 0;
+    EXPECT_SPYRE_ERROR(HostTensor::Wrap(&x, {int64_t(1) << 62}, DType::FP32, nullptr), InvalidArgument, "more elements");
+    EXPECT_SPYRE_ERROR(HostTensor::Zeros({int64_t(1) << 58}), OutOfMemory, "cannot allocate");
+    HostProgram huge{"huge", 0, {{{int64_t(1) << 40}}}, [](HostGraph&, std::span<const HostTensor>) {}};
+    EXPECT_SPYRE_ERROR(worker_->Run(huge, {}), OutOfMemory, "cannot allocate");
+    // The Worker is still fine; a handle waited for once says so when waited for again.
+    RunHandle h = worker_->Submit(DependencyProgram(), {HostTensor::Full({kTile, kTile}, 2.0f), HostTensor::Full({kTile, kTile}, 3.0f)});
+    auto outs = h.Wait();
+    ExpectFloats(outs[0], [](size_t) { return 5.0f; }, "a + b");
+    EXPECT_SPYRE_ERROR(h.Wait(), InvalidArgument, "waited for already");
+}
+
+TEST(WorkerExecutors, ANullExecutorIsAnInvalidArgument) {
+    std::vector<std::unique_ptr<ChipExecutor>> executors;
+    executors.push_back(nullptr);
+    EXPECT_SPYRE_ERROR(Worker(std::move(executors), DistributedConfig{}, std::make_shared<ChipRegistry>()), InvalidArgument,
+                       "chip executor 0 is null");
+}
