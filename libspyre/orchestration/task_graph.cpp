@@ -531,14 +531,15 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
             Fail(ErrorKind::InvalidArgument, where() + " refers to a buffer already freed with pto_free (device address " +
                                                  Hex(uint64_t(b->base_ptr - options_.memory)) + ")");
         r.in_outputs = !b && !partial && InHeap(base, size);
-        if (!b && !r.in_outputs && confined_to_ && !Confined(base, size)) [[unlikely]]
-            Fail(ErrorKind::InvalidArgument, where() + " [device address " + Hex(uint64_t(base - options_.memory)) + ", +" +
-                                                 std::to_string(size) +
-                                                 ") is outside the memory its tasks are confined to (a chip call's "
-                                                 "arguments: a region runs past its tensor)");
         if (partial)
             Fail(ErrorKind::InvalidArgument, where() + " [device address " + Hex(uint64_t(base - options_.memory)) +
                                                  ", +" + std::to_string(size) + ") runs past the end of its pto_alloc buffer");
+        if (!b && !r.in_outputs && confined_to_ && !Confined(base, size)) [[unlikely]]
+            Fail(ErrorKind::InvalidArgument, where() + " [device address " + Hex(uint64_t(base - options_.memory)) + ", +" +
+                                                 std::to_string(size) +
+                                                 ") is outside the memory its tasks are confined to (ConfineTasksTo; "
+                                                 "at the host level, a chip call's arguments: the region runs past its "
+                                                 "tensor)");
         r.host = base;
     }
 
