@@ -26,15 +26,16 @@ std::string ShapeOf(const spyre_program_operand& o) {
     return s + "]";
 }
 
-const char* KindName(int32_t kind) {
+}  // namespace
+
+const char* ParamKindName(int32_t kind) {
     switch (kind) {
     case PARAM_INPUT: return "INPUT";
     case PARAM_OUTPUT: return "OUTPUT";
-    default: return "INOUT";
+    case PARAM_INOUT: return "INOUT";
     }
+    return "?";
 }
-
-}  // namespace
 
 std::vector<SlotUse> SlotUsesOf(const ProgramImage& image) {
     // Every op's last operand is the one it writes (uapi/spyre_program.h).
@@ -77,7 +78,7 @@ std::string SlotUseError(int32_t kernel_id, std::span<const SlotUse> uses, std::
             return program() + " takes argument " + std::to_string(u.slot) + ", but the task passes " +
                    std::to_string(sizes.size()) + " parameter(s)";
         if (u.bytes > sizes[u.slot])
-            return "parameter " + std::to_string(u.slot) + " (" + KindName(kinds[u.slot]) + ") is " +
+            return "parameter " + std::to_string(u.slot) + " (" + ParamKindName(kinds[u.slot]) + ") is " +
                    std::to_string(sizes[u.slot]) + " bytes, but " + program() + " spans " + std::to_string(u.bytes) +
                    " bytes";
         if (u.written && kinds[u.slot] == PARAM_INPUT)

@@ -27,6 +27,9 @@ struct SlotUse {
     std::string shape;  // "fp32 [128, 128]", for messages
 };
 
+// "INPUT", "OUTPUT", "INOUT" for a PARAM_* kind; "?" for anything else.
+const char* ParamKindName(int32_t kind);
+
 // One entry per relocation of `image`.
 std::vector<SlotUse> SlotUsesOf(const ProgramImage& image);
 

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "orchestration/cpu_worker.hpp"
+#include "orchestration/program_slots.hpp"
 #include "spyre/common/futex.hpp"
 #include "spyre/common/hex.hpp"
 #include "spyre/uapi/spyre_errors.h"
@@ -26,15 +27,6 @@ constexpr const char* kHoldRule =
     "a task with implicit outputs submitted outside any scope is held by its submitting thread until a later "
     "task of that thread reads them, the thread's next pto_wait_all, or its exit; outputs whose address "
     "pto_task_output never handed out go sooner when the rings are full";
-
-const char* KindName(int32_t kind) {
-    switch (kind) {
-        case PARAM_INPUT: return "INPUT";
-        case PARAM_OUTPUT: return "OUTPUT";
-        case PARAM_INOUT: return "INOUT";
-    }
-    return "?";
-}
 
 }  // namespace
 
@@ -494,7 +486,7 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
     for (size_t i = 0; i < params.size(); ++i) {
         const TaskParam& p = params[i];
         // Messages are built only on failure: this loop is on the submit path.
-        auto where = [&] { return "parameter " + std::to_string(i) + " (" + KindName(p.kind) + ")"; };
+        auto where = [&] { return "parameter " + std::to_string(i) + " (" + ParamKindName(p.kind) + ")"; };
         if (p.kind != PARAM_INPUT && p.kind != PARAM_OUTPUT && p.kind != PARAM_INOUT)
             Fail(ErrorKind::InvalidArgument, "parameter " + std::to_string(i) + " has unknown kind " + std::to_string(p.kind));
         const bool as_region = p.region.buffer_ptr || p.region.size || p.region.offset;
