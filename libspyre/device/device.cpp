@@ -111,20 +111,42 @@ Device Device::OpenIn(std::shared_ptr<const driver::DeviceEnvironment> environme
     return device;
 }
 
-SpyreAllocator& Device::allocator() { return *core_->allocator; }
-DeviceBuffer Device::AllocateBuffer(uint64_t bytes) { return DeviceBuffer::Allocate(core_, bytes); }
-DMAEngine& Device::dma() { return *core_->dma; }
-Scheduler& Device::scheduler() { return *core_->scheduler; }
-const std::string& Device::pci_address() const { return core_->function->pci_address(); }
-const DeviceId& Device::id() const { return core_->id(); }
-FlexStream& Device::default_stream() { return *default_stream_; }
-driver::Function& DeviceInternals::Function(const Device& device) { return *device.core_->function; }
+namespace {
+// A moved-from Device has no core: its calls are InvalidArgument.
+DeviceCore& Live(const std::shared_ptr<DeviceCore>& core) {
+    if (!core) throw Error(ErrorKind::InvalidArgument, "Device: moved from (its function went with the move)");
+    return *core;
+}
+}  // namespace
+
+SpyreAllocator& Device::allocator() { return *Live(core_).allocator; }
+DeviceBuffer Device::AllocateBuffer(uint64_t bytes) {
+    Live(core_);
+    return DeviceBuffer::Allocate(core_, bytes);
+}
+DMAEngine& Device::dma() { return *Live(core_).dma; }
+Scheduler& Device::scheduler() { return *Live(core_).scheduler; }
+const std::string& Device::pci_address() const { return Live(core_).function->pci_address(); }
+const DeviceId& Device::id() const { return Live(core_).id(); }
+FlexStream& Device::default_stream() {
+    Live(core_);
+    return *default_stream_;
+}
+const std::shared_ptr<DeviceCore>& DeviceInternals::Core(const Device& device) {
+    Live(device.core_);
+    return device.core_;
+}
+const std::shared_ptr<DeviceCore>& DeviceInternals::Core(const FlexStream& stream) {
+    if (!stream.core_) throw Error(ErrorKind::InvalidArgument, "FlexStream: moved from (its state went with the move)");
+    return stream.core_;
+}
+driver::Function& DeviceInternals::Function(const Device& device) { return *Live(device.core_).function; }
 const driver::TaskTopology& DeviceInternals::TaskTopology(const Device& device) {
-    return device.core_->task_topology;
+    return Live(device.core_).task_topology;
 }
 
 std::unique_ptr<driver::TaskQueue> DeviceInternals::TakeTaskQueue(const Device& device, uint32_t group) {
-    DeviceCore& core = *device.core_;
+    DeviceCore& core = Live(device.core_);
     const uint32_t have = core.task_topology.queues();
     if (group >= have)
         throw Error(ErrorKind::InvalidArgument, "task queue " + std::to_string(group) + " does not exist on " +
@@ -133,13 +155,13 @@ std::unique_ptr<driver::TaskQueue> DeviceInternals::TakeTaskQueue(const Device& 
 }
 
 FlexStream Device::CreateStream(StreamOptions options) {
-    return FlexStream(core_, core_->CreateStream(options.priority));
+    return FlexStream(core_, Live(core_).CreateStream(options.priority));
 }
 
 void Device::Synchronize() {
     SPYRE_TRACE_SCOPE("Device::Synchronize");
     // Shared pointers: a stream retired meanwhile stays readable until we are done.
-    for (const std::shared_ptr<StreamState>& s : core_->Streams())
+    for (const std::shared_ptr<StreamState>& s : Live(core_).Streams())
         core_->WaitUntil(s->completed, s->enqueued_count.load(), s->done);
 }
 

@@ -18,9 +18,10 @@ namespace spyre {
 
 class DeviceInternals {
 public:
-    static const std::shared_ptr<DeviceCore>& Core(const Device& device) noexcept { return device.core_; }
+    // Both throw InvalidArgument for a moved-from Device or stream.
+    static const std::shared_ptr<DeviceCore>& Core(const Device& device);
     // The device a stream belongs to.
-    static const std::shared_ptr<DeviceCore>& Core(const FlexStream& stream) noexcept { return stream.core_; }
+    static const std::shared_ptr<DeviceCore>& Core(const FlexStream& stream);
     static driver::Function& Function(const Device& device);
     // The function's core groups, one task queue each (uapi/spyre_task.h);
     // none on a function of a contract without task queues.

@@ -77,9 +77,18 @@ Host Host::Open(HostOptions options) {
     return Host(std::make_shared<LocalHostBackend>(std::make_shared<const driver::DeviceEnvironment>(std::move(env))));
 }
 
-const std::vector<FunctionDescription>& Host::functions() const { return state_->backend->Functions(); }
+namespace {
+// A moved-from Host has no state: its calls are InvalidArgument.
+template <typename State>
+State& Live(const std::shared_ptr<State>& state) {
+    if (!state) throw Error(ErrorKind::InvalidArgument, "Host: moved from (its functions went with the move)");
+    return *state;
+}
+}  // namespace
 
-std::string Host::Describe() const { return state_->backend->Describe(); }
+const std::vector<FunctionDescription>& Host::functions() const { return Live(state_).backend->Functions(); }
+
+std::string Host::Describe() const { return Live(state_).backend->Describe(); }
 
 std::vector<CardDescription> Host::cards() const {
     std::map<uint16_t, std::vector<const FunctionDescription*>> by_card;

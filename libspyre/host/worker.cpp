@@ -169,33 +169,45 @@ Worker::Worker(std::vector<std::unique_ptr<ChipExecutor>> executors, Distributed
     impl_->dispatcher = std::make_shared<host::Dispatcher>(std::move(executors), impl_->config);
 }
 
+namespace {
+// The Worker's state, or InvalidArgument naming the call on a moved-from
+// Worker (its state went with the move).
+Worker::Impl& Live(const std::unique_ptr<Worker::Impl>& impl, const char* call) {
+    if (!impl) throw Error(ErrorKind::InvalidArgument, std::string("Worker::") + call + ": the Worker was moved from");
+    return *impl;
+}
+}  // namespace
+
 Worker::Worker(Worker&&) noexcept = default;
 Worker& Worker::operator=(Worker&&) noexcept = default;
 Worker::~Worker() = default;
 
 void Worker::RegisterKernel(int32_t kernel_id, const std::vector<uint8_t>& program) {
-    for (size_t d = 0; d < impl_->dispatcher->device_count(); ++d) impl_->dispatcher->executor(d).LoadKernel(kernel_id, program);
+    host::Dispatcher& dispatcher = *Live(impl_, "RegisterKernel").dispatcher;
+    for (size_t d = 0; d < dispatcher.device_count(); ++d) dispatcher.executor(d).LoadKernel(kernel_id, program);
 }
 
 void Worker::RegisterChipFunction(const std::string& name, ChipFunction fn) {
     if (!fn) throw Error(ErrorKind::InvalidArgument, "chip function '" + name + "': empty function");
-    impl_->registry->Add(name, {std::move(fn), nullptr});
+    Live(impl_, "RegisterChipFunction").registry->Add(name, {std::move(fn), nullptr});
 }
 
 void Worker::RegisterChipFunction(const std::string& name, pto_orchestration_fn fn) {
     if (!fn) throw Error(ErrorKind::InvalidArgument, "chip function '" + name + "': null function");
-    impl_->registry->Add(name, {{}, fn});
+    Live(impl_, "RegisterChipFunction").registry->Add(name, {{}, fn});
 }
 
 void Worker::RegisterChipPlan(const std::string& name, const CompilerOutput& plan) {
-    impl_->registry->Add(name, {{}, nullptr, true});
-    for (size_t d = 0; d < impl_->dispatcher->device_count(); ++d) impl_->dispatcher->executor(d).LoadPlan(name, plan);
+    Impl& impl = Live(impl_, "RegisterChipPlan");
+    impl.registry->Add(name, {{}, nullptr, true});
+    for (size_t d = 0; d < impl.dispatcher->device_count(); ++d) impl.dispatcher->executor(d).LoadPlan(name, plan);
 }
 
 void Worker::RegisterSubWorker(const std::string& name, SubWorkerFn fn) {
     if (name.empty() || !fn) throw Error(ErrorKind::InvalidArgument, "SubWorker: empty name or function");
-    std::lock_guard lock(impl_->sub_mu);
-    if (!impl_->sub_workers.emplace(name, std::move(fn)).second)
+    Impl& impl = Live(impl_, "RegisterSubWorker");
+    std::lock_guard lock(impl.sub_mu);
+    if (!impl.sub_workers.emplace(name, std::move(fn)).second)
         throw Error(ErrorKind::InvalidArgument, "SubWorker '" + name + "' is already registered");
 }
 
@@ -207,6 +219,7 @@ std::vector<HostTensor> Worker::Run(const HostProgram& program, std::vector<Host
 
 RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> args) {
     SPYRE_TRACE_SCOPE("host_submit");
+    Impl& impl = Live(impl_, "Submit");
     const std::string what = "host program '" + program.name + "'";
     if (!program.fn) throw Error(ErrorKind::InvalidArgument, what + ": no orchestration function");
     // Checked before the sum: a count near SIZE_MAX would wrap it.
@@ -233,10 +246,10 @@ RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> arg
     }
     auto owned = std::make_unique<host::RunState>();
     owned->name = program.name;
-    owned->window = size_t(impl_->config.max_tasks_in_flight);
+    owned->window = size_t(impl.config.max_tasks_in_flight);
     owned->outputs.assign(args.begin() + long(program.num_inputs), args.end());
-    std::shared_ptr<host::RunState> run = impl_->dispatcher->Begin(std::move(owned));
-    HostGraph::Impl graph_impl{*impl_, *run, {}, {}};
+    std::shared_ptr<host::RunState> run = impl.dispatcher->Begin(std::move(owned));
+    HostGraph::Impl graph_impl{impl, *run, {}, {}};
     HostGraph graph(graph_impl);
     std::optional<TaskFailureInfo> failed;
     try {
@@ -248,38 +261,35 @@ RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> arg
         // task); nothing more is submitted.
         TaskFailureInfo f;
         f.task = f.function = program.name;
-        f.task_id = impl_->next_task.fetch_add(1);
+        f.task_id = impl.next_task.fetch_add(1);
         f.level = Level::Host;
         f.orchestrator = true;
         host::SetCause(f);
         failed = std::move(f);
     }
-    impl_->dispatcher->Seal(*run, std::move(failed));
-    return RunHandle(std::make_shared<RunHandle::State>(RunHandle::State{impl_->dispatcher, std::move(run)}));
+    impl.dispatcher->Seal(*run, std::move(failed));
+    return RunHandle(std::make_shared<RunHandle::State>(RunHandle::State{impl.dispatcher, std::move(run)}));
 }
 
-size_t Worker::device_count() const { return impl_->dispatcher->device_count(); }
+size_t Worker::device_count() const { return Live(impl_, "device_count").dispatcher->device_count(); }
 namespace {
-// An index of one of the Worker's devices, or InvalidArgument naming the call.
-size_t CheckedDevice(const host::Dispatcher& d, size_t index, const char* call) {
+// One of the Worker's devices, or InvalidArgument naming the call.
+host::Dispatcher& CheckedDevice(const std::unique_ptr<Worker::Impl>& impl, size_t index, const char* call) {
+    host::Dispatcher& d = *Live(impl, call).dispatcher;
     if (index >= d.device_count())
         throw Error(ErrorKind::InvalidArgument, std::string("Worker::") + call + ": device " + std::to_string(index) +
                                                     ", but the Worker has " + std::to_string(d.device_count()) +
                                                     " device(s)");
-    return index;
+    return d;
 }
 }  // namespace
 
 std::string Worker::DescribeDevice(size_t index) const {
-    return impl_->dispatcher->executor(CheckedDevice(*impl_->dispatcher, index, "DescribeDevice")).Describe();
+    return CheckedDevice(impl_, index, "DescribeDevice").executor(index).Describe();
 }
-unsigned Worker::ChipTasksAtOnce(size_t index) const {
-    return impl_->dispatcher->room(CheckedDevice(*impl_->dispatcher, index, "ChipTasksAtOnce"));
-}
-Worker::DeviceStats Worker::Stats(size_t device) const {
-    return impl_->dispatcher->Stats(CheckedDevice(*impl_->dispatcher, device, "Stats"));
-}
-Worker::Held Worker::HeldNow() const { return impl_->dispatcher->HeldNow(); }
-const DistributedConfig& Worker::config() const { return impl_->config; }
+unsigned Worker::ChipTasksAtOnce(size_t index) const { return CheckedDevice(impl_, index, "ChipTasksAtOnce").room(index); }
+Worker::DeviceStats Worker::Stats(size_t device) const { return CheckedDevice(impl_, device, "Stats").Stats(device); }
+Worker::Held Worker::HeldNow() const { return Live(impl_, "HeldNow").dispatcher->HeldNow(); }
+const DistributedConfig& Worker::config() const { return Live(impl_, "config").config; }
 
 }  // namespace spyre

@@ -33,6 +33,14 @@ RuntimeState* Registered(std::unique_ptr<RuntimeState> state) {
     return state.release();
 }
 
+// The runtime, or InvalidArgument on a moved-from Orchestrator (its
+// runtime went with the move).
+template <typename Owner>
+RuntimeState& Live(const Owner& state) {
+    if (!state) throw Error(ErrorKind::InvalidArgument, "Orchestrator: moved from (its runtime went with the move)");
+    return *state;
+}
+
 }  // namespace
 
 void Orchestrator::Deleter::operator()(RuntimeState* state) const noexcept {
@@ -65,7 +73,7 @@ void Orchestrator::RegisterHostKernel(int32_t kernel_id, HostKernel kernel) {
     k.host_callable = [fn = std::move(kernel)](void* const* buffers, const uint64_t* sizes, int32_t n) {
         return fn(std::span<void* const>(buffers, size_t(n)), std::span<const uint64_t>(sizes, size_t(n)));
     };
-    Graph(*state_).RegisterKernel(std::move(k));
+    Graph(Live(state_)).RegisterKernel(std::move(k));
 }
 
 void Orchestrator::RegisterDeviceKernel(int32_t kernel_id, uint64_t program_address) {
@@ -73,26 +81,26 @@ void Orchestrator::RegisterDeviceKernel(int32_t kernel_id, uint64_t program_addr
     k.kernel_id = kernel_id;
     k.program_address = program_address;
     k.has_program = true;
-    orchestration::TaskGraph& graph = Graph(*state_);
+    orchestration::TaskGraph& graph = Graph(Live(state_));
     const uint8_t* at = graph.HostAddress(program_address, 0);  // InvalidArgument outside the function's memory
     k.slot_uses = orchestration::SlotUsesAt({at, size_t(graph.memory_size() - program_address)});
     graph.RegisterKernel(std::move(k));
 }
 
 void Orchestrator::ConfineTasksTo(std::vector<std::pair<const void*, uint64_t>> regions) {
-    Graph(*state_).ConfineTasksTo(std::move(regions));
+    Graph(Live(state_)).ConfineTasksTo(std::move(regions));
 }
-void Orchestrator::Unconfine() { Graph(*state_).ConfineTasksTo(std::nullopt); }
+void Orchestrator::Unconfine() { Graph(Live(state_)).ConfineTasksTo(std::nullopt); }
 
 void* Orchestrator::Alloc(size_t size) {
-    return Changing(*state_, "pto_alloc", [&] { return Graph(*state_).Alloc(size); });
+    return Changing(Live(state_), "pto_alloc", [&] { return Graph(Live(state_)).Alloc(size); });
 }
 void Orchestrator::Free(void* buffer) {
-    Changing(*state_, "pto_free", [&] { Graph(*state_).Free(buffer); });
+    Changing(Live(state_), "pto_free", [&] { Graph(Live(state_)).Free(buffer); });
 }
 
 Orchestrator::Scope Orchestrator::BeginScope() {
-    Changing(*state_, "pto_scope_begin", [&] { Graph(*state_).ScopeBegin(); });
+    Changing(Live(state_), "pto_scope_begin", [&] { Graph(Live(state_)).ScopeBegin(); });
     return Scope(this);
 }
 
@@ -109,46 +117,46 @@ void Orchestrator::Scope::End() {
     if (!orch_) throw Error(ErrorKind::InvalidArgument, "scope ended already");
     Orchestrator* o = orch_;
     orch_ = nullptr;
-    Changing(*o->state_, "pto_scope_end", [&] { Graph(*o->state_).ScopeEnd(); });
+    Changing(Live(o->state_), "pto_scope_end", [&] { Graph(Live(o->state_)).ScopeEnd(); });
 }
 
 int32_t Orchestrator::Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params) {
-    return Changing(*state_, "pto_submit_task", [&] { return Graph(*state_).Submit(kernel_id, worker_type, params); });
+    return Changing(Live(state_), "pto_submit_task", [&] { return Graph(Live(state_)).Submit(kernel_id, worker_type, params); });
 }
 
 void Orchestrator::Complete(int32_t task_id) {
-    Changing(*state_, "pto_task_complete", [&] { Graph(*state_).Complete(task_id, 0); });
+    Changing(Live(state_), "pto_task_complete", [&] { Graph(Live(state_)).Complete(task_id, 0); });
 }
 
 void Orchestrator::Fail(int32_t task_id, uint32_t error_code) {
-    Changing(*state_, "pto_task_fail", [&] {
+    Changing(Live(state_), "pto_task_fail", [&] {
         if (error_code == 0) throw Error(ErrorKind::InvalidArgument, "a failed task needs a non-zero error code");
-        Graph(*state_).Complete(task_id, error_code);
+        Graph(Live(state_)).Complete(task_id, error_code);
     });
 }
 
-void* Orchestrator::TaskOutput(int32_t task_id, int32_t index) { return Graph(*state_).TaskOutput(task_id, index); }
-int32_t Orchestrator::TaskState(int32_t task_id) const { return int32_t(Graph(*state_).State(task_id)); }
-void Orchestrator::WaitAll() { Graph(*state_).WaitAll(); }
-void Orchestrator::WaitAll(const ProgressCallback& progress) { Graph(*state_).WaitAll(progress); }
+void* Orchestrator::TaskOutput(int32_t task_id, int32_t index) { return Graph(Live(state_)).TaskOutput(task_id, index); }
+int32_t Orchestrator::TaskState(int32_t task_id) const { return int32_t(Graph(Live(state_)).State(task_id)); }
+void Orchestrator::WaitAll() { Graph(Live(state_)).WaitAll(); }
+void Orchestrator::WaitAll(const ProgressCallback& progress) { Graph(Live(state_)).WaitAll(progress); }
 
-std::vector<TaskFailure> Orchestrator::Failures() const { return Graph(*state_).Failures(); }
+std::vector<TaskFailure> Orchestrator::Failures() const { return Graph(Live(state_)).Failures(); }
 
-uint64_t Orchestrator::DeviceAddress(const void* buffer) const { return Graph(*state_).DeviceAddress(buffer); }
+uint64_t Orchestrator::DeviceAddress(const void* buffer) const { return Graph(Live(state_)).DeviceAddress(buffer); }
 void* Orchestrator::HostAddress(uint64_t device_address, uint64_t size) const {
-    return Graph(*state_).HostAddress(device_address, size);
+    return Graph(Live(state_)).HostAddress(device_address, size);
 }
-uint64_t Orchestrator::memory_size() const { return Graph(*state_).memory_size(); }
+uint64_t Orchestrator::memory_size() const { return Graph(Live(state_)).memory_size(); }
 
-void Orchestrator::CopyIn(void* buffer, const void* host, uint64_t size) { state_->CopyIn(buffer, host, size); }
-void Orchestrator::CopyOut(void* host, const void* buffer, uint64_t size) { state_->CopyOut(host, buffer, size); }
+void Orchestrator::CopyIn(void* buffer, const void* host, uint64_t size) { Live(state_).CopyIn(buffer, host, size); }
+void Orchestrator::CopyOut(void* host, const void* buffer, uint64_t size) { Live(state_).CopyOut(host, buffer, size); }
 
 void Orchestrator::Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress) {
-    state_->Run(fn, args, progress);
+    Live(state_).Run(fn, args, progress);
 }
 void Orchestrator::RunLibrary(const std::string& path, const std::string& symbol, uint64_t* args,
                               const ProgressCallback& progress) {
-    state_->RunLibrary(path.c_str(), symbol.c_str(), args, progress);
+    Live(state_).RunLibrary(path.c_str(), symbol.c_str(), args, progress);
 }
 
 }  // namespace spyre
