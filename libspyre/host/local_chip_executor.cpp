@@ -57,7 +57,15 @@ LocalChipExecutor::LocalChipExecutor(Device device, const DistributedConfig& con
         // Slot i's share of the queues: [i q / n, (i + 1) q / n).
         for (uint32_t q = i * queues / slots; q < (i + 1) * queues / slots; ++q) o.task_queues.push_back(q);
         auto slot = std::make_unique<Slot>();
-        slot->orch.emplace(Orchestrator::Create(device_, o));
+        try {
+            slot->orch.emplace(Orchestrator::Create(device_, o));
+        } catch (const Error& e) {
+            if (e.kind() != ErrorKind::OutOfMemory && e.kind() != ErrorKind::InvalidArgument) throw;
+            // Its heap is the one size the config sets: name the field.
+            throw Error(e.kind(), "DistributedConfig: chip_heap_bytes is " + std::to_string(config.chip_heap_bytes) +
+                                      ": chip runtime " + std::to_string(i) + " of " + std::to_string(slots) + " on " +
+                                      device_.pci_address() + " could not be made (" + e.message() + ")");
+        }
         free_slots_.push_back(slot.get());
         slots_.push_back(std::move(slot));
     }

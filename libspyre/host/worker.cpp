@@ -184,6 +184,9 @@ Worker::~Worker() = default;
 
 void Worker::RegisterKernel(int32_t kernel_id, const std::vector<uint8_t>& program) {
     host::Dispatcher& dispatcher = *Live(impl_, "RegisterKernel").dispatcher;
+    if (program.empty())
+        throw Error(ErrorKind::InvalidArgument, "Worker::RegisterKernel: kernel " + std::to_string(kernel_id) +
+                                                    ": the program is empty");
     for (size_t d = 0; d < dispatcher.device_count(); ++d) dispatcher.executor(d).LoadKernel(kernel_id, program);
 }
 

@@ -812,6 +812,8 @@ TEST_F(WorkerTest, OutOfRangeDevicesCountsAndShapesAreInvalidArguments) {
     float x = 0;
     EXPECT_SPYRE_ERROR(HostTensor::Wrap(&x, {int64_t(1) << 62}, DType::FP32, nullptr), InvalidArgument, "more elements");
     EXPECT_SPYRE_ERROR(HostTensor::Zeros({int64_t(1) << 58}), OutOfMemory, "cannot allocate");
+    // An empty kernel program said "cannot allocate 0 bytes".
+    EXPECT_SPYRE_ERROR(worker_->RegisterKernel(7, {}), InvalidArgument, "Worker::RegisterKernel: kernel 7: the program is empty");
     HostProgram huge{"huge", 0, {{{int64_t(1) << 40}}}, [](HostGraph&, std::span<const HostTensor>) {}};
     EXPECT_SPYRE_ERROR(worker_->Run(huge, {}), OutOfMemory, "cannot allocate");
     // The Worker is still fine; a handle waited for once says so when waited for again.
@@ -819,6 +821,19 @@ TEST_F(WorkerTest, OutOfRangeDevicesCountsAndShapesAreInvalidArguments) {
     auto outs = h.Wait();
     ExpectFloats(outs[0], [](size_t) { return 5.0f; }, "a + b");
     EXPECT_SPYRE_ERROR(h.Wait(), InvalidArgument, "waited for already");
+}
+
+// A heap larger than the device's memory said only "cannot allocate N bytes".
+TEST(WorkerExecutors, AChipHeapTheDeviceCannotHoldNamesTheField) {
+    SPYRE_REQUIRE_FUSE();
+    Host host = Host::Open(Mock(1, 1));
+    DistributedConfig c;
+    c.device_ids = Vfs(host);
+    c.chip_heap_bytes = uint64_t(1) << 40;
+    EXPECT_SPYRE_ERROR(Worker(host, c), InvalidArgument, "DistributedConfig: chip_heap_bytes is 1099511627776");
+    c.chip_heap_bytes = uint64_t(1) << 20;  // the devices were let go: a sane heap works
+    Worker w(host, c);
+    EXPECT_EQ(w.device_count(), 1u);
 }
 
 TEST(WorkerExecutors, ANullExecutorIsAnInvalidArgument) {
