@@ -164,6 +164,7 @@ struct FuseOps {
     // register file (resource0) and the doorbell page of resource4 (ring
     // indices and flags), which is what spyre-regdump reads. 0 or -EBUSY.
     static int CheckHolder(const OpenFile& f, bool write, uint64_t off, size_t len) {
+        if (int rc = CheckHeldSlices(f, write, off, len); rc != 0) return rc;
         const pid_t holder = f.fn->holder();
         if (holder == 0) return 0;
         if (!write) {
@@ -180,6 +181,27 @@ struct FuseOps {
         LOG_WARN("%s: %s %s by pid %d refused: the device node is held by pid %d", f.fn->address().c_str(),
                  write ? "write to" : "read of", what, int(caller), int(holder));
         return -EBUSY;
+    }
+
+    // The PF's resource2 spans the whole card memory, VF slices included:
+    // a range reaching into a held VF's slice serves only that VF's holder
+    // and the PF's holder, as the VF's own resource2 does. 0 or -EBUSY.
+    static int CheckHeldSlices(const OpenFile& f, bool write, uint64_t off, size_t len) {
+        if (f.kind != Kind::Resource2 || f.fn->is_vf() || len == 0) return 0;
+        const pid_t pf_holder = f.fn->holder();
+        pid_t caller = 0;
+        for (const auto& vf : f.card->Functions()) {
+            const pid_t holder = vf->holder();
+            if (!vf->is_vf() || holder == 0) continue;
+            if (off >= vf->mem_base() + vf->mem_size() || off + len <= vf->mem_base()) continue;
+            if (caller == 0) caller = CallerProcess();
+            if (caller == holder || (pf_holder != 0 && caller == pf_holder)) continue;
+            LOG_WARN("%s: %s resource2 at 0x%llx (+%zu) by pid %d refused: it reaches %s's memory, held by pid %d",
+                     f.fn->address().c_str(), write ? "write to" : "read of", static_cast<unsigned long long>(off), len,
+                     int(caller), vf->address().c_str(), int(holder));
+            return -EBUSY;
+        }
+        return 0;
     }
 
     // Whether the caller may see the holder's addresses and data in the

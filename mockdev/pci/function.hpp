@@ -71,6 +71,9 @@ public:
     bool is_vf() const { return params_.index != 0; }
     uint16_t device_id() const;
     const std::string& address() const { return address_; }
+    // Its slice of the card memory: card addresses [mem_base, mem_base + mem_size).
+    uint64_t mem_base() const { return params_.mem_base; }
+    uint64_t mem_size() const { return params_.mem_size; }
 
     // Trapped region access: bytes transferred, or -errno.
     ssize_t ReadRegion(unsigned region, uint64_t offset, void* buf, size_t len);

@@ -161,6 +161,42 @@ TEST_F(MockDeviceTest, SysfsFilesOfAHeldFunctionServeOnlyItsHolder) {
     EXPECT_TRUE(c.ok());
 }
 
+// The PF's resource2 spans the card memory, VF slices included: while a VF
+// is held, a process that holds neither it nor the PF is refused any range
+// reaching into the VF's slice (it read and overwrote the holder's bytes
+// there), and keeps the rest of the PF's window.
+TEST_F(MockDeviceTest, ThePfsResource2DoesNotReachAHeldVfsSlice) {
+    const FunctionInfo vf = Vf(1);
+    const std::string pf_res2 = (Pf().sysfs_dir / "resource2").string();
+    std::optional<Function> owner(Function::Open(vf));
+    Function& held = *owner;
+    const uint64_t base = held.Read64(SPYRE_REG_MEM_BASE), size = held.device_info().mem_size;
+    ASSERT_GT(base, 4096u);
+    held.WriteRegion(SPYRE_REGION_DEVMEM, 0, std::vector<uint8_t>(64, 0x5A));
+
+    EXPECT_EQ(InChild([&] { return FileAccess(pf_res2, false, base, 64); }), EBUSY);
+    EXPECT_EQ(InChild([&] { return FileAccess(pf_res2, true, base, 64); }), EBUSY);
+    EXPECT_EQ(InChild([&] { return FileAccess(pf_res2, false, base - 32, 64); }), EBUSY);  // straddling its start
+    EXPECT_EQ(InChild([&] { return FileAccess(pf_res2, true, base + size - 32, 64); }), EBUSY);  // and its end
+    EXPECT_EQ(held.ReadRegion(SPYRE_REGION_DEVMEM, 0, 64), std::vector<uint8_t>(64, 0x5A));  // untouched
+    // The PF's own slice stays open to it, and the VF's holder reaches its own bytes.
+    EXPECT_EQ(InChild([&] { return FileAccess(pf_res2, false, 0, 64); }), 0);
+    EXPECT_EQ(FileAccess(pf_res2, false, base, 64), 0);
+    // So does the PF's holder, which sees the whole card.
+    EXPECT_EQ(InChild([&] {
+                  try {
+                      Function pf = Function::Open(Pf());
+                      return FileAccess(pf_res2, false, base, 64);
+                  } catch (const Error&) {
+                      return 254;
+                  }
+              }),
+              0);
+    // Once let go, file permissions decide again.
+    owner.reset();
+    EXPECT_EQ(InChild([&] { return FileAccess(pf_res2, false, base, 64); }), 0);
+}
+
 // stats.json is for everyone, but the holder's addresses (region bases, the
 // faulting address and user_data) are values only for the holder, and null
 // for anyone else while the function is held.
