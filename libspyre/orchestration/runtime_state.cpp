@@ -86,7 +86,7 @@ void RuntimeState::Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCa
     // could never run more of them than the ring holds. Its scopes are its
     // own (the floor keeps it from ending the caller's); what it leaves
     // open is ended for it.
-    const int32_t depth = graph->Stats().scope_depth;
+    const int32_t depth = graph->ScopeDepthOfThisThread();
     const int32_t floor = graph->SetScopeFloor(depth);
     RunRecord record{this, tl_run, std::nullopt, {}};
     tl_run = &record;
@@ -98,7 +98,7 @@ void RuntimeState::Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCa
     }
     tl_run = record.outer;
     graph->SetScopeFloor(floor);
-    const int32_t left_open = graph->Stats().scope_depth - depth;
+    const int32_t left_open = graph->ScopeDepthOfThisThread() - depth;
     for (int32_t d = 0; d < left_open; ++d) {
         try {
             graph->ScopeEnd();

@@ -423,18 +423,32 @@ void TaskGraph::TraceTask(TaskDescriptor& t, const TaskTiming& timing) {
 void TaskGraph::ScopeBegin() {
     std::lock_guard sub(submit_mu_);
     Lock lock(*this);
+    const std::thread::id me = std::this_thread::get_id();
+    if (scopes_.depth() > 0 && scope_owner_ != me)
+        Fail(ErrorKind::Busy,
+             "pto_scope_begin while another thread has " + std::to_string(scopes_.depth()) +
+                 " scope(s) open on this runtime: the scopes of one runtime nest on one thread at a time",
+             EBUSY);
     scopes_.Push(ring_.head());
+    scope_owner_ = me;
 }
 
 void TaskGraph::ScopeEnd() {
     std::lock_guard sub(submit_mu_);
     Lock lock(*this);
-    if (scopes_.depth() <= scope_floor_)
-        Fail(ErrorKind::InvalidArgument, scopes_.depth() == 0
-                                             ? "pto_scope_end without an open scope"
-                                             : "pto_scope_end of a scope the orchestration function did not begin "
-                                               "(pto_run keeps the function inside scopes of its own)");
+    const std::thread::id me = std::this_thread::get_id();
+    if (scopes_.depth() == 0) Fail(ErrorKind::InvalidArgument, "pto_scope_end without an open scope");
+    if (scope_owner_ != me)
+        Fail(ErrorKind::InvalidArgument, "pto_scope_end of a scope another thread began (the scopes of one runtime "
+                                         "nest on one thread at a time)");
+    int32_t floor = 0;
+    for (const auto& [thread, depth] : scope_floors_)
+        if (thread == me) floor = depth;
+    if (scopes_.depth() <= floor)
+        Fail(ErrorKind::InvalidArgument, "pto_scope_end of a scope the orchestration function did not begin "
+                                         "(pto_run keeps the function inside scopes of its own)");
     const ScopeRecord scope = *scopes_.Pop();
+    if (scopes_.depth() == 0) scope_owner_ = std::thread::id();
     const int32_t end = ring_.head();
     // The scope lets go of the tasks it holds: those of its tasks with
     // implicit outputs, all still live (ids below the tail are reclaimed,
@@ -461,7 +475,18 @@ void TaskGraph::ScopeEnd() {
 
 int32_t TaskGraph::SetScopeFloor(int32_t depth) {
     Lock lock(*this);
-    return std::exchange(scope_floor_, depth);
+    const std::thread::id me = std::this_thread::get_id();
+    auto it = std::find_if(scope_floors_.begin(), scope_floors_.end(), [&](const auto& f) { return f.first == me; });
+    const int32_t was = it == scope_floors_.end() ? 0 : it->second;
+    if (it != scope_floors_.end() && depth == 0) scope_floors_.erase(it);
+    else if (it != scope_floors_.end()) it->second = depth;
+    else if (depth != 0) scope_floors_.emplace_back(me, depth);
+    return was;
+}
+
+int32_t TaskGraph::ScopeDepthOfThisThread() const {
+    Lock lock(*this);
+    return scope_owner_ == std::this_thread::get_id() ? scopes_.depth() : 0;
 }
 
 int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params) {

@@ -91,9 +91,13 @@ public:
     void Free(const void* buffer);
     void ScopeBegin();
     void ScopeEnd();
-    // Scopes at or below `depth` are not the caller's to end (pto_run keeps
-    // an orchestration function inside its own); returns the previous floor.
+    // Scopes at or below `depth` are not the calling thread's to end
+    // (pto_run keeps an orchestration function inside its own); returns
+    // that thread's previous floor.
     int32_t SetScopeFloor(int32_t depth);
+    // Open scopes are one thread's at a time: their depth for the calling
+    // thread (0 while none or another thread's are open).
+    int32_t ScopeDepthOfThisThread() const;
     int32_t Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params);
     // Finishes an EXTERNAL task (status 0: success, else its error code).
     void Complete(int32_t task_id, uint32_t status);
@@ -292,7 +296,11 @@ private:
     };
     std::vector<Held> holds_;
     std::shared_ptr<HoldAnchor> anchor_;
-    int32_t scope_floor_ = 0;
+    // The thread whose scopes are open (scopes record ranges of task ids,
+    // so two threads' scopes interleaved would end each other's), and each
+    // thread's floor (SetScopeFloor; none: 0).
+    std::thread::id scope_owner_;
+    std::vector<std::pair<std::thread::id, int32_t>> scope_floors_;
     StallNeed stalled_;         // what a stalled submitter waits for ({}: none)
     bool space_freed_ = false;  // a ring slot or heap block came back since the last WakeWaiters
     int64_t inflight_ = 0;  // submitted, not completed

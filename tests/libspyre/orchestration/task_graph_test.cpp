@@ -1008,5 +1008,63 @@ TEST_P(OrchQueueTest, AnOrchestrationFunctionCannotEndItsCallersScope) {
     outer.End();  // still open: the function could not end it
 }
 
+// Scopes record ranges of task ids, so the open scopes of a runtime are one
+// thread's at a time. Two threads each running a loop of scopes used to end
+// each other's scopes and leave tasks held by scopes nobody could end (both
+// pto_runs failed, the ring "held by 2 open scope(s)"); another thread's
+// pto_scope_begin is now Busy and its pto_scope_end InvalidArgument, and the
+// runtime stays whole.
+TEST_F(OrchTest, TheOpenScopesOfARuntimeAreOneThreadsAtATime) {
+    Make(64);
+    Runtime* rt = o().handle();
+    {
+        auto scope = o().BeginScope();
+        std::thread other([&] {
+            EXPECT_EQ(pto_scope_begin(rt), -EBUSY);
+            EXPECT_NE(std::string(pto_last_error()).find("another thread has 1 scope(s) open"), std::string::npos)
+                << pto_last_error();
+            EXPECT_EQ(pto_scope_end(rt), -EINVAL);
+            EXPECT_NE(std::string(pto_last_error()).find("a scope another thread began"), std::string::npos)
+                << pto_last_error();
+        });
+        other.join();
+    }
+    // Closed: any thread's turn.
+    std::thread([&] {
+        EXPECT_EQ(pto_scope_begin(rt), 0);
+        EXPECT_EQ(pto_scope_end(rt), 0);
+    }).join();
+
+    // Two orchestration functions, each a loop of scopes with a task whose
+    // output is implicit, at once: each finishes or stops at a Busy begin.
+    struct Loop {
+        static void Run(Runtime* r, uint64_t* args) {
+            for (uint64_t i = 0; i < args[0]; ++i) {
+                if (pto_scope_begin(r) < 0) return;
+                TaskParam p[] = {{PARAM_OUTPUT, nullptr, 64, {}}};
+                if (pto_submit_task(r, K_FILL, WORKER_HOST, p, 1) < 0) return;
+                if (pto_scope_end(r) < 0) return;
+            }
+        }
+    };
+    std::atomic<int> busy{0};
+    auto run = [&] {
+        uint64_t args[] = {500};
+        const int32_t rc = pto_run(rt, &Loop::Run, args);
+        EXPECT_TRUE(rc == 0 || rc == -EBUSY) << rc << " " << pto_last_error();
+        if (rc == -EBUSY) ++busy;
+    };
+    std::thread a(run), b(run);
+    a.join();
+    b.join();
+    o().WaitAll();
+    // Nothing is left held by a scope (500 scopes through a ring of 64
+    // would stall on a leak), and this thread may open scopes again.
+    uint64_t args[] = {500};
+    EXPECT_EQ(pto_run(rt, &Loop::Run, args), 0) << pto_last_error();
+    o().WaitAll();
+    auto scope = o().BeginScope();
+}
+
 }  // namespace
 }  // namespace spyre
