@@ -41,6 +41,7 @@ const char* KindName(driver::FunctionKind k) { return k == driver::FunctionKind:
 }  // namespace
 
 std::shared_ptr<PyStream> DefaultStream(const SlotPtr& slot) {
+    SlotOf(slot, "Device.default_stream");
     if (auto s = slot->default_stream.lock()) return s;
     Device& dev = slot->Get("Device.default_stream");
     // Aliases the device: the stream lives as long as the device does.

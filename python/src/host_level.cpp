@@ -599,6 +599,7 @@ void BindHostLevel(py::module_& m) {
         "Seed 003's level-3 Worker over the Host's devices (config.device_ids). Close it (or use `with`) before "
         "its Host.")
         .def(py::init([](const std::shared_ptr<PyHost>& host, const DistributedConfig& config) {
+                 if (!host) throw Error(ErrorKind::InvalidArgument, "Worker: the host is None");
                  Host& h = host->Get("Worker");
                  auto w = std::make_shared<PyWorker>();
                  w->host = host;

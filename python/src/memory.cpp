@@ -58,6 +58,7 @@ void BindMemory(py::module_& m) {
     // Device.alloc lives here, beside the buffer it makes.
     py::class_<DeviceSlot, SlotPtr> device(m.attr("Device"));
     device.def("alloc", [](const SlotPtr& s, int64_t nbytes) {
+            SlotOf(s, "Device.alloc");
             if (nbytes <= 0)
                 throw Error(ErrorKind::InvalidArgument, "Device.alloc(" + std::to_string(nbytes) +
                                                             "): the size must be at least 1 byte",

@@ -65,8 +65,13 @@ public:
                     ErrorContext{.device = name_});
     }
     // WrongDevice when `other` is not this device.
+    // A closed device's objects say so first: reopened, it is another slot
+    // of the same function, and "belongs to X, stream to X" explains nothing.
     void CheckSame(const DeviceSlot& other, const std::string& what, const char* user) const {
-        if (&other != this) ThrowWrongDevice(other.id_, id_, what, user);
+        if (&other == this) return;
+        if (other.closed()) other.ThrowClosed(what.c_str());
+        if (closed()) ThrowClosed(user);
+        ThrowWrongDevice(other.id_, id_, what, user);
     }
 
     void Adopt(const std::shared_ptr<Child>& child) {
@@ -126,6 +131,13 @@ public:
 };
 
 using SlotPtr = std::shared_ptr<DeviceSlot>;
+
+// A binding's device argument: pybind11 passes None as a null pointer,
+// which is InvalidArgument naming the call, not a crash.
+inline DeviceSlot& SlotOf(const SlotPtr& slot, const char* what) {
+    if (!slot) throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the device is None");
+    return *slot;
+}
 
 // A Host (spyre.Host); the host level's Worker opens its devices through it.
 struct PyHost {

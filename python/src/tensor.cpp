@@ -33,6 +33,7 @@ uint64_t HostBytes(const std::vector<int64_t>& shape, DType dtype) {
 }
 
 std::shared_ptr<PyStream> StreamOr(const SlotPtr& slot, const std::shared_ptr<PyStream>& stream, const char* what) {
+    SlotOf(slot, what);
     if (!stream) return DefaultStream(slot);
     slot->CheckSame(*stream->slot(), std::string(what) + ": stream", "device");
     return stream;
@@ -201,6 +202,7 @@ py::capsule ExportDLPack(PyTensor& pt) {
 std::shared_ptr<PyTensor> FromDLPack(py::object obj, const SlotPtr& slot, const std::shared_ptr<PyStream>& stream,
                                      TensorLayout layout) {
     const char* what = "spyre.from_dlpack";
+    SlotOf(slot, what);
     py::object capsule = obj;
     if (!PyCapsule_CheckExact(obj.ptr())) {
         if (!py::hasattr(obj, "__dlpack__"))
@@ -319,7 +321,7 @@ void BindTensor(py::module_& m) {
         "A tensor resident on a device (seed 001): shape, dtype, layout and its device memory, freed when the "
         "last reference goes (after queued work) or when its device closes.")
         .def_static("empty", [](const SlotPtr& slot, std::vector<int64_t> shape, py::handle dtype, TensorLayout layout) {
-                Device& d = slot->Get("SpyreTensor.empty");
+                Device& d = SlotOf(slot, "SpyreTensor.empty").Get("SpyreTensor.empty");
                 return Adopt(slot, std::make_shared<SpyreTensor>(
                                        SpyreTensor::Empty(d, std::move(shape), DTypeFrom(dtype, "SpyreTensor.empty"), layout)));
             }, py::arg("device"), py::arg("shape"), py::arg("dtype") = DType::FP32, py::arg("layout") = TensorLayout::Dense,
@@ -327,6 +329,7 @@ void BindTensor(py::module_& m) {
         .def_static("from_numpy", [](const SlotPtr& slot, py::handle array, std::shared_ptr<PyStream> stream,
                                      TensorLayout layout, py::object dtype) {
                 const char* what = "SpyreTensor.from_numpy";
+                SlotOf(slot, what);
                 if (!py::isinstance<py::array>(array))
                     throw Error(ErrorKind::InvalidArgument, std::string(what) + ": expected a numpy array, got " +
                                                                 std::string(py::str(py::type::handle_of(array).attr("__name__"))));

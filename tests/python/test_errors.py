@@ -65,3 +65,50 @@ def test_real_errors_from_the_runtime(host, dev):
     # Python code catching the builtin still works.
     with pytest.raises(ValueError):
         dev.alloc(-5)
+
+
+def test_none_for_a_device_or_host_is_invalid_argument():
+    # pybind11 passed None as a null pointer, and each of these crashed the
+    # interpreter (SIGSEGV).
+    import numpy as np
+    calls = {
+        "Event": lambda: spyre.Event(None),
+        "SpyreStream": lambda: spyre.SpyreStream(None),
+        "SpyreStream.default": lambda: spyre.SpyreStream.default(None),
+        "SpyreTensor.empty": lambda: spyre.SpyreTensor.empty(None, [4]),
+        "SpyreTensor.from_numpy": lambda: spyre.SpyreTensor.from_numpy(None, np.zeros(4, np.float32)),
+        "spyre.from_dlpack": lambda: spyre.from_dlpack(np.zeros(4, np.float32), None),
+        "Program": lambda: spyre.Program(None),
+        "Orchestrator": lambda: spyre.Orchestrator(None),
+        "Device.default_stream": lambda: spyre.Device.default_stream.fget(None),
+    }
+    for what, call in calls.items():
+        with pytest.raises(spyre.InvalidArgument, match=f"{what}: the device is None"):
+            call()
+    with pytest.raises(spyre.InvalidArgument, match="Worker: the host is None"):
+        spyre.Worker(None, spyre.DistributedConfig())
+    # A method called on None is pybind11's own TypeError (its self must be a Device).
+    with pytest.raises(TypeError):
+        spyre.Device.alloc(None, 64)
+
+
+def test_an_object_of_a_closed_device_says_so_on_the_device_reopened(host):
+    # Reopened, the function is a new Device: the old one's objects used to
+    # read "WrongDevice: ... belongs to X, stream to X", the same X twice.
+    d = host.open("1")
+    plan = spyre.load_kernel(spyre.SpyreStream(d), spyre.KernelBuilder().relu([4]))
+    old = spyre.SpyreTensor.empty(d, [4])
+    d.close()
+    d2 = host.open("1")
+    try:
+        s2 = spyre.SpyreStream(d2)
+        t = spyre.SpyreTensor.empty(d2, [4])
+        with pytest.raises(spyre.InvalidArgument, match=f"plan '.*': device {d2.pci_address} is closed"):
+            spyre.launch_kernel(s2, plan, [t, t])
+        plan2 = spyre.load_kernel(s2, spyre.KernelBuilder().relu([4]))
+        with pytest.raises(spyre.InvalidArgument, match=f"tensor.*device {d2.pci_address} is closed"):
+            spyre.launch_kernel(s2, plan2, [old, t])
+        spyre.launch_kernel(s2, plan2, [t, t])  # the new device's own objects work
+        s2.synchronize()
+    finally:
+        d2.close()
