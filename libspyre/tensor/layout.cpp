@@ -24,6 +24,21 @@ std::string Join(const std::vector<T>& v) {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Every size a layout computes (elements, extent, strides, bytes) stays at
+// most this, so none of them overflows int64 (sizes near 2^63 wrapped to 0
+// and sized buffers that Pack then overran).
+constexpr int64_t kMaxLayoutBytes = int64_t(1) << 62;
+
+// a * b for sizes (both >= 0); InvalidArgument naming what `name()`
+// returns (built only then) past the bound.
+template <typename Name>
+int64_t SizeProduct(int64_t a, int64_t b, const Name& name) {
+    int64_t out = 0;
+    if (__builtin_mul_overflow(a, b, &out) || out > kMaxLayoutBytes)
+        Invalid(name() + " is too large: more than 2^62 elements or bytes");
+    return out;
+}
+
 }  // namespace
 
 size_t ElementSize(DType dtype) noexcept {
@@ -69,6 +84,17 @@ HostLayout::HostLayout(std::vector<int64_t> size, std::vector<int64_t> stride, D
         if (size_[d] < 1) Invalid("host dimension " + std::to_string(d) + " has size " + std::to_string(size_[d]));
         if (stride_[d] < 0) Invalid("host dimension " + std::to_string(d) + " has negative stride " + std::to_string(stride_[d]));
     }
+    // numel(), extent() and their bytes stay in range.
+    const auto what = [this] { return "host layout " + ToString(); };
+    const int64_t element = int64_t(ElementSize(dtype_));
+    int64_t elements = element, last = 0;
+    for (size_t d = 0; d < size_.size(); ++d) {
+        elements = SizeProduct(elements, size_[d], what);
+        const int64_t step = SizeProduct(size_[d] - 1, stride_[d], what);
+        if (__builtin_add_overflow(last, step, &last) || last > kMaxLayoutBytes)
+            Invalid(what() + " is too large: more than 2^62 elements or bytes");
+    }
+    SizeProduct(last + 1, element, what);
 }
 
 HostLayout HostLayout::Contiguous(std::vector<int64_t> size, DType dtype) {
@@ -76,7 +102,7 @@ HostLayout HostLayout::Contiguous(std::vector<int64_t> size, DType dtype) {
     int64_t s = 1;
     for (size_t d = size.size(); d-- > 0;) {
         stride[d] = s;
-        s *= std::max<int64_t>(size[d], 1);
+        s = SizeProduct(s, std::max<int64_t>(size[d], 1), [&] { return "contiguous host layout " + Join(size); });
     }
     return HostLayout(std::move(size), std::move(stride), dtype);
 }
@@ -151,6 +177,9 @@ DeviceLayout::DeviceLayout(const std::vector<int64_t>& host_size, std::vector<in
             Invalid(where(j) + " is synthetic (-1) and must have size 1");
     }
     if (dim_map_.back() == kSynthetic) Invalid(where(n - 1) + " (the stick) must map to a host dimension");
+    // device_elements(), device_bytes() and every tile weight stay in range.
+    int64_t bytes = int64_t(ElementSize(dtype_));
+    for (int j = 0; j < n; ++j) bytes = SizeProduct(bytes, device_size_[j], [this] { return "device layout " + ToString(); });
     if (device_size_.back() != int64_t(StickElements(dtype_)))
         Invalid(where(n - 1) + " (the stick) must hold " + std::to_string(StickElements(dtype_)) + " " +
                 spyre::ToString(dtype_) + " elements, not " + std::to_string(device_size_.back()));

@@ -67,6 +67,23 @@ TEST(HostLayout, RejectsBadLayoutsNamingTheDimension) {
     EXPECT_INVALID(HostLayout::Contiguous({4, 4}, DType::FP16).Offset(std::vector<int64_t>{1, 4}), "host dimension 1");
 }
 
+// Sizes whose element count, extent or bytes pass 2^62: they wrapped
+// (numel() 0, device_bytes() 0) and Pack then overran the buffer sized
+// by them (found by probing from outside).
+TEST(HostLayout, SizesPastTwoToThe62AreRefused) {
+    EXPECT_INVALID(HostLayout::Contiguous({int64_t(1) << 59, 32}, DType::FP32), "is too large");
+    EXPECT_INVALID(HostLayout({int64_t(1) << 62, 4}, {4, 1}, DType::FP32), "is too large");
+    EXPECT_INVALID(HostLayout({2, 2}, {int64_t(1) << 62, int64_t(1) << 62}, DType::FP32), "is too large");
+    EXPECT_INVALID(HostLayout({INT64_MAX}, {1}, DType::INT8), "is too large");
+    EXPECT_INVALID(DeviceLayout({int64_t(1) << 40, int64_t(1) << 40}, {int64_t(1) << 35, int64_t(1) << 40, 32}, {1, 0, 1},
+                                DType::FP32),
+                   "is too large");
+    // The largest that fit still work, and their sizes are right.
+    const HostLayout big = HostLayout::Contiguous({int64_t(1) << 30, 64}, DType::FP32);
+    EXPECT_EQ(big.numel(), int64_t(1) << 36);
+    EXPECT_EQ(DeviceLayout::Default(big).device_bytes(), int64_t(1) << 38);
+}
+
 TEST(DeviceLayout, Seed2dExample) {
     auto d = DeviceLayout::Default(HostLayout::Contiguous({1024, 256}, DType::FP16));
     EXPECT_EQ(d.device_size(), (std::vector<int64_t>{4, 1024, 64}));
