@@ -9,12 +9,18 @@ namespace spyre {
 
 ChipFunction RowBlockMatmulChip(std::string name, int32_t kernel_id, int64_t task_rows, int64_t k, int64_t n) {
     return [=](ChipContext& ctx) {
-        if (ctx.args.size() != 3 || ctx.shapes.at(0).at(0) != task_rows * ctx.block_dim ||
-            ctx.shapes.at(1) != std::vector<int64_t>{k, n})
-            throw Error(ErrorKind::InvalidArgument, name + ": expects (A, B, C) with A of " +
-                                                        std::to_string(task_rows * ctx.block_dim) + " rows (block_dim x " +
-                                                        std::to_string(task_rows) + ") and B [" + std::to_string(k) + "x" +
-                                                        std::to_string(n) + "]");
+        // Whole fp32 tensors of the kernel's shapes: A with other columns or
+        // C of another shape ran, and left part of C unwritten or wrong.
+        const int64_t m = task_rows * ctx.block_dim;
+        const std::vector<std::vector<int64_t>> want = {{m, k}, {k, n}, {m, n}};
+        bool fits = ctx.args.size() == 3 && ctx.shapes.size() == 3 && ctx.bytes.size() == 3;
+        for (size_t i = 0; fits && i < 3; ++i)
+            fits = ctx.shapes[i] == want[i] && ctx.bytes[i] == uint64_t(want[i][0] * want[i][1]) * 4;
+        if (!fits)
+            throw Error(ErrorKind::InvalidArgument, name + ": expects fp32 (A, B, C) of [" + std::to_string(m) + "x" +
+                                                        std::to_string(k) + "] (block_dim x " + std::to_string(task_rows) +
+                                                        " rows), [" + std::to_string(k) + "x" + std::to_string(n) + "] and [" +
+                                                        std::to_string(m) + "x" + std::to_string(n) + "]");
         auto* a = static_cast<char*>(ctx.args[0]);
         auto* c = static_cast<char*>(ctx.args[2]);
         const uint64_t a_bytes = uint64_t(task_rows * k) * 4, c_bytes = uint64_t(task_rows * n) * 4;

@@ -141,6 +141,9 @@ void Orchestrator::WaitAll() { Graph(Live(state_)).WaitAll(); }
 void Orchestrator::WaitAll(const ProgressCallback& progress) { Graph(Live(state_)).WaitAll(progress); }
 
 std::vector<TaskFailure> Orchestrator::Failures() const { return Graph(Live(state_)).Failures(); }
+std::vector<uint64_t> Orchestrator::KernelOperandBytes(int32_t kernel_id) const {
+    return Graph(Live(state_)).OperandBytes(kernel_id);
+}
 
 uint64_t Orchestrator::DeviceAddress(const void* buffer) const { return Graph(Live(state_)).DeviceAddress(buffer); }
 void* Orchestrator::HostAddress(uint64_t device_address, uint64_t size) const {

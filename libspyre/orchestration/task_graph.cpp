@@ -158,6 +158,19 @@ void TaskGraph::RegisterKernel(KernelEntry kernel) {
     kernels_.emplace(id, std::make_unique<KernelEntry>(std::move(kernel)));
 }
 
+std::vector<uint64_t> TaskGraph::OperandBytes(int32_t kernel_id) const {
+    Lock lock(*this);
+    auto it = kernels_.find(kernel_id);
+    if (it == kernels_.end())
+        throw Error(ErrorKind::NotFound, "kernel " + std::to_string(kernel_id) + " is not registered");
+    std::vector<uint64_t> bytes;
+    for (const SlotUse& use : it->second->slot_uses) {
+        if (bytes.size() <= use.slot) bytes.resize(size_t(use.slot) + 1);
+        bytes[use.slot] = std::max(bytes[use.slot], use.bytes);
+    }
+    return bytes;
+}
+
 void TaskGraph::SetExecutor(int32_t worker_type, std::shared_ptr<Executor> executor) {
     std::lock_guard sub(submit_mu_);
     Lock lock(*this);

@@ -83,6 +83,8 @@ public:
 
     // kernel_id -> implementation; a kernel id is registered once.
     void RegisterKernel(KernelEntry kernel);
+    // Orchestrator::KernelOperandBytes.
+    std::vector<uint64_t> OperandBytes(int32_t kernel_id) const;
     // Serves `worker_type` with `executor` from now on (no task may be in flight).
     void SetExecutor(int32_t worker_type, std::shared_ptr<Executor> executor);
 

@@ -250,6 +250,17 @@ PyChipFunction ElementwiseChip(int32_t kernel_id, int32_t worker_type) {
     return {[kernel_id, worker_type](ChipContext& ctx) {
                 if (ctx.args.size() < 2)
                     throw Error(ErrorKind::InvalidArgument, "elementwise chip function: needs inputs and one output");
+                // The kernel computes tensors of its own shapes: a larger
+                // argument would be computed in part (a smaller one the
+                // runtime refuses at submit).
+                const std::vector<uint64_t> operands = ctx.orch.KernelOperandBytes(kernel_id);
+                for (size_t i = 0; i < ctx.args.size() && i < operands.size(); ++i)
+                    if (ctx.bytes[i] > operands[i])
+                        throw Error(ErrorKind::InvalidArgument,
+                                    "elementwise chip function (kernel " + std::to_string(kernel_id) + "): argument " +
+                                        std::to_string(i) + " is " + std::to_string(ctx.bytes[i]) +
+                                        " bytes, the kernel's operand " + std::to_string(i) + " spans " +
+                                        std::to_string(operands[i]) + ": it would compute only part of it");
                 std::vector<TaskParam> p;
                 for (size_t i = 0; i < ctx.args.size(); ++i)
                     p.push_back({i + 1 == ctx.args.size() ? PARAM_OUTPUT : PARAM_INPUT, ctx.args[i], ctx.bytes[i], {}});

@@ -232,6 +232,23 @@ def test_bad_arguments_are_typed(worker):
         worker.run(spyre.HostProgram("x", 1, [S], lambda g, x: g.chip("nope", [spyre.In(x[0])])), [full(1)])
 
 
+def test_an_elementwise_chip_function_refuses_tensors_larger_than_its_kernel(worker):
+    # The 128x128 add on 256x128 tensors ran, and computed only the first
+    # half of the output: the rest stayed 0, and the run said it was done.
+    big = [256, 128]
+
+    def orch(g, x):
+        g.chip("chip_add", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])])
+
+    p = spyre.HostProgram("too_big", 2, [(big, np.float32)], orch)
+    with pytest.raises(spyre.InvalidArgument, match=r"elementwise chip function \(kernel 301\): argument 0 is 131072 "
+                                                    r"bytes, the kernel's operand 0 spans 65536"):
+        worker.run(p, [np.ones(big, np.float32), np.ones(big, np.float32)])
+    # Tensors of the kernel's shape still add.
+    f = worker.run(spyre.HostProgram("fits", 2, [(S, np.float32)], orch), [full(1), full(2)])
+    assert (np.asarray(f) == 3).all()
+
+
 def test_orchestration_function_that_raises_fails_the_run_and_what_it_submitted_runs(worker):
     ran = []
 

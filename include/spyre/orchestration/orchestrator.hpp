@@ -123,6 +123,12 @@ public:
     // since the last WaitAll (called on this thread, done rising to total).
     void WaitAll(const ProgressCallback& progress);
     std::vector<TaskFailure> Failures() const;  // not yet reported by WaitAll
+    // The bytes each argument slot of kernel `kernel_id`'s device program
+    // spans (its operand's extent; 0 for a slot no relocation points at),
+    // to match a call's arguments to the kernel's operands. Empty for a
+    // host kernel or a program without relocations; NotFound for a kernel
+    // not registered.
+    std::vector<uint64_t> KernelOperandBytes(int32_t kernel_id) const;
 
     uint64_t DeviceAddress(const void* buffer) const;
     void* HostAddress(uint64_t device_address, uint64_t size) const;

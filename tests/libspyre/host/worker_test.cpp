@@ -812,6 +812,17 @@ TEST_F(WorkerTest, OutOfRangeDevicesCountsAndShapesAreInvalidArguments) {
     float x = 0;
     EXPECT_SPYRE_ERROR(HostTensor::Wrap(&x, {int64_t(1) << 62}, DType::FP32, nullptr), InvalidArgument, "more elements");
     EXPECT_SPYRE_ERROR(HostTensor::Zeros({int64_t(1) << 58}), OutOfMemory, "cannot allocate");
+    // chip_matmul (64-row tasks, K = N = 128, block_dim 2) on A with other
+    // columns, or into a C of another shape, ran and left C part-written.
+    const std::string matmul = "chip_matmul: expects fp32 (A, B, C) of [128x128]";
+    for (const auto& [a, c] : std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>{
+             {{128, 256}, {128, 128}}, {{128, 128}, {128, 256}}, {{128, 128}, {64, 128}}}) {
+        HostProgram mm{"mm", 2, {{c}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                           g.Chip("chip_matmul", {In(x[0]), In(x[1]), Out(x[2])});
+                       }};
+        EXPECT_SPYRE_ERROR(worker_->Run(mm, {HostTensor::Full(a, 1.0f), HostTensor::Full({128, 128}, 1.0f)}),
+                           InvalidArgument, matmul);
+    }
     // An empty kernel program said "cannot allocate 0 bytes".
     EXPECT_SPYRE_ERROR(worker_->RegisterKernel(7, {}), InvalidArgument, "Worker::RegisterKernel: kernel 7: the program is empty");
     HostProgram huge{"huge", 0, {{{int64_t(1) << 40}}}, [](HostGraph&, std::span<const HostTensor>) {}};

@@ -444,6 +444,10 @@ TEST(OrchestrationQueues, ATasksParametersAreCheckedAgainstItsDeviceProgram) {
     EXPECT_EQ(pto_submit_task(orch.handle(), kImageAdd, WORKER_VECTOR, nullptr, 0), -EINVAL);
     EXPECT_NE(std::string(pto_last_error()).find("takes argument 0, but the task passes 0 parameter(s)"), std::string::npos)
         << pto_last_error();
+    // What a caller can match its arguments against: each slot's operand extent.
+    EXPECT_EQ(orch.KernelOperandBytes(kImageAdd), (std::vector<uint64_t>{1024, 1024, 1024}));
+    EXPECT_EQ(orch.KernelOperandBytes(KERNEL_ADD), (std::vector<uint64_t>{1024, 1024, 1024}));
+    EXPECT_SPYRE_ERROR(orch.KernelOperandBytes(12345), NotFound, "kernel 12345 is not registered");
 }
 
 // A caller that polls a device task's state, and never waits, sees it end.
