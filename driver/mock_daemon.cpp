@@ -22,6 +22,7 @@
 
 #include "spyre/common/log.hpp"
 #include "spyre/error.hpp"
+#include "spyre/mock/spyre_mock.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono;
@@ -232,10 +233,16 @@ MockDaemon MockDaemon::Start(MockOptions options) {
             std::this_thread::sleep_for(milliseconds(2));
             ended = EndedStatus(pid, false);
         }
-        std::string why = ended && *ended != -1 && WIFEXITED(*ended)
-                              ? "exited with code " + std::to_string(WEXITSTATUS(*ended)) + " (see its message above)"
-                              : "did not become ready within " + std::to_string(options.start_timeout.count()) + " ms";
+        const bool exited = ended && *ended != -1 && WIFEXITED(*ended);
+        std::string why = exited ? "exited with code " + std::to_string(WEXITSTATUS(*ended)) + " (see its message above)"
+                                 : "did not become ready within " + std::to_string(options.start_timeout.count()) + " ms";
         d.Stop(milliseconds(1000));
+        // Options it refused are the caller's to fix, not a lost device.
+        if (exited && WEXITSTATUS(*ended) == SPYRE_MOCK_EXIT_USAGE)
+            throw Error(ErrorKind::InvalidArgument,
+                        "spyre-mockdev refused its options (cards " + std::to_string(options.cards) + ", vfs " +
+                            std::to_string(options.vfs) + ", mem '" + options.mem + "'): " + why,
+                        ErrorContext{.device = d.mount_.string()});
         throw Error(ErrorKind::DeviceLost, "spyre-mockdev " + why, ErrorContext{.device = d.mount_.string()});
     }
     return d;

@@ -8,17 +8,19 @@
 #include <string>
 
 #include "log.hpp"
+#include "spyre/mock/spyre_mock.h"
 
 namespace spyre::mockdev {
 
-// Documented in the --help footer; scripts and the driver's spawner rely on them.
+// Documented in the --help footer; the values are the mock transport's
+// (spyre/mock/spyre_mock.h), which scripts and the driver's spawner read.
 enum ExitCode : int {
-    kExitOk = 0,
-    kExitInternal = 1,
-    kExitUsage = 2,
-    kExitMountPoint = 3,
-    kExitShmPrefixInUse = 4,
-    kExitFuseMount = 5,
+    kExitOk = SPYRE_MOCK_EXIT_OK,
+    kExitInternal = SPYRE_MOCK_EXIT_INTERNAL,
+    kExitUsage = SPYRE_MOCK_EXIT_USAGE,
+    kExitMountPoint = SPYRE_MOCK_EXIT_MOUNT_POINT,
+    kExitShmPrefixInUse = SPYRE_MOCK_EXIT_SHM_PREFIX_IN_USE,
+    kExitFuseMount = SPYRE_MOCK_EXIT_FUSE_MOUNT,
 };
 
 struct Options {

@@ -89,6 +89,27 @@ TEST(DeviceEnvironment, NoRootStartsAPrivateMockForTheAppsLifetime) {
     EXPECT_FALSE(std::filesystem::exists(mount));
 }
 
+// Options the daemon refuses (exit code SPYRE_MOCK_EXIT_USAGE) are the
+// caller's mistake: InvalidArgument naming them, not "DeviceLost: exited
+// with code 2"; nothing is left mounted.
+TEST(MockDaemon, OptionsTheDaemonRefusesAreInvalidArguments) {
+    SPYRE_REQUIRE_FUSE();
+    const std::vector<MockOptions> bad = {{.cards = 0}, {.vfs = -1}, {.mem = "garbage"}, {.cards = 1000}};
+    for (const MockOptions& o : bad) {
+        try {
+            MockDaemon::Start(o);
+            ADD_FAILURE() << "started with cards " << o.cards << ", vfs " << o.vfs << ", mem " << o.mem;
+        } catch (const spyre::Error& e) {
+            EXPECT_EQ(e.kind(), spyre::ErrorKind::InvalidArgument) << e.what();
+            EXPECT_NE(std::string(e.what()).find("spyre-mockdev refused its options (cards " + std::to_string(o.cards)),
+                      std::string::npos)
+                << e.what();
+        }
+    }
+    MockDaemon good = MockDaemon::Start({.vfs = 0, .mem = "256M"});  // sane options still start
+    EXPECT_TRUE(spyre::test::IsMounted(good.mount().string()));
+}
+
 // Starting a mock must not write-protect the app's memory: with fork() every
 // private page became copy-on-write, and the first write to each (the
 // destination of a device-to-host copy) took a page fault, 0.02x memcpy for

@@ -33,4 +33,15 @@ SPYRE_STATIC_ASSERT(sizeof(struct spyre_mock_region_shm) == 0x58, "mock region s
 #define SPYRE_MOCK_IOCTL_TYPE       'S'
 #define SPYRE_MOCK_IOC_REGION_SHM   _IOWR(SPYRE_MOCK_IOCTL_TYPE, 1, struct spyre_mock_region_shm)
 
+/* spyre-mockdev's exit codes (its --help lists them): scripts and the
+ * driver's spawner read them. */
+enum spyre_mock_exit {
+    SPYRE_MOCK_EXIT_OK = 0,                /* stopped cleanly, or the daemon is up */
+    SPYRE_MOCK_EXIT_INTERNAL = 1,
+    SPYRE_MOCK_EXIT_USAGE = 2,             /* bad options: --cards, --vfs, --mem, ... */
+    SPYRE_MOCK_EXIT_MOUNT_POINT = 3,
+    SPYRE_MOCK_EXIT_SHM_PREFIX_IN_USE = 4,
+    SPYRE_MOCK_EXIT_FUSE_MOUNT = 5,
+};
+
 #endif /* SPYRE_MOCK_SPYRE_MOCK_H */
