@@ -140,6 +140,26 @@ check(len(arrows) == len(want) and all(a[0] == b[0] and a[2] == b[2] and abs(a[1
                                        for a, b in zip(arrows, want)), f"arrows {arrows}")
 check(data["colours"] == {"device": "#e15759", "host-level": "#76b7b2"}, f"colours {data['colours']}")
 
+# Malformed events: a clean "not a readable trace" and exit status 1 from
+# every command (summary and render printed a Python traceback).
+bad_events = [
+    ([5, None, "x"], "event 0 is a int, not an object"),
+    ([{"ph": "X", "name": "a", "ts": "x", "dur": 1, "pid": 1, "tid": 1}], "event 0 (X) has a ts that is not a number"),
+    ([{"ph": "X", "name": "a", "ts": 1, "dur": -5, "pid": 1, "tid": 1}], "event 0 has a dur that is not a number >= 0"),
+    ([{"ph": "X", "name": "a", "ts": 1, "pid": 1}], "event 0 (X) has no usable tid"),
+    ([{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": 3}}],
+     "event 0 (thread_name) has no args.name string"),
+]
+with tempfile.TemporaryDirectory() as d:
+    for i, (events, want) in enumerate(bad_events):
+        path = os.path.join(d, f"bad{i}.json")
+        with open(path, "w") as f:
+            json.dump({"traceEvents": events}, f)
+        for cmd in (["summary", path], ["render", path, "-o", os.path.join(d, "out.html")]):
+            r = subprocess.run([tool] + cmd, capture_output=True, text=True, timeout=60)
+            check(r.returncode == 1 and "not a readable trace: " + want in r.stderr and "Traceback" not in r.stderr,
+                  f"{cmd[0]} of {events}: exit {r.returncode}, {r.stderr.strip()}")
+
 if failures:
     sys.exit(1)
 print("spyre-trace DAG summary: all checks passed")
