@@ -34,6 +34,12 @@ inline std::function<void()> PythonCallback(py::function fn, const char* where) 
 // progress(what, done, total, unit) from a Python callable (None: no progress).
 inline ProgressCallback PythonProgress(const py::object& fn, const char* where) {
     if (fn.is_none()) return {};
+    // Checked now: a non-callable failed only at its first call, as the
+    // stream's sticky error raised by a later, unrelated call.
+    if (!PyCallable_Check(fn.ptr()))
+        throw Error(ErrorKind::InvalidArgument, std::string(where) + " is a " +
+                                                    std::string(py::str(py::type::handle_of(fn).attr("__name__"))) +
+                                                    ", not a callable");
     std::shared_ptr<const void> keep = KeepAlive(fn);
     PyObject* raw = fn.ptr();
     return [keep, raw, where](const ProgressInfo& p) {

@@ -167,6 +167,11 @@ void BindErrors(py::module_& m) {
             Raise(e);
         } catch (const py::error_already_set&) {
             throw;
+        } catch (const py::cast_error& e) {
+            // A value inside an argument (a list's item, a tuple's field)
+            // that does not convert: the caller's, like the argument checks.
+            Raise(Error(ErrorKind::InvalidArgument,
+                        std::string("a value of the wrong type or out of range in the arguments: ") + e.what()));
         } catch (const py::builtin_exception&) {
             throw;
         } catch (const std::bad_alloc&) {

@@ -211,15 +211,19 @@ py::array DeviceView(void* data, uint64_t bytes, py::handle dtype, py::object sh
     if (shape.is_none()) {
         dims.push_back(py::ssize_t(bytes / item));
     } else {
-        uint64_t n = 1;
+        uint64_t n = item;
+        bool too_large = false;
         for (py::handle d : py::iterable(shape)) {
             dims.push_back(d.cast<py::ssize_t>());
-            n *= uint64_t(dims.back());
+            if (dims.back() < 0)
+                throw Error(ErrorKind::InvalidArgument, what + ": shape dimension " + std::to_string(dims.size() - 1) +
+                                                            " is " + std::to_string(dims.back()));
+            too_large |= __builtin_mul_overflow(n, uint64_t(dims.back()), &n);
         }
-        if (n * item > bytes)
-            throw Error(ErrorKind::InvalidArgument, what + ": shape of " + std::to_string(n * item) +
-                                                        " bytes is larger than the buffer (" + std::to_string(bytes) +
-                                                        " bytes)");
+        if (too_large || n > bytes)
+            throw Error(ErrorKind::InvalidArgument,
+                        what + ": the shape spans " + (too_large ? std::string("more than 2^64") : std::to_string(n)) +
+                            " bytes, more than the buffer (" + std::to_string(bytes) + " bytes)");
     }
     return py::array(dt, dims, {}, data, base);
 }

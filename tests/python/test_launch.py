@@ -50,6 +50,11 @@ def test_matmul_exact_and_tiled(dev, ss, rng, matmul_plan):
     ss.synchronize()
     np.testing.assert_allclose(tc.to_numpy(), a @ b, rtol=1e-4, atol=1e-3)
     assert tiles and tiles[-1][1] == tiles[-1][2] == 4 * 3 * 3 and tiles[-1][3] == "tiles"
+    # A progress that is not callable is refused at once (it was accepted,
+    # and the stream's next, unrelated call raised TaskFailed).
+    with pytest.raises(spyre.InvalidArgument, match="launch_tiled progress is a int, not a callable"):
+        ss.launch_tiled(matmul_plan.operations[0], [ta, tb, tc], progress=5)
+    ss.synchronize()
     tc2 = spyre.SpyreTensor.empty(dev, [200, 150])
     spyre.launch_kernel(ss, matmul_plan, [ta, tb, tc2])  # routes to LaunchTiled
     ss.synchronize()

@@ -185,6 +185,21 @@ def test_bad_parameters_are_typed_errors(orch):
         with orch.scope():
             orch.submit(ADD, spyre.WORKER_VECTOR, [("in", np.zeros(N, np.float32)), ("out", None, NB)])
     orch.wait_all()
+    # Values inside the arguments that do not convert were pybind11's
+    # RuntimeError; negative shapes read as 2^64 - 4 bytes.
+    wrong = "a value of the wrong type or out of range in the arguments"
+    with pytest.raises(spyre.InvalidArgument, match=wrong):
+        orch.submit(ADD, spyre.WORKER_VECTOR, [("in", A, -1)])
+    with pytest.raises(spyre.InvalidArgument, match=wrong):
+        orch.device_address(-1)
+    with pytest.raises(spyre.InvalidArgument, match=wrong):
+        spyre.HostProgram("g", 1, [5], lambda g, x: None)
+    with pytest.raises(spyre.InvalidArgument, match="shape dimension 0 is -1"):
+        orch.alloc(1024, np.float32, [-1])
+    with pytest.raises(spyre.InvalidArgument, match="more than 2\\^64 bytes"):
+        orch.alloc(1024, np.float32, [2**62, 2**62])
+    with pytest.raises(spyre.InvalidArgument, match="the shape spans 4000 bytes, more than the buffer \\(1024 bytes\\)"):
+        orch.alloc(1024, np.float32, [1000])
 
 
 def test_views_outlive_nothing_after_close(dev):
