@@ -87,9 +87,9 @@ HostLayout::HostLayout(std::vector<int64_t> size, std::vector<int64_t> stride, D
     // numel(), extent() and their bytes stay in range.
     const auto what = [this] { return "host layout " + ToString(); };
     const int64_t element = int64_t(ElementSize(dtype_));
-    int64_t elements = element, last = 0;
+    int64_t bytes = element, last = 0;  // numel() x element, and extent() - 1
     for (size_t d = 0; d < size_.size(); ++d) {
-        elements = SizeProduct(elements, size_[d], what);
+        bytes = SizeProduct(bytes, size_[d], what);
         const int64_t step = SizeProduct(size_[d] - 1, stride_[d], what);
         if (__builtin_add_overflow(last, step, &last) || last > kMaxLayoutBytes)
             Invalid(what() + " is too large: more than 2^62 elements or bytes");

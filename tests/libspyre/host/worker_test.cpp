@@ -812,6 +812,9 @@ TEST_F(WorkerTest, OutOfRangeDevicesCountsAndShapesAreInvalidArguments) {
     float x = 0;
     EXPECT_SPYRE_ERROR(HostTensor::Wrap(&x, {int64_t(1) << 62}, DType::FP32, nullptr), InvalidArgument, "more elements");
     EXPECT_SPYRE_ERROR(HostTensor::Zeros({int64_t(1) << 58}), OutOfMemory, "cannot allocate");
+    // Past RAM and swap it is refused before it is asked for: overcommit
+    // would grant it, and zeroing it would bring the OOM killer.
+    EXPECT_SPYRE_ERROR(HostTensor::Zeros({int64_t(1) << 46}), OutOfMemory, "bytes of RAM and swap");
     // chip_matmul (64-row tasks, K = N = 128, block_dim 2) on A with other
     // columns, or into a C of another shape, ran and left C part-written.
     const std::string matmul = "chip_matmul: expects fp32 (A, B, C) of [128x128]";
