@@ -16,14 +16,19 @@
 // Example 2 (examples/pto/matmul_orch.c, the seed's 128^3 tiles) at 512^3 and 1024^3
 // beside one task of the whole matmul and the host BLAS (cblas_sgemm with
 // its default threads), timed in turns (BM_Example2), the result checked
-// exactly against the BLAS.
+// exactly against the BLAS; and beside the same tile GEMMs and copies on
+// one host thread per CPU with no runtime and no device (what tiling alone
+// costs against the BLAS: the tiled path's ceiling on these CPUs).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <random>
 #include <deque>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "bench_main.hpp"
@@ -257,6 +262,34 @@ struct Example2 {
         }
         orch.WaitAll();
     }
+    // The tiled run's work on the host: each output tile's K GEMMs into a
+    // dense tile, then its copy into C, tiles handed out in the
+    // orchestration's order to one thread per CPU (single-threaded BLAS
+    // calls, as the card's cores make). The extra threads start per run
+    // (tens of us of a run of ms): idle ones would take CPU from the
+    // device runs timed between.
+    void HostTiles() {
+        const int64_t tiles_n = n / TILE_N, tiles = (n / TILE_M) * tiles_n;
+        std::atomic<int64_t> next{0};
+        auto work = [&] {
+            std::vector<float> tile(size_t(TILE_M * TILE_N));
+            for (int64_t q; (q = next.fetch_add(1)) < tiles;) {
+                const int64_t i = q / tiles_n * TILE_M, j = q % tiles_n * TILE_N;
+                for (int64_t k = 0; k < n; k += TILE_K)
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, TILE_M, TILE_N, TILE_K, 1.0f, a + i * n + k,
+                                int(n), b + k * n + j, int(n), k == 0 ? 0.0f : 1.0f, tile.data(), TILE_N);
+                for (int64_t r = 0; r < TILE_M; ++r)
+                    std::memcpy(c + (i + r) * n + j, tile.data() + r * TILE_N, TILE_N * 4);
+            }
+        };
+        const int blas_threads = openblas_get_num_threads();
+        openblas_set_num_threads(1);
+        std::vector<std::thread> others;
+        for (unsigned t = 1; t < std::max(1u, std::thread::hardware_concurrency()); ++t) others.emplace_back(work);
+        work();
+        for (auto& t : others) t.join();
+        openblas_set_num_threads(blas_threads);
+    }
     bool Exact() const { return std::memcmp(c, want.data(), want.size() * 4) == 0; }
 
     static constexpr int32_t kWhole = 100;
@@ -303,12 +336,13 @@ double MedianOf(std::vector<double>& v) {
 // it. Every run is checked.
 void BM_Example2(benchmark::State& state) {
     Example2& e = Example2Of(state.range(0));
-    enum Kind { kBlas, kWhole, kTiled, kKinds };
+    enum Kind { kBlas, kWhole, kTiled, kHostTiles, kKinds };
     auto run_one = [&](int kind) {
         std::memset(e.c, 0xff, e.want.size() * 4);  // a NaN pattern: nothing left over passes the check
         const auto t0 = std::chrono::steady_clock::now();
         if (kind == kBlas) e.Blas(e.c);
         else if (kind == kWhole) e.Whole();
+        else if (kind == kHostTiles) e.HostTiles();
         else e.Tiled();
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (!e.Exact()) state.SkipWithError("the result differs from cblas_sgemm's");
@@ -336,6 +370,7 @@ void BM_Example2(benchmark::State& state) {
     spinning.erase(spinning.begin());  // the call that started the workers
     SetHostBlasWorkersSpin(false);
     const double tiled = MedianOf(ms[kTiled]), blas = MedianOf(ms[kBlas]), whole = MedianOf(ms[kWhole]);
+    const double host_tiles = MedianOf(ms[kHostTiles]);
     const double tiled_first = MedianOf(first_ms[kTiled]), blas_first = MedianOf(first_ms[kBlas]);
     const double blas_spinning = MedianOf(spinning);
     state.counters["ms"] = tiled;
@@ -349,6 +384,9 @@ void BM_Example2(benchmark::State& state) {
     state.counters["x_whole_task"] = whole / tiled;
     state.counters["x_host_blas_spinning"] = blas_spinning / tiled;
     state.counters["x_host_blas_first"] = blas_first / tiled_first;
+    state.counters["host_tiles_ms"] = host_tiles;
+    state.counters["x_host_tiles"] = host_tiles / tiled;
+    state.counters["host_tiles_x_host_blas"] = blas / host_tiles;
     state.counters["tasks"] = double((e.n / TILE_M) * (e.n / TILE_N) * (e.n / TILE_K + 1));
     state.SetLabel("medians; the baselines ran in the same iterations, in turn (see the code)");
 }
