@@ -7,6 +7,7 @@
 #include "spyre/trace/trace.hpp"
 #include "stream/scheduler_core.hpp"
 #include "stream/stream_wait.hpp"
+#include "moved_from.hpp"
 
 namespace spyre {
 
@@ -112,11 +113,7 @@ Device Device::OpenIn(std::shared_ptr<const driver::DeviceEnvironment> environme
 }
 
 namespace {
-// A moved-from Device has no core: its calls are InvalidArgument.
-DeviceCore& Live(const std::shared_ptr<DeviceCore>& core) {
-    if (!core) throw Error(ErrorKind::InvalidArgument, "Device: moved from (its function went with the move)");
-    return *core;
-}
+DeviceCore& Live(const std::shared_ptr<DeviceCore>& core) { return detail::LiveState(core, "Device"); }
 }  // namespace
 
 SpyreAllocator& Device::allocator() { return *Live(core_).allocator; }
@@ -137,7 +134,7 @@ const std::shared_ptr<DeviceCore>& DeviceInternals::Core(const Device& device) {
     return device.core_;
 }
 const std::shared_ptr<DeviceCore>& DeviceInternals::Core(const FlexStream& stream) {
-    if (!stream.core_) throw Error(ErrorKind::InvalidArgument, "FlexStream: moved from (its state went with the move)");
+    detail::LiveState(stream.core_, "FlexStream");
     return stream.core_;
 }
 driver::Function& DeviceInternals::Function(const Device& device) { return *Live(device.core_).function; }

@@ -9,6 +9,7 @@
 
 #include "device/device_core.hpp"
 #include "device/device_internals.hpp"
+#include "moved_from.hpp"
 
 namespace spyre {
 
@@ -77,18 +78,11 @@ Host Host::Open(HostOptions options) {
     return Host(std::make_shared<LocalHostBackend>(std::make_shared<const driver::DeviceEnvironment>(std::move(env))));
 }
 
-namespace {
-// A moved-from Host has no state: its calls are InvalidArgument.
-template <typename State>
-State& Live(const std::shared_ptr<State>& state) {
-    if (!state) throw Error(ErrorKind::InvalidArgument, "Host: moved from (its functions went with the move)");
-    return *state;
+const std::vector<FunctionDescription>& Host::functions() const {
+    return detail::LiveState(state_, "Host").backend->Functions();
 }
-}  // namespace
 
-const std::vector<FunctionDescription>& Host::functions() const { return Live(state_).backend->Functions(); }
-
-std::string Host::Describe() const { return Live(state_).backend->Describe(); }
+std::string Host::Describe() const { return detail::LiveState(state_, "Host").backend->Describe(); }
 
 std::vector<CardDescription> Host::cards() const {
     std::map<uint16_t, std::vector<const FunctionDescription*>> by_card;

@@ -14,6 +14,7 @@
 #include "spyre/device/host.hpp"
 #include "spyre/trace/trace.hpp"
 #include "spyre/uapi/spyre_regs.h"
+#include "moved_from.hpp"
 
 namespace spyre {
 
@@ -170,12 +171,7 @@ Worker::Worker(std::vector<std::unique_ptr<ChipExecutor>> executors, Distributed
 }
 
 namespace {
-// The Worker's state, or InvalidArgument naming the call on a moved-from
-// Worker (its state went with the move).
-Worker::Impl& Live(const std::unique_ptr<Worker::Impl>& impl, const char* call) {
-    if (!impl) throw Error(ErrorKind::InvalidArgument, std::string("Worker::") + call + ": the Worker was moved from");
-    return *impl;
-}
+Worker::Impl& Live(const std::unique_ptr<Worker::Impl>& impl, const char* call) { return detail::LiveState(impl, call); }
 }  // namespace
 
 Worker::Worker(Worker&&) noexcept = default;
@@ -183,7 +179,7 @@ Worker& Worker::operator=(Worker&&) noexcept = default;
 Worker::~Worker() = default;
 
 void Worker::RegisterKernel(int32_t kernel_id, const std::vector<uint8_t>& program) {
-    host::Dispatcher& dispatcher = *Live(impl_, "RegisterKernel").dispatcher;
+    host::Dispatcher& dispatcher = *Live(impl_, "Worker::RegisterKernel").dispatcher;
     if (program.empty())
         throw Error(ErrorKind::InvalidArgument, "Worker::RegisterKernel: kernel " + std::to_string(kernel_id) +
                                                     ": the program is empty");
@@ -192,23 +188,23 @@ void Worker::RegisterKernel(int32_t kernel_id, const std::vector<uint8_t>& progr
 
 void Worker::RegisterChipFunction(const std::string& name, ChipFunction fn) {
     if (!fn) throw Error(ErrorKind::InvalidArgument, "chip function '" + name + "': empty function");
-    Live(impl_, "RegisterChipFunction").registry->Add(name, {std::move(fn), nullptr});
+    Live(impl_, "Worker::RegisterChipFunction").registry->Add(name, {std::move(fn), nullptr});
 }
 
 void Worker::RegisterChipFunction(const std::string& name, pto_orchestration_fn fn) {
     if (!fn) throw Error(ErrorKind::InvalidArgument, "chip function '" + name + "': null function");
-    Live(impl_, "RegisterChipFunction").registry->Add(name, {{}, fn});
+    Live(impl_, "Worker::RegisterChipFunction").registry->Add(name, {{}, fn});
 }
 
 void Worker::RegisterChipPlan(const std::string& name, const CompilerOutput& plan) {
-    Impl& impl = Live(impl_, "RegisterChipPlan");
+    Impl& impl = Live(impl_, "Worker::RegisterChipPlan");
     impl.registry->Add(name, {{}, nullptr, true});
     for (size_t d = 0; d < impl.dispatcher->device_count(); ++d) impl.dispatcher->executor(d).LoadPlan(name, plan);
 }
 
 void Worker::RegisterSubWorker(const std::string& name, SubWorkerFn fn) {
     if (name.empty() || !fn) throw Error(ErrorKind::InvalidArgument, "SubWorker: empty name or function");
-    Impl& impl = Live(impl_, "RegisterSubWorker");
+    Impl& impl = Live(impl_, "Worker::RegisterSubWorker");
     std::lock_guard lock(impl.sub_mu);
     if (!impl.sub_workers.emplace(name, std::move(fn)).second)
         throw Error(ErrorKind::InvalidArgument, "SubWorker '" + name + "' is already registered");
@@ -222,7 +218,7 @@ std::vector<HostTensor> Worker::Run(const HostProgram& program, std::vector<Host
 
 RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> args) {
     SPYRE_TRACE_SCOPE("host_submit");
-    Impl& impl = Live(impl_, "Submit");
+    Impl& impl = Live(impl_, "Worker::Submit");
     const std::string what = "host program '" + program.name + "'";
     if (!program.fn) throw Error(ErrorKind::InvalidArgument, what + ": no orchestration function");
     // Checked before the sum: a count near SIZE_MAX would wrap it.
@@ -274,11 +270,11 @@ RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> arg
     return RunHandle(std::make_shared<RunHandle::State>(RunHandle::State{impl.dispatcher, std::move(run)}));
 }
 
-size_t Worker::device_count() const { return Live(impl_, "device_count").dispatcher->device_count(); }
+size_t Worker::device_count() const { return Live(impl_, "Worker::device_count").dispatcher->device_count(); }
 namespace {
 // One of the Worker's devices, or InvalidArgument naming the call.
 host::Dispatcher& CheckedDevice(const std::unique_ptr<Worker::Impl>& impl, size_t index, const char* call) {
-    host::Dispatcher& d = *Live(impl, call).dispatcher;
+    host::Dispatcher& d = *Live(impl, (std::string("Worker::") + call).c_str()).dispatcher;
     if (index >= d.device_count())
         throw Error(ErrorKind::InvalidArgument, std::string("Worker::") + call + ": device " + std::to_string(index) +
                                                     ", but the Worker has " + std::to_string(d.device_count()) +
@@ -292,7 +288,7 @@ std::string Worker::DescribeDevice(size_t index) const {
 }
 unsigned Worker::ChipTasksAtOnce(size_t index) const { return CheckedDevice(impl_, index, "ChipTasksAtOnce").room(index); }
 Worker::DeviceStats Worker::Stats(size_t device) const { return CheckedDevice(impl_, device, "Stats").Stats(device); }
-Worker::Held Worker::HeldNow() const { return Live(impl_, "HeldNow").dispatcher->HeldNow(); }
-const DistributedConfig& Worker::config() const { return Live(impl_, "config").config; }
+Worker::Held Worker::HeldNow() const { return Live(impl_, "Worker::HeldNow").dispatcher->HeldNow(); }
+const DistributedConfig& Worker::config() const { return Live(impl_, "Worker::config").config; }
 
 }  // namespace spyre

@@ -3,6 +3,7 @@
 #include "orchestration/handle_table.hpp"
 #include "orchestration/runtime_handle.hpp"
 #include "spyre/orchestration/orchestrator.hpp"
+#include "moved_from.hpp"
 
 namespace spyre {
 
@@ -14,13 +15,13 @@ namespace {
 
 orchestration::TaskGraph& Graph(RuntimeState& state) { return *state.graph; }
 
-// Runs a call that changes the runtime's work; a failure inside pto_run's
-// orchestration function is noted for the run to report (as the C calls
-// are), under the seed's name of the call.
+// Runs a call that changes the runtime's work (f of its task graph); a
+// failure inside pto_run's orchestration function is noted for the run to
+// report (as the C calls are), under the seed's name of the call.
 template <typename F>
 decltype(auto) Changing(RuntimeState& state, const char* call, F&& f) {
     try {
-        return f();
+        return f(Graph(state));
     } catch (const Error& e) {
         orchestration::NoteFailedCall(state, e, call);
         throw;
@@ -33,12 +34,9 @@ RuntimeState* Registered(std::unique_ptr<RuntimeState> state) {
     return state.release();
 }
 
-// The runtime, or InvalidArgument on a moved-from Orchestrator (its
-// runtime went with the move).
 template <typename Owner>
 RuntimeState& Live(const Owner& state) {
-    if (!state) throw Error(ErrorKind::InvalidArgument, "Orchestrator: moved from (its runtime went with the move)");
-    return *state;
+    return detail::LiveState(state, "Orchestrator");
 }
 
 }  // namespace
@@ -93,14 +91,14 @@ void Orchestrator::ConfineTasksTo(std::vector<std::pair<const void*, uint64_t>> 
 void Orchestrator::Unconfine() { Graph(Live(state_)).ConfineTasksTo(std::nullopt); }
 
 void* Orchestrator::Alloc(size_t size) {
-    return Changing(Live(state_), "pto_alloc", [&] { return Graph(Live(state_)).Alloc(size); });
+    return Changing(Live(state_), "pto_alloc", [&](orchestration::TaskGraph& g) { return g.Alloc(size); });
 }
 void Orchestrator::Free(void* buffer) {
-    Changing(Live(state_), "pto_free", [&] { Graph(Live(state_)).Free(buffer); });
+    Changing(Live(state_), "pto_free", [&](orchestration::TaskGraph& g) { g.Free(buffer); });
 }
 
 Orchestrator::Scope Orchestrator::BeginScope() {
-    Changing(Live(state_), "pto_scope_begin", [&] { Graph(Live(state_)).ScopeBegin(); });
+    Changing(Live(state_), "pto_scope_begin", [&](orchestration::TaskGraph& g) { g.ScopeBegin(); });
     return Scope(this);
 }
 
@@ -117,21 +115,22 @@ void Orchestrator::Scope::End() {
     if (!orch_) throw Error(ErrorKind::InvalidArgument, "scope ended already");
     Orchestrator* o = orch_;
     orch_ = nullptr;
-    Changing(Live(o->state_), "pto_scope_end", [&] { Graph(Live(o->state_)).ScopeEnd(); });
+    Changing(Live(o->state_), "pto_scope_end", [&](orchestration::TaskGraph& g) { g.ScopeEnd(); });
 }
 
 int32_t Orchestrator::Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params) {
-    return Changing(Live(state_), "pto_submit_task", [&] { return Graph(Live(state_)).Submit(kernel_id, worker_type, params); });
+    return Changing(Live(state_), "pto_submit_task",
+                    [&](orchestration::TaskGraph& g) { return g.Submit(kernel_id, worker_type, params); });
 }
 
 void Orchestrator::Complete(int32_t task_id) {
-    Changing(Live(state_), "pto_task_complete", [&] { Graph(Live(state_)).Complete(task_id, 0); });
+    Changing(Live(state_), "pto_task_complete", [&](orchestration::TaskGraph& g) { g.Complete(task_id, 0); });
 }
 
 void Orchestrator::Fail(int32_t task_id, uint32_t error_code) {
-    Changing(Live(state_), "pto_task_fail", [&] {
+    Changing(Live(state_), "pto_task_fail", [&](orchestration::TaskGraph& g) {
         if (error_code == 0) throw Error(ErrorKind::InvalidArgument, "a failed task needs a non-zero error code");
-        Graph(Live(state_)).Complete(task_id, error_code);
+        g.Complete(task_id, error_code);
     });
 }
 

@@ -9,6 +9,7 @@
 #include "spyre/uapi/spyre_program.h"
 #include "stream/control_blocks.hpp"
 #include "stream/scheduler_core.hpp"
+#include "moved_from.hpp"
 
 namespace spyre {
 
@@ -24,14 +25,7 @@ const char* ToString(StreamStatus status) noexcept {
     return "?";
 }
 
-namespace {
-// A moved-from stream or event has no state: its calls are InvalidArgument.
-template <typename State>
-State& Live(State* state, const char* what) {
-    if (!state) throw Error(ErrorKind::InvalidArgument, std::string(what) + ": moved from (its state went with the move)");
-    return *state;
-}
-}  // namespace
+using detail::LiveState;
 
 FlexStream::FlexStream(std::shared_ptr<DeviceCore> core, StreamState* state) : core_(std::move(core)), state_(state) {}
 
@@ -70,19 +64,19 @@ uint64_t FlexStream::completed() const noexcept {
     return state_->completed.load(std::memory_order_acquire);
 }
 
-void FlexStream::Enqueue(QueuedOp&& op) { core_->sched->Queue(Live(state_, "FlexStream"), std::span(&op, 1)); }
+void FlexStream::Enqueue(QueuedOp&& op) { core_->sched->Queue(LiveState(state_, "FlexStream"), std::span(&op, 1)); }
 
 void FlexStream::EnqueueGroup(std::span<ControlBlock> group) {
     SPYRE_TRACE_SCOPE("FlexStream::EnqueueGroup");
     std::vector<QueuedOp> ops;
     ops.reserve(group.size());
     for (ControlBlock& cb : group) ops.push_back(QueuedOp::From(std::move(cb)));
-    core_->sched->Queue(Live(state_, "FlexStream::EnqueueGroup"), ops);
+    core_->sched->Queue(LiveState(state_, "FlexStream::EnqueueGroup"), ops);
 }
 
 void FlexStream::CopyToDevice(const void* host_address, const DeviceHandle& device_handle, uint64_t size) {
     SPYRE_TRACE_SCOPE("FlexStream::CopyToDevice");
-    Live(state_, "FlexStream::CopyToDevice");
+    LiveState(state_, "FlexStream::CopyToDevice");
     if (!host_address)
         throw Error(ErrorKind::InvalidArgument, "CopyToDevice from a null host address",
                     ErrorContext{.stream = state_->index});
@@ -91,7 +85,7 @@ void FlexStream::CopyToDevice(const void* host_address, const DeviceHandle& devi
 
 void FlexStream::CopyFromDevice(void* host_address, const DeviceHandle& device_handle, uint64_t size) {
     SPYRE_TRACE_SCOPE("FlexStream::CopyFromDevice");
-    Live(state_, "FlexStream::CopyFromDevice");
+    LiveState(state_, "FlexStream::CopyFromDevice");
     if (!host_address)
         throw Error(ErrorKind::InvalidArgument, "CopyFromDevice to a null host address",
                     ErrorContext{.stream = state_->index});
@@ -100,13 +94,13 @@ void FlexStream::CopyFromDevice(void* host_address, const DeviceHandle& device_h
 
 void FlexStream::Launch(const DeviceHandle& device_handle) {
     SPYRE_TRACE_SCOPE("FlexStream::Launch");
-    Live(state_, "FlexStream::Launch");
+    LiveState(state_, "FlexStream::Launch");
     Enqueue(QueuedOp::From(detail::Launch(*core_, device_handle, 0)));
 }
 
 void FlexStream::Launch(const DeviceHandle& device_handle, uint64_t program_size) {
     SPYRE_TRACE_SCOPE("FlexStream::Launch");
-    Live(state_, "FlexStream::Launch");
+    LiveState(state_, "FlexStream::Launch");
     if (program_size < sizeof(spyre_program_header) || program_size > SPYRE_PROGRAM_MAX_SIZE)
         throw Error(ErrorKind::InvalidArgument,
                     "Launch of a " + std::to_string(program_size) + "-byte program: programs are " +
@@ -118,7 +112,7 @@ void FlexStream::Launch(const DeviceHandle& device_handle, uint64_t program_size
 
 void FlexStream::AddCallback(std::function<void()> callback) {
     SPYRE_TRACE_SCOPE("FlexStream::AddCallback");
-    Live(state_, "FlexStream::AddCallback");
+    LiveState(state_, "FlexStream::AddCallback");
     if (!callback)
         throw Error(ErrorKind::InvalidArgument, "AddCallback with an empty callback", ErrorContext{.stream = state_->index});
     QueuedOp op;
@@ -129,8 +123,8 @@ void FlexStream::AddCallback(std::function<void()> callback) {
 
 void FlexStream::Wait(const Event& event) {
     SPYRE_TRACE_SCOPE("FlexStream::Wait");
-    Live(state_, "FlexStream::Wait");
-    EventState& ev = Live(event.state_.get(), "FlexStream::Wait: event");
+    LiveState(state_, "FlexStream::Wait");
+    EventState& ev = LiveState(event.state_, "FlexStream::Wait: event");
     CheckSameDevice(ev.core->id(), core_->id(), "FlexStream::Wait: event", "stream");
     const uint64_t target = ev.recorded.load(std::memory_order_acquire);
     if (target == 0) return;  // never recorded: nothing to wait for (CUDA does the same)
@@ -143,7 +137,7 @@ void FlexStream::Wait(const Event& event) {
 
 void FlexStream::Synchronize() {
     SPYRE_TRACE_SCOPE("FlexStream::Synchronize");
-    Live(state_, "FlexStream::Synchronize");
+    LiveState(state_, "FlexStream::Synchronize");
     core_->WaitUntil(state_->completed, state_->enqueued_count.load(std::memory_order_acquire), state_->done);
     if (!state_->faulted.load(std::memory_order_acquire)) return;  // set with the fault, under mu
     std::lock_guard lock(state_->mu);
@@ -151,7 +145,7 @@ void FlexStream::Synchronize() {
 }
 
 StreamStatus FlexStream::Query() const {
-    Live(state_, "FlexStream::Query");
+    LiveState(state_, "FlexStream::Query");
     core_->sched->Poke();
     if (state_->faulted.load(std::memory_order_acquire)) return StreamStatus::Faulted;
     return state_->completed.load(std::memory_order_acquire) >= state_->enqueued_count.load(std::memory_order_acquire)
@@ -160,12 +154,12 @@ StreamStatus FlexStream::Query() const {
 }
 
 std::optional<Error> FlexStream::LastError() const {
-    std::lock_guard lock(Live(state_, "FlexStream::LastError").mu);
+    std::lock_guard lock(LiveState(state_, "FlexStream::LastError").mu);
     return state_->fault;
 }
 
 void FlexStream::Reset() {
-    Live(state_, "FlexStream::Reset");
+    LiveState(state_, "FlexStream::Reset");
     core_->WaitUntil(state_->completed, state_->enqueued_count.load(std::memory_order_acquire), state_->done);
     std::lock_guard lock(state_->mu);
     state_->fault.reset();
@@ -183,8 +177,8 @@ Event::~Event() = default;
 
 void Event::Record(FlexStream& stream) {
     SPYRE_TRACE_SCOPE("Event::Record");
-    Live(state_.get(), "Event::Record");
-    Live(stream.state_, "Event::Record: stream");
+    LiveState(state_, "Event::Record");
+    LiveState(stream.state_, "Event::Record: stream");
     CheckSameDevice(state_->core->id(), stream.core_->id(), "Event::Record: event", "stream");
     detail::RecordEvent(*state_, [&](uint64_t seq) {
         QueuedOp op;
@@ -195,16 +189,16 @@ void Event::Record(FlexStream& stream) {
     });
 }
 
-const DeviceId& Event::device() const { return Live(state_.get(), "Event::device").core->id(); }
+const DeviceId& Event::device() const { return LiveState(state_, "Event::device").core->id(); }
 
 bool Event::Query() const {
-    Live(state_.get(), "Event::Query").core->sched->Poke();
+    LiveState(state_, "Event::Query").core->sched->Poke();
     return state_->completed.load(std::memory_order_acquire) >= state_->recorded.load(std::memory_order_acquire);
 }
 
 void Event::Synchronize() const {
     SPYRE_TRACE_SCOPE("Event::Synchronize");
-    Live(state_.get(), "Event::Synchronize");
+    LiveState(state_, "Event::Synchronize");
     state_->core->WaitUntil(state_->completed, state_->recorded.load(std::memory_order_acquire), state_->done);
     std::lock_guard lock(state_->mu);
     if (state_->error) throw *state_->error;
@@ -212,7 +206,7 @@ void Event::Synchronize() const {
 
 double Event::ElapsedTime(const Event& start, const Event& end) {
     for (const Event* e : {&start, &end}) {
-        if (Live(e->state_.get(), "Event::ElapsedTime").recorded.load() == 0)
+        if (LiveState(e->state_, "Event::ElapsedTime").recorded.load() == 0)
             throw Error(ErrorKind::InvalidArgument, "ElapsedTime of an event that was never recorded");
         if (!e->Query()) throw Error(ErrorKind::NotReady, "ElapsedTime of an event that has not completed yet");
     }

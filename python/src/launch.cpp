@@ -56,7 +56,7 @@ void BindLaunch(py::module_& m) {
         "Seed 000's synchronous program: Instructions (Operations) run in order on its own stream; launch and "
         "launch_tiled wait (GIL released).")
         .def(py::init([](const SlotPtr& slot, std::shared_ptr<PyPlan> plan) {
-                 Device& d = SlotOf(slot, "Program").Get("Program");
+                 Device& d = DeviceOf(slot, "Program");
                  if (!plan) return Adopt(slot, std::make_shared<Program>(d));
                  CheckPlanOn(*plan, *slot, "Program");
                  return Adopt(slot, std::make_shared<Program>(d, plan->plan));

@@ -138,6 +138,8 @@ inline DeviceSlot& SlotOf(const SlotPtr& slot, const char* what) {
     if (!slot) throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the device is None");
     return *slot;
 }
+// Its open device (SlotOf, then DeviceSlot::Get).
+inline Device& DeviceOf(const SlotPtr& slot, const char* what) { return SlotOf(slot, what).Get(what); }
 
 // A Host (spyre.Host); the host level's Worker opens its devices through it.
 struct PyHost {

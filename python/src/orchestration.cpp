@@ -271,7 +271,7 @@ void BindOrchestration(py::module_& m) {
         "an address; size defaults to the view's bytes. Blocking calls release the GIL; host kernels take it.")
         .def(py::init([](const SlotPtr& slot, int32_t task_ring_size, uint64_t heap_size, unsigned host_threads,
                          const std::string& ready_queues, std::optional<std::vector<uint32_t>> task_queues) {
-                 Device& dev = SlotOf(slot, "Orchestrator").Get("Orchestrator");
+                 Device& dev = DeviceOf(slot, "Orchestrator");
                  OrchestratorOptions o;
                  o.task_ring_size = task_ring_size;
                  o.heap_size = heap_size;

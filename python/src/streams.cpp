@@ -119,12 +119,12 @@ void BindStreams(py::module_& m) {
 
     py::class_<DeviceSlot, SlotPtr> device(m.attr("Device"));
     device.def("create_stream", [](const SlotPtr& slot, int priority) {
-            Device& d = SlotOf(slot, "Device.create_stream").Get("Device.create_stream");
+            Device& d = DeviceOf(slot, "Device.create_stream");
             return Adopt(slot, std::make_shared<FlexStream>(d.CreateStream(StreamOptions{.priority = priority})));
         }, py::arg("priority") = 0, "A new FlexStream (priority -3 highest .. 3 lowest, 0 default).");
 
     py::class_<PyEvent, std::shared_ptr<PyEvent>>(m, "Event", "A marker in a stream (CUDA-style).")
-        .def(py::init([](const SlotPtr& slot) { return Adopt(slot, std::make_shared<Event>(SlotOf(slot, "Event").Get("Event"))); }),
+        .def(py::init([](const SlotPtr& slot) { return Adopt(slot, std::make_shared<Event>(DeviceOf(slot, "Event"))); }),
              py::arg("device"))
         .def("record", [](PyEvent& e, PyStream& s) {
                 s.slot()->CheckSame(*e.slot(), "Event.record: event", "stream");
@@ -146,12 +146,12 @@ void BindStreams(py::module_& m) {
     py::class_<PySpyreStream, std::shared_ptr<PySpyreStream>>(m, "SpyreStream",
         "The entry point for device work (seed 001): Operations decomposed into FlexStream primitives.")
         .def(py::init([](const SlotPtr& slot, int priority) {
-                 return Adopt(slot, std::make_shared<SpyreStream>(SlotOf(slot, "SpyreStream").Get("SpyreStream"),
+                 return Adopt(slot, std::make_shared<SpyreStream>(DeviceOf(slot, "SpyreStream"),
                                                                   StreamOptions{.priority = priority}));
              }),
              py::arg("device"), py::arg("priority") = 0, "A SpyreStream over a new FlexStream of its own.")
         .def_static("default", [](const SlotPtr& slot) {
-                Device& d = SlotOf(slot, "SpyreStream.default").Get("SpyreStream.default");
+                Device& d = DeviceOf(slot, "SpyreStream.default");
                 // Over the device's default stream; it keeps the device alive.
                 auto owner = slot->shared();
                 auto ss = std::make_shared<SpyreStream>(SpyreStream::Default(d));

@@ -321,7 +321,7 @@ void BindTensor(py::module_& m) {
         "A tensor resident on a device (seed 001): shape, dtype, layout and its device memory, freed when the "
         "last reference goes (after queued work) or when its device closes.")
         .def_static("empty", [](const SlotPtr& slot, std::vector<int64_t> shape, py::handle dtype, TensorLayout layout) {
-                Device& d = SlotOf(slot, "SpyreTensor.empty").Get("SpyreTensor.empty");
+                Device& d = DeviceOf(slot, "SpyreTensor.empty");
                 return Adopt(slot, std::make_shared<SpyreTensor>(
                                        SpyreTensor::Empty(d, std::move(shape), DTypeFrom(dtype, "SpyreTensor.empty"), layout)));
             }, py::arg("device"), py::arg("shape"), py::arg("dtype") = DType::FP32, py::arg("layout") = TensorLayout::Dense,
