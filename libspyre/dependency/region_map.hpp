@@ -17,15 +17,22 @@
 // every lookup scans, and a lookup wider than the table scans each bucket
 // once: no range costs more than the table's size, however large.
 //
+// Each granule keeps its writers and its readers apart: a read looks at
+// the writers only, so the readers of one input (every tile of a matmul
+// reads a row block of A) do not make each other's submissions slower.
+//
 // Lazy invalidation: an entry whose task the caller's `alive` predicate
 // rejects (finished well, or its slot reused) is dropped when a lookup
-// meets it. A write drops the entries it covers whole, which later tasks
+// meets it; a read lookup also sweeps a granule's readers once they have
+// doubled since the last sweep (nobody else meets the readers of an input
+// nobody writes). A write drops the entries it covers whole, which later tasks
 // reach through the writer, but those the caller's `keep` predicate holds
 // (a failed writer whose readers must be skipped). Erase drops one task's
 // entries at once (tasks that are freed). Not thread-safe: callers hold
 // their own lock. Empty ranges touch nothing and are never filed.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -58,9 +65,9 @@ public:
         const Range r{space, start, start + size};
         const uint64_t g_first = start >> kGranuleShift, g_last = (r.end - 1) >> kGranuleShift;
         if (g_last - g_first < buckets_.size()) {
-            for (uint64_t g = g_first; g <= g_last; ++g) Scan(Bucket(space, g), r, write, self, alive, deps);
+            for (uint64_t g = g_first; g <= g_last; ++g) LookIn(Bucket(space, g), r, write, self, alive, deps);
         } else {  // wider than the table: every bucket once
-            for (auto& bucket : buckets_) Scan(bucket, r, write, self, alive, deps);
+            for (auto& bucket : buckets_) LookIn(bucket, r, write, self, alive, deps);
         }
         if (!wide_.empty()) [[unlikely]]
             Scan(wide_, r, write, self, alive, deps);
@@ -82,9 +89,15 @@ public:
             return;
         }
         for (uint64_t g = g_first; g <= g_last; ++g) {
-            std::vector<Entry>& bucket = Bucket(space, g);
-            if (write) DropInside(bucket, r, task, keep);
-            bucket.push_back({r, task, write});
+            Granules& bucket = Bucket(space, g);
+            if (write) {
+                DropInside(bucket.writes, r, task, keep);
+                DropInside(bucket.reads, r, task, keep);
+                bucket.reads_swept = std::min(bucket.reads_swept, bucket.reads.size());
+                bucket.writes.push_back({r, task, true});
+            } else {
+                bucket.reads.push_back({r, task, false});
+            }
         }
     }
     void Insert(uint64_t space, uint64_t start, uint64_t size, bool write, Task task) {
@@ -112,14 +125,19 @@ public:
             drop(wide_);
             return;
         }
-        for (uint64_t g = g_first; g <= g_last; ++g) drop(Bucket(space, g));
+        for (uint64_t g = g_first; g <= g_last; ++g) {
+            Granules& bucket = Bucket(space, g);
+            drop(bucket.writes);
+            drop(bucket.reads);
+            bucket.reads_swept = std::min(bucket.reads_swept, bucket.reads.size());
+        }
     }
 
     size_t bucket_count() const noexcept { return buckets_.size(); }
     // Entries held, stale ones included.
     size_t entries() const noexcept {
         size_t n = wide_.size();
-        for (const auto& b : buckets_) n += b.size();
+        for (const auto& b : buckets_) n += b.writes.size() + b.reads.size();
         return n;
     }
 
@@ -134,13 +152,41 @@ private:
         Task task;
         bool write;
     };
-    std::vector<Entry>& Bucket(uint64_t space, uint64_t granule) noexcept {
+    // One bucket of the table: the entries of the granules hashed to it.
+    struct Granules {
+        std::vector<Entry> writes;
+        std::vector<Entry> reads;
+        size_t reads_swept = 0;  // readers left by the last sweep
+    };
+    Granules& Bucket(uint64_t space, uint64_t granule) noexcept {
         return buckets_[((granule + space * 0xC2B2AE3D27D4EB4Full) * 0x9E3779B97F4A7C15ull >> 32) & mask_];
     }
     static void AddDep(std::vector<Task>& deps, const Task& task) {
         for (const Task& d : deps)
             if (d == task) return;
         deps.push_back(task);
+    }
+    // A lookup in one bucket: its writers always, its readers for a write;
+    // a read sweeps the readers' dead entries once they have doubled.
+    template <typename Alive>
+    static void LookIn(Granules& bucket, const Range& r, bool write, const Task& self, Alive& alive,
+                       std::vector<Task>& deps) {
+        Scan(bucket.writes, r, write, self, alive, deps);
+        if (write) {
+            Scan(bucket.reads, r, write, self, alive, deps);
+        } else if (bucket.reads.size() >= 2 * bucket.reads_swept + kSweepSlack) {
+            for (size_t i = 0; i < bucket.reads.size();) {
+                if (alive(bucket.reads[i].task)) {
+                    ++i;
+                } else {
+                    bucket.reads[i] = bucket.reads.back();
+                    bucket.reads.pop_back();
+                }
+            }
+        } else {
+            return;
+        }
+        bucket.reads_swept = bucket.reads.size();
     }
     // Appends the live entries of `bucket` that `r` depends on; drops the dead ones.
     template <typename Alive>
@@ -171,7 +217,8 @@ private:
         }
     }
 
-    std::vector<std::vector<Entry>> buckets_;
+    static constexpr size_t kSweepSlack = 16;  // readers a bucket gains before its first sweep
+    std::vector<Granules> buckets_;
     std::vector<Entry> wide_;  // ranges of more than kWideGranules granules
     uint64_t mask_;
 };
