@@ -117,6 +117,32 @@ TEST(RemoteProtocol, DescribeReplyCarriesEachDevicesRoomAndRefusesNonsense) {
     }
 }
 
+// Every error kind a serving rank can raise comes back as itself, with
+// its message (TaskFailed, the last kind, was once refused as unknown).
+TEST(RemoteProtocol, ACallErrorCarriesEveryKind) {
+    for (ErrorKind kind : {ErrorKind::InvalidArgument, ErrorKind::NotFound, ErrorKind::Busy,
+                           ErrorKind::PermissionDenied, ErrorKind::Unsupported, ErrorKind::DeviceError,
+                           ErrorKind::DeviceLost, ErrorKind::Timeout, ErrorKind::NotReady, ErrorKind::OutOfMemory,
+                           ErrorKind::IoError, ErrorKind::ProtocolError, ErrorKind::Internal, ErrorKind::WrongDevice,
+                           ErrorKind::TaskFailed}) {
+        RemoteFailure f;
+        f.cause = kind;
+        f.rank = 1;
+        f.task = "t";
+        f.message = std::string("raised ") + ToString(kind);
+        Message m = remote::EncodeCallError(3, f);
+        m.source = 1;
+        const RemoteFailure back = remote::DecodeCallError(m);
+        EXPECT_EQ(back.cause, kind) << ToString(kind);
+        EXPECT_EQ(back.message, f.message);
+    }
+    RemoteFailure f;
+    Message m = remote::EncodeCallError(3, f);
+    m.header[8] = uint8_t(ErrorKind::TaskFailed) + 1;  // the byte after the id
+    m.source = 1;
+    EXPECT_SPYRE_ERROR(remote::DecodeCallError(m), ProtocolError, "error kind 15 is unknown");
+}
+
 TEST_F(RemoteChipTest, AddsOnTheRemoteDeviceMatchTheCpuByteForByte) {
     const std::vector<std::vector<int64_t>> shapes = {{256}, {128, 128}, {3, 1000}, {1}};
     std::vector<RemoteCall> calls;
