@@ -19,7 +19,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -46,9 +48,80 @@ py::array ToNumpy(const HostTensor& t) {
     return py::array(NumpyDType(t.dtype()), shape, {}, t.data(), base);
 }
 
+// ---- numpy memory wrapped already -------------------------------------------
+// Two wraps of one memory would be two storages, and the Worker finds
+// dependencies by storage and byte range: an In of one array and an Out of
+// another over the same memory (in one run, or in two in flight) would
+// race. So the tensors wrapped here are remembered while anything else
+// (a run, the caller) holds them, and an array over memory one of them
+// covers becomes that tensor, or a row range of it; an array that overlaps
+// one in any other way is refused. Guarded by the GIL.
+struct WrappedArray {
+    uintptr_t lo, hi;  // the bytes the array spans
+    HostTensor tensor;
+};
+
+std::vector<WrappedArray>& WrappedArrays() {
+    static auto* wrapped = new std::vector<WrappedArray>;  // never destroyed: its arrays outlive no interpreter
+    return *wrapped;
+}
+
+// Forgets the tensors nothing else holds (and lets their arrays go).
+void ForgetUnheldArrays() {
+    auto& wrapped = WrappedArrays();
+    std::erase_if(wrapped, [](const WrappedArray& w) { return w.tensor.storage().use_count() == 1; });
+}
+
+struct ByteSpan {
+    uintptr_t lo, hi;
+};
+
+ByteSpan SpanOf(const py::array& a) {
+    if (a.size() == 0) return {0, 0};
+    intptr_t below = 0, above = 0;
+    for (py::ssize_t d = 0; d < a.ndim(); ++d) {
+        const intptr_t reach = intptr_t(a.shape(d) - 1) * intptr_t(a.strides(d));
+        (reach < 0 ? below : above) += reach;
+    }
+    const auto first = reinterpret_cast<uintptr_t>(a.data());
+    return {first + below, first + above + uintptr_t(a.itemsize())};
+}
+
+// The tensor wrapped already over the memory of `a` (C-contiguous, of
+// `dtype` and `shape`), or a row range of one; nullopt when no wrapped
+// tensor overlaps it. `contiguous` false: `a` is copied, so any overlap is
+// refused (the copy would not see a task's writes).
+std::optional<HostTensor> WrappedAlready(const py::array& a, bool contiguous, DType dtype,
+                                         const std::vector<int64_t>& shape, const std::string& what) {
+    ForgetUnheldArrays();
+    const ByteSpan s = SpanOf(a);
+    const WrappedArray* overlap = nullptr;
+    for (const WrappedArray& w : WrappedArrays()) {
+        if (s.hi <= w.lo || w.hi <= s.lo) continue;
+        overlap = &w;
+        const std::vector<int64_t> whole = w.tensor.shape();
+        if (!contiguous || w.tensor.dtype() != dtype || whole.size() != shape.size() ||
+            !std::equal(whole.begin() + 1, whole.end(), shape.begin() + 1) || s.lo < w.lo || s.hi > w.hi)
+            continue;
+        const uint64_t row_bytes = w.tensor.bytes() / uint64_t(whole[0]);
+        if ((s.lo - w.lo) % row_bytes != 0) continue;
+        const auto first_row = int64_t((s.lo - w.lo) / row_bytes);
+        if (first_row == 0 && shape[0] == whole[0]) return w.tensor;
+        return w.tensor.Rows(first_row, first_row + shape[0]);
+    }
+    if (overlap)
+        throw Error(ErrorKind::InvalidArgument,
+                    what + ": the array shares memory with " + overlap->tensor.Describe() +
+                        ", which this call or a run in flight uses, but is neither that array nor a row range of it, "
+                        "so their tasks could not be ordered: wrap the memory once (HostTensor.from_numpy) and pass "
+                        "the tensor and its rows() views");
+    return std::nullopt;
+}
+
 // `obj` as a HostTensor: a HostTensor as is, a numpy array (or buffer) wrapped
-// without a copy when C-contiguous (kept alive by the tensor); a
-// non-contiguous input is copied, a non-contiguous output refused.
+// without a copy when C-contiguous and writable (kept alive by the tensor),
+// or the tensor wrapped over its memory already; a non-contiguous or
+// read-only input is copied, such an output refused.
 HostTensor ToHostTensor(py::handle obj, bool writable, const std::string& what) {
     if (py::isinstance<HostTensor>(obj)) return obj.cast<HostTensor>();
     py::array a;
@@ -61,17 +134,23 @@ HostTensor ToHostTensor(py::handle obj, bool writable, const std::string& what) 
         throw Error(ErrorKind::InvalidArgument, what + ": " + std::string(py::str(py::type::handle_of(obj).attr("__name__"))) +
                                                     " is not a numpy array or HostTensor");
     }
-    if (!(a.flags() & py::array::c_style)) {
-        if (writable)
-            throw Error(ErrorKind::InvalidArgument, what + ": the output array is not C-contiguous (results could not land in it)");
-        a = py::array::ensure(py::module_::import("numpy").attr("ascontiguousarray")(a));
-    }
+    const bool contiguous = a.flags() & py::array::c_style;
+    if (!contiguous && writable)
+        throw Error(ErrorKind::InvalidArgument, what + ": the output array is not C-contiguous (results could not land in it)");
     if (writable && !a.writeable()) throw Error(ErrorKind::InvalidArgument, what + ": the output array is read-only");
     const DType dtype = DTypeOfArray(a.dtype(), std::nullopt, what.c_str());
     if (a.ndim() == 0) throw Error(ErrorKind::InvalidArgument, what + ": a 0-d array has no rows");
     std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
-    void* data = a.mutable_data();
-    return HostTensor::Wrap(data, shape, dtype, KeepAlive(std::move(a)));
+    if (std::optional<HostTensor> t = WrappedAlready(a, contiguous, dtype, shape, what)) return *t;
+    // A non-contiguous or read-only input is copied: a host program may
+    // write its inputs too, and the copy is new memory nobody else sees.
+    const bool in_place = contiguous && a.writeable();
+    if (!in_place) a = py::array::ensure(a.attr("copy")(py::arg("order") = "C"));
+    void* data = a.mutable_data();  // before `a` moves into the owner
+    const ByteSpan span = SpanOf(a);
+    HostTensor t = HostTensor::Wrap(data, shape, dtype, KeepAlive(std::move(a)));
+    if (in_place) WrappedArrays().push_back({span.lo, span.hi, t});
+    return t;
 }
 
 Access AccessFrom(py::handle h) {
@@ -93,6 +172,29 @@ ChipRuntime RuntimeArg(const py::handle& h) {
     throw Error(ErrorKind::InvalidArgument,
                 "DistributedConfig: runtime is a " + std::string(py::str(h.get_type().attr("__name__"))) +
                     " (a ChipRuntime or its name)");
+}
+
+// DistributedConfig.device_ids: a sequence of int indices (a wrong item is
+// InvalidArgument here, not pybind's TypeError for the whole call).
+std::vector<int> DeviceIdsFrom(const py::handle& h) {
+    if (!py::isinstance<py::sequence>(h) || py::isinstance<py::str>(h))
+        throw Error(ErrorKind::InvalidArgument, "DistributedConfig: device_ids is a " +
+                                                    std::string(py::str(h.get_type().attr("__name__"))) +
+                                                    " (a list of int indices into Host.functions)");
+    std::vector<int> ids;
+    size_t i = 0;
+    for (py::handle item : h) {
+        const std::string what = "DistributedConfig: device_ids item " + std::to_string(i++);
+        if (!py::isinstance<py::int_>(item) || py::isinstance<py::bool_>(item))
+            throw Error(ErrorKind::InvalidArgument, what + " is a " + std::string(py::str(item.get_type().attr("__name__"))) +
+                                                        " (an int index into Host.functions)");
+        int overflow = 0;
+        const long long v = PyLong_AsLongLongAndOverflow(item.ptr(), &overflow);
+        if (overflow != 0 || v < INT32_MIN || v > INT32_MAX)
+            throw Error(ErrorKind::InvalidArgument, what + " (" + std::string(py::str(item)) + ") is out of range");
+        ids.push_back(int(v));
+    }
+    return ids;
 }
 
 std::vector<TensorArg> ArgsFrom(const py::iterable& args, const std::string& what) {
@@ -421,11 +523,11 @@ void BindHostLevel(py::module_& m) {
         .value("TensorMapAndRingBufferLockFree", ChipRuntime::TensorMapAndRingBufferLockFree);
 
     py::class_<DistributedConfig>(m, "DistributedConfig", "Seed 003's configuration of a level-3 Worker.")
-        .def(py::init([](std::vector<int> device_ids, int num_sub_workers, const py::object& runtime, int block_dim,
+        .def(py::init([](const py::object& device_ids, int num_sub_workers, const py::object& runtime, int block_dim,
                          int aicpu_thread_num, uint64_t chip_heap_bytes, int chip_tasks_per_device,
                          int max_tasks_in_flight) {
                  DistributedConfig c;
-                 c.device_ids = std::move(device_ids);
+                 c.device_ids = DeviceIdsFrom(device_ids);
                  c.num_sub_workers = num_sub_workers;
                  c.runtime = RuntimeArg(runtime);
                  c.block_dim = block_dim;
@@ -435,11 +537,14 @@ void BindHostLevel(py::module_& m) {
                  c.max_tasks_in_flight = max_tasks_in_flight;
                  return c;
              }),
-             py::arg("device_ids") = std::vector<int>{0}, py::arg("num_sub_workers") = 0,
+             py::arg("device_ids") = py::make_tuple(0), py::arg("num_sub_workers") = 0,
              py::arg("runtime") = ChipRuntime::TensorMapAndRingBuffer, py::arg("block_dim") = 1, py::arg("aicpu_thread_num") = 1,
              py::arg("chip_heap_bytes") = uint64_t(16) << 20, py::arg("chip_tasks_per_device") = 0,
              py::arg("max_tasks_in_flight") = DistributedConfig{}.max_tasks_in_flight)
-        .def_readwrite("device_ids", &DistributedConfig::device_ids, "Indices into Host.functions: the chip task devices.")
+        .def_property(
+            "device_ids", [](const DistributedConfig& c) { return c.device_ids; },
+            [](DistributedConfig& c, const py::object& ids) { c.device_ids = DeviceIdsFrom(ids); },
+            "Indices into Host.functions: the chip task devices.")
         .def_readwrite("num_sub_workers", &DistributedConfig::num_sub_workers, "Host threads running SubWorkers.")
         .def_property(
             "runtime", [](const DistributedConfig& c) { return c.runtime; },

@@ -385,3 +385,80 @@ def test_subworkers_waiting_on_nested_runs_of_their_worker_run_those_runs_subwor
         os._exit(1)  # the Worker's threads are stuck: no clean teardown is possible
     assert len(leaves) == 2
     assert [r.state for r in done[0]] == [spyre.TaskState.DONE] * 2
+
+
+def test_a_read_only_input_array_is_copied_not_refused(worker):
+    ro = full(2)
+    ro.flags.writeable = False
+    np.testing.assert_array_equal(worker.run(add_on(0), [ro, full(1)]), 3.0)
+    t = spyre.HostTensor.from_numpy(ro)  # a copy: the tensor may be written
+    t.numpy()[0, 0] = 7.0
+    assert ro[0, 0] == 2.0
+    with pytest.raises(spyre.InvalidArgument, match="read-only"):
+        worker.run(add_on(0), [full(1), full(1), ro])
+
+
+def slow_increment(x):
+    time.sleep(0.05)  # a reader that did not wait for it would see the old value
+    x += 1
+
+
+def twice_plus_one(x, y):
+    y[...] = 2 * x + 1
+
+
+# The first task increments the array, the second reads it: given as two
+# arguments, the same memory is one tensor, so the second waits.
+ALIAS = spyre.HostProgram("alias", 3, [], lambda g, x: (
+    g.sub(slow_increment, [spyre.InOut(x[0])]),
+    g.sub(twice_plus_one, [spyre.In(x[1]), spyre.Out(x[2])])))
+
+
+def test_one_array_given_twice_is_one_tensor(worker):
+    a, out = np.zeros(S, np.float32), np.zeros(S, np.float32)
+    worker.run(ALIAS, [a, a, out])
+    np.testing.assert_array_equal(a, 1.0)
+    np.testing.assert_array_equal(out, 3.0)
+    # A row range of it is a row view of the same tensor.
+    a[...], out4 = 0.0, np.zeros([4, S[1]], np.float32)
+    worker.run(ALIAS, [a, a[4:8], out4])
+    np.testing.assert_array_equal(out4, 3.0)
+    # An array of the same memory made another way (a wrapped tensor's own).
+    t = spyre.HostTensor.from_numpy(np.zeros(S, np.float32))
+    worker.run(ALIAS, [t, np.asarray(t), out])
+    np.testing.assert_array_equal(out, 3.0)
+
+
+def test_runs_in_flight_over_one_array_are_ordered(worker):
+    a, out = np.zeros(S, np.float32), np.zeros(S, np.float32)
+    inc = spyre.HostProgram("inc", 1, [], lambda g, x: g.sub(slow_increment, [spyre.InOut(x[0])]))
+    read = spyre.HostProgram("read", 2, [], lambda g, x: g.sub(twice_plus_one, [spyre.In(x[0]), spyre.Out(x[1])]))
+    first = worker.submit(inc, [a])
+    second = worker.submit(read, [a, out])
+    second.wait()
+    first.wait()
+    np.testing.assert_array_equal(out, 3.0)
+
+
+def test_arrays_that_overlap_otherwise_are_refused(worker):
+    a = np.zeros(S, np.float32)
+    with pytest.raises(spyre.InvalidArgument, match="shares memory"):
+        worker.run(ALIAS, [a, a[:, :4], np.zeros([S[0], 4], np.float32)])  # columns: not a row range
+    with pytest.raises(spyre.InvalidArgument, match="shares memory"):
+        worker.run(ALIAS, [a, a.reshape(-1), np.zeros(S[0] * S[1], np.float32)])
+    np.testing.assert_array_equal(a, 0.0)  # refused before anything ran
+    worker.run(ALIAS, [a, a, np.zeros(S, np.float32)])  # and the Worker goes on
+
+
+def test_device_ids_items_are_checked(host):
+    with pytest.raises(spyre.InvalidArgument, match="device_ids item 0 is a str"):
+        spyre.DistributedConfig(device_ids=["0"])
+    with pytest.raises(spyre.InvalidArgument, match="device_ids item 1 .* is out of range"):
+        spyre.DistributedConfig(device_ids=[0, 2**40])
+    with pytest.raises(spyre.InvalidArgument, match="device_ids is a int"):
+        spyre.DistributedConfig(device_ids=3)
+    c = spyre.DistributedConfig(device_ids=(1, 0))
+    assert c.device_ids == [1, 0]
+    with pytest.raises(spyre.InvalidArgument, match="device_ids item 0 is a float"):
+        c.device_ids = [1.5]
+    assert spyre.DistributedConfig().device_ids == [0]
