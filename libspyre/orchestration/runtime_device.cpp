@@ -3,9 +3,12 @@
 // process's mapping of the function's memory, its heap ring one allocation
 // of the function's allocator, and its CUBE and VECTOR tasks run on the
 // card's cores. pto_runtime_create opens the function for a C caller.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <mutex>
 
@@ -17,6 +20,7 @@
 #include "spyre/plan/execution_plan.hpp"
 #include "spyre/plan/program_image.hpp"
 #include "spyre/uapi/spyre_ioctl.h"
+#include "spyre/uapi/spyre_program.h"
 
 namespace spyre::orchestration {
 
@@ -133,11 +137,35 @@ void DeviceFree(RuntimeState& state, void* buffer) {
                                                     " is not a live pto_device_malloc buffer of this runtime");
 }
 
+// A program file: a regular file no larger than a program can be, sized
+// before it is read (a FIFO, a device node or a huge file would otherwise
+// be read until memory or patience ran out).
 std::vector<uint8_t> ReadFile(const char* path) {
     if (!path) throw Error(ErrorKind::InvalidArgument, "no program file (NULL)");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw SystemError(std::string("cannot open program file ") + path);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) throw SystemError(std::string("cannot open program file ") + path);
+    struct Closer {
+        int fd;
+        ~Closer() { ::close(fd); }
+    } closer{fd};
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw SystemError(std::string("cannot stat program file ") + path);
+    if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::InvalidArgument, std::string("program file ") + path + " is not a regular file");
+    if (uint64_t(st.st_size) > SPYRE_PROGRAM_MAX_SIZE)
+        throw Error(ErrorKind::InvalidArgument, std::string("program file ") + path + " has " + std::to_string(st.st_size) +
+                                                    " bytes; a program has at most " +
+                                                    std::to_string(SPYRE_PROGRAM_MAX_SIZE));
+    std::vector<uint8_t> image(size_t(st.st_size));
+    size_t got = 0;
+    while (got < image.size()) {
+        const ssize_t n = ::read(fd, image.data() + got, image.size() - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw SystemError(std::string("cannot read program file ") + path);
+        if (n == 0) break;  // shrank meanwhile: what is there is decoded (and refused if cut)
+        got += size_t(n);
+    }
+    image.resize(got);
+    return image;
 }
 
 }  // namespace

@@ -99,6 +99,16 @@ int main(int argc, char** argv) {
     CHECK(pto_register_program_file(rt, 40, argv[1]) == 0);
     CHECK(pto_register_program_file(rt, 41, "/nonexistent/program.bin") == -ENOENT);
     CHECK(strstr(pto_last_error(), "cannot open program file /nonexistent/program.bin") != NULL);
+    /* Sized before it is read: an endless or huge file is refused at once. */
+    CHECK(pto_register_program_file(rt, 41, "/dev/zero") == -EINVAL);
+    CHECK(strstr(pto_last_error(), "program file /dev/zero is not a regular file") != NULL);
+    CHECK(pto_register_program_file(rt, 41, "/tmp") == -EINVAL);
+    CHECK(strstr(pto_last_error(), "is not a regular file") != NULL);
+    f = fopen(argv[1], "r+b");
+    CHECK(f && fseek(f, (long)SPYRE_PROGRAM_MAX_SIZE, SEEK_SET) == 0 && fputc(0, f) == 0);
+    if (f) fclose(f);
+    CHECK(pto_register_program_file(rt, 41, argv[1]) == -EINVAL);
+    CHECK(strstr(pto_last_error(), "a program has at most 1048576") != NULL);
     memset(image, 0x5a, 64);
     CHECK(pto_register_program(rt, 42, image, 64) == -EINVAL);
     CHECK(strstr(pto_last_error(), "is not a program image") != NULL);
