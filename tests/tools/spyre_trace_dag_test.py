@@ -149,6 +149,7 @@ bad_events = [
     ([{"ph": "X", "name": "a", "ts": 1, "pid": 1}], "event 0 (X) has no usable tid"),
     ([{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": 3}}],
      "event 0 (thread_name) has no args.name string"),
+    ([{"ph": "X", "ts": 1, "dur": 1, "pid": 1, "tid": 1}], "event 0 (X) has no name"),
 ]
 with tempfile.TemporaryDirectory() as d:
     for i, (events, want) in enumerate(bad_events):
@@ -159,6 +160,33 @@ with tempfile.TemporaryDirectory() as d:
             r = subprocess.run([tool] + cmd, capture_output=True, text=True, timeout=60)
             check(r.returncode == 1 and "not a readable trace: " + want in r.stderr and "Traceback" not in r.stderr,
                   f"{cmd[0]} of {events}: exit {r.returncode}, {r.stderr.strip()}")
+
+    # JSON nested deeper than Python's stack: the same clean refusal.
+    deep = os.path.join(d, "deep.json")
+    with open(deep, "w") as f:
+        f.write("[" * 100000 + "]" * 100000)
+    r = subprocess.run([tool, "summary", deep], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and "not a readable trace: " in r.stderr and "Traceback" not in r.stderr,
+          f"summary of deep nesting: exit {r.returncode}, {r.stderr.strip()[-200:]}")
+
+# merge replaces its output only once the merge succeeded: an output among
+# the inputs is refused and kept, a bad input leaves no output behind.
+with tempfile.TemporaryDirectory() as d:
+    a, b, out = (os.path.join(d, n) for n in ("a.json", "b.json", "out.json"))
+    for path, pid in ((a, 1), (b, 2)):
+        with open(path, "w") as f:
+            json.dump({"traceEvents": [{"ph": "X", "name": "k", "pid": pid, "tid": 1, "ts": 0, "dur": 5}]}, f)
+    before = open(a).read()
+    r = subprocess.run([tool, "merge", a, a, b], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and "is also an input" in r.stderr and open(a).read() == before,
+          f"merge into an input: exit {r.returncode}, {r.stderr.strip()}, kept {open(a).read() == before}")
+    with open(b, "w") as f:
+        f.write("{not json")
+    r = subprocess.run([tool, "merge", out, a, b], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and not os.path.exists(out) and len(os.listdir(d)) == 2,
+          f"failed merge: exit {r.returncode}, left {sorted(os.listdir(d))}")
+    r = subprocess.run([tool, "merge", out, a, a], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0 and len(json.load(open(out))) == 2, f"merge: exit {r.returncode}, {r.stderr.strip()}")
 
 if failures:
     sys.exit(1)
