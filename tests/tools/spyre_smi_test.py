@@ -218,6 +218,10 @@ with tempfile.TemporaryDirectory() as d:
         r = run_smi(["--root", os.path.join(d, "nowhere")], env, expect=1)
         check("does not exist" in r.stderr, f"missing root message: {r.stderr!r}")
         run_smi(["--loop", "0"], env, expect=2)
+        # Numbers past what the tool can wait: usage errors, not tracebacks.
+        for bad in (["--loop", "inf"], ["--loop", "1e400"], ["--sample-ms", "99999999999999999999"], ["--sample-ms", "-1"]):
+            r = run_smi(bad, env, expect=2)
+            check("Traceback" not in r.stderr and "interval must be" in r.stderr, f"{bad}: {r.stderr.strip()}")
         run_smi(["--mock", "2y3"], env, expect=2)
     finally:
         for p in workers:
