@@ -72,6 +72,7 @@ public:
             InitPacket& packet = plan.init_packets.emplace_back();
             packet.name = p.Field("name").NonEmptyString();
             packet.binary = ReadBlob(p);
+            DecodeProgram(p, packet.binary);  // it runs once at load: a program the device takes
         }
         for (const auto& [name, bytes] : out_.blobs)
             if (!referenced_.contains(name))

@@ -43,7 +43,8 @@ struct CompilerOutput {
     uint64_t ContentHash() const;
 };
 
-// Data the device needs before any Operation runs.
+// A program the device runs once, when the plan loads, before any Operation
+// (the plan reader refuses bytes that do not decode as a program).
 struct InitPacket {
     InitPacket() = default;
     InitPacket(std::string name, std::vector<uint8_t> binary) : name(std::move(name)), binary(std::move(binary)) {}

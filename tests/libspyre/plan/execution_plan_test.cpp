@@ -197,7 +197,7 @@ TEST(ExecutionPlan, DefaultIsEmpty) {
 
 TEST(ExecutionPlan, RoundTripThroughADirectoryKeepsEveryByte) {
     const auto kernels = SampleKernels();
-    const InitPacket init{"weights", {1, 2, 3, 4, 5}};
+    const InitPacket init{"weights", KernelBuilder().Fill({16}, 1.0, DType::FP32).program};
     const CompilerOutput written = CompilerOutputFromKernels("sample", kernels, {init});
     TempDir dir;
     written.WriteDirectory(dir.path());
@@ -539,6 +539,17 @@ const Malformed kMalformed[] = {
          });
      },
      {"plans/mm/init0.bin", "init_packets[0].crc32"}},
+    // An init packet runs once at load: bytes the device cannot run are
+    // refused here, not as a device error while loading.
+    {"InitPacketNotAProgram",
+     [](CompilerOutput& o) {
+         o.blobs["init0.bin"] = std::vector<uint8_t>(4096, 0);
+         Edit(o, [](json& j) {
+             j["init_packets"].push_back(
+                 {{"name", "weights"}, {"binary", "init0.bin"}, {"size", 4096}, {"crc32", "0xc71c0011"}});
+         });
+     },
+     {"plans/mm/init0.bin", "not a valid program", "init_packets[0].binary"}},
 };
 
 class MalformedPlan : public ::testing::TestWithParam<Malformed> {};
