@@ -19,12 +19,14 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -40,13 +42,15 @@ using Clock = std::chrono::steady_clock;
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+// A C call's failure: its message is whole already ("spyre: <kind>: ...").
+struct CallFailed : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
 // Throws the runtime's error when a C call failed.
-void Check(int32_t r) {
-    if (r < 0) {
-        pto_error_info e;
-        pto_last_error_info(&e);
-        throw spyre::Error(spyre::ErrorKind(e.kind - 1), e.message);
-    }
+int64_t Check(int64_t r) {
+    if (r < 0) throw CallFailed(pto_last_error());
+    return r;
 }
 
 double WorstRelative(const float* got, const std::vector<float>& want) {
@@ -101,8 +105,8 @@ bool Matmul(spyre::Device& dev, spyre::Orchestrator& orch, int64_t m, int64_t k,
     Check(register_matmul_kernels(orch.handle(), m, k, n));
     constexpr int32_t kWhole = 100;  // the whole matmul as one task
     const spyre_kernel_spec whole = {.kind = SPYRE_KERNEL_MATMUL, .dtype = SPYRE_DTYPE_FP32, .rank = 3, .shape = {m, k, n}};
-    std::vector<uint8_t> program(size_t(spyre_build_kernel(&whole, nullptr, 0)));
-    Check(int32_t(spyre_build_kernel(&whole, program.data(), program.size())));
+    std::vector<uint8_t> program(size_t(Check(spyre_build_kernel(&whole, nullptr, 0))));
+    Check(spyre_build_kernel(&whole, program.data(), program.size()));
     Check(pto_register_program(orch.handle(), kWhole, program.data(), program.size()));
 
     // A, B and C from the function's allocator, not the heap ring: they
@@ -191,7 +195,14 @@ int main(int argc, char** argv) {
             std::printf("usage: spyre-pto-examples [pipeline|matmul|all] [--cores N] [M K N]\n");
             return 0;
         } else {
-            dims.push_back(std::atoll(arg.c_str()));
+            char* end = nullptr;
+            errno = 0;
+            const long long v = std::strtoll(arg.c_str(), &end, 10);
+            if (end == arg.c_str() || *end != '\0' || errno == ERANGE || v < 1) {
+                std::fprintf(stderr, "spyre-pto-examples: '%s' is not a size (M K N are integers >= 1)\n", arg.c_str());
+                return 2;
+            }
+            dims.push_back(v);
         }
     }
     if (!dims.empty() && dims.size() != 3) {
@@ -210,7 +221,7 @@ int main(int argc, char** argv) {
         if (which != "pipeline") ok &= Matmul(dev, orch, m, k, n);
         std::printf("RESULT: %s\n", ok ? "OK" : "FAILED");
         return ok ? 0 : 1;
-    } catch (const spyre::Error& e) {
+    } catch (const std::exception& e) {  // spyre::Error or CallFailed
         // The runtime's own error (a refused call names itself), not a
         // numeric mismatch of results that were never computed.
         std::fprintf(stderr, "spyre-pto-examples: %s\n", e.what());
