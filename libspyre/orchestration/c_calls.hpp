@@ -23,7 +23,14 @@ enum class CallKind : bool { Query, Changes };
 template <typename Body>
 int32_t OnRuntime(const char* call, ::Runtime* rt, CallKind kind, Body&& body) noexcept {
     return capi::Guard(call, [&]() -> int32_t {
-        const HandleTable::Call entered = HandleTable::Instance().Enter(rt, call);
+        const HandleTable::Call entered = [&] {
+            try {
+                return HandleTable::Instance().Enter(rt, call);
+            } catch (const Error& e) {
+                if (kind == CallKind::Changes) NoteRefusedCall(rt, e, call);
+                throw;
+            }
+        }();
         try {
             if constexpr (std::is_void_v<decltype(body(*entered))>) {
                 body(*entered);

@@ -80,7 +80,11 @@ HandleTable::Call HandleTable::Enter(::Runtime* handle, const char* call) {
     Call::Slot& s = SlotOf(handle, call, &generation);
     uint64_t w = s.word.load(std::memory_order_acquire);
     do {
-        if (GenerationOf(w) != generation || (w & kClosing)) Stale(handle, call);
+        if (GenerationOf(w) != generation) Stale(handle, call);
+        if (w & kClosing)
+            throw Error(ErrorKind::InvalidArgument,
+                        std::string(call) + ": runtime handle " + Hex(uint64_t(reinterpret_cast<uintptr_t>(handle))) +
+                            " is being destroyed (its destroy waits for the calls already in it)");
     } while (!s.word.compare_exchange_weak(w, w + 1, std::memory_order_acquire, std::memory_order_acquire));
     RuntimeState* state = s.state.load(std::memory_order_acquire);
     tl_inside.push_back(&s);

@@ -54,5 +54,8 @@ TaskGraphOptions TaskGraphOptionsFrom(const OrchestratorOptions& options);
 // thread: pto_run reports it even when the function went on as if nothing
 // happened. Task failures (DeviceError) are the wait's to report.
 void NoteFailedCall(const RuntimeState& state, const Error& error, const char* call) noexcept;
+// The same for a call the handle table refused (the runtime is being
+// destroyed under the run): matched by handle, the state being out of reach.
+void NoteRefusedCall(const ::Runtime* handle, const Error& error, const char* call) noexcept;
 
 }  // namespace spyre::orchestration

@@ -18,6 +18,7 @@ namespace {
 // C API notes there the first call of its function that failed.
 struct RunRecord {
     const RuntimeState* state;
+    const ::Runtime* handle;  // the state's, for calls refused before they reach it
     RunRecord* outer;
     std::optional<Error> failed_call;
     std::string call;
@@ -36,12 +37,16 @@ TaskGraphOptions TaskGraphOptionsFrom(const OrchestratorOptions& options) {
     return o;
 }
 
-void NoteFailedCall(const RuntimeState& state, const Error& error, const char* call) noexcept {
+namespace {
+
+// Notes `error` in the innermost run on this thread that `is_this_run` picks.
+template <typename IsThisRun>
+void NoteIn(IsThisRun&& is_this_run, const Error& error, const char* call) noexcept {
     // A task's failure (a scope's or a nested run's report of one) is not
     // a failed call: the run's wait reports it, with every task done.
     if (error.kind() == ErrorKind::DeviceError) return;
     for (RunRecord* r = tl_run; r; r = r->outer)
-        if (r->state == &state) {
+        if (is_this_run(*r)) {
             if (!r->failed_call) try {
                     r->failed_call = error;
                     r->call = call;
@@ -49,6 +54,16 @@ void NoteFailedCall(const RuntimeState& state, const Error& error, const char* c
                 }
             return;
         }
+}
+
+}  // namespace
+
+void NoteFailedCall(const RuntimeState& state, const Error& error, const char* call) noexcept {
+    NoteIn([&](const RunRecord& r) { return r.state == &state; }, error, call);
+}
+
+void NoteRefusedCall(const ::Runtime* handle, const Error& error, const char* call) noexcept {
+    NoteIn([&](const RunRecord& r) { return r.handle == handle; }, error, call);
 }
 
 RuntimeState::~RuntimeState() {
@@ -88,7 +103,7 @@ void RuntimeState::Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCa
     // open is ended for it.
     const int32_t depth = graph->ScopeDepthOfThisThread();
     const int32_t floor = graph->SetScopeFloor(depth);
-    RunRecord record{this, tl_run, std::nullopt, {}};
+    RunRecord record{this, handle, tl_run, std::nullopt, {}};
     tl_run = &record;
     std::exception_ptr thrown;
     try {

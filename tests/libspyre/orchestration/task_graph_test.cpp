@@ -947,15 +947,23 @@ TEST_P(OrchQueueTest, Example1VerbatimTenThousandTimes) {
     EXPECT_EQ(test::RunExample1Verbatim(o().handle(), f, f + 256, f + 512, 10'000), "");
 }
 
+// A C runtime on host memory with kernel 1, a host kernel that does nothing.
+::Runtime* HostRuntimeWithAnEmptyKernel1() {
+    ::Runtime* rt = pto_runtime_create_host(1 << 20, 64, 1 << 16);
+    if (rt && pto_register_host_kernel(
+                  rt, 1, [](void* const*, const uint64_t*, int32_t, void*) -> uint32_t { return 0; }, nullptr) != 0) {
+        pto_runtime_destroy(rt);
+        return nullptr;
+    }
+    return rt;
+}
+
 // Runtime* is a generation-checked handle: once the runtime is gone every
 // call on it is refused, while calls in flight in other threads finish
 // first. (Before, every call only checked for NULL and used freed memory.)
 TEST(OrchestrationHandles, AGoneRuntimesHandleIsRefusedAndCallsInFlightFinishFirst) {
-    ::Runtime* rt = pto_runtime_create_host(1 << 20, 64, 1 << 16);
+    ::Runtime* rt = HostRuntimeWithAnEmptyKernel1();
     ASSERT_NE(rt, nullptr) << pto_last_error();
-    ASSERT_EQ(pto_register_host_kernel(
-                  rt, 1, [](void* const*, const uint64_t*, int32_t, void*) -> uint32_t { return 0; }, nullptr),
-              0);
     std::atomic<bool> started{false};
     std::atomic<int> refused{0}, ran{0};
     std::thread caller([&] {
@@ -966,8 +974,10 @@ TEST(OrchestrationHandles, AGoneRuntimesHandleIsRefusedAndCallsInFlightFinishFir
             started = true;
             if (r == -EINVAL) {
                 ++refused;
-                EXPECT_NE(std::string(pto_last_error()).find("not a live runtime"), std::string::npos)
-                    << pto_last_error();
+                const std::string why = pto_last_error();
+                EXPECT_TRUE(why.find("not a live runtime") != std::string::npos ||
+                            why.find("is being destroyed") != std::string::npos)
+                    << why;
                 return;
             }
             ASSERT_GE(r, 0) << pto_last_error();
@@ -994,6 +1004,38 @@ TEST(OrchestrationHandles, AGoneRuntimesHandleIsRefusedAndCallsInFlightFinishFir
         EXPECT_EQ(pto_scope_end(handle), 0);
     }
     EXPECT_EQ(pto_scope_begin(handle), -EINVAL);
+}
+
+// An orchestration function whose runtime another thread destroys under
+// it: once a query is refused (the destroy has begun and waits for this
+// run), its next submit is refused too, and pto_run reports that call.
+void SubmitsWhileItsRuntimeIsDestroyed(Runtime* rt, uint64_t* args) {
+    auto* started = reinterpret_cast<std::atomic<bool>*>(args[0]);
+    auto* x = static_cast<uint32_t*>(pto_host_address(rt, 0, 64));
+    TaskParam p[] = {{PARAM_INOUT, x, 64, {}}};
+    if (pto_submit_task(rt, 1, WORKER_HOST, p, 1) < 0) return;
+    started->store(true);
+    for (int i = 0; i < 200'000 && pto_host_address(rt, 0, 64) != nullptr; ++i) std::this_thread::yield();
+    pto_submit_task(rt, 1, WORKER_HOST, p, 1);  // refused; the function goes on as if not
+}
+
+TEST(OrchestrationHandles, APtoRunWhoseRuntimeIsDestroyedUnderItReportsTheRefusedCall) {
+    ::Runtime* rt = HostRuntimeWithAnEmptyKernel1();
+    ASSERT_NE(rt, nullptr) << pto_last_error();
+    std::atomic<bool> started{false};
+    int32_t run = 0;
+    std::string why;
+    std::thread runner([&] {
+        uint64_t args[] = {uint64_t(reinterpret_cast<uintptr_t>(&started))};
+        run = pto_run(rt, SubmitsWhileItsRuntimeIsDestroyed, args);
+        why = pto_last_error();
+    });
+    while (!started) std::this_thread::yield();
+    EXPECT_EQ(pto_runtime_destroy(rt), 0) << pto_last_error();  // returns once pto_run did
+    runner.join();
+    EXPECT_EQ(run, -EINVAL);
+    EXPECT_NE(why.find("the orchestration function's pto_submit_task failed"), std::string::npos) << why;
+    EXPECT_NE(why.find("is being destroyed"), std::string::npos) << why;
 }
 
 void EndsTheCallersScope(Runtime* rt, uint64_t*) { pto_scope_end(rt); }
