@@ -61,6 +61,9 @@ def load_kernel(stream, kernel, name=None):
     ``stream`` is a SpyreStream; ``name`` defaults to the kernel's name with
     characters unfit for a file name replaced.
     """
+    if not isinstance(kernel, BuiltKernel):
+        raise InvalidArgument(f"load_kernel: kernel is a {type(kernel).__name__}, not a BuiltKernel "
+                              "(a compiler output directory goes to load_execution_plan)")
     if name is None:
         name = "".join(c if c.isalnum() or c in "_-." else "_" for c in kernel.name) or "kernel"
     return load_execution_plan(stream, kernel.compiler_output(name))

@@ -112,3 +112,12 @@ def test_an_object_of_a_closed_device_says_so_on_the_device_reopened(host):
         s2.synchronize()
     finally:
         d2.close()
+
+
+def test_load_kernel_of_something_else_than_a_built_kernel_is_refused(host):
+    d = host.open("1")
+    try:
+        with pytest.raises(spyre.InvalidArgument, match="kernel is a str, not a BuiltKernel"):
+            spyre.load_kernel(spyre.SpyreStream(d), "/path/to/plan")
+    finally:
+        d.close()
