@@ -170,6 +170,7 @@ MockDaemon MockDaemon::Start(MockOptions options) {
                                      "--log-level", options.log_level.empty() ? DaemonLogLevel() : options.log_level,
                                      "--foreground",
                                      "--ready-fd", std::to_string(kReadyFd)};
+    if (d.own_mount_dir_) args.push_back("--remove-mount-dir");  // it goes even if this process is killed
     args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

@@ -108,6 +108,9 @@ int ParseCommandLine(int argc, char** argv, Options& opt) {
         ->capture_default_str();
     app.add_option("--ready-fd", opt.ready_fd, "Write \"ready\\n\" to this fd and close it once the mount is live")
         ->check(CLI::NonNegativeNumber);
+    app.add_flag("--remove-mount-dir", opt.remove_mount_dir,
+                 "Remove the (empty) mount directory after unmounting: one a spawner made for this daemon alone,\n"
+                 "which then goes even when the spawner is killed first");
     app.add_option("--poll-us", opt.poll_us, "Microseconds the device polls its doorbell before it sleeps")
         ->check(CLI::Range(0, 1000000))
         ->capture_default_str();
@@ -320,6 +323,8 @@ int Serve(Options opt, StartupReport& report) {
     for (auto& card : cards) card->Shutdown();
     fs.Unmount();
     cards.clear();
+    if (opt.remove_mount_dir && ::rmdir(opt.mount.c_str()) != 0 && errno != ENOENT)
+        LOG_WARN("cannot remove the mount directory %s: %s", opt.mount.c_str(), std::strerror(errno));
     return kExitOk;
 }
 

@@ -35,6 +35,7 @@ struct Options {
     unsigned poll_us = 50;         // server spin budget before it sleeps
     unsigned cores = 0;            // compute workers per card; 0 = min(32, hardware threads)
     unsigned watchdog_ms = 10000;  // WATCHDOG_MS: bound on one CB's run time
+    bool remove_mount_dir = false;  // rmdir the mount point after unmounting (a spawner's private one)
 };
 
 constexpr size_t kShmPrefixMax = 32;

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "mock_fixture.hpp"
@@ -143,6 +144,46 @@ TEST(MockdevShutdown, StopReportsADaemonKilledBeforeIt) {
     const int status = daemon.Stop();
     EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
     EXPECT_TRUE(Eventually([&] { return ::kill(pid, 0) != 0 && errno == ESRCH; }));
+}
+
+// An app killed outright (no destructor runs) with a private daemon: the
+// daemon, told by its parent-death signal, unmounts, removes its shared
+// memory and the mount directory made for it (that directory used to stay
+// behind, one per killed app).
+TEST(MockdevShutdown, AnAppKilledOutrightLeavesNothingOfItsPrivateDaemon) {
+    SPYRE_REQUIRE_FUSE();
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    const pid_t app = ::fork();
+    ASSERT_GE(app, 0);
+    if (app == 0) {  // the app: starts its daemon, says where, waits to be killed
+        ::close(fds[0]);
+        try {
+            MockDaemon daemon = MockDaemon::Start({.vfs = 0, .mem = "64M"});
+            const std::string said = std::to_string(daemon.pid()) + " " + daemon.shm_prefix() + " " +
+                                     daemon.mount().string() + "\n";
+            if (::write(fds[1], said.data(), said.size()) != ssize_t(said.size())) ::_exit(1);
+            for (;;) ::pause();
+        } catch (...) {
+            ::_exit(1);
+        }
+    }
+    ::close(fds[1]);
+    std::string said;
+    char buf[512];
+    for (ssize_t n; said.find('\n') == std::string::npos && (n = ::read(fds[0], buf, sizeof buf)) > 0;) said.append(buf, size_t(n));
+    ::close(fds[0]);
+    ASSERT_EQ(::kill(app, SIGKILL), 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(app, &status, 0), app);
+    std::istringstream in(said);
+    pid_t daemon_pid = -1;
+    std::string prefix, mount;
+    ASSERT_TRUE(in >> daemon_pid >> prefix >> mount) << "the app said '" << said << "'";
+    EXPECT_TRUE(Eventually([&] { return ::kill(daemon_pid, 0) != 0; })) << "the daemon outlived its app";
+    EXPECT_FALSE(spyre::test::IsMounted(mount));
+    EXPECT_EQ(spyre::test::CountShmObjects(prefix), 0);
+    EXPECT_TRUE(Eventually([&] { return !fs::exists(mount); })) << mount << " stayed behind";
 }
 
 // A daemon that exits before it is ready: Start says how it ended.
