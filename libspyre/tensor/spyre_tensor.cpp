@@ -36,11 +36,24 @@ SpyreTensor::SpyreTensor(DeviceHandle handle, std::vector<int64_t> shape, std::v
         if (shape_[d] < 1)
             throw Error(ErrorKind::InvalidArgument,
                         "tensor " + ShapeText(shape_) + ": dim " + std::to_string(d) + " must be >= 1");
-        if (stride_[d] < 0 || stride_[d] % int64_t(ElementSize(dtype_)) != 0)
+        if (stride_[d] < 0)
+            throw Error(ErrorKind::InvalidArgument, "tensor " + ShapeText(shape_) + ": stride " +
+                                                        std::to_string(stride_[d]) + " of dim " + std::to_string(d) +
+                                                        " is negative");
+        if (stride_[d] % int64_t(ElementSize(dtype_)) != 0)
             throw Error(ErrorKind::InvalidArgument, "tensor " + ShapeText(shape_) + ": stride " +
                                                         std::to_string(stride_[d]) + " of dim " + std::to_string(d) +
                                                         " is not a whole number of " + spyre::ToString(dtype_) + " elements");
     }
+    // The bytes the strides reach must be inside size_bytes: every copy of
+    // the tensor moves size_bytes at most and reads its elements there.
+    unsigned __int128 reach = ElementSize(dtype_);
+    for (size_t d = 0; d < shape_.size(); ++d) reach += (unsigned __int128)(shape_[d] - 1) * uint64_t(stride_[d]);
+    if (reach > size_bytes_)
+        throw Error(ErrorKind::InvalidArgument,
+                    "tensor " + ShapeText(shape_) + " stride(bytes)" + ShapeText(stride_) + " reaches " +
+                        (reach >> 64 ? std::string("past 2^64") : std::to_string(uint64_t(reach))) +
+                        " bytes, more than its size_bytes " + std::to_string(size_bytes_));
 }
 
 SpyreTensor SpyreTensor::Empty(Device& device, std::vector<int64_t> shape, DType dtype, TensorLayout layout) {
@@ -83,7 +96,15 @@ void SpyreTensor::CopyToHost(FlexStream& stream, void* host) const {
     CheckSameDevice(device(), core.id(), "SpyreTensor::CopyToHost: tensor", "stream");
     const size_t row = size_t(shape_.back()) * ElementSize(dtype_);
     const size_t pitch = shape_.size() > 1 ? size_t(stride_[shape_.size() - 2]) : row;
-    // Only row-major tensors (dense or row-padded) convert here.
+    // Only row-major tensors (dense or row-padded) convert here: elements
+    // next to each other in a row, rows apart by at least a row.
+    if (shape_.back() > 1 && stride_.back() != int64_t(ElementSize(dtype_)))
+        throw Error(ErrorKind::Unsupported, "CopyToHost of tensor " + ToString() + ": not row-major (the last dim's stride " +
+                                                std::to_string(stride_.back()) + " is not the element size)");
+    if (pitch < row && numel() > shape_.back())
+        throw Error(ErrorKind::Unsupported, "CopyToHost of tensor " + ToString() + ": not row-major (rows " +
+                                                std::to_string(pitch) + " bytes apart overlap rows of " +
+                                                std::to_string(row) + ")");
     int64_t expect = int64_t(pitch);
     for (size_t d = shape_.size() - 1; d-- > 0;) {
         if (stride_[d] != expect)

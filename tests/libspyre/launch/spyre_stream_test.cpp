@@ -87,6 +87,40 @@ TEST_F(StreamTest, FromHostCopyToHostRoundTripsDenseAndSticks) {
     EXPECT_EQ(Memory(dev), baseline);  // every tensor freed its memory
 }
 
+// A tensor over memory of the caller's: strides that reach past its
+// size_bytes are refused when it is made (CopyToHost read past its staging
+// buffer, up to a crash), and CopyToHost refuses what is not row-major, the
+// innermost dim included (strided and transposed views came back wrong).
+TEST_F(StreamTest, CopyToHostRefusesTensorsItCannotCopyRightly) {
+    Device dev = OpenDevice();
+    FlexStream& s = dev.default_stream();
+    DeviceBuffer buf = dev.AllocateBuffer(256);
+    std::vector<float> data(64);
+    std::iota(data.begin(), data.end(), 0.0f);
+    s.CopyToDevice(data.data(), buf.handle(), 256);
+    s.Synchronize();
+    EXPECT_SPYRE_ERROR(SpyreTensor(buf.handle(), {64, 8}, {64, 4}, DType::FP32, 256), InvalidArgument,
+                       "reaches 4064 bytes, more than its size_bytes 256");
+    EXPECT_SPYRE_ERROR(SpyreTensor(buf.handle(), {1ll << 40, 1ll << 40}, {1ll << 40, 4}, DType::FP32, 256),
+                       InvalidArgument, "reaches past 2^64 bytes");
+    EXPECT_SPYRE_ERROR(SpyreTensor(buf.handle(), {4}, {-4}, DType::FP32, 256), InvalidArgument, "is negative");
+    std::vector<float> out(64, -1.0f);
+    EXPECT_SPYRE_ERROR(SpyreTensor(buf.handle(), {32}, {8}, DType::FP32, 256).CopyToHost(s, out.data()), Unsupported,
+                       "the last dim's stride 8 is not the element size");
+    EXPECT_SPYRE_ERROR(SpyreTensor(buf.handle(), {8, 8}, {4, 32}, DType::FP32, 256).CopyToHost(s, out.data()),
+                       Unsupported, "not row-major");
+    // What it does copy is right: rows at a pitch, one row at any pitch.
+    SpyreTensor padded(buf.handle(), {4, 8}, {64, 4}, DType::FP32, 256);
+    padded.CopyToHost(s, out.data());
+    SpyreTensor one_row(buf.handle(), {1, 8}, {4, 4}, DType::FP32, 32);
+    std::vector<float> row(8, -1.0f);
+    one_row.CopyToHost(s, row.data());
+    s.Synchronize();
+    for (int r = 0; r < 4; ++r)
+        for (int c = 0; c < 8; ++c) EXPECT_EQ(out[size_t(r * 8 + c)], data[size_t(r * 16 + c)]) << r << "," << c;
+    EXPECT_EQ(row, std::vector<float>(data.begin(), data.begin() + 8));
+}
+
 // The stick padding of a tensor FromHost fills is zero (a kernel reading
 // whole sticks must not see stale bytes), and the host buffer is only read
 // within its numel * element size bytes (ASan checks the latter).
