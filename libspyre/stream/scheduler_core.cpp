@@ -465,10 +465,10 @@ bool SchedulerCore::RunCallback(StreamState& s) {
         callback();
     } catch (const Error& e) {
         Fault(s, StreamOpError(e.kind(), s, seq, "host callback threw: " + e.message()));
-    } catch (const std::exception& e) {
-        Fault(s, StreamOpError(ErrorKind::Internal, s, seq, std::string("host callback threw: ") + e.what()));
+    } catch (const std::exception& e) {  // the caller's code raised: TaskFailed, as a SubWorker's
+        Fault(s, StreamOpError(ErrorKind::TaskFailed, s, seq, std::string("host callback threw: ") + e.what()));
     } catch (...) {
-        Fault(s, StreamOpError(ErrorKind::Internal, s, seq, "host callback threw"));
+        Fault(s, StreamOpError(ErrorKind::TaskFailed, s, seq, "host callback threw"));
     }
     // Captures go before the waiter wakes (they may hold the device).
     callback = nullptr;
