@@ -2,7 +2,10 @@
 #include "dependency/job_threads.hpp"
 
 #include <algorithm>
+#include <string>
 #include <utility>
+
+#include "spyre/error.hpp"
 
 namespace spyre::dependency {
 
@@ -63,10 +66,20 @@ bool JobThreads::RunOneOf(const void* owner) {
 }
 
 JobThreads::JobThreads(int threads) : count_(threads) {
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this, i] { Loop(i); });
+    try {
+        threads_.reserve(size_t(std::max(threads, 0)));
+        for (int i = 0; i < threads; ++i) threads_.emplace_back([this, i] { Loop(i); });
+    } catch (const std::exception& e) {  // out of threads or memory: the ones made stop, nothing aborts
+        const size_t made = threads_.size();
+        Stop();
+        throw Error(ErrorKind::OutOfMemory, "cannot start " + std::to_string(threads) + " host threads (" +
+                                                std::to_string(made) + " started): " + e.what());
+    }
 }
 
-JobThreads::~JobThreads() {
+JobThreads::~JobThreads() { Stop(); }
+
+void JobThreads::Stop() noexcept {
     {
         std::unique_lock lock(mu_);
         stop_.store(true, std::memory_order_release);
@@ -76,6 +89,7 @@ JobThreads::~JobThreads() {
         while (helpers_ != 0) wake_.SleepUnlocked(lock, [&] { return helpers_ == 0; }, std::chrono::seconds(1));
     }
     for (auto& t : threads_) t.join();
+    threads_.clear();
 }
 
 // The wake-up is sent under the lock: a job posted may end the last run in

@@ -35,6 +35,7 @@ namespace spyre::dependency {
 
 class JobThreads {
 public:
+    // OutOfMemory when the threads cannot all start (those that did stop).
     explicit JobThreads(int threads);
     ~JobThreads();  // runs what is queued, then joins
     JobThreads(const JobThreads&) = delete;
@@ -102,6 +103,7 @@ public:
     }
 
 private:
+    void Stop() noexcept;  // runs what is queued, then joins
     void Loop(int index);
     // Whether a thread has a reason to take the lock (lock-free look).
     bool Runnable() const noexcept { return MayRunOne() || stop_.load(std::memory_order_acquire); }

@@ -5,6 +5,9 @@
 #include "spyre/orchestration/orchestrator.hpp"
 #include "moved_from.hpp"
 
+#include <string>
+#include <utility>
+
 namespace spyre {
 
 using orchestration::HandleTable;
@@ -50,12 +53,29 @@ void Orchestrator::Deleter::operator()(RuntimeState* state) const noexcept {
     delete state;
 }
 
+namespace {
+
+// A runtime made by `make`, with std::bad_alloc (a task ring or heap past
+// what the host has) as OutOfMemory, as the C calls report it.
+template <typename Make>
+std::unique_ptr<RuntimeState> Made(const OrchestratorOptions& options, Make&& make) {
+    try {
+        return make();
+    } catch (const std::bad_alloc&) {
+        throw Error(ErrorKind::OutOfMemory, "cannot allocate a runtime of " + std::to_string(options.task_ring_size) +
+                                                " task slots and a heap ring of " + std::to_string(options.heap_size) +
+                                                " bytes on the host");
+    }
+}
+
+}  // namespace
+
 Orchestrator Orchestrator::Create(Device& device, OrchestratorOptions options) {
-    return Orchestrator(Registered(RuntimeState::OnDevice(device, options)));
+    return Orchestrator(Registered(Made(options, [&] { return RuntimeState::OnDevice(device, options); })));
 }
 
 Orchestrator Orchestrator::CreateOnHostMemory(uint64_t memory_size, OrchestratorOptions options) {
-    return Orchestrator(Registered(RuntimeState::OnHostMemory(memory_size, options)));
+    return Orchestrator(Registered(Made(options, [&] { return RuntimeState::OnHostMemory(memory_size, options); })));
 }
 
 ::Runtime* Orchestrator::handle() const noexcept { return state_ ? state_->handle : nullptr; }
@@ -98,12 +118,15 @@ void Orchestrator::Free(void* buffer) {
 }
 
 Orchestrator::Scope Orchestrator::BeginScope() {
-    Changing(Live(state_), "pto_scope_begin", [&](orchestration::TaskGraph& g) { g.ScopeBegin(); });
-    return Scope(this);
+    RuntimeState& state = Live(state_);
+    return Changing(state, "pto_scope_begin", [&](orchestration::TaskGraph& g) {
+        g.ScopeBegin();
+        return Scope(state.handle, g.ScopeDepthOfThisThread());
+    });
 }
 
 Orchestrator::Scope::~Scope() {
-    if (!orch_) return;
+    if (!runtime_) return;
     try {
         End();
     } catch (const Error&) {
@@ -112,10 +135,24 @@ Orchestrator::Scope::~Scope() {
 }
 
 void Orchestrator::Scope::End() {
-    if (!orch_) throw Error(ErrorKind::InvalidArgument, "scope ended already");
-    Orchestrator* o = orch_;
-    orch_ = nullptr;
-    Changing(Live(o->state_), "pto_scope_end", [&](orchestration::TaskGraph& g) { g.ScopeEnd(); });
+    if (!runtime_) throw Error(ErrorKind::InvalidArgument, "scope ended already");
+    // Through the handle: the Orchestrator may have moved (or gone: then
+    // the handle is refused, and the scope went with its runtime).
+    ::Runtime* const runtime = std::exchange(runtime_, nullptr);
+    const HandleTable::Call entered = HandleTable::Instance().Enter(runtime, "Orchestrator::Scope::End");
+    Changing(*entered, "pto_scope_end", [&](orchestration::TaskGraph& g) {
+        const int32_t open = g.ScopeDepthOfThisThread();
+        if (open > depth_) {
+            runtime_ = runtime;  // still open: it ends after its inner scopes
+            throw Error(ErrorKind::InvalidArgument,
+                        "scopes end in the reverse order they began: this one (depth " + std::to_string(depth_) +
+                            ") still has " + std::to_string(open - depth_) + " inner scope(s) open");
+        }
+        if (open > 0 && open < depth_)
+            throw Error(ErrorKind::InvalidArgument, "this scope (depth " + std::to_string(depth_) +
+                                                        ") was ended already (by pto_scope_end or pto_run)");
+        g.ScopeEnd();  // refuses what is not this thread's to end
+    });
 }
 
 int32_t Orchestrator::Submit(int32_t kernel_id, int32_t worker_type, std::span<const TaskParam> params) {

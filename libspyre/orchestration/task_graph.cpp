@@ -249,9 +249,9 @@ std::string TaskGraph::TaskRingStuck() const {
              "task ring";
     } else if (st == TaskState::Completed && t.has_heap_block && scopes_.depth() > 0) {
         s << " is held by " << scopes_.depth() << " open scope(s) (the outermost began at task "
-          << *scopes_.outermost() << ") for its implicit outputs; a scope can hold at most " << ring_.capacity()
-          << " tasks with implicit outputs: end scopes sooner, write to pto_alloc buffers, or create the runtime "
-             "with a larger task ring";
+          << *scopes_.outermost() << ") for its implicit outputs, and the ring is reused in order behind it: "
+          << "from its first task with an implicit output on, a scope can hold at most " << ring_.capacity()
+          << " tasks: end scopes sooner, write to pto_alloc buffers, or create the runtime with a larger task ring";
     } else if (st == TaskState::Completed) {
         s << " waits for consumers that cannot run";
     } else {

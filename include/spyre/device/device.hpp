@@ -67,7 +67,10 @@ public:
     FlexStream& default_stream();
     FlexStream CreateStream(StreamOptions options = {});
 
-    // Waits for every stream of this device.
+    // Waits for every stream of this device to complete what it was given.
+    // It throws no stream's error: each stays with its stream (unlike
+    // CUDA's device-wide sticky errors), whose Synchronize or LastError
+    // reports it, also DeviceLost.
     void Synchronize();
 
 private:

@@ -98,17 +98,22 @@ public:
 
     // Ends the scope when it goes (errors are then reported by WaitAll);
     // End() ends it now and throws DeviceError if a task of it failed.
+    // A scope of the runtime (not of this object: moving the Orchestrator
+    // keeps it, and one ended after the runtime is gone is refused). Scopes
+    // end in the reverse order they began; ending one with an inner scope
+    // still open is InvalidArgument.
     class Scope {
     public:
-        Scope(Scope&& o) noexcept : orch_(o.orch_) { o.orch_ = nullptr; }
+        Scope(Scope&& o) noexcept : runtime_(o.runtime_), depth_(o.depth_) { o.runtime_ = nullptr; }
         Scope& operator=(Scope&&) = delete;
         ~Scope();
         void End();
 
     private:
         friend class Orchestrator;
-        explicit Scope(Orchestrator* orch) : orch_(orch) {}
-        Orchestrator* orch_;
+        Scope(::Runtime* runtime, int32_t depth) : runtime_(runtime), depth_(depth) {}
+        ::Runtime* runtime_;  // the runtime's handle
+        int32_t depth_;       // this thread's scope depth once it began
     };
     [[nodiscard]] Scope BeginScope();
 

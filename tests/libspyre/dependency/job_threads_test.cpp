@@ -3,11 +3,17 @@
 // run's queued jobs (RunOneOf) takes only its own, never runs more jobs at
 // once than the pool has threads, and runs them as one of the pool's threads.
 #include "dependency/job_threads.hpp"
+#include "spyre/error.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <string>
 #include <thread>
 
 using namespace spyre::dependency;
@@ -95,3 +101,36 @@ TEST(JobThreads, AJobAWaiterRunsMayRunThePoolsQueuedJobsNestedInIt) {
 }
 
 }  // namespace
+
+// A pool whose threads cannot all start (here: address space for their
+// stacks runs out) is OutOfMemory, and the threads that did start stop;
+// it aborted the process ("terminate called without an active
+// exception": the started threads were destroyed joinable). In a child
+// process: the limit would hold for the rest of the tests.
+TEST(JobThreads, APoolThatCannotStartItsThreadsIsOutOfMemory) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        rlimit as{};
+        ::getrlimit(RLIMIT_AS, &as);
+        std::ifstream statm("/proc/self/statm");
+        uint64_t pages = 0;
+        statm >> pages;
+        as.rlim_cur = pages * uint64_t(::sysconf(_SC_PAGESIZE)) + (256ull << 20);  // room for a few stacks
+        ::setrlimit(RLIMIT_AS, &as);
+        try {
+            JobThreads pool(4096);
+        } catch (const spyre::Error& e) {
+            const bool ok = e.kind() == spyre::ErrorKind::OutOfMemory &&
+                            std::string(e.what()).find("cannot start 4096 host threads") != std::string::npos;
+            ::_exit(ok ? 0 : 2);
+        } catch (...) {
+            ::_exit(3);
+        }
+        ::_exit(4);  // all 4096 started: the limit did not bite
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "2: other error, 3: not a spyre::Error, 4: no error";
+}

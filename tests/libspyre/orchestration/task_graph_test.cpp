@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <optional>
 #include <vector>
 
 #include "example1_check.hpp"
@@ -1036,6 +1037,52 @@ TEST(OrchestrationHandles, APtoRunWhoseRuntimeIsDestroyedUnderItReportsTheRefuse
     EXPECT_EQ(run, -EINVAL);
     EXPECT_NE(why.find("the orchestration function's pto_submit_task failed"), std::string::npos) << why;
     EXPECT_NE(why.find("is being destroyed"), std::string::npos) << why;
+}
+
+// A Scope belongs to the runtime, not to the Orchestrator object: it ends
+// after the object moved (it threw "moved from", and the scope stayed open
+// for good), after a vector of them grew (a use-after-free), and is
+// refused once the runtime is gone.
+TEST(OrchestrationScopes, AScopeEndsWhereverItsOrchestratorMoved) {
+    const OrchestratorOptions options{.task_ring_size = 8, .heap_size = 4096};
+    Orchestrator a = Orchestrator::CreateOnHostMemory(1 << 16, options);
+    auto scope = a.BeginScope();
+    Orchestrator b = std::move(a);
+    scope.End();
+    EXPECT_EQ(pto_scope_end(b.handle()), -EINVAL);  // none left open
+    EXPECT_NE(std::string(pto_last_error()).find("without an open scope"), std::string::npos) << pto_last_error();
+
+    std::vector<Orchestrator> many;
+    many.push_back(Orchestrator::CreateOnHostMemory(1 << 16, options));
+    auto first = many[0].BeginScope();
+    for (int i = 0; i < 16; ++i) many.push_back(Orchestrator::CreateOnHostMemory(1 << 16, options));  // moves many[0]
+    first.End();
+    EXPECT_EQ(pto_scope_end(many[0].handle()), -EINVAL);
+
+    std::optional<Orchestrator> gone(Orchestrator::CreateOnHostMemory(1 << 16, options));
+    auto orphan = gone->BeginScope();
+    gone.reset();
+    EXPECT_SPYRE_ERROR(orphan.End(), InvalidArgument, "is not a live runtime");
+}
+
+// A task ring past what the host can hold is OutOfMemory from C++ too
+// (it was std::bad_alloc; the C call said "out of memory" already).
+TEST(OrchestrationScopes, ARingPastTheHostsMemoryIsOutOfMemory) {
+    EXPECT_SPYRE_ERROR(Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = INT32_MAX, .heap_size = 4096}),
+                       OutOfMemory, "cannot allocate a runtime of 2147483647 task slots");
+}
+
+TEST(OrchestrationScopes, ScopesEndInTheReverseOrderTheyBegan) {
+    Orchestrator o = Orchestrator::CreateOnHostMemory(1 << 16, {.task_ring_size = 8, .heap_size = 4096});
+    auto outer = o.BeginScope();
+    auto inner = o.BeginScope();
+    EXPECT_SPYRE_ERROR(outer.End(), InvalidArgument, "still has 1 inner scope(s) open");
+    inner.End();
+    outer.End();  // refused above, still open: it ends now
+    EXPECT_EQ(pto_scope_end(o.handle()), -EINVAL);
+    auto again = o.BeginScope();
+    EXPECT_EQ(pto_scope_end(o.handle()), 0);  // ended under it by C
+    EXPECT_SPYRE_ERROR(again.End(), InvalidArgument, "without an open scope");
 }
 
 void EndsTheCallersScope(Runtime* rt, uint64_t*) { pto_scope_end(rt); }
