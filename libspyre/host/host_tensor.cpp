@@ -4,8 +4,7 @@
 #include <atomic>
 #include <cstring>
 
-#include <sys/sysinfo.h>
-
+#include "host_memory.hpp"
 #include "spyre/error.hpp"
 
 namespace spyre {
@@ -53,14 +52,10 @@ uint64_t Elements(const std::vector<int64_t>& shape) {
 // allocation itself may succeed (overcommit), and zeroing it would then
 // bring the OOM killer instead of an error.
 std::vector<std::byte> ZeroedBytes(uint64_t bytes, const std::vector<int64_t>& shape) {
-    struct sysinfo si {};
-    if (::sysinfo(&si) == 0) {
-        const uint64_t memory = (uint64_t(si.totalram) + uint64_t(si.totalswap)) * si.mem_unit;
-        if (bytes > memory)
-            throw Error(ErrorKind::OutOfMemory, "host tensor: cannot allocate " + std::to_string(bytes) +
-                                                    " bytes for shape " + ShapeString(shape) + ": more than this host's " +
-                                                    std::to_string(memory) + " bytes of RAM and swap");
-    }
+    if (const uint64_t memory = detail::HostMemoryBytes(); bytes > memory)
+        throw Error(ErrorKind::OutOfMemory, "host tensor: cannot allocate " + std::to_string(bytes) + " bytes for shape " +
+                                                ShapeString(shape) + ": more than this host's " + std::to_string(memory) +
+                                                " bytes of RAM and swap");
     try {
         return std::vector<std::byte>(bytes);
     } catch (const std::exception&) {  // bad_alloc, or length_error past the allocator's size

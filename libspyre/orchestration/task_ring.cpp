@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "orchestration/task_ring.hpp"
 
+#include <string>
+
+#include "host_memory.hpp"
 #include "spyre/error.hpp"
 
 namespace spyre::orchestration {
@@ -48,6 +51,9 @@ TaskRing::TaskRing(int32_t capacity) {
     if (capacity < 1)
         throw Error(ErrorKind::InvalidArgument,
                     "task ring size must be at least 1, got " + std::to_string(capacity));
+    if (const uint64_t bytes = uint64_t(capacity) * sizeof(TaskDescriptor); bytes > detail::HostMemoryBytes())
+        throw Error(ErrorKind::OutOfMemory, "task ring of " + std::to_string(capacity) + " slots needs " +
+                                                std::to_string(bytes) + " bytes, more than this host's RAM and swap");
     slots_ = std::vector<TaskDescriptor>(size_t(capacity));
 }
 

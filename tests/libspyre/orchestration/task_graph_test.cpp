@@ -1069,7 +1069,7 @@ TEST(OrchestrationScopes, AScopeEndsWhereverItsOrchestratorMoved) {
 // (it was std::bad_alloc; the C call said "out of memory" already).
 TEST(OrchestrationScopes, ARingPastTheHostsMemoryIsOutOfMemory) {
     EXPECT_SPYRE_ERROR(Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = INT32_MAX, .heap_size = 4096}),
-                       OutOfMemory, "cannot allocate a runtime of 2147483647 task slots");
+                       OutOfMemory, "task ring of 2147483647 slots needs");
 }
 
 TEST(OrchestrationScopes, ScopesEndInTheReverseOrderTheyBegan) {
