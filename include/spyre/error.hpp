@@ -43,6 +43,9 @@ struct ErrorContext {
     std::optional<int64_t> kernel_id;   // orchestration: the failing task's kernel
     int sys_errno = 0;                  // errno of a failed system call
     uint32_t device_code = 0;           // SPYRE_ERR_* reported by the device
+    // device_code is what a host kernel returned (its own code, printed as
+    // a number), not a SPYRE_ERR_* from the device.
+    bool host_kernel_code = false;
 };
 
 class Error : public std::runtime_error {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 
 #include "trace/recorder.hpp"
 
@@ -21,13 +22,17 @@ uint32_t CpuWorker::Run(const TaskDescriptor& task) {
         sizes[i] = task.params[i].size;
     }
     const KernelEntry& k = *task.kernel;
-    // A C++ kernel that throws fails its task instead of escaping the thread.
+    // A C++ kernel that throws fails its task instead of escaping the
+    // thread; what it threw goes to the task's failure record.
     try {
         if (k.host_callable) return k.host_callable(buffers, sizes, task.num_params);
         return k.host_fn(buffers, sizes, task.num_params, k.user_data);
+    } catch (const std::exception& e) {
+        task.thrown = e.what();
     } catch (...) {
-        return uint32_t(-1);
+        task.thrown = "an exception that is not a std::exception";
     }
+    return kHostKernelThrew;
 }
 
 namespace {

@@ -14,6 +14,11 @@
 
 namespace spyre::orchestration {
 
+// The status of a task whose host kernel threw (what it threw is in the
+// task's `thrown`); a kernel that returns this value without throwing is
+// only a kernel returning a code.
+inline constexpr uint32_t kHostKernelThrew = 0xffffffffu;
+
 class CpuWorker final : public Executor {
 public:
     // `device` names the worker's trace tracks ("<device> host worker N").
@@ -27,7 +32,8 @@ public:
     void Stop() override;
     unsigned threads() const noexcept { return threads_; }
 
-    // Runs one task's kernel on this thread; returns its status.
+    // Runs one task's kernel on this thread; returns its status (what the
+    // kernel returned, or kHostKernelThrew with `task.thrown` set).
     static uint32_t Run(const TaskDescriptor& task);
     // The same, and records how long it took in the kernel's host_cost.
     static uint32_t RunTimed(const TaskDescriptor& task);

@@ -475,14 +475,8 @@ void TaskGraph::ScopeEnd() {
     if (ring_.Reclaim()) space_freed_ = true;
     WakeWaiters();
     if (scope.first_task >= 0) {
-        std::ostringstream s;
-        const TaskFailureInfo& root = *scope.first_root;
-        s << "scope of tasks [" << scope.begin << ", " << end << "): task " << root.task_id << " (kernel "
-          << root.kernel_id << ") failed with device error code " << root.device_code << "; " << scope.failed
-          << " task(s) failed, " << scope.skipped << " dependent task(s) skipped";
-        throw Error(ErrorKind::DeviceError, s.str(),
-                    {.device = options_.device, .op_index = root.task_id, .kernel_id = root.kernel_id,
-                     .device_code = root.device_code});
+        throw FailureReport("scope of tasks [" + std::to_string(scope.begin) + ", " + std::to_string(end) + "): ",
+                            *scope.first_root, scope.failed, scope.skipped);
     }
 }
 
@@ -972,10 +966,17 @@ dependency::Root TaskGraph::FailureOf(const TaskDescriptor& t, uint32_t status) 
     f->level = Level::CoreGroup;
     f->device = options_.device;
     f->function = "kernel " + std::to_string(t.func_id);
-    f->kind = ErrorKind::DeviceError;
-    f->cause = "device error code " + std::to_string(status);
-    f->device_code = status;
     f->kernel_id = t.func_id;
+    const bool on_host = t.core_type != WORKER_EXTERNAL && RouteFor(t.core_type, *t.kernel).executor == executors_.front();
+    if (on_host && status == kHostKernelThrew && !t.thrown.empty()) {
+        f->kind = ErrorKind::TaskFailed;
+        f->cause = "host kernel threw: " + t.thrown;  // it returned no code: device_code stays 0
+        return f;
+    }
+    f->kind = ErrorKind::DeviceError;
+    f->device_code = status;
+    f->host_kernel_code = on_host;
+    f->cause = (on_host ? "host kernel return code " : "device error code ") + std::to_string(status);
     return f;
 }
 
@@ -983,6 +984,7 @@ void TaskGraph::NoteFailure(const TaskDescriptor& t) {
     const TaskFailureInfo& root = *t.gate.root;  // its own, or the one it was skipped for
     const bool skipped = t.outcome == TaskOutcome::Skipped;
     failures_.push_back({t.task_id, t.func_id, skipped, int32_t(root.task_id), root.kernel_id, root.device_code});
+    failure_roots_.push_back(t.gate.root);
     scopes_.NoteFailure(t.task_id, t.func_id, skipped, t.gate.root);
 }
 
@@ -1103,25 +1105,34 @@ void TaskGraph::WaitAll(const ProgressCallback& progress) {
     waited_ = completed_;
     if (failures_.empty()) return;
     std::vector<TaskFailure> reports;
+    std::vector<dependency::Root> roots;
     reports.swap(failures_);
+    roots.swap(failure_roots_);
     poisoned_.clear();  // reported: what the caller does with the data is its own
-    const TaskFailure* root = nullptr;
+    size_t root = reports.size();
     int32_t failed = 0, skipped = 0;
-    for (const TaskFailure& r : reports) {
-        if (!r.skipped) {
+    for (size_t i = 0; i < reports.size(); ++i) {
+        if (!reports[i].skipped) {
             ++failed;
-            if (!root) root = &r;
+            if (root == reports.size()) root = i;
         } else {
             ++skipped;
         }
     }
-    if (!root) root = &reports.front();
-    std::ostringstream s;
-    s << "task " << root->root_task_id << " (kernel " << root->root_kernel_id << ") failed with device error code "
-      << root->device_code << "; " << failed << " task(s) failed, " << skipped << " dependent task(s) skipped";
-    throw Error(ErrorKind::DeviceError, s.str(),
-                {.device = options_.device, .op_index = uint64_t(root->root_task_id),
-                 .kernel_id = root->root_kernel_id, .device_code = root->device_code});
+    throw FailureReport("", *roots[root == reports.size() ? 0 : root], failed, skipped);
+}
+
+// "task 3 (kernel 7) failed with device error code 35; ..." (DeviceError),
+// or "failed: host kernel threw: ..." (TaskFailed): the root's own kind.
+Error TaskGraph::FailureReport(const std::string& prefix, const TaskFailureInfo& root, int32_t failed,
+                               int32_t skipped) const {
+    const bool threw = root.kind == ErrorKind::TaskFailed;
+    return Error(root.kind,
+                 prefix + "task " + std::to_string(root.task_id) + " (kernel " + std::to_string(root.kernel_id) +
+                     ") failed" + (threw ? ": " : " with ") + root.cause + "; " + std::to_string(failed) +
+                     " task(s) failed, " + std::to_string(skipped) + " dependent task(s) skipped",
+                 {.device = options_.device, .op_index = root.task_id, .kernel_id = root.kernel_id,
+                  .device_code = root.device_code, .host_kernel_code = root.host_kernel_code});
 }
 
 std::vector<TaskFailure> TaskGraph::Failures() const {

@@ -238,6 +238,7 @@ private:
     dependency::Root FailureOf(const TaskDescriptor& t, uint32_t status) const;
     // Records a failed or skipped task for WaitAll and its open scopes.
     void NoteFailure(const TaskDescriptor& t);
+    Error FailureReport(const std::string& prefix, const TaskFailureInfo& root, int32_t failed, int32_t skipped) const;
     void ReleaseBuffer(BufferInfo& b);
     void DrainSkips();  // then WakeWaiters
     // Waits on wake_; WakeWaiters wakes the waiters only when what they
@@ -274,6 +275,7 @@ private:
     Route routes_[PTO_WORKER_TYPES];
     std::vector<std::shared_ptr<Executor>> executors_;
     std::vector<TaskFailure> failures_;
+    std::vector<dependency::Root> failure_roots_;  // failures_[i]'s root record: its cause in words
     std::vector<int32_t> skip_work_;   // poisoned tasks whose inputs are done, and early ones to complete
     // What a failed or skipped writer should have written, kept after its
     // slot is reclaimed (the hazard map forgets it then) until WaitAll reports

@@ -45,6 +45,7 @@ void TaskDescriptor::Reset(int32_t id) {
     after_count = 0;
     pushed_early = false;
     trace_track = 0;
+    thrown.clear();
 }
 
 TaskRing::TaskRing(int32_t capacity) {

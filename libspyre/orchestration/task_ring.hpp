@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "dependency/fan_out.hpp"
@@ -85,6 +86,9 @@ struct TaskDescriptor {
     // Its completion while parked in the task graph's inbox (ParkingInbox).
     TaskDescriptor* inbox_next = nullptr;
     uint32_t inbox_status = 0;
+    // What its host kernel threw (status kHostKernelThrew), for the failure
+    // record: written by the thread that ran it, before its completion.
+    mutable std::string thrown;
 
     void Reset(int32_t id);
 };

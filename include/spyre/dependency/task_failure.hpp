@@ -33,6 +33,9 @@ struct TaskFailureInfo {
     ErrorKind kind = ErrorKind::Internal;  // the cause's kind
     std::string cause;     // the cause's message
     uint32_t device_code = 0;  // SPYRE_ERR_* when the device reported one
+    // device_code is what a host kernel (a task of the orchestration runtime
+    // run on the host) returned: the kernel's own code, not a SPYRE_ERR_*.
+    bool host_kernel_code = false;
     // The host orchestration function itself threw (level HOST, task and
     // function: the program's name); what it had submitted still ran.
     bool orchestrator = false;

@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
     CHECK(pto_free(rt, buf) == 0);
     CHECK(pto_free(rt, buf) == -EINVAL);
     CHECK(pto_wait_all(rt) == -EIO);
-    CHECK(strstr(pto_last_error(), "device error code 9") != NULL);
+    CHECK(strstr(pto_last_error(), "host kernel return code 9") != NULL);
 
     /* The seed's Example 1 from a shared object. */
     if (argc > 1) {
@@ -141,7 +141,8 @@ int main(int argc, char** argv) {
     CHECK(info.code == -EIO && info.kind == PTO_ERROR_DEVICE_ERROR);
     CHECK(info.task_id == bad && info.kernel_id == 3 && info.device_code == 9);
     CHECK(strcmp(info.call, "pto_wait_all") == 0);
-    CHECK(strstr(info.message, "device error code 9") != NULL);
+    CHECK(strstr(info.message, "host kernel return code 9") != NULL);
+    CHECK(strstr(pto_last_error(), "[device pto") == NULL || strstr(pto_last_error(), "BAD_DEPENDENCY") == NULL);
     CHECK(pto_last_error_info(NULL) == -EIO);
     pto_clear_error();
     CHECK(pto_last_error_info(&info) == 0 && info.kind == PTO_ERROR_NONE && info.task_id == -1);

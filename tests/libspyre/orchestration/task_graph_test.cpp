@@ -12,6 +12,7 @@
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <optional>
@@ -24,7 +25,7 @@
 namespace spyre {
 namespace {
 
-enum : int32_t { K_FILL = 1, K_INC, K_ADD, K_FAIL, K_EXT, K_MIX };
+enum : int32_t { K_FILL = 1, K_INC, K_ADD, K_FAIL, K_EXT, K_MIX, K_THROW, K_ALL_ONES };
 
 class OrchTest : public ::testing::Test {
 protected:
@@ -522,10 +523,55 @@ TEST_P(OrchQueueTest, FailuresNameTheRootCause) {
     TaskParam inc[] = {InOut(x, 64)};
     const int32_t a = o().Submit(K_FAIL, WORKER_HOST, fx);
     const int32_t b = o().Submit(K_INC, WORKER_VECTOR, inc);
-    EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "failed with device error code 42");
+    try {
+        o().WaitAll();
+        ADD_FAILURE() << "WaitAll must report the failure";
+    } catch (const Error& err) {
+        // A host kernel's code is its own: a number, not a device error name.
+        EXPECT_EQ(err.kind(), ErrorKind::DeviceError);
+        EXPECT_NE(err.message().find("failed with host kernel return code 42"), std::string::npos) << err.what();
+        EXPECT_EQ(err.context().device_code, 42u);
+        EXPECT_TRUE(err.context().host_kernel_code);
+        EXPECT_NE(std::string(err.what()).find("host kernel code 42"), std::string::npos) << err.what();
+        EXPECT_EQ(std::string(err.what()).find("device code"), std::string::npos) << err.what();
+    }
     o().Submit(K_INC, WORKER_VECTOR, inc);  // x's writer b was skipped long ago; fine to go on
     o().WaitAll();
     (void)a, (void)b;
+}
+
+// A C++ host kernel that throws fails its task with what it threw, as
+// TaskFailed: the message is the user's, and no code was returned.
+TEST_P(OrchQueueTest, AHostKernelThatThrowsReportsWhatItThrew) {
+    Make();
+    o().RegisterHostKernel(K_THROW, [](std::span<void* const>, std::span<const uint64_t>) -> uint32_t {
+        throw std::runtime_error("tile 3 has no scale");
+    });
+    uint32_t* x = Data(0, 64);
+    TaskParam fx[] = {Out(x, 64)};
+    TaskParam inc[] = {InOut(x, 64)};
+    auto scope = o().BeginScope();
+    const int32_t a = o().Submit(K_THROW, WORKER_HOST, fx);
+    o().Submit(K_INC, WORKER_VECTOR, inc);
+    try {
+        o().WaitAll();
+        ADD_FAILURE() << "WaitAll must report the failure";
+    } catch (const Error& err) {
+        EXPECT_EQ(err.kind(), ErrorKind::TaskFailed) << err.what();
+        EXPECT_NE(err.message().find("task " + std::to_string(a) + " (kernel " + std::to_string(K_THROW) +
+                                     ") failed: host kernel threw: tile 3 has no scale; 1 task(s) failed, 1 "
+                                     "dependent task(s) skipped"),
+                  std::string::npos)
+            << err.what();
+        EXPECT_EQ(err.context().device_code, 0u);
+        EXPECT_EQ(err.context().op_index, uint64_t(a));
+        EXPECT_EQ(std::string(err.what()).find("UNKNOWN"), std::string::npos) << err.what();
+    }
+    EXPECT_SPYRE_ERROR(scope.End(), TaskFailed, "failed: host kernel threw: tile 3 has no scale");  // its own report
+    // A kernel that returns the status a throw stands for is only returning a code.
+    o().RegisterHostKernel(K_ALL_ONES, [](std::span<void* const>, std::span<const uint64_t>) { return 0xffffffffu; });
+    o().Submit(K_ALL_ONES, WORKER_HOST, fx);
+    EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "host kernel return code 4294967295");
 }
 
 // A failed writer with no consumer and no scope is consumed, and its slot
@@ -835,7 +881,7 @@ TEST_F(RunHereTest, AFailureOnTheSubmittingThreadPoisonsItsDependents) {
     uint32_t* y = Data(4096, 64);
     TaskParam px[] = {Out(x, 64)};
     o().Submit(K_FAIL, WORKER_HOST, px);  // on a worker; measured: cheap from now on
-    EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "failed with device error code 42");
+    EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "failed with host kernel return code 42");
     y[0] = 0;
     o().Submit(K_FAIL, WORKER_HOST, px);  // runs here and fails
     TaskParam dep[] = {In(x, 64), Out(y, 64)};
