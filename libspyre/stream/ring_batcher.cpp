@@ -104,6 +104,7 @@ size_t RingBatcher::TakeTurn(StreamState& s, size_t quantum, Budget& budget, std
         for (size_t k = 0; k < chain_cbs && Ready(s); ++k) {
             if (SlotsFor(s.local.front()) > budget.slots || budget.cbs == 0) break;
             const size_t first = batch.size();
+            split_ = s.local.front().link ? &s : nullptr;  // the chain goes on past this CB
             Append(s, batch, records, budget.trace_ns);
             if (s.ring_stream >= 0) driver::PutInRingStream(batch[first], uint32_t(s.ring_stream), restart);
             restart = false;

@@ -2,8 +2,9 @@
 // Internal: ring batching. Takes a stream's turn off the head of its queue
 // as ring CBs: consecutive ready ops under one doorbell, LINKed so a failure
 // cancels the rest of the turn on the device; a group (a chain of linked
-// ops) never split unless it is larger than the whole ring. No device:
-// tests look at the CBs it builds.
+// ops) never split unless it is larger than the whole budget, and then no
+// other stream's CBs go between its parts (split()). No device: tests look
+// at the CBs it builds.
 #pragma once
 
 #include <cstddef>
@@ -44,6 +45,14 @@ public:
 
     uint64_t inline_copies() const { return inline_copies_; }
 
+    // The stream whose chain went down in part (larger than the budget):
+    // until its rest follows, no other stream's CBs may go between, or they
+    // would run inside its group (e.g. overwrite a correction table the
+    // group's launch reads). Null when no chain is split.
+    const StreamState* split() const { return split_; }
+    // Forgets a split chain whose stream will not go on with it (faulted, gone).
+    void ForgetSplit() { split_ = nullptr; }
+
 private:
     size_t ChainSlots(const StreamState& s, size_t* cbs) const;
     void Append(StreamState& s, std::vector<spyre_cb>& batch, RingRecords& records, uint64_t trace_ns);
@@ -51,6 +60,7 @@ private:
     const size_t inline_max_;
     uint64_t next_user_data_ = 1;
     uint64_t inline_copies_ = 0;
+    const StreamState* split_ = nullptr;
 };
 
 }  // namespace spyre::detail

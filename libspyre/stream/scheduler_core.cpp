@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <bit>
 
 #include "device/device_core.hpp"
@@ -533,8 +534,10 @@ bool SchedulerCore::SubmitRing() {
     RingBatcher::Budget budget{options_.max_ring_inflight - inflight, ring_->FreeSlots(), inflight == 0,
                                trace::Enabled() ? trace::detail::NowNs() : 0};
     size_t batch_cbs = 0;
+    const StreamState* split = SplitChainStream();
     for (StreamState* sp : policy_.Order(active_)) {
         StreamState& s = *sp;
+        if (split && split != sp) continue;  // the rest of its chain first
         // A stream's turn is one LINKed chain in the ring, so a failure
         // cancels the rest of it on the device (the stream drops the work
         // behind a failure). A later turn cannot be linked to it (other
@@ -550,6 +553,19 @@ bool SchedulerCore::SubmitRing() {
     return true;
 }
 
+const StreamState* SchedulerCore::SplitChainStream() {
+    const StreamState* s = batcher_.split();
+    if (!s) return nullptr;
+    // Its rest is all that may go next, unless it will not come: the stream
+    // faulted (its work is dropped), left, or waits on an event.
+    const bool live = std::find(active_.begin(), active_.end(), s) != active_.end();
+    if (live && !s->faulted.load(std::memory_order_relaxed) && !s->local.empty() &&
+        s->local.front().kind != OpKind::EventWait && s->local.front().kind != OpKind::EventRecord)
+        return s;
+    batcher_.ForgetSplit();
+    return nullptr;
+}
+
 bool SchedulerCore::MayQueueBehind(const StreamState& s) const {
     return s.ring_stream >= 0 && s.turns_inflight < kTurnsInRing && records_.last_stream() == &s;
 }
@@ -562,6 +578,7 @@ bool SchedulerCore::SubmitAlone(StreamState& s, QueuedOp& op) {
     if (!batcher_.IsRingOp(op) || op.kind == OpKind::EventRecord || op.kind == OpKind::EventWait) return false;
     for (const StreamState* other : active_)
         if (other != &s && (!other->local.empty() || other->incoming.Pending())) return false;
+    if (SplitChainStream()) return false;
     const size_t inflight = records_.size();
     if (inflight >= options_.max_ring_inflight) return false;
     try {

@@ -111,6 +111,8 @@ private:
     // Sleeps on the ring's completion interrupt or a wake-up (`seen` is
     // wake_'s key as read before the last look for work), with the drive lock held.
     void SleepOnRing(uint32_t seen);
+    // The stream whose LINKed chain went down in part and must go on before any other.
+    const StreamState* SplitChainStream();
 
     void RefreshStreams();
     bool PullIncoming();

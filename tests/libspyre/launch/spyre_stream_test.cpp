@@ -355,8 +355,9 @@ TEST_F(StreamTest, BadInputIsRejectedBeforeAnythingIsEnqueued) {
 // Both streams patch the same compute program through the same correction
 // table; each Operation's copy -> correct -> compute is one group, so no
 // other stream's correction can land between a correction and its compute.
-TEST_F(StreamTest, TwoStreamsShareOneLoadedPlan) {
-    Device dev = OpenDevice();
+// With max_ring_inflight below a group's 3 CBs the group goes down in parts,
+// and still nothing of another stream goes between them.
+static void TwoStreamsShareOneLoadedPlan(Device dev) {
     SpyreStream loader(dev);
     const int64_t M = 64, K = 96, N = 32;
     auto plan = LoadMatmul(loader, M, K, N);
@@ -400,6 +401,17 @@ TEST_F(StreamTest, TwoStreamsShareOneLoadedPlan) {
             const Job& job = jobs[size_t(j)];
             ASSERT_EQ(CompareMatmul(job.c[size_t(r)], CpuMatmul(job.a[size_t(r)], job.b, M, K, N), M, N), 0);
         }
+}
+
+TEST_F(StreamTest, TwoStreamsShareOneLoadedPlan) { TwoStreamsShareOneLoadedPlan(OpenDevice()); }
+
+TEST_F(StreamTest, TwoStreamsShareOneLoadedPlanWithGroupsLargerThanTheRingBudget) {
+    for (uint32_t inflight : {1u, 2u}) {
+        SCOPED_TRACE(::testing::Message() << "max_ring_inflight " << inflight);
+        DeviceOptions o;
+        o.scheduler.max_ring_inflight = inflight;
+        TwoStreamsShareOneLoadedPlan(OpenDevice(-1, o));
+    }
 }
 
 // The same, tiled: each stream's iterations re-patch the shared program and
