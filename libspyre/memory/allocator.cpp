@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <mutex>
 
 #include "spyre/common/log.hpp"
 #include "spyre/driver/function.hpp"
@@ -35,9 +37,20 @@ std::string DeviceId::ToString() const {
     return buf;
 }
 
+uint32_t DeviceTreeNumber(const std::string& devices_dir) {
+    static std::mutex mu;
+    static std::map<std::string, uint32_t> numbers;
+    std::lock_guard lock(mu);
+    return numbers.try_emplace(devices_dir, uint32_t(numbers.size() + 1)).first->second;
+}
+
 void ThrowWrongDevice(const DeviceId& owner, const DeviceId& expected, const std::string& what, const char* user) {
-    throw Error(ErrorKind::WrongDevice,
-                what + " belongs to " + owner.ToString() + ", " + user + " to " + expected.ToString());
+    // Functions of two device trees (two private mocks) may share an address.
+    const bool same_address = owner.card == expected.card && owner.function == expected.function;
+    auto name = [&](const DeviceId& d) {
+        return d.ToString() + (same_address ? " of device tree " + std::to_string(d.tree) : "");
+    };
+    throw Error(ErrorKind::WrongDevice, what + " belongs to " + name(owner) + ", " + user + " to " + name(expected));
 }
 
 const PFDeviceHandle& DeviceHandle::pf() const {
@@ -83,7 +96,8 @@ std::string DeviceHandle::ToString() const {
 SpyreAllocator::SpyreAllocator(driver::Function& function, AllocatorOptions options)
     : fn_(function),
       options_(std::move(options)),
-      device_{function.device_info().card_index, function.device_info().function_index},
+      device_{function.device_info().card_index, function.device_info().function_index,
+              DeviceTreeNumber(function.info().sysfs_dir.parent_path().string())},
       mem_base_(function.Read64(SPYRE_REG_MEM_BASE)) {
     try {
         options_.mode == AllocatorMode::PF ? ReservePf() : ReserveVf();

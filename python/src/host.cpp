@@ -51,13 +51,16 @@ std::shared_ptr<PyStream> DefaultStream(const SlotPtr& slot) {
 }
 
 void BindHost(py::module_& m) {
-    py::class_<DeviceId>(m, "DeviceId", "Card index and function index (0 = PF, n = VF n) of a function.")
+    py::class_<DeviceId>(m, "DeviceId",
+                         "Card index, function index (0 = PF, n = VF n) and device tree (numbered from 1 in this "
+                         "process) of a function.")
         .def_readonly("card", &DeviceId::card)
         .def_readonly("function", &DeviceId::function)
+        .def_readonly("tree", &DeviceId::tree)
         .def("__str__", &DeviceId::ToString)
         .def("__repr__", [](const DeviceId& d) { return "DeviceId('" + d.ToString() + "')"; })
         .def("__eq__", [](const DeviceId& a, const DeviceId& b) { return a == b; })
-        .def("__hash__", [](const DeviceId& d) { return int(d.card) * 65536 + d.function; });
+        .def("__hash__", [](const DeviceId& d) { return py::hash(py::make_tuple(d.card, d.function, d.tree)); });
 
     py::class_<FunctionDescription>(m, "FunctionDescription", "One function as discovery found it.")
         .def_readonly("index", &FunctionDescription::index, "Position in Host.functions (a selector).")

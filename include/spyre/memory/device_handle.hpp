@@ -18,17 +18,27 @@ SPYRE_API_BEGIN
 namespace spyre {
 
 // The device (function) an object belongs to: the card index and the
-// function index (0 = PF, n = VF n) of the function's device info. Handles,
-// tensors, loaded plans and events carry it; APIs that mix objects refuse a
-// mix of devices with ErrorKind::WrongDevice.
+// function index (0 = PF, n = VF n) of the function's device info, and the
+// device tree it was found in. Handles, tensors, loaded plans and events
+// carry it; APIs that mix objects refuse a mix of devices with
+// ErrorKind::WrongDevice.
 struct DeviceId {
     uint16_t card = 0;
     uint16_t function = 0;
+    // Which device tree of this process (numbered from 1 in the order they
+    // are first opened; 0: none named): two private spyre-mockdevs both have
+    // a card 0, and their functions are still different devices.
+    uint32_t tree = 0;
     // "0000:01:00.2": the PCI address the contract gives this card and
     // function (spyre_pci.h), for messages.
     std::string ToString() const;
     auto operator<=>(const DeviceId&) const = default;
 };
+
+// The number DeviceId::tree gives the device tree whose functions' sysfs
+// directories are under `devices_dir` (MOUNT/bus/pci/devices): the same
+// directory, the same number, for the life of the process.
+uint32_t DeviceTreeNumber(const std::string& devices_dir);
 
 [[noreturn]] void ThrowWrongDevice(const DeviceId& owner, const DeviceId& expected, const std::string& what,
                                    const char* user);

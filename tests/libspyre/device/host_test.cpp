@@ -11,6 +11,7 @@
 #include "mock_fixture.hpp"
 #include "random_data.hpp"
 #include "spyre/device/host.hpp"
+#include "spyre/tensor/spyre_tensor.hpp"
 
 using namespace spyre;
 using namespace spyre::test;
@@ -80,8 +81,10 @@ TEST_F(HostTest, TwoVfsAreTwoDevicesOnOneMockWithSeparateMemory) {
     ASSERT_EQ(devs.size(), 2u);
     Device& vf1 = devs[0];
     Device& vf2 = devs[1];
-    EXPECT_EQ(vf1.id(), (DeviceId{0, 1}));
-    EXPECT_EQ(vf2.id(), (DeviceId{0, 2}));
+    const uint32_t tree = host().Find("0").id.tree;
+    EXPECT_NE(tree, 0u);
+    EXPECT_EQ(vf1.id(), (DeviceId{0, 1, tree}));
+    EXPECT_EQ(vf2.id(), (DeviceId{0, 2, tree}));
     // One mock serves both: the same daemon, different memory windows.
     EXPECT_EQ(DeviceInternals::Function(vf1).device_info().daemon_pid, DeviceInternals::Function(vf2).device_info().daemon_pid);
     EXPECT_NE(DeviceInternals::Function(vf1).Read64(SPYRE_REG_MEM_BASE), DeviceInternals::Function(vf2).Read64(SPYRE_REG_MEM_BASE));
@@ -113,10 +116,34 @@ TEST_F(HostTest, OpeningAFunctionTwiceIsBusyUntilTheFirstDeviceCloses) {
         EXPECT_SPYRE_ERROR(host().OpenAll({"2", "0000:01:00.2"}), InvalidArgument, "named twice");
         // The refused list opened nothing: VF2 is still free.
         Device vf2 = host().Open("2");
-        EXPECT_EQ(vf2.id(), (DeviceId{0, 2}));
+        EXPECT_EQ(vf2.id(), host().Find("2").id);
     }
     Device again = host().Open("1");
     RoundTrip(again, 1 << 20, 4);
+}
+
+// Two mocks both have a 0000:01:00.0, and they are still two devices:
+// a tensor of one copied through the other's stream would read the other's
+// memory at the same address.
+TEST_F(HostTest, TheSameAddressOnTwoDeviceTreesIsTwoDevices) {
+    Host other = Host::Open(TwoCardsTwoVfs());
+    Device a = host().Open("0000:01:00.0"), b = other.Open("0000:01:00.0");
+    EXPECT_EQ(a.pci_address(), b.pci_address());
+    EXPECT_NE(a.id(), b.id());
+    EXPECT_NE(a.id().tree, b.id().tree);
+    std::vector<float> ones(64, 1.0f), out(64, -1.0f);
+    SpyreTensor t = SpyreTensor::FromHost(a, a.default_stream(), ones.data(), {64}, DType::FP32);
+    a.Synchronize();
+    try {
+        t.CopyToHost(b.default_stream(), out.data());
+        ADD_FAILURE() << "a tensor of one device tree copied through another's stream";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::WrongDevice) << e.what();
+        EXPECT_NE(std::string(e.what()).find("0000:01:00.0 of device tree " + std::to_string(a.id().tree)),
+                  std::string::npos) << e.what();
+    }
+    EXPECT_SPYRE_ERROR(SpyreTensor::FromHost(b, a.default_stream(), ones.data(), {64}, DType::FP32), WrongDevice,
+                       "of device tree");
 }
 
 TEST_F(HostTest, ADeviceOutlivesItsHost) {
@@ -131,7 +158,8 @@ TEST_F(HostTest, ADeviceOutlivesItsHost) {
     }
     // The mock stays up for the Device, and goes with it.
     EXPECT_TRUE(IsMounted(mount.string())) << mount;
-    EXPECT_EQ(pf->id(), (DeviceId{1, 0}));
+    EXPECT_EQ(pf->id().card, 1);
+    EXPECT_EQ(pf->id().function, 0);
     RoundTrip(*pf, (2u << 20) + 128, 5);
     pf.reset();
     EXPECT_FALSE(IsMounted(mount.string())) << mount;
