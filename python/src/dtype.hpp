@@ -49,6 +49,12 @@ inline DType DTypeOfArray(const py::dtype& dt, std::optional<DType> named, const
     if (!found)
         throw Error(ErrorKind::InvalidArgument,
                     std::string(what) + ": dtype " + name + " is not supported (" + SupportedDTypes() + ")");
+    // The device's bytes are this machine's order: a swapped array's bytes
+    // would be read as other numbers.
+    if (!dt.attr("isnative").cast<bool>())
+        throw Error(ErrorKind::InvalidArgument,
+                    std::string(what) + ": dtype " + py::str(dt.attr("str")).cast<std::string>() +
+                        " is not in this machine's byte order (convert it first: a.astype(a.dtype.newbyteorder('=')))");
     return *found;
 }
 

@@ -337,6 +337,10 @@ void BindTensor(py::module_& m) {
                 std::optional<DType> named;
                 if (!dtype.is_none()) named = DTypeFrom(dtype, what);
                 const DType dt = DTypeOfArray(a.dtype(), named, what);
+                // A device tensor has at least one dim: shape () would come back as (1,).
+                if (a.ndim() == 0)
+                    throw Error(ErrorKind::InvalidArgument,
+                                std::string(what) + ": a 0-d array has no dims; give it one (a.reshape(1))");
                 HostView v = ViewOf(array, false, what);
                 std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
                 return Upload(slot, stream, v.data, v.bytes, std::move(shape), dt, layout, v.keeper, what);

@@ -67,8 +67,19 @@ def test_errors(dev, dev2):
         spyre.SpyreTensor.from_numpy(dev, np.zeros(4))
     with pytest.raises(spyre.InvalidArgument, match="dtype complex64 is not supported"):
         spyre.SpyreTensor.from_numpy(dev, np.zeros(4, np.complex64))
+    # Swapped byte order: read as this machine's, the numbers would be others.
+    for big in (np.arange(4, dtype=">f4"), np.array([1.5, -2, 3.25], ">f2"), np.array([1, 2, 3], ">i4")):
+        with pytest.raises(spyre.InvalidArgument, match="not in this machine's byte order"):
+            spyre.SpyreTensor.from_numpy(dev, big)
+    t_big, s_big = spyre.SpyreTensor.from_numpy(dev, np.arange(4, dtype=np.float32)), dev.create_stream()
+    with pytest.raises(spyre.InvalidArgument, match="not in this machine's byte order"):
+        t_big.copy_to_host(np.zeros(4, ">f4"), s_big)
+    with pytest.raises(spyre.InvalidArgument, match="not in this machine's byte order"):
+        t_big.copy_from_host(np.ones(4, ">f4"), s_big)
     with pytest.raises(spyre.InvalidArgument, match="array of dtype float32 given with dtype=fp16"):
         spyre.SpyreTensor.from_numpy(dev, np.zeros(4, np.float32), dtype="fp16")
+    with pytest.raises(spyre.InvalidArgument, match="0-d array has no dims"):
+        spyre.SpyreTensor.from_numpy(dev, np.array(3.0, np.float32))
     with pytest.raises(spyre.InvalidArgument, match="dim 0 < 1"):
         spyre.SpyreTensor.from_numpy(dev, np.zeros((0, 3), np.float32))
     with pytest.raises(spyre.InvalidArgument, match="not C-contiguous"):
