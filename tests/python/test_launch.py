@@ -107,3 +107,22 @@ def test_launch_errors(dev, dev2, ss, matmul_plan):
     with pytest.raises(TypeError):
         spyre.launch_kernel(ss, matmul_plan, [a, b, "c"])
     ss.synchronize()  # nothing bad reached the stream
+
+
+def test_a_sticks_kernel_refuses_dense_tensors_before_anything_runs(dev, ss):
+    # 4 x 8 fp32 rows are 32 bytes: dense rows do not fill a 128-byte stick.
+    a = np.arange(32, dtype=np.float32).reshape(4, 8)
+    b = np.full((4, 8), 100, np.float32)
+    plan = spyre.load_kernel(ss, spyre.KernelBuilder(spyre.TensorLayout.Sticks).add([4, 8], [4, 8], np.float32),
+                             name="add_sticks")
+    dense = tensors(dev, a, b) + [spyre.SpyreTensor.empty(dev, [4, 8])]
+    with pytest.raises(spyre.InvalidArgument, match="stick-layout operand.*give it the Sticks layout"):
+        spyre.launch_kernel(ss, plan, dense)
+    with pytest.raises(spyre.InvalidArgument, match="stick-layout operand"):
+        ss.launch_tiled(plan.operations[0], dense)
+    ss.synchronize()  # nothing reached the stream: no device fault
+    sticks = [spyre.SpyreTensor.from_numpy(dev, x, layout=spyre.TensorLayout.Sticks) for x in (a, b)]
+    sticks.append(spyre.SpyreTensor.empty(dev, [4, 8], np.float32, spyre.TensorLayout.Sticks))
+    spyre.launch_kernel(ss, plan, sticks)
+    ss.synchronize()
+    np.testing.assert_array_equal(sticks[2].to_numpy(), a + b)
