@@ -332,8 +332,12 @@ ChipFunction PythonChipFunction(const std::string& name, py::function fn) {
             PyChipContext pc{orch, py::list(), ctx.bytes, ctx.shapes, ctx.block_dim, ctx.device.pci_address()};
             for (size_t i = 0; i < ctx.args.size(); ++i) {
                 py::object shape = i < ctx.shapes.size() ? py::cast(ctx.shapes[i]) : py::object(py::none());
-                pc.args.append(DeviceView(ctx.args[i], ctx.bytes[i], GuessDType(ctx.bytes[i], ctx.shapes.at(i)), shape,
-                                          orch_obj, "chip function '" + name + "'"));
+                py::array view = DeviceView(ctx.args[i], ctx.bytes[i], GuessDType(ctx.bytes[i], ctx.shapes.at(i)),
+                                            shape, orch_obj, "chip function '" + name + "'");
+                // An In argument's device copy is kept for later runs that read
+                // the same bytes: a write through it would be read as theirs.
+                if (i < ctx.access.size() && ctx.access[i] == Access::In) view.attr("flags").attr("writeable") = false;
+                pc.args.append(std::move(view));
             }
             py::handle{raw}(py::cast(std::move(pc)));
         } catch (py::error_already_set& e) {

@@ -167,6 +167,24 @@ def test_python_chip_function_submits_on_the_chip_orchestrator(worker, rng):
     np.testing.assert_allclose(worker.run(p, [a]), 3 * a, rtol=1e-5)
     assert calls == [([S, S], 1, tuple(S), True)]
 
+    # An In tensor's view is read-only: its device copy is kept for the next
+    # run over the same bytes, which a write would corrupt.
+    seen = []
+
+    def chip_writes_its_input(ctx):
+        a, out = ctx.args
+        seen.append((a.flags.writeable, out.flags.writeable))
+        a[0] = 99.0
+
+    worker.register_chip_function("chip_writes_its_input", chip_writes_its_input)
+    p = spyre.HostProgram("writes_input", 1, [S],
+                          lambda g, x: g.chip("chip_writes_its_input", [spyre.In(x[0]), spyre.Out(x[1])]))
+    with pytest.raises(spyre.TaskFailed, match="read-only"):
+        worker.run(p, [a])
+    assert seen == [(False, True)]
+    p = spyre.HostProgram("triple", 1, [S], lambda g, x: g.chip("chip_triple", [spyre.In(x[0]), spyre.Out(x[1])]))
+    np.testing.assert_allclose(worker.run(p, [a]), 3 * a, rtol=1e-5)  # the kept copy is still a's
+
     def chip_raises(ctx):
         raise KeyError("no such tile")
 

@@ -48,6 +48,9 @@ struct ChipContext {
     std::vector<uint64_t> bytes;    // each argument's size
     std::vector<std::vector<int64_t>> shapes;
     int block_dim = 1;              // DistributedConfig::block_dim: core tasks to split the work into
+    // How the task uses each argument. An In argument's device copy may be
+    // kept for later calls that read the same bytes: never write it.
+    std::vector<Access> access;
 };
 // A chip function in C++: submits device tasks on ctx.orch (the runtime
 // opens a scope around it and waits for its tasks after it returns).
