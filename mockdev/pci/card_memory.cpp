@@ -60,17 +60,27 @@ void CardMemory::SetVfs(unsigned num_vfs) {
 
 void CardMemory::Renew(unsigned fn) {
     std::lock_guard lock(mutex_);
-    if (fn == 0) {
-        auto fresh = NewFile(0, size());
-        for (const MemorySlice& piece : PfPieces()) fresh->MapAt(view_.data() + piece.base, piece.base, piece.size);
-        pf_ = std::move(fresh);
-        return;
-    }
-    if (fn > vfs_.size()) return;  // no such VF (any more)
+    if (fn != 0) return RenewVf(fn);
+    auto fresh = NewFile(0, size());
+    for (const MemorySlice& piece : PfPieces()) fresh->MapAt(view_.data() + piece.base, piece.base, piece.size);
+    pf_ = std::move(fresh);
+    // The PF's owner reached every slice through the device; the slices of
+    // held VFs are their holders' own, the others are nobody's: renewed.
+    for (unsigned i = 1; i <= vfs_.size(); ++i)
+        if (!vfs_[i - 1].held) RenewVf(i);
+}
+
+void CardMemory::RenewVf(unsigned fn) {
+    if (fn == 0 || fn > vfs_.size()) return;  // no such VF (any more)
     Vf& vf = vfs_[fn - 1];
     auto fresh = NewFile(fn, vf.slice.size);
     fresh->MapAt(view_.data() + vf.slice.base, 0, vf.slice.size);
     vf.file = std::move(fresh);
+}
+
+void CardMemory::SetHeld(unsigned fn, bool held) {
+    std::lock_guard lock(mutex_);
+    if (fn != 0 && fn <= vfs_.size()) vfs_[fn - 1].held = held;
 }
 
 std::string CardMemory::ObjectName(unsigned fn) const {

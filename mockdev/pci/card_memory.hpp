@@ -57,8 +57,13 @@ public:
     void SetVfs(unsigned num_vfs);
 
     // Function `fn` (0 = PF, i = VF i) changes hands: its object is replaced
-    // by a fresh, zeroed one. Throws std::system_error.
+    // by a fresh, zeroed one. The PF sees the whole card, so renewing it also
+    // renews every VF slice that nobody holds (SetHeld): what the PF's owner
+    // left there goes with it. Throws std::system_error.
     void Renew(unsigned fn);
+    // Whether VF `fn` has a holder: a held VF's slice is its holder's, and
+    // Renew(0) leaves it alone.
+    void SetHeld(unsigned fn, bool held);
 
     // What function `fn` may map: its own object, from offset 0, and how many
     // bytes of it are its own memory (for the PF: slice 0 while VFs exist).
@@ -73,8 +78,10 @@ private:
     struct Vf {
         MemorySlice slice;
         std::unique_ptr<ShmFile> file;
+        bool held = false;
     };
     std::unique_ptr<ShmFile> NewFile(unsigned fn, uint64_t size);
+    void RenewVf(unsigned fn);  // with mutex_ held
     // The PF's own pieces of the view: everything outside the VF slices.
     std::vector<MemorySlice> PfPieces() const;  // with mutex_ held
 

@@ -386,6 +386,16 @@ int Function::Open(pid_t holder) {
     State expected = State::Idle;
     if (!state_.compare_exchange_strong(expected, State::Open)) return expected == State::Open ? -EBUSY : -ENODEV;
     holder_.store(holder);
+    card_memory_.SetHeld(params_.index, true);
+    // While nobody held it anyone could write it (its resource files, the
+    // PF's owner through the device): the new owner gets fresh objects too,
+    // not only the last owner's successor.
+    if (!HandOver()) {
+        card_memory_.SetHeld(params_.index, false);
+        holder_.store(0);
+        state_.store(State::Removed);
+        return -ENODEV;
+    }
     Reset();
     regions_.Clear();  // a new owner starts with no memory granted
     return 0;
@@ -397,6 +407,7 @@ void Function::Close() {
     server_.SetRingEnabled(false);
     const bool handed_over = HandOver();
     regions_.Clear();  // the owner's grants end with it
+    card_memory_.SetHeld(params_.index, false);
     holder_.store(0);
     State expected = State::Open;
     state_.compare_exchange_strong(expected, handed_over ? State::Idle : State::Removed);

@@ -105,8 +105,9 @@ public:
     bool SetRegionLimit(uint64_t limit) { return regions_.SetGrantable(limit); }
 
     // Device node ownership: one open file at a time, held by process
-    // `holder` (a thread group id). Open claims and resets (a clean ring for
-    // the new owner); Close lets go and hands the next owner fresh objects:
+    // `holder` (a thread group id). Open claims, gives the new owner fresh
+    // objects (what anyone wrote while nobody held it is not its) and
+    // resets; Close lets go and hands the next owner fresh objects too:
     // registers, rings and memory are new and zeroed, and whatever the old
     // holder still maps is no longer the device's.
     int Open(pid_t holder);  // 0, -EBUSY, -ENODEV

@@ -80,6 +80,25 @@ bool AllZero(const uint8_t* p, size_t n) {
     return true;
 }
 
+// pwrite of `bytes` at `offset` of `path`: 0 or errno.
+int FileWrite(const std::string& path, uint64_t offset, const std::vector<uint8_t>& bytes) {
+    const int fd = ::open(path.c_str(), O_WRONLY);
+    if (fd < 0) return errno;
+    const int err = ::pwrite(fd, bytes.data(), bytes.size(), off_t(offset)) < 0 ? errno : 0;
+    ::close(fd);
+    return err;
+}
+
+// pread of `len` bytes at `offset` of `path` (empty if refused).
+std::vector<uint8_t> FileRead(const std::string& path, uint64_t offset, size_t len) {
+    std::vector<uint8_t> buf(len);
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) return {};
+    const ssize_t n = ::pread(fd, buf.data(), len, off_t(offset));
+    ::close(fd);
+    return n == ssize_t(len) ? buf : std::vector<uint8_t>{};
+}
+
 }  // namespace
 
 // Each function's memory is an object of its own: a VF's object holds its
@@ -298,6 +317,88 @@ TEST_F(MockDeviceTest, MemoryIsScrubbedAcrossSriovChanges) {
     Function vf1 = Function::Open(Vf(1));
     ASSERT_EQ(vf1.Read64(SPYRE_REG_MEM_BASE), vf1_base);
     EXPECT_EQ(vf1.ReadRegion(SPYRE_REGION_DEVMEM, 0, 4096), std::vector<uint8_t>(4096, 0));
+}
+
+// While nobody holds a function, file permissions decide who writes it (its
+// resource files), and the PF's owner reaches its slice through the device.
+// Whatever was written so, the next owner starts from zeros: memory, rings.
+TEST_F(MockDeviceTest, ANewOwnerStartsFromZerosWhateverWasWrittenWhileUnheld) {
+    const FunctionInfo vf = Vf(1);
+    const std::vector<uint8_t> seed(64, 0x5E), zeros(64, 0);
+    ASSERT_EQ(InChild([&] { return FileWrite((vf.sysfs_dir / "resource2").string(), 0x1000, seed); }), 0);
+    ASSERT_EQ(InChild([&] { return FileWrite((vf.sysfs_dir / "resource4").string(), 4096, seed); }), 0);
+    uint64_t base = 0;
+    {
+        Function fn = Function::Open(vf);
+        base = fn.Read64(SPYRE_REG_MEM_BASE);
+        EXPECT_EQ(fn.ReadRegion(SPYRE_REGION_DEVMEM, 0x1000, 64), zeros);
+        MappedRegion m = fn.MapRegion(SPYRE_REGION_DEVMEM);
+        EXPECT_TRUE(AllZero(m.data() + 0x1000, 64));
+        EXPECT_EQ(fn.ReadRegion(SPYRE_REGION_BAR4, 4096, 64), zeros);
+    }
+    // The PF's owner writes the unheld VF's slice and still holds the PF
+    // when the VF gets its next owner.
+    int wrote[2], done[2];
+    ASSERT_EQ(::pipe(wrote), 0);
+    ASSERT_EQ(::pipe(done), 0);
+    const pid_t pf_owner = ::fork();
+    if (pf_owner == 0) {
+        ::close(done[1]);
+        const int fd = ::open(Pf().dev_node.c_str(), O_RDWR);
+        const bool ok = fd >= 0 && ::pwrite(fd, seed.data(), seed.size(),
+                                            off_t(SPYRE_REGION_OFFSET(SPYRE_REGION_DEVMEM) + base + 0x2000)) == 64;
+        (void)!::write(wrote[1], ok ? "y" : "n", 1);
+        char c;
+        (void)!::read(done[0], &c, 1);
+        ::_exit(0);
+    }
+    ::close(wrote[1]);
+    ::close(done[0]);
+    char said = 0;
+    ASSERT_EQ(::read(wrote[0], &said, 1), 1);
+    EXPECT_EQ(said, 'y');
+    {
+        Function fn = Function::Open(vf);
+        EXPECT_EQ(fn.ReadRegion(SPYRE_REGION_DEVMEM, 0x2000, 64), zeros);
+    }
+    ::close(done[1]);
+    ::close(wrote[0]);
+    ::waitpid(pf_owner, nullptr, 0);
+}
+
+// The PF's owner reaches every VF slice. When it lets go, what it left in
+// the slices of VFs that nobody holds goes with its own memory; a held VF's
+// slice is its holder's and stays as it is (mapping included).
+TEST_F(MockDeviceTest, WhatThePfsOwnerLeftInUnheldVfSlicesGoesWithIt) {
+    // VF 2 is held; VF 1's slice is nobody's (and inside the PF's 2 GiB resource2).
+    Function vf2 = Function::Open(Vf(2));
+    const uint64_t base2 = vf2.Read64(SPYRE_REG_MEM_BASE);
+    uint64_t base1 = 0;
+    const auto reg = FileRead((Vf(1).sysfs_dir / "resource0").string(), SPYRE_REG_MEM_BASE, 8);
+    ASSERT_EQ(reg.size(), 8u);
+    std::memcpy(&base1, reg.data(), 8);
+    ASSERT_LT(base1 + 4096, uint64_t(SPYRE_BAR2_SIZE));
+    MappedRegion m2 = vf2.MapRegion(SPYRE_REGION_DEVMEM);
+    std::memset(m2.data(), 0x11, 64);
+    const std::vector<uint8_t> left(64, 0xF0), zeros(64, 0);
+    ASSERT_EQ(InChild([&] {
+                  const int fd = ::open(Pf().dev_node.c_str(), O_RDWR);
+                  if (fd < 0) return errno;
+                  const uint64_t devmem = SPYRE_REGION_OFFSET(SPYRE_REGION_DEVMEM);
+                  if (::pwrite(fd, left.data(), 64, off_t(devmem + base1 + 0x40)) != 64) return 100;
+                  if (::pwrite(fd, left.data(), 64, off_t(devmem + base2 + 0x40)) != 64) return 101;
+                  spyre_release_req req{};
+                  req.argsz = sizeof req;
+                  return ::ioctl(fd, SPYRE_IOC_RELEASE, &req) == 0 ? 0 : errno;  // handed over when it returns
+              }),
+              0);
+    EXPECT_EQ(FileRead((Pf().sysfs_dir / "resource2").string(), base1 + 0x40, 64), zeros);
+    EXPECT_EQ(FileRead((Vf(1).sysfs_dir / "resource2").string(), 0x40, 64), zeros);
+    // VF 2's slice: its bytes and what the PF's owner wrote there for it.
+    EXPECT_EQ(vf2.ReadRegion(SPYRE_REGION_DEVMEM, 0, 64), std::vector<uint8_t>(64, 0x11));
+    EXPECT_EQ(vf2.ReadRegion(SPYRE_REGION_DEVMEM, 0x40, 64), left);
+    m2.data()[0] = 0x22;
+    EXPECT_EQ(vf2.ReadRegion(SPYRE_REGION_DEVMEM, 0, 1)[0], 0x22);
 }
 
 // Stores into the doorbell page and rings are whole aligned 32-bit words
