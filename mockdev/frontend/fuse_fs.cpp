@@ -82,20 +82,40 @@ struct Node {
     std::shared_ptr<Function> fn;
 };
 
-// The process (thread group) of the thread that made the current request:
-// FUSE reports the thread's id.
-pid_t CallerProcess() {
+// When process `pid` started (/proc/PID/stat field 22, clock ticks after
+// boot), or 0 if it is gone.
+uint64_t ProcessStartTime(pid_t pid) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
+    FILE* stat = std::fopen(path, "re");
+    if (!stat) return 0;
+    char line[1024];
+    const bool got = std::fgets(line, sizeof line, stat) != nullptr;
+    std::fclose(stat);
+    // The name (field 2) may hold blanks and ')': fields 3 on follow the last ')'.
+    const char* rest = got ? std::strrchr(line, ')') : nullptr;
+    unsigned long long start = 0;
+    if (!rest || std::sscanf(rest + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+                             &start) != 1)
+        return 0;
+    return start;
+}
+
+// The process (thread group) of the thread that made the current request
+// (FUSE reports the thread's id), with its start time: a pid alone is reused.
+ProcessId CallerProcess() {
     const pid_t tid = fuse_get_context()->pid;
     char path[64];
     std::snprintf(path, sizeof path, "/proc/%d/status", int(tid));
     FILE* status = std::fopen(path, "re");
-    if (!status) return tid;
-    char line[256];
     pid_t tgid = tid;
-    while (std::fgets(line, sizeof line, status))
-        if (std::sscanf(line, "Tgid: %d", &tgid) == 1) break;
-    std::fclose(status);
-    return tgid;
+    if (status) {
+        char line[256];
+        while (std::fgets(line, sizeof line, status))
+            if (std::sscanf(line, "Tgid: %d", &tgid) == 1) break;
+        std::fclose(status);
+    }
+    return ProcessId{tgid, ProcessStartTime(tgid)};
 }
 
 // libfuse's own messages go through our log. While mounting they are held
@@ -172,14 +192,14 @@ struct FuseOps {
             static_assert(SPYRE_DEFAULT_DB_OFFSET == 0, "the doorbell page opens BAR4");
             if (f.kind == Kind::Resource4 && off + len <= sizeof(spyre_doorbell_page)) return 0;
         }
-        const pid_t caller = CallerProcess();
-        if (caller == holder) return 0;
-        if (auto pf = f.card->FindFunction(0); pf && pf->holder() != 0 && caller == pf->holder()) return 0;
+        const ProcessId caller = CallerProcess();
+        if (f.fn->HeldBy(caller)) return 0;
+        if (auto pf = f.card->FindFunction(0); pf && pf->HeldBy(caller)) return 0;
         const char* what = f.kind == Kind::Reset ? "reset" : f.kind == Kind::Resource0 ? "resource0"
                            : f.kind == Kind::Resource2                             ? "resource2"
                                                                                    : "resource4";
         LOG_WARN("%s: %s %s by pid %d refused: the device node is held by pid %d", f.fn->address().c_str(),
-                 write ? "write to" : "read of", what, int(caller), int(holder));
+                 write ? "write to" : "read of", what, int(caller.pid), int(holder));
         return -EBUSY;
     }
 
@@ -188,17 +208,16 @@ struct FuseOps {
     // and the PF's holder, as the VF's own resource2 does. 0 or -EBUSY.
     static int CheckHeldSlices(const OpenFile& f, bool write, uint64_t off, size_t len) {
         if (f.kind != Kind::Resource2 || f.fn->is_vf() || len == 0) return 0;
-        const pid_t pf_holder = f.fn->holder();
-        pid_t caller = 0;
+        std::optional<ProcessId> caller;
         for (const auto& vf : f.card->Functions()) {
             const pid_t holder = vf->holder();
             if (!vf->is_vf() || holder == 0) continue;
             if (off >= vf->mem_base() + vf->mem_size() || off + len <= vf->mem_base()) continue;
-            if (caller == 0) caller = CallerProcess();
-            if (caller == holder || (pf_holder != 0 && caller == pf_holder)) continue;
+            if (!caller) caller = CallerProcess();
+            if (vf->HeldBy(*caller) || f.fn->HeldBy(*caller)) continue;
             LOG_WARN("%s: %s resource2 at 0x%llx (+%zu) by pid %d refused: it reaches %s's memory, held by pid %d",
                      f.fn->address().c_str(), write ? "write to" : "read of", static_cast<unsigned long long>(off), len,
-                     int(caller), vf->address().c_str(), int(holder));
+                     int(caller->pid), vf->address().c_str(), int(holder));
             return -EBUSY;
         }
         return 0;
@@ -208,12 +227,11 @@ struct FuseOps {
     // register file (RedactPrivateRegisters): nobody holds the node, or the
     // caller is its holder or the card's PF holder.
     static bool MaySeePrivate(const OpenFile& f) {
-        const pid_t holder = f.fn->holder();
-        if (holder == 0) return true;
-        const pid_t caller = CallerProcess();
-        if (caller == holder) return true;
+        if (f.fn->holder() == 0) return true;
+        const ProcessId caller = CallerProcess();
+        if (f.fn->HeldBy(caller)) return true;
         auto pf = f.card->FindFunction(0);
-        return pf && pf->holder() != 0 && caller == pf->holder();
+        return pf && pf->HeldBy(caller);
     }
 
     static std::optional<Node> Resolve(const char* path) {

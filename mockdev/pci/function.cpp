@@ -382,17 +382,32 @@ ConfigSpace Function::Config() const {
     return BuildConfigSpace(ConfigSpaceParams{params_.card, params_.index, sriov_num_vfs_.load()});
 }
 
-int Function::Open(pid_t holder) {
+pid_t Function::holder() const {
+    std::lock_guard lock(holder_mutex_);
+    return holder_.pid;
+}
+
+bool Function::HeldBy(const ProcessId& p) const {
+    std::lock_guard lock(holder_mutex_);
+    return holder_.pid != 0 && p.start_time != 0 && p == holder_;
+}
+
+void Function::SetHolder(const ProcessId& holder) {
+    std::lock_guard lock(holder_mutex_);
+    holder_ = holder;
+}
+
+int Function::Open(const ProcessId& holder) {
     State expected = State::Idle;
     if (!state_.compare_exchange_strong(expected, State::Open)) return expected == State::Open ? -EBUSY : -ENODEV;
-    holder_.store(holder);
+    SetHolder(holder);
     card_memory_.SetHeld(params_.index, true);
     // While nobody held it anyone could write it (its resource files, the
     // PF's owner through the device): the new owner gets fresh objects too,
     // not only the last owner's successor.
     if (!HandOver()) {
         card_memory_.SetHeld(params_.index, false);
-        holder_.store(0);
+        SetHolder({});
         state_.store(State::Removed);
         return -ENODEV;
     }
@@ -408,7 +423,7 @@ void Function::Close() {
     const bool handed_over = HandOver();
     regions_.Clear();  // the owner's grants end with it
     card_memory_.SetHeld(params_.index, false);
-    holder_.store(0);
+    SetHolder({});
     State expected = State::Open;
     state_.compare_exchange_strong(expected, handed_over ? State::Idle : State::Removed);
 }

@@ -46,6 +46,15 @@ struct FunctionParams {
 // that fall in them.
 void RedactPrivateRegisters(uint64_t offset, uint8_t* buf, size_t len);
 
+// A process as the device knows its holder. A pid alone is reused once its
+// process is gone (a child may keep the node open after its parent, the
+// holder, exits); with the start time (/proc/PID/stat field 22) it is not.
+struct ProcessId {
+    pid_t pid = 0;
+    uint64_t start_time = 0;  // clock ticks after boot; 0: unknown
+    bool operator==(const ProcessId&) const = default;
+};
+
 class Function {
 public:
     // Creates the register and ring objects (throws std::system_error) and
@@ -105,15 +114,18 @@ public:
     bool SetRegionLimit(uint64_t limit) { return regions_.SetGrantable(limit); }
 
     // Device node ownership: one open file at a time, held by process
-    // `holder` (a thread group id). Open claims, gives the new owner fresh
+    // `holder` (a thread group). Open claims, gives the new owner fresh
     // objects (what anyone wrote while nobody held it is not its) and
     // resets; Close lets go and hands the next owner fresh objects too:
     // registers, rings and memory are new and zeroed, and whatever the old
     // holder still maps is no longer the device's.
-    int Open(pid_t holder);  // 0, -EBUSY, -ENODEV
+    int Open(const ProcessId& holder);  // 0, -EBUSY, -ENODEV
     void Close();
-    // The process holding the device node, or 0.
-    pid_t holder() const { return holder_.load(); }
+    // The pid of the process holding the device node, or 0.
+    pid_t holder() const;
+    // Whether `p` is the holder: same pid and same start time (a process
+    // that got a dead holder's pid is not it).
+    bool HeldBy(const ProcessId& p) const;
     // For VF removal: succeeds only while nobody holds the device node.
     bool TryMarkRemoved();
     void UndoMarkRemoved();
@@ -127,6 +139,7 @@ private:
     // nothing of the old owner's may reach the next one).
     bool HandOver();
     void RefreshMirrors();
+    void SetHolder(const ProcessId& holder);
     // What both stats attributes read, loaded once so that they agree.
     struct StatsSnapshot {
         struct Region {
@@ -164,7 +177,8 @@ private:
 
     std::mutex reset_mutex_;  // one reset at a time
     std::atomic<State> state_{State::Idle};
-    std::atomic<pid_t> holder_{0};
+    mutable std::mutex holder_mutex_;
+    ProcessId holder_;  // guarded by holder_mutex_; pid 0 while nobody holds it
     std::atomic<uint16_t> sriov_num_vfs_{0};
 };
 

@@ -117,7 +117,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             auto fn = card.FindFunction(in.Byte() % 4);
             if (!fn) break;
             if (fn->holder() == 0) {
-                const int rc = fn->Open(1);
+                const int rc = fn->Open({1, 1});  // pid 1, started at tick 1
                 Check(rc == 0 || rc == -EBUSY || rc == -ENODEV);
             } else {
                 fn->Close();

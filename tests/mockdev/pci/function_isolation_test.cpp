@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -97,6 +98,19 @@ std::vector<uint8_t> FileRead(const std::string& path, uint64_t offset, size_t l
     const ssize_t n = ::pread(fd, buf.data(), len, off_t(offset));
     ::close(fd);
     return n == ssize_t(len) ? buf : std::vector<uint8_t>{};
+}
+
+// Retries Function::Open while the daemon has not yet seen a dead holder's close.
+std::optional<Function> OpenWhenFree(const FunctionInfo& info) {
+    for (int i = 0; i < 500; ++i) {
+        try {
+            return Function::Open(info);
+        } catch (const Error& e) {
+            if (e.kind() != ErrorKind::Busy) throw;
+            ::usleep(10000);
+        }
+    }
+    return std::nullopt;
 }
 
 }  // namespace
@@ -399,6 +413,52 @@ TEST_F(MockDeviceTest, WhatThePfsOwnerLeftInUnheldVfSlicesGoesWithIt) {
     EXPECT_EQ(vf2.ReadRegion(SPYRE_REGION_DEVMEM, 0x40, 64), left);
     m2.data()[0] = 0x22;
     EXPECT_EQ(vf2.ReadRegion(SPYRE_REGION_DEVMEM, 0, 1)[0], 0x22);
+}
+
+// The holder is a process, not a pid: after the holder exits while a child
+// it forked keeps the node open, a process that gets the holder's pid again
+// is refused like anyone else.
+TEST_F(MockDeviceTest, AProcessThatReusesADeadHoldersPidIsNotTheHolder) {
+    const FunctionInfo vf = Vf(1);
+    const std::string res2 = (vf.sysfs_dir / "resource2").string();
+    // The kernel hands out the pid after the one written to ns_last_pid.
+    auto next_pid_after = [](pid_t pid) {
+        std::FILE* f = std::fopen("/proc/sys/kernel/ns_last_pid", "w");
+        if (!f) return false;
+        const bool ok = std::fprintf(f, "%d", int(pid)) > 0;
+        return std::fclose(f) == 0 && ok;
+    };
+    if (!next_pid_after(::getpid())) GTEST_SKIP() << "cannot choose pids here (ns_last_pid)";
+    int keep[2];  // the worker holds the node until this pipe closes
+    ASSERT_EQ(::pipe(keep), 0);
+    const pid_t holder = ::fork();
+    if (holder == 0) {
+        if (::open(vf.dev_node.c_str(), O_RDWR) < 0) ::_exit(1);
+        if (::fork() == 0) {  // the worker keeps the node's file, as after fork without exec
+            ::close(keep[1]);
+            char c;
+            (void)!::read(keep[0], &c, 1);
+            ::_exit(0);
+        }
+        ::_exit(0);
+    }
+    ::close(keep[0]);
+    int status = 0;
+    ASSERT_EQ(::waitpid(holder, &status, 0), holder);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT_EQ(InChild([&] { return FileAccess(res2, false, 0, 64); }), EBUSY);  // still held, by a dead pid
+    // Start times count clock ticks (10 ms): the reuser starts ticks later.
+    ::usleep(50000);
+    int reused = -1;  // what the process with the holder's pid got: 0 or errno
+    for (int attempt = 0; attempt < 50 && reused < 0; ++attempt) {
+        if (!next_pid_after(holder - 1)) break;
+        const int rc = InChild([&] { return ::getpid() == holder ? FileAccess(res2, false, 0, 64) : 254; });
+        if (rc != 254) reused = rc;
+    }
+    ::close(keep[1]);  // the worker lets go
+    ASSERT_GE(reused, 0) << "pid " << holder << " was not handed out again";
+    EXPECT_EQ(reused, EBUSY);
+    EXPECT_TRUE(OpenWhenFree(vf));
 }
 
 // Stores into the doorbell page and rings are whole aligned 32-bit words
