@@ -120,7 +120,7 @@ int ParseCommandLine(int argc, char** argv, Options& opt) {
         ->check(CLI::Range(1, 32));
     app.add_option("--watchdog-ms", opt.watchdog_ms,
                    "Bound on one CB's run time (WATCHDOG_MS); a CB past it ends with WATCHDOG")
-        ->check(CLI::Range(1, 3600000))
+        ->check(CLI::Range(kWatchdogMsMin, kWatchdogMsMax))
         ->capture_default_str();
     app.footer(kExitCodesHelp);
     try {

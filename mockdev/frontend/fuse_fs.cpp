@@ -223,6 +223,20 @@ struct FuseOps {
         return 0;
     }
 
+    // Card-wide policy (WATCHDOG_MS) is the PF holder's: through the PF's
+    // resource0 it is set only while the caller holds the PF. Anyone else is
+    // refused, also while nobody holds the PF: file permissions let a tenant
+    // use an unheld function, not rule the card. 0 or -EACCES.
+    static int CheckCardPolicy(const OpenFile& f, uint64_t off, size_t len) {
+        if (f.kind != Kind::Resource0 || f.fn->is_vf()) return 0;
+        if (off >= SPYRE_REG_WATCHDOG_MS + sizeof(uint32_t) || off + len <= SPYRE_REG_WATCHDOG_MS) return 0;
+        const ProcessId caller = CallerProcess();
+        if (f.fn->HeldBy(caller)) return 0;
+        LOG_WARN("%s: write to resource0's WATCHDOG_MS by pid %d refused: card policy is the PF holder's",
+                 f.fn->address().c_str(), int(caller.pid));
+        return -EACCES;
+    }
+
     // Whether the caller may see the holder's addresses and data in the
     // register file (RedactPrivateRegisters): nobody holds the node, or the
     // caller is its holder or the card's PF holder.
@@ -433,6 +447,7 @@ struct FuseOps {
         case Kind::Resource2:
         case Kind::Resource4:
             if (int rc = CheckHolder(f, true, uint64_t(off), size); rc != 0) return rc;
+            if (int rc = CheckCardPolicy(f, uint64_t(off), size); rc != 0) return rc;
             return int(f.fn->WriteRegion(BarOf(f.kind), uint64_t(off), buf, size));
         case Kind::DevNode: {
             unsigned region;

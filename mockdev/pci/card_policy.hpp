@@ -10,6 +10,11 @@
 
 namespace spyre::mockdev {
 
+// What the watchdog bound may be set to, by --watchdog-ms or the PF's
+// holder: 1 ms to an hour. 0 or more would let CBs run without bound.
+constexpr uint32_t kWatchdogMsMin = 1;
+constexpr uint32_t kWatchdogMsMax = 3'600'000;
+
 struct CardPolicy {
     // Bound on one CB's (or task's) run time; WATCHDOG_MS mirrors it.
     std::atomic<uint32_t> watchdog_ms{10000};

@@ -268,9 +268,17 @@ ssize_t Function::WriteRegister(uint32_t offset, uint32_t value) {
     case SPYRE_REG_REGION_CMD: regions_.Command(value); break;
     case SPYRE_REG_REGION_ARG: regs_.Store32(SPYRE_REG_REGION_ARG, value); break;
     case SPYRE_REG_WATCHDOG_MS:
-        // Card-wide policy: the PF may set it through this trapped write; a
-        // VF's write is ignored, as for any read-only register.
-        if (!is_vf() && value != 0) const_cast<CardPolicy&>(policy_).watchdog_ms.store(value);
+        // Card-wide policy: the PF may set it through this trapped write (the
+        // front end lets only the PF's holder reach it); a VF's write is
+        // ignored, as for any read-only register, and so is a value outside
+        // what --watchdog-ms accepts.
+        if (is_vf()) break;
+        if (value < kWatchdogMsMin || value > kWatchdogMsMax) {
+            LOG_WARN("%s: WATCHDOG_MS %u ignored: outside %u..%u ms", address_.c_str(), value, kWatchdogMsMin,
+                     kWatchdogMsMax);
+            break;
+        }
+        const_cast<CardPolicy&>(policy_).watchdog_ms.store(value);
         break;
     case SPYRE_REG_ERR_CLEAR:
         if (value & kErrClearLatch) regs_.ClearErrorLatch();

@@ -415,6 +415,42 @@ TEST_F(MockDeviceTest, WhatThePfsOwnerLeftInUnheldVfSlicesGoesWithIt) {
     EXPECT_EQ(vf2.ReadRegion(SPYRE_REGION_DEVMEM, 0, 1)[0], 0x22);
 }
 
+// The card's watchdog is the PF holder's to set. Through the PF's resource0
+// anyone else is refused, also while nobody holds the PF (a VF's holder set
+// it to 1 ms and failed another tenant's CBs, or lifted it); the holder sets
+// it within what --watchdog-ms accepts, other values are ignored.
+TEST_F(MockDeviceTest, OnlyThePfsHolderSetsTheCardWatchdog) {
+    const std::string pf_res0 = (Pf().sysfs_dir / "resource0").string();
+    auto watchdog = [&] {
+        uint32_t v = 0;
+        const auto b = FileRead(pf_res0, SPYRE_REG_WATCHDOG_MS, 4);
+        if (b.size() == 4) std::memcpy(&v, b.data(), 4);
+        return v;
+    };
+    auto set = [&](uint32_t v) {
+        std::vector<uint8_t> b(4);
+        std::memcpy(b.data(), &v, 4);
+        return FileWrite(pf_res0, SPYRE_REG_WATCHDOG_MS, b);
+    };
+    ASSERT_EQ(watchdog(), 10000u);
+    EXPECT_EQ(InChild([&] { return set(1); }), EACCES);  // holds nothing
+    {
+        Function vf1 = Function::Open(Vf(1));
+        EXPECT_EQ(set(1), EACCES);  // holds a VF
+        EXPECT_EQ(set(0xFFFFFFFFu), EACCES);
+    }
+    EXPECT_EQ(watchdog(), 10000u);
+    Function pf = Function::Open(Pf());
+    EXPECT_EQ(InChild([&] { return set(1); }), EBUSY);  // as any write to a held function's file
+    EXPECT_EQ(set(2000), 0);
+    EXPECT_EQ(watchdog(), 2000u);
+    EXPECT_EQ(set(0xFFFFFFFFu), 0);  // out of range: ignored
+    pf.WriteTrapped32(SPYRE_REG_WATCHDOG_MS, 3600001);
+    EXPECT_EQ(watchdog(), 2000u);
+    pf.WriteTrapped32(SPYRE_REG_WATCHDOG_MS, 3600000);  // the bound itself is fine
+    EXPECT_EQ(watchdog(), 3600000u);
+}
+
 // The holder is a process, not a pid: after the holder exits while a child
 // it forked keeps the node open, a process that gets the holder's pid again
 // is refused like anyone else.
