@@ -3,7 +3,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -77,7 +76,10 @@ std::vector<std::string> ObjectsOf(const std::string& prefix) {
     return names;
 }
 
-// True if the owner file's flock is free and the pid in it is not running.
+// True if the owner file names a daemon and its flock is free. The lock
+// decides: the kernel drops it when the daemon exits, before its parent
+// reaps it, while its pid still answers kill(pid, 0) as a zombie (or, once
+// reused, as some other process).
 bool OwnerIsDead(const std::string& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return false;
@@ -85,9 +87,8 @@ bool OwnerIsDead(const std::string& path) {
     if (::flock(fd, LOCK_SH | LOCK_NB) == 0) {
         char buf[32] = {};
         const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-        const long pid = n > 0 ? std::strtol(buf, nullptr, 10) : 0;
         // No pid yet: a daemon between creating and locking the file.
-        dead = pid > 0 && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH;
+        dead = n > 0 && std::strtol(buf, nullptr, 10) > 0;
         ::flock(fd, LOCK_UN);
     }
     ::close(fd);

@@ -322,6 +322,56 @@ TEST(MockdevRecovery, RestartAfterKillRecoversTheMountAndThePrefix) {
     EXPECT_TRUE(Eventually([&] { return !spyre::test::IsMounted(dir.path.string()); }));
 }
 
+// A supervisor restarts a daemon killed with SIGKILL before it reaps it: the
+// dead daemon is a zombie, which still answers kill(pid, 0), but its lock on
+// the owner file went when it died. The restart recovers all the same.
+TEST(MockdevRecovery, RestartRecoversWhileTheKilledDaemonIsAZombie) {
+    SPYRE_REQUIRE_FUSE();
+    TempDir dir;
+    const std::string prefix = dir.UniquePrefix("spyre-test-zombie");
+    const std::string mockdev = Mockdev();
+    int ready[2];
+    ASSERT_EQ(::pipe(ready), 0);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        ::close(ready[0]);
+        const std::string fd = std::to_string(ready[1]);
+        ::execl(mockdev.c_str(), "spyre-mockdev", "--mount", dir.path.c_str(), "--foreground", "--mem", "64M",
+                "--shm-prefix", prefix.c_str(), "--ready-fd", fd.c_str(), nullptr);
+        ::_exit(127);
+    }
+    ::close(ready[1]);
+    char buf[16];
+    const bool up = ::read(ready[0], buf, sizeof buf) > 0;
+    ::close(ready[0]);
+    ::kill(pid, SIGKILL);
+    ASSERT_TRUE(up);
+    auto state = [&] {  // /proc/PID/stat field 3, after the name's ')'
+        std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+        std::string line;
+        std::getline(stat, line);
+        const size_t at = line.rfind(')');
+        return at == std::string::npos || at + 2 >= line.size() ? '?' : line[at + 2];
+    };
+    EXPECT_TRUE(Eventually([&] { return state() == 'Z'; }));
+
+    auto again = RunCommand(mockdev + " --mount " + dir.path.string() + " --shm-prefix " + prefix + " --mem 64M");
+    EXPECT_EQ(state(), 'Z');  // still unreaped while it restarted
+    ASSERT_EQ(::waitpid(pid, nullptr, 0), pid);
+    if (again.exit_code != 0) RunCommand("fusermount3 -u -z " + dir.path.string());
+    ASSERT_EQ(again.exit_code, 0) << again.output;
+    pid_t pid2;
+    {
+        DeviceRoot root(dir.path);
+        Function fn = Function::Open(root.Find("0"));
+        pid2 = fn.device_info().daemon_pid;
+    }
+    EXPECT_NE(pid2, pid);
+    ASSERT_EQ(::kill(pid2, SIGTERM), 0);
+    EXPECT_TRUE(Eventually([&] { return spyre::test::CountShmObjects(prefix) == 0; }));
+    EXPECT_TRUE(Eventually([&] { return !spyre::test::IsMounted(dir.path.string()); }));
+}
+
 // Another daemon's sweep of dead prefixes (two ranks of an MPI job start
 // their mocks at once) takes a shared lock on each owner file for a look.
 // A daemon claiming its prefix meanwhile, a dead owner's here, waits that
