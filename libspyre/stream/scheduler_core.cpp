@@ -556,12 +556,15 @@ bool SchedulerCore::SubmitRing() {
 const StreamState* SchedulerCore::SplitChainStream() {
     const StreamState* s = batcher_.split();
     if (!s) return nullptr;
-    // Its rest is all that may go next, unless it will not come: the stream
-    // faulted (its work is dropped), left, or waits on an event.
+    // Its rest is all that may go next, unless it will not come as ring CBs
+    // right away: the stream faulted (its work is dropped) or left, or its
+    // next op is host work (a DMA copy, a callback that may wait for other
+    // streams) or an event op (it may wait for other streams).
     const bool live = std::find(active_.begin(), active_.end(), s) != active_.end();
-    if (live && !s->faulted.load(std::memory_order_relaxed) && !s->local.empty() &&
-        s->local.front().kind != OpKind::EventWait && s->local.front().kind != OpKind::EventRecord)
-        return s;
+    if (live && !s->faulted.load(std::memory_order_relaxed) && !s->local.empty()) {
+        const QueuedOp& next = s->local.front();
+        if (batcher_.IsRingOp(next) && next.kind != OpKind::EventWait && next.kind != OpKind::EventRecord) return s;
+    }
     batcher_.ForgetSplit();
     return nullptr;
 }
