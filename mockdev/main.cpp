@@ -174,12 +174,22 @@ bool DirectoryIsEmpty(const std::string& dir, bool* empty) {
 // Exit code, or 0 with `mount` made canonical.
 int CheckMountPoint(std::string& mount) {
     struct stat st {};
-    RecoverStaleMount(mount);  // a killed spyre-mockdev's dead mount is detached; anything else is checked below
-    if (::stat(mount.c_str(), &st) != 0) {
-        if (errno == ENOTCONN) {
+    // A killed spyre-mockdev's dead mount is detached; anything else is
+    // checked below. One killed a moment ago may still be dying (its threads
+    // closing the FUSE device, a stat answered from the cache meanwhile): a
+    // mount that reads as dead later is looked at again, 2 s at most.
+    int error = 0;
+    for (int look = 0;; ++look) {
+        RecoverStaleMount(mount);
+        error = ::stat(mount.c_str(), &st) == 0 ? 0 : errno;
+        if (error != ENOTCONN || look == 40) break;
+        ::usleep(50 * 1000);
+    }
+    if (error != 0) {
+        if (error == ENOTCONN) {
             LOG_ERROR("mount point %s is a stale FUSE mount: run fusermount3 -u %s", mount.c_str(), mount.c_str());
         } else {
-            LOG_ERROR("mount point %s: %s", mount.c_str(), std::strerror(errno));
+            LOG_ERROR("mount point %s: %s", mount.c_str(), std::strerror(error));
         }
         return kExitMountPoint;
     }
