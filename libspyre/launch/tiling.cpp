@@ -372,15 +372,10 @@ std::vector<uint8_t> SpecializeProgram(std::span<const uint8_t> binary, const Sp
         }
         // The device's rule for a stick operand (rows fill whole sticks), here
         // where the tensor can still be named, not as a fault after enqueue.
-        if (o.layout == SPYRE_LAYOUT_STICK) {
-            const uint64_t per_stick = SPYRE_STICK_BYTES / ElementSize(t.dtype);
-            bool sticks = o.strides[o.rank - 1] == 1;
-            for (size_t d = 0; d + 1 < o.rank; ++d) sticks = sticks && o.strides[d] % per_stick == 0;
-            if (!sticks)
-                Invalid(slots.Name(r.slot) + " is bound to a stick-layout operand, but its rows do not fill whole " +
+        if (!spyre_stick_strides_ok(&o))
+            Invalid(slots.Name(r.slot) + " is bound to a stick-layout operand, but its rows do not fill whole " +
                         std::to_string(SPYRE_STICK_BYTES) + "-byte sticks (strides " + ShapeText(t.strides) +
                         " elements): give it the Sticks layout");
-        }
     }
     if (variant.accumulate)
         for (spyre_program_op& op : image.ops)

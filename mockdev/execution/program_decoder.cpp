@@ -103,12 +103,9 @@ ProgramFault CheckOperand(const spyre_program_operand& d, uint64_t window, Opera
     }
     if (d.layout == SPYRE_LAYOUT_STICK) {
         // Rows (the innermost dim) start on a stick and fill whole sticks.
-        const uint64_t per_stick = SPYRE_STICK_BYTES / out.element_size;
         if (d.addr % SPYRE_STICK_BYTES != 0) return Fault(SPYRE_ERR_MISALIGNED, "stick operand not 128-aligned", d.addr);
-        if (d.strides[rank - 1] != 1) return Fault(SPYRE_ERR_MISALIGNED, "stick operand innermost stride is not 1", d.addr);
-        for (unsigned i = 0; i + 1 < rank; ++i)
-            if (d.strides[i] % per_stick != 0)
-                return Fault(SPYRE_ERR_MISALIGNED, "stick operand row is not whole sticks", d.addr);
+        if (!spyre_stick_strides_ok(&d))
+            return Fault(SPYRE_ERR_MISALIGNED, "stick operand rows do not fill whole sticks (innermost stride 1)", d.addr);
     } else if (d.addr % out.element_size != 0) {
         return Fault(SPYRE_ERR_MISALIGNED, "operand not element-aligned", d.addr);
     }

@@ -97,6 +97,22 @@ struct spyre_program_operand {
 };
 SPYRE_STATIC_ASSERT(sizeof(struct spyre_program_operand) == 144, "operand descriptor is 144 bytes");
 
+/* Whether an operand's strides keep a SPYRE_LAYOUT_STICK operand's rows in
+ * whole sticks: innermost stride 1, every outer stride a whole number of
+ * sticks. The device faults such an operand MISALIGNED otherwise; the host
+ * applies the same rule before it enqueues. 1 for other layouts and for an
+ * unknown dtype or a rank outside 1..SPYRE_PROGRAM_MAX_RANK (other checks
+ * refuse those). */
+static inline int spyre_stick_strides_ok(const struct spyre_program_operand* d) {
+    const uint64_t element = spyre_dtype_size(d->dtype);
+    unsigned i;
+    if (d->layout != SPYRE_LAYOUT_STICK || element == 0 || d->rank == 0 || d->rank > SPYRE_PROGRAM_MAX_RANK) return 1;
+    if (d->strides[d->rank - 1] != 1) return 0;
+    for (i = 0; i + 1 < d->rank; ++i)
+        if (d->strides[i] % (SPYRE_STICK_BYTES / element) != 0) return 0;
+    return 1;
+}
+
 /* Bytes an operand spans from its address: to past its last element, and
  * for SPYRE_LAYOUT_STICK to the end of the stick its rows' last element is
  * in (rows fill whole sticks). 0 when the descriptor has no extent: an
