@@ -203,6 +203,20 @@ struct FuseOps {
         return -EBUSY;
     }
 
+    // The PF's CBs and tasks address the whole card, VF slices included,
+    // and an enable does not wait for them: while a process holds the PF,
+    // only it changes the VF count, at a moment of its choosing (an
+    // unheld PF runs nothing: a hand-over stops its work). 0 or -EBUSY.
+    static int CheckPfWork(const OpenFile& f) {
+        const auto pf = f.card->FindFunction(0);
+        if (!pf || pf->holder() == 0) return 0;
+        const ProcessId caller = CallerProcess();
+        if (pf->HeldBy(caller)) return 0;
+        LOG_WARN("%s: write to sriov_numvfs by pid %d refused: the PF is held by pid %d", pf->address().c_str(),
+                 int(caller.pid), int(pf->holder()));
+        return -EBUSY;
+    }
+
     // The PF's resource2 spans the whole card memory, VF slices included:
     // a range reaching into a held VF's slice serves only that VF's holder
     // and the PF's holder, as the VF's own resource2 does. 0 or -EBUSY.
@@ -467,6 +481,7 @@ struct FuseOps {
             unsigned long v = 0;
             if (int rc = ParseAttrNumber(buf, size, &v); rc != 0) return rc;
             if (v > UINT16_MAX) return -ERANGE;
+            if (int rc = CheckPfWork(f); rc != 0) return rc;
             if (int rc = f.card->SetNumVfs(unsigned(v)); rc != 0) return rc;
             return int(size);
         }

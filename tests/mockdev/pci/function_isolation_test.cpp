@@ -57,6 +57,11 @@ int WriteText(const std::string& path, const std::string& text) {
     return err;
 }
 
+std::string ReadText(const std::string& path) {
+    std::ifstream f(path);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
 uint64_t ObjectSize(const char* shm_name) {
     const int fd = ::shm_open(shm_name, O_RDONLY, 0);
     if (fd < 0) return 0;
@@ -331,6 +336,22 @@ TEST_F(MockDeviceTest, MemoryIsScrubbedAcrossSriovChanges) {
     Function vf1 = Function::Open(Vf(1));
     ASSERT_EQ(vf1.Read64(SPYRE_REG_MEM_BASE), vf1_base);
     EXPECT_EQ(vf1.ReadRegion(SPYRE_REGION_DEVMEM, 0, 4096), std::vector<uint8_t>(4096, 0));
+}
+
+// The PF's work in flight addresses the whole card and an enable does not
+// wait for it: while a process holds the PF, only it changes the VF count.
+TEST_F(MockDeviceTest, OnlyThePfsHolderChangesTheVfCountWhileItHoldsThePf) {
+    const std::string numvfs = (Pf().sysfs_dir / "sriov_numvfs").string();
+    {
+        Function pf = Function::Open(Pf());
+        EXPECT_EQ(InChild([&] { return WriteText(numvfs, "0"); }), EBUSY);
+        EXPECT_EQ(ReadText(numvfs), "2\n");
+        ASSERT_EQ(WriteText(numvfs, "0"), 0);  // the holder's own moment
+        EXPECT_EQ(InChild([&] { return WriteText(numvfs, "2"); }), EBUSY);
+        EXPECT_EQ(ReadText(numvfs), "0\n");
+    }
+    EXPECT_EQ(InChild([&] { return WriteText(numvfs, "2"); }), 0);  // nobody holds the PF: nothing of it runs
+    EXPECT_EQ(ReadText(numvfs), "2\n");
 }
 
 // While nobody holds a function, file permissions decide who writes it (its
