@@ -48,10 +48,12 @@ RANKS = {
     'app': 99,  # tools, examples, python, tests, benchmarks
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
-# The driver's queue classes, and what opens one: their headers, or a
-# construction (a declaration of one by value, or make_unique/shared).
+# The driver's queue classes, and what opens one: their headers, a
+# construction (a declaration of one by value, or make_unique/shared), or
+# taking a core group's queue behind the Device (DeviceInternals).
 QUEUE_HEADERS = ('spyre/driver/command_ring.hpp', 'spyre/driver/task_queue.hpp', 'spyre/driver/device_queue.hpp')
 QUEUE_OPEN = re.compile(r'make_(?:unique|shared)<\s*(?:spyre::)?(?:driver::)?(?:CommandRing|TaskQueue|DeviceQueue)\s*>'
+                        r'|\bTakeTaskQueue\s*\('
                         r'|(?:^|[^:\w<&*])(?:spyre::)?(?:driver::)?(?:CommandRing|TaskQueue|DeviceQueue)\s+\w+\s*[({]',
                         re.M)
 # Who may: the Device and the scheduler it owns.
@@ -165,8 +167,9 @@ def check(root: pathlib.Path):
                     errors.append(f'{rel}:{line}: {layer} includes {tlayer} "{m.group(2)}" ({why})')
             errors += check_sleep_wake(rel, text)
             if rel.startswith(QUEUE_CHECKED) and not rel.startswith(QUEUE_OWNERS):
-                for m in QUEUE_OPEN.finditer(text):
-                    line = text.count('\n', 0, m.start()) + 1
+                code = without_comments(text)
+                for m in QUEUE_OPEN.finditer(code):
+                    line = code.count('\n', 0, m.end()) + 1
                     errors.append(f'{rel}:{line}: {layer} opens a device queue "{m.group(0).strip()}" '
                                   '(a device queue is reached through Device)')
     return errors
