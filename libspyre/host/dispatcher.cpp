@@ -458,6 +458,7 @@ void SetCause(TaskFailureInfo& f) {
         f.kind = e.kind();
         f.cause = e.message();
         f.device_code = e.context().device_code;
+        f.host_kernel_code = e.context().host_kernel_code;
         if (e.context().kernel_id) f.kernel_id = int32_t(*e.context().kernel_id);
     } catch (const std::exception& e) {
         f.kind = ErrorKind::TaskFailed;

@@ -81,7 +81,8 @@ std::string Describe(const std::string& run, const std::vector<TaskFailureInfo>&
     std::string s = "run '" + run + "': " + ToString(f.level) + " task '" + f.task + "' (" + what + f.function + "'";
     if (!f.device.empty()) s += " on " + f.device;
     s += ") failed: " + f.cause;
-    if (f.device_code) s += " [device code " + std::to_string(f.device_code) + "]";
+    if (f.device_code)
+        s += std::string(f.host_kernel_code ? " [host kernel code " : " [device code ") + std::to_string(f.device_code) + "]";
     if (failures.size() > 1) s += "; " + std::to_string(failures.size() - 1) + " more task(s) failed";
     if (!skipped.empty()) {
         s += "; skipped " + std::to_string(skipped.size()) + " downstream task(s):";
@@ -94,6 +95,7 @@ ErrorContext ContextOf(const TaskFailureInfo& f) {
     ErrorContext c;
     c.device = f.device;
     c.device_code = f.device_code;
+    c.host_kernel_code = f.host_kernel_code;
     c.op_index = f.task_id;
     if (f.kernel_id >= 0) c.kernel_id = f.kernel_id;
     return c;

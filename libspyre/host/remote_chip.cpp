@@ -31,6 +31,7 @@ ErrorContext Context(const RemoteFailure& f) {
     ErrorContext c;
     c.device = "rank " + std::to_string(f.rank) + "@" + f.host_name + (f.device.empty() ? "" : ":" + f.device);
     c.device_code = f.device_code;
+    c.host_kernel_code = f.host_kernel_code;
     return c;
 }
 }  // namespace

@@ -169,6 +169,7 @@ void RemoteChipService::AnswerCall(Message request) {
         failure.cause = e.kind();
         failure.message = e.message();
         failure.device_code = e.context().device_code;
+        failure.host_kernel_code = e.context().host_kernel_code;
     } catch (const std::exception& e) {
         failure.cause = ErrorKind::Internal;
         failure.message = e.what();

@@ -225,6 +225,7 @@ Message EncodeCallError(uint64_t id, const RemoteFailure& f) {
     w.Put<uint64_t>(id);
     w.Put<uint8_t>(static_cast<uint8_t>(f.cause));
     w.Put<uint32_t>(f.device_code);
+    w.Put<uint8_t>(f.host_kernel_code ? 1 : 0);
     w.Put<int32_t>(f.rank);
     w.PutString(f.host_name);
     w.PutString(f.task);
@@ -242,6 +243,9 @@ RemoteFailure DecodeCallError(const Message& m) {
     if (!IsErrorKind(kind)) r.Fail("error kind " + std::to_string(kind) + " is unknown");
     f.cause = static_cast<ErrorKind>(kind);
     f.device_code = r.Get<uint32_t>("device code");
+    const uint8_t host_kernel = r.Get<uint8_t>("host kernel flag");
+    if (host_kernel > 1) r.Fail("host kernel flag " + std::to_string(host_kernel) + " is not 0 or 1");
+    f.host_kernel_code = host_kernel == 1;
     f.rank = r.Get<int32_t>("rank");
     f.host_name = r.GetString("host name");
     f.task = r.GetString("task");

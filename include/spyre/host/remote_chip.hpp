@@ -78,6 +78,7 @@ struct RemoteFailure {
     ErrorKind cause = ErrorKind::Internal;  // the serving side's error kind
     std::string message;                    // its message
     uint32_t device_code = 0;               // SPYRE_ERR_* when the device faulted
+    bool host_kernel_code = false;          // device_code is a host kernel's own return code instead
 };
 
 // A failed remote call: still a spyre::Error, of the cause's kind, whose

@@ -46,7 +46,7 @@ Message DecodeFrame(int source, std::span<const uint8_t> frame) {
         r.Fail(std::string("magic ") + hex + " is not SPTR");
     }
     const uint16_t version = r.Get<uint16_t>("version");
-    if (version != kFrameVersion) r.Fail("version " + std::to_string(version) + " (this side speaks 1)");
+    if (version != kFrameVersion) r.Fail("version " + std::to_string(version) + " (this side speaks " + std::to_string(kFrameVersion) + ")");
     Message m;
     m.source = source;
     m.type = r.Get<uint16_t>("type");

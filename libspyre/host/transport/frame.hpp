@@ -16,7 +16,7 @@
 namespace spyre::host::wire {
 
 inline constexpr uint32_t kFrameMagic = 0x52545053;  // "SPTR"
-inline constexpr uint16_t kFrameVersion = 1;
+inline constexpr uint16_t kFrameVersion = 2;  // 2: a call error says whether its code is a host kernel's
 inline constexpr size_t kFrameFixedBytes = 16;
 // The largest frame a valid message can need.
 inline constexpr size_t kMaxFrameBytes = kFrameFixedBytes + 8 * kMaxPayloads + kMaxHeaderBytes;

@@ -136,6 +136,21 @@ TEST(RemoteProtocol, ACallErrorCarriesEveryKind) {
         EXPECT_EQ(back.cause, kind) << ToString(kind);
         EXPECT_EQ(back.message, f.message);
     }
+    // A host kernel's return code stays marked as one across the wire.
+    for (bool host_kernel : {false, true}) {
+        RemoteFailure f;
+        f.cause = ErrorKind::DeviceError;
+        f.device_code = 9;
+        f.host_kernel_code = host_kernel;
+        Message m = remote::EncodeCallError(3, f);
+        m.source = 1;
+        const RemoteFailure back = remote::DecodeCallError(m);
+        EXPECT_EQ(back.device_code, 9u);
+        EXPECT_EQ(back.host_kernel_code, host_kernel);
+        EXPECT_EQ(RemoteChipError(back).context().host_kernel_code, host_kernel);
+        m.header[13] = 2;  // id 8, kind 1, code 4: the flag
+        EXPECT_SPYRE_ERROR(remote::DecodeCallError(m), ProtocolError, "host kernel flag 2 is not 0 or 1");
+    }
     RemoteFailure f;
     Message m = remote::EncodeCallError(3, f);
     m.header[8] = uint8_t(ErrorKind::TaskFailed) + 1;  // the byte after the id

@@ -11,6 +11,7 @@
 
 #include "mock_fixture.hpp"
 #include "random_data.hpp"
+#include "host/transport/frame.hpp"  // internal: the frame's magic and version
 #include "spyre/host/in_process_transport.hpp"
 
 using namespace spyre;
@@ -49,7 +50,8 @@ std::vector<uint8_t> FrameBytes(uint32_t magic, uint16_t version, uint32_t heade
     return f;
 }
 
-constexpr uint32_t kMagic = 0x52545053;
+constexpr uint32_t kMagic = wire::kFrameMagic;
+constexpr uint16_t kVersion = wire::kFrameVersion;
 
 // A short bound keeps the tests quick; long enough that a loaded machine does not starve a beat past it.
 LivenessOptions Fast() { return LivenessOptions{.heartbeat_interval = 50ms, .silence_bound = 1000ms}; }
@@ -237,14 +239,14 @@ TEST(TransportTest, MalformedFramesAreProtocolErrorsAndCutTheSenderOff) {
     };
     const std::vector<Case> cases = {
         {"empty", {}, {}, "truncated at magic"},
-        {"magic", FrameBytes(0xdeadbeef, 1, 0, 0, {}, 0), {}, "magic 0xdeadbeef is not SPTR"},
-        {"version", FrameBytes(kMagic, 9, 0, 0, {}, 0), {}, "version 9"},
-        {"truncated sizes", FrameBytes(kMagic, 1, 0, 3, {8}, 0), {}, "truncated at payload size"},
-        {"header size", FrameBytes(kMagic, 1, 10, 0, {}, 4), {}, "header is 4 bytes, the frame says 10"},
-        {"huge payload", FrameBytes(kMagic, 1, 0, 1, {1ull << 40}, 0), {}, "over the limit"},
-        {"huge total", FrameBytes(kMagic, 1, 0, 3, {1ull << 30, 1ull << 30, 1ull << 30}, 0), {}, "in all are over the limit"},
-        {"payload count", FrameBytes(kMagic, 1, 0, 1, {4}, 0), {}, "announces 1 payloads, 0 followed"},
-        {"payload size", FrameBytes(kMagic, 1, 0, 1, {4}, 0), {std::vector<uint8_t>(5)}, "payload 0 is 5 bytes, the frame says 4"},
+        {"magic", FrameBytes(0xdeadbeef, kVersion, 0, 0, {}, 0), {}, "magic 0xdeadbeef is not SPTR"},
+        {"version", FrameBytes(kMagic, 9, 0, 0, {}, 0), {}, "version 9 (this side speaks 2)"},
+        {"truncated sizes", FrameBytes(kMagic, kVersion, 0, 3, {8}, 0), {}, "truncated at payload size"},
+        {"header size", FrameBytes(kMagic, kVersion, 10, 0, {}, 4), {}, "header is 4 bytes, the frame says 10"},
+        {"huge payload", FrameBytes(kMagic, kVersion, 0, 1, {1ull << 40}, 0), {}, "over the limit"},
+        {"huge total", FrameBytes(kMagic, kVersion, 0, 3, {1ull << 30, 1ull << 30, 1ull << 30}, 0), {}, "in all are over the limit"},
+        {"payload count", FrameBytes(kMagic, kVersion, 0, 1, {4}, 0), {}, "announces 1 payloads, 0 followed"},
+        {"payload size", FrameBytes(kMagic, kVersion, 0, 1, {4}, 0), {std::vector<uint8_t>(5)}, "payload 0 is 5 bytes, the frame says 4"},
     };
     for (const Case& c : cases) {
         SCOPED_TRACE(c.name);

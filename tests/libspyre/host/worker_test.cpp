@@ -527,6 +527,33 @@ TEST_F(WorkerTest, AThrowingOrchestrationFunctionFailsTheRunAndWhatItSubmittedRu
 // A chip task whose device program faults: DeviceError with the device,
 // the chip function and the device's code; downstream skipped; independent
 // work done; the worker keeps working.
+// A chip function's host kernel that returns a code fails the chip task
+// with that code marked as the kernel's own, not read as a device error
+// name (9 would read BAD_DEPENDENCY).
+TEST_F(WorkerTest, AChipTasksHostKernelCodeIsReportedAsTheKernels) {
+    worker_->RegisterChipFunction("chip_host_code", [](ChipContext& ctx) {
+        ctx.orch.RegisterHostKernel(901, [](std::span<void* const>, std::span<const uint64_t>) { return 9u; });
+        TaskParam out{PARAM_OUTPUT, ctx.args[0], ctx.bytes[0], {}};
+        ctx.orch.Submit(901, WORKER_HOST, {&out, 1});
+    });
+    HostTensor y = HostTensor::Zeros({kTile, kTile});
+    HostProgram p{"host_code", 1, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                      g.Chip("chip_host_code", {Out(x[0])}, {.name = "coded"});
+                  }};
+    try {
+        worker_->Run(p, {y});
+        FAIL() << "no error";
+    } catch (const HostRunError& e) {
+        ASSERT_EQ(e.failures().size(), 1u);
+        const TaskFailureInfo& fail = e.failures()[0];
+        EXPECT_EQ(fail.device_code, 9u);
+        EXPECT_TRUE(fail.host_kernel_code);
+        EXPECT_NE(fail.cause.find("host kernel return code 9"), std::string::npos) << fail.cause;
+        EXPECT_NE(std::string(e.what()).find("host kernel code 9"), std::string::npos) << e.what();
+        EXPECT_EQ(std::string(e.what()).find("BAD_DEPENDENCY"), std::string::npos) << e.what();
+    }
+}
+
 TEST_F(WorkerTest, AFaultingChipTaskReportsTheDeviceAndItsCode) {
     HostProgram p{"with_fault", 2, {{{kTile, kTile}}, {{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
                       HostTensor y = g.CreateTensor({kTile, kTile});
