@@ -114,17 +114,17 @@ struct RunHandle::State {
 
 RunHandle::RunHandle() = default;
 RunHandle::RunHandle(std::shared_ptr<State> state) : state_(std::move(state)) {}
-RunHandle::RunHandle(RunHandle&&) noexcept = default;
+RunHandle::RunHandle(RunHandle&& o) noexcept : state_(std::move(o.state_)), waited_(o.waited_.exchange(false)) {}
 RunHandle& RunHandle::operator=(RunHandle&& o) noexcept {
     if (this != &o) {
         RunHandle old(std::move(*this));  // waits for the run it had, as destruction would
         state_ = std::move(o.state_);
-        waited_ = std::move(o.waited_);
+        waited_ = o.waited_.exchange(false);
     }
     return *this;
 }
 RunHandle::~RunHandle() {
-    if (!state_) return;
+    if (!state_ || waited_.load()) return;
     try {
         state_->dispatcher->Wait(*state_->run);
     } catch (...) {  // the error belongs to whoever waits; a dropped handle only waits
@@ -132,20 +132,22 @@ RunHandle::~RunHandle() {
 }
 
 std::vector<HostTensor> RunHandle::Wait(const ProgressCallback& progress) {
-    if (!state_) throw Error(ErrorKind::InvalidArgument, "RunHandle: empty (waited for already, moved from, or default)");
-    // Refused before the handle lets go of the run: a task of the run
+    const auto empty = [] {
+        return Error(ErrorKind::InvalidArgument, "RunHandle: empty (waited for already, moved from, or default)");
+    };
+    if (!state_ || waited_.load()) throw empty();
+    // Refused before the handle counts as waited: a task of the run
     // waiting on it gets the error, and the handle still waits later.
     host::Dispatcher::CheckNotPartOf(*state_->run);
-    waited_ = std::move(state_);
-    return waited_->dispatcher->Wait(*waited_->run, progress);
+    if (waited_.exchange(true)) throw empty();  // another thread's Wait came first
+    return state_->dispatcher->Wait(*state_->run, progress);
 }
 
 bool RunHandle::Done() const { return !state_ || state_->dispatcher->Done(*state_->run); }
 
 std::vector<TaskRecord> RunHandle::Report() {
-    const std::shared_ptr<State>& s = state_ ? state_ : waited_;
-    if (!s) throw Error(ErrorKind::InvalidArgument, "RunHandle: empty (waited for already, moved from, or default)");
-    return s->dispatcher->Report(*s->run);
+    if (!state_) throw Error(ErrorKind::InvalidArgument, "RunHandle: empty (moved from, or default)");
+    return state_->dispatcher->Report(*state_->run);
 }
 
 

@@ -439,6 +439,7 @@ struct PyRun {
     py::list inplace;  // the caller's output arrays (in-place style), else empty
     py::object result;
     py::object error;
+    std::mutex wait_mu;  // one thread waits on the handle; the others then read what it got
     ~PyRun() {
         DestroyWithoutGil(handle);
         DestroyWithoutGil(worker);
@@ -446,6 +447,10 @@ struct PyRun {
 };
 
 py::object Finish(PyRun& r) {
+    // Taken without the GIL when another thread waits: it takes the GIL
+    // again to store its result before it lets go.
+    std::unique_lock lock(r.wait_mu, std::defer_lock);
+    if (!lock.try_lock()) WithoutGil([&] { lock.lock(); });
     if (r.result) return r.result;
     if (r.error) {
         PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(r.error.ptr())), r.error.ptr());

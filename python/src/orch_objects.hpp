@@ -33,10 +33,18 @@ namespace py = pybind11;
 // Device code a Python host kernel's task fails with when the kernel raises.
 inline constexpr uint32_t kPythonKernelRaised = 0x70790001u;
 
+// An owned runtime and the device kernels it runs: a call that waits
+// without the GIL shares it (PyOrch::Share), so a close() meanwhile only
+// lets go of the Python object's part, and the last holder destroys both.
+struct OwnedRuntime {
+    std::vector<DeviceBuffer> programs;  // uploaded device kernels (outlive the runtime)
+    std::unique_ptr<Orchestrator> orch;  // destroyed first
+    ~OwnedRuntime() { orch.reset(); }
+};
+
 struct PyOrch : Child {
-    SlotPtr slot;                         // null for a borrowed runtime
-    std::vector<DeviceBuffer> programs;   // uploaded device kernels (outlive the runtime)
-    std::unique_ptr<Orchestrator> owned;  // destroyed before `programs`
+    SlotPtr slot;                           // null for a borrowed runtime
+    std::shared_ptr<OwnedRuntime> runtime;  // null for a borrowed runtime
     Orchestrator* orch = nullptr;
     std::string what = "Orchestrator";
 
@@ -53,20 +61,31 @@ struct PyOrch : Child {
         }
         return *orch;
     }
+    // The runtime for a call that lets the GIL go: it stays alive until the
+    // call drops the reference (RuntimeHold), whoever closes it meanwhile. A
+    // borrowed runtime is the chip task's, alive while its function runs.
+    std::shared_ptr<Orchestrator> Share(const char* call) const {
+        Orchestrator& o = Get(call);
+        if (runtime) return std::shared_ptr<Orchestrator>(runtime, &o);
+        return std::shared_ptr<Orchestrator>(std::shared_ptr<void>(), &o);
+    }
     void Release() noexcept override {
         orch = nullptr;
-        std::unique_ptr<Orchestrator> o = std::move(owned);
-        if (o) {
-            if (HoldsGil()) {
-                py::gil_scoped_release release;
-                o.reset();
-            } else {
-                o.reset();
-            }
-        }
-        programs.clear();
+        DestroyWithoutGil(runtime);
     }
     ~PyOrch() override { Release(); }
+};
+
+// A call's share of the runtime (PyOrch::Share), dropped without the GIL:
+// the last holder destroys the runtime, which waits for Python host kernels.
+struct RuntimeHold {
+    RuntimeHold(const PyOrch& self, const char* call) : orch(self.Share(call)) {}
+    ~RuntimeHold() { DestroyWithoutGil(orch); }
+    RuntimeHold(const RuntimeHold&) = delete;
+    RuntimeHold& operator=(const RuntimeHold&) = delete;
+    Orchestrator& operator*() const { return *orch; }
+    Orchestrator* operator->() const { return orch.get(); }
+    std::shared_ptr<Orchestrator> orch;
 };
 
 // Binds the Orchestrator class and its constants (orchestration.cpp).

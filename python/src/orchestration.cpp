@@ -188,7 +188,8 @@ ReadyQueueKind QueueKind(const std::string& s) {
 }
 
 void WaitAll(PyOrch& self) {
-    Orchestrator& o = self.Get("Orchestrator.wait_all");
+    const RuntimeHold hold(self, "Orchestrator.wait_all");
+    Orchestrator& o = *hold;
     std::vector<TaskFailure> snapshot;
     try {
         WithoutGil([&] {
@@ -259,6 +260,7 @@ void BindOrchestration(py::module_& m) {
             // Ends the scope; a failed task of it is reported by wait_all (with
             // the task, kernel, code, failures and skipped tasks), not here.
             (void)type;
+            const RuntimeHold hold(*s.orch, "Orchestrator.scope");
             WithoutGil([&] { scope.reset(); });
             return false;
         });
@@ -281,8 +283,9 @@ void BindOrchestration(py::module_& m) {
                  auto p = std::make_shared<PyOrch>();
                  p->slot = slot;
                  p->ring_size = task_ring_size;
-                 p->owned = WithoutGil([&] { return std::make_unique<Orchestrator>(Orchestrator::Create(dev, o)); });
-                 p->orch = p->owned.get();
+                 p->runtime = std::make_shared<OwnedRuntime>();
+                 p->runtime->orch = WithoutGil([&] { return std::make_unique<Orchestrator>(Orchestrator::Create(dev, o)); });
+                 p->orch = p->runtime->orch.get();
                  slot->Adopt(p);
                  return p;
              }),
@@ -291,7 +294,7 @@ void BindOrchestration(py::module_& m) {
              "Orchestrator::Create: a task ring of task_ring_size slots and a heap ring of heap_size bytes of the "
              "device's memory; ready_queues 'lockfree' or 'locked'; task_queues the core groups it takes (None: all).")
         .def("register_device_kernel", [](PyOrch& self, int32_t kernel_id, py::object program) {
-                Orchestrator& o = self.Get("Orchestrator.register_device_kernel");
+                self.Get("Orchestrator.register_device_kernel");
                 if (!self.slot)
                     throw Error(ErrorKind::InvalidArgument,
                                 "register_device_kernel: a chip task's runtime takes the Worker's kernels (Worker.register_kernel)");
@@ -304,8 +307,10 @@ void BindOrchestration(py::module_& m) {
                     dev.default_stream().CopyToDevice(v.data, buf.handle(), v.bytes);
                     dev.default_stream().Synchronize();
                 });
-                o.RegisterDeviceKernel(kernel_id, dev.allocator().DeviceAddress(buf.handle(), v.bytes));
-                self.programs.push_back(std::move(buf));
+                // Again: another thread may have closed it while the GIL was let go.
+                self.Get("Orchestrator.register_device_kernel")
+                    .RegisterDeviceKernel(kernel_id, dev.allocator().DeviceAddress(buf.handle(), v.bytes));
+                self.runtime->programs.push_back(std::move(buf));
             }, py::arg("kernel_id"), py::arg("program"),
             "Uploads `program` (a BuiltKernel or its bytes) to the device and runs it for tasks of kernel_id on "
             "WORKER_CUBE/WORKER_VECTOR: its operands are the task's parameters in order.")
@@ -321,7 +326,8 @@ void BindOrchestration(py::module_& m) {
                 return PyScope{self, std::nullopt};
             }, "A context manager: pto_scope_begin ... pto_scope_end.")
         .def("submit", [](PyOrch& self, int32_t kernel_id, int32_t worker_type, const py::iterable& params) {
-                Orchestrator& o = self.Get("Orchestrator.submit");
+                const RuntimeHold hold(self, "Orchestrator.submit");
+                Orchestrator& o = *hold;
                 std::vector<uint64_t> implicit;
                 std::vector<TaskParam> p = ParseParams(params, implicit);
                 const int32_t id = WithoutGil([&] { return o.Submit(kernel_id, worker_type, p); });
@@ -337,7 +343,8 @@ void BindOrchestration(py::module_& m) {
             "pto_submit_task: returns the task id. Dependencies come from the regions the parameters name.")
         .def("alloc", [](py::object self_obj, uint64_t size, py::object dtype, py::object shape) {
                 PyOrch& self = self_obj.cast<PyOrch&>();
-                Orchestrator& o = self.Get("Orchestrator.alloc");
+                const RuntimeHold hold(self, "Orchestrator.alloc");
+                Orchestrator& o = *hold;
                 void* p = WithoutGil([&] { return o.Alloc(size); });
                 return DeviceView(p, size, dtype, shape, self_obj, "Orchestrator.alloc");
             }, py::arg("size"), py::arg("dtype") = py::dtype("float32"), py::arg("shape") = py::none(),
@@ -377,7 +384,8 @@ void BindOrchestration(py::module_& m) {
              "kernel raised) with task_id, kernel_id, device_code, failures (dicts) and skipped (task ids).")
         .def("run", [](py::object self_obj, py::function fn, py::args args) {
                 auto self = self_obj.cast<std::shared_ptr<PyOrch>>();
-                Orchestrator& o = self->Get("Orchestrator.run");
+                const RuntimeHold hold(*self, "Orchestrator.run");
+                Orchestrator& o = *hold;
                 // pto_run's rules (no scope of its own, the function's
                 // scopes its own, the failed calls it ignored reported):
                 // Orchestrator::Run with the GIL released, taken again

@@ -480,3 +480,36 @@ def test_device_ids_items_are_checked(host):
     with pytest.raises(spyre.InvalidArgument, match="device_ids item 0 is a float"):
         c.device_ids = [1.5]
     assert spyre.DistributedConfig().device_ids == [0]
+
+
+def test_a_run_handle_waited_from_two_threads_gives_both_the_outputs(worker):
+    """Both waiters get the result: the second used to get InvalidArgument
+    ("RunHandle: empty ...") while the first was still inside wait()."""
+    gate = threading.Event()
+
+    def orch(g, x):
+        g.sub(lambda f: gate.wait(30), [spyre.In(x[0])], name="hold")
+        g.chip("chip_add", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])])
+
+    for _ in range(20):
+        gate.clear()
+        h = worker.submit(spyre.HostProgram("two_waiters", 2, [S], orch), [full(2), full(3)])
+        got, errors = [None, None], []
+
+        def wait(i):
+            try:
+                got[i] = h.wait()
+            except Exception as e:  # noqa: BLE001 - the test reports whatever came
+                errors.append(e)
+
+        threads = [threading.Thread(target=wait, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        polled = h.done()  # while both wait (the handle's Done beside its Wait)
+        gate.set()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        assert polled in (False, True)
+        for r in got:
+            np.testing.assert_array_equal(r, 5.0)

@@ -3,6 +3,7 @@
 device kernels from the kernel builder, Python host kernels, scopes, implicit
 outputs, alloc/free, and failures (device code, Python exception, skipped tasks)."""
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -211,3 +212,43 @@ def test_views_outlive_nothing_after_close(dev):
         o.alloc(64)
     with pytest.raises(spyre.InvalidArgument, match="ready_queues"):
         spyre.Orchestrator(dev, ready_queues="sideways")
+
+
+@pytest.mark.parametrize("close", ["orchestrator", "device"])
+def test_closing_while_another_thread_waits_lets_the_wait_end(host, close):
+    """close() of the Orchestrator (or its Device) while another thread is
+    in wait_all() (GIL released): the wait ends (returns, or raises a spyre
+    error), no crash. It used to read the destroyed runtime (SIGSEGV)."""
+    d = host.open("1")
+    o = spyre.Orchestrator(d, task_ring_size=8, host_threads=1)
+    started = threading.Event()
+
+    def slow(x):
+        started.set()
+        time.sleep(0.005)
+        x += 1
+
+    o.register_host_kernel(PYADD, slow)
+    buf = o.alloc(1024)
+    buf[:] = 0
+    for _ in range(40):
+        o.submit(PYADD, spyre.WORKER_HOST, [("inout", buf)])
+    outcome = []
+
+    def wait():
+        try:
+            o.wait_all()
+            outcome.append("returned")
+        except spyre.Error as e:
+            outcome.append(e)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    assert started.wait(30)
+    (o if close == "orchestrator" else d).close()
+    t.join(60)
+    assert not t.is_alive()
+    assert outcome and (outcome[0] == "returned" or isinstance(outcome[0], spyre.Error)), outcome
+    with pytest.raises(spyre.InvalidArgument, match="closed"):
+        o.wait_all()
+    d.close()

@@ -22,6 +22,7 @@
 // docs/host.md ("Host-level orchestration") has the rules.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -171,6 +172,9 @@ public:
     // Waits; returns the program's outputs (inputs excluded) or throws
     // HostRunError. `progress` (on this thread) reports the run's tasks
     // finished of its tasks ("host-level", unit "tasks"), done rising to total.
+    // One Wait per handle: a second (also one racing the first from another
+    // thread) is InvalidArgument. Done and Report may be called from any
+    // thread meanwhile.
     std::vector<HostTensor> Wait(const ProgressCallback& progress = {});
     bool Done() const;
     // Every task of the run in submission order (waits for it, never
@@ -183,7 +187,7 @@ public:
 
 private:
     std::shared_ptr<State> state_;
-    std::shared_ptr<State> waited_;  // after Wait: what Report reads
+    std::atomic<bool> waited_{false};  // Wait was called: state_ stays, for Done and Report
 };
 
 class Worker {

@@ -358,3 +358,42 @@ TEST(DistributedConfigTest, TheWindowIsChecked) {
     c.max_tasks_in_flight = (1 << 20) + 1;
     EXPECT_SPYRE_ERROR(Validate(c), InvalidArgument, "max_tasks_in_flight is 1048577");
 }
+
+// One handle, two threads in Wait and one polling Done: one Wait gets the
+// outputs, the other is InvalidArgument ("waited for already"), and Done
+// reads the handle beside them (the first Wait used to move the handle's
+// state from under Done: a data race ThreadSanitizer reported).
+TEST_F(WorkerTest, TwoThreadsWaitingOnOneHandleGetTheOutputsOnceAndDoneReadsBeside) {
+    HostProgram p{"shared_handle", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                      g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])});
+                  }};
+    HostTensor a = HostTensor::Full({kTile, kTile}, 2.0f), b = HostTensor::Full({kTile, kTile}, 3.0f);
+    for (int round = 0; round < 20; ++round) {
+        RunHandle h = worker_->Submit(p, {a, b});
+        std::atomic<bool> stop{false};
+        std::thread poll([&] {
+            while (!stop.load()) (void)h.Done();
+        });
+        std::atomic<int> outputs{0}, refused{0};
+        auto wait = [&] {
+            try {
+                auto outs = h.Wait();
+                for (float v : outs.at(0).floats()) ASSERT_EQ(v, 5.0f);
+                ++outputs;
+            } catch (const Error& e) {
+                EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << e.what();
+                EXPECT_NE(e.message().find("waited for already"), std::string::npos) << e.what();
+                ++refused;
+            }
+        };
+        std::thread other(wait);
+        wait();
+        other.join();
+        stop = true;
+        poll.join();
+        EXPECT_EQ(outputs.load(), 1);
+        EXPECT_EQ(refused.load(), 1);
+        EXPECT_TRUE(h.Done());
+        EXPECT_EQ(h.Report().size(), 1u);
+    }
+}
