@@ -6,7 +6,6 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mount.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,7 +39,9 @@ namespace spyre::driver {
 
 namespace {
 
-constexpr int kReadyFd = 3;  // the fd number the daemon writes "ready" to
+constexpr int kReadyFd = 3;     // the fd number the daemon writes "ready" to
+constexpr int kSpawnerFd = 4;   // its end of the pipe this process holds open (--exit-with-fd)
+constexpr int kAboveChildFds = 10;  // where the child parks the two before it places them
 
 bool IsExecutable(const fs::path& p) { return !p.empty() && ::access(p.c_str(), X_OK) == 0 && fs::is_regular_file(p); }
 
@@ -169,7 +170,8 @@ MockDaemon MockDaemon::Start(MockOptions options) {
                                      "--shm-prefix", d.shm_prefix_,
                                      "--log-level", options.log_level.empty() ? DaemonLogLevel() : options.log_level,
                                      "--foreground",
-                                     "--ready-fd", std::to_string(kReadyFd)};
+                                     "--ready-fd", std::to_string(kReadyFd),
+                                     "--exit-with-fd", std::to_string(kSpawnerFd)};
     if (d.own_mount_dir_) args.push_back("--remove-mount-dir");  // it goes even if this process is killed
     args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
     std::vector<char*> argv;
@@ -181,7 +183,18 @@ MockDaemon MockDaemon::Start(MockOptions options) {
         d.Cleanup();
         throw SystemError("cannot create the readiness pipe for spyre-mockdev");
     }
-    pid_t parent = ::getpid();
+    // The daemon's lifeline: this process keeps the write end (close on
+    // exec: no program it starts holds it) until Stop, and when the process
+    // ends, killed or not, the daemon reads end of file and stops. A
+    // parent-death signal would follow the thread that forked instead, and a
+    // mock opened on a thread that then exits would die with it.
+    int spawner[2];
+    if (::pipe2(spawner, O_CLOEXEC) != 0) {
+        ::close(pipefd[0]);
+        ::close(pipefd[1]);
+        d.Cleanup();
+        throw SystemError("cannot create the lifeline pipe for spyre-mockdev");
+    }
     // vfork, not fork: fork copies the page tables and write-protects every
     // private page of this process (copy on write), so each host page the
     // app writes afterwards (a device-to-host copy's destination) takes a
@@ -192,22 +205,32 @@ MockDaemon MockDaemon::Start(MockOptions options) {
         int e = errno;
         ::close(pipefd[0]);
         ::close(pipefd[1]);
+        ::close(spawner[0]);
+        ::close(spawner[1]);
         d.Cleanup();
         errno = e;
         throw SystemError("cannot start (vfork) spyre-mockdev");
     }
     if (pid == 0) {
         // Child: async-signal-safe calls only until exec.
-        ::setpgid(0, 0);                       // its own group: teardown kills it whole
-        ::prctl(PR_SET_PDEATHSIG, SIGTERM);    // and it never outlives its user
-        if (::getppid() != parent) ::_exit(127);
-        ::dup2(pipefd[1], kReadyFd);           // dup2 clears O_CLOEXEC on the copy
+        ::setpgid(0, 0);  // its own group: teardown kills it whole
+        // Parked above the target numbers first: a pipe end may sit on one.
+        const int ready = ::fcntl(pipefd[1], F_DUPFD, kAboveChildFds);
+        const int lifeline = ::fcntl(spawner[0], F_DUPFD, kAboveChildFds);
+        if (ready < 0 || lifeline < 0) ::_exit(127);
+        ::dup2(ready, kReadyFd);  // dup2 clears O_CLOEXEC on the copy
+        ::dup2(lifeline, kSpawnerFd);
+        // Nothing else of this process reaches the daemon (an app's pipe or
+        // socket would stay open there for the mock's life).
+        ::close_range(kSpawnerFd + 1, ~0U, CLOSE_RANGE_CLOEXEC);
         ::execv(argv[0], argv.data());
         ::_exit(127);
     }
     ::setpgid(pid, pid);  // also from the parent, so the group exists before we might signal it
     ::close(pipefd[1]);
+    ::close(spawner[0]);
     d.pid_ = pid;
+    d.lifeline_ = spawner[1];
 
     // Wait for "ready", for EOF (the daemon exited) or for the deadline.
     std::string got;
@@ -250,8 +273,8 @@ MockDaemon MockDaemon::Start(MockOptions options) {
 }
 
 MockDaemon::MockDaemon(MockDaemon&& o) noexcept
-    : pid_(std::exchange(o.pid_, -1)), mount_(std::move(o.mount_)), shm_prefix_(std::move(o.shm_prefix_)),
-      own_mount_dir_(std::exchange(o.own_mount_dir_, false)) {
+    : pid_(std::exchange(o.pid_, -1)), lifeline_(std::exchange(o.lifeline_, -1)), mount_(std::move(o.mount_)),
+      shm_prefix_(std::move(o.shm_prefix_)), own_mount_dir_(std::exchange(o.own_mount_dir_, false)) {
     o.mount_.clear();
     o.shm_prefix_.clear();
 }
@@ -260,6 +283,7 @@ MockDaemon& MockDaemon::operator=(MockDaemon&& o) noexcept {
     if (this != &o) {
         Stop();
         pid_ = std::exchange(o.pid_, -1);
+        lifeline_ = std::exchange(o.lifeline_, -1);
         mount_ = std::move(o.mount_);
         shm_prefix_ = std::move(o.shm_prefix_);
         own_mount_dir_ = std::exchange(o.own_mount_dir_, false);
@@ -294,6 +318,7 @@ int MockDaemon::Stop(milliseconds grace) {
         if (status != -1) ReapAside(pid_);
         pid_ = -1;
     }
+    if (lifeline_ >= 0) ::close(std::exchange(lifeline_, -1));
     Cleanup();
     return status;
 }

@@ -6,6 +6,7 @@
 // the waiting parent through a pipe.
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -21,6 +22,8 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "pci/card.hpp"
@@ -108,6 +111,11 @@ int ParseCommandLine(int argc, char** argv, Options& opt) {
         ->capture_default_str();
     app.add_option("--ready-fd", opt.ready_fd, "Write \"ready\\n\" to this fd and close it once the mount is live")
         ->check(CLI::NonNegativeNumber);
+    app.add_option("--exit-with-fd", opt.exit_with_fd,
+                   "Stop, as on SIGTERM, once this fd (a pipe's read end) reads end of file: a spawner keeps\n"
+                   "the write end, so the daemon ends with the spawning process, whichever of its threads\n"
+                   "started it (a parent-death signal would follow that thread)")
+        ->check(CLI::NonNegativeNumber);
     app.add_flag("--remove-mount-dir", opt.remove_mount_dir,
                  "Remove the (empty) mount directory after unmounting: one a spawner made for this daemon alone,\n"
                  "which then goes even when the spawner is killed first");
@@ -150,10 +158,11 @@ int ParseCommandLine(int argc, char** argv, Options& opt) {
         LOG_ERROR("--shm-prefix: '%s' must be 1-32 characters from [A-Za-z0-9._-]", opt.shm_prefix.c_str());
         return kExitUsage;
     }
-    if (opt.ready_fd >= 0 && ::fcntl(opt.ready_fd, F_GETFD) == -1) {
-        LOG_ERROR("--ready-fd: %d is not an open file descriptor", opt.ready_fd);
-        return kExitUsage;
-    }
+    for (const auto& [name, fd] : {std::pair{"--ready-fd", opt.ready_fd}, std::pair{"--exit-with-fd", opt.exit_with_fd}})
+        if (fd >= 0 && ::fcntl(fd, F_GETFD) == -1) {
+            LOG_ERROR("%s: %d is not an open file descriptor", name, fd);
+            return kExitUsage;
+        }
     return -1;
 }
 
@@ -282,6 +291,26 @@ private:
     int ready_fd_;
 };
 
+// --exit-with-fd: a thread that waits for the spawner's end of the pipe
+// to close (the spawning process is gone, killed or not) and stops the
+// daemon as SIGTERM would. Started while the stop signals are blocked, so
+// the signal goes to the FUSE loop's thread.
+void WatchSpawner(int fd) {
+    std::thread([fd] {
+        for (;;) {
+            pollfd p{fd, POLLIN, 0};
+            if (::poll(&p, 1, -1) < 0 && errno == EINTR) continue;
+            char byte;
+            const ssize_t n = ::read(fd, &byte, 1);
+            if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+            if (n > 0) continue;  // nothing is written on it; ignore stray bytes
+            LOG_INFO("the spawning process is gone: stopping");
+            ::kill(::getpid(), SIGTERM);
+            return;
+        }
+    }).detach();
+}
+
 // Creates the devices, mounts, serves until told to stop, tears down.
 int Serve(Options opt, StartupReport& report) {
     // A stop signal during start-up stays pending until the FUSE loop owns
@@ -325,10 +354,15 @@ int Serve(Options opt, StartupReport& report) {
     });
     if (!fs.Mount(opt.mount)) return fail(kExitFuseMount);
     for (auto& card : cards) card->Start();
+    if (opt.exit_with_fd >= 0) WatchSpawner(opt.exit_with_fd);
     pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
 
     fs.Loop();
 
+    // The loop gave the stop signals back their default action: a second
+    // one (a spawner's death seen twice) must not kill the teardown halfway,
+    // leaving the mount directory or the shared memory behind.
+    for (int sig : {SIGTERM, SIGINT, SIGHUP}) ::signal(sig, SIG_IGN);
     LOG_INFO("shutting down");
     for (auto& card : cards) card->Shutdown();
     fs.Unmount();

@@ -32,6 +32,7 @@ struct Options {
     bool foreground = false;
     LogLevel log_level = LogLevel::Info;
     int ready_fd = -1;             // written "ready\n" and closed once the mount is live
+    int exit_with_fd = -1;         // stop (as on SIGTERM) once it reads end of file: the spawner is gone
     unsigned poll_us = 50;         // server spin budget before it sleeps
     unsigned cores = 0;            // compute workers per card; 0 = min(32, hardware threads)
     unsigned watchdog_ms = 10000;  // WATCHDOG_MS: bound on one CB's run time

@@ -54,6 +54,7 @@ private:
     void Cleanup();
 
     pid_t pid_ = -1;
+    int lifeline_ = -1;  // the write end of the daemon's --exit-with-fd pipe
     std::filesystem::path mount_;
     std::string shm_prefix_;
     bool own_mount_dir_ = false;

@@ -147,9 +147,9 @@ TEST(MockdevShutdown, StopReportsADaemonKilledBeforeIt) {
 }
 
 // An app killed outright (no destructor runs) with a private daemon: the
-// daemon, told by its parent-death signal, unmounts, removes its shared
-// memory and the mount directory made for it (that directory used to stay
-// behind, one per killed app).
+// daemon, told by the end of its lifeline pipe (--exit-with-fd), unmounts,
+// removes its shared memory and the mount directory made for it (that
+// directory used to stay behind, one per killed app).
 TEST(MockdevShutdown, AnAppKilledOutrightLeavesNothingOfItsPrivateDaemon) {
     SPYRE_REQUIRE_FUSE();
     int fds[2];
@@ -184,6 +184,29 @@ TEST(MockdevShutdown, AnAppKilledOutrightLeavesNothingOfItsPrivateDaemon) {
     EXPECT_FALSE(spyre::test::IsMounted(mount));
     EXPECT_EQ(spyre::test::CountShmObjects(prefix), 0);
     EXPECT_TRUE(Eventually([&] { return !fs::exists(mount); })) << mount << " stayed behind";
+}
+
+// A private daemon lives as long as its process, not as long as the thread
+// that started it: it used to get its parent-death signal when that thread
+// ended, and every later call on the Device was DeviceLost. Nothing else
+// of the process reaches it either: a pipe the app leaves open on exec is
+// not held by the daemon.
+TEST(MockdevShutdown, APrivateDaemonStartedOnAThreadThatEndsLivesOnAndHoldsNoAppFile) {
+    SPYRE_REQUIRE_FUSE();
+    int app_pipe[2];
+    ASSERT_EQ(::pipe(app_pipe), 0);  // not close-on-exec
+    std::optional<MockDaemon> daemon;
+    std::thread([&] { daemon.emplace(MockDaemon::Start({.vfs = 0, .mem = "64M"})); }).join();
+    ASSERT_TRUE(daemon);
+    ::usleep(300 * 1000);  // a parent-death signal came within a few ms of the thread's end
+    EXPECT_EQ(::kill(daemon->pid(), 0), 0) << "the daemon ended with the thread that started it";
+    EXPECT_TRUE(spyre::test::IsMounted(daemon->mount().string()));
+    ::close(app_pipe[1]);
+    ::fcntl(app_pipe[0], F_SETFL, O_NONBLOCK);
+    char byte = 0;
+    EXPECT_EQ(::read(app_pipe[0], &byte, 1), 0) << "the daemon holds the app's pipe open (no end of file)";
+    ::close(app_pipe[0]);
+    EXPECT_EQ(daemon->Stop(), 0);
 }
 
 // A daemon that exits before it is ready: Start says how it ended.
