@@ -83,8 +83,8 @@ bool DeviceWorker::Drive(const std::atomic<uint32_t>& word, uint32_t expected) {
 
 void DeviceWorker::FillQueues(std::span<std::vector<spyre_cb>> per_queue, std::span<const QueueRoom> rooms) {
     if (lost_) {
-        FailHeld(SPYRE_ERR_ABORTED);
-        FailReady(SPYRE_ERR_ABORTED);
+        FailHeld(lost_status_);
+        FailReady(lost_status_);
         return;
     }
     left_.assign(rooms.begin(), rooms.end());
@@ -222,15 +222,20 @@ void DeviceWorker::Finished(std::span<const spyre_cqe> done) {
     if (!finished_.empty()) sink_->OnTasksComplete(finished_);
 }
 
-void DeviceWorker::Failed(const Error&) {
+void DeviceWorker::Failed(const Error& e) {
     // What is in flight will never complete: it fails, and so does every
-    // task that comes later (FillQueues).
+    // task that comes later (FillQueues). A device that is gone says so
+    // (DeviceLost); a queue that failed otherwise aborts them.
     lost_ = true;
-    FailHeld(SPYRE_ERR_ABORTED);
+    if (e.kind() == ErrorKind::DeviceLost) {
+        lost_status_ = kDeviceLostStatus;
+        sink_->OnDeviceLost(e.message());
+    }
+    FailHeld(lost_status_);
     finished_.clear();
     for (int32_t& id : in_flight_ids_)
         if (id >= 0) {
-            finished_.push_back({id, SPYRE_ERR_ABORTED});
+            finished_.push_back({id, lost_status_});
             id = -1;
         }
     if (!finished_.empty()) sink_->OnTasksComplete(finished_);

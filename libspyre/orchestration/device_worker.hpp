@@ -97,6 +97,7 @@ private:
     bool waits_on_card_ = false;  // contract 3.1: tasks may wait for tasks on the card
     std::vector<CompletionSink::Done> finished_;  // reported with one call per reaped batch
     bool lost_ = false;  // the queues failed: every task from here fails
+    uint32_t lost_status_ = SPYRE_ERR_ABORTED;  // with this (kDeviceLostStatus: the device is gone)
     // Tracing: when each table's task was sent, and one track per core
     // ("<pci> core N", from the completion's core index).
     std::vector<uint64_t> sent_ns_;

@@ -83,9 +83,17 @@ struct TaskTiming {
     uint64_t reaped_ns = 0;  // when the host saw the device's completion
 };
 
+// The status of a device task that never completed because the device is
+// gone (DeviceLost: a dead daemon, a removed function), as opposed to one
+// the device itself aborted (SPYRE_ERR_ABORTED: a function reset).
+inline constexpr uint32_t kDeviceLostStatus = 0xfffffffeu;
+
 class CompletionSink {
 public:
     virtual ~CompletionSink() = default;
+    // The device is gone: tasks completed with kDeviceLostStatus from here
+    // on fail as DeviceLost, saying `why` (the driver's message).
+    virtual void OnDeviceLost(const std::string& why) { (void)why; }
     // Thread-safe; may be called from any thread, in any order. `timing`
     // (null when no trace records, or the task did not run) places the
     // task on the timeline.

@@ -968,6 +968,12 @@ dependency::Root TaskGraph::FailureOf(const TaskDescriptor& t, uint32_t status) 
     f->function = "kernel " + std::to_string(t.func_id);
     f->kernel_id = t.func_id;
     const bool on_host = t.core_type != WORKER_EXTERNAL && RouteFor(t.core_type, *t.kernel).executor == executors_.front();
+    if (!on_host && status == kDeviceLostStatus) {
+        std::lock_guard lock(lost_mu_);
+        f->kind = ErrorKind::DeviceLost;
+        f->cause = "the device is gone (" + device_lost_ + ")";  // it never ran or ended: no code
+        return f;
+    }
     if (on_host && status == kHostKernelThrew && !t.thrown.empty()) {
         f->kind = ErrorKind::TaskFailed;
         f->cause = "host kernel threw: " + t.thrown;  // it returned no code: device_code stays 0
@@ -1029,6 +1035,11 @@ void TaskGraph::OnTaskComplete(int32_t task_id, uint32_t status, const TaskTimin
     // The slot is stable (the task is live), so it is parked without the lock.
     Park(ring_.Get(task_id), status);
     ApplyInboxAfterUnlock();
+}
+
+void TaskGraph::OnDeviceLost(const std::string& why) {
+    std::lock_guard lock(lost_mu_);
+    if (device_lost_.empty()) device_lost_ = why.empty() ? "device lost" : why;
 }
 
 void TaskGraph::OnTasksComplete(std::span<const Done> done) {

@@ -126,6 +126,7 @@ public:
 
     void OnTaskComplete(int32_t task_id, uint32_t status, const TaskTiming* timing = nullptr) override;
     void OnTasksComplete(std::span<const Done> done) override;
+    void OnDeviceLost(const std::string& why) override;
 
     // What a thread that exits lets go of (its depth-0 hold), through a
     // handle that outlives the graph.
@@ -275,6 +276,10 @@ private:
     Route routes_[PTO_WORKER_TYPES];
     std::vector<std::shared_ptr<Executor>> executors_;
     std::vector<TaskFailure> failures_;
+    // Why the device is gone (OnDeviceLost), else empty. Its own lock: the
+    // device worker reports it from inside its queue's callbacks.
+    mutable std::mutex lost_mu_;
+    std::string device_lost_;
     std::vector<dependency::Root> failure_roots_;  // failures_[i]'s root record: its cause in words
     std::vector<int32_t> skip_work_;   // poisoned tasks whose inputs are done, and early ones to complete
     // What a failed or skipped writer should have written, kept after its

@@ -6,6 +6,7 @@
 // and VF alike; the C API opens a function by PCI address.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -158,6 +159,35 @@ TEST_F(StreamTest, OrchestrationDeviceKernelsRunOnTheCardsCores) {
         EXPECT_NE(e.context().device_code, 0u) << e.what();
         EXPECT_NE(std::string(e.what()).find("task " + std::to_string(bad)), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("skipped"), std::string::npos) << e.what();
+    }
+}
+
+// The daemon dies: the device tasks in flight and every one submitted
+// after fail as DeviceLost, saying the device is gone (they used to fail
+// as DeviceError SPYRE_ERR_ABORTED, which reads as a function reset).
+TEST_F(StreamTest, OrchestrationTasksOfADeviceThatIsGoneFailAsDeviceLost) {
+    Device dev = OpenDevice();
+    Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20});
+    DeviceBuffer prog = UploadAddKernel(dev, orch);
+    auto submit = [&] {
+        auto* a = static_cast<float*>(orch.Alloc(1024));
+        TaskParam p[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, a, 1024, {}}, {PARAM_OUTPUT, nullptr, 1024, {}}};
+        orch.Submit(KERNEL_ADD, WORKER_VECTOR, p);
+    };
+    for (int i = 0; i < 8; ++i) submit();
+    orch.WaitAll();  // the device works
+    daemon().Signal(SIGKILL);
+    ASSERT_TRUE(spyre::test::WaitForExit(daemon().pid())) << "the daemon outlived SIGKILL";
+    for (int round = 0; round < 2; ++round) {  // what the loss fails, then what comes after it
+        for (int i = 0; i < 4; ++i) submit();
+        try {
+            orch.WaitAll();
+            FAIL() << "no error";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::DeviceLost) << e.what();
+            EXPECT_NE(e.message().find("the device is gone"), std::string::npos) << e.what();
+            EXPECT_EQ(e.message().find("ABORTED"), std::string::npos) << e.what();
+        }
     }
 }
 
