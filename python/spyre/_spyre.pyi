@@ -31,6 +31,7 @@ class Error(Exception):
     op_index: Optional[int]
     kernel_id: Optional[int]
     device_code: int
+    host_kernel_code: bool
     sys_errno: int
 class InvalidArgument(Error, ValueError): ...
 class NotFound(Error, LookupError): ...
@@ -535,6 +536,7 @@ class TaskFailureInfo:
     kind: str
     cause: str
     device_code: int
+    host_kernel_code: bool
     orchestrator: bool
     kernel_id: int
 

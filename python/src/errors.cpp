@@ -98,15 +98,17 @@ py::object Build(const Error& e) {
     context["stream"] = opt(c.stream);
     context["op_index"] = opt(c.op_index);
     context["kernel_id"] = opt(c.kernel_id);
-    context["errno"] = c.sys_errno;
+    context["sys_errno"] = c.sys_errno;
+    context["errno"] = c.sys_errno;  // the same: the key's first name
     context["device_code"] = c.device_code;
+    context["host_kernel_code"] = c.host_kernel_code;
     exc.attr("kind") = NameOf(e.kind());
     exc.attr("message") = e.message();
     exc.attr("context") = context;
-    for (const char* key : {"device", "offset", "address", "stream", "op_index", "kernel_id", "device_code"})
+    for (const char* key : {"device", "offset", "address", "stream", "op_index", "kernel_id", "device_code",
+                            "host_kernel_code", "sys_errno"})
         exc.attr(key) = context[key];
     exc.attr("register") = c.reg;
-    exc.attr("sys_errno") = c.sys_errno;
     return exc;
 }
 
@@ -146,7 +148,7 @@ void BindErrors(py::module_& m) {
         "spyre._spyre.Error",
         "Every spyre failure. Attributes: kind (the ErrorKind's name), message (without decoration), "
         "context (dict), and its entries device, register, offset, address, stream, op_index, kernel_id, "
-        "device_code, sys_errno.",
+        "device_code, host_kernel_code, sys_errno.",
         PyExc_Exception, nullptr);
     m.add_object("Error", py::handle(g_base));
     for (size_t i = 0; i < kKindCount; ++i) {

@@ -245,6 +245,7 @@ std::map<std::string, PyObject*> g_run_classes;  // kind name -> (HostRunError, 
     exc.attr("cause") = first ? py::cast(first->cause) : py::none();
     if (first) {
         exc.attr("device_code") = first->device_code;
+        exc.attr("host_kernel_code") = first->host_kernel_code;
         if (!first->device.empty()) exc.attr("device") = first->device;
     }
     PyErr_SetObject(cls, exc.ptr());
@@ -588,6 +589,8 @@ void BindHostLevel(py::module_& m) {
         })
         .def_readonly("cause", &TaskFailureInfo::cause)
         .def_readonly("device_code", &TaskFailureInfo::device_code)
+        .def_readonly("host_kernel_code", &TaskFailureInfo::host_kernel_code,
+                      "device_code is what a host kernel returned, not a device error code.")
         .def_readonly("orchestrator", &TaskFailureInfo::orchestrator,
                       "The host orchestration function itself raised (what it submitted before still ran).")
         .def_readonly("kernel_id", &TaskFailureInfo::kernel_id,

@@ -252,3 +252,18 @@ def test_closing_while_another_thread_waits_lets_the_wait_end(host, close):
     with pytest.raises(spyre.InvalidArgument, match="closed"):
         o.wait_all()
     d.close()
+
+
+def test_a_host_kernels_return_code_is_marked_as_the_kernels(orch):
+    """A Python host kernel that returns 9 fails its task with device_code 9
+    and host_kernel_code True: 9 is the kernel's own code, not the device's
+    SPYRE_ERR_BAD_DEPENDENCY."""
+    orch.register_host_kernel(PYRAISE + 100, lambda x: 9)
+    buf = orch.alloc(NB)
+    orch.submit(PYRAISE + 100, spyre.WORKER_HOST, [("inout", buf)])
+    with pytest.raises(spyre.DeviceError) as info:
+        orch.wait_all()
+    e = info.value
+    assert e.device_code == 9 and e.host_kernel_code is True
+    assert e.context["host_kernel_code"] is True and e.context["sys_errno"] == e.context["errno"] == 0
+    assert "host kernel return code 9" in str(e) and "BAD_DEPENDENCY" not in str(e)
