@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "spyre/device/device.hpp"
 
+#include <pthread.h>
+
+#include <atomic>
+#include <string>
+
 #include "device/device_core.hpp"
 #include "device/device_internals.hpp"
 #include "spyre/common/log.hpp"
@@ -61,7 +66,29 @@ void DeviceCore::RetireStream(StreamState* state) { sched->Retire(state); }
 std::vector<std::shared_ptr<StreamState>> DeviceCore::Streams() { return sched->Streams(); }
 bool DeviceCore::OnSchedulerThread() const { return SchedulerThreadActive(); }
 
+namespace {
+std::atomic<uint64_t> g_fork_generation{0};
+}  // namespace
+
+uint64_t DeviceCore::ForkGeneration() noexcept {
+    static const bool registered = [] {
+        ::pthread_atfork(nullptr, nullptr, [] { g_fork_generation.fetch_add(1, std::memory_order_relaxed); });
+        return true;
+    }();
+    (void)registered;
+    return g_fork_generation.load(std::memory_order_relaxed);
+}
+
+void DeviceCore::ThrowForked() const {
+    throw Error(ErrorKind::InvalidArgument,
+                "this device was opened by process " + std::to_string(opened_by_) + " before it forked: process " +
+                    std::to_string(::getpid()) + " (a child) cannot use it, since the device's threads stayed with the "
+                    "parent; open the device again in the child",
+                ErrorContext{.device = function ? function->pci_address() : std::string()});
+}
+
 void DeviceCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, EventCount& word) const {
+    CheckSameProcess();
     // Checked first, so a callback that waits fails every time, not only
     // when the work it waits for happens to be unfinished.
     if (OnSchedulerThread())
@@ -113,7 +140,11 @@ Device Device::OpenIn(std::shared_ptr<const driver::DeviceEnvironment> environme
 }
 
 namespace {
-DeviceCore& Live(const std::shared_ptr<DeviceCore>& core) { return detail::LiveState(core, "Device"); }
+DeviceCore& Live(const std::shared_ptr<DeviceCore>& core) {
+    DeviceCore& c = detail::LiveState(core, "Device");
+    c.CheckSameProcess();
+    return c;
+}
 }  // namespace
 
 SpyreAllocator& Device::allocator() { return *Live(core_).allocator; }

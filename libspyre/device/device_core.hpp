@@ -4,6 +4,8 @@
 // scheduler outlive every object that can still reach them.
 #pragma once
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -63,6 +65,16 @@ public:
     void RetireStream(StreamState* state);
     std::vector<std::shared_ptr<StreamState>> Streams();
 
+    // InvalidArgument in a child forked after this device was opened: the
+    // scheduler's thread and the queues' state stayed with the parent, so
+    // waits there would never end. A load and a compare.
+    void CheckSameProcess() const {
+        if (fork_generation_ != ForkGeneration()) [[unlikely]]
+            ThrowForked();
+    }
+    // How many fork()s this process descends through (pthread_atfork).
+    static uint64_t ForkGeneration() noexcept;
+
     // Blocks until `counter` >= target, per the scheduler's wait options
     // (the waiting thread reaps the ring itself when it can). Throws
     // InvalidArgument if called from the scheduler thread (a host callback).
@@ -75,6 +87,11 @@ public:
     // (cleanup callbacks, which run in stream order) it frees at once.
     void FreeAfterQueuedWork(std::span<const DeviceAllocation> blocks) noexcept override;
     SpyreAllocator& buffer_allocator() noexcept override { return *allocator; }
+
+private:
+    [[noreturn]] void ThrowForked() const;
+    const uint64_t fork_generation_ = ForkGeneration();
+    const pid_t opened_by_ = ::getpid();
 };
 
 }  // namespace spyre

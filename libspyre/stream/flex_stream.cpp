@@ -64,14 +64,20 @@ uint64_t FlexStream::completed() const noexcept {
     return state_->completed.load(std::memory_order_acquire);
 }
 
-void FlexStream::Enqueue(QueuedOp&& op) { core_->sched->Queue(LiveState(state_, "FlexStream"), std::span(&op, 1)); }
+void FlexStream::Enqueue(QueuedOp&& op) {
+    StreamState& state = LiveState(state_, "FlexStream");
+    core_->CheckSameProcess();
+    core_->sched->Queue(state, std::span(&op, 1));
+}
 
 void FlexStream::EnqueueGroup(std::span<ControlBlock> group) {
     SPYRE_TRACE_SCOPE("FlexStream::EnqueueGroup");
     std::vector<QueuedOp> ops;
     ops.reserve(group.size());
     for (ControlBlock& cb : group) ops.push_back(QueuedOp::From(std::move(cb)));
-    core_->sched->Queue(LiveState(state_, "FlexStream::EnqueueGroup"), ops);
+    StreamState& state = LiveState(state_, "FlexStream::EnqueueGroup");
+    core_->CheckSameProcess();
+    core_->sched->Queue(state, ops);
 }
 
 void FlexStream::CopyToDevice(const void* host_address, const DeviceHandle& device_handle, uint64_t size) {

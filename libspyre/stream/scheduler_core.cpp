@@ -631,7 +631,11 @@ void SchedulerCore::FaultAll(const Error& error) {
         lost_error_ = error;
         lost_.store(true, std::memory_order_release);
     }
-    const Error lost_err(ErrorKind::DeviceLost, "device lost: " + error.message(), error.context());
+    // The kind already reads "device lost"; another kind's failure says what it was.
+    const Error lost_err(ErrorKind::DeviceLost,
+                         error.kind() == ErrorKind::DeviceLost ? error.message()
+                                                               : std::string(ToString(error.kind())) + ": " + error.message(),
+                         error.context());
     records_.FailAll(lost_err);
     UpdateRingWatch();
     dma_.FailAll(lost_err);

@@ -2,6 +2,8 @@
 // Sticky stream errors and recovery, bad input, host callback failures and
 // device loss.
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <future>
@@ -362,6 +364,7 @@ TEST_F(StreamTest, DeviceLossFailsQueuedWorkAndLaterEnqueues) {
         const std::optional<Error> err = done.get();
         ASSERT_TRUE(err.has_value()) << "stream " << s.stream_index() << " completed on a dead device";
         EXPECT_EQ(err->kind(), ErrorKind::DeviceLost) << err->what();
+        EXPECT_EQ(std::string(err->what()).find("device lost: device lost"), std::string::npos) << err->what();
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     RecordProperty("loss_detected_s", std::to_string(secs));
@@ -409,6 +412,42 @@ TEST_F(StreamTest, LargeCopiesOnAKilledDeviceFailWithDeviceLost) {
         }
         EXPECT_EQ(s->Query(), StreamStatus::Faulted);
     }
+}
+
+// A child forked after the device was opened: the device's threads stayed
+// with the parent, so its copy and wait used to hang for good. It is
+// InvalidArgument at once, saying to open the device again; the parent's
+// device goes on working.
+TEST_F(StreamTest, AForkedChildCannotUseItsParentsDevice) {
+    Device dev = OpenDevice();
+    DeviceBuffer buf = dev.AllocateBuffer(4096);
+    std::vector<uint8_t> bytes(4096, 0x5a), back(4096, 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        ::alarm(20);  // a hang ends the child, and the test sees it
+        int code = 3;
+        try {
+            dev.default_stream().CopyToDevice(bytes.data(), buf.handle(), bytes.size());
+            dev.default_stream().Synchronize();
+            code = 2;  // it worked: the child reached the parent's device
+        } catch (const Error& e) {
+            code = e.kind() == ErrorKind::InvalidArgument &&
+                           std::string(e.what()).find("before it forked") != std::string::npos &&
+                           std::string(e.what()).find("open the device again in the child") != std::string::npos
+                       ? 0
+                       : 1;
+        }
+        ::_exit(code);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status)) << "the child hung or crashed (status " << status << ")";
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "1: another error, 2: the copy went through";
+    dev.default_stream().CopyToDevice(bytes.data(), buf.handle(), bytes.size());
+    dev.default_stream().CopyFromDevice(back.data(), buf.handle(), back.size());
+    dev.default_stream().Synchronize();
+    EXPECT_EQ(back, bytes);
 }
 
 TEST_F(StreamTest, DeviceLossWhileIdleIsSeenOnTheNextEnqueue) {
