@@ -11,6 +11,7 @@
 #include "orchestration/program_slots.hpp"
 #include "spyre/common/futex.hpp"
 #include "spyre/common/hex.hpp"
+#include "spyre/common/log.hpp"
 #include "spyre/uapi/spyre_errors.h"
 #include "trace/recorder.hpp"
 
@@ -37,16 +38,17 @@ struct TaskGraph::HoldAnchor {
 
 namespace {
 
-// The graphs this thread may hold a task in (depth-0 holds), let go when
-// the thread exits: a thread that submitted and went away must not pin
-// the task ring's tail for ever.
+// The graphs this thread may hold a task in (depth-0 holds) or have
+// scopes open on, let go when the thread exits: a thread that submitted and
+// went away must not pin the task ring's tail, nor keep other threads'
+// scopes out, for ever.
 class ThreadHolds {
 public:
     ~ThreadHolds() {
         for (const auto& weak : anchors_)
             if (const auto anchor = weak.lock()) {
                 std::lock_guard lock(anchor->mu);
-                if (anchor->graph) anchor->graph->ReleaseHold();
+                if (anchor->graph) anchor->graph->ThreadExiting();
             }
     }
     void Add(const std::shared_ptr<TaskGraph::HoldAnchor>& anchor) {
@@ -444,6 +446,7 @@ void TaskGraph::ScopeBegin() {
              EBUSY);
     scopes_.Push(ring_.head());
     scope_owner_ = me;
+    tl_holds.Add(anchor_);
 }
 
 void TaskGraph::ScopeEnd() {
@@ -463,21 +466,25 @@ void TaskGraph::ScopeEnd() {
     const ScopeRecord scope = *scopes_.Pop();
     if (scopes_.depth() == 0) scope_owner_ = std::thread::id();
     const int32_t end = ring_.head();
+    LetGoOfScope(scope);
+    WakeWaiters();
+    if (scope.first_task >= 0) {
+        throw FailureReport("scope of tasks [" + std::to_string(scope.begin) + ", " + std::to_string(end) + "): ",
+                            *scope.first_root, scope.failed, scope.skipped);
+    }
+}
+
+void TaskGraph::LetGoOfScope(const ScopeRecord& scope) {
     // The scope lets go of the tasks it holds: those of its tasks with
     // implicit outputs, all still live (ids below the tail are reclaimed,
     // and held tasks never are).
-    for (int32_t id = std::max(scope.begin, ring_.tail()); id < end; ++id) {
+    for (int32_t id = std::max(scope.begin, ring_.tail()); id < ring_.head(); ++id) {
         TaskDescriptor& t = ring_.Get(id);
         if (!t.has_heap_block) continue;
         ++t.fanout_refcount;
         TryConsume(t);
     }
     if (ring_.Reclaim()) space_freed_ = true;
-    WakeWaiters();
-    if (scope.first_task >= 0) {
-        throw FailureReport("scope of tasks [" + std::to_string(scope.begin) + ", " + std::to_string(end) + "): ",
-                            *scope.first_root, scope.failed, scope.skipped);
-    }
 }
 
 int32_t TaskGraph::SetScopeFloor(int32_t depth) {
@@ -954,9 +961,19 @@ void TaskGraph::LetGoHoldsOf(std::thread::id thread) {
     if (any) DrainSkips();
 }
 
-void TaskGraph::ReleaseHold() {
+void TaskGraph::ThreadExiting() {
+    std::lock_guard sub(submit_mu_);
     Lock lock(*this);
-    if (!holds_.empty()) LetGoHoldsOf(std::this_thread::get_id());
+    const std::thread::id me = std::this_thread::get_id();
+    if (!holds_.empty()) LetGoHoldsOf(me);
+    std::erase_if(scope_floors_, [&](const auto& f) { return f.first == me; });
+    if (scopes_.depth() == 0 || scope_owner_ != me) return;
+    SPYRE_LOG_WARN("a thread exited with %d scope(s) open on the orchestration runtime of %s: ended for it (their "
+                   "failures are reported by the next wait)",
+                   int(scopes_.depth()), options_.device.empty() ? "the host" : options_.device.c_str());
+    while (const std::optional<ScopeRecord> scope = scopes_.Pop()) LetGoOfScope(*scope);
+    scope_owner_ = std::thread::id();
+    WakeWaiters();
 }
 
 dependency::Root TaskGraph::FailureOf(const TaskDescriptor& t, uint32_t status) const {

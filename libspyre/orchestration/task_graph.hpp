@@ -105,8 +105,10 @@ public:
     void Complete(int32_t task_id, uint32_t status);
 
     uint8_t* TaskOutput(int32_t task_id, int32_t index);
-    // Lets go of the calling thread's depth-0 hold (see holds_), if any.
-    void ReleaseHold();
+    // The calling thread is exiting: lets go of its depth-0 holds (see
+    // holds_) and ends the scopes it left open (their failures stay for
+    // WaitAll), which nobody else could end.
+    void ThreadExiting();
     // Waits for every task submitted; `progress` (if set) hears tasks
     // completed of those submitted since the last WaitAll.
     void WaitAll(const ProgressCallback& progress = {});
@@ -225,6 +227,7 @@ private:
     // Depth-0 holds (holds_, docs/orchestration.md "The depth-0 rule").
     void Hold(TaskDescriptor& t);     // the calling thread holds t
     void LetGo(int32_t task_id);      // one hold's reference goes
+    void LetGoOfScope(const ScopeRecord& scope);  // its held tasks' references go (mu_ held)
     void LetGoHoldsReadBy(const TaskDescriptor& t);  // the calling thread's holds t reads
     bool LetGoHoldsNotHandedOut();    // under pressure; whether any went
     void LetGoHoldsOf(std::thread::id thread);

@@ -1201,5 +1201,31 @@ TEST_F(OrchTest, TheOpenScopesOfARuntimeAreOneThreadsAtATime) {
     auto scope = o().BeginScope();
 }
 
+// A thread that exits with scopes open (the caller's bug) no longer wedges
+// the runtime: its scopes end with it. Every other thread's pto_scope_begin
+// used to be Busy for good, and the tasks its scopes held pinned the ring
+// ("task ring (size 16) is full and cannot drain ... held by 1 open
+// scope(s)").
+TEST_F(OrchTest, AThreadThatExitsWithScopesOpenLetsGoOfThem) {
+    Make(16);
+    Runtime* rt = o().handle();
+    std::thread([&] {
+        ASSERT_EQ(pto_scope_begin(rt), 0);
+        ASSERT_EQ(pto_scope_begin(rt), 0);
+        TaskParam p[] = {{PARAM_OUTPUT, nullptr, 64, {}}};
+        for (int i = 0; i < 4; ++i) ASSERT_GE(pto_submit_task(rt, K_FILL, WORKER_HOST, p, 1), 0) << pto_last_error();
+    }).join();
+    ASSERT_EQ(pto_scope_begin(rt), 0) << pto_last_error();
+    ASSERT_EQ(pto_scope_end(rt), 0) << pto_last_error();
+    // 64 implicit outputs through a ring of 16, outside scopes: the exited
+    // thread's scopes hold none of the ring.
+    for (int i = 0; i < 64; ++i) {
+        TaskParam p[] = {{PARAM_OUTPUT, nullptr, 64, {}}};
+        ASSERT_GE(pto_submit_task(rt, K_FILL, WORKER_HOST, p, 1), 0) << i << ": " << pto_last_error();
+        if (i % 4 == 3) o().WaitAll();
+    }
+    o().WaitAll();
+}
+
 }  // namespace
 }  // namespace spyre
