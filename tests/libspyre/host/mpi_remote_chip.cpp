@@ -183,8 +183,10 @@ int Hostile() {
     } else {
         // A valid frame (type 16, no header) announcing one payload of 100 bytes; 50 follow.
         uint8_t frame[24] = {};
+        // The wire as docs/multihost.md gives it (this rank speaks raw MPI,
+        // as a peer of another build would).
         const uint32_t magic = 0x52545053, count = 1;
-        const uint16_t version = 1, type = 16;
+        const uint16_t version = 2, type = 16;
         const uint64_t size = 100;
         std::memcpy(frame, &magic, 4);
         std::memcpy(frame + 4, &version, 2);
