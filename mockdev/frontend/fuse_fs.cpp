@@ -101,6 +101,22 @@ uint64_t ProcessStartTime(pid_t pid) {
     return start;
 }
 
+// Whether process `p` still runs: the same start time, and not a zombie
+// (a zombie's files are closed already).
+bool ProcessRuns(const ProcessId& p) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", int(p.pid));
+    FILE* stat = std::fopen(path, "re");
+    if (!stat) return false;
+    char line[1024];
+    const bool got = std::fgets(line, sizeof line, stat) != nullptr;
+    std::fclose(stat);
+    const char* rest = got ? std::strrchr(line, ')') : nullptr;
+    char state = 0;
+    if (!rest || std::sscanf(rest + 1, " %c", &state) != 1 || state == 'Z' || state == 'X') return false;
+    return ProcessStartTime(p.pid) == p.start_time;
+}
+
 // The process (thread group) of the thread that made the current request
 // (FUSE reports the thread's id), with its start time: a pid alone is reused.
 ProcessId CallerProcess() {
@@ -376,8 +392,19 @@ struct FuseOps {
         const int acc = fi->flags & O_ACCMODE;
         const mode_t mode = ModeOf(node->kind);
         if ((acc != O_RDONLY && !(mode & 0222)) || (acc != O_WRONLY && !(mode & 0444))) return -EACCES;
-        if (node->kind == Kind::DevNode)
-            if (int rc = node->fn->Open(CallerProcess()); rc != 0) return rc;
+        if (node->kind == Kind::DevNode) {
+            const ProcessId caller = CallerProcess();
+            int rc = node->fn->Open(caller);
+            // A holder that died holds the node until the kernel's release of
+            // its file reaches us (tens to hundreds of ms after it is reaped):
+            // wait for that, at most a second, rather than say busy. A child
+            // it forked may keep the file open: then it stays busy.
+            for (int tries = 0; rc == -EBUSY && tries < 100 && !ProcessRuns(node->fn->holder_process()); ++tries) {
+                ::usleep(10 * 1000);
+                rc = node->fn->Open(caller);
+            }
+            if (rc != 0) return rc;
+        }
         auto file = std::make_unique<OpenFile>();
         file->kind = node->kind;
         file->card = node->card;

@@ -395,6 +395,11 @@ pid_t Function::holder() const {
     return holder_.pid;
 }
 
+ProcessId Function::holder_process() const {
+    std::lock_guard lock(holder_mutex_);
+    return holder_;
+}
+
 bool Function::HeldBy(const ProcessId& p) const {
     std::lock_guard lock(holder_mutex_);
     return holder_.pid != 0 && p.start_time != 0 && p == holder_;

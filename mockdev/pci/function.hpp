@@ -123,6 +123,8 @@ public:
     void Close();
     // The pid of the process holding the device node, or 0.
     pid_t holder() const;
+    // The same with its start time ({0, 0}: nobody).
+    ProcessId holder_process() const;
     // Whether `p` is the holder: same pid and same start time (a process
     // that got a dead holder's pid is not it).
     bool HeldBy(const ProcessId& p) const;

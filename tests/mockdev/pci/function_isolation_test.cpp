@@ -3,6 +3,7 @@
 // function can map, who may use the sysfs-like files of a held function,
 // and that memory is scrubbed before it changes hands.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -310,6 +311,40 @@ TEST_F(MockDeviceTest, MemoryIsScrubbedAfterTheHolderDies) {
     ASSERT_TRUE(next);
     MappedRegion m = next->MapRegion(SPYRE_REGION_DEVMEM);
     EXPECT_TRUE(AllZero(m.data(), 1 << 20));
+}
+
+// The holder is killed and reaped: an open right after waits for the
+// kernel's release of its file to reach the daemon (it used to be Busy for
+// 20-250 ms, until that release came) and gets the function, scrubbed.
+TEST_F(MockDeviceTest, AnOpenRightAfterTheHolderIsReapedGetsTheFunction) {
+    const FunctionInfo vf = Vf(1);
+    for (int round = 0; round < 5; ++round) {
+        int ready[2];
+        ASSERT_EQ(::pipe(ready), 0);
+        const pid_t holder = ::fork();
+        ASSERT_GE(holder, 0);
+        if (holder == 0) {
+            ::close(ready[0]);
+            try {
+                Function fn = Function::Open(vf);
+                MappedRegion m = fn.MapRegion(SPYRE_REGION_DEVMEM);
+                std::memset(m.data(), 0x5C, 4096);
+                if (::write(ready[1], "h", 1) != 1) ::_exit(1);
+                for (;;) ::pause();
+            } catch (...) {
+                ::_exit(1);
+            }
+        }
+        ::close(ready[1]);
+        char byte = 0;
+        ASSERT_EQ(::read(ready[0], &byte, 1), 1) << "the holder did not open the function";
+        ::close(ready[0]);
+        ASSERT_EQ(::kill(holder, SIGKILL), 0);
+        int status = 0;
+        ASSERT_EQ(::waitpid(holder, &status, 0), holder);
+        Function next = Function::Open(vf);  // no retry: the daemon waits for the release
+        EXPECT_EQ(next.ReadRegion(SPYRE_REGION_DEVMEM, 0, 4096), std::vector<uint8_t>(4096, 0)) << "round " << round;
+    }
 }
 
 // SR-IOV reconfiguration: what the PF left in what becomes a VF's slice, and
