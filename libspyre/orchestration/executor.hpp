@@ -69,7 +69,7 @@ struct KernelEntry {
     std::function<uint32_t(void* const*, const uint64_t*, int32_t)> host_callable;
     uint64_t program_address = 0;  // function-relative; 0 = none
     bool has_program = false;
-    std::vector<SlotUse> slot_uses;  // of its device program: checked at submit
+    ProgramSlots slots;  // of its device program: checked at submit (count -1: unknown)
     mutable RunCost host_cost;  // its host runs so far
 };
 

@@ -95,14 +95,7 @@ void Orchestrator::RegisterHostKernel(int32_t kernel_id, HostKernel kernel) {
 }
 
 void Orchestrator::RegisterDeviceKernel(int32_t kernel_id, uint64_t program_address) {
-    KernelEntry k;
-    k.kernel_id = kernel_id;
-    k.program_address = program_address;
-    k.has_program = true;
-    orchestration::TaskGraph& graph = Graph(Live(state_));
-    const uint8_t* at = graph.HostAddress(program_address, 0);  // InvalidArgument outside the function's memory
-    k.slot_uses = orchestration::SlotUsesAt({at, size_t(graph.memory_size() - program_address)});
-    graph.RegisterKernel(std::move(k));
+    Graph(Live(state_)).RegisterDeviceKernel(kernel_id, program_address);
 }
 
 void Orchestrator::ConfineTasksTo(std::vector<std::pair<const void*, uint64_t>> regions) {

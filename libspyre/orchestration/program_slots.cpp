@@ -37,7 +37,7 @@ const char* ParamKindName(int32_t kind) {
     return "?";
 }
 
-std::vector<SlotUse> SlotUsesOf(const ProgramImage& image) {
+ProgramSlots SlotsOf(const ProgramImage& image) {
     // Every op's last operand is the one it writes (uapi/spyre_program.h).
     std::vector<bool> written(image.operands.size(), false);
     for (const spyre_program_op& op : image.ops) {
@@ -46,30 +46,33 @@ std::vector<SlotUse> SlotUsesOf(const ProgramImage& image) {
             if (op.operands[i] != SPYRE_OPERAND_NONE) last = i;
         if (last >= 0 && op.operands[last] < written.size()) written[op.operands[last]] = true;
     }
-    std::vector<SlotUse> uses;
+    ProgramSlots slots{int32_t(image.slot_count), {}};
     for (const spyre_program_reloc& r : image.relocs) {
         if (r.operand >= image.operands.size()) continue;  // the device refuses the program
         const spyre_program_operand& o = image.operands[r.operand];
-        uses.push_back({r.slot, r.operand, spyre_operand_extent(&o), written[r.operand], ShapeOf(o)});
+        slots.uses.push_back({r.slot, r.operand, spyre_operand_extent(&o), written[r.operand], ShapeOf(o)});
     }
-    return uses;
+    return slots;
 }
 
-std::vector<SlotUse> SlotUsesAt(std::span<const uint8_t> memory) {
+ProgramSlots SlotsAt(std::span<const uint8_t> memory) {
     spyre_program_header h;
     if (memory.size() < sizeof h) return {};
     std::memcpy(&h, memory.data(), sizeof h);
     if (h.total_size < sizeof h || h.total_size > memory.size()) return {};
     try {
-        return SlotUsesOf(ProgramImage::Decode(memory.first(h.total_size)));
+        return SlotsOf(ProgramImage::Decode(memory.first(h.total_size)));
     } catch (const Error&) {
         return {};  // not a program (yet): the device reports it when a task runs it
     }
 }
 
-std::string SlotUseError(int32_t kernel_id, std::span<const SlotUse> uses, std::span<const uint64_t> sizes,
+std::string SlotUseError(int32_t kernel_id, const ProgramSlots& slots, std::span<const uint64_t> sizes,
                          std::span<const int32_t> kinds) {
-    for (const SlotUse& u : uses) {
+    if (slots.count >= 0 && sizes.size() != size_t(slots.count))
+        return "kernel " + std::to_string(kernel_id) + "'s device program takes " + std::to_string(slots.count) +
+               " argument(s), but the task passes " + std::to_string(sizes.size()) + " parameter(s)";
+    for (const SlotUse& u : slots.uses) {
         auto program = [&] {
             return "kernel " + std::to_string(kernel_id) + "'s device program (operand " + std::to_string(u.operand) +
                    ", " + u.shape + ")";

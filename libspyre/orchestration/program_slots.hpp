@@ -30,19 +30,26 @@ struct SlotUse {
 // "INPUT", "OUTPUT", "INOUT" for a PARAM_* kind; "?" for anything else.
 const char* ParamKindName(int32_t kind);
 
-// One entry per relocation of `image`.
-std::vector<SlotUse> SlotUsesOf(const ProgramImage& image);
+// A program's argument slots as a task must fill them.
+struct ProgramSlots {
+    int32_t count = -1;         // the image's slot_count: a task passes exactly this many; -1 unknown
+    std::vector<SlotUse> uses;  // one per relocation of the image
+};
 
-// The slot uses of the program image at the start of `memory` (bytes of
-// the function's memory from the program's address on); none when no valid
-// image is there (the device then reports it when a task runs it).
-std::vector<SlotUse> SlotUsesAt(std::span<const uint8_t> memory);
+ProgramSlots SlotsOf(const ProgramImage& image);
+
+// The slots of the program image at the start of `memory` (bytes of the
+// function's memory from the program's address on); unknown (count -1, no
+// uses) when no valid image is there (the device then reports it when a
+// task runs it).
+ProgramSlots SlotsAt(std::span<const uint8_t> memory);
 
 // What is wrong with a task of kernel `kernel_id` whose parameter i has a
-// region of sizes[i] bytes and kind kinds[i] (PARAM_*): fewer parameters
-// than the program's slots, a region smaller than an operand, or a written
-// operand passed as INPUT. Empty when nothing is.
-std::string SlotUseError(int32_t kernel_id, std::span<const SlotUse> uses, std::span<const uint64_t> sizes,
+// region of sizes[i] bytes and kind kinds[i] (PARAM_*): another number of
+// parameters than the program's slots (the device refuses it with
+// RELOCATION), a region smaller than an operand, or a written operand
+// passed as INPUT. Empty when nothing is.
+std::string SlotUseError(int32_t kernel_id, const ProgramSlots& slots, std::span<const uint64_t> sizes,
                          std::span<const int32_t> kinds);
 
 }  // namespace spyre::orchestration

@@ -88,12 +88,10 @@ int32_t pto_register_host_kernel(Runtime* rt, int32_t kernel_id, pto_host_fn fn,
 }
 
 int32_t pto_register_device_kernel(Runtime* rt, int32_t kernel_id, uint64_t program_address) {
-    return OnRuntime("pto_register_device_kernel", rt, Kind::Changes, [&](RuntimeState& r) {
-        auto k = Kernel(kernel_id);
-        k.program_address = program_address;
-        k.has_program = true;
-        r.graph->RegisterKernel(std::move(k));
-    });
+    // The same checks as Orchestrator::RegisterDeviceKernel: the address,
+    // and the program's argument slots for every later submission.
+    return OnRuntime("pto_register_device_kernel", rt, Kind::Changes,
+                     [&](RuntimeState& r) { r.graph->RegisterDeviceKernel(kernel_id, program_address); });
 }
 
 void* pto_alloc(Runtime* rt, size_t size) {

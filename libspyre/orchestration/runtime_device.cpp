@@ -96,7 +96,7 @@ void RegisterProgram(RuntimeState& state, int32_t kernel_id, std::span<const uin
     if (image.empty()) throw Error(ErrorKind::InvalidArgument, what + " is empty");
     KernelEntry k;
     try {
-        k.slot_uses = SlotUsesOf(ProgramImage::Decode(image));
+        k.slots = SlotsOf(ProgramImage::Decode(image));
     } catch (const Error& e) {
         throw Error(ErrorKind::InvalidArgument, what + " is not a program image: " + e.message());
     }

@@ -146,6 +146,16 @@ bool TaskGraph::Confined(const uint8_t* p, uint64_t size) const noexcept {
     return false;
 }
 
+void TaskGraph::RegisterDeviceKernel(int32_t kernel_id, uint64_t program_address) {
+    KernelEntry k;
+    k.kernel_id = kernel_id;
+    k.program_address = program_address;
+    k.has_program = true;
+    const uint8_t* at = HostAddress(program_address, 0);  // InvalidArgument outside the function's memory
+    k.slots = SlotsAt({at, size_t(memory_size() - program_address)});
+    RegisterKernel(std::move(k));
+}
+
 void TaskGraph::RegisterKernel(KernelEntry kernel) {
     Lock lock(*this);
     if (kernel.kernel_id < 0)
@@ -166,7 +176,7 @@ std::vector<uint64_t> TaskGraph::OperandBytes(int32_t kernel_id) const {
     if (it == kernels_.end())
         throw Error(ErrorKind::NotFound, "kernel " + std::to_string(kernel_id) + " is not registered");
     std::vector<uint64_t> bytes;
-    for (const SlotUse& use : it->second->slot_uses) {
+    for (const SlotUse& use : it->second->slots.uses) {
         if (bytes.size() <= use.slot) bytes.resize(size_t(use.slot) + 1);
         bytes[use.slot] = std::max(bytes[use.slot], use.bytes);
     }
@@ -539,6 +549,10 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
         if (!base) {
             if (p.kind != PARAM_OUTPUT)
                 Fail(ErrorKind::InvalidArgument, where() + " has no buffer: only an OUTPUT can be allocated implicitly");
+            if (as_region && p.region.offset != 0)
+                Fail(ErrorKind::InvalidArgument, where() + " has no buffer but a region offset of " +
+                                                     std::to_string(p.region.offset) +
+                                                     ": an implicit output is allocated whole, at no offset");
             // Checked before rounding: a size near 2^64 would round to 0.
             if (size > heap_.size())
                 Fail(ErrorKind::OutOfMemory, where() + ": an implicit output of " + std::to_string(size) +
@@ -574,11 +588,11 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
         r.host = base;
     }
 
-    if (!k->second->slot_uses.empty()) {
+    if (k->second->slots.count >= 0) {
         uint64_t sizes[PTO_MAX_PARAMS];
         int32_t kinds[PTO_MAX_PARAMS];
         for (size_t i = 0; i < params.size(); ++i) sizes[i] = resolved[i].size, kinds[i] = params[i].kind;
-        const std::string wrong = SlotUseError(kernel_id, k->second->slot_uses, std::span(sizes, params.size()),
+        const std::string wrong = SlotUseError(kernel_id, k->second->slots, std::span(sizes, params.size()),
                                                std::span(kinds, params.size()));
         if (!wrong.empty()) Fail(ErrorKind::InvalidArgument, wrong);
     }

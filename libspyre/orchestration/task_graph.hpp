@@ -83,6 +83,10 @@ public:
 
     // kernel_id -> implementation; a kernel id is registered once.
     void RegisterKernel(KernelEntry kernel);
+    // A device kernel: the program at `program_address` (InvalidArgument
+    // outside the function's memory), its argument slots read from it so
+    // every task of it is checked against them at submission.
+    void RegisterDeviceKernel(int32_t kernel_id, uint64_t program_address);
     // Orchestrator::KernelOperandBytes.
     std::vector<uint64_t> OperandBytes(int32_t kernel_id) const;
     // Serves `worker_type` with `executor` from now on (no task may be in flight).

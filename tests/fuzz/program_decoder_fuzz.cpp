@@ -28,8 +28,9 @@ void CheckPromises(const DecodedProgram& p, std::span<const uint8_t> bytes) {
         if (r.operand >= p.operands.size() || r.slot >= p.header.slot_count) __builtin_trap();
     // The host checks a task's regions against the same extents, one per
     // relocation in the image's order (orchestration/program_slots).
-    const std::vector<spyre::orchestration::SlotUse> uses = spyre::orchestration::SlotUsesAt(bytes);
-    if (uses.size() != p.relocs.size()) __builtin_trap();
+    const spyre::orchestration::ProgramSlots slots = spyre::orchestration::SlotsAt(bytes);
+    const std::vector<spyre::orchestration::SlotUse>& uses = slots.uses;
+    if (slots.count != int32_t(p.header.slot_count) || uses.size() != p.relocs.size()) __builtin_trap();
     for (size_t i = 0; i < uses.size(); ++i)
         if (uses[i].slot != p.relocs[i].slot || uses[i].bytes != p.operands[p.relocs[i].operand].extent) __builtin_trap();
 }

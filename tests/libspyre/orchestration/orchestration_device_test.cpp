@@ -440,13 +440,19 @@ TEST(OrchestrationQueues, ATasksParametersAreCheckedAgainstItsDeviceProgram) {
     OneCardRuntime rt(64);
     Orchestrator& orch = rt.orch;
     const std::vector<uint8_t> image = test::AddProgram256();
-    constexpr int32_t kImageAdd = 77;
+    constexpr int32_t kImageAdd = 77, kCApiAdd = 78;
     ASSERT_EQ(pto_register_program(orch.handle(), kImageAdd, image.data(), image.size()), 0) << pto_last_error();
+    // The C call for a program already in device memory checks the same (it
+    // used to check nothing: the card wrote 1024 bytes past a 16-byte region).
+    const uint64_t program_address = rt.dev.allocator().DeviceAddress(rt.prog.handle(), rt.program.size());
+    ASSERT_EQ(pto_register_device_kernel(orch.handle(), kCApiAdd, program_address), 0) << pto_last_error();
+    EXPECT_EQ(pto_register_device_kernel(orch.handle(), kCApiAdd + 1, 1ull << 50), -EINVAL);
+    EXPECT_NE(std::string(pto_last_error()).find("outside"), std::string::npos) << pto_last_error();
     auto* a = static_cast<float*>(orch.Alloc(4096));
     auto* next = static_cast<float*>(orch.Alloc(1024));  // the buffer a stray write would hit
     for (int i = 0; i < 1024; ++i) a[i] = 1.0f;
     for (int i = 0; i < 256; ++i) next[i] = -3.0f;
-    for (const int32_t kernel : {int32_t(KERNEL_ADD), kImageAdd}) {
+    for (const int32_t kernel : {int32_t(KERNEL_ADD), kImageAdd, kCApiAdd}) {
         SCOPED_TRACE("kernel " + std::to_string(kernel));
         const std::string program = "kernel " + std::to_string(kernel) + "'s device program (operand 2, fp32 [256])";
         TaskParam short_output[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, a + 256, 1024, {}}, {PARAM_OUTPUT, a + 1023, 4, {}}};
@@ -461,7 +467,12 @@ TEST(OrchestrationQueues, ATasksParametersAreCheckedAgainstItsDeviceProgram) {
                            "parameter 2 is an INPUT, but " + program + " writes it: pass it as OUTPUT or INOUT");
         TaskParam one[] = {{PARAM_INPUT, a, 1024, {}}};
         EXPECT_SPYRE_ERROR(orch.Submit(kernel, WORKER_VECTOR, one), InvalidArgument,
-                           "takes argument 1, but the task passes 1 parameter(s)");
+                           "kernel " + std::to_string(kernel) + "'s device program takes 3 argument(s), but the task passes 1 parameter(s)");
+        // One too many: the card refuses it (RELOCATION) after the wait; refused here now.
+        TaskParam four[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, a + 256, 1024, {}}, {PARAM_OUTPUT, a + 512, 1024, {}},
+                            {PARAM_INPUT, a, 1024, {}}};
+        EXPECT_SPYRE_ERROR(orch.Submit(kernel, WORKER_VECTOR, four), InvalidArgument,
+                           "takes 3 argument(s), but the task passes 4 parameter(s)");
         orch.WaitAll();
         for (int i = 0; i < 256; ++i) ASSERT_EQ(next[i], -3.0f) << "element " << i << " of the next buffer";
         // A region larger than the operand is fine (the program reads its first 1024 bytes).
@@ -472,7 +483,7 @@ TEST(OrchestrationQueues, ATasksParametersAreCheckedAgainstItsDeviceProgram) {
         for (int i = 0; i < 256; ++i) a[768 + i] = 1.0f;
     }
     EXPECT_EQ(pto_submit_task(orch.handle(), kImageAdd, WORKER_VECTOR, nullptr, 0), -EINVAL);
-    EXPECT_NE(std::string(pto_last_error()).find("takes argument 0, but the task passes 0 parameter(s)"), std::string::npos)
+    EXPECT_NE(std::string(pto_last_error()).find("takes 3 argument(s), but the task passes 0 parameter(s)"), std::string::npos)
         << pto_last_error();
     // What a caller can match its arguments against: each slot's operand extent.
     EXPECT_EQ(orch.KernelOperandBytes(kImageAdd), (std::vector<uint64_t>{1024, 1024, 1024}));

@@ -648,6 +648,11 @@ TEST_P(OrchQueueTest, BadInputIsATypedErrorNamingWhatWasWrong) {
     EXPECT_SPYRE_ERROR(o().Submit(K_INC, WORKER_VECTOR, both), InvalidArgument, "use one spelling");
     TaskParam kind[] = {{7, x, 64, {}}};
     EXPECT_SPYRE_ERROR(o().Submit(K_INC, WORKER_VECTOR, kind), InvalidArgument, "unknown kind 7");
+    // A NULL region buffer is an implicit output, allocated whole: an offset
+    // used to be dropped without a word.
+    TaskParam null_region_offset[] = {{PARAM_OUTPUT, nullptr, 0, {nullptr, 64, 16}}};
+    EXPECT_SPYRE_ERROR(o().Submit(K_INC, WORKER_VECTOR, null_region_offset), InvalidArgument,
+                       "has no buffer but a region offset of 64: an implicit output is allocated whole, at no offset");
     std::vector<TaskParam> many(PTO_MAX_PARAMS + 1, In(x, 4));
     EXPECT_SPYRE_ERROR(o().Submit(K_INC, WORKER_VECTOR, many), InvalidArgument, "at most 16");
     void* buf = o().Alloc(256);
