@@ -55,10 +55,15 @@ py::array ToNumpy(const HostTensor& t) {
 // race. So the tensors wrapped here are remembered while anything else
 // (a run, the caller) holds them, and an array over memory one of them
 // covers becomes that tensor, or a row range of it; an array that overlaps
-// one in any other way is refused. Guarded by the GIL.
+// one in any other way is refused. An input that was copied (read-only or
+// not C-contiguous) is remembered too, by the memory it was copied from:
+// an array over that memory that a task may write is refused, since the
+// copy would not see the write (whichever of the two came first).
+// Guarded by the GIL.
 struct WrappedArray {
     uintptr_t lo, hi;  // the bytes the array spans
     HostTensor tensor;
+    bool copied = false;  // `tensor` is a copy of those bytes, not over them
 };
 
 std::vector<WrappedArray>& WrappedArrays() {
@@ -91,13 +96,20 @@ ByteSpan SpanOf(const py::array& a) {
 // `dtype` and `shape`), or a row range of one; nullopt when no wrapped
 // tensor overlaps it. `contiguous` false: `a` is copied, so any overlap is
 // refused (the copy would not see a task's writes).
-std::optional<HostTensor> WrappedAlready(const py::array& a, bool contiguous, DType dtype,
+std::optional<HostTensor> WrappedAlready(const py::array& a, bool contiguous, bool will_copy, DType dtype,
                                          const std::vector<int64_t>& shape, const std::string& what) {
     ForgetUnheldArrays();
     const ByteSpan s = SpanOf(a);
     const WrappedArray* overlap = nullptr;
     for (const WrappedArray& w : WrappedArrays()) {
         if (s.hi <= w.lo || w.hi <= s.lo) continue;
+        if (w.copied) {
+            if (will_copy) continue;  // two snapshots of the same bytes: neither is written
+            throw Error(ErrorKind::InvalidArgument,
+                        what + ": the array shares memory with an input that was copied (read-only or not "
+                               "C-contiguous) for this call or a run in flight, so that input would not see what a "
+                               "task writes here: pass the writable array itself (or its rows) for both");
+        }
         overlap = &w;
         const std::vector<int64_t> whole = w.tensor.shape();
         if (!contiguous || w.tensor.dtype() != dtype || whole.size() != shape.size() ||
@@ -141,15 +153,15 @@ HostTensor ToHostTensor(py::handle obj, bool writable, const std::string& what) 
     const DType dtype = DTypeOfArray(a.dtype(), std::nullopt, what.c_str());
     if (a.ndim() == 0) throw Error(ErrorKind::InvalidArgument, what + ": a 0-d array has no rows");
     std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
-    if (std::optional<HostTensor> t = WrappedAlready(a, contiguous, dtype, shape, what)) return *t;
     // A non-contiguous or read-only input is copied: a host program may
     // write its inputs too, and the copy is new memory nobody else sees.
     const bool in_place = contiguous && a.writeable();
+    if (std::optional<HostTensor> t = WrappedAlready(a, contiguous, !in_place, dtype, shape, what)) return *t;
+    const ByteSpan source = SpanOf(a);
     if (!in_place) a = py::array::ensure(a.attr("copy")(py::arg("order") = "C"));
     void* data = a.mutable_data();  // before `a` moves into the owner
-    const ByteSpan span = SpanOf(a);
     HostTensor t = HostTensor::Wrap(data, shape, dtype, KeepAlive(std::move(a)));
-    if (in_place) WrappedArrays().push_back({span.lo, span.hi, t});
+    WrappedArrays().push_back({source.lo, source.hi, t, !in_place});
     return t;
 }
 

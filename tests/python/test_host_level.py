@@ -513,3 +513,43 @@ def test_a_run_handle_waited_from_two_threads_gives_both_the_outputs(worker):
         assert polled in (False, True)
         for r in got:
             np.testing.assert_array_equal(r, 5.0)
+
+
+def test_an_input_copied_from_memory_another_argument_writes_is_refused_in_either_order(worker):
+    """A read-only or non-contiguous input is copied. Another argument over
+    the same memory that a task writes used to be wrapped in place when it
+    came second, and the copy then missed the write (out = 1 instead of 3).
+    Now that order is refused like the other; the order where the in-place
+    array comes first still reads it in place."""
+    def slow_increment(x):
+        time.sleep(0.02)
+        x += 1
+
+    def twice_plus_one(x, y):
+        y[...] = 2 * x + 1
+
+    def program(writes, reads):
+        return spyre.HostProgram("aliased", 3, [], lambda g, x: (
+            g.sub(slow_increment, [spyre.InOut(x[writes])]),
+            g.sub(twice_plus_one, [spyre.In(x[reads]), spyre.Out(x[2])])))
+
+    def read_only(a):
+        v = a.view()
+        v.flags.writeable = False
+        return v
+
+    a, out = np.zeros([8, 16], np.float32), np.zeros([8, 16], np.float32)
+    worker.run(program(0, 1), [a, read_only(a), out])  # in place first: the reader reads a itself
+    np.testing.assert_array_equal(out, 3.0)
+    for first in (lambda a: read_only(a), lambda a: a[:, ::2], lambda a: read_only(a[2:6])):
+        a = np.zeros([8, 16], np.float32)
+        copied = first(a)
+        with pytest.raises(spyre.InvalidArgument, match="shares memory with an input that was copied"):
+            worker.run(program(1, 0), [copied, a, np.zeros(copied.shape, np.float32)])
+        assert not a.any(), "nothing ran"
+    # Two copies of the same bytes, nothing written there: both are fine.
+    a, out = np.ones([8, 16], np.float32), np.zeros([8, 16], np.float32)
+    worker.run(spyre.HostProgram("two_reads", 2, [[8, 16]], lambda g, x: g.sub(
+        lambda p, q, r: r.__setitem__(..., p + q), [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])])),
+        [read_only(a), read_only(a), out])
+    np.testing.assert_array_equal(out, 2.0)
