@@ -887,7 +887,11 @@ void TaskGraph::LetGo(int32_t task_id) {
 
 void TaskGraph::Hold(TaskDescriptor& t) {
     ++t.fanout_count;
-    holds_.push_back({std::this_thread::get_id(), t.task_id});
+    const std::thread::id me = std::this_thread::get_id();
+    holds_.push_back({me, t.task_id});
+    auto newest = std::find_if(newest_holds_.begin(), newest_holds_.end(), [&](const Held& n) { return n.thread == me; });
+    if (newest == newest_holds_.end()) newest_holds_.push_back({me, t.task_id});
+    else newest->task = t.task_id;
     tl_holds.Add(anchor_);
 }
 
@@ -907,6 +911,11 @@ void TaskGraph::CheckOutputsUsed(TaskDescriptor& t) {
         // bytes there are another's, or nobody's.
         bool live = false;
         for (int32_t d : deps_) live |= Covers(ring_.Get(d), p) && ring_.Get(d).handed_out;
+        // A later task that wrote the whole range (OUTPUT or INOUT of it)
+        // took the producer's place in the region map: look for the
+        // producer among the live tasks then (rare: a scan of the ring).
+        for (int32_t id = ring_.tail(); !live && id < t.task_id; ++id)
+            live = ring_.IsLive(id) && Covers(ring_.Get(id), p) && ring_.Get(id).handed_out;
         if (live) continue;
         const uint64_t device_address = uint64_t(p.host - options_.memory);
         // Refused whole: the slot and the heap block go back.
@@ -939,14 +948,15 @@ void TaskGraph::LetGoHoldsReadBy(const TaskDescriptor& t) {
 }
 
 bool TaskGraph::LetGoHoldsNotHandedOut() {
-    // Each thread's newest hold stays: its submitter may not have asked
-    // for the address yet (Example 1 asks right after submitting). Newest
-    // first, so a thread's first hold met is its newest.
-    std::vector<std::thread::id> seen;
+    // Each thread's newest task that took a hold keeps it: its submitter
+    // may not have asked for the address yet (Example 1 asks right after
+    // submitting). An older hold stays no longer for being the newest
+    // left (a newer one went when a later task read it).
     std::vector<bool> goes(holds_.size());
-    for (size_t h = holds_.size(); h-- > 0;) {
-        const bool newest = std::find(seen.begin(), seen.end(), holds_[h].thread) == seen.end();
-        if (newest) seen.push_back(holds_[h].thread);
+    for (size_t h = 0; h < holds_.size(); ++h) {
+        const bool newest = std::any_of(newest_holds_.begin(), newest_holds_.end(), [&](const Held& n) {
+            return n.thread == holds_[h].thread && n.task == holds_[h].task;
+        });
         goes[h] = !newest && !ring_.Get(holds_[h].task).handed_out;
     }
     std::vector<int32_t> going;
@@ -980,6 +990,7 @@ void TaskGraph::ThreadExiting() {
     Lock lock(*this);
     const std::thread::id me = std::this_thread::get_id();
     if (!holds_.empty()) LetGoHoldsOf(me);
+    std::erase_if(newest_holds_, [&](const Held& n) { return n.thread == me; });
     std::erase_if(scope_floors_, [&](const auto& f) { return f.first == me; });
     if (scopes_.depth() == 0 || scope_owner_ != me) return;
     SPYRE_LOG_WARN("a thread exited with %d scope(s) open on the orchestration runtime of %s: ended for it (their "

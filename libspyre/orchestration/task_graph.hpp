@@ -311,6 +311,9 @@ private:
         int32_t task;
     };
     std::vector<Held> holds_;
+    // Each thread's newest task that took a hold (whether or not the hold
+    // is still there): the one hold that stays under pressure, while it is.
+    std::vector<Held> newest_holds_;
     std::shared_ptr<HoldAnchor> anchor_;
     // The thread whose scopes are open (scopes record ranges of task ids,
     // so two threads' scopes interleaved would end each other's), and each
