@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "orchestration/program_slots.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "spyre/error.hpp"
@@ -50,7 +51,8 @@ ProgramSlots SlotsOf(const ProgramImage& image) {
     for (const spyre_program_reloc& r : image.relocs) {
         if (r.operand >= image.operands.size()) continue;  // the device refuses the program
         const spyre_program_operand& o = image.operands[r.operand];
-        slots.uses.push_back({r.slot, r.operand, spyre_operand_extent(&o), written[r.operand], ShapeOf(o)});
+        slots.uses.push_back({r.slot, r.operand, spyre_operand_extent(&o), std::max<uint64_t>(spyre_operand_align(&o), 1),
+                              written[r.operand], ShapeOf(o)});
     }
     return slots;
 }
@@ -68,7 +70,7 @@ ProgramSlots SlotsAt(std::span<const uint8_t> memory) {
 }
 
 std::string SlotUseError(int32_t kernel_id, const ProgramSlots& slots, std::span<const uint64_t> sizes,
-                         std::span<const int32_t> kinds) {
+                         std::span<const uint64_t> addresses, std::span<const int32_t> kinds) {
     if (slots.count >= 0 && sizes.size() != size_t(slots.count))
         return "kernel " + std::to_string(kernel_id) + "'s device program takes " + std::to_string(slots.count) +
                " argument(s), but the task passes " + std::to_string(sizes.size()) + " parameter(s)";
@@ -84,6 +86,10 @@ std::string SlotUseError(int32_t kernel_id, const ProgramSlots& slots, std::span
             return "parameter " + std::to_string(u.slot) + " (" + ParamKindName(kinds[u.slot]) + ") is " +
                    std::to_string(sizes[u.slot]) + " bytes, but " + program() + " spans " + std::to_string(u.bytes) +
                    " bytes";
+        if (addresses[u.slot] % u.align != 0)
+            return "parameter " + std::to_string(u.slot) + " (" + ParamKindName(kinds[u.slot]) + ") starts at device address " +
+                   std::to_string(addresses[u.slot]) + ", but " + program() + " must start on a multiple of " +
+                   std::to_string(u.align) + " bytes";
         if (u.written && kinds[u.slot] == PARAM_INPUT)
             return "parameter " + std::to_string(u.slot) + " is an INPUT, but " + program() +
                    " writes it: pass it as OUTPUT or INOUT";

@@ -23,6 +23,7 @@ struct SlotUse {
     uint16_t slot = 0;
     uint16_t operand = 0;
     uint64_t bytes = 0;  // spyre_operand_extent; 0 if the descriptor has none (the device refuses it)
+    uint64_t align = 1;  // spyre_operand_align: the parameter's device address must be a multiple
     bool written = false;
     std::string shape;  // "fp32 [128, 128]", for messages
 };
@@ -45,11 +46,13 @@ ProgramSlots SlotsOf(const ProgramImage& image);
 ProgramSlots SlotsAt(std::span<const uint8_t> memory);
 
 // What is wrong with a task of kernel `kernel_id` whose parameter i has a
-// region of sizes[i] bytes and kind kinds[i] (PARAM_*): another number of
-// parameters than the program's slots (the device refuses it with
-// RELOCATION), a region smaller than an operand, or a written operand
-// passed as INPUT. Empty when nothing is.
+// region of sizes[i] bytes at device address addresses[i] (0 for an
+// implicit output: its heap block is aligned for any operand) and kind
+// kinds[i] (PARAM_*): another number of parameters than the program's
+// slots (the device refuses it with RELOCATION), a region smaller than an
+// operand or at an address the operand cannot start at (MISALIGNED), or a
+// written operand passed as INPUT. Empty when nothing is.
 std::string SlotUseError(int32_t kernel_id, const ProgramSlots& slots, std::span<const uint64_t> sizes,
-                         std::span<const int32_t> kinds);
+                         std::span<const uint64_t> addresses, std::span<const int32_t> kinds);
 
 }  // namespace spyre::orchestration

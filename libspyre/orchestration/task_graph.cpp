@@ -589,11 +589,14 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
     }
 
     if (k->second->slots.count >= 0) {
-        uint64_t sizes[PTO_MAX_PARAMS];
+        uint64_t sizes[PTO_MAX_PARAMS], addresses[PTO_MAX_PARAMS];
         int32_t kinds[PTO_MAX_PARAMS];
-        for (size_t i = 0; i < params.size(); ++i) sizes[i] = resolved[i].size, kinds[i] = params[i].kind;
+        for (size_t i = 0; i < params.size(); ++i) {
+            sizes[i] = resolved[i].size, kinds[i] = params[i].kind;
+            addresses[i] = resolved[i].host ? uint64_t(resolved[i].host - options_.memory) : 0;  // implicit: aligned
+        }
         const std::string wrong = SlotUseError(kernel_id, k->second->slots, std::span(sizes, params.size()),
-                                               std::span(kinds, params.size()));
+                                               std::span(addresses, params.size()), std::span(kinds, params.size()));
         if (!wrong.empty()) Fail(ErrorKind::InvalidArgument, wrong);
     }
     if (implicit_bytes > heap_.size())

@@ -101,14 +101,12 @@ ProgramFault CheckOperand(const spyre_program_operand& d, uint64_t window, Opera
             AddOverflows(last, step, last))
             return Fault(SPYRE_ERR_SHAPE, "shape overflows");
     }
-    if (d.layout == SPYRE_LAYOUT_STICK) {
-        // Rows (the innermost dim) start on a stick and fill whole sticks.
-        if (d.addr % SPYRE_STICK_BYTES != 0) return Fault(SPYRE_ERR_MISALIGNED, "stick operand not 128-aligned", d.addr);
-        if (!spyre_stick_strides_ok(&d))
-            return Fault(SPYRE_ERR_MISALIGNED, "stick operand rows do not fill whole sticks (innermost stride 1)", d.addr);
-    } else if (d.addr % out.element_size != 0) {
-        return Fault(SPYRE_ERR_MISALIGNED, "operand not element-aligned", d.addr);
-    }
+    // Rows of a stick operand (the innermost dim) start on a stick and fill whole sticks.
+    if (d.addr % spyre_operand_align(&d) != 0)
+        return Fault(SPYRE_ERR_MISALIGNED,
+                     d.layout == SPYRE_LAYOUT_STICK ? "stick operand not 128-aligned" : "operand not element-aligned", d.addr);
+    if (!spyre_stick_strides_ok(&d))
+        return Fault(SPYRE_ERR_MISALIGNED, "stick operand rows do not fill whole sticks (innermost stride 1)", d.addr);
     // The contract's extent (uapi/spyre_program.h), which the host's checks use too.
     out.extent = spyre_operand_extent(&d);
     if (out.extent == 0) return Fault(SPYRE_ERR_SHAPE, "extent overflows");

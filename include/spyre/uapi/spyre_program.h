@@ -113,6 +113,15 @@ static inline int spyre_stick_strides_ok(const struct spyre_program_operand* d) 
     return 1;
 }
 
+/* The alignment an operand's address needs: a stick for SPYRE_LAYOUT_STICK
+ * (rows start on a stick), one element otherwise. The device faults an
+ * operand MISALIGNED otherwise; the host checks a task's parameters, which
+ * become the operands' addresses, against it before it submits. 0 for an
+ * unknown dtype (other checks refuse it). */
+static inline uint64_t spyre_operand_align(const struct spyre_program_operand* d) {
+    return d->layout == SPYRE_LAYOUT_STICK ? SPYRE_STICK_BYTES : spyre_dtype_size(d->dtype);
+}
+
 /* Bytes an operand spans from its address: to past its last element, and
  * for SPYRE_LAYOUT_STICK to the end of the stick its rows' last element is
  * in (rows fill whole sticks). 0 when the descriptor has no extent: an

@@ -462,6 +462,11 @@ TEST(OrchestrationQueues, ATasksParametersAreCheckedAgainstItsDeviceProgram) {
         EXPECT_SPYRE_ERROR(orch.Submit(kernel, WORKER_VECTOR, short_input), InvalidArgument,
                            "parameter 0 (INPUT) is 16 bytes, but kernel " + std::to_string(kernel) +
                                "'s device program (operand 0, fp32 [256]) spans 1024 bytes");
+        // fp32 operands start on a 4-byte boundary: the card faults MISALIGNED after the wait; refused here now.
+        TaskParam misaligned[] = {{PARAM_INPUT, reinterpret_cast<uint8_t*>(a) + 2, 1024, {}}, {PARAM_INPUT, a + 256, 1024, {}},
+                                  {PARAM_OUTPUT, a + 512, 1024, {}}};
+        EXPECT_SPYRE_ERROR(orch.Submit(kernel, WORKER_VECTOR, misaligned), InvalidArgument,
+                           "kernel " + std::to_string(kernel) + "'s device program (operand 0, fp32 [256]) must start on a multiple of 4 bytes");
         TaskParam written_input[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, a + 256, 1024, {}}, {PARAM_INPUT, a + 512, 1024, {}}};
         EXPECT_SPYRE_ERROR(orch.Submit(kernel, WORKER_VECTOR, written_input), InvalidArgument,
                            "parameter 2 is an INPUT, but " + program + " writes it: pass it as OUTPUT or INOUT");
