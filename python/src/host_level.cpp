@@ -64,6 +64,10 @@ struct WrappedArray {
     uintptr_t lo, hi;  // the bytes the array spans
     HostTensor tensor;
     bool copied = false;  // `tensor` is a copy of those bytes, not over them
+    // A copy's source array, kept while the record is: its memory must not
+    // be freed and reused by an unrelated array, which would then read as
+    // overlapping the copy.
+    py::object source;
 };
 
 std::vector<WrappedArray>& WrappedArrays() {
@@ -158,10 +162,14 @@ HostTensor ToHostTensor(py::handle obj, bool writable, const std::string& what) 
     const bool in_place = contiguous && a.writeable();
     if (std::optional<HostTensor> t = WrappedAlready(a, contiguous, !in_place, dtype, shape, what)) return *t;
     const ByteSpan source = SpanOf(a);
-    if (!in_place) a = py::array::ensure(a.attr("copy")(py::arg("order") = "C"));
+    py::object original;
+    if (!in_place) {
+        original = a;
+        a = py::array::ensure(a.attr("copy")(py::arg("order") = "C"));
+    }
     void* data = a.mutable_data();  // before `a` moves into the owner
     HostTensor t = HostTensor::Wrap(data, shape, dtype, KeepAlive(std::move(a)));
-    WrappedArrays().push_back({source.lo, source.hi, t, !in_place});
+    WrappedArrays().push_back({source.lo, source.hi, t, !in_place, std::move(original)});
     return t;
 }
 

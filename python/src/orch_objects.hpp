@@ -37,9 +37,15 @@ inline constexpr uint32_t kPythonKernelRaised = 0x70790001u;
 // without the GIL shares it (PyOrch::Share), so a close() meanwhile only
 // lets go of the Python object's part, and the last holder destroys both.
 struct OwnedRuntime {
+    // The runtime works on this Device object (it keeps a reference, not a
+    // copy): a Device.close() while a call holds the runtime must leave it.
+    std::shared_ptr<Device> device;
     std::vector<DeviceBuffer> programs;  // uploaded device kernels (outlive the runtime)
     std::unique_ptr<Orchestrator> orch;  // destroyed first
-    ~OwnedRuntime() { orch.reset(); }
+    ~OwnedRuntime() {
+        orch.reset();
+        programs.clear();
+    }
 };
 
 struct PyOrch : Child {

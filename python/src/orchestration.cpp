@@ -284,6 +284,7 @@ void BindOrchestration(py::module_& m) {
                  p->slot = slot;
                  p->ring_size = task_ring_size;
                  p->runtime = std::make_shared<OwnedRuntime>();
+                 p->runtime->device = slot->shared();
                  p->runtime->orch = WithoutGil([&] { return std::make_unique<Orchestrator>(Orchestrator::Create(dev, o)); });
                  p->orch = p->runtime->orch.get();
                  slot->Adopt(p);
