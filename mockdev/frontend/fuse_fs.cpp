@@ -84,37 +84,38 @@ struct Node {
 
 // When process `pid` started (/proc/PID/stat field 22, clock ticks after
 // boot), or 0 if it is gone.
-uint64_t ProcessStartTime(pid_t pid) {
+// Fields 3 (state) and 22 (start time, in clock ticks) of /proc/PID/stat;
+// false when the process is gone (or the line does not parse).
+bool ReadProcessStat(pid_t pid, char* state, uint64_t* start) {
     char path[64];
     std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
-    FILE* stat = std::fopen(path, "re");
-    if (!stat) return 0;
-    char line[1024];
-    const bool got = std::fgets(line, sizeof line, stat) != nullptr;
-    std::fclose(stat);
-    // The name (field 2) may hold blanks and ')': fields 3 on follow the last ')'.
-    const char* rest = got ? std::strrchr(line, ')') : nullptr;
-    unsigned long long start = 0;
-    if (!rest || std::sscanf(rest + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-                             &start) != 1)
-        return 0;
-    return start;
-}
-
-// Whether process `p` still runs: the same start time, and not a zombie
-// (a zombie's files are closed already).
-bool ProcessRuns(const ProcessId& p) {
-    char path[64];
-    std::snprintf(path, sizeof path, "/proc/%d/stat", int(p.pid));
     FILE* stat = std::fopen(path, "re");
     if (!stat) return false;
     char line[1024];
     const bool got = std::fgets(line, sizeof line, stat) != nullptr;
     std::fclose(stat);
+    // The name (field 2) may hold blanks and ')': fields 3 on follow the last ')'.
     const char* rest = got ? std::strrchr(line, ')') : nullptr;
+    unsigned long long ticks = 0;
+    if (!rest || std::sscanf(rest + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+                             state, &ticks) != 2)
+        return false;
+    *start = ticks;
+    return true;
+}
+
+uint64_t ProcessStartTime(pid_t pid) {
     char state = 0;
-    if (!rest || std::sscanf(rest + 1, " %c", &state) != 1 || state == 'Z' || state == 'X') return false;
-    return ProcessStartTime(p.pid) == p.start_time;
+    uint64_t start = 0;
+    return ReadProcessStat(pid, &state, &start) ? start : 0;
+}
+
+// Whether process `p` still runs: the same start time, and not a zombie
+// (a zombie's files are closed already).
+bool ProcessRuns(const ProcessId& p) {
+    char state = 0;
+    uint64_t start = 0;
+    return ReadProcessStat(p.pid, &state, &start) && state != 'Z' && state != 'X' && start == p.start_time;
 }
 
 // The process (thread group) of the thread that made the current request
