@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "device/task_port.hpp"
 
-#include <pthread.h>
-
 #include <chrono>
 #include <string>
 
+#include "device/device_core.hpp"
 #include "device/device_internals.hpp"
 #include "spyre/common/log.hpp"
+#include "stream/scheduler_core.hpp"
 
 namespace spyre {
 
@@ -34,10 +34,6 @@ constexpr uint64_t kSpinWhileWaitsUnderNs = 20'000;
 // A sleep on the interrupt ends after this long at the latest (the health
 // checks run then); a caller of the port ends it sooner (CallDriver).
 constexpr auto kInterruptSleep = std::chrono::microseconds(500);
-// How often the port's thread looks for tasks nobody reaps, while the port
-// is in use, and after how many looks with nothing in flight it sleeps.
-constexpr auto kTick = std::chrono::microseconds(1000);
-constexpr int kIdleTicksBeforeDeepSleep = 100;
 
 // The port a thread is driving (its drive lock held): a Kick from inside the
 // client's callbacks leaves a note instead of locking again.
@@ -46,7 +42,7 @@ thread_local const TaskPort* tl_driving = nullptr;
 }  // namespace
 
 TaskPort::TaskPort(const Device& device, std::vector<uint32_t> groups, TaskPortClient& client)
-    : client_(client), pci_(device.pci_address()) {
+    : client_(client), device_(DeviceInternals::Core(device)), pci_(device.pci_address()) {
     const uint32_t have = DeviceInternals::TaskTopology(device).queues();
     if (groups.empty())
         for (uint32_t q = 0; q < have; ++q) groups.push_back(q);
@@ -65,15 +61,15 @@ TaskPort::TaskPort(const Device& device, std::vector<uint32_t> groups, TaskPortC
     }
     per_queue_.resize(queues_.size());
     done_.resize(capacity_);
-    progress_ = std::thread([this] { Progress(); });
-    pthread_setname_np(progress_.native_handle(), "spyre-taskport");
+    device_->sched->AttachPort(*this);
 }
 
 TaskPort::~TaskPort() {
+    // A Backstop under way ends at once (stopping_, the call), and the
+    // device's thread never looks at the port again.
     stopping_.store(true, std::memory_order_seq_cst);
-    progress_wake_.NotifyAll();
     CallDriver();
-    progress_.join();
+    device_->sched->DetachPort(*this);
 }
 
 void TaskPort::Fail(const Error& e) {
@@ -157,7 +153,7 @@ void TaskPort::Kick() noexcept {
     tl_driving = this;
     Pass();
     Unlock();
-    WakeProgressIfAlone();
+    TellDeviceIfUnattended();
 }
 
 void TaskPort::CallDriver() noexcept {
@@ -166,13 +162,12 @@ void TaskPort::CallDriver() noexcept {
     called_.Notify();
 }
 
-void TaskPort::WakeProgressIfAlone() noexcept {
-    // Tasks left in flight with nobody to reap them: the port's thread looks
-    // at them within a tick. Only a thread in its deep sleep (nothing in
-    // flight for a while) needs a wake for that; one that ticks finds them.
-    if (deep_sleep_.load(std::memory_order_seq_cst) && in_flight_.load(std::memory_order_seq_cst) != 0 &&
-        waiters_.load(std::memory_order_seq_cst) == 0)
-        progress_wake_.Notify();
+void TaskPort::TellDeviceIfUnattended() noexcept {
+    // The device's thread looks at its ports every tick while one is
+    // unattended; only a thread in a longer sleep needs a wake for that (a
+    // wake on every submit cost a context switch per task on a host of two
+    // CPUs, and a waiter that comes right after its submit drives alone).
+    if (Unattended()) device_->sched->PortUnattended();
 }
 
 bool TaskPort::PassMoved(const std::function<bool()>& done) {
@@ -263,45 +258,25 @@ bool TaskPort::Drive(const std::atomic<uint32_t>& word, uint32_t expected) {
         Unlock();
     }
     waiters_.fetch_sub(1, std::memory_order_seq_cst);
-    WakeProgressIfAlone();
+    TellDeviceIfUnattended();
     return true;
 }
 
-void TaskPort::Progress() {
-    // It ticks while the port is in use and steps in when tasks are in
-    // flight, no caller waits and nobody drove since the last tick: a waiter
-    // that comes right after its submit drives alone, without this thread
-    // being woken for it (a wake-up per submit cost a CPU's worth of
-    // scheduling on a host of two). After a while with nothing in flight it
-    // sleeps until a kick leaves tasks behind.
-    uint64_t seen_passes = passes_.load(std::memory_order_relaxed);
-    int idle_ticks = 0;
-    while (!stopping_.load(std::memory_order_seq_cst)) {
-        const EventCount::Key key = progress_wake_.Arm();
-        const bool deep = idle_ticks >= kIdleTicksBeforeDeepSleep;
-        deep_sleep_.store(deep, std::memory_order_seq_cst);
-        if (stopping_.load(std::memory_order_seq_cst) ||
-            (deep && in_flight_.load(std::memory_order_seq_cst) != 0 && waiters_.load(std::memory_order_seq_cst) == 0))
-            progress_wake_.Disarm();
-        else
-            progress_wake_.Wait(key, deep ? std::chrono::microseconds(std::chrono::seconds(1)) : kTick);
-        deep_sleep_.store(false, std::memory_order_seq_cst);
-        const uint64_t passes = passes_.load(std::memory_order_relaxed);
-        const bool quiet = passes == seen_passes;
-        seen_passes = passes;
-        const bool flying = in_flight_.load(std::memory_order_seq_cst) != 0;
-        idle_ticks = flying || !quiet ? 0 : idle_ticks + 1;
-        if (!flying || !quiet || waiters_.load(std::memory_order_seq_cst) != 0) continue;
-        mu_.lock();
-        tl_driving = this;
-        // Until a caller comes to wait (it drives itself then) or nothing is
-        // left in flight.
-        DriveLocked(nullptr, [this] {
-            return waiters_.load(std::memory_order_relaxed) != 0 || stopping_.load(std::memory_order_relaxed);
-        });
-        Unlock();
-        seen_passes = passes_.load(std::memory_order_relaxed);
-    }
+bool TaskPort::Backstop(const std::atomic<uint32_t>& word, uint32_t expected,
+                        std::chrono::steady_clock::time_point until) {
+    const uint64_t passes = passes_.load(std::memory_order_relaxed);
+    const bool quiet = passes == backstop_seen_passes_;
+    backstop_seen_passes_ = passes;
+    if (!quiet || !Unattended() || stopping_.load(std::memory_order_seq_cst) || !mu_.try_lock()) return false;
+    tl_driving = this;
+    const FutexWord caller{&word, expected};
+    DriveLocked(&caller, [this, until] {
+        return waiters_.load(std::memory_order_relaxed) != 0 || stopping_.load(std::memory_order_relaxed) ||
+               std::chrono::steady_clock::now() >= until;
+    });
+    Unlock();
+    backstop_seen_passes_ = passes_.load(std::memory_order_relaxed);
+    return true;
 }
 
 }  // namespace spyre

@@ -8,21 +8,22 @@
 //   - Drive (a thread that waits for tasks: pto_wait, a stalled submit) does
 //     the same, and between passes looks again for a while, then sleeps on
 //     the completion interrupt.
-// Its one thread steps in only when tasks are in flight, no caller waits and
-// nobody drove for a tick (1 ms), so a task whose producer finishes while the
-// user's threads are busy elsewhere still starts; otherwise it stays out of
-// the way. The user says what to
-// send and hears what finished through TaskPortClient, which the port calls
-// with its drive lock held: one thread at a time.
+// The port has no thread. It registers with its Device, whose one thread
+// (the scheduler's, stream/scheduler_core.hpp) steps in through Backstop
+// only when tasks are in flight, no caller waits and nobody drove for a
+// tick, so a task whose producer finishes while the user's threads are busy
+// elsewhere still starts; otherwise it stays out of the way. The user says
+// what to send and hears what finished through TaskPortClient, which the
+// port calls with its drive lock held: one thread at a time.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
-#include <thread>
 #include <vector>
 
 #include "spyre/common/eventcount.hpp"
@@ -31,6 +32,8 @@
 #include "spyre/error.hpp"
 
 namespace spyre {
+
+class DeviceCore;
 
 // One task queue (core group) as a fill sees it.
 struct QueueRoom {
@@ -61,9 +64,9 @@ public:
     // Takes task queues `groups` of `device` (none: all of them) for
     // `client`, which outlives the port. Throws InvalidArgument for a group
     // the device does not have or one named twice, Busy while another user
-    // holds one.
+    // holds one. Registers with the device's thread (Backstop).
     TaskPort(const Device& device, std::vector<uint32_t> groups, TaskPortClient& client);
-    // Stops its thread. The client has waited for its tasks (Drive).
+    // Leaves the device's thread. The client has waited for its tasks (Drive).
     ~TaskPort();
     TaskPort(const TaskPort&) = delete;
     TaskPort& operator=(const TaskPort&) = delete;
@@ -80,6 +83,17 @@ public:
     // sleep on the completion interrupt also ends when the word moves. False
     // at once when nothing is in flight: the caller waits elsewhere.
     bool Drive(const std::atomic<uint32_t>& word, uint32_t expected);
+
+    // For the device's thread. Tasks in flight and no caller waits for them.
+    bool Unattended() const noexcept {
+        return in_flight_.load(std::memory_order_seq_cst) != 0 && waiters_.load(std::memory_order_seq_cst) == 0;
+    }
+    // If Unattended and nobody drove since the last Backstop call (a caller
+    // that waits right after its submit drives alone): drives, as Drive
+    // does, until a caller comes to wait, nothing is left in flight, `word`
+    // no longer holds `expected` (the device's thread has work of its own)
+    // or `until`. Whether it drove. Never waits for the drive lock.
+    bool Backstop(const std::atomic<uint32_t>& word, uint32_t expected, std::chrono::steady_clock::time_point until);
 
 private:
     // Drive lock held: send, reap and report until nothing moves. Whether
@@ -109,10 +123,12 @@ private:
     void Unlock();
     // Until `caller`'s word moves (if given), stop(), or nothing is in flight.
     void DriveLocked(const FutexWord* caller, const std::function<bool()>& stop);
-    void Progress();  // the port's thread
-    void WakeProgressIfAlone() noexcept;
+    // Tasks left in flight with nobody to reap them: tells the device's
+    // thread, which wakes only if it sleeps longer than a tick.
+    void TellDeviceIfUnattended() noexcept;
 
     TaskPortClient& client_;
+    std::shared_ptr<DeviceCore> device_;  // its thread serves the port (Backstop)
     std::string pci_;
     std::vector<std::unique_ptr<driver::TaskQueue>> queues_;
     std::vector<driver::TaskQueue*> raw_;  // for WaitAny
@@ -129,11 +145,9 @@ private:
     EventCount called_;                    // CallDriver: the driver's sleep on the interrupt ends
     std::atomic<uint32_t> in_flight_{0};   // written under mu_
     std::atomic<int> waiters_{0};          // callers in Drive
-    std::atomic<uint64_t> passes_{0};      // Pass calls (mu_ held): the thread sees who drove
-    std::atomic<bool> deep_sleep_{false};  // the thread sleeps until woken, not for a tick
+    std::atomic<uint64_t> passes_{0};      // Pass calls (mu_ held): Backstop sees who drove
+    uint64_t backstop_seen_passes_ = 0;    // passes_ at the last Backstop call (under the device's ports lock)
     std::atomic<bool> stopping_{false};
-    EventCount progress_wake_;
-    std::thread progress_;
 };
 
 }  // namespace spyre

@@ -7,6 +7,7 @@
 #include <bit>
 
 #include "device/device_core.hpp"
+#include "device/task_port.hpp"
 #include "spyre/common/futex.hpp"
 #include "spyre/common/log.hpp"
 #include "spyre/uapi/spyre_cb.h"
@@ -33,6 +34,12 @@ constexpr auto kBusySleep = std::chrono::milliseconds(100);
 constexpr auto kIdleSleep = std::chrono::seconds(1);
 // A waiting caller's spins between two full pumps (WaitUntil).
 constexpr uint32_t kSpinsPerFullPump = 16;
+// How often the thread looks at task ports nobody drives, and how long it
+// drives them at most before it looks at its own work again.
+constexpr auto kPortTick = std::chrono::milliseconds(1);
+constexpr auto kPortDrive = std::chrono::milliseconds(10);
+// The spinning thread's spins between two looks at the ports.
+constexpr uint32_t kSpinsPerPortLook = 4096;
 
 }  // namespace
 
@@ -48,6 +55,14 @@ SchedulerCore::SchedulerCore(DeviceCore& device, const SchedulerOptions& options
     static_assert(SPYRE_RING_STREAMS == 64, "one bit of ring_streams_free_ per ring stream");
     ring_streams_free_ = device.function->Read32(SPYRE_REG_CAPS) & SPYRE_CAP_RING_STREAMS ? ~0ull : 0;
     if (options_.quantum == 0) throw Error(ErrorKind::InvalidArgument, "scheduler quantum must be >= 1");
+    // An enum value past the named ones gave no turn order, and every
+    // stream waited for good.
+    if (int(options_.policy) < int(SchedulerPolicy::RoundRobin) || int(options_.policy) > int(SchedulerPolicy::DrainOneFirst))
+        throw Error(ErrorKind::InvalidArgument,
+                    "scheduler policy " + std::to_string(int(options_.policy)) + " is none of RoundRobin, Priority, DrainOneFirst");
+    if (int(options_.wait_mode) < int(driver::WaitMode::Poll) || int(options_.wait_mode) > int(driver::WaitMode::Blocking))
+        throw Error(ErrorKind::InvalidArgument,
+                    "scheduler wait mode " + std::to_string(int(options_.wait_mode)) + " is none of Poll, Adaptive, Blocking");
     if (options_.max_ring_inflight == 0)
         throw Error(ErrorKind::InvalidArgument, "scheduler max_ring_inflight must be >= 1");
     ring_.emplace(*device_.function);
@@ -312,7 +327,11 @@ void SchedulerCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t tar
             CallerPump();
             if (done()) break;
             if (!HostWorkPending() && !records_.empty() && !lost()) {
-                SleepOnRing(wake_.Current());
+                // The scheduler thread cannot take the lock meanwhile: a
+                // task port nobody drives gets a pass from here each tick.
+                const bool ports = PortsUnattended();
+                SleepOnRing(wake_.Current(), ports ? std::chrono::nanoseconds(kPortTick) : kBusySleep);
+                if (ports) PassPorts();
                 continue;
             }
         }
@@ -331,6 +350,7 @@ void SchedulerCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t tar
 void SchedulerCore::Run() {
     std::unique_lock lock(drive_mu_);
     auto last_progress = Clock::now();
+    uint32_t spins = 0;
     while (!stopping_.load()) {
         bool progress = false;
         try {
@@ -345,7 +365,10 @@ void SchedulerCore::Run() {
             // and its lock, also after a pass that did something (woken by a
             // wait that outlasted its spin, the thread would otherwise keep
             // taking the next launches' turns from their callers).
-            SleepUnlocked(lock, wake_.Current(), kBusySleep);
+            if (PortsUnattended())
+                ServePorts(lock);
+            else
+                SleepUnlocked(lock, wake_.Current(), kBusySleep);
             last_progress = Clock::now();
             continue;
         }
@@ -361,6 +384,7 @@ void SchedulerCore::Run() {
             lock.unlock();  // a caller may take a turn here
             CpuRelax();
             lock.lock();
+            if (++spins % kSpinsPerPortLook == 0 && PortsUnattended()) PassPorts();
             continue;
         }
         IdleWait(lock);
@@ -386,27 +410,90 @@ void SchedulerCore::SleepUnlocked(std::unique_lock<std::mutex>& lock, uint32_t s
 
 void SchedulerCore::IdleWait(std::unique_lock<std::mutex>& lock) {
     const uint32_t seen = wake_.Current();
+    // A long sleep is announced before the last look at the ports: a port
+    // left unattended after that look finds the announcement and wakes us
+    // (PortUnattended; a Dekker pair).
+    sleeping_long_.store(true, std::memory_order_seq_cst);
+    const bool ports = PortsUnattended();
+    if (ports) sleeping_long_.store(false, std::memory_order_relaxed);
     if (records_.empty()) {
         // Nothing in the ring: sleep without the lock, so a caller can
         // submit (and reap) without waking us.
-        SleepUnlocked(lock, seen, dma_.empty() ? kIdleSleep : kBusySleep);
-        return;
+        if (ports)
+            ServePorts(lock);
+        else
+            SleepUnlocked(lock, seen, dma_.empty() ? kIdleSleep : kBusySleep);
+    } else {
+        // Work in the ring: sleep on its completion interrupt, holding the
+        // lock (the ring is not shared while we wait on it); while a port is
+        // unattended, for a tick, then a pass for it.
+        SleepOnRing(seen, ports ? std::chrono::nanoseconds(kPortTick) : std::chrono::nanoseconds(kBusySleep));
+        if (ports) PassPorts();
     }
-    // Work in the ring: sleep on its completion interrupt, holding the lock
-    // (the ring is not shared while we wait on it).
-    SleepOnRing(seen);
+    sleeping_long_.store(false, std::memory_order_relaxed);
 }
 
-void SchedulerCore::SleepOnRing(uint32_t seen) {
+void SchedulerCore::SleepOnRing(uint32_t seen, std::chrono::nanoseconds timeout) {
     wake_.Arm();
     if (!WorkArrived()) {
         try {
-            ring_->WaitCompletionOr(wake_.word(), seen, kBusySleep);
+            ring_->WaitCompletionOr(wake_.word(), seen, timeout);
         } catch (const Error& e) {
             DeviceFailed(e);
         }
     }
     wake_.Disarm();
+}
+
+// ---------------------------------------------------------------- task ports
+
+void SchedulerCore::AttachPort(TaskPort& port) {
+    std::lock_guard lock(ports_mu_);
+    ports_.push_back(&port);
+    port_count_.fetch_add(1, std::memory_order_seq_cst);
+}
+
+void SchedulerCore::DetachPort(TaskPort& port) {
+    std::lock_guard lock(ports_mu_);
+    std::erase(ports_, &port);
+    port_count_.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void SchedulerCore::PortUnattended() noexcept {
+    if (sleeping_long_.load(std::memory_order_seq_cst)) WakeIfAsleep();
+}
+
+bool SchedulerCore::PortsUnattended() {
+    if (port_count_.load(std::memory_order_seq_cst) == 0) return false;
+    std::lock_guard lock(ports_mu_);
+    for (const TaskPort* p : ports_)
+        if (p->Unattended()) return true;
+    return false;
+}
+
+void SchedulerCore::ServePorts(std::unique_lock<std::mutex>& lock) {
+    const EventCount::Key key = wake_.Arm();
+    thread_asleep_.store(true, std::memory_order_seq_cst);
+    const bool work = WorkArrived();
+    lock.unlock();
+    bool drove = false;
+    if (!work) {
+        std::lock_guard ports(ports_mu_);
+        const auto until = Clock::now() + kPortDrive;
+        for (TaskPort* p : ports_) drove |= p->Backstop(wake_.word(), key, until);
+    }
+    if (work || drove)
+        wake_.Disarm();
+    else
+        wake_.Wait(key, kPortTick);  // every port was driven by a caller lately
+    thread_asleep_.store(false, std::memory_order_seq_cst);
+    lock.lock();
+}
+
+void SchedulerCore::PassPorts() {
+    std::lock_guard ports(ports_mu_);
+    const uint32_t never = wake_.Current();
+    for (TaskPort* p : ports_) p->Backstop(wake_.word(), never, Clock::now());
 }
 
 void SchedulerCore::RefreshStreams() {

@@ -36,6 +36,7 @@
 
 namespace spyre {
 class DeviceCore;
+class TaskPort;
 }
 
 namespace spyre::detail {
@@ -68,6 +69,17 @@ public:
     void Poke();
     // A DMA copy finished (called from the DMA engine's threads).
     void DmaDone();
+
+    // The task ports of the device's orchestration runtimes
+    // (device/task_port.hpp). When no caller drives one that has tasks in
+    // flight, this thread does (TaskPort::Backstop), between its own work.
+    // Detach waits for a Backstop under way on `port` to end.
+    void AttachPort(TaskPort& port);
+    void DetachPort(TaskPort& port);
+    // A port was left with tasks in flight and nobody driving: wakes the
+    // thread if it sleeps for longer than a tick (it looks every tick
+    // otherwise).
+    void PortUnattended() noexcept;
 
     bool lost() const { return lost_.load(std::memory_order_acquire); }
     const Error& lost_error() const { return *lost_error_; }
@@ -110,7 +122,16 @@ private:
     void SleepUnlocked(std::unique_lock<std::mutex>& lock, uint32_t seen, std::chrono::nanoseconds timeout);
     // Sleeps on the ring's completion interrupt or a wake-up (`seen` is
     // wake_'s key as read before the last look for work), with the drive lock held.
-    void SleepOnRing(uint32_t seen);
+    void SleepOnRing(uint32_t seen, std::chrono::nanoseconds timeout);
+    // Whether a port has tasks in flight and no caller waits for them.
+    bool PortsUnattended();
+    // The drive lock let go (as SleepUnlocked): the unattended ports driven
+    // until work of this thread's own comes, or, when every one had a
+    // caller drive it within the last tick, a tick's sleep.
+    void ServePorts(std::unique_lock<std::mutex>& lock);
+    // The drive lock held: one pass for each unattended port (the ring has
+    // this thread's work in flight).
+    void PassPorts();
     // The stream whose LINKed chain went down in part and must go on before any other.
     const StreamState* SplitChainStream();
 
@@ -180,6 +201,11 @@ private:
     std::atomic<bool> awaits_dma_{false};
     std::atomic<bool> stopping_{false};
     std::atomic<bool> lost_{false};
+
+    std::mutex ports_mu_;  // ports_; held through a Backstop (DetachPort waits for it)
+    std::vector<TaskPort*> ports_;
+    std::atomic<uint32_t> port_count_{0};
+    std::atomic<bool> sleeping_long_{false};  // a sleep longer than a tick (PortUnattended wakes it)
     std::optional<Error> lost_error_;
 
     // Written only by the drive lock's holder, read by anyone: a relaxed

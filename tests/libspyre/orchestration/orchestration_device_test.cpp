@@ -248,6 +248,12 @@ TEST(OrchestrationQueues, TwoRuntimesOnDisjointQueuesOfOneDevice) {
     EXPECT_NO_THROW(Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20, .task_queues = {1}}));
 }
 
+// Threads of this process.
+size_t ThreadCount() {
+    auto tasks = std::filesystem::directory_iterator("/proc/self/task");
+    return size_t(std::distance(begin(tasks), end(tasks)));
+}
+
 // Threads of this process with the name `name` (/proc/self/task/*/comm).
 int ThreadsNamed(const std::string& name) {
     int n = 0;
@@ -260,21 +266,24 @@ int ThreadsNamed(const std::string& name) {
 }
 
 // The runtime has no thread of its own for the device's queues: its callers
-// drive them, and the device's task port keeps one thread, for every core
-// group, that steps in only while no caller waits (on a host of few CPUs
-// each spinning waiter would take a CPU from the submitter and the device).
+// drive them, and the Device's one thread (the scheduler's, which serves the
+// streams) steps in only while no caller waits (on a host of few CPUs each
+// spinning waiter would take a CPU from the submitter and the device).
 // Tasks spread over the groups still all complete, exactly.
-TEST(OrchestrationQueues, OneThreadServesEveryCoreGroup) {
+TEST(OrchestrationQueues, TheDevicesThreadServesEveryCoreGroup) {
     SPYRE_REQUIRE_FUSE();
     HostOptions o = HostOptions::EmbeddedMock(1, 0, "1G");
     o.embedded_mock.extra_args = {"--cores", "16"};
     Host host = Host::Open(o);
     Device dev = host.Open("0");
     ASSERT_EQ(DeviceInternals::TaskTopology(dev).queues(), 2u);
-    const int before = ThreadsNamed("spyre-taskport");
-    Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20});
-    EXPECT_EQ(ThreadsNamed("spyre-taskport") - before, 1);
-    EXPECT_EQ(ThreadsNamed("spyre-tasks"), 0);
+    const int sched_before = ThreadsNamed("spyre-sched");
+    const size_t threads_before = ThreadCount();
+    // Two host workers, and no other thread.
+    Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20, .host_threads = 2});
+    EXPECT_EQ(ThreadCount() - threads_before, 2u);
+    EXPECT_EQ(ThreadsNamed("spyre-taskport"), 0);
+    EXPECT_EQ(ThreadsNamed("spyre-sched"), sched_before);
     const std::vector<uint8_t> program = test::AddProgram256();
     DeviceBuffer prog = test::UploadProgram(dev, program);
     orch.RegisterDeviceKernel(KERNEL_ADD, dev.allocator().DeviceAddress(prog.handle(), program.size()));
