@@ -50,15 +50,29 @@ void Fault(StreamState& s, Error error) {
 }
 
 void CompleteEvent(EventState& ev, uint64_t seq, uint64_t timestamp_ns, const std::optional<Error>& error) {
-    // An event re-recorded on another stream may see its records complete
-    // out of sequence order: an older record never moves it backwards.
-    if (seq <= ev.completed.load(std::memory_order_relaxed)) return;
     {
         std::lock_guard lock(ev.mu);
-        ev.error = error;
+        // The event's time and error are its newest record's: an older one
+        // completing later never moves them back.
+        if (seq > ev.newest) {
+            ev.newest = seq;
+            ev.error = error;
+            ev.timestamp_ns.store(timestamp_ns, std::memory_order_relaxed);
+        }
+        uint64_t upto = ev.completed.load(std::memory_order_relaxed);
+        if (seq == upto + 1) {
+            ++upto;
+            for (auto it = std::find(ev.ahead.begin(), ev.ahead.end(), upto + 1); it != ev.ahead.end();
+                 it = std::find(ev.ahead.begin(), ev.ahead.end(), upto + 1)) {
+                ev.ahead.erase(it);
+                ++upto;
+            }
+            ev.completed.store(upto, std::memory_order_release);
+        } else {
+            ev.ahead.push_back(seq);  // re-recorded elsewhere: an older record is still in flight
+        }
+        ev.completions.fetch_add(1, std::memory_order_seq_cst);
     }
-    ev.timestamp_ns.store(timestamp_ns, std::memory_order_relaxed);
-    ev.completed.store(seq, std::memory_order_seq_cst);
     ev.done.Notify();
 }
 
@@ -95,7 +109,7 @@ bool SettleEventOnHost(StreamState& s, const std::string& device) {
         CompleteEvent(*op.event, op.value, DeviceClockNs(), err);
     } else if (op.kind == OpKind::EventWait) {
         if (s.faulted.load(std::memory_order_relaxed)) return false;  // DropFaulted drops it
-        if (op.event->completed.load(std::memory_order_acquire) < op.value) return false;
+        if (!op.event->Reached(op.value)) return false;
     } else {
         return false;
     }

@@ -40,7 +40,8 @@ void RecordEvent(EventState& ev, Enqueue&& enqueue) {
     enqueue(seq);
     ev.recorded.store(seq, std::memory_order_release);
 }
-// Moves an event forward to `seq` (never backwards) and wakes its waiters.
+// Record `seq` of the event completed: moves the event forward over every
+// record completed in sequence (never backwards) and wakes its waiters.
 void CompleteEvent(EventState& ev, uint64_t seq, uint64_t timestamp_ns, const std::optional<Error>& error);
 // "stream S op #N: <what>" with the stream and op in the error's context.
 Error StreamOpError(ErrorKind kind, const StreamState& s, uint64_t seq, const std::string& what, ErrorContext ctx = {});

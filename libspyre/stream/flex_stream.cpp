@@ -199,13 +199,23 @@ const DeviceId& Event::device() const { return LiveState(state_, "Event::device"
 
 bool Event::Query() const {
     LiveState(state_, "Event::Query").core->sched->Poke();
-    return state_->completed.load(std::memory_order_acquire) >= state_->recorded.load(std::memory_order_acquire);
+    return state_->Reached(state_->recorded.load(std::memory_order_acquire));
 }
 
 void Event::Synchronize() const {
     SPYRE_TRACE_SCOPE("Event::Synchronize");
     LiveState(state_, "Event::Synchronize");
-    state_->core->WaitUntil(state_->completed, state_->recorded.load(std::memory_order_acquire), state_->done);
+    // Until the newest record at this call completes: each completion of
+    // the event's records (in any order) wakes the wait to look again.
+    // WaitUntil runs at least once: a host callback is refused every time,
+    // not only when the record is still in flight.
+    const uint64_t target = state_->recorded.load(std::memory_order_acquire);
+    for (;;) {
+        const uint64_t seen = state_->completions.load(std::memory_order_acquire);
+        const bool reached = state_->Reached(target);
+        state_->core->WaitUntil(state_->completions, reached ? 0 : seen + 1, state_->done);
+        if (reached) break;
+    }
     std::lock_guard lock(state_->mu);
     if (state_->error) throw *state_->error;
 }

@@ -32,7 +32,7 @@ bool RingBatcher::Ready(const StreamState& s) const {
     // of its stream; with none in flight the host settles it at once
     // (SettleEventOnHost). A wait rides as a NOP once its event has completed.
     if (op.kind == OpKind::EventRecord) return s.ring_inflight != 0;
-    if (op.kind == OpKind::EventWait) return op.event->completed.load(std::memory_order_acquire) >= op.value;
+    if (op.kind == OpKind::EventWait) return op.event->Reached(op.value);
     return true;
 }
 

@@ -2,6 +2,7 @@
 // Internal: what a stream and an event share with the scheduler thread.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -64,11 +65,24 @@ struct EventState {
     std::shared_ptr<DeviceCore> core;
     std::mutex record_mu;                // one Record at a time (RecordEvent)
     std::atomic<uint64_t> recorded{0};   // Record calls so far (the last record's sequence)
-    std::atomic<uint64_t> completed{0};  // last sequence completed (never moves back)
-    std::atomic<uint64_t> timestamp_ns{0};  // device clock when `completed` was reached
+    // Records complete out of sequence order when the event is re-recorded
+    // on another stream: each is tracked on its own, so a wait for one is
+    // never released by a newer one completing first (Reached).
+    std::atomic<uint64_t> completed{0};    // every record up to this one has completed
+    std::atomic<uint64_t> completions{0};  // records completed so far, in any order (a waiter's counter)
+    std::atomic<uint64_t> timestamp_ns{0};  // device clock when the newest completed record completed
     EventCount done;
-    std::mutex mu;
-    std::optional<Error> error;          // the recording stream's fault, if it had one
+    mutable std::mutex mu;
+    std::optional<Error> error;          // the newest completed record's stream fault, if it had one
+    uint64_t newest = 0;                 // under mu: the newest record completed
+    std::vector<uint64_t> ahead;         // under mu: records completed past `completed`
+
+    // Whether record `seq` has completed.
+    bool Reached(uint64_t seq) const {
+        if (completed.load(std::memory_order_acquire) >= seq) return true;
+        std::lock_guard lock(mu);
+        return std::find(ahead.begin(), ahead.end(), seq) != ahead.end();
+    }
 };
 
 }  // namespace spyre

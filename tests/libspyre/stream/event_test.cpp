@@ -5,6 +5,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <chrono>
 #include <numeric>
 #include <thread>
 
@@ -252,6 +253,49 @@ bool OnThreadNamed(const char* name) {
 // Re-recording on another stream while the first record is still pending:
 // the older record completes last and must not move the event (or its
 // semaphore) backwards, or Synchronize and later Waits never finish.
+// A wait is for the newest record at the time of the call. A later record
+// of the same event on another stream, completing first, used to release it
+// (the event kept only the highest sequence completed), and B ran before
+// A's work was done.
+TEST_F(StreamTest, AWaitIsNotReleasedByALaterRecordOnAnotherStream) {
+    Device dev = OpenDevice();
+    FlexStream a = dev.CreateStream(), b = dev.CreateStream(), c = dev.CreateStream();
+    constexpr size_t kSize = 1u << 20;  // DMA, not inline in the ring A holds
+    DeviceAllocation gate = dev.allocator().Allocate(kSize);
+    std::vector<uint8_t> gate_bytes(kSize, 0);
+    c.CopyToDevice(gate_bytes.data(), gate.handle, kSize);
+    c.Synchronize();
+    const SchedulerStats before = dev.scheduler().Stats();
+    ControlBlock hold;
+    hold.kind = ControlBlock::Kind::SemWait;
+    hold.device_addr = Addr(dev, gate.handle, 8);
+    hold.value = 1;
+    dev.scheduler().QueueOperation(a.stream_index(), hold);
+    ASSERT_TRUE(Eventually([&] { return dev.scheduler().Stats().ring_cbs > before.ring_cbs; }))
+        << "A's semaphore wait never reached the ring";
+    std::atomic<bool> a_done{false}, b_ran{false};
+    a.AddCallback([&] { a_done = true; });
+    Event e(dev);
+    e.Record(a);  // #1, behind A's held wait
+    b.Wait(e);    // for #1
+    b.AddCallback([&] { b_ran = !a_done.load(); });
+    e.Record(c);  // #2 on an idle stream: completes at once
+    ASSERT_TRUE(SettlesWithin(c));
+    c.Synchronize();
+    EXPECT_TRUE(e.Query()) << "the newest record (#2) is done";
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_FALSE(b_ran.load()) << "B's wait for record #1 was released by record #2";
+    EXPECT_EQ(b.Query(), StreamStatus::Busy);
+    gate_bytes[0] = 1;
+    c.CopyToDevice(gate_bytes.data(), gate.handle, kSize);
+    ASSERT_TRUE(SettlesWithin(a));
+    ASSERT_TRUE(SettlesWithin(b));
+    b.Synchronize();
+    EXPECT_TRUE(a_done.load());
+    EXPECT_FALSE(b_ran.load()) << "B ran before A's work was done";
+    e.Synchronize();
+}
+
 TEST_F(StreamTest, OlderRecordCompletingLastDoesNotRewindTheEvent) {
     // A DMA completion hook that holds A's large copy (off the scheduler thread).
     auto gate = std::make_shared<Gate>();
