@@ -311,6 +311,16 @@ TEST_F(StreamTest, SchedulerOptionsAreValidated) {
     o.scheduler.quantum = 1;
     o.scheduler.max_ring_inflight = 0;
     EXPECT_SPYRE_ERROR(OpenDevice(-1, o), InvalidArgument, "max_ring_inflight");
+    o.scheduler.max_ring_inflight = 4;
+    // Past the named values: with two streams the turn order came out empty
+    // and both waited for good.
+    for (int bad : {3, 9, -1}) {
+        o.scheduler.policy = SchedulerPolicy(bad);
+        EXPECT_SPYRE_ERROR(OpenDevice(-1, o), InvalidArgument, "scheduler policy " + std::to_string(bad));
+    }
+    o.scheduler.policy = SchedulerPolicy::RoundRobin;
+    o.scheduler.wait_mode = driver::WaitMode(7);
+    EXPECT_SPYRE_ERROR(OpenDevice(-1, o), InvalidArgument, "scheduler wait mode 7");
     Device dev = OpenDevice();
     EXPECT_SPYRE_ERROR(dev.CreateStream({.priority = kStreamPriorityHighest - 1}), InvalidArgument, "priority");
     EXPECT_SPYRE_ERROR(dev.CreateStream({.priority = kStreamPriorityLowest + 1}), InvalidArgument, "priority");
