@@ -61,7 +61,8 @@ uint16_t RunReduce(const KernelContext& ctx, uint16_t opcode, uint32_t axis, con
             double acc = sum ? 0.0 : -std::numeric_limits<double>::infinity();
             for (uint64_t i = 0; i < n; ++i) {
                 const double v = LoadElement<T>(x.data, ox + i * sx);
-                acc = sum ? acc + v : std::max(acc, v);
+                // A NaN wins a max, as it does a sum (std::max would drop it).
+                acc = sum ? acc + v : (v > acc || std::isnan(v) ? v : acc);
             }
             StoreElement<T>(y.data, oy, float(acc));
         });

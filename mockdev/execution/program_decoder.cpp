@@ -273,6 +273,42 @@ void ReadTable(std::span<const uint8_t> bytes, uint32_t offset, uint32_t count, 
 
 }  // namespace
 
+ProgramFault CheckOverlaps(const DecodedProgram& program) {
+    auto overlap = [](const Operand& a, const Operand& b) {
+        return a.desc.addr < b.desc.addr + b.extent && b.desc.addr < a.desc.addr + a.extent;
+    };
+    auto same = [](const Operand& a, const Operand& b) { return std::memcmp(&a.desc, &b.desc, sizeof a.desc) == 0; };
+    for (const spyre_program_op& op : program.ops) {
+        int inputs = 1, output = 1;
+        bool element_local = true;  // output element i reads input element i only
+        switch (op.opcode) {
+        case SPYRE_PROG_OP_MATMUL: inputs = 2, output = 2, element_local = false; break;
+        case SPYRE_PROG_OP_ADD:
+        case SPYRE_PROG_OP_SUB:
+        case SPYRE_PROG_OP_MUL:
+        case SPYRE_PROG_OP_DIV: inputs = 2, output = 2; break;
+        case SPYRE_PROG_OP_RELU:
+        case SPYRE_PROG_OP_GELU:
+        case SPYRE_PROG_OP_SOFTMAX: break;  // a line is read whole before it is written
+        case SPYRE_PROG_OP_REDUCE_SUM:
+        case SPYRE_PROG_OP_REDUCE_MAX: element_local = false; break;
+        case SPYRE_PROG_OP_COPY:  // a plain copy only: a transpose reads elsewhere
+            for (uint8_t i = 0; i < program.operands[op.operands[1]].desc.rank; ++i)
+                element_local = element_local && op.u.copy.perm[i] == i;
+            break;
+        default: continue;  // FILL writes only; CORRECT has no operands
+        }
+        const Operand& out = program.operands[op.operands[output]];
+        for (int i = 0; i < inputs; ++i) {
+            const Operand& in = program.operands[op.operands[i]];
+            if (overlap(in, out) && !(element_local && same(in, out)))
+                return Fault(SPYRE_ERR_OVERLAP, element_local ? "an input overlaps the output without being it"
+                                                              : "the output overlaps an input the op reads whole");
+        }
+    }
+    return {};
+}
+
 ProgramFault DecodeProgram(std::span<const uint8_t> bytes, uint64_t window, DecodedProgram& out) {
     if (bytes.size() < kHeaderSize) return Fault(SPYRE_ERR_PROGRAM_FORMAT, "shorter than the header");
     std::memcpy(&out.header, bytes.data(), kHeaderSize);

@@ -53,4 +53,12 @@ ProgramFault CheckOperand(const spyre_program_operand& desc, uint64_t window, Op
 // fault its contents are unspecified.
 ProgramFault DecodeProgram(std::span<const uint8_t> bytes, uint64_t window, DecodedProgram& out);
 
+// OVERLAP (3.2) if an op's output overlaps an input whose other elements
+// it reads (matmul, reductions, a permuting copy), or an input that is not
+// the output itself (same descriptor) for the ops that read each output
+// element's own inputs only (elementwise, activations, softmax along a
+// line, a plain copy). Needs the operands' final addresses: a task's
+// program is checked after its relocation.
+ProgramFault CheckOverlaps(const DecodedProgram& program);
+
 }  // namespace spyre::mockdev

@@ -72,6 +72,7 @@ CbOutcome ProgramExecutor::Launch(uint64_t addr, uint64_t size, const Budget& bu
     // (and cache) another program meanwhile, which keeps this one alive.
     const DecodedProgram* program = nullptr;
     if (CbOutcome loaded = Load(addr, size, bytes_, program); loaded.status) return loaded;
+    if (ProgramFault f = CheckOverlaps(*program)) return ProgramFail(f, addr);
     if (CbOutcome mapped = MapOperands(*program); mapped.status) return mapped;
     // The wait for the cores is bounded by arbitration (card_cores.hpp), not
     // by this program's watchdog, which bounds its run from when it has them.
@@ -98,6 +99,7 @@ CbOutcome ProgramExecutor::RunTask(uint64_t addr, uint64_t size, uint64_t args_a
     if (CbOutcome out = Load(addr, size, bytes_, loaded); out.status) return out;
     if (CbOutcome relocated = RelocateDecoded(addr, args_addr, arg_count, *loaded, task_program_); relocated.status)
         return relocated;
+    if (ProgramFault f = CheckOverlaps(task_program_)) return ProgramFail(f, addr);
     if (CbOutcome mapped = MapOperands(task_program_); mapped.status) return mapped;
     for (const spyre_program_op& op : task_program_.ops)
         if (CbOutcome done = RunOp(task_program_, op, addr, budget, true); done.status) return done;

@@ -26,6 +26,7 @@
 #define SPYRE_ERR_UNKNOWN_OP        0x14u /* program contains an unknown op */
 #define SPYRE_ERR_SHAPE             0x15u /* shape overflow or mismatch */
 #define SPYRE_ERR_RELOCATION        0x16u /* bad relocation slot */
+#define SPYRE_ERR_OVERLAP           0x17u /* 3.2: an op's output overlaps an input it reads other elements of */
 #define SPYRE_ERR_WATCHDOG          0x20u /* the CB ran past the watchdog bound */
 #define SPYRE_ERR_ABORTED           0x21u /* the CB was dropped by a function reset */
 #define SPYRE_ERR_CANCELED          0x22u /* not executed: the previous CB carried LINK and failed */
@@ -53,6 +54,7 @@ inline const char* spyre_error_name(uint32_t code) noexcept {
     case SPYRE_ERR_UNKNOWN_OP: return "UNKNOWN_OP";
     case SPYRE_ERR_SHAPE: return "SHAPE";
     case SPYRE_ERR_RELOCATION: return "RELOCATION";
+    case SPYRE_ERR_OVERLAP: return "OVERLAP";
     case SPYRE_ERR_WATCHDOG: return "WATCHDOG";
     case SPYRE_ERR_ABORTED: return "ABORTED";
     case SPYRE_ERR_CANCELED: return "CANCELED";

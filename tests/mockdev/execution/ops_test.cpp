@@ -12,6 +12,7 @@
 //   reduce_sum      fp32 relative 2 u32; fp16 relative 2 u16 (one ulp: the
 //                   device sums in double and rounds once).
 #include <cmath>
+#include <limits>
 
 #include "execution_support.hpp"
 #include "reference.hpp"
@@ -208,6 +209,56 @@ TEST_F(ExecutionTest, ReductionsMatchReference) {
                     const double rel = kind == ReduceKind::Max ? 0.0 : Ulp(dtype);
                     test::ExpectClose(pf().RunKernel(k, {x}), want, test::Relative(want, rel, 0.0));
                 }
+}
+
+// A NaN anywhere in a line makes its max NaN, as numpy's does; the device
+// used to skip it (and an all-NaN line read -inf).
+TEST_F(ExecutionTest, ReduceMaxKeepsNaN) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    for (DType dtype : kFloatTypes) {
+        const BuiltKernel k = KernelBuilder(TensorLayout::Dense).Reduce(ReduceKind::Max, {5, 3}, 1, dtype);
+        SCOPED_TRACE(k.name);
+        const std::vector<double> x = {nan, 1, 3, 1, nan, 3, 1, 3, nan, nan, nan, nan, 1, 3, 2};
+        const std::vector<double> got = pf().RunKernel(k, {x});
+        ASSERT_EQ(got.size(), 5u);
+        for (int row = 0; row < 4; ++row) EXPECT_TRUE(std::isnan(got[size_t(row)])) << "row " << row << ": " << got[size_t(row)];
+        EXPECT_EQ(got[4], 3.0);
+    }
+}
+
+// Contract 3.2: an output that overlaps an input the op reads other
+// elements of (matmul, reductions, a transpose), or an input that is not
+// the output itself, is refused OVERLAP before anything runs; the output
+// given as its own input works for element-wise ops. A matmul C = A @ I
+// with C over A used to come back wrong, with no error.
+TEST_F(ExecutionTest, AnOutputOverlappingAnInputItReadsWholeIsRefused) {
+    const KernelBuilder kb;
+    auto launch = [&](const BuiltKernel& k, std::vector<uint64_t> addrs) {
+        return pf().LaunchProgram(k.Bind(addrs)).status;
+    };
+    const BuiltKernel mm = kb.Matmul(8, 8, 8, DType::FP32);
+    const uint64_t a = pf().Alloc(mm.inputs[0].bytes), b = pf().Alloc(mm.inputs[1].bytes);
+    EXPECT_EQ(launch(mm, {a, b, a}), SPYRE_ERR_OVERLAP);       // C is A
+    EXPECT_EQ(launch(mm, {a, b, b + 64}), SPYRE_ERR_OVERLAP);  // C overlaps B
+    EXPECT_EQ(launch(mm, {a, b, pf().Alloc(mm.outputs[0].bytes)}), SPYRE_ERR_NONE);
+    const BuiltKernel tr = kb.Transpose({8, 8}, {1, 0}, DType::FP32);
+    EXPECT_EQ(launch(tr, {a, a}), SPYRE_ERR_OVERLAP);
+    const BuiltKernel red = kb.Reduce(ReduceKind::Sum, {8, 8}, 0, DType::FP32);
+    EXPECT_EQ(launch(red, {a, a}), SPYRE_ERR_OVERLAP);
+    // Element-wise: in place works; an input shifted against the output, or
+    // a broadcast operand under the output, is refused.
+    const BuiltKernel add = kb.Elementwise(ElementwiseOp::Add, {8, 8}, {8, 8}, DType::FP32);
+    const std::vector<double> x = test::RandomValues(64, DType::FP32, 7), y = test::RandomValues(64, DType::FP32, 8);
+    pf().WriteTensor(a, add.inputs[0], x);
+    pf().WriteTensor(b, add.inputs[1], y);
+    ASSERT_EQ(launch(add, {a, b, a}), SPYRE_ERR_NONE);
+    const std::vector<double> sum = pf().ReadTensor(a, add.outputs[0]);
+    for (size_t i = 0; i < 64; ++i) ASSERT_EQ(sum[i], double(float(x[i] + y[i]))) << "element " << i;
+    EXPECT_EQ(launch(add, {a, b, a + 16}), SPYRE_ERR_OVERLAP);
+    const BuiltKernel bias = kb.Elementwise(ElementwiseOp::Add, {8, 8}, {1, 8}, DType::FP32);
+    EXPECT_EQ(launch(bias, {a, b, b}), SPYRE_ERR_OVERLAP);
+    EXPECT_EQ(launch(kb.Softmax({8, 8}, DType::FP32), {a, a}), SPYRE_ERR_NONE);
+    EXPECT_EQ(launch(kb.Copy({8, 8}, DType::FP32), {a, a}), SPYRE_ERR_NONE);
 }
 
 TEST_F(ExecutionTest, TransposeAndCopyMoveEveryDtypeExactly) {
