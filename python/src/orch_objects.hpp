@@ -94,7 +94,10 @@ struct RuntimeHold {
     std::shared_ptr<Orchestrator> orch;
 };
 
-// Binds the Orchestrator class and its constants (orchestration.cpp).
+// `dtype` as a numpy dtype for a view of device memory; InvalidArgument
+// for one that holds Python objects or has no size.
+py::dtype ViewDType(py::handle dtype, const std::string& what);
+// A numpy view of `bytes` at `data` (1-D of dtype, or `shape`), kept by `base`.
 py::array DeviceView(void* data, uint64_t bytes, py::handle dtype, py::object shape, py::object base,
                      const std::string& what);
 

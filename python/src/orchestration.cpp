@@ -147,6 +147,7 @@ py::dict FailureDict(const TaskFailure& f) {
 }
 
 HostKernel MakeHostKernel(PyOrch* self, int32_t kernel_id, py::function fn, py::object dtype) {
+    ViewDType(dtype, "Orchestrator.register_host_kernel");  // refused now, not at each run
     auto keep = KeepAlive(fn);
     auto keep_dt = KeepAlive(dtype);
     PyObject* raw = fn.ptr();
@@ -204,9 +205,21 @@ void WaitAll(PyOrch& self) {
 
 }  // namespace
 
+py::dtype ViewDType(py::handle dtype, const std::string& what) {
+    py::dtype dt = py::dtype::from_args(py::reinterpret_borrow<py::object>(dtype));
+    // The view is the runtime's raw memory: an element must be plain bytes
+    // of a fixed size (an object dtype would read them as pointers).
+    if (dt.attr("hasobject").cast<bool>() || dt.itemsize() <= 0)
+        throw Error(ErrorKind::InvalidArgument,
+                    what + ": dtype " + py::str(dt).cast<std::string>() +
+                        (dt.itemsize() <= 0 ? " has no size" : " holds Python objects") +
+                        "; a view of device memory takes a plain numeric dtype");
+    return dt;
+}
+
 py::array DeviceView(void* data, uint64_t bytes, py::handle dtype, py::object shape, py::object base,
                      const std::string& what) {
-    py::dtype dt = py::dtype::from_args(py::reinterpret_borrow<py::object>(dtype));
+    const py::dtype dt = ViewDType(dtype, what);
     const uint64_t item = uint64_t(dt.itemsize());
     std::vector<py::ssize_t> dims;
     if (shape.is_none()) {
@@ -346,6 +359,7 @@ void BindOrchestration(py::module_& m) {
                 PyOrch& self = self_obj.cast<PyOrch&>();
                 const RuntimeHold hold(self, "Orchestrator.alloc");
                 Orchestrator& o = *hold;
+                ViewDType(dtype, "Orchestrator.alloc");  // before the memory is taken
                 void* p = WithoutGil([&] { return o.Alloc(size); });
                 return DeviceView(p, size, dtype, shape, self_obj, "Orchestrator.alloc");
             }, py::arg("size"), py::arg("dtype") = py::dtype("float32"), py::arg("shape") = py::none(),
@@ -356,6 +370,7 @@ void BindOrchestration(py::module_& m) {
         .def("task_output", [](py::object self_obj, int32_t task_id, int32_t index, py::object dtype, py::object shape) {
                 PyOrch& self = self_obj.cast<PyOrch&>();
                 Orchestrator& o = self.Get("Orchestrator.task_output");
+                ViewDType(dtype, "Orchestrator.task_output");
                 void* p = o.TaskOutput(task_id, index);
                 uint64_t bytes = 0;
                 {

@@ -201,6 +201,13 @@ def test_bad_parameters_are_typed_errors(orch):
         orch.alloc(1024, np.float32, [2**62, 2**62])
     with pytest.raises(spyre.InvalidArgument, match="the shape spans 4000 bytes, more than the buffer \\(1024 bytes\\)"):
         orch.alloc(1024, np.float32, [1000])
+    # A view of device memory holds plain numbers: an object dtype read the
+    # bytes as pointers (SIGSEGV), a dtype of no size divided by zero (SIGFPE).
+    for dtype in (object, "V0", "S0", np.dtype([]), np.dtype([("x", np.float32), ("o", object)])):
+        for make in (lambda d: orch.alloc(1024, d), lambda d: orch.task_output(0, 0, d),
+                     lambda d: orch.register_host_kernel(70, lambda *a: 0, d)):
+            with pytest.raises(spyre.InvalidArgument, match="plain numeric dtype"):
+                make(dtype)
 
 
 def test_views_outlive_nothing_after_close(dev):
