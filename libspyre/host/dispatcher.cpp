@@ -7,6 +7,7 @@
 #include <exception>
 #include <memory>
 #include <thread>
+#include <unordered_set>
 
 #include "host_trace.hpp"
 #include "local_chip_executor.hpp"
@@ -149,17 +150,25 @@ bool Dispatcher::RunOneOf(RunState& run) {
 
 namespace {
 
-// What the calling thread is part of: the run whose SubWorker or chip task
-// it runs, and the run whose orchestration function it runs. Waiting on
-// either from here would wait for itself.
-thread_local const RunState* tl_running = nullptr;
+// What the calling thread is part of: the tasks it runs (a SubWorker or
+// chip task; a pool thread that waits runs queued tasks of other runs
+// meanwhile, one inside the other), and the run whose orchestration
+// function it runs. Waiting from here on a run that needs one of them to end
+// would wait for itself.
+struct Running {
+    Running(const Dispatcher* d, const HostTask* t);
+    ~Running();
+    const Dispatcher* dispatcher;
+    const HostTask* task;
+    const Running* previous;
+};
+thread_local const Running* tl_running = nullptr;
 thread_local const RunState* tl_submitting = nullptr;
 
-struct Running {
-    explicit Running(const RunState* run) : previous(tl_running) { tl_running = run; }
-    ~Running() { tl_running = previous; }
-    const RunState* previous;
-};
+Running::Running(const Dispatcher* d, const HostTask* t) : dispatcher(d), task(t), previous(tl_running) {
+    tl_running = this;
+}
+Running::~Running() { tl_running = previous; }
 
 // Sleeps on the run until `ready()`. A thread of the Worker's own pools (a
 // SubWorker that started a run and waits on it) runs its pool's queued jobs
@@ -194,14 +203,36 @@ void Dispatcher::SleepUntilDone(RunState& run) {
 }
 
 void Dispatcher::CheckNotPartOf(const RunState& run) {
-    if (&run == tl_running)
-        throw Error(ErrorKind::InvalidArgument, "run '" + run.name +
-                                                    "': a task of the run waits for the run itself (it cannot end "
-                                                    "before this task does)");
+    for (const Running* r = tl_running; r; r = r->previous)
+        if (r->task->run == &run)
+            throw Error(ErrorKind::InvalidArgument, "run '" + run.name +
+                                                        "': a task of the run waits for the run itself (it cannot end "
+                                                        "before this task does)");
     if (&run == tl_submitting)
         throw Error(ErrorKind::InvalidArgument, "run '" + run.name +
                                                     "': its host orchestration function waits for the run itself "
                                                     "(it cannot end before the function returns)");
+    // A task of another run that `run` depends on, through the tensors its
+    // tasks touch: `run` cannot end before that task does either.
+    if (!tl_running) return;
+    Lock lock(*this);
+    std::vector<const HostTask*> todo;
+    std::unordered_set<const HostTask*> seen;
+    for (const Running* r = tl_running; r; r = r->previous)
+        if (r->dispatcher == this) todo.push_back(r->task);
+    while (!todo.empty()) {
+        const HostTask* t = todo.back();
+        todo.pop_back();
+        for (const HostTask* c : t->consumers) {
+            if (c->Finished() || !seen.insert(c).second) continue;
+            if (c->run == &run)
+                throw Error(ErrorKind::InvalidArgument,
+                            "run '" + run.name + "': task '" + c->name + "' of it depends on task '" +
+                                tl_running->task->name + "' of run '" + tl_running->task->run->name +
+                                "', which waits for it (neither could end)");
+            todo.push_back(c);
+        }
+    }
 }
 
 Dispatcher::Dispatcher(std::vector<std::unique_ptr<ChipExecutor>> executors, const DistributedConfig& config)
@@ -478,7 +509,7 @@ void Dispatcher::RunChip(HostTask* task) {
     const uint64_t start_ns = DeviceClockNs();
     uint64_t end_ns = 0;
     {
-        Running running(task->run);
+        Running running(this, task);
         try {
             moved = local_[d] ? local_[d]->Run(task->call, start_ns) : executors_[d]->Run(task->call);
             end_ns = moved.bytes_downloaded == 0 && moved.run_end_ns >= start_ns ? moved.run_end_ns : DeviceClockNs();
@@ -502,7 +533,7 @@ void Dispatcher::RunChip(HostTask* task) {
 void Dispatcher::RunSub(HostTask* task) {
     task->start_ns = DeviceClockNs();
     {
-        Running running(task->run);
+        Running running(this, task);
         try {
             std::vector<HostTensor> args;
             for (const TensorArg& a : task->args) args.push_back(a.tensor);

@@ -72,8 +72,9 @@ public:
     std::vector<HostTensor> Wait(RunState& run, const ProgressCallback& progress = {});
     bool Done(RunState& run);
     // InvalidArgument when the calling thread runs a task or the
-    // orchestration function of `run` (a wait there would wait for itself).
-    static void CheckNotPartOf(const RunState& run);
+    // orchestration function of `run`, or a task `run` depends on (a wait
+    // there would wait for itself).
+    void CheckNotPartOf(const RunState& run);
     // Every task of the run, in submission order (waits for its end).
     std::vector<TaskRecord> Report(RunState& run);
     // Marks the calling thread as running `run`'s orchestration function

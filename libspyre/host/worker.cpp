@@ -138,7 +138,7 @@ std::vector<HostTensor> RunHandle::Wait(const ProgressCallback& progress) {
     if (!state_ || waited_.load()) throw empty();
     // Refused before the handle counts as waited: a task of the run
     // waiting on it gets the error, and the handle still waits later.
-    host::Dispatcher::CheckNotPartOf(*state_->run);
+    state_->dispatcher->CheckNotPartOf(*state_->run);
     if (waited_.exchange(true)) throw empty();  // another thread's Wait came first
     return state_->dispatcher->Wait(*state_->run, progress);
 }

@@ -223,6 +223,42 @@ TEST_F(WorkerTest, ASubWorkerWaitingOnItsOwnRunIsRefused) {
     EXPECT_NE(report_error.find("a task of the run waits for the run itself"), std::string::npos) << report_error;
 }
 
+// A SubWorker of run A that waits on a later run B, whose task reads what
+// A's SubWorker writes, would wait for itself through B: it gets
+// InvalidArgument naming both tasks, and both runs end. It used to hang.
+TEST_F(WorkerTest, ASubWorkerWaitingOnARunThatDependsOnItIsRefused) {
+    HostTensor x = HostTensor::Zeros({4});
+    std::atomic<RunHandle*> later{nullptr};
+    std::string wait_error;
+    HostProgram a{"A", 1, {}, [&](HostGraph& g, std::span<const HostTensor> in) {
+                      g.Sub("writes_x",
+                            [&](std::span<const HostTensor> t) {
+                                if (!Await([&] { return later.load() != nullptr; })) return;
+                                try {
+                                    later.load()->Wait();
+                                } catch (const Error& e) {
+                                    if (e.kind() == ErrorKind::InvalidArgument) wait_error = e.message();
+                                }
+                                t[0].floats()[0] = 7;
+                            },
+                            {InOut(in[0])});
+                  }};
+    float seen = -1;
+    HostProgram b{"B", 1, {}, [&](HostGraph& g, std::span<const HostTensor> in) {
+                      g.Sub("reads_x", [&](std::span<const HostTensor> t) { seen = t[0].floats()[0]; }, {In(in[0])});
+                  }};
+    RunHandle ha = worker_->Submit(a, {x});
+    RunHandle hb = worker_->Submit(b, {x});
+    later = &hb;
+    ASSERT_TRUE(Await([&] { return ha.Done(); })) << "run A never ended";
+    ha.Wait();
+    hb.Wait();
+    EXPECT_NE(wait_error.find("task 'reads_x#0' of it depends on task 'writes_x#0' of run 'A', which waits for it"),
+              std::string::npos)
+        << wait_error;
+    EXPECT_EQ(seen, 7.0f);
+}
+
 // Both SubWorker threads (the fixture has 2) run a SubWorker that starts a
 // run of the same Worker and waits on it; each nested run has SubWorkers of
 // its own, one level deeper still. No thread is free for them: the waiting
