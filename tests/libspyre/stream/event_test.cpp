@@ -31,6 +31,21 @@ void WriteThenRead(FlexStream& a, FlexStream& b, Event& written, const std::vect
     b.Wait(written);
     b.CopyFromDevice(out.data(), buf, out.size());
 }
+// Zeroes `gate` through `other` (its bytes, by DMA: the ring will be held),
+// then holds the ring with a semaphore wait on A until gate's first word
+// reads 1. Whether the wait reached the ring.
+bool HoldRingOnGate(Device& dev, FlexStream& a, FlexStream& other, const DeviceHandle& gate,
+                    const std::vector<uint8_t>& gate_bytes) {
+    other.CopyToDevice(gate_bytes.data(), gate, gate_bytes.size());
+    other.Synchronize();
+    const SchedulerStats before = dev.scheduler().Stats();
+    ControlBlock hold;
+    hold.kind = ControlBlock::Kind::SemWait;
+    hold.device_addr = Addr(dev, gate, 8);
+    hold.value = 1;
+    dev.scheduler().QueueOperation(a.stream_index(), hold);
+    return Eventually([&] { return dev.scheduler().Stats().ring_cbs > before.ring_cbs; });
+}
 }  // namespace
 
 TEST_F(StreamTest, EventOrdersALargeDmaWriteBeforeAnotherStreamsRead) {
@@ -92,16 +107,8 @@ TEST_F(StreamTest, AnEventBehindHostWorkDoesNotQueueBehindAnotherStreamsRing) {
     constexpr size_t kSize = 1u << 20;  // DMA, not inline in the ring
     DeviceAllocation gate = dev.allocator().Allocate(kSize), data = dev.allocator().Allocate(kSize);
     std::vector<uint8_t> gate_bytes(kSize, 0);
-    b.CopyToDevice(gate_bytes.data(), gate.handle, kSize);
-    b.Synchronize();
     const SchedulerStats before = dev.scheduler().Stats();
-    ControlBlock hold;
-    hold.kind = ControlBlock::Kind::SemWait;
-    hold.device_addr = Addr(dev, gate.handle, 8);
-    hold.value = 1;
-    dev.scheduler().QueueOperation(a.stream_index(), hold);
-    ASSERT_TRUE(Eventually([&] { return dev.scheduler().Stats().ring_cbs > before.ring_cbs; }))
-        << "A's semaphore wait never reached the ring";
+    ASSERT_TRUE(HoldRingOnGate(dev, a, b, gate.handle, gate_bytes)) << "A's semaphore wait never reached the ring";
 
     const std::vector<uint8_t> in = Pattern(kSize, 5);
     std::vector<uint8_t> out(kSize, 0);
@@ -263,16 +270,7 @@ TEST_F(StreamTest, AWaitIsNotReleasedByALaterRecordOnAnotherStream) {
     constexpr size_t kSize = 1u << 20;  // DMA, not inline in the ring A holds
     DeviceAllocation gate = dev.allocator().Allocate(kSize);
     std::vector<uint8_t> gate_bytes(kSize, 0);
-    c.CopyToDevice(gate_bytes.data(), gate.handle, kSize);
-    c.Synchronize();
-    const SchedulerStats before = dev.scheduler().Stats();
-    ControlBlock hold;
-    hold.kind = ControlBlock::Kind::SemWait;
-    hold.device_addr = Addr(dev, gate.handle, 8);
-    hold.value = 1;
-    dev.scheduler().QueueOperation(a.stream_index(), hold);
-    ASSERT_TRUE(Eventually([&] { return dev.scheduler().Stats().ring_cbs > before.ring_cbs; }))
-        << "A's semaphore wait never reached the ring";
+    ASSERT_TRUE(HoldRingOnGate(dev, a, c, gate.handle, gate_bytes)) << "A's semaphore wait never reached the ring";
     std::atomic<bool> a_done{false}, b_ran{false};
     a.AddCallback([&] { a_done = true; });
     Event e(dev);
