@@ -465,7 +465,11 @@ void SchedulerCore::PortUnattended() noexcept {
 
 bool SchedulerCore::PortsUnattended() {
     if (port_count_.load(std::memory_order_seq_cst) == 0) return false;
-    std::lock_guard lock(ports_mu_);
+    // Taken: the ports are being driven (or one comes or goes). Never
+    // waited for: a caller here may hold the drive lock, and a Backstop
+    // holds this one for up to kPortDrive.
+    std::unique_lock lock(ports_mu_, std::try_to_lock);
+    if (!lock) return false;
     for (const TaskPort* p : ports_)
         if (p->Unattended()) return true;
     return false;
@@ -491,7 +495,8 @@ void SchedulerCore::ServePorts(std::unique_lock<std::mutex>& lock) {
 }
 
 void SchedulerCore::PassPorts() {
-    std::lock_guard ports(ports_mu_);
+    std::unique_lock ports(ports_mu_, std::try_to_lock);  // taken: they are being served
+    if (!ports) return;
     const uint32_t never = wake_.Current();
     for (TaskPort* p : ports_) p->Backstop(wake_.word(), never, Clock::now());
 }
