@@ -4,8 +4,28 @@
 #include <vector>
 
 #include "spyre/orchestration/orchestrator.hpp"
+#include "spyre/tensor/layout.hpp"
 
 namespace spyre {
+
+namespace {
+
+const char* ProgramDTypeName(uint8_t code) {
+    for (DType d : {DType::FP16, DType::BF16, DType::FP32, DType::INT8, DType::INT32})
+        if (ProgramDType(d) == code) return ToString(d);
+    return "of no known dtype";
+}
+
+}  // namespace
+
+void CheckArgumentDTypes(const ChipContext& ctx, int32_t kernel_id, const std::string& what) {
+    const std::vector<uint8_t> operands = ctx.orch.KernelOperandDTypes(kernel_id);
+    for (size_t i = 0; i < ctx.dtypes.size() && i < operands.size(); ++i)
+        if (operands[i] != 0 && ProgramDType(ctx.dtypes[i]) != operands[i])
+            throw Error(ErrorKind::InvalidArgument, what + std::to_string(i) + " is " + ToString(ctx.dtypes[i]) +
+                                                        ", the kernel's operand " + std::to_string(i) + " is " +
+                                                        ProgramDTypeName(operands[i]));
+}
 
 ChipFunction RowBlockMatmulChip(std::string name, int32_t kernel_id, int64_t task_rows, int64_t k, int64_t n) {
     return [=](ChipContext& ctx) {
@@ -21,6 +41,7 @@ ChipFunction RowBlockMatmulChip(std::string name, int32_t kernel_id, int64_t tas
                                                         std::to_string(k) + "] (block_dim x " + std::to_string(task_rows) +
                                                         " rows), [" + std::to_string(k) + "x" + std::to_string(n) + "] and [" +
                                                         std::to_string(m) + "x" + std::to_string(n) + "]");
+        CheckArgumentDTypes(ctx, kernel_id, name + ": argument ");
         auto* a = static_cast<char*>(ctx.args[0]);
         auto* c = static_cast<char*>(ctx.args[2]);
         const uint64_t a_bytes = uint64_t(task_rows * k) * 4, c_bytes = uint64_t(task_rows * n) * 4;

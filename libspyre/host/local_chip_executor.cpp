@@ -407,6 +407,7 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call, uint64_t called_ns) {
         ctx.bytes.push_back(t.bytes());
         ctx.shapes.push_back(t.shape());
         ctx.access.push_back(call.args[i].arg.access);
+        ctx.dtypes.push_back(t.dtype());
         pto_args.push_back(uint64_t(mapped));
     }
     // The device's span on the device clock, for the run's report. A

@@ -173,6 +173,9 @@ std::vector<TaskFailure> Orchestrator::Failures() const { return Graph(Live(stat
 std::vector<uint64_t> Orchestrator::KernelOperandBytes(int32_t kernel_id) const {
     return Graph(Live(state_)).OperandBytes(kernel_id);
 }
+std::vector<uint8_t> Orchestrator::KernelOperandDTypes(int32_t kernel_id) const {
+    return Graph(Live(state_)).OperandDTypes(kernel_id);
+}
 
 uint64_t Orchestrator::DeviceAddress(const void* buffer) const { return Graph(Live(state_)).DeviceAddress(buffer); }
 void* Orchestrator::HostAddress(uint64_t device_address, uint64_t size) const {

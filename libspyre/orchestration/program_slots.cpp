@@ -52,7 +52,7 @@ ProgramSlots SlotsOf(const ProgramImage& image) {
         if (r.operand >= image.operands.size()) continue;  // the device refuses the program
         const spyre_program_operand& o = image.operands[r.operand];
         slots.uses.push_back({r.slot, r.operand, spyre_operand_extent(&o), std::max<uint64_t>(spyre_operand_align(&o), 1),
-                              written[r.operand], ShapeOf(o)});
+                              written[r.operand], o.dtype, ShapeOf(o)});
     }
     return slots;
 }

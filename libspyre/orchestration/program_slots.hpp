@@ -25,6 +25,7 @@ struct SlotUse {
     uint64_t bytes = 0;  // spyre_operand_extent; 0 if the descriptor has none (the device refuses it)
     uint64_t align = 1;  // spyre_operand_align: the parameter's device address must be a multiple
     bool written = false;
+    uint8_t dtype = 0;  // the operand's SPYRE_DTYPE_*
     std::string shape;  // "fp32 [128, 128]", for messages
 };
 

@@ -171,16 +171,29 @@ void TaskGraph::RegisterKernel(KernelEntry kernel) {
 }
 
 std::vector<uint64_t> TaskGraph::OperandBytes(int32_t kernel_id) const {
-    Lock lock(*this);
-    auto it = kernels_.find(kernel_id);
-    if (it == kernels_.end())
-        throw Error(ErrorKind::NotFound, "kernel " + std::to_string(kernel_id) + " is not registered");
     std::vector<uint64_t> bytes;
-    for (const SlotUse& use : it->second->slots.uses) {
+    for (const SlotUse& use : SlotUses(kernel_id)) {
         if (bytes.size() <= use.slot) bytes.resize(size_t(use.slot) + 1);
         bytes[use.slot] = std::max(bytes[use.slot], use.bytes);
     }
     return bytes;
+}
+
+std::vector<uint8_t> TaskGraph::OperandDTypes(int32_t kernel_id) const {
+    std::vector<uint8_t> dtypes;
+    for (const SlotUse& use : SlotUses(kernel_id)) {
+        if (dtypes.size() <= use.slot) dtypes.resize(size_t(use.slot) + 1);
+        dtypes[use.slot] = use.dtype;
+    }
+    return dtypes;
+}
+
+std::vector<SlotUse> TaskGraph::SlotUses(int32_t kernel_id) const {
+    Lock lock(*this);
+    auto it = kernels_.find(kernel_id);
+    if (it == kernels_.end())
+        throw Error(ErrorKind::NotFound, "kernel " + std::to_string(kernel_id) + " is not registered");
+    return it->second->slots.uses;
 }
 
 void TaskGraph::SetExecutor(int32_t worker_type, std::shared_ptr<Executor> executor) {

@@ -31,6 +31,7 @@
 #include "orchestration/buffer_tracker.hpp"
 #include "orchestration/executor.hpp"
 #include "orchestration/heap_ring.hpp"
+#include "orchestration/program_slots.hpp"
 #include "orchestration/ready_queue.hpp"
 #include "orchestration/scope_stack.hpp"
 #include "orchestration/task_ring.hpp"
@@ -89,6 +90,8 @@ public:
     void RegisterDeviceKernel(int32_t kernel_id, uint64_t program_address);
     // Orchestrator::KernelOperandBytes.
     std::vector<uint64_t> OperandBytes(int32_t kernel_id) const;
+    // Orchestrator::KernelOperandDTypes.
+    std::vector<uint8_t> OperandDTypes(int32_t kernel_id) const;
     // Serves `worker_type` with `executor` from now on (no task may be in flight).
     void SetExecutor(int32_t worker_type, std::shared_ptr<Executor> executor);
 
@@ -139,6 +142,8 @@ public:
     struct HoldAnchor;
 
 private:
+    // The kernel's device program's slot uses; NotFound for a kernel not registered.
+    std::vector<SlotUse> SlotUses(int32_t kernel_id) const;
     // mu_ held; the inbox is applied when it is taken and looked at again
     // after it is released, so nothing parked there is left behind.
     class Lock {

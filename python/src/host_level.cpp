@@ -381,13 +381,16 @@ PyChipFunction ElementwiseChip(int32_t kernel_id, int32_t worker_type) {
                 // argument would be computed in part (a smaller one the
                 // runtime refuses at submit).
                 const std::vector<uint64_t> operands = ctx.orch.KernelOperandBytes(kernel_id);
+                const std::string what = "elementwise chip function (kernel " + std::to_string(kernel_id) + "): argument ";
                 for (size_t i = 0; i < ctx.args.size() && i < operands.size(); ++i)
                     if (ctx.bytes[i] > operands[i])
                         throw Error(ErrorKind::InvalidArgument,
-                                    "elementwise chip function (kernel " + std::to_string(kernel_id) + "): argument " +
-                                        std::to_string(i) + " is " + std::to_string(ctx.bytes[i]) +
+                                    what + std::to_string(i) + " is " + std::to_string(ctx.bytes[i]) +
                                         " bytes, the kernel's operand " + std::to_string(i) + " spans " +
                                         std::to_string(operands[i]) + ": it would compute only part of it");
+                // The same bytes of another dtype (int32 or fp16 for fp32)
+                // computed garbage with no error.
+                CheckArgumentDTypes(ctx, kernel_id, what);
                 std::vector<TaskParam> p;
                 for (size_t i = 0; i < ctx.args.size(); ++i)
                     p.push_back({i + 1 == ctx.args.size() ? PARAM_OUTPUT : PARAM_INPUT, ctx.args[i], ctx.bytes[i], {}});

@@ -267,6 +267,31 @@ def test_an_elementwise_chip_function_refuses_tensors_larger_than_its_kernel(wor
     assert (np.asarray(f) == 3).all()
 
 
+def test_an_elementwise_chip_function_refuses_tensors_of_another_dtype(worker):
+    # Same bytes, another dtype: fp16 [128, 256] and int32 [128, 128] tensors
+    # ran through the fp32 add and came back as garbage, with no error.
+    def orch(g, x):
+        g.chip("chip_add", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])])
+
+    for dtype, shape in ((np.float16, [128, 256]), (np.int32, S)):
+        a = np.full(shape, 3, dtype)
+        p = spyre.HostProgram("other_dtype", 2, [(shape, dtype)], orch)
+        name = np.dtype(dtype).name.replace("float", "fp")
+        with pytest.raises(spyre.InvalidArgument, match=r"elementwise chip function \(kernel 301\): argument 0 is "
+                                                        + name + r", the kernel's operand 0 is fp32"):
+            worker.run(p, [a, a])
+    f = worker.run(spyre.HostProgram("fp32", 2, [(S, np.float32)], orch), [full(3), full(5)])
+    assert (np.asarray(f) == 8).all()
+    # ChipFunction.matmul checks the same way.
+    worker.register_kernel(320, spyre.KernelBuilder().matmul(16, 16, 16))
+    worker.register_chip_function("mm_rows", spyre.ChipFunction.matmul(320, 16, 16, 16))
+    mm = spyre.HostProgram("mm", 2, [([16, 16], np.int32)],
+                           lambda g, x: g.chip("mm_rows", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])]))
+    ones = np.ones([16, 16], np.int32)
+    with pytest.raises(spyre.InvalidArgument, match=r"argument 0 is int32, the kernel's operand 0 is fp32"):
+        worker.run(mm, [ones, ones])
+
+
 def test_orchestration_function_that_raises_fails_the_run_and_what_it_submitted_runs(worker):
     ran = []
 

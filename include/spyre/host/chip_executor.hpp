@@ -51,6 +51,7 @@ struct ChipContext {
     // How the task uses each argument. An In argument's device copy may be
     // kept for later calls that read the same bytes: never write it.
     std::vector<Access> access;
+    std::vector<DType> dtypes;  // each argument's element type
 };
 // A chip function in C++: submits device tasks on ctx.orch (the runtime
 // opens a scope around it and waits for its tasks after it returns).

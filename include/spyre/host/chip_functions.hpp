@@ -21,5 +21,10 @@ namespace spyre {
 // naming `name`.
 ChipFunction RowBlockMatmulChip(std::string name, int32_t kernel_id, int64_t task_rows, int64_t k, int64_t n);
 
+// InvalidArgument ("<what><i> is int32, the kernel's operand <i> is fp32")
+// when argument i's dtype is not the one operand i of `kernel_id`'s device
+// program holds: the same bytes of another dtype compute garbage.
+void CheckArgumentDTypes(const ChipContext& ctx, int32_t kernel_id, const std::string& what);
+
 }  // namespace spyre
 SPYRE_API_END

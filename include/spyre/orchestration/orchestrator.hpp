@@ -134,6 +134,10 @@ public:
     // host kernel or a program without relocations; NotFound for a kernel
     // not registered.
     std::vector<uint64_t> KernelOperandBytes(int32_t kernel_id) const;
+    // The dtype of each argument slot's operand, as the program stores it
+    // (SPYRE_DTYPE_*, compared with ProgramDType; 0 for a slot no
+    // relocation points at). Empty and NotFound as KernelOperandBytes.
+    std::vector<uint8_t> KernelOperandDTypes(int32_t kernel_id) const;
 
     uint64_t DeviceAddress(const void* buffer) const;
     void* HostAddress(uint64_t device_address, uint64_t size) const;
