@@ -221,6 +221,10 @@ void Event::Synchronize() const {
 }
 
 double Event::ElapsedTime(const Event& start, const Event& end) {
+    // Two devices' clocks need not agree: their stamps do not subtract.
+    CheckSameDevice(LiveState(start.state_, "Event::ElapsedTime: start").core->id(),
+                    LiveState(end.state_, "Event::ElapsedTime: end").core->id(), "Event::ElapsedTime: start event",
+                    "end event");
     for (const Event* e : {&start, &end}) {
         if (LiveState(e->state_, "Event::ElapsedTime").recorded.load() == 0)
             throw Error(ErrorKind::InvalidArgument, "ElapsedTime of an event that was never recorded");

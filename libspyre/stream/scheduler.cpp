@@ -38,7 +38,7 @@ namespace {
 // arguments: a null buffer or missing callback would crash the scheduler
 // thread, not fail one stream. (Device addresses are checked by the DMA
 // engine and the device, and fail the stream.)
-void Check(int stream_index, const ControlBlock& cb) {
+void Check(int stream_index, const ControlBlock& cb, uint64_t memory_size) {
     auto bad = [&](const std::string& what) {
         return Error(ErrorKind::InvalidArgument, std::string("QueueOperation: ") + ToString(cb.kind) + " " + what,
                      ErrorContext{.stream = stream_index});
@@ -48,6 +48,15 @@ void Check(int stream_index, const ControlBlock& cb) {
     case ControlBlock::Kind::CopyFromDevice:
         if (cb.size == 0) throw bad("of 0 bytes");
         if (cb.kind == ControlBlock::Kind::CopyToDevice ? !cb.src : !cb.dst) throw bad("with a null host address");
+        // A range past the function's memory (or one that wraps) failed
+        // later, as the stream's sticky error: refused here instead.
+        if (cb.size > memory_size || cb.device_addr > memory_size - cb.size)
+            throw bad("of " + std::to_string(cb.size) + " bytes at device address " + std::to_string(cb.device_addr) +
+                      " runs past the function's memory (" + std::to_string(memory_size) + " bytes)");
+        {
+            const auto host = reinterpret_cast<uintptr_t>(cb.kind == ControlBlock::Kind::CopyToDevice ? cb.src : cb.dst);
+            if (host + cb.size < host) throw bad("of " + std::to_string(cb.size) + " bytes wraps the host address space");
+        }
         break;
     case ControlBlock::Kind::HostCallback:
         if (!cb.callback) throw bad("without a callback");
@@ -70,7 +79,7 @@ void Scheduler::QueueOperations(int stream_index, std::span<ControlBlock> group)
     if (!s)
         throw Error(ErrorKind::InvalidArgument, "no stream with index " + std::to_string(stream_index),
                     ErrorContext{.stream = stream_index});
-    for (const ControlBlock& cb : group) Check(stream_index, cb);
+    for (const ControlBlock& cb : group) Check(stream_index, cb, core_->memory_size());
     std::vector<detail::QueuedOp> ops;
     ops.reserve(group.size());
     for (ControlBlock& cb : group) ops.push_back(detail::QueuedOp::From(std::move(cb)));

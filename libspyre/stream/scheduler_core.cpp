@@ -71,6 +71,8 @@ SchedulerCore::SchedulerCore(DeviceCore& device, const SchedulerOptions& options
 
 SchedulerCore::~SchedulerCore() { Stop(); }
 
+uint64_t SchedulerCore::memory_size() const { return device_.function->device_info().mem_size; }
+
 void SchedulerCore::Start() {
     thread_ = std::thread([this] {
         tls_scheduler_thread = true;

@@ -49,6 +49,7 @@ public:
     void Start();
     void Stop();
     const SchedulerOptions& options() const { return options_; }
+    uint64_t memory_size() const;  // the function's device memory, bytes
 
     StreamState* CreateStream(int priority);
     // Shared: a caller may still hold a stream the scheduler has let go.

@@ -409,4 +409,12 @@ TEST_F(StreamTest, EventOfAnotherDeviceIsRefused) {
     EXPECT_SPYRE_ERROR(e2.Record(s1), WrongDevice, "event belongs to " + d2.pci_address() + ", stream to " + d1.pci_address());
     EXPECT_SPYRE_ERROR(s1.Wait(e2), WrongDevice, "event belongs to " + d2.pci_address() + ", stream to " + d1.pci_address());
     EXPECT_EQ(s1.enqueued(), 0u);
+    // Two devices' stamps do not subtract: ElapsedTime used to return a number.
+    Event e1(d1);
+    e1.Record(s1);
+    e1.Synchronize();
+    FlexStream s2 = d2.CreateStream();
+    e2.Record(s2);
+    e2.Synchronize();
+    EXPECT_SPYRE_ERROR(Event::ElapsedTime(e1, e2), WrongDevice, "start event belongs to " + d1.pci_address());
 }

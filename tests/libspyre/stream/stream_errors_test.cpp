@@ -490,6 +490,20 @@ TEST_F(StreamTest, QueueOperationsGroupIsOneChainCheckedWhole) {
     EXPECT_SPYRE_ERROR(dev.scheduler().QueueOperations(s.stream_index(), bad), InvalidArgument, "null host address");
     EXPECT_EQ(s.enqueued(), base) << "a refused group queues nothing";
 
+    // A raw copy block whose device range runs past the function's memory,
+    // or wraps 2^64, failed only later, as the stream's sticky error.
+    uint8_t host[8] = {};
+    for (uint64_t size : {uint64_t(1) << 62, ~uint64_t(0) - 4}) {
+        ControlBlock copy;
+        copy.kind = ControlBlock::Kind::CopyToDevice;
+        copy.device_addr = 64;
+        copy.src = host;
+        copy.size = size;
+        EXPECT_SPYRE_ERROR(dev.scheduler().QueueOperation(s.stream_index(), copy), InvalidArgument,
+                           "runs past the function's memory");
+    }
+    EXPECT_EQ(s.enqueued(), base);
+
     dev.scheduler().QueueOperations(s.stream_index(), g.blocks);
     EXPECT_EQ(s.enqueued(), base + 3);
     EXPECT_SPYRE_ERROR(s.Synchronize(), DeviceError, "op #" + std::to_string(base + 1));
