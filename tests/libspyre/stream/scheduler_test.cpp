@@ -379,13 +379,15 @@ TEST_F(StreamTest, QueueOperationPublicEntryPoint) {
     EXPECT_SPYRE_ERROR(dev.scheduler().QueueOperation(s.stream_index(), unknown), InvalidArgument, "unknown kind");
     EXPECT_EQ(s.enqueued(), before + 2);
 
-    // A device address outside the function fails the stream, not the process.
+    // A device address outside the function is refused at the call (it
+    // used to fail the stream later); the stream stays healthy.
     ControlBlock wild = cb;
     wild.device_addr = ~0ull - 64;
-    dev.scheduler().QueueOperation(s.stream_index(), wild);
-    EXPECT_THROW(s.Synchronize(), Error);
-    EXPECT_EQ(s.Query(), StreamStatus::Faulted);
-    s.Reset();
+    EXPECT_SPYRE_ERROR(dev.scheduler().QueueOperation(s.stream_index(), wild), InvalidArgument,
+                       "runs past the function's memory");
+    EXPECT_EQ(s.enqueued(), before + 2);
+    s.Synchronize();
+    EXPECT_EQ(s.Query(), StreamStatus::Idle);
 
     // A retired stream's index is unknown.
     int retired_index;
