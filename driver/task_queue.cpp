@@ -42,15 +42,22 @@ TaskQueue::TaskQueue(Function& function, uint32_t group) : queue_(function, Queu
     // The device takes a CB only while its completion has room.
     capacity_ = std::min(queue_.sq_entries(), queue_.cq_entries());
     fn.CheckAlive();
-    if (!queue_.DeviceIdle() || queue_.Halted())
-        throw Error(ErrorKind::Busy,
-                    "task queue " + std::to_string(group) +
-                        " is not idle (tasks submitted and not reaped, or halted): reset the function first",
-                    queue_.Context());
-    queue_.Attach();
+    // Held first: a queue another TaskQueue of this process holds is busy
+    // with that one's tasks, and "reset the function" would wreck them.
     if (!fn.HoldTaskQueue(group))
         throw Error(ErrorKind::Busy, "task queue " + std::to_string(group) + " is held by another TaskQueue of this process",
                     queue_.Context());
+    try {
+        if (!queue_.DeviceIdle() || queue_.Halted())
+            throw Error(ErrorKind::Busy,
+                        "task queue " + std::to_string(group) +
+                            " is not idle (tasks submitted and not reaped, or halted): reset the function first",
+                        queue_.Context());
+        queue_.Attach();
+    } catch (...) {
+        fn.ReleaseTaskQueue(group);
+        throw;
+    }
 }
 
 TaskQueue::~TaskQueue() { queue_.function().ReleaseTaskQueue(group()); }

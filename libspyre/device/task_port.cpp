@@ -87,14 +87,16 @@ bool TaskPort::SendReady() {
     client_.FillQueues(per_queue_, rooms_);  // after a failure, the client fails what it has
     if (failed_) return false;
     // One doorbell per group.
-    bool any = false;
+    uint64_t sent = 0, doorbells = 0;
     for (size_t q = 0; q < raw_.size(); ++q) {
         if (per_queue_[q].empty()) continue;
         if (raw_[q]->Submit(per_queue_[q]) != per_queue_[q].size())
             throw Error(ErrorKind::Internal, "task port: a queue took fewer tasks than it had room for");
-        any = true;
+        sent += per_queue_[q].size();
+        ++doorbells;
     }
-    return any;
+    if (doorbells) device_->sched->CountTasks(sent, doorbells, 0);
+    return doorbells != 0;
 }
 
 bool TaskPort::ReapDone() {
@@ -105,6 +107,7 @@ bool TaskPort::ReapDone() {
     for (driver::TaskQueue* q : raw_) flying += q->InFlight();
     in_flight_.store(flying, std::memory_order_release);
     if (n == 0) return false;
+    device_->sched->CountTasks(0, 0, n);
     client_.Finished(std::span(done_.data(), n));
     return true;
 }

@@ -128,9 +128,10 @@ std::vector<std::shared_ptr<StreamState>> SchedulerCore::Streams() {
 
 SchedulerStats SchedulerCore::Stats() const {
     auto get = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
-    return SchedulerStats{get(stats_.ring_cbs),   get(stats_.doorbells), get(stats_.inline_copies),
-                          get(stats_.dma_copies), get(stats_.callbacks), get(stats_.dropped),
-                          get(stats_.host_events)};
+    return SchedulerStats{get(stats_.ring_cbs),     get(stats_.doorbells),      get(stats_.inline_copies),
+                          get(stats_.dma_copies),   get(stats_.callbacks),      get(stats_.dropped),
+                          get(stats_.host_events),  get(stats_.tasks_sent),     get(stats_.task_doorbells),
+                          get(stats_.tasks_reaped), get(stats_.task_backstops)};
 }
 
 // ---------------------------------------------------------------- the way in
@@ -352,6 +353,7 @@ void SchedulerCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t tar
 void SchedulerCore::Run() {
     std::unique_lock lock(drive_mu_);
     auto last_progress = Clock::now();
+    auto next_port_look = last_progress;
     uint32_t spins = 0;
     while (!stopping_.load()) {
         bool progress = false;
@@ -376,6 +378,12 @@ void SchedulerCore::Run() {
         }
         if (progress) {
             last_progress = Clock::now();
+            // A thread kept busy by its streams (host callbacks one after
+            // another) still gives the task ports nobody drives a pass a tick.
+            if (last_progress >= next_port_look && port_count_.load(std::memory_order_relaxed) != 0) {
+                next_port_look = last_progress + kPortTick;
+                if (PortsUnattended()) PassPorts();
+            }
             continue;
         }
         const bool inflight = !records_.empty() || !dma_.empty();
@@ -461,6 +469,12 @@ void SchedulerCore::DetachPort(TaskPort& port) {
     port_count_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
+void SchedulerCore::CountTasks(uint64_t sent, uint64_t doorbells, uint64_t reaped) noexcept {
+    if (sent) stats_.tasks_sent.fetch_add(sent, std::memory_order_relaxed);
+    if (doorbells) stats_.task_doorbells.fetch_add(doorbells, std::memory_order_relaxed);
+    if (reaped) stats_.tasks_reaped.fetch_add(reaped, std::memory_order_relaxed);
+}
+
 void SchedulerCore::PortUnattended() noexcept {
     if (sleeping_long_.load(std::memory_order_seq_cst)) WakeIfAsleep();
 }
@@ -487,6 +501,7 @@ void SchedulerCore::ServePorts(std::unique_lock<std::mutex>& lock) {
         std::lock_guard ports(ports_mu_);
         const auto until = Clock::now() + kPortDrive;
         for (TaskPort* p : ports_) drove |= p->Backstop(wake_.word(), key, until);
+        if (drove) stats_.task_backstops.fetch_add(1, std::memory_order_relaxed);
     }
     if (work || drove)
         wake_.Disarm();

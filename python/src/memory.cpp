@@ -36,7 +36,11 @@ void BindMemory(py::module_& m) {
         .def_readonly("dma_copies", &SchedulerStats::dma_copies)
         .def_readonly("callbacks", &SchedulerStats::callbacks)
         .def_readonly("dropped", &SchedulerStats::dropped)
-        .def_readonly("host_events", &SchedulerStats::host_events);
+        .def_readonly("host_events", &SchedulerStats::host_events)
+        .def_readonly("tasks_sent", &SchedulerStats::tasks_sent)
+        .def_readonly("task_doorbells", &SchedulerStats::task_doorbells)
+        .def_readonly("tasks_reaped", &SchedulerStats::tasks_reaped)
+        .def_readonly("task_backstops", &SchedulerStats::task_backstops);
 
     py::class_<PyBuffer, std::shared_ptr<PyBuffer>>(m, "DeviceBuffer",
         "One device allocation (Device.alloc). Freed by free(), when garbage collected, or when its device "

@@ -89,6 +89,13 @@ struct SchedulerStats {
     uint64_t callbacks = 0;
     uint64_t dropped = 0;        // ops discarded on faulted streams
     uint64_t host_events = 0;    // event records and waits settled on the host (no CB)
+    // The task queues (orchestration runtimes' device tasks), through the
+    // same Device: tasks sent, their doorbells, completions reaped, and
+    // drives by the Device's thread for runtimes nobody waited on.
+    uint64_t tasks_sent = 0;
+    uint64_t task_doorbells = 0;
+    uint64_t tasks_reaped = 0;
+    uint64_t task_backstops = 0;
 };
 
 namespace detail {

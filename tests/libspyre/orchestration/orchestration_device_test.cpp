@@ -6,9 +6,11 @@
 // and VF alike; the C API opens a function by PCI address.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -288,6 +290,7 @@ TEST(OrchestrationQueues, TheDevicesThreadServesEveryCoreGroup) {
     DeviceBuffer prog = test::UploadProgram(dev, program);
     orch.RegisterDeviceKernel(KERNEL_ADD, dev.allocator().DeviceAddress(prog.handle(), program.size()));
     const uint64_t done_before = DeviceInternals::Function(dev).Read64(SPYRE_REG_CNT_TASKS_DONE);
+    const SchedulerStats stats_before = dev.scheduler().Stats();
     auto scope = orch.BeginScope();
     std::vector<float*> a(50), c(50);
     for (int t = 0; t < 50; ++t) {
@@ -301,6 +304,12 @@ TEST(OrchestrationQueues, TheDevicesThreadServesEveryCoreGroup) {
     for (int t = 0; t < 50; ++t)
         for (int i = 0; i < 256; ++i) ASSERT_EQ(c[size_t(t)][i], 2 * a[size_t(t)][i]) << "task " << t << " element " << i;
     EXPECT_EQ(DeviceInternals::Function(dev).Read64(SPYRE_REG_CNT_TASKS_DONE) - done_before, 50u);
+    // The Device counts the task queues' work beside the ring's.
+    const SchedulerStats stats = dev.scheduler().Stats();
+    EXPECT_EQ(stats.tasks_sent - stats_before.tasks_sent, 50u);
+    EXPECT_EQ(stats.tasks_reaped - stats_before.tasks_reaped, 50u);
+    EXPECT_GE(stats.task_doorbells - stats_before.task_doorbells, 1u);
+    EXPECT_LE(stats.task_doorbells - stats_before.task_doorbells, 50u);
 }
 
 // A runtime on the PF of a card of its own, with the device's add kernel
@@ -347,6 +356,53 @@ TEST(OrchestrationQueues, AChainRunsOnWhileTheSubmitterIsBusyElsewhere) {
     EXPECT_EQ(done, uint64_t(kLinks)) << "the chain stopped while nobody called the runtime";
     orch.WaitAll();
     for (int i = 0; i < 256; ++i) ASSERT_EQ(x[i], float(i % 5) * 0x1p100f) << "element " << i;
+}
+
+// The Device's thread serves the task ports also while its streams keep it
+// busy: here a stream's host callbacks (1 ms sleeps, each queueing the next
+// before it returns, two at a time) run back to back on it, never leaving
+// it idle, while a chain of device task -> host task links runs and nobody
+// calls the runtime. The chain stood still for as long as the callbacks
+// went on (an outside probe: 10 links in 2.95 s, all at the end); they go
+// on here until the chain is done, or for 20 s.
+TEST(OrchestrationQueues, AChainRunsOnWhileTheDevicesThreadRunsStreamCallbacks) {
+    SPYRE_REQUIRE_FUSE();
+    OneCardRuntime rt(64);
+    Device& dev = rt.dev;
+    Orchestrator& orch = rt.orch;
+    constexpr int kHost = 40, kLinks = 10;
+    std::atomic<int> host_ran{0};
+    orch.RegisterHostKernel(kHost, [&](std::span<void* const>, std::span<const uint64_t>) -> uint32_t {
+        ++host_ran;
+        return 0;
+    });
+    FlexStream fs = dev.CreateStream();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    std::atomic<bool> gave_up{false};
+    std::function<void()> tick = [&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (host_ran.load() >= kLinks) return;
+        if (std::chrono::steady_clock::now() > until) {
+            gave_up = true;
+            return;
+        }
+        fs.AddCallback(tick);
+    };
+    fs.AddCallback(tick);
+    fs.AddCallback(tick);
+    auto* x = static_cast<float*>(orch.Alloc(1024));
+    for (int i = 0; i < 256; ++i) x[i] = float(i % 3);
+    TaskParam add[] = {{PARAM_INPUT, x, 1024, {}}, {PARAM_INPUT, x, 1024, {}}, {PARAM_OUTPUT, x, 1024, {}}};
+    TaskParam host[] = {{PARAM_INPUT, x, 1024, {}}, {PARAM_OUTPUT, x, 1024, {}}};
+    for (int k = 0; k < kLinks; ++k) {
+        orch.Submit(KERNEL_ADD, WORKER_VECTOR, add);
+        orch.Submit(kHost, WORKER_HOST, host);
+    }
+    fs.Synchronize();  // the callbacks end when the chain is done or after 20 s; the runtime is not called
+    EXPECT_FALSE(gave_up.load()) << "the chain stood still while the stream's callbacks ran (" << host_ran.load()
+                                 << " of " << kLinks << " links)";
+    orch.WaitAll();
+    for (int i = 0; i < 256; ++i) ASSERT_EQ(x[i], float(i % 3) * 0x1p10f) << "element " << i;
 }
 
 // A chain's links wait for each other on the card (contract 3.1): a link

@@ -504,9 +504,13 @@ TEST_F(TaskQueueTest, AResetEmptiesTheQueuesAndAnOverflowHaltsOnlyItsQueue) {
         const LongTask slow = PlaceLong(dev, 2048);
         const std::vector<spyre_cb> batch(4, TaskCb(1, slow.program, slow.args, slow.arg_count));
         ASSERT_EQ(q.Submit(batch), 4u);
-        EXPECT_SPYRE_ERROR(TaskQueue(fn, 0), Busy, "not idle");
-        dev.Reset();  // aborts the running tasks and empties every queue
+        // Held: the holder's tasks are its own ("reset the function" would
+        // wreck them, and was what this said).
+        EXPECT_SPYRE_ERROR(TaskQueue(fn, 0), Busy, "held by another TaskQueue of this process");
     }
+    // Its holder gone with tasks not reaped: the queue is not idle.
+    EXPECT_SPYRE_ERROR(TaskQueue(fn, 0), Busy, "not idle");
+    dev.Reset();  // aborts the running tasks and empties every queue
     const auto word = [&](uint32_t off) { return *reinterpret_cast<volatile uint32_t*>(fn.bar4() + db + off); };
     EXPECT_EQ(word(SPYRE_TDB_SQ_TAIL(0)), 0u);
     EXPECT_EQ(word(SPYRE_TDB_CQ_TAIL(0)), 0u);
