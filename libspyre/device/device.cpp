@@ -68,16 +68,15 @@ bool DeviceCore::OnSchedulerThread() const { return SchedulerThreadActive(); }
 
 namespace {
 std::atomic<uint64_t> g_fork_generation{0};
+// Registered when the library loads, so the check on every enqueue and wait
+// is one load (a function-local static added its guard's load to it).
+const bool g_fork_hook_registered = [] {
+    ::pthread_atfork(nullptr, nullptr, [] { g_fork_generation.fetch_add(1, std::memory_order_relaxed); });
+    return true;
+}();
 }  // namespace
 
-uint64_t DeviceCore::ForkGeneration() noexcept {
-    static const bool registered = [] {
-        ::pthread_atfork(nullptr, nullptr, [] { g_fork_generation.fetch_add(1, std::memory_order_relaxed); });
-        return true;
-    }();
-    (void)registered;
-    return g_fork_generation.load(std::memory_order_relaxed);
-}
+uint64_t DeviceCore::ForkGeneration() noexcept { return g_fork_generation.load(std::memory_order_relaxed); }
 
 void DeviceCore::ThrowForked() const {
     throw Error(ErrorKind::InvalidArgument,

@@ -5,26 +5,19 @@
 
 #include "spyre/orchestration/orchestrator.hpp"
 #include "spyre/tensor/layout.hpp"
+#include "tensor/program_dtype.hpp"
 
 namespace spyre {
-
-namespace {
-
-const char* ProgramDTypeName(uint8_t code) {
-    for (DType d : {DType::FP16, DType::BF16, DType::FP32, DType::INT8, DType::INT32})
-        if (ProgramDType(d) == code) return ToString(d);
-    return "of no known dtype";
-}
-
-}  // namespace
 
 void CheckArgumentDTypes(const ChipContext& ctx, int32_t kernel_id, const std::string& what) {
     const std::vector<uint8_t> operands = ctx.orch.KernelOperandDTypes(kernel_id);
     for (size_t i = 0; i < ctx.dtypes.size() && i < operands.size(); ++i)
-        if (operands[i] != 0 && ProgramDType(ctx.dtypes[i]) != operands[i])
+        if (operands[i] != 0 && ProgramDType(ctx.dtypes[i]) != operands[i]) {
+            const char* want = ProgramDTypeName(operands[i]);
             throw Error(ErrorKind::InvalidArgument, what + std::to_string(i) + " is " + ToString(ctx.dtypes[i]) +
                                                         ", the kernel's operand " + std::to_string(i) + " is " +
-                                                        ProgramDTypeName(operands[i]));
+                                                        (want ? want : "of no known dtype"));
+        }
 }
 
 ChipFunction RowBlockMatmulChip(std::string name, int32_t kernel_id, int64_t task_rows, int64_t k, int64_t n) {

@@ -5,24 +5,15 @@
 #include <cstring>
 
 #include "spyre/error.hpp"
+#include "tensor/program_dtype.hpp"
 
 namespace spyre::orchestration {
 
 namespace {
 
-const char* DtypeName(uint32_t dtype) {
-    switch (dtype) {
-    case SPYRE_DTYPE_FP16: return "fp16";
-    case SPYRE_DTYPE_BF16: return "bf16";
-    case SPYRE_DTYPE_FP32: return "fp32";
-    case SPYRE_DTYPE_INT8: return "int8";
-    case SPYRE_DTYPE_INT32: return "int32";
-    default: return "dtype ?";
-    }
-}
-
 std::string ShapeOf(const spyre_program_operand& o) {
-    std::string s = std::string(DtypeName(o.dtype)) + " [";
+    const char* dtype = ProgramDTypeName(o.dtype);
+    std::string s = std::string(dtype ? dtype : "dtype ?") + " [";
     for (unsigned d = 0; d < o.rank && d < SPYRE_PROGRAM_MAX_RANK; ++d) s += (d ? ", " : "") + std::to_string(o.shape[d]);
     return s + "]";
 }
