@@ -95,12 +95,16 @@ bool TaskPort::SendReady() {
         sent += per_queue_[q].size();
         ++doorbells;
     }
-    if (doorbells) device_->sched->CountTasks(sent, doorbells, 0);
+    if (doorbells) {
+        device_->sched->CountTasks(sent, doorbells, 0);
+        in_flight_.store(in_flight_.load(std::memory_order_relaxed) + uint32_t(sent), std::memory_order_release);
+    }
     return doorbells != 0;
 }
 
 bool TaskPort::ReapDone() {
     if (failed_) return false;
+    kicks_since_reap_ = 0;
     size_t n = 0;
     for (driver::TaskQueue* q : raw_) n += q->Reap(std::span(done_).subspan(n));
     uint32_t flying = 0;
@@ -112,7 +116,7 @@ bool TaskPort::ReapDone() {
     return true;
 }
 
-bool TaskPort::Pass() {
+bool TaskPort::Pass(bool reap) {
     passes_.store(passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // mu_ held
     bool moved = false;
     for (;;) {
@@ -120,7 +124,7 @@ bool TaskPort::Pass() {
         bool step = false;
         try {
             step = SendReady();
-            step |= ReapDone();
+            if (reap) step |= ReapDone();
         } catch (const Error& e) {
             Fail(e);
             step = true;
@@ -154,7 +158,9 @@ void TaskPort::Kick() noexcept {
         return;
     }
     tl_driving = this;
-    Pass();
+    const bool reap = ++kicks_since_reap_ >= kReapEveryKicks ||
+                      in_flight_.load(std::memory_order_relaxed) * 2 >= capacity_;
+    Pass(reap);
     Unlock();
     TellDeviceIfUnattended();
 }
