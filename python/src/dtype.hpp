@@ -9,6 +9,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "spyre/error.hpp"
 #include "spyre/tensor/layout.hpp"
@@ -26,6 +27,20 @@ inline py::dtype NumpyDType(DType dtype) {
         case DType::INT32: return py::dtype("int32");
     }
     throw Error(ErrorKind::Internal, "unknown DType");
+}
+
+// A numpy array over `data` (kept alive by `base`). numpy refuses some
+// shapes ours allow (more dimensions than it has: 32 in numpy 1.x): that is
+// the caller's InvalidArgument, named by `what`, not a bare ValueError.
+inline py::array NumpyView(const py::dtype& dtype, const std::vector<py::ssize_t>& shape, void* data,
+                           const py::handle& base, const std::string& what) {
+    try {
+        return py::array(dtype, shape, {}, data, base);
+    } catch (py::error_already_set& e) {
+        if (!e.matches(PyExc_ValueError)) throw;
+        throw Error(ErrorKind::InvalidArgument, what + ": numpy cannot view a shape of " +
+                                                    std::to_string(shape.size()) + " dimensions: " + e.what());
+    }
 }
 
 inline const char* SupportedDTypes() {

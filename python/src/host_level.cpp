@@ -45,7 +45,7 @@ py::array ToNumpy(const HostTensor& t) {
     std::vector<py::ssize_t> shape(dims.begin(), dims.end());
     auto* keep = new HostTensor(t);
     py::capsule base(keep, [](void* p) { delete static_cast<HostTensor*>(p); });
-    return py::array(NumpyDType(t.dtype()), shape, {}, t.data(), base);
+    return NumpyView(NumpyDType(t.dtype()), shape, t.data(), base, "HostTensor.numpy");
 }
 
 // ---- numpy memory wrapped already -------------------------------------------

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "dtype.hpp"
 #include "errors.hpp"
 #include "host_buffer.hpp"
 #include "orch_objects.hpp"
@@ -239,7 +240,7 @@ py::array DeviceView(void* data, uint64_t bytes, py::handle dtype, py::object sh
                         what + ": the shape spans " + (too_large ? std::string("more than 2^64") : std::to_string(n)) +
                             " bytes, more than the buffer (" + std::to_string(bytes) + " bytes)");
     }
-    return py::array(dt, dims, {}, data, base);
+    return NumpyView(dt, dims, data, base, what);
 }
 
 void BindOrchestration(py::module_& m) {
@@ -361,7 +362,12 @@ void BindOrchestration(py::module_& m) {
                 Orchestrator& o = *hold;
                 ViewDType(dtype, "Orchestrator.alloc");  // before the memory is taken
                 void* p = WithoutGil([&] { return o.Alloc(size); });
-                return DeviceView(p, size, dtype, shape, self_obj, "Orchestrator.alloc");
+                try {
+                    return DeviceView(p, size, dtype, shape, self_obj, "Orchestrator.alloc");
+                } catch (...) {
+                    o.Free(p);  // a shape the view refuses takes no memory
+                    throw;
+                }
             }, py::arg("size"), py::arg("dtype") = py::dtype("float32"), py::arg("shape") = py::none(),
             "pto_alloc: `size` bytes of the heap ring as a numpy view (1-D of dtype, or `shape`).")
         .def("free", [](PyOrch& self, py::object buffer) {

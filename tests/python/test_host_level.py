@@ -109,6 +109,10 @@ def test_host_tensor_numpy_zero_copy():
     z.numpy()[:] = 1
     assert np.asarray(z).sum() == 16
     assert t.rows(1, 3).numpy()[0, 0] == 4
+    # A tensor of more dimensions than numpy has: our error, not numpy's ValueError.
+    deep = spyre.HostTensor.zeros([1] * 33)
+    with pytest.raises(spyre.InvalidArgument, match="HostTensor.numpy: numpy cannot view a shape of 33 dimensions"):
+        deep.numpy()
 
 
 def dependency_program(verify):

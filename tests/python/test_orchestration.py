@@ -210,6 +210,20 @@ def test_bad_parameters_are_typed_errors(orch):
                 make(dtype)
 
 
+def test_a_shape_numpy_cannot_view_is_our_error_and_takes_no_memory(dev):
+    # More dimensions than numpy has was numpy's bare ValueError, and the
+    # memory stayed taken: three refused 768 KiB views of a 1 MiB heap, then
+    # one that fits.
+    with spyre.Orchestrator(dev, task_ring_size=16, heap_size=1 << 20) as o:
+        for _ in range(3):
+            with pytest.raises(spyre.InvalidArgument,
+                               match="Orchestrator.alloc: numpy cannot view a shape of 33 dimensions"):
+                o.alloc(768 << 10, np.float32, [1] * 33)
+        view = o.alloc(768 << 10, np.float32)
+        assert view.nbytes == 768 << 10
+        o.free(view)
+
+
 def test_views_outlive_nothing_after_close(dev):
     o = spyre.Orchestrator(dev, task_ring_size=16, heap_size=1 << 20, ready_queues="locked")
     a = o.alloc(64)
