@@ -24,6 +24,7 @@ void CheckShape(const std::vector<int64_t>& shape, const char* what) {
 }
 
 void CheckArithmetic(DType dtype, const char* kernel) {
+    CheckDType(dtype, kernel);
     if (dtype != DType::FP16 && dtype != DType::FP32)
         Invalid(std::string(kernel) + " takes fp16 or fp32, not " + ToString(dtype));
 }

@@ -67,6 +67,7 @@ std::vector<std::byte> ZeroedBytes(uint64_t bytes, const std::vector<int64_t>& s
 }  // namespace
 
 HostTensor HostTensor::Zeros(const std::vector<int64_t>& shape, DType dtype) {
+    CheckDType(dtype, "host tensor");
     const uint64_t n = Elements(shape);
     HostTensor t;
     t.storage_ = std::make_shared<Storage>(Storage{g_next_storage.fetch_add(1), ZeroedBytes(n * ElementSize(dtype), shape)});
@@ -80,6 +81,7 @@ HostTensor HostTensor::Zeros(const std::vector<int64_t>& shape, DType dtype) {
 HostTensor HostTensor::Wrap(void* data, const std::vector<int64_t>& shape, DType dtype,
                             std::shared_ptr<const void> owner) {
     if (!data) throw Error(ErrorKind::InvalidArgument, "host tensor: Wrap of a null pointer");
+    CheckDType(dtype, "host tensor");
     const uint64_t n = Elements(shape);
     HostTensor t;
     t.dtype_ = dtype;

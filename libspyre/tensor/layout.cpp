@@ -61,6 +61,18 @@ uint8_t ProgramDType(DType dtype) noexcept {
     return 0;
 }
 
+bool IsKnownDType(DType dtype) noexcept {
+    switch (dtype) {
+    case DType::FP16: case DType::BF16: case DType::FP32: case DType::INT8: case DType::INT32: return true;
+    }
+    return false;
+}
+
+void CheckDType(DType dtype, const std::string& what) {
+    if (!IsKnownDType(dtype))
+        Invalid(what + ": dtype " + std::to_string(unsigned(dtype)) + " is none of fp16, bf16, fp32, int8, int32");
+}
+
 const char* ToString(DType dtype) noexcept {
     switch (dtype) {
     case DType::FP16: return "fp16";
@@ -76,6 +88,7 @@ const char* ToString(DType dtype) noexcept {
 
 HostLayout::HostLayout(std::vector<int64_t> size, std::vector<int64_t> stride, DType dtype)
     : size_(std::move(size)), stride_(std::move(stride)), dtype_(dtype) {
+    CheckDType(dtype_, "host layout");
     if (size_.empty()) Invalid("a host layout needs at least one dimension");
     if (size_.size() != stride_.size())
         Invalid("host layout has " + std::to_string(size_.size()) + " sizes but " + std::to_string(stride_.size()) +
@@ -161,6 +174,7 @@ std::string HostLayout::ToString() const {
 DeviceLayout::DeviceLayout(const std::vector<int64_t>& host_size, std::vector<int64_t> device_size,
                            std::vector<int> dim_map, DType dtype)
     : host_size_(host_size), device_size_(std::move(device_size)), dim_map_(std::move(dim_map)), dtype_(dtype) {
+    CheckDType(dtype_, "device layout");
     const int n = int(device_size_.size());
     const int host_rank = int(host_size_.size());
     auto where = [&](int j) { return "device dimension " + std::to_string(j) + " of " + ToString(); };
@@ -280,6 +294,7 @@ std::string ShapeText(std::span<const int64_t> shape) {
 }
 
 TensorFootprint FootprintOf(std::span<const int64_t> shape, DType dtype, TensorLayout layout) {
+    CheckDType(dtype, "tensor");
     if (shape.empty()) throw Error(ErrorKind::InvalidArgument, "tensor shape has no dims");
     for (size_t d = 0; d < shape.size(); ++d)
         if (shape[d] < 1)

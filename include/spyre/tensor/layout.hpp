@@ -26,6 +26,11 @@ enum class DType : uint8_t { FP16, BF16, FP32, INT8, INT32 };
 
 size_t ElementSize(DType dtype) noexcept;
 const char* ToString(DType dtype) noexcept;
+// Whether `dtype` is one of the enum's values (an integer cast to DType may
+// not be). CheckDType: InvalidArgument naming `what` when it is not; every
+// call that takes a DType makes this check first.
+bool IsKnownDType(DType dtype) noexcept;
+void CheckDType(DType dtype, const std::string& what);
 // The program format's code for the dtype (SPYRE_DTYPE_*, uapi/spyre_program.h).
 uint8_t ProgramDType(DType dtype) noexcept;
 

@@ -3,10 +3,14 @@
 // planning and index <-> offset mapping.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <random>
 
 #include "spyre/error.hpp"
+#include "spyre/compiler/kernel_builder.hpp"
+#include "spyre/host/host_tensor.hpp"
 #include "spyre/tensor/layout.hpp"
+#include "spyre/tensor/spyre_tensor.hpp"
 
 using namespace spyre;
 
@@ -34,6 +38,26 @@ TEST(DType, SizesAndSticks) {
     EXPECT_EQ(StickElements(DType::FP16), 64u);
     EXPECT_EQ(StickElements(DType::FP32), 32u);
     EXPECT_EQ(StickElements(DType::INT8), 128u);
+}
+
+// An integer cast to DType that names none of its values was taken: a
+// tensor of "dtype 9" got element size 1 and the name "?", and a kernel
+// carried program dtype 0 to the device.
+TEST(DType, AValueOutsideTheEnumIsRefusedWhereverADTypeIsTaken) {
+    const DType bad = static_cast<DType>(9);
+    EXPECT_FALSE(IsKnownDType(bad));
+    EXPECT_TRUE(IsKnownDType(DType::INT32));
+    const std::string none = "dtype 9 is none of fp16, bf16, fp32, int8, int32";
+    EXPECT_INVALID(HostLayout({4}, {1}, bad), "host layout: " + none);
+    EXPECT_INVALID(HostLayout::Contiguous({4, 4}, bad), "host layout: " + none);
+    EXPECT_INVALID(DeviceLayout({4}, {4}, {0}, bad), "device layout: " + none);
+    EXPECT_INVALID(FootprintOf(std::vector<int64_t>{4, 4}, bad, TensorLayout::Dense), "tensor: " + none);
+    EXPECT_INVALID(SpyreTensor(DeviceHandle(PFDeviceHandle{}), {4}, {4}, bad, 16), "tensor: " + none);
+    EXPECT_INVALID(HostTensor::Zeros({4}, bad), "host tensor: " + none);
+    auto data = std::make_shared<float[]>(4);
+    EXPECT_INVALID(HostTensor::Wrap(data.get(), {4}, bad, data), "host tensor: " + none);
+    EXPECT_INVALID(KernelBuilder().Relu({4, 32}, bad), "relu: " + none);
+    EXPECT_INVALID(KernelBuilder().Copy({4, 32}, bad), "tensor: " + none);
 }
 
 TEST(HostLayout, SeedExamples) {
