@@ -73,6 +73,11 @@ void CheckDType(DType dtype, const std::string& what) {
         Invalid(what + ": dtype " + std::to_string(unsigned(dtype)) + " is none of fp16, bf16, fp32, int8, int32");
 }
 
+void CheckTensorLayout(TensorLayout layout, const std::string& what) {
+    if (layout != TensorLayout::Dense && layout != TensorLayout::Sticks)
+        Invalid(what + ": layout " + std::to_string(int(layout)) + " is neither Dense nor Sticks");
+}
+
 const char* ToString(DType dtype) noexcept {
     switch (dtype) {
     case DType::FP16: return "fp16";
@@ -295,6 +300,7 @@ std::string ShapeText(std::span<const int64_t> shape) {
 
 TensorFootprint FootprintOf(std::span<const int64_t> shape, DType dtype, TensorLayout layout) {
     CheckDType(dtype, "tensor");
+    CheckTensorLayout(layout, "tensor");
     if (shape.empty()) throw Error(ErrorKind::InvalidArgument, "tensor shape has no dims");
     for (size_t d = 0; d < shape.size(); ++d)
         if (shape[d] < 1)

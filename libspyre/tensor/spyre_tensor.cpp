@@ -29,6 +29,7 @@ SpyreTensor::SpyreTensor(DeviceHandle handle, std::vector<int64_t> shape, std::v
       size_bytes_(size_bytes),
       layout_(layout) {
     CheckDType(dtype_, "tensor");
+    CheckTensorLayout(layout_, "tensor");
     if (shape_.empty() || shape_.size() != stride_.size())
         throw Error(ErrorKind::InvalidArgument, "tensor " + ShapeText(shape_) + " has " +
                                                     std::to_string(stride_.size()) + " strides for " +

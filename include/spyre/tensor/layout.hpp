@@ -31,6 +31,8 @@ const char* ToString(DType dtype) noexcept;
 // call that takes a DType makes this check first.
 bool IsKnownDType(DType dtype) noexcept;
 void CheckDType(DType dtype, const std::string& what);
+// The same for a TensorLayout (FootprintOf and SpyreTensor check it).
+void CheckTensorLayout(TensorLayout layout, const std::string& what);
 // The program format's code for the dtype (SPYRE_DTYPE_*, uapi/spyre_program.h).
 uint8_t ProgramDType(DType dtype) noexcept;
 

@@ -40,7 +40,7 @@ TEST(DType, SizesAndSticks) {
     EXPECT_EQ(StickElements(DType::INT8), 128u);
 }
 
-// An integer cast to DType that names none of its values was taken: a
+// An integer cast to DType (or TensorLayout) that names none of its values was taken: a
 // tensor of "dtype 9" got element size 1 and the name "?", and a kernel
 // carried program dtype 0 to the device.
 TEST(DType, AValueOutsideTheEnumIsRefusedWhereverADTypeIsTaken) {
@@ -58,6 +58,12 @@ TEST(DType, AValueOutsideTheEnumIsRefusedWhereverADTypeIsTaken) {
     EXPECT_INVALID(HostTensor::Wrap(data.get(), {4}, bad, data), "host tensor: " + none);
     EXPECT_INVALID(KernelBuilder().Relu({4, 32}, bad), "relu: " + none);
     EXPECT_INVALID(KernelBuilder().Copy({4, 32}, bad), "tensor: " + none);
+    // The same for a TensorLayout: one that is neither was taken as Dense.
+    const auto odd = static_cast<TensorLayout>(7);
+    const std::string neither = "tensor: layout 7 is neither Dense nor Sticks";
+    EXPECT_INVALID(FootprintOf(std::vector<int64_t>{4, 4}, DType::FP32, odd), neither);
+    EXPECT_INVALID(SpyreTensor(DeviceHandle(PFDeviceHandle{}), {4}, {4}, DType::FP32, 16, odd), neither);
+    EXPECT_INVALID(KernelBuilder(odd).Copy({4, 32}, DType::FP32), neither);
 }
 
 TEST(HostLayout, SeedExamples) {
