@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // numpy dtypes <-> spyre::DType. fp16, fp32, int8 and int32 map one to one;
 // numpy has no bfloat16, so BF16 data travels as uint16 (the raw bits) and
-// is named explicitly (dtype=spyre.DType.BF16).
+// is named explicitly (dtype=spyre.DType.BF16). Also NumpyView: the one
+// place a numpy array is made over memory of ours, with numpy's refusals
+// as our errors.
 #pragma once
 
 #include <pybind11/numpy.h>
