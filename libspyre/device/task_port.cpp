@@ -120,7 +120,7 @@ bool TaskPort::Pass(bool reap) {
     passes_.store(passes_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // mu_ held
     bool moved = false;
     for (;;) {
-        note_.store(false, std::memory_order_seq_cst);
+        note_.Take();
         bool step = false;
         try {
             step = SendReady();
@@ -130,7 +130,7 @@ bool TaskPort::Pass(bool reap) {
             step = true;
         }
         moved |= step;
-        if (!step && !note_.load(std::memory_order_seq_cst)) return moved;
+        if (!step && note_.Empty()) return moved;
     }
 }
 
@@ -138,20 +138,16 @@ void TaskPort::Unlock() {
     tl_driving = nullptr;
     mu_.unlock();
     // A Kick that found the lock taken left its note before it tried: the
-    // look after the unlock sees it (the ParkingInbox handshake).
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    while (note_.load(std::memory_order_seq_cst)) {
-        if (!mu_.try_lock()) return;  // the holder looks after its own unlock
+    // look after the unlock sees it.
+    ApplyParkedAfterUnlock(mu_, note_, [this] {
         tl_driving = this;
         Pass();
         tl_driving = nullptr;
-        mu_.unlock();
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-    }
+    });
 }
 
 void TaskPort::Kick() noexcept {
-    note_.store(true, std::memory_order_seq_cst);
+    note_.Leave();
     if (tl_driving == this) return;  // inside a callback: the pass looks again
     if (!mu_.try_lock()) {
         CallDriver();  // it may sleep on the interrupt: the note must end that sleep
@@ -215,7 +211,7 @@ void TaskPort::WaitForCompletion(const FutexWord* caller, const std::function<bo
         EventCount& ec;
         ~Disarm() { ec.Disarm(); }
     } disarm{called_};
-    if (note_.load(std::memory_order_seq_cst)) return;
+    if (!note_.Empty()) return;
     driver::FutexWord words[2] = {{&called_.word(), called}, {}};
     const size_t n = caller ? 2 : 1;
     if (caller) words[1] = *caller;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "spyre/common/eventcount.hpp"
+#include "spyre/common/inbox.hpp"
 #include "spyre/device/device.hpp"
 #include "spyre/driver/task_queue.hpp"
 #include "spyre/error.hpp"
@@ -148,7 +149,7 @@ private:
     uint32_t kicks_since_reap_ = 0;
 
     std::mutex mu_;                        // the drive lock: the members above
-    std::atomic<bool> note_{false};        // a Kick found the lock taken
+    ParkingNote note_;                     // a Kick found the lock taken
     EventCount called_;                    // CallDriver: the driver's sleep on the interrupt ends
     std::atomic<uint32_t> in_flight_{0};   // sent and not reaped; written under mu_
     std::atomic<int> waiters_{0};          // callers in Drive

@@ -5,6 +5,8 @@
 // lock handoffs and futex sleeps between two threads cost more than the
 // bookkeeping they guard. The orchestration task graph parks task completions
 // here, the host-level scheduler chip-task and SubWorker completions.
+// ParkingNote is the same with nothing to carry: a thread that found the
+// lock taken only asks the holder to look again (the device's task port).
 //
 // Intrusive: what is parked is live, so its own node (`Node::*Next`) links
 // it. Many producers push with a CAS; the lock holder takes the whole list
@@ -55,6 +57,19 @@ public:
 
 private:
     std::atomic<Node*> head_{nullptr};
+};
+
+// A ParkingInbox that carries no work: Leave says "look again", and the
+// holder takes the note before each look (Take), so a note left during the
+// look makes it look once more.
+class ParkingNote {
+public:
+    void Leave() noexcept { note_.store(true, std::memory_order_seq_cst); }
+    void Take() noexcept { note_.store(false, std::memory_order_seq_cst); }
+    bool Empty() const noexcept { return !note_.load(std::memory_order_seq_cst); }
+
+private:
+    std::atomic<bool> note_{false};
 };
 
 // Called right after `mu` is released: applies (under `mu`) what producers
