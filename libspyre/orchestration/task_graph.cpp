@@ -225,7 +225,7 @@ const TaskGraph::Route& TaskGraph::RouteFor(int32_t worker_type, const KernelEnt
     return r.executor->CanRun(kernel) ? r : routes_[WORKER_HOST];
 }
 
-bool TaskGraph::Alive(int32_t id) const {
+bool TaskGraph::Unconsumed(int32_t id) const {
     if (!ring_.IsLive(id)) return false;
     const TaskDescriptor& t = ring_.Get(id);
     const TaskState s = t.state.load(std::memory_order_relaxed);
@@ -233,6 +233,10 @@ bool TaskGraph::Alive(int32_t id) const {
     // them (their outputs must outlive its read), and a failed one must
     // skip it.
     return s < TaskState::Consumed;
+}
+
+bool TaskGraph::Alive(int32_t id) const {
+    return Unconsumed(id) || (!poisoned_.empty() && poisoned_.contains(id));
 }
 
 std::string TaskGraph::Describe(int32_t id) const {
@@ -656,8 +660,6 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
     }
     // 3. Dependencies: look every region up first, then file this task's
     // accesses (a task never waits for itself).
-    if (!poisoned_.empty()) [[unlikely]]
-        CheckPoison(t);
     deps_.clear();
     auto alive = [this](int32_t task) { return Alive(task); };
     bool uses_outputs = false;
@@ -667,11 +669,17 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
         map_.Lookup(0, uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id, alive, deps_);
         uses_outputs |= p.in_outputs;
     }
+    const bool poison_kept = !poisoned_.empty();
+    if (poison_kept) [[unlikely]]
+        InheritPoison(t);
     if (uses_outputs) [[unlikely]]
         CheckOutputsUsed(t);  // before anything is filed: a refusal takes nothing
+    // A write drops the entries it covers whole: a kept failed writer's too
+    // (the region is good again), unless this task is poisoned itself.
+    auto keep = [this, &t, poison_kept](int32_t task) { return poison_kept && t.gate.root && !Unconsumed(task); };
     for (int32_t i = 0; i < t.num_params; ++i) {
         const ResolvedParam& p = t.params[i];
-        map_.Insert(0, uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id);
+        map_.Insert(0, uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id, keep);
         if (p.implicit) continue;
         if (BufferInfo* b = buffers_.Find(p.host, p.size)) {
             bool seen = false;
@@ -881,8 +889,10 @@ void TaskGraph::TryConsume(TaskDescriptor& t) {
     if (t.state.load(std::memory_order_relaxed) != TaskState::Completed || t.fanout_refcount < t.fanout_count) return;
     t.state.store(TaskState::Consumed, std::memory_order_relaxed);
     if (t.outcome != TaskOutcome::Ok) [[unlikely]]
-        PoisonWrites(t);
+        KeepPoisonedWrites(t);
     if (t.has_heap_block) {
+        if (!poisoned_.empty()) [[unlikely]]
+            DropPoisonInside(t.packed_buffer_base, t.packed_buffer_base + t.heap_bytes);
         heap_.Release(t.heap_seq);
         space_freed_ = true;
         if (trace::Enabled()) [[unlikely]]
@@ -1052,35 +1062,56 @@ void TaskGraph::NoteFailure(const TaskDescriptor& t) {
     scopes_.NoteFailure(t.task_id, t.func_id, skipped, t.gate.root);
 }
 
-void TaskGraph::PoisonWrites(const TaskDescriptor& t) {
+void TaskGraph::KeepPoisonedWrites(const TaskDescriptor& t) {
+    PoisonedWrites kept{t.gate.root, {}};
     for (int32_t i = 0; i < t.num_params; ++i) {
         const ResolvedParam& p = t.params[i];
-        if (p.kind == PARAM_INPUT || p.implicit) continue;  // heap blocks go back to the ring with the task
         const auto lo = uint64_t(reinterpret_cast<uintptr_t>(p.host));
-        poisoned_.push_back({lo, lo + p.size, t.gate.root});
+        // Its heap blocks go back to the ring with it, and its reads
+        // poison nothing: only its explicit writes stay in the map. A write
+        // into another task's implicit output stays only while that output
+        // lives (its block's release drops it, TryConsume): a later output
+        // at the same address is another's. (pto_alloc buffers live in the
+        // heap ring too; theirs stays until the free.)
+        bool keep = p.kind != PARAM_INPUT && !p.implicit;
+        if (keep && InHeap(p.host, p.size) && !buffers_.Find(p.host, p.size))
+            keep = std::any_of(t.fanin.begin(), t.fanin.end(),
+                               [&](int32_t f) { return Unconsumed(f) && Covers(ring_.Get(f), p); });
+        if (keep)
+            kept.ranges.emplace_back(lo, lo + p.size);
+        else
+            map_.Erase(0, lo, p.size, t.task_id);
     }
+    if (!kept.ranges.empty()) poisoned_.emplace(t.task_id, std::move(kept));
 }
 
-void TaskGraph::CheckPoison(TaskDescriptor& t) {
+void TaskGraph::InheritPoison(TaskDescriptor& t) {
+    // Kept failed writers are not producers: nothing waits for them.
+    std::erase_if(deps_, [this](int32_t d) { return !Unconsumed(d); });
+    auto alive = [this](int32_t task) { return Alive(task); };
     for (int32_t i = 0; i < t.num_params; ++i) {
         const ResolvedParam& p = t.params[i];
-        if (p.implicit || p.kind == PARAM_OUTPUT) continue;
-        const auto lo = uint64_t(reinterpret_cast<uintptr_t>(p.host)), hi = lo + p.size;
-        for (const PoisonedRegion& r : poisoned_)
-            if (lo < r.hi && r.lo < hi) dependency::Inherit(t.gate.root, r.root);
-    }
-    // A pure write over a whole poisoned region makes it good again (a
-    // partial one leaves the rest stale: the region stays).
-    for (int32_t i = 0; i < t.num_params; ++i) {
-        const ResolvedParam& p = t.params[i];
-        if (p.implicit || p.kind != PARAM_OUTPUT || t.gate.root) continue;
-        const auto lo = uint64_t(reinterpret_cast<uintptr_t>(p.host));
-        DropPoisonInside(lo, lo + p.size);
+        if (p.implicit || p.kind == PARAM_OUTPUT) continue;  // a pure write reads nothing stale
+        // A read's own lookup: deps_ lists each writer once, maybe for a
+        // pure write of this task.
+        poison_scratch_.clear();
+        map_.Lookup(0, uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, false, t.task_id, alive,
+                    poison_scratch_);
+        for (int32_t w : poison_scratch_)
+            if (!Unconsumed(w)) dependency::Inherit(t.gate.root, poisoned_.at(w).root);
     }
 }
 
 void TaskGraph::DropPoisonInside(uint64_t lo, uint64_t hi) {
-    std::erase_if(poisoned_, [&](const PoisonedRegion& r) { return lo <= r.lo && r.hi <= hi; });
+    for (auto it = poisoned_.begin(); it != poisoned_.end();) {
+        auto& ranges = it->second.ranges;
+        std::erase_if(ranges, [&](const std::pair<uint64_t, uint64_t>& r) {
+            if (r.first < lo || hi < r.second) return false;
+            map_.Erase(0, r.first, r.second - r.first, it->first);
+            return true;
+        });
+        it = ranges.empty() ? poisoned_.erase(it) : std::next(it);
+    }
 }
 
 void TaskGraph::OnTaskComplete(int32_t task_id, uint32_t status, const TaskTiming* timing) {
@@ -1177,7 +1208,7 @@ void TaskGraph::WaitAll(const ProgressCallback& progress) {
     std::vector<dependency::Root> roots;
     reports.swap(failures_);
     roots.swap(failure_roots_);
-    poisoned_.clear();  // reported: what the caller does with the data is its own
+    poisoned_.clear();  // reported: what the caller does with the data is its own (the map drops them as met)
     size_t root = reports.size();
     int32_t failed = 0, skipped = 0;
     for (size_t i = 0; i < reports.size(); ++i) {

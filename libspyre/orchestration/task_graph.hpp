@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -198,6 +199,10 @@ private:
     bool InMemory(const uint8_t* p, uint64_t size) const noexcept;
     [[noreturn]] void FailOutside(const uint8_t* p, uint64_t size, const std::string& what) const;
     std::string Describe(int32_t task_id) const;
+    // Not yet consumed: a producer a new task can wait for.
+    bool Unconsumed(int32_t task_id) const;
+    // Whether the hazard map's entry of `task_id` still counts: unconsumed,
+    // or a failed writer kept for its poison.
     bool Alive(int32_t task_id) const;
     // What a stalled submitter waits for (submitters are serialised: one at a time).
     struct StallNeed {
@@ -258,10 +263,14 @@ private:
     // wait for may have come.
     void Sleep(Lock& lock);
     void WakeWaiters();
-    // Poisoned regions (see poisoned_): kept when a failed writer is
-    // consumed, checked by readers, dropped by writers that cover them.
-    void PoisonWrites(const TaskDescriptor& t);
-    void CheckPoison(TaskDescriptor& t);
+    // Failed writers kept in the hazard map after they are consumed (see
+    // poisoned_): filed at consumption, met by readers' lookups, dropped
+    // from the map by writers that cover them, by a free, or by WaitAll.
+    void KeepPoisonedWrites(const TaskDescriptor& t);
+    // Submit's part while poisoned_ is not empty: drops the kept writers
+    // from deps_ (they are not producers) and gives `t` the root of those
+    // its reads overlap.
+    void InheritPoison(TaskDescriptor& t);
     void DropPoisonInside(uint64_t lo, uint64_t hi);
 
     const TaskGraphOptions options_;
@@ -294,15 +303,17 @@ private:
     std::string device_lost_;
     std::vector<dependency::Root> failure_roots_;  // failures_[i]'s root record: its cause in words
     std::vector<int32_t> skip_work_;   // poisoned tasks whose inputs are done, and early ones to complete
-    // What a failed or skipped writer should have written, kept after its
-    // slot is reclaimed (the hazard map forgets it then) until WaitAll reports
-    // the failure, a later OUTPUT covers the region, or the buffer is freed:
-    // a reader submitted meanwhile is skipped, not run on stale data.
-    struct PoisonedRegion {
-        uint64_t lo, hi;  // host addresses [lo, hi)
+    // Failed or skipped writers already consumed whose writes stay in the
+    // hazard map (Alive keeps their entries) until WaitAll reports the
+    // failure, a later OUTPUT covers the region, or its buffer is freed: a
+    // reader submitted meanwhile is skipped, not run on stale data. By task
+    // id: the root to pass on and the ranges filed (for a free).
+    struct PoisonedWrites {
         dependency::Root root;
+        std::vector<std::pair<uint64_t, uint64_t>> ranges;  // host addresses [lo, hi)
     };
-    std::vector<PoisonedRegion> poisoned_;
+    std::unordered_map<int32_t, PoisonedWrites> poisoned_;
+    std::vector<int32_t> poison_scratch_;  // InheritPoison's lookups
     std::vector<int32_t> deps_;        // Submit's scratch
     // Depth-0 holds, oldest first. A task with implicit outputs submitted
     // outside any scope has no scope to keep them, and a fast task would be
