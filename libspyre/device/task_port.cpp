@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "device/task_port.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -13,26 +14,32 @@ namespace spyre {
 
 namespace {
 
-// How long a driving waiter looks for completions, yielding, before it
+// How a driving waiter waits follows the Device's wait mode
+// (SchedulerOptions::wait_mode): Poll spins and never sleeps, Blocking
+// sleeps on the completion interrupt at once, Adaptive spins, yields, then
+// sleeps, as below.
+//
+// How long an adaptive waiter looks for completions, yielding, before it
 // sleeps on the completion interrupt. Yield, not spin: on a host with few
 // CPUs the device's threads (a mock's server and cores) need the CPU a
 // spinning waiter holds, and a short task's completion comes sooner when
 // they get it.
 constexpr auto kYieldPoll = std::chrono::microseconds(50);
 // Before it yields, the waiter spins for a while that adapts (spin_ns_):
-// doubled (up to kSpinMaxNs) each time the spin saw progress, halved (down
-// to kSpinMinNs) each time it ran out. On a quiet host a short task's
+// doubled (up to the Device's SchedulerOptions::spin, spin_max_ns_) each
+// time the spin saw progress, halved (down to kSpinMinNs) each time it ran
+// out. On a quiet host a short task's
 // completion comes within the spin, and a yield (a system call that may give
 // the CPU away) would cost the whole hop; on a loaded one completions come
 // late, the spin shrinks to almost nothing and the waiter yields as before.
-constexpr uint32_t kSpinMaxNs = 20'000;
 constexpr uint32_t kSpinMinNs = 500;
 // The spin only while waits lately took less than this on average (short
 // tasks): a waiter that spins through long ones holds a CPU the device's
 // threads (a mock's cores) would compute on.
 constexpr uint64_t kSpinWhileWaitsUnderNs = 20'000;
 // A sleep on the interrupt ends after this long at the latest (the health
-// checks run then); a caller of the port ends it sooner (CallDriver).
+// checks run then); a caller of the port ends it sooner (CallDriver). A
+// polling waiter looks at the device's health as often.
 constexpr auto kInterruptSleep = std::chrono::microseconds(500);
 
 // The port a thread is driving (its drive lock held): a Kick from inside the
@@ -43,6 +50,10 @@ thread_local const TaskPort* tl_driving = nullptr;
 
 TaskPort::TaskPort(const Device& device, std::vector<uint32_t> groups, TaskPortClient& client)
     : client_(client), device_(DeviceInternals::Core(device)), pci_(device.pci_address()) {
+    const SchedulerOptions& waits = device_->sched->options();
+    wait_mode_ = waits.wait_mode;
+    spin_max_ns_ = uint32_t(std::clamp<int64_t>(waits.spin.count(), 0, 1'000'000'000));
+    spin_ns_ = std::min(spin_ns_, spin_max_ns_);
     const uint32_t have = DeviceInternals::TaskTopology(device).queues();
     if (groups.empty())
         for (uint32_t q = 0; q < have; ++q) groups.push_back(q);
@@ -180,13 +191,28 @@ bool TaskPort::PassMoved(const std::function<bool()>& done) {
 }
 
 bool TaskPort::LookForProgress(const std::function<bool()>& done) {
-    if (wait_ns_ < kSpinWhileWaitsUnderNs && SpinForProgress(done)) return true;
+    if (wait_ns_ < kSpinWhileWaitsUnderNs && spin_max_ns_ != 0 && SpinForProgress(done)) return true;
     const auto until = std::chrono::steady_clock::now() + kYieldPoll;
+    uint64_t yields = 0;
+    bool moved = false;
     do {
         std::this_thread::yield();
-        if (PassMoved(done)) return true;
-    } while (std::chrono::steady_clock::now() < until);
-    return false;
+        ++yields;
+        moved = PassMoved(done);
+    } while (!moved && std::chrono::steady_clock::now() < until);
+    device_->sched->CountTaskWaits(0, yields);
+    return moved;
+}
+
+void TaskPort::PollForProgress(const std::function<bool()>& done, std::chrono::microseconds max) {
+    const auto until = std::chrono::steady_clock::now() + max;
+    for (unsigned looks = 1;; ++looks) {
+        for (int i = 0; i < 8; ++i) CpuRelax();
+        if (PassMoved(done)) return;
+        if (looks % 8 == 0 && std::chrono::steady_clock::now() >= until) break;
+    }
+    // The health checks a sleep would have made: a sleep of no time.
+    driver::TaskQueue::WaitAnyOr(raw_, {}, std::chrono::nanoseconds(0));
 }
 
 void TaskPort::WaitForCompletion(const FutexWord* caller, const std::function<bool()>& done,
@@ -201,8 +227,10 @@ void TaskPort::WaitForCompletion(const FutexWord* caller, const std::function<bo
             wait_ns = (wait_ns * 3 + took) / 4;
         }
     } learn{wait_ns_, start};
-    // Look first (spinning, then yielding), then sleep on the interrupt.
-    if (LookForProgress(done)) return;
+    // Poll: look only. Adaptive: look (spinning, then yielding), then sleep
+    // on the interrupt. Blocking: sleep at once.
+    if (wait_mode_ == driver::WaitMode::Poll) return PollForProgress(done, max);
+    if (wait_mode_ == driver::WaitMode::Adaptive && LookForProgress(done)) return;
     // One sleep for the device's completions, a caller of the port (a kick
     // that found it busy, a waiter that wants to drive) and the driver's own
     // caller (what it waits for may have come).
@@ -215,6 +243,7 @@ void TaskPort::WaitForCompletion(const FutexWord* caller, const std::function<bo
     driver::FutexWord words[2] = {{&called_.word(), called}, {}};
     const size_t n = caller ? 2 : 1;
     if (caller) words[1] = *caller;
+    device_->sched->CountTaskWaits(1, 0);
     driver::TaskQueue::WaitAnyOr(raw_, std::span(words, n), max);
 }
 
@@ -223,11 +252,11 @@ bool TaskPort::SpinForProgress(const std::function<bool()>& done) {
     for (unsigned looks = 1;; ++looks) {
         for (int i = 0; i < 8; ++i) CpuRelax();
         if (PassMoved(done)) {
-            spin_ns_ = std::min(kSpinMaxNs, spin_ns_ * 2);
+            spin_ns_ = std::min(spin_max_ns_, spin_ns_ * 2);
             return true;
         }
         if (looks % 8 == 0 && std::chrono::steady_clock::now() >= until) {
-            spin_ns_ = std::max(kSpinMinNs, spin_ns_ / 2);
+            spin_ns_ = std::max(std::min(kSpinMinNs, spin_max_ns_), spin_ns_ / 2);
             return false;
         }
     }

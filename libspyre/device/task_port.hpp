@@ -7,8 +7,10 @@
 //     queues are half full. A thread that finds another one driving leaves
 //     it a note, and that one looks again before it lets go.
 //   - Drive (a thread that waits for tasks: pto_wait, a stalled submit) does
-//     the same, and between passes looks again for a while, then sleeps on
-//     the completion interrupt.
+//     the same, and between passes waits as the Device's wait mode says
+//     (SchedulerOptions): looks again for a while, then sleeps on the
+//     completion interrupt (Adaptive), looks only (Poll), or sleeps at once
+//     (Blocking).
 // The port has no thread. It registers with its Device, whose one thread
 // (the scheduler's, stream/scheduler_core.hpp) steps in through Backstop
 // only when tasks are in flight, no caller waits and nobody drove for a
@@ -31,6 +33,7 @@
 #include "spyre/common/inbox.hpp"
 #include "spyre/device/device.hpp"
 #include "spyre/driver/task_queue.hpp"
+#include "spyre/driver_options.hpp"
 #include "spyre/error.hpp"
 
 namespace spyre {
@@ -120,8 +123,11 @@ private:
     // anything moved (or done()). Adapts spin_ns_ (task_port.cpp).
     bool SpinForProgress(const std::function<bool()>& done);
     // SpinForProgress (while waits are short), then passes while yielding
-    // for a while.
+    // for a while (Adaptive).
     bool LookForProgress(const std::function<bool()>& done);
+    // Drive lock held: passes, spinning, until anything moved (or done()) or
+    // for `max`, then checks the device's health (Poll).
+    void PollForProgress(const std::function<bool()>& done, std::chrono::microseconds max);
     // Asks the thread driving the port to look again, waking it from its
     // sleep on the interrupt.
     void CallDriver() noexcept;
@@ -144,6 +150,8 @@ private:
     std::vector<std::vector<spyre_cb>> per_queue_;
     std::vector<spyre_cqe> done_;
     bool failed_ = false;
+    driver::WaitMode wait_mode_ = driver::WaitMode::Adaptive;  // the Device's (SchedulerOptions)
+    uint32_t spin_max_ns_ = 20'000;  // SchedulerOptions::spin: spin_ns_ grows to this
     uint32_t spin_ns_ = 2'000;  // SpinForProgress's current bound
     uint64_t wait_ns_ = 0;      // how long WaitForCompletion lately took (moving average)
     uint32_t kicks_since_reap_ = 0;

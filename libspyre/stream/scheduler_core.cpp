@@ -131,7 +131,8 @@ SchedulerStats SchedulerCore::Stats() const {
     return SchedulerStats{get(stats_.ring_cbs),     get(stats_.doorbells),      get(stats_.inline_copies),
                           get(stats_.dma_copies),   get(stats_.callbacks),      get(stats_.dropped),
                           get(stats_.host_events),  get(stats_.tasks_sent),     get(stats_.task_doorbells),
-                          get(stats_.tasks_reaped), get(stats_.task_backstops)};
+                          get(stats_.tasks_reaped), get(stats_.task_backstops), get(stats_.task_sleeps),
+                          get(stats_.task_yields)};
 }
 
 // ---------------------------------------------------------------- the way in
@@ -473,6 +474,11 @@ void SchedulerCore::CountTasks(uint64_t sent, uint64_t doorbells, uint64_t reape
     if (sent) stats_.tasks_sent.fetch_add(sent, std::memory_order_relaxed);
     if (doorbells) stats_.task_doorbells.fetch_add(doorbells, std::memory_order_relaxed);
     if (reaped) stats_.tasks_reaped.fetch_add(reaped, std::memory_order_relaxed);
+}
+
+void SchedulerCore::CountTaskWaits(uint64_t sleeps, uint64_t yields) noexcept {
+    if (sleeps) stats_.task_sleeps.fetch_add(sleeps, std::memory_order_relaxed);
+    if (yields) stats_.task_yields.fetch_add(yields, std::memory_order_relaxed);
 }
 
 void SchedulerCore::PortUnattended() noexcept {

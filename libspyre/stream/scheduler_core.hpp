@@ -83,6 +83,7 @@ public:
     void PortUnattended() noexcept;
     // A port's counts (SchedulerStats::tasks_*), from any port's drive lock.
     void CountTasks(uint64_t sent, uint64_t doorbells, uint64_t reaped) noexcept;
+    void CountTaskWaits(uint64_t sleeps, uint64_t yields) noexcept;
 
     bool lost() const { return lost_.load(std::memory_order_acquire); }
     const Error& lost_error() const { return *lost_error_; }
@@ -217,7 +218,8 @@ private:
         std::atomic<uint64_t> ring_cbs{0}, doorbells{0}, inline_copies{0}, dma_copies{0}, callbacks{0}, dropped{0},
             host_events{0};
         // Several ports (their own drive locks) add to these: atomic adds.
-        std::atomic<uint64_t> tasks_sent{0}, task_doorbells{0}, tasks_reaped{0}, task_backstops{0};
+        std::atomic<uint64_t> tasks_sent{0}, task_doorbells{0}, tasks_reaped{0}, task_backstops{0}, task_sleeps{0},
+            task_yields{0};
         static void Add(std::atomic<uint64_t>& c, uint64_t n) {
             c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
         }

@@ -40,7 +40,9 @@ void BindMemory(py::module_& m) {
         .def_readonly("tasks_sent", &SchedulerStats::tasks_sent)
         .def_readonly("task_doorbells", &SchedulerStats::task_doorbells)
         .def_readonly("tasks_reaped", &SchedulerStats::tasks_reaped)
-        .def_readonly("task_backstops", &SchedulerStats::task_backstops);
+        .def_readonly("task_backstops", &SchedulerStats::task_backstops)
+        .def_readonly("task_sleeps", &SchedulerStats::task_sleeps)
+        .def_readonly("task_yields", &SchedulerStats::task_yields);
 
     py::class_<PyBuffer, std::shared_ptr<PyBuffer>>(m, "DeviceBuffer",
         "One device allocation (Device.alloc). Freed by free(), when garbage collected, or when its device "

@@ -288,3 +288,27 @@ def test_a_host_kernels_return_code_is_marked_as_the_kernels(orch):
     assert e.device_code == 9 and e.host_kernel_code is True
     assert e.context["host_kernel_code"] is True and e.context["sys_errno"] == e.context["errno"] == 0
     assert "host kernel return code 9" in str(e) and "BAD_DEPENDENCY" not in str(e)
+
+
+def test_task_waits_follow_the_devices_wait_mode(host, rng):
+    """A blocking Device's runtime sleeps on the completion interrupt and never
+    yields the CPU looking; scheduler_stats() counts both (SchedulerStats)."""
+    d = host.open("1", wait_mode="blocking")
+    try:
+        o = spyre.Orchestrator(d, task_ring_size=64, heap_size=4 << 20)
+        o.register_device_kernel(ADD, spyre.KernelBuilder().add([N]))
+        A, B, C = (o.alloc(NB) for _ in range(3))
+        A[:] = rng.standard_normal(N).astype(np.float32)
+        B[:] = rng.standard_normal(N).astype(np.float32)
+        before = d.scheduler_stats()
+        for _ in range(20):
+            o.submit(ADD, spyre.WORKER_VECTOR, [("in", A), ("in", B), ("out", C)])
+            o.wait_all()
+        after = d.scheduler_stats()
+        np.testing.assert_allclose(C, A + B, rtol=1e-6)
+        assert after.tasks_reaped - before.tasks_reaped == 20
+        assert after.task_yields == before.task_yields
+        assert after.task_sleeps >= before.task_sleeps
+        o.close()
+    finally:
+        d.close()

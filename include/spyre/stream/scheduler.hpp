@@ -51,7 +51,11 @@ struct SchedulerOptions {
     // Priority: a ready stream passed over this many turns gains one
     // priority level (so no stream starves).
     uint32_t aging_turns = 4;
-    // How the scheduler thread and Synchronize wait: spin this long, then sleep.
+    // How the scheduler thread, Synchronize and the waiters of the task
+    // queues (an orchestration runtime's pto_wait_all, a stalled submit)
+    // wait: spin up to this long, then sleep (Adaptive; a task-queue waiter
+    // also yields the CPU between looks for a while before it sleeps), spin
+    // only (Poll), or sleep at once (Blocking).
     std::chrono::nanoseconds spin{std::chrono::microseconds(20)};
     driver::WaitMode wait_mode = driver::WaitMode::Adaptive;
 };
@@ -96,6 +100,10 @@ struct SchedulerStats {
     uint64_t task_doorbells = 0;
     uint64_t tasks_reaped = 0;
     uint64_t task_backstops = 0;
+    // How the task queues' waiters waited (SchedulerOptions::wait_mode):
+    // sleeps on the completion interrupt, and looks that yielded the CPU.
+    uint64_t task_sleeps = 0;
+    uint64_t task_yields = 0;
 };
 
 namespace detail {

@@ -493,6 +493,56 @@ TEST(OrchestrationQueues, AConsumerOfATaskALapOfTheQueueWentPastStillRuns) {
     for (int i = 0; i < 256; ++i) ASSERT_EQ(d[i], 4.0f * float(n)) << "element " << i;
 }
 
+// A waiter of the task queues waits as the Device's wait mode says
+// (SchedulerOptions::wait_mode), as Synchronize does: in Poll it never
+// sleeps on the completion interrupt, in Blocking it never spins or yields
+// the CPU first, in Adaptive it yields before it sleeps.
+TEST(OrchestrationQueues, WaitersFollowTheDevicesWaitMode) {
+    SPYRE_REQUIRE_FUSE();
+    Host host = Host::Open(HostOptions::EmbeddedMock(1, 0, "1G"));
+    constexpr int64_t n = 384;  // a matmul of some milliseconds on a card's core
+    const spyre_kernel_spec mm = {.kind = SPYRE_KERNEL_MATMUL, .dtype = SPYRE_DTYPE_FP32, .rank = 3, .shape = {n, n, n}};
+    std::vector<uint8_t> mm_image(size_t(spyre_build_kernel(&mm, nullptr, 0)));
+    ASSERT_GT(spyre_build_kernel(&mm, mm_image.data(), mm_image.size()), 0);
+    for (const driver::WaitMode mode : {driver::WaitMode::Poll, driver::WaitMode::Blocking, driver::WaitMode::Adaptive}) {
+        SCOPED_TRACE(driver::ToString(mode));
+        Device dev = host.Open("0", {.scheduler = {.wait_mode = mode}});
+        Orchestrator orch = Orchestrator::Create(dev, {.heap_size = 8 << 20});
+        ASSERT_EQ(pto_register_program(orch.handle(), KERNEL_MUL, mm_image.data(), mm_image.size()), 0)
+            << pto_last_error();
+        const uint64_t bytes = uint64_t(n * n) * 4;
+        auto* a = static_cast<float*>(orch.Alloc(bytes));
+        auto* b = static_cast<float*>(orch.Alloc(bytes));
+        auto* c = static_cast<float*>(orch.Alloc(bytes));
+        for (int64_t i = 0; i < n * n; ++i) a[i] = 1.0f, b[i] = 0.5f, c[i] = -1.0f;
+        TaskParam params[] = {{PARAM_INPUT, a, bytes, {}}, {PARAM_INPUT, b, bytes, {}}, {PARAM_OUTPUT, c, bytes, {}}};
+        const SchedulerStats before = dev.scheduler().Stats();
+        for (int round = 0; round < 3; ++round) {
+            orch.Submit(KERNEL_MUL, WORKER_CUBE, params);
+            orch.WaitAll();
+        }
+        const SchedulerStats after = dev.scheduler().Stats();
+        for (int64_t i = 0; i < n * n; i += 97) ASSERT_EQ(c[i], 0.5f * float(n)) << "element " << i;
+        const uint64_t sleeps = after.task_sleeps - before.task_sleeps;
+        const uint64_t yields = after.task_yields - before.task_yields;
+        switch (mode) {
+            case driver::WaitMode::Poll:
+                EXPECT_EQ(sleeps, 0u);
+                EXPECT_EQ(yields, 0u);
+                break;
+            case driver::WaitMode::Blocking:
+                EXPECT_GE(sleeps, 1u);
+                EXPECT_EQ(yields, 0u);
+                break;
+            case driver::WaitMode::Adaptive:
+                // (A yield on a host of few CPUs may last until the task
+                // ends: the card's cores take the CPU. So it may not sleep.)
+                EXPECT_GE(yields, 1u);
+                break;
+        }
+    }
+}
+
 // A task's parameters are checked against what its device program does
 // with them, at submit: the card only checks that an operand lies in the
 // function's memory, so a short region or a written INPUT would let the
