@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -446,6 +447,31 @@ TEST(OrchestrationQueues, ALinkTheDeviceRefusesStopsTheRestOfTheChainOnTheCard) 
     EXPECT_LE(errors, 11u);
 }
 
+// An n x n x n fp32 matmul program (the kernel builder's) registered as
+// KERNEL_MUL, and its operands: a filled with `a_value`, b with `b_value`,
+// c with -1. `params` are the task's: a, b in, c out.
+struct Matmul {
+    float* a = nullptr;
+    float* b = nullptr;
+    float* c = nullptr;
+    TaskParam params[3] = {};
+};
+Matmul RegisterMatmul(Orchestrator& orch, int64_t n, float a_value, float b_value) {
+    const spyre_kernel_spec mm = {.kind = SPYRE_KERNEL_MATMUL, .dtype = SPYRE_DTYPE_FP32, .rank = 3, .shape = {n, n, n}};
+    std::vector<uint8_t> image(size_t(spyre_build_kernel(&mm, nullptr, 0)));
+    if (spyre_build_kernel(&mm, image.data(), image.size()) <= 0) throw std::runtime_error("matmul kernel not built");
+    if (pto_register_program(orch.handle(), KERNEL_MUL, image.data(), image.size()) != 0)
+        throw std::runtime_error(pto_last_error());
+    const uint64_t bytes = uint64_t(n * n) * 4;
+    Matmul m{static_cast<float*>(orch.Alloc(bytes)), static_cast<float*>(orch.Alloc(bytes)),
+             static_cast<float*>(orch.Alloc(bytes))};
+    for (int64_t i = 0; i < n * n; ++i) m.a[i] = a_value, m.b[i] = b_value, m.c[i] = -1.0f;
+    m.params[0] = {PARAM_INPUT, m.a, bytes, {}};
+    m.params[1] = {PARAM_INPUT, m.b, bytes, {}};
+    m.params[2] = {PARAM_OUTPUT, m.c, bytes, {}};
+    return m;
+}
+
 // The card names tasks only within one lap of a queue's SQ: a consumer of
 // a long task that more than a lap of other tasks went past on the same
 // queue waits in the host until it ends (named, the card would refuse it
@@ -460,22 +486,14 @@ TEST(OrchestrationQueues, AConsumerOfATaskALapOfTheQueueWentPastStillRuns) {
     DeviceBuffer add_prog = test::UploadProgram(dev, add);
     orch.RegisterDeviceKernel(KERNEL_ADD, dev.allocator().DeviceAddress(add_prog.handle(), add.size()));
     constexpr int64_t n = 2048;  // a matmul that runs far longer than the short tasks
-    const spyre_kernel_spec mm = {.kind = SPYRE_KERNEL_MATMUL, .dtype = SPYRE_DTYPE_FP32, .rank = 3, .shape = {n, n, n}};
-    std::vector<uint8_t> mm_image(size_t(spyre_build_kernel(&mm, nullptr, 0)));
-    ASSERT_GT(spyre_build_kernel(&mm, mm_image.data(), mm_image.size()), 0);
-    ASSERT_EQ(pto_register_program(orch.handle(), KERNEL_MUL, mm_image.data(), mm_image.size()), 0) << pto_last_error();
-    const uint64_t bytes = uint64_t(n * n) * 4;
-    auto* a = static_cast<float*>(orch.Alloc(bytes));
-    auto* b = static_cast<float*>(orch.Alloc(bytes));
-    auto* c = static_cast<float*>(orch.Alloc(bytes));
-    for (int64_t i = 0; i < n * n; ++i) a[i] = 1.0f, b[i] = 2.0f, c[i] = -1.0f;
-    TaskParam long_params[] = {{PARAM_INPUT, a, bytes, {}}, {PARAM_INPUT, b, bytes, {}}, {PARAM_OUTPUT, c, bytes, {}}};
+    Matmul mm = RegisterMatmul(orch, n, 1.0f, 2.0f);
+    float* c = mm.c;
     // Once first: the card then knows the queue's tasks run long and gives
     // the next one a core of its own, not its lane (which would serve no
     // other task until it ended).
-    orch.Submit(KERNEL_MUL, WORKER_CUBE, long_params);
+    orch.Submit(KERNEL_MUL, WORKER_CUBE, mm.params);
     orch.WaitAll();
-    orch.Submit(KERNEL_MUL, WORKER_CUBE, long_params);
+    orch.Submit(KERNEL_MUL, WORKER_CUBE, mm.params);
     // More short tasks than the SQ has entries, none touching c.
     auto* x = static_cast<float*>(orch.Alloc(1024));
     for (int i = 0; i < 256; ++i) x[i] = 1.0f;
@@ -501,28 +519,18 @@ TEST(OrchestrationQueues, WaitersFollowTheDevicesWaitMode) {
     SPYRE_REQUIRE_FUSE();
     Host host = Host::Open(HostOptions::EmbeddedMock(1, 0, "1G"));
     constexpr int64_t n = 384;  // a matmul of some milliseconds on a card's core
-    const spyre_kernel_spec mm = {.kind = SPYRE_KERNEL_MATMUL, .dtype = SPYRE_DTYPE_FP32, .rank = 3, .shape = {n, n, n}};
-    std::vector<uint8_t> mm_image(size_t(spyre_build_kernel(&mm, nullptr, 0)));
-    ASSERT_GT(spyre_build_kernel(&mm, mm_image.data(), mm_image.size()), 0);
     for (const driver::WaitMode mode : {driver::WaitMode::Poll, driver::WaitMode::Blocking, driver::WaitMode::Adaptive}) {
         SCOPED_TRACE(driver::ToString(mode));
         Device dev = host.Open("0", {.scheduler = {.wait_mode = mode}});
         Orchestrator orch = Orchestrator::Create(dev, {.heap_size = 8 << 20});
-        ASSERT_EQ(pto_register_program(orch.handle(), KERNEL_MUL, mm_image.data(), mm_image.size()), 0)
-            << pto_last_error();
-        const uint64_t bytes = uint64_t(n * n) * 4;
-        auto* a = static_cast<float*>(orch.Alloc(bytes));
-        auto* b = static_cast<float*>(orch.Alloc(bytes));
-        auto* c = static_cast<float*>(orch.Alloc(bytes));
-        for (int64_t i = 0; i < n * n; ++i) a[i] = 1.0f, b[i] = 0.5f, c[i] = -1.0f;
-        TaskParam params[] = {{PARAM_INPUT, a, bytes, {}}, {PARAM_INPUT, b, bytes, {}}, {PARAM_OUTPUT, c, bytes, {}}};
+        Matmul mm = RegisterMatmul(orch, n, 1.0f, 0.5f);
         const SchedulerStats before = dev.scheduler().Stats();
         for (int round = 0; round < 3; ++round) {
-            orch.Submit(KERNEL_MUL, WORKER_CUBE, params);
+            orch.Submit(KERNEL_MUL, WORKER_CUBE, mm.params);
             orch.WaitAll();
         }
         const SchedulerStats after = dev.scheduler().Stats();
-        for (int64_t i = 0; i < n * n; i += 97) ASSERT_EQ(c[i], 0.5f * float(n)) << "element " << i;
+        for (int64_t i = 0; i < n * n; i += 97) ASSERT_EQ(mm.c[i], 0.5f * float(n)) << "element " << i;
         const uint64_t sleeps = after.task_sleeps - before.task_sleeps;
         const uint64_t yields = after.task_yields - before.task_yields;
         switch (mode) {
