@@ -1077,10 +1077,14 @@ void TaskGraph::KeepPoisonedWrites(const TaskDescriptor& t) {
         if (keep && InHeap(p.host, p.size) && !buffers_.Find(p.host, p.size))
             keep = std::any_of(t.fanin.begin(), t.fanin.end(),
                                [&](int32_t f) { return Unconsumed(f) && Covers(ring_.Get(f), p); });
-        if (keep)
-            kept.ranges.emplace_back(lo, lo + p.size);
-        else
-            map_.Erase(0, lo, p.size, t.task_id);
+        if (keep) kept.ranges.emplace_back(lo, lo + p.size);
+    }
+    // Erase goes by task and range: a range also kept (a parameter both
+    // read and written by two entries) stays.
+    for (int32_t i = 0; i < t.num_params; ++i) {
+        const auto lo = uint64_t(reinterpret_cast<uintptr_t>(t.params[i].host)), hi = lo + t.params[i].size;
+        if (std::find(kept.ranges.begin(), kept.ranges.end(), std::pair(lo, hi)) == kept.ranges.end())
+            map_.Erase(0, lo, hi - lo, t.task_id);
     }
     if (!kept.ranges.empty()) poisoned_.emplace(t.task_id, std::move(kept));
 }

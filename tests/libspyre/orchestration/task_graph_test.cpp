@@ -672,6 +672,30 @@ TEST_P(OrchQueueTest, PoisonEndsWithTheRegionItWasWrittenTo) {
     EXPECT_EQ(y[16], 10u);  // the reader of the buffer at the freed one's address ran
 }
 
+// A failed task that names one region both as an INPUT and as an OUTPUT
+// still poisons it: dropping its read entry, kept by task and range, must
+// not drop the write entry of the same range.
+TEST_P(OrchQueueTest, AFailedTaskThatReadsAndWritesOneRegionStillPoisonsIt) {
+    Make(/*ring=*/4);
+    uint32_t* x = Data(0, 64);
+    uint32_t* y = Data(4096, 64);
+    TaskParam fill_x[] = {Out(x, 64)};
+    o().Submit(K_FILL, WORKER_HOST, fill_x);
+    TaskParam both[] = {In(x, 64), Out(x, 64)};
+    const int32_t a = o().Submit(K_FAIL, WORKER_HOST, both);
+    uint32_t* z = Data(8192, 64);
+    TaskParam fz[] = {Out(z, 64)};
+    for (int i = 0; i < 8; ++i) o().Submit(K_FILL, WORKER_VECTOR, fz);
+    for (int spins = 0; o().TaskState(a) != PTO_TASK_CONSUMED; ++spins) {
+        ASSERT_LT(spins, 20000) << "task " << a << " was never consumed";
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    TaskParam read_x[] = {In(x, 64), In(x, 64), Out(y, 64)};
+    o().Submit(K_ADD, WORKER_VECTOR, read_x);
+    EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "1 task(s) failed, 1 dependent task(s) skipped");
+    EXPECT_EQ(y[0], 0u);  // not 7 + 7: the reader did not run on what the failed task left
+}
+
 TEST_P(OrchQueueTest, FailureListBeforeWaitAll) {
     Make();
     uint32_t* x = Data(0, 64);
