@@ -65,6 +65,21 @@ protected:
     void WaitForTask(int32_t t) {
         while (o().TaskState(t) < PTO_TASK_COMPLETED) std::this_thread::yield();
     }
+    // Submits 8 writes of a scratch region (at 8192), enough to wrap a ring
+    // of 4 past task t's slot, and waits until t was consumed; false (with a
+    // test failure) if it never was.
+    bool WrapPast(int32_t t) {
+        TaskParam scratch[] = {{PARAM_OUTPUT, Data(8192, 64), 64, {}}};
+        for (int i = 0; i < 8; ++i) o().Submit(K_FILL, WORKER_VECTOR, scratch);
+        for (int spins = 0; o().TaskState(t) != PTO_TASK_CONSUMED; ++spins) {
+            if (spins >= 20000) {
+                ADD_FAILURE() << "task " << t << " was never consumed";
+                return false;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        return true;
+    }
     Orchestrator& o() { return *orch_; }
     uint32_t* Data(uint64_t offset, uint64_t bytes) { return static_cast<uint32_t*>(o().HostAddress(offset, bytes)); }
     std::optional<Orchestrator> orch_;
@@ -585,14 +600,7 @@ TEST_P(OrchQueueTest, AFailedWritersRegionStaysPoisonedAfterItsSlotIsReclaimed) 
     TaskParam fx[] = {Out(x, 64)};
     TaskParam read_x[] = {In(x, 32), In(x, 32), Out(y, 32)};  // the first half of x
     const int32_t a = o().Submit(K_FAIL, WORKER_HOST, fx);
-    // Enough later tasks to wrap the ring of 4 past a's slot.
-    uint32_t* z = Data(8192, 64);
-    TaskParam fz[] = {Out(z, 64)};
-    for (int i = 0; i < 8; ++i) o().Submit(K_FILL, WORKER_VECTOR, fz);
-    for (int spins = 0; o().TaskState(a) != PTO_TASK_CONSUMED; ++spins) {
-        ASSERT_LT(spins, 20000) << "task " << a << " was never consumed";
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    ASSERT_TRUE(WrapPast(a));
     const int32_t b = o().Submit(K_ADD, WORKER_VECTOR, read_x);
     // A full rewrite of x heals it: its readers run again.
     o().Submit(K_FILL, WORKER_VECTOR, fx);
@@ -683,13 +691,7 @@ TEST_P(OrchQueueTest, AFailedTaskThatReadsAndWritesOneRegionStillPoisonsIt) {
     o().Submit(K_FILL, WORKER_HOST, fill_x);
     TaskParam both[] = {In(x, 64), Out(x, 64)};
     const int32_t a = o().Submit(K_FAIL, WORKER_HOST, both);
-    uint32_t* z = Data(8192, 64);
-    TaskParam fz[] = {Out(z, 64)};
-    for (int i = 0; i < 8; ++i) o().Submit(K_FILL, WORKER_VECTOR, fz);
-    for (int spins = 0; o().TaskState(a) != PTO_TASK_CONSUMED; ++spins) {
-        ASSERT_LT(spins, 20000) << "task " << a << " was never consumed";
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    ASSERT_TRUE(WrapPast(a));
     TaskParam read_x[] = {In(x, 64), In(x, 64), Out(y, 64)};
     o().Submit(K_ADD, WORKER_VECTOR, read_x);
     EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "1 task(s) failed, 1 dependent task(s) skipped");
@@ -1352,7 +1354,9 @@ TEST(OrchHolds, AnOutputOverwrittenWholeStaysReadable) {
         auto* out = static_cast<uint8_t*>(pto_task_output(rt, producer, 0));
         TaskParam p2[] = {{PARAM_INOUT, out, 256, {}}};
         ASSERT_GE(pto_submit_task(rt, 2, WORKER_HOST, p2, 1), 0) << pto_last_error();
-        if (wait_between) ASSERT_EQ(pto_wait_all(rt), 0) << pto_last_error();
+        if (wait_between) {
+            ASSERT_EQ(pto_wait_all(rt), 0) << pto_last_error();
+        }
         TaskParam p3[] = {{PARAM_INPUT, out, 256, {}}, {PARAM_OUTPUT, ex, 256, {}}};
         ASSERT_GE(pto_submit_task(rt, 2, WORKER_HOST, p3, 2), 0) << pto_last_error();
         ASSERT_EQ(pto_wait_all(rt), 0) << pto_last_error();
