@@ -205,12 +205,7 @@ bool TaskPort::LookForProgress(const std::function<bool()>& done) {
 }
 
 void TaskPort::PollForProgress(const std::function<bool()>& done, std::chrono::microseconds max) {
-    const auto until = std::chrono::steady_clock::now() + max;
-    for (unsigned looks = 1;; ++looks) {
-        for (int i = 0; i < 8; ++i) CpuRelax();
-        if (PassMoved(done)) return;
-        if (looks % 8 == 0 && std::chrono::steady_clock::now() >= until) break;
-    }
+    if (SpinUntil(done, std::chrono::steady_clock::now() + max)) return;
     // The health checks a sleep would have made: a sleep of no time.
     driver::TaskQueue::WaitAnyOr(raw_, {}, std::chrono::nanoseconds(0));
 }
@@ -247,19 +242,22 @@ void TaskPort::WaitForCompletion(const FutexWord* caller, const std::function<bo
     driver::TaskQueue::WaitAnyOr(raw_, std::span(words, n), max);
 }
 
-bool TaskPort::SpinForProgress(const std::function<bool()>& done) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin_ns_);
+bool TaskPort::SpinUntil(const std::function<bool()>& done, std::chrono::steady_clock::time_point until) {
+    // The clock every 8 looks: a read costs as much as several looks.
     for (unsigned looks = 1;; ++looks) {
         for (int i = 0; i < 8; ++i) CpuRelax();
-        if (PassMoved(done)) {
-            spin_ns_ = std::min(spin_max_ns_, spin_ns_ * 2);
-            return true;
-        }
-        if (looks % 8 == 0 && std::chrono::steady_clock::now() >= until) {
-            spin_ns_ = std::max(std::min(kSpinMinNs, spin_max_ns_), spin_ns_ / 2);
-            return false;
-        }
+        if (PassMoved(done)) return true;
+        if (looks % 8 == 0 && std::chrono::steady_clock::now() >= until) return false;
     }
+}
+
+bool TaskPort::SpinForProgress(const std::function<bool()>& done) {
+    if (SpinUntil(done, std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin_ns_))) {
+        spin_ns_ = std::min(spin_max_ns_, spin_ns_ * 2);
+        return true;
+    }
+    spin_ns_ = std::max(std::min(kSpinMinNs, spin_max_ns_), spin_ns_ / 2);
+    return false;
 }
 
 void TaskPort::DriveLocked(const FutexWord* caller, const std::function<bool()>& stop) {

@@ -119,6 +119,9 @@ private:
     // Drive lock held: one pass; whether it moved anything, the port
     // failed, nothing is left in flight or done() holds (a looker stops).
     bool PassMoved(const std::function<bool()>& done);
+    // Drive lock held: passes, spinning, until anything moved (or done()),
+    // or `until`; whether anything moved.
+    bool SpinUntil(const std::function<bool()>& done, std::chrono::steady_clock::time_point until);
     // Drive lock held: passes, spinning, for up to spin_ns_; whether
     // anything moved (or done()). Adapts spin_ns_ (task_port.cpp).
     bool SpinForProgress(const std::function<bool()>& done);
