@@ -477,6 +477,8 @@ TaskFailureInfo FailureOf(const HostTask& task, const std::string& device) {
     f.device = device;
     f.function = task.function;
     SetCause(f);
+    f.root_task_id = int64_t(f.task_id);  // a failed task is its own root
+    f.root_kernel_id = f.kernel_id;
     return f;
 }
 

@@ -169,7 +169,7 @@ int32_t Orchestrator::TaskState(int32_t task_id) const { return int32_t(Graph(Li
 void Orchestrator::WaitAll() { Graph(Live(state_)).WaitAll(); }
 void Orchestrator::WaitAll(const ProgressCallback& progress) { Graph(Live(state_)).WaitAll(progress); }
 
-std::vector<TaskFailure> Orchestrator::Failures() const { return Graph(Live(state_)).Failures(); }
+std::vector<TaskFailureInfo> Orchestrator::Failures() const { return Graph(Live(state_)).Failures(); }
 std::vector<uint64_t> Orchestrator::KernelOperandBytes(int32_t kernel_id) const {
     return Graph(Live(state_)).OperandBytes(kernel_id);
 }

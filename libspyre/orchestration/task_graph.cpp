@@ -1057,7 +1057,17 @@ dependency::Root TaskGraph::FailureOf(const TaskDescriptor& t, uint32_t status) 
 void TaskGraph::NoteFailure(const TaskDescriptor& t) {
     const TaskFailureInfo& root = *t.gate.root;  // its own, or the one it was skipped for
     const bool skipped = t.outcome == TaskOutcome::Skipped;
-    failures_.push_back({t.task_id, t.func_id, skipped, int32_t(root.task_id), root.kernel_id, root.device_code});
+    // The root's record, naming this task: a skipped task reports the cause it was skipped for.
+    TaskFailureInfo& f = failures_.emplace_back(root);
+    if (skipped) {
+        f.task = "task " + std::to_string(t.task_id);
+        f.task_id = uint64_t(t.task_id);
+        f.function = "kernel " + std::to_string(t.func_id);
+        f.kernel_id = t.func_id;
+    }
+    f.skipped = skipped;
+    f.root_task_id = int64_t(root.task_id);
+    f.root_kernel_id = root.kernel_id;
     failure_roots_.push_back(t.gate.root);
     scopes_.NoteFailure(t.task_id, t.func_id, skipped, t.gate.root);
 }
@@ -1208,7 +1218,7 @@ void TaskGraph::WaitAll(const ProgressCallback& progress) {
     }
     waited_ = completed_;
     if (failures_.empty()) return;
-    std::vector<TaskFailure> reports;
+    std::vector<TaskFailureInfo> reports;
     std::vector<dependency::Root> roots;
     reports.swap(failures_);
     roots.swap(failure_roots_);
@@ -1239,7 +1249,7 @@ Error TaskGraph::FailureReport(const std::string& prefix, const TaskFailureInfo&
                   .device_code = root.device_code, .host_kernel_code = root.host_kernel_code});
 }
 
-std::vector<TaskFailure> TaskGraph::Failures() const {
+std::vector<TaskFailureInfo> TaskGraph::Failures() const {
     Lock lock(*this);
     return failures_;
 }

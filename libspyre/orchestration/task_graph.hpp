@@ -121,8 +121,8 @@ public:
     // completed of those submitted since the last WaitAll.
     void WaitAll(const ProgressCallback& progress = {});
     // Failed and skipped tasks not yet reported by WaitAll, each with its
-    // root (TaskFailure::root_*).
-    std::vector<TaskFailure> Failures() const;
+    // root (TaskFailureInfo::root_*).
+    std::vector<TaskFailureInfo> Failures() const;
 
     uint64_t DeviceAddress(const void* p, uint64_t size = 1) const;
     uint8_t* HostAddress(uint64_t device_address, uint64_t size) const;
@@ -296,7 +296,7 @@ private:
     std::vector<std::unique_ptr<ReadyQueue>> queues_;
     Route routes_[PTO_WORKER_TYPES];
     std::vector<std::shared_ptr<Executor>> executors_;
-    std::vector<TaskFailure> failures_;
+    std::vector<TaskFailureInfo> failures_;
     // Why the device is gone (OnDeviceLost), else empty. Its own lock: the
     // device worker reports it from inside its queue's callbacks.
     mutable std::mutex lost_mu_;

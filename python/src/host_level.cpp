@@ -601,7 +601,7 @@ void BindHostLevel(py::module_& m) {
                    ", max_tasks_in_flight=" + std::to_string(c.max_tasks_in_flight) + ")";
         });
 
-    py::class_<TaskFailureInfo>(m, "TaskFailureInfo", "One failed task of a host-level run.")
+    py::class_<TaskFailureInfo>(m, "TaskFailureInfo", "One failed (or skipped) task: a host-level run's, or an orchestration runtime's.")
         .def_readonly("task", &TaskFailureInfo::task)
         .def_readonly("task_id", &TaskFailureInfo::task_id)
         .def_readonly("level", &TaskFailureInfo::level)
@@ -618,6 +618,11 @@ void BindHostLevel(py::module_& m) {
                       "The host orchestration function itself raised (what it submitted before still ran).")
         .def_readonly("kernel_id", &TaskFailureInfo::kernel_id,
                       "The kernel that failed, when the chip function's runtime reported one (-1: none).")
+        .def_readonly("skipped", &TaskFailureInfo::skipped,
+                      "Skipped, not run: a task it depends on failed (kind, cause: that task's).")
+        .def_readonly("root_task_id", &TaskFailureInfo::root_task_id,
+                      "The failed task behind this record (a failed task's own id).")
+        .def_readonly("root_kernel_id", &TaskFailureInfo::root_kernel_id)
         .def("__repr__", [](const TaskFailureInfo& f) {
             return "<TaskFailureInfo " + f.task + " (" + ToString(f.level) + ", " + f.function + "): " + f.cause + ">";
         });

@@ -96,7 +96,7 @@ void* AddressOf(py::handle obj, const char* what) {
     return ViewOf(obj, false, what).data;
 }
 
-py::dict FailureDict(const TaskFailure& f) {
+py::dict FailureDict(const TaskFailureInfo& f) {
     py::dict d;
     d["task_id"] = f.task_id;
     d["kernel_id"] = f.kernel_id;
@@ -104,24 +104,26 @@ py::dict FailureDict(const TaskFailure& f) {
     d["root_task_id"] = f.root_task_id;
     d["root_kernel_id"] = f.root_kernel_id;
     d["device_code"] = f.device_code;
+    d["kind"] = py::str(ToPython(Error(f.kind, "")).attr("kind"));
+    d["cause"] = f.cause;
     return d;
 }
 
 // Raises what WaitAll threw, as TaskFailed (a Python host kernel raised) or
 // the error's own kind, with the failed task, its kernel, every failure and
 // the skipped tasks as attributes.
-[[noreturn]] void RaiseWaitError(PyOrch& self, const Error& e, const std::vector<TaskFailure>& failures) {
+[[noreturn]] void RaiseWaitError(PyOrch& self, const Error& e, const std::vector<TaskFailureInfo>& failures) {
     if (e.kind() != ErrorKind::DeviceError) throw e;
     const int32_t root = e.context().op_index ? int32_t(*e.context().op_index) : -1;
     int32_t kernel = -1;
     py::list all, skipped;
-    for (const TaskFailure& f : failures) {
-        if (f.task_id == root && !f.skipped) kernel = f.kernel_id;
+    for (const TaskFailureInfo& f : failures) {
+        if (int64_t(f.task_id) == root && !f.skipped) kernel = f.kernel_id;
         all.append(FailureDict(f));
         if (f.skipped) skipped.append(f.task_id);
     }
     if (kernel < 0)
-        for (const TaskFailure& f : failures)
+        for (const TaskFailureInfo& f : failures)
             if (f.root_task_id == root) kernel = f.root_kernel_id;
     Error out = e;
     if (e.context().device_code == kPythonKernelRaised) {
@@ -192,7 +194,7 @@ ReadyQueueKind QueueKind(const std::string& s) {
 void WaitAll(PyOrch& self) {
     const RuntimeHold hold(self, "Orchestrator.wait_all");
     Orchestrator& o = *hold;
-    std::vector<TaskFailure> snapshot;
+    std::vector<TaskFailureInfo> snapshot;
     try {
         WithoutGil([&] {
             o.WaitAll([&](const ProgressInfo& p) {
@@ -398,7 +400,7 @@ void BindOrchestration(py::module_& m) {
              py::arg("task_id"), "PTO_TASK_* of a task.")
         .def("failures", [](PyOrch& self) {
                 py::list l;
-                for (const TaskFailure& f : self.Get("Orchestrator.failures").Failures()) l.append(FailureDict(f));
+                for (const TaskFailureInfo& f : self.Get("Orchestrator.failures").Failures()) l.append(FailureDict(f));
                 return l;
             }, "Failed and skipped tasks not yet reported by wait_all (dicts).")
         .def("wait_all", [](PyOrch& self) { WaitAll(self); },
@@ -418,7 +420,7 @@ void BindOrchestration(py::module_& m) {
                     py::args args;
                 } call{self_obj, fn, args};
                 uint64_t raw[] = {uint64_t(uintptr_t(&call))};
-                std::vector<TaskFailure> snapshot;
+                std::vector<TaskFailureInfo> snapshot;
                 try {
                     WithoutGil([&] {
                         o.Run(

@@ -225,6 +225,8 @@ def test_subworker_that_raises_fails_with_its_message_and_skips_dependents(worke
     assert isinstance(e, spyre.HostRunError)
     assert "checksum mismatch in tile 3" in str(e) and "ValueError" in e.cause
     assert e.failures[0].function == "bad" and e.failures[0].level == spyre.Level.HOST
+    # the one failure record: a failed task is its own root
+    assert not e.failures[0].skipped and e.failures[0].root_task_id == e.failures[0].task_id
     assert any("after" in s for s in e.skipped)
     assert ran == ["independent"]
     # the worker is usable afterwards

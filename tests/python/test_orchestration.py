@@ -174,6 +174,10 @@ def test_device_fault_carries_task_kernel_and_device_code(orch):
     assert e.device_code != 0
     assert t1 in e.skipped
     assert any(f["task_id"] == t0 and not f["skipped"] for f in e.failures)
+    # A skipped task's record carries the failure it was skipped for.
+    (s,) = [f for f in e.failures if f["task_id"] == t1]
+    assert s["skipped"] and s["root_task_id"] == t0 and s["root_kernel_id"] == JUNK
+    assert s["kind"] == "DeviceError" and s["device_code"] == e.device_code and s["cause"]
 
 
 def test_bad_parameters_are_typed_errors(orch):

@@ -4,8 +4,9 @@
 // depends on that task carries it, shared, as its root cause
 // (libspyre/dependency/fan_out.hpp). The host level reports its failed
 // tasks with it (HostRunError::failures, spyre/host/worker.hpp); the
-// orchestration runtime (seed 004) reports, for each failed or skipped task,
-// the record behind it (spyre::TaskFailure flattens it).
+// orchestration runtime (seed 004) reports every failed or skipped task
+// with it (Orchestrator::Failures: a skipped task's record names itself
+// and carries its root's kind, cause and code).
 #pragma once
 
 #include <cstdint>
@@ -23,7 +24,7 @@ namespace spyre {
 enum class Level : uint8_t { CoreGroup, Chip, Host };
 const char* ToString(Level level) noexcept;
 
-// One failed task (q5): who, where, what, why.
+// One failed (or skipped) task (q5): who, where, what, why.
 struct TaskFailureInfo {
     std::string task;      // the task's name
     uint64_t task_id = 0;
@@ -42,6 +43,12 @@ struct TaskFailureInfo {
     // The kernel that failed, when one did (-1: none known): an orchestration
     // task's, or the one a failed chip function's runtime reported.
     int32_t kernel_id = -1;
+    // Skipped, not run: a task it depends on failed. kind, cause and
+    // device_code are then that task's (the root cause's), root_* name it.
+    bool skipped = false;
+    // The failed task behind this record: a failed task's own id and kernel.
+    int64_t root_task_id = -1;
+    int32_t root_kernel_id = -1;
 };
 
 }  // namespace spyre

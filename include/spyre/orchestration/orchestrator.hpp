@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "spyre/common/progress.hpp"
+#include "spyre/dependency/task_failure.hpp"
 #include "spyre/device/device.hpp"
 #include "spyre/error.hpp"
 #include "spyre/pto.h"
@@ -67,15 +68,11 @@ struct OrchestratorOptions {
 // A host kernel: the task's parameter addresses and sizes; returns 0 or an error code.
 using HostKernel = std::function<uint32_t(std::span<void* const> buffers, std::span<const uint64_t> sizes)>;
 
-// A task that failed, or that was skipped because a task it depends on failed.
-struct TaskFailure {
-    int32_t task_id = -1;
-    int32_t kernel_id = -1;
-    bool skipped = false;
-    int32_t root_task_id = -1;  // the failed task behind it (itself if it failed)
-    int32_t root_kernel_id = -1;
-    uint32_t device_code = 0;
-};
+// A task that failed, or that was skipped because a task it depends on
+// failed: the failure record the whole runtime shares (its fields task_id,
+// kernel_id, skipped, root_task_id, root_kernel_id and device_code are the
+// ones this name always had; task_id is now 64 bits wide).
+using TaskFailure = TaskFailureInfo;
 
 class Orchestrator {
 public:

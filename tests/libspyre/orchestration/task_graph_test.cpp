@@ -707,15 +707,26 @@ TEST_P(OrchQueueTest, FailureListBeforeWaitAll) {
     const int32_t a = o().Submit(K_EXT, WORKER_EXTERNAL, fx);
     const int32_t b = o().Submit(K_INC, WORKER_VECTOR, inc);
     o().Fail(a, 5);
-    const auto f = o().Failures();
+    // One failure record for the runtime and the host level.
+    const std::vector<TaskFailureInfo> f = o().Failures();
     ASSERT_EQ(f.size(), 2u);
-    EXPECT_EQ(f[0].task_id, a);
+    EXPECT_EQ(f[0].task_id, uint64_t(a));
     EXPECT_FALSE(f[0].skipped);
-    EXPECT_EQ(f[1].task_id, b);
+    EXPECT_EQ(f[0].root_task_id, a);
+    EXPECT_EQ(f[0].kernel_id, K_EXT);
+    EXPECT_EQ(f[0].level, Level::CoreGroup);
+    EXPECT_EQ(f[0].kind, ErrorKind::DeviceError);
+    EXPECT_EQ(f[1].task_id, uint64_t(b));
+    EXPECT_EQ(f[1].task, "task " + std::to_string(b));
+    EXPECT_EQ(f[1].kernel_id, K_INC);
     EXPECT_TRUE(f[1].skipped);
     EXPECT_EQ(f[1].root_task_id, a);
     EXPECT_EQ(f[1].root_kernel_id, K_EXT);
+    // A skipped task carries the cause it was skipped for.
     EXPECT_EQ(f[1].device_code, 5u);
+    EXPECT_EQ(f[1].kind, ErrorKind::DeviceError);
+    EXPECT_EQ(f[1].cause, f[0].cause);
+    EXPECT_NE(f[1].cause.find("code 5"), std::string::npos) << f[1].cause;
     EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "code 5");
 }
 
