@@ -179,7 +179,9 @@ void* pto_alloc(Runtime* rt, size_t size);
  * that referenced it is CONSUMED, not at once. */
 int32_t pto_free(Runtime* rt, void* buffer);
 int32_t pto_scope_begin(Runtime* rt);
-/* Returns the task id (>= 0) or a negative errno. */
+/* Returns the task id (>= 0) or a negative errno. Ids wrap (after about
+ * 2^31 tasks) at a multiple of the task ring's size: a live task's id names
+ * it alone (docs/orchestration.md, TaskRing). */
 int32_t pto_submit_task(Runtime* rt, int32_t kernel_id, int32_t worker_type, TaskParam* params, int32_t num_params);
 /* Releases the scope's references to its tasks. Does not wait; returns -EIO
  * (message: task id, kernel id, device error code) if a task of the scope

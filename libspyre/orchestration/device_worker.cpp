@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "orchestration/device_worker.hpp"
 
-#include <bit>
 #include <string>
 
 #include "device/device_internals.hpp"
@@ -59,7 +58,7 @@ void DeviceWorker::Start(ReadyQueue& ready, CompletionSink& sink) {
     sent_ns_.assign(tables, 0);
     // A power of two at least the ring's size: live ids, consecutive, still
     // get distinct slots, and a slot is a mask, not a division.
-    placed_.assign(std::bit_ceil(size_t(std::max(graph_.task_ring_size(), 1))), Placed{});
+    placed_.assign(size_t(std::max(graph_.task_ring_size(), 1)), Placed{});  // one per ring slot
 }
 
 void DeviceWorker::Stop() {

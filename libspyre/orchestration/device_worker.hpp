@@ -90,7 +90,8 @@ private:
         uint32_t position = 0;  // its submission position on `queue`
     };
     std::vector<Placed> placed_;
-    Placed& PlacedOf(int32_t id) { return placed_[uint32_t(id) & (placed_.size() - 1)]; }
+    // By ring slot: task ids wrap at a multiple of the ring's size (TaskRing).
+    Placed& PlacedOf(int32_t id) { return placed_[uint32_t(id) % placed_.size()]; }
     std::vector<ReadyTask> held_;     // popped, not sent yet (in the order popped)
     std::vector<QueueRoom> left_;  // FillQueues' scratch: each queue's room, as the fill uses it up
     uint32_t next_queue_ = 0;  // where the spreading of tasks free to go anywhere goes on

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // ScopeStack (seed 004): the open scopes, innermost last. A scope begun when
-// the next task id was `begin` owns the tasks [begin, head) when it ends.
+// the next task's sequence number (TaskRing::head_seq) was `begin` owns the
+// tasks [begin, head) when it ends.
 // It holds a reference on those of them with implicit outputs (seed 004:
 // fanout = consumers + scope depth), so nested scopes release each
 // reference once; tasks without implicit outputs are not held, so a scope
@@ -18,7 +19,7 @@
 namespace spyre::orchestration {
 
 struct ScopeRecord {
-    int32_t begin = 0;       // its first task id
+    int64_t begin = 0;       // its first task's sequence number
     int32_t failed = 0;      // its tasks that failed so far
     int32_t skipped = 0;     // and that were skipped
     int32_t first_task = -1;  // the first of those, and why
@@ -28,7 +29,7 @@ struct ScopeRecord {
 
 class ScopeStack {
 public:
-    void Push(int32_t begin_task) { scopes_.push_back({.begin = begin_task}); }
+    void Push(int64_t begin_seq) { scopes_.push_back({.begin = begin_seq}); }
     // The innermost scope, or nullopt with no scope open.
     std::optional<ScopeRecord> Pop() {
         if (scopes_.empty()) return std::nullopt;
@@ -37,16 +38,16 @@ public:
         return r;
     }
     int32_t depth() const noexcept { return int32_t(scopes_.size()); }
-    // The outermost open scope's first task (what holds the oldest tasks).
-    std::optional<int32_t> outermost() const {
+    // The outermost open scope's first sequence number (what holds the oldest tasks).
+    std::optional<int64_t> outermost() const {
         if (scopes_.empty()) return std::nullopt;
         return scopes_.front().begin;
     }
-    // Task `task_id` failed (or was skipped): every open scope it belongs to
-    // (those begun at or before it) counts it.
-    void NoteFailure(int32_t task_id, int32_t kernel_id, bool skipped, const dependency::Root& root) {
+    // Task `task_id` (sequence number `seq`) failed (or was skipped): every
+    // open scope it belongs to (those begun at or before it) counts it.
+    void NoteFailure(int64_t seq, int32_t task_id, int32_t kernel_id, bool skipped, const dependency::Root& root) {
         for (ScopeRecord& s : scopes_) {
-            if (s.begin > task_id) break;  // begins rise from outer to inner
+            if (s.begin > seq) break;  // begins rise from outer to inner
             ++(skipped ? s.skipped : s.failed);
             if (s.first_task < 0) {
                 s.first_task = task_id;

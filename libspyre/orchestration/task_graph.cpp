@@ -67,7 +67,7 @@ thread_local ThreadHolds tl_holds;
 
 TaskGraph::TaskGraph(TaskGraphOptions options)
     : options_(std::move(options)),
-      ring_(options_.task_ring_size),
+      ring_(options_.task_ring_size, options_.first_task_seq),
       heap_(options_.memory + options_.heap_offset, options_.heap_size),
       map_(size_t(std::max(options_.task_ring_size, 1))),
       anchor_(std::make_shared<HoldAnchor>()) {
@@ -278,7 +278,7 @@ std::string TaskGraph::TaskRingStuck() const {
              "task ring";
     } else if (st == TaskState::Completed && t.has_heap_block && scopes_.depth() > 0) {
         s << " is held by " << scopes_.depth() << " open scope(s) (the outermost began at task "
-          << *scopes_.outermost() << ") for its implicit outputs, and the ring is reused in order behind it: "
+          << ring_.IdOf(*scopes_.outermost()) << ") for its implicit outputs, and the ring is reused in order behind it: "
           << "from its first task with an implicit output on, a scope can hold at most " << ring_.capacity()
           << " tasks: end scopes sooner, write to pto_alloc buffers, or create the runtime with a larger task ring";
     } else if (st == TaskState::Completed) {
@@ -471,7 +471,7 @@ void TaskGraph::ScopeBegin() {
              "pto_scope_begin while another thread has " + std::to_string(scopes_.depth()) +
                  " scope(s) open on this runtime: the scopes of one runtime nest on one thread at a time",
              EBUSY);
-    scopes_.Push(ring_.head());
+    scopes_.Push(ring_.head_seq());
     scope_owner_ = me;
     tl_holds.Add(anchor_);
 }
@@ -492,11 +492,11 @@ void TaskGraph::ScopeEnd() {
                                          "(pto_run keeps the function inside scopes of its own)");
     const ScopeRecord scope = *scopes_.Pop();
     if (scopes_.depth() == 0) scope_owner_ = std::thread::id();
-    const int32_t end = ring_.head();
+    const int32_t end = ring_.head();  // the next id
     LetGoOfScope(scope);
     WakeWaiters();
     if (scope.first_task >= 0) {
-        throw FailureReport("scope of tasks [" + std::to_string(scope.begin) + ", " + std::to_string(end) + "): ",
+        throw FailureReport("scope of tasks [" + std::to_string(ring_.IdOf(scope.begin)) + ", " + std::to_string(end) + "): ",
                             *scope.first_root, scope.failed, scope.skipped);
     }
 }
@@ -505,8 +505,8 @@ void TaskGraph::LetGoOfScope(const ScopeRecord& scope) {
     // The scope lets go of the tasks it holds: those of its tasks with
     // implicit outputs, all still live (ids below the tail are reclaimed,
     // and held tasks never are).
-    for (int32_t id = std::max(scope.begin, ring_.tail()); id < ring_.head(); ++id) {
-        TaskDescriptor& t = ring_.Get(id);
+    for (int64_t seq = std::max(scope.begin, ring_.tail_seq()); seq < ring_.head_seq(); ++seq) {
+        TaskDescriptor& t = ring_.AtSeq(seq);
         if (!t.has_heap_block) continue;
         ++t.fanout_refcount;
         TryConsume(t);
@@ -940,8 +940,8 @@ void TaskGraph::CheckOutputsUsed(TaskDescriptor& t) {
         // A later task that wrote the whole range (OUTPUT or INOUT of it)
         // took the producer's place in the region map: look for the
         // producer among the live tasks then (rare: a scan of the ring).
-        for (int32_t id = ring_.tail(); !live && id < t.task_id; ++id)
-            live = ring_.IsLive(id) && Covers(ring_.Get(id), p) && ring_.Get(id).handed_out;
+        for (int64_t seq = ring_.tail_seq(); !live && seq < ring_.SeqOf(t.task_id); ++seq)
+            live = Covers(ring_.AtSeq(seq), p) && ring_.AtSeq(seq).handed_out;
         if (live) continue;
         const uint64_t device_address = uint64_t(p.host - options_.memory);
         // Refused whole: the slot and the heap block go back.
@@ -1069,7 +1069,7 @@ void TaskGraph::NoteFailure(const TaskDescriptor& t) {
     f.root_task_id = int64_t(root.task_id);
     f.root_kernel_id = root.kernel_id;
     failure_roots_.push_back(t.gate.root);
-    scopes_.NoteFailure(t.task_id, t.func_id, skipped, t.gate.root);
+    scopes_.NoteFailure(ring_.SeqOf(t.task_id), t.task_id, t.func_id, skipped, t.gate.root);
 }
 
 void TaskGraph::KeepPoisonedWrites(const TaskDescriptor& t) {
@@ -1259,7 +1259,7 @@ TaskState TaskGraph::State(int32_t task_id) const {
     // a wait: the look reaps what is done.
     KickExecutors();
     Lock lock(*this);
-    if (task_id < 0 || task_id >= ring_.head())
+    if (ring_.SeqOf(task_id) < 0)
         Fail(ErrorKind::InvalidArgument, "task " + std::to_string(task_id) + " was never submitted");
     if (!ring_.IsLive(task_id)) return TaskState::Consumed;  // reclaimed
     return ring_.Get(task_id).state.load(std::memory_order_relaxed);

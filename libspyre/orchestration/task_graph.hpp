@@ -62,6 +62,9 @@ struct TaskGraphOptions {
     bool run_cheap_host_tasks_here = true;
     uint32_t cheap_host_task_ns = RunCost::kDefaultCheapNs;
     std::string device;         // for messages
+    // Where the task sequence starts (TaskRing): tests start it just before
+    // the task ids wrap; 0 otherwise.
+    int64_t first_task_seq = 0;
 };
 
 struct TaskGraphStats {

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "orchestration/task_ring.hpp"
 
+#include <algorithm>
+#include <climits>
 #include <string>
 
 #include "host_memory.hpp"
@@ -48,7 +50,7 @@ void TaskDescriptor::Reset(int32_t id) {
     thrown.clear();
 }
 
-TaskRing::TaskRing(int32_t capacity) {
+TaskRing::TaskRing(int32_t capacity, int64_t first_seq) {
     if (capacity < 1)
         throw Error(ErrorKind::InvalidArgument,
                     "task ring size must be at least 1, got " + std::to_string(capacity));
@@ -56,25 +58,40 @@ TaskRing::TaskRing(int32_t capacity) {
         throw Error(ErrorKind::OutOfMemory, "task ring of " + std::to_string(capacity) + " slots needs " +
                                                 std::to_string(bytes) + " bytes, more than this host's RAM and swap");
     slots_ = std::vector<TaskDescriptor>(size_t(capacity));
+    period_ = INT32_MAX / capacity * capacity;
+    first_ = head_ = tail_ = std::max<int64_t>(first_seq, 0);
+    head_id_ = tail_id_ = IdOf(head_);
 }
 
 std::optional<int32_t> TaskRing::Allocate() {
     if (head_ - tail_ >= capacity()) return std::nullopt;
-    const int32_t id = head_++;
+    const int32_t id = head_id_;
+    ++head_;
+    head_id_ = Next(head_id_);
     Get(id).Reset(id);
     return id;
 }
 
 void TaskRing::Unallocate() {
     --head_;
-    Get(head_).state.store(TaskState::Free, std::memory_order_relaxed);
+    head_id_ = head_id_ == 0 ? period_ - 1 : head_id_ - 1;
+    Get(head_id_).state.store(TaskState::Free, std::memory_order_relaxed);
+}
+
+int64_t TaskRing::SeqOf(int32_t id) const noexcept {
+    if (uint32_t(id) >= uint32_t(period_)) return -1;
+    int64_t back = int64_t(head_id_) - id;  // steps from `id` up to the next id
+    if (back <= 0) back += period_;
+    const int64_t seq = head_ - back;
+    return seq >= first_ ? seq : -1;
 }
 
 int32_t TaskRing::Reclaim() {
     int32_t n = 0;
-    while (tail_ < head_ && Get(tail_).state.load(std::memory_order_relaxed) == TaskState::Consumed) {
-        Get(tail_).state.store(TaskState::Free, std::memory_order_relaxed);
+    while (tail_ < head_ && Get(tail_id_).state.load(std::memory_order_relaxed) == TaskState::Consumed) {
+        Get(tail_id_).state.store(TaskState::Free, std::memory_order_relaxed);
         ++tail_;
+        tail_id_ = Next(tail_id_);
         ++n;
     }
     return n;

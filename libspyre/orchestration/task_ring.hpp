@@ -93,30 +93,60 @@ struct TaskDescriptor {
     void Reset(int32_t id);
 };
 
+// Task ids are the submission sequence modulo period(): pto.h's ids are
+// int32_t, and a runtime that lives long submits more than 2^31 tasks (ten
+// minutes at full rate). The period is the largest multiple of the
+// capacity that fits an int32_t, so an id's slot is its sequence number's,
+// and it is far longer than the live window (at most capacity tasks), so a
+// live task's id names it alone; an id of a task reclaimed a period ago
+// names the newer task. Ids are compared by their sequence numbers, never
+// as plain integers.
 class TaskRing {
 public:
-    explicit TaskRing(int32_t capacity);
+    // `first_seq`: where the sequence starts (tests start it just before
+    // the ids wrap).
+    explicit TaskRing(int32_t capacity, int64_t first_seq = 0);
 
     int32_t capacity() const noexcept { return int32_t(slots_.size()); }
+    int32_t period() const noexcept { return period_; }
     // The next task id, or nullopt when every slot is live.
     std::optional<int32_t> Allocate();
     // Undoes the last Allocate (a submission that failed before it was published).
     void Unallocate();
     TaskDescriptor& Get(int32_t id) noexcept { return slots_[size_t(id) % slots_.size()]; }
     const TaskDescriptor& Get(int32_t id) const noexcept { return slots_[size_t(id) % slots_.size()]; }
-    // True for ids in [tail, head): submitted and not yet reclaimed.
-    bool IsLive(int32_t id) const noexcept { return id >= tail_ && id < head_; }
+    // The task of sequence number `seq`, live or not.
+    TaskDescriptor& AtSeq(int64_t seq) noexcept { return slots_[size_t(seq) % slots_.size()]; }
+    // True for a task submitted and not yet reclaimed (its sequence number in [tail, head)).
+    bool IsLive(int32_t id) const noexcept {
+        if (uint32_t(id) >= uint32_t(period_)) return false;
+        int64_t ahead = int64_t(id) - tail_id_;  // of the tail, along the ring of ids
+        if (ahead < 0) ahead += period_;
+        return ahead < head_ - tail_;
+    }
+    // The sequence number of the latest task given `id`; -1 when none was
+    // (or `id` is outside [0, period)).
+    int64_t SeqOf(int32_t id) const noexcept;
+    int32_t IdOf(int64_t seq) const noexcept { return int32_t(seq % period_); }
     // Advances the tail over CONSUMED tasks (their slots become Free); returns how many.
     int32_t Reclaim();
 
-    int32_t head() const noexcept { return head_; }
-    int32_t tail() const noexcept { return tail_; }
-    int32_t live() const noexcept { return head_ - tail_; }
+    int32_t head() const noexcept { return head_id_; }  // the next id
+    int32_t tail() const noexcept { return tail_id_; }  // the oldest live task's id (head() when none)
+    int64_t head_seq() const noexcept { return head_; }
+    int64_t tail_seq() const noexcept { return tail_; }
+    int32_t live() const noexcept { return int32_t(head_ - tail_); }
 
 private:
+    int32_t Next(int32_t id) const noexcept { return id + 1 == period_ ? 0 : id + 1; }
+
     std::vector<TaskDescriptor> slots_;
-    int32_t head_ = 0;  // next id
-    int32_t tail_ = 0;  // oldest live id
+    int32_t period_ = 0;
+    int64_t first_ = 0;   // the first sequence number
+    int64_t head_ = 0;    // the next sequence number
+    int64_t tail_ = 0;    // the oldest live one
+    int32_t head_id_ = 0;  // their ids
+    int32_t tail_id_ = 0;
 };
 
 }  // namespace spyre::orchestration

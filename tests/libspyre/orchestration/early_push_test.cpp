@@ -10,6 +10,7 @@
 // pushed and completes it by hand.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <vector>
 
 #include "mock_fixture.hpp"
@@ -49,13 +50,17 @@ constexpr int32_t kDeviceKernel = 1;
 constexpr int32_t kHostKernel = 2;
 constexpr int32_t kExternalKernel = 3;
 
-class EarlyPushTest : public ::testing::Test {
+// Each test runs from task id 0 and from just before the ids wrap
+// (TaskRing: pto.h's ids are int32_t), so the chains it pushes cross the
+// wrap and name producers on both sides of it.
+class EarlyPushTest : public ::testing::TestWithParam<int64_t> {
 protected:
     void SetUp() override {
         memory_.resize(1 << 20);
         graph_.emplace(TaskGraphOptions{.task_ring_size = 64, .memory = memory_.data(), .memory_size = memory_.size(),
                                         .heap_offset = 1 << 19, .heap_size = 1 << 19, .host_threads = 1,
-                                        .run_cheap_host_tasks_here = false, .device = "test"});
+                                        .run_cheap_host_tasks_here = false, .device = "test",
+                                        .first_task_seq = GetParam()});
         graph_->RegisterKernel(KernelEntry{.kernel_id = kDeviceKernel, .program_address = 64, .has_program = true});
         graph_->RegisterKernel(KernelEntry{
             .kernel_id = kHostKernel, .host_callable = [](void* const*, const uint64_t*, int32_t) { return 0u; }});
@@ -85,7 +90,7 @@ TaskParam Out(uint8_t* p) { return {PARAM_OUTPUT, p, 64, {}}; }
 // A chain goes to the executor whole, each link naming the one before; the
 // links completed last-first still complete in order, once their producers
 // have.
-TEST_F(EarlyPushTest, AChainIsPushedWholeAndCompletesInOrderWhateverOrderItsCompletionsCome) {
+TEST_P(EarlyPushTest, AChainIsPushedWholeAndCompletesInOrderWhateverOrderItsCompletionsCome) {
     const int32_t a = Device({InOut(At(0))});
     const int32_t b = Device({InOut(At(0))});
     const int32_t c = Device({InOut(At(0))});
@@ -107,7 +112,7 @@ TEST_F(EarlyPushTest, AChainIsPushedWholeAndCompletesInOrderWhateverOrderItsComp
 
 // The same when the completions come as one batch, parked and applied in
 // whatever order the inbox gives them.
-TEST_F(EarlyPushTest, ABatchOfCompletionsOfAChainAppliesInAnyOrder) {
+TEST_P(EarlyPushTest, ABatchOfCompletionsOfAChainAppliesInAnyOrder) {
     std::vector<int32_t> ids;
     for (int i = 0; i < 40; ++i) ids.push_back(Device({InOut(At(0))}));
     ASSERT_EQ(executor_->Pushed().size(), 40u);
@@ -121,7 +126,7 @@ TEST_F(EarlyPushTest, ABatchOfCompletionsOfAChainAppliesInAnyOrder) {
 // A producer fails: the consumers the executor did not run (it reports
 // DEPENDENCY_FAILED, here before the failure itself) are skipped with the
 // producer as their root, and an independent task is not touched.
-TEST_F(EarlyPushTest, ConsumersAProducersFailureKeptFromRunningAreSkippedWithItsRoot) {
+TEST_P(EarlyPushTest, ConsumersAProducersFailureKeptFromRunningAreSkippedWithItsRoot) {
     const int32_t a = Device({InOut(At(0))});
     const int32_t b = Device({InOut(At(0))});
     const int32_t c = Device({In(At(0)), Out(At(4096))});
@@ -144,7 +149,7 @@ TEST_F(EarlyPushTest, ConsumersAProducersFailureKeptFromRunningAreSkippedWithIts
 
 // DEPENDENCY_FAILED for a task whose producers all succeeded is the
 // executor's own failure, reported as one, never a silent skip.
-TEST_F(EarlyPushTest, DependencyFailedWithoutAFailedProducerIsAFailure) {
+TEST_P(EarlyPushTest, DependencyFailedWithoutAFailedProducerIsAFailure) {
     const int32_t a = Device({InOut(At(0))});
     const int32_t b = Device({InOut(At(0))});
     ASSERT_EQ(executor_->Pushed().size(), 2u);
@@ -155,7 +160,7 @@ TEST_F(EarlyPushTest, DependencyFailedWithoutAFailedProducerIsAFailure) {
 
 // Not pushed early: a producer that is not the executor's (an EXTERNAL
 // task, a host task), one that is not pushed yet, or more than four.
-TEST_F(EarlyPushTest, OnlyTasksWaitingForAFewPushedTasksOfTheSameExecutorGoEarly) {
+TEST_P(EarlyPushTest, OnlyTasksWaitingForAFewPushedTasksOfTheSameExecutorGoEarly) {
     const int32_t ext = graph_->Submit(kExternalKernel, WORKER_EXTERNAL, std::vector<TaskParam>{Out(At(0))});
     const int32_t after_ext = Device({InOut(At(0))});
     const int32_t after_that = Device({InOut(At(0))});  // its producer is not pushed yet
@@ -197,6 +202,51 @@ TEST_F(EarlyPushTest, OnlyTasksWaitingForAFewPushedTasksOfTheSameExecutorGoEarly
     executor_->Complete(four_wide, 0);
     graph_->WaitAll();
 }
+
+// Host tasks and scopes on both sides of the wrap: a scope that spans it
+// counts the failure and the skip after it, a chain longer than the ring
+// computes the right count, and ids stay non-negative; a reclaimed id is
+// CONSUMED and one never handed out is refused.
+TEST_P(EarlyPushTest, HostChainsAndScopesKeepTheirMeaningAcrossTheIdWrap) {
+    constexpr int32_t kIncrement = 4;
+    graph_->RegisterKernel(KernelEntry{.kernel_id = kIncrement,
+                                       .host_callable = [](void* const* buffers, const uint64_t*, int32_t) {
+                                           ++*static_cast<uint32_t*>(buffers[0]);
+                                           return 0u;
+                                       }});
+    auto* counter = reinterpret_cast<uint32_t*>(At(0));
+    *counter = 0;
+    *reinterpret_cast<uint32_t*>(At(64)) = 0;
+    graph_->ScopeBegin();
+    const int32_t first = graph_->Submit(kIncrement, WORKER_CUBE, std::vector<TaskParam>{InOut(At(64))});
+    const int32_t ext = graph_->Submit(kExternalKernel, WORKER_EXTERNAL, std::vector<TaskParam>{InOut(At(0))});
+    const int32_t after = graph_->Submit(kIncrement, WORKER_CUBE, std::vector<TaskParam>{InOut(At(0))});
+    graph_->Complete(ext, 9);
+    EXPECT_SPYRE_ERROR(graph_->ScopeEnd(), DeviceError,
+                       "scope of tasks [" + std::to_string(first) + ", " + std::to_string(after + 1) +
+                           "): task " + std::to_string(ext) + " (kernel 3) failed with device error code 9; "
+                           "1 task(s) failed, 1 dependent task(s) skipped");
+    EXPECT_SPYRE_ERROR(graph_->WaitAll(), DeviceError, "1 dependent task(s) skipped");
+    EXPECT_EQ(*counter, 0u);  // the task after the failure was skipped
+    EXPECT_EQ(*reinterpret_cast<uint32_t*>(At(64)), 1u);
+    std::vector<int32_t> ids;
+    graph_->ScopeBegin();
+    for (int i = 0; i < 200; ++i)  // more than the ring: slots are reused inside the scope
+        ids.push_back(graph_->Submit(kIncrement, WORKER_CUBE, std::vector<TaskParam>{InOut(At(0))}));
+    graph_->ScopeEnd();
+    graph_->WaitAll();
+    EXPECT_EQ(*counter, 200u);
+    for (size_t i = 0; i < ids.size(); ++i) ASSERT_GE(ids[i], 0) << i;
+    EXPECT_EQ(graph_->State(first), TaskState::Consumed);
+    EXPECT_EQ(graph_->State(ids.back()), TaskState::Consumed);
+    EXPECT_SPYRE_ERROR(graph_->State(5000), InvalidArgument, "task 5000 was never submitted");
+    EXPECT_SPYRE_ERROR(graph_->State(-1), InvalidArgument, "never submitted");
+}
+
+// The ring has 64 slots: its ids wrap at INT32_MAX / 64 * 64; start two before.
+INSTANTIATE_TEST_SUITE_P(FromZeroAndAcrossTheIdWrap, EarlyPushTest,
+                         ::testing::Values(int64_t(0), int64_t(INT32_MAX / 64 * 64) - 2),
+                         [](const auto& info) { return info.param == 0 ? "FromZero" : "AcrossTheWrap"; });
 
 }  // namespace
 }  // namespace spyre::orchestration

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
+
 namespace spyre::orchestration {
 namespace {
 
@@ -29,9 +31,11 @@ TEST(ScopeStack, AFailureCountsInEveryOpenScopeItBelongsTo) {
     s.Push(0);
     s.Push(5);
     const dependency::Root root = Failure(3, 7, 42);
-    s.NoteFailure(3, 7, false, root);  // submitted before the inner scope began
-    s.NoteFailure(6, 8, true, root);   // in both
-    s.NoteFailure(9, 9, false, Failure(9, 9, 1));
+    // Scopes hold sequence numbers: a task is in a scope by its sequence
+    // number, whatever its (wrapping) id; here the ids are the numbers.
+    s.NoteFailure(3, 3, 7, false, root);  // submitted before the inner scope began
+    s.NoteFailure(6, 6, 8, true, root);   // in both
+    s.NoteFailure(9, 9, 9, false, Failure(9, 9, 1));
     const ScopeRecord inner = *s.Pop();
     EXPECT_EQ(inner.failed, 1);
     EXPECT_EQ(inner.skipped, 1);
@@ -42,6 +46,18 @@ TEST(ScopeStack, AFailureCountsInEveryOpenScopeItBelongsTo) {
     EXPECT_EQ(outer.skipped, 1);
     EXPECT_EQ(outer.first_task, 3);
     EXPECT_EQ(outer.first_root->device_code, 42u);
+}
+
+// A scope begun just before the task ids wrapped: a task after the wrap
+// (a small id, a larger sequence number) is still in it.
+TEST(ScopeStack, ATaskPastTheIdWrapBelongsToTheScopeBegunBeforeIt) {
+    ScopeStack s;
+    const int64_t begin = int64_t(INT32_MAX) - 1;
+    s.Push(begin);
+    s.NoteFailure(begin + 2, 1, 7, false, Failure(1, 7, 5));
+    const ScopeRecord scope = *s.Pop();
+    EXPECT_EQ(scope.failed, 1);
+    EXPECT_EQ(scope.first_task, 1);
 }
 
 }  // namespace

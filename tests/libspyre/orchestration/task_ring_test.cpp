@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
+
 #include "mock_fixture.hpp"
 
 namespace spyre::orchestration {
@@ -51,6 +53,58 @@ TEST(TaskRing, UnallocateGivesTheSlotBack) {
     EXPECT_EQ(*ring.Allocate(), 0);
     ring.Unallocate();
     EXPECT_EQ(*ring.Allocate(), 0);
+}
+
+// pto.h's task ids are int32_t: past 2^31 submissions (minutes at full
+// rate) they wrap, at a multiple of the ring's size, so an id keeps its slot
+// and a live id still names one task. Before, the 2^31st Allocate overflowed
+// a signed int (ids went negative and slots were shared).
+TEST(TaskRing, IdsWrapAtAMultipleOfTheCapacityAndKeepTheirSlots) {
+    TaskRing ring(3, int64_t(INT32_MAX) - 3);
+    const int32_t period = ring.period();
+    EXPECT_EQ(period, INT32_MAX / 3 * 3);
+    EXPECT_EQ(ring.SeqOf(5), -1);  // never submitted
+    const int32_t a = *ring.Allocate();
+    const int32_t b = *ring.Allocate();
+    const int32_t c = *ring.Allocate();
+    EXPECT_EQ(a, period - 2);
+    EXPECT_EQ(b, period - 1);
+    EXPECT_EQ(c, 0);  // wrapped, not negative
+    EXPECT_FALSE(ring.Allocate());
+    EXPECT_EQ(ring.SeqOf(c), int64_t(INT32_MAX) - 1);
+    EXPECT_EQ(&ring.Get(c), &ring.AtSeq(ring.SeqOf(c)));
+    EXPECT_NE(&ring.Get(a), &ring.Get(c));  // three live tasks, three slots
+    EXPECT_NE(&ring.Get(b), &ring.Get(c));
+    EXPECT_TRUE(ring.IsLive(a) && ring.IsLive(b) && ring.IsLive(c));
+    EXPECT_FALSE(ring.IsLive(1));
+    EXPECT_FALSE(ring.IsLive(period - 3));
+    EXPECT_FALSE(ring.IsLive(-1));
+    EXPECT_FALSE(ring.IsLive(period));
+    ring.Get(a).state = TaskState::Consumed;
+    ring.Get(b).state = TaskState::Consumed;
+    EXPECT_EQ(ring.Reclaim(), 2);
+    EXPECT_EQ(ring.tail(), c);
+    EXPECT_FALSE(ring.IsLive(a));
+    EXPECT_TRUE(ring.IsLive(c));
+    EXPECT_EQ(*ring.Allocate(), 1);
+    EXPECT_EQ(*ring.Allocate(), 2);
+    EXPECT_EQ(ring.head(), 3);
+    EXPECT_EQ(ring.live(), 3);
+    EXPECT_EQ(ring.Get(2).task_id, 2);
+    ring.Unallocate();  // across nothing: back to 2
+    EXPECT_EQ(ring.head(), 2);
+    EXPECT_EQ(ring.SeqOf(a), int64_t(INT32_MAX) - 3);  // reclaimed, but it was submitted
+}
+
+TEST(TaskRing, UnallocateStepsBackOverTheWrap) {
+    TaskRing ring(2, int64_t(INT32_MAX / 2 * 2) - 1);
+    EXPECT_EQ(*ring.Allocate(), ring.period() - 1);
+    EXPECT_EQ(*ring.Allocate(), 0);
+    ring.Unallocate();
+    EXPECT_EQ(ring.head(), 0);
+    EXPECT_FALSE(ring.IsLive(0));
+    EXPECT_EQ(*ring.Allocate(), 0);
+    EXPECT_TRUE(ring.IsLive(0));
 }
 
 TEST(TaskRing, RejectsEmptyRing) { EXPECT_SPYRE_ERROR(TaskRing(0), InvalidArgument, "at least 1"); }
