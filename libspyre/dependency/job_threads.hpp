@@ -30,6 +30,7 @@
 
 #include "spyre/common/eventcount.hpp"
 #include "spyre/common/futex.hpp"
+#include "spyre/common/spin.hpp"
 
 namespace spyre::dependency {
 
@@ -63,16 +64,7 @@ public:
     // when it is still not ready and the caller should sleep.
     template <typename Ready>
     static bool LookBeforeSleeping(Ready&& ready) {
-        const auto start = std::chrono::steady_clock::now();
-        for (unsigned looks = 0;; ++looks) {
-            if (ready()) return true;
-            if ((looks & 15) == 15) {
-                const auto spent = std::chrono::steady_clock::now() - start;
-                if (spent >= kSpin) return false;
-                if (spent >= kPauseSpin) std::this_thread::yield();
-            }
-            CpuRelax();
-        }
+        return SpinFor(ready, {kPauseSpin, kSpin - kPauseSpin}).ready;
     }
 
     // Which of its pool's threads runs the calling job (0..threads-1, or

@@ -8,6 +8,7 @@
 #include "device/device_core.hpp"
 #include "device/device_internals.hpp"
 #include "spyre/common/log.hpp"
+#include "spyre/common/spin.hpp"
 #include "stream/scheduler_core.hpp"
 
 namespace spyre {
@@ -33,6 +34,9 @@ constexpr auto kYieldPoll = std::chrono::microseconds(50);
 // the CPU away) would cost the whole hop; on a loaded one completions come
 // late, the spin shrinks to almost nothing and the waiter yields as before.
 constexpr uint32_t kSpinMinNs = 500;
+// A pass reads the rings in shared memory: a spinning waiter pauses this
+// often between two.
+constexpr uint32_t kPausesPerLook = 8;
 // The spin only while waits lately took less than this on average (short
 // tasks): a waiter that spins through long ones holds a CPU the device's
 // threads (a mock's cores) would compute on.
@@ -191,21 +195,22 @@ bool TaskPort::PassMoved(const std::function<bool()>& done) {
 }
 
 bool TaskPort::LookForProgress(const std::function<bool()>& done) {
-    if (wait_ns_ < kSpinWhileWaitsUnderNs && spin_max_ns_ != 0 && SpinForProgress(done)) return true;
-    const auto until = std::chrono::steady_clock::now() + kYieldPoll;
-    uint64_t yields = 0;
-    bool moved = false;
-    do {
-        std::this_thread::yield();
-        ++yields;
-        moved = PassMoved(done);
-    } while (!moved && std::chrono::steady_clock::now() < until);
-    device_->sched->CountTaskWaits(0, yields);
-    return moved;
+    const bool spin = wait_ns_ < kSpinWhileWaitsUnderNs && spin_max_ns_ != 0;
+    const SpinOutcome seen = SpinFor([&] { return PassMoved(done); },
+                                     {spin ? std::chrono::nanoseconds(spin_ns_) : std::chrono::nanoseconds(0),
+                                      kYieldPoll, kPausesPerLook});
+    if (spin) {
+        if (seen.ready && seen.yields == 0)
+            spin_ns_ = std::min(spin_max_ns_, spin_ns_ * 2);
+        else
+            spin_ns_ = std::max(std::min(kSpinMinNs, spin_max_ns_), spin_ns_ / 2);
+    }
+    device_->sched->CountTaskWaits(0, seen.yields);
+    return seen.ready;
 }
 
 void TaskPort::PollForProgress(const std::function<bool()>& done, std::chrono::microseconds max) {
-    if (SpinUntil(done, std::chrono::steady_clock::now() + max)) return;
+    if (SpinFor([&] { return PassMoved(done); }, {max, {}, kPausesPerLook}).ready) return;
     // The health checks a sleep would have made: a sleep of no time.
     driver::TaskQueue::WaitAnyOr(raw_, {}, std::chrono::nanoseconds(0));
 }
@@ -240,24 +245,6 @@ void TaskPort::WaitForCompletion(const FutexWord* caller, const std::function<bo
     if (caller) words[1] = *caller;
     device_->sched->CountTaskWaits(1, 0);
     driver::TaskQueue::WaitAnyOr(raw_, std::span(words, n), max);
-}
-
-bool TaskPort::SpinUntil(const std::function<bool()>& done, std::chrono::steady_clock::time_point until) {
-    // The clock every 8 looks: a read costs as much as several looks.
-    for (unsigned looks = 1;; ++looks) {
-        for (int i = 0; i < 8; ++i) CpuRelax();
-        if (PassMoved(done)) return true;
-        if (looks % 8 == 0 && std::chrono::steady_clock::now() >= until) return false;
-    }
-}
-
-bool TaskPort::SpinForProgress(const std::function<bool()>& done) {
-    if (SpinUntil(done, std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin_ns_))) {
-        spin_ns_ = std::min(spin_max_ns_, spin_ns_ * 2);
-        return true;
-    }
-    spin_ns_ = std::max(std::min(kSpinMinNs, spin_max_ns_), spin_ns_ / 2);
-    return false;
 }
 
 void TaskPort::DriveLocked(const FutexWord* caller, const std::function<bool()>& stop) {

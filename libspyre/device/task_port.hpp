@@ -119,14 +119,9 @@ private:
     // Drive lock held: one pass; whether it moved anything, the port
     // failed, nothing is left in flight or done() holds (a looker stops).
     bool PassMoved(const std::function<bool()>& done);
-    // Drive lock held: passes, spinning, until anything moved (or done()),
-    // or `until`; whether anything moved.
-    bool SpinUntil(const std::function<bool()>& done, std::chrono::steady_clock::time_point until);
-    // Drive lock held: passes, spinning, for up to spin_ns_; whether
-    // anything moved (or done()). Adapts spin_ns_ (task_port.cpp).
-    bool SpinForProgress(const std::function<bool()>& done);
-    // SpinForProgress (while waits are short), then passes while yielding
-    // for a while (Adaptive).
+    // Drive lock held: passes, spinning for up to spin_ns_ (while waits are
+    // short; adapts spin_ns_, task_port.cpp), then yielding for a while
+    // (Adaptive); whether anything moved (or done()).
     bool LookForProgress(const std::function<bool()>& done);
     // Drive lock held: passes, spinning, until anything moved (or done()) or
     // for `max`, then checks the device's health (Poll).
@@ -155,7 +150,7 @@ private:
     bool failed_ = false;
     driver::WaitMode wait_mode_ = driver::WaitMode::Adaptive;  // the Device's (SchedulerOptions)
     uint32_t spin_max_ns_ = 20'000;  // SchedulerOptions::spin: spin_ns_ grows to this
-    uint32_t spin_ns_ = 2'000;  // SpinForProgress's current bound
+    uint32_t spin_ns_ = 2'000;  // LookForProgress's current spin
     uint64_t wait_ns_ = 0;      // how long WaitForCompletion lately took (moving average)
     uint32_t kicks_since_reap_ = 0;
 

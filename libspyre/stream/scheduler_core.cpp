@@ -10,6 +10,7 @@
 #include "device/task_port.hpp"
 #include "spyre/common/futex.hpp"
 #include "spyre/common/log.hpp"
+#include "spyre/common/spin.hpp"
 #include "spyre/uapi/spyre_cb.h"
 #include "stream/stream_wait.hpp"
 #include "trace/recorder.hpp"
@@ -300,24 +301,17 @@ void SchedulerCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t tar
     };
     if (options_.wait_mode != driver::WaitMode::Blocking) {
         drivers_.fetch_add(1, std::memory_order_seq_cst);
-        // The spin budget bounds adaptive waits only, counted from the first
-        // look at the clock (after kSpinsPerClockRead spins): a poll-mode
-        // caller reads no clock, an adaptive one none before then (a read
-        // costs about as much as a NOP on the device).
+        // The spin budget bounds adaptive waits only; a poll-mode caller
+        // reads no clock.
         const bool adaptive = options_.wait_mode == driver::WaitMode::Adaptive;
-        std::optional<Clock::time_point> until;
         uint32_t spins = 0;
-        while (!done()) {
-            drive(spins % kSpinsPerFullPump == 0);
-            if (done()) break;
-            CpuRelax();
-            ++spins;
-            if (adaptive && spins % kSpinsPerClockRead == 0) {
-                const auto now = Clock::now();
-                if (!until) until = now + options_.spin;
-                if (now >= *until) break;
-            }
-        }
+        SpinFor(
+            [&] {
+                if (done()) return true;
+                drive(spins++ % kSpinsPerFullPump == 0);
+                return done();
+            },
+            {adaptive ? std::chrono::nanoseconds(options_.spin) : SpinLimits::kForever});
         drivers_.fetch_sub(1, std::memory_order_seq_cst);
         // Work of others still in flight: the scheduler thread watches it again.
         if (busy_.load(std::memory_order_seq_cst)) WakeIfAsleep();
