@@ -133,6 +133,20 @@ public:
         }
     }
 
+    // Drops every entry whose task `alive` rejects, met by a lookup or not.
+    template <typename Alive>
+    void Sweep(Alive&& alive) {
+        auto sweep = [&](std::vector<Entry>& bucket) {
+            std::erase_if(bucket, [&](const Entry& e) { return !alive(e.task); });
+        };
+        sweep(wide_);
+        for (Granules& b : buckets_) {
+            sweep(b.writes);
+            sweep(b.reads);
+            b.reads_swept = std::min(b.reads_swept, b.reads.size());
+        }
+    }
+
     size_t bucket_count() const noexcept { return buckets_.size(); }
     // Entries held, stale ones included.
     size_t entries() const noexcept {

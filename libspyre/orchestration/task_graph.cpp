@@ -67,7 +67,7 @@ thread_local ThreadHolds tl_holds;
 
 TaskGraph::TaskGraph(TaskGraphOptions options)
     : options_(std::move(options)),
-      ring_(options_.task_ring_size, options_.first_task_seq),
+      ring_(options_.task_ring_size, options_.first_task_seq, options_.task_id_period),
       heap_(options_.memory + options_.heap_offset, options_.heap_size),
       map_(size_t(std::max(options_.task_ring_size, 1))),
       anchor_(std::make_shared<HoldAnchor>()) {
@@ -621,6 +621,8 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
                                          " bytes, more than the heap ring (" + std::to_string(heap_.size()) + " bytes)");
     // 1. A slot from the task ring (stalls while full).
     const int32_t id = Stall(lock, {.slots = 1}, [&] { return ring_.Allocate(); }, [&] { return TaskRingStuck(); });
+    if (ring_.head_seq() >= next_forget_seq_) [[unlikely]]
+        ForgetBeforeIdsComeRound();
     TaskDescriptor& t = ring_.Get(id);
     // 2. Implicit outputs, packed in one heap block.
     if (implicit_bytes) {
@@ -1073,7 +1075,7 @@ void TaskGraph::NoteFailure(const TaskDescriptor& t) {
 }
 
 void TaskGraph::KeepPoisonedWrites(const TaskDescriptor& t) {
-    PoisonedWrites kept{t.gate.root, {}};
+    PoisonedWrites kept{ring_.SeqOf(t.task_id), t.gate.root, {}};
     for (int32_t i = 0; i < t.num_params; ++i) {
         const ResolvedParam& p = t.params[i];
         const auto lo = uint64_t(reinterpret_cast<uintptr_t>(p.host));
@@ -1126,6 +1128,20 @@ void TaskGraph::DropPoisonInside(uint64_t lo, uint64_t hi) {
         });
         it = ranges.empty() ? poisoned_.erase(it) : std::next(it);
     }
+}
+
+void TaskGraph::ForgetBeforeIdsComeRound() {
+    next_forget_seq_ = ring_.head_seq() + ring_.period() / 2;
+    const int64_t horizon = ring_.head_seq() - ring_.period() / 2;
+    for (auto it = poisoned_.begin(); it != poisoned_.end();) {
+        if (it->second.seq > horizon) {
+            ++it;
+            continue;
+        }
+        for (const auto& [lo, hi] : it->second.ranges) map_.Erase(0, lo, hi - lo, it->first);
+        it = poisoned_.erase(it);
+    }
+    map_.Sweep([this](int32_t task) { return Alive(task); });
 }
 
 void TaskGraph::OnTaskComplete(int32_t task_id, uint32_t status, const TaskTiming* timing) {

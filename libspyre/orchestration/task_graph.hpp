@@ -65,6 +65,9 @@ struct TaskGraphOptions {
     // Where the task sequence starts (TaskRing): tests start it just before
     // the task ids wrap; 0 otherwise.
     int64_t first_task_seq = 0;
+    // How many submissions before a task id comes round again (TaskRing):
+    // tests make it short; 0 otherwise.
+    int32_t task_id_period = 0;
 };
 
 struct TaskGraphStats {
@@ -275,6 +278,11 @@ private:
     // its reads overlap.
     void InheritPoison(TaskDescriptor& t);
     void DropPoisonInside(uint64_t lo, uint64_t hi);
+    // Every half period of task ids (TaskRing), before any id comes round
+    // again: drops the kept writes of tasks that failed half a period ago
+    // or more, and the hazard map's entries of tasks gone that no lookup
+    // met. Either would otherwise name the newer task given the same id.
+    void ForgetBeforeIdsComeRound();
 
     const TaskGraphOptions options_;
     std::optional<std::vector<std::pair<const void*, uint64_t>>> confined_to_;  // ConfineTasksTo; nullopt: anywhere in memory
@@ -312,11 +320,13 @@ private:
     // reader submitted meanwhile is skipped, not run on stale data. By task
     // id: the root to pass on and the ranges filed (for a free).
     struct PoisonedWrites {
+        int64_t seq = 0;  // the failed task's sequence number
         dependency::Root root;
         std::vector<std::pair<uint64_t, uint64_t>> ranges;  // host addresses [lo, hi)
     };
     std::unordered_map<int32_t, PoisonedWrites> poisoned_;
     std::vector<int32_t> poison_scratch_;  // InheritPoison's lookups
+    int64_t next_forget_seq_ = 0;  // ForgetBeforeIdsComeRound's next turn (a compare per submit, no division)
     std::vector<int32_t> deps_;        // Submit's scratch
     // Depth-0 holds, oldest first. A task with implicit outputs submitted
     // outside any scope has no scope to keep them, and a fast task would be

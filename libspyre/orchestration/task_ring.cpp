@@ -50,7 +50,7 @@ void TaskDescriptor::Reset(int32_t id) {
     thrown.clear();
 }
 
-TaskRing::TaskRing(int32_t capacity, int64_t first_seq) {
+TaskRing::TaskRing(int32_t capacity, int64_t first_seq, int32_t period) {
     if (capacity < 1)
         throw Error(ErrorKind::InvalidArgument,
                     "task ring size must be at least 1, got " + std::to_string(capacity));
@@ -59,6 +59,13 @@ TaskRing::TaskRing(int32_t capacity, int64_t first_seq) {
                                                 std::to_string(bytes) + " bytes, more than this host's RAM and swap");
     slots_ = std::vector<TaskDescriptor>(size_t(capacity));
     period_ = INT32_MAX / capacity * capacity;
+    if (period != 0) {
+        if (period < 2 * int64_t(capacity) || period % capacity != 0 || period > period_)
+            throw Error(ErrorKind::InvalidArgument, "task id period " + std::to_string(period) +
+                                                        " is not a multiple of the ring size " +
+                                                        std::to_string(capacity) + " of at least twice it");
+        period_ = period;
+    }
     first_ = head_ = tail_ = std::max<int64_t>(first_seq, 0);
     head_id_ = tail_id_ = IdOf(head_);
 }

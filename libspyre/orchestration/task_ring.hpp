@@ -104,8 +104,9 @@ struct TaskDescriptor {
 class TaskRing {
 public:
     // `first_seq`: where the sequence starts (tests start it just before
-    // the ids wrap).
-    explicit TaskRing(int32_t capacity, int64_t first_seq = 0);
+    // the ids wrap); `period`: 0 for the default, or a multiple of the
+    // capacity of at least twice it (tests make ids come round soon).
+    explicit TaskRing(int32_t capacity, int64_t first_seq = 0, int32_t period = 0);
 
     int32_t capacity() const noexcept { return int32_t(slots_.size()); }
     int32_t period() const noexcept { return period_; }

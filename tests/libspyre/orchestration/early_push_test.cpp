@@ -248,5 +248,94 @@ INSTANTIATE_TEST_SUITE_P(FromZeroAndAcrossTheIdWrap, EarlyPushTest,
                          ::testing::Values(int64_t(0), int64_t(INT32_MAX / 64 * 64) - 2),
                          [](const auto& info) { return info.param == 0 ? "FromZero" : "AcrossTheWrap"; });
 
+// Task ids come round after TaskRing::period() submissions (here 8, on a
+// ring of 4). Whatever the graph keeps by id must by then be gone, or it
+// names the newer task: the hazard map's entry of a task no lookup met,
+// and a failed task's kept writes (not reported by a WaitAll).
+class IdsComeRoundTest : public ::testing::Test {
+protected:
+    static constexpr int32_t kPeriod = 8;
+    void SetUp() override {
+        memory_.resize(1 << 20);
+        graph_.emplace(TaskGraphOptions{.task_ring_size = 4, .memory = memory_.data(), .memory_size = memory_.size(),
+                                        .heap_offset = 1 << 19, .heap_size = 1 << 19, .host_threads = 1,
+                                        .run_cheap_host_tasks_here = false, .device = "test",
+                                        .task_id_period = kPeriod});
+        graph_->RegisterKernel(KernelEntry{.kernel_id = kDeviceKernel, .program_address = 64, .has_program = true});
+        graph_->SetExecutor(WORKER_VECTOR, executor_);
+    }
+    void TearDown() override { RunPushed(0); }
+    uint8_t* At(uint64_t offset) { return memory_.data() + offset; }
+    int32_t Device(std::vector<TaskParam> params) { return graph_->Submit(kDeviceKernel, WORKER_VECTOR, params); }
+    // Completes what was pushed with `status`.
+    void RunPushed(uint32_t status) {
+        for (const ReadyTask& r : executor_->Pushed()) executor_->Complete(r.task_id, status);
+    }
+    // Submits and runs tasks touching nothing until the next id is `id`.
+    void SubmitUntilNextIdIs(int32_t id) {
+        for (int i = 0; i < 2 * kPeriod; ++i) {
+            const int32_t t = Device({});
+            RunPushed(0);
+            if ((t + 1) % kPeriod == id) return;
+        }
+        FAIL() << "the ids never came round to " << id;
+    }
+    const TaskFailureInfo* FailureOf(int32_t task) {
+        failures_ = graph_->Failures();
+        for (const TaskFailureInfo& f : failures_)
+            if (f.task_id == uint64_t(task) && f.skipped) return &f;
+        return nullptr;
+    }
+
+    std::vector<uint8_t> memory_;
+    std::shared_ptr<ScriptedExecutor> executor_ = std::make_shared<ScriptedExecutor>();
+    std::optional<TaskGraph> graph_;
+    std::vector<TaskFailureInfo> failures_;
+};
+
+TEST_F(IdsComeRoundTest, ARingOfFourRefusesAPeriodThatIsNotAMultipleOfItOrUnderTwiceIt) {
+    EXPECT_SPYRE_ERROR(TaskRing(4, 0, 6), InvalidArgument, "not a multiple of the ring size 4");
+    EXPECT_SPYRE_ERROR(TaskRing(4, 0, 4), InvalidArgument, "of at least twice it");
+    EXPECT_EQ(TaskRing(4, 0, 8).period(), 8);
+}
+
+// A task wrote x and ended well; no lookup met its entry since. The task
+// given its id a period later fails: a reader of x does not wait for it,
+// nor is it skipped for its failure.
+TEST_F(IdsComeRoundTest, AnOldWritersEntryDoesNotMakeAReaderDependOnTheTaskGivenItsIdLater) {
+    const int32_t a = Device({Out(At(0))});
+    RunPushed(0);
+    SubmitUntilNextIdIs(a);
+    const int32_t b = Device({Out(At(8192))});
+    ASSERT_EQ(b, a);
+    RunPushed(77);
+    const int32_t r = Device({In(At(0)), Out(At(16384))});
+    const std::vector<ReadyTask> pushed = executor_->Pushed();
+    ASSERT_EQ(pushed.size(), 1u) << "the reader of x waits for, or was skipped for, the task now named " << a;
+    EXPECT_EQ(pushed[0].task_id, r);
+    EXPECT_EQ(pushed[0].task->after_count, 0);
+    executor_->Complete(r, 0);
+    EXPECT_EQ(FailureOf(r), nullptr);
+    EXPECT_SPYRE_ERROR(graph_->WaitAll(), DeviceError, "1 task(s) failed");
+}
+
+// A failed task's kept writes go after half a period without a WaitAll, so
+// the failure of the task given its id later is kept in turn: its reader is
+// skipped for that failure (its code), not the old one.
+TEST_F(IdsComeRoundTest, TheFailureOfTheTaskGivenAFailedTasksIdLaterPoisonsItsOwnOutputs) {
+    const int32_t f = Device({Out(At(0))});
+    RunPushed(77);
+    SubmitUntilNextIdIs(f);
+    const int32_t g = Device({Out(At(8192))});
+    ASSERT_EQ(g, f);
+    RunPushed(78);
+    const int32_t r = Device({In(At(8192)), Out(At(16384))});
+    EXPECT_TRUE(executor_->Pushed().empty()) << "a reader of what the failed task left ran";
+    const TaskFailureInfo* skip = FailureOf(r);
+    ASSERT_NE(skip, nullptr) << "the reader of the failed task's output was not skipped";
+    EXPECT_EQ(skip->device_code, 78u);
+    EXPECT_SPYRE_ERROR(graph_->WaitAll(), DeviceError, "2 task(s) failed, 1 dependent task(s) skipped");
+}
+
 }  // namespace
 }  // namespace spyre::orchestration
