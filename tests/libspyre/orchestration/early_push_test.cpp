@@ -271,14 +271,21 @@ protected:
     void RunPushed(uint32_t status) {
         for (const ReadyTask& r : executor_->Pushed()) executor_->Complete(r.task_id, status);
     }
-    // Submits and runs tasks touching nothing until the next id is `id`.
-    void SubmitUntilNextIdIs(int32_t id) {
+    // Runs a task writing x with `first_status`, then tasks touching
+    // nothing until its id comes round, then the task given that id, which
+    // writes y and ends with `second_status`; returns that id.
+    int32_t TwoTasksOfOneId(uint8_t* x, uint32_t first_status, uint8_t* y, uint32_t second_status) {
+        const int32_t id = Device({Out(x)});
+        RunPushed(first_status);
         for (int i = 0; i < 2 * kPeriod; ++i) {
             const int32_t t = Device({});
             RunPushed(0);
-            if ((t + 1) % kPeriod == id) return;
+            if ((t + 1) % kPeriod == id) break;
         }
-        FAIL() << "the ids never came round to " << id;
+        const int32_t again = Device({Out(y)});
+        EXPECT_EQ(again, id) << "the ids did not come round";
+        RunPushed(second_status);
+        return id;
     }
     const TaskFailureInfo* FailureOf(int32_t task) {
         failures_ = graph_->Failures();
@@ -303,12 +310,7 @@ TEST_F(IdsComeRoundTest, ARingOfFourRefusesAPeriodThatIsNotAMultipleOfItOrUnderT
 // given its id a period later fails: a reader of x does not wait for it,
 // nor is it skipped for its failure.
 TEST_F(IdsComeRoundTest, AnOldWritersEntryDoesNotMakeAReaderDependOnTheTaskGivenItsIdLater) {
-    const int32_t a = Device({Out(At(0))});
-    RunPushed(0);
-    SubmitUntilNextIdIs(a);
-    const int32_t b = Device({Out(At(8192))});
-    ASSERT_EQ(b, a);
-    RunPushed(77);
+    const int32_t a = TwoTasksOfOneId(At(0), 0, At(8192), 77);
     const int32_t r = Device({In(At(0)), Out(At(16384))});
     const std::vector<ReadyTask> pushed = executor_->Pushed();
     ASSERT_EQ(pushed.size(), 1u) << "the reader of x waits for, or was skipped for, the task now named " << a;
@@ -323,12 +325,7 @@ TEST_F(IdsComeRoundTest, AnOldWritersEntryDoesNotMakeAReaderDependOnTheTaskGiven
 // the failure of the task given its id later is kept in turn: its reader is
 // skipped for that failure (its code), not the old one.
 TEST_F(IdsComeRoundTest, TheFailureOfTheTaskGivenAFailedTasksIdLaterPoisonsItsOwnOutputs) {
-    const int32_t f = Device({Out(At(0))});
-    RunPushed(77);
-    SubmitUntilNextIdIs(f);
-    const int32_t g = Device({Out(At(8192))});
-    ASSERT_EQ(g, f);
-    RunPushed(78);
+    TwoTasksOfOneId(At(0), 77, At(8192), 78);
     const int32_t r = Device({In(At(8192)), Out(At(16384))});
     EXPECT_TRUE(executor_->Pushed().empty()) << "a reader of what the failed task left ran";
     const TaskFailureInfo* skip = FailureOf(r);
