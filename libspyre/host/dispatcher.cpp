@@ -477,8 +477,6 @@ TaskFailureInfo FailureOf(const HostTask& task, const std::string& device) {
     f.device = device;
     f.function = task.function;
     SetCause(f);
-    f.root_task_id = int64_t(f.task_id);  // a failed task is its own root
-    f.root_kernel_id = f.kernel_id;
     return f;
 }
 
@@ -500,6 +498,8 @@ void SetCause(TaskFailureInfo& f) {
         f.kind = ErrorKind::TaskFailed;
         f.cause = "an exception that is not a std::exception";
     }
+    f.root_task_id = int64_t(f.task_id);  // a failed task is its own root
+    f.root_kernel_id = f.kernel_id;
 }
 
 void Dispatcher::RunChip(HostTask* task) {

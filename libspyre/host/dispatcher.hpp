@@ -38,7 +38,8 @@ class LocalChipExecutor;
 
 // Inside a catch block: the kind, cause and device code of the exception in
 // flight into `f` (a spyre::Error keeps its kind; any other exception is
-// TaskFailed with its what()).
+// TaskFailed with its what()), and `f` as its own root (the record of the
+// task that failed).
 void SetCause(TaskFailureInfo& f);
 
 class Dispatcher {

@@ -266,8 +266,6 @@ RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> arg
         f.level = Level::Host;
         f.orchestrator = true;
         host::SetCause(f);
-        f.root_task_id = int64_t(f.task_id);
-        f.root_kernel_id = f.kernel_id;
         failed = std::move(f);
     }
     impl.dispatcher->Seal(*run, std::move(failed));

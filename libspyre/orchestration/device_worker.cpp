@@ -56,9 +56,9 @@ void DeviceWorker::Start(ReadyQueue& ready, CompletionSink& sink) {
     for (uint32_t i = tables; i > 0; --i) free_tables_.push_back(i - 1);
     in_flight_ids_.assign(tables, -1);
     sent_ns_.assign(tables, 0);
-    // A power of two at least the ring's size: live ids, consecutive, still
-    // get distinct slots, and a slot is a mask, not a division.
-    placed_.assign(size_t(std::max(graph_.task_ring_size(), 1)), Placed{});  // one per ring slot
+    // One per ring slot: live ids, consecutive and wrapping at a multiple of
+    // the ring's size, get distinct slots.
+    placed_.assign(size_t(std::max(graph_.task_ring_size(), 1)), Placed{});
 }
 
 void DeviceWorker::Stop() {
