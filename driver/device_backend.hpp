@@ -60,8 +60,11 @@ public:
     virtual RegionFile File(uint32_t index) = 0;
     // Function-level reset; returns when the device has reset.
     virtual void Reset() = 0;
-    // Ends the claim now, before the fds close (the next owner finds it free).
-    virtual void Release() noexcept = 0;
+    // Ends the claim now, before the fds close (the next owner finds it
+    // free). `device_responds` false (a device that stopped responding):
+    // only close, asking the device nothing, since a request to a stopped
+    // device model waits for as long as it stays stopped.
+    virtual void Release(bool device_responds = true) noexcept = 0;
     // The fd trapped access goes through (the device node, the VFIO device fd).
     virtual int fd() const noexcept = 0;
 

@@ -17,6 +17,7 @@
 
 #include "device_backend.hpp"
 #include "device_checks.hpp"
+#include "heartbeat_watch.hpp"
 #include "spyre/error.hpp"
 #include "spyre/uapi/spyre_regdesc.hpp"
 
@@ -81,12 +82,16 @@ Function Function::Open(const FunctionInfo& info) {
     checks::CheckDoorbellOffset(f.db_offset_, f.bar4_.size(), ctx);
     // -1 if the daemon is in another pid namespace, or there is none (vfio-pci)
     if (f.dev_info_.daemon_pid > 0) f.pidfd_ = PidfdOpen(f.dev_info_.daemon_pid);
+    // Devices before 3.3 never beat.
+    if (const auto bound = HeartbeatWatch::BoundFromEnvironment();
+        bound.count() != 0 && SPYRE_VERSION_GET_MINOR(f.dev_info_.contract_version) >= 3)
+        f.heartbeat_ = std::make_unique<HeartbeatWatch>(bound);
     return f;
 }
 
 Function::Function(Function&& o) noexcept
     : info_(std::move(o.info_)), dev_info_(o.dev_info_), backend_(std::move(o.backend_)),
-      pidfd_(std::exchange(o.pidfd_, -1)), lost_(o.lost_), task_queues_held_(o.task_queues_held_), next_probe_ns_(o.next_probe_ns_), db_offset_(o.db_offset_),
+      pidfd_(std::exchange(o.pidfd_, -1)), lost_(o.lost_), lost_why_(o.lost_why_), heartbeat_(std::move(o.heartbeat_)), task_queues_held_(o.task_queues_held_), next_probe_ns_(o.next_probe_ns_), db_offset_(o.db_offset_),
       bar0_(std::move(o.bar0_)), bar4_(std::move(o.bar4_)) {}
 
 bool Function::HoldTaskQueue(uint32_t group) noexcept {
@@ -106,6 +111,8 @@ Function& Function::operator=(Function&& o) noexcept {
         backend_ = std::move(o.backend_);
         pidfd_ = std::exchange(o.pidfd_, -1);
         lost_ = o.lost_;
+        lost_why_ = o.lost_why_;
+        heartbeat_ = std::move(o.heartbeat_);
         task_queues_held_ = o.task_queues_held_;
         next_probe_ns_ = o.next_probe_ns_;
         db_offset_ = o.db_offset_;
@@ -123,7 +130,9 @@ void Function::Close() noexcept {
     if (backend_) {
         // Hand the function over before the fds close, so whoever opens it
         // next finds it free.
-        backend_->Release();
+        // (Not a device that stopped responding: the hand-over would wait
+        // for it. Its node is free once the fds close.)
+        backend_->Release(!lost());
         backend_.reset();
     }
     if (pidfd_ >= 0) ::close(std::exchange(pidfd_, -1));
@@ -264,9 +273,21 @@ bool Function::Probe() const {
     if (DeviceState() != SPYRE_DEVSTATE_ALIVE) return false;
     if (pidfd_ >= 0) {
         pollfd p{pidfd_, POLLIN, 0};
-        return ::poll(&p, 1, 0) == 0;
+        if (::poll(&p, 1, 0) != 0) return false;
+    } else if (dev_info_.daemon_pid > 0 && ::kill(dev_info_.daemon_pid, 0) != 0 && errno != EPERM) {
+        return false;
     }
-    return dev_info_.daemon_pid <= 0 || ::kill(dev_info_.daemon_pid, 0) == 0 || errno == EPERM;
+    if (heartbeat_) {
+        auto* db = reinterpret_cast<spyre_doorbell_page*>(bar4_.data() + db_offset_);
+        const uint32_t beat = std::atomic_ref<uint32_t>(db->heartbeat).load(std::memory_order_acquire);
+        const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::steady_clock::now().time_since_epoch()).count();
+        if (heartbeat_->Still(beat, now)) {
+            std::atomic_ref<uint8_t>(lost_why_).store(kNotResponding, std::memory_order_relaxed);
+            return false;
+        }
+    }
+    return true;
 }
 
 void Function::CheckAlive() const {
@@ -290,9 +311,15 @@ void Function::CheckAliveThrottled() const {
 }
 
 Error Function::LostError() const {
+    const std::string daemon = "spyre-mockdev pid " + std::to_string(dev_info_.daemon_pid);
+    if (std::atomic_ref<uint8_t>(lost_why_).load(std::memory_order_relaxed) == kNotResponding && heartbeat_)
+        return Error(ErrorKind::DeviceLost,
+                     "the device stopped responding: its heartbeat has not moved for " +
+                         std::to_string(heartbeat_->bound().count()) + " ms (SPYRE_HEARTBEAT_TIMEOUT_MS; is " +
+                         daemon + " stopped or hung?)",
+                     ErrorContext{.device = info_.pci_address});
     return Error(ErrorKind::DeviceLost,
-                 "the device model serving this function is gone (spyre-mockdev pid " +
-                     std::to_string(dev_info_.daemon_pid) + " exited or shut down)",
+                 "the device model serving this function is gone (" + daemon + " exited or shut down)",
                  ErrorContext{.device = info_.pci_address});
 }
 

@@ -76,10 +76,10 @@ public:
 
     // FUSE delivers close's release only after close() has returned; the
     // ioctl hands the function over first.
-    void Release() noexcept override {
+    void Release(bool device_responds = true) noexcept override {
         if (fd_ < 0) return;
         spyre_release_req req{.argsz = sizeof req, .flags = 0};
-        sys().Ioctl(fd_, SPYRE_IOC_RELEASE, &req);
+        if (device_responds) sys().Ioctl(fd_, SPYRE_IOC_RELEASE, &req);
         sys().Close(std::exchange(fd_, -1));
     }
 

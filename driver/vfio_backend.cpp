@@ -106,7 +106,7 @@ public:
 
     // vfio hands the function over when its fds close: device, then group
     // (which leaves the container), then container.
-    void Release() noexcept override {
+    void Release(bool /*device_responds*/ = true) noexcept override {
         for (int* fd : {&device_, &group_, &container_})
             if (*fd >= 0) sys().Close(std::exchange(*fd, -1));
     }

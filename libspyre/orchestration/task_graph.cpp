@@ -1041,7 +1041,7 @@ dependency::Root TaskGraph::FailureOf(const TaskDescriptor& t, uint32_t status) 
     if (!on_host && status == kDeviceLostStatus) {
         std::lock_guard lock(lost_mu_);
         f->kind = ErrorKind::DeviceLost;
-        f->cause = "the device is gone (" + device_lost_ + ")";  // it never ran or ended: no code
+        f->cause = "the device was lost (" + device_lost_ + ")";  // it never ran or ended: no code
         return f;
     }
     if (on_host && status == kHostKernelThrew && !t.thrown.empty()) {

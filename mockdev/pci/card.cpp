@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "pci/card.hpp"
 
+#include <pthread.h>
+
 #include <cerrno>
 #include <system_error>
 
 #include "log.hpp"
 #include "spyre/uapi/spyre_pci.h"
+#include "spyre/uapi/spyre_regs.h"
 
 namespace spyre::mockdev {
 
@@ -31,9 +34,27 @@ void Card::Start() {
     pf_->Start();
     for (auto& vf : vfs_) vf->Start();
     started_ = true;
+    if (!heartbeat_.joinable()) {
+        heartbeat_ = std::jthread([this](std::stop_token stop) { BeatUntilStopped(stop); });
+        pthread_setname_np(heartbeat_.native_handle(), ("spyre-beat" + std::to_string(params_.index)).substr(0, 15).c_str());
+    }
+}
+
+void Card::BeatUntilStopped(std::stop_token stop) {
+    const auto period = std::chrono::milliseconds(SPYRE_HEARTBEAT_PERIOD_MS);
+    std::unique_lock lock(beat_mutex_);
+    for (;;) {
+        beat_wake_.wait_for(lock, stop, period, [] { return false; });  // the period, or a stop
+        if (stop.stop_requested()) return;
+        for (auto& fn : Functions()) fn->Beat();
+    }
 }
 
 void Card::Shutdown() {
+    if (heartbeat_.joinable()) {
+        heartbeat_.request_stop();
+        heartbeat_.join();
+    }
     for (auto& fn : Functions()) fn->Shutdown();
 }
 

@@ -6,10 +6,12 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "pci/card_memory.hpp"
@@ -37,8 +39,10 @@ public:
     Card(const Card&) = delete;
     Card& operator=(const Card&) = delete;
 
-    void Start();     // servers of all functions; VFs enabled later start at once
-    void Shutdown();  // every function: server stopped, device_state GONE
+    // Servers of all functions (VFs enabled later start at once) and the
+    // card's heartbeat thread.
+    void Start();
+    void Shutdown();  // heartbeat stopped; every function: server stopped, device_state GONE
 
     unsigned index() const { return params_.index; }
     unsigned num_vfs() const;
@@ -55,6 +59,10 @@ private:
     int DisableVfs();
 
     FunctionParams FunctionAt(unsigned index, MemorySlice slice) const;
+    // The heartbeat thread: beats every function every
+    // SPYRE_HEARTBEAT_PERIOD_MS, apart from lanes and cores, which a long
+    // task keeps busy for seconds.
+    void BeatUntilStopped(std::stop_token stop);
 
     const CardParams params_;
     CardMemory memory_;
@@ -64,6 +72,9 @@ private:
     std::shared_ptr<Function> pf_;
     std::vector<std::shared_ptr<Function>> vfs_;
     bool started_ = false;
+    std::mutex beat_mutex_;
+    std::condition_variable_any beat_wake_;
+    std::jthread heartbeat_;  // last: stopped and joined before the functions go
 };
 
 }  // namespace spyre::mockdev

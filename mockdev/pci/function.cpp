@@ -59,6 +59,10 @@ void Function::Start() {
     server_.Start(address_.substr(5));
 }
 
+void Function::Beat() {
+    if (!removed()) SharedWord(server_.doorbell()->heartbeat).fetch_add(1);
+}
+
 void Function::Shutdown() {
     state_.store(State::Removed);
     server_.Stop();

@@ -74,6 +74,10 @@ public:
     void Shutdown();
     // Removes the shared-memory names (mappings stay valid until destruction).
     void UnlinkShm();
+    // One heartbeat (the doorbell page's `heartbeat`, contract 3.3): the
+    // card's heartbeat thread calls it every SPYRE_HEARTBEAT_PERIOD_MS. A
+    // function shut down beats no more.
+    void Beat();
 
     unsigned card() const { return params_.card; }
     unsigned index() const { return params_.index; }

@@ -89,7 +89,7 @@ echo "\$ $run_cmd"
 out=$(timeout 60 bash -c "$run_cmd")
 echo "$out"
 grep -q "libspyre $(pkg-config --modversion libspyre)" <<<"$out"
-grep -q "contract 3.2" <<<"$out"  # 3.2: OVERLAP; 3.1: a task may wait for earlier tasks on the card
+grep -q "contract 3.3" <<<"$out"  # 3.3: heartbeat; 3.2: OVERLAP; 3.1: a task may wait for earlier tasks on the card
 grep -q "typed error ok: not found" <<<"$out"
 # 5. The C program, built with cc as the doc says, run on a private mock
 # (this build's spyre-mockdev: the staged prefix is not where it looks).

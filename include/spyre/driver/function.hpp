@@ -52,6 +52,7 @@ struct RegionFile {
 };
 
 class SPYRE_INTERNAL DeviceBackend;
+class SPYRE_INTERNAL HeartbeatWatch;
 
 class Function {
 public:
@@ -108,8 +109,11 @@ public:
     std::string RegisterDump() const;
 
     // Liveness of the device model: false once the serving daemon exited or
-    // shut the device down. No round trip to the daemon: the doorbell page's
-    // device_state word and one poll of the daemon's pidfd (a system call).
+    // shut the device down, or its heartbeat (contract 3.3) stood still for
+    // the driver's bound (SPYRE_HEARTBEAT_TIMEOUT_MS, 10 s by default: a
+    // stopped daemon). No round trip to the daemon: the doorbell page's
+    // device_state and heartbeat words and one poll of the daemon's pidfd
+    // (a system call).
     bool Alive() const;
     // Throws LostError() if !Alive().
     void CheckAlive() const;
@@ -121,7 +125,7 @@ public:
     // kProbePeriod (plus the coarse clock's tick) of the next access.
     void CheckAliveThrottled() const;
     static constexpr std::chrono::milliseconds kProbePeriod{1};
-    // DeviceLost naming the function and the daemon.
+    // DeviceLost naming the function, the daemon and why it counts as lost.
     Error LostError() const;
     // True once Alive() has seen the device gone; it never comes back.
     bool lost() const noexcept { return std::atomic_ref<bool>(lost_).load(std::memory_order_relaxed); }
@@ -142,7 +146,8 @@ private:
     Function() = default;
     void Close() noexcept;
     DeviceBackend& Backend() const;  // InvalidArgument once closed
-    bool Probe() const;  // one liveness check, no memory of earlier ones
+    // One liveness check; the heartbeat's judgement remembers earlier looks.
+    bool Probe() const;
     uint32_t DeviceState() const noexcept;  // the doorbell page's device_state word
     uint32_t Load32(uint32_t offset) const noexcept;  // a mapped register, unchecked
 
@@ -151,6 +156,12 @@ private:
     std::unique_ptr<DeviceBackend> backend_;
     int pidfd_ = -1;  // the daemon's pidfd: readable once it has exited
     mutable bool lost_ = false;
+    // Why lost_ was set: the device is gone, or it stopped responding
+    // (through std::atomic_ref).
+    enum LostWhy : uint8_t { kGone, kNotResponding };
+    mutable uint8_t lost_why_ = kGone;
+    // Null for a device before contract 3.3 or a bound of 0.
+    std::unique_ptr<HeartbeatWatch> heartbeat_;
     uint32_t task_queues_held_ = 0;  // through std::atomic_ref
     mutable int64_t next_probe_ns_ = 0;  // CheckAliveThrottled: coarse clock time of the next Alive()
     uint32_t db_offset_ = 0;             // the doorbell page in BAR4

@@ -126,6 +126,7 @@ inline constexpr RegDesc kDoorbellWords[] = {
     {"DB.IRQ_SEQ", SPYRE_DB_IRQ_SEQ, 4, "RO", RegDecode::None, "device: interrupt sequence"},
     {"DB.DEVICE_SLEEPING", SPYRE_DB_DEVICE_SLEEPING, 4, "RO", RegDecode::None, "device: parked"},
     {"DB.DEVICE_STATE", SPYRE_DB_DEVICE_STATE, 4, "RO", RegDecode::DevState, "device: alive or gone"},
+    {"DB.HEARTBEAT", SPYRE_DB_HEARTBEAT, 4, "RO", RegDecode::None, "device: beats every 100 ms (3.3)"},
 };
 
 inline const RegDesc* FindRegister(const char* name) noexcept {

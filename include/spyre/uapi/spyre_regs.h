@@ -18,7 +18,7 @@
 /* ---- Contract identity ------------------------------------------------- */
 #define SPYRE_MAGIC                 0x52595053u /* "SPYR" little-endian */
 #define SPYRE_VERSION_MAJOR         3u /* 3.0: a task is a CB (OP_TASK) and completes with a spyre_cqe; 2.0: region info is VFIO's */
-#define SPYRE_VERSION_MINOR         2u /* 3.2: OVERLAP; 3.1: a task waits for earlier tasks of its queue (after); 1.1: task queues; 1.2: watchdog and DMA counters; 1.3: CQE phase; 1.4: ring streams */
+#define SPYRE_VERSION_MINOR         3u /* 3.3: heartbeat; 3.2: OVERLAP; 3.1: a task waits for earlier tasks of its queue (after); 1.1: task queues; 1.2: watchdog and DMA counters; 1.3: CQE phase; 1.4: ring streams */
 #define SPYRE_VERSION               ((SPYRE_VERSION_MAJOR << 16) | SPYRE_VERSION_MINOR)
 #define SPYRE_VERSION_GET_MAJOR(v)  ((uint32_t)(v) >> 16)
 #define SPYRE_VERSION_GET_MINOR(v)  ((uint32_t)(v) & 0xFFFFu)
@@ -200,7 +200,8 @@ struct spyre_doorbell_page {
     uint32_t irq_seq;          uint32_t pad5[15];  /* 0x140 device -> driver (futex word) */
     uint32_t device_sleeping;  uint32_t pad6[15];  /* 0x180 device -> driver */
     uint32_t device_state;     uint32_t pad7[15];  /* 0x1C0 SPYRE_DEVSTATE_* */
-    uint8_t  reserved[4096 - 0x200];
+    uint32_t heartbeat;        uint32_t pad8[15];  /* 0x200 device -> driver (3.3) */
+    uint8_t  reserved[4096 - 0x240];
 };
 SPYRE_STATIC_ASSERT(sizeof(struct spyre_doorbell_page) == 4096, "doorbell page is 4 KiB");
 
@@ -212,10 +213,18 @@ SPYRE_STATIC_ASSERT(sizeof(struct spyre_doorbell_page) == 4096, "doorbell page i
 #define SPYRE_DB_IRQ_SEQ            0x140u
 #define SPYRE_DB_DEVICE_SLEEPING    0x180u
 #define SPYRE_DB_DEVICE_STATE       0x1C0u
+#define SPYRE_DB_HEARTBEAT          0x200u
 
 /* device_state: lets a driver tell a live device from one that went away. */
 #define SPYRE_DEVSTATE_ALIVE        0x414C4956u /* "VILA" */
 #define SPYRE_DEVSTATE_GONE         0x454E4F47u /* "GONE": daemon shut down */
+
+/* heartbeat (3.3): a live device adds one to it at least every
+ * SPYRE_HEARTBEAT_PERIOD_MS, whatever its queues are doing, so a driver can
+ * tell a device that stopped (a stopped or hung device model, a wedged card)
+ * from one that is busy. How long a still heartbeat means "not responding"
+ * is the driver's choice (many periods: a loaded host delays the beat). */
+#define SPYRE_HEARTBEAT_PERIOD_MS   100u
 
 /* Default geometry the mock device publishes; drivers must read the registers. */
 #define SPYRE_DEFAULT_DB_OFFSET     0x000000u
@@ -246,6 +255,7 @@ static_assert(offsetof(spyre_doorbell_page, cq_tail) == SPYRE_DB_CQ_TAIL, "");
 static_assert(offsetof(spyre_doorbell_page, irq_seq) == SPYRE_DB_IRQ_SEQ, "");
 static_assert(offsetof(spyre_doorbell_page, device_sleeping) == SPYRE_DB_DEVICE_SLEEPING, "");
 static_assert(offsetof(spyre_doorbell_page, device_state) == SPYRE_DB_DEVICE_STATE, "");
+static_assert(offsetof(spyre_doorbell_page, heartbeat) == SPYRE_DB_HEARTBEAT, "");
 #endif
 
 /* Register blocks must not overlap and must stay inside the register file. */

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <csignal>
 #include <cstring>
 #include <fstream>
@@ -166,7 +168,7 @@ TEST_F(StreamTest, OrchestrationDeviceKernelsRunOnTheCardsCores) {
 }
 
 // The daemon dies: the device tasks in flight and every one submitted
-// after fail as DeviceLost, saying the device is gone (they used to fail
+// after fail as DeviceLost, saying the device was lost (they used to fail
 // as DeviceError SPYRE_ERR_ABORTED, which reads as a function reset).
 TEST_F(StreamTest, OrchestrationTasksOfADeviceThatIsGoneFailAsDeviceLost) {
     Device dev = OpenDevice();
@@ -188,7 +190,7 @@ TEST_F(StreamTest, OrchestrationTasksOfADeviceThatIsGoneFailAsDeviceLost) {
             FAIL() << "no error";
         } catch (const Error& e) {
             EXPECT_EQ(e.kind(), ErrorKind::DeviceLost) << e.what();
-            EXPECT_NE(e.message().find("the device is gone"), std::string::npos) << e.what();
+            EXPECT_NE(e.message().find("the device was lost (the device model serving this function is gone"), std::string::npos) << e.what();
             EXPECT_EQ(e.message().find("ABORTED"), std::string::npos) << e.what();
         }
     }
@@ -509,6 +511,136 @@ TEST(OrchestrationQueues, AConsumerOfATaskALapOfTheQueueWentPastStillRuns) {
     orch.Submit(KERNEL_ADD, WORKER_VECTOR, consumer);
     orch.WaitAll();
     for (int i = 0; i < 256; ++i) ASSERT_EQ(d[i], 4.0f * float(n)) << "element " << i;
+}
+
+// Whether process `pid` is stopped by a signal ('T' in /proc/pid/stat),
+// looking for up to 5 s: a signal is delivered after kill() returns.
+bool WaitUntilStopped(pid_t pid) {
+    for (int look = 0; look < 500; ++look) {
+        std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+        std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+        const size_t paren = text.rfind(')');
+        if (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'T') return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+}
+
+// SPYRE_HEARTBEAT_TIMEOUT_MS for one test (read when a function is opened).
+struct HeartbeatBound {
+    explicit HeartbeatBound(const char* ms) { ::setenv("SPYRE_HEARTBEAT_TIMEOUT_MS", ms, 1); }
+    ~HeartbeatBound() { ::unsetenv("SPYRE_HEARTBEAT_TIMEOUT_MS"); }
+};
+
+// A daemon stopped with SIGSTOP is neither gone nor working: its process
+// lives and writes no GONE. Waits on it used to wait for ever (a device
+// task's wait has no timeout). Its heartbeat (contract 3.3) stands still,
+// so the runtime's waits and the stream's fail as DeviceLost within the
+// driver's bound, naming the bound; the device stays lost to this process
+// after the daemon goes on, and a function opened again works.
+TEST_F(StreamTest, WaitsOnAStoppedDaemonFailAsDeviceLostWithinTheHeartbeatBound) {
+    HeartbeatBound bound("1000");
+    struct GoOn {  // whatever fails: the fixture's daemon must be able to stop
+        driver::MockDaemon& d;
+        ~GoOn() { d.Signal(SIGCONT); }
+    } go_on{daemon()};
+    // a + a into a buffer of its own, which it returns.
+    auto submit = [](Orchestrator& orch) {
+        auto* a = static_cast<float*>(orch.Alloc(1024));
+        auto* sum = static_cast<float*>(orch.Alloc(1024));
+        for (int i = 0; i < 256; ++i) a[i] = float(i), sum[i] = -1.0f;
+        TaskParam p[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, a, 1024, {}}, {PARAM_OUTPUT, sum, 1024, {}}};
+        orch.Submit(KERNEL_ADD, WORKER_VECTOR, p);
+        return sum;
+    };
+    auto expect_not_responding = [](const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::DeviceLost) << e.what();
+        EXPECT_NE(e.message().find("stopped responding: its heartbeat has not moved for 1000 ms"), std::string::npos)
+            << e.what();
+    };
+    {
+        Device dev = OpenDevice();
+        Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20});
+        DeviceBuffer prog = UploadAddKernel(dev, orch);
+        for (int i = 0; i < 8; ++i) submit(orch);
+        orch.WaitAll();  // the device works, and keeps working past the bound
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        const float* sum = submit(orch);
+        orch.WaitAll();
+        for (int i = 0; i < 256; ++i) ASSERT_EQ(sum[i], 2.0f * float(i)) << i;
+
+        daemon().Signal(SIGSTOP);
+        ASSERT_TRUE(WaitUntilStopped(daemon().pid())) << "the daemon did not stop";
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 4; ++i) submit(orch);
+        try {
+            orch.WaitAll();
+            FAIL() << "no error";
+        } catch (const Error& e) {
+            expect_not_responding(e);
+        }
+        // Bounded: the bound and a health period or two, not a wait's 30 s
+        // timeout (nor for ever, as before).
+        EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+        std::vector<uint8_t> bytes(4096, 0x5a), back(4096);
+        DeviceBuffer buf = dev.AllocateBuffer(bytes.size());
+        try {
+            dev.default_stream().CopyToDevice(bytes.data(), buf.handle(), bytes.size());
+            dev.default_stream().CopyFromDevice(back.data(), buf.handle(), back.size());
+            dev.default_stream().Synchronize();
+            FAIL() << "no error";
+        } catch (const Error& e) {
+            expect_not_responding(e);
+        }
+        daemon().Signal(SIGCONT);
+        try {  // lost for good to this Device
+            submit(orch);
+            orch.WaitAll();
+            FAIL() << "no error";
+        } catch (const Error& e) {
+            expect_not_responding(e);
+        }
+    }
+    // The function opened again: the device beats, and works. Stopped
+    // again, the Device closes while the daemon stays stopped: closing asks
+    // the stopped daemon nothing (its release ioctl waited for ever).
+    {
+        Device dev = OpenDevice();
+        Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20});
+        DeviceBuffer prog = UploadAddKernel(dev, orch);
+        const float* sum = submit(orch);
+        orch.WaitAll();
+        for (int i = 0; i < 256; ++i) ASSERT_EQ(sum[i], 2.0f * float(i)) << i;
+        daemon().Signal(SIGSTOP);
+        ASSERT_TRUE(WaitUntilStopped(daemon().pid())) << "the daemon did not stop";
+        submit(orch);
+        try {
+            orch.WaitAll();
+            FAIL() << "no error";
+        } catch (const Error& e) {
+            expect_not_responding(e);
+        }
+    }
+    daemon().Signal(SIGCONT);
+}
+
+// A busy device is not a stopped one: the card beats while one task keeps
+// a core for several times the bound (the lane and the cores do not beat),
+// and the task completes with its result.
+TEST(OrchestrationQueues, ATaskLongerThanTheHeartbeatBoundIsNotALostDevice) {
+    SPYRE_REQUIRE_FUSE();
+    HeartbeatBound bound("300");
+    Host host = Host::Open(HostOptions::EmbeddedMock(1, 0, "1G"));
+    Device dev = host.Open("0");
+    Orchestrator orch = Orchestrator::Create(dev, {.heap_size = 128 << 20});
+    constexpr int64_t n = 3072;  // 58 GFLOP on one core: more than 0.7 s at this machine's peak
+    Matmul mm = RegisterMatmul(orch, n, 1.0f, 0.5f);
+    const auto t0 = std::chrono::steady_clock::now();
+    orch.Submit(KERNEL_MUL, WORKER_CUBE, mm.params);
+    orch.WaitAll();
+    const auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_GT(took, std::chrono::milliseconds(600)) << "the task was too short to show anything";
+    for (int64_t i = 0; i < n * n; i += 997) ASSERT_EQ(mm.c[i], 0.5f * float(n)) << "element " << i;
 }
 
 // A waiter of the task queues waits as the Device's wait mode says

@@ -209,3 +209,30 @@ TEST_F(QueueServerTest, ATaskQueueOverflowHaltsItAloneUntilReset) {
 }
 
 }  // namespace
+
+// The card's heartbeat (contract 3.3): every function's doorbell-page word
+// moves at least every period, a VF's too, until the card shuts down.
+TEST_F(QueueServerTest, TheHeartbeatMovesEveryPeriodUntilTheCardShutsDown) {
+    ASSERT_EQ(card_->SetNumVfs(1), 0);
+    std::shared_ptr<Function> vf = card_->FindFunction(1);
+    ASSERT_TRUE(vf);
+    auto beat = [&](Function& f) {
+        uint32_t v = 0;
+        EXPECT_EQ(f.ReadRegion(SPYRE_REGION_BAR4, kRing.db_offset + SPYRE_DB_HEARTBEAT, &v, sizeof v), ssize_t(sizeof v));
+        return v;
+    };
+    // Bounded: 20 periods for each of three beats.
+    for (Function* f : {fn_.get(), vf.get()}) {
+        uint32_t last = beat(*f);
+        for (int moves = 0; moves < 3; ++moves) {
+            uint32_t now = last;
+            for (int look = 0; look < 200 && now == last; ++look) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                now = beat(*f);
+            }
+            ASSERT_NE(now, last) << f->address() << ": no beat in 20 periods";
+            last = now;
+        }
+    }
+    card_->Shutdown();  // joins the heartbeat thread (a hang here is the failure)
+}
