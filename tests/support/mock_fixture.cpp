@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 namespace spyre::test {
 
@@ -93,6 +94,30 @@ bool WaitForExit(pid_t pid, std::chrono::milliseconds limit) {
     const int ready = ::poll(&p, 1, static_cast<int>(limit.count()));  // readable once the process has exited
     ::close(pidfd);
     return ready == 1;
+}
+
+ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+}
+
+ScopedEnv::~ScopedEnv() {
+    if (old_)
+        ::setenv(name_.c_str(), old_->c_str(), 1);
+    else
+        ::unsetenv(name_.c_str());
+}
+
+bool WaitUntilStopped(pid_t pid, std::chrono::milliseconds limit) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    do {
+        std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+        const std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+        const size_t paren = text.rfind(')');  // the name in parentheses may hold anything
+        if (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'T') return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } while (std::chrono::steady_clock::now() < until);
+    return false;
 }
 
 Watchdog::Watchdog(std::chrono::seconds limit, std::string what) {

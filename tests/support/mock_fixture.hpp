@@ -94,6 +94,24 @@ int CountShmObjects(const std::string& prefix);
 // killed daemon) has exited, for at most `limit`; false if it has not.
 bool WaitForExit(pid_t pid, std::chrono::milliseconds limit = std::chrono::seconds(30));
 
+// An environment variable set for a scope, then restored (or unset).
+class ScopedEnv {
+public:
+    ScopedEnv(const char* name, const char* value);
+    ~ScopedEnv();
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+private:
+    std::string name_;
+    std::optional<std::string> old_;
+};
+
+// Looks for up to `limit` until process `pid` is stopped by a signal ('T'
+// in /proc/PID/stat): a SIGSTOP is delivered after kill() returns. False
+// if it has not stopped.
+bool WaitUntilStopped(pid_t pid, std::chrono::milliseconds limit = std::chrono::seconds(5));
+
 // Fails the test binary instead of letting it hang: unless the watchdog is
 // destroyed within `limit`, it prints what did not finish and exits the
 // process with status 1 (meson reports the test as failed).

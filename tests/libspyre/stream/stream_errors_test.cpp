@@ -333,6 +333,23 @@ TEST_F(StreamTest, BadInputIsRefusedAndNothingIsEnqueued) {
     s.Synchronize();
 }
 
+namespace {
+
+// Synchronize on a thread of its own, so that a hang fails the caller's
+// bounded wait on the future: what it threw, or nothing.
+std::future<std::optional<Error>> SynchronizeAsync(FlexStream& s) {
+    return std::async(std::launch::async, [&s] {
+        try {
+            s.Synchronize();
+            return std::optional<Error>();
+        } catch (const Error& e) {
+            return std::optional<Error>(e);
+        }
+    });
+}
+
+}  // namespace
+
 TEST_F(StreamTest, DeviceLossFailsQueuedWorkAndLaterEnqueues) {
     Device dev = OpenDevice();
     std::vector<FlexStream> streams;
@@ -352,14 +369,7 @@ TEST_F(StreamTest, DeviceLossFailsQueuedWorkAndLaterEnqueues) {
     const auto t0 = std::chrono::steady_clock::now();
     for (auto& s : streams) {
         // Bounded: a hang fails here instead of at the suite timeout.
-        auto done = std::async(std::launch::async, [&s] {
-            try {
-                s.Synchronize();
-                return std::optional<Error>();
-            } catch (const Error& e) {
-                return std::optional<Error>(e);
-            }
-        });
+        auto done = SynchronizeAsync(s);
         ASSERT_EQ(done.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "Synchronize hangs";
         const std::optional<Error> err = done.get();
         ASSERT_TRUE(err.has_value()) << "stream " << s.stream_index() << " completed on a dead device";
@@ -379,6 +389,40 @@ TEST_F(StreamTest, DeviceLossFailsQueuedWorkAndLaterEnqueues) {
     EXPECT_SPYRE_ERROR(dev.default_stream().AddCallback([] {}), DeviceLost, "");
     EXPECT_SPYRE_ERROR(dev.CreateStream(), DeviceLost, "");
     dev.Synchronize();  // returns: everything completed (failed)
+}
+
+// A daemon stopped with SIGSTOP: its process lives and it writes no GONE,
+// so Synchronize used to wait out the driver's 30 s timeout per wait. Its
+// heartbeat stands still (contract 3.3): the ring's work fails as
+// DeviceLost ("stopped responding") within the driver's bound, and the
+// stream says so after the daemon goes on.
+TEST_F(StreamTest, RingWorkOnAStoppedDaemonFailsAsDeviceLostWithinTheHeartbeatBound) {
+    ScopedEnv bound("SPYRE_HEARTBEAT_TIMEOUT_MS", "1000");
+    struct GoOn {  // whatever fails: the fixture's daemon must be able to stop
+        driver::MockDaemon& d;
+        ~GoOn() { d.Signal(SIGCONT); }
+    } go_on{daemon()};
+    Device dev = OpenDevice();
+    FlexStream s = dev.CreateStream();
+    DeviceAllocation a = dev.allocator().Allocate(4096);
+    std::vector<uint64_t> v(512), back(512, 0);
+    std::iota(v.begin(), v.end(), 7);
+    for (int i = 0; i < 64; ++i) s.CopyToDevice(&v[i], a.handle.Offset(8ull * i, 8, a), 8);  // inline: the ring
+    s.Synchronize();  // alive
+    daemon().Signal(SIGSTOP);
+    ASSERT_TRUE(WaitUntilStopped(daemon().pid())) << "the daemon did not stop";
+    for (int i = 64; i < 128; ++i) s.CopyToDevice(&v[i], a.handle.Offset(8ull * i, 8, a), 8);
+    auto done = SynchronizeAsync(s);
+    // Bounded: the bound and a health period or two; a hang fails here.
+    ASSERT_EQ(done.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "Synchronize hangs";
+    const std::optional<Error> err = done.get();
+    ASSERT_TRUE(err.has_value()) << "ring work completed on a stopped device";
+    EXPECT_EQ(err->kind(), ErrorKind::DeviceLost) << err->what();
+    EXPECT_NE(err->message().find("stopped responding: its heartbeat has not moved for 1000 ms"), std::string::npos)
+        << err->what();
+    daemon().Signal(SIGCONT);
+    EXPECT_EQ(s.Query(), StreamStatus::Faulted);
+    EXPECT_SPYRE_ERROR(s.CopyToDevice(v.data(), a.handle, 8), DeviceLost, "stopped responding");
 }
 
 // Large copies go to the DMA engine, beside the ring: with no ring work in
