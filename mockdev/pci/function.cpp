@@ -60,7 +60,11 @@ void Function::Start() {
 }
 
 void Function::Beat() {
-    if (!removed()) SharedWord(server_.doorbell()->heartbeat).fetch_add(1);
+    // Not while a reset or a hand-over renews the doorbell page: that beat
+    // is skipped (the next one comes a period later), rather than the
+    // card's heartbeat thread waiting behind a reset for every function.
+    std::unique_lock guard(reset_mutex_, std::try_to_lock);
+    if (guard.owns_lock() && !removed()) SharedWord(server_.doorbell()->heartbeat).fetch_add(1);
 }
 
 void Function::Shutdown() {

@@ -326,6 +326,15 @@ TEST_F(MockDeviceTest, ConsumedCompletionsArePublishedBeforeTheDeviceLacksRoom) 
     }
 }
 
+// A register dump without its DB.HEARTBEAT line: the heartbeat moves every
+// 100 ms (contract 3.3), so two dumps of a still device differ only there.
+static std::string StillPart(const std::string& dump) {
+    const size_t at = dump.find("\nDB.HEARTBEAT ");
+    if (at == std::string::npos) return dump + "(no DB.HEARTBEAT line)";
+    const size_t end = dump.find('\n', at + 1);
+    return dump.substr(0, at + 1) + (end == std::string::npos ? "" : dump.substr(end + 1));
+}
+
 TEST_F(MockDeviceTest, RegsFileMatchesRegdumpTool) {
     {
         Function fn = Function::Open(Pf());
@@ -337,14 +346,14 @@ TEST_F(MockDeviceTest, RegsFileMatchesRegdumpTool) {
         ASSERT_EQ(r.exit_code, 0) << r.output;
         // The tool adds one header line naming the function.
         ASSERT_EQ(r.output.rfind("# 0000:01:00.0 [1014:06a7] PF\n", 0), 0u) << r.output;
-        EXPECT_EQ(r.output.substr(r.output.find('\n') + 1), from_daemon);
+        EXPECT_EQ(StillPart(r.output.substr(r.output.find('\n') + 1)), StillPart(from_daemon));
         EXPECT_NE(from_daemon.find("CNT_NOPS"), std::string::npos);
         EXPECT_NE(from_daemon.find("  50\n"), std::string::npos) << from_daemon;
-        EXPECT_EQ(fn.RegisterDump(), from_daemon);
+        EXPECT_EQ(StillPart(fn.RegisterDump()), StillPart(from_daemon));
         // By PCI address, through SPYRE_DEV_ROOT.
         auto by_addr = spyre::test::RunCommand("SPYRE_DEV_ROOT=" + root().path().string() + " " +
                                                spyre::test::ToolPath("SPYRE_REGDUMP") + " 01:00.0");
-        EXPECT_EQ(by_addr.output, r.output);
+        EXPECT_EQ(StillPart(by_addr.output), StillPart(r.output));
     }
     auto missing = spyre::test::RunCommand("SPYRE_DEV_ROOT=" + root().path().string() + " " +
                                            spyre::test::ToolPath("SPYRE_REGDUMP") + " 0000:09:00.0");
