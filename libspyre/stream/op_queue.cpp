@@ -80,9 +80,13 @@ size_t OpQueue::Drain(std::deque<QueuedOp>& out) {
         ++taken;
     }
     // The overflow follows everything reserved in the ring before it: take
-    // it only once the ring is empty up to the tail.
+    // it only once the ring is empty up to the tail, as the tail stands
+    // under the lock. A producer that reserved in the ring and then spilled
+    // did both before it took the lock; a look before the lock could miss
+    // its reservation and take its later op from the overflow first.
     if (spilled_.load(std::memory_order_acquire) && head_ == tail_.load(std::memory_order_acquire)) {
         std::lock_guard lock(overflow_mu_);
+        if (head_ != tail_.load(std::memory_order_acquire)) return taken;
         for (QueuedOp& op : overflow_) out.push_back(std::move(op));
         taken += overflow_.size();
         overflow_.clear();
