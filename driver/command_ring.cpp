@@ -69,13 +69,9 @@ CommandRing::CommandRing(Function& function) : queue_(function, QueueId::Ring())
                     ErrorContext{.device = fn.pci_address(), .reg = "STATUS", .offset = SPYRE_REG_STATUS});
 }
 
-CommandRing::~CommandRing() {
-    try {
-        if (queue_.function().Alive()) queue_.function().Write32(SPYRE_REG_CONTROL, 0);
-    } catch (const Error&) {
-        // The device went away; nothing left to disable.
-    }
-}
+// A device that went away or stopped has nothing left to disable (its
+// hand-over disables the ring too).
+CommandRing::~CommandRing() { queue_.function().WriteTrapped32WhileServing(SPYRE_REG_CONTROL, 0); }
 
 uint32_t CommandRing::Submit(std::span<const spyre_cb> slots) {
     if (slots.size() > FreeSlots())

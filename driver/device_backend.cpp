@@ -6,7 +6,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <system_error>
+#include <thread>
+
+#include "spyre/common/futex.hpp"
 
 #include "vfio_backend.hpp"
 
@@ -61,6 +67,57 @@ void DeviceBackend::Write(uint32_t index, uint64_t offset, std::span<const uint8
     Transfer("write", index, bytes.size(), ctx, [&](size_t done) {
         return sys_.Pwrite(fd(), bytes.data() + done, bytes.size() - done, static_cast<off_t>(base + done));
     });
+}
+
+bool DeviceBackend::RequestWhileServing(std::function<void(Syscalls& sys, int fd)> request,
+                                        const StillServing& serving) noexcept {
+    Syscalls* sys = &sys_;  // the real one but in unit tests: static
+    const auto answered = std::make_shared<std::atomic<uint32_t>>(0);
+    const int dup = sys->Dup(fd());
+    std::thread thread;
+    if (dup >= 0) {
+        try {
+            thread = std::thread([sys, dup, answered, request] {
+                request(*sys, dup);
+                sys->Close(dup);
+                answered->store(1, std::memory_order_release);
+                FutexWake(answered.get(), FutexScope::Private);
+            });
+        } catch (const std::system_error&) {
+            sys->Close(dup);
+        }
+    }
+    if (!thread.joinable()) {
+        request(*sys, fd());
+        return true;
+    }
+    constexpr std::chrono::milliseconds kLook{SPYRE_HEARTBEAT_PERIOD_MS};
+    while (answered->load(std::memory_order_acquire) == 0) {
+        FutexWait(answered.get(), 0, kLook, FutexScope::Private);
+        if (answered->load(std::memory_order_acquire) == 0 && !serving()) {
+            thread.detach();
+            return false;
+        }
+    }
+    thread.join();
+    return true;
+}
+
+bool DeviceBackend::WriteWhileServing(uint32_t index, uint64_t offset, uint32_t value,
+                                      const StillServing& serving) noexcept {
+    uint64_t at = 0;
+    try {
+        at = TrapOffset(index) + offset;
+    } catch (...) {
+        return false;
+    }
+    const auto written = std::make_shared<std::atomic<bool>>(false);
+    const bool answered = RequestWhileServing(
+        [at, value, written](Syscalls& sys, int fd) {
+            written->store(sys.Pwrite(fd, &value, sizeof value, static_cast<off_t>(at)) == ssize_t(sizeof value));
+        },
+        serving);
+    return answered && written->load();
 }
 
 std::unique_ptr<DeviceBackend> OpenBackend(const FunctionInfo& info) {

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -60,11 +61,18 @@ public:
     virtual RegionFile File(uint32_t index) = 0;
     // Function-level reset; returns when the device has reset.
     virtual void Reset() = 0;
+    // Whether the device still serves requests (its process lives, its
+    // heartbeat moves), asked while a request waits for its answer.
+    using StillServing = std::function<bool()>;
     // Ends the claim now, before the fds close (the next owner finds it
-    // free). `device_responds` false (a device that stopped responding):
-    // only close, asking the device nothing, since a request to a stopped
-    // device model waits for as long as it stays stopped.
-    virtual void Release(bool device_responds = true) noexcept = 0;
+    // free). A request to a device model that stopped (SIGSTOP, hung)
+    // waits for as long as it stays stopped: the claim's end waits for
+    // the device only while `serving` says yes, and then closes the fds
+    // without its answer. The default: wait for as long as it takes.
+    virtual void Release(const StillServing& serving) noexcept = 0;
+    void Release() noexcept {
+        Release([] { return true; });
+    }
     // The fd trapped access goes through (the device node, the VFIO device fd).
     virtual int fd() const noexcept = 0;
 
@@ -74,9 +82,22 @@ public:
     void Read(uint32_t index, uint64_t offset, std::span<uint8_t> out, const ErrorContext& ctx);
     void Write(uint32_t index, uint64_t offset, std::span<const uint8_t> bytes, const ErrorContext& ctx);
 
+    // A trapped write made only while the device serves (the teardown's
+    // best-effort writes, such as disabling a ring): false when it gave up
+    // or the write failed. See RequestWhileServing.
+    bool WriteWhileServing(uint32_t index, uint64_t offset, uint32_t value, const StillServing& serving) noexcept;
+
     const std::string& device() const noexcept { return device_; }
 
 protected:
+    // Runs `request` on a dup of fd() from a thread of its own and waits
+    // for it, looking at `serving` once per heartbeat period: a request to
+    // a device model that stopped (SIGSTOP, hung) waits for as long as it
+    // stays stopped. False when the device stopped serving first: the
+    // request's thread is left to its answer, or to the process's exit
+    // (a FUSE request the daemon has not read dies with it). With no fd
+    // or thread to spare, the request runs here.
+    bool RequestWhileServing(std::function<void(Syscalls& sys, int fd)> request, const StillServing& serving) noexcept;
     // The offset of trapped access to region `index` (from RegionInfo, cached).
     virtual uint64_t TrapOffset(uint32_t index) = 0;
     Syscalls& sys() const noexcept { return sys_; }

@@ -126,16 +126,26 @@ Function::~Function() { Close(); }
 
 void Function::Close() noexcept {
     bar0_ = MappedRegion();
-    bar4_ = MappedRegion();
     if (backend_) {
         // Hand the function over before the fds close, so whoever opens it
-        // next finds it free.
-        // (Not a device that stopped responding: the hand-over would wait
-        // for it. Its node is free once the fds close.)
-        backend_->Release(!lost());
+        // next finds it free, waiting for the device only while it serves:
+        // a device model that stopped would never answer. Its node is free
+        // once the fds close. (BAR4 stays mapped meanwhile for the
+        // heartbeat; the hand-over gives the next owner fresh pages.)
+        backend_->Release([this]() noexcept { return StillServing(); });
         backend_.reset();
     }
+    bar4_ = MappedRegion();
     if (pidfd_ >= 0) ::close(std::exchange(pidfd_, -1));
+}
+
+bool Function::StillServing() const noexcept {
+    if (lost() || !bar4_.data()) return false;
+    try {
+        return ServingProcess() && !HeartbeatStill();
+    } catch (...) {  // the watch's lock: a system error there leaves nothing to wait for
+        return false;
+    }
 }
 
 int Function::fd() const noexcept { return backend_ ? backend_->fd() : -1; }
@@ -220,6 +230,11 @@ void Function::WriteTrapped32(uint32_t offset, uint32_t value) {
     WriteRegion(SPYRE_REGION_BAR0, offset, bytes);
 }
 
+bool Function::WriteTrapped32WhileServing(uint32_t offset, uint32_t value) noexcept {
+    if (!backend_ || offset > SPYRE_REG_FILE_SIZE - 4 || offset % 4 != 0 || !StillServing()) return false;
+    return backend_->WriteWhileServing(SPYRE_REGION_BAR0, offset, value, [this]() noexcept { return StillServing(); });
+}
+
 std::vector<uint8_t> Function::ReadRegion(uint32_t index, uint64_t offset, size_t length) const {
     std::vector<uint8_t> out(length);
     ErrorContext ctx{.device = info_.pci_address, .reg = index == SPYRE_REGION_BAR0 ? RegisterName(uint32_t(offset)) : "",
@@ -264,29 +279,31 @@ bool Function::Alive() const {
     return alive;
 }
 
-uint32_t Function::DeviceState() const noexcept {
-    auto* db = reinterpret_cast<spyre_doorbell_page*>(bar4_.data() + db_offset_);
-    return std::atomic_ref<uint32_t>(db->device_state).load(std::memory_order_acquire);
+spyre_doorbell_page* Function::Doorbell() const noexcept {
+    return reinterpret_cast<spyre_doorbell_page*>(bar4_.data() + db_offset_);
 }
 
-bool Function::Probe() const {
-    if (DeviceState() != SPYRE_DEVSTATE_ALIVE) return false;
+uint32_t Function::DeviceState() const noexcept {
+    return std::atomic_ref<uint32_t>(Doorbell()->device_state).load(std::memory_order_acquire);
+}
+
+bool Function::Probe() const { return DeviceState() == SPYRE_DEVSTATE_ALIVE && ServingProcess() && !HeartbeatStill(); }
+
+bool Function::ServingProcess() const noexcept {
     if (pidfd_ >= 0) {
         pollfd p{pidfd_, POLLIN, 0};
-        if (::poll(&p, 1, 0) != 0) return false;
-    } else if (dev_info_.daemon_pid > 0 && ::kill(dev_info_.daemon_pid, 0) != 0 && errno != EPERM) {
-        return false;
+        return ::poll(&p, 1, 0) == 0;
     }
-    if (heartbeat_) {
-        auto* db = reinterpret_cast<spyre_doorbell_page*>(bar4_.data() + db_offset_);
-        const uint32_t beat = std::atomic_ref<uint32_t>(db->heartbeat).load(std::memory_order_acquire);
-        const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                std::chrono::steady_clock::now().time_since_epoch()).count();
-        if (heartbeat_->Still(beat, now)) {
-            std::atomic_ref<uint8_t>(lost_why_).store(kNotResponding, std::memory_order_relaxed);
-            return false;
-        }
-    }
+    return dev_info_.daemon_pid <= 0 || ::kill(dev_info_.daemon_pid, 0) == 0 || errno == EPERM;
+}
+
+bool Function::HeartbeatStill() const {
+    if (!heartbeat_) return false;
+    const uint32_t beat = std::atomic_ref<uint32_t>(Doorbell()->heartbeat).load(std::memory_order_acquire);
+    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch()).count();
+    if (!heartbeat_->Still(beat, now)) return false;
+    std::atomic_ref<uint8_t>(lost_why_).store(kNotResponding, std::memory_order_relaxed);
     return true;
 }
 

@@ -76,10 +76,18 @@ public:
 
     // FUSE delivers close's release only after close() has returned; the
     // ioctl hands the function over first.
-    void Release(bool device_responds = true) noexcept override {
+    using DeviceBackend::Release;
+    void Release(const StillServing& serving) noexcept override {
         if (fd_ < 0) return;
-        spyre_release_req req{.argsz = sizeof req, .flags = 0};
-        if (device_responds) sys().Ioctl(fd_, SPYRE_IOC_RELEASE, &req);
+        // A stopped daemon never answers: the fds close without it, and it
+        // hands the function over when it sees them close.
+        if (serving())
+            RequestWhileServing(
+                [](Syscalls& sys, int fd) {
+                    spyre_release_req req{.argsz = sizeof req, .flags = 0};
+                    sys.Ioctl(fd, SPYRE_IOC_RELEASE, &req);
+                },
+                serving);
         sys().Close(std::exchange(fd_, -1));
     }
 

@@ -104,9 +104,10 @@ public:
         if (sys().IoctlValue(device_, VFIO_DEVICE_RESET, 0) != 0) throw SystemError("VFIO_DEVICE_RESET failed", Context());
     }
 
-    // vfio hands the function over when its fds close: device, then group
-    // (which leaves the container), then container.
-    void Release(bool /*device_responds*/ = true) noexcept override {
+    // vfio hands the function over when its fds close (device, then group,
+    // which leaves the container, then container), asking the card nothing.
+    using DeviceBackend::Release;
+    void Release(const StillServing& /*serving*/) noexcept override {
         for (int* fd : {&device_, &group_, &container_})
             if (*fd >= 0) sys().Close(std::exchange(*fd, -1));
     }

@@ -3,11 +3,15 @@
 // registers, NOP round trips in every wait mode, dumps, resets, SR-IOV.
 #include <fcntl.h>
 #include <sys/ioctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <fstream>
+#include <future>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -409,4 +413,95 @@ TEST_F(MockDeviceTest, SriovNumvfsFollowsLinuxRules) {
     EXPECT_EQ(vf5.Read64(SPYRE_REG_MEM_SIZE), vf5.device_info().mem_size);
     EXPECT_LT(vf5.Read64(SPYRE_REG_MEM_SIZE), 4ull << 30);
     EXPECT_GT(vf5.Read64(SPYRE_REG_MEM_BASE), 0u);
+}
+
+// A daemon stopped (SIGSTOP) while a process holds one of its functions:
+// closing the function used to wait for ever in the hand-over's ioctl, a
+// FUSE request the stopped daemon never reads. Close now gives up once the
+// heartbeat has stood still for the bound, and the function is free for
+// the next owner once the daemon goes on.
+TEST_F(MockDeviceTest, ClosingAFunctionOfAStoppedDaemonEndsWithinTheHeartbeatBound) {
+    spyre::test::ScopedEnv bound("SPYRE_HEARTBEAT_TIMEOUT_MS", "500");
+    struct GoOn {  // whatever fails: the fixture's daemon must be able to stop
+        MockDaemon& d;
+        ~GoOn() { d.Signal(SIGCONT); }
+    } go_on{daemon()};
+    std::optional<Function> fn;
+    fn.emplace(Function::Open(Vf(1)));
+    ASSERT_FALSE(fn->lost());
+    daemon().Signal(SIGSTOP);
+    ASSERT_TRUE(spyre::test::WaitUntilStopped(daemon().pid())) << "the daemon did not stop";
+    auto closed = std::async(std::launch::async, [&] { fn.reset(); });
+    // The bound and a period or two; 20 s tells a hang from a slow machine.
+    const bool ended = closed.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+    daemon().Signal(SIGCONT);  // lets a hung close finish, so the test can fail rather than hang
+    ASSERT_TRUE(ended) << "closing a function waits for its stopped daemon";
+    closed.get();
+
+    // The daemon went on: the function is handed over (by the request it
+    // now reads, or by the node's close) and opens again. The hand-over
+    // reaches the daemon after close() returns, so a few looks may find it
+    // still held.
+    std::optional<Function> again;
+    for (int look = 0; look < 500 && !again; ++look) {
+        try {
+            again.emplace(Function::Open(Vf(1)));
+        } catch (const spyre::Error& e) {
+            ASSERT_EQ(e.kind(), spyre::ErrorKind::Busy) << e.what();
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+    }
+    ASSERT_TRUE(again.has_value()) << "the function stayed held after its daemon went on";
+    EXPECT_TRUE(again->Alive());
+    EXPECT_EQ(again->Read32(SPYRE_REG_MAGIC), SPYRE_MAGIC);
+}
+
+// The same from the process's side: a process that holds a function when
+// its daemon stops, and then closes it and exits, ends (the close's
+// hand-over request, which the daemon never read, dies with it).
+TEST_F(MockDeviceTest, AProcessEndsThoughItsDaemonStoppedWhileItHeldAFunction) {
+    spyre::test::ScopedEnv bound("SPYRE_HEARTBEAT_TIMEOUT_MS", "500");
+    struct GoOn {
+        MockDaemon& d;
+        ~GoOn() { d.Signal(SIGCONT); }
+    } go_on{daemon()};
+    int opened[2], go[2];
+    ASSERT_EQ(::pipe(opened), 0);
+    ASSERT_EQ(::pipe(go), 0);
+    const FunctionInfo vf = Vf(1);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        int status = 0;
+        try {
+            Function fn = Function::Open(vf);
+            char c = 1;
+            if (::write(opened[1], &c, 1) != 1 || ::read(go[0], &c, 1) != 1) status = 3;
+        } catch (...) {
+            status = 2;
+        }
+        ::_exit(status);  // after ~Function
+    }
+    ::close(opened[1]);
+    ::close(go[0]);
+    char c = 0;
+    ASSERT_EQ(::read(opened[0], &c, 1), 1) << "the child could not open the function";
+    daemon().Signal(SIGSTOP);
+    ASSERT_TRUE(spyre::test::WaitUntilStopped(daemon().pid())) << "the daemon did not stop";
+    ASSERT_EQ(::write(go[1], &c, 1), 1);
+    int status = 0;
+    pid_t ended = 0;
+    for (int look = 0; look < 2000 && ended == 0; ++look) {  // 20 s: a hang, not a slow machine
+        ended = ::waitpid(child, &status, WNOHANG);
+        if (ended == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    daemon().Signal(SIGCONT);
+    if (ended == 0) {
+        ::waitpid(child, &status, 0);  // it can end now
+        FAIL() << "a process whose daemon stopped could not end";
+    }
+    ::close(opened[0]);
+    ::close(go[1]);
+    ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+    EXPECT_EQ(WEXITSTATUS(status), 0);
 }

@@ -97,6 +97,11 @@ public:
     uint32_t ReadTrapped32(uint32_t offset) const;
     uint64_t ReadTrapped64(uint32_t offset) const;
     void WriteTrapped32(uint32_t offset, uint32_t value);
+    // A trapped write a teardown makes at its best (disabling a ring): made
+    // only while the device serves, so a stopped device model (SIGSTOP,
+    // hung), which would never answer, is given up on after the heartbeat's
+    // bound. False when not made. Never throws.
+    bool WriteTrapped32WhileServing(uint32_t offset, uint32_t value) noexcept;
     // Raw trapped region access through the device node (pread/pwrite).
     std::vector<uint8_t> ReadRegion(uint32_t index, uint64_t offset, size_t length) const;
     void WriteRegion(uint32_t index, uint64_t offset, std::span<const uint8_t> bytes);
@@ -148,6 +153,12 @@ private:
     DeviceBackend& Backend() const;  // InvalidArgument once closed
     // One liveness check; the heartbeat's judgement remembers earlier looks.
     bool Probe() const;
+    // The parts of Probe that hold during a hand-over, which itself writes
+    // GONE to the old owner's pages.
+    bool ServingProcess() const noexcept;  // the daemon's process lives (when there is one)
+    bool HeartbeatStill() const;           // stood still for the bound (sets lost_why_)
+    bool StillServing() const noexcept;    // while Close waits for the hand-over
+    spyre_doorbell_page* Doorbell() const noexcept;
     uint32_t DeviceState() const noexcept;  // the doorbell page's device_state word
     uint32_t Load32(uint32_t offset) const noexcept;  // a mapped register, unchecked
 

@@ -8,6 +8,8 @@
 #include <atomic>
 #include <future>
 #include <numeric>
+#include <optional>
+#include <thread>
 
 #include "spyre/uapi/spyre_errors.h"
 #include "stream_fixture.hpp"
@@ -423,6 +425,54 @@ TEST_F(StreamTest, RingWorkOnAStoppedDaemonFailsAsDeviceLostWithinTheHeartbeatBo
     daemon().Signal(SIGCONT);
     EXPECT_EQ(s.Query(), StreamStatus::Faulted);
     EXPECT_SPYRE_ERROR(s.CopyToDevice(v.data(), a.handle, 8), DeviceLost, "stopped responding");
+}
+
+// A process whose daemon stops while it holds a device, and which does not
+// wait on the device again: destroying the Device closes its function, and
+// the close's hand-over request would wait for the stopped daemon for
+// ever. It gives up after the heartbeat's bound, so the process can end.
+TEST_F(StreamTest, DestroyingADeviceOfAStoppedDaemonEndsWithinTheHeartbeatBound) {
+    ScopedEnv bound("SPYRE_HEARTBEAT_TIMEOUT_MS", "500");
+    struct GoOn {
+        driver::MockDaemon& d;
+        ~GoOn() { d.Signal(SIGCONT); }
+    } go_on{daemon()};
+    std::optional<Device> dev;
+    dev.emplace(OpenDevice(1));
+    std::optional<FlexStream> s;
+    s.emplace(dev->CreateStream());
+    const DeviceAllocation a = dev->allocator().Allocate(4096);
+    std::vector<uint64_t> v(512, 0x5a5a5a5a5a5a5a5aull), back(512, 0);
+    s->CopyToDevice(v.data(), a.handle, 4096);
+    s->CopyFromDevice(back.data(), a.handle, 4096);
+    s->Synchronize();
+    ASSERT_EQ(back, v);
+    daemon().Signal(SIGSTOP);
+    ASSERT_TRUE(WaitUntilStopped(daemon().pid())) << "the daemon did not stop";
+    auto destroyed = std::async(std::launch::async, [&] {
+        s.reset();
+        dev.reset();
+    });
+    const bool ended = destroyed.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+    daemon().Signal(SIGCONT);  // a hung destroy finishes, so the test fails rather than hangs
+    ASSERT_TRUE(ended) << "destroying a Device waits for its stopped daemon";
+    destroyed.get();
+    // The daemon went on and the function is free again.
+    std::optional<Device> again;
+    for (int look = 0; look < 500 && !again; ++look) {
+        try {
+            again.emplace(OpenDevice(1));
+        } catch (const Error& e) {
+            ASSERT_EQ(e.kind(), ErrorKind::Busy) << e.what();
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+    }
+    ASSERT_TRUE(again.has_value()) << "the function stayed held after its daemon went on";
+    DeviceAllocation b = again->allocator().Allocate(4096);
+    FlexStream t = again->CreateStream();
+    t.CopyFromDevice(back.data(), b.handle, 4096);
+    t.Synchronize();
+    EXPECT_EQ(back, std::vector<uint64_t>(512, 0)) << "the next owner sees the last owner's bytes";
 }
 
 // Large copies go to the DMA engine, beside the ring: with no ring work in
