@@ -141,11 +141,15 @@ void Function::Close() noexcept {
 
 bool Function::StillServing() const noexcept {
     if (lost() || !bar4_.data()) return false;
+    bool serving = false;
     try {
-        return ServingProcess() && !HeartbeatStill();
+        serving = ServingProcess() && !HeartbeatStill();
     } catch (...) {  // the watch's lock: a system error there leaves nothing to wait for
-        return false;
     }
+    // Given up on: later calls fail at once as DeviceLost, and the close
+    // asks the device nothing more.
+    if (!serving) std::atomic_ref<bool>(lost_).store(true, std::memory_order_relaxed);
+    return serving;
 }
 
 int Function::fd() const noexcept { return backend_ ? backend_->fd() : -1; }

@@ -124,10 +124,12 @@ int SpyreAllocator::GrantRegion(uint64_t size) {
 
 void SpyreAllocator::ReleaseRegions() noexcept {
     try {
+        // A device model that stopped would never answer the trapped
+        // command; its hand-over frees what is left.
         if (!fn_.lost())
             for (const Region& r : regions_) {
                 fn_.Write32(SPYRE_REG_REGION_ARG, r.device_index);
-                fn_.Write32(SPYRE_REG_REGION_CMD, SPYRE_REGION_CMD_FREE);
+                if (!fn_.WriteTrapped32WhileServing(SPYRE_REG_REGION_CMD, SPYRE_REGION_CMD_FREE)) break;
             }
     } catch (const Error&) {
         // The device went away; its table went with it.

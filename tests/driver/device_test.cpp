@@ -422,10 +422,7 @@ TEST_F(MockDeviceTest, SriovNumvfsFollowsLinuxRules) {
 // the next owner once the daemon goes on.
 TEST_F(MockDeviceTest, ClosingAFunctionOfAStoppedDaemonEndsWithinTheHeartbeatBound) {
     spyre::test::ScopedEnv bound("SPYRE_HEARTBEAT_TIMEOUT_MS", "500");
-    struct GoOn {  // whatever fails: the fixture's daemon must be able to stop
-        MockDaemon& d;
-        ~GoOn() { d.Signal(SIGCONT); }
-    } go_on{daemon()};
+    const spyre::test::ResumeAtScopeEnd go_on(daemon());
     std::optional<Function> fn;
     fn.emplace(Function::Open(Vf(1)));
     ASSERT_FALSE(fn->lost());
@@ -461,10 +458,7 @@ TEST_F(MockDeviceTest, ClosingAFunctionOfAStoppedDaemonEndsWithinTheHeartbeatBou
 // hand-over request, which the daemon never read, dies with it).
 TEST_F(MockDeviceTest, AProcessEndsThoughItsDaemonStoppedWhileItHeldAFunction) {
     spyre::test::ScopedEnv bound("SPYRE_HEARTBEAT_TIMEOUT_MS", "500");
-    struct GoOn {
-        MockDaemon& d;
-        ~GoOn() { d.Signal(SIGCONT); }
-    } go_on{daemon()};
+    const spyre::test::ResumeAtScopeEnd go_on(daemon());
     int opened[2], go[2];
     ASSERT_EQ(::pipe(opened), 0);
     ASSERT_EQ(::pipe(go), 0);

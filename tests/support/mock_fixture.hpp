@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -93,6 +94,19 @@ int CountShmObjects(const std::string& prefix);
 // Blocks until process `pid` (a child that is not reaped yet, such as a
 // killed daemon) has exited, for at most `limit`; false if it has not.
 bool WaitForExit(pid_t pid, std::chrono::milliseconds limit = std::chrono::seconds(30));
+
+// Sends SIGCONT to a daemon when the scope ends: a test that stops its
+// daemon (SIGSTOP) lets it go on whatever fails, so the fixture can stop it.
+class ResumeAtScopeEnd {
+public:
+    explicit ResumeAtScopeEnd(driver::MockDaemon& daemon) : daemon_(daemon) {}
+    ~ResumeAtScopeEnd() { daemon_.Signal(SIGCONT); }
+    ResumeAtScopeEnd(const ResumeAtScopeEnd&) = delete;
+    ResumeAtScopeEnd& operator=(const ResumeAtScopeEnd&) = delete;
+
+private:
+    driver::MockDaemon& daemon_;
+};
 
 // An environment variable set for a scope, then restored (or unset).
 class ScopedEnv {

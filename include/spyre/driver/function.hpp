@@ -157,7 +157,9 @@ private:
     // GONE to the old owner's pages.
     bool ServingProcess() const noexcept;  // the daemon's process lives (when there is one)
     bool HeartbeatStill() const;           // stood still for the bound (sets lost_why_)
-    bool StillServing() const noexcept;    // while Close waits for the hand-over
+    // While a request waits for the device: false, and lost() from then on,
+    // once its process has exited or its heartbeat stood still.
+    bool StillServing() const noexcept;
     spyre_doorbell_page* Doorbell() const noexcept;
     uint32_t DeviceState() const noexcept;  // the doorbell page's device_state word
     uint32_t Load32(uint32_t offset) const noexcept;  // a mapped register, unchecked

@@ -2,7 +2,10 @@
 // SpyreAllocator against a real device: region reservation (with fallback),
 // alignment, coalescing, exhaustion, bad handles, a randomized stress checked
 // against a reference model, and concurrent use.
+#include <csignal>
+#include <future>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -314,4 +317,30 @@ TEST_F(BigCardTest, DefaultVfPoolOf96GiBWorksBecauseMemoryIsSparse) {
         dma.Wait(dma.CopyFromDevice(&back, b.handle.Offset(12 * kGiB - 8, 8, b), 8));
         EXPECT_EQ(back, magic);
     }
+}
+
+// An allocator destroyed after its daemon stopped: each region's FREE is a
+// trapped command the stopped daemon never answers. It gives up after the
+// heartbeat's bound, counts the function as lost (what is left is freed by
+// the hand-over), and the function then closes at once.
+TEST_F(MockDeviceTest, AnAllocatorOfAStoppedDaemonIsDestroyedWithinTheHeartbeatBound) {
+    spyre::test::ScopedEnv bound("SPYRE_HEARTBEAT_TIMEOUT_MS", "500");
+    const spyre::test::ResumeAtScopeEnd go_on(daemon());
+    std::optional<Function> fn;
+    fn.emplace(Function::Open(Vf(1)));
+    std::optional<SpyreAllocator> alloc;
+    alloc.emplace(*fn, SmallVf(2));
+    ASSERT_EQ(alloc->Stats().regions.size(), 2u);
+    daemon().Signal(SIGSTOP);
+    ASSERT_TRUE(spyre::test::WaitUntilStopped(daemon().pid())) << "the daemon did not stop";
+    auto destroyed = std::async(std::launch::async, [&] {
+        alloc.reset();
+        const bool lost = fn->lost();
+        fn.reset();
+        return lost;
+    });
+    const bool ended = destroyed.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+    daemon().Signal(SIGCONT);
+    ASSERT_TRUE(ended) << "destroying an allocator waits for its stopped daemon";
+    EXPECT_TRUE(destroyed.get()) << "a function given up on does not count as lost";
 }

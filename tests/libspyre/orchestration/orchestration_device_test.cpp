@@ -521,10 +521,7 @@ TEST(OrchestrationQueues, AConsumerOfATaskALapOfTheQueueWentPastStillRuns) {
 // after the daemon goes on, and a function opened again works.
 TEST_F(StreamTest, WaitsOnAStoppedDaemonFailAsDeviceLostWithinTheHeartbeatBound) {
     test::ScopedEnv bound("SPYRE_HEARTBEAT_TIMEOUT_MS", "1000");
-    struct GoOn {  // whatever fails: the fixture's daemon must be able to stop
-        driver::MockDaemon& d;
-        ~GoOn() { d.Signal(SIGCONT); }
-    } go_on{daemon()};
+    const spyre::test::ResumeAtScopeEnd go_on(daemon());
     // a + a into a buffer of its own, which it returns.
     auto submit = [](Orchestrator& orch) {
         auto* a = static_cast<float*>(orch.Alloc(1024));

@@ -400,10 +400,7 @@ TEST_F(StreamTest, DeviceLossFailsQueuedWorkAndLaterEnqueues) {
 // stream says so after the daemon goes on.
 TEST_F(StreamTest, RingWorkOnAStoppedDaemonFailsAsDeviceLostWithinTheHeartbeatBound) {
     ScopedEnv bound("SPYRE_HEARTBEAT_TIMEOUT_MS", "1000");
-    struct GoOn {  // whatever fails: the fixture's daemon must be able to stop
-        driver::MockDaemon& d;
-        ~GoOn() { d.Signal(SIGCONT); }
-    } go_on{daemon()};
+    const spyre::test::ResumeAtScopeEnd go_on(daemon());
     Device dev = OpenDevice();
     FlexStream s = dev.CreateStream();
     DeviceAllocation a = dev.allocator().Allocate(4096);
@@ -433,10 +430,7 @@ TEST_F(StreamTest, RingWorkOnAStoppedDaemonFailsAsDeviceLostWithinTheHeartbeatBo
 // ever. It gives up after the heartbeat's bound, so the process can end.
 TEST_F(StreamTest, DestroyingADeviceOfAStoppedDaemonEndsWithinTheHeartbeatBound) {
     ScopedEnv bound("SPYRE_HEARTBEAT_TIMEOUT_MS", "500");
-    struct GoOn {
-        driver::MockDaemon& d;
-        ~GoOn() { d.Signal(SIGCONT); }
-    } go_on{daemon()};
+    const spyre::test::ResumeAtScopeEnd go_on(daemon());
     std::optional<Device> dev;
     dev.emplace(OpenDevice(1));
     std::optional<FlexStream> s;
