@@ -71,6 +71,7 @@ void DeviceBackend::Write(uint32_t index, uint64_t offset, std::span<const uint8
 
 bool DeviceBackend::RequestWhileServing(std::function<void(Syscalls& sys, int fd)> request,
                                         const StillServing& serving) noexcept {
+    if (!serving()) return false;
     Syscalls* sys = &sys_;  // Syscalls::Real() but in unit tests: static, so a thread left behind may keep it
     const auto answered = std::make_shared<std::atomic<uint32_t>>(0);
     const int dup = sys->Dup(fd());

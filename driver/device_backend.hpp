@@ -90,8 +90,9 @@ public:
     const std::string& device() const noexcept { return device_; }
 
 protected:
-    // Runs `request` on a dup of fd() from a thread of its own and waits
-    // for it, looking at `serving` once per heartbeat period: a request to
+    // Unless `serving` says no at once, runs `request` on a dup of fd()
+    // from a thread of its own and waits for it, looking at `serving` once
+    // per heartbeat period: a request to
     // a device model that stopped (SIGSTOP, hung) waits for as long as it
     // stays stopped. False when the device stopped serving first: the
     // request's thread is left to its answer, or to the process's exit

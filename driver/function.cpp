@@ -235,7 +235,7 @@ void Function::WriteTrapped32(uint32_t offset, uint32_t value) {
 }
 
 bool Function::WriteTrapped32WhileServing(uint32_t offset, uint32_t value) noexcept {
-    if (!backend_ || offset > SPYRE_REG_FILE_SIZE - 4 || offset % 4 != 0 || !StillServing()) return false;
+    if (!backend_ || offset > SPYRE_REG_FILE_SIZE - 4 || offset % 4 != 0) return false;
     return backend_->WriteWhileServing(SPYRE_REGION_BAR0, offset, value, [this]() noexcept { return StillServing(); });
 }
 

@@ -81,13 +81,12 @@ public:
         if (fd_ < 0) return;
         // A stopped daemon never answers: the fds close without it, and it
         // hands the function over when it sees them close.
-        if (serving())
-            RequestWhileServing(
-                [](Syscalls& sys, int fd) {
-                    spyre_release_req req{.argsz = sizeof req, .flags = 0};
-                    sys.Ioctl(fd, SPYRE_IOC_RELEASE, &req);
-                },
-                serving);
+        RequestWhileServing(
+            [](Syscalls& sys, int fd) {
+                spyre_release_req req{.argsz = sizeof req, .flags = 0};
+                sys.Ioctl(fd, SPYRE_IOC_RELEASE, &req);
+            },
+            serving);
         sys().Close(std::exchange(fd_, -1));
     }
 
