@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <exception>
 #include <system_error>
 #include <thread>
 
@@ -53,36 +55,71 @@ void Transfer(const char* verb, uint32_t index, size_t length, const ErrorContex
     }
 }
 
+void ReadAt(Syscalls& sys, int fd, uint32_t index, uint64_t base, std::span<uint8_t> out, const ErrorContext& ctx) {
+    Transfer("read", index, out.size(), ctx, [&](size_t done) {
+        return sys.Pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(base + done));
+    });
+}
+
+void WriteAt(Syscalls& sys, int fd, uint32_t index, uint64_t base, std::span<const uint8_t> bytes,
+             const ErrorContext& ctx) {
+    Transfer("write", index, bytes.size(), ctx, [&](size_t done) {
+        return sys.Pwrite(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(base + done));
+    });
+}
+
+// What a request's thread and its caller share (the thread may outlive the caller).
+struct Answer {
+    std::atomic<uint32_t> done{0};
+    std::exception_ptr error;  // written before `done`
+};
+
 }  // namespace
 
 void DeviceBackend::Read(uint32_t index, uint64_t offset, std::span<uint8_t> out, const ErrorContext& ctx) {
-    const uint64_t base = TrapOffset(index) + offset;
-    Transfer("read", index, out.size(), ctx, [&](size_t done) {
-        return sys_.Pread(fd(), out.data() + done, out.size() - done, static_cast<off_t>(base + done));
-    });
+    ReadAt(sys_, fd(), index, TrapOffset(index) + offset, out, ctx);
 }
 
 void DeviceBackend::Write(uint32_t index, uint64_t offset, std::span<const uint8_t> bytes, const ErrorContext& ctx) {
-    const uint64_t base = TrapOffset(index) + offset;
-    Transfer("write", index, bytes.size(), ctx, [&](size_t done) {
-        return sys_.Pwrite(fd(), bytes.data() + done, bytes.size() - done, static_cast<off_t>(base + done));
-    });
+    WriteAt(sys_, fd(), index, TrapOffset(index) + offset, bytes, ctx);
 }
 
-bool DeviceBackend::RequestWhileServing(std::function<void(Syscalls& sys, int fd)> request,
-                                        const StillServing& serving) noexcept {
+DeviceBackend::Request DeviceBackend::ReadRequest(uint32_t index, uint64_t offset,
+                                                  std::shared_ptr<std::vector<uint8_t>> out, ErrorContext ctx) {
+    return [index, base = TrapOffset(index) + offset, out = std::move(out), ctx = std::move(ctx)](Syscalls& sys, int fd) {
+        ReadAt(sys, fd, index, base, *out, ctx);
+    };
+}
+
+DeviceBackend::Request DeviceBackend::WriteRequest(uint32_t index, uint64_t offset, std::vector<uint8_t> bytes,
+                                                   ErrorContext ctx) {
+    return [index, base = TrapOffset(index) + offset, bytes = std::move(bytes), ctx = std::move(ctx)](Syscalls& sys,
+                                                                                                       int fd) {
+        WriteAt(sys, fd, index, base, bytes, ctx);
+    };
+}
+
+bool DeviceBackend::RequestWhileServing(Request request, const StillServing& serving) {
     if (!serving()) return false;
+    if (!MayStall()) {
+        request(sys_, fd());
+        return true;
+    }
     Syscalls* sys = &sys_;  // Syscalls::Real() but in unit tests: static, so a thread left behind may keep it
-    const auto answered = std::make_shared<std::atomic<uint32_t>>(0);
+    const auto answer = std::make_shared<Answer>();
     const int dup = sys->Dup(fd());
     std::thread thread;
     if (dup >= 0) {
         try {
-            thread = std::thread([sys, dup, answered, request] {
-                request(*sys, dup);
+            thread = std::thread([sys, dup, answer, request] {
+                try {
+                    request(*sys, dup);
+                } catch (...) {
+                    answer->error = std::current_exception();
+                }
                 sys->Close(dup);
-                answered->store(1, std::memory_order_release);
-                FutexWake(answered.get(), FutexScope::Private);
+                answer->done.store(1, std::memory_order_release);
+                FutexWake(&answer->done, FutexScope::Private);
             });
         } catch (const std::system_error&) {
             sys->Close(dup);
@@ -93,32 +130,28 @@ bool DeviceBackend::RequestWhileServing(std::function<void(Syscalls& sys, int fd
         return true;
     }
     constexpr std::chrono::milliseconds kLook{SPYRE_HEARTBEAT_PERIOD_MS};
-    while (answered->load(std::memory_order_acquire) == 0) {
-        FutexWait(answered.get(), 0, kLook, FutexScope::Private);
-        if (answered->load(std::memory_order_acquire) == 0 && !serving()) {
+    while (answer->done.load(std::memory_order_acquire) == 0) {
+        FutexWait(&answer->done, 0, kLook, FutexScope::Private);
+        if (answer->done.load(std::memory_order_acquire) == 0 && !serving()) {
             thread.detach();
             return false;
         }
     }
     thread.join();
+    if (answer->error) std::rethrow_exception(answer->error);
     return true;
 }
 
 bool DeviceBackend::WriteWhileServing(uint32_t index, uint64_t offset, uint32_t value,
                                       const StillServing& serving) noexcept {
-    uint64_t at = 0;
     try {
-        at = TrapOffset(index) + offset;
-    } catch (...) {
+        std::vector<uint8_t> bytes(sizeof value);
+        std::memcpy(bytes.data(), &value, sizeof value);
+        return RequestWhileServing(WriteRequest(index, offset, std::move(bytes), ErrorContext{.device = device_}),
+                                   serving);
+    } catch (...) {  // a teardown's write at its best: a refusal leaves nothing to do
         return false;
     }
-    const auto written = std::make_shared<std::atomic<bool>>(false);
-    const bool answered = RequestWhileServing(
-        [at, value, written](Syscalls& sys, int fd) {
-            written->store(sys.Pwrite(fd, &value, sizeof value, static_cast<off_t>(at)) == ssize_t(sizeof value));
-        },
-        serving);
-    return answered && written->load();
 }
 
 std::unique_ptr<DeviceBackend> OpenBackend(const FunctionInfo& info) {

@@ -19,6 +19,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "spyre/driver/discovery.hpp"
 #include "spyre/driver/function.hpp"
@@ -60,7 +61,7 @@ public:
     // The region as a file for bulk copies (DMA). Unsupported if it has none.
     virtual RegionFile File(uint32_t index) = 0;
     // Function-level reset; returns when the device has reset.
-    virtual void Reset() = 0;
+    void Reset() { ResetRequest()(sys_, fd()); }
     // Whether the device still serves requests (its process lives, its
     // heartbeat moves), asked while a request waits for its answer.
     using StillServing = std::function<bool()>;
@@ -82,6 +83,29 @@ public:
     void Read(uint32_t index, uint64_t offset, std::span<uint8_t> out, const ErrorContext& ctx);
     void Write(uint32_t index, uint64_t offset, std::span<const uint8_t> bytes, const ErrorContext& ctx);
 
+    // One request to the device (a system call or a few on `fd`, fd() or a
+    // dup of it). A request owns all it touches: one given up on may run
+    // after its caller has gone, and after this backend has.
+    using Request = std::function<void(Syscalls& sys, int fd)>;
+    // Read, Write and Reset as requests; a read's bytes land in `*out`.
+    Request ReadRequest(uint32_t index, uint64_t offset, std::shared_ptr<std::vector<uint8_t>> out, ErrorContext ctx);
+    Request WriteRequest(uint32_t index, uint64_t offset, std::vector<uint8_t> bytes, ErrorContext ctx);
+    virtual Request ResetRequest() = 0;
+    // Whether a request can wait for ever on a device that stopped: true
+    // for a device model behind a node (a FUSE request waits for as long as
+    // its daemon does not read it), false for the kernel's vfio-pci.
+    virtual bool MayStall() const noexcept { return false; }
+
+    // Runs `request` and returns true once it is done, rethrowing what it
+    // threw. Where the device may stall, it runs on a dup of fd() from a
+    // thread of its own, and the caller waits for it only while `serving`
+    // says yes, looking once per heartbeat period: false at once when
+    // `serving` says no, or later when the device stopped serving first.
+    // The request's thread is then left to its answer, or to the process's
+    // exit (a FUSE request the daemon has not read dies with it). With no
+    // fd or thread to spare, the request runs here.
+    bool RequestWhileServing(Request request, const StillServing& serving);
+
     // A trapped write made only while the device serves (the teardown's
     // best-effort writes, such as disabling a ring): false when it gave up
     // or the write failed. See RequestWhileServing.
@@ -90,15 +114,6 @@ public:
     const std::string& device() const noexcept { return device_; }
 
 protected:
-    // Unless `serving` says no at once, runs `request` on a dup of fd()
-    // from a thread of its own and waits for it, looking at `serving` once
-    // per heartbeat period: a request to
-    // a device model that stopped (SIGSTOP, hung) waits for as long as it
-    // stays stopped. False when the device stopped serving first: the
-    // request's thread is left to its answer, or to the process's exit
-    // (a FUSE request the daemon has not read dies with it). With no fd
-    // or thread to spare, the request runs here.
-    bool RequestWhileServing(std::function<void(Syscalls& sys, int fd)> request, const StillServing& serving) noexcept;
     // The offset of trapped access to region `index` (from RegionInfo, cached).
     virtual uint64_t TrapOffset(uint32_t index) = 0;
     Syscalls& sys() const noexcept { return sys_; }

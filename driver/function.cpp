@@ -239,24 +239,37 @@ bool Function::WriteTrapped32WhileServing(uint32_t offset, uint32_t value) noexc
     return backend_->WriteWhileServing(SPYRE_REGION_BAR0, offset, value, [this]() noexcept { return StillServing(); });
 }
 
-std::vector<uint8_t> Function::ReadRegion(uint32_t index, uint64_t offset, size_t length) const {
-    std::vector<uint8_t> out(length);
-    ErrorContext ctx{.device = info_.pci_address, .reg = index == SPYRE_REGION_BAR0 ? RegisterName(uint32_t(offset)) : "",
+void Function::Request(const std::function<std::function<void(Syscalls&, int)>(DeviceBackend&)>& make) const {
+    DeviceBackend& backend = Backend();
+    if (lost()) throw LostError();
+    if (!backend.RequestWhileServing(make(backend), [this]() noexcept { return StillServing(); })) throw LostError();
+}
+
+namespace {
+ErrorContext RegionContext(const FunctionInfo& info, uint32_t index, uint64_t offset) {
+    ErrorContext ctx{.device = info.pci_address, .reg = index == SPYRE_REGION_BAR0 ? RegisterName(uint32_t(offset)) : "",
                      .offset = offset};
     if (offset > SPYRE_REGION_OFFSET_MASK) throw Error(ErrorKind::InvalidArgument, "region offset too large", ctx);
-    Backend().Read(index, offset, out, ctx);
-    return out;
+    return ctx;
+}
+}  // namespace
+
+std::vector<uint8_t> Function::ReadRegion(uint32_t index, uint64_t offset, size_t length) const {
+    ErrorContext ctx = RegionContext(info_, index, offset);
+    const auto out = std::make_shared<std::vector<uint8_t>>(length);
+    Request([&](DeviceBackend& b) { return b.ReadRequest(index, offset, out, std::move(ctx)); });
+    return std::move(*out);
 }
 
 void Function::WriteRegion(uint32_t index, uint64_t offset, std::span<const uint8_t> bytes) {
-    ErrorContext ctx{.device = info_.pci_address, .reg = index == SPYRE_REGION_BAR0 ? RegisterName(uint32_t(offset)) : "",
-                     .offset = offset};
-    if (offset > SPYRE_REGION_OFFSET_MASK) throw Error(ErrorKind::InvalidArgument, "region offset too large", ctx);
-    Backend().Write(index, offset, bytes, ctx);
+    ErrorContext ctx = RegionContext(info_, index, offset);
+    Request([&](DeviceBackend& b) {
+        return b.WriteRequest(index, offset, std::vector<uint8_t>(bytes.begin(), bytes.end()), std::move(ctx));
+    });
 }
 
 void Function::Reset() {
-    Backend().Reset();
+    Request([](DeviceBackend& b) { return b.ResetRequest(); });
     // The reset returns once the model has reset; RESETTING only shows if a
     // reset raced with ours, so wait it out with a bound.
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);

@@ -69,10 +69,16 @@ public:
         return RegionFile{OpenObject(r), r.shm_offset};
     }
 
-    void Reset() override {
-        spyre_reset_req req{sizeof(spyre_reset_req), 0};
-        if (sys().Ioctl(fd_, SPYRE_IOC_RESET, &req) != 0) throw SystemError("RESET ioctl failed", Context());
+    Request ResetRequest() override {
+        return [ctx = Context()](Syscalls& sys, int fd) {
+            spyre_reset_req req{sizeof(spyre_reset_req), 0};
+            if (sys.Ioctl(fd, SPYRE_IOC_RESET, &req) != 0) throw SystemError("RESET ioctl failed", ctx);
+        };
     }
+
+    // Every request is a FUSE request, which waits for as long as the
+    // daemon does not read it (stopped, hung).
+    bool MayStall() const noexcept override { return true; }
 
     // FUSE delivers close's release only after close() has returned; the
     // ioctl hands the function over first.
@@ -81,12 +87,15 @@ public:
         if (fd_ < 0) return;
         // A stopped daemon never answers: the fds close without it, and it
         // hands the function over when it sees them close.
-        RequestWhileServing(
-            [](Syscalls& sys, int fd) {
-                spyre_release_req req{.argsz = sizeof req, .flags = 0};
-                sys.Ioctl(fd, SPYRE_IOC_RELEASE, &req);
-            },
-            serving);
+        try {
+            RequestWhileServing(
+                [](Syscalls& sys, int fd) {
+                    spyre_release_req req{.argsz = sizeof req, .flags = 0};
+                    sys.Ioctl(fd, SPYRE_IOC_RELEASE, &req);
+                },
+                serving);
+        } catch (...) {  // no memory for the request: the close hands the function over
+        }
         sys().Close(std::exchange(fd_, -1));
     }
 

@@ -98,10 +98,12 @@ public:
         return RegionFile{fd, r.offset};
     }
 
-    void Reset() override {
+    Request ResetRequest() override {
         if (!(vfio_flags_ & VFIO_DEVICE_FLAGS_RESET))
             throw Error(ErrorKind::Unsupported, "vfio-pci offers no reset for this function", Context());
-        if (sys().IoctlValue(device_, VFIO_DEVICE_RESET, 0) != 0) throw SystemError("VFIO_DEVICE_RESET failed", Context());
+        return [ctx = Context()](Syscalls& sys, int fd) {
+            if (sys.IoctlValue(fd, VFIO_DEVICE_RESET, 0) != 0) throw SystemError("VFIO_DEVICE_RESET failed", ctx);
+        };
     }
 
     // vfio hands the function over when its fds close (device, then group,

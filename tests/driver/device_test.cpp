@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <optional>
 #include <sstream>
@@ -451,6 +452,52 @@ TEST_F(MockDeviceTest, ClosingAFunctionOfAStoppedDaemonEndsWithinTheHeartbeatBou
     ASSERT_TRUE(again.has_value()) << "the function stayed held after its daemon went on";
     EXPECT_TRUE(again->Alive());
     EXPECT_EQ(again->Read32(SPYRE_REG_MAGIC), SPYRE_MAGIC);
+}
+
+// A request made while running (a reset, a trapped register, the register
+// dump) to a daemon that stopped fails as DeviceLost within the heartbeat's
+// bound instead of waiting for the daemon, and the function then counts as
+// lost: later requests fail at once.
+TEST_F(MockDeviceTest, TrappedRequestsToAStoppedDaemonFailAsDeviceLostWithinTheHeartbeatBound) {
+    spyre::test::ScopedEnv bound("SPYRE_HEARTBEAT_TIMEOUT_MS", "500");
+    const spyre::test::ResumeAtScopeEnd go_on(daemon());
+    Function fn = Function::Open(Vf(1));
+    EXPECT_EQ(fn.ReadTrapped32(SPYRE_REG_MAGIC), SPYRE_MAGIC);  // answered while the daemon runs
+    daemon().Signal(SIGSTOP);
+    ASSERT_TRUE(spyre::test::WaitUntilStopped(daemon().pid())) << "the daemon did not stop";
+    auto reset = std::async(std::launch::async, [&]() -> std::optional<spyre::Error> {
+        try {
+            fn.Reset();
+        } catch (const spyre::Error& e) {
+            return e;
+        }
+        return std::nullopt;
+    });
+    // The bound and a period or two; 20 s tells a hang from a slow machine.
+    const bool ended = reset.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+    if (!ended) daemon().Signal(SIGCONT);  // lets a hung reset finish, so the test can fail rather than hang
+    ASSERT_TRUE(ended) << "a reset waits for its stopped daemon";
+    const std::optional<spyre::Error> e = reset.get();
+    ASSERT_TRUE(e.has_value()) << "a reset of a stopped daemon succeeded";
+    EXPECT_EQ(e->kind(), spyre::ErrorKind::DeviceLost) << e->what();
+    EXPECT_NE(std::string(e->what()).find("stopped responding"), std::string::npos) << e->what();
+    EXPECT_TRUE(fn.lost());
+
+    // Given up on: each later request fails at once, without a round trip.
+    const auto start = std::chrono::steady_clock::now();
+    for (auto request : std::initializer_list<std::function<void()>>{
+             [&] { fn.ReadTrapped32(SPYRE_REG_STATUS); },
+             [&] { fn.Write32(SPYRE_REG_ERR_CLEAR, 1); },
+             [&] { (void)fn.RegisterDump(); },
+         }) {
+        try {
+            request();
+            ADD_FAILURE() << "a request to a lost function succeeded";
+        } catch (const spyre::Error& lost) {
+            EXPECT_EQ(lost.kind(), spyre::ErrorKind::DeviceLost) << lost.what();
+        }
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
 // The same from the process's side: a process that holds a function when

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -52,6 +53,7 @@ struct RegionFile {
 };
 
 class SPYRE_INTERNAL DeviceBackend;
+class SPYRE_INTERNAL Syscalls;
 class SPYRE_INTERNAL HeartbeatWatch;
 
 class Function {
@@ -151,6 +153,9 @@ private:
     Function() = default;
     void Close() noexcept;
     DeviceBackend& Backend() const;  // InvalidArgument once closed
+    // Makes the request `make` builds and waits for it while the device
+    // serves: DeviceLost when it stopped serving first (see StillServing).
+    void Request(const std::function<std::function<void(Syscalls&, int)>(DeviceBackend&)>& make) const;
     // One liveness check; the heartbeat's judgement remembers earlier looks.
     bool Probe() const;
     // The parts of Probe that hold during a hand-over, which itself writes
