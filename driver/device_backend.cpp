@@ -6,16 +6,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <exception>
-#include <system_error>
-#include <thread>
 
-#include "spyre/common/futex.hpp"
-
+#include "run_while.hpp"
 #include "vfio_backend.hpp"
 
 namespace spyre::driver {
@@ -68,12 +63,6 @@ void WriteAt(Syscalls& sys, int fd, uint32_t index, uint64_t base, std::span<con
     });
 }
 
-// What a request's thread and its caller share (the thread may outlive the caller).
-struct Answer {
-    std::atomic<uint32_t> done{0};
-    std::exception_ptr error;  // written before `done`
-};
-
 }  // namespace
 
 void DeviceBackend::Read(uint32_t index, uint64_t offset, std::span<uint8_t> out, const ErrorContext& ctx) {
@@ -101,45 +90,22 @@ DeviceBackend::Request DeviceBackend::WriteRequest(uint32_t index, uint64_t offs
 
 bool DeviceBackend::RequestWhileServing(Request request, const StillServing& serving) {
     if (!serving()) return false;
-    if (!MayStall()) {
-        request(sys_, fd());
-        return true;
-    }
     Syscalls* sys = &sys_;  // Syscalls::Real() but in unit tests: static, so a thread left behind may keep it
-    const auto answer = std::make_shared<Answer>();
-    const int dup = sys->Dup(fd());
-    std::thread thread;
-    if (dup >= 0) {
-        try {
-            thread = std::thread([sys, dup, answer, request] {
-                try {
-                    request(*sys, dup);
-                } catch (...) {
-                    answer->error = std::current_exception();
-                }
-                sys->Close(dup);
-                answer->done.store(1, std::memory_order_release);
-                FutexWake(&answer->done, FutexScope::Private);
-            });
-        } catch (const std::system_error&) {
-            sys->Close(dup);
-        }
-    }
-    if (!thread.joinable()) {
+    const int dup = MayStall() ? sys->Dup(fd()) : -1;
+    if (dup < 0) {
         request(*sys, fd());
         return true;
     }
-    constexpr std::chrono::milliseconds kLook{SPYRE_HEARTBEAT_PERIOD_MS};
-    while (answer->done.load(std::memory_order_acquire) == 0) {
-        FutexWait(&answer->done, 0, kLook, FutexScope::Private);
-        if (answer->done.load(std::memory_order_acquire) == 0 && !serving()) {
-            thread.detach();
-            return false;
-        }
-    }
-    thread.join();
-    if (answer->error) std::rethrow_exception(answer->error);
-    return true;
+    return RunWhile(
+        [sys, dup, request] {
+            struct CloseDup {
+                Syscalls* sys;
+                int fd;
+                ~CloseDup() { sys->Close(fd); }
+            } close_dup{sys, dup};
+            request(*sys, dup);
+        },
+        serving, std::chrono::milliseconds(SPYRE_HEARTBEAT_PERIOD_MS));
 }
 
 bool DeviceBackend::WriteWhileServing(uint32_t index, uint64_t offset, uint32_t value,

@@ -16,6 +16,8 @@
 #include "spyre/uapi/spyre_pci.h"
 #include "spyre/uapi/spyre_regs.h"
 
+#include "run_while.hpp"
+
 namespace fs = std::filesystem;
 
 namespace spyre::driver {
@@ -95,9 +97,20 @@ std::optional<FunctionInfo> ProbeFunction(const fs::path& root, const std::strin
     return info;
 }
 
+// Discovery reads the device model's files before the driver knows its
+// process: each step waits for a stopped daemon no longer than the
+// heartbeat's bound (run_while.hpp).
+namespace {
+std::string TreeAt(const fs::path& mount) { return "the device tree at " + mount.string(); }
+}  // namespace
+
 bool DeviceRoot::Looks(const fs::path& mount) {
-    std::error_code ec;
-    return fs::is_directory(DevicesDir(mount), ec);
+    return CallWithinHeartbeatBound<bool>(
+        [mount] {
+            std::error_code ec;
+            return fs::is_directory(DevicesDir(mount), ec);
+        },
+        TreeAt(mount));
 }
 
 DeviceRoot::DeviceRoot(fs::path mount) : path_(std::move(mount)) {
@@ -107,12 +120,17 @@ DeviceRoot::DeviceRoot(fs::path mount) : path_(std::move(mount)) {
 }
 
 std::vector<FunctionInfo> DeviceRoot::Functions() const {
-    std::vector<FunctionInfo> all;
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(DevicesDir(path_), ec)) {
-        if (auto info = ProbeFunction(path_, entry.path().filename().string())) all.push_back(std::move(*info));
-    }
-    if (ec) throw Error(ErrorKind::IoError, "cannot list " + DevicesDir(path_).string() + ": " + ec.message());
+    std::vector<FunctionInfo> all = CallWithinHeartbeatBound<std::vector<FunctionInfo>>(
+        [root = path_] {
+            std::vector<FunctionInfo> found;
+            std::error_code ec;
+            for (const auto& entry : fs::directory_iterator(DevicesDir(root), ec)) {
+                if (auto info = ProbeFunction(root, entry.path().filename().string())) found.push_back(std::move(*info));
+            }
+            if (ec) throw Error(ErrorKind::IoError, "cannot list " + DevicesDir(root).string() + ": " + ec.message());
+            return found;
+        },
+        TreeAt(path_));
     std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.pci_address < b.pci_address; });
 
     const char* visible = std::getenv("SPYRE_DEVICES");
@@ -160,9 +178,18 @@ int ReadAt(const fs::path& file, void* out, size_t size, off_t offset) {
     return err;
 }
 
+FunctionStatus ReadStatusHere(const FunctionInfo& info);
+
 }  // namespace
 
 FunctionStatus ReadFunctionStatus(const FunctionInfo& info) {
+    return CallWithinHeartbeatBound<FunctionStatus>([info] { return ReadStatusHere(info); },
+                                                    "the sysfs files of " + info.pci_address);
+}
+
+namespace {
+
+FunctionStatus ReadStatusHere(const FunctionInfo& info) {
     FunctionStatus st;
     // Fallback identity from the address: bus - first bus, devfn as the SR-IOV layout places VFs.
     unsigned domain = 0, bus = 0, device = 0, fn = 0;
@@ -190,5 +217,7 @@ FunctionStatus ReadFunctionStatus(const FunctionInfo& info) {
         st.held = true;
     return st;
 }
+
+}  // namespace
 
 }  // namespace spyre::driver

@@ -18,6 +18,7 @@
 #include "device_backend.hpp"
 #include "device_checks.hpp"
 #include "heartbeat_watch.hpp"
+#include "run_while.hpp"
 #include "spyre/error.hpp"
 #include "spyre/uapi/spyre_regdesc.hpp"
 
@@ -58,7 +59,16 @@ MappedRegion::~MappedRegion() {
     if (base_) ::munmap(base_, size_);
 }
 
+// Opening asks the device model before the driver knows its process or
+// heartbeat: a stopped daemon is given up on after the heartbeat's bound.
+// An open given up on closes the function on its own thread, if it ever
+// gets that far, so the function is not left held.
 Function Function::Open(const FunctionInfo& info) {
+    return CallWithinHeartbeatBound<Function>([info] { return OpenHere(info); },
+                                              "the device node of " + info.pci_address);
+}
+
+Function Function::OpenHere(const FunctionInfo& info) {
     Function f;
     f.info_ = info;
     ErrorContext ctx{.device = info.pci_address};

@@ -500,6 +500,61 @@ TEST_F(MockDeviceTest, TrappedRequestsToAStoppedDaemonFailAsDeviceLostWithinTheH
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
+// Discovery and opening ask the daemon before the driver knows its process
+// or heartbeat: to a daemon that stopped they end within the heartbeat's
+// bound too, as DeviceLost, and an open given up on does not leave the
+// function held once the daemon goes on.
+TEST_F(MockDeviceTest, OpeningAFunctionOfAStoppedDaemonFailsAsDeviceLostWithinTheHeartbeatBound) {
+    spyre::test::ScopedEnv bound("SPYRE_HEARTBEAT_TIMEOUT_MS", "500");
+    const spyre::test::ResumeAtScopeEnd go_on(daemon());
+    const FunctionInfo vf = Vf(1);
+    daemon().Signal(SIGSTOP);
+    ASSERT_TRUE(spyre::test::WaitUntilStopped(daemon().pid())) << "the daemon did not stop";
+    auto bounded = [&](const char* what, std::function<void()> call, bool must_fail) {
+        auto done = std::async(std::launch::async, [call]() -> std::optional<spyre::Error> {
+            try {
+                call();
+            } catch (const spyre::Error& e) {
+                return e;
+            }
+            return std::nullopt;
+        });
+        // The bound and a period or two; 20 s tells a hang from a slow machine.
+        if (done.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+            daemon().Signal(SIGCONT);  // lets the hung call finish, so the test can fail rather than hang
+            done.wait();
+            ADD_FAILURE() << what << " waits for its stopped daemon";
+            return;
+        }
+        const std::optional<spyre::Error> e = done.get();
+        // The kernel may answer a look at the tree from its cache.
+        if (!e) {
+            EXPECT_FALSE(must_fail) << what << " of a stopped daemon succeeded";
+            return;
+        }
+        EXPECT_EQ(e->kind(), spyre::ErrorKind::DeviceLost) << what << ": " << e->what();
+        EXPECT_NE(std::string(e->what()).find("did not answer within 500 ms"), std::string::npos) << e->what();
+    };
+    bounded("opening a function", [&] { Function::Open(vf); }, true);
+    bounded("listing the functions", [&] { (void)root().Functions(); }, false);
+    bounded("reading a function's status", [&] { (void)spyre::driver::ReadFunctionStatus(vf); }, true);
+    daemon().Signal(SIGCONT);
+
+    // The open given up on ends on its own thread once the daemon answers
+    // it, and closes what it opened: the function opens again.
+    std::optional<Function> again;
+    for (int look = 0; look < 500 && !again; ++look) {
+        try {
+            again.emplace(Function::Open(vf));
+        } catch (const spyre::Error& e) {
+            ASSERT_EQ(e.kind(), spyre::ErrorKind::Busy) << e.what();
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+    }
+    ASSERT_TRUE(again.has_value()) << "an open given up on left the function held";
+    EXPECT_EQ(again->Read32(SPYRE_REG_MAGIC), SPYRE_MAGIC);
+}
+
 // The same from the process's side: a process that holds a function when
 // its daemon stops, and then closes it and exits, ends (the close's
 // hand-over request, which the daemon never read, dies with it).

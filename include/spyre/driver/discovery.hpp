@@ -38,6 +38,9 @@ struct FunctionInfo {
     Transport transport = Transport::Mock;
 };
 
+// Each call below reads the device model's files; one that gets no answer
+// within SPYRE_HEARTBEAT_TIMEOUT_MS (a stopped daemon) fails with
+// DeviceLost.
 class DeviceRoot {
 public:
     // Throws NotFound when the path holds no spyre device tree.

@@ -61,6 +61,8 @@ public:
     // Opens the function through the backend its info names (claiming it: a
     // second open anywhere fails with Busy), checks the contract magic and
     // version, and maps BAR0 (registers) and BAR4 (doorbell page and rings).
+    // DeviceLost when the device model does not answer within
+    // SPYRE_HEARTBEAT_TIMEOUT_MS (a stopped daemon).
     static Function Open(const FunctionInfo& info);
 
     Function(Function&& o) noexcept;
@@ -151,6 +153,7 @@ public:
 
 private:
     Function() = default;
+    static Function OpenHere(const FunctionInfo& info);  // Open, on the calling thread
     void Close() noexcept;
     DeviceBackend& Backend() const;  // InvalidArgument once closed
     // Makes the request `make` builds and waits for it while the device

@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "run_while.hpp"
+
+#include <atomic>
+#include <system_error>
+#include <thread>
+
+#include "heartbeat_watch.hpp"
+#include "spyre/common/futex.hpp"
+#include "spyre/error.hpp"
+
+namespace spyre::driver {
+
+namespace {
+
+// What the work's thread and its caller share (the thread may outlive the caller).
+struct Answer {
+    std::atomic<uint32_t> done{0};
+    std::exception_ptr error;  // written before `done`
+};
+
+}  // namespace
+
+bool RunWhile(std::function<void()> work, const std::function<bool()>& keep_waiting, std::chrono::milliseconds look) {
+    if (!keep_waiting()) return false;
+    const auto answer = std::make_shared<Answer>();
+    std::thread thread;
+    try {
+        thread = std::thread([answer, work] {
+            try {
+                work();
+            } catch (...) {
+                answer->error = std::current_exception();
+            }
+            answer->done.store(1, std::memory_order_release);
+            FutexWake(&answer->done, FutexScope::Private);
+        });
+    } catch (const std::system_error&) {
+        work();
+        return true;
+    }
+    while (answer->done.load(std::memory_order_acquire) == 0) {
+        FutexWait(&answer->done, 0, look, FutexScope::Private);
+        if (answer->done.load(std::memory_order_acquire) == 0 && !keep_waiting()) {
+            thread.detach();
+            return false;
+        }
+    }
+    thread.join();
+    if (answer->error) std::rethrow_exception(answer->error);
+    return true;
+}
+
+namespace run_while_detail {
+
+std::chrono::milliseconds Bound() { return HeartbeatWatch::BoundFromEnvironment(); }
+
+void ThrowNotAnswering(const std::string& what, std::chrono::milliseconds bound) {
+    throw Error(ErrorKind::DeviceLost, what + " did not answer within " + std::to_string(bound.count()) +
+                                           " ms (SPYRE_HEARTBEAT_TIMEOUT_MS; is spyre-mockdev stopped or hung?)");
+}
+
+}  // namespace run_while_detail
+
+}  // namespace spyre::driver
