@@ -244,6 +244,7 @@ ssize_t Function::ReadMemory(uint64_t window, uint64_t offset, void* buf, size_t
 }
 
 ssize_t Function::ReadBar0(uint64_t offset, void* buf, size_t len) {
+    std::lock_guard regs(regs_mutex_);  // not while a reset or hand-over renews the registers
     RefreshMirrors();
     const size_t inside = offset < SPYRE_REG_FILE_SIZE ? size_t(std::min<uint64_t>(len, SPYRE_REG_FILE_SIZE - offset)) : 0;
     regs_.ReadSpan(uint32_t(offset), buf, inside);
@@ -360,6 +361,7 @@ int Function::Reset() {
     regs_.SetBits32(SPYRE_REG_STATUS, SPYRE_STATUS_RESETTING);
     {
         auto paused = server_.Pause();
+        std::lock_guard regs(regs_mutex_);
         server_.Clear(paused);
         const uint32_t sleeping = regs_.Load32(SPYRE_REG_STATUS) & SPYRE_STATUS_SLEEPING;
         InitRegisters(regs_.Load64(SPYRE_REG_CNT_RESETS) + 1,
@@ -383,6 +385,7 @@ void RedactPrivateRegisters(uint64_t offset, uint8_t* buf, size_t len) {
 }
 
 std::string Function::RegisterDump(bool redact) {
+    std::lock_guard regs(regs_mutex_);  // not while a reset or hand-over renews the registers
     RefreshMirrors();
     alignas(8) std::array<uint8_t, SPYRE_REG_FILE_SIZE> image;
     for (uint32_t off = 0; off < SPYRE_REG_FILE_SIZE; off += 8) {  // whole 64-bit loads: no torn counter
@@ -453,6 +456,7 @@ bool Function::HandOver() {
     std::lock_guard guard(reset_mutex_);
     auto paused = server_.Pause();  // the old owner's CBs and tasks end (ABORTED) before its memory goes
     server_.Gone();  // whoever still waits on the old pages learns that the device is gone for them
+    std::lock_guard regs(regs_mutex_);
     const uint64_t resets = regs_.Load64(SPYRE_REG_CNT_RESETS);
     try {
         regs_shm_.Renew();

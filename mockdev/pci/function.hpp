@@ -144,6 +144,8 @@ private:
     // memory. False if they could not be made (the function is then removed:
     // nothing of the old owner's may reach the next one).
     bool HandOver();
+    // Readers of the register file through a trap (BAR0, regs, stats) hold
+    // regs_mutex_ meanwhile: a reset or hand-over renews the file under it.
     void RefreshMirrors();
     void SetHolder(const ProcessId& holder);
     // What both stats attributes read, loaded once so that they agree.
@@ -181,7 +183,12 @@ private:
     CbExecutor executor_;
     QueueServer server_;  // the CB ring and the task queues
 
-    std::mutex reset_mutex_;  // one reset at a time
+    std::mutex reset_mutex_;  // one reset or hand-over at a time
+    // Held by a reset or hand-over while it renews the registers and rings,
+    // and by each trapped read of them: a reader sees them before or after,
+    // never halfway. Not the heartbeat's lock, so no flood of reads can
+    // still a function's heartbeat.
+    std::mutex regs_mutex_;
     std::atomic<State> state_{State::Idle};
     mutable std::mutex holder_mutex_;
     ProcessId holder_;  // guarded by holder_mutex_; pid 0 while nobody holds it

@@ -70,6 +70,7 @@ Function::StatsSnapshot Function::SnapshotStats() {
 }
 
 std::string Function::Stats() {
+    std::lock_guard regs(regs_mutex_);  // not while a reset or hand-over renews the registers
     const StatsSnapshot s = SnapshotStats();
     std::string out;
     char line[96];
@@ -102,6 +103,7 @@ std::string Function::Stats() {
 
 std::string Function::StatsJson(bool show_private) {
     using Json = nlohmann::ordered_json;  // counters keep the contract's order
+    std::lock_guard regs(regs_mutex_);  // not while a reset or hand-over renews the registers
     const StatsSnapshot s = SnapshotStats();
     auto private_value = [&](uint64_t v) { return show_private ? Json(v) : Json(nullptr); };
     Json regions = Json::array();

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -173,6 +174,46 @@ TEST_F(MockDeviceTest, SysfsResourceFilesAreTrappedRegisters) {
     EXPECT_EQ(std::filesystem::file_size(Pf().sysfs_dir / "resource2"), SPYRE_BAR2_SIZE);
     EXPECT_EQ(ReadText(Pf().sysfs_dir / "vendor"), "0x1014\n");
     EXPECT_EQ(ReadText(Vf(2).sysfs_dir / "device"), "0x06a8\n");
+}
+
+// Anyone may read a function's identity from resource0 while its owner
+// changes: a read during a hand-over (the register file renewed) sees the
+// registers before or after it, never a file halfway made. (Under the
+// ThreadSanitizer daemon of CI this also shows the reads and the renewal
+// ordered by a lock.)
+TEST_F(MockDeviceTest, ReadingRegistersWhileTheFunctionChangesHandsSeesThemWhole) {
+    const FunctionInfo vf = Vf(1);
+    const spyre::driver::FunctionStatus expected = spyre::driver::ReadFunctionStatus(vf);
+    ASSERT_EQ(expected.function, 1);
+    ASSERT_GT(expected.memory_bytes, 0u);
+    std::atomic<bool> stop{false};
+    std::atomic<int> reads{0}, torn{0};
+    std::thread reader([&] {
+        const int fd = ::open((vf.sysfs_dir / "resource0").c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return;
+        while (!stop.load()) {
+            uint8_t regs[SPYRE_REG_MEM_SIZE + 8] = {};
+            if (::pread(fd, regs, sizeof regs, 0) != ssize_t(sizeof regs)) continue;
+            uint32_t magic, func_id;
+            uint64_t mem;
+            std::memcpy(&magic, regs + SPYRE_REG_MAGIC, 4);
+            std::memcpy(&func_id, regs + SPYRE_REG_FUNC_ID, 4);
+            std::memcpy(&mem, regs + SPYRE_REG_MEM_SIZE, 8);
+            if (magic != SPYRE_MAGIC || (func_id & SPYRE_FUNC_ID_INDEX_MASK) != expected.function ||
+                mem != expected.memory_bytes)
+                torn.fetch_add(1);
+            reads.fetch_add(1);
+        }
+        ::close(fd);
+    });
+    for (int i = 0; i < 30; ++i) {
+        Function fn = Function::Open(vf);
+        EXPECT_EQ(fn.Read32(SPYRE_REG_MAGIC), SPYRE_MAGIC);
+    }
+    stop.store(true);
+    reader.join();
+    EXPECT_GT(reads.load(), 0) << "the reader could not read resource0";
+    EXPECT_EQ(torn.load(), 0) << "of " << reads.load() << " reads";
 }
 
 TEST_F(MockDeviceTest, NopRoundTripsInEveryWaitModeOnPfAndVf) {
