@@ -110,7 +110,7 @@ bool DeviceRoot::Looks(const fs::path& mount) {
             std::error_code ec;
             return fs::is_directory(DevicesDir(mount), ec);
         },
-        TreeAt(mount));
+        TreeAt(mount), DevicesDir(mount).string());
 }
 
 DeviceRoot::DeviceRoot(fs::path mount) : path_(std::move(mount)) {
@@ -130,7 +130,7 @@ std::vector<FunctionInfo> DeviceRoot::Functions() const {
             if (ec) throw Error(ErrorKind::IoError, "cannot list " + DevicesDir(root).string() + ": " + ec.message());
             return found;
         },
-        TreeAt(path_));
+        TreeAt(path_), DevicesDir(path_).string());
     std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.pci_address < b.pci_address; });
 
     const char* visible = std::getenv("SPYRE_DEVICES");
@@ -184,7 +184,8 @@ FunctionStatus ReadStatusHere(const FunctionInfo& info);
 
 FunctionStatus ReadFunctionStatus(const FunctionInfo& info) {
     return CallWithinHeartbeatBound<FunctionStatus>([info] { return ReadStatusHere(info); },
-                                                    "the sysfs files of " + info.pci_address);
+                                                    "the sysfs files of " + info.pci_address,
+                                                    info.sysfs_dir.parent_path().string());
 }
 
 namespace {

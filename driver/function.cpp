@@ -65,7 +65,8 @@ MappedRegion::~MappedRegion() {
 // gets that far, so the function is not left held.
 Function Function::Open(const FunctionInfo& info) {
     return CallWithinHeartbeatBound<Function>([info] { return OpenHere(info); },
-                                              "the device node of " + info.pci_address);
+                                              "the device node of " + info.pci_address,
+                                              info.sysfs_dir.parent_path().string());
 }
 
 Function Function::OpenHere(const FunctionInfo& info) {

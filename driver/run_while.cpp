@@ -2,6 +2,9 @@
 #include "run_while.hpp"
 
 #include <atomic>
+#include <map>
+#include <mutex>
+#include <string>
 #include <system_error>
 #include <thread>
 
@@ -54,6 +57,32 @@ bool RunWhile(std::function<void()> work, const std::function<bool()>& keep_wait
 namespace run_while_detail {
 
 std::chrono::milliseconds Bound() { return HeartbeatWatch::BoundFromEnvironment(); }
+
+namespace {
+std::mutex unanswered_mu;
+std::map<std::string, int> unanswered;  // tree -> calls given up on and still running
+}  // namespace
+
+Pending::~Pending() {
+    if (!abandoned_) return;
+    std::lock_guard lock(unanswered_mu);
+    if (--unanswered[tree_] == 0) unanswered.erase(tree_);
+}
+
+void Pending::Abandon() {
+    std::lock_guard lock(unanswered_mu);
+    abandoned_ = true;
+    ++unanswered[tree_];
+}
+
+void Pending::ThrowIfUnanswered(const std::string& tree, const std::string& what, std::chrono::milliseconds bound) {
+    std::lock_guard lock(unanswered_mu);
+    if (unanswered.count(tree))
+        throw Error(ErrorKind::DeviceLost, what + " was not asked: an earlier request to " + tree +
+                                               " got no answer within " + std::to_string(bound.count()) +
+                                               " ms and still has none (SPYRE_HEARTBEAT_TIMEOUT_MS; is spyre-mockdev "
+                                               "stopped or hung?)");
+}
 
 void ThrowNotAnswering(const std::string& what, std::chrono::milliseconds bound) {
     throw Error(ErrorKind::DeviceLost, what + " did not answer within " + std::to_string(bound.count()) +

@@ -108,13 +108,27 @@ ScopedEnv::~ScopedEnv() {
         ::unsetenv(name_.c_str());
 }
 
+// Every thread of `pid`, not only its first: a FUSE thread still running
+// after the first stopped could read a request the test means to go unread.
 bool WaitUntilStopped(pid_t pid, std::chrono::milliseconds limit) {
     const auto until = std::chrono::steady_clock::now() + limit;
-    do {
-        std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    auto stopped = [](const std::filesystem::path& stat_file) {
+        std::ifstream stat(stat_file);
         const std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
         const size_t paren = text.rfind(')');  // the name in parentheses may hold anything
-        if (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'T') return true;
+        return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'T';
+    };
+    do {
+        bool all = true, any = false;
+        std::error_code ec;
+        for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+            any = true;
+            if (!stopped(task.path() / "stat")) {
+                all = false;
+                break;
+            }
+        }
+        if (any && all && !ec) return true;
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     } while (std::chrono::steady_clock::now() < until);
     return false;
