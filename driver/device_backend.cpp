@@ -8,7 +8,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 
 #include "run_while.hpp"
 #include "vfio_backend.hpp"
@@ -106,18 +105,6 @@ bool DeviceBackend::RequestWhileServing(Request request, const StillServing& ser
             request(*sys, dup);
         },
         serving, std::chrono::milliseconds(SPYRE_HEARTBEAT_PERIOD_MS));
-}
-
-bool DeviceBackend::WriteWhileServing(uint32_t index, uint64_t offset, uint32_t value,
-                                      const StillServing& serving) noexcept {
-    try {
-        std::vector<uint8_t> bytes(sizeof value);
-        std::memcpy(bytes.data(), &value, sizeof value);
-        return RequestWhileServing(WriteRequest(index, offset, std::move(bytes), ErrorContext{.device = device_}),
-                                   serving);
-    } catch (...) {  // a teardown's write at its best: a refusal leaves nothing to do
-        return false;
-    }
 }
 
 std::unique_ptr<DeviceBackend> OpenBackend(const FunctionInfo& info) {

@@ -106,11 +106,6 @@ public:
     // fd or thread to spare, the request runs here.
     bool RequestWhileServing(Request request, const StillServing& serving);
 
-    // A trapped write made only while the device serves (the teardown's
-    // best-effort writes, such as disabling a ring): false when it gave up
-    // or the write failed. See RequestWhileServing.
-    bool WriteWhileServing(uint32_t index, uint64_t offset, uint32_t value, const StillServing& serving) noexcept;
-
     const std::string& device() const noexcept { return device_; }
 
 protected:

@@ -178,18 +178,6 @@ int ReadAt(const fs::path& file, void* out, size_t size, off_t offset) {
     return err;
 }
 
-FunctionStatus ReadStatusHere(const FunctionInfo& info);
-
-}  // namespace
-
-FunctionStatus ReadFunctionStatus(const FunctionInfo& info) {
-    return CallWithinHeartbeatBound<FunctionStatus>([info] { return ReadStatusHere(info); },
-                                                    "the sysfs files of " + info.pci_address,
-                                                    info.sysfs_dir.parent_path().string());
-}
-
-namespace {
-
 FunctionStatus ReadStatusHere(const FunctionInfo& info) {
     FunctionStatus st;
     // Fallback identity from the address: bus - first bus, devfn as the SR-IOV layout places VFs.
@@ -220,5 +208,11 @@ FunctionStatus ReadStatusHere(const FunctionInfo& info) {
 }
 
 }  // namespace
+
+FunctionStatus ReadFunctionStatus(const FunctionInfo& info) {
+    return CallWithinHeartbeatBound<FunctionStatus>([info] { return ReadStatusHere(info); },
+                                                    "the sysfs files of " + info.pci_address,
+                                                    info.sysfs_dir.parent_path().string());
+}
 
 }  // namespace spyre::driver

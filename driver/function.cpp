@@ -246,14 +246,18 @@ void Function::WriteTrapped32(uint32_t offset, uint32_t value) {
 }
 
 bool Function::WriteTrapped32WhileServing(uint32_t offset, uint32_t value) noexcept {
-    if (!backend_ || offset > SPYRE_REG_FILE_SIZE - 4 || offset % 4 != 0) return false;
-    return backend_->WriteWhileServing(SPYRE_REGION_BAR0, offset, value, [this]() noexcept { return StillServing(); });
+    try {
+        WriteTrapped32(offset, value);
+        return true;
+    } catch (...) {  // refused, lost or given up on: a teardown has nothing more to do
+        return false;
+    }
 }
 
-void Function::Request(const std::function<std::function<void(Syscalls&, int)>(DeviceBackend&)>& make) const {
-    DeviceBackend& backend = Backend();
+void Function::Request(std::function<void(Syscalls&, int)> request) const {
     if (lost()) throw LostError();
-    if (!backend.RequestWhileServing(make(backend), [this]() noexcept { return StillServing(); })) throw LostError();
+    if (!Backend().RequestWhileServing(std::move(request), [this]() noexcept { return StillServing(); }))
+        throw LostError();
 }
 
 namespace {
@@ -268,19 +272,17 @@ ErrorContext RegionContext(const FunctionInfo& info, uint32_t index, uint64_t of
 std::vector<uint8_t> Function::ReadRegion(uint32_t index, uint64_t offset, size_t length) const {
     ErrorContext ctx = RegionContext(info_, index, offset);
     const auto out = std::make_shared<std::vector<uint8_t>>(length);
-    Request([&](DeviceBackend& b) { return b.ReadRequest(index, offset, out, std::move(ctx)); });
+    Request(Backend().ReadRequest(index, offset, out, std::move(ctx)));
     return std::move(*out);
 }
 
 void Function::WriteRegion(uint32_t index, uint64_t offset, std::span<const uint8_t> bytes) {
     ErrorContext ctx = RegionContext(info_, index, offset);
-    Request([&](DeviceBackend& b) {
-        return b.WriteRequest(index, offset, std::vector<uint8_t>(bytes.begin(), bytes.end()), std::move(ctx));
-    });
+    Request(Backend().WriteRequest(index, offset, std::vector<uint8_t>(bytes.begin(), bytes.end()), std::move(ctx)));
 }
 
 void Function::Reset() {
-    Request([](DeviceBackend& b) { return b.ResetRequest(); });
+    Request(Backend().ResetRequest());
     // The reset returns once the model has reset; RESETTING only shows if a
     // reset raced with ours, so wait it out with a bound.
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);

@@ -25,7 +25,6 @@ struct Answer {
 }  // namespace
 
 bool RunWhile(std::function<void()> work, const std::function<bool()>& keep_waiting, std::chrono::milliseconds look) {
-    if (!keep_waiting()) return false;
     const auto answer = std::make_shared<Answer>();
     std::thread thread;
     try {

@@ -22,7 +22,8 @@
 namespace spyre::driver {
 
 // True once `work` ran (rethrowing what it threw); false when `keep_waiting`
-// said no first, at once or later. With no thread to spare, `work` runs on
+// said no first (it is asked only while the work runs: a caller that must
+// not start the work asks before). With no thread to spare, `work` runs on
 // the caller's thread.
 bool RunWhile(std::function<void()> work, const std::function<bool()>& keep_waiting, std::chrono::milliseconds look);
 

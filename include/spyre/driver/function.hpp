@@ -156,9 +156,9 @@ private:
     static Function OpenHere(const FunctionInfo& info);  // Open, on the calling thread
     void Close() noexcept;
     DeviceBackend& Backend() const;  // InvalidArgument once closed
-    // Makes the request `make` builds and waits for it while the device
+    // Makes a request its backend built and waits for it while the device
     // serves: DeviceLost when it stopped serving first (see StillServing).
-    void Request(const std::function<std::function<void(Syscalls&, int)>(DeviceBackend&)>& make) const;
+    void Request(std::function<void(Syscalls&, int)> request) const;
     // One liveness check; the heartbeat's judgement remembers earlier looks.
     bool Probe() const;
     // The parts of Probe that hold during a hand-over, which itself writes
