@@ -18,14 +18,15 @@ void MessageQueue::Push(Message message) {
 }
 
 void MessageQueue::PushError(int source, Error error) {
-    // The error first, then the loss: a receiver that sees the loss finds
-    // the error when it looks again (PopUntil), and reports that.
+    // The error and the loss in one step under the queue's lock: whoever
+    // takes the error finds the sender lost (PeerError), and a receiver that
+    // sees the loss first finds the error when it looks again (PopUntil).
     Error lost = PeerLostError(liveness_.peer(source), "it sent a malformed frame (" + error.message() + ")");
     {
         std::lock_guard lock(mutex_);
         entries_.push_back(Entry{source, std::move(error)});
+        liveness_.MarkLost(source, std::move(lost));  // the liveness lock nests inside this one, never around it
     }
-    liveness_.MarkLost(source, std::move(lost));
     wake_.Notify();
 }
 
@@ -92,8 +93,9 @@ std::optional<Message> MessageQueue::PopUntil(PeerLiveness::Clock::time_point de
         liveness_.Evaluate();
         std::optional<Error> lost = source == kAnySource ? liveness_.AnyLost() : liveness_.Lost(source);
         lock.lock();
-        // A malformed frame's error is queued before its sender is marked
-        // lost: look once more, so the loss does not overtake it.
+        // A malformed frame's error may have been queued (with its sender's
+        // loss) while the lock was free: look once more, so the loss does
+        // not overtake it.
         if (lost && matching() != entries_.end()) continue;
         if (lost) throw *lost;
         if (closed_) throw *closed_;

@@ -219,6 +219,8 @@ int Victim(MpiTransport& t) {
         auto lost = t.PeerError(source);
         if (lost && lost->kind() == ErrorKind::DeviceLost && std::string(lost->what()).find("malformed") != std::string::npos)
             ++ok;
+        else
+            std::printf("rank %d after its error: %s\n", source, lost ? lost->what() : "not lost");
     }
     std::printf(ok == 4 ? "RESULT hostile-ok\n" : "RESULT hostile-wrong (%d of 4 checks)\n", ok);
     std::fflush(stdout);

@@ -5,6 +5,7 @@
 // hostile frames as ProtocolError.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -259,4 +260,47 @@ TEST(TransportTest, MalformedFramesAreProtocolErrorsAndCutTheSenderOff) {
         t2->Send(0, Numbered(5));
         EXPECT_EQ(NumberOf(t0->Receive(1s, 2)), 5u);
     }
+}
+
+// A receiver that gets a sender's ProtocolError finds the sender lost at
+// once (as the MPI hostile test checks on rank 0). The queue used to push
+// the error and mark the loss in two steps, so a receiver polling hard could
+// take the error in between and see no loss.
+TEST(TransportTest, TheProtocolErrorOfAMalformedFrameComesWithItsSendersLoss) {
+    const auto frame = FrameBytes(0xdeadbeef, kVersion, 0, 0, {}, 0);
+    int without_loss = 0;
+    for (int round = 0; round < 2000; ++round) {
+        auto fabric = InProcessFabric::Create(2, Fast());
+        auto t0 = fabric->Take(0);
+        std::atomic<bool> polling{false}, done{false};
+        // Another thread that watches the peer's state, as a scheduler would:
+        // it contends for the liveness lock, which widens the window.
+        std::thread watcher([&] {
+            while (!done.load()) (void)t0->PeerError(1);
+        });
+        std::thread hostile([&] {
+            while (!polling.load()) std::this_thread::yield();
+            fabric->InjectFrame(1, 0, frame, {});
+        });
+        bool got = false;
+        const auto give_up = std::chrono::steady_clock::now() + 5s;
+        while (!got && std::chrono::steady_clock::now() < give_up) {
+            polling.store(true);
+            try {
+                t0->Receive(0ms, 1);
+                ADD_FAILURE() << "a malformed frame was delivered";
+                got = true;
+            } catch (const Error& e) {
+                if (e.kind() == ErrorKind::Timeout) continue;
+                EXPECT_EQ(e.kind(), ErrorKind::ProtocolError) << e.what();
+                if (!t0->PeerError(1)) ++without_loss;
+                got = true;
+            }
+        }
+        hostile.join();
+        done.store(true);
+        watcher.join();
+        ASSERT_TRUE(got) << "round " << round << ": no error within 5 s";
+    }
+    EXPECT_EQ(without_loss, 0) << "times the error came before the sender's loss";
 }
