@@ -17,6 +17,7 @@
 #include <cstring>
 #include <ctime>
 #include <optional>
+#include <shared_mutex>
 #include <string_view>
 
 #include "frontend/attr_number.hpp"
@@ -194,6 +195,20 @@ struct OpenFile {
 struct FuseOps {
     static FuseFs* Self() { return static_cast<FuseFs*>(fuse_get_context()->private_data); }
     static OpenFile* File(fuse_file_info* fi) { return reinterpret_cast<OpenFile*>(fi->fh); }
+
+    // Every access through an open file checks holders (CheckHolder, the
+    // released node, MaySeePrivate...) and acts with this held: no function
+    // of the card changes hands in between (Card::KeepingHolders).
+    static std::shared_lock<std::shared_mutex> KeepHolders(const OpenFile& f) {
+        return f.card ? f.card->KeepingHolders() : std::shared_lock<std::shared_mutex>();
+    }
+    // Ends the hold of a device node once (SPYRE_IOC_RELEASE or release):
+    // accesses already past their check finish first.
+    static void EndHold(OpenFile& f) {
+        if (f.released.exchange(true)) return;
+        auto changing = f.card->ChangingHolder();
+        f.fn->Close();
+    }
 
     // While a function's device node is held, its resource and reset files
     // serve only the holder and the holder of the card's PF (which sees the
@@ -395,14 +410,18 @@ struct FuseOps {
         if ((acc != O_RDONLY && !(mode & 0222)) || (acc != O_WRONLY && !(mode & 0444))) return -EACCES;
         if (node->kind == Kind::DevNode) {
             const ProcessId caller = CallerProcess();
-            int rc = node->fn->Open(caller);
+            auto open_held = [&] {
+                auto changing = node->card->ChangingHolder();
+                return node->fn->Open(caller);
+            };
+            int rc = open_held();
             // A holder that died holds the node until the kernel's release of
             // its file reaches us (tens to hundreds of ms after it is reaped):
             // wait for that, at most a second, rather than say busy. A child
             // it forked may keep the file open: then it stays busy.
             for (int tries = 0; rc == -EBUSY && tries < 100 && !ProcessRuns(node->fn->holder_process()); ++tries) {
                 ::usleep(10 * 1000);
-                rc = node->fn->Open(caller);
+                rc = open_held();
             }
             if (rc != 0) return rc;
         }
@@ -419,7 +438,7 @@ struct FuseOps {
 
     static int Release(const char*, fuse_file_info* fi) {
         OpenFile* file = File(fi);
-        if (file->kind == Kind::DevNode && !file->released.exchange(true)) file->fn->Close();
+        if (file->kind == Kind::DevNode) EndHold(*file);
         Self()->Untrack(file);
         return 0;
     }
@@ -450,6 +469,7 @@ struct FuseOps {
     static int Read(const char*, char* buf, size_t size, off_t off, fuse_file_info* fi) {
         OpenFile& f = *File(fi);
         if (off < 0) return -EINVAL;
+        const auto keep = KeepHolders(f);
         switch (f.kind) {
         case Kind::Config: return int(f.fn->ReadRegion(SPYRE_REGION_CONFIG, uint64_t(off), buf, size));
         case Kind::Resource0:
@@ -483,6 +503,7 @@ struct FuseOps {
     static int Write(const char*, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
         OpenFile& f = *File(fi);
         if (off < 0) return -EINVAL;
+        const auto keep = KeepHolders(f);
         switch (f.kind) {
         case Kind::Config: return int(f.fn->WriteRegion(SPYRE_REGION_CONFIG, uint64_t(off), buf, size));
         case Kind::Resource0:
@@ -530,6 +551,14 @@ struct FuseOps {
         if (flags & FUSE_IOCTL_COMPAT) return -ENOSYS;
         OpenFile& f = *File(fi);
         if (f.kind != Kind::DevNode) return -ENOTTY;
+        if (cmd == SPYRE_IOC_RELEASE) {  // not under KeepHolders: it changes the holder
+            if (f.released.load()) return -ENODEV;
+            const auto* req = static_cast<const spyre_release_req*>(data);
+            if (req->argsz < sizeof *req || req->flags != 0) return -EINVAL;
+            EndHold(f);
+            return 0;
+        }
+        const auto keep = KeepHolders(f);
         if (f.released.load()) return -ENODEV;
         switch (cmd) {
         case SPYRE_IOC_GET_INFO:
@@ -551,12 +580,6 @@ struct FuseOps {
             const auto* req = static_cast<const spyre_reset_req*>(data);
             if (req->argsz < sizeof *req || req->flags != 0) return -EINVAL;
             return f.fn->Reset();
-        }
-        case SPYRE_IOC_RELEASE: {
-            const auto* req = static_cast<const spyre_release_req*>(data);
-            if (req->argsz < sizeof *req || req->flags != 0) return -EINVAL;
-            if (!f.released.exchange(true)) f.fn->Close();
-            return 0;
         }
         default: return -ENOTTY;
         }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,6 +51,16 @@ public:
     std::shared_ptr<Function> FindFunction(unsigned fn) const;
     std::vector<std::shared_ptr<Function>> Functions() const;  // PF first
 
+    // Who holds a function changes only under ChangingHolder (exclusive). A
+    // file access that checks holders and then acts keeps KeepingHolders
+    // (shared) across both, so what it checked still holds when it acts: a
+    // write let through while a function was unheld cannot land after the
+    // function's next owner got its fresh memory. One lock for the card, as
+    // a check may look at several functions (the PF's holder, the VFs whose
+    // slices the PF's resource2 reaches).
+    std::shared_lock<std::shared_mutex> KeepingHolders() const { return std::shared_lock(holders_); }
+    std::unique_lock<std::shared_mutex> ChangingHolder() { return std::unique_lock(holders_); }
+
     // sriov_numvfs write, with Linux's rules: 0 or -errno.
     int SetNumVfs(unsigned num_vfs);
     // The card's cores (for tests: their wake-up counters).
@@ -68,6 +79,7 @@ private:
     CardMemory memory_;
     CardPolicy policy_;
     CardCores compute_;  // outlives the functions that use it
+    mutable std::shared_mutex holders_;  // taken before any of the functions' own locks
     mutable std::mutex mutex_;  // guards vfs_ and started_
     std::shared_ptr<Function> pf_;
     std::vector<std::shared_ptr<Function>> vfs_;

@@ -572,3 +572,32 @@ TEST_F(MockDeviceTest, UnalignedRingWritesAreRefused) {
     uint32_t magic = SPYRE_MAGIC;
     EXPECT_EQ(std::memcmp(bytes.data(), reinterpret_cast<uint8_t*>(&magic) + 1, 3), 0);
 }
+
+// Anyone may write an unheld function's resource files; the daemon checks
+// the holder, then writes. An open that took the function between the two
+// used to get that write in its fresh memory. A writer that loops on
+// resource2 while the function changes hands never reaches a new owner's
+// memory: the check and the write run whole before or after the hand-over.
+TEST_F(MockDeviceTest, AWriteRacingAnOpenNeverLandsInTheNewOwnersMemory) {
+    const FunctionInfo vf = Vf(1);
+    const std::string res2 = (vf.sysfs_dir / "resource2").string();
+    constexpr size_t kBytes = 128 << 10;
+    const pid_t writer = ::fork();
+    ASSERT_GE(writer, 0);
+    if (writer == 0) {
+        const int fd = ::open(res2.c_str(), O_WRONLY);
+        if (fd < 0) ::_exit(1);
+        std::vector<uint8_t> garbage(kBytes, 0xEE);
+        for (;;) (void)!::pwrite(fd, garbage.data(), garbage.size(), 0);  // EBUSY while held
+    }
+    constexpr int kRounds = 400;  // before the fix, 4 of 400 opens found the bytes
+    int dirty = 0;
+    for (int round = 0; round < kRounds; ++round) {
+        Function fn = Function::Open(vf);
+        MappedRegion m = fn.MapRegion(SPYRE_REGION_DEVMEM);
+        if (!AllZero(m.data(), kBytes)) ++dirty;
+    }
+    ::kill(writer, SIGKILL);
+    ::waitpid(writer, nullptr, 0);
+    EXPECT_EQ(dirty, 0) << "of " << kRounds << " opens, these found the other process's bytes";
+}
