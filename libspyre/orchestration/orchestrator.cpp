@@ -112,10 +112,8 @@ void Orchestrator::Free(void* buffer) {
 
 Orchestrator::Scope Orchestrator::BeginScope() {
     RuntimeState& state = Live(state_);
-    return Changing(state, "pto_scope_begin", [&](orchestration::TaskGraph& g) {
-        g.ScopeBegin();
-        return Scope(state.handle, g.ScopeDepthOfThisThread());
-    });
+    return Changing(state, "pto_scope_begin",
+                    [&](orchestration::TaskGraph& g) { return Scope(state.handle, g.ScopeBegin()); });
 }
 
 Orchestrator::Scope::~Scope() {
@@ -134,17 +132,13 @@ void Orchestrator::Scope::End() {
     ::Runtime* const runtime = std::exchange(runtime_, nullptr);
     const HandleTable::Call entered = HandleTable::Instance().Enter(runtime, "Orchestrator::Scope::End");
     Changing(*entered, "pto_scope_end", [&](orchestration::TaskGraph& g) {
-        const int32_t open = g.ScopeDepthOfThisThread();
-        if (open > depth_) {
+        // Checked and ended under one lock; refuses what is not this thread's to end.
+        if (const int32_t inner = g.ScopeEnd(depth_); inner > 0) {
             runtime_ = runtime;  // still open: it ends after its inner scopes
             throw Error(ErrorKind::InvalidArgument,
                         "scopes end in the reverse order they began: this one (depth " + std::to_string(depth_) +
-                            ") still has " + std::to_string(open - depth_) + " inner scope(s) open");
+                            ") still has " + std::to_string(inner) + " inner scope(s) open");
         }
-        if (open > 0 && open < depth_)
-            throw Error(ErrorKind::InvalidArgument, "this scope (depth " + std::to_string(depth_) +
-                                                        ") was ended already (by pto_scope_end or pto_run)");
-        g.ScopeEnd();  // refuses what is not this thread's to end
     });
 }
 

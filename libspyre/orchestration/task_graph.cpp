@@ -462,7 +462,7 @@ void TaskGraph::TraceTask(TaskDescriptor& t, const TaskTiming& timing) {
     }
 }
 
-void TaskGraph::ScopeBegin() {
+int32_t TaskGraph::ScopeBegin() {
     std::lock_guard sub(submit_mu_);
     Lock lock(*this);
     const std::thread::id me = std::this_thread::get_id();
@@ -474,12 +474,20 @@ void TaskGraph::ScopeBegin() {
     scopes_.Push(ring_.head_seq());
     scope_owner_ = me;
     tl_holds.Add(anchor_);
+    return scopes_.depth();
 }
 
-void TaskGraph::ScopeEnd() {
+int32_t TaskGraph::ScopeEnd(int32_t depth) {
     std::lock_guard sub(submit_mu_);
     Lock lock(*this);
     const std::thread::id me = std::this_thread::get_id();
+    if (depth >= 0) {
+        const int32_t open = scope_owner_ == me ? scopes_.depth() : 0;
+        if (open > depth) return open - depth;
+        if (open > 0 && open < depth)
+            Fail(ErrorKind::InvalidArgument, "this scope (depth " + std::to_string(depth) +
+                                                 ") was ended already (by pto_scope_end or pto_run)");
+    }
     if (scopes_.depth() == 0) Fail(ErrorKind::InvalidArgument, "pto_scope_end without an open scope");
     if (scope_owner_ != me)
         Fail(ErrorKind::InvalidArgument, "pto_scope_end of a scope another thread began (the scopes of one runtime "
@@ -499,6 +507,7 @@ void TaskGraph::ScopeEnd() {
         throw FailureReport("scope of tasks [" + std::to_string(ring_.IdOf(scope.begin)) + ", " + std::to_string(end) + "): ",
                             *scope.first_root, scope.failed, scope.skipped);
     }
+    return 0;
 }
 
 void TaskGraph::LetGoOfScope(const ScopeRecord& scope) {

@@ -105,8 +105,13 @@ public:
     // The seed's six calls (C++ spelling; errors are spyre::Error).
     uint8_t* Alloc(uint64_t size);
     void Free(const void* buffer);
-    void ScopeBegin();
-    void ScopeEnd();
+    // Returns the calling thread's depth with the new scope open.
+    int32_t ScopeBegin();
+    // `depth`: the scope that began at that depth (Orchestrator::Scope),
+    // checked under the same lock: 0 when it ended; the number of inner
+    // scopes still open when it cannot end yet (nothing ended); throws
+    // InvalidArgument when it was ended already. -1: the innermost scope.
+    int32_t ScopeEnd(int32_t depth = -1);
     // Scopes at or below `depth` are not the calling thread's to end
     // (pto_run keeps an orchestration function inside its own); returns
     // that thread's previous floor.

@@ -1235,6 +1235,13 @@ TEST(OrchestrationScopes, ScopesEndInTheReverseOrderTheyBegan) {
     auto again = o.BeginScope();
     EXPECT_EQ(pto_scope_end(o.handle()), 0);  // ended under it by C
     EXPECT_SPYRE_ERROR(again.End(), InvalidArgument, "without an open scope");
+    // A scope C ended while an outer one stays open: its own End is refused, the outer one's is not.
+    auto outer2 = o.BeginScope();
+    auto inner2 = o.BeginScope();
+    EXPECT_EQ(pto_scope_end(o.handle()), 0);
+    EXPECT_SPYRE_ERROR(inner2.End(), InvalidArgument, "this scope (depth 2) was ended already");
+    outer2.End();
+    EXPECT_EQ(pto_scope_end(o.handle()), -EINVAL);  // nothing left open
 }
 
 void EndsTheCallersScope(Runtime* rt, uint64_t*) { pto_scope_end(rt); }
