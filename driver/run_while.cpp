@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "run_while.hpp"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -60,6 +62,20 @@ std::chrono::milliseconds Bound() { return HeartbeatWatch::BoundFromEnvironment(
 namespace {
 std::mutex unanswered_mu;
 std::map<std::string, int> unanswered;  // tree -> calls given up on and still running
+std::once_flag fork_handlers;
+
+// A forked child has none of the threads that wait for those answers, so
+// nothing would ever clear its marks: it starts with none. The lock is
+// held across the fork, so the child's copy of the map is whole.
+void ForgetUnansweredInChild() {
+    std::call_once(fork_handlers, [] {
+        pthread_atfork([] { unanswered_mu.lock(); }, [] { unanswered_mu.unlock(); },
+                       [] {
+                           unanswered_mu.unlock();
+                           unanswered.clear();
+                       });
+    });
+}
 }  // namespace
 
 Pending::~Pending() {
@@ -69,6 +85,7 @@ Pending::~Pending() {
 }
 
 void Pending::Abandon() {
+    ForgetUnansweredInChild();  // registered with the first mark
     std::lock_guard lock(unanswered_mu);
     abandoned_ = true;
     ++unanswered[tree_];

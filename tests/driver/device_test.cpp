@@ -586,7 +586,32 @@ TEST_F(MockDeviceTest, OpeningAFunctionOfAStoppedDaemonFailsAsDeviceLostWithinTh
     bounded("opening a function", [&] { Function::Open(vf); }, true, false);
     bounded("listing the functions", [&] { (void)root().Functions(); }, true, true);
     bounded("reading a function's status", [&] { (void)spyre::driver::ReadFunctionStatus(other); }, true, true);
+
+    // A child forked now has no thread that waits for the open's answer:
+    // it must not inherit the mark, or it would never ask the daemon again.
+    int resumed[2];
+    ASSERT_EQ(::pipe(resumed), 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        ::close(resumed[1]);
+        char c;
+        if (::read(resumed[0], &c, 1) != 1) ::_exit(3);
+        try {
+            (void)spyre::driver::ReadFunctionStatus(other);
+            ::_exit(0);
+        } catch (const spyre::Error& e) {
+            ::_exit(std::string(e.what()).find("still has none") != std::string::npos ? 1 : 2);
+        }
+    }
+    ::close(resumed[0]);
     daemon().Signal(SIGCONT);
+    ASSERT_EQ(::write(resumed[1], "r", 1), 1);
+    ::close(resumed[1]);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "the forked child (1: refused as unanswered; 2: another error; 3: no go)";
 
     // The open given up on ends on its own thread once the daemon answers
     // it, and closes what it opened: the function opens again. Until then
