@@ -19,6 +19,7 @@
 #include "pci/card_policy.hpp"
 #include "execution/card_cores.hpp"
 #include "pci/function.hpp"
+#include "pci/writer_first_mutex.hpp"
 
 namespace spyre::mockdev {
 
@@ -58,8 +59,8 @@ public:
     // function's next owner got its fresh memory. One lock for the card, as
     // a check may look at several functions (the PF's holder, the VFs whose
     // slices the PF's resource2 reaches).
-    std::shared_lock<std::shared_mutex> KeepingHolders() const { return std::shared_lock(holders_); }
-    std::unique_lock<std::shared_mutex> ChangingHolder() { return std::unique_lock(holders_); }
+    std::shared_lock<WriterFirstMutex> KeepingHolders() const { return std::shared_lock(holders_); }
+    std::unique_lock<WriterFirstMutex> ChangingHolder() { return std::unique_lock(holders_); }
 
     // sriov_numvfs write, with Linux's rules: 0 or -errno.
     int SetNumVfs(unsigned num_vfs);
@@ -79,7 +80,9 @@ private:
     CardMemory memory_;
     CardPolicy policy_;
     CardCores compute_;  // outlives the functions that use it
-    mutable std::shared_mutex holders_;  // taken before any of the functions' own locks
+    // Taken before any of the functions' own locks; a waiting open or
+    // release goes before later readers (writer_first_mutex.hpp).
+    mutable WriterFirstMutex holders_;
     mutable std::mutex mutex_;  // guards vfs_ and started_
     std::shared_ptr<Function> pf_;
     std::vector<std::shared_ptr<Function>> vfs_;
