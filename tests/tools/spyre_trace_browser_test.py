@@ -168,6 +168,29 @@ with tempfile.TemporaryDirectory() as d:
         check(h >= int(c["top"] + c["height"]), f"screenshot {w}x{h} is shorter than the timeline")
         check(not empty, f"lanes with spans but no span pixels in the screenshot: {empty}")
 
+    # A long trace whose spans with arguments are far narrower than a pixel
+    # at full scale and back to back, as a slow run's are (under
+    # ThreadSanitizer, CI's run lasted 1.1 s): the self-test zooms onto the
+    # span it hovers. At full scale it hovered a neighbour sharing the
+    # span's MIN_W pixels, and failed.
+    long_trace = os.path.join(d, "long.json")
+    events = [{"ph": "X", "name": "idle", "cat": "api", "pid": 1, "tid": 1, "ts": 0, "dur": 2_000_000}]
+    for i in range(200):
+        events.append({"ph": "X", "name": f"kernel {i}", "cat": "task", "pid": 1, "tid": 2,
+                       "ts": 1_000_000 + 2 * i, "dur": 1.5 if i == 100 else 1.0, "args": {"task": i}})
+    with open(long_trace, "w") as f:
+        json.dump({"traceEvents": events}, f)
+    long_page = os.path.join(d, "long.html")
+    run([tool, "render", long_trace, "-o", long_page])
+    dom, err = chromium(os.path.join(d, "profile"), "file://" + long_page + "#selftest", "--window-size=1600,1000",
+                        "--dump-dom")
+    check(not console_lines(err), f"long trace: console messages: {console_lines(err)[:5]}")
+    state, report = page_status(dom)
+    check(state == "ok", f"long trace: page status {state}: {report[:300]}")
+    selftest = json.loads(report).get("selftest", {}) if state == "ok" else {}
+    for step in ("hover", "click"):
+        check(selftest.get(step) is True, f"long trace: self-test step {step}: {selftest}")
+
 if failures:
     sys.exit(1)
 print("spyre-trace render in Chromium: all checks passed")
