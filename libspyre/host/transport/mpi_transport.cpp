@@ -16,6 +16,7 @@
 #include <deque>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "host/transport/frame.hpp"
@@ -33,6 +34,20 @@ using Clock = std::chrono::steady_clock;
 // How often a Receive past its polling window polls MPI again itself, while
 // it sleeps on its message queue (the progress thread polls meanwhile too).
 constexpr std::chrono::milliseconds kDriveTick{1};
+
+// Which payload came longer than its receive (MPI_ERR_TRUNCATE), when that
+// is what failed a MPI_Testall of them. Open MPI reports errors only once
+// every request completed, so no receive is left posted into the buffers.
+std::optional<size_t> TruncatedPayload(int rc, const std::vector<MPI_Status>& statuses) {
+    auto truncated = [](int err) {
+        int cls = MPI_SUCCESS;
+        return err != MPI_SUCCESS && MPI_Error_class(err, &cls) == MPI_SUCCESS && cls == MPI_ERR_TRUNCATE;
+    };
+    if (rc != MPI_ERR_IN_STATUS) return truncated(rc) && statuses.size() == 1 ? std::optional<size_t>(0) : std::nullopt;
+    for (size_t i = 0; i < statuses.size(); ++i)
+        if (truncated(statuses[i].MPI_ERROR)) return i;
+    return std::nullopt;
+}
 
 std::string MpiError(int rc) {
     char text[MPI_MAX_ERROR_STRING];
@@ -287,8 +302,15 @@ bool MpiTransport::State::AdvanceIncoming(int source) {
             std::vector<MPI_Status> statuses(in.payload_requests.size());
             const int rc = MPI_Testall(static_cast<int>(in.payload_requests.size()), in.payload_requests.data(), &done,
                                        statuses.data());
-            if (rc != MPI_SUCCESS) {
-                // Longer than announced (MPI_ERR_TRUNCATE) or a failed transfer.
+            const std::optional<size_t> longer = rc == MPI_SUCCESS ? std::nullopt : TruncatedPayload(rc, statuses);
+            if (longer && in.message) {
+                // Longer than announced: the stream is out of step, as for a shorter one.
+                in.error = Error(ErrorKind::ProtocolError,
+                                 "malformed message from rank " + std::to_string(source) + ": payload " +
+                                     std::to_string(*longer) + " is longer than the " +
+                                     std::to_string(in.message->payloads[*longer].size()) + " bytes the frame says");
+                broken[source] = true;
+            } else if (rc != MPI_SUCCESS) {
                 Lose(source, "receiving a payload failed: " + MpiError(rc));
                 in.message.reset();
             } else if (!done) {

@@ -19,11 +19,13 @@
 //              DeviceLost naming rank 0 ("left the run") at once. Before
 //              the transport said so, they served on while rank 0 waited
 //              for them at the final barrier: a minute, the finalize timeout.
-//   hostile    ranks 1 and 2 are not spyre at all: they join the transport's
-//              start-up collectives by hand, then send rank 0 a frame with a
-//              bad magic (rank 1) and a frame whose payload is shorter than
-//              announced (rank 2). Rank 0 must get ProtocolError naming each,
-//              then find both cut off (DeviceLost), with no crash or hang.
+//   hostile    ranks 1 and up are not spyre at all: they join the
+//              transport's start-up collectives by hand, then send rank 0 a
+//              frame with a bad magic (rank 1), a frame whose payload is
+//              shorter than announced (rank 2) and, with 4 ranks, one whose
+//              payload is longer (rank 3). Rank 0 must get ProtocolError
+//              naming each, then find each cut off (DeviceLost), with no
+//              crash or hang.
 // Lines starting with "RESULT" are what the wrapper checks.
 #include <signal.h>
 #include <unistd.h>
@@ -181,21 +183,23 @@ int Hostile() {
         const uint32_t garbage[4] = {0xdeadbeef, 1, 0, 0};
         MPI_Send(garbage, sizeof garbage, MPI_BYTE, 0, kFrameTag, comm);
     } else {
-        // A valid frame (type 16, no header) announcing one payload of 100 bytes; 50 follow.
+        // A valid frame (type 16, no header) announcing one payload of 100
+        // bytes; 50 follow (rank 2). Rank 3: it announces 50, 100 follow.
+        const size_t announced = rank == 2 ? 100 : 50, sent = rank == 2 ? 50 : 100;
         uint8_t frame[24] = {};
         // The wire as docs/multihost.md gives it (this rank speaks raw MPI,
         // as a peer of another build would).
         const uint32_t magic = 0x52545053, count = 1;
         const uint16_t version = 2, type = 16;
-        const uint64_t size = 100;
+        const uint64_t size = announced;
         std::memcpy(frame, &magic, 4);
         std::memcpy(frame + 4, &version, 2);
         std::memcpy(frame + 6, &type, 2);
         std::memcpy(frame + 12, &count, 4);
         std::memcpy(frame + 16, &size, 8);
         MPI_Send(frame, sizeof frame, MPI_BYTE, 0, kFrameTag, comm);
-        std::vector<uint8_t> half(50, 7);
-        MPI_Send(half.data(), 50, MPI_BYTE, 0, kPayloadTag, comm);
+        std::vector<uint8_t> payload(sent, 7);
+        MPI_Send(payload.data(), int(sent), MPI_BYTE, 0, kPayloadTag, comm);
     }
     // Rank 0 ends the job (it exits non-zero with its peers cut off); MPI_Finalize waits for that.
     MPI_Finalize();
@@ -204,14 +208,17 @@ int Hostile() {
 
 int Victim(MpiTransport& t) {
     int ok = 0;
-    for (int source : {1, 2}) {
+    const int checks = 2 * (t.size() - 1);
+    for (int source = 1; source < t.size(); ++source) {
         try {
             t.Receive(std::chrono::seconds(20), source);
             std::printf("rank %d: a message was delivered\n", source);
         } catch (const Error& e) {
             std::printf("from rank %d: %s\n", source, e.what());
             const std::string what = e.what();
-            const char* expected = source == 1 ? "magic 0xdeadbeef is not SPTR" : "payload 0 is 50 bytes, the frame says 100";
+            const char* expected = source == 1   ? "magic 0xdeadbeef is not SPTR"
+                                   : source == 2 ? "payload 0 is 50 bytes, the frame says 100"
+                                                 : "payload 0 is longer than the 50 bytes the frame says";
             if (e.kind() == ErrorKind::ProtocolError && what.find("rank " + std::to_string(source)) != std::string::npos &&
                 what.find(expected) != std::string::npos)
                 ++ok;
@@ -222,7 +229,8 @@ int Victim(MpiTransport& t) {
         else
             std::printf("rank %d after its error: %s\n", source, lost ? lost->what() : "not lost");
     }
-    std::printf(ok == 4 ? "RESULT hostile-ok\n" : "RESULT hostile-wrong (%d of 4 checks)\n", ok);
+    if (ok == checks) std::printf("RESULT hostile-ok\n");
+    else std::printf("RESULT hostile-wrong (%d of %d checks)\n", ok, checks);
     std::fflush(stdout);
     return 3;  // its peers are cut off: the run fails, and mpirun ends them
 }
