@@ -198,10 +198,9 @@ struct FuseOps {
 
     // Every access through an open file checks holders (CheckHolder, the
     // released node, MaySeePrivate...) and acts with this held: no function
-    // of the card changes hands in between (Card::KeepingHolders).
-    static std::shared_lock<WriterFirstMutex> KeepHolders(const OpenFile& f) {
-        return f.card ? f.card->KeepingHolders() : std::shared_lock<WriterFirstMutex>();
-    }
+    // of the card changes hands in between. Every file that opens is a
+    // function's, so it has a card.
+    static std::shared_lock<WriterFirstMutex> KeepHolders(const OpenFile& f) { return f.card->KeepingHolders(); }
     // Ends the hold of a device node once (SPYRE_IOC_RELEASE or release):
     // accesses already past their check finish first.
     static void EndHold(OpenFile& f) {
