@@ -78,6 +78,7 @@
 #include "l3_chip_functions.hpp"
 #include "spyre/host.hpp"
 #include "spyre/trace/trace.hpp"
+#include "spyre/common/openblas_kernels.hpp"
 
 using namespace spyre;
 using namespace spyre::l3;
@@ -489,6 +490,7 @@ void Summary() {
 }  // namespace
 
 int main(int argc, char** argv) {
+    spyre::openblas::RunAgainWithTheCpusKernels(argv);  // first: before OpenBLAS or any thread is used
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     benchmark::RegisterBenchmark("baseline/thread_handoff", BM_ThreadHandoff)->UseRealTime()->MinTime(0.3);

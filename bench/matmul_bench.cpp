@@ -19,6 +19,7 @@
 #include "host_blas_threads.hpp"
 #include "mock_device.hpp"
 #include "spyre/spyre.hpp"
+#include "spyre/common/openblas_kernels.hpp"
 
 using namespace spyre;
 using namespace spyre::driver;
@@ -112,6 +113,7 @@ void BM_DeviceMatmul(benchmark::State& state, DType dtype) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    spyre::openblas::RunAgainWithTheCpusKernels(argv);  // first: before OpenBLAS or any thread is used
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     // Registration order is run order: the host baselines first.

@@ -39,6 +39,7 @@
 #include "spyre/compiler/kernel_builder.h"
 #include "spyre/orchestration.hpp"
 #include "spyre/spyre.hpp"
+#include "spyre/common/openblas_kernels.hpp"
 
 using namespace spyre;
 using namespace spyre::driver;
@@ -394,6 +395,7 @@ void BM_Example2(benchmark::State& state) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    spyre::openblas::RunAgainWithTheCpusKernels(argv);  // first: before OpenBLAS or any thread is used
     SetHostBlasWorkersSpin(false);  // from the first call on (host_blas_threads.hpp)
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

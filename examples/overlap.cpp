@@ -21,6 +21,7 @@
 
 #include "hang_watchdog.hpp"
 #include "spyre/spyre.hpp"
+#include "spyre/common/openblas_kernels.hpp"
 
 namespace {
 
@@ -110,6 +111,7 @@ double RunTwoStreams(spyre::Device& dev, const spyre::ExecutionPlan& plan, Probl
 }  // namespace
 
 int main(int argc, char** argv) {
+    spyre::openblas::RunAgainWithTheCpusKernels(argv);  // first: before OpenBLAS or any thread is used
     Problem p;
     if (argc == 5) {
         p.chunks = std::atoll(argv[1]);

@@ -35,6 +35,7 @@
 #include "spyre/compiler/kernel_builder.h"
 #include "spyre/orchestration.hpp"
 #include "spyre/spyre.hpp"
+#include "spyre/common/openblas_kernels.hpp"
 
 namespace {
 
@@ -182,6 +183,7 @@ bool Matmul(spyre::Device& dev, spyre::Orchestrator& orch, int64_t m, int64_t k,
 }  // namespace
 
 int main(int argc, char** argv) {
+    spyre::openblas::RunAgainWithTheCpusKernels(argv);  // first: before OpenBLAS or any thread is used
     std::string which = "all";
     std::string cores;
     std::vector<int64_t> dims;

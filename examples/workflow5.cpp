@@ -24,6 +24,7 @@
 
 #include "hang_watchdog.hpp"
 #include "spyre/spyre.hpp"
+#include "spyre/common/openblas_kernels.hpp"
 
 namespace {
 
@@ -39,6 +40,7 @@ struct Phase {
 }  // namespace
 
 int main(int argc, char** argv) {
+    spyre::openblas::RunAgainWithTheCpusKernels(argv);  // first: before OpenBLAS or any thread is used
     int64_t m = 4096, k = 1024, n = 1024, tile = 1024;
     if (argc == 5) {
         m = std::atoll(argv[1]);

@@ -32,6 +32,7 @@
 #include "options.hpp"
 #include "frontend/recovery.hpp"
 #include "spyre/uapi/spyre_pci.h"
+#include "spyre/common/openblas_kernels.hpp"
 
 using namespace spyre::mockdev;
 
@@ -411,6 +412,7 @@ int Daemonize(const Options& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    spyre::openblas::RunAgainWithTheCpusKernels(argv);  // first: before OpenBLAS or any thread is used
     spyre::log::SetProgram("spyre-mockdev", LogLevel::Info);
     Options opt;
     if (int rc = ParseCommandLine(argc, argv, opt); rc >= 0) return rc;
