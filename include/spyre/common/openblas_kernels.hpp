@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -50,8 +51,14 @@ inline void RunAgainWithTheCpusKernels(char** argv) noexcept {
     if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // the user's, or this run's second start
     const char* core = CoreForThisCpu();
     if (core == nullptr) return;
+    // The file's own path, not /proc/self/exe: the process's name (comm,
+    // what ps and pgrep show) is the basename of the path exec'd.
+    char path[PATH_MAX];
+    const ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
+    if (n <= 0) return;
+    path[n] = '\0';
     if (::setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
-    ::execv("/proc/self/exe", argv);
+    ::execv(path, argv);
     std::fprintf(stderr,
                  "warning: could not start again with OPENBLAS_CORETYPE=%s (%s): OpenBLAS keeps its Prescott kernels\n",
                  core, std::strerror(errno));

@@ -38,6 +38,11 @@ TEST(OpenblasKernels, TheMockCardRunsWithTheKernelsOfThisCpu) {
     ASSERT_TRUE(in) << "cannot read the daemon's environment";
     const std::string environ((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const bool named = environ.find(std::string("OPENBLAS_CORETYPE=") + (expected ? expected : "")) != std::string::npos;
+    // Started again by its own path: the process keeps its name for ps and pgrep.
+    std::ifstream comm_file("/proc/" + std::to_string(daemon.pid()) + "/comm");
+    std::string comm;
+    std::getline(comm_file, comm);
+    EXPECT_EQ(comm, driver::MockDaemon::FindExecutable().filename().string().substr(0, 15));
     if (expected != nullptr)
         EXPECT_TRUE(named) << "OpenBLAS takes this CPU for a " << openblas_get_corename()
                            << "; the daemon should run with OPENBLAS_CORETYPE=" << expected;
