@@ -556,7 +556,7 @@ std::vector<HostTensor> Dispatcher::Wait(RunState& run, const ProgressCallback& 
     if (progress) return WaitReporting(run, progress);
     // A short run ends within a few microseconds: look for that, running
     // the run's queued tasks meanwhile, before paying a sleep and a wake-up.
-    if (JobThreads::Current() || !LookForEnd(run)) SleepUntilDone(run);
+    if (JobThreads::Current() || !LookForEnd(run)) SleepOn(run);  // checked above
     Lock lock(*this);
     if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped, RecordsOf(run));
     return run.outputs;
@@ -565,7 +565,7 @@ std::vector<HostTensor> Dispatcher::Wait(RunState& run, const ProgressCallback& 
 std::vector<HostTensor> Dispatcher::WaitReporting(RunState& run, const ProgressCallback& progress) {
     // Reported outside the lock, once per change: done only rises and ends
     // at total (Finish announces every finished task of a watched run).
-    CheckNotPartOf(run);
+    // (Wait has checked that the caller is not part of the run.)
     const uint64_t total = [&] {
         Lock lock(*this);
         return run.submitted;  // final: the function returned before its handle existed

@@ -114,7 +114,7 @@ private:
     bool MayRunOneOf() const noexcept;  // lock-free: some pool has a job queued and room
     bool RunOneOf(RunState& run);       // one queued task of `run` on this thread
     void ApplyIfParked();  // the protocol of a thread that parked, for a looker that leaves
-    std::vector<HostTensor> WaitReporting(RunState& run, const ProgressCallback& progress);
+    std::vector<HostTensor> WaitReporting(RunState& run, const ProgressCallback& progress);  // Wait checked `run`
     void MakeReady(HostTask* task);
     void Finish(HostTask* task, HostTask::State state, TaskFailureInfo failure);
     void EndRun(RunState& run);  // mu_ held: sealed, nothing unfinished
