@@ -12,6 +12,11 @@
 
 namespace spyre::trace::detail {
 
+// For a recording that lasts until the process ends (SPYRE_TRACE): SIGTERM
+// and SIGINT, where the program has not claimed them, write the trace
+// before the process ends by them (save_on_signal.cpp). Once per process.
+void SaveOnTerminatingSignals() noexcept;
+
 // A row of the timeline that is not a host thread (a stream, a device's
 // ring, a DMA engine), named once; the same name gives the same track.
 uint32_t NamedTrack(const std::string& name);

@@ -442,6 +442,7 @@ struct FromEnvironment {
         if (!path || !*path) return;
         try {
             Start(ProcessTracePath(path));
+            detail::SaveOnTerminatingSignals();
         } catch (const Error&) {
             // A trace the user asked for but cannot have must not stop the program.
         }

@@ -5,14 +5,20 @@
 // of each stream and device track in order and apart, every flow arrow
 // with both ends, device spans inside their op's enqueue-to-completion.
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "device/device_internals.hpp"
@@ -420,4 +426,90 @@ TEST_F(TraceTest, ACopyTheRingCarriesInlineIsOnTheDmaTrack) {
             ++copies;
         }
     EXPECT_EQ(copies, 1);
+}
+
+namespace {
+
+// How trace_signal_helper (`mode`: "" or "own") ended after `sig`, with
+// SPYRE_TRACE=`path`: its wait status. Bounded: 30 s for "ready", 30 s to end.
+int StatusAfterSignal(const std::string& path, int sig, const char* mode) {
+    const std::filesystem::path helper = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "trace_signal_helper";
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e; ++e)
+        if (std::strncmp(*e, "SPYRE_TRACE=", 12) != 0) env_strings.emplace_back(*e);
+    env_strings.push_back("SPYRE_TRACE=" + path);
+    std::vector<char*> envp;
+    for (std::string& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    const std::string helper_path = helper.string();
+    std::vector<char*> argv = {const_cast<char*>(helper_path.c_str())};
+    if (*mode) argv.push_back(const_cast<char*>(mode));
+    argv.push_back(nullptr);
+    int out[2];
+    if (pipe(out) != 0) throw std::runtime_error("pipe");
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(out[1], STDOUT_FILENO);
+        // As a shell's background job this may run with SIGINT ignored: the helper starts with defaults.
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, nullptr);
+        execve(argv[0], argv.data(), envp.data());
+        _exit(127);
+    }
+    close(out[1]);
+    std::string said;
+    char buf[64];
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (said.find("ready\n") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+        pollfd p{out[0], POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0) continue;
+        const ssize_t n = read(out[0], buf, sizeof buf);
+        if (n <= 0) break;
+        said.append(buf, size_t(n));
+    }
+    close(out[0]);
+    if (said.find("ready\n") != std::string::npos) kill(pid, sig);
+    int status = 0;
+    for (int i = 0; i < 300; ++i) {
+        if (waitpid(pid, &status, WNOHANG) == pid) return status;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    ADD_FAILURE() << "the helper did not end within 30 s of signal " << sig << " (it said: " << said << ")";
+    return status;
+}
+
+}  // namespace
+
+// A process recording with SPYRE_TRACE that SIGTERM (mpirun ending a
+// failed job's other ranks) or SIGINT (Ctrl-C) ends still writes its
+// trace, and still ends by that signal. (It left a 0-byte file.)
+TEST(TraceOnSignal, SigtermAndSigintWriteTheTraceAndTheProcessStillEndsByThem) {
+    for (const int sig : {SIGTERM, SIGINT}) {
+        SCOPED_TRACE(strsignal(sig));
+        const std::string path =
+            (std::filesystem::temp_directory_path() / ("spyre_trace_signal_" + std::to_string(getpid()) + ".json")).string();
+        const int status = StatusAfterSignal(path, sig, "");
+        EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "wait status " << status;
+        ASSERT_GT(std::filesystem::exists(path) ? std::filesystem::file_size(path) : 0u, 0u) << "no trace written";
+        const json t = Load(path);
+        int spans = 0;
+        for (const json& e : t["traceEvents"]) spans += e["ph"] == "X" && e["name"] == "before_the_signal";
+        EXPECT_EQ(spans, 1);
+        std::filesystem::remove(path);
+    }
+}
+
+// A program's own SIGTERM handler is the program's: the recording does
+// not take the signal from it.
+TEST(TraceOnSignal, AProgramsOwnHandlerKeepsTheSignal) {
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("spyre_trace_own_" + std::to_string(getpid()) + ".json")).string();
+    const int status = StatusAfterSignal(path, SIGTERM, "own");
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 7) << "wait status " << status;
+    std::filesystem::remove(path);
 }

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+// A recording started by SPYRE_TRACE is written when the process ends by
+// SIGTERM or SIGINT too (mpirun ends a job's other ranks with SIGTERM when
+// one fails; a user stops a run with Ctrl-C): the trace is most wanted
+// exactly then, and the exit handlers that write it do not run. Writing a
+// file is not async-signal-safe, so the handler only writes the signal's
+// number into a pipe; a thread of its own writes the trace, then ends the
+// process with the same signal under its default action (so the exit
+// status still says "killed by SIGTERM"). A signal the program handles (or
+// ignores) already at load is left alone, and a handler the program
+// installs later replaces this one.
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <thread>
+
+#include "trace/recorder.hpp"
+
+namespace spyre::trace::detail {
+
+namespace {
+
+constexpr std::array<int, 2> kSignals = {SIGTERM, SIGINT};
+
+int g_pipe[2] = {-1, -1};
+pid_t g_pid = 0;  // the process that installed the handler (a forked child is not it)
+
+void OnSignal(int sig) {
+    const int saved = errno;
+    if (getpid() != g_pid) {  // a child forked before it exec'd: no saver thread there
+        signal(sig, SIG_DFL);
+        raise(sig);
+        errno = saved;
+        return;
+    }
+    const unsigned char byte = static_cast<unsigned char>(sig);
+    if (write(g_pipe[1], &byte, 1) != 1) {  // no saver to tell: end as if unhandled
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+    errno = saved;
+}
+
+void SaveThenEnd() {
+    unsigned char byte = 0;
+    for (;;) {
+        const ssize_t n = read(g_pipe[0], &byte, 1);
+        if (n == 1) break;
+        if (n < 0 && errno == EINTR) continue;
+        return;  // the pipe is gone: nothing to save for
+    }
+    try {
+        Stop();
+    } catch (...) {
+        // The trace could not be written; the process still ends by its signal.
+    }
+    const int sig = byte;
+    signal(sig, SIG_DFL);
+    kill(getpid(), sig);
+}
+
+}  // namespace
+
+void SaveOnTerminatingSignals() noexcept {
+    if (g_pid != 0) return;  // once per process
+    if (pipe2(g_pipe, O_CLOEXEC) != 0) return;
+    g_pid = getpid();
+    // The thread takes no signal itself (it must be free to write the trace).
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    try {
+        std::thread(SaveThenEnd).detach();
+    } catch (...) {
+        pthread_sigmask(SIG_SETMASK, &old, nullptr);
+        return;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    for (const int sig : kSignals) {
+        struct sigaction current {};
+        if (sigaction(sig, nullptr, &current) != 0) continue;
+        if ((current.sa_flags & SA_SIGINFO) != 0 || current.sa_handler != SIG_DFL) continue;  // the program's
+        struct sigaction mine {};
+        mine.sa_handler = OnSignal;
+        sigemptyset(&mine.sa_mask);
+        mine.sa_flags = SA_RESTART;
+        sigaction(sig, &mine, nullptr);
+    }
+}
+
+}  // namespace spyre::trace::detail
