@@ -18,7 +18,6 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "device/device_internals.hpp"
@@ -472,14 +471,12 @@ int StatusAfterSignal(const std::string& path, int sig, const char* mode) {
     }
     close(out[0]);
     if (said.find("ready\n") != std::string::npos) kill(pid, sig);
-    int status = 0;
-    for (int i = 0; i < 300; ++i) {
-        if (waitpid(pid, &status, WNOHANG) == pid) return status;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!test::WaitForExit(pid, std::chrono::seconds(30))) {
+        ADD_FAILURE() << "the helper did not end within 30 s of signal " << sig << " (it said: " << said << ")";
+        kill(pid, SIGKILL);
     }
-    kill(pid, SIGKILL);
+    int status = 0;
     waitpid(pid, &status, 0);
-    ADD_FAILURE() << "the helper did not end within 30 s of signal " << sig << " (it said: " << said << ")";
     return status;
 }
 
