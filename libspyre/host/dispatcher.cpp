@@ -320,6 +320,14 @@ void Dispatcher::File(HostTask* t) {
 }
 
 void Dispatcher::Free(HostTask* task) {
+    // What it holds of the caller's goes now, not when the task is reused: a
+    // spare must not keep an ended run's tensors (a Python caller's arrays)
+    // or a SubWorker's captures alive. Each is a reference count drop; the
+    // memory itself is freed here only when the caller let go of it while
+    // the task ran.
+    task->args.clear();
+    task->call.args.clear();
+    task->fn = nullptr;
     if (spare_.size() == kSpareTasks) delete task;
     else spare_.emplace_back(task);  // emptied by NewTask, outside the lock
 }

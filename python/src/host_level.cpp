@@ -484,7 +484,9 @@ py::object Finish(PyRun& r) {
     try {
         std::shared_ptr<RunHandle> h = r.handle;
         outs = WithoutGil([&] { return h->Wait(); });
+        ForgetUnheldArrays();  // the ended run's arrays the caller dropped go now, not at the next call
     } catch (const HostRunError& e) {
+        ForgetUnheldArrays();
         try {
             RaiseRunError(e);
         } catch (py::error_already_set& pe) {

@@ -2,9 +2,11 @@
 """Seed 003's host level from Python: DistributedConfig, HostTensor <-> numpy,
 spyre.Worker with ready-made and Python chip functions, Python SubWorkers,
 runs (in place, return style, handles, threads) and HostRunError."""
+import gc
 import os
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -231,6 +233,40 @@ def test_subworker_that_raises_fails_with_its_message_and_skips_dependents(worke
     assert ran == ["independent"]
     # the worker is usable afterwards
     np.testing.assert_allclose(worker.run(dependency_program(lambda f: None), [a, b]), 3.0)
+
+
+def test_an_ended_run_keeps_none_of_its_arrays_or_subworkers_alive(worker):
+    """Arrays passed to a run, and a SubWorker callable with what it closes
+    over, are freed once the run ended and the caller dropped them, whether
+    the run succeeded or failed (before: until a later run reused the tasks,
+    or the next call wrapped an array)."""
+    for fail in (False, True):
+        a, b, out = full(1), full(2), np.zeros(S, np.float32)
+        refs = [weakref.ref(a), weakref.ref(b), weakref.ref(out)]
+
+        class Check:
+            def __call__(self, y):
+                if fail:
+                    raise ValueError("fails on purpose")
+
+        check = Check()
+        refs.append(weakref.ref(check))
+
+        def orch(g, x):
+            g.chip("chip_add", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])])
+            g.sub(check, [spyre.InOut(x[2])], name="check")
+            g.chip("chip_add", [spyre.In(x[2]), spyre.In(x[1]), spyre.Out(x[0])])
+
+        p = spyre.HostProgram("holds", 3, [], orch)
+        if fail:
+            with pytest.raises(spyre.TaskFailed):
+                worker.run(p, [a, b, out])
+        else:
+            worker.run(p, [a, b, out])
+            assert out[0, 0] == 3.0 and a[0, 0] == 5.0
+        del a, b, out, check, orch, p
+        gc.collect()
+        assert [r() is None for r in refs] == [True] * 4, f"fail={fail}"
 
 
 def test_chip_task_that_faults_carries_the_device_code(worker):

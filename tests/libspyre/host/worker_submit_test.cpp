@@ -433,3 +433,45 @@ TEST_F(WorkerTest, TwoThreadsWaitingOnOneHandleGetTheOutputsOnceAndDoneReadsBesi
         EXPECT_EQ(h.Report().size(), 1u);
     }
 }
+
+// Once a run ended, the Worker holds none of what its tasks held: the
+// tensors (wrapped memory stays its owner's to free: a Python caller's
+// arrays) and the SubWorker functions (and what they capture), whether
+// the task finished well, failed or was skipped. The Worker keeps finished
+// tasks for reuse; before, they kept their arguments until reused.
+TEST_F(WorkerTest, AnEndedRunHoldsNoneOfItsTensorsOrFunctions) {
+    RegisterTinyAdd(*worker_);
+    auto wrapped = [](float v, std::weak_ptr<std::vector<float>>& seen) {
+        auto owner = std::make_shared<std::vector<float>>(kTinyCols, v);
+        seen = owner;
+        return HostTensor::Wrap(owner->data(), {1, kTinyCols}, DType::FP32, owner);
+    };
+    for (bool fail : {false, true}) {
+        SCOPED_TRACE(fail ? "a SubWorker fails, its consumer is skipped" : "every task finishes well");
+        std::weak_ptr<std::vector<float>> a_seen, b_seen, out_seen;
+        std::weak_ptr<int> captured_seen;
+        {
+            HostTensor a = wrapped(1.0f, a_seen), b = wrapped(2.0f, b_seen), out = wrapped(0.0f, out_seen);
+            auto captured = std::make_shared<int>(7);
+            captured_seen = captured;
+            HostProgram p{"holds", 3, {}, [&](HostGraph& g, std::span<const HostTensor> x) {
+                              g.Chip("tiny_add", {In(x[0]), In(x[1]), Out(x[2])});
+                              g.Sub("check", [captured, fail](std::span<const HostTensor>) {
+                                  if (fail) throw std::runtime_error("check failed on purpose");
+                              }, {InOut(x[2])});
+                              g.Chip("tiny_add", {In(x[2]), In(x[1]), Out(x[0])});
+                          }};
+            if (fail) {
+                EXPECT_THROW(worker_->Run(p, {a, b, out}), HostRunError);
+            } else {
+                worker_->Run(p, {a, b, out});
+                EXPECT_EQ(out.floats()[0], 3.0f);
+                EXPECT_EQ(a.floats()[0], 5.0f);
+            }
+        }
+        EXPECT_TRUE(a_seen.expired());
+        EXPECT_TRUE(b_seen.expired());
+        EXPECT_TRUE(out_seen.expired());
+        EXPECT_TRUE(captured_seen.expired());
+    }
+}
