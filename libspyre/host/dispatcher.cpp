@@ -279,11 +279,11 @@ std::shared_ptr<RunState> Dispatcher::Begin(std::unique_ptr<RunState> owned) {
 }
 
 void Dispatcher::WaitForRoom(RunState& run) {
-    auto room = [&] { return run.in_window.load(std::memory_order_seq_cst) < run.window; };
+    auto room = [&] { return run.InWindow() < run.window; };
     for (;;) {
         {
             Lock lock(*this);
-            run.window_waiter = run.in_window.load(std::memory_order_relaxed) >= run.window;
+            run.window_waiter = run.InWindow() >= run.window;
             if (!run.window_waiter) return;
         }
         // The lock is released: the completions that make room need it.
@@ -292,9 +292,13 @@ void Dispatcher::WaitForRoom(RunState& run) {
 }
 
 void Dispatcher::Submit(RunState& run, std::unique_ptr<HostTask> owned) {
-    if (run.in_window.load(std::memory_order_acquire) >= run.window) [[unlikely]]
-        WaitForRoom(run);
-    run.in_window.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t entered = run.entered.load(std::memory_order_relaxed);
+    if (entered - run.left_seen.load(std::memory_order_relaxed) >= run.window) [[unlikely]] {
+        const uint64_t left = run.left.load(std::memory_order_acquire);
+        run.left_seen.store(left, std::memory_order_relaxed);
+        if (entered - left >= run.window) WaitForRoom(run);
+    }
+    run.entered.fetch_add(1, std::memory_order_relaxed);
     HostTask* t = owned.release();  // freed by Finish (done) or EndRun (failed, skipped)
     t->run = &run;
     // Filed by whoever holds the lock: a submitter never waits for a device
@@ -326,10 +330,10 @@ void Dispatcher::Free(HostTask* task) {
     // memory itself is freed here only when the caller let go of it while
     // the task ran.
     task->args.clear();
-    task->call.args.clear();
     task->fn = nullptr;
+    task->ResetRan();  // also the call's arguments
     if (spare_.size() == kSpareTasks) delete task;
-    else spare_.emplace_back(task);  // emptied by NewTask, outside the lock
+    else spare_.emplace_back(task);  // the submitter's half reset by NewTask, outside the lock
 }
 
 std::unique_ptr<HostTask> Dispatcher::NewTask(std::vector<std::unique_ptr<HostTask>>& spares) {
@@ -345,16 +349,7 @@ std::unique_ptr<HostTask> Dispatcher::NewTask(std::vector<std::unique_ptr<HostTa
     }
     std::unique_ptr<HostTask> t = std::move(spares.back());
     spares.pop_back();
-    // Emptied as new, but for the capacity of the vectors a task of the
-    // same shape fills again.
-    std::vector<HostTask*> consumers = std::move(t->consumers);
-    std::vector<ChipArg> call_args = std::move(t->call.args);
-    std::destroy_at(t.get());
-    std::construct_at(t.get());
-    consumers.clear();
-    call_args.clear();
-    t->consumers = std::move(consumers);
-    t->call.args = std::move(call_args);
+    t->ResetSubmitted();
     return t;
 }
 
@@ -391,8 +386,12 @@ void Dispatcher::MakeReady(HostTask* task) {
     const size_t d = Place(in);
     task->device = d;
     ++load_[d];
-    ChipCall& call = task->call;
-    call = {task->name, task->function, {}, block_dim_, task->chip, task->run->serial};
+    ChipCall& call = task->call;  // as Free left it: its arguments' capacity kept (no allocation per task)
+    call.task_name = task->name;
+    call.function = task->function;
+    call.block_dim = block_dim_;
+    call.entry = task->chip;
+    call.run = task->run->serial;
     for (const TensorArg& a : task->args) call.args.push_back({a, residency_.Writes(a.tensor)});
     to_post_[d].push_back({[this, task] { RunChip(task); }, task->run});
 }
@@ -449,7 +448,7 @@ void Dispatcher::Finish(HostTask* task, HostTask::State state, TaskFailureInfo f
         residency_.Sweep();
     }
     --run.unfinished;
-    run.in_window.fetch_sub(1, std::memory_order_seq_cst);
+    run.left.fetch_add(1, std::memory_order_seq_cst);
     if (run.sealed && run.unfinished == 0) EndRun(run);
     else if (run.watched || run.window_waiter) run.wake.Notify();  // a progress report, or room, is due
 }

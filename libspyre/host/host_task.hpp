@@ -27,6 +27,11 @@ struct RunState;
 struct HostTask {
     enum class State : uint8_t { Pending, Queued, Running, Done, Failed, Skipped };
 
+    // Set by the submitter (HostGraph), read by the dispatcher. A task is
+    // reused once finished (Dispatcher::NewTask): each thread resets only
+    // its own half, so the other half's cache lines stay on the core that
+    // writes them instead of moving to the submitter's core and back for
+    // every task.
     uint64_t id = 0;
     std::string name;
     Level level = Level::Chip;
@@ -36,8 +41,27 @@ struct HostTask {
     std::vector<TensorArg> args;
     std::optional<size_t> pinned;  // ChipOptions::device
     RunState* run = nullptr;
+    // Submitted, or how it ended, parked in the dispatcher's inboxes by the
+    // submitter or by the thread that ran it, until a holder of the
+    // dispatcher's lock files it or applies it.
+    HostTask* inbox_next = nullptr;
+    // The submitter's half as a new task's (NewTask; Free has dropped the
+    // references already).
+    void ResetSubmitted() {
+        id = 0;
+        name.clear();
+        level = Level::Chip;
+        function.clear();
+        fn = nullptr;
+        chip = nullptr;
+        args.clear();
+        pinned.reset();
+        run = nullptr;
+        inbox_next = nullptr;
+    }
 
-    State state = State::Pending;
+    // The dispatcher's half, under its lock or by the thread running the task.
+    alignas(64) State state = State::Pending;
     // Producers not finished yet, and the failure this task is skipped for
     // (its own once it failed). The root is a value, not the failed task:
     // that may belong to another run, gone by then.
@@ -56,16 +80,29 @@ struct HostTask {
     TraceEnd trace;
     std::vector<TraceEnd> trace_in;
 
-    // Submitted, or how it ended, parked in the dispatcher's inboxes by the
-    // submitter or by the thread that ran it, until a holder of the
-    // dispatcher's lock files it or applies it.
-    HostTask* inbox_next = nullptr;
-    std::unique_ptr<TaskFailureInfo> inbox_failure;  // null: it succeeded
+    std::unique_ptr<TaskFailureInfo> inbox_failure;  // how it ended, parked: null when it succeeded
     ChipCallStats inbox_moved;
     // When it ran, on the device clock (DeviceClockNs): a chip task from its
     // device's first task start to its last task end, a SubWorker from the
     // host clock around its call. 0: it never ran.
     uint64_t start_ns = 0, end_ns = 0;
+    // The dispatcher's half as a new task's, keeping the vectors' capacity
+    // (Dispatcher::Free, under the lock).
+    void ResetRan() {
+        state = State::Pending;
+        gate = {};
+        consumers.clear();
+        device = SIZE_MAX;
+        std::vector<ChipArg> call_args = std::move(call.args);
+        call_args.clear();
+        call = {};
+        call.args = std::move(call_args);
+        trace = {};
+        trace_in.clear();
+        inbox_failure.reset();
+        inbox_moved = {};
+        start_ns = end_ns = 0;
+    }
 
     bool Finished() const { return state == State::Done || state == State::Failed || state == State::Skipped; }
 };
@@ -88,7 +125,6 @@ struct RunState {
     std::string name;
     uint64_t serial = 0;  // unique in the process (ChipCall::run)
     std::vector<HostTensor> outputs;
-    size_t window = 0;      // DistributedConfig::max_tasks_in_flight
     size_t unfinished = 0;  // submitted, not finished
     uint64_t submitted = 0;
     bool sealed = false;
@@ -100,12 +136,22 @@ struct RunState {
     bool watched = false;  // a waiter reports progress: announce every finished task
     bool window_waiter = false;  // the submitter sleeps until a task finishes
     std::atomic<bool> done_flag{false};  // `done`, readable without the lock
-    // Submitted and not finished, kept without the lock: the submitter's
-    // window check (a task counts from its Submit, before it is filed).
-    std::atomic<size_t> in_window{0};
+    // The window, kept without the lock: tasks submitted (`entered`, counted
+    // at Submit, before they are filed) less tasks finished (`left`). Each
+    // count has one writing side and a cache line of its own, and the
+    // submitter reads `left` again only when its last look (`left_seen`)
+    // says the window is full: one count both sides wrote moved between
+    // their cores on every task (host_bench's dispatch).
+    alignas(64) std::atomic<uint64_t> entered{0};  // by the submitter
+    std::atomic<uint64_t> left_seen{0};            // by the submitter
+    size_t window = 0;                             // DistributedConfig::max_tasks_in_flight
+    alignas(64) std::atomic<uint64_t> left{0};     // by Finish, under the lock
+    size_t InWindow() const noexcept {
+        return size_t(entered.load(std::memory_order_seq_cst) - left.load(std::memory_order_seq_cst));
+    }
     // Notified when the run ends, when a task finishes while watched, and
     // when one finishes while the submitter waits for room.
-    EventCount wake;
+    alignas(64) EventCount wake;
 };
 
 }  // namespace spyre::host
