@@ -197,24 +197,32 @@ std::vector<SlotUse> TaskGraph::SlotUses(int32_t kernel_id) const {
 }
 
 void TaskGraph::SetExecutor(int32_t worker_type, std::shared_ptr<Executor> executor) {
-    std::lock_guard sub(submit_mu_);
+    std::lock_guard sub(submit_mu_);  // no task is submitted meanwhile
+    {
+        Lock lock(*this);
+        if (worker_type < 0 || worker_type >= PTO_WORKER_TYPES || worker_type == WORKER_EXTERNAL || !executor)
+            Fail(ErrorKind::InvalidArgument, "no executor can serve worker type " + std::to_string(worker_type));
+        if (inflight_ != 0)
+            Fail(ErrorKind::Busy, "cannot change executors with " + std::to_string(inflight_) + " task(s) in flight");
+        // An executor that already serves another type (the device worker
+        // runs CUBE and VECTOR) keeps its one ready queue.
+        for (const Route& r : routes_)
+            if (r.executor == executor) {
+                routes_[worker_type] = r;
+                return;
+            }
+    }
+    auto queue = MakeReadyQueue(options_.ready_queues, size_t(options_.task_ring_size),
+                                options_.device + " ready queue (" + executor->name() + ")");
+    // Started without this graph's lock: a device executor registers its
+    // task port with the device's thread, which takes this lock (completing
+    // tasks) while it drives the ports it holds. Nothing reaches the
+    // executor before its route is set below.
+    executor->Start(*queue, *this);
     Lock lock(*this);
-    if (worker_type < 0 || worker_type >= PTO_WORKER_TYPES || worker_type == WORKER_EXTERNAL || !executor)
-        Fail(ErrorKind::InvalidArgument, "no executor can serve worker type " + std::to_string(worker_type));
-    if (inflight_ != 0)
-        Fail(ErrorKind::Busy, "cannot change executors with " + std::to_string(inflight_) + " task(s) in flight");
-    // An executor that already serves another type (the device worker runs
-    // CUBE and VECTOR) keeps its one ready queue.
-    for (const Route& r : routes_)
-        if (r.executor == executor) {
-            routes_[worker_type] = r;
-            return;
-        }
-    queues_.push_back(MakeReadyQueue(options_.ready_queues, size_t(options_.task_ring_size),
-                                     options_.device + " ready queue (" + executor->name() + ")"));
-    routes_[worker_type] = {executor, queues_.back().get(), executor->driven(), executor->OrdersAfterProducers()};
-    executors_.push_back(executor);
-    executor->Start(*queues_.back(), *this);
+    routes_[worker_type] = {executor, queue.get(), executor->driven(), executor->OrdersAfterProducers()};
+    queues_.push_back(std::move(queue));
+    executors_.push_back(std::move(executor));
 }
 
 const TaskGraph::Route& TaskGraph::RouteFor(int32_t worker_type, const KernelEntry& kernel) const {
