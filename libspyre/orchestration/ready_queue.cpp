@@ -4,7 +4,7 @@
 #include <bit>
 #include <chrono>
 
-#include "spyre/common/futex.hpp"
+#include "spyre/common/spin.hpp"
 #include "spyre/error.hpp"
 #include "trace/recorder.hpp"
 
@@ -13,7 +13,7 @@ namespace spyre::orchestration {
 namespace {
 // How long an idle popper polls before it sleeps: a few hundred ns, about
 // one task's submission, so a steady stream of tasks never pays a futex.
-constexpr int kSpins = 256;
+constexpr SpinLimits kPopSpin{.pause = std::chrono::nanoseconds(300)};
 // A sleeper re-checks now and then even without a wake (Close, belt and braces).
 constexpr auto kSleepBound = std::chrono::milliseconds(100);
 }  // namespace
@@ -164,10 +164,7 @@ size_t LockFreeReadyQueue::TryPopBatch(std::vector<ReadyTask>& out, size_t max) 
 
 bool LockFreeReadyQueue::PopBatch(std::vector<ReadyTask>& out, size_t max) {
     for (;;) {
-        for (int i = 0; i < kSpins; ++i) {
-            if (TryPopBatch(out, max) != 0) return true;
-            CpuRelax();
-        }
+        if (SpinFor([&] { return TryPopBatch(out, max) != 0; }, kPopSpin).ready) return true;
         const EventCount::Key key = wake_.Arm();
         if (TryPopBatch(out, max) != 0) {
             wake_.Disarm();
