@@ -614,6 +614,23 @@ std::vector<TaskRecord> Dispatcher::RecordsOf(const RunState& run) const {
     return out;
 }
 
+bool Dispatcher::WaitFor(RunState& run, std::chrono::nanoseconds timeout) {
+    CheckNotPartOf(run);
+    using Clock = std::chrono::steady_clock;
+    const auto until = Clock::now() + timeout;
+    auto ended = [&] { return run.done_flag.load(std::memory_order_seq_cst); };
+    // A short run ends within a look, without a sleep and a wake-up. Unlike
+    // Wait's, the look runs none of the run's queued tasks here: one could
+    // take any time, and this wait is bounded.
+    if (timeout.count() > 0 && JobThreads::LookBeforeSleeping(ended)) return true;
+    while (!ended()) {
+        const auto now = Clock::now();
+        if (now >= until) return false;
+        run.wake.SleepUnless(ended, until - now);
+    }
+    return true;
+}
+
 bool Dispatcher::Done(RunState& run) {
     Lock lock(*this);
     return run.done;

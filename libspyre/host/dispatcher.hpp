@@ -16,6 +16,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -72,6 +73,9 @@ public:
     // chip function or orchestration function (it would wait for itself).
     std::vector<HostTensor> Wait(RunState& run, const ProgressCallback& progress = {});
     bool Done(RunState& run);
+    // Waits up to `timeout` for the run to end; whether it did. Checks the
+    // caller as Wait does, and does not take the run's outputs.
+    bool WaitFor(RunState& run, std::chrono::nanoseconds timeout);
     // InvalidArgument when the calling thread runs a task or the
     // orchestration function of `run`, or a task `run` depends on (a wait
     // there would wait for itself).

@@ -145,6 +145,11 @@ std::vector<HostTensor> RunHandle::Wait(const ProgressCallback& progress) {
 
 bool RunHandle::Done() const { return !state_ || state_->dispatcher->Done(*state_->run); }
 
+bool RunHandle::WaitFor(std::chrono::nanoseconds timeout) {
+    if (!state_) throw Error(ErrorKind::InvalidArgument, "RunHandle: empty (moved from, or default)");
+    return state_->dispatcher->WaitFor(*state_->run, timeout);
+}
+
 std::vector<TaskRecord> RunHandle::Report() {
     if (!state_) throw Error(ErrorKind::InvalidArgument, "RunHandle: empty (moved from, or default)");
     return state_->dispatcher->Report(*state_->run);

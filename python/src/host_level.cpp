@@ -274,6 +274,73 @@ std::map<std::string, PyObject*> g_run_classes;  // kind name -> (HostRunError, 
 
 // ---- the Worker ---------------------------------------------------------------
 
+// Runs whose wait a signal interrupted (Ctrl-C) and whose handle was then
+// let go before they ended: kept here, not waited for on the spot (a
+// handle's destruction waits), until they end. Under the GIL.
+struct Abandoned {
+    std::shared_ptr<RunHandle> handle;
+    std::shared_ptr<Worker> worker;  // outlives the handle
+};
+std::vector<Abandoned>& AbandonedRuns() {
+    static auto* runs = new std::vector<Abandoned>;  // never destroyed: may outlive the interpreter's teardown
+    return *runs;
+}
+// Drops the abandoned runs that ended (a handle of an ended run goes at
+// once; the Worker may be the last reference, and its threads may want the
+// GIL as they stop).
+void ForgetEndedAbandonedRuns() {
+    std::vector<Abandoned>& runs = AbandonedRuns();
+    for (size_t i = 0; i < runs.size();) {
+        if (!runs[i].handle->Done()) {
+            ++i;
+            continue;
+        }
+        Abandoned a = std::move(runs[i]);
+        runs.erase(runs.begin() + std::ptrdiff_t(i));
+        DestroyWithoutGil(a.handle);
+        DestroyWithoutGil(a.worker);
+    }
+}
+
+// Waits for `worker`'s abandoned runs (KeyboardInterrupt on a Ctrl-C meanwhile), then drops them.
+void AwaitAbandonedRunsOf(const Worker* worker);
+
+// How long a waiter sleeps (GIL released) between two looks at the
+// interpreter's pending signals.
+constexpr auto kSignalLook = std::chrono::milliseconds(50);
+
+// Waits for the run with the GIL released, in slices, handling signals
+// between them as the interpreter would between two bytecodes: a handler
+// that raises (SIGINT's KeyboardInterrupt) ends this wait with its
+// exception, and the run goes on.
+bool OnMainThread() {
+    static const unsigned long main_thread =
+        py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+    return PyThread_get_thread_ident() == main_thread;
+}
+
+void AwaitHandlingSignals(const std::shared_ptr<RunHandle>& h) {
+    // Only the main thread handles signals; another (a SubWorker waiting on
+    // a nested run, on a pool thread the nested run may need) goes on to
+    // Wait, which runs the run's queued tasks meanwhile.
+    if (!OnMainThread()) return;
+    for (;;) {
+        if (WithoutGil([&] { return h->WaitFor(kSignalLook); })) return;
+        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    }
+}
+
+void AwaitAbandonedRunsOf(const Worker* worker) {
+    std::vector<std::shared_ptr<RunHandle>> mine;  // a copy: other threads may add while this waits
+    for (const Abandoned& a : AbandonedRuns())
+        if (a.worker.get() == worker) mine.push_back(a.handle);
+    for (const auto& h : mine) {
+        if (OnMainThread()) AwaitHandlingSignals(h);
+        else WithoutGil([&] { while (!h->WaitFor(std::chrono::seconds(1))) {} });
+    }
+    ForgetEndedAbandonedRuns();
+}
+
 struct PyWorker {
     std::shared_ptr<PyHost> host;
     std::shared_ptr<Worker> worker;
@@ -281,8 +348,19 @@ struct PyWorker {
         if (!worker) throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the Worker is closed");
         return *worker;
     }
-    void Close() { DestroyWithoutGil(worker); }
-    ~PyWorker() { Close(); }
+    // Waits for the runs in flight, also those a Ctrl-C interrupted the
+    // wait of; a Ctrl-C meanwhile raises here, the Worker still open.
+    void Close() {
+        if (worker && HoldsGil()) AwaitAbandonedRunsOf(worker.get());
+        DestroyWithoutGil(worker);
+    }
+    ~PyWorker() {
+        try {
+            Close();
+        } catch (py::error_already_set&) {  // a Ctrl-C while it waited: let go without waiting
+            DestroyWithoutGil(worker);
+        }
+    }
 };
 
 // What a Python host orchestration function records into (valid during the call).
@@ -464,11 +542,25 @@ struct PyRun {
     py::object result;
     py::object error;
     std::mutex wait_mu;  // one thread waits on the handle; the others then read what it got
+    bool interrupted = false;  // a signal ended a wait: letting go must not wait for the run
     ~PyRun() {
+        if (interrupted && handle && HoldsGil() && !handle->Done()) {
+            AbandonedRuns().push_back({std::move(handle), std::move(worker)});
+            return;
+        }
         DestroyWithoutGil(handle);
         DestroyWithoutGil(worker);
     }
 };
+
+// Whether a failure of the run is Python code of it raising
+// KeyboardInterrupt (the orchestration function, or a SubWorker or chip
+// function that ran on the waiting thread, saw Ctrl-C).
+bool InterruptedByTheUser(const HostRunError& e) {
+    for (const TaskFailureInfo& f : e.failures())
+        if (f.cause.find(" raised KeyboardInterrupt") != std::string::npos) return true;
+    return false;
+}
 
 py::object Finish(PyRun& r) {
     // Taken without the GIL when another thread waits: it takes the GIL
@@ -483,10 +575,30 @@ py::object Finish(PyRun& r) {
     std::vector<HostTensor> outs;
     try {
         std::shared_ptr<RunHandle> h = r.handle;
+        try {
+            AwaitHandlingSignals(h);
+        } catch (py::error_already_set&) {
+            r.interrupted = true;  // the handle may be waited for again
+            throw;
+        }
         outs = WithoutGil([&] { return h->Wait(); });
         ForgetUnheldArrays();  // the ended run's arrays the caller dropped go now, not at the next call
     } catch (const HostRunError& e) {
         ForgetUnheldArrays();
+        if (InterruptedByTheUser(e)) {
+            // Ctrl-C stops the program, as it does any Python code; the run's
+            // failure is its context.
+            py::object run_error;
+            try {
+                RaiseRunError(e);
+            } catch (py::error_already_set& pe) {
+                run_error = pe.value();
+            }
+            r.error = py::reinterpret_steal<py::object>(PyObject_CallNoArgs(PyExc_KeyboardInterrupt));
+            PyException_SetContext(r.error.ptr(), run_error.release().ptr());
+            PyErr_SetObject(PyExc_KeyboardInterrupt, r.error.ptr());
+            throw py::error_already_set();
+        }
         try {
             RaiseRunError(e);
         } catch (py::error_already_set& pe) {
@@ -505,6 +617,7 @@ py::object Finish(PyRun& r) {
 }
 
 std::shared_ptr<PyRun> Start(PyWorker& w, const PyHostProgram& p, const py::iterable& args) {
+    ForgetEndedAbandonedRuns();
     auto run = std::make_shared<PyRun>();
     run->worker = w.worker;
     Worker& worker = w.Get("Worker.run");
@@ -522,6 +635,18 @@ std::shared_ptr<PyRun> Start(PyWorker& w, const PyHostProgram& p, const py::iter
 }  // namespace
 
 void BindHostLevel(py::module_& m) {
+    // At exit the program waits for the runs a Ctrl-C left in flight, as
+    // Python waits for its threads; a second Ctrl-C leaves them.
+    py::module_::import("atexit").attr("register")(py::cpp_function([] {
+        try {
+            const std::vector<Abandoned> runs = AbandonedRuns();  // a copy: other threads may add while this waits
+            for (const Abandoned& a : runs) AwaitHandlingSignals(a.handle);
+        } catch (py::error_already_set&) {
+            PySys_WriteStderr("spyre: exiting without waiting for %zu run(s) still in flight\n", AbandonedRuns().size());
+            return;
+        }
+        ForgetEndedAbandonedRuns();
+    }));
     g_run_error = PyErr_NewExceptionWithDoc(
         "spyre._spyre.HostRunError",
         "A host-level run failed. Also an instance of the first failure's kind (TaskFailed for a raising SubWorker, "

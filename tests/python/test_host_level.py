@@ -4,6 +4,8 @@ spyre.Worker with ready-made and Python chip functions, Python SubWorkers,
 runs (in place, return style, handles, threads) and HostRunError."""
 import gc
 import os
+import signal
+import sys
 import threading
 import time
 import weakref
@@ -98,6 +100,64 @@ def test_tasks_run_as_submitted_within_the_window_and_are_reported(host):
         assert [r.name for r in report[2:5]] == ["chip_add#0", "chip_add#1", "chip_add#2"]
     with pytest.raises(spyre.InvalidArgument, match="max_tasks_in_flight is 0"):
         spyre.DistributedConfig(max_tasks_in_flight=0).validate()
+
+
+def _interrupt_main_once_it_waits_in(test_name):
+    """From another thread: SIGINT to the main thread once its innermost
+    Python frame is `test_name` (it has called into spyre and waits there)."""
+    main = threading.main_thread().ident
+    for _ in range(3000):
+        frame = sys._current_frames().get(main)
+        if frame is not None and frame.f_code.co_name == test_name:
+            signal.pthread_kill(main, signal.SIGINT)
+            return
+        time.sleep(0.01)
+    raise AssertionError("the main thread never came to wait")
+
+
+def test_ctrl_c_ends_a_wait_the_run_goes_on_and_close_waits_for_it(host):
+    """(Before the module's Worker opens the devices.) SIGINT while
+    Worker.run waits raises KeyboardInterrupt then (the
+    SubWorker it waits for still runs), the run goes on, and close() waits
+    for it; an interrupted RunHandle.wait can be waited again."""
+    name = "test_ctrl_c_ends_a_wait_the_run_goes_on_and_close_waits_for_it"
+    w = spyre.Worker(host, spyre.DistributedConfig(device_ids=[0], num_sub_workers=1))
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def slow(y):
+        started.set()
+        _interrupt_main_once_it_waits_in(name)
+        release.wait(30)
+        y[...] = 7
+        finished.set()
+
+    def orch(g, x):
+        g.sub(slow, [spyre.InOut(x[0])])
+        # Returns once a pool thread runs it: the waiter would run a queued
+        # task itself.
+        assert started.wait(30)
+
+    p = spyre.HostProgram("slow", 1, [], orch)
+    a = np.zeros(4, np.float32)
+    with pytest.raises(KeyboardInterrupt):
+        w.run(p, [a])
+    assert not finished.is_set()
+    threading.Timer(0.2, release.set).start()
+    w.close()  # waits for the interrupted run
+    assert finished.is_set() and a[0] == 7
+
+    with spyre.Worker(host, spyre.DistributedConfig(device_ids=[0], num_sub_workers=1)) as w:
+        started.clear()
+        release.clear()
+        finished.clear()
+        b = np.zeros(4, np.float32)
+        h = w.submit(p, [b])
+        with pytest.raises(KeyboardInterrupt):
+            h.wait()
+        assert not finished.is_set() and not h.done()
+        release.set()
+        h.wait()
+        assert b[0] == 7
 
 
 def test_host_tensor_numpy_zero_copy():
@@ -267,6 +327,22 @@ def test_an_ended_run_keeps_none_of_its_arrays_or_subworkers_alive(worker):
         del a, b, out, check, orch, p
         gc.collect()
         assert [r() is None for r in refs] == [True] * 4, f"fail={fail}"
+
+
+def test_ctrl_c_in_the_orchestration_function_raises_keyboard_interrupt(worker):
+    """KeyboardInterrupt raised by the host orchestration function (Ctrl-C
+    while it runs) comes out of run() as KeyboardInterrupt, with the run's
+    failure as its context; what it submitted before ran."""
+    def orch(g, x):
+        g.chip("chip_add", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])])
+        raise KeyboardInterrupt
+
+    a, b, out = full(1), full(2), np.zeros(S, np.float32)
+    with pytest.raises(KeyboardInterrupt) as info:
+        worker.run(spyre.HostProgram("interrupted", 2, [S], orch), [a, b, out])
+    assert isinstance(info.value.__context__, spyre.HostRunError)
+    assert "raised KeyboardInterrupt" in info.value.__context__.failures[0].cause
+    np.testing.assert_array_equal(out, 3.0)
 
 
 def test_chip_task_that_faults_carries_the_device_code(worker):

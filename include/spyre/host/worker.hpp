@@ -23,6 +23,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -177,6 +178,16 @@ public:
     // thread meanwhile.
     std::vector<HostTensor> Wait(const ProgressCallback& progress = {});
     bool Done() const;
+    // Waits up to `timeout` for the run to end; whether it did (Wait then
+    // returns at once). Unlike Wait, it runs none of the run's queued tasks
+    // on the calling thread meanwhile, so it keeps to its time (a pool
+    // thread of the Worker that waits for a nested run this way may leave
+    // the nested run short of that thread: use Wait there). Not the handle's one Wait: call it any number of
+    // times, from any thread, e.g. to look at something else between
+    // slices (the Python front end handles Ctrl-C so). InvalidArgument on
+    // an empty handle, or from a task or orchestration function of the
+    // run itself (as Wait).
+    bool WaitFor(std::chrono::nanoseconds timeout);
     // Every task of the run in submission order (waits for it, never
     // throws for its failure); also after Wait. InvalidArgument on an
     // empty handle.

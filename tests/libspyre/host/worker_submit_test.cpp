@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "l3_chip_functions.hpp"
@@ -474,4 +476,45 @@ TEST_F(WorkerTest, AnEndedRunHoldsNoneOfItsTensorsOrFunctions) {
         EXPECT_TRUE(out_seen.expired());
         EXPECT_TRUE(captured_seen.expired());
     }
+}
+
+// RunHandle::WaitFor: false while the run goes on (any number of times, it
+// is not the handle's Wait), true once it ended, then Wait returns the
+// outputs; refused from a task of the run itself and on an empty handle.
+TEST_F(WorkerTest, WaitForWaitsASliceAndLeavesTheWaitToWait) {
+    std::atomic<bool> release{false}, self_refused{false};
+    std::optional<RunHandle> h;
+    std::mutex h_mu;  // the SubWorker looks at the handle the test thread sets
+    HostProgram p{"held", 1, {{{1, kTinyCols}}}, [&](HostGraph& g, std::span<const HostTensor> x) {
+                      g.Sub("hold", [&](std::span<const HostTensor> t) {
+                          {
+                              std::lock_guard lock(h_mu);
+                              if (h) {
+                                  try {
+                                      h->WaitFor(std::chrono::milliseconds(1));
+                                  } catch (const Error& e) {
+                                      self_refused = e.kind() == ErrorKind::InvalidArgument &&
+                                                     e.message().find("waits for the run itself") != std::string::npos;
+                                  }
+                              }
+                          }
+                          while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                          for (float& v : t[1].floats()) v = t[0].floats()[0] + 1.0f;
+                      }, {In(x[0]), Out(x[1])});
+                  }};
+    {
+        std::lock_guard lock(h_mu);
+        h.emplace(worker_->Submit(p, {HostTensor::Full({1, kTinyCols}, 4.0f)}));
+    }
+    EXPECT_FALSE(h->WaitFor(std::chrono::milliseconds(20)));
+    EXPECT_FALSE(h->WaitFor(std::chrono::nanoseconds(0)));
+    release = true;
+    EXPECT_TRUE(h->WaitFor(std::chrono::seconds(60)));
+    EXPECT_TRUE(h->Done());
+    EXPECT_TRUE(h->WaitFor(std::chrono::nanoseconds(0)));
+    auto outs = h->Wait();
+    ASSERT_EQ(outs.size(), 1u);
+    EXPECT_EQ(outs[0].floats()[0], 5.0f);
+    EXPECT_TRUE(self_refused.load());
+    EXPECT_THROW(RunHandle().WaitFor(std::chrono::milliseconds(1)), Error);
 }
