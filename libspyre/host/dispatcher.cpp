@@ -619,14 +619,22 @@ bool Dispatcher::WaitFor(RunState& run, std::chrono::nanoseconds timeout) {
     using Clock = std::chrono::steady_clock;
     const auto until = Clock::now() + timeout;
     auto ended = [&] { return run.done_flag.load(std::memory_order_seq_cst); };
-    // A short run ends within a look, without a sleep and a wake-up. Unlike
-    // Wait's, the look runs none of the run's queued tasks here: one could
-    // take any time, and this wait is bounded.
-    if (timeout.count() > 0 && JobThreads::LookBeforeSleeping(ended)) return true;
+    // A thread of the Worker's pools (a SubWorker waiting on a nested run)
+    // runs its pool's queued jobs meanwhile, as Wait does: the nested run
+    // may need that very thread. Any other caller runs none of the run's
+    // tasks (one could take any time, and this wait is bounded); a short
+    // run ends within its look, without a sleep and a wake-up.
+    JobThreads* pool = JobThreads::Current();
+    if (!pool && timeout >= JobThreads::kSpin && JobThreads::LookBeforeSleeping(ended)) return true;
     while (!ended()) {
         const auto now = Clock::now();
         if (now >= until) return false;
-        run.wake.SleepUnless(ended, until - now);
+        const std::chrono::nanoseconds left = until - now;
+        if (!pool)
+            run.wake.SleepUnless(ended, left);
+        else if (!pool->RunOneQueued())
+            run.wake.SleepUnless([&] { return ended() || pool->HasQueued(); },
+                                 std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(1)));
     }
     return true;
 }

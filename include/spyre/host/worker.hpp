@@ -180,9 +180,10 @@ public:
     bool Done() const;
     // Waits up to `timeout` for the run to end; whether it did (Wait then
     // returns at once). Unlike Wait, it runs none of the run's queued tasks
-    // on the calling thread meanwhile, so it keeps to its time (a pool
-    // thread of the Worker that waits for a nested run this way may leave
-    // the nested run short of that thread: use Wait there). Not the handle's one Wait: call it any number of
+    // on the calling thread meanwhile, so it keeps to its time; but a thread
+    // of the Worker's own pools (a SubWorker waiting on a nested run) runs
+    // its pool's queued jobs as Wait does, since the nested run may need
+    // that thread, and may return later. Not the handle's one Wait: call it any number of
     // times, from any thread, e.g. to look at something else between
     // slices (the Python front end handles Ctrl-C so). InvalidArgument on
     // an empty handle, or from a task or orchestration function of the

@@ -518,3 +518,47 @@ TEST_F(WorkerTest, WaitForWaitsASliceAndLeavesTheWaitToWait) {
     EXPECT_TRUE(self_refused.load());
     EXPECT_THROW(RunHandle().WaitFor(std::chrono::milliseconds(1)), Error);
 }
+
+// The same nesting with every SubWorker waiting through WaitFor slices:
+// on the Worker's own pool threads WaitFor runs their queued jobs as Wait
+// does (both threads wait, and the nested runs' SubWorkers need them).
+TEST_F(WorkerTest, SubWorkersWaitingInSlicesOnNestedRunsRunThoseRunsSubWorkers) {
+    std::atomic<int> outer_started{0}, leaves{0};
+    std::atomic<bool> stalled{false};
+    auto run_in_slices = [&](const HostProgram& p) {
+        RunHandle h = worker_->Submit(p, {});
+        while (!h.WaitFor(std::chrono::milliseconds(1))) {
+        }
+        h.Wait();
+    };
+    HostProgram leaf_run{"leaf_run", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                             for (int i = 0; i < 3; ++i)
+                                 g.Sub("leaf " + std::to_string(i), [&](std::span<const HostTensor>) { ++leaves; },
+                                       {In(HostTensor::Zeros({4}))});
+                         }};
+    HostProgram middle_run{"middle_run", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                               g.Sub("middle", [&](std::span<const HostTensor>) { run_in_slices(leaf_run); },
+                                     {In(HostTensor::Zeros({4}))});
+                           }};
+    HostProgram outer{"outer", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                          for (int i = 0; i < 2; ++i)
+                              g.Sub("outer " + std::to_string(i),
+                                    [&](std::span<const HostTensor>) {
+                                        ++outer_started;
+                                        if (!Await([&] { return outer_started.load() == 2; })) stalled = true;
+                                        run_in_slices(middle_run);
+                                    },
+                                    {In(HostTensor::Zeros({4}))});
+                      }};
+    auto run = std::async(std::launch::async, [&] { return worker_->Submit(outer, {}).Report(); });
+    if (run.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+        std::fprintf(stderr, "the nested runs deadlocked (%d of 6 leaves ran)\n", leaves.load());
+        std::fflush(stderr);
+        std::_Exit(1);  // the Worker's threads are stuck: no clean teardown is possible
+    }
+    const std::vector<TaskRecord> report = run.get();
+    EXPECT_FALSE(stalled.load()) << "the two outer SubWorkers never ran at once";
+    EXPECT_EQ(leaves.load(), 6);
+    ASSERT_EQ(report.size(), 2u);
+    for (const TaskRecord& r : report) EXPECT_EQ(r.state, TaskState::Done) << r.name;
+}
