@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -57,6 +58,46 @@ const TaskRecord& Find(const std::vector<TaskRecord>& report, const std::string&
     for (const TaskRecord& r : report)
         if (r.name == name) return r;
     throw std::runtime_error("no task '" + name + "' in the report");
+}
+
+// Two outer SubWorkers (both of the fixture's pool threads) each wait on a
+// nested run whose SubWorker waits on a run of three leaf SubWorkers, every
+// wait through `wait_for(worker, program)`: the nested runs' SubWorkers
+// can only run on the waiting threads. Exits the process on a deadlock.
+void NestedRunsOnEveryPoolThread(Worker& worker, const std::function<void(Worker&, const HostProgram&)>& wait_for) {
+    std::atomic<int> outer_started{0}, leaves{0};
+    std::atomic<bool> stalled{false};
+    HostProgram leaf_run{"leaf_run", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                             for (int i = 0; i < 3; ++i)
+                                 g.Sub("leaf " + std::to_string(i), [&](std::span<const HostTensor>) { ++leaves; },
+                                       {In(HostTensor::Zeros({4}))});
+                         }};
+    HostProgram middle_run{"middle_run", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                               g.Sub("middle", [&](std::span<const HostTensor>) { wait_for(worker, leaf_run); },
+                                     {In(HostTensor::Zeros({4}))});
+                           }};
+    HostProgram outer{"outer", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                          for (int i = 0; i < 2; ++i)
+                              g.Sub("outer " + std::to_string(i),
+                                    [&](std::span<const HostTensor>) {
+                                        // Both threads busy before either nests.
+                                        ++outer_started;
+                                        if (!Await([&] { return outer_started.load() == 2; })) stalled = true;
+                                        wait_for(worker, middle_run);
+                                    },
+                                    {In(HostTensor::Zeros({4}))});
+                      }};
+    auto run = std::async(std::launch::async, [&] { return worker.Submit(outer, {}).Report(); });
+    if (run.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+        std::fprintf(stderr, "the nested runs deadlocked (%d of 6 leaves ran)\n", leaves.load());
+        std::fflush(stderr);
+        std::_Exit(1);  // the Worker's threads are stuck: no clean teardown is possible
+    }
+    const std::vector<TaskRecord> report = run.get();
+    EXPECT_FALSE(stalled.load()) << "the two outer SubWorkers never ran at once";
+    EXPECT_EQ(leaves.load(), 6);
+    ASSERT_EQ(report.size(), 2u);
+    for (const TaskRecord& r : report) EXPECT_EQ(r.state, TaskState::Done) << r.name;
 }
 
 }  // namespace
@@ -266,39 +307,18 @@ TEST_F(WorkerTest, ASubWorkerWaitingOnARunThatDependsOnItIsRefused) {
 // its own, one level deeper still. No thread is free for them: the waiting
 // threads run them. Before, this deadlocked.
 TEST_F(WorkerTest, SubWorkersWaitingOnNestedRunsOfTheirWorkerRunThoseRunsSubWorkers) {
-    std::atomic<int> outer_started{0}, leaves{0};
-    std::atomic<bool> stalled{false};
-    HostProgram leaf_run{"leaf_run", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
-                             for (int i = 0; i < 3; ++i)
-                                 g.Sub("leaf " + std::to_string(i), [&](std::span<const HostTensor>) { ++leaves; },
-                                       {In(HostTensor::Zeros({4}))});
-                         }};
-    HostProgram middle_run{"middle_run", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
-                               g.Sub("middle", [&](std::span<const HostTensor>) { worker_->Run(leaf_run, {}); },
-                                     {In(HostTensor::Zeros({4}))});
-                           }};
-    HostProgram outer{"outer", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
-                          for (int i = 0; i < 2; ++i)
-                              g.Sub("outer " + std::to_string(i),
-                                    [&](std::span<const HostTensor>) {
-                                        // Both threads busy before either nests.
-                                        ++outer_started;
-                                        if (!Await([&] { return outer_started.load() == 2; })) stalled = true;
-                                        worker_->Run(middle_run, {});
-                                    },
-                                    {In(HostTensor::Zeros({4}))});
-                      }};
-    auto run = std::async(std::launch::async, [&] { return worker_->Submit(outer, {}).Report(); });
-    if (run.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
-        std::fprintf(stderr, "the nested runs deadlocked (%d of 6 leaves ran)\n", leaves.load());
-        std::fflush(stderr);
-        std::_Exit(1);  // the Worker's threads are stuck: no clean teardown is possible
-    }
-    const std::vector<TaskRecord> report = run.get();
-    EXPECT_FALSE(stalled.load()) << "the two outer SubWorkers never ran at once";
-    EXPECT_EQ(leaves.load(), 6);
-    ASSERT_EQ(report.size(), 2u);
-    for (const TaskRecord& r : report) EXPECT_EQ(r.state, TaskState::Done) << r.name;
+    NestedRunsOnEveryPoolThread(*worker_, [](Worker& w, const HostProgram& p) { w.Run(p, {}); });
+}
+
+// The same with every wait in WaitFor slices: on the Worker's own pool
+// threads WaitFor runs their queued jobs as Wait does.
+TEST_F(WorkerTest, SubWorkersWaitingInSlicesOnNestedRunsRunThoseRunsSubWorkers) {
+    NestedRunsOnEveryPoolThread(*worker_, [](Worker& w, const HostProgram& p) {
+        RunHandle h = w.Submit(p, {});
+        while (!h.WaitFor(std::chrono::milliseconds(1))) {
+        }
+        h.Wait();
+    });
 }
 
 // A run's waiter runs the run's queued tasks itself while the device
@@ -517,48 +537,4 @@ TEST_F(WorkerTest, WaitForWaitsASliceAndLeavesTheWaitToWait) {
     EXPECT_EQ(outs[0].floats()[0], 5.0f);
     EXPECT_TRUE(self_refused.load());
     EXPECT_THROW(RunHandle().WaitFor(std::chrono::milliseconds(1)), Error);
-}
-
-// The same nesting with every SubWorker waiting through WaitFor slices:
-// on the Worker's own pool threads WaitFor runs their queued jobs as Wait
-// does (both threads wait, and the nested runs' SubWorkers need them).
-TEST_F(WorkerTest, SubWorkersWaitingInSlicesOnNestedRunsRunThoseRunsSubWorkers) {
-    std::atomic<int> outer_started{0}, leaves{0};
-    std::atomic<bool> stalled{false};
-    auto run_in_slices = [&](const HostProgram& p) {
-        RunHandle h = worker_->Submit(p, {});
-        while (!h.WaitFor(std::chrono::milliseconds(1))) {
-        }
-        h.Wait();
-    };
-    HostProgram leaf_run{"leaf_run", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
-                             for (int i = 0; i < 3; ++i)
-                                 g.Sub("leaf " + std::to_string(i), [&](std::span<const HostTensor>) { ++leaves; },
-                                       {In(HostTensor::Zeros({4}))});
-                         }};
-    HostProgram middle_run{"middle_run", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
-                               g.Sub("middle", [&](std::span<const HostTensor>) { run_in_slices(leaf_run); },
-                                     {In(HostTensor::Zeros({4}))});
-                           }};
-    HostProgram outer{"outer", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
-                          for (int i = 0; i < 2; ++i)
-                              g.Sub("outer " + std::to_string(i),
-                                    [&](std::span<const HostTensor>) {
-                                        ++outer_started;
-                                        if (!Await([&] { return outer_started.load() == 2; })) stalled = true;
-                                        run_in_slices(middle_run);
-                                    },
-                                    {In(HostTensor::Zeros({4}))});
-                      }};
-    auto run = std::async(std::launch::async, [&] { return worker_->Submit(outer, {}).Report(); });
-    if (run.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
-        std::fprintf(stderr, "the nested runs deadlocked (%d of 6 leaves ran)\n", leaves.load());
-        std::fflush(stderr);
-        std::_Exit(1);  // the Worker's threads are stuck: no clean teardown is possible
-    }
-    const std::vector<TaskRecord> report = run.get();
-    EXPECT_FALSE(stalled.load()) << "the two outer SubWorkers never ran at once";
-    EXPECT_EQ(leaves.load(), 6);
-    ASSERT_EQ(report.size(), 2u);
-    for (const TaskRecord& r : report) EXPECT_EQ(r.state, TaskState::Done) << r.name;
 }
