@@ -309,16 +309,18 @@ void AwaitAbandonedRunsOf(const Worker* worker);
 // interpreter's pending signals.
 constexpr auto kSignalLook = std::chrono::milliseconds(50);
 
-// Waits for the run with the GIL released, in slices, handling signals
-// between them as the interpreter would between two bytecodes: a handler
-// that raises (SIGINT's KeyboardInterrupt) ends this wait with its
-// exception, and the run goes on.
+// Whether the calling thread is Python's main thread, the only one that
+// handles signals.
 bool OnMainThread() {
     static const unsigned long main_thread =
         py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
     return PyThread_get_thread_ident() == main_thread;
 }
 
+// Waits for the run with the GIL released, in slices, handling signals
+// between them as the interpreter would between two bytecodes: a handler
+// that raises (SIGINT's KeyboardInterrupt) ends this wait with its
+// exception, and the run goes on.
 void AwaitHandlingSignals(const std::shared_ptr<RunHandle>& h) {
     // Only the main thread handles signals; another (a SubWorker waiting on
     // a nested run, on a pool thread the nested run may need) goes on to
@@ -554,8 +556,8 @@ struct PyRun {
 };
 
 // Whether a failure of the run is Python code of it raising
-// KeyboardInterrupt (the orchestration function, or a SubWorker or chip
-// function that ran on the waiting thread, saw Ctrl-C).
+// KeyboardInterrupt: the host orchestration function, which runs on the
+// caller's (main) thread, saw Ctrl-C.
 bool InterruptedByTheUser(const HostRunError& e) {
     for (const TaskFailureInfo& f : e.failures())
         if (f.cause.find(" raised KeyboardInterrupt") != std::string::npos) return true;
