@@ -176,16 +176,23 @@ Running::~Running() { tl_running = previous; }
 // waits, and the pool's other threads may be waiting the same way. A job
 // posted while it sleeps wakes the pool, not the run, so such a sleep is
 // short.
+// Whether `ready()` came before `until` (RunHandle::WaitFor's bound).
 template <typename Ready>
-void SleepOrHelp(RunState& run, Ready&& ready) {
+bool SleepOrHelp(RunState& run, Ready&& ready,
+                 std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max()) {
+    using namespace std::chrono;
     JobThreads* pool = JobThreads::Current();
     while (!ready()) {
+        const auto now = steady_clock::now();
+        if (now >= until) return false;
+        const nanoseconds left = until == steady_clock::time_point::max() ? nanoseconds(seconds(1)) : until - now;
         if (!pool) {
-            run.wake.SleepUnless(ready, std::chrono::seconds(1));
+            run.wake.SleepUnless(ready, std::min<nanoseconds>(left, seconds(1)));
         } else if (!pool->RunOneQueued()) {
-            run.wake.SleepUnless([&] { return ready() || pool->HasQueued(); }, std::chrono::milliseconds(1));
+            run.wake.SleepUnless([&] { return ready() || pool->HasQueued(); }, std::min<nanoseconds>(left, milliseconds(1)));
         }
     }
+    return true;
 }
 
 void SleepOn(RunState& run) {
@@ -616,27 +623,16 @@ std::vector<TaskRecord> Dispatcher::RecordsOf(const RunState& run) const {
 
 bool Dispatcher::WaitFor(RunState& run, std::chrono::nanoseconds timeout) {
     CheckNotPartOf(run);
-    using Clock = std::chrono::steady_clock;
-    const auto until = Clock::now() + timeout;
+    const auto until = std::chrono::steady_clock::now() + timeout;
     auto ended = [&] { return run.done_flag.load(std::memory_order_seq_cst); };
     // A thread of the Worker's pools (a SubWorker waiting on a nested run)
-    // runs its pool's queued jobs meanwhile, as Wait does: the nested run
-    // may need that very thread. Any other caller runs none of the run's
-    // tasks (one could take any time, and this wait is bounded); a short
-    // run ends within its look, without a sleep and a wake-up.
-    JobThreads* pool = JobThreads::Current();
-    if (!pool && timeout >= JobThreads::kSpin && JobThreads::LookBeforeSleeping(ended)) return true;
-    while (!ended()) {
-        const auto now = Clock::now();
-        if (now >= until) return false;
-        const std::chrono::nanoseconds left = until - now;
-        if (!pool)
-            run.wake.SleepUnless(ended, left);
-        else if (!pool->RunOneQueued())
-            run.wake.SleepUnless([&] { return ended() || pool->HasQueued(); },
-                                 std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(1)));
-    }
-    return true;
+    // runs its pool's queued jobs meanwhile, as Wait does (SleepOrHelp):
+    // the nested run may need that very thread. Any other caller runs none
+    // of the run's tasks (one could take any time, and this wait is
+    // bounded); a short run ends within its look, without a sleep and a
+    // wake-up.
+    if (!JobThreads::Current() && timeout >= JobThreads::kSpin && JobThreads::LookBeforeSleeping(ended)) return true;
+    return SleepOrHelp(run, ended, until);
 }
 
 bool Dispatcher::Done(RunState& run) {

@@ -45,16 +45,14 @@ struct HostTask {
     // submitter or by the thread that ran it, until a holder of the
     // dispatcher's lock files it or applies it.
     HostTask* inbox_next = nullptr;
-    // The submitter's half as a new task's (NewTask; Free has dropped the
-    // references already).
+    // The submitter's half as a new task's (NewTask), but for `fn` and
+    // `args`: Free emptied them when the task finished.
     void ResetSubmitted() {
         id = 0;
         name.clear();
         level = Level::Chip;
         function.clear();
-        fn = nullptr;
         chip = nullptr;
-        args.clear();
         pinned.reset();
         run = nullptr;
         inbox_next = nullptr;
