@@ -541,6 +541,13 @@ struct PyRun {
     std::shared_ptr<Worker> worker;  // outlives the handle
     std::shared_ptr<RunHandle> handle;
     py::list inplace;  // the caller's output arrays (in-place style), else empty
+    // Writable inputs that were not C-contiguous: the run used a copy, and
+    // what its tasks wrote there goes back into the array when it ends.
+    struct CopiedInput {
+        py::array array;
+        HostTensor copy;
+    };
+    std::vector<CopiedInput> copied;
     py::object result;
     py::object error;
     std::mutex wait_mu;  // one thread waits on the handle; the others then read what it got
@@ -564,6 +571,21 @@ bool InterruptedByTheUser(const HostRunError& e) {
     return false;
 }
 
+// The copied inputs a task wrote, back into the caller's arrays (each
+// compared before any is written: two copies of overlapping memory, one of
+// them written, must not have the other's stale bytes land last). Once.
+void CopyBackInputs(PyRun& r) {
+    std::vector<std::pair<py::array, py::array>> changed;
+    py::module_ np = py::module_::import("numpy");
+    for (const PyRun::CopiedInput& c : r.copied) {
+        py::array now = ToNumpy(c.copy);
+        if (!np.attr("array_equal")(c.array, now, py::arg("equal_nan") = true).cast<bool>())
+            changed.emplace_back(c.array, now);
+    }
+    r.copied.clear();
+    for (auto& [array, now] : changed) np.attr("copyto")(array, now);
+}
+
 py::object Finish(PyRun& r) {
     // Taken without the GIL when another thread waits: it takes the GIL
     // again to store its result before it lets go.
@@ -584,8 +606,10 @@ py::object Finish(PyRun& r) {
             throw;
         }
         outs = WithoutGil([&] { return h->Wait(); });
+        CopyBackInputs(r);
         ForgetUnheldArrays();  // the ended run's arrays the caller dropped go now, not at the next call
     } catch (const HostRunError& e) {
+        CopyBackInputs(r);  // what the tasks that ran wrote, as an array wrapped in place has it
         ForgetUnheldArrays();
         if (InterruptedByTheUser(e)) {
             // Ctrl-C stops the program, as it does any Python code; the run's
@@ -624,10 +648,15 @@ std::shared_ptr<PyRun> Start(PyWorker& w, const PyHostProgram& p, const py::iter
     run->worker = w.worker;
     Worker& worker = w.Get("Worker.run");
     std::vector<HostTensor> tensors = RunArgs(p.program, args);
-    if (tensors.size() > p.program.num_inputs) {
-        size_t i = 0;
-        for (py::handle a : args)
-            if (i++ >= p.program.num_inputs) run->inplace.append(a);
+    size_t i = 0;
+    for (py::handle a : args) {
+        if (i >= p.program.num_inputs) {
+            run->inplace.append(a);
+        } else if (!py::isinstance<HostTensor>(a)) {
+            py::array array = py::array::ensure(a);  // RunArgs took it: an array or a buffer
+            if (array.writeable() && !(array.flags() & py::array::c_style)) run->copied.push_back({array, tensors[i]});
+        }
+        ++i;
     }
     RunHandle h = WithoutGil([&] { return worker.Submit(p.program, std::move(tensors)); });
     run->handle = std::make_shared<RunHandle>(std::move(h));

@@ -696,3 +696,39 @@ def test_an_input_copied_from_memory_another_argument_writes_is_refused_in_eithe
         lambda p, q, r: r.__setitem__(..., p + q), [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])])),
         [read_only(a), read_only(a), out])
     np.testing.assert_array_equal(out, 2.0)
+
+
+def test_a_strided_input_a_task_writes_gets_what_was_written(worker):
+    """A writable input that is not C-contiguous runs on a copy. What a task
+    wrote into that copy used to stay there: the caller's array kept its old
+    values with no error: a strided view's results were lost.
+    Now the written copies go back when the run ends, in both styles, also
+    from a failed run (as far as its tasks got); unwritten ones are left
+    alone, and a read-only input stays as it was."""
+    prog = spyre.HostProgram("strided", 2, [], lambda g, x: g.sub(twice_plus_one, [spyre.In(x[0]), spyre.Out(x[1])]))
+    base_in, base_out = np.arange(16 * 32, dtype=np.float32).reshape(16, 32), np.zeros([16, 32], np.float32)
+    x, y = base_in[:, ::2], base_out[:, 1::2]  # views, not C-contiguous
+    worker.run(prog, [x, y])
+    np.testing.assert_array_equal(y, 2 * x + 1)
+    np.testing.assert_array_equal(base_out[:, ::2], 0.0)  # the bytes between were not touched
+    np.testing.assert_array_equal(base_in, np.arange(16 * 32, dtype=np.float32).reshape(16, 32))
+    # A handle: the copy goes back when the wait returns.
+    base_out[...] = 0.0
+    h = worker.submit(prog, [x, base_out.T[::2]])
+    h.wait()
+    np.testing.assert_array_equal(base_out.T[::2], 2 * x + 1)
+    # A run that fails after the write: the write is kept.
+    def fail(_):
+        raise ValueError("after the write")
+    failing = spyre.HostProgram("strided_fails", 2, [], lambda g, x: (
+        g.sub(twice_plus_one, [spyre.In(x[0]), spyre.Out(x[1])]),
+        g.sub(fail, [spyre.In(x[1])])))
+    base_out[...] = 0.0
+    with pytest.raises(spyre.HostRunError, match="after the write"):
+        worker.run(failing, [x, y])
+    np.testing.assert_array_equal(y, 2 * x + 1)
+    # Read-only: the task writes a private copy, the array stays.
+    ro = np.zeros([16, 16], np.float32)
+    ro.flags.writeable = False
+    worker.run(prog, [x, ro])
+    assert not ro.any()
