@@ -262,7 +262,7 @@ void TaskPort::DriveLocked(const FutexWord* caller, const std::function<bool()>&
     }
 }
 
-bool TaskPort::Drive(const std::atomic<uint32_t>& word, uint32_t expected) {
+bool TaskPort::Drive(const std::atomic<uint32_t>& word, uint32_t expected, std::chrono::steady_clock::time_point until) {
     if (in_flight_.load(std::memory_order_acquire) == 0) {
         Kick();  // what is ready goes first
         if (in_flight_.load(std::memory_order_acquire) == 0) return false;
@@ -273,7 +273,8 @@ bool TaskPort::Drive(const std::atomic<uint32_t>& word, uint32_t expected) {
         mu_.lock();
         tl_driving = this;
         const FutexWord caller{&word, expected};
-        DriveLocked(&caller, [] { return false; });
+        const bool deadline = until != std::chrono::steady_clock::time_point::max();
+        DriveLocked(&caller, [deadline, until] { return deadline && std::chrono::steady_clock::now() >= until; });
         Unlock();
     }
     waiters_.fetch_sub(1, std::memory_order_seq_cst);

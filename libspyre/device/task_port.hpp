@@ -91,8 +91,10 @@ public:
     // Drives until `word` (a futex word of this process, an EventCount's)
     // no longer holds `expected`, or nothing is left in flight; the driver's
     // sleep on the completion interrupt also ends when the word moves. False
-    // at once when nothing is in flight: the caller waits elsewhere.
-    bool Drive(const std::atomic<uint32_t>& word, uint32_t expected);
+    // at once when nothing is in flight: the caller waits elsewhere. Also
+    // ends at `until` (a waiter with a deadline).
+    bool Drive(const std::atomic<uint32_t>& word, uint32_t expected,
+               std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max());
 
     // For the device's thread. Tasks in flight and no caller waits for them.
     bool Unattended() const noexcept {

@@ -76,8 +76,9 @@ void DeviceWorker::Kick() noexcept {
     if (port_) port_->Kick();
 }
 
-bool DeviceWorker::Drive(const std::atomic<uint32_t>& word, uint32_t expected) {
-    return port_ && port_->Drive(word, expected);
+bool DeviceWorker::Drive(const std::atomic<uint32_t>& word, uint32_t expected,
+                         std::chrono::steady_clock::time_point until) {
+    return port_ && port_->Drive(word, expected, until);
 }
 
 void DeviceWorker::FillQueues(std::span<std::vector<spyre_cb>> per_queue, std::span<const QueueRoom> rooms) {

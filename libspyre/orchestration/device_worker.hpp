@@ -48,7 +48,7 @@ public:
     bool driven() const noexcept override { return true; }
     bool OrdersAfterProducers() const noexcept override { return waits_on_card_; }
     void Kick() noexcept override;
-    bool Drive(const std::atomic<uint32_t>& word, uint32_t expected) override;
+    bool Drive(const std::atomic<uint32_t>& word, uint32_t expected, std::chrono::steady_clock::time_point until) override;
 
 private:
     // TaskPortClient (the port's drive lock held).

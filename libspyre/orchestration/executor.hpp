@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -124,8 +125,8 @@ public:
     // driven by the runtime's threads: kicked after tasks were pushed to its
     // queue (never waits), and driven by a thread that waits for tasks
     // until `word` (the waiter's EventCount word) no longer holds
-    // `expected` or it has nothing in flight (false at once when it has
-    // none: the thread waits elsewhere).
+    // `expected`, it has nothing in flight (false at once when it has
+    // none: the thread waits elsewhere) or `until` has come.
     virtual bool driven() const noexcept { return false; }
     // Whether a task may be pushed before its producers finished, when they
     // are all this executor's and pushed already (at most
@@ -135,7 +136,10 @@ public:
     // when one of them failed.
     virtual bool OrdersAfterProducers() const noexcept { return false; }
     virtual void Kick() noexcept {}
-    virtual bool Drive(const std::atomic<uint32_t>& /*word*/, uint32_t /*expected*/) { return false; }
+    virtual bool Drive(const std::atomic<uint32_t>& /*word*/, uint32_t /*expected*/,
+                       std::chrono::steady_clock::time_point /*until*/) {
+        return false;
+    }
 };
 
 }  // namespace spyre::orchestration

@@ -5,6 +5,8 @@
 #include "spyre/orchestration/orchestrator.hpp"
 #include "moved_from.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <string>
 #include <utility>
 
@@ -162,6 +164,13 @@ void* Orchestrator::TaskOutput(int32_t task_id, int32_t index) { return Graph(Li
 int32_t Orchestrator::TaskState(int32_t task_id) const { return int32_t(Graph(Live(state_)).State(task_id)); }
 void Orchestrator::WaitAll() { Graph(Live(state_)).WaitAll(); }
 void Orchestrator::WaitAll(const ProgressCallback& progress) { Graph(Live(state_)).WaitAll(progress); }
+bool Orchestrator::WaitAllFor(std::chrono::nanoseconds timeout) {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point now = Clock::now();
+    const auto left = Clock::time_point::max() - now;  // a timeout past that waits for good
+    return Graph(Live(state_)).WaitAllUntil(timeout >= left ? Clock::time_point::max()
+                                                            : now + std::max(timeout, std::chrono::nanoseconds(0)));
+}
 
 std::vector<TaskFailureInfo> Orchestrator::Failures() const { return Graph(Live(state_)).Failures(); }
 std::vector<uint64_t> Orchestrator::KernelOperandBytes(int32_t kernel_id) const {

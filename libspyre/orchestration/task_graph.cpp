@@ -371,7 +371,7 @@ void TaskGraph::ReleaseBuffer(BufferInfo& b) {
         TraceHeap();
 }
 
-void TaskGraph::Sleep(Lock& lock) {
+void TaskGraph::Sleep(Lock& lock, std::chrono::steady_clock::time_point until) {
     // Armed under the lock: a wake after this (even one from applying the
     // inbox as the lock goes) makes the wait return at once.
     const EventCount::Key key = wake_.Arm();
@@ -381,14 +381,15 @@ void TaskGraph::Sleep(Lock& lock) {
     // may have come.
     bool drove = false;
     for (const auto& e : executors_)
-        if (e->driven() && e->Drive(wake_.word(), key)) {
+        if (e->driven() && e->Drive(wake_.word(), key, until)) {
             drove = true;
             break;
         }
     if (drove)
         wake_.Disarm();
     else
-        wake_.Wait(key, std::chrono::seconds(1));  // callers re-check
+        wake_.Wait(key, std::clamp<std::chrono::nanoseconds>(until - std::chrono::steady_clock::now(),
+                                                             std::chrono::nanoseconds(0), std::chrono::seconds(1)));  // callers re-check
     lock.lock();
 }
 
@@ -1219,13 +1220,38 @@ uint8_t* TaskGraph::TaskOutput(int32_t task_id, int32_t index) {
                                          std::to_string(index) + " is not one of them");
 }
 
-void TaskGraph::WaitAll(const ProgressCallback& progress) {
-    SPYRE_TRACE_SCOPE("pto_wait_all");
+void TaskGraph::CheckWaitable() const {
     if (CpuWorker::RunningTaskOf() == this)
         Fail(ErrorKind::InvalidArgument,
              "wait for all tasks called from inside a task of this runtime would wait for that task itself: wait "
              "in the orchestration thread instead",
              EDEADLK);
+}
+
+void TaskGraph::CheckNotStuck() const {
+    if (active_ == 0)
+        Fail(ErrorKind::Busy, "wait for all tasks would never return: " + std::to_string(inflight_) +
+                                  " task(s) wait for EXTERNAL tasks that only pto_task_complete can finish",
+             EDEADLK);
+}
+
+bool TaskGraph::WaitAllUntil(std::chrono::steady_clock::time_point until) {
+    SPYRE_TRACE_SCOPE("pto_wait_all (a slice)");
+    CheckWaitable();
+    Lock lock(*this);
+    if (!holds_.empty()) [[unlikely]]
+        LetGoHoldsOf(std::this_thread::get_id());
+    for (;;) {
+        if (inflight_ == 0) return true;
+        CheckNotStuck();
+        if (std::chrono::steady_clock::now() >= until) return false;
+        Sleep(lock, until);
+    }
+}
+
+void TaskGraph::WaitAll(const ProgressCallback& progress) {
+    SPYRE_TRACE_SCOPE("pto_wait_all");
+    CheckWaitable();
     Lock lock(*this);
     if (!holds_.empty()) [[unlikely]]
         LetGoHoldsOf(std::this_thread::get_id());
@@ -1243,10 +1269,7 @@ void TaskGraph::WaitAll(const ProgressCallback& progress) {
             continue;  // look again: tasks completed meanwhile
         }
         if (inflight_ == 0) break;
-        if (active_ == 0)
-            Fail(ErrorKind::Busy, "wait for all tasks would never return: " + std::to_string(inflight_) +
-                                      " task(s) wait for EXTERNAL tasks that only pto_task_complete can finish",
-                 EDEADLK);
+        CheckNotStuck();
         Sleep(lock);
     }
     waited_ = completed_;

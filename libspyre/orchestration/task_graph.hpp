@@ -131,6 +131,9 @@ public:
     // Waits for every task submitted; `progress` (if set) hears tasks
     // completed of those submitted since the last WaitAll.
     void WaitAll(const ProgressCallback& progress = {});
+    // Waits until no task is in flight or `until`; whether none is. Reports
+    // nothing (WaitAll then does, at once), and refuses what WaitAll does.
+    bool WaitAllUntil(std::chrono::steady_clock::time_point until);
     // Failed and skipped tasks not yet reported by WaitAll, each with its
     // root (TaskFailureInfo::root_*).
     std::vector<TaskFailureInfo> Failures() const;
@@ -271,8 +274,12 @@ private:
     void ReleaseBuffer(BufferInfo& b);
     void DrainSkips();  // then WakeWaiters
     // Waits on wake_; WakeWaiters wakes the waiters only when what they
-    // wait for may have come.
-    void Sleep(Lock& lock);
+    // wait for may have come, or at `until` at the latest.
+    // WaitAll's refusals: called from a task of this runtime (InvalidArgument),
+    // or what is in flight can never finish by itself (Busy; mu_ held).
+    void CheckWaitable() const;
+    void CheckNotStuck() const;
+    void Sleep(Lock& lock, std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max());
     void WakeWaiters();
     // Failed writers kept in the hazard map after they are consumed (see
     // poisoned_): filed at consumption, met by readers' lookups, dropped

@@ -14,6 +14,7 @@
 #include <pybind11/pybind11.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -88,6 +89,30 @@ decltype(auto) WithoutGil(F&& f) {
         return std::forward<F>(f)();
     }
     return std::forward<F>(f)();
+}
+
+// Whether the calling thread is Python's main thread, the only one that
+// handles signals.
+inline bool OnMainThread() {
+    static const unsigned long main_thread =
+        py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+    return PyThread_get_thread_ident() == main_thread;
+}
+
+// On the main thread: calls `wait_for(slice)` (a timed wait: whether what
+// it waits for has come) with the GIL released until it returns true,
+// handling signals between two slices as the interpreter would between two
+// bytecodes: a handler that raises (SIGINT's KeyboardInterrupt) ends the
+// wait with its exception. Elsewhere it returns at once (no thread but the
+// main one sees signals): the caller then waits as it would have.
+template <typename WaitFor>
+void WaitHandlingSignals(WaitFor&& wait_for) {
+    constexpr auto kSignalLook = std::chrono::milliseconds(50);  // the most a Ctrl-C waits
+    if (!OnMainThread()) return;
+    for (;;) {
+        if (WithoutGil([&] { return wait_for(std::chrono::nanoseconds(kSignalLook)); })) return;
+        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    }
 }
 
 // Destroys what `p` owns with the GIL released: destructors of streams,

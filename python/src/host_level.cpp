@@ -305,31 +305,13 @@ void ForgetEndedAbandonedRuns() {
 // Waits for `worker`'s abandoned runs (KeyboardInterrupt on a Ctrl-C meanwhile), then drops them.
 void AwaitAbandonedRunsOf(const Worker* worker);
 
-// How long a waiter sleeps (GIL released) between two looks at the
-// interpreter's pending signals.
-constexpr auto kSignalLook = std::chrono::milliseconds(50);
 
-// Whether the calling thread is Python's main thread, the only one that
-// handles signals.
-bool OnMainThread() {
-    static const unsigned long main_thread =
-        py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
-    return PyThread_get_thread_ident() == main_thread;
-}
-
-// Waits for the run with the GIL released, in slices, handling signals
-// between them as the interpreter would between two bytecodes: a handler
-// that raises (SIGINT's KeyboardInterrupt) ends this wait with its
-// exception, and the run goes on.
+// Waits for the run (main thread; WaitHandlingSignals): a Ctrl-C ends the
+// wait, and the run goes on. Another thread (a SubWorker waiting on a
+// nested run, on a pool thread the nested run may need) goes on to Wait,
+// which runs the run's queued tasks meanwhile.
 void AwaitHandlingSignals(const std::shared_ptr<RunHandle>& h) {
-    // Only the main thread handles signals; another (a SubWorker waiting on
-    // a nested run, on a pool thread the nested run may need) goes on to
-    // Wait, which runs the run's queued tasks meanwhile.
-    if (!OnMainThread()) return;
-    for (;;) {
-        if (WithoutGil([&] { return h->WaitFor(kSignalLook); })) return;
-        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-    }
+    WaitHandlingSignals([&](std::chrono::nanoseconds slice) { return h->WaitFor(slice); });
 }
 
 void AwaitAbandonedRunsOf(const Worker* worker) {

@@ -196,6 +196,9 @@ void WaitAll(PyOrch& self) {
     Orchestrator& o = *hold;
     std::vector<TaskFailureInfo> snapshot;
     try {
+        // Ctrl-C ends the wait (KeyboardInterrupt), the tasks go on; then
+        // the wait below reports at once.
+        WaitHandlingSignals([&](std::chrono::nanoseconds slice) { return o.WaitAllFor(slice); });
         WithoutGil([&] {
             o.WaitAll([&](const ProgressInfo& p) {
                 if (p.done == p.total) snapshot = o.Failures();
@@ -204,6 +207,23 @@ void WaitAll(PyOrch& self) {
     } catch (const Error& e) {
         RaiseWaitError(self, e, snapshot);
     }
+}
+
+// Waits for the tasks in flight (Ctrl-C ends the wait: KeyboardInterrupt,
+// the runtime stays open), then frees the runtime, which waits for what is
+// left (a closing runtime's tasks, EXTERNAL ones it fails).
+void Close(PyOrch& self) {
+    if (self.orch) {
+        try {
+            const RuntimeHold hold(self, "Orchestrator.close");
+            Orchestrator& o = *hold;
+            WaitHandlingSignals([&](std::chrono::nanoseconds slice) { return o.WaitAllFor(slice); });
+        } catch (const Error&) {
+            // Nothing to wait for that can end by itself (Busy), or closed
+            // meanwhile: the release below settles it.
+        }
+    }
+    self.Release();
 }
 
 }  // namespace
@@ -446,11 +466,12 @@ void BindOrchestration(py::module_& m) {
             }, py::arg("buffer"))
         .def_property_readonly("memory_size", [](PyOrch& self) { return self.Get("Orchestrator.memory_size").memory_size(); })
         .def_property_readonly("closed", [](PyOrch& self) { return self.orch == nullptr; })
-        .def("close", [](PyOrch& self) { self.Release(); },
-             "Waits for the tasks on executors and frees the runtime; views from it must not be used after.")
+        .def("close", [](PyOrch& self) { Close(self); },
+             "Waits for the tasks on executors and frees the runtime; views from it must not be used after. "
+             "Ctrl-C ends the wait (KeyboardInterrupt) and leaves the Orchestrator open.")
         .def("__enter__", [](py::object self) { return self; })
         .def("__exit__", [](PyOrch& self, py::object, py::object, py::object) {
-            self.Release();
+            Close(self);
             return false;
         });
 }

@@ -4,8 +4,6 @@ spyre.Worker with ready-made and Python chip functions, Python SubWorkers,
 runs (in place, return style, handles, threads) and HostRunError."""
 import gc
 import os
-import signal
-import sys
 import threading
 import time
 import weakref
@@ -102,20 +100,7 @@ def test_tasks_run_as_submitted_within_the_window_and_are_reported(host):
         spyre.DistributedConfig(max_tasks_in_flight=0).validate()
 
 
-def _interrupt_main_once_it_waits_in(test_name):
-    """From another thread: SIGINT to the main thread once its innermost
-    Python frame is `test_name` (it has called into spyre and waits there)."""
-    main = threading.main_thread().ident
-    for _ in range(3000):
-        frame = sys._current_frames().get(main)
-        if frame is not None and frame.f_code.co_name == test_name:
-            signal.pthread_kill(main, signal.SIGINT)
-            return
-        time.sleep(0.01)
-    raise AssertionError("the main thread never came to wait")
-
-
-def test_ctrl_c_ends_a_wait_the_run_goes_on_and_close_waits_for_it(host):
+def test_ctrl_c_ends_a_wait_the_run_goes_on_and_close_waits_for_it(host, interrupt_main_once_it_waits_in):
     """(Before the module's Worker opens the devices.) SIGINT while
     Worker.run waits raises KeyboardInterrupt then (the
     SubWorker it waits for still runs), the run goes on, and close() waits
@@ -126,7 +111,7 @@ def test_ctrl_c_ends_a_wait_the_run_goes_on_and_close_waits_for_it(host):
 
     def slow(y):
         started.set()
-        _interrupt_main_once_it_waits_in(name)
+        interrupt_main_once_it_waits_in(name)
         release.wait(30)
         y[...] = 7
         finished.set()

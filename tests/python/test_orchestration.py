@@ -316,3 +316,44 @@ def test_task_waits_follow_the_devices_wait_mode(host, rng):
         o.close()
     finally:
         d.close()
+
+
+def test_ctrl_c_ends_wait_all_the_tasks_go_on(orch, interrupt_main_once_it_waits_in):
+    """SIGINT while wait_all waits for a host kernel that is held raised
+    KeyboardInterrupt only once the kernel ended (the wait did not look at
+    signals). Now it raises then; the task goes on, and the next wait_all
+    sees it end. close() waits in the same slices."""
+    name = "test_ctrl_c_ends_wait_all_the_tasks_go_on"
+    waiting, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def interrupt_the_wait():
+        assert waiting.wait(30)
+        time.sleep(0.05)  # into the wait (a signal before it raises in the same block: the test still holds)
+        interrupt_main_once_it_waits_in(name)
+
+    def held(x):
+        interrupt_the_wait()
+        release.wait(30)
+        x[:] = 9
+        finished.set()
+
+    orch.register_host_kernel(PYADD, held)
+    a = orch.alloc(NB)
+    a[:] = 0
+    with orch.scope():
+        orch.submit(PYADD, spyre.WORKER_HOST, [("inout", a)])
+    with pytest.raises(KeyboardInterrupt):
+        waiting.set()
+        orch.wait_all()
+    assert not finished.is_set()
+    # close() waits for it the same way: Ctrl-C leaves the runtime open.
+    waiting.clear()
+    threading.Thread(target=interrupt_the_wait).start()
+    with pytest.raises(KeyboardInterrupt):
+        waiting.set()
+        orch.close()
+    assert not orch.closed and not finished.is_set()
+    release.set()
+    orch.wait_all()
+    assert finished.is_set()
+    np.testing.assert_array_equal(a, 9.0)

@@ -18,6 +18,7 @@
 // docs/orchestration.md describes the data structures and a task's life.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -124,6 +125,12 @@ public:
     // The same, telling `progress` the tasks completed of those submitted
     // since the last WaitAll (called on this thread, done rising to total).
     void WaitAll(const ProgressCallback& progress);
+    // Waits up to `timeout` for every submitted task to finish; whether
+    // none is left in flight. Reports nothing: a WaitAll after it returns
+    // at once and throws for the failures, as it would have. For a caller
+    // that waits in slices (Python's wait_all looks for Ctrl-C between
+    // them). Refuses what WaitAll refuses.
+    bool WaitAllFor(std::chrono::nanoseconds timeout);
     std::vector<TaskFailure> Failures() const;  // not yet reported by WaitAll
     // The bytes each argument slot of kernel `kernel_id`'s device program
     // spans (its operand's extent; 0 for a slot no relocation points at),

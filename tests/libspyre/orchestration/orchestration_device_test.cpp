@@ -627,6 +627,52 @@ TEST(OrchestrationQueues, ATaskLongerThanTheHeartbeatBoundIsNotALostDevice) {
     for (int64_t i = 0; i < n * n; i += 997) ASSERT_EQ(mm.c[i], 0.5f * float(n)) << "element " << i;
 }
 
+// WaitAllFor waits in slices: it returns false once its time is up, while a
+// host task is held (the waiter sleeps on the graph) and while a long device
+// task runs (the waiter drives the device's task queues), and true once
+// nothing is in flight. It reports nothing: a failed task's error comes
+// from the WaitAll after it, which returns at once.
+TEST(OrchestrationQueues, WaitAllForWaitsASliceAndLeavesTheReportToWaitAll) {
+    SPYRE_REQUIRE_FUSE();
+    Host host = Host::Open(HostOptions::EmbeddedMock(1, 0, "1G"));
+    Device dev = host.Open("0");
+    Orchestrator orch = Orchestrator::Create(dev, {.heap_size = 64 << 20});
+    constexpr int32_t kHeld = 41, kFails = 42;
+    std::atomic<bool> release{false};
+    orch.RegisterHostKernel(kHeld, [&](std::span<void* const>, std::span<const uint64_t>) -> uint32_t {
+        while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return 0;
+    });
+    orch.RegisterHostKernel(kFails, [](std::span<void* const>, std::span<const uint64_t>) -> uint32_t { return 7; });
+    auto* x = static_cast<float*>(orch.Alloc(1024));
+    const TaskParam p[] = {{PARAM_INOUT, x, 1024, {}}};
+    orch.Submit(kHeld, WORKER_HOST, p);
+    EXPECT_FALSE(orch.WaitAllFor(std::chrono::milliseconds(20)));  // held: the slice ends
+    EXPECT_FALSE(orch.WaitAllFor(std::chrono::nanoseconds(-5)));   // a past deadline looks once
+    release = true;
+    EXPECT_TRUE(orch.WaitAllFor(std::chrono::seconds(60)));
+    orch.WaitAll();
+    // A device task of about 20 ms on one core (1024^3 fp32) or more: a
+    // slice of 2 ms ends while the waiter drives the task queues.
+    Matmul mm = RegisterMatmul(orch, 1024, 1.0f, 0.5f);
+    orch.Submit(KERNEL_MUL, WORKER_CUBE, mm.params);
+    EXPECT_FALSE(orch.WaitAllFor(std::chrono::milliseconds(2)));
+    EXPECT_TRUE(orch.WaitAllFor(std::chrono::nanoseconds::max()));  // no overflow: waits for good
+    for (int64_t i = 0; i < 1024 * 1024; i += 997) ASSERT_EQ(mm.c[i], 512.0f) << "element " << i;
+    orch.WaitAll();
+    // A failure: the slice says done, WaitAll reports it.
+    const int32_t failed = orch.Submit(kFails, WORKER_HOST, p);
+    EXPECT_TRUE(orch.WaitAllFor(std::chrono::seconds(60)));
+    try {
+        orch.WaitAll();
+        ADD_FAILURE() << "WaitAll did not report the failed task";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::DeviceError) << e.what();  // a host kernel's own return code
+        EXPECT_NE(std::string(e.what()).find("task " + std::to_string(failed)), std::string::npos) << e.what();
+    }
+    orch.WaitAll();  // reported once
+}
+
 // A waiter of the task queues waits as the Device's wait mode says
 // (SchedulerOptions::wait_mode), as Synchronize does: in Poll it never
 // sleeps on the completion interrupt, in Blocking it never spins or yields
