@@ -273,12 +273,12 @@ private:
     Error FailureReport(const std::string& prefix, const TaskFailureInfo& root, int32_t failed, int32_t skipped) const;
     void ReleaseBuffer(BufferInfo& b);
     void DrainSkips();  // then WakeWaiters
-    // Waits on wake_; WakeWaiters wakes the waiters only when what they
-    // wait for may have come, or at `until` at the latest.
     // WaitAll's refusals: called from a task of this runtime (InvalidArgument),
     // or what is in flight can never finish by itself (Busy; mu_ held).
     void CheckWaitable() const;
     void CheckNotStuck() const;
+    // Waits on wake_; WakeWaiters wakes the waiters only when what they
+    // wait for may have come. Returns at `until` at the latest.
     void Sleep(Lock& lock, std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max());
     void WakeWaiters();
     // Failed writers kept in the hazard map after they are consumed (see

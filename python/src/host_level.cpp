@@ -305,7 +305,6 @@ void ForgetEndedAbandonedRuns() {
 // Waits for `worker`'s abandoned runs (KeyboardInterrupt on a Ctrl-C meanwhile), then drops them.
 void AwaitAbandonedRunsOf(const Worker* worker);
 
-
 // Waits for the run (main thread; WaitHandlingSignals): a Ctrl-C ends the
 // wait, and the run goes on. Another thread (a SubWorker waiting on a
 // nested run, on a pool thread the nested run may need) goes on to Wait,
@@ -624,11 +623,12 @@ py::object Finish(PyRun& r) {
     return r.result;
 }
 
-std::shared_ptr<PyRun> Start(PyWorker& w, const PyHostProgram& p, const py::iterable& args) {
+std::shared_ptr<PyRun> Start(PyWorker& w, const PyHostProgram& p, const py::iterable& given) {
     ForgetEndedAbandonedRuns();
     auto run = std::make_shared<PyRun>();
     run->worker = w.worker;
     Worker& worker = w.Get("Worker.run");
+    const py::list args(given);  // read twice below: a generator would be empty the second time
     std::vector<HostTensor> tensors = RunArgs(p.program, args);
     size_t i = 0;
     for (py::handle a : args) {

@@ -697,6 +697,10 @@ def test_a_strided_input_a_task_writes_gets_what_was_written(worker):
     np.testing.assert_array_equal(y, 2 * x + 1)
     np.testing.assert_array_equal(base_out[:, ::2], 0.0)  # the bytes between were not touched
     np.testing.assert_array_equal(base_in, np.arange(16 * 32, dtype=np.float32).reshape(16, 32))
+    # Arguments from a generator (read twice: once to wrap, once to remember the copies).
+    base_out[...] = 0.0
+    worker.run(prog, (v for v in [x, y]))
+    np.testing.assert_array_equal(y, 2 * x + 1)
     # A handle: the copy goes back when the wait returns.
     base_out[...] = 0.0
     h = worker.submit(prog, [x, base_out.T[::2]])
