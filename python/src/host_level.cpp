@@ -886,6 +886,12 @@ void BindHostLevel(py::module_& m) {
         .def("done", [](PyRun& r) { return r.result || r.error || r.handle->Done(); })
         .def("report", [](PyRun& r) {
                 std::shared_ptr<RunHandle> h = r.handle;
+                try {
+                    AwaitHandlingSignals(h);  // Ctrl-C ends the wait, as wait's
+                } catch (py::error_already_set&) {
+                    r.interrupted = true;
+                    throw;
+                }
                 return WithoutGil([&] { return h->Report(); });
             },
             "Every task of the run (TaskRecord list, submission order); waits for the run (GIL released), never "

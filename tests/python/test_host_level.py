@@ -140,6 +140,10 @@ def test_ctrl_c_ends_a_wait_the_run_goes_on_and_close_waits_for_it(host, interru
         with pytest.raises(KeyboardInterrupt):
             h.wait()
         assert not finished.is_set() and not h.done()
+        threading.Thread(target=interrupt_main_once_it_waits_in, args=(name,)).start()
+        with pytest.raises(KeyboardInterrupt):
+            h.report()  # waits for the run the same way
+        assert not finished.is_set()
         release.set()
         h.wait()
         assert b[0] == 7
