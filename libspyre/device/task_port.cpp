@@ -267,13 +267,20 @@ bool TaskPort::Drive(const std::atomic<uint32_t>& word, uint32_t expected, std::
         Kick();  // what is ready goes first
         if (in_flight_.load(std::memory_order_acquire) == 0) return false;
     }
+    const bool deadline = until != std::chrono::steady_clock::time_point::max();
     waiters_.fetch_add(1, std::memory_order_seq_cst);
     CallDriver();  // the port's thread, if it drives, gives way
+    if (deadline && !mu_.try_lock()) {
+        // Another waiter drives, and may until all is done: a waiter with a
+        // deadline sleeps on its word instead (the caller's fallback), which
+        // that driver's completions move.
+        waiters_.fetch_sub(1, std::memory_order_seq_cst);
+        return false;
+    }
     {
-        mu_.lock();
+        if (!deadline) mu_.lock();
         tl_driving = this;
         const FutexWord caller{&word, expected};
-        const bool deadline = until != std::chrono::steady_clock::time_point::max();
         DriveLocked(&caller, [deadline, until] { return deadline && std::chrono::steady_clock::now() >= until; });
         Unlock();
     }

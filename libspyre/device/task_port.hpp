@@ -92,7 +92,8 @@ public:
     // no longer holds `expected`, or nothing is left in flight; the driver's
     // sleep on the completion interrupt also ends when the word moves. False
     // at once when nothing is in flight: the caller waits elsewhere. Also
-    // ends at `until` (a waiter with a deadline).
+    // ends at `until` (a waiter with a deadline), and such a waiter does
+    // not wait for the drive lock: false when another thread drives.
     bool Drive(const std::atomic<uint32_t>& word, uint32_t expected,
                std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max());
 

@@ -637,7 +637,7 @@ TEST(OrchestrationQueues, WaitAllForWaitsASliceAndLeavesTheReportToWaitAll) {
     Host host = Host::Open(HostOptions::EmbeddedMock(1, 0, "1G"));
     Device dev = host.Open("0");
     Orchestrator orch = Orchestrator::Create(dev, {.heap_size = 64 << 20});
-    constexpr int32_t kHeld = 41, kFails = 42;
+    constexpr int32_t kHeld = 41, kFails = 42;  // (the 2048^3 matmul's 48 MiB fit the heap)
     std::atomic<bool> release{false};
     orch.RegisterHostKernel(kHeld, [&](std::span<void* const>, std::span<const uint64_t>) -> uint32_t {
         while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -652,13 +652,20 @@ TEST(OrchestrationQueues, WaitAllForWaitsASliceAndLeavesTheReportToWaitAll) {
     release = true;
     EXPECT_TRUE(orch.WaitAllFor(std::chrono::seconds(60)));
     orch.WaitAll();
-    // A device task of about 20 ms on one core (1024^3 fp32) or more: a
-    // slice of 2 ms ends while the waiter drives the task queues.
-    Matmul mm = RegisterMatmul(orch, 1024, 1.0f, 0.5f);
+    // A device task of about 170 ms on one core (2048^3 fp32) or more: a
+    // slice of 2 ms ends while the waiter drives the task queues, and
+    // while another thread's WaitAll drives them (a slice does not wait
+    // for that driver's lock).
+    constexpr int64_t n = 2048;
+    Matmul mm = RegisterMatmul(orch, n, 1.0f, 0.5f);
     orch.Submit(KERNEL_MUL, WORKER_CUBE, mm.params);
     EXPECT_FALSE(orch.WaitAllFor(std::chrono::milliseconds(2)));
+    std::thread other([&] { orch.WaitAll(); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // (it drives by now, mostly)
+    EXPECT_FALSE(orch.WaitAllFor(std::chrono::milliseconds(2)));
+    other.join();
     EXPECT_TRUE(orch.WaitAllFor(std::chrono::nanoseconds::max()));  // no overflow: waits for good
-    for (int64_t i = 0; i < 1024 * 1024; i += 997) ASSERT_EQ(mm.c[i], 512.0f) << "element " << i;
+    for (int64_t i = 0; i < n * n; i += 997) ASSERT_EQ(mm.c[i], 0.5f * float(n)) << "element " << i;
     orch.WaitAll();
     // A failure: the slice says done, WaitAll reports it.
     const int32_t failed = orch.Submit(kFails, WORKER_HOST, p);
