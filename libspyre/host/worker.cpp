@@ -87,7 +87,7 @@ uint64_t HostGraph::Chip(const std::string& function, std::vector<TensorArg> arg
     return impl_.Submit(std::move(t));
 }
 
-uint64_t HostGraph::Sub(const std::string& name, std::vector<TensorArg> args) {
+uint64_t HostGraph::Sub(const std::string& name, std::vector<TensorArg> args, SubOptions options) {
     SubWorkerFn fn;
     {
         std::lock_guard lock(impl_.worker.sub_mu);
@@ -96,13 +96,13 @@ uint64_t HostGraph::Sub(const std::string& name, std::vector<TensorArg> args) {
             throw Error(ErrorKind::NotFound, "SubWorker '" + name + "' is not registered on this Worker");
         fn = it->second;
     }
-    return Sub(name, std::move(fn), std::move(args));
+    return Sub(name, std::move(fn), std::move(args), std::move(options));
 }
 
-uint64_t HostGraph::Sub(const std::string& name, SubWorkerFn fn, std::vector<TensorArg> args) {
+uint64_t HostGraph::Sub(const std::string& name, SubWorkerFn fn, std::vector<TensorArg> args, SubOptions options) {
     if (!fn) throw Error(ErrorKind::InvalidArgument, "SubWorker task '" + name + "': no function");
     impl_.NeedSubWorkers(name);
-    auto t = impl_.Make(Level::Host, name, std::move(args), "");
+    auto t = impl_.Make(Level::Host, name, std::move(args), options.name);
     t->fn = std::move(fn);
     return impl_.Submit(std::move(t));
 }

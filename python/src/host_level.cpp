@@ -834,17 +834,23 @@ void BindHostLevel(py::module_& m) {
             "A chip task: a registered chip function over [In(a), Out(f), ...]; device: index into the Worker's devices.")
         .def("sub", [](PyGraph& g, py::object name_or_fn, const py::iterable& args, std::optional<std::string> name) {
                 HostGraph& graph = g.Get("HostGraph.sub");
+                SubOptions o;
+                if (name) o.name = *name;
                 if (py::isinstance<py::str>(name_or_fn)) {
                     const std::string n = name_or_fn.cast<std::string>();
                     std::vector<TensorArg> a = ArgsFrom(args, "SubWorker '" + n + "'");
-                    return WithoutGil([&] { return graph.Sub(n, std::move(a)); });
+                    return WithoutGil([&] { return graph.Sub(n, std::move(a), std::move(o)); });
                 }
-                std::string n = name ? *name : std::string(py::str(name_or_fn.attr("__name__")));
+                // A callable is the SubWorker of its own name ("<lambda>" for a lambda).
+                const py::object fn_name = py::getattr(name_or_fn, "__name__", py::none());
+                const std::string n = fn_name.is_none() ? std::string(py::str(py::type::handle_of(name_or_fn).attr("__name__")))
+                                                        : std::string(py::str(fn_name));
                 SubWorkerFn fn = PythonSubWorker(n, name_or_fn);
                 std::vector<TensorArg> a = ArgsFrom(args, "SubWorker '" + n + "'");
-                return WithoutGil([&] { return graph.Sub(n, std::move(fn), std::move(a)); });
+                return WithoutGil([&] { return graph.Sub(n, std::move(fn), std::move(a), std::move(o)); });
             }, py::arg("subworker"), py::arg("args"), py::kw_only(), py::arg("name") = py::none(),
-            "A SubWorker task: a registered SubWorker's name, or a Python callable taking numpy arrays.");
+            "A SubWorker task: a registered SubWorker's name, or a Python callable taking numpy arrays. name: the "
+            "task's name in errors and the run's report (default '<SubWorker>#<n>'), as chip's.");
 
     py::class_<PyHostProgram>(m, "HostProgram",
         "A host orchestration function fn(graph, tensors) with its signature: num_inputs inputs, then outputs "

@@ -92,7 +92,7 @@ def test_tasks_run_as_submitted_within_the_window_and_are_reported(host):
         first, sub = report[0], report[1]
         assert (first.name, first.level, first.state) == ("first", spyre.Level.CHIP, spyre.TaskState.DONE)
         assert first.device in (w.describe_device(0), w.describe_device(1))
-        assert (sub.name, sub.level, sub.device, sub.state) == ("seen#0", spyre.Level.HOST, "", spyre.TaskState.DONE)
+        assert (sub.name, sub.level, sub.device, sub.state) == ("seen", spyre.Level.HOST, "", spyre.TaskState.DONE)
         assert all(0 < r.start_ns <= r.end_ns for r in report)
         assert sub.start_ns >= first.end_ns
         assert [r.name for r in report[2:5]] == ["chip_add#0", "chip_add#1", "chip_add#2"]
@@ -421,7 +421,7 @@ def test_orchestration_function_that_raises_fails_the_run_and_what_it_submitted_
         assert "RuntimeError: cannot plan" in fail.cause and e.cause == fail.cause
         assert e.skipped == []
         assert [(r.name, r.state) for r in e.report] == [("chip_add#0", spyre.TaskState.DONE),
-                                                          ("after#0", spyre.TaskState.DONE)]
+                                                          ("after", spyre.TaskState.DONE)]
     assert ran == [1, 1]  # what it submitted before it raised ran, once per run
     np.testing.assert_array_equal(f, 2.0)
     np.testing.assert_array_equal(worker.run(dependency_program(lambda f: None), [full(1), full(2)]), 3.0)
@@ -725,3 +725,28 @@ def test_a_strided_input_a_task_writes_gets_what_was_written(worker):
     ro.flags.writeable = False
     worker.run(prog, [x, ro])
     assert not ro.any()
+
+
+def test_a_subworker_task_is_named_as_the_program_names_it(worker):
+    """name= is the task's name, for a SubWorker as for a chip task. Before,
+    a registered SubWorker's name= was dropped without a word (the task was
+    'registered#0'), and a callable's named the function, the task
+    '<name>#0'. The SubWorker itself keeps its own name in failures."""
+    worker.register_sub_worker("note", lambda x: None)
+
+    def fails(_):
+        raise ValueError("on purpose")
+
+    def orch(g, x):
+        g.sub("note", [spyre.In(x[0])], name="note the input")
+        g.sub("note", [spyre.In(x[0])])
+        g.sub(lambda a: None, [spyre.In(x[0])], name="inline check")
+        g.sub(lambda a: None, [spyre.In(x[0])])
+        g.sub(fails, [spyre.In(x[0])], name="the failing step")
+
+    with pytest.raises(spyre.HostRunError) as info:
+        worker.run(spyre.HostProgram("named", 1, [], orch), [full(1)])
+    assert [r.name for r in info.value.report] == ["note the input", "note#0", "inline check", "<lambda>#0",
+                                                   "the failing step"]
+    failure = info.value.failures[0]
+    assert (failure.task, failure.function) == ("the failing step", "fails")

@@ -125,6 +125,10 @@ struct ChipOptions {
     std::optional<size_t> device;    // index into the Worker's devices: run there (affinity)
 };
 
+struct SubOptions {
+    std::string name;  // task name in errors and the run's report; default "<SubWorker>#<n>"
+};
+
 // What a host orchestration function submits tasks into. Each task starts
 // as soon as the tasks it depends on (RAW, WAW, WAR on byte ranges, across
 // the runs in flight) have finished, while the function goes on. Chip and
@@ -137,9 +141,10 @@ public:
     HostTensor CreateTensor(const std::vector<int64_t>& shape, DType dtype = DType::FP32);
     // A chip task: a registered chip function with its tensor arguments.
     uint64_t Chip(const std::string& function, std::vector<TensorArg> args, ChipOptions options = {});
-    // A SubWorker task: a registered SubWorker, or a callable given here.
-    uint64_t Sub(const std::string& name, std::vector<TensorArg> args);
-    uint64_t Sub(const std::string& name, SubWorkerFn fn, std::vector<TensorArg> args);
+    // A SubWorker task: a registered SubWorker, or a callable given here
+    // under the SubWorker name `name`.
+    uint64_t Sub(const std::string& name, std::vector<TensorArg> args, SubOptions options = {});
+    uint64_t Sub(const std::string& name, SubWorkerFn fn, std::vector<TensorArg> args, SubOptions options = {});
 
     struct SPYRE_INTERNAL Impl;
     explicit HostGraph(Impl& impl) : impl_(impl) {}

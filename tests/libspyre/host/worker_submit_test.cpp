@@ -112,7 +112,8 @@ TEST_F(WorkerTest, AChipTaskCompletesBeforeTheOrchestrationFunctionReturns) {
     bool saw = false;
     HostProgram p{"early", 2, {{{kTile, kTile}}}, [&](HostGraph& g, std::span<const HostTensor> x) {
                       g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])}, {.name = "first"});
-                      g.Sub("seen", [&](std::span<const HostTensor>) { consumed = true; }, {In(x[2])});
+                      g.Sub("seen", [&](std::span<const HostTensor>) { consumed = true; }, {In(x[2])},
+                            {.name = "consumer"});
                       saw = Await([&] { return consumed.load(); });
                       returned_ns = DeviceClockNs();
                   }};
@@ -127,6 +128,8 @@ TEST_F(WorkerTest, AChipTaskCompletesBeforeTheOrchestrationFunctionReturns) {
     EXPECT_GT(first.start_ns, 0u);
     EXPECT_LE(first.start_ns, first.end_ns);
     EXPECT_LT(first.end_ns, returned_ns.load()) << "the chip task ended (device clock) after the function returned";
+    // A SubWorker task is named as its options say (else "seen#0").
+    EXPECT_EQ(Find(report, "consumer").level, Level::Host);
 }
 
 // 10,000 chip tasks from one loop over tiny tensors, with a window of 64:
