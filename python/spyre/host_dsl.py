@@ -416,6 +416,7 @@ def _sub_call(index, inputs, consts):
             dst[...] = val
 
     if not c.dry:
+        body.__name__ = spec["name"]  # the SubWorker's name in failures, as the task's
         c.graph.sub(body, [("inout" if n in spec["written"] else "in", v) for n, v in tensor_in] +
                     [("out", o) for o in outs], name=spec["name"])
     return tuple(outs)
