@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "deadline.hpp"
 #include "host_trace.hpp"
 #include "local_chip_executor.hpp"
 #include "placement.hpp"
@@ -623,7 +624,7 @@ std::vector<TaskRecord> Dispatcher::RecordsOf(const RunState& run) const {
 
 bool Dispatcher::WaitFor(RunState& run, std::chrono::nanoseconds timeout) {
     CheckNotPartOf(run);
-    const auto until = std::chrono::steady_clock::now() + timeout;
+    const auto until = DeadlineAfter(timeout);
     auto ended = [&] { return run.done_flag.load(std::memory_order_seq_cst); };
     // A thread of the Worker's pools (a SubWorker waiting on a nested run)
     // runs its pool's queued jobs meanwhile, as Wait does (SleepOrHelp):

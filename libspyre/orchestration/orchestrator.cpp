@@ -3,9 +3,9 @@
 #include "orchestration/handle_table.hpp"
 #include "orchestration/runtime_handle.hpp"
 #include "spyre/orchestration/orchestrator.hpp"
+#include "deadline.hpp"
 #include "moved_from.hpp"
 
-#include <algorithm>
 #include <chrono>
 #include <string>
 #include <utility>
@@ -165,11 +165,7 @@ int32_t Orchestrator::TaskState(int32_t task_id) const { return int32_t(Graph(Li
 void Orchestrator::WaitAll() { Graph(Live(state_)).WaitAll(); }
 void Orchestrator::WaitAll(const ProgressCallback& progress) { Graph(Live(state_)).WaitAll(progress); }
 bool Orchestrator::WaitAllFor(std::chrono::nanoseconds timeout) {
-    using Clock = std::chrono::steady_clock;
-    const Clock::time_point now = Clock::now();
-    const auto left = Clock::time_point::max() - now;  // a timeout past that waits for good
-    return Graph(Live(state_)).WaitAllUntil(timeout >= left ? Clock::time_point::max()
-                                                            : now + std::max(timeout, std::chrono::nanoseconds(0)));
+    return Graph(Live(state_)).WaitAllUntil(DeadlineAfter(timeout));
 }
 
 std::vector<TaskFailureInfo> Orchestrator::Failures() const { return Graph(Live(state_)).Failures(); }

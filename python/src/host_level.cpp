@@ -318,8 +318,8 @@ void AwaitAbandonedRunsOf(const Worker* worker) {
     for (const Abandoned& a : AbandonedRuns())
         if (a.worker.get() == worker) mine.push_back(a.handle);
     for (const auto& h : mine) {
-        if (OnMainThread()) AwaitHandlingSignals(h);
-        else WithoutGil([&] { while (!h->WaitFor(std::chrono::seconds(1))) {} });
+        AwaitHandlingSignals(h);  // the main thread's wait; at once elsewhere
+        WithoutGil([&] { while (!h->WaitFor(std::chrono::seconds(1))) {} });
     }
     ForgetEndedAbandonedRuns();
 }
@@ -543,6 +543,18 @@ struct PyRun {
     }
 };
 
+// AwaitHandlingSignals on `r`'s run; a Ctrl-C marks it interrupted (the
+// handle may be waited for again, and letting it go leaves the run in
+// flight, AbandonedRuns).
+void AwaitRun(PyRun& r) {
+    try {
+        AwaitHandlingSignals(r.handle);
+    } catch (py::error_already_set&) {
+        r.interrupted = true;
+        throw;
+    }
+}
+
 // Whether a failure of the run is Python code of it raising
 // KeyboardInterrupt: the host orchestration function, which runs on the
 // caller's (main) thread, saw Ctrl-C.
@@ -580,12 +592,7 @@ py::object Finish(PyRun& r) {
     std::vector<HostTensor> outs;
     try {
         std::shared_ptr<RunHandle> h = r.handle;
-        try {
-            AwaitHandlingSignals(h);
-        } catch (py::error_already_set&) {
-            r.interrupted = true;  // the handle may be waited for again
-            throw;
-        }
+        AwaitRun(r);
         outs = WithoutGil([&] { return h->Wait(); });
         CopyBackInputs(r);
         ForgetUnheldArrays();  // the ended run's arrays the caller dropped go now, not at the next call
@@ -892,12 +899,7 @@ void BindHostLevel(py::module_& m) {
         .def("done", [](PyRun& r) { return r.result || r.error || r.handle->Done(); })
         .def("report", [](PyRun& r) {
                 std::shared_ptr<RunHandle> h = r.handle;
-                try {
-                    AwaitHandlingSignals(h);  // Ctrl-C ends the wait, as wait's
-                } catch (py::error_already_set&) {
-                    r.interrupted = true;
-                    throw;
-                }
+                AwaitRun(r);  // Ctrl-C ends the wait, as wait's
                 return WithoutGil([&] { return h->Report(); });
             },
             "Every task of the run (TaskRecord list, submission order); waits for the run (GIL released), never "

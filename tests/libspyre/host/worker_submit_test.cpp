@@ -531,7 +531,14 @@ TEST_F(WorkerTest, WaitForWaitsASliceAndLeavesTheWaitToWait) {
     }
     EXPECT_FALSE(h->WaitFor(std::chrono::milliseconds(20)));
     EXPECT_FALSE(h->WaitFor(std::chrono::nanoseconds(0)));
-    release = true;
+    // A timeout too long for the clock waits for good (it overflowed into
+    // the past: false at once).
+    std::thread releaser([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        release = true;
+    });
+    EXPECT_TRUE(h->WaitFor(std::chrono::nanoseconds::max()));
+    releaser.join();
     EXPECT_TRUE(h->WaitFor(std::chrono::seconds(60)));
     EXPECT_TRUE(h->Done());
     EXPECT_TRUE(h->WaitFor(std::chrono::nanoseconds(0)));
