@@ -188,6 +188,12 @@ void Orchestrator::CopyOut(void* host, const void* buffer, uint64_t size) { Live
 void Orchestrator::Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress) {
     Live(state_).Run(fn, args, progress);
 }
+void Orchestrator::Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress,
+                       const WaitSlices& slices) {
+    if (slices.slice <= std::chrono::nanoseconds(0) || !slices.between)
+        throw Error(ErrorKind::InvalidArgument, "Orchestrator::Run: WaitSlices needs a slice > 0 and a between");
+    Live(state_).Run(fn, args, progress, &slices);
+}
 void Orchestrator::RunLibrary(const std::string& path, const std::string& symbol, uint64_t* args,
                               const ProgressCallback& progress) {
     Live(state_).RunLibrary(path.c_str(), symbol.c_str(), args, progress);

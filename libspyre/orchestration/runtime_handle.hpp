@@ -36,8 +36,10 @@ struct RuntimeState {
     // On host memory: the heap is the last heap_size bytes of memory_size.
     static std::unique_ptr<RuntimeState> OnHostMemory(uint64_t memory_size, const OrchestratorOptions& options);
     // fn(handle, args), the scopes it left open ended, then WaitAll
-    // (pto_run: the function is not in a scope of its own).
-    void Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress = {});
+    // (pto_run: the function is not in a scope of its own); in `slices`,
+    // if set (Orchestrator::WaitSlices).
+    void Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress = {},
+             const Orchestrator::WaitSlices* slices = nullptr);
     void RunLibrary(const char* path, const char* symbol, uint64_t* args, const ProgressCallback& progress = {});
     // Host bytes into and out of the graph's memory at `buffer` (checked):
     // by the device's DMAEngine, or a memory copy on host memory.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <exception>
 
+#include "deadline.hpp"
 #include "orchestration/runtime_handle.hpp"
 #include "spyre/common/memory_copy.hpp"
 
@@ -94,7 +95,8 @@ std::unique_ptr<RuntimeState> RuntimeState::OnHostMemory(uint64_t memory_size, c
     return rt;
 }
 
-void RuntimeState::Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress) {
+void RuntimeState::Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress,
+                       const Orchestrator::WaitSlices* slices) {
     if (!fn) throw Error(ErrorKind::InvalidArgument, "no orchestration function");
     // No scope of its own around the function: a scope holds its tasks'
     // implicit outputs until it ends, so a function with a loop of scopes
@@ -122,13 +124,26 @@ void RuntimeState::Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCa
         }
     }
     std::exception_ptr waited;
+    std::exception_ptr stopped;  // what the caller's `between` threw: the wait ended early
     try {
-        graph->WaitAll(progress);
+        if (slices) {
+            while (!graph->WaitAllUntil(DeadlineAfter(slices->slice))) {
+                try {
+                    slices->between();
+                } catch (...) {
+                    stopped = std::current_exception();
+                    break;
+                }
+            }
+        }
+        if (!stopped) graph->WaitAll(progress);
     } catch (...) {
         waited = std::current_exception();
     }
-    // The function's own error first: it is why tasks are missing.
+    // The function's own error first: it is why tasks are missing. Then the
+    // caller's stop: it asked not to wait for the rest.
     if (thrown) std::rethrow_exception(thrown);
+    if (stopped) std::rethrow_exception(stopped);
     if (record.failed_call) {
         const Error& e = *record.failed_call;
         throw Error(e.kind(), "the orchestration function's " + record.call + " failed: " + e.message(), e.context());

@@ -105,12 +105,14 @@ inline bool OnMainThread() {
 // bytecodes: a handler that raises (SIGINT's KeyboardInterrupt) ends the
 // wait with its exception. Elsewhere it returns at once (no thread but the
 // main one sees signals): the caller then waits as it would have.
+// The most a Ctrl-C waits for a wait that looks for it.
+inline constexpr std::chrono::nanoseconds kSignalLook = std::chrono::milliseconds(50);
+
 template <typename WaitFor>
 void WaitHandlingSignals(WaitFor&& wait_for) {
-    constexpr auto kSignalLook = std::chrono::milliseconds(50);  // the most a Ctrl-C waits
     if (!OnMainThread()) return;
     for (;;) {
-        if (WithoutGil([&] { return wait_for(std::chrono::nanoseconds(kSignalLook)); })) return;
+        if (WithoutGil([&] { return wait_for(kSignalLook); })) return;
         if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     }
 }

@@ -438,20 +438,39 @@ void BindOrchestration(py::module_& m) {
                     py::object self;
                     py::function fn;
                     py::args args;
+                    bool interrupted = false;  // fn raised KeyboardInterrupt
                 } call{self_obj, fn, args};
                 uint64_t raw[] = {uint64_t(uintptr_t(&call))};
                 std::vector<TaskFailureInfo> snapshot;
+                const pto_orchestration_fn run_fn = [](Runtime*, uint64_t* a) {
+                    auto* c = reinterpret_cast<Call*>(uintptr_t(a[0]));
+                    py::gil_scoped_acquire gil;
+                    try {
+                        c->fn(c->self, *c->args);
+                    } catch (py::error_already_set& e) {
+                        c->interrupted = e.matches(PyExc_KeyboardInterrupt);
+                        throw;
+                    }
+                };
+                const ProgressCallback progress = [&](const ProgressInfo& p) {
+                    if (p.done == p.total) snapshot = o.Failures();
+                };
+                // On the main thread the wait for fn's tasks looks for
+                // Ctrl-C as wait_all does, and a Ctrl-C that ended fn ends
+                // it too: KeyboardInterrupt, the tasks go on.
+                struct Stop {};
+                const Orchestrator::WaitSlices slices{kSignalLook, [&] {
+                    py::gil_scoped_acquire gil;
+                    if (call.interrupted) throw Stop{};
+                    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+                }};
                 try {
+                    const bool main = OnMainThread();
                     WithoutGil([&] {
-                        o.Run(
-                            [](Runtime*, uint64_t* a) {
-                                const auto* c = reinterpret_cast<const Call*>(uintptr_t(a[0]));
-                                py::gil_scoped_acquire gil;
-                                c->fn(c->self, *c->args);
-                            },
-                            raw, [&](const ProgressInfo& p) {
-                                if (p.done == p.total) snapshot = o.Failures();
-                            });
+                        if (main)
+                            o.Run(run_fn, raw, progress, slices);
+                        else
+                            o.Run(run_fn, raw, progress);
                     });
                 } catch (const Error& e) {
                     if (e.kind() != ErrorKind::DeviceError) throw;

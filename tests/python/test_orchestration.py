@@ -357,3 +357,47 @@ def test_ctrl_c_ends_wait_all_the_tasks_go_on(orch, interrupt_main_once_it_waits
     orch.wait_all()
     assert finished.is_set()
     np.testing.assert_array_equal(a, 9.0)
+
+
+def test_ctrl_c_ends_run_s_wait_the_tasks_go_on(orch, interrupt_main_once_it_waits_in):
+    """Orchestrator.run(fn) waited for fn's tasks in C++ without looking at
+    signals: SIGINT after fn returned, or a KeyboardInterrupt fn raised,
+    came out only once the held task ended. Now run raises at once and the
+    tasks go on, as after wait_all's Ctrl-C."""
+    name = "test_ctrl_c_ends_run_s_wait_the_tasks_go_on"
+    submitted, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def held(x):
+        release.wait(30)
+        x[:] += 1
+        finished.set()
+
+    orch.register_host_kernel(PYADD, held)
+    a = orch.alloc(NB)
+    a[:] = 0
+
+    def submit(o):
+        o.submit(PYADD, spyre.WORKER_HOST, [("inout", a)])
+        submitted.set()
+
+    def interrupt_once_submitted():
+        assert submitted.wait(30)
+        time.sleep(0.05)  # fn has returned: run waits for its task
+        interrupt_main_once_it_waits_in(name)
+
+    threading.Thread(target=interrupt_once_submitted).start()
+    with pytest.raises(KeyboardInterrupt):
+        orch.run(submit)
+    assert not finished.is_set()
+
+    def submit_then_ctrl_c(o):
+        submit(o)
+        raise KeyboardInterrupt
+
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        orch.run(submit_then_ctrl_c)
+    assert not finished.is_set() and time.monotonic() - start < 20
+    release.set()
+    orch.wait_all()
+    np.testing.assert_array_equal(a, 2.0)  # both tasks ran

@@ -166,6 +166,19 @@ public:
 
     // fn(handle(), args), then WaitAll (with `progress`, if set): pto_run.
     void Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress = {});
+    // How Run may wait for fn's tasks: in slices of `slice` (WaitAllFor),
+    // calling `between` on this thread after each one that ended with tasks
+    // in flight. What `between` throws ends the wait and comes out of Run
+    // (only what fn threw comes first): the tasks go on, and the next
+    // WaitAll reports them. For a caller that must stay responsive (Python's
+    // run looks for Ctrl-C between slices).
+    struct WaitSlices {
+        std::chrono::nanoseconds slice{0};
+        std::function<void()> between;
+    };
+    // The same as Run above, waiting as `slices` says (`progress` is told
+    // once no task is left in flight).
+    void Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress, const WaitSlices& slices);
     // The same with `symbol` from the shared object at `path`.
     void RunLibrary(const std::string& path, const std::string& symbol, uint64_t* args,
                     const ProgressCallback& progress = {});

@@ -1042,6 +1042,82 @@ TEST_P(OrchQueueTest, RunCallsAnOrchestrationFunctionAndWaits) {
     EXPECT_SPYRE_ERROR(o().RunLibrary("/nonexistent/orch.so", "f", args), NotFound, "cannot load");
 }
 
+// Run with WaitSlices waits for the function's tasks in slices and calls
+// `between` after each: what it throws ends the wait at once and comes out
+// of Run while the task is still held (the tasks go on; WaitAll finishes
+// them); what the function threw comes out first; a `between` that never
+// throws waits as Run does.
+TEST_F(OrchTest, RunWaitingInSlicesStopsWhenBetweenThrows) {
+    Make();
+    constexpr int32_t kHeld = 100;
+    static std::atomic<bool> release{false};
+    release = false;
+    o().RegisterHostKernel(kHeld, [](std::span<void* const> b, std::span<const uint64_t>) -> uint32_t {
+        while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        static_cast<uint32_t*>(b[0])[0] = 5;
+        return 0;
+    });
+    static int32_t submitted = -1;
+    struct Fns {
+        static void Submit(Runtime* rt, uint64_t* args) {
+            TaskParam p[] = {InOut(reinterpret_cast<uint32_t*>(args[0]), 64)};
+            submitted = pto_submit_task(rt, kHeld, WORKER_HOST, p, 1);
+        }
+        static void SubmitAndThrow(Runtime* rt, uint64_t* args) {
+            Submit(rt, args);
+            throw std::logic_error("the function gave up");
+        }
+    };
+    uint32_t* x = Data(0, 64);
+    uint64_t args[] = {reinterpret_cast<uint64_t>(x)};
+    int calls = 0;
+    const Orchestrator::WaitSlices stop_third{std::chrono::milliseconds(1), [&] {
+        if (++calls == 3) throw std::runtime_error("stop waiting");
+    }};
+    try {
+        o().Run(Fns::Submit, args, {}, stop_third);
+        ADD_FAILURE() << "Run waited for the held task";
+    } catch (const std::runtime_error& e) {
+        EXPECT_STREQ(e.what(), "stop waiting");
+    }
+    EXPECT_EQ(calls, 3);
+    EXPECT_LT(o().TaskState(submitted), PTO_TASK_COMPLETED);  // still held: the task goes on
+    release = true;
+    o().WaitAll();
+    EXPECT_EQ(x[0], 5u);
+
+    // The function's own error comes first; the wait still ends at the stop.
+    release = false;
+    calls = 0;
+    try {
+        o().Run(Fns::SubmitAndThrow, args, {}, stop_third);
+        ADD_FAILURE() << "Run did not throw";
+    } catch (const std::logic_error& e) {
+        EXPECT_STREQ(e.what(), "the function gave up");
+    }
+    EXPECT_LT(o().TaskState(submitted), PTO_TASK_COMPLETED);
+    release = true;
+    o().WaitAll();
+
+    // A `between` that lets the wait go on: Run returns once the task is done.
+    release = false;
+    x[0] = 0;
+    calls = 0;
+    std::thread releaser([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        release = true;
+    });
+    o().Run(Fns::Submit, args, {}, {std::chrono::milliseconds(1), [&] { ++calls; }});
+    releaser.join();
+    EXPECT_EQ(x[0], 5u);
+    EXPECT_GE(calls, 1);
+
+    EXPECT_SPYRE_ERROR(o().Run(Fns::Submit, args, {}, {std::chrono::nanoseconds(0), [] {}}), InvalidArgument,
+                       "WaitSlices needs a slice > 0 and a between");
+    EXPECT_SPYRE_ERROR(o().Run(Fns::Submit, args, {}, {std::chrono::milliseconds(1), {}}), InvalidArgument,
+                       "WaitSlices needs a slice > 0 and a between");
+}
+
 // Seed 004's Example 2 shape: a loop of scopes, each with a pto_alloc'd
 // tile that several tasks write in turn and one copies out. pto_run used to
 // hold every task of the function in a scope of its own, so a function of
