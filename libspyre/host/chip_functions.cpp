@@ -20,6 +20,13 @@ void CheckArgumentDTypes(const ChipContext& ctx, int32_t kernel_id, const std::s
         }
 }
 
+void CheckArgumentsRead(const ChipContext& ctx, size_t read, const std::string& what) {
+    for (size_t i = 0; i < read && i < ctx.access.size(); ++i)
+        if (ctx.access[i] == Access::Out)
+            throw Error(ErrorKind::InvalidArgument,
+                        what + std::to_string(i) + " is Out, but the kernel reads it: pass it as In or InOut");
+}
+
 ChipFunction RowBlockMatmulChip(std::string name, int32_t kernel_id, int64_t task_rows, int64_t k, int64_t n) {
     return [=](ChipContext& ctx) {
         // Whole fp32 tensors of the kernel's shapes: A with other columns or
@@ -35,6 +42,7 @@ ChipFunction RowBlockMatmulChip(std::string name, int32_t kernel_id, int64_t tas
                                                         " rows), [" + std::to_string(k) + "x" + std::to_string(n) + "] and [" +
                                                         std::to_string(m) + "x" + std::to_string(n) + "]");
         CheckArgumentDTypes(ctx, kernel_id, name + ": argument ");
+        CheckArgumentsRead(ctx, 2, name + ": argument ");
         auto* a = static_cast<char*>(ctx.args[0]);
         auto* c = static_cast<char*>(ctx.args[2]);
         const uint64_t a_bytes = uint64_t(task_rows * k) * 4, c_bytes = uint64_t(task_rows * n) * 4;

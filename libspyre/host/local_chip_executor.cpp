@@ -398,11 +398,12 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call, uint64_t called_ns) {
     // The function's tasks may name its arguments' bytes and the runtime's
     // own buffers, nothing else: a region past a tensor would reach another
     // tensor's device copy, which a later call could reuse unchecked.
-    std::vector<std::pair<const void*, uint64_t>> confined;
+    std::vector<Orchestrator::TaskRegion> confined;
     for (size_t i = 0; i < call.args.size(); ++i) {
         const HostTensor& t = call.args[i].arg.tensor;
         void* mapped = orch.HostAddress(copies[i]->device_address, t.bytes());
-        confined.emplace_back(mapped, t.bytes());
+        // An In argument's copy may be kept for later calls: its tasks only read it.
+        confined.push_back({mapped, t.bytes(), call.args[i].arg.access != Access::In});
         ctx.args.push_back(mapped);
         ctx.bytes.push_back(t.bytes());
         ctx.shapes.push_back(t.shape());

@@ -101,6 +101,12 @@ void Orchestrator::RegisterDeviceKernel(int32_t kernel_id, uint64_t program_addr
 }
 
 void Orchestrator::ConfineTasksTo(std::vector<std::pair<const void*, uint64_t>> regions) {
+    std::vector<TaskRegion> all;
+    all.reserve(regions.size());
+    for (const auto& [at, bytes] : regions) all.push_back({at, bytes, true});
+    ConfineTasksTo(std::move(all));
+}
+void Orchestrator::ConfineTasksTo(std::vector<TaskRegion> regions) {
     Graph(Live(state_)).ConfineTasksTo(std::move(regions));
 }
 void Orchestrator::Unconfine() { Graph(Live(state_)).ConfineTasksTo(std::nullopt); }
@@ -121,13 +127,15 @@ Orchestrator::Scope Orchestrator::BeginScope() {
 Orchestrator::Scope::~Scope() {
     if (!runtime_) return;
     try {
-        End();
+        End(/*once_inner_end=*/true);
     } catch (const Error&) {
         // Failures stay recorded: WaitAll reports them.
     }
 }
 
-void Orchestrator::Scope::End() {
+void Orchestrator::Scope::End() { End(false); }
+
+void Orchestrator::Scope::End(bool once_inner_end) {
     if (!runtime_) throw Error(ErrorKind::InvalidArgument, "scope ended already");
     // Through the handle: the Orchestrator may have moved (or gone: then
     // the handle is refused, and the scope went with its runtime).
@@ -135,7 +143,8 @@ void Orchestrator::Scope::End() {
     const HandleTable::Call entered = HandleTable::Instance().Enter(runtime, "Orchestrator::Scope::End");
     Changing(*entered, "pto_scope_end", [&](orchestration::TaskGraph& g) {
         // Checked and ended under one lock; refuses what is not this thread's to end.
-        if (const int32_t inner = g.ScopeEnd(depth_); inner > 0) {
+        if (const int32_t inner = g.ScopeEnd(depth_, once_inner_end); inner > 0) {
+            if (once_inner_end) return;  // ends with the last of them
             runtime_ = runtime;  // still open: it ends after its inner scopes
             throw Error(ErrorKind::InvalidArgument,
                         "scopes end in the reverse order they began: this one (depth " + std::to_string(depth_) +

@@ -25,6 +25,7 @@ struct ScopeRecord {
     int32_t first_task = -1;  // the first of those, and why
     int32_t first_kernel = -1;
     dependency::Root first_root;  // never null once first_task is set
+    bool ends_after_inner = false;  // its owner let go of it while inner scopes were open
 };
 
 class ScopeStack {
@@ -38,6 +39,10 @@ public:
         return r;
     }
     int32_t depth() const noexcept { return int32_t(scopes_.size()); }
+    // The scope open at `depth` (1: the outermost) ends once those inside it have.
+    void EndAfterInner(int32_t depth) { scopes_.at(size_t(depth - 1)).ends_after_inner = true; }
+    // Whether the innermost open scope is one that waits for that.
+    bool InnermostEndsNow() const noexcept { return !scopes_.empty() && scopes_.back().ends_after_inner; }
     // The outermost open scope's first sequence number (what holds the oldest tasks).
     std::optional<int64_t> outermost() const {
         if (scopes_.empty()) return std::nullopt;

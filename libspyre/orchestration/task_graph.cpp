@@ -133,17 +133,20 @@ uint8_t* TaskGraph::HostAddress(uint64_t device_address, uint64_t size) const {
     return options_.memory + device_address;
 }
 
-void TaskGraph::ConfineTasksTo(std::optional<std::vector<std::pair<const void*, uint64_t>>> regions) {
+void TaskGraph::ConfineTasksTo(std::optional<std::vector<Orchestrator::TaskRegion>> regions) {
     Lock lock(*this);
     confined_to_ = std::move(regions);
 }
 
-bool TaskGraph::Confined(const uint8_t* p, uint64_t size) const noexcept {
-    for (const auto& [at, bytes] : *confined_to_) {
-        const auto* lo = static_cast<const uint8_t*>(at);
-        if (p >= lo && uint64_t(p - lo) <= bytes && size <= bytes - uint64_t(p - lo)) return true;
+TaskGraph::Confinement TaskGraph::ConfinedAs(const uint8_t* p, uint64_t size) const noexcept {
+    Confinement found = Confinement::Outside;
+    for (const Orchestrator::TaskRegion& r : *confined_to_) {
+        const auto* lo = static_cast<const uint8_t*>(r.at);
+        if (p < lo || uint64_t(p - lo) > r.bytes || size > r.bytes - uint64_t(p - lo)) continue;
+        if (r.writable) return Confinement::Writable;
+        found = Confinement::ReadOnly;
     }
-    return false;
+    return found;
 }
 
 void TaskGraph::RegisterDeviceKernel(int32_t kernel_id, uint64_t program_address) {
@@ -486,13 +489,16 @@ int32_t TaskGraph::ScopeBegin() {
     return scopes_.depth();
 }
 
-int32_t TaskGraph::ScopeEnd(int32_t depth) {
+int32_t TaskGraph::ScopeEnd(int32_t depth, bool once_inner_end) {
     std::lock_guard sub(submit_mu_);
     Lock lock(*this);
     const std::thread::id me = std::this_thread::get_id();
     if (depth >= 0) {
         const int32_t open = scope_owner_ == me ? scopes_.depth() : 0;
-        if (open > depth) return open - depth;
+        if (open > depth) {
+            if (once_inner_end && depth > 0) scopes_.EndAfterInner(depth);
+            return open - depth;
+        }
         if (open > 0 && open < depth)
             Fail(ErrorKind::InvalidArgument, "this scope (depth " + std::to_string(depth) +
                                                  ") was ended already (by pto_scope_end or pto_run)");
@@ -507,10 +513,17 @@ int32_t TaskGraph::ScopeEnd(int32_t depth) {
     if (scopes_.depth() <= floor)
         Fail(ErrorKind::InvalidArgument, "pto_scope_end of a scope the orchestration function did not begin "
                                          "(pto_run keeps the function inside scopes of its own)");
-    const ScopeRecord scope = *scopes_.Pop();
+    ScopeRecord scope = *scopes_.Pop();
+    LetGoOfScope(scope);
+    // Scopes let go of out of order (EndAfterInner) end with the last of
+    // their inner ones; the outermost ended reports (its failures include
+    // those of the scopes inside it).
+    while (scopes_.depth() > floor && scopes_.InnermostEndsNow()) {
+        scope = *scopes_.Pop();
+        LetGoOfScope(scope);
+    }
     if (scopes_.depth() == 0) scope_owner_ = std::thread::id();
     const int32_t end = ring_.head();  // the next id
-    LetGoOfScope(scope);
     WakeWaiters();
     if (scope.first_task >= 0) {
         throw FailureReport("scope of tasks [" + std::to_string(ring_.IdOf(scope.begin)) + ", " + std::to_string(end) + "): ",
@@ -614,12 +627,24 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
         if (partial)
             Fail(ErrorKind::InvalidArgument, where() + " [device address " + Hex(uint64_t(base - options_.memory)) +
                                                  ", +" + std::to_string(size) + ") runs past the end of its pto_alloc buffer");
-        if (!b && !r.in_outputs && confined_to_ && !Confined(base, size)) [[unlikely]]
-            Fail(ErrorKind::InvalidArgument, where() + " [device address " + Hex(uint64_t(base - options_.memory)) + ", +" +
-                                                 std::to_string(size) +
-                                                 ") is outside the memory its tasks are confined to (ConfineTasksTo; "
-                                                 "at the host level, a chip call's arguments: the region runs past its "
-                                                 "tensor)");
+        if (!b && !r.in_outputs && confined_to_) [[unlikely]] {
+            const Confinement in = ConfinedAs(base, size);
+            const auto range = [&] {
+                return " [device address " + Hex(uint64_t(base - options_.memory)) + ", +" + std::to_string(size) + ")";
+            };
+            if (in == Confinement::Outside)
+                Fail(ErrorKind::InvalidArgument, where() + range() +
+                                                     " is outside the memory its tasks are confined to (ConfineTasksTo; "
+                                                     "at the host level, a chip call's arguments: the region runs past "
+                                                     "its tensor)");
+            // A write of a kept In copy would be read by later calls as the
+            // host's bytes.
+            if (in == Confinement::ReadOnly && p.kind != PARAM_INPUT)
+                Fail(ErrorKind::InvalidArgument, where() + range() +
+                                                     " writes memory its tasks may only read (ConfineTasksTo; at the "
+                                                     "host level, a chip call's In argument: pass it as InOut or Out "
+                                                     "to write it)");
+        }
         r.host = base;
     }
 

@@ -111,7 +111,10 @@ public:
     // checked under the same lock: 0 when it ended; the number of inner
     // scopes still open when it cannot end yet (nothing ended); throws
     // InvalidArgument when it was ended already. -1: the innermost scope.
-    int32_t ScopeEnd(int32_t depth = -1);
+    // `once_inner_end` (a Scope's destructor, which cannot report): a scope
+    // that cannot end yet ends as soon as its inner scopes have, instead
+    // of staying open with nobody left to end it.
+    int32_t ScopeEnd(int32_t depth = -1, bool once_inner_end = false);
     // Scopes at or below `depth` are not the calling thread's to end
     // (pto_run keeps an orchestration function inside its own); returns
     // that thread's previous floor.
@@ -141,8 +144,11 @@ public:
     uint64_t DeviceAddress(const void* p, uint64_t size = 1) const;
     uint8_t* HostAddress(uint64_t device_address, uint64_t size) const;
     // Orchestrator::ConfineTasksTo.
-    void ConfineTasksTo(std::optional<std::vector<std::pair<const void*, uint64_t>>> regions);  // nullopt: anywhere
-    bool Confined(const uint8_t* p, uint64_t size) const noexcept;
+    void ConfineTasksTo(std::optional<std::vector<Orchestrator::TaskRegion>> regions);  // nullopt: anywhere
+    // Where [p, p + size) lies among the confined regions: in a writable
+    // one, only in read-only ones, or outside them all.
+    enum class Confinement { Writable, ReadOnly, Outside };
+    Confinement ConfinedAs(const uint8_t* p, uint64_t size) const noexcept;
     uint64_t memory_size() const noexcept { return options_.memory_size; }
     TaskState State(int32_t task_id) const;  // Consumed once reclaimed
     TaskGraphStats Stats() const;
@@ -297,7 +303,7 @@ private:
     void ForgetBeforeIdsComeRound();
 
     const TaskGraphOptions options_;
-    std::optional<std::vector<std::pair<const void*, uint64_t>>> confined_to_;  // ConfineTasksTo; nullopt: anywhere in memory
+    std::optional<std::vector<Orchestrator::TaskRegion>> confined_to_;  // ConfineTasksTo; nullopt: anywhere in memory
     std::mutex submit_mu_;
     mutable AdaptiveMutex mu_;
     EventCount wake_;  // Sleep's waiters (WaitAll, a stalled submitter, the destructor)

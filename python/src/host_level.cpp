@@ -386,15 +386,6 @@ struct PyChipContext {
     std::string device;
 };
 
-py::dtype GuessDType(uint64_t bytes, const std::vector<int64_t>& shape) {
-    uint64_t n = 1;
-    for (int64_t d : shape) n *= uint64_t(d);
-    const uint64_t item = n ? bytes / n : 4;
-    if (item == 2) return py::dtype("float16");
-    if (item == 1) return py::dtype("int8");
-    return py::dtype("float32");
-}
-
 ChipFunction PythonChipFunction(const std::string& name, py::function fn) {
     auto keep = KeepAlive(fn);
     PyObject* raw = fn.ptr();
@@ -414,8 +405,10 @@ ChipFunction PythonChipFunction(const std::string& name, py::function fn) {
             PyChipContext pc{orch, py::list(), ctx.bytes, ctx.shapes, ctx.block_dim, ctx.device.pci_address()};
             for (size_t i = 0; i < ctx.args.size(); ++i) {
                 py::object shape = i < ctx.shapes.size() ? py::cast(ctx.shapes[i]) : py::object(py::none());
-                py::array view = DeviceView(ctx.args[i], ctx.bytes[i], GuessDType(ctx.bytes[i], ctx.shapes.at(i)),
-                                            shape, orch_obj, "chip function '" + name + "'");
+                // The tensor's own dtype: one guessed from the element size
+                // showed int32 as float32 (bf16: uint16 bits, as elsewhere).
+                py::array view = DeviceView(ctx.args[i], ctx.bytes[i], NumpyDType(ctx.dtypes.at(i)), shape, orch_obj,
+                                            "chip function '" + name + "'");
                 // An In argument's device copy is kept for later runs that read
                 // the same bytes: a write through it would be read as theirs.
                 if (i < ctx.access.size() && ctx.access[i] == Access::In) view.attr("flags").attr("writeable") = false;
@@ -452,6 +445,7 @@ PyChipFunction ElementwiseChip(int32_t kernel_id, int32_t worker_type) {
                 // The same bytes of another dtype (int32 or fp16 for fp32)
                 // computed garbage with no error.
                 CheckArgumentDTypes(ctx, kernel_id, what);
+                CheckArgumentsRead(ctx, ctx.args.size() - 1, what);
                 std::vector<TaskParam> p;
                 for (size_t i = 0; i < ctx.args.size(); ++i)
                     p.push_back({i + 1 == ctx.args.size() ? PARAM_OUTPUT : PARAM_INPUT, ctx.args[i], ctx.bytes[i], {}});

@@ -165,8 +165,19 @@ HostKernel MakeHostKernel(PyOrch* self, int32_t kernel_id, py::function fn, py::
                 args[i] = DeviceView(buffers[i], sizes[i], raw_dt, py::none(), py::reinterpret_borrow<py::object>(NoBase()),
                                      "host kernel " + std::to_string(kernel_id));
             py::object r = py::handle(raw)(*args);
-            if (!r.is_none() && py::isinstance<py::int_>(r)) return r.cast<uint32_t>();
-            return 0;
+            if (r.is_none()) return 0;
+            // Anything but an int that fits the task's status fails it: a
+            // returned message ("error: ...") used to pass as success.
+            const std::string what = "host kernel " + std::to_string(kernel_id) + " returned ";
+            if (!py::isinstance<py::int_>(r))
+                throw Error(ErrorKind::TaskFailed, what + py::str(py::type::handle_of(r).attr("__name__")).cast<std::string>() +
+                                                       " " + py::repr(r).cast<std::string>().substr(0, 80) +
+                                                       ", not an int status or None");
+            const py::int_ status(r);
+            if (status < py::int_(0) || status > py::int_(UINT32_MAX))
+                throw Error(ErrorKind::TaskFailed, what + py::repr(status).cast<std::string>() +
+                                                       ", outside a task status (0 .. 2**32-1)");
+            return status.cast<uint32_t>();
         } catch (py::error_already_set& e) {
             Error err = FromPython(e, "host kernel " + std::to_string(kernel_id));
             std::lock_guard lock(self->mu);
@@ -288,16 +299,26 @@ void BindOrchestration(py::module_& m) {
             s.scope.emplace(s.orch->Get("Orchestrator.scope").BeginScope());
             return self;
         })
-        .def("__exit__", [](PyScope& s, py::object type, py::object, py::object) {
+        .def("__exit__", [](PyScope& s, py::object, py::object, py::object) {
             if (!s.scope) return false;
-            std::optional<Orchestrator::Scope> scope = std::move(s.scope);
-            s.scope.reset();
-            if (!s.orch->orch) return false;  // the runtime went first: nothing to end
+            if (!s.orch->orch) {  // the runtime went first: nothing to end
+                s.scope.reset();
+                return false;
+            }
             // Ends the scope; a failed task of it is reported by wait_all (with
             // the task, kernel, code, failures and skipped tasks), not here.
-            (void)type;
+            // Out of order (an inner scope still open) it raises
+            // InvalidArgument and stays entered: it used to be dropped
+            // unended, holding the ring for good.
             const RuntimeHold hold(*s.orch, "Orchestrator.scope");
-            WithoutGil([&] { scope.reset(); });
+            WithoutGil([&] {
+                try {
+                    s.scope->End();
+                } catch (const Error& e) {
+                    if (e.kind() != ErrorKind::DeviceError) throw;
+                }
+            });
+            s.scope.reset();
             return false;
         });
 
@@ -357,7 +378,8 @@ void BindOrchestration(py::module_& m) {
             "fn(*buffers) runs on a host worker (with the GIL; or inside submit when its runs average under a "
             "microsecond, which a Python function does not) for tasks of kernel_id: one 1-D numpy view of "
             "`dtype` per parameter, on the task's memory, valid during the call only. Returning a non-zero int, "
-            "or raising, fails the task (wait_all raises TaskFailed with the Python message).")
+            "anything but an int or None, or raising, fails the task (wait_all raises TaskFailed with the Python "
+            "message).")
         .def("scope", [](const std::shared_ptr<PyOrch>& self) {
                 self->Get("Orchestrator.scope");
                 return PyScope{self, std::nullopt};

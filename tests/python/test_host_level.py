@@ -399,6 +399,63 @@ def test_an_elementwise_chip_function_refuses_tensors_of_another_dtype(worker):
         worker.run(mm, [ones, ones])
 
 
+def test_ready_made_chip_functions_refuse_arguments_given_the_wrong_access(worker):
+    """The ready-made chip functions took arguments by position: an output
+    given as In was written on the device, and the copy kept for that In
+    tensor then fed the next run (c + b read 5 + 3, not 10 + 3); an input
+    given as Out was never uploaded, and the kernel read and returned
+    zeros. Both are InvalidArgument now, and the kept copies stay right."""
+    a, b, c = (spyre.HostTensor.from_numpy(full(v)) for v in (2, 3, 10))
+    add = lambda *access: spyre.HostProgram(
+        "add", 3, [], lambda g, x: g.chip("chip_add", [f(t) for f, t in zip(access, x)]))
+    with pytest.raises(spyre.InvalidArgument, match=r"parameter 2 \(OUTPUT\) \[device address .*\) writes memory "
+                                                    r"its tasks may only read .* a chip call's In argument"):
+        worker.run(add(spyre.In, spyre.In, spyre.In), [a, b, c])
+    out = full(0)
+    worker.run(add(spyre.In, spyre.In, spyre.Out), [c, b, out])
+    assert (out == 13).all() and (np.asarray(c) == 10).all()
+    b_array = full(3)
+    with pytest.raises(spyre.InvalidArgument, match=r"elementwise chip function \(kernel 301\): argument 1 is Out, "
+                                                    r"but the kernel reads it: pass it as In or InOut"):
+        worker.run(add(spyre.In, spyre.Out, spyre.Out), [a, b_array, out])
+    assert (b_array == 3).all()
+    # ChipFunction.matmul: C given as In, A given as Out.
+    worker.register_kernel(322, spyre.KernelBuilder().matmul(16, 16, 16))
+    worker.register_chip_function("mm_access", spyre.ChipFunction.matmul(322, 16, 16, 16))
+    m1, m2, m7 = (spyre.HostTensor.from_numpy(np.full([16, 16], v, np.float32)) for v in (1, 2, 7))
+    mm = lambda *access: spyre.HostProgram(
+        "mm", 3, [], lambda g, x: g.chip("mm_access", [f(t) for f, t in zip(access, x)]))
+    with pytest.raises(spyre.InvalidArgument, match="writes memory its tasks may only read"):
+        worker.run(mm(spyre.In, spyre.In, spyre.In), [m1, m2, m7])
+    with pytest.raises(spyre.InvalidArgument, match="matmul chip function: argument 0 is Out, but the kernel reads it"):
+        worker.run(mm(spyre.Out, spyre.In, spyre.Out), [m1, m2, m7])
+    assert (np.asarray(m7) == 7).all() and (np.asarray(m1) == 1).all()
+    c_out = np.zeros([16, 16], np.float32)
+    worker.run(mm(spyre.In, spyre.In, spyre.Out), [m7, m2, c_out])  # m7's device copy is still 7s
+    assert (c_out == 7 * 2 * 16).all()
+
+
+def test_a_python_chip_function_sees_its_tensors_dtypes(worker):
+    """ctx.args took their dtype from the element size: an int32 tensor was
+    a float32 view, so `out = a + 1` wrote float bits (1.0f as 1065353216)."""
+    seen = []
+
+    def inc(ctx):
+        a, out = ctx.args
+        seen.append((a.dtype, out.dtype))
+        out[...] = a + 1
+
+    worker.register_chip_function("inc_any_dtype", inc)
+    p = spyre.HostProgram("inc", 2, [], lambda g, x: g.chip("inc_any_dtype", [spyre.In(x[0]), spyre.Out(x[1])]))
+    for dtype in (np.int32, np.float32, np.float16, np.int8):
+        a = np.arange(64, dtype=dtype).reshape(8, 8)
+        out = np.zeros_like(a)
+        seen.clear()
+        worker.run(p, [a, out])
+        assert seen == [(np.dtype(dtype), np.dtype(dtype))]
+        np.testing.assert_array_equal(out, a + 1)
+
+
 def test_orchestration_function_that_raises_fails_the_run_and_what_it_submitted_runs(worker):
     ran = []
 

@@ -401,3 +401,51 @@ def test_ctrl_c_ends_run_s_wait_the_tasks_go_on(orch, interrupt_main_once_it_wai
     release.set()
     orch.wait_all()
     np.testing.assert_array_equal(a, 2.0)  # both tasks ran
+
+
+def test_scopes_exited_out_of_order_raise_and_end_in_order(orch):
+    """s1.__exit__ before s2's (s2 inside s1) returned normally and left s1
+    open for good: later implicit outputs outside any scope then failed
+    'task ring ... cannot drain ... held by 1 open scope(s)'. Now it raises
+    InvalidArgument and s1 stays entered until its own exit."""
+    a = orch.alloc(NB)
+    a[:] = 1
+    orch.register_host_kernel(PYADD, lambda x, out: None)
+    s1, s2 = orch.scope(), orch.scope()
+    s1.__enter__()
+    s2.__enter__()
+    with pytest.raises(spyre.InvalidArgument, match="reverse order"):
+        s1.__exit__(None, None, None)
+    s2.__exit__(None, None, None)
+    s1.__exit__(None, None, None)
+    for _ in range(3 * 64):  # thrice the ring
+        orch.submit(PYADD, spyre.WORKER_HOST, [("in", a), ("out", None, 16)])
+    orch.wait_all()
+    # One let go of unexited (garbage) ends with its inner scope.
+    s3, s4 = orch.scope(), orch.scope()
+    s3.__enter__()
+    s4.__enter__()
+    del s3
+    s4.__exit__(None, None, None)
+    for _ in range(3 * 64):  # thrice the ring
+        orch.submit(PYADD, spyre.WORKER_HOST, [("in", a), ("out", None, 16)])
+    orch.wait_all()
+
+
+def test_a_host_kernel_returning_neither_an_int_nor_none_fails_its_task(orch):
+    """A host kernel that returned a str (a message) passed as success;
+    anything but None or an int status now fails its task, saying what it
+    returned."""
+    a = orch.alloc(NB)
+    for kernel, result, message in [(71, "error: bad tile", "returned str 'error: bad tile', not an int status or None"),
+                                     (72, 1.5, "returned float 1.5, not an int status or None"),
+                                     (73, -1, "returned -1, outside a task status"),
+                                     (74, 2**32, "returned 4294967296, outside a task status")]:
+        orch.register_host_kernel(kernel, lambda x, r=result: r)
+        orch.submit(kernel, spyre.WORKER_HOST, [("inout", a)])
+        with pytest.raises(spyre.TaskFailed, match=message):
+            orch.wait_all()
+    for kernel, result in [(75, None), (76, 0)]:
+        orch.register_host_kernel(kernel, lambda x, r=result: r)
+        orch.submit(kernel, spyre.WORKER_HOST, [("inout", a)])
+        orch.wait_all()

@@ -26,5 +26,12 @@ ChipFunction RowBlockMatmulChip(std::string name, int32_t kernel_id, int64_t tas
 // program holds: the same bytes of another dtype compute garbage.
 void CheckArgumentDTypes(const ChipContext& ctx, int32_t kernel_id, const std::string& what);
 
+// InvalidArgument ("<what><i> is Out, but the kernel reads it: pass it as
+// In or InOut") when one of the first `read` arguments, which the kernel
+// reads, is Out: an Out argument is not uploaded, so the kernel would read
+// whatever its device copy held. (One it writes, given as In, the runtime
+// refuses at submit: Orchestrator::ConfineTasksTo.)
+void CheckArgumentsRead(const ChipContext& ctx, size_t read, const std::string& what);
+
 }  // namespace spyre
 SPYRE_API_END

@@ -98,8 +98,9 @@ public:
     // End() ends it now and throws DeviceError if a task of it failed.
     // A scope of the runtime (not of this object: moving the Orchestrator
     // keeps it, and one ended after the runtime is gone is refused). Scopes
-    // end in the reverse order they began; ending one with an inner scope
-    // still open is InvalidArgument.
+    // end in the reverse order they began; End() of one with an inner scope
+    // still open is InvalidArgument (it stays open), and one destroyed then
+    // ends as soon as its inner scopes have.
     class Scope {
     public:
         Scope(Scope&& o) noexcept : runtime_(o.runtime_), depth_(o.depth_) { o.runtime_ = nullptr; }
@@ -109,6 +110,7 @@ public:
 
     private:
         friend class Orchestrator;
+        void End(bool once_inner_end);
         Scope(::Runtime* runtime, int32_t depth) : runtime_(runtime), depth_(depth) {}
         ::Runtime* runtime_;  // the runtime's handle
         int32_t depth_;       // this thread's scope depth once it began
@@ -154,6 +156,16 @@ public:
     // argument copies here, so that a chip function cannot name bytes past
     // them (another tensor's copy). Unconfine lifts it.
     void ConfineTasksTo(std::vector<std::pair<const void*, uint64_t>> regions);
+    // The same, some regions read-only: a task that writes (OUTPUT, INOUT)
+    // a range of no writable region but of a read-only one is refused,
+    // InvalidArgument. The host level makes a call's In arguments so: their
+    // device copies may be kept for later calls that read the same bytes.
+    struct TaskRegion {
+        const void* at = nullptr;
+        uint64_t bytes = 0;
+        bool writable = true;
+    };
+    void ConfineTasksTo(std::vector<TaskRegion> regions);
     void Unconfine();
 
     // Copy `size` bytes between host memory and the runtime's memory at

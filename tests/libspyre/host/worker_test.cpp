@@ -822,6 +822,27 @@ TEST_F(WorkerTest, AChipTaskRegionPastItsTensorIsRefusedAndLaterRunsStayRight) {
     }
 }
 
+// A chip task that writes an argument its call passes as In is refused: the
+// In argument's device copy is kept for later calls that read the same
+// bytes, and such a call read what the task wrote (c + b gave 5 + 3, not
+// 10 + 3; found probing from outside).
+TEST_F(WorkerTest, AChipTaskWritingAnInArgumentIsRefusedAndTheKeptCopyStaysRight) {
+    HostProgram all_in{"all_in", 3, {}, [](HostGraph& g, std::span<const HostTensor> x) {
+                           g.Chip("chip_add", {In(x[0]), In(x[1]), In(x[2])}, {.device = 0});
+                       }};
+    HostProgram add{"add", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                        g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])}, {.device = 0});
+                    }};
+    HostTensor a = HostTensor::Full({kTile, kTile}, 2.0f), b = HostTensor::Full({kTile, kTile}, 3.0f);
+    HostTensor c = HostTensor::Full({kTile, kTile}, 10.0f);
+    EXPECT_SPYRE_ERROR(worker_->Run(all_in, {a, b, c}), InvalidArgument,
+                       "writes memory its tasks may only read (ConfineTasksTo; at the host level, a chip call's In "
+                       "argument: pass it as InOut or Out to write it)");
+    ExpectFloats(c, [](size_t) { return 10.0f; }, "c, untouched");
+    auto outs = worker_->Run(add, {c, b});
+    ExpectFloats(outs[0], [](size_t) { return 13.0f; }, "c + b after the refused call");
+}
+
 // Bad indexes and counts get InvalidArgument, never a standard-library
 // exception or a crash (found probing from outside).
 TEST_F(WorkerTest, OutOfRangeDevicesCountsAndShapesAreInvalidArguments) {

@@ -1042,6 +1042,64 @@ TEST_P(OrchQueueTest, RunCallsAnOrchestrationFunctionAndWaits) {
     EXPECT_SPYRE_ERROR(o().RunLibrary("/nonexistent/orch.so", "f", args), NotFound, "cannot load");
 }
 
+// ConfineTasksTo with read-only regions: a task may read them, and one that
+// writes them (OUTPUT, INOUT) is refused, unless a writable region holds the
+// range too; outside every region stays refused.
+TEST_F(OrchTest, ATaskWritingAReadOnlyConfinedRegionIsRefused) {
+    Make();
+    uint32_t* ro = Data(0, 64);
+    uint32_t* rw = Data(4096, 64);
+    uint32_t* shared = Data(8192, 64);  // read-only and writable both
+    o().ConfineTasksTo(std::vector<Orchestrator::TaskRegion>{
+        {ro, 64, false}, {rw, 64, true}, {shared, 64, false}, {shared, 64, true}});
+    for (const TaskParam& write : {Out(ro, 64), InOut(ro, 64), Out(ro + 4, 16)}) {
+        const TaskParam p[] = {In(rw, 64), write};
+        EXPECT_SPYRE_ERROR(o().Submit(K_FILL, WORKER_HOST, p), InvalidArgument,
+                           "writes memory its tasks may only read (ConfineTasksTo;");
+    }
+    const TaskParam reads[] = {In(ro, 64), Out(rw, 64)};
+    o().Submit(K_FILL, WORKER_HOST, reads);
+    const TaskParam both[] = {Out(shared, 64)};
+    o().Submit(K_FILL, WORKER_HOST, both);
+    const TaskParam outside[] = {In(Data(12288, 64), 64)};
+    EXPECT_SPYRE_ERROR(o().Submit(K_FILL, WORKER_HOST, outside), InvalidArgument,
+                       "is outside the memory its tasks are confined to");
+    o().WaitAll();
+    EXPECT_EQ(rw[0], 7u);
+    EXPECT_EQ(shared[0], 7u);
+    o().Unconfine();
+    const TaskParam now[] = {Out(ro, 64)};
+    o().Submit(K_FILL, WORKER_HOST, now);
+    o().WaitAll();
+    EXPECT_EQ(ro[0], 7u);
+}
+
+// A Scope let go of while an inner scope is open (its End() refused: the
+// reverse order) ends with the inner one. It used to stay open with nobody
+// to end it, holding every later implicit output: 12 through a ring of 8
+// then failed "task ring (size 8) is full and cannot drain ... held by 1
+// open scope(s)".
+TEST_F(OrchTest, AScopeLetGoOfOutOfOrderEndsWithItsInnerScope) {
+    Make(8);
+    uint32_t* a = Data(0, 64);
+    std::optional<Orchestrator::Scope> outer(o().BeginScope());
+    Orchestrator::Scope inner = o().BeginScope();
+    EXPECT_SPYRE_ERROR(outer->End(), InvalidArgument, "scopes end in the reverse order they began");
+    outer.reset();  // destroyed out of order: ends once `inner` has
+    TaskParam p[] = {In(a, 64), Out(nullptr, 16)};
+    o().Submit(K_FILL, WORKER_HOST, p);
+    inner.End();
+    for (int i = 0; i < 12; ++i) o().Submit(K_FILL, WORKER_HOST, p);
+    o().WaitAll();
+    // Nothing is left open: a new scope is the outermost again.
+    auto again = o().BeginScope();
+    TaskParam q[] = {Out(a, 64)};
+    o().Submit(K_FILL, WORKER_HOST, q);
+    again.End();
+    o().WaitAll();
+    EXPECT_EQ(a[0], 7u);
+}
+
 // Run with WaitSlices waits for the function's tasks in slices and calls
 // `between` after each: what it throws ends the wait at once and comes out
 // of Run while the task is still held (the tasks go on; WaitAll finishes
