@@ -547,10 +547,21 @@ void Dispatcher::RunChip(HostTask* task) {
     Park(*task);
 }
 
+namespace {
+// The SubWorker task the calling thread runs (RunningSubWorkerArgs).
+thread_local const std::vector<TensorArg>* tl_sub_args = nullptr;
+}  // namespace
+
 void Dispatcher::RunSub(HostTask* task) {
     task->start_ns = DeviceClockNs();
     {
         Running running(this, task);
+        // A SubWorker may run a nested run's SubWorker on this thread.
+        struct Current {
+            const std::vector<TensorArg>* outer = tl_sub_args;
+            explicit Current(const std::vector<TensorArg>* args) { tl_sub_args = args; }
+            ~Current() { tl_sub_args = outer; }
+        } current(&task->args);
         try {
             std::vector<HostTensor> args;
             for (const TensorArg& a : task->args) args.push_back(a.tensor);
@@ -655,3 +666,9 @@ Worker::DeviceStats Dispatcher::Stats(size_t device) {
 }
 
 }  // namespace spyre::host
+
+namespace spyre {
+std::span<const TensorArg> RunningSubWorkerArgs() noexcept {
+    return host::tl_sub_args ? std::span<const TensorArg>(*host::tl_sub_args) : std::span<const TensorArg>();
+}
+}  // namespace spyre

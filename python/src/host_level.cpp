@@ -367,8 +367,16 @@ SubWorkerFn PythonSubWorker(const std::string& name, py::function fn) {
             throw Error(ErrorKind::TaskFailed, "SubWorker '" + name + "': the interpreter is finalizing");
         py::gil_scoped_acquire gil;
         try {
+            // An In argument's view is read-only, as a chip function's:
+            // nothing orders its other readers after this task, and a
+            // chip call may reuse a device copy of its old bytes.
+            const std::span<const TensorArg> running = RunningSubWorkerArgs();
             py::tuple a(args.size());
-            for (size_t i = 0; i < args.size(); ++i) a[i] = ToNumpy(args[i]);
+            for (size_t i = 0; i < args.size(); ++i) {
+                py::array view = ToNumpy(args[i]);
+                if (i < running.size() && running[i].access == Access::In) view.attr("flags").attr("writeable") = false;
+                a[i] = std::move(view);
+            }
             py::handle{raw}(*a);
         } catch (py::error_already_set& e) {
             throw FromPython(e, "SubWorker '" + name + "'");

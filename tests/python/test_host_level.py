@@ -435,6 +435,32 @@ def test_ready_made_chip_functions_refuse_arguments_given_the_wrong_access(worke
     assert (c_out == 7 * 2 * 16).all()
 
 
+def test_a_subworker_s_in_views_are_read_only(worker):
+    """A SubWorker's In view was writable: a write through it was seen by
+    no later task's dependencies, and a chip call of the same run read the
+    kept device copy of the old bytes (o2 = 1, not 101). Now the write
+    raises, and the task fails with numpy's message."""
+    seen = []
+
+    def writes_its_input(t, flag):
+        seen.append((t.flags.writeable, flag.flags.writeable))
+        flag[...] = 1
+        t[...] = 100.0
+
+    def orch(g, x):
+        t, o1, o2 = x
+        flag = g.create_tensor(S)
+        g.chip("chip_add", [spyre.In(t), spyre.In(t), spyre.Out(o1)])
+        g.sub(writes_its_input, [spyre.In(t), spyre.Out(flag)])
+        g.chip("chip_add", [spyre.In(t), spyre.In(flag), spyre.Out(o2)])
+
+    t, o1, o2 = full(1), full(0), full(0)
+    with pytest.raises(spyre.HostRunError, match="read-only"):
+        worker.run(spyre.HostProgram("writes_in", 3, [], orch), [t, o1, o2])
+    assert seen == [(False, True)]
+    assert (t == 1).all() and (o1 == 2).all()
+
+
 def test_a_python_chip_function_sees_its_tensors_dtypes(worker):
     """ctx.args took their dtype from the element size: an int32 tensor was
     a float32 view, so `out = a + 1` wrote float bits (1.0f as 1065353216)."""

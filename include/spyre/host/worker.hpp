@@ -119,6 +119,12 @@ private:
 // Any exception it throws fails the task (ErrorKind::TaskFailed, or the
 // spyre::Error's own kind).
 using SubWorkerFn = std::function<void(std::span<const HostTensor> args)>;
+// Inside a SubWorker: its task's arguments with their access (In, Out,
+// InOut), in the same order; empty on a thread that runs none. A SubWorker
+// must not write its In arguments (nothing orders other readers after it,
+// and a chip call may reuse a device copy of the old bytes): a front end
+// that views them (Python's numpy arrays) makes those views read-only.
+std::span<const TensorArg> RunningSubWorkerArgs() noexcept;
 
 struct ChipOptions {
     std::string name;                // task name in errors; default "<function>#<n>"

@@ -843,6 +843,24 @@ TEST_F(WorkerTest, AChipTaskWritingAnInArgumentIsRefusedAndTheKeptCopyStaysRight
     ExpectFloats(outs[0], [](size_t) { return 13.0f; }, "c + b after the refused call");
 }
 
+// A SubWorker sees its task's arguments with their access (what Python's
+// read-only In views are made from); no other thread sees any.
+TEST_F(WorkerTest, ASubWorkerSeesItsArgumentsAccess) {
+    std::vector<Access> seen;
+    size_t storage = 0;
+    HostProgram p{"access", 2, {}, [&](HostGraph& g, std::span<const HostTensor> x) {
+                      EXPECT_TRUE(RunningSubWorkerArgs().empty());
+                      g.Sub("look", [&](std::span<const HostTensor> t) {
+                          for (const TensorArg& a : RunningSubWorkerArgs()) seen.push_back(a.access);
+                          storage = RunningSubWorkerArgs()[1].tensor.storage_id() == t[1].storage_id() ? 1 : 2;
+                      }, {In(x[0]), InOut(x[1]), Out(g.CreateTensor({4}))});
+                  }};
+    worker_->Run(p, {HostTensor::Zeros({4}), HostTensor::Zeros({4})});
+    EXPECT_EQ(seen, (std::vector<Access>{Access::In, Access::InOut, Access::Out}));
+    EXPECT_EQ(storage, 1u);
+    EXPECT_TRUE(RunningSubWorkerArgs().empty());
+}
+
 // Bad indexes and counts get InvalidArgument, never a standard-library
 // exception or a crash (found probing from outside).
 TEST_F(WorkerTest, OutOfRangeDevicesCountsAndShapesAreInvalidArguments) {
