@@ -6,6 +6,7 @@
 #include <atomic>
 #include <string>
 
+#include "deadline.hpp"
 #include "device/device_core.hpp"
 #include "device/device_internals.hpp"
 #include "spyre/common/log.hpp"
@@ -86,14 +87,15 @@ void DeviceCore::ThrowForked() const {
                 ErrorContext{.device = function ? function->pci_address() : std::string()});
 }
 
-void DeviceCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, EventCount& word) const {
+bool DeviceCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, EventCount& word,
+                           std::chrono::steady_clock::time_point until) const {
     CheckSameProcess();
     // Checked first, so a callback that waits fails every time, not only
     // when the work it waits for happens to be unfinished.
     if (OnSchedulerThread())
         throw Error(ErrorKind::InvalidArgument,
                     "a host callback must not wait for device work (it runs on the scheduler thread)");
-    sched->WaitUntil(counter, target, word);
+    return sched->WaitUntil(counter, target, word, until);
 }
 
 void DeviceCore::FreeAfterQueuedWork(std::span<const DeviceAllocation> blocks) noexcept {
@@ -190,6 +192,13 @@ void Device::Synchronize() {
     // Shared pointers: a stream retired meanwhile stays readable until we are done.
     for (const std::shared_ptr<StreamState>& s : Live(core_).Streams())
         core_->WaitUntil(s->completed, s->enqueued_count.load(), s->done);
+}
+
+bool Device::SynchronizeFor(std::chrono::nanoseconds timeout) {
+    const auto until = DeadlineAfter(timeout);
+    for (const std::shared_ptr<StreamState>& s : Live(core_).Streams())
+        if (!core_->WaitUntil(s->completed, s->enqueued_count.load(), s->done, until)) return false;
+    return true;
 }
 
 }  // namespace spyre

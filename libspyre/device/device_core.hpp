@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -78,7 +79,9 @@ public:
     // Blocks until `counter` >= target, per the scheduler's wait options
     // (the waiting thread reaps the ring itself when it can). Throws
     // InvalidArgument if called from the scheduler thread (a host callback).
-    void WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, EventCount& word) const;
+    // With `until`: gives up then; whether the counter got there.
+    bool WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, EventCount& word,
+                   std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max()) const;
     bool OnSchedulerThread() const;
     // Frees device memory the runtime owns (tensors, plans, tiling
     // variants, Program binaries). First waits for the work every stream

@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "deadline.hpp"
 #include "device/device_core.hpp"
 #include "device/device_internals.hpp"
 #include "spyre/trace/trace.hpp"
@@ -150,6 +151,12 @@ void FlexStream::Synchronize() {
     if (state_->fault) throw *state_->fault;
 }
 
+bool FlexStream::SynchronizeFor(std::chrono::nanoseconds timeout) {
+    LiveState(state_, "FlexStream::SynchronizeFor");
+    return core_->WaitUntil(state_->completed, state_->enqueued_count.load(std::memory_order_acquire), state_->done,
+                            DeadlineAfter(timeout));
+}
+
 StreamStatus FlexStream::Query() const {
     LiveState(state_, "FlexStream::Query");
     core_->sched->Poke();
@@ -218,6 +225,18 @@ void Event::Synchronize() const {
     }
     std::lock_guard lock(state_->mu);
     if (state_->error) throw *state_->error;
+}
+
+bool Event::SynchronizeFor(std::chrono::nanoseconds timeout) const {
+    LiveState(state_, "Event::SynchronizeFor");
+    const auto until = DeadlineAfter(timeout);
+    const uint64_t target = state_->recorded.load(std::memory_order_acquire);
+    for (;;) {
+        const uint64_t seen = state_->completions.load(std::memory_order_acquire);
+        const bool reached = state_->Reached(target);
+        if (!state_->core->WaitUntil(state_->completions, reached ? 0 : seen + 1, state_->done, until)) return false;
+        if (reached) return true;
+    }
 }
 
 double Event::ElapsedTime(const Event& start, const Event& end) {

@@ -269,9 +269,15 @@ void SchedulerCore::Poke() {
     }
 }
 
-void SchedulerCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, EventCount& word) {
-    if (counter.load(std::memory_order_acquire) >= target) return;
+bool SchedulerCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, EventCount& word,
+                              Clock::time_point until) {
+    if (counter.load(std::memory_order_acquire) >= target) return true;
     auto done = [&] { return counter.load(std::memory_order_acquire) >= target; };
+    const bool timed = until != Clock::time_point::max();
+    // A sleep of `d` at most, ending by the deadline.
+    auto bounded = [&](std::chrono::nanoseconds d) {
+        return timed ? std::clamp<std::chrono::nanoseconds>(until - Clock::now(), std::chrono::nanoseconds(0), d) : d;
+    };
     // Reaps (and submits) here when no one else drives; host work found on
     // the way goes to the scheduler thread. A pump costs a few hundred ns
     // (every stream, the turn order, the DMA queue), which a spinning caller
@@ -311,13 +317,14 @@ void SchedulerCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t tar
                 drive(spins++ % kSpinsPerFullPump == 0);
                 return done();
             },
-            {adaptive ? std::chrono::nanoseconds(options_.spin) : SpinLimits::kForever});
+            {adaptive ? bounded(options_.spin) : timed ? bounded(SpinLimits::kForever) : SpinLimits::kForever});
         drivers_.fetch_sub(1, std::memory_order_seq_cst);
         // Work of others still in flight: the scheduler thread watches it again.
         if (busy_.load(std::memory_order_seq_cst)) WakeIfAsleep();
-        if (done()) return;
+        if (done()) return true;
     }
     while (!done()) {
+        if (timed && Clock::now() >= until) return false;
         // Only ring work of ours outstanding: sleep on the ring's completion
         // interrupt, holding the lock (producers wake us through wake_).
         if (drive_mu_.try_lock()) {
@@ -328,7 +335,7 @@ void SchedulerCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t tar
                 // The scheduler thread cannot take the lock meanwhile: a
                 // task port nobody drives gets a pass from here each tick.
                 const bool ports = PortsUnattended();
-                SleepOnRing(wake_.Current(), ports ? std::chrono::nanoseconds(kPortTick) : kBusySleep);
+                SleepOnRing(wake_.Current(), bounded(ports ? std::chrono::nanoseconds(kPortTick) : kBusySleep));
                 if (ports) PassPorts();
                 continue;
             }
@@ -339,8 +346,9 @@ void SchedulerCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t tar
             Wake();
         else
             WakeIfAsleep();
-        word.SleepUnless(done, std::chrono::milliseconds(100));
+        word.SleepUnless(done, bounded(std::chrono::milliseconds(100)));
     }
+    return true;
 }
 
 // ---------------------------------------------------------------- the thread

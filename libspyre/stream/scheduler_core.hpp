@@ -63,8 +63,10 @@ public:
     // (a lone cleanup callback is still taken) or DeviceLost.
     void Queue(StreamState& s, std::span<QueuedOp> ops);
 
-    // Blocks until counter >= target (the caller reaps when it can).
-    void WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, EventCount& word);
+    // Blocks until counter >= target (the caller reaps when it can), or
+    // `until` has come; whether the counter got there.
+    bool WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target, EventCount& word,
+                   std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max());
     // Reaps what the device has finished, if no one else is driving
     // (Query and friends: work a caller submitted completes without a wait).
     void Poke();

@@ -45,6 +45,17 @@ inline py::array NumpyView(const py::dtype& dtype, const std::vector<py::ssize_t
     }
 }
 
+// A new numpy array of `shape`, with the same refusal as NumpyView.
+inline py::array NewNumpyArray(const py::dtype& dtype, const std::vector<py::ssize_t>& shape, const std::string& what) {
+    try {
+        return py::array(dtype, shape);
+    } catch (py::error_already_set& e) {
+        if (!e.matches(PyExc_ValueError)) throw;
+        throw Error(ErrorKind::InvalidArgument, what + ": numpy cannot hold a shape of " +
+                                                    std::to_string(shape.size()) + " dimensions: " + e.what());
+    }
+}
+
 inline const char* SupportedDTypes() {
     return "spyre dtypes are fp16 (float16), bf16 (uint16 bits, named with dtype=DType.BF16), fp32 (float32), "
            "int8 and int32";

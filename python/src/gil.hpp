@@ -117,6 +117,17 @@ void WaitHandlingSignals(WaitFor&& wait_for) {
     }
 }
 
+// A wait that reports (a stream's, an event's, a device's Synchronize):
+// on the main thread, first in Ctrl-C-aware slices of `timed` (their
+// SynchronizeFor, which reports nothing), then `wait` with the GIL
+// released, which returns at once when the slices saw the work done and
+// throws what it would have.
+template <typename Timed, typename Wait>
+void WaitReportingHandlingSignals(Timed&& timed, Wait&& wait) {
+    WaitHandlingSignals(std::forward<Timed>(timed));
+    WithoutGil(std::forward<Wait>(wait));
+}
+
 // Destroys what `p` owns with the GIL released: destructors of streams,
 // programs and devices wait for the device (and for queued Python callbacks,
 // which need the GIL).

@@ -165,9 +165,10 @@ void BindHost(py::module_& m) {
         .def("synchronize", [](const DeviceSlot& s) {
                 std::shared_ptr<Device> d = s.shared();
                 if (!d) s.ThrowClosed("Device.synchronize");
-                WithoutGil([&] { d->Synchronize(); });
+                WaitReportingHandlingSignals([&](std::chrono::nanoseconds slice) { return d->SynchronizeFor(slice); },
+                                             [&] { d->Synchronize(); });
                 Deferred::Instance().Drain();
-            }, "Waits (GIL released) for every stream of the device; raises the first stream's error.")
+            }, "Waits (GIL released) for every stream of the device; raises no stream's error (each stays with its stream, whose synchronize or last_error reports it).")
         .def("close", &DeviceSlot::Close,
              "Waits for the device's work, releases every object made on it, then the function.")
         .def("__enter__", [](SlotPtr s) { return s; })

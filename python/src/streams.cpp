@@ -49,7 +49,8 @@ void Copy(PyStream& s, bool to_device, py::handle host, PyBuffer& b, int64_t off
 }
 
 void Wait(const std::shared_ptr<FlexStream>& s) {
-    WithoutGil([&] { s->Synchronize(); });
+    WaitReportingHandlingSignals([&](std::chrono::nanoseconds slice) { return s->SynchronizeFor(slice); },
+                                 [&] { s->Synchronize(); });
     Deferred::Instance().Drain();
 }
 
@@ -134,7 +135,8 @@ void BindStreams(py::module_& m) {
              "True once the last record completed (or there was none).")
         .def("synchronize", [](const PyEvent& e) {
                 auto ev = e.Share("Event.synchronize");
-                WithoutGil([&] { ev->Synchronize(); });
+                WaitReportingHandlingSignals([&](std::chrono::nanoseconds slice) { return ev->SynchronizeFor(slice); },
+                                             [&] { ev->Synchronize(); });
                 Deferred::Instance().Drain();
             }, "Waits (GIL released) for the last record; raises the recording stream's error.")
         .def_property_readonly("device", [](const PyEvent& e) { return e.slot(); })
@@ -168,7 +170,9 @@ void BindStreams(py::module_& m) {
         .def_property_readonly("device", [](const PySpyreStream& s) { return s.slot(); })
         .def("synchronize", [](const PySpyreStream& s) {
                 auto ss = s.Share("SpyreStream.synchronize");
-                WithoutGil([&] { ss->Synchronize(); });
+                WaitReportingHandlingSignals(
+                    [&](std::chrono::nanoseconds slice) { return ss->flex_stream().SynchronizeFor(slice); },
+                    [&] { ss->Synchronize(); });
                 Deferred::Instance().Drain();
             }, "Waits (GIL released); raises the stream's sticky error.");
 }

@@ -60,7 +60,16 @@ std::shared_ptr<PyTensor> UploadAsync(const SlotPtr& slot, const std::shared_ptr
         EnqueueCopy(device, stream, true, const_cast<void*>(data), std::move(keeper), t.device_handle(), t.size_bytes());
         return Adopt(slot, std::make_shared<SpyreTensor>(std::move(t)));
     }
-    // Sticks: padded into a staging buffer before this returns.
+    // Sticks rows that need no padding are the host's bytes as they are:
+    // copied as a Dense upload, keeping `keeper` alive until the copy
+    // completes (FromHost's direct copy read the array after Python had
+    // freed it: wrong data or a crash).
+    if (FootprintOf(shape, dtype, layout).bytes == bytes) {
+        SpyreTensor t = SpyreTensor::Empty(device, std::move(shape), dtype, layout);
+        EnqueueCopy(device, stream, true, const_cast<void*>(data), std::move(keeper), t.device_handle(), t.size_bytes());
+        return Adopt(slot, std::make_shared<SpyreTensor>(std::move(t)));
+    }
+    // Padded: into a staging buffer before this returns.
     SpyreTensor t = WithoutGil([&] { return SpyreTensor::FromHost(device, stream, data, shape, dtype, layout); });
     return Adopt(slot, std::make_shared<SpyreTensor>(std::move(t)));
 }
@@ -73,7 +82,8 @@ std::shared_ptr<PyTensor> Upload(const SlotPtr& slot, const std::shared_ptr<PySt
     auto t = UploadAsync(slot, stream_arg, data, bytes, std::move(shape), dtype, layout, std::move(keeper), what);
     if (!stream_arg) {
         auto s = DefaultStream(slot)->Share(what);
-        WithoutGil([&] { s->Synchronize(); });
+        WaitReportingHandlingSignals([&](std::chrono::nanoseconds slice) { return s->SynchronizeFor(slice); },
+                                     [&] { s->Synchronize(); });
         Deferred::Instance().Drain();
     }
     return t;
@@ -114,18 +124,20 @@ py::array ToNumpy(PyTensor& pt, const std::shared_ptr<PyStream>& stream_arg) {
     const char* what = "SpyreTensor.to_numpy";
     const SpyreTensor& t = pt.Get(what);
     std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
-    py::array out(NumpyDType(t.data_type()), shape);
+    py::array out = NewNumpyArray(NumpyDType(t.data_type()), shape, what);
     std::shared_ptr<PyStream> stream = stream_arg;
     if (!stream) {
         // Whatever stream wrote the tensor: wait for all of the device's.
         auto dev = pt.slot()->shared();
         if (!dev) pt.slot()->ThrowClosed(what);
-        WithoutGil([&] { dev->Synchronize(); });
+        WaitReportingHandlingSignals([&](std::chrono::nanoseconds slice) { return dev->SynchronizeFor(slice); },
+                                     [&] { dev->Synchronize(); });
         stream = DefaultStream(pt.slot());
     }
     Download(pt, *stream, out.mutable_data(), out, what);
     auto s = stream->Share(what);
-    WithoutGil([&] { s->Synchronize(); });
+    WaitReportingHandlingSignals([&](std::chrono::nanoseconds slice) { return s->SynchronizeFor(slice); },
+                                 [&] { s->Synchronize(); });
     Deferred::Instance().Drain();
     return out;
 }
@@ -172,11 +184,13 @@ py::capsule ExportDLPack(PyTensor& pt) {
     ex->shape = t.shape();
     auto dev = pt.slot()->shared();
     if (!dev) pt.slot()->ThrowClosed(what);
-    WithoutGil([&] { dev->Synchronize(); });
+    WaitReportingHandlingSignals([&](std::chrono::nanoseconds slice) { return dev->SynchronizeFor(slice); },
+                                 [&] { dev->Synchronize(); });
     auto stream = DefaultStream(pt.slot());
     Download(pt, *stream, ex->data.get(), py::none(), what);
     auto s = stream->Share(what);
-    WithoutGil([&] { s->Synchronize(); });
+    WaitReportingHandlingSignals([&](std::chrono::nanoseconds slice) { return s->SynchronizeFor(slice); },
+                                 [&] { s->Synchronize(); });
     DLTensor& dl = ex->managed.dl_tensor;
     dl.data = ex->data.get();
     dl.device = {kDLCPU, 0};

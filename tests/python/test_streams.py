@@ -2,6 +2,7 @@
 """FlexStream, Event, SpyreStream: ordering, callbacks, sticky errors, the
 GIL released in waits, Python threads on separate streams."""
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -140,3 +141,39 @@ def test_spyre_stream(dev):
     ss.synchronize()
     d = spyre.SpyreStream.default(dev)
     assert d.flex_stream.index == dev.default_stream.index
+
+
+def test_ctrl_c_ends_stream_event_and_device_waits_the_work_goes_on(dev, interrupt_main_once_it_waits_in):
+    """synchronize waited in C++ without looking at signals: behind a held
+    callback, SIGINT came out only once the callback returned (30 s here).
+    Now a stream's, an event's and the device's synchronize raise
+    KeyboardInterrupt at once; the work goes on and a later wait sees it."""
+    name = "test_ctrl_c_ends_stream_event_and_device_waits_the_work_goes_on"
+    s = dev.create_stream()
+    release, ran, waiting = threading.Event(), threading.Event(), threading.Event()
+
+    def held():
+        release.wait(30)
+        ran.set()
+
+    def interrupt_the_wait():
+        assert waiting.wait(30)
+        time.sleep(0.05)  # into the wait
+        interrupt_main_once_it_waits_in(name)
+
+    s.add_callback(held)
+    ev = spyre.Event(dev)
+    ev.record(s)
+    start = time.monotonic()
+    for wait in (s.synchronize, ev.synchronize, dev.synchronize):
+        waiting.clear()
+        threading.Thread(target=interrupt_the_wait).start()
+        with pytest.raises(KeyboardInterrupt):
+            waiting.set()
+            wait()
+        assert not ran.is_set()
+    assert time.monotonic() - start < 20
+    release.set()
+    s.synchronize()
+    ev.synchronize()
+    assert ran.is_set() and ev.query()

@@ -1,5 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """SpyreTensor to and from numpy, dtypes, layouts (seed 002)."""
+import gc
+import threading
+
 import numpy as np
 import pytest
 
@@ -136,3 +139,34 @@ def test_dtypes_and_layout_classes():
         spyre.HostLayout([2, 3], [1], "fp32")
     fp = spyre.footprint([3, 40], np.float32, spyre.TensorLayout.Sticks)
     assert fp.bytes == 3 * 256 and fp.strides == [64, 1]
+
+
+@pytest.mark.parametrize("shape,dtype", [((4096,), np.int32), ((256, 32), np.float32), ((256, 64), np.float16)])
+def test_an_unpadded_sticks_upload_keeps_its_source_alive(dev, shape, dtype):
+    """A Sticks upload on a stream whose rows need no padding (a multiple of
+    128 bytes) copied straight from the array without keeping it: freed
+    before the copy ran, its memory reused, the tensor read -7s (or the
+    process crashed). It is kept until the copy completes, as a Dense
+    upload's is."""
+    s = dev.create_stream()
+    gate = threading.Event()
+    s.add_callback(lambda: gate.wait(30))  # the copy waits behind it
+    a = np.arange(np.prod(shape)).astype(dtype).reshape(shape)
+    expect = a.copy()
+    t = spyre.SpyreTensor.from_numpy(dev, a, stream=s, layout=spyre.TensorLayout.Sticks)
+    del a
+    gc.collect()
+    junk = [np.full(shape, -7, dtype) for _ in range(4)]  # would take the freed memory
+    out = np.zeros(shape, dtype)
+    t.copy_to_host(out, s)
+    gate.set()
+    s.synchronize()
+    np.testing.assert_array_equal(out, expect)
+    assert all((j == -7).all() for j in junk)
+
+
+def test_to_numpy_of_more_dimensions_than_numpy_holds_is_invalid_argument(dev):
+    """A bare ValueError came out of to_numpy for a shape numpy cannot hold."""
+    t = spyre.SpyreTensor.empty(dev, [1] * 40)
+    with pytest.raises(spyre.InvalidArgument, match="SpyreTensor.to_numpy: numpy cannot hold a shape of 40 dimensions"):
+        t.to_numpy()

@@ -72,6 +72,8 @@ public:
     // CUDA's device-wide sticky errors), whose Synchronize or LastError
     // reports it, also DeviceLost.
     void Synchronize();
+    // Waits at most `timeout` for the same; whether every stream is done.
+    bool SynchronizeFor(std::chrono::nanoseconds timeout);
 
 private:
     friend class DeviceInternals;   // libspyre's own layers: the core, the function, task queues

@@ -71,6 +71,11 @@ public:
     // Blocks until the last Record has completed. Throws the recording
     // stream's error if the work before the marker failed.
     void Synchronize() const;
+    // Waits at most `timeout` for the same; whether it has completed.
+    // Reports nothing: a Synchronize after it returns at once and throws
+    // what it would have. For a caller that waits in slices (Python's
+    // synchronize looks for Ctrl-C between them).
+    bool SynchronizeFor(std::chrono::nanoseconds timeout) const;
     // The device whose streams may record and wait for it.
     const DeviceId& device() const;
     // Milliseconds between two completed events, from device timestamps.
@@ -111,6 +116,9 @@ public:
     // Blocks until everything enqueued so far has completed; throws the
     // sticky error if an operation failed.
     void Synchronize();
+    // Waits at most `timeout` for the same; whether it has completed.
+    // Reports nothing, as Event::SynchronizeFor.
+    bool SynchronizeFor(std::chrono::nanoseconds timeout);
     StreamStatus Query() const;
     // The sticky error, if any.
     std::optional<Error> LastError() const;

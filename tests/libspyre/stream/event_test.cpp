@@ -418,3 +418,42 @@ TEST_F(StreamTest, EventOfAnotherDeviceIsRefused) {
     e2.Synchronize();
     EXPECT_SPYRE_ERROR(Event::ElapsedTime(e1, e2), WrongDevice, "start event belongs to " + d1.pci_address());
 }
+
+// SynchronizeFor waits a slice and says whether the work is done, while the
+// ring is held on the device (a waiter sleeping on the ring) and while a
+// host callback holds a stream (a waiter sleeping on the stream's word);
+// it reports nothing: the Synchronize after it throws the sticky error.
+TEST_F(StreamTest, SynchronizeForWaitsASliceAndLeavesTheReportToSynchronize) {
+    Device dev = OpenDevice();
+    FlexStream a = dev.CreateStream(), b = dev.CreateStream();
+    constexpr size_t kSize = 1u << 20;  // DMA, not inline in the ring A holds
+    DeviceAllocation gate = dev.allocator().Allocate(kSize);
+    std::vector<uint8_t> gate_bytes(kSize, 0);
+    ASSERT_TRUE(HoldRingOnGate(dev, a, b, gate.handle, gate_bytes)) << "A's semaphore wait never reached the ring";
+    Event behind(dev);
+    behind.Record(a);
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_FALSE(a.SynchronizeFor(std::chrono::milliseconds(20)));
+    EXPECT_FALSE(behind.SynchronizeFor(std::chrono::milliseconds(20)));
+    EXPECT_FALSE(dev.SynchronizeFor(std::chrono::milliseconds(20)));
+    EXPECT_FALSE(a.SynchronizeFor(std::chrono::nanoseconds(-1)));  // a past deadline looks once
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "a slice waited for the work";
+    gate_bytes[0] = 1;
+    b.CopyToDevice(gate_bytes.data(), gate.handle, kSize);
+    EXPECT_TRUE(a.SynchronizeFor(std::chrono::nanoseconds::max()));  // no overflow: waits for good
+    EXPECT_TRUE(behind.SynchronizeFor(std::chrono::seconds(30)));
+    EXPECT_TRUE(dev.SynchronizeFor(std::chrono::seconds(30)));
+
+    // A held host callback, then one that throws: the slice says done, the
+    // Synchronize after it reports.
+    std::atomic<bool> release{false};
+    b.AddCallback([&] {
+        while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    b.AddCallback([] { throw Error(ErrorKind::IoError, "the callback failed"); });
+    EXPECT_FALSE(b.SynchronizeFor(std::chrono::milliseconds(20)));
+    release = true;
+    EXPECT_TRUE(b.SynchronizeFor(std::chrono::seconds(30)));
+    EXPECT_SPYRE_ERROR(b.Synchronize(), IoError, "the callback failed");
+    b.Reset();
+}
