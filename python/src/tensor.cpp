@@ -245,6 +245,12 @@ std::shared_ptr<PyTensor> FromDLPack(py::object obj, const SlotPtr& slot, const 
                                                     ", " + std::to_string(dl.dtype.bits) + " bits, " +
                                                     std::to_string(dl.dtype.lanes) + " lanes) is not supported (" +
                                                     SupportedDTypes() + ")");
+    // A capsule of another producer is foreign input: a negative ndim was
+    // an Internal error (a vector of that size), a missing shape a crash.
+    if (dl.ndim < 0 || (dl.ndim > 0 && !dl.shape) || !dl.data)
+        throw Error(ErrorKind::InvalidArgument, std::string(what) + ": a malformed DLPack tensor (ndim " +
+                                                    std::to_string(dl.ndim) + (dl.shape ? "" : ", no shape") +
+                                                    (dl.data ? "" : ", no data") + ")");
     std::vector<int64_t> shape(dl.shape, dl.shape + dl.ndim);
     if (dl.strides) {
         int64_t expect = 1;

@@ -67,3 +67,46 @@ def test_torch_when_installed(dev):
     bf = torch.ones(8, dtype=torch.bfloat16)
     tb = spyre.from_dlpack(bf, dev)
     assert tb.dtype == spyre.DType.BF16 and torch.equal(torch.from_dlpack(tb), bf)
+
+
+def _crafted_capsule(keep, ndim, shape, data):
+    """A 'dltensor' capsule of a float32 host tensor, fields as given."""
+    import ctypes
+
+    class DLDevice(ctypes.Structure):
+        _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+    class DLDataType(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+    class DLTensor(ctypes.Structure):
+        _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32), ("dtype", DLDataType),
+                    ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                    ("byte_offset", ctypes.c_uint64)]
+
+    class DLManagedTensor(ctypes.Structure):
+        _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    m = DLManagedTensor()
+    m.dl_tensor.data, m.dl_tensor.ndim = data, ndim
+    m.dl_tensor.device = DLDevice(1, 0)  # kDLCPU
+    m.dl_tensor.dtype = DLDataType(2, 32, 1)  # float32
+    if shape is not None:
+        dims = (ctypes.c_int64 * len(shape))(*shape)
+        keep.append(dims)
+        m.dl_tensor.shape = dims
+    keep.append(m)
+    return new(ctypes.addressof(m), b"dltensor", None)
+
+
+def test_a_malformed_dlpack_capsule_is_invalid_argument(dev):
+    """A capsule of ndim -1 came out as Internal ("cannot create
+    std::vector larger than max_size()"); one without a shape or data is
+    refused too, before anything reads it."""
+    keep, buf = [], np.arange(4, dtype=np.float32)
+    for ndim, shape, data in [(-1, [4], buf.ctypes.data), (1, None, buf.ctypes.data), (1, [4], None)]:
+        with pytest.raises(spyre.InvalidArgument, match="a malformed DLPack tensor"):
+            spyre.from_dlpack(_crafted_capsule(keep, ndim, shape, data), dev)
+    np.testing.assert_array_equal(spyre.from_dlpack(_crafted_capsule(keep, 1, [4], buf.ctypes.data), dev).to_numpy(), buf)
