@@ -214,9 +214,18 @@ struct FuseOps {
     // whole card). Views that carry no data stay open to every reader: the
     // register file (resource0) and the doorbell page of resource4 (ring
     // indices and flags), which is what spyre-regdump reads. 0 or -EBUSY.
+    // A VF nobody holds is the PF's while a process holds the PF (its
+    // slice is the PF holder's memory, which the PF reaches through the
+    // device; docs/security.md): its files then serve that holder alone.
     static int CheckHolder(const OpenFile& f, bool write, uint64_t off, size_t len) {
         if (int rc = CheckHeldSlices(f, write, off, len); rc != 0) return rc;
-        const pid_t holder = f.fn->holder();
+        pid_t holder = f.fn->holder();
+        const char* held = "the device node";
+        if (holder == 0 && f.fn->is_vf())
+            if (auto pf = f.card->FindFunction(0); pf && pf->holder() != 0) {
+                holder = pf->holder();
+                held = "the PF (whose memory the unheld VF's slice is)";
+            }
         if (holder == 0) return 0;
         if (!write) {
             if (f.kind == Kind::Resource0) return 0;
@@ -229,8 +238,8 @@ struct FuseOps {
         const char* what = f.kind == Kind::Reset ? "reset" : f.kind == Kind::Resource0 ? "resource0"
                            : f.kind == Kind::Resource2                             ? "resource2"
                                                                                    : "resource4";
-        LOG_WARN("%s: %s %s by pid %d refused: the device node is held by pid %d", f.fn->address().c_str(),
-                 write ? "write to" : "read of", what, int(caller.pid), int(holder));
+        LOG_WARN("%s: %s %s by pid %d refused: %s is held by pid %d", f.fn->address().c_str(),
+                 write ? "write to" : "read of", what, int(caller.pid), held, int(holder));
         return -EBUSY;
     }
 

@@ -285,6 +285,21 @@ with tempfile.TemporaryDirectory() as d:
             check(f"(this spyre-smi reads {CONTRACT_SCHEMA} version {CONTRACT_VERSION})" in r.stderr,
                   f"bad stats.json ({message}): the message does not say what the tool reads: {r.stderr!r}")
 
+    # What is not a file of a few KiB: a FIFO hung the tool and /dev/zero
+    # filled memory until the OOM killer came (a hostile --root).
+    def smi_on_file(make):
+        os.remove(stats_path)
+        make()
+        return subprocess.run([sys.executable, smi, "--root", d, "--json", "--sample-ms", "0"],
+                              capture_output=True, text=True, timeout=60)
+
+    for make, message in [(lambda: os.mkfifo(stats_path), "not a regular file"),
+                          (lambda: os.symlink("/dev/zero", stats_path), "not a regular file"),
+                          (lambda: open(stats_path, "w").write(" " * (2 << 20)), "more than 1048576 bytes")]:
+        r = smi_on_file(make)
+        check(r.returncode == 1 and f"spyre-smi: error: cannot read {stats_path}: {message}" in r.stderr
+              and "Traceback" not in r.stderr, f"stats.json {message}: exit {r.returncode}, stderr {r.stderr!r}")
+
 # --mock: a private daemon for one run, gone afterwards.
 env = dict(os.environ, SPYRE_MOCKDEV=mockdev)
 env.pop("SPYRE_DEV_ROOT", None)

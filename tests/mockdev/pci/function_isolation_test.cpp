@@ -236,6 +236,37 @@ TEST_F(MockDeviceTest, ThePfsResource2DoesNotReachAHeldVfsSlice) {
     EXPECT_EQ(InChild([&] { return FileAccess(pf_res2, false, base, 64); }), 0);
 }
 
+// While a process holds the PF, a VF nobody holds is the PF holder's memory
+// (the PF reaches every slice through the device): the VF's files serve
+// that holder alone. A process holding nothing read the PF owner's bytes
+// in the slice through the VF's resource2 and overwrote them (found probing
+// from outside), though the PF's own resource2 refused the same range.
+TEST_F(MockDeviceTest, AnUnheldVfsFilesServeOnlyThePfsHolderWhileThePfIsHeld) {
+    const FunctionInfo vf = Vf(2);
+    const std::string res2 = (vf.sysfs_dir / "resource2").string();
+    const std::string reset = (vf.sysfs_dir / "reset").string();
+    const std::string res0 = (vf.sysfs_dir / "resource0").string();
+    std::optional<Function> pf(Function::Open(Pf()));
+    uint64_t base = 0;
+    const auto reg = FileRead(res0, SPYRE_REG_MEM_BASE, 8);
+    ASSERT_EQ(reg.size(), 8u);
+    std::memcpy(&base, reg.data(), 8);
+    const std::vector<uint8_t> secret(16, 0xC5);
+    pf->WriteRegion(SPYRE_REGION_DEVMEM, base + 64, secret);
+
+    EXPECT_EQ(InChild([&] { return FileAccess(res2, false, 64, 16); }), EBUSY);
+    EXPECT_EQ(InChild([&] { return FileAccess(res2, true, 64, 16); }), EBUSY);
+    EXPECT_EQ(InChild([&] { return WriteText(reset, "1\n"); }), EBUSY);
+    EXPECT_EQ(pf->ReadRegion(SPYRE_REGION_DEVMEM, base + 64, 16), secret);  // untouched
+    // What carries no data stays readable; the PF's holder reaches the slice.
+    EXPECT_EQ(InChild([&] { return FileAccess(res0, false, 0, SPYRE_REG_FILE_SIZE); }), 0);
+    EXPECT_EQ(FileRead(res2, 64, 16), secret);
+    // Let go of, the PF takes its bytes along, and file permissions decide again.
+    pf.reset();
+    EXPECT_EQ(InChild([&] { return FileAccess(res2, false, 64, 16); }), 0);
+    EXPECT_EQ(FileRead(res2, 64, 16), std::vector<uint8_t>(16, 0));
+}
+
 // stats.json is for everyone, but the holder's addresses (region bases, the
 // faulting address and user_data) are values only for the holder, and null
 // for anyone else while the function is held.
