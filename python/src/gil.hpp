@@ -99,15 +99,15 @@ inline bool OnMainThread() {
     return PyThread_get_thread_ident() == main_thread;
 }
 
+// The most a Ctrl-C waits for a wait that looks for it.
+inline constexpr std::chrono::nanoseconds kSignalLook = std::chrono::milliseconds(50);
+
 // On the main thread: calls `wait_for(slice)` (a timed wait: whether what
 // it waits for has come) with the GIL released until it returns true,
 // handling signals between two slices as the interpreter would between two
 // bytecodes: a handler that raises (SIGINT's KeyboardInterrupt) ends the
 // wait with its exception. Elsewhere it returns at once (no thread but the
 // main one sees signals): the caller then waits as it would have.
-// The most a Ctrl-C waits for a wait that looks for it.
-inline constexpr std::chrono::nanoseconds kSignalLook = std::chrono::milliseconds(50);
-
 template <typename WaitFor>
 void WaitHandlingSignals(WaitFor&& wait_for) {
     if (!OnMainThread()) return;

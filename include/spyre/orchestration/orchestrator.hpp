@@ -110,7 +110,7 @@ public:
 
     private:
         friend class Orchestrator;
-        void End(bool once_inner_end);
+        SPYRE_INTERNAL void End(bool once_inner_end);
         Scope(::Runtime* runtime, int32_t depth) : runtime_(runtime), depth_(depth) {}
         ::Runtime* runtime_;  // the runtime's handle
         int32_t depth_;       // this thread's scope depth once it began
