@@ -418,6 +418,14 @@ struct FuseOps {
         if ((acc != O_RDONLY && !(mode & 0222)) || (acc != O_WRONLY && !(mode & 0444))) return -EACCES;
         if (node->kind == Kind::DevNode) {
             const ProcessId caller = CallerProcess();
+            // An opener in a pid namespace the daemon cannot see comes as
+            // pid 0: it could not be told from any other such process, and
+            // a holder of pid 0 read as nobody's.
+            if (caller.pid <= 0) {
+                LOG_WARN("%s: open refused: the opener's pid is not visible to the daemon (another pid namespace)",
+                         node->fn->address().c_str());
+                return -EPERM;
+            }
             auto open_held = [&] {
                 auto changing = node->card->ChangingHolder();
                 return node->fn->Open(caller);

@@ -12,7 +12,9 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -631,4 +633,36 @@ TEST_F(MockDeviceTest, AWriteRacingAnOpenNeverLandsInTheNewOwnersMemory) {
     ::kill(writer, SIGKILL);
     ::waitpid(writer, nullptr, 0);
     EXPECT_EQ(dirty, 0) << "of " << kRounds << " opens, these found the other process's bytes";
+}
+
+// A daemon in a pid namespace of its own sees an opener outside it as pid 0
+// (FUSE has no pid for it there). Such an opener was recorded as holder pid
+// 0, which every check read as "nobody holds it"; its open is refused now.
+TEST(PidNamespaces, AnOpenerTheDaemonCannotSeeIsRefused) {
+    SPYRE_REQUIRE_FUSE();
+    if (::access("/usr/bin/unshare", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/unshare";
+    if (std::system("/usr/bin/unshare --pid --fork /bin/true >/dev/null 2>&1") != 0)
+        GTEST_SKIP() << "pid namespaces are unavailable here (unshare --pid refused)";
+    const std::string real = spyre::driver::MockDaemon::FindExecutable().string();
+    char dir[] = "/tmp/spyre-pidns-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir), nullptr);
+    const std::string wrapper = std::string(dir) + "/spyre-mockdev";
+    {
+        std::ofstream w(wrapper);
+        w << "#!/bin/sh\nexec /usr/bin/unshare --pid --fork '" << real << "' \"$@\"\n";
+    }
+    ASSERT_EQ(::chmod(wrapper.c_str(), 0755), 0);
+    {
+        spyre::test::ScopedEnv env("SPYRE_MOCKDEV", wrapper.c_str());
+        spyre::driver::MockDaemon daemon = spyre::driver::MockDaemon::Start({.cards = 1, .vfs = 1, .mem = "1G"});
+        const spyre::driver::DeviceRoot root(daemon.mount());
+        const auto functions = root.Functions();
+        ASSERT_FALSE(functions.empty());
+        const int fd = ::open(functions.back().dev_node.c_str(), O_RDWR);
+        const int err = errno;
+        if (fd >= 0) ::close(fd);
+        EXPECT_LT(fd, 0) << "an opener the daemon cannot see got the node";
+        EXPECT_EQ(err, EPERM);
+    }
+    std::filesystem::remove_all(dir);
 }
