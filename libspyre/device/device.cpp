@@ -189,13 +189,12 @@ FlexStream Device::CreateStream(StreamOptions options) {
 
 void Device::Synchronize() {
     SPYRE_TRACE_SCOPE("Device::Synchronize");
-    // Shared pointers: a stream retired meanwhile stays readable until we are done.
-    for (const std::shared_ptr<StreamState>& s : Live(core_).Streams())
-        core_->WaitUntil(s->completed, s->enqueued_count.load(), s->done);
+    SynchronizeFor(std::chrono::nanoseconds::max());  // no deadline
 }
 
 bool Device::SynchronizeFor(std::chrono::nanoseconds timeout) {
     const auto until = DeadlineAfter(timeout);
+    // Shared pointers: a stream retired meanwhile stays readable until we are done.
     for (const std::shared_ptr<StreamState>& s : Live(core_).Streams())
         if (!core_->WaitUntil(s->completed, s->enqueued_count.load(), s->done, until)) return false;
     return true;

@@ -209,34 +209,31 @@ bool Event::Query() const {
     return state_->Reached(state_->recorded.load(std::memory_order_acquire));
 }
 
+namespace {
+// Until the newest record at the call completes, or `until`; whether it
+// did. Each completion of the event's records (in any order) wakes the wait
+// to look again. WaitUntil runs at least once: a host callback is refused
+// every time, not only when the record is still in flight.
+bool WaitForNewestRecord(EventState& e, std::chrono::steady_clock::time_point until) {
+    const uint64_t target = e.recorded.load(std::memory_order_acquire);
+    for (;;) {
+        const uint64_t seen = e.completions.load(std::memory_order_acquire);
+        const bool reached = e.Reached(target);
+        if (!e.core->WaitUntil(e.completions, reached ? 0 : seen + 1, e.done, until)) return false;
+        if (reached) return true;
+    }
+}
+}  // namespace
+
 void Event::Synchronize() const {
     SPYRE_TRACE_SCOPE("Event::Synchronize");
-    LiveState(state_, "Event::Synchronize");
-    // Until the newest record at this call completes: each completion of
-    // the event's records (in any order) wakes the wait to look again.
-    // WaitUntil runs at least once: a host callback is refused every time,
-    // not only when the record is still in flight.
-    const uint64_t target = state_->recorded.load(std::memory_order_acquire);
-    for (;;) {
-        const uint64_t seen = state_->completions.load(std::memory_order_acquire);
-        const bool reached = state_->Reached(target);
-        state_->core->WaitUntil(state_->completions, reached ? 0 : seen + 1, state_->done);
-        if (reached) break;
-    }
+    WaitForNewestRecord(LiveState(state_, "Event::Synchronize"), std::chrono::steady_clock::time_point::max());
     std::lock_guard lock(state_->mu);
     if (state_->error) throw *state_->error;
 }
 
 bool Event::SynchronizeFor(std::chrono::nanoseconds timeout) const {
-    LiveState(state_, "Event::SynchronizeFor");
-    const auto until = DeadlineAfter(timeout);
-    const uint64_t target = state_->recorded.load(std::memory_order_acquire);
-    for (;;) {
-        const uint64_t seen = state_->completions.load(std::memory_order_acquire);
-        const bool reached = state_->Reached(target);
-        if (!state_->core->WaitUntil(state_->completions, reached ? 0 : seen + 1, state_->done, until)) return false;
-        if (reached) return true;
-    }
+    return WaitForNewestRecord(LiveState(state_, "Event::SynchronizeFor"), DeadlineAfter(timeout));
 }
 
 double Event::ElapsedTime(const Event& start, const Event& end) {

@@ -117,15 +117,14 @@ void WaitHandlingSignals(WaitFor&& wait_for) {
     }
 }
 
-// A wait that reports (a stream's, an event's, a device's Synchronize):
-// on the main thread, first in Ctrl-C-aware slices of `timed` (their
-// SynchronizeFor, which reports nothing), then `wait` with the GIL
-// released, which returns at once when the slices saw the work done and
-// throws what it would have.
-template <typename Timed, typename Wait>
-void WaitReportingHandlingSignals(Timed&& timed, Wait&& wait) {
-    WaitHandlingSignals(std::forward<Timed>(timed));
-    WithoutGil(std::forward<Wait>(wait));
+// `waitable.Synchronize()` (a stream's, an event's, a device's) with the
+// GIL released, on the main thread first in Ctrl-C-aware slices of its
+// SynchronizeFor (which reports nothing): the Synchronize after them
+// returns at once when they saw the work done, and throws what it would have.
+template <typename Waitable>
+void SynchronizeHandlingSignals(Waitable& waitable) {
+    WaitHandlingSignals([&](std::chrono::nanoseconds slice) { return waitable.SynchronizeFor(slice); });
+    WithoutGil([&] { waitable.Synchronize(); });
 }
 
 // Destroys what `p` owns with the GIL released: destructors of streams,

@@ -165,8 +165,7 @@ void BindHost(py::module_& m) {
         .def("synchronize", [](const DeviceSlot& s) {
                 std::shared_ptr<Device> d = s.shared();
                 if (!d) s.ThrowClosed("Device.synchronize");
-                WaitReportingHandlingSignals([&](std::chrono::nanoseconds slice) { return d->SynchronizeFor(slice); },
-                                             [&] { d->Synchronize(); });
+                SynchronizeHandlingSignals(*d);
                 Deferred::Instance().Drain();
             }, "Waits (GIL released) for every stream of the device; raises no stream's error (each stays with its stream, whose synchronize or last_error reports it).")
         .def("close", &DeviceSlot::Close,

@@ -49,8 +49,7 @@ void Copy(PyStream& s, bool to_device, py::handle host, PyBuffer& b, int64_t off
 }
 
 void Wait(const std::shared_ptr<FlexStream>& s) {
-    WaitReportingHandlingSignals([&](std::chrono::nanoseconds slice) { return s->SynchronizeFor(slice); },
-                                 [&] { s->Synchronize(); });
+    SynchronizeHandlingSignals(*s);
     Deferred::Instance().Drain();
 }
 
@@ -135,8 +134,7 @@ void BindStreams(py::module_& m) {
              "True once the last record completed (or there was none).")
         .def("synchronize", [](const PyEvent& e) {
                 auto ev = e.Share("Event.synchronize");
-                WaitReportingHandlingSignals([&](std::chrono::nanoseconds slice) { return ev->SynchronizeFor(slice); },
-                                             [&] { ev->Synchronize(); });
+                SynchronizeHandlingSignals(*ev);
                 Deferred::Instance().Drain();
             }, "Waits (GIL released) for the last record; raises the recording stream's error.")
         .def_property_readonly("device", [](const PyEvent& e) { return e.slot(); })
@@ -170,9 +168,7 @@ void BindStreams(py::module_& m) {
         .def_property_readonly("device", [](const PySpyreStream& s) { return s.slot(); })
         .def("synchronize", [](const PySpyreStream& s) {
                 auto ss = s.Share("SpyreStream.synchronize");
-                WaitReportingHandlingSignals(
-                    [&](std::chrono::nanoseconds slice) { return ss->flex_stream().SynchronizeFor(slice); },
-                    [&] { ss->Synchronize(); });
+                SynchronizeHandlingSignals(ss->flex_stream());
                 Deferred::Instance().Drain();
             }, "Waits (GIL released); raises the stream's sticky error.");
 }

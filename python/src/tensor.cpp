@@ -82,8 +82,7 @@ std::shared_ptr<PyTensor> Upload(const SlotPtr& slot, const std::shared_ptr<PySt
     auto t = UploadAsync(slot, stream_arg, data, bytes, std::move(shape), dtype, layout, std::move(keeper), what);
     if (!stream_arg) {
         auto s = DefaultStream(slot)->Share(what);
-        WaitReportingHandlingSignals([&](std::chrono::nanoseconds slice) { return s->SynchronizeFor(slice); },
-                                     [&] { s->Synchronize(); });
+        SynchronizeHandlingSignals(*s);
         Deferred::Instance().Drain();
     }
     return t;
@@ -130,14 +129,12 @@ py::array ToNumpy(PyTensor& pt, const std::shared_ptr<PyStream>& stream_arg) {
         // Whatever stream wrote the tensor: wait for all of the device's.
         auto dev = pt.slot()->shared();
         if (!dev) pt.slot()->ThrowClosed(what);
-        WaitReportingHandlingSignals([&](std::chrono::nanoseconds slice) { return dev->SynchronizeFor(slice); },
-                                     [&] { dev->Synchronize(); });
+        SynchronizeHandlingSignals(*dev);
         stream = DefaultStream(pt.slot());
     }
     Download(pt, *stream, out.mutable_data(), out, what);
     auto s = stream->Share(what);
-    WaitReportingHandlingSignals([&](std::chrono::nanoseconds slice) { return s->SynchronizeFor(slice); },
-                                 [&] { s->Synchronize(); });
+    SynchronizeHandlingSignals(*s);
     Deferred::Instance().Drain();
     return out;
 }
@@ -184,13 +181,11 @@ py::capsule ExportDLPack(PyTensor& pt) {
     ex->shape = t.shape();
     auto dev = pt.slot()->shared();
     if (!dev) pt.slot()->ThrowClosed(what);
-    WaitReportingHandlingSignals([&](std::chrono::nanoseconds slice) { return dev->SynchronizeFor(slice); },
-                                 [&] { dev->Synchronize(); });
+    SynchronizeHandlingSignals(*dev);
     auto stream = DefaultStream(pt.slot());
     Download(pt, *stream, ex->data.get(), py::none(), what);
     auto s = stream->Share(what);
-    WaitReportingHandlingSignals([&](std::chrono::nanoseconds slice) { return s->SynchronizeFor(slice); },
-                                 [&] { s->Synchronize(); });
+    SynchronizeHandlingSignals(*s);
     DLTensor& dl = ex->managed.dl_tensor;
     dl.data = ex->data.get();
     dl.device = {kDLCPU, 0};
