@@ -65,6 +65,9 @@ std::vector<uint8_t> WithRowStrides(const BuiltKernel& kernel, const spyre_kerne
                     " is less than its width " + std::to_string(op.shape[1]));
         op.strides[0] = uint64_t(stride);
         op.strides[1] = 1;
+        if (spyre_operand_extent(&op) == 0)
+            Invalid("operand " + std::to_string(r.slot) + "'s row stride " + std::to_string(stride) +
+                    " makes it span more than 2^64 bytes");
     }
     for (int i = int(kernel.tensor_count()); i < SPYRE_KERNEL_MAX_OPERANDS; ++i)
         if (spec.row_stride[i] != 0)

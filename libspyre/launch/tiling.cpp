@@ -129,6 +129,145 @@ uint64_t MulChecked(uint64_t a, uint64_t b, const std::string& what) {
     return r;
 }
 
+
+const char* OpName(uint16_t opcode) {
+    switch (opcode) {
+    case SPYRE_PROG_OP_MATMUL: return "matmul";
+    case SPYRE_PROG_OP_ADD: return "add";
+    case SPYRE_PROG_OP_SUB: return "sub";
+    case SPYRE_PROG_OP_MUL: return "mul";
+    case SPYRE_PROG_OP_DIV: return "div";
+    case SPYRE_PROG_OP_RELU: return "relu";
+    case SPYRE_PROG_OP_GELU: return "gelu";
+    case SPYRE_PROG_OP_SOFTMAX: return "softmax";
+    case SPYRE_PROG_OP_REDUCE_SUM: return "reduce_sum";
+    case SPYRE_PROG_OP_REDUCE_MAX: return "reduce_max";
+    case SPYRE_PROG_OP_COPY: return "copy";
+    case SPYRE_PROG_OP_FILL: return "fill";
+    default: return "op";
+    }
+}
+
+// What the program's own ops ask of tiling, checked against the metadata's
+// loop map: a hand-edited plan may drop untileable_loops or map a dim to the
+// wrong loop, and tiling by it would compute a wrong answer without an
+// error. Two operand dims an op pairs (matmul's K in A and B, an
+// elementwise op's dims, a copy's permuted dims) must sit on one loop when
+// either is split, and the axis of a softmax or a reduce must not be split.
+// Operands the program does not bind to a tensor, and leading dims an
+// operand has beyond its tensor's rank, are never tiled. Malformed ops are
+// skipped here: the device refuses them with its own error.
+class ProgramLoops {
+public:
+    ProgramLoops(const Slots& slots, const ProgramImage& image) : slots_(slots), image_(image) {
+        slot_of_.assign(image.operands.size(), SIZE_MAX);
+        for (const spyre_program_reloc& r : image.relocs)
+            if (r.operand < image.operands.size() && r.slot < slots.loops.size()) slot_of_[r.operand] = r.slot;
+    }
+
+    // Throws when an op pairs dims the loop map puts apart and one of them
+    // is split (`split[loop]`).
+    void CheckPairs(const std::vector<bool>& split) const {
+        for (size_t i = 0; i < image_.ops.size(); ++i) {
+            const spyre_program_op& op = image_.ops[i];
+            auto pair = [&](int a, unsigned da, int b, unsigned db) {
+                const Dim x = At(op, a, da), y = At(op, b, db);
+                if (!x.known || !y.known || x.loop == y.loop) return;
+                if (!(x.loop >= 0 && split[size_t(x.loop)]) && !(y.loop >= 0 && split[size_t(y.loop)])) return;
+                Invalid("op " + std::to_string(i) + " (" + OpName(op.opcode) + ") pairs " + Text(x) + " with " + Text(y) +
+                        ", but the compute's loop map puts them on different loops, and tiling would pair the wrong "
+                        "elements; fix the tensors' loops in the plan");
+            };
+            const unsigned rank = Rank(op, 0);
+            switch (op.opcode) {
+            case SPYRE_PROG_OP_MATMUL:
+                pair(0, 0, 2, 0);
+                pair(0, 1, 1, 0);
+                pair(1, 1, 2, 1);
+                break;
+            case SPYRE_PROG_OP_ADD:
+            case SPYRE_PROG_OP_SUB:
+            case SPYRE_PROG_OP_MUL:
+            case SPYRE_PROG_OP_DIV:
+                for (unsigned d = 0; d < Rank(op, 2); ++d)
+                    for (int in = 0; in < 2; ++in)
+                        if (Size(op, in, d) != 1) pair(in, d, 2, d);  // a size-1 dim broadcasts
+                break;
+            case SPYRE_PROG_OP_RELU:
+            case SPYRE_PROG_OP_GELU:
+            case SPYRE_PROG_OP_SOFTMAX:
+                for (unsigned d = 0; d < rank; ++d) pair(0, d, 1, d);
+                break;
+            case SPYRE_PROG_OP_REDUCE_SUM:
+            case SPYRE_PROG_OP_REDUCE_MAX:
+                for (unsigned d = 0; d < rank; ++d)
+                    if (d != op.u.axis.axis) pair(0, d, 1, d);
+                break;
+            case SPYRE_PROG_OP_COPY:
+                for (unsigned d = 0; d < rank && d < SPYRE_PROGRAM_MAX_RANK; ++d) pair(1, d, 0, op.u.copy.perm[d]);
+                break;
+            default: break;
+            }
+        }
+    }
+
+    // Why `loop` must stay whole ("op 0 (softmax) needs all of tensor 0 (X)
+    // dim 1 at once"), or empty.
+    std::string WholeReason(int loop) const {
+        for (size_t i = 0; i < image_.ops.size(); ++i) {
+            const spyre_program_op& op = image_.ops[i];
+            if (op.opcode != SPYRE_PROG_OP_SOFTMAX && op.opcode != SPYRE_PROG_OP_REDUCE_SUM &&
+                op.opcode != SPYRE_PROG_OP_REDUCE_MAX)
+                continue;
+            const Dim x = At(op, 0, op.u.axis.axis);
+            if (x.known && x.loop == loop)
+                return "op " + std::to_string(i) + " (" + OpName(op.opcode) + ") needs all of " + Text(x) + " at once";
+        }
+        return {};
+    }
+
+private:
+    // An operand dim: the tensor dim it is bound to and that dim's loop
+    // (-1: never tiled); not known when the op or the dim is malformed.
+    struct Dim {
+        bool known = false;
+        size_t slot = SIZE_MAX;
+        unsigned dim = 0;
+        int loop = -1;
+    };
+    const spyre_program_operand* Operand(const spyre_program_op& op, int which) const {
+        const uint16_t index = op.operands[which];
+        return index < image_.operands.size() ? &image_.operands[index] : nullptr;
+    }
+    unsigned Rank(const spyre_program_op& op, int which) const {
+        const spyre_program_operand* o = Operand(op, which);
+        return o ? std::min<unsigned>(o->rank, SPYRE_PROGRAM_MAX_RANK) : 0;
+    }
+    uint64_t Size(const spyre_program_op& op, int which, unsigned d) const {
+        const spyre_program_operand* o = Operand(op, which);
+        return o && d < Rank(op, which) ? o->shape[d] : 0;
+    }
+    Dim At(const spyre_program_op& op, int which, unsigned d) const {
+        const spyre_program_operand* o = Operand(op, which);
+        if (!o || d >= Rank(op, which)) return {};
+        const size_t slot = slot_of_[op.operands[which]];
+        if (slot == SIZE_MAX) return {true, slot, d, -1};
+        const std::vector<int>& loops = slots_.loops[slot];
+        const unsigned lead = Rank(op, which) > loops.size() ? unsigned(Rank(op, which) - loops.size()) : 0;
+        if (d < lead) return {true, slot, d, -1};  // a leading dim of size 1 the tensor does not have
+        if (d - lead >= loops.size()) return {};
+        return {true, slot, d - lead, loops[d - lead]};
+    }
+    std::string Text(const Dim& x) const {
+        if (x.slot == SIZE_MAX) return "an operand no tensor is bound to";
+        return slots_.Name(x.slot) + " dim " + std::to_string(x.dim) +
+               (x.loop < 0 ? " (never tiled)" : " (loop " + std::to_string(x.loop) + ")");
+    }
+
+    const Slots& slots_;
+    const ProgramImage& image_;
+    std::vector<size_t> slot_of_;  // per operand: the tensor slot bound to it, or SIZE_MAX
+};
 }  // namespace
 
 TilingPlan PlanTiling(const SpyreCompute& compute, std::span<const TiledTensor> tensors) {
@@ -187,28 +326,40 @@ TilingPlan PlanTiling(const SpyreCompute& compute, std::span<const TiledTensor> 
     std::optional<ProgramImage> image;
     if (!compute.binary.empty()) image = ProgramImage::Decode(compute.binary);
 
-    TilingPlan plan;
-    std::vector<TileLoop> tiled_plain, tiled_reduction;
+    std::vector<TileLoop> every;
+    std::vector<bool> split(size_t(nloops), false);
     for (int loop = 0; loop < nloops; ++loop) {
         const int64_t t = tile[size_t(loop)];
         const int64_t e = extent[size_t(loop)] ? extent[size_t(loop)] : t;
-        TileLoop l{loop, e, t, (e + t - 1) / t, e % t, Contains(compute.reduction_loops, loop)};
+        every.push_back({loop, e, t, (e + t - 1) / t, e % t, Contains(compute.reduction_loops, loop)});
+        split[size_t(loop)] = every.back().count > 1;
+    }
+    std::optional<ProgramLoops> program;
+    if (image) {
+        program.emplace(slots, *image);
+        program->CheckPairs(split);
+    }
+
+    TilingPlan plan;
+    std::vector<TileLoop> tiled_plain, tiled_reduction;
+    for (const TileLoop& l : every) {
         if (l.count == 1) continue;
+        const int loop = l.loop;
         const std::string name = slots.LoopName(loop);
-        const std::string split = " (extent " + std::to_string(e) + ", tile " + std::to_string(t) + ")";
+        const std::string split_text = " (extent " + std::to_string(l.extent) + ", tile " + std::to_string(l.tile) + ")";
         if (Contains(compute.untileable_loops, loop))
-            Unsupported(name + " would be split" + split + ", but the compute marks it untileable");
+            Unsupported(name + " would be split" + split_text + ", but the compute marks it untileable");
         if (l.reduction) {
             // Accumulating partial sums is only right if every op is a matmul
             // (C += A*B); any other op would be applied to a partial result.
             if (!image)
-                Unsupported(name + " is a reduction that would be split" + split +
+                Unsupported(name + " is a reduction that would be split" + split_text +
                             ", but the compute carries no host copy of its binary to check it is a matmul");
             const bool all_matmul = !image->ops.empty() && std::all_of(image->ops.begin(), image->ops.end(), [](const auto& op) {
                 return op.opcode == SPYRE_PROG_OP_MATMUL;
             });
             if (!all_matmul)
-                Unsupported(name + " is a reduction that would be split" + split +
+                Unsupported(name + " is a reduction that would be split" + split_text +
                             "; only a compute made of MATMUL ops can accumulate partial results");
         }
         for (size_t s = 0; s < nslots; ++s) {
@@ -220,9 +371,12 @@ TilingPlan PlanTiling(const SpyreCompute& compute, std::span<const TiledTensor> 
                 Invalid(name + " is listed as a reduction, but output " + slots.Name(s) + " is indexed by it");
             // Every tile would write the same output elements, each overwriting the last.
             if (!l.reduction && !varies)
-                Unsupported(name + " would be split" + split + ", but output " + slots.Name(s) +
+                Unsupported(name + " would be split" + split_text + ", but output " + slots.Name(s) +
                             " does not vary along it; list it in reduction_loops (matmul) or untileable_loops");
         }
+        if (program)
+            if (const std::string why = program->WholeReason(loop); !why.empty())
+                Unsupported(name + " would be split" + split_text + ", but " + why);
         (l.reduction ? tiled_reduction : tiled_plain).push_back(l);
     }
     plan.loops = std::move(tiled_plain);

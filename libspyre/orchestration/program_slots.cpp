@@ -60,6 +60,12 @@ ProgramSlots SlotsAt(std::span<const uint8_t> memory) {
     }
 }
 
+std::string NoExtent(const SlotUse& u) {
+    return "operand " + std::to_string(u.operand) + " (" + u.shape +
+           ") spans no bytes the device can address: its dtype or layout is unknown, or its shape and strides "
+           "overflow 64 bits";
+}
+
 std::string SlotUseError(int32_t kernel_id, const ProgramSlots& slots, std::span<const uint64_t> sizes,
                          std::span<const uint64_t> addresses, std::span<const int32_t> kinds) {
     if (slots.count >= 0 && sizes.size() != size_t(slots.count))
@@ -73,6 +79,7 @@ std::string SlotUseError(int32_t kernel_id, const ProgramSlots& slots, std::span
         if (u.slot >= sizes.size())
             return program() + " takes argument " + std::to_string(u.slot) + ", but the task passes " +
                    std::to_string(sizes.size()) + " parameter(s)";
+        if (u.bytes == 0) return "kernel " + std::to_string(kernel_id) + "'s device program: " + NoExtent(u);
         if (u.bytes > sizes[u.slot])
             return "parameter " + std::to_string(u.slot) + " (" + ParamKindName(kinds[u.slot]) + ") is " +
                    std::to_string(sizes[u.slot]) + " bytes, but " + program() + " spans " + std::to_string(u.bytes) +

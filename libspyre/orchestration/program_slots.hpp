@@ -46,13 +46,18 @@ ProgramSlots SlotsOf(const ProgramImage& image);
 // task runs it).
 ProgramSlots SlotsAt(std::span<const uint8_t> memory);
 
+// "operand 2 (fp32 [4, 8]) spans no bytes the device can address: ...":
+// why a use with no extent (bytes 0) can never run.
+std::string NoExtent(const SlotUse& u);
+
 // What is wrong with a task of kernel `kernel_id` whose parameter i has a
 // region of sizes[i] bytes at device address addresses[i] (0 for an
 // implicit output: its heap block is aligned for any operand) and kind
 // kinds[i] (PARAM_*): another number of parameters than the program's
-// slots (the device refuses it with RELOCATION), a region smaller than an
-// operand or at an address the operand cannot start at (MISALIGNED), or a
-// written operand passed as INPUT. Empty when nothing is.
+// slots (the device refuses it with RELOCATION), an operand with no extent
+// (SHAPE), a region smaller than an operand or at an address the operand
+// cannot start at (MISALIGNED), or a written operand passed as INPUT. Empty
+// when nothing is.
 std::string SlotUseError(int32_t kernel_id, const ProgramSlots& slots, std::span<const uint64_t> sizes,
                          std::span<const uint64_t> addresses, std::span<const int32_t> kinds);
 

@@ -100,6 +100,10 @@ void RegisterProgram(RuntimeState& state, int32_t kernel_id, std::span<const uin
     } catch (const Error& e) {
         throw Error(ErrorKind::InvalidArgument, what + " is not a program image: " + e.message());
     }
+    // Checked here as the device would at run time: a task's parameters
+    // are held against each operand's extent when it is submitted.
+    for (const SlotUse& u : k.slots.uses)
+        if (u.bytes == 0) throw Error(ErrorKind::InvalidArgument, what + ": " + NoExtent(u));
     Device& dev = *state.device;
     DeviceBuffer buffer = dev.AllocateBuffer(image.size());
     dev.dma().Wait(dev.dma().CopyToDevice(image.data(), buffer.handle(), image.size()));

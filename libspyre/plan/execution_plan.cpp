@@ -171,6 +171,7 @@ private:
             BlobFail(c, "binary", "program has " + std::to_string(program.slot_count) +
                                       " correction slots; the operation has " + std::to_string(slots) + " tensors");
         CheckOperandsMatchTensors(c, program, compute.tensors);
+        CheckWritesGoToOutputs(c, program, compute.tensors);
         compute.reduction_loops = ReadLoopList(c.Field("reduction_loops"), loop_sizes);
         compute.untileable_loops = ReadLoopList(c.Field("untileable_loops"), loop_sizes);
         CheckReductionLoops(c.Field("reduction_loops"), compute);
@@ -179,6 +180,27 @@ private:
         op.tensor_indices = std::move(tensor_indices);
         if (const std::optional<Node> k = n.OptionalField("correction")) op.correction = ReadCorrection(*k, slots);
         return op;
+    }
+
+    // Each op writes its last operand (uapi/spyre_program.h). A slot bound
+    // to an input tensor would have the launch overwrite the caller's input
+    // (or fault OVERLAP when the same tensor is also read).
+    void CheckWritesGoToOutputs(const Node& entry, const ProgramImage& program,
+                                const std::vector<TensorSpec>& tensors) const {
+        std::vector<bool> written(program.operands.size(), false);
+        for (const spyre_program_op& op : program.ops)
+            for (int i = 3; i >= 0; --i)
+                if (op.operands[i] != SPYRE_OPERAND_NONE) {
+                    if (op.operands[i] < written.size()) written[op.operands[i]] = true;
+                    break;
+                }
+        for (const spyre_program_reloc& r : program.relocs) {
+            if (r.operand >= written.size() || r.slot >= tensors.size() || !written[r.operand]) continue;
+            if (tensors[r.slot].role != TensorRole::Output)
+                BlobFail(entry, "binary", "writes operand " + std::to_string(r.operand) + " (slot " +
+                                              std::to_string(r.slot) + "), but the operation binds input tensor \"" +
+                                              tensors[r.slot].name + "\" there; a written slot takes an output");
+        }
     }
 
     // The tiler trusts the manifest's shapes and strides, so they must be the

@@ -2,6 +2,8 @@
 // ExecutionPlan (seed 001): CompilerOutput (plan.json + blobs, read from and
 // written to a directory), the parsed plan and its Operations, and
 // load_execution_plan (binaries to device; cached per device by content).
+#include <map>
+
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
@@ -66,11 +68,20 @@ void BindPlan(py::module_& m) {
                 return d;
             },
             [](CompilerOutput& c, const py::dict& d) {
-                c.blobs.clear();
+                // Checked whole before c changes: a bad entry leaves the old blobs.
+                std::map<std::string, std::vector<uint8_t>> blobs;
                 for (auto [k, v] : d) {
-                    std::string b = v.cast<py::bytes>();
-                    c.blobs[k.cast<std::string>()] = std::vector<uint8_t>(b.begin(), b.end());
+                    if (!py::isinstance<py::str>(k) || !(py::isinstance<py::bytes>(v) || py::isinstance<py::bytearray>(v)))
+                        throw Error(ErrorKind::InvalidArgument,
+                                    "CompilerOutput.blobs: entry " + std::string(py::repr(k)) + " is " +
+                                        std::string(py::str(py::type::handle_of(k).attr("__name__"))) + " -> " +
+                                        std::string(py::str(py::type::handle_of(v).attr("__name__"))) +
+                                        "; give file names (str) -> bytes");
+                    const std::string b = py::isinstance<py::bytes>(v) ? std::string(v.cast<py::bytes>())
+                                                                      : std::string(v.cast<py::bytearray>());
+                    blobs[k.cast<std::string>()] = std::vector<uint8_t>(b.begin(), b.end());
                 }
+                c.blobs = std::move(blobs);
             }, "File name -> bytes.")
         .def_static("read_directory", [](const std::filesystem::path& dir) {
                 return WithoutGil([&] { return CompilerOutput::ReadDirectory(dir); });

@@ -246,6 +246,10 @@ std::shared_ptr<PyTensor> FromDLPack(py::object obj, const SlotPtr& slot, const 
         throw Error(ErrorKind::InvalidArgument, std::string(what) + ": a malformed DLPack tensor (ndim " +
                                                     std::to_string(dl.ndim) + (dl.shape ? "" : ", no shape") +
                                                     (dl.data ? "" : ", no data") + ")");
+    // As from_numpy: a device tensor has at least one dim, and shape ()
+    // would come back as (1,).
+    if (dl.ndim == 0)
+        throw Error(ErrorKind::InvalidArgument, std::string(what) + ": a 0-d tensor has no dims; give it one (reshape(1))");
     std::vector<int64_t> shape(dl.shape, dl.shape + dl.ndim);
     if (dl.strides) {
         int64_t expect = 1;
@@ -263,7 +267,7 @@ std::shared_ptr<PyTensor> FromDLPack(py::object obj, const SlotPtr& slot, const 
         if (t && t->deleter) t->deleter(t);
     });
     const void* data = static_cast<const uint8_t*>(dl.data) + dl.byte_offset;
-    const uint64_t bytes = HostBytes(shape.empty() ? std::vector<int64_t>{1} : shape, dtype);
+    const uint64_t bytes = HostBytes(shape, dtype);
     return Upload(slot, stream, data, bytes, shape, dtype, layout, owner, what);
 }
 

@@ -46,6 +46,10 @@ def test_errors(dev):
         spyre.from_dlpack(np.zeros(3, np.float64), dev)
     with pytest.raises(spyre.InvalidArgument, match="list has no __dlpack__"):
         spyre.from_dlpack([1, 2], dev)
+    # As from_numpy: a 0-d tensor would come back as shape (1,).
+    with pytest.raises(spyre.InvalidArgument, match="0-d tensor has no dims"):
+        spyre.from_dlpack(np.array(3.0, np.float32), dev)
+    assert spyre.from_dlpack(np.float32([3.0]), dev).to_numpy().shape == (1,)
 
     class OnGpu:
         def __dlpack_device__(self):

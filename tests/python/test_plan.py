@@ -72,3 +72,11 @@ def test_errors(dev, tmp_path):
     other.manifest = two_ops().manifest
     with pytest.raises(spyre.InvalidArgument):
         other.write_directory(tmp_path / "w")
+    # A blob that is not bytes (or a name that is not str) is refused whole,
+    # typed, and leaves the blobs as they were.
+    for bad_blobs in ({"a.bin": 7}, {"a.bin": "text"}, {3: b"x"}, {"a.bin": b"x", "b.bin": None}):
+        with pytest.raises(spyre.InvalidArgument, match="CompilerOutput.blobs: entry"):
+            other.blobs = bad_blobs
+        assert other.blobs == {"../escape": b"x"}
+    other.blobs = {"a.bin": bytearray(b"\x01\x02")}
+    assert other.blobs == {"a.bin": b"\x01\x02"}

@@ -83,9 +83,11 @@ inline constexpr int64_t kMaxTileIterations = int64_t(1) << 20;
 // Plans tiled execution of `compute` over `tensors` (one per slot, inputs then
 // outputs). Throws Error InvalidArgument for tensors that do not fit the
 // compute (count, rank, dtype, strides, a dim smaller than its tile,
-// disagreeing extents, too many iterations) and Unsupported for tiling the
-// compute cannot do (an untileable loop, a reduction loop of a compute that
-// is not all MATMUL, a non-reduction loop an output does not vary along).
+// disagreeing extents, too many iterations, a loop map that puts two dims
+// an op of the binary pairs on different loops) and Unsupported for tiling
+// the compute cannot do (an untileable loop or the axis of a SOFTMAX or
+// REDUCE op, a reduction loop of a compute that is not all MATMUL, a
+// non-reduction loop an output does not vary along).
 TilingPlan PlanTiling(const SpyreCompute& compute, std::span<const TiledTensor> tensors);
 
 // The compute binary re-specialised for one variant: every relocated operand

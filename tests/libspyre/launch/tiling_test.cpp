@@ -315,6 +315,47 @@ TEST(Tiling, UntileableLoopIsRefused) {
     EXPECT_NE(e.message().find("untileable"), std::string::npos) << e.message();
 }
 
+// The program's own ops say which loops must stay whole and which dims go
+// together, whatever the (hand-edited) metadata lists: a softmax whose
+// untileable_loops were dropped, or a transpose whose loop map was made the
+// identity, would otherwise tile into a wrong answer.
+TEST(Tiling, TheProgramsOpsOverruleMetadataThatWouldTileWrong) {
+    const BuiltKernel sm = KernelBuilder().Softmax({8, 64}, DType::FP32);
+    SpyreCompute c = FromKernel(sm);
+    c.tensors = {Spec(sm.inputs[0], "X", TensorRole::Input), Spec(sm.outputs[0], "Y", TensorRole::Output)};
+    ASSERT_TRUE(c.untileable_loops.empty());
+    EXPECT_EQ(PlanTiling(c, std::vector<TiledTensor>{Dense({32, 64}), Dense({32, 64})}).iterations.size(), 4u);
+    Error e = Catch([&] { PlanTiling(c, std::vector<TiledTensor>{Dense({8, 128}), Dense({8, 128})}); });
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    EXPECT_NE(e.message().find("loop 1 (X dim 1, Y dim 1) would be split (extent 128, tile 64)"), std::string::npos)
+        << e.message();
+    EXPECT_NE(e.message().find("op 0 (softmax) needs all of tensor 0 (X) dim 1 (loop 1) at once"), std::string::npos)
+        << e.message();
+
+    // A square transpose with the identity loop map on Y: tiling would pair
+    // X's tile (i, j) with Y's tile (i, j), not (j, i).
+    const BuiltKernel tr = KernelBuilder().Transpose({32, 32}, {1, 0}, DType::FP32);
+    SpyreCompute t = FromKernel(tr);
+    t.tensors = {Spec(tr.inputs[0], "X", TensorRole::Input, {0, 1}), Spec(tr.outputs[0], "Y", TensorRole::Output, {0, 1})};
+    e = Catch([&] { PlanTiling(t, std::vector<TiledTensor>{Dense({64, 64}), Dense({64, 64})}); });
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    EXPECT_NE(e.message().find("op 0 (copy) pairs tensor 1 (Y) dim 0 (loop 0) with tensor 0 (X) dim 1 (loop 1)"),
+              std::string::npos)
+        << e.message();
+
+    // Matmul whose B is mapped on (m, n) instead of (k, n): with M = K the
+    // extents agree, and B's tiles would walk M.
+    SpyreCompute mm = MatmulCompute(16, 16, 16);
+    mm.tensors[1].loops = {0, 2};
+    e = Catch([&] { PlanTiling(mm, Matmul(32, 32, 16)); });
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    EXPECT_NE(e.message().find("op 0 (matmul) pairs tensor 0 (A) dim 1 (loop 1) with tensor 1 (B) dim 0 (loop 0)"),
+              std::string::npos)
+        << e.message();
+    // The right map still tiles the same shapes.
+    EXPECT_EQ(PlanTiling(MatmulCompute(16, 16, 16), Matmul(32, 32, 16)).iterations.size(), 4u);
+}
+
 TEST(Tiling, ReductionTilingOfANonMatmulIsRefused) {
     const BuiltKernel sum = KernelBuilder().Reduce(ReduceKind::Sum, {8, 64}, 1, DType::FP32);
     SpyreCompute c = FromKernel(sum);

@@ -779,6 +779,20 @@ TEST(OrchestrationQueues, ATasksParametersAreCheckedAgainstItsDeviceProgram) {
         for (int i = 0; i < 256; ++i) ASSERT_EQ(a[768 + i], 2.0f) << "element " << i;
         for (int i = 0; i < 256; ++i) a[768 + i] = 1.0f;
     }
+    // An operand whose extent overflows 64 bits spans "0" bytes to
+    // spyre_operand_extent: every parameter passed the size check, and only
+    // the card refused the task (SHAPE) at the wait. Refused when registered.
+    ProgramImage huge = ProgramImage::Decode(image);
+    huge.operands[0].rank = 2;
+    huge.operands[0].shape[0] = 4;
+    huge.operands[0].shape[1] = 64;
+    huge.operands[0].strides[0] = uint64_t(INT64_MAX);
+    huge.operands[0].strides[1] = 1;
+    const std::vector<uint8_t> huge_image = huge.Encode();
+    EXPECT_EQ(pto_register_program(orch.handle(), kImageAdd + 10, huge_image.data(), huge_image.size()), -EINVAL);
+    EXPECT_NE(std::string(pto_last_error()).find("operand 0 (fp32 [4, 64]) spans no bytes the device can address"),
+              std::string::npos)
+        << pto_last_error();
     EXPECT_EQ(pto_submit_task(orch.handle(), kImageAdd, WORKER_VECTOR, nullptr, 0), -EINVAL);
     EXPECT_NE(std::string(pto_last_error()).find("takes 3 argument(s), but the task passes 0 parameter(s)"), std::string::npos)
         << pto_last_error();

@@ -121,6 +121,15 @@ int main(int argc, char** argv) {
     bad.row_stride[0] = 128; /* a 1-D operand */
     CHECK(spyre_build_kernel(&bad, image, sizeof image) == -EINVAL);
     CHECK(strstr(pto_last_error(), "needs a 2-D operand") != NULL);
+    /* A row stride whose operand would span more than 2^64 bytes: the host's
+     * size checks would read its extent as 0 and pass every parameter. */
+    bad = relu;
+    bad.rank = 2;
+    bad.shape[0] = 4;
+    bad.shape[1] = 8;
+    bad.row_stride[0] = INT64_MAX;
+    CHECK(spyre_build_kernel(&bad, image, sizeof image) == -EINVAL);
+    CHECK(strstr(pto_last_error(), "makes it span more than 2^64 bytes") != NULL);
     CHECK(spyre_build_kernel(NULL, image, sizeof image) == -EINVAL);
 
     /* A runtime on host memory has no device for programs. */

@@ -502,6 +502,9 @@ const Malformed kMalformed[] = {
          j["tensors"][0]["bytes"] = 64 * 64 * 4;
      }),
      {"plans/mm/mm.bin", "operand 0 (slot 0)", "mm.input0"}},
+    {"WrittenSlotBoundToAnInput", EditJson([](json& j) { j["tensors"][2]["role"] = "input"; }),
+     {"plans/mm/mm.bin", "writes operand 2 (slot 2), but the operation binds input tensor \"mm.output0\" there",
+      "operations[0].compute.binary"}},
     {"ReductionLoopNotOfTheOp", EditJson([](json& j) { j["operations"][0]["compute"]["reduction_loops"] = json::array({5}); }),
      {"operations[0].compute.reduction_loops[0]:", "indexes none"}},
     {"ReductionLoopIndexesOutput",
