@@ -40,6 +40,10 @@ struct Worker::Impl {
 struct HostGraph::Impl {
     Worker::Impl& worker;
     host::RunState& run;
+    // The orchestration function may hand the graph to threads of its own:
+    // one of them submits at a time (the names, the spares and the
+    // dispatcher's per-run submission counts are a single submitter's).
+    std::mutex submit_mu;
     std::map<std::string, int> counts;  // default task names: "<function>#<n>"
     std::vector<std::unique_ptr<host::HostTask>> spares;  // Dispatcher::NewTask's
 
@@ -81,6 +85,7 @@ uint64_t HostGraph::Chip(const std::string& function, std::vector<TensorArg> arg
         throw Error(ErrorKind::InvalidArgument, "chip task '" + (options.name.empty() ? function : options.name) +
                                                     "' names device " + std::to_string(*options.device) +
                                                     ", but the Worker has " + std::to_string(devices));
+    std::lock_guard lock(impl_.submit_mu);
     auto t = impl_.Make(Level::Chip, function, std::move(args), options.name);
     t->pinned = options.device;
     t->chip = entry;
@@ -102,6 +107,7 @@ uint64_t HostGraph::Sub(const std::string& name, std::vector<TensorArg> args, Su
 uint64_t HostGraph::Sub(const std::string& name, SubWorkerFn fn, std::vector<TensorArg> args, SubOptions options) {
     if (!fn) throw Error(ErrorKind::InvalidArgument, "SubWorker task '" + name + "': no function");
     impl_.NeedSubWorkers(name);
+    std::lock_guard lock(impl_.submit_mu);
     auto t = impl_.Make(Level::Host, name, std::move(args), options.name);
     t->fn = std::move(fn);
     return impl_.Submit(std::move(t));
@@ -255,7 +261,7 @@ RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> arg
     owned->window = size_t(impl.config.max_tasks_in_flight);
     owned->outputs.assign(args.begin() + long(program.num_inputs), args.end());
     std::shared_ptr<host::RunState> run = impl.dispatcher->Begin(std::move(owned));
-    HostGraph::Impl graph_impl{impl, *run, {}, {}};
+    HostGraph::Impl graph_impl{impl, *run, {}, {}, {}};
     HostGraph graph(graph_impl);
     std::optional<TaskFailureInfo> failed;
     try {

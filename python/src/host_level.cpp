@@ -64,6 +64,9 @@ struct WrappedArray {
     uintptr_t lo, hi;  // the bytes the array spans
     HostTensor tensor;
     bool copied = false;  // `tensor` is a copy of those bytes, not over them
+    // The copy's bytes go back into the array when its run ends (a
+    // writable run input that is not C-contiguous, PyRun::copied).
+    bool writes_back = false;
     // A copy's source array, kept while the record is: its memory must not
     // be freed and reused by an unrelated array, which would then read as
     // overlapping the copy.
@@ -99,16 +102,24 @@ ByteSpan SpanOf(const py::array& a) {
 // The tensor wrapped already over the memory of `a` (C-contiguous, of
 // `dtype` and `shape`), or a row range of one; nullopt when no wrapped
 // tensor overlaps it. `contiguous` false: `a` is copied, so any overlap is
-// refused (the copy would not see a task's writes).
-std::optional<HostTensor> WrappedAlready(const py::array& a, bool contiguous, bool will_copy, DType dtype,
-                                         const std::vector<int64_t>& shape, const std::string& what) {
+// refused (the copy would not see a task's writes). Two copies of one
+// memory may both be read, but neither may write back: each sees only its
+// own tasks' writes, and the later write-back would undo the earlier.
+std::optional<HostTensor> WrappedAlready(const py::array& a, bool contiguous, bool will_copy, bool writes_back,
+                                         DType dtype, const std::vector<int64_t>& shape, const std::string& what) {
     ForgetUnheldArrays();
     const ByteSpan s = SpanOf(a);
     const WrappedArray* overlap = nullptr;
     for (const WrappedArray& w : WrappedArrays()) {
         if (s.hi <= w.lo || w.hi <= s.lo) continue;
         if (w.copied) {
-            if (will_copy) continue;  // two snapshots of the same bytes: neither is written
+            if (will_copy && !w.writes_back && !writes_back) continue;  // two snapshots: neither is written
+            if (will_copy)
+                throw Error(ErrorKind::InvalidArgument,
+                            what + ": the array shares memory with a writable input that is not C-contiguous, copied "
+                                   "for this call or a run in flight (the copy's writes land in the array only when its "
+                                   "run ends), so neither would see what the other's tasks write: pass a C-contiguous "
+                                   "array (numpy.ascontiguousarray) for both");
             throw Error(ErrorKind::InvalidArgument,
                         what + ": the array shares memory with an input that was copied (read-only or not "
                                "C-contiguous) for this call or a run in flight, so that input would not see what a "
@@ -138,7 +149,7 @@ std::optional<HostTensor> WrappedAlready(const py::array& a, bool contiguous, bo
 // without a copy when C-contiguous and writable (kept alive by the tensor),
 // or the tensor wrapped over its memory already; a non-contiguous or
 // read-only input is copied, such an output refused.
-HostTensor ToHostTensor(py::handle obj, bool writable, const std::string& what) {
+HostTensor ToHostTensor(py::handle obj, bool writable, const std::string& what, bool run_input = false) {
     if (py::isinstance<HostTensor>(obj)) return obj.cast<HostTensor>();
     py::array a;
     try {
@@ -160,7 +171,9 @@ HostTensor ToHostTensor(py::handle obj, bool writable, const std::string& what) 
     // A non-contiguous or read-only input is copied: a host program may
     // write its inputs too, and the copy is new memory nobody else sees.
     const bool in_place = contiguous && a.writeable();
-    if (std::optional<HostTensor> t = WrappedAlready(a, contiguous, !in_place, dtype, shape, what)) return *t;
+    const bool writes_back = run_input && !in_place && a.writeable();  // Start's PyRun::copied
+    if (std::optional<HostTensor> t = WrappedAlready(a, contiguous, !in_place, writes_back, dtype, shape, what))
+        return *t;
     const ByteSpan source = SpanOf(a);
     py::object original;
     if (!in_place) {
@@ -169,7 +182,7 @@ HostTensor ToHostTensor(py::handle obj, bool writable, const std::string& what) 
     }
     void* data = a.mutable_data();  // before `a` moves into the owner
     HostTensor t = HostTensor::Wrap(data, shape, dtype, KeepAlive(std::move(a)));
-    WrappedArrays().push_back({source.lo, source.hi, t, !in_place, std::move(original)});
+    WrappedArrays().push_back({source.lo, source.hi, t, !in_place, writes_back, std::move(original)});
     return t;
 }
 
@@ -324,17 +337,27 @@ void AwaitAbandonedRunsOf(const Worker* worker) {
     ForgetEndedAbandonedRuns();
 }
 
+struct PyRun;
+void AwaitRunsOf(std::vector<std::weak_ptr<PyRun>>& runs);
+
 struct PyWorker {
     std::shared_ptr<PyHost> host;
     std::shared_ptr<Worker> worker;
+    // Its runs whose handles the caller may still hold (under the GIL).
+    std::vector<std::weak_ptr<PyRun>> runs;
     Worker& Get(const char* what) const {
         if (!worker) throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the Worker is closed");
         return *worker;
     }
     // Waits for the runs in flight, also those a Ctrl-C interrupted the
     // wait of; a Ctrl-C meanwhile raises here, the Worker still open.
+    // Then lets the Worker go, releasing its devices now: a handle the
+    // caller keeps no longer keeps the Worker (its result stays).
     void Close() {
-        if (worker && HoldsGil()) AwaitAbandonedRunsOf(worker.get());
+        if (worker && HoldsGil()) {
+            AwaitAbandonedRunsOf(worker.get());
+            AwaitRunsOf(runs);
+        }
         DestroyWithoutGil(worker);
     }
     ~PyWorker() {
@@ -514,7 +537,7 @@ std::vector<HostTensor> RunArgs(const HostProgram& p, const py::iterable& args) 
     size_t i = 0;
     for (py::handle a : args) {
         const bool output = i >= p.num_inputs;
-        out.push_back(ToHostTensor(a, output, "host program '" + p.name + "': argument " + std::to_string(i)));
+        out.push_back(ToHostTensor(a, output, "host program '" + p.name + "': argument " + std::to_string(i), !output));
         ++i;
     }
     return out;
@@ -582,8 +605,20 @@ void CopyBackInputs(PyRun& r) {
 }
 
 py::object Finish(PyRun& r) {
-    // Taken without the GIL when another thread waits: it takes the GIL
-    // again to store its result before it lets go.
+    // Every waiter waits for the run itself, before the lock: a SubWorker
+    // waiting runs its pool's queued jobs meanwhile (the run may need its
+    // very thread), and one of the run's own tasks is refused at once
+    // (InvalidArgument). Behind the lock, a waiter holding it would keep
+    // both from happening while another thread (the main one) waited.
+    if (!r.result && !r.error) {
+        std::shared_ptr<RunHandle> h = r.handle;
+        AwaitRun(r);  // the main thread's wait, Ctrl-C ending it; at once elsewhere
+        WithoutGil([&] { while (!h->WaitFor(std::chrono::seconds(1))) {} });
+    }
+    // Then one waiter makes the result (the handle's one Wait, which now
+    // returns at once) and the others read it. Taken without the GIL when
+    // another thread holds it: that one takes the GIL again to store its
+    // result before it lets go.
     std::unique_lock lock(r.wait_mu, std::defer_lock);
     if (!lock.try_lock()) WithoutGil([&] { lock.lock(); });
     if (r.result) return r.result;
@@ -594,7 +629,6 @@ py::object Finish(PyRun& r) {
     std::vector<HostTensor> outs;
     try {
         std::shared_ptr<RunHandle> h = r.handle;
-        AwaitRun(r);
         outs = WithoutGil([&] { return h->Wait(); });
         CopyBackInputs(r);
         ForgetUnheldArrays();  // the ended run's arrays the caller dropped go now, not at the next call
@@ -632,10 +666,26 @@ py::object Finish(PyRun& r) {
     return r.result;
 }
 
+void AwaitRunsOf(std::vector<std::weak_ptr<PyRun>>& runs) {
+    std::vector<std::shared_ptr<PyRun>> live;  // a copy: other threads may start runs while this waits
+    for (const auto& weak : runs)
+        if (std::shared_ptr<PyRun> r = weak.lock()) live.push_back(std::move(r));
+    for (const auto& r : live) {
+        if (!r->handle) continue;
+        std::shared_ptr<RunHandle> h = r->handle;
+        AwaitRun(*r);  // the main thread's wait; at once elsewhere
+        WithoutGil([&] { while (!h->WaitFor(std::chrono::seconds(1))) {} });
+    }
+    for (const auto& r : live) DestroyWithoutGil(r->worker);
+    std::erase_if(runs, [](const std::weak_ptr<PyRun>& weak) { return weak.expired(); });
+}
+
 std::shared_ptr<PyRun> Start(PyWorker& w, const PyHostProgram& p, const py::iterable& given) {
     ForgetEndedAbandonedRuns();
     auto run = std::make_shared<PyRun>();
     run->worker = w.worker;
+    std::erase_if(w.runs, [](const std::weak_ptr<PyRun>& weak) { return weak.expired(); });
+    w.runs.push_back(run);
     Worker& worker = w.Get("Worker.run");
     const py::list args(given);  // read twice below: a generator would be empty the second time
     std::vector<HostTensor> tensors = RunArgs(p.program, args);

@@ -833,3 +833,160 @@ def test_a_subworker_task_is_named_as_the_program_names_it(worker):
                                                    "the failing step"]
     failure = info.value.failures[0]
     assert (failure.task, failure.function) == ("the failing step", "fails")
+
+
+@pytest.fixture
+def one_vf():
+    """A host of its own (one card, one VF): these tests open Workers on a
+    device the module's `worker` fixture would hold."""
+    h = spyre.Host.embedded_mock(cards=1, vfs=1, mem="1G")
+    yield h
+    h.close()
+
+
+def test_threads_of_the_orchestration_function_submit_into_one_graph(one_vf):
+    """The orchestration function hands the graph to threads of its own.
+    Their submissions raced in the dispatcher's spare tasks: a segfault in
+    2-3 runs of 5."""
+    shape = [16, 128]
+    w = spyre.Worker(one_vf, spyre.DistributedConfig(device_ids=[1], num_sub_workers=1))
+    w.register_kernel(ADD, spyre.KernelBuilder().add(shape))
+    w.register_chip_function("chip_add", spyre.ChipFunction.elementwise(ADD))
+    per_thread, threads = 200, 4
+
+    def orch(g, x):
+        outs = [g.create_tensor(shape) for _ in range(threads)]
+
+        def submit(i):
+            for _ in range(per_thread):
+                g.chip("chip_add", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(outs[i])])
+
+        ts = [threading.Thread(target=submit, args=(i,)) for i in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        g.sub(lambda *a: np.copyto(a[-1], sum(a[:-1])), [spyre.In(o) for o in outs] + [spyre.Out(x[2])])
+
+    prog = spyre.HostProgram("threads", 2, [shape], orch)
+    for _ in range(5):
+        h = w.submit(prog, [np.ones(shape, np.float32), np.full(shape, 2, np.float32)])
+        assert (h.wait() == 3 * threads).all()
+        report = h.report()
+        assert len(report) == per_thread * threads + 1
+        assert len({r.name for r in report}) == len(report)
+        assert len({r.task_id for r in report}) == len(report)
+    w.close()
+
+
+def test_a_subworker_waits_on_a_handle_the_main_thread_waits_on(one_vf):
+    """Run A's SubWorker waits on run B while the main thread does, and B's
+    SubWorker needs the one SubWorker thread A's holds: the waiting SubWorker
+    runs it. And a SubWorker waiting on its own run is refused at once.
+    Before, the main thread's wait held the handle's lock, so the SubWorker
+    blocked on it: both hung."""
+    w = spyre.Worker(one_vf, spyre.DistributedConfig(device_ids=[1], num_sub_workers=1))
+    go = threading.Event()
+    handles = {}
+
+    def a_sub(x):
+        go.wait(10)
+        time.sleep(0.2)  # the main thread is in B's wait by now
+        handles["b"].wait()
+        x[...] = 1
+
+    a = spyre.HostProgram("A", 1, [], lambda g, x: g.sub(a_sub, [spyre.InOut(x[0])]))
+    b = spyre.HostProgram("B", 1, [], lambda g, x: g.sub(lambda y: y.__setitem__(Ellipsis, 2), [spyre.InOut(x[0])]))
+    xa, xb = np.zeros([8], np.float32), np.zeros([8], np.float32)
+    ha = w.submit(a, [xa])
+    time.sleep(0.1)  # a_sub holds the only SubWorker thread
+    handles["b"] = w.submit(b, [xb])
+    go.set()
+    handles["b"].wait()
+    ha.wait()
+    assert (xa == 1).all() and (xb == 2).all()
+
+    seen = []
+
+    def waits_on_own_run(x):
+        time.sleep(0.2)  # the main thread is in the wait by now
+        try:
+            handles["own"].wait()
+            seen.append("returned")
+        except spyre.InvalidArgument as e:
+            seen.append(str(e))
+
+    own = spyre.HostProgram("own", 1, [], lambda g, x: g.sub(waits_on_own_run, [spyre.InOut(x[0])]))
+    handles["own"] = w.submit(own, [np.zeros([8], np.float32)])
+    handles["own"].wait()
+    assert len(seen) == 1 and "waits for the run itself" in seen[0], seen
+    w.close()
+
+
+def test_a_writable_strided_input_shared_with_another_is_refused(one_vf):
+    """A writable input that is not C-contiguous runs on a copy whose bytes
+    go back when its run ends. Two such copies of one memory (two runs in
+    flight, or one array given twice) each saw only their own tasks' writes:
+    +1 and +10 in two runs gave 10, and a write then a read in one run read
+    0. Refused now; the C-contiguous array orders both as one tensor."""
+    w = spyre.Worker(one_vf, spyre.DistributedConfig(device_ids=[1], num_sub_workers=1))
+    gate = threading.Event()
+
+    def add(v, wait=False):
+        def sub(x):
+            if wait:
+                gate.wait(5)
+            x += v
+
+        return spyre.HostProgram("plus%d" % v, 1, [], lambda g, x: g.sub(sub, [spyre.InOut(x[0])]))
+
+    base = np.zeros([4, 8], np.float32)
+    view = base[:, ::2]
+    first = w.submit(add(1, wait=True), [view])
+    with pytest.raises(spyre.InvalidArgument, match="shares memory with a writable input that is not C-contiguous"):
+        w.submit(add(10), [view])
+    gate.set()
+    first.wait()
+    assert (base[:, ::2] == 1).all() and (base[:, 1::2] == 0).all()
+
+    twice = spyre.HostProgram("twice", 2, [], lambda g, x: None)
+    with pytest.raises(spyre.InvalidArgument, match="argument 1: the array shares memory with a writable input"):
+        w.run(twice, [view, view])
+    # Two read-only views of one memory are two snapshots, as before.
+    ro = base.copy()
+    ro.flags.writeable = False
+    w.run(twice, [ro[:, ::2], ro[:, ::2]])
+    # The C-contiguous array in two runs in flight: one tensor, both updates.
+    gate.clear()
+    contiguous = np.zeros([4, 8], np.float32)
+    first = w.submit(add(1, wait=True), [contiguous])
+    second = w.submit(add(10), [contiguous])
+    gate.set()
+    first.wait()
+    second.wait()
+    assert (contiguous == 11).all()
+    w.close()
+
+
+def test_close_waits_for_the_runs_and_releases_the_devices(one_vf):
+    """close() returned at once with a run in flight, and the devices stayed
+    open while any handle of the Worker lived: a new Worker on them was Busy."""
+    config = spyre.DistributedConfig(device_ids=[1], num_sub_workers=1)
+    w = spyre.Worker(one_vf, config)
+    gate = threading.Event()
+
+    def slow(x):
+        gate.wait(5)
+        x += 1
+
+    prog = spyre.HostProgram("slow", 1, [], lambda g, x: g.sub(slow, [spyre.InOut(x[0])]))
+    x = np.zeros([8], np.float32)
+    h = w.submit(prog, [x])
+    threading.Timer(0.3, gate.set).start()
+    w.close()
+    assert h.done() and (x == 1).all()
+    assert w.closed
+    again = spyre.Worker(one_vf, config)  # the handle `h` still lives
+    h.wait()
+    assert len(h.report()) == 1
+    again.close()

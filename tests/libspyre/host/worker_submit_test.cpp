@@ -17,6 +17,7 @@
 #include <future>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "l3_chip_functions.hpp"
@@ -176,6 +177,47 @@ TEST_F(WorkerTest, TenThousandChipTasksRunInABoundedWindow) {
     const Worker::Held after = w.HeldNow();
     EXPECT_EQ(after.tasks, 0u);
     EXPECT_EQ(after.hazard_records, 0u);
+}
+
+// The orchestration function hands the graph to four threads of its own,
+// each submitting a chain over its own rows, with a small window. Their
+// submissions raced in the graph's spare tasks (a segfault from Python,
+// where the calls run without the GIL); they now submit one at a time.
+TEST_F(WorkerTest, ThreadsOfTheOrchestrationFunctionSubmitIntoOneGraph) {
+    constexpr int kThreads = 4, kPerThread = 300;
+    worker_.reset();
+    DistributedConfig c;
+    c.device_ids = Vfs(*host_);
+    c.max_tasks_in_flight = 8;
+    Worker w(*host_, c);
+    RegisterTinyAdd(w);
+    HostTensor b = HostTensor::Zeros({1, kTinyCols});
+    for (int j = 0; j < kTinyCols; ++j) b.floats()[size_t(j)] = 1.0f;
+    HostProgram p{"threads", 1, {{{kThreads, kTinyCols}}}, [&](HostGraph& g, std::span<const HostTensor> x) {
+                      std::vector<std::thread> threads;
+                      for (int t = 0; t < kThreads; ++t)
+                          threads.emplace_back([&, t] {
+                              const HostTensor row = x[1].Rows(t, t + 1);
+                              for (int i = 0; i < kPerThread; ++i) g.Chip("tiny_add", {In(row), In(x[0]), Out(row)});
+                          });
+                      for (std::thread& t : threads) t.join();
+                  }};
+    for (int rep = 0; rep < 3; ++rep) {
+        RunHandle h = w.Submit(p, {b});
+        const auto outs = h.Wait();
+        for (float v : outs[0].floats()) ASSERT_EQ(v, float(kPerThread));
+        const std::vector<TaskRecord> report = h.Report();
+        ASSERT_EQ(report.size(), size_t(kThreads * kPerThread));
+        std::set<std::string> names;
+        std::set<uint64_t> ids;
+        for (const TaskRecord& r : report) {
+            names.insert(r.name);
+            ids.insert(r.task_id);
+            EXPECT_EQ(r.state, TaskState::Done) << r.name;
+        }
+        EXPECT_EQ(names.size(), report.size());
+        EXPECT_EQ(ids.size(), report.size());
+    }
 }
 
 // With a window of 2 and the chip tasks held at a gate the test opens once
