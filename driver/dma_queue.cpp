@@ -164,6 +164,17 @@ public:
         return Take(it);
     }
 
+    void WaitForCopiesSubmitted() {
+        std::unique_lock lock(mutex_);
+        const Ticket last = next_ticket_;
+        // Tickets only grow, and a finished one stays until it is taken.
+        auto finished = [&] {
+            return std::none_of(tickets_.begin(), tickets_.end(),
+                                [&](const auto& t) { return t.first <= last && t.second.parts_left != 0; });
+        };
+        while (!finished()) copy_done_.SleepUnlocked(lock, finished, std::chrono::seconds(1));
+    }
+
     std::optional<DmaCompletion> Poll(Ticket t) {
         std::lock_guard lock(mutex_);
         auto it = Find(t);
@@ -455,6 +466,15 @@ void CheckRange(const DmaQueue::Backend& b, uint64_t addr, uint64_t size, const 
                     {.device = b.device(), .address = addr});
 }
 
+// A host buffer the copy can touch: a null one would fault in an engine's
+// thread (or the caller's, on the fast path), not as the caller's error.
+void CheckHost(const DmaQueue::Backend& b, const void* host, uint64_t size, const char* what) {
+    if (!host && size != 0)
+        throw Error(ErrorKind::InvalidArgument, std::string(what) + " copy of " + std::to_string(size) +
+                                                    " bytes with a null host address",
+                    {.device = b.device()});
+}
+
 // Cuts a copy into chunks for the backend.
 std::vector<Chunk> Split(const DmaQueue::Backend& b, bool to_device, uint8_t* host, uint64_t offset, uint64_t size,
                          uint64_t ticket) {
@@ -474,6 +494,7 @@ uint64_t Parts(const DmaQueue::Backend& b, uint64_t size) {
 DmaQueue::Ticket DmaQueue::HostToDevice(const void* host, uint64_t device_addr, uint64_t size) {
     Backend& b = *backend_;
     CheckRange(b, device_addr, size, "host-to-device");
+    CheckHost(b, host, size, "host-to-device");
     if (size <= b.options().inline_threshold) {
         b.function().CheckAliveThrottled();
         const auto started = steady_clock::now();
@@ -489,6 +510,7 @@ DmaQueue::Ticket DmaQueue::HostToDevice(const void* host, uint64_t device_addr, 
 DmaQueue::Ticket DmaQueue::DeviceToHost(void* host, uint64_t device_addr, uint64_t size) {
     Backend& b = *backend_;
     CheckRange(b, device_addr, size, "device-to-host");
+    CheckHost(b, host, size, "device-to-host");
     if (size <= b.options().inline_threshold) {
         b.function().CheckAliveThrottled();
         const auto started = steady_clock::now();
@@ -526,5 +548,7 @@ DmaQueue::Ticket DmaQueue::DeviceToDevice(uint64_t src_addr, uint64_t dst_addr, 
 DmaCompletion DmaQueue::Wait(Ticket ticket, milliseconds timeout) { return backend_->Wait(ticket, timeout); }
 
 std::optional<DmaCompletion> DmaQueue::Poll(Ticket ticket) { return backend_->Poll(ticket); }
+
+void DmaQueue::WaitForCopiesSubmitted() { backend_->WaitForCopiesSubmitted(); }
 
 }  // namespace spyre::driver

@@ -107,6 +107,10 @@ void DeviceCore::FreeAfterQueuedWork(std::span<const DeviceAllocation> blocks) n
             // Device lost: nothing runs any more.
         }
     }
+    // Copies through the DMAEngine (Device::dma()) outside any stream: the
+    // engines write the block until they finish, also on a lost device
+    // (its memory outlives the daemon).
+    if (dma_queue) dma_queue->WaitForCopiesSubmitted();
     for (const DeviceAllocation& a : blocks) {
         try {
             allocator->Free(a.handle);

@@ -56,11 +56,20 @@ void DMAEngine::Finished(DmaTicket ticket, bool failed) noexcept {
 void DMAEngine::TraceSpan(Direction direction, uint64_t bytes, uint64_t start_ns) noexcept {
     if (!trace::Enabled()) return;
     const uint64_t recording = trace::detail::Recording();
-    if (track_recording_ != recording) {
-        track_ = trace::detail::NamedTrack(device_ + " DMA");
-        track_recording_ = recording;
+    if (lanes_recording_ != recording) {
+        lanes_.clear();
+        lanes_recording_ = recording;
     }
-    trace::detail::Span(track_, "dma", SpanName(uint8_t(direction)), start_ns, trace::detail::NowNs(), int64_t(bytes));
+    const uint64_t end_ns = trace::detail::NowNs();
+    // The first lane free since the copy started: "<pci> DMA", then "<pci> DMA 2", ...
+    auto lane = std::find_if(lanes_.begin(), lanes_.end(), [&](const Lane& l) { return l.last_end_ns <= start_ns; });
+    if (lane == lanes_.end()) {
+        const std::string name = device_ + " DMA" + (lanes_.empty() ? "" : " " + std::to_string(lanes_.size() + 1));
+        lanes_.push_back({trace::detail::NamedTrack(name), 0});
+        lane = lanes_.end() - 1;
+    }
+    lane->last_end_ns = end_ns;
+    trace::detail::Span(lane->track, "dma", SpanName(uint8_t(direction)), start_ns, end_ns, int64_t(bytes));
 }
 
 void DMAEngine::CountRingCopy(uint64_t size, bool failed, uint64_t start_ns) noexcept {
@@ -152,11 +161,13 @@ uint64_t DMAEngine::Chunked(const char* what, uint64_t size, const ProgressCallb
     for (size_t i = 0; i < tickets.size(); ++i) {
         try {
             moved += Wait(tickets[i].first);
+            // A callback that throws ends the copy too: the chunks after
+            // this one must not write the caller's buffer once it unwinds.
+            if (progress) progress({what, tickets[i].second, size, "bytes"});
         } catch (...) {
             drain(i + 1);
             throw;
         }
-        if (progress) progress({what, tickets[i].second, size, "bytes"});
     }
     if (size == 0 && progress) progress({what, 0, 0, "bytes"});
     return moved;

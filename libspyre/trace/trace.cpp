@@ -436,6 +436,9 @@ std::string ProcessTracePath(const std::string& path) {
 namespace {
 
 // SPYRE_TRACE=path: record from the library's load to the process's exit.
+// A child forked without exec inherits the recording and the path (with
+// its %p already the parent's pid): it leaves the file to the parent,
+// whose recording it would otherwise replace when it exits first.
 struct FromEnvironment {
     FromEnvironment() {
         const char* path = std::getenv("SPYRE_TRACE");
@@ -448,11 +451,13 @@ struct FromEnvironment {
         }
     }
     ~FromEnvironment() {
+        if (getpid() != pid) return;
         try {
             Stop();
         } catch (const Error&) {
         }
     }
+    const pid_t pid = getpid();
 } from_environment;
 
 }  // namespace

@@ -223,6 +223,19 @@ with tempfile.TemporaryDirectory() as d:
             r = run_smi(bad, env, expect=2)
             check("Traceback" not in r.stderr and "interval must be" in r.stderr, f"{bad}: {r.stderr.strip()}")
         run_smi(["--mock", "2y3"], env, expect=2)
+
+        # A stopped daemon: a call on its tree blocks in the kernel, where
+        # no signal handler runs; even SIGTERM did not end the tool (more
+        # than 10 minutes). Its watchdog ends it at the bound, exit 1.
+        os.killpg(daemon.pid, signal.SIGSTOP)
+        try:
+            r = subprocess.run([sys.executable, smi, "--json", "--sample-ms", "0"], capture_output=True, text=True,
+                               timeout=120, env=dict(env, SPYRE_HEARTBEAT_TIMEOUT_MS="1000"))
+            check(r.returncode == 1 and "did not answer within 1000 ms" in r.stderr and "Traceback" not in r.stderr
+                  and r.stdout == "", f"stopped daemon: exit {r.returncode}, stderr {r.stderr!r}")
+        finally:
+            os.killpg(daemon.pid, signal.SIGCONT)
+        run_smi(["--json", "--sample-ms", "0"], env)  # answering again
     finally:
         for p in workers:
             if p.poll() is None:

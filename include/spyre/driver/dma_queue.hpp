@@ -68,6 +68,11 @@ public:
     DmaCompletion Wait(Ticket ticket, std::chrono::milliseconds timeout = std::chrono::seconds(60));
     // The completion if the copy is done (forgetting the ticket), else nullopt.
     std::optional<DmaCompletion> Poll(Ticket ticket);
+    // Blocks until every copy submitted before the call has finished moving
+    // its bytes, leaving each ticket for its Wait or Poll (which report its
+    // outcome). Memory about to be freed waits so: no copy submitted into
+    // it earlier writes it once it is handed out again.
+    void WaitForCopiesSubmitted();
 
     class SPYRE_INTERNAL Backend;  // in dma_queue.cpp
 

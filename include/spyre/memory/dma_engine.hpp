@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "spyre/common/progress.hpp"
 #include "spyre/memory/allocator.hpp"
@@ -116,8 +117,15 @@ private:
     std::mutex traced_mu_;
     std::unordered_map<DmaTicket, Traced> traced_;
     std::atomic<bool> any_traced_{false};
-    uint32_t track_ = 0;  // traced_mu_
-    uint64_t track_recording_ = 0;
+    // The DMA track's lanes (traced_mu_): copies that overlap in time
+    // (several streams or threads) go on further lanes, so each lane's
+    // spans follow one another as a trace viewer's tracks need.
+    struct Lane {
+        uint32_t track;
+        uint64_t last_end_ns;
+    };
+    std::vector<Lane> lanes_;
+    uint64_t lanes_recording_ = 0;
 };
 
 }  // namespace spyre

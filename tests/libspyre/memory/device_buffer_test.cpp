@@ -2,7 +2,10 @@
 // DeviceBuffer: one owner per allocation, moved not copied, freed on
 // destruction only after the work queued on the device's streams, and typed
 // by its device (WrongDevice when used on another).
+#include <algorithm>
+#include <chrono>
 #include <optional>
+#include <thread>
 
 #include "spyre/memory/device_buffer.hpp"
 #include "stream_fixture.hpp"
@@ -48,6 +51,64 @@ TEST_F(StreamTest, DeviceBufferRoundTripsBytesAndWaitsForQueuedWork) {
     EXPECT_EQ(s.completed(), s.enqueued());
     EXPECT_EQ(out, in);
     EXPECT_FALSE(buffer);
+}
+
+// The same for a copy through the DMAEngine outside any stream: the free
+// waited only for the streams, so a block freed under a 64 MiB copy was
+// handed out again and the copy's tail overwrote its new owner's bytes.
+TEST_F(StreamTest, ABufferFreedUnderADmaCopyIsHandedOutOnlyOnceTheCopyEnds) {
+    Device dev = OpenDevice();
+    constexpr uint64_t kBytes = 64ull << 20, kTail = 1ull << 20;
+    const std::vector<uint8_t> old_bytes(kBytes, 0xAB);
+    const std::vector<uint8_t> new_bytes(kTail, 0x5C);
+    for (int round = 0; round < 3; ++round) {
+        DeviceBuffer first = dev.AllocateBuffer(kBytes);
+        const uint64_t first_address = dev.allocator().DeviceAddress(first.handle(), kBytes);
+        const DmaTicket copy = dev.dma().CopyToDevice(old_bytes.data(), first.handle(), kBytes);
+        first.reset();
+        DeviceBuffer second = dev.AllocateBuffer(kBytes);
+        ASSERT_EQ(dev.allocator().DeviceAddress(second.handle(), kBytes), first_address) << "not the same block";
+        dev.dma().Wait(dev.dma().CopyToDeviceAt(new_bytes.data(), first_address + kBytes - kTail, kTail));
+        dev.dma().Wait(copy);  // its outcome is still the caller's to take
+        std::vector<uint8_t> tail(kTail);
+        dev.dma().Wait(dev.dma().CopyFromDeviceAt(tail.data(), first_address + kBytes - kTail, kTail));
+        ASSERT_EQ(tail, new_bytes) << "round " << round << ": the freed block's old copy wrote its new owner";
+    }
+}
+
+// A null host address fails the call (both directions, the fast path's
+// sizes and the engines'); it faulted in the copy's thread.
+TEST_F(StreamTest, ADmaCopyWithANullHostAddressIsInvalidArgument) {
+    Device dev = OpenDevice();
+    DeviceBuffer buffer = dev.AllocateBuffer(16ull << 20);
+    for (const uint64_t bytes : {uint64_t(100), uint64_t(16) << 20}) {
+        EXPECT_SPYRE_ERROR(dev.dma().CopyToDevice(nullptr, buffer.handle(), bytes), InvalidArgument,
+                           "host-to-device copy of " + std::to_string(bytes) + " bytes with a null host address");
+        EXPECT_SPYRE_ERROR(dev.dma().CopyFromDevice(nullptr, buffer.handle(), bytes), InvalidArgument,
+                           "device-to-host copy of " + std::to_string(bytes) + " bytes with a null host address");
+    }
+    EXPECT_EQ(dev.dma().Stats().failed, 0u);
+}
+
+// A progress callback that throws ends the copy: the call returned while
+// later chunks still wrote the caller's buffer (up to 514 MB of a 512 MiB
+// copy after the throw), which the caller may free as the exception unwinds.
+TEST_F(StreamTest, AProgressCallbackThatThrowsLeavesNoChunkWritingTheBuffer) {
+    Device dev = OpenDevice();
+    constexpr uint64_t kBytes = 64ull << 20, kChunk = 1ull << 20;
+    DeviceBuffer buffer = dev.AllocateBuffer(kBytes);
+    std::vector<uint8_t> host(kBytes, 0x11);
+    dev.dma().Wait(dev.dma().CopyToDevice(host.data(), buffer.handle(), kBytes));
+    std::fill(host.begin(), host.end(), 0);
+    struct Stop {};
+    EXPECT_THROW(dev.dma().CopyFromDevice(host.data(), buffer.handle(), kBytes,
+                                          [](const ProgressInfo&) { throw Stop{}; }, kChunk),
+                 Stop);
+    std::fill(host.begin(), host.end(), 0);
+    // Nothing may land after the call returned; 200 ms is far longer than
+    // the rest of the copy took when it went on.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_EQ(std::count(host.begin(), host.end(), 0), std::ptrdiff_t(kBytes));
 }
 
 TEST_F(StreamTest, EmptyDeviceBufferAndZeroBytesAreInvalid) {

@@ -4,10 +4,15 @@
 //   trace_signal_helper            records a span, says "ready", waits
 //   trace_signal_helper own        the same after installing its own SIGTERM
 //                                  handler, which exits with status 7
+//   trace_signal_helper fork       records a span, forks a child (no exec),
+//                                  says "child <pid>" and exits 0; the child
+//                                  records a span and exits 0 once the
+//                                  parent is gone (its pipe closed)
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "spyre/trace/trace.hpp"
@@ -21,6 +26,26 @@ int main(int argc, char** argv) {
     {
         SPYRE_TRACE_SCOPE("before_the_signal");
         usleep(1000);
+    }
+    if (argc > 1 && std::strcmp(argv[1], "fork") == 0) {
+        int gate[2];
+        if (pipe(gate) != 0) return 1;
+        const pid_t child = fork();
+        if (child == 0) {
+            close(gate[1]);
+            char c;
+            while (read(gate[0], &c, 1) > 0) {
+            }
+            {
+                SPYRE_TRACE_SCOPE("in_the_child");
+                usleep(1000);
+            }
+            std::exit(0);
+        }
+        close(gate[0]);
+        std::printf("child %d\n", int(child));
+        std::fflush(stdout);
+        return 0;  // the trace is written at exit; then the gate closes
     }
     std::printf("ready\n");
     std::fflush(stdout);

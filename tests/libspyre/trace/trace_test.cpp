@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "device/device_internals.hpp"
@@ -427,11 +429,51 @@ TEST_F(TraceTest, ACopyTheRingCarriesInlineIsOnTheDmaTrack) {
     EXPECT_EQ(copies, 1);
 }
 
+// Copies that overlap in time (two threads, each with its own 16 MiB
+// copies) went onto one DMA track as partially overlapping spans, which a
+// viewer's track cannot draw: each lane's spans now follow one another.
+TEST_F(TraceTest, OverlappingCopiesGoOnLanesWhoseSpansFollowOneAnother) {
+    Device dev = OpenDevice();
+    constexpr uint64_t kBytes = 16ull << 20;
+    const DeviceAllocation a = dev.allocator().Allocate(kBytes), b = dev.allocator().Allocate(kBytes);
+    std::vector<uint8_t> host_a(kBytes, 1), host_b(kBytes, 2);
+    const std::string path = Path();
+    trace::Start(path);
+    auto copies = [&](const DeviceAllocation& to, std::vector<uint8_t>& from) {
+        for (int i = 0; i < 6; ++i) dev.dma().Wait(dev.dma().CopyToDevice(from.data(), to.handle, kBytes));
+    };
+    std::thread other([&] { copies(b, host_b); });
+    copies(a, host_a);
+    other.join();
+    trace::Stop();
+    dev.allocator().Free(a.handle);
+    dev.allocator().Free(b.handle);
+
+    const json t = Load(path);
+    const std::string pci = DeviceInternals::Function(dev).pci_address();
+    std::map<int64_t, std::string> lanes;
+    for (const auto& [tid, name] : TrackNames(t))
+        if (name.rfind(pci + " DMA", 0) == 0) lanes[tid] = name;
+    ASSERT_FALSE(lanes.empty()) << "no DMA track";
+    EXPECT_EQ(lanes.begin()->second, pci + " DMA");  // the first lane keeps the track's name
+    size_t spans = 0;
+    for (const auto& [tid, name] : lanes) {
+        std::vector<std::pair<double, double>> on_lane;
+        for (const json& e : t["traceEvents"])
+            if (e["ph"] == "X" && e["tid"] == tid) on_lane.emplace_back(e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>());
+        std::sort(on_lane.begin(), on_lane.end());
+        for (size_t i = 1; i < on_lane.size(); ++i)
+            EXPECT_LE(on_lane[i - 1].second, on_lane[i].first + 1e-3) << name << ": span " << i << " starts inside the one before";
+        spans += on_lane.size();
+    }
+    EXPECT_EQ(spans, 12u);
+}
+
 namespace {
 
-// How trace_signal_helper (`mode`: "" or "own") ended after `sig`, with
-// SPYRE_TRACE=`path`: its wait status. Bounded: 30 s for "ready", 30 s to end.
-int StatusAfterSignal(const std::string& path, int sig, const char* mode) {
+// trace_signal_helper (`mode`: "", "own" or "fork") started with
+// SPYRE_TRACE=`path`, its stdout on the pipe end `*said_fd`: its pid.
+pid_t StartHelper(const std::string& path, const char* mode, int* said_fd) {
     const std::filesystem::path helper = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "trace_signal_helper";
     std::vector<std::string> env_strings;
     for (char** e = environ; *e; ++e)
@@ -459,17 +501,32 @@ int StatusAfterSignal(const std::string& path, int sig, const char* mode) {
         _exit(127);
     }
     close(out[1]);
+    *said_fd = out[0];
+    return pid;
+}
+
+// What the helper printed until `until` was in it, EOF or 30 s.
+std::string ReadUntil(int fd, const std::string& until) {
     std::string said;
     char buf[64];
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (said.find("ready\n") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-        pollfd p{out[0], POLLIN, 0};
+    while (said.find(until) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+        pollfd p{fd, POLLIN, 0};
         if (poll(&p, 1, 100) <= 0) continue;
-        const ssize_t n = read(out[0], buf, sizeof buf);
+        const ssize_t n = read(fd, buf, sizeof buf);
         if (n <= 0) break;
         said.append(buf, size_t(n));
     }
-    close(out[0]);
+    return said;
+}
+
+// How trace_signal_helper (`mode`: "" or "own") ended after `sig`, with
+// SPYRE_TRACE=`path`: its wait status. Bounded: 30 s for "ready", 30 s to end.
+int StatusAfterSignal(const std::string& path, int sig, const char* mode) {
+    int out = -1;
+    const pid_t pid = StartHelper(path, mode, &out);
+    const std::string said = ReadUntil(out, "ready\n");
+    close(out);
     if (said.find("ready\n") != std::string::npos) kill(pid, sig);
     if (!test::WaitForExit(pid, std::chrono::seconds(30))) {
         ADD_FAILURE() << "the helper did not end within 30 s of signal " << sig << " (it said: " << said << ")";
@@ -481,6 +538,42 @@ int StatusAfterSignal(const std::string& path, int sig, const char* mode) {
 }
 
 }  // namespace
+
+// A child forked without exec inherits the recording and the path: when
+// it exited after its parent, it replaced the parent's trace with its own
+// (one span, its pid), also with %p in the path (expanded once, at load).
+TEST(TraceOnSignal, AForkedChildLeavesTheParentsTraceAlone) {
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("spyre_trace_fork_" + std::to_string(getpid()) + ".json")).string();
+    int out = -1;
+    const pid_t pid = StartHelper(path, "fork", &out);
+    const std::string said = ReadUntil(out, "\n");
+    const bool ended = test::WaitForExit(pid, std::chrono::seconds(30));
+    int status = 0;
+    if (!ended) kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    ASSERT_TRUE(ended && WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << ", said " << said;
+    // The child exits once the parent's end closed the pipe it reads: after
+    // the parent wrote its trace. Its stdout closes as it exits.
+    (void)ReadUntil(out, "never");
+    close(out);
+    const pid_t child = pid_t(std::atol(said.substr(said.find(' ') + 1).c_str()));
+    ASSERT_GT(child, 0) << said;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (kill(child, 0) == 0 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_NE(kill(child, 0), 0) << "the child did not end";
+    const json t = Load(path);
+    int parent_spans = 0, child_spans = 0;
+    for (const json& e : t["traceEvents"]) {
+        parent_spans += e["ph"] == "X" && e["name"] == "before_the_signal";
+        child_spans += e["ph"] == "X" && e["name"] == "in_the_child";
+        if (e["ph"] == "X") EXPECT_EQ(e["pid"], pid) << e.dump();
+    }
+    EXPECT_EQ(parent_spans, 1);
+    EXPECT_EQ(child_spans, 0);
+    std::filesystem::remove(path);
+}
 
 // A process recording with SPYRE_TRACE that SIGTERM (mpirun ending a
 // failed job's other ranks) or SIGINT (Ctrl-C) ends still writes its
