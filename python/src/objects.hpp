@@ -11,6 +11,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,13 +51,16 @@ public:
     DeviceSlot(const DeviceSlot&) = delete;
     DeviceSlot& operator=(const DeviceSlot&) = delete;
 
-    // The device; InvalidArgument naming `what` once closed.
+    // The device; InvalidArgument naming `what` once closed (or closing).
     Device& Get(const char* what) const {
-        if (!device_) ThrowClosed(what);
+        if (closed()) ThrowClosed(what);
         return *device_;
     }
     const std::shared_ptr<Device>& shared() const { return device_; }
-    bool closed() const noexcept { return !device_; }
+    // From the start of Close: another thread using one of the device's
+    // objects meanwhile (released one by one, the GIL let go while each
+    // waits) is told the device is closed, not that the object was freed.
+    bool closed() const noexcept { return closing_.load(std::memory_order_acquire) || !device_; }
     const DeviceId& id() const noexcept { return id_; }
     const std::string& name() const noexcept { return name_; }
 
@@ -86,7 +90,7 @@ public:
     // Releases every object made on the device, then the device. The GIL is
     // held; it is released while things wait.
     void Close() {
-        if (!device_) return;
+        if (!device_ || closing_.exchange(true)) return;
         std::vector<std::weak_ptr<Child>> children;
         {
             std::lock_guard lock(mutex_);
@@ -119,6 +123,7 @@ public:
 
 private:
     std::shared_ptr<Device> device_;
+    std::atomic<bool> closing_{false};
     DeviceId id_;
     std::string name_;
     std::mutex mutex_;

@@ -22,7 +22,12 @@ namespace {
 DeviceHandle Range(const PyStream& s, const PyBuffer& b, int64_t offset, uint64_t size, const char* what) {
     s.slot()->CheckSame(*b.slot(), std::string(what) + ": DeviceBuffer", "stream");
     const DeviceBuffer& buf = b.Get(what);
-    if (offset < 0 || uint64_t(offset) > buf.size() || size > buf.size() - uint64_t(offset))
+    if (offset < 0 || uint64_t(offset) > buf.size())
+        throw Error(ErrorKind::InvalidArgument,
+                    std::string(what) + ": offset " + std::to_string(offset) + " is outside the " +
+                        std::to_string(buf.size()) + "-byte DeviceBuffer",
+                    ErrorContext{.device = s.slot()->name()});
+    if (size > buf.size() - uint64_t(offset))
         throw Error(ErrorKind::InvalidArgument,
                     std::string(what) + ": " + std::to_string(size) + " bytes at offset " + std::to_string(offset) +
                         " do not fit the " + std::to_string(buf.size()) + "-byte DeviceBuffer",

@@ -124,6 +124,36 @@ def test_close_with_queued_work_and_live_objects(host):
     host.open("1").close()  # the function is free
 
 
+def test_objects_used_while_their_device_closes_say_it_is_closed(host):
+    """close() releases the device's objects one by one, letting the GIL go
+    while each waits. Another thread's call on an object released already
+    said "the object was freed", and one on an object not yet released went
+    on to the closing device. Both say the device is closed now."""
+    d = host.open("1")
+    first = d.create_stream()  # released before the blocked one
+    s, gate = blocked_stream(d)
+    later = d.create_stream()
+    buf = d.alloc(4096)
+    src = np.ones(1024, np.int32)
+    closer = threading.Thread(target=d.close)
+    closer.start()
+    deadline = time.monotonic() + 30
+    while not d.closed and time.monotonic() < deadline:
+        time.sleep(0.001)
+    try:
+        assert d.closed
+        for stream in (first, later):
+            with pytest.raises(spyre.InvalidArgument, match="device 0000:02:00.0 is closed|is closed"):
+                stream.copy_to_device(src, buf)
+    finally:
+        gate.set()
+        closer.join(30)
+    assert not closer.is_alive()
+    del first, s, later, buf
+    gc.collect()
+    host.open("1").close()  # the function is free
+
+
 def test_objects_outlive_a_dropped_device_reference(host):
     d = host.open("1")
     t = spyre.SpyreTensor.from_numpy(d, np.arange(6, dtype=np.int32))

@@ -48,8 +48,12 @@ def test_bad_copies_raise_typed_errors(dev, dev2):
         s.copy_to_device(np.zeros(101, np.uint8), buf)
     with pytest.raises(spyre.InvalidArgument, match="at offset 99"):
         s.copy_to_device(np.zeros(2, np.uint8), buf, offset=99)
-    with pytest.raises(spyre.InvalidArgument, match="offset -1"):
+    with pytest.raises(spyre.InvalidArgument, match="offset -1 is outside the 100-byte DeviceBuffer"):
         s.copy_to_device(np.zeros(2, np.uint8), buf, offset=-1)
+    # A launch's size defaults to the rest of the buffer: past its end that
+    # wrapped to 18446744073709551516 bytes in the message.
+    with pytest.raises(spyre.InvalidArgument, match="FlexStream.launch: offset 200 is outside the 100-byte DeviceBuffer"):
+        s.launch(buf, 200)
     with pytest.raises(spyre.InvalidArgument, match="not C-contiguous"):
         s.copy_to_device(np.zeros((10, 10), np.uint8)[:, ::2], buf)
     with pytest.raises(spyre.InvalidArgument, match="read-only"):
