@@ -135,10 +135,17 @@ void* DeviceMalloc(RuntimeState& state, uint64_t size) {
 
 void DeviceFree(RuntimeState& state, void* buffer) {
     DeviceBacking& backing = DeviceOf(state, "pto_device_free");
-    std::lock_guard lock(backing.mu);
-    if (backing.allocations.erase(uintptr_t(buffer)) == 0)
+    decltype(backing.allocations)::node_type freed;
+    {
+        std::lock_guard lock(backing.mu);
+        freed = backing.allocations.extract(uintptr_t(buffer));
+    }
+    if (!freed)
         throw Error(ErrorKind::InvalidArgument, "pto_device_free: " + Hex(uint64_t(uintptr_t(buffer))) +
                                                     " is not a live pto_device_malloc buffer of this runtime");
+    // Before the block can be handed out again (when `freed` goes): a
+    // failed task's poison there would skip the next allocation's readers.
+    state.graph->ForgetFailuresIn(buffer, freed.mapped().size());
 }
 
 // A program file: a regular file no larger than a program can be, sized

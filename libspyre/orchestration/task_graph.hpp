@@ -105,6 +105,13 @@ public:
     // The seed's six calls (C++ spelling; errors are spyre::Error).
     uint8_t* Alloc(uint64_t size);
     void Free(const void* buffer);
+    // Memory of [at, at + bytes) that is freed outside the heap ring (a
+    // pto_device_malloc buffer): what failed tasks left poisoned there goes,
+    // so a task reading the next allocation at that address is not skipped.
+    void ForgetFailuresIn(const void* at, uint64_t bytes);
+    // Entries of the hazard map, stale ones included (its tests: what a
+    // run keeps there stays bounded).
+    size_t hazard_entries();
     // Returns the calling thread's depth with the new scope open.
     int32_t ScopeBegin();
     // `depth`: the scope that began at that depth (Orchestrator::Scope),

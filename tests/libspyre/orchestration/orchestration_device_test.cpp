@@ -979,6 +979,50 @@ TEST_F(StreamTest, OrchestrationCApiRegistersAPlanOnDiskAndRefusesBadInput) {
     EXPECT_EQ(spyre_build_kernel(&spec, image, sizeof image), size);
 }
 
+// A failed task's write into a pto_device_malloc buffer stayed poisoned
+// after pto_device_free: a reader of the next allocation at that address
+// was skipped (0, not 256) and blamed on the old task. pto_free always
+// dropped it; pto_device_free does now.
+TEST_F(StreamTest, AFreedDeviceBuffersPoisonGoesWithIt) {
+    Runtime* rt = pto_runtime_create(Pf().pci_address.c_str(), 16, 1 << 16);
+    ASSERT_NE(rt, nullptr) << pto_last_error();
+    ASSERT_EQ(pto_register_host_kernel(rt, 1, [](void* const*, const uint64_t*, int32_t, void*) { return 5u; }, nullptr), 0);
+    ASSERT_EQ(pto_register_host_kernel(rt, 2,
+                                       [](void* const* b, const uint64_t*, int32_t, void*) {
+                                           const auto* in = static_cast<const float*>(b[0]);
+                                           auto* out = static_cast<float*>(b[1]);
+                                           out[0] = 0;
+                                           for (int i = 0; i < 256; ++i) out[0] += in[i];
+                                           return 0u;
+                                       },
+                                       nullptr),
+              0);
+    auto* result = static_cast<float*>(pto_device_malloc(rt, 128));
+    auto* old = static_cast<float*>(pto_device_malloc(rt, 1024));
+    TaskParam fail[] = {{PARAM_OUTPUT, old, 1024, {}}};
+    const int32_t failed = pto_submit_task(rt, 1, WORKER_HOST, fail, 1);
+    ASSERT_GE(failed, 0) << pto_last_error();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (pto_task_state(rt, failed) != PTO_TASK_CONSUMED && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_EQ(pto_task_state(rt, failed), PTO_TASK_CONSUMED);
+    ASSERT_EQ(pto_device_free(rt, old), 0);
+    auto* fresh = static_cast<float*>(pto_device_malloc(rt, 1024));
+    ASSERT_EQ(fresh, old) << "not the same block: the test shows nothing";
+    std::vector<float> ones(256, 1.0f);
+    ASSERT_EQ(pto_copy_in(rt, fresh, ones.data(), 1024), 0) << pto_last_error();
+    TaskParam read[] = {{PARAM_INPUT, fresh, 1024, {}}, {PARAM_OUTPUT, result, 4, {}}};
+    ASSERT_GE(pto_submit_task(rt, 2, WORKER_HOST, read, 2), 0) << pto_last_error();
+    // The old failure is still reported once, but it skipped nothing.
+    EXPECT_EQ(pto_wait_all(rt), -EIO);
+    EXPECT_NE(std::string(pto_last_error()).find("1 task(s) failed, 0 dependent task(s) skipped"), std::string::npos)
+        << pto_last_error();
+    float got = 0;
+    ASSERT_EQ(pto_copy_out(rt, &got, result, 4), 0);
+    EXPECT_EQ(got, 256.0f);
+    EXPECT_EQ(pto_runtime_destroy(rt), 0);
+}
+
 // Host data in and out of the runtime's memory by the device's DMA engine
 // (counted there), byte for byte at unaligned sizes and offsets, a range
 // outside the memory refused by kind and message; the same calls copy on a
