@@ -186,13 +186,32 @@ void LocalChipExecutor::Evict() {
 // hash differently from what the copy holds is uploaded. A copy not known
 // yet is uploaded whole and hashed while the device runs the call
 // (HashUploads).
+namespace {
+// The executors whose slots the calling thread's chip calls hold, one entry
+// per slot: a chip function waiting for a nested run runs that run's chip
+// tasks on its own thread meanwhile (its lane's queued jobs).
+thread_local std::vector<const LocalChipExecutor*> t_slots_held;
+}  // namespace
+
 class LocalChipExecutor::Lease {
 public:
     Lease(LocalChipExecutor& e, const ChipCall& call, ChipCallStats& stats) : e_(e), call_(call) {
         std::unique_lock lock(e_.mu_);
+        // Every slot held by this very thread's calls (a chip function that
+        // waits for a run whose chip task came here): none can free before
+        // this call returns, so waiting would hang the run and its waiter.
+        if (e_.free_slots_.empty() &&
+            size_t(std::count(t_slots_held.begin(), t_slots_held.end(), &e_)) >= e_.slots_.size())
+            throw Error(ErrorKind::InvalidArgument,
+                        "chip task '" + call.task_name + "' on " + e_.Describe() + ": the device's " +
+                            std::to_string(e_.slots_.size()) +
+                            " chip slot(s) are held by chip calls of this same thread, which wait for this task's run, "
+                            "so it would wait for itself (raise DistributedConfig::chip_tasks_per_device, or run the "
+                            "nested program from the host orchestration function or a SubWorker)");
         Await(lock, e_.slot_free_, [&] { return !e_.free_slots_.empty(); });
         slot_ = e_.free_slots_.back();
         e_.free_slots_.pop_back();
+        t_slots_held.push_back(&e_);
         try {
             hashes_.resize(call.args.size());
             std::vector<size_t> shared;
@@ -241,6 +260,7 @@ public:
             e_.uploaded_.Notify();
             GiveBack();
             lock.unlock();
+            ForgetHeld();
             e_.slot_free_.Notify();
             throw;
         }
@@ -251,6 +271,7 @@ public:
             GiveBack();
             e_.Evict();
         }
+        ForgetHeld();
         e_.slot_free_.Notify();
     }
     Slot& slot() const { return *slot_; }
@@ -274,6 +295,10 @@ public:
     }
 
 private:
+    void ForgetHeld() noexcept {
+        const auto it = std::find(t_slots_held.rbegin(), t_slots_held.rend(), &e_);
+        if (it != t_slots_held.rend()) t_slots_held.erase(std::next(it).base());
+    }
     // Sleeps on `ec` until `ready` (read under mu_) holds; `lock` holds mu_
     // on entry and on return, and is let go while asleep. No bound: the
     // second is only how often a sleeper looks again.

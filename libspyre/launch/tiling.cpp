@@ -129,7 +129,6 @@ uint64_t MulChecked(uint64_t a, uint64_t b, const std::string& what) {
     return r;
 }
 
-
 const char* OpName(uint16_t opcode) {
     switch (opcode) {
     case SPYRE_PROG_OP_MATMUL: return "matmul";
@@ -268,6 +267,7 @@ private:
     const ProgramImage& image_;
     std::vector<size_t> slot_of_;  // per operand: the tensor slot bound to it, or SIZE_MAX
 };
+
 }  // namespace
 
 TilingPlan PlanTiling(const SpyreCompute& compute, std::span<const TiledTensor> tensors) {

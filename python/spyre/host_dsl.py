@@ -36,6 +36,7 @@ import ast
 import builtins
 import enum
 import inspect
+import re
 import textwrap
 import threading
 
@@ -59,10 +60,18 @@ class Role(enum.Enum):
 FP32, FP16, INT32, INT8 = np.float32, np.float16, np.int32, np.int8
 
 
+def _dtype(dtype, what):
+    """numpy's dtype of `dtype`, or spyre.InvalidArgument naming `what`."""
+    try:
+        return np.dtype(dtype)
+    except TypeError as e:
+        raise _spyre.InvalidArgument(f"{what}: {dtype!r} is not a dtype ({e})") from None
+
+
 class TensorType:
     def __init__(self, shape, dtype=FP32):
         self.shape = tuple(int(d) for d in shape)
-        self.dtype = np.dtype(dtype)
+        self.dtype = _dtype(dtype, "Tensor[...]")
 
     @property
     def nbytes(self):
@@ -307,9 +316,10 @@ def create_tensor(shape, dtype=FP32):
     c = _ctx()
     if c is None or (c.graph is None and not c.dry):
         raise _spyre.InvalidArgument("create_tensor: only inside a HOST orchestrator")
+    dtype = _dtype(dtype, "create_tensor")
     if c.graph is None:
-        return _spyre.HostTensor.zeros(list(shape), np.dtype(dtype))
-    return c.graph.create_tensor(list(shape), np.dtype(dtype))
+        return _spyre.HostTensor.zeros(list(shape), dtype)
+    return c.graph.create_tensor(list(shape), dtype)
 
 
 class _Ctx:
@@ -569,7 +579,14 @@ class CompiledProgram:
             if t is None:
                 raise _spyre.InvalidArgument(f"{orch.name}: output '{n}' needs a Out[Tensor[shape, dtype]] annotation")
         body = orch.fn
-        src_has_at = "at(" in inspect.getsource(orch.fn)
+        # spyre.at(CHIP) blocks are outlined from the source. A function
+        # whose source cannot be read (exec'd, python -c) has none to
+        # outline: it runs as written, the functional style.
+        try:
+            source = inspect.getsource(orch.fn)
+        except (OSError, TypeError):
+            source = ""
+        src_has_at = re.search(r"\bat\s*\(", source) is not None
         if src_has_at:
             body = _outline(orch.fn, self)
         self._body = body
@@ -602,16 +619,17 @@ class CompiledProgram:
         calls = chip.calls
 
         def run(ctx):
-            tmps = {}
-            val = lambda r: ctx.args[r[1]] if r[0] == "arg" else tmps[r[1]]  # noqa: E731
+            results = {}  # call index -> where its result is: an argument it was stored to, or its implicit output
+            val = lambda r: ctx.args[r[1]] if r[0] == "arg" else results[r[1]]  # noqa: E731
             for i, call in enumerate(calls):
                 params = [("in", val(r)) for r in call["operands"]]
                 nbytes = int(np.prod(call["shape"])) * call["dtype"].itemsize
                 params.append(("out", val(call["out"])) if call["out"][0] == "arg" else ("out", None, nbytes))
                 worker = _spyre.WORKER_CUBE if call["op"] == "matmul" else _spyre.WORKER_VECTOR
                 tid = ctx.orch.submit(call["kernel"], worker, params)
-                if call["out"][0] == "tmp":
-                    tmps[i] = ctx.orch.task_output(tid, 0, dtype=call["dtype"])
+                # A later op reads a stored result from the argument it went to.
+                results[i] = val(call["out"]) if call["out"][0] == "arg" else \
+                    ctx.orch.task_output(tid, 0, dtype=call["dtype"])
         self.worker.register_chip_function(name, run)
 
     def _register_chip(self, f):
@@ -693,7 +711,7 @@ class CompiledProgram:
             if shape != t.shape:
                 raise _spyre.InvalidArgument(f"{self.orchestrator.name}: argument '{n}' has shape {list(shape)}, "
                                              f"expected {list(t.shape)}")
-            if dtype is not None and np.dtype(dtype) != t.dtype:
+            if dtype is not None and _dtype(dtype, f"{self.orchestrator.name}: argument '{n}'") != t.dtype:
                 raise _spyre.InvalidArgument(f"{self.orchestrator.name}: argument '{n}' has dtype {np.dtype(dtype)}, "
                                              f"expected {t.dtype}")
 

@@ -240,7 +240,14 @@ void Close(PyOrch& self) {
 }  // namespace
 
 py::dtype ViewDType(py::handle dtype, const std::string& what) {
-    py::dtype dt = py::dtype::from_args(py::reinterpret_borrow<py::object>(dtype));
+    py::dtype dt;
+    try {
+        dt = py::dtype::from_args(py::reinterpret_borrow<py::object>(dtype));
+    } catch (py::error_already_set& e) {  // numpy's TypeError for what is no dtype
+        if (!e.matches(PyExc_TypeError)) throw;
+        throw Error(ErrorKind::InvalidArgument, what + ": " + py::repr(dtype).cast<std::string>() + " is not a dtype (" +
+                                                    std::string(py::str(e.value())) + ")");
+    }
     // The view is the runtime's raw memory: an element must be plain bytes
     // of a fixed size (an object dtype would read them as pointers).
     if (dt.attr("hasobject").cast<bool>() || dt.itemsize() <= 0)

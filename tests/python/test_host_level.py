@@ -990,3 +990,22 @@ def test_close_waits_for_the_runs_and_releases_the_devices(one_vf):
     h.wait()
     assert len(h.report()) == 1
     again.close()
+
+
+def test_a_chip_function_waiting_for_a_nested_run_on_its_own_only_slot_fails(one_vf):
+    """A Python chip function that runs a nested program on a Worker of one
+    device with one chip slot: the nested chip task waited for the slot the
+    caller holds, and both runs hung. The nested run now fails, typed."""
+    w = spyre.Worker(one_vf, spyre.DistributedConfig(device_ids=[1], chip_tasks_per_device=1))
+    shape = [64]
+    w.register_kernel(ADD, spyre.KernelBuilder().add(shape))
+    w.register_chip_function("add", spyre.ChipFunction.elementwise(ADD))
+    inner = spyre.HostProgram("inner", 2, [(shape, np.float32)],
+                              lambda g, x: g.chip("add", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])]))
+    a = np.arange(64, dtype=np.float32)
+    w.register_chip_function("nest", lambda ctx: w.run(inner, [a, a]))
+    outer = spyre.HostProgram("outer", 1, [], lambda g, x: g.chip("nest", [spyre.In(x[0])]))
+    with pytest.raises(spyre.HostRunError, match="chip slot\\(s\\) are held by chip calls of this same thread"):
+        w.run(outer, [a])
+    np.testing.assert_array_equal(w.run(inner, [a, a]), 2 * a)  # the Worker goes on
+    w.close()

@@ -212,6 +212,11 @@ def test_bad_parameters_are_typed_errors(orch):
                      lambda d: orch.register_host_kernel(70, lambda *a: 0, d)):
             with pytest.raises(spyre.InvalidArgument, match="plain numeric dtype"):
                 make(dtype)
+    # A name numpy does not know was numpy's bare TypeError.
+    for make in (lambda d: orch.alloc(1024, d), lambda d: orch.task_output(0, 0, d),
+                 lambda d: orch.register_host_kernel(70, lambda *a: 0, d)):
+        with pytest.raises(spyre.InvalidArgument, match="'notadtype' is not a dtype"):
+            make("notadtype")
 
 
 def test_a_shape_numpy_cannot_view_is_our_error_and_takes_no_memory(dev):

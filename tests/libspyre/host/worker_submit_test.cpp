@@ -366,6 +366,40 @@ TEST_F(WorkerTest, SubWorkersWaitingInSlicesOnNestedRunsRunThoseRunsSubWorkers) 
     });
 }
 
+// A chip function that runs a nested program on a Worker of one device
+// with one chip slot: the nested chip task queues on the lane whose only
+// thread is the waiting chip function, which runs it, and it waited for
+// the slot that same call holds: both runs hung. It is refused now (the
+// nested run fails, so the outer chip task does), and the Worker goes on.
+TEST_F(WorkerTest, AChipFunctionWaitingForANestedRunOnItsOwnOnlySlotIsRefused) {
+    worker_.reset();
+    DistributedConfig c;
+    c.device_ids = {Vfs(*host_).front()};
+    c.chip_tasks_per_device = 1;
+    Worker one(*host_, c);
+    RegisterTinyAdd(one);
+    HostProgram inner{"inner", 2, {{{1, kTinyCols}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                          g.Chip("tiny_add", {In(x[0]), In(x[1]), Out(x[2])});
+                      }};
+    std::string nested_error;
+    one.RegisterChipFunction("nest", ChipFunction([&](ChipContext&) {
+                                 try {
+                                     one.Run(inner, {HostTensor::Zeros({1, kTinyCols}), HostTensor::Zeros({1, kTinyCols})});
+                                 } catch (const HostRunError& e) {
+                                     nested_error = e.failures().at(0).cause;
+                                     throw;
+                                 }
+                             }));
+    HostProgram outer{"outer", 1, {}, [](HostGraph& g, std::span<const HostTensor> x) { g.Chip("nest", {In(x[0])}); }};
+    EXPECT_THROW(one.Run(outer, {HostTensor::Zeros({1, kTinyCols})}), HostRunError);
+    EXPECT_NE(nested_error.find("chip slot(s) are held by chip calls of this same thread"), std::string::npos)
+        << nested_error;
+    // The slot is free again: the nested program runs from the host.
+    HostTensor a = HostTensor::Zeros({1, kTinyCols});
+    a.floats()[0] = 2.0f;
+    EXPECT_EQ(one.Run(inner, {a, a})[0].floats()[0], 4.0f);
+}
+
 // A run's waiter runs the run's queued tasks itself while the device
 // threads and SubWorkers sleep (Dispatcher::LookForEnd). A SubWorker it
 // runs that starts a nested run and waits takes the SubWorker pool's only
