@@ -175,6 +175,13 @@ void LocalChipExecutor::Evict() {
     }
 }
 
+namespace {
+// The executors whose slots the calling thread's chip calls hold, one entry
+// per slot: a chip function waiting for a nested run runs that run's chip
+// tasks on its own thread meanwhile (its lane's queued jobs).
+thread_local std::vector<const LocalChipExecutor*> t_slots_held;
+}  // namespace
+
 // One call's hold on the executor: a free slot and its arguments' device
 // copies, inputs current. The slot and the copies are taken and given back
 // under the executor's lock; the bytes move through the device's DMAEngine
@@ -186,13 +193,6 @@ void LocalChipExecutor::Evict() {
 // hash differently from what the copy holds is uploaded. A copy not known
 // yet is uploaded whole and hashed while the device runs the call
 // (HashUploads).
-namespace {
-// The executors whose slots the calling thread's chip calls hold, one entry
-// per slot: a chip function waiting for a nested run runs that run's chip
-// tasks on its own thread meanwhile (its lane's queued jobs).
-thread_local std::vector<const LocalChipExecutor*> t_slots_held;
-}  // namespace
-
 class LocalChipExecutor::Lease {
 public:
     Lease(LocalChipExecutor& e, const ChipCall& call, ChipCallStats& stats) : e_(e), call_(call) {
