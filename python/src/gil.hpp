@@ -12,11 +12,13 @@
 #pragma once
 
 #include <pybind11/pybind11.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -81,14 +83,44 @@ inline std::shared_ptr<const void> KeepAlive(py::object object) {
     });
 }
 
+// Takes the GIL back after a call made without it. Python ends a thread
+// that takes it once the interpreter finalizes (pthread_exit); unwound
+// through pybind11's gil_scoped_release, a noexcept destructor, that
+// aborted the process ("terminate called without an active exception"):
+// a daemon thread inside a spyre call when the program returned. Such a
+// thread is parked instead, as Python would end it: it never runs Python
+// again, and the process is exiting.
+inline void TakeGilBack(PyThreadState* state) noexcept {
+    while (_Py_IsFinalizing()) pause();
+    PyEval_RestoreThread(state);
+}
+
 // Runs `f` with the GIL released (when this thread holds it).
 template <typename F>
 decltype(auto) WithoutGil(F&& f) {
-    if (HoldsGil()) {
-        py::gil_scoped_release release;
-        return std::forward<F>(f)();
+    if (!HoldsGil()) return std::forward<F>(f)();
+    PyThreadState* state = PyEval_SaveThread();
+    using Result = decltype(std::forward<F>(f)());
+    if constexpr (std::is_void_v<Result>) {
+        try {
+            std::forward<F>(f)();
+        } catch (...) {
+            TakeGilBack(state);
+            throw;
+        }
+        TakeGilBack(state);
+    } else {
+        Result result = [&]() -> Result {
+            try {
+                return std::forward<F>(f)();
+            } catch (...) {
+                TakeGilBack(state);
+                throw;
+            }
+        }();
+        TakeGilBack(state);
+        return result;
     }
-    return std::forward<F>(f)();
 }
 
 // Whether the calling thread is Python's main thread, the only one that
@@ -135,8 +167,9 @@ void DestroyWithoutGil(std::shared_ptr<T>& p) noexcept {
     std::shared_ptr<T> local = std::move(p);
     if (!local) return;
     if (HoldsGil()) {
-        py::gil_scoped_release release;
+        PyThreadState* state = PyEval_SaveThread();
         local.reset();
+        TakeGilBack(state);
     } else {
         local.reset();
     }

@@ -339,6 +339,12 @@ void AwaitAbandonedRunsOf(const Worker* worker) {
 
 struct PyRun;
 void AwaitRunsOf(std::vector<std::weak_ptr<PyRun>>& runs);
+// Every run started from Python whose handle lives (under the GIL), for
+// the wait at exit.
+std::vector<std::weak_ptr<PyRun>>& LiveRuns() {
+    static auto* runs = new std::vector<std::weak_ptr<PyRun>>;  // never destroyed: read at exit
+    return *runs;
+}
 
 struct PyWorker {
     std::shared_ptr<PyHost> host;
@@ -686,6 +692,8 @@ std::shared_ptr<PyRun> Start(PyWorker& w, const PyHostProgram& p, const py::iter
     run->worker = w.worker;
     std::erase_if(w.runs, [](const std::weak_ptr<PyRun>& weak) { return weak.expired(); });
     w.runs.push_back(run);
+    std::erase_if(LiveRuns(), [](const std::weak_ptr<PyRun>& weak) { return weak.expired(); });
+    LiveRuns().push_back(run);
     Worker& worker = w.Get("Worker.run");
     const py::list args(given);  // read twice below: a generator would be empty the second time
     std::vector<HostTensor> tensors = RunArgs(p.program, args);
@@ -709,12 +717,25 @@ std::shared_ptr<PyRun> Start(PyWorker& w, const PyHostProgram& p, const py::iter
 void BindHostLevel(py::module_& m) {
     // At exit the program waits for the runs a Ctrl-C left in flight, as
     // Python waits for its threads; a second Ctrl-C leaves them.
+    // So do the runs whose handles the program still holds, never waited
+    // for: a SubWorker (Python) still running when the interpreter
+    // finalizes was ended under its feet (an abort or a segfault at exit).
     py::module_::import("atexit").attr("register")(py::cpp_function([] {
+        size_t left = 0;
         try {
             const std::vector<Abandoned> runs = AbandonedRuns();  // a copy: other threads may add while this waits
+            left = runs.size();
             for (const Abandoned& a : runs) AwaitHandlingSignals(a.handle);
+            std::vector<std::shared_ptr<RunHandle>> held;
+            for (const auto& weak : LiveRuns())
+                if (auto r = weak.lock(); r && r->handle) held.push_back(r->handle);
+            left = held.size();
+            for (const auto& h : held) {
+                AwaitHandlingSignals(h);
+                WithoutGil([&] { while (!h->WaitFor(std::chrono::seconds(1))) {} });
+            }
         } catch (py::error_already_set&) {
-            PySys_WriteStderr("spyre: exiting without waiting for %zu run(s) still in flight\n", AbandonedRuns().size());
+            PySys_WriteStderr("spyre: exiting without waiting for run(s) still in flight (%zu)\n", left);
             return;
         }
         ForgetEndedAbandonedRuns();

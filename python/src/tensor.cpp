@@ -69,9 +69,18 @@ std::shared_ptr<PyTensor> UploadAsync(const SlotPtr& slot, const std::shared_ptr
         EnqueueCopy(device, stream, true, const_cast<void*>(data), std::move(keeper), t.device_handle(), t.size_bytes());
         return Adopt(slot, std::make_shared<SpyreTensor>(std::move(t)));
     }
-    // Padded: into a staging buffer before this returns.
-    SpyreTensor t = WithoutGil([&] { return SpyreTensor::FromHost(device, stream, data, shape, dtype, layout); });
-    return Adopt(slot, std::make_shared<SpyreTensor>(std::move(t)));
+    // Padded: into a staging buffer before this returns. The device and
+    // the stream are held through the wait: another thread's close()
+    // meanwhile released them under it (a segfault).
+    const std::shared_ptr<Device> device_held = slot->shared();
+    const std::shared_ptr<FlexStream> stream_held = py_stream->Share(what);
+    auto t = std::make_shared<SpyreTensor>(
+        WithoutGil([&] { return SpyreTensor::FromHost(*device_held, *stream_held, data, shape, dtype, layout); }));
+    if (slot->closed()) {  // closed meanwhile: the tensor goes, as the device's others did
+        DestroyWithoutGil(t);
+        slot->ThrowClosed(what);
+    }
+    return Adopt(slot, std::move(t));
 }
 
 // Upload, then (without a stream given) wait for the copy: device work on

@@ -3,6 +3,10 @@
 is queued, tensors freed while work is queued, devices closed with live
 objects, garbage collection."""
 import gc
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import weakref
@@ -163,3 +167,85 @@ def test_objects_outlive_a_dropped_device_reference(host):
     # The tensor and stream keep their device object alive.
     np.testing.assert_array_equal(t.to_numpy(stream=s), np.arange(6, dtype=np.int32))
     t.device.close()
+
+
+def test_a_padded_sticks_upload_while_its_device_closes(host):
+    """The padded Sticks upload ran without the GIL on the device and
+    stream by reference: another thread's close() freed them under it (a
+    segfault in 6 of 6 runs, or garbage errors). It holds them now, and
+    says the device is closed."""
+    a = np.ones((2048, 33), np.float32)  # 132-byte rows: padded to 256
+    for round_ in range(4):
+        d = host.open("1")
+        seen = []
+
+        def upload():
+            while True:
+                try:
+                    spyre.SpyreTensor.from_numpy(d, a, layout=spyre.TensorLayout.Sticks)
+                except spyre.InvalidArgument as e:
+                    seen.append(str(e))
+                    return
+                except BaseException as e:  # noqa: BLE001 - any other kind is the defect
+                    seen.append(repr(e))
+                    return
+
+        t = threading.Thread(target=upload)
+        t.start()
+        time.sleep(0.05 + 0.02 * round_)
+        d.close()
+        t.join(30)
+        assert not t.is_alive()
+        assert len(seen) == 1 and "is closed" in seen[0], seen
+    host.open("1").close()  # the function is free
+
+
+def run_script(body):
+    """`body` in a fresh interpreter (this one's spyre and mock): its exit
+    status and output."""
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(body)], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ))
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_a_daemon_thread_inside_a_call_when_the_program_ends():
+    """A daemon thread in a call that lets the GIL go (Host.open,
+    synchronize, close) when the main thread returned: taking the GIL back,
+    it was ended by Python through a noexcept destructor, which aborted the
+    process ("terminate called without an active exception", 7 of 7)."""
+    for _ in range(3):
+        rc, out = run_script("""
+            import threading, time, spyre
+            h = spyre.Host.embedded_mock(cards=1, vfs=0, mem="1G")
+            def loop():
+                while True:
+                    try:
+                        d = h.open("0"); d.synchronize(); d.close()
+                    except spyre.Error:
+                        pass
+            threading.Thread(target=loop, daemon=True).start()
+            time.sleep(0.3)
+            print("main returns")
+        """)
+        assert rc == 0 and "main returns" in out and "terminate" not in out, (rc, out)
+
+
+def test_the_program_ends_after_the_runs_it_left_in_flight():
+    """A run submitted and never waited for, its SubWorkers (Python) still
+    running when the program ended: finalization ended them under their
+    feet (an abort or a segfault at exit). Exit now waits for the run."""
+    rc, out = run_script("""
+        import time, numpy as np, spyre
+        h = spyre.Host.embedded_mock(cards=1, vfs=0, mem="1G")
+        w = spyre.Worker(h, spyre.DistributedConfig(device_ids=[0], num_sub_workers=2))
+        def slow(y):
+            time.sleep(0.005)
+            y += 1
+        def orch(g, x):
+            for _ in range(100):
+                g.sub(slow, [spyre.InOut(x[0])])
+        handle = w.submit(spyre.HostProgram("slow", 1, [], orch), [np.zeros(4, np.float32)])
+        time.sleep(0.05)
+        print("main returns", handle.done())
+    """)
+    assert rc == 0 and "main returns False" in out and "terminate" not in out, (rc, out)
