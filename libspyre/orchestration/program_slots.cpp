@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "plan/written_operands.hpp"
 #include "spyre/error.hpp"
 #include "tensor/program_dtype.hpp"
 
@@ -30,14 +31,7 @@ const char* ParamKindName(int32_t kind) {
 }
 
 ProgramSlots SlotsOf(const ProgramImage& image) {
-    // Every op's last operand is the one it writes (uapi/spyre_program.h).
-    std::vector<bool> written(image.operands.size(), false);
-    for (const spyre_program_op& op : image.ops) {
-        int last = -1;
-        for (int i = 0; i < 4; ++i)
-            if (op.operands[i] != SPYRE_OPERAND_NONE) last = i;
-        if (last >= 0 && op.operands[last] < written.size()) written[op.operands[last]] = true;
-    }
+    const std::vector<bool> written = WrittenOperands(image);
     ProgramSlots slots{int32_t(image.slot_count), {}};
     for (const spyre_program_reloc& r : image.relocs) {
         if (r.operand >= image.operands.size()) continue;  // the device refuses the program

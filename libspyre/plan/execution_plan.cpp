@@ -10,6 +10,7 @@
 
 #include "plan/manifest_node.hpp"
 #include "plan/plan_format.hpp"
+#include "plan/written_operands.hpp"
 #include "spyre/error.hpp"
 #include "spyre/plan/program_image.hpp"
 
@@ -187,13 +188,7 @@ private:
     // (or fault OVERLAP when the same tensor is also read).
     void CheckWritesGoToOutputs(const Node& entry, const ProgramImage& program,
                                 const std::vector<TensorSpec>& tensors) const {
-        std::vector<bool> written(program.operands.size(), false);
-        for (const spyre_program_op& op : program.ops)
-            for (int i = 3; i >= 0; --i)
-                if (op.operands[i] != SPYRE_OPERAND_NONE) {
-                    if (op.operands[i] < written.size()) written[op.operands[i]] = true;
-                    break;
-                }
+        const std::vector<bool> written = WrittenOperands(program);
         for (const spyre_program_reloc& r : program.relocs) {
             if (r.operand >= written.size() || r.slot >= tensors.size() || !written[r.operand]) continue;
             if (tensors[r.slot].role != TensorRole::Output)

@@ -318,12 +318,14 @@ void ForgetEndedAbandonedRuns() {
 // Waits for `worker`'s abandoned runs (KeyboardInterrupt on a Ctrl-C meanwhile), then drops them.
 void AwaitAbandonedRunsOf(const Worker* worker);
 
-// Waits for the run (main thread; WaitHandlingSignals): a Ctrl-C ends the
-// wait, and the run goes on. Another thread (a SubWorker waiting on a
-// nested run, on a pool thread the nested run may need) goes on to Wait,
-// which runs the run's queued tasks meanwhile.
+// Waits for the run to end. On the main thread in Ctrl-C-aware slices
+// (WaitHandlingSignals): a Ctrl-C ends the wait, and the run goes on.
+// Elsewhere in slices of WaitFor without the GIL: a SubWorker waiting on a
+// nested run (on a pool thread the nested run may need) runs its pool's
+// queued jobs meanwhile.
 void AwaitHandlingSignals(const std::shared_ptr<RunHandle>& h) {
     WaitHandlingSignals([&](std::chrono::nanoseconds slice) { return h->WaitFor(slice); });
+    WithoutGil([&] { while (!h->WaitFor(std::chrono::seconds(1))) {} });
 }
 
 void AwaitAbandonedRunsOf(const Worker* worker) {
@@ -331,8 +333,7 @@ void AwaitAbandonedRunsOf(const Worker* worker) {
     for (const Abandoned& a : AbandonedRuns())
         if (a.worker.get() == worker) mine.push_back(a.handle);
     for (const auto& h : mine) {
-        AwaitHandlingSignals(h);  // the main thread's wait; at once elsewhere
-        WithoutGil([&] { while (!h->WaitFor(std::chrono::seconds(1))) {} });
+        AwaitHandlingSignals(h);
     }
     ForgetEndedAbandonedRuns();
 }
@@ -617,9 +618,7 @@ py::object Finish(PyRun& r) {
     // (InvalidArgument). Behind the lock, a waiter holding it would keep
     // both from happening while another thread (the main one) waited.
     if (!r.result && !r.error) {
-        std::shared_ptr<RunHandle> h = r.handle;
-        AwaitRun(r);  // the main thread's wait, Ctrl-C ending it; at once elsewhere
-        WithoutGil([&] { while (!h->WaitFor(std::chrono::seconds(1))) {} });
+        AwaitRun(r);
     }
     // Then one waiter makes the result (the handle's one Wait, which now
     // returns at once) and the others read it. Taken without the GIL when
@@ -677,10 +676,7 @@ void AwaitRunsOf(std::vector<std::weak_ptr<PyRun>>& runs) {
     for (const auto& weak : runs)
         if (std::shared_ptr<PyRun> r = weak.lock()) live.push_back(std::move(r));
     for (const auto& r : live) {
-        if (!r->handle) continue;
-        std::shared_ptr<RunHandle> h = r->handle;
-        AwaitRun(*r);  // the main thread's wait; at once elsewhere
-        WithoutGil([&] { while (!h->WaitFor(std::chrono::seconds(1))) {} });
+        if (r->handle) AwaitRun(*r);
     }
     for (const auto& r : live) DestroyWithoutGil(r->worker);
     std::erase_if(runs, [](const std::weak_ptr<PyRun>& weak) { return weak.expired(); });
@@ -730,10 +726,7 @@ void BindHostLevel(py::module_& m) {
             for (const auto& weak : LiveRuns())
                 if (auto r = weak.lock(); r && r->handle) held.push_back(r->handle);
             left = held.size();
-            for (const auto& h : held) {
-                AwaitHandlingSignals(h);
-                WithoutGil([&] { while (!h->WaitFor(std::chrono::seconds(1))) {} });
-            }
+            for (const auto& h : held) AwaitHandlingSignals(h);
         } catch (py::error_already_set&) {
             PySys_WriteStderr("spyre: exiting without waiting for run(s) still in flight (%zu)\n", left);
             return;
