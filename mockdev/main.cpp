@@ -31,6 +31,7 @@
 #include "log.hpp"
 #include "options.hpp"
 #include "frontend/recovery.hpp"
+#include "frontend/stop_signals.hpp"
 #include "spyre/uapi/spyre_pci.h"
 #include "spyre/common/openblas_kernels.hpp"
 
@@ -294,8 +295,7 @@ private:
 
 // --exit-with-fd: a thread that waits for the spawner's end of the pipe
 // to close (the spawning process is gone, killed or not) and stops the
-// daemon as SIGTERM would. Started while the stop signals are blocked, so
-// the signal goes to the FUSE loop's thread.
+// daemon as SIGTERM would (the FUSE loop reads the signal).
 void WatchSpawner(int fd) {
     std::thread([fd] {
         for (;;) {
@@ -314,12 +314,9 @@ void WatchSpawner(int fd) {
 
 // Creates the devices, mounts, serves until told to stop, tears down.
 int Serve(Options opt, StartupReport& report) {
-    // A stop signal during start-up stays pending until the FUSE loop owns
-    // the signals, so it still ends in a clean teardown.
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&stop_signals, sig);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+    // A stop signal during start-up waits in the pipe until the FUSE loop
+    // reads it, so it still ends in a clean teardown.
+    StopSignals stop_signals;
 
     auto fail = [&](int code) {
         report.Failed(code);
@@ -356,14 +353,9 @@ int Serve(Options opt, StartupReport& report) {
     if (!fs.Mount(opt.mount)) return fail(kExitFuseMount);
     for (auto& card : cards) card->Start();
     if (opt.exit_with_fd >= 0) WatchSpawner(opt.exit_with_fd);
-    pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
 
-    fs.Loop();
+    fs.Loop(stop_signals.fd());
 
-    // The loop gave the stop signals back their default action: a second
-    // one (a spawner's death seen twice) must not kill the teardown halfway,
-    // leaving the mount directory or the shared memory behind.
-    for (int sig : {SIGTERM, SIGINT, SIGHUP}) ::signal(sig, SIG_IGN);
     LOG_INFO("shutting down");
     for (auto& card : cards) card->Shutdown();
     fs.Unmount();

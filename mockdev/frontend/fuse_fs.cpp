@@ -4,6 +4,11 @@
 
 #include <fcntl.h>
 #include <fuse.h>
+#include <fuse_lowlevel.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +24,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <string_view>
+#include <thread>
 
 #include "frontend/attr_number.hpp"
 #include "log.hpp"
@@ -661,25 +667,69 @@ bool FuseFs::Mount(const std::string& dir) {
         return false;
     }
     mounted_ = true;
-    if (fuse_set_signal_handlers(fuse_get_session(fuse_)) != 0) {
-        LOG_ERROR("cannot install signal handlers: %s", capture.Last().c_str());
-        Unmount();
-        return false;
-    }
     return true;
 }
 
-void FuseFs::Loop() {
+namespace {
+
+// Interrupts the loop's thread: a handler that does nothing, installed
+// without SA_RESTART, so the loop's sleep returns EINTR and it looks at
+// its exit flag again.
+void Interrupted(int) {}
+
+}  // namespace
+
+void FuseFs::Loop(int stop_fd) {
+    // A stop ends the loop from a thread of its own, not from a signal
+    // handler: libfuse 3.14's loop reads its exit flag and then sleeps on a
+    // semaphore, so a flag set by a handler between the two left the loop
+    // asleep for good (a daemon stopped right after it came up ignored
+    // SIGTERM). The stopper sets the flag and then interrupts the loop's
+    // thread until the loop has returned.
+    const int wake_signal = SIGRTMIN;
+    struct sigaction wake {};
+    wake.sa_handler = Interrupted;
+    sigemptyset(&wake.sa_mask);
+    ::sigaction(wake_signal, &wake, nullptr);
+    const int ended_fd = ::eventfd(0, EFD_CLOEXEC);
+    if (ended_fd < 0) LOG_ERROR("eventfd: %s: only an unmount stops this daemon", std::strerror(errno));
+    std::atomic<bool> ended{false};
+    const pthread_t loop_thread = ::pthread_self();
+    fuse_session* session = fuse_get_session(fuse_);
+    std::thread stopper;
+    if (ended_fd >= 0) {
+        stopper = std::thread([&] {
+            pollfd fds[2] = {{stop_fd, POLLIN, 0}, {ended_fd, POLLIN, 0}};
+            while (::poll(fds, 2, -1) < 0 && errno == EINTR) {
+            }
+            if (!(fds[0].revents & POLLIN)) return;  // the loop ended by itself (an unmount)
+            unsigned char sig = 0;
+            if (::read(stop_fd, &sig, 1) == 1) LOG_INFO("%s: stopping", strsignal(sig));
+            fuse_session_exit(session);
+            while (!ended.load()) {
+                ::pthread_kill(loop_thread, wake_signal);
+                pollfd end{ended_fd, POLLIN, 0};
+                ::poll(&end, 1, 20);
+            }
+        });
+    }
     fuse_loop_config* config = fuse_loop_cfg_create();
     fuse_loop_cfg_set_clone_fd(config, 0);
     int rc = fuse_loop_mt(fuse_, config);
     fuse_loop_cfg_destroy(config);
+    ended.store(true);
+    if (ended_fd >= 0) {
+        const uint64_t one = 1;
+        ssize_t ignored = ::write(ended_fd, &one, sizeof one);
+        (void)ignored;
+    }
+    if (stopper.joinable()) stopper.join();
+    if (ended_fd >= 0) ::close(ended_fd);
     LOG_DEBUG("FUSE loop ended (%d)", rc);
 }
 
 void FuseFs::Unmount() {
     if (!fuse_) return;
-    fuse_remove_signal_handlers(fuse_get_session(fuse_));
     if (mounted_) fuse_unmount(fuse_);
     mounted_ = false;
     fuse_destroy(fuse_);

@@ -34,12 +34,13 @@ public:
     FuseFs(const FuseFs&) = delete;
     FuseFs& operator=(const FuseFs&) = delete;
 
-    // Mounts at `dir` and routes SIGTERM/SIGINT/SIGHUP to the loop. Logs and
-    // returns false on failure, leaving nothing mounted.
+    // Mounts at `dir`. Logs and returns false on failure, leaving nothing
+    // mounted.
     bool Mount(const std::string& dir);
-    // Serves requests with the multithreaded loop until a signal or an
-    // unmount (fusermount3 -u) ends it.
-    void Loop();
+    // Serves requests with the multithreaded loop until `stop_fd` (a
+    // StopSignals pipe) becomes readable or an unmount (fusermount3 -u)
+    // ends it.
+    void Loop(int stop_fd);
     void Unmount();
 
 private:

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -134,6 +135,45 @@ TEST(MockdevShutdown, StopReportsTheEndAndTheDaemonIsReaped) {
     // A zombie still answers kill(pid, 0); a reaped pid does not.
     EXPECT_TRUE(Eventually([&] { return ::kill(pid, 0) != 0 && errno == ESRCH; }));
     EXPECT_EQ(daemon.Stop(), -1);  // once only
+}
+
+// A thread the daemon did not start (OpenBLAS starts its own before main)
+// has the stop signals unblocked, so SIGTERM may land there. Before, the
+// handler there set libfuse's exit flag without waking the loop, and the
+// daemon went on serving until SIGKILL; a stop right after start-up lost
+// the same wake-up against the loop's own check of the flag.
+TEST(MockdevShutdown, ASigtermTakenByAnyThreadStopsTheDaemon) {
+    SPYRE_REQUIRE_FUSE();
+    MockDaemon daemon = MockDaemon::Start({.vfs = 0, .mem = "64M"});
+    const pid_t pid = daemon.pid();
+    const fs::path mount = daemon.mount();
+    pid_t taker = 0;
+    for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+        const pid_t tid = std::stoi(task.path().filename().string());
+        std::ifstream status(task.path() / "status");
+        for (std::string line; std::getline(status, line);) {
+            if (line.rfind("SigBlk:", 0) != 0) continue;
+            const unsigned long long blocked = std::stoull(line.substr(7), nullptr, 16);
+            if (tid != pid && !(blocked & (1ull << (SIGTERM - 1)))) taker = tid;
+        }
+        if (taker) break;
+    }
+    if (!taker) GTEST_SKIP() << "every thread but the main one blocks SIGTERM here";
+    ASSERT_EQ(::syscall(SYS_tgkill, pid, taker, SIGTERM), 0);
+    EXPECT_TRUE(Eventually([&] { return !spyre::test::IsMounted(mount.string()); }))
+        << "SIGTERM on thread " << taker << " did not stop the daemon";
+    const int status = daemon.Stop();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// Stopped at once after it came up, many times: each stop ends it cleanly.
+TEST(MockdevShutdown, ASigtermRightAfterStartUpStopsTheDaemon) {
+    SPYRE_REQUIRE_FUSE();
+    for (int round = 0; round < 20; ++round) {
+        MockDaemon daemon = MockDaemon::Start({.vfs = 0, .mem = "64M"});
+        const int status = daemon.Stop();
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "round " << round << ": " << status;
+    }
 }
 
 TEST(MockdevShutdown, StopReportsADaemonKilledBeforeIt) {
