@@ -174,7 +174,10 @@ DLDataType DLFromDType(DType d) {
 
 // What an exported capsule owns: the host copy and the DLPack descriptors.
 struct Exported {
-    std::unique_ptr<uint8_t[]> data;
+    // Shared with the queued copy into it: an export interrupted (Ctrl-C)
+    // while it waits frees its Exported, and the copy must still land in
+    // live memory.
+    std::shared_ptr<uint8_t[]> data;
     std::vector<int64_t> shape;
     DLManagedTensor managed{};
 };
@@ -186,13 +189,15 @@ py::capsule ExportDLPack(PyTensor& pt) {
     const SpyreTensor& t = pt.Get(what);
     auto ex = std::make_unique<Exported>();
     const uint64_t bytes = uint64_t(t.numel()) * ElementSize(t.data_type());
-    ex->data.reset(new uint8_t[bytes]);
+    ex->data = std::shared_ptr<uint8_t[]>(new uint8_t[bytes]);
     ex->shape = t.shape();
     auto dev = pt.slot()->shared();
     if (!dev) pt.slot()->ThrowClosed(what);
     SynchronizeHandlingSignals(*dev);
     auto stream = DefaultStream(pt.slot());
-    Download(pt, *stream, ex->data.get(), py::none(), what);
+    py::capsule keeper(new std::shared_ptr<uint8_t[]>(ex->data),
+                       [](void* p) { delete static_cast<std::shared_ptr<uint8_t[]>*>(p); });
+    Download(pt, *stream, ex->data.get(), std::move(keeper), what);
     auto s = stream->Share(what);
     SynchronizeHandlingSignals(*s);
     DLTensor& dl = ex->managed.dl_tensor;
@@ -234,7 +239,14 @@ std::shared_ptr<PyTensor> FromDLPack(py::object obj, const SlotPtr& slot, const 
                                                         std::to_string(dev.first) +
                                                         ", only host (kDLCPU) tensors can be copied to a Spyre device");
         }
-        capsule = obj.attr("__dlpack__")();
+        try {
+            capsule = obj.attr("__dlpack__")();
+        } catch (py::error_already_set& e) {
+            // numpy refuses to export read-only and bool arrays (BufferError).
+            if (!e.matches(PyExc_BufferError)) throw;
+            throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the producer refused to export: " +
+                                                        std::string(py::str(e.value())));
+        }
     }
     if (!PyCapsule_IsValid(capsule.ptr(), "dltensor"))
         throw Error(ErrorKind::InvalidArgument, std::string(what) + ": not an unused 'dltensor' capsule");

@@ -2,6 +2,9 @@
 """DLPack: spyre.from_dlpack from host producers, SpyreTensor.__dlpack__ to
 numpy (and torch when installed; nothing requires it)."""
 import gc
+import signal
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -114,3 +117,44 @@ def test_a_malformed_dlpack_capsule_is_invalid_argument(dev):
         with pytest.raises(spyre.InvalidArgument, match="a malformed DLPack tensor"):
             spyre.from_dlpack(_crafted_capsule(keep, ndim, shape, data), dev)
     np.testing.assert_array_equal(spyre.from_dlpack(_crafted_capsule(keep, 1, [4], buf.ctypes.data), dev).to_numpy(), buf)
+
+
+def test_ctrl_c_during_export_keeps_the_copys_destination(dev):
+    """__dlpack__ queues the copy into the capsule's host buffer, then
+    waits. A Ctrl-C in that wait freed the buffer while the copy was still
+    queued: the copy later wrote into freed memory (a segfault in 7 of 9
+    runs, or another object's bytes overwritten). The buffer now lives
+    until the copy has run."""
+    s = dev.default_stream
+    t = spyre.SpyreTensor.from_numpy(dev, np.ones(16 << 20, np.float32))  # 64 MiB: its own mapping
+    release, held = threading.Event(), threading.Event()
+
+    def hold():
+        held.set()
+        release.wait(30)
+
+    def queue_hold():  # runs inside __dlpack__'s first wait; the copy goes behind `hold`
+        s.add_callback(hold)
+
+    def interrupt():
+        assert held.wait(30)
+        time.sleep(0.2)  # into the wait for the copy
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    s.add_callback(lambda: time.sleep(0.05))
+    s.add_callback(queue_hold)
+    threading.Thread(target=interrupt).start()
+    with pytest.raises(KeyboardInterrupt):
+        t.__dlpack__()
+    junk = [bytearray(1 << 20) for _ in range(96)]  # takes what the export freed, if it did
+    release.set()
+    dev.synchronize()
+    assert all(not any(j) for j in junk)
+
+
+def test_a_producer_that_refuses_to_export_is_invalid_argument(dev):
+    """numpy's __dlpack__ refuses read-only and bool arrays with BufferError,
+    which came out of from_dlpack as it was."""
+    for a in (np.frombuffer(bytes(16), np.float32), np.zeros(4, bool)):
+        with pytest.raises(spyre.InvalidArgument, match="the producer refused to export"):
+            spyre.from_dlpack(a, dev)
