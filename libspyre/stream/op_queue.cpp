@@ -70,14 +70,22 @@ void OpQueue::Spill(std::span<QueuedOp> ops) {
 
 size_t OpQueue::Drain(std::deque<QueuedOp>& out) {
     size_t taken = 0;
-    for (;;) {
-        Slot& slot = slots_[head_ & mask_];
-        if (slot.seq.load(std::memory_order_acquire) != LapOf(head_) + 1) break;
-        out.push_back(std::move(*slot.op()));
-        slot.op()->~QueuedOp();
-        slot.seq.store(LapOf(head_) + capacity(), std::memory_order_release);
-        ++head_;
-        ++taken;
+    // Whole groups only. A producer publishes a group's slots one by one;
+    // the first ops of a group taken without its last would go down as a
+    // chain of their own, and another stream's CBs could then go between
+    // them and the rest (two streams of one loaded plan: one's correction
+    // patched the shared program under the other's compute).
+    for (uint64_t end = head_;;) {
+        Slot& slot = slots_[end & mask_];
+        if (slot.seq.load(std::memory_order_acquire) != LapOf(end) + 1) break;
+        ++end;
+        if (slot.op()->link) continue;  // the group goes on
+        for (; head_ != end; ++head_, ++taken) {
+            Slot& whole = slots_[head_ & mask_];
+            out.push_back(std::move(*whole.op()));
+            whole.op()->~QueuedOp();
+            whole.seq.store(LapOf(head_) + capacity(), std::memory_order_release);
+        }
     }
     // The overflow follows everything reserved in the ring before it: take
     // it only once the ring is empty up to the tail, as the tail stands

@@ -47,8 +47,9 @@ public:
     // op lands between them.
     void Push(std::span<QueuedOp> ops);
 
-    // Consumer. Moves every published op, in order, to the end of `out`;
-    // returns how many.
+    // Consumer. Moves every published op of a whole group (up to and
+    // including an op without `link`), in order, to the end of `out`;
+    // returns how many. A group still being published stays for later.
     size_t Drain(std::deque<QueuedOp>& out);
     // Consumer. Something was pushed that Drain has not moved yet (or is
     // being pushed right now: reserved, not yet published).

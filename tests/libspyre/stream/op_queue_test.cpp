@@ -146,3 +146,37 @@ TEST(OpQueue, RacingProducersKeepTheirOrderAndTheirGroupsWhole) {
         }
     }
 }
+
+// A producer publishes a group's slots one by one. Drain took the published
+// part of a group being pushed, and that part went down as a chain of its
+// own: another stream's CBs then went between it and the rest (two streams
+// of one loaded plan computed with each other's addresses). Each Drain
+// now ends at a group's end.
+TEST(OpQueue, DrainTakesOnlyWholeGroups) {
+    constexpr uint64_t kGroups = 50000;
+    constexpr int kGroupSize = 3;
+    OpQueue q(64);
+    std::atomic<bool> done{false};
+    std::thread producer([&] {
+        for (uint64_t g = 0; g < kGroups; ++g) {
+            std::vector<QueuedOp> group;
+            for (int i = 0; i < kGroupSize; ++i) {
+                group.push_back(Op(g * kGroupSize + i));
+                group.back().link = i + 1 < kGroupSize;  // as Scheduler::Queue marks a group
+            }
+            q.Push(group);
+        }
+        done.store(true);
+    });
+    std::deque<QueuedOp> out;
+    uint64_t drained = 0, partial = 0;
+    while (!done.load() || q.Pending()) {
+        out.clear();
+        if (q.Drain(out) == 0) continue;
+        drained += out.size();
+        if (out.back().link) ++partial;
+    }
+    producer.join();
+    EXPECT_EQ(partial, 0u) << "drains that ended inside a group";
+    EXPECT_EQ(drained, kGroups * kGroupSize);
+}
