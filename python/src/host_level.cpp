@@ -40,12 +40,24 @@ namespace {
 
 // ---- HostTensor <-> numpy ---------------------------------------------------
 
+void RememberTensor(const HostTensor& t);
+
+// A numpy view of `t` for the runtime's own use (a SubWorker's argument, a
+// copy compared with its source): gone when the call returns.
 py::array ToNumpy(const HostTensor& t) {
     const std::vector<int64_t> dims = t.shape();
     std::vector<py::ssize_t> shape(dims.begin(), dims.end());
     auto* keep = new HostTensor(t);
     py::capsule base(keep, [](void* p) { delete static_cast<HostTensor*>(p); });
     return NumpyView(NumpyDType(t.dtype()), shape, t.data(), base, "HostTensor.numpy");
+}
+
+// A numpy view of `t` handed to the caller, remembered as `t`'s memory: an
+// array over it given to a run is `t` (or its rows), not a second storage
+// that nothing orders with `t`.
+py::array CallersView(const HostTensor& t) {
+    RememberTensor(t);
+    return ToNumpy(t);
 }
 
 // ---- numpy memory wrapped already -------------------------------------------
@@ -87,6 +99,18 @@ void ForgetUnheldArrays() {
 struct ByteSpan {
     uintptr_t lo, hi;
 };
+
+// `t`'s memory, as WrappedArrays knows a wrapped array's (unless a record of
+// its storage covers it already).
+void RememberTensor(const HostTensor& t) {
+    if (t.bytes() == 0) return;
+    ForgetUnheldArrays();
+    const auto lo = reinterpret_cast<uintptr_t>(t.data());
+    const uintptr_t hi = lo + t.bytes();
+    for (const WrappedArray& w : WrappedArrays())
+        if (!w.copied && w.tensor.storage() == t.storage() && w.lo <= lo && hi <= w.hi) return;
+    WrappedArrays().push_back({lo, hi, t});
+}
 
 ByteSpan SpanOf(const py::array& a) {
     if (a.size() == 0) return {0, 0};
@@ -665,7 +689,7 @@ py::object Finish(PyRun& r) {
         r.result = r.inplace.size() == 1 ? py::object(r.inplace[0]) : py::object(py::tuple(r.inplace));
     } else {
         py::list l;
-        for (const HostTensor& t : outs) l.append(ToNumpy(t));
+        for (const HostTensor& t : outs) l.append(CallersView(t));
         r.result = l.size() == 1 ? py::object(l[0]) : py::object(py::tuple(l));
     }
     return r.result;
@@ -871,9 +895,9 @@ void BindHostLevel(py::module_& m) {
         .def_static("full", &HostTensor::Full, py::arg("shape"), py::arg("value"), "fp32.")
         .def_static("from_numpy", [](py::handle a) { return ToHostTensor(a, false, "HostTensor.from_numpy"); },
                     py::arg("array"), "Wraps the array (no copy when C-contiguous).")
-        .def("numpy", [](const HostTensor& t) { return ToNumpy(t); }, "A numpy view of the tensor (no copy).")
+        .def("numpy", [](const HostTensor& t) { return CallersView(t); }, "A numpy view of the tensor (no copy).")
         .def("__array__", [](const HostTensor& t, py::object dtype, py::object) {
-                py::array a = ToNumpy(t);
+                py::array a = CallersView(t);
                 return dtype.is_none() ? py::object(a) : a.attr("astype")(dtype);
             }, py::arg("dtype") = py::none(), py::arg("copy") = py::none())
         .def_property_readonly("shape", [](const HostTensor& t) { return py::tuple(py::cast(t.shape())); })

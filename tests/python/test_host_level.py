@@ -662,6 +662,36 @@ def test_one_array_given_twice_is_one_tensor(worker):
     np.testing.assert_array_equal(out, 3.0)
 
 
+def test_a_tensor_and_a_view_of_it_are_one_tensor(worker):
+    """A HostTensor not made from numpy (zeros, full, a run's result) and
+    an array of its memory (t.numpy(), np.asarray(t), rows of them) were
+    two storages: the read went first and gave 1.0, not 3.0."""
+    for make_args in (
+        lambda t, out: [t, t.numpy(), out],
+        lambda t, out: [np.asarray(t), t, out],
+        lambda t, out: [t, t.numpy()[0:64], out[0:64]],
+    ):
+        t, out = spyre.HostTensor.zeros(S), np.zeros(S, np.float32)
+        args = make_args(t, out)
+        worker.run(ALIAS, args)
+        np.testing.assert_array_equal(np.asarray(args[2]), 3.0)
+    # A run's result and a view of it, and runs in flight over the two.
+    made = worker.run(spyre.HostProgram("mk", 0, [(S, np.float32)], lambda g, x: None), [])
+    made = made[0] if isinstance(made, (list, tuple)) else made
+    t = spyre.HostTensor.zeros(S)
+    out = np.zeros(S, np.float32)
+    inc = spyre.HostProgram("inc", 1, [], lambda g, x: g.sub(slow_increment, [spyre.InOut(x[0])]))
+    read = spyre.HostProgram("read", 2, [], lambda g, x: g.sub(twice_plus_one, [spyre.In(x[0]), spyre.Out(x[1])]))
+    first = worker.submit(inc, [t])
+    second = worker.submit(read, [t.numpy(), out])
+    second.wait()
+    first.wait()
+    np.testing.assert_array_equal(out, 3.0)
+    made[...] = 0.0
+    worker.run(ALIAS, [made, np.asarray(made), out])
+    np.testing.assert_array_equal(out, 3.0)
+
+
 def test_runs_in_flight_over_one_array_are_ordered(worker):
     a, out = np.zeros(S, np.float32), np.zeros(S, np.float32)
     inc = spyre.HostProgram("inc", 1, [], lambda g, x: g.sub(slow_increment, [spyre.InOut(x[0])]))
