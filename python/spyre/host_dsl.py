@@ -241,7 +241,12 @@ class _ChipBuilder:
                 shape = np.broadcast_shapes(sa, sb)
             except ValueError:
                 raise _spyre.InvalidArgument(f"ops.{name}: shapes {list(sa)} and {list(sb)} do not broadcast") from None
-        dtype = _np_dtype(a)
+        # One element type per op: its kernel is built for a's, and would
+        # read b's bytes as that type (no conversion happens on the way).
+        dtype, dtype_b = _np_dtype(a), _np_dtype(b)
+        if dtype != dtype_b:
+            raise _spyre.InvalidArgument(f"ops.{name}: operands of {dtype} and {dtype_b}; an op takes one element type "
+                                         f"(convert on the host first)")
         self.calls.append({"op": name, "operands": [self.ref(a), self.ref(b)], "out": None, "shape": shape,
                            "dtype": dtype, "a": sa, "b": sb})
         v = _CoreValue(self, len(self.calls) - 1, shape, dtype)
@@ -263,6 +268,9 @@ class _ChipBuilder:
             raise _spyre.InvalidArgument("assemble/store: the value is not a core-group op's result")
         if tuple(target.shape) != v.shape:
             raise _spyre.InvalidArgument(f"assemble: a {list(v.shape)} result into a {list(target.shape)} tensor")
+        if _np_dtype(target) != v.dtype:
+            raise _spyre.InvalidArgument(f"assemble: a {v.dtype} result into a {_np_dtype(target)} tensor "
+                                         f"(an op writes its operands' element type)")
         self.calls[v.call]["out"] = self.ref(target, "out")
         return target
 

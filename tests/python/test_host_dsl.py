@@ -199,3 +199,42 @@ def test_a_program_whose_source_cannot_be_read_compiles(host, config):
 def test_a_bad_dtype_name_is_invalid_argument():
     with pytest.raises(spyre.InvalidArgument, match="'notadtype' is not a dtype"):
         Tensor[[4], "notadtype"]
+
+
+H16 = Tensor[[32, 16], spyre.FP16]
+F32 = Tensor[[32, 16], spyre.FP32]
+
+
+@spyre.program
+class Fp16ChainIntoFp32:
+    @spyre.function(level=Level.CHIP, role=Role.ORCHESTRATOR)
+    def chip(self, a: H16, b: H16, c: Out[F32]):
+        ops.mul(ops.add(a, b), a, out=c)
+
+    @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+    def host_orch(self, a: H16, b: H16, c: Out[F32]):
+        self.chip(a, b, c)
+
+
+@spyre.program
+class Fp16OpOfAnFp32Operand:
+    @spyre.function(level=Level.CHIP, role=Role.ORCHESTRATOR)
+    def chip(self, a: H16, b: F32, c: Out[H16]):
+        ops.mul(ops.add(a, b), a, out=c)
+
+    @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+    def host_orch(self, a: H16, b: F32, c: Out[H16]):
+        self.chip(a, b, c)
+
+
+def test_ops_of_mixed_element_types_are_refused(host, config, rng):
+    """A chain of fp16 ops stored into an fp32 output, or an fp16 op with an
+    fp32 operand, ran and gave garbage (1e-14 for -0.05): the kernel read
+    the other type's bytes as its own. Both are InvalidArgument now."""
+    a, b = (rng.standard_normal((32, 16)).astype(np.float16) for _ in range(2))
+    with pytest.raises(spyre.InvalidArgument, match="a float16 result into a float32 tensor"):
+        with spyre.compile(Fp16ChainIntoFp32, config, host=host) as compiled:
+            compiled(a, b)
+    with pytest.raises(spyre.InvalidArgument, match="operands of float16 and float32"):
+        with spyre.compile(Fp16OpOfAnFp32Operand, config, host=host) as compiled:
+            compiled(a, b.astype(np.float32))
