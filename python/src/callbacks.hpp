@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Python callables the runtime calls from its own threads: they take the GIL
-// (skipped once the interpreter is finalizing), and a Python exception
+// (skipped once the exit has begun, RuntimeCalls), and a Python exception
 // becomes spyre::Error(TaskFailed) where the runtime expects an error.
 #pragma once
 
@@ -20,7 +20,8 @@ inline std::function<void()> PythonCallback(py::function fn, const char* where) 
     std::shared_ptr<const void> keep = KeepAlive(fn);
     PyObject* raw = fn.ptr();
     return [keep, raw, where] {
-        if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+        const RuntimeCall call;
+        if (!call) return;
         py::gil_scoped_acquire gil;
         try {
             py::handle callable(raw);
@@ -43,7 +44,8 @@ inline ProgressCallback PythonProgress(const py::object& fn, const char* where) 
     std::shared_ptr<const void> keep = KeepAlive(fn);
     PyObject* raw = fn.ptr();
     return [keep, raw, where](const ProgressInfo& p) {
-        if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+        const RuntimeCall call;
+        if (!call) return;
         py::gil_scoped_acquire gil;
         try {
             py::handle callable(raw);

@@ -8,7 +8,8 @@
 //     without the GIL: it hands the reference to Deferred, which drops it at
 //     once when the GIL is held, else from the interpreter's pending calls;
 //   - a Python callable run by the runtime (a stream callback) takes the GIL
-//     itself, and is skipped once the interpreter is finalizing.
+//     itself, is counted while it runs (RuntimeCalls: the exit waits for
+//     it), and is skipped once the exit has begun.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -16,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <type_traits>
@@ -94,6 +96,74 @@ inline void TakeGilBack(PyThreadState* state) noexcept {
     while (_Py_IsFinalizing()) pause();
     PyEval_RestoreThread(state);
 }
+
+// The Python callables the runtime runs on its own threads (stream and
+// progress callbacks, host kernels, SubWorkers, chip functions), counted
+// while they run. The exit waits for them: a callable still running when
+// the interpreter finalizes was ended under its feet (a segfault, or
+// "thread state must be current" and an abort). Once the exit has begun
+// none starts; each caller skips it as it skips a finalizing interpreter.
+class RuntimeCalls {
+public:
+    static RuntimeCalls& Instance() {
+        static RuntimeCalls* instance = new RuntimeCalls;  // never destroyed: threads may call during exit
+        return *instance;
+    }
+    // Whether a call may start; each true is matched by one Leave().
+    bool Enter() noexcept {
+        std::lock_guard lock(mutex_);
+        if (closed_) return false;
+        ++running_;
+        return true;
+    }
+    void Leave() noexcept {
+        std::lock_guard lock(mutex_);
+        if (--running_ == 0) idle_.notify_all();
+    }
+    // At exit, the GIL held: no call starts from now on; waits (the GIL
+    // released) for those running, up to `until` returning true (a second
+    // Ctrl-C: the caller leaves them). Returns how many were left running.
+    template <typename GiveUp>
+    int CloseAndWait(GiveUp&& give_up) {
+        {
+            std::lock_guard lock(mutex_);
+            closed_ = true;
+        }
+        for (;;) {
+            PyThreadState* state = PyEval_SaveThread();
+            int left;
+            {
+                std::unique_lock lock(mutex_);
+                idle_.wait_for(lock, std::chrono::milliseconds(50), [&] { return running_ == 0; });
+                left = running_;
+            }
+            PyEval_RestoreThread(state);
+            if (left == 0 || give_up()) return left;
+        }
+    }
+
+private:
+    std::mutex mutex_;
+    std::condition_variable idle_;
+    int running_ = 0;
+    bool closed_ = false;
+};
+
+// One runtime call of a Python callable, while it lives (RuntimeCalls).
+class RuntimeCall {
+public:
+    RuntimeCall() noexcept : entered_(Py_IsInitialized() && !_Py_IsFinalizing() && RuntimeCalls::Instance().Enter()) {}
+    ~RuntimeCall() {
+        if (entered_) RuntimeCalls::Instance().Leave();
+    }
+    RuntimeCall(const RuntimeCall&) = delete;
+    RuntimeCall& operator=(const RuntimeCall&) = delete;
+    // False: the interpreter is exiting, skip the call.
+    explicit operator bool() const noexcept { return entered_; }
+
+private:
+    bool entered_;
+};
 
 // Runs `f` with the GIL released (when this thread holds it).
 template <typename F>

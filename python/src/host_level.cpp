@@ -417,8 +417,8 @@ SubWorkerFn PythonSubWorker(const std::string& name, py::function fn) {
     auto keep = KeepAlive(fn);
     PyObject* raw = fn.ptr();
     return [name, keep, raw](std::span<const HostTensor> args) {
-        if (!Py_IsInitialized() || _Py_IsFinalizing())
-            throw Error(ErrorKind::TaskFailed, "SubWorker '" + name + "': the interpreter is finalizing");
+        const RuntimeCall call;
+        if (!call) throw Error(ErrorKind::TaskFailed, "SubWorker '" + name + "': the interpreter is finalizing");
         py::gil_scoped_acquire gil;
         try {
             // An In argument's view is read-only, as a chip function's:
@@ -452,8 +452,8 @@ ChipFunction PythonChipFunction(const std::string& name, py::function fn) {
     auto keep = KeepAlive(fn);
     PyObject* raw = fn.ptr();
     return [name, keep, raw](ChipContext& ctx) {
-        if (!Py_IsInitialized() || _Py_IsFinalizing())
-            throw Error(ErrorKind::TaskFailed, "chip function '" + name + "': the interpreter is finalizing");
+        const RuntimeCall call;
+        if (!call) throw Error(ErrorKind::TaskFailed, "chip function '" + name + "': the interpreter is finalizing");
         py::gil_scoped_acquire gil;
         auto orch = std::make_shared<PyOrch>();
         orch->orch = &ctx.orch;

@@ -157,7 +157,8 @@ HostKernel MakeHostKernel(PyOrch* self, int32_t kernel_id, py::function fn, py::
     PyObject* raw_dt = dtype.ptr();
     return [self, kernel_id, keep, keep_dt, raw, raw_dt](std::span<void* const> buffers,
                                                          std::span<const uint64_t> sizes) -> uint32_t {
-        if (!Py_IsInitialized() || _Py_IsFinalizing()) return kPythonKernelRaised;
+        const RuntimeCall call;
+        if (!call) return kPythonKernelRaised;
         py::gil_scoped_acquire gil;
         try {
             py::tuple args(buffers.size());

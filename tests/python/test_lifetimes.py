@@ -249,3 +249,30 @@ def test_the_program_ends_after_the_runs_it_left_in_flight():
         print("main returns", handle.done())
     """)
     assert rc == 0 and "main returns False" in out and "terminate" not in out, (rc, out)
+
+
+def test_the_program_ends_after_the_host_kernels_a_daemon_thread_waits_for():
+    """A daemon thread in Orchestrator.wait_all while Python host kernels
+    ran when the program returned: the exit closed the device (the wait
+    kept the runtime, so its tasks went on) and the interpreter finalized
+    under the kernels: a segfault or "thread state must be current" and an
+    abort, 5 of 5. The exit now waits for the kernels running, and those
+    not started are skipped."""
+    for _ in range(3):
+        rc, out = run_script("""
+            import threading, time, spyre
+            dev = spyre.Device.open()
+            orch = spyre.Orchestrator(dev, task_ring_size=64, heap_size=1 << 20, host_threads=2)
+            a = orch.alloc(4096)
+            def busy(x):
+                t = time.time()
+                while time.time() - t < 0.5:  # gives the GIL up and takes it back
+                    pass
+            orch.register_host_kernel(1, busy)
+            for i in range(4):
+                orch.submit(1, spyre.WORKER_HOST, [("inout", a[i * 16:(i + 1) * 16])])
+            threading.Thread(target=orch.wait_all, daemon=True).start()
+            time.sleep(0.2)
+            print("main returns")
+        """)
+        assert rc == 0 and "main returns" in out and "terminate" not in out, (rc, out)
