@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // spyre::Orchestrator: the C++ face of the runtime behind a handle.
+#include "orchestration/cpu_worker.hpp"
 #include "orchestration/handle_table.hpp"
 #include "orchestration/runtime_handle.hpp"
 #include "spyre/orchestration/orchestrator.hpp"
@@ -8,6 +9,8 @@
 
 #include <chrono>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 namespace spyre {
@@ -51,6 +54,19 @@ void Orchestrator::Deleter::operator()(RuntimeState* state) const noexcept {
         HandleTable::Instance().Retire(state->handle, false);  // C calls on it in other threads finish first
     } catch (...) {
         // Cannot happen for an Orchestrator's own handle; the state goes regardless.
+    }
+    // Destroyed by one of its own host kernels: freeing the runtime waits
+    // for every task, the calling one too, so here it waited for itself for
+    // good. It is freed on a thread of its own instead, once that kernel
+    // has returned (the C API refuses the same call with -EBUSY; a
+    // destructor cannot refuse).
+    if (state->graph && orchestration::CpuWorker::RunningTaskOf() == state->graph.get()) {
+        try {
+            std::thread([state] { delete state; }).detach();
+            return;
+        } catch (const std::system_error&) {
+            // No thread to spare: the wait below is what it was.
+        }
     }
     delete state;
 }

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -1575,6 +1576,31 @@ TEST(OrchHolds, AnOlderOutputNeverHandedOutGoesUnderPressure) {
     ASSERT_EQ(pto_wait_all(rt), 0) << pto_last_error();
     for (int i = 0; i < 64 * 9; ++i) ASSERT_EQ(ex[i], 7) << "byte " << i;
     pto_runtime_destroy(rt);
+}
+
+// An Orchestrator destroyed by one of its own host kernels: its destructor
+// waited for every task, the calling one too, and never returned (the C
+// API refuses the same with -EBUSY). It now returns, and the runtime is
+// freed once the kernel has returned.
+TEST(OrchestratorLifetime, DestroyedByItsOwnHostKernelFreesItOnceTheKernelReturns) {
+    std::optional<Orchestrator> orch(Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 16, .heap_size = 4096}));
+    std::atomic<bool> reset_returned{false};
+    orch->RegisterHostKernel(1, [&](std::span<void* const>, std::span<const uint64_t>) -> uint32_t {
+        orch.reset();
+        reset_returned = true;
+        return 0;
+    });
+    auto* x = static_cast<uint32_t*>(orch->HostAddress(0, 64));
+    const TaskParam p[] = {{PARAM_INOUT, x, 64, {}}};
+    orch->Submit(1, WORKER_HOST, p);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!reset_returned && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!reset_returned) {
+        ADD_FAILURE() << "~Orchestrator inside its own kernel did not return within 20 s";
+        std::_Exit(1);  // the runtime's threads wait for each other for good
+    }
+    EXPECT_FALSE(orch.has_value());
 }
 
 }  // namespace
