@@ -170,11 +170,12 @@ HostKernel MakeHostKernel(PyOrch* self, int32_t kernel_id, py::function fn, py::
             // Anything but an int that fits the task's status fails it: a
             // returned message ("error: ...") used to pass as success.
             const std::string what = "host kernel " + std::to_string(kernel_id) + " returned ";
-            if (!py::isinstance<py::int_>(r))
+            if (!PyIndex_Check(r.ptr()))  // an int, or what stands for one (numpy.int64)
                 throw Error(ErrorKind::TaskFailed, what + py::str(py::type::handle_of(r).attr("__name__")).cast<std::string>() +
                                                        " " + py::repr(r).cast<std::string>().substr(0, 80) +
                                                        ", not an int status or None");
-            const py::int_ status(r);
+            const py::int_ status = py::reinterpret_steal<py::int_>(PyNumber_Index(r.ptr()));
+            if (!status) throw py::error_already_set();
             if (status < py::int_(0) || status > py::int_(UINT32_MAX))
                 throw Error(ErrorKind::TaskFailed, what + py::repr(status).cast<std::string>() +
                                                        ", outside a task status (0 .. 2**32-1)");

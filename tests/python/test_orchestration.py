@@ -450,7 +450,33 @@ def test_a_host_kernel_returning_neither_an_int_nor_none_fails_its_task(orch):
         orch.submit(kernel, spyre.WORKER_HOST, [("inout", a)])
         with pytest.raises(spyre.TaskFailed, match=message):
             orch.wait_all()
-    for kernel, result in [(75, None), (76, 0)]:
+    # A numpy integer is an int status (it failed as "returned int64 0").
+    for kernel, result in [(75, None), (76, 0), (77, np.int64(0)), (78, np.uint32(0))]:
         orch.register_host_kernel(kernel, lambda x, r=result: r)
         orch.submit(kernel, spyre.WORKER_HOST, [("inout", a)])
         orch.wait_all()
+    orch.register_host_kernel(79, lambda x: np.int32(-2))
+    orch.submit(79, spyre.WORKER_HOST, [("inout", a)])
+    with pytest.raises(spyre.TaskFailed, match="returned -2, outside a task status"):
+        orch.wait_all()
+
+
+def test_the_docs_orchestrator_example_runs(dev):
+    """docs/python.md's example registered a lambda that returned
+    np.multiply's array, which fails its task: every run of it raised."""
+    ADD, SCALE = 1, 2
+    orch = spyre.Orchestrator(dev, task_ring_size=1024, heap_size=64 << 20, ready_queues="lockfree")
+    orch.register_device_kernel(ADD, spyre.KernelBuilder().add([256]))
+
+    def scale(x, y):
+        np.multiply(x, 2, out=y)
+
+    orch.register_host_kernel(SCALE, scale)
+    A, B, E = (orch.alloc(1024) for _ in range(3))
+    A[:], B[:] = np.arange(256, dtype=np.float32), 3.0
+    with orch.scope():
+        t0 = orch.submit(ADD, spyre.WORKER_VECTOR, [("in", A), ("in", B), ("out", None, 1024)])
+        orch.submit(SCALE, spyre.WORKER_HOST, [("in", orch.task_output(t0)), ("out", E)])
+    orch.wait_all()
+    np.testing.assert_array_equal(E, 2 * (np.arange(256, dtype=np.float32) + 3.0))
+    orch.close()
