@@ -28,6 +28,11 @@ void CheckArgumentsRead(const ChipContext& ctx, size_t read, const std::string& 
 }
 
 ChipFunction RowBlockMatmulChip(std::string name, int32_t kernel_id, int64_t task_rows, int64_t k, int64_t n) {
+    // Refused when made: such a function could only fail each call.
+    if (task_rows <= 0 || k <= 0 || n <= 0)
+        throw Error(ErrorKind::InvalidArgument, name + ": task_rows " + std::to_string(task_rows) + ", k " +
+                                                    std::to_string(k) + " and n " + std::to_string(n) +
+                                                    " must be at least 1");
     return [=](ChipContext& ctx) {
         // Whole fp32 tensors of the kernel's shapes: A with other columns or
         // C of another shape ran, and left part of C unwritten or wrong.

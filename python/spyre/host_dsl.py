@@ -70,7 +70,12 @@ def _dtype(dtype, what):
 
 class TensorType:
     def __init__(self, shape, dtype=FP32):
-        self.shape = tuple(int(d) for d in shape)
+        try:
+            self.shape = tuple(int(d) for d in shape)
+        except (TypeError, ValueError):
+            raise _spyre.InvalidArgument(f"Tensor[...]: the shape {shape!r} is not a list of dims") from None
+        if not self.shape or any(d <= 0 for d in self.shape):
+            raise _spyre.InvalidArgument(f"Tensor[...]: the shape {list(self.shape)} needs dims of at least 1")
         self.dtype = _dtype(dtype, "Tensor[...]")
 
     @property
@@ -756,6 +761,8 @@ def compile(target, config=None, *, host=None, worker=None):  # noqa: A001 (seed
 def register_op(worker, name, op, a_shape, b_shape=None, dtype=FP32, *, kernel_id=None):
     """A ready-made chip function `name` over one kernel-builder op (add/sub/mul/div:
     args (a, b, out); matmul: (A, B, C) split over the config's block_dim)."""
+    if op not in ("add", "sub", "mul", "div", "matmul"):
+        raise _spyre.InvalidArgument(f"register_op: op {op!r} is not add, sub, mul, div or matmul")
     kb = _spyre.KernelBuilder()
     kid = kernel_id or _next_kernel_id()
     if op == "matmul":

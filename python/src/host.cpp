@@ -109,6 +109,13 @@ void BindHost(py::module_& m) {
         .def("open", [](const PyHost& h, py::object selector, std::optional<std::string> allocator_mode,
                         std::optional<std::string> wait_mode) {
                 Host& host = h.Get("Host.open");
+                // An index or an address; str() of anything else read as a
+                // function name ("no spyre function None").
+                if (!py::isinstance<py::int_>(selector) && !py::isinstance<py::str>(selector))
+                    throw Error(ErrorKind::InvalidArgument,
+                                "Host.open: the function is a " +
+                                    std::string(py::str(py::type::handle_of(selector).attr("__name__"))) +
+                                    ", not an index or a PCI address");
                 const std::string sel = py::str(selector);
                 DeviceOptions o = MakeOptions(allocator_mode, wait_mode);
                 return DeviceSlot::Open(WithoutGil([&] { return host.Open(sel, std::move(o)); }));

@@ -29,6 +29,7 @@
 
 #include "bindings.hpp"
 #include "dtype.hpp"
+#include "host_buffer.hpp"
 #include "errors.hpp"
 #include "orch_objects.hpp"
 #include "spyre/host/chip_functions.hpp"
@@ -1009,8 +1010,10 @@ void BindHostLevel(py::module_& m) {
              py::arg("host"), py::arg("config") = DistributedConfig{})
         .def("register_kernel", [](PyWorker& w, int32_t kernel_id, py::object program) {
                 if (py::hasattr(program, "program")) program = program.attr("program");
-                std::string bytes = py::bytes(program);
-                std::vector<uint8_t> v(bytes.begin(), bytes.end());
+                // Any bytes-like program, as Orchestrator.register_device_kernel takes.
+                const HostView view = ViewOf(program, false, "Worker.register_kernel: program");
+                const auto* first = static_cast<const uint8_t*>(view.data);
+                std::vector<uint8_t> v(first, first + view.bytes);
                 Worker& worker = w.Get("Worker.register_kernel");
                 WithoutGil([&] { worker.RegisterKernel(kernel_id, v); });
             }, py::arg("kernel_id"), py::arg("program"),

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """spyre.Error and its subclasses: one per spyre::ErrorKind, with the C++
 error's message and context, for every call."""
+import numpy as np
 import pytest
 
 import spyre
@@ -121,3 +122,25 @@ def test_load_kernel_of_something_else_than_a_built_kernel_is_refused(host):
             spyre.load_kernel(spyre.SpyreStream(d), "/path/to/plan")
     finally:
         d.close()
+
+
+def test_hostile_arguments_of_the_host_level_are_typed(host):
+    """Each of these raised a bare ValueError, AttributeError, or a
+    NotFound for the function "None", or was accepted and failed later."""
+    for bad in ("ab", [-1], []):
+        with pytest.raises(spyre.InvalidArgument, match=r"Tensor\[...\]"):
+            spyre.Tensor[bad, spyre.FP32]
+    with pytest.raises(spyre.InvalidArgument, match="not an index or a PCI address"):
+        host.open(None)
+    with pytest.raises(spyre.InvalidArgument, match="task_rows 0, k 4 and n 4 must be at least 1"):
+        spyre.ChipFunction.matmul(1, 0, 4, 4)
+    w = spyre.Worker(host, spyre.DistributedConfig(device_ids=[1]))  # function 0 is the module's dev
+    try:
+        with pytest.raises(spyre.InvalidArgument, match="op 'pow' is not add"):
+            spyre.register_op(w, "x", "pow", [4])
+        with pytest.raises(spyre.InvalidArgument, match="does not export a buffer"):
+            w.register_kernel(6, 5)
+        # A numpy buffer of a program is taken, as Orchestrator.register_device_kernel takes it.
+        w.register_kernel(5, np.frombuffer(spyre.KernelBuilder().add([4]).program, np.uint8))
+    finally:
+        w.close()

@@ -270,6 +270,8 @@ with tempfile.TemporaryDirectory() as d:
     del no_counter["counters"]["tasks_done"]
     negative = json.loads(json.dumps(good))
     negative["counters"]["cb_done"] = -1
+    huge = json.loads(json.dumps(good))
+    huge["memory"]["used_bytes"] = 10**400
     region = json.loads(json.dumps(good))
     region["memory"]["regions"] = [{"index": 0, "size_bytes": "big"}]
     cases = [
@@ -282,7 +284,11 @@ with tempfile.TemporaryDirectory() as d:
         ("[" * 100000 + "]" * 100000, "not JSON this tool can read: nested too deep"),
         (dict(good, schema="other"), "schema 'other'"),
         ({k: v for k, v in good.items() if k != "ring"}, "no field 'ring.state'"),
-        (dict(good, timestamp_ns="soon"), "field 'timestamp_ns' is \"soon\", not a non-negative integer"),
+        (dict(good, timestamp_ns="soon"), "field 'timestamp_ns' is \"soon\", not a 64-bit non-negative integer"),
+        # 10**400 passed as a non-negative integer and ended the tool in
+        # fmt_bytes with OverflowError and a traceback.
+        (huge, "field 'memory.used_bytes' is 1000000000000000000000000000000000000000, not a 64-bit"),
+        (dict(good, timestamp_ns=1 << 64), "field 'timestamp_ns' is 18446744073709551616"),
         (dict(good, kind="XF"), "kind 'XF'"),
         (no_counter, "no counter 'tasks_done'"),
         (negative, "counter 'cb_done' is -1"),

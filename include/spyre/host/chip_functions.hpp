@@ -18,7 +18,7 @@ namespace spyre {
 // A and C split into ctx.block_dim core tasks of `task_rows` rows each
 // (rows of a row-major matrix are contiguous), each running `kernel_id`, a
 // task_rows x k x n matmul program. Other arguments are InvalidArgument
-// naming `name`.
+// naming `name`, and so is a dim below 1 (when the function is made).
 ChipFunction RowBlockMatmulChip(std::string name, int32_t kernel_id, int64_t task_rows, int64_t k, int64_t n);
 
 // InvalidArgument ("<what><i> is int32, the kernel's operand <i> is fp32")
