@@ -287,7 +287,8 @@ std::string TaskGraph::TaskRingStuck() const {
         s << " is held by its submitting thread (" << kHoldRule
           << "): read depth-0 outputs sooner, wait, put the tasks in scopes, or create the runtime with a larger "
              "task ring";
-    } else if (st == TaskState::Completed && t.has_heap_block && scopes_.depth() > 0) {
+    } else if (st == TaskState::Completed && t.has_heap_block && scopes_.depth() > 0 &&
+               ring_.tail_seq() >= *scopes_.outermost()) {  // inside the open scopes, not before them
         s << " is held by " << scopes_.depth() << " open scope(s) (the outermost began at task "
           << ring_.IdOf(*scopes_.outermost()) << ") for its implicit outputs, and the ring is reused in order behind it: "
           << "from its first task with an implicit output on, a scope can hold at most " << ring_.capacity()

@@ -321,6 +321,36 @@ TEST_P(BackPressure, AScopeOfImplicitOutputsLargerThanTheRingIsAnErrorNotAHang) 
     o().WaitAll();
 }
 
+// The oldest task, from a scope already ended, is held by a consumer (an
+// EXTERNAL task nobody completes); a later scope is open. The message
+// blamed the open scope, which holds none of the tasks before it.
+class RingMessages : public OrchTest {};
+
+TEST_F(RingMessages, ATaskBeforeTheOpenScopesIsNotBlamedOnThem) {
+    const int32_t n = 8;
+    Make(n);
+    TaskParam fill[] = {Out(nullptr, 64)};
+    int32_t ext;
+    {
+        auto first = o().BeginScope();
+        const int32_t t = o().Submit(K_FILL, WORKER_VECTOR, fill);
+        TaskParam read[] = {In(o().TaskOutput(t), 64)};
+        ext = o().Submit(K_EXT, WORKER_EXTERNAL, read);
+    }
+    auto scope = o().BeginScope();
+    try {
+        for (int i = 0; i < 2 * n; ++i) o().Submit(K_FILL, WORKER_VECTOR, fill);
+        ADD_FAILURE() << "the ring never filled";
+    } catch (const Error& e) {
+        EXPECT_NE(e.message().find("task ring (size " + std::to_string(n) + ") is full and cannot drain"),
+                  std::string::npos) << e.what();
+        EXPECT_EQ(e.message().find("open scope"), std::string::npos) << e.what();
+    }
+    o().Complete(ext);
+    scope.End();
+    o().WaitAll();
+}
+
 // Seed 004: scopes exist so that loops of them stream through rings of any
 // size. A scope holds only implicit outputs; tasks that write explicit
 // buffers go once their consumers are done, inside the scope too.
