@@ -16,11 +16,8 @@ CardMemory::CardMemory(std::string base_name, uint64_t size)
     pf_->MapAt(view_.data(), 0, size);
 }
 
-std::unique_ptr<ShmFile> CardMemory::NewFile(unsigned fn, uint64_t size) {
-    const std::string base = base_name_ + ".f" + std::to_string(fn) + ".mem";
-    auto file = std::make_unique<ShmFile>(GenerationName(base, generations_[fn]), size);
-    ++generations_[fn];  // the next owner's object never reuses a name
-    return file;
+std::unique_ptr<ShmFile> CardMemory::NewFile(unsigned fn, uint64_t size) const {
+    return NewShmFile(base_name_ + ".f" + std::to_string(fn) + ".mem", size);  // a new name every time
 }
 
 std::vector<MemorySlice> CardMemory::PfPieces() const {

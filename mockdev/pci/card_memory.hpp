@@ -39,7 +39,7 @@ constexpr uint64_t kMemSliceAlign = 2ull << 20;
 
 class CardMemory {
 public:
-    // `base_name` prefixes the objects' names (<base>.f<fn>.mem.<generation>).
+    // `base_name` prefixes the objects' names (<base>.f<fn>.mem.<random>).
     // Throws std::system_error.
     CardMemory(std::string base_name, uint64_t size);
 
@@ -80,7 +80,7 @@ private:
         std::unique_ptr<ShmFile> file;
         bool held = false;
     };
-    std::unique_ptr<ShmFile> NewFile(unsigned fn, uint64_t size);
+    std::unique_ptr<ShmFile> NewFile(unsigned fn, uint64_t size) const;
     void RenewVf(unsigned fn);  // with mutex_ held
     // The PF's own pieces of the view: everything outside the VF slices.
     std::vector<MemorySlice> PfPieces() const;  // with mutex_ held
@@ -88,8 +88,7 @@ private:
     const std::string base_name_;
     AddressRange view_;
     HostLink host_link_;
-    mutable std::mutex mutex_;  // guards generations_, pf_, vfs_
-    std::array<uint64_t, SPYRE_SRIOV_TOTAL_VFS + 1> generations_{};  // before pf_: NewFile uses it
+    mutable std::mutex mutex_;  // guards pf_, vfs_
     std::unique_ptr<ShmFile> pf_;
     std::vector<Vf> vfs_;
 };

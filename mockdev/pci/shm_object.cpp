@@ -2,11 +2,13 @@
 #include "pci/shm_object.hpp"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <system_error>
 
@@ -37,8 +39,20 @@ bip::shared_memory_object CreateObject(const std::string& name) {
 
 }  // namespace
 
-std::string GenerationName(const std::string& base_name, uint64_t generation) {
-    return base_name + "." + std::to_string(generation);
+std::unique_ptr<ShmFile> NewShmFile(const std::string& base_name, uint64_t size) {
+    constexpr int kAttempts = 8;  // a taken name is a squatter's guess or a 2^-64 clash: try another
+    for (int attempt = 1;; ++attempt) {
+        uint64_t random = 0;
+        if (::getrandom(&random, sizeof random, 0) != ssize_t(sizeof random))
+            throw std::system_error(errno ? errno : EIO, std::generic_category(), "getrandom");
+        char suffix[20];
+        std::snprintf(suffix, sizeof suffix, ".%016llx", static_cast<unsigned long long>(random));
+        try {
+            return std::make_unique<ShmFile>(base_name + suffix, size);
+        } catch (const std::system_error& e) {
+            if (e.code().value() != EEXIST || attempt == kAttempts) throw;
+        }
+    }
 }
 
 ShmFile::ShmFile(std::string name, uint64_t size) : name_(std::move(name)), size_(size), shm_(CreateObject(name_)) {
@@ -99,7 +113,7 @@ AddressRange::~AddressRange() {
 ShmObject::ShmObject(std::string base_name, uint64_t size)
     : base_name_(std::move(base_name)),
       range_(size),
-      file_(std::make_unique<ShmFile>(GenerationName(base_name_, 0), size)) {
+      file_(NewShmFile(base_name_, size)) {
     file_->MapAt(range_.data(), 0, size);
 }
 
@@ -120,9 +134,8 @@ size_t ShmObject::ReadAt(uint64_t offset, void* buf, size_t len) const {
 
 void ShmObject::Renew() {
     std::lock_guard lock(mutex_);
-    auto fresh = std::make_unique<ShmFile>(GenerationName(base_name_, generation_ + 1), range_.size());
+    auto fresh = NewShmFile(base_name_, range_.size());
     fresh->MapAt(range_.data(), 0, range_.size());  // atomically replaces the old pages at the same address
-    ++generation_;
     file_ = std::move(fresh);  // the old name goes; its pages live on only in stale mappings
 }
 

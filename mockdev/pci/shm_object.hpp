@@ -9,6 +9,10 @@
 // Renew: a fresh, zeroed object under a new name at the same daemon address,
 // so the device model's pointers stay valid while every mapping a previous
 // owner kept now shows only the old, abandoned pages.
+//
+// Names end in 64 random bits (NewShmFile): /dev/shm is writable by every
+// user, and a name anyone can predict can be created first by anyone, which
+// made the daemon fail the next hand-over and remove the function.
 #pragma once
 
 #include <boost/interprocess/shared_memory_object.hpp>
@@ -77,18 +81,22 @@ private:
     uint64_t size_ = 0;
 };
 
+// A fresh object named `<base_name>.<16 random hex digits>`, under another
+// random name if that one is taken (a few times). Throws std::system_error.
+std::unique_ptr<ShmFile> NewShmFile(const std::string& base_name, uint64_t size);
+
 class ShmObject {
 public:
-    // Creates `<base_name>.<generation>` (generation 0 first) and maps it.
+    // Creates an object under `base_name` (NewShmFile) and maps it.
     ShmObject(std::string base_name, uint64_t size);
 
     std::string shm_open_name() const;
     uint8_t* data() const { return range_.data(); }
     uint64_t size() const { return range_.size(); }
 
-    // A new owner takes the region: a fresh zeroed object, under the next
-    // generation's name, replaces the old one at the same address; the old
-    // name is unlinked. Throws std::system_error (the old object then stays).
+    // A new owner takes the region: a fresh zeroed object, under a new
+    // name, replaces the old one at the same address; the old name is
+    // unlinked. Throws std::system_error (the old object then stays).
     void Renew();
     // Removes the current name (mappings stay valid until destruction).
     void Unlink();
@@ -99,13 +107,9 @@ public:
 
 private:
     std::string base_name_;
-    uint64_t generation_ = 0;
     AddressRange range_;
-    mutable std::mutex mutex_;  // guards generation_ and file_: a hand-over may race a holder's requests
+    mutable std::mutex mutex_;  // guards file_: a hand-over may race a holder's requests
     std::unique_ptr<ShmFile> file_;
 };
-
-// The shm_open name of generation `generation` of an object.
-std::string GenerationName(const std::string& base_name, uint64_t generation);
 
 }  // namespace spyre::mockdev
