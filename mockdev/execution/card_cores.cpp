@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "spyre/common/futex.hpp"
+#include "pci/shm_guard.hpp"
 
 namespace spyre::mockdev {
 
@@ -40,9 +41,11 @@ CardCores::CardCores(unsigned workers, std::chrono::microseconds linger) : linge
     core_state_.assign(workers, CoreState::Idle);
     missed_.assign(workers, false);
     group_wake_ = std::make_unique<GroupWake[]>((workers + SPYRE_TQ_DEFAULT_GROUP_CORES - 1) / SPYRE_TQ_DEFAULT_GROUP_CORES);
-    // Signals belong to the FUSE loop's thread, as for the queue servers.
+    // Signals belong to the FUSE loop's thread, as for the queue servers;
+    // faults to the thread that faults (shm_guard.hpp).
     sigset_t all, old;
     sigfillset(&all);
+    KeepFaultSignals(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
     for (unsigned i = 0; i < workers; ++i) {
         threads_.emplace_back([this, i] { Work(i); });

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "spyre/common/futex.hpp"
+#include "pci/shm_guard.hpp"
 
 namespace spyre::mockdev {
 
@@ -23,12 +24,13 @@ constexpr auto kKickLimit = 1s;
 constexpr uint32_t kPollsPerClockRead = 16;
 
 // Starts `body` on a thread named `name` (15 characters kept) with every
-// signal blocked from its first instruction on: signals belong to the FUSE
-// loop's thread.
+// signal but a fault's blocked from its first instruction on: signals belong
+// to the FUSE loop's thread, faults to the thread that faults (shm_guard.hpp).
 template <typename Body>
 std::thread StartLaneThread(const std::string& name, Body&& body) {
     sigset_t all, old;
     sigfillset(&all);
+    KeepFaultSignals(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
     std::thread thread(std::forward<Body>(body));
     pthread_sigmask(SIG_SETMASK, &old, nullptr);

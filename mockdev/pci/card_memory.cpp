@@ -12,12 +12,19 @@ MemorySlice VfMemorySlice(uint64_t card_mem_size, unsigned num_vfs, unsigned vf)
 }
 
 CardMemory::CardMemory(std::string base_name, uint64_t size)
-    : base_name_(std::move(base_name)), view_(size), pf_(NewFile(0, size)) {
+    : base_name_(std::move(base_name)), view_(size), pf_(NewFile(0, size)), pf_guard_(view_.data(), size, repairs_[0]) {
     pf_->MapAt(view_.data(), 0, size);
+    pf_guard_.Watch(*pf_);
 }
 
 std::unique_ptr<ShmFile> CardMemory::NewFile(unsigned fn, uint64_t size) const {
     return NewShmFile(base_name_ + ".f" + std::to_string(fn) + ".mem", size);  // a new name every time
+}
+
+CardMemory::Vf CardMemory::NewVf(unsigned fn, MemorySlice slice) {
+    Vf vf{slice, NewFile(fn, slice.size), std::make_unique<ShmGuard>(view_.data() + slice.base, slice.size, repairs_[fn])};
+    vf.guard->Watch(*vf.file);
+    return vf;
 }
 
 std::vector<MemorySlice> CardMemory::PfPieces() const {
@@ -42,8 +49,9 @@ void CardMemory::SetVfs(unsigned num_vfs) {
     }
     std::vector<Vf> made;
     for (unsigned i = 1; i <= num_vfs; ++i) {
+        repairs_[i].store(0);  // a new VF: no VF of that number guards anything now
         const MemorySlice slice = VfMemorySlice(size(), num_vfs, i);
-        made.push_back(Vf{slice, NewFile(i, slice.size)});
+        made.push_back(NewVf(i, slice));
     }
     for (const Vf& vf : made) {
         vf.file->MapAt(view_.data() + vf.slice.base, 0, vf.slice.size);
@@ -60,6 +68,7 @@ void CardMemory::Renew(unsigned fn) {
     if (fn != 0) return RenewVf(fn);
     auto fresh = NewFile(0, size());
     for (const MemorySlice& piece : PfPieces()) fresh->MapAt(view_.data() + piece.base, piece.base, piece.size);
+    pf_guard_.Watch(*fresh);  // before the old file closes
     pf_ = std::move(fresh);
     // The PF's owner reached every slice through the device; the slices of
     // held VFs are their holders' own, the others are nobody's: renewed.
@@ -72,6 +81,7 @@ void CardMemory::RenewVf(unsigned fn) {
     Vf& vf = vfs_[fn - 1];
     auto fresh = NewFile(fn, vf.slice.size);
     fresh->MapAt(view_.data() + vf.slice.base, 0, vf.slice.size);
+    vf.guard->Watch(*fresh);  // before the old file closes
     vf.file = std::move(fresh);
 }
 

@@ -10,6 +10,9 @@
 // Memory changes hands fresh: a new owner of a function gets a new, zeroed
 // object (Renew), and VF objects are made anew on every SR-IOV change. A
 // previous owner's stale mapping keeps only its own abandoned pages.
+//
+// Every object mapped into the view is guarded (shm_guard.hpp): a holder
+// that shrinks its object loses its own bytes, not the daemon.
 #pragma once
 
 #include <array>
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "execution/host_link.hpp"
+#include "pci/shm_guard.hpp"
 #include "pci/shm_object.hpp"
 #include "spyre/uapi/spyre_pci.h"
 
@@ -69,6 +73,9 @@ public:
     // bytes of it are its own memory (for the PF: slice 0 while VFs exist).
     std::string ObjectName(unsigned fn) const;
     uint64_t MappableSize(unsigned fn) const;
+    // How often function `fn`'s object was sized back after its holder
+    // shrank it (shm_guard.hpp), since the function was made.
+    uint64_t Repairs(unsigned fn) const { return fn < repairs_.size() ? repairs_[fn].load() : 0; }
 
     // Reads card memory through the objects' files: holes read as zeros
     // without allocating pages. Bytes past the card read as zeros.
@@ -78,18 +85,24 @@ private:
     struct Vf {
         MemorySlice slice;
         std::unique_ptr<ShmFile> file;
+        std::unique_ptr<ShmGuard> guard;  // after file: unregistered before the file closes
         bool held = false;
     };
     std::unique_ptr<ShmFile> NewFile(unsigned fn, uint64_t size) const;
+    Vf NewVf(unsigned fn, MemorySlice slice);  // its object made, guarded, not mapped yet
     void RenewVf(unsigned fn);  // with mutex_ held
     // The PF's own pieces of the view: everything outside the VF slices.
     std::vector<MemorySlice> PfPieces() const;  // with mutex_ held
 
     const std::string base_name_;
+    std::array<ShmRepairCount, SPYRE_SRIOV_TOTAL_VFS + 1> repairs_{};  // before the guards that count in it
     AddressRange view_;
     HostLink host_link_;
     mutable std::mutex mutex_;  // guards pf_, vfs_
     std::unique_ptr<ShmFile> pf_;
+    // The PF's object over the whole view; a fault in a VF's slice checks
+    // the VF's object as well (the handler repairs every object there).
+    ShmGuard pf_guard_;
     std::vector<Vf> vfs_;
 };
 

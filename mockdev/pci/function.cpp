@@ -42,8 +42,8 @@ Function::Function(const FunctionParams& params, CardMemory& card_memory, const 
       address_(FunctionAddress(params.card, params.index).ToString()),
       card_memory_(card_memory),
       policy_(policy),
-      regs_shm_(ShmName(params, "regs"), SPYRE_BAR0_SIZE),
-      ring_shm_(ShmName(params, "ring"), SPYRE_BAR4_SIZE),
+      regs_shm_(ShmName(params, "regs"), SPYRE_BAR0_SIZE, shm_repairs_),
+      ring_shm_(ShmName(params, "ring"), SPYRE_BAR4_SIZE, shm_repairs_),
       regs_(regs_shm_.data()),
       regions_(regs_, params.mem_size),
       executor_(regs_, policy.watchdog_ms, Window(), compute),
@@ -65,6 +65,19 @@ void Function::Beat() {
     // card's heartbeat thread waiting behind a reset for every function.
     std::unique_lock guard(reset_mutex_, std::try_to_lock);
     if (guard.owns_lock() && !removed()) SharedWord(server_.doorbell()->heartbeat).fetch_add(1);
+    LogShmRepairs();
+}
+
+uint64_t Function::ShmRepairs() const { return shm_repairs_.load() + card_memory_.Repairs(params_.index); }
+
+// The SIGBUS handler that repaired only counts; the log line comes from here,
+// on a normal thread: the heartbeat, or the close while the holder is known.
+void Function::LogShmRepairs() {
+    const uint64_t repairs = ShmRepairs();
+    if (shm_repairs_logged_.exchange(repairs) == repairs) return;
+    LOG_WARN("%s: a process shrank this function's shared memory; sized back (%llu time(s) so far), its "
+             "bytes there are zeros now (holder pid %d)",
+             address_.c_str(), static_cast<unsigned long long>(repairs), int(holder()));
 }
 
 void Function::Shutdown() {
@@ -447,6 +460,7 @@ void Function::Close() {
     const bool handed_over = HandOver();
     regions_.Clear();  // the owner's grants end with it
     card_memory_.SetHeld(params_.index, false);
+    LogShmRepairs();  // while the holder who did it is still known
     SetHolder({});
     State expected = State::Open;
     state_.compare_exchange_strong(expected, handed_over ? State::Idle : State::Removed);

@@ -76,8 +76,11 @@ public:
     void UnlinkShm();
     // One heartbeat (the doorbell page's `heartbeat`, contract 3.3): the
     // card's heartbeat thread calls it every SPYRE_HEARTBEAT_PERIOD_MS. A
-    // function shut down beats no more.
+    // function shut down beats no more. It also logs new shm repairs.
     void Beat();
+    // How often the daemon sized back one of this function's objects after a
+    // process (its holder: nobody else is given the names) shrank it.
+    uint64_t ShmRepairs() const;
 
     unsigned card() const { return params_.card; }
     unsigned index() const { return params_.index; }
@@ -148,6 +151,8 @@ private:
     // regs_mutex_ meanwhile: a reset or hand-over renews the file under it.
     void RefreshMirrors();
     void SetHolder(const ProcessId& holder);
+    // Logs repairs of this function's objects not logged yet (shm_guard.hpp).
+    void LogShmRepairs();
     // What both stats attributes read, loaded once so that they agree.
     struct StatsSnapshot {
         struct Region {
@@ -176,6 +181,8 @@ private:
     const std::string address_;
     CardMemory& card_memory_;
     const CardPolicy& policy_;
+    ShmRepairCount shm_repairs_{0};  // of regs_shm_ and ring_shm_; before them: they count in it
+    std::atomic<uint64_t> shm_repairs_logged_{0};  // what LogShmRepairs reported last
     ShmObject regs_shm_;
     ShmObject ring_shm_;
     RegisterFile regs_;

@@ -97,6 +97,7 @@ std::string Function::Stats() {
     put("mem_regions", s.regions.size());
     put("err_code", regs_.Load32(SPYRE_REG_ERR_CODE));
     put("err_count", regs_.Load32(SPYRE_REG_ERR_COUNT));
+    put("shm_repairs", ShmRepairs());
     for (size_t i = 0; i < std::size(spyre_stats_counters); ++i) put(spyre_stats_counters[i].name, s.counters[i]);
     return out;
 }
@@ -142,6 +143,7 @@ std::string Function::StatsJson(bool show_private) {
           {"addr", private_value(regs_.Load64(SPYRE_REG_ERR_ADDR))},
           {"user_data", private_value(regs_.Load64(SPYRE_REG_ERR_USER_DATA))}}},
         {"watchdog_ms", regs_.Load32(SPYRE_REG_WATCHDOG_MS)},
+        {"shm_repairs", ShmRepairs()},
         {"counters", counters},
     };
     return out.dump(2) + "\n";

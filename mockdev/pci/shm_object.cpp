@@ -110,11 +110,13 @@ AddressRange::~AddressRange() {
     if (base_) ::munmap(base_, size_);
 }
 
-ShmObject::ShmObject(std::string base_name, uint64_t size)
+ShmObject::ShmObject(std::string base_name, uint64_t size, ShmRepairCount& repairs)
     : base_name_(std::move(base_name)),
       range_(size),
-      file_(NewShmFile(base_name_, size)) {
+      file_(NewShmFile(base_name_, size)),
+      guard_(range_.data(), size, repairs) {
     file_->MapAt(range_.data(), 0, size);
+    guard_.Watch(*file_);
 }
 
 std::string ShmObject::shm_open_name() const {
@@ -136,6 +138,7 @@ void ShmObject::Renew() {
     std::lock_guard lock(mutex_);
     auto fresh = NewShmFile(base_name_, range_.size());
     fresh->MapAt(range_.data(), 0, range_.size());  // atomically replaces the old pages at the same address
+    guard_.Watch(*fresh);  // before the old file closes
     file_ = std::move(fresh);  // the old name goes; its pages live on only in stale mappings
 }
 

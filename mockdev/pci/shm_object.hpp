@@ -23,6 +23,8 @@
 #include <mutex>
 #include <string>
 
+#include "pci/shm_guard.hpp"
+
 namespace spyre::mockdev {
 
 class ShmFile {
@@ -87,8 +89,10 @@ std::unique_ptr<ShmFile> NewShmFile(const std::string& base_name, uint64_t size)
 
 class ShmObject {
 public:
-    // Creates an object under `base_name` (NewShmFile) and maps it.
-    ShmObject(std::string base_name, uint64_t size);
+    // Creates an object under `base_name` (NewShmFile) and maps it; a
+    // holder's shrinking of it is undone and counted in `repairs`
+    // (shm_guard.hpp), which must outlive this object.
+    ShmObject(std::string base_name, uint64_t size, ShmRepairCount& repairs);
 
     std::string shm_open_name() const;
     uint8_t* data() const { return range_.data(); }
@@ -110,6 +114,7 @@ private:
     AddressRange range_;
     mutable std::mutex mutex_;  // guards file_: a hand-over may race a holder's requests
     std::unique_ptr<ShmFile> file_;
+    ShmGuard guard_;  // after file_: unregistered before the file closes
 };
 
 }  // namespace spyre::mockdev

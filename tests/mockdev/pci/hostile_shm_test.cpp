@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Hostile use of the shared-memory objects behind the mapped regions
 // (docs/security.md, "Hostile use of the shared-memory objects"):
+// - a holder that shrinks an object it was handed (ftruncate) loses its own
+//   bytes, while the daemon, and every other function, goes on;
 // - a process that creates files in /dev/shm under the names the daemon
 //   would give a function's next objects cannot remove that function.
 #include <fcntl.h>
@@ -14,7 +16,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +41,25 @@ int InChild(const std::function<int()>& body) {
     int status = 0;
     ::waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 255;
+}
+
+// A process that died stays a zombie until reaped: only a running one counts.
+bool Running(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat(std::istreambuf_iterator<char>(f), {});
+    const size_t paren = stat.rfind(')');
+    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+std::string ReadText(const std::filesystem::path& path) {
+    std::ifstream f(path);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// The `name value` line of a stats text, or -1.
+long long StatsValue(const std::string& stats, const std::string& name) {
+    const size_t at = stats.find("\n" + name + " ");
+    return at == std::string::npos ? -1 : std::stoll(stats.substr(at + name.size() + 2));
 }
 
 spyre_mock_region_shm Shm(const Function& fn, uint32_t index) {
@@ -92,7 +115,91 @@ std::optional<Function> OpenWhenFree(const FunctionInfo& info) {
     return std::nullopt;
 }
 
+struct Shrink {
+    const char* name;
+    unsigned fn;      // 0 = PF, i = VF i
+    uint32_t region;  // the object shrunk: BAR0 registers, BAR4 rings, DEVMEM memory
+};
+
+// The hostile holder, in a child: holds `info`, shrinks its object of
+// `region` to 0 bytes as a driver could, makes the daemon use it, and exits
+// without closing anything: exit code 0 if all it asked of the device worked.
+[[noreturn]] void ShrinkAsHolder(const FunctionInfo& info, uint32_t region) {
+    ::alarm(60);  // a daemon that died may leave this child waiting
+    try {
+        Function fn = Function::Open(info);
+        const bool pf = !info.is_vf;
+        std::optional<SpyreAllocator> alloc;
+        std::optional<CommandRing> ring;
+        if (region == SPYRE_REGION_DEVMEM && !pf) {  // set up while the registers and rings are whole
+            alloc.emplace(fn, AllocatorOptions{.mode = AllocatorMode::VF, .vf_regions = 1, .vf_region_sizes = {64ull << 20}});
+            ring.emplace(fn);
+        }
+        const spyre_mock_region_shm m = Shm(fn, region);
+        const int fd = ::shm_open(m.shm_name, O_RDWR, 0);
+        if (fd < 0 || ::ftruncate(fd, 0) != 0) ::_exit(2);
+        ::close(fd);
+        // No destructor runs from here on: this process's own mapping of the
+        // shrunk object faults too. The kernel closes the node at _exit.
+        if (region != SPYRE_REGION_DEVMEM) {
+            ::usleep(300000);  // the heartbeat and the lanes touch the doorbell page
+            (void)ReadText(info.sysfs_dir / "stats");  // the daemon reads the registers
+            ::_exit(0);
+        }
+        if (pf) {  // a trapped store into the card view, where the PF's object is mapped
+            const std::vector<uint8_t> bytes = Pattern(0x3C);
+            fn.WriteRegion(SPYRE_REGION_DEVMEM, 4096, bytes);
+            ::_exit(fn.ReadRegion(SPYRE_REGION_DEVMEM, 4096, kBytes) == bytes ? 0 : 4);
+        }
+        // The device reads and writes the shrunk memory: zeros now, its own.
+        auto src = alloc->Allocate(kBytes), dst = alloc->Allocate(kBytes);
+        const Completion c = RunCb(
+            *ring, CopyCb(alloc->DeviceAddress(src.handle, kBytes), alloc->DeviceAddress(dst.handle, kBytes), kBytes));
+        ::_exit(c.status == SPYRE_ERR_NONE ? 0 : 5);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "hostile holder: %s\n", e.what());
+        ::_exit(3);
+    }
+}
+
+class ShrunkObjectTest : public MockDeviceTest, public ::testing::WithParamInterface<Shrink> {};
+
 }  // namespace
+
+// A holder shrinks one of its function's objects to nothing (the daemon maps
+// it MAP_SHARED, so its next access used to take SIGBUS and the whole daemon
+// died). The daemon sizes the object back and goes on: the other VF, held
+// all along, computes correctly, the shrunk function serves its next owner,
+// and its stats count the repair.
+TEST_P(ShrunkObjectTest, TheDaemonAndTheOtherFunctionsGoOn) {
+    const Shrink shrink = GetParam();
+    const FunctionInfo victim = shrink.fn == 0 ? Pf() : Vf(shrink.fn);
+    Function other = Function::Open(Vf(2));
+    ExpectCopyRoundTrip(other, 0x11);
+
+    EXPECT_EQ(InChild([&]() -> int { ShrinkAsHolder(victim, shrink.region); }), 0);
+
+    ASSERT_TRUE(Running(daemon().pid())) << "the daemon died";
+    ExpectCopyRoundTrip(other, 0x22);
+    std::optional<Function> again = OpenWhenFree(victim);
+    ASSERT_TRUE(again.has_value());
+    if (victim.is_vf) {
+        ExpectCopyRoundTrip(*again, 0x33);
+    } else {
+        const std::vector<uint8_t> bytes = Pattern(0x44);
+        again->WriteRegion(SPYRE_REGION_DEVMEM, 0, bytes);
+        EXPECT_EQ(again->ReadRegion(SPYRE_REGION_DEVMEM, 0, kBytes), bytes);
+    }
+    EXPECT_GE(StatsValue(ReadText(victim.sysfs_dir / "stats"), "shm_repairs"), 1);
+    EXPECT_EQ(StatsValue(ReadText(Vf(2).sysfs_dir / "stats"), "shm_repairs"), 0);
+    EXPECT_TRUE(Running(daemon().pid()));
+}
+
+INSTANTIATE_TEST_SUITE_P(EachObject, ShrunkObjectTest,
+                         ::testing::Values(Shrink{"VfRing", 1, SPYRE_REGION_BAR4}, Shrink{"VfRegs", 1, SPYRE_REGION_BAR0},
+                                           Shrink{"VfMem", 1, SPYRE_REGION_DEVMEM},
+                                           Shrink{"PfMem", 0, SPYRE_REGION_DEVMEM}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 // Another user, holding nothing, creates in /dev/shm (writable by all) the
 // names the daemon used to give VF 1's next objects: `<prefix>.c0.f1.<kind>.<n>`.
