@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <pthread.h>
 #include <memory>
 #include <mutex>
 #include <type_traits>
@@ -85,18 +86,6 @@ inline std::shared_ptr<const void> KeepAlive(py::object object) {
     });
 }
 
-// Takes the GIL back after a call made without it. Python ends a thread
-// that takes it once the interpreter finalizes (pthread_exit); unwound
-// through pybind11's gil_scoped_release, a noexcept destructor, that
-// aborted the process ("terminate called without an active exception"):
-// a daemon thread inside a spyre call when the program returned. Such a
-// thread is parked instead, as Python would end it: it never runs Python
-// again, and the process is exiting.
-inline void TakeGilBack(PyThreadState* state) noexcept {
-    while (_Py_IsFinalizing()) pause();
-    PyEval_RestoreThread(state);
-}
-
 // The Python callables the runtime runs on its own threads (stream and
 // progress callbacks, host kernels, SubWorkers, chip functions), counted
 // while they run. The exit waits for them: a callable still running when
@@ -114,28 +103,47 @@ public:
         std::lock_guard lock(mutex_);
         if (closed_) return false;
         ++running_;
+        ++t_calls_;
         return true;
     }
     void Leave() noexcept {
         std::lock_guard lock(mutex_);
+        --t_calls_;
         if (--running_ == 0) idle_.notify_all();
     }
-    // At exit, the GIL held: no call starts from now on; waits (the GIL
-    // released) for those running, up to `until` returning true (a second
-    // Ctrl-C: the caller leaves them). Returns how many were left running.
+    // Whether a thread that let the GIL go may take it back: no, once the
+    // exit has begun, for any thread but the exiting one (TakeGilBack). Each
+    // true is matched by one GilTaken().
+    bool MayTakeGilBack() noexcept {
+        std::lock_guard lock(mutex_);
+        // A runtime call in progress is waited for, so it may go on.
+        if (closed_ && !pthread_equal(exiting_thread_, pthread_self()) && t_calls_ == 0) return false;
+        ++taking_gil_;
+        return true;
+    }
+    void GilTaken() noexcept {
+        std::lock_guard lock(mutex_);
+        if (--taking_gil_ == 0) idle_.notify_all();
+    }
+    // At exit, the GIL held: no call starts from now on, and no other
+    // thread takes the GIL back from a spyre call; waits (the GIL released)
+    // for the calls running and for the threads already taking it back, up
+    // to `give_up` returning true (a second Ctrl-C: the caller leaves
+    // them). Returns how many calls were left running.
     template <typename GiveUp>
     int CloseAndWait(GiveUp&& give_up) {
         {
             std::lock_guard lock(mutex_);
             closed_ = true;
+            exiting_thread_ = pthread_self();
         }
         for (;;) {
             PyThreadState* state = PyEval_SaveThread();
             int left;
             {
                 std::unique_lock lock(mutex_);
-                idle_.wait_for(lock, std::chrono::milliseconds(50), [&] { return running_ == 0; });
-                left = running_;
+                idle_.wait_for(lock, std::chrono::milliseconds(50), [&] { return running_ == 0 && taking_gil_ == 0; });
+                left = running_ + taking_gil_;
             }
             PyEval_RestoreThread(state);
             if (left == 0 || give_up()) return left;
@@ -146,8 +154,27 @@ private:
     std::mutex mutex_;
     std::condition_variable idle_;
     int running_ = 0;
+    int taking_gil_ = 0;  // threads between MayTakeGilBack and GilTaken
     bool closed_ = false;
+    pthread_t exiting_thread_{};
+    static inline thread_local int t_calls_ = 0;  // runtime calls the calling thread is inside
 };
+
+// Takes the GIL back after a call made without it. Python ends a thread
+// that takes it once the interpreter finalizes (pthread_exit); unwound
+// through a noexcept frame, that aborted the process ("terminate called
+// without an active exception"): a daemon thread inside a spyre call when
+// the program returned. Once the exit has begun (spyre's last exit
+// handler, before the interpreter finalizes), such a thread is parked
+// instead, as Python would end it: it never runs Python again, and the
+// process is exiting. Those already on their way back are waited for by
+// that handler, so none is inside PyEval_RestoreThread when finalization
+// starts (a look at _Py_IsFinalizing before it raced with it: 1 run in 7).
+inline void TakeGilBack(PyThreadState* state) noexcept {
+    while (_Py_IsFinalizing() || !RuntimeCalls::Instance().MayTakeGilBack()) pause();
+    PyEval_RestoreThread(state);
+    RuntimeCalls::Instance().GilTaken();
+}
 
 // One runtime call of a Python callable, while it lives (RuntimeCalls).
 class RuntimeCall {
