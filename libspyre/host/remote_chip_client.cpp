@@ -48,6 +48,10 @@ Message RemoteChipClient::AwaitReply(std::unique_lock<std::mutex>& lock, int ran
                                                       std::to_string(m.type) + " where a reply was due");
         const uint64_t got = remote::ReplyId(m);
         if (got == id) return m;
+        if (auto gone = abandoned_.find(got); gone != abandoned_.end() && gone->second == rank) {
+            abandoned_.erase(gone);  // a late reply: its caller gave up on it
+            continue;
+        }
         if (!pending_.count(got) || pending_.at(got).rank != rank)
             throw Error(ErrorKind::ProtocolError, "rank " + std::to_string(rank) + " replied to call " + std::to_string(got) +
                                                       ", which it was never sent");
@@ -96,18 +100,25 @@ std::pair<RemoteChipClient::Pending, Message> RemoteChipClient::TakeReply(uint64
     try {
         m = AwaitReply(lock, p.rank, call_id);
     } catch (const Error& e) {
-        pending_.erase(call_id);
+        Abandon(call_id, p.rank);
         // The rank's loss names the call it took with it (the transport only knows the rank).
         if (e.kind() == ErrorKind::DeviceLost)
             throw Error(ErrorKind::DeviceLost, "chip call '" + p.call.task + "' (function '" + p.call.function +
                                                    "') was in flight on a lost rank: " + e.message(), e.context());
         throw;
     } catch (...) {
-        pending_.erase(call_id);
+        Abandon(call_id, p.rank);
         throw;
     }
     pending_.erase(call_id);
     return {std::move(p), std::move(m)};
+}
+
+void RemoteChipClient::Abandon(uint64_t call_id, int rank) {
+    pending_.erase(call_id);
+    early_.erase(call_id);
+    abandoned_.emplace(call_id, rank);
+    if (abandoned_.size() > kAbandonedKept) abandoned_.erase(abandoned_.begin());  // ids rise: the oldest
 }
 
 std::vector<WireTensor> RemoteChipClient::Wait(uint64_t call_id) {

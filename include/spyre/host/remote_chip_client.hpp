@@ -3,7 +3,8 @@
 // returns at once; Wait returns its outputs or throws: RemoteChipError (the
 // call failed there), the transport's DeviceLost (the rank is lost: within
 // the liveness bound, never a hang), ProtocolError (a reply that does not
-// match the call), Timeout (no reply within the reply bound). Threads may
+// match the call), Timeout (no reply within the reply bound; a reply that
+// still comes is dropped, later calls get their own). Threads may
 // share a client: calls of several threads are in flight at once, one of
 // the waiting threads receives at a time and hands each reply to its
 // caller.
@@ -45,6 +46,8 @@ private:
     uint64_t Register(int rank, RemoteCall call);
     // The reply to `call_id` and what was kept of its call, which is forgotten.
     std::pair<Pending, Message> TakeReply(uint64_t call_id);
+    // Under mu_: forgets `call_id` without its reply (see abandoned_).
+    void Abandon(uint64_t call_id, int rank);
 
     Transport& transport_;
     std::chrono::milliseconds reply_timeout_;
@@ -54,6 +57,11 @@ private:
     uint64_t next_id_ = 1;
     std::map<uint64_t, Pending> pending_;
     std::map<uint64_t, Message> early_;  // replies that came while waiting for another
+    // Calls given up without their reply (timed out, or the wait failed),
+    // by id, with their rank: a reply that still comes is dropped, not
+    // taken as another call's. The oldest are forgotten past kAbandonedKept.
+    static constexpr size_t kAbandonedKept = 4096;
+    std::map<uint64_t, int> abandoned_;
 };
 
 }  // namespace spyre::host

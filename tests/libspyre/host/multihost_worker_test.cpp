@@ -83,7 +83,7 @@ protected:
             }));
         rank0_ = fabric_->Take(0);
         host_.emplace(OwnCard(mock_args_, mock_memory_));
-        worker_.emplace(*rank0_, *host_, DistributedConfig{.device_ids = devices, .num_sub_workers = 1});
+        worker_.emplace(*rank0_, *host_, DistributedConfig{.device_ids = devices, .num_sub_workers = 1}, reply_timeout_);
         RegisterChipFunctions(worker_->worker());
         if (also) also(worker_->worker());
     }
@@ -104,6 +104,7 @@ protected:
     std::vector<std::string> results_;
     std::vector<std::string> mock_args_;  // every rank's card
     std::string mock_memory_ = "1G";      // every rank's card
+    std::chrono::milliseconds reply_timeout_ = std::chrono::minutes(10);  // rank 0's
 };
 
 // Chip tasks on two devices of one remote rank are in flight at once: the
@@ -377,6 +378,46 @@ TEST_F(MultiHostTest, AFaultOnAnotherRankNamesItAndTheWorkerGoesOn) {
     w().Run(add, {a, b, f});
     auto av = a.floats(), bv = b.floats(), fv = f.floats();
     for (size_t i = 0; i < fv.size(); ++i) ASSERT_EQ(fv[i], av[i] + bv[i]);
+}
+
+// A chip call past the reply bound fails its task with Timeout; the rank
+// is healthy and its late reply is dropped, so the next runs on it succeed.
+// Before, the late reply reached the next call's wait, and every later run
+// on rank 1 failed with ProtocolError "rank 1 replied to call N, which it
+// was never sent" (each call taking the previous one's reply).
+TEST_F(MultiHostTest, ACallPastTheReplyBoundTimesOutAndLaterCallsToTheRankSucceed) {
+    static std::atomic<bool> release{false};
+    release = false;
+    reply_timeout_ = std::chrono::milliseconds(1000);
+    Start(2, std::chrono::milliseconds(5000), {1}, [](Worker& w) {
+        w.RegisterChipFunction("held_sub", [](ChipContext& ctx) {
+            for (int i = 0; i < 4000 && !release.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            ChipSub(ctx);
+        });
+    });
+    const HostTensor a = Iota(1.0f, 0.0f), b = Iota(2.0f, 1.0f);
+    HostTensor d = HostTensor::Zeros({kTile, kTile});
+    const HostProgram held{"held", 3, {}, [](HostGraph& g, std::span<const HostTensor> t) {
+                               g.Chip("held_sub", {In(t[0]), In(t[1]), Out(t[2])}, {.name = "held", .device = 1});
+                           }};
+    try {
+        w().Run(held, {a, b, d});
+        FAIL() << "the call past the reply bound did not time out";
+    } catch (const HostRunError& e) {
+        ASSERT_EQ(e.failures().size(), 1u) << e.what();
+        EXPECT_EQ(e.failures()[0].task, "held");
+        EXPECT_EQ(e.failures()[0].kind, ErrorKind::Timeout) << e.what();
+    }
+    release = true;  // its reply now comes, after the call gave up on it
+    const HostProgram add{"l4_add", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> t) {
+                              g.Chip("chip_add", {In(t[0]), In(t[1]), Out(t[2])}, {.device = 1});
+                          }};
+    for (int run = 0; run < 3; ++run) {
+        HostTensor f = HostTensor::Zeros({kTile, kTile});
+        ASSERT_NO_THROW(w().Run(add, {a, b, f})) << "run " << run;
+        auto av = a.floats(), bv = b.floats(), fv = f.floats();
+        for (size_t i = 0; i < fv.size(); ++i) ASSERT_EQ(fv[i], av[i] + bv[i]) << "run " << run << ", element " << i;
+    }
 }
 
 TEST_F(MultiHostTest, ASilentRankFailsItsTasksNamingItInsteadOfHanging) {

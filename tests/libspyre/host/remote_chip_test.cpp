@@ -345,3 +345,30 @@ TEST(RemoteChipClientTest, RepliesThatDoNotMatchTheCallAreProtocolErrors) {
     EXPECT_EQ(client.Wait(a).at(0).data, (std::vector<uint8_t>{8, 7, 6, 5, 4, 3, 2, 1}));
     EXPECT_EQ(client.Wait(b).at(0).data, (std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8}));
 }
+
+// A call that timed out may still be answered: its late reply is dropped,
+// not taken as another call's. Before, the late reply hit the next Wait
+// ("rank 1 replied to call 1, which it was never sent") and every later
+// call to that healthy rank failed the same way, each taking another's.
+TEST(RemoteChipClientTest, ALateReplyToATimedOutCallIsDroppedAndLaterCallsSucceed) {
+    auto fabric = InProcessFabric::Create(2);
+    auto t0 = fabric->Take(0), t1 = fabric->Take(1);
+    RemoteChipClient client(*t0, 300ms);
+    auto submit = [&] {
+        const uint64_t id = client.Submit(1, RemoteCall{"t", "f", "0", {test::Fp32Tensor({2}, {1, 2})}, {WireSpec{{2}}}});
+        EXPECT_EQ(t1->Receive(1s, 0).payloads.size(), 1u);
+        return id;
+    };
+    const uint64_t late = submit();
+    EXPECT_SPYRE_ERROR(client.Wait(late), Timeout, "");
+    t1->Send(0, Reply(kCallReplyType, late, {std::vector<uint8_t>(8, 0xee)}));
+    for (uint8_t i = 0; i < 4; ++i) {
+        const uint64_t id = submit();
+        t1->Send(0, Reply(kCallReplyType, id, {std::vector<uint8_t>(8, i)}));
+        EXPECT_EQ(client.Wait(id).at(0).data, std::vector<uint8_t>(8, i)) << "call " << id;
+    }
+    // Its reply came: a second one is again a reply to a call never sent.
+    const uint64_t id = submit();
+    t1->Send(0, Reply(kCallReplyType, late, {std::vector<uint8_t>(8)}));
+    EXPECT_SPYRE_ERROR(client.Wait(id), ProtocolError, "replied to call " + std::to_string(late) + ", which it was never sent");
+}
