@@ -183,6 +183,8 @@ void MultiHostWorker::Impl::Answer(host::RemoteCall& call, std::vector<host::Wir
         throw failed(e.kind(), e.message(), e.context());
     } catch (const std::exception& e) {
         throw failed(ErrorKind::TaskFailed, e.what(), {});
+    } catch (...) {  // as a local run names it; escaping would end this rank
+        throw failed(ErrorKind::TaskFailed, "an exception that is not a std::exception", {});
     }
     for (auto [i, o] : in_outs) outputs[o].data.swap(call.inputs[i].data);  // the same spec: the same size
 }

@@ -173,6 +173,9 @@ void RemoteChipService::AnswerCall(Message request) {
     } catch (const std::exception& e) {
         failure.cause = ErrorKind::Internal;
         failure.message = e.what();
+    } catch (...) {  // a handler's own throw: the call fails, the rank serves on
+        failure.cause = ErrorKind::TaskFailed;
+        failure.message = "an exception that is not a std::exception";
     }
     transport_.Send(from, remote::EncodeCallError(id, failure));
 }

@@ -420,6 +420,43 @@ TEST_F(MultiHostTest, ACallPastTheReplyBoundTimesOutAndLaterCallsToTheRankSuccee
     }
 }
 
+// A chip function that throws something other than a std::exception on the
+// serving rank fails its task as it would on rank 0 (TaskFailed, "an
+// exception that is not a std::exception"), naming rank and task, and the
+// rank goes on serving. Before, it escaped rank 1's call thread
+// (std::terminate): the whole process died.
+TEST_F(MultiHostTest, AChipFunctionThrowingANonStdExceptionOnAnotherRankFailsItsTask) {
+    mock_args_ = {"--cores", "16"};  // room 2: rank 1 answers calls on threads of their own
+    Start(2, std::chrono::milliseconds(5000), {1}, [](Worker& w) {
+        w.RegisterChipFunction("throw_int", [](ChipContext&) { throw 42; });
+    });
+    const HostTensor a = Iota(1.0f, 0.0f), b = Iota(2.0f, 1.0f);
+    HostTensor x = HostTensor::Zeros({kTile, kTile});
+    const HostProgram bad{"l4_throw_int", 2, {}, [](HostGraph& g, std::span<const HostTensor> t) {
+                              g.Chip("throw_int", {In(t[0]), Out(t[1])}, {.name = "thrower", .device = 1});
+                          }};
+    try {
+        w().Run(bad, {a, x});
+        FAIL() << "the throw was not reported";
+    } catch (const HostRunError& e) {
+        ASSERT_EQ(e.failures().size(), 1u) << e.what();
+        const TaskFailureInfo& f = e.failures()[0];
+        EXPECT_EQ(f.task, "thrower");
+        EXPECT_EQ(f.kind, ErrorKind::TaskFailed) << e.what();
+        EXPECT_NE(f.device.find("rank 1"), std::string::npos) << f.device;
+        EXPECT_NE(f.cause.find("rank 1"), std::string::npos) << f.cause;
+        EXPECT_NE(f.cause.find("'thrower'"), std::string::npos) << f.cause;
+        EXPECT_NE(f.cause.find("an exception that is not a std::exception"), std::string::npos) << f.cause;
+    }
+    HostTensor f = HostTensor::Zeros({kTile, kTile});
+    const HostProgram add{"l4_add", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> t) {
+                              g.Chip("chip_add", {In(t[0]), In(t[1]), Out(t[2])}, {.device = 1});
+                          }};
+    w().Run(add, {a, b, f});
+    auto av = a.floats(), bv = b.floats(), fv = f.floats();
+    for (size_t i = 0; i < fv.size(); ++i) ASSERT_EQ(fv[i], av[i] + bv[i]);
+}
+
 TEST_F(MultiHostTest, ASilentRankFailsItsTasksNamingItInsteadOfHanging) {
     Start(2, std::chrono::milliseconds(1000));
     fabric_->Stop(1);

@@ -372,3 +372,23 @@ TEST(RemoteChipClientTest, ALateReplyToATimedOutCallIsDroppedAndLaterCallsSuccee
     t1->Send(0, Reply(kCallReplyType, late, {std::vector<uint8_t>(8)}));
     EXPECT_SPYRE_ERROR(client.Wait(id), ProtocolError, "replied to call " + std::to_string(late) + ", which it was never sent");
 }
+
+// A handler that throws something other than a std::exception fails the
+// call, as a local chip task's does; before, it escaped Serve and ended the
+// serving rank (std::terminate on its thread).
+TEST_F(RemoteChipTest, AHandlerThrowingANonStdExceptionFailsTheCallAndServingGoesOn) {
+    service_->Register("throw_int", [](Device&, const RemoteCall&, std::vector<WireTensor>&) { throw 42; });
+    RemoteCall call = AddCall("t-int", {64}, 21);
+    call.function = "throw_int";
+    try {
+        client_->Call(1, call);
+        ADD_FAILURE() << "the throw was not reported";
+    } catch (const RemoteChipError& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::TaskFailed) << e.what();
+        EXPECT_EQ(e.failure().rank, 1);
+        EXPECT_EQ(e.failure().task, "t-int");
+        EXPECT_NE(e.failure().message.find("an exception that is not a std::exception"), std::string::npos) << e.what();
+    }
+    const RemoteCall add = AddCall("t-after", {64}, 23);
+    EXPECT_EQ(client_->Call(1, add).at(0).data, test::CpuAdd(add.inputs[0], add.inputs[1]));
+}
