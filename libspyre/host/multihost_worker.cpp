@@ -97,6 +97,9 @@ MultiHostWorker::MultiHostWorker(host::Transport& transport, Host& host, Distrib
 
 MultiHostWorker::~MultiHostWorker() {
     if (!impl_ || impl_->transport.rank() != 0) return;
+    // Runs in flight (a RunHandle may outlive this) finish first: ~Worker
+    // waits for them, and their chip tasks on other ranks need those served.
+    impl_->worker.reset();
     for (auto& r : impl_->remote_ranks) {
         if (impl_->transport.PeerError(r->rank)) continue;  // lost: nobody to tell
         try {

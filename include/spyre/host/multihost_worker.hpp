@@ -37,7 +37,8 @@ public:
     // that gets no reply within `reply_timeout` fails with Timeout.
     MultiHostWorker(host::Transport& transport, Host& host, DistributedConfig config,
                     std::chrono::milliseconds reply_timeout = std::chrono::minutes(10));
-    // Rank 0: ends the other ranks' Serve (a lost rank is skipped).
+    // Rank 0: waits for the runs in flight (as ~Worker does), then ends the
+    // other ranks' Serve (a lost rank is skipped).
     ~MultiHostWorker();
     MultiHostWorker(const MultiHostWorker&) = delete;
     MultiHostWorker& operator=(const MultiHostWorker&) = delete;

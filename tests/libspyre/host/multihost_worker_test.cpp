@@ -457,6 +457,36 @@ TEST_F(MultiHostTest, AChipFunctionThrowingANonStdExceptionOnAnotherRankFailsIts
     for (size_t i = 0; i < fv.size(); ++i) ASSERT_EQ(fv[i], av[i] + bv[i]);
 }
 
+// ~MultiHostWorker while a run is in flight (its RunHandle outlives the
+// worker): the run finishes, then the serving ranks are released. Before,
+// Shutdown went out first, and the run's second task on rank 1 failed with
+// DeviceLost ("left the run: its transport shut down").
+TEST_F(MultiHostTest, DestroyingTheWorkerLetsARunInFlightFinishFirst) {
+    static std::atomic<bool> started{false};
+    started = false;
+    reply_timeout_ = std::chrono::milliseconds(10000);  // a call nobody answers fails the test, not hangs it
+    Start(2, std::chrono::milliseconds(5000), {1}, [](Worker& w) {
+        w.RegisterChipFunction("slow_sub", [](ChipContext& ctx) {
+            started = true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            ChipSub(ctx);
+        });
+    });
+    const HostTensor a = Iota(1.0f, 0.0f), b = Iota(2.0f, 1.0f);
+    HostTensor d = HostTensor::Zeros({kTile, kTile}), f = HostTensor::Zeros({kTile, kTile});
+    const HostProgram p{"in_flight", 4, {}, [](HostGraph& g, std::span<const HostTensor> t) {
+                            g.Chip("slow_sub", {In(t[0]), In(t[1]), Out(t[2])}, {.name = "slow", .device = 1});
+                            g.Chip("chip_add", {In(t[2]), In(t[1]), Out(t[3])}, {.name = "after slow", .device = 1});
+                        }};
+    RunHandle h = w().Submit(p, {a, b, d, f});
+    for (int i = 0; i < 2000 && !started.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_TRUE(started.load()) << "the slow task never started on rank 1";
+    worker_.reset();
+    ASSERT_NO_THROW(h.Wait());
+    auto av = a.floats(), bv = b.floats(), fv = f.floats();
+    for (size_t i = 0; i < fv.size(); ++i) ASSERT_EQ(fv[i], (av[i] - bv[i]) + bv[i]) << "element " << i;
+}
+
 TEST_F(MultiHostTest, ASilentRankFailsItsTasksNamingItInsteadOfHanging) {
     Start(2, std::chrono::milliseconds(1000));
     fabric_->Stop(1);
