@@ -1613,9 +1613,12 @@ TEST(OrchHolds, AnOlderOutputNeverHandedOutGoesUnderPressure) {
 // API refuses the same with -EBUSY). It now returns, and the runtime is
 // freed once the kernel has returned.
 TEST(OrchestratorLifetime, DestroyedByItsOwnHostKernelFreesItOnceTheKernelReturns) {
-    std::optional<Orchestrator> orch(Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 16, .heap_size = 4096}));
-    std::atomic<bool> reset_returned{false};
+    std::optional<Orchestrator> orch(Orchestrator::CreateOnHostMemory(
+        1 << 20, {.task_ring_size = 16, .heap_size = 4096, .run_cheap_host_tasks_here = false}));
+    std::atomic<bool> reset_returned{false}, submitted{false};
     orch->RegisterHostKernel(1, [&](std::span<void* const>, std::span<const uint64_t>) -> uint32_t {
+        // Not while the test's own Submit is still inside the runtime.
+        while (!submitted) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         orch.reset();
         reset_returned = true;
         return 0;
@@ -1623,6 +1626,7 @@ TEST(OrchestratorLifetime, DestroyedByItsOwnHostKernelFreesItOnceTheKernelReturn
     auto* x = static_cast<uint32_t*>(orch->HostAddress(0, 64));
     const TaskParam p[] = {{PARAM_INOUT, x, 64, {}}};
     orch->Submit(1, WORKER_HOST, p);
+    submitted = true;
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (!reset_returned && std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
