@@ -4,10 +4,13 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -26,6 +29,30 @@
 #include "spyre/spyre.hpp"
 
 namespace spyre::test {
+
+// Runs `body` in a child process (one that holds no device node of the
+// parent's) and returns its exit code (255 if it died).
+inline int InChild(const std::function<int()>& body) {
+    const pid_t pid = ::fork();
+    if (pid == 0) ::_exit(body());
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 255;
+}
+
+// Retries driver::Function::Open while the daemon has not yet seen a dead
+// holder's close.
+inline std::optional<driver::Function> OpenWhenFree(const driver::FunctionInfo& info) {
+    for (int i = 0; i < 500; ++i) {
+        try {
+            return driver::Function::Open(info);
+        } catch (const Error& e) {
+            if (e.kind() != ErrorKind::Busy) throw;
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+    }
+    return std::nullopt;
+}
 
 // Why FUSE cannot be used here, or empty when it can.
 std::string FuseUnavailableReason();

@@ -95,6 +95,17 @@ protected:
         }
     }
     Worker& w() { return worker_->worker(); }
+    // chip_add of a and b on rank 1's device (device 1) gives a + b: the
+    // rank serves on after whatever the test did to it.
+    void ExpectAnAddOnRank1(const HostTensor& a, const HostTensor& b, int run = 0) {
+        static const HostProgram add{"l4_add", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> t) {
+                                         g.Chip("chip_add", {In(t[0]), In(t[1]), Out(t[2])}, {.device = 1});
+                                     }};
+        HostTensor f = HostTensor::Zeros({kTile, kTile});
+        ASSERT_NO_THROW(w().Run(add, {a, b, f})) << "run " << run;
+        auto av = a.floats(), bv = b.floats(), fv = f.floats();
+        for (size_t i = 0; i < fv.size(); ++i) ASSERT_EQ(fv[i], av[i] + bv[i]) << "run " << run << ", element " << i;
+    }
 
     std::shared_ptr<host::InProcessFabric> fabric_;
     std::unique_ptr<host::InProcessTransport> rank0_;
@@ -370,14 +381,7 @@ TEST_F(MultiHostTest, AFaultOnAnotherRankNamesItAndTheWorkerGoesOn) {
         ASSERT_EQ(e.skipped().size(), 1u);
     }
     // The same worker runs the next program on the same remote device.
-    const HostTensor a = Iota(1.0f, 0.0f), b = Iota(2.0f, 1.0f);
-    HostTensor f = HostTensor::Zeros({kTile, kTile});
-    const HostProgram add{"l4_add", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> t) {
-                              g.Chip("chip_add", {In(t[0]), In(t[1]), Out(t[2])}, {.device = 1});
-                          }};
-    w().Run(add, {a, b, f});
-    auto av = a.floats(), bv = b.floats(), fv = f.floats();
-    for (size_t i = 0; i < fv.size(); ++i) ASSERT_EQ(fv[i], av[i] + bv[i]);
+    ExpectAnAddOnRank1(Iota(1.0f, 0.0f), Iota(2.0f, 1.0f));
 }
 
 // A chip call past the reply bound fails its task with Timeout; the rank
@@ -409,15 +413,7 @@ TEST_F(MultiHostTest, ACallPastTheReplyBoundTimesOutAndLaterCallsToTheRankSuccee
         EXPECT_EQ(e.failures()[0].kind, ErrorKind::Timeout) << e.what();
     }
     release = true;  // its reply now comes, after the call gave up on it
-    const HostProgram add{"l4_add", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> t) {
-                              g.Chip("chip_add", {In(t[0]), In(t[1]), Out(t[2])}, {.device = 1});
-                          }};
-    for (int run = 0; run < 3; ++run) {
-        HostTensor f = HostTensor::Zeros({kTile, kTile});
-        ASSERT_NO_THROW(w().Run(add, {a, b, f})) << "run " << run;
-        auto av = a.floats(), bv = b.floats(), fv = f.floats();
-        for (size_t i = 0; i < fv.size(); ++i) ASSERT_EQ(fv[i], av[i] + bv[i]) << "run " << run << ", element " << i;
-    }
+    for (int run = 0; run < 3; ++run) ExpectAnAddOnRank1(a, b, run);
 }
 
 // A chip function that throws something other than a std::exception on the
@@ -448,13 +444,7 @@ TEST_F(MultiHostTest, AChipFunctionThrowingANonStdExceptionOnAnotherRankFailsIts
         EXPECT_NE(f.cause.find("'thrower'"), std::string::npos) << f.cause;
         EXPECT_NE(f.cause.find("an exception that is not a std::exception"), std::string::npos) << f.cause;
     }
-    HostTensor f = HostTensor::Zeros({kTile, kTile});
-    const HostProgram add{"l4_add", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> t) {
-                              g.Chip("chip_add", {In(t[0]), In(t[1]), Out(t[2])}, {.device = 1});
-                          }};
-    w().Run(add, {a, b, f});
-    auto av = a.floats(), bv = b.floats(), fv = f.floats();
-    for (size_t i = 0; i < fv.size(); ++i) ASSERT_EQ(fv[i], av[i] + bv[i]);
+    ExpectAnAddOnRank1(a, b);
 }
 
 // ~MultiHostWorker while a run is in flight (its RunHandle outlives the

@@ -28,18 +28,10 @@
 using namespace spyre;
 using namespace spyre::driver;
 using spyre::test::MockDeviceTest;
+using spyre::test::InChild;
+using spyre::test::OpenWhenFree;
 
 namespace {
-
-// Runs `body` in a child process (a process that does not hold any device
-// node) and returns its exit code: 0, or an errno.
-int InChild(const std::function<int()>& body) {
-    const pid_t pid = ::fork();
-    if (pid == 0) ::_exit(body());
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 255;
-}
 
 // pread/pwrite of `len` bytes at `offset`: 0 or errno.
 int FileAccess(const std::string& path, bool write, uint64_t offset, size_t len) {
@@ -106,19 +98,6 @@ std::vector<uint8_t> FileRead(const std::string& path, uint64_t offset, size_t l
     const ssize_t n = ::pread(fd, buf.data(), len, off_t(offset));
     ::close(fd);
     return n == ssize_t(len) ? buf : std::vector<uint8_t>{};
-}
-
-// Retries Function::Open while the daemon has not yet seen a dead holder's close.
-std::optional<Function> OpenWhenFree(const FunctionInfo& info) {
-    for (int i = 0; i < 500; ++i) {
-        try {
-            return Function::Open(info);
-        } catch (const Error& e) {
-            if (e.kind() != ErrorKind::Busy) throw;
-            ::usleep(10000);
-        }
-    }
-    return std::nullopt;
 }
 
 }  // namespace

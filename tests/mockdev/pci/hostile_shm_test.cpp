@@ -29,19 +29,12 @@
 using namespace spyre;
 using namespace spyre::driver;
 using spyre::test::MockDeviceTest;
+using spyre::test::InChild;
+using spyre::test::OpenWhenFree;
 
 namespace {
 
 constexpr size_t kBytes = 64 << 10;
-
-// Runs `body` in a child process and returns its exit code (255 if it died).
-int InChild(const std::function<int()>& body) {
-    const pid_t pid = ::fork();
-    if (pid == 0) ::_exit(body());
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 255;
-}
 
 // A process that died stays a zombie until reaped: only a running one counts.
 bool Running(pid_t pid) {
@@ -100,19 +93,6 @@ void ExpectCopyRoundTrip(Function& vf, uint8_t seed) {
     std::vector<uint8_t> back(kBytes);
     dma.Wait(dma.CopyFromDevice(back.data(), dst.handle, kBytes));
     EXPECT_TRUE(back == pattern) << vf.pci_address() << ": the copy differs";
-}
-
-// Retries Function::Open while the daemon has not yet seen a dead holder's close.
-std::optional<Function> OpenWhenFree(const FunctionInfo& info) {
-    for (int i = 0; i < 500; ++i) {
-        try {
-            return Function::Open(info);
-        } catch (const Error& e) {
-            if (e.kind() != ErrorKind::Busy) throw;
-            ::usleep(10000);
-        }
-    }
-    return std::nullopt;
 }
 
 struct Shrink {
