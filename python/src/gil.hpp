@@ -13,14 +13,14 @@
 #pragma once
 
 #include <pybind11/pybind11.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <pthread.h>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -98,52 +98,52 @@ public:
         static RuntimeCalls* instance = new RuntimeCalls;  // never destroyed: threads may call during exit
         return *instance;
     }
-    // Whether a call may start; each true is matched by one Leave().
+    // Whether a call may start; each true is matched by one Leave(). No
+    // lock: a count raised before the look at closed_ (both seq_cst) is
+    // seen by the exit's wait, one raised after it is dropped again.
     bool Enter() noexcept {
-        std::lock_guard lock(mutex_);
-        if (closed_) return false;
-        ++running_;
+        running_.fetch_add(1);
+        if (closed_.load()) {
+            running_.fetch_sub(1);
+            return false;
+        }
         ++t_calls_;
         return true;
     }
     void Leave() noexcept {
-        std::lock_guard lock(mutex_);
         --t_calls_;
-        if (--running_ == 0) idle_.notify_all();
+        running_.fetch_sub(1);
     }
     // Whether a thread that let the GIL go may take it back: no, once the
-    // exit has begun, for any thread but the exiting one (TakeGilBack). Each
-    // true is matched by one GilTaken().
+    // exit has begun, for any thread but the exiting one and those inside
+    // a runtime call (the exit waits for those). Each true is matched by
+    // one GilTaken(). On every return from a call made without the GIL, so
+    // no lock.
     bool MayTakeGilBack() noexcept {
-        std::lock_guard lock(mutex_);
-        // A runtime call in progress is waited for, so it may go on.
-        if (closed_ && !pthread_equal(exiting_thread_, pthread_self()) && t_calls_ == 0) return false;
-        ++taking_gil_;
+        taking_gil_.fetch_add(1);
+        if (closed_.load() && t_calls_ == 0 && !pthread_equal(exiting_thread_, pthread_self())) {
+            taking_gil_.fetch_sub(1);
+            return false;
+        }
         return true;
     }
-    void GilTaken() noexcept {
-        std::lock_guard lock(mutex_);
-        if (--taking_gil_ == 0) idle_.notify_all();
-    }
+    void GilTaken() noexcept { taking_gil_.fetch_sub(1); }
     // At exit, the GIL held: no call starts from now on, and no other
     // thread takes the GIL back from a spyre call; waits (the GIL released)
     // for the calls running and for the threads already taking it back, up
     // to `give_up` returning true (a second Ctrl-C: the caller leaves
-    // them). Returns how many calls were left running.
+    // them). Returns how many were left.
     template <typename GiveUp>
     int CloseAndWait(GiveUp&& give_up) {
-        {
-            std::lock_guard lock(mutex_);
-            closed_ = true;
-            exiting_thread_ = pthread_self();
-        }
+        exiting_thread_ = pthread_self();  // published by the store below
+        closed_.store(true);
         for (;;) {
             PyThreadState* state = PyEval_SaveThread();
-            int left;
-            {
-                std::unique_lock lock(mutex_);
-                idle_.wait_for(lock, std::chrono::milliseconds(50), [&] { return running_ == 0 && taking_gil_ == 0; });
-                left = running_ + taking_gil_;
+            int left = 0;
+            for (int look = 0; look < 50; ++look) {  // 50 ms between looks for a Ctrl-C
+                left = running_.load() + taking_gil_.load();
+                if (left == 0) break;
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
             }
             PyEval_RestoreThread(state);
             if (left == 0 || give_up()) return left;
@@ -151,11 +151,9 @@ public:
     }
 
 private:
-    std::mutex mutex_;
-    std::condition_variable idle_;
-    int running_ = 0;
-    int taking_gil_ = 0;  // threads between MayTakeGilBack and GilTaken
-    bool closed_ = false;
+    std::atomic<int> running_{0};     // runtime calls in progress
+    std::atomic<int> taking_gil_{0};  // threads between MayTakeGilBack and GilTaken
+    std::atomic<bool> closed_{false};
     pthread_t exiting_thread_{};
     static inline thread_local int t_calls_ = 0;  // runtime calls the calling thread is inside
 };
