@@ -146,7 +146,7 @@ with tempfile.TemporaryDirectory() as d:
               f"lanes {names}: per-core, per-stream, device ring and DMA lanes expected")
         check(sum(lane["spans"] for lane in report["lanes"]) == len(spans), "lanes do not hold every span")
         selftest = report.get("selftest", {})
-        for step in ("wheel_zoom", "drag_pan", "key_zoom", "fit", "hover", "click"):
+        for step in ("wheel_zoom", "drag_pan", "key_zoom", "fit", "hover", "click", "steady"):
             check(selftest.get(step) is True, f"self-test step {step}: {selftest}")
 
     # A screenshot of the whole timeline: every lane with spans shows span colours.
@@ -188,7 +188,7 @@ with tempfile.TemporaryDirectory() as d:
     state, report = page_status(dom)
     check(state == "ok", f"long trace: page status {state}: {report[:300]}")
     selftest = json.loads(report).get("selftest", {}) if state == "ok" else {}
-    for step in ("hover", "click"):
+    for step in ("hover", "click", "steady"):
         check(selftest.get(step) is True, f"long trace: self-test step {step}: {selftest}")
 
 if failures:
