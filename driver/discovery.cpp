@@ -135,16 +135,36 @@ std::vector<FunctionInfo> DeviceRoot::Functions() const {
 
     const char* visible = std::getenv("SPYRE_DEVICES");
     if (!visible || !*visible) return all;
+    // Every entry must name one function, once: an entry that names nothing
+    // (a typo, a VF not enabled) would otherwise leave the app on other
+    // devices than its user chose, without a word.
+    auto listed = [&] {
+        std::string names;
+        for (const auto& f : all) names += (names.empty() ? "" : ", ") + f.pci_address;
+        return std::to_string(all.size()) + " spyre function(s) under " + path_.string() +
+               (names.empty() ? "" : ": " + names);
+    };
     std::vector<FunctionInfo> chosen;
     for (const std::string& item : SplitList(visible)) {
+        const std::string entry = "SPYRE_DEVICES entry '" + item + "'";
+        std::vector<FunctionInfo>::const_iterator it;
         if (IsIndex(item)) {
-            size_t i = std::stoul(item);
-            if (i < all.size()) chosen.push_back(all[i]);
-            continue;  // like CUDA_VISIBLE_DEVICES, entries that name nothing are skipped
+            const size_t i = std::stoul(item);
+            if (i >= all.size()) throw Error(ErrorKind::NotFound, entry + ": index out of range: " + listed());
+            it = all.begin() + long(i);
+        } else {
+            const std::string addr = NormalizeAddress(item);
+            unsigned domain = 0, bus = 0, device = 0, fn = 0;
+            char end = 0;
+            if (std::sscanf(addr.c_str(), "%4x:%2x:%2x.%1x%c", &domain, &bus, &device, &fn, &end) != 4)
+                throw Error(ErrorKind::InvalidArgument,
+                            entry + ": not an index or a PCI address (DDDD:BB:DD.F or BB:DD.F)");
+            it = std::find_if(all.begin(), all.end(), [&](const auto& f) { return f.pci_address == addr; });
+            if (it == all.end()) throw Error(ErrorKind::NotFound, entry + ": no such function: " + listed());
         }
-        std::string addr = NormalizeAddress(item);
-        auto it = std::find_if(all.begin(), all.end(), [&](const auto& f) { return f.pci_address == addr; });
-        if (it != all.end()) chosen.push_back(*it);
+        if (std::any_of(chosen.begin(), chosen.end(), [&](const auto& f) { return f.pci_address == it->pci_address; }))
+            throw Error(ErrorKind::InvalidArgument, entry + " names " + it->pci_address + " a second time");
+        chosen.push_back(*it);
     }
     return chosen;
 }

@@ -174,9 +174,12 @@ void SpyreAllocator::ReserveVf() {
         }
         if (regions_.size() == options_.vf_regions || (last && !regions_.empty())) {
             reservation_ = "VF: " + std::to_string(regions_.size()) + " x " + Bytes(size);
-            if (adapt && size < sizes[0])
+            const bool not_first = i > 0 || regions_.size() < options_.vf_regions;
+            // The default adapts (a VF of 12-32 GiB gets one region of all of
+            // it, larger than the first size): no fallback to warn about.
+            if (adapt && not_first)
                 reservation_ += " (sized to the " + Bytes(grantable) + " the device grants this VF)";
-            else if (i > 0 || regions_.size() < options_.vf_regions) {
+            else if (not_first) {
                 reservation_ += " (fell back: " + std::to_string(options_.vf_regions) + " x " + Bytes(sizes[0]) +
                                 " do not fit the " + Bytes(grantable) + " the device grants this VF)";
                 SPYRE_LOG_WARN("%s: %s", fn_.pci_address().c_str(), reservation_.c_str());

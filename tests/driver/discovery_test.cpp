@@ -88,11 +88,33 @@ TEST_F(DiscoveryTest, RejectsUnknownSelectors) {
 }
 
 TEST_F(DiscoveryTest, SpyreDevicesFiltersAndOrders) {
-    ::setenv("SPYRE_DEVICES", "0000:02:00.0, 0, 9", 1);
+    ::setenv("SPYRE_DEVICES", "0000:02:00.0, 0", 1);
     auto fns = DeviceRoot(root_).Functions();
     ASSERT_EQ(fns.size(), 2u);
     EXPECT_EQ(fns[0].pci_address, "0000:02:00.0");
     EXPECT_EQ(fns[1].pci_address, "0000:01:00.0");
+}
+
+// An entry that names no function, or one named twice, is refused with the
+// entry and what there is: skipping it would leave the app on devices its
+// user did not choose. (Before: "9" and "foo" were skipped, and "1,1"
+// listed one function twice.)
+TEST_F(DiscoveryTest, SpyreDevicesRefusesEntriesThatNameNothingOrTwice) {
+    auto refused = [&](const char* value, spyre::ErrorKind kind, const char* says) {
+        ::setenv("SPYRE_DEVICES", value, 1);
+        try {
+            DeviceRoot(root_).Functions();
+            ADD_FAILURE() << value << " was accepted";
+        } catch (const spyre::Error& e) {
+            EXPECT_EQ(e.kind(), kind) << value << ": " << e.what();
+            EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << value << ": " << e.what();
+        }
+    };
+    refused("0, 9", spyre::ErrorKind::NotFound, "SPYRE_DEVICES entry '9': index out of range: 3 spyre function(s)");
+    refused("2,foo", spyre::ErrorKind::InvalidArgument, "SPYRE_DEVICES entry 'foo': not an index or a PCI address");
+    refused("0000:07:00.0", spyre::ErrorKind::NotFound, "entry '0000:07:00.0': no such function: 3 spyre function(s)");
+    refused("1,1", spyre::ErrorKind::InvalidArgument, "entry '1' names 0000:01:00.1 a second time");
+    refused("01:00.0,0", spyre::ErrorKind::InvalidArgument, "entry '0' names 0000:01:00.0 a second time");
 }
 
 TEST(Discovery, MissingRootIsNotFound) {

@@ -144,6 +144,26 @@ TEST_F(SmallCardTest, ADefaultVfAllocatorUsesTheVfsMemory) {
     EXPECT_EQ(alloc.Allocate(grantable_).size, grantable_);  // the whole VF in one block
 }
 
+// A VF between the default's first size (12 GiB) and its whole-VF region:
+// 128 GiB in five slices gives each VF 25.6 GiB, one region of all of it.
+// That is the default adapting, not a fallback: before, the reservation
+// said "fell back: 8 x 12 GiB do not fit" and warned on stderr.
+class MidVfCardTest : public MockDeviceTest {
+protected:
+    driver::MockOptions Options() const override { return {.cards = 1, .vfs = 4, .mem = "128G"}; }
+};
+
+TEST_F(MidVfCardTest, TheDefaultSizesAVfOfOver12GiBWithoutAWarning) {
+    Function fn = Function::Open(Vf(1));
+    const uint64_t grantable = fn.Read64(SPYRE_REG_REGION_GRANTABLE);
+    ASSERT_GT(grantable, 12 * kGiB);
+    SpyreAllocator alloc(fn, {.mode = AllocatorMode::VF});
+    const AllocatorStats s = alloc.Stats();
+    EXPECT_EQ(s.capacity, grantable / SPYRE_REGION_ALIGN * SPYRE_REGION_ALIGN) << s.reservation;
+    EXPECT_EQ(s.reservation.find("fell back"), std::string::npos) << s.reservation;
+    EXPECT_NE(s.reservation.find("sized to the"), std::string::npos) << s.reservation;
+}
+
 TEST_F(SmallCardTest, AnImpossibleExplicitPoolSaysWhatWasAskedAndWhatExists) {
     DeviceOptions options{.function = Vf(1).pci_address};
     options.allocator.vf_regions = 2;
