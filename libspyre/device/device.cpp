@@ -100,6 +100,14 @@ bool DeviceCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target
 
 void DeviceCore::FreeAfterQueuedWork(std::span<const DeviceAllocation> blocks) noexcept {
     if (blocks.empty()) return;
+    if (OnSchedulerThread() && sched) {
+        try {
+            sched->FreeAfterStreams(blocks);  // a host callback may not wait: the scheduler frees later
+            return;
+        } catch (const std::bad_alloc&) {
+            // No memory to remember them: free at once, as before.
+        }
+    }
     if (!OnSchedulerThread() && sched) {
         try {
             for (const auto& s : Streams()) WaitUntil(s->completed, s->enqueued_count.load(), s->done);

@@ -87,7 +87,8 @@ public:
     // variants, Program binaries). First waits for the work every stream
     // has enqueued so far (as cudaFree does), so nothing queued can still
     // touch the memory once it is handed out again; on the scheduler thread
-    // (cleanup callbacks, which run in stream order) it frees at once.
+    // (a host callback, which may not wait) the scheduler frees the blocks
+    // once the streams got there.
     void FreeAfterQueuedWork(std::span<const DeviceAllocation> blocks) noexcept override;
     SpyreAllocator& buffer_allocator() noexcept override { return *allocator; }
 

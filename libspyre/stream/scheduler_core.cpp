@@ -223,6 +223,7 @@ bool SchedulerCore::Pump(bool on_thread) {
     // memory), and the device should not wait for that.
     progress |= SubmitRing();
     progress |= IssueHostWork(on_thread);
+    if (!deferred_frees_.empty()) FreeDeferred();
     SetBusy(!Idle());
     return progress;
 }
@@ -249,6 +250,7 @@ void SchedulerCore::CallerReap() {
         if (!WorkArrived()) {
             ReapRing();
             if (Idle()) {
+                if (!deferred_frees_.empty()) FreeDeferred();
                 SetBusy(false);
                 return;
             }
@@ -405,6 +407,7 @@ void SchedulerCore::Run() {
     }
     // Shutting down: whatever is still queued never runs.
     FaultAll(Error(ErrorKind::DeviceLost, "the device was closed with work still queued"));
+    FreeDeferred(/*all=*/true);
 }
 
 void SchedulerCore::SleepUnlocked(std::unique_lock<std::mutex>& lock, uint32_t seen,
@@ -595,6 +598,39 @@ bool SchedulerCore::RunCallback(StreamState& s) {
     Complete(s, seq);
     Counters::Add(stats_.callbacks, 1);
     return true;
+}
+
+void SchedulerCore::FreeAfterStreams(std::span<const DeviceAllocation> blocks) {
+    DeferredFree entry{{blocks.begin(), blocks.end()}, {}};
+    for (auto& s : Streams()) {
+        const uint64_t enqueued = s->enqueued_count.load(std::memory_order_acquire);
+        if (s->completed.load(std::memory_order_acquire) < enqueued) entry.streams.emplace_back(std::move(s), enqueued);
+    }
+    deferred_frees_.push_back(std::move(entry));
+}
+
+void SchedulerCore::FreeDeferred(bool all) {
+    auto reached = [](const DeferredFree& d) {
+        for (const auto& [s, target] : d.streams)
+            if (s->completed.load(std::memory_order_acquire) < target && !s->retired.load()) return false;
+        return true;
+    };
+    for (size_t i = 0; i < deferred_frees_.size();) {
+        if (!all && !reached(deferred_frees_[i])) {
+            ++i;
+            continue;
+        }
+        // Copies through the DMAEngine outside any stream write until they finish.
+        if (device_.dma_queue) device_.dma_queue->WaitForCopiesSubmitted();
+        for (const DeviceAllocation& a : deferred_frees_[i].blocks) {
+            try {
+                device_.allocator->Free(a.handle);
+            } catch (const Error&) {
+                // Already gone with the device: nothing to give back.
+            }
+        }
+        deferred_frees_.erase(deferred_frees_.begin() + long(i));
+    }
 }
 
 bool SchedulerCore::SettleStreams() {

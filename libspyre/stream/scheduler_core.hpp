@@ -28,6 +28,7 @@
 
 #include "spyre/common/eventcount.hpp"
 #include "spyre/driver/command_ring.hpp"
+#include "spyre/memory/allocator.hpp"
 #include "spyre/stream/scheduler.hpp"
 #include "stream/completion.hpp"
 #include "stream/dma_dispatch.hpp"
@@ -91,6 +92,14 @@ public:
     const Error& lost_error() const { return *lost_error_; }
     SchedulerStats Stats() const;
 
+    // On this thread (a host callback, which may not wait): gives `blocks`
+    // back to the allocator once every stream has completed what it has
+    // enqueued so far, as a free elsewhere waits for (cudaFree's rule).
+    // Freeing at once let a copy still queued on another stream land in
+    // the next owner's memory. The drive lock is held (the callback runs
+    // inside a pass).
+    void FreeAfterStreams(std::span<const DeviceAllocation> blocks);
+
 private:
     void Run();
     // One pass over the work; the drive lock is held. Host work only on the thread.
@@ -150,6 +159,9 @@ private:
     bool SettleStreams();
     bool IssueHostWork(bool on_thread);
     bool RunCallback(StreamState& s);
+    // Frees the deferred blocks whose streams got there (all of them when
+    // `all`: nothing runs any more). The drive lock is held.
+    void FreeDeferred(bool all = false);
     bool SubmitRing();
     // Whether the next turn of `s`, which has a turn in the ring, may go in
     // behind it now, so the device starts it with no host round trip in
@@ -189,6 +201,11 @@ private:
     uint64_t active_version_ = ~0ull;
     std::vector<spyre_cb> batch_;
     std::vector<driver::Completion> completions_;
+    struct DeferredFree {
+        std::vector<DeviceAllocation> blocks;
+        std::vector<std::pair<std::shared_ptr<StreamState>, uint64_t>> streams;  // each stream's enqueued count then
+    };
+    std::vector<DeferredFree> deferred_frees_;
     uint64_t dma_seen_ = 0;
     uint32_t trace_ring_track_ = 0;  // the ring's track in the running trace
     uint64_t trace_recording_ = 0;
