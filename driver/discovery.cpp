@@ -113,10 +113,23 @@ bool DeviceRoot::Looks(const fs::path& mount) {
         TreeAt(mount), DevicesDir(mount).string());
 }
 
+namespace {
+// A FUSE mount whose daemon died answers ENOTCONN (ECONNABORTED when it died
+// during the request) until it is unmounted.
+bool DaemonGone(int err) { return err == ENOTCONN || err == ECONNABORTED; }
+}  // namespace
+
 DeviceRoot::DeviceRoot(fs::path mount) : path_(std::move(mount)) {
-    if (!Looks(path_))
+    if (!Looks(path_)) {
+        std::error_code ec;
+        (void)fs::status(DevicesDir(path_), ec);
+        if (DaemonGone(ec.value()))
+            throw Error(ErrorKind::DeviceLost, "the device tree at " + path_.string() + " is a mount whose daemon is gone (" +
+                                                   ec.message() + "): unmount it (fusermount3 -u " + path_.string() +
+                                                   ") and start spyre-mockdev again");
         throw Error(ErrorKind::NotFound, "no spyre device tree at " + path_.string() +
                                              " (expected bus/pci/devices; is spyre-mockdev mounted there?)");
+    }
 }
 
 std::vector<FunctionInfo> DeviceRoot::Functions() const {
@@ -127,7 +140,9 @@ std::vector<FunctionInfo> DeviceRoot::Functions() const {
             for (const auto& entry : fs::directory_iterator(DevicesDir(root), ec)) {
                 if (auto info = ProbeFunction(root, entry.path().filename().string())) found.push_back(std::move(*info));
             }
-            if (ec) throw Error(ErrorKind::IoError, "cannot list " + DevicesDir(root).string() + ": " + ec.message());
+            if (ec)
+                throw Error(DaemonGone(ec.value()) ? ErrorKind::DeviceLost : ErrorKind::IoError,
+                            "cannot list " + DevicesDir(root).string() + ": " + ec.message());
             return found;
         },
         TreeAt(path_), DevicesDir(path_).string());
@@ -215,6 +230,7 @@ FunctionStatus ReadStatusHere(const FunctionInfo& info) {
         uint32_t func_id;
         std::memcpy(&func_id, regs, 4);
         std::memcpy(&st.memory_bytes, regs + (SPYRE_REG_MEM_SIZE - SPYRE_REG_FUNC_ID), 8);
+        std::memcpy(&st.daemon_pid, regs + (SPYRE_REG_DAEMON_PID - SPYRE_REG_FUNC_ID), 4);
         st.card = uint16_t((func_id & SPYRE_FUNC_ID_CARD_MASK) >> SPYRE_FUNC_ID_CARD_SHIFT);
         st.function = uint16_t(func_id & SPYRE_FUNC_ID_INDEX_MASK);
     }

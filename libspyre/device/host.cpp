@@ -25,7 +25,7 @@ public:
                 .index = i,
                 .pci_address = found[i].pci_address,
                 .kind = found[i].is_vf ? driver::FunctionKind::VF : driver::FunctionKind::PF,
-                .id = DeviceId{st.card, st.function, DeviceTreeNumber(found[i].sysfs_dir.parent_path().string())},
+                .id = DeviceId{st.card, st.function, DeviceTreeNumber(found[i].sysfs_dir.parent_path().string(), st.daemon_pid)},
                 .memory_bytes = st.memory_bytes,
                 .held_elsewhere = st.held,
             });

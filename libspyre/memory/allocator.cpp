@@ -37,11 +37,11 @@ std::string DeviceId::ToString() const {
     return buf;
 }
 
-uint32_t DeviceTreeNumber(const std::string& devices_dir) {
+uint32_t DeviceTreeNumber(const std::string& devices_dir, uint32_t daemon_pid) {
     static std::mutex mu;
-    static std::map<std::string, uint32_t> numbers;
+    static std::map<std::pair<std::string, uint32_t>, uint32_t> numbers;
     std::lock_guard lock(mu);
-    return numbers.try_emplace(devices_dir, uint32_t(numbers.size() + 1)).first->second;
+    return numbers.try_emplace({devices_dir, daemon_pid}, uint32_t(numbers.size() + 1)).first->second;
 }
 
 void ThrowWrongDevice(const DeviceId& owner, const DeviceId& expected, const std::string& what, const char* user) {
@@ -97,7 +97,8 @@ SpyreAllocator::SpyreAllocator(driver::Function& function, AllocatorOptions opti
     : fn_(function),
       options_(std::move(options)),
       device_{function.device_info().card_index, function.device_info().function_index,
-              DeviceTreeNumber(function.info().sysfs_dir.parent_path().string())},
+              DeviceTreeNumber(function.info().sysfs_dir.parent_path().string(),
+                               uint32_t(std::max(function.device_info().daemon_pid, 0)))},
       mem_base_(function.Read64(SPYRE_REG_MEM_BASE)) {
     try {
         options_.mode == AllocatorMode::PF ? ReservePf() : ReserveVf();

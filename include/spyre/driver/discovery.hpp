@@ -85,6 +85,7 @@ struct FunctionStatus {
     uint16_t function = 0;       // 0 = PF, n = VF n
     uint64_t memory_bytes = 0;   // MEM_SIZE; 0 when unknown
     std::optional<bool> held;    // held by another process; nullopt when unknown
+    uint32_t daemon_pid = 0;     // DAEMON_PID: the spyre-mockdev serving it; 0 on a card
 };
 FunctionStatus ReadFunctionStatus(const FunctionInfo& info);
 

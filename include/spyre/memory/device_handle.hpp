@@ -27,7 +27,8 @@ struct DeviceId {
     uint16_t function = 0;
     // Which device tree of this process (numbered from 1 in the order they
     // are first opened; 0: none named): two private spyre-mockdevs both have
-    // a card 0, and their functions are still different devices.
+    // a card 0, and their functions are still different devices; so are a
+    // daemon's and those of the daemon restarted on its mount.
     uint32_t tree = 0;
     // "0000:01:00.2": the PCI address the contract gives this card and
     // function (spyre_pci.h), for messages.
@@ -36,9 +37,12 @@ struct DeviceId {
 };
 
 // The number DeviceId::tree gives the device tree whose functions' sysfs
-// directories are under `devices_dir` (MOUNT/bus/pci/devices): the same
-// directory, the same number, for the life of the process.
-uint32_t DeviceTreeNumber(const std::string& devices_dir);
+// directories are under `devices_dir` (MOUNT/bus/pci/devices), served by
+// the spyre-mockdev of pid `daemon_pid` (its DAEMON_PID register; 0 on a
+// card): the same directory and daemon, the same number, for the life of
+// the process. A daemon restarted on the same mount serves a new tree, so
+// objects of the lost one are WrongDevice there, never its memory.
+uint32_t DeviceTreeNumber(const std::string& devices_dir, uint32_t daemon_pid);
 
 [[noreturn]] void ThrowWrongDevice(const DeviceId& owner, const DeviceId& expected, const std::string& what,
                                    const char* user);

@@ -11,6 +11,8 @@
 #include <optional>
 #include <thread>
 
+#include <stdlib.h>
+
 #include "spyre/uapi/spyre_errors.h"
 #include "stream_fixture.hpp"
 #include "stream_test_util.hpp"
@@ -597,4 +599,57 @@ TEST_F(StreamTest, QueueOperationsGroupIsOneChainCheckedWhole) {
     EXPECT_SPYRE_ERROR(s.Synchronize(), DeviceError, "op #" + std::to_string(base + 1));
     g.ExpectCancelledAfterFirst();
     s.Reset();
+}
+
+// A daemon killed and started again on the same mount serves a new device
+// tree: the lost Device's objects used to carry the same DeviceId (card,
+// function, tree by directory), so its tensor read the new Device's memory
+// and a copy to its handle overwrote the new owner's bytes (found from
+// outside, 4 of 4 runs). Now they are WrongDevice on the new Device's
+// streams, naming both trees.
+TEST(DeviceTree, ADaemonRestartedOnTheSameMountIsAnotherDevice) {
+    char dir[] = "/tmp/spyre-restart-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir), nullptr);
+    const std::filesystem::path mount = dir;
+    struct RemoveAtEnd {
+        std::filesystem::path path;
+        ~RemoveAtEnd() { std::filesystem::remove(path); }
+    } remove_at_end{mount};
+    driver::MockOptions options;
+    options.vfs = 0;
+    options.mem = "1G";
+    options.mount = mount;
+    driver::MockDaemon first = driver::MockDaemon::Start(options);
+    Host old_host = Host::Open(HostOptions::DeviceRootAt(mount));
+    Device old_dev = old_host.Open("0");
+    const std::vector<float> seven(1024, 7.0f);
+    DeviceBuffer old_buf = old_dev.AllocateBuffer(4096);
+    old_dev.default_stream().CopyToDevice(seven.data(), old_buf.handle(), 4096);
+    old_dev.default_stream().Synchronize();
+
+    first.Signal(SIGKILL);
+    ASSERT_TRUE(WaitForExit(first.pid()));
+    first.Stop();  // unmounts the dead mount; the directory is ours, it stays
+    driver::MockDaemon second = driver::MockDaemon::Start(options);
+    ASSERT_EQ(second.mount(), mount);
+
+    Host new_host = Host::Open(HostOptions::DeviceRootAt(mount));
+    Device new_dev = new_host.Open("0");
+    EXPECT_NE(new_dev.id(), old_dev.id());
+    EXPECT_EQ(new_host.functions().at(0).id, new_dev.id()) << "a listed function and its Device differ";
+    const std::vector<float> forty_two(1024, 42.0f);
+    DeviceBuffer new_buf = new_dev.AllocateBuffer(4096);
+    ASSERT_EQ(new_buf.handle().ToString(), old_buf.handle().ToString()) << "not the same address: no alias to test";
+    new_dev.default_stream().CopyToDevice(forty_two.data(), new_buf.handle(), 4096);
+    new_dev.default_stream().Synchronize();
+
+    std::vector<float> out(1024, 0.0f);
+    const std::string trees = "of device tree " + std::to_string(old_dev.id().tree);
+    EXPECT_SPYRE_ERROR(new_dev.default_stream().CopyFromDevice(out.data(), old_buf.handle(), 4096), WrongDevice,
+                       trees);
+    EXPECT_SPYRE_ERROR(new_dev.default_stream().CopyToDevice(seven.data(), old_buf.handle(), 4096), WrongDevice,
+                       trees);
+    new_dev.default_stream().CopyFromDevice(out.data(), new_buf.handle(), 4096);
+    new_dev.default_stream().Synchronize();
+    EXPECT_EQ(out, forty_two) << "the new Device's memory was written through the lost one's handle";
 }
