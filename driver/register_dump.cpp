@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "run_while.hpp"
 #include "spyre/error.hpp"
 #include "spyre/uapi/spyre_regdesc.hpp"
 
@@ -37,12 +38,19 @@ std::vector<uint8_t> ReadFileRange(const std::filesystem::path& file, uint64_t o
 
 }  // namespace
 
+// Trapped reads: a stopped daemon never answers them, so the dump waits no
+// longer than the heartbeat's bound (run_while.hpp), then is DeviceLost.
 std::string DumpRegisters(const FunctionInfo& function) {
-    auto regs = ReadFileRange(function.sysfs_dir / "resource0", 0, SPYRE_REG_FILE_SIZE, function.pci_address);
-    uint32_t db_offset;
-    std::memcpy(&db_offset, regs.data() + SPYRE_REG_DB_OFFSET, sizeof db_offset);
-    auto db = ReadFileRange(function.sysfs_dir / "resource4", db_offset, sizeof(spyre_doorbell_page), function.pci_address);
-    return uapi::FormatRegisterDump(regs, db);
+    return CallWithinHeartbeatBound<std::string>(
+        [function] {
+            auto regs = ReadFileRange(function.sysfs_dir / "resource0", 0, SPYRE_REG_FILE_SIZE, function.pci_address);
+            uint32_t db_offset;
+            std::memcpy(&db_offset, regs.data() + SPYRE_REG_DB_OFFSET, sizeof db_offset);
+            auto db = ReadFileRange(function.sysfs_dir / "resource4", db_offset, sizeof(spyre_doorbell_page),
+                                    function.pci_address);
+            return uapi::FormatRegisterDump(regs, db);
+        },
+        "the registers of " + function.pci_address, function.sysfs_dir.parent_path().string());
 }
 
 }  // namespace spyre::driver

@@ -43,7 +43,8 @@ int32_t Record(const char* call, const Error& e) noexcept {
         tl_last.kind = int32_t(e.kind()) + 1;
         const ErrorContext& c = e.context();
         // A failed task's id (a host kernel that threw is TaskFailed, with its kernel named).
-        const bool task = e.kind() == ErrorKind::DeviceError || (e.kind() == ErrorKind::TaskFailed && c.kernel_id);
+        const bool task = e.kind() == ErrorKind::DeviceError ||
+                          ((e.kind() == ErrorKind::TaskFailed || e.kind() == ErrorKind::DeviceLost) && c.kernel_id);
         if (task && c.op_index) tl_last.task_id = int32_t(*c.op_index);
         if (c.kernel_id) tl_last.kernel_id = int32_t(*c.kernel_id);
         tl_last.device_code = c.device_code;

@@ -19,6 +19,7 @@
 
 #include "mock_fixture.hpp"
 #include "spyre/common/device_clock.hpp"
+#include "spyre/driver/register_dump.hpp"
 #include "spyre/mock/spyre_mock.h"
 #include "spyre/uapi/spyre_regdesc.hpp"
 
@@ -586,6 +587,8 @@ TEST_F(MockDeviceTest, OpeningAFunctionOfAStoppedDaemonFailsAsDeviceLostWithinTh
     bounded("opening a function", [&] { Function::Open(vf); }, true, false);
     bounded("listing the functions", [&] { (void)root().Functions(); }, true, true);
     bounded("reading a function's status", [&] { (void)spyre::driver::ReadFunctionStatus(other); }, true, true);
+    // spyre-regdump's read (it waited for ever: found from outside).
+    bounded("dumping a function's registers", [&] { (void)spyre::driver::DumpRegisters(other); }, true, true);
 
     // A child forked now has no thread that waits for the open's answer:
     // it must not inherit the mark, or it would never ask the daemon again.
@@ -677,4 +680,21 @@ TEST_F(MockDeviceTest, AProcessEndsThoughItsDaemonStoppedWhileItHeldAFunction) {
     ::close(go[1]);
     ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
     EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// A mount whose daemon was killed answers ENOTCONN until it is unmounted:
+// opening it said "no spyre device tree ... is spyre-mockdev mounted
+// there?" (NotFound), which sends the user looking for a missing mount.
+TEST_F(MockDeviceTest, AMountWhoseDaemonDiedIsDeviceLostSayingSo) {
+    daemon().Signal(SIGKILL);
+    ASSERT_TRUE(spyre::test::WaitForExit(daemon().pid()));
+    try {
+        DeviceRoot root(daemon().mount());
+        FAIL() << "a dead mount opened";
+    } catch (const spyre::Error& e) {
+        EXPECT_EQ(e.kind(), spyre::ErrorKind::DeviceLost) << e.what();
+        EXPECT_NE(std::string(e.what()).find("is a mount whose daemon is gone"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("fusermount3 -u " + daemon().mount().string()), std::string::npos)
+            << e.what();
+    }
 }

@@ -194,6 +194,17 @@ TEST_F(StreamTest, OrchestrationTasksOfADeviceThatIsGoneFailAsDeviceLost) {
             EXPECT_EQ(e.message().find("ABORTED"), std::string::npos) << e.what();
         }
     }
+    // The C API names the failed task too (task_id was -1 for DeviceLost).
+    auto* a = static_cast<float*>(orch.Alloc(1024));
+    TaskParam p[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, a, 1024, {}}, {PARAM_OUTPUT, nullptr, 1024, {}}};
+    const int32_t id = pto_submit_task(orch.handle(), KERNEL_ADD, WORKER_VECTOR, p, 3);
+    ASSERT_GE(id, 0) << pto_last_error();
+    ASSERT_EQ(pto_wait_all(orch.handle()), -ENODEV) << pto_last_error();
+    pto_error_info info{};
+    ASSERT_EQ(pto_last_error_info(&info), -ENODEV);
+    EXPECT_EQ(info.kind, PTO_ERROR_DEVICE_LOST);
+    EXPECT_EQ(info.task_id, id) << info.message;
+    EXPECT_EQ(info.kernel_id, KERNEL_ADD) << info.message;
 }
 
 // Two runtimes on one device, each on its own task queue (a card of 16
