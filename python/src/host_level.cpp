@@ -25,6 +25,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bindings.hpp"
@@ -377,18 +378,40 @@ struct PyWorker {
     std::shared_ptr<Worker> worker;
     // Its runs whose handles the caller may still hold (under the GIL).
     std::vector<std::weak_ptr<PyRun>> runs;
+    // Under the GIL: close began (every later call is refused), and the
+    // threads inside Worker::Submit (the GIL let go), whose runs close
+    // waits for too. A close that did not wait for them let a run start
+    // after it (the device stayed held), or freed the Worker under a
+    // submitting thread (a segfault, 16 of 20 processes).
+    bool closing = false;
+    std::vector<std::thread::id> submitting;
     Worker& Get(const char* what) const {
-        if (!worker) throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the Worker is closed");
+        if (!worker || closing) throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the Worker is closed");
         return *worker;
     }
-    // Waits for the runs in flight, also those a Ctrl-C interrupted the
-    // wait of; a Ctrl-C meanwhile raises here, the Worker still open.
-    // Then lets the Worker go, releasing its devices now: a handle the
-    // caller keeps no longer keeps the Worker (its result stays).
+    // Refuses new runs, waits for the submissions under way and the runs in
+    // flight, also those a Ctrl-C interrupted the wait of; a Ctrl-C
+    // meanwhile raises here, the Worker still open. Then lets the Worker
+    // go, releasing its devices now: a handle the caller keeps no longer
+    // keeps the Worker (its result stays).
     void Close() {
         if (worker && HoldsGil()) {
-            AwaitAbandonedRunsOf(worker.get());
-            AwaitRunsOf(runs);
+            if (std::find(submitting.begin(), submitting.end(), std::this_thread::get_id()) != submitting.end())
+                throw Error(ErrorKind::InvalidArgument,
+                            "Worker.close: called from a host program's orchestration function of this Worker "
+                            "(it would wait for itself)");
+            closing = true;
+            try {
+                while (!submitting.empty()) {
+                    WithoutGil([] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); });
+                    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+                }
+                AwaitAbandonedRunsOf(worker.get());
+                AwaitRunsOf(runs);
+            } catch (...) {
+                closing = false;
+                throw;
+            }
         }
         DestroyWithoutGil(worker);
     }
@@ -707,15 +730,16 @@ void AwaitRunsOf(std::vector<std::weak_ptr<PyRun>>& runs) {
     std::erase_if(runs, [](const std::weak_ptr<PyRun>& weak) { return weak.expired(); });
 }
 
-std::shared_ptr<PyRun> Start(PyWorker& w, const PyHostProgram& p, const py::iterable& given) {
+std::shared_ptr<PyRun> Start(PyWorker& w, const PyHostProgram& p, const py::iterable& given, const char* call) {
     ForgetEndedAbandonedRuns();
+    w.Get(call);
     auto run = std::make_shared<PyRun>();
     run->worker = w.worker;
     std::erase_if(w.runs, [](const std::weak_ptr<PyRun>& weak) { return weak.expired(); });
     w.runs.push_back(run);
     std::erase_if(LiveRuns(), [](const std::weak_ptr<PyRun>& weak) { return weak.expired(); });
     LiveRuns().push_back(run);
-    Worker& worker = w.Get("Worker.run");
+    Worker& worker = *run->worker;
     const py::list args(given);  // read twice below: a generator would be empty the second time
     std::vector<HostTensor> tensors = RunArgs(p.program, args);
     size_t i = 0;
@@ -728,6 +752,11 @@ std::shared_ptr<PyRun> Start(PyWorker& w, const PyHostProgram& p, const py::iter
         }
         ++i;
     }
+    w.submitting.push_back(std::this_thread::get_id());
+    struct Submitted {
+        PyWorker& w;
+        ~Submitted() { w.submitting.erase(std::find(w.submitting.begin(), w.submitting.end(), std::this_thread::get_id())); }
+    } submitted{w};
     RunHandle h = WithoutGil([&] { return worker.Submit(p.program, std::move(tensors)); });
     run->handle = std::make_shared<RunHandle>(std::move(h));
     return run;
@@ -1029,12 +1058,12 @@ void BindHostLevel(py::module_& m) {
             }, py::arg("name"), py::arg("fn"),
             "fn(*arrays): numpy views of the task's tensors (no copy), with the GIL; raising fails the task (TaskFailed).")
         .def("run", [](PyWorker& w, const PyHostProgram& p, const py::iterable& args) {
-                auto run = Start(w, p, args);
+                auto run = Start(w, p, args, "Worker.run");
                 return Finish(*run);
             }, py::arg("program"), py::arg("args"),
             "Runs the program (GIL released while waiting): every argument (in place; returns the output arrays) or "
             "the inputs only (return style: new arrays). One output: the array; several: a tuple.")
-        .def("submit", [](PyWorker& w, const PyHostProgram& p, const py::iterable& args) { return Start(w, p, args); },
+        .def("submit", [](PyWorker& w, const PyHostProgram& p, const py::iterable& args) { return Start(w, p, args, "Worker.submit"); },
              py::arg("program"), py::arg("args"), "Starts a run; returns a RunHandle (wait(), done()).")
         .def_property_readonly("device_count", [](PyWorker& w) { return w.Get("Worker.device_count").device_count(); })
         .def("describe_device", [](PyWorker& w, size_t i) { return w.Get("Worker.describe_device").DescribeDevice(i); },
@@ -1052,7 +1081,7 @@ void BindHostLevel(py::module_& m) {
                 return d;
             }, py::arg("device"))
         .def_property_readonly("config", [](PyWorker& w) { return w.Get("Worker.config").config(); })
-        .def_property_readonly("closed", [](PyWorker& w) { return !w.worker; })
+        .def_property_readonly("closed", [](PyWorker& w) { return !w.worker || w.closing; })
         .def("close", [](PyWorker& w) { w.Close(); }, "Waits for the runs in flight, then stops the threads.")
         .def("__enter__", [](py::object self) { return self; })
         .def("__exit__", [](PyWorker& w, py::object, py::object, py::object) {

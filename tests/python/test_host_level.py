@@ -1022,6 +1022,65 @@ def test_close_waits_for_the_runs_and_releases_the_devices(one_vf):
     again.close()
 
 
+def test_close_while_other_threads_submit_waits_for_their_runs(one_vf):
+    """close() while two threads submitted: it freed the Worker under a thread
+    inside submit (a segfault in 16 of 20 processes), or returned with runs
+    started meanwhile still in flight (the device stayed held: Busy). Now
+    every submit either returns a handle whose run close waited for, or
+    raises 'Worker.submit: the Worker is closed', and the device is free."""
+    shape = [128, 128]
+    a = np.ones(shape, np.float32)
+    prog = spyre.HostProgram("p", 2, [(shape, np.float32)],
+                             lambda g, x: g.chip("add", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])]))
+    for attempt in range(8):
+        w = spyre.Worker(one_vf, spyre.DistributedConfig(device_ids=[1]))
+        w.register_kernel(ADD, spyre.KernelBuilder().add(shape))
+        w.register_chip_function("add", spyre.ChipFunction.elementwise(ADD))
+        handles, refused = [], []
+        go = threading.Barrier(3)
+
+        def submitter():
+            go.wait()
+            try:
+                for _ in range(200):
+                    handles.append(w.submit(prog, [a, a]))
+            except spyre.InvalidArgument as e:
+                refused.append(str(e))
+
+        threads = [threading.Thread(target=submitter) for _ in range(2)]
+        for t in threads:
+            t.start()
+        go.wait()
+        time.sleep(0.002 * attempt)
+        w.close()
+        assert all(h.done() for h in handles), "close returned with runs in flight"
+        spyre.Worker(one_vf, spyre.DistributedConfig(device_ids=[1])).close()  # the device is free
+        for t in threads:
+            t.join()
+        assert all("Worker.submit: the Worker is closed" in m for m in refused), refused
+        for h in handles:
+            np.testing.assert_array_equal(h.wait(), 2 * a)
+    with pytest.raises(spyre.InvalidArgument, match="Worker.submit: the Worker is closed"):
+        w.submit(prog, [a, a])
+
+
+def test_close_from_the_workers_own_orchestration_function_is_refused(one_vf):
+    w = spyre.Worker(one_vf, spyre.DistributedConfig(device_ids=[1]))
+    seen = []
+
+    def orchestrate(g, x):
+        try:
+            w.close()
+        except spyre.InvalidArgument as e:
+            seen.append(str(e))
+
+    w.run(spyre.HostProgram("closer", 1, [], orchestrate), [np.zeros([4], np.float32)])
+    assert len(seen) == 1 and ("Worker.close: called from a host program's orchestration function of this "
+                               "Worker (it would wait for itself)") in seen[0], seen
+    assert not w.closed
+    w.close()
+
+
 def test_a_chip_function_waiting_for_a_nested_run_on_its_own_only_slot_fails(one_vf):
     """A Python chip function that runs a nested program on a Worker of one
     device with one chip slot: the nested chip task waited for the slot the
