@@ -106,6 +106,7 @@ QueueLane::Paused::~Paused() {
 QueueKind::Turn QueueLane::Serve(Clock::time_point& now) {
     auto exec = pause_.Enter(exec_mutex_);
     if (!exec || aborting() || pause_.requested()) return QueueKind::Turn::Idle;  // round to Park
+    if (!serving()) return QueueKind::Turn::Idle;
     return kind_.Serve(exec, clock_, now);
 }
 
@@ -125,7 +126,7 @@ void QueueLane::Run() {
             pause_.Park(exec_mutex_);
             continue;
         }
-        if (kind_.Submitted()) {
+        if (serving() && kind_.Submitted()) {
             const QueueKind::Turn turn = Serve(last_work);
             if (turn == QueueKind::Turn::Served) {
                 idle_polls = 0;
@@ -171,7 +172,8 @@ bool QueueLane::Sleep(uint32_t kicks_seen) {
     // sees device_sleeping and wakes us; one that stored before is seen here.
     std::atomic_thread_fence(std::memory_order_seq_cst);
     const uint32_t wake = SharedWord(*words_.wake).load();
-    const bool must_stay = kicks_.load() != kicks_seen || stopping_.load() || pause_.requested() || kind_.Submitted();
+    const bool must_stay = kicks_.load() != kicks_seen || stopping_.load() || pause_.requested() ||
+                           (serving() && kind_.Submitted());
     const bool woken = must_stay || FutexWait(words_.wake, wake, kServerSleepTimeout);
     SharedWord(*words_.sleeping).store(0);
     if (sleeping_status_ != 0) regs_.ClearBits32(SPYRE_REG_STATUS, sleeping_status_);

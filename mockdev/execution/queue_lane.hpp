@@ -95,6 +95,14 @@ public:
     // wait. The lane acknowledges each kick; Kick re-wakes it until it has.
     void Kick();
 
+    // Whether the lane serves its queues at all: a function nobody holds
+    // runs nothing (docs/security.md), whatever its doorbells say; CBs and
+    // tasks submitted meanwhile stay where they are, untaken. Off until the
+    // function's first holder. Changed only while paused (QueueServer::
+    // SetServing), so no turn runs across a change.
+    void SetServing(bool serving) { serving_.store(serving); }
+    bool serving() const { return serving_.load(); }
+
     // Work of this lane must stop early (ABORTED): a pause or a stop.
     bool aborting() const { return abort_.load(std::memory_order_relaxed) || stopping_.load(std::memory_order_relaxed); }
     bool stopping() const { return stopping_.load(); }
@@ -134,6 +142,7 @@ private:
     std::atomic<bool> stopping_{false};
     std::atomic<bool> abort_{false};
     std::atomic<bool> running_{false};  // a thread to wait for (a fuzz target's card starts none)
+    std::atomic<bool> serving_{false};
     std::atomic<uint32_t> kicks_{0};
     uint32_t kicks_seen_ = 0;  // private futex word: the lane acknowledges kicks here
     std::thread thread_;

@@ -38,6 +38,11 @@ void QueueServer::Clear(const Paused&) {
     tasks_.Clear();
 }
 
+void QueueServer::SetServing(bool serving, const Paused&) {
+    ring_lane_.SetServing(serving);
+    task_lane_.SetServing(serving);
+}
+
 void QueueServer::RaiseIrqs() {
     RaiseCompletionIrq(ring_.doorbell()->irq_seq, ring_.doorbell()->irq_waiters);
     RaiseCompletionIrq(tasks_.doorbell()->irq_seq, tasks_.doorbell()->irq_waiters);

@@ -77,6 +77,11 @@ public:
     // While paused: power-on state of every queue (RingQueue::Clear,
     // TaskQueues::Clear).
     void Clear(const Paused& paused);
+    // While paused: whether the queues are served at all (QueueLane::
+    // SetServing). A function serves only while a process holds it: an
+    // unheld one runs nothing, and its ring cannot be enabled (Function).
+    void SetServing(bool serving, const Paused& paused);
+    bool serving() const { return ring_lane_.serving(); }
 
     // Both completion interrupts: a driver blocked on either looks again.
     void RaiseIrqs();

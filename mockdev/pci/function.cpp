@@ -280,6 +280,15 @@ ssize_t Function::WriteBar0(uint64_t offset, const void* buf, size_t len) {
 ssize_t Function::WriteRegister(uint32_t offset, uint32_t value) {
     switch (offset) {
     case SPYRE_REG_CONTROL:
+        // A function nobody holds runs nothing (its queue server serves no
+        // queue): file permissions let a process write an unheld function's
+        // files, not run work there. The PF's CBs address the whole card,
+        // held VFs' slices included.
+        if ((value & SPYRE_CONTROL_RING_ENABLE) && !server_.serving()) {
+            LOG_WARN("%s: ring enable refused: nobody holds the function (a function runs work only for its holder)",
+                     address_.c_str());
+            return -EACCES;
+        }
         regs_.Store32(SPYRE_REG_CONTROL, value & SPYRE_CONTROL_RING_ENABLE);
         server_.SetRingEnabled(value & SPYRE_CONTROL_RING_ENABLE);
         break;
@@ -441,8 +450,8 @@ int Function::Open(const ProcessId& holder) {
     card_memory_.SetHeld(params_.index, true);
     // While nobody held it anyone could write it (its resource files, the
     // PF's owner through the device): the new owner gets fresh objects too,
-    // not only the last owner's successor.
-    if (!HandOver()) {
+    // not only the last owner's successor. Its queues are served from now on.
+    if (!HandOver(true)) {
         card_memory_.SetHeld(params_.index, false);
         SetHolder({});
         state_.store(State::Removed);
@@ -457,7 +466,7 @@ void Function::Close() {
     if (state_.load() != State::Open) return;
     regs_.Store32(SPYRE_REG_CONTROL, 0);
     server_.SetRingEnabled(false);
-    const bool handed_over = HandOver();
+    const bool handed_over = HandOver(false);  // nobody's: it runs nothing until the next holder
     regions_.Clear();  // the owner's grants end with it
     card_memory_.SetHeld(params_.index, false);
     LogShmRepairs();  // while the holder who did it is still known
@@ -466,9 +475,10 @@ void Function::Close() {
     state_.compare_exchange_strong(expected, handed_over ? State::Idle : State::Removed);
 }
 
-bool Function::HandOver() {
+bool Function::HandOver(bool serve) {
     std::lock_guard guard(reset_mutex_);
     auto paused = server_.Pause();  // the old owner's CBs and tasks end (ABORTED) before its memory goes
+    server_.SetServing(false, paused);
     server_.Gone();  // whoever still waits on the old pages learns that the device is gone for them
     std::lock_guard regs(regs_mutex_);
     const uint64_t resets = regs_.Load64(SPYRE_REG_CNT_RESETS);
@@ -481,6 +491,7 @@ bool Function::HandOver() {
         return false;
     }
     server_.Clear(paused);
+    server_.SetServing(serve, paused);
     InitRegisters(resets, SPYRE_STATUS_READY);
     SharedWord(server_.doorbell()->device_state).store(SPYRE_DEVSTATE_ALIVE);
     return true;

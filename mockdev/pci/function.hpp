@@ -125,7 +125,9 @@ public:
     // objects (what anyone wrote while nobody held it is not its) and
     // resets; Close lets go and hands the next owner fresh objects too:
     // registers, rings and memory are new and zeroed, and whatever the old
-    // holder still maps is no longer the device's.
+    // holder still maps is no longer the device's. Only while held does the
+    // function run anything: its queues are served from Open to Close, and
+    // a ring enable while nobody holds it is refused (-EACCES).
     int Open(const ProcessId& holder);  // 0, -EBUSY, -ENODEV
     void Close();
     // The pid of the process holding the device node, or 0.
@@ -143,10 +145,12 @@ private:
     enum class State { Idle, Open, Removed };
 
     void InitRegisters(uint64_t resets, uint32_t status);
-    // A new owner takes the function: fresh objects for registers, rings and
-    // memory. False if they could not be made (the function is then removed:
-    // nothing of the old owner's may reach the next one).
-    bool HandOver();
+    // The function changes hands: fresh objects for registers, rings and
+    // memory, and its queues served from then on only if `serve` (a new
+    // holder takes it; a function nobody holds runs nothing). False if the
+    // objects could not be made (the function is then removed, its queues
+    // not served: nothing of the old owner's may reach the next one).
+    bool HandOver(bool serve);
     // Readers of the register file through a trap (BAR0, regs, stats) hold
     // regs_mutex_ meanwhile: a reset or hand-over renews the file under it.
     void RefreshMirrors();

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // A function's queue server (execution/queue_server.hpp) without a daemon:
-// a card's PF, its server started, driven through the trapped region
-// accesses the FUSE files use. The CB ring and a task queue each answer
+// a card's PF, its server started and the function held (a function nobody
+// holds runs nothing), driven through the trapped region accesses the FUSE
+// files use. The CB ring and a task queue each answer
 // their garbage with an error CQE while the other kind goes on, and a reset
 // empties both. In the mockdev-model suite, so ThreadSanitizer runs it.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -42,9 +44,13 @@ protected:
         card_->Start();
         fn_ = card_->FindFunction(0);
         ASSERT_TRUE(fn_);
+        ASSERT_EQ(fn_->Open(kHolder), 0);
         ASSERT_EQ(Read32(SPYRE_REGION_BAR0, SPYRE_REG_TQ_COUNT), 1u);  // one core: one task queue
         EnableRing();
     }
+
+    // The process the tests' function is held by (the device never looks it up).
+    static constexpr ProcessId kHolder{1, 1};
 
     uint32_t Read32(unsigned region, uint64_t offset) {
         uint32_t v = 0;
@@ -96,6 +102,18 @@ protected:
             out[c.user_data] = c;
         }
         return out;
+    }
+
+    // From power-on state (a reset, a new holder): the ring enabled, a NOP
+    // on it and one on task queue 0 complete, each at position 0.
+    void ExpectBothServeFromPowerOn(uint64_t ring_nop, uint64_t task_nop) {
+        EnableRing();
+        SubmitRing(0, {Nop(ring_nop)});
+        SubmitTasks(0, {Nop(task_nop)});
+        ASSERT_EQ(WaitRing(1), 1u);
+        ASSERT_EQ(WaitTasks(1), 1u);
+        EXPECT_EQ(RingCqe(0).user_data, ring_nop);
+        EXPECT_EQ(TaskCqes(0, 1).at(task_nop).status, SPYRE_ERR_NONE);
     }
 
     std::unique_ptr<Card> card_;
@@ -151,6 +169,7 @@ TEST_F(QueueServerTest, ABatchOfShortTasksCostsAtMostOneWakeUp) {
     card_->Start();
     fn_ = card_->FindFunction(0);
     ASSERT_TRUE(fn_);
+    ASSERT_EQ(fn_->Open(kHolder), 0);
     SubmitTasks(0, {Nop(1)});  // the queue's recent tasks are short from here on
     ASSERT_EQ(WaitTasks(1), 1u);
     // The best of 5 batches: a lane preempted in the middle of a task (a
@@ -199,13 +218,31 @@ TEST_F(QueueServerTest, ATaskQueueOverflowHaltsItAloneUntilReset) {
     for (uint32_t off : {SPYRE_TDB_SQ_TAIL(0), SPYRE_TDB_SQ_HEAD(0), SPYRE_TDB_CQ_TAIL(0)})
         EXPECT_EQ(Read32(SPYRE_REGION_BAR4, kTasks.db_offset + off), 0u) << off;
     EXPECT_EQ(RingCqe(0).user_data, 0u);  // the CQ was zeroed
-    EnableRing();                          // a reset disables the ring
-    SubmitRing(0, {Nop(5)});
-    SubmitTasks(0, {Nop(6)});
-    ASSERT_EQ(WaitRing(1), 1u);
-    ASSERT_EQ(WaitTasks(1), 1u);
-    EXPECT_EQ(RingCqe(0).user_data, 5u);
-    EXPECT_EQ(TaskCqes(0, 1).at(6).status, SPYRE_ERR_NONE);
+    ExpectBothServeFromPowerOn(5, 6);      // a reset disables the ring: enabled again
+}
+
+// A function nobody holds runs nothing: its ring cannot be enabled and its
+// task queues are not served, whatever is written to its rings and
+// doorbells (the PF's work addresses the whole card, held VFs included).
+// What was submitted meanwhile never runs: the next holder's open drops it.
+TEST_F(QueueServerTest, AFunctionNobodyHoldsRunsNothing) {
+    fn_->Close();
+    const uint32_t on = SPYRE_CONTROL_RING_ENABLE;
+    EXPECT_EQ(fn_->WriteRegion(SPYRE_REGION_BAR0, SPYRE_REG_CONTROL, &on, sizeof on), -EACCES);
+    EXPECT_FALSE(Read32(SPYRE_REGION_BAR0, SPYRE_REG_STATUS) & SPYRE_STATUS_RING_ENABLED);
+    SubmitRing(0, {Nop(1)});
+    SubmitTasks(0, {Nop(2), Nop(3)});
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a served queue answers in microseconds
+    EXPECT_EQ(Read32(SPYRE_REGION_BAR4, kRing.db_offset + SPYRE_DB_CQ_TAIL), 0u);
+    EXPECT_EQ(Read32(SPYRE_REGION_BAR4, kTasks.db_offset + SPYRE_TDB_CQ_TAIL(0)), 0u);
+    EXPECT_EQ(Read32(SPYRE_REGION_BAR4, kTasks.db_offset + SPYRE_TDB_SQ_HEAD(0)), 0u);  // not even taken
+    EXPECT_EQ(Read32(SPYRE_REGION_BAR0, SPYRE_REG_CNT_TASKS_DONE), 0u);
+
+    // Held again: fresh, empty queues that work.
+    ASSERT_EQ(fn_->Open(kHolder), 0);
+    EXPECT_EQ(Read32(SPYRE_REGION_BAR4, kTasks.db_offset + SPYRE_TDB_SQ_TAIL(0)), 0u);
+    ExpectBothServeFromPowerOn(4, 5);
+    EXPECT_EQ(Read32(SPYRE_REGION_BAR0, SPYRE_REG_CNT_TASKS_DONE), 1u);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "mock_fixture.hpp"
+#include "spyre/compiler/kernel_builder.hpp"
 #include "spyre/mock/spyre_mock.h"
 
 using namespace spyre;
@@ -98,6 +99,19 @@ std::vector<uint8_t> FileRead(const std::string& path, uint64_t offset, size_t l
     const ssize_t n = ::pread(fd, buf.data(), len, off_t(offset));
     ::close(fd);
     return n == ssize_t(len) ? buf : std::vector<uint8_t>{};
+}
+
+// A 32-bit word of a file (0 if unreadable).
+uint32_t FileRead32(const std::string& path, uint64_t offset) {
+    uint32_t v = 0;
+    const auto b = FileRead(path, offset, sizeof v);
+    if (b.size() == sizeof v) std::memcpy(&v, b.data(), sizeof v);
+    return v;
+}
+
+std::vector<uint8_t> Bytes(const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    return std::vector<uint8_t>(b, b + n);
 }
 
 }  // namespace
@@ -644,4 +658,113 @@ TEST(PidNamespaces, AnOpenerTheDaemonCannotSeeIsRefused) {
         EXPECT_EQ(err, EPERM);
     }
     std::filesystem::remove_all(dir);
+}
+
+// A process that holds nothing may write an unheld PF's files (file
+// permissions decide), but the PF's CBs and tasks address the whole card,
+// held VFs' slices included: it enabled the PF's ring through resource0,
+// wrote CBs into resource4 and rang the doorbell, and a COPY from a held VF's
+// slice into the PF's slice 0 read the VF's bytes back through the PF's
+// resource2 (COPY_INLINE and tasks overwrote them too; found probing from
+// outside). An unheld function runs nothing: its ring cannot be enabled and
+// its task queues are not served, in either direction.
+TEST_F(MockDeviceTest, AProcessHoldingNothingCannotReachAHeldVfThroughTheUnheldPfsQueues) {
+    const FunctionInfo pf_info = Pf();
+    const std::string res0 = (pf_info.sysfs_dir / "resource0").string();
+    const std::string res2 = (pf_info.sysfs_dir / "resource2").string();
+    const std::string res4 = (pf_info.sysfs_dir / "resource4").string();
+    Function vf = Function::Open(Vf(1));
+    const uint64_t base = vf.Read64(SPYRE_REG_MEM_BASE);
+    ASSERT_LT(base + (1 << 20), uint64_t(SPYRE_BAR2_SIZE));  // the VF's slice is inside the PF's resource2
+    const std::vector<uint8_t> secret(4096, 0x5B), kept(4096, 0x3C), zeros(4096, 0);
+    vf.WriteRegion(SPYRE_REGION_DEVMEM, 0x1000, secret);  // what must not be read
+    vf.WriteRegion(SPYRE_REGION_DEVMEM, 0x3000, kept);    // what must not be overwritten
+
+    // PF-relative addresses in slice 0 (the PF's own memory, open to the child).
+    constexpr uint64_t kRingDst = 0x2000, kTaskDst = 0x10000, kTaskSrc = 0x20000, kProgram = 0x40000,
+                       kReadArgs = 0x50000, kWriteArgs = 0x50040;
+    const BuiltKernel copy = KernelBuilder().Copy({64, 16}, DType::FP32);  // 4 KiB in, 4 KiB out
+    ASSERT_EQ(copy.inputs[0].bytes, 4096u);
+    // The geometry the registers publish (the contract's defaults); task queue 0.
+    ASSERT_EQ(FileRead32(res0, SPYRE_REG_SQ_OFFSET), SPYRE_DEFAULT_SQ_OFFSET);
+    ASSERT_EQ(FileRead32(res0, SPYRE_REG_TQ_OFFSET), SPYRE_DEFAULT_TQ_OFFSET);
+    ASSERT_EQ(FileRead32(res0, SPYRE_REG_TQ_DB_OFFSET), SPYRE_DEFAULT_TQ_DB_OFFSET);
+    const uint64_t ring_cq_tail = SPYRE_DEFAULT_DB_OFFSET + SPYRE_DB_CQ_TAIL;
+    const uint64_t task_cq_tail = SPYRE_DEFAULT_TQ_DB_OFFSET + SPYRE_TDB_CQ_TAIL(0);
+
+    // The child holds nothing; it answers what CONTROL's enable got (0 or
+    // errno; 100+ for a step it could not take at all).
+    const int enable = InChild([&] {
+        const uint32_t on = SPYRE_CONTROL_RING_ENABLE;
+        const int enable_err = FileWrite(res0, SPYRE_REG_CONTROL, Bytes(&on, 4));
+        // Whatever the enable said: the CBs, the tasks and both doorbells.
+        const spyre_cb read_vf = CopyCb(base + 0x1000, kRingDst, 64, 1);
+        spyre_cb inline_cb = CopyCb(0, base + 0x3000, 64, 2);
+        inline_cb.opcode = SPYRE_OP_COPY_INLINE;
+        inline_cb.slots = SPYRE_CB_INLINE_SLOTS(64);
+        std::vector<uint8_t> ring = Bytes(&read_vf, sizeof read_vf);
+        const std::vector<uint8_t> inline_bytes = Bytes(&inline_cb, sizeof inline_cb);
+        ring.insert(ring.end(), inline_bytes.begin(), inline_bytes.end());
+        ring.insert(ring.end(), 64, 0xEE);  // the payload slot
+        if (FileWrite(res4, SPYRE_DEFAULT_SQ_OFFSET, ring) != 0) return 100;
+        const uint32_t ring_tail = 3;
+        if (FileWrite(res4, SPYRE_DEFAULT_DB_OFFSET + SPYRE_DB_SQ_TAIL, Bytes(&ring_tail, 4)) != 0) return 101;
+
+        if (FileWrite(res2, kProgram, copy.program) != 0) return 102;
+        if (FileWrite(res2, kTaskSrc, std::vector<uint8_t>(4096, 0xEE)) != 0) return 103;
+        const uint64_t read_args[2] = {base + 0x1000, kTaskDst}, write_args[2] = {kTaskSrc, base + 0x3000};
+        if (FileWrite(res2, kReadArgs, Bytes(read_args, sizeof read_args)) != 0) return 104;
+        if (FileWrite(res2, kWriteArgs, Bytes(write_args, sizeof write_args)) != 0) return 105;
+        const spyre_cb tasks[2] = {TaskCb(11, kProgram, kReadArgs, 2), TaskCb(12, kProgram, kWriteArgs, 2)};
+        if (FileWrite(res4, SPYRE_DEFAULT_TQ_OFFSET, Bytes(tasks, sizeof tasks)) != 0) return 106;
+        const uint32_t task_tail = 2;
+        if (FileWrite(res4, SPYRE_DEFAULT_TQ_DB_OFFSET + SPYRE_TDB_SQ_TAIL(0), Bytes(&task_tail, 4)) != 0) return 107;
+        return enable_err;
+    });
+    EXPECT_EQ(enable, EACCES) << "an unheld PF's ring was enabled (or a step failed: 100+)";
+    // Had they run, both queues would have completed within this wait.
+    for (int i = 0; i < 100; ++i) {
+        if (FileRead32(res4, ring_cq_tail) == 2 && FileRead32(res4, task_cq_tail) == 2) break;
+        ::usleep(10000);
+    }
+    EXPECT_EQ(FileRead32(res4, ring_cq_tail), 0u) << "the unheld PF's ring ran CBs";
+    EXPECT_EQ(FileRead32(res4, task_cq_tail), 0u) << "the unheld PF's task queue ran tasks";
+    EXPECT_EQ(FileRead(res2, kRingDst, 64), std::vector<uint8_t>(64, 0)) << "a COPY read the VF's bytes";
+    EXPECT_EQ(FileRead(res2, kTaskDst, 4096), zeros) << "a task read the VF's bytes";
+    EXPECT_EQ(vf.ReadRegion(SPYRE_REGION_DEVMEM, 0x1000, 4096), secret);
+    EXPECT_EQ(vf.ReadRegion(SPYRE_REGION_DEVMEM, 0x3000, 4096), kept) << "a COPY_INLINE or a task wrote the VF";
+
+    // The daemon goes on: the VF's holder copies on its ring, and the PF's
+    // next holder gets empty queues that work (what was left there never runs).
+    {
+        CommandRing ring(vf);
+        ring.Submit(std::array{CopyCb(0x1000, 0x5000, 4096, 21)});
+        Completion c;
+        ring.Wait({&c, 1}, 1);
+        EXPECT_TRUE(c.ok());
+        EXPECT_EQ(vf.ReadRegion(SPYRE_REGION_DEVMEM, 0x5000, 4096), secret);
+    }
+    EXPECT_EQ(InChild([&] {
+                  try {
+                      Function pf = Function::Open(pf_info);
+                      CommandRing ring(pf);
+                      ring.Submit(std::array{NopCb(31)});
+                      Completion c;
+                      ring.Wait({&c, 1}, 1);
+                      TaskQueue tq(pf, 0);
+                      const spyre_cb nop = NopCb(32);
+                      tq.Submit(std::span(&nop, 1));
+                      spyre_cqe done{};
+                      const size_t got = tq.Wait(std::span(&done, 1), 1);
+                      return c.ok() && c.user_data == 31 && got == 1 && done.user_data == 32 &&
+                                     done.status == SPYRE_ERR_NONE
+                                 ? 0
+                                 : 1;
+                  } catch (const Error&) {
+                      return 254;
+                  }
+              }),
+              0);
+    EXPECT_EQ(vf.ReadRegion(SPYRE_REGION_DEVMEM, 0x1000, 4096), secret);
+    EXPECT_EQ(vf.ReadRegion(SPYRE_REGION_DEVMEM, 0x3000, 4096), kept);
 }
