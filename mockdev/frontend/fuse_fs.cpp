@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -69,6 +70,11 @@ constexpr FileSpec kFunctionFiles[] = {
     {"sriov_numvfs", Kind::SriovNumVfs, 0644, true},
 };
 constexpr mode_t kDevNodeMode = 0660;
+// How long an open waits for the release of a dead holder's file, and how
+// many opens of the whole daemon may wait at once (libfuse runs at most 10
+// workers: the rest serve everyone else).
+constexpr std::chrono::milliseconds kReleaseWait{1000};
+constexpr unsigned kMaxReleaseWaits = 2;
 // Text attributes report sysfs's size; readers go to EOF (direct_io).
 constexpr off_t kAttrSize = 4096;
 
@@ -437,14 +443,7 @@ struct FuseOps {
                 return node->fn->Open(caller);
             };
             int rc = open_held();
-            // A holder that died holds the node until the kernel's release of
-            // its file reaches us (tens to hundreds of ms after it is reaped):
-            // wait for that, at most a second, rather than say busy. A child
-            // it forked may keep the file open: then it stays busy.
-            for (int tries = 0; rc == -EBUSY && tries < 100 && !ProcessRuns(node->fn->holder_process()); ++tries) {
-                ::usleep(10 * 1000);
-                rc = open_held();
-            }
+            if (rc == -EBUSY) rc = WaitForDeadHolder(*node, open_held);
             if (rc != 0) return rc;
         }
         auto file = std::make_unique<OpenFile>();
@@ -456,6 +455,48 @@ struct FuseOps {
         fi->keep_cache = 0;
         Self()->Track(std::move(file));
         return 0;
+    }
+
+    // A holder that died holds the node until the kernel's release of its
+    // file reaches us (tens to hundreds of ms after it is reaped): an open
+    // waits for that, at most kReleaseWait, rather than say busy. But a
+    // child it forked may keep the file open, and then the release never
+    // comes: each open that waited kept a FUSE worker for the whole bound,
+    // and a flood of them held every worker, so other tenants' requests
+    // waited seconds. So one open per node waits at a time, at most
+    // kMaxReleaseWaits in the daemon, and none for a dead holder whose
+    // release a wait ran out for already: those are EBUSY at once. `open_held`
+    // tries the open again. 0 or -errno.
+    template <typename OpenHeld>
+    static int WaitForDeadHolder(const Node& node, OpenHeld&& open_held) {
+        constexpr auto kPoll = std::chrono::milliseconds(10);
+        constexpr int kTries = int(kReleaseWait / kPoll);
+        // Released since the open found it held: the function may be free.
+        auto busy = [&] { return node.fn->holder() == 0 ? open_held() : -EBUSY; };
+        const ProcessId dead = node.fn->holder_process();
+        if (dead.pid == 0 || ProcessRuns(dead)) return busy();
+        FuseFs* self = Self();
+        if (self->release_waits_.fetch_add(1) >= kMaxReleaseWaits) {
+            self->release_waits_.fetch_sub(1);
+            return busy();
+        }
+        if (!node.fn->ClaimReleaseWait(dead)) {
+            self->release_waits_.fetch_sub(1);
+            return busy();
+        }
+        int rc = -EBUSY;
+        for (int tries = 0; rc == -EBUSY && tries < kTries && node.fn->holder_process() == dead; ++tries) {
+            std::this_thread::sleep_for(kPoll);
+            rc = open_held();
+        }
+        const bool ran_out = rc == -EBUSY && node.fn->holder_process() == dead;
+        node.fn->EndReleaseWait(dead, ran_out);
+        self->release_waits_.fetch_sub(1);
+        if (ran_out)
+            LOG_WARN("%s: holder pid %d has ended but its file stays open (a process it forked keeps it?): busy, "
+                     "and opens are busy at once until it is released",
+                     node.fn->address().c_str(), int(dead.pid));
+        return rc == -EBUSY && !ran_out ? busy() : rc;
     }
 
     static int Release(const char*, fuse_file_info* fi) {

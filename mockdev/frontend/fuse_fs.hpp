@@ -9,6 +9,7 @@
 //   MOUNT/dev/spyre/<addr>
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -54,6 +55,8 @@ private:
     std::function<void()> on_ready_;
     struct fuse* fuse_ = nullptr;
     bool mounted_ = false;
+    // Opens that wait for a dead holder's release now (FuseOps::Open).
+    std::atomic<unsigned> release_waits_{0};
     std::mutex files_mutex_;
     // Open files the kernel never released (unmounted while open) are freed at the end.
     std::unordered_map<OpenFile*, std::unique_ptr<OpenFile>> open_files_;

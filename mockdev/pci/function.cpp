@@ -443,6 +443,19 @@ void Function::SetHolder(const ProcessId& holder) {
     holder_ = holder;
 }
 
+bool Function::ClaimReleaseWait(const ProcessId& dead) {
+    std::lock_guard lock(holder_mutex_);
+    if (release_waiter_ || holder_.pid == 0 || holder_ != dead || release_overdue_ == dead) return false;
+    release_waiter_ = true;
+    return true;
+}
+
+void Function::EndReleaseWait(const ProcessId& dead, bool ran_out) {
+    std::lock_guard lock(holder_mutex_);
+    release_waiter_ = false;
+    if (ran_out) release_overdue_ = dead;
+}
+
 int Function::Open(const ProcessId& holder) {
     State expected = State::Idle;
     if (!state_.compare_exchange_strong(expected, State::Open)) return expected == State::Open ? -EBUSY : -ENODEV;

@@ -137,6 +137,16 @@ public:
     // Whether `p` is the holder: same pid and same start time (a process
     // that got a dead holder's pid is not it).
     bool HeldBy(const ProcessId& p) const;
+    // The holder's process ended but the node is still held: the kernel's
+    // release of its file is on its way, or a child it forked keeps the file
+    // (then the release never comes). An open may wait for that release
+    // (the front end, fuse_fs.cpp); one open of this function at a time,
+    // and once per dead holder. ClaimReleaseWait is false if another open
+    // waits, if `dead` no longer holds the function, or if a wait for `dead`
+    // ran out already; EndReleaseWait ends a claim (`ran_out`: the release
+    // did not come).
+    bool ClaimReleaseWait(const ProcessId& dead);
+    void EndReleaseWait(const ProcessId& dead, bool ran_out);
     // For VF removal: succeeds only while nobody holds the device node.
     bool TryMarkRemoved();
     void UndoMarkRemoved();
@@ -203,6 +213,10 @@ private:
     std::atomic<State> state_{State::Idle};
     mutable std::mutex holder_mutex_;
     ProcessId holder_;  // guarded by holder_mutex_; pid 0 while nobody holds it
+    // Guarded by holder_mutex_: an open waits for a dead holder's release
+    // (ClaimReleaseWait); the dead holder whose release a wait ran out for.
+    bool release_waiter_ = false;
+    ProcessId release_overdue_;
     std::atomic<uint16_t> sriov_num_vfs_{0};
 };
 
