@@ -21,6 +21,7 @@
 
 #include "hang_watchdog.hpp"
 #include "l3_chip_functions.hpp"
+#include "result_check.hpp"
 #include "spyre/common/progress_line.hpp"
 #include "spyre/host.hpp"
 
@@ -124,9 +125,7 @@ bool Matmul(Worker& w, int64_t m, int64_t k, int64_t n) {
         for (int64_t x = 0; x < k; ++x)
             for (int64_t col = 0; col < n; ++col) want[size_t(r * n + col)] += av[size_t(r * k + x)] * bv[size_t(x * n + col)];
     const double cpu_ms = Ms(Clock::now() - t0);
-    double worst = 0;
-    for (size_t i = 0; i < want.size(); ++i)
-        worst = std::max(worst, std::fabs(double(c.floats()[i]) - want[i]) / std::max(1.0, std::fabs(double(want[i]))));
+    const double worst = spyre::support::WorstRelativeError(c.floats(), want);  // +infinity on a NaN
     const bool ok = worst < 1e-4;
     std::printf("matmul: [%lldx%lld]x[%lldx%lld] rows over %d devices x %d core tasks: %.3f ms (first run %.3f; naive CPU "
                 "loop %.3f ms), max relative error %.2g %s\n",

@@ -23,6 +23,7 @@
 
 #include "hang_watchdog.hpp"
 #include "l3_chip_functions.hpp"
+#include "result_check.hpp"
 #include "spyre/host.hpp"
 #include "spyre/host/mpi_transport.hpp"
 
@@ -72,12 +73,12 @@ bool Matmul(Worker& w) {
     const int64_t m = 64 * parts, k = 128, n = 128;  // chip_matmul: 64-row blocks, block_dim 1
     HostTensor a = Pattern(m, k, 7, 23, 1.0f / 16), b = Pattern(k, n, 5, 17, 1.0f / 8), c;
     const double ms = BestMs([&] { c = w.Run(l3::RowParallelMatmul(m, n, parts), {a, b})[0]; });
-    double worst = 0;
+    double worst = 0;  // +infinity on a NaN
     for (int64_t r = 0; r < m; ++r)
         for (int64_t col = 0; col < n; ++col) {
             double want = 0;
             for (int64_t x = 0; x < k; ++x) want += double(a.floats()[size_t(r * k + x)]) * b.floats()[size_t(x * n + col)];
-            worst = std::max(worst, std::fabs(want - c.floats()[size_t(r * n + col)]) / std::max(1.0, std::fabs(want)));
+            worst = std::max(worst, support::RelativeError(c.floats()[size_t(r * n + col)], want));
         }
     const bool ok = worst < 1e-4;
     std::printf("matmul: [%lldx%lld]x[%lldx%lld], rows over %d devices: %.3f ms, max relative error %.2g %s\n",

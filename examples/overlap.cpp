@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "hang_watchdog.hpp"
+#include "result_check.hpp"
 #include "spyre/spyre.hpp"
 #include "spyre/common/openblas_kernels.hpp"
 
@@ -34,16 +35,15 @@ struct Problem {
     std::vector<std::vector<float>> c;  // per chunk, filled by a run
 };
 
-// Largest |difference| relative to the reference, over every chunk.
+// Largest |difference| relative to the reference, over every chunk
+// (+infinity when a result is NaN or infinite).
 double Check(const Problem& p) {
     double worst = 0;
     std::vector<float> ref(size_t(p.rows * p.n));
     for (int64_t i = 0; i < p.chunks; ++i) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(p.rows), int(p.n), int(p.k), 1.0f,
                     p.a[size_t(i)].data(), int(p.k), p.b.data(), int(p.n), 0.0f, ref.data(), int(p.n));
-        for (size_t j = 0; j < ref.size(); ++j)
-            worst = std::max(worst, std::fabs(double(p.c[size_t(i)][j]) - double(ref[j])) /
-                                        std::max(1.0, std::fabs(double(ref[j]))));
+        worst = std::max(worst, spyre::support::WorstRelativeError(p.c[size_t(i)], ref));
     }
     return worst;
 }

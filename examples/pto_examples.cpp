@@ -32,6 +32,7 @@
 
 #include "hang_watchdog.hpp"
 #include "pto/kernels.h"
+#include "result_check.hpp"
 #include "spyre/compiler/kernel_builder.h"
 #include "spyre/orchestration.hpp"
 #include "spyre/spyre.hpp"
@@ -54,11 +55,10 @@ int64_t Check(int64_t r) {
     return r;
 }
 
+// The worst relative error of `got` (as many elements as `want`); +infinity
+// when an element is NaN or infinite.
 double WorstRelative(const float* got, const std::vector<float>& want) {
-    double worst = 0;
-    for (size_t i = 0; i < want.size(); ++i)
-        worst = std::max(worst, std::fabs(double(got[i]) - double(want[i])) / std::max(1.0, std::fabs(double(want[i]))));
-    return worst;
+    return spyre::support::WorstRelativeError({got, want.size()}, want);
 }
 
 bool Pipeline(spyre::Orchestrator& orch) {

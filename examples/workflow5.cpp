@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "hang_watchdog.hpp"
+#include "result_check.hpp"
 #include "spyre/spyre.hpp"
 #include "spyre/common/openblas_kernels.hpp"
 
@@ -125,13 +126,9 @@ int main(int argc, char** argv) {
         std::vector<float> ref(size_t(m * n));
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), 1.0f, a.data(), int(k),
                     b.data(), int(n), 0.0f, ref.data(), int(n));
-        double max_err = 0;
-        size_t bad = 0;
-        for (size_t i = 0; i < ref.size(); ++i) {
-            const double err = std::fabs(double(c[i]) - double(ref[i]));
-            max_err = std::max(max_err, err);
-            if (err > 1e-3 * std::max(1.0, std::fabs(double(ref[i])))) ++bad;
-        }
+        // Relative to max(1, |ref|); a NaN or an infinity in C is off.
+        const double max_err = spyre::support::WorstRelativeError(c, ref);
+        const size_t bad = spyre::support::CountOff(c, ref, 1e-3);
         phases.push_back({"host sgemm reference", Ms(t0, Clock::now())});
         watchdog.Phase("after: host sgemm reference");
 
@@ -150,7 +147,7 @@ int main(int argc, char** argv) {
         for (const Phase& p : phases) std::printf("%-34s %10.3f\n", p.name, p.ms);
         const double gflop = 2.0 * double(m) * double(n) * double(k) / 1e9;
         std::printf("\ndevice matmul rate: %.1f GFLOP/s\n", gflop / (Ms(queued, done) / 1e3));
-        std::printf("max |C - ref| = %.3g, elements off: %zu of %zu\n", max_err, bad, ref.size());
+        std::printf("max relative error %.3g, elements off: %zu of %zu\n", max_err, bad, ref.size());
         if (bad != 0) {
             std::printf("RESULT: MISMATCH\n");
             return 1;
