@@ -10,6 +10,9 @@
 //               chip task writing its rows of C (block_dim core tasks each)
 //
 // Usage: spyre-l3-examples [dependency|parallel|matmul|all] [--device-root DIR] [M K N]
+//   M K N: each an integer from 1 to 1048576, M a multiple of devices x
+//   block_dim (2); default 512 256 256. A bad argument is a usage error
+//   (exit code 2).
 //   default: an embedded mock with 2 cards x 2 VFs, the four VFs as devices;
 //   --device-root DIR: the VFs (else every function) under a mounted spyre-mockdev.
 #include <chrono>
@@ -19,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "example_main.hpp"
 #include "hang_watchdog.hpp"
 #include "l3_chip_functions.hpp"
 #include "result_check.hpp"
@@ -84,14 +88,16 @@ bool Parallel(Worker& w) {
     return ok;
 }
 
+// The rows of A split over every device and each device's rows over
+// block_dim core tasks: M must be a multiple of devices x block_dim.
 bool Matmul(Worker& w, int64_t m, int64_t k, int64_t n) {
     const int parts = int(w.device_count());
-    const int64_t task_rows = m / parts / w.config().block_dim;
-    if (task_rows < 1 || m % (int64_t(parts) * w.config().block_dim)) {
-        std::printf("matmul: M = %lld must be a multiple of devices (%d) x block_dim (%d)\n", (long long)m, parts,
-                    w.config().block_dim);
-        return false;
-    }
+    const int64_t split = int64_t(parts) * w.config().block_dim;
+    if (m % split)
+        throw support::UsageError("matmul: M = " + std::to_string(m) + " must be a multiple of devices (" +
+                                  std::to_string(parts) + ") x block_dim (" + std::to_string(w.config().block_dim) +
+                                  ") = " + std::to_string(split));
+    const int64_t task_rows = m / split;
     // The chip matmul for this split: a kernel of task_rows x k x n on every device.
     const KernelBuilder kb;
     w.RegisterKernel(l3::KERNEL_MATMUL_2, kb.Matmul(task_rows, k, n, DType::FP32).program);
@@ -125,7 +131,7 @@ bool Matmul(Worker& w, int64_t m, int64_t k, int64_t n) {
         for (int64_t x = 0; x < k; ++x)
             for (int64_t col = 0; col < n; ++col) want[size_t(r * n + col)] += av[size_t(r * k + x)] * bv[size_t(x * n + col)];
     const double cpu_ms = Ms(Clock::now() - t0);
-    const double worst = spyre::support::WorstRelativeError(c.floats(), want);  // +infinity on a NaN
+    const double worst = support::WorstRelativeError(c.floats(), want);  // +infinity on a NaN
     const bool ok = worst < 1e-4;
     std::printf("matmul: [%lldx%lld]x[%lldx%lld] rows over %d devices x %d core tasks: %.3f ms (first run %.3f; naive CPU "
                 "loop %.3f ms), max relative error %.2g %s\n",
@@ -135,49 +141,61 @@ bool Matmul(Worker& w, int64_t m, int64_t k, int64_t n) {
     return ok;
 }
 
+constexpr const char* kUsage =
+    "spyre-l3-examples [dependency|parallel|matmul|all] [--device-root DIR] [M K N]\n"
+    "  M K N: the matmul's sizes, each an integer from 1 to 1048576, M a multiple of devices x 2\n"
+    "  (default 512 256 256)";
+
+int Run(int argc, char** argv) {
+    using support::ParseInteger, support::UsageError;
+    std::string which = "all", root;
+    std::vector<std::string> mkn;
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg == "--device-root") {
+            if (i + 1 == argc) throw UsageError("--device-root needs a directory");
+            root = argv[++i];
+        } else if (arg == "dependency" || arg == "parallel" || arg == "matmul" || arg == "all") {
+            which = arg;
+        } else {
+            mkn.push_back(arg);
+        }
+    }
+    if (!mkn.empty() && mkn.size() != 3) throw UsageError("give M K N together");
+    int64_t m = 512, k = 256, n = 256;
+    if (!mkn.empty()) {
+        m = ParseInteger("M", mkn[0], 1, support::kMaxDimension);
+        k = ParseInteger("K", mkn[1], 1, support::kMaxDimension);
+        n = ParseInteger("N", mkn[2], 1, support::kMaxDimension);
+    }
+    support::HangWatchdog watchdog(argv[0], std::chrono::seconds(300), "the examples");
+    Host host = Host::Open(root.empty() ? HostOptions::EmbeddedMock(2, 2, "2G") : HostOptions::DeviceRootAt(root));
+    DistributedConfig config;
+    config.device_ids.clear();
+    for (const auto& f : host.functions())
+        if (f.kind == driver::FunctionKind::VF) config.device_ids.push_back(int(f.index));
+    if (config.device_ids.empty())
+        for (const auto& f : host.functions()) config.device_ids.push_back(int(f.index));
+    config.num_sub_workers = 1;
+    config.block_dim = 2;
+    Worker w(host, config);
+    l3::RegisterChipFunctions(w);
+    w.RegisterSubWorker("verify", [](std::span<const HostTensor> t) {
+        for (float x : t[0].floats())
+            if (x != 5.0f) throw std::runtime_error("SubWorker verify failed: expected 5.0, got " + std::to_string(x));
+    });
+    std::printf("%s: %zu devices:", host.Describe().c_str(), w.device_count());
+    for (size_t d = 0; d < w.device_count(); ++d) std::printf(" %s", w.DescribeDevice(d).c_str());
+    std::printf("\n");
+    bool ok = true;
+    if (which == "dependency" || which == "all") ok &= Dependency(w);
+    if (which == "parallel" || which == "all") ok &= Parallel(w);
+    if (which == "matmul" || which == "all") ok &= Matmul(w, m, k, n);
+    return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    spyre::support::HangWatchdog watchdog(argv[0], std::chrono::seconds(300), "the examples");
-    std::string which = "all", root;
-    std::vector<int64_t> mkn;
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        if (arg == "--device-root" && i + 1 < argc) root = argv[++i];
-        else if (arg == "dependency" || arg == "parallel" || arg == "matmul" || arg == "all") which = arg;
-        else mkn.push_back(std::atoll(argv[i]));
-    }
-    if (!mkn.empty() && mkn.size() != 3) {
-        std::fprintf(stderr, "usage: %s [dependency|parallel|matmul|all] [--device-root DIR] [M K N]\n", argv[0]);
-        return 2;
-    }
-    try {
-        Host host = Host::Open(root.empty() ? HostOptions::EmbeddedMock(2, 2, "2G") : HostOptions::DeviceRootAt(root));
-        DistributedConfig config;
-        config.device_ids.clear();
-        for (const auto& f : host.functions())
-            if (f.kind == driver::FunctionKind::VF) config.device_ids.push_back(int(f.index));
-        if (config.device_ids.empty())
-            for (const auto& f : host.functions()) config.device_ids.push_back(int(f.index));
-        config.num_sub_workers = 1;
-        config.block_dim = 2;
-        Worker w(host, config);
-        l3::RegisterChipFunctions(w);
-        w.RegisterSubWorker("verify", [](std::span<const HostTensor> t) {
-            for (float x : t[0].floats())
-                if (x != 5.0f) throw std::runtime_error("SubWorker verify failed: expected 5.0, got " + std::to_string(x));
-        });
-        std::printf("%s: %zu devices:", host.Describe().c_str(), w.device_count());
-        for (size_t d = 0; d < w.device_count(); ++d) std::printf(" %s", w.DescribeDevice(d).c_str());
-        std::printf("\n");
-        bool ok = true;
-        if (which == "dependency" || which == "all") ok &= Dependency(w);
-        if (which == "parallel" || which == "all") ok &= Parallel(w);
-        if (which == "matmul" || which == "all")
-            ok &= Matmul(w, mkn.empty() ? 512 : mkn[0], mkn.empty() ? 256 : mkn[1], mkn.empty() ? 256 : mkn[2]);
-        return ok ? 0 : 1;
-    } catch (const spyre::Error& e) {
-        std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
-        return 1;
-    }
+    return spyre::support::RunExample("spyre-l3-examples", kUsage, [&] { return Run(argc, argv); });
 }

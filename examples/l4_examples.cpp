@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "example_main.hpp"
 #include "hang_watchdog.hpp"
 #include "l3_chip_functions.hpp"
 #include "result_check.hpp"
@@ -99,13 +100,23 @@ bool CrossRank(Worker& w, size_t remote_device) {
     return true;
 }
 
+constexpr const char* kUsage = "mpirun -np N spyre-l4-examples [--device-root DIR]";
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    spyre::support::HangWatchdog watchdog(argv[0], std::chrono::seconds(120), "the level-4 examples");
     std::string root;
-    for (int i = 1; i < argc; ++i)
-        if (std::string(argv[i]) == "--device-root" && i + 1 < argc) root = argv[++i];
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg == "--device-root" && i + 1 < argc) {
+            root = argv[++i];
+        } else {
+            std::fprintf(stderr, "%s: '%s' is not an argument (or --device-root has no directory)\nusage: %s\n", argv[0],
+                         arg.c_str(), kUsage);
+            return support::kUsageExitCode;
+        }
+    }
+    spyre::support::HangWatchdog watchdog(argv[0], std::chrono::seconds(120), "the level-4 examples");
     int rank = -1;
     try {
         host::MpiTransport transport;
@@ -136,7 +147,7 @@ int main(int argc, char** argv) {
         if (mw.ranks() > 1) ok &= CrossRank(w, config.device_ids.size());  // the first device of rank 1
         if (ok) std::printf("RESULT l4-ok ranks=%d\n", mw.ranks());
         return ok ? 0 : 1;
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // spyre::Error, or what the host could not allocate
         std::fprintf(stderr, "%s, rank %d: %s\n", argv[0], rank, e.what());
         return 1;
     }

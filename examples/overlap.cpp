@@ -9,7 +9,8 @@
 // reused). Both runs are checked against the host BLAS and
 // timed.
 //
-// Usage: spyre-overlap [CHUNKS ROWS K N]   (defaults 8 2048 256 256)
+// Usage: spyre-overlap [CHUNKS ROWS K N]   (defaults 8 2048 256 256; each an
+//        integer from 1 to 1048576; a bad one: a usage error, exit code 2)
 #include <cblas.h>
 
 #include <chrono>
@@ -19,6 +20,7 @@
 #include <random>
 #include <vector>
 
+#include "example_main.hpp"
 #include "hang_watchdog.hpp"
 #include "result_check.hpp"
 #include "spyre/spyre.hpp"
@@ -108,78 +110,75 @@ double RunTwoStreams(spyre::Device& dev, const spyre::ExecutionPlan& plan, Probl
     return ms;
 }
 
-}  // namespace
+constexpr const char* kUsage = "spyre-overlap [CHUNKS ROWS K N]  (each an integer from 1 to 1048576; defaults 8 2048 256 256)";
 
-int main(int argc, char** argv) {
-    spyre::openblas::RunAgainWithTheCpusKernels(argv);  // first: before OpenBLAS or any thread is used
+int Run(int argc, char** argv) {
     Problem p;
     if (argc == 5) {
-        p.chunks = std::atoll(argv[1]);
-        p.rows = std::atoll(argv[2]);
-        p.k = std::atoll(argv[3]);
-        p.n = std::atoll(argv[4]);
+        using spyre::support::ParseInteger, spyre::support::kMaxDimension;
+        p.chunks = ParseInteger("CHUNKS", argv[1], 1, kMaxDimension);
+        p.rows = ParseInteger("ROWS", argv[2], 1, kMaxDimension);
+        p.k = ParseInteger("K", argv[3], 1, kMaxDimension);
+        p.n = ParseInteger("N", argv[4], 1, kMaxDimension);
     } else if (argc != 1) {
-        std::fprintf(stderr, "usage: %s [CHUNKS ROWS K N]\n", argv[0]);
-        return 2;
-    }
-    if (p.chunks < 1 || p.rows < 1 || p.k < 1 || p.n < 1) {
-        std::fprintf(stderr, "spyre-overlap: every size must be >= 1\n");
-        return 2;
+        throw spyre::support::UsageError("give CHUNKS ROWS K N together, or none");
     }
     // A hang is reported (exit 124), not waited out: 300 s per phase
     // (SPYRE_HANG_TIMEOUT_S overrides it, for large sizes).
     spyre::support::HangWatchdog watchdog("spyre-overlap", std::chrono::seconds(300), "setup");
-    try {
-        std::mt19937 rng(7);
-        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-        p.a.resize(size_t(p.chunks));
-        for (auto& chunk : p.a) {
-            chunk.resize(size_t(p.rows * p.k));
-            for (float& x : chunk) x = dist(rng);
-        }
-        p.b.resize(size_t(p.k * p.n));
-        for (float& x : p.b) x = dist(rng);
-
-        // A private mock gets one compute core, so copies (host threads) and
-        // compute do not fight over this machine's cores; SPYRE_OVERLAP_CORES
-        // overrides it.
-        spyre::DeviceOptions options;
-        const char* cores = std::getenv("SPYRE_OVERLAP_CORES");
-        options.embedded_mock.extra_args = {"--cores", cores ? cores : "1"};
-        spyre::Device dev = spyre::Device::Open(options);
-        spyre::SpyreStream setup = spyre::SpyreStream::Default(dev);
-        const auto kernel = spyre::KernelBuilder().Matmul(p.rows, p.k, p.n, spyre::DType::FP32);
-        auto plan = spyre::LoadExecutionPlan(setup, spyre::CompilerOutputFromKernel("overlap_matmul", kernel));
-        DeviceBuffers d{{}, {}, spyre::SpyreTensor::FromHost(dev, setup.flex_stream(), p.b.data(), {p.k, p.n}, spyre::DType::FP32)};
-        for (int i = 0; i < 2; ++i) {
-            d.a.push_back(spyre::SpyreTensor::Empty(dev, {p.rows, p.k}, spyre::DType::FP32));
-            d.c.push_back(spyre::SpyreTensor::Empty(dev, {p.rows, p.n}, spyre::DType::FP32));
-        }
-        setup.Synchronize();
-
-        std::printf("%lld chunks of A[%lld,%lld] x B[%lld,%lld] (%.1f MiB in + %.1f MiB out per chunk)\n",
-                    (long long)p.chunks, (long long)p.rows, (long long)p.k, (long long)p.k, (long long)p.n,
-                    double(p.rows * p.k * 4) / (1 << 20), double(p.rows * p.n * 4) / (1 << 20));
-        // Warm-up (first touch of device pages, BLAS threads), not timed.
-        p.c.assign(size_t(p.chunks), std::vector<float>(size_t(p.rows * p.n), 0.0f));
-        watchdog.Phase("warm-up");
-        RunOneStream(dev, *plan, p, d);
-        bool ok = true;
-        double times[2];
-        for (int two = 0; two < 2; ++two) {
-            p.c.assign(size_t(p.chunks), std::vector<float>(size_t(p.rows * p.n), 0.0f));
-            std::printf("%s:\n", two ? "two streams + events" : "one stream");
-            watchdog.Phase(two ? "two streams + events" : "one stream");
-            times[two] = two ? RunTwoStreams(dev, *plan, p, d) : RunOneStream(dev, *plan, p, d);
-            const double err = Check(p);
-            std::printf("  %.3f ms, max relative error %.2g %s\n", times[two], err, err < 1e-4 ? "OK" : "MISMATCH");
-            ok = ok && err < 1e-4;
-        }
-        std::printf("two streams vs one: %.2fx\n", times[0] / times[1]);
-        std::printf("RESULT: %s\n", ok ? "OK (both match host BLAS)" : "MISMATCH");
-        return ok ? 0 : 1;
-    } catch (const spyre::Error& e) {
-        std::fprintf(stderr, "spyre-overlap: %s\n", e.what());
-        return 1;
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    p.a.resize(size_t(p.chunks));
+    for (auto& chunk : p.a) {
+        chunk.resize(size_t(p.rows * p.k));
+        for (float& x : chunk) x = dist(rng);
     }
+    p.b.resize(size_t(p.k * p.n));
+    for (float& x : p.b) x = dist(rng);
+
+    // A private mock gets one compute core, so copies (host threads) and
+    // compute do not fight over this machine's cores; SPYRE_OVERLAP_CORES
+    // overrides it.
+    spyre::DeviceOptions options;
+    const char* cores = std::getenv("SPYRE_OVERLAP_CORES");
+    options.embedded_mock.extra_args = {"--cores", cores ? cores : "1"};
+    spyre::Device dev = spyre::Device::Open(options);
+    spyre::SpyreStream setup = spyre::SpyreStream::Default(dev);
+    const auto kernel = spyre::KernelBuilder().Matmul(p.rows, p.k, p.n, spyre::DType::FP32);
+    auto plan = spyre::LoadExecutionPlan(setup, spyre::CompilerOutputFromKernel("overlap_matmul", kernel));
+    DeviceBuffers d{{}, {}, spyre::SpyreTensor::FromHost(dev, setup.flex_stream(), p.b.data(), {p.k, p.n}, spyre::DType::FP32)};
+    for (int i = 0; i < 2; ++i) {
+        d.a.push_back(spyre::SpyreTensor::Empty(dev, {p.rows, p.k}, spyre::DType::FP32));
+        d.c.push_back(spyre::SpyreTensor::Empty(dev, {p.rows, p.n}, spyre::DType::FP32));
+    }
+    setup.Synchronize();
+
+    std::printf("%lld chunks of A[%lld,%lld] x B[%lld,%lld] (%.1f MiB in + %.1f MiB out per chunk)\n",
+                (long long)p.chunks, (long long)p.rows, (long long)p.k, (long long)p.k, (long long)p.n,
+                double(p.rows * p.k * 4) / (1 << 20), double(p.rows * p.n * 4) / (1 << 20));
+    // Warm-up (first touch of device pages, BLAS threads), not timed.
+    p.c.assign(size_t(p.chunks), std::vector<float>(size_t(p.rows * p.n), 0.0f));
+    watchdog.Phase("warm-up");
+    RunOneStream(dev, *plan, p, d);
+    bool ok = true;
+    double times[2];
+    for (int two = 0; two < 2; ++two) {
+        p.c.assign(size_t(p.chunks), std::vector<float>(size_t(p.rows * p.n), 0.0f));
+        std::printf("%s:\n", two ? "two streams + events" : "one stream");
+        watchdog.Phase(two ? "two streams + events" : "one stream");
+        times[two] = two ? RunTwoStreams(dev, *plan, p, d) : RunOneStream(dev, *plan, p, d);
+        const double err = Check(p);
+        std::printf("  %.3f ms, max relative error %.2g %s\n", times[two], err, err < 1e-4 ? "OK" : "MISMATCH");
+        ok = ok && err < 1e-4;
+    }
+    std::printf("two streams vs one: %.2fx\n", times[0] / times[1]);
+    std::printf("RESULT: %s\n", ok ? "OK (both match host BLAS)" : "MISMATCH");
+    return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    spyre::openblas::RunAgainWithTheCpusKernels(argv);  // first: before OpenBLAS or any thread is used
+    return spyre::support::RunExample("spyre-overlap", kUsage, [&] { return Run(argc, argv); });
 }

@@ -15,11 +15,12 @@
 // against the CPU.
 //
 // Usage: spyre-pto-examples [pipeline|matmul|all] [--cores N] [M K N]
-//   --cores N   the private mock's compute cores (FLEX_DEVICE=MOCK)
+//   M K N       each an integer from 1 to 1048576 (default 256 256 256)
+//   --cores N   the private mock's compute cores, 1 to 32 (FLEX_DEVICE=MOCK)
+// A bad argument is a usage error (exit code 2).
 #include <cblas.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -30,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "example_main.hpp"
 #include "hang_watchdog.hpp"
 #include "pto/kernels.h"
 #include "result_check.hpp"
@@ -180,38 +182,37 @@ bool Matmul(spyre::Device& dev, spyre::Orchestrator& orch, int64_t m, int64_t k,
     return ok;
 }
 
-}  // namespace
+constexpr const char* kUsage =
+    "spyre-pto-examples [pipeline|matmul|all] [--cores N] [M K N]\n"
+    "  M K N: the matmul's sizes, each an integer from 1 to 1048576 (default 256 256 256)\n"
+    "  --cores N: the private mock's compute cores, 1 to 32 (FLEX_DEVICE=MOCK)";
 
-int main(int argc, char** argv) {
-    spyre::openblas::RunAgainWithTheCpusKernels(argv);  // first: before OpenBLAS or any thread is used
+int Run(int argc, char** argv) {
+    using spyre::support::ParseInteger, spyre::support::UsageError;
     std::string which = "all";
     std::string cores;
-    std::vector<int64_t> dims;
+    std::vector<std::string> dims;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
-        if (arg == "--cores" && i + 1 < argc) {
-            cores = argv[++i];
+        if (arg == "--cores") {
+            if (i + 1 == argc) throw UsageError("--cores needs a value");
+            cores = std::to_string(ParseInteger("--cores", argv[++i], 1, 32));
         } else if (arg == "pipeline" || arg == "matmul" || arg == "all") {
             which = arg;
         } else if (arg == "-h" || arg == "--help") {
-            std::printf("usage: spyre-pto-examples [pipeline|matmul|all] [--cores N] [M K N]\n");
+            std::printf("usage: %s\n", kUsage);
             return 0;
         } else {
-            char* end = nullptr;
-            errno = 0;
-            const long long v = std::strtoll(arg.c_str(), &end, 10);
-            if (end == arg.c_str() || *end != '\0' || errno == ERANGE || v < 1) {
-                std::fprintf(stderr, "spyre-pto-examples: '%s' is not a size (M K N are integers >= 1)\n", arg.c_str());
-                return 2;
-            }
-            dims.push_back(v);
+            dims.push_back(arg);
         }
     }
-    if (!dims.empty() && dims.size() != 3) {
-        std::fprintf(stderr, "spyre-pto-examples: give M K N together\n");
-        return 2;
+    if (!dims.empty() && dims.size() != 3) throw UsageError("give M K N together");
+    int64_t m = 256, k = 256, n = 256;
+    if (!dims.empty()) {
+        m = ParseInteger("M", dims[0], 1, spyre::support::kMaxDimension);
+        k = ParseInteger("K", dims[1], 1, spyre::support::kMaxDimension);
+        n = ParseInteger("N", dims[2], 1, spyre::support::kMaxDimension);
     }
-    const int64_t m = dims.empty() ? 256 : dims[0], k = dims.empty() ? 256 : dims[1], n = dims.empty() ? 256 : dims[2];
     spyre::support::HangWatchdog watchdog("spyre-pto-examples", std::chrono::seconds(300), "run");
     try {
         spyre::DeviceOptions options;
@@ -223,11 +224,18 @@ int main(int argc, char** argv) {
         if (which != "pipeline") ok &= Matmul(dev, orch, m, k, n);
         std::printf("RESULT: %s\n", ok ? "OK" : "FAILED");
         return ok ? 0 : 1;
-    } catch (const std::exception& e) {  // spyre::Error or CallFailed
+    } catch (const std::exception& e) {  // spyre::Error, CallFailed, a host allocation
         // The runtime's own error (a refused call names itself), not a
         // numeric mismatch of results that were never computed.
         std::fprintf(stderr, "spyre-pto-examples: %s\n", e.what());
         std::printf("RESULT: FAILED\n");
         return 1;
     }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    spyre::openblas::RunAgainWithTheCpusKernels(argv);  // first: before OpenBLAS or any thread is used
+    return spyre::support::RunExample("spyre-pto-examples", kUsage, [&] { return Run(argc, argv); });
 }

@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // What every example program shares (examples/support/): the result check
 // fails on a NaN or an infinity (a std::max fold kept the worst error
-// before it, and `err > tol` is false for a NaN).
+// before it, and `err > tol` is false for a NaN), and the command line's
+// numbers are read strictly (atoll read "abc" as 0 and let "-4" and
+// 99999999999 through).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
+#include "example_main.hpp"
 #include "result_check.hpp"
 
 using namespace spyre::support;
@@ -54,4 +58,42 @@ TEST(ResultCheck, ResultsOfDifferentSizesNeverMatch) {
     EXPECT_FALSE(WorstRelativeError(shorter, want) <= 1.0);
     EXPECT_EQ(CountOff(shorter, want, 1.0), 1u);
     EXPECT_EQ(CountOff(want, shorter, 1.0), 1u);
+}
+
+TEST(ExampleArguments, AWholeDecimalIntegerInRangeIsRead) {
+    EXPECT_EQ(ParseInteger("M", "1", 1, 10), 1);
+    EXPECT_EQ(ParseInteger("M", "10", 1, 10), 10);
+    EXPECT_EQ(ParseInteger("M", "007", 1, 10), 7);
+    EXPECT_EQ(ParseInteger("M", "1048576", 1, kMaxDimension), kMaxDimension);
+}
+
+TEST(ExampleArguments, AnythingElseIsAUsageErrorNamingTheArgument) {
+    for (const char* text : {"", "abc", "-4", "+4", " 4", "4 ", "4x", "0x10", "1e3", "4.0", "0", "11",
+                             "99999999999", "99999999999999999999999"}) {
+        SCOPED_TRACE(std::string("'") + text + "'");
+        try {
+            ParseInteger("NOPS_PER_MODE", text, 1, 10);
+            ADD_FAILURE() << "accepted";
+        } catch (const UsageError& e) {
+            EXPECT_EQ(std::string(e.what()),
+                      std::string("NOPS_PER_MODE: '") + text + "' is not an integer from 1 to 10");
+        }
+    }
+}
+
+TEST(ExampleArguments, TheTopLevelTurnsErrorsIntoExitCodes) {
+    const char* usage = "prog [N]";
+    EXPECT_EQ(RunExample("prog", usage, [] { return 0; }), 0);
+    EXPECT_EQ(RunExample("prog", usage, [] { return 1; }), 1);
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(RunExample("prog", usage, []() -> int { throw UsageError("N: 'x' is not an integer from 1 to 2"); }),
+              kUsageExitCode);
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), "prog: N: 'x' is not an integer from 1 to 2\nusage: prog [N]\n");
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(RunExample("prog", usage, []() -> int { throw std::length_error("vector"); }), 1);
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), "prog: vector\n");
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(RunExample("prog", usage, []() -> int { throw std::bad_alloc(); }), 1);
+    EXPECT_NE(testing::internal::GetCapturedStderr().find("prog: the host cannot allocate memory this large"),
+              std::string::npos);
 }
