@@ -11,8 +11,8 @@
 //
 // Usage: spyre-l3-examples [dependency|parallel|matmul|all] [--device-root DIR] [M K N]
 //   M K N: each an integer from 1 to 1048576, M a multiple of devices x
-//   block_dim (2); default 512 256 256. A bad argument is a usage error
-//   (exit code 2).
+//   block_dim (2); default K = N = 256 and M the first such multiple from
+//   512 up. A bad argument is a usage error (exit code 2).
 //   default: an embedded mock with 2 cards x 2 VFs, the four VFs as devices;
 //   --device-root DIR: the VFs (else every function) under a mounted spyre-mockdev.
 #include <chrono>
@@ -89,10 +89,14 @@ bool Parallel(Worker& w) {
 }
 
 // The rows of A split over every device and each device's rows over
-// block_dim core tasks: M must be a multiple of devices x block_dim.
+// block_dim core tasks: M must be a multiple of devices x block_dim. M = 0
+// (no M given) is the smallest such multiple from kDefaultM up.
+constexpr int64_t kDefaultM = 512;
+
 bool Matmul(Worker& w, int64_t m, int64_t k, int64_t n) {
     const int parts = int(w.device_count());
     const int64_t split = int64_t(parts) * w.config().block_dim;
+    if (m == 0) m = (kDefaultM + split - 1) / split * split;
     if (m % split)
         throw support::UsageError("matmul: M = " + std::to_string(m) + " must be a multiple of devices (" +
                                   std::to_string(parts) + ") x block_dim (" + std::to_string(w.config().block_dim) +
@@ -144,7 +148,7 @@ bool Matmul(Worker& w, int64_t m, int64_t k, int64_t n) {
 constexpr const char* kUsage =
     "spyre-l3-examples [dependency|parallel|matmul|all] [--device-root DIR] [M K N]\n"
     "  M K N: the matmul's sizes, each an integer from 1 to 1048576, M a multiple of devices x 2\n"
-    "  (default 512 256 256)";
+    "  (default: K = N = 256, M the first such multiple from 512 up)";
 
 int Run(int argc, char** argv) {
     using support::ParseInteger, support::UsageError;
@@ -162,7 +166,7 @@ int Run(int argc, char** argv) {
         }
     }
     if (!mkn.empty() && mkn.size() != 3) throw UsageError("give M K N together");
-    int64_t m = 512, k = 256, n = 256;
+    int64_t m = 0, k = 256, n = 256;  // M = 0: the default for the devices found
     if (!mkn.empty()) {
         m = ParseInteger("M", mkn[0], 1, support::kMaxDimension);
         k = ParseInteger("K", mkn[1], 1, support::kMaxDimension);
