@@ -2,7 +2,8 @@
 // Chip functions of seed 003's level-3 programs, for the examples, tests and
 // benchmarks: the device kernels (built by the kernel builder) and the chip
 // orchestration functions that submit them on a chip's runtime.
-//   chip_add    C = A + B on [128x128] fp32, a seed-004 C-style function
+//   chip_add    C = A + B on fp32 operands of one size, a whole number of
+//               [128x128] tiles: one device task per tile
 //   chip_sub    C = A - B on [128x128] fp32, a C++ ChipFunction
 //   chip_matmul C[r x n] = A[r x k] * B[k x n], split into block_dim core tasks of
 //               `task_rows` rows each (rows of a row-major matrix are contiguous)
@@ -24,12 +25,38 @@ enum : int32_t { KERNEL_ADD = 301, KERNEL_SUB = 302, KERNEL_MATMUL = 303, KERNEL
 inline constexpr int64_t kTile = 128;
 inline constexpr uint64_t kTileBytes = kTile * kTile * sizeof(float);
 
-// The seed's chip_orch_add, as seed 004 writes orchestration functions.
+// The seed's chip_orch_add, as seed 004 writes orchestration functions: one
+// [128x128] fp32 tile. Such a function sees its arguments' addresses, not
+// their sizes, so it cannot check them: the runtime refuses smaller operands
+// (its tasks are confined to their arguments), but of larger ones it would
+// add the first tile alone and leave the rest of the output as it was. So
+// chip_add is ChipAdd; tests register this one to cover the pto path.
 inline void ChipAddPto(Runtime* rt, uint64_t* args) {
     TaskParam p[] = {{PARAM_INPUT, reinterpret_cast<void*>(args[0]), kTileBytes, {}},
                      {PARAM_INPUT, reinterpret_cast<void*>(args[1]), kTileBytes, {}},
                      {PARAM_OUTPUT, reinterpret_cast<void*>(args[2]), kTileBytes, {}}};
     pto_submit_task(rt, KERNEL_ADD, WORKER_VECTOR, p, 3);
+}
+
+// chip_add: C = A + B, one [128x128] task per 64 KiB of the operands, which
+// must be fp32 tensors of one size, a whole number of tiles (the kernel's
+// shape); anything else is refused, never computed in part.
+inline void ChipAdd(ChipContext& ctx) {
+    if (ctx.args.size() != 3)
+        throw Error(ErrorKind::InvalidArgument, "chip_add: takes 3 tensors (a, b, out), got " + std::to_string(ctx.args.size()));
+    for (size_t i = 0; i < 3; ++i)
+        if (ctx.dtypes[i] != DType::FP32 || ctx.bytes[i] != ctx.bytes[0] || ctx.bytes[i] == 0 || ctx.bytes[i] % kTileBytes)
+            throw Error(ErrorKind::InvalidArgument,
+                        "chip_add: operands must be fp32 tensors of one size, a whole number of [128x128] tiles "
+                        "(64 KiB each); argument " + std::to_string(i) + " has " + std::to_string(ctx.bytes[i]) +
+                            " bytes");
+    for (uint64_t at = 0; at < ctx.bytes[0]; at += kTileBytes) {
+        auto tile = [&](size_t i) { return static_cast<char*>(ctx.args[i]) + at; };
+        TaskParam p[] = {{PARAM_INPUT, tile(0), kTileBytes, {}},
+                         {PARAM_INPUT, tile(1), kTileBytes, {}},
+                         {PARAM_OUTPUT, tile(2), kTileBytes, {}}};
+        ctx.orch.Submit(KERNEL_ADD, WORKER_VECTOR, p);
+    }
 }
 
 inline void ChipSub(ChipContext& ctx) {
@@ -61,7 +88,7 @@ inline void RegisterChipFunctions(Worker& w, int64_t task_rows = 64, int64_t k =
     w.RegisterKernel(KERNEL_SUB, kb.Elementwise(ElementwiseOp::Sub, tile, tile, DType::FP32).program);
     w.RegisterKernel(KERNEL_MATMUL, kb.Matmul(task_rows, k, n, DType::FP32).program);
     w.RegisterKernel(KERNEL_JUNK, std::vector<uint8_t>(64, 0));  // no program: the device refuses it
-    w.RegisterChipFunction("chip_add", &ChipAddPto);
+    w.RegisterChipFunction("chip_add", ChipFunction(&ChipAdd));
     w.RegisterChipFunction("chip_sub", ChipFunction(&ChipSub));
     w.RegisterChipFunction("chip_matmul", ChipMatmul(task_rows, k, n));
     w.RegisterChipFunction("chip_empty", ChipFunction([](ChipContext&) {}));

@@ -800,13 +800,15 @@ TEST(WorkerManyDevices, SixteenVfsOfFourCards) {
     for (size_t d = 0; d < w.device_count(); ++d) EXPECT_GE(w.Stats(d).chip_tasks, 1u) << w.DescribeDevice(d);
 }
 
-// A chip function whose tasks name more bytes than its tensors hold (chip_add
-// always passes [128x128] regions) is refused: the region would run past its
-// argument's device copy into another tensor's, which a later run reused as
-// current and so computed 303 where 5 was due (found probing from outside).
+// A chip function whose tasks name more bytes than its tensors hold (the
+// seed's C chip_orch_add always passes [128x128] regions) is refused: the
+// region would run past its argument's device copy into another tensor's,
+// which a later run reused as current and so computed 303 where 5 was due
+// (found probing from outside).
 TEST_F(WorkerTest, AChipTaskRegionPastItsTensorIsRefusedAndLaterRunsStayRight) {
+    worker_->RegisterChipFunction("chip_add_pto", &ChipAddPto);
     HostProgram small{"small", 2, {{{4, 4}}}, [](HostGraph& g, std::span<const HostTensor> x) {
-                          g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])}, {.name = "too small", .device = 0});
+                          g.Chip("chip_add_pto", {In(x[0]), In(x[1]), Out(x[2])}, {.name = "too small", .device = 0});
                       }};
     HostProgram add{"add", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
                         g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])}, {.device = 0});
@@ -820,6 +822,41 @@ TEST_F(WorkerTest, AChipTaskRegionPastItsTensorIsRefusedAndLaterRunsStayRight) {
         auto outs = worker_->Run(add, {a, b});
         ExpectFloats(outs[0], [](size_t) { return 5.0f; }, "a + b after a refused call");
     }
+}
+
+// chip_add adds every tile of operands larger than one: a [256x128] sum is
+// the CPU's whole (a fixed 64 KiB region left the rest of the output as it
+// was: of a [129x128] output, 127 of the last row were wrong; found probing
+// from outside). What it cannot cover, a size that is no whole number of
+// tiles, is refused before any task and the output stays as it was. The
+// seed's C function (pto path) adds its one tile.
+TEST_F(WorkerTest, ChipAddCoversEveryTileAndRefusesWhatItCannot) {
+    HostProgram add{"add", 3, {}, [](HostGraph& g, std::span<const HostTensor> x) {
+                        g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])});
+                    }};
+    auto pattern = [](int64_t rows, float scale) {
+        HostTensor t = HostTensor::Zeros({rows, kTile});
+        auto v = t.floats();
+        for (size_t i = 0; i < v.size(); ++i) v[i] = float(int(i % 997) - 498) * scale;
+        return t;
+    };
+    HostTensor a = pattern(2 * kTile, 0.5f), b = pattern(2 * kTile, -0.25f), f = HostTensor::Full({2 * kTile, kTile}, 7.0f);
+    worker_->Run(add, {a, b, f});
+    ExpectFloats(f, [&](size_t i) { return a.floats()[i] + b.floats()[i]; }, "[256x128] a + b");
+
+    HostTensor a1 = pattern(kTile + 1, 0.5f), b1 = pattern(kTile + 1, 1.0f), f1 = HostTensor::Full({kTile + 1, kTile}, 7.0f);
+    EXPECT_SPYRE_ERROR(worker_->Run(add, {a1, b1, f1}), InvalidArgument,
+                       "chip_add: operands must be fp32 tensors of one size, a whole number of [128x128] tiles "
+                       "(64 KiB each); argument 0 has 66048 bytes");
+    ExpectFloats(f1, [](size_t) { return 7.0f; }, "the refused call's output, untouched");
+
+    worker_->RegisterChipFunction("chip_add_pto", &ChipAddPto);
+    HostProgram pto{"add_pto", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                        g.Chip("chip_add_pto", {In(x[0]), In(x[1]), Out(x[2])});
+                    }};
+    HostTensor c = Iota(2.0f, -7.0f), d = Iota(0.0f, 1.5f);
+    auto outs = worker_->Run(pto, {c, d});
+    ExpectFloats(outs[0], [&](size_t i) { return c.floats()[i] + 1.5f; }, "chip_add_pto: c + d");
 }
 
 // A chip task that writes an argument its call passes as In is refused: the
