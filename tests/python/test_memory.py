@@ -86,3 +86,13 @@ def test_free_and_stats(dev):
     dev.synchronize()  # frees happen after queued work
     assert dev.memory_stats().bytes_in_use == before.bytes_in_use
     assert "pf:" in repr(dev.alloc(8))
+
+
+def test_a_size_out_of_range_is_our_error_or_pybind11s_as_docs_python_md_says(dev):
+    """docs/python.md: a negative size a signed parameter takes is spyre's
+    InvalidArgument; a value the parameter cannot hold at all is pybind11's
+    TypeError (the docs said the first was a TypeError too)."""
+    with pytest.raises(spyre.InvalidArgument, match=r"Device.alloc\(-1\): the size must be at least 1 byte"):
+        dev.alloc(-1)
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        dev.alloc(2 ** 63)
