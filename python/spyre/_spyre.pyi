@@ -51,9 +51,10 @@ class TaskFailed(Error): ...
 
 # ---- host and devices (host.cpp) ----
 class DeviceId:
-    """Card index and function index (0 = PF, n = VF n)."""
+    """Card index, function index (0 = PF, n = VF n) and device tree (numbered from 1 in this process)."""
     card: int
     function: int
+    tree: int
 
 class FunctionDescription:
     index: int
@@ -155,6 +156,12 @@ class SchedulerStats:
     callbacks: int
     dropped: int
     host_events: int
+    tasks_sent: int
+    task_doorbells: int
+    tasks_reaped: int
+    task_backstops: int
+    task_sleeps: int
+    task_yields: int
 
 class DeviceBuffer:
     """One device allocation; freed (after queued work) by free(), garbage collection or Device.close()."""
@@ -539,6 +546,9 @@ class TaskFailureInfo:
     host_kernel_code: bool
     orchestrator: bool
     kernel_id: int
+    skipped: bool  # not run: a task it depends on failed (kind, cause: that task's)
+    root_task_id: int  # the failed task behind this record
+    root_kernel_id: int
 
 class TaskState(enum.Enum):
     DONE = ...
