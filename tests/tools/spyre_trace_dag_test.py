@@ -29,7 +29,10 @@ def summarise(events, name):
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, name)
         with open(path, "w") as f:
-            json.dump({"traceEvents": events}, f)
+            if isinstance(events, str):  # the file's text as it is
+                f.write(events)
+            else:
+                json.dump({"traceEvents": events}, f)
         r = subprocess.run([tool, "summary", path], capture_output=True, text=True, timeout=60)
     print(r.stdout)
     check(r.returncode == 0, f"summary exited {r.returncode}: {r.stderr}")
@@ -144,8 +147,23 @@ check(data["colours"] == {"device": "#e15759", "host-level": "#76b7b2"}, f"colou
 # every command (summary and render printed a Python traceback).
 bad_events = [
     ([5, None, "x"], "event 0 is a int, not an object"),
-    ([{"ph": "X", "name": "a", "ts": "x", "dur": 1, "pid": 1, "tid": 1}], "event 0 (X) has a ts that is not a number"),
-    ([{"ph": "X", "name": "a", "ts": 1, "dur": -5, "pid": 1, "tid": 1}], "event 0 has a dur that is not a number >= 0"),
+    ([{"ph": "X", "name": "a", "ts": "x", "dur": 1, "pid": 1, "tid": 1}], "event 0 (X) has a ts that is not a finite number"),
+    ([{"ph": "X", "name": "a", "ts": 1, "dur": -5, "pid": 1, "tid": 1}],
+     "event 0 has a dur that is not a finite number >= 0"),
+    # Not JSON, though Python's json reads them: NaN and Infinity (summary
+    # printed "nan us", render drew nothing and exited 0).
+    ('{"traceEvents": [{"ph": "X", "name": "a", "ts": NaN, "dur": 1, "pid": 1, "tid": 1}]}',
+     "NaN is not JSON (a number must be finite)"),
+    ('[{"ph": "X", "name": "a", "ts": 1, "dur": Infinity, "pid": 1, "tid": 1}]',
+     "Infinity is not JSON (a number must be finite)"),
+    ('[{"ph": "X", "name": "a", "ts": -Infinity, "dur": 1, "pid": 1, "tid": 1}]',
+     "-Infinity is not JSON (a number must be finite)"),
+    # JSON, but beyond a double: an infinity once read.
+    ('[{"ph": "X", "name": "a", "ts": 1e400, "dur": 1, "pid": 1, "tid": 1}]',
+     "event 0 (X) has a ts that is not a finite number"),
+    ('[{"ph": "X", "name": "a", "ts": 1, "dur": 1e400, "pid": 1, "tid": 1}]',
+     "event 0 has a dur that is not a finite number >= 0"),
+    ('[{"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1e400, "tid": 1}]', "event 0 (X) has no usable pid"),
     ([{"ph": "X", "name": "a", "ts": 1, "pid": 1}], "event 0 (X) has no usable tid"),
     ([{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": 3}}],
      "event 0 (thread_name) has no args.name string"),
@@ -155,7 +173,10 @@ with tempfile.TemporaryDirectory() as d:
     for i, (events, want) in enumerate(bad_events):
         path = os.path.join(d, f"bad{i}.json")
         with open(path, "w") as f:
-            json.dump({"traceEvents": events}, f)
+            if isinstance(events, str):  # the file's text as it is
+                f.write(events)
+            else:
+                json.dump({"traceEvents": events}, f)
         for cmd in (["summary", path], ["render", path, "-o", os.path.join(d, "out.html")]):
             r = subprocess.run([tool] + cmd, capture_output=True, text=True, timeout=60)
             check(r.returncode == 1 and "not a readable trace: " + want in r.stderr and "Traceback" not in r.stderr,

@@ -122,13 +122,27 @@ with tempfile.TemporaryDirectory() as d:
         check("per core: orchestration tasks" in r.stdout, "summary of the pto trace has no per-core section")
         check("DAG critical path" in r.stdout, "summary of the pto trace has no DAG critical path")
 
-    # Bad input: a clear message and status 1, not a traceback.
+    # Bad input: a clear message and status 1, not a traceback; a real
+    # trace with a non-finite timestamp too, from every command
+    # (spyre_trace_dag_test.py has the malformed events one by one).
     bad = os.path.join(d, "bad.json")
     with open(bad, "w") as f:
         f.write("{not json")
     r = subprocess.run([tool, "summary", bad], capture_output=True, text=True)
     check(r.returncode == 1 and "not a readable trace" in r.stderr and "Traceback" not in r.stderr,
           f"bad trace: status {r.returncode}, stderr {r.stderr!r}")
+    real = json.loads(json.dumps(traces[0][1]))  # a copy of run 0's trace
+    for ts, want in (("NaN", "NaN is not JSON"), ("1e400", "has a ts that is not a finite number")):
+        span = next(e for e in real["traceEvents"] if e["ph"] == "X")
+        span["ts"] = "@TS@"
+        with open(bad, "w") as f:
+            f.write(json.dumps(real).replace('"@TS@"', ts))
+        for cmd in (["summary", bad], ["render", bad, "-o", os.path.join(d, "bad.html")],
+                    ["merge", os.path.join(d, "bad-merged.json"), bad, traces[1][0]]):
+            r = subprocess.run([tool] + cmd, capture_output=True, text=True)
+            check(r.returncode == 1 and "not a readable trace" in r.stderr and want in r.stderr
+                  and "Traceback" not in r.stderr, f"{cmd[0]} of a trace with ts {ts}: status {r.returncode}, "
+                  f"stderr {r.stderr!r}")
 
 if failures:
     sys.exit(1)
