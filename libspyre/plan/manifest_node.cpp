@@ -2,6 +2,9 @@
 #include "plan/manifest_node.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <set>
 
@@ -142,10 +145,26 @@ std::string Node::NonEmptyString() const {
     return s;
 }
 
-int64_t Node::Int(int64_t min, int64_t max) const {
+void Node::ExpectInteger(const std::string& min, const std::string& max) const {
     // nlohmann stores non-negative integers as unsigned, negative ones as
-    // signed, and anything with a fraction, an exponent or beyond 64 bits as float.
+    // signed, and anything with a fraction, an exponent or beyond 64 bits as
+    // float. A whole float beyond 64 bits is an integer out of range (the
+    // parser keeps no text to tell 18446744073709551616 from 1.8e19): said
+    // so, not "not an integer". (Between 2^63 and 2^64 a whole number is an
+    // unsigned integer, unless written with an exponent; -2^63 a signed one.)
+    if (value_->is_number_float()) {
+        const double v = value_->get<double>();
+        if (std::isfinite(v) && (v >= 0x1p64 || v <= -0x1p63)) {
+            char got[32];
+            std::snprintf(got, sizeof got, "%.17g", v);
+            Fail("out of range: must be an integer " + (v > 0 ? "<= " + max : ">= " + min) + ", got " + got);
+        }
+    }
     Expect(value_->is_number_integer(), "an integer");
+}
+
+int64_t Node::Int(int64_t min, int64_t max) const {
+    ExpectInteger(std::to_string(min), std::to_string(max));
     if (value_->is_number_unsigned()) {
         const uint64_t v = value_->get<uint64_t>();
         if (max < 0 || v > uint64_t(max)) Fail("must be <= " + std::to_string(max) + ", got " + std::to_string(v));
@@ -159,7 +178,7 @@ int64_t Node::Int(int64_t min, int64_t max) const {
 }
 
 uint64_t Node::Uint() const {
-    Expect(value_->is_number_integer(), "an integer");
+    ExpectInteger("0", std::to_string(UINT64_MAX));
     if (!value_->is_number_unsigned()) Fail("must be >= 0, got " + std::to_string(value_->get<int64_t>()));
     return value_->get<uint64_t>();
 }

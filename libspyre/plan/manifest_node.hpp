@@ -49,6 +49,8 @@ private:
     Node(const nlohmann::json& value, const std::string* file, std::string path)
         : value_(&value), file_(file), path_(std::move(path)) {}
     void Expect(bool ok, const char* expected) const;
+    // An integer; a number beyond 64 bits is out of range, naming `min` or `max`.
+    void ExpectInteger(const std::string& min, const std::string& max) const;
 
     const nlohmann::json* value_;
     const std::string* file_;
