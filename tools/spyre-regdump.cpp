@@ -53,8 +53,17 @@ int main(int argc, char** argv) {
     app.add_option("-w,--watch", watch, "repeat every SECONDS until interrupted")->check(CLI::NonNegativeNumber);
     app.footer(
         "Environment: SPYRE_DEV_ROOT (default /run/spyre) for PCI addresses and indices; SPYRE_LOG_LEVEL\n"
-        "(error, warn, info, debug) for messages.");
-    CLI11_PARSE(app, argc, argv);
+        "(error, warn, info, debug) for messages.\n"
+        "Exit codes: 0 dumped (or --help), 1 the function cannot be found or read, 2 usage error.");
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        // As the other tools: 2 for every usage error (CLI11's own codes,
+        // 105 to 115 by kind, say nothing a script can rely on).
+        if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+        SPYRE_LOG_ERROR("%s (see --help)", e.what());
+        return 2;
+    }
     try {
         FunctionInfo info = Resolve(target);
         do {

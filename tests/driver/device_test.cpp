@@ -408,6 +408,31 @@ TEST_F(MockDeviceTest, RegsFileMatchesRegdumpTool) {
     EXPECT_NE(missing.output.find("no spyre function 0000:09:00.0"), std::string::npos) << missing.output;
 }
 
+// A bad command line of spyre-regdump is a usage error, exit code 2 as for
+// every other tool (no function named exited with CLI11's 106), naming what
+// was wrong; --help is no error.
+TEST(RegdumpTool, UsageErrorsExitWith2) {
+    const std::string tool = spyre::test::ToolPath("SPYRE_REGDUMP");
+    const std::pair<std::string, std::string> bad[] = {
+        {"", "function is required"},
+        {" --watch -1 0", "--watch"},
+        {" --bogus 0", "--bogus"},
+        {" 0 1", "1"},
+    };
+    for (const auto& [args, want] : bad) {
+        SCOPED_TRACE("spyre-regdump" + args);
+        auto r = spyre::test::RunCommand(tool + args);
+        EXPECT_EQ(r.exit_code, 2) << r.output;
+        EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
+        EXPECT_NE(r.output.find("(see --help)"), std::string::npos) << r.output;
+    }
+    auto help = spyre::test::RunCommand(tool + " --help");
+    EXPECT_EQ(help.exit_code, 0) << help.output;
+    EXPECT_NE(help.output.find("Exit codes: 0 dumped (or --help), 1 the function cannot be found or read, 2 usage error."),
+              std::string::npos)
+        << help.output;
+}
+
 TEST_F(MockDeviceTest, ResetClearsRingErrorsAndCounters) {
     Function fn = Function::Open(Pf());
     {
