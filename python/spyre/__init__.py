@@ -61,6 +61,8 @@ def load_kernel(stream, kernel, name=None):
     ``stream`` is a SpyreStream; ``name`` defaults to the kernel's name with
     characters unfit for a file name replaced.
     """
+    if not isinstance(stream, SpyreStream):  # else load_execution_plan's TypeError would name that function
+        raise TypeError(f"load_kernel: stream is a {type(stream).__name__}, not a SpyreStream")
     if not isinstance(kernel, BuiltKernel):
         raise InvalidArgument(f"load_kernel: kernel is a {type(kernel).__name__}, not a BuiltKernel "
                               "(a compiler output directory goes to load_execution_plan)")

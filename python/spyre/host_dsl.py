@@ -761,6 +761,12 @@ def compile(target, config=None, *, host=None, worker=None):  # noqa: A001 (seed
 def register_op(worker, name, op, a_shape, b_shape=None, dtype=FP32, *, kernel_id=None):
     """A ready-made chip function `name` over one kernel-builder op (add/sub/mul/div:
     args (a, b, out); matmul: (A, B, C) split over the config's block_dim)."""
+    # As the bindings do for a Device or Host: None is InvalidArgument naming
+    # the argument, another type a TypeError (not an AttributeError from deep inside).
+    if worker is None:
+        raise _spyre.InvalidArgument("register_op: the worker is None")
+    if not isinstance(worker, _spyre.Worker):
+        raise TypeError(f"register_op: worker is a {type(worker).__name__}, not a spyre.Worker")
     if op not in ("add", "sub", "mul", "div", "matmul"):
         raise _spyre.InvalidArgument(f"register_op: op {op!r} is not add, sub, mul, div or matmul")
     kb = _spyre.KernelBuilder()

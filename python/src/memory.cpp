@@ -53,7 +53,9 @@ void BindMemory(py::module_& m) {
         .def_property_readonly("handle", [](const PyBuffer& b) { return b.Get("DeviceBuffer.handle").handle().ToString(); },
                                "'pf:0x...' or 'vf:region N+0x...'.")
         .def_property_readonly("freed", &PyBuffer::released)
-        .def("free", &PyBuffer::Release, "Frees the memory now (after queued work); later use raises InvalidArgument.")
+        .def("free", [](PyBuffer& b) { b.Free("DeviceBuffer.free"); },
+             "Frees the memory now (after queued work); later use raises InvalidArgument, as free() does once the "
+             "device is closed.")
         .def("__repr__", [](const PyBuffer& b) {
             if (b.released()) return std::string("<spyre.DeviceBuffer freed>");
             const DeviceBuffer& d = b.Get("DeviceBuffer");

@@ -178,6 +178,13 @@ public:
     const SlotPtr& slot() const noexcept { return slot_; }
     bool released() const noexcept { return !object_; }
     void Release() noexcept override { DestroyWithoutGil(object_); }
+    // Python's free(): Release, but once the device is closed it raises as
+    // every other use does (it returned silently); a second free() on an
+    // open device does nothing, as a second file close().
+    void Free(const char* what) {
+        if (slot_->closed()) slot_->ThrowClosed(what);
+        Release();
+    }
 
 private:
     [[noreturn]] void Closed(const char* what) const {

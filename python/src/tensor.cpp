@@ -427,7 +427,8 @@ void BindTensor(py::module_& m) {
         .def_property_readonly("ndim", [](const PyTensor& t) { return t.Get("SpyreTensor.ndim").shape().size(); })
         .def_property_readonly("device", [](const PyTensor& t) { return t.slot(); })
         .def_property_readonly("freed", &PyTensor::released)
-        .def("free", &PyTensor::Release, "Drops the device memory now (after queued work).")
+        .def("free", [](PyTensor& t) { t.Free("SpyreTensor.free"); },
+             "Drops the device memory now (after queued work); raises InvalidArgument once the device is closed.")
         .def("__dlpack__", [](PyTensor& t, py::object /*stream: the copy waits for every stream*/) { return ExportDLPack(t); }, py::arg("stream") = py::none(),
              "A DLPack capsule of a host copy (kDLCPU): waits for the device's streams, copies, exports.")
         .def("__dlpack_device__", [](const PyTensor&) { return py::make_tuple(int(kDLCPU), 0); })

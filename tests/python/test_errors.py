@@ -120,8 +120,23 @@ def test_load_kernel_of_something_else_than_a_built_kernel_is_refused(host):
     try:
         with pytest.raises(spyre.InvalidArgument, match="kernel is a str, not a BuiltKernel"):
             spyre.load_kernel(spyre.SpyreStream(d), "/path/to/plan")
+        # The error names load_kernel, not the load_execution_plan it calls.
+        with pytest.raises(TypeError, match="^load_kernel: stream is a NoneType, not a SpyreStream$"):
+            spyre.load_kernel(None, spyre.KernelBuilder().relu([4]))
+        with pytest.raises(TypeError, match="^load_kernel: stream is a Device, not a SpyreStream$"):
+            spyre.load_kernel(d, spyre.KernelBuilder().relu([4]))
     finally:
         d.close()
+
+
+def test_a_freed_buffer_frees_again_quietly(dev):
+    """A second free() on an open device does nothing, as a second file close()."""
+    buf = dev.alloc(4096)
+    buf.free()
+    buf.free()
+    assert buf.freed
+    with pytest.raises(spyre.InvalidArgument, match="DeviceBuffer.size: the object was freed"):
+        buf.size
 
 
 def test_hostile_arguments_of_the_host_level_are_typed(host):
@@ -138,6 +153,12 @@ def test_hostile_arguments_of_the_host_level_are_typed(host):
     try:
         with pytest.raises(spyre.InvalidArgument, match="op 'pow' is not add"):
             spyre.register_op(w, "x", "pow", [4])
+        # The worker itself: None as the bindings say it for a Device or Host,
+        # another type a TypeError (both were an AttributeError on .config).
+        with pytest.raises(spyre.InvalidArgument, match="^register_op: the worker is None$"):
+            spyre.register_op(None, "x", "matmul", [4, 4], [4, 4])
+        with pytest.raises(TypeError, match="^register_op: worker is a Host, not a spyre.Worker$"):
+            spyre.register_op(host, "x", "add", [4])
         with pytest.raises(spyre.InvalidArgument, match="does not export a buffer"):
             w.register_kernel(6, 5)
         # A numpy buffer of a program is taken, as Orchestrator.register_device_kernel takes it.

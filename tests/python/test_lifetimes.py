@@ -123,6 +123,11 @@ def test_close_with_queued_work_and_live_objects(host):
         s.copy_to_device(src, buf)
     with pytest.raises(spyre.InvalidArgument, match="is closed"):
         t.shape
+    # free() is a use like any other (it returned silently after close).
+    with pytest.raises(spyre.InvalidArgument, match=f"DeviceBuffer.free: device {d.pci_address} is closed"):
+        buf.free()
+    with pytest.raises(spyre.InvalidArgument, match=f"SpyreTensor.free: device {d.pci_address} is closed"):
+        t.free()
     del s, buf, t
     gc.collect()
     host.open("1").close()  # the function is free
