@@ -615,22 +615,20 @@ void SchedulerCore::FreeDeferred(bool all) {
             if (s->completed.load(std::memory_order_acquire) < target && !s->retired.load()) return false;
         return true;
     };
-    for (size_t i = 0; i < deferred_frees_.size();) {
-        if (!all && !reached(deferred_frees_[i])) {
-            ++i;
-            continue;
-        }
-        // Copies through the DMAEngine outside any stream write until they finish.
-        if (device_.dma_queue) device_.dma_queue->WaitForCopiesSubmitted();
-        for (const DeviceAllocation& a : deferred_frees_[i].blocks) {
+    const auto ready = std::stable_partition(deferred_frees_.begin(), deferred_frees_.end(),
+                                             [&](const DeferredFree& d) { return !all && !reached(d); });
+    if (ready == deferred_frees_.end()) return;
+    // Copies through the DMAEngine outside any stream write until they finish: one wait for all.
+    if (device_.dma_queue) device_.dma_queue->WaitForCopiesSubmitted();
+    for (auto it = ready; it != deferred_frees_.end(); ++it)
+        for (const DeviceAllocation& a : it->blocks) {
             try {
                 device_.allocator->Free(a.handle);
             } catch (const Error&) {
                 // Already gone with the device: nothing to give back.
             }
         }
-        deferred_frees_.erase(deferred_frees_.begin() + long(i));
-    }
+    deferred_frees_.erase(ready, deferred_frees_.end());
 }
 
 bool SchedulerCore::SettleStreams() {
