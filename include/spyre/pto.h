@@ -172,7 +172,7 @@ int32_t pto_device_free(Runtime* rt, void* buffer);
 
 /* --- the seed's six calls ----------------------------------------------- */
 
-/* A buffer from the heap ring (stalls while the ring is full). NULL on
+/* A zero-filled buffer from the heap ring (stalls while it is full). NULL on
  * error (size 0, larger than the heap, or a heap that can never drain). */
 void* pto_alloc(Runtime* rt, size_t size);
 /* No more tasks will reference `buffer`: it is reclaimed once every task

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -344,6 +345,11 @@ uint8_t* TaskGraph::Alloc(uint64_t size) {
         Stall(lock, {.bytes = size}, [&] { return heap_.Allocate(size, kBufferOwner); }, [&] { return HeapStuck(size); });
     heap_.SetOwner(block.seq, kBufferOwner | (options_.heap_offset + block.offset));  // known only now
     uint8_t* p = heap_.base() + block.offset;
+    // Zero-filled, like calloc: seed 004's Example 2 accumulates every
+    // partial product into a new buffer submitted as OUTPUT, which is right
+    // only if the buffer starts at zero, on every lap of the heap ring too.
+    // No task references the block any more (the ring handed it out).
+    std::memset(p, 0, size);
     buffers_.Register(p, size, block.seq);
     if (trace::Enabled()) [[unlikely]]
         TraceHeap();

@@ -181,6 +181,31 @@ TEST_P(OrchQueueTest, AccumulatingWritersSerialiseDisjointWritersDoNot) {
     o().WaitAll();
 }
 
+// Seed 004's Example 2 as the seed spells it: every partial product is
+// submitted as OUTPUT to a new pto_alloc tile and adds to it. That is right
+// only if pto_alloc memory starts at zero, also on the heap ring's later
+// laps, where it held the previous tiles (it did not: tile 16 read 6).
+TEST_P(OrchQueueTest, PtoAllocBuffersStartAtZeroOnEveryLapOfTheHeapRing) {
+    Make(/*ring=*/16, /*heap=*/4096);
+    constexpr int kTiles = 40, kPartials = 3;  // 16 tiles of 256 bytes per lap: 2.5 laps
+    const uint32_t* zeros = Data(0, 256);
+    uint32_t* out = Data(4096, kTiles * 256);
+    for (int t = 0; t < kTiles; ++t) {
+        auto scope = o().BeginScope();
+        void* tile = o().Alloc(256);
+        for (int k = 0; k < kPartials; ++k) {
+            TaskParam accumulate[] = {Out(tile, 256)};  // K_INC reads and writes it
+            o().Submit(K_INC, WORKER_VECTOR, accumulate);
+        }
+        TaskParam copy_out[] = {In(tile, 256), In(const_cast<uint32_t*>(zeros), 256), Out(out + t * 64, 256)};
+        o().Submit(K_ADD, WORKER_VECTOR, copy_out);
+        o().Free(tile);
+    }
+    o().WaitAll();
+    for (int t = 0; t < kTiles; ++t)
+        for (int i = 0; i < 64; ++i) ASSERT_EQ(out[t * 64 + i], uint32_t(kPartials)) << "tile " << t << ", word " << i;
+}
+
 TEST_P(OrchQueueTest, WriteAfterReadWaitsForTheReadersOfTheVersionItOverwrites) {
     Make();
     uint32_t* x = Data(0, 128);
