@@ -180,6 +180,12 @@ private:
         Operation op(std::move(compute));
         op.tensor_indices = std::move(tensor_indices);
         if (const std::optional<Node> k = n.OptionalField("correction")) op.correction = ReadCorrection(*k, slots);
+        // Only the correction puts a launch's tensor addresses into the
+        // program: without one its operands would stay where the compiler
+        // left them (address 0) and the launch would write there.
+        else if (!program.relocs.empty())
+            n.Fail("has no correction (absent or null), but its program has " + std::to_string(program.relocs.size()) +
+                   " relocation(s) for its tensors: nothing would put their addresses in it");
         return op;
     }
 

@@ -260,13 +260,22 @@ TEST(ExecutionPlan, RoundTripThroughADirectoryKeepsEveryByte) {
     EXPECT_FALSE(plan.init_packets[0].device_handle().has_value());
 }
 
-TEST(ExecutionPlan, AnOperationWithoutCorrectionHasNullMetadata) {
-    CompilerOutput out = CompilerOutputFromKernel("relu", KernelBuilder().Relu({4}, DType::FP32));
-    Edit(out, [](json& j) { j["operations"][0].erase("correction"); });
-    out.blobs.erase("relu.correction.bin");
-    const ExecutionPlan plan(out);
-    ASSERT_EQ(plan.correction_metadata().size(), 1u);
-    EXPECT_EQ(plan.correction_metadata()[0], nullptr);
+// Only the correction binds a launch's tensors into the program: without it
+// the operands stayed at address 0, and launches wrote there.
+TEST(ExecutionPlan, AnOperationWithoutCorrectionIsRefusedWhenItsProgramNeedsOne) {
+    for (const bool null : {false, true}) {
+        CompilerOutput out = CompilerOutputFromKernel("relu", KernelBuilder().Relu({4}, DType::FP32));
+        Edit(out, [null](json& j) {
+            if (null)
+                j["operations"][0]["correction"] = nullptr;
+            else
+                j["operations"][0].erase("correction");
+        });
+        out.blobs.erase("relu.correction.bin");
+        std::string message;
+        ASSERT_EQ(TryParse(out, &message), Outcome::Rejected) << (null ? "null" : "absent");
+        EXPECT_NE(message.find("operations[0]: has no correction (absent or null)"), std::string::npos) << message;
+    }
 }
 
 TEST(ExecutionPlan, ManifestUsesTheDocumentedFieldNames) {
