@@ -22,8 +22,21 @@ std::vector<uint8_t> AddressTable(std::span<const uint64_t> addresses) {
     return bytes;
 }
 
+// What a launch goes by: the compute and correction as loaded (an edited
+// copy of a loaded Operation runs the program on the device, which was
+// built for these), or the Operation's own when no plan loaded it.
+const SpyreCompute* LaunchedCompute(const Operation& op) {
+    if (const LoadedOperation* loaded = OperationAccess::Loaded(op)) return &loaded->compute;
+    return op.compute() ? &*op.compute() : nullptr;
+}
+
+const std::optional<CorrectionMetadata>& LaunchedCorrection(const Operation& op) {
+    if (const LoadedOperation* loaded = OperationAccess::Loaded(op)) return loaded->correction;
+    return op.correction;
+}
+
 const SpyreCompute& LoadedCompute(const Operation& op) {
-    const SpyreCompute& compute = *op.compute();
+    const SpyreCompute& compute = *LaunchedCompute(op);
     if (!compute.device_handle())
         Invalid(OpName(op) + ": its compute binary is not on the device (load the plan first)");
     return compute;
@@ -31,7 +44,7 @@ const SpyreCompute& LoadedCompute(const Operation& op) {
 
 // Count and dtype: wrong for any kind of launch.
 void CheckCountAndDTypes(const Operation& op, std::span<const SpyreTensor> tensors) {
-    const auto& specs = op.compute()->tensors;
+    const auto& specs = LaunchedCompute(op)->tensors;
     if (tensors.size() != specs.size())
         Invalid(OpName(op) + " takes " + std::to_string(specs.size()) + " tensors, got " + std::to_string(tensors.size()));
     for (size_t i = 0; i < specs.size(); ++i)
@@ -43,7 +56,7 @@ void CheckCountAndDTypes(const Operation& op, std::span<const SpyreTensor> tenso
 // An exact launch runs the compute as compiled: anything else would read
 // and write the wrong bytes.
 void CheckCompiledShapes(const Operation& op, std::span<const SpyreTensor> tensors) {
-    const auto& specs = op.compute()->tensors;
+    const auto& specs = LaunchedCompute(op)->tensors;
     for (size_t i = 0; i < specs.size(); ++i) {
         const SpyreTensor& t = tensors[i];
         const TensorSpec& spec = specs[i];
@@ -67,7 +80,7 @@ void CheckCompiledShapes(const Operation& op, std::span<const SpyreTensor> tenso
 }
 
 bool MatchesCompiled(const Operation& op, std::span<const SpyreTensor> tensors) {
-    const auto& specs = op.compute()->tensors;
+    const auto& specs = LaunchedCompute(op)->tensors;
     for (size_t i = 0; i < specs.size(); ++i)
         if (tensors[i].shape() != specs[i].shape || tensors[i].element_strides() != specs[i].strides) return false;
     return true;
@@ -100,15 +113,16 @@ void Decompose(DeviceCore& core, std::vector<ControlBlock>& group, const Operati
             group.push_back(CopyFromDevice(core, back->host_address, back->device_handle, back->size));
         } else {
             const auto& launch = std::get<PreProcessCompute::DeviceLaunch>(steps[i].step());
-            const bool is_correction = op.correction && op.correction->binary_handle() &&
-                                       launch.device_handle == *op.correction->binary_handle();
+            const auto& correction = LaunchedCorrection(op);
+            const bool is_correction = correction && correction->binary_handle() &&
+                                       launch.device_handle == *correction->binary_handle();
             if (variant && is_correction)
                 group.push_back(Launch(core, variant->correction.handle(), variant->correction_size));
             else
                 group.push_back(Launch(core, launch.device_handle, launch.size));
         }
     }
-    if (const auto& compute = op.compute()) {
+    if (const SpyreCompute* compute = LaunchedCompute(op)) {
         if (variant)
             group.push_back(Launch(core, variant->program.handle(), variant->program_size));
         else
@@ -132,7 +146,7 @@ namespace {
 BoundLaunch BindAddresses(DeviceCore& core, const Operation& op, std::span<const DeviceHandle> handles, const char* entry) {
     BoundLaunch bound;
     bound.op = &op;
-    const SpyreCompute* compute = op.compute() ? &*op.compute() : nullptr;
+    const SpyreCompute* compute = LaunchedCompute(op);
     if (compute) LoadedCompute(op);
     // One handle per tensor slot (none for a compute whose addresses are
     // fixed in its binary): a different count is a caller's mistake.
@@ -159,7 +173,7 @@ BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const Sp
                        const char* entry) {
     CheckOperationDevice(op, core.id(), entry, "stream");
     CheckTensorDevices(tensors, core.id(), entry, "stream");
-    const SpyreCompute* compute = op.compute() ? &*op.compute() : nullptr;
+    const SpyreCompute* compute = LaunchedCompute(op);
     if (mode == LaunchMode::Tiled && !compute) Invalid(OpName(op) + " has no compute to tile");
     // A compute without tensor metadata has its addresses fixed: nothing to check.
     const bool described = compute && !compute->tensors.empty();
@@ -191,7 +205,8 @@ BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const Sp
         // Other strides on size-1 dims only: the compiled program runs as it is.
         bound.tiled.clear();
     } else {
-        if (!op.correction || !op.correction->binary_handle() || !op.correction_step() || !OperationAccess::Loaded(op))
+        const auto& correction = LaunchedCorrection(op);
+        if (!correction || !correction->binary_handle() || !op.correction_step() || !OperationAccess::Loaded(op))
             Invalid(OpName(op) + " has no program correction: its tensor addresses are fixed, so it cannot be tiled");
         bound.tiling = std::move(plan);
     }
@@ -203,7 +218,7 @@ BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const Sp
 std::vector<SpyreTensor> SelectTensors(const Operation& op, std::span<const SpyreTensor> all) {
     std::vector<SpyreTensor> selected;
     if (op.tensor_indices.empty()) {
-        const size_t n = op.compute() ? op.compute()->tensors.size() : 0;
+        const size_t n = LaunchedCompute(op) ? LaunchedCompute(op)->tensors.size() : 0;
         if (all.size() < n)
             Invalid(OpName(op) + " takes " + std::to_string(n) + " tensors, got " + std::to_string(all.size()));
         selected.assign(all.begin(), all.begin() + ptrdiff_t(n));
@@ -233,7 +248,7 @@ void Enqueue(FlexStream& stream, const BoundLaunch& launch, const ProgressCallba
     std::vector<const VariantProgram*> variants(plan.variants.size(), nullptr);
     LoadedOperation& loaded = *OperationAccess::Loaded(op);
     for (size_t v = 0; v < plan.variants.size(); ++v)
-        if (!plan.variants[v].compiled) variants[v] = &loaded.variants.Get(core, op, launch.tiled, plan.variants[v]);
+        if (!plan.variants[v].compiled) variants[v] = &loaded.variants.Get(core, loaded, launch.tiled, plan.variants[v]);
     // Every tile's group is built before any is enqueued, so a bad step
     // leaves nothing half done. One group per tile keeps its copy -> correct
     // -> compute together.

@@ -81,8 +81,11 @@ void LoadOperation(SpyreStream& stream, const std::shared_ptr<PlanMemory>& memor
         op.preprocess().insert(op.preprocess().begin(),
                                {PreProcessCompute(PreProcessCompute::CopyToDevice{nullptr, table, c.input_size}),
                                 PreProcessCompute(PreProcessCompute::DeviceLaunch{correction, c.binary.size()})});
+        loaded->compute = *compute;  // as loaded: launches go by these, not by a copy's edits
+        loaded->correction = c;
         detail::OperationAccess::SetLoaded(op, {correction, table, program}, 0, std::move(loaded));
     } else {
+        loaded->compute = *compute;
         detail::OperationAccess::SetLoaded(op, {program}, std::nullopt, std::move(loaded));
     }
 }

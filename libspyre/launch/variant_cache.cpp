@@ -16,7 +16,7 @@ DeviceBuffer Upload(DeviceCore& core, const std::vector<uint8_t>& bytes) {
 
 }  // namespace
 
-const VariantProgram& VariantCache::Get(DeviceCore& core, const Operation& op, std::span<const TiledTensor> tensors,
+const VariantProgram& VariantCache::Get(DeviceCore& core, const LoadedOperation& op, std::span<const TiledTensor> tensors,
                                         const TileVariant& variant) {
     Key key{variant.shapes, {}, variant.accumulate};
     for (size_t s = 0; s < tensors.size(); ++s) {
@@ -27,7 +27,7 @@ const VariantProgram& VariantCache::Get(DeviceCore& core, const Operation& op, s
     std::lock_guard lock(mu_);
     if (auto it = programs_.find(key); it != programs_.end()) return *it->second;
 
-    const SpyreCompute& compute = *op.compute();
+    const SpyreCompute& compute = op.compute;
     const CorrectionMetadata& c = *op.correction;
     auto v = std::make_unique<VariantProgram>();
     const std::vector<uint8_t> program = SpecializeProgram(compute.binary, compute, tensors, variant);

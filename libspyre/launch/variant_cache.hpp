@@ -10,12 +10,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "device/device_core.hpp"
 #include "spyre/launch/tiling.hpp"
 #include "spyre/memory/device_buffer.hpp"
+#include "spyre/plan/operation.hpp"
 
 namespace spyre::detail {
 
@@ -30,13 +32,16 @@ struct VariantProgram {
     uint64_t correction_size = 0;
 };
 
+struct LoadedOperation;
+
 class VariantCache {
 public:
-    // The program of `variant` for a launch of `op` over `tensors`; on a miss
+    // The program of `variant` for a launch of the loaded `op` over `tensors`
+    // (specialised from its compute and correction as loaded); on a miss
     // it is specialised and copied to device before this returns (not in
     // stream order: another stream may use it at once). The reference stays
     // valid as long as the cache.
-    const VariantProgram& Get(DeviceCore& core, const Operation& op, std::span<const TiledTensor> tensors,
+    const VariantProgram& Get(DeviceCore& core, const LoadedOperation& op, std::span<const TiledTensor> tensors,
                               const TileVariant& variant);
     size_t size() const;
 
@@ -84,6 +89,13 @@ struct LoadedOperation {
     // The plan's device memory (binaries, tables): a copy of the Operation
     // that outlives its plan still launches.
     std::shared_ptr<const void> plan_memory;
+    // The compute and correction as loaded: the program on the device was
+    // built for these. Launches check tensors against them and specialise
+    // variants from them, so an edited copy of the Operation (smaller
+    // tensors, another binary) can neither run the program past its
+    // tensors nor put its variants in the cache the other copies share.
+    SpyreCompute compute;
+    std::optional<CorrectionMetadata> correction;
     VariantCache variants;
     TilingPlanCache tilings;
 };

@@ -132,6 +132,36 @@ TEST_F(StreamTest, TilingVariantsAreFreedWithThePlan) {
     EXPECT_EQ(Memory(dev), before_load);
 }
 
+// A copy of a loaded Operation edited to smaller tensors still runs the
+// program on the device, compiled for the old ones: launches check against
+// the Operation as loaded. (They checked the copy's edited specs, and the
+// program wrote 32 rows into a 16-row C.)
+TEST_F(StreamTest, AnEditedCopyOfALoadedOperationIsCheckedAsLoaded) {
+    Device dev = OpenDevice();
+    SpyreStream s(dev);
+    auto plan = LoadMatmul(s, 32, 32, 32);
+    Operation copy = plan->operations[0];
+    for (size_t t : {size_t(0), size_t(2)}) {  // A and C: 16 rows
+        TensorSpec& spec = copy.compute()->tensors[t];
+        spec.shape[0] = 16;
+        spec.bytes /= 2;
+    }
+    const std::vector<SpyreTensor> half = {SpyreTensor::Empty(dev, {16, 32}, DType::FP32),
+                                           SpyreTensor::Empty(dev, {32, 32}, DType::FP32),
+                                           SpyreTensor::Empty(dev, {16, 32}, DType::FP32)};
+    for (bool tiled : {false, true}) {
+        const std::string message = MessageOf([&] { tiled ? s.LaunchTiled(copy, half) : s.Launch(copy, half); });
+        EXPECT_NE(message.find(tiled ? "smaller" : "dimension 0 is 16, compiled for 32"), std::string::npos) << message;
+    }
+    std::vector<DeviceHandle> handles;
+    for (const SpyreTensor& t : half) handles.push_back(t.device_handle());
+    EXPECT_NE(MessageOf([&] { s.Launch(copy, handles); }), "");  // 32 rows do not fit a 16-row allocation
+    // The copy and the plan's own Operation still compute right at the compiled shapes.
+    Matmul mm = MakeMatmul(dev, s, 32, 32, 32);
+    TiledAndChecked(dev, s, copy, mm);
+    TiledAndChecked(dev, s, plan->operations[0], mm);
+}
+
 // One check, one message: whichever entry point finds the mismatch.
 TEST_F(StreamTest, MismatchedTensorsGetTheSameMessageFromEveryEntryPoint) {
     Device dev = OpenDevice();
