@@ -121,7 +121,7 @@ void DeviceCore::FreeAfterQueuedWork(std::span<const DeviceAllocation> blocks) n
     if (dma_queue) dma_queue->WaitForCopiesSubmitted();
     for (const DeviceAllocation& a : blocks) {
         try {
-            allocator->Free(a.handle);
+            allocator->FreeOwned(a.handle);
         } catch (const Error&) {
             // Already gone with the device: nothing to give back.
         }

@@ -241,7 +241,12 @@ uint64_t SpyreAllocator::LargestFreeLocked() const {
     return free_by_size_.empty() ? 0 : std::get<0>(*free_by_size_.rbegin());
 }
 
-DeviceAllocation SpyreAllocator::Allocate(uint64_t size) {
+DeviceAllocation SpyreAllocator::Allocate(uint64_t size) { return Allocate(size, false); }
+DeviceAllocation SpyreAllocator::AllocateOwned(uint64_t size) { return Allocate(size, true); }
+void SpyreAllocator::Free(const DeviceHandle& handle) { Free(handle, false); }
+void SpyreAllocator::FreeOwned(const DeviceHandle& handle) { Free(handle, true); }
+
+DeviceAllocation SpyreAllocator::Allocate(uint64_t size, bool owned) {
     if (size == 0) throw Error(ErrorKind::InvalidArgument, "cannot allocate 0 bytes");
     if (size > capacity_)
         throw Error(ErrorKind::InvalidArgument, "cannot allocate " + std::to_string(size) + " bytes: the pool holds " +
@@ -258,7 +263,7 @@ DeviceAllocation SpyreAllocator::Allocate(uint64_t size) {
     const auto [block_size, region, offset] = *it;
     RemoveFree(region, offset, block_size);
     if (block_size > rounded) AddFree(region, offset + rounded, block_size - rounded);
-    regions_[region].used_by_offset.emplace(offset, Region::Used{rounded, size});
+    regions_[region].used_by_offset.emplace(offset, Region::Used{rounded, size, owned});
     regions_[region].in_use += rounded;
     in_use_ += rounded;
     if (trace::Enabled()) TraceInUse();
@@ -268,7 +273,7 @@ DeviceAllocation SpyreAllocator::Allocate(uint64_t size) {
     return DeviceAllocation{MakeHandle(region, offset), size};
 }
 
-void SpyreAllocator::Free(const DeviceHandle& handle) {
+void SpyreAllocator::Free(const DeviceHandle& handle, bool owner) {
     std::lock_guard lock(mutex_);
     const auto [region, offset] = Locate(handle);
     Region& r = regions_[region];
@@ -282,6 +287,11 @@ void SpyreAllocator::Free(const DeviceHandle& handle) {
                             : handle.ToString() + " is not the start of a live allocation of this allocator",
                     ErrorContext{.device = fn_.pci_address()});
     }
+    if (used->second.owned && !owner)
+        throw Error(ErrorKind::InvalidArgument,
+                    handle.ToString() + " belongs to a DeviceBuffer or tensor: it is freed when that goes (reset it), "
+                                        "not by Allocator::Free",
+                    ErrorContext{.device = fn_.pci_address()});
     uint64_t start = offset, size = used->second.rounded;
     r.used_by_offset.erase(used);
     r.in_use -= size;

@@ -9,7 +9,7 @@ namespace spyre {
 
 DeviceBuffer DeviceBuffer::Allocate(std::shared_ptr<DeviceMemory> memory, uint64_t size) {
     if (!memory) throw Error(ErrorKind::InvalidArgument, "DeviceBuffer::Allocate without a device");
-    const DeviceAllocation a = memory->buffer_allocator().Allocate(size);
+    const DeviceAllocation a = memory->buffer_allocator().AllocateOwned(size);
     return DeviceBuffer(std::move(memory), a);
 }
 

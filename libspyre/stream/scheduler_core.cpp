@@ -623,7 +623,7 @@ void SchedulerCore::FreeDeferred(bool all) {
     for (auto it = ready; it != deferred_frees_.end(); ++it)
         for (const DeviceAllocation& a : it->blocks) {
             try {
-                device_.allocator->Free(a.handle);
+                device_.allocator->FreeOwned(a.handle);
             } catch (const Error&) {
                 // Already gone with the device: nothing to give back.
             }

@@ -89,9 +89,14 @@ public:
     // Throws InvalidArgument for size 0 or a size beyond the pool's capacity,
     // OutOfMemory (naming the request and the largest free block) otherwise.
     DeviceAllocation Allocate(uint64_t size);
-    // Throws InvalidArgument for a double free or a handle this allocator
-    // did not hand out.
+    // Throws InvalidArgument for a double free, a handle this allocator did
+    // not hand out, or a block a DeviceBuffer (or tensor) owns: that one goes
+    // when its owner does, and a Free before would let the allocator hand
+    // the block out while the owner still uses, and later frees, it.
     void Free(const DeviceHandle& handle);
+    // For DeviceBuffer: a block only FreeOwned gives back.
+    DeviceAllocation AllocateOwned(uint64_t size);
+    void FreeOwned(const DeviceHandle& handle);
 
     // The allocation holding [handle, handle + size); throws InvalidArgument
     // if the range is not inside one live allocation of this allocator.
@@ -112,6 +117,7 @@ private:
         struct Used {
             uint64_t rounded;    // what the block occupies
             uint64_t requested;  // what the caller may touch
+            bool owned = false;  // by a DeviceBuffer: FreeOwned only
         };
         std::map<uint64_t, Used> used_by_offset;
     };
@@ -123,6 +129,8 @@ private:
     // Asks the device for one region; returns its table index or -1.
     int GrantRegion(uint64_t size);
     void ReleaseRegions() noexcept;
+    DeviceAllocation Allocate(uint64_t size, bool owned);
+    void Free(const DeviceHandle& handle, bool owner);
     void AddFree(uint32_t region, uint64_t offset, uint64_t size);
     void RemoveFree(uint32_t region, uint64_t offset, uint64_t size);
     // Region (our index) and offset of a handle; throws for foreign handles.

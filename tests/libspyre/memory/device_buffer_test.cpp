@@ -37,6 +37,25 @@ TEST_F(StreamTest, DeviceBufferFreesOnceWhenItsOwnerGoes) {
     EXPECT_EQ(Memory(dev), empty);
 }
 
+// Allocator::Free on a live buffer's handle is refused: it used to free the
+// block, the allocator handed it to the next owner, and the buffer's own
+// free later freed that owner's block under it.
+TEST_F(StreamTest, AllocatorFreeOfABuffersBlockIsRefusedAndTheBufferStillOwnsIt) {
+    Device dev = OpenDevice();
+    const MemoryFigures empty = Memory(dev);
+    std::optional<DeviceBuffer> a(dev.AllocateBuffer(4096));
+    EXPECT_SPYRE_ERROR(dev.allocator().Free(a->handle()), InvalidArgument,
+                       "belongs to a DeviceBuffer or tensor: it is freed when that goes");
+    EXPECT_EQ(Memory(dev).live_allocations, empty.live_allocations + 1);
+    const DeviceAllocation next = dev.allocator().Allocate(4096);
+    EXPECT_NE(next.handle, a->handle());  // still a's
+    a.reset();
+    EXPECT_EQ(Memory(dev).live_allocations, empty.live_allocations + 1);  // next stays live
+    EXPECT_NO_THROW(dev.allocator().Lookup(next.handle, 4096));
+    dev.allocator().Free(next.handle);  // a plain allocation still frees with Free
+    EXPECT_EQ(Memory(dev), empty);
+}
+
 TEST_F(StreamTest, DeviceBufferRoundTripsBytesAndWaitsForQueuedWork) {
     Device dev = OpenDevice();
     FlexStream s = dev.CreateStream();
