@@ -137,8 +137,8 @@ std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, cons
         stream.Synchronize();
     } catch (const Error& e) {
         stream.flex_stream().Reset();
-        throw Error(e.kind(), "loading plan '" + plan->name + "' from " + compiler_output.origin + ": " + e.message(),
-                    e.context());
+        const std::string from = compiler_output.origin.empty() ? "" : " from " + compiler_output.origin;
+        throw Error(e.kind(), "loading plan '" + plan->name + "'" + from + ": " + e.message(), e.context());
     }
     // The plan's device memory lives as long as the plan, or a copy of one
     // of its Operations (each holds it too).
