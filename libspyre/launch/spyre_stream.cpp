@@ -4,6 +4,7 @@
 #include "device/device_internals.hpp"
 #include "launch/launch_binding.hpp"
 #include "launch/same_device.hpp"
+#include "moved_from.hpp"
 #include "spyre/error.hpp"
 #include "spyre/trace/trace.hpp"
 
@@ -18,28 +19,36 @@ SpyreStream::SpyreStream(FlexStream* borrowed) : stream_(borrowed) {}
 
 SpyreStream SpyreStream::Default(Device& device) { return SpyreStream(&device.default_stream()); }
 
+FlexStream& SpyreStream::flex_stream() { return detail::LiveState(stream_, "SpyreStream"); }
+
+void SpyreStream::Synchronize() { detail::LiveState(stream_, "SpyreStream::Synchronize").Synchronize(); }
+
 void SpyreStream::Launch(const Operation& op, std::span<const DeviceHandle> device_handles) {
     SPYRE_TRACE_SCOPE("SpyreStream::Launch");
-    detail::Enqueue(*stream_, detail::BindLaunch(*DeviceInternals::Core(*stream_), op, device_handles, "SpyreStream::Launch"));
+    FlexStream& stream = detail::LiveState(stream_, "SpyreStream::Launch");
+    detail::Enqueue(stream, detail::BindLaunch(*DeviceInternals::Core(stream), op, device_handles, "SpyreStream::Launch"));
 }
 
 void SpyreStream::Launch(const Operation& op, std::span<const SpyreTensor> tensors) {
     SPYRE_TRACE_SCOPE("SpyreStream::Launch");
-    detail::Enqueue(*stream_, detail::BindLaunch(*DeviceInternals::Core(*stream_), op, tensors, detail::LaunchMode::Exact,
+    FlexStream& stream = detail::LiveState(stream_, "SpyreStream::Launch");
+    detail::Enqueue(stream, detail::BindLaunch(*DeviceInternals::Core(stream), op, tensors, detail::LaunchMode::Exact,
                                                  "SpyreStream::Launch"));
 }
 
 void SpyreStream::LaunchTiled(const Operation& op, std::span<const SpyreTensor> tensors) {
     SPYRE_TRACE_SCOPE("SpyreStream::LaunchTiled");
-    detail::Enqueue(*stream_, detail::BindLaunch(*DeviceInternals::Core(*stream_), op, tensors, detail::LaunchMode::Tiled,
+    FlexStream& stream = detail::LiveState(stream_, "SpyreStream::LaunchTiled");
+    detail::Enqueue(stream, detail::BindLaunch(*DeviceInternals::Core(stream), op, tensors, detail::LaunchMode::Tiled,
                                                  "SpyreStream::LaunchTiled"));
 }
 
 void SpyreStream::LaunchTiled(const Operation& op, std::span<const SpyreTensor> tensors,
                               const ProgressCallback& progress) {
     SPYRE_TRACE_SCOPE("SpyreStream::LaunchTiled");
-    detail::Enqueue(*stream_,
-                    detail::BindLaunch(*DeviceInternals::Core(*stream_), op, tensors, detail::LaunchMode::Tiled, "SpyreStream::LaunchTiled"),
+    FlexStream& stream = detail::LiveState(stream_, "SpyreStream::LaunchTiled");
+    detail::Enqueue(stream,
+                    detail::BindLaunch(*DeviceInternals::Core(stream), op, tensors, detail::LaunchMode::Tiled, "SpyreStream::LaunchTiled"),
                     progress);
 }
 

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <utility>
 
 #include "spyre/common/progress.hpp"
 #include "spyre/device/device.hpp"
@@ -35,7 +36,20 @@ public:
     // SpyreStream created at runtime start"); the device must outlive it.
     static SpyreStream Default(Device& device);
 
-    FlexStream& flex_stream() noexcept { return *stream_; }
+    // The state goes with a move: every call on a moved-from SpyreStream
+    // (flex_stream() included) is InvalidArgument "SpyreStream...: moved
+    // from", as for FlexStream.
+    SpyreStream(SpyreStream&& other) noexcept
+        : owned_(std::move(other.owned_)), stream_(std::exchange(other.stream_, nullptr)) {}
+    SpyreStream& operator=(SpyreStream&& other) noexcept {
+        if (this != &other) {
+            owned_ = std::move(other.owned_);
+            stream_ = std::exchange(other.stream_, nullptr);
+        }
+        return *this;
+    }
+
+    FlexStream& flex_stream();
 
     // Enqueues the Operation's steps for the resident tensors at
     // `device_handles` (one per tensor slot, inputs then outputs; empty for
@@ -54,7 +68,7 @@ public:
     // runs them.
     void LaunchTiled(const Operation& operation, std::span<const SpyreTensor> tensors,
                      const ProgressCallback& progress);
-    void Synchronize() { stream_->Synchronize(); }
+    void Synchronize();
 
 private:
     explicit SpyreStream(FlexStream* borrowed);

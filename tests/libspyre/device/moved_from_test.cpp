@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// A moved-from Device, Host, FlexStream, Event, Orchestrator or Worker has
+// A moved-from Device, Host, FlexStream, SpyreStream, Event, Orchestrator or Worker has
 // no state left: every call on it is InvalidArgument naming the object
 // (it used to dereference null and crash), and the object it was moved
 // into keeps working.
+#include <algorithm>
 #include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "spyre/host.hpp"
+#include "spyre/launch/spyre_stream.hpp"
 #include "spyre/orchestration.hpp"
 #include "stream_fixture.hpp"
 
@@ -68,6 +72,50 @@ TEST_F(MovedFromTest, ADeviceAndItsStreamsAndEventsRefuseCallsOnceMovedFrom) {
     t.Synchronize();
     EXPECT_TRUE(f.Query());
     EXPECT_EQ(out, back);
+}
+
+// A SpyreStream used to keep its pointer to the FlexStream the object it was
+// moved into owns: the moved-from one drove that stream, and once the other
+// was destroyed its Synchronize used freed memory.
+TEST_F(MovedFromTest, ASpyreStreamRefusesCallsOnceMovedFrom) {
+    Device dev = OpenDevice();
+    DeviceBuffer buffer = dev.AllocateBuffer(4096);
+    std::vector<uint8_t> out(4096), back(4096);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = uint8_t(i * 5);
+    const Operation load({PreProcessCompute(PreProcessCompute::CopyToDevice{out.data(), buffer.handle(), out.size()})});
+    const Operation read({PreProcessCompute(PreProcessCompute::CopyFromDevice{back.data(), buffer.handle(), back.size()})});
+
+    std::optional<SpyreStream> from(std::in_place, dev);
+    std::optional<SpyreStream> to(std::move(*from));
+    const auto refused = [&](SpyreStream& s) {
+        ExpectMovedFrom([&] { s.flex_stream(); }, "SpyreStream", "flex_stream");
+        ExpectMovedFrom([&] { s.Synchronize(); }, "SpyreStream", "Synchronize");
+        ExpectMovedFrom([&] { s.Launch(load, std::span<const DeviceHandle>{}); }, "SpyreStream", "Launch");
+        ExpectMovedFrom([&] { s.Launch(load, std::span<const SpyreTensor>{}); }, "SpyreStream", "Launch (tensors)");
+        ExpectMovedFrom([&] { s.LaunchTiled(load, {}); }, "SpyreStream", "LaunchTiled");
+        ExpectMovedFrom([&] { s.LaunchTiled(load, {}, [](const ProgressInfo&) {}); }, "SpyreStream", "LaunchTiled (progress)");
+        ExpectMovedFrom([&] { LoadExecutionPlan(s, CompilerOutput{}); }, "SpyreStream", "LoadExecutionPlan");
+    };
+    refused(*from);
+    const uint64_t before = to->flex_stream().enqueued();
+    to->Launch(load, std::span<const DeviceHandle>{});
+    to->Launch(read, std::span<const DeviceHandle>{});
+    to->Synchronize();
+    EXPECT_EQ(to->flex_stream().enqueued() - before, 2u);
+    EXPECT_EQ(out, back);
+    to.reset();
+    refused(*from);  // no use of the freed stream
+
+    // Move assignment, and the device's default stream.
+    SpyreStream a = SpyreStream::Default(dev);
+    SpyreStream b(dev);
+    b = std::move(a);
+    refused(a);
+    std::fill(back.begin(), back.end(), 0);
+    b.Launch(read, std::span<const DeviceHandle>{});
+    b.Synchronize();
+    EXPECT_EQ(out, back);
+    EXPECT_EQ(&b.flex_stream(), &dev.default_stream());
 }
 
 TEST_F(MovedFromTest, AnOrchestratorRefusesCallsOnceMovedFrom) {
