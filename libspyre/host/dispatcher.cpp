@@ -164,7 +164,7 @@ struct Running {
     const Running* previous;
 };
 thread_local const Running* tl_running = nullptr;
-thread_local const RunState* tl_submitting = nullptr;
+thread_local const Dispatcher::Submitting* tl_submitting = nullptr;
 
 Running::Running(const Dispatcher* d, const HostTask* t) : dispatcher(d), task(t), previous(tl_running) {
     tl_running = this;
@@ -202,8 +202,19 @@ void SleepOn(RunState& run) {
 
 }  // namespace
 
-Dispatcher::Submitting::Submitting(const RunState& run) : previous_(tl_submitting) { tl_submitting = &run; }
-Dispatcher::Submitting::~Submitting() { tl_submitting = previous_; }
+Dispatcher::Submitting::Submitting(const Dispatcher& d, const RunState& r)
+    : dispatcher(d), run(r), previous(tl_submitting) {
+    tl_submitting = this;
+}
+Dispatcher::Submitting::~Submitting() { tl_submitting = previous; }
+
+bool Dispatcher::CallerIsPartOf() const noexcept {
+    for (const Running* r = tl_running; r; r = r->previous)
+        if (r->dispatcher == this) return true;
+    for (const Submitting* s = tl_submitting; s; s = s->previous)
+        if (&s->dispatcher == this) return true;
+    return false;
+}
 
 void Dispatcher::SleepUntilDone(RunState& run) {
     CheckNotPartOf(run);
@@ -216,7 +227,7 @@ void Dispatcher::CheckNotPartOf(const RunState& run) {
             throw Error(ErrorKind::InvalidArgument, "run '" + run.name +
                                                         "': a task of the run waits for the run itself (it cannot end "
                                                         "before this task does)");
-    if (&run == tl_submitting)
+    if (tl_submitting && &run == &tl_submitting->run)
         throw Error(ErrorKind::InvalidArgument, "run '" + run.name +
                                                     "': its host orchestration function waits for the run itself "
                                                     "(it cannot end before the function returns)");

@@ -86,14 +86,19 @@ public:
     // while it lives (Wait refuses to wait on that run from it).
     class Submitting {
     public:
-        explicit Submitting(const RunState& run);
+        Submitting(const Dispatcher& dispatcher, const RunState& run);
         ~Submitting();
         Submitting(const Submitting&) = delete;
         Submitting& operator=(const Submitting&) = delete;
 
-    private:
-        const RunState* previous_;
+        const Dispatcher& dispatcher;
+        const RunState& run;
+        const Submitting* const previous;  // the orchestration function this one runs inside, or null
     };
+    // Whether the calling thread runs a task (SubWorker or chip function)
+    // or an orchestration function of this dispatcher, nested ones
+    // included: destroying the Worker from there would wait for itself.
+    bool CallerIsPartOf() const noexcept;
 
     size_t device_count() const { return executors_.size(); }
     ChipExecutor& executor(size_t device) { return *executors_.at(device); }

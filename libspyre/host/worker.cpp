@@ -7,6 +7,8 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <system_error>
+#include <thread>
 
 #include "host_task.hpp"
 #include "local_chip_executor.hpp"
@@ -187,9 +189,36 @@ namespace {
 Worker::Impl& Live(const std::unique_ptr<Worker::Impl>& impl, const char* call) { return detail::LiveState(impl, call); }
 }  // namespace
 
-Worker::Worker(Worker&&) noexcept = default;
-Worker& Worker::operator=(Worker&&) noexcept = default;
-Worker::~Worker() = default;
+namespace {
+// Frees a Worker's state. From one of its own SubWorkers, chip functions or
+// orchestration functions, freeing it waits for the runs in flight, the
+// calling task's too, so it would wait for itself for good: it is freed on
+// a thread of its own instead, once those runs have ended (a destructor
+// cannot refuse). As the Orchestrator does from its own host kernels.
+void Destroy(std::unique_ptr<Worker::Impl> impl) noexcept {
+    if (impl && impl->dispatcher && impl->dispatcher->CallerIsPartOf()) {
+        Worker::Impl* state = impl.get();
+        try {
+            std::thread([state] { delete state; }).detach();
+            (void)impl.release();
+            return;
+        } catch (const std::system_error&) {
+            // No thread to spare: the wait below is what it was.
+        }
+    }
+    impl.reset();
+}
+}  // namespace
+
+Worker::Worker(Worker&& other) noexcept : impl_(std::move(other.impl_)) {}
+Worker& Worker::operator=(Worker&& other) noexcept {
+    if (this != &other) {
+        Destroy(std::move(impl_));
+        impl_ = std::move(other.impl_);
+    }
+    return *this;
+}
+Worker::~Worker() { Destroy(std::move(impl_)); }
 
 void Worker::RegisterKernel(int32_t kernel_id, const std::vector<uint8_t>& program) {
     host::Dispatcher& dispatcher = *Live(impl_, "Worker::RegisterKernel").dispatcher;
@@ -260,12 +289,15 @@ RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> arg
     owned->name = program.name;
     owned->window = size_t(impl.config.max_tasks_in_flight);
     owned->outputs.assign(args.begin() + long(program.num_inputs), args.end());
-    std::shared_ptr<host::RunState> run = impl.dispatcher->Begin(std::move(owned));
+    // Held here: the orchestration function may destroy the Worker, whose
+    // state then lives until the run ends (Destroy), not past the Seal.
+    const std::shared_ptr<host::Dispatcher> dispatcher = impl.dispatcher;
+    std::shared_ptr<host::RunState> run = dispatcher->Begin(std::move(owned));
     HostGraph::Impl graph_impl{impl, *run, {}, {}, {}};
     HostGraph graph(graph_impl);
     std::optional<TaskFailureInfo> failed;
     try {
-        host::Dispatcher::Submitting submitting(*run);
+        host::Dispatcher::Submitting submitting(*dispatcher, *run);
         program.fn(graph, args);
     } catch (...) {
         // It fails the run as a failing task would (seed 003 q5). What it
@@ -279,8 +311,8 @@ RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> arg
         host::SetCause(f);
         failed = std::move(f);
     }
-    impl.dispatcher->Seal(*run, std::move(failed));
-    return RunHandle(std::make_shared<RunHandle::State>(RunHandle::State{impl.dispatcher, std::move(run)}));
+    dispatcher->Seal(*run, std::move(failed));
+    return RunHandle(std::make_shared<RunHandle::State>(RunHandle::State{dispatcher, std::move(run)}));
 }
 
 size_t Worker::device_count() const { return Live(impl_, "Worker::device_count").dispatcher->device_count(); }

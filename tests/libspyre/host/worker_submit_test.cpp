@@ -487,6 +487,75 @@ TEST_F(WorkerTest, TheReportListsEveryTask) {
     EXPECT_GE(report[1].start_ns, report[0].end_ns) << "the SubWorker started before the chip task it reads ended";
 }
 
+// A Worker destroyed by one of its own SubWorkers, chip functions or
+// orchestration functions waited for the run the caller belongs to, which
+// cannot end before the caller returns: the destruction never returned.
+// Now it returns at once, the run goes on to its end (tasks submitted
+// after the destruction included), its handle gives the outputs, and the
+// state is freed once the run has ended.
+TEST(WorkerDestroyedFromInside, BySubWorkerChipFunctionOrOrchestrationFunctionReturnsAtOnce) {
+    SPYRE_REQUIRE_FUSE();
+    Host host = Host::Open(HostOptions::EmbeddedMock(1, 3, "2G"));
+    const std::vector<int> vfs = Vfs(host);
+    ASSERT_EQ(vfs.size(), 3u);
+    const char* const where[] = {"SubWorker", "chip function", "orchestration function"};
+    for (int w_at = 0; w_at < 3; ++w_at) {
+        SCOPED_TRACE(where[w_at]);
+        DistributedConfig c;
+        c.device_ids = {vfs[size_t(w_at)]};
+        c.num_sub_workers = 1;
+        auto w = std::make_unique<Worker>(host, c);
+        std::atomic<bool> returned{false};
+        w->RegisterSubWorker("destroy", [&](std::span<const HostTensor>) {
+            w.reset();
+            returned = true;
+        });
+        w->RegisterChipFunction("destroy", [&](ChipContext&) {
+            w.reset();
+            returned = true;
+        });
+        HostProgram p{"destroys_its_worker", 1, {{{4}}}, [&](HostGraph& g, std::span<const HostTensor> a) {
+                          if (w_at == 0) g.Sub("destroy", {In(a[0])});
+                          if (w_at == 1) g.Chip("destroy", {In(a[0])});
+                          if (w_at == 2) {
+                              w.reset();
+                              returned = true;
+                          }
+                          // After the destruction: the run goes on.
+                          g.Sub("double", [](std::span<const HostTensor> t) {
+                              for (size_t i = 0; i < 4; ++i) t[1].floats()[i] = 2 * t[0].floats()[i];
+                          }, {In(a[0]), Out(a[1])});
+                      }};
+        HostTensor x = HostTensor::Full({4}, 3.f);
+        std::optional<RunHandle> h;
+        std::thread submitter([&] { h.emplace(w->Submit(p, {x})); });
+        if (!Await([&] { return returned.load(); })) {
+            std::fprintf(stderr, "the Worker's destruction from its %s never returned\n", where[w_at]);
+            std::_Exit(1);  // the destructor waits for itself: nothing else ends this test
+        }
+        submitter.join();
+        EXPECT_FALSE(w);
+        ASSERT_TRUE(h.has_value());
+        ASSERT_TRUE(Await([&] { return h->Done(); }));
+        const std::vector<HostTensor> out = h->Wait();
+        ASSERT_EQ(out.size(), 1u);
+        for (float v : out[0].floats()) EXPECT_EQ(v, 6.f);
+    }
+    // The states were freed once their runs ended: their devices open again.
+    DistributedConfig all;
+    all.device_ids = vfs;
+    std::optional<Worker> again;
+    EXPECT_TRUE(Await([&] {
+        try {
+            again.emplace(host, all);
+            return true;
+        } catch (const Error& e) {
+            if (e.kind() != ErrorKind::Busy) throw;
+            return false;
+        }
+    }));
+}
+
 // Validate names the window's field and its range.
 TEST(DistributedConfigTest, TheWindowIsChecked) {
     DistributedConfig c;
