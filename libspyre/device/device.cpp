@@ -1,14 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "spyre/device/device.hpp"
 
-#include <pthread.h>
-
 #include <atomic>
 #include <string>
 
 #include "deadline.hpp"
 #include "device/device_core.hpp"
 #include "device/device_internals.hpp"
+#include "forked.hpp"
 #include "spyre/common/log.hpp"
 #include "spyre/trace/trace.hpp"
 #include "stream/scheduler_core.hpp"
@@ -67,17 +66,7 @@ void DeviceCore::RetireStream(StreamState* state) { sched->Retire(state); }
 std::vector<std::shared_ptr<StreamState>> DeviceCore::Streams() { return sched->Streams(); }
 bool DeviceCore::OnSchedulerThread() const { return SchedulerThreadActive(); }
 
-namespace {
-std::atomic<uint64_t> g_fork_generation{0};
-// Registered when the library loads, so the check on every enqueue and wait
-// is one load (a function-local static added its guard's load to it).
-const bool g_fork_hook_registered = [] {
-    ::pthread_atfork(nullptr, nullptr, [] { g_fork_generation.fetch_add(1, std::memory_order_relaxed); });
-    return true;
-}();
-}  // namespace
-
-uint64_t DeviceCore::ForkGeneration() noexcept { return g_fork_generation.load(std::memory_order_relaxed); }
+uint64_t DeviceCore::ForkGeneration() noexcept { return detail::ForkGeneration(); }
 
 void DeviceCore::ThrowForked() const {
     throw Error(ErrorKind::InvalidArgument,

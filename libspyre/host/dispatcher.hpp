@@ -25,6 +25,7 @@
 
 #include "host_task.hpp"
 #include "dependency/job_threads.hpp"
+#include "forked.hpp"
 #include "placement.hpp"
 #include "region_tracker.hpp"
 #include "residency.hpp"
@@ -99,6 +100,13 @@ public:
     // or an orchestration function of this dispatcher, nested ones
     // included: destroying the Worker from there would wait for itself.
     bool CallerIsPartOf() const noexcept;
+    // The dispatcher's threads stay with the process that created it: in a
+    // child forked since, every call of the Worker and its RunHandles is
+    // InvalidArgument (`call` names it), and nothing waits for them.
+    void CheckSameProcess(const char* call) const {
+        made_in_.Check(call, "Worker", "create the Worker again in the child");
+    }
+    bool ForkedAway() const noexcept { return made_in_.ForkedAway(); }
 
     size_t device_count() const { return executors_.size(); }
     ChipExecutor& executor(size_t device) { return *executors_.at(device); }
@@ -172,6 +180,7 @@ private:
     size_t since_sweep_ = 0;
     std::vector<std::shared_ptr<RunState>> in_flight_;
     Graveyard finished_;  // released outside the lock: a run may end deep inside Finish
+    detail::MadeInProcess made_in_;
 };
 
 }  // namespace spyre::host

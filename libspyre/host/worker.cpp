@@ -132,7 +132,7 @@ RunHandle& RunHandle::operator=(RunHandle&& o) noexcept {
     return *this;
 }
 RunHandle::~RunHandle() {
-    if (!state_ || waited_.load()) return;
+    if (!state_ || waited_.load() || state_->dispatcher->ForkedAway()) return;  // a forked child has none of its threads
     try {
         state_->dispatcher->Wait(*state_->run);
     } catch (...) {  // the error belongs to whoever waits; a dropped handle only waits
@@ -144,6 +144,7 @@ std::vector<HostTensor> RunHandle::Wait(const ProgressCallback& progress) {
         return Error(ErrorKind::InvalidArgument, "RunHandle: empty (waited for already, moved from, or default)");
     };
     if (!state_ || waited_.load()) throw empty();
+    state_->dispatcher->CheckSameProcess("RunHandle::Wait");
     // Refused before the handle counts as waited: a task of the run
     // waiting on it gets the error, and the handle still waits later.
     state_->dispatcher->CheckNotPartOf(*state_->run);
@@ -151,15 +152,21 @@ std::vector<HostTensor> RunHandle::Wait(const ProgressCallback& progress) {
     return state_->dispatcher->Wait(*state_->run, progress);
 }
 
-bool RunHandle::Done() const { return !state_ || state_->dispatcher->Done(*state_->run); }
+bool RunHandle::Done() const {
+    if (!state_) return true;
+    state_->dispatcher->CheckSameProcess("RunHandle::Done");
+    return state_->dispatcher->Done(*state_->run);
+}
 
 bool RunHandle::WaitFor(std::chrono::nanoseconds timeout) {
     if (!state_) throw Error(ErrorKind::InvalidArgument, "RunHandle: empty (moved from, or default)");
+    state_->dispatcher->CheckSameProcess("RunHandle::WaitFor");
     return state_->dispatcher->WaitFor(*state_->run, timeout);
 }
 
 std::vector<TaskRecord> RunHandle::Report() {
     if (!state_) throw Error(ErrorKind::InvalidArgument, "RunHandle: empty (moved from, or default)");
+    state_->dispatcher->CheckSameProcess("RunHandle::Report");
     return state_->dispatcher->Report(*state_->run);
 }
 
@@ -186,7 +193,11 @@ Worker::Worker(std::vector<std::unique_ptr<ChipExecutor>> executors, Distributed
 }
 
 namespace {
-Worker::Impl& Live(const std::unique_ptr<Worker::Impl>& impl, const char* call) { return detail::LiveState(impl, call); }
+Worker::Impl& Live(const std::unique_ptr<Worker::Impl>& impl, const char* call) {
+    Worker::Impl& live = detail::LiveState(impl, call);
+    live.dispatcher->CheckSameProcess(call);
+    return live;
+}
 }  // namespace
 
 namespace {
@@ -196,6 +207,13 @@ namespace {
 // a thread of its own instead, once those runs have ended (a destructor
 // cannot refuse). As the Orchestrator does from its own host kernels.
 void Destroy(std::unique_ptr<Worker::Impl> impl) noexcept {
+    // In a child forked since the Worker was created, its threads are the
+    // parent's: freeing the state would wait for them for good. The child's
+    // copy is left as it is (its exit frees it).
+    if (impl && impl->dispatcher && impl->dispatcher->ForkedAway()) {
+        (void)impl.release();
+        return;
+    }
     if (impl && impl->dispatcher && impl->dispatcher->CallerIsPartOf()) {
         Worker::Impl* state = impl.get();
         try {

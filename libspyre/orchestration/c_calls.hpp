@@ -31,6 +31,7 @@ int32_t OnRuntime(const char* call, ::Runtime* rt, CallKind kind, Body&& body) n
                 throw;
             }
         }();
+        entered->CheckSameProcess(call);
         try {
             if constexpr (std::is_void_v<decltype(body(*entered))>) {
                 body(*entered);

@@ -44,12 +44,19 @@ RuntimeState* Registered(std::unique_ptr<RuntimeState> state) {
 
 template <typename Owner>
 RuntimeState& Live(const Owner& state) {
-    return detail::LiveState(state, "Orchestrator");
+    RuntimeState& live = detail::LiveState(state, "Orchestrator");
+    live.CheckSameProcess("Orchestrator");
+    return live;
 }
 
 }  // namespace
 
 void Orchestrator::Deleter::operator()(RuntimeState* state) const noexcept {
+    // In a child forked since it was created: the runtime's threads and the
+    // calls its handle counts are the parent's, so retiring or freeing it
+    // here would wait for threads this process does not have. The child's
+    // copy is left as it is (its exit frees it); the parent's is untouched.
+    if (state->made_in.ForkedAway()) return;
     try {
         HandleTable::Instance().Retire(state->handle, false);  // C calls on it in other threads finish first
     } catch (...) {
@@ -157,6 +164,7 @@ void Orchestrator::Scope::End(bool once_inner_end) {
     // the handle is refused, and the scope went with its runtime).
     ::Runtime* const runtime = std::exchange(runtime_, nullptr);
     const HandleTable::Call entered = HandleTable::Instance().Enter(runtime, "Orchestrator::Scope::End");
+    entered->CheckSameProcess("Orchestrator::Scope::End");
     Changing(*entered, "pto_scope_end", [&](orchestration::TaskGraph& g) {
         // Checked and ended under one lock; refuses what is not this thread's to end.
         if (const int32_t inner = g.ScopeEnd(depth_, once_inner_end); inner > 0) {

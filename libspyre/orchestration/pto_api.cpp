@@ -67,6 +67,8 @@ int32_t pto_runtime_destroy(Runtime* rt) {
     return Guard("pto_runtime_destroy", [&] {
         {
             const HandleTable::Call entered = HandleTable::Instance().Enter(rt, "pto_runtime_destroy");
+            // The parent's: its threads are not in this process to be waited for.
+            entered->CheckSameProcess("pto_runtime_destroy");
             // Its tasks are waited for, and a task waits for itself forever.
             if (spyre::orchestration::CpuWorker::RunningTaskOf() == entered->graph.get())
                 throw Error(ErrorKind::Busy, "pto_runtime_destroy called from inside a task of the same runtime: it "

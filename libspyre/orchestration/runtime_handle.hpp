@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 
+#include "forked.hpp"
 #include "orchestration/task_graph.hpp"
 #include "spyre/orchestration/orchestrator.hpp"
 
@@ -26,8 +27,16 @@ struct RuntimeState {
     std::function<void(const void* host, uint64_t device_address, uint64_t size)> copy_in;
     std::function<void(void* host, uint64_t device_address, uint64_t size)> copy_out;
     ::Runtime* handle = nullptr;  // what C code and orchestration functions hold
+    // Its worker threads stay with the process that created it: a child
+    // forked since gets InvalidArgument from every call (CheckSameProcess),
+    // and its destruction there leaves the parent's runtime alone.
+    detail::MadeInProcess made_in;
 
     ~RuntimeState();
+
+    void CheckSameProcess(const char* call) const {
+        made_in.Check(call, "orchestration runtime", "create a runtime in the child");
+    }
 
     // On `device` (runtime_device.cpp): maps its memory and takes the heap
     // from its allocator; `owned`, if set, is `device`, kept and closed last.

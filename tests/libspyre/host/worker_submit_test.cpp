@@ -556,6 +556,54 @@ TEST(WorkerDestroyedFromInside, BySubWorkerChipFunctionOrOrchestrationFunctionRe
     }));
 }
 
+// A child forked after the Worker was created has none of its threads: a
+// run there would wait for them for good. Every call of the Worker and of
+// its RunHandles is InvalidArgument in the child, naming both processes and
+// saying to create the Worker again; destroying them there returns, and the
+// parent's Worker goes on working.
+TEST_F(WorkerTest, AForkedChildCannotUseItsParentsWorker) {
+    HostTensor x = HostTensor::Full({4}, 1.f);
+    const HostProgram twice{"twice", 1, {}, [](HostGraph& g, std::span<const HostTensor> a) {
+                                g.Sub("double", [](std::span<const HostTensor> t) {
+                                    for (float& v : t[0].floats()) v *= 2;
+                                }, {InOut(a[0])});
+                            }};
+    std::optional<RunHandle> done(worker_->Submit(twice, {x}));
+    ASSERT_TRUE(Await([&] { return done->Done(); }));
+    std::optional<RunHandle> waited(worker_->Submit(twice, {x}));
+    waited->Wait();
+    const int code = test::InChild([&] {
+        ::alarm(20);  // a hang ends the child, and the test sees it
+        const auto refused = [](const std::function<void()>& call) {
+            try {
+                call();
+            } catch (const Error& e) {
+                const std::string why = e.message();
+                return e.kind() == ErrorKind::InvalidArgument && why.find("before it forked") != std::string::npos &&
+                       why.find("create the Worker again in the child") != std::string::npos;
+            }
+            return false;
+        };
+        if (!refused([&] { worker_->Run(twice, {x}); })) return 10;
+        if (!refused([&] { worker_->Submit(twice, {x}); })) return 11;
+        if (!refused([&] { worker_->RegisterSubWorker("more", [](std::span<const HostTensor>) {}); })) return 12;
+        if (!refused([&] { worker_->Stats(0); })) return 13;
+        if (!refused([&] { done->Done(); })) return 20;
+        if (!refused([&] { done->Report(); })) return 21;
+        if (!refused([&] { done->WaitFor(std::chrono::seconds(1)); })) return 22;
+        if (!refused([&] { done->Wait(); })) return 23;
+        done.reset();
+        waited.reset();
+        worker_.reset();  // returns: nothing of the parent's is waited for
+        return 0;
+    });
+    EXPECT_EQ(code, 0) << "255: the child hung or crashed; 1x: a Worker call was not refused as forked; 2x: a "
+                          "RunHandle call";
+    done->Wait();
+    worker_->Run(twice, {x});
+    for (float v : x.floats()) EXPECT_EQ(v, 8.f);
+}
+
 // Validate names the window's field and its range.
 TEST(DistributedConfigTest, TheWindowIsChecked) {
     DistributedConfig c;

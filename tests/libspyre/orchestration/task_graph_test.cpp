@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <stdexcept>
@@ -1381,6 +1382,66 @@ TEST(OrchestrationHandles, AGoneRuntimesHandleIsRefusedAndCallsInFlightFinishFir
         EXPECT_EQ(pto_scope_end(handle), 0);
     }
     EXPECT_EQ(pto_scope_begin(handle), -EINVAL);
+}
+
+// A child forked after a runtime was created has none of its worker
+// threads: its submits were accepted and pto_wait_all never returned. Every
+// call on such a runtime (C or C++) is InvalidArgument in the child, naming
+// both processes and saying to create a runtime there; destroying it there
+// returns without touching the parent's, a runtime created in the child
+// works, and the parent's goes on working.
+TEST(OrchestrationHandles, AForkedChildCannotUseItsParentsRuntime) {
+    ::Runtime* rt = HostRuntimeWithAnEmptyKernel1();
+    ASSERT_NE(rt, nullptr) << pto_last_error();
+    std::optional<Orchestrator> orch(Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 16, .heap_size = 4096}));
+    orch->RegisterHostKernel(1, [](std::span<void* const>, std::span<const uint64_t>) { return 0u; });
+    auto* x = static_cast<uint32_t*>(pto_host_address(rt, 0, 64));
+    ASSERT_NE(x, nullptr);
+    const int code = test::InChild([&] {
+        ::alarm(20);  // a hang ends the child, and the test sees it
+        const auto forked = [](const std::string& why) {
+            return why.find("before it forked") != std::string::npos &&
+                   why.find("create a runtime in the child") != std::string::npos;
+        };
+        TaskParam p[] = {{PARAM_INOUT, x, 64, {}}};
+        if (pto_submit_task(rt, 1, WORKER_HOST, p, 1) != -EINVAL || !forked(pto_last_error())) return 10;
+        if (std::string(pto_last_error()).find("pto_submit_task") == std::string::npos) return 11;
+        if (pto_wait_all(rt) != -EINVAL || !forked(pto_last_error())) return 12;
+        if (pto_alloc(rt, 64) != nullptr || !forked(pto_last_error())) return 13;
+        if (pto_scope_begin(rt) != -EINVAL || !forked(pto_last_error())) return 14;
+        if (pto_runtime_destroy(rt) != -EINVAL || !forked(pto_last_error())) return 15;
+        // The Orchestrator's calls, its C handle, its destruction.
+        const auto refused = [&](const std::function<void()>& call) {
+            try {
+                call();
+            } catch (const Error& e) {
+                return e.kind() == ErrorKind::InvalidArgument && forked(e.message());
+            }
+            return false;
+        };
+        if (!refused([&] { orch->Alloc(64); })) return 20;
+        if (!refused([&] { orch->WaitAll(); })) return 21;
+        if (!refused([&] { orch->Submit(1, WORKER_HOST, {}); })) return 22;
+        if (!refused([&] { orch->BeginScope(); })) return 23;
+        if (pto_wait_all(orch->handle()) != -EINVAL || !forked(pto_last_error())) return 24;
+        orch.reset();  // returns: nothing of the parent's is waited for
+        // A runtime of the child's own works.
+        ::Runtime* mine = HostRuntimeWithAnEmptyKernel1();
+        if (!mine) return 30;
+        auto* y = static_cast<uint32_t*>(pto_host_address(mine, 0, 64));
+        TaskParam q[] = {{PARAM_INOUT, y, 64, {}}};
+        if (pto_submit_task(mine, 1, WORKER_HOST, q, 1) < 0 || pto_wait_all(mine) != 0) return 31;
+        if (pto_runtime_destroy(mine) != 0) return 32;
+        return 0;
+    });
+    EXPECT_EQ(code, 0) << "255: the child hung or crashed; 1x: a C call was not refused as forked; 2x: an "
+                          "Orchestrator call; 3x: the child's own runtime failed";
+    TaskParam p[] = {{PARAM_INOUT, x, 64, {}}};
+    EXPECT_GE(pto_submit_task(rt, 1, WORKER_HOST, p, 1), 0) << pto_last_error();
+    EXPECT_EQ(pto_wait_all(rt), 0) << pto_last_error();
+    EXPECT_EQ(pto_runtime_destroy(rt), 0) << pto_last_error();
+    orch->Submit(1, WORKER_HOST, {});
+    orch->WaitAll();
 }
 
 // An orchestration function whose runtime another thread destroys under
