@@ -18,6 +18,7 @@
 #include "spyre/compiler/kernel_builder.hpp"
 #include "spyre/host.hpp"
 #include "spyre/orchestration.hpp"
+#include "refused_program.hpp"
 
 namespace spyre::l3 {
 
@@ -87,7 +88,7 @@ inline void RegisterChipFunctions(Worker& w, int64_t task_rows = 64, int64_t k =
     w.RegisterKernel(KERNEL_ADD, kb.Elementwise(ElementwiseOp::Add, tile, tile, DType::FP32).program);
     w.RegisterKernel(KERNEL_SUB, kb.Elementwise(ElementwiseOp::Sub, tile, tile, DType::FP32).program);
     w.RegisterKernel(KERNEL_MATMUL, kb.Matmul(task_rows, k, n, DType::FP32).program);
-    w.RegisterKernel(KERNEL_JUNK, std::vector<uint8_t>(64, 0));  // no program: the device refuses it
+    w.RegisterKernel(KERNEL_JUNK, RefusedProgram(1));  // ChipFault's: the device refuses it
     w.RegisterChipFunction("chip_add", ChipFunction(&ChipAdd));
     w.RegisterChipFunction("chip_sub", ChipFunction(&ChipSub));
     w.RegisterChipFunction("chip_matmul", ChipMatmul(task_rows, k, n));

@@ -10,6 +10,7 @@
 #include "launch/operation_access.hpp"
 #include "launch/same_device.hpp"
 #include "spyre/error.hpp"
+#include "spyre/plan/program_image.hpp"
 #include "spyre/trace/trace.hpp"
 
 namespace spyre {
@@ -46,6 +47,15 @@ void Program::AddInstruction(Instruction instruction) {
     if (compute && !compute->device_handle()) {
         if (compute->binary.empty())
             throw Error(ErrorKind::InvalidArgument, "AddInstruction: the compute has neither a device handle nor a binary");
+        // Decoded first, as LoadExecutionPlan does: a binary that is no
+        // program is refused here, not by the device at the next Launch
+        // (whose failure the stream then keeps until Reset).
+        try {
+            (void)ProgramImage::Decode(compute->binary);
+        } catch (const Error& e) {
+            throw Error(ErrorKind::InvalidArgument, "Program::AddInstruction: compute '" + compute->name +
+                                                        "': its binary is not a program image: " + e.message());
+        }
         // Fill in the handle on our own copy of the instruction (a by-value
         // parameter, so not a const object), keeping its id: the caller's
         // Instruction must still name it for RemoveInstruction.

@@ -42,16 +42,28 @@ ProgramSlots SlotsOf(const ProgramImage& image) {
     return slots;
 }
 
-ProgramSlots SlotsAt(std::span<const uint8_t> memory) {
-    spyre_program_header h;
-    if (memory.size() < sizeof h) return {};
-    std::memcpy(&h, memory.data(), sizeof h);
-    if (h.total_size < sizeof h || h.total_size > memory.size()) return {};
+ProgramSlots CheckedSlots(std::span<const uint8_t> image, const std::string& what) {
+    ProgramSlots slots;
     try {
-        return SlotsOf(ProgramImage::Decode(memory.first(h.total_size)));
-    } catch (const Error&) {
-        return {};  // not a program (yet): the device reports it when a task runs it
+        slots = SlotsOf(ProgramImage::Decode(image));
+    } catch (const Error& e) {
+        throw Error(ErrorKind::InvalidArgument, what + " is not a program image: " + e.message());
     }
+    for (const SlotUse& u : slots.uses)
+        if (u.bytes == 0) throw Error(ErrorKind::InvalidArgument, what + ": " + NoExtent(u));
+    return slots;
+}
+
+ProgramSlots SlotsAt(std::span<const uint8_t> memory, const std::string& what) {
+    spyre_program_header h;
+    if (memory.size() < sizeof h)
+        throw Error(ErrorKind::InvalidArgument, what + " is not a program image: the function's memory ends " +
+                                                    std::to_string(memory.size()) +
+                                                    " bytes after it, short of a program header");
+    std::memcpy(&h, memory.data(), sizeof h);
+    // A size past the memory is decoded as the bytes there are (and refused).
+    const size_t size = std::max<size_t>(sizeof h, std::min<uint64_t>(h.total_size, memory.size()));
+    return CheckedSlots(memory.first(size), what);
 }
 
 std::string NoExtent(const SlotUse& u) {

@@ -40,11 +40,18 @@ struct ProgramSlots {
 
 ProgramSlots SlotsOf(const ProgramImage& image);
 
-// The slots of the program image at the start of `memory` (bytes of the
-// function's memory from the program's address on); unknown (count -1, no
-// uses) when no valid image is there (the device then reports it when a
-// task runs it).
-ProgramSlots SlotsAt(std::span<const uint8_t> memory);
+// `image` decoded (ProgramImage::Decode, as pto_register_program and
+// LoadExecutionPlan do) and checked as the device would check it when a
+// task runs it (every operand a slot becomes spans bytes): its slots.
+// InvalidArgument "<what> is not a program image: ..." or "<what>:
+// operand ..." otherwise, so a bad program is refused when it is
+// registered, not by every task of it.
+ProgramSlots CheckedSlots(std::span<const uint8_t> image, const std::string& what);
+
+// The same for the program image at the start of `memory` (bytes of the
+// function's memory from the program's address on): its header's size
+// must fit in `memory`.
+ProgramSlots SlotsAt(std::span<const uint8_t> memory, const std::string& what);
 
 // "operand 2 (fp32 [4, 8]) spans no bytes the device can address: ...":
 // why a use with no extent (bytes 0) can never run.

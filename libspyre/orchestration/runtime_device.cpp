@@ -95,15 +95,9 @@ void RegisterProgram(RuntimeState& state, int32_t kernel_id, std::span<const uin
                                                 ": register a host kernel instead");
     if (image.empty()) throw Error(ErrorKind::InvalidArgument, what + " is empty");
     KernelEntry k;
-    try {
-        k.slots = SlotsOf(ProgramImage::Decode(image));
-    } catch (const Error& e) {
-        throw Error(ErrorKind::InvalidArgument, what + " is not a program image: " + e.message());
-    }
     // Checked here as the device would at run time: a task's parameters
     // are held against each operand's extent when it is submitted.
-    for (const SlotUse& u : k.slots.uses)
-        if (u.bytes == 0) throw Error(ErrorKind::InvalidArgument, what + ": " + NoExtent(u));
+    k.slots = CheckedSlots(image, what);
     Device& dev = *state.device;
     DeviceBuffer buffer = dev.AllocateBuffer(image.size());
     dev.dma().Wait(dev.dma().CopyToDevice(image.data(), buffer.handle(), image.size()));

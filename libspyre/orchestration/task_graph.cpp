@@ -156,7 +156,10 @@ void TaskGraph::RegisterDeviceKernel(int32_t kernel_id, uint64_t program_address
     k.program_address = program_address;
     k.has_program = true;
     const uint8_t* at = HostAddress(program_address, 0);  // InvalidArgument outside the function's memory
-    k.slots = SlotsAt({at, size_t(memory_size() - program_address)});
+    // Decoded now, as pto_register_program does: a bad program is refused
+    // here, not by the device for every task of it.
+    k.slots = SlotsAt({at, size_t(memory_size() - program_address)},
+                      "kernel " + std::to_string(kernel_id) + "'s device program at device address " + Hex(program_address));
     RegisterKernel(std::move(k));
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "execution/program_decoder.hpp"
+#include "spyre/error.hpp"
 #include "orchestration/program_slots.hpp"
 
 using namespace spyre::mockdev;
@@ -27,8 +28,14 @@ void CheckPromises(const DecodedProgram& p, std::span<const uint8_t> bytes) {
     for (const spyre_program_reloc& r : p.relocs)
         if (r.operand >= p.operands.size() || r.slot >= p.header.slot_count) __builtin_trap();
     // The host checks a task's regions against the same extents, one per
-    // relocation in the image's order (orchestration/program_slots).
-    const spyre::orchestration::ProgramSlots slots = spyre::orchestration::SlotsAt(bytes);
+    // relocation in the image's order (orchestration/program_slots), and
+    // registers what the device accepts: refusing it breaks the promise.
+    spyre::orchestration::ProgramSlots slots;
+    try {
+        slots = spyre::orchestration::SlotsAt(bytes, "the program");
+    } catch (const spyre::Error&) {
+        __builtin_trap();
+    }
     const std::vector<spyre::orchestration::SlotUse>& uses = slots.uses;
     if (slots.count != int32_t(p.header.slot_count) || uses.size() != p.relocs.size()) __builtin_trap();
     for (size_t i = 0; i < uses.size(); ++i)

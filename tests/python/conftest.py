@@ -2,9 +2,11 @@
 """Fixtures of the Python suites: one embedded spyre-mockdev per test file
 (2 cards, no VFs), its two PFs as `dev` and `dev2`."""
 import signal
+import struct
 import sys
 import threading
 import time
+import zlib
 
 import numpy as np
 import pytest
@@ -31,6 +33,24 @@ def dev2(host):
     d = host.open("1")
     yield d
     d.close()
+
+
+def _refused_program(slots):
+    """A well-formed device program of `slots` argument slots whose one op
+    the device does not know (examples/support/refused_program.hpp):
+    registration takes it (it decodes), and the device fails every task of
+    it with SPYRE_ERR_UNKNOWN_OP."""
+    op = struct.pack("<HHI4H48x", 0x77, 0, 0, 0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF)
+    header = struct.pack("<IHHIIIHHHHIII24x", 0x47525053, 1, 64, 64 + len(op), 0, 0, 1, 0, 0, slots, 64, 0, 0)
+    image = bytearray(header + op)
+    struct.pack_into("<I", image, 12, zlib.crc32(image) & 0xFFFFFFFF)  # the checksum, read as 0 while computed
+    return bytes(image)
+
+
+@pytest.fixture(scope="session")
+def refused_program():
+    """A program the device refuses when a task runs it: refused_program(slots)."""
+    return _refused_program
 
 
 @pytest.fixture

@@ -18,12 +18,12 @@ ADD, SUB, JUNK, PYK = 301, 302, 304, 306
 
 
 @pytest.fixture(scope="module")
-def worker(host):
+def worker(host, refused_program):
     w = spyre.Worker(host, spyre.DistributedConfig(device_ids=[0, 1], num_sub_workers=2))
     kb = spyre.KernelBuilder()
     w.register_kernel(ADD, kb.add(S))
     w.register_kernel(SUB, kb.sub(S))
-    w.register_kernel(JUNK, bytes(64))  # no program: the device refuses it
+    w.register_kernel(JUNK, refused_program(3))  # the device refuses it (chip_fault's three arguments)
     w.register_chip_function("chip_add", spyre.ChipFunction.elementwise(ADD))
     w.register_chip_function("chip_sub", spyre.ChipFunction.elementwise(SUB))
     w.register_chip_function("chip_fault", spyre.ChipFunction.elementwise(JUNK))

@@ -161,8 +161,8 @@ def test_python_host_kernel_that_raises_fails_its_task_and_skips_dependents(orch
     np.testing.assert_allclose(E, 2.0)
 
 
-def test_device_fault_carries_task_kernel_and_device_code(orch):
-    orch.register_device_kernel(JUNK, bytes(64))  # no program: the device refuses it
+def test_device_fault_carries_task_kernel_and_device_code(orch, refused_program):
+    orch.register_device_kernel(JUNK, refused_program(2))  # the device refuses it
     A, E = orch.alloc(NB), orch.alloc(NB)
     with orch.scope():
         t0 = orch.submit(JUNK, spyre.WORKER_CUBE, [("in", A), ("out", None, NB)])

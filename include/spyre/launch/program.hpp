@@ -44,7 +44,8 @@ public:
     Program& operator=(const Program&) = delete;
 
     // Appends; an Instruction whose compute binary is not on the device yet
-    // (device_handle empty, binary present) is copied there first.
+    // (device_handle empty, binary present) is decoded (InvalidArgument
+    // when it is no program image) and copied there first.
     void AddInstruction(Instruction instruction);
     // Removes the instruction with the same id; NotFound if absent.
     void RemoveInstruction(const Instruction& instruction);
@@ -56,6 +57,11 @@ public:
     void Launch(std::span<const SpyreTensor> tensors);
     // Tiled: loops over tensors larger than the compiled tiles; waits.
     void LaunchTiled(std::span<const SpyreTensor> tensors);
+    // The program's stream follows the stream contract (docs/streams.md,
+    // "Sticky errors"): a Launch the device fails leaves that error on the
+    // stream, and every later Launch, LaunchTiled and AddInstruction that
+    // copies a binary throws it again, whatever instructions were removed
+    // since, until stream().flex_stream().Reset().
 
     SpyreStream& stream() noexcept { return stream_; }
 

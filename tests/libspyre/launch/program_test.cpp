@@ -4,6 +4,7 @@
 #include "spyre/plan/execution_plan.hpp"
 #include "spyre/launch/program.hpp"
 #include "spyre/compiler/plan_writer.hpp"
+#include "refused_program.hpp"
 #include "stream_fixture.hpp"
 #include "upper_layer_util.hpp"
 
@@ -193,6 +194,53 @@ TEST_F(StreamTest, ProgramAddAndRemoveInstructions) {
         }
     }
     EXPECT_EQ(Memory(dev), baseline);  // the program freed the binaries it copied
+}
+
+// A binary that is no program image was taken by AddInstruction, and the
+// next Launch failed with the device's PROGRAM_FORMAT: it is refused up
+// front, as LoadExecutionPlan refuses one. A binary that decodes but that
+// the device refuses (an op it does not know) still fails at Launch, and
+// the program's stream keeps that error as the stream contract says
+// (docs/streams.md, "Sticky errors"): every later Launch throws it, the
+// instruction removed or not, until the stream is Reset; then it runs.
+TEST_F(StreamTest, ProgramRefusesABinaryThatIsNoProgramAndKeepsALaunchFailureUntilReset) {
+    Device dev = OpenDevice();
+    const int64_t n = 64;
+    FlexStream f = dev.CreateStream();
+    const std::vector<float> x = RandomFloats(n, 83), y = RandomFloats(n, 84);
+    SpyreTensor tx = SpyreTensor::FromHost(dev, f, x.data(), {n}, DType::FP32);
+    SpyreTensor ty = SpyreTensor::FromHost(dev, f, y.data(), {n}, DType::FP32);
+    SpyreTensor tz = SpyreTensor::Empty(dev, {n}, DType::FP32);
+    f.Synchronize();
+    Program program(dev);
+    SpyreCompute junk;
+    junk.name = "junk";
+    junk.binary = {0xde, 0xad};
+    EXPECT_SPYRE_ERROR(program.AddInstruction(Instruction(junk)), InvalidArgument,
+                       "Program::AddInstruction: compute 'junk': its binary is not a program image: program of 2 bytes "
+                       "is shorter than its header");
+    EXPECT_TRUE(program.instructions().empty());
+
+    SpyreCompute refused;
+    refused.name = "refused";
+    refused.binary = RefusedProgram(0);
+    const Instruction bad(refused);
+    program.AddInstruction(bad);
+    EXPECT_SPYRE_ERROR(program.Launch(std::vector<SpyreTensor>{}), DeviceError, "");
+    program.RemoveInstruction(bad);
+    EXPECT_SPYRE_ERROR(program.Launch(std::vector<SpyreTensor>{}), DeviceError, "");  // the stream's, kept
+    program.stream().flex_stream().Reset();
+    program.Launch(std::vector<SpyreTensor>{});
+
+    auto addr = [&](const SpyreTensor& t) { return dev.allocator().DeviceAddress(t.device_handle(), t.size_bytes()); };
+    const std::vector<uint64_t> add_addrs = {addr(tx), addr(ty), addr(tz)};
+    program.AddInstruction(Instruction(BoundCompute(KernelBuilder().Elementwise(ElementwiseOp::Add, {n}, {n}, DType::FP32),
+                                                    add_addrs)));
+    program.Launch(std::vector<SpyreTensor>{tx, ty, tz});
+    std::vector<float> z(n);
+    tz.CopyToHost(f, z.data());
+    f.Synchronize();
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(z[size_t(i)], x[size_t(i)] + y[size_t(i)]) << i;
 }
 
 // Instructions taken from a loaded plan can be removed and re-added.

@@ -31,6 +31,7 @@
 #include "spyre/plan/program_image.hpp"
 #include "spyre/uapi/spyre_regs.h"
 #include "device_programs.hpp"
+#include "refused_program.hpp"
 #include "example1_check.hpp"
 #include "stream_fixture.hpp"
 
@@ -141,12 +142,10 @@ TEST_F(StreamTest, OrchestrationDeviceKernelsRunOnTheCardsCores) {
     // Counted by the device: every task ran on a core, none as a host callback.
     EXPECT_GE(DeviceInternals::Function(dev).Read64(SPYRE_REG_CNT_TASKS_DONE), uint64_t(kTasks));
 
-    // 64 zero bytes are no program: the device refuses it with its code.
-    DeviceBuffer junk = dev.AllocateBuffer(64);
-    const std::vector<uint8_t> zeros(64, 0);
-    dev.default_stream().CopyToDevice(zeros.data(), junk.handle(), zeros.size());
-    dev.default_stream().Synchronize();
-    orch.RegisterDeviceKernel(KERNEL_MUL, dev.allocator().DeviceAddress(junk.handle(), 64));
+    // A program of an op the device does not know: it refuses it with its code.
+    const std::vector<uint8_t> unknown_op = RefusedProgram(1);
+    DeviceBuffer junk = test::UploadProgram(dev, unknown_op);
+    orch.RegisterDeviceKernel(KERNEL_MUL, dev.allocator().DeviceAddress(junk.handle(), unknown_op.size()));
     int32_t bad = -1;
     {
         auto scope = orch.BeginScope();
@@ -429,11 +428,9 @@ TEST(OrchestrationQueues, ALinkTheDeviceRefusesStopsTheRestOfTheChainOnTheCard) 
     OneCardRuntime rt(256);
     Device& dev = rt.dev;
     Orchestrator& orch = rt.orch;
-    DeviceBuffer junk = dev.AllocateBuffer(64);
-    const std::vector<uint8_t> zeros(64, 0);
-    dev.default_stream().CopyToDevice(zeros.data(), junk.handle(), zeros.size());
-    dev.default_stream().Synchronize();
-    orch.RegisterDeviceKernel(KERNEL_MUL, dev.allocator().DeviceAddress(junk.handle(), 64));
+    const std::vector<uint8_t> unknown_op = RefusedProgram(1);  // the device refuses it
+    DeviceBuffer junk = test::UploadProgram(dev, unknown_op);
+    orch.RegisterDeviceKernel(KERNEL_MUL, dev.allocator().DeviceAddress(junk.handle(), unknown_op.size()));
     auto* x = static_cast<float*>(orch.Alloc(1024));
     for (int i = 0; i < 256; ++i) x[i] = float(i % 5);
     TaskParam doubling[] = {{PARAM_INPUT, x, 1024, {}}, {PARAM_INPUT, x, 1024, {}}, {PARAM_OUTPUT, x, 1024, {}}};
@@ -751,6 +748,22 @@ TEST(OrchestrationQueues, ATasksParametersAreCheckedAgainstItsDeviceProgram) {
     ASSERT_EQ(pto_register_device_kernel(orch.handle(), kCApiAdd, program_address), 0) << pto_last_error();
     EXPECT_EQ(pto_register_device_kernel(orch.handle(), kCApiAdd + 1, 1ull << 50), -EINVAL);
     EXPECT_NE(std::string(pto_last_error()).find("outside"), std::string::npos) << pto_last_error();
+    // Memory that holds no program is refused when it is registered, as
+    // pto_register_program refuses such an image (it was taken, and every
+    // task of it failed on the card with PROGRAM_FORMAT); nothing is left
+    // registered, so the id takes a program afterwards.
+    const std::vector<uint8_t> zeros(256, 0);
+    DeviceBuffer blank = test::UploadProgram(rt.dev, zeros);
+    const uint64_t blank_address = rt.dev.allocator().DeviceAddress(blank.handle(), zeros.size());
+    EXPECT_EQ(pto_register_device_kernel(orch.handle(), kCApiAdd + 2, blank_address), -EINVAL);
+    EXPECT_NE(std::string(pto_last_error()).find("kernel " + std::to_string(kCApiAdd + 2) +
+                                                 "'s device program at device address"),
+              std::string::npos) << pto_last_error();
+    EXPECT_NE(std::string(pto_last_error()).find("is not a program image: not a program: bad magic"), std::string::npos)
+        << pto_last_error();
+    EXPECT_SPYRE_ERROR(orch.RegisterDeviceKernel(kCApiAdd + 2, blank_address), InvalidArgument,
+                       "is not a program image");
+    EXPECT_EQ(pto_register_device_kernel(orch.handle(), kCApiAdd + 2, program_address), 0) << pto_last_error();
     auto* a = static_cast<float*>(orch.Alloc(4096));
     auto* next = static_cast<float*>(orch.Alloc(1024));  // the buffer a stray write would hit
     for (int i = 0; i < 1024; ++i) a[i] = 1.0f;
