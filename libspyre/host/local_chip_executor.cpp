@@ -80,6 +80,13 @@ LocalChipExecutor::~LocalChipExecutor() {
 std::string LocalChipExecutor::Describe() const { return device_.pci_address(); }
 
 void LocalChipExecutor::LoadKernel(int32_t kernel_id, const std::vector<uint8_t>& program) {
+    {
+        // Loaded here by a registration another device then failed: the
+        // same program again is done, another is refused as before.
+        std::lock_guard lock(mu_);
+        auto it = programs_.find(kernel_id);
+        if (it != programs_.end() && it->second == program) return;
+    }
     DeviceBuffer buffer = device_.AllocateBuffer(program.size());
     device_.default_stream().CopyToDevice(program.data(), buffer.handle(), program.size());
     device_.default_stream().Synchronize();
@@ -87,13 +94,20 @@ void LocalChipExecutor::LoadKernel(int32_t kernel_id, const std::vector<uint8_t>
     for (auto& slot : slots_) slot->orch->RegisterDeviceKernel(kernel_id, address);
     std::lock_guard lock(mu_);
     kernels_.push_back(std::move(buffer));
+    programs_.emplace(kernel_id, program);
 }
 
 void LocalChipExecutor::LoadPlan(const std::string& name, const CompilerOutput& plan) {
+    std::vector<std::shared_ptr<const ExecutionPlan>> loaded;
     for (auto& slot : slots_) {
         if (!slot->plan_stream) slot->plan_stream.emplace(device_);
-        slot->plans[name] = LoadExecutionPlan(*slot->plan_stream, plan);
+        loaded.push_back(LoadExecutionPlan(*slot->plan_stream, plan));
     }
+    for (size_t i = 0; i < slots_.size(); ++i) slots_[i]->plans[name] = std::move(loaded[i]);
+}
+
+void LocalChipExecutor::UnloadPlan(const std::string& name) {
+    for (auto& slot : slots_) slot->plans.erase(name);
 }
 
 // The plan's tensors are the call's arguments, dense row-major in their device copies.

@@ -35,7 +35,12 @@ public:
 
     std::string Describe() const override;
     void LoadKernel(int32_t kernel_id, const std::vector<uint8_t>& program) override;
+    // On every slot or none: a slot that cannot load it leaves the others
+    // as they were.
     void LoadPlan(const std::string& name, const CompilerOutput& plan) override;
+    // Takes back what LoadPlan loaded under `name` (a registration that
+    // another device refused).
+    void UnloadPlan(const std::string& name);
     unsigned Concurrency() const override { return unsigned(slots_.size()); }
     ChipCallStats Run(const ChipCall& call) override;
     // The same, called at `called_ns` on the device clock (the caller's
@@ -105,6 +110,7 @@ private:
     std::shared_ptr<const ChipRegistry> registry_;
     std::vector<std::unique_ptr<Slot>> slots_;
     std::vector<DeviceBuffer> kernels_;
+    std::map<int32_t, std::vector<uint8_t>> programs_;  // under mu_: what LoadKernel loaded, by kernel id
 
     std::mutex mu_;  // the copies and the free slots; never held while bytes move
     // Waiters look at the state under mu_ after arming, so producers may

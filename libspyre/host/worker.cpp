@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <map>
+#include <set>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -13,6 +14,7 @@
 #include "host_task.hpp"
 #include "local_chip_executor.hpp"
 #include "dispatcher.hpp"
+#include "orchestration/program_slots.hpp"
 #include "spyre/device/host.hpp"
 #include "spyre/trace/trace.hpp"
 #include "spyre/uapi/spyre_regs.h"
@@ -29,6 +31,10 @@ constexpr size_t kMaxProgramTensors = size_t(1) << 20;
 struct Worker::Impl {
     DistributedConfig config;
     std::shared_ptr<ChipRegistry> registry;
+    // One registration of a kernel or plan at a time: each checks, loads on
+    // every device, and only then records the id or adds the name.
+    std::mutex register_mu;
+    std::set<int32_t> kernels;  // RegisterKernel's ids that every device loaded
     std::mutex sub_mu;
     std::map<std::string, SubWorkerFn> sub_workers;
     std::shared_ptr<host::Dispatcher> dispatcher;
@@ -239,11 +245,21 @@ Worker& Worker::operator=(Worker&& other) noexcept {
 Worker::~Worker() { Destroy(std::move(impl_)); }
 
 void Worker::RegisterKernel(int32_t kernel_id, const std::vector<uint8_t>& program) {
-    host::Dispatcher& dispatcher = *Live(impl_, "Worker::RegisterKernel").dispatcher;
-    if (program.empty())
-        throw Error(ErrorKind::InvalidArgument, "Worker::RegisterKernel: kernel " + std::to_string(kernel_id) +
-                                                    ": the program is empty");
+    Impl& impl = Live(impl_, "Worker::RegisterKernel");
+    host::Dispatcher& dispatcher = *impl.dispatcher;
+    const std::string what = "Worker::RegisterKernel: kernel " + std::to_string(kernel_id);
+    if (program.empty()) throw Error(ErrorKind::InvalidArgument, what + ": the program is empty");
+    if (kernel_id < 0) throw Error(ErrorKind::InvalidArgument, what + ": a kernel id must be >= 0");
+    // Decoded and checked first, as pto_register_program does: a bad
+    // program is refused here, not by the device for every chip task of it,
+    // and what is left to fail on a device is the device itself.
+    orchestration::CheckedSlots(program, what + "'s program");
+    std::lock_guard lock(impl.register_mu);
+    if (impl.kernels.count(kernel_id)) throw Error(ErrorKind::InvalidArgument, what + " is already registered");
+    // A device that fails (out of memory, lost) leaves the id unrecorded;
+    // the devices that loaded it take the same program again as done.
     for (size_t d = 0; d < dispatcher.device_count(); ++d) dispatcher.executor(d).LoadKernel(kernel_id, program);
+    impl.kernels.insert(kernel_id);
 }
 
 void Worker::RegisterChipFunction(const std::string& name, ChipFunction fn) {
@@ -258,8 +274,24 @@ void Worker::RegisterChipFunction(const std::string& name, pto_orchestration_fn 
 
 void Worker::RegisterChipPlan(const std::string& name, const CompilerOutput& plan) {
     Impl& impl = Live(impl_, "Worker::RegisterChipPlan");
-    impl.registry->Add(name, {{}, nullptr, true});
-    for (size_t d = 0; d < impl.dispatcher->device_count(); ++d) impl.dispatcher->executor(d).LoadPlan(name, plan);
+    // All or nothing: the name is added once every device has loaded the
+    // plan, so a plan a device refuses leaves neither the name nor a loaded
+    // plan behind (a later registration of the name works), and no chip
+    // task finds the name before the plan is there.
+    if (name.empty()) throw Error(ErrorKind::InvalidArgument, "chip function: empty name");
+    std::lock_guard lock(impl.register_mu);
+    if (impl.registry->Find(name))
+        throw Error(ErrorKind::InvalidArgument, "chip function '" + name + "' is already registered");
+    host::Dispatcher& dispatcher = *impl.dispatcher;
+    size_t loaded = 0;
+    try {
+        for (; loaded < dispatcher.device_count(); ++loaded) dispatcher.executor(loaded).LoadPlan(name, plan);
+        impl.registry->Add(name, {{}, nullptr, true});
+    } catch (...) {
+        for (size_t d = 0; d < loaded; ++d)
+            if (auto* local = dynamic_cast<host::LocalChipExecutor*>(&dispatcher.executor(d))) local->UnloadPlan(name);
+        throw;
+    }
 }
 
 void Worker::RegisterSubWorker(const std::string& name, SubWorkerFn fn) {

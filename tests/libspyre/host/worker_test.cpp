@@ -236,6 +236,48 @@ TEST_F(WorkerTest, AnExecutionPlanAsAChipFunction) {
                        "chip plan 'plan_add' takes 3 tensors, the task 'two args' passes 2");
 }
 
+// A registration that fails leaves nothing behind. RegisterChipPlan added
+// the name before loading the plan: a refused plan left it registered (a
+// valid plan under it then said "already registered", and a chip task "not
+// loaded"). RegisterKernel took any bytes, and the device refused every
+// chip task of them (code 19); it now decodes the program first, as
+// pto_register_program does, and a refused one leaves the id free.
+TEST_F(WorkerTest, AFailedRegistrationLeavesNothingRegistered) {
+    EXPECT_SPYRE_ERROR(worker_->RegisterChipPlan("plan_p", CompilerOutput{}), InvalidArgument, "plan.json");
+    const KernelBuilder kb;
+    const BuiltKernel add = kb.Elementwise(ElementwiseOp::Add, {kTile, kTile}, {kTile, kTile}, DType::FP32);
+    worker_->RegisterChipPlan("plan_p", CompilerOutputFromKernel("add", add));
+    EXPECT_SPYRE_ERROR(worker_->RegisterChipPlan("plan_p", CompilerOutputFromKernel("add", add)), InvalidArgument,
+                       "chip function 'plan_p' is already registered");
+    EXPECT_SPYRE_ERROR(worker_->RegisterChipPlan("", CompilerOutputFromKernel("add", add)), InvalidArgument, "empty name");
+    HostTensor a = Iota(1.0f, 3.0f), b = Iota(0.0f, 2.0f);
+    HostProgram through_plan{"through_plan", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                                 g.Chip("plan_p", {In(x[0]), In(x[1]), Out(x[2])});
+                             }};
+    auto outs = worker_->Run(through_plan, {a, b});
+    ExpectFloats(outs[0], [&](size_t i) { return a.floats()[i] + b.floats()[i]; }, "a + b through the plan");
+
+    constexpr int32_t kKernel = 320;
+    EXPECT_SPYRE_ERROR(worker_->RegisterKernel(kKernel, {1, 2, 3}), InvalidArgument,
+                       "kernel 320's program is not a program image: program of 3 bytes is shorter than its header");
+    EXPECT_SPYRE_ERROR(worker_->RegisterKernel(kKernel, std::vector<uint8_t>(64, 0)), InvalidArgument,
+                       "kernel 320's program is not a program image: not a program: bad magic");
+    EXPECT_SPYRE_ERROR(worker_->RegisterKernel(-1, add.program), InvalidArgument, "kernel -1: a kernel id must be >= 0");
+    worker_->RegisterKernel(kKernel, add.program);  // the refusals left the id free
+    EXPECT_SPYRE_ERROR(worker_->RegisterKernel(kKernel, add.program), InvalidArgument, "kernel 320 is already registered");
+    worker_->RegisterChipFunction("chip_add_320", [](ChipContext& ctx) {
+        TaskParam p[] = {{PARAM_INPUT, ctx.args[0], ctx.bytes[0], {}},
+                         {PARAM_INPUT, ctx.args[1], ctx.bytes[1], {}},
+                         {PARAM_OUTPUT, ctx.args[2], ctx.bytes[2], {}}};
+        ctx.orch.Submit(kKernel, WORKER_VECTOR, p);
+    });
+    HostProgram through_kernel{"through_kernel", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                                   g.Chip("chip_add_320", {In(x[0]), In(x[1]), Out(x[2])});
+                               }};
+    outs = worker_->Run(through_kernel, {a, b});
+    ExpectFloats(outs[0], [&](size_t i) { return a.floats()[i] + b.floats()[i]; }, "a + b through kernel 320");
+}
+
 // Writers of one range serialise (RAW/WAW: f = a + b, then f = f + b);
 // the same program twice gives a + 2b each time.
 TEST_F(WorkerTest, WritersOfOneTensorSerialise) {
