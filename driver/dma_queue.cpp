@@ -447,6 +447,10 @@ std::unique_ptr<DmaQueue::Backend> MakeBackend(Function& fn, const DmaOptions& o
 DmaQueue::DmaQueue(Function& function, DmaOptions options) {
     if (options.chunk_bytes == 0 || options.chunk_bytes > (1u << 30) || options.queue_depth == 0)
         throw Error(ErrorKind::InvalidArgument, "DMA chunk size must be 1 byte to 1 GiB and queue depth positive");
+    // A value past the named ones ran as io_uring.
+    if (options.backend && *options.backend != DmaBackend::IoUring && *options.backend != DmaBackend::Engines)
+        throw Error(ErrorKind::InvalidArgument, "DmaOptions::backend " + std::to_string(int(*options.backend)) +
+                                                    " is none of IoUring, Engines (Fallback)");
     backend_ = MakeBackend(function, options);
 }
 

@@ -186,6 +186,10 @@ BuiltKernel KernelBuilder::Matmul(int64_t m, int64_t k, int64_t n, DType dtype, 
 
 BuiltKernel KernelBuilder::Elementwise(ElementwiseOp op, const std::vector<int64_t>& a, const std::vector<int64_t>& b,
                                        DType dtype) const {
+    // An op past the named ones read past the table: a garbage opcode, or
+    // a std::logic_error from a null name.
+    if (int(op) < int(ElementwiseOp::Add) || int(op) > int(ElementwiseOp::Div))
+        Invalid("elementwise op " + std::to_string(int(op)) + " is none of Add, Sub, Mul, Div");
     CheckShape(a, "A");
     CheckShape(b, "B");
     CheckArithmetic(dtype, "elementwise");
@@ -229,6 +233,9 @@ BuiltKernel KernelBuilder::Softmax(const std::vector<int64_t>& shape, DType dtyp
 }
 
 BuiltKernel KernelBuilder::Reduce(ReduceKind kind, const std::vector<int64_t>& shape, int axis, DType dtype) const {
+    // A kind past the named ones built a reduce_max.
+    if (kind != ReduceKind::Sum && kind != ReduceKind::Max)
+        Invalid("reduce kind " + std::to_string(int(kind)) + " is none of Sum, Max");
     const char* what = kind == ReduceKind::Sum ? "reduce_sum" : "reduce_max";
     CheckShape(shape, what);
     CheckArithmetic(dtype, what);

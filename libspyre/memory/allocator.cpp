@@ -100,6 +100,10 @@ SpyreAllocator::SpyreAllocator(driver::Function& function, AllocatorOptions opti
               DeviceTreeNumber(function.info().sysfs_dir.parent_path().string(),
                                uint32_t(std::max(function.device_info().daemon_pid, 0)))},
       mem_base_(function.Read64(SPYRE_REG_MEM_BASE)) {
+    // A mode past the named ones reserved as a VF.
+    if (options_.mode != AllocatorMode::PF && options_.mode != AllocatorMode::VF)
+        throw Error(ErrorKind::InvalidArgument, "allocator mode " + std::to_string(int(options_.mode)) +
+                                                    " is none of PF, VF (AllocatorOptions::mode, DeviceOptions::allocator_mode)");
     try {
         options_.mode == AllocatorMode::PF ? ReservePf() : ReserveVf();
     } catch (...) {

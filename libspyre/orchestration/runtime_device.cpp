@@ -51,6 +51,7 @@ std::unique_ptr<RuntimeState> RuntimeState::OnDevice(Device& device, const Orche
                                                      std::unique_ptr<Device> owned) {
     const uint64_t heap_size = options.heap_size;
     if (heap_size == 0) throw Error(ErrorKind::InvalidArgument, "heap ring size must be > 0");
+    TaskGraphOptions o = TaskGraphOptionsFrom(options);  // checks them before anything is taken
     auto backing = std::make_shared<DeviceBacking>();
     backing->device = &device;
     // Buffers are addresses in this mapping of the function's own memory
@@ -58,7 +59,6 @@ std::unique_ptr<RuntimeState> RuntimeState::OnDevice(Device& device, const Orche
     // device address = offset in the mapping (as the DMA engine uses it).
     backing->devmem = DeviceInternals::Function(device).MapRegion(SPYRE_REGION_DEVMEM);
     backing->heap = device.allocator().Allocate(heap_size);
-    TaskGraphOptions o = TaskGraphOptionsFrom(options);
     o.memory = backing->devmem.data();
     o.memory_size = backing->devmem.size();
     o.heap_offset = device.allocator().DeviceAddress(backing->heap->handle, heap_size);

@@ -29,6 +29,10 @@ thread_local RunRecord* tl_run = nullptr;
 }  // namespace
 
 TaskGraphOptions TaskGraphOptionsFrom(const OrchestratorOptions& options) {
+    // A value past the named ones ran as Locked.
+    if (options.ready_queues != ReadyQueueKind::Locked && options.ready_queues != ReadyQueueKind::LockFree)
+        throw Error(ErrorKind::InvalidArgument, "OrchestratorOptions::ready_queues " +
+                                                    std::to_string(int(options.ready_queues)) + " is none of Locked, LockFree");
     TaskGraphOptions o;
     o.task_ring_size = options.task_ring_size;
     o.host_threads = options.host_threads;
@@ -78,13 +82,13 @@ std::unique_ptr<RuntimeState> RuntimeState::OnHostMemory(uint64_t memory_size, c
         throw Error(ErrorKind::InvalidArgument, "heap ring of " + std::to_string(heap_size) +
                                                     " bytes does not fit host memory of " + std::to_string(memory_size) +
                                                     " bytes");
+    TaskGraphOptions o = TaskGraphOptionsFrom(options);  // checks them before anything is taken
     const uint64_t rounded = (memory_size + 4095) / 4096 * 4096;
     void* memory = rounded < memory_size ? nullptr : std::aligned_alloc(4096, rounded);  // rounding may overflow
     if (!memory) throw Error(ErrorKind::OutOfMemory, "cannot allocate " + std::to_string(memory_size) + " bytes");
     std::shared_ptr<uint8_t> host(static_cast<uint8_t*>(memory), [](uint8_t* p) { std::free(p); });
     std::memset(host.get(), 0, rounded);
     auto rt = std::make_unique<RuntimeState>();
-    TaskGraphOptions o = TaskGraphOptionsFrom(options);
     o.memory = host.get();
     o.memory_size = memory_size;
     o.heap_offset = (memory_size - heap_size) / 128 * 128;

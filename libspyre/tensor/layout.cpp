@@ -251,6 +251,9 @@ std::vector<int> DeviceLayout::DeviceDimsOf(int host_dim) const {
 }
 
 int64_t DeviceLayout::Weight(int device_dim) const {
+    if (device_dim < 0 || device_dim >= device_rank())
+        Invalid("DeviceLayout::Weight: device_dim " + std::to_string(device_dim) + " is out of range: the layout has " +
+                std::to_string(device_rank()) + " device dimensions (0.." + std::to_string(device_rank() - 1) + ")");
     int64_t w = 1;
     for (int j = device_dim + 1; j < int(dim_map_.size()); ++j)
         if (dim_map_[j] == dim_map_[device_dim]) w *= device_size_[j];

@@ -146,7 +146,16 @@ void ScatterAny(size_t e, uint8_t* dst, const uint8_t* src, int64_t n, int64_t s
 
 }  // namespace
 
+namespace {
+// A NULL buffer was dereferenced by the conversion threads (SIGSEGV).
+void CheckPointer(const void* p, const char* call, const char* argument) {
+    if (!p) throw Error(ErrorKind::InvalidArgument, std::string(call) + ": " + argument + " is NULL");
+}
+}  // namespace
+
 void Pack(const void* host, const HostLayout& host_layout, const DeviceLayout& device, void* device_image) {
+    CheckPointer(host, "Pack", "host");
+    CheckPointer(device_image, "Pack", "device_image");
     const StickWalk walk(host_layout, device);
     const size_t e = ElementSize(device.dtype());
     const auto* src = static_cast<const uint8_t*>(host);
@@ -172,6 +181,8 @@ void Pack(const void* host, const HostLayout& host_layout, const DeviceLayout& d
 }
 
 void Unpack(const void* device_image, const DeviceLayout& device, const HostLayout& host_layout, void* host) {
+    CheckPointer(device_image, "Unpack", "device_image");
+    CheckPointer(host, "Unpack", "host");
     const StickWalk walk(host_layout, device);
     const size_t e = ElementSize(device.dtype());
     const auto* src = static_cast<const uint8_t*>(device_image);
@@ -196,6 +207,7 @@ void Unpack(const void* device_image, const DeviceLayout& device, const HostLayo
 
 void CopyTensorToDevice(DMAEngine& dma, const void* host, const HostLayout& host_layout, const DeviceLayout& device,
                         const DeviceHandle& dst) {
+    CheckPointer(host, "CopyTensorToDevice", "host");
     std::vector<uint8_t> image(size_t(device.device_bytes()));
     Pack(host, host_layout, device, image.data());
     dma.Wait(dma.CopyToDevice(image.data(), dst, image.size()));
@@ -203,6 +215,7 @@ void CopyTensorToDevice(DMAEngine& dma, const void* host, const HostLayout& host
 
 void CopyTensorFromDevice(DMAEngine& dma, const DeviceHandle& src, const DeviceLayout& device,
                           const HostLayout& host_layout, void* host) {
+    CheckPointer(host, "CopyTensorFromDevice", "host");
     std::vector<uint8_t> image(size_t(device.device_bytes()));
     dma.Wait(dma.CopyFromDevice(image.data(), src, image.size()));
     Unpack(image.data(), device, host_layout, host);

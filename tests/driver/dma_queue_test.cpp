@@ -433,6 +433,9 @@ TEST(DmaEnvironment, BadSpyreDmaValueIsRejected) {
     DmaQueue by_default(fn);
     EXPECT_EQ(by_default.backend(), kDefaultDmaBackend);
     EXPECT_EQ(by_default.backend_reason(), "default");
+    // A backend past the named ones ran as io_uring.
+    EXPECT_SPYRE_ERROR((DmaQueue(fn, DmaOptions{.backend = static_cast<DmaBackend>(9)})), InvalidArgument,
+                       "DmaOptions::backend 9 is none of IoUring, Engines");
 }
 
 // Where the kernel refuses io_uring (here a seccomp filter on the thread

@@ -129,6 +129,7 @@ public:
     std::vector<int> DeviceDimsOf(int host_dim) const;
     // Weight of device dimension j in its host coordinate: the product of the
     // sizes of later device dimensions tiling the same host dimension.
+    // InvalidArgument for a j outside 0..device_rank()-1.
     int64_t Weight(int device_dim) const;
 
     std::string ToString() const;

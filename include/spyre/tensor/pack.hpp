@@ -19,7 +19,8 @@ namespace spyre {
 // Writes device.device_bytes() bytes at `device_image`: the host tensor in
 // its device layout, padding zeroed. `host` points at the element of index
 // 0. Large tensors are converted on several threads. Throws InvalidArgument
-// when the layouts do not describe the same tensor.
+// when the layouts do not describe the same tensor, or a pointer is NULL
+// (every function here).
 void Pack(const void* host, const HostLayout& host_layout, const DeviceLayout& device, void* device_image);
 
 // The reverse: scatters the device image into the host tensor (padding is

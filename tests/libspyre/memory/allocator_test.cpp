@@ -65,6 +65,17 @@ TEST_F(MockDeviceTest, PfModeReservesItsMemoryAndAligns) {
     EXPECT_EQ(alloc.Stats().peak_bytes_in_use, 1152u);
 }
 
+// A mode past PF and VF reserved as a VF: it is InvalidArgument naming it,
+// and nothing is left reserved.
+TEST_F(MockDeviceTest, AnUnknownAllocatorModeIsRefused) {
+    Function fn = Function::Open(Pf());
+    EXPECT_SPYRE_ERROR(SpyreAllocator(fn, {.mode = static_cast<AllocatorMode>(9)}), InvalidArgument,
+                       "allocator mode 9 is none of PF, VF");
+    EXPECT_EQ(fn.Read32(SPYRE_REG_REGION_COUNT), 0u);
+    SpyreAllocator alloc(fn, {.mode = AllocatorMode::PF, .pf_pool_limit = 2 * kMiB});
+    EXPECT_NO_THROW(alloc.Allocate(kMiB));
+}
+
 TEST_F(MockDeviceTest, RegionsGoBackToTheDevice) {
     Function fn = Function::Open(Vf(1));
     {

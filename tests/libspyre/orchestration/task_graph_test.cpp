@@ -1509,6 +1509,21 @@ TEST(OrchestrationScopes, ARingPastTheHostsMemoryIsOutOfMemory) {
                        OutOfMemory, "task ring of 2147483647 slots needs");
 }
 
+// A ready_queues value past Locked and LockFree ran as Locked: it is
+// InvalidArgument naming the option, and a runtime of a named kind works.
+TEST(OrchestrationOptions, UnknownReadyQueuesAreRefused) {
+    EXPECT_SPYRE_ERROR(Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 8, .heap_size = 4096,
+                                                                  .ready_queues = static_cast<ReadyQueueKind>(9)}),
+                       InvalidArgument, "OrchestratorOptions::ready_queues 9 is none of Locked, LockFree");
+    Orchestrator o = Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 8, .heap_size = 4096, .host_threads = 4,
+                                                                .ready_queues = ReadyQueueKind::Locked});
+    int ran = 0;
+    o.RegisterHostKernel(1, [&](auto, auto) { return ++ran, 0u; });
+    o.Submit(1, WORKER_HOST, {});
+    o.WaitAll();
+    EXPECT_EQ(ran, 1);
+}
+
 TEST(OrchestrationScopes, ScopesEndInTheReverseOrderTheyBegan) {
     Orchestrator o = Orchestrator::CreateOnHostMemory(1 << 16, {.task_ring_size = 8, .heap_size = 4096});
     auto outer = o.BeginScope();

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Layout-converting copies: a host tensor (any strides) lands on the device
 // in its device layout, and comes back byte for byte.
+#include <algorithm>
 #include <numeric>
 
 #include "mock_fixture.hpp"
@@ -51,4 +52,14 @@ TEST_F(MockDeviceTest, TensorsLandInTheirDeviceLayoutAndComeBack) {
     auto small = alloc.Allocate(1024);
     EXPECT_SPYRE_ERROR(CopyTensorToDevice(dma, data.data(), host, device, small.handle), InvalidArgument,
                        "not inside a live allocation");
+
+    // A NULL host tensor is refused before anything moves (it was
+    // dereferenced: SIGSEGV); the copies work afterwards.
+    EXPECT_SPYRE_ERROR(CopyTensorToDevice(dma, nullptr, host, device, block.handle), InvalidArgument,
+                       "CopyTensorToDevice: host is NULL");
+    EXPECT_SPYRE_ERROR(CopyTensorFromDevice(dma, block.handle, device, host, nullptr), InvalidArgument,
+                       "CopyTensorFromDevice: host is NULL");
+    std::fill(back.begin(), back.end(), uint16_t(0));
+    CopyTensorFromDevice(dma, block.handle, device, host, back.data());
+    EXPECT_EQ(back, data);
 }

@@ -3,7 +3,9 @@
 // planning and index <-> offset mapping.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <memory>
+#include <string>
 #include <random>
 
 #include "spyre/error.hpp"
@@ -64,6 +66,21 @@ TEST(DType, AValueOutsideTheEnumIsRefusedWhereverADTypeIsTaken) {
     EXPECT_INVALID(FootprintOf(std::vector<int64_t>{4, 4}, DType::FP32, odd), neither);
     EXPECT_INVALID(SpyreTensor(DeviceHandle(PFDeviceHandle{}), {4}, {4}, DType::FP32, 16, odd), neither);
     EXPECT_INVALID(KernelBuilder(odd).Copy({4, 32}, DType::FP32), neither);
+}
+
+// Other enums past their named values: an ElementwiseOp read past the op
+// table (a garbage opcode, or std::logic_error, which is no spyre::Error),
+// and a ReduceKind built a reduce_max. Each is InvalidArgument naming it,
+// and the builder works afterwards.
+TEST(KernelBuilder, EnumValuesOutsideTheirNamesAreRefused) {
+    const KernelBuilder kb;
+    EXPECT_INVALID(kb.Elementwise(static_cast<ElementwiseOp>(9), {4}, {4}, DType::FP32),
+                   "elementwise op 9 is none of Add, Sub, Mul, Div");
+    EXPECT_INVALID(kb.Elementwise(static_cast<ElementwiseOp>(-1), {4}, {4}, DType::FP32),
+                   "elementwise op -1 is none of Add, Sub, Mul, Div");
+    EXPECT_INVALID(kb.Reduce(static_cast<ReduceKind>(7), {4, 32}, 1, DType::FP32), "reduce kind 7 is none of Sum, Max");
+    EXPECT_EQ(kb.Elementwise(ElementwiseOp::Div, {4}, {4}, DType::FP32).name.rfind("div", 0), 0u);
+    EXPECT_NE(kb.Reduce(ReduceKind::Max, {4, 32}, 1, DType::FP32).name.find("reduce_max"), std::string::npos);
 }
 
 TEST(HostLayout, SeedExamples) {
@@ -157,6 +174,19 @@ TEST(DeviceLayout, OtherRanksAndDtypes) {
     // Size-1 dimensions are canonicalised away first.
     auto squeezed = DeviceLayout::Default(HostLayout::Contiguous({1, 1024, 1, 256}, DType::FP16));
     EXPECT_EQ(squeezed.device_size(), (std::vector<int64_t>{4, 1024, 64}));
+}
+
+// Weight of a device dimension outside the layout read past its vectors:
+// garbage for -1 and 99, SIGSEGV for INT32_MIN.
+TEST(DeviceLayout, WeightOfADimensionOutsideTheLayoutIsRefused) {
+    const DeviceLayout dl = DeviceLayout::Default(HostLayout::Contiguous({4, 64}, DType::FP32));  // [tiles, 4, stick]
+    ASSERT_EQ(dl.device_rank(), 3);
+    for (int bad : {-1, 3, 99, INT32_MIN, INT32_MAX})
+        EXPECT_INVALID(dl.Weight(bad), "DeviceLayout::Weight: device_dim " + std::to_string(bad) +
+                                           " is out of range: the layout has 3 device dimensions (0..2)");
+    EXPECT_EQ(dl.Weight(0), 32);  // the tiles of the last host dim, over one stick
+    EXPECT_EQ(dl.Weight(1), 1);
+    EXPECT_EQ(dl.Weight(2), 1);
 }
 
 TEST(DeviceLayout, ExplicitLayoutsAreValidated) {

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
+#include <string>
 #include <numeric>
 #include <random>
 
@@ -98,6 +100,32 @@ TEST(Pack, TransposedViewLandsInTheDeviceLayoutOfItsShape) {
     Pack(buf.data(), view, device, image.data());
     for (int r = 0; r < 4; ++r)
         for (int c = 0; c < 64; ++c) ASSERT_EQ(image[r * 64 + c], buf[c * 4 + r]);
+}
+
+// A NULL host or image pointer was dereferenced by the conversion threads
+// (SIGSEGV): each is InvalidArgument naming the argument.
+TEST(Pack, NullPointersAreRefusedNamingTheArgument) {
+    const HostLayout host = HostLayout::Contiguous({4, 64}, DType::FP32);
+    const DeviceLayout device = DeviceLayout::Default(host);
+    std::vector<float> data(256, 1.5f);
+    std::vector<uint8_t> image(size_t(device.device_bytes()));
+    const auto expect = [](const std::function<void()>& call, const std::string& text) {
+        try {
+            call();
+            ADD_FAILURE() << text << ": returned";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << e.what();
+            EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+        }
+    };
+    expect([&] { Pack(nullptr, host, device, image.data()); }, "Pack: host is NULL");
+    expect([&] { Pack(data.data(), host, device, nullptr); }, "Pack: device_image is NULL");
+    expect([&] { Unpack(nullptr, device, host, data.data()); }, "Unpack: device_image is NULL");
+    expect([&] { Unpack(image.data(), device, host, nullptr); }, "Unpack: host is NULL");
+    Pack(data.data(), host, device, image.data());
+    std::vector<float> back(256, 0.0f);
+    Unpack(image.data(), device, host, back.data());
+    EXPECT_EQ(back, data);
 }
 
 TEST(Pack, MismatchedLayoutsAreRejected) {
