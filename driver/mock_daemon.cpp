@@ -149,6 +149,11 @@ std::string DaemonLogLevel() {
 }  // namespace
 
 MockDaemon MockDaemon::Start(MockOptions options) {
+    // 0 gave the daemon no time at all, and read as a lost device.
+    if (options.start_timeout <= milliseconds(0))
+        throw Error(ErrorKind::InvalidArgument, "MockOptions::start_timeout is " +
+                                                    std::to_string(options.start_timeout.count()) +
+                                                    " ms: the daemon's start needs a positive bound (default 15000 ms)");
     fs::path exe = FindExecutable();
     MockDaemon d;
     d.shm_prefix_ = options.shm_prefix.empty() ? UniquePrefix() : options.shm_prefix;
@@ -267,7 +272,10 @@ MockDaemon MockDaemon::Start(MockOptions options) {
                         "spyre-mockdev refused its options (cards " + std::to_string(options.cards) + ", vfs " +
                             std::to_string(options.vfs) + ", mem '" + options.mem + "'): " + why,
                         ErrorContext{.device = d.mount_.string()});
-        throw Error(ErrorKind::DeviceLost, "spyre-mockdev " + why, ErrorContext{.device = d.mount_.string()});
+        // Still starting when the bound ran out: a wait that timed out, not
+        // a device that went away.
+        throw Error(ended || closed ? ErrorKind::DeviceLost : ErrorKind::Timeout, "spyre-mockdev " + why,
+                    ErrorContext{.device = d.mount_.string()});
     }
     return d;
 }

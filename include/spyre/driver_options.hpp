@@ -67,6 +67,8 @@ struct MockOptions {
     std::filesystem::path mount;       // empty: a fresh directory under $TMPDIR
     std::string shm_prefix;            // empty: unique per daemon
     std::vector<std::string> extra_args;
+    // How long the start waits for the daemon to be ready: positive
+    // (InvalidArgument otherwise); Timeout when it runs out.
     std::chrono::milliseconds start_timeout{15000};
 };
 

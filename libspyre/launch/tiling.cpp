@@ -331,7 +331,8 @@ TilingPlan PlanTiling(const SpyreCompute& compute, std::span<const TiledTensor> 
     for (int loop = 0; loop < nloops; ++loop) {
         const int64_t t = tile[size_t(loop)];
         const int64_t e = extent[size_t(loop)] ? extent[size_t(loop)] : t;
-        every.push_back({loop, e, t, (e + t - 1) / t, e % t, Contains(compute.reduction_loops, loop)});
+        // ceil(e / t) without e + t - 1, which wraps for an extent near INT64_MAX.
+        every.push_back({loop, e, t, e / t + (e % t != 0), e % t, Contains(compute.reduction_loops, loop)});
         split[size_t(loop)] = every.back().count > 1;
     }
     std::optional<ProgramLoops> program;

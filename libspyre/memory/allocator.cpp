@@ -104,6 +104,13 @@ SpyreAllocator::SpyreAllocator(driver::Function& function, AllocatorOptions opti
     if (options_.mode != AllocatorMode::PF && options_.mode != AllocatorMode::VF)
         throw Error(ErrorKind::InvalidArgument, "allocator mode " + std::to_string(int(options_.mode)) +
                                                     " is none of PF, VF (AllocatorOptions::mode, DeviceOptions::allocator_mode)");
+    // Less than one region reserved nothing, and read as a device that
+    // grants no memory (OutOfMemory).
+    if (options_.pf_pool_limit != 0 && options_.pf_pool_limit < SPYRE_REGION_ALIGN)
+        throw Error(ErrorKind::InvalidArgument, "AllocatorOptions::pf_pool_limit is " +
+                                                    std::to_string(options_.pf_pool_limit) + " bytes: at least " +
+                                                    std::to_string(SPYRE_REGION_ALIGN) +
+                                                    " (2 MiB, one region), or 0 for all the device grants");
     try {
         options_.mode == AllocatorMode::PF ? ReservePf() : ReserveVf();
     } catch (...) {

@@ -25,9 +25,22 @@ constexpr uint64_t kCalls = kClosing - 1;
 
 uint32_t GenerationOf(uint64_t word) { return uint32_t(word >> 32); }
 
-// The slots of the calls this thread is inside, innermost last: Retire
-// must not wait for the caller's own calls.
-thread_local std::vector<const void*> tl_inside;
+// The slots of the calls this thread is inside, with each call's name,
+// innermost last: Retire must not wait for the caller's own calls, and
+// names the one it is called from.
+struct Inside {
+    const void* slot;
+    const char* call;
+};
+thread_local std::vector<Inside> tl_inside;
+
+// What of `call` runs the caller's code, for Retire's refusal.
+std::string RunsCallerCode(const char* call) {
+    const std::string c = call;
+    if (c == "pto_run" || c == "pto_run_library") return "its orchestration function";
+    if (c == "pto_wait_all_progress") return "its progress callback";
+    return "a function it calls back";
+}
 
 [[noreturn]] void Stale(::Runtime* handle, const char* call) {
     throw Error(ErrorKind::InvalidArgument,
@@ -87,7 +100,7 @@ HandleTable::Call HandleTable::Enter(::Runtime* handle, const char* call) {
                             " is being destroyed (its destroy waits for the calls already in it)");
     } while (!s.word.compare_exchange_weak(w, w + 1, std::memory_order_acquire, std::memory_order_acquire));
     RuntimeState* state = s.state.load(std::memory_order_acquire);
-    tl_inside.push_back(&s);
+    tl_inside.push_back({&s, call});
     Call c(&s, state);
     if (!state) Stale(handle, call);  // a made-up handle of a free slot (c leaves it)
     return c;
@@ -109,11 +122,15 @@ RuntimeState* HandleTable::Retire(::Runtime* handle, bool from_c) {
     if (from_c && !s.c_owned)
         throw Error(ErrorKind::InvalidArgument,
                     "pto_runtime_destroy: this runtime belongs to a spyre::Orchestrator; destroy that object instead");
-    const auto own = uint64_t(std::count(tl_inside.begin(), tl_inside.end(), &s));
-    if (own && from_c)
-        throw Error(ErrorKind::Busy, "pto_runtime_destroy called from inside a call on the same runtime (its "
-                                     "orchestration function): it would wait for itself",
+    const auto own = uint64_t(
+        std::count_if(tl_inside.begin(), tl_inside.end(), [&](const Inside& i) { return i.slot == &s; }));
+    if (own && from_c) {
+        const auto inner = std::find_if(tl_inside.rbegin(), tl_inside.rend(), [&](const Inside& i) { return i.slot == &s; });
+        throw Error(ErrorKind::Busy, std::string("pto_runtime_destroy called from inside ") + inner->call +
+                                         " on the same runtime (" + RunsCallerCode(inner->call) +
+                                         "): it would wait for itself",
                     {.sys_errno = EBUSY});
+    }
     do {
         if (GenerationOf(w) != generation || (w & kClosing)) Stale(handle, call);  // another thread destroys it
     } while (!s.word.compare_exchange_weak(w, w | kClosing, std::memory_order_acq_rel, std::memory_order_acquire));

@@ -144,7 +144,9 @@ void DeviceFree(RuntimeState& state, void* buffer) {
 
 // A program file: a regular file no larger than a program can be, sized
 // before it is read (a FIFO, a device node or a huge file would otherwise
-// be read until memory or patience ran out).
+// be read until memory or patience ran out). A file whose size reads 0
+// may still hold bytes (/proc and /sys files): it is read to its end, a
+// byte past the limit at most.
 std::vector<uint8_t> ReadFile(const char* path) {
     if (!path) throw Error(ErrorKind::InvalidArgument, "no program file (NULL)");
     const int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -160,7 +162,8 @@ std::vector<uint8_t> ReadFile(const char* path) {
         throw Error(ErrorKind::InvalidArgument, std::string("program file ") + path + " has " + std::to_string(st.st_size) +
                                                     " bytes; a program has at most " +
                                                     std::to_string(SPYRE_PROGRAM_MAX_SIZE));
-    std::vector<uint8_t> image(size_t(st.st_size));
+    const bool sized = st.st_size > 0;
+    std::vector<uint8_t> image(sized ? size_t(st.st_size) : size_t(SPYRE_PROGRAM_MAX_SIZE) + 1);
     size_t got = 0;
     while (got < image.size()) {
         const ssize_t n = ::read(fd, image.data() + got, image.size() - got);
@@ -170,6 +173,10 @@ std::vector<uint8_t> ReadFile(const char* path) {
         got += size_t(n);
     }
     image.resize(got);
+    if (got > SPYRE_PROGRAM_MAX_SIZE)
+        throw Error(ErrorKind::InvalidArgument, std::string("program file ") + path + " has more than " +
+                                                    std::to_string(SPYRE_PROGRAM_MAX_SIZE) + " bytes; a program has at most " +
+                                                    std::to_string(SPYRE_PROGRAM_MAX_SIZE));
     return image;
 }
 

@@ -29,6 +29,11 @@ thread_local RunRecord* tl_run = nullptr;
 }  // namespace
 
 TaskGraphOptions TaskGraphOptionsFrom(const OrchestratorOptions& options) {
+    // 100,000 threads started 32k of them before the host ran out.
+    if (options.host_threads > kMaxHostThreads)
+        throw Error(ErrorKind::InvalidArgument, "OrchestratorOptions::host_threads is " +
+                                                    std::to_string(options.host_threads) + ": at most " +
+                                                    std::to_string(kMaxHostThreads) + " (0: one per hardware thread)");
     // A value past the named ones ran as Locked.
     if (options.ready_queues != ReadyQueueKind::Locked && options.ready_queues != ReadyQueueKind::LockFree)
         throw Error(ErrorKind::InvalidArgument, "OrchestratorOptions::ready_queues " +

@@ -110,6 +110,22 @@ TEST(MockDaemon, OptionsTheDaemonRefusesAreInvalidArguments) {
     EXPECT_TRUE(spyre::test::IsMounted(good.mount().string()));
 }
 
+// A start_timeout of 0 (or less) gave the daemon no time and read as a lost
+// device: it is InvalidArgument naming the option, before anything starts.
+// A positive bound that runs out is a Timeout (error.hpp: "a bounded wait
+// ran out"), not DeviceLost.
+TEST(MockDaemon, AStartTimeoutOfZeroIsInvalidAndOneThatRunsOutIsATimeout) {
+    SPYRE_REQUIRE_FUSE();
+    for (const auto bound : {std::chrono::milliseconds(0), std::chrono::milliseconds(-5)})
+        EXPECT_SPYRE_ERROR(MockDaemon::Start({.vfs = 0, .mem = "64M", .start_timeout = bound}), InvalidArgument,
+                           "MockOptions::start_timeout is " + std::to_string(bound.count()) +
+                               " ms: the daemon's start needs a positive bound");
+    EXPECT_SPYRE_ERROR(MockDaemon::Start({.vfs = 0, .mem = "64M", .start_timeout = std::chrono::milliseconds(1)}), Timeout,
+                       "spyre-mockdev did not become ready within 1 ms");
+    MockDaemon good = MockDaemon::Start({.vfs = 0, .mem = "64M"});
+    EXPECT_TRUE(spyre::test::IsMounted(good.mount().string()));
+}
+
 // Starting a mock must not write-protect the app's memory: with fork() every
 // private page became copy-on-write, and the first write to each (the
 // destination of a device-to-host copy) took a page fault, 0.02x memcpy for

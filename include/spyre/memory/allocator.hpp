@@ -48,7 +48,8 @@ struct AllocatorOptions {
     // adapts to the VF's memory (12, 8, 4 GiB, then what the VF has).
     uint32_t vf_regions = 8;
     std::vector<uint64_t> vf_region_sizes = {};
-    // PF mode: the most to reserve (0 = all the device grants).
+    // PF mode: the most to reserve (0 = all the device grants), rounded down
+    // to whole 2 MiB regions; at least 2 MiB (InvalidArgument below).
     uint64_t pf_pool_limit = 0;
 };
 

@@ -47,10 +47,13 @@ struct SPYRE_INTERNAL RuntimeState;
 // lock-free ring whose idle workers spin briefly, then sleep on a futex.
 enum class ReadyQueueKind : uint8_t { Locked, LockFree };
 
+// OrchestratorOptions::host_threads at most (InvalidArgument beyond).
+inline constexpr unsigned kMaxHostThreads = 1024;
+
 struct OrchestratorOptions {
     int32_t task_ring_size = 1024;    // task slots (live tasks at most)
     uint64_t heap_size = 64ull << 20;  // heap ring bytes, from the function's allocator
-    unsigned host_threads = 0;         // host worker threads; 0 = one per hardware thread
+    unsigned host_threads = 0;         // host worker threads, 0..kMaxHostThreads; 0 = one per hardware thread
     ReadyQueueKind ready_queues = ReadyQueueKind::LockFree;
     // A host task that is ready when it is submitted runs on the submitting
     // thread, inside Submit, when its kernel's host runs so far averaged

@@ -4,7 +4,9 @@
 // uses nothing but the plan and the specialised programs.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
+#include <string>
 #include <random>
 
 #include "spyre/error.hpp"
@@ -279,6 +281,18 @@ TEST(Tiling, RejectsTensorSmallerThanTile) {
     EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
     EXPECT_NE(e.message().find("tensor 0 (A) dim 0 is 512, smaller than its compiled tile 1024"), std::string::npos)
         << e.message();
+}
+
+// The tile count of an extent near INT64_MAX was computed as (e + t - 1) / t,
+// which wrapped: "loop 0 ... alone has -288230376151711743 tiles". It is
+// counted without the wrap, and the plan is refused naming the real count.
+TEST(Tiling, AnExtentNearInt64MaxIsRefusedWithItsTileCount) {
+    const Error e = Catch([&] { PlanTiling(MatmulCompute(8, 8, 8), Matmul(INT64_MAX, 8, 8)); });
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    EXPECT_NE(e.message().find("tiling needs more than 1048576 iterations"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("alone has " + std::to_string(INT64_MAX / 8 + 1) + " tiles"), std::string::npos)
+        << e.message();
+    EXPECT_EQ(PlanTiling(MatmulCompute(8, 8, 8), Matmul(9, 8, 8)).iterations.size(), 2u);  // ceil(9 / 8)
 }
 
 TEST(Tiling, RejectsInconsistentExtents) {

@@ -65,14 +65,21 @@ TEST_F(MockDeviceTest, PfModeReservesItsMemoryAndAligns) {
     EXPECT_EQ(alloc.Stats().peak_bytes_in_use, 1152u);
 }
 
-// A mode past PF and VF reserved as a VF: it is InvalidArgument naming it,
-// and nothing is left reserved.
-TEST_F(MockDeviceTest, AnUnknownAllocatorModeIsRefused) {
+// A pf_pool_limit under one region (2 MiB) reserved nothing and read as a
+// device granting no memory (OutOfMemory); a mode past PF and VF reserved
+// as a VF. Both are InvalidArgument naming the option, and nothing is left
+// reserved: the smallest limit works afterwards.
+TEST_F(MockDeviceTest, APoolLimitUnderOneRegionOrAnUnknownModeIsRefused) {
     Function fn = Function::Open(Pf());
+    for (uint64_t limit : {uint64_t(1), uint64_t(4096), 2 * kMiB - 1})
+        EXPECT_SPYRE_ERROR(SpyreAllocator(fn, {.mode = AllocatorMode::PF, .pf_pool_limit = limit}), InvalidArgument,
+                           "AllocatorOptions::pf_pool_limit is " + std::to_string(limit) +
+                               " bytes: at least 2097152 (2 MiB, one region), or 0 for all the device grants");
     EXPECT_SPYRE_ERROR(SpyreAllocator(fn, {.mode = static_cast<AllocatorMode>(9)}), InvalidArgument,
                        "allocator mode 9 is none of PF, VF");
     EXPECT_EQ(fn.Read32(SPYRE_REG_REGION_COUNT), 0u);
     SpyreAllocator alloc(fn, {.mode = AllocatorMode::PF, .pf_pool_limit = 2 * kMiB});
+    EXPECT_EQ(alloc.Stats().capacity, 2 * kMiB);
     EXPECT_NO_THROW(alloc.Allocate(kMiB));
 }
 

@@ -104,6 +104,10 @@ int main(int argc, char** argv) {
     CHECK(strstr(pto_last_error(), "program file /dev/zero is not a regular file") != NULL);
     CHECK(pto_register_program_file(rt, 41, "/tmp") == -EINVAL);
     CHECK(strstr(pto_last_error(), "is not a regular file") != NULL);
+    /* A file whose size reads 0 (/proc) is read to its end: its bytes are
+     * no program (it said "is empty"). */
+    CHECK(pto_register_program_file(rt, 41, "/proc/self/status") == -EINVAL);
+    CHECK(strstr(pto_last_error(), "program file /proc/self/status is not a program image: not a program: bad magic") != NULL);
     f = fopen(argv[1], "r+b");
     CHECK(f && fseek(f, (long)SPYRE_PROGRAM_MAX_SIZE, SEEK_SET) == 0 && fputc(0, f) == 0);
     if (f) fclose(f);

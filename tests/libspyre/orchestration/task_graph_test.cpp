@@ -1444,6 +1444,35 @@ TEST(OrchestrationHandles, AForkedChildCannotUseItsParentsRuntime) {
     orch->WaitAll();
 }
 
+// pto_runtime_destroy from a pto_wait_all_progress callback would wait for
+// itself: it is -EBUSY, and its message names the progress callback (it
+// said "its orchestration function"). The runtime is destroyed afterwards.
+TEST(OrchestrationHandles, ADestroyFromAProgressCallbackIsBusyNamingTheCallback) {
+    ::Runtime* rt = HostRuntimeWithAnEmptyKernel1();
+    ASSERT_NE(rt, nullptr) << pto_last_error();
+    auto* x = static_cast<uint32_t*>(pto_host_address(rt, 0, 64));
+    TaskParam p[] = {{PARAM_INOUT, x, 64, {}}};
+    ASSERT_GE(pto_submit_task(rt, 1, WORKER_HOST, p, 1), 0) << pto_last_error();
+    struct Seen {
+        ::Runtime* rt;
+        int32_t rc = 0;
+        std::string why;
+    } seen{rt};
+    const auto destroy = [](uint64_t, uint64_t, void* user) {
+        auto* s = static_cast<Seen*>(user);
+        if (s->rc != 0) return;
+        s->rc = pto_runtime_destroy(s->rt);
+        s->why = pto_last_error();
+    };
+    EXPECT_EQ(pto_wait_all_progress(rt, destroy, &seen), 0) << pto_last_error();
+    EXPECT_EQ(seen.rc, -EBUSY);
+    EXPECT_NE(seen.why.find("pto_runtime_destroy called from inside pto_wait_all_progress on the same runtime (its "
+                            "progress callback): it would wait for itself"),
+              std::string::npos)
+        << seen.why;
+    EXPECT_EQ(pto_runtime_destroy(rt), 0) << pto_last_error();
+}
+
 // An orchestration function whose runtime another thread destroys under
 // it: once a query is refused (the destroy has begun and waits for this
 // run), its next submit is refused too, and pto_run reports that call.
@@ -1509,9 +1538,17 @@ TEST(OrchestrationScopes, ARingPastTheHostsMemoryIsOutOfMemory) {
                        OutOfMemory, "task ring of 2147483647 slots needs");
 }
 
-// A ready_queues value past Locked and LockFree ran as Locked: it is
-// InvalidArgument naming the option, and a runtime of a named kind works.
-TEST(OrchestrationOptions, UnknownReadyQueuesAreRefused) {
+// host_threads had no bound (100,000 started 32k threads before the host
+// ran out), and a ready_queues value past Locked and LockFree ran as
+// Locked: both are InvalidArgument naming the option, before anything is
+// allocated, and a runtime within the bounds works.
+TEST(OrchestrationOptions, HostThreadsPastTheBoundAndUnknownReadyQueuesAreRefused) {
+    EXPECT_SPYRE_ERROR(Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 8, .heap_size = 4096,
+                                                                  .host_threads = 100000}),
+                       InvalidArgument, "OrchestratorOptions::host_threads is 100000: at most 1024");
+    EXPECT_SPYRE_ERROR(Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 8, .heap_size = 4096,
+                                                                  .host_threads = kMaxHostThreads + 1}),
+                       InvalidArgument, "host_threads is 1025: at most 1024 (0: one per hardware thread)");
     EXPECT_SPYRE_ERROR(Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 8, .heap_size = 4096,
                                                                   .ready_queues = static_cast<ReadyQueueKind>(9)}),
                        InvalidArgument, "OrchestratorOptions::ready_queues 9 is none of Locked, LockFree");
