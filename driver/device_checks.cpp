@@ -22,6 +22,16 @@ bool IsPowerOfTwo(uint32_t v) { return v && !(v & (v - 1)); }
 // [begin, begin + size) inside [0, limit), without wrapping.
 bool Inside(uint64_t begin, uint64_t size, uint64_t limit) { return begin <= limit && size <= limit - begin; }
 
+// "dir/object": what the mock transport names, a path that cannot leave
+// SPYRE_MOCK_SHM_DIR (no leading '/', no "..", no third component).
+bool IsObjectName(const std::string& name) {
+    const size_t slash = name.find('/');
+    if (slash == std::string::npos || name.find('/', slash + 1) != std::string::npos) return false;
+    for (const std::string& part : {name.substr(0, slash), name.substr(slash + 1)})
+        if (part.empty() || part == "." || part == "..") return false;
+    return true;
+}
+
 bool Overlap(uint64_t a, uint64_t a_size, uint64_t b, uint64_t b_size) { return a < b + b_size && b < a + a_size; }
 
 }  // namespace
@@ -51,8 +61,8 @@ MappableRegion CheckMockRegion(const spyre_region_info& ri, const spyre_mock_reg
     const void* nul = std::memchr(shm.shm_name, '\0', sizeof shm.shm_name);
     if (!nul) Protocol(region + ": shared-memory name is not NUL-terminated", ctx);
     const std::string name(shm.shm_name);
-    if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos)
-        Protocol(region + ": shared-memory name \"" + name + "\" is not of the form /NAME", ctx);
+    if (!IsObjectName(name))
+        Protocol(region + ": shared-memory name \"" + name + "\" is not of the form DIR/OBJECT", ctx);
     if (shm.shm_offset % kPage)
         Protocol(region + ": shm_offset " + std::to_string(shm.shm_offset) + " is not page-aligned", ctx);
     if (shm.mmap_size > ri.size)

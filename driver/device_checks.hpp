@@ -26,7 +26,8 @@ void CheckContractVersion(uint32_t version, const ErrorContext& ctx);
 // GET_REGION_INFO's answer for region `index` must describe that region.
 void CheckRegionInfo(const spyre_region_info& ri, uint32_t index, const ErrorContext& ctx);
 
-// A region the mock lets the driver map: a shm_open name and the window of it.
+// A region the mock lets the driver map: an object's name (relative to
+// SPYRE_MOCK_SHM_DIR) and the window of it.
 struct MappableRegion {
     std::string shm_name;
     uint64_t shm_offset = 0;
@@ -35,8 +36,9 @@ struct MappableRegion {
 
 // The mock transport's answer for region `index`, beside the region's info
 // `ri`: both must describe that region, the region be mappable (else
-// Unsupported), the answer name a shared-memory object ("/name", one
-// component, NUL-terminated inside the field) and give a page-aligned,
+// Unsupported), the answer name a shared-memory object ("dir/object": two
+// components, neither empty, "." nor "..", NUL-terminated inside the field,
+// so the path stays inside SPYRE_MOCK_SHM_DIR) and give a page-aligned,
 // non-empty window no larger than the region that does not wrap around.
 MappableRegion CheckMockRegion(const spyre_region_info& ri, const spyre_mock_region_shm& shm, uint32_t index,
                                const ErrorContext& ctx);

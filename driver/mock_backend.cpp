@@ -119,8 +119,10 @@ private:
     }
 
     int OpenObject(const checks::MappableRegion& r) const {
-        const int shm = ::shm_open(r.shm_name.c_str(), O_RDWR | O_CLOEXEC, 0);
-        if (shm < 0) throw SystemError("cannot open shared memory " + r.shm_name, Context());
+        // The daemon's directory lets its group in, not list: the name is the key.
+        const std::string path = std::string(SPYRE_MOCK_SHM_DIR) + "/" + r.shm_name;
+        const int shm = ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        if (shm < 0) throw SystemError("cannot open shared memory " + path, Context());
         return shm;
     }
 

@@ -72,12 +72,14 @@ void ForceUnmount(const fs::path& dir) {
     }
 }
 
+// What a daemon that did not clean up left: its owner file, its object
+// directory (<prefix>.d) with the objects in it.
 void RemoveShm(const std::string& prefix) {
     if (prefix.empty()) return;
     std::error_code ec;
-    for (const auto& entry : fs::directory_iterator("/dev/shm", ec)) {
+    for (const auto& entry : fs::directory_iterator(SPYRE_MOCK_SHM_DIR, ec)) {
         std::string name = entry.path().filename().string();
-        if (name.rfind(prefix + ".", 0) == 0) fs::remove(entry.path(), ec);
+        if (name.rfind(prefix + ".", 0) == 0) fs::remove_all(entry.path(), ec);
     }
 }
 

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "pci/card.hpp"
+#include "pci/shm_object.hpp"
 #include "frontend/fuse_fs.hpp"
 #include "log.hpp"
 #include "options.hpp"
@@ -242,7 +243,7 @@ int CheckShmPrefix(const std::string& prefix) {
     case PrefixState::Foreign: break;
     }
     LOG_ERROR("shared-memory prefix %s is in use: /dev/shm/%s.* exists but belongs to no spyre-mockdev "
-              "(remove it by hand: rm /dev/shm/%s.*)",
+              "(remove it by hand: rm -r /dev/shm/%s.*)",
               prefix.c_str(), prefix.c_str(), prefix.c_str());
     return kExitShmPrefixInUse;
 }
@@ -331,8 +332,10 @@ int Serve(Options opt, StartupReport& report) {
     if (!claim) return fail(kExitShmPrefixInUse);
     SweepDeadPrefixes();
 
+    std::optional<ShmDirectory> shm_dir;  // the objects' directory, removed after the cards
     std::vector<std::unique_ptr<Card>> cards;
     try {
+        shm_dir.emplace(opt.shm_prefix);  // EEXIST: another user's, under our prefix
         for (unsigned c = 0; c < opt.cards; ++c) {
             cards.push_back(std::make_unique<Card>(CardParams{c, opt.mem_size, opt.shm_prefix,
                                                               std::chrono::microseconds(opt.poll_us), opt.cores,

@@ -40,5 +40,8 @@ struct Options {
 };
 
 constexpr size_t kShmPrefixMax = 32;
+// The longest name the driver is told (card 15, VF 16, the registers) fits
+// the mock transport's field with its NUL (Function's ShmName, NewShmFile).
+static_assert(kShmPrefixMax + sizeof(".d/c15f16.regs.0123456789abcdef") <= SPYRE_MOCK_SHM_NAME_MAX);
 
 }  // namespace spyre::mockdev

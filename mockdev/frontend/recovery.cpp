@@ -21,12 +21,14 @@
 #include <vector>
 
 #include "log.hpp"
+#include "pci/shm_object.hpp"
+#include "spyre/mock/spyre_mock.h"
 
 namespace spyre::mockdev {
 
 namespace {
 
-constexpr const char* kShmDir = "/dev/shm";
+constexpr const char* kShmDir = SPYRE_MOCK_SHM_DIR;
 constexpr const char* kOurFsType = "fuse.spyre";  // fuse_fs.cpp mounts with subtype=spyre
 // How long a claim waits out a lock on the owner file before it calls the
 // prefix in use (PrefixClaim::Take).
@@ -156,7 +158,7 @@ std::optional<PrefixClaim> PrefixClaim::Take(const std::string& prefix) {
                       prefix.c_str(), name.c_str());
             return std::nullopt;
         }
-        if (::unlink((std::string(kShmDir) + "/" + name).c_str()) == 0) ++removed;
+        removed += RemoveShmEntry(name);  // its object directory (<prefix>.d) with what is in it
     }
     if (removed)
         LOG_WARN("removed %u shared-memory object(s) that a dead spyre-mockdev (pid %ld) left under prefix %s",
@@ -179,7 +181,7 @@ unsigned SweepDeadPrefixes() {
     unsigned removed = 0;
     for (const std::string& prefix : dead) {
         for (const std::string& name : ObjectsOf(prefix))
-            if (name != prefix + ".owner" && ::unlink((std::string(kShmDir) + "/" + name).c_str()) == 0) ++removed;
+            if (name != prefix + ".owner") removed += RemoveShmEntry(name);
         ::unlink(OwnerPath(prefix).c_str());  // last: it marks the rest as ours to remove
     }
     if (removed) LOG_INFO("removed %u shared-memory object(s) left by dead spyre-mockdev daemons", removed);

@@ -5,6 +5,9 @@
 // says ENOTCONN) and shared-memory objects under its prefix. A live daemon's
 // mount and objects are never touched: its prefix is marked by an owner file
 // (/dev/shm/<prefix>.owner) that it holds an flock on for its whole life.
+// What is "under a prefix" is every /dev/shm entry named "<prefix>.*": the
+// owner file, the object directory <prefix>.d (ShmDirectory) with the
+// objects in it, and objects of older daemons that kept them beside it.
 #pragma once
 
 #include <optional>
@@ -17,7 +20,7 @@ namespace spyre::mockdev {
 bool RecoverStaleMount(const std::string& mount);
 
 enum class PrefixState { Free, Live, Stale, Foreign };
-// Free: no object under the prefix. Live: a running daemon owns it. Stale:
+// Free: nothing under the prefix. Live: a running daemon owns it. Stale:
 // its owner is dead. Foreign: objects without an owner file (not ours to remove).
 PrefixState InspectPrefix(const std::string& prefix);
 

@@ -14,7 +14,7 @@ namespace spyre::mockdev {
 
 Card::Card(const CardParams& params)
     : params_(params),
-      memory_(params.shm_prefix + ".c" + std::to_string(params.index), params.mem_size),
+      memory_(ShmDirName(params.shm_prefix) + "/c" + std::to_string(params.index), params.mem_size),
       compute_(params.cores ? params.cores : CardCores::DefaultWorkers()) {
     policy_.watchdog_ms.store(params.watchdog_ms);
     pf_ = std::make_shared<Function>(FunctionAt(0, MemorySlice{0, params_.mem_size}), memory_, policy_, compute_);

@@ -26,7 +26,7 @@ namespace spyre::mockdev {
 struct CardParams {
     unsigned index = 0;
     uint64_t mem_size = 0;
-    std::string shm_prefix;
+    std::string shm_prefix;  // objects go in its ShmDirectory, which must exist
     std::chrono::microseconds poll{50};
     unsigned cores = 0;            // compute workers; 0 = CardCores::DefaultWorkers()
     uint32_t watchdog_ms = 10000;  // every function's WATCHDOG_MS

@@ -18,7 +18,7 @@ CardMemory::CardMemory(std::string base_name, uint64_t size)
 }
 
 std::unique_ptr<ShmFile> CardMemory::NewFile(unsigned fn, uint64_t size) const {
-    return NewShmFile(base_name_ + ".f" + std::to_string(fn) + ".mem", size);  // a new name every time
+    return NewShmFile(base_name_ + "f" + std::to_string(fn) + ".mem", size);  // a new name every time
 }
 
 CardMemory::Vf CardMemory::NewVf(unsigned fn, MemorySlice slice) {
@@ -92,8 +92,8 @@ void CardMemory::SetHeld(unsigned fn, bool held) {
 
 std::string CardMemory::ObjectName(unsigned fn) const {
     std::lock_guard lock(mutex_);
-    if (fn == 0) return pf_->shm_open_name();
-    return fn <= vfs_.size() ? vfs_[fn - 1].file->shm_open_name() : std::string();
+    if (fn == 0) return pf_->name();
+    return fn <= vfs_.size() ? vfs_[fn - 1].file->name() : std::string();
 }
 
 uint64_t CardMemory::MappableSize(unsigned fn) const {

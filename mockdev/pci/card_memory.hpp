@@ -43,7 +43,7 @@ constexpr uint64_t kMemSliceAlign = 2ull << 20;
 
 class CardMemory {
 public:
-    // `base_name` prefixes the objects' names (<base>.f<fn>.mem.<random>).
+    // `base_name` prefixes the objects' names (<base>f<fn>.mem.<random>).
     // Throws std::system_error.
     CardMemory(std::string base_name, uint64_t size);
 

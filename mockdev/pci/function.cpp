@@ -25,8 +25,9 @@ constexpr uint32_t kCaps = SPYRE_CAP_NOP | SPYRE_CAP_LAUNCH | SPYRE_CAP_CORRECTI
                            SPYRE_CAP_RING_STREAMS;
 constexpr uint32_t kErrClearLatch = 1u << 0;
 
+// <prefix>.d/c<card>f<fn>.<kind> (NewShmFile appends the random part).
 std::string ShmName(const FunctionParams& p, const char* kind) {
-    return p.shm_prefix + ".c" + std::to_string(p.card) + ".f" + std::to_string(p.index) + "." + kind;
+    return ShmDirName(p.shm_prefix) + "/c" + std::to_string(p.card) + "f" + std::to_string(p.index) + "." + kind;
 }
 
 void CopyName(char* dst, size_t cap, const std::string& src) {
@@ -360,7 +361,7 @@ spyre_mock_region_shm Function::RegionShm(unsigned region) const {
         m.mmap_size = mmap_size;
     };
     switch (region) {
-    case SPYRE_REGION_BAR0: mappable(regs_shm_.shm_open_name(), 0, SPYRE_BAR0_SIZE); break;
+    case SPYRE_REGION_BAR0: mappable(regs_shm_.name(), 0, SPYRE_BAR0_SIZE); break;
     case SPYRE_REGION_BAR2: {
         // The function's own object only: a VF's slice, the PF's memory
         // outside the VF slices. The PF reaches VF memory through the device.
@@ -368,7 +369,7 @@ spyre_mock_region_shm Function::RegionShm(unsigned region) const {
         mappable(card_memory_.ObjectName(params_.index), 0, std::min<uint64_t>(SPYRE_BAR2_SIZE, own));
         break;
     }
-    case SPYRE_REGION_BAR4: mappable(ring_shm_.shm_open_name(), 0, SPYRE_BAR4_SIZE); break;
+    case SPYRE_REGION_BAR4: mappable(ring_shm_.name(), 0, SPYRE_BAR4_SIZE); break;
     case SPYRE_REGION_DEVMEM:
         mappable(card_memory_.ObjectName(params_.index), 0, card_memory_.MappableSize(params_.index));
         break;

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "pci/shm_object.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/random.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,71 +14,100 @@
 #include <cstring>
 #include <system_error>
 
-#include <boost/interprocess/exceptions.hpp>
+#include "spyre/mock/spyre_mock.h"
 
 namespace spyre::mockdev {
 
-namespace bip = boost::interprocess;
-
 namespace {
 
-// Drivers of the same group map these objects read-write, like the device node (0660).
-bip::permissions ObjectPermissions() { return bip::permissions(0660); }
+// Drivers of the same group map the objects read-write, like the device
+// node (0660); they may enter the directory, not list it (0710).
+constexpr mode_t kObjectMode = 0660;
+constexpr mode_t kDirectoryMode = 0710;
 
-[[noreturn]] void Rethrow(const bip::interprocess_exception& e, const std::string& what) {
-    int err = e.get_native_error();
-    if (e.get_error_code() == bip::already_exists_error) err = EEXIST;
-    throw std::system_error(err ? err : EIO, std::generic_category(), what);
-}
+std::string ShmPath(const std::string& name) { return std::string(SPYRE_MOCK_SHM_DIR) + "/" + name; }
 
-bip::shared_memory_object CreateObject(const std::string& name) {
-    try {
-        return bip::shared_memory_object(bip::create_only, name.c_str(), bip::read_write, ObjectPermissions());
-    } catch (const bip::interprocess_exception& e) {
-        Rethrow(e, "create shared memory /" + name);
-    }
-}
+[[noreturn]] void Throw(int err, const std::string& what) { throw std::system_error(err, std::generic_category(), what); }
 
 }  // namespace
 
+std::string ShmDirName(const std::string& prefix) { return prefix + ".d"; }
+
+unsigned RemoveShmEntry(const std::string& name) {
+    const std::string path = ShmPath(name);
+    if (::unlink(path.c_str()) == 0) return 1;
+    if (errno != EISDIR) return 0;
+    unsigned removed = 0;
+    if (DIR* d = ::opendir(path.c_str())) {
+        while (dirent* e = ::readdir(d))
+            if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0 &&
+                ::unlinkat(::dirfd(d), e->d_name, 0) == 0)
+                ++removed;
+        ::closedir(d);
+    }
+    ::rmdir(path.c_str());
+    return removed;
+}
+
+ShmDirectory::ShmDirectory(const std::string& prefix) : name_(ShmDirName(prefix)) {
+    const std::string path = ShmPath(name_);
+    if (::mkdir(path.c_str(), kDirectoryMode) != 0) Throw(errno, "create directory " + path);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const bool ok = fd >= 0 && ::fchown(fd, uid_t(-1), ::getegid()) == 0 && ::fchmod(fd, kDirectoryMode) == 0;
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    if (!ok) {
+        ::rmdir(path.c_str());
+        Throw(err, "set up directory " + path);
+    }
+}
+
+ShmDirectory::~ShmDirectory() { RemoveShmEntry(name_); }  // empty by now, unless a teardown failed
+
 std::unique_ptr<ShmFile> NewShmFile(const std::string& base_name, uint64_t size) {
-    constexpr int kAttempts = 8;  // a taken name is a squatter's guess or a 2^-64 clash: try another
+    constexpr int kAttempts = 8;  // a taken name is a 2^-64 clash: try another
     for (int attempt = 1;; ++attempt) {
         uint64_t random = 0;
-        if (::getrandom(&random, sizeof random, 0) != ssize_t(sizeof random))
-            throw std::system_error(errno ? errno : EIO, std::generic_category(), "getrandom");
+        if (::getrandom(&random, sizeof random, 0) != ssize_t(sizeof random)) Throw(errno ? errno : EIO, "getrandom");
         char suffix[20];
         std::snprintf(suffix, sizeof suffix, ".%016llx", static_cast<unsigned long long>(random));
+        const std::string name = base_name + suffix;
+        if (name.size() >= SPYRE_MOCK_SHM_NAME_MAX) Throw(ENAMETOOLONG, "shared memory " + name);
         try {
-            return std::make_unique<ShmFile>(base_name + suffix, size);
+            return std::make_unique<ShmFile>(name, size);
         } catch (const std::system_error& e) {
             if (e.code().value() != EEXIST || attempt == kAttempts) throw;
         }
     }
 }
 
-ShmFile::ShmFile(std::string name, uint64_t size) : name_(std::move(name)), size_(size), shm_(CreateObject(name_)) {
-    try {
-        shm_.truncate(bip::offset_t(size_));
-    } catch (const bip::interprocess_exception& e) {
-        bip::shared_memory_object::remove(name_.c_str());  // roll back the half-made object
-        Rethrow(e, "size shared memory /" + name_);
+ShmFile::ShmFile(std::string name, uint64_t size) : name_(std::move(name)), size_(size) {
+    fd_ = ::open(path().c_str(), O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, kObjectMode);
+    if (fd_ < 0) Throw(errno, "create shared memory " + path());
+    if (::fchmod(fd_, kObjectMode) != 0 || ::ftruncate(fd_, off_t(size_)) != 0) {  // fchmod: whatever the umask
+        const int err = errno;
+        ::unlink(path().c_str());  // roll back the half-made object
+        ::close(fd_);
+        Throw(err, "set up shared memory " + path());
     }
 }
 
-ShmFile::~ShmFile() { Unlink(); }
+ShmFile::~ShmFile() {
+    Unlink();
+    ::close(fd_);
+}
 
-int ShmFile::fd() const { return shm_.get_mapping_handle().handle; }
+std::string ShmFile::path() const { return ShmPath(name_); }
 
 void ShmFile::MapAt(void* addr, uint64_t offset, uint64_t len) const {
     if (len == 0) return;
     void* p = ::mmap(addr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd(), off_t(offset));
-    if (p == MAP_FAILED) throw std::system_error(errno, std::generic_category(), "map shared memory /" + name_);
+    if (p == MAP_FAILED) throw std::system_error(errno, std::generic_category(), "map shared memory " + path());
 }
 
 void ShmFile::Unlink() {
     if (unlinked_) return;
-    bip::shared_memory_object::remove(name_.c_str());
+    ::unlink(path().c_str());
     unlinked_ = true;
 }
 
@@ -119,9 +150,9 @@ ShmObject::ShmObject(std::string base_name, uint64_t size, ShmRepairCount& repai
     guard_.Watch(*file_);
 }
 
-std::string ShmObject::shm_open_name() const {
+std::string ShmObject::name() const {
     std::lock_guard lock(mutex_);
-    return file_->shm_open_name();
+    return file_->name();
 }
 
 void ShmObject::Unlink() {

@@ -10,12 +10,13 @@
 // so the device model's pointers stay valid while every mapping a previous
 // owner kept now shows only the old, abandoned pages.
 //
-// Names end in 64 random bits (NewShmFile): /dev/shm is writable by every
-// user, and a name anyone can predict can be created first by anyone, which
-// made the daemon fail the next hand-over and remove the function.
+// They live in a directory of the daemon's own, /dev/shm/<prefix>.d
+// (ShmDirectory), mode 0710 with the device nodes' group: that group may
+// open an object whose name the device told it, but not list the names,
+// and nobody else may create anything there. Names end in 64 random bits
+// (NewShmFile), so a name is not guessed either: it is the holder's
+// capability, handed out only by the ioctl on the held node.
 #pragma once
-
-#include <boost/interprocess/shared_memory_object.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -29,19 +30,19 @@ namespace spyre::mockdev {
 
 class ShmFile {
 public:
-    // Creates `name` (an shm_open name without the leading '/') exclusively
-    // and sizes it with ftruncate only (sparse: pages cost nothing until
-    // touched). Throws std::system_error (EEXIST if the name is taken).
+    // Creates SPYRE_MOCK_SHM_DIR/`name` exclusively, mode 0660, and sizes
+    // it with ftruncate only (sparse: pages cost nothing until touched).
+    // Throws std::system_error (EEXIST if the name is taken).
     ShmFile(std::string name, uint64_t size);
     ~ShmFile();
 
     ShmFile(const ShmFile&) = delete;
     ShmFile& operator=(const ShmFile&) = delete;
 
+    // Relative to SPYRE_MOCK_SHM_DIR: the name the driver is told.
     const std::string& name() const { return name_; }
-    std::string shm_open_name() const { return "/" + name_; }
     uint64_t size() const { return size_; }
-    int fd() const;
+    int fd() const { return fd_; }
 
     // Maps [offset, offset + len) of the object at `addr`, replacing whatever
     // was mapped there (MAP_FIXED). Throws std::system_error.
@@ -60,11 +61,37 @@ public:
     bool PunchHole(uint64_t offset, uint64_t len);
 
 private:
+    std::string path() const;
+
     std::string name_;
     uint64_t size_;
-    boost::interprocess::shared_memory_object shm_;
+    int fd_ = -1;
     bool unlinked_ = false;
 };
+
+// The directory `<prefix>.d` (ShmDirName) under SPYRE_MOCK_SHM_DIR that a
+// daemon's objects live in: created exclusively (EEXIST: someone else's,
+// or a dead daemon's the prefix claim did not remove), mode 0710, group the
+// daemon's effective group (that of its device nodes), whatever the umask.
+// Removed, with anything left in it, on destruction. Throws std::system_error.
+class ShmDirectory {
+public:
+    explicit ShmDirectory(const std::string& prefix);
+    ~ShmDirectory();
+    ShmDirectory(const ShmDirectory&) = delete;
+    ShmDirectory& operator=(const ShmDirectory&) = delete;
+
+    const std::string& name() const { return name_; }
+
+private:
+    std::string name_;
+};
+
+std::string ShmDirName(const std::string& prefix);
+
+// Removes SPYRE_MOCK_SHM_DIR/`name`: an object, or a directory and the
+// objects in it. Returns how many objects went.
+unsigned RemoveShmEntry(const std::string& name);
 
 // An anonymous reservation of address space (PROT_NONE) that ShmFiles are
 // mapped into; unmapped whole on destruction.
@@ -84,7 +111,8 @@ private:
 };
 
 // A fresh object named `<base_name>.<16 random hex digits>`, under another
-// random name if that one is taken (a few times). Throws std::system_error.
+// random name if that one is taken (a few times). Throws std::system_error
+// (ENAMETOOLONG if the name does not fit the mock transport's field).
 std::unique_ptr<ShmFile> NewShmFile(const std::string& base_name, uint64_t size);
 
 class ShmObject {
@@ -94,7 +122,7 @@ public:
     // (shm_guard.hpp), which must outlive this object.
     ShmObject(std::string base_name, uint64_t size, ShmRepairCount& repairs);
 
-    std::string shm_open_name() const;
+    std::string name() const;  // the current object's (ShmFile::name)
     uint8_t* data() const { return range_.data(); }
     uint64_t size() const { return range_.size(); }
 

@@ -26,7 +26,7 @@ spyre_mock_region_shm Bar4Shm() {
     spyre_mock_region_shm m{};
     m.argsz = sizeof m;
     m.index = SPYRE_REGION_BAR4;
-    std::strcpy(m.shm_name, "/spyre-test-ring");
+    std::strcpy(m.shm_name, "spyre-test.d/ring");
     m.mmap_size = SPYRE_BAR4_SIZE;
     return m;
 }
@@ -47,7 +47,7 @@ ErrorKind KindOf(auto&& f) {
 
 TEST(RegionInfoCheck, TheMocksAnswerPasses) {
     const MappableRegion r = CheckMockRegion(Bar4Info(), Bar4Shm(), SPYRE_REGION_BAR4, {});
-    EXPECT_EQ(r.shm_name, "/spyre-test-ring");
+    EXPECT_EQ(r.shm_name, "spyre-test.d/ring");
     EXPECT_EQ(r.mmap_size, SPYRE_BAR4_SIZE);
     EXPECT_NO_THROW(CheckRegionInfo(Bar4Info(), SPYRE_REGION_BAR4, {}));
 }
@@ -66,8 +66,11 @@ TEST(RegionInfoCheck, HostileAnswersAreRefused) {
     EXPECT_EQ(kind([](auto&, auto& m) { m.shm_name[0] = '\0'; }), ErrorKind::Unsupported);
     EXPECT_EQ(kind([](auto&, auto& m) { std::memset(m.shm_name, 'x', sizeof m.shm_name); }), ErrorKind::ProtocolError)
         << "name without its NUL";
-    EXPECT_EQ(kind([](auto&, auto& m) { std::strcpy(m.shm_name, "/a/../b"); }), ErrorKind::ProtocolError);
-    EXPECT_EQ(kind([](auto&, auto& m) { std::strcpy(m.shm_name, "relative"); }), ErrorKind::ProtocolError);
+    // A name must be DIR/OBJECT under /dev/shm and stay there.
+    for (const char* name : {"/a/../b", "relative", "/spyre-test-ring", "/abs/ring", "a/b/c", "a//b", "/a", "a/",
+                             "../ring", "a/..", "./ring", "a/.", "..", "/"})
+        EXPECT_EQ(kind([name](auto&, auto& m) { std::strcpy(m.shm_name, name); }), ErrorKind::ProtocolError) << name;
+    EXPECT_EQ(kind([](auto&, auto& m) { std::strcpy(m.shm_name, "a/..b"); }), ErrorKind::Internal) << "a plain name";
     EXPECT_EQ(kind([](auto&, auto& m) { m.shm_offset = 100; }), ErrorKind::ProtocolError) << "unaligned offset";
     EXPECT_EQ(kind([](auto& ri, auto& m) { m.mmap_size = ri.size + 4096; }), ErrorKind::ProtocolError)
         << "window past the region";

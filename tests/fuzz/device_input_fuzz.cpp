@@ -48,8 +48,13 @@ void FuzzRegionInfo(const spyre_region_info& ri, const spyre_mock_region_shm& sh
     try {
         const checks::MappableRegion r = checks::CheckMockRegion(ri, shm, index, {});
         Require(ri.index == index && shm.index == index && (ri.flags & SPYRE_REGION_INFO_FLAG_MMAP));
-        Require(r.shm_name.size() >= 2 && r.shm_name.size() < SPYRE_MOCK_SHM_NAME_MAX && r.shm_name[0] == '/');
-        Require(r.shm_name.find('/', 1) == std::string::npos && r.shm_name.find('\0') == std::string::npos);
+        // DIR/OBJECT: one '/', inside the name, no "." or ".." component (it stays in /dev/shm).
+        const size_t slash = r.shm_name.find('/');
+        Require(r.shm_name.size() >= 3 && r.shm_name.size() < SPYRE_MOCK_SHM_NAME_MAX);
+        Require(slash != std::string::npos && slash > 0 && slash + 1 < r.shm_name.size());
+        Require(r.shm_name.find('/', slash + 1) == std::string::npos && r.shm_name.find('\0') == std::string::npos);
+        for (const std::string& part : {r.shm_name.substr(0, slash), r.shm_name.substr(slash + 1)})
+            Require(part != "." && part != "..");
         Require(r.mmap_size > 0 && r.mmap_size <= ri.size && r.shm_offset % 4096 == 0);
         Require(u128(r.shm_offset) + r.mmap_size <= u128(INT64_MAX));
     } catch (const Error& e) {

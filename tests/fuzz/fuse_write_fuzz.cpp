@@ -27,6 +27,7 @@
 
 #include "frontend/attr_number.hpp"
 #include "pci/card.hpp"
+#include "pci/shm_object.hpp"
 #include "log.hpp"
 #include "spyre/uapi/spyre_ioctl.h"
 
@@ -61,6 +62,7 @@ Card& TheCard() {
     static Card* card = [] {
         SetLogLevel(LogLevel::Error);
         const std::string prefix = "spyre-fuzz-" + std::to_string(::getpid());
+        static ShmDirectory dir(prefix);  // destroyed after the card the atexit below deletes
         auto* c = new Card(CardParams{0, 64ull << 20, prefix, std::chrono::microseconds(0), 1, 100});
         std::atexit([] { delete &TheCard(); });  // unlinks the objects
         return c;

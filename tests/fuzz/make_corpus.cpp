@@ -184,7 +184,7 @@ void WriteDeviceInputCorpus(const std::string& dir) {
         spyre_mock_region_shm shm{};
         shm.argsz = sizeof shm;
         shm.index = index;
-        std::snprintf(shm.shm_name, sizeof shm.shm_name, "/spyre-0000:01:00.0-bar%u", index);
+        std::snprintf(shm.shm_name, sizeof shm.shm_name, "spyre-1.d/c0f0.bar%u.0123456789abcdef", index);
         shm.mmap_size = mmap_size;
         Append(out, shm);
         Append(out, bar4);

@@ -84,8 +84,12 @@ int CountShmObjects(const std::string& prefix) {
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
         if (e.path().filename().string().rfind(prefix + ".", 0) == 0) ++n;
+    std::filesystem::directory_iterator objects(ShmPath(prefix + ".d"), ec);  // the end if there is none
+    n += int(std::distance(objects, std::filesystem::directory_iterator()));
     return n;
 }
+
+std::string ShmPath(const std::string& name) { return "/dev/shm/" + name; }
 
 bool WaitForExit(pid_t pid, std::chrono::milliseconds limit) {
     const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));

@@ -115,8 +115,12 @@ std::string ToolPath(const char* env_var);
 // True when dir is in this process's mount table.
 bool IsMounted(const std::string& dir);
 
-// Entries of /dev/shm starting with "<prefix>.".
+// Entries of /dev/shm starting with "<prefix>.", and those in the daemon's
+// object directory /dev/shm/<prefix>.d.
 int CountShmObjects(const std::string& prefix);
+
+// Where the object the mock transport names `name` ("<prefix>.d/<object>") is.
+std::string ShmPath(const std::string& name);
 
 // Blocks until process `pid` (a child that is not reaped yet, such as a
 // killed daemon) has exited, for at most `limit`; false if it has not.

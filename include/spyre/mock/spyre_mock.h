@@ -10,6 +10,12 @@
  * holds: only the holder of a function learns its objects' names, as only the
  * holder of a VFIO device fd can map its BARs. A real card has no such ioctl;
  * its driver maps the device fd at the region's offset.
+ *
+ * The objects live in a directory of the daemon's own under /dev/shm
+ * (<prefix>.d, mode 0710: its group may open a name it was told, not list
+ * them). A name is "<directory>/<object>", relative to SPYRE_MOCK_SHM_DIR:
+ * two components, neither empty, "." nor "..". The driver opens
+ * SPYRE_MOCK_SHM_DIR "/" name (shm_open takes no inner '/').
  */
 #ifndef SPYRE_MOCK_SPYRE_MOCK_H
 #define SPYRE_MOCK_SPYRE_MOCK_H
@@ -19,11 +25,12 @@
 #include "spyre/uapi/spyre_pci.h"
 
 #define SPYRE_MOCK_SHM_NAME_MAX     64u
+#define SPYRE_MOCK_SHM_DIR          "/dev/shm"
 
 struct spyre_mock_region_shm {
     uint32_t argsz;             /* 0x00 caller sets sizeof */
     uint32_t index;             /* 0x04 in: region index (SPYRE_REGION_*) */
-    char     shm_name[SPYRE_MOCK_SHM_NAME_MAX]; /* 0x08 shm_open name ("/..."), empty if not mappable */
+    char     shm_name[SPYRE_MOCK_SHM_NAME_MAX]; /* 0x08 "<dir>/<object>" under SPYRE_MOCK_SHM_DIR, empty if not mappable */
     uint64_t shm_offset;        /* 0x48 where the region starts in the object */
     uint64_t mmap_size;         /* 0x50 bytes that may be mapped from shm_offset */
 };

@@ -19,6 +19,7 @@
 
 #include "pci/card.hpp"
 #include "pci/function.hpp"
+#include "pci/shm_object.hpp"
 #include "spyre/uapi/spyre_task.h"
 
 using namespace spyre::mockdev;
@@ -39,7 +40,7 @@ spyre_cb Nop(uint64_t user_data) {
 class QueueServerTest : public ::testing::Test {
 protected:
     void SetUp() override {
-        card_ = std::make_unique<Card>(CardParams{0, 64ull << 20, "spyre-qs-test-" + std::to_string(::getpid()),
+        card_ = std::make_unique<Card>(CardParams{0, 64ull << 20, Prefix(),
                                                   std::chrono::microseconds(50), 1, 10000});
         card_->Start();
         fn_ = card_->FindFunction(0);
@@ -116,6 +117,8 @@ protected:
         EXPECT_EQ(TaskCqes(0, 1).at(task_nop).status, SPYRE_ERR_NONE);
     }
 
+    static std::string Prefix() { return "spyre-qs-test-" + std::to_string(::getpid()); }
+    ShmDirectory shm_dir_{Prefix()};  // the objects' directory, before card_: it outlives the card
     std::unique_ptr<Card> card_;
     std::shared_ptr<Function> fn_;
 };
@@ -164,7 +167,7 @@ TEST_F(QueueServerTest, ABatchOfShortTasksCostsAtMostOneWakeUp) {
 #endif
     // One core per group would make every batch a single worker's anyway.
     card_.reset();
-    card_ = std::make_unique<Card>(CardParams{0, 64ull << 20, "spyre-qs-test-" + std::to_string(::getpid()),
+    card_ = std::make_unique<Card>(CardParams{0, 64ull << 20, Prefix(),
                                               std::chrono::microseconds(50), 8, 10000});
     card_->Start();
     fn_ = card_->FindFunction(0);

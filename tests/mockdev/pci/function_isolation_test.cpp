@@ -61,7 +61,7 @@ std::string ReadText(const std::string& path) {
 }
 
 uint64_t ObjectSize(const char* shm_name) {
-    const int fd = ::shm_open(shm_name, O_RDONLY, 0);
+    const int fd = ::open(spyre::test::ShmPath(shm_name).c_str(), O_RDONLY);
     if (fd < 0) return 0;
     struct stat st {};
     ::fstat(fd, &st);

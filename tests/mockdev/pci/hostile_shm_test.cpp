@@ -4,10 +4,15 @@
 // - a holder that shrinks an object it was handed (ftruncate) loses its own
 //   bytes, while the daemon, and every other function, goes on;
 // - a process that creates files in /dev/shm under the names the daemon
-//   would give a function's next objects cannot remove that function.
+//   would give a function's next objects cannot remove that function;
+// - a process of the daemon's group cannot list the objects of a held
+//   function (they are in the daemon's directory, which does not list).
+#include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,10 +36,19 @@ using namespace spyre::driver;
 using spyre::test::MockDeviceTest;
 using spyre::test::InChild;
 using spyre::test::OpenWhenFree;
+using spyre::test::ShmPath;
 
 namespace {
 
 constexpr size_t kBytes = 64 << 10;
+constexpr uid_t kNobody = 65534;
+
+// In a child, as root: becomes user and group nobody with `groups` as its
+// supplementary groups. False if it could not.
+bool BecomeNobody(const std::vector<gid_t>& groups) {
+    return ::setgroups(groups.size(), groups.data()) == 0 && ::setresgid(kNobody, kNobody, kNobody) == 0 &&
+           ::setresuid(kNobody, kNobody, kNobody) == 0;
+}
 
 // A process that died stays a zombie until reaped: only a running one counts.
 bool Running(pid_t pid) {
@@ -116,7 +130,7 @@ struct Shrink {
             ring.emplace(fn);
         }
         const spyre_mock_region_shm m = Shm(fn, region);
-        const int fd = ::shm_open(m.shm_name, O_RDWR, 0);
+        const int fd = ::open(ShmPath(m.shm_name).c_str(), O_RDWR);
         if (fd < 0 || ::ftruncate(fd, 0) != 0) ::_exit(2);
         ::close(fd);
         // No destructor runs from here on: this process's own mapping of the
@@ -184,34 +198,89 @@ INSTANTIATE_TEST_SUITE_P(EachObject, ShrunkObjectTest,
 // Another user, holding nothing, creates in /dev/shm (writable by all) the
 // names the daemon used to give VF 1's next objects: `<prefix>.c0.f1.<kind>.<n>`.
 // Exclusive creation then failed and the hand-over removed the function.
-// Names now end in random bits: hand-overs go on and the function stays.
+// Names now end in random bits, in the daemon's own directory, where no
+// other user can create anything: hand-overs go on and the function stays.
 TEST_F(MockDeviceTest, SquattedObjectNamesDoNotRemoveAFunction) {
-    const std::string lead = "/dev/shm/" + daemon().shm_prefix() + ".c0.f1.";
+    const std::string old_lead = "/dev/shm/" + daemon().shm_prefix() + ".c0.f1.";
+    const std::string lead = daemon().shm_prefix() + ".d/c0f1.";  // names as the ioctl gives them
     std::vector<std::string> squatted;
     for (int n = 0; n <= 40; ++n)
-        for (const char* kind : {"mem", "regs", "ring"}) squatted.push_back(lead + kind + "." + std::to_string(n));
+        for (const char* kind : {"mem", "regs", "ring"}) squatted.push_back(old_lead + kind + "." + std::to_string(n));
     const int made = InChild([&] {
-        if (::geteuid() == 0 && (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0))
-            return 2;
+        const bool other_user = ::geteuid() == 0;
+        if (other_user && !BecomeNobody({})) return 2;
         int count = 0;
         for (const std::string& path : squatted) {
             const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600);
             if (fd >= 0) ++count, ::close(fd);
         }
-        return count >= 100 ? 0 : 1;  // those of generation 0 existed already (before the fix)
+        if (other_user)  // nor in the directory, whatever the name
+            for (const char* kind : {"mem", "regs", "ring"}) {
+                const int fd = ::open(ShmPath(lead + kind + ".0").c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600);
+                if (fd >= 0 || errno != EACCES) return 3;
+            }
+        return count >= 100 ? 0 : 1;  // those of generation 0 existed already (before the random names)
     });
-    ASSERT_EQ(made, 0) << "the squatter could not create its files";
+    ASSERT_EQ(made, 0) << "the squatter could not create its files, or could in the daemon's directory";
 
     for (int round = 0; round < 3; ++round) {  // each close and open hands the function over
         std::optional<Function> vf = OpenWhenFree(Vf(1));
         ASSERT_TRUE(vf.has_value()) << "round " << round;
         for (uint32_t region : {SPYRE_REGION_BAR0, SPYRE_REGION_BAR4, SPYRE_REGION_DEVMEM}) {
             const std::string name = Shm(*vf, region).shm_name;
-            EXPECT_EQ(("/dev/shm" + name).rfind(lead, 0), 0u) << name;  // still found by the prefix
-            EXPECT_EQ(std::find(squatted.begin(), squatted.end(), "/dev/shm" + name), squatted.end()) << name;
+            EXPECT_EQ(name.rfind(lead, 0), 0u) << name;  // still found under the prefix
+            EXPECT_EQ(std::find(squatted.begin(), squatted.end(), ShmPath(name)), squatted.end()) << name;
         }
         ExpectCopyRoundTrip(*vf, uint8_t(0x50 + round));
     }
     EXPECT_TRUE(std::filesystem::exists(Vf(1).dev_node));
     for (const std::string& path : squatted) ::unlink(path.c_str());
+}
+
+// A process of the daemon's group (user nobody, its groups set to the
+// device nodes' group) that holds nothing lists /dev/shm: the names of every
+// held function's objects used to be there, to open and read or write
+// another tenant's memory. They are in the daemon's directory now, which
+// the group may enter, not list: no name shows, the directory does not
+// list, nothing can be made in it, and a name told (as the ioctl tells the
+// holder) still opens. The holder maps and computes as before.
+TEST_F(MockDeviceTest, TheDaemonsGroupCannotListAHeldFunctionsObjects) {
+    if (::geteuid() != 0) GTEST_SKIP() << "becoming user nobody needs root";
+    std::optional<Function> vf = OpenWhenFree(Vf(1));
+    ASSERT_TRUE(vf.has_value());
+    ExpectCopyRoundTrip(*vf, 0x60);
+    std::vector<std::string> names;
+    for (uint32_t region : {SPYRE_REGION_BAR0, SPYRE_REGION_BAR4, SPYRE_REGION_DEVMEM})
+        names.push_back(Shm(*vf, region).shm_name);
+    struct stat node {};
+    ASSERT_EQ(::stat(Vf(1).dev_node.c_str(), &node), 0);
+    const std::string dir = ShmPath(daemon().shm_prefix() + ".d");
+
+    const int code = InChild([&] {
+        if (!BecomeNobody({node.st_gid})) return 2;
+        DIR* shm = ::opendir("/dev/shm");
+        if (!shm) return 3;
+        bool listed = false;
+        while (const dirent* e = ::readdir(shm))
+            for (const std::string& name : names)
+                listed |= name.substr(name.rfind('/') + 1) == e->d_name;  // the object's own name
+        ::closedir(shm);
+        if (listed) return 4;
+        errno = 0;
+        if (DIR* d = ::opendir(dir.c_str()); d || errno != EACCES) return 5;
+        if (const int fd = ::open((dir + "/squat").c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600); fd >= 0 || errno != EACCES)
+            return 6;
+        const int fd = ::open(ShmPath(names[0]).c_str(), O_RDWR);  // the group's access is by name
+        if (fd < 0) return 7;
+        ::close(fd);
+        return 0;
+    });
+    EXPECT_EQ(code, 0) << "2: could not become nobody, 3: /dev/shm unreadable, 4: an object's name is listed, "
+                          "5: the directory lists (or is missing), 6: the directory takes new files, "
+                          "7: a name told does not open";
+    struct stat st {};
+    ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0710u);
+    EXPECT_EQ(st.st_gid, node.st_gid);
+    ExpectCopyRoundTrip(*vf, 0x61);
 }
