@@ -103,10 +103,12 @@ public:
     uint32_t cq_tail() const { return cq_tail_; }
 
     // The driver published an impossible position: the queue stops until a
-    // reset (ERR_CODE RING_OVERFLOW at the position it stopped at).
+    // reset (ERR_CODE RING_OVERFLOW at the position it stopped at). The
+    // error is latched first: a reader that sees the queue halted (a trapped
+    // read of TQ_HALTED mirrors halted()) also sees why.
     void Halt(RegisterFile& regs) {
-        halted_.store(true, std::memory_order_release);
         regs.LatchError(ErrorRecord{SPYRE_ERR_RING_OVERFLOW, 0, sq_head_, 0, 0});
+        halted_.store(true, std::memory_order_release);
     }
     // Power-on state: positions zero, rings zeroed, not halted (the server paused).
     void Clear() {
