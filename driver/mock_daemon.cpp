@@ -267,17 +267,25 @@ MockDaemon MockDaemon::Start(MockOptions options) {
         const bool exited = ended && *ended != -1 && WIFEXITED(*ended);
         std::string why = exited ? "exited with code " + std::to_string(WEXITSTATUS(*ended)) + " (see its message above)"
                                  : "did not become ready within " + std::to_string(options.start_timeout.count()) + " ms";
+        const std::string mount = d.mount_.string();
+        if (exited) {
+            // A daemon that exited by itself cleaned up what it made. What
+            // it refused (a busy mount point, a prefix in use) is another
+            // daemon's or another user's: leave it alone.
+            d.shm_prefix_.clear();
+            if (!d.own_mount_dir_) d.mount_.clear();
+        }
         d.Stop(milliseconds(1000));
         // Options it refused are the caller's to fix, not a lost device.
         if (exited && WEXITSTATUS(*ended) == SPYRE_MOCK_EXIT_USAGE)
             throw Error(ErrorKind::InvalidArgument,
                         "spyre-mockdev refused its options (cards " + std::to_string(options.cards) + ", vfs " +
                             std::to_string(options.vfs) + ", mem '" + options.mem + "'): " + why,
-                        ErrorContext{.device = d.mount_.string()});
+                        ErrorContext{.device = mount});
         // Still starting when the bound ran out: a wait that timed out, not
         // a device that went away.
         throw Error(ended || closed ? ErrorKind::DeviceLost : ErrorKind::Timeout, "spyre-mockdev " + why,
-                    ErrorContext{.device = d.mount_.string()});
+                    ErrorContext{.device = mount});
     }
     return d;
 }

@@ -78,13 +78,34 @@ std::vector<std::string> ObjectsOf(const std::string& prefix) {
     return names;
 }
 
+// Whether the open file `fd` can be an owner file of a daemon of ours: a
+// regular file of this user. /dev/shm is writable by every user, and a
+// root daemon that trusted a name there would write (the claim) or delete
+// (the sweep) on behalf of whoever planted it.
+bool OursToTrust(int fd) {
+    struct stat st {};
+    return ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid();
+}
+
+// Whether /dev/shm/`name` is an entry of this user (not followed if a link).
+bool EntryIsOurs(const std::string& name) {
+    struct stat st {};
+    const std::string path = std::string(kShmDir) + "/" + name;
+    return ::lstat(path.c_str(), &st) == 0 && st.st_uid == ::geteuid();
+}
+
 // True if the owner file names a daemon and its flock is free. The lock
 // decides: the kernel drops it when the daemon exits, before its parent
 // reaps it, while its pid still answers kill(pid, 0) as a zombie (or, once
-// reused, as some other process).
+// reused, as some other process). Another user's file, or a link, is
+// never a dead owner of ours.
 bool OwnerIsDead(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return false;
+    if (!OursToTrust(fd)) {
+        ::close(fd);
+        return false;
+    }
     bool dead = false;
     if (::flock(fd, LOCK_SH | LOCK_NB) == 0) {
         char buf[32] = {};
@@ -122,9 +143,18 @@ PrefixState InspectPrefix(const std::string& prefix) {
 
 std::optional<PrefixClaim> PrefixClaim::Take(const std::string& prefix) {
     const std::string path = OwnerPath(prefix);
-    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    // Never through a link, and only a file of our own: whoever can write
+    // /dev/shm could otherwise have this daemon truncate a file it names.
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
     if (fd < 0) {
-        LOG_ERROR("cannot create %s: %s", path.c_str(), std::strerror(errno));
+        LOG_ERROR("cannot create %s: %s%s", path.c_str(), std::strerror(errno),
+                  errno == ELOOP ? " (it is a symbolic link: remove it by hand)" : "");
+        return std::nullopt;
+    }
+    if (!OursToTrust(fd)) {
+        LOG_ERROR("shared-memory prefix %s is in use: %s is not a file of this user (remove it by hand)",
+                  prefix.c_str(), path.c_str());
+        ::close(fd);
         return std::nullopt;
     }
     // A daemon starting beside this one (two ranks of an MPI job) may be
@@ -153,9 +183,9 @@ std::optional<PrefixClaim> PrefixClaim::Take(const std::string& prefix) {
     unsigned removed = 0;
     for (const std::string& name : ObjectsOf(prefix)) {
         if (name == prefix + ".owner") continue;
-        if (!had_owner) {
-            LOG_ERROR("shared-memory prefix %s is in use: /dev/shm/%s has no spyre-mockdev owner (remove it by hand)",
-                      prefix.c_str(), name.c_str());
+        if (!had_owner || !EntryIsOurs(name)) {
+            LOG_ERROR("shared-memory prefix %s is in use: /dev/shm/%s %s (remove it by hand)", prefix.c_str(),
+                      name.c_str(), had_owner ? "belongs to another user" : "has no spyre-mockdev owner");
             return std::nullopt;
         }
         removed += RemoveShmEntry(name);  // its object directory (<prefix>.d) with what is in it
@@ -181,7 +211,7 @@ unsigned SweepDeadPrefixes() {
     unsigned removed = 0;
     for (const std::string& prefix : dead) {
         for (const std::string& name : ObjectsOf(prefix))
-            if (name != prefix + ".owner") removed += RemoveShmEntry(name);
+            if (name != prefix + ".owner" && EntryIsOurs(name)) removed += RemoveShmEntry(name);
         ::unlink(OwnerPath(prefix).c_str());  // last: it marks the rest as ours to remove
     }
     if (removed) LOG_INFO("removed %u shared-memory object(s) left by dead spyre-mockdev daemons", removed);

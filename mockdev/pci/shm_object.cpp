@@ -38,12 +38,18 @@ unsigned RemoveShmEntry(const std::string& name) {
     if (::unlink(path.c_str()) == 0) return 1;
     if (errno != EISDIR) return 0;
     unsigned removed = 0;
-    if (DIR* d = ::opendir(path.c_str())) {
+    // Opened without following a link: a directory swapped for a link to
+    // another one since the unlink must not have that one emptied.
+    const int dir_fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dir_fd < 0) return 0;
+    if (DIR* d = ::fdopendir(dir_fd)) {
         while (dirent* e = ::readdir(d))
             if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0 &&
                 ::unlinkat(::dirfd(d), e->d_name, 0) == 0)
                 ++removed;
         ::closedir(d);
+    } else {
+        ::close(dir_fd);
     }
     ::rmdir(path.c_str());
     return removed;

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -489,6 +490,116 @@ TEST_F(MockDeviceTest, ALiveDaemonsPrefixIsNeverReclaimed) {
     EXPECT_EQ(clash.exit_code, 4) << clash.output;
     EXPECT_NE(clash.output.find("running spyre-mockdev"), std::string::npos) << clash.output;
     EXPECT_EQ(spyre::test::CountShmObjects(daemon().shm_prefix()), objects);
+    Function fn = Function::Open(Pf());
+    EXPECT_EQ(fn.Read32(SPYRE_REG_MAGIC), SPYRE_MAGIC);
+}
+
+// /dev/shm is every user's. A name another user made there under a prefix's
+// owner file (a link to a file of root's, or a file of theirs) is never
+// written through by a daemon claiming the prefix, which is refused, and
+// never taken for a dead daemon's by another daemon's sweep, which would
+// remove, as root, every entry of any user under that name.
+class PlantedOwnerTest : public ::testing::Test {
+protected:
+    static constexpr uid_t kNobody = 65534;
+    void SetUp() override {
+        if (::geteuid() != 0) GTEST_SKIP() << "planting as another user needs root";
+    }
+    // /dev/shm/`name`, made by `make`, then handed to user nobody.
+    static std::string Plant(const std::string& name, const std::function<bool(const std::string&)>& make) {
+        const std::string path = "/dev/shm/" + name;
+        EXPECT_TRUE(make(path)) << path;
+        EXPECT_EQ(::lchown(path.c_str(), kNobody, kNobody), 0) << path;
+        return path;
+    }
+    static bool WriteFile(const std::string& path, const std::string& text) {
+        std::ofstream f(path);
+        f << text;
+        return bool(f);
+    }
+    static std::string ReadFile(const std::string& path) {
+        std::ifstream f(path);
+        return std::string(std::istreambuf_iterator<char>(f), {});
+    }
+    static std::string DeadPid() {
+        const pid_t dead = ::fork();
+        if (dead == 0) ::_exit(0);
+        ::waitpid(dead, nullptr, 0);
+        return std::to_string(dead) + "\n";
+    }
+    // Starts a daemon on prefix `prefix`: its exit code when it is refused, 0 when it runs.
+    static int StartOn(const TempDir& dir, const std::string& prefix) {
+        fs::create_directories(dir.path / "mnt");
+        try {
+            MockDaemon daemon =
+                MockDaemon::Start({.vfs = 0, .mem = "64M", .mount = dir.path / "mnt", .shm_prefix = prefix});
+            return 0;
+        } catch (const spyre::Error& e) {
+            const std::string what = e.what();
+            const size_t at = what.find("exited with code ");
+            return at == std::string::npos ? -1 : std::atoi(what.c_str() + at + 17);
+        }
+    }
+};
+
+TEST_F(PlantedOwnerTest, AnOwnerFileThatIsALinkIsNotWrittenThrough) {
+    TempDir dir;
+    const std::string prefix = dir.UniquePrefix("spyre-link");
+    const fs::path victim = dir.path / "victim";
+    const std::string text = "7 precious\n";  // starts as a dead owner's pid would
+    ASSERT_TRUE(WriteFile(victim, text));
+    const std::string owner =
+        Plant(prefix + ".owner", [&](const std::string& p) { return ::symlink(victim.c_str(), p.c_str()) == 0; });
+    EXPECT_EQ(StartOn(dir, prefix), 4);  // the prefix is in use
+    EXPECT_EQ(ReadFile(victim), text);
+    ::unlink(owner.c_str());
+}
+
+TEST_F(PlantedOwnerTest, AnOwnerFileOfAnotherUserIsNotTaken) {
+    TempDir dir;
+    const std::string prefix = dir.UniquePrefix("spyre-theirs");
+    const std::string text = DeadPid();
+    const std::string owner = Plant(prefix + ".owner", [&](const std::string& p) { return WriteFile(p, text); });
+    EXPECT_EQ(StartOn(dir, prefix), 4);
+    EXPECT_EQ(ReadFile(owner), text);
+    ::unlink(owner.c_str());
+}
+
+TEST_F(PlantedOwnerTest, TheSweepLeavesAnotherUsersDeadLookingPrefixAlone) {
+    TempDir dir;
+    const std::string theirs = dir.UniquePrefix("spyre-sweep");
+    const std::string owner = Plant(theirs + ".owner", [&](const std::string& p) { return WriteFile(p, DeadPid()); });
+    const std::string object = Plant(theirs + ".data", [&](const std::string& p) { return WriteFile(p, "theirs"); });
+    EXPECT_EQ(StartOn(dir, dir.UniquePrefix("spyre-sweeper")), 0);  // sweeps dead prefixes as it starts
+    EXPECT_EQ(ReadFile(object), "theirs");
+    EXPECT_TRUE(fs::exists(owner));
+    ::unlink(object.c_str());
+    ::unlink(owner.c_str());
+}
+
+// A start that the daemon refuses (its prefix or its mount point is a live
+// daemon's) leaves that daemon whole: the refused start used to clean up
+// after itself by removing every object under the prefix, and by unmounting
+// the mount point, it had asked for.
+TEST_F(MockDeviceTest, ARefusedStartLeavesTheLiveDaemonItClashedWithWhole) {
+    const int objects = spyre::test::CountShmObjects(daemon().shm_prefix());
+    TempDir dir;
+    fs::create_directory(dir.path / "mnt");
+    const auto refused_with = [](const MockOptions& options) -> std::string {
+        try {
+            MockDaemon clash = MockDaemon::Start(options);
+        } catch (const spyre::Error& e) {
+            return e.what();
+        }
+        return "started";
+    };
+    EXPECT_NE(refused_with({.vfs = 0, .mem = "64M", .mount = dir.path / "mnt", .shm_prefix = daemon().shm_prefix()})
+                  .find("exited with code 4"),
+              std::string::npos);
+    EXPECT_NE(refused_with({.vfs = 0, .mem = "64M", .mount = daemon().mount()}).find("exited with code 3"),
+              std::string::npos);
+    EXPECT_EQ(spyre::test::CountShmObjects(daemon().shm_prefix()), objects);
+    EXPECT_TRUE(spyre::test::IsMounted(daemon().mount().string()));
     Function fn = Function::Open(Pf());
     EXPECT_EQ(fn.Read32(SPYRE_REG_MAGIC), SPYRE_MAGIC);
 }
