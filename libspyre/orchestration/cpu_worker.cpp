@@ -14,7 +14,26 @@ CpuWorker::CpuWorker(unsigned threads, std::string device)
 
 CpuWorker::~CpuWorker() { Stop(); }
 
+namespace {
+thread_local const CpuWorker::TaskFrame* t_running_tasks = nullptr;
+
+// Puts a task on this thread's stack of running tasks for one kernel call.
+class InKernel {
+public:
+    explicit InKernel(const TaskDescriptor& task) noexcept : frame_{&task, t_running_tasks} { t_running_tasks = &frame_; }
+    ~InKernel() { t_running_tasks = frame_.outer; }
+    InKernel(const InKernel&) = delete;
+    InKernel& operator=(const InKernel&) = delete;
+
+private:
+    CpuWorker::TaskFrame frame_;
+};
+}  // namespace
+
+const CpuWorker::TaskFrame* CpuWorker::RunningTasks() noexcept { return t_running_tasks; }
+
 uint32_t CpuWorker::Run(const TaskDescriptor& task) {
+    const InKernel in_kernel(task);
     void* buffers[PTO_MAX_PARAMS];
     uint64_t sizes[PTO_MAX_PARAMS];
     for (int32_t i = 0; i < task.num_params; ++i) {

@@ -43,6 +43,15 @@ public:
     // wait for itself. Set for a worker thread's life, and by a
     // RunningTaskOf around a task run on the submitting thread.
     static const CompletionSink* RunningTaskOf() noexcept;
+    // The tasks whose kernels this thread is in, innermost first (a kernel
+    // run on the submitting thread may submit a task that runs there too),
+    // or null. A submission from one of them that waits for the task ring
+    // or the heap ring to drain past it would wait for itself.
+    struct TaskFrame {
+        const TaskDescriptor* task;
+        const TaskFrame* outer;
+    };
+    static const TaskFrame* RunningTasks() noexcept;
     class RunningTask {
     public:
         explicit RunningTask(const CompletionSink* sink) noexcept;

@@ -83,7 +83,8 @@ RuntimeState::~RuntimeState() {
 
 std::unique_ptr<RuntimeState> RuntimeState::OnHostMemory(uint64_t memory_size, const OrchestratorOptions& options) {
     const uint64_t heap_size = options.heap_size;
-    if (heap_size == 0 || heap_size > memory_size)
+    if (heap_size == 0) throw Error(ErrorKind::InvalidArgument, "heap ring size must be > 0");
+    if (heap_size > memory_size)
         throw Error(ErrorKind::InvalidArgument, "heap ring of " + std::to_string(heap_size) +
                                                     " bytes does not fit host memory of " + std::to_string(memory_size) +
                                                     " bytes");

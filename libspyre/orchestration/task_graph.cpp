@@ -273,12 +273,32 @@ auto TaskGraph::Stall(Lock& lock, StallNeed need, Attempt&& attempt, Stuck&& stu
         if (!holds_.empty() && LetGoHoldsNotHandedOut()) continue;
         // Only tasks on executors finish by themselves; with none, space
         // could come back only through this (stalled) caller: say so.
-        if (active_ == 0) {
+        // Nor does the task whose kernel is this caller: the rings are
+        // reused in order, and it cannot end while its kernel waits.
+        if (active_ == 0 || WaitsForItsOwnRun(need)) {
             stalled_ = {};
             Fail(ErrorKind::OutOfMemory, stuck(), EDEADLK);
         }
         Sleep(lock);
     }
+}
+
+bool TaskGraph::RunsOnThisThread(int64_t task_id) const {
+    if (task_id < 0 || task_id > INT32_MAX || !ring_.IsLive(int32_t(task_id))) return false;
+    const TaskDescriptor* task = &ring_.Get(int32_t(task_id));
+    for (const CpuWorker::TaskFrame* f = CpuWorker::RunningTasks(); f; f = f->outer)
+        if (f->task == task) return true;
+    return false;
+}
+
+bool TaskGraph::WaitsForItsOwnRun(StallNeed need) const {
+    if (!CpuWorker::RunningTasks()) return false;  // the common case: an orchestration thread
+    if (need.slots > 0 && ring_.live() > 0 && RunsOnThisThread(ring_.tail())) return true;
+    if (need.bytes > 0) {
+        const auto owner = heap_.OldestOwner();
+        if (owner && !(*owner & kBufferOwner) && RunsOnThisThread(int64_t(*owner))) return true;
+    }
+    return false;
 }
 
 std::string TaskGraph::TaskRingStuck() const {
@@ -287,7 +307,11 @@ std::string TaskGraph::TaskRingStuck() const {
       << Describe(ring_.tail());
     const TaskDescriptor& t = ring_.Get(ring_.tail());
     const TaskState st = t.state.load(std::memory_order_relaxed);
-    if (st == TaskState::Completed && HeldByAThread(t.task_id)) {
+    if (RunsOnThisThread(t.task_id)) {
+        s << " is the task whose kernel is submitting, and the ring is reused in order behind it: a kernel can "
+             "submit only as many tasks as the ring has room for while its own task runs; submit them from the "
+             "orchestration thread, or create the runtime with a larger task ring";
+    } else if (st == TaskState::Completed && HeldByAThread(t.task_id)) {
         s << " is held by its submitting thread (" << kHoldRule
           << "): read depth-0 outputs sooner, wait, put the tasks in scopes, or create the runtime with a larger "
              "task ring";
@@ -328,7 +352,9 @@ std::string TaskGraph::HeapStuck(uint64_t need) const {
           << (b && !b->free_requested ? " (not freed with pto_free)" : " (still referenced by live tasks)");
     } else if (owner) {
         s << Describe(int32_t(*owner)) << "'s implicit outputs";
-        if (HeldByAThread(int32_t(*owner)))
+        if (RunsOnThisThread(int64_t(*owner)))
+            s << ", the task whose kernel is submitting (it cannot end while its kernel waits)";
+        else if (HeldByAThread(int32_t(*owner)))
             s << ", held by its submitting thread (" << kHoldRule << ")";
         else if (scopes_.depth() > 0)
             s << ", held by " << scopes_.depth() << " open scope(s)";
@@ -495,7 +521,18 @@ void TaskGraph::TraceTask(TaskDescriptor& t, const TaskTiming& timing) {
     }
 }
 
+void TaskGraph::CheckNotInATask(const char* call) const {
+    // A scope a kernel opened on a worker thread would stay open for good
+    // (the thread never ends), and one it ended on the submitting thread
+    // would be the orchestration function's.
+    if (CpuWorker::RunningTaskOf() == this)
+        Fail(ErrorKind::InvalidArgument, std::string(call) +
+                                             " called from inside a task of this runtime: scopes are the orchestration "
+                                             "thread's; a kernel may submit tasks, outside any scope of its own");
+}
+
 int32_t TaskGraph::ScopeBegin() {
+    CheckNotInATask("pto_scope_begin");
     std::lock_guard sub(submit_mu_);
     Lock lock(*this);
     const std::thread::id me = std::this_thread::get_id();
@@ -511,6 +548,7 @@ int32_t TaskGraph::ScopeBegin() {
 }
 
 int32_t TaskGraph::ScopeEnd(int32_t depth, bool once_inner_end) {
+    CheckNotInATask("pto_scope_end");
     std::lock_guard sub(submit_mu_);
     Lock lock(*this);
     const std::thread::id me = std::this_thread::get_id();

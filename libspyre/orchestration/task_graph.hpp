@@ -242,6 +242,14 @@ private:
     auto Stall(Lock& lock, StallNeed need, Attempt&& attempt, Stuck&& stuck);
     std::string TaskRingStuck() const;
     bool HeldByAThread(int32_t task_id) const;  // a depth-0 hold
+    // Whether `task_id` is a task whose kernel the calling thread is in.
+    bool RunsOnThisThread(int64_t task_id) const;
+    // Whether what a stalled submitter waits for can only come once a task
+    // whose kernel this thread is in has ended: the oldest task of the ring
+    // (slots) or the owner of the heap's oldest block (bytes).
+    bool WaitsForItsOwnRun(StallNeed need) const;
+    // InvalidArgument when the calling thread runs a task of this runtime.
+    void CheckNotInATask(const char* call) const;
     std::string HeapStuck(uint64_t need) const;
     void MakeReady(TaskDescriptor& t);
     // Pushes `t`, whose producers have not all finished, to its executor

@@ -1113,6 +1113,67 @@ TEST_P(WaitInsideATask, IsAnErrorNotAHang) {
     EXPECT_NE(caught.find("would wait for that task itself"), std::string::npos) << caught;
 }
 
+// A kernel may submit tasks of its own, but its task holds the task ring:
+// the ring is reused in order, and once its task is the oldest, a kernel
+// that submitted a ring's worth would wait for itself. It gets OutOfMemory
+// (EDEADLK) instead of a hang, the tasks it did submit run, and the runtime
+// goes on (a probe hung with a ring of 8 and 7 tasks submitted).
+TEST_P(WaitInsideATask, SubmittingPastTheRingIsAnErrorNotAHang) {
+    MakeWith(/*run_here=*/GetParam());
+    constexpr int kTries = 200;  // the ring holds 64
+    uint32_t* filled = Data(4096, 4 * kTries);
+    std::atomic<bool> armed{false};
+    std::string caught;
+    int submitted = 0;
+    o().RegisterHostKernel(K_NEST, [&](std::span<void* const> b, std::span<const uint64_t>) {
+        *static_cast<uint32_t*>(b[0]) = std::this_thread::get_id() == submitter_ ? 1u : 2u;
+        if (!armed.load()) return 0u;
+        try {
+            for (submitted = 0; submitted < kTries; ++submitted) {
+                TaskParam fill[] = {Out(filled + submitted, 4)};
+                o().Submit(K_FILL, WORKER_HOST, fill);
+            }
+            caught = "no error";
+        } catch (const Error& e) {
+            caught = e.kind() == ErrorKind::OutOfMemory ? e.what() : "another kind of error";
+        }
+        return 0u;
+    });
+    EXPECT_FALSE(RanHere(K_NEST));  // the first run: on a worker
+    armed = true;
+    std::memset(filled, 0, 4 * kTries);
+    EXPECT_EQ(RanHere(K_NEST), GetParam());
+    EXPECT_NE(caught.find("is the task whose kernel is submitting"), std::string::npos) << caught;
+    ASSERT_GT(submitted, 0);
+    ASSERT_LT(submitted, kTries);
+    for (int i = 0; i < submitted; ++i) ASSERT_EQ(filled[i], 7u) << "task " << i << " of the kernel's did not run";
+    armed = false;
+    EXPECT_EQ(RanHere(K_NEST), GetParam());  // and the runtime goes on
+}
+
+// Scopes are the orchestration thread's. A scope a kernel opened on a
+// worker thread stayed open for good (the thread never ends), and every
+// later pto_scope_begin of the orchestration thread was EBUSY.
+TEST_P(WaitInsideATask, AScopeBegunOrEndedInsideATaskIsRefused) {
+    MakeWith(/*run_here=*/GetParam());
+    std::string begun, ended;
+    o().RegisterHostKernel(K_NEST, [&](std::span<void* const> b, std::span<const uint64_t>) {
+        *static_cast<uint32_t*>(b[0]) = std::this_thread::get_id() == submitter_ ? 1u : 2u;
+        begun = pto_scope_begin(o().handle()) == -EINVAL ? pto_last_error() : "not EINVAL";
+        ended = pto_scope_end(o().handle()) == -EINVAL ? pto_last_error() : "not EINVAL";
+        return 0u;
+    });
+    for (bool here : {false, GetParam()}) {
+        ASSERT_EQ(pto_scope_begin(o().handle()), 0);
+        EXPECT_EQ(RanHere(K_NEST), here);
+        EXPECT_NE(begun.find("pto_scope_begin called from inside a task"), std::string::npos) << begun;
+        EXPECT_NE(ended.find("pto_scope_end called from inside a task"), std::string::npos) << ended;
+        ASSERT_EQ(pto_scope_end(o().handle()), 0);  // still this thread's, and still open
+    }
+    EXPECT_EQ(pto_scope_begin(o().handle()), 0);
+    EXPECT_EQ(pto_scope_end(o().handle()), 0);
+}
+
 void SeedStyleOrchestration(Runtime* rt, uint64_t* args) {
     auto* a = reinterpret_cast<uint32_t*>(args[0]);
     auto* out = reinterpret_cast<uint32_t*>(args[1]);
@@ -1422,7 +1483,7 @@ TEST(OrchestrationHandles, AForkedChildCannotUseItsParentsRuntime) {
         if (!refused([&] { orch->Alloc(64); })) return 20;
         if (!refused([&] { orch->WaitAll(); })) return 21;
         if (!refused([&] { orch->Submit(1, WORKER_HOST, {}); })) return 22;
-        if (!refused([&] { orch->BeginScope(); })) return 23;
+        if (!refused([&] { (void)orch->BeginScope(); })) return 23;
         if (pto_wait_all(orch->handle()) != -EINVAL || !forked(pto_last_error())) return 24;
         orch.reset();  // returns: nothing of the parent's is waited for
         // A runtime of the child's own works.
