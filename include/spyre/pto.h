@@ -178,8 +178,6 @@ void* pto_alloc(Runtime* rt, size_t size);
 /* No more tasks will reference `buffer`: it is reclaimed once every task
  * that referenced it is CONSUMED, not at once. */
 int32_t pto_free(Runtime* rt, void* buffer);
-/* Scopes are the orchestration thread's: from inside a task of the same
- * runtime, pto_scope_begin and pto_scope_end return -EINVAL. */
 int32_t pto_scope_begin(Runtime* rt);
 /* Returns the task id (>= 0) or a negative errno. Ids wrap (after about
  * 2^31 tasks) at a multiple of the task ring's size: a live task's id names
