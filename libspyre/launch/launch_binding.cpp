@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-#include <algorithm>
 #include "launch/launch_binding.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
 
 #include "device/device_internals.hpp"
 #include "launch/operation_access.hpp"
 #include "launch/same_device.hpp"
 #include "launch/variant_cache.hpp"
 #include "spyre/error.hpp"
+#include "spyre/uapi/spyre_program.h"
 #include "stream/control_blocks.hpp"
 
 namespace spyre::detail {
@@ -40,6 +44,32 @@ const SpyreCompute& LoadedCompute(const Operation& op) {
     if (!compute.device_handle())
         Invalid(OpName(op) + ": its compute binary is not on the device (load the plan first)");
     return compute;
+}
+
+// The relocations of a program whose relocated operands all still hold
+// address 0, as the compiler leaves them (0: none, or a program bound on
+// the host: BuiltKernel::Bind writes the addresses and keeps the list, or
+// no image on the host to read). Read from the image without decoding it
+// whole: launches of host-bound programs come here every time.
+uint16_t UnboundRelocations(const SpyreCompute& compute) {
+    const std::vector<uint8_t>& bytes = compute.binary;
+    spyre_program_header h;
+    if (bytes.size() < sizeof h) return 0;
+    std::memcpy(&h, bytes.data(), sizeof h);
+    if (h.magic != SPYRE_PROGRAM_MAGIC || h.reloc_count == 0) return 0;
+    const uint64_t relocs_end = uint64_t(h.relocs_offset) + uint64_t(h.reloc_count) * sizeof(spyre_program_reloc);
+    if (relocs_end > bytes.size()) return 0;
+    for (uint16_t i = 0; i < h.reloc_count; ++i) {
+        spyre_program_reloc r;
+        std::memcpy(&r, bytes.data() + h.relocs_offset + i * sizeof r, sizeof r);
+        const uint64_t at = uint64_t(h.operands_offset) + uint64_t(r.operand) * sizeof(spyre_program_operand) +
+                            offsetof(spyre_program_operand, addr);
+        if (r.operand >= h.operand_count || at + sizeof(uint64_t) > bytes.size()) return 0;
+        uint64_t addr;
+        std::memcpy(&addr, bytes.data() + at, sizeof addr);
+        if (addr != 0) return 0;
+    }
+    return h.reloc_count;
 }
 
 // Count and dtype: wrong for any kind of launch.
@@ -132,6 +162,19 @@ void Decompose(DeviceCore& core, std::vector<ControlBlock>& group, const Operati
 
 }  // namespace
 
+void CheckBoundToItsTensors(const Operation& op) {
+    const SpyreCompute* compute = LaunchedCompute(op);
+    if (!compute) return;
+    const auto& correction = LaunchedCorrection(op);
+    if (correction && correction->binary_handle() && op.correction_step()) return;
+    if (const uint16_t relocs = UnboundRelocations(*compute))
+        Invalid(OpName(op) + " has no loaded correction, but its program has " + std::to_string(relocs) +
+                " relocation(s) for its tensors, unbound (address 0 as compiled): nothing would put their addresses "
+                "in it, and it would run at device address 0 (or, copied from a loaded plan, at its last launch's "
+                "tensors); launch an Operation of a loaded plan (LoadExecutionPlan), or a copy of one, or bind the "
+                "program on the host (BuiltKernel::Bind)");
+}
+
 std::string OpName(const Operation& op) { return op.name.empty() ? std::string("operation") : "operation '" + op.name + "'"; }
 
 Error AtOperation(const Error& e, size_t index) {
@@ -148,6 +191,7 @@ BoundLaunch BindAddresses(DeviceCore& core, const Operation& op, std::span<const
     bound.op = &op;
     const SpyreCompute* compute = LaunchedCompute(op);
     if (compute) LoadedCompute(op);
+    CheckBoundToItsTensors(op);
     // One handle per tensor slot (none for a compute whose addresses are
     // fixed in its binary): a different count is a caller's mistake.
     if (compute && !compute->tensors.empty() && !handles.empty() && handles.size() != compute->tensors.size())

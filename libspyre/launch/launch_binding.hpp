@@ -48,6 +48,12 @@ BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const Sp
 // An exact launch on resident tensors given by handle (one per slot, or
 // none for a compute whose addresses are fixed in its binary).
 BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const DeviceHandle> handles, const char* entry);
+// InvalidArgument when `op`'s program has relocations for its tensors that
+// nothing bound (their operands hold address 0, as compiled) and no loaded
+// correction writes their addresses in (a compute built or copied on its
+// own, not an Operation a plan loaded, nor bound on the host): it would
+// run at address 0, or at a former launch's tensors.
+void CheckBoundToItsTensors(const Operation& op);
 
 // The tensors of `op`'s slots from a plan-wide list: op.tensor_indices, or
 // the first compute.tensors.size() when it has none.

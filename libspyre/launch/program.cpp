@@ -43,6 +43,11 @@ Program::~Program() {
 
 void Program::AddInstruction(Instruction instruction) {
     detail::CheckOperationDevice(instruction.operation(), core_->id(), "Program::AddInstruction", "program");
+    try {
+        detail::CheckBoundToItsTensors(instruction.operation());
+    } catch (const Error& e) {
+        throw Error(e.kind(), "Program::AddInstruction: " + e.message(), e.context());
+    }
     const auto& compute = instruction.operation().compute();
     if (compute && !compute->device_handle()) {
         if (compute->binary.empty())

@@ -162,6 +162,52 @@ TEST_F(StreamTest, AnEditedCopyOfALoadedOperationIsCheckedAsLoaded) {
     TiledAndChecked(dev, s, plan->operations[0], mm);
 }
 
+// A compute launched on its own has no correction to put its tensors'
+// addresses into its program. A copy of a loaded plan's compute ran at the
+// last launch's tensors (and overwrote that launch's output), and a compute
+// never loaded, added to a Program, ran at device address 0. Every launch
+// path refuses them, and the tensors of both launches keep their bytes.
+TEST_F(StreamTest, AComputeWithoutItsCorrectionIsRefusedByEveryLaunchPath) {
+    Device dev = OpenDevice();
+    SpyreStream s(dev);
+    auto plan = LoadMatmul(s, 32, 32, 32);
+    Matmul first = MakeMatmul(dev, s, 32, 32, 32);
+    s.Launch(plan->operations[0], first.tensors);
+    first.tensors[2].CopyToHost(s.flex_stream(), first.c.data());
+    s.Synchronize();
+    const auto expected = CpuMatmul(first.a, first.b, 32, 32, 32);
+    ASSERT_EQ(CompareMatmul(first.c, expected, 32, 32), 0);
+
+    Matmul second = MakeMatmul(dev, s, 32, 32, 32);
+    const std::vector<float> sentinel(32 * 32, -42.0f);
+    s.flex_stream().CopyToDevice(sentinel.data(), second.tensors[2].device_handle(), sentinel.size() * sizeof(float));
+    std::vector<DeviceHandle> handles;
+    for (const SpyreTensor& t : second.tensors) handles.push_back(t.device_handle());
+    const Operation copied(*plan->operations[0].compute());
+    const std::string refused = "has no loaded correction, but its program has";
+    for (const std::string& message : {MessageOf([&] { s.Launch(copied, second.tensors); }),
+                                       MessageOf([&] { s.LaunchTiled(copied, second.tensors); }),
+                                       MessageOf([&] { s.Launch(copied, handles); })})
+        EXPECT_NE(message.find(refused), std::string::npos) << message;
+    ExecutionPlan unloaded(CompilerOutputFromKernel("mm", KernelBuilder().Matmul(32, 32, 32, DType::FP32)));
+    for (const SpyreCompute* compute :
+         std::vector<const SpyreCompute*>{&*plan->operations[0].compute(), &*unloaded.operations[0].compute()}) {
+        Program program(dev);
+        const std::string message = MessageOf([&] { program.AddInstruction(Instruction(*compute)); });
+        EXPECT_EQ(message.rfind("Program::AddInstruction: ", 0), 0u) << message;
+        EXPECT_NE(message.find(refused), std::string::npos) << message;
+    }
+    s.Synchronize();  // nothing failed on the stream: nothing ran
+
+    std::vector<float> c(32 * 32);
+    first.tensors[2].CopyToHost(s.flex_stream(), c.data());
+    s.Synchronize();
+    EXPECT_EQ(CompareMatmul(c, expected, 32, 32), 0) << "the earlier launch's output was overwritten";
+    second.tensors[2].CopyToHost(s.flex_stream(), c.data());
+    s.Synchronize();
+    EXPECT_EQ(c, sentinel);
+}
+
 // One check, one message: whichever entry point finds the mismatch.
 TEST_F(StreamTest, MismatchedTensorsGetTheSameMessageFromEveryEntryPoint) {
     Device dev = OpenDevice();
