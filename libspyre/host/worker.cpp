@@ -57,10 +57,16 @@ struct HostGraph::Impl {
 
     std::unique_ptr<host::HostTask> Make(Level level, const std::string& function, std::vector<TensorArg> args,
                                          const std::string& name) {
-        for (size_t i = 0; i < args.size(); ++i)
+        for (size_t i = 0; i < args.size(); ++i) {
             if (!args[i].tensor)
                 throw Error(ErrorKind::InvalidArgument, "task '" + function + "': argument " + std::to_string(i) +
                                                             " is an empty tensor");
+            if (args[i].access != Access::In && args[i].access != Access::Out && args[i].access != Access::InOut)
+                throw Error(ErrorKind::InvalidArgument, "task '" + function + "': argument " + std::to_string(i) +
+                                                            " has access " + std::to_string(int(args[i].access)) +
+                                                            ", not In, Out or InOut");
+        }
+        if (level == Level::Chip) CheckNoWrittenAlias(function, args);
         auto t = worker.dispatcher->NewTask(spares);
         t->id = worker.next_task.fetch_add(1);
         t->name = name.empty() ? function + "#" + std::to_string(counts[function]++) : name;
@@ -68,6 +74,26 @@ struct HostGraph::Impl {
         t->function = function;
         t->args = std::move(args);
         return t;
+    }
+    // A chip call's arguments become device copies: one per argument on
+    // another rank's device, one per byte range on this rank's. Bytes two
+    // written arguments share would come back as whichever copy went last
+    // remotely and as the one copy locally: a result that depends on
+    // placement. Refused; a SubWorker sees the host bytes themselves. (An
+    // In and an Out of the same bytes, an in-place elementwise call, is
+    // the same either way: the Out's copy comes back.)
+    static void CheckNoWrittenAlias(const std::string& function, const std::vector<TensorArg>& args) {
+        for (size_t i = 0; i < args.size(); ++i)
+            for (size_t j = i + 1; j < args.size(); ++j)
+                if (args[i].access != Access::In && args[j].access != Access::In &&
+                    args[i].tensor.Overlaps(args[j].tensor))
+                    throw Error(ErrorKind::InvalidArgument,
+                                "chip task '" + function + "': arguments " + std::to_string(i) + " (" +
+                                    ToString(args[i].access) + ") and " + std::to_string(j) + " (" +
+                                    ToString(args[j].access) +
+                                    ") are both written and share bytes: each argument is its own device copy on "
+                                    "another rank, so the result would depend on placement; write those bytes "
+                                    "through one argument");
     }
     uint64_t Submit(std::unique_ptr<host::HostTask> t) {
         const uint64_t id = t->id;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <thread>
 #include <atomic>
+#include <functional>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -492,6 +493,44 @@ TEST_F(WorkerTest, AThrowingSubWorkerFailsTheRunAndSkipsItsCone) {
     ExpectFloats(f, [](size_t) { return 0.0f; }, "f, downstream of the failure");
     HostTensor five = HostTensor::Full({128, 128}, 2.0f);
     worker_->Run(DependencyProgram(), {five, HostTensor::Full({128, 128}, 3.0f)});  // still usable
+}
+
+// One chip task writing the same bytes through two arguments: on this
+// rank's device both arguments were one device copy, on another rank's two,
+// so each(InOut(x), InOut(x)) gave x + 2 or x + 1 by placement, and two
+// overlapping row views written by one task lost a write even here. Refused
+// when the task is submitted, as an out-of-range access value is (one used
+// to run as InOut). Reading bytes twice, or reading and writing them
+// (an in-place call), is fine.
+TEST_F(WorkerTest, AChipTaskThatWritesBytesThroughTwoArgumentsIsRefused) {
+    std::vector<std::string> messages;
+    auto message_of = [&](const std::function<void()>& submit) {
+        try {
+            submit();
+            messages.push_back("accepted");
+        } catch (const Error& e) {
+            messages.push_back(e.kind() == ErrorKind::InvalidArgument ? e.message() : "another kind");
+        }
+    };
+    HostProgram p{"aliases", 1, {}, [&](HostGraph& g, std::span<const HostTensor> x) {
+                      const HostTensor head = x[0].Rows(0, kTile / 2 + 1), tail = x[0].Rows(kTile / 2, kTile);
+                      message_of([&] { g.Chip("chip_empty", {InOut(x[0]), InOut(x[0])}); });
+                      message_of([&] { g.Chip("chip_empty", {InOut(head), In(x[0]), Out(tail)}); });
+                      message_of([&] { g.Chip("chip_empty", {TensorArg{x[0], Access(9)}}); });
+                      message_of([&] { g.Sub("s", [](std::span<const HostTensor>) {}, {TensorArg{x[0], Access(200)}}); });
+                      message_of([&] { g.Chip("chip_empty", {In(x[0]), In(x[0]), InOut(head)}, {.name = "in place"}); });
+                  }};
+    EXPECT_EQ(worker_->Run(p, {Iota(1.0f, 0.0f)}).size(), 0u);
+    ASSERT_EQ(messages.size(), 5u);
+    const char* expected[] = {
+        "chip task 'chip_empty': arguments 0 (inout) and 1 (inout) are both written and share bytes",
+        "chip task 'chip_empty': arguments 0 (inout) and 2 (out) are both written and share bytes",
+        "task 'chip_empty': argument 0 has access 9, not In, Out or InOut",
+        "task 's': argument 0 has access 200, not In, Out or InOut",
+        "accepted",
+    };
+    for (size_t i = 0; i < messages.size(); ++i)
+        EXPECT_NE(messages[i].find(expected[i]), std::string::npos) << "case " << i << ": " << messages[i];
 }
 
 // A host orchestration function that throws fails its run as a failing
