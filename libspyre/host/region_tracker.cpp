@@ -8,9 +8,12 @@ void RegionTracker::Access(uint64_t storage, uint64_t begin, uint64_t end, bool 
     const uint64_t size = end > begin ? end - begin : 0;
     map_.Lookup(storage, begin, size, write, task, [](HostTask* t) { return t->state != HostTask::State::Done; },
                 producers);
-    map_.Insert(storage, begin, size, write, task, [](HostTask* t) {
-        return t->state == HostTask::State::Failed || t->state == HostTask::State::Skipped;
-    });
+    // A write drops the entries it covers, failed and skipped ones too: the
+    // lookup above made each of them a producer of `task`, which a failed
+    // producer skips, so later tasks meet the failure through `task`. Kept,
+    // they made every task of a chain behind a failure wait for every
+    // skipped one before it (a loop of 20,000 tasks ran for minutes).
+    map_.Insert(storage, begin, size, write, task);
 }
 
 void RegionTracker::Forget(const HostTask& task) {
