@@ -231,7 +231,7 @@ public:
             std::vector<size_t> shared;
             for (size_t i = 0; i < call.args.size(); ++i) {
                 const HostTensor& t = call.args[i].arg.tensor;
-                Copy& c = call.one_shot ? e_.ScratchFor(*slot_, i, t.bytes()) : e_.CopyFor(t);
+                Copy& c = TakeCopy(lock, i, t);
                 ++c.users;
                 copies_.push_back(&c);
                 const bool reads = call.args[i].arg.access != Access::Out;
@@ -267,6 +267,7 @@ public:
                 copies_[i]->run = copies_[i]->writes = 0;
                 std::erase_if(to_hash_, [&](size_t j) { return copies_[j] == copies_[i]; });
             }
+
         } catch (...) {
             // Uploads this call took on and did not finish: a call waiting
             // for one takes it over.
@@ -290,6 +291,29 @@ public:
     }
     Slot& slot() const { return *slot_; }
     bool waited() const { return waited_; }
+
+    // Argument `i`'s device copy. When the device's memory is out, the
+    // calls on the other slots hold it: wait for one to give its copies
+    // back (Evict may then drop them) and try again, as long as one of them
+    // is not itself waiting for memory. The last one that would wait gives
+    // up instead (OutOfMemory), which gives its copies back to the others.
+    // Several chip tasks at once on a small device failed where one at a
+    // time fit.
+    Copy& TakeCopy(std::unique_lock<std::mutex>& lock, size_t i, const HostTensor& t) {
+        // Slots held by calls that are not waiting for memory.
+        auto going = [&] { return e_.slots_.size() - e_.free_slots_.size() - e_.memory_waiters_; };
+        for (;;) {
+            try {
+                return call_.one_shot ? e_.ScratchFor(*slot_, i, t.bytes()) : e_.CopyFor(t);
+            } catch (const Error& err) {
+                if (err.kind() != ErrorKind::OutOfMemory || going() <= 1) throw;  // 1: this call
+            }
+            const uint64_t gave_back = e_.gave_back_;
+            ++e_.memory_waiters_;
+            Await(lock, e_.slot_free_, [&] { return e_.gave_back_ != gave_back || going() == 0; });
+            --e_.memory_waiters_;
+        }
+    }
     const std::vector<Copy*>& copies() const { return copies_; }
     // Hashes the host bytes of the copies uploaded whole, for a later call
     // to reuse them: outside the lock, while the device works. They are
@@ -405,6 +429,7 @@ private:
             for (Copy& c : slot_->scratch)
                 if (c.buffer.size() > kScratchKeepBytes) c = Copy{};
         e_.free_slots_.push_back(slot_);
+        ++e_.gave_back_;  // its callers notify slot_free_
     }
     LocalChipExecutor& e_;
     const ChipCall& call_;

@@ -123,6 +123,11 @@ private:
     // Calls since the copies of storages that are gone were last dropped:
     // looking for them walks every copy, so not after every call.
     unsigned calls_since_sweep_ = 0;
+    // Calls that gave their slot and copies back so far, and calls waiting
+    // for memory: a call short of memory waits for a give-back while
+    // another call goes on (Lease::TakeCopy).
+    uint64_t gave_back_ = 0;
+    size_t memory_waiters_ = 0;
 };
 
 // Opens config.device_ids of `host` (checked first: InvalidArgument or

@@ -12,6 +12,8 @@
 #include <thread>
 #include <atomic>
 #include <functional>
+#include <mutex>
+#include <set>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -368,6 +370,51 @@ TEST_F(WorkerTest, ChipTasksOnTwoDevicesOverlapInDeviceTime) {
     RegisterPairedMatmul(*worker_, arrived);
     ExpectPairOverlapsInDeviceTime(*worker_, [](const std::string& device, int) { return device; });
     EXPECT_EQ(worker_->Stats(0).chip_tasks, worker_->Stats(1).chip_tasks) << "one of each pair on each device";
+}
+
+// Independent chip tasks that each fit a small device run several at once
+// (32 cores: four slots). Together their device copies need more memory than
+// the device has, so a call short of memory waits for one on another slot
+// to give its copies back instead of failing: every run used to fail with
+// OutOfMemory where one task at a time fit (a probe: 8 to 10 runs of 10).
+TEST(WorkerOneDevice, ChipTasksAtOnceWaitForMemoryTheOthersHold) {
+    SPYRE_REQUIRE_FUSE();
+    HostOptions o = HostOptions::EmbeddedMock(1, 1, "40M");  // the VF has 20 MiB
+    o.embedded_mock.extra_args = {"--cores", "32"};
+    Host host = Host::Open(o);
+    std::mutex mu;
+    std::set<Orchestrator*> registered;  // each slot's chip runtime, once (they live as long as the Worker)
+    Worker w(host, {.device_ids = Vfs(host), .chip_heap_bytes = 1 << 20});
+    ASSERT_EQ(w.ChipTasksAtOnce(0), 4u);
+    constexpr int32_t kInc = 7;
+    w.RegisterChipFunction("inc_all", [&](ChipContext& ctx) {
+        {
+            std::lock_guard lock(mu);
+            if (registered.insert(&ctx.orch).second)
+                ctx.orch.RegisterHostKernel(kInc, [](std::span<void* const> b, std::span<const uint64_t> s) {
+                    const float* in = static_cast<const float*>(b[0]);
+                    float* out = static_cast<float*>(b[1]);
+                    for (uint64_t i = 0; i < s[0] / 4; ++i) out[i] = in[i] + 1.0f;
+                    return 0u;
+                });
+        }
+        TaskParam p[] = {{PARAM_INPUT, ctx.args[0], ctx.bytes[0], {}}, {PARAM_OUTPUT, ctx.args[1], ctx.bytes[1], {}}};
+        ctx.orch.Submit(kInc, WORKER_HOST, p);
+    });
+    constexpr int kTasks = 8;
+    constexpr int64_t kRows = 4096, kCols = 128;  // 2 MiB each: in and out 4 MiB a task, 16 MiB for four
+    std::vector<HostTensor> args;
+    for (int i = 0; i < kTasks; ++i) args.push_back(HostTensor::Full({kRows, kCols}, float(i)));
+    for (int i = 0; i < kTasks; ++i) args.push_back(HostTensor::Zeros({kRows, kCols}));
+    HostProgram p{"independent", size_t(2 * kTasks), {}, [](HostGraph& g, std::span<const HostTensor> x) {
+                      for (int i = 0; i < kTasks; ++i) g.Chip("inc_all", {In(x[i]), Out(x[kTasks + i])});
+                  }};
+    for (int run = 0; run < 5; ++run) {
+        for (int i = 0; i < kTasks; ++i) std::fill(args[kTasks + i].floats().begin(), args[kTasks + i].floats().end(), 0.0f);
+        ASSERT_NO_THROW(w.Run(p, args)) << "run " << run;
+        for (int i = 0; i < kTasks; ++i)
+            for (float v : args[kTasks + i].floats()) ASSERT_EQ(v, float(i) + 1.0f) << "run " << run << ", task " << i;
+    }
 }
 
 // A device with room for two chip tasks (16 cores: two task queues, and
