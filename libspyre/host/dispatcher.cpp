@@ -13,6 +13,7 @@
 #include "host_trace.hpp"
 #include "local_chip_executor.hpp"
 #include "placement.hpp"
+#include "remote_protocol.hpp"
 #include "spyre/common/device_clock.hpp"
 #include "spyre/trace/trace.hpp"
 
@@ -267,6 +268,7 @@ Dispatcher::Dispatcher(std::vector<std::unique_ptr<ChipExecutor>> executors, con
     placement_.room = room_;
     to_post_.resize(lanes_.size() + 1);
     placement_.remote = remote_;
+    any_remote_ = std::find(remote_.begin(), remote_.end(), true) != remote_.end();
     if (config.num_sub_workers > 0) sub_workers_ = std::make_unique<JobThreads>(config.num_sub_workers);
 }
 
@@ -400,6 +402,7 @@ void Dispatcher::MakeReady(HostTask* task) {
             for (size_t d = 0; d < executors_.size(); ++d)
                 if (!remote_[d] && residency_.Current(a.tensor, d)) in.current_bytes[d] += a.tensor.bytes();
         }
+    in.remote_fits = !any_remote_ || remote::CallFits(task->args);
     costs_->Fill(in);
     in.rotate = rotate_++;
     const size_t d = Place(in);

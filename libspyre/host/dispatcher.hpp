@@ -164,6 +164,7 @@ private:
     std::vector<uint32_t> load_;
     std::vector<uint32_t> room_;  // Concurrency() of each executor
     std::vector<bool> remote_;
+    bool any_remote_ = false;  // a device of another rank: placement checks that a task fits its calls
     PlacementInput placement_;  // reused: no allocation per task
     std::unique_ptr<DeviceCosts> costs_;  // what placement learns of each device's speed
     std::vector<Worker::DeviceStats> stats_;

@@ -32,10 +32,16 @@ size_t Place(const PlacementInput& in) {
         if (ca != cb) return ca > cb;
         return remote(a) < remote(b);
     };
+    // A task too large for a remote call's messages runs here: placed on
+    // another rank it would fail where this rank's devices run it (unless
+    // every device is remote: then its call says why it cannot go).
+    auto allowed = [&](size_t d) { return in.remote_fits || !remote(d); };
     size_t best = in.rotate % n;
+    for (size_t i = 0; i < n && !allowed(best); ++i) best = (in.rotate + i + 1) % n;
     double best_cost = cost(best);
     for (size_t i = 1; i < n; ++i) {
         const size_t d = (in.rotate + i) % n;
+        if (!allowed(d)) continue;
         const double c = cost(d);
         if (c < best_cost - kTieNs || (c <= best_cost + kTieNs && preferred(d, best))) {
             best = d;

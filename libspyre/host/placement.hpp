@@ -40,6 +40,7 @@ struct PlacementInput {
     std::vector<uint32_t> load;           // chip tasks queued or running, per device
     std::vector<uint32_t> room;           // chip tasks it runs at once, per device (>= 1)
     std::vector<bool> remote;             // served by another rank, per device (empty: none)
+    bool remote_fits = true;              // the task fits a remote call's messages (remote::CallFits)
     std::vector<uint64_t> current_bytes;  // the task's input bytes already current there, per device
     uint64_t input_bytes = 0;             // the task's In and InOut bytes
     std::vector<double> task_ns;          // mean chip task time, per device (empty: DeviceCosts' priors)

@@ -10,7 +10,7 @@ namespace {
 using wire::ByteReader;
 using wire::ByteWriter;
 
-constexpr size_t kMaxTensors = 256;
+constexpr size_t kMaxTensors = kMaxCallTensors;
 constexpr size_t kMaxFunctions = 4096;
 constexpr uint32_t kMaxChipTasksAtOnce = 256;  // a device's task queues bound it far lower
 
@@ -261,6 +261,18 @@ Message EncodeShutdown() { return Message{.type = kShutdown}; }
 uint64_t ReplyId(const Message& m) {
     ByteReader r(m.header, What("reply", m));
     return r.Get<uint64_t>("id");
+}
+
+bool CallFits(std::span<const TensorArg> args) {
+    size_t inputs = 0, outputs = 0;
+    uint64_t input_bytes = 0, output_bytes = 0;
+    for (const TensorArg& a : args) {
+        if (a.tensor.bytes() > kMaxPayloadBytes) return false;
+        if (a.access != Access::Out) ++inputs, input_bytes += a.tensor.bytes();
+        if (a.access != Access::In) ++outputs, output_bytes += a.tensor.bytes();
+    }
+    return inputs <= kMaxTensors && outputs <= kMaxTensors && input_bytes <= kMaxMessagePayloadBytes &&
+           output_bytes <= kMaxMessagePayloadBytes;
 }
 
 }  // namespace spyre::host::remote

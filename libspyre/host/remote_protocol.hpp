@@ -5,12 +5,21 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <utility>
 
+#include "spyre/host/chip_executor.hpp"
 #include "spyre/host/remote_chip.hpp"
 #include "spyre/host/transport.hpp"
 
 namespace spyre::host::remote {
+
+// A call carries at most this many inputs, and as many outputs; each
+// tensor at most kMaxPayloadBytes, all inputs at most kMaxMessagePayloadBytes.
+inline constexpr size_t kMaxCallTensors = 256;
+// Whether a chip call of these arguments fits the messages above (placement
+// sends one that does not to this rank's devices only).
+bool CallFits(std::span<const TensorArg> args);
 
 enum MessageType : uint16_t {
     kDescribe = kFirstUserMessageType,  // id

@@ -7,8 +7,11 @@
 // inputs, then this rank, then round-robin. And DeviceCosts, which learns
 // the task time and the link cost from the calls that ran.
 #include "host/placement.hpp"
+#include "host/remote_protocol.hpp"
 
 #include <gtest/gtest.h>
+
+#include <vector>
 
 #include "spyre/host/chip_executor.hpp"
 
@@ -160,4 +163,36 @@ TEST(HostDeviceCosts, LearnsTaskTimeAndLinkCostFromCalls) {
     costs.Record(1, 10'000'000, ChipCallStats{.bytes_uploaded = DeviceCosts::kLinkSampleBytes - 1});
     costs.Fill(in);
     EXPECT_NEAR(in.ns_per_byte[1], 0.1 + (0.42 - 0.1) / 32, 1e-4);
+}
+
+// A task too large for a remote call's messages (over 256 inputs, or a
+// tensor over 1 GiB: remote::CallFits) goes to this rank's devices however
+// busy they are: on another rank it would fail where this rank runs it. It
+// goes to another rank only when every device is remote (its call then
+// says why). Before, 16 of 24 tasks of 300 arguments went to rank 1 and
+// failed.
+TEST(HostPlacement, ATaskTooLargeForARemoteCallStaysOnThisRank) {
+    PlacementInput in = Idle(3);
+    in.remote = {true, false, true};
+    in.load = {0, 9, 0};
+    EXPECT_NE(Place(in), 1u);  // fits: an idle remote device wins
+    in.remote_fits = false;
+    for (size_t rotate = 0; rotate < 3; ++rotate) {
+        in.rotate = rotate;
+        EXPECT_EQ(Place(in), 1u) << "rotate " << rotate;
+    }
+    in.remote = {true, true, true};
+    EXPECT_LT(Place(in), 3u);
+}
+
+TEST(HostPlacement, CallFitsCountsInputsOutputsAndBytes) {
+    const HostTensor small = HostTensor::Zeros({4, 4});
+    std::vector<TensorArg> args(256, In(small));
+    EXPECT_TRUE(remote::CallFits(args));
+    args.push_back(In(small));
+    EXPECT_FALSE(remote::CallFits(args));  // 257 inputs
+    args.assign(256, InOut(small));
+    EXPECT_TRUE(remote::CallFits(args));
+    args.push_back(Out(small));
+    EXPECT_FALSE(remote::CallFits(args));  // 257 outputs
 }
