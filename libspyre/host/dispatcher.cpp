@@ -481,7 +481,7 @@ void Dispatcher::EndRun(RunState& run) {
         Free(t);
     }
     run.kept.clear();
-    residency_.Sweep();
+    residency_.SweepIfGrown();
     std::sort(run.failures.begin(), run.failures.end(),
               [](const TaskFailureInfo& a, const TaskFailureInfo& b) { return a.task_id < b.task_id; });
     // Tasks mostly finish in the order they were submitted: a look first.

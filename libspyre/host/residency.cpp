@@ -41,6 +41,11 @@ uint64_t Residency::Writes(const HostTensor& t) const {
 
 void Residency::Sweep() {
     std::erase_if(map_, [](const auto& kv) { return kv.second.storage.expired(); });
+    after_sweep_ = map_.size();
+}
+
+void Residency::SweepIfGrown() {
+    if (map_.size() >= 2 * after_sweep_ + 64) Sweep();
 }
 
 }  // namespace spyre::host

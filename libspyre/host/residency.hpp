@@ -32,6 +32,12 @@ public:
     uint64_t Writes(const HostTensor& t) const;
     // Drops the ranges of storages nobody holds any more.
     void Sweep();
+    // The same, once the map has doubled since the last sweep: a run's end
+    // calls it, and a sweep at every run end walked every storage ever used
+    // and still held (1,000 one-task runs took 60x longer while 20,000 used
+    // tensors were held).
+    void SweepIfGrown();
+    size_t storages() const { return map_.size(); }  // held or not, until swept
 
 private:
     struct Copy {
@@ -44,6 +50,7 @@ private:
         uint64_t writes = 0;
     };
     std::unordered_map<uint64_t, PerStorage> map_;
+    size_t after_sweep_ = 0;  // storages left by the last sweep
 };
 
 }  // namespace spyre::host
