@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 
 #include "device/device_internals.hpp"
@@ -81,6 +82,35 @@ void CheckCountAndDTypes(const Operation& op, std::span<const SpyreTensor> tenso
         if (tensors[i].data_type() != specs[i].dtype)
             Invalid(OpName(op) + " tensor " + std::to_string(i) + " ('" + specs[i].name + "') is " +
                     ToString(tensors[i].data_type()) + ", the compute expects " + ToString(specs[i].dtype));
+}
+
+// An output whose elements overlap each other (a stride of 0, or rows
+// closer than a row is long) would hold whichever tile wrote last: every
+// element of an output is written once. Dimensions ordered by stride, each
+// must step past all the elements the ones inside it reach.
+void CheckOutputsDoNotOverlapThemselves(const Operation& op, std::span<const SpyreTensor> tensors) {
+    const auto& specs = LaunchedCompute(op)->tensors;
+    for (size_t i = 0; i < specs.size(); ++i) {
+        if (specs[i].role != TensorRole::Output) continue;
+        const std::vector<int64_t>& shape = tensors[i].shape();
+        const std::vector<int64_t> strides = tensors[i].element_strides();
+        std::vector<size_t> dims;
+        for (size_t d = 0; d < shape.size(); ++d)
+            if (shape[d] > 1) dims.push_back(d);
+        std::sort(dims.begin(), dims.end(),
+                  [&](size_t a, size_t b) { return std::llabs(strides[a]) < std::llabs(strides[b]); });
+        int64_t reach = 1;  // elements the dimensions so far span
+        for (size_t d : dims) {
+            const int64_t step = std::llabs(strides[d]);
+            if (step < reach)
+                Invalid(OpName(op) + " tensor " + std::to_string(i) + " ('" + specs[i].name +
+                        "') is an output whose elements overlap: dimension " + std::to_string(d) + " steps " +
+                        std::to_string(strides[d]) + " elements, but the dimensions inside it span " +
+                        std::to_string(reach) + " (strides " + ShapeText(strides) +
+                        "); an output must have each element once");
+            reach += step * (shape[d] - 1);
+        }
+    }
 }
 
 // An exact launch runs the compute as compiled: anything else would read
@@ -224,6 +254,7 @@ BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const Sp
     if (described) {
         LoadedCompute(op);
         CheckCountAndDTypes(op, tensors);
+        CheckOutputsDoNotOverlapThemselves(op, tensors);
     }
     if (!described || mode == LaunchMode::Exact || MatchesCompiled(op, tensors)) {
         if (described) CheckCompiledShapes(op, tensors);

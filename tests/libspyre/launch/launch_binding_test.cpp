@@ -208,6 +208,28 @@ TEST_F(StreamTest, AComputeWithoutItsCorrectionIsRefusedByEveryLaunchPath) {
     EXPECT_EQ(c, sentinel);
 }
 
+// An output whose elements overlap each other (every row of C the same
+// bytes, or rows one element apart) was launched, and C held whichever
+// tile wrote last. Refused by every tensor launch path, naming the tensor.
+TEST_F(StreamTest, AnOutputWhoseElementsOverlapIsRefused) {
+    Device dev = OpenDevice();
+    SpyreStream s(dev);
+    auto plan = LoadMatmul(s, 8, 8, 8);
+    Matmul mm = MakeMatmul(dev, s, 24, 8, 8);
+    const SpyreTensor row = SpyreTensor::Empty(dev, {8 + 24}, DType::FP32);
+    const SpyreTensor same_row(row.device_handle(), {24, 8}, {0, 4}, DType::FP32, row.size_bytes());
+    const SpyreTensor sliding(row.device_handle(), {24, 8}, {4, 4}, DType::FP32, row.size_bytes());
+    for (const SpyreTensor& c : {same_row, sliding}) {
+        const std::vector<SpyreTensor> tensors = {mm.tensors[0], mm.tensors[1], c};
+        const std::string tiled = MessageOf([&] { s.LaunchTiled(plan->operations[0], tensors); });
+        EXPECT_NE(tiled.find("operation 'mm' tensor 2"), std::string::npos) << tiled;
+        EXPECT_NE(tiled.find("is an output whose elements overlap"), std::string::npos) << tiled;
+        EXPECT_EQ(MessageOf([&] { LaunchKernel(s, *plan, tensors); }), tiled);
+    }
+    s.Synchronize();
+    TiledAndChecked(dev, s, plan->operations[0], mm);  // a dense C still computes
+}
+
 // One check, one message: whichever entry point finds the mismatch.
 TEST_F(StreamTest, MismatchedTensorsGetTheSameMessageFromEveryEntryPoint) {
     Device dev = OpenDevice();
