@@ -291,6 +291,11 @@ public:
     }
     Slot& slot() const { return *slot_; }
     bool waited() const { return waited_; }
+    // The call's function kept views of its arguments past its end: their
+    // copies go to `holder` when the call gives them back (a shared In
+    // copy another call still reads stays: nothing writes through a view
+    // of an In argument).
+    void SetAsideFor(std::shared_ptr<LocalChipExecutor::SetAside> holder) { set_aside_ = std::move(holder); }
 
     // Argument `i`'s device copy. When the device's memory is out, the
     // calls on the other slots hold it: wait for one to give its copies
@@ -417,6 +422,7 @@ private:
         for (size_t i = 0; i < copies_.size(); ++i) {
             --copies_[i]->users;
             if (i < reads_.size() && reads_[i]) --copies_[i]->readers;
+            if (set_aside_ && SetAsideCopy(i)) continue;
             if (!hashes_[i].empty()) {
                 // An output's bytes are this call's, whose own write the
                 // storage counts once it ends: one more.
@@ -431,6 +437,22 @@ private:
         e_.free_slots_.push_back(slot_);
         ++e_.gave_back_;  // its callers notify slot_free_
     }
+    // Moves argument i's copy to set_aside_ (under mu_, users counted
+    // down), unless another call or argument still holds it; whether it did.
+    bool SetAsideCopy(size_t i) {
+        Copy& c = *copies_[i];
+        if (c.users > 0) return false;
+        set_aside_->buffers.push_back(std::move(c.buffer));
+        if (call_.one_shot) {
+            c = Copy{};
+            return true;
+        }
+        const HostTensor& t = call_.args[i].arg.tensor;
+        e_.copies_.erase(Key{t.storage_id(), t.byte_offset(), t.bytes()});
+        e_.copy_bytes_ -= t.bytes();
+        copies_[i] = nullptr;
+        return true;
+    }
     LocalChipExecutor& e_;
     const ChipCall& call_;
     Slot* slot_ = nullptr;
@@ -440,6 +462,7 @@ private:
     std::vector<size_t> to_hash_;  // arguments uploaded whole, hashed by HashUploads
     std::vector<ChunkHashes> hashes_;  // by argument: what its copy holds once hashed or downloaded; else empty
     bool waited_ = false;  // slept or uploaded: time passed since the call began
+    std::shared_ptr<LocalChipExecutor::SetAside> set_aside_;  // set: the call's copies go there
 };
 
 ChipCallStats LocalChipExecutor::Run(const ChipCall& call) { return Run(call, DeviceClockNs()); }
@@ -458,6 +481,9 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call, uint64_t called_ns) {
     const std::vector<Copy*>& copies = lease.copies();
     Orchestrator& orch = *slot.orch;
     ChipContext ctx{orch, device_, {}, {}, {}, call.block_dim};
+    auto set_aside = std::make_shared<SetAside>();
+    set_aside->mapping = orch.MemoryHold();
+    ctx.args_memory = set_aside;
     std::vector<uint64_t> pto_args;
     // The function's tasks may name its arguments' bytes and the runtime's
     // own buffers, nothing else: a region past a tensor would reach another
@@ -503,6 +529,8 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call, uint64_t called_ns) {
                 thrown = std::current_exception();
             }
             lease.HashUploads();  // while the device runs what the function submitted
+            ctx.args_memory.reset();
+            if (set_aside.use_count() > 1) lease.SetAsideFor(set_aside);
             orch.WaitAll();  // the device tasks' failure first: it names the kernel and the device code
             if (thrown) std::rethrow_exception(thrown);
         }

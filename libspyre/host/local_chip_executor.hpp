@@ -94,6 +94,12 @@ private:
         std::deque<Copy> scratch;  // a deque: growing keeps the copies a lease points to in place
     };
     class Lease;
+    // A chip call's argument copies that its function's views outlived
+    // (ChipContext::args_memory): out of the cache, freed with the views.
+    struct SetAside {
+        std::shared_ptr<const void> mapping;  // Orchestrator::MemoryHold of the call's slot
+        std::vector<DeviceBuffer> buffers;
+    };
     // Under mu_. The device copy of `t` (a new one from AllocateEvicting).
     Copy& CopyFor(const HostTensor& t);
     // Under mu_. Slot `slot`'s scratch copy for argument `i` of a one-shot

@@ -214,6 +214,7 @@ void* Orchestrator::HostAddress(uint64_t device_address, uint64_t size) const {
     return Graph(Live(state_)).HostAddress(device_address, size);
 }
 uint64_t Orchestrator::memory_size() const { return Graph(Live(state_)).memory_size(); }
+std::shared_ptr<const void> Orchestrator::MemoryHold() const { return Live(state_).memory; }
 
 void Orchestrator::CopyIn(void* buffer, const void* host, uint64_t size) { Live(state_).CopyIn(buffer, host, size); }
 void Orchestrator::CopyOut(void* host, const void* buffer, uint64_t size) { Live(state_).CopyOut(host, buffer, size); }

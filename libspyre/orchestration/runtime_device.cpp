@@ -4,6 +4,7 @@
 // of the function's allocator, and its CUBE and VECTOR tasks run on the
 // card's cores. pto_runtime_create opens the function for a C caller.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,12 +31,20 @@ namespace {
 struct DeviceBacking {
     std::unique_ptr<Device> owned;  // pto_runtime_create opened it
     Device* device = nullptr;
-    driver::MappedRegion devmem;     // the function's memory, mapped
+    // The function's memory, mapped: shared, so that views of it a caller
+    // keeps past the runtime (RuntimeState::memory) stay mapped.
+    std::shared_ptr<driver::MappedRegion> devmem;
     std::optional<DeviceAllocation> heap;
     std::mutex mu;                       // the two below: C callers of any thread
     std::vector<DeviceBuffer> programs;  // pto_register_program's
     std::map<uintptr_t, DeviceBuffer> allocations;  // pto_device_malloc's, by host address
     ~DeviceBacking() {
+        // Views of the mapping outlive the runtime (RuntimeState::memory):
+        // the pages under them become private zeros, so they touch neither
+        // what the allocator hands out next nor a later owner's memory.
+        if (devmem && devmem.use_count() > 1 && *devmem)
+            ::mmap(devmem->data(), devmem->size(), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
         if (!heap) return;
         try {
             device->allocator().Free(heap->handle);
@@ -57,15 +66,16 @@ std::unique_ptr<RuntimeState> RuntimeState::OnDevice(Device& device, const Orche
     // Buffers are addresses in this mapping of the function's own memory
     // (region DEVMEM): host workers and the caller read them directly, and
     // device address = offset in the mapping (as the DMA engine uses it).
-    backing->devmem = DeviceInternals::Function(device).MapRegion(SPYRE_REGION_DEVMEM);
+    backing->devmem = std::make_shared<driver::MappedRegion>(DeviceInternals::Function(device).MapRegion(SPYRE_REGION_DEVMEM));
     backing->heap = device.allocator().Allocate(heap_size);
-    o.memory = backing->devmem.data();
-    o.memory_size = backing->devmem.size();
+    o.memory = backing->devmem->data();
+    o.memory_size = backing->devmem->size();
     o.heap_offset = device.allocator().DeviceAddress(backing->heap->handle, heap_size);
     o.heap_size = heap_size;
     o.device = device.pci_address();
     backing->owned = std::move(owned);  // declared first: destroyed after what uses it
     auto rt = std::make_unique<RuntimeState>();
+    rt->memory = backing->devmem;
     rt->backing = backing;
     rt->device = &device;
     rt->copy_in = [&device](const void* host, uint64_t at, uint64_t size) {
@@ -120,7 +130,7 @@ void* DeviceMalloc(RuntimeState& state, uint64_t size) {
     DeviceBacking& backing = DeviceOf(state, "pto_device_malloc");
     if (size == 0) throw Error(ErrorKind::InvalidArgument, "pto_device_malloc of 0 bytes");
     DeviceBuffer buffer = state.device->AllocateBuffer(size);
-    uint8_t* p = backing.devmem.data() + state.device->allocator().DeviceAddress(buffer.handle(), size);
+    uint8_t* p = backing.devmem->data() + state.device->allocator().DeviceAddress(buffer.handle(), size);
     std::memset(p, 0, size);  // what the allocator hands out may be another buffer's old bytes
     std::lock_guard lock(backing.mu);
     backing.allocations.emplace(uintptr_t(p), std::move(buffer));

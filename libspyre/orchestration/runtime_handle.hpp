@@ -21,6 +21,10 @@ struct RuntimeState {
     // allocation, or host memory): freed after the graph, whose destructor
     // waits for the tasks that use it.
     std::shared_ptr<void> backing;
+    // What the graph's addresses point into (the mapping, or host memory):
+    // a caller's view of it kept past the runtime holds it (on a device it
+    // then reaches only pages abandoned when the function changes hands).
+    std::shared_ptr<const void> memory;
     Device* device = nullptr;     // the function it runs on; nullptr on host memory
     // How host bytes go to and from a checked device address of the graph's
     // memory: the device's DMAEngine (OnDevice sets them); unset, a memory copy.

@@ -100,6 +100,7 @@ std::unique_ptr<RuntimeState> RuntimeState::OnHostMemory(uint64_t memory_size, c
     o.heap_offset = (memory_size - heap_size) / 128 * 128;
     o.heap_size = memory_size - o.heap_offset;
     o.device = "host memory";
+    rt->memory = host;
     rt->backing = std::move(host);
     rt->graph = std::make_unique<TaskGraph>(o);
     return rt;

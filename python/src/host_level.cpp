@@ -487,13 +487,18 @@ ChipFunction PythonChipFunction(const std::string& name, py::function fn) {
             ~Invalidate() { o->orch = nullptr; }
         } invalidate{orch.get()};
         try {
-            py::object orch_obj = py::cast(orch);
+            // The views' base holds the arguments' device memory: a view
+            // the function keeps past its call makes the runtime set those
+            // copies aside for it (ChipContext::args_memory), so a late
+            // write reaches no later run and no other tensor.
+            py::capsule memory(new std::shared_ptr<const void>(ctx.args_memory),
+                               [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); });
             PyChipContext pc{orch, py::list(), ctx.bytes, ctx.shapes, ctx.block_dim, ctx.device.pci_address()};
             for (size_t i = 0; i < ctx.args.size(); ++i) {
                 py::object shape = i < ctx.shapes.size() ? py::cast(ctx.shapes[i]) : py::object(py::none());
                 // The tensor's own dtype: one guessed from the element size
                 // showed int32 as float32 (bf16: uint16 bits, as elsewhere).
-                py::array view = DeviceView(ctx.args[i], ctx.bytes[i], NumpyDType(ctx.dtypes.at(i)), shape, orch_obj,
+                py::array view = DeviceView(ctx.args[i], ctx.bytes[i], NumpyDType(ctx.dtypes.at(i)), shape, memory,
                                             "chip function '" + name + "'");
                 // An In argument's device copy is kept for later runs that read
                 // the same bytes: a write through it would be read as theirs.

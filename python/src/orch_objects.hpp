@@ -97,6 +97,10 @@ struct RuntimeHold {
 // `dtype` as a numpy dtype for a view of device memory; InvalidArgument
 // for one that holds Python objects or has no size.
 py::dtype ViewDType(py::handle dtype, const std::string& what);
+// What a view of a runtime's memory keeps: `owner` (the Python object)
+// and `memory` (Orchestrator::MemoryHold), mapped until the view goes,
+// even once the runtime is closed (its pages then read zeros).
+py::object ViewOwner(py::object owner, std::shared_ptr<const void> memory);
 // A numpy view of `bytes` at `data` (1-D of dtype, or `shape`), kept by `base`.
 py::array DeviceView(void* data, uint64_t bytes, py::handle dtype, py::object shape, py::object base,
                      const std::string& what);

@@ -260,6 +260,14 @@ py::dtype ViewDType(py::handle dtype, const std::string& what) {
     return dt;
 }
 
+py::object ViewOwner(py::object owner, std::shared_ptr<const void> memory) {
+    struct Held {
+        py::object owner;
+        std::shared_ptr<const void> memory;
+    };
+    return py::capsule(new Held{std::move(owner), std::move(memory)}, [](void* p) { delete static_cast<Held*>(p); });
+}
+
 py::array DeviceView(void* data, uint64_t bytes, py::handle dtype, py::object shape, py::object base,
                      const std::string& what) {
     const py::dtype dt = ViewDType(dtype, what);
@@ -416,7 +424,7 @@ void BindOrchestration(py::module_& m) {
                 ViewDType(dtype, "Orchestrator.alloc");  // before the memory is taken
                 void* p = WithoutGil([&] { return o.Alloc(size); });
                 try {
-                    return DeviceView(p, size, dtype, shape, self_obj, "Orchestrator.alloc");
+                    return DeviceView(p, size, dtype, shape, ViewOwner(self_obj, o.MemoryHold()), "Orchestrator.alloc");
                 } catch (...) {
                     o.Free(p);  // a shape the view refuses takes no memory
                     throw;
@@ -440,7 +448,7 @@ void BindOrchestration(py::module_& m) {
                 if (bytes == 0)
                     throw Error(ErrorKind::InvalidArgument, "task_output: task " + std::to_string(task_id) +
                                                                 " has no implicit output " + std::to_string(index));
-                return DeviceView(p, bytes, dtype, shape, self_obj, "Orchestrator.task_output");
+                return DeviceView(p, bytes, dtype, shape, ViewOwner(self_obj, o.MemoryHold()), "Orchestrator.task_output");
             }, py::arg("task_id"), py::arg("index") = 0, py::arg("dtype") = py::dtype("float32"), py::arg("shape") = py::none(),
             "pto_task_output: implicit output `index` of a live task, as a numpy view (pass it to later tasks).")
         .def("complete", [](PyOrch& self, int32_t id) { self.Get("Orchestrator.complete").Complete(id); }, py::arg("task_id"),

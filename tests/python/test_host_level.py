@@ -1098,3 +1098,37 @@ def test_a_chip_function_waiting_for_a_nested_run_on_its_own_only_slot_fails(one
         w.run(outer, [a])
     np.testing.assert_array_equal(w.run(inner, [a, a]), 2 * a)  # the Worker goes on
     w.close()
+
+
+def test_a_chip_function_s_views_kept_past_its_call_reach_no_later_run(one_vf):
+    """A view of ctx.args kept past the call wrote into the device copy the
+    executor kept, which the next run reused (the content check hashes the
+    host bytes): z = y + 1 came out 1001, not 2. And once the Worker closed,
+    touching the kept view segfaulted. Now a kept view's device memory is
+    set aside for it: later runs use fresh copies. Once the Worker is
+    closed it stays mapped over private zeros."""
+    kept = []
+
+    def inc(ctx):
+        kept.append(ctx.args[-1][1:])  # a view of a view keeps it too
+        if len(ctx.args) == 1:
+            ctx.args[0][...] += 1
+        else:
+            ctx.args[1][...] = ctx.args[0] + 1
+
+    with spyre.Worker(one_vf, spyre.DistributedConfig(device_ids=[1], num_sub_workers=1)) as w:
+        w.register_chip_function("inc_kept", inc)
+        y = np.zeros([4, 16], dtype=np.float32)
+        z = np.zeros([4, 16], dtype=np.float32)
+        w.run(spyre.HostProgram("p", 1, [], lambda g, t: g.chip("inc_kept", [spyre.InOut(t[0])])), [y])
+        assert (y == 1).all()
+        kept[0][...] = 1000  # late write through y's old device copy
+        q = spyre.HostProgram("q", 2, [], lambda g, t: g.chip("inc_kept", [spyre.In(t[0]), spyre.Out(t[1])]))
+        for _ in range(2):
+            w.run(q, [y, z])
+            np.testing.assert_array_equal(z, np.full([4, 16], 2, dtype=np.float32))
+        assert (y == 1).all()
+    assert (kept[0] == 0).all() and (kept[1] == 0).all()  # still mapped after close, over zeros
+    kept[1][...] = 7
+    assert (kept[1] == 7).all() and (kept[0] == 0).all()
+    kept.clear()

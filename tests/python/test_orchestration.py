@@ -480,3 +480,23 @@ def test_the_docs_orchestrator_example_runs(dev):
     orch.wait_all()
     np.testing.assert_array_equal(E, 2 * (np.arange(256, dtype=np.float32) + 3.0))
     orch.close()
+
+
+def test_views_kept_past_close_read_zeros_and_reach_no_device_memory(dev):
+    """An alloc() view touched after Orchestrator.close() segfaulted (the
+    runtime's mapping was gone). Now the mapping stays for the view, over
+    private zeros: what the device hands out next is not reachable."""
+    o = spyre.Orchestrator(dev, task_ring_size=64, heap_size=4 << 20)
+    a = o.alloc(4096)
+    a[...] = 3
+    o.close()
+    assert (a == 0).all()
+    a[...] = 4
+    buf = dev.alloc(4 << 20)  # the heap's device memory, given out again
+    out = np.ones(1 << 20, np.float32)
+    s = dev.default_stream
+    s.copy_from_device(buf, out)
+    s.synchronize()
+    assert not (out == 4).any()
+    buf.free()
+    assert (a == 4).all()

@@ -52,6 +52,11 @@ struct ChipContext {
     // kept for later calls that read the same bytes: never write it.
     std::vector<Access> access;
     std::vector<DType> dtypes;  // each argument's element type
+    // Keeps args' device memory: a copy held past the call (a language
+    // binding's views that may outlive it) makes the runtime set this
+    // call's device copies aside for the holder. It neither reuses nor
+    // frees them, and keeps them mapped, until the last copy goes.
+    std::shared_ptr<const void> args_memory;
 };
 // A chip function in C++: submits device tasks on ctx.orch (the runtime
 // opens a scope around it and waits for its tasks after it returns).

@@ -151,6 +151,9 @@ public:
     uint64_t DeviceAddress(const void* buffer) const;
     void* HostAddress(uint64_t device_address, uint64_t size) const;
     uint64_t memory_size() const;
+    // Keeps the memory HostAddress points into mapped while held, even past
+    // this Orchestrator: for views of it that may outlive the runtime.
+    std::shared_ptr<const void> MemoryHold() const;
 
     // Confines tasks to given memory: from now on a task parameter that is
     // not inside a pto_alloc buffer or the heap ring must lie inside one of

@@ -417,6 +417,55 @@ TEST(WorkerOneDevice, ChipTasksAtOnceWaitForMemoryTheOthersHold) {
     }
 }
 
+// A chip function that holds its arguments' memory past its call (as
+// Python's views of ctx.args do) gets those device copies for itself: a
+// late write through them reaches no later run (the executor reused the
+// copy, whose host bytes had not changed: z = y + 1 came out 1001), and
+// they stay mapped, over zeros, after the Worker is gone. A call that keeps nothing
+// leaves its copies to be reused.
+TEST(WorkerOneDevice, ArgumentMemoryHeldPastTheCallIsSetAsideForItsHolder) {
+    SPYRE_REQUIRE_FUSE();
+    Host host = Host::Open(HostOptions::EmbeddedMock(1, 1, "1G"));
+    std::shared_ptr<const void> held;
+    float* kept = nullptr;
+    bool keep = false;
+    std::optional<Worker> w(std::in_place, host, DistributedConfig{.device_ids = Vfs(host)});
+    w->RegisterChipFunction("plus_one", [&](ChipContext& ctx) {
+        const auto* in = static_cast<const float*>(ctx.args[0]);
+        auto* out = static_cast<float*>(ctx.args.back());
+        for (uint64_t i = 0; i < ctx.bytes[0] / 4; ++i) out[i] = in[i] + 1.0f;
+        if (keep) held = ctx.args_memory, kept = out;
+    });
+    HostTensor y = HostTensor::Zeros({4, 16}), z = HostTensor::Zeros({4, 16});
+    const uint64_t bytes = y.bytes();
+    HostProgram inc{"inc", 1, {}, [](HostGraph& g, std::span<const HostTensor> x) { g.Chip("plus_one", {InOut(x[0])}); }};
+    HostProgram next{"next", 2, {}, [](HostGraph& g, std::span<const HostTensor> x) {
+                         g.Chip("plus_one", {In(x[0]), Out(x[1])});
+                     }};
+    w->Run(inc, {y});  // y = 1, its copy kept by the executor
+    const uint64_t uploaded = w->Stats(0).moved.bytes_uploaded;
+    w->Run(next, {y, z});
+    EXPECT_EQ(w->Stats(0).moved.bytes_uploaded, uploaded) << "a call that holds nothing leaves y's copy reused";
+
+    keep = true;
+    w->Run(inc, {y});  // y = 2; this call's copy of y is now the holder's
+    keep = false;
+    ASSERT_TRUE(held && kept);
+    std::fill(kept, kept + bytes / 4, 1000.0f);  // the late write
+    for (int run = 0; run < 2; ++run) {
+        w->Run(next, {y, z});
+        for (float v : z.floats()) ASSERT_EQ(v, 3.0f) << "run " << run;
+    }
+    for (float v : y.floats()) ASSERT_EQ(v, 2.0f);
+    EXPECT_EQ(w->Stats(0).moved.bytes_uploaded, uploaded + bytes) << "y uploaded again once, into a fresh copy";
+    w.reset();
+    // Still mapped once the Worker is gone, over private zeros: nothing the
+    // device hands out next is reachable through it.
+    for (uint64_t i = 0; i < bytes / 4; ++i) ASSERT_EQ(kept[i], 0.0f) << "after the Worker";
+    std::fill(kept, kept + bytes / 4, 5.0f);
+    held.reset();
+}
+
 // A device with room for two chip tasks (16 cores: two task queues, and
 // block_dim 8) runs two independent ones at once, each on its own core
 // group: both chip functions are in flight together (each waits for the
