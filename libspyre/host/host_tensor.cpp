@@ -3,11 +3,30 @@
 
 #include <atomic>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "host_memory.hpp"
 #include "spyre/error.hpp"
 
 namespace spyre {
+
+namespace {
+
+// The memory wrapped storages span now, by first byte: [first, end) and the
+// storage's id. A second storage over the same bytes would be unordered
+// with the first, since the Worker finds dependencies by storage and
+// byte range (an In of one and an Out of the other raced), so Wrap refuses
+// one. Python remembers its wrapped arrays and hands out one storage per
+// memory; a C++ caller wraps once and takes Rows() views.
+struct WrappedSpan {
+    uintptr_t end;
+    uint64_t id;
+};
+std::mutex g_wrapped_mu;
+std::map<uintptr_t, WrappedSpan> g_wrapped;  // disjoint
+
+}  // namespace
 
 struct HostTensor::Storage {
     uint64_t id;
@@ -15,6 +34,14 @@ struct HostTensor::Storage {
     std::byte* external = nullptr;        // Wrap: memory owned by `owner`
     std::shared_ptr<const void> owner;
     std::byte* base() noexcept { return external ? external : bytes.data(); }
+    // Made in place (make_shared with the fields): a temporary would leave
+    // g_wrapped as it goes.
+    ~Storage() {
+        if (!external) return;
+        std::lock_guard lock(g_wrapped_mu);
+        auto it = g_wrapped.find(reinterpret_cast<uintptr_t>(external));
+        if (it != g_wrapped.end() && it->second.id == id) g_wrapped.erase(it);
+    }
 };
 
 namespace {
@@ -70,7 +97,7 @@ HostTensor HostTensor::Zeros(const std::vector<int64_t>& shape, DType dtype) {
     CheckDType(dtype, "host tensor");
     const uint64_t n = Elements(shape);
     HostTensor t;
-    t.storage_ = std::make_shared<Storage>(Storage{g_next_storage.fetch_add(1), ZeroedBytes(n * ElementSize(dtype), shape)});
+    t.storage_ = std::make_shared<Storage>(g_next_storage.fetch_add(1), ZeroedBytes(n * ElementSize(dtype), shape));
     t.shape_ = shape;
     t.dtype_ = dtype;
     t.row_end_ = shape[0];
@@ -83,10 +110,28 @@ HostTensor HostTensor::Wrap(void* data, const std::vector<int64_t>& shape, DType
     if (!data) throw Error(ErrorKind::InvalidArgument, "host tensor: Wrap of a null pointer");
     CheckDType(dtype, "host tensor");
     const uint64_t n = Elements(shape);
+    const auto first = reinterpret_cast<uintptr_t>(data);
+    const uint64_t bytes = n * ElementSize(dtype);
+    if (bytes > UINTPTR_MAX - first)
+        throw Error(ErrorKind::InvalidArgument, "host tensor: Wrap of " + std::to_string(bytes) +
+                                                    " bytes runs past the end of the address space");
     HostTensor t;
     t.dtype_ = dtype;
-    t.storage_ = std::make_shared<Storage>(
-        Storage{g_next_storage.fetch_add(1), {}, static_cast<std::byte*>(data), std::move(owner)});
+    std::lock_guard lock(g_wrapped_mu);
+    // The spans are disjoint, so their ends rise with their starts: the
+    // one that starts last below first + bytes is the only one to check.
+    auto after = g_wrapped.lower_bound(first + bytes);
+    if (after != g_wrapped.begin() && std::prev(after)->second.end > first) {
+        const auto& [at, span] = *std::prev(after);
+        throw Error(ErrorKind::InvalidArgument,
+                    "host tensor: Wrap of " + std::to_string(bytes) + " bytes at " + std::to_string(first) +
+                        " shares memory with storage #" + std::to_string(span.id) + " ([" + std::to_string(at) + ", " +
+                        std::to_string(span.end) + "), still held), and two storages over the same bytes would "
+                        "not be ordered: wrap the memory once and take Rows() views of that tensor");
+    }
+    const uint64_t id = g_next_storage.fetch_add(1);
+    t.storage_ = std::make_shared<Storage>(id, std::vector<std::byte>{}, static_cast<std::byte*>(data), std::move(owner));
+    g_wrapped.emplace(first, WrappedSpan{first + bytes, id});
     t.shape_ = shape;
     t.row_end_ = shape[0];
     t.bytes_ = n * ElementSize(dtype);

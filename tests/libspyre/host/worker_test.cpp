@@ -1077,6 +1077,32 @@ TEST_F(WorkerTest, ASubWorkerSeesItsArgumentsAccess) {
 
 // Bad indexes and counts get InvalidArgument, never a standard-library
 // exception or a crash (found probing from outside).
+// Two storages wrapped over the same memory were not ordered: the Worker
+// finds dependencies by storage and byte range, so a reader of one ran
+// beside a writer of the other. Wrap now refuses memory a live wrapped
+// storage spans; its Rows() views, memory beside it, and the same memory
+// once the first storage is gone are fine.
+TEST(HostTensorWrap, MemoryAWrappedStorageHoldsCannotBeWrappedAgain) {
+    auto memory = std::make_shared<std::vector<float>>(64, 1.0f);
+    float* m = memory->data();
+    std::optional<HostTensor> a(HostTensor::Wrap(m, {4, 8}, DType::FP32, memory));  // floats [0, 32)
+    const std::string refused = "would not be ordered: wrap the memory once and take Rows() views";
+    EXPECT_SPYRE_ERROR(HostTensor::Wrap(m, {4, 8}, DType::FP32, memory), InvalidArgument, refused);
+    EXPECT_SPYRE_ERROR(HostTensor::Wrap(m + 8, {1, 8}, DType::FP32, memory), InvalidArgument, refused);
+    EXPECT_SPYRE_ERROR(HostTensor::Wrap(m + 31, {2}, DType::FP32, memory), InvalidArgument, refused);
+    EXPECT_SPYRE_ERROR(HostTensor::Wrap(m - 1, {64}, DType::FP32, nullptr), InvalidArgument, "storage #");
+    HostTensor beside = HostTensor::Wrap(m + 32, {4, 8}, DType::FP32, memory);  // floats [32, 64)
+    HostTensor rows = a->Rows(1, 3);
+    EXPECT_EQ(rows.storage_id(), a->storage_id());
+    a.reset();
+    // Its Rows() view still holds the storage.
+    EXPECT_SPYRE_ERROR(HostTensor::Wrap(m, {4, 8}, DType::FP32, memory), InvalidArgument, refused);
+    rows = HostTensor();
+    HostTensor again = HostTensor::Wrap(m, {4, 8}, DType::FP32, memory);
+    EXPECT_EQ(again.floats()[0], 1.0f);
+    EXPECT_NE(again.storage_id(), beside.storage_id());
+}
+
 TEST_F(WorkerTest, OutOfRangeDevicesCountsAndShapesAreInvalidArguments) {
     const size_t n = worker_->device_count();
     EXPECT_SPYRE_ERROR(worker_->Stats(n), InvalidArgument, "Worker::Stats: device " + std::to_string(n));
@@ -1091,6 +1117,8 @@ TEST_F(WorkerTest, OutOfRangeDevicesCountsAndShapesAreInvalidArguments) {
     EXPECT_SPYRE_ERROR(HostTensor::Zeros({INT64_MAX}), InvalidArgument, "more elements");
     float x = 0;
     EXPECT_SPYRE_ERROR(HostTensor::Wrap(&x, {int64_t(1) << 62}, DType::FP32, nullptr), InvalidArgument, "more elements");
+    EXPECT_SPYRE_ERROR(HostTensor::Wrap(reinterpret_cast<void*>(UINTPTR_MAX - 7), {4}, DType::FP32, nullptr),
+                       InvalidArgument, "past the end of the address space");
     EXPECT_SPYRE_ERROR(HostTensor::Zeros({int64_t(1) << 58}), OutOfMemory, "cannot allocate");
     // Past RAM and swap it is refused before it is asked for: overcommit
     // would grant it, and zeroing it would bring the OOM killer.
