@@ -134,7 +134,7 @@ HostTensor HostTensor::Wrap(void* data, const std::vector<int64_t>& shape, DType
     g_wrapped.emplace(first, WrappedSpan{first + bytes, id});
     t.shape_ = shape;
     t.row_end_ = shape[0];
-    t.bytes_ = n * ElementSize(dtype);
+    t.bytes_ = bytes;
     return t;
 }
 

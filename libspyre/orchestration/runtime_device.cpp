@@ -17,6 +17,7 @@
 #include "orchestration/c_calls.hpp"
 #include "orchestration/device_worker.hpp"
 #include "spyre/common/hex.hpp"
+#include "spyre/common/log.hpp"
 #include "spyre/memory/device_buffer.hpp"
 #include "spyre/plan/execution_plan.hpp"
 #include "spyre/plan/program_image.hpp"
@@ -42,9 +43,14 @@ struct DeviceBacking {
         // Views of the mapping outlive the runtime (RuntimeState::memory):
         // the pages under them become private zeros, so they touch neither
         // what the allocator hands out next nor a later owner's memory.
-        if (devmem && devmem.use_count() > 1 && *devmem)
+        if (devmem && devmem.use_count() > 1 && *devmem &&
             ::mmap(devmem->data(), devmem->size(), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+            // Other processes are cut off all the same (hand-over replaces
+            // the memory objects); only this process's views still reach it.
+            SPYRE_LOG_WARN("a device runtime ended with views of its memory kept: replacing their pages failed (%s); "
+                           "they still reach the function's memory in this process",
+                           std::strerror(errno));
         if (!heap) return;
         try {
             device->allocator().Free(heap->handle);

@@ -22,8 +22,8 @@ struct RuntimeState {
     // waits for the tasks that use it.
     std::shared_ptr<void> backing;
     // What the graph's addresses point into (the mapping, or host memory):
-    // a caller's view of it kept past the runtime holds it (on a device it
-    // then reaches only pages abandoned when the function changes hands).
+    // a caller's view of it kept past the runtime holds it (on a device the
+    // runtime's end turns the pages under it into private zeros).
     std::shared_ptr<const void> memory;
     Device* device = nullptr;     // the function it runs on; nullptr on host memory
     // How host bytes go to and from a checked device address of the graph's

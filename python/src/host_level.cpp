@@ -618,14 +618,7 @@ struct PyRun {
     py::object error;
     std::mutex wait_mu;  // one thread waits on the handle; the others then read what it got
     bool interrupted = false;  // a signal ended a wait: letting go must not wait for the run
-    ~PyRun() {
-        if (interrupted && handle && HoldsGil() && !handle->Done()) {
-            AbandonedRuns().push_back({std::move(handle), std::move(worker)});
-            return;
-        }
-        DestroyWithoutGil(handle);
-        DestroyWithoutGil(worker);
-    }
+    ~PyRun();
 };
 
 // AwaitHandlingSignals on `r`'s run; a Ctrl-C marks it interrupted (the
@@ -662,6 +655,31 @@ void CopyBackInputs(PyRun& r) {
     }
     r.copied.clear();
     for (auto& [array, now] : changed) np.attr("copyto")(array, now);
+}
+
+PyRun::~PyRun() {
+    if (interrupted && handle && HoldsGil() && !handle->Done()) {
+        AbandonedRuns().push_back({std::move(handle), std::move(worker)});
+        return;
+    }
+    // A handle let go without a wait: the copied inputs' writes still go
+    // back, once the run ends (they were lost). A wait refused (from one
+    // of the run's own tasks) or a failed run copies back what it can.
+    if (!copied.empty() && handle && HoldsGil()) {
+        std::shared_ptr<RunHandle> h = handle;
+        try {
+            WithoutGil([&] { h->Wait(); });
+        } catch (...) {
+        }
+        try {
+            if (h->Done()) CopyBackInputs(*this);
+        } catch (...) {
+            // Nothing to raise to from a destructor: the run's own error was
+            // the caller's to wait for.
+        }
+    }
+    DestroyWithoutGil(handle);
+    DestroyWithoutGil(worker);
 }
 
 py::object Finish(PyRun& r) {

@@ -823,6 +823,12 @@ def test_a_strided_input_a_task_writes_gets_what_was_written(worker):
     h = worker.submit(prog, [x, base_out.T[::2]])
     h.wait()
     np.testing.assert_array_equal(base_out.T[::2], 2 * x + 1)
+    # A handle let go without a wait: the copy goes back all the same (it
+    # was lost).
+    base_out[...] = 0.0
+    h = worker.submit(prog, [x, y])
+    del h
+    np.testing.assert_array_equal(y, 2 * x + 1)
     # A run that fails after the write: the write is kept.
     def fail(_):
         raise ValueError("after the write")
