@@ -234,7 +234,9 @@ public:
                 Copy& c = TakeCopy(lock, i, t);
                 ++c.users;
                 copies_.push_back(&c);
-                const bool reads = call.args[i].arg.access != Access::Out;
+                // An Out with a copy of its own starts as the bytes it
+                // shares with an In argument, as the one copy it was did.
+                const bool reads = call.args[i].arg.access != Access::Out || (!call.one_shot && WritesAnInputsBytes(i));
                 reads_.push_back(reads);
                 if (!reads) continue;
                 if (c.readers > 0) {
@@ -309,7 +311,8 @@ public:
         auto going = [&] { return e_.slots_.size() - e_.free_slots_.size() - e_.memory_waiters_; };
         for (;;) {
             try {
-                return call_.one_shot ? e_.ScratchFor(*slot_, i, t.bytes()) : e_.CopyFor(t);
+                if (call_.one_shot) return e_.ScratchFor(*slot_, i, t.bytes());
+                return WritesAnInputsBytes(i) ? OwnCopy(t) : e_.CopyFor(t);
             } catch (const Error& err) {
                 if (err.kind() != ErrorKind::OutOfMemory || going() <= 1) throw;  // 1: this call
             }
@@ -318,6 +321,28 @@ public:
             Await(lock, e_.slot_free_, [&] { return e_.gave_back_ != gave_back || going() == 0; });
             --e_.memory_waiters_;
         }
+    }
+    // Whether argument i is written (Out, InOut) and names exactly the
+    // bytes of an In argument of the call. Another rank's device gives
+    // every argument a copy of its own, so the In argument holds the bytes
+    // as the call began even while the function writes the other: one
+    // shared copy here showed it those writes (an in-place function that
+    // reads what it already wrote computed something else by placement).
+    bool WritesAnInputsBytes(size_t i) const {
+        const HostTensor& t = call_.args[i].arg.tensor;
+        if (call_.args[i].arg.access == Access::In) return false;
+        return std::any_of(call_.args.begin(), call_.args.end(), [&](const ChipArg& a) {
+            return a.arg.access == Access::In && a.arg.tensor.storage_id() == t.storage_id() &&
+                   a.arg.tensor.byte_offset() == t.byte_offset() && a.arg.tensor.bytes() == t.bytes();
+        });
+    }
+    // A copy for this call alone (under mu_), not in the executor's cache.
+    Copy& OwnCopy(const HostTensor& t) {
+        auto c = std::make_unique<Copy>();
+        c->buffer = e_.AllocateEvicting(t.bytes());
+        c->device_address = e_.device_.allocator().DeviceAddress(c->buffer.handle(), t.bytes());
+        own_.push_back(std::move(c));
+        return *own_.back();
     }
     const std::vector<Copy*>& copies() const { return copies_; }
     // Hashes the host bytes of the copies uploaded whole, for a later call
@@ -443,7 +468,8 @@ private:
         Copy& c = *copies_[i];
         if (c.users > 0) return false;
         set_aside_->buffers.push_back(std::move(c.buffer));
-        if (call_.one_shot) {
+        const bool own = std::any_of(own_.begin(), own_.end(), [&](const auto& o) { return o.get() == &c; });
+        if (call_.one_shot || own) {
             c = Copy{};
             return true;
         }
@@ -461,6 +487,7 @@ private:
     std::vector<size_t> running_;  // arguments whose upload this call took on and has not finished
     std::vector<size_t> to_hash_;  // arguments uploaded whole, hashed by HashUploads
     std::vector<ChunkHashes> hashes_;  // by argument: what its copy holds once hashed or downloaded; else empty
+    std::vector<std::unique_ptr<Copy>> own_;  // OwnCopy's, freed with the lease
     bool waited_ = false;  // slept or uploaded: time passed since the call began
     std::shared_ptr<LocalChipExecutor::SetAside> set_aside_;  // set: the call's copies go there
 };

@@ -327,6 +327,38 @@ TEST_F(MultiHostTest, InOutArgumentsTravelBothWays) {
     for (float v : acc.floats()) ASSERT_EQ(v, 9.0f);
 }
 
+// An in-place call (In(x) with Out(x) or InOut(x) of the same bytes) whose
+// function reads elements it already wrote: on another rank's device each
+// argument is a copy of its own, so the In argument holds x as the call
+// began. On this rank's device the two shared one copy, and the same
+// reversal gave a mirrored first half instead (placement decided the
+// answer). Both devices, both written kinds: the reversal, element for
+// element.
+TEST_F(MultiHostTest, AnInPlaceCallReadsItsInputAsItWasOnEveryPlacement) {
+    auto reverse = [](ChipContext& ctx) {  // out[i] = in[n - 1 - i], in order
+        const auto* in = static_cast<const float*>(ctx.args[0]);
+        auto* out = static_cast<float*>(ctx.args[1]);
+        const size_t n = ctx.bytes[0] / sizeof(float);
+        for (size_t i = 0; i < n; ++i) out[i] = in[n - 1 - i];
+    };
+    Start(2, std::chrono::milliseconds(5000), {1}, [&](Worker& w) { w.RegisterChipFunction("reverse", reverse); });
+    for (const Access written : {Access::Out, Access::InOut}) {
+        for (size_t device = 0; device < 2; ++device) {
+            const HostTensor x = Iota(1.0f, 0.0f, 4, kTile);
+            const std::vector<float> before(x.floats().begin(), x.floats().end());
+            const HostProgram p{"in_place", 1, {}, [&](HostGraph& g, std::span<const HostTensor> t) {
+                                    g.Chip("reverse", {In(t[0]), TensorArg{t[0], written}}, {.device = device});
+                                }};
+            w().Run(p, {x});
+            const auto now = x.floats();
+            for (size_t i = 0; i < before.size(); ++i)
+                ASSERT_EQ(now[i], before[before.size() - 1 - i])
+                    << "device " << device << " (" << w().DescribeDevice(device) << "), "
+                    << (written == Access::Out ? "Out" : "InOut") << ", element " << i;
+        }
+    }
+}
+
 // Six row blocks over three ranks' devices: placement weighs rank 0's queue
 // against shipping a block's inputs, so rank 0 takes more than its share,
 // but every rank takes some.
