@@ -482,6 +482,7 @@ ChipFunction PythonChipFunction(const std::string& name, py::function fn) {
         auto orch = std::make_shared<PyOrch>();
         orch->orch = &ctx.orch;
         orch->what = "chip task's Orchestrator";
+        orch->call_views = std::make_shared<int>(0);
         struct Invalidate {
             PyOrch* o;
             ~Invalidate() { o->orch = nullptr; }
@@ -506,6 +507,14 @@ ChipFunction PythonChipFunction(const std::string& name, py::function fn) {
                 pc.args.append(std::move(view));
             }
             py::handle{raw}(py::cast(std::move(pc)));
+            // A view of the runtime's heap ring kept past the call would
+            // read, and write, what the next call allocates there.
+            if (orch->call_views.use_count() > 1) py::module_::import("gc").attr("collect")();  // views in cycles
+            if (const long kept = orch->call_views.use_count() - 1; kept > 0)
+                throw Error(ErrorKind::InvalidArgument,
+                            "chip function '" + name + "' kept " + std::to_string(kept) +
+                                " view(s) of ctx.orch.alloc() or task_output() past its call: that memory is the chip "
+                                "runtime's heap ring, which its next call reuses; keep a copy (.copy()) instead");
         } catch (py::error_already_set& e) {
             throw FromPython(e, "chip function '" + name + "'");
         }

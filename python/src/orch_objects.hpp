@@ -53,6 +53,10 @@ struct PyOrch : Child {
     std::shared_ptr<OwnedRuntime> runtime;  // null for a borrowed runtime
     Orchestrator* orch = nullptr;
     std::string what = "Orchestrator";
+    // A chip task's runtime: held by every view of its heap ring that
+    // alloc() and task_output() hand out, which the next call reuses, so
+    // that a view kept past the call fails the task (PythonChipFunction).
+    std::shared_ptr<const void> call_views;
 
     std::mutex mu;  // guards the two below (host kernels fail on worker threads)
     std::vector<std::pair<int32_t, std::string>> python_errors;  // (kernel id, message)
@@ -99,8 +103,9 @@ struct RuntimeHold {
 py::dtype ViewDType(py::handle dtype, const std::string& what);
 // What a view of a runtime's memory keeps: `owner` (the Python object)
 // and `memory` (Orchestrator::MemoryHold), mapped until the view goes,
-// even once the runtime is closed (its pages then read zeros).
-py::object ViewOwner(py::object owner, std::shared_ptr<const void> memory);
+// even once the runtime is closed (its pages then read zeros); and
+// `call` (PyOrch::call_views), so that one kept past its chip call shows.
+py::object ViewOwner(py::object owner, std::shared_ptr<const void> memory, std::shared_ptr<const void> call = {});
 // A numpy view of `bytes` at `data` (1-D of dtype, or `shape`), kept by `base`.
 py::array DeviceView(void* data, uint64_t bytes, py::handle dtype, py::object shape, py::object base,
                      const std::string& what);

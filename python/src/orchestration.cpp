@@ -23,14 +23,6 @@ namespace spyre::python {
 
 namespace {
 
-py::handle NoBase() {
-    static PyObject* base = [] {
-        py::capsule c(reinterpret_cast<void*>(&NoBase), [](void*) {});
-        return c.release().ptr();
-    }();
-    return base;
-}
-
 int32_t ParamKind(py::handle k) {
     if (py::isinstance<py::str>(k)) {
         const std::string s = k.cast<std::string>();
@@ -155,7 +147,13 @@ HostKernel MakeHostKernel(PyOrch* self, int32_t kernel_id, py::function fn, py::
     auto keep_dt = KeepAlive(dtype);
     PyObject* raw = fn.ptr();
     PyObject* raw_dt = dtype.ptr();
-    return [self, kernel_id, keep, keep_dt, raw, raw_dt](std::span<void* const> buffers,
+    // The views' base keeps the runtime's mapping: one kept past close()
+    // then reads zeros (it was a segfault); one kept past its task reaches
+    // the buffer as long as the task's buffer lives (pto_free, the scope).
+    py::object base = ViewOwner(py::none(), self->Get("Orchestrator.register_host_kernel").MemoryHold());
+    auto keep_base = KeepAlive(base);
+    PyObject* raw_base = base.ptr();
+    return [self, kernel_id, keep, keep_dt, keep_base, raw, raw_dt, raw_base](std::span<void* const> buffers,
                                                          std::span<const uint64_t> sizes) -> uint32_t {
         const RuntimeCall call;
         if (!call) return kPythonKernelRaised;
@@ -163,7 +161,7 @@ HostKernel MakeHostKernel(PyOrch* self, int32_t kernel_id, py::function fn, py::
         try {
             py::tuple args(buffers.size());
             for (size_t i = 0; i < buffers.size(); ++i)
-                args[i] = DeviceView(buffers[i], sizes[i], raw_dt, py::none(), py::reinterpret_borrow<py::object>(NoBase()),
+                args[i] = DeviceView(buffers[i], sizes[i], raw_dt, py::none(), py::reinterpret_borrow<py::object>(raw_base),
                                      "host kernel " + std::to_string(kernel_id));
             py::object r = py::handle(raw)(*args);
             if (r.is_none()) return 0;
@@ -260,12 +258,13 @@ py::dtype ViewDType(py::handle dtype, const std::string& what) {
     return dt;
 }
 
-py::object ViewOwner(py::object owner, std::shared_ptr<const void> memory) {
+py::object ViewOwner(py::object owner, std::shared_ptr<const void> memory, std::shared_ptr<const void> call) {
     struct Held {
         py::object owner;
-        std::shared_ptr<const void> memory;
+        std::shared_ptr<const void> memory, call;
     };
-    return py::capsule(new Held{std::move(owner), std::move(memory)}, [](void* p) { delete static_cast<Held*>(p); });
+    return py::capsule(new Held{std::move(owner), std::move(memory), std::move(call)},
+                       [](void* p) { delete static_cast<Held*>(p); });
 }
 
 py::array DeviceView(void* data, uint64_t bytes, py::handle dtype, py::object shape, py::object base,
@@ -424,7 +423,7 @@ void BindOrchestration(py::module_& m) {
                 ViewDType(dtype, "Orchestrator.alloc");  // before the memory is taken
                 void* p = WithoutGil([&] { return o.Alloc(size); });
                 try {
-                    return DeviceView(p, size, dtype, shape, ViewOwner(self_obj, o.MemoryHold()), "Orchestrator.alloc");
+                    return DeviceView(p, size, dtype, shape, ViewOwner(self_obj, o.MemoryHold(), self.call_views), "Orchestrator.alloc");
                 } catch (...) {
                     o.Free(p);  // a shape the view refuses takes no memory
                     throw;
@@ -448,7 +447,7 @@ void BindOrchestration(py::module_& m) {
                 if (bytes == 0)
                     throw Error(ErrorKind::InvalidArgument, "task_output: task " + std::to_string(task_id) +
                                                                 " has no implicit output " + std::to_string(index));
-                return DeviceView(p, bytes, dtype, shape, ViewOwner(self_obj, o.MemoryHold()), "Orchestrator.task_output");
+                return DeviceView(p, bytes, dtype, shape, ViewOwner(self_obj, o.MemoryHold(), self.call_views), "Orchestrator.task_output");
             }, py::arg("task_id"), py::arg("index") = 0, py::arg("dtype") = py::dtype("float32"), py::arg("shape") = py::none(),
             "pto_task_output: implicit output `index` of a live task, as a numpy view (pass it to later tasks).")
         .def("complete", [](PyOrch& self, int32_t id) { self.Get("Orchestrator.complete").Complete(id); }, py::arg("task_id"),

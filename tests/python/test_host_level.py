@@ -1106,6 +1106,36 @@ def test_a_chip_function_waiting_for_a_nested_run_on_its_own_only_slot_fails(one
     w.close()
 
 
+def test_a_chip_function_that_keeps_a_heap_view_past_its_call_fails_its_task(one_vf):
+    """A view of ctx.orch.alloc() kept past a Python chip function's call
+    pointed into the chip runtime's heap ring, which the next call reuses:
+    it read, and wrote, what later calls allocated there. Now the task
+    fails saying so. A view that only a garbage cycle holds is not kept."""
+    kept = []
+
+    def keeps(ctx):
+        buf = ctx.orch.alloc(256)
+        buf[...] = 1
+        kept.append(buf[:4])  # a view of a view holds it too
+
+    def drops(ctx):
+        cycle = [ctx.orch.alloc(256)]
+        cycle.append(cycle)  # garbage, but held until the collector runs
+        cycle[0][...] = 2
+        ctx.args[0][...] = cycle[0][:16]
+
+    with spyre.Worker(one_vf, spyre.DistributedConfig(device_ids=[1], num_sub_workers=1)) as w:
+        w.register_chip_function("keeps", keeps)
+        w.register_chip_function("drops", drops)
+        y = np.full(16, 3, dtype=np.float32)
+        with pytest.raises(spyre.Error, match=r"chip function 'keeps' kept 1 view\(s\) of ctx.orch.alloc\(\)") as info:
+            w.run(spyre.HostProgram("p", 1, [], lambda g, t: g.chip("keeps", [spyre.InOut(t[0])])), [y])
+        assert info.value.failures[0].level == spyre.Level.CHIP
+        kept.clear()
+        w.run(spyre.HostProgram("q", 1, [], lambda g, t: g.chip("drops", [spyre.Out(t[0])])), [y])
+        np.testing.assert_array_equal(y, np.full(16, 2, dtype=np.float32))
+
+
 def test_a_chip_function_s_views_kept_past_its_call_reach_no_later_run(one_vf):
     """A view of ctx.args kept past the call wrote into the device copy the
     executor kept, which the next run reused (the content check hashes the

@@ -482,6 +482,30 @@ def test_the_docs_orchestrator_example_runs(dev):
     orch.close()
 
 
+def test_a_host_kernel_s_views_kept_past_close_read_zeros(dev):
+    """A host kernel's views had no base: one kept past close() pointed into
+    the unmapped runtime memory, and touching it segfaulted. They now keep
+    the runtime's mapping, as alloc() views do: zeros after close()."""
+    o = spyre.Orchestrator(dev, task_ring_size=64, heap_size=4 << 20)
+    kept = []
+
+    def keep(x):
+        kept.append(x)
+        x += 1
+
+    o.register_host_kernel(PYADD, keep, dtype=np.int32)
+    acc = o.alloc(16, dtype=np.int32)
+    acc[:] = 5
+    o.submit(PYADD, spyre.WORKER_HOST, [("inout", acc)])
+    o.wait_all()
+    assert (acc == 6).all() and (kept[0] == 6).all()  # the task's buffer while it lives
+    del acc
+    o.close()
+    assert (kept[0] == 0).all()
+    kept[0][...] = 9
+    assert (kept[0] == 9).all()
+
+
 def test_views_kept_past_close_read_zeros_and_reach_no_device_memory(dev):
     """An alloc() view touched after Orchestrator.close() segfaulted (the
     runtime's mapping was gone). Now the mapping stays for the view, over
