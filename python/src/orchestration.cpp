@@ -141,7 +141,14 @@ py::dict FailureDict(const TaskFailureInfo& f) {
     throw py::error_already_set();
 }
 
-HostKernel MakeHostKernel(PyOrch* self, int32_t kernel_id, py::function fn, py::object dtype) {
+// A failure goes to the Orchestrator's python_errors, which wait_all
+// raises with. A kernel registered on a chip task's Orchestrator outlives
+// that call's PyOrch (the chip runtime keeps it for later calls), which
+// reads no python_errors anyway: there it throws, and the message goes to
+// the task's failure record (it held a dangling pointer to the PyOrch and
+// reported only the PYTHON_KERNEL_RAISED code).
+HostKernel MakeHostKernel(const std::shared_ptr<PyOrch>& owner, int32_t kernel_id, py::function fn, py::object dtype) {
+    PyOrch* self = owner.get();
     ViewDType(dtype, "Orchestrator.register_host_kernel");  // refused now, not at each run
     auto keep = KeepAlive(fn);
     auto keep_dt = KeepAlive(dtype);
@@ -153,7 +160,17 @@ HostKernel MakeHostKernel(PyOrch* self, int32_t kernel_id, py::function fn, py::
     py::object base = ViewOwner(py::none(), self->Get("Orchestrator.register_host_kernel").MemoryHold());
     auto keep_base = KeepAlive(base);
     PyObject* raw_base = base.ptr();
-    return [self, kernel_id, keep, keep_dt, keep_base, raw, raw_dt, raw_base](std::span<void* const> buffers,
+    const bool chip_call = bool(self->call_views);
+    std::weak_ptr<PyOrch> weak = owner;
+    // Records `message` for wait_all, or throws it (see above).
+    auto fail = [chip_call, weak, kernel_id](const std::string& message) -> uint32_t {
+        const std::shared_ptr<PyOrch> o = chip_call ? nullptr : weak.lock();
+        if (!o) throw Error(ErrorKind::TaskFailed, message);
+        std::lock_guard lock(o->mu);
+        o->python_errors.emplace_back(kernel_id, message);
+        return kPythonKernelRaised;
+    };
+    return [fail, kernel_id, keep, keep_dt, keep_base, raw, raw_dt, raw_base](std::span<void* const> buffers,
                                                          std::span<const uint64_t> sizes) -> uint32_t {
         const RuntimeCall call;
         if (!call) return kPythonKernelRaised;
@@ -179,14 +196,9 @@ HostKernel MakeHostKernel(PyOrch* self, int32_t kernel_id, py::function fn, py::
                                                        ", outside a task status (0 .. 2**32-1)");
             return status.cast<uint32_t>();
         } catch (py::error_already_set& e) {
-            Error err = FromPython(e, "host kernel " + std::to_string(kernel_id));
-            std::lock_guard lock(self->mu);
-            self->python_errors.emplace_back(kernel_id, err.message());
-            return kPythonKernelRaised;
+            return fail(FromPython(e, "host kernel " + std::to_string(kernel_id)).message());
         } catch (const Error& e) {
-            std::lock_guard lock(self->mu);
-            self->python_errors.emplace_back(kernel_id, e.message());
-            return kPythonKernelRaised;
+            return fail(e.message());
         }
     };
 }
@@ -388,8 +400,8 @@ void BindOrchestration(py::module_& m) {
             }, py::arg("kernel_id"), py::arg("program"),
             "Uploads `program` (a BuiltKernel or its bytes) to the device and runs it for tasks of kernel_id on "
             "WORKER_CUBE/WORKER_VECTOR: its operands are the task's parameters in order.")
-        .def("register_host_kernel", [](PyOrch& self, int32_t kernel_id, py::function fn, py::object dtype) {
-                self.Get("Orchestrator.register_host_kernel").RegisterHostKernel(kernel_id, MakeHostKernel(&self, kernel_id, fn, dtype));
+        .def("register_host_kernel", [](const std::shared_ptr<PyOrch>& self, int32_t kernel_id, py::function fn, py::object dtype) {
+                self->Get("Orchestrator.register_host_kernel").RegisterHostKernel(kernel_id, MakeHostKernel(self, kernel_id, fn, dtype));
             }, py::arg("kernel_id"), py::arg("fn"), py::arg("dtype") = py::dtype("float32"),
             "fn(*buffers) runs on a host worker (with the GIL; or inside submit when its runs average under a "
             "microsecond, which a Python function does not) for tasks of kernel_id: one 1-D numpy view of "

@@ -1136,6 +1136,36 @@ def test_a_chip_function_that_keeps_a_heap_view_past_its_call_fails_its_task(one
         np.testing.assert_array_equal(y, np.full(16, 2, dtype=np.float32))
 
 
+def test_a_host_kernel_a_chip_function_registers_reports_what_it_raised(one_vf):
+    """A Python host kernel registered on ctx.orch failed its task with the
+    PYTHON_KERNEL_RAISED code alone (its message went to the call's
+    Orchestrator, which no wait of the chip task reads), and the kernel
+    kept a pointer to that Orchestrator, freed once the call ended, for the
+    later calls the chip runtime runs it in. Now the message is the task's
+    failure, in this call and later ones."""
+    kernel = 77
+
+    def raises(x):
+        raise ValueError("boom from the kernel")
+
+    def registers(ctx):
+        ctx.orch.register_host_kernel(kernel, raises)
+        ctx.orch.submit(kernel, spyre.WORKER_HOST, [("inout", ctx.orch.alloc(64))])
+
+    def uses(ctx):
+        ctx.orch.submit(kernel, spyre.WORKER_HOST, [("inout", ctx.orch.alloc(64))])
+
+    with spyre.Worker(one_vf, spyre.DistributedConfig(device_ids=[1], num_sub_workers=1)) as w:
+        w.register_chip_function("registers", registers)
+        w.register_chip_function("uses", uses)
+        y = np.zeros(16, dtype=np.float32)
+        for name in ["registers", "uses", "uses"]:
+            with pytest.raises(spyre.Error, match="ValueError: boom from the kernel") as info:
+                w.run(spyre.HostProgram("p", 1, [], lambda g, t: g.chip(name, [spyre.InOut(t[0])])), [y])
+            assert info.value.failures[0].level == spyre.Level.CHIP
+            gc.collect()
+
+
 def test_a_chip_function_s_views_kept_past_its_call_reach_no_later_run(one_vf):
     """A view of ctx.args kept past the call wrote into the device copy the
     executor kept, which the next run reused (the content check hashes the
