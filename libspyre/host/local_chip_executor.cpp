@@ -231,12 +231,13 @@ public:
             std::vector<size_t> shared;
             for (size_t i = 0; i < call.args.size(); ++i) {
                 const HostTensor& t = call.args[i].arg.tensor;
+                own_copy_.push_back(!call.one_shot && WritesAnInputsBytes(i));
                 Copy& c = TakeCopy(lock, i, t);
                 ++c.users;
                 copies_.push_back(&c);
                 // An Out with a copy of its own starts as the bytes it
                 // shares with an In argument, as the one copy it was did.
-                const bool reads = call.args[i].arg.access != Access::Out || (!call.one_shot && WritesAnInputsBytes(i));
+                const bool reads = call.args[i].arg.access != Access::Out || own_copy_[i];
                 reads_.push_back(reads);
                 if (!reads) continue;
                 if (c.readers > 0) {
@@ -312,7 +313,7 @@ public:
         for (;;) {
             try {
                 if (call_.one_shot) return e_.ScratchFor(*slot_, i, t.bytes());
-                return WritesAnInputsBytes(i) ? OwnCopy(t) : e_.CopyFor(t);
+                return own_copy_[i] ? OwnCopy(t) : e_.CopyFor(t);
             } catch (const Error& err) {
                 if (err.kind() != ErrorKind::OutOfMemory || going() <= 1) throw;  // 1: this call
             }
@@ -468,8 +469,7 @@ private:
         Copy& c = *copies_[i];
         if (c.users > 0) return false;
         set_aside_->buffers.push_back(std::move(c.buffer));
-        const bool own = std::any_of(own_.begin(), own_.end(), [&](const auto& o) { return o.get() == &c; });
-        if (call_.one_shot || own) {
+        if (call_.one_shot || own_copy_[i]) {
             c = Copy{};
             return true;
         }
@@ -487,6 +487,7 @@ private:
     std::vector<size_t> running_;  // arguments whose upload this call took on and has not finished
     std::vector<size_t> to_hash_;  // arguments uploaded whole, hashed by HashUploads
     std::vector<ChunkHashes> hashes_;  // by argument: what its copy holds once hashed or downloaded; else empty
+    std::vector<bool> own_copy_;  // by argument: its copy is OwnCopy's (WritesAnInputsBytes)
     std::vector<std::unique_ptr<Copy>> own_;  // OwnCopy's, freed with the lease
     bool waited_ = false;  // slept or uploaded: time passed since the call began
     std::shared_ptr<LocalChipExecutor::SetAside> set_aside_;  // set: the call's copies go there

@@ -492,8 +492,7 @@ ChipFunction PythonChipFunction(const std::string& name, py::function fn) {
             // the function keeps past its call makes the runtime set those
             // copies aside for it (ChipContext::args_memory), so a late
             // write reaches no later run and no other tensor.
-            py::capsule memory(new std::shared_ptr<const void>(ctx.args_memory),
-                               [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); });
+            const py::object memory = ViewOwner(py::none(), ctx.args_memory);
             PyChipContext pc{orch, py::list(), ctx.bytes, ctx.shapes, ctx.block_dim, ctx.device.pci_address()};
             for (size_t i = 0; i < ctx.args.size(); ++i) {
                 py::object shape = i < ctx.shapes.size() ? py::cast(ctx.shapes[i]) : py::object(py::none());
