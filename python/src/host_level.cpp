@@ -31,6 +31,7 @@
 #include "bindings.hpp"
 #include "dtype.hpp"
 #include "host_buffer.hpp"
+#include "int_arg.hpp"
 #include "errors.hpp"
 #include "orch_objects.hpp"
 #include "spyre/host/chip_functions.hpp"
@@ -855,7 +856,7 @@ void BindHostLevel(py::module_& m) {
 
     py::class_<DistributedConfig>(m, "DistributedConfig", "Seed 003's configuration of a level-3 Worker.")
         .def(py::init([](const py::object& device_ids, int num_sub_workers, const py::object& runtime, int block_dim,
-                         int aicpu_thread_num, uint64_t chip_heap_bytes, int chip_tasks_per_device,
+                         int aicpu_thread_num, const IntArg<uint64_t>& chip_heap_bytes, int chip_tasks_per_device,
                          int max_tasks_in_flight) {
                  DistributedConfig c;
                  c.device_ids = DeviceIdsFrom(device_ids);
@@ -863,14 +864,14 @@ void BindHostLevel(py::module_& m) {
                  c.runtime = RuntimeArg(runtime);
                  c.block_dim = block_dim;
                  c.aicpu_thread_num = aicpu_thread_num;
-                 c.chip_heap_bytes = chip_heap_bytes;
+                 c.chip_heap_bytes = chip_heap_bytes.In("DistributedConfig: chip_heap_bytes");
                  c.chip_tasks_per_device = chip_tasks_per_device;
                  c.max_tasks_in_flight = max_tasks_in_flight;
                  return c;
              }),
              py::arg("device_ids") = py::make_tuple(0), py::arg("num_sub_workers") = 0,
              py::arg("runtime") = ChipRuntime::TensorMapAndRingBuffer, py::arg("block_dim") = 1, py::arg("aicpu_thread_num") = 1,
-             py::arg("chip_heap_bytes") = uint64_t(16) << 20, py::arg("chip_tasks_per_device") = 0,
+             py::arg("chip_heap_bytes") = DistributedConfig{}.chip_heap_bytes, py::arg("chip_tasks_per_device") = 0,
              py::arg("max_tasks_in_flight") = DistributedConfig{}.max_tasks_in_flight)
         .def_property(
             "device_ids", [](const DistributedConfig& c) { return c.device_ids; },
@@ -883,7 +884,10 @@ void BindHostLevel(py::module_& m) {
             "A ChipRuntime, or its seed name: 'tensormap_and_ringbuffer' or 'tensormap_and_ringbuffer_lockfree'.")
         .def_readwrite("block_dim", &DistributedConfig::block_dim, "Cores a chip task spreads over.")
         .def_readwrite("aicpu_thread_num", &DistributedConfig::aicpu_thread_num, "Host threads of each chip runtime.")
-        .def_readwrite("chip_heap_bytes", &DistributedConfig::chip_heap_bytes, "Bytes of each chip runtime's heap ring.")
+        .def_property(
+            "chip_heap_bytes", [](const DistributedConfig& c) { return c.chip_heap_bytes; },
+            [](DistributedConfig& c, const IntArg<uint64_t>& v) { c.chip_heap_bytes = v.In("DistributedConfig: chip_heap_bytes"); },
+            "Bytes of each chip runtime's heap ring.")
         .def_readwrite("chip_tasks_per_device", &DistributedConfig::chip_tasks_per_device,
                        "Chip tasks one device runs at once (0: as many as it has room for).")
         .def_readwrite("max_tasks_in_flight", &DistributedConfig::max_tasks_in_flight,
@@ -1013,8 +1017,8 @@ void BindHostLevel(py::module_& m) {
     py::class_<PyHostProgram>(m, "HostProgram",
         "A host orchestration function fn(graph, tensors) with its signature: num_inputs inputs, then outputs "
         "[(shape, dtype) or shape] (run in place with every argument, or with the inputs only: return style).")
-        .def(py::init([](const std::string& name, size_t num_inputs, const py::iterable& outputs, py::function fn) {
-                 return PyHostProgram{MakeProgram(name, num_inputs, outputs, fn)};
+        .def(py::init([](const std::string& name, const IntArg<size_t>& num_inputs, const py::iterable& outputs, py::function fn) {
+                 return PyHostProgram{MakeProgram(name, num_inputs.In("HostProgram: num_inputs"), outputs, fn)};
              }),
              py::arg("name"), py::arg("num_inputs"), py::arg("outputs"), py::arg("fn"))
         .def_property_readonly("name", [](const PyHostProgram& p) { return p.program.name; })
@@ -1097,12 +1101,16 @@ void BindHostLevel(py::module_& m) {
         .def("submit", [](PyWorker& w, const PyHostProgram& p, const py::iterable& args) { return Start(w, p, args, "Worker.submit"); },
              py::arg("program"), py::arg("args"), "Starts a run; returns a RunHandle (wait(), done()).")
         .def_property_readonly("device_count", [](PyWorker& w) { return w.Get("Worker.device_count").device_count(); })
-        .def("describe_device", [](PyWorker& w, size_t i) { return w.Get("Worker.describe_device").DescribeDevice(i); },
+        .def("describe_device", [](PyWorker& w, const IntArg<size_t>& i) {
+                return w.Get("Worker.describe_device").DescribeDevice(i.In("Worker.describe_device: index"));
+            },
              py::arg("index"))
-        .def("chip_tasks_at_once", [](PyWorker& w, size_t i) { return w.Get("Worker.chip_tasks_at_once").ChipTasksAtOnce(i); },
+        .def("chip_tasks_at_once", [](PyWorker& w, const IntArg<size_t>& i) {
+                return w.Get("Worker.chip_tasks_at_once").ChipTasksAtOnce(i.In("Worker.chip_tasks_at_once: index"));
+            },
              py::arg("index"))
-        .def("stats", [](PyWorker& w, size_t i) {
-                Worker::DeviceStats s = w.Get("Worker.stats").Stats(i);
+        .def("stats", [](PyWorker& w, const IntArg<size_t>& i) {
+                Worker::DeviceStats s = w.Get("Worker.stats").Stats(i.In("Worker.stats: index"));
                 py::dict d;
                 d["chip_tasks"] = s.chip_tasks;
                 d["bytes_uploaded"] = s.moved.bytes_uploaded;

@@ -7,6 +7,7 @@
 
 #include "bindings.hpp"
 #include "callbacks.hpp"
+#include "int_arg.hpp"
 #include "objects.hpp"
 #include "plan_objects.hpp"
 
@@ -66,8 +67,9 @@ void BindLaunch(py::module_& m) {
                 CheckPlanOn(*op.plan, *p.slot(), "Program.add_instruction");
                 p.Get("Program.add_instruction").AddInstruction(Instruction(op.Get("Program.add_instruction")));
             }, py::arg("operation"))
-        .def("remove_instruction", [](PyProgram& p, size_t index) {
+        .def("remove_instruction", [](PyProgram& p, const IntArg<size_t>& index_arg) {
                 Program& prog = p.Get("Program.remove_instruction");
+                const size_t index = index_arg.In("Program.remove_instruction: index");
                 if (index >= prog.instructions().size())
                     throw Error(ErrorKind::InvalidArgument, "Program.remove_instruction(" + std::to_string(index) +
                                                                 "): the program has " +

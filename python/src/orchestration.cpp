@@ -17,6 +17,7 @@
 #include "dtype.hpp"
 #include "errors.hpp"
 #include "host_buffer.hpp"
+#include "int_arg.hpp"
 #include "orch_objects.hpp"
 
 namespace spyre::python {
@@ -356,13 +357,14 @@ void BindOrchestration(py::module_& m) {
         "submit() takes parameters as (kind, buffer, size): kind PARAM_INPUT/OUTPUT/INOUT or 'in'/'out'/'inout', "
         "buffer a view from alloc()/task_output() (a slice selects a region), None for an implicit output, or "
         "an address; size defaults to the view's bytes. Blocking calls release the GIL; host kernels take it.")
-        .def(py::init([](const SlotPtr& slot, int32_t task_ring_size, uint64_t heap_size, unsigned host_threads,
+        .def(py::init([](const SlotPtr& slot, int32_t task_ring_size, const IntArg<uint64_t>& heap_size,
+                         const IntArg<unsigned>& host_threads,
                          const std::string& ready_queues, std::optional<std::vector<uint32_t>> task_queues) {
                  Device& dev = DeviceOf(slot, "Orchestrator");
                  OrchestratorOptions o;
                  o.task_ring_size = task_ring_size;
-                 o.heap_size = heap_size;
-                 o.host_threads = host_threads;
+                 o.heap_size = heap_size.In("Orchestrator: heap_size");
+                 o.host_threads = host_threads.In("Orchestrator: host_threads");
                  o.ready_queues = QueueKind(ready_queues);
                  if (task_queues) o.task_queues = *task_queues;
                  auto p = std::make_shared<PyOrch>();
@@ -428,8 +430,9 @@ void BindOrchestration(py::module_& m) {
                 return id;
             }, py::arg("kernel_id"), py::arg("worker_type"), py::arg("params"),
             "pto_submit_task: returns the task id. Dependencies come from the regions the parameters name.")
-        .def("alloc", [](py::object self_obj, uint64_t size, py::object dtype, py::object shape) {
+        .def("alloc", [](py::object self_obj, const IntArg<uint64_t>& size_arg, py::object dtype, py::object shape) {
                 PyOrch& self = self_obj.cast<PyOrch&>();
+                const uint64_t size = size_arg.In("Orchestrator.alloc: size");
                 const RuntimeHold hold(self, "Orchestrator.alloc");
                 Orchestrator& o = *hold;
                 ViewDType(dtype, "Orchestrator.alloc");  // before the memory is taken
@@ -464,7 +467,9 @@ void BindOrchestration(py::module_& m) {
             "pto_task_output: implicit output `index` of a live task, as a numpy view (pass it to later tasks).")
         .def("complete", [](PyOrch& self, int32_t id) { self.Get("Orchestrator.complete").Complete(id); }, py::arg("task_id"),
              "pto_task_complete for a WORKER_EXTERNAL task.")
-        .def("fail", [](PyOrch& self, int32_t id, uint32_t code) { self.Get("Orchestrator.fail").Fail(id, code); },
+        .def("fail", [](PyOrch& self, int32_t id, const IntArg<uint32_t>& code) {
+                self.Get("Orchestrator.fail").Fail(id, code.In("Orchestrator.fail: error_code"));
+            },
              py::arg("task_id"), py::arg("error_code"), "Fails a WORKER_EXTERNAL task with a device code.")
         .def("task_state", [](PyOrch& self, int32_t id) { return self.Get("Orchestrator.task_state").TaskState(id); },
              py::arg("task_id"), "PTO_TASK_* of a task.")

@@ -165,3 +165,49 @@ def test_hostile_arguments_of_the_host_level_are_typed(host):
         w.register_kernel(5, np.frombuffer(spyre.KernelBuilder().add([4]).program, np.uint8))
     finally:
         w.close()
+
+
+def test_an_int_argument_out_of_its_range_names_itself(host, dev):
+    """A count, index, size or status outside its C++ type (a negative size,
+    an index of 2**70) was pybind11's TypeError "incompatible function
+    arguments", naming neither the argument nor the value."""
+    w = spyre.Worker(host, spyre.DistributedConfig(device_ids=[1]))
+    o = spyre.Orchestrator(dev)
+    program = spyre.Program(dev)
+    config = spyre.DistributedConfig()
+
+    def set_heap(v):
+        config.chip_heap_bytes = v
+
+    calls = {
+        "HostProgram: num_inputs": lambda v: spyre.HostProgram("p", v, [], lambda g, t: None),
+        "Worker.describe_device: index": w.describe_device,
+        "Worker.chip_tasks_at_once: index": w.chip_tasks_at_once,
+        "Worker.stats: index": w.stats,
+        "DistributedConfig: chip_heap_bytes": lambda v: spyre.DistributedConfig(chip_heap_bytes=v),
+        "DistributedConfig: chip_heap_bytes ": set_heap,  # the property
+        "Orchestrator: heap_size": lambda v: spyre.Orchestrator(dev, heap_size=v),
+        "Orchestrator: host_threads": lambda v: spyre.Orchestrator(dev, host_threads=v),
+        "Orchestrator.alloc: size": o.alloc,
+        "Orchestrator.fail: error_code": lambda v: o.fail(0, v),
+        "Program.remove_instruction: index": program.remove_instruction,
+    }
+    try:
+        for what, call in calls.items():
+            what = what.strip()
+            with pytest.raises(spyre.InvalidArgument, match=f"^spyre: invalid argument: {what} is -1 \\(must be >= 0\\)$"):
+                call(-1)
+            with pytest.raises(spyre.InvalidArgument, match=f"^spyre: invalid argument: {what} is {2**70} \\(must be <= "):
+                call(2**70)
+            with pytest.raises(spyre.InvalidArgument, match=f"{what} is -2"):
+                call(np.int64(-2))  # what stands for an int is taken as one
+            with pytest.raises(TypeError):
+                call(1.5)  # no int at all stays a TypeError
+        # In range, the value arrives: the config keeps it, the device refuses its own way.
+        config.chip_heap_bytes = np.uint64(1 << 20)
+        assert config.chip_heap_bytes == 1 << 20
+        with pytest.raises(spyre.InvalidArgument, match="device 7, but the Worker has 1 device"):
+            w.describe_device(7)
+    finally:
+        o.close()
+        w.close()

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+// IntArg<T>: an int parameter of an unsigned C++ type (a count, an index, a
+// size, a status). pybind11 refuses an int outside the parameter's type with
+// a TypeError for the whole call ("incompatible function arguments"), which
+// names neither the argument nor the value; IntArg takes any int (and what
+// stands for one, numpy.int64) and the binding converts it where it can say
+// which argument is out of range, as spyre.InvalidArgument. A value that is
+// no int at all (a float, a str) is still pybind11's TypeError.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "spyre/error.hpp"
+
+namespace spyre::python {
+
+namespace py = pybind11;
+
+template <typename T>
+struct IntArg {
+    static_assert(std::is_integral_v<T>);
+    py::object value;  // an int (PyIndex_Check held when it was taken)
+
+    // The value as T; InvalidArgument "<what> is -1 (must be >= 0)" when it
+    // does not fit.
+    T In(const std::string& what) const {
+        const py::int_ v = py::reinterpret_steal<py::int_>(PyNumber_Index(value.ptr()));
+        if (!v) throw py::error_already_set();
+        const py::int_ lo(std::numeric_limits<T>::min()), hi(std::numeric_limits<T>::max());
+        auto text = [](const py::handle& h) { return py::str(h).cast<std::string>(); };
+        if (v < lo) throw Error(ErrorKind::InvalidArgument, what + " is " + text(v) + " (must be >= " + text(lo) + ")");
+        if (v > hi) throw Error(ErrorKind::InvalidArgument, what + " is " + text(v) + " (must be <= " + text(hi) + ")");
+        return v.cast<T>();
+    }
+};
+
+}  // namespace spyre::python
+
+namespace pybind11::detail {
+
+template <typename T>
+struct type_caster<spyre::python::IntArg<T>> {
+    PYBIND11_TYPE_CASTER(spyre::python::IntArg<T>, const_name("int"));
+
+    bool load(handle src, bool /*convert*/) {
+        // As pybind11's own int caster: no float, no str; a bool is an int.
+        if (!src || PyFloat_Check(src.ptr()) || !PyIndex_Check(src.ptr())) return false;
+        value.value = reinterpret_borrow<object>(src);
+        return true;
+    }
+    static handle cast(const spyre::python::IntArg<T>& v, return_value_policy, handle) {
+        return v.value.inc_ref();
+    }
+};
+
+}  // namespace pybind11::detail
