@@ -6,6 +6,7 @@
 
 #include "bindings.hpp"
 #include "dtype.hpp"
+#include "int_arg.hpp"
 #include "spyre/compiler/kernel_builder.hpp"
 #include "spyre/compiler/plan_writer.hpp"
 
@@ -55,8 +56,10 @@ void BindCompiler(py::module_& m) {
         "Emits device programs for a tile shape and dtype. Every method raises InvalidArgument naming the "
         "dimension, axis or dtype that is wrong. Shapes are 1 to 8 dims, each >= 1.")
         .def(py::init<TensorLayout>(), py::arg("layout") = TensorLayout::Dense)
-        .def("matmul", [](const KernelBuilder& k, int64_t m_, int64_t k_, int64_t n, py::handle dtype, bool acc) {
-                return k.Matmul(m_, k_, n, DTypeFrom(dtype, "KernelBuilder.matmul"), acc);
+        .def("matmul", [](const KernelBuilder& k, const IntArg<int64_t>& m_, const IntArg<int64_t>& k_,
+                          const IntArg<int64_t>& n, py::handle dtype, bool acc) {
+                return k.Matmul(m_.In("KernelBuilder.matmul: m"), k_.In("KernelBuilder.matmul: k"),
+                                n.In("KernelBuilder.matmul: n"), DTypeFrom(dtype, "KernelBuilder.matmul"), acc);
             }, py::arg("m"), py::arg("k"), py::arg("n"), py::arg("dtype") = DType::FP32, py::arg("accumulate") = false,
             "C[m,n] = A[m,k] @ B[k,n] (C += with accumulate).")
         .def("elementwise", [](const KernelBuilder& k, ElementwiseOp op, const std::vector<int64_t>& a,
@@ -73,8 +76,9 @@ void BindCompiler(py::module_& m) {
         .def("softmax", [](const KernelBuilder& k, const std::vector<int64_t>& s, py::handle d) {
                 return k.Softmax(s, DTypeFrom(d, "KernelBuilder.softmax"));
             }, py::arg("shape"), py::arg("dtype") = DType::FP32, "Along the last dim.")
-        .def("reduce", [](const KernelBuilder& k, ReduceKind kind, const std::vector<int64_t>& s, int axis, py::handle d) {
-                return k.Reduce(kind, s, axis, DTypeFrom(d, "KernelBuilder.reduce"));
+        .def("reduce", [](const KernelBuilder& k, ReduceKind kind, const std::vector<int64_t>& s, const IntArg<int>& axis,
+                          py::handle d) {
+                return k.Reduce(kind, s, axis.In("KernelBuilder.reduce: axis"), DTypeFrom(d, "KernelBuilder.reduce"));
             }, py::arg("kind"), py::arg("shape"), py::arg("axis"), py::arg("dtype") = DType::FP32,
             "Output keeps the reduced dim with size 1.")
         .def("transpose", [](const KernelBuilder& k, const std::vector<int64_t>& s, const std::vector<int>& perm, py::handle d) {

@@ -7,6 +7,7 @@
 
 #include "bindings.hpp"
 #include "gil.hpp"
+#include "int_arg.hpp"
 #include "objects.hpp"
 #include "spyre/device/host.hpp"
 
@@ -87,12 +88,13 @@ void BindHost(py::module_& m) {
         "Every Spyre card and function this process can use, found once; opens them as Devices that share "
         "one environment. Host() starts a private embedded mock (1 card, 2 VFs); Host.embedded_mock, "
         "Host.device_root and Host.environment choose otherwise.")
-        .def(py::init([](int cards, int vfs, const std::string& mem) {
-                 return OpenHost(HostOptions::EmbeddedMock(cards, vfs, mem));
+        .def(py::init([](const IntArg<int>& cards, const IntArg<int>& vfs, const std::string& mem) {
+                 return OpenHost(HostOptions::EmbeddedMock(cards.In("Host: cards"), vfs.In("Host: vfs"), mem));
              }),
              py::arg("cards") = 1, py::arg("vfs") = 2, py::arg("mem") = "128G")
-        .def_static("embedded_mock", [](int cards, int vfs, const std::string& mem) {
-                return OpenHost(HostOptions::EmbeddedMock(cards, vfs, mem));
+        .def_static("embedded_mock", [](const IntArg<int>& cards, const IntArg<int>& vfs, const std::string& mem) {
+                return OpenHost(HostOptions::EmbeddedMock(cards.In("Host.embedded_mock: cards"),
+                                                          vfs.In("Host.embedded_mock: vfs"), mem));
             }, py::arg("cards") = 1, py::arg("vfs") = 2, py::arg("mem") = "128G",
             "A private spyre-mockdev of `cards` cards with `vfs` VFs each and `mem` per card; it stops with the Host "
             "(and the last Device opened from it).")

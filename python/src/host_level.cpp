@@ -527,7 +527,9 @@ struct PyChipFunction {
     std::string what;
 };
 
-PyChipFunction ElementwiseChip(int32_t kernel_id, int32_t worker_type) {
+PyChipFunction ElementwiseChip(const IntArg<int32_t>& kernel_id_arg, const IntArg<int32_t>& worker_type_arg) {
+    const int32_t kernel_id = kernel_id_arg.In("ChipFunction.elementwise: kernel_id");
+    const int32_t worker_type = worker_type_arg.In("ChipFunction.elementwise: worker_type");
     return {[kernel_id, worker_type](ChipContext& ctx) {
                 if (ctx.args.size() < 2)
                     throw Error(ErrorKind::InvalidArgument, "elementwise chip function: needs inputs and one output");
@@ -554,8 +556,11 @@ PyChipFunction ElementwiseChip(int32_t kernel_id, int32_t worker_type) {
             "elementwise(kernel " + std::to_string(kernel_id) + ")"};
 }
 
-PyChipFunction MatmulChip(int32_t kernel_id, int64_t task_rows, int64_t k, int64_t n) {
-    return {RowBlockMatmulChip("matmul chip function", kernel_id, task_rows, k, n),
+PyChipFunction MatmulChip(const IntArg<int32_t>& kernel_id_arg, const IntArg<int64_t>& task_rows, const IntArg<int64_t>& k,
+                          const IntArg<int64_t>& n) {
+    const int32_t kernel_id = kernel_id_arg.In("ChipFunction.matmul: kernel_id");
+    return {RowBlockMatmulChip("matmul chip function", kernel_id, task_rows.In("ChipFunction.matmul: task_rows"),
+                               k.In("ChipFunction.matmul: k"), n.In("ChipFunction.matmul: n")),
             "matmul(kernel " + std::to_string(kernel_id) + ")"};
 }
 
@@ -855,18 +860,19 @@ void BindHostLevel(py::module_& m) {
         .value("TensorMapAndRingBufferLockFree", ChipRuntime::TensorMapAndRingBufferLockFree);
 
     py::class_<DistributedConfig>(m, "DistributedConfig", "Seed 003's configuration of a level-3 Worker.")
-        .def(py::init([](const py::object& device_ids, int num_sub_workers, const py::object& runtime, int block_dim,
-                         int aicpu_thread_num, const IntArg<uint64_t>& chip_heap_bytes, int chip_tasks_per_device,
-                         int max_tasks_in_flight) {
+        .def(py::init([](const py::object& device_ids, const IntArg<int>& num_sub_workers, const py::object& runtime,
+                         const IntArg<int>& block_dim, const IntArg<int>& aicpu_thread_num,
+                         const IntArg<uint64_t>& chip_heap_bytes, const IntArg<int>& chip_tasks_per_device,
+                         const IntArg<int>& max_tasks_in_flight) {
                  DistributedConfig c;
                  c.device_ids = DeviceIdsFrom(device_ids);
-                 c.num_sub_workers = num_sub_workers;
+                 c.num_sub_workers = num_sub_workers.In("DistributedConfig: num_sub_workers");
                  c.runtime = RuntimeArg(runtime);
-                 c.block_dim = block_dim;
-                 c.aicpu_thread_num = aicpu_thread_num;
+                 c.block_dim = block_dim.In("DistributedConfig: block_dim");
+                 c.aicpu_thread_num = aicpu_thread_num.In("DistributedConfig: aicpu_thread_num");
                  c.chip_heap_bytes = chip_heap_bytes.In("DistributedConfig: chip_heap_bytes");
-                 c.chip_tasks_per_device = chip_tasks_per_device;
-                 c.max_tasks_in_flight = max_tasks_in_flight;
+                 c.chip_tasks_per_device = chip_tasks_per_device.In("DistributedConfig: chip_tasks_per_device");
+                 c.max_tasks_in_flight = max_tasks_in_flight.In("DistributedConfig: max_tasks_in_flight");
                  return c;
              }),
              py::arg("device_ids") = py::make_tuple(0), py::arg("num_sub_workers") = 0,
@@ -877,21 +883,27 @@ void BindHostLevel(py::module_& m) {
             "device_ids", [](const DistributedConfig& c) { return c.device_ids; },
             [](DistributedConfig& c, const py::object& ids) { c.device_ids = DeviceIdsFrom(ids); },
             "Indices into Host.functions: the chip task devices.")
-        .def_readwrite("num_sub_workers", &DistributedConfig::num_sub_workers, "Host threads running SubWorkers.")
+        .def_property("num_sub_workers", IntGetter(&DistributedConfig::num_sub_workers),
+                      IntSetter(&DistributedConfig::num_sub_workers, "DistributedConfig: num_sub_workers"),
+                      "Host threads running SubWorkers.")
         .def_property(
             "runtime", [](const DistributedConfig& c) { return c.runtime; },
             [](DistributedConfig& c, const py::object& runtime) { c.runtime = RuntimeArg(runtime); },
             "A ChipRuntime, or its seed name: 'tensormap_and_ringbuffer' or 'tensormap_and_ringbuffer_lockfree'.")
-        .def_readwrite("block_dim", &DistributedConfig::block_dim, "Cores a chip task spreads over.")
-        .def_readwrite("aicpu_thread_num", &DistributedConfig::aicpu_thread_num, "Host threads of each chip runtime.")
-        .def_property(
-            "chip_heap_bytes", [](const DistributedConfig& c) { return c.chip_heap_bytes; },
-            [](DistributedConfig& c, const IntArg<uint64_t>& v) { c.chip_heap_bytes = v.In("DistributedConfig: chip_heap_bytes"); },
-            "Bytes of each chip runtime's heap ring.")
-        .def_readwrite("chip_tasks_per_device", &DistributedConfig::chip_tasks_per_device,
-                       "Chip tasks one device runs at once (0: as many as it has room for).")
-        .def_readwrite("max_tasks_in_flight", &DistributedConfig::max_tasks_in_flight,
-                       "Tasks of one run submitted and unfinished at most; a submit waits for room.")
+        .def_property("block_dim", IntGetter(&DistributedConfig::block_dim),
+                      IntSetter(&DistributedConfig::block_dim, "DistributedConfig: block_dim"), "Cores a chip task spreads over.")
+        .def_property("aicpu_thread_num", IntGetter(&DistributedConfig::aicpu_thread_num),
+                      IntSetter(&DistributedConfig::aicpu_thread_num, "DistributedConfig: aicpu_thread_num"),
+                      "Host threads of each chip runtime.")
+        .def_property("chip_heap_bytes", IntGetter(&DistributedConfig::chip_heap_bytes),
+                      IntSetter(&DistributedConfig::chip_heap_bytes, "DistributedConfig: chip_heap_bytes"),
+                      "Bytes of each chip runtime's heap ring.")
+        .def_property("chip_tasks_per_device", IntGetter(&DistributedConfig::chip_tasks_per_device),
+                      IntSetter(&DistributedConfig::chip_tasks_per_device, "DistributedConfig: chip_tasks_per_device"),
+                      "Chip tasks one device runs at once (0: as many as it has room for).")
+        .def_property("max_tasks_in_flight", IntGetter(&DistributedConfig::max_tasks_in_flight),
+                      IntSetter(&DistributedConfig::max_tasks_in_flight, "DistributedConfig: max_tasks_in_flight"),
+                      "Tasks of one run submitted and unfinished at most; a submit waits for room.")
         .def("validate", [](const DistributedConfig& c) { Validate(c); }, "InvalidArgument naming a bad field.")
         .def("__repr__", [](const DistributedConfig& c) {
             std::string ids;
@@ -1072,7 +1084,8 @@ void BindHostLevel(py::module_& m) {
                  return w;
              }),
              py::arg("host"), py::arg("config") = DistributedConfig{})
-        .def("register_kernel", [](PyWorker& w, int32_t kernel_id, py::object program) {
+        .def("register_kernel", [](PyWorker& w, const IntArg<int32_t>& kernel_id_arg, py::object program) {
+                const int32_t kernel_id = kernel_id_arg.In("Worker.register_kernel: kernel_id");
                 if (py::hasattr(program, "program")) program = program.attr("program");
                 // Any bytes-like program, as Orchestrator.register_device_kernel takes.
                 const HostView view = ViewOf(program, false, "Worker.register_kernel: program");

@@ -38,6 +38,18 @@ struct IntArg {
     }
 };
 
+// A def_property's getter and setter of an integer field: the setter takes
+// IntArg, so `config.field = -1` on an unsigned field, or 2**70 on any,
+// is InvalidArgument naming `what`.
+template <typename Object, typename T>
+auto IntGetter(T Object::*field) {
+    return [field](const Object& object) { return object.*field; };
+}
+template <typename Object, typename T>
+auto IntSetter(T Object::*field, std::string what) {
+    return [field, what = std::move(what)](Object& object, const IntArg<T>& v) { object.*field = v.In(what); };
+}
+
 }  // namespace spyre::python
 
 namespace pybind11::detail {

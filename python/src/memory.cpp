@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings.hpp"
+#include "int_arg.hpp"
 #include "objects.hpp"
 
 namespace spyre::python {
@@ -65,8 +66,9 @@ void BindMemory(py::module_& m) {
 
     // Device.alloc lives here, beside the buffer it makes.
     py::class_<DeviceSlot, SlotPtr> device(m.attr("Device"));
-    device.def("alloc", [](const SlotPtr& s, int64_t nbytes) {
+    device.def("alloc", [](const SlotPtr& s, const IntArg<int64_t>& nbytes_arg) {
             SlotOf(s, "Device.alloc");
+            const int64_t nbytes = nbytes_arg.In("Device.alloc: nbytes");
             if (nbytes <= 0)
                 throw Error(ErrorKind::InvalidArgument, "Device.alloc(" + std::to_string(nbytes) +
                                                             "): the size must be at least 1 byte",

@@ -357,10 +357,11 @@ void BindOrchestration(py::module_& m) {
         "submit() takes parameters as (kind, buffer, size): kind PARAM_INPUT/OUTPUT/INOUT or 'in'/'out'/'inout', "
         "buffer a view from alloc()/task_output() (a slice selects a region), None for an implicit output, or "
         "an address; size defaults to the view's bytes. Blocking calls release the GIL; host kernels take it.")
-        .def(py::init([](const SlotPtr& slot, int32_t task_ring_size, const IntArg<uint64_t>& heap_size,
+        .def(py::init([](const SlotPtr& slot, const IntArg<int32_t>& task_ring_size_arg, const IntArg<uint64_t>& heap_size,
                          const IntArg<unsigned>& host_threads,
                          const std::string& ready_queues, std::optional<std::vector<uint32_t>> task_queues) {
                  Device& dev = DeviceOf(slot, "Orchestrator");
+                 const int32_t task_ring_size = task_ring_size_arg.In("Orchestrator: task_ring_size");
                  OrchestratorOptions o;
                  o.task_ring_size = task_ring_size;
                  o.heap_size = heap_size.In("Orchestrator: heap_size");
@@ -381,8 +382,9 @@ void BindOrchestration(py::module_& m) {
              py::arg("host_threads") = 0, py::arg("ready_queues") = "lockfree", py::arg("task_queues") = py::none(),
              "Orchestrator::Create: a task ring of task_ring_size slots and a heap ring of heap_size bytes of the "
              "device's memory; ready_queues 'lockfree' or 'locked'; task_queues the core groups it takes (None: all).")
-        .def("register_device_kernel", [](PyOrch& self, int32_t kernel_id, py::object program) {
+        .def("register_device_kernel", [](PyOrch& self, const IntArg<int32_t>& kernel_id_arg, py::object program) {
                 self.Get("Orchestrator.register_device_kernel");
+                const int32_t kernel_id = kernel_id_arg.In("Orchestrator.register_device_kernel: kernel_id");
                 if (!self.slot)
                     throw Error(ErrorKind::InvalidArgument,
                                 "register_device_kernel: a chip task's runtime takes the Worker's kernels (Worker.register_kernel)");
@@ -402,7 +404,9 @@ void BindOrchestration(py::module_& m) {
             }, py::arg("kernel_id"), py::arg("program"),
             "Uploads `program` (a BuiltKernel or its bytes) to the device and runs it for tasks of kernel_id on "
             "WORKER_CUBE/WORKER_VECTOR: its operands are the task's parameters in order.")
-        .def("register_host_kernel", [](const std::shared_ptr<PyOrch>& self, int32_t kernel_id, py::function fn, py::object dtype) {
+        .def("register_host_kernel", [](const std::shared_ptr<PyOrch>& self, const IntArg<int32_t>& kernel_id_arg, py::function fn,
+                                        py::object dtype) {
+                const int32_t kernel_id = kernel_id_arg.In("Orchestrator.register_host_kernel: kernel_id");
                 self->Get("Orchestrator.register_host_kernel").RegisterHostKernel(kernel_id, MakeHostKernel(self, kernel_id, fn, dtype));
             }, py::arg("kernel_id"), py::arg("fn"), py::arg("dtype") = py::dtype("float32"),
             "fn(*buffers) runs on a host worker (with the GIL; or inside submit when its runs average under a "
@@ -414,7 +418,10 @@ void BindOrchestration(py::module_& m) {
                 self->Get("Orchestrator.scope");
                 return PyScope{self, std::nullopt};
             }, "A context manager: pto_scope_begin ... pto_scope_end.")
-        .def("submit", [](PyOrch& self, int32_t kernel_id, int32_t worker_type, const py::iterable& params) {
+        .def("submit", [](PyOrch& self, const IntArg<int32_t>& kernel_id_arg, const IntArg<int32_t>& worker_type_arg,
+                          const py::iterable& params) {
+                const int32_t kernel_id = kernel_id_arg.In("Orchestrator.submit: kernel_id");
+                const int32_t worker_type = worker_type_arg.In("Orchestrator.submit: worker_type");
                 const RuntimeHold hold(self, "Orchestrator.submit");
                 Orchestrator& o = *hold;
                 std::vector<uint64_t> implicit;
@@ -448,8 +455,11 @@ void BindOrchestration(py::module_& m) {
         .def("free", [](PyOrch& self, py::object buffer) {
                 self.Get("Orchestrator.free").Free(AddressOf(buffer, "Orchestrator.free"));
             }, py::arg("buffer"), "pto_free: no more tasks will reference the buffer alloc() returned.")
-        .def("task_output", [](py::object self_obj, int32_t task_id, int32_t index, py::object dtype, py::object shape) {
+        .def("task_output", [](py::object self_obj, const IntArg<int32_t>& task_id_arg, const IntArg<int32_t>& index_arg,
+                               py::object dtype, py::object shape) {
                 PyOrch& self = self_obj.cast<PyOrch&>();
+                const int32_t task_id = task_id_arg.In("Orchestrator.task_output: task_id");
+                const int32_t index = index_arg.In("Orchestrator.task_output: index");
                 Orchestrator& o = self.Get("Orchestrator.task_output");
                 ViewDType(dtype, "Orchestrator.task_output");
                 void* p = o.TaskOutput(task_id, index);
@@ -465,13 +475,17 @@ void BindOrchestration(py::module_& m) {
                 return DeviceView(p, bytes, dtype, shape, ViewOwner(self_obj, o.MemoryHold(), self.call_views), "Orchestrator.task_output");
             }, py::arg("task_id"), py::arg("index") = 0, py::arg("dtype") = py::dtype("float32"), py::arg("shape") = py::none(),
             "pto_task_output: implicit output `index` of a live task, as a numpy view (pass it to later tasks).")
-        .def("complete", [](PyOrch& self, int32_t id) { self.Get("Orchestrator.complete").Complete(id); }, py::arg("task_id"),
+        .def("complete", [](PyOrch& self, const IntArg<int32_t>& id) {
+                self.Get("Orchestrator.complete").Complete(id.In("Orchestrator.complete: task_id"));
+            }, py::arg("task_id"),
              "pto_task_complete for a WORKER_EXTERNAL task.")
-        .def("fail", [](PyOrch& self, int32_t id, const IntArg<uint32_t>& code) {
-                self.Get("Orchestrator.fail").Fail(id, code.In("Orchestrator.fail: error_code"));
+        .def("fail", [](PyOrch& self, const IntArg<int32_t>& id, const IntArg<uint32_t>& code) {
+                self.Get("Orchestrator.fail").Fail(id.In("Orchestrator.fail: task_id"), code.In("Orchestrator.fail: error_code"));
             },
              py::arg("task_id"), py::arg("error_code"), "Fails a WORKER_EXTERNAL task with a device code.")
-        .def("task_state", [](PyOrch& self, int32_t id) { return self.Get("Orchestrator.task_state").TaskState(id); },
+        .def("task_state", [](PyOrch& self, const IntArg<int32_t>& id) {
+                return self.Get("Orchestrator.task_state").TaskState(id.In("Orchestrator.task_state: task_id"));
+            },
              py::arg("task_id"), "PTO_TASK_* of a task.")
         .def("failures", [](PyOrch& self) {
                 py::list l;

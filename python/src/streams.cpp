@@ -12,6 +12,7 @@
 #include "callbacks.hpp"
 #include "errors.hpp"
 #include "host_buffer.hpp"
+#include "int_arg.hpp"
 #include "objects.hpp"
 
 namespace spyre::python {
@@ -72,18 +73,26 @@ void BindStreams(py::module_& m) {
         .def_property_readonly("index", [](const PyStream& s) { return s.Get("FlexStream.index").stream_index(); })
         .def_property_readonly("priority", [](const PyStream& s) { return s.Get("FlexStream.priority").priority(); })
         .def_property_readonly("device", [](const PyStream& s) { return s.slot(); })
-        .def("copy_to_device", [](PyStream& s, py::handle src, PyBuffer& dst, int64_t offset,
-                                  std::optional<int64_t> nbytes) { Copy(s, true, src, dst, offset, nbytes); },
+        .def("copy_to_device", [](PyStream& s, py::handle src, PyBuffer& dst, const IntArg<int64_t>& offset,
+                                  const std::optional<IntArg<int64_t>>& nbytes) {
+                Copy(s, true, src, dst, offset.In("FlexStream.copy_to_device: offset"),
+                     nbytes ? std::optional(nbytes->In("FlexStream.copy_to_device: nbytes")) : std::nullopt);
+            },
              py::arg("src"), py::arg("dst"), py::arg("offset") = 0, py::arg("nbytes") = py::none(),
              "Enqueues a copy of host `src` (any C-contiguous buffer: numpy array, bytes, ...) into `dst` at "
              "`offset`. `src` is kept alive until the copy completes; do not change it meanwhile.")
-        .def("copy_from_device", [](PyStream& s, PyBuffer& src, py::handle dst, int64_t offset,
-                                    std::optional<int64_t> nbytes) { Copy(s, false, dst, src, offset, nbytes); },
+        .def("copy_from_device", [](PyStream& s, PyBuffer& src, py::handle dst, const IntArg<int64_t>& offset,
+                                    const std::optional<IntArg<int64_t>>& nbytes) {
+                Copy(s, false, dst, src, offset.In("FlexStream.copy_from_device: offset"),
+                     nbytes ? std::optional(nbytes->In("FlexStream.copy_from_device: nbytes")) : std::nullopt);
+            },
              py::arg("src"), py::arg("dst"), py::arg("offset") = 0, py::arg("nbytes") = py::none(),
              "Enqueues a copy of `src` at `offset` into the writable, C-contiguous host `dst` (len(dst) bytes "
              "or `nbytes`). `dst` is kept alive until the copy completes.")
-        .def("launch", [](PyStream& s, PyBuffer& program, int64_t offset, int64_t nbytes) {
+        .def("launch", [](PyStream& s, PyBuffer& program, const IntArg<int64_t>& offset_arg, const IntArg<int64_t>& nbytes_arg) {
                 FlexStream& stream = s.Get("FlexStream.launch");
+                const int64_t offset = offset_arg.In("FlexStream.launch: offset");
+                const int64_t nbytes = nbytes_arg.In("FlexStream.launch: nbytes");
                 const DeviceBuffer& b = program.Get("FlexStream.launch");
                 const uint64_t size = nbytes ? uint64_t(nbytes) : b.size() - uint64_t(std::max<int64_t>(offset, 0));
                 const DeviceHandle h = Range(s, program, offset, size, "FlexStream.launch");
@@ -123,9 +132,10 @@ void BindStreams(py::module_& m) {
         });
 
     py::class_<DeviceSlot, SlotPtr> device(m.attr("Device"));
-    device.def("create_stream", [](const SlotPtr& slot, int priority) {
+    device.def("create_stream", [](const SlotPtr& slot, const IntArg<int>& priority) {
             Device& d = DeviceOf(slot, "Device.create_stream");
-            return Adopt(slot, std::make_shared<FlexStream>(d.CreateStream(StreamOptions{.priority = priority})));
+            const StreamOptions options{.priority = priority.In("Device.create_stream: priority")};
+            return Adopt(slot, std::make_shared<FlexStream>(d.CreateStream(options)));
         }, py::arg("priority") = 0, "A new FlexStream (priority -3 highest .. 3 lowest, 0 default).");
 
     py::class_<PyEvent, std::shared_ptr<PyEvent>>(m, "Event", "A marker in a stream (CUDA-style).")
@@ -150,9 +160,9 @@ void BindStreams(py::module_& m) {
 
     py::class_<PySpyreStream, std::shared_ptr<PySpyreStream>>(m, "SpyreStream",
         "The entry point for device work (seed 001): Operations decomposed into FlexStream primitives.")
-        .def(py::init([](const SlotPtr& slot, int priority) {
-                 return Adopt(slot, std::make_shared<SpyreStream>(DeviceOf(slot, "SpyreStream"),
-                                                                  StreamOptions{.priority = priority}));
+        .def(py::init([](const SlotPtr& slot, const IntArg<int>& priority) {
+                 const StreamOptions options{.priority = priority.In("SpyreStream: priority")};
+                 return Adopt(slot, std::make_shared<SpyreStream>(DeviceOf(slot, "SpyreStream"), options));
              }),
              py::arg("device"), py::arg("priority") = 0, "A SpyreStream over a new FlexStream of its own.")
         .def_static("default", [](const SlotPtr& slot) {

@@ -169,8 +169,9 @@ def test_hostile_arguments_of_the_host_level_are_typed(host):
 
 def test_an_int_argument_out_of_its_range_names_itself(host, dev):
     """A count, index, size or status outside its C++ type (a negative size,
-    an index of 2**70) was pybind11's TypeError "incompatible function
-    arguments", naming neither the argument nor the value."""
+    an index of 2**70, a kernel id of 2**70) was pybind11's TypeError
+    "incompatible function arguments", naming neither the argument nor the
+    value."""
     w = spyre.Worker(host, spyre.DistributedConfig(device_ids=[1]))
     o = spyre.Orchestrator(dev)
     program = spyre.Program(dev)
@@ -203,6 +204,34 @@ def test_an_int_argument_out_of_its_range_names_itself(host, dev):
                 call(np.int64(-2))  # what stands for an int is taken as one
             with pytest.raises(TypeError):
                 call(1.5)  # no int at all stays a TypeError
+        # Signed parameters: 2**70 fits none of them.
+        stream = dev.create_stream()
+        buf = dev.alloc(64)
+        signed = {
+            "Device.alloc: nbytes": dev.alloc,
+            "Device.create_stream: priority": dev.create_stream,
+            "SpyreStream: priority": lambda v: spyre.SpyreStream(dev, v),
+            "FlexStream.copy_to_device: offset": lambda v: stream.copy_to_device(bytes(4), buf, v),
+            "FlexStream.copy_to_device: nbytes": lambda v: stream.copy_to_device(bytes(4), buf, 0, v),
+            "FlexStream.copy_from_device: offset": lambda v: stream.copy_from_device(buf, bytearray(4), v),
+            "FlexStream.launch: nbytes": lambda v: stream.launch(buf, 0, v),
+            "Host.embedded_mock: cards": lambda v: spyre.Host.embedded_mock(cards=v),
+            "KernelBuilder.matmul: k": lambda v: spyre.KernelBuilder().matmul(4, v, 4),
+            "KernelBuilder.reduce: axis": lambda v: spyre.KernelBuilder().reduce(spyre.ReduceKind.Sum, [4], v),
+            "Orchestrator: task_ring_size": lambda v: spyre.Orchestrator(dev, task_ring_size=v),
+            "Orchestrator.submit: kernel_id": lambda v: o.submit(v, spyre.WORKER_HOST, []),
+            "Orchestrator.task_state: task_id": o.task_state,
+            "Worker.register_kernel: kernel_id": lambda v: w.register_kernel(v, b"x"),
+            "ChipFunction.matmul: task_rows": lambda v: spyre.ChipFunction.matmul(1, v, 4, 4),
+            "DistributedConfig: max_tasks_in_flight": lambda v: spyre.DistributedConfig(max_tasks_in_flight=v),
+            "DistributedConfig: block_dim": lambda v: setattr(config, "block_dim", v),
+        }
+        for what, call in signed.items():
+            with pytest.raises(spyre.InvalidArgument, match=f"^spyre: invalid argument: {what} is -?{2**70} \\(must be "):
+                call(2**70)
+            with pytest.raises(spyre.InvalidArgument, match=f"^spyre: invalid argument: {what} is -{2**70} \\(must be >= "):
+                call(-2**70)
+        stream.synchronize()
         # In range, the value arrives: the config keeps it, the device refuses its own way.
         config.chip_heap_bytes = np.uint64(1 << 20)
         assert config.chip_heap_bytes == 1 << 20

@@ -88,11 +88,14 @@ def test_free_and_stats(dev):
     assert "pf:" in repr(dev.alloc(8))
 
 
-def test_a_size_out_of_range_is_our_error_or_pybind11s_as_docs_python_md_says(dev):
-    """docs/python.md: a negative size a signed parameter takes is spyre's
-    InvalidArgument; a value the parameter cannot hold at all is pybind11's
-    TypeError (the docs said the first was a TypeError too)."""
+def test_a_size_out_of_range_is_our_error_as_docs_python_md_says(dev):
+    """docs/python.md: a negative size is spyre's InvalidArgument, and so is
+    a value the parameter cannot hold at all (2**63 was pybind11's
+    TypeError "incompatible function arguments")."""
     with pytest.raises(spyre.InvalidArgument, match=r"Device.alloc\(-1\): the size must be at least 1 byte"):
         dev.alloc(-1)
-    with pytest.raises(TypeError, match="incompatible function arguments"):
+    with pytest.raises(spyre.InvalidArgument, match=r"^spyre: invalid argument: Device.alloc: nbytes is 9223372036854775808 "
+                                                    r"\(must be <= 9223372036854775807\)$"):
         dev.alloc(2 ** 63)
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        dev.alloc(4096.0)  # not an int at all
