@@ -62,35 +62,35 @@ void BindCompiler(py::module_& m) {
                                 n.In("KernelBuilder.matmul: n"), DTypeFrom(dtype, "KernelBuilder.matmul"), acc);
             }, py::arg("m"), py::arg("k"), py::arg("n"), py::arg("dtype") = DType::FP32, py::arg("accumulate") = false,
             "C[m,n] = A[m,k] @ B[k,n] (C += with accumulate).")
-        .def("elementwise", [](const KernelBuilder& k, ElementwiseOp op, const std::vector<int64_t>& a,
-                               const std::vector<int64_t>& b, py::handle dtype) {
+        .def("elementwise", [](const KernelBuilder& k, ElementwiseOp op, const IntList<int64_t>& a,
+                               const IntList<int64_t>& b, py::handle dtype) {
                 return k.Elementwise(op, a, b, DTypeFrom(dtype, "KernelBuilder.elementwise"));
             }, py::arg("op"), py::arg("a"), py::arg("b"), py::arg("dtype") = DType::FP32,
             "C = A op B with numpy broadcasting.")
-        .def("relu", [](const KernelBuilder& k, const std::vector<int64_t>& s, py::handle d) {
+        .def("relu", [](const KernelBuilder& k, const IntList<int64_t>& s, py::handle d) {
                 return k.Relu(s, DTypeFrom(d, "KernelBuilder.relu"));
             }, py::arg("shape"), py::arg("dtype") = DType::FP32)
-        .def("gelu", [](const KernelBuilder& k, const std::vector<int64_t>& s, py::handle d) {
+        .def("gelu", [](const KernelBuilder& k, const IntList<int64_t>& s, py::handle d) {
                 return k.Gelu(s, DTypeFrom(d, "KernelBuilder.gelu"));
             }, py::arg("shape"), py::arg("dtype") = DType::FP32, "erf form.")
-        .def("softmax", [](const KernelBuilder& k, const std::vector<int64_t>& s, py::handle d) {
+        .def("softmax", [](const KernelBuilder& k, const IntList<int64_t>& s, py::handle d) {
                 return k.Softmax(s, DTypeFrom(d, "KernelBuilder.softmax"));
             }, py::arg("shape"), py::arg("dtype") = DType::FP32, "Along the last dim.")
-        .def("reduce", [](const KernelBuilder& k, ReduceKind kind, const std::vector<int64_t>& s, const IntArg<int>& axis,
+        .def("reduce", [](const KernelBuilder& k, ReduceKind kind, const IntList<int64_t>& s, const IntArg<int>& axis,
                           py::handle d) {
                 return k.Reduce(kind, s, axis.In("KernelBuilder.reduce: axis"), DTypeFrom(d, "KernelBuilder.reduce"));
             }, py::arg("kind"), py::arg("shape"), py::arg("axis"), py::arg("dtype") = DType::FP32,
             "Output keeps the reduced dim with size 1.")
-        .def("transpose", [](const KernelBuilder& k, const std::vector<int64_t>& s, const std::vector<int>& perm, py::handle d) {
+        .def("transpose", [](const KernelBuilder& k, const IntList<int64_t>& s, const IntList<int>& perm, py::handle d) {
                 return k.Transpose(s, perm, DTypeFrom(d, "KernelBuilder.transpose"));
             }, py::arg("shape"), py::arg("perm"), py::arg("dtype") = DType::FP32, "Output dim i is input dim perm[i].")
-        .def("copy", [](const KernelBuilder& k, const std::vector<int64_t>& s, py::handle d) {
+        .def("copy", [](const KernelBuilder& k, const IntList<int64_t>& s, py::handle d) {
                 return k.Copy(s, DTypeFrom(d, "KernelBuilder.copy"));
             }, py::arg("shape"), py::arg("dtype") = DType::FP32)
-        .def("fill", [](const KernelBuilder& k, const std::vector<int64_t>& s, double v, py::handle d) {
+        .def("fill", [](const KernelBuilder& k, const IntList<int64_t>& s, double v, py::handle d) {
                 return k.Fill(s, v, DTypeFrom(d, "KernelBuilder.fill"));
             }, py::arg("shape"), py::arg("value"), py::arg("dtype") = DType::FP32)
-        .def("tensor", [](const KernelBuilder& k, const std::vector<int64_t>& s, py::handle d) {
+        .def("tensor", [](const KernelBuilder& k, const IntList<int64_t>& s, py::handle d) {
                 return k.Tensor(s, DTypeFrom(d, "KernelBuilder.tensor"));
             }, py::arg("shape"), py::arg("dtype") = DType::FP32, "The tensor this builder lays out for `shape`.");
     (void)dt;
@@ -105,8 +105,10 @@ void BindCompiler(py::module_& m) {
                            Named{"mul", ElementwiseOp::Mul, "C = A * B (b defaults to a's shape)."},
                            Named{"div", ElementwiseOp::Div, "C = A / B (b defaults to a's shape)."}}) {
         const ElementwiseOp op = e.op;
-        builder.def(e.name, [op](const KernelBuilder& k, const std::vector<int64_t>& a,
-                                 std::optional<std::vector<int64_t>> b, py::handle d) { return Binary(k, op, a, b, d); },
+        builder.def(e.name, [op](const KernelBuilder& k, const IntList<int64_t>& a,
+                                 const std::optional<IntList<int64_t>>& b, py::handle d) {
+                        return Binary(k, op, a, b ? std::optional<std::vector<int64_t>>(*b) : std::nullopt, d);
+                    },
                     py::arg("a"), py::arg("b") = py::none(), py::arg("dtype") = DType::FP32, e.doc);
     }
 

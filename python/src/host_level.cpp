@@ -966,7 +966,7 @@ void BindHostLevel(py::module_& m) {
         "A host-level tensor (row-major host memory, shared by copies). numpy() is a view (no copy); "
         "from_numpy wraps a C-contiguous array without copying (the tensor keeps it alive). Write it (or the "
         "array it wraps) freely between runs, not while a run that uses it is in flight.")
-        .def_static("zeros", [](const std::vector<int64_t>& shape, py::handle dtype) {
+        .def_static("zeros", [](const IntList<int64_t>& shape, py::handle dtype) {
                 return HostTensor::Zeros(shape, DTypeFrom(dtype, "HostTensor.zeros"));
             }, py::arg("shape"), py::arg("dtype") = DType::FP32)
         .def_static("full", &HostTensor::Full, py::arg("shape"), py::arg("value"), "fp32.")
@@ -991,7 +991,7 @@ void BindHostLevel(py::module_& m) {
 
     py::class_<PyGraph, std::shared_ptr<PyGraph>>(m, "HostGraph",
         "What a host orchestration function submits tasks into (each starts once ready); valid while it runs.")
-        .def("create_tensor", [](PyGraph& g, const std::vector<int64_t>& shape, py::handle dtype) {
+        .def("create_tensor", [](PyGraph& g, const IntList<int64_t>& shape, py::handle dtype) {
                 return g.Get("HostGraph.create_tensor").CreateTensor(shape, DTypeFrom(dtype, "HostGraph.create_tensor"));
             }, py::arg("shape"), py::arg("dtype") = DType::FP32, "An intermediate host tensor (zero-filled).")
         .def("chip", [](PyGraph& g, const std::string& function, const py::iterable& args, std::optional<std::string> name,

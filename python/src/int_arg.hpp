@@ -13,12 +13,24 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "spyre/error.hpp"
 
 namespace spyre::python {
 
 namespace py = pybind11;
+
+// Why the int `v` does not fit T ("is V (must be >= LO)", "... <= HI");
+// empty when it fits.
+template <typename T>
+std::string OutsideOf(const py::int_& v) {
+    const py::int_ lo(std::numeric_limits<T>::min()), hi(std::numeric_limits<T>::max());
+    auto text = [](const py::handle& h) { return py::str(h).cast<std::string>(); };
+    if (v < lo) return "is " + text(v) + " (must be >= " + text(lo) + ")";
+    if (v > hi) return "is " + text(v) + " (must be <= " + text(hi) + ")";
+    return {};
+}
 
 template <typename T>
 struct IntArg {
@@ -30,12 +42,21 @@ struct IntArg {
     T In(const std::string& what) const {
         const py::int_ v = py::reinterpret_steal<py::int_>(PyNumber_Index(value.ptr()));
         if (!v) throw py::error_already_set();
-        const py::int_ lo(std::numeric_limits<T>::min()), hi(std::numeric_limits<T>::max());
-        auto text = [](const py::handle& h) { return py::str(h).cast<std::string>(); };
-        if (v < lo) throw Error(ErrorKind::InvalidArgument, what + " is " + text(v) + " (must be >= " + text(lo) + ")");
-        if (v > hi) throw Error(ErrorKind::InvalidArgument, what + " is " + text(v) + " (must be <= " + text(hi) + ")");
+        if (const std::string outside = OutsideOf<T>(v); !outside.empty())
+            throw Error(ErrorKind::InvalidArgument, what + " " + outside);
         return v.cast<T>();
     }
+};
+
+// IntList<T>: a list (any sequence but str and bytes) of ints as
+// std::vector<T>, for shapes and permutations. An item that is no int, or
+// one T cannot hold, is InvalidArgument naming its position ("shape item 0
+// is 1180591620717411303424 (must be <= 9223372036854775807)"), where
+// pybind11's list conversion was a TypeError for the whole call. The
+// function's own checks name the argument for values that fit.
+template <typename T>
+struct IntList : std::vector<T> {
+    using std::vector<T>::vector;
 };
 
 // A def_property's getter and setter of an integer field: the setter takes
@@ -66,6 +87,33 @@ struct type_caster<spyre::python::IntArg<T>> {
     }
     static handle cast(const spyre::python::IntArg<T>& v, return_value_policy, handle) {
         return v.value.inc_ref();
+    }
+};
+
+template <typename T>
+struct type_caster<spyre::python::IntList<T>> {
+    PYBIND11_TYPE_CASTER(spyre::python::IntList<T>, const_name("List[int]"));
+
+    bool load(handle src, bool /*convert*/) {
+        // As pybind11's list conversion: a sequence, not a str or bytes.
+        if (!src || !isinstance<sequence>(src) || isinstance<str>(src) || isinstance<bytes>(src)) return false;
+        value.clear();
+        size_t i = 0;
+        for (handle item : reinterpret_borrow<sequence>(src)) {
+            const std::string what = "item " + std::to_string(i++) + " ";
+            if (PyFloat_Check(item.ptr()) || !PyIndex_Check(item.ptr()))
+                throw spyre::Error(spyre::ErrorKind::InvalidArgument,
+                                   "a list of ints: " + what + "is a " + std::string(str(item.get_type().attr("__name__"))));
+            const int_ v = reinterpret_steal<int_>(PyNumber_Index(item.ptr()));
+            if (!v) throw error_already_set();
+            if (const std::string outside = spyre::python::OutsideOf<T>(v); !outside.empty())
+                throw spyre::Error(spyre::ErrorKind::InvalidArgument, "a list of ints: " + what + outside);
+            value.push_back(v.cast<T>());
+        }
+        return true;
+    }
+    static handle cast(const spyre::python::IntList<T>& v, return_value_policy policy, handle parent) {
+        return list_caster<std::vector<T>, T>::cast(v, policy, parent);
     }
 };
 

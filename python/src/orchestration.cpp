@@ -359,7 +359,7 @@ void BindOrchestration(py::module_& m) {
         "an address; size defaults to the view's bytes. Blocking calls release the GIL; host kernels take it.")
         .def(py::init([](const SlotPtr& slot, const IntArg<int32_t>& task_ring_size_arg, const IntArg<uint64_t>& heap_size,
                          const IntArg<unsigned>& host_threads,
-                         const std::string& ready_queues, std::optional<std::vector<uint32_t>> task_queues) {
+                         const std::string& ready_queues, const std::optional<IntList<uint32_t>>& task_queues) {
                  Device& dev = DeviceOf(slot, "Orchestrator");
                  const int32_t task_ring_size = task_ring_size_arg.In("Orchestrator: task_ring_size");
                  OrchestratorOptions o;

@@ -18,6 +18,7 @@
 #include "bindings.hpp"
 #include "dtype.hpp"
 #include "host_buffer.hpp"
+#include "int_arg.hpp"
 #include "objects.hpp"
 
 namespace spyre::python {
@@ -315,15 +316,15 @@ void BindTensor(py::module_& m) {
     py::class_<TensorFootprint>(m, "TensorFootprint")
         .def_readonly("strides", &TensorFootprint::strides, "In elements.")
         .def_readonly("bytes", &TensorFootprint::bytes, "From the address to the end, padding included.");
-    m.def("footprint", [](const std::vector<int64_t>& shape, py::handle dtype, TensorLayout layout) {
+    m.def("footprint", [](const IntList<int64_t>& shape, py::handle dtype, TensorLayout layout) {
         return FootprintOf(shape, DTypeFrom(dtype, "spyre.footprint"), layout);
     }, py::arg("shape"), py::arg("dtype"), py::arg("layout") = TensorLayout::Dense);
 
     py::class_<HostLayout>(m, "HostLayout", "A host tensor: sizes and strides in elements (seed 002).")
-        .def(py::init([](std::vector<int64_t> size, std::vector<int64_t> stride, py::handle dtype) {
+        .def(py::init([](const IntList<int64_t>& size, const IntList<int64_t>& stride, py::handle dtype) {
                  return HostLayout(std::move(size), std::move(stride), DTypeFrom(dtype, "HostLayout"));
              }), py::arg("size"), py::arg("stride"), py::arg("dtype"))
-        .def_static("contiguous", [](std::vector<int64_t> size, py::handle dtype) {
+        .def_static("contiguous", [](const IntList<int64_t>& size, py::handle dtype) {
                 return HostLayout::Contiguous(std::move(size), DTypeFrom(dtype, "HostLayout.contiguous"));
             }, py::arg("size"), py::arg("dtype"))
         .def_property_readonly("size", &HostLayout::size)
@@ -333,14 +334,14 @@ void BindTensor(py::module_& m) {
         .def("numel", &HostLayout::numel)
         .def("is_contiguous", &HostLayout::IsContiguous)
         .def("canonical", &HostLayout::Canonical)
-        .def("offset", [](const HostLayout& l, const std::vector<int64_t>& i) { return l.Offset(i); }, py::arg("index"))
+        .def("offset", [](const HostLayout& l, const IntList<int64_t>& i) { return l.Offset(i); }, py::arg("index"))
         .def("__eq__", [](const HostLayout& a, const HostLayout& b) { return a == b; })
         .def("__repr__", &HostLayout::ToString);
 
     py::class_<DeviceLayout>(m, "DeviceLayout",
         "A device tensor in 128-byte sticks: device_size row-major, dim_map[j] the host dim device dim j tiles "
         "(-1 synthetic).")
-        .def(py::init([](const std::vector<int64_t>& host_size, std::vector<int64_t> device_size, std::vector<int> dim_map,
+        .def(py::init([](const IntList<int64_t>& host_size, const IntList<int64_t>& device_size, const IntList<int>& dim_map,
                          py::handle dtype) {
                  return DeviceLayout(host_size, std::move(device_size), std::move(dim_map), DTypeFrom(dtype, "DeviceLayout"));
              }), py::arg("host_size"), py::arg("device_size"), py::arg("dim_map"), py::arg("dtype"))
@@ -351,7 +352,7 @@ void BindTensor(py::module_& m) {
         .def_property_readonly("dtype", &DeviceLayout::dtype)
         .def("device_elements", &DeviceLayout::device_elements)
         .def("device_bytes", &DeviceLayout::device_bytes)
-        .def("device_offset", [](const DeviceLayout& l, const std::vector<int64_t>& i) { return l.DeviceOffset(i); },
+        .def("device_offset", [](const DeviceLayout& l, const IntList<int64_t>& i) { return l.DeviceOffset(i); },
              py::arg("host_index"))
         .def("host_index", &DeviceLayout::HostIndex, py::arg("device_offset"), "None for padding.")
         .def("__eq__", [](const DeviceLayout& a, const DeviceLayout& b) { return a == b; })
@@ -360,7 +361,7 @@ void BindTensor(py::module_& m) {
     py::class_<PyTensor, std::shared_ptr<PyTensor>>(m, "SpyreTensor",
         "A tensor resident on a device (seed 001): shape, dtype, layout and its device memory, freed when the "
         "last reference goes (after queued work) or when its device closes.")
-        .def_static("empty", [](const SlotPtr& slot, std::vector<int64_t> shape, py::handle dtype, TensorLayout layout) {
+        .def_static("empty", [](const SlotPtr& slot, const IntList<int64_t>& shape, py::handle dtype, TensorLayout layout) {
                 Device& d = DeviceOf(slot, "SpyreTensor.empty");
                 return Adopt(slot, std::make_shared<SpyreTensor>(
                                        SpyreTensor::Empty(d, std::move(shape), DTypeFrom(dtype, "SpyreTensor.empty"), layout)));

@@ -240,3 +240,32 @@ def test_an_int_argument_out_of_its_range_names_itself(host, dev):
     finally:
         o.close()
         w.close()
+
+
+def test_an_int_list_item_out_of_range_or_not_an_int_names_its_position(host, dev):
+    """A shape or permutation item that is no int, or that its C++ type cannot
+    hold, was pybind11's TypeError for the whole call."""
+    kb = spyre.KernelBuilder()
+    calls = {
+        "KernelBuilder.relu": kb.relu,
+        "KernelBuilder.add": kb.add,
+        "KernelBuilder.transpose perm": lambda s: kb.transpose([4, 4], s),
+        "HostTensor.zeros": spyre.HostTensor.zeros,
+        "footprint": lambda s: spyre.footprint(s, spyre.FP32),
+        "SpyreTensor.empty": lambda s: spyre.SpyreTensor.empty(dev, s, spyre.FP32),
+        "HostLayout": lambda s: spyre.HostLayout(s, [1, 1], spyre.FP32),
+    }
+    for what, call in calls.items():
+        bound = 2**31 - 1 if "perm" in what else 2**63 - 1
+        with pytest.raises(spyre.InvalidArgument, match=f"^spyre: invalid argument: a list of ints: item 1 is {2**70} "
+                                                        f"\\(must be <= {bound}\\)$"):
+            call([1, 2**70])
+        with pytest.raises(spyre.InvalidArgument, match="^spyre: invalid argument: a list of ints: item 0 is a float$"):
+            call([1.5, 1])
+        with pytest.raises(spyre.InvalidArgument, match="item 1 is a str$"):
+            call((1, "x"))
+        with pytest.raises(TypeError):
+            call("ab")  # no list at all stays a TypeError
+    # What stands for ints is taken: numpy items and arrays.
+    assert spyre.HostTensor.zeros(np.array([2, 3])).shape == (2, 3)
+    assert spyre.HostTensor.zeros([np.int64(2), np.int32(3)]).shape == (2, 3)
