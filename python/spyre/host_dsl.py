@@ -184,6 +184,8 @@ def function(level=Level.HOST, role=None, *, name_hint=""):
 
 def program(cls):
     """Seed 003's @pl.program: a class of DslFunctions (kept as is; compile() reads it)."""
+    if not isinstance(cls, type):
+        raise TypeError(f"spyre.program decorates a class, not a {type(cls).__name__}")
     cls.__spyre_program__ = True
     return cls
 
@@ -548,16 +550,24 @@ class CompiledProgram:
     may call it at once (the Worker runs the programs side by side)."""
 
     def __init__(self, target, config, host=None, worker=None):
-        self.config = config or _spyre.DistributedConfig()
+        # A config or worker of another type was an AttributeError from deep
+        # inside, and an empty device_ids max()'s ValueError.
+        if config is None:
+            config = _spyre.DistributedConfig()
+        elif not isinstance(config, _spyre.DistributedConfig):
+            raise TypeError(f"compile: config is a {type(config).__name__}, not a spyre.DistributedConfig")
+        if worker is not None and not isinstance(worker, _spyre.Worker):
+            raise TypeError(f"compile: worker is a {type(worker).__name__}, not a spyre.Worker")
+        self.config = config
         self._own_host = None
+        self._own_worker = False
         if worker is None:
+            config.validate()  # InvalidArgument naming a bad field
             if host is None:
                 host = self._own_host = _spyre.Host.embedded_mock(cards=max(self.config.device_ids) + 1, vfs=0,
                                                                   mem="1G")
             worker = _spyre.Worker(host, self.config)
             self._own_worker = True
-        else:
-            self._own_worker = False
         self.worker = worker
         try:
             self._setup(target)

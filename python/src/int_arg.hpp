@@ -24,7 +24,7 @@ namespace py = pybind11;
 // Why the int `v` does not fit T ("is V (must be >= LO)", "... <= HI");
 // empty when it fits.
 template <typename T>
-std::string OutsideOf(const py::int_& v) {
+std::string OutsideOf(const py::handle& v) {
     const py::int_ lo(std::numeric_limits<T>::min()), hi(std::numeric_limits<T>::max());
     auto text = [](const py::handle& h) { return py::str(h).cast<std::string>(); };
     if (v < lo) return "is " + text(v) + " (must be >= " + text(lo) + ")";
@@ -32,19 +32,27 @@ std::string OutsideOf(const py::int_& v) {
     return {};
 }
 
+// The int `h` stands for (an int, numpy.int64, anything with __index__), or
+// a null object when it stands for none (a float, a str, a numpy array of
+// more than one element, whose __index__ raises).
+inline py::object IndexOf(py::handle h) {
+    if (!h || PyFloat_Check(h.ptr()) || !PyIndex_Check(h.ptr())) return {};  // a null object (py::int_{} is 0)
+    PyObject* v = PyNumber_Index(h.ptr());
+    if (!v) PyErr_Clear();
+    return py::reinterpret_steal<py::object>(v);
+}
+
 template <typename T>
 struct IntArg {
     static_assert(std::is_integral_v<T>);
-    py::object value;  // an int (PyIndex_Check held when it was taken)
+    py::object value;  // an int (IndexOf's)
 
     // The value as T; InvalidArgument "<what> is -1 (must be >= 0)" when it
     // does not fit.
     T In(const std::string& what) const {
-        const py::int_ v = py::reinterpret_steal<py::int_>(PyNumber_Index(value.ptr()));
-        if (!v) throw py::error_already_set();
-        if (const std::string outside = OutsideOf<T>(v); !outside.empty())
+        if (const std::string outside = OutsideOf<T>(value); !outside.empty())
             throw Error(ErrorKind::InvalidArgument, what + " " + outside);
-        return v.cast<T>();
+        return value.cast<T>();
     }
 };
 
@@ -81,9 +89,8 @@ struct type_caster<spyre::python::IntArg<T>> {
 
     bool load(handle src, bool /*convert*/) {
         // As pybind11's own int caster: no float, no str; a bool is an int.
-        if (!src || PyFloat_Check(src.ptr()) || !PyIndex_Check(src.ptr())) return false;
-        value.value = reinterpret_borrow<object>(src);
-        return true;
+        value.value = spyre::python::IndexOf(src);
+        return bool(value.value);
     }
     static handle cast(const spyre::python::IntArg<T>& v, return_value_policy, handle) {
         return v.value.inc_ref();
@@ -101,11 +108,10 @@ struct type_caster<spyre::python::IntList<T>> {
         size_t i = 0;
         for (handle item : reinterpret_borrow<sequence>(src)) {
             const std::string what = "item " + std::to_string(i++) + " ";
-            if (PyFloat_Check(item.ptr()) || !PyIndex_Check(item.ptr()))
+            const object v = spyre::python::IndexOf(item);
+            if (!v)
                 throw spyre::Error(spyre::ErrorKind::InvalidArgument,
                                    "a list of ints: " + what + "is a " + std::string(str(item.get_type().attr("__name__"))));
-            const int_ v = reinterpret_steal<int_>(PyNumber_Index(item.ptr()));
-            if (!v) throw error_already_set();
             if (const std::string outside = spyre::python::OutsideOf<T>(v); !outside.empty())
                 throw spyre::Error(spyre::ErrorKind::InvalidArgument, "a list of ints: " + what + outside);
             value.push_back(v.cast<T>());

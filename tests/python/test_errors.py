@@ -202,8 +202,10 @@ def test_an_int_argument_out_of_its_range_names_itself(host, dev):
                 call(2**70)
             with pytest.raises(spyre.InvalidArgument, match=f"{what} is -2"):
                 call(np.int64(-2))  # what stands for an int is taken as one
-            with pytest.raises(TypeError):
-                call(1.5)  # no int at all stays a TypeError
+            with pytest.raises(TypeError, match="incompatible"):
+                call(1.5)  # no int at all stays pybind11's TypeError,
+            with pytest.raises(TypeError, match="incompatible"):
+                call(np.zeros(3))  # as an array whose __index__ raises does
         # Signed parameters: 2**70 fits none of them.
         stream = dev.create_stream()
         buf = dev.alloc(64)
@@ -264,6 +266,8 @@ def test_an_int_list_item_out_of_range_or_not_an_int_names_its_position(host, de
             call([1.5, 1])
         with pytest.raises(spyre.InvalidArgument, match="item 1 is a str$"):
             call((1, "x"))
+        with pytest.raises(spyre.InvalidArgument, match="item 0 is a ndarray$"):
+            call([np.zeros(3), 1])  # its __index__ raises TypeError: no int
         with pytest.raises(TypeError):
             call("ab")  # no list at all stays a TypeError
     # What stands for ints is taken: numpy items and arrays.

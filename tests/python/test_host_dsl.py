@@ -124,6 +124,22 @@ def test_misuse_is_reported(host):
         spyre.compile(never_assembled, spyre.DistributedConfig(), host=host)
 
 
+def test_compile_and_program_of_the_wrong_things_say_what_they_got(host):
+    """A config or worker of another type was an AttributeError from inside
+    compile(), an empty device_ids max()'s ValueError, and @spyre.program on
+    a non-class an AttributeError."""
+    with pytest.raises(TypeError, match="^compile: config is a int, not a spyre.DistributedConfig$"):
+        spyre.compile(L3DependencyProgram, -1, host=host)
+    with pytest.raises(TypeError, match="^compile: worker is a str, not a spyre.Worker$"):
+        spyre.compile(L3DependencyProgram, worker="w")
+    with pytest.raises(spyre.InvalidArgument, match="device_ids is empty"):
+        spyre.compile(L3DependencyProgram, spyre.DistributedConfig(device_ids=[]))
+    with pytest.raises(spyre.InvalidArgument, match=r"device_ids\[0\] is -3"):
+        spyre.compile(L3DependencyProgram, spyre.DistributedConfig(device_ids=[-3]))
+    with pytest.raises(TypeError, match="^spyre.program decorates a class, not a NoneType$"):
+        spyre.program(None)
+
+
 def test_two_threads_call_one_compiled_program(host, config):
     with spyre.compile(L3ParallelReduceProgram, config, host=host) as compiled:
         errors, out = [], {}
