@@ -49,6 +49,8 @@ constexpr auto kInterruptSleep = std::chrono::microseconds(500);
 // The port a thread is driving (its drive lock held): a Kick from inside the
 // client's callbacks leaves a note instead of locking again.
 thread_local const TaskPort* tl_driving = nullptr;
+// The innermost TaskPort::CallerDrivesScope of this thread.
+thread_local TaskPort::CallerDrivesScope* tl_caller_drives = nullptr;
 
 }  // namespace
 
@@ -187,7 +189,34 @@ void TaskPort::TellDeviceIfUnattended() noexcept {
     // unattended; only a thread in a longer sleep needs a wake for that (a
     // wake on every submit cost a context switch per task on a host of two
     // CPUs, and a waiter that comes right after its submit drives alone).
-    if (Unattended()) device_->sched->PortUnattended();
+    if (!Unattended()) return;
+    CallerDrivesScope* scope = tl_caller_drives;
+    if (!scope) return device_->sched->PortUnattended();
+    const auto now = std::chrono::steady_clock::now();
+    if (scope->owed_.empty()) scope->owed_since_ = now;
+    if (now - scope->owed_since_ >= kOwedWakeAfter) {
+        // The caller has been away from its wait for a while: pay.
+        device_->sched->PortUnattended();
+        for (const auto& d : scope->owed_) d->sched->PortUnattended();
+        scope->owed_.clear();
+        return;
+    }
+    if (std::find(scope->owed_.begin(), scope->owed_.end(), device_) != scope->owed_.end()) return;
+    try {
+        scope->owed_.push_back(device_);
+    } catch (...) {
+        device_->sched->PortUnattended();  // no memory to owe it: pay now
+    }
+}
+
+TaskPort::CallerDrivesScope::CallerDrivesScope() noexcept : outer_(tl_caller_drives) { tl_caller_drives = this; }
+
+TaskPort::CallerDrivesScope::~CallerDrivesScope() {
+    tl_caller_drives = outer_;
+    // Whatever is still unattended gets the device's thread now. A port
+    // being driven or attached meanwhile (PortsUnattended finds its lock
+    // taken) has a caller of its own.
+    for (const auto& d : owed_) d->sched->PortsMayBeUnattended();
 }
 
 bool TaskPort::PassMoved(const std::function<bool()>& done) {

@@ -2,6 +2,7 @@
 #include "local_chip_executor.hpp"
 
 #include "device/device_internals.hpp"
+#include "device/task_port.hpp"
 #include "spyre/common/device_clock.hpp"
 #include "spyre/uapi/spyre_regs.h"
 
@@ -541,6 +542,9 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call, uint64_t called_ns) {
         lease.HashUploads();
     } else {
         orch.ConfineTasksTo(std::move(confined));
+        // This thread waits for the function's tasks right after it: their
+        // submits need not wake the device's thread.
+        const TaskPort::CallerDrivesScope caller_drives;
         if (fn->pto) {
             pto_args.push_back(0);  // never a null array, even with no arguments
             // As pto_run: a call the function made and did not check (a

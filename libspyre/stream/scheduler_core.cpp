@@ -487,7 +487,16 @@ void SchedulerCore::CountTaskWaits(uint64_t sleeps, uint64_t yields) noexcept {
 }
 
 void SchedulerCore::PortUnattended() noexcept {
+    port_wake_requests_.fetch_add(1, std::memory_order_relaxed);
     if (sleeping_long_.load(std::memory_order_seq_cst)) WakeIfAsleep();
+}
+
+void SchedulerCore::PortsMayBeUnattended() noexcept {
+    std::unique_lock lock(ports_mu_, std::try_to_lock);
+    bool unattended = !lock;  // cannot look: ask, as PortUnattended would
+    for (size_t i = 0; lock && i < ports_.size() && !unattended; ++i) unattended = ports_[i]->Unattended();
+    if (lock) lock.unlock();
+    if (unattended) PortUnattended();
 }
 
 bool SchedulerCore::PortsUnattended() {

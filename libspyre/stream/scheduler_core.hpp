@@ -84,6 +84,13 @@ public:
     // thread if it sleeps for longer than a tick (it looks every tick
     // otherwise).
     void PortUnattended() noexcept;
+    // The same for ports left by a caller that owed the wake
+    // (TaskPort::CallerDrivesScope): wakes only if one is still unattended.
+    void PortsMayBeUnattended() noexcept;
+    // Calls of PortUnattended, and of PortsMayBeUnattended that found one (tests).
+    uint64_t port_wake_requests() const noexcept { return port_wake_requests_.load(std::memory_order_relaxed); }
+    // In a sleep longer than a tick, which only PortUnattended ends early (tests).
+    bool sleeping_long() const noexcept { return sleeping_long_.load(std::memory_order_seq_cst); }
     // A port's counts (SchedulerStats::tasks_*), from any port's drive lock.
     void CountTasks(uint64_t sent, uint64_t doorbells, uint64_t reaped) noexcept;
     void CountTaskWaits(uint64_t sleeps, uint64_t yields) noexcept;
@@ -228,6 +235,7 @@ private:
     std::mutex ports_mu_;  // ports_; held through a Backstop (DetachPort waits for it)
     std::vector<TaskPort*> ports_;
     std::atomic<uint32_t> port_count_{0};
+    std::atomic<uint64_t> port_wake_requests_{0};
     std::atomic<bool> sleeping_long_{false};  // a sleep longer than a tick (PortUnattended wakes it)
     std::optional<Error> lost_error_;
 

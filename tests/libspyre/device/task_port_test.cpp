@@ -12,12 +12,15 @@
 #include <csignal>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <vector>
 
+#include "device/device_core.hpp"
 #include "device/device_internals.hpp"
 #include "device/task_port.hpp"
 #include "spyre/uapi/spyre_errors.h"
+#include "stream/scheduler_core.hpp"
 #include "stream_fixture.hpp"
 
 using spyre::test::StreamTest;
@@ -172,4 +175,87 @@ TEST_F(StreamTest, TaskPortKicksFromAnotherThreadCallTheDriver) {
     EXPECT_EQ(client.back.load(), 20000u);
     EXPECT_EQ(client.repeated, 0u);
     EXPECT_EQ(client.bad_status, 0u);
+}
+
+namespace {
+uint64_t PortWakeRequests(const Device& dev) { return DeviceInternals::Core(dev)->sched->port_wake_requests(); }
+// Until the device's thread is in its long sleep (at most ~2 s: a bound,
+// not a timing): awake, it serves an unattended port within a tick on its
+// own, and nothing would be owed or asked.
+void WaitForTheDevicesLongSleep(const Device& dev) {
+    for (int look = 0; look < 2000 && !DeviceInternals::Core(dev)->sched->sleeping_long(); ++look)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+// Whether a port asked the device's thread to look since `since()`, or
+// the thread served a port unasked (its long sleep of a second ended
+// meanwhile: then there was nothing left to ask).
+struct DeviceThreadCalls {
+    Device& dev;
+    uint64_t requests = 0, backstops = 0;
+    void since() {
+        requests = PortWakeRequests(dev);
+        backstops = dev.scheduler().Stats().task_backstops;
+    }
+    bool came() const {
+        return PortWakeRequests(dev) > requests || dev.scheduler().Stats().task_backstops > backstops;
+    }
+};
+}  // namespace
+
+// A caller that drives right after its kicks (a Worker's chip call) owes the
+// device's thread no wake: inside a CallerDrivesScope the kick that leaves
+// tasks unattended asks nothing of that thread, and the drive reaps them all.
+TEST_F(StreamTest, TaskPortACallerThatDrivesNextAsksTheDevicesThreadNothing) {
+    Device dev = OpenDevice();
+    // In a scope, then (the control) outside one, on a port of its own each.
+    for (const bool scoped : {true, false}) {
+        NopClient client(8);
+        TaskPort port(dev, {}, client);
+        ASSERT_GE(port.capacity(), 16u);  // 8 tasks: sent by the first kick, not reaped by it
+        WaitForTheDevicesLongSleep(dev);
+        const uint64_t before = PortWakeRequests(dev);
+        {
+            std::optional<TaskPort::CallerDrivesScope> scope;
+            if (scoped) scope.emplace();
+            port.Kick();
+            while (port.Drive(never_moves, 0)) {
+            }
+        }
+        if (scoped)
+            EXPECT_EQ(PortWakeRequests(dev), before);
+        else
+            EXPECT_GT(PortWakeRequests(dev), before);
+        EXPECT_TRUE(client.all_back());
+        EXPECT_EQ(client.repeated, 0u);
+    }
+}
+
+// The wake is owed, not dropped. A scope pays it at its end if its tasks
+// are still unattended, and the device's thread then finishes them; a
+// scope whose caller stays away from its wait longer than kOwedWakeAfter
+// (host work between submits) pays at its next kick.
+TEST_F(StreamTest, TaskPortAScopePaysTheWakeItOwes) {
+    Device dev = OpenDevice();
+    for (const bool at_the_end : {true, false}) {
+        SCOPED_TRACE(at_the_end ? "paid at the scope's end" : "paid at a kick after kOwedWakeAfter");
+        NopClient client(8);
+        TaskPort port(dev, {}, client);
+        WaitForTheDevicesLongSleep(dev);
+        DeviceThreadCalls calls{dev};
+        calls.since();
+        {
+            const TaskPort::CallerDrivesScope scope;
+            port.Kick();
+            if (!at_the_end) {
+                std::this_thread::sleep_for(TaskPort::kOwedWakeAfter * 2);
+                port.Kick();
+                EXPECT_TRUE(calls.came()) << "owed for 2 ms and not paid";
+            }
+        }
+        if (at_the_end) EXPECT_TRUE(calls.came()) << "the scope ended without asking the device's thread";
+        for (int look = 0; look < 20000 && client.back.load(std::memory_order_acquire) < 8; ++look)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));  // at most ~20 s: a bound, not a timing
+        ASSERT_EQ(client.back.load(std::memory_order_acquire), 8u);
+        EXPECT_EQ(client.repeated, 0u);
+    }
 }
