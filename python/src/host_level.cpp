@@ -859,8 +859,8 @@ void BindHostLevel(py::module_& m) {
         .value("TensorMapAndRingBuffer", ChipRuntime::TensorMapAndRingBuffer)
         .value("TensorMapAndRingBufferLockFree", ChipRuntime::TensorMapAndRingBufferLockFree);
 
-    py::class_<DistributedConfig>(m, "DistributedConfig", "Seed 003's configuration of a level-3 Worker.")
-        .def(py::init([](const py::object& device_ids, const IntArg<int>& num_sub_workers, const py::object& runtime,
+    py::class_<DistributedConfig> config(m, "DistributedConfig", "Seed 003's configuration of a level-3 Worker.");
+    config.def(py::init([](const py::object& device_ids, const IntArg<int>& num_sub_workers, const py::object& runtime,
                          const IntArg<int>& block_dim, const IntArg<int>& aicpu_thread_num,
                          const IntArg<uint64_t>& chip_heap_bytes, const IntArg<int>& chip_tasks_per_device,
                          const IntArg<int>& max_tasks_in_flight) {
@@ -883,27 +883,10 @@ void BindHostLevel(py::module_& m) {
             "device_ids", [](const DistributedConfig& c) { return c.device_ids; },
             [](DistributedConfig& c, const py::object& ids) { c.device_ids = DeviceIdsFrom(ids); },
             "Indices into Host.functions: the chip task devices.")
-        .def_property("num_sub_workers", IntGetter(&DistributedConfig::num_sub_workers),
-                      IntSetter(&DistributedConfig::num_sub_workers, "DistributedConfig: num_sub_workers"),
-                      "Host threads running SubWorkers.")
         .def_property(
             "runtime", [](const DistributedConfig& c) { return c.runtime; },
             [](DistributedConfig& c, const py::object& runtime) { c.runtime = RuntimeArg(runtime); },
             "A ChipRuntime, or its seed name: 'tensormap_and_ringbuffer' or 'tensormap_and_ringbuffer_lockfree'.")
-        .def_property("block_dim", IntGetter(&DistributedConfig::block_dim),
-                      IntSetter(&DistributedConfig::block_dim, "DistributedConfig: block_dim"), "Cores a chip task spreads over.")
-        .def_property("aicpu_thread_num", IntGetter(&DistributedConfig::aicpu_thread_num),
-                      IntSetter(&DistributedConfig::aicpu_thread_num, "DistributedConfig: aicpu_thread_num"),
-                      "Host threads of each chip runtime.")
-        .def_property("chip_heap_bytes", IntGetter(&DistributedConfig::chip_heap_bytes),
-                      IntSetter(&DistributedConfig::chip_heap_bytes, "DistributedConfig: chip_heap_bytes"),
-                      "Bytes of each chip runtime's heap ring.")
-        .def_property("chip_tasks_per_device", IntGetter(&DistributedConfig::chip_tasks_per_device),
-                      IntSetter(&DistributedConfig::chip_tasks_per_device, "DistributedConfig: chip_tasks_per_device"),
-                      "Chip tasks one device runs at once (0: as many as it has room for).")
-        .def_property("max_tasks_in_flight", IntGetter(&DistributedConfig::max_tasks_in_flight),
-                      IntSetter(&DistributedConfig::max_tasks_in_flight, "DistributedConfig: max_tasks_in_flight"),
-                      "Tasks of one run submitted and unfinished at most; a submit waits for room.")
         .def("validate", [](const DistributedConfig& c) { Validate(c); }, "InvalidArgument naming a bad field.")
         .def("__repr__", [](const DistributedConfig& c) {
             std::string ids;
@@ -911,9 +894,18 @@ void BindHostLevel(py::module_& m) {
             return "DistributedConfig(device_ids=[" + ids + "], num_sub_workers=" + std::to_string(c.num_sub_workers) +
                    ", runtime='" + ToString(c.runtime) + "', block_dim=" + std::to_string(c.block_dim) +
                    ", aicpu_thread_num=" + std::to_string(c.aicpu_thread_num) +
+                   ", chip_heap_bytes=" + std::to_string(c.chip_heap_bytes) +
                    ", chip_tasks_per_device=" + std::to_string(c.chip_tasks_per_device) +
                    ", max_tasks_in_flight=" + std::to_string(c.max_tasks_in_flight) + ")";
         });
+    DefIntProperty(config, "num_sub_workers", &DistributedConfig::num_sub_workers, "Host threads running SubWorkers.");
+    DefIntProperty(config, "block_dim", &DistributedConfig::block_dim, "Cores a chip task spreads over.");
+    DefIntProperty(config, "aicpu_thread_num", &DistributedConfig::aicpu_thread_num, "Host threads of each chip runtime.");
+    DefIntProperty(config, "chip_heap_bytes", &DistributedConfig::chip_heap_bytes, "Bytes of each chip runtime's heap ring.");
+    DefIntProperty(config, "chip_tasks_per_device", &DistributedConfig::chip_tasks_per_device,
+                   "Chip tasks one device runs at once (0: as many as it has room for).");
+    DefIntProperty(config, "max_tasks_in_flight", &DistributedConfig::max_tasks_in_flight,
+                   "Tasks of one run submitted and unfinished at most; a submit waits for room.");
 
     py::class_<TaskFailureInfo>(m, "TaskFailureInfo", "One failed (or skipped) task: a host-level run's, or an orchestration runtime's.")
         .def_readonly("task", &TaskFailureInfo::task)

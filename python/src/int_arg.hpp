@@ -13,6 +13,7 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "spyre/error.hpp"
@@ -30,6 +31,36 @@ std::string OutsideOf(const py::handle& v) {
     if (v < lo) return "is " + text(v) + " (must be >= " + text(lo) + ")";
     if (v > hi) return "is " + text(v) + " (must be <= " + text(hi) + ")";
     return {};
+}
+
+// `v` (an int) as T, when it fits. Compared in C++: the bounds become
+// Python ints only for OutsideOf's message.
+template <typename T>
+bool FitInto(const py::handle& v, T& out) {
+    int overflow = 0;
+    const long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+    if (overflow == 0) {
+        if (x == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return false;
+        }
+        if (!std::in_range<T>(x)) return false;
+        out = T(x);
+        return true;
+    }
+    if constexpr (std::is_unsigned_v<T>) {
+        if (overflow > 0) {  // past 2**63: an unsigned 64-bit value may still hold it
+            const unsigned long long u = PyLong_AsUnsignedLongLong(v.ptr());
+            if (u == ~0ull && PyErr_Occurred()) {
+                PyErr_Clear();
+                return false;
+            }
+            if (!std::in_range<T>(u)) return false;
+            out = T(u);
+            return true;
+        }
+    }
+    return false;
 }
 
 // The int `h` stands for (an int, numpy.int64, anything with __index__), or
@@ -50,9 +81,9 @@ struct IntArg {
     // The value as T; InvalidArgument "<what> is -1 (must be >= 0)" when it
     // does not fit.
     T In(const std::string& what) const {
-        if (const std::string outside = OutsideOf<T>(value); !outside.empty())
-            throw Error(ErrorKind::InvalidArgument, what + " " + outside);
-        return value.cast<T>();
+        T out{};
+        if (!FitInto(value, out)) throw Error(ErrorKind::InvalidArgument, what + " " + OutsideOf<T>(value));
+        return out;
     }
 };
 
@@ -67,16 +98,15 @@ struct IntList : std::vector<T> {
     using std::vector<T>::vector;
 };
 
-// A def_property's getter and setter of an integer field: the setter takes
-// IntArg, so `config.field = -1` on an unsigned field, or 2**70 on any,
-// is InvalidArgument naming `what`.
-template <typename Object, typename T>
-auto IntGetter(T Object::*field) {
-    return [field](const Object& object) { return object.*field; };
-}
-template <typename Object, typename T>
-auto IntSetter(T Object::*field, std::string what) {
-    return [field, what = std::move(what)](Object& object, const IntArg<T>& v) { object.*field = v.In(what); };
+// Defines `name` on `cls` as a property of the integer `field` whose setter
+// takes IntArg: `config.field = -1` on an unsigned field, or 2**70 on any,
+// is InvalidArgument naming "<class name>: <name>".
+template <typename Class, typename Object, typename T>
+void DefIntProperty(Class& cls, const char* name, T Object::*field, const char* doc) {
+    const std::string what = std::string(py::str(cls.attr("__name__"))) + ": " + name;
+    cls.def_property(
+        name, [field](const Object& object) { return object.*field; },
+        [field, what](Object& object, const IntArg<T>& v) { object.*field = v.In(what); }, doc);
 }
 
 }  // namespace spyre::python
@@ -107,14 +137,16 @@ struct type_caster<spyre::python::IntList<T>> {
         value.clear();
         size_t i = 0;
         for (handle item : reinterpret_borrow<sequence>(src)) {
-            const std::string what = "item " + std::to_string(i++) + " ";
+            auto what = [&] { return "a list of ints: item " + std::to_string(i) + " "; };
             const object v = spyre::python::IndexOf(item);
             if (!v)
                 throw spyre::Error(spyre::ErrorKind::InvalidArgument,
-                                   "a list of ints: " + what + "is a " + std::string(str(item.get_type().attr("__name__"))));
-            if (const std::string outside = spyre::python::OutsideOf<T>(v); !outside.empty())
-                throw spyre::Error(spyre::ErrorKind::InvalidArgument, "a list of ints: " + what + outside);
-            value.push_back(v.cast<T>());
+                                   what() + "is a " + std::string(str(item.get_type().attr("__name__"))));
+            T out{};
+            if (!spyre::python::FitInto(v, out))
+                throw spyre::Error(spyre::ErrorKind::InvalidArgument, what() + spyre::python::OutsideOf<T>(v));
+            value.push_back(out);
+            ++i;
         }
         return true;
     }

@@ -43,6 +43,10 @@ def test_config_fields_and_validation(host):
         ([1], 3, 2, 4, 2)
     assert c.runtime == spyre.ChipRuntime.TensorMapAndRingBufferLockFree
     c.validate()
+    c.chip_heap_bytes = 1 << 20
+    assert repr(c) == ("DistributedConfig(device_ids=[1], num_sub_workers=3, runtime='tensormap_and_ringbuffer_lockfree', "
+                       "block_dim=2, aicpu_thread_num=4, chip_heap_bytes=1048576, chip_tasks_per_device=2, "
+                       "max_tasks_in_flight=1024)")
     assert spyre.DistributedConfig().runtime == spyre.ChipRuntime.TensorMapAndRingBuffer
     c.runtime = spyre.ChipRuntime.TensorMapAndRingBuffer
     assert c.runtime == spyre.ChipRuntime.TensorMapAndRingBuffer
