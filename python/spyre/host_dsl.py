@@ -195,6 +195,13 @@ def program(cls):
 _tls = threading.local()
 
 
+def _ints(value, what):
+    """`value` as a list (a shape, an offset), or TypeError saying what it is."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{what} is a {type(value).__name__}, not a list of ints")
+    return list(value)
+
+
 def _ctx():
     return getattr(_tls, "ctx", None)
 
@@ -318,7 +325,7 @@ ops = _Ops()
 
 def assemble(target, value, offset=(0, 0)):
     """Seed 003's pl.assemble: a core-group result lands in a host tensor (whole tensors only)."""
-    if tuple(offset) not in ((0, 0), (0,), ()):
+    if tuple(_ints(offset, "assemble: offset")) not in ((0, 0), (0,), ()):
         raise _spyre.Unsupported("assemble: only whole tensors (offset [0, 0]) are supported")
     c = _ctx()
     if c is None or c.chip is None:
@@ -332,9 +339,10 @@ def create_tensor(shape, dtype=FP32):
     if c is None or (c.graph is None and not c.dry):
         raise _spyre.InvalidArgument("create_tensor: only inside a HOST orchestrator")
     dtype = _dtype(dtype, "create_tensor")
+    shape = _ints(shape, "create_tensor: shape")
     if c.graph is None:
-        return _spyre.HostTensor.zeros(list(shape), dtype)
-    return c.graph.create_tensor(list(shape), dtype)
+        return _spyre.HostTensor.zeros(shape, dtype)
+    return c.graph.create_tensor(shape, dtype)
 
 
 class _Ctx:

@@ -138,6 +138,18 @@ def test_compile_and_program_of_the_wrong_things_say_what_they_got(host):
         spyre.compile(L3DependencyProgram, spyre.DistributedConfig(device_ids=[-3]))
     with pytest.raises(TypeError, match="^spyre.program decorates a class, not a NoneType$"):
         spyre.program(None)
+    # assemble(x, y, None) was Python's "'NoneType' object is not iterable",
+    # naming no argument; create_tensor(None) the same.
+    with pytest.raises(TypeError, match="^assemble: offset is a NoneType, not a list of ints$"):
+        spyre.assemble(None, None, None)
+
+    @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+    def shapeless(a: T, f: Out[T]):
+        spyre.create_tensor(None)
+
+    with pytest.raises(spyre.TaskFailed, match="raised TypeError: create_tensor: shape is a NoneType, not a list of ints"):
+        with spyre.compile(shapeless, spyre.DistributedConfig(), host=host) as compiled:
+            compiled(np.zeros((128, 128), np.float32))
 
 
 def test_two_threads_call_one_compiled_program(host, config):
