@@ -241,20 +241,7 @@ std::vector<int> DeviceIdsFrom(const py::handle& h) {
         throw Error(ErrorKind::InvalidArgument, "DistributedConfig: device_ids is a " +
                                                     std::string(py::str(h.get_type().attr("__name__"))) +
                                                     " (a list of int indices into Host.functions)");
-    std::vector<int> ids;
-    size_t i = 0;
-    for (py::handle item : h) {
-        const std::string what = "DistributedConfig: device_ids item " + std::to_string(i++);
-        if (!py::isinstance<py::int_>(item) || py::isinstance<py::bool_>(item))
-            throw Error(ErrorKind::InvalidArgument, what + " is a " + std::string(py::str(item.get_type().attr("__name__"))) +
-                                                        " (an int index into Host.functions)");
-        int overflow = 0;
-        const long long v = PyLong_AsLongLongAndOverflow(item.ptr(), &overflow);
-        if (overflow != 0 || v < INT32_MIN || v > INT32_MAX)
-            throw Error(ErrorKind::InvalidArgument, what + " (" + std::string(py::str(item)) + ") is out of range");
-        ids.push_back(int(v));
-    }
-    return ids;
+    return IntsFrom<int>(h, "DistributedConfig: device_ids", " (an int index into Host.functions)");
 }
 
 std::vector<TensorArg> ArgsFrom(const py::iterable& args, const std::string& what) {

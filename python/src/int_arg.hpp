@@ -87,6 +87,27 @@ struct IntArg {
     }
 };
 
+// The ints of `items` (an iterable) as T. InvalidArgument names `what` and
+// the item: "<what> item 1 is a float<hint>" (`hint` says what an item
+// is), "<what> item 0 is 1180591620717411303424 (must be <= 9223372036854775807)".
+template <typename T>
+std::vector<T> IntsFrom(py::handle items, const std::string& what, const std::string& hint = {}) {
+    std::vector<T> out;
+    size_t i = 0;
+    for (py::handle item : items) {
+        auto which = [&] { return what + " item " + std::to_string(i) + " "; };
+        const py::object v = IndexOf(item);
+        if (!v)
+            throw Error(ErrorKind::InvalidArgument,
+                        which() + "is a " + std::string(py::str(item.get_type().attr("__name__"))) + hint);
+        T x{};
+        if (!FitInto(v, x)) throw Error(ErrorKind::InvalidArgument, which() + OutsideOf<T>(v));
+        out.push_back(x);
+        ++i;
+    }
+    return out;
+}
+
 // IntList<T>: a list (any sequence but str and bytes) of ints as
 // std::vector<T>, for shapes and permutations. An item that is no int, or
 // one T cannot hold, is InvalidArgument naming its position ("shape item 0
@@ -134,20 +155,7 @@ struct type_caster<spyre::python::IntList<T>> {
     bool load(handle src, bool /*convert*/) {
         // As pybind11's list conversion: a sequence, not a str or bytes.
         if (!src || !isinstance<sequence>(src) || isinstance<str>(src) || isinstance<bytes>(src)) return false;
-        value.clear();
-        size_t i = 0;
-        for (handle item : reinterpret_borrow<sequence>(src)) {
-            auto what = [&] { return "a list of ints: item " + std::to_string(i) + " "; };
-            const object v = spyre::python::IndexOf(item);
-            if (!v)
-                throw spyre::Error(spyre::ErrorKind::InvalidArgument,
-                                   what() + "is a " + std::string(str(item.get_type().attr("__name__"))));
-            T out{};
-            if (!spyre::python::FitInto(v, out))
-                throw spyre::Error(spyre::ErrorKind::InvalidArgument, what() + spyre::python::OutsideOf<T>(v));
-            value.push_back(out);
-            ++i;
-        }
+        static_cast<std::vector<T>&>(value) = spyre::python::IntsFrom<T>(src, "a list of ints:");
         return true;
     }
     static handle cast(const spyre::python::IntList<T>& v, return_value_policy policy, handle parent) {
