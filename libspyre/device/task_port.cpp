@@ -194,19 +194,17 @@ void TaskPort::TellDeviceIfUnattended() noexcept {
     if (!scope) return device_->sched->PortUnattended();
     const auto now = std::chrono::steady_clock::now();
     if (scope->owed_.empty()) scope->owed_since_ = now;
-    if (now - scope->owed_since_ >= kOwedWakeAfter) {
-        // The caller has been away from its wait for a while: pay.
-        device_->sched->PortUnattended();
-        for (const auto& d : scope->owed_) d->sched->PortUnattended();
-        scope->owed_.clear();
-        return;
+    if (std::find(scope->owed_.begin(), scope->owed_.end(), device_) == scope->owed_.end()) {
+        try {
+            scope->owed_.push_back(device_);
+        } catch (...) {
+            return device_->sched->PortUnattended();  // no memory to owe it: pay now
+        }
     }
-    if (std::find(scope->owed_.begin(), scope->owed_.end(), device_) != scope->owed_.end()) return;
-    try {
-        scope->owed_.push_back(device_);
-    } catch (...) {
-        device_->sched->PortUnattended();  // no memory to owe it: pay now
-    }
+    if (now - scope->owed_since_ < kOwedWakeAfter) return;
+    // The caller has been away from its wait for a while: pay.
+    for (const auto& d : scope->owed_) d->sched->PortUnattended();
+    scope->owed_.clear();
 }
 
 TaskPort::CallerDrivesScope::CallerDrivesScope() noexcept : outer_(tl_caller_drives) { tl_caller_drives = this; }

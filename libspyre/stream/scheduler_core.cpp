@@ -492,20 +492,17 @@ void SchedulerCore::PortUnattended() noexcept {
 }
 
 void SchedulerCore::PortsMayBeUnattended() noexcept {
-    std::unique_lock lock(ports_mu_, std::try_to_lock);
-    bool unattended = !lock;  // cannot look: ask, as PortUnattended would
-    for (size_t i = 0; lock && i < ports_.size() && !unattended; ++i) unattended = ports_[i]->Unattended();
-    if (lock) lock.unlock();
-    if (unattended) PortUnattended();
+    // Cannot look (the lock taken): ask, as PortUnattended would.
+    if (PortsUnattended(/*when_taken=*/true)) PortUnattended();
 }
 
-bool SchedulerCore::PortsUnattended() {
+bool SchedulerCore::PortsUnattended(bool when_taken) {
     if (port_count_.load(std::memory_order_seq_cst) == 0) return false;
     // Taken: the ports are being driven (or one comes or goes). Never
     // waited for: a caller here may hold the drive lock, and a Backstop
     // holds this one for up to kPortDrive.
     std::unique_lock lock(ports_mu_, std::try_to_lock);
-    if (!lock) return false;
+    if (!lock) return when_taken;
     for (const TaskPort* p : ports_)
         if (p->Unattended()) return true;
     return false;

@@ -145,8 +145,10 @@ private:
     // Sleeps on the ring's completion interrupt or a wake-up (`seen` is
     // wake_'s key as read before the last look for work), with the drive lock held.
     void SleepOnRing(uint32_t seen, std::chrono::nanoseconds timeout);
-    // Whether a port has tasks in flight and no caller waits for them.
-    bool PortsUnattended();
+    // Whether a port has tasks in flight and no caller waits for them;
+    // `when_taken` when the ports' lock is taken (being driven, or one
+    // comes or goes).
+    bool PortsUnattended(bool when_taken = false);
     // The drive lock let go (as SleepUnlocked): the unattended ports driven
     // until work of this thread's own comes, or, when every one had a
     // caller drive it within the last tick, a tick's sleep.

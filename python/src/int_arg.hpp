@@ -110,8 +110,8 @@ std::vector<T> IntsFrom(py::handle items, const std::string& what, const std::st
 
 // IntList<T>: a list (any sequence but str and bytes) of ints as
 // std::vector<T>, for shapes and permutations. An item that is no int, or
-// one T cannot hold, is InvalidArgument naming its position ("shape item 0
-// is 1180591620717411303424 (must be <= 9223372036854775807)"), where
+// one T cannot hold, is InvalidArgument naming its position (IntsFrom: "a
+// list of ints: item 0 is 1180591620717411303424 (must be <= ...)"), where
 // pybind11's list conversion was a TypeError for the whole call. The
 // function's own checks name the argument for values that fit.
 template <typename T>
