@@ -178,7 +178,11 @@ MockDaemon MockDaemon::Start(MockOptions options) {
                                      "--log-level", options.log_level.empty() ? DaemonLogLevel() : options.log_level,
                                      "--foreground",
                                      "--ready-fd", std::to_string(kReadyFd),
-                                     "--exit-with-fd", std::to_string(kSpawnerFd)};
+                                     "--exit-with-fd", std::to_string(kSpawnerFd),
+                                     // The card's cores are not this process's: a rank that mpirun
+                                     // bound to one core would have its card compute on that core
+                                     // too. extra_args may say otherwise (the last --cpus counts).
+                                     "--cpus", "all"};
     if (d.own_mount_dir_) args.push_back("--remove-mount-dir");  // it goes even if this process is killed
     args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
     std::vector<char*> argv;

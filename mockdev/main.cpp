@@ -133,6 +133,13 @@ int ParseCommandLine(int argc, char** argv, Options& opt) {
                    "Bound on one CB's run time (WATCHDOG_MS); a CB past it ends with WATCHDOG")
         ->check(CLI::Range(kWatchdogMsMin, kWatchdogMsMax))
         ->capture_default_str();
+    std::string cpus = "inherit";
+    app.add_option("--cpus", cpus,
+                   "CPUs the card's threads may run on: inherit (as started: taskset, a cgroup), all (every CPU,\n"
+                   "whatever the starter was bound to; what a program's private mock gets) or a list like 0-3,6.\n"
+                   "Given twice, the last counts")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+        ->capture_default_str();
     app.footer(kExitCodesHelp);
     try {
         app.parse(argc, argv);
@@ -157,6 +164,13 @@ int ParseCommandLine(int argc, char** argv, Options& opt) {
         return kExitUsage;
     }
     opt.mem_size = *size;
+    std::string why;
+    const std::optional<CpuChoice> choice = ParseCpus(cpus, &why);
+    if (!choice) {
+        LOG_ERROR("--cpus: %s", why.c_str());
+        return kExitUsage;
+    }
+    opt.cpus = *choice;
     if (!opt.shm_prefix.empty() && !ValidPrefix(opt.shm_prefix)) {
         LOG_ERROR("--shm-prefix: '%s' must be 1-32 characters from [A-Za-z0-9._-]", opt.shm_prefix.c_str());
         return kExitUsage;
@@ -349,8 +363,8 @@ int Serve(Options opt, StartupReport& report) {
     }
 
     FuseFs fs(cards, [&] {
-        LOG_INFO("serving %u card(s) at %s (shm prefix %s, pid %d)", opt.cards, opt.mount.c_str(),
-                 opt.shm_prefix.c_str(), int(::getpid()));
+        LOG_INFO("serving %u card(s) at %s (shm prefix %s, pid %d, CPUs %s)", opt.cards, opt.mount.c_str(),
+                 opt.shm_prefix.c_str(), int(::getpid()), AllowedCpus().c_str());
         report.Ready();
     });
     if (!fs.Mount(opt.mount)) return fail(kExitFuseMount);
@@ -412,6 +426,11 @@ int main(int argc, char** argv) {
     Options opt;
     if (int rc = ParseCommandLine(argc, argv, opt); rc >= 0) return rc;
     SetLogLevel(opt.log_level);
+    // Before any thread starts: each inherits it.
+    if (std::string why; !ApplyCpus(opt.cpus, &why)) {
+        LOG_ERROR("--cpus: %s", why.c_str());
+        return kExitUsage;
+    }
     try {
         if (::access("/dev/fuse", R_OK | W_OK) != 0) {
             LOG_ERROR("/dev/fuse: %s (FUSE is not available here)", std::strerror(errno));

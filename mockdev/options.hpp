@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "frontend/cpu_affinity.hpp"
 #include "log.hpp"
 #include "spyre/mock/spyre_mock.h"
 
@@ -37,6 +38,7 @@ struct Options {
     unsigned cores = 0;            // compute workers per card; 0 = min(32, hardware threads)
     unsigned watchdog_ms = 10000;  // WATCHDOG_MS: bound on one CB's run time
     bool remove_mount_dir = false;  // rmdir the mount point after unmounting (a spawner's private one)
+    CpuChoice cpus;                 // where the daemon's threads run (--cpus; default: inherit)
 };
 
 constexpr size_t kShmPrefixMax = 32;

@@ -66,6 +66,9 @@ struct MockOptions {
     std::string log_level;             // empty: SPYRE_LOG_LEVEL if set, else warn (docs/logging.md)
     std::filesystem::path mount;       // empty: a fresh directory under $TMPDIR
     std::string shm_prefix;            // empty: unique per daemon
+    // More spyre-mockdev options, after the ones Start gives (among them
+    // "--cpus all": the daemon runs on every CPU, not on this process's
+    // binding; {"--cpus", "inherit"} or a list overrides it).
     std::vector<std::string> extra_args;
     // How long the start waits for the daemon to be ready: positive
     // (InvalidArgument otherwise); Timeout when it runs out.

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // spyre-mockdev start-up errors, clean shutdown, and what a driver sees when
 // the daemon dies or shuts down under a waiting thread.
+#include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -248,6 +251,99 @@ TEST(MockdevShutdown, APrivateDaemonStartedOnAThreadThatEndsLivesOnAndHoldsNoApp
     EXPECT_EQ(::read(app_pipe[0], &byte, 1), 0) << "the daemon holds the app's pipe open (no end of file)";
     ::close(app_pipe[0]);
     EXPECT_EQ(daemon->Stop(), 0);
+}
+
+// --cpus: anything but inherit, all or a list of this machine's CPUs is
+// refused before the daemon touches anything.
+TEST(MockdevStartup, ABadCpusListIsRefusedWithUsageExitCode) {
+    TempDir dir;
+    for (const char* bad : {"x", "1-0", "0,", "''", "0-", "99999", "2,a"}) {
+        auto r = RunCommand(Mockdev() + " --mount " + dir.path.string() + " --cpus " + bad);
+        EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.output;
+        EXPECT_NE(r.output.find("--cpus"), std::string::npos) << bad << ": " << r.output;
+        EXPECT_FALSE(spyre::test::IsMounted(dir.path.string()));
+    }
+    auto r = RunCommand(Mockdev() + " --mount " + dir.path.string() + " --cpus 99999");
+    EXPECT_NE(r.output.find("this machine has CPUs 0-"), std::string::npos) << r.output;
+}
+
+namespace {
+
+// The CPUs every thread of process `pid` may run on, when they all agree.
+std::optional<cpu_set_t> ThreadsAffinity(pid_t pid) {
+    std::optional<cpu_set_t> common;
+    DIR* d = ::opendir(("/proc/" + std::to_string(pid) + "/task").c_str());
+    if (!d) return std::nullopt;
+    while (dirent* e = ::readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        cpu_set_t set;
+        if (::sched_getaffinity(std::atoi(e->d_name), sizeof set, &set) != 0) continue;  // ended meanwhile
+        if (common && !CPU_EQUAL(&set, &*common)) {
+            ::closedir(d);
+            return std::nullopt;
+        }
+        common = set;
+    }
+    ::closedir(d);
+    return common;
+}
+
+std::string ListOf(const cpu_set_t& set) {
+    std::string out;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &set)) out += (out.empty() ? "" : ",") + std::to_string(c);
+    return out;
+}
+
+}  // namespace
+
+// A program's private daemon is its card, not part of the program: bound
+// where the starting thread was bound (mpirun binds each rank to one
+// core), the card's cores, lane and the program's own threads all took
+// turns on that core while the others idled. It runs on every CPU now;
+// extra_args' --cpus still binds it as asked.
+TEST(MockdevStartup, APrivateDaemonIsNotBoundWhereItsStarterIs) {
+    SPYRE_REQUIRE_FUSE();
+    cpu_set_t mine;
+    ASSERT_EQ(::sched_getaffinity(0, sizeof mine, &mine), 0);
+    if (CPU_COUNT(&mine) < 2) GTEST_SKIP() << "this process may run on one CPU only";
+    int first = 0, second = 0;
+    while (!CPU_ISSET(first, &mine)) ++first;
+    for (second = first + 1; !CPU_ISSET(second, &mine);) ++second;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    cpu_set_t other;
+    CPU_ZERO(&other);
+    CPU_SET(second, &other);
+    std::optional<MockDaemon> freed, kept, listed;
+    std::thread([&] {
+        // This thread only: the daemon inherits its starting thread's binding.
+        ASSERT_EQ(::pthread_setaffinity_np(::pthread_self(), sizeof one, &one), 0);
+        freed.emplace(MockDaemon::Start({.vfs = 1, .mem = "64M"}));
+        kept.emplace(MockDaemon::Start({.vfs = 0, .mem = "64M", .extra_args = {"--cpus", "inherit"}}));
+        listed.emplace(MockDaemon::Start({.vfs = 0, .mem = "64M", .extra_args = {"--cpus", std::to_string(second)}}));
+    }).join();
+    ASSERT_TRUE(freed && kept && listed);
+
+    const std::optional<cpu_set_t> f = ThreadsAffinity(freed->pid());
+    ASSERT_TRUE(f) << "the daemon's threads are bound differently";
+    cpu_set_t missing;
+    CPU_XOR(&missing, &mine, &*f);
+    CPU_AND(&missing, &missing, &mine);
+    EXPECT_EQ(CPU_COUNT(&missing), 0) << "the private daemon runs on CPUs " << ListOf(*f) << ", not on all of "
+                                      << ListOf(mine);
+    const std::optional<cpu_set_t> k = ThreadsAffinity(kept->pid());
+    ASSERT_TRUE(k);
+    EXPECT_TRUE(CPU_EQUAL(&*k, &one)) << "--cpus inherit: " << ListOf(*k);
+    const std::optional<cpu_set_t> l = ThreadsAffinity(listed->pid());
+    ASSERT_TRUE(l);
+    EXPECT_TRUE(CPU_EQUAL(&*l, &other)) << "--cpus " << second << ": " << ListOf(*l);
+    // Each serves its card.
+    for (MockDaemon* d : {&*freed, &*kept, &*listed}) {
+        Function fn = Function::Open(DeviceRoot(d->mount()).Functions().front());
+        EXPECT_EQ(fn.Read32(SPYRE_REG_MAGIC), SPYRE_MAGIC);
+    }
 }
 
 // A daemon that exits before it is ready: Start says how it ended.
