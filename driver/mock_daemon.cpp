@@ -148,6 +148,12 @@ std::string DaemonLogLevel() {
     const auto level = log::LevelFromEnvironment();
     return level ? log::Name(*level) : "warn";
 }
+// Where a private daemon's threads run (docs/running.md).
+std::string MockCpus() {
+    const char* cpus = std::getenv("SPYRE_MOCK_CPUS");
+    return cpus && *cpus ? cpus : "all";
+}
+
 }  // namespace
 
 MockDaemon MockDaemon::Start(MockOptions options) {
@@ -181,8 +187,9 @@ MockDaemon MockDaemon::Start(MockOptions options) {
                                      "--exit-with-fd", std::to_string(kSpawnerFd),
                                      // The card's cores are not this process's: a rank that mpirun
                                      // bound to one core would have its card compute on that core
-                                     // too. extra_args may say otherwise (the last --cpus counts).
-                                     "--cpus", "all"};
+                                     // too. SPYRE_MOCK_CPUS, then extra_args (the last --cpus
+                                     // counts), may say otherwise.
+                                     "--cpus", MockCpus()};
     if (d.own_mount_dir_) args.push_back("--remove-mount-dir");  // it goes even if this process is killed
     args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
     std::vector<char*> argv;
@@ -284,7 +291,8 @@ MockDaemon MockDaemon::Start(MockOptions options) {
         if (exited && WEXITSTATUS(*ended) == SPYRE_MOCK_EXIT_USAGE)
             throw Error(ErrorKind::InvalidArgument,
                         "spyre-mockdev refused its options (cards " + std::to_string(options.cards) + ", vfs " +
-                            std::to_string(options.vfs) + ", mem '" + options.mem + "'): " + why,
+                            std::to_string(options.vfs) + ", mem '" + options.mem + "', cpus '" + MockCpus() +
+                            "'" + (options.extra_args.empty() ? "" : ", more options") + "): " + why,
                         ErrorContext{.device = mount});
         // Still starting when the bound ran out: a wait that timed out, not
         // a device that went away.

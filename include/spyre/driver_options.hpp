@@ -67,8 +67,9 @@ struct MockOptions {
     std::filesystem::path mount;       // empty: a fresh directory under $TMPDIR
     std::string shm_prefix;            // empty: unique per daemon
     // More spyre-mockdev options, after the ones Start gives (among them
-    // "--cpus all": the daemon runs on every CPU, not on this process's
-    // binding; {"--cpus", "inherit"} or a list overrides it).
+    // "--cpus all", or SPYRE_MOCK_CPUS: the daemon runs on every CPU, not
+    // on this process's binding; {"--cpus", "inherit"} or a list here
+    // overrides both).
     std::vector<std::string> extra_args;
     // How long the start waits for the daemon to be ready: positive
     // (InvalidArgument otherwise); Timeout when it runs out.

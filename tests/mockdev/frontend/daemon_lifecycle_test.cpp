@@ -316,15 +316,27 @@ TEST(MockdevStartup, APrivateDaemonIsNotBoundWhereItsStarterIs) {
     cpu_set_t other;
     CPU_ZERO(&other);
     CPU_SET(second, &other);
-    std::optional<MockDaemon> freed, kept, listed;
+    std::optional<MockDaemon> freed, kept, listed, kept_by_env;
+    ASSERT_EQ(::unsetenv("SPYRE_MOCK_CPUS"), 0);
     std::thread([&] {
         // This thread only: the daemon inherits its starting thread's binding.
         ASSERT_EQ(::pthread_setaffinity_np(::pthread_self(), sizeof one, &one), 0);
         freed.emplace(MockDaemon::Start({.vfs = 1, .mem = "64M"}));
         kept.emplace(MockDaemon::Start({.vfs = 0, .mem = "64M", .extra_args = {"--cpus", "inherit"}}));
         listed.emplace(MockDaemon::Start({.vfs = 0, .mem = "64M", .extra_args = {"--cpus", std::to_string(second)}}));
+        ::setenv("SPYRE_MOCK_CPUS", "inherit", 1);
+        kept_by_env.emplace(MockDaemon::Start({.vfs = 0, .mem = "64M"}));
+        ::setenv("SPYRE_MOCK_CPUS", "0-", 1);  // refused by the daemon: the start says why
+        try {
+            MockDaemon bad = MockDaemon::Start({.vfs = 0, .mem = "64M"});
+            ADD_FAILURE() << "SPYRE_MOCK_CPUS=0- started a daemon";
+        } catch (const spyre::Error& e) {
+            EXPECT_EQ(e.kind(), spyre::ErrorKind::InvalidArgument) << e.what();
+            EXPECT_NE(std::string(e.what()).find("cpus '0-'"), std::string::npos) << e.what();
+        }
+        ::unsetenv("SPYRE_MOCK_CPUS");
     }).join();
-    ASSERT_TRUE(freed && kept && listed);
+    ASSERT_TRUE(freed && kept && listed && kept_by_env);
 
     const std::optional<cpu_set_t> f = ThreadsAffinity(freed->pid());
     ASSERT_TRUE(f) << "the daemon's threads are bound differently";
@@ -339,8 +351,11 @@ TEST(MockdevStartup, APrivateDaemonIsNotBoundWhereItsStarterIs) {
     const std::optional<cpu_set_t> l = ThreadsAffinity(listed->pid());
     ASSERT_TRUE(l);
     EXPECT_TRUE(CPU_EQUAL(&*l, &other)) << "--cpus " << second << ": " << ListOf(*l);
+    const std::optional<cpu_set_t> e = ThreadsAffinity(kept_by_env->pid());
+    ASSERT_TRUE(e);
+    EXPECT_TRUE(CPU_EQUAL(&*e, &one)) << "SPYRE_MOCK_CPUS=inherit: " << ListOf(*e);
     // Each serves its card.
-    for (MockDaemon* d : {&*freed, &*kept, &*listed}) {
+    for (MockDaemon* d : {&*freed, &*kept, &*listed, &*kept_by_env}) {
         Function fn = Function::Open(DeviceRoot(d->mount()).Functions().front());
         EXPECT_EQ(fn.Read32(SPYRE_REG_MAGIC), SPYRE_MAGIC);
     }
