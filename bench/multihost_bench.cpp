@@ -80,6 +80,8 @@ int main(int argc, char** argv) {
         // As mpi_bench: a round trip should not pay a sleep. SPYRE_IDLE_SPIN_US overrides it (to compare).
         const char* spin = std::getenv("SPYRE_IDLE_SPIN_US");
         options.idle_spin = std::chrono::microseconds(spin ? std::atoll(spin) : 2000);
+        if (const char* sleep = std::getenv("SPYRE_IDLE_SLEEP_US"))  // the progress thread's idle poll period
+            options.idle_sleep = std::chrono::microseconds(std::atoll(sleep));
         host::MpiTransport t(options);
         if (t.size() != 2) {
             if (t.rank() == 0) std::fprintf(stderr, "multihost_bench: run with mpirun -np 2 (this run has %d ranks)\n", t.size());

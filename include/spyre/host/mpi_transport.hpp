@@ -38,8 +38,11 @@ struct MpiTransportOptions {
     // it pauses. Also how long the progress thread sleeps between polls of
     // a transfer nobody waits for (0: it yields).
     std::chrono::microseconds busy_poll{0};
-    // The progress thread's sleep between polls while no Receive polls (an
-    // upper bound on the latency of a message nobody waits for yet).
+    // The progress thread's sleep between polls for the first 10 ms after
+    // a Receive went to sleep for its message (past idle_spin): a bound on
+    // that message's latency. Otherwise it polls every millisecond (or
+    // idle_sleep, if longer): heartbeats and messages nobody waits for yet
+    // need no more, and a Receive polls MPI itself when it starts.
     std::chrono::microseconds idle_sleep{100};
     // At shutdown, how long to wait for live ranks (still beating, but slow
     // to finish: a mock card being torn down) to reach the final barrier. A

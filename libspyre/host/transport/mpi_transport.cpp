@@ -8,9 +8,11 @@
 // order, so a payload always lands in the message its frame announced.
 #include "spyre/host/mpi_transport.hpp"
 
+#include <pthread.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <deque>
@@ -34,6 +36,16 @@ using Clock = std::chrono::steady_clock;
 // How often a Receive past its polling window polls MPI again itself, while
 // it sleeps on its message queue (the progress thread polls meanwhile too).
 constexpr std::chrono::milliseconds kDriveTick{1};
+// The progress thread's period while no Receive sleeps for a message:
+// heartbeats and messages nobody waits for yet need no more, and on a host
+// with few cores each of its wake-ups takes the core from the rank's work
+// (a chip call's wait; docs/multihost.md "Who calls MPI").
+constexpr std::chrono::milliseconds kIdlePoll{1};
+// How long after a Receive went to sleep the progress thread keeps polling
+// every idle_sleep for it: a reply or the next call usually comes within
+// that; a rank idle for longer (a server between bursts) falls back to
+// kIdlePoll, and its Receive's own tick.
+constexpr std::chrono::milliseconds kFastPollFor{10};
 
 // Which payload came longer than its receive (MPI_ERR_TRUNCATE), when that
 // is what failed a MPI_Testall of them. Open MPI reports errors only once
@@ -100,6 +112,11 @@ struct MpiTransport::State {
     std::thread thread;
     // Receives polling MPI themselves: the progress thread leaves it to them.
     std::atomic<int> drivers{0};
+    // Receives past their polling window, asleep on the message queue, and
+    // when the last of them went to sleep: the progress thread polls every
+    // idle_sleep for kFastPollFor after that, else every kIdlePoll.
+    std::atomic<int> sleepers{0};
+    std::atomic<Clock::rep> slept_at{0};
 
     // Held for every MPI call after Init, and guards what follows: whoever
     // polls (the progress thread, a waiting Receive, a Send posting its own
@@ -398,6 +415,7 @@ void MpiTransport::State::Run(std::promise<void>& ready) {
     ready.set_value();
     // Its short sleeps end when asked, not up to 50 us later (the default slack).
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+    pthread_setname_np(pthread_self(), "spyre-mpi");  // top -H, perf, the idle test
     auto last_work = Clock::now();
     for (;;) {
         bool queued = false;
@@ -440,7 +458,10 @@ void MpiTransport::State::Run(std::promise<void>& ready) {
                 std::lock_guard lock(mutex);
                 return stop || !queue.empty() || !jobs.empty();
             },
-            options.idle_sleep);
+            sleepers.load(std::memory_order_acquire) > 0 &&
+                    now - Clock::time_point(Clock::duration(slept_at.load(std::memory_order_acquire))) < kFastPollFor
+                ? options.idle_sleep
+                : std::max<std::chrono::microseconds>(options.idle_sleep, kIdlePoll));
     }
     std::lock_guard lock(mpi);
     Shutdown();
@@ -581,7 +602,14 @@ Message MpiTransport::Receive(std::chrono::milliseconds timeout, int source) {
         }
     }
     // Then sleep on the message queue (the progress thread polls every
-    // idle_sleep), polling again every tick.
+    // idle_sleep, told so now), polling again every tick.
+    s.slept_at.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
+    s.sleepers.fetch_add(1, std::memory_order_acq_rel);
+    struct Asleep {
+        std::atomic<int>& n;
+        ~Asleep() { n.fetch_sub(1, std::memory_order_acq_rel); }
+    } asleep{s.sleepers};
+    s.wake.Notify();
     for (;;) {
         if (auto m = s.messages->PopUntil(std::min(deadline, Clock::now() + kDriveTick), source)) return std::move(*m);
         if (Clock::now() >= deadline) throw s.messages->TimeoutError(timeout, source);

@@ -30,8 +30,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -48,6 +52,26 @@ using namespace spyre::host;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// The voluntary context switches of this process's MPI progress thread
+// ("spyre-mpi"), or -1 when there is none: each is one of its sleeps.
+long ProgressThreadSleeps() {
+    DIR* d = ::opendir("/proc/self/task");
+    if (!d) return -1;
+    long found = -1;
+    while (dirent* e = ::readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        const std::string dir = std::string("/proc/self/task/") + e->d_name;
+        std::string comm;
+        std::getline(std::ifstream(dir + "/comm"), comm);
+        if (comm != "spyre-mpi") continue;
+        std::ifstream status(dir + "/status");
+        for (std::string line; std::getline(status, line);)
+            if (line.rfind("voluntary_ctxt_switches:", 0) == 0) found = std::atol(line.c_str() + 24);
+    }
+    ::closedir(d);
+    return found;
+}
 
 Host OpenOwnCard() {
     return Host::Open(HostOptions::EmbeddedMock(1, 1, "1G"));  // a fresh mount point and shm prefix per rank
@@ -129,6 +153,17 @@ int Calls(MpiTransport& t, RemoteChipClient& client) {
             if (!named) ++failures;
             std::printf("expected error: %s\n", e.what());
         }
+    }
+    // An idle rank (no Receive waits) leaves its core alone: its progress
+    // thread woke every 100 us (10,000 times a second) before, and took the
+    // core from the rank's work each time (docs/multihost.md).
+    const long before = ProgressThreadSleeps();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const long wakes = ProgressThreadSleeps() - before;
+    std::printf("idle rank 0: its progress thread slept %ld times in 300 ms\n", wakes);
+    if (before < 0 || wakes > 600) {
+        std::printf("the idle progress thread woke too often (at most 600 in 300 ms), or was not found\n");
+        ++failures;
     }
     for (int r = 1; r < t.size(); ++r) client.Shutdown(r);
     if (failures == 0) std::printf("RESULT calls-ok ranks=%d calls=%zu\n", t.size(), sent.size());
