@@ -175,6 +175,7 @@ MockDaemon MockDaemon::Start(MockOptions options) {
         d.mount_ = fs::absolute(options.mount);
     }
 
+    const std::string cpus = MockCpus();
     std::vector<std::string> args = {exe.string(),
                                      "--mount", d.mount_.string(),
                                      "--cards", std::to_string(options.cards),
@@ -189,7 +190,7 @@ MockDaemon MockDaemon::Start(MockOptions options) {
                                      // bound to one core would have its card compute on that core
                                      // too. SPYRE_MOCK_CPUS, then extra_args (the last --cpus
                                      // counts), may say otherwise.
-                                     "--cpus", MockCpus()};
+                                     "--cpus", cpus};
     if (d.own_mount_dir_) args.push_back("--remove-mount-dir");  // it goes even if this process is killed
     args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
     std::vector<char*> argv;
@@ -291,7 +292,7 @@ MockDaemon MockDaemon::Start(MockOptions options) {
         if (exited && WEXITSTATUS(*ended) == SPYRE_MOCK_EXIT_USAGE)
             throw Error(ErrorKind::InvalidArgument,
                         "spyre-mockdev refused its options (cards " + std::to_string(options.cards) + ", vfs " +
-                            std::to_string(options.vfs) + ", mem '" + options.mem + "', cpus '" + MockCpus() +
+                            std::to_string(options.vfs) + ", mem '" + options.mem + "', cpus '" + cpus +
                             "'" + (options.extra_args.empty() ? "" : ", more options") + "): " + why,
                         ErrorContext{.device = mount});
         // Still starting when the bound ran out: a wait that timed out, not

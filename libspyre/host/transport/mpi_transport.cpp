@@ -47,6 +47,18 @@ constexpr std::chrono::milliseconds kIdlePoll{1};
 // kIdlePoll, and its Receive's own tick.
 constexpr std::chrono::milliseconds kFastPollFor{10};
 
+// Counts the calling Receive in `n` (drivers, sleepers) while it lives.
+class CountedIn {
+public:
+    explicit CountedIn(std::atomic<int>& n) : n_(n) { n_.fetch_add(1, std::memory_order_acq_rel); }
+    ~CountedIn() { n_.fetch_sub(1, std::memory_order_acq_rel); }
+    CountedIn(const CountedIn&) = delete;
+    CountedIn& operator=(const CountedIn&) = delete;
+
+private:
+    std::atomic<int>& n_;
+};
+
 // Which payload came longer than its receive (MPI_ERR_TRUNCATE), when that
 // is what failed a MPI_Testall of them. Open MPI reports errors only once
 // every request completed, so no receive is left posted into the buffers.
@@ -585,11 +597,7 @@ Message MpiTransport::Receive(std::chrono::milliseconds timeout, int source) {
     // with no hand-over, and no thread yields its core to wait (a yield on
     // a loaded host hands the core to whoever else runs, for a whole slice).
     if (s.options.idle_spin.count() > 0) {
-        s.drivers.fetch_add(1, std::memory_order_acq_rel);
-        struct Leave {
-            std::atomic<int>& n;
-            ~Leave() { n.fetch_sub(1, std::memory_order_acq_rel); }
-        } leave{s.drivers};
+        const CountedIn driving(s.drivers);
         const auto spin_end = std::min(deadline, start + s.options.idle_spin);
         for (;;) {
             if (auto m = s.messages->PopUntil(start, source)) return std::move(*m);
@@ -604,11 +612,7 @@ Message MpiTransport::Receive(std::chrono::milliseconds timeout, int source) {
     // Then sleep on the message queue (the progress thread polls every
     // idle_sleep, told so now), polling again every tick.
     s.slept_at.store(Clock::now().time_since_epoch().count(), std::memory_order_release);
-    s.sleepers.fetch_add(1, std::memory_order_acq_rel);
-    struct Asleep {
-        std::atomic<int>& n;
-        ~Asleep() { n.fetch_sub(1, std::memory_order_acq_rel); }
-    } asleep{s.sleepers};
+    const CountedIn asleep(s.sleepers);
     s.wake.Notify();
     for (;;) {
         if (auto m = s.messages->PopUntil(std::min(deadline, Clock::now() + kDriveTick), source)) return std::move(*m);
