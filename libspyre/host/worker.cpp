@@ -46,14 +46,32 @@ struct Worker::Impl {
 };
 
 struct HostGraph::Impl {
-    Worker::Impl& worker;
+    Impl(Worker::Impl& w, host::RunState& r, std::string p) : worker(w), run(r), program(std::move(p)) {}
+    Worker::Impl& worker;  // both valid while open: the Worker may go, and the run end, after the function returned
     host::RunState& run;
+    const std::string program;
     // The orchestration function may hand the graph to threads of its own:
     // one of them submits at a time (the names, the spares and the
     // dispatcher's per-run submission counts are a single submitter's).
     std::mutex submit_mu;
+    bool open = true;  // under submit_mu: the function has not returned
     std::map<std::string, int> counts;  // default task names: "<function>#<n>"
     std::vector<std::unique_ptr<host::HostTask>> spares;  // Dispatcher::NewTask's
+
+    // Under submit_mu.
+    void CheckOpen(const char* call) const {
+        if (!open)
+            throw Error(ErrorKind::InvalidArgument,
+                        std::string("HostGraph::") + call + ": the orchestration function of host program '" + program +
+                            "' has returned; its graph takes tasks only while that function runs");
+    }
+    // The function returned (or threw): waits for a submission in
+    // progress, then refuses the rest.
+    void Close() {
+        std::lock_guard lock(submit_mu);
+        open = false;
+        spares.clear();
+    }
 
     std::unique_ptr<host::HostTask> Make(Level level, const std::string& function, std::vector<TensorArg> args,
                                          const std::string& name) {
@@ -100,6 +118,13 @@ struct HostGraph::Impl {
         worker.dispatcher->Submit(run, std::move(t));
         return id;
     }
+    // Under submit_mu, open.
+    uint64_t SubmitSub(const std::string& name, SubWorkerFn fn, std::vector<TensorArg> args, const SubOptions& options) {
+        NeedSubWorkers(name);
+        auto t = Make(Level::Host, name, std::move(args), options.name);
+        t->fn = std::move(fn);
+        return Submit(std::move(t));
+    }
     void NeedSubWorkers(const std::string& name) const {
         if (worker.config.num_sub_workers == 0)
             throw Error(ErrorKind::InvalidArgument, "SubWorker task '" + name +
@@ -107,44 +132,53 @@ struct HostGraph::Impl {
     }
 };
 
-HostTensor HostGraph::CreateTensor(const std::vector<int64_t>& shape, DType dtype) { return HostTensor::Zeros(shape, dtype); }
+HostTensor HostGraph::CreateTensor(const std::vector<int64_t>& shape, DType dtype) {
+    {
+        std::lock_guard lock(impl_->submit_mu);
+        impl_->CheckOpen("CreateTensor");
+    }
+    return HostTensor::Zeros(shape, dtype);
+}
 
 uint64_t HostGraph::Chip(const std::string& function, std::vector<TensorArg> args, ChipOptions options) {
-    const ChipRegistry::Entry* entry = impl_.worker.registry->Find(function);
+    std::lock_guard lock(impl_->submit_mu);
+    impl_->CheckOpen("Chip");
+    const Worker::Impl& worker = impl_->worker;
+    const ChipRegistry::Entry* entry = worker.registry->Find(function);
     if (!entry)
         throw Error(ErrorKind::NotFound, "chip function '" + function + "' is not registered on this Worker (registered: " +
-                                             impl_.worker.registry->Names() + ")");
-    const size_t devices = impl_.worker.dispatcher->device_count();
+                                             worker.registry->Names() + ")");
+    const size_t devices = worker.dispatcher->device_count();
     if (options.device && *options.device >= devices)
         throw Error(ErrorKind::InvalidArgument, "chip task '" + (options.name.empty() ? function : options.name) +
                                                     "' names device " + std::to_string(*options.device) +
                                                     ", but the Worker has " + std::to_string(devices));
-    std::lock_guard lock(impl_.submit_mu);
-    auto t = impl_.Make(Level::Chip, function, std::move(args), options.name);
+    auto t = impl_->Make(Level::Chip, function, std::move(args), options.name);
     t->pinned = options.device;
     t->chip = entry;
-    return impl_.Submit(std::move(t));
+    return impl_->Submit(std::move(t));
 }
 
 uint64_t HostGraph::Sub(const std::string& name, std::vector<TensorArg> args, SubOptions options) {
+    std::lock_guard lock(impl_->submit_mu);
+    impl_->CheckOpen("Sub");
     SubWorkerFn fn;
     {
-        std::lock_guard lock(impl_.worker.sub_mu);
-        auto it = impl_.worker.sub_workers.find(name);
-        if (it == impl_.worker.sub_workers.end())
+        Worker::Impl& worker = impl_->worker;
+        std::lock_guard sub_lock(worker.sub_mu);
+        auto it = worker.sub_workers.find(name);
+        if (it == worker.sub_workers.end())
             throw Error(ErrorKind::NotFound, "SubWorker '" + name + "' is not registered on this Worker");
         fn = it->second;
     }
-    return Sub(name, std::move(fn), std::move(args), std::move(options));
+    return impl_->SubmitSub(name, std::move(fn), std::move(args), options);
 }
 
 uint64_t HostGraph::Sub(const std::string& name, SubWorkerFn fn, std::vector<TensorArg> args, SubOptions options) {
     if (!fn) throw Error(ErrorKind::InvalidArgument, "SubWorker task '" + name + "': no function");
-    impl_.NeedSubWorkers(name);
-    std::lock_guard lock(impl_.submit_mu);
-    auto t = impl_.Make(Level::Host, name, std::move(args), options.name);
-    t->fn = std::move(fn);
-    return impl_.Submit(std::move(t));
+    std::lock_guard lock(impl_->submit_mu);
+    impl_->CheckOpen("Sub");
+    return impl_->SubmitSub(name, std::move(fn), std::move(args), options);
 }
 
 struct RunHandle::State {
@@ -369,7 +403,7 @@ RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> arg
     // state then lives until the run ends (Destroy), not past the Seal.
     const std::shared_ptr<host::Dispatcher> dispatcher = impl.dispatcher;
     std::shared_ptr<host::RunState> run = dispatcher->Begin(std::move(owned));
-    HostGraph::Impl graph_impl{impl, *run, {}, {}, {}};
+    const auto graph_impl = std::make_shared<HostGraph::Impl>(impl, *run, program.name);
     HostGraph graph(graph_impl);
     std::optional<TaskFailureInfo> failed;
     try {
@@ -387,6 +421,7 @@ RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> arg
         host::SetCause(f);
         failed = std::move(f);
     }
+    graph_impl->Close();
     dispatcher->Seal(*run, std::move(failed));
     return RunHandle(std::make_shared<RunHandle::State>(RunHandle::State{dispatcher, std::move(run)}));
 }

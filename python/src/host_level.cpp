@@ -412,10 +412,13 @@ struct PyWorker {
     }
 };
 
-// What a Python host orchestration function records into (valid during the call).
+// What a Python host orchestration function records into (valid during the
+// call). Get hands out a copy, taken under the GIL: a thread of the
+// function's that submits without the GIL keeps the graph it uses (which
+// refuses tasks once the function returned) when the function returns.
 struct PyGraph {
-    HostGraph* graph = nullptr;
-    HostGraph& Get(const char* what) const {
+    std::optional<HostGraph> graph;
+    HostGraph Get(const char* what) const {
         if (!graph) throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the host program's graph is closed");
         return *graph;
     }
@@ -571,10 +574,10 @@ HostProgram MakeProgram(const std::string& name, size_t num_inputs, const py::it
     p.fn = [keep, raw, name](HostGraph& g, std::span<const HostTensor> args) {
         py::gil_scoped_acquire gil;
         auto pg = std::make_shared<PyGraph>();
-        pg->graph = &g;
+        pg->graph = g;
         struct Invalidate {
             PyGraph* g;
-            ~Invalidate() { g->graph = nullptr; }
+            ~Invalidate() { g->graph.reset(); }
         } invalidate{pg.get()};
         try {
             py::list a;
@@ -975,7 +978,7 @@ void BindHostLevel(py::module_& m) {
             }, py::arg("shape"), py::arg("dtype") = DType::FP32, "An intermediate host tensor (zero-filled).")
         .def("chip", [](PyGraph& g, const std::string& function, const py::iterable& args, std::optional<std::string> name,
                         std::optional<size_t> device) {
-                HostGraph& graph = g.Get("HostGraph.chip");
+                HostGraph graph = g.Get("HostGraph.chip");
                 ChipOptions o;
                 if (name) o.name = *name;
                 o.device = device;
@@ -986,7 +989,7 @@ void BindHostLevel(py::module_& m) {
             }, py::arg("function"), py::arg("args"), py::kw_only(), py::arg("name") = py::none(), py::arg("device") = py::none(),
             "A chip task: a registered chip function over [In(a), Out(f), ...]; device: index into the Worker's devices.")
         .def("sub", [](PyGraph& g, py::object name_or_fn, const py::iterable& args, std::optional<std::string> name) {
-                HostGraph& graph = g.Get("HostGraph.sub");
+                HostGraph graph = g.Get("HostGraph.sub");
                 SubOptions o;
                 if (name) o.name = *name;
                 if (py::isinstance<py::str>(name_or_fn)) {

@@ -514,6 +514,42 @@ def test_orchestration_function_that_raises_fails_the_run_and_what_it_submitted_
     np.testing.assert_array_equal(worker.run(dependency_program(lambda f: None), [full(1), full(2)]), 3.0)
 
 
+def test_a_thread_submitting_while_its_orchestration_function_returns_loses_no_task(worker):
+    """A thread of the orchestration function keeps its graph and submits in
+    a loop while the function returns: each call runs in the run or raises
+    InvalidArgument, none is lost. (The thread's call, made without the
+    GIL, used the graph the return destroyed.) A graph kept past the run
+    refuses tasks."""
+    for _ in range(3):
+        accepted, refused, threads = [], [], []
+        started = threading.Event()
+
+        def orch(g, x):
+            def loop():
+                for _ in range(100000):
+                    try:
+                        g.chip("chip_add", [spyre.In(x[1]), spyre.In(x[0]), spyre.Out(x[1])])
+                    except spyre.Error as e:
+                        refused.append(e)
+                        return
+                    accepted.append(1)
+                    if len(accepted) >= 3:
+                        started.set()
+            threads.append(threading.Thread(target=loop))
+            threads[0].start()
+            started.wait(60)
+            kept.append(g)
+
+        kept = []
+        out = worker.run(spyre.HostProgram("outlived", 1, [S], orch), [full(1)])
+        threads[0].join(60)
+        assert not threads[0].is_alive()
+        assert len(refused) == 1 and isinstance(refused[0], spyre.InvalidArgument), refused
+        np.testing.assert_array_equal(out, float(len(accepted)))
+        with pytest.raises(spyre.InvalidArgument, match="graph is closed"):
+            kept[0].chip("chip_add", [spyre.In(out), spyre.In(out), spyre.Out(out)])
+
+
 def add_on(device):
     """f = a + b on the Worker's device `device`."""
     return spyre.HostProgram("add_on", 2, [S], lambda g, x: g.chip(

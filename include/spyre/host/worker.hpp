@@ -31,6 +31,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "spyre/common/progress.hpp"
@@ -141,6 +142,11 @@ struct SubOptions {
 // Sub wait while the run has DistributedConfig::max_tasks_in_flight tasks
 // unfinished. If the function throws, what it submitted still runs (or is
 // skipped behind a failure), and the run fails with its exception.
+//
+// A HostGraph takes tasks only while its function runs. The function may
+// hand it (by value) to threads of its own; a call made after the function
+// returned, from a copy kept by such a thread or a SubWorker, throws
+// InvalidArgument, and a call in progress when it returns finishes first.
 class HostGraph {
 public:
     // An intermediate host tensor (pl.create_tensor), zero-filled.
@@ -153,10 +159,10 @@ public:
     uint64_t Sub(const std::string& name, SubWorkerFn fn, std::vector<TensorArg> args, SubOptions options = {});
 
     struct SPYRE_INTERNAL Impl;
-    explicit HostGraph(Impl& impl) : impl_(impl) {}
+    explicit HostGraph(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 private:
-    Impl& impl_;
+    std::shared_ptr<Impl> impl_;  // shared by the copies: it knows when the function returned
 };
 
 // A host orchestration function with its signature: `num_inputs` inputs,

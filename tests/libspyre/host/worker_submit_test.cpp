@@ -220,6 +220,74 @@ TEST_F(WorkerTest, ThreadsOfTheOrchestrationFunctionSubmitIntoOneGraph) {
     }
 }
 
+// A copy of the graph kept past its orchestration function (by a SubWorker,
+// a thread of the function's) named the function's stack frame: a call
+// through it was a use after return. Each call now throws InvalidArgument,
+// also once the Worker is gone.
+TEST_F(WorkerTest, AGraphKeptPastItsFunctionRefusesTasks) {
+    RegisterTinyAdd(*worker_);
+    std::optional<HostGraph> kept;
+    HostProgram p{"keeps_its_graph", 1, {}, [&](HostGraph& g, std::span<const HostTensor>) { kept.emplace(g); }};
+    worker_->Run(p, {HostTensor::Zeros({1, kTinyCols})});
+    ASSERT_TRUE(kept);
+    const HostTensor row = HostTensor::Zeros({1, kTinyCols});
+    auto expect_refused = [&](const char* call, const std::function<void()>& f) {
+        try {
+            f();
+            ADD_FAILURE() << call << " took a task after the function returned";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << call << ": " << e.what();
+            EXPECT_NE(e.message().find(std::string("HostGraph::") + call +
+                                       ": the orchestration function of host program 'keeps_its_graph' has returned"),
+                      std::string::npos)
+                << e.message();
+        }
+    };
+    for (int pass = 0; pass < 2; ++pass) {  // with the Worker, then without it
+        expect_refused("Chip", [&] { kept->Chip("tiny_add", {In(row), In(row), Out(row)}); });
+        expect_refused("Sub", [&] { kept->Sub("inline", [](std::span<const HostTensor>) {}, {InOut(row)}); });
+        expect_refused("Sub", [&] { kept->Sub("verify", {InOut(row)}); });
+        expect_refused("CreateTensor", [&] { kept->CreateTensor({4}); });
+        worker_.reset();
+    }
+}
+
+// A thread of the orchestration function submits in a loop and outlives the
+// function: every submission either runs in the run or is refused, none
+// is lost or half taken. The run's sum counts exactly the accepted ones.
+TEST_F(WorkerTest, AThreadSubmittingWhileItsFunctionReturnsLosesNoTask) {
+    RegisterTinyAdd(*worker_);
+    HostTensor one = HostTensor::Zeros({1, kTinyCols});
+    for (float& v : one.floats()) v = 1.0f;
+    for (int rep = 0; rep < 5; ++rep) {
+        std::atomic<int> accepted{0}, started{0};
+        std::thread submitter;
+        std::string refusal;
+        HostProgram p{"outlived", 1, {{{1, kTinyCols}}}, [&](HostGraph& g, std::span<const HostTensor> x) {
+                          submitter = std::thread([&, graph = g, sum = x[1], in = x[0]]() mutable {
+                              for (int i = 0; i < 100000; ++i) {
+                                  try {
+                                      graph.Chip("tiny_add", {In(sum), In(in), Out(sum)});
+                                  } catch (const Error& e) {
+                                      refusal = e.message();
+                                      return;
+                                  }
+                                  ++accepted;
+                                  ++started;
+                              }
+                          });
+                          // Returns while the thread submits (a few tasks in).
+                          Await([&] { return started.load() >= 3 + rep; });
+                      }};
+        RunHandle h = worker_->Submit(p, {one});
+        const std::vector<HostTensor> outs = h.Wait();
+        submitter.join();
+        EXPECT_NE(refusal.find("has returned"), std::string::npos) << refusal;
+        for (float v : outs[0].floats()) ASSERT_EQ(v, float(accepted.load())) << "rep " << rep;
+        EXPECT_EQ(h.Report().size(), size_t(accepted.load()));
+    }
+}
+
 // With a window of 2 and the chip tasks held at a gate the test opens once
 // the function has submitted two, the function never sees more than two
 // tasks held after a submit: the third waits for room.
