@@ -217,6 +217,12 @@ bool Dispatcher::CallerIsPartOf() const noexcept {
     return false;
 }
 
+bool Dispatcher::CallerRunsATaskOf(const RunState& run) noexcept {
+    for (const Running* r = tl_running; r; r = r->previous)
+        if (r->task->run == &run) return true;
+    return false;
+}
+
 void Dispatcher::SleepUntilDone(RunState& run) {
     CheckNotPartOf(run);
     SleepOn(run);

@@ -82,6 +82,9 @@ public:
     // orchestration function of `run`, or a task `run` depends on (a wait
     // there would wait for itself).
     void CheckNotPartOf(const RunState& run);
+    // Whether the calling thread runs a task (SubWorker or chip function)
+    // of `run`. Compares addresses only: `run` may have ended.
+    static bool CallerRunsATaskOf(const RunState& run) noexcept;
     // Every task of the run, in submission order (waits for its end).
     std::vector<TaskRecord> Report(RunState& run);
     // Marks the calling thread as running `run`'s orchestration function

@@ -54,22 +54,36 @@ struct HostGraph::Impl {
     // one of them submits at a time (the names, the spares and the
     // dispatcher's per-run submission counts are a single submitter's).
     std::mutex submit_mu;
-    bool open = true;  // under submit_mu: the function has not returned
+    // The function has not returned: changed under submit_mu, read first
+    // without it (CheckMaySubmit).
+    std::atomic<bool> open{true};
     std::map<std::string, int> counts;  // default task names: "<function>#<n>"
     std::vector<std::unique_ptr<host::HostTask>> spares;  // Dispatcher::NewTask's
 
     // Under submit_mu.
     void CheckOpen(const char* call) const {
-        if (!open)
+        if (!open.load(std::memory_order_relaxed))
             throw Error(ErrorKind::InvalidArgument,
                         std::string("HostGraph::") + call + ": the orchestration function of host program '" + program +
                             "' has returned; its graph takes tasks only while that function runs");
+    }
+    // Before taking submit_mu: a task of this run must not submit into it.
+    // Its submit would wait for room in the run's window that only its own
+    // end can make, or for the lock a submitter waiting for that room holds.
+    // (A run that ended is closed, so an address reused by a later run is
+    // never mistaken for this one.)
+    void CheckMaySubmit(const char* call) const {
+        if (open.load(std::memory_order_acquire) && host::Dispatcher::CallerRunsATaskOf(run))
+            throw Error(ErrorKind::InvalidArgument,
+                        std::string("HostGraph::") + call + ": a task of host program '" + program +
+                            "' submits into its own run, whose window of unfinished tasks could wait for that very "
+                            "task; submit from the orchestration function (or its threads), or start a nested run");
     }
     // The function returned (or threw): waits for a submission in
     // progress, then refuses the rest.
     void Close() {
         std::lock_guard lock(submit_mu);
-        open = false;
+        open.store(false, std::memory_order_release);
         spares.clear();
     }
 
@@ -141,6 +155,7 @@ HostTensor HostGraph::CreateTensor(const std::vector<int64_t>& shape, DType dtyp
 }
 
 uint64_t HostGraph::Chip(const std::string& function, std::vector<TensorArg> args, ChipOptions options) {
+    impl_->CheckMaySubmit("Chip");
     std::lock_guard lock(impl_->submit_mu);
     impl_->CheckOpen("Chip");
     const Worker::Impl& worker = impl_->worker;
@@ -160,6 +175,7 @@ uint64_t HostGraph::Chip(const std::string& function, std::vector<TensorArg> arg
 }
 
 uint64_t HostGraph::Sub(const std::string& name, std::vector<TensorArg> args, SubOptions options) {
+    impl_->CheckMaySubmit("Sub");
     std::lock_guard lock(impl_->submit_mu);
     impl_->CheckOpen("Sub");
     SubWorkerFn fn;
@@ -176,6 +192,7 @@ uint64_t HostGraph::Sub(const std::string& name, std::vector<TensorArg> args, Su
 
 uint64_t HostGraph::Sub(const std::string& name, SubWorkerFn fn, std::vector<TensorArg> args, SubOptions options) {
     if (!fn) throw Error(ErrorKind::InvalidArgument, "SubWorker task '" + name + "': no function");
+    impl_->CheckMaySubmit("Sub");
     std::lock_guard lock(impl_->submit_mu);
     impl_->CheckOpen("Sub");
     return impl_->SubmitSub(name, std::move(fn), std::move(args), options);

@@ -550,6 +550,27 @@ def test_a_thread_submitting_while_its_orchestration_function_returns_loses_no_t
             kept[0].chip("chip_add", [spyre.In(out), spyre.In(out), spyre.Out(out)])
 
 
+def test_a_subworker_submitting_into_its_own_run_is_refused(worker):
+    """A SubWorker given its run's graph submits into that run: refused
+    (its submit could wait for room only its own end makes), the run ends."""
+    refused = []
+    tried = threading.Event()
+
+    def orch(g, x):
+        def sub(y):
+            try:
+                g.chip("chip_add", [spyre.In(x[0]), spyre.In(x[0]), spyre.Out(x[1])])
+            except spyre.InvalidArgument as e:
+                refused.append(str(e))
+            tried.set()
+        g.sub(sub, [spyre.InOut(x[1])])
+        assert tried.wait(60)  # the graph is open while the SubWorker tries
+
+    out = worker.run(spyre.HostProgram("own_run", 1, [S], orch), [full(1)])
+    np.testing.assert_array_equal(out, 0.0)
+    assert len(refused) == 1 and "submits into its own run" in refused[0], refused
+
+
 def add_on(device):
     """f = a + b on the Worker's device `device`."""
     return spyre.HostProgram("add_on", 2, [S], lambda g, x: g.chip(

@@ -288,6 +288,59 @@ TEST_F(WorkerTest, AThreadSubmittingWhileItsFunctionReturnsLosesNoTask) {
     }
 }
 
+// A task of a run that submits into that same run through a copy of its
+// graph: with the window full (1 task: the submitter itself) the submit
+// waited for room only the submitter's end could make, holding the graph's
+// lock the function needed: a hang. Now refused, from a SubWorker and
+// from a chip function, and the run ends.
+TEST_F(WorkerTest, ATaskSubmittingIntoItsOwnRunIsRefused) {
+    worker_.reset();
+    DistributedConfig c;
+    c.device_ids = Vfs(*host_);
+    c.num_sub_workers = 1;
+    c.max_tasks_in_flight = 1;
+    Worker w(*host_, c);
+    RegisterTinyAdd(w);
+    std::optional<HostGraph> kept;
+    std::mutex mu;
+    std::vector<std::string> refusals;
+    auto submit_into_own_run = [&] {
+        try {
+            kept->Chip("tiny_add", {In(HostTensor::Zeros({1, kTinyCols})), In(HostTensor::Zeros({1, kTinyCols})),
+                                    Out(HostTensor::Zeros({1, kTinyCols}))});
+        } catch (const Error& e) {
+            std::lock_guard lock(mu);
+            refusals.push_back(std::string(ToString(e.kind())) + ": " + e.message());
+        }
+    };
+    w.RegisterChipFunction("submits_into_its_run", ChipFunction([&](ChipContext&) { submit_into_own_run(); }));
+    HostProgram p{"own_run", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                      kept.emplace(g);
+                      g.Sub("sub", [&](std::span<const HostTensor>) { submit_into_own_run(); }, {Out(HostTensor::Zeros({4}))});
+                      g.Chip("submits_into_its_run", {Out(HostTensor::Zeros({4}))});
+                      // Open until both tried (the Sub tried while this
+                      // waited for room for the chip task).
+                      Await([&] {
+                          std::lock_guard lock(mu);
+                          return refusals.size() == 2;
+                      });
+                  }};
+    auto run = std::async(std::launch::async, [&] { return w.Submit(p, {}).Report(); });
+    if (run.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+        std::fprintf(stderr, "a task submitting into its own run hung the run\n");
+        std::fflush(stderr);
+        std::_Exit(1);  // the Worker's threads are stuck: no clean teardown is possible
+    }
+    const std::vector<TaskRecord> report = run.get();
+    ASSERT_EQ(report.size(), 2u);
+    for (const TaskRecord& r : report) EXPECT_EQ(r.state, TaskState::Done) << r.name;
+    ASSERT_EQ(refusals.size(), 2u);
+    for (const std::string& r : refusals)
+        EXPECT_NE(r.find("invalid argument: HostGraph::Chip: a task of host program 'own_run' submits into its own run"),
+                  std::string::npos)
+            << r;
+}
+
 // With a window of 2 and the chip tasks held at a gate the test opens once
 // the function has submitted two, the function never sees more than two
 // tasks held after a submit: the third waits for room.
