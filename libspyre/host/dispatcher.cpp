@@ -229,11 +229,10 @@ void Dispatcher::SleepUntilDone(RunState& run) {
 }
 
 void Dispatcher::CheckNotPartOf(const RunState& run) {
-    for (const Running* r = tl_running; r; r = r->previous)
-        if (r->task->run == &run)
-            throw Error(ErrorKind::InvalidArgument, "run '" + run.name +
-                                                        "': a task of the run waits for the run itself (it cannot end "
-                                                        "before this task does)");
+    if (CallerRunsATaskOf(run))
+        throw Error(ErrorKind::InvalidArgument, "run '" + run.name +
+                                                    "': a task of the run waits for the run itself (it cannot end "
+                                                    "before this task does)");
     if (tl_submitting && &run == &tl_submitting->run)
         throw Error(ErrorKind::InvalidArgument, "run '" + run.name +
                                                     "': its host orchestration function waits for the run itself "

@@ -60,9 +60,9 @@ struct HostGraph::Impl {
     std::map<std::string, int> counts;  // default task names: "<function>#<n>"
     std::vector<std::unique_ptr<host::HostTask>> spares;  // Dispatcher::NewTask's
 
-    // Under submit_mu.
+    // Final once under submit_mu (a submission in progress holds it).
     void CheckOpen(const char* call) const {
-        if (!open.load(std::memory_order_relaxed))
+        if (!open.load(std::memory_order_acquire))
             throw Error(ErrorKind::InvalidArgument,
                         std::string("HostGraph::") + call + ": the orchestration function of host program '" + program +
                             "' has returned; its graph takes tasks only while that function runs");
@@ -78,6 +78,14 @@ struct HostGraph::Impl {
                         std::string("HostGraph::") + call + ": a task of host program '" + program +
                             "' submits into its own run, whose window of unfinished tasks could wait for that very "
                             "task; submit from the orchestration function (or its threads), or start a nested run");
+    }
+    // What Chip and Sub do first: checks the caller, then holds submit_mu
+    // with the graph open.
+    std::unique_lock<std::mutex> EnterSubmit(const char* call) {
+        CheckMaySubmit(call);
+        std::unique_lock lock(submit_mu);
+        CheckOpen(call);
+        return lock;
     }
     // The function returned (or threw): waits for a submission in
     // progress, then refuses the rest.
@@ -147,17 +155,12 @@ struct HostGraph::Impl {
 };
 
 HostTensor HostGraph::CreateTensor(const std::vector<int64_t>& shape, DType dtype) {
-    {
-        std::lock_guard lock(impl_->submit_mu);
-        impl_->CheckOpen("CreateTensor");
-    }
+    impl_->CheckOpen("CreateTensor");  // submits nothing: no lock
     return HostTensor::Zeros(shape, dtype);
 }
 
 uint64_t HostGraph::Chip(const std::string& function, std::vector<TensorArg> args, ChipOptions options) {
-    impl_->CheckMaySubmit("Chip");
-    std::lock_guard lock(impl_->submit_mu);
-    impl_->CheckOpen("Chip");
+    const auto lock = impl_->EnterSubmit("Chip");
     const Worker::Impl& worker = impl_->worker;
     const ChipRegistry::Entry* entry = worker.registry->Find(function);
     if (!entry)
@@ -175,9 +178,7 @@ uint64_t HostGraph::Chip(const std::string& function, std::vector<TensorArg> arg
 }
 
 uint64_t HostGraph::Sub(const std::string& name, std::vector<TensorArg> args, SubOptions options) {
-    impl_->CheckMaySubmit("Sub");
-    std::lock_guard lock(impl_->submit_mu);
-    impl_->CheckOpen("Sub");
+    const auto lock = impl_->EnterSubmit("Sub");
     SubWorkerFn fn;
     {
         Worker::Impl& worker = impl_->worker;
@@ -192,9 +193,7 @@ uint64_t HostGraph::Sub(const std::string& name, std::vector<TensorArg> args, Su
 
 uint64_t HostGraph::Sub(const std::string& name, SubWorkerFn fn, std::vector<TensorArg> args, SubOptions options) {
     if (!fn) throw Error(ErrorKind::InvalidArgument, "SubWorker task '" + name + "': no function");
-    impl_->CheckMaySubmit("Sub");
-    std::lock_guard lock(impl_->submit_mu);
-    impl_->CheckOpen("Sub");
+    const auto lock = impl_->EnterSubmit("Sub");
     return impl_->SubmitSub(name, std::move(fn), std::move(args), options);
 }
 
