@@ -163,14 +163,20 @@ struct Running {
     const Dispatcher* dispatcher;
     const HostTask* task;
     const Running* previous;
+    const int depth;  // of the thread's tasks and orchestration functions, this one included
 };
 thread_local const Running* tl_running = nullptr;
 thread_local const Dispatcher::Submitting* tl_submitting = nullptr;
+thread_local int tl_depth = 0;
 
-Running::Running(const Dispatcher* d, const HostTask* t) : dispatcher(d), task(t), previous(tl_running) {
+Running::Running(const Dispatcher* d, const HostTask* t)
+    : dispatcher(d), task(t), previous(tl_running), depth(++tl_depth) {
     tl_running = this;
 }
-Running::~Running() { tl_running = previous; }
+Running::~Running() {
+    tl_running = previous;
+    --tl_depth;
+}
 
 // Sleeps on the run until `ready()`. A thread of the Worker's own pools (a
 // SubWorker that started a run and waits on it) runs its pool's queued jobs
@@ -204,10 +210,13 @@ void SleepOn(RunState& run) {
 }  // namespace
 
 Dispatcher::Submitting::Submitting(const Dispatcher& d, const RunState& r)
-    : dispatcher(d), run(r), previous(tl_submitting) {
+    : dispatcher(d), run(r), previous(tl_submitting), depth(++tl_depth) {
     tl_submitting = this;
 }
-Dispatcher::Submitting::~Submitting() { tl_submitting = previous; }
+Dispatcher::Submitting::~Submitting() {
+    tl_submitting = previous;
+    --tl_depth;
+}
 
 bool Dispatcher::CallerIsPartOf() const noexcept {
     for (const Running* r = tl_running; r; r = r->previous)
@@ -221,6 +230,13 @@ bool Dispatcher::CallerRunsATaskOf(const RunState& run) noexcept {
     for (const Running* r = tl_running; r; r = r->previous)
         if (r->task->run == &run) return true;
     return false;
+}
+
+const HostTask* Dispatcher::CallerTaskOutside(const RunState& run) noexcept {
+    if (!tl_running) return nullptr;
+    for (const Submitting* s = tl_submitting; s; s = s->previous)
+        if (&s->run == &run && s->depth > tl_running->depth) return nullptr;
+    return tl_running->task;
 }
 
 void Dispatcher::SleepUntilDone(RunState& run) {

@@ -85,6 +85,10 @@ public:
     // Whether the calling thread runs a task (SubWorker or chip function)
     // of `run`. Compares addresses only: `run` may have ended.
     static bool CallerRunsATaskOf(const RunState& run) noexcept;
+    // The task (SubWorker or chip function) the calling thread runs, unless
+    // it runs `run`'s orchestration function inside that task (a nested
+    // run); null when it runs none. Compares addresses only.
+    static const HostTask* CallerTaskOutside(const RunState& run) noexcept;
     // Every task of the run, in submission order (waits for its end).
     std::vector<TaskRecord> Report(RunState& run);
     // Marks the calling thread as running `run`'s orchestration function
@@ -99,6 +103,7 @@ public:
         const Dispatcher& dispatcher;
         const RunState& run;
         const Submitting* const previous;  // the orchestration function this one runs inside, or null
+        const int depth;  // of the thread's tasks and orchestration functions, this one included
     };
     // Whether the calling thread runs a task (SubWorker or chip function)
     // or an orchestration function of this dispatcher, nested ones

@@ -67,17 +67,27 @@ struct HostGraph::Impl {
                         std::string("HostGraph::") + call + ": the orchestration function of host program '" + program +
                             "' has returned; its graph takes tasks only while that function runs");
     }
-    // Before taking submit_mu: a task of this run must not submit into it.
-    // Its submit would wait for room in the run's window that only its own
-    // end can make, or for the lock a submitter waiting for that room holds.
-    // (A run that ended is closed, so an address reused by a later run is
-    // never mistaken for this one.)
+    // Before taking submit_mu: a task (SubWorker or chip function) submits
+    // only into runs it started (nested). Into its own run, its submit
+    // would wait for room in the run's window that only its own end can
+    // make, or for the lock a submitter waiting for that room holds. Into
+    // another run, the same: that run may depend on the task, or need the
+    // pool thread it holds to make room. (A run that ended is closed, so
+    // an address reused by a later run is never mistaken for this one.)
     void CheckMaySubmit(const char* call) const {
-        if (open.load(std::memory_order_acquire) && host::Dispatcher::CallerRunsATaskOf(run))
+        if (!open.load(std::memory_order_acquire)) return;  // CheckOpen says why
+        if (host::Dispatcher::CallerRunsATaskOf(run))
             throw Error(ErrorKind::InvalidArgument,
                         std::string("HostGraph::") + call + ": a task of host program '" + program +
                             "' submits into its own run, whose window of unfinished tasks could wait for that very "
                             "task; submit from the orchestration function (or its threads), or start a nested run");
+        if (const host::HostTask* task = host::Dispatcher::CallerTaskOutside(run))
+            throw Error(ErrorKind::InvalidArgument,
+                        std::string("HostGraph::") + call + ": task '" + task->name + "' of host program '" +
+                            task->run->name + "' submits into host program '" + program +
+                            "', a run it did not start; waiting there for room in the window could wait for the "
+                            "task itself (that run may depend on it, or need the thread it holds); submit from that "
+                            "run's orchestration function (or its threads), or start a nested run");
     }
     // What Chip and Sub do first: checks the caller, then holds submit_mu
     // with the graph open.

@@ -571,6 +571,39 @@ def test_a_subworker_submitting_into_its_own_run_is_refused(worker):
     assert len(refused) == 1 and "submits into its own run" in refused[0], refused
 
 
+def test_a_subworker_submitting_into_another_run_is_refused(worker):
+    """A SubWorker of one run, given another run's graph, submits into it:
+    refused (waiting there for room could wait for the SubWorker itself),
+    and both runs end."""
+    graphs, refused = [], []
+    handed, tried = threading.Event(), threading.Event()
+
+    def open_orch(g, x):
+        graphs.append(g)
+        handed.set()
+        assert tried.wait(60)  # the graph is open while the other run's SubWorker tries
+
+    def other_orch(g, x):
+        def sub(y):
+            try:
+                graphs[0].chip("chip_add", [spyre.In(x[0]), spyre.In(x[0]), spyre.Out(x[1])])
+            except spyre.InvalidArgument as e:
+                refused.append(str(e))
+            tried.set()
+        g.sub(sub, [spyre.InOut(x[1])], name="hands_off")
+
+    first = threading.Thread(target=lambda: worker.run(spyre.HostProgram("open_run", 0, [], open_orch), []))
+    first.start()
+    assert handed.wait(60)
+    out = worker.run(spyre.HostProgram("other_run", 1, [S], other_orch), [full(1)])
+    first.join(60)
+    assert not first.is_alive()
+    np.testing.assert_array_equal(out, 0.0)
+    assert len(refused) == 1, refused
+    assert ("task 'hands_off' of host program 'other_run' submits into host program 'open_run', "
+            "a run it did not start") in refused[0], refused
+
+
 def add_on(device):
     """f = a + b on the Worker's device `device`."""
     return spyre.HostProgram("add_on", 2, [S], lambda g, x: g.chip(

@@ -147,8 +147,9 @@ struct SubOptions {
 // hand it (by value) to threads of its own; a call made after the function
 // returned, from a copy kept by such a thread or a SubWorker, throws
 // InvalidArgument, and a call in progress when it returns finishes first.
-// A task of the run (SubWorker, chip function) may not submit into it
-// (InvalidArgument: it could wait for room only its own end makes).
+// A task (SubWorker, chip function) submits only into a nested run it
+// started: into its own run or another run's open graph, InvalidArgument
+// (it could wait for room only its own end makes).
 class HostGraph {
 public:
     // An intermediate host tensor (pl.create_tensor), zero-filled.

@@ -61,6 +61,29 @@ const TaskRecord& Find(const std::vector<TaskRecord>& report, const std::string&
     throw std::runtime_error("no task '" + name + "' in the report");
 }
 
+// One SubWorker thread and a window of one task: a submit waits for room
+// while any task of the run is unfinished.
+DistributedConfig WindowOfOne(const Host& host) {
+    DistributedConfig c;
+    c.device_ids = Vfs(host);
+    c.num_sub_workers = 1;
+    c.max_tasks_in_flight = 1;
+    return c;
+}
+
+// Runs `p` (no inputs) and returns its report, or exits the process with
+// `hang` when it has not ended in 60 s: the Worker's threads are stuck, and
+// no clean teardown is possible.
+std::vector<TaskRecord> ReportOrExit(Worker& w, const HostProgram& p, const char* hang) {
+    auto run = std::async(std::launch::async, [&] { return w.Submit(p, {}).Report(); });
+    if (run.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+        std::fprintf(stderr, "%s\n", hang);
+        std::fflush(stderr);
+        std::_Exit(1);
+    }
+    return run.get();
+}
+
 // Two outer SubWorkers (both of the fixture's pool threads) each wait on a
 // nested run whose SubWorker waits on a run of three leaf SubWorkers, every
 // wait through `wait_for(worker, program)`: the nested runs' SubWorkers
@@ -295,11 +318,7 @@ TEST_F(WorkerTest, AThreadSubmittingWhileItsFunctionReturnsLosesNoTask) {
 // from a chip function, and the run ends.
 TEST_F(WorkerTest, ATaskSubmittingIntoItsOwnRunIsRefused) {
     worker_.reset();
-    DistributedConfig c;
-    c.device_ids = Vfs(*host_);
-    c.num_sub_workers = 1;
-    c.max_tasks_in_flight = 1;
-    Worker w(*host_, c);
+    Worker w(*host_, WindowOfOne(*host_));
     RegisterTinyAdd(w);
     std::optional<HostGraph> kept;
     std::mutex mu;
@@ -325,13 +344,8 @@ TEST_F(WorkerTest, ATaskSubmittingIntoItsOwnRunIsRefused) {
                           return refusals.size() == 2;
                       });
                   }};
-    auto run = std::async(std::launch::async, [&] { return w.Submit(p, {}).Report(); });
-    if (run.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
-        std::fprintf(stderr, "a task submitting into its own run hung the run\n");
-        std::fflush(stderr);
-        std::_Exit(1);  // the Worker's threads are stuck: no clean teardown is possible
-    }
-    const std::vector<TaskRecord> report = run.get();
+    const std::vector<TaskRecord> report =
+        ReportOrExit(w, p, "a task submitting into its own run hung the run");
     ASSERT_EQ(report.size(), 2u);
     for (const TaskRecord& r : report) EXPECT_EQ(r.state, TaskState::Done) << r.name;
     ASSERT_EQ(refusals.size(), 2u);
@@ -339,6 +353,57 @@ TEST_F(WorkerTest, ATaskSubmittingIntoItsOwnRunIsRefused) {
         EXPECT_NE(r.find("invalid argument: HostGraph::Chip: a task of host program 'own_run' submits into its own run"),
                   std::string::npos)
             << r;
+}
+
+// A task of another run, given a run's graph, submits into that run while
+// a task of it reads what this task writes, and the run's function waits
+// for room in a full window (holding the graph's submit lock). Neither run
+// could end: the submission is refused instead, and both runs finish.
+// (A task still submits into a nested run it started: see
+// SubWorkersWaitingOnNestedRunsOfTheirWorkerRunThoseRunsSubWorkers.)
+TEST_F(WorkerTest, ATaskSubmittingIntoARunThatWaitsForItIsRefused) {
+    worker_.reset();
+    Worker w(*host_, WindowOfOne(*host_));
+    RegisterTinyAdd(w);
+    const HostTensor shared = HostTensor::Zeros({1, kTinyCols});
+    std::optional<HostGraph> later_graph;
+    std::atomic<bool> handed{false};
+    std::string refusal;
+    HostProgram writer{"writer", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                           g.Sub("writes_shared",
+                                 [&](std::span<const HostTensor>) {
+                                     if (!Await([&] { return handed.load(); })) throw std::runtime_error("never handed");
+                                     try {
+                                         later_graph->Chip("tiny_add", {In(HostTensor::Zeros({1, kTinyCols})),
+                                                                        In(HostTensor::Zeros({1, kTinyCols})),
+                                                                        Out(HostTensor::Zeros({1, kTinyCols}))});
+                                     } catch (const Error& e) {
+                                         refusal = std::string(ToString(e.kind())) + ": " + e.message();
+                                     }
+                                 },
+                                 {Out(shared)}, {.name = "writes_shared"});
+                       }};
+    HostProgram reader{"reader", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                           // Depends on writes_shared (RAW on `shared`), and fills the window.
+                           g.Chip("tiny_add", {In(shared), In(shared), Out(HostTensor::Zeros({1, kTinyCols}))},
+                                  {.name = "reads_shared"});
+                           later_graph.emplace(g);
+                           handed = true;
+                           g.Chip("tiny_add", {In(HostTensor::Zeros({1, kTinyCols})), In(HostTensor::Zeros({1, kTinyCols})),
+                                               Out(HostTensor::Zeros({1, kTinyCols}))},
+                                  {.name = "waits_for_room"});
+                       }};
+    RunHandle first = w.Submit(writer, {});
+    const std::vector<TaskRecord> report =
+        ReportOrExit(w, reader, "a task submitting into a run that waits for it hung both runs");
+    ASSERT_EQ(report.size(), 2u);
+    for (const TaskRecord& r : report) EXPECT_EQ(r.state, TaskState::Done) << r.name;
+    first.Wait();
+    EXPECT_EQ(refusal,
+              "invalid argument: HostGraph::Chip: task 'writes_shared' of host program 'writer' submits into host "
+              "program 'reader', a run it did not start; waiting there for room in the window could wait for the "
+              "task itself (that run may depend on it, or need the thread it holds); submit from that run's "
+              "orchestration function (or its threads), or start a nested run");
 }
 
 // With a window of 2 and the chip tasks held at a gate the test opens once
