@@ -83,8 +83,8 @@ inline const bool kHasPrefetchW = [] {
     // The next submission's slot: the device read it a lap ago, so the copy
     // into it would wait for the line to come back to this core; asked for
     // now, it comes while the caller prepares the next CBs. On the 2-core VM
-    // that took a task submit through pto_submit_task from 4.5-4.7x to
-    // 3.8-3.9x the batched NOP (docs/performance.md, 3 Dec 16:20).
+    // that took 16% off a task submitted through pto_submit_task (median of
+    // six alternating pairs, docs/performance.md, 3 Dec 15:53-16:45).
     detail::PrefetchForWrite(&sq_[spyre_ring_slot(sq_tail_, sq_entries_)]);
 }
 
