@@ -40,15 +40,38 @@ bool JobThreads::RunOneOf(const void* owner) {
     Job job;
     {
         std::lock_guard lock(mu_);
-        if (running_.load(std::memory_order_relaxed) >= count_ || stop_.load(std::memory_order_relaxed)) return false;
+        if (!HasRoom()) return false;
         auto it = std::find_if(jobs_.begin(), jobs_.end(), [&](const Job& j) { return j.owner == owner; });
         if (it == jobs_.end()) return false;
+        TakeRoom();
         job = std::move(*it);
         jobs_.erase(it);
         queued_.store(jobs_.size(), std::memory_order_release);
-        running_.fetch_add(1, std::memory_order_relaxed);
-        ++helpers_;
     }
+    RunAsHelper(job);
+    return true;
+}
+
+bool JobThreads::RunHere(Job& job) {
+    {
+        std::lock_guard lock(mu_);
+        if (!HasRoom()) return false;
+        TakeRoom();
+    }
+    RunAsHelper(job);
+    return true;
+}
+
+bool JobThreads::HasRoom() const noexcept {
+    return running_.load(std::memory_order_relaxed) < count_ && !stop_.load(std::memory_order_relaxed);
+}
+
+void JobThreads::TakeRoom() noexcept {
+    running_.fetch_add(1, std::memory_order_relaxed);
+    ++helpers_;
+}
+
+void JobThreads::RunAsHelper(Job& job) {
     // As one of the pool's threads: a job that waits on a nested run runs
     // this pool's queued jobs (RunOneQueued), and the trace names its track.
     JobThreads* const pool = std::exchange(tl_pool, this);
@@ -60,9 +83,11 @@ bool JobThreads::RunOneOf(const void* owner) {
     running_.fetch_sub(1, std::memory_order_relaxed);
     --helpers_;
     // Under the lock, as PostAll: the destructor may be waiting for this
-    // helper, and a pool thread for the room it leaves.
-    wake_.Notify();
-    return true;
+    // helper, and a pool thread for the room it leaves when jobs are
+    // queued. With none queued no pool thread wants the room, and waking
+    // one (or keeping a looking one awake) for nothing would cost a
+    // core's worth of spinning per job run here (RunHere).
+    if (!jobs_.empty() || stop_.load(std::memory_order_relaxed)) wake_.Notify();
 }
 
 JobThreads::JobThreads(int threads) : count_(threads) {

@@ -88,6 +88,11 @@ public:
     // threads (JobThreads::Current() is this pool meanwhile), if fewer jobs
     // run than the pool has threads. False when it ran none.
     bool RunOneOf(const void* owner);
+    // Runs `job` on the calling thread, as RunOneOf runs a queued one,
+    // when fewer jobs run than the pool has threads; false (the job left
+    // as it was) otherwise: post it then. For a job cheaper to run than to
+    // hand over (a chip task that submits nothing, dependency::RunCost).
+    bool RunHere(Job& job);
     // Whether RunOneOf might find a job: some are queued and the pool has
     // room (lock-free look).
     bool MayRunOne() const noexcept {
@@ -97,6 +102,11 @@ public:
 private:
     void Stop() noexcept;  // runs what is queued, then joins
     void Loop(int index);
+    // mu_ held: whether a helper may run a job (fewer run than count_,
+    // not stopping), and counting one in.
+    bool HasRoom() const noexcept;
+    void TakeRoom() noexcept;
+    void RunAsHelper(Job& job);  // counted in: runs it, then gives the room back
     // Whether a thread has a reason to take the lock (lock-free look).
     bool Runnable() const noexcept { return MayRunOne() || stop_.load(std::memory_order_acquire); }
     std::mutex mu_;

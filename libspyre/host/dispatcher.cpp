@@ -166,6 +166,10 @@ struct Running {
     const int depth;  // of the thread's tasks and orchestration functions, this one included
 };
 thread_local const Running* tl_running = nullptr;
+// While Submit files its task on this thread: its run, whose cheap chip
+// tasks made ready meanwhile go to tl_cheap instead of a device thread.
+thread_local const RunState* tl_run_here = nullptr;
+thread_local std::vector<HostTask*> tl_cheap;
 thread_local const Dispatcher::Submitting* tl_submitting = nullptr;
 thread_local int tl_depth = 0;
 
@@ -348,8 +352,25 @@ void Dispatcher::Submit(RunState& run, std::unique_ptr<HostTask> owned) {
     // back while it does reach the dispatcher in one hand-over.
     submissions_.Push(*t);
     if (!mu_.try_lock()) return;
+    const RunState* const outer = std::exchange(tl_run_here, &run);  // a chip task run here may submit
     ApplyInbox();
     Unlock();
+    tl_run_here = outer;
+    if (!tl_cheap.empty()) RunCheapHere();
+}
+
+void Dispatcher::RunCheapHere() {
+    std::vector<HostTask*> cheap;
+    cheap.swap(tl_cheap);  // a task run here may submit, and fill it again
+    for (HostTask* task : cheap) {
+        JobThreads::Job job{[this, task] { RunChip(task); }, task->run};
+        JobThreads& lane = *lanes_[task->device];
+        if (!lane.RunHere(job)) {
+            std::vector<JobThreads::Job> one;
+            one.push_back(std::move(job));
+            lane.PostAll(one);
+        }
+    }
 }
 
 void Dispatcher::File(HostTask* t) {
@@ -436,6 +457,16 @@ void Dispatcher::MakeReady(HostTask* task) {
     call.entry = task->chip;
     call.run = task->run->serial;
     for (const TensorArg& a : task->args) call.args.push_back({a, residency_.Writes(a.tensor)});
+    if (local_[d] && task->chip) {
+        task->cost = &chip_costs_[task->chip];
+        // A function that submits nothing runs in less time than the two
+        // hand-overs between this thread and a device thread on another
+        // core (docs/host.md, "Tasks run as they are submitted").
+        if (tl_run_here == task->run && task->cost->Cheap()) {
+            tl_cheap.push_back(task);
+            return;
+        }
+    }
     to_post_[d].push_back({[this, task] { RunChip(task); }, task->run});
 }
 
@@ -566,6 +597,7 @@ void Dispatcher::RunChip(HostTask* task) {
             moved = local_[d] ? local_[d]->Run(task->call, start_ns) : executors_[d]->Run(task->call);
             end_ns = moved.bytes_downloaded == 0 && moved.run_end_ns >= start_ns ? moved.run_end_ns : DeviceClockNs();
             costs_->Record(d, end_ns - start_ns, moved);
+            if (task->cost) task->cost->Record(end_ns - start_ns);
         } catch (...) {
             task->inbox_failure = std::make_unique<TaskFailureInfo>(FailureOf(*task, executors_[d]->Describe()));
             end_ns = DeviceClockNs();

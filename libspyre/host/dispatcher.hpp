@@ -22,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "host_task.hpp"
@@ -148,6 +149,11 @@ private:
     void SleepUntilDone(RunState& run);  // checks the caller is not part of `run` first
     std::vector<TaskRecord> RecordsOf(const RunState& run) const;  // mu_ held, the run ended
     void RunChip(HostTask* task);
+    // After Submit released the lock: runs the chip tasks of its run that
+    // it made ready and that are cheaper to run than to hand to a device
+    // thread (a function that submits nothing), on this thread while the
+    // device has a thread's room; posts the others.
+    void RunCheapHere();
     void RunSub(HostTask* task);
     void Free(HostTask* task);  // mu_ held: kept in spare_, or deleted
 
@@ -185,6 +191,9 @@ private:
     int block_dim_ = 1;
     size_t rotate_ = 0;
     std::vector<HostTask*> producers_;  // Submit's scratch: no allocation per task
+    // Each local chip function's runs (HostTask::cost), under mu_; nodes
+    // stay where they are, so a task keeps a pointer to its function's.
+    std::unordered_map<const ChipRegistry::Entry*, dependency::RunCost> chip_costs_;
     // Tasks finished since Residency last dropped the ranges of tensors
     // nobody holds: a long run creating tensors sweeps as it goes.
     size_t since_sweep_ = 0;

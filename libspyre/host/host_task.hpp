@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dependency/fan_out.hpp"
+#include "dependency/run_cost.hpp"
 #include "spyre/common/eventcount.hpp"
 #include "spyre/host/chip_executor.hpp"
 #include "spyre/host/worker.hpp"
@@ -67,6 +68,10 @@ struct HostTask {
     std::vector<HostTask*> consumers;
     size_t device = SIZE_MAX;            // where a chip task was placed
     ChipCall call;                       // what its device thread runs, set when placed
+    // How long its chip function's local runs take (the dispatcher's, one
+    // per function), recorded by the thread that ran it; null: not timed
+    // (a SubWorker, a remote device).
+    dependency::RunCost* cost = nullptr;
 
     // While a trace records: this task's span once drawn (track 0: none),
     // and its producers' span ends, each the tail of an arrow into it.
@@ -91,6 +96,7 @@ struct HostTask {
         gate = {};
         consumers.clear();
         device = SIZE_MAX;
+        cost = nullptr;
         std::vector<ChipArg> call_args = std::move(call.args);
         call_args.clear();
         call = {};
