@@ -281,7 +281,8 @@ void Dispatcher::CheckNotPartOf(const RunState& run) {
 }
 
 Dispatcher::Dispatcher(std::vector<std::unique_ptr<ChipExecutor>> executors, const DistributedConfig& config)
-    : executors_(std::move(executors)), load_(executors_.size()), stats_(executors_.size()), block_dim_(config.block_dim) {
+    : executors_(std::move(executors)), load_(executors_.size()), stats_(executors_.size()), block_dim_(config.block_dim),
+      cheap_chip_task_ns_(config.cheap_chip_task_ns) {
     for (size_t d = 0; d < executors_.size(); ++d) {
         room_.push_back(std::max(1u, executors_[d]->Concurrency()));
         remote_.push_back(executors_[d]->Remote());
@@ -457,8 +458,10 @@ void Dispatcher::MakeReady(HostTask* task) {
     call.entry = task->chip;
     call.run = task->run->serial;
     for (const TensorArg& a : task->args) call.args.push_back({a, residency_.Writes(a.tensor)});
-    if (local_[d] && task->chip) {
-        task->cost = &chip_costs_[task->chip];
+    if (local_[d] && task->chip && cheap_chip_task_ns_ != 0) {
+        auto [it, added] = chip_costs_.try_emplace(task->chip);
+        if (added) it->second.SetCheapBelow(cheap_chip_task_ns_);
+        task->cost = &it->second;
         // A function that submits nothing runs in less time than the two
         // hand-overs between this thread and a device thread on another
         // core (docs/host.md, "Tasks run as they are submitted").

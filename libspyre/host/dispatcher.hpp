@@ -189,6 +189,7 @@ private:
     // released (one hand-over per thread pool): lanes_ by index, then the pool.
     std::vector<std::vector<dependency::JobThreads::Job>> to_post_;
     int block_dim_ = 1;
+    uint32_t cheap_chip_task_ns_ = 0;  // DistributedConfig's; 0: none runs on its submitter
     size_t rotate_ = 0;
     std::vector<HostTask*> producers_;  // Submit's scratch: no allocation per task
     // Each local chip function's runs (HostTask::cost), under mu_; nodes

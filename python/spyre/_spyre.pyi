@@ -528,10 +528,11 @@ class DistributedConfig:
     chip_heap_bytes: int
     chip_tasks_per_device: int
     max_tasks_in_flight: int
+    cheap_chip_task_ns: int
     def __init__(self, device_ids: Sequence[int] = ..., num_sub_workers: int = 0,
                  runtime: Union[ChipRuntime, str] = ..., block_dim: int = 1, aicpu_thread_num: int = 1,
                  chip_heap_bytes: int = ..., chip_tasks_per_device: int = 0,
-                 max_tasks_in_flight: int = 1024) -> None: ...
+                 max_tasks_in_flight: int = 1024, cheap_chip_task_ns: int = 1000) -> None: ...
     def validate(self) -> None: ...
 
 class TaskFailureInfo:

@@ -853,7 +853,7 @@ void BindHostLevel(py::module_& m) {
     config.def(py::init([](const py::object& device_ids, const IntArg<int>& num_sub_workers, const py::object& runtime,
                          const IntArg<int>& block_dim, const IntArg<int>& aicpu_thread_num,
                          const IntArg<uint64_t>& chip_heap_bytes, const IntArg<int>& chip_tasks_per_device,
-                         const IntArg<int>& max_tasks_in_flight) {
+                         const IntArg<int>& max_tasks_in_flight, const IntArg<uint32_t>& cheap_chip_task_ns) {
                  DistributedConfig c;
                  c.device_ids = DeviceIdsFrom(device_ids);
                  c.num_sub_workers = num_sub_workers.In("DistributedConfig: num_sub_workers");
@@ -863,12 +863,14 @@ void BindHostLevel(py::module_& m) {
                  c.chip_heap_bytes = chip_heap_bytes.In("DistributedConfig: chip_heap_bytes");
                  c.chip_tasks_per_device = chip_tasks_per_device.In("DistributedConfig: chip_tasks_per_device");
                  c.max_tasks_in_flight = max_tasks_in_flight.In("DistributedConfig: max_tasks_in_flight");
+                 c.cheap_chip_task_ns = cheap_chip_task_ns.In("DistributedConfig: cheap_chip_task_ns");
                  return c;
              }),
              py::arg("device_ids") = py::make_tuple(0), py::arg("num_sub_workers") = 0,
              py::arg("runtime") = ChipRuntime::TensorMapAndRingBuffer, py::arg("block_dim") = 1, py::arg("aicpu_thread_num") = 1,
              py::arg("chip_heap_bytes") = DistributedConfig{}.chip_heap_bytes, py::arg("chip_tasks_per_device") = 0,
-             py::arg("max_tasks_in_flight") = DistributedConfig{}.max_tasks_in_flight)
+             py::arg("max_tasks_in_flight") = DistributedConfig{}.max_tasks_in_flight,
+             py::arg("cheap_chip_task_ns") = DistributedConfig{}.cheap_chip_task_ns)
         .def_property(
             "device_ids", [](const DistributedConfig& c) { return c.device_ids; },
             [](DistributedConfig& c, const py::object& ids) { c.device_ids = DeviceIdsFrom(ids); },
@@ -886,7 +888,8 @@ void BindHostLevel(py::module_& m) {
                    ", aicpu_thread_num=" + std::to_string(c.aicpu_thread_num) +
                    ", chip_heap_bytes=" + std::to_string(c.chip_heap_bytes) +
                    ", chip_tasks_per_device=" + std::to_string(c.chip_tasks_per_device) +
-                   ", max_tasks_in_flight=" + std::to_string(c.max_tasks_in_flight) + ")";
+                   ", max_tasks_in_flight=" + std::to_string(c.max_tasks_in_flight) +
+                   ", cheap_chip_task_ns=" + std::to_string(c.cheap_chip_task_ns) + ")";
         });
     DefIntProperty(config, "num_sub_workers", &DistributedConfig::num_sub_workers, "Host threads running SubWorkers.");
     DefIntProperty(config, "block_dim", &DistributedConfig::block_dim, "Cores a chip task spreads over.");
@@ -896,6 +899,8 @@ void BindHostLevel(py::module_& m) {
                    "Chip tasks one device runs at once (0: as many as it has room for).");
     DefIntProperty(config, "max_tasks_in_flight", &DistributedConfig::max_tasks_in_flight,
                    "Tasks of one run submitted and unfinished at most; a submit waits for room.");
+    DefIntProperty(config, "cheap_chip_task_ns", &DistributedConfig::cheap_chip_task_ns,
+                   "A chip task whose function's runs averaged under this runs on the submitting thread (0: never).");
 
     py::class_<TaskFailureInfo>(m, "TaskFailureInfo", "One failed (or skipped) task: a host-level run's, or an orchestration runtime's.")
         .def_readonly("task", &TaskFailureInfo::task)

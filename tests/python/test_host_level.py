@@ -46,7 +46,7 @@ def test_config_fields_and_validation(host):
     c.chip_heap_bytes = 1 << 20
     assert repr(c) == ("DistributedConfig(device_ids=[1], num_sub_workers=3, runtime='tensormap_and_ringbuffer_lockfree', "
                        "block_dim=2, aicpu_thread_num=4, chip_heap_bytes=1048576, chip_tasks_per_device=2, "
-                       "max_tasks_in_flight=1024)")
+                       "max_tasks_in_flight=1024, cheap_chip_task_ns=1000)")
     assert spyre.DistributedConfig().runtime == spyre.ChipRuntime.TensorMapAndRingBuffer
     c.runtime = spyre.ChipRuntime.TensorMapAndRingBuffer
     assert c.runtime == spyre.ChipRuntime.TensorMapAndRingBuffer
@@ -102,6 +102,13 @@ def test_tasks_run_as_submitted_within_the_window_and_are_reported(host):
         assert [r.name for r in report[2:5]] == ["chip_add#0", "chip_add#1", "chip_add#2"]
     with pytest.raises(spyre.InvalidArgument, match="max_tasks_in_flight is 0"):
         spyre.DistributedConfig(max_tasks_in_flight=0).validate()
+    # The bound under which a chip task runs on its submitter: any uint32, 0 turns it off.
+    c = spyre.DistributedConfig(cheap_chip_task_ns=0)
+    assert c.cheap_chip_task_ns == 0
+    c.cheap_chip_task_ns = 2**32 - 1
+    assert c.cheap_chip_task_ns == 2**32 - 1
+    with pytest.raises(spyre.InvalidArgument, match=r"DistributedConfig: cheap_chip_task_ns is -1 \(must be >= 0"):
+        c.cheap_chip_task_ns = -1
 
 
 def test_ctrl_c_ends_a_wait_the_run_goes_on_and_close_waits_for_it(host, interrupt_main_once_it_waits_in):

@@ -74,6 +74,14 @@ struct DistributedConfig {
     // (seed 004's flow control). A host orchestration function that submits
     // one more waits until one ends. 1..1,048,576.
     int max_tasks_in_flight = 1024;
+    // Not in the seed: a local chip task made ready as its function is
+    // submitted runs on the submitting thread, inside the submit, when its
+    // chip function's runs so far averaged under this many nanoseconds (a
+    // function that submits nothing): handing it to a device thread and
+    // its completion back costs more than the run. Its device's chip task
+    // room still bounds how many run at once. 0: every chip task runs on
+    // a device thread.
+    uint32_t cheap_chip_task_ns = 1000;
 };
 
 enum class TaskState : uint8_t { Done, Failed, Skipped };

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Host job threads (libspyre/dependency/job_threads): a run's waiter running that
 // run's queued jobs (RunOneOf) takes only its own, never runs more jobs at
-// once than the pool has threads, and runs them as one of the pool's threads.
+// once than the pool has threads, and runs them as one of the pool's
+// threads; so does a job run on its submitter (RunHere).
 #include "dependency/job_threads.hpp"
 #include "spyre/error.hpp"
 
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 using namespace spyre::dependency;
 
@@ -98,6 +100,42 @@ TEST(JobThreads, AJobAWaiterRunsMayRunThePoolsQueuedJobsNestedInIt) {
     }
     EXPECT_GT(helped.load(), 0) << "in 50 tries the waiter never ran its own queued job";
     EXPECT_EQ(nested_ran.load(), helped.load());
+}
+
+// RunHere (a cheap chip task on its submitting thread) runs the job on the
+// caller, as one of the pool's threads, while the pool has room, and
+// leaves it to be posted when every thread's room is taken.
+TEST(JobThreads, AJobRunHereTakesAThreadsRoomOrIsLeftToPost) {
+    JobThreads pool(1);
+    const std::thread::id caller = std::this_thread::get_id();
+    std::thread::id ran_on;
+    bool as_pool_thread = false;
+    JobThreads::Job job{[&] {
+                            ran_on = std::this_thread::get_id();
+                            as_pool_thread = JobThreads::Current() == &pool &&
+                                             JobThreads::CurrentIndex() == JobThreads::kHelperIndex;
+                        },
+                        &kRun};
+    ASSERT_TRUE(pool.RunHere(job));
+    EXPECT_EQ(ran_on, caller);
+    EXPECT_TRUE(as_pool_thread);
+    EXPECT_EQ(JobThreads::Current(), nullptr) << "the caller stayed one of the pool's threads";
+
+    std::atomic<bool> release{false}, busy{false}, second_ran{false};
+    pool.Post([&] {
+        busy = true;
+        while (!release) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    });
+    ASSERT_TRUE(Await([&] { return busy.load(); }));
+    JobThreads::Job second{[&] { second_ran = true; }, &kRun};
+    EXPECT_FALSE(pool.RunHere(second)) << "a job ran here beside the pool's only busy thread";
+    EXPECT_FALSE(second_ran.load());
+    ASSERT_TRUE(second.run) << "a job refused was not left to post";
+    std::vector<JobThreads::Job> post;
+    post.push_back(std::move(second));
+    pool.PostAll(post);
+    release = true;
+    EXPECT_TRUE(Await([&] { return second_ran.load(); })) << "the pool's thread never ran the job posted";
 }
 
 }  // namespace

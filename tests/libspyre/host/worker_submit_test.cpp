@@ -15,10 +15,13 @@
 #include <cstdlib>
 #include <functional>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "l3_chip_functions.hpp"
 #include "spyre/common/device_clock.hpp"
@@ -154,6 +157,95 @@ TEST_F(WorkerTest, AChipTaskCompletesBeforeTheOrchestrationFunctionReturns) {
     EXPECT_LT(first.end_ns, returned_ns.load()) << "the chip task ended (device clock) after the function returned";
     // A SubWorker task is named as its options say (else "seen#0").
     EXPECT_EQ(Find(report, "consumer").level, Level::Host);
+}
+
+// A chip function that submits nothing costs less than the two hand-overs
+// between the submitting thread and a device thread: once its runs are
+// measured under DistributedConfig::cheap_chip_task_ns, it runs on the
+// submitting thread, inside the submit, never more at once than the
+// device's chip task room. A slower function, or any with the bound 0,
+// runs on the device's threads. (The bounds here are far from the runs so
+// a loaded machine cannot blur them: 5 ms against a few microseconds, and
+// against 30 ms runs.)
+TEST_F(WorkerTest, ACheapChipFunctionRunsOnTheSubmittingThread) {
+    worker_.reset();
+    // The threads the calls ran on, each marked when it ran inside the
+    // orchestration function that `submitting` names (the run's waiter, on
+    // the same thread, runs queued tasks too, but only after it returned).
+    struct Seen {
+        std::mutex mu;
+        std::vector<std::thread::id> threads;
+        std::atomic<std::thread::id> submitting{};
+        std::atomic<int> running{0}, most{0};
+        void Note() {
+            const int now = ++running;
+            for (int m = most.load(); now > m && !most.compare_exchange_weak(m, now);) {}
+            {
+                std::lock_guard lock(mu);
+                const std::thread::id self = std::this_thread::get_id();
+                threads.push_back(self == submitting.load() ? self : std::thread::id{});
+            }
+            --running;
+        }
+        std::vector<std::thread::id> Take() {
+            std::lock_guard lock(mu);
+            return std::exchange(threads, {});
+        }
+    };
+    auto worker_with = [&](uint32_t cheap_ns, Seen& seen) {
+        DistributedConfig c;
+        c.device_ids = {Vfs(*host_)[0]};
+        c.chip_tasks_per_device = 1;
+        c.cheap_chip_task_ns = cheap_ns;
+        auto w = std::make_unique<Worker>(*host_, c);
+        w->RegisterChipFunction("note", ChipFunction([&seen](ChipContext&) { seen.Note(); }));
+        w->RegisterChipFunction("slow", ChipFunction([&seen](ChipContext&) {
+                                    seen.Note();
+                                    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+                                }));
+        return w;
+    };
+    // Runs `tasks` calls of `function` after one call that measures it;
+    // how many of the `tasks` ran on the thread that submitted them, while
+    // it ran the orchestration function.
+    auto on_submitter = [](Worker& w, Seen& seen, const char* function, int tasks) {
+        HostProgram once{"measure", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) { g.Chip(function, {}); }};
+        w.Run(once, {});
+        seen.Take();
+        HostProgram p{"calls", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                          seen.submitting = std::this_thread::get_id();
+                          for (int i = 0; i < tasks; ++i) g.Chip(function, {});
+                          seen.submitting = std::thread::id{};
+                      }};
+        w.Run(p, {});
+        const std::vector<std::thread::id> ran = seen.Take();
+        EXPECT_EQ(ran.size(), size_t(tasks));
+        return std::count_if(ran.begin(), ran.end(), [](std::thread::id t) { return t != std::thread::id{}; });
+    };
+    {
+        Seen seen;
+        auto w = worker_with(5'000'000, seen);
+        EXPECT_EQ(on_submitter(*w, seen, "note", 20), 20) << "a cheap chip function went to a device thread";
+        EXPECT_EQ(on_submitter(*w, seen, "slow", 3), 0) << "a 30 ms chip function ran on its submitter";
+        // Two submitters at once, on a device of one chip task at a time.
+        seen.most = 0;
+        std::vector<std::thread> submitters;
+        for (int t = 0; t < 2; ++t)
+            submitters.emplace_back([&] {
+                HostProgram p{"many", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                                  for (int i = 0; i < 500; ++i) g.Chip("note", {});
+                              }};
+                w->Run(p, {});
+            });
+        for (auto& t : submitters) t.join();
+        EXPECT_EQ(seen.most.load(), 1) << "chip tasks run on their submitters exceeded the device's room";
+        EXPECT_EQ(seen.Take().size(), 1000u);
+    }
+    {
+        Seen seen;
+        auto w = worker_with(0, seen);
+        EXPECT_EQ(on_submitter(*w, seen, "note", 20), 0) << "a chip task ran on its submitter with the bound 0";
+    }
 }
 
 // 10,000 chip tasks from one loop over tiny tensors, with a window of 64:
