@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// RunCost (executor.hpp): the average of a kernel's host runs that decides
+// RunCost (dependency/run_cost.hpp, as the orchestration runtime's
+// executor.hpp names it): the average of a kernel's host runs that decides
 // whether its ready tasks run on the submitting thread.
 #include <gtest/gtest.h>
 
