@@ -170,6 +170,7 @@ thread_local const Running* tl_running = nullptr;
 // tasks made ready meanwhile go to tl_cheap instead of a device thread.
 thread_local const RunState* tl_run_here = nullptr;
 thread_local std::vector<HostTask*> tl_cheap;
+thread_local std::vector<HostTask*> tl_cheap_spare;  // its storage between submits: no allocation per task
 thread_local const Dispatcher::Submitting* tl_submitting = nullptr;
 thread_local int tl_depth = 0;
 
@@ -361,8 +362,9 @@ void Dispatcher::Submit(RunState& run, std::unique_ptr<HostTask> owned) {
 }
 
 void Dispatcher::RunCheapHere() {
-    std::vector<HostTask*> cheap;
-    cheap.swap(tl_cheap);  // a task run here may submit, and fill it again
+    // Taken out first: a task run here may submit, and fill it again.
+    std::vector<HostTask*> cheap = std::move(tl_cheap_spare);
+    cheap.swap(tl_cheap);
     for (HostTask* task : cheap) {
         JobThreads::Job job{[this, task] { RunChip(task); }, task->run};
         JobThreads& lane = *lanes_[task->device];
@@ -372,6 +374,8 @@ void Dispatcher::RunCheapHere() {
             lane.PostAll(one);
         }
     }
+    cheap.clear();
+    tl_cheap_spare = std::move(cheap);
 }
 
 void Dispatcher::File(HostTask* t) {
@@ -464,7 +468,7 @@ void Dispatcher::MakeReady(HostTask* task) {
         task->cost = &it->second;
         // A function that submits nothing runs in less time than the two
         // hand-overs between this thread and a device thread on another
-        // core (docs/host.md, "Tasks run as they are submitted").
+        // core (docs/host.md, "Measured").
         if (tl_run_here == task->run && task->cost->Cheap()) {
             tl_cheap.push_back(task);
             return;
