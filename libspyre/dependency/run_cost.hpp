@@ -28,14 +28,15 @@ public:
         ns_.store(other.ns_.load(std::memory_order_relaxed), std::memory_order_relaxed);
         return *this;
     }
-    // The bound under which the average counts as cheap (the task graph's
-    // option, set when the kernel is registered, before any run).
+    // The bound under which the average counts as cheap (the runtime's
+    // option: the task graph's when a kernel is registered, the host
+    // level's when a chip function is first made ready; before any run).
     void SetCheapBelow(uint32_t ns) noexcept { cheap_ns_ = std::max<uint32_t>(ns, 1); }
     void Record(uint64_t run_ns) noexcept {
         // Clamped at four times the bound: one run stretched by a preemption
         // or an interrupt (a millisecond here and there on a busy machine)
-        // must not make a cheap kernel look slow for the next hundred runs;
-        // a kernel slower than the bound still averages above it after two
+        // must not make a cheap job look slow for the next hundred runs; a
+        // job slower than the bound still averages above it after two
         // measured runs.
         const uint64_t cap = std::min<uint64_t>(uint64_t(cheap_ns_) * 4, kUnknown - 1);
         const uint32_t sample = uint32_t(std::min<uint64_t>(run_ns, cap));
