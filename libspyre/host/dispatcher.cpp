@@ -366,13 +366,9 @@ void Dispatcher::RunCheapHere() {
     std::vector<HostTask*> cheap = std::move(tl_cheap_spare);
     cheap.swap(tl_cheap);
     for (HostTask* task : cheap) {
-        JobThreads::Job job{[this, task] { RunChip(task); }, task->run};
+        JobThreads::Job job = ChipJob(task);
         JobThreads& lane = *lanes_[task->device];
-        if (!lane.RunHere(job)) {
-            std::vector<JobThreads::Job> one;
-            one.push_back(std::move(job));
-            lane.PostAll(one);
-        }
+        if (!lane.RunHere(job)) lane.Post(std::move(job.run), job.owner);
     }
     cheap.clear();
     tl_cheap_spare = std::move(cheap);
@@ -474,7 +470,11 @@ void Dispatcher::MakeReady(HostTask* task) {
             return;
         }
     }
-    to_post_[d].push_back({[this, task] { RunChip(task); }, task->run});
+    to_post_[d].push_back(ChipJob(task));
+}
+
+JobThreads::Job Dispatcher::ChipJob(HostTask* task) {
+    return {[this, task] { RunChip(task); }, task->run};
 }
 
 void Dispatcher::Finish(HostTask* task, HostTask::State state, TaskFailureInfo failure) {

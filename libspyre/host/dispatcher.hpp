@@ -149,6 +149,7 @@ private:
     void SleepUntilDone(RunState& run);  // checks the caller is not part of `run` first
     std::vector<TaskRecord> RecordsOf(const RunState& run) const;  // mu_ held, the run ended
     void RunChip(HostTask* task);
+    dependency::JobThreads::Job ChipJob(HostTask* task);  // RunChip(task), as its device's threads take it
     // After Submit released the lock: runs the chip tasks of its run that
     // it made ready and that are cheaper to run than to hand to a device
     // thread (a function that submits nothing), on this thread while the
