@@ -122,7 +122,7 @@ int ParseCommandLine(int argc, char** argv, Options& opt) {
     app.add_flag("--remove-mount-dir", opt.remove_mount_dir,
                  "Remove the (empty) mount directory after unmounting: one a spawner made for this daemon alone,\n"
                  "which then goes even when the spawner is killed first");
-    app.add_option("--poll-us", opt.poll_us, "Microseconds the device polls its doorbell before it sleeps")
+    app.add_option("--poll-us", opt.poll_us, "Microseconds the device polls its doorbell before it sleeps (at most: it stops polling while work comes seldom)")
         ->check(CLI::Range(0, 1000000))
         ->capture_default_str();
     app.add_option("--cores", opt.cores,

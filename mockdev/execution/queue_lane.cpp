@@ -46,7 +46,7 @@ QueueLane::QueueLane(RegisterFile& regs, QueueKind& kind, LaneWords words, uint3
       kind_(kind),
       words_(words),
       sleeping_status_(sleeping_status),
-      poll_(poll) {}
+      window_(poll) {}
 
 QueueLane::~QueueLane() { Stop(); }
 
@@ -111,7 +111,9 @@ QueueKind::Turn QueueLane::Serve(Clock::time_point& now) {
 }
 
 void QueueLane::Run() {
-    auto last_work = clock_.Now();
+    auto last_work = clock_.Now();  // the poll's start: the last work's end, or a wake
+    auto work_ended = last_work;
+    bool idle = false;  // looked and found nothing since work_ended
     uint32_t idle_polls = 0;
     bool held_back = false;  // the last turn found the CQ full
     auto held_back_since = last_work;
@@ -127,9 +129,14 @@ void QueueLane::Run() {
             continue;
         }
         if (serving() && kind_.Submitted()) {
+            if (idle) {
+                idle = false;
+                window_.WorkCame(clock_.Now() - work_ended);
+            }
             const QueueKind::Turn turn = Serve(last_work);
             if (turn == QueueKind::Turn::Served) {
                 idle_polls = 0;
+                work_ended = last_work;
                 continue;
             }
             if (turn == QueueKind::Turn::HeldBack) {
@@ -147,7 +154,9 @@ void QueueLane::Run() {
             }
             held_back = false;
         }
-        if (poll_.count() != 0 && (++idle_polls % kPollsPerClockRead != 0 || clock_.Now() - last_work < poll_)) {
+        idle = true;
+        const auto window = window_.window();
+        if (window.count() != 0 && (++idle_polls % kPollsPerClockRead != 0 || clock_.Now() - last_work < window)) {
             // A clock read costs as much as several polls: look at it now and
             // then, so a new CB is seen sooner (the poll period is
             // microseconds). A task lane whose cores run tasks yields

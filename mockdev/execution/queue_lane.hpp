@@ -3,7 +3,8 @@
 // One thread of a function's queue server: it watches one doorbell page the
 // way the doorbell protocol describes (spyre_regs.h for the CB ring,
 // spyre_task.h for the task queues) and serves one kind of queue. It polls
-// for --poll-us after the last work, then publishes that it sleeps and parks
+// after the last work (for up to --poll-us, as long as polling pays off:
+// PollWindow), then publishes that it sleeps and parks
 // on the page's futex word, so an idle device costs no CPU and a busy one
 // never needs a syscall to be woken. What a turn does with the CBs it finds
 // is the queue kind's (QueueKind); the loop, the sleep, the kicks, the pause
@@ -18,6 +19,7 @@
 #include <thread>
 
 #include "execution/cycle_clock.hpp"
+#include "execution/poll_window.hpp"
 #include "execution/server_pause.hpp"
 #include "pci/register_file.hpp"
 
@@ -107,6 +109,8 @@ public:
     bool aborting() const { return abort_.load(std::memory_order_relaxed) || stopping_.load(std::memory_order_relaxed); }
     bool stopping() const { return stopping_.load(); }
     bool pause_requested() const { return pause_.requested(); }
+    // How long the lane polls after its work now (for tests): PollWindow.
+    std::chrono::nanoseconds poll_window() const { return window_.window(); }
 
     // Holds the lane: a running turn is told to stop (aborting()), the lane
     // parks and its kind holds (QueueKind::Hold); nothing is served until
@@ -134,7 +138,7 @@ private:
     QueueKind& kind_;
     const LaneWords words_;
     const uint32_t sleeping_status_;
-    const std::chrono::microseconds poll_;
+    PollWindow window_;  // WorkCame: the lane's thread's only
 
     CycleClock clock_;       // the lane's thread's only
     std::mutex exec_mutex_;  // held for a turn; a pause takes it
