@@ -36,13 +36,11 @@ unsigned CardCores::DefaultWorkers() {
     return std::clamp(std::thread::hardware_concurrency(), 1u, kCardCores);
 }
 
-CardCores::CardCores(unsigned workers, std::chrono::microseconds linger) {
+CardCores::CardCores(unsigned workers, std::chrono::microseconds linger) : linger_(linger) {
     workers = std::max(workers, 1u);
     core_state_.assign(workers, CoreState::Idle);
     missed_.assign(workers, false);
-    const unsigned groups = (workers + SPYRE_TQ_DEFAULT_GROUP_CORES - 1) / SPYRE_TQ_DEFAULT_GROUP_CORES;
-    group_wake_ = std::make_unique<GroupWake[]>(groups);
-    for (unsigned g = 0; g < groups; ++g) group_wake_[g].linger.SetBudget(linger);
+    group_wake_ = std::make_unique<GroupWake[]>((workers + SPYRE_TQ_DEFAULT_GROUP_CORES - 1) / SPYRE_TQ_DEFAULT_GROUP_CORES);
     // Signals belong to the FUSE loop's thread, as for the queue servers;
     // faults to the thread that faults (shm_guard.hpp).
     sigset_t all, old;
@@ -190,18 +188,13 @@ unsigned CardCores::lingering(unsigned group) {
     return group < groups() ? group_wake_[group].lingering : 0;
 }
 
-std::chrono::nanoseconds CardCores::linger_window(unsigned group) {
-    std::lock_guard lock(mutex_);
-    return group < groups() ? group_wake_[group].linger.window() : std::chrono::nanoseconds::zero();
-}
-
 void CardCores::Linger(GroupWake& wake, std::unique_lock<std::mutex>& lock) {
     ++wake.lingering;
     const uint64_t poke = wake.poke.load(std::memory_order_relaxed);  // bumped under mutex_: none missed
     lock.unlock();
     // Yield, not spin: on a host with few CPUs the thread that brings the
     // next task (the task lane, the driver) needs the CPU.
-    const auto until = std::chrono::steady_clock::now() + wake.linger.window();
+    const auto until = std::chrono::steady_clock::now() + linger_;
     while (wake.poke.load(std::memory_order_acquire) == poke && std::chrono::steady_clock::now() < until)
         std::this_thread::yield();
     lock.lock();
@@ -342,12 +335,10 @@ void CardCores::Work(unsigned core) {
     for (;;) {
         // Nothing to do right now, after a task: look a little longer
         // before sleeping (bounded per group, so idle cores cost no CPU).
-        if (ran && !look && !stopping_ && generation_ == seen && wake.task_seq == tasks_seen) {
+        if (ran && !look && !stopping_ && generation_ == seen && wake.task_seq == tasks_seen && linger_.count() > 0 &&
+            wake.lingering < kMaxLingering) {
             ran = false;
-            // From here the group looks for its next task: by lingering, or
-            // (a closed window) by sleeping until it comes.
-            if (!wake.looking_since) wake.looking_since = std::chrono::steady_clock::now();
-            if (wake.linger.window().count() > 0 && wake.lingering < kMaxLingering) Linger(wake, lock);
+            Linger(wake, lock);
         }
         wake.cv.wait(lock, [&] {
             if (stopping_ || generation_ != seen) return true;
@@ -391,10 +382,6 @@ void CardCores::Work(unsigned core) {
         if (look) {
             tasks_running_.fetch_add(1, std::memory_order_seq_cst);
             core_state_[core] = CoreState::Running;
-            if (wake.looking_since) {  // whether the group's lingering paid off
-                wake.linger.WorkCame(std::chrono::steady_clock::now() - *wake.looking_since);
-                wake.looking_since.reset();
-            }
         }
         taking_.fetch_sub(1, std::memory_order_seq_cst);  // raised by MayTakeTask
         // This worker has looked: the last of those held back ends the tasks' turn.

@@ -29,8 +29,7 @@
 // A worker that has just run a task lingers (yields, up to `linger`) before
 // it sleeps, one per group at a time: a task that comes in the meantime (the
 // next link of a chain) is taken without a wake-up, which costs a context
-// switch and, on a host with few CPUs, a wait for the scheduler. How long it
-// lingers adapts to whether lingering paid off lately (PollWindow).
+// switch and, on a host with few CPUs, a wait for the scheduler.
 #pragma once
 
 #include <array>
@@ -44,13 +43,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "execution/budget.hpp"
-#include "execution/poll_window.hpp"
 #include "spyre/uapi/spyre_task.h"
 
 namespace spyre::mockdev {
@@ -154,8 +151,6 @@ public:
     uint64_t wakes_sent() const { return wakes_sent_.load(std::memory_order_relaxed); }
     // Workers of `group` lingering now (for tests).
     unsigned lingering(unsigned group);
-    // How long a worker of `group` lingers now (for tests): PollWindow.
-    std::chrono::nanoseconds linger_window(unsigned group);
     // Whether a program holds the card now (for tests).
     bool card_held() const { return card_busy_.load(std::memory_order_seq_cst); }
     // Tasks running on the cores now, on workers or lent.
@@ -209,13 +204,9 @@ private:
         unsigned lingering = 0;         // workers looking before they sleep (NotifyTasks spares their wakes)
         std::atomic<uint64_t> poke{0};  // bumped (under mutex_) whenever the group's workers should look
         unsigned next_lent = 0;         // where RunOneTask looks for an idle core first
-        PollWindow linger;              // how long a worker lingers now (at most the constructor's)
-        // Since when a worker of the group has looked for the next task: the
-        // first task any of them takes then tells whether looking paid off.
-        std::optional<std::chrono::steady_clock::time_point> looking_since;
     };
-    // A worker that ran a task looks (yielding) for the group's linger window
-    // before it sleeps, until its group is poked.
+    // A worker that ran a task looks (yielding) for up to linger_ before it
+    // sleeps, until its group is poked.
     void Linger(GroupWake& wake, std::unique_lock<std::mutex>& lock);
     std::unique_ptr<GroupWake[]> group_wake_;
     void WakeAllWorkers();  // a program's op, a release or stopping: every worker looks
@@ -247,6 +238,7 @@ private:
     enum class CoreState : uint8_t { Idle, Running, Lent };
     std::vector<CoreState> core_state_;
     std::vector<bool> missed_;  // a lent core's worker wanted a task (under mutex_)
+    const std::chrono::microseconds linger_;
     std::vector<TaskSource*> sources_;  // guarded by mutex_
     size_t next_source_ = 0;           // round robin between functions
     std::vector<std::thread> threads_;

@@ -1,16 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// Whether a thread of the card (a queue lane, a core group's worker) looks
-// for its next work before it sleeps, from what looking has paid off
-// lately. Looking costs CPU for as long as it lasts (up to the budget:
-// --poll-us, the linger) and pays when work comes within it, which then
-// needs no wake-up. A card whose work comes in bursts (a chain, a stream,
-// a batch) keeps looking, even when the bursts are far apart. A card whose
-// work comes seldom (a remote rank's calls, a job's steps) stops after
-// kMissesToClose looks in a row ended with nothing: on a host with few
-// CPUs those looks keep the threads that bring the work off the CPU. The
-// first work that comes within the budget again (a wake-up included)
-// reopens the window.
+// Whether a queue lane of the card polls for its next work before it
+// sleeps, from what polling has paid off lately. Polling costs CPU for as
+// long as it lasts (up to the budget, --poll-us) and pays when work comes
+// within it, which then needs no wake-up. A lane whose work comes in
+// bursts (a chain, a stream, a batch) keeps polling, even when the bursts
+// are far apart. A lane whose work comes seldom (a remote rank's calls, a
+// job's steps) stops after kMissesToClose polls in a row ended with
+// nothing: on a host with few CPUs those polls keep the thread that has
+// just rung the doorbell off the CPU. The first work that comes within the
+// budget again (a wake-up included) reopens the window.
 #pragma once
 
 #include <atomic>
@@ -25,15 +24,10 @@ public:
     static constexpr uint32_t kMissesToClose = 8;
 
     explicit PollWindow(Duration budget = Duration::zero()) : budget_(budget) {}
-    // Before the thread that uses it starts.
-    void SetBudget(Duration budget) {
-        budget_ = budget;
-        misses_.store(0, std::memory_order_relaxed);
-    }
 
     Duration budget() const { return budget_; }
-    // How long to look now: the budget, or zero (sleep at once). Any thread
-    // may read it (tests); one thread, or one under a lock, calls WorkCame.
+    // How long to poll now: the budget, or zero (sleep at once). Any thread
+    // may read it (tests); one thread calls WorkCame.
     Duration window() const {
         return misses_.load(std::memory_order_relaxed) < kMissesToClose ? budget_ : Duration::zero();
     }
@@ -49,7 +43,7 @@ public:
     }
 
 private:
-    Duration budget_;
+    const Duration budget_;
     std::atomic<uint32_t> misses_{0};  // spells in a row that outlasted the budget
 };
 

@@ -194,12 +194,6 @@ private:
     std::condition_variable& cv_;
 };
 
-// Every worker has started and sleeps (one starting late would look for a
-// task on its own): each ran a chunk of a program.
-bool EveryWorkerStarted(CardCores& cores) {
-    return cores.ParallelFor(cores.workers(), Forever(), [](size_t) { return uint16_t(SPYRE_ERR_NONE); }) == SPYRE_ERR_NONE;
-}
-
 }  // namespace
 
 TEST(CardCores, CoreGroupsAreEightWorkersEach) {
@@ -241,7 +235,9 @@ TEST(CardCores, ANewTaskWakesOneWorkerOfItsGroup) {
 // destruction ends it (a stop pokes lingering workers).
 TEST(CardCores, AWorkerThatJustRanATaskTakesTheNextWithoutAWake) {
     CardCores cores(16, std::chrono::hours(1));
-    ASSERT_TRUE(EveryWorkerStarted(cores));
+    // Every worker has started and sleeps (one starting late would look for
+    // a task on its own).
+    ASSERT_EQ(cores.ParallelFor(16, Forever(), [](size_t) { return uint16_t(SPYRE_ERR_NONE); }), SPYRE_ERR_NONE);
     std::vector<char> log;
     std::mutex mu;
     std::condition_variable cv;
@@ -295,48 +291,6 @@ TEST(CardCores, WithoutALingerEveryTaskIsAWake) {
     }
     EXPECT_EQ(cores.wakes_sent(), 5u);
     EXPECT_EQ(cores.lingering(0), 0u);
-    cores.RemoveTaskSource(&tasks);
-}
-
-// A group whose tasks come seldom stops lingering: each linger ended with
-// nothing, and on a host with few CPUs it keeps the threads that bring the
-// tasks off the CPU. A task that comes within the linger again (a wake-up
-// included) starts it again.
-TEST(CardCores, AGroupWhoseTasksComeSeldomStopsLingeringUntilOneComesSoon) {
-    constexpr auto kLinger = std::chrono::milliseconds(100);
-    CardCores cores(8, kLinger);
-    ASSERT_TRUE(EveryWorkerStarted(cores));
-    std::vector<char> log;
-    std::mutex mu;
-    std::condition_variable cv;
-    FakeTasks tasks('t', 0, log, mu, cv);
-    cores.AddTaskSource(&tasks);
-    auto run_one = [&] {
-        size_t n = 0;
-        {
-            std::lock_guard lock(mu);
-            n = log.size() + 1;
-        }
-        tasks.Add(1);
-        cores.NotifyTasks(0, 1);
-        std::unique_lock lock(mu);
-        return cv.wait_for(lock, 30s, [&] { return log.size() == n; });
-    };
-    ASSERT_TRUE(run_one());
-    for (uint32_t i = 1; i <= PollWindow::kMissesToClose; ++i) {
-        EXPECT_EQ(cores.linger_window(0), kLinger) << "after " << i - 1 << " long spells";
-        std::this_thread::sleep_for(kLinger + 50ms);
-        ASSERT_TRUE(run_one());
-    }
-    EXPECT_EQ(cores.linger_window(0), std::chrono::nanoseconds::zero());
-    // Its worker sleeps at once now (none lingers): the next task is a wake,
-    // and it came well within the linger.
-    std::this_thread::sleep_for(10ms);
-    EXPECT_EQ(cores.lingering(0), 0u);
-    const uint64_t wakes = cores.wakes_sent();
-    ASSERT_TRUE(run_one());
-    EXPECT_EQ(cores.wakes_sent(), wakes + 1);
-    EXPECT_EQ(cores.linger_window(0), kLinger);
     cores.RemoveTaskSource(&tasks);
 }
 
