@@ -11,9 +11,10 @@
 // waking a worker (a long one only on a function of one queue: with more,
 // the lane keeps serving their doorbells). How many workers a turn wakes
 // depends on how long the queue's recent tasks ran: short ones (under
-// kShortTaskNs, less than a wake-up costs) run on the lane with one helper,
-// so a batch of them costs one wake-up, not one per task; longer ones go to
-// a worker each. Within a run of short tasks the lane leaves to a worker a
+// kShortTaskNs, less than a wake-up costs) run on the lane, with one helper
+// when the batch holds a task not known to be short (a program not seen
+// lately: the helper runs the rest while it runs), so a batch of them costs
+// one wake-up at most, not one per task; longer ones go to a worker each. Within a run of short tasks the lane leaves to a worker a
 // task whose program ran long the last time (ProgramTimes): a queue of
 // short tasks is no promise about its next one, and a long task on the lane
 // holds every queue's doorbells until it ends. A task that names earlier
@@ -87,8 +88,14 @@ private:
     // Under the watchdog counted from `start`.
     uint16_t Execute(const spyre_cb& cb, unsigned core, Budget::Clock::time_point start);
     // Tasks taken in this turn, `taken[q]` of queue q: announced to the
-    // cores, the first run here on a lent core.
-    void HandOut(const std::array<uint32_t, SPYRE_TQ_MAX_QUEUES>& taken);
+    // cores, the first run here on a lent core. `unknown[q]`: some of queue
+    // q's may run long (KnownShort).
+    void HandOut(const std::array<uint32_t, SPYRE_TQ_MAX_QUEUES>& taken,
+                 const std::array<bool, SPYRE_TQ_MAX_QUEUES>& unknown);
+    // Whether `task` runs in less than kShortTaskNs as far as the lane can
+    // tell: a NOP, a task that completes without running, a program that
+    // ran short the last time.
+    bool KnownShort(const Taken& task) const;
     // Runs queue `q`'s pending tasks on the lane while they stay short;
     // announces what is left to the workers when one runs long or the lane
     // must stop.
@@ -104,6 +111,7 @@ private:
     class ProgramTimes {
     public:
         bool RanLong(uint64_t program) const;
+        bool RanShort(uint64_t program) const;  // seen lately, and short: false when unknown
         void Record(uint64_t program, uint64_t run_ns);
         void Clear();  // for the function's next owner, whose programs these are not
 

@@ -988,6 +988,52 @@ TEST_F(TaskQueueTest, AProgramThatRanLongIsLeftToAWorkerAfterShortTasks) {
         ASSERT_EQ(dev.ReadTensor(shorts[i].addrs[2], add.outputs[0]), shorts[i].expect) << "short task " << i;
 }
 
+// A run of short tasks on the lane whose first task is of a program the
+// card has not run lately (it may run long): the lane wakes one helper for
+// the batch, which runs the short tasks behind it while it runs. Each
+// round first makes queue 0 look short again (a long run makes it look
+// long, and its tasks then go to the workers anyway); a round whose long
+// task ended before the helper woke (a loaded host) is tried again with a
+// longer one: 3 rounds at most. A lane that ran the batch alone made every
+// short task wait for the long one.
+TEST_F(TaskQueueTest, AProgramNotRunLatelyDoesNotHoldUpTheShortTasksBehindIt) {
+    TestDevice& dev = pf();
+    TaskQueue q0(dev.fn(), 0);
+    const BuiltKernel add = KernelBuilder().Elementwise(ElementwiseOp::Add, {16, 16}, {16, 16}, DType::FP32);
+    const uint64_t add_program = dev.Put(add.program);
+    std::vector<AddTask> shorts;
+    for (uint32_t i = 0; i < 32; ++i) shorts.push_back(PlaceAdd(dev, add, 700 + i));
+    std::vector<spyre_cqe> done;
+    for (const int64_t n : {768, 1536, 2048}) {
+        // Queue 0 looks short once its last tasks ran short (a NOP the host
+        // preempted on its core runs long): NOPs until the last 48 of a
+        // batch each ran within a microsecond, 20 batches at most.
+        for (int warm = 0; warm < 20; ++warm) {
+            std::vector<spyre_cb> nops;
+            for (uint32_t i = 0; i < 64; ++i) nops.push_back(NopCb(1000 + i));
+            const std::vector<spyre_cqe> ran = RunAll(q0, nops);
+            if (std::all_of(ran.end() - 48, ran.end(),
+                            [](const spyre_cqe& c) { return spyre_task_result_run_ns(c.result) < 1000; }))
+                break;
+        }
+        const LongTask slow = PlaceLong(dev, n);  // a program of its own: not run before
+        std::vector<spyre_cb> batch{TaskCb(1, slow.program, slow.args, slow.arg_count)};
+        for (size_t i = 0; i < shorts.size(); ++i) batch.push_back(TaskCb(100 + i, add_program, shorts[i].args, 3));
+        done = RunAll(q0, batch);
+        ASSERT_EQ(done.size(), batch.size());
+        if (done.back().user_data == 1u) break;  // the long one completed last
+    }
+    uint64_t long_end = 0, last_short_end = 0;
+    for (const spyre_cqe& c : done) {
+        EXPECT_EQ(c.status, SPYRE_ERR_NONE) << c.user_data;
+        if (c.user_data == 1u) long_end = End(c);
+        else last_short_end = std::max(last_short_end, End(c));
+    }
+    EXPECT_LT(last_short_end, long_end) << "the short tasks waited for the long one ahead of them";
+    for (size_t i = 0; i < shorts.size(); ++i)
+        ASSERT_EQ(dev.ReadTensor(shorts[i].addrs[2], add.outputs[0]), shorts[i].expect) << "short task " << i;
+}
+
 // On a function of several queues the lane runs no long task itself, not
 // even the lone one of a turn: a short task on queue 1 completes while
 // queue 0's long task runs. The lane ran it before and served no doorbell
