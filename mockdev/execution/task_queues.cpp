@@ -59,6 +59,7 @@ TaskQueues::TaskQueues(RegisterFile& regs, ShmObject& bar4, const TaskGeometry& 
         waits_.emplace_back(TaskLayout(geometry, q).sq_entries);
     }
     for (unsigned i = 0; i < cores.workers(); ++i) per_core_.push_back(std::make_unique<ProgramExecutor>(memory, cores));
+    held_.reserve(kMaxHeld);  // Run, which holds them, may not throw
 }
 
 uint32_t TaskQueues::halted_mask() const {
@@ -211,9 +212,14 @@ void TaskQueues::HandOut(const std::array<uint32_t, SPYRE_TQ_MAX_QUEUES>& taken,
 
 void TaskQueues::RunShortTasks(uint32_t q) {
     tl_short_run = this;
-    while (!lane_.aborting() && !lane_.pause_requested() && ShortTasks(q)) {
-        // None left, no idle core, the card is held, or the next one's program ran long.
-        if (!cores_.RunOneTask(q, *this)) break;
+    for (;;) {
+        while (!lane_.aborting() && !lane_.pause_requested() && ShortTasks(q)) {
+            // None left, no idle core, the card is held, or the next one's program ran long.
+            if (!cores_.RunOneTask(q, *this)) break;
+        }
+        // The tasks its held completions release (a chain's next link) are
+        // the run's too.
+        if (PostLaneCompletions() == 0 || lane_.aborting() || lane_.pause_requested() || !ShortTasks(q)) break;
     }
     tl_short_run = nullptr;
     // A task ran long, or the lane must stop: the workers take the rest.
@@ -246,6 +252,7 @@ bool TaskQueues::Take(uint32_t queue, CoreTask& out) {
     out.verdict = pending_[queue].front().verdict;
     out.taken = Budget::Clock::now();
     pending_[queue].pop_front();
+    if (tl_short_run == this) lane_took_last_ = pending_[queue].empty();
     ++running_;
     return true;
 }
@@ -274,11 +281,17 @@ void TaskQueues::Run(const CoreTask& task, unsigned core) noexcept {
         program_times_.Record(task.cb.u.task.program_addr, end_ns - start_ns);
     std::atomic<uint64_t>& recent = recent_run_ns_[task.queue];
     recent.store((recent.load(std::memory_order_relaxed) * 3 + (end_ns - start_ns)) / 4, std::memory_order_relaxed);
+    const spyre_cqe cqe =
+        MakeCqe(task.cb, task.sq_pos, status, spyre_task_result(end_ns - start_ns, uint16_t(core)), end_ns);
+    if (tl_short_run == this) {
+        // The last task waiting is posted at once: a chain's next link waits for it.
+        if (HoldCompletion({cqe, task.queue, task.sq_pos, status, end_ns - start_ns}) || lane_took_last_)
+            PostLaneCompletions();
+        return;
+    }
     regs_.Add64(status == SPYRE_ERR_NONE ? SPYRE_REG_CNT_TASKS_DONE : SPYRE_REG_CNT_TASK_ERRORS, 1);
     regs_.Add64(SPYRE_REG_CNT_TASK_BUSY_NS, end_ns - start_ns);
     if (status == SPYRE_ERR_WATCHDOG) regs_.Add64(SPYRE_REG_CNT_WATCHDOG, 1);
-    const spyre_cqe cqe =
-        MakeCqe(task.cb, task.sq_pos, status, spyre_task_result(end_ns - start_ns, uint16_t(core)), end_ns);
     size_t released = 0;
     {
         std::lock_guard lock(mutex_);
@@ -292,6 +305,44 @@ void TaskQueues::Run(const CoreTask& task, unsigned core) noexcept {
     if (released > 1) cores_.NotifyTasks(task.queue, uint32_t(released - 1));
     std::lock_guard lock(mutex_);
     if (--running_ == 0) idle_.notify_all();
+}
+
+bool TaskQueues::HoldCompletion(const HeldCompletion& done) {
+    held_.push_back(done);
+    return held_.size() >= kMaxHeld || done.cqe.timestamp_ns - held_.front().cqe.timestamp_ns >= kHoldNs;
+}
+
+size_t TaskQueues::PostLaneCompletions() {
+    if (held_.empty()) return 0;
+    uint64_t done = 0, errors = 0, watchdog = 0, busy_ns = 0;
+    std::array<size_t, SPYRE_TQ_MAX_QUEUES> released{};
+    size_t released_all = 0;
+    {
+        std::lock_guard lock(mutex_);
+        for (const HeldCompletion& h : held_) {
+            pairs_[h.queue]->Post(h.cqe, host_link_);
+            released[h.queue] += waits_[h.queue].Ended(h.sq_pos, h.status, pending_[h.queue]);
+        }
+        running_ -= unsigned(held_.size());
+        if (running_ == 0) idle_.notify_all();
+    }
+    for (const HeldCompletion& h : held_) {
+        (h.status == SPYRE_ERR_NONE ? done : errors) += 1;
+        watchdog += h.status == SPYRE_ERR_WATCHDOG;
+        busy_ns += h.run_ns;
+    }
+    held_.clear();
+    if (done) regs_.Add64(SPYRE_REG_CNT_TASKS_DONE, done);
+    if (errors) regs_.Add64(SPYRE_REG_CNT_TASK_ERRORS, errors);
+    if (watchdog) regs_.Add64(SPYRE_REG_CNT_WATCHDOG, watchdog);
+    regs_.Add64(SPYRE_REG_CNT_TASK_BUSY_NS, busy_ns);
+    SignalCompletion(db_->irq_seq, db_->irq_waiters, regs_);
+    // As Run: the lane takes the first released task of its queue next; more wake others.
+    for (uint32_t q = 0; q < queues_; ++q) {
+        released_all += released[q];
+        if (released[q] > 1) cores_.NotifyTasks(q, uint32_t(released[q] - 1));
+    }
+    return released_all;
 }
 
 }  // namespace spyre::mockdev
