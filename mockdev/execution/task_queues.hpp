@@ -14,10 +14,11 @@
 // kShortTaskNs, less than a wake-up costs) run on the lane, with one helper
 // when the batch holds a task not known to be short (a program not seen
 // lately: the helper runs the rest while it runs), so a batch of them costs
-// one wake-up at most, not one per task; longer ones go to a worker each. Within a run of short tasks the lane leaves to a worker a
-// task whose program ran long the last time (ProgramTimes): a queue of
-// short tasks is no promise about its next one, and a long task on the lane
-// holds every queue's doorbells until it ends. A task that names earlier
+// one wake-up at most, not one per task, and their completions are posted
+// in groups; longer ones go to a worker each. Within a run of short tasks
+// the lane leaves to a worker a task whose program ran long the last time
+// (ProgramTimes): a queue of short tasks is no promise about its next one,
+// and a long task on the lane holds every queue's doorbells until it ends. A task that names earlier
 // tasks of its queue (after) waits in TaskWaits until they end; whoever ran
 // the last of them takes it next, on the same core.
 #pragma once
@@ -29,6 +30,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "execution/card_cores.hpp"
@@ -100,25 +102,28 @@ private:
     // announces what is left to the workers when one runs long or the lane
     // must stop.
     void RunShortTasks(uint32_t q);
-    // What Run leaves to a lane's run of short tasks to post: their
-    // completions go out in groups (PostLaneCompletions), one lock, one
-    // interrupt and one add per counter for the group, not per task: each
-    // locked instruction waits for the store of the CQE before it to
-    // leave the CPU, and the driver polls those lines (the lane's unlocks
-    // were 30% of its time in a run of empty tasks). A group is posted
-    // once kMaxHeld tasks or kHoldNs have passed since its first ended,
-    // when the task ran was the last one waiting (a chain's next link
-    // waits for it), and when the run stops: a lone task's is not held.
-    struct HeldCompletion {
+    // A task that ran, as its completion is posted.
+    struct EndedTask {
         spyre_cqe cqe;
         uint32_t queue;
         uint32_t sq_pos;
         uint16_t status;
         uint64_t run_ns;
     };
-    bool HoldCompletion(const HeldCompletion& done);  // true: post the group now
-    // Posts the held completions; the number of tasks they released.
-    size_t PostLaneCompletions();
+    // Posts the completions of `ended` with one lock, one interrupt and one
+    // add per counter, releases the tasks that waited for them; the number
+    // released.
+    size_t PostCompletions(std::span<const EndedTask> ended);
+    // A lane's run of short tasks posts their completions in groups, not
+    // one by one: each locked instruction waits for the store of the CQE
+    // before it to leave the CPU, and the driver polls those lines (the
+    // lane's unlocks were 30% of its time in a run of empty tasks). A
+    // group is posted once kMaxHeld tasks or kHoldNs have passed since its
+    // first ended, when the task that ended was the last one waiting (a
+    // chain's next link waits for it), and when the run stops: a lone
+    // task's is not held.
+    bool HoldCompletion(const EndedTask& ended);  // true: post the group now
+    size_t PostLaneCompletions();                 // the held ones; the number of tasks they released
     static constexpr size_t kMaxHeld = 32;
     static constexpr uint64_t kHoldNs = 2'000;
     bool ShortTasks(uint32_t q) const { return recent_run_ns_[q].load(std::memory_order_relaxed) < kShortTaskNs; }
@@ -172,7 +177,7 @@ private:
     ProgramTimes program_times_;
     // The lane's own (its run of short tasks): completions not yet posted,
     // and whether its last Take emptied its queue's pending tasks.
-    std::vector<HeldCompletion> held_;
+    std::vector<EndedTask> held_;
     bool lane_took_last_ = false;
     bool accepting_ = true;  // false while held or stopped: no task is handed out
     std::atomic<bool> registered_{false};
