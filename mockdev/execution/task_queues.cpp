@@ -284,7 +284,7 @@ void TaskQueues::Run(const CoreTask& task, unsigned core) noexcept {
     recent.store((recent.load(std::memory_order_relaxed) * 3 + (end_ns - start_ns)) / 4, std::memory_order_relaxed);
     const EndedTask ended{
         MakeCqe(task.cb, task.sq_pos, status, spyre_task_result(end_ns - start_ns, uint16_t(core)), end_ns),
-        task.queue, task.sq_pos, status, end_ns - start_ns};
+        task.queue};
     if (tl_short_run != this) {
         PostCompletions({&ended, 1});
         return;
@@ -311,9 +311,9 @@ size_t TaskQueues::PostCompletions(std::span<const EndedTask> ended) {
     // of it reaches the next owner's counters.
     uint64_t done = 0, errors = 0, watchdog = 0, busy_ns = 0;
     for (const EndedTask& e : ended) {
-        (e.status == SPYRE_ERR_NONE ? done : errors) += 1;
-        watchdog += e.status == SPYRE_ERR_WATCHDOG;
-        busy_ns += e.run_ns;
+        (e.cqe.status == SPYRE_ERR_NONE ? done : errors) += 1;
+        watchdog += e.cqe.status == SPYRE_ERR_WATCHDOG;
+        busy_ns += spyre_task_result_run_ns(e.cqe.result);
     }
     if (done) regs_.Add64(SPYRE_REG_CNT_TASKS_DONE, done);
     if (errors) regs_.Add64(SPYRE_REG_CNT_TASK_ERRORS, errors);
@@ -324,7 +324,7 @@ size_t TaskQueues::PostCompletions(std::span<const EndedTask> ended) {
         std::lock_guard lock(mutex_);
         for (const EndedTask& e : ended) {
             pairs_[e.queue]->Post(e.cqe, host_link_);
-            released[e.queue] += waits_[e.queue].Ended(e.sq_pos, e.status, pending_[e.queue]);
+            released[e.queue] += waits_[e.queue].Ended(e.cqe.sq_pos, e.cqe.status, pending_[e.queue]);
         }
     }
     SignalCompletion(db_->irq_seq, db_->irq_waiters, regs_);

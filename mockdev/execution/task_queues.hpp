@@ -18,9 +18,10 @@
 // in groups; longer ones go to a worker each. Within a run of short tasks
 // the lane leaves to a worker a task whose program ran long the last time
 // (ProgramTimes): a queue of short tasks is no promise about its next one,
-// and a long task on the lane holds every queue's doorbells until it ends. A task that names earlier
-// tasks of its queue (after) waits in TaskWaits until they end; whoever ran
-// the last of them takes it next, on the same core.
+// and a long task on the lane holds every queue's doorbells until it ends. A
+// task that names earlier tasks of its queue (after) waits in TaskWaits
+// until they end; whoever ran the last of them takes it next, on the same
+// core.
 #pragma once
 
 #include <array>
@@ -102,13 +103,11 @@ private:
     // announces what is left to the workers when one runs long or the lane
     // must stop.
     void RunShortTasks(uint32_t q);
-    // A task that ran, as its completion is posted.
+    // A task that ran: its completion (position, status, run time and
+    // core in it) and its queue.
     struct EndedTask {
         spyre_cqe cqe;
         uint32_t queue;
-        uint32_t sq_pos;
-        uint16_t status;
-        uint64_t run_ns;
     };
     // Posts the completions of `ended` with one lock, one interrupt and one
     // add per counter, releases the tasks that waited for them; the number
