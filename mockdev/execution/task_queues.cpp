@@ -19,32 +19,6 @@ namespace {
 thread_local const TaskQueues* tl_short_run = nullptr;
 }  // namespace
 
-bool TaskQueues::ProgramTimes::RanLong(uint64_t program) const {
-    const Entry& e = entries_[Slot(program)];
-    return e.program.load(std::memory_order_relaxed) == program && e.ran_long.load(std::memory_order_relaxed);
-}
-
-bool TaskQueues::ProgramTimes::RanShort(uint64_t program) const {
-    const Entry& e = entries_[Slot(program)];
-    return e.program.load(std::memory_order_relaxed) == program && !e.ran_long.load(std::memory_order_relaxed);
-}
-
-void TaskQueues::ProgramTimes::Clear() {
-    for (Entry& e : entries_) {
-        e.program.store(0, std::memory_order_relaxed);
-        e.ran_long.store(false, std::memory_order_relaxed);
-    }
-}
-
-void TaskQueues::ProgramTimes::Record(uint64_t program, uint64_t run_ns) {
-    Entry& e = entries_[Slot(program)];
-    const bool ran_long = run_ns >= kShortTaskNs;
-    if (e.program.load(std::memory_order_relaxed) == program && e.ran_long.load(std::memory_order_relaxed) == ran_long)
-        return;
-    e.program.store(program, std::memory_order_relaxed);
-    e.ran_long.store(ran_long, std::memory_order_relaxed);
-}
-
 TaskQueues::TaskQueues(RegisterFile& regs, ShmObject& bar4, const TaskGeometry& geometry,
                        const std::atomic<uint32_t>& watchdog_ms, DeviceMemory memory, CardCores& cores,
                        HostLink& host_link, const QueueLane& lane)
@@ -101,7 +75,7 @@ void TaskQueues::Clear() {
     for (auto& pair : pairs_) pair->Clear();
     // The next owner's tasks start from power-on, not from how long the
     // last owner's ran.
-    for (auto& recent : recent_run_ns_) recent.store(0, std::memory_order_relaxed);
+    for (QueueRunTime& times : queue_times_) times.Clear();
     program_times_.Clear();
     regs_.Store32(SPYRE_REG_TQ_HALTED, 0);
 }
@@ -278,12 +252,12 @@ void TaskQueues::Run(const CoreTask& task, unsigned core) noexcept {
     } catch (...) {
     }
     const uint64_t end_ns = DeviceClockNs();
+    const uint64_t run_ns = end_ns - start_ns;
     if (task.cb.opcode == SPYRE_OP_TASK && task.verdict == SPYRE_ERR_NONE)
-        program_times_.Record(task.cb.u.task.program_addr, end_ns - start_ns);
-    std::atomic<uint64_t>& recent = recent_run_ns_[task.queue];
-    recent.store((recent.load(std::memory_order_relaxed) * 3 + (end_ns - start_ns)) / 4, std::memory_order_relaxed);
+        program_times_.Record(task.cb.u.task.program_addr, run_ns);
+    queue_times_[task.queue].Add(run_ns);
     const EndedTask ended{
-        MakeCqe(task.cb, task.sq_pos, status, spyre_task_result(end_ns - start_ns, uint16_t(core)), end_ns),
+        MakeCqe(task.cb, task.sq_pos, status, spyre_task_result(run_ns, uint16_t(core)), end_ns),
         task.queue};
     if (tl_short_run != this) {
         PostCompletions({&ended, 1});

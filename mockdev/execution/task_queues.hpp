@@ -16,7 +16,7 @@
 // lately: the helper runs the rest while it runs), so a batch of them costs
 // one wake-up at most, not one per task, and their completions are posted
 // in groups; longer ones go to a worker each. Within a run of short tasks
-// the lane leaves to a worker a task whose program ran long the last time
+// the lane leaves to a worker a task whose program ran long the last two times
 // (ProgramTimes): a queue of short tasks is no promise about its next one,
 // and a long task on the lane holds every queue's doorbells until it ends. A
 // task that names earlier tasks of its queue (after) waits in TaskWaits
@@ -41,6 +41,7 @@
 #include "execution/queue_geometry.hpp"
 #include "execution/queue_lane.hpp"
 #include "execution/queue_pair.hpp"
+#include "execution/run_time_hints.hpp"
 #include "execution/task_waits.hpp"
 #include "pci/register_file.hpp"
 #include "pci/shm_object.hpp"
@@ -125,33 +126,9 @@ private:
     size_t PostLaneCompletions();                 // the held ones; the number of tasks they released
     static constexpr size_t kMaxHeld = 32;
     static constexpr uint64_t kHoldNs = 2'000;
-    bool ShortTasks(uint32_t q) const { return recent_run_ns_[q].load(std::memory_order_relaxed) < kShortTaskNs; }
+    bool ShortTasks(uint32_t q) const { return queue_times_[q].Short(); }
     size_t Pending(uint32_t q);
 
-    // Whether each program (by device address) ran long (kShortTaskNs or
-    // more) the last time, for the programs run lately: a hint, written by
-    // whichever core ran one, only when it changes (cores running the same
-    // program do not trade the line), and read by the lane without a lock
-    // (a pair read mid-update is a wrong hint, nothing more).
-    class ProgramTimes {
-    public:
-        bool RanLong(uint64_t program) const;
-        bool RanShort(uint64_t program) const;  // seen lately, and short: false when unknown
-        void Record(uint64_t program, uint64_t run_ns);
-        void Clear();  // for the function's next owner, whose programs these are not
-
-    private:
-        struct Entry {
-            std::atomic<uint64_t> program{0};
-            std::atomic<bool> ran_long{false};
-        };
-        static constexpr size_t kEntries = 64;
-        static size_t Slot(uint64_t program) { return size_t((program >> 3) * 0x9E3779B97F4A7C15ull >> 58); }
-        std::array<Entry, kEntries> entries_;
-    };
-
-    // Below this a task runs on the lane rather than costing a wake-up.
-    static constexpr uint64_t kShortTaskNs = 5'000;
 
     RegisterFile& regs_;
     const std::atomic<uint32_t>& watchdog_ms_;
@@ -170,9 +147,7 @@ private:
     std::array<std::deque<Taken>, SPYRE_TQ_MAX_QUEUES> pending_;  // taken from the SQ, free to go to a core
     std::vector<TaskWaits> waits_;  // per queue: taken tasks that wait for earlier ones (after)
     unsigned running_ = 0;
-    // Per queue, a moving average of its tasks' run times (ns): written by
-    // whichever core ran one, racy on purpose (a hint for HandOut).
-    std::array<std::atomic<uint64_t>, SPYRE_TQ_MAX_QUEUES> recent_run_ns_{};
+    std::array<QueueRunTime, SPYRE_TQ_MAX_QUEUES> queue_times_;  // hints for HandOut
     ProgramTimes program_times_;
     // The lane's own (its run of short tasks): completions not yet posted,
     // and whether its last Take emptied its queue's pending tasks.

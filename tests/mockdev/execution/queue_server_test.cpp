@@ -174,7 +174,7 @@ TEST_F(QueueServerTest, GarbageOnEachKindGetsItsErrorAndTheOtherKindGoesOn) {
 // counts them).
 TEST_F(QueueServerTest, ABatchOfKnownShortTasksWakesNoWorkerAndPostsInGroups) {
 #if defined(__SANITIZE_THREAD__)
-    // "Short" is a measured run time (TaskQueues::kShortTaskNs): under
+    // "Short" is a measured run time (kShortTaskNs, execution/run_time_hints.hpp): under
     // ThreadSanitizer an empty task takes longer than that.
     GTEST_SKIP() << "ThreadSanitizer makes an empty task longer than a short one";
 #endif
