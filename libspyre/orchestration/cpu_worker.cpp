@@ -81,27 +81,38 @@ void CpuWorker::Start(ReadyQueue& queue, CompletionSink& sink) {
 
 void CpuWorker::Serve(ReadyQueue& queue, CompletionSink& sink) {
     const RunningTask running(&sink);  // every task this thread runs is the sink's
-    const int index = dependency::JobThreads::CurrentIndex();
+    Track track{device_ + " host worker " + std::to_string(dependency::JobThreads::CurrentIndex())};
     std::vector<ReadyTask> batch;
-    TaskTiming timing;
-    uint64_t recording = 0;  // the recording `timing.track` belongs to
     while (queue.PopBatch(batch, 1)) {
-        for (const ReadyTask& t : batch) {
-            if (!trace::Enabled()) [[likely]] {
-                sink.OnTaskComplete(t.task_id, RunTimed(*t.task));
-                continue;
-            }
-            if (recording != trace::detail::Recording()) {
-                recording = trace::detail::Recording();
-                timing.track = trace::detail::NamedTrack(device_ + " host worker " + std::to_string(index));
-            }
-            timing.start_ns = trace::detail::NowNs();
-            const uint32_t status = RunTimed(*t.task);
-            timing.end_ns = trace::detail::NowNs();
-            sink.OnTaskComplete(t.task_id, status, &timing);
-        }
+        for (const ReadyTask& t : batch) RunAndReport(t, sink, track);
         batch.clear();
     }
+}
+
+bool CpuWorker::RunOneQueued(ReadyQueue& queue, CompletionSink& sink) {
+    std::vector<ReadyTask> one;  // not thread_local: the task may wait and come here again
+    if (queue.TryPopBatch(one, 1) == 0) return false;
+    const RunningTask running(&sink);
+    Track track{device_ + " thread of a waiting kernel"};
+    RunAndReport(one.front(), sink, track);
+    return true;
+}
+
+void CpuWorker::RunAndReport(const ReadyTask& t, CompletionSink& sink, Track& track) {
+    if (!trace::Enabled()) [[likely]] {
+        sink.OnTaskComplete(t.task_id, RunTimed(*t.task));
+        return;
+    }
+    if (track.recording != trace::detail::Recording()) {  // named once per recording, not per task
+        track.recording = trace::detail::Recording();
+        track.id = trace::detail::NamedTrack(track.name);
+    }
+    TaskTiming timing;
+    timing.track = track.id;
+    timing.start_ns = trace::detail::NowNs();
+    const uint32_t status = RunTimed(*t.task);
+    timing.end_ns = trace::detail::NowNs();
+    sink.OnTaskComplete(t.task_id, status, &timing);
 }
 
 void CpuWorker::Stop() {

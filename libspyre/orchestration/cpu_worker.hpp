@@ -30,6 +30,7 @@ public:
     }
     void Start(ReadyQueue& queue, CompletionSink& sink) override;
     void Stop() override;
+    bool RunOneQueued(ReadyQueue& queue, CompletionSink& sink) override;
     unsigned threads() const noexcept { return threads_; }
 
     // Runs one task's kernel on this thread; returns its status (what the
@@ -66,6 +67,14 @@ public:
 private:
     // One pool thread's loop: pops and runs until the queue is closed.
     void Serve(ReadyQueue& queue, CompletionSink& sink);
+    // A thread's track in a trace, named once per recording.
+    struct Track {
+        std::string name;
+        uint32_t id = 0;          // of `recording`
+        uint64_t recording = 0;
+    };
+    // Runs `t` and reports it (its span on `track` while a trace records).
+    void RunAndReport(const ReadyTask& t, CompletionSink& sink, Track& track);
 
     unsigned threads_;
     std::string device_;

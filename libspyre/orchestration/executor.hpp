@@ -98,6 +98,11 @@ public:
     // when one of them failed.
     virtual bool OrdersAfterProducers() const noexcept { return false; }
     virtual void Kick() noexcept {}
+    // For a thread of the runtime that waits inside a task (a kernel's
+    // submission stalled on full rings): runs one task of `queue` on the
+    // calling thread and reports it to `sink`; false when none is queued or
+    // this executor runs no task on a caller's thread (the device's).
+    virtual bool RunOneQueued(ReadyQueue& /*queue*/, CompletionSink& /*sink*/) { return false; }
     virtual bool Drive(const std::atomic<uint32_t>& /*word*/, uint32_t /*expected*/,
                        std::chrono::steady_clock::time_point /*until*/) {
         return false;

@@ -260,26 +260,52 @@ std::string TaskGraph::Describe(int32_t id) const {
            ToString(t.state.load(std::memory_order_relaxed)) + ")";
 }
 
+template <typename Stuck>
+void TaskGraph::WaitForRoom(std::unique_lock<std::mutex>& submitting, Lock& lock, StallNeed need, Stuck&& stuck) {
+    // Under pressure, depth-0 outputs nobody can name (their address was
+    // never handed out) need not be kept.
+    if (!holds_.empty() && LetGoHoldsNotHandedOut()) return;
+    // Only tasks on executors finish by themselves; with none, space could
+    // come back only through this (stalled) caller: say so. Nor does the
+    // task whose kernel is this caller: the rings are reused in order, and
+    // it cannot end while its kernel waits.
+    if (active_ == 0 || WaitsForItsOwnRun(need)) Fail(ErrorKind::OutOfMemory, stuck(), EDEADLK);
+    // A kernel's submission holds a host thread: when every one of them is
+    // such a kernel, the ready task room waits for would never get a
+    // thread. It runs one itself instead, and looks again every
+    // millisecond (a push to the ready queue wakes the workers, not it).
+    const bool in_a_task = CpuWorker::RunningTaskOf() == this;
+    if (in_a_task && RunOneReadyHostTask(submitting, lock)) return;
+    stalled_.slots = std::max(stalled_.slots, need.slots);
+    if (need.bytes) stalled_.bytes = stalled_.bytes ? std::min(stalled_.bytes, need.bytes) : need.bytes;
+    ++stallers_;
+    Sleep(lock,
+          in_a_task ? std::chrono::steady_clock::now() + std::chrono::milliseconds(1)
+                    : std::chrono::steady_clock::time_point::max(),
+          &submitting);
+    if (--stallers_ == 0) stalled_ = {};
+}
+
+bool TaskGraph::RunOneReadyHostTask(std::unique_lock<std::mutex>& submitting, Lock& lock) {
+    lock.unlock();
+    submitting.unlock();
+    bool ran = false;
+    for (const Route& route : routes_)
+        if (route.executor && !route.driven && route.executor->RunOneQueued(*route.queue, *this)) {
+            ran = true;
+            break;
+        }
+    submitting.lock();
+    lock.lock();
+    return ran;
+}
+
 template <typename Attempt, typename Stuck>
-auto TaskGraph::Stall(Lock& lock, StallNeed need, Attempt&& attempt, Stuck&& stuck) {
+auto TaskGraph::Stall(std::unique_lock<std::mutex>& submitting, Lock& lock, StallNeed need, Attempt&& attempt,
+                      Stuck&& stuck) {
     for (;;) {
-        if (auto r = attempt()) {
-            stalled_ = {};
-            return *r;
-        }
-        stalled_ = need;
-        // Under pressure, depth-0 outputs nobody can name (their address
-        // was never handed out) need not be kept.
-        if (!holds_.empty() && LetGoHoldsNotHandedOut()) continue;
-        // Only tasks on executors finish by themselves; with none, space
-        // could come back only through this (stalled) caller: say so.
-        // Nor does the task whose kernel is this caller: the rings are
-        // reused in order, and it cannot end while its kernel waits.
-        if (active_ == 0 || WaitsForItsOwnRun(need)) {
-            stalled_ = {};
-            Fail(ErrorKind::OutOfMemory, stuck(), EDEADLK);
-        }
-        Sleep(lock);
+        if (auto r = attempt()) return *r;
+        WaitForRoom(submitting, lock, need, stuck);
     }
 }
 
@@ -291,12 +317,51 @@ bool TaskGraph::RunsOnThisThread(int64_t task_id) const {
     return false;
 }
 
+bool TaskGraph::EndsAfterThisThreadsTask(int64_t task_id) const {
+    if (task_id < 0 || task_id > INT32_MAX || !ring_.IsLive(int32_t(task_id))) return false;
+    // What a task still waits for: a pending one its unfinished producers; a
+    // completed one, to be consumed (the ring drains only past consumed
+    // tasks), its unfinished consumers, which hold their producers. A ready
+    // or running task ends by itself (or its thread finds this too). Every
+    // id met is live: producers are held until their consumers complete.
+    std::vector<std::pair<int32_t, int32_t>> held_by;  // (producer, unfinished consumer), built when needed
+    bool held_by_built = false;
+    std::vector<int32_t> todo{int32_t(task_id)}, seen;
+    while (!todo.empty()) {
+        const int32_t id = todo.back();
+        todo.pop_back();
+        if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
+        seen.push_back(id);
+        if (RunsOnThisThread(id)) return true;
+        const TaskDescriptor& t = ring_.Get(id);
+        const TaskState state = t.state.load(std::memory_order_relaxed);
+        if (state == TaskState::Pending) {
+            for (int32_t p : t.fanin)
+                if (ring_.Get(p).state.load(std::memory_order_relaxed) < TaskState::Completed) todo.push_back(p);
+        } else if (state == TaskState::Completed) {
+            if (!held_by_built) {
+                held_by_built = true;
+                for (int64_t seq = ring_.tail_seq(); seq < ring_.head_seq(); ++seq) {
+                    const TaskDescriptor& c = ring_.Get(ring_.IdOf(seq));
+                    if (c.state.load(std::memory_order_relaxed) >= TaskState::Completed) continue;
+                    for (int32_t p : c.fanin) held_by.emplace_back(p, c.task_id);
+                }
+                std::sort(held_by.begin(), held_by.end());
+            }
+            for (auto it = std::lower_bound(held_by.begin(), held_by.end(), std::pair{id, INT32_MIN});
+                 it != held_by.end() && it->first == id; ++it)
+                todo.push_back(it->second);
+        }
+    }
+    return false;
+}
+
 bool TaskGraph::WaitsForItsOwnRun(StallNeed need) const {
     if (!CpuWorker::RunningTasks()) return false;  // the common case: an orchestration thread
-    if (need.slots > 0 && ring_.live() > 0 && RunsOnThisThread(ring_.tail())) return true;
+    if (need.slots > 0 && ring_.live() > 0 && EndsAfterThisThreadsTask(ring_.tail())) return true;
     if (need.bytes > 0) {
         const auto owner = heap_.OldestOwner();
-        if (owner && !(*owner & kBufferOwner) && RunsOnThisThread(int64_t(*owner))) return true;
+        if (owner && !(*owner & kBufferOwner) && EndsAfterThisThreadsTask(int64_t(*owner))) return true;
     }
     return false;
 }
@@ -307,10 +372,12 @@ std::string TaskGraph::TaskRingStuck() const {
       << Describe(ring_.tail());
     const TaskDescriptor& t = ring_.Get(ring_.tail());
     const TaskState st = t.state.load(std::memory_order_relaxed);
-    if (RunsOnThisThread(t.task_id)) {
-        s << " is the task whose kernel is submitting, and the ring is reused in order behind it: a kernel can "
-             "submit only as many tasks as the ring has room for while its own task runs; submit them from the "
-             "orchestration thread, or create the runtime with a larger task ring";
+    if (EndsAfterThisThreadsTask(t.task_id)) {
+        s << (RunsOnThisThread(t.task_id) ? " is the task whose kernel is submitting"
+                                          : " waits for the task whose kernel is submitting")
+          << ", and the ring is reused in order behind it: a kernel can submit only as many tasks as the ring has "
+             "room for while its own task runs; submit them from the orchestration thread, or create the runtime "
+             "with a larger task ring";
     } else if (st == TaskState::Completed && HeldByAThread(t.task_id)) {
         s << " is held by its submitting thread (" << kHoldRule
           << "): read depth-0 outputs sooner, wait, put the tasks in scopes, or create the runtime with a larger "
@@ -352,8 +419,10 @@ std::string TaskGraph::HeapStuck(uint64_t need) const {
           << (b && !b->free_requested ? " (not freed with pto_free)" : " (still referenced by live tasks)");
     } else if (owner) {
         s << Describe(int32_t(*owner)) << "'s implicit outputs";
-        if (RunsOnThisThread(int64_t(*owner)))
-            s << ", the task whose kernel is submitting (it cannot end while its kernel waits)";
+        if (EndsAfterThisThreadsTask(int64_t(*owner)))
+            s << (RunsOnThisThread(int64_t(*owner)) ? ", the task whose kernel is submitting"
+                                                    : ", which waits for the task whose kernel is submitting")
+              << " (it cannot end while its kernel waits)";
         else if (HeldByAThread(int32_t(*owner)))
             s << ", held by its submitting thread (" << kHoldRule << ")";
         else if (scopes_.depth() > 0)
@@ -364,14 +433,14 @@ std::string TaskGraph::HeapStuck(uint64_t need) const {
 }
 
 uint8_t* TaskGraph::Alloc(uint64_t size) {
-    std::lock_guard sub(submit_mu_);
+    std::unique_lock sub(submit_mu_);
     Lock lock(*this);
     if (size == 0) Fail(ErrorKind::InvalidArgument, "pto_alloc of 0 bytes");
     if (size > heap_.size())
         Fail(ErrorKind::OutOfMemory, "pto_alloc of " + std::to_string(size) + " bytes is larger than the heap ring (" +
                                          std::to_string(heap_.size()) + " bytes)");
     const HeapRing::Block block =
-        Stall(lock, {.bytes = size}, [&] { return heap_.Allocate(size, kBufferOwner); }, [&] { return HeapStuck(size); });
+        Stall(sub, lock, {.bytes = size}, [&] { return heap_.Allocate(size, kBufferOwner); }, [&] { return HeapStuck(size); });
     heap_.SetOwner(block.seq, kBufferOwner | (options_.heap_offset + block.offset));  // known only now
     uint8_t* p = heap_.base() + block.offset;
     // Zero-filled, like calloc: seed 004's Example 2 accumulates every
@@ -421,11 +490,12 @@ void TaskGraph::ReleaseBuffer(BufferInfo& b) {
         TraceHeap();
 }
 
-void TaskGraph::Sleep(Lock& lock, std::chrono::steady_clock::time_point until) {
+void TaskGraph::Sleep(Lock& lock, std::chrono::steady_clock::time_point until, std::unique_lock<std::mutex>* submitting) {
     // Armed under the lock: a wake after this (even one from applying the
     // inbox as the lock goes) makes the wait return at once.
     const EventCount::Key key = wake_.Arm();
     lock.unlock();
+    if (submitting) submitting->unlock();
     // Tasks on a driven executor (the device's task queues) complete only
     // when a thread reaps them: the waiter does, until what it waits for
     // may have come.
@@ -440,6 +510,7 @@ void TaskGraph::Sleep(Lock& lock, std::chrono::steady_clock::time_point until) {
     else
         wake_.Wait(key, std::clamp<std::chrono::nanoseconds>(until - std::chrono::steady_clock::now(),
                                                              std::chrono::nanoseconds(0), std::chrono::seconds(1)));  // callers re-check
+    if (submitting) submitting->lock();  // submit_mu_ before mu_, as everywhere
     lock.lock();
 }
 
@@ -624,6 +695,17 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
     SPYRE_TRACE_SCOPE("pto_submit_task");
     std::unique_lock sub(submit_mu_);
     Lock lock(*this);
+    for (;;) {
+        StallNeed need;
+        if (const std::optional<int32_t> id = TrySubmit(sub, lock, kernel_id, worker_type, params, need)) return *id;
+        // Both locks go while it waits: checked again from the start after
+        // (another thread may have freed a buffer it names meanwhile).
+        WaitForRoom(sub, lock, need, [&] { return need.slots ? TaskRingStuck() : HeapStuck(need.bytes); });
+    }
+}
+
+std::optional<int32_t> TaskGraph::TrySubmit(std::unique_lock<std::mutex>& sub, Lock& lock, int32_t kernel_id,
+                                            int32_t worker_type, std::span<const TaskParam> params, StallNeed& need) {
     // Everything is checked before a slot is taken.
     const auto k = kernels_.find(kernel_id);
     if (k == kernels_.end()) Fail(ErrorKind::InvalidArgument, "kernel " + std::to_string(kernel_id) + " is not registered");
@@ -721,26 +803,30 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
     if (implicit_bytes > heap_.size())
         Fail(ErrorKind::OutOfMemory, "the task's implicit outputs need " + std::to_string(implicit_bytes) +
                                          " bytes, more than the heap ring (" + std::to_string(heap_.size()) + " bytes)");
-    // 1. A slot from the task ring (stalls while full).
-    const int32_t id = Stall(lock, {.slots = 1}, [&] { return ring_.Allocate(); }, [&] { return TaskRingStuck(); });
+    // 1. A slot from the task ring, 2. implicit outputs packed in one heap
+    // block; neither is kept when the other has no room.
+    const std::optional<int32_t> slot = ring_.Allocate();
+    if (!slot) {
+        need = {.slots = 1};
+        return std::nullopt;
+    }
+    const int32_t id = *slot;
     if (ring_.head_seq() >= next_forget_seq_) [[unlikely]]
         ForgetBeforeIdsComeRound();
     TaskDescriptor& t = ring_.Get(id);
-    // 2. Implicit outputs, packed in one heap block.
     if (implicit_bytes) {
-        try {
-            const HeapRing::Block b =
-                Stall(lock, {.bytes = implicit_bytes}, [&] { return heap_.Allocate(implicit_bytes, uint64_t(id)); }, [&] { return HeapStuck(implicit_bytes); });
-            t.heap_seq = b.seq;
-            t.heap_bytes = implicit_bytes;
-            t.has_heap_block = true;
-            t.packed_buffer_base = reinterpret_cast<uint64_t>(heap_.base() + b.offset);
-            if (trace::Enabled()) [[unlikely]]
-                TraceHeap();
-        } catch (...) {
-            ring_.Unallocate();  // nobody else allocates: submitters are serialised
-            throw;
+        const std::optional<HeapRing::Block> b = heap_.Allocate(implicit_bytes, uint64_t(id));
+        if (!b) {
+            ring_.Unallocate();  // nobody else allocates: this thread holds submit_mu_
+            need = {.bytes = implicit_bytes};
+            return std::nullopt;
         }
+        t.heap_seq = b->seq;
+        t.heap_bytes = implicit_bytes;
+        t.has_heap_block = true;
+        t.packed_buffer_base = reinterpret_cast<uint64_t>(heap_.base() + b->offset);
+        if (trace::Enabled()) [[unlikely]]
+            TraceHeap();
     }
     t.func_id = kernel_id;
     t.core_type = worker_type;

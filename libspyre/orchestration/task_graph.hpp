@@ -6,8 +6,9 @@
 // CONSUMED, reclaim), back-pressure and failure propagation.
 //
 // Threads: one lock (mu_) guards the bookkeeping; submitters are serialised
-// by submit_mu_ (the seed has one orchestration thread; this keeps a
-// stalled submission's slot its own). Executors report completions from
+// by submit_mu_ (the seed has one orchestration thread), except while one
+// waits for room in the rings: it lets go of both locks, with nothing of
+// its submission taken, so a running task's kernel may submit meanwhile. Executors report completions from
 // their threads through OnTaskComplete without waiting for the lock: a
 // completion that finds it held is parked in the inbox (ParkingInbox), which
 // every lock holder applies when it takes the lock and looks at again
@@ -231,15 +232,28 @@ private:
     // Whether the hazard map's entry of `task_id` still counts: unconsumed,
     // or a failed writer kept for its poison.
     bool Alive(int32_t task_id) const;
-    // What a stalled submitter waits for (submitters are serialised: one at a time).
+    // What a stalled submitter waits for.
     struct StallNeed {
         int32_t slots = 0;
         uint64_t bytes = 0;
     };
-    // Waits (releasing mu_) until `attempt` succeeds; throws what `stuck`
-    // builds once no running task can change anything.
+    // Waits until `attempt` succeeds; throws what `stuck` builds once no
+    // running task can change anything. Each wait (WaitForRoom) releases
+    // both locks: the submitter's too, so a kernel of a running task may
+    // submit meanwhile (a stalled submitter that kept it made such a
+    // kernel, and so the ring, wait for good).
     template <typename Attempt, typename Stuck>
-    auto Stall(Lock& lock, StallNeed need, Attempt&& attempt, Stuck&& stuck);
+    auto Stall(std::unique_lock<std::mutex>& submitting, Lock& lock, StallNeed need, Attempt&& attempt, Stuck&& stuck);
+    // One wait of a submitter that found no room for `need`: lets go of what
+    // it can, throws OutOfMemory (EDEADLK, what `stuck` builds) when only
+    // this caller could free it, or sleeps with both locks released until
+    // room may have come. The caller tries again.
+    template <typename Stuck>
+    void WaitForRoom(std::unique_lock<std::mutex>& submitting, Lock& lock, StallNeed need, Stuck&& stuck);
+    // Submit's work under both locks: the task's id, or nullopt with `need`
+    // set when the rings have no room for it (nothing taken).
+    std::optional<int32_t> TrySubmit(std::unique_lock<std::mutex>& submitting, Lock& lock, int32_t kernel_id,
+                                     int32_t worker_type, std::span<const TaskParam> params, StallNeed& need);
     std::string TaskRingStuck() const;
     bool HeldByAThread(int32_t task_id) const;  // a depth-0 hold
     // Whether `task_id` is a task whose kernel the calling thread is in.
@@ -248,6 +262,13 @@ private:
     // whose kernel this thread is in has ended: the oldest task of the ring
     // (slots) or the owner of the heap's oldest block (bytes).
     bool WaitsForItsOwnRun(StallNeed need) const;
+    // Whether `task_id` is, or waits (through producers not yet completed)
+    // for, a task whose kernel the calling thread is in.
+    bool EndsAfterThisThreadsTask(int64_t task_id) const;
+    // For a stalled submitter inside a task: runs one ready task of a host
+    // executor on this thread, both locks released meanwhile; false when
+    // none was queued.
+    bool RunOneReadyHostTask(std::unique_lock<std::mutex>& submitting, Lock& lock);
     // InvalidArgument when the calling thread runs a task of this runtime.
     void CheckNotInATask(const char* call) const;
     std::string HeapStuck(uint64_t need) const;
@@ -300,7 +321,9 @@ private:
     void CheckNotStuck() const;
     // Waits on wake_; WakeWaiters wakes the waiters only when what they
     // wait for may have come. Returns at `until` at the latest.
-    void Sleep(Lock& lock, std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max());
+    // `submitting` (held, when given) is released for the wait too.
+    void Sleep(Lock& lock, std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max(),
+               std::unique_lock<std::mutex>* submitting = nullptr);
     void WakeWaiters();
     // Failed writers kept in the hazard map after they are consumed (see
     // poisoned_): filed at consumption, met by readers' lookups, dropped
@@ -382,7 +405,11 @@ private:
     // thread's floor (SetScopeFloor; none: 0).
     std::thread::id scope_owner_;
     std::vector<std::pair<std::thread::id, int32_t>> scope_floors_;
-    StallNeed stalled_;         // what a stalled submitter waits for ({}: none)
+    // What stalled submitters wait for ({}: none): the ring's slots, and the
+    // smallest heap block any of them waits for (wakes them no later than
+    // the one it fits).
+    StallNeed stalled_;
+    int stallers_ = 0;  // submitters asleep in WaitForRoom
     bool space_freed_ = false;  // a ring slot or heap block came back since the last WakeWaiters
     int64_t inflight_ = 0;  // submitted, not completed
     int64_t active_ = 0;    // READY or RUNNING on an executor: will complete on their own

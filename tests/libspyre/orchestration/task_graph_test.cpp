@@ -1174,6 +1174,85 @@ TEST_P(WaitInsideATask, AScopeBegunOrEndedInsideATaskIsRefused) {
     EXPECT_EQ(pto_scope_end(o().handle()), 0);
 }
 
+// Kernels on worker threads submit tasks of their own while the
+// orchestration thread waits for room in a small ring. A stalled submitter
+// used to keep the submitters' lock while it slept, so every such kernel,
+// and with it the ring, waited for good (an outside probe hung every time).
+// Now each kernel's submission gets in: it succeeds, or fails with
+// OutOfMemory (EDEADLK) when its own task is what the ring waits for, and
+// the increments that ran are exactly the submissions that succeeded.
+TEST_P(OrchQueueTest, KernelsSubmittingWhileTheOrchestrationThreadWaitsForRoomDoNotHang) {
+    Make(/*ring=*/8, 1 << 20, 4 << 20, /*threads=*/2, /*run_here=*/false);
+    enum : int32_t { K_SUBMIT = 30 };
+    uint32_t* counters = Data(0, 8);
+    std::atomic<int> ok{0}, refused{0}, other{0};
+    o().RegisterHostKernel(K_SUBMIT, [&](std::span<void* const> b, std::span<const uint64_t>) {
+        TaskParam inc[] = {InOut(b[0], 4)};
+        try {
+            o().Submit(K_INC, WORKER_HOST, inc);
+            ++ok;
+        } catch (const Error& e) {
+            const bool deadlock = e.kind() == ErrorKind::OutOfMemory &&
+                                  std::string(e.what()).find("whose kernel is submitting") != std::string::npos;
+            ++(deadlock ? refused : other);
+        }
+        return 0u;
+    });
+    constexpr int kTasks = 300;
+    for (int i = 0; i < kTasks; ++i) {
+        TaskParam p[] = {InOut(counters + (i & 1), 4)};
+        o().Submit(K_SUBMIT, WORKER_HOST, p);
+    }
+    o().WaitAll();
+    EXPECT_EQ(ok + refused, kTasks);
+    EXPECT_EQ(other.load(), 0) << "a kernel's submission failed with another error";
+    EXPECT_EQ(counters[0] + counters[1], uint32_t(ok.load())) << "increments that ran against submissions that succeeded";
+}
+
+// The one host thread runs a kernel whose submission finds the ring full,
+// and what would free it is ready tasks no other thread can run (readers
+// of an output that hold it in the ring until they end). The stalled
+// kernel runs them itself, and its submission then gets in. It used to
+// sleep until they ran, which was never.
+TEST_P(OrchQueueTest, AKernelWaitingForRoomRunsTheReadyTasksThatWouldMakeIt) {
+    Make(/*ring=*/8, 1 << 20, 4 << 20, /*threads=*/1, /*run_here=*/false);
+    enum : int32_t { K_GATE = 31, K_SUBMIT };
+    uint32_t* x = Data(0, 64);
+    uint32_t* outs = Data(4096, 6 * 64);
+    uint32_t* child = Data(8192, 64);
+    std::atomic<bool> open{false};
+    std::string outcome = "never ran";
+    o().RegisterHostKernel(K_GATE, [&](std::span<void* const> b, std::span<const uint64_t>) {
+        for (int i = 0; i < 200000 && !open.load(); ++i) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        *static_cast<uint32_t*>(b[0]) = 5;
+        return 0u;
+    });
+    o().RegisterHostKernel(K_SUBMIT, [&](std::span<void* const>, std::span<const uint64_t>) {
+        TaskParam fill[] = {Out(child, 64)};
+        try {
+            o().Submit(K_FILL, WORKER_HOST, fill);
+            outcome = "submitted";
+        } catch (const Error& e) {
+            outcome = e.what();
+        }
+        return 0u;
+    });
+    std::memset(child, 0, 64);
+    TaskParam gate[] = {Out(x, 4)};
+    o().Submit(K_GATE, WORKER_HOST, gate);  // the thread waits in it
+    TaskParam none[] = {Out(Data(12288, 64), 64)};
+    o().Submit(K_SUBMIT, WORKER_HOST, none);  // queued next: ready at once
+    for (int i = 0; i < 6; ++i) {  // the ring's other 6 slots: readers of x, queued after K_SUBMIT
+        TaskParam add[] = {In(x, 4), In(x, 4), Out(outs + 16 * i, 4)};
+        o().Submit(K_ADD, WORKER_HOST, add);
+    }
+    open = true;
+    o().WaitAll();
+    EXPECT_EQ(outcome, "submitted");
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(outs[16 * i], 10u) << "reader " << i;
+    for (int i = 0; i < 16; ++i) ASSERT_EQ(child[i], 7u) << "the kernel's own task did not run";
+}
+
 void SeedStyleOrchestration(Runtime* rt, uint64_t* args) {
     auto* a = reinterpret_cast<uint32_t*>(args[0]);
     auto* out = reinterpret_cast<uint32_t*>(args[1]);
