@@ -20,16 +20,19 @@ thread_local std::deque<JobThreads::Job>* tl_batch = nullptr;
 int JobThreads::CurrentIndex() noexcept { return tl_index; }
 JobThreads* JobThreads::Current() noexcept { return tl_pool; }
 
-bool JobThreads::RunOneQueued() {
+bool JobThreads::RunOneQueued(const std::function<bool(const void* item)>& skip) {
+    auto wanted = [&](const Job& j) { return !skip || !skip(j.item); };
     Job job;
-    if (tl_batch && !tl_batch->empty()) {
-        job = std::move(tl_batch->front());
-        tl_batch->pop_front();
+    auto in_batch = tl_batch ? std::find_if(tl_batch->begin(), tl_batch->end(), wanted) : std::deque<Job>::iterator();
+    if (tl_batch && in_batch != tl_batch->end()) {
+        job = std::move(*in_batch);
+        tl_batch->erase(in_batch);
     } else {
         std::lock_guard lock(mu_);
-        if (jobs_.empty()) return false;
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
+        const auto it = std::find_if(jobs_.begin(), jobs_.end(), wanted);
+        if (it == jobs_.end()) return false;
+        job = std::move(*it);
+        jobs_.erase(it);
         queued_.store(jobs_.size(), std::memory_order_release);
     }
     job.run();  // nested in a job this thread runs: it counts in running_ already
@@ -131,9 +134,11 @@ void JobThreads::PostAll(std::vector<Job>& jobs) {
     jobs.clear();
 }
 
-void JobThreads::Post(std::function<void()> run, const void* owner) {
+void JobThreads::Post(std::function<void()> run, const void* owner) { Post(Job{std::move(run), owner}); }
+
+void JobThreads::Post(Job job) {
     std::vector<Job> one;
-    one.push_back(Job{std::move(run), owner});
+    one.push_back(std::move(job));
     PostAll(one);
 }
 

@@ -47,8 +47,10 @@ public:
     struct Job {
         std::function<void()> run;
         const void* owner = nullptr;
+        const void* item = nullptr;  // what it runs (the dispatcher's task), for RunOneQueued's `skip`
     };
     void Post(std::function<void()> run, const void* owner = nullptr);
+    void Post(Job job);
     // All of `jobs`, in order, under one lock (emptied): a run's ready
     // tasks reach a device thread in one hand-over, not one each.
     void PostAll(std::vector<Job>& jobs);
@@ -76,10 +78,11 @@ public:
     static JobThreads* Current() noexcept;
 
     // For a thread of this pool that waits for work its pool may have to
-    // run (a SubWorker waiting on a run that needs a SubWorker): runs one
-    // queued job on the calling thread; false when none is queued. The
-    // pool's other threads may all be waiting the same way.
-    bool RunOneQueued();
+    // run (a SubWorker waiting on a run that needs a SubWorker): runs the
+    // first queued job whose item `skip` (when set) does not name, on the
+    // calling thread; false when there is none. The pool's other threads
+    // may all be waiting the same way.
+    bool RunOneQueued(const std::function<bool(const void* item)>& skip = {});
     // Whether a job is queued for RunOneQueued (lock-free look).
     bool HasQueued() const noexcept { return queued_.load(std::memory_order_acquire) != 0; }
 

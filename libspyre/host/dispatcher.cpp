@@ -183,6 +183,18 @@ Running::~Running() {
     --tl_depth;
 }
 
+// A pool thread's wait inside a job (a chip function that waits on a
+// nested run): the chip tasks of other runs it took from its lane and put
+// back (Dispatcher::DeferWhileSlotsHeldHere), for it to skip until the
+// wait ends; they could only fail on this thread.
+struct LaneWait {
+    const RunState* awaited;
+    Dispatcher* dispatcher = nullptr;  // the one that put them back
+    std::vector<HostTask*> deferred;
+    LaneWait* outer = nullptr;
+};
+thread_local LaneWait* tl_lane_wait = nullptr;
+
 // Sleeps on the run until `ready()`. A thread of the Worker's own pools (a
 // SubWorker that started a run and waits on it) runs its pool's queued jobs
 // meanwhile: that run's SubWorker tasks may need the very thread that
@@ -195,15 +207,29 @@ bool SleepOrHelp(RunState& run, Ready&& ready,
                  std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max()) {
     using namespace std::chrono;
     JobThreads* pool = JobThreads::Current();
+    LaneWait wait{&run, nullptr, {}, tl_lane_wait};
+    if (pool) tl_lane_wait = &wait;
+    struct Restore {
+        LaneWait& wait;
+        bool set;
+        ~Restore() {
+            if (set) tl_lane_wait = wait.outer;
+        }
+    } restore{wait, pool != nullptr};
+    auto skip = [&](const void* item) { return std::find(wait.deferred.begin(), wait.deferred.end(), item) != wait.deferred.end(); };
     while (!ready()) {
         const auto now = steady_clock::now();
         if (now >= until) return false;
         const nanoseconds left = until == steady_clock::time_point::max() ? nanoseconds(seconds(1)) : until - now;
         if (!pool) {
             run.wake.SleepUnless(ready, std::min<nanoseconds>(left, seconds(1)));
-        } else if (!pool->RunOneQueued()) {
-            run.wake.SleepUnless([&] { return ready() || pool->HasQueued(); }, std::min<nanoseconds>(left, milliseconds(1)));
+            continue;
         }
+        if (!wait.deferred.empty()) wait.dispatcher->KeepDeferredUnlessAwaited(wait.deferred);
+        if (wait.deferred.empty() ? pool->RunOneQueued() : pool->RunOneQueued(skip)) continue;
+        // Put-back jobs stay queued: with them, a 1 ms look, not a wake.
+        run.wake.SleepUnless([&] { return ready() || (wait.deferred.empty() && pool->HasQueued()); },
+                             std::min<nanoseconds>(left, milliseconds(1)));
     }
     return true;
 }
@@ -368,7 +394,7 @@ void Dispatcher::RunCheapHere() {
     for (HostTask* task : cheap) {
         JobThreads::Job job = ChipJob(task);
         JobThreads& lane = *lanes_[task->device];
-        if (!lane.RunHere(job)) lane.Post(std::move(job.run), job.owner);
+        if (!lane.RunHere(job)) lane.Post(std::move(job));
     }
     cheap.clear();
     tl_cheap_spare = std::move(cheap);
@@ -474,7 +500,7 @@ void Dispatcher::MakeReady(HostTask* task) {
 }
 
 JobThreads::Job Dispatcher::ChipJob(HostTask* task) {
-    return {[this, task] { RunChip(task); }, task->run};
+    return {[this, task] { RunChip(task); }, task->run, task};
 }
 
 void Dispatcher::Finish(HostTask* task, HostTask::State state, TaskFailureInfo failure) {
@@ -590,7 +616,39 @@ void SetCause(TaskFailureInfo& f) {
     f.root_kernel_id = f.kernel_id;
 }
 
+bool Dispatcher::DeferWhileSlotsHeldHere(HostTask* task) {
+    LaneWait& wait = *tl_lane_wait;
+    const size_t d = task->device;
+    if (task->run == wait.awaited || !local_[d] || !local_[d]->AllSlotsHeldByThisThread()) return false;
+    {
+        Lock lock(*this);
+        if (SomethingWaitsFor(*task)) return false;
+    }
+    wait.dispatcher = this;
+    wait.deferred.push_back(task);
+    lanes_[d]->Post(ChipJob(task));
+    return true;
+}
+
+bool Dispatcher::SomethingWaitsFor(const HostTask& task) const {
+    for (const HostTask* c : task.consumers)
+        if (!c->Finished()) return true;
+    return false;
+}
+
+void Dispatcher::KeepDeferredUnlessAwaited(std::vector<HostTask*>& deferred) {
+    // None of them can end meanwhile: each needs a slot the waiting
+    // thread's calls hold. A task filed since that waits for one (a nested
+    // run of the awaited one's) makes it run, and fail, as before.
+    Lock lock(*this);
+    std::erase_if(deferred, [&](const HostTask* t) { return SomethingWaitsFor(*t); });
+}
+
 void Dispatcher::RunChip(HostTask* task) {
+    // A lane thread waiting inside a chip call took a chip task of another
+    // run that needs a slot of a device whose slots that very call holds:
+    // put back (its Lease would fail it), unless something waits for it.
+    if (tl_lane_wait && DeferWhileSlotsHeldHere(task)) return;
     const size_t d = task->device;
     ChipCallStats moved;
     // A clock read costs about 70 ns here: a local call reuses start_ns as

@@ -197,6 +197,11 @@ namespace {
 thread_local std::vector<const LocalChipExecutor*> t_slots_held;
 }  // namespace
 
+bool LocalChipExecutor::AllSlotsHeldByThisThread() {
+    std::lock_guard lock(mu_);
+    return free_slots_.empty() && size_t(std::count(t_slots_held.begin(), t_slots_held.end(), this)) >= slots_.size();
+}
+
 // One call's hold on the executor: a free slot and its arguments' device
 // copies, inputs current. The slot and the copies are taken and given back
 // under the executor's lock; the bytes move through the device's DMAEngine

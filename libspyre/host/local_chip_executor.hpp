@@ -42,6 +42,9 @@ public:
     // another device refused).
     void UnloadPlan(const std::string& name);
     unsigned Concurrency() const override { return unsigned(slots_.size()); }
+    // Whether every chip slot is held by calls of the calling thread (a
+    // chip function waiting on a nested run): another call could only fail.
+    bool AllSlotsHeldByThisThread();
     ChipCallStats Run(const ChipCall& call) override;
     // The same, called at `called_ns` on the device clock (the caller's
     // own read, which this call then need not repeat).

@@ -678,6 +678,69 @@ TEST_F(WorkerTest, AChipFunctionWaitingForANestedRunOnItsOwnOnlySlotIsRefused) {
     EXPECT_EQ(one.Run(inner, {a, a})[0].floats()[0], 4.0f);
 }
 
+// A Worker of one VF that runs one chip task at a time, and 2 SubWorkers.
+Worker OneChipSlotWorker(Host& host) {
+    DistributedConfig c;
+    c.device_ids = {Vfs(host).front()};
+    c.chip_tasks_per_device = 1;
+    c.num_sub_workers = 2;
+    return Worker(host, c);
+}
+
+// Three independent chip tasks on a device of one chip slot, each chip
+// function running a nested program of one SubWorker. The device's only
+// thread, waiting in the first call for its nested run, took the next chip
+// task from its lane, whose slot that same call held: the siblings failed
+// with "would wait for itself" (an outside probe, every run). They are put
+// back now and run once the call ends.
+TEST_F(WorkerTest, SiblingChipTasksWaitWhileAChipFunctionWaitsOnANestedRun) {
+    worker_.reset();  // its devices
+    Worker one = OneChipSlotWorker(*host_);
+    one.RegisterSubWorker("inc", [](std::span<const HostTensor> t) { t[0].floats()[0] += 1; });
+    HostTensor d = HostTensor::Zeros({1});
+    HostProgram inner{"inner", 1, {}, [](HostGraph& g, std::span<const HostTensor> a) { g.Sub("inc", {InOut(a[0])}); }};
+    one.RegisterChipFunction("nest", ChipFunction([&](ChipContext&) { one.Run(inner, {d}); }));
+    HostProgram outer{"outer", 1, {}, [](HostGraph& g, std::span<const HostTensor> x) {
+                          for (int i = 0; i < 3; ++i) g.Chip("nest", {In(x[0])});
+                      }};
+    EXPECT_NO_THROW(one.Run(outer, {HostTensor::Zeros({1, kTinyCols})}));
+    EXPECT_EQ(d.floats()[0], 3.0f);
+}
+
+// The same device, but the nested run reads what a queued sibling writes:
+// the nested run waits for that sibling, which waits for the slot the
+// waiting call holds. Put back, it would never run and both runs would
+// hang; it runs on the waiting thread and fails instead, as before.
+TEST_F(WorkerTest, ASiblingTheNestedRunWaitsForFailsRatherThanHangs) {
+    worker_.reset();  // its devices
+    Worker one = OneChipSlotWorker(*host_);
+    RegisterTinyAdd(one);
+    HostTensor y = HostTensor::Zeros({1, kTinyCols});
+    std::atomic<bool> writer_submitted{false};
+    HostProgram inner{"inner", 1, {}, [](HostGraph& g, std::span<const HostTensor> a) {
+                          g.Sub("read_y", [](std::span<const HostTensor>) {}, {In(a[0])});
+                      }};
+    one.RegisterChipFunction("nest", ChipFunction([&](ChipContext&) {
+                                 ASSERT_TRUE(Await([&] { return writer_submitted.load(); }));
+                                 one.Run(inner, {y});  // its reader depends on the writer below
+                             }));
+    HostProgram outer{"outer", 1, {}, [&](HostGraph& g, std::span<const HostTensor> x) {
+                          g.Chip("nest", {In(x[0])});
+                          g.Chip("tiny_add", {In(x[0]), In(x[0]), Out(y)});  // queued behind it, on its lane
+                          writer_submitted = true;
+                      }};
+    auto run = std::async(std::launch::async, [&] { one.Run(outer, {HostTensor::Zeros({1, kTinyCols})}); });
+    ASSERT_EQ(run.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "the runs hung";
+    try {
+        run.get();
+        ADD_FAILURE() << "the sibling got a slot its own device thread held";
+    } catch (const HostRunError& e) {
+        EXPECT_NE(std::string(e.what()).find("chip slot(s) are held by chip calls of this same thread"),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
 // A run's waiter runs the run's queued tasks itself while the device
 // threads and SubWorkers sleep (Dispatcher::LookForEnd). A SubWorker it
 // runs that starts a nested run and waits takes the SubWorker pool's only
