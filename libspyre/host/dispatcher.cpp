@@ -183,40 +183,26 @@ Running::~Running() {
     --tl_depth;
 }
 
-// A pool thread's wait inside a job (a chip function that waits on a
-// nested run): the chip tasks of other runs it took from its lane and put
-// back (Dispatcher::DeferWhileSlotsHeldHere), for it to skip until the
-// wait ends; they could only fail on this thread.
-struct LaneWait {
-    const RunState* awaited;
-    Dispatcher* dispatcher = nullptr;  // the one that put them back
-    std::vector<HostTask*> deferred;
-    LaneWait* outer = nullptr;
-};
-thread_local LaneWait* tl_lane_wait = nullptr;
-
 // Sleeps on the run until `ready()`. A thread of the Worker's own pools (a
 // SubWorker that started a run and waits on it) runs its pool's queued jobs
 // meanwhile: that run's SubWorker tasks may need the very thread that
 // waits, and the pool's other threads may be waiting the same way. A job
 // posted while it sleeps wakes the pool, not the run, so such a sleep is
-// short.
+// short. `dispatcher` (when given) says which queued jobs to leave
+// (Dispatcher::LeaveToItsLane): while it leaves some, the sleep is a 1 ms
+// look, since they keep the pool's queue from looking empty.
 // Whether `ready()` came before `until` (RunHandle::WaitFor's bound).
 template <typename Ready>
-bool SleepOrHelp(RunState& run, Ready&& ready,
+bool SleepOrHelp(RunState& run, Ready&& ready, Dispatcher* dispatcher = nullptr,
                  std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max()) {
     using namespace std::chrono;
     JobThreads* pool = JobThreads::Current();
-    LaneWait wait{&run, nullptr, {}, tl_lane_wait};
-    if (pool) tl_lane_wait = &wait;
-    struct Restore {
-        LaneWait& wait;
-        bool set;
-        ~Restore() {
-            if (set) tl_lane_wait = wait.outer;
-        }
-    } restore{wait, pool != nullptr};
-    auto skip = [&](const void* item) { return std::find(wait.deferred.begin(), wait.deferred.end(), item) != wait.deferred.end(); };
+    bool left_some = false;
+    auto leave = [&](const void* item) {
+        const bool leave = item && dispatcher->LeaveToItsLane(*static_cast<const HostTask*>(item), run);
+        left_some |= leave;
+        return leave;
+    };
     while (!ready()) {
         const auto now = steady_clock::now();
         if (now >= until) return false;
@@ -225,17 +211,18 @@ bool SleepOrHelp(RunState& run, Ready&& ready,
             run.wake.SleepUnless(ready, std::min<nanoseconds>(left, seconds(1)));
             continue;
         }
-        if (!wait.deferred.empty()) wait.dispatcher->KeepDeferredUnlessAwaited(wait.deferred);
-        if (wait.deferred.empty() ? pool->RunOneQueued() : pool->RunOneQueued(skip)) continue;
-        // Put-back jobs stay queued: with them, a 1 ms look, not a wake.
-        run.wake.SleepUnless([&] { return ready() || (wait.deferred.empty() && pool->HasQueued()); },
+        left_some = false;
+        const bool ran = dispatcher ? pool->RunOneQueued(leave) : pool->RunOneQueued();
+        if (dispatcher) dispatcher->ApplyParked();  // `leave` may have held its lock
+        if (ran) continue;
+        run.wake.SleepUnless([&] { return ready() || (!left_some && pool->HasQueued()); },
                              std::min<nanoseconds>(left, milliseconds(1)));
     }
     return true;
 }
 
-void SleepOn(RunState& run) {
-    SleepOrHelp(run, [&] { return run.done_flag.load(std::memory_order_seq_cst); });
+void SleepOn(RunState& run, Dispatcher* dispatcher = nullptr) {
+    SleepOrHelp(run, [&] { return run.done_flag.load(std::memory_order_seq_cst); }, dispatcher);
 }
 
 }  // namespace
@@ -272,7 +259,7 @@ const HostTask* Dispatcher::CallerTaskOutside(const RunState& run) noexcept {
 
 void Dispatcher::SleepUntilDone(RunState& run) {
     CheckNotPartOf(run);
-    SleepOn(run);
+    SleepOn(run, this);
 }
 
 void Dispatcher::CheckNotPartOf(const RunState& run) {
@@ -335,7 +322,7 @@ void Dispatcher::Shutdown() {
             if (in_flight_.empty()) break;
             run = in_flight_.front();
         }
-        SleepOn(*run);
+        SleepOn(*run, this);
     }
     lanes_.clear();  // joins
     sub_workers_.reset();
@@ -361,7 +348,7 @@ void Dispatcher::WaitForRoom(RunState& run) {
             if (!run.window_waiter) return;
         }
         // The lock is released: the completions that make room need it.
-        SleepOrHelp(run, room);
+        SleepOrHelp(run, room, this);
     }
 }
 
@@ -616,39 +603,26 @@ void SetCause(TaskFailureInfo& f) {
     f.root_kernel_id = f.kernel_id;
 }
 
-bool Dispatcher::DeferWhileSlotsHeldHere(HostTask* task) {
-    LaneWait& wait = *tl_lane_wait;
-    const size_t d = task->device;
-    if (task->run == wait.awaited || !local_[d] || !local_[d]->AllSlotsHeldByThisThread()) return false;
-    {
-        Lock lock(*this);
-        if (SomethingWaitsFor(*task)) return false;
-    }
-    wait.dispatcher = this;
-    wait.deferred.push_back(task);
-    lanes_[d]->Post(ChipJob(task));
+bool Dispatcher::LeaveToItsLane(const HostTask& task, const RunState& awaited) {
+    // Called under its pool's lock: a queued task has not started, and
+    // nothing frees it meanwhile.
+    if (task.level != Level::Chip || task.run == &awaited) return false;
+    const size_t d = task.device;
+    if (!local_[d] || !local_[d]->AllSlotsHeldByThisThread()) return false;
+    // The bare mutex, not a Lock: under its pool's lock this may not post
+    // jobs (a Lock's release does). What threads parked meanwhile, leaving
+    // it to this holder, SleepOrHelp applies next (ApplyParked).
+    std::lock_guard held(mu_);
+    for (const HostTask* c : task.consumers)
+        if (!c->Finished()) return false;  // the awaited run may wait for it: run it, and fail
     return true;
 }
 
-bool Dispatcher::SomethingWaitsFor(const HostTask& task) const {
-    for (const HostTask* c : task.consumers)
-        if (!c->Finished()) return true;
-    return false;
-}
-
-void Dispatcher::KeepDeferredUnlessAwaited(std::vector<HostTask*>& deferred) {
-    // None of them can end meanwhile: each needs a slot the waiting
-    // thread's calls hold. A task filed since that waits for one (a nested
-    // run of the awaited one's) makes it run, and fail, as before.
-    Lock lock(*this);
-    std::erase_if(deferred, [&](const HostTask* t) { return SomethingWaitsFor(*t); });
+void Dispatcher::ApplyParked() {
+    if (!inbox_.Empty() || !submissions_.Empty()) ApplyIfParked();
 }
 
 void Dispatcher::RunChip(HostTask* task) {
-    // A lane thread waiting inside a chip call took a chip task of another
-    // run that needs a slot of a device whose slots that very call holds:
-    // put back (its Lease would fail it), unless something waits for it.
-    if (tl_lane_wait && DeferWhileSlotsHeldHere(task)) return;
     const size_t d = task->device;
     ChipCallStats moved;
     // A clock read costs about 70 ns here: a local call reuses start_ns as
@@ -714,7 +688,7 @@ std::vector<HostTensor> Dispatcher::Wait(RunState& run, const ProgressCallback& 
     if (progress) return WaitReporting(run, progress);
     // A short run ends within a few microseconds: look for that, running
     // the run's queued tasks meanwhile, before paying a sleep and a wake-up.
-    if (JobThreads::Current() || !LookForEnd(run)) SleepOn(run);  // checked above
+    if (JobThreads::Current() || !LookForEnd(run)) SleepOn(run, this);  // checked above
     Lock lock(*this);
     if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped, RecordsOf(run));
     return run.outputs;
@@ -743,7 +717,7 @@ std::vector<HostTensor> Dispatcher::WaitReporting(RunState& run, const ProgressC
             continue;  // look again: tasks finished meanwhile
         }
         if (ended) break;
-        SleepOrHelp(run, [&] { return look() != std::pair<uint64_t, bool>{reported, false}; });
+        SleepOrHelp(run, [&] { return look() != std::pair<uint64_t, bool>{reported, false}; }, this);
     }
     Lock lock(*this);
     if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped, RecordsOf(run));
@@ -776,7 +750,7 @@ bool Dispatcher::WaitFor(RunState& run, std::chrono::nanoseconds timeout) {
     // bounded); a short run ends within its look, without a sleep and a
     // wake-up.
     if (!JobThreads::Current() && timeout >= JobThreads::kSpin && JobThreads::LookBeforeSleeping(ended)) return true;
-    return SleepOrHelp(run, ended, until);
+    return SleepOrHelp(run, ended, this, until);
 }
 
 bool Dispatcher::Done(RunState& run) {

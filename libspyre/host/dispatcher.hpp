@@ -76,9 +76,16 @@ public:
     // chip function or orchestration function (it would wait for itself).
     std::vector<HostTensor> Wait(RunState& run, const ProgressCallback& progress = {});
     bool Done(RunState& run);
-    // For a waiting lane thread (SleepOrHelp): drops from `deferred` the
-    // tasks something waits for by now, so that it runs them.
-    void KeepDeferredUnlessAwaited(std::vector<HostTask*>& deferred);
+    // For a pool thread waiting on `awaited` (SleepOrHelp), about a job
+    // queued on its pool: whether to leave `task` there. A chip task of
+    // another run whose device's slots this thread's calls all hold (a chip
+    // function waiting on a nested run) could only fail on this thread: it
+    // waits for the call to end, unless something waits for it (the
+    // awaited run may): left queued, both runs would hang; run, it fails.
+    bool LeaveToItsLane(const HostTask& task, const RunState& awaited);
+    // Applies what other threads parked while LeaveToItsLane held the
+    // lock (they left it to the holder).
+    void ApplyParked();
     // Waits up to `timeout` for the run to end; whether it did. Checks the
     // caller as Wait does, and does not take the run's outputs.
     bool WaitFor(RunState& run, std::chrono::nanoseconds timeout);
@@ -152,13 +159,6 @@ private:
     void SleepUntilDone(RunState& run);  // checks the caller is not part of `run` first
     std::vector<TaskRecord> RecordsOf(const RunState& run) const;  // mu_ held, the run ended
     void RunChip(HostTask* task);
-    // On a lane thread that waits inside a chip call (the call's function
-    // waits on a nested run) and took `task`, a chip task of another run:
-    // when every slot of its device is held by this thread's calls and
-    // nothing waits for it yet, puts it back on its lane (it runs once the
-    // wait ends; on this thread its Lease would only fail it) and true.
-    bool DeferWhileSlotsHeldHere(HostTask* task);
-    bool SomethingWaitsFor(const HostTask& task) const;  // mu_ held: an unfinished consumer
     dependency::JobThreads::Job ChipJob(HostTask* task);  // RunChip(task), as its device's threads take it
     // After Submit released the lock: runs the chip tasks of its run that
     // it made ready and that are cheaper to run than to hand to a device
