@@ -28,8 +28,8 @@ ssize_t Syscalls::Pwrite(int fd, const void* buf, size_t count, off_t offset) {
 }
 
 Syscalls& Syscalls::Real() {
-    static Syscalls real;
-    return real;
+    static auto* real = new Syscalls;  // never destroyed: calls may come while the process exits
+    return *real;
 }
 
 namespace {

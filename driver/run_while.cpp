@@ -60,8 +60,16 @@ namespace run_while_detail {
 std::chrono::milliseconds Bound() { return HeartbeatWatch::BoundFromEnvironment(); }
 
 namespace {
-std::mutex unanswered_mu;
-std::map<std::string, int> unanswered;  // tree -> calls given up on and still running
+struct Unanswered {
+    std::mutex mu;
+    std::map<std::string, int> calls;  // tree -> calls given up on and still running
+};
+// Never destroyed: a call given up on may end on its thread while the
+// process exits.
+Unanswered& unanswered() {
+    static auto* u = new Unanswered;
+    return *u;
+}
 std::once_flag fork_handlers;
 
 // A forked child has none of the threads that wait for those answers, so
@@ -69,10 +77,10 @@ std::once_flag fork_handlers;
 // held across the fork, so the child's copy of the map is whole.
 void ForgetUnansweredInChild() {
     std::call_once(fork_handlers, [] {
-        pthread_atfork([] { unanswered_mu.lock(); }, [] { unanswered_mu.unlock(); },
+        pthread_atfork([] { unanswered().mu.lock(); }, [] { unanswered().mu.unlock(); },
                        [] {
-                           unanswered_mu.unlock();
-                           unanswered.clear();
+                           unanswered().mu.unlock();
+                           unanswered().calls.clear();
                        });
     });
 }
@@ -80,20 +88,23 @@ void ForgetUnansweredInChild() {
 
 Pending::~Pending() {
     if (!abandoned_) return;
-    std::lock_guard lock(unanswered_mu);
-    if (--unanswered[tree_] == 0) unanswered.erase(tree_);
+    Unanswered& u = unanswered();
+    std::lock_guard lock(u.mu);
+    if (--u.calls[tree_] == 0) u.calls.erase(tree_);
 }
 
 void Pending::Abandon() {
     ForgetUnansweredInChild();  // registered with the first mark
-    std::lock_guard lock(unanswered_mu);
+    Unanswered& u = unanswered();
+    std::lock_guard lock(u.mu);
     abandoned_ = true;
-    ++unanswered[tree_];
+    ++u.calls[tree_];
 }
 
 void Pending::ThrowIfUnanswered(const std::string& tree, const std::string& what, std::chrono::milliseconds bound) {
-    std::lock_guard lock(unanswered_mu);
-    if (unanswered.count(tree))
+    Unanswered& u = unanswered();
+    std::lock_guard lock(u.mu);
+    if (u.calls.count(tree))
         throw Error(ErrorKind::DeviceLost, what + " was not asked: an earlier request to " + tree +
                                                " got no answer within " + std::to_string(bound.count()) +
                                                " ms and still has none (SPYRE_HEARTBEAT_TIMEOUT_MS; is spyre-mockdev "

@@ -23,8 +23,15 @@ struct WrappedSpan {
     uintptr_t end;
     uint64_t id;
 };
-std::mutex g_wrapped_mu;
-std::map<uintptr_t, WrappedSpan> g_wrapped;  // disjoint
+struct WrappedSpans {
+    std::mutex mu;
+    std::map<uintptr_t, WrappedSpan> spans;  // disjoint
+};
+// Never destroyed: a storage may die on a thread that outlives the exit.
+WrappedSpans& Wrapped() {
+    static auto* wrapped = new WrappedSpans;
+    return *wrapped;
+}
 
 }  // namespace
 
@@ -35,12 +42,13 @@ struct HostTensor::Storage {
     std::shared_ptr<const void> owner;
     std::byte* base() noexcept { return external ? external : bytes.data(); }
     // Made in place (make_shared with the fields): a temporary would leave
-    // g_wrapped as it goes.
+    // its span as it goes.
     ~Storage() {
         if (!external) return;
-        std::lock_guard lock(g_wrapped_mu);
-        auto it = g_wrapped.find(reinterpret_cast<uintptr_t>(external));
-        if (it != g_wrapped.end() && it->second.id == id) g_wrapped.erase(it);
+        WrappedSpans& w = Wrapped();
+        std::lock_guard lock(w.mu);
+        auto it = w.spans.find(reinterpret_cast<uintptr_t>(external));
+        if (it != w.spans.end() && it->second.id == id) w.spans.erase(it);
     }
 };
 
@@ -117,11 +125,12 @@ HostTensor HostTensor::Wrap(void* data, const std::vector<int64_t>& shape, DType
                                                     " bytes runs past the end of the address space");
     HostTensor t;
     t.dtype_ = dtype;
-    std::lock_guard lock(g_wrapped_mu);
+    WrappedSpans& w = Wrapped();
+    std::lock_guard lock(w.mu);
     // The spans are disjoint, so their ends rise with their starts: the
     // one that starts last below first + bytes is the only one to check.
-    auto after = g_wrapped.lower_bound(first + bytes);
-    if (after != g_wrapped.begin() && std::prev(after)->second.end > first) {
+    auto after = w.spans.lower_bound(first + bytes);
+    if (after != w.spans.begin() && std::prev(after)->second.end > first) {
         const auto& [at, span] = *std::prev(after);
         throw Error(ErrorKind::InvalidArgument,
                     "host tensor: Wrap of " + std::to_string(bytes) + " bytes at " + std::to_string(first) +
@@ -131,7 +140,7 @@ HostTensor HostTensor::Wrap(void* data, const std::vector<int64_t>& shape, DType
     }
     const uint64_t id = g_next_storage.fetch_add(1);
     t.storage_ = std::make_shared<Storage>(id, std::vector<std::byte>{}, static_cast<std::byte*>(data), std::move(owner));
-    g_wrapped.emplace(first, WrappedSpan{first + bytes, id});
+    w.spans.emplace(first, WrappedSpan{first + bytes, id});
     t.shape_ = shape;
     t.row_end_ = shape[0];
     t.bytes_ = bytes;

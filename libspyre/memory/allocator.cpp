@@ -38,10 +38,11 @@ std::string DeviceId::ToString() const {
 }
 
 uint32_t DeviceTreeNumber(const std::string& devices_dir, uint32_t daemon_pid) {
-    static std::mutex mu;
-    static std::map<std::pair<std::string, uint32_t>, uint32_t> numbers;
-    std::lock_guard lock(mu);
-    return numbers.try_emplace({devices_dir, daemon_pid}, uint32_t(numbers.size() + 1)).first->second;
+    // Never destroyed: a thread may open a device while the process exits.
+    static auto* mu = new std::mutex;
+    static auto* numbers = new std::map<std::pair<std::string, uint32_t>, uint32_t>;
+    std::lock_guard lock(*mu);
+    return numbers->try_emplace({devices_dir, daemon_pid}, uint32_t(numbers->size() + 1)).first->second;
 }
 
 void ThrowWrongDevice(const DeviceId& owner, const DeviceId& expected, const std::string& what, const char* user) {
