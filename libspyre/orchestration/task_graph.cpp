@@ -155,6 +155,14 @@ void TaskGraph::RegisterDeviceKernel(int32_t kernel_id, uint64_t program_address
     k.kernel_id = kernel_id;
     k.program_address = program_address;
     k.has_program = true;
+    {
+        // A runtime on host memory has no device: accepted, every task of
+        // the kernel would be refused at submission instead.
+        Lock lock(*this);
+        if (std::none_of(executors_.begin(), executors_.end(), [&](const auto& e) { return e->CanRun(k); }))
+            Fail(ErrorKind::Unsupported, "a runtime on host memory has no device to run kernel " +
+                                             std::to_string(kernel_id) + "'s device program: register a host kernel instead");
+    }
     const uint8_t* at = HostAddress(program_address, 0);  // InvalidArgument outside the function's memory
     // Decoded now, as pto_register_program does: a bad program is refused
     // here, not by the device for every task of it.

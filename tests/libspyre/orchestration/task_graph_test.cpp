@@ -20,6 +20,7 @@
 #include <optional>
 #include <vector>
 
+#include "device_programs.hpp"
 #include "example1_check.hpp"
 #include "orchestration/handle_table.hpp"
 #include "orchestration/runtime_handle.hpp"
@@ -1709,6 +1710,27 @@ TEST(OrchestrationOptions, HostThreadsPastTheBoundAndUnknownReadyQueuesAreRefuse
     int ran = 0;
     o.RegisterHostKernel(1, [&](auto, auto) { return ++ran, 0u; });
     o.Submit(1, WORKER_HOST, {});
+    o.WaitAll();
+    EXPECT_EQ(ran, 1);
+}
+
+// A device kernel on a runtime of host memory was accepted, and every task
+// of it refused at submission ("cannot run on worker type"); the C call
+// that uploads a program refused at once. Both registrations now refuse
+// (Unsupported, -ENOTSUP), and the kernel id stays free for a host kernel.
+TEST(OrchestrationOptions, ADeviceKernelOnHostMemoryIsRefusedWhenRegistered) {
+    Orchestrator o = Orchestrator::CreateOnHostMemory(1 << 16, {.task_ring_size = 8, .heap_size = 4096});
+    // A good program image in the runtime's memory: only the missing device is wrong.
+    const std::vector<uint8_t> program = test::AddProgram256();
+    void* image = o.Alloc(program.size());
+    std::memcpy(image, program.data(), program.size());
+    const uint64_t address = o.DeviceAddress(image);
+    EXPECT_SPYRE_ERROR(o.RegisterDeviceKernel(3, address), Unsupported,
+                       "a runtime on host memory has no device to run kernel 3's device program: register a host kernel instead");
+    EXPECT_EQ(pto_register_device_kernel(o.handle(), 3, address), -ENOTSUP);
+    int ran = 0;
+    o.RegisterHostKernel(3, [&](auto, auto) { return ++ran, 0u; });
+    o.Submit(3, WORKER_HOST, {});
     o.WaitAll();
     EXPECT_EQ(ran, 1);
 }
