@@ -9,6 +9,7 @@
 // spyre.DeviceError with task_id, kernel_id, device_code, failures, skipped.
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -128,9 +129,14 @@ py::dict FailureDict(const TaskFailureInfo& f) {
             if (message.empty() && !self.python_errors.empty()) message = self.python_errors.front().second;
             self.python_errors.clear();
         }
+        // The runtime's message names the binding's marker as the kernel's
+        // return code; the counts are what it adds to the Python error.
+        const size_t failed = size_t(std::count_if(failures.begin(), failures.end(),
+                                                   [](const TaskFailureInfo& f) { return !f.skipped; }));
         out = Error(ErrorKind::TaskFailed,
                     "task " + std::to_string(root) + " (kernel " + std::to_string(kernel) + "): " + message + " (" +
-                        e.message() + ")",
+                        std::to_string(std::max<size_t>(failed, 1)) + " task(s) failed, " +
+                        std::to_string(py::len(skipped)) + " dependent task(s) skipped)",
                     e.context());
     }
     py::object exc = ToPython(out);
@@ -329,7 +335,9 @@ void BindOrchestration(py::module_& m) {
             return self;
         })
         .def("__exit__", [](PyScope& s, py::object, py::object, py::object) {
-            if (!s.scope) return false;
+            // As C++'s second Scope::End(): a scope ends once.
+            if (!s.scope)
+                throw Error(ErrorKind::InvalidArgument, "OrchestrationScope: __exit__ of a scope not entered (or already exited)");
             if (!s.orch->orch) {  // the runtime went first: nothing to end
                 s.scope.reset();
                 return false;

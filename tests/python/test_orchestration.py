@@ -150,6 +150,8 @@ def test_python_host_kernel_that_raises_fails_its_task_and_skips_dependents(orch
         orch.wait_all()
     e = info.value
     assert "bad tile 7" in str(e) and "ValueError" in str(e)
+    # The binding's marker is not the kernel's return code: not named as one.
+    assert "return code" not in str(e) and "(1 task(s) failed, 1 dependent task(s) skipped)" in str(e), str(e)
     assert e.task_id == t0 and e.kernel_id == PYRAISE
     assert e.device_code == spyre.PYTHON_KERNEL_RAISED
     assert t1 in e.skipped
@@ -406,6 +408,20 @@ def test_ctrl_c_ends_run_s_wait_the_tasks_go_on(orch, interrupt_main_once_it_wai
     release.set()
     orch.wait_all()
     np.testing.assert_array_equal(a, 2.0)  # both tasks ran
+
+
+def test_a_scope_exited_twice_raises_as_a_second_end_does_in_cpp(orch):
+    """A second __exit__ returned silently where C++'s second Scope::End()
+    throws; a scope never entered was the same."""
+    s = orch.scope()
+    with pytest.raises(spyre.InvalidArgument, match="not entered"):
+        s.__exit__(None, None, None)
+    s.__enter__()
+    s.__exit__(None, None, None)
+    with pytest.raises(spyre.InvalidArgument, match=r"not entered \(or already exited\)"):
+        s.__exit__(None, None, None)
+    with s:  # entered again: a new scope
+        pass
 
 
 def test_scopes_exited_out_of_order_raise_and_end_in_order(orch):
