@@ -54,6 +54,11 @@ constexpr const char* kExitCodesHelp =
 // Every card's memory is split into 2 MiB-aligned slices, one for the PF and
 // one per VF: the smallest card memory still gives each of 16 VFs a slice.
 constexpr uint64_t kMinMem = (SPYRE_SRIOV_TOTAL_VFS + 1) * kMemSliceAlign;
+// Every card's memory is reserved as address space at start, in the daemon
+// and in each client that maps it: half of x86-64's 128 TiB user space
+// for all cards. Past it the reservation failed, an internal error a
+// launcher read as a lost device.
+constexpr uint64_t kMaxTotalMem = uint64_t(64) << 40;
 
 // "128G", "512M", "64k", "1073741824": binary suffixes K/M/G/T.
 std::optional<uint64_t> ParseSize(const std::string& text) {
@@ -161,6 +166,11 @@ int ParseCommandLine(int argc, char** argv, Options& opt) {
     if (*size < kMinMem || *size % kMemSliceAlign != 0) {
         LOG_ERROR("--mem: %s must be a multiple of 2M and at least 34M (a 2 MiB slice for the PF and each of 16 VFs)",
                   mem.c_str());
+        return kExitUsage;
+    }
+    if (*size > kMaxTotalMem / opt.cards) {
+        LOG_ERROR("--mem: %s per card for %u card(s) is more than the 64T of address space all cards may take",
+                  mem.c_str(), opt.cards);
         return kExitUsage;
     }
     opt.mem_size = *size;

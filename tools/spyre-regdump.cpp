@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <thread>
@@ -42,6 +43,8 @@ FunctionInfo Resolve(const std::string& target) {
     return root.Find(target);
 }
 
+constexpr double kMaxWatchSeconds = 86400;  // as spyre-smi --loop
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -50,7 +53,18 @@ int main(int argc, char** argv) {
     std::string target;
     double watch = 0;
     app.add_option("function", target, "device node, function directory, PCI address or index")->required();
-    app.add_option("-w,--watch", watch, "repeat every SECONDS until interrupted")->check(CLI::NonNegativeNumber);
+    // CLI::NonNegativeNumber let NaN through (every comparison with it is false).
+    const CLI::Validator seconds(
+        [](const std::string& text) -> std::string {
+            char* end = nullptr;
+            const double v = std::strtod(text.c_str(), &end);
+            if (end == text.c_str() || *end != '\0' || !(v >= 0 && v <= kMaxWatchSeconds))
+                return "'" + text + "': SECONDS must be a number from 0 to " + std::to_string(int(kMaxWatchSeconds)) +
+                       " (a day)";
+            return {};
+        },
+        "SECONDS");
+    app.add_option("-w,--watch", watch, "repeat every SECONDS until interrupted (0: once)")->check(seconds);
     app.footer(
         "Environment: SPYRE_DEV_ROOT (default /run/spyre) for PCI addresses and indices; SPYRE_LOG_LEVEL\n"
         "(error, warn, info, debug) for messages.\n"

@@ -94,7 +94,9 @@ TEST(DeviceEnvironment, NoRootStartsAPrivateMockForTheAppsLifetime) {
 // with code 2"; nothing is left mounted.
 TEST(MockDaemon, OptionsTheDaemonRefusesAreInvalidArguments) {
     SPYRE_REQUIRE_FUSE();
-    const std::vector<MockOptions> bad = {{.cards = 0}, {.vfs = -1}, {.mem = "garbage"}, {.cards = 1000}};
+    // More memory than the address space (was DeviceLost: "exited with code 1", the reservation failed).
+    const std::vector<MockOptions> bad = {{.cards = 0}, {.vfs = -1}, {.mem = "garbage"}, {.cards = 1000},
+                                          {.mem = "99999T"}, {.cards = 9, .mem = "8T"}};
     for (const MockOptions& o : bad) {
         try {
             MockDaemon::Start(o);

@@ -416,6 +416,10 @@ TEST(RegdumpTool, UsageErrorsExitWith2) {
     const std::pair<std::string, std::string> bad[] = {
         {"", "function is required"},
         {" --watch -1 0", "--watch"},
+        {" --watch nan 0", "'nan': SECONDS must be a number from 0 to 86400"},  // was one dump, exit 0
+        {" --watch -nan 0", "'-nan': SECONDS"},
+        {" --watch inf 0", "'inf': SECONDS"},
+        {" --watch 1e9 0", "'1e9': SECONDS"},
         {" --bogus 0", "--bogus"},
         {" 0 1", "1"},
     };
