@@ -295,7 +295,9 @@ void SpyreAllocator::Free(const DeviceHandle& handle, bool owner) {
         const bool in_free = free_block != r.free_by_offset.begin() &&
                              std::prev(free_block)->first + std::prev(free_block)->second > offset;
         throw Error(ErrorKind::InvalidArgument,
-                    in_free ? "double free of " + handle.ToString()
+                    // Free memory does not say whether it was ever handed out.
+                    in_free ? handle.ToString() + " lies in free memory of this allocator: freed already (a double "
+                                                  "free) or never allocated"
                             : handle.ToString() + " is not the start of a live allocation of this allocator",
                     ErrorContext{.device = fn_.pci_address()});
     }

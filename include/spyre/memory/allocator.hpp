@@ -90,8 +90,9 @@ public:
     // Throws InvalidArgument for size 0 or a size beyond the pool's capacity,
     // OutOfMemory (naming the request and the largest free block) otherwise.
     DeviceAllocation Allocate(uint64_t size);
-    // Throws InvalidArgument for a double free, a handle this allocator did
-    // not hand out, or a block a DeviceBuffer (or tensor) owns: that one goes
+    // Throws InvalidArgument for a handle in free memory (a double free, or
+    // one never handed out), any other handle this allocator did not hand
+    // out, or a block a DeviceBuffer (or tensor) owns: that one goes
     // when its owner does, and a Free before would let the allocator hand
     // the block out while the owner still uses, and later frees, it.
     void Free(const DeviceHandle& handle);

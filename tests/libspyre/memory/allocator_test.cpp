@@ -211,7 +211,10 @@ TEST_F(MockDeviceTest, ExhaustionAndBadRequestsAreTypedErrors) {
     // 112 MiB remain, in two blocks of 56 MiB: a 100 MiB request cannot fit.
     EXPECT_SPYRE_ERROR(alloc.Allocate(100 * kMiB), OutOfMemory, "largest free block 58720256");
     alloc.Free(big1.handle);
-    EXPECT_SPYRE_ERROR(alloc.Free(big1.handle), InvalidArgument, "double free");
+    EXPECT_SPYRE_ERROR(alloc.Free(big1.handle), InvalidArgument, "lies in free memory of this allocator: freed already");
+    // Never handed out: said to be a double free before.
+    const VFDeviceHandle never{big2.handle.vf().region_id, big2.handle.vf().vf_offset + 200 * kMiB + 4096};
+    EXPECT_SPYRE_ERROR(alloc.Free(never), InvalidArgument, "lies in free memory of this allocator: freed already (a double free) or never allocated");
     EXPECT_SPYRE_ERROR(alloc.Free(PFDeviceHandle{0}), InvalidArgument, "does not belong to this VF allocator");
     EXPECT_SPYRE_ERROR(alloc.Free(VFDeviceHandle{9, 0}), InvalidArgument, "not in any region");
     auto inner = big2.handle.Offset(128, 64, big2);
