@@ -42,9 +42,10 @@ const char* KindName(driver::FunctionKind k) { return k == driver::FunctionKind:
 }  // namespace
 
 std::shared_ptr<PyStream> DefaultStream(const SlotPtr& slot) {
-    SlotOf(slot, "Device.default_stream");
+    // Checked first: a stream read before close() was handed out again,
+    // released, where one never read raised "is closed".
+    Device& dev = SlotOf(slot, "Device.default_stream").Get("Device.default_stream");
     if (auto s = slot->default_stream.lock()) return s;
-    Device& dev = slot->Get("Device.default_stream");
     // Aliases the device: the stream lives as long as the device does.
     auto s = Adopt(slot, std::shared_ptr<FlexStream>(slot->shared(), &dev.default_stream()));
     slot->default_stream = s;

@@ -70,6 +70,7 @@ def test_use_after_close_raises(host22):
     b = d.alloc(4096)
     t = spyre.SpyreTensor.from_numpy(d, np.arange(10, dtype=np.int32))
     e = spyre.Event(d)
+    read_before = d.default_stream  # handed out again, released, after close (not a raise)
     d.close()
     d.close()  # idempotent
     checks = [
@@ -82,6 +83,8 @@ def test_use_after_close_raises(host22):
         (lambda: e.query(), "Event.query"),
         (lambda: d.create_stream(), "Device.create_stream"),
         (lambda: spyre.SpyreTensor.empty(d, [4]), "SpyreTensor.empty"),
+        (lambda: d.default_stream, "Device.default_stream"),
+        (lambda: read_before.synchronize(), "FlexStream.synchronize"),
     ]
     for call, what in checks:
         with pytest.raises(spyre.InvalidArgument, match=f"{what}: device {d.pci_address} is closed"):
