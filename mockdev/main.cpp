@@ -54,10 +54,10 @@ constexpr const char* kExitCodesHelp =
 // Every card's memory is split into 2 MiB-aligned slices, one for the PF and
 // one per VF: the smallest card memory still gives each of 16 VFs a slice.
 constexpr uint64_t kMinMem = (SPYRE_SRIOV_TOTAL_VFS + 1) * kMemSliceAlign;
-// Every card's memory is reserved as address space at start, in the daemon
-// and in each client that maps it: half of x86-64's 128 TiB user space
-// for all cards. Past it the reservation failed, an internal error a
-// launcher read as a lost device.
+// Every card's memory is reserved as address space when the daemon starts
+// (CardMemory's view): at most half of x86-64's 128 TiB user space for all
+// cards. Past it the reservation failed, an internal error a launcher read
+// as a lost device.
 constexpr uint64_t kMaxTotalMem = uint64_t(64) << 40;
 
 // "128G", "512M", "64k", "1073741824": binary suffixes K/M/G/T.
