@@ -135,6 +135,13 @@ TEST_F(StreamTest, TaskPortADeadDeviceFailsWhatIsInFlight) {
     NopClient client(1u << 30);  // more than can ever finish before the kill
     TaskPort port(dev, {}, client);
     port.Kick();
+    // A kick while the device's thread holds the port only calls it: the
+    // tasks may go out a moment later. Killed before, a Drive found nothing
+    // in flight and returned at once, before the tasks sent after it (seen
+    // in CI under load: 1024 in flight, no failure heard).
+    for (int look = 0; look < 20000 && port.in_flight() == 0; ++look)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));  // at most ~20 s: a bound, not a timing
+    ASSERT_GT(port.in_flight(), 0u);
     daemon().Signal(SIGKILL);
     auto driven = std::async(std::launch::async, [&] {
         while (port.Drive(never_moves, 0)) {
