@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "spyre/host/chip_functions.hpp"
 
+#include <span>
 #include <vector>
 
 #include "spyre/orchestration/orchestrator.hpp"
@@ -27,6 +28,20 @@ void CheckArgumentsRead(const ChipContext& ctx, size_t read, const std::string& 
                         what + std::to_string(i) + " is Out, but the kernel reads it: pass it as In or InOut");
 }
 
+// Each task's operands against the extents the kernel's program gives its
+// slots: the device refuses an operand smaller than the kernel's, but
+// runs one larger, and computed a wrong C from a kernel of other shapes.
+void CheckTaskOperandBytes(const ChipContext& ctx, int32_t kernel_id, std::span<const uint64_t> task_bytes,
+                           const std::string& what) {
+    const std::vector<uint64_t> operands = ctx.orch.KernelOperandBytes(kernel_id);
+    for (size_t i = 0; i < task_bytes.size() && i < operands.size(); ++i)
+        if (operands[i] != 0 && operands[i] != task_bytes[i])
+            throw Error(ErrorKind::InvalidArgument, what + "kernel " + std::to_string(kernel_id) + "'s operand " +
+                                                        std::to_string(i) + " spans " + std::to_string(operands[i]) +
+                                                        " bytes, each task passes " + std::to_string(task_bytes[i]) +
+                                                        ": register a kernel of the function's shapes");
+}
+
 ChipFunction RowBlockMatmulChip(std::string name, int32_t kernel_id, int64_t task_rows, int64_t k, int64_t n) {
     // Refused when made: such a function could only fail each call.
     if (task_rows <= 0 || k <= 0 || n <= 0)
@@ -51,6 +66,8 @@ ChipFunction RowBlockMatmulChip(std::string name, int32_t kernel_id, int64_t tas
         auto* a = static_cast<char*>(ctx.args[0]);
         auto* c = static_cast<char*>(ctx.args[2]);
         const uint64_t a_bytes = uint64_t(task_rows * k) * 4, c_bytes = uint64_t(task_rows * n) * 4;
+        const uint64_t task_bytes[] = {a_bytes, ctx.bytes[1], c_bytes};
+        CheckTaskOperandBytes(ctx, kernel_id, task_bytes, name + ": ");
         for (int i = 0; i < ctx.block_dim; ++i) {
             TaskParam p[] = {{PARAM_INPUT, a + i * a_bytes, a_bytes, {}},
                              {PARAM_INPUT, ctx.args[1], ctx.bytes[1], {}},

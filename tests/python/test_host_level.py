@@ -446,6 +446,28 @@ def test_ready_made_chip_functions_refuse_arguments_given_the_wrong_access(worke
     assert (c_out == 7 * 2 * 16).all()
 
 
+def test_the_matmul_chip_function_refuses_a_kernel_of_other_shapes(worker):
+    """ChipFunction.matmul compared the tensors with its own task_rows, k and
+    n only: a kernel of smaller k and n (or an add kernel) ran, since the
+    device refuses operands smaller than the kernel's but not larger ones,
+    and C came back wrong with no error (max error 20.8 against A @ B)."""
+    rng = np.random.default_rng(7)
+    a = rng.random((16, 64), np.float32)
+    b = rng.random((64, 64), np.float32)
+    mm = spyre.HostProgram("mm", 2, [([16, 64], np.float32)],
+                           lambda g, x: g.chip("mm_other", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])]))
+    worker.register_kernel(330, spyre.KernelBuilder().matmul(16, 32, 32))
+    worker.register_chip_function("mm_other", spyre.ChipFunction.matmul(330, 16, 64, 64))
+    with pytest.raises(spyre.InvalidArgument, match=r"matmul chip function: kernel 330's operand 0 spans 2048 bytes, "
+                                                    r"each task passes 4096: register a kernel of the function's shapes"):
+        worker.run(mm, [a, b])
+    worker.register_kernel(331, spyre.KernelBuilder().matmul(16, 64, 64))
+    worker.register_chip_function("mm_right", spyre.ChipFunction.matmul(331, 16, 64, 64))
+    right = spyre.HostProgram("mm", 2, [([16, 64], np.float32)],
+                              lambda g, x: g.chip("mm_right", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])]))
+    np.testing.assert_allclose(np.asarray(worker.run(right, [a, b])), a @ b, rtol=1e-4)
+
+
 def test_a_subworker_s_in_views_are_read_only(worker):
     """A SubWorker's In view was writable: a write through it was seen by
     no later task's dependencies, and a chip call of the same run read the
