@@ -118,6 +118,19 @@ void LocalChipExecutor::RunPlan(Slot& slot, const ExecutionPlan& plan, const Chi
         throw Error(ErrorKind::InvalidArgument, "chip plan '" + call.function + "' takes " +
                                                     std::to_string(plan.tensor_input_metadata.size()) + " tensors, the task '" +
                                                     call.task_name + "' passes " + std::to_string(call.args.size()));
+    // As the ready-made chip functions check: an output given as In was
+    // written in the device copy kept for that In tensor, which later
+    // calls then read (stale); an input given as Out was never uploaded.
+    for (size_t i = 0; i < call.args.size(); ++i) {
+        const TensorSpec& spec = plan.tensor_input_metadata[i];
+        const Access access = call.args[i].arg.access;
+        const bool writes = spec.role == TensorRole::Output;
+        if ((writes && access == Access::In) || (!writes && access == Access::Out))
+            throw Error(ErrorKind::InvalidArgument,
+                        "chip plan '" + call.function + "' " + (writes ? "writes" : "reads") + " its tensor " +
+                            std::to_string(i) + " ('" + spec.name + "'), which the task '" + call.task_name +
+                            "' passes as " + (access == Access::In ? "In" : "Out") + ": pass it as " + (writes ? "Out" : "In") + " or InOut");
+    }
     std::vector<SpyreTensor> tensors;
     for (size_t i = 0; i < call.args.size(); ++i) {
         const HostTensor& t = call.args[i].arg.tensor;

@@ -237,6 +237,31 @@ TEST_F(WorkerTest, AnExecutionPlanAsAChipFunction) {
                       }};
     EXPECT_SPYRE_ERROR(worker_->Run(wrong, {a, HostTensor::Zeros({kTile, kTile})}), InvalidArgument,
                        "chip plan 'plan_add' takes 3 tensors, the task 'two args' passes 2");
+    // The plan's output given as In was written in the device copy kept for
+    // that In tensor, and a later reader of the unchanged host tensor got
+    // the device's bytes (a + b, not its zeros); an input given as Out was
+    // never uploaded, and the caller's bytes were overwritten. Both are
+    // refused, as the ready-made chip functions refuse them.
+    HostTensor zeros = HostTensor::Zeros({kTile, kTile});
+    auto access = [](Access c, Access in0) {
+        return HostProgram{"access", 3, {}, [c, in0](HostGraph& g, std::span<const HostTensor> x) {
+                               g.Chip("plan_add", {{x[0], in0}, In(x[1]), {x[2], c}}, {.name = "plan task", .device = 0});
+                           }};
+    };
+    EXPECT_SPYRE_ERROR(worker_->Run(access(Access::In, Access::In), {a, b, zeros}), InvalidArgument,
+                       "chip plan 'plan_add' writes its tensor 2 ('add.output0'), which the task 'plan task' passes as "
+                       "In: pass it as Out or InOut");
+    HostTensor a_kept = Iota(1.0f, 3.0f);
+    EXPECT_SPYRE_ERROR(worker_->Run(access(Access::Out, Access::Out), {a_kept, b, HostTensor::Zeros({kTile, kTile})}),
+                       InvalidArgument, "chip plan 'plan_add' reads its tensor 0 ('add.input0'), which the task "
+                       "'plan task' passes as Out: pass it as In or InOut");
+    ExpectFloats(a_kept, [&](size_t i) { return a.floats()[i]; }, "an input given as Out is left alone");
+    HostTensor copy = HostTensor::Full({kTile, kTile}, -1.0f);
+    HostProgram reads_zeros{"reads", 2, {}, [](HostGraph& g, std::span<const HostTensor> x) {
+                                g.Chip("plan_add", {In(x[0]), In(x[0]), Out(x[1])}, {.device = 0});
+                            }};
+    worker_->Run(reads_zeros, {zeros, copy});
+    ExpectFloats(copy, [](size_t) { return 0.0f; }, "zeros + zeros from the kept copy of zeros");
 }
 
 // A registration that fails leaves nothing behind. RegisterChipPlan added
