@@ -209,6 +209,17 @@ with tempfile.TemporaryDirectory() as d:
     r = subprocess.run([tool, "merge", out, a, a], capture_output=True, text=True, timeout=60)
     check(r.returncode == 0 and len(json.load(open(out))) == 2, f"merge: exit {r.returncode}, {r.stderr.strip()}")
 
+# Arrows both ways between two tasks of one start time (a malformed trace):
+# the critical path's walk never ended, its list growing without bound.
+# Both the dependency arrows and the stream flows; the summary must end.
+cycle = [task(0, 1, 0, 10), task(1, 2, 0, 10)] + arrow(91, 0, 5, 1, 0) + arrow(92, 1, 5, 0, 0)
+cycle += [dict(e, name="flow") for e in arrow(93, 0, 5, 1, 0) + arrow(94, 1, 5, 0, 0)]
+try:
+    out = summarise(cycle, "cycle.json")
+    check("critical path" in out.lower(), f"cycle: no critical path in {out!r}")
+except subprocess.TimeoutExpired:
+    check(False, "summary of a trace whose arrows form a cycle did not end within 60 s")
+
 if failures:
     sys.exit(1)
 print("spyre-trace DAG summary: all checks passed")
