@@ -88,6 +88,10 @@ nlohmann::json ParseManifest(const std::string& text, const std::string& file) {
         }
         return true;
     };
+    // The parser ends the text at a NUL byte: whatever followed it (garbage
+    // too) was accepted unread.
+    if (const size_t nul = text.find('\0'); nul != std::string::npos)
+        throw fail("not valid JSON at byte " + std::to_string(nul + 1) + ": a NUL byte (the manifest is text)");
     try {
         return json::parse(text, watch);
     } catch (const json::parse_error& e) {  // syntax, truncation, invalid UTF-8

@@ -433,6 +433,9 @@ const Malformed kMalformed[] = {
     {"TruncatedJson", [](CompilerOutput& o) { o.manifest.resize(o.manifest.size() / 2); },
      {"plans/mm/plan.json", "not valid JSON at byte"}},
     {"EmptyManifest", [](CompilerOutput& o) { o.manifest.clear(); }, {"plans/mm/plan.json", "byte"}},
+    // The parser ended the text at a NUL: what followed was accepted unread.
+    {"NulThenGarbage", [](CompilerOutput& o) { o.manifest += std::string("\0 not json {{{", 14); },
+     {"plans/mm/plan.json", "not valid JSON at byte", "a NUL byte (the manifest is text)"}},
     {"TopLevelIsAnArray", [](CompilerOutput& o) { o.manifest = "[1, 2]"; }, {"plans/mm/plan.json", "must be an object"}},
     {"DuplicateKey", [](CompilerOutput& o) { o.manifest.insert(1, "\"name\": \"shadow\","); },
      {"plans/mm/plan.json", "duplicate key \"name\""}},
