@@ -168,6 +168,17 @@ bad_events = [
     ([{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": 3}}],
      "event 0 (thread_name) has no args.name string"),
     ([{"ph": "X", "ts": 1, "dur": 1, "pid": 1, "tid": 1}], "event 0 (X) has no name"),
+    # Integers no float holds (OverflowError), pids of both kinds (sorting:
+    # TypeError), a task id that is null (formatting: TypeError): tracebacks before.
+    ('[{"ph": "X", "name": "a", "ts": 1' + "0" * 400 + ', "dur": 1, "pid": 1, "tid": 1}]',
+     "event 0 (X) has a ts that is not a finite number"),
+    ('[{"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1' + "0" * 400 + ', "tid": 1}]',
+     "event 0 (X) has no usable pid"),
+    ([{"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1},
+      {"ph": "X", "name": "b", "ts": 2, "dur": 1, "pid": "x", "tid": 1}],
+     "event 1 has a pid that is a string, event 0 one that is not"),
+    ([{"ph": "X", "name": "a", "cat": "host-level", "ts": 1, "dur": 1, "pid": 1, "tid": 1, "args": {"task": None}}],
+     "event 0 has an args.task that is not a number or a string"),
 ]
 with tempfile.TemporaryDirectory() as d:
     for i, (events, want) in enumerate(bad_events):
