@@ -46,15 +46,27 @@ void CheckText(const std::string& text) {
             "one line per register and doorbell word");
 }
 
-const std::filesystem::path& Dir() {
-    static const std::filesystem::path dir = [] {
+// One directory per input, removed when it is done: the fuzzer ends a run
+// with _Exit, which skipped the atexit removal of a shared one (a directory
+// left in /dev/shm by every run).
+class InputDir {
+public:
+    InputDir() {
         char tmpl[] = "/dev/shm/spyre-regdump-fuzz-XXXXXX";  // tmpfs: two small files per input
         if (!::mkdtemp(tmpl)) std::abort();
-        std::atexit([] { std::filesystem::remove_all(Dir()); });
-        return std::filesystem::path(tmpl);
-    }();
-    return dir;
-}
+        path_ = tmpl;
+    }
+    ~InputDir() {
+        std::error_code ignored;
+        std::filesystem::remove_all(path_, ignored);
+    }
+    InputDir(const InputDir&) = delete;
+    InputDir& operator=(const InputDir&) = delete;
+    const std::filesystem::path& path() const { return path_; }
+
+private:
+    std::filesystem::path path_;
+};
 
 void Write(const std::filesystem::path& p, std::span<const uint8_t> bytes, uint64_t at = 0) {
     std::ofstream out(p, std::ios::binary | std::ios::trunc);
@@ -79,12 +91,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::memcpy(&db_offset, regs.data() + SPYRE_REG_DB_OFFSET, sizeof db_offset);
     std::vector<uint8_t> page(sizeof(spyre_doorbell_page), 0);
     std::memcpy(page.data(), doorbell.data(), std::min(doorbell.size(), page.size()));
-    Write(Dir() / "resource0", regs);
+    const InputDir dir;
+    Write(dir.path() / "resource0", regs);
     const bool reachable = db_offset <= (1u << 20);
-    Write(Dir() / "resource4", page, reachable ? db_offset : 0);
+    Write(dir.path() / "resource4", page, reachable ? db_offset : 0);
     spyre::driver::FunctionInfo fn;
     fn.pci_address = "fuzz";
-    fn.sysfs_dir = Dir();
+    fn.sysfs_dir = dir.path();
     try {
         const std::string dumped = spyre::driver::DumpRegisters(fn);
         CheckText(dumped);
