@@ -558,14 +558,26 @@ HostProgram MakeProgram(const std::string& name, size_t num_inputs, const py::it
     HostProgram p;
     p.name = name;
     p.num_inputs = num_inputs;
+    // A shape is a list of ints; anything else was pybind11's cast_error, a
+    // RuntimeError naming no output.
+    auto shape_of = [](py::handle shape, const std::string& what) {
+        if (!py::isinstance<py::sequence>(shape) || py::isinstance<py::str>(shape) || py::isinstance<py::bytes>(shape))
+            throw Error(ErrorKind::InvalidArgument,
+                        what + " is a " + std::string(py::str(shape.get_type().attr("__name__"))) +
+                            ", not a shape (a list of ints) or (shape, dtype)");
+        return IntsFrom<int64_t>(shape, what + ":");
+    };
+    size_t index = 0;
     for (py::handle o : outputs) {
+        const std::string what = "HostProgram: output " + std::to_string(index++);
         HostProgram::OutputSpec spec;
-        if (py::isinstance<py::tuple>(o) && py::len(o) == 2 && !py::isinstance<py::int_>(py::reinterpret_borrow<py::tuple>(o)[1])) {
+        // (shape, dtype) has a sequence first; (2, 3) is a shape.
+        if (py::isinstance<py::tuple>(o) && py::len(o) == 2 && py::isinstance<py::sequence>(py::reinterpret_borrow<py::tuple>(o)[0])) {
             py::tuple t = py::reinterpret_borrow<py::tuple>(o);
-            spec.shape = t[0].cast<std::vector<int64_t>>();
+            spec.shape = shape_of(t[0], what);
             spec.dtype = DTypeFrom(t[1], "HostProgram outputs");
         } else {
-            spec.shape = py::reinterpret_borrow<py::object>(o).cast<std::vector<int64_t>>();
+            spec.shape = shape_of(o, what);
         }
         p.outputs.push_back(std::move(spec));
     }
@@ -956,7 +968,8 @@ void BindHostLevel(py::module_& m) {
         .def_static("zeros", [](const IntList<int64_t>& shape, py::handle dtype) {
                 return HostTensor::Zeros(shape, DTypeFrom(dtype, "HostTensor.zeros"));
             }, py::arg("shape"), py::arg("dtype") = DType::FP32)
-        .def_static("full", &HostTensor::Full, py::arg("shape"), py::arg("value"), "fp32.")
+        .def_static("full", [](const IntList<int64_t>& shape, float value) { return HostTensor::Full(shape, value); },
+                    py::arg("shape"), py::arg("value"), "fp32.")
         .def_static("from_numpy", [](py::handle a) { return ToHostTensor(a, false, "HostTensor.from_numpy"); },
                     py::arg("array"), "Wraps the array (no copy when C-contiguous).")
         .def("numpy", [](const HostTensor& t) { return CallersView(t); }, "A numpy view of the tensor (no copy).")
@@ -968,7 +981,9 @@ void BindHostLevel(py::module_& m) {
         .def_property_readonly("dtype", &HostTensor::dtype)
         .def_property_readonly("nbytes", &HostTensor::bytes)
         .def_property_readonly("storage_id", &HostTensor::storage_id)
-        .def("rows", &HostTensor::Rows, py::arg("begin"), py::arg("end"), "Rows [begin, end) as a view.")
+        .def("rows", [](const HostTensor& t, const IntArg<int64_t>& begin, const IntArg<int64_t>& end) {
+                return t.Rows(begin.In("HostTensor.rows: begin"), end.In("HostTensor.rows: end"));
+            }, py::arg("begin"), py::arg("end"), "Rows [begin, end) as a view.")
         .def("describe", &HostTensor::Describe)
         .def("__repr__", [](const HostTensor& t) { return "<spyre.HostTensor " + t.Describe() + ">"; });
 
@@ -982,11 +997,11 @@ void BindHostLevel(py::module_& m) {
                 return g.Get("HostGraph.create_tensor").CreateTensor(shape, DTypeFrom(dtype, "HostGraph.create_tensor"));
             }, py::arg("shape"), py::arg("dtype") = DType::FP32, "An intermediate host tensor (zero-filled).")
         .def("chip", [](PyGraph& g, const std::string& function, const py::iterable& args, std::optional<std::string> name,
-                        std::optional<size_t> device) {
+                        const std::optional<IntArg<size_t>>& device) {
                 HostGraph graph = g.Get("HostGraph.chip");
                 ChipOptions o;
                 if (name) o.name = *name;
-                o.device = device;
+                if (device) o.device = device->In("HostGraph.chip: device");
                 std::vector<TensorArg> a = ArgsFrom(args, "chip task '" + function + "'");
                 // Released while the task is handed over: a full window
                 // waits for tasks that may need the GIL (Python SubWorkers).

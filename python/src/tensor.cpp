@@ -354,7 +354,9 @@ void BindTensor(py::module_& m) {
         .def("device_bytes", &DeviceLayout::device_bytes)
         .def("device_offset", [](const DeviceLayout& l, const IntList<int64_t>& i) { return l.DeviceOffset(i); },
              py::arg("host_index"))
-        .def("host_index", &DeviceLayout::HostIndex, py::arg("device_offset"), "None for padding.")
+        .def("host_index", [](const DeviceLayout& l, const IntArg<int64_t>& offset) {
+                return l.HostIndex(offset.In("DeviceLayout.host_index: device_offset"));
+            }, py::arg("device_offset"), "None for padding.")
         .def("__eq__", [](const DeviceLayout& a, const DeviceLayout& b) { return a == b; })
         .def("__repr__", &DeviceLayout::ToString);
 

@@ -209,7 +209,12 @@ def test_an_int_argument_out_of_its_range_names_itself(host, dev):
         # Signed parameters: 2**70 fits none of them.
         stream = dev.create_stream()
         buf = dev.alloc(64)
+        rows = spyre.HostTensor.zeros([4, 4])
+        layout = spyre.DeviceLayout.default(spyre.HostLayout.contiguous([3, 100], "fp16"))
         signed = {
+            "HostTensor.rows: begin": lambda v: rows.rows(v, 1),
+            "HostTensor.rows: end": lambda v: rows.rows(0, v),
+            "DeviceLayout.host_index: device_offset": layout.host_index,
             "Device.alloc: nbytes": dev.alloc,
             "Device.create_stream: priority": dev.create_stream,
             "SpyreStream: priority": lambda v: spyre.SpyreStream(dev, v),
@@ -244,6 +249,37 @@ def test_an_int_argument_out_of_its_range_names_itself(host, dev):
         w.close()
 
 
+def test_a_chip_task_device_out_of_range_fails_the_run_as_invalid_argument(host):
+    """g.chip(device=-1) or device=2**64 failed the run with pybind11's
+    TypeError as its cause, naming neither the argument nor the value."""
+    w = spyre.Worker(host, spyre.DistributedConfig(device_ids=[1]))
+    try:
+        for device, bound in ((-1, ">= 0"), (2**64, "<= ")):
+            p = spyre.HostProgram("bad_device", 2, [[4]], lambda g, x, d=device: g.chip(
+                "chip_add", [spyre.In(x[0]), spyre.In(x[1]), spyre.Out(x[2])], device=d))
+            with pytest.raises(spyre.InvalidArgument, match=f"HostGraph.chip: device is {device} \\(must be {bound}"):
+                w.run(p, [spyre.HostTensor.zeros([4]), spyre.HostTensor.zeros([4])])
+    finally:
+        w.close()
+
+
+def test_a_host_program_output_that_is_no_shape_names_the_output(host):
+    """An output shape that was no list of ints was pybind11's cast_error, a
+    RuntimeError naming no output."""
+    fn = lambda g, x: None  # noqa: E731
+    with pytest.raises(spyre.InvalidArgument, match="^spyre: invalid argument: HostProgram: output 1 is a str, not a shape"):
+        spyre.HostProgram("p", 0, [[4], "ab"], fn)
+    with pytest.raises(spyre.InvalidArgument, match="^spyre: invalid argument: HostProgram: output 0 is a float, "):
+        spyre.HostProgram("p", 0, [1.5], fn)
+    with pytest.raises(spyre.InvalidArgument, match=f"^spyre: invalid argument: HostProgram: output 0: item 1 is {2**70} "):
+        spyre.HostProgram("p", 0, [([4, 2**70], spyre.FP32)], fn)
+    with pytest.raises(spyre.InvalidArgument, match="HostProgram: output 0: item 0 is a str$"):
+        spyre.HostProgram("p", 0, [(["x"], spyre.FP32)], fn)
+    # Shapes as before: a list, a tuple of ints, (shape, dtype), numpy ints.
+    p = spyre.HostProgram("p", 0, [[4], (2, 3), ((5,), spyre.FP32), (np.int64(2), np.int64(2))], fn)
+    assert [list(s) for s, _ in p.outputs] == [[4], [2, 3], [5], [2, 2]]
+
+
 def test_an_int_list_item_out_of_range_or_not_an_int_names_its_position(host, dev):
     """A shape or permutation item that is no int, or that its C++ type cannot
     hold, was pybind11's TypeError for the whole call."""
@@ -256,6 +292,7 @@ def test_an_int_list_item_out_of_range_or_not_an_int_names_its_position(host, de
         "footprint": lambda s: spyre.footprint(s, spyre.FP32),
         "SpyreTensor.empty": lambda s: spyre.SpyreTensor.empty(dev, s, spyre.FP32),
         "HostLayout": lambda s: spyre.HostLayout(s, [1, 1], spyre.FP32),
+        "HostTensor.full": lambda s: spyre.HostTensor.full(s, 1.0),
     }
     for what, call in calls.items():
         bound = 2**31 - 1 if "perm" in what else 2**63 - 1
