@@ -131,7 +131,8 @@ private:
                        " shape");
 
         const Node bytes = n.Field("bytes");
-        t.bytes = bytes.Uint();
+        // Sizes are int64 everywhere past the reader (allocations, copies).
+        t.bytes = uint64_t(bytes.Int(0, INT64_MAX));
         const std::optional<uint64_t> extent = ExtentBytes(t);
         if (!extent) n.Fail("shape and strides reach past 2^64 bytes");
         if (t.bytes < *extent)

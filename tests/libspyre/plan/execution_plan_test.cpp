@@ -542,11 +542,18 @@ const Malformed kMalformed[] = {
      {"plans/mm/plan.json", "operations[0].compute.size", "1E+999"}},
     // An integer that no 64 bits hold is out of range, not "not an integer"
     // (2^64 was "must be an integer, not number"; found probing from outside).
-    {"IntegerBeyond64Bits", EditRaw(json::json_pointer("/tensors/2/bytes"), "123456789012345678901234567890"),
-     {"plans/mm/plan.json", "tensors[2].bytes:", "out of range: must be an integer <= 18446744073709551615"}},
-    {"IntegerTwoToThe64", EditRaw(json::json_pointer("/tensors/2/bytes"), "18446744073709551616"),
-     {"plans/mm/plan.json", "tensors[2].bytes:",
+    {"IntegerBeyond64Bits", EditRaw(json::json_pointer("/operations/0/compute/size"), "123456789012345678901234567890"),
+     {"plans/mm/plan.json", "operations[0].compute.size:", "out of range: must be an integer <= 18446744073709551615"}},
+    {"IntegerTwoToThe64", EditRaw(json::json_pointer("/operations/0/compute/size"), "18446744073709551616"),
+     {"plans/mm/plan.json", "operations[0].compute.size:",
       "out of range: must be an integer <= 18446744073709551615, got 1.8446744073709552e+19"}},
+    // A tensor's bytes past int64 was read; an exact launch then refused it
+    // while a tiled one ran (found probing from outside).
+    {"BytesBeyondInt64", EditRaw(json::json_pointer("/tensors/2/bytes"), "9223372036854775808"),
+     {"plans/mm/plan.json", "tensors[2].bytes:", "must be <= 9223372036854775807, got 9223372036854775808"}},
+    {"BytesBeyond64Bits", EditRaw(json::json_pointer("/tensors/2/bytes"), "18446744073709551616"),
+     {"plans/mm/plan.json", "tensors[2].bytes:",
+      "out of range: must be an integer <= 9223372036854775807, got 1.8446744073709552e+19"}},
     {"NegativeIntegerBeyond64Bits", EditRaw(json::json_pointer("/tensors/0/shape/0"), "-9223372036854775809"),
      {"plans/mm/plan.json", "tensors[0].shape[0]:", "out of range: must be an integer >= 1"}},
     {"SignedIntegerBeyond63Bits", EditRaw(json::json_pointer("/tensors/0/shape/0"), "9223372036854775808"),
