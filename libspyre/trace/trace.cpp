@@ -258,9 +258,16 @@ void Counter(uint32_t track, const char* name, uint64_t ts_ns, int64_t value) no
 
 }  // namespace detail
 
+namespace {
+size_t WriteAndStop(State& s);
+}  // namespace
+
 void Start(const std::string& path) {
     State& s = state();
     std::lock_guard session(s.session_mu);
+    // A recording already running is written to its own file first: its
+    // events are not lost, and its file is no empty placeholder.
+    WriteAndStop(s);
     {
         // Fail now, not at Stop, if the file cannot be written.
         std::ofstream probe(path, std::ios::trunc);
@@ -279,6 +286,13 @@ void Start(const std::string& path) {
 size_t Stop() {
     State& s = state();
     std::lock_guard session(s.session_mu);
+    return WriteAndStop(s);
+}
+
+namespace {
+
+// Stop()'s work, with the session lock held.
+size_t WriteAndStop(State& s) {
     std::vector<std::shared_ptr<ThreadBuffer>> buffers;
     std::map<std::string, uint32_t> tracks;
     std::string path;
@@ -405,6 +419,8 @@ size_t Stop() {
     if (!out) throw Error(ErrorKind::IoError, "trace file " + path + " could not be written completely");
     return all.size();
 }
+
+}  // namespace
 
 std::string ProcessTracePath(const std::string& path) {
     auto env = [](std::initializer_list<const char*> names) -> std::string {

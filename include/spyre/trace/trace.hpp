@@ -37,9 +37,10 @@ uint64_t ScopeStartOr(Clock clock) noexcept {
 
 inline bool Enabled() noexcept { return detail::g_enabled.load(std::memory_order_relaxed); }
 
-// Starts recording into `path`, replacing a recording already running (its
-// events are dropped). Throws spyre::Error(InvalidArgument) if the file
-// cannot be created (checked now, not at Stop).
+// Starts recording into `path`. A recording already running is first
+// written to its own file, as Stop() writes it. Throws
+// spyre::Error(InvalidArgument) if the file cannot be created (checked now,
+// not at Stop).
 void Start(const std::string& path);
 
 // SPYRE_TRACE's path for this process: "%p" becomes the process id and

@@ -210,19 +210,37 @@ TEST_F(TraceTest, NothingIsRecordedWhenNoTraceRuns) {
     EXPECT_EQ(trace::Stop(), 0u);
 }
 
-TEST_F(TraceTest, ARecordingStartedAgainDropsTheOldOne) {
+int Launches(const json& trace) {
+    int launches = 0;
+    for (const json& e : trace["traceEvents"])
+        if (e["ph"] == "X" && e["name"] == "FlexStream::Launch") ++launches;
+    return launches;
+}
+
+TEST_F(TraceTest, ARecordingStartedAgainOnItsPathStartsOver) {
     Device dev = OpenDevice();
     const std::string path = Path();
     trace::Start(path);
     RunWork(dev, 50);
-    trace::Start(path);  // again: the first recording's events are gone
+    trace::Start(path);  // again: the file holds the second recording only
     RunWork(dev, 2);
     trace::Stop();
-    int launches = 0;
-    const json t = Load(path);
-    for (const json& e : t["traceEvents"])
-        if (e["ph"] == "X" && e["name"] == "FlexStream::Launch") ++launches;
-    EXPECT_EQ(launches, 2);
+    EXPECT_EQ(Launches(Load(path)), 2);
+}
+
+// A second Start left the first recording's file empty (its events dropped),
+// a file every trace reader refuses (found probing from outside).
+TEST_F(TraceTest, ASecondStartWritesTheFirstRecordingToItsFile) {
+    Device dev = OpenDevice();
+    const std::string first = Path(), second = first + ".second.json";
+    trace::Start(first);
+    RunWork(dev, 5);
+    trace::Start(second);
+    RunWork(dev, 2);
+    trace::Stop();
+    EXPECT_EQ(Launches(Load(first)), 5);
+    EXPECT_EQ(Launches(Load(second)), 2);
+    std::filesystem::remove(second);
 }
 
 TEST_F(TraceTest, AnUnwritablePathIsRefusedAtStart) {
