@@ -220,6 +220,25 @@ with tempfile.TemporaryDirectory() as d:
     r = subprocess.run([tool, "merge", out, a, a], capture_output=True, text=True, timeout=60)
     check(r.returncode == 0 and len(json.load(open(out))) == 2, f"merge: exit {r.returncode}, {r.stderr.strip()}")
 
+# Files of both pid kinds (one numbers its processes, another names them):
+# the merged file mixed them, and the summary refused it; two files naming
+# one pid alike crashed the merge (a str plus 1_000_000).
+with tempfile.TemporaryDirectory() as d:
+    a, b, c, out = (os.path.join(d, n) for n in ("a.json", "b.json", "c.json", "out.json"))
+    for path, pid, tid in ((a, 7, 1), (b, "7", "main"), (c, "7", "main")):
+        with open(path, "w") as f:
+            json.dump({"traceEvents": [{"ph": "X", "name": "k", "pid": pid, "tid": tid, "ts": 0, "dur": 5}]}, f)
+    r = subprocess.run([tool, "merge", out, a, b, c], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0 and "Traceback" not in r.stderr, f"merge of both pid kinds: exit {r.returncode}, {r.stderr.strip()}")
+    if r.returncode == 0:
+        merged = json.load(open(out))["traceEvents"]
+        pids = [e["pid"] for e in merged]
+        check(len(set(pids)) == 3 and all(isinstance(p, str) for p in pids),
+              f"merge of both pid kinds: pids {pids}, expected three distinct strings")
+        check(all(isinstance(e["tid"], str) for e in merged), f"merge of both tid kinds: {merged}")
+        r = subprocess.run([tool, "summary", out], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0, f"summary of a merge of both pid kinds: exit {r.returncode}, {r.stderr.strip()}")
+
 # Arrows both ways between two tasks of one start time (a malformed trace):
 # the critical path's walk never ended, its list growing without bound.
 # Both the dependency arrows and the stream flows; the summary must end.
