@@ -563,7 +563,7 @@ HostProgram MakeProgram(const std::string& name, size_t num_inputs, const py::it
     auto shape_of = [](py::handle shape, const std::string& what) {
         if (!py::isinstance<py::sequence>(shape) || py::isinstance<py::str>(shape) || py::isinstance<py::bytes>(shape))
             throw Error(ErrorKind::InvalidArgument,
-                        what + " is a " + std::string(py::str(shape.get_type().attr("__name__"))) +
+                        what + " is " + ATypeName(shape) +
                             ", not a shape (a list of ints) or (shape, dtype)");
         return IntsFrom<int64_t>(shape, what + ":");
     };

@@ -12,6 +12,7 @@
 
 #include <limits>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -61,6 +62,13 @@ bool FitInto(const py::handle& v, T& out) {
         }
     }
     return false;
+}
+
+// "a float", "an int", "a str": what `v` is, for messages.
+inline std::string ATypeName(py::handle v) {
+    const std::string name = py::str(v.get_type().attr("__name__"));
+    return (std::string_view("aeiouAEIOU").find(name.empty() ? 'x' : name[0]) != std::string_view::npos ? "an " : "a ") +
+           name;
 }
 
 // The int `h` stands for (an int, numpy.int64, anything with __index__), or

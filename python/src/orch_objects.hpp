@@ -58,9 +58,8 @@ struct PyOrch : Child {
     // that a view kept past the call fails the task (PythonChipFunction).
     std::shared_ptr<const void> call_views;
 
-    std::mutex mu;  // guards the two below (host kernels fail on worker threads)
-    std::vector<std::pair<int32_t, std::string>> python_errors;  // (kernel id, message)
-    std::map<int32_t, std::vector<uint64_t>> implicit_sizes;     // task id -> its implicit outputs' bytes
+    std::mutex mu;  // guards implicit_sizes
+    std::map<int32_t, std::vector<uint64_t>> implicit_sizes;  // task id -> its implicit outputs' bytes
     int32_t ring_size = 1024;
 
     Orchestrator& Get(const char* call) const {

@@ -4,8 +4,8 @@
 // the runtime's mapping of device memory (no copy); a task parameter is
 // (kind, array-or-None-or-address, size). Host kernels are Python callables
 // run on the runtime's host workers with the GIL taken; a raising one fails
-// its task (device code kPythonKernelRaised) and wait_all raises
-// spyre.TaskFailed with the Python message. Device faults raise
+// its task (the runtime records what it raised, per task) and wait_all
+// raises spyre.TaskFailed with the Python message. Device faults raise
 // spyre.DeviceError with task_id, kernel_id, device_code, failures, skipped.
 #include <pybind11/stl.h>
 
@@ -41,6 +41,15 @@ int32_t ParamKind(py::handle k) {
     return v;
 }
 
+// The int `v` as T; InvalidArgument "<what> is -1 (must be >= 0)" when it
+// does not fit, "<what> is a float" when it is no int.
+template <typename T>
+T UintOf(py::handle v, const std::string& what) {
+    const py::object index = IndexOf(v);
+    if (!index) throw Error(ErrorKind::InvalidArgument, what + " is " + ATypeName(v));
+    return IntArg<T>{index}.In(what);
+}
+
 // (kind, buffer, size) entries -> TaskParams; `implicit` gets the sizes of
 // implicit outputs (buffer None).
 std::vector<TaskParam> ParseParams(const py::iterable& params, std::vector<uint64_t>& implicit) {
@@ -48,19 +57,19 @@ std::vector<TaskParam> ParseParams(const py::iterable& params, std::vector<uint6
     size_t i = 0;
     for (py::handle entry : params) {
         const std::string what = "submit: parameter " + std::to_string(i++);
-        py::tuple t;
-        try {
-            t = py::tuple(py::reinterpret_borrow<py::object>(entry));
-        } catch (const py::error_already_set&) {
-            throw Error(ErrorKind::InvalidArgument, what + ": expected (kind, buffer, size)");
-        }
+        // A tuple or list only: tuple() of a numpy array is its elements
+        // ("got 256 items" for a buffer passed bare).
+        if (!py::isinstance<py::tuple>(entry) && !py::isinstance<py::list>(entry))
+            throw Error(ErrorKind::InvalidArgument,
+                        what + ": expected a (kind, buffer[, size]) tuple, got " + ATypeName(entry));
+        const py::tuple t(py::reinterpret_borrow<py::object>(entry));
         if (t.size() < 2 || t.size() > 3)
             throw Error(ErrorKind::InvalidArgument, what + ": expected (kind, buffer[, size]), got " +
                                                         std::to_string(t.size()) + " items");
         TaskParam p{};
         p.kind = ParamKind(t[0]);
         std::optional<uint64_t> size;
-        if (t.size() == 3 && !t[2].is_none()) size = t[2].cast<uint64_t>();
+        if (t.size() == 3 && !t[2].is_none()) size = UintOf<uint64_t>(t[2], what + ": size");
         py::handle buf = t[1];
         if (buf.is_none()) {
             if (p.kind != PARAM_OUTPUT)
@@ -68,7 +77,7 @@ std::vector<TaskParam> ParseParams(const py::iterable& params, std::vector<uint6
             if (!size) throw Error(ErrorKind::InvalidArgument, what + ": an implicit output needs its size");
             implicit.push_back(*size);
         } else if (py::isinstance<py::int_>(buf)) {
-            p.buffer = reinterpret_cast<void*>(buf.cast<uintptr_t>());
+            p.buffer = reinterpret_cast<void*>(UintOf<uintptr_t>(buf, what + ": address"));
             if (!size) throw Error(ErrorKind::InvalidArgument, what + ": an address needs a size");
         } else {
             HostView v = ViewOf(buf, p.kind != PARAM_INPUT, what);
@@ -86,55 +95,67 @@ std::vector<TaskParam> ParseParams(const py::iterable& params, std::vector<uint6
 }
 
 void* AddressOf(py::handle obj, const char* what) {
-    if (py::isinstance<py::int_>(obj)) return reinterpret_cast<void*>(obj.cast<uintptr_t>());
+    if (py::isinstance<py::int_>(obj)) return reinterpret_cast<void*>(UintOf<uintptr_t>(obj, std::string(what) + ": address"));
     return ViewOf(obj, false, what).data;
 }
 
+// The runtime's cause of a host kernel that threw. Every host kernel of a
+// Python Orchestrator is a Python callable: one that threw raised (or
+// returned what is no status), and its message follows the prefix.
+constexpr std::string_view kThrewPrefix = "host kernel threw: ";
+
+bool PythonKernelRaised(const TaskFailureInfo& f) {
+    return f.kind == ErrorKind::TaskFailed && std::string_view(f.cause).starts_with(kThrewPrefix);
+}
+
 py::dict FailureDict(const TaskFailureInfo& f) {
+    const bool raised = PythonKernelRaised(f);
     py::dict d;
     d["task_id"] = f.task_id;
     d["kernel_id"] = f.kernel_id;
     d["skipped"] = f.skipped;
     d["root_task_id"] = f.root_task_id;
     d["root_kernel_id"] = f.root_kernel_id;
-    d["device_code"] = f.device_code;
+    d["device_code"] = raised ? kPythonKernelRaised : f.device_code;
     d["kind"] = py::str(ToPython(Error(f.kind, "")).attr("kind"));
-    d["cause"] = f.cause;
+    d["cause"] = raised ? f.cause.substr(kThrewPrefix.size()) : f.cause;
     return d;
+}
+
+// A task's failure (a device fault, or a host kernel that raised), which
+// names its task; anything else is raised as it is.
+bool IsTaskFailure(const Error& e) {
+    return (e.kind() == ErrorKind::DeviceError || e.kind() == ErrorKind::TaskFailed) && e.context().op_index;
 }
 
 // Raises what WaitAll threw, as TaskFailed (a Python host kernel raised) or
 // the error's own kind, with the failed task, its kernel, every failure and
 // the skipped tasks as attributes.
-[[noreturn]] void RaiseWaitError(PyOrch& self, const Error& e, const std::vector<TaskFailureInfo>& failures) {
-    if (e.kind() != ErrorKind::DeviceError) throw e;
+[[noreturn]] void RaiseWaitError(const Error& e, const std::vector<TaskFailureInfo>& failures) {
+    if (!IsTaskFailure(e)) throw e;
     const int32_t root = e.context().op_index ? int32_t(*e.context().op_index) : -1;
     int32_t kernel = -1;
+    const TaskFailureInfo* root_failure = nullptr;
     py::list all, skipped;
     for (const TaskFailureInfo& f : failures) {
-        if (int64_t(f.task_id) == root && !f.skipped) kernel = f.kernel_id;
+        if (int64_t(f.task_id) == root && !f.skipped) kernel = f.kernel_id, root_failure = &f;
         all.append(FailureDict(f));
         if (f.skipped) skipped.append(f.task_id);
     }
     if (kernel < 0)
         for (const TaskFailureInfo& f : failures)
             if (f.root_task_id == root) kernel = f.root_kernel_id;
+    if (kernel < 0 && e.context().kernel_id) kernel = *e.context().kernel_id;
     Error out = e;
-    if (e.context().device_code == kPythonKernelRaised) {
-        std::string message;
-        {
-            std::lock_guard lock(self.mu);
-            for (auto& [k, m] : self.python_errors)
-                if (k == kernel && message.empty()) message = m;
-            if (message.empty() && !self.python_errors.empty()) message = self.python_errors.front().second;
-            self.python_errors.clear();
-        }
-        // The runtime's message names the binding's marker as the kernel's
-        // return code; the counts are what it adds to the Python error.
+    if (e.kind() == ErrorKind::TaskFailed) {
+        // The runtime names the Python error as what the kernel threw; the
+        // counts are what it adds.
         const size_t failed = size_t(std::count_if(failures.begin(), failures.end(),
                                                    [](const TaskFailureInfo& f) { return !f.skipped; }));
+        const std::string cause = root_failure ? std::string(FailureDict(*root_failure)["cause"].cast<std::string>())
+                                               : e.message();
         out = Error(ErrorKind::TaskFailed,
-                    "task " + std::to_string(root) + " (kernel " + std::to_string(kernel) + "): " + message + " (" +
+                    "task " + std::to_string(root) + " (kernel " + std::to_string(kernel) + "): " + cause + " (" +
                         std::to_string(std::max<size_t>(failed, 1)) + " task(s) failed, " +
                         std::to_string(py::len(skipped)) + " dependent task(s) skipped)",
                     e.context());
@@ -142,18 +163,19 @@ py::dict FailureDict(const TaskFailureInfo& f) {
     py::object exc = ToPython(out);
     exc.attr("task_id") = root;
     exc.attr("kernel_id") = kernel;
+    // The marker the docs name for a Python kernel's failure; the message's
+    // context names no code for it (the runtime saw an exception).
+    if (e.kind() == ErrorKind::TaskFailed) exc.attr("device_code") = kPythonKernelRaised;
     exc.attr("failures") = all;
     exc.attr("skipped") = skipped;
     PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
     throw py::error_already_set();
 }
 
-// A failure goes to the Orchestrator's python_errors, which wait_all
-// raises with. A kernel registered on a chip task's Orchestrator outlives
-// that call's PyOrch (the chip runtime keeps it for later calls), which
-// reads no python_errors anyway: there it throws, and the message goes to
-// the task's failure record (it held a dangling pointer to the PyOrch and
-// reported only the PYTHON_KERNEL_RAISED code).
+// A failure throws: the runtime keeps the message in the task's own
+// failure record, which wait_all, failures() and a chip task's error read
+// (a kernel of a chip task's Orchestrator outlives that call's PyOrch, so
+// it keeps no pointer to it).
 HostKernel MakeHostKernel(const std::shared_ptr<PyOrch>& owner, int32_t kernel_id, py::function fn, py::object dtype) {
     PyOrch* self = owner.get();
     ViewDType(dtype, "Orchestrator.register_host_kernel");  // refused now, not at each run
@@ -167,16 +189,9 @@ HostKernel MakeHostKernel(const std::shared_ptr<PyOrch>& owner, int32_t kernel_i
     py::object base = ViewOwner(py::none(), self->Get("Orchestrator.register_host_kernel").MemoryHold());
     auto keep_base = KeepAlive(base);
     PyObject* raw_base = base.ptr();
-    const bool chip_call = bool(self->call_views);
-    std::weak_ptr<PyOrch> weak = owner;
-    // Records `message` for wait_all, or throws it (see above).
-    auto fail = [chip_call, weak, kernel_id](const std::string& message) -> uint32_t {
-        const std::shared_ptr<PyOrch> o = chip_call ? nullptr : weak.lock();
-        if (!o) throw Error(ErrorKind::TaskFailed, message);
-        std::lock_guard lock(o->mu);
-        o->python_errors.emplace_back(kernel_id, message);
-        return kPythonKernelRaised;
-    };
+    // Fails the task with `message`: the runtime keeps what a kernel threw
+    // in the task's own failure record.
+    auto fail = [](const std::string& message) -> uint32_t { throw std::runtime_error(message); };
     return [fail, kernel_id, keep, keep_dt, keep_base, raw, raw_dt, raw_base](std::span<void* const> buffers,
                                                          std::span<const uint64_t> sizes) -> uint32_t {
         const RuntimeCall call;
@@ -192,12 +207,14 @@ HostKernel MakeHostKernel(const std::shared_ptr<PyOrch>& owner, int32_t kernel_i
             // Anything but an int that fits the task's status fails it: a
             // returned message ("error: ...") used to pass as success.
             const std::string what = "host kernel " + std::to_string(kernel_id) + " returned ";
-            if (!PyIndex_Check(r.ptr()))  // an int, or what stands for one (numpy.int64)
+            // An int, or what stands for one (numpy.int64); a numpy array's
+            // __index__ raises: it is no status either.
+            const py::object index = IndexOf(r);
+            if (!index)
                 throw Error(ErrorKind::TaskFailed, what + py::str(py::type::handle_of(r).attr("__name__")).cast<std::string>() +
                                                        " " + py::repr(r).cast<std::string>().substr(0, 80) +
                                                        ", not an int status or None");
-            const py::int_ status = py::reinterpret_steal<py::int_>(PyNumber_Index(r.ptr()));
-            if (!status) throw py::error_already_set();
+            const py::int_ status = py::reinterpret_borrow<py::int_>(index);
             if (status < py::int_(0) || status > py::int_(UINT32_MAX))
                 throw Error(ErrorKind::TaskFailed, what + py::repr(status).cast<std::string>() +
                                                        ", outside a task status (0 .. 2**32-1)");
@@ -235,7 +252,7 @@ void WaitAll(PyOrch& self) {
             });
         });
     } catch (const Error& e) {
-        RaiseWaitError(self, e, snapshot);
+        RaiseWaitError(e, snapshot);
     }
 }
 
@@ -352,7 +369,7 @@ void BindOrchestration(py::module_& m) {
                 try {
                     s.scope->End();
                 } catch (const Error& e) {
-                    if (e.kind() != ErrorKind::DeviceError) throw;
+                    if (!IsTaskFailure(e)) throw;
                 }
             });
             s.scope.reset();
@@ -550,8 +567,7 @@ void BindOrchestration(py::module_& m) {
                             o.Run(run_fn, raw, progress);
                     });
                 } catch (const Error& e) {
-                    if (e.kind() != ErrorKind::DeviceError) throw;
-                    RaiseWaitError(*self, e, snapshot);
+                    RaiseWaitError(e, snapshot);
                 }
             }, py::arg("fn"),
             "fn(orchestrator, *args), then wait_all, as pto_run: no scope of its own (a loop of scopes in fn "

@@ -155,6 +155,12 @@ def test_python_host_kernel_that_raises_fails_its_task_and_skips_dependents(orch
     assert e.task_id == t0 and e.kernel_id == PYRAISE
     assert e.device_code == spyre.PYTHON_KERNEL_RAISED
     assert t1 in e.skipped
+    # The failure records say what the exception says: they were kind
+    # DeviceError, cause "host kernel return code 1886978049".
+    by_task = {f["task_id"]: f for f in e.failures}
+    for t in (t0, t1):
+        assert by_task[t]["kind"] == e.kind and by_task[t]["device_code"] == spyre.PYTHON_KERNEL_RAISED, by_task[t]
+        assert by_task[t]["cause"] == f"host kernel {PYRAISE} raised ValueError: bad tile 7", by_task[t]
     np.testing.assert_allclose(F, 2.0)  # the independent task ran
     # the runtime is usable afterwards
     with orch.scope():
@@ -193,13 +199,23 @@ def test_bad_parameters_are_typed_errors(orch):
             orch.submit(ADD, spyre.WORKER_VECTOR, [("in", np.zeros(N, np.float32)), ("out", None, NB)])
     orch.wait_all()
     # Values inside the arguments that do not convert were pybind11's
-    # RuntimeError; negative shapes read as 2^64 - 4 bytes.
-    wrong = "a value of the wrong type or out of range in the arguments"
-    with pytest.raises(spyre.InvalidArgument, match=wrong):
-        orch.submit(ADD, spyre.WORKER_VECTOR, [("in", A, -1)])
-    with pytest.raises(spyre.InvalidArgument, match=wrong):
+    # RuntimeError; negative shapes read as 2^64 - 4 bytes. Each names its
+    # parameter and field (it was pybind11's "Unable to cast ... to C++
+    # type 'unsigned long'").
+    for size in (-1, 2**64):
+        with pytest.raises(spyre.InvalidArgument, match=f"^spyre: invalid argument: submit: parameter 1: size is {size} "):
+            orch.submit(ADD, spyre.WORKER_VECTOR, [("in", A), ("in", A, size)])
+    with pytest.raises(spyre.InvalidArgument, match="submit: parameter 0: size is a float$"):
+        orch.submit(ADD, spyre.WORKER_VECTOR, [("in", A, 1.5)])
+    with pytest.raises(spyre.InvalidArgument, match=f"submit: parameter 0: address is {2**70} \\(must be <="):
+        orch.submit(ADD, spyre.WORKER_VECTOR, [("in", 2**70, 64)])
+    with pytest.raises(spyre.InvalidArgument, match="^spyre: invalid argument: Orchestrator.device_address: address is -1 "):
         orch.device_address(-1)
-    with pytest.raises(spyre.InvalidArgument, match=wrong):
+    # A buffer passed bare, not in its tuple: tuple() of it counted its elements.
+    with pytest.raises(spyre.InvalidArgument, match="submit: parameter 0: expected a \\(kind, buffer\\[, size\\]\\) "
+                                                    "tuple, got a ndarray$"):
+        orch.submit(ADD, spyre.WORKER_VECTOR, [A])
+    with pytest.raises(spyre.InvalidArgument, match="HostProgram: output 0 is an int, not a shape"):
         spyre.HostProgram("g", 1, [5], lambda g, x: None)
     with pytest.raises(spyre.InvalidArgument, match="shape dimension 0 is -1"):
         orch.alloc(1024, np.float32, [-1])
@@ -461,7 +477,10 @@ def test_a_host_kernel_returning_neither_an_int_nor_none_fails_its_task(orch):
     for kernel, result, message in [(71, "error: bad tile", "returned str 'error: bad tile', not an int status or None"),
                                      (72, 1.5, "returned float 1.5, not an int status or None"),
                                      (73, -1, "returned -1, outside a task status"),
-                                     (74, 2**32, "returned 4294967296, outside a task status")]:
+                                     (74, 2**32, "returned 4294967296, outside a task status"),
+                                     # np.multiply(..., out=) returns the array: it was
+                                     # "raised TypeError: only integer scalar arrays ..."
+                                     (80, np.zeros(2), "returned ndarray array\\(\\[0., 0.\\]\\), not an int status")]:
         orch.register_host_kernel(kernel, lambda x, r=result: r)
         orch.submit(kernel, spyre.WORKER_HOST, [("inout", a)])
         with pytest.raises(spyre.TaskFailed, match=message):
