@@ -188,18 +188,18 @@ Running::~Running() {
 // meanwhile: that run's SubWorker tasks may need the very thread that
 // waits, and the pool's other threads may be waiting the same way. A job
 // posted while it sleeps wakes the pool, not the run, so such a sleep is
-// short. `dispatcher` (when given) says which queued jobs to leave
+// short. `dispatcher` says which queued jobs to leave
 // (Dispatcher::LeaveToItsLane): while it leaves some, the sleep is a 1 ms
 // look, since they keep the pool's queue from looking empty.
 // Whether `ready()` came before `until` (RunHandle::WaitFor's bound).
 template <typename Ready>
-bool SleepOrHelp(RunState& run, Ready&& ready, Dispatcher* dispatcher = nullptr,
+bool SleepOrHelp(RunState& run, Ready&& ready, Dispatcher& dispatcher,
                  std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max()) {
     using namespace std::chrono;
     JobThreads* pool = JobThreads::Current();
     bool left_some = false;
     auto leave = [&](const void* item) {
-        const bool leave = item && dispatcher->LeaveToItsLane(*static_cast<const HostTask*>(item), run);
+        const bool leave = item && dispatcher.LeaveToItsLane(*static_cast<const HostTask*>(item), run);
         left_some |= leave;
         return leave;
     };
@@ -212,8 +212,8 @@ bool SleepOrHelp(RunState& run, Ready&& ready, Dispatcher* dispatcher = nullptr,
             continue;
         }
         left_some = false;
-        const bool ran = dispatcher ? pool->RunOneQueued(leave) : pool->RunOneQueued();
-        if (dispatcher) dispatcher->ApplyParked();  // `leave` may have held its lock
+        const bool ran = pool->RunOneQueued(leave);
+        dispatcher.ApplyParked();  // `leave` may have held its lock
         if (ran) continue;
         run.wake.SleepUnless([&] { return ready() || (!left_some && pool->HasQueued()); },
                              std::min<nanoseconds>(left, milliseconds(1)));
@@ -221,7 +221,7 @@ bool SleepOrHelp(RunState& run, Ready&& ready, Dispatcher* dispatcher = nullptr,
     return true;
 }
 
-void SleepOn(RunState& run, Dispatcher* dispatcher = nullptr) {
+void SleepOn(RunState& run, Dispatcher& dispatcher) {
     SleepOrHelp(run, [&] { return run.done_flag.load(std::memory_order_seq_cst); }, dispatcher);
 }
 
@@ -259,7 +259,7 @@ const HostTask* Dispatcher::CallerTaskOutside(const RunState& run) noexcept {
 
 void Dispatcher::SleepUntilDone(RunState& run) {
     CheckNotPartOf(run);
-    SleepOn(run, this);
+    SleepOn(run, *this);
 }
 
 void Dispatcher::CheckNotPartOf(const RunState& run) {
@@ -322,7 +322,7 @@ void Dispatcher::Shutdown() {
             if (in_flight_.empty()) break;
             run = in_flight_.front();
         }
-        SleepOn(*run, this);
+        SleepOn(*run, *this);
     }
     lanes_.clear();  // joins
     sub_workers_.reset();
@@ -348,7 +348,7 @@ void Dispatcher::WaitForRoom(RunState& run) {
             if (!run.window_waiter) return;
         }
         // The lock is released: the completions that make room need it.
-        SleepOrHelp(run, room, this);
+        SleepOrHelp(run, room, *this);
     }
 }
 
@@ -688,7 +688,7 @@ std::vector<HostTensor> Dispatcher::Wait(RunState& run, const ProgressCallback& 
     if (progress) return WaitReporting(run, progress);
     // A short run ends within a few microseconds: look for that, running
     // the run's queued tasks meanwhile, before paying a sleep and a wake-up.
-    if (JobThreads::Current() || !LookForEnd(run)) SleepOn(run, this);  // checked above
+    if (JobThreads::Current() || !LookForEnd(run)) SleepOn(run, *this);  // checked above
     Lock lock(*this);
     if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped, RecordsOf(run));
     return run.outputs;
@@ -717,7 +717,7 @@ std::vector<HostTensor> Dispatcher::WaitReporting(RunState& run, const ProgressC
             continue;  // look again: tasks finished meanwhile
         }
         if (ended) break;
-        SleepOrHelp(run, [&] { return look() != std::pair<uint64_t, bool>{reported, false}; }, this);
+        SleepOrHelp(run, [&] { return look() != std::pair<uint64_t, bool>{reported, false}; }, *this);
     }
     Lock lock(*this);
     if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped, RecordsOf(run));
@@ -750,7 +750,7 @@ bool Dispatcher::WaitFor(RunState& run, std::chrono::nanoseconds timeout) {
     // bounded); a short run ends within its look, without a sleep and a
     // wake-up.
     if (!JobThreads::Current() && timeout >= JobThreads::kSpin && JobThreads::LookBeforeSleeping(ended)) return true;
-    return SleepOrHelp(run, ended, this, until);
+    return SleepOrHelp(run, ended, *this, until);
 }
 
 bool Dispatcher::Done(RunState& run) {

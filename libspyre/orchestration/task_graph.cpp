@@ -374,6 +374,12 @@ bool TaskGraph::WaitsForItsOwnRun(StallNeed need) const {
     return false;
 }
 
+// How task `id`, which ends only after this thread's task, stands to it.
+const char* TaskGraph::NextToTheSubmittingKernel(int64_t id) const {
+    return RunsOnThisThread(id) ? "is the task whose kernel is submitting"
+                                : "waits for the task whose kernel is submitting";
+}
+
 std::string TaskGraph::TaskRingStuck() const {
     std::ostringstream s;
     s << "task ring (size " << ring_.capacity() << ") is full and cannot drain: its oldest "
@@ -381,9 +387,7 @@ std::string TaskGraph::TaskRingStuck() const {
     const TaskDescriptor& t = ring_.Get(ring_.tail());
     const TaskState st = t.state.load(std::memory_order_relaxed);
     if (EndsAfterThisThreadsTask(t.task_id)) {
-        s << (RunsOnThisThread(t.task_id) ? " is the task whose kernel is submitting"
-                                          : " waits for the task whose kernel is submitting")
-          << ", and the ring is reused in order behind it: a kernel can submit only as many tasks as the ring has "
+        s << " " << NextToTheSubmittingKernel(t.task_id) << ", and the ring is reused in order behind it: a kernel can submit only as many tasks as the ring has "
              "room for while its own task runs; submit them from the orchestration thread, or create the runtime "
              "with a larger task ring";
     } else if (st == TaskState::Completed && HeldByAThread(t.task_id)) {
@@ -428,9 +432,7 @@ std::string TaskGraph::HeapStuck(uint64_t need) const {
     } else if (owner) {
         s << Describe(int32_t(*owner)) << "'s implicit outputs";
         if (EndsAfterThisThreadsTask(int64_t(*owner)))
-            s << (RunsOnThisThread(int64_t(*owner)) ? ", the task whose kernel is submitting"
-                                                    : ", which waits for the task whose kernel is submitting")
-              << " (it cannot end while its kernel waits)";
+            s << ", which " << NextToTheSubmittingKernel(int64_t(*owner)) << " (it cannot end while its kernel waits)";
         else if (HeldByAThread(int32_t(*owner)))
             s << ", held by its submitting thread (" << kHoldRule << ")";
         else if (scopes_.depth() > 0)

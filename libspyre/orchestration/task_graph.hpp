@@ -255,6 +255,7 @@ private:
     std::optional<int32_t> TrySubmit(std::unique_lock<std::mutex>& submitting, Lock& lock, int32_t kernel_id,
                                      int32_t worker_type, std::span<const TaskParam> params, StallNeed& need);
     std::string TaskRingStuck() const;
+    const char* NextToTheSubmittingKernel(int64_t id) const;
     bool HeldByAThread(int32_t task_id) const;  // a depth-0 hold
     // Whether `task_id` is a task whose kernel the calling thread is in.
     bool RunsOnThisThread(int64_t task_id) const;
