@@ -65,7 +65,12 @@ ProgramImage ProgramImage::Decode(std::span<const uint8_t> bytes) {
     if (h.version != SPYRE_PROGRAM_VERSION) Invalid("program version " + std::to_string(h.version) + " is not supported");
     if (h.total_size != bytes.size())
         Invalid("program says it has " + std::to_string(h.total_size) + " bytes, got " + std::to_string(bytes.size()));
+    if (h.header_size != sizeof h)
+        Invalid("program header_size is " + std::to_string(h.header_size) + ", not " + std::to_string(sizeof h));
     if (h.checksum != uapi::ProgramChecksum(bytes.data(), bytes.size())) Invalid("program checksum mismatch");
+    // As the card checks it: a program it would fault with PROGRAM_FORMAT at
+    // every task is refused here.
+    if (const char* problem = uapi::ProgramLayoutProblem(h)) Invalid(std::string("program header: ") + problem);
     ProgramImage image;
     image.ops = Read<spyre_program_op>(bytes, h.ops_offset, h.op_count, "op");
     image.operands = Read<spyre_program_operand>(bytes, h.operands_offset, h.operand_count, "operand");

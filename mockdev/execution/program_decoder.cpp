@@ -43,18 +43,6 @@ int Arity(uint16_t opcode) {
     }
 }
 
-// A table of `count` records of `record` bytes at `offset`: inside the
-// program after the header and 8-byte aligned; an empty table has offset 0.
-bool TableFits(uint32_t offset, uint32_t count, size_t record, uint32_t total) {
-    if (count == 0) return offset == 0;
-    return offset >= kHeaderSize && offset % SPYRE_PROGRAM_ALIGN == 0 &&
-           uint64_t(offset) + uint64_t(count) * record <= total;
-}
-
-bool Disjoint(uint64_t a, uint64_t a_len, uint64_t b, uint64_t b_len) {
-    return a_len == 0 || b_len == 0 || a + a_len <= b || b + b_len <= a;
-}
-
 ProgramFault CheckHeader(std::span<const uint8_t> bytes, const spyre_program_header& h) {
     if (h.magic != SPYRE_PROGRAM_MAGIC) return Fault(SPYRE_ERR_PROGRAM_MAGIC, "bad magic");
     if (h.version != SPYRE_PROGRAM_VERSION) return Fault(SPYRE_ERR_PROGRAM_VERSION, "unsupported version");
@@ -62,18 +50,7 @@ ProgramFault CheckHeader(std::span<const uint8_t> bytes, const spyre_program_hea
     if (h.total_size != bytes.size()) return Fault(SPYRE_ERR_PROGRAM_FORMAT, "total_size is not the program size");
     if (h.checksum != uapi::ProgramChecksum(bytes.data(), bytes.size()))
         return Fault(SPYRE_ERR_PROGRAM_CHECKSUM, "checksum mismatch");
-    if (h.flags != 0 || !Zero(h.reserved, sizeof h.reserved)) return Fault(SPYRE_ERR_PROGRAM_FORMAT, "reserved header field");
-    const uint64_t ops_len = uint64_t(h.op_count) * sizeof(spyre_program_op);
-    const uint64_t operands_len = uint64_t(h.operand_count) * sizeof(spyre_program_operand);
-    const uint64_t relocs_len = uint64_t(h.reloc_count) * sizeof(spyre_program_reloc);
-    if (!TableFits(h.ops_offset, h.op_count, sizeof(spyre_program_op), h.total_size) ||
-        !TableFits(h.operands_offset, h.operand_count, sizeof(spyre_program_operand), h.total_size) ||
-        !TableFits(h.relocs_offset, h.reloc_count, sizeof(spyre_program_reloc), h.total_size))
-        return Fault(SPYRE_ERR_PROGRAM_FORMAT, "table outside the program or misaligned");
-    if (!Disjoint(h.ops_offset, ops_len, h.operands_offset, operands_len) ||
-        !Disjoint(h.ops_offset, ops_len, h.relocs_offset, relocs_len) ||
-        !Disjoint(h.operands_offset, operands_len, h.relocs_offset, relocs_len))
-        return Fault(SPYRE_ERR_PROGRAM_FORMAT, "tables overlap");
+    if (const char* problem = uapi::ProgramLayoutProblem(h)) return Fault(SPYRE_ERR_PROGRAM_FORMAT, problem);
     return {};
 }
 

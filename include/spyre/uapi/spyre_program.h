@@ -252,6 +252,34 @@ inline uint32_t ProgramChecksum(const uint8_t* program, size_t size) noexcept {
     return Crc32(crc, program + at + 4, size - at - 4);
 }
 
+// What is wrong with a program header's reserved fields and table layout
+// (nullptr when nothing), as the card checks it after the checksum: flags
+// and reserved zero; each table inside the program past the header and
+// 8-byte aligned, an empty one at offset 0; no two tables overlapping.
+inline const char* ProgramLayoutProblem(const spyre_program_header& h) noexcept {
+    if (h.flags != 0 || h.reserved[0] != 0 || h.reserved[1] != 0 || h.reserved[2] != 0) return "reserved header field";
+    struct Table {
+        uint64_t offset, len;
+    };
+    auto fits = [&](uint32_t offset, uint32_t count, size_t record) {
+        if (count == 0) return offset == 0;
+        return offset >= sizeof(spyre_program_header) && offset % SPYRE_PROGRAM_ALIGN == 0 &&
+               uint64_t(offset) + uint64_t(count) * record <= h.total_size;
+    };
+    if (!fits(h.ops_offset, h.op_count, sizeof(spyre_program_op)) ||
+        !fits(h.operands_offset, h.operand_count, sizeof(spyre_program_operand)) ||
+        !fits(h.relocs_offset, h.reloc_count, sizeof(spyre_program_reloc)))
+        return "table outside the program or misaligned";
+    const Table t[3] = {{h.ops_offset, uint64_t(h.op_count) * sizeof(spyre_program_op)},
+                        {h.operands_offset, uint64_t(h.operand_count) * sizeof(spyre_program_operand)},
+                        {h.relocs_offset, uint64_t(h.reloc_count) * sizeof(spyre_program_reloc)}};
+    auto disjoint = [](Table a, Table b) {
+        return a.len == 0 || b.len == 0 || a.offset + a.len <= b.offset || b.offset + b.len <= a.offset;
+    };
+    if (!disjoint(t[0], t[1]) || !disjoint(t[0], t[2]) || !disjoint(t[1], t[2])) return "tables overlap";
+    return nullptr;
+}
+
 }  // namespace spyre::uapi
 #endif
 

@@ -817,6 +817,22 @@ TEST(OrchestrationQueues, ATasksParametersAreCheckedAgainstItsDeviceProgram) {
     EXPECT_NE(std::string(pto_last_error()).find("operand 0 (fp32 [4, 64]) spans no bytes the device can address"),
               std::string::npos)
         << pto_last_error();
+    // Relocations dropped but their table's offset kept: the card faults
+    // every task of it with PROGRAM_FORMAT (an empty table sits at offset
+    // 0), and registration took it (found probing from outside).
+    std::vector<uint8_t> unrelocated = image;
+    spyre_program_header h;
+    std::memcpy(&h, unrelocated.data(), sizeof h);
+    ASSERT_NE(h.relocs_offset, 0u);
+    h.reloc_count = h.slot_count = 0;
+    h.checksum = 0;
+    std::memcpy(unrelocated.data(), &h, sizeof h);
+    h.checksum = uapi::ProgramChecksum(unrelocated.data(), unrelocated.size());
+    std::memcpy(unrelocated.data(), &h, sizeof h);
+    EXPECT_EQ(pto_register_program(orch.handle(), kImageAdd + 11, unrelocated.data(), unrelocated.size()), -EINVAL);
+    EXPECT_NE(std::string(pto_last_error()).find("program header: table outside the program or misaligned"),
+              std::string::npos)
+        << pto_last_error();
     EXPECT_EQ(pto_submit_task(orch.handle(), kImageAdd, WORKER_VECTOR, nullptr, 0), -EINVAL);
     EXPECT_NE(std::string(pto_last_error()).find("takes 3 argument(s), but the task passes 0 parameter(s)"), std::string::npos)
         << pto_last_error();
