@@ -421,8 +421,11 @@ bool TaskGraph::InHeap(const uint8_t* p, uint64_t size) const noexcept {
 
 std::string TaskGraph::HeapStuck(uint64_t need) const {
     std::ostringstream s;
+    // used() spans the oldest live block to the newest: blocks released in
+    // between count until the tail passes them (the ring frees in order).
     s << "heap ring (" << heap_.size() << " bytes) cannot make room for " << need << " bytes and cannot drain: "
-      << heap_.used() << " bytes in " << heap_.live_blocks() << " live block(s); the oldest belongs to ";
+      << heap_.used() << " bytes from the oldest of " << heap_.live_blocks()
+      << " live block(s) on (blocks released after it come back only once it is); the oldest belongs to ";
     const auto owner = heap_.OldestOwner();
     if (owner && (*owner & kBufferOwner)) {
         const uint64_t addr = *owner & ~kBufferOwner;

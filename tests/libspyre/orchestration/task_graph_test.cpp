@@ -556,6 +556,26 @@ TEST_P(OrchQueueTest, HeapLargerThanOneScopeIsAnError) {
     o().WaitAll();
 }
 
+// The message gave the bytes from the oldest live block to the head as the
+// bytes "in" the live blocks: "1024 bytes in 1 live block(s)" for one
+// 128-byte buffer (found probing from outside).
+TEST_P(OrchQueueTest, AHeapHeldByABufferSaysWhatItsBytesAre) {
+    Make(16, 1024);
+    void* keep = o().Alloc(128);  // the oldest block: the ring frees in order behind it
+    for (int i = 0; i < 7; ++i) {  // 128 bytes each, released at once
+        auto scope = o().BeginScope();
+        TaskParam out[] = {Out(nullptr, 128)};
+        o().Complete(o().Submit(K_EXT, WORKER_EXTERNAL, out));
+    }
+    TaskParam out[] = {Out(nullptr, 128)};
+    EXPECT_SPYRE_ERROR(o().Submit(K_EXT, WORKER_EXTERNAL, out), OutOfMemory,
+                       "1024 bytes from the oldest of 1 live block(s) on (blocks released after it come back only "
+                       "once it is); the oldest belongs to the pto_alloc buffer");
+    o().Free(keep);
+    o().Complete(o().Submit(K_EXT, WORKER_EXTERNAL, out));
+    o().WaitAll();
+}
+
 TEST_P(OrchQueueTest, AFailedTaskPoisonsItsDependentsOnly) {
     Make();
     uint32_t* x = Data(0, 64);
