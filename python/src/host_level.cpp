@@ -649,12 +649,16 @@ void AwaitRun(PyRun& r) {
     }
 }
 
-// Whether a failure of the run is Python code of it raising
-// KeyboardInterrupt: the host orchestration function, which runs on the
-// caller's (main) thread, saw Ctrl-C.
+// Whether the run's host orchestration function, which runs on the
+// caller's (main) thread, raised KeyboardInterrupt: it saw Ctrl-C. Only
+// its own failure counts, by the cause MakeProgram gives it: a SubWorker
+// or chip function's (on a pool thread), or a message that merely says
+// "raised KeyboardInterrupt", came out as KeyboardInterrupt too.
 bool InterruptedByTheUser(const HostRunError& e) {
     for (const TaskFailureInfo& f : e.failures())
-        if (f.cause.find(" raised KeyboardInterrupt") != std::string::npos) return true;
+        if (f.orchestrator && !f.skipped &&
+            f.cause.starts_with("host orchestration function '" + f.function + "' raised KeyboardInterrupt: "))
+            return true;
     return false;
 }
 

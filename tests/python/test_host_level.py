@@ -345,6 +345,27 @@ def test_ctrl_c_in_the_orchestration_function_raises_keyboard_interrupt(worker):
     np.testing.assert_array_equal(out, 3.0)
 
 
+def test_only_the_orchestration_functions_keyboard_interrupt_is_one(worker):
+    """Any task failure whose cause said " raised KeyboardInterrupt" came
+    out of run() as KeyboardInterrupt: a SubWorker's message naming it, or
+    a SubWorker (on a pool thread, no Ctrl-C of the caller's) raising it.
+    Those are the run's failure, HostRunError."""
+    def says_it(a):
+        raise ValueError("parser raised KeyboardInterrupt")
+
+    def raises_it(a):
+        raise KeyboardInterrupt
+
+    for sub, cause in ((says_it, "raised ValueError: parser raised KeyboardInterrupt"),
+                       (raises_it, "raised KeyboardInterrupt")):
+        p = spyre.HostProgram("p", 1, [], lambda g, x, f=sub: g.sub(f, [spyre.In(x[0])]))
+        with pytest.raises(spyre.HostRunError) as info:
+            worker.run(p, [spyre.HostTensor.zeros([4, 4])])
+        assert cause in info.value.failures[0].cause, info.value.failures[0].cause
+        with pytest.raises(spyre.HostRunError):
+            worker.submit(p, [spyre.HostTensor.zeros([4, 4])]).wait()
+
+
 def test_chip_task_that_faults_carries_the_device_code(worker):
     p = spyre.HostProgram("fault", 2, [S], lambda g, x: g.chip("chip_fault", [spyre.In(x[0]), spyre.In(x[1]),
                                                                                spyre.Out(x[2])]))
