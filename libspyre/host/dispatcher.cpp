@@ -713,7 +713,15 @@ std::vector<HostTensor> Dispatcher::WaitReporting(RunState& run, const ProgressC
         const auto [done, ended] = look();
         if (done != reported) {
             reported = done;
-            progress(ProgressInfo{"host-level", done, total, "tasks"});
+            try {
+                progress(ProgressInfo{"host-level", done, total, "tasks"});
+            } catch (...) {
+                // The callback's exception leaves only once the run has
+                // ended: it left while the run's tasks still wrote the
+                // caller's tensors (as a DMA progress callback's does).
+                SleepOn(run, *this);
+                throw;
+            }
             continue;  // look again: tasks finished meanwhile
         }
         if (ended) break;

@@ -262,6 +262,27 @@ TEST_F(WorkerTraceTest, ProgressOfSubmittedAndFailedRuns) {
     none.Expect(3);
 }
 
+// A callback that threw left Run at once, while the run's tasks still wrote
+// the caller's tensors (found probing from outside): its exception now
+// leaves once the run has ended.
+TEST_F(WorkerTraceTest, AThrowingProgressCallbackLeavesOnceTheRunEnded) {
+    HostTensor y = HostTensor::Full({4}, 0.0f);
+    HostProgram slow{"slow", 0, {{{4}, DType::FP32}}, [](HostGraph& g, std::span<const HostTensor> a) {
+                         g.Sub("writes", [](std::span<const HostTensor> t) {
+                             std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                             for (float& v : t[0].floats()) v = 7.0f;
+                         }, {Out(a[0])});
+                     }};
+    int calls = 0;
+    auto throws = [&](const ProgressInfo&) {
+        ++calls;
+        throw std::runtime_error("callback gave up");
+    };
+    EXPECT_THROW(worker_->Run(slow, {y}, throws), std::runtime_error);
+    EXPECT_EQ(calls, 1);
+    for (float v : y.floats()) EXPECT_EQ(v, 7.0f) << "the run had not ended";
+}
+
 // A task that failed is drawn with state "failed"; one skipped behind it
 // never ran and has no span (the run's report lists it).
 TEST_F(WorkerTraceTest, AFailedTasksSpanSaysSoAndASkippedOneHasNone) {
