@@ -554,6 +554,10 @@ PyChipFunction MatmulChip(const IntArg<int32_t>& kernel_id_arg, const IntArg<int
             "matmul(kernel " + std::to_string(kernel_id) + ")"};
 }
 
+// How a host orchestration function's failure names it; InterruptedByTheUser
+// reads its cause by this prefix.
+std::string OrchestrationFunction(const std::string& name) { return "host orchestration function '" + name + "'"; }
+
 HostProgram MakeProgram(const std::string& name, size_t num_inputs, const py::iterable& outputs, py::function fn) {
     HostProgram p;
     p.name = name;
@@ -600,9 +604,8 @@ HostProgram MakeProgram(const std::string& name, size_t num_inputs, const py::it
             const std::optional<ErrorKind> kind = SpyreKindOf(e);
             if (kind == ErrorKind::InvalidArgument || kind == ErrorKind::NotFound || kind == ErrorKind::WrongDevice ||
                 kind == ErrorKind::Unsupported)
-                throw Error(*kind, "host orchestration function '" + name + "': " +
-                                       std::string(py::str(e.value().attr("message"))));
-            throw FromPython(e, "host orchestration function '" + name + "'");
+                throw Error(*kind, OrchestrationFunction(name) + ": " + std::string(py::str(e.value().attr("message"))));
+            throw FromPython(e, OrchestrationFunction(name));
         }
     };
     return p;
@@ -657,7 +660,7 @@ void AwaitRun(PyRun& r) {
 bool InterruptedByTheUser(const HostRunError& e) {
     for (const TaskFailureInfo& f : e.failures())
         if (f.orchestrator && !f.skipped &&
-            f.cause.starts_with("host orchestration function '" + f.function + "' raised KeyboardInterrupt: "))
+            f.cause.starts_with(OrchestrationFunction(f.function) + " raised KeyboardInterrupt: "))
             return true;
     return false;
 }

@@ -82,6 +82,14 @@ inline py::object IndexOf(py::handle h) {
 }
 
 template <typename T>
+struct IntArg;
+
+// The int `v` (any object) as T; InvalidArgument "<what> is -1 (must be
+// >= 0)" when it does not fit, "<what> is a float" when it is no int.
+template <typename T>
+T IntOf(py::handle v, const std::string& what);
+
+template <typename T>
 struct IntArg {
     static_assert(std::is_integral_v<T>);
     py::object value;  // an int (IndexOf's)
@@ -94,6 +102,13 @@ struct IntArg {
         return out;
     }
 };
+
+template <typename T>
+T IntOf(py::handle v, const std::string& what) {
+    const py::object index = IndexOf(v);
+    if (!index) throw Error(ErrorKind::InvalidArgument, what + " is " + ATypeName(v));
+    return IntArg<T>{index}.In(what);
+}
 
 // The ints of `items` (an iterable) as T. InvalidArgument names `what` and
 // the item: "<what> item 1 is a float<hint>" (`hint` says what an item

@@ -41,15 +41,6 @@ int32_t ParamKind(py::handle k) {
     return v;
 }
 
-// The int `v` as T; InvalidArgument "<what> is -1 (must be >= 0)" when it
-// does not fit, "<what> is a float" when it is no int.
-template <typename T>
-T UintOf(py::handle v, const std::string& what) {
-    const py::object index = IndexOf(v);
-    if (!index) throw Error(ErrorKind::InvalidArgument, what + " is " + ATypeName(v));
-    return IntArg<T>{index}.In(what);
-}
-
 // (kind, buffer, size) entries -> TaskParams; `implicit` gets the sizes of
 // implicit outputs (buffer None).
 std::vector<TaskParam> ParseParams(const py::iterable& params, std::vector<uint64_t>& implicit) {
@@ -69,7 +60,7 @@ std::vector<TaskParam> ParseParams(const py::iterable& params, std::vector<uint6
         TaskParam p{};
         p.kind = ParamKind(t[0]);
         std::optional<uint64_t> size;
-        if (t.size() == 3 && !t[2].is_none()) size = UintOf<uint64_t>(t[2], what + ": size");
+        if (t.size() == 3 && !t[2].is_none()) size = IntOf<uint64_t>(t[2], what + ": size");
         py::handle buf = t[1];
         if (buf.is_none()) {
             if (p.kind != PARAM_OUTPUT)
@@ -77,7 +68,7 @@ std::vector<TaskParam> ParseParams(const py::iterable& params, std::vector<uint6
             if (!size) throw Error(ErrorKind::InvalidArgument, what + ": an implicit output needs its size");
             implicit.push_back(*size);
         } else if (py::isinstance<py::int_>(buf)) {
-            p.buffer = reinterpret_cast<void*>(UintOf<uintptr_t>(buf, what + ": address"));
+            p.buffer = reinterpret_cast<void*>(IntOf<uintptr_t>(buf, what + ": address"));
             if (!size) throw Error(ErrorKind::InvalidArgument, what + ": an address needs a size");
         } else {
             HostView v = ViewOf(buf, p.kind != PARAM_INPUT, what);
@@ -95,7 +86,7 @@ std::vector<TaskParam> ParseParams(const py::iterable& params, std::vector<uint6
 }
 
 void* AddressOf(py::handle obj, const char* what) {
-    if (py::isinstance<py::int_>(obj)) return reinterpret_cast<void*>(UintOf<uintptr_t>(obj, std::string(what) + ": address"));
+    if (py::isinstance<py::int_>(obj)) return reinterpret_cast<void*>(IntOf<uintptr_t>(obj, std::string(what) + ": address"));
     return ViewOf(obj, false, what).data;
 }
 
@@ -108,6 +99,12 @@ bool PythonKernelRaised(const TaskFailureInfo& f) {
     return f.kind == ErrorKind::TaskFailed && std::string_view(f.cause).starts_with(kThrewPrefix);
 }
 
+// The failure's cause as Python reports it: a Python kernel's message
+// without the runtime's prefix.
+std::string CauseOf(const TaskFailureInfo& f) {
+    return PythonKernelRaised(f) ? f.cause.substr(kThrewPrefix.size()) : f.cause;
+}
+
 py::dict FailureDict(const TaskFailureInfo& f) {
     const bool raised = PythonKernelRaised(f);
     py::dict d;
@@ -118,7 +115,7 @@ py::dict FailureDict(const TaskFailureInfo& f) {
     d["root_kernel_id"] = f.root_kernel_id;
     d["device_code"] = raised ? kPythonKernelRaised : f.device_code;
     d["kind"] = py::str(ToPython(Error(f.kind, "")).attr("kind"));
-    d["cause"] = raised ? f.cause.substr(kThrewPrefix.size()) : f.cause;
+    d["cause"] = CauseOf(f);
     return d;
 }
 
@@ -152,8 +149,7 @@ bool IsTaskFailure(const Error& e) {
         // counts are what it adds.
         const size_t failed = size_t(std::count_if(failures.begin(), failures.end(),
                                                    [](const TaskFailureInfo& f) { return !f.skipped; }));
-        const std::string cause = root_failure ? std::string(FailureDict(*root_failure)["cause"].cast<std::string>())
-                                               : e.message();
+        const std::string cause = root_failure ? CauseOf(*root_failure) : e.message();
         out = Error(ErrorKind::TaskFailed,
                     "task " + std::to_string(root) + " (kernel " + std::to_string(kernel) + "): " + cause + " (" +
                         std::to_string(std::max<size_t>(failed, 1)) + " task(s) failed, " +
