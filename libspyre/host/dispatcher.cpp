@@ -15,6 +15,7 @@
 #include "placement.hpp"
 #include "remote_protocol.hpp"
 #include "spyre/common/device_clock.hpp"
+#include "storage_claims.hpp"
 #include "spyre/trace/trace.hpp"
 
 namespace spyre::host {
@@ -359,6 +360,7 @@ void Dispatcher::Submit(RunState& run, std::unique_ptr<HostTask> owned) {
         run.left_seen.store(left, std::memory_order_relaxed);
         if (entered - left >= run.window) WaitForRoom(run);
     }
+    Claim(*owned, run);
     run.entered.fetch_add(1, std::memory_order_relaxed);
     HostTask* t = owned.release();  // freed by Finish (done) or EndRun (failed, skipped)
     t->run = &run;
@@ -372,6 +374,53 @@ void Dispatcher::Submit(RunState& run, std::unique_ptr<HostTask> owned) {
     Unlock();
     tl_run_here = outer;
     if (!tl_cheap.empty()) RunCheapHere();
+}
+
+namespace {
+// The claim owner of the task this thread runs (of any Worker, nested
+// ones first) that holds `a`'s bytes as `a` uses them: a task may hand
+// what it holds to another Worker's run, which it waits for. Null: none.
+const void* HolderOf(const TensorArg& a) {
+    const uint64_t begin = a.tensor.byte_offset(), end = begin + a.tensor.bytes();
+    for (const Running* r = tl_running; r; r = r->previous) {
+        const HostTask& held = *r->task;
+        for (size_t i = 0; i < held.args.size() && i < held.claimed_by.size(); ++i) {
+            const TensorArg& h = held.args[i];
+            if (h.tensor.SameStorage(a.tensor) && h.tensor.byte_offset() <= begin &&
+                end <= h.tensor.byte_offset() + h.tensor.bytes() && (a.access == Access::In || h.access != Access::In))
+                return held.claimed_by[i];
+        }
+    }
+    return nullptr;
+}
+}  // namespace
+
+void Dispatcher::Claim(HostTask& t, const RunState& run) {
+    t.claimed_by.clear();
+    for (size_t i = 0; i < t.args.size(); ++i) {
+        const TensorArg& a = t.args[i];
+        const void* holder = tl_running ? HolderOf(a) : nullptr;
+        const void* owner = holder ? holder : this;
+        const uint64_t begin = a.tensor.byte_offset();
+        if (ClaimsOf(a.tensor).TryClaim(owner, begin, begin + a.tensor.bytes(), a.access != Access::In)) {
+            t.claimed_by.push_back(owner);
+            continue;
+        }
+        ReleaseClaims(t);
+        throw Error(ErrorKind::InvalidArgument,
+                    std::string(t.level == Level::Chip ? "chip" : "SubWorker") + " task '" + t.name +
+                        "' of host program '" + run.name + "': argument " + std::to_string(i) + " (" +
+                        ToString(a.access) + ", " + a.tensor.Describe() + ") " +
+                        (a.access == Access::In ? "reads bytes that a task of another Worker in flight writes"
+                                                : "writes bytes that a task of another Worker in flight reads or writes") +
+                        "; tasks are ordered only within one Worker: wait for that Worker's run first, or submit "
+                        "both through one Worker");
+    }
+}
+
+void Dispatcher::ReleaseClaims(HostTask& t) noexcept {
+    for (size_t i = 0; i < t.claimed_by.size(); ++i) ClaimsOf(t.args[i].tensor).Release(t.claimed_by[i]);
+    t.claimed_by.clear();
 }
 
 void Dispatcher::RunCheapHere() {
@@ -407,6 +456,7 @@ void Dispatcher::Free(HostTask* task) {
     // memory itself is freed here only when the caller let go of it while
     // the task ran.
     task->args.clear();
+    task->claimed_by.clear();
     task->fn = nullptr;
     task->ResetRan();  // also the call's arguments
     if (spare_.size() == kSpareTasks) delete task;
@@ -492,6 +542,7 @@ JobThreads::Job Dispatcher::ChipJob(HostTask* task) {
 
 void Dispatcher::Finish(HostTask* task, HostTask::State state, TaskFailureInfo failure) {
     task->state = state;
+    ReleaseClaims(*task);  // it touches its bytes no more
     RunState& run = *task->run;
     const bool chip = task->level == Level::Chip && task->device != SIZE_MAX;
     if (chip) --load_[task->device];

@@ -165,6 +165,11 @@ private:
     // thread (a function that submits nothing), on this thread while the
     // device has a thread's room; posts the others.
     void RunCheapHere();
+    // Counts `t`'s accesses on its storages' claims (StorageClaims), before
+    // it is filed; InvalidArgument, naming the argument, when a task of
+    // another Worker in flight conflicts with one (nothing counted then).
+    void Claim(HostTask& t, const RunState& run);
+    void ReleaseClaims(HostTask& t) noexcept;  // a finished task's, or a refused one's
     void RunSub(HostTask* task);
     void Free(HostTask* task);  // mu_ held: kept in spare_, or deleted
 

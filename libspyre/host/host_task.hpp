@@ -40,6 +40,10 @@ struct HostTask {
     SubWorkerFn fn;               // SubWorker body (resolved when submitted)
     const ChipRegistry::Entry* chip = nullptr;  // chip function (resolved when submitted)
     std::vector<TensorArg> args;
+    // Whose claim each argument counts on its storage (StorageClaims): the
+    // dispatcher, or the Worker of a task this one runs inside that holds
+    // the same bytes. Set when submitted, dropped when finished.
+    std::vector<const void*> claimed_by;
     std::optional<size_t> pinned;  // ChipOptions::device
     RunState* run = nullptr;
     // Submitted, or how it ended, parked in the dispatcher's inboxes by the

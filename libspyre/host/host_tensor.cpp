@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "host_memory.hpp"
+#include "storage_claims.hpp"
 #include "spyre/error.hpp"
 
 namespace spyre {
@@ -40,6 +41,7 @@ struct HostTensor::Storage {
     std::vector<std::byte> bytes;
     std::byte* external = nullptr;        // Wrap: memory owned by `owner`
     std::shared_ptr<const void> owner;
+    host::StorageClaims claims;  // the Workers with tasks in flight on it
     std::byte* base() noexcept { return external ? external : bytes.data(); }
     // Made in place (make_shared with the fields): a temporary would leave
     // its span as it goes.
@@ -202,3 +204,9 @@ std::string HostTensor::Describe() const {
 }
 
 }  // namespace spyre
+
+namespace spyre::host {
+
+StorageClaims& ClaimsOf(const HostTensor& tensor) { return tensor.storage()->claims; }
+
+}  // namespace spyre::host

@@ -1345,3 +1345,42 @@ def test_a_chip_function_s_views_kept_past_its_call_reach_no_later_run(one_vf):
     kept[1][...] = 7
     assert (kept[1] == 7).all() and (kept[0] == 0).all()
     kept.clear()
+
+
+def test_another_workers_task_over_an_array_a_run_in_flight_writes_is_refused():
+    """Each Worker orders its own tasks only: a second Worker's task reading
+    an array a run in flight writes read either value. It is refused when
+    submitted (naming the argument); reads of other rows run, and after the
+    run the read sees its value."""
+    h = spyre.Host.embedded_mock(cards=2, vfs=0, mem="1G")
+    try:
+        w1 = spyre.Worker(h, spyre.DistributedConfig(device_ids=[0], num_sub_workers=1))
+        w2 = spyre.Worker(h, spyre.DistributedConfig(device_ids=[1], num_sub_workers=1))
+        a = np.zeros([4, 4], np.float32)
+        started, release = threading.Event(), threading.Event()
+
+        def hold(x):
+            started.set()
+            assert release.wait(30)
+            x[:] = 7
+
+        held = w1.submit(spyre.HostProgram("holder", 1, [], lambda g, x: g.sub(hold, [spyre.Out(x[0].rows(0, 2))])), [a])
+        assert started.wait(30)
+        seen = []
+        reader = spyre.HostProgram("reader", 1, [], lambda g, x: g.sub(lambda v: seen.append(v.sum()),
+                                                                       [spyre.In(x[0])], name="read"))
+        with pytest.raises(spyre.HostRunError) as info:
+            w2.run(reader, [a[1:2]])
+        assert info.value.failures[0].kind == "InvalidArgument"
+        assert ("SubWorker task 'read' of host program 'reader': argument 0 (in, [1x4] fp32 rows 1..2 of [4x4]"
+                in info.value.failures[0].cause), info.value.failures[0].cause
+        assert "reads bytes that a task of another Worker in flight writes" in info.value.failures[0].cause
+        w2.run(reader, [a[2:4]])  # rows the run does not write
+        release.set()
+        held.wait()
+        w2.run(reader, [a[1:2]])
+        assert seen == [0.0, 28.0]
+        w1.close()
+        w2.close()
+    finally:
+        h.close()

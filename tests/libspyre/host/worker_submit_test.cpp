@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "l3_chip_functions.hpp"
+#include "pair_gate.hpp"
 #include "spyre/common/device_clock.hpp"
 #include "worker_fixture.hpp"
 
@@ -1081,4 +1082,174 @@ TEST_F(WorkerTest, WaitForWaitsASliceAndLeavesTheWaitToWait) {
     EXPECT_EQ(outs[0].floats()[0], 5.0f);
     EXPECT_TRUE(self_refused.load());
     EXPECT_THROW(RunHandle().WaitFor(std::chrono::milliseconds(1)), Error);
+}
+
+namespace {
+
+// Two Workers of one device each (the fixture's first two VFs), with two
+// SubWorkers each, and "tiny_add".
+struct TwoWorkers {
+    explicit TwoWorkers(Host& host) : a(host, Config(host, 0)), b(host, Config(host, 1)) {
+        RegisterTinyAdd(a);
+        RegisterTinyAdd(b);
+    }
+    static DistributedConfig Config(Host& host, size_t vf) {
+        DistributedConfig c;
+        c.device_ids = {Vfs(host).at(vf)};
+        c.num_sub_workers = 2;
+        return c;
+    }
+    Worker a, b;
+};
+
+// A run of `w` whose SubWorker writes `value` into x[0] once `release`.
+RunHandle HoldWriting(Worker& w, const HostTensor& x, float value, std::atomic<bool>& release,
+                      std::atomic<bool>& started) {
+    HostProgram p{"holder", 1, {}, [&, value](HostGraph& g, std::span<const HostTensor> t) {
+                      g.Sub("hold", [&, value](std::span<const HostTensor> held) {
+                          started = true;
+                          while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                          for (float& v : held[0].floats()) v = value;
+                      }, {Out(t[0])});
+                  }};
+    return w.Submit(p, {x});
+}
+
+// The cause of the one failure of `run`, or "ran" when it ended well.
+std::string CauseOf(const std::function<void()>& run) {
+    try {
+        run();
+        return "ran";
+    } catch (const HostRunError& e) {
+        if (e.failures().size() != 1) return "failures: " + std::to_string(e.failures().size());
+        return std::string(ToString(e.failures()[0].kind)) + ": " + e.failures()[0].cause;
+    }
+}
+
+}  // namespace
+
+// Each Worker orders its own tasks only: a task of another Worker reading
+// bytes a run in flight writes read either value (an outside probe), and
+// one writing them lost a write. Refused when submitted now, naming the
+// argument; what touches other bytes, or only reads shared ones, runs; once
+// the writing run ended, the reader runs and sees its value.
+TEST_F(WorkerTest, AnotherWorkersTaskOverBytesARunInFlightWritesIsRefused) {
+    worker_.reset();  // its devices
+    TwoWorkers w(*host_);
+    HostTensor x = HostTensor::Zeros({4, kTinyCols}), y = HostTensor::Full({1, kTinyCols}, 2.0f);
+    std::atomic<bool> release{false}, started{false};
+    RunHandle held = HoldWriting(w.a, x.Rows(0, 2), 7.0f, release, started);
+    ASSERT_TRUE(Await([&] { return started.load(); }));
+    HostTensor sum = HostTensor::Zeros({1, kTinyCols});
+    HostProgram read_x{"read_x", 2, {}, [](HostGraph& g, std::span<const HostTensor> t) {
+                           g.Chip("tiny_add", {In(t[0]), In(t[0]), Out(t[1])}, {.name = "reader"});
+                       }};
+    HostProgram write_x{"write_x", 1, {}, [](HostGraph& g, std::span<const HostTensor> t) {
+                            g.Sub("w", [](std::span<const HostTensor> o) { o[0].floats()[0] = 1.0f; }, {Out(t[0])});
+                        }};
+    const std::string reader = CauseOf([&] { w.b.Run(read_x, {x.Rows(1, 2), sum}); });
+    EXPECT_NE(reader.find("invalid argument: chip task 'reader' of host program 'read_x': argument 0 (in, [1x16] fp32 "
+                          "rows 1..2 of [4x16]"),
+              std::string::npos)
+        << reader;
+    EXPECT_NE(reader.find("reads bytes that a task of another Worker in flight writes; tasks are ordered only within one "
+                          "Worker"),
+              std::string::npos)
+        << reader;
+    const std::string writer = CauseOf([&] { w.b.Run(write_x, {x}); });
+    EXPECT_NE(writer.find("invalid argument: SubWorker task 'w#0' of host program 'write_x': argument 0 (out, "),
+              std::string::npos)
+        << writer;
+    EXPECT_NE(writer.find("writes bytes that a task of another Worker in flight reads or writes"), std::string::npos)
+        << writer;
+    // Rows the run does not write, and other tensors, are the other Worker's.
+    EXPECT_EQ(CauseOf([&] { w.b.Run(read_x, {x.Rows(2, 3), sum}); }), "ran");
+    EXPECT_EQ(CauseOf([&] { w.b.Run(write_x, {x.Rows(3, 4)}); }), "ran");
+    EXPECT_EQ(CauseOf([&] { w.b.Run(read_x, {y, sum}); }), "ran");
+    EXPECT_EQ(sum.floats()[0], 4.0f);
+    release = true;
+    held.Wait();
+    EXPECT_EQ(CauseOf([&] { w.b.Run(read_x, {x.Rows(1, 2), sum}); }), "ran");
+    for (float v : sum.floats()) EXPECT_EQ(v, 14.0f);
+    EXPECT_EQ(x.floats()[3 * kTinyCols], 1.0f);  // the second Worker's write
+}
+
+// Reads share: two Workers' runs in flight at once over one tensor they
+// both only read, each computing from it.
+TEST_F(WorkerTest, TwoWorkersMayReadOneTensorAtOnce) {
+    worker_.reset();
+    TwoWorkers w(*host_);
+    HostTensor x = HostTensor::Full({1, kTinyCols}, 3.0f);
+    std::atomic<int> arrived{0};
+    HostProgram p{"reader", 1, {{{1, kTinyCols}}}, [&](HostGraph& g, std::span<const HostTensor> t) {
+                      g.Sub("meet", [&](std::span<const HostTensor>) { WaitForPartner(arrived, "reader"); }, {In(t[0])});
+                      g.Chip("tiny_add", {In(t[0]), In(t[0]), Out(t[1])});
+                  }};
+    RunHandle ha = w.a.Submit(p, {x}), hb = w.b.Submit(p, {x});
+    for (RunHandle* h : {&ha, &hb}) {
+        auto out = h->Wait();
+        ASSERT_EQ(out.size(), 1u);
+        for (float v : out[0].floats()) EXPECT_EQ(v, 6.0f);
+    }
+}
+
+// A task may hand the bytes it holds to another Worker's run and wait for
+// it: that run's tasks count as the task's own, so the holder's later tasks
+// over the same bytes (ordered after it by its Worker) are not refused.
+TEST_F(WorkerTest, ATaskMayHandItsBytesToAnotherWorkersRun) {
+    worker_.reset();
+    TwoWorkers w(*host_);
+    HostTensor x = HostTensor::Zeros({1, kTinyCols});
+    HostProgram inner{"inner", 1, {}, [](HostGraph& g, std::span<const HostTensor> t) {
+                          g.Sub("inc", [](std::span<const HostTensor> o) {
+                              for (float& v : o[0].floats()) v += 1.0f;
+                          }, {InOut(t[0])});
+                          g.Chip("tiny_add", {In(t[0]), In(t[0]), Out(t[0])});
+                      }};
+    HostProgram outer{"outer", 1, {{{1, kTinyCols}}}, [&](HostGraph& g, std::span<const HostTensor> t) {
+                          g.Sub("delegate", [&](std::span<const HostTensor> o) { w.b.Run(inner, {o[0]}); },
+                                {InOut(t[0])});
+                          g.Chip("tiny_add", {In(t[0]), In(t[0]), Out(t[1])});
+                      }};
+    auto out = w.a.Run(outer, {x});
+    ASSERT_EQ(out.size(), 1u);
+    for (float v : x.floats()) EXPECT_EQ(v, 2.0f);
+    for (float v : out[0].floats()) EXPECT_EQ(v, 4.0f);
+    // A task holding the bytes only to read them cannot hand them out to write.
+    HostProgram reads{"reads", 1, {}, [&](HostGraph& g, std::span<const HostTensor> t) {
+                          g.Sub("delegate", [&](std::span<const HostTensor> o) { w.b.Run(inner, {o[0]}); },
+                                {In(t[0])});
+                      }};
+    const std::string cause = CauseOf([&] { w.a.Run(reads, {x}); });
+    EXPECT_NE(cause.find("SubWorker task 'inc#0' of host program 'inner': argument 0 (inout, "),
+              std::string::npos)
+        << cause;
+}
+
+// What a finished task claimed goes with it, failed or not, and so does
+// what a refused one had claimed of its other arguments.
+TEST_F(WorkerTest, FailedAndRefusedTasksLeaveNoClaimBehind) {
+    worker_.reset();
+    TwoWorkers w(*host_);
+    HostTensor x = HostTensor::Zeros({1, kTinyCols}), y = HostTensor::Zeros({1, kTinyCols});
+    HostProgram fails{"fails", 1, {}, [](HostGraph& g, std::span<const HostTensor> t) {
+                          g.Sub("boom", [](std::span<const HostTensor>) { throw std::runtime_error("boom"); },
+                                {Out(t[0])});
+                      }};
+    EXPECT_NE(CauseOf([&] { w.a.Run(fails, {x}); }).find("boom"), std::string::npos);
+    std::atomic<bool> release{false}, started{false};
+    RunHandle held = HoldWriting(w.a, x, 5.0f, release, started);
+    ASSERT_TRUE(Await([&] { return started.load(); }));
+    HostProgram copy{"copy", 2, {}, [](HostGraph& g, std::span<const HostTensor> t) {
+                         g.Sub("copy", [](std::span<const HostTensor> o) {
+                             std::copy_n(o[1].floats().data(), kTinyCols, o[0].floats().data());
+                         }, {Out(t[0]), In(t[1])});
+                     }};
+    const std::string refused = CauseOf([&] { w.b.Run(copy, {y, x}); });
+    EXPECT_NE(refused.find("argument 1 (in, "), std::string::npos) << refused;
+    release = true;
+    held.Wait();
+    // y was claimed by the refused task before x was refused: nothing holds it now.
+    EXPECT_EQ(CauseOf([&] { w.a.Run(copy, {y, x}); }), "ran");
+    for (float v : y.floats()) EXPECT_EQ(v, 5.0f);
 }
