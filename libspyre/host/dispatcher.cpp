@@ -275,22 +275,27 @@ void Dispatcher::CheckNotPartOf(const RunState& run) {
     // A task of another run that `run` depends on, through the tensors its
     // tasks touch: `run` cannot end before that task does either.
     if (!tl_running) return;
+    // The tasks of this Worker that cannot end before the caller does: those
+    // it runs, and those that lent it bytes (through other Workers' tasks
+    // too), which wait for what they lent. Each with the one named.
+    std::vector<std::pair<const HostTask*, const HostTask*>> todo;
+    for (const Running* r = tl_running; r; r = r->previous) {
+        if (r->dispatcher == this) todo.emplace_back(r->task, r->task);
+        for (const std::shared_ptr<Lending>& l : r->task->borrowed)  // a lender waits for its borrowers
+            if (l && l->dispatcher == this) todo.emplace_back(l->holder, l->holder);
+    }
     Lock lock(*this);
-    std::vector<const HostTask*> todo;
     std::unordered_set<const HostTask*> seen;
-    for (const Running* r = tl_running; r; r = r->previous)
-        if (r->dispatcher == this) todo.push_back(r->task);
     while (!todo.empty()) {
-        const HostTask* t = todo.back();
+        const auto [t, named] = todo.back();
         todo.pop_back();
         for (const HostTask* c : t->consumers) {
             if (c->Finished() || !seen.insert(c).second) continue;
             if (c->run == &run)
                 throw Error(ErrorKind::InvalidArgument,
-                            "run '" + run.name + "': task '" + c->name + "' of it depends on task '" +
-                                tl_running->task->name + "' of run '" + tl_running->task->run->name +
-                                "', which waits for it (neither could end)");
-            todo.push_back(c);
+                            "run '" + run.name + "': task '" + c->name + "' of it depends on task '" + named->name +
+                                "' of run '" + named->run->name + "', which waits for it (neither could end)");
+            todo.emplace_back(c, named);
         }
     }
 }
@@ -377,10 +382,10 @@ void Dispatcher::Submit(RunState& run, std::unique_ptr<HostTask> owned) {
 }
 
 namespace {
-// The claim owner of the task this thread runs (of any Worker, nested
-// ones first) that holds `a`'s bytes as `a` uses them: a task may hand
-// what it holds to another Worker's run, which it waits for. Null: none.
-const void* HolderOf(const TensorArg& a) {
+// The task this thread runs (of any Worker, nested ones first) that holds
+// `a`'s bytes as `a` uses them, and which of its arguments does: a task may
+// hand what it holds to another Worker's run. Null: none.
+std::pair<const Running*, size_t> HolderOf(const TensorArg& a) {
     const uint64_t begin = a.tensor.byte_offset(), end = begin + a.tensor.bytes();
     for (const Running* r = tl_running; r; r = r->previous) {
         const HostTask& held = *r->task;
@@ -388,22 +393,35 @@ const void* HolderOf(const TensorArg& a) {
             const TensorArg& h = held.args[i];
             if (h.tensor.SameStorage(a.tensor) && h.tensor.byte_offset() <= begin &&
                 end <= h.tensor.byte_offset() + h.tensor.bytes() && (a.access == Access::In || h.access != Access::In))
-                return held.claimed_by[i];
+                return {r, i};
         }
     }
-    return nullptr;
+    return {nullptr, 0};
 }
 }  // namespace
 
 void Dispatcher::Claim(HostTask& t, const RunState& run) {
     t.claimed_by.clear();
+    t.borrowed.clear();
     for (size_t i = 0; i < t.args.size(); ++i) {
         const TensorArg& a = t.args[i];
-        const void* holder = tl_running ? HolderOf(a) : nullptr;
-        const void* owner = holder ? holder : this;
+        const auto [holder, held_arg] = tl_running ? HolderOf(a) : std::pair<const Running*, size_t>{nullptr, 0};
+        const void* owner = holder ? holder->task->claimed_by[held_arg] : this;
         const uint64_t begin = a.tensor.byte_offset();
         if (ClaimsOf(a.tensor).TryClaim(owner, begin, begin + a.tensor.bytes(), a.access != Access::In)) {
             t.claimed_by.push_back(owner);
+            std::shared_ptr<Lending> lending;
+            if (owner != this) {  // another Worker's task holds the claim: it waits for this one
+                HostTask& lender = const_cast<HostTask&>(*holder->task);
+                lending = lender.borrowed[held_arg];  // the task that claimed it, when the holder borrowed it too
+                if (!lending) {
+                    // The holder claimed it; made by its own thread (this one): nobody else writes it.
+                    if (!lender.lent) lender.lent = std::make_shared<Lending>(&lender, holder->dispatcher);
+                    lending = lender.lent;
+                }
+                lending->Lend();
+            }
+            t.borrowed.push_back(std::move(lending));
             continue;
         }
         ReleaseClaims(t);
@@ -421,6 +439,9 @@ void Dispatcher::Claim(HostTask& t, const RunState& run) {
 void Dispatcher::ReleaseClaims(HostTask& t) noexcept {
     for (size_t i = 0; i < t.claimed_by.size(); ++i) ClaimsOf(t.args[i].tensor).Release(t.claimed_by[i]);
     t.claimed_by.clear();
+    for (const std::shared_ptr<Lending>& l : t.borrowed)
+        if (l) l->GiveBack();  // after the claims: its lender may end now
+    t.borrowed.clear();
 }
 
 void Dispatcher::RunCheapHere() {
@@ -693,6 +714,8 @@ void Dispatcher::RunChip(HostTask* task) {
             end_ns = DeviceClockNs();
         }
     }
+    if (task->lent) [[unlikely]]
+        task->lent->WaitForAll();  // what it handed to other Workers' runs came back
     // The device's own span when the executor saw it (a local device),
     // else the call's.
     const bool device_span = moved.run_start_ns != 0 && moved.run_end_ns >= moved.run_start_ns;
@@ -727,6 +750,8 @@ void Dispatcher::RunSub(HostTask* task) {
             task->inbox_failure = std::make_unique<TaskFailureInfo>(FailureOf(*task, ""));
         }
     }
+    if (task->lent) [[unlikely]]
+        task->lent->WaitForAll();  // what it handed to other Workers' runs came back
     task->end_ns = DeviceClockNs();
     if (trace::Enabled()) [[unlikely]]
         TraceTask(*task, "", task->start_ns, task->end_ns, {});

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -24,6 +25,31 @@
 namespace spyre::host {
 
 struct RunState;
+class Dispatcher;
+struct HostTask;
+
+// What a running task lent of its bytes to tasks of other Workers (their
+// claims count as its own, StorageClaims): it ends only once those tasks
+// finished, so its Worker's later tasks over the bytes, ordered after it,
+// come after them too, whether or not it waited for the runs it handed
+// them to. A task of its own Worker handed them needs none: that Worker
+// orders it.
+struct Lending {
+    const HostTask* holder;
+    const Dispatcher* dispatcher;  // the holder's
+    std::atomic<uint64_t> out{0};  // tasks holding a lent argument, per argument
+    EventCount returned;
+
+    Lending(const HostTask* h, const Dispatcher* d) : holder(h), dispatcher(d) {}
+    void Lend() noexcept { out.fetch_add(1, std::memory_order_relaxed); }
+    void GiveBack() noexcept {
+        if (out.fetch_sub(1, std::memory_order_seq_cst) == 1) returned.NotifyAfterSeqCstUpdate();
+    }
+    void WaitForAll() noexcept {
+        auto back = [&] { return out.load(std::memory_order_seq_cst) == 0; };
+        while (!back()) returned.SleepUnless(back, std::chrono::seconds(1));
+    }
+};
 
 struct HostTask {
     enum class State : uint8_t { Pending, Queued, Running, Done, Failed, Skipped };
@@ -42,8 +68,13 @@ struct HostTask {
     std::vector<TensorArg> args;
     // Whose claim each argument counts on its storage (StorageClaims): the
     // dispatcher, or the Worker of a task this one runs inside that holds
-    // the same bytes. Set when submitted, dropped when finished.
+    // the same bytes (a task handing them to another Worker's run). Set
+    // when submitted, dropped when finished.
     std::vector<const void*> claimed_by;
+    // Per argument, when its claim is another Worker's task's (handed down
+    // to this one, maybe through tasks between): that task's Lending, which
+    // counts this argument until this task finished. Null otherwise.
+    std::vector<std::shared_ptr<Lending>> borrowed;
     std::optional<size_t> pinned;  // ChipOptions::device
     RunState* run = nullptr;
     // Submitted, or how it ended, parked in the dispatcher's inboxes by the
@@ -65,6 +96,8 @@ struct HostTask {
 
     // The dispatcher's half, under its lock or by the thread running the task.
     alignas(64) State state = State::Pending;
+    // What it lent while it ran (see Lending), made by its own thread; null: nothing.
+    std::shared_ptr<Lending> lent;
     // Producers not finished yet, and the failure this task is skipped for
     // (its own once it failed). The root is a value, not the failed task:
     // that may belong to another run, gone by then.
@@ -97,6 +130,7 @@ struct HostTask {
     // (Dispatcher::Free, under the lock).
     void ResetRan() {
         state = State::Pending;
+        lent.reset();
         gate = {};
         consumers.clear();
         device = SIZE_MAX;

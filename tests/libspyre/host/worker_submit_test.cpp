@@ -1253,3 +1253,64 @@ TEST_F(WorkerTest, FailedAndRefusedTasksLeaveNoClaimBehind) {
     EXPECT_EQ(CauseOf([&] { w.a.Run(copy, {y, x}); }), "ran");
     for (float v : y.floats()) EXPECT_EQ(v, 5.0f);
 }
+
+// A task that hands its bytes to another Worker's run without waiting for
+// it ends only once that run's tasks over them finished: its Worker's next
+// task over the bytes (ordered after it) came first, and the other run read
+// its write instead of the value handed over (an outside probe).
+TEST_F(WorkerTest, ATaskHandingItsBytesWithoutWaitingEndsAfterTheTasksItHandedThemTo) {
+    worker_.reset();
+    TwoWorkers w(*host_);
+    HostTensor x = HostTensor::Full({1, kTinyCols}, 5.0f);
+    std::optional<RunHandle> handed;
+    std::atomic<float> seen{0.0f};
+    HostProgram reader{"slow_reader", 1, {}, [&](HostGraph& g, std::span<const HostTensor> t) {
+                           g.Sub("slow_read", [&](std::span<const HostTensor> v) {
+                               std::this_thread::sleep_for(std::chrono::milliseconds(100));
+                               seen = v[0].floats()[0];
+                           }, {In(t[0])});
+                       }};
+    HostProgram outer{"outer", 1, {}, [&](HostGraph& g, std::span<const HostTensor> t) {
+                          g.Sub("hand", [&](std::span<const HostTensor> v) { handed.emplace(w.b.Submit(reader, {v[0]})); },
+                                {InOut(t[0])});
+                          g.Sub("overwrite", [](std::span<const HostTensor> v) { v[0].floats()[0] = 99.0f; },
+                                {InOut(t[0])});
+                      }};
+    w.a.Run(outer, {x});
+    ASSERT_TRUE(handed.has_value());
+    handed->Wait();
+    EXPECT_EQ(seen.load(), 5.0f);
+    EXPECT_EQ(x.floats()[0], 99.0f);
+}
+
+// Bytes handed from one Worker's task to the other's and back: the task the
+// second hands them to is ordered after the first task (its own Worker's),
+// which waits for the second Worker's run, which waits for it. It hung;
+// the wait is refused now, as on one Worker, and everything ends.
+TEST_F(WorkerTest, BytesHandedToAnotherWorkerAndBackAreRefusedRatherThanHang) {
+    worker_.reset();
+    TwoWorkers w(*host_);
+    HostTensor x = HostTensor::Full({1, kTinyCols}, 1.0f);
+    HostProgram inner{"inner", 1, {}, [](HostGraph& g, std::span<const HostTensor> t) {
+                          g.Sub("inner_write", [](std::span<const HostTensor> v) { v[0].floats()[0] += 100.0f; },
+                                {InOut(t[0])});
+                      }};
+    HostProgram mid{"mid", 1, {}, [&](HostGraph& g, std::span<const HostTensor> t) {
+                        g.Sub("b_task", [&](std::span<const HostTensor> v) { w.a.Run(inner, {v[0]}); }, {InOut(t[0])});
+                    }};
+    HostProgram outer{"outer", 1, {}, [&](HostGraph& g, std::span<const HostTensor> t) {
+                          g.Sub("outer_task", [&](std::span<const HostTensor> v) { w.b.Run(mid, {v[0]}); },
+                                {InOut(t[0])});
+                      }};
+    auto run = std::async(std::launch::async, [&] { return CauseOf([&] { w.a.Run(outer, {x}); }); });
+    if (run.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+        std::fprintf(stderr, "the runs handing bytes A -> B -> A hung\n");
+        std::fflush(stderr);
+        std::_Exit(1);  // the Workers' threads are stuck: no clean teardown is possible
+    }
+    const std::string cause = run.get();
+    EXPECT_NE(cause.find("run 'inner': task 'inner_write#0' of it depends on task 'outer_task#0' of run 'outer', which "
+                         "waits for it (neither could end)"),
+              std::string::npos)
+        << cause;
+}
