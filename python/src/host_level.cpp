@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "bindings.hpp"
@@ -45,8 +46,8 @@ namespace {
 
 void RememberTensor(const HostTensor& t);
 
-// A numpy view of `t` for the runtime's own use (a SubWorker's argument, a
-// copy compared with its source): gone when the call returns.
+// A numpy view of `t` for the runtime's own use (a copy compared with its
+// source): gone when the call returns.
 py::array ToNumpy(const HostTensor& t) {
     const std::vector<int64_t> dims = t.shape();
     std::vector<py::ssize_t> shape(dims.begin(), dims.end());
@@ -55,9 +56,9 @@ py::array ToNumpy(const HostTensor& t) {
     return NumpyView(NumpyDType(t.dtype()), shape, t.data(), base, "HostTensor.numpy");
 }
 
-// A numpy view of `t` handed to the caller, remembered as `t`'s memory: an
-// array over it given to a run is `t` (or its rows), not a second storage
-// that nothing orders with `t`.
+// A numpy view of `t` handed to the caller (a SubWorker's argument too: it
+// may keep it), remembered as `t`'s memory: an array over it given to a run
+// is `t` (or its rows), not a second storage that nothing orders with `t`.
 py::array CallersView(const HostTensor& t) {
     RememberTensor(t);
     return ToNumpy(t);
@@ -93,10 +94,16 @@ std::vector<WrappedArray>& WrappedArrays() {
     return *wrapped;
 }
 
-// Forgets the tensors nothing else holds (and lets their arrays go).
+// Forgets the tensors nothing else holds (and lets their arrays go): a
+// storage whose only holders are records (several, for a copy's source and
+// the copy's own views, or for row views) goes with all of them.
 void ForgetUnheldArrays() {
     auto& wrapped = WrappedArrays();
-    std::erase_if(wrapped, [](const WrappedArray& w) { return w.tensor.storage().use_count() == 1; });
+    std::unordered_map<const void*, long> records;
+    for (const WrappedArray& w : wrapped) ++records[w.tensor.storage().get()];
+    std::erase_if(wrapped, [&](const WrappedArray& w) {
+        return w.tensor.storage().use_count() == records[w.tensor.storage().get()];
+    });
 }
 
 struct ByteSpan {
@@ -111,7 +118,8 @@ void RememberTensor(const HostTensor& t) {
     const auto lo = reinterpret_cast<uintptr_t>(t.data());
     const uintptr_t hi = lo + t.bytes();
     for (const WrappedArray& w : WrappedArrays())
-        if (!w.copied && w.tensor.storage() == t.storage() && w.lo <= lo && hi <= w.hi) return;
+        if (w.tensor.storage() == t.storage() && (w.copied || (w.lo <= lo && hi <= w.hi)))
+            return;  // known, or a copy's private memory
     WrappedArrays().push_back({lo, hi, t});
 }
 
@@ -442,7 +450,7 @@ SubWorkerFn PythonSubWorker(const std::string& name, py::function fn) {
             const std::span<const TensorArg> running = RunningSubWorkerArgs();
             py::tuple a(args.size());
             for (size_t i = 0; i < args.size(); ++i) {
-                py::array view = ToNumpy(args[i]);
+                py::array view = CallersView(args[i]);
                 if (i < running.size() && running[i].access == Access::In) view.attr("flags").attr("writeable") = false;
                 a[i] = std::move(view);
             }

@@ -1384,3 +1384,65 @@ def test_another_workers_task_over_an_array_a_run_in_flight_writes_is_refused():
         w2.close()
     finally:
         h.close()
+
+
+def test_a_subworkers_view_kept_past_its_task_is_its_tensor():
+    """A SubWorker's numpy view of its argument, kept and given to a run of
+    another Worker while the task still held the tensor to write it, was
+    wrapped as a second storage over the same memory: nothing ordered the
+    two and the read raced the write (an outside probe). The view is that
+    tensor now, so the other Worker's task is refused; after the run, the
+    kept view reads the task's write through either Worker."""
+    h = spyre.Host.embedded_mock(cards=2, vfs=0, mem="1G")
+    try:
+        w1 = spyre.Worker(h, spyre.DistributedConfig(device_ids=[0], num_sub_workers=1))
+        w2 = spyre.Worker(h, spyre.DistributedConfig(device_ids=[1], num_sub_workers=1))
+        t = spyre.HostTensor.zeros([4, 16])
+        kept, release = [], threading.Event()
+
+        def hold(v):
+            kept.append(v)
+            assert release.wait(30)
+            v[:] = 3
+
+        held = w1.submit(spyre.HostProgram("holder", 1, [], lambda g, x: g.sub(hold, [spyre.InOut(x[0])])), [t])
+        for _ in range(3000):
+            if kept:
+                break
+            time.sleep(0.01)
+        assert kept, "the holding SubWorker never started"
+        seen = []
+        reader = spyre.HostProgram("reader", 1, [], lambda g, x: g.sub(lambda v: seen.append(float(v.sum())),
+                                                                       [spyre.In(x[0])], name="read"))
+        with pytest.raises(spyre.HostRunError) as info:
+            w2.run(reader, [kept[0]])
+        assert "reads bytes that a task of another Worker in flight writes" in info.value.failures[0].cause, \
+            info.value.failures[0].cause
+        release.set()
+        held.wait()
+        w2.run(reader, [kept[0]])
+        w1.run(reader, [kept[0]])
+        assert seen == [192.0, 192.0]
+        w1.close()
+        w2.close()
+    finally:
+        h.close()
+
+
+def test_subworkers_over_row_views_keep_no_array_alive_after_the_run(worker):
+    """A SubWorker's argument views are remembered as their tensor's memory
+    (above); that record must not outlive the run: once the caller let go
+    of the array, it is freed."""
+    a = np.zeros([8, 16], np.float32)
+    ref = weakref.ref(a)
+
+    def orch(g, x):
+        g.sub(lambda v: v.__iadd__(1), [spyre.InOut(x[0].rows(0, 4))])
+        g.sub(lambda v: v.__iadd__(2), [spyre.InOut(x[0].rows(4, 8))])
+
+    worker.run(spyre.HostProgram("rows", 1, [], orch), [a])
+    assert a[:4].sum() == 64 and a[4:].sum() == 128
+    del a
+    worker.run(dependency_program(lambda f: None), [full(1), full(2)])  # a later call forgets what nothing holds
+    gc.collect()
+    assert ref() is None
