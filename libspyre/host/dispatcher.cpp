@@ -15,8 +15,8 @@
 #include "placement.hpp"
 #include "remote_protocol.hpp"
 #include "spyre/common/device_clock.hpp"
-#include "storage_claims.hpp"
 #include "spyre/trace/trace.hpp"
+#include "storage_claims.hpp"
 
 namespace spyre::host {
 

@@ -7,8 +7,8 @@
 #include <mutex>
 
 #include "host_memory.hpp"
-#include "storage_claims.hpp"
 #include "spyre/error.hpp"
+#include "storage_claims.hpp"
 
 namespace spyre {
 
