@@ -281,8 +281,8 @@ void Dispatcher::CheckNotPartOf(const RunState& run) {
     std::vector<std::pair<const HostTask*, const HostTask*>> todo;
     for (const Running* r = tl_running; r; r = r->previous) {
         if (r->dispatcher == this) todo.emplace_back(r->task, r->task);
-        for (const std::shared_ptr<Lending>& l : r->task->borrowed)  // a lender waits for its borrowers
-            if (l && l->dispatcher == this) todo.emplace_back(l->holder, l->holder);
+        for (const HostTask::Claim& c : r->task->claims)  // a lender waits for its borrowers
+            if (c.borrowed && c.borrowed->dispatcher == this) todo.emplace_back(c.borrowed->holder, c.borrowed->holder);
     }
     Lock lock(*this);
     std::unordered_set<const HostTask*> seen;
@@ -389,7 +389,7 @@ std::pair<const Running*, size_t> HolderOf(const TensorArg& a) {
     const uint64_t begin = a.tensor.byte_offset(), end = begin + a.tensor.bytes();
     for (const Running* r = tl_running; r; r = r->previous) {
         const HostTask& held = *r->task;
-        for (size_t i = 0; i < held.args.size() && i < held.claimed_by.size(); ++i) {
+        for (size_t i = 0; i < held.args.size() && i < held.claims.size(); ++i) {
             const TensorArg& h = held.args[i];
             if (h.tensor.SameStorage(a.tensor) && h.tensor.byte_offset() <= begin &&
                 end <= h.tensor.byte_offset() + h.tensor.bytes() && (a.access == Access::In || h.access != Access::In))
@@ -401,19 +401,17 @@ std::pair<const Running*, size_t> HolderOf(const TensorArg& a) {
 }  // namespace
 
 void Dispatcher::Claim(HostTask& t, const RunState& run) {
-    t.claimed_by.clear();
-    t.borrowed.clear();
+    t.claims.clear();
     for (size_t i = 0; i < t.args.size(); ++i) {
         const TensorArg& a = t.args[i];
         const auto [holder, held_arg] = tl_running ? HolderOf(a) : std::pair<const Running*, size_t>{nullptr, 0};
-        const void* owner = holder ? holder->task->claimed_by[held_arg] : this;
+        const void* owner = holder ? holder->task->claims[held_arg].owner : this;
         const uint64_t begin = a.tensor.byte_offset();
         if (ClaimsOf(a.tensor).TryClaim(owner, begin, begin + a.tensor.bytes(), a.access != Access::In)) {
-            t.claimed_by.push_back(owner);
             std::shared_ptr<Lending> lending;
             if (owner != this) {  // another Worker's task holds the claim: it waits for this one
                 HostTask& lender = const_cast<HostTask&>(*holder->task);
-                lending = lender.borrowed[held_arg];  // the task that claimed it, when the holder borrowed it too
+                lending = lender.claims[held_arg].borrowed;  // the task that claimed it, when the holder borrowed it too
                 if (!lending) {
                     // The holder claimed it; made by its own thread (this one): nobody else writes it.
                     if (!lender.lent) lender.lent = std::make_shared<Lending>(&lender, holder->dispatcher);
@@ -421,7 +419,7 @@ void Dispatcher::Claim(HostTask& t, const RunState& run) {
                 }
                 lending->Lend();
             }
-            t.borrowed.push_back(std::move(lending));
+            t.claims.push_back({owner, std::move(lending)});
             continue;
         }
         ReleaseClaims(t);
@@ -437,11 +435,10 @@ void Dispatcher::Claim(HostTask& t, const RunState& run) {
 }
 
 void Dispatcher::ReleaseClaims(HostTask& t) noexcept {
-    for (size_t i = 0; i < t.claimed_by.size(); ++i) ClaimsOf(t.args[i].tensor).Release(t.claimed_by[i]);
-    t.claimed_by.clear();
-    for (const std::shared_ptr<Lending>& l : t.borrowed)
-        if (l) l->GiveBack();  // after the claims: its lender may end now
-    t.borrowed.clear();
+    for (size_t i = 0; i < t.claims.size(); ++i) ClaimsOf(t.args[i].tensor).Release(t.claims[i].owner);
+    for (const HostTask::Claim& c : t.claims)
+        if (c.borrowed) c.borrowed->GiveBack();  // after the claims: its lender may end now
+    t.claims.clear();
 }
 
 void Dispatcher::RunCheapHere() {
@@ -477,7 +474,6 @@ void Dispatcher::Free(HostTask* task) {
     // memory itself is freed here only when the caller let go of it while
     // the task ran.
     task->args.clear();
-    task->claimed_by.clear();
     task->fn = nullptr;
     task->ResetRan();  // also the call's arguments
     if (spare_.size() == kSpareTasks) delete task;

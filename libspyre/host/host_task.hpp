@@ -66,15 +66,18 @@ struct HostTask {
     SubWorkerFn fn;               // SubWorker body (resolved when submitted)
     const ChipRegistry::Entry* chip = nullptr;  // chip function (resolved when submitted)
     std::vector<TensorArg> args;
-    // Whose claim each argument counts on its storage (StorageClaims): the
-    // dispatcher, or the Worker of a task this one runs inside that holds
-    // the same bytes (a task handing them to another Worker's run). Set
-    // when submitted, dropped when finished.
-    std::vector<const void*> claimed_by;
-    // Per argument, when its claim is another Worker's task's (handed down
-    // to this one, maybe through tasks between): that task's Lending, which
-    // counts this argument until this task finished. Null otherwise.
-    std::vector<std::shared_ptr<Lending>> borrowed;
+    // Per argument, whose claim it counts on its storage (StorageClaims):
+    // the dispatcher, or the Worker of a task this one runs inside that
+    // holds the same bytes (a task handing them to another Worker's run).
+    // Set when submitted, dropped when finished.
+    struct Claim {
+        const void* owner;
+        // When `owner` is another Worker's: the Lending of its task that
+        // claimed the bytes, which counts this argument until this task
+        // finished. Null otherwise.
+        std::shared_ptr<Lending> borrowed;
+    };
+    std::vector<Claim> claims;
     std::optional<size_t> pinned;  // ChipOptions::device
     RunState* run = nullptr;
     // Submitted, or how it ended, parked in the dispatcher's inboxes by the

@@ -114,12 +114,14 @@ struct ByteSpan {
 // its storage covers it already).
 void RememberTensor(const HostTensor& t) {
     if (t.bytes() == 0) return;
-    ForgetUnheldArrays();
     const auto lo = reinterpret_cast<uintptr_t>(t.data());
     const uintptr_t hi = lo + t.bytes();
+    // Looked for first: a SubWorker's argument is mostly known (its run's
+    // input), and a known record is live (`t` holds its storage).
     for (const WrappedArray& w : WrappedArrays())
         if (w.tensor.storage() == t.storage() && (w.copied || (w.lo <= lo && hi <= w.hi)))
             return;  // known, or a copy's private memory
+    ForgetUnheldArrays();
     WrappedArrays().push_back({lo, hi, t});
 }
 

@@ -82,14 +82,6 @@ inline py::object IndexOf(py::handle h) {
 }
 
 template <typename T>
-struct IntArg;
-
-// The int `v` (any object) as T; InvalidArgument "<what> is -1 (must be
-// >= 0)" when it does not fit, "<what> is a float" when it is no int.
-template <typename T>
-T IntOf(py::handle v, const std::string& what);
-
-template <typename T>
 struct IntArg {
     static_assert(std::is_integral_v<T>);
     py::object value;  // an int (IndexOf's)
@@ -103,6 +95,8 @@ struct IntArg {
     }
 };
 
+// The int `v` (any object) as T; InvalidArgument "<what> is -1 (must be
+// >= 0)" when it does not fit, "<what> is a float" when it is no int.
 template <typename T>
 T IntOf(py::handle v, const std::string& what) {
     const py::object index = IndexOf(v);
