@@ -195,6 +195,10 @@ HostTensor HostTensor::Rows(int64_t begin, int64_t end) const {
     return v;
 }
 
+bool HostTensor::WrittenInFlight() const {
+    return storage_ && bytes_ != 0 && storage_->claims.Written(offset_, offset_ + bytes_);
+}
+
 std::string HostTensor::Describe() const {
     if (!storage_) return "empty tensor";
     std::string s = ShapeString(shape()) + " " + ToString(dtype_);

@@ -31,4 +31,9 @@ void StorageClaims::Release(const void* owner) {
     }
 }
 
+bool StorageClaims::Written(uint64_t begin, uint64_t end) {
+    std::lock_guard lock(mu_);
+    return std::any_of(in_flight_.begin(), in_flight_.end(), [&](const Footprint& f) { return f.write.Overlaps(begin, end); });
+}
+
 }  // namespace spyre::host

@@ -29,6 +29,8 @@ public:
     bool TryClaim(const void* owner, uint64_t begin, uint64_t end, bool write);
     // One access `owner` counted has ended.
     void Release(const void* owner);
+    // Whether accesses in flight (of any owner) write bytes of [begin, end).
+    bool Written(uint64_t begin, uint64_t end);
 
 private:
     struct Span {

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -136,19 +137,49 @@ ByteSpan SpanOf(const py::array& a) {
     return {first + below, first + above + uintptr_t(a.itemsize())};
 }
 
+// Refuses a copy of the bytes of `w`'s tensor in `s` while a task in flight
+// writes them: the copy could tear. Not when the calling thread is a
+// SubWorker holding them: its claim keeps other Workers' writers out, and
+// its own Worker's wait for it.
+void CheckNotWrittenInFlight(const WrappedArray& w, ByteSpan s, const std::string& what) {
+    const uint64_t row_bytes = w.tensor.bytes() / uint64_t(w.tensor.shape()[0]);
+    const uint64_t lo = std::max(s.lo, w.lo) - w.lo, hi = std::min(s.hi, w.hi) - w.lo;
+    const HostTensor rows = w.tensor.Rows(int64_t(lo / row_bytes), int64_t((hi + row_bytes - 1) / row_bytes));
+    if (!rows.WrittenInFlight()) return;
+    for (const TensorArg& held : RunningSubWorkerArgs())
+        if (held.tensor.SameStorage(rows) && held.tensor.byte_offset() <= rows.byte_offset() &&
+            rows.byte_offset() + rows.bytes() <= held.tensor.byte_offset() + held.tensor.bytes())
+            return;
+    throw Error(ErrorKind::InvalidArgument,
+                what + ": the array is read-only, so it is copied (its copy may be written), but it views " +
+                    rows.Describe() + ", which a task in flight writes: the copy could tear. Wait for that run "
+                    "first, or pass a writable view (or the tensor) to be ordered after it");
+}
+
 // The tensor wrapped already over the memory of `a` (C-contiguous, of
 // `dtype` and `shape`), or a row range of one; nullopt when no wrapped
 // tensor overlaps it. `contiguous` false: `a` is copied, so any overlap is
 // refused (the copy would not see a task's writes). Two copies of one
 // memory may both be read, but neither may write back: each sees only its
 // own tasks' writes, and the later write-back would undo the earlier.
+// `snapshot`: `a` is read-only and its copy may be written (a run's input,
+// from_numpy), so it is copied even over a wrapped tensor's memory, which it
+// must leave as it is, unless that tensor is one of the call's (`call`).
 std::optional<HostTensor> WrappedAlready(const py::array& a, bool contiguous, bool will_copy, bool writes_back,
-                                         DType dtype, const std::vector<int64_t>& shape, const std::string& what) {
+                                         bool snapshot, std::span<const HostTensor> call, DType dtype,
+                                         const std::vector<int64_t>& shape, const std::string& what) {
     ForgetUnheldArrays();
     const ByteSpan s = SpanOf(a);
     const WrappedArray* overlap = nullptr;
     for (const WrappedArray& w : WrappedArrays()) {
         if (s.hi <= w.lo || w.hi <= s.lo) continue;
+        const auto in_call = [&] {
+            return std::any_of(call.begin(), call.end(), [&](const HostTensor& t) { return t.SameStorage(w.tensor); });
+        };
+        if (snapshot && !w.copied && !in_call()) {
+            CheckNotWrittenInFlight(w, s, what);
+            continue;
+        }
         if (w.copied) {
             if (will_copy && !w.writes_back && !writes_back) continue;  // two snapshots: neither is written
             if (will_copy)
@@ -185,8 +216,14 @@ std::optional<HostTensor> WrappedAlready(const py::array& a, bool contiguous, bo
 // `obj` as a HostTensor: a HostTensor as is, a numpy array (or buffer) wrapped
 // without a copy when C-contiguous and writable (kept alive by the tensor),
 // or the tensor wrapped over its memory already; a non-contiguous or
-// read-only input is copied, such an output refused.
-HostTensor ToHostTensor(py::handle obj, bool writable, const std::string& what, bool run_input = false) {
+// read-only input is copied, such an output refused. `may_write`: what is
+// made of an input may be written (a run's input, from_numpy), so a
+// read-only one is copied even when it views a wrapped tensor; otherwise
+// (a task's In argument) it is that tensor, ordered after its writers.
+// `call`: the tensors of the call's other arguments (a snapshot over their
+// memory is that argument instead: a copy would miss what its tasks write).
+HostTensor ToHostTensor(py::handle obj, bool writable, const std::string& what, bool run_input = false,
+                        bool may_write = false, std::span<const HostTensor> call = {}) {
     if (py::isinstance<HostTensor>(obj)) return obj.cast<HostTensor>();
     py::array a;
     try {
@@ -209,7 +246,9 @@ HostTensor ToHostTensor(py::handle obj, bool writable, const std::string& what, 
     // write its inputs too, and the copy is new memory nobody else sees.
     const bool in_place = contiguous && a.writeable();
     const bool writes_back = run_input && !in_place && a.writeable();  // Start's PyRun::copied
-    if (std::optional<HostTensor> t = WrappedAlready(a, contiguous, !in_place, writes_back, dtype, shape, what))
+    const bool snapshot = (run_input || may_write) && !a.writeable();
+    if (std::optional<HostTensor> t =
+            WrappedAlready(a, contiguous, !in_place, writes_back, snapshot, call, dtype, shape, what))
         return *t;
     const ByteSpan source = SpanOf(a);
     py::object original;
@@ -621,14 +660,33 @@ HostProgram MakeProgram(const std::string& name, size_t num_inputs, const py::it
     return p;
 }
 
-std::vector<HostTensor> RunArgs(const HostProgram& p, const py::iterable& args) {
-    std::vector<HostTensor> out;
-    size_t i = 0;
-    for (py::handle a : args) {
-        const bool output = i >= p.num_inputs;
-        out.push_back(ToHostTensor(a, output, "host program '" + p.name + "': argument " + std::to_string(i), !output));
-        ++i;
+bool IsReadOnlyArray(py::handle obj) {
+    if (py::isinstance<HostTensor>(obj)) return false;
+    try {
+        const py::array a = py::array::ensure(obj);
+        return a && !a.writeable();
+    } catch (...) {
+        PyErr_Clear();
+        return false;
     }
+}
+
+// A run's arguments as tensors. Read-only input arrays come last: one over
+// memory another argument of the call is (or views) is that tensor, its
+// tasks ordered with the other's; one over another held tensor's memory is
+// a copy (WrappedAlready's `snapshot`).
+std::vector<HostTensor> RunArgs(const HostProgram& p, const py::list& args) {
+    std::vector<HostTensor> out(args.size());
+    std::vector<size_t> read_only;
+    auto what = [&](size_t i) { return "host program '" + p.name + "': argument " + std::to_string(i); };
+    for (size_t i = 0; i < args.size(); ++i) {
+        const bool output = i >= p.num_inputs;
+        if (!output && IsReadOnlyArray(args[i]))
+            read_only.push_back(i);
+        else
+            out[i] = ToHostTensor(args[i], output, what(i), !output);
+    }
+    for (size_t i : read_only) out[i] = ToHostTensor(args[i], false, what(i), true, false, out);
     return out;
 }
 
@@ -987,7 +1045,7 @@ void BindHostLevel(py::module_& m) {
             }, py::arg("shape"), py::arg("dtype") = DType::FP32)
         .def_static("full", [](const IntList<int64_t>& shape, float value) { return HostTensor::Full(shape, value); },
                     py::arg("shape"), py::arg("value"), "fp32.")
-        .def_static("from_numpy", [](py::handle a) { return ToHostTensor(a, false, "HostTensor.from_numpy"); },
+        .def_static("from_numpy", [](py::handle a) { return ToHostTensor(a, false, "HostTensor.from_numpy", false, true); },
                     py::arg("array"), "Wraps the array (no copy when C-contiguous).")
         .def("numpy", [](const HostTensor& t) { return CallersView(t); }, "A numpy view of the tensor (no copy).")
         .def("__array__", [](const HostTensor& t, py::object dtype, py::object) {

@@ -911,8 +911,9 @@ def test_an_input_copied_from_memory_another_argument_writes_is_refused_in_eithe
     """A read-only or non-contiguous input is copied. Another argument over
     the same memory that a task writes used to be wrapped in place when it
     came second, and the copy then missed the write (out = 1 instead of 3).
-    Now that order is refused like the other; the order where the in-place
-    array comes first still reads it in place."""
+    A non-contiguous copy is refused in that order now; a read-only view of
+    another argument's memory is that argument (or its rows) in either
+    order, so its reader reads the write."""
     def slow_increment(x):
         time.sleep(0.02)
         x += 1
@@ -933,12 +934,17 @@ def test_an_input_copied_from_memory_another_argument_writes_is_refused_in_eithe
     a, out = np.zeros([8, 16], np.float32), np.zeros([8, 16], np.float32)
     worker.run(program(0, 1), [a, read_only(a), out])  # in place first: the reader reads a itself
     np.testing.assert_array_equal(out, 3.0)
-    for first in (lambda a: read_only(a), lambda a: a[:, ::2], lambda a: read_only(a[2:6])):
+    a = np.zeros([8, 16], np.float32)
+    with pytest.raises(spyre.InvalidArgument, match="shares memory with an input that was copied"):
+        worker.run(program(1, 0), [a[:, ::2], a, np.zeros([8, 8], np.float32)])
+    assert not a.any(), "nothing ran"
+    for first in (lambda a: read_only(a), lambda a: read_only(a[2:6])):
         a = np.zeros([8, 16], np.float32)
-        copied = first(a)
-        with pytest.raises(spyre.InvalidArgument, match="shares memory with an input that was copied"):
-            worker.run(program(1, 0), [copied, a, np.zeros(copied.shape, np.float32)])
-        assert not a.any(), "nothing ran"
+        view = first(a)
+        out = np.zeros(view.shape, np.float32)
+        worker.run(program(1, 0), [view, a, out])
+        np.testing.assert_array_equal(out, 3.0)
+        np.testing.assert_array_equal(a, 1.0)
     # Two copies of the same bytes, nothing written there: both are fine.
     a, out = np.ones([8, 16], np.float32), np.zeros([8, 16], np.float32)
     worker.run(spyre.HostProgram("two_reads", 2, [[8, 16]], lambda g, x: g.sub(
@@ -1446,3 +1452,91 @@ def test_subworkers_over_row_views_keep_no_array_alive_after_the_run(worker):
     worker.run(dependency_program(lambda f: None), [full(1), full(2)])  # a later call forgets what nothing holds
     gc.collect()
     assert ref() is None
+
+
+def write_input_program(value):
+    """A host program whose SubWorker writes its input in place."""
+    return spyre.HostProgram("write_input", 1, [],
+                             lambda g, x: g.sub(lambda v: v.__setitem__(slice(None), value), [spyre.InOut(x[0])]))
+
+
+def test_a_read_only_view_of_a_held_tensor_is_copied_for_a_run_and_from_numpy(worker):
+    """A read-only array over memory a held tensor wraps was taken as that
+    tensor: a run that writes its input wrote the memory the caller had
+    marked read-only, and from_numpy's tensor was the caller's memory
+    (an outside probe). It is copied now, as every read-only input is; a
+    task's In argument over it is still that tensor, ordered after its
+    writers."""
+    t = spyre.HostTensor.full([4, 16], 1.0)
+    view = t.numpy()
+    ro = view[1:3]
+    ro.flags.writeable = False
+    worker.run(write_input_program(7.0), [ro])
+    assert (view == 1.0).all(), view
+    copy = spyre.HostTensor.from_numpy(ro)
+    copy.numpy()[:] = 5.0
+    assert (view == 1.0).all(), view
+    # An In argument over it is the tensor: ordered after the run's writer.
+    seen = []
+
+    def orch(g, x):
+        g.sub(lambda v: v.__setitem__(slice(None), 2.0), [spyre.InOut(x[0])])
+        g.sub(lambda v: seen.append(float(v.sum())), [spyre.In(ro)])
+
+    worker.run(spyre.HostProgram("write_then_read", 1, [], orch), [t])
+    assert seen == [64.0] and (view == 2.0).all()
+
+
+def test_a_read_only_view_a_run_in_flight_writes_is_refused_not_torn(worker):
+    """Its copy would read bytes a task in flight writes, so the read-only
+    view is refused while that run is in flight, and copied after."""
+    t = spyre.HostTensor.full([4, 16], 1.0)
+    view = t.numpy()
+    ro = view[:]
+    ro.flags.writeable = False
+    release, started = threading.Event(), threading.Event()
+
+    def hold(v):
+        started.set()
+        assert release.wait(30)
+        v[:] = 3.0
+
+    held = worker.submit(spyre.HostProgram("holder", 1, [], lambda g, x: g.sub(hold, [spyre.InOut(x[0])])), [t])
+    try:
+        assert started.wait(30), "the holding SubWorker never started"
+        with pytest.raises(spyre.InvalidArgument, match="read-only, so it is copied .* which a task in flight writes"):
+            worker.run(write_input_program(9.0), [ro])
+        with pytest.raises(spyre.InvalidArgument, match="which a task in flight writes"):
+            spyre.HostTensor.from_numpy(ro)
+    finally:
+        release.set()
+        held.wait()
+    worker.run(write_input_program(9.0), [ro])
+    assert (view == 3.0).all(), view
+
+
+def test_a_subworkers_read_only_view_is_copied_for_a_run_while_it_holds_it():
+    """A SubWorker's In view is read-only: given to a run of another Worker
+    while the SubWorker still holds it, it is copied even though its own
+    run's next task, which writes it, is in flight already (that task waits
+    for the SubWorker, so the copy cannot tear)."""
+    h = spyre.Host.embedded_mock(cards=2, vfs=0, mem="1G")
+    try:
+        w1 = spyre.Worker(h, spyre.DistributedConfig(device_ids=[0], num_sub_workers=1))
+        w2 = spyre.Worker(h, spyre.DistributedConfig(device_ids=[1], num_sub_workers=1))
+        t = spyre.HostTensor.full([4, 16], 1.0)
+
+        def read(v):
+            assert not v.flags.writeable
+            w2.run(write_input_program(6.0), [v])  # writes its copy only
+
+        def orch(g, x):
+            g.sub(read, [spyre.In(x[0])])
+            g.sub(lambda v: v.__iadd__(1.0), [spyre.InOut(x[0])])
+
+        w1.run(spyre.HostProgram("read_then_write", 1, [], orch), [t])
+        assert (t.numpy() == 2.0).all(), t.numpy()
+        w1.close()
+        w2.close()
+    finally:
+        h.close()

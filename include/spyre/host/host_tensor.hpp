@@ -56,6 +56,10 @@ public:
     // the tensor is in flight (a race: the run may see either bytes).
     void* data() const noexcept;
     std::span<float> floats() const;  // InvalidArgument unless FP32
+    // Whether a task in flight, of any Worker, writes bytes of this view
+    // (submitted and not ended; a bound: a Worker's writes in flight on a
+    // storage count as one span), so a copy taken now could tear.
+    bool WrittenInFlight() const;
 
     // Rows [begin, end) of dim 0, as a view on the same storage.
     // InvalidArgument for an empty or out-of-range range.
