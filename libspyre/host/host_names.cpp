@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The small named things of level 3: access and level names, the chip
 // function registry, the run error, and the config check.
+#include <algorithm>
 #include <string>
 #include <string_view>
 
@@ -85,8 +86,12 @@ std::string Describe(const std::string& run, const std::vector<TaskFailureInfo>&
         s += std::string(f.host_kernel_code ? " [host kernel code " : " [device code ") + std::to_string(f.device_code) + "]";
     if (failures.size() > 1) s += "; " + std::to_string(failures.size() - 1) + " more task(s) failed";
     if (!skipped.empty()) {
+        // A few names: a failure at the head of a long loop skips thousands,
+        // and a message of all of them buries its cause (skipped() has them).
+        constexpr size_t kNamed = 16;
         s += "; skipped " + std::to_string(skipped.size()) + " downstream task(s):";
-        for (const auto& name : skipped) s += " " + name;
+        for (size_t i = 0; i < std::min(skipped.size(), kNamed); ++i) s += " " + skipped[i];
+        if (skipped.size() > kNamed) s += " and " + std::to_string(skipped.size() - kNamed) + " more (skipped() lists them)";
     }
     return s;
 }
