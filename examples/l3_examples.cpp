@@ -15,6 +15,7 @@
 //   512 up. A bad argument is a usage error (exit code 2).
 //   default: an embedded mock with 2 cards x 2 VFs, the four VFs as devices;
 //   --device-root DIR: the VFs (else every function) under a mounted spyre-mockdev.
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -161,11 +162,15 @@ int Run(int argc, char** argv) {
             root = argv[++i];
         } else if (arg == "dependency" || arg == "parallel" || arg == "matmul" || arg == "all") {
             which = arg;
+        } else if (!arg.empty() && std::isdigit(static_cast<unsigned char>(arg[arg[0] == '-' && arg.size() > 1 ? 1 : 0]))) {
+            mkn.push_back(arg);  // a size (ParseInteger refuses a bad one by name)
         } else {
-            mkn.push_back(arg);
+            throw UsageError("unknown argument '" + arg + "' (an example: dependency, parallel, matmul or all)");
         }
     }
     if (!mkn.empty() && mkn.size() != 3) throw UsageError("give M K N together");
+    if (!mkn.empty() && which != "matmul" && which != "all")
+        throw UsageError("M K N size the matmul example; '" + which + "' takes none");
     int64_t m = 0, k = 256, n = 256;  // M = 0: the default for the devices found
     if (!mkn.empty()) {
         m = ParseInteger("M", mkn[0], 1, support::kMaxDimension);

@@ -36,6 +36,9 @@ cases = [
     (l3, ["matmul", "16", "99999999999", "1"], f"K: '99999999999' {DIM}"),
     (l3, ["matmul", "-8", "1", "1"], f"M: '-8' {DIM}"),
     (l3, ["matmul", "1", "1"], "give M K N together"),
+    (l3, ["bogus"], "unknown argument 'bogus' (an example: dependency, parallel, matmul or all)"),
+    (l3, ["--verbose"], "unknown argument '--verbose'"),
+    (l3, ["dependency", "8", "8", "8"], "M K N size the matmul example; 'dependency' takes none"),
     (l3, ["--device-root"], "--device-root needs a directory"),
     # Parsed, then refused once the devices are known (2 cards x 2 VFs, block_dim 2).
     (l3, ["matmul", "100", "8", "8"], "matmul: M = 100 must be a multiple of devices (4) x block_dim (2) = 8"),
