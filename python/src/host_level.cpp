@@ -477,6 +477,18 @@ struct PyHostProgram {
     HostProgram program;
 };
 
+// A generator or coroutine function returns at once, its body not run:
+// nothing was submitted or computed, and the task or run would succeed
+// empty.
+void RefuseUnrunBody(const py::object& result, const std::string& what) {
+    PyObject* r = result.ptr();
+    if (!PyGen_Check(r) && !PyCoro_CheckExact(r) && !PyAsyncGen_CheckExact(r)) return;
+    result.attr("close")();  // no "never awaited" warning on top
+    throw Error(ErrorKind::InvalidArgument, what + " is a generator or coroutine function: calling it returned a " +
+                                                std::string(py::str(py::type::handle_of(result).attr("__name__"))) +
+                                                " and ran none of its body (write it as a plain function)");
+}
+
 SubWorkerFn PythonSubWorker(const std::string& name, py::function fn) {
     auto keep = KeepAlive(fn);
     PyObject* raw = fn.ptr();
@@ -495,7 +507,7 @@ SubWorkerFn PythonSubWorker(const std::string& name, py::function fn) {
                 if (i < running.size() && running[i].access == Access::In) view.attr("flags").attr("writeable") = false;
                 a[i] = std::move(view);
             }
-            py::handle{raw}(*a);
+            RefuseUnrunBody(py::handle{raw}(*a), "SubWorker '" + name + "'");
         } catch (py::error_already_set& e) {
             throw FromPython(e, "SubWorker '" + name + "'");
         }
@@ -545,7 +557,7 @@ ChipFunction PythonChipFunction(const std::string& name, py::function fn) {
                 if (i < ctx.access.size() && ctx.access[i] == Access::In) view.attr("flags").attr("writeable") = false;
                 pc.args.append(std::move(view));
             }
-            py::handle{raw}(py::cast(std::move(pc)));
+            RefuseUnrunBody(py::handle{raw}(py::cast(std::move(pc))), "chip function '" + name + "'");
             // A view of the runtime's heap ring kept past the call would
             // read, and write, what the next call allocates there.
             if (orch->call_views.use_count() > 1) py::module_::import("gc").attr("collect")();  // views in cycles
@@ -647,7 +659,7 @@ HostProgram MakeProgram(const std::string& name, size_t num_inputs, const py::it
         try {
             py::list a;
             for (const HostTensor& t : args) a.append(py::cast(t));
-            py::handle{raw}(py::cast(pg), a);
+            RefuseUnrunBody(py::handle{raw}(py::cast(pg), a), OrchestrationFunction(name));
         } catch (py::error_already_set& e) {
             // A spyre error of a bad recording (a bad chip call) keeps its kind.
             const std::optional<ErrorKind> kind = SpyreKindOf(e);

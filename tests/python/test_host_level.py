@@ -1540,3 +1540,38 @@ def test_a_subworkers_read_only_view_is_copied_for_a_run_while_it_holds_it():
         w2.close()
     finally:
         h.close()
+
+
+def test_a_generator_or_coroutine_function_is_refused_not_run_empty(worker):
+    """A host program, SubWorker or chip function written as a generator or
+    coroutine function returns without running its body: the run
+    "succeeded" with nothing submitted or computed (an outside probe)."""
+    def gen_program(g, x):
+        g.sub(lambda v: v.__iadd__(1), [spyre.InOut(x[0])])
+        yield
+
+    async def coro_program(g, x):
+        g.sub(lambda v: v.__iadd__(1), [spyre.InOut(x[0])])
+
+    a = np.zeros([4, 4], np.float32)
+    for fn, kind in ((gen_program, "generator"), (coro_program, "coroutine")):
+        with pytest.raises(spyre.HostRunError) as info:
+            worker.run(spyre.HostProgram("unrun", 1, [], fn), [a])
+        assert info.value.kind == "InvalidArgument", info.value
+        assert f"host orchestration function 'unrun' is a generator or coroutine function: calling it returned a " \
+               f"{kind}" in str(info.value), str(info.value)
+
+    def gen_sub(v):
+        v += 1
+        yield
+
+    with pytest.raises(spyre.HostRunError, match="SubWorker 'gen_sub' is a generator or coroutine function"):
+        worker.run(spyre.HostProgram("sub", 1, [], lambda g, x: g.sub(gen_sub, [spyre.InOut(x[0])])), [a])
+
+    def gen_chip(ctx):
+        yield
+
+    worker.register_chip_function("gen_chip", gen_chip)
+    with pytest.raises(spyre.HostRunError, match="chip function 'gen_chip' is a generator or coroutine function"):
+        worker.run(spyre.HostProgram("chip", 1, [], lambda g, x: g.chip("gen_chip", [spyre.InOut(x[0])])), [a])
+    assert not a.any()
