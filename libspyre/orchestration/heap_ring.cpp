@@ -30,4 +30,25 @@ std::optional<uint64_t> HeapRing::OldestOwner() const {
     return std::nullopt;
 }
 
+bool HeapRing::FitsAfter(uint64_t first, uint64_t second) const {
+    if (next_seq_ == first_seq_) return RoundUp(first) != 0 && RoundUp(first) <= size_;
+    const uint64_t tail = At(first_seq_).offset;
+    uint64_t head = head_;
+    // Where Allocate would put a block of `size` after `head`, if anywhere.
+    auto place = [&](uint64_t size) -> std::optional<uint64_t> {
+        const uint64_t need = RoundUp(size);
+        if (need == 0 || need > size_) return std::nullopt;
+        if (head > tail) {
+            if (head + need <= size_) return head;
+            return need > tail ? std::nullopt : std::optional<uint64_t>(0);
+        }
+        return need > tail - head ? std::nullopt : std::optional<uint64_t>(head);
+    };
+    const std::optional<uint64_t> a = place(first);
+    if (!a) return false;
+    if (second == 0) return true;
+    head = *a + RoundUp(first);
+    return place(second).has_value();
+}
+
 }  // namespace spyre::orchestration

@@ -73,6 +73,11 @@ public:
     uint64_t used() const noexcept;
     // The owner of the oldest unreleased block (what holds the tail).
     std::optional<uint64_t> OldestOwner() const;
+    // Whether blocks of `first` bytes and then `second` (0: none) would both
+    // be placed now, as Allocate places them (nothing is allocated). With
+    // no block live, only `first` counts (the task graph keeps room only
+    // behind a live block).
+    bool FitsAfter(uint64_t first, uint64_t second) const;
 
 private:
     struct Entry {

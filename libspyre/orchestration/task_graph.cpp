@@ -277,7 +277,27 @@ void TaskGraph::WaitForRoom(std::unique_lock<std::mutex>& submitting, Lock& lock
     // come back only through this (stalled) caller: say so. Nor does the
     // task whose kernel is this caller: the rings are reused in order, and
     // it cannot end while its kernel waits.
-    if (active_ == 0 || WaitsForItsOwnRun(need)) Fail(ErrorKind::OutOfMemory, stuck(), EDEADLK);
+    //
+    // The oldest task (or heap block) held by another thread's depth-0 hold
+    // comes back once that thread's next task reads its output (Example 1
+    // run by several threads): it waits for that thread then, unless that
+    // one is stalled too with no room for its next task (it fails then: the
+    // hold is its own). A stalled holder with room goes on once woken: woken
+    // here.
+    std::optional<std::thread::id> holder;
+    bool holder_has_room = false;
+    if (need.slots > 0 && (holder = HeldByAnotherThread(RingTail(), true))) {
+        holder_has_room = ring_.live() < ring_.capacity();
+    } else if (need.bytes > 0) {
+        const std::optional<int32_t> oldest = HeapOldestTask();
+        if ((holder = HeldByAnotherThread(oldest, true)))
+            holder_has_room = heap_.FitsAfter(ring_.Get(*oldest).heap_bytes, 0) && ring_.live() < ring_.capacity();
+    }
+    const bool holder_stalled =
+        holder && std::find(stalled_threads_.begin(), stalled_threads_.end(), *holder) != stalled_threads_.end();
+    const bool holder_goes_on = holder && (!holder_stalled || holder_has_room);
+    if ((active_ == 0 && !holder_goes_on) || WaitsForItsOwnRun(need)) Fail(ErrorKind::OutOfMemory, stuck(), EDEADLK);
+    if (holder_stalled) wake_.Notify();
     // A kernel's submission holds a host thread: when every one of them is
     // such a kernel, the ready task room waits for would never get a
     // thread. It runs one itself instead, and looks again every
@@ -287,10 +307,12 @@ void TaskGraph::WaitForRoom(std::unique_lock<std::mutex>& submitting, Lock& lock
     stalled_.slots = std::max(stalled_.slots, need.slots);
     if (need.bytes) stalled_.bytes = stalled_.bytes ? std::min(stalled_.bytes, need.bytes) : need.bytes;
     ++stallers_;
+    stalled_threads_.push_back(std::this_thread::get_id());
     Sleep(lock,
           in_a_task ? std::chrono::steady_clock::now() + std::chrono::milliseconds(1)
                     : std::chrono::steady_clock::time_point::max(),
           &submitting);
+    stalled_threads_.erase(std::find(stalled_threads_.begin(), stalled_threads_.end(), std::this_thread::get_id()));
     if (--stallers_ == 0) stalled_ = {};
 }
 
@@ -406,6 +428,40 @@ std::string TaskGraph::TaskRingStuck() const {
         s << " waits for EXTERNAL task(s) that only pto_task_complete can finish";
     }
     return s.str();
+}
+
+std::optional<std::thread::id> TaskGraph::HeldByAnotherThread(std::optional<int32_t> id, bool only_by_the_hold) const {
+    if (!id || holds_.empty()) return std::nullopt;
+    const TaskDescriptor& t = ring_.Get(*id);
+    if (only_by_the_hold &&
+        (t.state.load(std::memory_order_relaxed) != TaskState::Completed || t.fanout_refcount + 1 != t.fanout_count))
+        return std::nullopt;  // something besides the hold keeps it
+    const std::thread::id me = std::this_thread::get_id();
+    for (const Held& h : holds_)
+        if (h.task == *id) return h.thread != me ? std::optional(h.thread) : std::nullopt;
+    return std::nullopt;
+}
+
+std::optional<int32_t> TaskGraph::RingTail() const {
+    return ring_.live() > 0 ? std::optional(ring_.tail()) : std::nullopt;
+}
+
+std::optional<int32_t> TaskGraph::HeapOldestTask() const {
+    const std::optional<uint64_t> owner = heap_.OldestOwner();
+    if (!owner || (*owner & kBufferOwner) || !ring_.IsLive(int32_t(*owner))) return std::nullopt;
+    return int32_t(*owner);
+}
+
+// Both looked at closely only when the rings are nearly full: the common
+// case pays a compare.
+bool TaskGraph::SlotKeptForAHold() const {
+    return ring_.capacity() - ring_.live() == 1 && HeldByAnotherThread(RingTail(), false);
+}
+
+bool TaskGraph::HeapRoomKeptForAHold(uint64_t bytes) const {
+    if (bytes == 0 || heap_.size() - heap_.used() >= bytes + (heap_.size() >> 2)) return false;
+    const std::optional<int32_t> oldest = HeapOldestTask();
+    return HeldByAnotherThread(oldest, false) && !heap_.FitsAfter(bytes, ring_.Get(*oldest).heap_bytes);
 }
 
 bool TaskGraph::HeldByAThread(int32_t task_id) const {
@@ -819,6 +875,20 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
                                          " bytes, more than the heap ring (" + std::to_string(heap_.size()) + " bytes)");
     // 1. A slot from the task ring, 2. implicit outputs packed in one heap
     // block; neither is kept when the other has no room.
+    // The last free slot is kept for the thread whose hold keeps the oldest
+    // task: its next task lets go of the hold, and the ring comes back.
+    // Taken by another thread, that next task would find no slot, and the
+    // ring could not drain.
+    if (!holds_.empty()) [[unlikely]] {
+        if (SlotKeptForAHold()) {
+            need = {.slots = 1};
+            return std::nullopt;
+        }
+        if (HeapRoomKeptForAHold(implicit_bytes)) {
+            need = {.bytes = implicit_bytes};
+            return std::nullopt;
+        }
+    }
     const std::optional<int32_t> slot = ring_.Allocate();
     if (!slot) {
         need = {.slots = 1};

@@ -257,6 +257,20 @@ private:
     std::string TaskRingStuck() const;
     const char* NextToTheSubmittingKernel(int64_t id) const;
     bool HeldByAThread(int32_t task_id) const;  // a depth-0 hold
+    // The thread other than the calling one whose depth-0 hold keeps task
+    // `id` live, if any (`only_by_the_hold`: when nothing else keeps it,
+    // its consumers done). Of the ring's oldest task, or the owner of the
+    // heap's oldest block: both rings are reused in order, so nothing
+    // behind it comes back before that thread lets go, which its next task
+    // that reads the output does. That task's room is kept for it.
+    std::optional<std::thread::id> HeldByAnotherThread(std::optional<int32_t> id, bool only_by_the_hold) const;
+    std::optional<int32_t> RingTail() const;        // the ring's oldest task, if any
+    std::optional<int32_t> HeapOldestTask() const;  // the task owning the heap's oldest block, if a task does
+    // Whether this thread's submission would take the ring's last slot, or
+    // the heap room for `bytes` of implicit outputs, kept for another
+    // thread's hold (its next task's: a block the size of the held one).
+    bool SlotKeptForAHold() const;
+    bool HeapRoomKeptForAHold(uint64_t bytes) const;
     // Whether `task_id` is a task whose kernel the calling thread is in.
     bool RunsOnThisThread(int64_t task_id) const;
     // Whether what a stalled submitter waits for can only come once a task
@@ -411,6 +425,7 @@ private:
     // the one it fits).
     StallNeed stalled_;
     int stallers_ = 0;  // submitters asleep in WaitForRoom
+    std::vector<std::thread::id> stalled_threads_;  // their threads
     bool space_freed_ = false;  // a ring slot or heap block came back since the last WakeWaiters
     int64_t inflight_ = 0;  // submitted, not completed
     int64_t active_ = 0;    // READY or RUNNING on an executor: will complete on their own

@@ -82,6 +82,37 @@ TEST(HeapRing, WrapSkipsTheTooSmallEnd) {
     ring.Release(d->seq);
 }
 
+// FitsAfter answers what two Allocates in a row would do, without doing
+// them (the task graph keeps room for a depth-0 hold's next task with it):
+// checked against the Allocates themselves on a copy of the ring, over
+// random allocations and out-of-order releases.
+TEST(HeapRing, FitsAfterAgreesWithAllocatingTwice) {
+    std::vector<uint8_t> mem(2048);
+    HeapRing ring(mem.data(), mem.size());
+    std::mt19937 rng(7);
+    std::vector<uint64_t> live;
+    int checked = 0, fit = 0;
+    for (int step = 0; step < 4000; ++step) {
+        const uint64_t x = 1 + rng() % 700, y = rng() % 3 == 0 ? 0 : 1 + rng() % 700;
+        if (ring.live_blocks() > 0) {
+            HeapRing copy = ring;
+            const bool both = copy.Allocate(x, 0) && (y == 0 || copy.Allocate(y, 0));
+            ASSERT_EQ(ring.FitsAfter(x, y), both) << "step " << step << ": " << x << " then " << y;
+            ++checked, fit += both;
+        }
+        if (rng() % 2 == 0 || live.empty()) {
+            if (auto b = ring.Allocate(1 + rng() % 500, 1)) live.push_back(b->seq);
+        } else {
+            const size_t i = rng() % live.size();
+            ring.Release(live[i]);
+            live.erase(live.begin() + std::ptrdiff_t(i));
+        }
+    }
+    EXPECT_GT(checked, 3000);
+    EXPECT_GT(fit, 100);               // both answers were met
+    EXPECT_GT(checked - fit, 100);
+}
+
 // More blocks live than the ring's bookkeeping first had room for (it
 // grows), released out of order while more are allocated: live blocks never
 // overlap, and owners and the tail stay right across the growth.

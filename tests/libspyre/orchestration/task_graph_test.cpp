@@ -1464,6 +1464,68 @@ TEST_P(OrchQueueTest, ALoopOfScopesRunsThroughPtoRunBeyondTheRing) {
     EXPECT_EQ(out[0], 2u * (7 + 16 * 16 - 1));
 }
 
+// Example 1's pattern (t0, its output read by t1, t1's read by a third
+// task) at depth 0 from several threads at once. A thread whose hold kept
+// the ring's oldest task while the others filled the ring behind it found
+// no slot for the task that lets go of it: the ring could not drain, and
+// the threads failed OutOfMemory (an outside probe, every run of 2 threads
+// on a ring of 2; 7 of 8 runs on the default ring of 1024). The last slot
+// is kept for that thread now, and the others wait for it.
+class DepthZeroThreads : public ::testing::TestWithParam<std::pair<int32_t, int>> {};
+
+TEST_P(DepthZeroThreads, Example1FromSeveralThreadsAtOnce) {
+    const auto [ring, threads] = GetParam();
+    const int rounds = ring > 16 ? 20'000 : 3'000;
+    auto orch = Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = ring, .heap_size = 1 << 16});
+    using Args = std::span<void* const>;
+    using Sizes = std::span<const uint64_t>;
+    orch.RegisterHostKernel(1, [](Args b, Sizes) {
+        *static_cast<uint64_t*>(b[2]) = *static_cast<uint64_t*>(b[0]) + *static_cast<uint64_t*>(b[1]);
+        return 0u;
+    });
+    orch.RegisterHostKernel(2, [](Args b, Sizes) {
+        *static_cast<uint64_t*>(b[2]) = *static_cast<uint64_t*>(b[0]) * *static_cast<uint64_t*>(b[1]);
+        return 0u;
+    });
+    orch.RegisterHostKernel(3, [](Args b, Sizes) {
+        *static_cast<uint64_t*>(b[1]) += *static_cast<uint64_t*>(b[0]);
+        return 0u;
+    });
+    std::vector<std::thread> pool;
+    std::vector<std::string> errors(static_cast<size_t>(threads));
+    std::vector<uint64_t*> acc(static_cast<size_t>(threads));
+    for (int t = 0; t < threads; ++t) {
+        auto* in = static_cast<uint64_t*>(orch.HostAddress(uint64_t(4096 * t), 32));
+        in[0] = uint64_t(t + 1), in[1] = 10, in[2] = 3, in[3] = 0;
+        acc[size_t(t)] = in + 3;
+        pool.emplace_back([&, t, in] {
+            try {
+                for (int i = 0; i < rounds; ++i) {
+                    TaskParam p0[] = {{PARAM_INPUT, &in[0], 8}, {PARAM_INPUT, &in[1], 8}, {PARAM_OUTPUT, nullptr, 8}};
+                    const int32_t t0 = orch.Submit(1, WORKER_VECTOR, p0);
+                    TaskParam p1[] = {{PARAM_INPUT, orch.TaskOutput(t0, 0), 8}, {PARAM_INPUT, &in[2], 8},
+                                      {PARAM_OUTPUT, nullptr, 8}};
+                    const int32_t t1 = orch.Submit(2, WORKER_VECTOR, p1);
+                    TaskParam p2[] = {{PARAM_INPUT, orch.TaskOutput(t1, 0), 8}, {PARAM_INOUT, &in[3], 8}};
+                    orch.Submit(3, WORKER_VECTOR, p2);
+                }
+            } catch (const Error& e) {
+                errors[size_t(t)] = e.what();
+            }
+        });
+    }
+    for (std::thread& th : pool) th.join();
+    orch.WaitAll();
+    for (int t = 0; t < threads; ++t) {
+        EXPECT_EQ(errors[size_t(t)], "") << "thread " << t;
+        EXPECT_EQ(*acc[size_t(t)], uint64_t(rounds) * uint64_t(t + 11) * 3) << "thread " << t;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(RingsAndThreads, DepthZeroThreads,
+                         ::testing::Values(std::pair{2, 2}, std::pair{3, 4}, std::pair{16, 4}, std::pair{1024, 2},
+                                           std::pair{1024, 4}));
+
 // Seed 004's Example 1 verbatim, 10,000 times at depth 0 with host kernels
 // (cheap: they run inside pto_submit_task, so t0 has completed by the time
 // its output is read).
