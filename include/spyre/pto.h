@@ -175,8 +175,9 @@ int32_t pto_device_free(Runtime* rt, void* buffer);
 /* A zero-filled buffer from the heap ring (stalls while it is full). NULL on
  * error (size 0, larger than the heap, or a heap that can never drain). */
 void* pto_alloc(Runtime* rt, size_t size);
-/* No more tasks will reference `buffer`: it is reclaimed once every task
- * that referenced it is CONSUMED, not at once. */
+/* No more tasks will reference `buffer` (the address pto_alloc returned; one
+ * inside it is refused): it is reclaimed once every task that referenced it
+ * is CONSUMED, not at once. */
 int32_t pto_free(Runtime* rt, void* buffer);
 int32_t pto_scope_begin(Runtime* rt);
 /* Returns the task id (>= 0) or a negative errno. Ids wrap (after about

@@ -527,9 +527,18 @@ void TaskGraph::Free(const void* buffer) {
     std::lock_guard sub(submit_mu_);
     Lock lock(*this);
     BufferInfo* b = buffers_.FindBase(static_cast<const uint8_t*>(buffer));
-    if (!b)
+    if (!b) {
+        // An address inside a live buffer is not that buffer: freeing it
+        // whole from an inner pointer would be a guess.
+        if (const BufferInfo* around = buffers_.Find(static_cast<const uint8_t*>(buffer)); around && !around->free_requested)
+            Fail(ErrorKind::InvalidArgument,
+                 "pto_free: " + Hex(reinterpret_cast<uintptr_t>(buffer)) + " is " +
+                     std::to_string(static_cast<const uint8_t*>(buffer) - around->base_ptr) +
+                     " bytes inside the live pto_alloc buffer at device address " +
+                     Hex(uint64_t(around->base_ptr - options_.memory)) + ": pto_free takes the address pto_alloc returned");
         Fail(ErrorKind::InvalidArgument, "pto_free: " + Hex(reinterpret_cast<uintptr_t>(buffer)) +
                                              " is not a live buffer from pto_alloc (freed already, or never allocated)");
+    }
     if (b->free_requested)
         Fail(ErrorKind::InvalidArgument, "pto_free: buffer at device address " +
                                              Hex(uint64_t(b->base_ptr - options_.memory)) + " was freed already");

@@ -269,6 +269,10 @@ TEST_P(OrchQueueTest, MixedImplicitAndExplicitAllocation) {
     o().WaitAll();
     for (int i = 0; i < 64; ++i) EXPECT_EQ(static_cast<uint32_t*>(buf)[i], uint32_t(3 * i));
     scope.End();
+    // An address inside it is not the buffer (it said "not a live buffer":
+    // an outside probe).
+    EXPECT_SPYRE_ERROR(o().Free(static_cast<uint8_t*>(buf) + 8), InvalidArgument,
+                       "is 8 bytes inside the live pto_alloc buffer at device address 0x");
     o().Free(buf);
     EXPECT_SPYRE_ERROR(o().Free(buf), InvalidArgument, "not a live buffer from pto_alloc");
 }
