@@ -225,6 +225,8 @@ std::optional<HostTensor> WrappedAlready(const py::array& a, bool contiguous, bo
 HostTensor ToHostTensor(py::handle obj, bool writable, const std::string& what, bool run_input = false,
                         bool may_write = false, std::span<const HostTensor> call = {}) {
     if (py::isinstance<HostTensor>(obj)) return obj.cast<HostTensor>();
+    // numpy makes an object array of None, refused as "dtype object".
+    if (obj.is_none()) throw Error(ErrorKind::InvalidArgument, what + ": None is not a numpy array or HostTensor");
     py::array a;
     try {
         a = py::array::ensure(obj);
@@ -487,6 +489,17 @@ void RefuseUnrunBody(const py::object& result, const std::string& what) {
     throw Error(ErrorKind::InvalidArgument, what + " is a generator or coroutine function: calling it returned a " +
                                                 std::string(py::str(py::type::handle_of(result).attr("__name__"))) +
                                                 " and ran none of its body (write it as a plain function)");
+}
+
+// `obj` as a function to call: InvalidArgument naming `what` otherwise
+// (pybind11's cast said only "Object of type 'int' is not an instance of
+// 'function'").
+py::function CallableArg(const py::object& obj, const std::string& what) {
+    if (!PyCallable_Check(obj.ptr()))
+        throw Error(ErrorKind::InvalidArgument, what + ": a " +
+                                                    std::string(py::str(py::type::handle_of(obj).attr("__name__"))) +
+                                                    " is not callable (a function, or a registered name)");
+    return py::reinterpret_borrow<py::function>(obj);
 }
 
 SubWorkerFn PythonSubWorker(const std::string& name, py::function fn) {
@@ -1108,7 +1121,7 @@ void BindHostLevel(py::module_& m) {
                 const py::object fn_name = py::getattr(name_or_fn, "__name__", py::none());
                 const std::string n = fn_name.is_none() ? std::string(py::str(py::type::handle_of(name_or_fn).attr("__name__")))
                                                         : std::string(py::str(fn_name));
-                SubWorkerFn fn = PythonSubWorker(n, name_or_fn);
+                SubWorkerFn fn = PythonSubWorker(n, CallableArg(name_or_fn, "HostGraph.sub"));
                 std::vector<TensorArg> a = ArgsFrom(args, "SubWorker '" + n + "'");
                 return WithoutGil([&] { return graph.Sub(n, std::move(fn), std::move(a), std::move(o)); });
             }, py::arg("subworker"), py::arg("args"), py::kw_only(), py::arg("name") = py::none(),
@@ -1187,7 +1200,7 @@ void BindHostLevel(py::module_& m) {
         .def("register_chip_function", [](PyWorker& w, const std::string& name, py::object fn) {
                 Worker& worker = w.Get("Worker.register_chip_function");
                 if (py::isinstance<PyChipFunction>(fn)) worker.RegisterChipFunction(name, fn.cast<PyChipFunction>().fn);
-                else worker.RegisterChipFunction(name, PythonChipFunction(name, fn.cast<py::function>()));
+                else worker.RegisterChipFunction(name, PythonChipFunction(name, CallableArg(fn, "Worker.register_chip_function")));
             }, py::arg("name"), py::arg("fn"),
             "A ChipFunction, or a Python callable fn(ctx: ChipContext) submitting core tasks on ctx.orch.")
         .def("register_sub_worker", [](PyWorker& w, const std::string& name, py::function fn) {

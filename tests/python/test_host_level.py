@@ -1575,3 +1575,20 @@ def test_a_generator_or_coroutine_function_is_refused_not_run_empty(worker):
     with pytest.raises(spyre.HostRunError, match="chip function 'gen_chip' is a generator or coroutine function"):
         worker.run(spyre.HostProgram("chip", 1, [], lambda g, x: g.chip("gen_chip", [spyre.InOut(x[0])])), [a])
     assert not a.any()
+
+
+def test_a_non_callable_task_or_a_none_argument_is_invalid_argument_naming_it(worker):
+    """register_chip_function("x", 42) and g.sub(42, ...) raised pybind11's
+    bare TypeError ("Object of type 'int' is not an instance of
+    'function'"), and None as an argument "dtype object is not supported"
+    (an outside probe)."""
+    with pytest.raises(spyre.InvalidArgument, match="Worker.register_chip_function: a int is not callable"):
+        worker.register_chip_function("not_callable", 42)
+    a = np.zeros([2, 2], np.float32)
+    with pytest.raises(spyre.HostRunError, match="HostGraph.sub: a int is not callable") as info:
+        worker.run(spyre.HostProgram("p", 1, [], lambda g, x: g.sub(42, [spyre.InOut(x[0])])), [a])
+    assert info.value.kind == "InvalidArgument"
+    with pytest.raises(spyre.InvalidArgument, match="argument 0: None is not a numpy array or HostTensor"):
+        worker.run(spyre.HostProgram("p", 1, [], lambda g, x: None), [None])
+    with pytest.raises(spyre.HostRunError, match="SubWorker '<lambda>': argument 0: None is not a numpy array"):
+        worker.run(spyre.HostProgram("p", 1, [], lambda g, x: g.sub(lambda v: None, [spyre.In(None)])), [a])
