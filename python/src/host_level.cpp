@@ -643,7 +643,14 @@ HostProgram MakeProgram(const std::string& name, size_t num_inputs, const py::it
             throw Error(ErrorKind::InvalidArgument,
                         what + " is " + ATypeName(shape) +
                             ", not a shape (a list of ints) or (shape, dtype)");
-        return IntsFrom<int64_t>(shape, what + ":");
+        std::vector<int64_t> dims = IntsFrom<int64_t>(shape, what + ":");
+        // Refused here, naming the output, not when a run makes the tensor.
+        if (dims.empty()) throw Error(ErrorKind::InvalidArgument, what + " has no dims");
+        for (size_t d = 0; d < dims.size(); ++d)
+            if (dims[d] < 1)
+                throw Error(ErrorKind::InvalidArgument,
+                            what + ": dim " + std::to_string(d) + " is " + std::to_string(dims[d]) + " (each must be >= 1)");
+        return dims;
     };
     size_t index = 0;
     for (py::handle o : outputs) {

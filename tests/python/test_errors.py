@@ -275,6 +275,14 @@ def test_a_host_program_output_that_is_no_shape_names_the_output(host):
         spyre.HostProgram("p", 0, [([4, 2**70], spyre.FP32)], fn)
     with pytest.raises(spyre.InvalidArgument, match="HostProgram: output 0: item 0 is a str$"):
         spyre.HostProgram("p", 0, [(["x"], spyre.FP32)], fn)
+    # A dim below 1, or no dims, is refused here, not when a run makes the
+    # tensor ("host tensor: dim 0 of shape [0x4] is 0": an outside probe).
+    with pytest.raises(spyre.InvalidArgument, match=r"^spyre: invalid argument: HostProgram: output 1: dim 0 is 0 \(each"):
+        spyre.HostProgram("p", 0, [[4], [0, 4]], fn)
+    with pytest.raises(spyre.InvalidArgument, match="HostProgram: output 0: dim 1 is -2 "):
+        spyre.HostProgram("p", 0, [([4, -2], spyre.FP32)], fn)
+    with pytest.raises(spyre.InvalidArgument, match="HostProgram: output 0 has no dims"):
+        spyre.HostProgram("p", 0, [[]], fn)
     # Shapes as before: a list, a tuple of ints, (shape, dtype), numpy ints.
     p = spyre.HostProgram("p", 0, [[4], (2, 3), ((5,), spyre.FP32), (np.int64(2), np.int64(2))], fn)
     assert [list(s) for s, _ in p.outputs] == [[4], [2, 3], [5], [2, 2]]
