@@ -44,7 +44,7 @@ std::string Describe(ErrorKind kind, const std::string& message, const ErrorCont
     if (c.stream) add("stream " + std::to_string(*c.stream));
     if (c.op_index) add("op " + std::to_string(*c.op_index));
     if (c.kernel_id) add("kernel " + std::to_string(*c.kernel_id));
-    if (c.device_code && c.host_kernel_code) add("host kernel code " + std::to_string(c.device_code));
+    if (c.device_code && c.host_kernel_code) add("host code " + std::to_string(c.device_code));
     else if (c.device_code) add(std::string("device code ") + spyre_error_name(c.device_code) + " (" + Hex(c.device_code) + ")");
     if (c.sys_errno) add(std::string("errno ") + std::to_string(c.sys_errno) + " " + std::strerror(c.sys_errno));
     if (!ctx.empty()) out += " [" + ctx + "]";

@@ -43,8 +43,9 @@ struct ErrorContext {
     std::optional<int64_t> kernel_id;   // orchestration: the failing task's kernel
     int sys_errno = 0;                  // errno of a failed system call
     uint32_t device_code = 0;           // SPYRE_ERR_* reported by the device
-    // device_code is what a host kernel returned (its own code, printed as
-    // a number), not a SPYRE_ERR_* from the device.
+    // device_code is the host's own code, printed as a number, not a
+    // SPYRE_ERR_* from the device: what a host kernel returned, or the code
+    // an EXTERNAL task was failed with (pto_task_fail).
     bool host_kernel_code = false;
 };
 

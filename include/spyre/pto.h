@@ -88,7 +88,9 @@ Runtime* pto_runtime_create_host(uint64_t memory_size, int32_t task_ring_size, u
  * then frees everything. NULL is a no-op (0). -EINVAL for a handle already
  * destroyed or never created, or one a spyre::Orchestrator owns; -EBUSY
  * from inside a call on the same runtime (its orchestration function or
- * one of its tasks). */
+ * one of its tasks). -EDEADLK when EXTERNAL tasks were never finished: the
+ * runtime is destroyed all the same, with them and the tasks behind them
+ * abandoned (pto_last_error counts them). */
 int32_t pto_runtime_destroy(Runtime* rt);
 
 /* --- errors ------------------------------------------------------------- */
@@ -219,7 +221,8 @@ int32_t pto_wait_all(Runtime* rt);
  * (docs/progress.md). A NULL progress is pto_wait_all. */
 typedef void (*pto_progress_fn)(uint64_t done, uint64_t total, void* user);
 int32_t pto_wait_all_progress(Runtime* rt, pto_progress_fn progress, void* user);
-/* Function-relative device address of a buffer address (-EINVAL outside). */
+/* Function-relative device address of a buffer address (-EINVAL outside, or
+ * for a NULL device_address). */
 int32_t pto_device_address(Runtime* rt, const void* buffer, uint64_t* device_address);
 /* The buffer address of [device_address, + size) of the function's memory
  * (NULL outside): how a caller reaches data it placed there itself. */

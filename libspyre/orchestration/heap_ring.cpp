@@ -18,12 +18,6 @@ void HeapRing::Release(uint64_t seq) {
     while (first_seq_ != next_seq_ && At(first_seq_).released) ++first_seq_;
 }
 
-uint64_t HeapRing::used() const noexcept {
-    if (first_seq_ == next_seq_) return 0;
-    const uint64_t tail = At(first_seq_).offset;
-    return head_ > tail ? head_ - tail : size_ - tail + head_;
-}
-
 std::optional<uint64_t> HeapRing::OldestOwner() const {
     for (uint64_t seq = first_seq_; seq < next_seq_; ++seq)
         if (!At(seq).released) return At(seq).owner;

@@ -70,7 +70,12 @@ public:
     uint64_t tail() const noexcept { return next_seq_ == first_seq_ ? head_ : At(first_seq_).offset; }
     uint64_t live_blocks() const noexcept { return live_; }
     // Bytes between tail and head (what the live blocks hold, with padding).
-    uint64_t used() const noexcept;
+    // Inline: depth-0 submissions ask it while another thread holds a block.
+    uint64_t used() const noexcept {
+        if (first_seq_ == next_seq_) return 0;
+        const uint64_t tail = At(first_seq_).offset;
+        return head_ > tail ? head_ - tail : size_ - tail + head_;
+    }
     // The owner of the oldest unreleased block (what holds the tail).
     std::optional<uint64_t> OldestOwner() const;
     // Whether blocks of `first` bytes and then `second` (0: none) would both

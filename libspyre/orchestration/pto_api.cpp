@@ -3,6 +3,7 @@
 // need a device are runtime_device.cpp's. Every call goes through
 // OnRuntime (c_calls.hpp).
 #include <cerrno>
+#include <memory>
 #include <string>
 
 #include "orchestration/c_calls.hpp"
@@ -75,7 +76,14 @@ int32_t pto_runtime_destroy(Runtime* rt) {
                                              "would wait for that task itself",
                             {.sys_errno = EBUSY});
         }
-        delete HandleTable::Instance().Retire(rt, true);  // waits for the tasks
+        const std::unique_ptr<RuntimeState> state(HandleTable::Instance().Retire(rt, true));
+        const int64_t abandoned = state->graph->WaitForRunningTasks();
+        if (abandoned != 0)  // destroyed all the same: the caller has no handle to try again with
+            throw Error(ErrorKind::Busy,
+                        "pto_runtime_destroy: " + std::to_string(abandoned) +
+                            " task(s) never finished: they are, or wait for, EXTERNAL tasks that nobody completed "
+                            "(pto_task_complete or pto_task_fail); the runtime was destroyed with them abandoned",
+                        {.sys_errno = EDEADLK});
         return 0;
     });
 }
@@ -155,8 +163,9 @@ int32_t pto_wait_all_progress(Runtime* rt, pto_progress_fn progress, void* user)
 
 int32_t pto_device_address(Runtime* rt, const void* buffer, uint64_t* device_address) {
     return OnRuntime("pto_device_address", rt, Kind::Query, [&](RuntimeState& r) {
-        const uint64_t a = r.graph->DeviceAddress(buffer);
-        if (device_address) *device_address = a;
+        if (!device_address)
+            throw Error(ErrorKind::InvalidArgument, "pto_device_address: device_address is NULL: nowhere to put the address");
+        *device_address = r.graph->DeviceAddress(buffer);
     });
 }
 

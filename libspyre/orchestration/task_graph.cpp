@@ -95,14 +95,15 @@ TaskGraph::~TaskGraph() {
         std::lock_guard lock(anchor_->mu);  // exiting threads let go of nothing here from now on
         anchor_->graph = nullptr;
     }
-    {
-        // Tasks already running finish (they use our memory); EXTERNAL tasks
-        // still open are abandoned.
-        Lock lock(*this);
-        while (active_ != 0) Sleep(lock);
-    }
+    WaitForRunningTasks();  // they use our memory; EXTERNAL tasks still open are abandoned
     for (auto& q : queues_) q->Close();
     for (auto& e : executors_) e->Stop();
+}
+
+int64_t TaskGraph::WaitForRunningTasks() {
+    Lock lock(*this);
+    while (active_ != 0) Sleep(lock);
+    return inflight_;
 }
 
 void TaskGraph::Fail(ErrorKind kind, const std::string& message, int sys_errno) const {
@@ -412,7 +413,11 @@ std::string TaskGraph::TaskRingStuck() const {
         s << " " << NextToTheSubmittingKernel(t.task_id) << ", and the ring is reused in order behind it: a kernel can submit only as many tasks as the ring has "
              "room for while its own task runs; submit them from the orchestration thread, or create the runtime "
              "with a larger task ring";
-    } else if (st == TaskState::Completed && HeldByAThread(t.task_id)) {
+    } else if (st == TaskState::Completed && HoldOf(t.task_id) && ring_.capacity() == 1) {
+        s << " is held by its submitting thread (" << kHoldRule
+          << "), and a ring of one slot cannot hold it beside a task that reads its outputs: create the runtime "
+             "with a task ring of at least 2 slots";
+    } else if (st == TaskState::Completed && HoldOf(t.task_id)) {
         s << " is held by its submitting thread (" << kHoldRule
           << "): read depth-0 outputs sooner, wait, put the tasks in scopes, or create the runtime with a larger "
              "task ring";
@@ -436,10 +441,8 @@ std::optional<std::thread::id> TaskGraph::HeldByAnotherThread(std::optional<int3
     if (only_by_the_hold &&
         (t.state.load(std::memory_order_relaxed) != TaskState::Completed || t.fanout_refcount + 1 != t.fanout_count))
         return std::nullopt;  // something besides the hold keeps it
-    const std::thread::id me = std::this_thread::get_id();
-    for (const Held& h : holds_)
-        if (h.task == *id) return h.thread != me ? std::optional(h.thread) : std::nullopt;
-    return std::nullopt;
+    const Held* h = HoldOf(*id);
+    return h && h->thread != std::this_thread::get_id() ? std::optional(h->thread) : std::nullopt;
 }
 
 std::optional<int32_t> TaskGraph::RingTail() const {
@@ -464,10 +467,10 @@ bool TaskGraph::HeapRoomKeptForAHold(uint64_t bytes) const {
     return HeldByAnotherThread(oldest, false) && !heap_.FitsAfter(bytes, ring_.Get(*oldest).heap_bytes);
 }
 
-bool TaskGraph::HeldByAThread(int32_t task_id) const {
+const TaskGraph::Held* TaskGraph::HoldOf(int32_t task_id) const {
     for (const Held& h : holds_)
-        if (h.task == task_id) return true;
-    return false;
+        if (h.task == task_id) return &h;
+    return nullptr;
 }
 
 bool TaskGraph::InHeap(const uint8_t* p, uint64_t size) const noexcept {
@@ -492,7 +495,7 @@ std::string TaskGraph::HeapStuck(uint64_t need) const {
         s << Describe(int32_t(*owner)) << "'s implicit outputs";
         if (EndsAfterThisThreadsTask(int64_t(*owner)))
             s << ", which " << NextToTheSubmittingKernel(int64_t(*owner)) << " (it cannot end while its kernel waits)";
-        else if (HeldByAThread(int32_t(*owner)))
+        else if (HoldOf(int32_t(*owner)))
             s << ", held by its submitting thread (" << kHoldRule << ")";
         else if (scopes_.depth() > 0)
             s << ", held by " << scopes_.depth() << " open scope(s)";
@@ -1332,8 +1335,13 @@ dependency::Root TaskGraph::FailureOf(const TaskDescriptor& t, uint32_t status) 
     }
     f->kind = ErrorKind::DeviceError;
     f->device_code = status;
-    f->host_kernel_code = on_host;
-    f->cause = (on_host ? "host kernel return code " : "device error code ") + std::to_string(status);
+    // The caller's code (pto_task_fail) is its own, as a host kernel's is: not a SPYRE_ERR_*.
+    const bool external = t.core_type == WORKER_EXTERNAL;
+    f->host_kernel_code = on_host || external;
+    f->cause = (external  ? "pto_task_fail code "
+                : on_host ? "host kernel return code "
+                          : "device error code ") +
+               std::to_string(status);
     return f;
 }
 

@@ -145,6 +145,10 @@ public:
     // Waits until no task is in flight or `until`; whether none is. Reports
     // nothing (WaitAll then does, at once), and refuses what WaitAll does.
     bool WaitAllUntil(std::chrono::steady_clock::time_point until);
+    // For a runtime being destroyed (no call can reach it any more): waits
+    // for the tasks that will finish on their own, and returns how many
+    // never will (EXTERNAL tasks nobody finished, and the tasks behind them).
+    int64_t WaitForRunningTasks();
     // Failed and skipped tasks not yet reported by WaitAll, each with its
     // root (TaskFailureInfo::root_*).
     std::vector<TaskFailureInfo> Failures() const;
@@ -256,7 +260,8 @@ private:
                                      int32_t worker_type, std::span<const TaskParam> params, StallNeed& need);
     std::string TaskRingStuck() const;
     const char* NextToTheSubmittingKernel(int64_t id) const;
-    bool HeldByAThread(int32_t task_id) const;  // a depth-0 hold
+    struct Held;                                // a depth-0 hold (holds_)
+    const Held* HoldOf(int32_t task_id) const;  // its depth-0 hold, if a thread holds it
     // The thread other than the calling one whose depth-0 hold keeps task
     // `id` live, if any (`only_by_the_hold`: when nothing else keeps it,
     // its consumers done). Of the ring's oldest task, or the owner of the

@@ -224,7 +224,7 @@ TEST_P(EarlyPushTest, HostChainsAndScopesKeepTheirMeaningAcrossTheIdWrap) {
     graph_->Complete(ext, 9);
     EXPECT_SPYRE_ERROR(graph_->ScopeEnd(), DeviceError,
                        "scope of tasks [" + std::to_string(first) + ", " + std::to_string(after + 1) +
-                           "): task " + std::to_string(ext) + " (kernel 3) failed with device error code 9; "
+                           "): task " + std::to_string(ext) + " (kernel 3) failed with pto_task_fail code 9; "
                            "1 task(s) failed, 1 dependent task(s) skipped");
     EXPECT_SPYRE_ERROR(graph_->WaitAll(), DeviceError, "1 dependent task(s) skipped");
     EXPECT_EQ(*counter, 0u);  // the task after the failure was skipped

@@ -165,6 +165,50 @@ int main(int argc, char** argv) {
     CHECK(pto_run(small, destroy_self, self) == 0 && (int32_t)self[0] == -EBUSY);
     CHECK(pto_runtime_destroy(small) == 0);
 
+    /* An EXTERNAL task failed by the caller: its code is the caller's own,
+     * not a device error's name. One nobody finished: destroy says so, and
+     * destroys the runtime all the same. */
+    Runtime* ext = pto_runtime_create_host(1 << 20, 16, 4096);
+    CHECK(ext != NULL);
+    CHECK(pto_register_host_kernel(ext, 1, add, NULL) == 0);
+    CHECK(pto_register_host_kernel(ext, 7, add, NULL) == 0); /* EXTERNAL tasks name a registered kernel */
+    void* x = pto_host_address(ext, 0, 256);
+    int32_t failed = pto_submit_task(ext, 7, WORKER_EXTERNAL, (TaskParam[]){{PARAM_OUTPUT, x, 64}}, 1);
+    CHECK(failed >= 0 && pto_task_fail(ext, failed, 5) == 0);
+    CHECK(pto_wait_all(ext) == -EIO);
+    CHECK(strstr(pto_last_error(), "failed with pto_task_fail code 5") != NULL);
+    CHECK(strstr(pto_last_error(), "host code 5") != NULL && strstr(pto_last_error(), "ADDR_RANGE") == NULL);
+    int32_t open = pto_submit_task(ext, 7, WORKER_EXTERNAL, (TaskParam[]){{PARAM_OUTPUT, x, 64}}, 1);
+    CHECK(open >= 0);
+    CHECK(pto_submit_task(ext, 1, WORKER_HOST,
+                          (TaskParam[]){{PARAM_INPUT, x, 64}, {PARAM_INPUT, x, 64}, {PARAM_OUTPUT, (char*)x + 128, 64}},
+                          3) >= 0);
+    CHECK(pto_device_address(ext, x, NULL) == -EINVAL);
+    CHECK(strstr(pto_last_error(), "device_address is NULL") != NULL);
+    CHECK(pto_runtime_destroy(ext) == -EDEADLK);
+    CHECK(strstr(pto_last_error(), "2 task(s) never finished") != NULL);
+    CHECK(pto_wait_all(ext) == -EINVAL); /* destroyed */
+
+    /* A ring of one slot runs tasks one at a time, but cannot hold a
+     * depth-0 task beside the task that reads its outputs: the refusal says
+     * that, not "read depth-0 outputs sooner" (an outside probe). */
+    Runtime* one = pto_runtime_create_host(1 << 20, 1, 4096);
+    CHECK(one != NULL);
+    CHECK(pto_register_host_kernel(one, 1, add, NULL) == 0);
+    float* in = pto_host_address(one, 0, 64);
+    in[0] = 2.0f;
+    int32_t first = pto_submit_task(one, 1, WORKER_HOST,
+                                    (TaskParam[]){{PARAM_INPUT, in, 4}, {PARAM_INPUT, in, 4}, {PARAM_OUTPUT, NULL, 4}}, 3);
+    CHECK(first >= 0);
+    float* sum = pto_task_output(one, first, 0);
+    CHECK(sum != NULL);
+    CHECK(pto_submit_task(one, 1, WORKER_HOST,
+                          (TaskParam[]){{PARAM_INPUT, sum, 4}, {PARAM_INPUT, sum, 4}, {PARAM_OUTPUT, NULL, 4}}, 3) == -EDEADLK);
+    CHECK(strstr(pto_last_error(), "a ring of one slot cannot hold it beside a task that reads its outputs: create the "
+                                   "runtime with a task ring of at least 2 slots") != NULL);
+    CHECK(pto_wait_all(one) == 0);
+    CHECK(pto_runtime_destroy(one) == 0);
+
     /* A destroyed runtime's handle is refused, never used, even once its
      * slot holds a new runtime; so is a handle that was never created. */
     CHECK(pto_runtime_destroy(rt) == 0);
