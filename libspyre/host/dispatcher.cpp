@@ -574,6 +574,7 @@ void Dispatcher::Finish(HostTask* task, HostTask::State state, TaskFailureInfo f
             else if (chip) residency_.Copied(a.tensor, task->device);
         }
     } else if (state == HostTask::State::Failed) {
+        failure.run = run.name;  // a later run skipped for it names this one
         task->gate.root = std::make_shared<const TaskFailureInfo>(failure);
         // What the device copies of its outputs hold is unknown now.
         for (const TensorArg& a : task->args)

@@ -79,11 +79,13 @@ std::string Describe(const std::string& run, const std::vector<TaskFailureInfo>&
     const char* what = f.level == Level::Chip ? "chip function '"
                        : f.orchestrator       ? "host orchestration function '"
                                               : "SubWorker '";
-    std::string s = "run '" + run + "': " + ToString(f.level) + " task '" + f.task + "' (" + what + f.function + "'";
+    std::string s = "run '" + run + "': " + ToString(f.level) + " task '" + f.task + "'";
+    if (!f.run.empty() && f.run != run) s += " of run '" + f.run + "'";  // an earlier run's failure skipped this one's
+    s += std::string(" (") + what + f.function + "'";
     if (!f.device.empty()) s += " on " + f.device;
     s += ") failed: " + f.cause;
     if (f.device_code)
-        s += std::string(f.host_kernel_code ? " [host kernel code " : " [device code ") + std::to_string(f.device_code) + "]";
+        s += std::string(f.host_kernel_code ? " [host code " : " [device code ") + std::to_string(f.device_code) + "]";
     if (failures.size() > 1) s += "; " + std::to_string(failures.size() - 1) + " more task(s) failed";
     if (!skipped.empty()) {
         // A few names: a failure at the head of a long loop skips thousands,

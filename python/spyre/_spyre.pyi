@@ -550,6 +550,7 @@ class TaskFailureInfo:
     skipped: bool  # not run: a task it depends on failed (kind, cause: that task's)
     root_task_id: int  # the failed task behind this record
     root_kernel_id: int
+    run: str  # the run the failed task belongs to: an earlier one for a failure that skipped this run's tasks
 
 class TaskState(enum.Enum):
     DONE = ...

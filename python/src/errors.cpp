@@ -126,18 +126,36 @@ void Raise(const Error& e) {
 
 py::object ToPython(const Error& error) { return Build(error); }
 
-Error FromPython(const py::error_already_set& e, const std::string& where) {
-    std::string type = "exception";
-    try {
-        type = py::str(e.type().attr("__name__"));
-    } catch (...) {
+std::string TextOf(py::handle obj) {
+    // A user's exception is reported even when its text is not: a failure
+    // here would replace it with one of our own (UnicodeEncodeError).
+    py::object text = py::reinterpret_steal<py::object>(PyObject_Str(obj.ptr()));
+    if (!text) {
+        PyErr_Clear();
+        text = py::reinterpret_steal<py::object>(PyObject_Repr(obj.ptr()));
     }
-    return Error(ErrorKind::TaskFailed, where + " raised " + type + ": " + std::string(py::str(e.value())));
+    if (!text) {
+        PyErr_Clear();
+        return "<str() and repr() of it raised>";
+    }
+    const py::object bytes =
+        py::reinterpret_steal<py::object>(PyUnicode_AsEncodedString(text.ptr(), "utf-8", "backslashreplace"));
+    if (!bytes) {
+        PyErr_Clear();
+        return "<not text>";
+    }
+    return {PyBytes_AS_STRING(bytes.ptr()), size_t(PyBytes_GET_SIZE(bytes.ptr()))};
+}
+
+Error FromPython(const py::error_already_set& e, const std::string& where) {
+    const py::object name = py::getattr(e.type(), "__name__", py::none());
+    const std::string type = name.is_none() ? "exception" : TextOf(name);
+    return Error(ErrorKind::TaskFailed, where + " raised " + type + ": " + TextOf(e.value()));
 }
 
 std::optional<ErrorKind> SpyreKindOf(const py::error_already_set& e) {
     if (!py::hasattr(e.value(), "kind") || !py::hasattr(e.value(), "message")) return std::nullopt;
-    const std::string kind = py::str(e.value().attr("kind"));
+    const std::string kind = TextOf(e.value().attr("kind"));
     for (const auto& k : kKinds)
         if (kind == k.name) return k.kind;
     return std::nullopt;

@@ -21,6 +21,10 @@ py::object ToPython(const Error& error);
 // with the Python type and message. The GIL is held.
 Error FromPython(const py::error_already_set& e, const std::string& where);
 
+// str(obj) as UTF-8, whatever the object holds: lone surrogates escaped
+// (backslashreplace), and repr(obj) when its __str__ raises. The GIL is held.
+std::string TextOf(py::handle obj);
+
 // The ErrorKind of a spyre.Error raised in Python (by its `kind`), else nullopt.
 std::optional<ErrorKind> SpyreKindOf(const py::error_already_set& e);
 

@@ -147,9 +147,7 @@ void CheckNotWrittenInFlight(const WrappedArray& w, ByteSpan s, const std::strin
     const HostTensor rows = w.tensor.Rows(int64_t(lo / row_bytes), int64_t((hi + row_bytes - 1) / row_bytes));
     if (!rows.WrittenInFlight()) return;
     for (const TensorArg& held : RunningSubWorkerArgs())
-        if (held.tensor.SameStorage(rows) && held.tensor.byte_offset() <= rows.byte_offset() &&
-            rows.byte_offset() + rows.bytes() <= held.tensor.byte_offset() + held.tensor.bytes())
-            return;
+        if (held.tensor.Contains(rows)) return;
     throw Error(ErrorKind::InvalidArgument,
                 what + ": the array is read-only, so it is copied (its copy may be written), but it views " +
                     rows.Describe() + ", which a task in flight writes: the copy could tear. Wait for that run "
@@ -598,16 +596,19 @@ PyChipFunction ElementwiseChip(const IntArg<int32_t>& kernel_id_arg, const IntAr
                 if (ctx.args.size() < 2)
                     throw Error(ErrorKind::InvalidArgument, "elementwise chip function: needs inputs and one output");
                 // The kernel computes tensors of its own shapes: a larger
-                // argument would be computed in part (a smaller one the
-                // runtime refuses at submit).
+                // argument would be computed in part, a smaller one read or
+                // written past its end (the runtime's submit refuses that
+                // too, in its own words).
                 const std::vector<uint64_t> operands = ctx.orch.KernelOperandBytes(kernel_id);
                 const std::string what = "elementwise chip function (kernel " + std::to_string(kernel_id) + "): argument ";
                 for (size_t i = 0; i < ctx.args.size() && i < operands.size(); ++i)
-                    if (ctx.bytes[i] > operands[i])
+                    if (ctx.bytes[i] != operands[i])
                         throw Error(ErrorKind::InvalidArgument,
                                     what + std::to_string(i) + " is " + std::to_string(ctx.bytes[i]) +
                                         " bytes, the kernel's operand " + std::to_string(i) + " spans " +
-                                        std::to_string(operands[i]) + ": it would compute only part of it");
+                                        std::to_string(operands[i]) +
+                                        (ctx.bytes[i] > operands[i] ? ": it would compute only part of it"
+                                                                    : ": the kernel would run past its end"));
                 // The same bytes of another dtype (int32 or fp16 for fp32)
                 // computed garbage with no error.
                 CheckArgumentDTypes(ctx, kernel_id, what);
@@ -685,7 +686,7 @@ HostProgram MakeProgram(const std::string& name, size_t num_inputs, const py::it
             const std::optional<ErrorKind> kind = SpyreKindOf(e);
             if (kind == ErrorKind::InvalidArgument || kind == ErrorKind::NotFound || kind == ErrorKind::WrongDevice ||
                 kind == ErrorKind::Unsupported)
-                throw Error(*kind, OrchestrationFunction(name) + ": " + std::string(py::str(e.value().attr("message"))));
+                throw Error(*kind, OrchestrationFunction(name) + ": " + TextOf(e.value().attr("message")));
             throw FromPython(e, OrchestrationFunction(name));
         }
     };
@@ -694,6 +695,9 @@ HostProgram MakeProgram(const std::string& name, size_t num_inputs, const py::it
 
 bool IsReadOnlyArray(py::handle obj) {
     if (py::isinstance<HostTensor>(obj)) return false;
+    // A numpy array says so itself; anything else is made one to ask
+    // (ToHostTensor makes it again: such arguments are rare).
+    if (py::isinstance<py::array>(obj)) return !py::reinterpret_borrow<py::array>(obj).writeable();
     try {
         const py::array a = py::array::ensure(obj);
         return a && !a.writeable();
@@ -1033,7 +1037,10 @@ void BindHostLevel(py::module_& m) {
         .def_readonly("cause", &TaskFailureInfo::cause)
         .def_readonly("device_code", &TaskFailureInfo::device_code)
         .def_readonly("host_kernel_code", &TaskFailureInfo::host_kernel_code,
-                      "device_code is what a host kernel returned, not a device error code.")
+                      "device_code is the host's own (a host kernel's return value, or pto_task_fail's code), not a device error code.")
+        .def_readonly("run", &TaskFailureInfo::run,
+                      "The run the failed task belongs to (its program's name): an earlier run's, for a failure "
+                      "that skipped tasks of this run.")
         .def_readonly("orchestrator", &TaskFailureInfo::orchestrator,
                       "The host orchestration function itself raised (what it submitted before still ran).")
         .def_readonly("kernel_id", &TaskFailureInfo::kernel_id,

@@ -45,7 +45,10 @@ void Copy(PyStream& s, bool to_device, py::handle host, PyBuffer& b, int64_t off
     HostView view = ViewOf(host, !to_device, what);
     uint64_t size = view.bytes;
     if (nbytes) {
-        if (*nbytes < 0 || uint64_t(*nbytes) > view.bytes)
+        if (*nbytes < 0)
+            throw Error(ErrorKind::InvalidArgument,
+                        std::string(what) + ": nbytes=" + std::to_string(*nbytes) + " is negative (it must be >= 0)");
+        if (uint64_t(*nbytes) > view.bytes)
             throw Error(ErrorKind::InvalidArgument, std::string(what) + ": nbytes=" + std::to_string(*nbytes) +
                                                         " but the host array holds " + std::to_string(view.bytes));
         size = uint64_t(*nbytes);

@@ -389,7 +389,7 @@ def test_bad_arguments_are_typed(worker):
         worker.run(spyre.HostProgram("x", 1, [S], lambda g, x: g.chip("nope", [spyre.In(x[0])])), [full(1)])
 
 
-def test_an_elementwise_chip_function_refuses_tensors_larger_than_its_kernel(worker):
+def test_an_elementwise_chip_function_refuses_tensors_not_of_its_kernels_size(worker):
     # The 128x128 add on 256x128 tensors ran, and computed only the first
     # half of the output: the rest stayed 0, and the run said it was done.
     big = [256, 128]
@@ -401,6 +401,14 @@ def test_an_elementwise_chip_function_refuses_tensors_larger_than_its_kernel(wor
     with pytest.raises(spyre.InvalidArgument, match=r"elementwise chip function \(kernel 301\): argument 0 is 131072 "
                                                     r"bytes, the kernel's operand 0 spans 65536"):
         worker.run(p, [np.ones(big, np.float32), np.ones(big, np.float32)])
+    # A smaller one is refused in the same words (it was the runtime's
+    # submit message, naming the program's operand slots).
+    small = [64, 128]
+    with pytest.raises(spyre.InvalidArgument, match=r"elementwise chip function \(kernel 301\): argument 0 is 32768 "
+                                                    r"bytes, the kernel's operand 0 spans 65536: the kernel would run "
+                                                    r"past its end"):
+        worker.run(spyre.HostProgram("too_small", 2, [(small, np.float32)], orch),
+                   [np.ones(small, np.float32), np.ones(small, np.float32)])
     # Tensors of the kernel's shape still add.
     f = worker.run(spyre.HostProgram("fits", 2, [(S, np.float32)], orch), [full(1), full(2)])
     assert (np.asarray(f) == 3).all()
@@ -1592,3 +1600,26 @@ def test_a_non_callable_task_or_a_none_argument_is_invalid_argument_naming_it(wo
         worker.run(spyre.HostProgram("p", 1, [], lambda g, x: None), [None])
     with pytest.raises(spyre.HostRunError, match="SubWorker '<lambda>': argument 0: None is not a numpy array"):
         worker.run(spyre.HostProgram("p", 1, [], lambda g, x: g.sub(lambda v: None, [spyre.In(None)])), [a])
+
+
+def test_a_task_exception_with_awkward_text_keeps_its_type(worker):
+    """A SubWorker raising with lone surrogates in its message was reported
+    as UnicodeEncodeError, and one whose __str__ raises without its type
+    (an outside probe): the run's failure is the task's, naming its type."""
+    class Unprintable(Exception):
+        def __str__(self):
+            raise RuntimeError("no text")
+
+    def surrogate(v):
+        raise ValueError("bad \udcff byte")
+
+    def unprintable(v):
+        raise Unprintable("kept")
+
+    for sub, cause in ((surrogate, "raised ValueError: bad \\udcff byte"),
+                       (unprintable, "raised Unprintable: Unprintable('kept')")):
+        p = spyre.HostProgram("p", 1, [], lambda g, x, f=sub: g.sub(f, [spyre.In(x[0])]))
+        with pytest.raises(spyre.HostRunError) as info:
+            worker.run(p, [np.zeros([2, 2], np.float32)])
+        assert info.value.failures[0].kind == "TaskFailed"
+        assert cause in info.value.failures[0].cause, info.value.failures[0].cause

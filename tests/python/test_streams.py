@@ -177,3 +177,19 @@ def test_ctrl_c_ends_stream_event_and_device_waits_the_work_goes_on(dev, interru
     s.synchronize()
     ev.synchronize()
     assert ran.is_set() and ev.query()
+
+
+def test_a_copy_of_a_negative_or_too_large_size_says_which(dev):
+    """nbytes=-1 said "but the host array holds 64", as if it were too
+    large (an outside probe)."""
+    s = dev.create_stream()
+    buf = dev.alloc(64)
+    host = np.zeros(16, np.float32)
+    with pytest.raises(spyre.InvalidArgument, match=r"copy_to_device: nbytes=-1 is negative \(it must be >= 0\)"):
+        s.copy_to_device(host, buf, 0, -1)
+    with pytest.raises(spyre.InvalidArgument, match="copy_from_device: nbytes=65 but the host array holds 64"):
+        s.copy_from_device(buf, host, 0, 65)
+    s.copy_to_device(np.arange(16, dtype=np.float32), buf, 0, 64)
+    s.copy_from_device(buf, host, 0, 64)
+    s.synchronize()
+    np.testing.assert_array_equal(host, np.arange(16, dtype=np.float32))

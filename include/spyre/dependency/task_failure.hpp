@@ -34,8 +34,9 @@ struct TaskFailureInfo {
     ErrorKind kind = ErrorKind::Internal;  // the cause's kind
     std::string cause;     // the cause's message
     uint32_t device_code = 0;  // SPYRE_ERR_* when the device reported one
-    // device_code is what a host kernel (a task of the orchestration runtime
-    // run on the host) returned: the kernel's own code, not a SPYRE_ERR_*.
+    // device_code is the host's own code, not a SPYRE_ERR_*: what a host
+    // kernel (a task of the orchestration runtime run on the host) returned,
+    // or the code an EXTERNAL task was failed with (pto_task_fail).
     bool host_kernel_code = false;
     // The host orchestration function itself threw (level HOST, task and
     // function: the program's name); what it had submitted still ran.
@@ -49,6 +50,10 @@ struct TaskFailureInfo {
     // The failed task behind this record: a failed task's own id and kernel.
     int64_t root_task_id = -1;
     int32_t root_kernel_id = -1;
+    // The host level: the run the failed task belongs to (HostProgram::name).
+    // A run whose task was skipped for a failure of an earlier run in flight
+    // lists that failure, with the earlier run's name here. "" elsewhere.
+    std::string run;
 };
 
 }  // namespace spyre

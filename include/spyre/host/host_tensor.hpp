@@ -46,6 +46,10 @@ public:
     // Identifies the storage (never reused while the process lives).
     uint64_t storage_id() const noexcept;
     bool SameStorage(const HostTensor& other) const noexcept { return storage_ == other.storage_; }
+    // Every byte of `other` is one of this view's.
+    bool Contains(const HostTensor& other) const noexcept {
+        return SameStorage(other) && offset_ <= other.offset_ && other.offset_ + other.bytes_ <= offset_ + bytes_;
+    }
     bool Overlaps(const HostTensor& other) const noexcept {
         return SameStorage(other) && offset_ < other.offset_ + other.bytes_ && other.offset_ < offset_ + bytes_;
     }

@@ -772,7 +772,7 @@ TEST_F(WorkerTest, AChipTasksHostKernelCodeIsReportedAsTheKernels) {
         EXPECT_EQ(fail.device_code, 9u);
         EXPECT_TRUE(fail.host_kernel_code);
         EXPECT_NE(fail.cause.find("host kernel return code 9"), std::string::npos) << fail.cause;
-        EXPECT_NE(std::string(e.what()).find("host kernel code 9"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("host code 9"), std::string::npos) << e.what();
         EXPECT_EQ(std::string(e.what()).find("BAD_DEPENDENCY"), std::string::npos) << e.what();
     }
 }
@@ -953,7 +953,11 @@ TEST_F(WorkerTest, ARunDependingOnAFailedRunInFlightFailsWithItsCause) {
         ASSERT_EQ(e.failures().size(), 1u);
         EXPECT_EQ(e.failures()[0].task, "fault");
         EXPECT_EQ(e.skipped(), std::vector<std::string>{"reader"});
-        EXPECT_NE(std::string(e.what()).find("run 'second': CHIP task 'fault'"), std::string::npos) << e.what();
+        // The failed task is the earlier run's, and the message says so.
+        EXPECT_EQ(e.failures()[0].run, "first");
+        EXPECT_NE(std::string(e.what()).find("run 'second': CHIP task 'fault' of run 'first' (chip function"),
+                  std::string::npos)
+            << e.what();
     }
 }
 
