@@ -420,9 +420,11 @@ TilingPlan PlanTiling(const SpyreCompute& compute, std::span<const TiledTensor> 
             if (image->operands[r.operand].layout != SPYRE_LAYOUT_STICK) continue;
             for (size_t d = 0; d < step[r.slot].size(); ++d)
                 if (step[r.slot][d] % SPYRE_STICK_BYTES)
-                    Invalid(slots.Name(r.slot) + " has a stick layout, but its tiles along dim " + std::to_string(d) +
-                            " start every " + std::to_string(step[r.slot][d]) + " bytes, not a multiple of " +
-                            std::to_string(SPYRE_STICK_BYTES));
+                    Invalid(slots.Name(r.slot) + ": the compiled program reads it as a stick-layout operand, "
+                            "whose tiles must start at multiples of " + std::to_string(SPYRE_STICK_BYTES) +
+                            " bytes, but its tiles along dim " + std::to_string(d) + " start every " +
+                            std::to_string(step[r.slot][d]) + " bytes (compile the kernel with tiles a stick wide, "
+                            "or for the dense layout)");
         }
 
     // Strides matter only on dims longer than 1.

@@ -137,6 +137,23 @@ void RingRecords::FireRecord(StreamState& s, Record& r) {
     r.event.reset();
 }
 
+namespace {
+
+// What a device failure of a caller's CB usually means, where the code
+// alone does not say it.
+std::string FailureHint(OpKind kind, uint32_t status) {
+    if (kind == OpKind::SemWait && status == SPYRE_ERR_WATCHDOG)
+        return " (the semaphore did not reach its value within the watchdog's period; the ring runs CBs in order "
+               "for every stream of the device, so a SemWrite queued after this wait, on any stream, could not run "
+               "before it: queue the write first)";
+    if (kind == OpKind::Launch && status == SPYRE_ERR_OVERLAP)
+        return " (an op's output overlaps an input it reads other elements of, e.g. one tensor bound as a matmul's "
+               "input and output: docs/hardware.md, \"Program binaries\")";
+    return "";
+}
+
+}  // namespace
+
 size_t RingRecords::Retire(std::span<const driver::Completion> done) {
     size_t cancelled = 0;
     uint64_t reaped_ns = 0;  // while a trace records: when this batch was seen, read once
@@ -153,7 +170,7 @@ size_t RingRecords::Retire(std::span<const driver::Completion> done) {
             const std::string what = c.status == SPYRE_ERR_CANCELED
                                          ? std::string(ToString(rec.kind)) + " was cancelled by an earlier failure"
                                          : std::string(ToString(rec.kind)) + " failed on the device: " +
-                                               spyre_error_name(c.status);
+                                               spyre_error_name(c.status) + FailureHint(rec.kind, c.status);
             Fault(s, StreamOpError(ErrorKind::DeviceError, s, rec.seq, what,
                                    ErrorContext{.device = device_,
                                                 .address = c.result ? std::optional<uint64_t>(c.result) : std::nullopt,

@@ -69,7 +69,10 @@ struct ControlBlock {
         CopyToDevice,    // inline in the ring when small, else the DMA engine
         CopyFromDevice,  // DMA engine
         SemWrite,        // device semaphore store
-        SemWait,         // device semaphore wait
+        // Device semaphore wait. The ring runs CBs in order for every stream
+        // of the device: the SemWrite that releases it must be queued
+        // before it, or it waits behind it until the watchdog stops the wait.
+        SemWait,
         HostCallback,    // runs on the scheduler thread after prior work
     };
     Kind kind = Kind::Launch;

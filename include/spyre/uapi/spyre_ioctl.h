@@ -49,7 +49,7 @@
 #define SPYRE_PCI_ADDR_MAX          16u /* "0000:01:00.0" + NUL, padded */
 
 struct spyre_device_info {
-    uint32_t argsz;             /* 0x00 caller sets sizeof */
+    uint32_t argsz;             /* 0x00 the daemon sets sizeof (an _IOR call: no input is read) */
     uint32_t flags;             /* 0x04 SPYRE_DEVICE_FLAGS_* */
     uint32_t num_regions;       /* 0x08 */
     uint32_t num_irqs;          /* 0x0C 1: the completion futex in the doorbell page */

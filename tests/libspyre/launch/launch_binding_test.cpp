@@ -275,3 +275,30 @@ TEST_F(StreamTest, MismatchedTensorsGetTheSameMessageFromEveryEntryPoint) {
     EXPECT_EQ(s.flex_stream().enqueued(), before);
     EXPECT_EQ(program.stream().flex_stream().enqueued(), 0u);
 }
+
+// One tensor bound as a matmul's input and output: the device refuses the
+// program (OVERLAP, contract 3.2), and the failure says what that means
+// (it said only "Launch failed on the device: OVERLAP", an outside probe).
+// The stream recovers, and the same launch on separate tensors computes.
+TEST_F(StreamTest, AMatmulOverItsOwnOutputSaysWhatTheDeviceRefused) {
+    Device dev = OpenDevice();
+    SpyreStream s(dev);
+    auto plan = LoadMatmul(s, 8, 8, 8);
+    Matmul mm = MakeMatmul(dev, s, 8, 8, 8);
+    LaunchKernel(s, *plan, std::vector{mm.tensors[0], mm.tensors[0], mm.tensors[0]});
+    try {
+        s.Synchronize();
+        ADD_FAILURE() << "the device ran a matmul over its own output";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::DeviceError) << e.what();
+        EXPECT_NE(std::string(e.what()).find("Launch failed on the device: OVERLAP (an op's output overlaps an input "
+                                             "it reads other elements of"),
+                  std::string::npos)
+            << e.what();
+    }
+    s.flex_stream().Reset();
+    LaunchKernel(s, *plan, mm.tensors);
+    mm.tensors[2].CopyToHost(s.flex_stream(), mm.c.data());
+    s.Synchronize();
+    EXPECT_EQ(CompareMatmul(mm.c, CpuMatmul(mm.a, mm.b, 8, 8, 8), 8, 8), 0);
+}

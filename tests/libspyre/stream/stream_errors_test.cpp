@@ -653,3 +653,51 @@ TEST(DeviceTree, ADaemonRestartedOnTheSameMountIsAnotherDevice) {
     new_dev.default_stream().Synchronize();
     EXPECT_EQ(out, forty_two) << "the new Device's memory was written through the lost one's handle";
 }
+
+// The ring runs CBs in order for every stream: a caller's SemWait queued
+// before the SemWrite that releases it holds the write behind it until the
+// card's watchdog stops the wait. The failure says so (it said "SemWait
+// failed on the device: WATCHDOG", an outside probe); the write then runs.
+// A short watchdog keeps the test short.
+TEST(StreamSemaphores, AWaitQueuedBeforeItsWriteSaysWhyTheWatchdogStoppedIt) {
+    HostOptions options = HostOptions::EmbeddedMock(1, 0, "1G");
+    options.embedded_mock.extra_args = {"--watchdog-ms", "300"};
+    Host host = Host::Open(options);
+    Device dev = host.Open("0");
+    FlexStream writer = dev.CreateStream(), waiter = dev.CreateStream();
+    DeviceBuffer sem = dev.AllocateBuffer(64);
+    const uint64_t zero = 0;
+    writer.CopyToDevice(&zero, sem.handle(), 8);
+    writer.Synchronize();
+    const uint64_t address = sem.handle().pf().physical_address;
+    ControlBlock wait{.kind = ControlBlock::Kind::SemWait, .device_addr = address, .value = 1};
+    ControlBlock write{.kind = ControlBlock::Kind::SemWrite, .device_addr = address, .value = 1};
+    // The wait reaches the ring first (queued at once, the scheduler may
+    // send either stream's CB first).
+    const uint64_t sent = dev.scheduler().Stats().ring_cbs;
+    dev.scheduler().QueueOperation(waiter.stream_index(), wait);
+    ASSERT_TRUE(Eventually([&] { return dev.scheduler().Stats().ring_cbs > sent; }));
+    dev.scheduler().QueueOperation(writer.stream_index(), write);
+    writer.Synchronize();  // ran once the watchdog stopped the wait
+    try {
+        waiter.Synchronize();
+        ADD_FAILURE() << "the wait was never released";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::DeviceError) << e.what();
+        EXPECT_EQ(e.context().device_code, uint32_t(SPYRE_ERR_WATCHDOG));
+        EXPECT_NE(std::string(e.what()).find("SemWait failed on the device: WATCHDOG (the semaphore did not reach its "
+                                             "value within the watchdog's period"),
+                  std::string::npos)
+            << e.what();
+        EXPECT_NE(std::string(e.what()).find("queue the write first"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(Peek64(dev, sem.handle()), 1u);
+    // Queued in that order, the two just run.
+    waiter.Reset();
+    writer.CopyToDevice(&zero, sem.handle(), 8);
+    writer.Synchronize();
+    dev.scheduler().QueueOperation(writer.stream_index(), write);
+    writer.Synchronize();
+    dev.scheduler().QueueOperation(waiter.stream_index(), wait);
+    waiter.Synchronize();
+}
