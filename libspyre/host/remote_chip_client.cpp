@@ -14,6 +14,12 @@ RemoteChipClient::RemoteChipClient(Transport& transport, std::chrono::millisecon
 // arming, so they see the filed reply once it lets go.
 Message RemoteChipClient::AwaitReply(std::unique_lock<std::mutex>& lock, int rank, uint64_t id) {
     const auto deadline = std::chrono::steady_clock::now() + reply_timeout_;
+    // The one message of a call's timeout, whichever wait ran out: the
+    // transport's own names only what was left of the bound.
+    auto no_reply = [&] {
+        return Error(ErrorKind::Timeout, "rank " + std::to_string(rank) + " sent no reply to call " + std::to_string(id) +
+                                             " within " + std::to_string(reply_timeout_.count()) + " ms");
+    };
     for (;;) {
         if (auto early = early_.find(id); early != early_.end()) {
             Message m = std::move(early->second);
@@ -21,9 +27,7 @@ Message RemoteChipClient::AwaitReply(std::unique_lock<std::mutex>& lock, int ran
             return m;
         }
         const auto now = std::chrono::steady_clock::now();
-        if (now >= deadline)
-            throw Error(ErrorKind::Timeout, "rank " + std::to_string(rank) + " sent no reply to call " + std::to_string(id) +
-                                                " within " + std::to_string(reply_timeout_.count()) + " ms");
+        if (now >= deadline) throw no_reply();
         if (receiving_) {
             handed_over_.SleepUnlocked(lock, [&] { return !receiving_ || early_.count(id) != 0; }, deadline - now);
             continue;
@@ -31,18 +35,23 @@ Message RemoteChipClient::AwaitReply(std::unique_lock<std::mutex>& lock, int ran
         receiving_ = true;
         lock.unlock();
         Message m;
+        auto let_go = [&] {  // another waiter receives next (and sees the same loss)
+            lock.lock();
+            receiving_ = false;
+            handed_over_.Notify();
+        };
         try {
             // Throws DeviceLost when `rank` is lost, Timeout past the reply bound.
             m = transport_.Receive(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now), rank);
+        } catch (const Error& e) {
+            let_go();
+            if (e.kind() == ErrorKind::Timeout) throw no_reply();
+            throw;
         } catch (...) {
-            lock.lock();
-            receiving_ = false;
-            handed_over_.Notify();  // another waiter receives (and sees the same loss)
+            let_go();
             throw;
         }
-        lock.lock();
-        receiving_ = false;
-        handed_over_.Notify();
+        let_go();
         if (m.type != remote::kDescribeReply && m.type != remote::kCallReply && m.type != remote::kCallError)
             throw Error(ErrorKind::ProtocolError, "rank " + std::to_string(rank) + " sent message type " +
                                                       std::to_string(m.type) + " where a reply was due");

@@ -12,7 +12,7 @@ namespace spyre::host {
 using dependency::JobThreads;
 
 RemoteChipService::RemoteChipService(Transport& transport, Host& host) : transport_(transport), host_(host) {}
-RemoteChipService::~RemoteChipService() = default;  // call_threads_ finish their calls first: declared last
+RemoteChipService::~RemoteChipService() = default;  // device_threads_ finish their calls first: declared last
 
 void RemoteChipService::SetRouter(Router router, std::vector<std::string> functions, std::vector<uint32_t> chip_tasks_at_once) {
     router_ = std::move(router);
@@ -20,8 +20,10 @@ void RemoteChipService::SetRouter(Router router, std::vector<std::string> functi
     router_rooms_ = std::move(chip_tasks_at_once);
     uint64_t concurrency = 0;
     for (uint32_t room : router_rooms_) concurrency += room;
-    call_threads_.reset();
-    if (concurrency > 1) call_threads_ = std::make_unique<JobThreads>(int(std::min<uint64_t>(concurrency, 256)));
+    device_threads_.clear();
+    if (concurrency > 1)
+        for (uint32_t room : router_rooms_)
+            device_threads_.push_back(std::make_unique<JobThreads>(int(std::clamp<uint32_t>(room, 1, 256))));
 }
 
 void RemoteChipService::Register(const std::string& name, RemoteCallHandler handler) {
@@ -111,8 +113,8 @@ void RemoteChipService::Answer(Message request) {
         return;
     }
     case remote::kCall:
-        if (call_threads_) {
-            call_threads_->Post([this, request = std::move(request)]() mutable {
+        if (JobThreads* threads = ThreadsFor(request)) {
+            threads->Post([this, request = std::move(request)]() mutable {
                 try {
                     AnswerCall(std::move(request));
                 } catch (const Error& e) {
@@ -133,6 +135,17 @@ void RemoteChipService::Answer(Message request) {
                        unsigned(request.type), from);
         return;
     }
+}
+
+JobThreads* RemoteChipService::ThreadsFor(const Message& call) const {
+    if (device_threads_.empty()) return nullptr;
+    // A call naming no device of ours fails at once: answered here.
+    const std::optional<std::string> device = remote::CallDevice(call);
+    if (!device || device->empty() || device->size() > 9 ||
+        !std::all_of(device->begin(), device->end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return nullptr;
+    const size_t index = std::stoul(*device);
+    return index < device_threads_.size() ? device_threads_[index].get() : nullptr;
 }
 
 void RemoteChipService::AnswerCall(Message request) {

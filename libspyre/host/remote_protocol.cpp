@@ -212,6 +212,18 @@ std::pair<uint64_t, RemoteCall> DecodeCall(Message& m) {
     return {id, std::move(call)};
 }
 
+std::optional<std::string> CallDevice(const Message& m) {
+    try {
+        ByteReader r(m.header, What("chip call", m));
+        r.Get<uint64_t>("id");
+        r.GetString("task");
+        r.GetString("function");
+        return r.GetString("device");
+    } catch (const Error&) {
+        return std::nullopt;
+    }
+}
+
 Message EncodeCallReply(uint64_t id, std::vector<WireTensor>& outputs) {
     ByteWriter w;
     w.Put<uint64_t>(id);

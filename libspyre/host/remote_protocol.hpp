@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <utility>
 
@@ -38,6 +39,9 @@ RankDescription DecodeDescribeReply(const Message& message);
 Message EncodeCall(uint64_t id, RemoteCall& call);
 // The inputs' bytes are moved out of the payloads; shapes and sizes checked.
 std::pair<uint64_t, RemoteCall> DecodeCall(Message& message);
+// The device a call names, read from its header alone (nullopt when the
+// header is malformed: DecodeCall then says how).
+std::optional<std::string> CallDevice(const Message& message);
 
 Message EncodeCallReply(uint64_t id, std::vector<WireTensor>& outputs);
 Message EncodeCallError(uint64_t id, const RemoteFailure& failure);

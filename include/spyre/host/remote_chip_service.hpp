@@ -43,9 +43,12 @@ public:
     // runtime's chip executors). `functions` is what Describe lists, and
     // `chip_tasks_at_once` (each device's room, which Describe lists too, so
     // the caller keeps that many calls in flight per device). When they add
-    // up to more than 1, calls run on that many threads at once (the router
-    // must be thread-safe) and each reply goes out when its call ends;
-    // otherwise each call is answered before the next message is read.
+    // up to more than 1, each device's calls run on threads of its own, that
+    // many at once (the router must be thread-safe), and each reply goes
+    // out when its call ends: a call still running on one device (its
+    // caller may have given up on it) holds no thread another device's
+    // calls need. Otherwise each call is answered before the next message
+    // is read.
     // The router may take the call's input bytes (it is the last to read them).
     using Router = std::function<void(RemoteCall& call, std::vector<WireTensor>& outputs)>;
     void SetRouter(Router router, std::vector<std::string> functions, std::vector<uint32_t> chip_tasks_at_once = {});
@@ -69,6 +72,9 @@ public:
 private:
     void Answer(Message request);
     void AnswerCall(Message request);
+    // The threads of the device `call` names, or null: answer it on the
+    // receiving thread (serial service, or a call naming no device of ours).
+    dependency::JobThreads* ThreadsFor(const Message& call) const;
     Device& OpenDevice(const std::string& selector);
 
     Transport& transport_;
@@ -79,7 +85,9 @@ private:
     std::vector<std::string> router_functions_;
     std::vector<uint32_t> router_rooms_;
     std::map<std::string, Device> devices_;  // by PCI address
-    std::unique_ptr<dependency::JobThreads> call_threads_;  // when SetRouter's rooms add up to more than 1
+    // Each device's call threads (by device index), when SetRouter's rooms
+    // add up to more than 1.
+    std::vector<std::unique_ptr<dependency::JobThreads>> device_threads_;
     bool shutdown_ = false;
     std::atomic<uint64_t> calls_served_{0};
 };

@@ -448,6 +448,60 @@ TEST_F(MultiHostTest, ACallPastTheReplyBoundTimesOutAndLaterCallsToTheRankSuccee
     for (int run = 0; run < 3; ++run) ExpectAnAddOnRank1(a, b, run);
 }
 
+// A call that timed out still runs on its device of the serving rank, and
+// rank 0 may send that device another call meanwhile. Neither may hold up
+// the rank's other devices: each device's calls have threads of their own.
+// Before, the rank's call threads were one pool as large as its devices'
+// rooms, so the second call to the busy device took the last thread (to
+// wait there for the device) and a call to the idle device timed out
+// (outside probe). The timeout names the reply bound: the transport's own
+// message named what was left of it ("within 101 ms").
+TEST_F(MultiHostTest, ACallStillRunningOnOneDeviceDoesNotHoldUpAnotherOfItsRank) {
+    static std::atomic<bool> release{false};
+    release = false;
+    reply_timeout_ = std::chrono::milliseconds(2000);
+    Start(2, std::chrono::milliseconds(5000), {0, 1}, [](Worker& w) {
+        w.RegisterChipFunction("held_sub", [](ChipContext& ctx) {
+            for (int i = 0; i < 4000 && !release.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            ChipSub(ctx);
+        });
+    });
+    struct ReleaseAtEnd {
+        ~ReleaseAtEnd() { release = true; }
+    } release_at_end;
+    ASSERT_EQ(w().device_count(), 4u);  // rank 1's PF and VF are devices 2 and 3
+    const HostTensor a = Iota(1.0f, 0.0f), b = Iota(2.0f, 1.0f);
+    auto on = [](const char* function, size_t device) {
+        return HostProgram{"on", 2, {{{kTile, kTile}}}, [=](HostGraph& g, std::span<const HostTensor> t) {
+                               g.Chip(function, {In(t[0]), In(t[1]), Out(t[2])}, {.device = device});
+                           }};
+    };
+    const HostProgram held = on("held_sub", 2), add_on_busy = on("chip_add", 2), add_on_idle = on("chip_add", 3);
+    try {
+        w().Run(held, {a, b});
+        FAIL() << "the held call did not time out";
+    } catch (const HostRunError& e) {
+        EXPECT_EQ(e.failures()[0].kind, ErrorKind::Timeout) << e.what();
+        EXPECT_NE(e.failures()[0].cause.find("sent no reply to call"), std::string::npos) << e.what();
+        EXPECT_NE(e.failures()[0].cause.find("within 2000 ms"), std::string::npos) << e.what();
+    }
+    // Another call to the busy device: it waits there for the held one.
+    RunHandle behind = w().Submit(add_on_busy, {a, b});
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // sent, and taken by rank 1
+    HostTensor sum;
+    ASSERT_NO_THROW(sum = w().Run(add_on_idle, {a, b}).at(0)) << "the idle device waited for the busy one";
+    auto av = a.floats(), bv = b.floats(), sv = sum.floats();
+    for (size_t i = 0; i < sv.size(); ++i) ASSERT_EQ(sv[i], av[i] + bv[i]) << "element " << i;
+    EXPECT_THROW(behind.Wait(), HostRunError);  // it, too, waited past the bound
+    release = true;
+    // Both devices serve on once the held call ends.
+    for (const HostProgram* p : {&add_on_busy, &add_on_idle}) {
+        HostTensor f;
+        ASSERT_NO_THROW(f = w().Run(*p, {a, b}).at(0));
+        for (size_t i = 0; i < sv.size(); ++i) ASSERT_EQ(f.floats()[i], av[i] + bv[i]) << "element " << i;
+    }
+}
+
 // A chip function that throws something other than a std::exception on the
 // serving rank fails its task as it would on rank 0 (TaskFailed, "an
 // exception that is not a std::exception"), naming rank and task, and the
