@@ -76,18 +76,30 @@ MultiHostWorker::MultiHostWorker(host::Transport& transport, Host& host, Distrib
         for (int r = 1; r < transport.size(); ++r) {
             auto remote = std::make_shared<host::RemoteRank>(transport, r, reply_timeout);
             const host::RankDescription d = remote->client.Describe(r);
+            const std::string rank_name = "rank " + std::to_string(r) + " (" + d.host_name + ")";
+            // Every rank opens the same device_ids: a rank that opened others
+            // would run each call on a device rank 0 names differently.
+            if (!d.served_devices.empty() && d.served_devices.size() != config.device_ids.size())
+                throw Error(ErrorKind::InvalidArgument,
+                            "DistributedConfig: rank 0's device_ids name " + std::to_string(config.device_ids.size()) +
+                                " device(s), but " + rank_name + " serves " + std::to_string(d.served_devices.size()) +
+                                ": every rank must open the same device_ids");
             for (size_t i = 0; i < config.device_ids.size(); ++i) {
                 const int id = config.device_ids[i];
                 if (size_t(id) >= d.functions.size())
                     throw Error(ErrorKind::NotFound, "DistributedConfig: device_ids[" + std::to_string(i) + "] is " +
-                                                         std::to_string(id) + ", but rank " + std::to_string(r) + " (" +
-                                                         d.host_name + ") has " + std::to_string(d.functions.size()) +
-                                                         " function(s)");
+                                                         std::to_string(id) + ", but " + rank_name + " has " +
+                                                         std::to_string(d.functions.size()) + " function(s)");
+                if (i < d.served_devices.size() && d.served_devices[i] != d.functions[size_t(id)].pci_address)
+                    throw Error(ErrorKind::InvalidArgument,
+                                "DistributedConfig: device_ids[" + std::to_string(i) + "] is " + std::to_string(id) +
+                                    ", " + d.functions[size_t(id)].pci_address + " on " + rank_name + ", but that rank serves " +
+                                    d.served_devices[i] + " as its device " + std::to_string(i) +
+                                    ": every rank must open the same device_ids, in the same order");
                 // Its place among the serving rank's devices is its place in device_ids.
                 const unsigned room = i < d.chip_tasks_at_once.size() ? d.chip_tasks_at_once[i] : 1;
                 executors.push_back(std::make_unique<host::RemoteChipExecutor>(
-                    remote, i, "rank " + std::to_string(r) + " (" + d.host_name + ") " + d.functions[size_t(id)].pci_address,
-                    room));
+                    remote, i, rank_name + " " + d.functions[size_t(id)].pci_address, room));
             }
             impl_->remote_ranks.push_back(std::move(remote));
         }
@@ -123,6 +135,9 @@ void MultiHostWorker::Serve() {
     for (size_t d = 0; d < impl_->worker->device_count(); ++d) rooms.push_back(impl_->worker->ChipTasksAtOnce(d));
     service.SetRouter([this](host::RemoteCall& call, std::vector<host::WireTensor>& outputs) { impl_->Answer(call, outputs); },
                       impl_->registry->List(), std::move(rooms));
+    std::vector<std::string> addresses;
+    for (const Impl::Served& d : impl_->served) addresses.push_back(d.executor->Describe());
+    service.SetServedDevices(std::move(addresses));
     service.Serve(0);
 }
 

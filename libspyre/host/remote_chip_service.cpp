@@ -109,6 +109,7 @@ void RemoteChipService::Answer(Message request) {
         d.chip_functions.insert(d.chip_functions.end(), router_functions_.begin(), router_functions_.end());
         std::sort(d.chip_functions.begin(), d.chip_functions.end());
         d.chip_tasks_at_once = router_rooms_;
+        d.served_devices = served_devices_;
         transport_.Send(from, remote::EncodeDescribeReply(remote::ReplyId(request), d));
         return;
     }

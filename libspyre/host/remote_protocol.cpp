@@ -104,6 +104,8 @@ Message EncodeDescribeReply(uint64_t id, const RankDescription& d) {
     for (const std::string& name : d.chip_functions) w.PutString(name);
     w.Put<uint32_t>(static_cast<uint32_t>(d.chip_tasks_at_once.size()));
     for (uint32_t room : d.chip_tasks_at_once) w.Put<uint32_t>(room);
+    w.Put<uint32_t>(static_cast<uint32_t>(d.served_devices.size()));
+    for (const std::string& address : d.served_devices) w.PutString(address);
     return Make(kDescribeReply, w);
 }
 
@@ -138,6 +140,9 @@ RankDescription DecodeDescribeReply(const Message& m) {
                    std::to_string(kMaxChipTasksAtOnce) + ")");
         d.chip_tasks_at_once.push_back(room);
     }
+    const uint32_t served = r.Get<uint32_t>("served device count");
+    if (served > kMaxFunctions) r.Fail(std::to_string(served) + " served devices");
+    for (uint32_t i = 0; i < served; ++i) d.served_devices.push_back(r.GetString("served device"));
     r.ExpectEnd();
     if (d.rank != m.source) r.Fail("it says it is rank " + std::to_string(d.rank));
     return d;

@@ -66,6 +66,9 @@ struct RankDescription {
     // Worker's device order (a call's `device` indexes it); empty when it
     // serves no Worker: the caller then sends one call per device at a time.
     std::vector<uint32_t> chip_tasks_at_once;
+    // The PCI addresses of those devices, in the same order (empty without
+    // a Worker): rank 0 checks that every rank opened the device_ids it did.
+    std::vector<std::string> served_devices;
 };
 
 // What the serving rank said went wrong.

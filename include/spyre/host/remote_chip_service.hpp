@@ -52,6 +52,9 @@ public:
     // The router may take the call's input bytes (it is the last to read them).
     using Router = std::function<void(RemoteCall& call, std::vector<WireTensor>& outputs)>;
     void SetRouter(Router router, std::vector<std::string> functions, std::vector<uint32_t> chip_tasks_at_once = {});
+    // The PCI addresses of the router's devices, in its order: Describe
+    // lists them, so the caller can check they are the ones it meant.
+    void SetServedDevices(std::vector<std::string> pci_addresses) { served_devices_ = std::move(pci_addresses); }
 
     // Messages of other types (another protocol sharing the transport) go
     // to `handler`; without one they are logged and dropped.
@@ -84,6 +87,7 @@ private:
     Router router_;
     std::vector<std::string> router_functions_;
     std::vector<uint32_t> router_rooms_;
+    std::vector<std::string> served_devices_;
     std::map<std::string, Device> devices_;  // by PCI address
     // Each device's call threads (by device index), when SetRouter's rooms
     // add up to more than 1.

@@ -698,6 +698,16 @@ TEST(MultiHostErrors, ServeOnRankZeroAndADeviceAnotherRankLacks) {
         Host host = Host::Open(HostOptions::EmbeddedMock(1, 2, "1G"));
         EXPECT_SPYRE_ERROR(MultiHostWorker(*rank0, host, {.device_ids = {2}}), NotFound,
                            "DistributedConfig: device_ids[0] is 2, but rank 1 (inproc-1) has 2 function(s)");
+        // Rank 1 opened device 1 (its VF) alone: rank 0 naming others was
+        // taken, and each call ran on a device rank 0 named differently, or
+        // failed NotFound (outside probe).
+        EXPECT_SPYRE_ERROR(MultiHostWorker(*rank0, host, {.device_ids = {0}}), InvalidArgument,
+                           "DistributedConfig: device_ids[0] is 0, 0000:01:00.0 on rank 1 (inproc-1), but that rank "
+                           "serves 0000:01:00.1 as its device 0: every rank must open the same device_ids, in the same "
+                           "order");
+        EXPECT_SPYRE_ERROR(MultiHostWorker(*rank0, host, {.device_ids = {1, 0}}), InvalidArgument,
+                           "DistributedConfig: rank 0's device_ids name 2 device(s), but rank 1 (inproc-1) serves 1: "
+                           "every rank must open the same device_ids");
         MultiHostWorker ok(*rank0, host, {.device_ids = {1}});
         EXPECT_SPYRE_ERROR(ok.Serve(), InvalidArgument, "MultiHostWorker::Serve: rank 0 runs the programs, it does not serve");
         EXPECT_EQ(ok.worker().device_count(), 2u);

@@ -104,10 +104,12 @@ TEST(RemoteProtocol, DescribeReplyCarriesEachDevicesRoomAndRefusesNonsense) {
     d.host_name = "node-c";
     d.chip_functions = {"add"};
     d.chip_tasks_at_once = {2, 1};
+    d.served_devices = {"0000:01:00.1", "0000:01:00.2"};
     Message m = remote::EncodeDescribeReply(7, d);
     m.source = 2;
     EXPECT_EQ(remote::ReplyId(m), 7u);
     EXPECT_EQ(remote::DecodeDescribeReply(m).chip_tasks_at_once, (std::vector<uint32_t>{2, 1}));
+    EXPECT_EQ(remote::DecodeDescribeReply(m).served_devices, d.served_devices);
     for (uint32_t bad : {0u, 100000u}) {
         d.chip_tasks_at_once = {1, bad};
         Message hostile = remote::EncodeDescribeReply(8, d);
