@@ -11,6 +11,23 @@ namespace spyre::host {
 
 using dependency::JobThreads;
 
+namespace {
+
+// The threads of the device `call` names, or null: answer it on the
+// receiving thread (a serial service, or a call naming no device of ours,
+// which fails at once).
+JobThreads* ThreadsFor(const std::vector<std::unique_ptr<JobThreads>>& device_threads, const Message& call) {
+    if (device_threads.empty()) return nullptr;
+    const std::optional<std::string> device = remote::CallDevice(call);
+    if (!device || device->empty() || device->size() > 9 ||
+        !std::all_of(device->begin(), device->end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return nullptr;
+    const size_t index = std::stoul(*device);
+    return index < device_threads.size() ? device_threads[index].get() : nullptr;
+}
+
+}  // namespace
+
 RemoteChipService::RemoteChipService(Transport& transport, Host& host) : transport_(transport), host_(host) {}
 RemoteChipService::~RemoteChipService() = default;  // device_threads_ finish their calls first: declared last
 
@@ -114,7 +131,7 @@ void RemoteChipService::Answer(Message request) {
         return;
     }
     case remote::kCall:
-        if (JobThreads* threads = ThreadsFor(request)) {
+        if (JobThreads* threads = ThreadsFor(device_threads_, request)) {
             threads->Post([this, request = std::move(request)]() mutable {
                 try {
                     AnswerCall(std::move(request));
@@ -136,17 +153,6 @@ void RemoteChipService::Answer(Message request) {
                        unsigned(request.type), from);
         return;
     }
-}
-
-JobThreads* RemoteChipService::ThreadsFor(const Message& call) const {
-    if (device_threads_.empty()) return nullptr;
-    // A call naming no device of ours fails at once: answered here.
-    const std::optional<std::string> device = remote::CallDevice(call);
-    if (!device || device->empty() || device->size() > 9 ||
-        !std::all_of(device->begin(), device->end(), [](char c) { return c >= '0' && c <= '9'; }))
-        return nullptr;
-    const size_t index = std::stoul(*device);
-    return index < device_threads_.size() ? device_threads_[index].get() : nullptr;
 }
 
 void RemoteChipService::AnswerCall(Message request) {

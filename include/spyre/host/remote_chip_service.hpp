@@ -75,9 +75,6 @@ public:
 private:
     void Answer(Message request);
     void AnswerCall(Message request);
-    // The threads of the device `call` names, or null: answer it on the
-    // receiving thread (serial service, or a call naming no device of ours).
-    dependency::JobThreads* ThreadsFor(const Message& call) const;
     Device& OpenDevice(const std::string& selector);
 
     Transport& transport_;
