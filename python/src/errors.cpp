@@ -147,6 +147,23 @@ std::string TextOf(py::handle obj) {
     return {PyBytes_AS_STRING(bytes.ptr()), size_t(PyBytes_GET_SIZE(bytes.ptr()))};
 }
 
+std::string ShortRepr(py::handle obj, size_t max) {
+    py::object repr = py::reinterpret_steal<py::object>(PyObject_Repr(obj.ptr()));
+    if (!repr) {
+        PyErr_Clear();
+        return "<its repr() raised>";
+    }
+    const std::string text = TextOf(repr);
+    std::string out;
+    for (char c : text) {
+        const bool space = c == ' ' || c == '\n' || c == '\t' || c == '\r';
+        if (space && (out.empty() || out.back() == ' ')) continue;
+        out += space ? ' ' : c;
+    }
+    if (out.size() > max) out = out.substr(0, max) + "...";
+    return out;
+}
+
 Error FromPython(const py::error_already_set& e, const std::string& where) {
     const py::object name = py::getattr(e.type(), "__name__", py::none());
     const std::string type = name.is_none() ? "exception" : TextOf(name);

@@ -25,6 +25,10 @@ Error FromPython(const py::error_already_set& e, const std::string& where);
 // (backslashreplace), and repr(obj) when its __str__ raises. The GIL is held.
 std::string TextOf(py::handle obj);
 
+// repr(obj) for a message: one line (runs of whitespace made one space)
+// and at most `max` characters, cut with "...". The GIL is held.
+std::string ShortRepr(py::handle obj, size_t max = 80);
+
 // The ErrorKind of a spyre.Error raised in Python (by its `kind`), else nullopt.
 std::optional<ErrorKind> SpyreKindOf(const py::error_already_set& e);
 

@@ -207,9 +207,8 @@ HostKernel MakeHostKernel(const std::shared_ptr<PyOrch>& owner, int32_t kernel_i
             // __index__ raises: it is no status either.
             const py::object index = IndexOf(r);
             if (!index)
-                throw Error(ErrorKind::TaskFailed, what + py::str(py::type::handle_of(r).attr("__name__")).cast<std::string>() +
-                                                       " " + py::repr(r).cast<std::string>().substr(0, 80) +
-                                                       ", not an int status or None");
+                throw Error(ErrorKind::TaskFailed, what + TextOf(py::type::handle_of(r).attr("__name__")) + " " +
+                                                       ShortRepr(r) + ", not an int status or None");
             const py::int_ status = py::reinterpret_borrow<py::int_>(index);
             if (status < py::int_(0) || status > py::int_(UINT32_MAX))
                 throw Error(ErrorKind::TaskFailed, what + py::repr(status).cast<std::string>() +

@@ -480,7 +480,13 @@ def test_a_host_kernel_returning_neither_an_int_nor_none_fails_its_task(orch):
                                      (74, 2**32, "returned 4294967296, outside a task status"),
                                      # np.multiply(..., out=) returns the array: it was
                                      # "raised TypeError: only integer scalar arrays ..."
-                                     (80, np.zeros(2), "returned ndarray array\\(\\[0., 0.\\]\\), not an int status")]:
+                                     (80, np.zeros(2), "returned ndarray array\\(\\[0., 0.\\]\\), not an int status"),
+                                     # A long repr was cut mid-line, a raw newline and a
+                                     # stray "     ," in the message (an outside probe):
+                                     # one line, cut with "...".
+                                     (81, np.full(64, 2.0), "returned ndarray array\\(\\[2., 2., 2., 2., 2., 2., "
+                                                            "2., 2., 2., 2., 2., 2., 2., 2., 2., 2., 2., 2., "
+                                                            "2\\.\\.\\., not an int status or None")]:
         orch.register_host_kernel(kernel, lambda x, r=result: r)
         orch.submit(kernel, spyre.WORKER_HOST, [("inout", a)])
         with pytest.raises(spyre.TaskFailed, match=message):

@@ -250,6 +250,24 @@ try:
 except subprocess.TimeoutExpired:
     check(False, "summary of a trace whose arrows form a cycle did not end within 60 s")
 
+# Spans nested in another of their track (a host-level task's upload and
+# download) are part of it: the critical path counted them again after it,
+# 180 us of work in a trace 100 us long (an outside probe). Track 5: a task
+# [0,100] with an upload [0,30] and a download [90,100] in it, then a task
+# [120,140]: 120 us in 2 spans.
+nested = [
+    {"ph": "X", "name": "chip_add", "cat": "host-level", "pid": PID, "tid": 5, "ts": 0, "dur": 100},
+    {"ph": "X", "name": "upload", "cat": "host-level", "pid": PID, "tid": 5, "ts": 0, "dur": 30},
+    {"ph": "X", "name": "download", "cat": "host-level", "pid": PID, "tid": 5, "ts": 90, "dur": 10},
+    {"ph": "X", "name": "chip_sub", "cat": "host-level", "pid": PID, "tid": 5, "ts": 120, "dur": 20},
+]
+out = summarise(nested, "nested.json")
+m = re.search(r"^critical path: ([\d.]+) us of work in (\d+) spans", out, re.M)
+check(m is not None, f"nested: no critical path line in {out!r}")
+if m:
+    check(abs(float(m.group(1)) - 120.0) < 1e-6 and int(m.group(2)) == 2,
+          f"nested: critical path {m.group(1)} us in {m.group(2)} spans, expected 120 us in 2")
+
 if failures:
     sys.exit(1)
 print("spyre-trace DAG summary: all checks passed")
