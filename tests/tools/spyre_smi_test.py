@@ -218,6 +218,14 @@ with tempfile.TemporaryDirectory() as d:
         r = run_smi(["--root", os.path.join(d, "nowhere")], env, expect=1)
         check("does not exist" in r.stderr, f"missing root message: {r.stderr!r}")
         run_smi(["--loop", "0"], env, expect=2)
+        # An interval that redrew without a pause, and a bound that is no
+        # count of ms (taken as 2000 without a word): usage errors.
+        r = run_smi(["--loop", "1e-9"], env, expect=2)
+        check("the interval must be at least 0.1 seconds" in r.stderr, f"--loop 1e-9: {r.stderr.strip()}")
+        for bad in ("abc", "-5"):
+            r = run_smi(["--sample-ms", "0"], dict(env, SPYRE_HEARTBEAT_TIMEOUT_MS=bad), expect=2)
+            check(f"SPYRE_HEARTBEAT_TIMEOUT_MS='{bad}' is not a number of milliseconds" in r.stderr,
+                  f"SPYRE_HEARTBEAT_TIMEOUT_MS={bad}: {r.stderr.strip()}")
         # Numbers past what the tool can wait: usage errors, not tracebacks.
         for bad in (["--loop", "inf"], ["--loop", "1e400"], ["--sample-ms", "99999999999999999999"], ["--sample-ms", "-1"]):
             r = run_smi(bad, env, expect=2)
