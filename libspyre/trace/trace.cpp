@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -109,6 +110,15 @@ State& state() {
 }
 
 std::atomic<uint64_t> g_generation{1};
+
+// The recording's bound (SPYRE_TRACE_MAX_MB): chunks past each thread's
+// first, of 1 MiB each. A long traced run grew without limit (3.4 GB of
+// records for a 60 s copy loop), and the file took minutes to write; past
+// the bound records are dropped and counted, and the file says so.
+constexpr uint64_t kDefaultMaxMb = 256;
+std::atomic<uint64_t> g_max_chunks{kDefaultMaxMb};
+std::atomic<uint64_t> g_chunks{0};
+std::atomic<uint64_t> g_dropped{0};
 thread_local std::shared_ptr<ThreadBuffer> tl_buffer;
 thread_local uint64_t tl_generation = 0;
 
@@ -138,6 +148,11 @@ void Append(const Record& r) noexcept {
         Chunk* c = b.tail;
         uint32_t n = c->count.load(std::memory_order_relaxed);
         if (n == Chunk::kRecords) {
+            if (g_chunks.fetch_add(1, std::memory_order_relaxed) >= g_max_chunks.load(std::memory_order_relaxed)) {
+                g_chunks.fetch_sub(1, std::memory_order_relaxed);
+                g_dropped.fetch_add(1, std::memory_order_relaxed);
+                return;
+            }
             Chunk* next = c->next.load(std::memory_order_relaxed);  // kept from an earlier recording
             if (!next) {
                 std::unique_ptr<Chunk> fresh{new Chunk};
@@ -262,7 +277,26 @@ namespace {
 size_t WriteAndStop(State& s);
 }  // namespace
 
+namespace {
+
+// SPYRE_TRACE_MAX_MB, in 1 MiB chunks: a whole number >= 1.
+uint64_t MaxChunks() {
+    const char* text = std::getenv("SPYRE_TRACE_MAX_MB");
+    if (!text || !*text) return kDefaultMaxMb;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long mb = std::strtoull(text, &end, 10);
+    if (*end != '\0' || errno != 0 || mb < 1 || mb > (1ull << 30) || text[0] == '-')
+        throw Error(ErrorKind::InvalidArgument, std::string("SPYRE_TRACE_MAX_MB='") + text +
+                                                    "' is not a whole number of MiB from 1 to 2^30 (default " +
+                                                    std::to_string(kDefaultMaxMb) + ")");
+    return mb;
+}
+
+}  // namespace
+
 void Start(const std::string& path) {
+    const uint64_t max_chunks = MaxChunks();
     State& s = state();
     std::lock_guard session(s.session_mu);
     // A recording already running is written to its own file first: its
@@ -279,6 +313,9 @@ void Start(const std::string& path) {
     s.path = path;
     s.buffers.clear();
     s.tracks.clear();
+    g_max_chunks.store(max_chunks, std::memory_order_relaxed);
+    g_chunks.store(0, std::memory_order_relaxed);
+    g_dropped.store(0, std::memory_order_relaxed);
     s.generation = g_generation.fetch_add(1, std::memory_order_acq_rel) + 1;
     g_enabled.store(true, std::memory_order_release);
 }
@@ -414,6 +451,15 @@ size_t WriteAndStop(State& s) {
         }
         write(ev, first);
     }
+    if (const uint64_t dropped = g_dropped.load(std::memory_order_relaxed)) {
+        const std::string what = "trace truncated: " + std::to_string(dropped) +
+                                 " record(s) dropped past SPYRE_TRACE_MAX_MB (" +
+                                 std::to_string(g_max_chunks.load()) + " MiB); the file holds the first ones";
+        write({{"ph", "i"}, {"s", "g"}, {"name", what}, {"cat", "trace"}, {"pid", pid}, {"tid", 0},
+               {"ts", all.empty() ? 0.0 : Micros(all.back().r.ts_ns)}, {"args", {{"dropped", dropped}}}},
+              first);
+        std::fprintf(stderr, "spyre: %s: %s\n", path.c_str(), what.c_str());
+    }
     out << "\n]}\n";
     out.flush();
     if (!out) throw Error(ErrorKind::IoError, "trace file " + path + " could not be written completely");
@@ -462,8 +508,10 @@ struct FromEnvironment {
         try {
             Start(ProcessTracePath(path));
             detail::SaveOnTerminatingSignals();
-        } catch (const Error&) {
-            // A trace the user asked for but cannot have must not stop the program.
+        } catch (const Error& e) {
+            // A trace the user asked for but cannot have must not stop the
+            // program; it says so (it ran untraced without a word).
+            std::fprintf(stderr, "spyre: SPYRE_TRACE=%s: %s; running untraced\n", path, e.message().c_str());
         }
     }
     ~FromEnvironment() {

@@ -32,7 +32,7 @@ struct FunctionDescription {
     std::string pci_address;          // "0000:01:00.1": a selector too
     driver::FunctionKind kind = driver::FunctionKind::PF;
     DeviceId id;                      // card index and function index (0 = PF, n = VF n)
-    uint64_t memory_bytes = 0;        // the function's device memory; 0 when unknown
+    uint64_t memory_bytes = 0;        // MEM_SIZE, its window (a PF with VFs: the whole card); 0 when unknown
     std::optional<bool> held_elsewhere;  // another process held it at discovery; nullopt: unknown
 };
 

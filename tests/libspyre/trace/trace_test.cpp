@@ -254,6 +254,37 @@ TEST_F(TraceTest, AnUnwritablePathIsRefusedAtStart) {
     EXPECT_FALSE(trace::Enabled());
 }
 
+// A recording is bounded (SPYRE_TRACE_MAX_MB, 1 MiB chunks past each
+// thread's first): a long traced run grew without limit, 3.4 GB for a 60 s
+// copy loop (outside probe). Past the bound records are dropped, counted,
+// and the file ends with an instant event saying how many.
+TEST_F(TraceTest, ARecordingPastItsBoundDropsAndCountsTheRest) {
+    constexpr int kPerChunk = 16384, kSpans = 3 * kPerChunk;
+    const std::string path = Path();
+    {
+        test::ScopedEnv bound("SPYRE_TRACE_MAX_MB", "1");
+        trace::Start(path);
+    }
+    for (int i = 0; i < kSpans; ++i) SPYRE_TRACE_SCOPE("bounded");
+    trace::Stop();
+    const json t = Load(path);
+    int kept = 0;
+    uint64_t dropped = 0;
+    for (const json& e : t["traceEvents"]) {
+        if (e["ph"] == "X" && e["name"] == "bounded") ++kept;
+        if (e["ph"] == "i" && e["name"].get<std::string>().find("trace truncated") == 0) {
+            dropped = e["args"]["dropped"].get<uint64_t>();
+            EXPECT_NE(e["name"].get<std::string>().find("past SPYRE_TRACE_MAX_MB (1 MiB)"), std::string::npos) << e;
+        }
+    }
+    EXPECT_EQ(kept, 2 * kPerChunk) << "this thread's first chunk and the one the bound allows";
+    EXPECT_EQ(uint64_t(kept) + dropped, uint64_t(kSpans));
+    // A bound that is no number of MiB is refused at Start.
+    test::ScopedEnv bad("SPYRE_TRACE_MAX_MB", "lots");
+    EXPECT_SPYRE_ERROR(trace::Start(path), InvalidArgument, "SPYRE_TRACE_MAX_MB='lots' is not a whole number of MiB");
+    EXPECT_FALSE(trace::Enabled());
+}
+
 // ------------------------------------------------------------ orchestration
 
 namespace {
