@@ -141,6 +141,15 @@ void Orchestrator::Free(void* buffer) {
     Changing(Live(state_), "pto_free", [&](orchestration::TaskGraph& g) { g.Free(buffer); });
 }
 
+void* Orchestrator::DeviceMalloc(uint64_t size) {
+    RuntimeState& state = Live(state_);
+    return Changing(state, "pto_device_malloc", [&](orchestration::TaskGraph&) { return state.DeviceMalloc(size); });
+}
+void Orchestrator::DeviceFree(void* buffer) {
+    RuntimeState& state = Live(state_);
+    Changing(state, "pto_device_free", [&](orchestration::TaskGraph&) { state.DeviceFree(buffer); });
+}
+
 Orchestrator::Scope Orchestrator::BeginScope() {
     RuntimeState& state = Live(state_);
     return Changing(state, "pto_scope_begin",

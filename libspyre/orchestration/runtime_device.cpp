@@ -132,7 +132,10 @@ DeviceBacking& DeviceOf(RuntimeState& state, const char* call) {
     return *static_cast<DeviceBacking*>(state.backing.get());
 }
 
-void* DeviceMalloc(RuntimeState& state, uint64_t size) {
+}  // namespace
+
+void* RuntimeState::DeviceMalloc(uint64_t size) {
+    RuntimeState& state = *this;
     DeviceBacking& backing = DeviceOf(state, "pto_device_malloc");
     if (size == 0) throw Error(ErrorKind::InvalidArgument, "pto_device_malloc of 0 bytes");
     DeviceBuffer buffer = state.device->AllocateBuffer(size);
@@ -143,7 +146,8 @@ void* DeviceMalloc(RuntimeState& state, uint64_t size) {
     return p;
 }
 
-void DeviceFree(RuntimeState& state, void* buffer) {
+void RuntimeState::DeviceFree(void* buffer) {
+    RuntimeState& state = *this;
     DeviceBacking& backing = DeviceOf(state, "pto_device_free");
     decltype(backing.allocations)::node_type freed;
     {
@@ -157,6 +161,8 @@ void DeviceFree(RuntimeState& state, void* buffer) {
     // failed task's poison there would skip the next allocation's readers.
     state.graph->ForgetFailuresIn(buffer, freed.mapped().size());
 }
+
+namespace {
 
 // A program file: a regular file no larger than a program can be, sized
 // before it is read (a FIFO, a device node or a huge file would otherwise
@@ -206,12 +212,12 @@ using spyre::orchestration::RuntimeState;
 
 extern "C" void* pto_device_malloc(Runtime* rt, uint64_t size) {
     return spyre::orchestration::PointerFrom("pto_device_malloc", rt, CallKind::Changes,
-                                             [&](RuntimeState& s) { return spyre::orchestration::DeviceMalloc(s, size); });
+                                             [&](RuntimeState& s) { return s.DeviceMalloc(size); });
 }
 
 extern "C" int32_t pto_device_free(Runtime* rt, void* buffer) {
     return OnRuntime("pto_device_free", rt, CallKind::Changes,
-                     [&](RuntimeState& s) { spyre::orchestration::DeviceFree(s, buffer); });
+                     [&](RuntimeState& s) { s.DeviceFree(buffer); });
 }
 
 extern "C" int32_t pto_register_program(Runtime* rt, int32_t kernel_id, const void* image, uint64_t size) {

@@ -58,6 +58,11 @@ struct RuntimeState {
     // by the device's DMAEngine, or a memory copy on host memory.
     void CopyIn(void* buffer, const void* host, uint64_t size);
     void CopyOut(void* host, const void* buffer, uint64_t size);
+    // pto_device_malloc / pto_device_free (runtime_device.cpp): zeroed
+    // memory of the function's allocator, outside the heap ring; Unsupported
+    // on host memory.
+    void* DeviceMalloc(uint64_t size);
+    void DeviceFree(void* buffer);
 };
 
 // What both kinds of runtime take from the caller's options as they are;

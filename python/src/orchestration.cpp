@@ -475,6 +475,26 @@ void BindOrchestration(py::module_& m) {
         .def("free", [](PyOrch& self, py::object buffer) {
                 self.Get("Orchestrator.free").Free(AddressOf(buffer, "Orchestrator.free"));
             }, py::arg("buffer"), "pto_free: no more tasks will reference the buffer alloc() returned.")
+        .def("device_alloc", [](py::object self_obj, const IntArg<uint64_t>& size_arg, py::object dtype, py::object shape) {
+                PyOrch& self = self_obj.cast<PyOrch&>();
+                const uint64_t size = size_arg.In("Orchestrator.device_alloc: size");
+                const RuntimeHold hold(self, "Orchestrator.device_alloc");
+                Orchestrator& o = *hold;
+                ViewDType(dtype, "Orchestrator.device_alloc");  // before the memory is taken
+                void* p = WithoutGil([&] { return o.DeviceMalloc(size); });
+                try {
+                    return DeviceView(p, size, dtype, shape, ViewOwner(self_obj, o.MemoryHold(), self.call_views),
+                                      "Orchestrator.device_alloc");
+                } catch (...) {
+                    o.DeviceFree(p);  // a shape the view refuses takes no memory
+                    throw;
+                }
+            }, py::arg("size"), py::arg("dtype") = py::dtype("float32"), py::arg("shape") = py::none(),
+            "pto_device_malloc: `size` zeroed bytes of the function's allocator, outside the heap ring, as a numpy "
+            "view: for inputs and results that outlive a scope (a long-lived alloc() pins the heap ring).")
+        .def("device_free", [](PyOrch& self, py::object buffer) {
+                self.Get("Orchestrator.device_free").DeviceFree(AddressOf(buffer, "Orchestrator.device_free"));
+            }, py::arg("buffer"), "pto_device_free: frees what device_alloc() returned; tasks must be done with it.")
         .def("task_output", [](py::object self_obj, const IntArg<int32_t>& task_id_arg, const IntArg<int32_t>& index_arg,
                                py::object dtype, py::object shape) {
                 PyOrch& self = self_obj.cast<PyOrch&>();

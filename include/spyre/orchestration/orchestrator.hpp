@@ -96,6 +96,12 @@ public:
 
     void* Alloc(size_t size);
     void Free(void* buffer);
+    // pto_device_malloc / pto_device_free: zeroed memory of the function's
+    // allocator, outside the heap ring, for inputs and results that outlive
+    // a scope (a long-lived Alloc buffer pins the heap ring's tail).
+    // Unsupported on a runtime on host memory; freed with the runtime.
+    void* DeviceMalloc(uint64_t size);
+    void DeviceFree(void* buffer);
 
     // Ends the scope when it goes (errors are then reported by WaitAll);
     // End() ends it now and throws DeviceError if a task of it failed.

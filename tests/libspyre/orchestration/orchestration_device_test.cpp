@@ -1112,6 +1112,9 @@ TEST_F(StreamTest, OrchestrationCopiesHostDataInAndOutByDma) {
     EXPECT_TRUE(std::equal(h_back.begin(), h_back.end(), host.begin()));
     EXPECT_SPYRE_ERROR(on_host.CopyIn(h, nullptr, 16), InvalidArgument, "host address is NULL");
     EXPECT_SPYRE_ERROR(on_host.CopyOut(nullptr, h, 16), InvalidArgument, "host address is NULL");
+    // pto_device_malloc from C++ (Python had none): the function's
+    // allocator, zeroed; host memory has none.
+    EXPECT_SPYRE_ERROR(on_host.DeviceMalloc(64), Unsupported, "a runtime on host memory has no device memory");
 }
 
 }  // namespace
