@@ -323,6 +323,28 @@ py::array DeviceView(void* data, uint64_t bytes, py::handle dtype, py::object sh
     return NumpyView(dt, dims, data, base, what);
 }
 
+namespace {
+
+// alloc() and device_alloc(): `size` bytes from `take` as a numpy view
+// that keeps the mapping; a shape the view refuses gives them back.
+py::array MemoryView(py::object self_obj, const IntArg<uint64_t>& size_arg, py::object dtype, py::object shape,
+                     const std::string& what, void* (Orchestrator::*take)(uint64_t), void (Orchestrator::*give)(void*)) {
+    PyOrch& self = self_obj.cast<PyOrch&>();
+    const uint64_t size = size_arg.In(what + ": size");
+    const RuntimeHold hold(self, what.c_str());
+    Orchestrator& o = *hold;
+    ViewDType(dtype, what);  // before the memory is taken
+    void* p = WithoutGil([&] { return (o.*take)(size); });
+    try {
+        return DeviceView(p, size, dtype, shape, ViewOwner(self_obj, o.MemoryHold(), self.call_views), what);
+    } catch (...) {
+        (o.*give)(p);
+        throw;
+    }
+}
+
+}  // namespace
+
 void BindOrchestration(py::module_& m) {
     m.attr("PARAM_INPUT") = int(PARAM_INPUT);
     m.attr("PARAM_OUTPUT") = int(PARAM_OUTPUT);
@@ -457,38 +479,16 @@ void BindOrchestration(py::module_& m) {
                 return id;
             }, py::arg("kernel_id"), py::arg("worker_type"), py::arg("params"),
             "pto_submit_task: returns the task id. Dependencies come from the regions the parameters name.")
-        .def("alloc", [](py::object self_obj, const IntArg<uint64_t>& size_arg, py::object dtype, py::object shape) {
-                PyOrch& self = self_obj.cast<PyOrch&>();
-                const uint64_t size = size_arg.In("Orchestrator.alloc: size");
-                const RuntimeHold hold(self, "Orchestrator.alloc");
-                Orchestrator& o = *hold;
-                ViewDType(dtype, "Orchestrator.alloc");  // before the memory is taken
-                void* p = WithoutGil([&] { return o.Alloc(size); });
-                try {
-                    return DeviceView(p, size, dtype, shape, ViewOwner(self_obj, o.MemoryHold(), self.call_views), "Orchestrator.alloc");
-                } catch (...) {
-                    o.Free(p);  // a shape the view refuses takes no memory
-                    throw;
-                }
+        .def("alloc", [](py::object self_obj, const IntArg<uint64_t>& size, py::object dtype, py::object shape) {
+                return MemoryView(self_obj, size, dtype, shape, "Orchestrator.alloc", &Orchestrator::Alloc, &Orchestrator::Free);
             }, py::arg("size"), py::arg("dtype") = py::dtype("float32"), py::arg("shape") = py::none(),
             "pto_alloc: `size` bytes of the heap ring as a numpy view (1-D of dtype, or `shape`).")
         .def("free", [](PyOrch& self, py::object buffer) {
                 self.Get("Orchestrator.free").Free(AddressOf(buffer, "Orchestrator.free"));
             }, py::arg("buffer"), "pto_free: no more tasks will reference the buffer alloc() returned.")
-        .def("device_alloc", [](py::object self_obj, const IntArg<uint64_t>& size_arg, py::object dtype, py::object shape) {
-                PyOrch& self = self_obj.cast<PyOrch&>();
-                const uint64_t size = size_arg.In("Orchestrator.device_alloc: size");
-                const RuntimeHold hold(self, "Orchestrator.device_alloc");
-                Orchestrator& o = *hold;
-                ViewDType(dtype, "Orchestrator.device_alloc");  // before the memory is taken
-                void* p = WithoutGil([&] { return o.DeviceMalloc(size); });
-                try {
-                    return DeviceView(p, size, dtype, shape, ViewOwner(self_obj, o.MemoryHold(), self.call_views),
-                                      "Orchestrator.device_alloc");
-                } catch (...) {
-                    o.DeviceFree(p);  // a shape the view refuses takes no memory
-                    throw;
-                }
+        .def("device_alloc", [](py::object self_obj, const IntArg<uint64_t>& size, py::object dtype, py::object shape) {
+                return MemoryView(self_obj, size, dtype, shape, "Orchestrator.device_alloc", &Orchestrator::DeviceMalloc,
+                                  &Orchestrator::DeviceFree);
             }, py::arg("size"), py::arg("dtype") = py::dtype("float32"), py::arg("shape") = py::none(),
             "pto_device_malloc: `size` zeroed bytes of the function's allocator, outside the heap ring, as a numpy "
             "view: for inputs and results that outlive a scope (a long-lived alloc() pins the heap ring).")
