@@ -521,8 +521,9 @@ TEST_F(TraceTest, OverlappingCopiesGoOnLanesWhoseSpansFollowOneAnother) {
 namespace {
 
 // trace_signal_helper (`mode`: "", "own" or "fork") started with
-// SPYRE_TRACE=`path`, its stdout on the pipe end `*said_fd`: its pid.
-pid_t StartHelper(const std::string& path, const char* mode, int* said_fd) {
+// SPYRE_TRACE=`path`, its stdout (and its stderr, `with_stderr`) on the
+// pipe end `*said_fd`: its pid.
+pid_t StartHelper(const std::string& path, const char* mode, int* said_fd, bool with_stderr = false) {
     const std::filesystem::path helper = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "trace_signal_helper";
     std::vector<std::string> env_strings;
     for (char** e = environ; *e; ++e)
@@ -540,6 +541,7 @@ pid_t StartHelper(const std::string& path, const char* mode, int* said_fd) {
     const pid_t pid = fork();
     if (pid == 0) {
         dup2(out[1], STDOUT_FILENO);
+        if (with_stderr) dup2(out[1], STDERR_FILENO);
         // As a shell's background job this may run with SIGINT ignored: the helper starts with defaults.
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
@@ -587,6 +589,25 @@ int StatusAfterSignal(const std::string& path, int sig, const char* mode) {
 }
 
 }  // namespace
+
+// SPYRE_TRACE naming a path that cannot be created ran the program
+// untraced without a word (an outside probe): it says so on stderr, and
+// the program runs on.
+TEST(TraceFromEnvironment, AnUnusablePathSaysSoAndTheProgramRunsUntraced) {
+    int out = -1;
+    const pid_t pid = StartHelper("/nonexistent-dir/run.json", "", &out, true);
+    const std::string said = ReadUntil(out, "ready\n");
+    close(out);
+    EXPECT_NE(said.find("spyre: SPYRE_TRACE=/nonexistent-dir/run.json: trace file /nonexistent-dir/run.json cannot be "
+                        "created"),
+              std::string::npos)
+        << said;
+    EXPECT_NE(said.find("; running untraced"), std::string::npos) << said;
+    EXPECT_NE(said.find("ready\n"), std::string::npos) << "the program did not run on: " << said;
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+}
 
 // A child forked without exec inherits the recording and the path: when
 // it exited after its parent, it replaced the parent's trace with its own
