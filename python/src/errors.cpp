@@ -160,7 +160,11 @@ std::string ShortRepr(py::handle obj, size_t max) {
         if (space && (out.empty() || out.back() == ' ')) continue;
         out += space ? ' ' : c;
     }
-    if (out.size() > max) out = out.substr(0, max) + "...";
+    if (out.size() > max) {
+        size_t cut = max;
+        while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+        out = out.substr(0, cut) + "...";
+    }
     return out;
 }
 

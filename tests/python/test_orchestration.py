@@ -486,7 +486,10 @@ def test_a_host_kernel_returning_neither_an_int_nor_none_fails_its_task(orch):
                                      # one line, cut with "...".
                                      (81, np.full(64, 2.0), "returned ndarray array\\(\\[2., 2., 2., 2., 2., 2., "
                                                             "2., 2., 2., 2., 2., 2., 2., 2., 2., 2., 2., 2., "
-                                                            "2\\.\\.\\., not an int status or None")]:
+                                                            "2\\.\\.\\., not an int status or None"),
+                                     # Cut at 80 bytes, mid-character: the message was
+                                     # no UTF-8, and raising it failed in turn.
+                                     (82, "\u00e9" * 100, "returned str '" + "\u00e9" * 39 + "\\.\\.\\., not an int")]:
         orch.register_host_kernel(kernel, lambda x, r=result: r)
         orch.submit(kernel, spyre.WORKER_HOST, [("inout", a)])
         with pytest.raises(spyre.TaskFailed, match=message):
