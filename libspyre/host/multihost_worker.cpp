@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "host/remote_protocol.hpp"
 #include "local_chip_executor.hpp"
 #include "remote_chip_executor.hpp"
 #include "spyre/common/eventcount.hpp"
@@ -142,12 +143,7 @@ void MultiHostWorker::Serve() {
 }
 
 void MultiHostWorker::Impl::Answer(host::RemoteCall& call, std::vector<host::WireTensor>& outputs) {
-    size_t device = 0;
-    try {
-        device = std::stoul(call.device);
-    } catch (const std::exception&) {
-        device = worker->device_count();
-    }
+    const size_t device = host::remote::DeviceIndex(call.device).value_or(served.size());
     if (device >= served.size())
         throw Error(ErrorKind::NotFound, "chip call '" + call.task + "' names device '" + call.device + "'; this rank serves " +
                                              std::to_string(served.size()) + " device(s)");

@@ -19,11 +19,8 @@ namespace {
 JobThreads* ThreadsFor(const std::vector<std::unique_ptr<JobThreads>>& device_threads, const Message& call) {
     if (device_threads.empty()) return nullptr;
     const std::optional<std::string> device = remote::CallDevice(call);
-    if (!device || device->empty() || device->size() > 9 ||
-        !std::all_of(device->begin(), device->end(), [](char c) { return c >= '0' && c <= '9'; }))
-        return nullptr;
-    const size_t index = std::stoul(*device);
-    return index < device_threads.size() ? device_threads[index].get() : nullptr;
+    const std::optional<size_t> index = device ? remote::DeviceIndex(*device) : std::nullopt;
+    return index && *index < device_threads.size() ? device_threads[*index].get() : nullptr;
 }
 
 }  // namespace

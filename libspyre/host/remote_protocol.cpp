@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "host/remote_protocol.hpp"
 
+#include <algorithm>
+
 #include "host/transport/byte_codec.hpp"
 
 namespace spyre::host::remote {
@@ -192,13 +194,19 @@ Message EncodeCall(uint64_t id, RemoteCall& call) {
     return m;
 }
 
-std::pair<uint64_t, RemoteCall> DecodeCall(Message& m) {
-    ByteReader r(m.header, What("chip call", m));
-    RemoteCall call;
+// The head of a call, before its tensors: its id, task, function and device.
+static uint64_t ReadCallHead(ByteReader& r, RemoteCall& call) {
     const uint64_t id = r.Get<uint64_t>("id");
     call.task = r.GetString("task");
     call.function = r.GetString("function");
     call.device = r.GetString("device");
+    return id;
+}
+
+std::pair<uint64_t, RemoteCall> DecodeCall(Message& m) {
+    ByteReader r(m.header, What("chip call", m));
+    RemoteCall call;
+    const uint64_t id = ReadCallHead(r, call);
     for (WireSpec& s : GetSpecs(r, "inputs")) call.inputs.push_back(WireTensor{std::move(s), {}});
     call.outputs = GetSpecs(r, "outputs");
     const uint32_t arguments = r.Get<uint32_t>("argument count");
@@ -220,13 +228,19 @@ std::pair<uint64_t, RemoteCall> DecodeCall(Message& m) {
 std::optional<std::string> CallDevice(const Message& m) {
     try {
         ByteReader r(m.header, What("chip call", m));
-        r.Get<uint64_t>("id");
-        r.GetString("task");
-        r.GetString("function");
-        return r.GetString("device");
+        RemoteCall head;
+        ReadCallHead(r, head);
+        return std::move(head.device);
     } catch (const Error&) {
         return std::nullopt;
     }
+}
+
+std::optional<size_t> DeviceIndex(const std::string& device) {
+    if (device.empty() || device.size() > 9 ||
+        !std::all_of(device.begin(), device.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return std::nullopt;
+    return std::stoul(device);
 }
 
 Message EncodeCallReply(uint64_t id, std::vector<WireTensor>& outputs) {

@@ -42,6 +42,10 @@ std::pair<uint64_t, RemoteCall> DecodeCall(Message& message);
 // The device a call names, read from its header alone (nullopt when the
 // header is malformed: DecodeCall then says how).
 std::optional<std::string> CallDevice(const Message& message);
+// The place among the serving rank's devices that a call's device names
+// ("0", "1", ...); nullopt unless it is a plain decimal number. The one rule
+// both for choosing the device's call threads and for running the call.
+std::optional<size_t> DeviceIndex(const std::string& device);
 
 Message EncodeCallReply(uint64_t id, std::vector<WireTensor>& outputs);
 Message EncodeCallError(uint64_t id, const RemoteFailure& failure);

@@ -119,6 +119,24 @@ TEST(RemoteProtocol, DescribeReplyCarriesEachDevicesRoomAndRefusesNonsense) {
     }
 }
 
+// A call's device is read by one rule wherever it is read: the serving
+// rank once picked the device's threads by one rule and ran the call by
+// another, so "1x" or " 1" ran on device 1 from the receiving thread.
+TEST(RemoteProtocol, ACallsDeviceIsAPlainDecimalIndex) {
+    EXPECT_EQ(remote::DeviceIndex("0"), 0u);
+    EXPECT_EQ(remote::DeviceIndex("7"), 7u);
+    EXPECT_EQ(remote::DeviceIndex("007"), 7u);
+    for (const char* bad : {"", " 1", "1 ", "+1", "-1", "1x", "0x1", "1234567890", "0000:01:00.1"})
+        EXPECT_EQ(remote::DeviceIndex(bad), std::nullopt) << '"' << bad << '"';
+    RemoteCall call{.task = "t", .function = "add", .device = "3"};
+    Message m = remote::EncodeCall(5, call);
+    m.source = 0;
+    EXPECT_EQ(remote::CallDevice(m), "3");
+    EXPECT_EQ(remote::DecodeCall(m).second.device, "3");
+    m.header.resize(12);  // the id and part of the task's length
+    EXPECT_EQ(remote::CallDevice(m), std::nullopt);
+}
+
 // Every error kind a serving rank can raise comes back as itself, with
 // its message (TaskFailed, the last kind, was once refused as unknown).
 TEST(RemoteProtocol, ACallErrorCarriesEveryKind) {
