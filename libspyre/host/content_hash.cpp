@@ -8,6 +8,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 
@@ -52,7 +53,11 @@ const unsigned char* TheSecret() {
 
 size_t Chunks(size_t n) { return (n + kHashChunk - 1) / kHashChunk; }
 
+std::atomic<uint64_t> host_bytes_clock{0};
+
 }  // namespace
+
+uint64_t HostBytesTick() noexcept { return host_bytes_clock.fetch_add(1) + 1; }
 
 ContentHash HashBytes(const void* p, size_t n) noexcept {
     const XXH128_hash_t h = XXH3_128bits_withSecret(p, n, TheSecret(), kSecretBytes);

@@ -25,6 +25,15 @@ inline constexpr size_t kHashChunk = 64 << 10;
 // chunk may be shorter).
 using ChunkHashes = std::vector<ContentHash>;
 
+// A process-wide clock of reads of host bytes: the program's submission of
+// a chip task takes a tick (ChipCall::submitted), and so does every read of
+// host bytes into a kept device copy (an upload, a check against hashes, a
+// download). A copy read at a later tick than a call's submission holds
+// what the program wrote before submitting it. Each tick is an atomic
+// read-modify-write, so a write before one tick is seen by a read after a
+// later one.
+uint64_t HostBytesTick() noexcept;
+
 // The hash of `n` bytes at `p`.
 ContentHash HashBytes(const void* p, size_t n) noexcept;
 // The chunk hashes of `n` bytes at `p`.

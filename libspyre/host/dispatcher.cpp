@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "content_hash.hpp"
 #include "deadline.hpp"
 #include "host_trace.hpp"
 #include "local_chip_executor.hpp"
@@ -369,6 +370,9 @@ void Dispatcher::Submit(RunState& run, std::unique_ptr<HostTask> owned) {
     run.entered.fetch_add(1, std::memory_order_relaxed);
     HostTask* t = owned.release();  // freed by Finish (done) or EndRun (failed, skipped)
     t->run = &run;
+    // After whatever the program wrote before submitting it: a device copy
+    // read earlier is checked again before this task reads it.
+    if (t->level == Level::Chip) t->submitted = HostBytesTick();
     // Filed by whoever holds the lock: a submitter never waits for a device
     // thread that is applying a completion, and tasks submitted back to
     // back while it does reach the dispatcher in one hand-over.
@@ -537,6 +541,7 @@ void Dispatcher::MakeReady(HostTask* task) {
     call.block_dim = block_dim_;
     call.entry = task->chip;
     call.run = task->run->serial;
+    call.submitted = task->submitted;
     for (const TensorArg& a : task->args) call.args.push_back({a, residency_.Writes(a.tensor)});
     if (local_[d] && task->chip && cheap_chip_task_ns_ != 0) {
         auto [it, added] = chip_costs_.try_emplace(task->chip);

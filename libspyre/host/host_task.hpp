@@ -79,6 +79,7 @@ struct HostTask {
     };
     std::vector<Claim> claims;
     std::optional<size_t> pinned;  // ChipOptions::device
+    uint64_t submitted = 0;        // a chip task's HostBytesTick when submitted
     RunState* run = nullptr;
     // Submitted, or how it ended, parked in the dispatcher's inboxes by the
     // submitter or by the thread that ran it, until a holder of the
@@ -93,6 +94,7 @@ struct HostTask {
         function.clear();
         chip = nullptr;
         pinned.reset();
+        submitted = 0;
         run = nullptr;
         inbox_next = nullptr;
     }

@@ -20,9 +20,10 @@ namespace {
 constexpr unsigned kSweepEvery = 64;
 
 // Whether the copy holds what this call would read without a check: a call
-// of the same run made it current and no task wrote the storage since.
-bool SameView(uint64_t run, uint64_t writes, const ChipCall& call, size_t i) {
-    return call.run != 0 && run == call.run && writes == call.args[i].writes;
+// of the same run made it current after this one was submitted (so after
+// the program's writes before it), and no task wrote the storage since.
+bool SameView(uint64_t run, uint64_t writes, uint64_t read_at, const ChipCall& call, size_t i) {
+    return call.run != 0 && run == call.run && writes == call.args[i].writes && read_at > call.submitted;
 }
 }  // namespace
 
@@ -247,6 +248,7 @@ public:
         t_slots_held.push_back(&e_);
         try {
             hashes_.resize(call.args.size());
+            read_at_.resize(call.args.size());
             std::vector<size_t> shared;
             for (size_t i = 0; i < call.args.size(); ++i) {
                 const HostTensor& t = call.args[i].arg.tensor;
@@ -261,7 +263,7 @@ public:
                 if (!reads) continue;
                 if (c.readers > 0) {
                     shared.push_back(i);
-                } else if (!c.holds.empty() && SameView(c.run, c.writes, call, i)) {
+                } else if (!c.holds.empty() && SameView(c.run, c.writes, c.read_at, call, i)) {
                     stats.bytes_reused += t.bytes();  // a call of this run made it current, nothing wrote since
                 } else {
                     c.upload = Upload::Running;
@@ -379,6 +381,7 @@ public:
         const HostTensor& t = call_.args[i].arg.tensor;
         DMAEngine& dma = e_.device_.dma();
         dma.Wait(dma.CopyFromDevice(t.data(), copies_[i]->buffer.handle(), t.bytes()));
+        read_at_[i] = HostBytesTick();  // the host bytes hold the copy's from here
         if (!call_.one_shot) HashChunks(t.data(), t.bytes(), hashes_[i]);
     }
 
@@ -405,6 +408,7 @@ private:
         const HostTensor& t = call_.args[i].arg.tensor;
         const bool whole = c.holds.empty();
         ChunkHashes held = c.holds;  // the copy is this call's to upload: nobody else changes holds meanwhile
+        const uint64_t read_at = HostBytesTick();  // before the host bytes are read
         lock.unlock();
         uint64_t copied = 0;
         std::exception_ptr failed;
@@ -424,9 +428,10 @@ private:
         }
         if (whole) {
             to_hash_.push_back(i);
+            read_at_[i] = read_at;
         } else {
             c.holds = std::move(held);
-            c.run = call_.run, c.writes = call_.args[i].writes;
+            c.run = call_.run, c.writes = call_.args[i].writes, c.read_at = read_at;
             stats.bytes_checked += t.bytes();
         }
         c.upload = Upload::Done;
@@ -474,6 +479,7 @@ private:
                 const bool wrote = call_.args[i].arg.access != Access::In;
                 copies_[i]->holds = std::move(hashes_[i]);
                 copies_[i]->run = call_.run, copies_[i]->writes = call_.args[i].writes + (wrote ? 1 : 0);
+                copies_[i]->read_at = read_at_[i];
             }
         }
         if (call_.one_shot)
@@ -506,6 +512,7 @@ private:
     std::vector<size_t> running_;  // arguments whose upload this call took on and has not finished
     std::vector<size_t> to_hash_;  // arguments uploaded whole, hashed by HashUploads
     std::vector<ChunkHashes> hashes_;  // by argument: what its copy holds once hashed or downloaded; else empty
+    std::vector<uint64_t> read_at_;    // by argument: the HostBytesTick of those bytes' upload or download
     std::vector<bool> own_copy_;  // by argument: its copy is OwnCopy's (WritesAnInputsBytes)
     std::vector<std::unique_ptr<Copy>> own_;  // OwnCopy's, freed with the lease
     bool waited_ = false;  // slept or uploaded: time passed since the call began

@@ -79,8 +79,9 @@ private:
         // The run of the call that last made `holds` true and the writes of
         // the storage it saw (ChipCall::run, ChipArg::writes): a call that
         // sees the same reads the copy without hashing the host bytes again.
-        // run 0: none.
-        uint64_t run = 0, writes = 0;
+        // run 0: none. read_at: the HostBytesTick when `holds` was last read
+        // from or written to the host bytes (ChipCall::submitted).
+        uint64_t run = 0, writes = 0, read_at = 0;
         uint64_t last_use = 0;
         unsigned users = 0;    // arguments of calls in flight that hold it: never evicted then
         unsigned readers = 0;  // of those, the In and InOut ones: their bytes are current once uploaded

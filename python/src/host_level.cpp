@@ -1078,7 +1078,8 @@ void BindHostLevel(py::module_& m) {
     py::class_<HostTensor>(m, "HostTensor",
         "A host-level tensor (row-major host memory, shared by copies). numpy() is a view (no copy); "
         "from_numpy wraps a C-contiguous array without copying (the tensor keeps it alive). Write it (or the "
-        "array it wraps) freely between runs, not while a run that uses it is in flight.")
+        "array it wraps) freely between runs, or from the orchestration function before submitting the tasks that "
+        "read it; not while a task that uses it is in flight.")
         .def_static("zeros", [](const IntList<int64_t>& shape, py::handle dtype) {
                 return HostTensor::Zeros(shape, DTypeFrom(dtype, "HostTensor.zeros"));
             }, py::arg("shape"), py::arg("dtype") = DType::FP32)

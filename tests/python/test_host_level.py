@@ -696,6 +696,28 @@ def test_an_output_written_by_numpy_is_seen_by_the_next_reader(worker):
     np.testing.assert_array_equal(worker.run(sub, [f, b]), 8.0)
 
 
+def test_an_intermediate_the_orchestration_function_refills_is_seen_by_each_reader(worker):
+    # The function fills one create_tensor intermediate before each chip
+    # task, reading each result back through a SubWorker: every reader on
+    # device 0 sees the bytes written before it was submitted (all three
+    # once computed 0 + 3: the device copy the first made was reused).
+    b = spyre.HostTensor.full(S, 3.0)
+    seen = []
+
+    def orch(g, x):
+        t = g.create_tensor(S)
+        for i in range(3):
+            t.numpy()[...] = float(i)
+            out = g.create_tensor(S)
+            g.chip("chip_add", [spyre.In(t), spyre.In(b), spyre.Out(out)], device=0)
+            ended = threading.Event()
+            g.sub(lambda o: (seen.append(o[5, 5]), ended.set()), [spyre.In(out)])
+            assert ended.wait(60)
+
+    worker.run(spyre.HostProgram("refill", 0, [], orch), [])
+    assert seen == [3.0, 4.0, 5.0]
+
+
 def test_two_python_threads_run_programs_at_once(worker, rng):
     p = dependency_program(lambda f: time.sleep(0.01))
     errors, results = [], {}

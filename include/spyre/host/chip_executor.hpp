@@ -102,15 +102,22 @@ struct ChipCall {
     // look it up again per call; nullptr: look it up by name.
     const ChipRegistry::Entry* entry = nullptr;
     // The call's run: a number no other run in the process has; 0: unknown.
-    // Two calls of one run that see the same ChipArg::writes of a tensor see
-    // the same host bytes of it (no task wrote it between them, and the
-    // caller may not write what a run in flight uses), so an executor may
-    // read a copy the first made current without checking it again.
+    // Two calls of one run that see the same ChipArg::writes of a tensor,
+    // the second submitted before the first read the tensor's host bytes
+    // (see `submitted`), see the same bytes: no task wrote them between,
+    // the program wrote them before both, and a write after the second's
+    // submission races with a task in flight. An executor may then read a
+    // copy the first made current without checking it again.
     uint64_t run = 0;
     // The arguments' storages live for this call only (a served remote
     // call's message buffers): an executor need not keep device copies of
     // them for later calls, nor hash their bytes to reuse such copies.
     bool one_shot = false;
+    // When the program submitted the task, on the process's clock of host
+    // byte reads (internal to libspyre): a copy read from the host bytes
+    // at a later tick holds what the program wrote before submitting it,
+    // for example between two chip tasks of one run. 0: unknown.
+    uint64_t submitted = 0;
 };
 
 // What a call moved, for the locality tests and the docs.

@@ -56,8 +56,10 @@ public:
 
     // The bytes, to read and write: between runs freely, through a pointer
     // kept as long as the tensor lives (a Worker checks a device copy it
-    // kept against them before reusing it), but not while a run that uses
-    // the tensor is in flight (a race: the run may see either bytes).
+    // kept against them before reusing it), but not while a task that uses
+    // the tensor is in flight (a race: the task may see either bytes). The
+    // host orchestration function may write them between its tasks: a task
+    // it submits after the write sees it.
     void* data() const noexcept;
     std::span<float> floats() const;  // InvalidArgument unless FP32
     // Whether a task in flight, of any Worker, writes bytes of this view

@@ -7,6 +7,7 @@
 // uploaded again. An embedded mock of 2 cards x 2 VFs (worker_fixture.hpp).
 #include <gtest/gtest.h>
 
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -141,12 +142,17 @@ TEST_F(WorkerTest, ACopyAFailedTaskWroteIsNotReused) {
 }
 
 // Within one run, a kept copy that a call of the run checked is read by the
-// run's later calls without hashing the host bytes again (the caller may
-// not write what a run in flight uses): b, read by four tasks on device 0
-// in the second run, is hashed once, and never uploaded again.
-TEST_F(WorkerTest, ACopyOneRunCheckedIsNotCheckedAgainInThatRun) {
+// run's calls submitted before that check without hashing the host bytes
+// again (what the program wrote before submitting them, the check saw; a
+// write after their submission races with a task in flight): b, read by
+// four tasks on device 0 in the second run, all submitted while a SubWorker
+// holds b, is hashed once, and never uploaded again.
+TEST_F(WorkerTest, ACopyOneRunCheckedIsNotCheckedAgainForCallsSubmittedBefore) {
     HostProgram four{"four_readers", 1, {}, [](HostGraph& g, std::span<const HostTensor> x) {
+                         auto submitted = std::make_shared<std::promise<void>>();
+                         g.Sub("hold", [all = submitted->get_future().share()](auto) { all.wait(); }, {InOut(x[0])});
                          for (int i = 0; i < 4; ++i) g.Chip("chip_empty", {In(x[0])}, {.device = 0});
+                         submitted->set_value();
                      }};
     HostTensor b = HostTensor::Full({kTile, kTile}, 2.0f);
     worker_->Run(four, {b});  // the first upload: hashed while the device runs, not a check
@@ -156,6 +162,46 @@ TEST_F(WorkerTest, ACopyOneRunCheckedIsNotCheckedAgainInThatRun) {
     EXPECT_EQ(after.moved.bytes_checked - before.moved.bytes_checked, kTileBytes) << "one check for the run";
     EXPECT_EQ(after.moved.bytes_uploaded, before.moved.bytes_uploaded);
     EXPECT_EQ(after.moved.bytes_reused - before.moved.bytes_reused, 4 * kTileBytes);
+}
+
+// What the host orchestration function writes between two chip tasks of
+// its run, after the first ended (a SubWorker tells it), is what the second
+// reads: its device copy of t, read by the first, is checked again. Both in
+// a run whose copies are new and in one whose copies are kept, and with an
+// intermediate the function refills before each reader. The second reader
+// used to compute with the first's bytes.
+TEST_F(WorkerTest, AWriteByTheOrchestrationFunctionBetweenTwoReadersIsSeen) {
+    HostTensor t = HostTensor::Full({kTile, kTile}, 1.0f), b = HostTensor::Full({kTile, kTile}, 3.0f);
+    HostTensor o1 = HostTensor::Zeros({kTile, kTile}), o2 = HostTensor::Zeros({kTile, kTile});
+    for (int run = 0; run < 2; ++run) {
+        for (float& x : t.floats()) x = 1.0f;
+        worker_->Run(HostProgram{"write_between", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                                     g.Chip("chip_add", {In(t), In(b), Out(o1)}, {.device = 0});
+                                     auto ended = std::make_shared<std::promise<void>>();
+                                     g.Sub("tell", [ended](auto) { ended->set_value(); }, {In(o1)});
+                                     ended->get_future().wait();
+                                     t.floats()[kTile + 1] = 50.0f;
+                                     g.Chip("chip_add", {In(t), In(b), Out(o2)}, {.device = 0});
+                                 }},
+                     {});
+        ExpectSum(o1, HostTensor::Full({kTile, kTile}, 1.0f), b, "run " + std::to_string(run) + ", the first reader");
+        ExpectSum(o2, t, b, "run " + std::to_string(run) + ", the reader after the write");
+    }
+    std::vector<float> got;
+    worker_->Run(HostProgram{"refill", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                                 HostTensor scratch = g.CreateTensor({kTile, kTile});
+                                 for (int i = 0; i < 3; ++i) {
+                                     for (float& x : scratch.floats()) x = float(i);
+                                     HostTensor out = g.CreateTensor({kTile, kTile});
+                                     g.Chip("chip_add", {In(scratch), In(b), Out(out)}, {.device = 0});
+                                     auto seen = std::make_shared<std::promise<float>>();
+                                     g.Sub("read", [seen](std::span<const HostTensor> o) { seen->set_value(o[0].floats()[7]); },
+                                           {In(out)});
+                                     got.push_back(seen->get_future().get());
+                                 }
+                             }},
+                 {});
+    EXPECT_EQ(got, (std::vector<float>{3.0f, 4.0f, 5.0f}));
 }
 
 // What a task of the run writes between two readers on one device is seen
