@@ -153,7 +153,11 @@ void Orchestrator::DeviceFree(void* buffer) {
 Orchestrator::Scope Orchestrator::BeginScope() {
     RuntimeState& state = Live(state_);
     return Changing(state, "pto_scope_begin",
-                    [&](orchestration::TaskGraph& g) { return Scope(state.handle, g.ScopeBegin()); });
+                    [&](orchestration::TaskGraph& g) {
+                        uint32_t serial = 0;
+                        const int32_t depth = g.ScopeBegin(&serial);
+                        return Scope(state.handle, depth, serial);
+                    });
 }
 
 Orchestrator::Scope::~Scope() {
@@ -176,7 +180,7 @@ void Orchestrator::Scope::End(bool once_inner_end) {
     entered->CheckSameProcess("Orchestrator::Scope::End");
     Changing(*entered, "pto_scope_end", [&](orchestration::TaskGraph& g) {
         // Checked and ended under one lock; refuses what is not this thread's to end.
-        if (const int32_t inner = g.ScopeEnd(depth_, once_inner_end); inner > 0) {
+        if (const int32_t inner = g.ScopeEnd(depth_, serial_, once_inner_end); inner > 0) {
             if (once_inner_end) return;  // ends with the last of them
             runtime_ = runtime;  // still open: it ends after its inner scopes
             throw Error(ErrorKind::InvalidArgument,

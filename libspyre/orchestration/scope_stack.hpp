@@ -26,11 +26,12 @@ struct ScopeRecord {
     int32_t first_kernel = -1;
     dependency::Root first_root;  // never null once first_task is set
     bool ends_after_inner = false;  // its owner let go of it while inner scopes were open
+    uint32_t serial = 0;  // which scope of the runtime it is: a scope ended and one begun at its depth differ
 };
 
 class ScopeStack {
 public:
-    void Push(int64_t begin_seq) { scopes_.push_back({.begin = begin_seq}); }
+    void Push(int64_t begin_seq, uint32_t serial) { scopes_.push_back({.begin = begin_seq, .serial = serial}); }
     // The innermost scope, or nullopt with no scope open.
     std::optional<ScopeRecord> Pop() {
         if (scopes_.empty()) return std::nullopt;
@@ -39,6 +40,8 @@ public:
         return r;
     }
     int32_t depth() const noexcept { return int32_t(scopes_.size()); }
+    // The serial of the scope open at `depth` (1: the outermost).
+    uint32_t SerialAt(int32_t depth) const { return scopes_.at(size_t(depth - 1)).serial; }
     // The scope open at `depth` (1: the outermost) ends once those inside it have.
     void EndAfterInner(int32_t depth) { scopes_.at(size_t(depth - 1)).ends_after_inner = true; }
     // Whether the innermost open scope is one that waits for that.

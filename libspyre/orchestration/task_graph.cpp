@@ -683,7 +683,7 @@ void TaskGraph::CheckNotInATask(const char* call) const {
                                              "thread's; a kernel may submit tasks, outside any scope of its own");
 }
 
-int32_t TaskGraph::ScopeBegin() {
+int32_t TaskGraph::ScopeBegin(uint32_t* serial) {
     CheckNotInATask("pto_scope_begin");
     std::lock_guard sub(submit_mu_);
     Lock lock(*this);
@@ -693,19 +693,25 @@ int32_t TaskGraph::ScopeBegin() {
              "pto_scope_begin while another thread has " + std::to_string(scopes_.depth()) +
                  " scope(s) open on this runtime: the scopes of one runtime nest on one thread at a time",
              EBUSY);
-    scopes_.Push(ring_.head_seq());
+    scopes_.Push(ring_.head_seq(), ++scopes_begun_);
+    if (serial) *serial = scopes_begun_;
     scope_owner_ = me;
     tl_holds.Add(anchor_);
     return scopes_.depth();
 }
 
-int32_t TaskGraph::ScopeEnd(int32_t depth, bool once_inner_end) {
+int32_t TaskGraph::ScopeEnd(int32_t depth, uint32_t serial, bool once_inner_end) {
     CheckNotInATask("pto_scope_end");
     std::lock_guard sub(submit_mu_);
     Lock lock(*this);
     const std::thread::id me = std::this_thread::get_id();
     if (depth >= 0) {
         const int32_t open = scope_owner_ == me ? scopes_.depth() : 0;
+        // Ended (pto_scope_end) and another begun at its depth since.
+        if (depth > 0 && open >= depth && scopes_.SerialAt(depth) != serial)
+            Fail(ErrorKind::InvalidArgument, "this scope (depth " + std::to_string(depth) +
+                                                 ") was ended already (by pto_scope_end or pto_run); the scope open "
+                                                 "at its depth now is another one");
         if (open > depth) {
             if (once_inner_end && depth > 0) scopes_.EndAfterInner(depth);
             return open - depth;

@@ -113,16 +113,18 @@ public:
     // Entries of the hazard map, stale ones included (its tests: what a
     // run keeps there stays bounded).
     size_t hazard_entries();
-    // Returns the calling thread's depth with the new scope open.
-    int32_t ScopeBegin();
-    // `depth`: the scope that began at that depth (Orchestrator::Scope),
-    // checked under the same lock: 0 when it ended; the number of inner
-    // scopes still open when it cannot end yet (nothing ended); throws
-    // InvalidArgument when it was ended already. -1: the innermost scope.
+    // Returns the calling thread's depth with the new scope open, and in
+    // `serial` (when not null) which scope of the runtime it is.
+    int32_t ScopeBegin(uint32_t* serial = nullptr);
+    // `depth`, `serial`: the scope that began at that depth with that serial
+    // (Orchestrator::Scope), checked under the same lock: 0 when it ended;
+    // the number of inner scopes still open when it cannot end yet (nothing
+    // ended); throws InvalidArgument when it was ended already, even when
+    // another scope was begun at its depth since. -1: the innermost scope.
     // `once_inner_end` (a Scope's destructor, which cannot report): a scope
     // that cannot end yet ends as soon as its inner scopes have, instead
     // of staying open with nobody left to end it.
-    int32_t ScopeEnd(int32_t depth = -1, bool once_inner_end = false);
+    int32_t ScopeEnd(int32_t depth = -1, uint32_t serial = 0, bool once_inner_end = false);
     // Scopes at or below `depth` are not the calling thread's to end
     // (pto_run keeps an orchestration function inside its own); returns
     // that thread's previous floor.
@@ -378,6 +380,7 @@ private:
     // The hazard map over the function's memory (one space: host addresses).
     dependency::RegionMap<int32_t> map_;
     ScopeStack scopes_;
+    uint32_t scopes_begun_ = 0;  // the last scope's serial (ScopeRecord::serial)
     BufferTracker buffers_;
     std::map<int32_t, std::unique_ptr<KernelEntry>> kernels_;
     std::vector<std::unique_ptr<ReadyQueue>> queues_;

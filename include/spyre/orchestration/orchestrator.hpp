@@ -109,10 +109,12 @@ public:
     // keeps it, and one ended after the runtime is gone is refused). Scopes
     // end in the reverse order they began; End() of one with an inner scope
     // still open is InvalidArgument (it stays open), and one destroyed then
-    // ends as soon as its inner scopes have.
+    // ends as soon as its inner scopes have. One ended already (End(), or
+    // pto_scope_end through handle()) is refused, also once another scope
+    // has begun at its depth.
     class Scope {
     public:
-        Scope(Scope&& o) noexcept : runtime_(o.runtime_), depth_(o.depth_) { o.runtime_ = nullptr; }
+        Scope(Scope&& o) noexcept : runtime_(o.runtime_), depth_(o.depth_), serial_(o.serial_) { o.runtime_ = nullptr; }
         Scope& operator=(Scope&&) = delete;
         ~Scope();
         void End();
@@ -120,9 +122,10 @@ public:
     private:
         friend class Orchestrator;
         SPYRE_INTERNAL void End(bool once_inner_end);
-        Scope(::Runtime* runtime, int32_t depth) : runtime_(runtime), depth_(depth) {}
+        Scope(::Runtime* runtime, int32_t depth, uint32_t serial) : runtime_(runtime), depth_(depth), serial_(serial) {}
         ::Runtime* runtime_;  // the runtime's handle
         int32_t depth_;       // this thread's scope depth once it began
+        uint32_t serial_;     // which of the runtime's scopes: not one begun at its depth after it ended
     };
     [[nodiscard]] Scope BeginScope();
 

@@ -17,10 +17,12 @@ TEST(ScopeStack, PushPopNested) {
     ScopeStack s;
     EXPECT_EQ(s.depth(), 0);
     EXPECT_FALSE(s.Pop());
-    s.Push(0);
-    s.Push(5);
+    s.Push(0, 1);
+    s.Push(5, 2);
     EXPECT_EQ(s.depth(), 2);
     EXPECT_EQ(s.outermost(), 0);
+    EXPECT_EQ(s.SerialAt(1), 1u);
+    EXPECT_EQ(s.SerialAt(2), 2u);
     EXPECT_EQ(s.Pop()->begin, 5);
     EXPECT_EQ(s.Pop()->begin, 0);
     EXPECT_FALSE(s.outermost());
@@ -28,8 +30,8 @@ TEST(ScopeStack, PushPopNested) {
 
 TEST(ScopeStack, AFailureCountsInEveryOpenScopeItBelongsTo) {
     ScopeStack s;
-    s.Push(0);
-    s.Push(5);
+    s.Push(0, 1);
+    s.Push(5, 2);
     const dependency::Root root = Failure(3, 7, 42);
     // Scopes hold sequence numbers: a task is in a scope by its sequence
     // number, whatever its (wrapping) id; here the ids are the numbers.
@@ -53,7 +55,7 @@ TEST(ScopeStack, AFailureCountsInEveryOpenScopeItBelongsTo) {
 TEST(ScopeStack, ATaskPastTheIdWrapBelongsToTheScopeBegunBeforeIt) {
     ScopeStack s;
     const int64_t begin = int64_t(INT32_MAX) - 1;
-    s.Push(begin);
+    s.Push(begin, 1);
     s.NoteFailure(begin + 2, 1, 7, false, Failure(1, 7, 5));
     const ScopeRecord scope = *s.Pop();
     EXPECT_EQ(scope.failed, 1);

@@ -1851,6 +1851,24 @@ TEST(OrchestrationScopes, ScopesEndInTheReverseOrderTheyBegan) {
     EXPECT_SPYRE_ERROR(inner2.End(), InvalidArgument, "this scope (depth 2) was ended already");
     outer2.End();
     EXPECT_EQ(pto_scope_end(o.handle()), -EINVAL);  // nothing left open
+    // A scope C ended, and another begun at its depth by C: the first's End
+    // and destructor leave the second alone (they used to end it).
+    {
+        auto stale = o.BeginScope();
+        EXPECT_EQ(pto_scope_end(o.handle()), 0);
+        EXPECT_EQ(pto_scope_begin(o.handle()), 0);
+        EXPECT_SPYRE_ERROR(stale.End(), InvalidArgument,
+                           "this scope (depth 1) was ended already (by pto_scope_end or pto_run); the scope open at "
+                           "its depth now is another one");
+        auto stale2 = o.BeginScope();  // depth 2
+        EXPECT_EQ(pto_scope_end(o.handle()), 0);
+        EXPECT_EQ(pto_scope_begin(o.handle()), 0);
+        EXPECT_EQ(pto_scope_begin(o.handle()), 0);  // depth 3 inside the new depth 2
+    }  // stale2's destructor: refused, ends nothing and marks nothing
+    EXPECT_EQ(pto_scope_end(o.handle()), 0);
+    EXPECT_EQ(pto_scope_end(o.handle()), 0);
+    EXPECT_EQ(pto_scope_end(o.handle()), 0);  // the depth-1 scope C began
+    EXPECT_EQ(pto_scope_end(o.handle()), -EINVAL);
 }
 
 void EndsTheCallersScope(Runtime* rt, uint64_t*) { pto_scope_end(rt); }
