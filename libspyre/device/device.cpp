@@ -43,6 +43,17 @@ DeviceCore::DeviceCore(std::shared_ptr<const driver::DeviceEnvironment> env, con
     sched = std::make_unique<detail::SchedulerCore>(*this, options.scheduler);
     scheduler = std::make_unique<Scheduler>(*sched);
     sched->Start();
+    // A raw Allocator::Free waits as a DeviceBuffer's free does: a copy or
+    // launch queued into the block earlier must not land in its next owner.
+    allocator->SetFreeFence([this] {
+        if (OnSchedulerThread())
+            throw Error(ErrorKind::InvalidArgument,
+                        "Allocator::Free in a host callback (the scheduler thread) cannot wait for the work queued "
+                        "into the block: free it after the callback, or use a DeviceBuffer, which the scheduler frees "
+                        "once the streams got there",
+                        ErrorContext{.device = function->pci_address()});
+        WaitForQueuedWork();
+    });
 }
 
 DeviceCore::~DeviceCore() {
@@ -87,17 +98,8 @@ bool DeviceCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target
     return sched->WaitUntil(counter, target, word, until);
 }
 
-void DeviceCore::FreeAfterQueuedWork(std::span<const DeviceAllocation> blocks) noexcept {
-    if (blocks.empty()) return;
-    if (OnSchedulerThread() && sched) {
-        try {
-            sched->FreeAfterStreams(blocks);  // a host callback may not wait: the scheduler frees later
-            return;
-        } catch (const std::bad_alloc&) {
-            // No memory to remember them: free at once, as before.
-        }
-    }
-    if (!OnSchedulerThread() && sched) {
+void DeviceCore::WaitForQueuedWork() noexcept {
+    if (sched) {
         try {
             for (const auto& s : Streams()) WaitUntil(s->completed, s->enqueued_count.load(), s->done);
         } catch (const Error&) {
@@ -108,6 +110,20 @@ void DeviceCore::FreeAfterQueuedWork(std::span<const DeviceAllocation> blocks) n
     // engines write the block until they finish, also on a lost device
     // (its memory outlives the daemon).
     if (dma_queue) dma_queue->WaitForCopiesSubmitted();
+}
+
+void DeviceCore::FreeAfterQueuedWork(std::span<const DeviceAllocation> blocks) noexcept {
+    if (blocks.empty()) return;
+    if (OnSchedulerThread() && sched) {
+        try {
+            sched->FreeAfterStreams(blocks);  // a host callback may not wait: the scheduler frees later
+            return;
+        } catch (const std::bad_alloc&) {
+            // No memory to remember them: free at once, as before.
+        }
+    }
+    if (!OnSchedulerThread()) WaitForQueuedWork();
+    else if (dma_queue) dma_queue->WaitForCopiesSubmitted();
     for (const DeviceAllocation& a : blocks) {
         try {
             allocator->FreeOwned(a.handle);

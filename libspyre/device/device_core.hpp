@@ -90,6 +90,9 @@ public:
     // (a host callback, which may not wait) the scheduler frees the blocks
     // once the streams got there.
     void FreeAfterQueuedWork(std::span<const DeviceAllocation> blocks) noexcept override;
+    // Waits for the work every stream has enqueued so far and the copies
+    // submitted to the DMA queue (not on the scheduler thread).
+    void WaitForQueuedWork() noexcept;
     SpyreAllocator& buffer_allocator() noexcept override { return *allocator; }
 
 private:

@@ -255,7 +255,16 @@ uint64_t SpyreAllocator::LargestFreeLocked() const {
 
 DeviceAllocation SpyreAllocator::Allocate(uint64_t size) { return Allocate(size, false); }
 DeviceAllocation SpyreAllocator::AllocateOwned(uint64_t size) { return Allocate(size, true); }
-void SpyreAllocator::Free(const DeviceHandle& handle) { Free(handle, false); }
+void SpyreAllocator::Free(const DeviceHandle& handle) {
+    if (free_fence_) {
+        {
+            std::lock_guard lock(mutex_);
+            LiveBlockLocked(handle, false);  // refused before any wait
+        }
+        free_fence_();
+    }
+    Free(handle, false);
+}
 void SpyreAllocator::FreeOwned(const DeviceHandle& handle) { Free(handle, true); }
 
 DeviceAllocation SpyreAllocator::Allocate(uint64_t size, bool owned) {
@@ -285,8 +294,8 @@ DeviceAllocation SpyreAllocator::Allocate(uint64_t size, bool owned) {
     return DeviceAllocation{MakeHandle(region, offset), size};
 }
 
-void SpyreAllocator::Free(const DeviceHandle& handle, bool owner) {
-    std::lock_guard lock(mutex_);
+std::pair<uint32_t, std::map<uint64_t, SpyreAllocator::Region::Used>::iterator> SpyreAllocator::LiveBlockLocked(
+    const DeviceHandle& handle, bool owner) {
     const auto [region, offset] = Locate(handle);
     Region& r = regions_[region];
     auto used = r.used_by_offset.find(offset);
@@ -306,7 +315,17 @@ void SpyreAllocator::Free(const DeviceHandle& handle, bool owner) {
                     handle.ToString() + " belongs to a DeviceBuffer or tensor: it is freed when that goes (reset it), "
                                         "not by Allocator::Free",
                     ErrorContext{.device = fn_.pci_address()});
-    uint64_t start = offset, size = used->second.rounded;
+    if (owner && !used->second.owned)
+        throw Error(ErrorKind::Internal, handle.ToString() + " is no DeviceBuffer's block: FreeOwned refuses it",
+                    ErrorContext{.device = fn_.pci_address()});
+    return {region, used};
+}
+
+void SpyreAllocator::Free(const DeviceHandle& handle, bool owner) {
+    std::lock_guard lock(mutex_);
+    const auto [region, used] = LiveBlockLocked(handle, owner);
+    Region& r = regions_[region];
+    uint64_t start = used->first, size = used->second.rounded;
     r.used_by_offset.erase(used);
     r.in_use -= size;
     in_use_ -= size;

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -72,6 +73,12 @@ struct AllocatorStats {
     std::string reservation;  // how the pool was reserved, including any fallback
 };
 
+class DeviceBuffer;
+class DeviceCore;
+namespace detail {
+class SchedulerCore;
+}
+
 class SpyreAllocator {
 public:
     static constexpr uint64_t kAlignment = 128;
@@ -95,10 +102,10 @@ public:
     // out, or a block a DeviceBuffer (or tensor) owns: that one goes
     // when its owner does, and a Free before would let the allocator hand
     // the block out while the owner still uses, and later frees, it.
+    // The allocator of a Device first waits for the copies (DMAEngine) and
+    // stream work queued so far, as cudaFree does: none of them lands in
+    // the block once it is handed out again.
     void Free(const DeviceHandle& handle);
-    // For DeviceBuffer: a block only FreeOwned gives back.
-    DeviceAllocation AllocateOwned(uint64_t size);
-    void FreeOwned(const DeviceHandle& handle);
 
     // The allocation holding [handle, handle + size); throws InvalidArgument
     // if the range is not inside one live allocation of this allocator.
@@ -110,6 +117,19 @@ public:
     AllocatorStats Stats() const;
 
 private:
+    // DeviceBuffer's blocks: only FreeOwned gives them back, and only the
+    // buffer's owners call it (the device, once the work queued into the
+    // block is done).
+    friend class DeviceBuffer;
+    friend class DeviceCore;
+    friend class detail::SchedulerCore;
+    DeviceAllocation AllocateOwned(uint64_t size);
+    void FreeOwned(const DeviceHandle& handle);
+    // What Free waits for, outside the lock, before the block can be handed
+    // out again (set by the Device); empty: nothing.
+    void SetFreeFence(std::function<void()> fence) { free_fence_ = std::move(fence); }
+    std::function<void()> free_fence_;
+
     struct Region {
         uint32_t device_index;  // entry in the device's region table
         uint64_t device_base;   // function-relative address of the region
@@ -133,6 +153,10 @@ private:
     void ReleaseRegions() noexcept;
     DeviceAllocation Allocate(uint64_t size, bool owned);
     void Free(const DeviceHandle& handle, bool owner);
+    // The live block `handle` starts, in its region (mutex_ held); throws
+    // as Free says, and for a FreeOwned (`owner`) of a block no buffer owns.
+    SPYRE_INTERNAL std::pair<uint32_t, std::map<uint64_t, Region::Used>::iterator> LiveBlockLocked(
+        const DeviceHandle& handle, bool owner);
     void AddFree(uint32_t region, uint64_t offset, uint64_t size);
     void RemoveFree(uint32_t region, uint64_t offset, uint64_t size);
     // Region (our index) and offset of a handle; throws for foreign handles.
