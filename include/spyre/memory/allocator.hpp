@@ -74,9 +74,9 @@ struct AllocatorStats {
 };
 
 class DeviceBuffer;
-class DeviceCore;
+class SPYRE_INTERNAL DeviceCore;
 namespace detail {
-class SchedulerCore;
+class SPYRE_INTERNAL SchedulerCore;
 }
 
 class SpyreAllocator {
