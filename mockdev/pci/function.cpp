@@ -297,7 +297,17 @@ ssize_t Function::WriteRegister(uint32_t offset, uint32_t value) {
         if (value == SPYRE_RESET_KEY) Reset();
         break;
     case SPYRE_REG_SCRATCH: regs_.Store32(SPYRE_REG_SCRATCH, value); break;
-    case SPYRE_REG_REGION_CMD: regions_.Command(value); break;
+    case SPYRE_REG_REGION_CMD:
+        // The region table is its holder's, like the ring: a process
+        // holding nothing could otherwise grant the unheld PF a region
+        // reaching into the VF slices, and keep VFs from being enabled.
+        if (!server_.serving()) {
+            LOG_WARN("%s: region command refused: nobody holds the function (its memory regions are its holder's)",
+                     address_.c_str());
+            return -EACCES;
+        }
+        regions_.Command(value);
+        break;
     case SPYRE_REG_REGION_ARG: regs_.Store32(SPYRE_REG_REGION_ARG, value); break;
     case SPYRE_REG_WATCHDOG_MS:
         // Card-wide policy: the PF may set it through this trapped write (the

@@ -81,3 +81,29 @@ TEST_F(MockDeviceTest, PfGrantsAndSriovShareTheCardMemory) {
     EXPECT_EQ(WriteNumVfs(numvfs, "2"), 0);
     EXPECT_EQ(pf.Read64(SPYRE_REG_REGION_GRANTABLE), slice0);
 }
+
+// The region table is its holder's: a process holding nothing that writes
+// the unheld PF's region registers through resource0 is refused, as for a
+// ring enable, so it cannot grant itself a region that keeps VFs from being
+// enabled (found probing from outside: an ALLOC there made every later
+// sriov_numvfs write fail with EBUSY until the PF next changed hands).
+TEST_F(MockDeviceTest, AProcessHoldingNothingCannotCommandTheRegionTable) {
+    const auto numvfs = Pf().sysfs_dir / "sriov_numvfs";
+    ASSERT_EQ(WriteNumVfs(numvfs, "0"), 0);
+    const int fd = ::open((Pf().sysfs_dir / "resource0").c_str(), O_RDWR);
+    ASSERT_GE(fd, 0) << strerror(errno);
+    const uint32_t three_gib = 3 << 10, alloc = SPYRE_REGION_CMD_ALLOC;
+    EXPECT_EQ(::pwrite(fd, &three_gib, 4, SPYRE_REG_REGION_ARG), 4);  // a plain register
+    errno = 0;
+    EXPECT_EQ(::pwrite(fd, &alloc, 4, SPYRE_REG_REGION_CMD), -1);
+    EXPECT_EQ(errno, EACCES);
+    uint32_t count = ~0u;
+    EXPECT_EQ(::pread(fd, &count, 4, SPYRE_REG_REGION_COUNT), 4);
+    EXPECT_EQ(count, 0u);
+    ::close(fd);
+    EXPECT_EQ(WriteNumVfs(numvfs, "2"), 0);
+    // Its holder still commands it.
+    Function pf = Function::Open(Pf());
+    EXPECT_EQ(Command(pf, SPYRE_REGION_CMD_ALLOC, 64), SPYRE_REGION_OK);
+    EXPECT_EQ(pf.Read32(SPYRE_REG_REGION_COUNT), 1u);
+}
