@@ -125,6 +125,24 @@ elif [ -e "$build_dir/libspyre/libspyre-mpi.so" ]; then
 else
   echo "no libspyre-mpi in this build (Open MPI not found): level-4 app skipped"
 fi
+# 7. The same app against the build tree, uninstalled: the doc's build
+# command with PKG_CONFIG_PATH at build/meson-uninstalled and the
+# package named libspyre-uninstalled; the binary finds libspyre in the
+# build tree through its rpath.
+mkdir -p "$stage/uninstalled"
+cd "$stage/uninstalled"
+cp "$stage/app.cpp" .
+unset_cmd=$(sed 's/libspyre\b/libspyre-uninstalled/g' "$stage/build_cmd")
+echo "\$ PKG_CONFIG_PATH=$build_dir/meson-uninstalled $unset_cmd"
+PKG_CONFIG_PATH="$build_dir/meson-uninstalled" bash -euo pipefail -c "$unset_cmd"
+linked=$(ldd ./a.out)
+case "$linked" in
+  *"libspyre.so"*" => $build_dir/libspyre/"*) ;;
+  *) echo "a.out built from libspyre-uninstalled.pc does not resolve libspyre in $build_dir/libspyre" >&2; exit 1 ;;
+esac
+out=$(timeout 60 bash -c "$(cat "$stage/run_cmd")")
+grep -q "typed error ok: not found" <<<"$out"
+echo "built and ran against libspyre-uninstalled.pc"
 cd "$stage"
 # The installed headers and udev rules are where users expect them.
 [ -f "$(find "$stage/root" -path '*include/spyre/uapi/spyre_cb.h' | head -n1)" ]
