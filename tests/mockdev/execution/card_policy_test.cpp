@@ -341,7 +341,11 @@ TEST_F(CardSharingTest, ATaskWaitingForTheCardKeepsItsWholeWatchdog) {
 // VF 1 floods both cores with tasks longer than the watchdog; VF 2 submits a
 // small task every 100 ms. Idle cores take the functions' tasks in turn, so
 // each of VF 2's tasks, once next in its queue, starts after at most one of
-// VF 1's per core, and its watchdog runs from its start.
+// VF 1's per core, and its watchdog runs from its start. One more may start
+// while the task is on its way: `asked` is read on the host before the
+// submit, and on a loaded host the queue's lane sees the doorbell later
+// (this failed once so under a parallel test run). An unfair turn would
+// make it wait for the flood's 16.
 TEST_F(CardSharingTest, ATaskWaitingForACoreKeepsItsWholeWatchdog) {
     TestDevice flooder(Vf(1)), measured(Vf(2));
     TaskQueue qa(flooder.fn(), 0), qb(measured.fn(), 0);
@@ -349,6 +353,6 @@ TEST_F(CardSharingTest, ATaskWaitingForACoreKeepsItsWholeWatchdog) {
     const Fills fills = PlaceFills(measured, 8, kAsks);
     ASSERT_EQ(qa.Submit(flood), flood.size());
     const std::vector<Measured> mine = TaskEvery(measured, qb, fills);
-    ExpectBoundedWaits(mine, FloodTasks(qa, flood.size(), true), kCores);
+    ExpectBoundedWaits(mine, FloodTasks(qa, flood.size(), true), kCores + 1);
     ExpectFilled(measured, fills);
 }
