@@ -23,17 +23,24 @@ std::span<StreamState* const> TurnPolicy::Order(std::span<StreamState* const> ac
             });
         break;
     case SchedulerPolicy::DrainOneFirst:
+        // The next current is the next stream with work after the last one
+        // (rotation): taking the first with work in registry order let two
+        // streams that run dry in turn pass the drain between them for good,
+        // and a third waited as long as they kept submitting (found probing
+        // from outside, with a budget one group fills).
+        cursor_ %= n;
         if (!drain_current_ || !drain_current_->HasWork()) {
             drain_current_ = nullptr;
-            for (StreamState* s : active)
-                if (s->HasWork()) {
+            for (size_t i = 0; i < n; ++i)
+                if (StreamState* s = active[(cursor_ + i) % n]; s->HasWork()) {
                     drain_current_ = s;
+                    cursor_ = (cursor_ + i + 1) % n;
                     break;
                 }
         }
         if (drain_current_) order_.push_back(drain_current_);
-        for (StreamState* s : active)
-            if (s != drain_current_) order_.push_back(s);
+        for (size_t i = 0; i < n; ++i)
+            if (StreamState* s = active[(cursor_ + i) % n]; s != drain_current_) order_.push_back(s);
         break;
     }
     return order_;

@@ -21,7 +21,10 @@ public:
     // The order in which the streams get a turn this round. RoundRobin: a
     // rotation that starts one stream later each round. Priority: by
     // priority minus aging (skipped_turns / aging_turns), ties in rotation
-    // order. DrainOneFirst: the stream being drained first, then the rest.
+    // order. DrainOneFirst: the stream being drained first, then the rest
+    // in rotation from the one after it; a drained stream is followed by
+    // the next stream with work after it, so every stream with work
+    // becomes current in turn.
     // Valid until the next call; a lone stream's order is `active` itself.
     std::span<StreamState* const> Order(std::span<StreamState* const> active);
     // Ring CBs the stream may take this turn (the drained stream: no limit).

@@ -113,7 +113,8 @@ TEST(TurnPolicy, DrainOneFirstStaysOnAStreamUntilItIsEmpty) {
     EXPECT_EQ(st.Indices(p.Order(st.active)), (std::vector<int>{0, 1, 2}));
     GiveWork(*st.active[1]);
     GiveWork(*st.active[2]);
-    EXPECT_EQ(st.Indices(p.Order(st.active)), (std::vector<int>{1, 0, 2}));
+    // The rest follow in rotation from the one after it.
+    EXPECT_EQ(st.Indices(p.Order(st.active)), (std::vector<int>{1, 2, 0}));
     EXPECT_EQ(p.Quantum(st.active[1]), SIZE_MAX) << "the drained stream is not limited";
     EXPECT_EQ(p.Quantum(st.active[2]), 8u);
     // Stream 0 gets work meanwhile: stream 1 keeps its turn while it has any
@@ -121,13 +122,34 @@ TEST(TurnPolicy, DrainOneFirstStaysOnAStreamUntilItIsEmpty) {
     GiveWork(*st.active[0]);
     st.active[1]->local.clear();
     st.active[1]->ring_inflight = 1;
-    EXPECT_EQ(st.active[0], p.Order(st.active)[1]);
-    EXPECT_EQ(p.Order(st.active).front(), st.active[1]);
+    EXPECT_EQ(st.Indices(p.Order(st.active)), (std::vector<int>{1, 2, 0}));
     st.active[1]->ring_inflight = 0;
-    // Drained: the first stream with work is next.
-    EXPECT_EQ(st.Indices(p.Order(st.active)), (std::vector<int>{0, 1, 2}));
+    // Drained: the next stream with work after it is next, then the rest
+    // in rotation.
+    EXPECT_EQ(st.Indices(p.Order(st.active)), (std::vector<int>{2, 0, 1}));
     // A stream that leaves is forgotten.
-    p.Forget(st.active[0]);
-    std::vector<StreamState*> rest = {st.active[1], st.active[2]};
-    EXPECT_EQ(p.Order(rest).front(), st.active[2]);
+    p.Forget(st.active[2]);
+    std::vector<StreamState*> rest = {st.active[0], st.active[1]};
+    EXPECT_EQ(p.Order(rest).front(), st.active[0]);
+}
+
+// Two streams that run dry in turn (each submits a batch, synchronizes,
+// submits again) do not pass the drain between them for good: a third
+// stream with work becomes current at the next switch. Before, the first
+// stream with work in registry order was taken, and with a budget one
+// launch fills the third waited as long as the two kept submitting.
+TEST(TurnPolicy, DrainOneFirstGivesEveryStreamWithWorkItsTurn) {
+    Streams st({0, 0, 0});
+    TurnPolicy p(SchedulerPolicy::DrainOneFirst, 8, 4);
+    for (StreamState* s : st.active) GiveWork(*s);
+    StreamState* current = p.Order(st.active).front();
+    std::vector<int> currents{current->index};
+    for (int i = 0; i < 4 && current->index != 2; ++i) {
+        current->local.clear();  // it ran dry (it synchronizes)
+        StreamState* next = p.Order(st.active).front();
+        GiveWork(*current);  // and submits its next batch
+        current = next;
+        currents.push_back(current->index);
+    }
+    EXPECT_EQ(currents, (std::vector<int>{0, 1, 2}));
 }
