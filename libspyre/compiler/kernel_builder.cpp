@@ -130,7 +130,7 @@ uint64_t FillBits(double value, DType dtype) {
         const double lo = dtype == DType::INT8 ? INT8_MIN : INT32_MIN;
         const double hi = dtype == DType::INT8 ? INT8_MAX : INT32_MAX;
         if (value != std::trunc(value) || value < lo || value > hi)
-            Invalid("fill value " + std::to_string(value) + " is not a " + ToString(dtype));
+            Invalid("fill value " + std::to_string(value) + " is not representable as " + ToString(dtype));
         const uint64_t mask = dtype == DType::INT8 ? 0xFFu : 0xFFFFFFFFu;
         return uint64_t(int64_t(value)) & mask;
     }

@@ -198,7 +198,7 @@ DeviceLayout::DeviceLayout(const std::vector<int64_t>& host_size, std::vector<in
     if (dim_map_.back() == kSynthetic) Invalid(where(n - 1) + " (the stick) must map to a host dimension");
     // device_elements(), device_bytes() and every tile weight stay in range.
     int64_t bytes = int64_t(ElementSize(dtype_));
-    for (int j = 0; j < n; ++j) bytes = SizeProduct(bytes, device_size_[j], [this] { return "device layout " + ToString(); });
+    for (int j = 0; j < n; ++j) bytes = SizeProduct(bytes, device_size_[j], [this] { return ToString(); });
     if (device_size_.back() != int64_t(StickElements(dtype_)))
         Invalid(where(n - 1) + " (the stick) must hold " + std::to_string(StickElements(dtype_)) + " " +
                 spyre::ToString(dtype_) + " elements, not " + std::to_string(device_size_.back()));

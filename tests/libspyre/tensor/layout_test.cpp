@@ -125,6 +125,17 @@ TEST(HostLayout, SizesPastTwoToThe62AreRefused) {
     EXPECT_INVALID(DeviceLayout({int64_t(1) << 40, int64_t(1) << 40}, {int64_t(1) << 35, int64_t(1) << 40, 32}, {1, 0, 1},
                                 DType::FP32),
                    "is too large");
+    // The message names the layout once (it read "device layout device
+    // layout fp32 ...", found probing from outside).
+    try {
+        DeviceLayout({int64_t(1) << 40, int64_t(1) << 40}, {int64_t(1) << 35, int64_t(1) << 40, 32}, {1, 0, 1},
+                     DType::FP32);
+        ADD_FAILURE() << "expected InvalidArgument";
+    } catch (const Error& e) {
+        EXPECT_EQ(std::string(e.what()).find("device layout fp32 size"), std::string(e.what()).find("device layout"))
+            << e.what();
+        EXPECT_EQ(std::string(e.what()).find("device layout device layout"), std::string::npos) << e.what();
+    }
     // The largest that fit still work, and their sizes are right.
     const HostLayout big = HostLayout::Contiguous({int64_t(1) << 30, 64}, DType::FP32);
     EXPECT_EQ(big.numel(), int64_t(1) << 36);
