@@ -55,6 +55,16 @@ bool JobThreads::RunOneOf(const void* owner) {
     return true;
 }
 
+bool JobThreads::TakeOneOf(const void* owner, Job& out) {
+    std::lock_guard lock(mu_);
+    auto it = std::find_if(jobs_.begin(), jobs_.end(), [&](const Job& j) { return j.owner == owner; });
+    if (it == jobs_.end()) return false;
+    out = std::move(*it);
+    jobs_.erase(it);
+    queued_.store(jobs_.size(), std::memory_order_release);
+    return true;
+}
+
 bool JobThreads::RunHere(Job& job) {
     {
         std::lock_guard lock(mu_);

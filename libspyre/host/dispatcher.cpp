@@ -174,6 +174,8 @@ thread_local const RunState* tl_run_here = nullptr;
 thread_local std::vector<HostTask*> tl_cheap;
 thread_local std::vector<HostTask*> tl_cheap_spare;  // its storage between submits: no allocation per task
 thread_local const Dispatcher::Submitting* tl_submitting = nullptr;
+// Set while FailStuckChipTasksOf runs a taken chip task: RunChip fails it.
+thread_local bool tl_fail_stuck = false;
 thread_local int tl_depth = 0;
 
 Running::Running(const Dispatcher* d, const HostTask* t)
@@ -199,6 +201,13 @@ bool SleepOrHelp(RunState& run, Ready&& ready, Dispatcher& dispatcher,
                  std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max()) {
     using namespace std::chrono;
     JobThreads* pool = JobThreads::Current();
+    Dispatcher::NestedWait marked;
+    struct Unmark {
+        Dispatcher& d;
+        Dispatcher::NestedWait& m;
+        ~Unmark() { d.EndNestedWait(m); }
+    } unmark{dispatcher, marked};
+    dispatcher.BeginNestedWait(marked);
     bool left_some = false;
     auto leave = [&](const void* item) {
         const bool leave = item && dispatcher.LeaveToItsLane(*static_cast<const HostTask*>(item), run);
@@ -217,6 +226,7 @@ bool SleepOrHelp(RunState& run, Ready&& ready, Dispatcher& dispatcher,
         const bool ran = pool->RunOneQueued(leave);
         dispatcher.ApplyParked();  // `leave` may have held its lock
         if (ran) continue;
+        if (marked.count != 0 && dispatcher.AllDevicesBlocked() && dispatcher.FailStuckChipTasksOf(run)) continue;
         run.wake.SleepUnless([&] { return ready() || (!left_some && pool->HasQueued()); },
                              std::min<nanoseconds>(left, milliseconds(1)));
     }
@@ -311,6 +321,7 @@ Dispatcher::Dispatcher(std::vector<std::unique_ptr<ChipExecutor>> executors, con
         device_names_.push_back(executors_[d]->Describe());
         local_.push_back(dynamic_cast<LocalChipExecutor*>(executors_[d].get()));
     }
+    waiting_ = std::make_unique<std::atomic<uint32_t>[]>(executors_.size());
     costs_ = std::make_unique<DeviceCosts>(remote_);
     placement_.room = room_;
     to_post_.resize(lanes_.size() + 1);
@@ -532,6 +543,9 @@ void Dispatcher::MakeReady(HostTask* task) {
     in.remote_fits = !any_remote_ || remote::CallFits(task->args);
     costs_->Fill(in);
     in.rotate = rotate_++;
+    in.blocked.clear();
+    if (waiting_total_.load(std::memory_order_acquire) != 0) [[unlikely]]
+        for (size_t e = 0; e < executors_.size(); ++e) in.blocked.push_back(Blocked(e));
     const size_t d = Place(in);
     task->device = d;
     ++load_[d];
@@ -683,6 +697,8 @@ bool Dispatcher::LeaveToItsLane(const HostTask& task, const RunState& awaited) {
     if (task.level != Level::Chip || task.run == &awaited) return false;
     const size_t d = task.device;
     if (!local_[d] || !local_[d]->AllSlotsHeldByThisThread()) return false;
+    // Another device can run it: take it, and RunChip moves it there.
+    if (!AllDevicesBlocked()) return false;
     // The bare mutex, not a Lock: under its pool's lock this may not post
     // jobs (a Lock's release does). What threads parked meanwhile, leaving
     // it to this holder, SleepOrHelp applies next (ApplyParked).
@@ -696,8 +712,65 @@ void Dispatcher::ApplyParked() {
     if (!inbox_.Empty() || !submissions_.Empty()) ApplyIfParked();
 }
 
+void Dispatcher::BeginNestedWait(NestedWait& marked) {
+    for (const Running* r = tl_running; r && marked.count < std::size(marked.devices); r = r->previous)
+        if (r->dispatcher == this && r->task->level == Level::Chip && r->task->device < executors_.size())
+            marked.devices[marked.count++] = r->task->device;
+    for (size_t i = 0; i < marked.count; ++i) waiting_[marked.devices[i]].fetch_add(1, std::memory_order_acq_rel);
+    if (marked.count != 0) waiting_total_.fetch_add(uint32_t(marked.count), std::memory_order_acq_rel);
+}
+
+void Dispatcher::EndNestedWait(const NestedWait& marked) {
+    for (size_t i = 0; i < marked.count; ++i) waiting_[marked.devices[i]].fetch_sub(1, std::memory_order_acq_rel);
+    if (marked.count != 0) waiting_total_.fetch_sub(uint32_t(marked.count), std::memory_order_acq_rel);
+}
+
+bool Dispatcher::AllDevicesBlocked() const noexcept {
+    if (waiting_total_.load(std::memory_order_acquire) == 0) return false;
+    for (size_t d = 0; d < executors_.size(); ++d)
+        if (!Blocked(d)) return false;
+    return true;
+}
+
+bool Dispatcher::FailStuckChipTasksOf(RunState& run) {
+    bool failed = false;
+    JobThreads::Job job;
+    for (const auto& lane : lanes_)
+        while (lane->TakeOneOf(&run, job)) {
+            tl_fail_stuck = true;
+            job.run();  // RunChip, which fails it
+            tl_fail_stuck = false;
+            failed = true;
+        }
+    return failed;
+}
+
+bool Dispatcher::MoveToAnotherDevice(HostTask* task) {
+    if (task->pinned) return false;
+    Lock lock(*this);
+    const size_t from = task->device, n = executors_.size();
+    PlacementInput& in = placement_;
+    in.pinned.reset();
+    in.load = load_;
+    in.current_bytes.assign(n, 0);
+    in.input_bytes = 0;
+    in.remote_fits = !any_remote_ || remote::CallFits(task->args);
+    costs_->Fill(in);
+    in.rotate = rotate_++;
+    in.blocked.assign(n, false);
+    for (size_t d = 0; d < n; ++d) in.blocked[d] = d == from || Blocked(d);
+    const size_t to = Place(in);
+    if (in.blocked[to]) return false;
+    --load_[from];
+    ++load_[to];
+    task->device = to;
+    to_post_[to].push_back(ChipJob(task));
+    return true;
+}
+
 void Dispatcher::RunChip(HostTask* task) {
     const size_t d = task->device;
+    if (local_[d] && !tl_fail_stuck && local_[d]->AllSlotsHeldByThisThread() && MoveToAnotherDevice(task)) return;
     ChipCallStats moved;
     // A clock read costs about 70 ns here: a local call reuses start_ns as
     // its device span's start, and a call that downloaded nothing ended
@@ -707,6 +780,13 @@ void Dispatcher::RunChip(HostTask* task) {
     {
         Running running(this, task);
         try {
+            if (tl_fail_stuck)
+                throw Error(ErrorKind::InvalidArgument,
+                            "chip task '" + task->name + "' of run '" + task->run->name +
+                                "': every device's chip slots are held by chip calls that wait for nested runs, "
+                                "this task's among them, so none could end before another does (raise "
+                                "DistributedConfig::chip_tasks_per_device, or run nested programs from the host "
+                                "orchestration function or a SubWorker)");
             moved = local_[d] ? local_[d]->Run(task->call, start_ns) : executors_[d]->Run(task->call);
             end_ns = moved.bytes_downloaded == 0 && moved.run_end_ns >= start_ns ? moved.run_end_ns : DeviceClockNs();
             costs_->Record(d, end_ns - start_ns, moved);

@@ -86,6 +86,26 @@ public:
     // Applies what other threads parked while LeaveToItsLane held the
     // lock (they left it to the holder).
     void ApplyParked();
+    // Chip calls of this dispatcher that wait for a nested run. While the
+    // calling thread waits (SleepOrHelp), the devices of the chip calls it
+    // runs count it (`marked` says which, for EndNestedWait): a device whose
+    // every slot is held by such a call is blocked. Placement avoids
+    // blocked devices, a waiting thread moves a task queued on its own
+    // blocked device to one that is not, and once every device is blocked
+    // the awaited run's queued chip tasks fail (FailStuckChipTasksOf): no
+    // slot can free before one of those runs ends, so they would wait for
+    // each other for good (found probing from outside: two chip functions
+    // whose nested runs' tasks were queued on each other's devices).
+    struct NestedWait {
+        size_t devices[8];
+        size_t count = 0;
+    };
+    void BeginNestedWait(NestedWait& marked);
+    void EndNestedWait(const NestedWait& marked);
+    bool AllDevicesBlocked() const noexcept;
+    // Fails (InvalidArgument) the chip tasks of `run` queued on any device,
+    // on the calling thread; whether it failed any.
+    bool FailStuckChipTasksOf(RunState& run);
     // Waits up to `timeout` for the run to end; whether it did. Checks the
     // caller as Wait does, and does not take the run's outputs.
     bool WaitFor(RunState& run, std::chrono::nanoseconds timeout);
@@ -159,6 +179,13 @@ private:
     void SleepUntilDone(RunState& run);  // checks the caller is not part of `run` first
     std::vector<TaskRecord> RecordsOf(const RunState& run) const;  // mu_ held, the run ended
     void RunChip(HostTask* task);
+    // A chip task the calling thread took from its own device's queue while
+    // its chip calls hold every slot there (it waits for a nested run): to
+    // the best device that is not blocked; false when none is.
+    bool MoveToAnotherDevice(HostTask* task);
+    bool Blocked(size_t device) const noexcept {
+        return waiting_[device].load(std::memory_order_acquire) >= room_[device];
+    }
     dependency::JobThreads::Job ChipJob(HostTask* task);  // RunChip(task), as its device's threads take it
     // After Submit released the lock: runs the chip tasks of its run that
     // it made ready and that are cheaper to run than to hand to a device
@@ -194,6 +221,10 @@ private:
     std::vector<std::string> device_names_;  // Describe() of each executor, for the trace
     std::vector<uint32_t> load_;
     std::vector<uint32_t> room_;  // Concurrency() of each executor
+    // Chip calls per device whose thread waits for a nested run, and all of
+    // them (placement looks at the devices only while some wait).
+    std::unique_ptr<std::atomic<uint32_t>[]> waiting_;
+    std::atomic<uint32_t> waiting_total_{0};
     std::vector<bool> remote_;
     bool any_remote_ = false;  // a device of another rank: placement checks that a task fits its calls
     PlacementInput placement_;  // reused: no allocation per task

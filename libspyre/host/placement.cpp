@@ -35,7 +35,11 @@ size_t Place(const PlacementInput& in) {
     // A task too large for a remote call's messages runs here: placed on
     // another rank it would fail where this rank's devices run it (unless
     // every device is remote: then its call says why it cannot go).
-    auto allowed = [&](size_t d) { return in.remote_fits || !remote(d); };
+    auto fits = [&](size_t d) { return in.remote_fits || !remote(d); };
+    auto blocked = [&](size_t d) { return !in.blocked.empty() && in.blocked[d]; };
+    bool any_free = false;
+    for (size_t d = 0; d < n && !in.blocked.empty() && !any_free; ++d) any_free = fits(d) && !blocked(d);
+    auto allowed = [&](size_t d) { return fits(d) && !(any_free && blocked(d)); };
     size_t best = in.rotate % n;
     for (size_t i = 0; i < n && !allowed(best); ++i) best = (in.rotate + i + 1) % n;
     double best_cost = cost(best);

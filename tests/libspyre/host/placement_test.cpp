@@ -43,6 +43,25 @@ TEST(HostPlacement, LeastLoadedWithTiesRoundRobin) {
     EXPECT_EQ(Place({.pinned = {}, .load = {1, 0, 1, 0}, .room = {1, 1, 1, 1}, .current_bytes = {0, 0, 0, 0}, .rotate = 2}), 3u);
 }
 
+// A device whose slots are all held by chip calls waiting for nested runs
+// is avoided, however idle it looks and whatever it holds of the inputs,
+// while another device is not; when every device is, load decides again.
+TEST(HostPlacement, ADeviceBlockedByWaitingCallsIsAvoidedWhileAnotherIsNot) {
+    PlacementInput in = Idle(3);
+    in.load = {1, 1, 2};
+    in.current_bytes = {0, 64 * MiB, 0};
+    in.input_bytes = 64 * MiB;
+    in.blocked = {true, true, false};
+    for (size_t rotate = 0; rotate < 3; ++rotate) {
+        in.rotate = rotate;
+        EXPECT_EQ(Place(in), 2u) << "rotate " << rotate;
+    }
+    in.blocked = {true, true, true};
+    in.current_bytes = {0, 0, 0};
+    in.rotate = 0;
+    EXPECT_EQ(Place(in), 0u);
+}
+
 // A device that runs two chip tasks at once has half the backlog of one
 // running one with the same tasks queued.
 TEST(HostPlacement, BacklogCountsWhatADeviceRunsAtOnce) {

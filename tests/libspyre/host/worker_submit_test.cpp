@@ -742,6 +742,73 @@ TEST_F(WorkerTest, ASiblingTheNestedRunWaitsForFailsRatherThanHangs) {
     }
 }
 
+// Chip functions on several devices at once, each running a nested program
+// of one chip task on the same Worker and waiting for it (`concurrent`
+// calls held together by a barrier, so all hold their device's only slot
+// while they wait). Returns the outer run's error, or "" when it ended well
+// with every nested sum right; "hung" when it did not end within 60 s.
+std::string NestedChipRunsAtOnce(Host& host, size_t devices, int concurrent) {
+    DistributedConfig c;
+    const auto vfs = Vfs(host);
+    c.device_ids.assign(vfs.begin(), vfs.begin() + long(devices));
+    c.chip_tasks_per_device = 1;
+    Worker w(host, c);
+    RegisterTinyAdd(w);
+    std::atomic<int> entered{0};
+    std::vector<HostTensor> sums;
+    for (int i = 0; i < concurrent; ++i) sums.push_back(HostTensor::Zeros({1, kTinyCols}));
+    HostTensor ones = HostTensor::Full({1, kTinyCols}, 1.0f);
+    HostProgram inner{"inner", 2, {}, [&](HostGraph& g, std::span<const HostTensor> x) {
+                          g.Chip("tiny_add", {In(ones), In(x[0]), Out(x[1])});
+                      }};
+    w.RegisterChipFunction("nest", ChipFunction([&](ChipContext& ctx) {
+                               ++entered;
+                               if (!Await([&] { return entered.load() >= concurrent; })) throw std::runtime_error("barrier");
+                               const int i = int(ctx.shapes[0][1]) - 1;  // which sum: the argument's width
+                               w.Run(inner, {HostTensor::Full({1, kTinyCols}, float(i)), sums[size_t(i)]});
+                           }));
+    HostProgram outer{"outer", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                          for (int i = 0; i < concurrent; ++i) g.Chip("nest", {In(HostTensor::Zeros({1, i + 1}))});
+                      }};
+    auto run = std::async(std::launch::async, [&] { w.Run(outer, {}); });
+    if (run.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+        std::fprintf(stderr, "the nested runs hung\n");
+        std::_Exit(1);  // its threads wait for each other: no clean way out
+    }
+    try {
+        run.get();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    for (int i = 0; i < concurrent; ++i)
+        for (float v : sums[size_t(i)].floats())
+            if (v != float(i) + 1.0f) return "sum " + std::to_string(i) + " holds " + std::to_string(v);
+    return "";
+}
+
+// Three chip functions on three of four one-slot devices wait for nested
+// runs at once: each nested chip task runs on the free device. Before,
+// placement sent them by load alone, onto a device whose slot a waiting
+// call held: they failed as waiting for themselves, or, queued on each
+// other's devices, hung both runs (found probing from outside).
+TEST_F(WorkerTest, NestedChipRunsUseTheDeviceNoWaitingCallHolds) {
+    worker_.reset();  // its devices
+    for (int round = 0; round < 5; ++round) EXPECT_EQ(NestedChipRunsAtOnce(*host_, 4, 3), "") << "round " << round;
+}
+
+// Two chip functions hold both one-slot devices and wait for nested runs
+// whose chip tasks need a slot: no slot can free before one of those runs
+// ends. Their chip tasks fail (InvalidArgument), in bounded time, rather
+// than wait for each other for good.
+TEST_F(WorkerTest, NestedChipRunsWithEverySlotHeldByWaitingCallsFailRatherThanHang) {
+    worker_.reset();  // its devices
+    for (int round = 0; round < 5; ++round) {
+        const std::string error = NestedChipRunsAtOnce(*host_, 2, 2);
+        EXPECT_NE(error.find("chip slot"), std::string::npos) << "round " << round << ": " << error;
+        EXPECT_NE(error.find("invalid argument"), std::string::npos) << error;
+    }
+}
+
 // A run's waiter runs the run's queued tasks itself while the device
 // threads and SubWorkers sleep (Dispatcher::LookForEnd). A SubWorker it
 // runs that starts a nested run and waits takes the SubWorker pool's only
