@@ -160,8 +160,8 @@ TEST(KernelBuilder, RejectsBadArgumentsNamingWhatIsWrong) {
     EXPECT_SPYRE_ERROR(b.Transpose({2, 3}, {0, 0}, DType::FP32), InvalidArgument, "perm entry 1");
     EXPECT_SPYRE_ERROR(b.Relu({2, 0}, DType::FP32), InvalidArgument, "dimension 1 of relu is 0");
     EXPECT_SPYRE_ERROR(b.Gelu({1, 1, 1, 1, 1, 1, 1, 1, 1}, DType::FP32), InvalidArgument, "rank 9");
-    EXPECT_SPYRE_ERROR(b.Fill({2}, 300, DType::INT8), InvalidArgument, "not a int8");
-    EXPECT_SPYRE_ERROR(b.Fill({2}, 1.5, DType::INT32), InvalidArgument, "not a int32");
+    EXPECT_SPYRE_ERROR(b.Fill({2}, 300, DType::INT8), InvalidArgument, "not representable as int8");
+    EXPECT_SPYRE_ERROR(b.Fill({2}, 1.5, DType::INT32), InvalidArgument, "not representable as int32");
     EXPECT_SPYRE_ERROR(b.Softmax({4}, DType::BF16), InvalidArgument, "softmax takes fp16 or fp32");
     EXPECT_SPYRE_ERROR(b.Relu({int64_t(1) << 40, int64_t(1) << 40}, DType::FP32), InvalidArgument, "too large");
     const BuiltKernel k = b.Relu({2}, DType::FP32);
