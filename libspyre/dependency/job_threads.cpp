@@ -55,9 +55,9 @@ bool JobThreads::RunOneOf(const void* owner) {
     return true;
 }
 
-bool JobThreads::TakeOneOf(const void* owner, Job& out) {
+bool JobThreads::TakeOneOf(const void* owner, const std::function<bool(const void* item)>& want, Job& out) {
     std::lock_guard lock(mu_);
-    auto it = std::find_if(jobs_.begin(), jobs_.end(), [&](const Job& j) { return j.owner == owner; });
+    auto it = std::find_if(jobs_.begin(), jobs_.end(), [&](const Job& j) { return j.owner == owner && want(j.item); });
     if (it == jobs_.end()) return false;
     out = std::move(*it);
     jobs_.erase(it);

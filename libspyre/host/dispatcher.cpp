@@ -176,6 +176,9 @@ thread_local std::vector<HostTask*> tl_cheap_spare;  // its storage between subm
 thread_local const Dispatcher::Submitting* tl_submitting = nullptr;
 // Set while FailStuckChipTasksOf runs a taken chip task: RunChip fails it.
 thread_local bool tl_fail_stuck = false;
+// Waits (SleepOrHelp) the calling thread is inside: a chip task it takes
+// meanwhile may be one whose device's slots waiting calls hold.
+thread_local int tl_waits = 0;
 thread_local int tl_depth = 0;
 
 Running::Running(const Dispatcher* d, const HostTask* t)
@@ -205,8 +208,12 @@ bool SleepOrHelp(RunState& run, Ready&& ready, Dispatcher& dispatcher,
     struct Unmark {
         Dispatcher& d;
         Dispatcher::NestedWait& m;
-        ~Unmark() { d.EndNestedWait(m); }
+        ~Unmark() {
+            d.EndNestedWait(m);
+            --tl_waits;
+        }
     } unmark{dispatcher, marked};
+    ++tl_waits;
     dispatcher.BeginNestedWait(marked);
     bool left_some = false;
     auto leave = [&](const void* item) {
@@ -226,7 +233,7 @@ bool SleepOrHelp(RunState& run, Ready&& ready, Dispatcher& dispatcher,
         const bool ran = pool->RunOneQueued(leave);
         dispatcher.ApplyParked();  // `leave` may have held its lock
         if (ran) continue;
-        if (marked.count != 0 && dispatcher.AllDevicesBlocked() && dispatcher.FailStuckChipTasksOf(run)) continue;
+        if (marked.count != 0 && dispatcher.SweepStuckChipTasksOf(run)) continue;
         run.wake.SleepUnless([&] { return ready() || (!left_some && pool->HasQueued()); },
                              std::min<nanoseconds>(left, milliseconds(1)));
     }
@@ -696,9 +703,10 @@ bool Dispatcher::LeaveToItsLane(const HostTask& task, const RunState& awaited) {
     // nothing frees it meanwhile.
     if (task.level != Level::Chip || task.run == &awaited) return false;
     const size_t d = task.device;
-    if (!local_[d] || !local_[d]->AllSlotsHeldByThisThread()) return false;
+    // A slot is free: run it here.
+    if (!local_[d] || local_[d]->HasFreeSlot()) return false;
     // Another device can run it: take it, and RunChip moves it there.
-    if (!AllDevicesBlocked()) return false;
+    if ((Blocked(d) || local_[d]->AllSlotsHeldByThisThread()) && !AllDevicesBlocked() && !task.pinned) return false;
     // The bare mutex, not a Lock: under its pool's lock this may not post
     // jobs (a Lock's release does). What threads parked meanwhile, leaving
     // it to this holder, SleepOrHelp applies next (ApplyParked).
@@ -732,17 +740,24 @@ bool Dispatcher::AllDevicesBlocked() const noexcept {
     return true;
 }
 
-bool Dispatcher::FailStuckChipTasksOf(RunState& run) {
-    bool failed = false;
+bool Dispatcher::SweepStuckChipTasksOf(RunState& run) {
+    if (waiting_total_.load(std::memory_order_acquire) == 0) return false;
+    bool swept = false;
     JobThreads::Job job;
-    for (const auto& lane : lanes_)
-        while (lane->TakeOneOf(&run, job)) {
+    for (size_t d = 0; d < lanes_.size(); ++d) {
+        if (!Blocked(d)) continue;
+        const bool all_blocked = AllDevicesBlocked();
+        // Pinned, or every device blocked: it may wait for good. Else it moves.
+        while (lanes_[d]->TakeOneOf(&run, [](const void* item) { return item != nullptr; }, job)) {
+            HostTask* task = const_cast<HostTask*>(static_cast<const HostTask*>(job.item));
+            swept = true;
+            if (!task->pinned && !all_blocked && MoveToAnotherDevice(task)) continue;
             tl_fail_stuck = true;
             job.run();  // RunChip, which fails it
             tl_fail_stuck = false;
-            failed = true;
         }
-    return failed;
+    }
+    return swept;
 }
 
 bool Dispatcher::MoveToAnotherDevice(HostTask* task) {
@@ -770,7 +785,19 @@ bool Dispatcher::MoveToAnotherDevice(HostTask* task) {
 
 void Dispatcher::RunChip(HostTask* task) {
     const size_t d = task->device;
-    if (local_[d] && !tl_fail_stuck && local_[d]->AllSlotsHeldByThisThread() && MoveToAnotherDevice(task)) return;
+    // Taken by a thread that waits for a nested run while every slot of
+    // the device is held by calls that wait so (this thread's or others'):
+    // to a device that can run it, or it fails, since a slot may never
+    // free. When this thread's calls hold them all, the executor refuses it
+    // itself, saying so.
+    bool stuck = tl_fail_stuck;
+    if (!stuck && tl_waits > 0 && local_[d] && !local_[d]->HasFreeSlot()) {
+        const bool mine = local_[d]->AllSlotsHeldByThisThread();
+        if (mine || Blocked(d)) {
+            if (MoveToAnotherDevice(task)) return;
+            stuck = !mine;
+        }
+    }
     ChipCallStats moved;
     // A clock read costs about 70 ns here: a local call reuses start_ns as
     // its device span's start, and a call that downloaded nothing ended
@@ -780,11 +807,12 @@ void Dispatcher::RunChip(HostTask* task) {
     {
         Running running(this, task);
         try {
-            if (tl_fail_stuck)
+            if (stuck)
                 throw Error(ErrorKind::InvalidArgument,
-                            "chip task '" + task->name + "' of run '" + task->run->name +
-                                "': every device's chip slots are held by chip calls that wait for nested runs, "
-                                "this task's among them, so none could end before another does (raise "
+                            "chip task '" + task->name + "' of run '" + task->run->name + "' on " +
+                                device_names_[d] +
+                                ": every chip slot there, and on every device it could move to, is held by chip "
+                                "calls that wait for nested runs, so it could wait for them for good (raise "
                                 "DistributedConfig::chip_tasks_per_device, or run nested programs from the host "
                                 "orchestration function or a SubWorker)");
             moved = local_[d] ? local_[d]->Run(task->call, start_ns) : executors_[d]->Run(task->call);

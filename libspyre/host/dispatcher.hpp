@@ -90,12 +90,14 @@ public:
     // calling thread waits (SleepOrHelp), the devices of the chip calls it
     // runs count it (`marked` says which, for EndNestedWait): a device whose
     // every slot is held by such a call is blocked. Placement avoids
-    // blocked devices, a waiting thread moves a task queued on its own
-    // blocked device to one that is not, and once every device is blocked
-    // the awaited run's queued chip tasks fail (FailStuckChipTasksOf): no
-    // slot can free before one of those runs ends, so they would wait for
-    // each other for good (found probing from outside: two chip functions
-    // whose nested runs' tasks were queued on each other's devices).
+    // blocked devices; a waiting thread never waits for a slot itself
+    // (LeaveToItsLane, RunChip), and moves the awaited run's chip tasks
+    // queued on a blocked device to one that is not, or fails them where
+    // every device they may run on is blocked (SweepStuckChipTasksOf): no
+    // slot there can free before one of the awaited runs ends, so they
+    // would wait for each other for good (found probing from outside:
+    // chip functions whose nested runs' tasks were queued on each other's
+    // devices).
     struct NestedWait {
         size_t devices[8];
         size_t count = 0;
@@ -103,9 +105,10 @@ public:
     void BeginNestedWait(NestedWait& marked);
     void EndNestedWait(const NestedWait& marked);
     bool AllDevicesBlocked() const noexcept;
-    // Fails (InvalidArgument) the chip tasks of `run` queued on any device,
-    // on the calling thread; whether it failed any.
-    bool FailStuckChipTasksOf(RunState& run);
+    // The chip tasks of `run` queued on blocked devices: moved to a device
+    // that is not, or failed (InvalidArgument, on the calling thread) when
+    // none they may run on is; whether it did either.
+    bool SweepStuckChipTasksOf(RunState& run);
     // Waits up to `timeout` for the run to end; whether it did. Checks the
     // caller as Wait does, and does not take the run's outputs.
     bool WaitFor(RunState& run, std::chrono::nanoseconds timeout);

@@ -211,6 +211,11 @@ namespace {
 thread_local std::vector<const LocalChipExecutor*> t_slots_held;
 }  // namespace
 
+bool LocalChipExecutor::HasFreeSlot() {
+    std::lock_guard lock(mu_);
+    return !free_slots_.empty();
+}
+
 bool LocalChipExecutor::AllSlotsHeldByThisThread() {
     std::lock_guard lock(mu_);
     return free_slots_.empty() && size_t(std::count(t_slots_held.begin(), t_slots_held.end(), this)) >= slots_.size();

@@ -45,6 +45,9 @@ public:
     // Whether every chip slot is held by calls of the calling thread (a
     // chip function waiting on a nested run): another call could only fail.
     bool AllSlotsHeldByThisThread();
+    // Whether a call would get a slot without waiting (a look: another
+    // thread may take it first).
+    bool HasFreeSlot();
     ChipCallStats Run(const ChipCall& call) override;
     // The same, called at `called_ns` on the device clock (the caller's
     // own read, which this call then need not repeat).

@@ -747,11 +747,11 @@ TEST_F(WorkerTest, ASiblingTheNestedRunWaitsForFailsRatherThanHangs) {
 // calls held together by a barrier, so all hold their device's only slot
 // while they wait). Returns the outer run's error, or "" when it ended well
 // with every nested sum right; "hung" when it did not end within 60 s.
-std::string NestedChipRunsAtOnce(Host& host, size_t devices, int concurrent) {
+std::string NestedChipRunsAtOnce(Host& host, size_t devices, int concurrent, int slots = 1) {
     DistributedConfig c;
     const auto vfs = Vfs(host);
     c.device_ids.assign(vfs.begin(), vfs.begin() + long(devices));
-    c.chip_tasks_per_device = 1;
+    c.chip_tasks_per_device = slots;
     Worker w(host, c);
     RegisterTinyAdd(w);
     std::atomic<int> entered{0};
@@ -806,6 +806,17 @@ TEST_F(WorkerTest, NestedChipRunsWithEverySlotHeldByWaitingCallsFailRatherThanHa
         const std::string error = NestedChipRunsAtOnce(*host_, 2, 2);
         EXPECT_NE(error.find("chip slot"), std::string::npos) << "round " << round << ": " << error;
         EXPECT_NE(error.find("invalid argument"), std::string::npos) << error;
+    }
+    // Two slots on one device, held by two threads' waiting calls: a
+    // waiting thread that took the other's nested task waited for a slot
+    // itself, and both hung.
+    HostOptions sixteen_cores = Mock(1, 1);
+    sixteen_cores.embedded_mock.extra_args = {"--cores", "16"};
+    Host two_slots = Host::Open(sixteen_cores);
+    for (int round = 0; round < 3; ++round) {
+        const std::string error = NestedChipRunsAtOnce(two_slots, 1, 2, 2);
+        EXPECT_NE(error.find("held by chip calls that wait for nested runs"), std::string::npos)
+            << "round " << round << ": " << error;
     }
 }
 
