@@ -91,11 +91,10 @@ public:
     // threads (JobThreads::Current() is this pool meanwhile), if fewer jobs
     // run than the pool has threads. False when it ran none.
     bool RunOneOf(const void* owner);
-    // Takes the first queued job of `owner` whose item `want`s out of the
-    // queue, whatever the
-    // pool's room (the caller runs it on its own thread: a job that will
-    // not use the pool's resource, a chip task that is to fail). False
-    // when none is queued.
+    // Takes the first queued job of `owner` whose item `want` accepts out
+    // of the queue, whatever the pool's room (the caller runs it on its own
+    // thread or posts it elsewhere: a chip task that is to fail or to move
+    // to another device). False when none is queued.
     bool TakeOneOf(const void* owner, const std::function<bool(const void* item)>& want, Job& out);
     // Runs `job` on the calling thread, as RunOneOf runs a queued one,
     // when fewer jobs run than the pool has threads; false (the job left

@@ -174,7 +174,7 @@ thread_local const RunState* tl_run_here = nullptr;
 thread_local std::vector<HostTask*> tl_cheap;
 thread_local std::vector<HostTask*> tl_cheap_spare;  // its storage between submits: no allocation per task
 thread_local const Dispatcher::Submitting* tl_submitting = nullptr;
-// Set while FailStuckChipTasksOf runs a taken chip task: RunChip fails it.
+// Set while SweepStuckChipTasksOf runs a taken chip task: RunChip fails it.
 thread_local bool tl_fail_stuck = false;
 // Waits (SleepOrHelp) the calling thread is inside: a chip task it takes
 // meanwhile may be one whose device's slots waiting calls hold.
