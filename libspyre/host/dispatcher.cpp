@@ -536,24 +536,7 @@ void Dispatcher::MakeReady(HostTask* task) {
         to_post_.back().push_back({[this, task] { RunSub(task); }, task->run});
         return;
     }
-    PlacementInput& in = placement_;
-    in.pinned = task->pinned;
-    in.load = load_;
-    in.current_bytes.assign(executors_.size(), 0);
-    in.input_bytes = 0;
-    for (const TensorArg& a : task->args)
-        if (a.access != Access::Out) {
-            in.input_bytes += a.tensor.bytes();
-            for (size_t d = 0; d < executors_.size(); ++d)
-                if (!remote_[d] && residency_.Current(a.tensor, d)) in.current_bytes[d] += a.tensor.bytes();
-        }
-    in.remote_fits = !any_remote_ || remote::CallFits(task->args);
-    costs_->Fill(in);
-    in.rotate = rotate_++;
-    in.blocked.clear();
-    if (waiting_total_.load(std::memory_order_acquire) != 0) [[unlikely]]
-        for (size_t e = 0; e < executors_.size(); ++e) in.blocked.push_back(Blocked(e));
-    const size_t d = Place(in);
+    const size_t d = PlaceLocked(*task, std::nullopt);
     task->device = d;
     ++load_[d];
     ChipCall& call = task->call;  // as Free left it: its arguments' capacity kept (no allocation per task)
@@ -706,7 +689,8 @@ bool Dispatcher::LeaveToItsLane(const HostTask& task, const RunState& awaited) {
     // A slot is free: run it here.
     if (!local_[d] || local_[d]->HasFreeSlot()) return false;
     // Another device can run it: take it, and RunChip moves it there.
-    if ((Blocked(d) || local_[d]->AllSlotsHeldByThisThread()) && !AllDevicesBlocked() && !task.pinned) return false;
+    // (This thread's calls holding every slot block it too: they wait here.)
+    if (Blocked(d) && !AllDevicesBlocked() && !task.pinned) return false;
     // The bare mutex, not a Lock: under its pool's lock this may not post
     // jobs (a Lock's release does). What threads parked meanwhile, leaving
     // it to this holder, SleepOrHelp applies next (ApplyParked).
@@ -760,22 +744,33 @@ bool Dispatcher::SweepStuckChipTasksOf(RunState& run) {
     return swept;
 }
 
+size_t Dispatcher::PlaceLocked(const HostTask& task, std::optional<size_t> excluded) {
+    PlacementInput& in = placement_;
+    in.pinned = task.pinned;
+    in.load = load_;
+    in.current_bytes.assign(executors_.size(), 0);
+    in.input_bytes = 0;
+    for (const TensorArg& a : task.args)
+        if (a.access != Access::Out) {
+            in.input_bytes += a.tensor.bytes();
+            for (size_t d = 0; d < executors_.size(); ++d)
+                if (!remote_[d] && residency_.Current(a.tensor, d)) in.current_bytes[d] += a.tensor.bytes();
+        }
+    in.remote_fits = !any_remote_ || remote::CallFits(task.args);
+    costs_->Fill(in);
+    in.rotate = rotate_++;
+    in.blocked.clear();
+    if (excluded || waiting_total_.load(std::memory_order_acquire) != 0) [[unlikely]]
+        for (size_t d = 0; d < executors_.size(); ++d) in.blocked.push_back(d == excluded || Blocked(d));
+    return Place(in);
+}
+
 bool Dispatcher::MoveToAnotherDevice(HostTask* task) {
     if (task->pinned) return false;
     Lock lock(*this);
-    const size_t from = task->device, n = executors_.size();
-    PlacementInput& in = placement_;
-    in.pinned.reset();
-    in.load = load_;
-    in.current_bytes.assign(n, 0);
-    in.input_bytes = 0;
-    in.remote_fits = !any_remote_ || remote::CallFits(task->args);
-    costs_->Fill(in);
-    in.rotate = rotate_++;
-    in.blocked.assign(n, false);
-    for (size_t d = 0; d < n; ++d) in.blocked[d] = d == from || Blocked(d);
-    const size_t to = Place(in);
-    if (in.blocked[to]) return false;
+    const size_t from = task->device;
+    const size_t to = PlaceLocked(*task, from);
+    if (to == from || Blocked(to)) return false;
     --load_[from];
     ++load_[to];
     task->device = to;

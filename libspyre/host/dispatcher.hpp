@@ -186,6 +186,9 @@ private:
     // its chip calls hold every slot there (it waits for a nested run): to
     // the best device that is not blocked; false when none is.
     bool MoveToAnotherDevice(HostTask* task);
+    // mu_ held: the device Place picks for `task` (placement_ filled from
+    // the dispatcher's state), with `excluded` counted as blocked.
+    size_t PlaceLocked(const HostTask& task, std::optional<size_t> excluded);
     bool Blocked(size_t device) const noexcept {
         return waiting_[device].load(std::memory_order_acquire) >= room_[device];
     }

@@ -22,13 +22,12 @@ def main() -> int:
     sources = [a for a in args if a.endswith(SOURCE_SUFFIXES)]
     # What the preprocessor needs: everything but the sources and the libraries.
     flags = [a for a in args if a not in sources and not a.startswith("-l")]
-    headers: list[str] = []
+    headers: dict[str, None] = {}  # in order, each once
     for source in sources:
         listed = subprocess.run([clang, *flags, "-MM", "-MT", output, source], check=True,
                                 capture_output=True, text=True).stdout
         for token in listed.replace("\\\n", " ").split(":", 1)[1].split():
-            if token not in headers:
-                headers.append(token)
+            headers.setdefault(token)
     built = subprocess.run([clang, *args, "-o", output])
     if built.returncode != 0:
         return built.returncode
