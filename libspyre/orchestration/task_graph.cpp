@@ -271,6 +271,13 @@ std::string TaskGraph::Describe(int32_t id) const {
 
 template <typename Stuck>
 void TaskGraph::WaitForRoom(std::unique_lock<std::mutex>& submitting, Lock& lock, StallNeed need, Stuck&& stuck) {
+    if (need.behind_scopes) {
+        // The scopes' thread goes on (this one holds nothing it waits for)
+        // and ends them, or exits, which ends them: looked at again each
+        // millisecond, and whenever something wakes the waiters.
+        Sleep(lock, std::chrono::steady_clock::now() + std::chrono::milliseconds(1), &submitting);
+        return;
+    }
     // Under pressure, depth-0 outputs nobody can name (their address was
     // never handed out) need not be kept.
     if (!holds_.empty() && LetGoHoldsNotHandedOut()) return;
@@ -421,7 +428,7 @@ std::string TaskGraph::TaskRingStuck() const {
         s << " is held by its submitting thread (" << kHoldRule
           << "): read depth-0 outputs sooner, wait, put the tasks in scopes, or create the runtime with a larger "
              "task ring";
-    } else if (st == TaskState::Completed && t.has_heap_block && scopes_.depth() > 0 &&
+    } else if (st == TaskState::Completed && t.has_heap_block && t.in_scopes && scopes_.depth() > 0 &&
                ring_.tail_seq() >= *scopes_.outermost()) {  // inside the open scopes, not before them
         s << " is held by " << scopes_.depth() << " open scope(s) (the outermost began at task "
           << ring_.IdOf(*scopes_.outermost()) << ") for its implicit outputs, and the ring is reused in order behind it: "
@@ -461,6 +468,22 @@ bool TaskGraph::SlotKeptForAHold() const {
     return ring_.capacity() - ring_.live() == 1 && HeldByAnotherThread(RingTail(), false);
 }
 
+bool TaskGraph::RoomKeptForAnotherThreadsScopes(uint64_t bytes) const {
+    // A kernel's submission is not held back: the scopes' thread may be
+    // waiting for its task (pto_wait_all inside a scope).
+    const std::thread::id me = std::this_thread::get_id();
+    if (scope_owner_ == me || CpuWorker::RunningTasks()) return false;
+    // Nor one whose own hold keeps the oldest task: its next task lets go
+    // of it, and the scopes' thread may be waiting for that.
+    const Held* tail = ring_.live() > 0 ? HoldOf(ring_.tail()) : nullptr;
+    if (tail && tail->thread == me) return false;
+    if (const std::optional<int32_t> oldest = HeapOldestTask())
+        if (const Held* h = HoldOf(*oldest); h && h->thread == me) return false;
+    const int32_t half_free = ring_.capacity() / 2;
+    return ring_.capacity() - ring_.live() <= half_free ||
+           (bytes > 0 && heap_.size() - heap_.used() < heap_.size() / 2 + bytes);
+}
+
 bool TaskGraph::HeapRoomKeptForAHold(uint64_t bytes) const {
     if (bytes == 0 || heap_.size() - heap_.used() >= bytes + (heap_.size() >> 2)) return false;
     const std::optional<int32_t> oldest = HeapOldestTask();
@@ -497,7 +520,7 @@ std::string TaskGraph::HeapStuck(uint64_t need) const {
             s << ", which " << NextToTheSubmittingKernel(int64_t(*owner)) << " (it cannot end while its kernel waits)";
         else if (HoldOf(int32_t(*owner)))
             s << ", held by its submitting thread (" << kHoldRule << ")";
-        else if (scopes_.depth() > 0)
+        else if (scopes_.depth() > 0 && ring_.Get(int32_t(*owner)).in_scopes)
             s << ", held by " << scopes_.depth() << " open scope(s)";
     }
     s << ": end scopes sooner, free buffers, or create the runtime with a larger heap";
@@ -755,7 +778,7 @@ void TaskGraph::LetGoOfScope(const ScopeRecord& scope) {
     // and held tasks never are).
     for (int64_t seq = std::max(scope.begin, ring_.tail_seq()); seq < ring_.head_seq(); ++seq) {
         TaskDescriptor& t = ring_.AtSeq(seq);
-        if (!t.has_heap_block) continue;
+        if (!t.has_heap_block || !t.in_scopes) continue;
         ++t.fanout_refcount;
         TryConsume(t);
     }
@@ -893,6 +916,14 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
                                          " bytes, more than the heap ring (" + std::to_string(heap_.size()) + " bytes)");
     // 1. A slot from the task ring, 2. implicit outputs packed in one heap
     // block; neither is kept when the other has no room.
+    // Half of each ring is kept for another thread's open scopes: they
+    // hold their tasks until they end, the rings are reused in order
+    // behind them, and a depth-0 thread that filled the rest left the
+    // scopes no room to end (found probing from outside).
+    if (scopes_.depth() > 0 && RoomKeptForAnotherThreadsScopes(implicit_bytes)) [[unlikely]] {
+        need = {.slots = 1, .bytes = implicit_bytes, .behind_scopes = true};
+        return std::nullopt;
+    }
     // The last free slot is kept for the thread whose hold keeps the oldest
     // task: its next task lets go of the hold, and the ring comes back.
     // Taken by another thread, that next task would find no slot, and the
@@ -1003,10 +1034,14 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
     // 004: fanout = consumers + scope depth), or outside any scope by the
     // submitting thread (the depth-0 rule, holds_). Other tasks are held
     // only by their consumers, so a scope of any length streams through
-    // the ring.
+    // the ring. The scopes are their owner's: a task another thread submits
+    // meanwhile is at that thread's depth 0 (held by the scopes, it was let
+    // go of when they ended, before its thread read it: found probing from
+    // outside).
+    t.in_scopes = scopes_.depth() > 0 && scope_owner_ == std::this_thread::get_id();
     if (t.has_heap_block) {
-        if (scopes_.depth() == 0) Hold(t);
-        t.fanout_count += scopes_.depth();
+        if (!t.in_scopes) Hold(t);
+        else t.fanout_count += scopes_.depth();
     }
     ++inflight_;
     ++submitted_;
@@ -1366,7 +1401,7 @@ void TaskGraph::NoteFailure(const TaskDescriptor& t) {
     f.root_task_id = int64_t(root.task_id);
     f.root_kernel_id = root.kernel_id;
     failure_roots_.push_back(t.gate.root);
-    scopes_.NoteFailure(ring_.SeqOf(t.task_id), t.task_id, t.func_id, skipped, t.gate.root);
+    if (t.in_scopes) scopes_.NoteFailure(ring_.SeqOf(t.task_id), t.task_id, t.func_id, skipped, t.gate.root);
 }
 
 void TaskGraph::KeepPoisonedWrites(const TaskDescriptor& t) {

@@ -242,6 +242,7 @@ private:
     struct StallNeed {
         int32_t slots = 0;
         uint64_t bytes = 0;
+        bool behind_scopes = false;  // held back for another thread's scopes (RoomKeptForAnotherThreadsScopes)
     };
     // Waits until `attempt` succeeds; throws what `stuck` builds once no
     // running task can change anything. Each wait (WaitForRoom) releases
@@ -278,6 +279,10 @@ private:
     // thread's hold (its next task's: a block the size of the held one).
     bool SlotKeptForAHold() const;
     bool HeapRoomKeptForAHold(uint64_t bytes) const;
+    // Whether this thread's submission (of `bytes` of implicit outputs)
+    // would take the half of the task ring or of the heap ring kept for the
+    // scopes another thread has open.
+    bool RoomKeptForAnotherThreadsScopes(uint64_t bytes) const;
     // Whether `task_id` is a task whose kernel the calling thread is in.
     bool RunsOnThisThread(int64_t task_id) const;
     // Whether what a stalled submitter waits for can only come once a task

@@ -39,6 +39,7 @@ void TaskDescriptor::Reset(int32_t id) {
     heap_seq = 0;
     heap_bytes = 0;
     has_heap_block = false;
+    in_scopes = false;
     handed_out = false;
     kernel = nullptr;
     outcome = TaskOutcome::None;

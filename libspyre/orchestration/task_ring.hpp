@@ -64,6 +64,10 @@ struct TaskDescriptor {
     // It has implicit outputs: its scopes (or, outside any scope, its
     // submitting thread, the depth-0 rule) hold it.
     bool has_heap_block = false;
+    // Submitted by the thread whose scopes were open: they hold it (when it
+    // has implicit outputs) and count its failure. Another thread's task
+    // keeps to the depth-0 rule on its own thread.
+    bool in_scopes = false;
     bool handed_out = false;  // pto_task_output gave its outputs' address away
     const KernelEntry* kernel = nullptr;
     TaskOutcome outcome = TaskOutcome::None;

@@ -679,6 +679,13 @@ TEST_P(OrchQueueTest, AHostKernelThatThrowsReportsWhatItThrew) {
         EXPECT_EQ(std::string(err.what()).find("UNKNOWN"), std::string::npos) << err.what();
     }
     EXPECT_SPYRE_ERROR(scope.End(), TaskFailed, "failed: host kernel threw: tile 3 has no scale");  // its own report
+    // A thrown string says what it was (it said only "not a std::exception").
+    o().RegisterHostKernel(K_THROW + 100, [](std::span<void* const>, std::span<const uint64_t>) -> uint32_t {
+        throw "tile 4 has no scale";
+    });
+    o().Submit(K_THROW + 100, WORKER_HOST, fx);
+    EXPECT_SPYRE_ERROR(o().WaitAll(), TaskFailed,
+                       "host kernel threw: an exception that is not a std::exception: the string \"tile 4 has no scale\"");
     // A kernel that returns the status a throw stands for is only returning a code.
     o().RegisterHostKernel(K_ALL_ONES, [](std::span<void* const>, std::span<const uint64_t>) { return 0xffffffffu; });
     o().Submit(K_ALL_ONES, WORKER_HOST, fx);
@@ -1487,11 +1494,9 @@ TEST_P(OrchQueueTest, ALoopOfScopesRunsThroughPtoRunBeyondTheRing) {
 // the threads failed OutOfMemory (an outside probe, every run of 2 threads
 // on a ring of 2; 7 of 8 runs on the default ring of 1024). The last slot
 // is kept for that thread now, and the others wait for it.
-class DepthZeroThreads : public ::testing::TestWithParam<std::pair<int32_t, int>> {};
-
-TEST_P(DepthZeroThreads, Example1FromSeveralThreadsAtOnce) {
-    const auto [ring, threads] = GetParam();
-    const int rounds = ring > 16 ? 20'000 : 3'000;
+// Example 1 from `threads` threads at once, `rounds` times each, checked
+// exactly; thread 0 puts each round in a scope of its own when `scoped`.
+void Example1FromThreads(int32_t ring, int threads, int rounds, bool scoped) {
     auto orch = Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = ring, .heap_size = 1 << 16});
     using Args = std::span<void* const>;
     using Sizes = std::span<const uint64_t>;
@@ -1517,6 +1522,8 @@ TEST_P(DepthZeroThreads, Example1FromSeveralThreadsAtOnce) {
         pool.emplace_back([&, t, in] {
             try {
                 for (int i = 0; i < rounds; ++i) {
+                    std::optional<Orchestrator::Scope> scope;
+                    if (scoped && t == 0) scope.emplace(orch.BeginScope());
                     TaskParam p0[] = {{PARAM_INPUT, &in[0], 8}, {PARAM_INPUT, &in[1], 8}, {PARAM_OUTPUT, nullptr, 8}};
                     const int32_t t0 = orch.Submit(1, WORKER_VECTOR, p0);
                     TaskParam p1[] = {{PARAM_INPUT, orch.TaskOutput(t0, 0), 8}, {PARAM_INPUT, &in[2], 8},
@@ -1536,6 +1543,90 @@ TEST_P(DepthZeroThreads, Example1FromSeveralThreadsAtOnce) {
         EXPECT_EQ(errors[size_t(t)], "") << "thread " << t;
         EXPECT_EQ(*acc[size_t(t)], uint64_t(rounds) * uint64_t(t + 11) * 3) << "thread " << t;
     }
+}
+
+// Example 1's pattern (t0, its output read by t1, t1's read by a third
+// task) at depth 0 from several threads at once. A thread whose hold kept
+// the ring's oldest task while the others filled the ring behind it found
+// no slot for the task that lets go of it: the ring could not drain, and
+// the threads failed OutOfMemory (an outside probe, every run of 2 threads
+// on a ring of 2; 7 of 8 runs on the default ring of 1024). The last slot
+// is kept for that thread now, and the others wait for it.
+class DepthZeroThreads : public ::testing::TestWithParam<std::pair<int32_t, int>> {};
+
+TEST_P(DepthZeroThreads, Example1FromSeveralThreadsAtOnce) {
+    const auto [ring, threads] = GetParam();
+    Example1FromThreads(ring, threads, ring > 16 ? 20'000 : 3'000, false);
+}
+
+// One thread runs Example 1 in a scope per round while the others run it at
+// depth 0. The open scopes held the other threads' tasks, and their end let
+// go of them before those threads read them: "task N is not live" from
+// pto_task_output, refused reads, and "a scope can hold at most 32 tasks"
+// for the scoped thread (an outside probe: 5 of 5 runs on a ring of 32).
+// (Rings of room for the scope's 3 tasks beside the others' holds.)
+class ScopesBesideDepthZero : public ::testing::TestWithParam<std::pair<int32_t, int>> {};
+
+TEST_P(ScopesBesideDepthZero, AnotherThreadsScopesDoNotHoldOrCountADepthZeroThreadsTasks) {
+    const auto [ring, threads] = GetParam();
+    Example1FromThreads(ring, threads, ring > 16 ? 20'000 : 3'000, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(RingsAndThreads, ScopesBesideDepthZero,
+                         ::testing::Values(std::pair{16, 4}, std::pair{32, 2}, std::pair{1024, 2}, std::pair{1024, 4}));
+
+// A scope holds its tasks with implicit outputs until it ends, and the ring
+// is reused in order behind the oldest: a depth-0 thread that filled the
+// rest of the ring meanwhile left the scope no slot for its next task, and
+// both failed "a scope can hold at most 8 tasks" (an outside probe). Half
+// the ring is kept for another thread's scopes now.
+TEST(OrchScopes, ADepthZeroThreadLeavesHalfTheRingToAnotherThreadsScope) {
+    auto orch = Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 8, .heap_size = 1 << 16});
+    using Args = std::span<void* const>;
+    using Sizes = std::span<const uint64_t>;
+    orch.RegisterHostKernel(1, [](Args b, Sizes) {
+        *static_cast<uint64_t*>(b[2]) = *static_cast<uint64_t*>(b[0]) + *static_cast<uint64_t*>(b[1]);
+        return 0u;
+    });
+    auto* in = static_cast<uint64_t*>(orch.HostAddress(0, 16));
+    auto* b_out = static_cast<uint64_t*>(orch.HostAddress(4096, 8 * 20));
+    auto* a_out = static_cast<uint64_t*>(orch.HostAddress(8192, 8));
+    in[0] = 5, in[1] = 7;
+    std::string a_error, b_error;
+    std::atomic<bool> scope_open{false};
+    std::thread b([&] {
+        while (!scope_open.load()) std::this_thread::yield();
+        try {
+            for (int i = 0; i < 20; ++i) {
+                TaskParam p[] = {{PARAM_INPUT, &in[0], 8}, {PARAM_INPUT, &in[1], 8}, {PARAM_OUTPUT, &b_out[i], 8}};
+                orch.Submit(1, WORKER_HOST, p);
+            }
+        } catch (const Error& e) {
+            b_error = e.what();
+        }
+    });
+    try {
+        auto scope = orch.BeginScope();
+        TaskParam p0[] = {{PARAM_INPUT, &in[0], 8}, {PARAM_INPUT, &in[1], 8}, {PARAM_OUTPUT, nullptr, 8}};
+        int32_t prev = orch.Submit(1, WORKER_HOST, p0);
+        scope_open = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // b fills what it may of the ring
+        for (int i = 0; i < 3; ++i) {  // the scope's 4 tasks and b's 3 fit a ring of 8
+            TaskParam p[] = {{PARAM_INPUT, orch.TaskOutput(prev, 0), 8}, {PARAM_INPUT, &in[0], 8}, {PARAM_OUTPUT, nullptr, 8}};
+            prev = orch.Submit(1, WORKER_HOST, p);
+        }
+        TaskParam last[] = {{PARAM_INPUT, orch.TaskOutput(prev, 0), 8}, {PARAM_INPUT, &in[0], 8}, {PARAM_OUTPUT, a_out, 8}};
+        orch.Submit(1, WORKER_HOST, last);
+    } catch (const Error& e) {
+        a_error = e.what();
+    }
+    scope_open = true;
+    b.join();
+    orch.WaitAll();
+    EXPECT_EQ(a_error, "");
+    EXPECT_EQ(b_error, "");
+    EXPECT_EQ(*a_out, 12u + 4 * 5);
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(b_out[i], 12u) << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(RingsAndThreads, DepthZeroThreads,
