@@ -43,6 +43,9 @@ public:
                DeviceOptions options);
     ~DeviceCore();
 
+    // Declared first, so it goes last: while it lives the core is open or
+    // still closing (its device node held), which Host::Open waits for.
+    const std::shared_ptr<const void> lifetime = std::make_shared<char>(0);
     std::shared_ptr<const driver::DeviceEnvironment> environment;
     std::optional<driver::Function> function;
     std::optional<SpyreAllocator> allocator;
@@ -61,6 +64,11 @@ public:
 
     // The scheduler's wake-up: DMA completions and enqueues bump it.
     void WakeScheduler();
+
+    // Its owner let go of it on a thread that is closing it (a Worker
+    // destroyed from one of its own tasks is freed on a thread of its own):
+    // Host::Open of the function waits for that instead of refusing it.
+    std::atomic<bool> closing{false};
 
     StreamState* CreateStream(int priority);
     void RetireStream(StreamState* state);

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "device/device_core.hpp"
 #include "device/device_internals.hpp"
@@ -52,7 +54,11 @@ struct Host::State {
     std::shared_ptr<HostBackend> backend;
     std::mutex mu;
     // Functions this Host has opened, by index: held while the core lives.
-    std::map<size_t, std::weak_ptr<DeviceCore>> opened;
+    struct Opened {
+        std::weak_ptr<DeviceCore> core;
+        std::weak_ptr<const void> lifetime;  // DeviceCore::lifetime: it is not closed before this expires
+    };
+    std::map<size_t, Opened> opened;
 };
 
 Host::Host(std::shared_ptr<HostBackend> backend) : state_(std::make_shared<State>()) {
@@ -132,16 +138,40 @@ std::vector<Device> Host::OpenAll(const std::vector<std::string>& selectors, con
 
 Device Host::Open(const std::string& selector, DeviceOptions options) {
     const FunctionDescription& f = Find(selector);
-    std::lock_guard lock(state_->mu);
-    auto it = state_->opened.find(f.index);
-    if (it != state_->opened.end() && !it->second.expired())
-        throw Error(ErrorKind::Busy,
-                    "function " + f.pci_address + " is already open as a Device of this Host (close that Device first)",
-                    ErrorContext{.device = f.pci_address});
-    options.function = f.pci_address;
-    Device device = state_->backend->Open(f, std::move(options));
-    state_->opened[f.index] = DeviceInternals::Core(device);
-    return device;
+    // A Device being closed on a thread of its own (DeviceCore::closing),
+    // or in its destructor now, is waited for, up to kClosingWait: its
+    // owner let go of it, so the caller could not tell when to open it
+    // again (found probing from outside: Busy for 100-180 ms after a Worker
+    // destroyed from its own SubWorker had ended its runs).
+    constexpr auto kClosingWait = std::chrono::seconds(10);
+    const auto deadline = std::chrono::steady_clock::now() + kClosingWait;
+    for (;;) {
+        std::unique_lock lock(state_->mu);
+        auto it = state_->opened.find(f.index);
+        std::shared_ptr<DeviceCore> open = it != state_->opened.end() ? it->second.core.lock() : nullptr;
+        // A core whose last reference went may still be closing its node.
+        const bool in_destructor = !open && it != state_->opened.end() && !it->second.lifetime.expired();
+        if (!open && !in_destructor) {
+            options.function = f.pci_address;
+            Device device = state_->backend->Open(f, std::move(options));
+            const std::shared_ptr<DeviceCore>& core = DeviceInternals::Core(device);
+            state_->opened[f.index] = {core, core->lifetime};
+            return device;
+        }
+        const bool closing = in_destructor || open->closing.load(std::memory_order_acquire);
+        lock.unlock();
+        open.reset();  // outside the lock: it may be the last reference by now
+        if (!closing)
+            throw Error(ErrorKind::Busy,
+                        "function " + f.pci_address + " is already open as a Device of this Host (close that Device first)",
+                        ErrorContext{.device = f.pci_address});
+        if (std::chrono::steady_clock::now() >= deadline)
+            throw Error(ErrorKind::Busy,
+                        "function " + f.pci_address + " is still being closed (by a Worker destroyed from one of its own "
+                        "tasks, or a Device going on another thread): waited 10 s",
+                        ErrorContext{.device = f.pci_address});
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
 }
 
 }  // namespace spyre

@@ -18,6 +18,7 @@
 #include "spyre/common/device_clock.hpp"
 #include "spyre/trace/trace.hpp"
 #include "storage_claims.hpp"
+#include "thrown_value.hpp"
 
 namespace spyre::host {
 
@@ -675,7 +676,7 @@ void SetCause(TaskFailureInfo& f) {
         f.cause = e.what();
     } catch (...) {
         f.kind = ErrorKind::TaskFailed;
-        f.cause = "an exception that is not a std::exception";
+        f.cause = spyre::detail::DescribeThrownValue();
     }
     f.root_task_id = int64_t(f.task_id);  // a failed task is its own root
     f.root_kernel_id = f.kernel_id;
@@ -776,6 +777,11 @@ bool Dispatcher::MoveToAnotherDevice(HostTask* task) {
     task->device = to;
     to_post_[to].push_back(ChipJob(task));
     return true;
+}
+
+void Dispatcher::MarkDevicesClosing() noexcept {
+    for (LocalChipExecutor* local : local_)
+        if (local) local->MarkClosing();
 }
 
 void Dispatcher::RunChip(HostTask* task) {

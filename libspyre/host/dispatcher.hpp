@@ -150,6 +150,9 @@ public:
         made_in_.Check(call, "Worker", "create the Worker again in the child");
     }
     bool ForkedAway() const noexcept { return made_in_.ForkedAway(); }
+    // The Worker is freed on a thread of its own: its local devices are
+    // being closed (LocalChipExecutor::MarkClosing).
+    void MarkDevicesClosing() noexcept;
 
     size_t device_count() const { return executors_.size(); }
     ChipExecutor& executor(size_t device) { return *executors_.at(device); }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "local_chip_executor.hpp"
 
+#include "device/device_core.hpp"
 #include "device/device_internals.hpp"
 #include "device/task_port.hpp"
 #include "spyre/common/device_clock.hpp"
@@ -210,6 +211,10 @@ namespace {
 // tasks on its own thread meanwhile (its lane's queued jobs).
 thread_local std::vector<const LocalChipExecutor*> t_slots_held;
 }  // namespace
+
+void LocalChipExecutor::MarkClosing() noexcept {
+    DeviceInternals::Core(device_)->closing.store(true, std::memory_order_release);
+}
 
 bool LocalChipExecutor::HasFreeSlot() {
     std::lock_guard lock(mu_);

@@ -48,6 +48,9 @@ public:
     // Whether a call would get a slot without waiting (a look: another
     // thread may take it first).
     bool HasFreeSlot();
+    // The Worker let go of this executor on a thread that is closing it:
+    // its device says so to Host::Open (DeviceCore::closing).
+    void MarkClosing() noexcept;
     ChipCallStats Run(const ChipCall& call) override;
     // The same, called at `called_ns` on the device clock (the caller's
     // own read, which this call then need not repeat).

@@ -11,6 +11,7 @@
 #include "spyre/host/remote_chip_service.hpp"
 #include "spyre/trace/trace.hpp"
 #include "trace/recorder.hpp"
+#include "thrown_value.hpp"
 
 namespace spyre {
 
@@ -198,7 +199,7 @@ void MultiHostWorker::Impl::Answer(host::RemoteCall& call, std::vector<host::Wir
     } catch (const std::exception& e) {
         throw failed(ErrorKind::TaskFailed, e.what(), {});
     } catch (...) {  // as a local run names it; escaping would end this rank
-        throw failed(ErrorKind::TaskFailed, "an exception that is not a std::exception", {});
+        throw failed(ErrorKind::TaskFailed, spyre::detail::DescribeThrownValue(), {});
     }
     for (auto [i, o] : in_outs) outputs[o].data.swap(call.inputs[i].data);  // the same spec: the same size
 }

@@ -6,6 +6,7 @@
 #include "dependency/job_threads.hpp"
 #include "host/remote_protocol.hpp"
 #include "spyre/common/log.hpp"
+#include "thrown_value.hpp"
 
 namespace spyre::host {
 
@@ -192,7 +193,7 @@ void RemoteChipService::AnswerCall(Message request) {
         failure.message = e.what();
     } catch (...) {  // a handler's own throw: the call fails, the rank serves on
         failure.cause = ErrorKind::TaskFailed;
-        failure.message = "an exception that is not a std::exception";
+        failure.message = spyre::detail::DescribeThrownValue();
     }
     transport_.Send(from, remote::EncodeCallError(id, failure));
 }

@@ -308,6 +308,7 @@ void Destroy(std::unique_ptr<Worker::Impl> impl) noexcept {
     }
     if (impl && impl->dispatcher && impl->dispatcher->CallerIsPartOf()) {
         Worker::Impl* state = impl.get();
+        state->dispatcher->MarkDevicesClosing();  // a new Worker opening them waits for that
         try {
             std::thread([state] { delete state; }).detach();
             (void)impl.release();
@@ -405,8 +406,17 @@ RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> arg
                                                     std::to_string(program.outputs.size()) + " output(s): at most " +
                                                     std::to_string(kMaxProgramTensors) + " of each");
     const size_t all = program.num_inputs + program.outputs.size();
+    // An output's tensor as the program declares it; a bad spec names the
+    // program and the output.
+    const auto declared = [&](size_t o) {
+        try {
+            return HostTensor::Zeros(program.outputs[o].shape, program.outputs[o].dtype);
+        } catch (const Error& e) {
+            throw Error(e.kind(), what + ": output " + std::to_string(o) + ": " + e.message());
+        }
+    };
     if (args.size() == program.num_inputs && !program.outputs.empty()) {
-        for (const auto& o : program.outputs) args.push_back(HostTensor::Zeros(o.shape, o.dtype));  // return style
+        for (size_t o = 0; o < program.outputs.size(); ++o) args.push_back(declared(o));  // return style
     } else if (args.size() != all) {
         throw Error(ErrorKind::InvalidArgument, what + " takes " + std::to_string(program.num_inputs) + " input(s) and " +
                                                     std::to_string(program.outputs.size()) + " output(s): got " +
@@ -419,7 +429,7 @@ RunHandle Worker::Submit(const HostProgram& program, std::vector<HostTensor> arg
         if (args[i].shape() != spec.shape || args[i].dtype() != spec.dtype)
             throw Error(ErrorKind::InvalidArgument, what + ": output " + std::to_string(i - program.num_inputs) + " is " +
                                                         args[i].Describe() + ", the program writes " +
-                                                        HostTensor::Zeros(spec.shape, spec.dtype).Describe());
+                                                        declared(i - program.num_inputs).Describe());
     }
     auto owned = std::make_unique<host::RunState>();
     owned->name = program.name;

@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "trace/recorder.hpp"
+#include "thrown_value.hpp"
 
 namespace spyre::orchestration {
 
@@ -49,7 +50,7 @@ uint32_t CpuWorker::Run(const TaskDescriptor& task) {
     } catch (const std::exception& e) {
         task.thrown = e.what();
     } catch (...) {
-        task.thrown = "an exception that is not a std::exception";
+        task.thrown = spyre::detail::DescribeThrownValue();
     }
     return kHostKernelThrew;
 }

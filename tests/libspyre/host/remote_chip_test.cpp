@@ -407,7 +407,8 @@ TEST_F(RemoteChipTest, AHandlerThrowingANonStdExceptionFailsTheCallAndServingGoe
         EXPECT_EQ(e.kind(), ErrorKind::TaskFailed) << e.what();
         EXPECT_EQ(e.failure().rank, 1);
         EXPECT_EQ(e.failure().task, "t-int");
-        EXPECT_NE(e.failure().message.find("an exception that is not a std::exception"), std::string::npos) << e.what();
+        EXPECT_NE(e.failure().message.find("an exception that is not a std::exception: the int 42"), std::string::npos)
+            << e.what();
     }
     const RemoteCall add = AddCall("t-after", {64}, 23);
     EXPECT_EQ(client_->Call(1, add).at(0).data, test::CpuAdd(add.inputs[0], add.inputs[1]));

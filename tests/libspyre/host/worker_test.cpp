@@ -841,6 +841,10 @@ TEST_F(WorkerTest, BadConfigurationsAndRunsAreTypedErrors) {
     EXPECT_SPYRE_ERROR(worker_->Run(DependencyProgram(), {a}), InvalidArgument, "takes 2 input(s) and 1 output(s): got 1");
     EXPECT_SPYRE_ERROR(worker_->Run(DependencyProgram(), {a, a, HostTensor::Zeros({64, 128})}), InvalidArgument,
                        "output 0 is [64x128] fp32");
+    // A bad output spec names the program and the output (it said only "host tensor: ...").
+    HostProgram empty_out{"empty_out", 1, {{{4}}, {{0, 3}}}, [](HostGraph&, std::span<const HostTensor>) {}};
+    EXPECT_SPYRE_ERROR(worker_->Run(empty_out, {a}), InvalidArgument,
+                       "host program 'empty_out': output 1: host tensor: dim 0 of shape [0x3] is 0");
     HostProgram unknown{"unknown", 1, {}, [](HostGraph& g, std::span<const HostTensor> x) { g.Chip("chip_mul", {In(x[0])}); }};
     EXPECT_SPYRE_ERROR(worker_->Run(unknown, {a}), NotFound, "chip function 'chip_mul' is not registered on this Worker");
     HostProgram far{"far", 1, {}, [](HostGraph& g, std::span<const HostTensor> x) { g.Chip("chip_empty", {In(x[0])}, {.device = 4}); }};
