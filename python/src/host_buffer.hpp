@@ -16,6 +16,7 @@
 #include "spyre/device/device.hpp"
 #include "spyre/error.hpp"
 #include "spyre/stream/flex_stream.hpp"
+#include "spyre/trace/trace.hpp"
 
 namespace spyre::python {
 
@@ -69,6 +70,8 @@ inline HostView ViewOf(py::handle obj, bool writable, const std::string& what) {
 // `handle` must already be checked for `size` bytes.
 inline void EnqueueCopy(Device& device, FlexStream& stream, bool to_device, void* data, py::object keeper,
                         const DeviceHandle& handle, uint64_t size) {
+    // The span FlexStream's own copy calls draw, around the enqueue's flow arrow.
+    SPYRE_TRACE_SCOPE(to_device ? "FlexStream::CopyToDevice" : "FlexStream::CopyFromDevice");
     ControlBlock cb;
     cb.kind = to_device ? ControlBlock::Kind::CopyToDevice : ControlBlock::Kind::CopyFromDevice;
     cb.device_addr = device.allocator().DeviceAddress(handle, size);

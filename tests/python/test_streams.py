@@ -193,3 +193,40 @@ def test_a_copy_of_a_negative_or_too_large_size_says_which(dev):
     s.copy_from_device(buf, host, 0, 64)
     s.synchronize()
     np.testing.assert_array_equal(host, np.arange(16, dtype=np.float32))
+
+
+def test_python_copies_have_their_api_span_in_a_trace(tmp_path):
+    # Each enqueue's flow arrow starts inside the enqueuing call's span on
+    # the calling thread. Copies from Python went around FlexStream's own
+    # calls, so they had no span and their arrows started in none (an
+    # outside probe, 3 of 3 traces).
+    import json
+    import os
+    import subprocess
+    import sys
+
+    snippet = (
+        "import numpy as np, spyre\n"
+        "with spyre.Host.embedded_mock(cards=1, vfs=0, mem='1G') as host, host.open('0') as dev:\n"
+        "    s = dev.create_stream()\n"
+        "    buf = dev.alloc(1 << 20)\n"
+        "    a = np.ones(1 << 18, np.float32)\n"
+        "    s.copy_to_device(a, buf, 0, a.nbytes)\n"
+        "    b = np.empty_like(a); s.copy_from_device(buf, b, 0, b.nbytes); s.synchronize()\n"
+        "    t = spyre.SpyreTensor.from_numpy(dev, a.reshape(512, 512))\n"
+        "    assert (t.to_numpy().ravel() == a).all()\n"
+    )
+    path = tmp_path / "run.json"
+    env = dict(os.environ, SPYRE_TRACE=str(path))
+    subprocess.run([sys.executable, "-c", snippet], check=True, env=env, timeout=120)
+    events = json.loads(path.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    spans = [e for e in events if e.get("ph") == "X"]
+    names = {e["name"] for e in spans}
+    assert "FlexStream::CopyToDevice" in names and "FlexStream::CopyFromDevice" in names, sorted(names)
+    starts = [e for e in events if e.get("ph") == "s"]
+    assert starts, "no flow arrows"
+    for f in starts:
+        inside = [e for e in spans if e["pid"] == f["pid"] and e.get("tid") == f.get("tid")
+                  and e["ts"] <= f["ts"] <= e["ts"] + e["dur"]]
+        assert inside, f"flow {f.get('name')} at {f['ts']} starts in no span on its thread"

@@ -16,6 +16,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -326,6 +327,32 @@ with tempfile.TemporaryDirectory() as d:
         r = smi_on_file(make)
         check(r.returncode == 1 and f"spyre-smi: error: cannot read {stats_path}: {message}" in r.stderr
               and "Traceback" not in r.stderr, f"stats.json {message}: exit {r.returncode}, stderr {r.stderr!r}")
+
+# A daemon killed with SIGKILL leaves its mount behind (ENOTCONN): said so,
+# not "does not exist" (an outside probe).
+with tempfile.TemporaryDirectory() as d:
+    mount = os.path.join(d, "mnt")
+    os.mkdir(mount)
+    rfd, wfd = os.pipe()
+    daemon = subprocess.Popen([mockdev, "--mount", mount, "--cards", "1", "--vfs", "0", "--mem", "1G",
+                               "--shm-prefix", f"smi-killed-{os.getpid()}", "--log-level", "warn", "--foreground",
+                               "--ready-fd", str(wfd)], pass_fds=(wfd,), start_new_session=True)
+    os.close(wfd)
+    ready = os.read(rfd, 64)
+    os.close(rfd)
+    try:
+        check(ready.startswith(b"ready"), f"spyre-mockdev did not start ({ready!r})")
+        os.killpg(daemon.pid, signal.SIGKILL)
+        daemon.wait(timeout=30)
+        r = run_smi(["--root", mount, "--sample-ms", "0"], dict(os.environ), expect=1)
+        check("Transport endpoint is not connected: its spyre-mockdev is gone" in r.stderr
+              and "does not exist" not in r.stderr, f"killed daemon: {r.stderr!r}")
+    finally:
+        subprocess.run(["fusermount3", "-u", "-q", mount], check=False)
+        for name in os.listdir("/dev/shm"):  # what the killed daemon left
+            if name.startswith(f"smi-killed-{os.getpid()}"):
+                path = os.path.join("/dev/shm", name)
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
 
 # --mock: a private daemon for one run, gone afterwards.
 env = dict(os.environ, SPYRE_MOCKDEV=mockdev)

@@ -220,4 +220,15 @@ TEST(RegisterDump, DecodesFieldsFromASnapshot) {
     // Every register and doorbell word appears once, by name.
     for (const auto& r : kRegisters) EXPECT_NE(text.find(std::string("\n") + r.name + " "), std::string::npos) << r.name;
     for (const auto& r : kDoorbellWords) EXPECT_NE(text.find(std::string("\n") + r.name + " "), std::string::npos) << r.name;
+    // The columns line up: every row's offset starts where the header's
+    // "off" does (names longer than the name column pushed them right: an
+    // outside probe).
+    const size_t off_column = text.find(" off ") + 1;
+    size_t rows = 0;
+    for (size_t at = text.find('\n') + 1; at < text.size(); at = text.find('\n', at) + 1) {
+        if (text[at] == '#') continue;
+        EXPECT_EQ(text.compare(at + off_column, 2, "0x"), 0) << text.substr(at, text.find('\n', at) - at);
+        ++rows;
+    }
+    EXPECT_EQ(rows, std::size(kRegisters) + std::size(kDoorbellWords));
 }

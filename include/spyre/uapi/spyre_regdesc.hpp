@@ -8,11 +8,13 @@
 #ifndef SPYRE_UAPI_SPYRE_REGDESC_HPP
 #define SPYRE_UAPI_SPYRE_REGDESC_HPP
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "spyre_cb.h"
 #include "spyre_errors.h"
@@ -215,12 +217,15 @@ inline std::string Decode(RegDecode kind, uint64_t v) {
     return {};
 }
 
-inline void AppendRow(std::string& out, const RegDesc& r, uint64_t v) {
+// `name_width`: the longest name's, so the columns line up.
+inline void AppendRow(std::string& out, const RegDesc& r, uint64_t v, int name_width) {
     char buf[160];
     if (r.width == 8)
-        std::snprintf(buf, sizeof buf, "%-18s 0x%03x  %-3s  0x%016llx", r.name, r.offset, r.access, (unsigned long long)v);
+        std::snprintf(buf, sizeof buf, "%-*s 0x%03x  %-3s  0x%016llx", name_width, r.name, r.offset, r.access,
+                      (unsigned long long)v);
     else
-        std::snprintf(buf, sizeof buf, "%-18s 0x%03x  %-3s  0x%08llx        ", r.name, r.offset, r.access, (unsigned long long)v);
+        std::snprintf(buf, sizeof buf, "%-*s 0x%03x  %-3s  0x%08llx        ", name_width, r.name, r.offset, r.access,
+                      (unsigned long long)v);
     out += buf;
     std::string decoded = Decode(r.decode, v);
     if (r.width == 8 || decoded.empty()) {
@@ -238,11 +243,15 @@ inline void AppendRow(std::string& out, const RegDesc& r, uint64_t v) {
 // Text dump of a function's registers from a snapshot of the first
 // SPYRE_REG_FILE_SIZE bytes of BAR0 and of the doorbell page.
 inline std::string FormatRegisterDump(std::span<const uint8_t> bar0, std::span<const uint8_t> doorbell) {
-    std::string out;
-    out += "# register            off   acc  value               decoded\n";
-    for (const auto& r : kRegisters) detail::AppendRow(out, r, detail::LoadLe(bar0, r.offset, r.width));
+    size_t width = std::string_view("# register").size();
+    for (const auto& r : kRegisters) width = std::max(width, std::string_view(r.name).size());
+    for (const auto& r : kDoorbellWords) width = std::max(width, std::string_view(r.name).size());
+    std::string out = "# register";
+    out.append(width - out.size(), ' ');
+    out += " off    acc  value               decoded\n";
+    for (const auto& r : kRegisters) detail::AppendRow(out, r, detail::LoadLe(bar0, r.offset, r.width), int(width));
     out += "# doorbell page (BAR4 + DB_OFFSET)\n";
-    for (const auto& r : kDoorbellWords) detail::AppendRow(out, r, detail::LoadLe(doorbell, r.offset, r.width));
+    for (const auto& r : kDoorbellWords) detail::AppendRow(out, r, detail::LoadLe(doorbell, r.offset, r.width), int(width));
     return out;
 }
 
