@@ -433,7 +433,16 @@ std::string TaskGraph::TaskRingStuck() const {
         s << " is held by " << scopes_.depth() << " open scope(s) (the outermost began at task "
           << ring_.IdOf(*scopes_.outermost()) << ") for its implicit outputs, and the ring is reused in order behind it: "
           << "from its first task with an implicit output on, a scope can hold at most " << ring_.capacity()
-          << " tasks: end scopes sooner, write to pto_alloc buffers, or create the runtime with a larger task ring";
+          << " tasks";
+        // Other threads' tasks behind it count too (they are not the
+        // scopes', and the message blamed the scope for them).
+        int32_t others = 0;
+        for (int64_t seq = ring_.tail_seq(); seq < ring_.head_seq(); ++seq) others += !ring_.Get(ring_.IdOf(seq)).in_scopes;
+        if (others > 0)
+            s << ", and " << others << " of the ring's " << ring_.live()
+              << " live tasks are other threads' (submitted outside these scopes; they leave open scopes half the "
+                 "ring)";
+        s << ": end scopes sooner, write to pto_alloc buffers, or create the runtime with a larger task ring";
     } else if (st == TaskState::Completed) {
         s << " waits for consumers that cannot run";
     } else {
@@ -534,8 +543,17 @@ uint8_t* TaskGraph::Alloc(uint64_t size) {
     if (size > heap_.size())
         Fail(ErrorKind::OutOfMemory, "pto_alloc of " + std::to_string(size) + " bytes is larger than the heap ring (" +
                                          std::to_string(heap_.size()) + " bytes)");
-    const HeapRing::Block block =
-        Stall(sub, lock, {.bytes = size}, [&] { return heap_.Allocate(size, kBufferOwner); }, [&] { return HeapStuck(size); });
+    // The heap room kept for another thread's hold (its next task lets go
+    // of it) is not taken here either: a pto_alloc that took it left that
+    // task no room, and it failed "cannot drain" (found probing from
+    // outside).
+    const HeapRing::Block block = Stall(
+        sub, lock, {.bytes = size},
+        [&]() -> std::optional<HeapRing::Block> {
+            if (!holds_.empty() && HeapRoomKeptForAHold(size)) return std::nullopt;
+            return heap_.Allocate(size, kBufferOwner);
+        },
+        [&] { return HeapStuck(size); });
     heap_.SetOwner(block.seq, kBufferOwner | (options_.heap_offset + block.offset));  // known only now
     uint8_t* p = heap_.base() + block.offset;
     // Zero-filled, like calloc: seed 004's Example 2 accumulates every
@@ -1210,6 +1228,20 @@ void TaskGraph::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped,
         TryConsume(producer);
     }
     TryConsume(t);
+    if (!holds_.empty()) [[unlikely]]
+        LetGoHoldsTakenBy(t.task_id);
+}
+
+void TaskGraph::LetGoHoldsTakenBy(int32_t kernel_task) {
+    for (size_t h = 0; h < holds_.size();) {
+        if (holds_[h].kernel_task != kernel_task) {
+            ++h;
+            continue;
+        }
+        const int32_t task = holds_[h].task;
+        holds_.erase(holds_.begin() + std::ptrdiff_t(h));
+        LetGo(task);
+    }
 }
 
 void TaskGraph::TryConsume(TaskDescriptor& t) {
@@ -1241,7 +1273,11 @@ void TaskGraph::LetGo(int32_t task_id) {
 void TaskGraph::Hold(TaskDescriptor& t) {
     ++t.fanout_count;
     const std::thread::id me = std::this_thread::get_id();
-    holds_.push_back({me, t.task_id});
+    int32_t kernel_task = -1;
+    if (CpuWorker::RunningTaskOf() == this)
+        if (const CpuWorker::TaskFrame* f = CpuWorker::RunningTasks(); f && &ring_.Get(f->task->task_id) == f->task)
+            kernel_task = f->task->task_id;
+    holds_.push_back({me, t.task_id, kernel_task});
     auto newest = std::find_if(newest_holds_.begin(), newest_holds_.end(), [&](const Held& n) { return n.thread == me; });
     if (newest == newest_holds_.end()) newest_holds_.push_back({me, t.task_id});
     else newest->task = t.task_id;

@@ -328,6 +328,7 @@ private:
     void LetGoHoldsReadBy(const TaskDescriptor& t);  // the calling thread's holds t reads
     bool LetGoHoldsNotHandedOut();    // under pressure; whether any went
     void LetGoHoldsOf(std::thread::id thread);
+    void LetGoHoldsTakenBy(int32_t kernel_task);  // the holds its kernel took (Held::kernel_task)
     // Whether `p` lies inside `owner`'s implicit outputs.
     static bool Covers(const TaskDescriptor& owner, const ResolvedParam& p);
     // Refuses (unwinding t's slot and block) a parameter in the heap ring
@@ -422,6 +423,12 @@ private:
     struct Held {
         std::thread::id thread;
         int32_t task;
+        // The task whose kernel submitted it (-1: not a kernel's): a hold a
+        // kernel took goes when its task completes, since nothing of the
+        // kernel reads the output after that, and a runtime's worker thread
+        // neither waits nor exits (a hold kept there hung the next
+        // submitter: found probing from outside).
+        int32_t kernel_task = -1;
     };
     std::vector<Held> holds_;
     // Each thread's newest task that took a hold (whether or not the hold
