@@ -1233,15 +1233,23 @@ void TaskGraph::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped,
 }
 
 void TaskGraph::LetGoHoldsTakenBy(int32_t kernel_task) {
+    LetGoHoldsWhere([&](const Held& h) { return h.kernel_task == kernel_task; });
+}
+
+template <typename Which>
+bool TaskGraph::LetGoHoldsWhere(Which&& which) {
+    bool any = false;
     for (size_t h = 0; h < holds_.size();) {
-        if (holds_[h].kernel_task != kernel_task) {
+        if (!which(holds_[h])) {
             ++h;
             continue;
         }
         const int32_t task = holds_[h].task;
         holds_.erase(holds_.begin() + std::ptrdiff_t(h));
         LetGo(task);
+        any = true;
     }
+    return any;
 }
 
 void TaskGraph::TryConsume(TaskDescriptor& t) {
@@ -1360,18 +1368,7 @@ bool TaskGraph::LetGoHoldsNotHandedOut() {
 }
 
 void TaskGraph::LetGoHoldsOf(std::thread::id thread) {
-    bool any = false;
-    for (size_t h = 0; h < holds_.size();) {
-        if (holds_[h].thread != thread) {
-            ++h;
-            continue;
-        }
-        const int32_t task = holds_[h].task;
-        holds_.erase(holds_.begin() + std::ptrdiff_t(h));
-        LetGo(task);
-        any = true;
-    }
-    if (any) DrainSkips();
+    if (LetGoHoldsWhere([&](const Held& h) { return h.thread == thread; })) DrainSkips();
 }
 
 void TaskGraph::ThreadExiting() {

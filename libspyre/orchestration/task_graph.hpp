@@ -329,6 +329,8 @@ private:
     bool LetGoHoldsNotHandedOut();    // under pressure; whether any went
     void LetGoHoldsOf(std::thread::id thread);
     void LetGoHoldsTakenBy(int32_t kernel_task);  // the holds its kernel took (Held::kernel_task)
+    template <typename Which>
+    bool LetGoHoldsWhere(Which&& which);  // the holds `which` picks; whether there were any
     // Whether `p` lies inside `owner`'s implicit outputs.
     static bool Covers(const TaskDescriptor& owner, const ResolvedParam& p);
     // Refuses (unwinding t's slot and block) a parameter in the heap ring
