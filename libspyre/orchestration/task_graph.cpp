@@ -64,6 +64,21 @@ private:
 };
 thread_local ThreadHolds tl_holds;
 
+// A depth-0 thread waiting for room behind another thread's open scopes
+// (RoomKeptForAnotherThreadsScopes): which scopes (the runtime and the
+// outermost scope's serial), since when, and whether it stopped leaving
+// them room after kScopeRoomWait. The scopes' thread may be waiting for
+// this one (a user's join or hand-over while its scope is open): a wait
+// with no bound would hang both.
+struct BehindScopes {
+    const void* graph = nullptr;
+    uint32_t serial = 0;
+    std::chrono::steady_clock::time_point since;
+    bool gave_up = false;
+};
+thread_local BehindScopes tl_behind_scopes;
+constexpr std::chrono::milliseconds kScopeRoomWait{1000};
+
 }  // namespace
 
 TaskGraph::TaskGraph(TaskGraphOptions options)
@@ -272,10 +287,18 @@ std::string TaskGraph::Describe(int32_t id) const {
 template <typename Stuck>
 void TaskGraph::WaitForRoom(std::unique_lock<std::mutex>& submitting, Lock& lock, StallNeed need, Stuck&& stuck) {
     if (need.behind_scopes) {
-        // The scopes' thread goes on (this one holds nothing it waits for)
-        // and ends them, or exits, which ends them: looked at again each
-        // millisecond, and whenever something wakes the waiters.
-        Sleep(lock, std::chrono::steady_clock::now() + std::chrono::milliseconds(1), &submitting);
+        // The scopes' thread goes on and ends them, or exits, which ends
+        // them: looked at again each millisecond, and whenever something
+        // wakes the waiters; after kScopeRoomWait this thread takes the room
+        // for the rest of these scopes.
+        const auto now = std::chrono::steady_clock::now();
+        BehindScopes& b = tl_behind_scopes;
+        if (b.graph != this || b.serial != scopes_.SerialAt(1)) b = {this, scopes_.SerialAt(1), now, false};
+        if (now - b.since >= kScopeRoomWait) {
+            b.gave_up = true;
+            return;
+        }
+        Sleep(lock, now + std::chrono::milliseconds(1), &submitting);
         return;
     }
     // Under pressure, depth-0 outputs nobody can name (their address was
@@ -482,6 +505,8 @@ bool TaskGraph::RoomKeptForAnotherThreadsScopes(uint64_t bytes) const {
     // waiting for its task (pto_wait_all inside a scope).
     const std::thread::id me = std::this_thread::get_id();
     if (scope_owner_ == me || CpuWorker::RunningTasks()) return false;
+    const BehindScopes& b = tl_behind_scopes;
+    if (b.gave_up && b.graph == this && b.serial == scopes_.SerialAt(1)) return false;
     // Nor one whose own hold keeps the oldest task: its next task lets go
     // of it, and the scopes' thread may be waiting for that.
     const Held* tail = ring_.live() > 0 ? HoldOf(ring_.tail()) : nullptr;

@@ -1585,6 +1585,48 @@ TEST_P(ScopesBesideDepthZero, AnotherThreadsScopesDoNotHoldOrCountADepthZeroThre
     Example1FromThreads(ring, threads, ring > 16 ? 20'000 : 3'000, true);
 }
 
+// The scopes' thread may wait for the depth-0 thread (here it joins it
+// with its scope open): a depth-0 thread that left the scopes half the ring
+// with no bound on its wait hung both. It waits kScopeRoomWait (1 s) at
+// most, then takes the room for the rest of those scopes.
+TEST(OrchScopes, ADepthZeroThreadThatTheScopesWaitForTakesTheRoomAfterAWhile) {
+    auto orch = Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 8, .heap_size = 1 << 16});
+    using Args = std::span<void* const>;
+    using Sizes = std::span<const uint64_t>;
+    orch.RegisterHostKernel(1, [](Args b, Sizes) {
+        *static_cast<uint64_t*>(b[2]) = *static_cast<uint64_t*>(b[0]) + *static_cast<uint64_t*>(b[1]);
+        return 0u;
+    });
+    auto* in = static_cast<uint64_t*>(orch.HostAddress(0, 16));
+    auto* out = static_cast<uint64_t*>(orch.HostAddress(4096, 8 * 6));
+    in[0] = 5, in[1] = 7;
+    auto done = std::async(std::launch::async, [&] {
+        auto scope = orch.BeginScope();
+        TaskParam held[] = {{PARAM_INPUT, &in[0], 8}, {PARAM_INPUT, &in[1], 8}, {PARAM_OUTPUT, nullptr, 8}};
+        orch.Submit(1, WORKER_HOST, held);  // the scope holds the ring's oldest task
+        std::string error;
+        std::thread depth_zero([&] {
+            try {
+                for (int i = 0; i < 6; ++i) {  // past half the ring
+                    TaskParam p[] = {{PARAM_INPUT, &in[0], 8}, {PARAM_INPUT, &in[1], 8}, {PARAM_OUTPUT, &out[i], 8}};
+                    orch.Submit(1, WORKER_HOST, p);
+                }
+            } catch (const Error& e) {
+                error = e.what();
+            }
+        });
+        depth_zero.join();  // with the scope open
+        return error;
+    });
+    if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+        std::fprintf(stderr, "the depth-0 thread waited for the scope that waited for it\n");
+        std::_Exit(1);
+    }
+    EXPECT_EQ(done.get(), "");
+    orch.WaitAll();
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(out[i], 12u) << i;
+}
+
 // The scopes' thread also takes a pto_alloc buffer each round. pto_alloc
 // took the heap room kept for the depth-0 thread's next task (the one that
 // lets go of its hold), which then failed "heap ring ... cannot drain ...
