@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <thread>
 #include <vector>
 
 namespace spyre::orchestration {
@@ -22,6 +23,7 @@ struct BufferInfo {
     std::vector<int32_t> writer_task_ids;
     int32_t live_refs = 0;              // tasks referencing it, not yet CONSUMED
     bool free_requested = false;        // pto_free was called
+    std::thread::id thread;             // the thread that took it (pto_alloc)
 };
 
 class BufferTracker {

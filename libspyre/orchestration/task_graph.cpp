@@ -78,6 +78,8 @@ struct BehindScopes {
 };
 thread_local BehindScopes tl_behind_scopes;
 constexpr std::chrono::milliseconds kScopeRoomWait{1000};
+// How long a kernel's submission waits for room before it fails (WaitForRoom).
+constexpr std::chrono::seconds kKernelRoomWait{5};
 
 }  // namespace
 
@@ -327,13 +329,35 @@ void TaskGraph::WaitForRoom(std::unique_lock<std::mutex>& submitting, Lock& lock
     const bool holder_stalled =
         holder && std::find(stalled_threads_.begin(), stalled_threads_.end(), *holder) != stalled_threads_.end();
     const bool holder_goes_on = holder && (!holder_stalled || holder_has_room);
-    if ((active_ == 0 && !holder_goes_on) || WaitsForItsOwnRun(need)) Fail(ErrorKind::OutOfMemory, stuck(), EDEADLK);
+    // The heap's oldest block is a pto_alloc buffer another thread has not
+    // freed yet: it comes back once that thread frees it (two threads each
+    // taking and freeing buffers failed "cannot drain": found probing from
+    // outside). One of the calling thread's own is its to free: it fails.
+    bool buffer_goes = false;
+    if (need.bytes > 0 && !holder)
+        if (const auto owner = heap_.OldestOwner(); owner && (*owner & kBufferOwner)) {
+            const BufferInfo* b = buffers_.FindBase(options_.memory + (*owner & ~kBufferOwner));
+            buffer_goes = b && !b->free_requested && b->thread != std::this_thread::get_id();
+        }
+    if ((active_ == 0 && !holder_goes_on && !buffer_goes) || WaitsForItsOwnRun(need))
+        Fail(ErrorKind::OutOfMemory, stuck(), EDEADLK);
     if (holder_stalled) wake_.Notify();
     // A kernel's submission holds a host thread: when every one of them is
     // such a kernel, the ready task room waits for would never get a
     // thread. It runs one itself instead, and looks again every
     // millisecond (a push to the ready queue wakes the workers, not it).
     const bool in_a_task = CpuWorker::RunningTaskOf() == this;
+    // A kernel's wait is bounded: what it waits for may be the thread that
+    // waits for its task (a hold or scope of the orchestration thread), or
+    // another kernel stacked on it (RunOneQueued): both slept for good
+    // (found probing from outside). Failing lets its task end.
+    if (in_a_task && need.since != std::chrono::steady_clock::time_point{} &&
+        std::chrono::steady_clock::now() - need.since >= kKernelRoomWait)
+        Fail(ErrorKind::OutOfMemory,
+             stuck() + " (a kernel's submission waited " +
+                 std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kKernelRoomWait).count()) +
+                 " s for room: what it waits for may wait for its task)",
+             EDEADLK);
     if (in_a_task && RunOneReadyHostTask(submitting, lock)) return;
     stalled_.slots = std::max(stalled_.slots, need.slots);
     if (need.bytes) stalled_.bytes = stalled_.bytes ? std::min(stalled_.bytes, need.bytes) : need.bytes;
@@ -364,6 +388,7 @@ bool TaskGraph::RunOneReadyHostTask(std::unique_lock<std::mutex>& submitting, Lo
 template <typename Attempt, typename Stuck>
 auto TaskGraph::Stall(std::unique_lock<std::mutex>& submitting, Lock& lock, StallNeed need, Attempt&& attempt,
                       Stuck&& stuck) {
+    need.since = std::chrono::steady_clock::now();
     for (;;) {
         if (auto r = attempt()) return *r;
         WaitForRoom(submitting, lock, need, stuck);
@@ -586,7 +611,7 @@ uint8_t* TaskGraph::Alloc(uint64_t size) {
     // only if the buffer starts at zero, on every lap of the heap ring too.
     // No task references the block any more (the ring handed it out).
     std::memset(p, 0, size);
-    buffers_.Register(p, size, block.seq);
+    buffers_.Register(p, size, block.seq).thread = std::this_thread::get_id();
     if (trace::Enabled()) [[unlikely]]
         TraceHeap();
     return p;
@@ -848,9 +873,12 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
     SPYRE_TRACE_SCOPE("pto_submit_task");
     std::unique_lock sub(submit_mu_);
     Lock lock(*this);
+    std::chrono::steady_clock::time_point since{};
     for (;;) {
         StallNeed need;
         if (const std::optional<int32_t> id = TrySubmit(sub, lock, kernel_id, worker_type, params, need)) return *id;
+        if (since == std::chrono::steady_clock::time_point{}) since = std::chrono::steady_clock::now();
+        need.since = since;
         // Both locks go while it waits: checked again from the start after
         // (another thread may have freed a buffer it names meanwhile).
         WaitForRoom(sub, lock, need, [&] { return need.slots ? TaskRingStuck() : HeapStuck(need.bytes); });

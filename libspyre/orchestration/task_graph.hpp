@@ -243,6 +243,7 @@ private:
         int32_t slots = 0;
         uint64_t bytes = 0;
         bool behind_scopes = false;  // held back for another thread's scopes (RoomKeptForAnotherThreadsScopes)
+        std::chrono::steady_clock::time_point since{};  // when the submission began to wait ({}: not known)
     };
     // Waits until `attempt` succeeds; throws what `stuck` builds once no
     // running task can change anything. Each wait (WaitForRoom) releases

@@ -1627,6 +1627,104 @@ TEST(OrchScopes, ADepthZeroThreadThatTheScopesWaitForTakesTheRoomAfterAWhile) {
     for (int i = 0; i < 6; ++i) EXPECT_EQ(out[i], 12u) << i;
 }
 
+// Two threads each taking a pto_alloc buffer, writing it with a task and
+// freeing it: while one's buffer was the heap's oldest block, the other's
+// freed blocks behind it did not come back, and it failed "cannot drain
+// ... not freed with pto_free" instead of waiting (an outside probe: every
+// run, heaps of 8 KiB to 1 MiB). It waits for the other thread's free now.
+TEST(OrchScopes, ThreadsTakingAndFreeingPtoAllocBuffersWaitForEachOther) {
+    auto orch = Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 1024, .heap_size = 8192});
+    orch.RegisterHostKernel(1, [](std::span<void* const> b, std::span<const uint64_t>) {
+        *static_cast<uint64_t*>(b[1]) = *static_cast<uint64_t*>(b[0]) + 1;
+        return 0u;
+    });
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t)
+        threads.emplace_back([&, t] {
+            auto* x = static_cast<uint64_t*>(orch.HostAddress(uint64_t(4096 * t), 8));
+            *x = uint64_t(t);
+            try {
+                for (int i = 0; i < 50'000; ++i) {
+                    void* buf = orch.Alloc(256);
+                    if (i % 8 == 0) {  // a task writes one in eight
+                        TaskParam p[] = {{PARAM_INPUT, x, 8}, {PARAM_OUTPUT, buf, 8}};
+                        orch.Submit(1, WORKER_HOST, p);
+                    }
+                    orch.Free(buf);
+                }
+            } catch (const Error& e) {
+                errors[size_t(t)] = e.what();
+            }
+        });
+    for (std::thread& th : threads) th.join();
+    orch.WaitAll();
+    EXPECT_EQ(errors[0], "");
+    EXPECT_EQ(errors[1], "");
+}
+
+// A kernel whose submission waits for room that only the orchestration
+// thread can give back (its scope holds the ring's oldest task), while that
+// thread waits for room behind the kernel's task: both slept for good (an
+// outside probe: 8 of 8). A kernel's wait is bounded (5 s): its submission
+// fails OutOfMemory and its task ends; the orchestration thread then goes
+// on, or fails "cannot drain" itself (its scope holds the oldest task):
+// errors, never a hang.
+TEST(OrchScopes, AKernelWaitingForRoomTheOrchestrationThreadHoldsFailsInsteadOfHanging) {
+    auto orch = Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 8, .heap_size = 1 << 16,
+                                                           .run_cheap_host_tasks_here = false});
+    using Args = std::span<void* const>;
+    using Sizes = std::span<const uint64_t>;
+    auto* x = static_cast<uint64_t*>(orch.HostAddress(0, 16));
+    auto* out = static_cast<uint64_t*>(orch.HostAddress(4096, 8 * 8));
+    x[0] = 5, x[1] = 7;
+    orch.RegisterHostKernel(1, [](Args b, Sizes) {
+        *static_cast<uint64_t*>(b[2]) = *static_cast<uint64_t*>(b[0]) + *static_cast<uint64_t*>(b[1]);
+        return 0u;
+    });
+    std::string kernel_error;
+    orch.RegisterHostKernel(2, [&](Args, Sizes) {
+        try {
+            void* prev = &x[0];
+            for (int i = 0; i < 8; ++i) {  // a depth-0 chain, each link reading the one before
+                TaskParam p[] = {{PARAM_INPUT, prev, 8}, {PARAM_INPUT, &x[1], 8}, {PARAM_OUTPUT, nullptr, 8}};
+                prev = orch.TaskOutput(orch.Submit(1, WORKER_HOST, p), 0);
+            }
+        } catch (const Error& e) {
+            kernel_error = e.what();
+        }
+        return 0u;
+    });
+    auto done = std::async(std::launch::async, [&]() -> std::string {
+        try {
+            auto scope = orch.BeginScope();
+            TaskParam held[] = {{PARAM_INPUT, &x[0], 8}, {PARAM_INPUT, &x[1], 8}, {PARAM_OUTPUT, nullptr, 8}};
+            orch.Submit(1, WORKER_HOST, held);
+            TaskParam none[] = {{PARAM_INPUT, &x[0], 8}};
+            orch.Submit(2, WORKER_HOST, none);
+            for (int i = 0; i < 8; ++i) {
+                TaskParam p[] = {{PARAM_INPUT, &x[0], 8}, {PARAM_INPUT, &x[1], 8}, {PARAM_OUTPUT, &out[i], 8}};
+                orch.Submit(1, WORKER_HOST, p);
+            }
+            scope.End();
+            orch.WaitAll();
+            return "";
+        } catch (const Error& e) {
+            orch.WaitAll();
+            return e.what();
+        }
+    });
+    if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+        std::fprintf(stderr, "the kernel and the orchestration thread waited for each other\n");
+        std::_Exit(1);
+    }
+    const std::string main_error = done.get();
+    EXPECT_NE(kernel_error.find("a kernel's submission waited 5 s for room"), std::string::npos) << kernel_error;
+    if (!main_error.empty())
+        EXPECT_NE(main_error.find("out of memory: task ring (size 8) is full and cannot drain"), std::string::npos)
+            << main_error;
+}
+
 // The scopes' thread also takes a pto_alloc buffer each round. pto_alloc
 // took the heap room kept for the depth-0 thread's next task (the one that
 // lets go of its hold), which then failed "heap ring ... cannot drain ...
