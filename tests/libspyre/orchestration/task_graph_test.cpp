@@ -1495,6 +1495,14 @@ TEST_P(OrchQueueTest, ALoopOfScopesRunsThroughPtoRunBeyondTheRing) {
 // the threads failed OutOfMemory (an outside probe, every run of 2 threads
 // on a ring of 2; 7 of 8 runs on the default ring of 1024). The last slot
 // is kept for that thread now, and the others wait for it.
+// Host kernel `id`: *b[2] = *b[0] + *b[1], as uint64 (Example 1's add).
+void RegisterAddU64(Orchestrator& orch, int32_t id) {
+    orch.RegisterHostKernel(id, [](std::span<void* const> b, std::span<const uint64_t>) {
+        *static_cast<uint64_t*>(b[2]) = *static_cast<uint64_t*>(b[0]) + *static_cast<uint64_t*>(b[1]);
+        return 0u;
+    });
+}
+
 // Example 1 from `threads` threads at once, `rounds` times each, checked
 // exactly; thread 0 puts each round in a scope of its own when `scoped`,
 // and (`alloc`) adds t1's output into a pto_alloc'd buffer there first, as
@@ -1504,10 +1512,7 @@ void Example1FromThreads(int32_t ring, int threads, int rounds, bool scoped, boo
     auto orch = Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = ring, .heap_size = heap});
     using Args = std::span<void* const>;
     using Sizes = std::span<const uint64_t>;
-    orch.RegisterHostKernel(1, [](Args b, Sizes) {
-        *static_cast<uint64_t*>(b[2]) = *static_cast<uint64_t*>(b[0]) + *static_cast<uint64_t*>(b[1]);
-        return 0u;
-    });
+    RegisterAddU64(orch, 1);
     orch.RegisterHostKernel(2, [](Args b, Sizes) {
         *static_cast<uint64_t*>(b[2]) = *static_cast<uint64_t*>(b[0]) * *static_cast<uint64_t*>(b[1]);
         return 0u;
@@ -1591,12 +1596,7 @@ TEST_P(ScopesBesideDepthZero, AnotherThreadsScopesDoNotHoldOrCountADepthZeroThre
 // most, then takes the room for the rest of those scopes.
 TEST(OrchScopes, ADepthZeroThreadThatTheScopesWaitForTakesTheRoomAfterAWhile) {
     auto orch = Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 8, .heap_size = 1 << 16});
-    using Args = std::span<void* const>;
-    using Sizes = std::span<const uint64_t>;
-    orch.RegisterHostKernel(1, [](Args b, Sizes) {
-        *static_cast<uint64_t*>(b[2]) = *static_cast<uint64_t*>(b[0]) + *static_cast<uint64_t*>(b[1]);
-        return 0u;
-    });
+    RegisterAddU64(orch, 1);
     auto* in = static_cast<uint64_t*>(orch.HostAddress(0, 16));
     auto* out = static_cast<uint64_t*>(orch.HostAddress(4096, 8 * 6));
     in[0] = 5, in[1] = 7;
@@ -1678,10 +1678,7 @@ TEST(OrchScopes, AKernelWaitingForRoomTheOrchestrationThreadHoldsFailsInsteadOfH
     auto* x = static_cast<uint64_t*>(orch.HostAddress(0, 16));
     auto* out = static_cast<uint64_t*>(orch.HostAddress(4096, 8 * 8));
     x[0] = 5, x[1] = 7;
-    orch.RegisterHostKernel(1, [](Args b, Sizes) {
-        *static_cast<uint64_t*>(b[2]) = *static_cast<uint64_t*>(b[0]) + *static_cast<uint64_t*>(b[1]);
-        return 0u;
-    });
+    RegisterAddU64(orch, 1);
     std::string kernel_error;
     orch.RegisterHostKernel(2, [&](Args, Sizes) {
         try {
@@ -1720,9 +1717,10 @@ TEST(OrchScopes, AKernelWaitingForRoomTheOrchestrationThreadHoldsFailsInsteadOfH
     }
     const std::string main_error = done.get();
     EXPECT_NE(kernel_error.find("a kernel's submission waited 5 s for room"), std::string::npos) << kernel_error;
-    if (!main_error.empty())
+    if (!main_error.empty()) {
         EXPECT_NE(main_error.find("out of memory: task ring (size 8) is full and cannot drain"), std::string::npos)
             << main_error;
+    }
 }
 
 // The scopes' thread also takes a pto_alloc buffer each round. pto_alloc
@@ -1747,10 +1745,7 @@ TEST(OrchScopes, AHoldAKernelTookGoesWhenItsTaskCompletes) {
     auto* x = static_cast<uint64_t*>(orch.HostAddress(0, 16));
     auto* out = static_cast<uint64_t*>(orch.HostAddress(4096, 8 * 40));
     x[0] = 5, x[1] = 7;
-    orch.RegisterHostKernel(1, [](Args b, Sizes) {
-        *static_cast<uint64_t*>(b[2]) = *static_cast<uint64_t*>(b[0]) + *static_cast<uint64_t*>(b[1]);
-        return 0u;
-    });
+    RegisterAddU64(orch, 1);
     std::atomic<bool> handed_out{false};
     orch.RegisterHostKernel(2, [&](Args, Sizes) {
         TaskParam p[] = {{PARAM_INPUT, &x[0], 8}, {PARAM_INPUT, &x[1], 8}, {PARAM_OUTPUT, nullptr, 8}};
@@ -1786,12 +1781,7 @@ INSTANTIATE_TEST_SUITE_P(RingsAndThreads, ScopesBesideDepthZero,
 // the ring is kept for another thread's scopes now.
 TEST(OrchScopes, ADepthZeroThreadLeavesHalfTheRingToAnotherThreadsScope) {
     auto orch = Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 8, .heap_size = 1 << 16});
-    using Args = std::span<void* const>;
-    using Sizes = std::span<const uint64_t>;
-    orch.RegisterHostKernel(1, [](Args b, Sizes) {
-        *static_cast<uint64_t*>(b[2]) = *static_cast<uint64_t*>(b[0]) + *static_cast<uint64_t*>(b[1]);
-        return 0u;
-    });
+    RegisterAddU64(orch, 1);
     auto* in = static_cast<uint64_t*>(orch.HostAddress(0, 16));
     auto* b_out = static_cast<uint64_t*>(orch.HostAddress(4096, 8 * 20));
     auto* a_out = static_cast<uint64_t*>(orch.HostAddress(8192, 8));
