@@ -735,8 +735,9 @@ class CompiledProgram:
         for (n, t), a in zip(self.inputs + self.outputs, args):
             if t is None:
                 continue
-            shape = tuple(getattr(a, "shape", ()))
-            dtype = getattr(a, "dtype", None)
+            a = self._as_array(n, a)
+            shape = tuple(a.shape)
+            dtype = a.dtype
             if isinstance(a, _spyre.HostTensor):
                 dtype = None  # spyre.DType: checked by the runtime
             if shape != t.shape:
@@ -745,6 +746,23 @@ class CompiledProgram:
             if dtype is not None and _dtype(dtype, f"{self.orchestrator.name}: argument '{n}'") != t.dtype:
                 raise _spyre.InvalidArgument(f"{self.orchestrator.name}: argument '{n}' has dtype {np.dtype(dtype)}, "
                                              f"expected {t.dtype}")
+
+    def _as_array(self, name, a):
+        # What Worker.run makes of the argument (an array, a HostTensor, or
+        # a sequence numpy converts), so that a list is checked by its own
+        # shape and dtype, and anything else named as the runtime names it.
+        if isinstance(a, (_spyre.HostTensor, np.ndarray)):
+            return a
+        what = f"{self.orchestrator.name}: argument '{name}'"
+        if a is None:
+            raise _spyre.InvalidArgument(f"{what}: None is not a numpy array or HostTensor")
+        try:
+            array = np.asarray(a)
+        except Exception:
+            array = None
+        if array is None or array.dtype == object or array.ndim == 0:
+            raise _spyre.InvalidArgument(f"{what}: {type(a).__name__} is not a numpy array or HostTensor")
+        return array
 
     def __call__(self, *args):
         self._check(args)

@@ -107,6 +107,18 @@ def test_wrong_shapes_and_dtypes_are_refused(host, config):
             compiled(a, b.astype(np.float64))
         with pytest.raises(spyre.InvalidArgument, match="takes 2 input"):
             compiled(a)
+        # Not an array: named as such, not as an array of shape [].
+        with pytest.raises(spyre.InvalidArgument, match="'a': None is not a numpy array or HostTensor"):
+            compiled(None, b)
+        with pytest.raises(spyre.InvalidArgument, match="'a': str is not a numpy array or HostTensor"):
+            compiled("a", b)
+        with pytest.raises(spyre.InvalidArgument, match="'a': object is not a numpy array or HostTensor"):
+            compiled(object(), b)
+        # A list is what numpy makes of it: its own shape, then its dtype.
+        with pytest.raises(spyre.InvalidArgument, match="'a' has dtype float64"):
+            compiled(a.tolist(), b)
+        with pytest.raises(spyre.InvalidArgument, match=r"'b' has shape \[2\]"):
+            compiled(a, [1.0, 2.0])
 
 
 def test_misuse_is_reported(host):
