@@ -87,9 +87,11 @@ OperationScales ElementwiseScales(const std::vector<HostLayout>& inputs) {
 }
 
 OperationScales ReductionScales(const HostLayout& input, int axis, bool keep_dim) {
+    const int given = axis;  // named as the caller wrote it
     if (axis < 0) axis += input.rank();
     if (axis < 0 || axis >= input.rank())
-        Invalid("reduction: axis " + std::to_string(axis) + " out of range for rank " + std::to_string(input.rank()));
+        Invalid("reduction: axis " + std::to_string(given) + " out of range for rank " + std::to_string(input.rank()) +
+                " (-rank..rank-1)");
     OperationScales op;
     std::vector<int> in(input.rank()), out(input.rank());
     int next = 0;  // host dimension of the output
@@ -114,6 +116,8 @@ OperationScales ReductionScales(const HostLayout& input, int axis, bool keep_dim
 }
 
 int CanonicalDim(const HostLayout& host, int h) {
+    if (h < 0 || h >= host.rank())
+        Invalid("host dimension " + std::to_string(h) + " out of range for rank " + std::to_string(host.rank()));
     if (host.size()[h] == 1) return -1;
     int c = 0;
     for (int d = 0; d < h; ++d) c += host.size()[d] != 1;
@@ -122,8 +126,14 @@ int CanonicalDim(const HostLayout& host, int h) {
 
 std::vector<std::vector<int>> OperationToDeviceDims(const std::vector<int>& scales, const HostLayout& host,
                                                     const DeviceLayout& device) {
+    if (device.host_size() != host.Canonical().size())
+        Invalid(device.ToString() + " does not describe host " + host.ToString());
     std::vector<std::vector<int>> out;
     for (int s : scales) {
+        if ((s < 0 && s != kScaleAbsent && s != kScaleElided) || s >= host.rank())
+            Invalid("scale " + std::to_string(s) + " names no host dimension of rank " + std::to_string(host.rank()) +
+                    " (0..rank-1, or " + std::to_string(kScaleAbsent) + ": absent, " + std::to_string(kScaleElided) +
+                    ": elided)");
         const int c = s >= 0 ? CanonicalDim(host, s) : -1;
         out.push_back(c >= 0 ? device.DeviceDimsOf(c) : std::vector<int>{});
     }

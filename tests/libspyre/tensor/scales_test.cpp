@@ -99,3 +99,32 @@ TEST(Scales, IncompatibleLayoutsAreRejected) {
         EXPECT_NE(std::string(e.what()).find("does not describe host"), std::string::npos) << e.what();
     }
 }
+
+// A host dimension or scale out of the layout's rank is refused, naming it
+// (it was read past the sizes: garbage, or a crash far out; found probing
+// from outside).
+TEST(Scales, DimensionsOutOfRangeAreRefused) {
+    auto h = T({4, 5});
+    auto expect_invalid = [](auto&& call, const std::string& words) {
+        try {
+            call();
+            ADD_FAILURE() << "no error; expected: " << words;
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+        }
+    };
+    EXPECT_EQ(CanonicalDim(h, 1), 1);
+    expect_invalid([&] { CanonicalDim(h, 2); }, "host dimension 2 out of range for rank 2");
+    expect_invalid([&] { CanonicalDim(h, 1000000); }, "host dimension 1000000 out of range for rank 2");
+    expect_invalid([&] { CanonicalDim(h, -1); }, "host dimension -1 out of range for rank 2");
+    const auto d = DeviceLayout::Default(h);
+    expect_invalid([&] { OperationToDeviceDims({100000, 0}, h, d); }, "scale 100000 names no host dimension of rank 2");
+    expect_invalid([&] { OperationToDeviceDims({7, 9, 11}, h, d); }, "scale 7 names no host dimension");
+    expect_invalid([&] { OperationToDeviceDims({-2}, h, d); }, "scale -2 names no host dimension");
+    using VV = std::vector<std::vector<int>>;
+    EXPECT_EQ(OperationToDeviceDims({kScaleAbsent, kScaleElided}, h, d), (VV{{}, {}}));
+    expect_invalid([&] { OperationToDeviceDims({0, 1}, h, DeviceLayout::Default(T({8, 8}))); }, "does not describe host");
+    expect_invalid([&] { ReductionScales(h, -3, true); }, "axis -3 out of range for rank 2");
+    EXPECT_NO_THROW(ReductionScales(h, -1, true));
+}
