@@ -16,6 +16,26 @@
 
 namespace spyre::detail {
 
+uint16_t UnboundRelocations(const std::vector<uint8_t>& bytes) {
+    spyre_program_header h;
+    if (bytes.size() < sizeof h) return 0;
+    std::memcpy(&h, bytes.data(), sizeof h);
+    if (h.magic != SPYRE_PROGRAM_MAGIC || h.reloc_count == 0) return 0;
+    const uint64_t relocs_end = uint64_t(h.relocs_offset) + uint64_t(h.reloc_count) * sizeof(spyre_program_reloc);
+    if (relocs_end > bytes.size()) return 0;
+    for (uint16_t i = 0; i < h.reloc_count; ++i) {
+        spyre_program_reloc r;
+        std::memcpy(&r, bytes.data() + h.relocs_offset + i * sizeof r, sizeof r);
+        const uint64_t at = uint64_t(h.operands_offset) + uint64_t(r.operand) * sizeof(spyre_program_operand) +
+                            offsetof(spyre_program_operand, addr);
+        if (r.operand >= h.operand_count || at + sizeof(uint64_t) > bytes.size()) return 0;
+        uint64_t addr;
+        std::memcpy(&addr, bytes.data() + at, sizeof addr);
+        if (addr != 0) return 0;
+    }
+    return h.reloc_count;
+}
+
 namespace {
 
 [[noreturn]] void Invalid(const std::string& message) { throw Error(ErrorKind::InvalidArgument, message); }
@@ -47,31 +67,6 @@ const SpyreCompute& LoadedCompute(const Operation& op) {
     return compute;
 }
 
-// The relocations of a program whose relocated operands all still hold
-// address 0, as the compiler leaves them (0: none, or a program bound on
-// the host: BuiltKernel::Bind writes the addresses and keeps the list, or
-// no image on the host to read). Read from the image without decoding it
-// whole: launches of host-bound programs come here every time.
-uint16_t UnboundRelocations(const SpyreCompute& compute) {
-    const std::vector<uint8_t>& bytes = compute.binary;
-    spyre_program_header h;
-    if (bytes.size() < sizeof h) return 0;
-    std::memcpy(&h, bytes.data(), sizeof h);
-    if (h.magic != SPYRE_PROGRAM_MAGIC || h.reloc_count == 0) return 0;
-    const uint64_t relocs_end = uint64_t(h.relocs_offset) + uint64_t(h.reloc_count) * sizeof(spyre_program_reloc);
-    if (relocs_end > bytes.size()) return 0;
-    for (uint16_t i = 0; i < h.reloc_count; ++i) {
-        spyre_program_reloc r;
-        std::memcpy(&r, bytes.data() + h.relocs_offset + i * sizeof r, sizeof r);
-        const uint64_t at = uint64_t(h.operands_offset) + uint64_t(r.operand) * sizeof(spyre_program_operand) +
-                            offsetof(spyre_program_operand, addr);
-        if (r.operand >= h.operand_count || at + sizeof(uint64_t) > bytes.size()) return 0;
-        uint64_t addr;
-        std::memcpy(&addr, bytes.data() + at, sizeof addr);
-        if (addr != 0) return 0;
-    }
-    return h.reloc_count;
-}
 
 // Count and dtype: wrong for any kind of launch.
 void CheckCountAndDTypes(const Operation& op, std::span<const SpyreTensor> tensors) {
@@ -197,7 +192,7 @@ void CheckBoundToItsTensors(const Operation& op) {
     if (!compute) return;
     const auto& correction = LaunchedCorrection(op);
     if (correction && correction->binary_handle() && op.correction_step()) return;
-    if (const uint16_t relocs = UnboundRelocations(*compute))
+    if (const uint16_t relocs = UnboundRelocations(compute->binary))
         Invalid(OpName(op) + " has no loaded correction, but its program has " + std::to_string(relocs) +
                 " relocation(s) for its tensors, unbound (address 0 as compiled): nothing would put their addresses "
                 "in it, and it would run at device address 0 (or, copied from a loaded plan, at its last launch's "

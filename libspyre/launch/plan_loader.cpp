@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "device/device_internals.hpp"
+#include "launch/launch_binding.hpp"
 #include "launch/operation_access.hpp"
 #include "launch/variant_cache.hpp"
 #include "stream/control_blocks.hpp"
@@ -111,6 +112,19 @@ std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, cons
     // Parse and validate before any device memory is taken.
     auto plan = std::make_shared<ExecutionPlan>(compiler_output);
     detail::OperationAccess::SetDevice(*plan, core->id());
+    // An init packet runs once, here, with no tensors: nothing binds its
+    // relocations, so one left as compiled would read and write at device
+    // address 0, over whatever the caller keeps there (found probing from
+    // outside: a tensor at pf:0x0 zeroed by a loaded plan).
+    for (const InitPacket& packet : plan->init_packets)
+        if (const uint16_t relocs = detail::UnboundRelocations(packet.binary))
+            throw Error(ErrorKind::InvalidArgument,
+                        "loading plan '" + plan->name + "': init packet '" + packet.name + "' has " +
+                            std::to_string(relocs) +
+                            " relocation(s), unbound (address 0 as compiled): an init packet runs at load with no "
+                            "tensors to bind, so it would run at device address 0; bind its program on the host "
+                            "(BuiltKernel::Bind) to buffers other than the one at address 0 (that binding reads the "
+                            "same), or make it an operation");
     // Work the caller queued before the load is the caller's: a fault there
     // is thrown as it is and stays sticky (only a fault of the load's own
     // steps is cleared below, as the plan is discarded with it).

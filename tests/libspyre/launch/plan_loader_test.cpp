@@ -124,6 +124,9 @@ TEST_F(PlanLoadTest, MultiOperationPlanWithInitPacketLoadsAndRuns) {
     KernelBuilder kb;
     // Two operations with their own tensors: C1 = A1*B1 (64x32x48), C2 = A2+B2.
     // The init packet is a fill bound to a scratch buffer: it must run once, at load.
+    // Not the buffer at device address 0: a program bound there reads as
+    // unbound (AnInitPacketWithUnboundRelocationsIsRefused).
+    DeviceAllocation first = dev.allocator().Allocate(256);
     DeviceAllocation scratch = dev.allocator().Allocate(256);
     const BuiltKernel fill = kb.Fill({64}, 3.0, DType::FP32);
     const uint64_t scratch_addr = dev.allocator().DeviceAddress(scratch.handle, 256);
@@ -165,7 +168,35 @@ TEST_F(PlanLoadTest, MultiOperationPlanWithInitPacketLoadsAndRuns) {
         EXPECT_EQ(z, want);
     }
     dev.allocator().Free(scratch.handle);
+    dev.allocator().Free(first.handle);
     EXPECT_EQ(Memory(dev), baseline);
+}
+
+// An init packet left as the compiler emits it (relocations unbound) would
+// run at device address 0 at load: refused before anything is taken, and
+// what the caller keeps at address 0 stays as it was (it was zeroed: found
+// probing from outside).
+TEST_F(PlanLoadTest, AnInitPacketWithUnboundRelocationsIsRefused) {
+    Device dev = OpenDevice();
+    SpyreStream s(dev);
+    FlexStream& f = s.flex_stream();
+    const std::vector<float> ones(64, -1.0f);
+    SpyreTensor kept = SpyreTensor::FromHost(dev, f, ones.data(), {8, 8}, DType::FP32);
+    s.Synchronize();
+    const MemoryFigures baseline = Memory(dev);
+    const uint64_t enqueued = f.enqueued();
+    KernelBuilder kb;
+    const CompilerOutput out = CompilerOutputFromKernels(
+        "unbound_init", {{"add", kb.Elementwise(ElementwiseOp::Add, {8, 8}, {8, 8}, DType::FP32)}},
+        {InitPacket{"relu", kb.Relu({8, 8}, DType::FP32).program}});
+    EXPECT_SPYRE_ERROR(LoadExecutionPlan(s, out), InvalidArgument,
+                       "init packet 'relu' has 2 relocation(s), unbound (address 0 as compiled)");
+    EXPECT_EQ(Memory(dev), baseline);
+    EXPECT_EQ(f.enqueued(), enqueued);
+    std::vector<float> back(64, 0.0f);
+    kept.CopyToHost(f, back.data());
+    s.Synchronize();
+    EXPECT_EQ(back, ones);
 }
 
 TEST_F(PlanLoadTest, WriteDirectoryThenLoadFromDirectory) {
