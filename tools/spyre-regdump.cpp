@@ -52,7 +52,16 @@ int main(int argc, char** argv) {
     CLI::App app{"Print every register of a live spyre function, by name and decoded."};
     std::string target;
     double watch = 0;
-    app.add_option("function", target, "device node, function directory, PCI address or index")->required();
+    // An empty name is a usage error too, not a function that cannot be found.
+    const CLI::Validator named(
+        [](const std::string& text) -> std::string {
+            return text.empty() ? "the function is empty: name a device node, function directory, PCI address or index"
+                                : std::string();
+        },
+        "FUNCTION");
+    app.add_option("function", target, "device node, function directory, PCI address or index")
+        ->required()
+        ->check(named);
     // CLI::NonNegativeNumber let NaN through (every comparison with it is false).
     const CLI::Validator seconds(
         [](const std::string& text) -> std::string {

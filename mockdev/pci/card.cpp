@@ -17,6 +17,9 @@ Card::Card(const CardParams& params)
       memory_(ShmDirName(params.shm_prefix) + "/c" + std::to_string(params.index), params.mem_size),
       compute_(params.cores ? params.cores : CardCores::DefaultWorkers()) {
     policy_.watchdog_ms.store(params.watchdog_ms);
+    policy_.mirror_everywhere = [this] {
+        for (const auto& f : Functions()) f->MirrorPolicy();
+    };
     pf_ = std::make_shared<Function>(FunctionAt(0, MemorySlice{0, params_.mem_size}), memory_, policy_, compute_);
 }
 

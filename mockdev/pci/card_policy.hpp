@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 
 namespace spyre::mockdev {
 
@@ -18,6 +19,10 @@ constexpr uint32_t kWatchdogMsMax = 3'600'000;
 struct CardPolicy {
     // Bound on one CB's (or task's) run time; WATCHDOG_MS mirrors it.
     std::atomic<uint32_t> watchdog_ms{10000};
+    // Set by the card: after the PF's holder changed the policy, brings every
+    // function's mapped WATCHDOG_MS up to date (a driver reads its registers
+    // through its mapping, which no trap refreshes).
+    std::function<void()> mirror_everywhere;
 };
 
 }  // namespace spyre::mockdev

@@ -139,6 +139,11 @@ void Function::InitRegisters(uint64_t resets, uint32_t status) {
     }
 }
 
+void Function::MirrorPolicy() {
+    std::lock_guard regs(regs_mutex_);  // not while a reset or hand-over renews the registers
+    regs_.Store32(SPYRE_REG_WATCHDOG_MS, policy_.watchdog_ms.load());
+}
+
 // Registers that reflect state kept elsewhere (the doorbell page, the server)
 // are brought up to date before anyone reads them through a trap.
 void Function::RefreshMirrors() {
@@ -321,6 +326,7 @@ ssize_t Function::WriteRegister(uint32_t offset, uint32_t value) {
             break;
         }
         const_cast<CardPolicy&>(policy_).watchdog_ms.store(value);
+        if (policy_.mirror_everywhere) policy_.mirror_everywhere();
         break;
     case SPYRE_REG_ERR_CLEAR:
         if (value & kErrClearLatch) regs_.ClearErrorLatch();

@@ -78,6 +78,9 @@ public:
     // card's heartbeat thread calls it every SPYRE_HEARTBEAT_PERIOD_MS. A
     // function shut down beats no more. It also logs new shm repairs.
     void Beat();
+    // The card's policy changed: its mirror in the register file (WATCHDOG_MS)
+    // takes the new value, for mapped readers too.
+    void MirrorPolicy();
     // How often the daemon sized back one of this function's objects after a
     // process (its holder: nobody else is given the names) shrank it.
     uint64_t ShmRepairs() const;

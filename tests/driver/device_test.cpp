@@ -415,6 +415,7 @@ TEST(RegdumpTool, UsageErrorsExitWith2) {
     const std::string tool = spyre::test::ToolPath("SPYRE_REGDUMP");
     const std::pair<std::string, std::string> bad[] = {
         {"", "function is required"},
+        {" ''", "the function is empty"},  // was exit 1, as a function not found
         {" --watch -1 0", "--watch"},
         {" --watch nan 0", "'nan': SECONDS must be a number from 0 to 86400"},  // was one dump, exit 0
         {" --watch -nan 0", "'-nan': SECONDS"},

@@ -257,6 +257,22 @@ TEST_F(CardPolicyTest, ThePfSetsTheCardWatchdog) {
     EXPECT_EQ(pf().fn().ReadTrapped32(SPYRE_REG_WATCHDOG_MS), 150u);
 }
 
+// The mapped mirror follows the card's policy at once, on the PF and on a
+// VF already held, with no trapped read to refresh it (it kept the old
+// value until one: found probing from outside).
+TEST_F(CardPolicyTest, EveryMappedWatchdogRegisterShowsTheBoundInForce) {
+    TestDevice vf(Vf(1));
+    auto mapped = [](TestDevice& d) {
+        return std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(d.fn().bar0() + SPYRE_REG_WATCHDOG_MS)).load();
+    };
+    EXPECT_EQ(mapped(vf), 300u);
+    pf().fn().WriteTrapped32(SPYRE_REG_WATCHDOG_MS, 1234);
+    EXPECT_EQ(mapped(pf()), 1234u);
+    EXPECT_EQ(mapped(vf), 1234u);
+    pf().fn().WriteTrapped32(SPYRE_REG_WATCHDOG_MS, 0);  // refused: nothing changes
+    EXPECT_EQ(mapped(vf), 1234u);
+}
+
 // VF 1 floods the card with long programs; VF 2 asks for the card once.
 // Turns are FIFO, so VF 2 waits for at most the program VF 1 is running
 // (plus one that may have asked before VF 2's doorbell was served), not for
