@@ -28,6 +28,40 @@ void Elide(OperationScales& op) {
             for (auto& s : op.scales) s[d] = kScaleElided;
 }
 
+// InvalidArgument unless `device` lays out `host`'s canonical form, in its
+// dtype; `tensor` ("tensor 1: ", or empty) names it.
+void CheckDescribes(const DeviceLayout& device, const HostLayout& host, const std::string& tensor) {
+    if (device.dtype() != host.dtype())
+        Invalid(tensor + "host " + host.ToString() + " is " + ToString(host.dtype()) + ", " + device.ToString() + " is not");
+    if (device.host_size() != host.Canonical().size())
+        Invalid(tensor + device.ToString() + " does not describe host " + host.ToString());
+}
+
+// InvalidArgument unless `op` is whole: a name per dimension, one scale per
+// dimension in each tensor's list, each a host dimension index, absent, or
+// elided (only where the dimension has size 1). Hand-made operations
+// reach CheckCompatible too, and it indexes all of them.
+void CheckWhole(const OperationScales& op) {
+    const size_t dims = op.dim_sizes.size();
+    if (op.dim_names.size() != dims)
+        Invalid("operation has " + std::to_string(dims) + " dimension sizes but " + std::to_string(op.dim_names.size()) +
+                " dimension names");
+    for (size_t t = 0; t < op.scales.size(); ++t) {
+        if (op.scales[t].size() != dims)
+            Invalid("tensor " + std::to_string(t) + " has " + std::to_string(op.scales[t].size()) +
+                    " scales for an operation of " + std::to_string(dims) + " dimensions");
+        for (size_t d = 0; d < dims; ++d) {
+            const int s = op.scales[t][d];
+            if (s < 0 && s != kScaleAbsent && s != kScaleElided)
+                Invalid("tensor " + std::to_string(t) + ": scale " + std::to_string(s) + " of operation dimension " +
+                        op.dim_names[d] + " names no host dimension");
+            if (s == kScaleElided && op.dim_sizes[d] != 1)
+                Invalid("tensor " + std::to_string(t) + ": operation dimension " + op.dim_names[d] + " of size " +
+                        std::to_string(op.dim_sizes[d]) + " is marked elided (only a size-1 dimension is)");
+        }
+    }
+}
+
 }  // namespace
 
 OperationScales MatmulScales(const HostLayout& a, const HostLayout& b) {
@@ -126,8 +160,7 @@ int CanonicalDim(const HostLayout& host, int h) {
 
 std::vector<std::vector<int>> OperationToDeviceDims(const std::vector<int>& scales, const HostLayout& host,
                                                     const DeviceLayout& device) {
-    if (device.host_size() != host.Canonical().size())
-        Invalid(device.ToString() + " does not describe host " + host.ToString());
+    CheckDescribes(device, host, "");
     std::vector<std::vector<int>> out;
     for (int s : scales) {
         if ((s < 0 && s != kScaleAbsent && s != kScaleElided) || s >= host.rank())
@@ -145,10 +178,9 @@ void CheckCompatible(const OperationScales& op, const std::vector<HostLayout>& h
     if (hosts.size() != op.scales.size() || devices.size() != op.scales.size())
         Invalid("operation has " + std::to_string(op.scales.size()) + " tensors, got " + std::to_string(hosts.size()) +
                 " host and " + std::to_string(devices.size()) + " device layouts");
+    CheckWhole(op);
     for (size_t t = 0; t < hosts.size(); ++t) {
-        if (devices[t].host_size() != hosts[t].Canonical().size())
-            Invalid("tensor " + std::to_string(t) + ": " + devices[t].ToString() + " does not describe host " +
-                    hosts[t].ToString());
+        CheckDescribes(devices[t], hosts[t], "tensor " + std::to_string(t) + ": ");
         for (size_t d = 0; d < op.dim_sizes.size(); ++d) {
             const int s = op.scales[t][d];
             if (s < 0) continue;

@@ -128,3 +128,49 @@ TEST(Scales, DimensionsOutOfRangeAreRefused) {
     expect_invalid([&] { ReductionScales(h, -3, true); }, "axis -3 out of range for rank 2");
     EXPECT_NO_THROW(ReductionScales(h, -1, true));
 }
+
+// A hand-made operation whose lists disagree in length, or whose scales are
+// no host dimension, is refused before anything indexes them (CheckCompatible
+// read past them: a crash, or a message made of garbage; found probing from
+// outside); so is a device layout of another dtype than its host.
+TEST(Scales, MalformedOperationsAreRefused) {
+    auto a = T({64, 128}), b = T({128, 256}), c = T({64, 256});
+    const auto da = DeviceLayout::Default(a), db = DeviceLayout::Default(b), dc = DeviceLayout::Default(c);
+    const OperationScales good = MatmulScales(a, b);
+    auto refused = [&](const OperationScales& op, const std::string& words) {
+        try {
+            CheckCompatible(op, {a, b, c}, {da, db, dc});
+            ADD_FAILURE() << "no error; expected: " << words;
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+        }
+    };
+    OperationScales op = good;
+    op.dim_names.clear();
+    refused(op, "operation has 3 dimension sizes but 0 dimension names");
+    op = good;
+    op.scales[1].resize(1);
+    refused(op, "tensor 1 has 1 scales for an operation of 3 dimensions");
+    op = good;
+    op.dim_sizes.push_back(6);
+    op.dim_names.push_back("X");
+    refused(op, "tensor 0 has 3 scales for an operation of 4 dimensions");
+    op = good;
+    op.scales[0][0] = -7;
+    refused(op, "tensor 0: scale -7 of operation dimension M names no host dimension");
+    op = good;
+    op.scales[2][2] = kScaleElided;
+    refused(op, "tensor 2: operation dimension N of size 256 is marked elided");
+    EXPECT_NO_THROW(CheckCompatible(good, {a, b, c}, {da, db, dc}));
+
+    const HostLayout a32 = HostLayout::Contiguous({64, 128}, DType::FP32);
+    try {
+        CheckCompatible(good, {a32, b, c}, {da, db, dc});
+        ADD_FAILURE() << "an fp16 device layout of an fp32 host was taken";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("tensor 0: host"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("is not"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(OperationToDeviceDims(good.scales[0], a32, da), Error);
+}
