@@ -15,11 +15,12 @@ namespace spyre::python {
 
 namespace {
 
-void CheckPlanOn(const PyPlan& p, const DeviceSlot& slot, const char* what) {
+// `user` names what of the call's is on `slot` ("stream", "program", "device").
+void CheckPlanOn(const PyPlan& p, const DeviceSlot& slot, const char* what, const char* user = "stream") {
     if (!p.slot)
         throw Error(ErrorKind::InvalidArgument, std::string(what) + ": plan '" + p.name +
                                                     "' is not loaded (spyre.load_execution_plan)");
-    slot.CheckSame(*p.slot, std::string(what) + ": plan '" + p.name + "'", "stream");
+    slot.CheckSame(*p.slot, std::string(what) + ": plan '" + p.name + "'", user);
 }
 
 }  // namespace
@@ -59,12 +60,12 @@ void BindLaunch(py::module_& m) {
         .def(py::init([](const SlotPtr& slot, std::shared_ptr<PyPlan> plan) {
                  Device& d = DeviceOf(slot, "Program");
                  if (!plan) return Adopt(slot, std::make_shared<Program>(d));
-                 CheckPlanOn(*plan, *slot, "Program");
+                 CheckPlanOn(*plan, *slot, "Program", "device");
                  return Adopt(slot, std::make_shared<Program>(d, plan->plan));
              }), py::arg("device"), py::arg("plan") = nullptr,
              "An empty program, or one Instruction per Operation of a loaded plan.")
         .def("add_instruction", [](PyProgram& p, const PyOperation& op) {
-                CheckPlanOn(*op.plan, *p.slot(), "Program.add_instruction");
+                CheckPlanOn(*op.plan, *p.slot(), "Program.add_instruction", "program");
                 p.Get("Program.add_instruction").AddInstruction(Instruction(op.Get("Program.add_instruction")));
             }, py::arg("operation"))
         .def("remove_instruction", [](PyProgram& p, const IntArg<size_t>& index_arg) {

@@ -178,6 +178,9 @@ public:
     const SlotPtr& slot() const noexcept { return slot_; }
     bool released() const noexcept { return !object_; }
     void Release() noexcept override { DestroyWithoutGil(object_); }
+    // The object, no longer this one's (released from here on): for a
+    // caller that lets go of it elsewhere.
+    std::shared_ptr<T> Take() noexcept { return std::move(object_); }
     // Python's free(): Release, but once the device is closed it raises as
     // every other use does (it returned silently); a second free() on an
     // open device does nothing, as a second file close().

@@ -35,6 +35,11 @@ std::shared_ptr<PyPlan> Load(PySpyreStream& ps, py::object source, py::object pr
             throw Error(ErrorKind::InvalidArgument, std::string(what) + ": plan '" + p.name + "' has no compiler output to load");
         output = p.source;
     } else {
+        if (!py::isinstance<py::str>(source) && !py::isinstance(source, py::module_::import("os").attr("PathLike")))
+            throw Error(ErrorKind::InvalidArgument,
+                        std::string(what) + ": source is a " +
+                            std::string(py::str(py::type::handle_of(source).attr("__name__"))) +
+                            ", not a directory path, a CompilerOutput or an ExecutionPlan");
         const std::filesystem::path dir = source.cast<std::filesystem::path>();
         output = WithoutGil([&] { return std::make_shared<const CompilerOutput>(CompilerOutput::ReadDirectory(dir)); });
     }

@@ -96,6 +96,10 @@ void BindStreams(py::module_& m) {
                 FlexStream& stream = s.Get("FlexStream.launch");
                 const int64_t offset = offset_arg.In("FlexStream.launch: offset");
                 const int64_t nbytes = nbytes_arg.In("FlexStream.launch: nbytes");
+                if (nbytes < 0)  // it was taken as 2^64 - 1 bytes
+                    throw Error(ErrorKind::InvalidArgument, "FlexStream.launch: nbytes=" + std::to_string(nbytes) +
+                                                                " is negative (it must be >= 0; 0: the size in the "
+                                                                "program's header)");
                 const DeviceBuffer& b = program.Get("FlexStream.launch");
                 const uint64_t size = nbytes ? uint64_t(nbytes) : b.size() - uint64_t(std::max<int64_t>(offset, 0));
                 const DeviceHandle h = Range(s, program, offset, size, "FlexStream.launch");

@@ -92,7 +92,20 @@ std::shared_ptr<PyTensor> Upload(const SlotPtr& slot, const std::shared_ptr<PySt
     auto t = UploadAsync(slot, stream_arg, data, bytes, std::move(shape), dtype, layout, std::move(keeper), what);
     if (!stream_arg) {
         auto s = DefaultStream(slot)->Share(what);
-        SynchronizeHandlingSignals(*s);
+        try {
+            SynchronizeHandlingSignals(*s);
+        } catch (const py::error_already_set&) {
+            // Interrupted (Ctrl-C): nobody will see the tensor. Freeing it
+            // here would wait for the stream's work (a buffer is freed after
+            // the work queued before), and the interrupt with it: the stream
+            // lets go of it once that work is done.
+            try {
+                s->AddCallback([tensor = t->Take()]() mutable { tensor.reset(); });
+            } catch (const Error&) {
+                // The stream takes no more work: it goes here after all.
+            }
+            throw;
+        }
         Deferred::Instance().Drain();
     }
     return t;
@@ -234,7 +247,15 @@ std::shared_ptr<PyTensor> FromDLPack(py::object obj, const SlotPtr& slot, const 
                                                         std::string(py::str(py::type::handle_of(obj).attr("__name__"))) +
                                                         " has no __dlpack__");
         if (py::hasattr(obj, "__dlpack_device__")) {
-            auto dev = obj.attr("__dlpack_device__")().cast<std::pair<int, int>>();
+            const py::object reported = obj.attr("__dlpack_device__")();
+            std::pair<int, int> dev;
+            try {
+                dev = reported.cast<std::pair<int, int>>();
+            } catch (const py::cast_error&) {
+                throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the producer's __dlpack_device__ returned " +
+                                                            std::string(py::repr(reported)) +
+                                                            ", not (device_type, device_id) ints");
+            }
             if (dev.first != kDLCPU)
                 throw Error(ErrorKind::Unsupported, std::string(what) + ": the tensor is on DLPack device type " +
                                                         std::to_string(dev.first) +
@@ -243,10 +264,16 @@ std::shared_ptr<PyTensor> FromDLPack(py::object obj, const SlotPtr& slot, const 
         try {
             capsule = obj.attr("__dlpack__")();
         } catch (py::error_already_set& e) {
-            // numpy refuses to export read-only and bool arrays (BufferError).
-            if (!e.matches(PyExc_BufferError)) throw;
-            throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the producer refused to export: " +
-                                                        std::string(py::str(e.value())));
+            // numpy refuses to export read-only and bool arrays (BufferError);
+            // any other failure of the producer is named as its own. Not an
+            // Exception (KeyboardInterrupt, SystemExit): left as it is.
+            if (!e.matches(PyExc_Exception)) throw;
+            const std::string raised = std::string(py::str(py::type::handle_of(e.value()).attr("__name__"))) + ": " +
+                                       std::string(py::str(e.value()));
+            if (e.matches(PyExc_BufferError))
+                throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the producer refused to export: " +
+                                                            std::string(py::str(e.value())));
+            throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the producer's __dlpack__ raised " + raised);
         }
     }
     if (!PyCapsule_IsValid(capsule.ptr(), "dltensor"))

@@ -158,3 +158,62 @@ def test_a_producer_that_refuses_to_export_is_invalid_argument(dev):
     for a in (np.frombuffer(bytes(16), np.float32), np.zeros(4, bool)):
         with pytest.raises(spyre.InvalidArgument, match="the producer refused to export"):
             spyre.from_dlpack(a, dev)
+
+
+@pytest.mark.parametrize("upload", ["from_numpy", "from_dlpack"])
+def test_ctrl_c_ends_an_upload_behind_a_callback_that_does_not_return(dev, upload, interrupt_main_once_it_waits_in):
+    """Ctrl-C while an upload waits for its copy behind a stream callback
+    that does not return raised only once the callback ended: the tensor
+    nobody would see was freed on the spot, and a free waits for the work
+    queued before it. The stream now lets go of it after that work, and its
+    memory comes back then."""
+    before = dev.memory_stats().bytes_in_use
+    gate, finished = threading.Event(), threading.Event()
+
+    def blocked():
+        gate.wait(60)
+        finished.set()
+
+    dev.default_stream.add_callback(blocked)
+    threading.Thread(target=interrupt_main_once_it_waits_in,
+                     args=("test_ctrl_c_ends_an_upload_behind_a_callback_that_does_not_return",)).start()
+    a = np.arange(1 << 16, dtype=np.float32)
+    with pytest.raises(KeyboardInterrupt):
+        if upload == "from_numpy":
+            spyre.SpyreTensor.from_numpy(dev, a)
+        else:
+            spyre.from_dlpack(a, dev)
+    assert not finished.is_set(), "the interrupt waited for the callback"
+    gate.set()
+    dev.synchronize()
+    for _ in range(1000):  # the scheduler frees it after the work before it, soon after
+        if dev.memory_stats().bytes_in_use == before:
+            break
+        time.sleep(0.01)
+    assert dev.memory_stats().bytes_in_use == before
+    t = spyre.SpyreTensor.from_numpy(dev, a)  # the stream goes on
+    np.testing.assert_array_equal(t.to_numpy(), a)
+
+
+def test_a_producer_that_misbehaves_is_invalid_argument(dev):
+    """A producer whose __dlpack_device__ is no (type, id) pair got pybind11's
+    cast text, and one whose __dlpack__ raised got its exception out as it
+    was; both are InvalidArgument naming what the producer did."""
+    class BadDevice:
+        def __dlpack__(self, stream=None):
+            return np.ones(4, np.float32).__dlpack__()
+
+        def __dlpack_device__(self):
+            return "cpu"
+
+    class Raises:
+        def __dlpack__(self, stream=None):
+            raise RuntimeError("producer failed")
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(spyre.InvalidArgument, match="__dlpack_device__ returned 'cpu', not"):
+        spyre.from_dlpack(BadDevice(), dev)
+    with pytest.raises(spyre.InvalidArgument, match="__dlpack__ raised RuntimeError: producer failed"):
+        spyre.from_dlpack(Raises(), dev)

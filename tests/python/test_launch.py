@@ -106,6 +106,12 @@ def test_launch_errors(dev, dev2, ss, matmul_plan):
         spyre.launch_kernel(ss, unloaded, [a, b, c])
     with pytest.raises(TypeError):
         spyre.launch_kernel(ss, matmul_plan, [a, b, "c"])
+    # A Program names what of the call's is on the other device (it said
+    # "stream", which the caller never gave).
+    with pytest.raises(spyre.WrongDevice, match="belongs to " + dev.pci_address + ", device to " + dev2.pci_address):
+        spyre.Program(dev2, matmul_plan)
+    with pytest.raises(spyre.WrongDevice, match="belongs to " + dev.pci_address + ", program to " + dev2.pci_address):
+        spyre.Program(dev2).add_instruction(matmul_plan.operations[0])
     ss.synchronize()  # nothing bad reached the stream
 
 

@@ -58,6 +58,9 @@ def test_errors(dev, tmp_path):
     ss = spyre.SpyreStream(dev)
     with pytest.raises(spyre.NotFound):
         spyre.load_execution_plan(ss, tmp_path / "missing")
+    for wrong in (None, 3):  # was pybind11's cast text naming std::filesystem::path
+        with pytest.raises(spyre.InvalidArgument, match="load_execution_plan: source is a .*, not a directory path"):
+            spyre.load_execution_plan(ss, wrong)
     bad = two_ops()
     assert '"add.bin"' in bad.manifest
     bad.manifest = bad.manifest.replace('"add.bin"', '"nope.bin"')

@@ -189,6 +189,8 @@ def test_a_copy_of_a_negative_or_too_large_size_says_which(dev):
         s.copy_to_device(host, buf, 0, -1)
     with pytest.raises(spyre.InvalidArgument, match="copy_from_device: nbytes=65 but the host array holds 64"):
         s.copy_from_device(buf, host, 0, 65)
+    with pytest.raises(spyre.InvalidArgument, match=r"FlexStream.launch: nbytes=-1 is negative \(it must be >= 0"):
+        s.launch(buf, 0, -1)  # was "18446744073709551615 bytes at offset 0 do not fit"
     s.copy_to_device(np.arange(16, dtype=np.float32), buf, 0, 64)
     s.copy_from_device(buf, host, 0, 64)
     s.synchronize()
