@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "host/transport/byte_codec.hpp"
+#include "host/transport/payload_buffers.hpp"
 
 namespace spyre::host::wire {
 
@@ -37,7 +38,7 @@ std::vector<uint8_t> EncodeFrame(const Message& message) {
     return frame;
 }
 
-Message DecodeFrame(int source, std::span<const uint8_t> frame) {
+Message DecodeFrame(int source, std::span<const uint8_t> frame, PayloadBuffers* buffers) {
     ByteReader r(frame, "frame from rank " + std::to_string(source));
     const uint32_t magic = r.Get<uint32_t>("magic");
     if (magic != kFrameMagic) {
@@ -66,7 +67,10 @@ Message DecodeFrame(int source, std::span<const uint8_t> frame) {
     if (r.remaining() != header_bytes)
         r.Fail("header is " + std::to_string(r.remaining()) + " bytes, the frame says " + std::to_string(header_bytes));
     m.payloads.resize(count);
-    for (uint32_t i = 0; i < count; ++i) m.payloads[i].resize(sizes[i]);
+    for (uint32_t i = 0; i < count; ++i) {
+        if (buffers) m.payloads[i] = buffers->Take(sizes[i]);
+        else m.payloads[i].resize(sizes[i]);
+    }
     m.header.assign(frame.end() - header_bytes, frame.end());
     return m;
 }

@@ -27,9 +27,11 @@ inline constexpr uint16_t kLeavingType = kPeerLeftMessageType;  // sent by a tra
 // Throws InvalidArgument when the message is over the limits.
 std::vector<uint8_t> EncodeFrame(const Message& message);
 
+class PayloadBuffers;
+
 // The message a frame announces: type, header, and payloads sized (zeroed)
-// as the frame says, ready to receive into. Throws ProtocolError naming
-// `source` for anything malformed.
-Message DecodeFrame(int source, std::span<const uint8_t> frame);
+// as the frame says, ready to receive into (taken from `buffers` when
+// given). Throws ProtocolError naming `source` for anything malformed.
+Message DecodeFrame(int source, std::span<const uint8_t> frame, PayloadBuffers* buffers = nullptr);
 
 }  // namespace spyre::host::wire

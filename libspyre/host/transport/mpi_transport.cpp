@@ -23,6 +23,7 @@
 
 #include "host/transport/frame.hpp"
 #include "host/transport/message_queue.hpp"
+#include "host/transport/payload_buffers.hpp"
 #include "spyre/common/eventcount.hpp"
 #include "spyre/common/log.hpp"
 
@@ -138,6 +139,7 @@ struct MpiTransport::State {
     MPI_Comm comm = MPI_COMM_NULL;
     MPI_Comm raw_comm = MPI_COMM_NULL;
     std::deque<Outgoing> sending;
+    wire::PayloadBuffers spare_payloads;  // under `mpi`: sent payloads, for the next received ones
     std::vector<MPI_Request> heartbeat_requests;
     std::vector<uint8_t> heartbeat_frame;
     std::vector<std::deque<std::unique_ptr<Incoming>>> incoming;
@@ -308,7 +310,7 @@ bool MpiTransport::State::AdvanceIncoming(int source) {
             if (rc != MPI_SUCCESS || in->truncated)
                 throw Error(ErrorKind::ProtocolError, "malformed frame from rank " + std::to_string(source) + ": " +
                                                           (in->truncated ? "longer than any valid frame" : MpiError(rc)));
-            Message m = wire::DecodeFrame(source, in->frame);
+            Message m = wire::DecodeFrame(source, in->frame, &spare_payloads);
             for (auto& p : m.payloads) {
                 MPI_Request r;
                 const int prc = MPI_Irecv(p.data(), static_cast<int>(p.size()), MPI_BYTE, source, kPayloadTag, comm, &r);
@@ -380,6 +382,8 @@ bool MpiTransport::State::TestSends() {
         const int rc = MPI_Testall(static_cast<int>(it->requests.size()), it->requests.data(), &done, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) Lose(it->destination, "sending to it failed: " + MpiError(rc));
         if (done || rc != MPI_SUCCESS) {
+            if (done)
+                for (auto& p : it->payloads) spare_payloads.Keep(std::move(p));
             it = sending.erase(it);
             any = true;
         } else {

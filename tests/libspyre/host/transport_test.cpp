@@ -5,6 +5,7 @@
 // hostile frames as ProtocolError.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include "mock_fixture.hpp"
 #include "random_data.hpp"
 #include "host/transport/frame.hpp"  // internal: the frame's magic and version
+#include "host/transport/payload_buffers.hpp"  // internal: sent payloads kept for received ones
 #include "spyre/host/in_process_transport.hpp"
 
 using namespace spyre;
@@ -303,4 +305,53 @@ TEST(TransportTest, TheProtocolErrorOfAMalformedFrameComesWithItsSendersLoss) {
         ASSERT_TRUE(got) << "round " << round << ": no error within 5 s";
     }
     EXPECT_EQ(without_loss, 0) << "times the error came before the sender's loss";
+}
+
+// Large buffers a transport sent are kept to receive the next large
+// payloads into (the same memory, zeroed, best fit), within the bounds;
+// small ones are not kept. DecodeFrame takes its payloads from them.
+TEST(PayloadBuffersTest, SentBuffersComeBackZeroedForTheNextPayloads) {
+    using spyre::host::wire::PayloadBuffers;
+    PayloadBuffers buffers;
+    std::vector<uint8_t> small(PayloadBuffers::kMinBytes - 1, 7);
+    buffers.Keep(std::move(small));
+    EXPECT_EQ(buffers.count(), 0u);
+
+    std::vector<uint8_t> mib(1 << 20, 0xab), two(2 << 20, 0xcd);
+    const uint8_t* mib_data = mib.data();
+    const uint8_t* two_data = two.data();
+    buffers.Keep(std::move(two));
+    buffers.Keep(std::move(mib));
+    EXPECT_EQ(buffers.count(), 2u);
+    EXPECT_EQ(buffers.held_bytes(), size_t(3) << 20);
+    // Best fit: 700 KiB goes into the 1 MiB buffer, zeroed.
+    std::vector<uint8_t> got = buffers.Take(700 << 10);
+    EXPECT_EQ(got.data(), mib_data);
+    EXPECT_EQ(got.size(), size_t(700) << 10);
+    EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](uint8_t b) { return b == 0; }));
+    // Nothing kept is large enough: a new buffer, the kept one stays.
+    EXPECT_NE(buffers.Take(3 << 20).data(), two_data);
+    EXPECT_EQ(buffers.count(), 1u);
+    // A small payload never takes a kept buffer.
+    EXPECT_EQ(buffers.Take(100).size(), 100u);
+    EXPECT_EQ(buffers.count(), 1u);
+
+    // DecodeFrame receives into them.
+    spyre::host::Message m;
+    m.type = 77;
+    m.payloads = {std::vector<uint8_t>(16, 1), std::vector<uint8_t>(1 << 20, 2)};
+    const std::vector<uint8_t> frame = spyre::host::wire::EncodeFrame(m);
+    const spyre::host::Message decoded = spyre::host::wire::DecodeFrame(3, frame, &buffers);
+    ASSERT_EQ(decoded.payloads.size(), 2u);
+    EXPECT_EQ(decoded.payloads[1].data(), two_data);
+    EXPECT_EQ(decoded.payloads[1].size(), size_t(1) << 20);
+    EXPECT_EQ(buffers.count(), 0u);
+
+    // Bounded in count and bytes: the oldest go first.
+    for (size_t i = 0; i < PayloadBuffers::kMaxBuffers + 2; ++i) buffers.Keep(std::vector<uint8_t>(1 << 20));
+    EXPECT_EQ(buffers.count(), PayloadBuffers::kMaxBuffers);
+    buffers.Keep(std::vector<uint8_t>(PayloadBuffers::kMaxBytes));
+    EXPECT_LE(buffers.held_bytes(), PayloadBuffers::kMaxBytes);
+    buffers.Keep(std::vector<uint8_t>(PayloadBuffers::kMaxBytes + 1));  // larger than the whole bound: not kept
+    EXPECT_LE(buffers.held_bytes(), PayloadBuffers::kMaxBytes);
 }
