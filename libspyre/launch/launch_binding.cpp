@@ -23,7 +23,6 @@ uint16_t UnboundRelocations(const std::vector<uint8_t>& bytes) {
     if (h.magic != SPYRE_PROGRAM_MAGIC || h.reloc_count == 0) return 0;
     const uint64_t relocs_end = uint64_t(h.relocs_offset) + uint64_t(h.reloc_count) * sizeof(spyre_program_reloc);
     if (relocs_end > bytes.size()) return 0;
-    uint16_t unbound = 0;
     for (uint16_t i = 0; i < h.reloc_count; ++i) {
         spyre_program_reloc r;
         std::memcpy(&r, bytes.data() + h.relocs_offset + i * sizeof r, sizeof r);
@@ -32,9 +31,12 @@ uint16_t UnboundRelocations(const std::vector<uint8_t>& bytes) {
         if (r.operand >= h.operand_count || at + sizeof(uint64_t) > bytes.size()) return 0;
         uint64_t addr;
         std::memcpy(&addr, bytes.data() + at, sizeof addr);
-        unbound += addr == 0;  // one left unbound runs at address 0 as surely as all of them
+        // One bound operand: taken as bound on the host. A program bound in
+        // part cannot be told from one bound to the buffer at address 0,
+        // which is the first a device hands out (docs/execution_plan.md).
+        if (addr != 0) return 0;
     }
-    return unbound;
+    return h.reloc_count;
 }
 
 namespace {

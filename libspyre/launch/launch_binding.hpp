@@ -54,12 +54,11 @@ BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const De
 // own, not an Operation a plan loaded, nor bound on the host): it would
 // run at address 0, or at a former launch's tensors.
 void CheckBoundToItsTensors(const Operation& op);
-// How many of a program image's relocations still hold address 0, as the
-// compiler leaves them (0: none, or every one bound on the host:
-// BuiltKernel::Bind writes the addresses and keeps the list; or bytes that
-// are no program image). One is enough to run at device address 0. Read
-// without decoding it whole: launches of host-bound programs look every
-// time.
+// The relocations of a program image whose relocated operands all still
+// hold address 0, as the compiler leaves them (0: none, or a program bound
+// on the host: BuiltKernel::Bind writes the addresses and keeps the list;
+// or bytes that are no program image). Read without decoding it whole:
+// launches of host-bound programs look every time.
 uint16_t UnboundRelocations(const std::vector<uint8_t>& program);
 
 // The tensors of `op`'s slots from a plan-wide list: op.tensor_indices, or
