@@ -732,10 +732,10 @@ class CompiledProgram:
         if len(args) not in (n_in, n_all):
             raise _spyre.InvalidArgument(f"{self.orchestrator.name} takes {n_in} input(s) and {len(self.outputs)} "
                                          f"output(s): got {len(args)} argument(s)")
-        for (n, t), a in zip(self.inputs + self.outputs, args):
+        for i, ((n, t), a) in enumerate(zip(self.inputs + self.outputs, args)):
             if t is None:
                 continue
-            a = self._as_array(n, a)
+            a = self._as_array(n, a, output=i >= n_in)
             shape = tuple(a.shape)
             dtype = a.dtype
             if isinstance(a, _spyre.HostTensor):
@@ -747,13 +747,17 @@ class CompiledProgram:
                 raise _spyre.InvalidArgument(f"{self.orchestrator.name}: argument '{n}' has dtype {np.dtype(dtype)}, "
                                              f"expected {t.dtype}")
 
-    def _as_array(self, name, a):
+    def _as_array(self, name, a, output):
         # What Worker.run makes of the argument (an array, a HostTensor, or
         # a sequence numpy converts), so that a list is checked by its own
         # shape and dtype, and anything else named as the runtime names it.
+        # An output must be one the results can land in.
         if isinstance(a, (_spyre.HostTensor, np.ndarray)):
             return a
         what = f"{self.orchestrator.name}: argument '{name}'"
+        if output and a is not None:
+            raise _spyre.InvalidArgument(f"{what}: the output is a {type(a).__name__}, which results cannot land in: "
+                                         "give a numpy array or HostTensor")
         if a is None:
             raise _spyre.InvalidArgument(f"{what}: None is not a numpy array or HostTensor")
         try:

@@ -235,6 +235,13 @@ HostTensor ToHostTensor(py::handle obj, bool writable, const std::string& what, 
         throw Error(ErrorKind::InvalidArgument, what + ": " + std::string(py::str(py::type::handle_of(obj).attr("__name__"))) +
                                                     " is not a numpy array or HostTensor");
     }
+    // An output numpy made an array of (a list, a tuple, an __array__ object)
+    // is a new array: the results landed in it and were lost (found probing
+    // from outside).
+    if (writable && a.ptr() != obj.ptr())
+        throw Error(ErrorKind::InvalidArgument,
+                    what + ": the output is a " + std::string(py::str(py::type::handle_of(obj).attr("__name__"))) +
+                        ", which results cannot land in: give a numpy array or HostTensor");
     const bool contiguous = a.flags() & py::array::c_style;
     if (!contiguous && writable)
         throw Error(ErrorKind::InvalidArgument, what + ": the output array is not C-contiguous (results could not land in it)");

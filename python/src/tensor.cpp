@@ -94,6 +94,9 @@ std::shared_ptr<PyTensor> Upload(const SlotPtr& slot, const std::shared_ptr<PySt
         auto s = DefaultStream(slot)->Share(what);
         try {
             SynchronizeHandlingSignals(*s);
+            // Another thread's close() meanwhile freed the tensor with the
+            // device's others: the call ends as every call on it would.
+            if (slot->closed()) slot->ThrowClosed(what);
         } catch (const py::error_already_set&) {
             // Interrupted (Ctrl-C): nobody will see the tensor. Freeing it
             // here would wait for the stream's work (a buffer is freed after
@@ -247,7 +250,16 @@ std::shared_ptr<PyTensor> FromDLPack(py::object obj, const SlotPtr& slot, const 
                                                         std::string(py::str(py::type::handle_of(obj).attr("__name__"))) +
                                                         " has no __dlpack__");
         if (py::hasattr(obj, "__dlpack_device__")) {
-            const py::object reported = obj.attr("__dlpack_device__")();
+            py::object reported;
+            try {
+                reported = obj.attr("__dlpack_device__")();
+            } catch (py::error_already_set& e) {
+                if (!e.matches(PyExc_Exception)) throw;  // KeyboardInterrupt, SystemExit: as they are
+                throw Error(ErrorKind::InvalidArgument,
+                            std::string(what) + ": the producer's __dlpack_device__ raised " +
+                                std::string(py::str(py::type::handle_of(e.value()).attr("__name__"))) + ": " +
+                                std::string(py::str(e.value())));
+            }
             std::pair<int, int> dev;
             try {
                 dev = reported.cast<std::pair<int, int>>();

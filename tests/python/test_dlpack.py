@@ -3,6 +3,7 @@
 numpy (and torch when installed; nothing requires it)."""
 import gc
 import signal
+import sys
 import threading
 import time
 
@@ -217,3 +218,41 @@ def test_a_producer_that_misbehaves_is_invalid_argument(dev):
         spyre.from_dlpack(BadDevice(), dev)
     with pytest.raises(spyre.InvalidArgument, match="__dlpack__ raised RuntimeError: producer failed"):
         spyre.from_dlpack(Raises(), dev)
+
+    class DeviceRaises(BadDevice):
+        def __dlpack_device__(self):
+            raise RuntimeError("no device")
+
+    with pytest.raises(spyre.InvalidArgument, match="__dlpack_device__ raised RuntimeError: no device"):
+        spyre.from_dlpack(DeviceRaises(), dev)
+
+
+def test_an_upload_that_another_thread_closed_the_device_under_is_closed():
+    """Another thread's close() while an upload waited behind a stream
+    callback let the upload return a freed tensor (an outside probe); the
+    call ends "is closed", as every call does once the device closed."""
+    with spyre.Host.embedded_mock(cards=1, vfs=0, mem="1G") as own_host:  # the module's dev stays open
+        _upload_while_another_thread_closes(own_host.open("0"))
+
+
+def _upload_while_another_thread_closes(d):
+    gate = threading.Event()
+    d.default_stream.add_callback(lambda: gate.wait(60))
+    name = "_upload_while_another_thread_closes"
+
+    def close_once_it_waits():
+        main = threading.main_thread().ident
+        for _ in range(3000):
+            frame = sys._current_frames().get(main)
+            if frame is not None and frame.f_code.co_name == name:
+                break
+            time.sleep(0.01)
+        closing = threading.Thread(target=d.close)
+        closing.start()
+        time.sleep(0.2)  # the close waits for the callback
+        gate.set()
+        closing.join(60)
+
+    threading.Thread(target=close_once_it_waits).start()
+    with pytest.raises(spyre.InvalidArgument, match="SpyreTensor.from_numpy: device .* is closed"):
+        spyre.SpyreTensor.from_numpy(d, np.arange(1 << 12, dtype=np.float32))

@@ -119,6 +119,9 @@ def test_wrong_shapes_and_dtypes_are_refused(host, config):
             compiled(a.tolist(), b)
         with pytest.raises(spyre.InvalidArgument, match=r"'b' has shape \[2\]"):
             compiled(a, [1.0, 2.0])
+        # An output must be one the results can land in (a list's were lost).
+        with pytest.raises(spyre.InvalidArgument, match="the output is a list, which results cannot land in"):
+            compiled(a, b, np.zeros_like(a).tolist())
 
 
 def test_misuse_is_reported(host):

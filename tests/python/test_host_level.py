@@ -1620,6 +1620,12 @@ def test_a_non_callable_task_or_a_none_argument_is_invalid_argument_naming_it(wo
     assert info.value.kind == "InvalidArgument"
     with pytest.raises(spyre.InvalidArgument, match="argument 0: None is not a numpy array or HostTensor"):
         worker.run(spyre.HostProgram("p", 1, [], lambda g, x: None), [None])
+    # An output numpy makes a new array of (a list, a tuple) took the results
+    # into that array, and they were lost (an outside probe).
+    with_output = spyre.HostProgram("p", 1, [[2, 2]], lambda g, x: None)
+    for output in ([[0.0, 0.0], [0.0, 0.0]], ((0.0, 0.0), (0.0, 0.0))):
+        with pytest.raises(spyre.InvalidArgument, match="argument 1: the output is a (list|tuple), which results cannot"):
+            worker.run(with_output, [a, output])
     with pytest.raises(spyre.HostRunError, match="SubWorker '<lambda>': argument 0: None is not a numpy array"):
         worker.run(spyre.HostProgram("p", 1, [], lambda g, x: g.sub(lambda v: None, [spyre.In(None)])), [a])
 
