@@ -114,6 +114,7 @@ void DeviceCore::WaitForQueuedWork() noexcept {
 
 void DeviceCore::FreeAfterQueuedWork(std::span<const DeviceAllocation> blocks) noexcept {
     if (blocks.empty()) return;
+    allocator->BeginFreeOwned(blocks);  // work named from now on is refused
     if (OnSchedulerThread() && sched) {
         try {
             sched->FreeAfterStreams(blocks);  // a host callback may not wait: the scheduler frees later

@@ -259,11 +259,34 @@ void SpyreAllocator::Free(const DeviceHandle& handle) {
     if (free_fence_) {
         {
             std::lock_guard lock(mutex_);
-            LiveBlockLocked(handle, false);  // refused before any wait
+            auto [region, used] = LiveBlockLocked(handle, false);  // refused before any wait
+            if (used->second.freeing)
+                throw Error(ErrorKind::InvalidArgument, handle.ToString() + " is being freed already (a double free)",
+                            ErrorContext{.device = fn_.pci_address()});
+            // Copies submitted while the fence waits would land after it,
+            // in the block's next owner (found probing from outside).
+            used->second.freeing = true;
         }
-        free_fence_();
+        try {
+            free_fence_();
+        } catch (...) {
+            std::lock_guard lock(mutex_);
+            LiveBlockLocked(handle, false).second->second.freeing = false;  // stays live
+            throw;
+        }
     }
     Free(handle, false);
+}
+
+void SpyreAllocator::BeginFreeOwned(std::span<const DeviceAllocation> blocks) noexcept {
+    std::lock_guard lock(mutex_);
+    for (const DeviceAllocation& a : blocks) {
+        try {
+            LiveBlockLocked(a.handle, true).second->second.freeing = true;
+        } catch (const Error&) {
+            // Not live: FreeOwned says so, or the device went with it.
+        }
+    }
 }
 void SpyreAllocator::FreeOwned(const DeviceHandle& handle) { Free(handle, true); }
 
@@ -358,8 +381,15 @@ SpyreAllocator::Found SpyreAllocator::FindLocked(const DeviceHandle& handle, uin
     if (it != r.used_by_offset.begin()) {
         --it;
         const uint64_t start = it->first, length = it->second.requested;
-        if (offset - start <= length && size <= length - (offset - start))
+        if (offset - start <= length && size <= length - (offset - start)) {
+            if (it->second.freeing)
+                throw Error(ErrorKind::InvalidArgument,
+                            "range of " + std::to_string(size) + " bytes at " + handle.ToString() +
+                                " lies in an allocation being freed: work named after its free began would land "
+                                "in its next owner",
+                            ErrorContext{.device = fn_.pci_address()});
             return Found{region, start, length, r.device_base + offset};
+        }
     }
     throw Error(ErrorKind::InvalidArgument, "range of " + std::to_string(size) + " bytes at " + handle.ToString() +
                                                 " is not inside a live allocation",

@@ -25,6 +25,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -104,7 +105,9 @@ public:
     // the block out while the owner still uses, and later frees, it.
     // The allocator of a Device first waits for the copies (DMAEngine) and
     // stream work queued so far, as cudaFree does: none of them lands in
-    // the block once it is handed out again.
+    // the block once it is handed out again. Meanwhile a copy or launch
+    // naming the block is refused (InvalidArgument, "being freed"), and so
+    // is a second Free of it.
     void Free(const DeviceHandle& handle);
 
     // The allocation holding [handle, handle + size); throws InvalidArgument
@@ -125,6 +128,9 @@ private:
     friend class detail::SchedulerCore;
     DeviceAllocation AllocateOwned(uint64_t size);
     void FreeOwned(const DeviceHandle& handle);
+    // Marks DeviceBuffer blocks whose free began (Used::freeing), before the
+    // device waits for the work queued into them.
+    SPYRE_INTERNAL void BeginFreeOwned(std::span<const DeviceAllocation> blocks) noexcept;
     // What Free waits for, outside the lock, before the block can be handed
     // out again (set by the Device); empty: nothing.
     void SetFreeFence(std::function<void()> fence) { free_fence_ = std::move(fence); }
@@ -140,6 +146,9 @@ private:
             uint64_t rounded;    // what the block occupies
             uint64_t requested;  // what the caller may touch
             bool owned = false;  // by a DeviceBuffer: FreeOwned only
+            // Its free began (it waits for the work queued into it): no
+            // copy or launch may name it from then on.
+            bool freeing = false;
         };
         std::map<uint64_t, Used> used_by_offset;
     };
