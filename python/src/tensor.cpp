@@ -17,6 +17,7 @@
 
 #include "bindings.hpp"
 #include "dtype.hpp"
+#include "errors.hpp"
 #include "host_buffer.hpp"
 #include "int_arg.hpp"
 #include "objects.hpp"
@@ -239,6 +240,13 @@ py::capsule ExportDLPack(PyTensor& pt) {
     });
 }
 
+// InvalidArgument "<what>: the producer's <method> raised <Type>: <text>",
+// named as FromPython names a task's exception (an unprintable one too).
+Error ProducerError(const py::error_already_set& e, const char* what, const char* method) {
+    return Error(ErrorKind::InvalidArgument,
+                 FromPython(e, std::string(what) + ": the producer's " + method).message());
+}
+
 std::shared_ptr<PyTensor> FromDLPack(py::object obj, const SlotPtr& slot, const std::shared_ptr<PyStream>& stream,
                                      TensorLayout layout) {
     const char* what = "spyre.from_dlpack";
@@ -255,17 +263,14 @@ std::shared_ptr<PyTensor> FromDLPack(py::object obj, const SlotPtr& slot, const 
                 reported = obj.attr("__dlpack_device__")();
             } catch (py::error_already_set& e) {
                 if (!e.matches(PyExc_Exception)) throw;  // KeyboardInterrupt, SystemExit: as they are
-                throw Error(ErrorKind::InvalidArgument,
-                            std::string(what) + ": the producer's __dlpack_device__ raised " +
-                                std::string(py::str(py::type::handle_of(e.value()).attr("__name__"))) + ": " +
-                                std::string(py::str(e.value())));
+                throw ProducerError(e, what, "__dlpack_device__");
             }
             std::pair<int, int> dev;
             try {
                 dev = reported.cast<std::pair<int, int>>();
             } catch (const py::cast_error&) {
                 throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the producer's __dlpack_device__ returned " +
-                                                            std::string(py::repr(reported)) +
+                                                            ShortRepr(reported) +
                                                             ", not (device_type, device_id) ints");
             }
             if (dev.first != kDLCPU)
@@ -280,12 +285,10 @@ std::shared_ptr<PyTensor> FromDLPack(py::object obj, const SlotPtr& slot, const 
             // any other failure of the producer is named as its own. Not an
             // Exception (KeyboardInterrupt, SystemExit): left as it is.
             if (!e.matches(PyExc_Exception)) throw;
-            const std::string raised = std::string(py::str(py::type::handle_of(e.value()).attr("__name__"))) + ": " +
-                                       std::string(py::str(e.value()));
             if (e.matches(PyExc_BufferError))
-                throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the producer refused to export: " +
-                                                            std::string(py::str(e.value())));
-            throw Error(ErrorKind::InvalidArgument, std::string(what) + ": the producer's __dlpack__ raised " + raised);
+                throw Error(ErrorKind::InvalidArgument,
+                            std::string(what) + ": the producer refused to export: " + TextOf(e.value()));
+            throw ProducerError(e, what, "__dlpack__");
         }
     }
     if (!PyCapsule_IsValid(capsule.ptr(), "dltensor"))
