@@ -11,14 +11,21 @@
 #include <cstring>
 #include <exception>
 #include <utility>
+#include <vector>
 
 namespace spyre::host {
 
 namespace {
-// Calls between two walks for copies of storages that are gone (Evict):
-// their device memory waits at most that long, or until the cache is full
-// or the device out of memory (both walk at once).
+// Calls between two walks for copies of storages that are gone (Evict): at
+// least kSweepEvery, and one per kSweepShare copies kept. Their device
+// memory waits that long, or until the cache is full or the device out of
+// memory (both walk at once).
 constexpr unsigned kSweepEvery = 64;
+constexpr size_t kSweepShare = 8;
+// What an overfull cache is cut to, of its limit.
+constexpr struct {
+    uint64_t num, den;
+} kFillAfterEvict{7, 8};
 
 // Whether the copy holds what this call would read without a check: a call
 // of the same run made it current after this one was submitted (so after
@@ -185,23 +192,37 @@ LocalChipExecutor::Copy& LocalChipExecutor::ScratchFor(Slot& slot, size_t i, uin
 }
 
 // Drops copies of storages that are gone, then the least recently used
-// until the cache fits (never one a call in flight holds).
+// until the cache fits (never one a call in flight holds). Each walk visits
+// every copy once, so walks come at most every copies_.size() / kSweepShare
+// calls, and an overfull cache is cut to kFillAfterEvict of its limit: a
+// call over a cache of 20,000 kept copies walked them all every 64 calls,
+// and every call while full, once for each copy it dropped.
 void LocalChipExecutor::Evict() {
     auto drop = [&](std::map<Key, Copy>::iterator it) {
         copy_bytes_ -= std::get<2>(it->first);
         return copies_.erase(it);
     };
-    if (++calls_since_sweep_ < kSweepEvery && copy_bytes_ <= cache_limit_) return;
+    const size_t every = std::max<size_t>(kSweepEvery, copies_.size() / kSweepShare);
+    if (++calls_since_sweep_ < every && copy_bytes_ <= cache_limit_) return;
     calls_since_sweep_ = 0;
-    for (auto it = copies_.begin(); it != copies_.end();)
-        it = it->second.users == 0 && it->second.storage.expired() ? drop(it) : std::next(it);
-    while (copy_bytes_ > cache_limit_) {
-        auto oldest = copies_.end();
-        for (auto it = copies_.begin(); it != copies_.end(); ++it)
-            if (it->second.users == 0 && (oldest == copies_.end() || it->second.last_use < oldest->second.last_use))
-                oldest = it;
-        if (oldest == copies_.end()) break;
-        drop(oldest);
+    const bool full = copy_bytes_ > cache_limit_;
+    std::vector<std::map<Key, Copy>::iterator> unused;
+    for (auto it = copies_.begin(); it != copies_.end();) {
+        if (it->second.users != 0) {
+            ++it;
+        } else if (it->second.storage.expired()) {
+            it = drop(it);
+        } else {
+            if (full) unused.push_back(it);
+            ++it;
+        }
+    }
+    if (copy_bytes_ <= cache_limit_) return;
+    const uint64_t target = cache_limit_ / kFillAfterEvict.den * kFillAfterEvict.num;
+    std::sort(unused.begin(), unused.end(), [](const auto& a, const auto& b) { return a->second.last_use < b->second.last_use; });
+    for (auto it : unused) {
+        if (copy_bytes_ <= target) break;
+        drop(it);
     }
 }
 

@@ -8,24 +8,26 @@ namespace spyre::host {
 void Residency::Wrote(const HostTensor& t, size_t device) {
     const uint64_t b = t.byte_offset(), e = b + t.bytes();
     auto it = map_.find(t.storage_id());
-    if (it != map_.end())
-        std::erase_if(it->second.copies, [&](const Copy& c) { return c.begin < e && b < c.end; });
+    if (it != map_.end()) {
+        std::set<Copy>& copies = it->second.copies;
+        const uint64_t from = b > it->second.longest ? b - it->second.longest : 0;
+        for (auto c = copies.lower_bound({from, 0, 0}); c != copies.end() && std::get<0>(*c) < e;)
+            c = std::get<1>(*c) > b ? copies.erase(c) : std::next(c);
+    }
     if (device != kHost) Copied(t, device);
 }
 
 void Residency::Copied(const HostTensor& t, size_t device) {
-    if (Current(t, device)) return;
     PerStorage& s = map_[t.storage_id()];
     s.storage = t.storage();
-    s.copies.push_back({t.byte_offset(), t.byte_offset() + t.bytes(), device});
+    s.copies.emplace(t.byte_offset(), t.byte_offset() + t.bytes(), device);
+    s.longest = std::max<uint64_t>(s.longest, t.bytes());
 }
 
 bool Residency::Current(const HostTensor& t, size_t device) const {
     auto it = map_.find(t.storage_id());
     if (it == map_.end()) return false;
-    const uint64_t b = t.byte_offset(), e = b + t.bytes();
-    return std::any_of(it->second.copies.begin(), it->second.copies.end(),
-                       [&](const Copy& c) { return c.device == device && c.begin == b && c.end == e; });
+    return it->second.copies.count({t.byte_offset(), t.byte_offset() + t.bytes(), device}) != 0;
 }
 
 void Residency::CountWrite(const HostTensor& t) {

@@ -10,8 +10,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
+#include <tuple>
 #include <unordered_map>
-#include <vector>
 
 #include "spyre/host/host_tensor.hpp"
 
@@ -40,13 +41,17 @@ public:
     size_t storages() const { return map_.size(); }  // held or not, until swept
 
 private:
-    struct Copy {
-        uint64_t begin, end;
-        size_t device;
-    };
+    // (begin, end, device), ordered by begin: a lookup is a search, not a
+    // walk over every range of the storage (a program over 10,000 row views
+    // of one tensor on 4 devices kept 40,000, walked on every placement and
+    // every task's end, so each run over kept copies cost more than the last).
+    using Copy = std::tuple<uint64_t, uint64_t, size_t>;
     struct PerStorage {
         std::weak_ptr<HostTensor::Storage> storage;
-        std::vector<Copy> copies;
+        std::set<Copy> copies;
+        // The longest range kept so far: a range overlapping [b, e) begins
+        // after b - longest, so an overlap search starts there.
+        uint64_t longest = 0;
         uint64_t writes = 0;
     };
     std::unordered_map<uint64_t, PerStorage> map_;
