@@ -52,6 +52,8 @@ std::string NormalizeAddress(std::string_view s) {
     return a;
 }
 
+// Every entry, trimmed, empty ones too ("1,,2": the user meant something
+// there, and a skipped entry would shift the indices they counted on).
 std::vector<std::string> SplitList(std::string_view s) {
     std::vector<std::string> out;
     std::stringstream ss{std::string(s)};
@@ -59,17 +61,27 @@ std::vector<std::string> SplitList(std::string_view s) {
     while (std::getline(ss, item, ',')) {
         item.erase(0, item.find_first_not_of(" \t"));
         item.erase(item.find_last_not_of(" \t") + 1);
-        if (!item.empty()) out.push_back(item);
+        out.push_back(item);
     }
+    if (!s.empty() && s.back() == ',') out.emplace_back();  // getline drops a trailing empty entry
     return out;
 }
+
+constexpr const char* kSelectorForms = "an index or a PCI address (DDDD:BB:DD.F or BB:DD.F)";
 
 }  // namespace
 
 FunctionSelector ParseFunctionSelector(std::string_view selector) {
-    if (selector.empty()) throw Error(ErrorKind::InvalidArgument, "empty device selector");
+    if (selector.empty())
+        throw Error(ErrorKind::InvalidArgument, std::string("empty device selector: give ") + kSelectorForms);
     if (IsIndex(selector)) return FunctionSelector{std::stoul(std::string(selector)), {}};
-    return FunctionSelector{std::nullopt, NormalizeAddress(selector)};
+    const std::string addr = NormalizeAddress(selector);
+    unsigned domain = 0, bus = 0, device = 0, fn = 0;
+    char end = 0;
+    if (std::sscanf(addr.c_str(), "%4x:%2x:%2x.%1x%c", &domain, &bus, &device, &fn, &end) != 4)
+        throw Error(ErrorKind::InvalidArgument,
+                    "device selector '" + std::string(selector) + "' is not " + kSelectorForms);
+    return FunctionSelector{std::nullopt, addr};
 }
 
 std::optional<FunctionInfo> ProbeFunction(const fs::path& root, const std::string& pci_address) {
@@ -160,20 +172,27 @@ std::vector<FunctionInfo> DeviceRoot::Functions() const {
                (names.empty() ? "" : ": " + names);
     };
     std::vector<FunctionInfo> chosen;
-    for (const std::string& item : SplitList(visible)) {
+    const std::vector<std::string> items = SplitList(visible);
+    for (size_t n = 0; n < items.size(); ++n) {
+        const std::string& item = items[n];
         const std::string entry = "SPYRE_DEVICES entry '" + item + "'";
+        if (item.empty())
+            throw Error(ErrorKind::InvalidArgument, "SPYRE_DEVICES='" + std::string(visible) + "': entry " +
+                                                        std::to_string(n + 1) + " is empty; each entry is " +
+                                                        kSelectorForms + ", or unset SPYRE_DEVICES for all");
+        FunctionSelector sel;
+        try {
+            sel = ParseFunctionSelector(item);
+        } catch (const Error&) {
+            throw Error(ErrorKind::InvalidArgument, entry + ": not " + std::string(kSelectorForms));
+        }
         std::vector<FunctionInfo>::const_iterator it;
-        if (IsIndex(item)) {
-            const size_t i = std::stoul(item);
+        if (sel.index) {
+            const size_t i = *sel.index;
             if (i >= all.size()) throw Error(ErrorKind::NotFound, entry + ": index out of range: " + listed());
             it = all.begin() + long(i);
         } else {
-            const std::string addr = NormalizeAddress(item);
-            unsigned domain = 0, bus = 0, device = 0, fn = 0;
-            char end = 0;
-            if (std::sscanf(addr.c_str(), "%4x:%2x:%2x.%1x%c", &domain, &bus, &device, &fn, &end) != 4)
-                throw Error(ErrorKind::InvalidArgument,
-                            entry + ": not an index or a PCI address (DDDD:BB:DD.F or BB:DD.F)");
+            const std::string& addr = sel.pci_address;
             it = std::find_if(all.begin(), all.end(), [&](const auto& f) { return f.pci_address == addr; });
             if (it == all.end()) throw Error(ErrorKind::NotFound, entry + ": no such function: " + listed());
         }

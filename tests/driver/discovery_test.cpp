@@ -115,6 +115,20 @@ TEST_F(DiscoveryTest, SpyreDevicesRefusesEntriesThatNameNothingOrTwice) {
     refused("0000:07:00.0", spyre::ErrorKind::NotFound, "entry '0000:07:00.0': no such function: 3 spyre function(s)");
     refused("1,1", spyre::ErrorKind::InvalidArgument, "entry '1' names 0000:01:00.1 a second time");
     refused("01:00.0,0", spyre::ErrorKind::InvalidArgument, "entry '0' names 0000:01:00.0 a second time");
+    // An empty entry was skipped: "0,,2" chose two functions, and " " none.
+    refused("0,,2", spyre::ErrorKind::InvalidArgument, "SPYRE_DEVICES='0,,2': entry 2 is empty");
+    refused("0,", spyre::ErrorKind::InvalidArgument, "SPYRE_DEVICES='0,': entry 2 is empty");
+    refused(" ", spyre::ErrorKind::InvalidArgument, "SPYRE_DEVICES=' ': entry 1 is empty");
+    ::unsetenv("SPYRE_DEVICES");
+    try {
+        DeviceRoot(root_).Find("01:00");
+        ADD_FAILURE() << "01:00 was accepted";
+    } catch (const spyre::Error& e) {
+        EXPECT_EQ(e.kind(), spyre::ErrorKind::InvalidArgument) << e.what();
+        EXPECT_NE(std::string(e.what()).find("device selector '01:00' is not an index or a PCI address"),
+                  std::string::npos)
+            << e.what();
+    }
 }
 
 TEST(Discovery, MissingRootIsNotFound) {

@@ -102,7 +102,8 @@ public:
 
     // The function a selector names: its index in functions() ("2") or its
     // PCI address ("0000:02:00.1" or "02:00.1"). Throws InvalidArgument
-    // (empty or malformed selector) or NotFound.
+    // (empty, or neither an index nor a PCI address) or NotFound (no such
+    // function).
     const FunctionDescription& Find(const std::string& selector) const;
 
     // Opens one function as a Device; `options.function` is ignored. A

@@ -66,7 +66,9 @@ private:
 
 // A function selector read as DeviceRoot::Find reads it: an index ("2") or a
 // PCI address ("0000:01:00.1", or the short "01:00.1"), normalised to the
-// long lower-case form. InvalidArgument for an empty selector.
+// long lower-case form. InvalidArgument for an empty selector or one that is
+// neither (checked before any device is looked at, so a typo is never read as
+// "no such device").
 struct FunctionSelector {
     std::optional<size_t> index;
     std::string pci_address;  // when not an index

@@ -169,8 +169,12 @@ TEST_F(HostTest, BadSelectorsAreTypedErrors) {
     EXPECT_SPYRE_ERROR(host().Open(""), InvalidArgument, "empty device selector");
     EXPECT_SPYRE_ERROR(host().Open("6"), NotFound, "function index 6 out of range: 6 spyre function(s)");
     EXPECT_SPYRE_ERROR(host().Open("0000:09:00.0"), NotFound, "no spyre function 0000:09:00.0");
-    EXPECT_SPYRE_ERROR(host().Open("gpu0"), NotFound, "no spyre function gpu0");
-    EXPECT_SPYRE_ERROR(host().OpenAll({"1", "bad"}), NotFound, "no spyre function bad");
+    // Neither an index nor an address: a typo, not a device that is missing
+    // (it read NotFound, unlike the same entry in SPYRE_DEVICES).
+    EXPECT_SPYRE_ERROR(host().Open("gpu0"), InvalidArgument,
+                       "device selector 'gpu0' is not an index or a PCI address (DDDD:BB:DD.F or BB:DD.F)");
+    EXPECT_SPYRE_ERROR(host().Find("01:00"), InvalidArgument, "device selector '01:00' is not an index");
+    EXPECT_SPYRE_ERROR(host().OpenAll({"1", "bad"}), InvalidArgument, "device selector 'bad' is not");
     HostOptions no_root;
     no_root.source = HostOptions::Source::DeviceRoot;
     EXPECT_SPYRE_ERROR(Host::Open(no_root), InvalidArgument, "needs a device_root");
