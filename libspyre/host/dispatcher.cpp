@@ -523,7 +523,10 @@ std::unique_ptr<HostTask> Dispatcher::NewTask(std::vector<std::unique_ptr<HostTa
 void Dispatcher::Seal(RunState& run, std::optional<TaskFailureInfo> failure) {
     Lock lock(*this);
     run.sealed = true;
-    if (failure) run.failures.push_back(std::move(*failure));
+    if (failure) {
+        failure->run = run.name;  // the orchestration function's own record names its run too
+        run.failures.push_back(std::move(*failure));
+    }
     if (run.unfinished == 0) EndRun(run);
 }
 

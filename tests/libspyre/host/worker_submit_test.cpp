@@ -550,6 +550,7 @@ TEST_F(WorkerTest, WhatWasSubmittedBeforeTheFunctionThrewRuns) {
     } catch (const HostRunError& e) {
         ASSERT_EQ(e.failures().size(), 1u);
         EXPECT_TRUE(e.failures()[0].orchestrator);
+        EXPECT_EQ(e.failures()[0].run, "plan_fails");
         EXPECT_EQ(e.failures()[0].cause, "cannot plan tile 3");
         EXPECT_TRUE(e.skipped().empty());
         ASSERT_EQ(e.report().size(), 2u);

@@ -697,6 +697,7 @@ TEST_F(WorkerTest, AThrowingOrchestrationFunctionFailsTheRunAndWhatItSubmittedRu
         EXPECT_EQ(fail.function, "plan_fails");
         EXPECT_EQ(fail.level, Level::Host);
         EXPECT_TRUE(fail.orchestrator);
+        EXPECT_EQ(fail.run, "plan_fails");  // was empty: only task records named their run
         EXPECT_EQ(fail.device, "");
         EXPECT_EQ(fail.kind, ErrorKind::TaskFailed);
         EXPECT_EQ(fail.cause, "cannot plan tile 3");
