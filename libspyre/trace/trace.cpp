@@ -56,22 +56,46 @@ struct Record {
 };
 static_assert(sizeof(Record) == 64, "a record is one cache line");
 
+// A run of one thread's records. A thread's first chunk is small and each
+// next one twice the last, up to 1 MiB: a thread that records a few spans
+// (a thread per request) pinned a whole MiB for the rest of the recording,
+// 2 GB for 2,000 short threads under a 1 MiB cap.
 struct Chunk {
-    static constexpr uint32_t kRecords = 16384;  // 1 MiB
-    Record records[kRecords];
+    static constexpr uint32_t kFirstRecords = 64;     // 4 KiB, a page
+    static constexpr uint32_t kMaxRecords = 16384;  // 1 MiB
+    uint32_t capacity = 0;
     std::atomic<uint32_t> count{0};
     std::atomic<Chunk*> next{nullptr};
+    // `capacity` records follow the header, on cache lines of their own;
+    // left uninitialised: written before they count.
+    static constexpr size_t kHeader = 64;
+    Record* records() { return reinterpret_cast<Record*>(reinterpret_cast<char*>(this) + kHeader); }
+    const Record* records() const {
+        return reinterpret_cast<const Record*>(reinterpret_cast<const char*>(this) + kHeader);
+    }
 
     // Chunks come from mmap with MAP_POPULATE: the pages are mapped in one
     // system call instead of one page fault per 64 records while recording
     // (a fault costs microseconds in a VM).
-    static void* operator new(size_t size) {
-        void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    static size_t Bytes(uint32_t capacity) { return kHeader + size_t(capacity) * sizeof(Record); }
+    static Chunk* New(uint32_t capacity) {
+        void* p = mmap(nullptr, Bytes(capacity), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                       -1, 0);
         if (p == MAP_FAILED) throw std::bad_alloc();
-        return p;
+        Chunk* c = ::new (p) Chunk;
+        c->capacity = capacity;
+        return c;
     }
-    static void operator delete(void* p, size_t size) { munmap(p, size); }
+    struct Unmap {
+        void operator()(Chunk* c) const noexcept {
+            const size_t bytes = Bytes(c->capacity);
+            c->~Chunk();
+            munmap(c, bytes);
+        }
+    };
 };
+static_assert(sizeof(Chunk) <= Chunk::kHeader, "a chunk's header fits before its records");
+using ChunkPtr = std::unique_ptr<Chunk, Chunk::Unmap>;
 
 // One thread's records, oldest chunk first. Only the thread appends, and
 // only the thread resets it for the next recording, keeping its chunks:
@@ -80,14 +104,16 @@ struct Chunk {
 struct ThreadBuffer {
     uint32_t tid = 0;
     std::string name;
-    std::unique_ptr<Chunk> head{new Chunk};  // records left uninitialised: written before they count
+    ChunkPtr head{Chunk::New(Chunk::kFirstRecords)};
     Chunk* tail = head.get();
-    std::vector<std::unique_ptr<Chunk>> more;  // owns the chunks after head
+    std::vector<ChunkPtr> more;  // owns the chunks after head
+    bool charged = false;  // head's records counted against this recording's bound
 
     void Reset() {
         for (Chunk* c = head.get(); c; c = c->next.load(std::memory_order_relaxed))
             c->count.store(0, std::memory_order_relaxed);
         tail = head.get();
+        charged = false;
     }
 };
 
@@ -111,13 +137,16 @@ State& state() {
 
 std::atomic<uint64_t> g_generation{1};
 
-// The recording's bound (SPYRE_TRACE_MAX_MB): chunks past each thread's
-// first, of 1 MiB each. A long traced run grew without limit (3.4 GB of
-// records for a 60 s copy loop), and the file took minutes to write; past
-// the bound records are dropped and counted, and the file says so.
+// The recording's bound (SPYRE_TRACE_MAX_MB), in records of the chunks
+// its threads write, each thread's first chunk included. A long traced run
+// grew without limit (3.4 GB of records for a 60 s copy loop), and the file
+// took minutes to write; past the bound records are dropped and counted,
+// and the file says so.
 constexpr uint64_t kDefaultMaxMb = 256;
-std::atomic<uint64_t> g_max_chunks{kDefaultMaxMb};
-std::atomic<uint64_t> g_chunks{0};
+constexpr uint64_t kRecordsPerMb = (1u << 20) / sizeof(Record);
+std::atomic<uint64_t> g_max_mb{kDefaultMaxMb};
+std::atomic<uint64_t> g_max_records{kDefaultMaxMb * kRecordsPerMb};
+std::atomic<uint64_t> g_records{0};  // room taken by this recording's chunks
 std::atomic<uint64_t> g_dropped{0};
 thread_local std::shared_ptr<ThreadBuffer> tl_buffer;
 thread_local uint64_t tl_generation = 0;
@@ -145,17 +174,34 @@ void Append(const Record& r) noexcept {
     if (!Enabled()) return;
     try {
         ThreadBuffer& b = Buffer();
+        // Room for `records` more under the bound, or the record is dropped.
+        auto charge = [](uint64_t records) {
+            if (g_records.fetch_add(records, std::memory_order_relaxed) + records >
+                g_max_records.load(std::memory_order_relaxed)) {
+                g_records.fetch_sub(records, std::memory_order_relaxed);
+                g_dropped.fetch_add(1, std::memory_order_relaxed);
+                return false;
+            }
+            return true;
+        };
+        if (!b.charged) {
+            if (!charge(b.head->capacity)) return;
+            b.charged = true;
+        }
         Chunk* c = b.tail;
         uint32_t n = c->count.load(std::memory_order_relaxed);
-        if (n == Chunk::kRecords) {
-            if (g_chunks.fetch_add(1, std::memory_order_relaxed) >= g_max_chunks.load(std::memory_order_relaxed)) {
-                g_chunks.fetch_sub(1, std::memory_order_relaxed);
-                g_dropped.fetch_add(1, std::memory_order_relaxed);
-                return;
-            }
+        if (n == c->capacity) {
             Chunk* next = c->next.load(std::memory_order_relaxed);  // kept from an earlier recording
+            uint32_t capacity = next ? next->capacity : std::min(2 * c->capacity, Chunk::kMaxRecords);
             if (!next) {
-                std::unique_ptr<Chunk> fresh{new Chunk};
+                // The last chunk under the bound takes what room is left.
+                const uint64_t used = g_records.load(std::memory_order_relaxed),
+                               max = g_max_records.load(std::memory_order_relaxed);
+                if (used < max && max - used < capacity) capacity = uint32_t(max - used);
+            }
+            if (!charge(capacity)) return;
+            if (!next) {
+                ChunkPtr fresh{Chunk::New(capacity)};
                 next = fresh.get();
                 b.more.push_back(std::move(fresh));
                 c->next.store(next, std::memory_order_release);
@@ -163,7 +209,7 @@ void Append(const Record& r) noexcept {
             b.tail = c = next;
             n = c->count.load(std::memory_order_relaxed);
         }
-        c->records[n] = r;
+        c->records()[n] = r;
         c->count.store(n + 1, std::memory_order_release);
     } catch (...) {
         // Out of memory while tracing: the record is lost, the work goes on.
@@ -279,8 +325,8 @@ size_t WriteAndStop(State& s);
 
 namespace {
 
-// SPYRE_TRACE_MAX_MB, in 1 MiB chunks: a whole number >= 1.
-uint64_t MaxChunks() {
+// SPYRE_TRACE_MAX_MB: a whole number >= 1.
+uint64_t MaxMb() {
     const char* text = std::getenv("SPYRE_TRACE_MAX_MB");
     if (!text || !*text) return kDefaultMaxMb;
     char* end = nullptr;
@@ -296,7 +342,7 @@ uint64_t MaxChunks() {
 }  // namespace
 
 void Start(const std::string& path) {
-    const uint64_t max_chunks = MaxChunks();
+    const uint64_t max_mb = MaxMb();
     State& s = state();
     std::lock_guard session(s.session_mu);
     // A recording already running is written to its own file first: its
@@ -313,8 +359,9 @@ void Start(const std::string& path) {
     s.path = path;
     s.buffers.clear();
     s.tracks.clear();
-    g_max_chunks.store(max_chunks, std::memory_order_relaxed);
-    g_chunks.store(0, std::memory_order_relaxed);
+    g_max_mb.store(max_mb, std::memory_order_relaxed);
+    g_max_records.store(max_mb * kRecordsPerMb, std::memory_order_relaxed);
+    g_records.store(0, std::memory_order_relaxed);
     g_dropped.store(0, std::memory_order_relaxed);
     s.generation = g_generation.fetch_add(1, std::memory_order_acq_rel) + 1;
     g_enabled.store(true, std::memory_order_release);
@@ -354,7 +401,7 @@ size_t WriteAndStop(State& s) {
         for (const Chunk* c = b->head.get(); c; c = c->next.load(std::memory_order_acquire)) {
             const uint32_t n = c->count.load(std::memory_order_acquire);
             for (uint32_t i = 0; i < n; ++i) {
-                const Record& r = c->records[i];
+                const Record& r = c->records()[i];
                 if (r.ph == 'A') {  // an arrow: its tail and its head, each at its own time on its own track
                     Record tail = r, head = r;
                     tail.flow = head.flow = NewFlow();
@@ -454,7 +501,7 @@ size_t WriteAndStop(State& s) {
     if (const uint64_t dropped = g_dropped.load(std::memory_order_relaxed)) {
         const std::string what = "trace truncated: " + std::to_string(dropped) +
                                  " record(s) dropped past SPYRE_TRACE_MAX_MB (" +
-                                 std::to_string(g_max_chunks.load()) + " MiB); the file holds the first ones";
+                                 std::to_string(g_max_mb.load()) + " MiB); the file holds the first ones";
         write({{"ph", "i"}, {"s", "g"}, {"name", what}, {"cat", "trace"}, {"pid", pid}, {"tid", 0},
                {"ts", all.empty() ? 0.0 : Micros(all.back().r.ts_ns)}, {"args", {{"dropped", dropped}}}},
               first);

@@ -205,6 +205,8 @@ public:
     // thread) is InvalidArgument. Done and Report may be called from any
     // thread meanwhile.
     std::vector<HostTensor> Wait(const ProgressCallback& progress = {});
+    // Whether the run ended; true for an empty handle too (nothing is in
+    // flight), where Wait, WaitFor and Report are InvalidArgument.
     bool Done() const;
     // Waits up to `timeout` for the run to end; whether it did (Wait then
     // returns at once). Unlike Wait, it runs none of the run's queued tasks

@@ -254,12 +254,12 @@ TEST_F(TraceTest, AnUnwritablePathIsRefusedAtStart) {
     EXPECT_FALSE(trace::Enabled());
 }
 
-// A recording is bounded (SPYRE_TRACE_MAX_MB, 1 MiB chunks past each
-// thread's first): a long traced run grew without limit, 3.4 GB for a 60 s
-// copy loop (outside probe). Past the bound records are dropped, counted,
-// and the file ends with an instant event saying how many.
+// A recording is bounded (SPYRE_TRACE_MAX_MB, every record of every
+// thread): a long traced run grew without limit, 3.4 GB for a 60 s copy
+// loop (outside probe). Past the bound records are dropped, counted, and
+// the file ends with an instant event saying how many.
 TEST_F(TraceTest, ARecordingPastItsBoundDropsAndCountsTheRest) {
-    constexpr int kPerChunk = 16384, kSpans = 3 * kPerChunk;
+    constexpr int kPerMb = 16384, kSpans = 3 * kPerMb;
     const std::string path = Path();
     {
         test::ScopedEnv bound("SPYRE_TRACE_MAX_MB", "1");
@@ -277,12 +277,40 @@ TEST_F(TraceTest, ARecordingPastItsBoundDropsAndCountsTheRest) {
             EXPECT_NE(e["name"].get<std::string>().find("past SPYRE_TRACE_MAX_MB (1 MiB)"), std::string::npos) << e;
         }
     }
-    EXPECT_EQ(kept, 2 * kPerChunk) << "this thread's first chunk and the one the bound allows";
+    EXPECT_EQ(kept, kPerMb) << "1 MiB of records, this thread's first included";
     EXPECT_EQ(uint64_t(kept) + dropped, uint64_t(kSpans));
     // A bound that is no number of MiB is refused at Start.
     test::ScopedEnv bad("SPYRE_TRACE_MAX_MB", "lots");
     EXPECT_SPYRE_ERROR(trace::Start(path), InvalidArgument, "SPYRE_TRACE_MAX_MB='lots' is not a whole number of MiB");
     EXPECT_FALSE(trace::Enabled());
+}
+
+// Threads that record a few spans each take a page apiece, counted against
+// the bound: each pinned a whole MiB outside it, so 2,000 short threads
+// held 2 GB under a 1 MiB bound (outside probe). Under 1 MiB, 256 threads'
+// first pages fit; the later threads' records are dropped and counted.
+TEST_F(TraceTest, ShortThreadsTakeAPageEachUnderTheBound) {
+    constexpr int kThreads = 300, kSpansEach = 3, kFit = 16384 / 64;
+    const std::string path = Path();
+    {
+        test::ScopedEnv bound("SPYRE_TRACE_MAX_MB", "1");
+        trace::Start(path);
+    }
+    for (int i = 0; i < kThreads; ++i)
+        std::thread([] {
+            for (int k = 0; k < kSpansEach; ++k) SPYRE_TRACE_SCOPE("short thread");
+        }).join();
+    trace::Stop();
+    const json t = Load(path);
+    int kept = 0;
+    uint64_t dropped = 0;
+    for (const json& e : t["traceEvents"]) {
+        if (e["ph"] == "X" && e["name"] == "short thread") ++kept;
+        if (e["ph"] == "i" && e["name"].get<std::string>().find("trace truncated") == 0)
+            dropped = e["args"]["dropped"].get<uint64_t>();
+    }
+    EXPECT_EQ(kept, kFit * kSpansEach);
+    EXPECT_EQ(uint64_t(kept) + dropped, uint64_t(kThreads * kSpansEach));
 }
 
 // ------------------------------------------------------------ orchestration
@@ -638,7 +666,9 @@ TEST(TraceOnSignal, AForkedChildLeavesTheParentsTraceAlone) {
     for (const json& e : t["traceEvents"]) {
         parent_spans += e["ph"] == "X" && e["name"] == "before_the_signal";
         child_spans += e["ph"] == "X" && e["name"] == "in_the_child";
-        if (e["ph"] == "X") EXPECT_EQ(e["pid"], pid) << e.dump();
+        if (e["ph"] == "X") {
+            EXPECT_EQ(e["pid"], pid) << e.dump();
+        }
     }
     EXPECT_EQ(parent_spans, 1);
     EXPECT_EQ(child_spans, 0);
