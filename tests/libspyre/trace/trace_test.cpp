@@ -254,6 +254,24 @@ TEST_F(TraceTest, AnUnwritablePathIsRefusedAtStart) {
     EXPECT_FALSE(trace::Enabled());
 }
 
+// A recording under a 1 MiB bound: spans named `name` the file holds, and
+// the records its "trace truncated" event says were dropped.
+struct Bounded {
+    int kept = 0;
+    uint64_t dropped = 0;
+};
+Bounded CountBounded(const json& t, const std::string& name) {
+    Bounded b;
+    for (const json& e : t["traceEvents"]) {
+        if (e["ph"] == "X" && e["name"] == name) ++b.kept;
+        if (e["ph"] == "i" && e["name"].get<std::string>().find("trace truncated") == 0) {
+            b.dropped = e["args"]["dropped"].get<uint64_t>();
+            EXPECT_NE(e["name"].get<std::string>().find("past SPYRE_TRACE_MAX_MB (1 MiB)"), std::string::npos) << e;
+        }
+    }
+    return b;
+}
+
 // A recording is bounded (SPYRE_TRACE_MAX_MB, every record of every
 // thread): a long traced run grew without limit, 3.4 GB for a 60 s copy
 // loop (outside probe). Past the bound records are dropped, counted, and
@@ -267,16 +285,7 @@ TEST_F(TraceTest, ARecordingPastItsBoundDropsAndCountsTheRest) {
     }
     for (int i = 0; i < kSpans; ++i) SPYRE_TRACE_SCOPE("bounded");
     trace::Stop();
-    const json t = Load(path);
-    int kept = 0;
-    uint64_t dropped = 0;
-    for (const json& e : t["traceEvents"]) {
-        if (e["ph"] == "X" && e["name"] == "bounded") ++kept;
-        if (e["ph"] == "i" && e["name"].get<std::string>().find("trace truncated") == 0) {
-            dropped = e["args"]["dropped"].get<uint64_t>();
-            EXPECT_NE(e["name"].get<std::string>().find("past SPYRE_TRACE_MAX_MB (1 MiB)"), std::string::npos) << e;
-        }
-    }
+    const auto [kept, dropped] = CountBounded(Load(path), "bounded");
     EXPECT_EQ(kept, kPerMb) << "1 MiB of records, this thread's first included";
     EXPECT_EQ(uint64_t(kept) + dropped, uint64_t(kSpans));
     // A bound that is no number of MiB is refused at Start.
@@ -301,14 +310,7 @@ TEST_F(TraceTest, ShortThreadsTakeAPageEachUnderTheBound) {
             for (int k = 0; k < kSpansEach; ++k) SPYRE_TRACE_SCOPE("short thread");
         }).join();
     trace::Stop();
-    const json t = Load(path);
-    int kept = 0;
-    uint64_t dropped = 0;
-    for (const json& e : t["traceEvents"]) {
-        if (e["ph"] == "X" && e["name"] == "short thread") ++kept;
-        if (e["ph"] == "i" && e["name"].get<std::string>().find("trace truncated") == 0)
-            dropped = e["args"]["dropped"].get<uint64_t>();
-    }
+    const auto [kept, dropped] = CountBounded(Load(path), "short thread");
     EXPECT_EQ(kept, kFit * kSpansEach);
     EXPECT_EQ(uint64_t(kept) + dropped, uint64_t(kThreads * kSpansEach));
 }
