@@ -5,6 +5,7 @@
 // Chrome trace-event JSON with nlohmann_json.
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -417,8 +418,15 @@ size_t WriteAndStop(State& s) {
     std::stable_sort(all.begin(), all.end(), [](const Placed& a, const Placed& b) { return a.r.ts_ns < b.r.ts_ns; });
 
     const int pid = int(getpid());
-    std::ofstream out(path, std::ios::trunc);
-    if (!out) throw Error(ErrorKind::IoError, "trace file " + path + " cannot be written: " + std::strerror(errno));
+    // A regular file (or none yet) is written beside it and renamed over it
+    // whole: processes that record to one path left it with their events
+    // spliced together, and a full disk left half a file. A device or a
+    // pipe (/dev/stdout) is written in place.
+    struct stat st{};
+    const bool in_place = ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+    const std::string written = in_place ? path : path + ".tmp." + std::to_string(pid);
+    std::ofstream out(written, std::ios::trunc);
+    if (!out) throw Error(ErrorKind::IoError, "trace file " + written + " cannot be written: " + std::strerror(errno));
     auto write = [&](const nlohmann::json& ev, bool& first) {
         out << (first ? "\n" : ",\n") << ev.dump();
         first = false;
@@ -508,9 +516,12 @@ size_t WriteAndStop(State& s) {
         std::fprintf(stderr, "spyre: %s: %s\n", path.c_str(), what.c_str());
     }
     out << "\n]}\n";
-    out.flush();
-    if (!out) throw Error(ErrorKind::IoError, "trace file " + path + " could not be written completely");
-    return all.size();
+    out.close();
+    const bool complete = bool(out);
+    if (complete && (in_place || std::rename(written.c_str(), path.c_str()) == 0)) return all.size();
+    const std::string why = complete ? std::string(": ") + std::strerror(errno) : "";
+    if (!in_place) std::remove(written.c_str());
+    throw Error(ErrorKind::IoError, "trace file " + path + " could not be written completely" + why);
 }
 
 }  // namespace
@@ -565,7 +576,10 @@ struct FromEnvironment {
         if (getpid() != pid) return;
         try {
             Stop();
-        } catch (const Error&) {
+        } catch (const Error& e) {
+            // The exit status is the program's; the lost trace is said (a
+            // full disk ended it without a word, the file cut short).
+            std::fprintf(stderr, "spyre: SPYRE_TRACE: %s; the trace is lost\n", e.message().c_str());
         }
     }
     const pid_t pid = getpid();

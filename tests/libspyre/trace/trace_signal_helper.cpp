@@ -8,7 +8,11 @@
 //                                  says "child <pid>" and exits 0; the child
 //                                  records a span and exits 0 once the
 //                                  parent is gone (its pipe closed)
+//   trace_signal_helper small      records 1,000 spans under a file-size
+//                                  limit of 8 KiB and exits 0: the trace
+//                                  cannot be written whole at exit
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -23,6 +27,13 @@ void OwnHandler(int) { _exit(7); }
 
 int main(int argc, char** argv) {
     if (argc > 1 && std::strcmp(argv[1], "own") == 0) signal(SIGTERM, OwnHandler);
+    if (argc > 1 && std::strcmp(argv[1], "small") == 0) {
+        signal(SIGXFSZ, SIG_IGN);  // a write past the limit fails (EFBIG) instead of ending the process
+        const rlimit limit{8192, 8192};
+        if (setrlimit(RLIMIT_FSIZE, &limit) != 0) return 1;
+        for (int i = 0; i < 1000; ++i) SPYRE_TRACE_SCOPE("filling");
+        return 0;
+    }
     {
         SPYRE_TRACE_SCOPE("before_the_signal");
         usleep(1000);

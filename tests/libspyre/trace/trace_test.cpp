@@ -620,6 +620,36 @@ int StatusAfterSignal(const std::string& path, int sig, const char* mode) {
 
 }  // namespace
 
+// A trace that could not be written at exit (a full disk) left half a file,
+// invalid JSON, and the program said nothing (an outside probe). The file
+// is written beside its path and renamed over it whole, so processes that
+// record to one path never splice their events either: a failed write
+// leaves the placeholder Start made, no half file and no temporary, and
+// stderr says the trace is lost; the exit status stays the program's.
+TEST(TraceFromEnvironment, ATraceThatCannotBeWrittenAtExitIsSaidLostAndLeavesNoHalfFile) {
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() / ("spyre-trace-cut-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / "cut.json").string();
+    int out = -1;
+    const pid_t pid = StartHelper(path, "small", &out, true);
+    const std::string said = ReadUntil(out, "the trace is lost");
+    close(out);
+    int status = 0;
+    if (!test::WaitForExit(pid, std::chrono::seconds(30))) kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    EXPECT_NE(said.find("spyre: SPYRE_TRACE: trace file " + path +
+                        " could not be written completely; the trace is lost"),
+              std::string::npos)
+        << said;
+    std::vector<std::string> left;
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+        left.push_back(e.path().filename().string() + " (" + std::to_string(e.file_size()) + " bytes)");
+    EXPECT_EQ(left, std::vector<std::string>{"cut.json (0 bytes)"});
+    std::filesystem::remove_all(dir);
+}
+
 // SPYRE_TRACE naming a path that cannot be created ran the program
 // untraced without a word (an outside probe): it says so on stderr, and
 // the program runs on.
