@@ -203,6 +203,40 @@ std::vector<FunctionInfo> DeviceRoot::Functions() const {
     return chosen;
 }
 
+std::optional<FunctionInfo> FunctionAtPath(const std::string& target) {
+    // The mount a path into a device tree lies in, for the message when
+    // its daemon is gone (its files can no longer tell).
+    auto mount_of = [](const std::string& path) {
+        for (const char* marker : {"/dev/spyre/", "/bus/pci/devices/"})
+            if (const size_t at = path.rfind(marker); at != std::string::npos) return path.substr(0, at);
+        return std::string();
+    };
+    return CallWithinHeartbeatBound<std::optional<FunctionInfo>>(
+        [target, mount_of]() -> std::optional<FunctionInfo> {
+            fs::path p(target);
+            std::error_code ec;
+            const bool exists = fs::exists(p, ec);
+            if (DaemonGone(ec.value())) {
+                const std::string mount = mount_of(fs::absolute(p).string());
+                throw Error(ErrorKind::DeviceLost,
+                            target + " lies on a mount whose daemon is gone (" + ec.message() + "): unmount it" +
+                                (mount.empty() ? "" : " (fusermount3 -u " + mount + ")") +
+                                " and start spyre-mockdev again");
+            }
+            if (!exists) return std::nullopt;
+            p = fs::absolute(p);
+            if (fs::is_regular_file(p, ec) && p.parent_path().filename() != "spyre") p = p.parent_path();
+            const std::string addr = p.filename().string();
+            // Up to the mount: <root>/dev/spyre/<addr> or <root>/bus/pci/devices/<addr>.
+            const fs::path up = p.parent_path();
+            const fs::path root =
+                up.filename() == "spyre" ? up.parent_path().parent_path() : up.parent_path().parent_path().parent_path();
+            if (auto info = ProbeFunction(root, addr)) return info;
+            throw Error(ErrorKind::NotFound, target + " is not a spyre device node or function directory");
+        },
+        "the device tree " + target + " lies in", target);
+}
+
 FunctionInfo DeviceRoot::Find(std::string_view selector) const {
     const FunctionSelector sel = ParseFunctionSelector(selector);
     auto functions = Functions();

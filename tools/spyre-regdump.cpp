@@ -26,18 +26,7 @@ namespace {
 // Accepts MOUNT/dev/spyre/<addr>, MOUNT/bus/pci/devices/<addr>[/file], a PCI
 // address or an index (looked up under SPYRE_DEV_ROOT or /run/spyre).
 FunctionInfo Resolve(const std::string& target) {
-    fs::path p(target);
-    std::error_code ec;
-    if (fs::exists(p, ec)) {
-        p = fs::absolute(p);
-        if (fs::is_regular_file(p, ec) && p.parent_path().filename() != "spyre") p = p.parent_path();
-        std::string addr = p.filename().string();
-        // Walk up to the mount: <root>/dev/spyre/<addr> or <root>/bus/pci/devices/<addr>.
-        fs::path up = p.parent_path();
-        fs::path root = up.filename() == "spyre" ? up.parent_path().parent_path() : up.parent_path().parent_path().parent_path();
-        if (auto info = spyre::driver::ProbeFunction(root, addr)) return *info;
-        throw spyre::Error(spyre::ErrorKind::NotFound, target + " is not a spyre device node or function directory");
-    }
+    if (auto info = spyre::driver::FunctionAtPath(target)) return *info;
     const char* env = std::getenv("SPYRE_DEV_ROOT");
     DeviceRoot root(env && *env ? env : spyre::driver::kDefaultDeviceRoot);
     return root.Find(target);

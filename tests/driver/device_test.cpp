@@ -619,6 +619,11 @@ TEST_F(MockDeviceTest, OpeningAFunctionOfAStoppedDaemonFailsAsDeviceLostWithinTh
     bounded("reading a function's status", [&] { (void)spyre::driver::ReadFunctionStatus(other); }, true, true);
     // spyre-regdump's read (it waited for ever: found from outside).
     bounded("dumping a function's registers", [&] { (void)spyre::driver::DumpRegisters(other); }, true, true);
+    // spyre-regdump given the node's path: its look at the path waited for
+    // ever (found from outside). The kernel may answer the look from its
+    // cache, and the function's files then ask the daemon.
+    bounded("finding a function by its node's path",
+            [&] { (void)spyre::driver::FunctionAtPath(other.dev_node.string()); }, false, false);
 
     // A child forked now has no thread that waits for the open's answer:
     // it must not inherit the mark, or it would never ask the daemon again.

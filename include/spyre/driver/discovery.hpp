@@ -64,6 +64,13 @@ private:
     std::filesystem::path path_;
 };
 
+// The function a path names: MOUNT/dev/spyre/<addr>, or MOUNT/bus/pci/
+// devices/<addr> or a file in it; nullopt when no such file exists (the
+// name is then a selector). Waits for a stopped daemon no longer than
+// SPYRE_HEARTBEAT_TIMEOUT_MS (DeviceLost); a mount whose daemon is gone is
+// DeviceLost naming it; an existing path that is no function is NotFound.
+std::optional<FunctionInfo> FunctionAtPath(const std::string& target);
+
 // A function selector read as DeviceRoot::Find reads it: an index ("2") or a
 // PCI address ("0000:01:00.1", or the short "01:00.1"), normalised to the
 // long lower-case form. InvalidArgument for an empty selector or one that is
