@@ -342,8 +342,17 @@ with tempfile.TemporaryDirectory() as d:
     os.close(rfd)
     try:
         check(ready.startswith(b"ready"), f"spyre-mockdev did not start ({ready!r})")
+        # Killed under a --loop that has drawn a table: said the same way
+        # (it said only "cannot list ...: Transport endpoint is not connected").
+        lp = subprocess.Popen([sys.executable, smi, "--root", mount, "--loop", "0.3", "--sample-ms", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = lp.stdout.readline()
         os.killpg(daemon.pid, signal.SIGKILL)
         daemon.wait(timeout=30)
+        out, err = lp.communicate(timeout=60)
+        check(first.startswith("spyre-smi ") and lp.returncode == 1
+              and "Transport endpoint is not connected: its spyre-mockdev is gone" in err,
+              f"killed under --loop: first line {first!r}, exit {lp.returncode}, stderr {err!r}")
         r = run_smi(["--root", mount, "--sample-ms", "0"], dict(os.environ), expect=1)
         check("Transport endpoint is not connected: its spyre-mockdev is gone" in r.stderr
               and "does not exist" not in r.stderr, f"killed daemon: {r.stderr!r}")
