@@ -171,6 +171,7 @@ void SchedulerCore::Queue(StreamState& s, std::span<QueuedOp> ops) {
         std::unique_lock lock(drive_mu_, std::adopt_lock);
         if (ops.size() == 1 && SubmitAlone(s, ops[0])) return;
         s.incoming.Push(ops);
+        Announce(s);
         CallerPump();
         if (!HostWorkPending()) return;
         lock.unlock();
@@ -180,7 +181,57 @@ void SchedulerCore::Queue(StreamState& s, std::span<QueuedOp> ops) {
     // Push publishes with a seq_cst update, which orders it before the
     // look at the sleepers; an awake scheduler takes the ops on its next pass.
     s.incoming.Push(ops);
+    Announce(s);
     wake_.NotifyAfterSeqCstUpdate();
+}
+
+void SchedulerCore::Announce(StreamState& s) noexcept {
+    if (s.listed.load(std::memory_order_seq_cst) || s.listed.exchange(true, std::memory_order_seq_cst)) return;
+    StreamState* head = arrivals_.load(std::memory_order_relaxed);
+    do {
+        s.next_arrival = head;
+    } while (!arrivals_.compare_exchange_weak(head, &s, std::memory_order_seq_cst, std::memory_order_relaxed));
+}
+
+void SchedulerCore::Activate(StreamState& s) {
+    s.listed.store(true, std::memory_order_seq_cst);  // a push now finds it listed (it may be on the arrivals too)
+    if (s.in_active) return;
+    active_.push_back(&s);
+    s.in_active = true;
+}
+
+void SchedulerCore::TakeArrivals() {
+    if (!arrivals_.load(std::memory_order_acquire)) return;
+    std::vector<StreamState*> taken;
+    for (StreamState* s = arrivals_.exchange(nullptr, std::memory_order_acq_rel); s; s = s->next_arrival)
+        taken.push_back(s);
+    // Oldest arrival first, so turns go in the order streams got work.
+    for (auto it = taken.rbegin(); it != taken.rend(); ++it) {
+        StreamState& s = **it;
+        if (s.in_active) continue;
+        active_.push_back(&s);
+        s.in_active = true;
+    }
+}
+
+void SchedulerCore::DropIdleStreams() {
+    // Arrivals first: a stream on the arrivals must not be unlisted, or a
+    // push could list it (and push it on them) a second time.
+    TakeArrivals();
+    std::erase_if(active_, [](StreamState* s) {
+        if (!s->Idle() || s->incoming.Pending()) return false;
+        // Unlisted before the last look at its queue, and a push lists it
+        // after its own (a Dekker pair, both seq_cst): a push either finds
+        // it unlisted and hands it over again, or is seen here.
+        s->listed.store(false, std::memory_order_seq_cst);
+        if (s->incoming.Pending()) {
+            s->listed.store(true, std::memory_order_seq_cst);  // stays (it may be on the arrivals too: taken once)
+            return false;
+        }
+        s->in_active = false;
+        return true;
+    });
+    listed_count_.store(active_.size(), std::memory_order_relaxed);
 }
 
 // ---------------------------------------------------------------- waking
@@ -196,7 +247,8 @@ void SchedulerCore::DmaDone() {
 }
 
 bool SchedulerCore::WorkArrived() const {
-    bool work = stopping_.load() || dma_done_.load() != dma_seen_ || streams_version_.load() != active_version_;
+    bool work = stopping_.load() || dma_done_.load() != dma_seen_ || streams_version_.load() != active_version_ ||
+                arrivals_.load(std::memory_order_seq_cst) != nullptr;
     for (StreamState* s : active_) work = work || s->incoming.Pending();
     return work;
 }
@@ -224,6 +276,7 @@ bool SchedulerCore::Pump(bool on_thread) {
     progress |= SubmitRing();
     progress |= IssueHostWork(on_thread);
     if (!deferred_frees_.empty()) FreeDeferred();
+    DropIdleStreams();
     SetBusy(!Idle());
     return progress;
 }
@@ -536,21 +589,22 @@ void SchedulerCore::PassPorts() {
 }
 
 void SchedulerCore::RefreshStreams() {
+    TakeArrivals();
     const uint64_t version = streams_version_.load();
     if (version == active_version_) return;
     std::lock_guard lock(streams_mu_);
-    // Retired streams leave once idle (their owner waited for them already).
+    // Retired streams leave once idle and unlisted (their owner waited for
+    // them already; a listed one is in active_).
     std::erase_if(streams_, [&](const std::shared_ptr<StreamState>& s) {
-        const bool gone = s->retired.load() && !s->HasWork() && !s->incoming.Pending();
+        const bool gone = s->retired.load() && !s->HasWork() && !s->incoming.Pending() &&
+                          !s->listed.load(std::memory_order_seq_cst);
         if (gone) policy_.Forget(s.get());
         if (gone && s->ring_stream >= 0) ring_streams_free_ |= 1ull << s->ring_stream;
         return gone;
     });
-    active_.clear();
-    for (auto& s : streams_) active_.push_back(s.get());
     active_version_ = version;
-    // A retired stream with work left keeps the version "dirty" so it is looked at again.
-    for (StreamState* s : active_)
+    // A retired stream still listed keeps the version "dirty" so it is looked at again.
+    for (const auto& s : streams_)
         if (s->retired.load()) active_version_ = ~0ull;
 }
 
@@ -736,6 +790,7 @@ bool SchedulerCore::SubmitAlone(StreamState& s, QueuedOp& op) {
     if (trace::Enabled() || lost() || streams_version_.load() != active_version_) return false;
     if (s.faulted.load(std::memory_order_acquire) || s.HasWork() || s.incoming.Pending()) return false;
     if (!batcher_.IsRingOp(op) || op.kind == OpKind::EventRecord || op.kind == OpKind::EventWait) return false;
+    if (arrivals_.load(std::memory_order_acquire)) return false;  // other streams got work
     for (const StreamState* other : active_)
         if (other != &s && (!other->local.empty() || other->incoming.Pending())) return false;
     if (SplitChainStream()) return false;
@@ -745,6 +800,7 @@ bool SchedulerCore::SubmitAlone(StreamState& s, QueuedOp& op) {
         RingBatcher::Budget budget{options_.max_ring_inflight - inflight, ring_->FreeSlots(), inflight == 0, 0};
         if (RingBatcher::SlotsFor(op) > budget.slots) return false;
         s.local.push_back(std::move(op));
+        Activate(s);  // passes look after its turn from here
         batch_.clear();
         const size_t taken = batcher_.TakeTurn(s, policy_.Quantum(&s), budget, batch_, records_);
         TurnPolicy::EndTurn(s, taken != 0);
@@ -798,7 +854,14 @@ void SchedulerCore::FaultAll(const Error& error) {
     dma_.FailAll(lost_err);
     RefreshStreams();
     PullIncoming();
-    for (StreamState* s : active_) {
+    // Every stream, idle and retired ones too (each with work is in active_).
+    std::vector<std::shared_ptr<StreamState>> all;
+    {
+        std::lock_guard lock(streams_mu_);
+        all = streams_;
+    }
+    for (const std::shared_ptr<StreamState>& sp : all) {
+        StreamState* s = sp.get();
         Fault(*s, lost_err);
         while (!s->local.empty()) {
             const QueuedOp& op = s->local.front();

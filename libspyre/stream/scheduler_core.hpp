@@ -159,7 +159,23 @@ private:
     // The stream whose LINKed chain went down in part and must go on before any other.
     const StreamState* SplitChainStream();
 
+    // The streams with work: arrivals taken in, streams retired and idle
+    // dropped from the registry.
     void RefreshStreams();
+    // A producer pushed to `s`: lists it for the scheduler's passes unless
+    // it is listed already (any thread, no lock).
+    void Announce(StreamState& s) noexcept;
+    // The drive lock held: `s` into active_ (a turn submitted for it).
+    void Activate(StreamState& s);
+    // The drive lock held: the listed streams announced since the last look, into active_.
+    void TakeArrivals();
+    // The drive lock held: idle streams leave active_ (a push lists them again).
+    void DropIdleStreams();
+public:
+    // Streams the last pass left listed (for tests: idle ones are not walked).
+    size_t ListedStreams() const noexcept { return listed_count_.load(std::memory_order_relaxed); }
+private:
+    std::atomic<size_t> listed_count_{0};
     bool PullIncoming();
     bool ReapRing();
     bool PollDma();
@@ -206,8 +222,13 @@ private:
     RingBatcher batcher_;
     RingRecords records_;
     DmaDispatch dma_;
+    // The streams with work, or with work until lately (listed): what a
+    // pass walks. Under drive_mu_.
     std::vector<StreamState*> active_;
     uint64_t active_version_ = ~0ull;
+    // Streams listed by producers, not yet in active_: a lock-free stack
+    // (each stream on it at most once: only the push that lists it adds it).
+    std::atomic<StreamState*> arrivals_{nullptr};
     std::vector<spyre_cb> batch_;
     std::vector<driver::Completion> completions_;
     struct DeferredFree {

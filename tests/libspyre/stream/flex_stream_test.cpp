@@ -2,7 +2,9 @@
 // FlexStream basics: copies round trip, launches run, FIFO holds, errors stick.
 #include <numeric>
 
+#include "device/device_core.hpp"
 #include "device/device_internals.hpp"
+#include "stream/scheduler_core.hpp"
 #include "spyre/stream/flex_stream.hpp"
 #include "spyre/compiler/kernel_builder.hpp"
 #include "spyre/plan/program_image.hpp"
@@ -113,6 +115,41 @@ TEST_F(StreamTest, ThousandsOfEmptyLaunchesComplete) {
     }
     EXPECT_EQ(s.completed(), 1u + 3 * 1024);
     EXPECT_EQ(DeviceInternals::Function(dev).Read64(SPYRE_REG_CNT_LAUNCHES), 3u * 1024);
+}
+
+// A pass walks only the streams with work (listed): streams that sit idle
+// or were destroyed are not walked. Every op paid 30-40 ns per other
+// stream of the Device (found probing from outside: Event record and
+// Synchronize took 140-180 us beside 4,000 idle streams, 0.6 us alone).
+TEST_F(StreamTest, IdleStreamsAreNotWalked) {
+    Device dev = OpenDevice();
+    const std::vector<uint8_t> bytes = ProgramImage{}.Encode();
+    const DeviceAllocation p = dev.allocator().Allocate(bytes.size());
+    dev.default_stream().CopyToDevice(bytes.data(), p.handle, bytes.size());
+    dev.default_stream().Synchronize();
+    std::vector<FlexStream> idle;
+    for (int i = 0; i < 300; ++i) idle.push_back(dev.CreateStream());
+    {
+        std::vector<FlexStream> gone;
+        for (int i = 0; i < 300; ++i) gone.push_back(dev.CreateStream());
+        for (int i = 0; i < 300; i += 30) gone[size_t(i)].Launch(p.handle);  // some had work before they went
+    }
+    for (int i = 0; i < 300; i += 50) {
+        idle[size_t(i)].Launch(p.handle);
+        idle[size_t(i)].Synchronize();
+    }
+    FlexStream s = dev.CreateStream();
+    for (int i = 0; i < 20; ++i) {
+        s.Launch(p.handle);
+        Event e(dev);
+        e.Record(s);
+        e.Synchronize();
+    }
+    s.Synchronize();
+    const detail::SchedulerCore& sched = *DeviceInternals::Core(dev)->sched;
+    EXPECT_LE(sched.ListedStreams(), 2u) << "of " << 300 + 1 + 1 << " streams alive";
+    EXPECT_EQ(s.completed(), 40u);
+    EXPECT_EQ(DeviceInternals::Function(dev).Read64(SPYRE_REG_CNT_LAUNCHES), 10u + 6 + 20);
 }
 
 TEST_F(StreamTest, StreamsComeAndGo) {
