@@ -13,6 +13,17 @@
 using spyre::test::StreamTest;
 using namespace spyre;
 
+namespace {
+// An empty program on the device, uploaded: what a launch needs.
+DeviceAllocation UploadEmptyProgram(Device& dev) {
+    const std::vector<uint8_t> bytes = ProgramImage{}.Encode();
+    const DeviceAllocation p = dev.allocator().Allocate(bytes.size());
+    dev.default_stream().CopyToDevice(bytes.data(), p.handle, bytes.size());
+    dev.default_stream().Synchronize();
+    return p;
+}
+}  // namespace
+
 TEST_F(StreamTest, CopiesRoundTripByteForByte) {
     Device dev = OpenDevice();
     FlexStream& s = dev.default_stream();
@@ -123,10 +134,7 @@ TEST_F(StreamTest, ThousandsOfEmptyLaunchesComplete) {
 // Synchronize took 140-180 us beside 4,000 idle streams, 0.6 us alone).
 TEST_F(StreamTest, IdleStreamsAreNotWalked) {
     Device dev = OpenDevice();
-    const std::vector<uint8_t> bytes = ProgramImage{}.Encode();
-    const DeviceAllocation p = dev.allocator().Allocate(bytes.size());
-    dev.default_stream().CopyToDevice(bytes.data(), p.handle, bytes.size());
-    dev.default_stream().Synchronize();
+    const DeviceAllocation p = UploadEmptyProgram(dev);
     std::vector<FlexStream> idle;
     for (int i = 0; i < 300; ++i) idle.push_back(dev.CreateStream());
     {
@@ -154,10 +162,7 @@ TEST_F(StreamTest, IdleStreamsAreNotWalked) {
 
 TEST_F(StreamTest, StreamsComeAndGo) {
     Device dev = OpenDevice();
-    const std::vector<uint8_t> bytes = ProgramImage{}.Encode();
-    const DeviceAllocation p = dev.allocator().Allocate(bytes.size());
-    dev.default_stream().CopyToDevice(bytes.data(), p.handle, bytes.size());
-    dev.default_stream().Synchronize();
+    const DeviceAllocation p = UploadEmptyProgram(dev);
     for (int round = 0; round < 5; ++round) {
         FlexStream s = dev.CreateStream();
         for (int i = 0; i < 1024; ++i) s.Launch(p.handle);
