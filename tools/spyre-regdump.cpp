@@ -48,9 +48,10 @@ int main(int argc, char** argv) {
                                 : std::string();
         },
         "FUNCTION");
-    app.add_option("function", target, "device node, function directory, PCI address or index")
-        ->required()
-        ->check(named);
+    // Required, checked after the parse: CLI11 reports a missing positional
+    // before an unknown option, so "--bogus" alone read "function is required".
+    CLI::Option* function = app.add_option("function", target, "device node, function directory, PCI address or index")
+                                ->check(named);
     // CLI::NonNegativeNumber let NaN through (every comparison with it is false).
     const CLI::Validator seconds(
         [](const std::string& text) -> std::string {
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
         "Exit codes: 0 dumped (or --help), 1 the function cannot be found or read, 2 usage error.");
     try {
         app.parse(argc, argv);
+        if (function->count() == 0) throw CLI::RequiredError(function->get_name());
     } catch (const CLI::ParseError& e) {
         // As the other tools: 2 for every usage error (CLI11's own codes,
         // 105 to 115 by kind, say nothing a script can rely on).

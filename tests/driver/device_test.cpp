@@ -422,6 +422,7 @@ TEST(RegdumpTool, UsageErrorsExitWith2) {
         {" --watch inf 0", "'inf': SECONDS"},
         {" --watch 1e9 0", "'1e9': SECONDS"},
         {" --bogus 0", "--bogus"},
+        {" --bogus", "--bogus"},  // said "function is required"
         {" 0 1", "1"},
     };
     for (const auto& [args, want] : bad) {
