@@ -187,6 +187,7 @@ void SchedulerCore::Queue(StreamState& s, std::span<QueuedOp> ops) {
 
 void SchedulerCore::Announce(StreamState& s) noexcept {
     if (s.listed.load(std::memory_order_seq_cst) || s.listed.exchange(true, std::memory_order_seq_cst)) return;
+    s.self_while_listed = s.shared_from_this();  // before it is published on the arrivals
     StreamState* head = arrivals_.load(std::memory_order_relaxed);
     do {
         s.next_arrival = head;
@@ -194,7 +195,9 @@ void SchedulerCore::Announce(StreamState& s) noexcept {
 }
 
 void SchedulerCore::Activate(StreamState& s) {
-    s.listed.store(true, std::memory_order_seq_cst);  // a push now finds it listed (it may be on the arrivals too)
+    // A push now finds it listed. Listed already: by a push (which holds it
+    // for the scheduler), or in active_.
+    if (!s.listed.exchange(true, std::memory_order_seq_cst)) s.self_while_listed = s.shared_from_this();
     if (s.in_active) return;
     active_.push_back(&s);
     s.in_active = true;
@@ -218,17 +221,25 @@ void SchedulerCore::DropIdleStreams() {
     // Arrivals first: a stream on the arrivals must not be unlisted, or a
     // push could list it (and push it on them) a second time.
     TakeArrivals();
-    std::erase_if(active_, [](StreamState* s) {
+    std::vector<std::shared_ptr<StreamState>> unlisted;  // released after the walk (each may be the last hold)
+    std::erase_if(active_, [&](StreamState* s) {
         if (!s->Idle() || s->incoming.Pending()) return false;
         // Unlisted before the last look at its queue, and a push lists it
         // after its own (a Dekker pair, both seq_cst): a push either finds
-        // it unlisted and hands it over again, or is seen here.
+        // it unlisted and hands it over again, or is seen here. The hold is
+        // taken first: a push that lists it again writes a hold of its own.
+        std::shared_ptr<StreamState> hold = std::move(s->self_while_listed);
         s->listed.store(false, std::memory_order_seq_cst);
         if (s->incoming.Pending()) {
-            s->listed.store(true, std::memory_order_seq_cst);  // stays (it may be on the arrivals too: taken once)
+            // Stays. Listed again by that push: it holds the stream (which
+            // may be on the arrivals too: taken once); else the hold goes back.
+            if (!s->listed.exchange(true, std::memory_order_seq_cst)) s->self_while_listed = std::move(hold);
+            unlisted.push_back(std::move(hold));
             return false;
         }
         s->in_active = false;
+        policy_.Forget(s);
+        unlisted.push_back(std::move(hold));
         return true;
     });
     listed_count_.store(active_.size(), std::memory_order_relaxed);
@@ -461,6 +472,15 @@ void SchedulerCore::Run() {
     // Shutting down: whatever is still queued never runs.
     FaultAll(Error(ErrorKind::DeviceLost, "the device was closed with work still queued"));
     FreeDeferred(/*all=*/true);
+    // The holds of listed streams go (a stream would otherwise hold itself).
+    TakeArrivals();
+    std::vector<std::shared_ptr<StreamState>> holds;
+    for (StreamState* s : active_) {
+        s->in_active = false;
+        holds.push_back(std::move(s->self_while_listed));
+    }
+    active_.clear();
+    holds.clear();
 }
 
 void SchedulerCore::SleepUnlocked(std::unique_lock<std::mutex>& lock, uint32_t seen,
@@ -854,12 +874,17 @@ void SchedulerCore::FaultAll(const Error& error) {
     dma_.FailAll(lost_err);
     RefreshStreams();
     PullIncoming();
-    // Every stream, idle and retired ones too (each with work is in active_).
+    // Every stream: registered ones, idle and retired ones too, and listed
+    // ones (one queued to by index as it was retired may have left the
+    // registry).
     std::vector<std::shared_ptr<StreamState>> all;
     {
         std::lock_guard lock(streams_mu_);
         all = streams_;
     }
+    for (StreamState* s : active_)
+        if (std::none_of(all.begin(), all.end(), [&](const auto& a) { return a.get() == s; }))
+            all.push_back(s->shared_from_this());
     for (const std::shared_ptr<StreamState>& sp : all) {
         StreamState* s = sp.get();
         Fault(*s, lost_err);

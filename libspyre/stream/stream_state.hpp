@@ -21,7 +21,7 @@ namespace spyre {
 
 class DeviceCore;
 
-struct StreamState {
+struct StreamState : std::enable_shared_from_this<StreamState> {
     StreamState(int index, int priority) : index(index), priority(priority) {}
 
     const int index;
@@ -48,6 +48,11 @@ struct StreamState {
     // nothing (every op paid 30-40 ns per idle stream on the Device).
     std::atomic<bool> listed{false};
     StreamState* next_arrival = nullptr;  // the arrivals' link (set by the producer that listed it)
+    // Keeps a listed stream alive for the scheduler: a stream queued to by
+    // index (Scheduler::QueueOperation) may be retired and dropped from the
+    // registry meanwhile, and the last reference go with the caller's.
+    // Written by whoever lists it, taken by the scheduler when it unlists it.
+    std::shared_ptr<StreamState> self_while_listed;
 
     // Scheduler side (whoever drives it: the thread or a caller holding the drive lock).
     bool in_active = false;                 // in the scheduler's active_
