@@ -5,7 +5,6 @@
 // Chrome trace-event JSON with nlohmann_json.
 #include <pthread.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -14,7 +13,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,6 +24,7 @@
 #include "spyre/common/device_clock.hpp"
 #include "spyre/error.hpp"
 #include "trace/recorder.hpp"
+#include "trace/trace_file.hpp"
 
 namespace spyre::trace {
 
@@ -349,13 +348,7 @@ void Start(const std::string& path) {
     // A recording already running is written to its own file first: its
     // events are not lost, and its file is no empty placeholder.
     WriteAndStop(s);
-    {
-        // Fail now, not at Stop, if the file cannot be written.
-        std::ofstream probe(path, std::ios::trunc);
-        if (!probe)
-            throw Error(ErrorKind::InvalidArgument,
-                        "trace file " + path + " cannot be created: " + std::strerror(errno));
-    }
+    detail::TraceFile::Check(path);  // fails now, not at Stop, if the file cannot be written
     std::lock_guard lock(s.mu);
     s.path = path;
     s.buffers.clear();
@@ -418,20 +411,15 @@ size_t WriteAndStop(State& s) {
     std::stable_sort(all.begin(), all.end(), [](const Placed& a, const Placed& b) { return a.r.ts_ns < b.r.ts_ns; });
 
     const int pid = int(getpid());
-    // A regular file (or none yet) is written beside it and renamed over it
-    // whole: processes that record to one path left it with their events
-    // spliced together, and a full disk left half a file. A device or a
-    // pipe (/dev/stdout) is written in place.
-    struct stat st{};
-    const bool in_place = ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
-    const std::string written = in_place ? path : path + ".tmp." + std::to_string(pid);
-    std::ofstream out(written, std::ios::trunc);
-    if (!out) throw Error(ErrorKind::IoError, "trace file " + written + " cannot be written: " + std::strerror(errno));
+    // Processes that recorded to one path spliced their events, and a full
+    // disk left half a file (trace_file.hpp).
+    detail::TraceFile out(path);
     auto write = [&](const nlohmann::json& ev, bool& first) {
-        out << (first ? "\n" : ",\n") << ev.dump();
+        out.Write(first ? "\n" : ",\n");
+        out.Write(ev.dump());
         first = false;
     };
-    out << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[";
+    out.Write("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[");
     bool first = true;
     char exe[256] = {};
     const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -515,13 +503,9 @@ size_t WriteAndStop(State& s) {
               first);
         std::fprintf(stderr, "spyre: %s: %s\n", path.c_str(), what.c_str());
     }
-    out << "\n]}\n";
-    out.close();
-    const bool complete = bool(out);
-    if (complete && (in_place || std::rename(written.c_str(), path.c_str()) == 0)) return all.size();
-    const std::string why = complete ? std::string(": ") + std::strerror(errno) : "";
-    if (!in_place) std::remove(written.c_str());
-    throw Error(ErrorKind::IoError, "trace file " + path + " could not be written completely" + why);
+    out.Write("\n]}\n");
+    out.Commit();
+    return all.size();
 }
 
 }  // namespace

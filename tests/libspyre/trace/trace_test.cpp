@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -292,6 +293,34 @@ TEST_F(TraceTest, ARecordingPastItsBoundDropsAndCountsTheRest) {
     test::ScopedEnv bad("SPYRE_TRACE_MAX_MB", "lots");
     EXPECT_SPYRE_ERROR(trace::Start(path), InvalidArgument, "SPYRE_TRACE_MAX_MB='lots' is not a whole number of MiB");
     EXPECT_FALSE(trace::Enabled());
+}
+
+// Paths that are no regular file are written in place, as the user named
+// them (found probing from outside the first version, which wrote beside
+// every path and renamed over it): a symlink stays a symlink and its
+// target gets the trace; a pipe no process reads is refused at Stop, not
+// waited for (the exit hung past SIGTERM), and Start does not open it
+// (its reader read the end).
+TEST_F(TraceTest, ASymlinkKeepsItsTargetAndAPipeWithoutReaderIsRefused) {
+    const std::filesystem::path dir = std::filesystem::path(Path()).parent_path() / ("links-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir / "real");
+    std::ofstream(dir / "real" / "target.json") << "old";
+    std::filesystem::create_symlink(dir / "real" / "target.json", dir / "link.json");
+    trace::Start((dir / "link.json").string());
+    { SPYRE_TRACE_SCOPE("through_the_link"); }
+    trace::Stop();
+    EXPECT_TRUE(std::filesystem::is_symlink(dir / "link.json"));
+    const json t = Load((dir / "real" / "target.json").string());
+    EXPECT_TRUE(std::any_of(t["traceEvents"].begin(), t["traceEvents"].end(),
+                            [](const json& e) { return e["name"] == "through_the_link"; }));
+
+    const std::string fifo = (dir / "trace.fifo").string();
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    trace::Start(fifo);  // opens nothing
+    { SPYRE_TRACE_SCOPE("into_the_pipe"); }
+    EXPECT_SPYRE_ERROR(trace::Stop(), IoError, "(a pipe no process reads)");
+    EXPECT_FALSE(trace::Enabled());
+    std::filesystem::remove_all(dir);
 }
 
 // Threads that record a few spans each take a page apiece, counted against
@@ -625,12 +654,16 @@ int StatusAfterSignal(const std::string& path, int sig, const char* mode) {
 // is written beside its path and renamed over it whole, so processes that
 // record to one path never splice their events either: a failed write
 // leaves the placeholder Start made, no half file and no temporary, and
-// stderr says the trace is lost; the exit status stays the program's.
+// stderr says the trace is lost; the exit status stays the program's. The
+// file's earlier content stays (Start emptied it, and the first rename
+// version left Start's empty placeholder).
 TEST(TraceFromEnvironment, ATraceThatCannotBeWrittenAtExitIsSaidLostAndLeavesNoHalfFile) {
     const std::filesystem::path dir =
         std::filesystem::temp_directory_path() / ("spyre-trace-cut-" + std::to_string(getpid()));
     std::filesystem::create_directories(dir);
     const std::string path = (dir / "cut.json").string();
+    const std::string before = "{\"traceEvents\":[]}\n";  // an earlier trace: kept whole
+    std::ofstream(path) << before;
     int out = -1;
     const pid_t pid = StartHelper(path, "small", &out, true);
     const std::string said = ReadUntil(out, "the trace is lost");
@@ -646,7 +679,9 @@ TEST(TraceFromEnvironment, ATraceThatCannotBeWrittenAtExitIsSaidLostAndLeavesNoH
     std::vector<std::string> left;
     for (const auto& e : std::filesystem::directory_iterator(dir))
         left.push_back(e.path().filename().string() + " (" + std::to_string(e.file_size()) + " bytes)");
-    EXPECT_EQ(left, std::vector<std::string>{"cut.json (0 bytes)"});
+    EXPECT_EQ(left, std::vector<std::string>{"cut.json (" + std::to_string(before.size()) + " bytes)"});
+    std::ifstream in(path);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), before);
     std::filesystem::remove_all(dir);
 }
 
