@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -40,8 +41,19 @@ std::optional<uint16_t> ReadHexFile(const fs::path& file) {
     }
 }
 
-bool IsIndex(std::string_view s) {
-    return !s.empty() && s.size() < 6 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+bool IsDigits(std::string_view s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+// An index: digits, few enough to be one ("00000000000000000001" is none).
+bool IsIndex(std::string_view s) { return IsDigits(s) && s.size() <= 9; }
+
+// DDDD:BB:DD.F exactly: hex digits in every place (sscanf's %x took "0x0",
+// "+000", "-1", a leading space and short fields), the function 0-7.
+bool IsLongAddress(std::string_view a) {
+    if (a.size() != 12 || a[4] != ':' || a[7] != ':' || a[10] != '.' || a[11] < '0' || a[11] > '7') return false;
+    for (size_t i : {0, 1, 2, 3, 5, 6, 8, 9})
+        if (!std::isxdigit(static_cast<unsigned char>(a[i]))) return false;
+    return true;
 }
 
 // "01:00.1" -> "0000:01:00.1"; full addresses pass through.
@@ -76,9 +88,7 @@ FunctionSelector ParseFunctionSelector(std::string_view selector) {
         throw Error(ErrorKind::InvalidArgument, std::string("empty device selector: give ") + kSelectorForms);
     if (IsIndex(selector)) return FunctionSelector{std::stoul(std::string(selector)), {}};
     const std::string addr = NormalizeAddress(selector);
-    unsigned domain = 0, bus = 0, device = 0, fn = 0;
-    char end = 0;
-    if (std::sscanf(addr.c_str(), "%4x:%2x:%2x.%1x%c", &domain, &bus, &device, &fn, &end) != 4)
+    if (!IsLongAddress(addr))
         throw Error(ErrorKind::InvalidArgument,
                     "device selector '" + std::string(selector) + "' is not " + kSelectorForms);
     return FunctionSelector{std::nullopt, addr};
@@ -206,10 +216,13 @@ std::vector<FunctionInfo> DeviceRoot::Functions() const {
 std::optional<FunctionInfo> FunctionAtPath(const std::string& target) {
     // The mount a path into a device tree lies in, for the message when
     // its daemon is gone (its files can no longer tell).
-    auto mount_of = [](const std::string& path) {
-        for (const char* marker : {"/dev/spyre/", "/bus/pci/devices/"})
-            if (const size_t at = path.rfind(marker); at != std::string::npos) return path.substr(0, at);
-        return std::string();
+    auto mount_of = [](std::string path) {
+        while (path.size() > 1 && path.back() == '/') path.pop_back();
+        for (const std::string marker : {"/dev/spyre", "/bus/pci/devices"}) {
+            if (const size_t at = path.rfind(marker + "/"); at != std::string::npos) return path.substr(0, at);
+            if (path.size() >= marker.size() && path.ends_with(marker)) return path.substr(0, path.size() - marker.size());
+        }
+        return path;  // the mount itself (or somewhere in it)
     };
     return CallWithinHeartbeatBound<std::optional<FunctionInfo>>(
         [target, mount_of]() -> std::optional<FunctionInfo> {
@@ -218,10 +231,9 @@ std::optional<FunctionInfo> FunctionAtPath(const std::string& target) {
             const bool exists = fs::exists(p, ec);
             if (DaemonGone(ec.value())) {
                 const std::string mount = mount_of(fs::absolute(p).string());
-                throw Error(ErrorKind::DeviceLost,
-                            target + " lies on a mount whose daemon is gone (" + ec.message() + "): unmount it" +
-                                (mount.empty() ? "" : " (fusermount3 -u " + mount + ")") +
-                                " and start spyre-mockdev again");
+                throw Error(ErrorKind::DeviceLost, target + " lies on a mount whose daemon is gone (" + ec.message() +
+                                                       "): unmount it (fusermount3 -u " + mount +
+                                                       ") and start spyre-mockdev again");
             }
             if (!exists) return std::nullopt;
             p = fs::absolute(p);

@@ -119,15 +119,21 @@ TEST_F(DiscoveryTest, SpyreDevicesRefusesEntriesThatNameNothingOrTwice) {
     refused("0,,2", spyre::ErrorKind::InvalidArgument, "SPYRE_DEVICES='0,,2': entry 2 is empty");
     refused("0,", spyre::ErrorKind::InvalidArgument, "SPYRE_DEVICES='0,': entry 2 is empty");
     refused(" ", spyre::ErrorKind::InvalidArgument, "SPYRE_DEVICES=' ': entry 1 is empty");
+    // sscanf's %x took these as addresses, which then named nothing (NotFound).
+    // (A list's entries are trimmed: " 01:00.1" there is 01:00.1.)
+    for (const char* bad : {"0x0:01:00.1", "+000:01:00.1", "-1:00.1", "1:0.1", "01:00.8", "123456789012"})
+        refused(bad, spyre::ErrorKind::InvalidArgument, "not an index or a PCI address");
     ::unsetenv("SPYRE_DEVICES");
-    try {
-        DeviceRoot(root_).Find("01:00");
-        ADD_FAILURE() << "01:00 was accepted";
-    } catch (const spyre::Error& e) {
-        EXPECT_EQ(e.kind(), spyre::ErrorKind::InvalidArgument) << e.what();
-        EXPECT_NE(std::string(e.what()).find("device selector '01:00' is not an index or a PCI address"),
-                  std::string::npos)
-            << e.what();
+    for (const std::string bad : {"01:00", " 01:00.1", "1:0.1"}) {
+        try {
+            DeviceRoot(root_).Find(bad);
+            ADD_FAILURE() << bad << " was accepted";
+        } catch (const spyre::Error& e) {
+            EXPECT_EQ(e.kind(), spyre::ErrorKind::InvalidArgument) << e.what();
+            EXPECT_NE(std::string(e.what()).find("device selector '" + bad + "' is not an index or a PCI address"),
+                      std::string::npos)
+                << e.what();
+        }
     }
 }
 
