@@ -101,7 +101,7 @@ bool DeviceCore::WaitUntil(const std::atomic<uint64_t>& counter, uint64_t target
 void DeviceCore::WaitForQueuedWork() noexcept {
     if (sched) {
         try {
-            for (const auto& s : Streams()) WaitUntil(s->completed, s->enqueued_count.load(), s->done);
+            for (const auto& s : sched->StreamsWithWork()) WaitUntil(s->completed, s->enqueued_count.load(), s->done);
         } catch (const Error&) {
             // Device lost: nothing runs any more.
         }
@@ -213,7 +213,7 @@ void Device::Synchronize() {
 bool Device::SynchronizeFor(std::chrono::nanoseconds timeout) {
     const auto until = DeadlineAfter(timeout);
     // Shared pointers: a stream retired meanwhile stays readable until we are done.
-    for (const std::shared_ptr<StreamState>& s : Live(core_).Streams())
+    for (const std::shared_ptr<StreamState>& s : Live(core_).sched->StreamsWithWork())
         if (!core_->WaitUntil(s->completed, s->enqueued_count.load(), s->done, until)) return false;
     return true;
 }

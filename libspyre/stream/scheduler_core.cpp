@@ -127,6 +127,16 @@ std::vector<std::shared_ptr<StreamState>> SchedulerCore::Streams() {
     return out;
 }
 
+std::vector<std::shared_ptr<StreamState>> SchedulerCore::StreamsWithWork() {
+    std::lock_guard lock(streams_mu_);
+    std::vector<std::shared_ptr<StreamState>> out;
+    for (auto& s : streams_)
+        if (!s->retired.load() && s->completed.load(std::memory_order_acquire) <
+                                      s->enqueued_count.load(std::memory_order_acquire))
+            out.push_back(s);
+    return out;
+}
+
 SchedulerStats SchedulerCore::Stats() const {
     auto get = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
     return SchedulerStats{get(stats_.ring_cbs),     get(stats_.doorbells),      get(stats_.inline_copies),
