@@ -59,6 +59,8 @@ TraceFile::TraceFile(std::string path) : path_(std::move(path)) {
                                      (errno == ENXIO ? std::string(" (a pipe no process reads)") : std::string()));
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     struct stat st {};
+    // The file renamed over keeps its mode (a 0600 trace stays private).
+    if (beside_ && ::stat(path_.c_str(), &st) == 0) ::fchmod(fd, st.st_mode & 07777);
     regular_ = !beside_ && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
     if (regular_) {
         ::flock(fd, LOCK_EX);  // another process writing the same path finishes first

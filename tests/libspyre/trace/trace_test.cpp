@@ -323,6 +323,21 @@ TEST_F(TraceTest, ASymlinkKeepsItsTargetAndAPipeWithoutReaderIsRefused) {
     std::filesystem::remove_all(dir);
 }
 
+// A trace renamed over an earlier file keeps that file's mode: a 0600
+// trace stayed private only while it was written in place.
+TEST_F(TraceTest, ATraceRenamedIntoPlaceKeepsTheFilesMode) {
+    const std::string path = Path();
+    std::ofstream(path) << "old";
+    ASSERT_EQ(chmod(path.c_str(), 0600), 0);
+    trace::Start(path);
+    { SPYRE_TRACE_SCOPE("private"); }
+    trace::Stop();
+    struct stat st {};
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0600u);
+    (void)Load(path);
+}
+
 // Threads that record a few spans each take a page apiece, counted against
 // the bound: each pinned a whole MiB outside it, so 2,000 short threads
 // held 2 GB under a 1 MiB bound (outside probe). Under 1 MiB, 256 threads'
