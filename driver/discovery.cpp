@@ -41,11 +41,10 @@ std::optional<uint16_t> ReadHexFile(const fs::path& file) {
     }
 }
 
-bool IsDigits(std::string_view s) {
-    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
 // An index: digits, few enough to be one ("00000000000000000001" is none).
-bool IsIndex(std::string_view s) { return IsDigits(s) && s.size() <= 9; }
+bool IsIndex(std::string_view s) {
+    return !s.empty() && s.size() <= 9 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
 
 // DDDD:BB:DD.F exactly: hex digits in every place (sscanf's %x took "0x0",
 // "+000", "-1", a leading space and short fields), the function 0-7.

@@ -74,7 +74,6 @@ void DeviceCore::WakeScheduler() {
 
 StreamState* DeviceCore::CreateStream(int priority) { return sched->CreateStream(priority); }
 void DeviceCore::RetireStream(StreamState* state) { sched->Retire(state); }
-std::vector<std::shared_ptr<StreamState>> DeviceCore::Streams() { return sched->Streams(); }
 bool DeviceCore::OnSchedulerThread() const { return SchedulerThreadActive(); }
 
 uint64_t DeviceCore::ForkGeneration() noexcept { return detail::ForkGeneration(); }

@@ -72,7 +72,6 @@ public:
 
     StreamState* CreateStream(int priority);
     void RetireStream(StreamState* state);
-    std::vector<std::shared_ptr<StreamState>> Streams();
 
     // InvalidArgument in a child forked after this device was opened: the
     // scheduler's thread and the queues' state stayed with the parent, so

@@ -119,14 +119,6 @@ void SchedulerCore::Retire(StreamState* s) {
     Wake();
 }
 
-std::vector<std::shared_ptr<StreamState>> SchedulerCore::Streams() {
-    std::lock_guard lock(streams_mu_);
-    std::vector<std::shared_ptr<StreamState>> out;
-    for (auto& s : streams_)
-        if (!s->retired.load()) out.push_back(s);
-    return out;
-}
-
 std::vector<std::shared_ptr<StreamState>> SchedulerCore::StreamsWithWork() {
     std::lock_guard lock(streams_mu_);
     std::vector<std::shared_ptr<StreamState>> out;
@@ -692,7 +684,7 @@ bool SchedulerCore::RunCallback(StreamState& s) {
 
 void SchedulerCore::FreeAfterStreams(std::span<const DeviceAllocation> blocks) {
     DeferredFree entry{{blocks.begin(), blocks.end()}, {}};
-    for (auto& s : Streams()) {
+    for (auto& s : StreamsWithWork()) {
         const uint64_t enqueued = s->enqueued_count.load(std::memory_order_acquire);
         if (s->completed.load(std::memory_order_acquire) < enqueued) entry.streams.emplace_back(std::move(s), enqueued);
     }

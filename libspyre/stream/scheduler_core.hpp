@@ -57,9 +57,9 @@ public:
     std::shared_ptr<StreamState> Find(int stream_index);
     void Retire(StreamState* s);
     // The registered streams with ops not completed yet: what a device-wide
-    // wait waits for (a look at each stream, no copy of the idle ones).
+    // wait and a deferred free wait for (a look at each stream, no copy of
+    // the idle ones).
     std::vector<std::shared_ptr<StreamState>> StreamsWithWork();
-    std::vector<std::shared_ptr<StreamState>> Streams();
 
     // The one way in: queues `ops` on `s` in order and returns. Several ops
     // form a group: LINKed in the ring, never split between turns, so a
