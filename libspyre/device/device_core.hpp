@@ -57,6 +57,11 @@ public:
 
     // The function's card and function index (objects of this device carry it).
     const DeviceId& id() const { return allocator->device(); }
+    // SpyreAllocator's, for libspyre's launch and copy paths.
+    uint64_t AddressToWrite(const DeviceHandle& handle, uint64_t size) const {
+        return allocator->DeviceAddressToWrite(handle, size);
+    }
+    void KeepForPrograms(const DeviceHandle& handle) { allocator->KeepForPrograms(handle); }
 
     // Loaded ExecutionPlans by content hash (LoadExecutionPlan).
     std::mutex plans_mu;

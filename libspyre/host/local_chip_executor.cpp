@@ -100,6 +100,7 @@ void LocalChipExecutor::LoadKernel(int32_t kernel_id, const std::vector<uint8_t>
     DeviceBuffer buffer = device_.AllocateBuffer(program.size());
     device_.default_stream().CopyToDevice(program.data(), buffer.handle(), program.size());
     device_.default_stream().Synchronize();
+    DeviceInternals::Core(device_)->KeepForPrograms(buffer.handle());
     const uint64_t address = device_.allocator().DeviceAddress(buffer.handle(), program.size());
     for (auto& slot : slots_) slot->orch->RegisterDeviceKernel(kernel_id, address);
     std::lock_guard lock(mu_);

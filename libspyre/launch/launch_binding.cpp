@@ -23,6 +23,7 @@ uint16_t UnboundRelocations(const std::vector<uint8_t>& bytes) {
     if (h.magic != SPYRE_PROGRAM_MAGIC || h.reloc_count == 0) return 0;
     const uint64_t relocs_end = uint64_t(h.relocs_offset) + uint64_t(h.reloc_count) * sizeof(spyre_program_reloc);
     if (relocs_end > bytes.size()) return 0;
+    uint16_t unbound = 0;
     for (uint16_t i = 0; i < h.reloc_count; ++i) {
         spyre_program_reloc r;
         std::memcpy(&r, bytes.data() + h.relocs_offset + i * sizeof r, sizeof r);
@@ -31,12 +32,11 @@ uint16_t UnboundRelocations(const std::vector<uint8_t>& bytes) {
         if (r.operand >= h.operand_count || at + sizeof(uint64_t) > bytes.size()) return 0;
         uint64_t addr;
         std::memcpy(&addr, bytes.data() + at, sizeof addr);
-        // One bound operand: taken as bound on the host. A program bound in
-        // part cannot be told from one bound to the buffer at address 0,
-        // which is the first a device hands out (docs/execution_plan.md).
-        if (addr != 0) return 0;
+        // No buffer is at address 0 (SpyreAllocator::kNullGuard): an
+        // operand there is one nothing bound, also in a program bound in part.
+        if (addr == 0) ++unbound;
     }
-    return h.reloc_count;
+    return unbound;
 }
 
 namespace {
@@ -197,7 +197,7 @@ void CheckBoundToItsTensors(const Operation& op) {
     if (correction && correction->binary_handle() && op.correction_step()) return;
     if (const uint16_t relocs = UnboundRelocations(compute->binary))
         Invalid(OpName(op) + " has no loaded correction, but its program has " + std::to_string(relocs) +
-                " relocation(s) for its tensors, unbound (address 0 as compiled): nothing would put their addresses "
+                " relocation(s) for its tensors unbound (address 0 as compiled): nothing would put their addresses "
                 "in it, and it would run at device address 0 (or, copied from a loaded plan, at its last launch's "
                 "tensors); launch an Operation of a loaded plan (LoadExecutionPlan), or a copy of one, or bind the "
                 "program on the host (BuiltKernel::Bind)");
@@ -229,7 +229,17 @@ BoundLaunch BindAddresses(DeviceCore& core, const Operation& op, std::span<const
         const uint64_t bytes = compute && i < compute->tensors.size() && compute->tensors[i].bytes ? compute->tensors[i].bytes : 1;
         CheckSameDevice(handles[i].device(), core.id(), [&] { return std::string(entry) + ": handle " + std::to_string(i); },
                         "stream");
-        bound.addresses.push_back(core.allocator->DeviceAddress(handles[i], bytes));
+        try {
+            bound.addresses.push_back(core.AddressToWrite(handles[i], bytes));
+        } catch (const Error& e) {
+            // The range's size is the plan's, not the caller's: say so.
+            if (e.kind() != ErrorKind::InvalidArgument || bytes == 1) throw;
+            throw Error(e.kind(),
+                        OpName(op) + " tensor " + std::to_string(i) + " ('" + compute->tensors[i].name +
+                            "'): the plan compiled it for " + std::to_string(bytes) +
+                            " bytes (its tensors[].bytes), which must lie in one live allocation: " + e.message(),
+                        e.context());
+        }
     }
     return bound;
 }
@@ -284,7 +294,7 @@ BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const Sp
         bound.tiling = std::move(plan);
     }
     for (const SpyreTensor& t : tensors)
-        bound.addresses.push_back(core.allocator->DeviceAddress(t.device_handle(), t.size_bytes()));
+        bound.addresses.push_back(core.AddressToWrite(t.device_handle(), t.size_bytes()));
     return bound;
 }
 

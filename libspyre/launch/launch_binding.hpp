@@ -49,16 +49,17 @@ BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const Sp
 // none for a compute whose addresses are fixed in its binary).
 BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const DeviceHandle> handles, const char* entry);
 // InvalidArgument when `op`'s program has relocations for its tensors that
-// nothing bound (their operands hold address 0, as compiled) and no loaded
+// nothing bound (an operand holds address 0, as compiled) and no loaded
 // correction writes their addresses in (a compute built or copied on its
 // own, not an Operation a plan loaded, nor bound on the host): it would
 // run at address 0, or at a former launch's tensors.
 void CheckBoundToItsTensors(const Operation& op);
-// The relocations of a program image whose relocated operands all still
-// hold address 0, as the compiler leaves them (0: none, or a program bound
-// on the host: BuiltKernel::Bind writes the addresses and keeps the list;
-// or bytes that are no program image). Read without decoding it whole:
-// launches of host-bound programs look every time.
+// How many relocations of a program image still hold address 0, as the
+// compiler leaves them; no buffer is ever there (SpyreAllocator::kNullGuard),
+// so each is unbound, also in a program bound in part (0: none, every
+// operand bound on the host by BuiltKernel::Bind, or bytes that are no
+// program image). Read without decoding it whole: launches of host-bound
+// programs look every time.
 uint16_t UnboundRelocations(const std::vector<uint8_t>& program);
 
 // The tensors of `op`'s slots from a plan-wide list: op.tensor_indices, or

@@ -50,6 +50,7 @@ DeviceHandle Upload(SpyreStream& stream, PlanMemory& memory, const std::vector<u
     const DeviceHandle block = memory.Allocate(*DeviceInternals::Core(stream.flex_stream()), bytes.size());
     const Operation load({PreProcessCompute(PreProcessCompute::CopyToDevice{bytes.data(), block, bytes.size()})});
     stream.Launch(load, std::span<const DeviceHandle>{});
+    DeviceInternals::Core(stream.flex_stream())->KeepForPrograms(block);
     if (progress.callback && *progress.callback)
         stream.flex_stream().AddCallback([cb = *progress.callback, done = ++progress.queued, total = progress.total] {
             cb({"loading plan", done, std::max(done, total), "binaries"});
@@ -121,10 +122,9 @@ std::shared_ptr<const ExecutionPlan> LoadExecutionPlan(SpyreStream& stream, cons
             throw Error(ErrorKind::InvalidArgument,
                         "loading plan '" + plan->name + "': init packet '" + packet.name + "' has " +
                             std::to_string(relocs) +
-                            " relocation(s), unbound (address 0 as compiled): an init packet runs at load with no "
-                            "tensors to bind, so it would run at device address 0; bind its program on the host "
-                            "(BuiltKernel::Bind) to buffers other than the one at address 0 (that binding reads the "
-                            "same), or make it an operation");
+                            " relocation(s) unbound (address 0 as compiled): an init packet runs at load with no "
+                            "tensors to bind, so it would run at device address 0; bind every operand of its "
+                            "program on the host (BuiltKernel::Bind), or make it an operation");
     // Work the caller queued before the load is the caller's: a fault there
     // is thrown as it is and stays sticky (only a fault of the load's own
     // steps is cleared below, as the plan is discarded with it).

@@ -70,6 +70,7 @@ void Program::AddInstruction(Instruction instruction) {
         // The host copy goes with the instruction if it is removed; a failed
         // copy frees the block (after the stream's queued work) as it goes.
         stream_.Synchronize();
+        core_->KeepForPrograms(block.handle());
         detail::OperationAccess::SetBinary(own, block.handle(), own.binary.size());
         owned_.push_back(std::move(block));
     }

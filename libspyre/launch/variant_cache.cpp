@@ -11,6 +11,7 @@ namespace {
 DeviceBuffer Upload(DeviceCore& core, const std::vector<uint8_t>& bytes) {
     DeviceBuffer buffer = DeviceBuffer::Allocate(core.shared_from_this(), bytes.size());
     core.dma->Wait(core.dma->CopyToDevice(bytes.data(), buffer.handle(), bytes.size()));
+    core.KeepForPrograms(buffer.handle());
     return buffer;
 }
 

@@ -119,8 +119,11 @@ SpyreAllocator::SpyreAllocator(driver::Function& function, AllocatorOptions opti
         throw;
     }
     for (uint32_t r = 0; r < regions_.size(); ++r) {
-        AddFree(r, 0, regions_[r].size);
-        capacity_ += regions_[r].size;
+        // Device address 0 is never handed out: a program operand that
+        // holds 0 is unbound, not a buffer (launch_binding.cpp refuses it).
+        const uint64_t start = regions_[r].device_base == 0 ? kNullGuard : 0;
+        AddFree(r, start, regions_[r].size - start);
+        capacity_ += regions_[r].size - start;
     }
 }
 
@@ -176,10 +179,17 @@ void SpyreAllocator::ReserveVf() {
         sizes = {12 * kGiB, 8 * kGiB, 4 * kGiB};
         sizes.push_back(std::max<uint64_t>(largest / SPYRE_REGION_ALIGN * SPYRE_REGION_ALIGN, SPYRE_REGION_ALIGN));
     }
-    for (const uint64_t size : sizes)
-        if (size == 0 || size % SPYRE_REGION_ALIGN != 0 || (size >> 20) > UINT32_MAX)
+    for (const uint64_t size : sizes) {
+        if (size == 0 || size % SPYRE_REGION_ALIGN != 0)
             throw Error(ErrorKind::InvalidArgument, "VF region size " + std::to_string(size) +
                                                         " is not a positive multiple of 2 MiB");
+        // REGION_ARG counts MiB in 32 bits.
+        if ((size >> 20) > UINT32_MAX)
+            throw Error(ErrorKind::InvalidArgument,
+                        "VF region size " + std::to_string(size) + " is past the largest region the device's region "
+                        "table can name (" + std::to_string((uint64_t(UINT32_MAX) << 20) / SPYRE_REGION_ALIGN * SPYRE_REGION_ALIGN) +
+                        " bytes)");
+    }
     for (size_t i = 0; i < sizes.size(); ++i) {
         const uint64_t size = sizes[i];
         const bool last = i + 1 == sizes.size();
@@ -296,6 +306,9 @@ DeviceAllocation SpyreAllocator::Allocate(uint64_t size, bool owned) {
         throw Error(ErrorKind::InvalidArgument, "cannot allocate " + std::to_string(size) + " bytes: the pool holds " +
                                                     std::to_string(capacity_) + " bytes in all",
                     ErrorContext{.device = fn_.pci_address()});
+    // Memory of a device that is gone would be handed out only to fail at
+    // its first use (DeviceLost here, as at every other call).
+    fn_.CheckAliveThrottled();
     const uint64_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;
     std::lock_guard lock(mutex_);
     auto it = free_by_size_.lower_bound(FreeKey{rounded, 0, 0});
@@ -388,7 +401,7 @@ SpyreAllocator::Found SpyreAllocator::FindLocked(const DeviceHandle& handle, uin
                                 " lies in an allocation being freed: work named after its free began would land "
                                 "in its next owner",
                             ErrorContext{.device = fn_.pci_address()});
-            return Found{region, start, length, r.device_base + offset};
+            return Found{region, start, length, r.device_base + offset, it->second.programs};
         }
     }
     throw Error(ErrorKind::InvalidArgument, "range of " + std::to_string(size) + " bytes at " + handle.ToString() +
@@ -405,6 +418,27 @@ DeviceAllocation SpyreAllocator::Lookup(const DeviceHandle& handle, uint64_t siz
 uint64_t SpyreAllocator::DeviceAddress(const DeviceHandle& handle, uint64_t size) const {
     std::lock_guard lock(mutex_);
     return FindLocked(handle, size).device_address;
+}
+
+uint64_t SpyreAllocator::DeviceAddressToWrite(const DeviceHandle& handle, uint64_t size) const {
+    std::lock_guard lock(mutex_);
+    const Found f = FindLocked(handle, size);
+    if (f.programs)
+        throw Error(ErrorKind::InvalidArgument,
+                    "range of " + std::to_string(size) + " bytes at " + handle.ToString() +
+                        " lies in memory the runtime keeps for a program image (a loaded plan's, a Program's or a "
+                        "tiling variant's): no copy or launch may write it",
+                    ErrorContext{.device = fn_.pci_address()});
+    return f.device_address;
+}
+
+void SpyreAllocator::KeepForPrograms(const DeviceHandle& handle) {
+    std::lock_guard lock(mutex_);
+    const auto [region, offset] = Locate(handle);
+    auto used = regions_[region].used_by_offset.find(offset);
+    if (used == regions_[region].used_by_offset.end())
+        throw Error(ErrorKind::Internal, "KeepForPrograms: " + handle.ToString() + " starts no live block");
+    used->second.programs = true;
 }
 
 void SpyreAllocator::TraceInUse() {
@@ -427,7 +461,8 @@ AllocatorStats SpyreAllocator::Stats() const {
     s.live_allocations = live_;
     s.allocations = allocations_;
     s.reservation = reservation_;
-    for (const Region& r : regions_) s.regions.push_back(RegionStats{r.device_index, r.device_base, r.size, r.in_use});
+    for (const Region& r : regions_) s.regions.push_back(
+            RegionStats{r.device_index, r.device_base, r.size - (r.device_base == 0 ? kNullGuard : 0), r.in_use});
     return s;
 }
 

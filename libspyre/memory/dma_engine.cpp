@@ -82,7 +82,7 @@ void DMAEngine::CountRingCopy(uint64_t size, bool failed, uint64_t start_ns) noe
 }
 
 DmaTicket DMAEngine::CopyToDevice(const void* host, const DeviceHandle& device, uint64_t size) {
-    return CopyToDeviceAt(host, allocator_.DeviceAddress(device, size), size);
+    return CopyToDeviceAt(host, allocator_.DeviceAddressToWrite(device, size), size);
 }
 
 DmaTicket DMAEngine::CopyFromDevice(void* host, const DeviceHandle& device, uint64_t size) {
@@ -98,7 +98,7 @@ DmaTicket DMAEngine::CopyFromDeviceAt(void* host, uint64_t device_address, uint6
 }
 
 DmaTicket DMAEngine::CopyOnDevice(const DeviceHandle& src, const DeviceHandle& dst, uint64_t size) {
-    const uint64_t from = allocator_.DeviceAddress(src, size), to = allocator_.DeviceAddress(dst, size);
+    const uint64_t from = allocator_.DeviceAddress(src, size), to = allocator_.DeviceAddressToWrite(dst, size);
     return Started(queue_.DeviceToDevice(from, to, size), Direction::OnDevice, size);
 }
 
@@ -175,7 +175,7 @@ uint64_t DMAEngine::Chunked(const char* what, uint64_t size, const ProgressCallb
 
 uint64_t DMAEngine::CopyToDevice(const void* host, const DeviceHandle& device, uint64_t size,
                                  const ProgressCallback& progress, uint64_t chunk) {
-    const uint64_t base = allocator_.DeviceAddress(device, size);  // the whole range is checked first
+    const uint64_t base = allocator_.DeviceAddressToWrite(device, size);  // the whole range is checked first
     const auto* src = static_cast<const uint8_t*>(host);
     return Chunked("copy to device", size, progress, chunk,
                    [&](uint64_t off, uint64_t n) { return CopyToDeviceAt(src + off, base + off, n); });

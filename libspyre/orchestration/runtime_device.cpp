@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 
+#include "device/device_core.hpp"
 #include "device/device_internals.hpp"
 #include "orchestration/c_calls.hpp"
 #include "orchestration/device_worker.hpp"
@@ -117,6 +118,7 @@ void RegisterProgram(RuntimeState& state, int32_t kernel_id, std::span<const uin
     Device& dev = *state.device;
     DeviceBuffer buffer = dev.AllocateBuffer(image.size());
     dev.dma().Wait(dev.dma().CopyToDevice(image.data(), buffer.handle(), image.size()));
+    DeviceInternals::Core(dev)->KeepForPrograms(buffer.handle());
     k.kernel_id = kernel_id;
     k.program_address = dev.allocator().DeviceAddress(buffer.handle(), image.size());
     k.has_program = true;

@@ -17,12 +17,14 @@
 namespace spyre::detail {
 
 // The function-relative address of [handle, handle + size), checked against
-// the stream's device and the allocation it lies in.
-inline uint64_t Address(DeviceCore& core, const DeviceHandle& handle, uint64_t size, const char* what) {
+// the stream's device and the allocation it lies in (one the copy may
+// write, for `write`).
+inline uint64_t Address(DeviceCore& core, const DeviceHandle& handle, uint64_t size, const char* what,
+                        bool write = false) {
     CheckSameDevice(handle.device(), core.id(), [&] { return std::string(what) + ": handle " + handle.ToString(); },
                     "stream");
     if (size == 0) throw Error(ErrorKind::InvalidArgument, std::string(what) + " of 0 bytes");
-    return core.allocator->DeviceAddress(handle, size);
+    return write ? core.AddressToWrite(handle, size) : core.allocator->DeviceAddress(handle, size);
 }
 
 // A copy of bytes the control block owns (so the caller's buffer may go at once).
@@ -31,7 +33,7 @@ inline ControlBlock OwnedCopyToDevice(DeviceCore& core, const DeviceHandle& dst,
     ControlBlock cb;
     cb.kind = ControlBlock::Kind::CopyToDevice;
     cb.size = owned->size();
-    cb.device_addr = Address(core, dst, cb.size, "CopyToDevice");
+    cb.device_addr = Address(core, dst, cb.size, "CopyToDevice", true);
     cb.src = owned->data();
     cb.keep_alive = std::move(owned);
     return cb;
@@ -41,7 +43,7 @@ inline ControlBlock CopyToDevice(DeviceCore& core, const void* src, const Device
     ControlBlock cb;
     cb.kind = ControlBlock::Kind::CopyToDevice;
     cb.size = size;
-    cb.device_addr = Address(core, dst, size, "CopyToDevice");
+    cb.device_addr = Address(core, dst, size, "CopyToDevice", true);
     cb.src = src;
     return cb;
 }

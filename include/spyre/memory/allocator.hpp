@@ -8,7 +8,10 @@
 // memory: 12 GiB regions, else 8 GiB, else 4 GiB, else one region of all the
 // device can grant the VF (REGION_LARGEST). Explicit sizes are tried in order and never adapted: when none
 // fits, OutOfMemory names the pool asked for and the memory that exists.
-// Blocks are then carved from the regions, 128-byte aligned:
+// Blocks are then carved from the regions, 128-byte aligned. The first
+// block of function memory (device address 0, kNullGuard bytes) is never
+// handed out: an operand at address 0 is one nothing bound, never a buffer.
+// Capacity is what can be handed out (the regions less that block):
 //
 //   placement  best fit: the smallest free block that holds the request
 //              (lowest region, then lowest address on ties), which keeps
@@ -83,6 +86,8 @@ class SPYRE_INTERNAL SchedulerCore;
 class SpyreAllocator {
 public:
     static constexpr uint64_t kAlignment = 128;
+    // Held back at function-relative address 0 (see the top of this file).
+    static constexpr uint64_t kNullGuard = kAlignment;
 
     // Reserves the pool from the device. The function must outlive the
     // allocator; the regions go back to the device on destruction.
@@ -125,8 +130,18 @@ private:
     // block is done).
     friend class DeviceBuffer;
     friend class DeviceCore;
+    friend class DMAEngine;
     friend class detail::SchedulerCore;
     DeviceAllocation AllocateOwned(uint64_t size);
+    // Keeps the block `handle` starts for the runtime's own program images
+    // (a loaded plan's, a Program's, a tiling variant's), once their upload
+    // is queued: DeviceAddressToWrite refuses it from then on.
+    SPYRE_INTERNAL void KeepForPrograms(const DeviceHandle& handle);
+    // DeviceAddress of a range a copy or a launch's tensor may write: also
+    // InvalidArgument in a block kept for programs (a hand-made handle
+    // there overwrote a loaded plan's program, which every later launch of
+    // it, and of its cached reload, then failed).
+    SPYRE_INTERNAL uint64_t DeviceAddressToWrite(const DeviceHandle& handle, uint64_t size) const;
     void FreeOwned(const DeviceHandle& handle);
     // Marks DeviceBuffer blocks whose free began (Used::freeing), before the
     // device waits for the work queued into them.
@@ -149,6 +164,7 @@ private:
             // Its free began (it waits for the work queued into it): no
             // copy or launch may name it from then on.
             bool freeing = false;
+            bool programs = false;  // KeepForPrograms
         };
         std::map<uint64_t, Used> used_by_offset;
     };
@@ -177,6 +193,7 @@ private:
         uint64_t start;           // the allocation's offset in the region
         uint64_t length;          // its requested size
         uint64_t device_address;  // function-relative address of `handle`
+        bool programs;            // kept for programs (KeepForPrograms)
     };
     Found FindLocked(const DeviceHandle& handle, uint64_t size) const;
     DeviceHandle MakeHandle(uint32_t region, uint64_t offset) const;

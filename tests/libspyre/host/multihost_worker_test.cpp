@@ -250,13 +250,13 @@ TEST_F(MultiHostTest, AServedPlanRunsOnScratchCopiesLargerThanItsTensors) {
 // (InvalidArgument), and two that fit one at a time but not together
 // (OutOfMemory, the first one's copy given back).
 TEST_F(MultiHostTest, ServedCallsPastTheDevicesMemoryFailAndTheNextRuns) {
-    mock_memory_ = "256M";  // the VF's pool: 128 MiB
+    mock_memory_ = "256M";  // the VF's pool: 128 MiB, less the 128 bytes at address 0
     Start(2, std::chrono::milliseconds(5000), {1}, RegisterEchoAllocator);
     const struct {
         int64_t mib;
         ErrorKind kind;
         const char* says;
-    } cases[] = {{200, ErrorKind::InvalidArgument, "cannot allocate 209715200 bytes: the pool holds 134217728"},
+    } cases[] = {{200, ErrorKind::InvalidArgument, "cannot allocate 209715200 bytes: the pool holds 134217600"},
                  {80, ErrorKind::OutOfMemory, ""}};
     for (const auto& c : cases) {
         try {

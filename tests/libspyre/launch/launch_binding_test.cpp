@@ -208,6 +208,68 @@ TEST_F(StreamTest, AComputeWithoutItsCorrectionIsRefusedByEveryLaunchPath) {
     EXPECT_EQ(c, sentinel);
 }
 
+// A handle made by hand over a loaded plan's program (or the plan's own
+// read-only handle) let a copy or a launch's output overwrite the program:
+// every later launch of the plan, and of the cached plan a reload returned,
+// failed with the device's PROGRAM_MAGIC. Every write path refuses that
+// memory now; reading it is still allowed, and the plan still computes.
+TEST_F(StreamTest, ALoadedPlansProgramIsNotWritable) {
+    Device dev = OpenDevice();
+    SpyreStream s(dev);
+    auto plan = LoadMatmul(s, 2, 2, 2);
+    s.Synchronize();
+    const DeviceHandle program = *plan->operations[0].compute()->device_handle();
+    const std::string refused = "lies in memory the runtime keeps for a program image";
+    const std::vector<uint8_t> junk(16, 0xa5);
+    EXPECT_SPYRE_ERROR(s.flex_stream().CopyToDevice(junk.data(), program, junk.size()), InvalidArgument, refused);
+    EXPECT_SPYRE_ERROR(dev.dma().CopyToDevice(junk.data(), program, junk.size()), InvalidArgument, refused);
+    const DeviceBuffer other = dev.AllocateBuffer(64);
+    EXPECT_SPYRE_ERROR(dev.dma().CopyOnDevice(other.handle(), program, 16), InvalidArgument, refused);
+    Matmul mm = MakeMatmul(dev, s, 2, 2, 2);
+    const SpyreTensor over_program(program, {2, 2}, {8, 4}, DType::FP32, 2 * 2 * sizeof(float));  // inside it
+    const std::vector<SpyreTensor> tensors = {mm.tensors[0], mm.tensors[1], over_program};
+    EXPECT_NE(MessageOf([&] { s.Launch(plan->operations[0], tensors); }).find(refused), std::string::npos);
+    EXPECT_NE(MessageOf([&] { s.LaunchTiled(plan->operations[0], tensors); }).find(refused), std::string::npos);
+    const std::vector<DeviceHandle> handles = {mm.tensors[0].device_handle(), mm.tensors[1].device_handle(), program};
+    EXPECT_NE(MessageOf([&] { s.Launch(plan->operations[0], handles); }).find(refused), std::string::npos);
+    std::vector<uint8_t> read(16);
+    s.flex_stream().CopyFromDevice(read.data(), program, read.size());
+    s.Synchronize();
+    EXPECT_NE(read, junk);
+    TiledAndChecked(dev, s, plan->operations[0], mm);
+    EXPECT_EQ(LoadMatmul(s, 2, 2, 2).get(), plan.get());  // the cached plan, still whole
+    TiledAndChecked(dev, s, plan->operations[0], mm);
+}
+
+// A plan may give a tensor more bytes than its shape reaches
+// (tensors[].bytes); an exact launch then needs that much. The error named
+// only a range "not inside a live allocation", not the tensor, nor that the
+// size came from the plan.
+TEST_F(StreamTest, AnExactLaunchNamesTheTensorWhosePlanBytesDoNotFit) {
+    Device dev = OpenDevice();
+    SpyreStream s(dev);
+    CompilerOutput out = CompilerOutputFromKernel("mm", KernelBuilder().Matmul(8, 8, 8, DType::FP32));
+    const size_t field = out.manifest.find("\"bytes\"");
+    ASSERT_NE(field, std::string::npos) << out.manifest;
+    const size_t digits = out.manifest.find("256", field);
+    ASSERT_LT(digits, field + 12) << out.manifest;
+    out.manifest.replace(digits, 3, "300");
+    auto plan = LoadExecutionPlan(s, out);
+    Matmul mm = MakeMatmul(dev, s, 8, 8, 8);
+    std::vector<DeviceHandle> handles;
+    for (const SpyreTensor& t : mm.tensors) handles.push_back(t.device_handle());
+    for (const std::string& message : {MessageOf([&] { s.Launch(plan->operations[0], mm.tensors); }),
+                                       MessageOf([&] { s.Launch(plan->operations[0], handles); })}) {
+        EXPECT_NE(message.find("tensor 0 ('"), std::string::npos) << message;
+        EXPECT_NE(message.find("the plan compiled it for 300 bytes (its tensors[].bytes), which must lie in one live "
+                               "allocation: range of 300 bytes at"),
+                  std::string::npos)
+            << message;
+    }
+    Matmul taller = MakeMatmul(dev, s, 16, 8, 8);
+    TiledAndChecked(dev, s, plan->operations[0], taller);  // tiles go by the tensors they are given
+}
+
 // An output whose elements overlap each other (every row of C the same
 // bytes, or rows one element apart) was launched, and C held whichever
 // tile wrote last. Refused by every tensor launch path, naming the tensor.

@@ -124,8 +124,8 @@ TEST_F(PlanLoadTest, MultiOperationPlanWithInitPacketLoadsAndRuns) {
     KernelBuilder kb;
     // Two operations with their own tensors: C1 = A1*B1 (64x32x48), C2 = A2+B2.
     // The init packet is a fill bound to a scratch buffer: it must run once, at load.
-    // Not the buffer at device address 0: a program bound there reads as
-    // unbound (AnInitPacketWithUnboundRelocationsIsRefused).
+    // Not the first buffer handed out (it was at device address 0, where
+    // a program bound to it read as unbound; no buffer is there now).
     DeviceAllocation first = dev.allocator().Allocate(256);
     DeviceAllocation scratch = dev.allocator().Allocate(256);
     const BuiltKernel fill = kb.Fill({64}, 3.0, DType::FP32);
@@ -190,7 +190,15 @@ TEST_F(PlanLoadTest, AnInitPacketWithUnboundRelocationsIsRefused) {
         "unbound_init", {{"add", kb.Elementwise(ElementwiseOp::Add, {8, 8}, {8, 8}, DType::FP32)}},
         {InitPacket{"relu", kb.Relu({8, 8}, DType::FP32).program}});
     EXPECT_SPYRE_ERROR(LoadExecutionPlan(s, out), InvalidArgument,
-                       "init packet 'relu' has 2 relocation(s), unbound (address 0 as compiled)");
+                       "init packet 'relu' has 2 relocation(s) unbound (address 0 as compiled)");
+    // Bound in part: its output operand still at 0 (it was taken as bound).
+    const uint64_t kept_at = dev.allocator().DeviceAddress(kept.device_handle(), kept.size_bytes());
+    const BuiltKernel relu = kb.Relu({8, 8}, DType::FP32);
+    const CompilerOutput part = CompilerOutputFromKernels(
+        "part_init", {{"add", kb.Elementwise(ElementwiseOp::Add, {8, 8}, {8, 8}, DType::FP32)}},
+        {InitPacket{"relu", relu.Bind(std::vector<uint64_t>{kept_at, 0})}});
+    EXPECT_SPYRE_ERROR(LoadExecutionPlan(s, part), InvalidArgument,
+                       "init packet 'relu' has 1 relocation(s) unbound (address 0 as compiled)");
     EXPECT_EQ(Memory(dev), baseline);
     EXPECT_EQ(f.enqueued(), enqueued);
     std::vector<float> back(64, 0.0f);

@@ -196,6 +196,37 @@ TEST_F(StreamTest, ProgramAddAndRemoveInstructions) {
     EXPECT_EQ(Memory(dev), baseline);  // the program freed the binaries it copied
 }
 
+// A program bound in part on the host (one operand left at address 0, as
+// compiled) was taken as bound and ran that operand at device address 0,
+// where the first buffer a device handed out lived. No buffer is there now
+// (SpyreAllocator::kNullGuard), so such a program is refused, and the
+// buffers keep their bytes.
+TEST_F(StreamTest, AProgramBoundInPartIsRefused) {
+    Device dev = OpenDevice();
+    const int64_t n = 64;
+    FlexStream f = dev.CreateStream();
+    const std::vector<float> x = RandomFloats(n, 85), y = RandomFloats(n, 86), sentinel(n, -7.0f);
+    SpyreTensor tx = SpyreTensor::FromHost(dev, f, x.data(), {n}, DType::FP32);
+    SpyreTensor ty = SpyreTensor::FromHost(dev, f, y.data(), {n}, DType::FP32);
+    SpyreTensor tz = SpyreTensor::FromHost(dev, f, sentinel.data(), {n}, DType::FP32);
+    f.Synchronize();
+    auto addr = [&](const SpyreTensor& t) { return dev.allocator().DeviceAddress(t.device_handle(), t.size_bytes()); };
+    for (const SpyreTensor* t : {&tx, &ty, &tz}) EXPECT_NE(addr(*t), 0u);
+    const BuiltKernel add = KernelBuilder().Elementwise(ElementwiseOp::Add, {n}, {n}, DType::FP32);
+    Program program(dev);
+    for (const std::vector<uint64_t>& addrs : {std::vector<uint64_t>{addr(tx), addr(ty), 0},
+                                               std::vector<uint64_t>{0, addr(ty), addr(tz)}})
+        EXPECT_SPYRE_ERROR(program.AddInstruction(Instruction(BoundCompute(add, addrs))), InvalidArgument,
+                           "its program has 1 relocation(s) for its tensors unbound (address 0 as compiled)");
+    EXPECT_TRUE(program.instructions().empty());
+    program.AddInstruction(Instruction(BoundCompute(add, std::vector<uint64_t>{addr(tx), addr(ty), addr(tz)})));
+    program.Launch(std::vector<SpyreTensor>{tx, ty, tz});
+    std::vector<float> z(n);
+    tz.CopyToHost(f, z.data());
+    f.Synchronize();
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(z[size_t(i)], x[size_t(i)] + y[size_t(i)]) << i;
+}
+
 // A binary that is no program image was taken by AddInstruction, and the
 // next Launch failed with the device's PROGRAM_FORMAT: it is refused up
 // front, as LoadExecutionPlan refuses one. A binary that decodes but that

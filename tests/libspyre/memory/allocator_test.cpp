@@ -49,7 +49,7 @@ TEST_F(MockDeviceTest, PfModeReservesItsMemoryAndAligns) {
     Function fn = Function::Open(Pf());
     SpyreAllocator alloc(fn, {.mode = AllocatorMode::PF, .pf_pool_limit = kGiB});
     auto s = alloc.Stats();
-    EXPECT_EQ(s.capacity, kGiB);
+    EXPECT_EQ(s.capacity, kGiB - SpyreAllocator::kNullGuard);  // address 0 held back
     ASSERT_EQ(s.regions.size(), 1u);
     EXPECT_EQ(fn.Read32(SPYRE_REG_REGION_COUNT), 1u);  // the device knows what it granted
     auto a = alloc.Allocate(1);
@@ -61,7 +61,7 @@ TEST_F(MockDeviceTest, PfModeReservesItsMemoryAndAligns) {
     EXPECT_EQ(alloc.Stats().bytes_in_use, 128u + 1024u);
     alloc.Free(a.handle);
     alloc.Free(b.handle);
-    EXPECT_EQ(alloc.Stats().largest_free_block, kGiB);
+    EXPECT_EQ(alloc.Stats().largest_free_block, kGiB - SpyreAllocator::kNullGuard);
     EXPECT_EQ(alloc.Stats().peak_bytes_in_use, 1152u);
 }
 
@@ -79,8 +79,38 @@ TEST_F(MockDeviceTest, APoolLimitUnderOneRegionOrAnUnknownModeIsRefused) {
                        "allocator mode 9 is none of PF, VF");
     EXPECT_EQ(fn.Read32(SPYRE_REG_REGION_COUNT), 0u);
     SpyreAllocator alloc(fn, {.mode = AllocatorMode::PF, .pf_pool_limit = 2 * kMiB});
-    EXPECT_EQ(alloc.Stats().capacity, 2 * kMiB);
+    EXPECT_EQ(alloc.Stats().capacity, 2 * kMiB - SpyreAllocator::kNullGuard);
     EXPECT_NO_THROW(alloc.Allocate(kMiB));
+}
+
+// Device address 0 held a buffer (the first a device handed out), so a
+// program operand left at 0 could not be told from one bound to it
+// (docs/execution_plan.md). No block is handed out there, in either mode,
+// and capacity counts what can be handed out.
+TEST_F(MockDeviceTest, NoBlockIsHandedOutAtDeviceAddressZero) {
+    Function pf = Function::Open(Pf());
+    Function vf = Function::Open(Vf(1));
+    SpyreAllocator pf_pool(pf, {.mode = AllocatorMode::PF, .pf_pool_limit = 2 * kMiB});
+    SpyreAllocator vf_pool(vf, SmallVf(2));
+    for (SpyreAllocator* alloc : {&pf_pool, &vf_pool}) {
+        const AllocatorStats s = alloc->Stats();
+        uint64_t regions = 0, at_zero = 0;
+        for (const RegionStats& r : s.regions) {
+            regions += r.capacity + (r.device_base == 0 ? SpyreAllocator::kNullGuard : 0);
+            at_zero += r.device_base == 0;
+        }
+        ASSERT_EQ(at_zero, 1u) << s.reservation;
+        EXPECT_EQ(s.capacity, regions - SpyreAllocator::kNullGuard) << s.reservation;
+        std::vector<DeviceAllocation> blocks;
+        for (const RegionStats& r : s.regions) blocks.push_back(alloc->Allocate(r.capacity));  // every byte there is
+        EXPECT_EQ(alloc->Stats().bytes_free, 0u);
+        uint64_t lowest = UINT64_MAX;
+        for (const DeviceAllocation& b : blocks) lowest = std::min(lowest, alloc->DeviceAddress(b.handle, b.size));
+        EXPECT_EQ(lowest, SpyreAllocator::kNullGuard);
+        EXPECT_SPYRE_ERROR(alloc->Allocate(1), OutOfMemory, "no free block for 1 bytes");
+        for (const DeviceAllocation& b : blocks) alloc->Free(b.handle);
+        EXPECT_EQ(alloc->Stats().largest_free_block, s.largest_free_block);
+    }
 }
 
 TEST_F(MockDeviceTest, RegionsGoBackToTheDevice) {
@@ -99,7 +129,7 @@ TEST_F(MockDeviceTest, VfModeFallsBackToSmallerRegionsAndSaysSo) {
                               .vf_region_sizes = {1 * kGiB, 256 * kMiB, 128 * kMiB}});
     auto s = alloc.Stats();
     EXPECT_EQ(s.regions.size(), 8u);
-    EXPECT_EQ(s.capacity, 8 * 128 * kMiB);
+    EXPECT_EQ(s.capacity, 8 * 128 * kMiB - SpyreAllocator::kNullGuard);
     EXPECT_NE(s.reservation.find("fell back"), std::string::npos) << s.reservation;
     EXPECT_NE(s.reservation.find("8 x 128 MiB"), std::string::npos) << s.reservation;
     auto h = alloc.Allocate(100);
@@ -112,6 +142,14 @@ TEST_F(MockDeviceTest, VfModeRespectsTheRegionTableLimit) {
     EXPECT_SPYRE_ERROR(SpyreAllocator(fn, SmallVf(17)), InvalidArgument, "1 to 16 regions");
     EXPECT_SPYRE_ERROR(SpyreAllocator(fn, {.mode = AllocatorMode::VF, .vf_region_sizes = {3 * kMiB}}),
                        InvalidArgument, "multiple of 2 MiB");
+    // A multiple of 2 MiB past what REGION_ARG's 32-bit MiB count names was
+    // called "not a positive multiple of 2 MiB".
+    for (const uint64_t size : {1ull << 52, (1ull << 52) + 2 * kMiB})
+        EXPECT_SPYRE_ERROR(SpyreAllocator(fn, {.mode = AllocatorMode::VF, .vf_regions = 1, .vf_region_sizes = {size}}),
+                           InvalidArgument,
+                           "VF region size " + std::to_string(size) +
+                               " is past the largest region the device's region table can name (4503599625273344 "
+                               "bytes)");
 }
 
 // A card far smaller than the default VF pool (8 x 12 GiB, falling back to
@@ -137,7 +175,7 @@ TEST_F(SmallCardTest, DefaultOptionsOpenAVfSmallerThanTheDefaultPool) {
     ASSERT_GE(grantable_, 64 * kMiB);
     Device dev = Device::Open({.function = Vf(1).pci_address});
     const AllocatorStats s = dev.allocator().Stats();
-    EXPECT_EQ(s.capacity, grantable_) << s.reservation;  // all of it, in one region
+    EXPECT_EQ(s.capacity, grantable_ - SpyreAllocator::kNullGuard) << s.reservation;  // all of it, in one region
     EXPECT_LE(s.capacity, mem_size_) << s.reservation;
     EXPECT_NE(s.reservation.find("sized to the " + std::to_string(grantable_ >> 20) + " MiB"), std::string::npos)
         << s.reservation;
@@ -158,8 +196,8 @@ TEST_F(SmallCardTest, ADefaultVfAllocatorUsesTheVfsMemory) {
     Function fn = Function::Open(Vf(2));
     SpyreAllocator alloc(fn, {.mode = AllocatorMode::VF});
     const AllocatorStats s = alloc.Stats();
-    EXPECT_EQ(s.capacity, grantable_) << s.reservation;
-    EXPECT_EQ(alloc.Allocate(grantable_).size, grantable_);  // the whole VF in one block
+    EXPECT_EQ(s.capacity, grantable_ - SpyreAllocator::kNullGuard) << s.reservation;
+    EXPECT_EQ(alloc.Allocate(s.capacity).size, s.capacity);  // the whole VF in one block (less address 0's)
 }
 
 // A VF between the default's first size (12 GiB) and its whole-VF region:
@@ -177,7 +215,8 @@ TEST_F(MidVfCardTest, TheDefaultSizesAVfOfOver12GiBWithoutAWarning) {
     ASSERT_GT(grantable, 12 * kGiB);
     SpyreAllocator alloc(fn, {.mode = AllocatorMode::VF});
     const AllocatorStats s = alloc.Stats();
-    EXPECT_EQ(s.capacity, grantable / SPYRE_REGION_ALIGN * SPYRE_REGION_ALIGN) << s.reservation;
+    EXPECT_EQ(s.capacity, grantable / SPYRE_REGION_ALIGN * SPYRE_REGION_ALIGN - SpyreAllocator::kNullGuard)
+        << s.reservation;
     EXPECT_EQ(s.reservation.find("fell back"), std::string::npos) << s.reservation;
     EXPECT_NE(s.reservation.find("sized to the"), std::string::npos) << s.reservation;
 }
@@ -239,7 +278,8 @@ TEST_F(MockDeviceTest, FreedNeighboursCoalesce) {
     Function fn = Function::Open(Pf());
     SpyreAllocator alloc(fn, {.mode = AllocatorMode::PF, .pf_pool_limit = 64 * kMiB});
     std::vector<DeviceAllocation> blocks;
-    for (int i = 0; i < 8; ++i) blocks.push_back(alloc.Allocate(8 * kMiB));
+    // The first block leaves room for the bytes held back at address 0.
+    for (int i = 0; i < 8; ++i) blocks.push_back(alloc.Allocate(8 * kMiB - (i == 0 ? SpyreAllocator::kNullGuard : 0)));
     EXPECT_EQ(alloc.Stats().largest_free_block, 0u);
     for (int i : {1, 3, 2}) alloc.Free(blocks[i].handle);  // 1 and 3 first, then the middle joins them
     EXPECT_EQ(alloc.Stats().largest_free_block, 24 * kMiB);
@@ -329,7 +369,7 @@ TEST_F(MockDeviceTest, ConcurrentThreadsNeverShareBytes) {
     for (auto& t : threads) t.join();
     EXPECT_EQ(overlaps.load(), 0);
     EXPECT_EQ(alloc.Stats().bytes_in_use, 0u);
-    EXPECT_EQ(alloc.Stats().largest_free_block, 512 * kMiB);
+    EXPECT_EQ(alloc.Stats().largest_free_block, 512 * kMiB - SpyreAllocator::kNullGuard);
 }
 
 class BigCardTest : public MockDeviceTest {
@@ -344,18 +384,18 @@ TEST_F(BigCardTest, DefaultVfPoolOf96GiBWorksBecauseMemoryIsSparse) {
     SpyreAllocator alloc(fn, {.mode = AllocatorMode::VF});
     auto s = alloc.Stats();
     EXPECT_EQ(s.regions.size(), 8u);
-    EXPECT_EQ(s.capacity, 96 * kGiB);
+    EXPECT_EQ(s.capacity, 96 * kGiB - SpyreAllocator::kNullGuard);
     EXPECT_EQ(s.reservation, "VF: 8 x 12 GiB");
     DmaQueue queue(fn);
     DMAEngine dma(alloc, queue);
     // Touch the last bytes of the pool.
     std::vector<DeviceAllocation> blocks;
-    for (int i = 0; i < 8; ++i) blocks.push_back(alloc.Allocate(12 * kGiB));
+    for (const RegionStats& r : s.regions) blocks.push_back(alloc.Allocate(r.capacity));
     const uint64_t magic = 0x5350595245ull;
-    for (const auto& b : blocks) dma.Wait(dma.CopyToDevice(&magic, b.handle.Offset(12 * kGiB - 8, 8, b), 8));
+    for (const auto& b : blocks) dma.Wait(dma.CopyToDevice(&magic, b.handle.Offset(b.size - 8, 8, b), 8));
     for (const auto& b : blocks) {
         uint64_t back = 0;
-        dma.Wait(dma.CopyFromDevice(&back, b.handle.Offset(12 * kGiB - 8, 8, b), 8));
+        dma.Wait(dma.CopyFromDevice(&back, b.handle.Offset(b.size - 8, 8, b), 8));
         EXPECT_EQ(back, magic);
     }
 }

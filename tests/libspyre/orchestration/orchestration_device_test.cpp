@@ -204,6 +204,13 @@ TEST_F(StreamTest, OrchestrationTasksOfADeviceThatIsGoneFailAsDeviceLost) {
     EXPECT_EQ(info.kind, PTO_ERROR_DEVICE_LOST);
     EXPECT_EQ(info.task_id, id) << info.message;
     EXPECT_EQ(info.kernel_id, KERNEL_ADD) << info.message;
+    // Device memory of a device that is gone is refused, not handed out
+    // (pto_device_malloc returned a buffer).
+    EXPECT_EQ(pto_device_malloc(orch.handle(), 4096), nullptr);
+    ASSERT_EQ(pto_last_error_info(&info), -ENODEV) << info.message;
+    EXPECT_NE(std::string(info.message).find("the device model serving this function is gone"), std::string::npos)
+        << info.message;
+    EXPECT_SPYRE_ERROR(dev.AllocateBuffer(64), DeviceLost, "the device model serving this function is gone");
 }
 
 // Two runtimes on one device, each on its own task queue (a card of 16
@@ -554,6 +561,8 @@ TEST_F(StreamTest, WaitsOnAStoppedDaemonFailAsDeviceLostWithinTheHeartbeatBound)
         const float* sum = submit(orch);
         orch.WaitAll();
         for (int i = 0; i < 256; ++i) ASSERT_EQ(sum[i], 2.0f * float(i)) << i;
+        std::vector<uint8_t> bytes(4096, 0x5a), back(4096);
+        DeviceBuffer buf = dev.AllocateBuffer(bytes.size());
 
         daemon().Signal(SIGSTOP);
         ASSERT_TRUE(spyre::test::WaitUntilStopped(daemon().pid())) << "the daemon did not stop";
@@ -568,8 +577,12 @@ TEST_F(StreamTest, WaitsOnAStoppedDaemonFailAsDeviceLostWithinTheHeartbeatBound)
         // Bounded: the bound and a health period or two, not a wait's 30 s
         // timeout (nor for ever, as before).
         EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
-        std::vector<uint8_t> bytes(4096, 0x5a), back(4096);
-        DeviceBuffer buf = dev.AllocateBuffer(bytes.size());
+        try {  // memory of the lost device is not handed out
+            dev.AllocateBuffer(bytes.size());
+            FAIL() << "no error";
+        } catch (const Error& e) {
+            expect_not_responding(e);
+        }
         try {
             dev.default_stream().CopyToDevice(bytes.data(), buf.handle(), bytes.size());
             dev.default_stream().CopyFromDevice(back.data(), buf.handle(), back.size());
