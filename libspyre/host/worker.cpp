@@ -107,16 +107,19 @@ struct HostGraph::Impl {
 
     std::unique_ptr<host::HostTask> Make(Level level, const std::string& function, std::vector<TensorArg> args,
                                          const std::string& name) {
+        // The task as the program named it (the function's name was given
+        // as a named task's, found probing from outside).
+        const std::string task =
+            name.empty() ? "task '" + function + "'" : "task '" + name + "' (function '" + function + "')";
         for (size_t i = 0; i < args.size(); ++i) {
             if (!args[i].tensor)
-                throw Error(ErrorKind::InvalidArgument, "task '" + function + "': argument " + std::to_string(i) +
-                                                            " is an empty tensor");
+                throw Error(ErrorKind::InvalidArgument, task + ": argument " + std::to_string(i) + " is an empty tensor");
             if (args[i].access != Access::In && args[i].access != Access::Out && args[i].access != Access::InOut)
-                throw Error(ErrorKind::InvalidArgument, "task '" + function + "': argument " + std::to_string(i) +
-                                                            " has access " + std::to_string(int(args[i].access)) +
+                throw Error(ErrorKind::InvalidArgument, task + ": argument " + std::to_string(i) + " has access " +
+                                                            std::to_string(int(args[i].access)) +
                                                             ", not In, Out or InOut");
         }
-        if (level == Level::Chip) CheckNoWrittenAlias(function, args);
+        if (level == Level::Chip) CheckNoWrittenAlias(task, args);
         auto t = worker.dispatcher->NewTask(spares);
         t->id = worker.next_task.fetch_add(1);
         t->name = name.empty() ? function + "#" + std::to_string(counts[function]++) : name;
@@ -132,13 +135,13 @@ struct HostGraph::Impl {
     // placement. Refused; a SubWorker sees the host bytes themselves. (An
     // In and an Out of the same bytes, an in-place elementwise call, is
     // the same either way: the Out's copy comes back.)
-    static void CheckNoWrittenAlias(const std::string& function, const std::vector<TensorArg>& args) {
+    static void CheckNoWrittenAlias(const std::string& task, const std::vector<TensorArg>& args) {
         for (size_t i = 0; i < args.size(); ++i)
             for (size_t j = i + 1; j < args.size(); ++j)
                 if (args[i].access != Access::In && args[j].access != Access::In &&
                     args[i].tensor.Overlaps(args[j].tensor))
                     throw Error(ErrorKind::InvalidArgument,
-                                "chip task '" + function + "': arguments " + std::to_string(i) + " (" +
+                                "chip " + task + ": arguments " + std::to_string(i) + " (" +
                                     ToString(args[i].access) + ") and " + std::to_string(j) + " (" +
                                     ToString(args[j].access) +
                                     ") are both written and share bytes: each argument is its own device copy on "

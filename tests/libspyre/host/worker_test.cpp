@@ -661,15 +661,20 @@ TEST_F(WorkerTest, AChipTaskThatWritesBytesThroughTwoArgumentsIsRefused) {
                       message_of([&] { g.Chip("chip_empty", {TensorArg{x[0], Access(9)}}); });
                       message_of([&] { g.Sub("s", [](std::span<const HostTensor>) {}, {TensorArg{x[0], Access(200)}}); });
                       message_of([&] { g.Chip("chip_empty", {In(x[0]), In(x[0]), InOut(head)}, {.name = "in place"}); });
+                      // A named task is named by its name (it was by its function's).
+                      message_of([&] { g.Chip("chip_empty", {In(HostTensor()), Out(x[0])}, {.name = "badtask"}); });
+                      message_of([&] { g.Chip("chip_empty", {InOut(x[0]), Out(tail)}, {.name = "twice"}); });
                   }};
     EXPECT_EQ(worker_->Run(p, {Iota(1.0f, 0.0f)}).size(), 0u);
-    ASSERT_EQ(messages.size(), 5u);
+    ASSERT_EQ(messages.size(), 7u);
     const char* expected[] = {
         "chip task 'chip_empty': arguments 0 (inout) and 1 (inout) are both written and share bytes",
         "chip task 'chip_empty': arguments 0 (inout) and 2 (out) are both written and share bytes",
         "task 'chip_empty': argument 0 has access 9, not In, Out or InOut",
         "task 's': argument 0 has access 200, not In, Out or InOut",
         "accepted",
+        "task 'badtask' (function 'chip_empty'): argument 0 is an empty tensor",
+        "chip task 'twice' (function 'chip_empty'): arguments 0 (inout) and 1 (out) are both written",
     };
     for (size_t i = 0; i < messages.size(); ++i)
         EXPECT_NE(messages[i].find(expected[i]), std::string::npos) << "case " << i << ": " << messages[i];
