@@ -104,16 +104,26 @@ BuiltKernel Unary(const KernelBuilder& b, const char* what, uint16_t opcode, con
                   {Describe(x, shape.size()), Describe(x, shape.size())}, op);
 }
 
+// A finite fill value that rounds to infinity in `dtype` is refused, as an
+// integer fill out of range is (1e10 as fp16 filled infinities).
+void CheckFinite(double value, bool rounded_to_infinity, DType dtype) {
+    if (std::isfinite(value) && rounded_to_infinity)
+        Invalid("fill value " + std::to_string(value) + " is not representable as " + ToString(dtype) +
+                " (it overflows to infinity)");
+}
+
 uint64_t FillBits(double value, DType dtype) {
     switch (dtype) {
     case DType::FP32: {
         const float f = float(value);
+        CheckFinite(value, std::isinf(f), dtype);
         uint32_t bits;
         std::memcpy(&bits, &f, sizeof bits);
         return bits;
     }
     case DType::FP16: {
         const _Float16 h = static_cast<_Float16>(value);  // one rounding, to nearest even
+        CheckFinite(value, std::isinf(float(h)), dtype);
         uint16_t bits;
         std::memcpy(&bits, &h, sizeof bits);
         return bits;
@@ -123,7 +133,9 @@ uint64_t FillBits(double value, DType dtype) {
         uint32_t bits;
         std::memcpy(&bits, &f, sizeof bits);
         if (std::isnan(f)) return (bits >> 16) | 0x40;  // stays a (quiet) NaN
-        return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16;  // round to nearest even
+        const uint32_t rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16;  // round to nearest even
+        CheckFinite(value, (rounded & 0x7FFF) == 0x7F80, dtype);
+        return rounded;
     }
     case DType::INT8:
     case DType::INT32: {

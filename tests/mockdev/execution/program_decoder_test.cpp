@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -162,6 +163,14 @@ TEST(KernelBuilder, RejectsBadArgumentsNamingWhatIsWrong) {
     EXPECT_SPYRE_ERROR(b.Gelu({1, 1, 1, 1, 1, 1, 1, 1, 1}, DType::FP32), InvalidArgument, "rank 9");
     EXPECT_SPYRE_ERROR(b.Fill({2}, 300, DType::INT8), InvalidArgument, "not representable as int8");
     EXPECT_SPYRE_ERROR(b.Fill({2}, 1.5, DType::INT32), InvalidArgument, "not representable as int32");
+    // A finite value past a float type's range filled infinities.
+    EXPECT_SPYRE_ERROR(b.Fill({4}, 1e10, DType::FP16), InvalidArgument,
+                       "fill value 10000000000.000000 is not representable as fp16 (it overflows to infinity)");
+    EXPECT_SPYRE_ERROR(b.Fill({4}, -1e39, DType::BF16), InvalidArgument, "not representable as bf16");
+    EXPECT_SPYRE_ERROR(b.Fill({4}, 1e39, DType::FP32), InvalidArgument, "not representable as fp32");
+    EXPECT_NO_THROW(b.Fill({4}, 65504.0, DType::FP16));  // the largest finite fp16
+    EXPECT_NO_THROW(b.Fill({4}, -std::numeric_limits<double>::infinity(), DType::FP16));  // asked for
+    EXPECT_NO_THROW(b.Fill({4}, std::numeric_limits<double>::quiet_NaN(), DType::BF16));
     EXPECT_SPYRE_ERROR(b.Softmax({4}, DType::BF16), InvalidArgument, "softmax takes fp16 or fp32");
     EXPECT_SPYRE_ERROR(b.Relu({int64_t(1) << 40, int64_t(1) << 40}, DType::FP32), InvalidArgument, "too large");
     const BuiltKernel k = b.Relu({2}, DType::FP32);
