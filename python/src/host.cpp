@@ -41,10 +41,10 @@ const char* KindName(driver::FunctionKind k) { return k == driver::FunctionKind:
 
 }  // namespace
 
-std::shared_ptr<PyStream> DefaultStream(const SlotPtr& slot) {
+std::shared_ptr<PyStream> DefaultStream(const SlotPtr& slot, const char* what) {
     // Checked first: a stream read before close() was handed out again,
     // released, where one never read raised "is closed".
-    Device& dev = SlotOf(slot, "Device.default_stream").Get("Device.default_stream");
+    Device& dev = SlotOf(slot, what).Get(what);
     if (auto s = slot->default_stream.lock()) return s;
     // Aliases the device: the stream lives as long as the device does.
     auto s = Adopt(slot, std::shared_ptr<FlexStream>(slot->shared(), &dev.default_stream()));
@@ -172,10 +172,12 @@ void BindHost(py::module_& m) {
         })
         .def_property_readonly("default_stream", [](const SlotPtr& s) { return DefaultStream(s); },
                                "The device's default FlexStream.")
-        .def("synchronize", [](const DeviceSlot& s) {
+        .def("synchronize", [](DeviceSlot& s) {
+                const std::shared_ptr<void> hold = s.Hold();  // let go after `d`
                 std::shared_ptr<Device> d = s.shared();
                 if (!d) s.ThrowClosed("Device.synchronize");
                 SynchronizeHandlingSignals(*d);
+                if (s.closed()) s.ThrowClosed("Device.synchronize");  // by another thread meanwhile
                 Deferred::Instance().Drain();
             }, "Waits (GIL released) for every stream of the device; raises no stream's error (each stays with its stream, whose synchronize or last_error reports it).")
         .def("close", &DeviceSlot::Close,

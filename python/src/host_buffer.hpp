@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "gil.hpp"
 #include "spyre/device/device.hpp"
@@ -40,6 +41,11 @@ inline HostView ViewOf(py::handle obj, bool writable, const std::string& what) {
             throw Error(ErrorKind::InvalidArgument,
                         what + ": the host array is not C-contiguous (use numpy.ascontiguousarray)");
         if (writable && !a.writeable()) throw Error(ErrorKind::InvalidArgument, what + ": the host array is read-only");
+        // Its elements are PyObject pointers: device bytes written there
+        // crashed the interpreter at the next touch.
+        if (a.dtype().kind() == 'O')
+            throw Error(ErrorKind::InvalidArgument, what + ": dtype object is not supported (its elements are Python "
+                                                           "object references, not bytes)");
         HostView v;
         v.data = const_cast<void*>(a.data());
         v.bytes = uint64_t(a.nbytes());
@@ -60,6 +66,9 @@ inline HostView ViewOf(py::handle obj, bool writable, const std::string& what) {
         throw Error(ErrorKind::InvalidArgument,
                     what + ": the host array is not C-contiguous (use numpy.ascontiguousarray)");
     if (writable && view->readonly) throw Error(ErrorKind::InvalidArgument, what + ": the host array is read-only");
+    if (view->format && std::string_view(view->format).find('O') != std::string_view::npos)
+        throw Error(ErrorKind::InvalidArgument,
+                    what + ": format 'O' is not supported (its elements are Python object references, not bytes)");
     v.data = view->buf;
     v.bytes = uint64_t(view->len);
     return v;

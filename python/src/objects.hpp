@@ -12,9 +12,11 @@
 #include <pybind11/pybind11.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -87,8 +89,13 @@ public:
         children_.push_back(child);
     }
 
-    // Releases every object made on the device, then the device. The GIL is
-    // held; it is released while things wait.
+    // Releases every object made on the device, waits for the device's
+    // work, lets the device go, and waits (up to kUsersWait) for calls of
+    // other threads that hold its objects (Hold) to let go of them, so the
+    // function is closed when this returns and may be opened again (it
+    // returned at once while another thread waited on a stream: the work
+    // still ran, and Host.open was Busy). The GIL is held; it is released
+    // while things wait.
     void Close() {
         if (!device_ || closing_.exchange(true)) return;
         std::vector<std::weak_ptr<Child>> children;
@@ -99,8 +106,28 @@ public:
         // Streams first (they wait for their work), then everything else.
         for (auto& weak : children)
             if (auto c = weak.lock()) c->Release();
+        try {
+            SynchronizeHandlingSignals(*device_);  // streams other threads still hold
+        } catch (const Error&) {
+            // Device::Synchronize throws no stream's error; a lost device has no work.
+        } catch (...) {
+            DestroyWithoutGil(device_);  // a Ctrl-C: the close goes on without waiting
+            throw;
+        }
         DestroyWithoutGil(device_);
+        WithoutGil([&] { WaitForUsers(); });
     }
+
+    // Held by a call that uses the device's objects without the GIL: Close
+    // waits for it to end.
+    std::shared_ptr<void> Hold() {
+        users_.fetch_add(1, std::memory_order_acq_rel);
+        return std::shared_ptr<void>(nullptr, [this](void*) {
+            users_.fetch_sub(1, std::memory_order_acq_rel);
+            users_.notify_all();
+        });
+    }
+    static constexpr std::chrono::seconds kUsersWait{10};
 
     // Every slot ever opened, for spyre's atexit hook (close what is open
     // before the interpreter finalizes: queued Python callbacks need it).
@@ -122,8 +149,14 @@ public:
     }
 
 private:
+    void WaitForUsers() noexcept {
+        const auto deadline = std::chrono::steady_clock::now() + kUsersWait;
+        while (users_.load(std::memory_order_acquire) != 0 && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     std::shared_ptr<Device> device_;
     std::atomic<bool> closing_{false};
+    std::atomic<int> users_{0};
     DeviceId id_;
     std::string name_;
     std::mutex mutex_;
@@ -170,10 +203,19 @@ public:
         if (!object_) Closed(what);
         return *object_;
     }
-    // A reference that keeps it alive through a wait without the GIL.
+    // A reference that keeps it alive through a wait without the GIL; the
+    // device's Close waits for it to go (DeviceSlot::Hold).
     std::shared_ptr<T> Share(const char* what) const {
         if (!object_) Closed(what);
-        return object_;
+        // Destroyed from the last member up: the object, then the hold
+        // (Close returns after the object went), then the slot it counts in.
+        struct Held {
+            SlotPtr slot;
+            std::shared_ptr<void> hold;
+            std::shared_ptr<T> object;
+        };
+        auto held = std::make_shared<Held>(Held{slot_, slot_->Hold(), object_});
+        return std::shared_ptr<T>(held, held->object.get());
     }
     const SlotPtr& slot() const noexcept { return slot_; }
     bool released() const noexcept { return !object_; }
@@ -245,6 +287,7 @@ inline std::vector<SpyreTensor> TensorsOf(const DeviceSlot& slot, const std::vec
 }
 
 // The stream a call runs on: `stream` when given, else the device's default.
-std::shared_ptr<PyStream> DefaultStream(const SlotPtr& slot);
+// The device's default stream; `what` names the caller in errors.
+std::shared_ptr<PyStream> DefaultStream(const SlotPtr& slot, const char* what = "Device.default_stream");
 
 }  // namespace spyre::python

@@ -120,7 +120,10 @@ void BindStreams(py::module_& m) {
                 s.slot()->CheckSame(*e.slot(), "FlexStream.record: event", "stream");
                 e.Get("FlexStream.record").Record(s.Get("FlexStream.record"));
             }, py::arg("event"), "Same as event.record(stream).")
-        .def("synchronize", [](PyStream& s) { Wait(s.Share("FlexStream.synchronize")); },
+        .def("synchronize", [](PyStream& s) {
+                Wait(s.Share("FlexStream.synchronize"));
+                if (s.slot()->closed()) s.slot()->ThrowClosed("FlexStream.synchronize");  // by another thread meanwhile
+            },
              "Waits (GIL released) for everything enqueued; raises the sticky error if an operation failed.")
         .def("query", [](const PyStream& s) { return s.Get("FlexStream.query").Query(); })
         .def("last_error", [](const PyStream& s) -> py::object {
@@ -157,6 +160,7 @@ void BindStreams(py::module_& m) {
         .def("synchronize", [](const PyEvent& e) {
                 auto ev = e.Share("Event.synchronize");
                 SynchronizeHandlingSignals(*ev);
+                if (e.slot()->closed()) e.slot()->ThrowClosed("Event.synchronize");
                 Deferred::Instance().Drain();
             }, "Waits (GIL released) for the last record; raises the recording stream's error.")
         .def_property_readonly("device", [](const PyEvent& e) { return e.slot(); })
@@ -191,6 +195,7 @@ void BindStreams(py::module_& m) {
         .def("synchronize", [](const PySpyreStream& s) {
                 auto ss = s.Share("SpyreStream.synchronize");
                 SynchronizeHandlingSignals(ss->flex_stream());
+                if (s.slot()->closed()) s.slot()->ThrowClosed("SpyreStream.synchronize");
                 Deferred::Instance().Drain();
             }, "Waits (GIL released); raises the stream's sticky error.");
 }

@@ -36,7 +36,7 @@ uint64_t HostBytes(const std::vector<int64_t>& shape, DType dtype) {
 
 std::shared_ptr<PyStream> StreamOr(const SlotPtr& slot, const std::shared_ptr<PyStream>& stream, const char* what) {
     SlotOf(slot, what);
-    if (!stream) return DefaultStream(slot);
+    if (!stream) return DefaultStream(slot, what);
     slot->CheckSame(*stream->slot(), std::string(what) + ": stream", "device");
     return stream;
 }
@@ -74,6 +74,7 @@ std::shared_ptr<PyTensor> UploadAsync(const SlotPtr& slot, const std::shared_ptr
     // Padded: into a staging buffer before this returns. The device and
     // the stream are held through the wait: another thread's close()
     // meanwhile released them under it (a segfault).
+    const std::shared_ptr<void> hold = slot->Hold();  // let go after the device and the stream
     const std::shared_ptr<Device> device_held = slot->shared();
     const std::shared_ptr<FlexStream> stream_held = py_stream->Share(what);
     auto t = std::make_shared<SpyreTensor>(
@@ -92,7 +93,7 @@ std::shared_ptr<PyTensor> Upload(const SlotPtr& slot, const std::shared_ptr<PySt
                                  py::object keeper, const char* what) {
     auto t = UploadAsync(slot, stream_arg, data, bytes, std::move(shape), dtype, layout, std::move(keeper), what);
     if (!stream_arg) {
-        auto s = DefaultStream(slot)->Share(what);
+        auto s = DefaultStream(slot, what)->Share(what);
         try {
             SynchronizeHandlingSignals(*s);
             // Another thread's close() meanwhile freed the tensor with the
@@ -154,10 +155,11 @@ py::array ToNumpy(PyTensor& pt, const std::shared_ptr<PyStream>& stream_arg) {
     std::shared_ptr<PyStream> stream = stream_arg;
     if (!stream) {
         // Whatever stream wrote the tensor: wait for all of the device's.
+        const std::shared_ptr<void> hold = pt.slot()->Hold();  // let go after `dev`
         auto dev = pt.slot()->shared();
         if (!dev) pt.slot()->ThrowClosed(what);
         SynchronizeHandlingSignals(*dev);
-        stream = DefaultStream(pt.slot());
+        stream = DefaultStream(pt.slot(), what);
     }
     Download(pt, *stream, out.mutable_data(), out, what);
     auto s = stream->Share(what);
@@ -209,10 +211,11 @@ py::capsule ExportDLPack(PyTensor& pt) {
     const uint64_t bytes = uint64_t(t.numel()) * ElementSize(t.data_type());
     ex->data = std::shared_ptr<uint8_t[]>(new uint8_t[bytes]);
     ex->shape = t.shape();
+    const std::shared_ptr<void> hold = pt.slot()->Hold();  // let go after `dev`
     auto dev = pt.slot()->shared();
     if (!dev) pt.slot()->ThrowClosed(what);
     SynchronizeHandlingSignals(*dev);
-    auto stream = DefaultStream(pt.slot());
+    auto stream = DefaultStream(pt.slot(), what);
     py::capsule keeper(new std::shared_ptr<uint8_t[]>(ex->data),
                        [](void* p) { delete static_cast<std::shared_ptr<uint8_t[]>*>(p); });
     Download(pt, *stream, ex->data.get(), std::move(keeper), what);

@@ -163,6 +163,57 @@ def test_objects_used_while_their_device_closes_say_it_is_closed(host):
     host.open("1").close()  # the function is free
 
 
+def test_close_waits_for_work_another_thread_waits_on_and_frees_the_function(host):
+    """Another thread waiting on a stream held it: close() returned at once
+    while the stream's work still ran, that thread's synchronize() returned
+    normally, and Host.open of the function was Busy ("close that Device
+    first") until it did. close() waits for the work and for that call now;
+    the call ends "is closed"; the function opens at once."""
+    for kind in ("stream", "event", "device"):
+        d = host.open("1")
+        s, gate = blocked_stream(d)
+        ev = spyre.Event(d)
+        ev.record(s)
+        outcome = []
+
+        def wait():
+            try:
+                {"stream": s.synchronize, "event": ev.synchronize, "device": d.synchronize}[kind]()
+                outcome.append("returned")
+            except spyre.InvalidArgument as e:
+                outcome.append(str(e))
+            except BaseException as e:  # noqa: BLE001 - any other kind is the defect
+                outcome.append(repr(e))
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        time.sleep(0.1)  # the waiter is in its wait
+        threading.Timer(0.3, gate.set).start()
+        start = time.monotonic()
+        d.close()
+        took = time.monotonic() - start
+        assert gate.is_set(), f"{kind}: close() returned after {took:.3f} s, before the stream's work was done"
+        reopened = host.open("1")  # not Busy
+        reopened.close()
+        waiter.join(30)
+        assert not waiter.is_alive()
+        assert len(outcome) == 1 and "is closed" in outcome[0], (kind, outcome)
+        del s, ev
+        gc.collect()
+
+
+def test_an_object_array_is_refused_by_every_copy(dev):
+    """Device bytes copied into a numpy object array became PyObject
+    pointers: the interpreter crashed at the next touch."""
+    buf = dev.alloc(64)
+    s = dev.create_stream()
+    with pytest.raises(spyre.InvalidArgument, match="dtype object is not supported"):
+        s.copy_from_device(buf, np.empty(8, dtype=object))
+    with pytest.raises(spyre.InvalidArgument, match="dtype object is not supported"):
+        s.copy_to_device(np.array([object()] * 8), buf)
+    s.synchronize()
+
+
 def test_objects_outlive_a_dropped_device_reference(host):
     d = host.open("1")
     t = spyre.SpyreTensor.from_numpy(d, np.arange(6, dtype=np.int32))
