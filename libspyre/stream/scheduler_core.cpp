@@ -108,8 +108,11 @@ StreamState* SchedulerCore::CreateStream(int priority) {
 
 std::shared_ptr<StreamState> SchedulerCore::Find(int stream_index) {
     std::lock_guard lock(streams_mu_);
-    for (auto& s : streams_)
-        if (s->index == stream_index && !s->retired.load()) return s;
+    // streams_ is in creation order, and indices only grow: sorted by index
+    // (a copy by index from Python walked every stream of the device).
+    auto it = std::lower_bound(streams_.begin(), streams_.end(), stream_index,
+                               [](const std::shared_ptr<StreamState>& s, int index) { return s->index < index; });
+    if (it != streams_.end() && (*it)->index == stream_index && !(*it)->retired.load()) return *it;
     return nullptr;
 }
 

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -396,6 +397,29 @@ TEST_F(StreamTest, QueueOperationPublicEntryPoint) {
         retired_index = gone.stream_index();
     }
     EXPECT_SPYRE_ERROR(dev.scheduler().QueueOperation(retired_index, cb), InvalidArgument, "no stream with index");
+
+    // Among many streams, some retired (the index is found by a search
+    // over the streams in creation order): each live one gets its own op,
+    // each retired one is refused.
+    std::vector<std::optional<FlexStream>> many(300);
+    std::vector<int> indices;
+    for (auto& m : many) indices.push_back(m.emplace(dev.CreateStream()).stream_index());
+    for (size_t i = 0; i < many.size(); i += 3) many[i].reset();
+    std::atomic<int> ran{0};
+    ControlBlock count;
+    count.kind = ControlBlock::Kind::HostCallback;
+    count.callback = [&ran] { ran.fetch_add(1); };
+    for (size_t i = 0; i < many.size(); ++i) {
+        if (many[i]) {
+            dev.scheduler().QueueOperation(indices[i], count);
+            EXPECT_EQ(many[i]->enqueued(), 1u) << i;
+        } else {
+            EXPECT_SPYRE_ERROR(dev.scheduler().QueueOperation(indices[i], count), InvalidArgument,
+                               "no stream with index " + std::to_string(indices[i]));
+        }
+    }
+    dev.Synchronize();
+    EXPECT_EQ(ran.load(), 200);
 }
 
 TEST_F(StreamTest, StatsShowChainedDoorbells) {
