@@ -16,12 +16,22 @@
 
 namespace spyre::python {
 
-inline std::function<void()> PythonCallback(py::function fn, const char* where) {
+// The device (its DeviceSlot) whose stream callback this thread runs, or
+// null: its close() there would wait for, and join, the thread it runs on.
+inline thread_local const void* t_callback_device = nullptr;
+
+inline std::function<void()> PythonCallback(py::function fn, const char* where, const void* device = nullptr) {
     std::shared_ptr<const void> keep = KeepAlive(fn);
     PyObject* raw = fn.ptr();
-    return [keep, raw, where] {
+    return [keep, raw, where, device] {
         const RuntimeCall call;
         if (!call) return;
+        const void* outer = t_callback_device;
+        t_callback_device = device;
+        struct Restore {
+            const void* outer;
+            ~Restore() { t_callback_device = outer; }
+        } restore{outer};
         py::gil_scoped_acquire gil;
         try {
             py::handle callable(raw);

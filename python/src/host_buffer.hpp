@@ -43,7 +43,7 @@ inline HostView ViewOf(py::handle obj, bool writable, const std::string& what) {
         if (writable && !a.writeable()) throw Error(ErrorKind::InvalidArgument, what + ": the host array is read-only");
         // Its elements are PyObject pointers: device bytes written there
         // crashed the interpreter at the next touch.
-        if (a.dtype().kind() == 'O')
+        if (a.dtype().kind() == 'O' || a.dtype().attr("hasobject").cast<bool>())
             throw Error(ErrorKind::InvalidArgument, what + ": dtype object is not supported (its elements are Python "
                                                            "object references, not bytes)");
         HostView v;

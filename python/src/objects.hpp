@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "callbacks.hpp"
 #include "gil.hpp"
 #include "spyre/device/device.hpp"
 #include "spyre/device/host.hpp"
@@ -97,7 +98,25 @@ public:
     // still ran, and Host.open was Busy). The GIL is held; it is released
     // while things wait.
     void Close() {
-        if (!device_ || closing_.exchange(true)) return;
+        if (!device_) return;
+        // On the device's own scheduler thread (a stream callback): close
+        // would wait for the callback, then join its thread (an abort).
+        if (t_callback_device == this)
+            throw Error(ErrorKind::InvalidArgument,
+                        "Device.close: called from a stream callback of device " + name_ +
+                            ", which runs on the device's own thread (close would wait for itself); close it after "
+                            "the callback",
+                        ErrorContext{.device = name_});
+        if (closing_.exchange(true)) {
+            // Another thread closes it: return once that close is done
+            // (a second close returned at once, before the function was free).
+            WaitHandlingSignals([&](std::chrono::nanoseconds slice) { return WaitClosedFor(slice); });
+            WithoutGil([&] {  // off the main thread (no signals there)
+                while (!WaitClosedFor(std::chrono::seconds(1))) {
+                }
+            });
+            return;
+        }
         std::vector<std::weak_ptr<Child>> children;
         {
             std::lock_guard lock(mutex_);
@@ -112,10 +131,12 @@ public:
             // Device::Synchronize throws no stream's error; a lost device has no work.
         } catch (...) {
             DestroyWithoutGil(device_);  // a Ctrl-C: the close goes on without waiting
+            closed_.store(true, std::memory_order_release);
             throw;
         }
         DestroyWithoutGil(device_);
         WithoutGil([&] { WaitForUsers(); });
+        closed_.store(true, std::memory_order_release);
     }
 
     // Held by a call that uses the device's objects without the GIL: Close
@@ -149,6 +170,14 @@ public:
     }
 
 private:
+    bool WaitClosedFor(std::chrono::nanoseconds slice) const {
+        const auto until = std::chrono::steady_clock::now() + slice;
+        while (!closed_.load(std::memory_order_acquire)) {
+            if (std::chrono::steady_clock::now() >= until) return false;
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        return true;
+    }
     void WaitForUsers() noexcept {
         const auto deadline = std::chrono::steady_clock::now() + kUsersWait;
         while (users_.load(std::memory_order_acquire) != 0 && std::chrono::steady_clock::now() < deadline)
@@ -157,6 +186,7 @@ private:
     std::shared_ptr<Device> device_;
     std::atomic<bool> closing_{false};
     std::atomic<int> users_{0};
+    std::atomic<bool> closed_{false};  // Close done
     DeviceId id_;
     std::string name_;
     std::mutex mutex_;

@@ -73,10 +73,19 @@ struct PyOrch : Child {
     // The runtime for a call that lets the GIL go: it stays alive until the
     // call drops the reference (RuntimeHold), whoever closes it meanwhile. A
     // borrowed runtime is the chip task's, alive while its function runs.
+    // Its Device's close() waits for it to go (DeviceSlot::Hold).
     std::shared_ptr<Orchestrator> Share(const char* call) const {
         Orchestrator& o = Get(call);
-        if (runtime) return std::shared_ptr<Orchestrator>(runtime, &o);
-        return std::shared_ptr<Orchestrator>(std::shared_ptr<void>(), &o);
+        if (!runtime) return std::shared_ptr<Orchestrator>(std::shared_ptr<void>(), &o);
+        if (!slot) return std::shared_ptr<Orchestrator>(runtime, &o);
+        // Destroyed from the last member up: the runtime, then the hold.
+        struct Held {
+            SlotPtr slot;
+            std::shared_ptr<void> hold;
+            std::shared_ptr<OwnedRuntime> runtime;
+        };
+        auto held = std::make_shared<Held>(Held{slot, slot->Hold(), runtime});
+        return std::shared_ptr<Orchestrator>(held, &o);
     }
     void Release() noexcept override {
         orch = nullptr;

@@ -108,7 +108,8 @@ void BindStreams(py::module_& m) {
             }, py::arg("program"), py::arg("offset") = 0, py::arg("nbytes") = 0,
             "Enqueues a launch of the device program in `program` at `offset` (size from its header unless given).")
         .def("add_callback", [](PyStream& s, py::function fn) {
-                s.Get("FlexStream.add_callback").AddCallback(PythonCallback(std::move(fn), "FlexStream callback"));
+                s.Get("FlexStream.add_callback").AddCallback(
+                    PythonCallback(std::move(fn), "FlexStream callback", s.slot().get()));
             }, py::arg("fn"),
             "Runs fn() (with the GIL) after the work before it. An exception becomes the stream's sticky "
             "TaskFailed error. fn must not wait on this device's streams.")

@@ -202,6 +202,62 @@ def test_close_waits_for_work_another_thread_waits_on_and_frees_the_function(hos
         gc.collect()
 
 
+def test_concurrent_closes_all_return_once_the_function_is_free(host):
+    """Two of three threads closing one Device returned at once, before the
+    first close had waited for the device's work: their Host.open was Busy."""
+    d = host.open("1")
+    s, gate = blocked_stream(d)
+    outcome = []
+
+    def close_and_reopen():
+        try:
+            d.close()
+            outcome.append("done" if gate.is_set() else "returned before the work was done")
+        except BaseException as e:  # noqa: BLE001 - any error is the defect
+            outcome.append(repr(e))
+
+    closers = [threading.Thread(target=close_and_reopen) for _ in range(3)]
+    for c in closers:
+        c.start()
+    time.sleep(0.2)
+    gate.set()
+    for c in closers:
+        c.join(30)
+    assert outcome == ["done"] * 3, outcome
+    host.open("1").close()
+    del s
+    gc.collect()
+
+
+def test_close_from_the_devices_own_stream_callback_is_refused(host):
+    """close() inside a stream callback of the same device dropped the
+    device on its scheduler thread, which then joined itself: the process
+    aborted ("Resource deadlock avoided")."""
+    d = host.open("1")
+    s = d.create_stream()
+    seen = []
+
+    def cb():
+        try:
+            d.close()
+            seen.append("closed")
+        except spyre.InvalidArgument as e:
+            seen.append(str(e))
+
+    s.add_callback(cb)
+    s.synchronize()
+    assert len(seen) == 1 and "called from a stream callback of device" in seen[0], seen
+    buf = d.alloc(64)  # the device still works
+    src = np.arange(16, dtype=np.int32)
+    back = np.zeros(16, np.int32)
+    s.copy_to_device(src, buf)
+    s.copy_from_device(buf, back)
+    s.synchronize()
+    np.testing.assert_array_equal(back, src)
+    d.close()
+    host.open("1").close()
+
+
 def test_an_object_array_is_refused_by_every_copy(dev):
     """Device bytes copied into a numpy object array became PyObject
     pointers: the interpreter crashed at the next touch."""
@@ -211,6 +267,11 @@ def test_an_object_array_is_refused_by_every_copy(dev):
         s.copy_from_device(buf, np.empty(8, dtype=object))
     with pytest.raises(spyre.InvalidArgument, match="dtype object is not supported"):
         s.copy_to_device(np.array([object()] * 8), buf)
+    record = np.dtype([("a", "O"), ("b", "f8")])  # a field of objects: the same
+    with pytest.raises(spyre.InvalidArgument, match="dtype object is not supported"):
+        s.copy_from_device(buf, np.zeros(4, dtype=record))
+    with pytest.raises(spyre.InvalidArgument, match="dtype object is not supported"):
+        s.copy_to_device(np.zeros(4, dtype=record), buf)
     s.synchronize()
 
 
