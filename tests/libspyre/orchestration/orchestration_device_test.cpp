@@ -6,6 +6,7 @@
 // and VF alike; the C API opens a function by PCI address.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -748,6 +749,48 @@ TEST(OrchestrationQueues, WaitersFollowTheDevicesWaitMode) {
 // needs (both once returned 0 and corrupted the next buffer). Both ways of
 // registering a program are covered: an uploaded one (RegisterDeviceKernel)
 // and an image (pto_register_program).
+// pto_copy_in over a program pto_register_program uploaded overwrote it:
+// every later task of its kernel failed with PROGRAM_CHECKSUM (found
+// probing from outside). Refused; a copy beside it still lands.
+TEST(OrchestrationQueues, ACopyInOverARegisteredProgramIsRefused) {
+    SPYRE_REQUIRE_FUSE();
+    OneCardRuntime rt(64);
+    Runtime* h = rt.orch.handle();
+    const std::vector<uint8_t> image = test::AddProgram256();
+    constexpr int32_t kImageAdd = 79;
+    ASSERT_EQ(pto_register_program(h, kImageAdd, image.data(), image.size()), 0) << pto_last_error();
+    // Where the image went: the only copy of its bytes in the function's memory
+    // besides the test's own upload (rt.prog), which is not the runtime's.
+    const uint64_t own = rt.dev.allocator().DeviceAddress(rt.prog.handle(), rt.program.size());
+    uint8_t* found = nullptr;
+    // Blocks go lowest address first (best fit): the image is near the
+    // start of the pool, behind the runtime's heap and the test's upload.
+    for (const RegionStats& r : rt.dev.allocator().Stats().regions) {
+        const uint64_t start = r.device_base == 0 ? SpyreAllocator::kNullGuard : 0;
+        const uint64_t span = std::min<uint64_t>(r.capacity, 16ull << 20);
+        auto* base = static_cast<uint8_t*>(pto_host_address(h, r.device_base + start, span));
+        ASSERT_NE(base, nullptr) << pto_last_error();
+        for (uint64_t off = 0; off + image.size() <= span; off += SpyreAllocator::kAlignment)
+            if (r.device_base + start + off != own && std::memcmp(base + off, image.data(), image.size()) == 0)
+                found = base + off;
+    }
+    ASSERT_NE(found, nullptr) << "the registered image is nowhere in the function's memory";
+    const std::vector<uint8_t> junk(16, 0xa5);
+    EXPECT_EQ(pto_copy_in(h, found + 8, junk.data(), junk.size()), -EINVAL);
+    EXPECT_NE(std::string(pto_last_error()).find("overlap a registered device program"), std::string::npos)
+        << pto_last_error();
+    EXPECT_EQ(std::memcmp(found, image.data(), image.size()), 0);  // untouched
+    // The kernel still runs, and a copy into a runtime buffer still lands.
+    auto* a = static_cast<float*>(rt.orch.Alloc(1024));
+    std::vector<float> ones(256, 1.0f);
+    ASSERT_EQ(pto_copy_in(h, a, ones.data(), 1024), 0) << pto_last_error();
+    TaskParam p[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, a, 1024, {}}, {PARAM_OUTPUT, nullptr, 1024, {}}};
+    const int32_t id = rt.orch.Submit(kImageAdd, WORKER_VECTOR, p);
+    const auto* sum = static_cast<const float*>(rt.orch.TaskOutput(id, 0));
+    rt.orch.WaitAll();
+    for (int i = 0; i < 256; ++i) ASSERT_EQ(sum[i], 2.0f) << i;
+}
+
 TEST(OrchestrationQueues, ATasksParametersAreCheckedAgainstItsDeviceProgram) {
     SPYRE_REQUIRE_FUSE();
     OneCardRuntime rt(64);
