@@ -2,6 +2,7 @@
 #include "spyre/compiler/kernel_builder.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -104,11 +105,19 @@ BuiltKernel Unary(const KernelBuilder& b, const char* what, uint16_t opcode, con
                   {Describe(x, shape.size()), Describe(x, shape.size())}, op);
 }
 
+// A fill value as a person writes it, the shortest text that reads back
+// as it ("1e+300", not 300 digits).
+std::string FillValue(double value) {
+    char text[32];
+    const auto [end, error] = std::to_chars(text, text + sizeof text, value);
+    return error == std::errc() ? std::string(text, end) : std::to_string(value);
+}
+
 // A finite fill value that rounds to infinity in `dtype` is refused, as an
 // integer fill out of range is (1e10 as fp16 filled infinities).
 void CheckFinite(double value, bool rounded_to_infinity, DType dtype) {
     if (std::isfinite(value) && rounded_to_infinity)
-        Invalid("fill value " + std::to_string(value) + " is not representable as " + ToString(dtype) +
+        Invalid("fill value " + FillValue(value) + " is not representable as " + ToString(dtype) +
                 " (it overflows to infinity)");
 }
 
@@ -133,8 +142,12 @@ uint64_t FillBits(double value, DType dtype) {
         uint32_t bits;
         std::memcpy(&bits, &f, sizeof bits);
         if (std::isnan(f)) return (bits >> 16) | 0x40;  // stays a (quiet) NaN
+        // Rounded once, from the double: through float it rounded twice, and
+        // values just under the halfway point past bf16's largest finite
+        // (2^128 - 2^119) became infinities.
+        CheckFinite(value, std::fabs(value) >= std::ldexp(1.0, 128) - std::ldexp(1.0, 119), dtype);
         const uint32_t rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16;  // round to nearest even
-        CheckFinite(value, (rounded & 0x7FFF) == 0x7F80, dtype);
+        if (std::isfinite(value) && (rounded & 0x7FFF) == 0x7F80) return (rounded & 0x8000) | 0x7F7F;
         return rounded;
     }
     case DType::INT8:
@@ -142,7 +155,7 @@ uint64_t FillBits(double value, DType dtype) {
         const double lo = dtype == DType::INT8 ? INT8_MIN : INT32_MIN;
         const double hi = dtype == DType::INT8 ? INT8_MAX : INT32_MAX;
         if (value != std::trunc(value) || value < lo || value > hi)
-            Invalid("fill value " + std::to_string(value) + " is not representable as " + ToString(dtype));
+            Invalid("fill value " + FillValue(value) + " is not representable as " + ToString(dtype));
         const uint64_t mask = dtype == DType::INT8 ? 0xFFu : 0xFFFFFFFFu;
         return uint64_t(int64_t(value)) & mask;
     }

@@ -5,6 +5,7 @@
 // builder's argument checks and artifacts.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -165,7 +166,10 @@ TEST(KernelBuilder, RejectsBadArgumentsNamingWhatIsWrong) {
     EXPECT_SPYRE_ERROR(b.Fill({2}, 1.5, DType::INT32), InvalidArgument, "not representable as int32");
     // A finite value past a float type's range filled infinities.
     EXPECT_SPYRE_ERROR(b.Fill({4}, 1e10, DType::FP16), InvalidArgument,
-                       "fill value 10000000000.000000 is not representable as fp16 (it overflows to infinity)");
+                       "fill value 1e+10 is not representable as fp16 (it overflows to infinity)");
+    EXPECT_SPYRE_ERROR(b.Fill({4}, 1e300, DType::FP16), InvalidArgument, "fill value 1e+300 is not");  // not 300 digits
+    EXPECT_SPYRE_ERROR(b.Fill({4}, std::ldexp(1.0, 128) - std::ldexp(1.0, 119), DType::BF16), InvalidArgument,
+                       "not representable as bf16");
     EXPECT_SPYRE_ERROR(b.Fill({4}, -1e39, DType::BF16), InvalidArgument, "not representable as bf16");
     EXPECT_SPYRE_ERROR(b.Fill({4}, 1e39, DType::FP32), InvalidArgument, "not representable as fp32");
     EXPECT_NO_THROW(b.Fill({4}, 65504.0, DType::FP16));  // the largest finite fp16
@@ -218,6 +222,14 @@ TEST(KernelBuilder, FillValuesAreTheDtypesBits) {
     EXPECT_EQ(bits(1.0, DType::BF16), 0x3F80u);
     EXPECT_EQ(bits(-3, DType::INT8), 0xFDu);
     EXPECT_EQ(bits(-1, DType::INT32), 0xFFFFFFFFu);
+    // bf16 rounds once, from the double: just under the halfway point past
+    // its largest finite (2^128 - 2^119) is that largest finite, 0x7f7f; it
+    // rounded through float to the halfway point, then was refused as
+    // overflowing to infinity.
+    const double under_halfway = std::ldexp(1.0, 128) - std::ldexp(1.0, 119) - std::ldexp(1.0, 104);
+    EXPECT_EQ(bits(under_halfway, DType::BF16), 0x7F7Fu);
+    EXPECT_EQ(bits(-under_halfway, DType::BF16), 0xFF7Fu);
+    EXPECT_EQ(bits(65504.0, DType::FP16), 0x7BFFu);
 }
 
 TEST(ProgramImage, EncodeDecodeRoundTrip) {
