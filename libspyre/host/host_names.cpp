@@ -83,9 +83,9 @@ std::string Describe(const std::string& run, const std::vector<TaskFailureInfo>&
     if (!f.run.empty() && f.run != run) s += " of run '" + f.run + "'";  // an earlier run's failure skipped this one's
     s += std::string(" (") + what + f.function + "'";
     if (!f.device.empty()) s += " on " + f.device;
+    // The device or host code is the error's context (ContextOf), which
+    // what() shows once; here it repeated, once more per nested run.
     s += ") failed: " + f.cause;
-    if (f.device_code)
-        s += std::string(f.host_kernel_code ? " [host code " : " [device code ") + std::to_string(f.device_code) + "]";
     if (failures.size() > 1) s += "; " + std::to_string(failures.size() - 1) + " more task(s) failed";
     if (!skipped.empty()) {
         // A few names: a failure at the head of a long loop skips thousands,
