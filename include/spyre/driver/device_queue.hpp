@@ -162,7 +162,13 @@ public:
     // owed, Timeout naming the queue and what it has in flight.
     SPYRE_INTERNAL Error TooManyAwaited(size_t min_count) const;
     SPYRE_INTERNAL Error TimedOut(std::chrono::nanoseconds timeout) const;
-    ErrorContext Context() const { return ErrorContext{.device = fn_.pci_address()}; }
+    // Not a designated initializer: an app's -Wextra -Werror (without our
+    // -Wno-missing-field-initializers) refused this header.
+    ErrorContext Context() const {
+        ErrorContext context;
+        context.device = fn_.pci_address();
+        return context;
+    }
 
 private:
     Function& fn_;
