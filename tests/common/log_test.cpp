@@ -94,3 +94,20 @@ TEST(Log, WritingKeepsErrno) {
         EXPECT_EQ(errno, ENOSPC);
     });
 }
+
+// A SPYRE_LOG_LEVEL that names no level was ignored without a word
+// ("DEBUG" logged at the default): the first read says so, once.
+TEST(Log, ALevelThatNamesNoneIsSaidOnce) {
+    const int saved = log::detail::g_level.load();
+    ASSERT_EQ(setenv("SPYRE_LOG_LEVEL", "DEBUG", 1), 0);
+    log::SetProgram("log_test", log::Level::Warn);
+    log::detail::g_level.store(log::detail::kUnset);
+    const std::string out = CaptureStderr([] {
+        EXPECT_EQ(log::CurrentLevel(), log::Level::Warn);
+        EXPECT_EQ(log::CurrentLevel(), log::Level::Warn);
+    });
+    EXPECT_EQ(out,
+              "log_test: warning: SPYRE_LOG_LEVEL=\"DEBUG\" is none of error, warn, info, debug: logging at warn\n");
+    ASSERT_EQ(setenv("SPYRE_LOG_LEVEL", "debug", 1), 0);
+    log::detail::g_level.store(saved);
+}

@@ -63,7 +63,13 @@ inline Level CurrentLevel() {
         const auto env = LevelFromEnvironment();
         level = env ? int(*env) : detail::g_default.load(std::memory_order_relaxed);
         int expected = detail::kUnset;
-        detail::g_level.compare_exchange_strong(expected, level, std::memory_order_relaxed);
+        // A value that names no level is said once (it was ignored without
+        // a word: "DEBUG" logged at the default).
+        const char* named = std::getenv("SPYRE_LOG_LEVEL");
+        if (detail::g_level.compare_exchange_strong(expected, level, std::memory_order_relaxed) && !env && named &&
+            *named)
+            std::fprintf(stderr, "%s: warning: SPYRE_LOG_LEVEL=\"%s\" is none of error, warn, info, debug: logging at %s\n",
+                         detail::g_program.load(std::memory_order_relaxed), named, Name(Level(level)));
         level = detail::g_level.load(std::memory_order_relaxed);
     }
     return Level(level);
