@@ -18,6 +18,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -102,14 +103,16 @@ int ParseCommandLine(int argc, char** argv, Options& opt) {
     // --log-level, else SPYRE_LOG_LEVEL (the variable the library and the tools read), else info.
     const auto env_level = spyre::log::LevelFromEnvironment();
     std::string log_level = env_level ? spyre::log::Name(*env_level) : "info";
-    app.add_option("--mount", opt.mount, "Mount point: an existing, empty directory")->required();
+    // Checked after the parse, not by CLI11's required(): that check came
+    // first and named --mount for any unknown option (--version, --bogus).
+    CLI::Option* mount = app.add_option("--mount", opt.mount, "Mount point: an existing, empty directory (required)");
     app.add_option("--cards", opt.cards, "Number of cards (1-16)")->check(CLI::Range(1, 16))->capture_default_str();
     app.add_option("--vfs", opt.vfs, "VFs enabled on each card at start (0-16)")
         ->check(CLI::Range(0, 16))
         ->capture_default_str();
     app.add_option("--mem", mem, "Device memory per card, suffixes K/M/G/T; sparse, costs nothing until touched")
         ->capture_default_str();
-    app.add_option("--shm-prefix", opt.shm_prefix,
+    CLI::Option* prefix = app.add_option("--shm-prefix", opt.shm_prefix,
                    "Shared-memory name prefix ([A-Za-z0-9._-], at most 32 chars; default spyre-<pid>)");
     app.add_flag("--foreground", opt.foreground,
                  "Stay in the foreground (no fork). In the background, messages after start-up reach stderr\n"
@@ -117,13 +120,15 @@ int ParseCommandLine(int argc, char** argv, Options& opt) {
     app.add_option("--log-level", log_level, "error, warn, info or debug (default: SPYRE_LOG_LEVEL, else info)")
         ->check(CLI::IsMember({"error", "warn", "info", "debug"}))
         ->capture_default_str();
+    // CLI::Range, not NonNegativeNumber: its message printed DBL_MAX in 300 digits.
+    const CLI::Range fd_range(0, std::numeric_limits<int>::max(), "a file descriptor");
     app.add_option("--ready-fd", opt.ready_fd, "Write \"ready\\n\" to this fd and close it once the mount is live")
-        ->check(CLI::NonNegativeNumber);
+        ->check(fd_range);
     app.add_option("--exit-with-fd", opt.exit_with_fd,
                    "Stop, as on SIGTERM, once this fd (a pipe's read end) reads end of file: a spawner keeps\n"
                    "the write end, so the daemon ends with the spawning process, whichever of its threads\n"
                    "started it (a parent-death signal would follow that thread)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(fd_range);
     app.add_flag("--remove-mount-dir", opt.remove_mount_dir,
                  "Remove the (empty) mount directory after unmounting: one a spawner made for this daemon alone,\n"
                  "which then goes even when the spawner is killed first");
@@ -157,6 +162,14 @@ int ParseCommandLine(int argc, char** argv, Options& opt) {
         return kExitUsage;
     }
 
+    if (mount->count() == 0) {
+        LOG_ERROR("--mount is required (see --help)");
+        return kExitUsage;
+    }
+    if (opt.mount.empty()) {
+        LOG_ERROR("--mount: the mount point is an empty path");
+        return kExitUsage;
+    }
     opt.log_level = *ParseLogLevel(log_level);
     auto size = ParseSize(mem);
     if (!size) {
@@ -181,7 +194,8 @@ int ParseCommandLine(int argc, char** argv, Options& opt) {
         return kExitUsage;
     }
     opt.cpus = *choice;
-    if (!opt.shm_prefix.empty() && !ValidPrefix(opt.shm_prefix)) {
+    // Given, even empty, it must be valid (an empty one took the default).
+    if (prefix->count() != 0 && !ValidPrefix(opt.shm_prefix)) {
         LOG_ERROR("--shm-prefix: '%s' must be 1-32 characters from [A-Za-z0-9._-]", opt.shm_prefix.c_str());
         return kExitUsage;
     }

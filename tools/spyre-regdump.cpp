@@ -4,9 +4,11 @@
 // while an app holds the function's device node.
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <thread>
@@ -84,7 +86,13 @@ int main(int argc, char** argv) {
             std::string dump = spyre::driver::DumpRegisters(info);
             std::printf("# %s [%04x:%04x] %s\n%s", info.pci_address.c_str(), info.vendor_id, info.device_id,
                         info.is_vf ? "VF" : "PF", dump.c_str());
-            std::fflush(stdout);
+            // A dump that did not reach stdout (a full disk, stdout closed)
+            // is an error: it exited 0, and --watch went on for ever.
+            if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+                const int error = errno;
+                SPYRE_LOG_ERROR("cannot write the dump to standard output: %s", std::strerror(error));
+                return 1;
+            }
             if (watch > 0) std::this_thread::sleep_for(std::chrono::duration<double>(watch));
         } while (watch > 0);
     } catch (const spyre::Error& e) {

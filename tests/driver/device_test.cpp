@@ -401,6 +401,17 @@ TEST_F(MockDeviceTest, RegsFileMatchesRegdumpTool) {
         auto by_addr = spyre::test::RunCommand("SPYRE_DEV_ROOT=" + root().path().string() + " " +
                                                spyre::test::ToolPath("SPYRE_REGDUMP") + " 01:00.0");
         EXPECT_EQ(StillPart(by_addr.output), StillPart(r.output));
+        // A dump that cannot reach stdout is an error (it exited 0, and
+        // --watch ran on for ever), with stdout full or closed.
+        for (const char* out : {" > /dev/full", " >&-"})
+            for (const char* watch : {"", " --watch 0.2"}) {
+                // stderr to the captured pipe (fd 3), stdout where `out` says.
+                auto lost = spyre::test::RunCommand("{ timeout 20 " + spyre::test::ToolPath("SPYRE_REGDUMP") + watch +
+                                                    " " + Pf().sysfs_dir.string() + " 2>&3" + out + "; } 3>&1");
+                EXPECT_EQ(lost.exit_code, 1) << out << watch << ": " << lost.output;
+                EXPECT_NE(lost.output.find("cannot write the dump to standard output"), std::string::npos)
+                    << out << watch << ": " << lost.output;
+            }
     }
     auto missing = spyre::test::RunCommand("SPYRE_DEV_ROOT=" + root().path().string() + " " +
                                            spyre::test::ToolPath("SPYRE_REGDUMP") + " 0000:09:00.0");

@@ -223,10 +223,28 @@ with tempfile.TemporaryDirectory() as d:
         # count of ms (taken as 2000 without a word): usage errors.
         r = run_smi(["--loop", "1e-9"], env, expect=2)
         check("the interval must be at least 0.1 seconds" in r.stderr, f"--loop 1e-9: {r.stderr.strip()}")
-        for bad in ("abc", "-5"):
+        # The driver's rule: ASCII digits, 0 or 300..86400000 (1 ms was taken,
+        # and a healthy daemon was then "stopped or hung").
+        for bad in ("abc", "-5", "1", "299", " +500", "500 ", "\uff11\uff10\uff10\uff10", "86400001",
+                    "99999999999999999999"):
             r = run_smi(["--sample-ms", "0"], dict(env, SPYRE_HEARTBEAT_TIMEOUT_MS=bad), expect=2)
-            check(f"SPYRE_HEARTBEAT_TIMEOUT_MS='{bad}' is not a number of milliseconds" in r.stderr,
-                  f"SPYRE_HEARTBEAT_TIMEOUT_MS={bad}: {r.stderr.strip()}")
+            check(f"SPYRE_HEARTBEAT_TIMEOUT_MS={bad!r} is not 0 (never) or a number of milliseconds from 300 to "
+                  f"86400000" in r.stderr, f"SPYRE_HEARTBEAT_TIMEOUT_MS={bad}: {r.stderr.strip()}")
+        for good in ("", "0", "300"):
+            run_smi(["--json", "--sample-ms", "0"], dict(env, SPYRE_HEARTBEAT_TIMEOUT_MS=good))
+        r = run_smi(["--root", ""], env, expect=2)
+        check("--root is empty" in r.stderr, f"--root '': {r.stderr.strip()}")
+        # Standard output unwritable or closed: one line and exit 1, no traceback.
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([sys.executable, smi, "--sample-ms", "0"], stdout=full, stderr=subprocess.PIPE,
+                               text=True, timeout=120, env=env)
+        check(r.returncode == 1 and "cannot write to standard output" in r.stderr and "Traceback" not in r.stderr,
+              f"stdout /dev/full: exit {r.returncode}, {r.stderr!r}")
+        r = subprocess.run([sys.executable, smi, "--sample-ms", "0"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True, timeout=120, env=env,
+                           preexec_fn=lambda: os.close(1))
+        check(r.returncode == 1 and "standard output is closed" in r.stderr and "Traceback" not in r.stderr,
+              f"stdout closed: exit {r.returncode}, {r.stderr!r}")
         # Numbers past what the tool can wait: usage errors, not tracebacks.
         for bad in (["--loop", "inf"], ["--loop", "1e400"], ["--sample-ms", "99999999999999999999"], ["--sample-ms", "-1"]):
             r = run_smi(bad, env, expect=2)

@@ -67,7 +67,27 @@ TEST(MockdevStartup, RejectsBadArgumentsWithUsageExitCode) {
     EXPECT_EQ(r.exit_code, 2) << r.output;
     r = RunCommand(Mockdev());
     EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_NE(r.output.find("--mount"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("--mount is required"), std::string::npos) << r.output;
+    // An unknown option is named, with or without --mount (without, it was
+    // "--mount is required"); fd ranges read as numbers a person can read;
+    // empty values given are refused, not taken as the default.
+    const struct {
+        std::string args;
+        const char* says;
+    } bad[] = {
+        {"--bogus", "--bogus"},
+        {"--version", "--version"},
+        {"--mount /tmp --ready-fd -5", "not in range 0 to 2147483647"},
+        {"--mount /tmp --exit-with-fd -1", "not in range 0 to 2147483647"},
+        {"--mount ''", "--mount: the mount point is an empty path"},
+        {"--mount /tmp --shm-prefix ''", "--shm-prefix: '' must be 1-32 characters"},
+    };
+    for (const auto& [args, says] : bad) {
+        r = RunCommand(Mockdev() + " " + args);
+        EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
+        EXPECT_NE(r.output.find(says), std::string::npos) << args << ": " << r.output;
+        EXPECT_EQ(r.output.find("--mount is required"), std::string::npos) << args << ": " << r.output;
+    }
 }
 
 TEST(MockdevStartup, RefusesNonEmptyMountPoint) {
