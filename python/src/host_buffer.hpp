@@ -29,6 +29,17 @@ struct HostView {
     uint64_t bytes = 0;
 };
 
+// Whether a buffer format (PEP 3118) has an object ('O') field. Field
+// names, between colons, are skipped ("T{i:One:f:Obj:}" has none).
+inline bool FormatHasObjects(std::string_view format) {
+    bool in_name = false;
+    for (const char c : format) {
+        if (c == ':') in_name = !in_name;
+        else if (c == 'O' && !in_name) return true;
+    }
+    return false;
+}
+
 // A C-contiguous view of `obj`; InvalidArgument for an object without the
 // buffer protocol, a non-contiguous one, or a read-only one when `writable`.
 inline HostView ViewOf(py::handle obj, bool writable, const std::string& what) {
@@ -66,7 +77,7 @@ inline HostView ViewOf(py::handle obj, bool writable, const std::string& what) {
         throw Error(ErrorKind::InvalidArgument,
                     what + ": the host array is not C-contiguous (use numpy.ascontiguousarray)");
     if (writable && view->readonly) throw Error(ErrorKind::InvalidArgument, what + ": the host array is read-only");
-    if (view->format && std::string_view(view->format).find('O') != std::string_view::npos)
+    if (view->format && FormatHasObjects(view->format))
         throw Error(ErrorKind::InvalidArgument,
                     what + ": format 'O' is not supported (its elements are Python object references, not bytes)");
     v.data = view->buf;

@@ -98,14 +98,17 @@ public:
     // still ran, and Host.open was Busy). The GIL is held; it is released
     // while things wait.
     void Close() {
-        if (!device_) return;
-        // On the device's own scheduler thread (a stream callback): close
-        // would wait for the callback, then join its thread (an abort).
-        if (t_callback_device == this)
+        // In a stream callback (of this device or another): it runs on a
+        // device's scheduler thread, where no wait for device work is
+        // allowed. Of this device, close dropped the device there, which
+        // then joined its own thread (an abort); of another, the wait was
+        // refused and the device's queued copies were dropped unrun.
+        if (t_callback_device)
             throw Error(ErrorKind::InvalidArgument,
-                        "Device.close: called from a stream callback of device " + name_ +
-                            ", which runs on the device's own thread (close would wait for itself); close it after "
-                            "the callback",
+                        "Device.close: called from a stream callback" +
+                            std::string(t_callback_device == this ? " of this device" : "") +
+                            ", which runs on a device's scheduler thread, where close cannot wait for device " + name_ +
+                            "'s work; close it after the callback",
                         ErrorContext{.device = name_});
         if (closing_.exchange(true)) {
             // Another thread closes it: return once that close is done
@@ -115,6 +118,10 @@ public:
                 while (!WaitClosedFor(std::chrono::seconds(1))) {
                 }
             });
+            return;
+        }
+        if (!device_) {  // closed by its destructor's path already
+            closed_.store(true, std::memory_order_release);
             return;
         }
         std::vector<std::weak_ptr<Child>> children;
@@ -127,8 +134,14 @@ public:
             if (auto c = weak.lock()) c->Release();
         try {
             SynchronizeHandlingSignals(*device_);  // streams other threads still hold
-        } catch (const Error&) {
-            // Device::Synchronize throws no stream's error; a lost device has no work.
+        } catch (const Error& e) {
+            // Device::Synchronize throws no stream's error; a lost device
+            // has no work. Anything else would drop queued work: say so.
+            if (e.kind() != ErrorKind::DeviceLost) {
+                DestroyWithoutGil(device_);
+                closed_.store(true, std::memory_order_release);
+                throw;
+            }
         } catch (...) {
             DestroyWithoutGil(device_);  // a Ctrl-C: the close goes on without waiting
             closed_.store(true, std::memory_order_release);

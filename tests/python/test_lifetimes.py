@@ -229,32 +229,44 @@ def test_concurrent_closes_all_return_once_the_function_is_free(host):
     gc.collect()
 
 
-def test_close_from_the_devices_own_stream_callback_is_refused(host):
+def test_close_from_a_stream_callback_is_refused(host, dev):
     """close() inside a stream callback of the same device dropped the
     device on its scheduler thread, which then joined itself: the process
-    aborted ("Resource deadlock avoided")."""
-    d = host.open("1")
-    s = d.create_stream()
+    aborted ("Resource deadlock avoided"). Inside a callback of another
+    device it returned without a word and that device's queued copies were
+    dropped unrun (probe73). Both are refused; the work runs."""
+    d0, d1 = dev, host.open("1")  # the module's device 0, and device 1
+    s0, s1 = d0.create_stream(), d1.create_stream()
+    buf = d1.alloc(1 << 20)
+    src = np.arange(1 << 18, dtype=np.int32)
+    back = np.zeros_like(src)
+    gate = threading.Event()
+    s1.add_callback(lambda: gate.wait(30))  # d1's copies wait behind this
+    s1.copy_to_device(src, buf)
+    s1.copy_from_device(buf, back)
     seen = []
 
-    def cb():
-        try:
-            d.close()
-            seen.append("closed")
-        except spyre.InvalidArgument as e:
-            seen.append(str(e))
+    def close_in_callback(dev):
+        def cb():
+            try:
+                dev.close()
+                seen.append("closed")
+            except spyre.InvalidArgument as e:
+                seen.append(str(e))
+            except BaseException as e:  # noqa: BLE001 - any other kind is the defect
+                seen.append(repr(e))
+        return cb
 
-    s.add_callback(cb)
-    s.synchronize()
-    assert len(seen) == 1 and "called from a stream callback of device" in seen[0], seen
-    buf = d.alloc(64)  # the device still works
-    src = np.arange(16, dtype=np.int32)
-    back = np.zeros(16, np.int32)
-    s.copy_to_device(src, buf)
-    s.copy_from_device(buf, back)
-    s.synchronize()
-    np.testing.assert_array_equal(back, src)
-    d.close()
+    s1.add_callback(close_in_callback(d1))  # its own device
+    s0.add_callback(close_in_callback(d1))  # another device's callback
+    s0.synchronize()
+    gate.set()
+    s1.synchronize()
+    assert len(seen) == 2, seen  # d0's ran first: d1's waited behind the gate
+    assert "called from a stream callback, which runs on a device's scheduler thread" in seen[0], seen
+    assert "called from a stream callback of this device" in seen[1], seen
+    np.testing.assert_array_equal(back, src)  # the copies ran
+    d1.close()
     host.open("1").close()
 
 
@@ -267,6 +279,10 @@ def test_an_object_array_is_refused_by_every_copy(dev):
         s.copy_from_device(buf, np.empty(8, dtype=object))
     with pytest.raises(spyre.InvalidArgument, match="dtype object is not supported"):
         s.copy_to_device(np.array([object()] * 8), buf)
+    # A field named with an 'O' holds no objects: accepted, as array and memoryview.
+    named = np.arange(8, dtype=np.int64).view([("One", "i4"), ("Obj", "f4")])
+    for host_array in (named, memoryview(named)):
+        s.copy_to_device(host_array, buf)
     record = np.dtype([("a", "O"), ("b", "f8")])  # a field of objects: the same
     with pytest.raises(spyre.InvalidArgument, match="dtype object is not supported"):
         s.copy_from_device(buf, np.zeros(4, dtype=record))
