@@ -142,13 +142,14 @@ uint64_t FillBits(double value, DType dtype) {
         uint32_t bits;
         std::memcpy(&bits, &f, sizeof bits);
         if (std::isnan(f)) return (bits >> 16) | 0x40;  // stays a (quiet) NaN
-        // Rounded once, from the double: through float it rounded twice, and
-        // values just under the halfway point past bf16's largest finite
-        // (2^128 - 2^119) became infinities.
         CheckFinite(value, std::fabs(value) >= std::ldexp(1.0, 128) - std::ldexp(1.0, 119), dtype);
-        const uint32_t rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16;  // round to nearest even
-        if (std::isfinite(value) && (rounded & 0x7FFF) == 0x7F80) return (rounded & 0x8000) | 0x7F7F;
-        return rounded;
+        // Rounded as from the double, once. Through float it is rounded
+        // twice, which errs only where float lands on a bf16 midpoint
+        // (low half 0x8000) that the double was not on: the double's own
+        // side of it decides (1 + 2^-8 + 2^-40 filled 1.0).
+        if ((bits & 0xFFFF) == 0x8000 && double(f) != value)
+            return std::fabs(value) > std::fabs(double(f)) ? (bits >> 16) + 1 : bits >> 16;
+        return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16;  // round to nearest even
     }
     case DType::INT8:
     case DType::INT32: {

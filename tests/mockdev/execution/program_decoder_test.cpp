@@ -230,6 +230,13 @@ TEST(KernelBuilder, FillValuesAreTheDtypesBits) {
     EXPECT_EQ(bits(under_halfway, DType::BF16), 0x7F7Fu);
     EXPECT_EQ(bits(-under_halfway, DType::BF16), 0xFF7Fu);
     EXPECT_EQ(bits(65504.0, DType::FP16), 0x7BFFu);
+    // Just past a bf16 midpoint, float lands on the midpoint, which rounded
+    // to even: the wrong side (probe73).
+    EXPECT_EQ(bits(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40), DType::BF16), 0x3F81u);
+    EXPECT_EQ(bits(-(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40)), DType::BF16), 0xBF81u);
+    EXPECT_EQ(bits(std::ldexp(1.0 + std::ldexp(1.0, -30), -134), DType::BF16), 0x0001u);
+    EXPECT_EQ(bits(1.0 + std::ldexp(1.0, -8), DType::BF16), 0x3F80u);  // on the midpoint: to even
+    EXPECT_EQ(bits(1.0 + 3 * std::ldexp(1.0, -8), DType::BF16), 0x3F82u);
 }
 
 TEST(ProgramImage, EncodeDecodeRoundTrip) {
