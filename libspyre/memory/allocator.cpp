@@ -426,8 +426,8 @@ uint64_t SpyreAllocator::DeviceAddressToWrite(const DeviceHandle& handle, uint64
     if (f.programs)
         throw Error(ErrorKind::InvalidArgument,
                     "range of " + std::to_string(size) + " bytes at " + handle.ToString() +
-                        " lies in memory the runtime keeps for a program image (a loaded plan's, a Program's or a "
-                        "tiling variant's): no copy or launch may write it",
+                        " lies in memory the runtime keeps for a program image (a loaded plan's, a Program's, a "
+                        "tiling variant's or a registered device kernel's): no copy or launch may write it",
                     ErrorContext{.device = fn_.pci_address()});
     return f.device_address;
 }
