@@ -29,15 +29,17 @@ struct HostView {
     uint64_t bytes = 0;
 };
 
-// Whether a buffer format (PEP 3118) has an object ('O') field. Field
-// names, between colons, are skipped ("T{i:One:f:Obj:}" has none).
-inline bool FormatHasObjects(std::string_view format) {
-    bool in_name = false;
-    for (const char c : format) {
-        if (c == ':') in_name = !in_name;
-        else if (c == 'O' && !in_name) return true;
+// Whether a buffer of format (PEP 3118) `format` may hold objects: no 'O'
+// at all, or numpy reads it as a dtype without objects ("T{i:One:f:Obj:}").
+// A format numpy cannot read is taken as holding them: skipping field names
+// by hand let one named "x:" hide an object field (a crash).
+inline bool FormatHasObjects(py::handle obj, std::string_view format) {
+    if (format.find('O') == std::string_view::npos) return false;
+    try {
+        return py::module_::import("numpy").attr("asarray")(obj).attr("dtype").attr("hasobject").cast<bool>();
+    } catch (py::error_already_set&) {
+        return true;
     }
-    return false;
 }
 
 // A C-contiguous view of `obj`; InvalidArgument for an object without the
@@ -77,7 +79,7 @@ inline HostView ViewOf(py::handle obj, bool writable, const std::string& what) {
         throw Error(ErrorKind::InvalidArgument,
                     what + ": the host array is not C-contiguous (use numpy.ascontiguousarray)");
     if (writable && view->readonly) throw Error(ErrorKind::InvalidArgument, what + ": the host array is read-only");
-    if (view->format && FormatHasObjects(view->format))
+    if (view->format && FormatHasObjects(obj, view->format))
         throw Error(ErrorKind::InvalidArgument,
                     what + ": format 'O' is not supported (its elements are Python object references, not bytes)");
     v.data = view->buf;

@@ -2,6 +2,7 @@
 """Reference counting and lifetimes: host arrays deleted while their copy
 is queued, tensors freed while work is queued, devices closed with live
 objects, garbage collection."""
+import ctypes
 import gc
 import os
 import subprocess
@@ -283,6 +284,14 @@ def test_an_object_array_is_refused_by_every_copy(dev):
     named = np.arange(8, dtype=np.int64).view([("One", "i4"), ("Obj", "f4")])
     for host_array in (named, memoryview(named)):
         s.copy_to_device(host_array, buf)
+    # An object field behind a field name with a ':' (ctypes allows it;
+    # a hand-made name skipper lost step there, and the copy crashed).
+    class Tricky(ctypes.Structure):
+        _fields_ = [("x:", ctypes.c_int64), ("y", ctypes.py_object)]
+
+    tricky = memoryview((Tricky * 4)())
+    with pytest.raises(spyre.InvalidArgument, match="format 'O' is not supported"):
+        s.copy_from_device(buf, tricky)
     record = np.dtype([("a", "O"), ("b", "f8")])  # a field of objects: the same
     with pytest.raises(spyre.InvalidArgument, match="dtype object is not supported"):
         s.copy_from_device(buf, np.zeros(4, dtype=record))
