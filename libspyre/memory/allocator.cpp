@@ -94,6 +94,15 @@ std::string DeviceHandle::ToString() const {
 
 // ---- Reservation ------------------------------------------------------------
 
+namespace {
+
+// What a region holds back from its start: device address 0 is never
+// handed out, so a program operand that holds 0 is unbound, not a buffer
+// (launch_binding.cpp refuses it).
+uint64_t HeldBack(uint64_t device_base) { return device_base == 0 ? SpyreAllocator::kNullGuard : 0; }
+
+}  // namespace
+
 SpyreAllocator::SpyreAllocator(driver::Function& function, AllocatorOptions options)
     : fn_(function),
       options_(std::move(options)),
@@ -119,9 +128,7 @@ SpyreAllocator::SpyreAllocator(driver::Function& function, AllocatorOptions opti
         throw;
     }
     for (uint32_t r = 0; r < regions_.size(); ++r) {
-        // Device address 0 is never handed out: a program operand that
-        // holds 0 is unbound, not a buffer (launch_binding.cpp refuses it).
-        const uint64_t start = regions_[r].device_base == 0 ? kNullGuard : 0;
+        const uint64_t start = HeldBack(regions_[r].device_base);
         AddFree(r, start, regions_[r].size - start);
         capacity_ += regions_[r].size - start;
     }
@@ -462,7 +469,7 @@ AllocatorStats SpyreAllocator::Stats() const {
     s.allocations = allocations_;
     s.reservation = reservation_;
     for (const Region& r : regions_) s.regions.push_back(
-            RegionStats{r.device_index, r.device_base, r.size - (r.device_base == 0 ? kNullGuard : 0), r.in_use});
+            RegionStats{r.device_index, r.device_base, r.size - HeldBack(r.device_base), r.in_use});
     return s;
 }
 

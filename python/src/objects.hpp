@@ -156,10 +156,7 @@ public:
     // waits for it to end.
     std::shared_ptr<void> Hold() {
         users_.fetch_add(1, std::memory_order_acq_rel);
-        return std::shared_ptr<void>(nullptr, [this](void*) {
-            users_.fetch_sub(1, std::memory_order_acq_rel);
-            users_.notify_all();
-        });
+        return std::shared_ptr<void>(nullptr, [this](void*) { users_.fetch_sub(1, std::memory_order_acq_rel); });
     }
     static constexpr std::chrono::seconds kUsersWait{10};
 
@@ -213,6 +210,20 @@ public:
 
 using SlotPtr = std::shared_ptr<DeviceSlot>;
 
+// `object` (owned by `owner`) for a call that waits without the GIL: the
+// slot's Close waits for the reference to go (DeviceSlot::Hold). Destroyed
+// from the last member up: the owner, then the hold, then the slot it counts in.
+template <typename T, typename Owner>
+std::shared_ptr<T> HeldByCall(const SlotPtr& slot, std::shared_ptr<Owner> owner, T* object) {
+    struct Held {
+        SlotPtr slot;
+        std::shared_ptr<void> hold;
+        std::shared_ptr<Owner> owner;
+    };
+    auto held = std::make_shared<Held>(Held{slot, slot->Hold(), std::move(owner)});
+    return std::shared_ptr<T>(held, object);
+}
+
 // A binding's device argument: pybind11 passes None as a null pointer,
 // which is InvalidArgument naming the call, not a crash.
 inline DeviceSlot& SlotOf(const SlotPtr& slot, const char* what) {
@@ -250,15 +261,7 @@ public:
     // device's Close waits for it to go (DeviceSlot::Hold).
     std::shared_ptr<T> Share(const char* what) const {
         if (!object_) Closed(what);
-        // Destroyed from the last member up: the object, then the hold
-        // (Close returns after the object went), then the slot it counts in.
-        struct Held {
-            SlotPtr slot;
-            std::shared_ptr<void> hold;
-            std::shared_ptr<T> object;
-        };
-        auto held = std::make_shared<Held>(Held{slot_, slot_->Hold(), object_});
-        return std::shared_ptr<T>(held, held->object.get());
+        return HeldByCall(slot_, object_, object_.get());
     }
     const SlotPtr& slot() const noexcept { return slot_; }
     bool released() const noexcept { return !object_; }

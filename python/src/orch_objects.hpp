@@ -78,14 +78,7 @@ struct PyOrch : Child {
         Orchestrator& o = Get(call);
         if (!runtime) return std::shared_ptr<Orchestrator>(std::shared_ptr<void>(), &o);
         if (!slot) return std::shared_ptr<Orchestrator>(runtime, &o);
-        // Destroyed from the last member up: the runtime, then the hold.
-        struct Held {
-            SlotPtr slot;
-            std::shared_ptr<void> hold;
-            std::shared_ptr<OwnedRuntime> runtime;
-        };
-        auto held = std::make_shared<Held>(Held{slot, slot->Hold(), runtime});
-        return std::shared_ptr<Orchestrator>(held, &o);
+        return HeldByCall(slot, runtime, &o);
     }
     void Release() noexcept override {
         orch = nullptr;
