@@ -8,6 +8,7 @@
 #include "device/device_core.hpp"
 #include "device/device_internals.hpp"
 #include "forked.hpp"
+#include "spyre/common/hex.hpp"
 #include "spyre/common/log.hpp"
 #include "spyre/trace/trace.hpp"
 #include "stream/scheduler_core.hpp"
@@ -74,6 +75,26 @@ void DeviceCore::WakeScheduler() {
 
 StreamState* DeviceCore::CreateStream(int priority) { return sched->CreateStream(priority); }
 void DeviceCore::RetireStream(StreamState* state) { sched->Retire(state); }
+
+void DeviceCore::CheckAddressToWrite(uint64_t address, uint64_t size) const {
+    const SpyreAllocator& a = *allocator;
+    std::optional<DeviceHandle> handle;
+    {
+        std::lock_guard lock(a.mutex_);
+        for (uint32_t i = 0; i < a.regions_.size() && !handle; ++i)
+            if (address >= a.regions_[i].device_base && address - a.regions_[i].device_base < a.regions_[i].size)
+                handle = a.MakeHandle(i, address - a.regions_[i].device_base);
+    }
+    if (!handle)
+        throw Error(ErrorKind::InvalidArgument, "range of " + std::to_string(size) + " bytes at device address " +
+                                                    Hex(address) + " is in none of this function's memory regions",
+                    ErrorContext{.device = function->pci_address()});
+    try {
+        a.DeviceAddressToWrite(*handle, size);
+    } catch (const Error& e) {
+        throw Error(e.kind(), "device address " + Hex(address) + ": " + e.message(), e.context());
+    }
+}
 bool DeviceCore::OnSchedulerThread() const { return SchedulerThreadActive(); }
 
 uint64_t DeviceCore::ForkGeneration() noexcept { return detail::ForkGeneration(); }

@@ -61,6 +61,11 @@ public:
     uint64_t AddressToWrite(const DeviceHandle& handle, uint64_t size) const {
         return allocator->DeviceAddressToWrite(handle, size);
     }
+    // The same check by function-relative address, for what a program
+    // bound on the host names (it holds addresses, not handles):
+    // InvalidArgument unless [address, address + size) lies in one live
+    // allocation that is no program image.
+    void CheckAddressToWrite(uint64_t address, uint64_t size) const;
     void KeepForPrograms(const DeviceHandle& handle) { allocator->KeepForPrograms(handle); }
 
     // Loaded ExecutionPlans by content hash (LoadExecutionPlan).

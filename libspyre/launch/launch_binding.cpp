@@ -11,6 +11,7 @@
 #include "launch/same_device.hpp"
 #include "launch/variant_cache.hpp"
 #include "spyre/error.hpp"
+#include "spyre/plan/program_image.hpp"
 #include "spyre/uapi/spyre_program.h"
 #include "stream/control_blocks.hpp"
 
@@ -203,6 +204,36 @@ void CheckBoundToItsTensors(const Operation& op) {
                 "program on the host (BuiltKernel::Bind)");
 }
 
+void CheckHostBoundOperands(const DeviceCore& core, const Operation& op) {
+    const SpyreCompute* compute = LaunchedCompute(op);
+    if (!compute || compute->binary.empty()) return;
+    const auto& correction = LaunchedCorrection(op);
+    if (correction && correction->binary_handle() && op.correction_step()) return;
+    ProgramImage image;
+    try {
+        image = ProgramImage::Decode(compute->binary);
+    } catch (const Error&) {
+        return;  // no program image: AddInstruction refuses it, the device faults it
+    }
+    std::vector<bool> checked(image.operands.size());
+    for (const spyre_program_op& o : image.ops)
+        for (uint16_t n : o.operands) {
+            if (n == SPYRE_OPERAND_NONE || n >= image.operands.size() || checked[n]) continue;
+            checked[n] = true;
+            const uint64_t extent = spyre_operand_extent(&image.operands[n]);
+            if (extent == 0) continue;  // a descriptor the device refuses
+            try {
+                core.CheckAddressToWrite(image.operands[n].addr, extent);
+            } catch (const Error& e) {
+                throw Error(e.kind(),
+                            OpName(op) + " runs its program as bound on the host, and its operand " + std::to_string(n) +
+                                " is not a live buffer of this device: " + e.message() +
+                                "; bind it again (BuiltKernel::Bind) to buffers the device holds",
+                            e.context());
+            }
+        }
+}
+
 std::string OpName(const Operation& op) { return op.name.empty() ? std::string("operation") : "operation '" + op.name + "'"; }
 
 Error AtOperation(const Error& e, size_t index) {
@@ -220,6 +251,7 @@ BoundLaunch BindAddresses(DeviceCore& core, const Operation& op, std::span<const
     const SpyreCompute* compute = LaunchedCompute(op);
     if (compute) LoadedCompute(op);
     CheckBoundToItsTensors(op);
+    CheckHostBoundOperands(core, op);
     // One handle per tensor slot (none for a compute whose addresses are
     // fixed in its binary): a different count is a caller's mistake.
     if (compute && !compute->tensors.empty() && !handles.empty() && handles.size() != compute->tensors.size())
@@ -287,6 +319,7 @@ BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const Sp
     if (plan->exact) {
         // Other strides on size-1 dims only: the compiled program runs as it is.
         bound.tiled.clear();
+        CheckHostBoundOperands(core, op);
     } else {
         const auto& correction = LaunchedCorrection(op);
         if (!correction || !correction->binary_handle() || !op.correction_step() || !OperationAccess::Loaded(op))

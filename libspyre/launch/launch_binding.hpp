@@ -54,6 +54,13 @@ BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const De
 // own, not an Operation a plan loaded, nor bound on the host): it would
 // run at address 0, or at a former launch's tensors.
 void CheckBoundToItsTensors(const Operation& op);
+// InvalidArgument when `op` runs a program bound on the host (no loaded
+// correction) with an operand outside the live, writable memory of `core`:
+// a buffer freed since it was bound, one of another device, or a program
+// image. A program holds addresses, not buffers, so nothing else stops it
+// writing where its operands point. (A block freed and handed out again
+// to another tensor is live, and not told apart.)
+void CheckHostBoundOperands(const DeviceCore& core, const Operation& op);
 // How many relocations of a program image still hold address 0, as the
 // compiler leaves them; no buffer is ever there (SpyreAllocator::kNullGuard),
 // so each is unbound, also in a program bound in part (0: none, every

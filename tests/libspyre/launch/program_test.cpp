@@ -37,6 +37,26 @@ SpyreCompute BoundCompute(const BuiltKernel& kernel, std::span<const uint64_t> a
     return c;
 }
 
+// The operands of an add bound on the host: x and y random, z filled with
+// -7 (what a launch that ran nothing leaves), all on the device.
+struct AddOperands {
+    static constexpr int64_t n = 64;
+    std::vector<float> x, y, sentinel;
+    SpyreTensor tx, ty, tz;
+    AddOperands(Device& dev, FlexStream& f, uint32_t seed)
+        : x(RandomFloats(n, seed)),
+          y(RandomFloats(n, seed + 1)),
+          sentinel(n, -7.0f),
+          tx(SpyreTensor::FromHost(dev, f, x.data(), {n}, DType::FP32)),
+          ty(SpyreTensor::FromHost(dev, f, y.data(), {n}, DType::FP32)),
+          tz(SpyreTensor::FromHost(dev, f, sentinel.data(), {n}, DType::FP32)) {
+        f.Synchronize();
+    }
+    static uint64_t Address(Device& dev, const SpyreTensor& t) {
+        return dev.allocator().DeviceAddress(t.device_handle(), t.size_bytes());
+    }
+};
+
 }  // namespace
 
 TEST_F(StreamTest, ProgramLaunchIsStrictAndCorrect) {
@@ -203,14 +223,12 @@ TEST_F(StreamTest, ProgramAddAndRemoveInstructions) {
 // buffers keep their bytes.
 TEST_F(StreamTest, AProgramBoundInPartIsRefused) {
     Device dev = OpenDevice();
-    const int64_t n = 64;
     FlexStream f = dev.CreateStream();
-    const std::vector<float> x = RandomFloats(n, 85), y = RandomFloats(n, 86), sentinel(n, -7.0f);
-    SpyreTensor tx = SpyreTensor::FromHost(dev, f, x.data(), {n}, DType::FP32);
-    SpyreTensor ty = SpyreTensor::FromHost(dev, f, y.data(), {n}, DType::FP32);
-    SpyreTensor tz = SpyreTensor::FromHost(dev, f, sentinel.data(), {n}, DType::FP32);
-    f.Synchronize();
-    auto addr = [&](const SpyreTensor& t) { return dev.allocator().DeviceAddress(t.device_handle(), t.size_bytes()); };
+    const AddOperands ops(dev, f, 85);
+    const int64_t n = ops.n;
+    const std::vector<float>& x = ops.x, &y = ops.y;
+    const SpyreTensor &tx = ops.tx, &ty = ops.ty, &tz = ops.tz;
+    auto addr = [&](const SpyreTensor& t) { return ops.Address(dev, t); };
     for (const SpyreTensor* t : {&tx, &ty, &tz}) EXPECT_NE(addr(*t), 0u);
     const BuiltKernel add = KernelBuilder().Elementwise(ElementwiseOp::Add, {n}, {n}, DType::FP32);
     Program program(dev);
@@ -222,6 +240,61 @@ TEST_F(StreamTest, AProgramBoundInPartIsRefused) {
     program.AddInstruction(Instruction(BoundCompute(add, std::vector<uint64_t>{addr(tx), addr(ty), addr(tz)})));
     program.Launch(std::vector<SpyreTensor>{tx, ty, tz});
     std::vector<float> z(n);
+    tz.CopyToHost(f, z.data());
+    f.Synchronize();
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(z[size_t(i)], x[size_t(i)] + y[size_t(i)]) << i;
+}
+
+// A program bound on the host holds addresses, not buffers: bound to a
+// tensor freed since, it ran at the freed block (the next owner's bytes,
+// once handed out again), and bound over a program image it overwrote that
+// program. Every launch now checks its operands against the device's live
+// memory, and nothing runs.
+TEST_F(StreamTest, AProgramBoundToMemoryNoBufferHoldsIsRefused) {
+    Device dev = OpenDevice();
+    FlexStream f = dev.CreateStream();
+    const AddOperands ops(dev, f, 87);
+    const int64_t n = ops.n;
+    const std::vector<float>& x = ops.x, &y = ops.y, &sentinel = ops.sentinel;
+    const SpyreTensor &tx = ops.tx, &ty = ops.ty, &tz = ops.tz;
+    auto addr = [&](const SpyreTensor& t) { return ops.Address(dev, t); };
+    const BuiltKernel add = KernelBuilder().Elementwise(ElementwiseOp::Add, {n}, {n}, DType::FP32);
+    Program program(dev);
+    program.AddInstruction(Instruction(BoundCompute(add, std::vector<uint64_t>{addr(tx), addr(ty), addr(tz)})));
+    const std::vector<SpyreTensor> tensors = {tx, ty, tz};
+
+    const uint64_t freed = ~uint64_t(0);  // stands for a tensor freed after the binding
+    const uint64_t image = dev.allocator().DeviceAddress(*program.instructions()[0].operation().compute()->device_handle(), 1);
+    const struct {
+        std::vector<uint64_t> addresses;
+        const char* says;
+    } cases[] = {
+        {{addr(tx), addr(ty), freed}, "is not inside a live allocation"},
+        {{freed, addr(ty), addr(tz)}, "is not inside a live allocation"},
+        {{addr(tx), addr(ty), image}, "lies in memory the runtime keeps for a program image"},
+        {{addr(tx), addr(ty), uint64_t(1) << 44}, "is in none of this function's memory regions"},
+        // the tensor's block, but the operand runs past its end
+        {{addr(tx), addr(ty), addr(tz) + 4}, "is not inside a live allocation"},
+    };
+    for (const auto& c : cases) {
+        std::optional<SpyreTensor> gone = SpyreTensor::Empty(dev, {n}, DType::FP32);
+        std::vector<uint64_t> addresses = c.addresses;
+        std::replace(addresses.begin(), addresses.end(), freed, addr(*gone));
+        Program stale(dev);
+        stale.AddInstruction(Instruction(BoundCompute(add, addresses)));
+        gone.reset();
+        const uint64_t loaded = stale.stream().flex_stream().enqueued();  // the binary's copy
+        EXPECT_SPYRE_ERROR(stale.Launch(tensors), InvalidArgument, "runs its program as bound on the host, and its operand");
+        EXPECT_SPYRE_ERROR(stale.Launch(tensors), InvalidArgument, c.says);
+        SpyreStream stream(dev);
+        EXPECT_SPYRE_ERROR(stream.Launch(stale.instructions()[0].operation(), tensors), InvalidArgument, c.says);
+        EXPECT_EQ(stale.stream().flex_stream().enqueued(), loaded);
+    }
+    std::vector<float> z(n);
+    tz.CopyToHost(f, z.data());
+    f.Synchronize();
+    EXPECT_EQ(z, sentinel);  // nothing ran
+    program.Launch(tensors);  // the program whose image was named still runs
     tz.CopyToHost(f, z.data());
     f.Synchronize();
     for (int64_t i = 0; i < n; ++i) EXPECT_EQ(z[size_t(i)], x[size_t(i)] + y[size_t(i)]) << i;
