@@ -79,7 +79,8 @@ typedef void (*pto_orchestration_fn)(Runtime* rt, uint64_t* args);
 /* Opens a device function (`function`: index or PCI address as
  * spyre::DeviceOptions::function; NULL = the environment's default) and
  * creates a runtime on it: a task ring of `task_ring_size` slots and a heap
- * ring of `heap_size` bytes of the function's device memory. */
+ * ring of `heap_size` bytes of the function's device memory, rounded up to
+ * whole 128-byte granules (a block is one or more). */
 Runtime* pto_runtime_create(const char* function, int32_t task_ring_size, uint64_t heap_size);
 /* The same on `memory_size` bytes of host memory, no device: every task runs
  * on the host worker (tests, benchmarks, CPU-only use). */

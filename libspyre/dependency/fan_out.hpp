@@ -6,11 +6,16 @@
 // A task waits for its producers that have not finished (its fan-in). When
 // one finishes, each of its consumers counts it off (Release), and the last
 // one to finish makes the consumer ready. A producer that did not finish
-// well (it failed, or was skipped itself) poisons its consumers: they
-// inherit its root, the failure behind it, and are skipped when ready
-// instead of run. A task keeps the first root it meets: the first failure
+// well (it failed, or was skipped itself) poisons the consumers that read
+// what it writes: they inherit its root, the failure behind it, and are
+// skipped when ready instead of run. A consumer that only follows it (it
+// writes over what the producer wrote, or writes what it read) still runs:
+// its own bytes are whole, and whether it is skipped must not depend on
+// whether the failure came before or after it was submitted (a failure
+// met after its task is gone is kept by the caller's hazard map for
+// readers only). A task keeps the first root it meets: the first failure
 // wins. A task submitted after its producer finished meets it at once
-// (Meet): nothing to wait for, but it inherits that producer's root.
+// (Meet): nothing to wait for, but it may inherit that producer's root.
 //
 // The root is a shared spyre::TaskFailureInfo: failures are rare, a task
 // that does not fail carries a null pointer, and nothing is allocated for
@@ -42,12 +47,14 @@ inline void Inherit(Root& root, const Root& failure) {
 }
 
 // A new task (`task`) meets one of its producers. One that has `finished`
-// passes on its root (null when it finished well); one that has not is
-// waited for: returns true, and the caller files the task among that
-// producer's consumers.
-inline bool Meet(Gate& task, const Gate& producer, bool finished) {
+// passes on its root (null when it finished well) when `reads_its_writes()`
+// (asked only then); one that has not is waited for: returns true, and the
+// caller files the task among that producer's consumers.
+template <typename ReadsItsWrites>
+bool Meet(Gate& task, const Gate& producer, bool finished, ReadsItsWrites&& reads_its_writes) {
     if (finished) {
-        Inherit(task.root, producer.root);
+        if (producer.root && reads_its_writes()) [[unlikely]]
+            Inherit(task.root, producer.root);
         return false;
     }
     ++task.fanin_remaining;
@@ -55,15 +62,18 @@ inline bool Meet(Gate& task, const Gate& producer, bool finished) {
 }
 
 // A producer finished, with `root` (null when it finished well). Each of
-// its `consumers` inherits the root and counts the producer off; `ready` is
-// called with each whose last producer it was (the caller starts it, or
-// skips it when its gate has a root). `task(c)` is the task a consumer
-// handle names (it has a Gate `gate`).
-template <typename Consumers, typename TaskOf, typename Ready>
-void Release(const Root& root, const Consumers& consumers, TaskOf&& task, Ready&& ready) {
+// its `consumers` inherits the root when `reads_its_writes(consumer)`
+// (asked only for a root) and counts the producer off; `ready` is called
+// with each whose last producer it was (the caller starts it, or skips it
+// when its gate has a root). `task(c)` is the task a consumer handle names
+// (it has a Gate `gate`).
+template <typename Consumers, typename TaskOf, typename Ready, typename ReadsItsWrites>
+void Release(const Root& root, const Consumers& consumers, TaskOf&& task, Ready&& ready,
+             ReadsItsWrites&& reads_its_writes) {
     for (const auto& c : consumers) {
         auto& consumer = task(c);
-        Inherit(consumer.gate.root, root);
+        if (root && reads_its_writes(consumer)) [[unlikely]]
+            Inherit(consumer.gate.root, root);
         if (--consumer.gate.fanin_remaining == 0) ready(consumer);
     }
 }

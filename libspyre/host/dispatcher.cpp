@@ -477,6 +477,22 @@ void Dispatcher::RunCheapHere() {
     tl_cheap_spare = std::move(cheap);
 }
 
+namespace {
+// Whether `consumer` reads (In, InOut) bytes `producer` writes (Out,
+// InOut): the edges a failure passes along (dependency/fan_out.hpp).
+bool ReadsWhatItWrites(const HostTask& consumer, const HostTask& producer) {
+    for (const TensorArg& read : consumer.args) {
+        if (read.access == Access::Out) continue;
+        const uint64_t begin = read.tensor.byte_offset(), end = begin + read.tensor.bytes();
+        for (const TensorArg& write : producer.args)
+            if (write.access != Access::In && write.tensor.storage_id() == read.tensor.storage_id() &&
+                begin < write.tensor.byte_offset() + write.tensor.bytes() && write.tensor.byte_offset() < end)
+                return true;
+    }
+    return false;
+}
+}  // namespace
+
 void Dispatcher::File(HostTask* t) {
     RunState& run = *t->run;
     ++run.unfinished;
@@ -486,7 +502,8 @@ void Dispatcher::File(HostTask* t) {
         tracker_.Access(a.tensor.storage_id(), a.tensor.byte_offset(), a.tensor.byte_offset() + a.tensor.bytes(),
                         a.access != Access::In, t, producers_);
     for (HostTask* p : producers_)  // RegionMap lists each once
-        if (dependency::Meet(t->gate, p->gate, p->Finished())) p->consumers.push_back(t);
+        if (dependency::Meet(t->gate, p->gate, p->Finished(), [&] { return ReadsWhatItWrites(*t, *p); }))
+            p->consumers.push_back(t);
     if (t->gate.fanin_remaining == 0) MakeReady(t);
 }
 
@@ -605,7 +622,7 @@ void Dispatcher::Finish(HostTask* task, HostTask::State state, TaskFailureInfo f
     // Its root (null: it finished well) poisons its consumers.
     dependency::Release(
         task->gate.root, task->consumers, [](HostTask* c) -> HostTask& { return *c; },
-        [this](HostTask& c) { MakeReady(&c); });
+        [this](HostTask& c) { MakeReady(&c); }, [task](const HostTask& c) { return ReadsWhatItWrites(c, *task); });
     run.finished.push_back({std::move(task->name), task->id, task->start_ns, task->end_ns,
                             chip ? uint32_t(task->device) : UINT32_MAX, task->level,
                             state == HostTask::State::Done     ? TaskState::Done

@@ -9,10 +9,12 @@ void RegionTracker::Access(uint64_t storage, uint64_t begin, uint64_t end, bool 
     map_.Lookup(storage, begin, size, write, task, [](HostTask* t) { return t->state != HostTask::State::Done; },
                 producers);
     // A write drops the entries it covers, failed and skipped ones too: the
-    // lookup above made each of them a producer of `task`, which a failed
-    // producer skips, so later tasks meet the failure through `task`. Kept,
-    // they made every task of a chain behind a failure wait for every
-    // skipped one before it (a loop of 20,000 tasks ran for minutes).
+    // lookup above made each of them a producer of `task`, which skips it
+    // when it reads what they wrote (later tasks then meet the failure
+    // through `task`) and only orders it otherwise (later readers read what
+    // `task` wrote). Kept, they made every task of a chain behind a failure
+    // wait for every skipped one before it (a loop of 20,000 tasks ran for
+    // minutes).
     map_.Insert(storage, begin, size, write, task);
 }
 

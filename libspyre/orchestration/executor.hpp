@@ -31,6 +31,7 @@ struct KernelEntry {
     // C++ host kernels (Orchestrator::RegisterHostKernel).
     std::function<uint32_t(void* const*, const uint64_t*, int32_t)> host_callable;
     uint64_t program_address = 0;  // function-relative; 0 = none
+    uint64_t program_bytes = 0;    // its image's size: no task may write there
     bool has_program = false;
     ProgramSlots slots;  // of its device program: checked at submit (count -1: unknown)
     mutable RunCost host_cost;  // its host runs so far

@@ -17,6 +17,7 @@
 #include "device/device_internals.hpp"
 #include "orchestration/c_calls.hpp"
 #include "orchestration/device_worker.hpp"
+#include "orchestration/heap_ring.hpp"
 #include "spyre/common/hex.hpp"
 #include "spyre/common/log.hpp"
 #include "spyre/memory/device_buffer.hpp"
@@ -65,8 +66,11 @@ struct DeviceBacking {
 
 std::unique_ptr<RuntimeState> RuntimeState::OnDevice(Device& device, const OrchestratorOptions& options,
                                                      std::unique_ptr<Device> owned) {
-    const uint64_t heap_size = options.heap_size;
-    if (heap_size == 0) throw Error(ErrorKind::InvalidArgument, "heap ring size must be > 0");
+    if (options.heap_size == 0) throw Error(ErrorKind::InvalidArgument, "heap ring size must be > 0");
+    // Whole granules: a block is one or more (HeapRing::kAlignment).
+    const uint64_t heap_size = HeapRing::RoundUp(options.heap_size);
+    if (heap_size == 0)
+        throw Error(ErrorKind::InvalidArgument, "heap ring of " + std::to_string(options.heap_size) + " bytes is too large");
     TaskGraphOptions o = TaskGraphOptionsFrom(options);  // checks them before anything is taken
     auto backing = std::make_shared<DeviceBacking>();
     backing->device = &device;
@@ -121,6 +125,7 @@ void RegisterProgram(RuntimeState& state, int32_t kernel_id, std::span<const uin
     DeviceInternals::Core(dev)->KeepForPrograms(buffer.handle());
     k.kernel_id = kernel_id;
     k.program_address = dev.allocator().DeviceAddress(buffer.handle(), image.size());
+    k.program_bytes = image.size();
     k.has_program = true;
     const uint64_t program_address = k.program_address;
     state.graph->RegisterKernel(std::move(k));

@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "deadline.hpp"
+#include "orchestration/heap_ring.hpp"
 #include "orchestration/runtime_handle.hpp"
 #include "spyre/common/hex.hpp"
 #include "spyre/common/memory_copy.hpp"
@@ -83,12 +84,13 @@ RuntimeState::~RuntimeState() {
 }
 
 std::unique_ptr<RuntimeState> RuntimeState::OnHostMemory(uint64_t memory_size, const OrchestratorOptions& options) {
-    const uint64_t heap_size = options.heap_size;
-    if (heap_size == 0) throw Error(ErrorKind::InvalidArgument, "heap ring size must be > 0");
-    if (heap_size > memory_size)
-        throw Error(ErrorKind::InvalidArgument, "heap ring of " + std::to_string(heap_size) +
-                                                    " bytes does not fit host memory of " + std::to_string(memory_size) +
-                                                    " bytes");
+    if (options.heap_size == 0) throw Error(ErrorKind::InvalidArgument, "heap ring size must be > 0");
+    // Whole granules (HeapRing::kAlignment; 0 on overflow, refused below).
+    const uint64_t heap_size = HeapRing::RoundUp(options.heap_size);
+    if (heap_size == 0 || heap_size > memory_size)
+        throw Error(ErrorKind::InvalidArgument, "heap ring of " + std::to_string(options.heap_size) +
+                                                    " bytes (whole 128-byte granules) does not fit host memory of " +
+                                                    std::to_string(memory_size) + " bytes");
     TaskGraphOptions o = TaskGraphOptionsFrom(options);  // checks them before anything is taken
     const uint64_t rounded = (memory_size + 4095) / 4096 * 4096;
     void* memory = rounded < memory_size ? nullptr : std::aligned_alloc(4096, rounded);  // rounding may overflow
@@ -98,8 +100,9 @@ std::unique_ptr<RuntimeState> RuntimeState::OnHostMemory(uint64_t memory_size, c
     auto rt = std::make_unique<RuntimeState>();
     o.memory = host.get();
     o.memory_size = memory_size;
-    o.heap_offset = (memory_size - heap_size) / 128 * 128;
-    o.heap_size = memory_size - o.heap_offset;
+    // At the end of the memory, on a granule; whole granules only.
+    o.heap_offset = (memory_size - heap_size) / HeapRing::kAlignment * HeapRing::kAlignment;
+    o.heap_size = (memory_size - o.heap_offset) / HeapRing::kAlignment * HeapRing::kAlignment;
     o.device = "host memory";
     rt->memory = host;
     rt->backing = std::move(host);

@@ -186,6 +186,9 @@ void TaskGraph::RegisterDeviceKernel(int32_t kernel_id, uint64_t program_address
     // here, not by the device for every task of it.
     k.slots = SlotsAt({at, size_t(memory_size() - program_address)},
                       "kernel " + std::to_string(kernel_id) + "'s device program at device address " + Hex(program_address));
+    spyre_program_header h;
+    std::memcpy(&h, at, sizeof h);  // SlotsAt found a whole header there
+    k.program_bytes = std::min<uint64_t>(h.total_size, memory_size() - program_address);
     RegisterKernel(std::move(k));
 }
 
@@ -199,6 +202,11 @@ void TaskGraph::RegisterKernel(KernelEntry kernel) {
     if (kernels_.count(kernel.kernel_id))
         Fail(ErrorKind::InvalidArgument, "kernel " + std::to_string(kernel.kernel_id) + " is already registered");
     const int32_t id = kernel.kernel_id;
+    if (kernel.has_program && kernel.program_bytes && kernel.program_address < options_.memory_size) {
+        const uint8_t* begin = options_.memory + kernel.program_address;
+        program_images_.push_back(
+            {begin, begin + std::min(kernel.program_bytes, options_.memory_size - kernel.program_address), id});
+    }
     kernel.host_cost.SetCheapBelow(options_.cheap_host_task_ns);
     kernels_.emplace(id, std::make_unique<KernelEntry>(std::move(kernel)));
 }
@@ -968,6 +976,17 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
                                                      "host level, a chip call's In argument: pass it as InOut or Out "
                                                      "to write it)");
         }
+        // Nothing the ring or a buffer holds: maybe a registered program,
+        // which every later task of its kernel would run as written.
+        if (p.kind != PARAM_INPUT && !b && !r.in_outputs && !program_images_.empty()) [[unlikely]]
+            for (const KernelProgram& image : program_images_)
+                if (base < image.end && image.begin < base + size)
+                    Fail(ErrorKind::InvalidArgument,
+                         where() + " [device address " + Hex(uint64_t(base - options_.memory)) + ", +" +
+                             std::to_string(size) + ") writes over kernel " + std::to_string(image.kernel_id) +
+                             "'s device program (" + std::to_string(image.end - image.begin) + " bytes at " +
+                             Hex(uint64_t(image.begin - options_.memory)) +
+                             "): every later task of that kernel would run what was written there");
         r.host = base;
     }
 
@@ -1095,7 +1114,8 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
         ++producer.fanout_count;
         t.fanin.push_back(d);
         if (dependency::Meet(t.gate, producer.gate,
-                             producer.state.load(std::memory_order_relaxed) == TaskState::Completed))
+                             producer.state.load(std::memory_order_relaxed) == TaskState::Completed,
+                             [&] { return ReadsWhatItWrites(t, producer); }))
             producer.fanout.push_back(id);
     }
     // This thread's depth-0 outputs the task reads are its to hold now, as
@@ -1143,6 +1163,9 @@ bool TaskGraph::PushEarly(TaskDescriptor& t) {
         if (s != TaskState::Ready || n == TaskDescriptor::kMaxAfter ||
             RouteFor(producer.core_type, *producer.kernel).executor != route.executor)
             return false;
+        // The card skips a task behind a failed one whatever the edge; an
+        // edge that only orders (WAW, WAR) must not skip it (fan_out.hpp).
+        if (!ReadsWhatItWrites(t, producer)) return false;
         t.after_ids[n++] = p;
     }
     t.after_count = n;
@@ -1274,7 +1297,8 @@ void TaskGraph::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped,
     // Its root (null: it completed well) poisons its consumers.
     dependency::Release(
         t.gate.root, t.fanout, [this](int32_t c) -> TaskDescriptor& { return ring_.Get(c); },
-        [this](TaskDescriptor& consumer) { MakeReady(consumer); });
+        [this](TaskDescriptor& consumer) { MakeReady(consumer); },
+        [&t](const TaskDescriptor& consumer) { return ReadsWhatItWrites(consumer, t); });
     for (int32_t p : t.fanin) {
         TaskDescriptor& producer = ring_.Get(p);
         ++producer.fanout_refcount;
@@ -1343,6 +1367,19 @@ void TaskGraph::Hold(TaskDescriptor& t) {
     if (newest == newest_holds_.end()) newest_holds_.push_back({me, t.task_id});
     else newest->task = t.task_id;
     tl_holds.Add(anchor_);
+}
+
+bool TaskGraph::ReadsWhatItWrites(const TaskDescriptor& consumer, const TaskDescriptor& producer) {
+    for (int32_t i = 0; i < consumer.num_params; ++i) {
+        const ResolvedParam& read = consumer.params[i];
+        if (read.kind == PARAM_OUTPUT || read.implicit) continue;
+        for (int32_t j = 0; j < producer.num_params; ++j) {
+            const ResolvedParam& write = producer.params[j];
+            if (write.kind != PARAM_INPUT && read.host < write.host + write.size && write.host < read.host + read.size)
+                return true;
+        }
+    }
+    return false;
 }
 
 bool TaskGraph::Covers(const TaskDescriptor& owner, const ResolvedParam& p) {

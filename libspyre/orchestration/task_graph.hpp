@@ -334,6 +334,9 @@ private:
     bool LetGoHoldsWhere(Which&& which);  // the holds `which` picks; whether there were any
     // Whether `p` lies inside `owner`'s implicit outputs.
     static bool Covers(const TaskDescriptor& owner, const ResolvedParam& p);
+    // Whether `consumer` reads (INPUT, INOUT) bytes `producer` writes
+    // (OUTPUT, INOUT): the edges a failure passes along (fan_out.hpp).
+    static bool ReadsWhatItWrites(const TaskDescriptor& consumer, const TaskDescriptor& producer);
     // Refuses (unwinding t's slot and block) a parameter in the heap ring
     // that is not inside live, handed-out implicit outputs (deps_ holds the
     // lookups' producers).
@@ -392,6 +395,14 @@ private:
     uint32_t scopes_begun_ = 0;  // the last scope's serial (ScopeRecord::serial)
     BufferTracker buffers_;
     std::map<int32_t, std::unique_ptr<KernelEntry>> kernels_;
+    // The device programs of registered kernels, [begin, end) in memory,
+    // and whose: a task's write there is refused.
+    struct KernelProgram {
+        const uint8_t* begin;
+        const uint8_t* end;
+        int32_t kernel_id;
+    };
+    std::vector<KernelProgram> program_images_;
     std::vector<std::unique_ptr<ReadyQueue>> queues_;
     Route routes_[PTO_WORKER_TYPES];
     std::vector<std::shared_ptr<Executor>> executors_;

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fan-in and fan-out with poisoning (dependency/fan_out.hpp) over a toy
 // engine: chains and diamonds run in dependency order, a failed producer
-// poisons everything downstream with its own record as the root, the first
+// poisons everything downstream that reads what it wrote with its own
+// record as the root (an edge that only orders passes nothing), the first
 // failure a task meets wins, and a task submitted after a producer finished
 // inherits that producer's root at once.
 #include "dependency/fan_out.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,19 +24,27 @@ struct Engine {
     struct Task {
         Gate gate;
         std::vector<size_t> consumers;
+        std::vector<size_t> follows;  // producers it only follows (WAW, WAR): it reads nothing they write
         State state = State::Pending;
     };
     std::vector<Task> tasks;
     std::vector<size_t> started;
 
-    // A task depending on `producers` (submitted in order, as the engines do).
-    size_t Submit(std::vector<size_t> producers) {
+    // A task reading what `producers` write, and ordered after `follows`
+    // (submitted in order, as the engines do).
+    size_t Submit(std::vector<size_t> producers, std::vector<size_t> follows = {}) {
         tasks.emplace_back();
         const size_t id = tasks.size() - 1;
+        tasks[id].follows = follows;
+        producers.insert(producers.end(), follows.begin(), follows.end());
         for (size_t p : producers)
-            if (Meet(tasks[id].gate, tasks[p].gate, Finished(p))) tasks[p].consumers.push_back(id);
+            if (Meet(tasks[id].gate, tasks[p].gate, Finished(p), [&] { return Reads(tasks[id], p); }))
+                tasks[p].consumers.push_back(id);
         if (tasks[id].gate.fanin_remaining == 0) MakeReady(tasks[id]);
         return id;
+    }
+    static bool Reads(const Task& consumer, size_t producer) {
+        return std::find(consumer.follows.begin(), consumer.follows.end(), producer) == consumer.follows.end();
     }
     bool Finished(size_t id) const {
         const State s = tasks[id].state;
@@ -50,8 +60,9 @@ struct Engine {
     }
     void Finish(Task& t, State state) {
         t.state = state;
+        const size_t id = size_t(&t - tasks.data());
         Release(t.gate.root, t.consumers, [&](size_t c) -> Task& { return tasks[c]; },
-                [&](Task& c) { MakeReady(c); });
+                [&](Task& c) { MakeReady(c); }, [&](const Task& c) { return Reads(c, id); });
     }
     // Task `id` (ready) ran: well, or failing with `code`.
     void Run(size_t id, uint32_t code = 0) {
@@ -179,6 +190,37 @@ TEST(FanOut, ATaskMeetingAFinishedProducerInheritsItsRoot) {
     const size_t reads_skipped = e.Submit({reads_bad});  // a skipped producer passes the root on
     EXPECT_EQ(e.StateOf(reads_skipped), S::Skipped);
     EXPECT_EQ(e.RootOf(reads_skipped)->task_id, bad);
+}
+
+// A task that only follows a failed one (it overwrites what that one wrote,
+// or writes what it read) runs, whether the failure came before or after
+// its submission: its bytes do not depend on the failed task's. A reader of
+// both is skipped. Before, the failure passed along every edge, so such a
+// task was skipped when it was submitted while the failed task ran, and run
+// when submitted after the failed task was gone (probe75).
+TEST(FanOut, AnEdgeThatOnlyOrdersPassesNoFailure) {
+    Engine e;
+    e.Reserve(16);
+    const size_t bad = e.Submit({});
+    const size_t overwrite_pending = e.Submit({}, {bad});
+    const size_t reads_both = e.Submit({bad, overwrite_pending});
+    const size_t reads_overwrite = e.Submit({overwrite_pending});
+    e.Run(bad, 5);
+    EXPECT_EQ(e.StateOf(overwrite_pending), S::Ready);
+    EXPECT_EQ(e.RootOf(overwrite_pending), nullptr);
+    EXPECT_EQ(e.StateOf(reads_both), S::Pending);  // poisoned, waits for its other producer
+    e.Run(overwrite_pending);
+    EXPECT_EQ(e.StateOf(reads_both), S::Skipped);
+    EXPECT_EQ(e.RootOf(reads_both)->task_id, bad);
+    EXPECT_EQ(e.StateOf(reads_overwrite), S::Ready);
+    // The same after the failure: the same outcome.
+    const size_t overwrite_after = e.Submit({}, {bad});
+    EXPECT_EQ(e.StateOf(overwrite_after), S::Ready);
+    EXPECT_EQ(e.RootOf(overwrite_after), nullptr);
+    // A skipped task passes its root along reads only, too.
+    const size_t follows_skipped = e.Submit({}, {reads_both});
+    EXPECT_EQ(e.StateOf(follows_skipped), S::Ready);
+    EXPECT_EQ(e.StateOf(e.Submit({reads_both})), S::Skipped);
 }
 
 TEST(FanOut, InheritKeepsTheFirstRoot) {

@@ -561,6 +561,52 @@ TEST_F(WorkerTest, WhatWasSubmittedBeforeTheFunctionThrewRuns) {
     for (float v : f.floats()) ASSERT_EQ(v, 5.0f);
 }
 
+// A task that only follows a failed one (it overwrites all the failed
+// task wrote) runs, and so does its reader, whether the failure came
+// before or after its submission: as in the orchestration runtime
+// (dependency/fan_out.hpp). Before, a failure passed along every edge.
+TEST_F(WorkerTest, ATaskThatOnlyFollowsAFailedOneRuns) {
+    for (const bool failed_first : {false, true}) {
+        SCOPED_TRACE(failed_first ? "failed before the overwrite was submitted" : "failing while it was submitted");
+        std::atomic<bool> open{failed_first}, failed{false};
+        HostProgram p{"follows", 2, {{{kTile, kTile}}}, [&](HostGraph& g, std::span<const HostTensor> x) {
+                          HostTensor scratch = g.CreateTensor({kTile, kTile});
+                          g.Sub(
+                              "gated_fail",
+                              [&](std::span<const HostTensor>) {
+                                  for (int i = 0; i < 20000 && !open.load(); ++i)
+                                      std::this_thread::sleep_for(std::chrono::microseconds(100));
+                                  failed = true;
+                                  throw std::runtime_error("gated failure");
+                              },
+                              {Out(scratch)});
+                          if (failed_first) {
+                              while (!failed.load()) std::this_thread::yield();
+                              std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past its end
+                          }
+                          g.Chip("chip_add", {In(x[0]), In(x[1]), Out(scratch)}, {.name = "overwrite"});
+                          g.Chip("chip_add", {In(scratch), In(x[1]), Out(x[2])}, {.name = "reader"});
+                          open = true;
+                      }};
+        HostTensor a = HostTensor::Full({kTile, kTile}, 2.0f), b = HostTensor::Full({kTile, kTile}, 3.0f),
+                   c = HostTensor::Zeros({kTile, kTile});
+        RunHandle h = worker_->Submit(p, {a, b, c});
+        try {
+            h.Wait();
+            ADD_FAILURE() << "no HostRunError";
+        } catch (const HostRunError& e) {
+            ASSERT_EQ(e.failures().size(), 1u);
+            EXPECT_EQ(e.failures()[0].cause, "gated failure");
+            EXPECT_TRUE(e.skipped().empty());
+            ASSERT_EQ(e.report().size(), 3u);
+            EXPECT_EQ(e.report()[0].state, TaskState::Failed);
+            EXPECT_EQ(e.report()[1].state, TaskState::Done);
+            EXPECT_EQ(e.report()[2].state, TaskState::Done);
+        }
+        for (float v : c.floats()) ASSERT_EQ(v, 8.0f);
+    }
+}
+
 // A SubWorker that waits on its own run (through the run's handle) gets
 // InvalidArgument at once instead of waiting for itself; the run then ends.
 TEST_F(WorkerTest, ASubWorkerWaitingOnItsOwnRunIsRefused) {

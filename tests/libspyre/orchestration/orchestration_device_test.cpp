@@ -465,6 +465,43 @@ TEST(OrchestrationQueues, ALinkTheDeviceRefusesStopsTheRestOfTheChainOnTheCard) 
     EXPECT_LE(errors, 11u);
 }
 
+// A device task that only follows a refused one (it overwrites all the
+// refused task's INOUT, reading other buffers) runs, as it does on the
+// host (fan_out.hpp), and so does its reader: it is not handed to the card
+// behind the refused task, where it would be held back DEPENDENCY_FAILED.
+TEST(OrchestrationQueues, ATaskThatOnlyFollowsARefusedOneRunsOnTheCard) {
+    SPYRE_REQUIRE_FUSE();
+    OneCardRuntime rt(256);
+    Device& dev = rt.dev;
+    Orchestrator& orch = rt.orch;
+    const std::vector<uint8_t> unknown_op = RefusedProgram(1);
+    DeviceBuffer junk = test::UploadProgram(dev, unknown_op);
+    orch.RegisterDeviceKernel(KERNEL_MUL, dev.allocator().DeviceAddress(junk.handle(), unknown_op.size()));
+    auto* a = static_cast<float*>(orch.Alloc(1024));
+    auto* x = static_cast<float*>(orch.Alloc(1024));
+    auto* y = static_cast<float*>(orch.Alloc(1024));
+    for (int round = 0; round < 5; ++round) {
+        for (int i = 0; i < 256; ++i) a[i] = float(i + round), x[i] = -1.0f, y[i] = -1.0f;
+        TaskParam refused_params[] = {{PARAM_INOUT, x, 1024, {}}};
+        const int32_t refused = orch.Submit(KERNEL_MUL, WORKER_CUBE, refused_params);
+        TaskParam overwrite[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, a, 1024, {}}, {PARAM_OUTPUT, x, 1024, {}}};
+        orch.Submit(KERNEL_ADD, WORKER_VECTOR, overwrite);
+        TaskParam read[] = {{PARAM_INPUT, x, 1024, {}}, {PARAM_INPUT, x, 1024, {}}, {PARAM_OUTPUT, y, 1024, {}}};
+        orch.Submit(KERNEL_ADD, WORKER_VECTOR, read);
+        try {
+            orch.WaitAll();
+            FAIL() << "no error";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.context().op_index, uint64_t(refused)) << e.what();
+            EXPECT_NE(e.message().find("1 task(s) failed, 0 dependent task(s) skipped"), std::string::npos) << e.what();
+        }
+        for (int i = 0; i < 256; ++i) {
+            ASSERT_EQ(x[i], 2.0f * float(i + round)) << "round " << round << " element " << i;
+            ASSERT_EQ(y[i], 4.0f * float(i + round)) << "round " << round << " element " << i;
+        }
+    }
+}
+
 // An n x n x n fp32 matmul program (the kernel builder's) registered as
 // KERNEL_MUL, and its operands: a filled with `a_value`, b with `b_value`,
 // c with -1. `params` are the task's: a, b in, c out.
@@ -751,7 +788,8 @@ TEST(OrchestrationQueues, WaitersFollowTheDevicesWaitMode) {
 // and an image (pto_register_program).
 // pto_copy_in over a program pto_register_program uploaded overwrote it:
 // every later task of its kernel failed with PROGRAM_CHECKSUM (found
-// probing from outside). Refused; a copy beside it still lands.
+// probing from outside). Refused; a copy beside it still lands. So is a
+// task that writes over a registered program.
 TEST(OrchestrationQueues, ACopyInOverARegisteredProgramIsRefused) {
     SPYRE_REQUIRE_FUSE();
     OneCardRuntime rt(64);
@@ -779,9 +817,26 @@ TEST(OrchestrationQueues, ACopyInOverARegisteredProgramIsRefused) {
     EXPECT_EQ(pto_copy_in(h, found + 8, junk.data(), junk.size()), -EINVAL);
     EXPECT_NE(std::string(pto_last_error()).find("overlap a registered device program"), std::string::npos)
         << pto_last_error();
-    EXPECT_EQ(std::memcmp(found, image.data(), image.size()), 0);  // untouched
-    // The kernel still runs, and a copy into a runtime buffer still lands.
+    // A task whose OUTPUT lies over a registered program (the image's, or
+    // a program registered by address) is refused at submit: the card
+    // would have written it, and every later task of that kernel failed.
     auto* a = static_cast<float*>(rt.orch.Alloc(1024));
+    auto* own_bytes = static_cast<uint8_t*>(pto_host_address(h, own, rt.program.size()));
+    ASSERT_NE(own_bytes, nullptr) << pto_last_error();
+    const struct {
+        uint8_t* at;
+        int32_t kernel;
+    } over[] = {{found, kImageAdd}, {found + image.size() - 4, kImageAdd}, {own_bytes, KERNEL_ADD}};
+    for (const auto& o : over) {
+        TaskParam q[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, a, 1024, {}}, {PARAM_OUTPUT, o.at, 1024, {}}};
+        EXPECT_SPYRE_ERROR(rt.orch.Submit(kImageAdd, WORKER_VECTOR, q), InvalidArgument,
+                           "writes over kernel " + std::to_string(o.kernel) + "'s device program");
+        TaskParam inout[] = {{PARAM_INOUT, o.at, 16, {}}};
+        EXPECT_SPYRE_ERROR(rt.orch.Submit(KERNEL_ADD, WORKER_VECTOR, inout), InvalidArgument, "writes over kernel");
+    }
+    EXPECT_EQ(std::memcmp(found, image.data(), image.size()), 0);  // untouched
+    EXPECT_EQ(std::memcmp(own_bytes, rt.program.data(), rt.program.size()), 0);
+    // The kernel still runs, and a copy into a runtime buffer still lands.
     std::vector<float> ones(256, 1.0f);
     ASSERT_EQ(pto_copy_in(h, a, ones.data(), 1024), 0) << pto_last_error();
     TaskParam p[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, a, 1024, {}}, {PARAM_OUTPUT, nullptr, 1024, {}}};

@@ -720,6 +720,84 @@ TEST_P(OrchQueueTest, AFailedWritersRegionStaysPoisonedAfterItsSlotIsReclaimed) 
     (void)b, (void)c;
 }
 
+// A heap ring whose size is not whole 128-byte granules holds the whole
+// granules that cover it. Before, its last partial granule could never be
+// handed out: a request that fitted the size asked for failed "cannot make
+// room ... and cannot drain" with no live block and no owner, and on host
+// memory of an odd size the ring came out smaller than asked (probe75).
+TEST(OrchHeapRing, AHeapRingOfPartGranulesHoldsWholeOnes) {
+    const struct {
+        uint64_t memory, heap, alloc;
+    } cases[] = {{1 << 20, 200, 200}, {1 << 20, 255, 256}, {1 << 20, 100, 4},
+                 {4097, 1, 4},        {1048589, 1, 128},   {1048589, 20, 24}};
+    for (const auto& c : cases) {
+        SCOPED_TRACE("memory " + std::to_string(c.memory) + ", heap " + std::to_string(c.heap));
+        auto orch = Orchestrator::CreateOnHostMemory(c.memory, {.task_ring_size = 4, .heap_size = c.heap});
+        void* p = orch.Alloc(c.alloc);
+        ASSERT_NE(p, nullptr);
+        std::memset(p, 0x5a, c.alloc);
+        orch.Free(p);
+        const uint64_t held = (c.heap + 127) / 128 * 128;
+        EXPECT_SPYRE_ERROR(orch.Alloc(held + 1), OutOfMemory,
+                           "is larger than the heap ring (" + std::to_string(held) + " bytes)");
+    }
+    EXPECT_SPYRE_ERROR(Orchestrator::CreateOnHostMemory(100, {.task_ring_size = 4, .heap_size = 1}), InvalidArgument,
+                       "heap ring of 1 bytes (whole 128-byte granules) does not fit host memory of 100 bytes");
+}
+
+// Whether a task behind a failed one runs depends on what it reads, not on
+// when it was submitted. A task that overwrites all the failed task wrote
+// (WAW), or writes what it read (WAR), runs, and so does a reader after it;
+// a reader of what is left of the failed write is skipped. Before, the
+// failure passed along every edge while the failed task was in the ring
+// and only along reads once it was gone: the overwrite and its reader were
+// skipped when submitted while the failed task ran, and run otherwise
+// (probe75, 5 of 5 each way).
+TEST_P(OrchQueueTest, WhetherATaskBehindAFailureRunsDoesNotDependOnTiming) {
+    enum : int32_t { K_GATED_FAIL = 40 };
+    enum class When { Running, Completed, Consumed };
+    for (When when : {When::Running, When::Completed, When::Consumed}) {
+        SCOPED_TRACE(when == When::Running ? "running" : when == When::Completed ? "completed" : "consumed");
+        Make(/*ring=*/8);
+        std::atomic<bool> open{false};
+        o().RegisterHostKernel(K_GATED_FAIL, [&](std::span<void* const>, std::span<const uint64_t>) {
+            for (int i = 0; i < 200000 && !open.load(); ++i) std::this_thread::sleep_for(std::chrono::microseconds(50));
+            return 9u;
+        });
+        uint32_t* x = Data(0, 64);      // written whole by the failed task, then overwritten whole
+        uint32_t* y = Data(1024, 64);   // read by the failed task, then written
+        uint32_t* q = Data(2048, 64);   // written by the failed task, then half overwritten
+        uint32_t* z = Data(3072, 64);   // what a reader of x makes
+        uint32_t* r = Data(4096, 64);   // what a reader of q makes
+        for (uint32_t* p : {x, y, q, z, r}) std::fill(p, p + 16, 1u);
+        TaskParam fail[] = {In(y, 64), Out(x, 64), Out(q, 64)};
+        const int32_t a = o().Submit(K_GATED_FAIL, WORKER_HOST, fail);
+        if (when != When::Running) {
+            open = true;
+            WaitForTask(a);
+            if (when == When::Consumed) ASSERT_TRUE(WrapPast(a));
+        }
+        TaskParam overwrite_x[] = {Out(x, 64)};
+        TaskParam read_x[] = {In(x, 64), In(x, 64), Out(z, 64)};
+        TaskParam write_y[] = {Out(y, 64)};
+        TaskParam half_q[] = {Out(q, 32)};
+        TaskParam read_q[] = {In(q, 64), In(q, 64), Out(r, 64)};
+        const int32_t runs[] = {o().Submit(K_FILL, WORKER_HOST, overwrite_x), o().Submit(K_ADD, WORKER_HOST, read_x),
+                                o().Submit(K_FILL, WORKER_HOST, write_y), o().Submit(K_FILL, WORKER_HOST, half_q)};
+        const int32_t skipped = o().Submit(K_ADD, WORKER_HOST, read_q);
+        open = true;
+        EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "1 task(s) failed, 1 dependent task(s) skipped");
+        (void)runs, (void)skipped;
+        EXPECT_EQ(x[0], 7u);
+        EXPECT_EQ(z[0], 14u);
+        EXPECT_EQ(y[0], 7u);
+        EXPECT_EQ(q[0], 7u);
+        EXPECT_EQ(q[15], 1u);
+        EXPECT_EQ(r[0], 1u);  // not run
+        orch_.reset();
+    }
+}
+
 // Writers of a region a failed task poisoned are skipped, and each is kept
 // poisoned in turn: they piled up in the hazard map, every submission
 // scanning the pile under the lock (4,000 INOUTs after one failure took
