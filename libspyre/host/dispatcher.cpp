@@ -477,33 +477,31 @@ void Dispatcher::RunCheapHere() {
     tl_cheap_spare = std::move(cheap);
 }
 
-namespace {
-// Whether `consumer` reads (In, InOut) bytes `producer` writes (Out,
-// InOut): the edges a failure passes along (dependency/fan_out.hpp).
-bool ReadsWhatItWrites(const HostTask& consumer, const HostTask& producer) {
-    for (const TensorArg& read : consumer.args) {
-        if (read.access == Access::Out) continue;
-        const uint64_t begin = read.tensor.byte_offset(), end = begin + read.tensor.bytes();
-        for (const TensorArg& write : producer.args)
-            if (write.access != Access::In && write.tensor.storage_id() == read.tensor.storage_id() &&
-                begin < write.tensor.byte_offset() + write.tensor.bytes() && write.tensor.byte_offset() < end)
-                return true;
-    }
-    return false;
-}
-}  // namespace
-
 void Dispatcher::File(HostTask* t) {
     RunState& run = *t->run;
     ++run.unfinished;
     ++run.submitted;
     producers_.clear();
+    // Reads first: the writers they meet are the producers t reads from,
+    // which pass a failure on (dependency/fan_out.hpp); the writes' lookups
+    // then add those it only follows. An InOut is looked up both ways.
+    auto look = [&](bool write) {
+        for (const TensorArg& a : t->args)
+            if (write ? a.access != Access::In : a.access != Access::Out)
+                tracker_.Lookup(a.tensor.storage_id(), a.tensor.byte_offset(),
+                                a.tensor.byte_offset() + a.tensor.bytes(), write, t, producers_);
+    };
+    look(false);
+    const size_t reads = producers_.size();
+    t->reads_from.assign(producers_.begin(), producers_.begin() + std::ptrdiff_t(reads));
+    look(true);
     for (const TensorArg& a : t->args)
-        tracker_.Access(a.tensor.storage_id(), a.tensor.byte_offset(), a.tensor.byte_offset() + a.tensor.bytes(),
-                        a.access != Access::In, t, producers_);
-    for (HostTask* p : producers_)  // RegionMap lists each once
-        if (dependency::Meet(t->gate, p->gate, p->Finished(), [&] { return ReadsWhatItWrites(*t, *p); }))
-            p->consumers.push_back(t);
+        tracker_.File(a.tensor.storage_id(), a.tensor.byte_offset(), a.tensor.byte_offset() + a.tensor.bytes(),
+                      a.access != Access::In, t);
+    for (size_t i = 0; i < producers_.size(); ++i) {  // RegionMap lists each once
+        HostTask* p = producers_[i];
+        if (dependency::Meet(t->gate, p->gate, p->Finished(), [&] { return i < reads; })) p->consumers.push_back(t);
+    }
     if (t->gate.fanin_remaining == 0) MakeReady(t);
 }
 
@@ -622,7 +620,10 @@ void Dispatcher::Finish(HostTask* task, HostTask::State state, TaskFailureInfo f
     // Its root (null: it finished well) poisons its consumers.
     dependency::Release(
         task->gate.root, task->consumers, [](HostTask* c) -> HostTask& { return *c; },
-        [this](HostTask& c) { MakeReady(&c); }, [task](const HostTask& c) { return ReadsWhatItWrites(c, *task); });
+        [this](HostTask& c) { MakeReady(&c); },
+        [task](const HostTask& c) {
+            return std::find(c.reads_from.begin(), c.reads_from.end(), task) != c.reads_from.end();
+        });
     run.finished.push_back({std::move(task->name), task->id, task->start_ns, task->end_ns,
                             chip ? uint32_t(task->device) : UINT32_MAX, task->level,
                             state == HostTask::State::Done     ? TaskState::Done

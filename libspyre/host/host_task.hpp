@@ -108,6 +108,9 @@ struct HostTask {
     // that may belong to another run, gone by then.
     dependency::Gate gate;
     std::vector<HostTask*> consumers;
+    // The producers its reads met: a failure passes along those edges only
+    // (dependency/fan_out.hpp); it only follows the others.
+    std::vector<const HostTask*> reads_from;
     size_t device = SIZE_MAX;            // where a chip task was placed
     ChipCall call;                       // what its device thread runs, set when placed
     // How long its chip function's local runs take (the dispatcher's, one
@@ -138,6 +141,7 @@ struct HostTask {
         lent.reset();
         gate = {};
         consumers.clear();
+        reads_from.clear();
         device = SIZE_MAX;
         cost = nullptr;
         std::vector<ChipArg> call_args = std::move(call.args);

@@ -3,17 +3,21 @@
 
 namespace spyre::host {
 
-void RegionTracker::Access(uint64_t storage, uint64_t begin, uint64_t end, bool write, HostTask* task,
+void RegionTracker::Lookup(uint64_t storage, uint64_t begin, uint64_t end, bool write, HostTask* task,
                            std::vector<HostTask*>& producers) {
     const uint64_t size = end > begin ? end - begin : 0;
     map_.Lookup(storage, begin, size, write, task, [](HostTask* t) { return t->state != HostTask::State::Done; },
                 producers);
+}
+
+void RegionTracker::File(uint64_t storage, uint64_t begin, uint64_t end, bool write, HostTask* task) {
+    const uint64_t size = end > begin ? end - begin : 0;
     // A write drops the entries it covers, failed and skipped ones too: the
-    // lookup above made each of them a producer of `task`, which skips it
-    // when it reads what they wrote (later tasks then meet the failure
-    // through `task`) and only orders it otherwise (later readers read what
-    // `task` wrote). Kept, they made every task of a chain behind a failure
-    // wait for every skipped one before it (a loop of 20,000 tasks ran for
+    // lookup made each of them a producer of `task`, which skips it when it
+    // reads what they wrote (later tasks then meet the failure through
+    // `task`) and only orders it otherwise (later readers read what `task`
+    // wrote). Kept, they made every task of a chain behind a failure wait
+    // for every skipped one before it (a loop of 20,000 tasks ran for
     // minutes).
     map_.Insert(storage, begin, size, write, task);
 }

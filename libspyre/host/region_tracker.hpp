@@ -20,7 +20,15 @@ public:
     // Appends to `producers` the tasks `task` must follow to access
     // [begin, end) of `storage`, then files the access.
     void Access(uint64_t storage, uint64_t begin, uint64_t end, bool write, HostTask* task,
+                std::vector<HostTask*>& producers) {
+        Lookup(storage, begin, end, write, task, producers);
+        File(storage, begin, end, write, task);
+    }
+    // The two halves, for a task with several accesses: every lookup first
+    // (a read's lookup meets the producers it reads from), then the files.
+    void Lookup(uint64_t storage, uint64_t begin, uint64_t end, bool write, HostTask* task,
                 std::vector<HostTask*>& producers);
+    void File(uint64_t storage, uint64_t begin, uint64_t end, bool write, HostTask* task);
     // Drops every access of `task` (its run ended).
     void Forget(const HostTask& task);
     size_t entries() const { return map_.entries(); }

@@ -127,13 +127,10 @@ void RegisterProgram(RuntimeState& state, int32_t kernel_id, std::span<const uin
     k.program_address = dev.allocator().DeviceAddress(buffer.handle(), image.size());
     k.program_bytes = image.size();
     k.has_program = true;
-    const uint64_t program_address = k.program_address;
     state.graph->RegisterKernel(std::move(k));
     DeviceBacking& backing = *static_cast<DeviceBacking*>(state.backing.get());
     std::lock_guard lock(backing.mu);
     backing.programs.push_back(std::move(buffer));
-    std::lock_guard ranges(state.program_mu);
-    state.program_ranges.emplace_back(program_address, image.size());
 }
 
 DeviceBacking& DeviceOf(RuntimeState& state, const char* call) {

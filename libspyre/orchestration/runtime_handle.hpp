@@ -66,12 +66,6 @@ struct RuntimeState {
     // on host memory.
     void* DeviceMalloc(uint64_t size);
     void DeviceFree(void* buffer);
-    // InvalidArgument when [at, at + size) overlaps a device program
-    // pto_register_program uploaded (program_ranges): pto_copy_in there
-    // broke every later task of its kernel.
-    void CheckNotAProgram(uint64_t at, uint64_t size, const char* call);
-    std::mutex program_mu;
-    std::vector<std::pair<uint64_t, uint64_t>> program_ranges;  // device address, bytes
 };
 
 // What both kinds of runtime take from the caller's options as they are;

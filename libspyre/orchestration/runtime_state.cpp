@@ -183,20 +183,10 @@ void RuntimeState::RunLibrary(const char* path, const char* symbol, uint64_t* ar
     Run(reinterpret_cast<pto_orchestration_fn>(sym), args, progress);
 }
 
-void RuntimeState::CheckNotAProgram(uint64_t at, uint64_t size, const char* call) {
-    std::lock_guard lock(program_mu);
-    for (const auto& [start, bytes] : program_ranges)
-        if (at < start + bytes && start < at + size)
-            throw Error(ErrorKind::InvalidArgument,
-                        std::string(call) + ": " + std::to_string(size) + " bytes at device address " + Hex(at) +
-                            " overlap a registered device program (" + std::to_string(bytes) + " bytes at " +
-                            Hex(start) + "): every later task of its kernel would run what was written there");
-}
-
 void RuntimeState::CopyIn(void* buffer, const void* host, uint64_t size) {
     if (!host && size) throw Error(ErrorKind::InvalidArgument, "pto_copy_in: the host address is NULL");
     const uint64_t at = graph->DeviceAddress(buffer, size);
-    CheckNotAProgram(at, size, "pto_copy_in");
+    graph->CheckNotAProgram(at, size, "pto_copy_in");
     if (copy_in) copy_in(host, at, size);
     else CopyMemory(buffer, host, size);
 }

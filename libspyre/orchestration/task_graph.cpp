@@ -152,6 +152,18 @@ uint8_t* TaskGraph::HostAddress(uint64_t device_address, uint64_t size) const {
     return options_.memory + device_address;
 }
 
+void TaskGraph::CheckNotAProgram(uint64_t device_address, uint64_t size, const char* call) {
+    Lock lock(*this);
+    const uint8_t* lo = options_.memory + device_address;
+    for (const KernelProgram& image : program_images_)
+        if (lo < image.end && image.begin < lo + size)
+            Fail(ErrorKind::InvalidArgument,
+                 std::string(call) + ": " + std::to_string(size) + " bytes at device address " + Hex(device_address) +
+                     " overlap kernel " + std::to_string(image.kernel_id) + "'s registered device program (" +
+                     std::to_string(image.end - image.begin) + " bytes at " + Hex(uint64_t(image.begin - options_.memory)) +
+                     "): every later task of that kernel would run what was written there");
+}
+
 void TaskGraph::ConfineTasksTo(std::optional<std::vector<Orchestrator::TaskRegion>> regions) {
     Lock lock(*this);
     confined_to_ = std::move(regions);
@@ -1076,11 +1088,21 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
     deps_.clear();
     auto alive = [this](int32_t task) { return Alive(task); };
     bool uses_outputs = false;
+    // Reads first: the writers they meet are the producers this task reads
+    // from, which pass a failure on (fan_out.hpp); the writes' lookups then
+    // add those it only follows (WAW, WAR). An INOUT is looked up both ways.
     for (int32_t i = 0; i < t.num_params; ++i) {
         const ResolvedParam& p = t.params[i];
         if (p.implicit) continue;  // fresh memory: nobody else touches it yet
-        map_.Lookup(0, uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id, alive, deps_);
+        if (p.kind != PARAM_OUTPUT)
+            map_.Lookup(0, uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, false, id, alive, deps_);
         uses_outputs |= p.in_outputs;
+    }
+    deps_read_ = deps_.size();
+    for (int32_t i = 0; i < t.num_params; ++i) {
+        const ResolvedParam& p = t.params[i];
+        if (!p.implicit && p.kind != PARAM_INPUT)
+            map_.Lookup(0, uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, true, id, alive, deps_);
     }
     const bool poison_kept = !poisoned_.empty();
     if (poison_kept) [[unlikely]]
@@ -1106,16 +1128,18 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
     }
     // Completions apply under the lock this holds: nothing counts the
     // fan-in down before the task is published.
-    for (int32_t d : deps_) {
+    t.fanin_reads = deps_read_;
+    for (size_t i = 0; i < deps_.size(); ++i) {
+        const int32_t d = deps_[i];
         TaskDescriptor& producer = ring_.Get(d);
         // Every producer is held (not consumed, its heap block not reused)
         // until this task completes; one completed already is not waited
-        // for, but passes on its failure, if any.
+        // for, but passes on its failure, if any, when this task reads from it.
         ++producer.fanout_count;
         t.fanin.push_back(d);
         if (dependency::Meet(t.gate, producer.gate,
                              producer.state.load(std::memory_order_relaxed) == TaskState::Completed,
-                             [&] { return ReadsWhatItWrites(t, producer); }))
+                             [&] { return i < deps_read_; }))
             producer.fanout.push_back(id);
     }
     // This thread's depth-0 outputs the task reads are its to hold now, as
@@ -1154,7 +1178,8 @@ bool TaskGraph::PushEarly(TaskDescriptor& t) {
     const Route& route = RouteFor(t.core_type, *t.kernel);
     if (!route.orders_after) return false;
     int32_t n = 0;
-    for (int32_t p : t.fanin) {
+    for (size_t i = 0; i < t.fanin.size(); ++i) {
+        const int32_t p = t.fanin[i];
         const TaskDescriptor& producer = ring_.Get(p);
         const TaskState s = producer.state.load(std::memory_order_relaxed);
         if (s == TaskState::Completed) continue;  // met at submission: not waited for
@@ -1165,7 +1190,7 @@ bool TaskGraph::PushEarly(TaskDescriptor& t) {
             return false;
         // The card skips a task behind a failed one whatever the edge; an
         // edge that only orders (WAW, WAR) must not skip it (fan_out.hpp).
-        if (!ReadsWhatItWrites(t, producer)) return false;
+        if (i >= t.fanin_reads) return false;
         t.after_ids[n++] = p;
     }
     t.after_count = n;
@@ -1298,7 +1323,7 @@ void TaskGraph::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped,
     dependency::Release(
         t.gate.root, t.fanout, [this](int32_t c) -> TaskDescriptor& { return ring_.Get(c); },
         [this](TaskDescriptor& consumer) { MakeReady(consumer); },
-        [&t](const TaskDescriptor& consumer) { return ReadsWhatItWrites(consumer, t); });
+        [&t](const TaskDescriptor& consumer) { return ReadsFrom(consumer, t.task_id); });
     for (int32_t p : t.fanin) {
         TaskDescriptor& producer = ring_.Get(p);
         ++producer.fanout_refcount;
@@ -1369,17 +1394,9 @@ void TaskGraph::Hold(TaskDescriptor& t) {
     tl_holds.Add(anchor_);
 }
 
-bool TaskGraph::ReadsWhatItWrites(const TaskDescriptor& consumer, const TaskDescriptor& producer) {
-    for (int32_t i = 0; i < consumer.num_params; ++i) {
-        const ResolvedParam& read = consumer.params[i];
-        if (read.kind == PARAM_OUTPUT || read.implicit) continue;
-        for (int32_t j = 0; j < producer.num_params; ++j) {
-            const ResolvedParam& write = producer.params[j];
-            if (write.kind != PARAM_INPUT && read.host < write.host + write.size && write.host < read.host + read.size)
-                return true;
-        }
-    }
-    return false;
+bool TaskGraph::ReadsFrom(const TaskDescriptor& consumer, int32_t producer) {
+    const auto reads_end = consumer.fanin.begin() + std::ptrdiff_t(consumer.fanin_reads);
+    return std::find(consumer.fanin.begin(), reads_end, producer) != reads_end;
 }
 
 bool TaskGraph::Covers(const TaskDescriptor& owner, const ResolvedParam& p) {
@@ -1575,8 +1592,16 @@ void TaskGraph::KeepPoisonedWrites(const TaskDescriptor& t) {
 }
 
 void TaskGraph::InheritPoison(TaskDescriptor& t) {
-    // Kept failed writers are not producers: nothing waits for them.
-    std::erase_if(deps_, [this](int32_t d) { return !Unconsumed(d); });
+    // Kept failed writers are not producers: nothing waits for them. (In
+    // order: deps_[0, deps_read_) stays what the reads met.)
+    size_t kept = 0, kept_read = 0;
+    for (size_t i = 0; i < deps_.size(); ++i) {
+        if (!Unconsumed(deps_[i])) continue;
+        kept_read += i < deps_read_;
+        deps_[kept++] = deps_[i];
+    }
+    deps_.resize(kept);
+    deps_read_ = kept_read;
     auto alive = [this](int32_t task) { return Alive(task); };
     for (int32_t i = 0; i < t.num_params; ++i) {
         const ResolvedParam& p = t.params[i];

@@ -157,6 +157,10 @@ public:
 
     uint64_t DeviceAddress(const void* p, uint64_t size = 1) const;
     uint8_t* HostAddress(uint64_t device_address, uint64_t size) const;
+    // InvalidArgument naming `call` when [device_address, + size) overlaps
+    // the device program of a registered kernel (pto_copy_in there broke
+    // every later task of it).
+    void CheckNotAProgram(uint64_t device_address, uint64_t size, const char* call);
     // Orchestrator::ConfineTasksTo.
     void ConfineTasksTo(std::optional<std::vector<Orchestrator::TaskRegion>> regions);  // nullopt: anywhere
     // Where [p, p + size) lies among the confined regions: in a writable
@@ -334,9 +338,9 @@ private:
     bool LetGoHoldsWhere(Which&& which);  // the holds `which` picks; whether there were any
     // Whether `p` lies inside `owner`'s implicit outputs.
     static bool Covers(const TaskDescriptor& owner, const ResolvedParam& p);
-    // Whether `consumer` reads (INPUT, INOUT) bytes `producer` writes
-    // (OUTPUT, INOUT): the edges a failure passes along (fan_out.hpp).
-    static bool ReadsWhatItWrites(const TaskDescriptor& consumer, const TaskDescriptor& producer);
+    // Whether `consumer` reads from `producer` (a producer its reads'
+    // lookups met): the edges a failure passes along (fan_out.hpp).
+    static bool ReadsFrom(const TaskDescriptor& consumer, int32_t producer);
     // Refuses (unwinding t's slot and block) a parameter in the heap ring
     // that is not inside live, handed-out implicit outputs (deps_ holds the
     // lookups' producers).
@@ -396,7 +400,7 @@ private:
     BufferTracker buffers_;
     std::map<int32_t, std::unique_ptr<KernelEntry>> kernels_;
     // The device programs of registered kernels, [begin, end) in memory,
-    // and whose: a task's write there is refused.
+    // and whose: a task's write there is refused, and so is CheckNotAProgram's.
     struct KernelProgram {
         const uint8_t* begin;
         const uint8_t* end;
@@ -427,6 +431,7 @@ private:
     std::vector<int32_t> poison_scratch_;  // InheritPoison's lookups
     int64_t next_forget_seq_ = 0;  // ForgetBeforeIdsComeRound's next turn (a compare per submit, no division)
     std::vector<int32_t> deps_;        // Submit's scratch
+    size_t deps_read_ = 0;             // deps_[0, deps_read_) are what its reads met
     // Depth-0 holds, oldest first. A task with implicit outputs submitted
     // outside any scope has no scope to keep them, and a fast task would be
     // reclaimed before its submitter could pass them on (seed 004's

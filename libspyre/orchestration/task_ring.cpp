@@ -33,6 +33,7 @@ void TaskDescriptor::Reset(int32_t id) {
     packed_buffer_base = 0;
     state.store(TaskState::Pending, std::memory_order_relaxed);
     fanin.clear();
+    fanin_reads = 0;
     fanout.clear();
     buffers.clear();
     num_params = 0;

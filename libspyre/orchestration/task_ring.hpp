@@ -55,6 +55,9 @@ struct TaskDescriptor {
 
     // The task graph's bookkeeping (kept across reuse so steady state allocates nothing).
     std::vector<int32_t> fanin;        // producers this task waits for
+    // fanin[0, fanin_reads) are those it reads from (a failure passes along
+    // those edges only, dependency/fan_out.hpp); the rest it only follows.
+    size_t fanin_reads = 0;
     std::vector<int32_t> fanout;       // consumers waiting for this task
     std::vector<uint64_t> buffers;     // explicit buffers (BufferTracker bases) it references
     ResolvedParam params[PTO_MAX_PARAMS];

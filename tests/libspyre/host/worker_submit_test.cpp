@@ -565,6 +565,8 @@ TEST_F(WorkerTest, WhatWasSubmittedBeforeTheFunctionThrewRuns) {
 // task wrote) runs, and so does its reader, whether the failure came
 // before or after its submission: as in the orchestration runtime
 // (dependency/fan_out.hpp). Before, a failure passed along every edge.
+// The reader also overwrites the failed task's other output: it reads the
+// overwrite's bytes only, and runs (it was skipped, probe79).
 TEST_F(WorkerTest, ATaskThatOnlyFollowsAFailedOneRuns) {
     for (const bool failed_first : {false, true}) {
         SCOPED_TRACE(failed_first ? "failed before the overwrite was submitted" : "failing while it was submitted");
@@ -579,7 +581,7 @@ TEST_F(WorkerTest, ATaskThatOnlyFollowsAFailedOneRuns) {
                                   failed = true;
                                   throw std::runtime_error("gated failure");
                               },
-                              {Out(scratch)});
+                              {Out(scratch), Out(x[2])});
                           if (failed_first) {
                               while (!failed.load()) std::this_thread::yield();
                               std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past its end

@@ -815,7 +815,7 @@ TEST(OrchestrationQueues, ACopyInOverARegisteredProgramIsRefused) {
     ASSERT_NE(found, nullptr) << "the registered image is nowhere in the function's memory";
     const std::vector<uint8_t> junk(16, 0xa5);
     EXPECT_EQ(pto_copy_in(h, found + 8, junk.data(), junk.size()), -EINVAL);
-    EXPECT_NE(std::string(pto_last_error()).find("overlap a registered device program"), std::string::npos)
+    EXPECT_NE(std::string(pto_last_error()).find("overlap kernel 79's registered device program"), std::string::npos)
         << pto_last_error();
     // A task whose OUTPUT lies over a registered program (the image's, or
     // a program registered by address) is refused at submit: the card
@@ -834,6 +834,13 @@ TEST(OrchestrationQueues, ACopyInOverARegisteredProgramIsRefused) {
         TaskParam inout[] = {{PARAM_INOUT, o.at, 16, {}}};
         EXPECT_SPYRE_ERROR(rt.orch.Submit(KERNEL_ADD, WORKER_VECTOR, inout), InvalidArgument, "writes over kernel");
     }
+    // pto_copy_in over the program registered by address (RegisterDeviceKernel)
+    // as well: it was accepted, and the next task of that kernel failed
+    // PROGRAM_FORMAT (probe79).
+    EXPECT_EQ(pto_copy_in(h, own_bytes + rt.program.size() - 4, junk.data(), 4), -EINVAL);
+    EXPECT_NE(std::string(pto_last_error()).find("overlap kernel " + std::to_string(KERNEL_ADD) + "'s registered"),
+              std::string::npos)
+        << pto_last_error();
     EXPECT_EQ(std::memcmp(found, image.data(), image.size()), 0);  // untouched
     EXPECT_EQ(std::memcmp(own_bytes, rt.program.data(), rt.program.size()), 0);
     // The kernel still runs, and a copy into a runtime buffer still lands.

@@ -769,8 +769,9 @@ TEST_P(OrchQueueTest, WhetherATaskBehindAFailureRunsDoesNotDependOnTiming) {
         uint32_t* q = Data(2048, 64);   // written by the failed task, then half overwritten
         uint32_t* z = Data(3072, 64);   // what a reader of x makes
         uint32_t* r = Data(4096, 64);   // what a reader of q makes
-        for (uint32_t* p : {x, y, q, z, r}) std::fill(p, p + 16, 1u);
-        TaskParam fail[] = {In(y, 64), Out(x, 64), Out(q, 64)};
+        uint32_t* w = Data(5120, 64);   // written by the failed task, then by a reader of x
+        for (uint32_t* p : {x, y, q, z, r, w}) std::fill(p, p + 16, 1u);
+        TaskParam fail[] = {In(y, 64), Out(x, 64), Out(q, 64), Out(w, 64)};
         const int32_t a = o().Submit(K_GATED_FAIL, WORKER_HOST, fail);
         if (when != When::Running) {
             open = true;
@@ -782,8 +783,13 @@ TEST_P(OrchQueueTest, WhetherATaskBehindAFailureRunsDoesNotDependOnTiming) {
         TaskParam write_y[] = {Out(y, 64)};
         TaskParam half_q[] = {Out(q, 32)};
         TaskParam read_q[] = {In(q, 64), In(q, 64), Out(r, 64)};
+        // Reads only the overwrite's bytes, and writes another output of
+        // the failed task: it follows that one, and runs (it was skipped
+        // while the failed task ran, probe79).
+        TaskParam read_x_write_w[] = {In(x, 64), In(x, 64), Out(w, 64)};
         const int32_t runs[] = {o().Submit(K_FILL, WORKER_HOST, overwrite_x), o().Submit(K_ADD, WORKER_HOST, read_x),
-                                o().Submit(K_FILL, WORKER_HOST, write_y), o().Submit(K_FILL, WORKER_HOST, half_q)};
+                                o().Submit(K_FILL, WORKER_HOST, write_y), o().Submit(K_FILL, WORKER_HOST, half_q),
+                                o().Submit(K_ADD, WORKER_HOST, read_x_write_w)};
         const int32_t skipped = o().Submit(K_ADD, WORKER_HOST, read_q);
         open = true;
         EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "1 task(s) failed, 1 dependent task(s) skipped");
@@ -794,6 +800,7 @@ TEST_P(OrchQueueTest, WhetherATaskBehindAFailureRunsDoesNotDependOnTiming) {
         EXPECT_EQ(q[0], 7u);
         EXPECT_EQ(q[15], 1u);
         EXPECT_EQ(r[0], 1u);  // not run
+        EXPECT_EQ(w[0], 14u);
         orch_.reset();
     }
 }
