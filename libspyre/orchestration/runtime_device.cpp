@@ -156,14 +156,25 @@ void* RuntimeState::DeviceMalloc(uint64_t size) {
 void RuntimeState::DeviceFree(void* buffer) {
     RuntimeState& state = *this;
     DeviceBacking& backing = DeviceOf(state, "pto_device_free");
+    auto not_live = [&] {
+        return Error(ErrorKind::InvalidArgument, "pto_device_free: " + Hex(uint64_t(uintptr_t(buffer))) +
+                                                     " is not a live pto_device_malloc buffer of this runtime");
+    };
+    uint64_t size = 0;
+    {
+        std::lock_guard lock(backing.mu);
+        const auto live = backing.allocations.find(uintptr_t(buffer));
+        if (live == backing.allocations.end()) throw not_live();
+        size = live->second.size();
+    }
+    // (Outside backing.mu: the graph's lock is never taken inside it.)
+    state.graph->CheckNotAProgram(state.graph->DeviceAddress(buffer, size), size, "pto_device_free: the buffer", true);
     decltype(backing.allocations)::node_type freed;
     {
         std::lock_guard lock(backing.mu);
         freed = backing.allocations.extract(uintptr_t(buffer));
     }
-    if (!freed)
-        throw Error(ErrorKind::InvalidArgument, "pto_device_free: " + Hex(uint64_t(uintptr_t(buffer))) +
-                                                    " is not a live pto_device_malloc buffer of this runtime");
+    if (!freed) throw not_live();  // freed by another thread meanwhile
     // Before the block can be handed out again (when `freed` goes): a
     // failed task's poison there would skip the next allocation's readers.
     state.graph->ForgetFailuresIn(buffer, freed.mapped().size());

@@ -152,16 +152,27 @@ uint8_t* TaskGraph::HostAddress(uint64_t device_address, uint64_t size) const {
     return options_.memory + device_address;
 }
 
-void TaskGraph::CheckNotAProgram(uint64_t device_address, uint64_t size, const char* call) {
-    Lock lock(*this);
-    const uint8_t* lo = options_.memory + device_address;
+const TaskGraph::KernelProgram* TaskGraph::ProgramIn(const uint8_t* p, uint64_t size) const noexcept {
     for (const KernelProgram& image : program_images_)
-        if (lo < image.end && image.begin < lo + size)
-            Fail(ErrorKind::InvalidArgument,
-                 std::string(call) + ": " + std::to_string(size) + " bytes at device address " + Hex(device_address) +
-                     " overlap kernel " + std::to_string(image.kernel_id) + "'s registered device program (" +
-                     std::to_string(image.end - image.begin) + " bytes at " + Hex(uint64_t(image.begin - options_.memory)) +
-                     "): every later task of that kernel would run what was written there");
+        if (p < image.end && image.begin < p + size) return &image;
+    return nullptr;
+}
+
+void TaskGraph::FailOverProgram(const KernelProgram& image, const uint8_t* p, uint64_t size, const std::string& what,
+                                bool freeing) const {
+    Fail(ErrorKind::InvalidArgument,
+         what + " [device address " + Hex(uint64_t(p - options_.memory)) + ", +" + std::to_string(size) + ") " +
+             (freeing ? "holds" : "overlaps") + " kernel " + std::to_string(image.kernel_id) +
+             "'s registered device program (" + std::to_string(image.end - image.begin) + " bytes at " +
+             Hex(uint64_t(image.begin - options_.memory)) + "): " +
+             (freeing ? "a kernel stays registered for the runtime's life, and so does its program's memory"
+                      : "every later task of that kernel would run what was written there"));
+}
+
+void TaskGraph::CheckNotAProgram(uint64_t device_address, uint64_t size, const char* call, bool freeing) {
+    Lock lock(*this);
+    const uint8_t* p = options_.memory + device_address;
+    if (const KernelProgram* image = ProgramIn(p, size)) FailOverProgram(*image, p, size, call, freeing);
 }
 
 void TaskGraph::ConfineTasksTo(std::optional<std::vector<Orchestrator::TaskRegion>> regions) {
@@ -656,6 +667,8 @@ void TaskGraph::Free(const void* buffer) {
     if (b->free_requested)
         Fail(ErrorKind::InvalidArgument, "pto_free: buffer at device address " +
                                              Hex(uint64_t(b->base_ptr - options_.memory)) + " was freed already");
+    if (const KernelProgram* image = ProgramIn(b->base_ptr, b->size)) [[unlikely]]
+        FailOverProgram(*image, b->base_ptr, b->size, "pto_free: the buffer", true);
     b->free_requested = true;
     if (BufferTracker::Reclaimable(*b)) ReleaseBuffer(*b);
     WakeWaiters();
@@ -990,15 +1003,9 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
         }
         // Nothing the ring or a buffer holds: maybe a registered program,
         // which every later task of its kernel would run as written.
-        if (p.kind != PARAM_INPUT && !b && !r.in_outputs && !program_images_.empty()) [[unlikely]]
-            for (const KernelProgram& image : program_images_)
-                if (base < image.end && image.begin < base + size)
-                    Fail(ErrorKind::InvalidArgument,
-                         where() + " [device address " + Hex(uint64_t(base - options_.memory)) + ", +" +
-                             std::to_string(size) + ") writes over kernel " + std::to_string(image.kernel_id) +
-                             "'s device program (" + std::to_string(image.end - image.begin) + " bytes at " +
-                             Hex(uint64_t(image.begin - options_.memory)) +
-                             "): every later task of that kernel would run what was written there");
+        if (p.kind != PARAM_INPUT && !r.in_outputs && !program_images_.empty()) [[unlikely]]
+            if (const KernelProgram* image = ProgramIn(base, size))
+                FailOverProgram(*image, base, size, where() + " writes", false);
         r.host = base;
     }
 
@@ -1139,7 +1146,7 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
         t.fanin.push_back(d);
         if (dependency::Meet(t.gate, producer.gate,
                              producer.state.load(std::memory_order_relaxed) == TaskState::Completed,
-                             [&] { return i < deps_read_; }))
+                             [&] { return i < deps_read_ && ring_.SeqOf(d) >= reported_below_seq_; }))
             producer.fanout.push_back(id);
     }
     // This thread's depth-0 outputs the task reads are its to hold now, as
@@ -1759,6 +1766,7 @@ void TaskGraph::WaitAll(const ProgressCallback& progress) {
     reports.swap(failures_);
     roots.swap(failure_roots_);
     poisoned_.clear();  // reported: what the caller does with the data is its own (the map drops them as met)
+    reported_below_seq_ = ring_.head_seq();  // and so for failed tasks still held (every task has finished)
     size_t root = reports.size();
     int32_t failed = 0, skipped = 0;
     for (size_t i = 0; i < reports.size(); ++i) {

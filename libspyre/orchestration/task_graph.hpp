@@ -158,9 +158,10 @@ public:
     uint64_t DeviceAddress(const void* p, uint64_t size = 1) const;
     uint8_t* HostAddress(uint64_t device_address, uint64_t size) const;
     // InvalidArgument naming `call` when [device_address, + size) overlaps
-    // the device program of a registered kernel (pto_copy_in there broke
-    // every later task of it).
-    void CheckNotAProgram(uint64_t device_address, uint64_t size, const char* call);
+    // the device program of a registered kernel: pto_copy_in there broke
+    // every later task of it, and so did a free of the buffer it lay in
+    // (`freeing`: the next owner's bytes went there).
+    void CheckNotAProgram(uint64_t device_address, uint64_t size, const char* call, bool freeing = false);
     // Orchestrator::ConfineTasksTo.
     void ConfineTasksTo(std::optional<std::vector<Orchestrator::TaskRegion>> regions);  // nullopt: anywhere
     // Where [p, p + size) lies among the confined regions: in a writable
@@ -407,6 +408,10 @@ private:
         int32_t kernel_id;
     };
     std::vector<KernelProgram> program_images_;
+    // The one overlapping [p, p + size), or null (mu_ held).
+    const KernelProgram* ProgramIn(const uint8_t* p, uint64_t size) const noexcept;
+    [[noreturn]] void FailOverProgram(const KernelProgram& image, const uint8_t* p, uint64_t size,
+                                      const std::string& what, bool freeing) const;
     std::vector<std::unique_ptr<ReadyQueue>> queues_;
     Route routes_[PTO_WORKER_TYPES];
     std::vector<std::shared_ptr<Executor>> executors_;
@@ -432,6 +437,10 @@ private:
     int64_t next_forget_seq_ = 0;  // ForgetBeforeIdsComeRound's next turn (a compare per submit, no division)
     std::vector<int32_t> deps_;        // Submit's scratch
     size_t deps_read_ = 0;             // deps_[0, deps_read_) are what its reads met
+    // Tasks below this ring sequence had finished when WaitAll reported
+    // their failures: a failed one a scope still holds poisons no later
+    // reader (the caller knows), as one consumed already does not.
+    int64_t reported_below_seq_ = 0;
     // Depth-0 holds, oldest first. A task with implicit outputs submitted
     // outside any scope has no scope to keep them, and a fast task would be
     // reclaimed before its submitter could pass them on (seed 004's

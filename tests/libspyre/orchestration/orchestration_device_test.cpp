@@ -815,7 +815,7 @@ TEST(OrchestrationQueues, ACopyInOverARegisteredProgramIsRefused) {
     ASSERT_NE(found, nullptr) << "the registered image is nowhere in the function's memory";
     const std::vector<uint8_t> junk(16, 0xa5);
     EXPECT_EQ(pto_copy_in(h, found + 8, junk.data(), junk.size()), -EINVAL);
-    EXPECT_NE(std::string(pto_last_error()).find("overlap kernel 79's registered device program"), std::string::npos)
+    EXPECT_NE(std::string(pto_last_error()).find("overlaps kernel 79's registered device program"), std::string::npos)
         << pto_last_error();
     // A task whose OUTPUT lies over a registered program (the image's, or
     // a program registered by address) is refused at submit: the card
@@ -830,15 +830,15 @@ TEST(OrchestrationQueues, ACopyInOverARegisteredProgramIsRefused) {
     for (const auto& o : over) {
         TaskParam q[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, a, 1024, {}}, {PARAM_OUTPUT, o.at, 1024, {}}};
         EXPECT_SPYRE_ERROR(rt.orch.Submit(kImageAdd, WORKER_VECTOR, q), InvalidArgument,
-                           "writes over kernel " + std::to_string(o.kernel) + "'s device program");
+                           "overlaps kernel " + std::to_string(o.kernel) + "'s registered device program");
         TaskParam inout[] = {{PARAM_INOUT, o.at, 16, {}}};
-        EXPECT_SPYRE_ERROR(rt.orch.Submit(KERNEL_ADD, WORKER_VECTOR, inout), InvalidArgument, "writes over kernel");
+        EXPECT_SPYRE_ERROR(rt.orch.Submit(KERNEL_ADD, WORKER_VECTOR, inout), InvalidArgument, "(INOUT) writes [device");
     }
     // pto_copy_in over the program registered by address (RegisterDeviceKernel)
     // as well: it was accepted, and the next task of that kernel failed
     // PROGRAM_FORMAT (probe79).
     EXPECT_EQ(pto_copy_in(h, own_bytes + rt.program.size() - 4, junk.data(), 4), -EINVAL);
-    EXPECT_NE(std::string(pto_last_error()).find("overlap kernel " + std::to_string(KERNEL_ADD) + "'s registered"),
+    EXPECT_NE(std::string(pto_last_error()).find("overlaps kernel " + std::to_string(KERNEL_ADD) + "'s registered"),
               std::string::npos)
         << pto_last_error();
     EXPECT_EQ(std::memcmp(found, image.data(), image.size()), 0);  // untouched
@@ -851,6 +851,55 @@ TEST(OrchestrationQueues, ACopyInOverARegisteredProgramIsRefused) {
     const auto* sum = static_cast<const float*>(rt.orch.TaskOutput(id, 0));
     rt.orch.WaitAll();
     for (int i = 0; i < 256; ++i) ASSERT_EQ(sum[i], 2.0f) << i;
+}
+
+// A program registered by address in a pto_device_malloc or pto_alloc
+// buffer: freeing that buffer was accepted, the next allocation got the
+// address zeroed, and every later task of the kernel failed PROGRAM_FORMAT
+// (probe80, 5 of 5). A kernel stays registered, so the free is refused;
+// the kernel still runs.
+TEST(OrchestrationQueues, AFreeOfTheBufferARegisteredProgramLiesInIsRefused) {
+    SPYRE_REQUIRE_FUSE();
+    OneCardRuntime rt(64);
+    Runtime* h = rt.orch.handle();
+    const std::vector<uint8_t> image = test::AddProgram256();
+    void* in_malloc = pto_device_malloc(h, image.size());
+    void* in_alloc = pto_alloc(h, 4096);
+    ASSERT_NE(in_malloc, nullptr) << pto_last_error();
+    ASSERT_NE(in_alloc, nullptr) << pto_last_error();
+    const struct {
+        void* buffer;
+        int32_t kernel;
+        int32_t (*free)(Runtime*, void*);
+        const char* call;
+    } cases[] = {{in_malloc, 91, pto_device_free, "pto_device_free"},
+                 {static_cast<uint8_t*>(in_alloc) + 256, 92, pto_free, "pto_free"}};
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.call);
+        ASSERT_EQ(pto_copy_in(h, c.buffer, image.data(), image.size()), 0) << pto_last_error();
+        uint64_t at = 0;
+        ASSERT_EQ(pto_device_address(h, c.buffer, &at), 0) << pto_last_error();
+        ASSERT_EQ(pto_register_device_kernel(h, c.kernel, at), 0) << pto_last_error();
+        void* whole = c.buffer == in_malloc ? in_malloc : in_alloc;
+        EXPECT_EQ(c.free(h, whole), -EINVAL);
+        EXPECT_NE(std::string(pto_last_error()).find(std::string(c.call) + ": the buffer [device address"),
+                  std::string::npos)
+            << pto_last_error();
+        EXPECT_NE(std::string(pto_last_error()).find("holds kernel " + std::to_string(c.kernel) +
+                                                     "'s registered device program"),
+                  std::string::npos)
+            << pto_last_error();
+        // The kernel still runs.
+        auto* a = static_cast<float*>(rt.orch.Alloc(1024));
+        std::vector<float> ones(256, 1.5f);
+        ASSERT_EQ(pto_copy_in(h, a, ones.data(), 1024), 0) << pto_last_error();
+        TaskParam p[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, a, 1024, {}}, {PARAM_OUTPUT, nullptr, 1024, {}}};
+        const int32_t id = rt.orch.Submit(c.kernel, WORKER_VECTOR, p);
+        const auto* sum = static_cast<const float*>(rt.orch.TaskOutput(id, 0));
+        rt.orch.WaitAll();
+        for (int i = 0; i < 256; ++i) ASSERT_EQ(sum[i], 3.0f) << i;
+        rt.orch.Free(a);
+    }
 }
 
 TEST(OrchestrationQueues, ATasksParametersAreCheckedAgainstItsDeviceProgram) {

@@ -720,6 +720,29 @@ TEST_P(OrchQueueTest, AFailedWritersRegionStaysPoisonedAfterItsSlotIsReclaimed) 
     (void)b, (void)c;
 }
 
+// A failure WaitAll reported poisons no later reader, whether the failed
+// task is gone or a scope still holds it (it has an implicit output).
+// Before, the held one still skipped the reader, and the next WaitAll
+// reported the same failure again (probe80, 5 of 5).
+TEST_P(OrchQueueTest, AReportedFailurePoisonsNoLaterReaderWhileAScopeHoldsIt) {
+    Make();
+    uint32_t* m = Data(0, 64);
+    uint32_t* out = Data(1024, 64);
+    std::fill(m, m + 16, 3u);
+    std::fill(out, out + 16, 1u);
+    auto scope = o().BeginScope();
+    TaskParam fail[] = {Out(m, 64), Out(nullptr, 64)};
+    const int32_t failed = o().Submit(K_FAIL, WORKER_HOST, fail);
+    EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "1 task(s) failed, 0 dependent task(s) skipped");
+    EXPECT_EQ(o().TaskState(failed), PTO_TASK_COMPLETED);  // held by the scope
+    TaskParam read[] = {In(m, 64), In(m, 64), Out(out, 64)};
+    o().Submit(K_ADD, WORKER_HOST, read);
+    o().WaitAll();  // nothing new to report
+    EXPECT_EQ(out[0], 6u);
+    // The scope's own report names its failed task, as documented.
+    EXPECT_SPYRE_ERROR(scope.End(), DeviceError, "1 task(s) failed, 0 dependent task(s) skipped");
+}
+
 // A heap ring whose size is not whole 128-byte granules holds the whole
 // granules that cover it. Before, its last partial granule could never be
 // handed out: a request that fitted the size asked for failed "cannot make
