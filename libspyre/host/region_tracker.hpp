@@ -18,16 +18,12 @@ namespace spyre::host {
 class RegionTracker {
 public:
     // Appends to `producers` the tasks `task` must follow to access
-    // [begin, end) of `storage`, then files the access.
-    void Access(uint64_t storage, uint64_t begin, uint64_t end, bool write, HostTask* task,
-                std::vector<HostTask*>& producers) {
-        Lookup(storage, begin, end, write, task, producers);
-        File(storage, begin, end, write, task);
-    }
-    // The two halves, for a task with several accesses: every lookup first
-    // (a read's lookup meets the producers it reads from), then the files.
+    // [begin, end) of `storage`. A task with several accesses looks all of
+    // them up first (a read's lookup meets the producers it reads from),
+    // then files them.
     void Lookup(uint64_t storage, uint64_t begin, uint64_t end, bool write, HostTask* task,
                 std::vector<HostTask*>& producers);
+    // Files the access, for the tasks submitted after `task`.
     void File(uint64_t storage, uint64_t begin, uint64_t end, bool write, HostTask* task);
     // Drops every access of `task` (its run ended).
     void Forget(const HostTask& task);

@@ -13,12 +13,19 @@ using namespace spyre::host;
 
 namespace {
 
+// One access of `task`, looked up and filed: the tasks it must follow.
+void Access(RegionTracker& map, uint64_t storage, uint64_t begin, uint64_t end, bool write, HostTask* task,
+            std::vector<HostTask*>& producers) {
+    map.Lookup(storage, begin, end, write, task, producers);
+    map.File(storage, begin, end, write, task);
+}
+
 struct Fixture {
     RegionTracker map;
     HostTask tasks[8];
     std::vector<HostTask*> Access(int task, uint64_t begin, uint64_t end, bool write, uint64_t storage = 1) {
         std::vector<HostTask*> deps;
-        map.Access(storage, begin, end, write, &tasks[task], deps);
+        ::Access(map, storage, begin, end, write, &tasks[task], deps);
         return deps;
     }
 };
@@ -65,17 +72,17 @@ TEST(HostRegionTracker, AChainOfWritersBehindAFailureDependsLinkByLink) {
     std::vector<std::unique_ptr<HostTask>> tasks;
     for (int i = 0; i < 200; ++i) tasks.push_back(std::make_unique<HostTask>());
     std::vector<HostTask*> deps;
-    map.Access(1, 0, 100, true, tasks[0].get(), deps);
+    Access(map, 1, 0, 100, true, tasks[0].get(), deps);
     tasks[0]->state = HostTask::State::Failed;
     for (size_t i = 1; i < tasks.size(); ++i) {
         deps.clear();
-        map.Access(1, 0, 100, true, tasks[i].get(), deps);
+        Access(map, 1, 0, 100, true, tasks[i].get(), deps);
         ASSERT_EQ(deps, std::vector<HostTask*>{tasks[i - 1].get()}) << "task " << i;
         tasks[i]->state = HostTask::State::Skipped;
     }
     deps.clear();
     HostTask reader;
-    map.Access(1, 40, 50, false, &reader, deps);
+    Access(map, 1, 40, 50, false, &reader, deps);
     EXPECT_EQ(deps, std::vector<HostTask*>{tasks.back().get()});
     EXPECT_LE(map.entries(), 2u);
 }
