@@ -94,6 +94,19 @@ bool ValidPrefix(const std::string& p) {
     return true;
 }
 
+// The numeric options' first check: CLI11 checks an option's text before
+// converting it, and Range reads that text as a double, so "1.5" was "not
+// in range" and "0x2" passed. Decimal digits only, a sign allowed (the
+// range check then names a negative number).
+const CLI::Validator kWholeNumber(
+    [](std::string& text) -> std::string {
+        const size_t digits = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+        bool whole = text.size() > digits;
+        for (size_t i = digits; i < text.size(); ++i) whole = whole && std::isdigit(static_cast<unsigned char>(text[i]));
+        return whole ? std::string() : "'" + text + "' is not a whole decimal number";
+    },
+    "INT");
+
 // Returns an exit code to stop with, or -1 to go on.
 int ParseCommandLine(int argc, char** argv, Options& opt) {
     CLI::App app{"Mock Spyre PCIe device: serves the PCI functions of mock Spyre cards as a FUSE tree\n"
@@ -106,8 +119,9 @@ int ParseCommandLine(int argc, char** argv, Options& opt) {
     // Checked after the parse, not by CLI11's required(): that check came
     // first and named --mount for any unknown option (--version, --bogus).
     CLI::Option* mount = app.add_option("--mount", opt.mount, "Mount point: an existing, empty directory (required)");
-    app.add_option("--cards", opt.cards, "Number of cards (1-16)")->check(CLI::Range(1, 16))->capture_default_str();
+    app.add_option("--cards", opt.cards, "Number of cards (1-16)")->check(kWholeNumber)->check(CLI::Range(1, 16))->capture_default_str();
     app.add_option("--vfs", opt.vfs, "VFs enabled on each card at start (0-16)")
+        ->check(kWholeNumber)
         ->check(CLI::Range(0, 16))
         ->capture_default_str();
     app.add_option("--mem", mem, "Device memory per card, suffixes K/M/G/T; sparse, costs nothing until touched")
@@ -123,24 +137,29 @@ int ParseCommandLine(int argc, char** argv, Options& opt) {
     // CLI::Range, not NonNegativeNumber: its message printed DBL_MAX in 300 digits.
     const CLI::Range fd_range(0, std::numeric_limits<int>::max(), "a file descriptor");
     app.add_option("--ready-fd", opt.ready_fd, "Write \"ready\\n\" to this fd and close it once the mount is live")
+        ->check(kWholeNumber)
         ->check(fd_range);
     app.add_option("--exit-with-fd", opt.exit_with_fd,
                    "Stop, as on SIGTERM, once this fd (a pipe's read end) reads end of file: a spawner keeps\n"
                    "the write end, so the daemon ends with the spawning process, whichever of its threads\n"
                    "started it (a parent-death signal would follow that thread)")
+        ->check(kWholeNumber)
         ->check(fd_range);
     app.add_flag("--remove-mount-dir", opt.remove_mount_dir,
                  "Remove the (empty) mount directory after unmounting: one a spawner made for this daemon alone,\n"
                  "which then goes even when the spawner is killed first");
     app.add_option("--poll-us", opt.poll_us, "Microseconds the device polls its doorbell before it sleeps (at most: it stops polling while work comes seldom)")
+        ->check(kWholeNumber)
         ->check(CLI::Range(0, 1000000))
         ->capture_default_str();
     app.add_option("--cores", opt.cores,
                    "Worker threads that execute programs, per card (1-32; default: the card's 32 cores or the\n"
                    "machine's hardware threads, whichever is fewer). NUM_CORES stays 32")
+        ->check(kWholeNumber)
         ->check(CLI::Range(1, 32));
     app.add_option("--watchdog-ms", opt.watchdog_ms,
                    "Bound on one CB's run time (WATCHDOG_MS); a CB past it ends with WATCHDOG")
+        ->check(kWholeNumber)
         ->check(CLI::Range(kWatchdogMsMin, kWatchdogMsMax))
         ->capture_default_str();
     std::string cpus = "inherit";

@@ -79,6 +79,10 @@ TEST(MockdevStartup, RejectsBadArgumentsWithUsageExitCode) {
         {"--version", "--version"},
         {"--mount /tmp --ready-fd -5", "not in range 0 to 2147483647"},
         {"--mount /tmp --exit-with-fd -1", "not in range 0 to 2147483647"},
+        // Range read the text as a double: 1.5 was "not in range", 0x2 passed.
+        {"--mount /tmp --ready-fd 1.5", "'1.5' is not a whole decimal number"},
+        {"--mount /tmp --cards 0x2", "'0x2' is not a whole decimal number"},
+        {"--mount /tmp --cores ''", "'' is not a whole decimal number"},
         {"--mount ''", "--mount: the mount point is an empty path"},
         {"--mount /tmp --shm-prefix ''", "--shm-prefix: '' must be 1-32 characters"},
     };
