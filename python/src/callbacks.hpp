@@ -19,6 +19,10 @@ namespace spyre::python {
 // The device (its DeviceSlot) whose stream callback this thread runs, or
 // null: its close() there would wait for, and join, the thread it runs on.
 inline thread_local const void* t_callback_device = nullptr;
+// The device (its DeviceSlot) of the runtime whose host kernel this thread
+// runs, or null: its close() there would wait for the call running the
+// kernel (a submit, wait_all or run holds the device) and so for itself.
+inline thread_local const void* t_kernel_device = nullptr;
 
 inline std::function<void()> PythonCallback(py::function fn, const char* where, const void* device = nullptr) {
     std::shared_ptr<const void> keep = KeepAlive(fn);

@@ -110,6 +110,15 @@ public:
                             ", which runs on a device's scheduler thread, where close cannot wait for device " + name_ +
                             "'s work; close it after the callback",
                         ErrorContext{.device = name_});
+        // In a host kernel of a runtime on this device: the call that runs
+        // it (submit, wait_all, run) holds the device, so close waited out
+        // kUsersWait (10 s) for itself, then returned with the call still
+        // holding the function.
+        if (t_kernel_device == this)
+            throw Error(ErrorKind::InvalidArgument,
+                        "Device.close: called from a host kernel of an Orchestrator on device " + name_ +
+                            ", whose task the device's close would wait for; close it after the task",
+                        ErrorContext{.device = name_});
         if (closing_.exchange(true)) {
             // Another thread closes it: return once that close is done
             // (a second close returned at once, before the function was free).

@@ -188,10 +188,17 @@ HostKernel MakeHostKernel(const std::shared_ptr<PyOrch>& owner, int32_t kernel_i
     // Fails the task with `message`: the runtime keeps what a kernel threw
     // in the task's own failure record.
     auto fail = [](const std::string& message) -> uint32_t { throw std::runtime_error(message); };
-    return [fail, kernel_id, keep, keep_dt, keep_base, raw, raw_dt, raw_base](std::span<void* const> buffers,
+    const void* device = self->slot.get();  // null for a chip task's runtime
+    return [fail, kernel_id, keep, keep_dt, keep_base, raw, raw_dt, raw_base, device](std::span<void* const> buffers,
                                                          std::span<const uint64_t> sizes) -> uint32_t {
         const RuntimeCall call;
         if (!call) return kPythonKernelRaised;
+        const void* outer = t_kernel_device;
+        t_kernel_device = device;
+        struct Restore {
+            const void* outer;
+            ~Restore() { t_kernel_device = outer; }
+        } restore{outer};
         py::gil_scoped_acquire gil;
         try {
             py::tuple args(buffers.size());

@@ -306,6 +306,40 @@ def test_closing_while_another_thread_waits_lets_the_wait_end(host, close):
     d.close()
 
 
+def test_closing_the_device_from_its_own_runtime_s_host_kernel_is_refused(host):
+    """Device.close() inside a host kernel of an Orchestrator on that device
+    waited 10 s for the call running the kernel (it holds the device), then
+    returned with the function still held (probe of 5 Dec). It is refused at
+    once; the device closes after the task, and the function opens again."""
+    d = host.open("1")
+    o = spyre.Orchestrator(d, task_ring_size=8, host_threads=1)
+    seen = []
+
+    def close_here(x):
+        t0 = time.monotonic()
+        try:
+            d.close()
+            seen.append("closed")
+        except spyre.InvalidArgument as e:
+            seen.append(str(e))
+        except BaseException as e:  # noqa: BLE001 - any other kind is the defect
+            seen.append(repr(e))
+        seen.append(time.monotonic() - t0)
+        x += 1
+
+    o.register_host_kernel(PYADD, close_here)
+    buf = o.alloc(1024)
+    buf[:] = 0
+    o.submit(PYADD, spyre.WORKER_HOST, [("inout", buf)])
+    o.wait_all()
+    assert len(seen) == 2, seen
+    assert "called from a host kernel of an Orchestrator on device" in seen[0], seen
+    assert seen[1] < 5, seen  # no wait for itself (the old bound was 10 s)
+    assert buf[0] == 1  # the kernel went on and its task finished
+    d.close()
+    host.open("1").close()
+
+
 def test_a_host_kernels_return_code_is_marked_as_the_kernels(orch):
     """A Python host kernel that returns 9 fails its task with device_code 9
     and host_kernel_code True: 9 is the kernel's own code, not the device's
