@@ -24,18 +24,26 @@ inline thread_local const void* t_callback_device = nullptr;
 // kernel (a submit, wait_all or run holds the device) and so for itself.
 inline thread_local const void* t_kernel_device = nullptr;
 
+// Sets one of those markers for a call, and back to the outer call's after.
+class ThreadMark {
+public:
+    ThreadMark(const void*& mark, const void* value) : mark_(mark), outer_(mark) { mark_ = value; }
+    ~ThreadMark() { mark_ = outer_; }
+    ThreadMark(const ThreadMark&) = delete;
+    ThreadMark& operator=(const ThreadMark&) = delete;
+
+private:
+    const void*& mark_;
+    const void* outer_;
+};
+
 inline std::function<void()> PythonCallback(py::function fn, const char* where, const void* device = nullptr) {
     std::shared_ptr<const void> keep = KeepAlive(fn);
     PyObject* raw = fn.ptr();
     return [keep, raw, where, device] {
         const RuntimeCall call;
         if (!call) return;
-        const void* outer = t_callback_device;
-        t_callback_device = device;
-        struct Restore {
-            const void* outer;
-            ~Restore() { t_callback_device = outer; }
-        } restore{outer};
+        const ThreadMark mark(t_callback_device, device);
         py::gil_scoped_acquire gil;
         try {
             py::handle callable(raw);

@@ -193,12 +193,7 @@ HostKernel MakeHostKernel(const std::shared_ptr<PyOrch>& owner, int32_t kernel_i
                                                          std::span<const uint64_t> sizes) -> uint32_t {
         const RuntimeCall call;
         if (!call) return kPythonKernelRaised;
-        const void* outer = t_kernel_device;
-        t_kernel_device = device;
-        struct Restore {
-            const void* outer;
-            ~Restore() { t_kernel_device = outer; }
-        } restore{outer};
+        const ThreadMark mark(t_kernel_device, device);
         py::gil_scoped_acquire gil;
         try {
             py::tuple args(buffers.size());
