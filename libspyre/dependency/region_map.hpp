@@ -27,9 +27,12 @@
 // doubled since the last sweep (nobody else meets the readers of an input
 // nobody writes). A write drops the entries it covers whole, which later tasks
 // reach through the writer, but those the caller's `keep` predicate holds
-// (a failed writer whose readers must be skipped). Erase drops one task's
-// entries at once (tasks that are freed). Not thread-safe: callers hold
-// their own lock. Empty ranges touch nothing and are never filed.
+// (a failed writer whose readers must be skipped); with Cut::Parts it also
+// cuts the part it covers out of the entries it covers in part (a caller
+// whose ranges are the exact bytes its tasks touch: a reader of those bytes
+// then meets the writer alone). Erase drops one task's entries at once
+// (tasks that are freed). Not thread-safe: callers hold their own lock.
+// Empty ranges touch nothing and are never filed.
 #pragma once
 
 #include <algorithm>
@@ -73,11 +76,18 @@ public:
             Scan(wide_, r, write, self, alive, deps);
     }
 
+    // Whether a write also cuts what it covers out of the entries it covers
+    // in part (see the top).
+    enum class Cut : uint8_t { Whole, Parts };
+
     // Records that `task` reads (write = false) or writes [start, start + size)
     // of `space`. A write drops the entries it covers whole, but `task`'s own
-    // and those `keep(task)` holds.
+    // and those `keep(task)` holds; with Cut::Parts it leaves of each entry
+    // it covers in part (again but `task`'s and the kept) the one or two
+    // pieces outside it. Erase such a map's entries with EraseInside.
     template <typename Keep>
-    void Insert(uint64_t space, uint64_t start, uint64_t size, bool write, Task task, Keep&& keep) {
+    void Insert(uint64_t space, uint64_t start, uint64_t size, bool write, Task task, Keep&& keep,
+                Cut cut = Cut::Whole) {
         if (size == 0) return;
         const Range r{space, start, start + size};
         const uint64_t g_first = start >> kGranuleShift, g_last = (r.end - 1) >> kGranuleShift;
@@ -88,6 +98,7 @@ public:
             wide_.push_back({r, task, write});
             return;
         }
+        if (write && cut == Cut::Parts) CutPartlyCovered(r, g_first, g_last, task, keep);
         for (uint64_t g = g_first; g <= g_last; ++g) {
             Granules& bucket = Bucket(space, g);
             if (write) {
@@ -106,14 +117,24 @@ public:
 
     // Drops `task`'s entries for [start, start + size) of `space` (the range
     // it was filed with).
-    void Erase(uint64_t space, uint64_t start, uint64_t size, Task task) {
+    void Erase(uint64_t space, uint64_t start, uint64_t size, Task task) { EraseWhere(space, start, size, task, false); }
+    // The same, with the pieces a Cut::Parts write left of that range: every
+    // entry of `task` inside it.
+    void EraseInside(uint64_t space, uint64_t start, uint64_t size, Task task) {
+        EraseWhere(space, start, size, task, true);
+    }
+
+private:
+    void EraseWhere(uint64_t space, uint64_t start, uint64_t size, Task task, bool inside) {
         if (size == 0) return;
         const uint64_t end = start + size;
         const uint64_t g_first = start >> kGranuleShift, g_last = (end - 1) >> kGranuleShift;
         auto drop = [&](std::vector<Entry>& bucket) {
             for (size_t i = 0; i < bucket.size();) {
                 const Entry& e = bucket[i];
-                if (e.task == task && e.range.space == space && e.range.start == start && e.range.end == end) {
+                const bool match = inside ? start <= e.range.start && e.range.end <= end
+                                          : e.range.start == start && e.range.end == end;
+                if (e.task == task && e.range.space == space && match) {
                     bucket[i] = bucket.back();
                     bucket.pop_back();
                 } else {
@@ -133,6 +154,7 @@ public:
         }
     }
 
+public:
     // Drops every entry whose task `alive` rejects, met by a lookup or not.
     template <typename Alive>
     void Sweep(Alive&& alive) {
@@ -165,6 +187,10 @@ private:
         Range range;
         Task task;
         bool write;
+        bool operator==(const Entry& o) const noexcept {
+            return task == o.task && write == o.write && range.space == o.range.space && range.start == o.range.start &&
+                   range.end == o.range.end;
+        }
     };
     // One bucket of the table: the entries of the granules hashed to it.
     struct Granules {
@@ -217,6 +243,49 @@ private:
             ++i;
         }
     }
+    // Cut::Parts: the entries the write `r` of `task` covers in part, but
+    // `task`'s and those `keep` holds, become the pieces outside `r`, in
+    // every bucket they were filed in (a lookup elsewhere would meet the
+    // whole entry still).
+    template <typename Keep>
+    void CutPartlyCovered(const Range& r, uint64_t g_first, uint64_t g_last, const Task& task, Keep& keep) {
+        cut_.clear();
+        auto collect = [&](const std::vector<Entry>& list) {
+            for (const Entry& e : list)
+                if (e.task != task && e.range.Overlaps(r) && !r.Covers(e.range) && !keep(e.task) &&
+                    std::find(cut_.begin(), cut_.end(), e) == cut_.end())
+                    cut_.push_back(e);
+        };
+        collect(wide_);
+        for (uint64_t g = g_first; g <= g_last; ++g) {
+            const Granules& bucket = Bucket(r.space, g);
+            collect(bucket.writes);
+            collect(bucket.reads);
+        }
+        for (const Entry& e : cut_) {
+            Entry pieces[2];
+            size_t n = 0;
+            if (e.range.start < r.start) pieces[n++] = {{e.range.space, e.range.start, r.start}, e.task, e.write};
+            if (r.end < e.range.end) pieces[n++] = {{e.range.space, r.end, e.range.end}, e.task, e.write};
+            auto replace = [&](std::vector<Entry>& list) {
+                const size_t size = list.size();
+                for (size_t i = 0; i < size; ++i) {
+                    if (!(list[i] == e)) continue;
+                    list[i] = pieces[0];  // n >= 1: the entry was covered only in part
+                    if (n == 2) list.push_back(pieces[1]);
+                }
+            };
+            const uint64_t e_first = e.range.start >> kGranuleShift, e_last = (e.range.end - 1) >> kGranuleShift;
+            if (e_last - e_first >= kWideGranules) {
+                replace(wide_);
+                continue;
+            }
+            for (uint64_t g = e_first; g <= e_last; ++g) {
+                Granules& bucket = Bucket(e.range.space, g);
+                replace(e.write ? bucket.writes : bucket.reads);
+            }
+        }
+    }
     // Drops the entries of `bucket` inside `r`, but `task`'s and those `keep` holds.
     template <typename Keep>
     static void DropInside(std::vector<Entry>& bucket, const Range& r, const Task& task, Keep& keep) {
@@ -234,6 +303,7 @@ private:
     static constexpr size_t kSweepSlack = 16;  // readers a bucket gains before its first sweep
     std::vector<Granules> buckets_;
     std::vector<Entry> wide_;  // ranges of more than kWideGranules granules
+    std::vector<Entry> cut_;   // CutPartlyCovered's scratch
     uint64_t mask_;
 };
 

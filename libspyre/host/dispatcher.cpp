@@ -604,6 +604,8 @@ void Dispatcher::Finish(HostTask* task, HostTask::State state, TaskFailureInfo f
     } else if (state == HostTask::State::Failed) {
         failure.run = run.name;  // a later run skipped for it names this one
         task->gate.root = std::make_shared<const TaskFailureInfo>(failure);
+        run.roots.push_back(task->gate.root.get());
+        live_roots_.insert(task->gate.root.get());
         // What the device copies of its outputs hold is unknown now.
         for (const TensorArg& a : task->args)
             if (a.access != Access::In) residency_.Wrote(a.tensor, Residency::kHost);
@@ -648,7 +650,23 @@ void Dispatcher::Finish(HostTask* task, HostTask::State state, TaskFailureInfo f
 }
 
 void Dispatcher::EndRun(RunState& run) {
+    // Its failures end here: so do the tasks other runs skipped for them
+    // that outlived their own runs.
+    for (const TaskFailureInfo* root : run.roots) {
+        live_roots_.erase(root);
+        auto [first, last] = retired_.equal_range(root);
+        for (auto it = first; it != last; ++it) {
+            tracker_.Forget(*it->second);
+            Free(it->second);
+        }
+        retired_.erase(first, last);
+    }
+    run.roots.clear();
     for (HostTask* t : run.kept) {
+        if (t->state == HostTask::State::Skipped && live_roots_.count(t->gate.root.get())) [[unlikely]] {
+            retired_.emplace(t->gate.root.get(), t);  // skipped for another run's failure, in flight
+            continue;
+        }
         tracker_.Forget(*t);
         Free(t);
     }
@@ -978,6 +996,7 @@ Worker::Held Dispatcher::HeldNow() {
     Lock lock(*this);
     Worker::Held held;
     for (const auto& run : in_flight_) held.tasks += run->unfinished + run->kept.size();
+    held.tasks += retired_.size();
     held.hazard_records = tracker_.entries();
     return held;
 }

@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "host_task.hpp"
@@ -257,6 +258,14 @@ private:
     // Runs mostly end in the order they began: a deque, whose front goes in O(1).
     std::deque<std::shared_ptr<RunState>> in_flight_;
     Graveyard finished_;  // released outside the lock: a run may end deep inside Finish
+    // Failures whose run is in flight (RunState::roots), and the skipped
+    // tasks of runs that ended before the run of their failure: kept in the
+    // hazard map, by root, so later readers of what they did not write are
+    // still skipped while that failure's run goes on (a nested run's task,
+    // skipped for its caller's failure, ended first and took the failure's
+    // trace with it: the caller's later reader read the failed bytes).
+    std::unordered_set<const TaskFailureInfo*> live_roots_;
+    std::unordered_multimap<const TaskFailureInfo*, HostTask*> retired_;
     detail::MadeInProcess made_in_;
 };
 

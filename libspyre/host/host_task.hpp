@@ -180,6 +180,10 @@ struct RunState {
     uint64_t submitted = 0;
     bool sealed = false;
     std::vector<HostTask*> kept;  // failed and skipped tasks, freed when the run ends
+    // The roots (HostTask::gate) its failed tasks made: tasks of other runs
+    // skipped for one stay in the hazard map until this run ends
+    // (Dispatcher::EndRun).
+    std::vector<const TaskFailureInfo*> roots;
     std::vector<FinishedTask> finished;
     std::vector<TaskFailureInfo> failures;
     std::vector<std::string> skipped;

@@ -3,8 +3,9 @@
 // (libspyre/dependency/region_map.hpp): a host task's ranges of host
 // tensors, one space per storage. A task that finished well imposes
 // nothing and is dropped when met; a failed or skipped one stays (its
-// readers are skipped) until a write covers it (that writer follows it,
-// and runs: readers after it read its bytes) or until Forget.
+// readers are skipped) until writes cover it (a writer follows it, and
+// runs: readers after it read its bytes; a write of part of its range cuts
+// that part out) or until Forget.
 #pragma once
 
 #include <cstdint>

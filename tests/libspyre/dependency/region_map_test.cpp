@@ -168,6 +168,42 @@ TEST(RegionMap, EraseFindsWideAndMultiGranuleEntries) {
     EXPECT_EQ(map.entries(), 0u);
 }
 
+// Cut::Parts (the host level's exact byte ranges): a write of part of an
+// entry cuts that part out, so a reader of those bytes meets the writer
+// alone and a reader of the rest still meets the entry, in every granule
+// the entry spans; a write inside it leaves two pieces; EraseInside takes
+// the pieces. With the default, the entry stays whole.
+TEST(RegionMap, AWriteOfPartOfAnEntryCutsThatPartOut) {
+    auto all = [](int32_t) { return true; };
+    auto none = [](int32_t) { return false; };
+    constexpr uint64_t G = 1 << 16;
+    auto deps = [&](RegionMap<int32_t>& map, uint64_t start, uint64_t size) {
+        std::vector<int32_t> d;
+        map.Lookup(0, start, size, false, -1, all, d);
+        std::sort(d.begin(), d.end());
+        return d;
+    };
+    for (const auto cut : {RegionMap<int32_t>::Cut::Whole, RegionMap<int32_t>::Cut::Parts}) {
+        const bool parts = cut == RegionMap<int32_t>::Cut::Parts;
+        SCOPED_TRACE(parts ? "parts" : "whole");
+        RegionMap<int32_t> map(8);
+        map.Insert(0, 100, 4 * G, true, 1, none, cut);  // five granules
+        map.Insert(0, 100, 2 * G, true, 2, none, cut);  // its first half, over three granules
+        EXPECT_EQ(deps(map, 100, 10), parts ? V{2} : (V{1, 2}));
+        EXPECT_EQ(deps(map, 100 + 2 * G - 10, 10), parts ? V{2} : (V{1, 2}));  // the cut's last granule
+        EXPECT_EQ(deps(map, 100 + 3 * G, 10), V{1});                          // the rest, in another granule
+        EXPECT_EQ(deps(map, 100 + 2 * G - 1, 2), (V{1, 2}));                  // across the cut
+        map.Insert(0, 100 + 3 * G, 100, true, 3, none, cut);                  // inside the rest: two pieces
+        EXPECT_EQ(deps(map, 100 + 3 * G + 10, 10), parts ? V{3} : (V{1, 3}));
+        EXPECT_EQ(deps(map, 100 + 3 * G - 10, 10), V{1});
+        EXPECT_EQ(deps(map, 100 + 3 * G + 100, 10), V{1});
+        map.EraseInside(0, 100, 4 * G, 1);
+        map.EraseInside(0, 100, 2 * G, 2);
+        map.EraseInside(0, 100 + 3 * G, 100, 3);
+        EXPECT_EQ(map.entries(), 0u);
+    }
+}
+
 TEST(RegionMap, EmptyRangesTouchNothing) {
     RegionMap<int32_t> map(8);
     auto all = [](int32_t) { return true; };

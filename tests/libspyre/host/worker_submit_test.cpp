@@ -561,6 +561,17 @@ TEST_F(WorkerTest, WhatWasSubmittedBeforeTheFunctionThrewRuns) {
     for (float v : f.floats()) ASSERT_EQ(v, 5.0f);
 }
 
+// A SubWorker that fails ("gated failure") once `open` is set (or after
+// 2 s), setting `failed` first: the test decides whether the failure comes
+// before or after the tasks it submits next.
+SubWorkerFn GatedFailure(std::atomic<bool>& open, std::atomic<bool>& failed) {
+    return [&open, &failed](std::span<const HostTensor>) {
+        for (int i = 0; i < 20000 && !open.load(); ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
+        failed = true;
+        throw std::runtime_error("gated failure");
+    };
+}
+
 // A task that only follows a failed one (it overwrites all the failed
 // task wrote) runs, and so does its reader, whether the failure came
 // before or after its submission: as in the orchestration runtime
@@ -575,12 +586,7 @@ TEST_F(WorkerTest, ATaskThatOnlyFollowsAFailedOneRuns) {
                           HostTensor scratch = g.CreateTensor({kTile, kTile});
                           g.Sub(
                               "gated_fail",
-                              [&](std::span<const HostTensor>) {
-                                  for (int i = 0; i < 20000 && !open.load(); ++i)
-                                      std::this_thread::sleep_for(std::chrono::microseconds(100));
-                                  failed = true;
-                                  throw std::runtime_error("gated failure");
-                              },
+                              GatedFailure(open, failed),
                               {Out(scratch), Out(x[2])});
                           if (failed_first) {
                               while (!failed.load()) std::this_thread::yield();
@@ -607,6 +613,95 @@ TEST_F(WorkerTest, ATaskThatOnlyFollowsAFailedOneRuns) {
         }
         for (float v : c.floats()) ASSERT_EQ(v, 8.0f);
     }
+}
+
+// A task that rewrote part of what a failed task wrote: a reader of only
+// those bytes reads its version and runs, whenever the failure came; a
+// reader of the rest is skipped. The failed writer's whole range stayed in
+// the hazard map until one write covered it, so the first reader was
+// skipped too (probe of 5 Dec).
+TEST_F(WorkerTest, AReaderOfRowsRewrittenAfterAFailureRuns) {
+    for (const bool failed_first : {false, true}) {
+        SCOPED_TRACE(failed_first ? "failed before the rewrite was submitted" : "failing while it was submitted");
+        std::atomic<bool> open{failed_first}, failed{false};
+        HostTensor x = HostTensor::Zeros({2 * kTile, kTile});
+        HostProgram p{"rewrite_part", 4, {}, [&](HostGraph& g, std::span<const HostTensor> t) {
+                          g.Sub(
+                              "gated_fail",
+                              GatedFailure(open, failed),
+                              {Out(x)});
+                          if (failed_first) {
+                              while (!failed.load()) std::this_thread::yield();
+                              std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past its end
+                          }
+                          g.Chip("chip_add", {In(t[0]), In(t[1]), Out(x.Rows(0, kTile))}, {.name = "rewrite_top"});
+                          g.Chip("chip_add", {In(x.Rows(0, kTile)), In(t[1]), Out(t[2])}, {.name = "reads_top"});
+                          g.Chip("chip_add", {In(x.Rows(kTile, 2 * kTile)), In(t[1]), Out(t[3])}, {.name = "reads_bottom"});
+                          open = true;
+                      }};
+        HostTensor a = HostTensor::Full({kTile, kTile}, 2.0f), b = HostTensor::Full({kTile, kTile}, 3.0f),
+                   top = HostTensor::Zeros({kTile, kTile}), bottom = HostTensor::Zeros({kTile, kTile});
+        try {
+            worker_->Run(p, {a, b, top, bottom});
+            ADD_FAILURE() << "no HostRunError";
+        } catch (const HostRunError& e) {
+            ASSERT_EQ(e.failures().size(), 1u);
+            EXPECT_EQ(e.skipped(), std::vector<std::string>{"reads_bottom"});
+            ASSERT_EQ(e.report().size(), 4u);
+            EXPECT_EQ(e.report()[1].state, TaskState::Done);
+            EXPECT_EQ(e.report()[2].state, TaskState::Done);
+            EXPECT_EQ(e.report()[3].state, TaskState::Skipped);
+        }
+        for (float v : top.floats()) ASSERT_EQ(v, 8.0f);
+        for (float v : bottom.floats()) ASSERT_EQ(v, 0.0f);
+    }
+}
+
+// A task of a nested run skipped for its caller's failure ended with its
+// run, before the caller's run went on: the hazard map forgot it, and with
+// it the failure it had covered, so a later reader of the failed task's
+// bytes ran on them (probe of 5 Dec). It stays while the failure's run is
+// in flight, and goes with it.
+TEST_F(WorkerTest, AReaderAfterANestedRunSkippedForTheFailureIsSkipped) {
+    HostTensor x = HostTensor::Full({kTile, kTile}, 1.0f), c = HostTensor::Full({kTile, kTile}, 10.0f),
+               y = HostTensor::Zeros({kTile, kTile});
+    const HostProgram inner{"inner", 2, {}, [](HostGraph& g, std::span<const HostTensor> t) {
+                                g.Chip("chip_add", {In(t[0]), In(t[1]), Out(t[0])}, {.name = "inner_add"});
+                            }};
+    std::optional<RunHandle> nested;
+    std::atomic<bool> failed{false};
+    HostProgram p{"outer", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                      g.Sub(
+                          "writer_fails",
+                          [&](std::span<const HostTensor> t) {
+                              t[0].floats()[0] = 999.0f;
+                              nested.emplace(worker_->Submit(inner, {t[0], c}));
+                              failed = true;
+                              throw std::runtime_error("writer failed after submitting a nested run over its bytes");
+                          },
+                          {InOut(x)});
+                      // The nested run ends (its task skipped) before the reader comes.
+                      ASSERT_TRUE(Await([&] { return failed.load() && nested->Done(); }));
+                      g.Chip("chip_add", {In(x), In(c), Out(y)}, {.name = "reads_x"});
+                  }};
+    try {
+        worker_->Run(p, {});
+        ADD_FAILURE() << "no HostRunError";
+    } catch (const HostRunError& e) {
+        ASSERT_EQ(e.failures().size(), 1u);
+        EXPECT_EQ(e.failures()[0].function, "writer_fails");
+        EXPECT_EQ(e.skipped(), std::vector<std::string>{"reads_x"});
+    }
+    for (float v : y.floats()) ASSERT_EQ(v, 0.0f);
+    try {
+        nested->Wait();
+        ADD_FAILURE() << "the nested run did not fail";
+    } catch (const HostRunError& e) {
+        EXPECT_EQ(e.skipped(), std::vector<std::string>{"inner_add"});
+    }
+    // Both runs ended: nothing of theirs is held.
+    EXPECT_EQ(worker_->HeldNow().tasks, 0u);
+    EXPECT_EQ(worker_->HeldNow().hazard_records, 0u);
 }
 
 // A SubWorker that waits on its own run (through the run's handle) gets
