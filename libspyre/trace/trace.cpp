@@ -345,10 +345,12 @@ void Start(const std::string& path) {
     const uint64_t max_mb = MaxMb();
     State& s = state();
     std::lock_guard session(s.session_mu);
+    // Fails now, not at Stop, if the file cannot be written; before the
+    // running recording stops, which a refused path leaves running.
+    detail::TraceFile::Check(path);
     // A recording already running is written to its own file first: its
     // events are not lost, and its file is no empty placeholder.
     WriteAndStop(s);
-    detail::TraceFile::Check(path);  // fails now, not at Stop, if the file cannot be written
     std::lock_guard lock(s.mu);
     s.path = path;
     s.buffers.clear();

@@ -216,6 +216,10 @@ with tempfile.TemporaryDirectory() as d:
         # Errors: unknown function (3), missing root (1), bad usage (2).
         r = run_smi(["-q", "0000:09:00.0", "--sample-ms", "0"], env, expect=3)
         check("no spyre function '0000:09:00.0'" in r.stderr, f"unknown function message: {r.stderr!r}")
+        # An index is ASCII digits: '²' was a traceback (exit 1), '\u0661' index 1.
+        for bad in ("\u00b2", "\u0661"):
+            r = run_smi(["-q", bad, "--sample-ms", "0"], env, expect=3)
+            check(f"no spyre function '{bad}'" in r.stderr and "Traceback" not in r.stderr, f"-q {bad!r}: {r.stderr!r}")
         r = run_smi(["--root", os.path.join(d, "nowhere")], env, expect=1)
         check("does not exist" in r.stderr, f"missing root message: {r.stderr!r}")
         run_smi(["--loop", "0"], env, expect=2)

@@ -212,6 +212,11 @@ with tempfile.TemporaryDirectory() as d:
     r = subprocess.run([tool, "merge", a, a, b], capture_output=True, text=True, timeout=60)
     check(r.returncode == 1 and "is also an input" in r.stderr and open(a).read() == before,
           f"merge into an input: exit {r.returncode}, {r.stderr.strip()}, kept {open(a).read() == before}")
+    # An output whose directory is missing is named, not the temporary file.
+    r = subprocess.run([tool, "merge", os.path.join(d, "nowhere", "x.json"), a, b], capture_output=True, text=True,
+                       timeout=60)
+    check(r.returncode == 1 and "nowhere/x.json cannot be written: No such file or directory" in r.stderr
+          and ".spyre-trace-" not in r.stderr, f"merge into a missing directory: {r.stderr.strip()}")
     with open(b, "w") as f:
         f.write("{not json")
     r = subprocess.run([tool, "merge", out, a, b], capture_output=True, text=True, timeout=60)

@@ -255,6 +255,21 @@ TEST_F(TraceTest, AnUnwritablePathIsRefusedAtStart) {
     EXPECT_FALSE(trace::Enabled());
 }
 
+// A second Start refused for its path leaves the running recording alone:
+// it ended that recording first, and what ran after went unrecorded
+// without a word (probe of 5 Dec).
+TEST_F(TraceTest, ASecondStartRefusedForItsPathLeavesTheRecordingRunning) {
+    Device dev = OpenDevice();
+    const std::string path = Path();
+    trace::Start(path);
+    RunWork(dev, 3);
+    EXPECT_THROW(trace::Start("/nonexistent-dir/trace.json"), Error);
+    EXPECT_TRUE(trace::Enabled());
+    RunWork(dev, 2);
+    EXPECT_GT(trace::Stop(), 0u);
+    EXPECT_EQ(Launches(Load(path)), 5);
+}
+
 // A recording under a 1 MiB bound: spans named `name` the file holds, and
 // the records its "trace truncated" event says were dropped.
 struct Bounded {
