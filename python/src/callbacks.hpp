@@ -54,6 +54,17 @@ inline std::function<void()> PythonCallback(py::function fn, const char* where, 
     };
 }
 
+// `obj` as a function to call: InvalidArgument naming `what` otherwise
+// (pybind11's cast said only "Object of type 'int' is not an instance of
+// 'function'", a TypeError); `hint` ends the message.
+inline py::function CallableArg(const py::object& obj, const std::string& what, const char* hint = "") {
+    if (!PyCallable_Check(obj.ptr()))
+        throw Error(ErrorKind::InvalidArgument, what + ": a " +
+                                                    std::string(py::str(py::type::handle_of(obj).attr("__name__"))) +
+                                                    " is not callable" + hint);
+    return py::reinterpret_borrow<py::function>(obj);
+}
+
 // progress(what, done, total, unit) from a Python callable (None: no progress).
 inline ProgressCallback PythonProgress(const py::object& fn, const char* where) {
     if (fn.is_none()) return {};

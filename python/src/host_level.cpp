@@ -220,8 +220,27 @@ std::optional<HostTensor> WrappedAlready(const py::array& a, bool contiguous, bo
 // (a task's In argument) it is that tensor, ordered after its writers.
 // `call`: the tensors of the call's other arguments (a snapshot over their
 // memory is that argument instead: a copy would miss what its tasks write).
+// The element type of `a`: `named` (HostTensor.from_numpy's dtype=) when
+// given; bf16 for a uint16 array over a bf16 tensor's memory (its numpy(),
+// a return-style result: it was refused when passed back, "uint16 is not
+// supported"); else what its numpy dtype says.
+DType HostDTypeOf(const py::array& a, std::optional<DType> named, const std::string& what) {
+    const bool bits16 = a.dtype().kind() == 'u' && a.dtype().itemsize() == 2;
+    if (bits16 && !named) {
+        const ByteSpan s = SpanOf(a);
+        for (const WrappedArray& w : WrappedArrays())
+            if (s.lo < w.hi && w.lo < s.hi && w.tensor.dtype() == DType::BF16) named = DType::BF16;
+        if (!named)
+            throw Error(ErrorKind::InvalidArgument,
+                        what + ": dtype uint16 is not supported (" + SupportedDTypes() +
+                            "): wrap bf16 bits with HostTensor.from_numpy(bits, dtype=DType.BF16)");
+    }
+    return DTypeOfArray(a.dtype(), named, what.c_str());
+}
+
 HostTensor ToHostTensor(py::handle obj, bool writable, const std::string& what, bool run_input = false,
-                        bool may_write = false, std::span<const HostTensor> call = {}) {
+                        bool may_write = false, std::span<const HostTensor> call = {},
+                        std::optional<DType> named = std::nullopt) {
     if (py::isinstance<HostTensor>(obj)) return obj.cast<HostTensor>();
     // numpy makes an object array of None, refused as "dtype object".
     if (obj.is_none()) throw Error(ErrorKind::InvalidArgument, what + ": None is not a numpy array or HostTensor");
@@ -246,7 +265,7 @@ HostTensor ToHostTensor(py::handle obj, bool writable, const std::string& what, 
     if (!contiguous && writable)
         throw Error(ErrorKind::InvalidArgument, what + ": the output array is not C-contiguous (results could not land in it)");
     if (writable && !a.writeable()) throw Error(ErrorKind::InvalidArgument, what + ": the output array is read-only");
-    const DType dtype = DTypeOfArray(a.dtype(), std::nullopt, what.c_str());
+    const DType dtype = HostDTypeOf(a, named, what);
     if (a.ndim() == 0) throw Error(ErrorKind::InvalidArgument, what + ": a 0-d array has no rows");
     std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
     // A non-contiguous or read-only input is copied: a host program may
@@ -496,16 +515,6 @@ void RefuseUnrunBody(const py::object& result, const std::string& what) {
                                                 " and ran none of its body (write it as a plain function)");
 }
 
-// `obj` as a function to call: InvalidArgument naming `what` otherwise
-// (pybind11's cast said only "Object of type 'int' is not an instance of
-// 'function'").
-py::function CallableArg(const py::object& obj, const std::string& what) {
-    if (!PyCallable_Check(obj.ptr()))
-        throw Error(ErrorKind::InvalidArgument, what + ": a " +
-                                                    std::string(py::str(py::type::handle_of(obj).attr("__name__"))) +
-                                                    " is not callable (a function, or a registered name)");
-    return py::reinterpret_borrow<py::function>(obj);
-}
 
 SubWorkerFn PythonSubWorker(const std::string& name, py::function fn) {
     auto keep = KeepAlive(fn);
@@ -1092,8 +1101,12 @@ void BindHostLevel(py::module_& m) {
             }, py::arg("shape"), py::arg("dtype") = DType::FP32)
         .def_static("full", [](const IntList<int64_t>& shape, float value) { return HostTensor::Full(shape, value); },
                     py::arg("shape"), py::arg("value"), "fp32.")
-        .def_static("from_numpy", [](py::handle a) { return ToHostTensor(a, false, "HostTensor.from_numpy", false, true); },
-                    py::arg("array"), "Wraps the array (no copy when C-contiguous).")
+        .def_static("from_numpy", [](py::handle a, py::handle dtype) {
+                const std::optional<DType> named =
+                    dtype.is_none() ? std::nullopt : std::optional(DTypeFrom(dtype, "HostTensor.from_numpy: dtype"));
+                return ToHostTensor(a, false, "HostTensor.from_numpy", false, true, {}, named);
+            }, py::arg("array"), py::arg("dtype") = py::none(),
+            "Wraps the array (no copy when C-contiguous); dtype=DType.BF16 names a uint16 array's bits bf16.")
         .def("numpy", [](const HostTensor& t) { return CallersView(t); }, "A numpy view of the tensor (no copy).")
         .def("__array__", [](const HostTensor& t, py::object dtype, py::object) {
                 py::array a = CallersView(t);
@@ -1143,7 +1156,7 @@ void BindHostLevel(py::module_& m) {
                 const py::object fn_name = py::getattr(name_or_fn, "__name__", py::none());
                 const std::string n = fn_name.is_none() ? std::string(py::str(py::type::handle_of(name_or_fn).attr("__name__")))
                                                         : std::string(py::str(fn_name));
-                SubWorkerFn fn = PythonSubWorker(n, CallableArg(name_or_fn, "HostGraph.sub"));
+                SubWorkerFn fn = PythonSubWorker(n, CallableArg(name_or_fn, "HostGraph.sub", " (a function, or a registered name)"));
                 std::vector<TensorArg> a = ArgsFrom(args, "SubWorker '" + n + "'");
                 return WithoutGil([&] { return graph.Sub(n, std::move(fn), std::move(a), std::move(o)); });
             }, py::arg("subworker"), py::arg("args"), py::kw_only(), py::arg("name") = py::none(),
@@ -1225,8 +1238,9 @@ void BindHostLevel(py::module_& m) {
                 else worker.RegisterChipFunction(name, PythonChipFunction(name, CallableArg(fn, "Worker.register_chip_function")));
             }, py::arg("name"), py::arg("fn"),
             "A ChipFunction, or a Python callable fn(ctx: ChipContext) submitting core tasks on ctx.orch.")
-        .def("register_sub_worker", [](PyWorker& w, const std::string& name, py::function fn) {
-                w.Get("Worker.register_sub_worker").RegisterSubWorker(name, PythonSubWorker(name, fn));
+        .def("register_sub_worker", [](PyWorker& w, const std::string& name, py::object fn) {
+                w.Get("Worker.register_sub_worker")
+                    .RegisterSubWorker(name, PythonSubWorker(name, CallableArg(fn, "Worker.register_sub_worker")));
             }, py::arg("name"), py::arg("fn"),
             "fn(*arrays): numpy views of the task's tensors (no copy), with the GIL; raising fails the task (TaskFailed).")
         .def("run", [](PyWorker& w, const PyHostProgram& p, const py::iterable& args) {

@@ -448,10 +448,12 @@ void BindOrchestration(py::module_& m) {
             }, py::arg("kernel_id"), py::arg("program"),
             "Uploads `program` (a BuiltKernel or its bytes) to the device and runs it for tasks of kernel_id on "
             "WORKER_CUBE/WORKER_VECTOR: its operands are the task's parameters in order.")
-        .def("register_host_kernel", [](const std::shared_ptr<PyOrch>& self, const IntArg<int32_t>& kernel_id_arg, py::function fn,
+        .def("register_host_kernel", [](const std::shared_ptr<PyOrch>& self, const IntArg<int32_t>& kernel_id_arg, py::object fn,
                                         py::object dtype) {
                 const int32_t kernel_id = kernel_id_arg.In("Orchestrator.register_host_kernel: kernel_id");
-                self->Get("Orchestrator.register_host_kernel").RegisterHostKernel(kernel_id, MakeHostKernel(self, kernel_id, fn, dtype));
+                self->Get("Orchestrator.register_host_kernel")
+                    .RegisterHostKernel(kernel_id, MakeHostKernel(self, kernel_id,
+                                                                  CallableArg(fn, "Orchestrator.register_host_kernel"), dtype));
             }, py::arg("kernel_id"), py::arg("fn"), py::arg("dtype") = py::dtype("float32"),
             "fn(*buffers) runs on a host worker (with the GIL; or inside submit when its runs average under a "
             "microsecond, which a Python function does not) for tasks of kernel_id: one 1-D numpy view of "

@@ -544,6 +544,34 @@ def test_a_python_chip_function_sees_its_tensors_dtypes(worker):
         np.testing.assert_array_equal(out, a + 1)
 
 
+def test_bf16_arrays_the_host_level_hands_out_go_back_in(worker):
+    """A bf16 tensor's numpy() and a return-style bf16 result are uint16
+    arrays of its bits: passed back to run they were refused ("dtype uint16
+    is not supported ... named with dtype=DType.BF16", a dtype= that
+    from_numpy did not take; probe of 5 Dec). They are that tensor now, and
+    from_numpy(bits, dtype=DType.BF16) names other bits bf16."""
+    bits = np.arange(8, dtype=np.uint16) + 0x3F80
+    copy = spyre.HostProgram("bf16_copy", 1, [([8], spyre.DType.BF16)],
+                             lambda g, x: g.sub(lambda i, o: o.__setitem__(slice(None), i), [spyre.In(x[0]), spyre.Out(x[1])]))
+    t = spyre.HostTensor.zeros([8], spyre.DType.BF16)
+    t.numpy()[:] = bits
+    r = worker.run(copy, [t.numpy()])  # the tensor's own view
+    assert r.dtype == np.uint16
+    np.testing.assert_array_equal(r, bits)
+    again = worker.run(copy, [r])  # a result fed back
+    np.testing.assert_array_equal(again, bits)
+    out = spyre.HostTensor.zeros([8], spyre.DType.BF16).numpy()
+    worker.run(copy, [t, out])  # in place, into a bf16 tensor's view
+    np.testing.assert_array_equal(out, bits)
+    named = spyre.HostTensor.from_numpy(bits.copy(), dtype=spyre.DType.BF16)
+    assert named.dtype == spyre.DType.BF16
+    np.testing.assert_array_equal(worker.run(copy, [named]), bits)
+    with pytest.raises(spyre.InvalidArgument, match=r"wrap bf16 bits with HostTensor.from_numpy\(bits, dtype=DType.BF16\)"):
+        worker.run(copy, [bits.copy()])  # plain uint16: which dtype is not known
+    with pytest.raises(spyre.InvalidArgument, match="array of dtype float32 given with dtype=bf16"):
+        spyre.HostTensor.from_numpy(np.zeros(8, np.float32), dtype=spyre.DType.BF16)
+
+
 def test_orchestration_function_that_raises_fails_the_run_and_what_it_submitted_runs(worker):
     ran = []
 
@@ -1614,6 +1642,10 @@ def test_a_non_callable_task_or_a_none_argument_is_invalid_argument_naming_it(wo
     (an outside probe)."""
     with pytest.raises(spyre.InvalidArgument, match="Worker.register_chip_function: a int is not callable"):
         worker.register_chip_function("not_callable", 42)
+    # register_sub_worker was still pybind11's TypeError (probe of 5 Dec).
+    for fn in (42, None):
+        with pytest.raises(spyre.InvalidArgument, match="Worker.register_sub_worker: a (int|NoneType) is not callable"):
+            worker.register_sub_worker("not_callable", fn)
     a = np.zeros([2, 2], np.float32)
     with pytest.raises(spyre.HostRunError, match="HostGraph.sub: a int is not callable") as info:
         worker.run(spyre.HostProgram("p", 1, [], lambda g, x: g.sub(42, [spyre.InOut(x[0])])), [a])

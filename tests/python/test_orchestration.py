@@ -340,6 +340,14 @@ def test_closing_the_device_from_its_own_runtime_s_host_kernel_is_refused(host):
     host.open("1").close()
 
 
+def test_a_host_kernel_that_is_not_callable_is_invalid_argument(orch):
+    """register_host_kernel(10, 42) was pybind11's bare TypeError (probe of
+    5 Dec), unlike the host level's registrations."""
+    for fn in (42, None):
+        with pytest.raises(spyre.InvalidArgument, match="Orchestrator.register_host_kernel: a (int|NoneType) is not callable"):
+            orch.register_host_kernel(PYADD + 50, fn)
+
+
 def test_a_host_kernels_return_code_is_marked_as_the_kernels(orch):
     """A Python host kernel that returns 9 fails its task with device_code 9
     and host_kernel_code True: 9 is the kernel's own code, not the device's
