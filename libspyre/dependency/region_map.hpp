@@ -29,8 +29,8 @@
 // reach through the writer, but those the caller's `keep` predicate holds
 // (a failed writer whose readers must be skipped); with Cut::Parts it also
 // cuts the part it covers out of the entries it covers in part (a caller
-// whose ranges are the exact bytes its tasks touch: a reader of those bytes
-// then meets the writer alone). Erase drops one task's entries at once
+// whose ranges are what its tasks declare they touch, whole: a reader of
+// that part then meets the writer alone). Erase drops one task's entries at once
 // (tasks that are freed). Not thread-safe: callers hold their own lock.
 // Empty ranges touch nothing and are never filed.
 #pragma once
@@ -93,23 +93,26 @@ public:
         const uint64_t g_first = start >> kGranuleShift, g_last = (r.end - 1) >> kGranuleShift;
         // (A wide write leaves the granules' entries: they cost a lookup a
         // needless edge, no more.)
-        if (write && !wide_.empty()) DropInside(wide_, r, task, keep);
+        std::vector<Entry>* cut_out = write && cut == Cut::Parts ? &cut_ : nullptr;
+        cut_.clear();
+        if (write && !wide_.empty()) DropInside(wide_, r, task, keep, cut_out);
         if (g_last - g_first >= kWideGranules) {
             wide_.push_back({r, task, write});
+            CutPartlyCovered(r);
             return;
         }
-        if (write && cut == Cut::Parts) CutPartlyCovered(r, g_first, g_last, task, keep);
         for (uint64_t g = g_first; g <= g_last; ++g) {
             Granules& bucket = Bucket(space, g);
             if (write) {
-                DropInside(bucket.writes, r, task, keep);
-                DropInside(bucket.reads, r, task, keep);
+                DropInside(bucket.writes, r, task, keep, cut_out);
+                DropInside(bucket.reads, r, task, keep, cut_out);
                 bucket.reads_swept = std::min(bucket.reads_swept, bucket.reads.size());
                 bucket.writes.push_back({r, task, true});
             } else {
                 bucket.reads.push_back({r, task, false});
             }
         }
+        CutPartlyCovered(r);
     }
     void Insert(uint64_t space, uint64_t start, uint64_t size, bool write, Task task) {
         Insert(space, start, size, write, task, [](const Task&) { return false; });
@@ -243,25 +246,10 @@ private:
             ++i;
         }
     }
-    // Cut::Parts: the entries the write `r` of `task` covers in part, but
-    // `task`'s and those `keep` holds, become the pieces outside `r`, in
-    // every bucket they were filed in (a lookup elsewhere would meet the
-    // whole entry still).
-    template <typename Keep>
-    void CutPartlyCovered(const Range& r, uint64_t g_first, uint64_t g_last, const Task& task, Keep& keep) {
-        cut_.clear();
-        auto collect = [&](const std::vector<Entry>& list) {
-            for (const Entry& e : list)
-                if (e.task != task && e.range.Overlaps(r) && !r.Covers(e.range) && !keep(e.task) &&
-                    std::find(cut_.begin(), cut_.end(), e) == cut_.end())
-                    cut_.push_back(e);
-        };
-        collect(wide_);
-        for (uint64_t g = g_first; g <= g_last; ++g) {
-            const Granules& bucket = Bucket(r.space, g);
-            collect(bucket.writes);
-            collect(bucket.reads);
-        }
+    // Cut::Parts: the entries the write `r` covers in part (DropInside
+    // listed them in cut_) become the pieces outside `r`, in every bucket
+    // they were filed in (a lookup elsewhere would meet the whole entry).
+    void CutPartlyCovered(const Range& r) {
         for (const Entry& e : cut_) {
             Entry pieces[2];
             size_t n = 0;
@@ -285,16 +273,22 @@ private:
                 replace(e.write ? bucket.writes : bucket.reads);
             }
         }
+        cut_.clear();
     }
-    // Drops the entries of `bucket` inside `r`, but `task`'s and those `keep` holds.
+    // Drops the entries of `bucket` inside `r`, but `task`'s and those `keep`
+    // holds; adds to `partly` (when set, once each) those it overlaps only in part.
     template <typename Keep>
-    static void DropInside(std::vector<Entry>& bucket, const Range& r, const Task& task, Keep& keep) {
+    static void DropInside(std::vector<Entry>& bucket, const Range& r, const Task& task, Keep& keep,
+                           std::vector<Entry>* partly) {
         for (size_t i = 0; i < bucket.size();) {
             const Entry& e = bucket[i];
-            if (e.task != task && r.Covers(e.range) && !keep(e.task)) {
+            if (e.task == task || !e.range.Overlaps(r) || keep(e.task)) {
+                ++i;
+            } else if (r.Covers(e.range)) {
                 bucket[i] = bucket.back();
                 bucket.pop_back();
             } else {
+                if (partly && std::find(partly->begin(), partly->end(), e) == partly->end()) partly->push_back(e);
                 ++i;
             }
         }
@@ -303,7 +297,7 @@ private:
     static constexpr size_t kSweepSlack = 16;  // readers a bucket gains before its first sweep
     std::vector<Granules> buckets_;
     std::vector<Entry> wide_;  // ranges of more than kWideGranules granules
-    std::vector<Entry> cut_;   // CutPartlyCovered's scratch
+    std::vector<Entry> cut_;   // the entries a write covers in part (Cut::Parts)
     uint64_t mask_;
 };
 

@@ -1116,12 +1116,15 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
         InheritPoison(t);
     if (uses_outputs) [[unlikely]]
         CheckOutputsUsed(t);  // before anything is filed: a refusal takes nothing
-    // A write drops the entries it covers whole: a kept failed writer's too
-    // (the region is good again), unless this task is poisoned itself.
+    // A write drops the entries it covers, and cuts what it covers out of
+    // those it covers in part: a kept failed writer's too (that part is good
+    // again: a reader of it alone was skipped), unless this task is
+    // poisoned itself. A region is what its task declares it writes whole.
     auto keep = [this, &t, poison_kept](int32_t task) { return poison_kept && t.gate.root && !Unconsumed(task); };
     for (int32_t i = 0; i < t.num_params; ++i) {
         const ResolvedParam& p = t.params[i];
-        map_.Insert(0, uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id, keep);
+        map_.Insert(0, uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id, keep,
+                    dependency::RegionMap<int32_t>::Cut::Parts);
         if (p.implicit) continue;
         if (BufferInfo* b = buffers_.Find(p.host, p.size)) {
             bool seen = false;

@@ -793,7 +793,8 @@ TEST_P(OrchQueueTest, WhetherATaskBehindAFailureRunsDoesNotDependOnTiming) {
         uint32_t* z = Data(3072, 64);   // what a reader of x makes
         uint32_t* r = Data(4096, 64);   // what a reader of q makes
         uint32_t* w = Data(5120, 64);   // written by the failed task, then by a reader of x
-        for (uint32_t* p : {x, y, q, z, r, w}) std::fill(p, p + 16, 1u);
+        uint32_t* h = Data(6144, 64);   // what a reader of q's overwritten half makes
+        for (uint32_t* p : {x, y, q, z, r, w, h}) std::fill(p, p + 16, 1u);
         TaskParam fail[] = {In(y, 64), Out(x, 64), Out(q, 64), Out(w, 64)};
         const int32_t a = o().Submit(K_GATED_FAIL, WORKER_HOST, fail);
         if (when != When::Running) {
@@ -810,9 +811,14 @@ TEST_P(OrchQueueTest, WhetherATaskBehindAFailureRunsDoesNotDependOnTiming) {
         // the failed task: it follows that one, and runs (it was skipped
         // while the failed task ran, probe79).
         TaskParam read_x_write_w[] = {In(x, 64), In(x, 64), Out(w, 64)};
+        // Reads only the half of q the overwrite wrote: runs (the failed
+        // task's whole region stayed in the hazard map until one write
+        // covered it, so this was skipped; probe of 5 Dec).
+        TaskParam read_half_q[] = {In(q, 32), In(q, 32), Out(h, 32)};
         const int32_t runs[] = {o().Submit(K_FILL, WORKER_HOST, overwrite_x), o().Submit(K_ADD, WORKER_HOST, read_x),
                                 o().Submit(K_FILL, WORKER_HOST, write_y), o().Submit(K_FILL, WORKER_HOST, half_q),
-                                o().Submit(K_ADD, WORKER_HOST, read_x_write_w)};
+                                o().Submit(K_ADD, WORKER_HOST, read_x_write_w),
+                                o().Submit(K_ADD, WORKER_HOST, read_half_q)};
         const int32_t skipped = o().Submit(K_ADD, WORKER_HOST, read_q);
         open = true;
         EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "1 task(s) failed, 1 dependent task(s) skipped");
@@ -824,6 +830,9 @@ TEST_P(OrchQueueTest, WhetherATaskBehindAFailureRunsDoesNotDependOnTiming) {
         EXPECT_EQ(q[15], 1u);
         EXPECT_EQ(r[0], 1u);  // not run
         EXPECT_EQ(w[0], 14u);
+        EXPECT_EQ(h[0], 14u);
+        EXPECT_EQ(h[7], 14u);
+        EXPECT_EQ(h[8], 1u);
         orch_.reset();
     }
 }
