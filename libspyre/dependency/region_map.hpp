@@ -120,22 +120,31 @@ public:
 
     // Drops `task`'s entries for [start, start + size) of `space` (the range
     // it was filed with).
-    void Erase(uint64_t space, uint64_t start, uint64_t size, Task task) { EraseWhere(space, start, size, task, false); }
+    void Erase(uint64_t space, uint64_t start, uint64_t size, Task task) {
+        EraseWhere(space, start, size, task, false, [](uint64_t, uint64_t) { return false; });
+    }
     // The same, with the pieces a Cut::Parts write left of that range: every
-    // entry of `task` inside it.
+    // entry of `task` inside it, but those whose [start, end) `spare` keeps
+    // (the pieces of another range of the task that is to stay).
+    template <typename Spare>
+    void EraseInside(uint64_t space, uint64_t start, uint64_t size, Task task, Spare&& spare) {
+        EraseWhere(space, start, size, task, true, spare);
+    }
     void EraseInside(uint64_t space, uint64_t start, uint64_t size, Task task) {
-        EraseWhere(space, start, size, task, true);
+        EraseInside(space, start, size, task, [](uint64_t, uint64_t) { return false; });
     }
 
 private:
-    void EraseWhere(uint64_t space, uint64_t start, uint64_t size, Task task, bool inside) {
+    template <typename Spare>
+    void EraseWhere(uint64_t space, uint64_t start, uint64_t size, Task task, bool inside, const Spare& spare) {
         if (size == 0) return;
         const uint64_t end = start + size;
         const uint64_t g_first = start >> kGranuleShift, g_last = (end - 1) >> kGranuleShift;
         auto drop = [&](std::vector<Entry>& bucket) {
             for (size_t i = 0; i < bucket.size();) {
                 const Entry& e = bucket[i];
-                const bool match = inside ? start <= e.range.start && e.range.end <= end
+                const bool match = inside ? start <= e.range.start && e.range.end <= end &&
+                                                !spare(e.range.start, e.range.end)
                                           : e.range.start == start && e.range.end == end;
                 if (e.task == task && e.range.space == space && match) {
                     bucket[i] = bucket.back();
@@ -263,11 +272,10 @@ private:
                     if (n == 2) list.push_back(pieces[1]);
                 }
             };
+            // A wide entry's pieces stay in wide_, narrow or not.
+            if (!wide_.empty()) replace(wide_);
             const uint64_t e_first = e.range.start >> kGranuleShift, e_last = (e.range.end - 1) >> kGranuleShift;
-            if (e_last - e_first >= kWideGranules) {
-                replace(wide_);
-                continue;
-            }
+            if (e_last - e_first >= kWideGranules) continue;
             for (uint64_t g = e_first; g <= e_last; ++g) {
                 Granules& bucket = Bucket(e.range.space, g);
                 replace(e.write ? bucket.writes : bucket.reads);

@@ -1554,6 +1554,23 @@ void TaskGraph::NoteFailure(const TaskDescriptor& t) {
     if (t.in_scopes) scopes_.NoteFailure(ring_.SeqOf(t.task_id), t.task_id, t.func_id, skipped, t.gate.root);
 }
 
+template <typename Drop>
+void TaskGraph::DropKeptRanges(int32_t id, PoisonedWrites& kept, Drop&& drop) {
+    std::vector<std::pair<uint64_t, uint64_t>> gone;
+    std::erase_if(kept.ranges, [&](const std::pair<uint64_t, uint64_t>& r) {
+        if (!drop(r)) return false;
+        gone.push_back(r);
+        return true;
+    });
+    // With the pieces later writes left of each (Cut::Parts), but those
+    // inside a range that stays.
+    for (const auto& r : gone)
+        map_.EraseInside(0, r.first, r.second - r.first, id, [&](uint64_t s, uint64_t e) {
+            return std::any_of(kept.ranges.begin(), kept.ranges.end(),
+                               [&](const auto& k) { return k.first <= s && e <= k.second; });
+        });
+}
+
 void TaskGraph::KeepPoisonedWrites(const TaskDescriptor& t) {
     PoisonedWrites kept{ring_.SeqOf(t.task_id), t.gate.root, {}};
     for (int32_t i = 0; i < t.num_params; ++i) {
@@ -1571,12 +1588,18 @@ void TaskGraph::KeepPoisonedWrites(const TaskDescriptor& t) {
                                [&](int32_t f) { return Unconsumed(f) && Covers(ring_.Get(f), p); });
         if (keep) kept.ranges.emplace_back(lo, lo + p.size);
     }
-    // Erase goes by task and range: a range also kept (a parameter both
-    // read and written by two entries) stays.
+    // A range also kept (a parameter both read and written by two entries)
+    // stays, and so do the pieces later writes left of a kept one inside
+    // another (EraseInside takes the pieces of the erased ranges: an
+    // implicit output's left in the map would skip the readers of the next
+    // output at that address).
+    auto in_kept = [&](uint64_t s, uint64_t e) {
+        return std::any_of(kept.ranges.begin(), kept.ranges.end(), [&](const auto& k) { return k.first <= s && e <= k.second; });
+    };
     for (int32_t i = 0; i < t.num_params; ++i) {
         const auto lo = uint64_t(reinterpret_cast<uintptr_t>(t.params[i].host)), hi = lo + t.params[i].size;
         if (std::find(kept.ranges.begin(), kept.ranges.end(), std::pair(lo, hi)) == kept.ranges.end())
-            map_.Erase(0, lo, hi - lo, t.task_id);
+            map_.EraseInside(0, lo, hi - lo, t.task_id, in_kept);
     }
     if (kept.ranges.empty()) return;
     // What it writes supersedes what failed tasks before it kept there:
@@ -1589,12 +1612,9 @@ void TaskGraph::KeepPoisonedWrites(const TaskDescriptor& t) {
             ++it;
             continue;
         }
-        std::erase_if(it->second.ranges, [&](const std::pair<uint64_t, uint64_t>& r) {
-            const bool covered = std::any_of(kept.ranges.begin(), kept.ranges.end(), [&](const auto& k) {
-                return k.first <= r.first && r.second <= k.second;
-            });
-            if (covered) map_.Erase(0, r.first, r.second - r.first, it->first);
-            return covered;
+        DropKeptRanges(it->first, it->second, [&](const std::pair<uint64_t, uint64_t>& r) {
+            return std::any_of(kept.ranges.begin(), kept.ranges.end(),
+                               [&](const auto& k) { return k.first <= r.first && r.second <= k.second; });
         });
         it = it->second.ranges.empty() ? poisoned_.erase(it) : std::next(it);
     }
@@ -1628,13 +1648,9 @@ void TaskGraph::InheritPoison(TaskDescriptor& t) {
 
 void TaskGraph::DropPoisonInside(uint64_t lo, uint64_t hi) {
     for (auto it = poisoned_.begin(); it != poisoned_.end();) {
-        auto& ranges = it->second.ranges;
-        std::erase_if(ranges, [&](const std::pair<uint64_t, uint64_t>& r) {
-            if (r.first < lo || hi < r.second) return false;
-            map_.Erase(0, r.first, r.second - r.first, it->first);
-            return true;
-        });
-        it = ranges.empty() ? poisoned_.erase(it) : std::next(it);
+        DropKeptRanges(it->first, it->second,
+                       [&](const std::pair<uint64_t, uint64_t>& r) { return lo <= r.first && r.second <= hi; });
+        it = it->second.ranges.empty() ? poisoned_.erase(it) : std::next(it);
     }
 }
 

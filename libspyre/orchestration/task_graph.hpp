@@ -432,6 +432,10 @@ private:
         dependency::Root root;
         std::vector<std::pair<uint64_t, uint64_t>> ranges;  // host addresses [lo, hi)
     };
+    // Drops the ranges of task `id`'s `kept` that `drop` picks, with their
+    // entries in the map.
+    template <typename Drop>
+    void DropKeptRanges(int32_t id, PoisonedWrites& kept, Drop&& drop);
     std::unordered_map<int32_t, PoisonedWrites> poisoned_;
     std::vector<int32_t> poison_scratch_;  // InheritPoison's lookups
     int64_t next_forget_seq_ = 0;  // ForgetBeforeIdsComeRound's next turn (a compare per submit, no division)

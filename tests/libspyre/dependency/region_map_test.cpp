@@ -204,6 +204,28 @@ TEST(RegionMap, AWriteOfPartOfAnEntryCutsThatPartOut) {
     }
 }
 
+// EraseInside takes a range's pieces but those `spare` keeps: another range
+// of the task that stays (the orchestration runtime's kept failed writes).
+TEST(RegionMap, EraseInsideSparesWhatStays) {
+    RegionMap<int32_t> map(8);
+    auto none = [](int32_t) { return false; };
+    auto all = [](int32_t) { return true; };
+    const auto parts = RegionMap<int32_t>::Cut::Parts;
+    map.Insert(0, 0, 100, true, 1, none, parts);
+    map.Insert(0, 40, 20, true, 1, none, parts);  // a second range of task 1, inside the first
+    map.Insert(0, 0, 20, true, 2, none, parts);   // cuts [0, 100) to [20, 100)
+    map.EraseInside(0, 0, 100, 1, [](uint64_t s, uint64_t e) { return 40 <= s && e <= 60; });
+    std::vector<int32_t> d;
+    map.Lookup(0, 45, 5, false, -1, all, d);
+    EXPECT_EQ(d, V{1});  // [40, 60) stayed
+    d.clear();
+    map.Lookup(0, 70, 5, false, -1, all, d);
+    EXPECT_EQ(d, V{});  // the piece [20, 100) went
+    map.EraseInside(0, 40, 20, 1);
+    map.EraseInside(0, 0, 20, 2);
+    EXPECT_EQ(map.entries(), 0u);
+}
+
 TEST(RegionMap, EmptyRangesTouchNothing) {
     RegionMap<int32_t> map(8);
     auto all = [](int32_t) { return true; };
