@@ -91,12 +91,25 @@ public:
         if (size == 0) return;
         const Range r{space, start, start + size};
         const uint64_t g_first = start >> kGranuleShift, g_last = (r.end - 1) >> kGranuleShift;
-        // (A wide write leaves the granules' entries: they cost a lookup a
-        // needless edge, no more.)
         std::vector<Entry>* cut_out = write && cut == Cut::Parts ? &cut_ : nullptr;
         cut_.clear();
         if (write && !wide_.empty()) DropInside(wide_, r, task, keep, cut_out);
         if (g_last - g_first >= kWideGranules) {
+            // A wide write also drops (and cuts) the granules' entries, as
+            // its lookup visits them: left, a failed writer's entry there
+            // skipped a reader of what this write wrote since.
+            if (write) {
+                auto drop = [&](Granules& bucket) {
+                    DropInside(bucket.writes, r, task, keep, cut_out);
+                    DropInside(bucket.reads, r, task, keep, cut_out);
+                    bucket.reads_swept = std::min(bucket.reads_swept, bucket.reads.size());
+                };
+                if (g_last - g_first < buckets_.size()) {
+                    for (uint64_t g = g_first; g <= g_last; ++g) drop(Bucket(space, g));
+                } else {
+                    for (auto& bucket : buckets_) drop(bucket);
+                }
+            }
             wide_.push_back({r, task, write});
             CutPartlyCovered(r);
             return;

@@ -161,7 +161,7 @@ TEST(RegionMap, KeptEntriesSurviveACoveringWriteUntilErased) {
 TEST(RegionMap, EraseFindsWideAndMultiGranuleEntries) {
     RegionMap<int32_t> map(8);
     map.Insert(0, 12345, 3 << 16, false, 1);  // four granules
-    map.Insert(0, 0, 1ull << 30, true, 2);    // wide
+    map.Insert(0, 0, 1ull << 30, false, 2);   // wide (a read: a write would drop the other)
     EXPECT_EQ(map.entries(), 5u);
     map.Erase(0, 12345, 3 << 16, 1);
     map.Erase(0, 0, 1ull << 30, 2);
@@ -224,6 +224,29 @@ TEST(RegionMap, EraseInsideSparesWhatStays) {
     map.EraseInside(0, 40, 20, 1);
     map.EraseInside(0, 0, 20, 2);
     EXPECT_EQ(map.entries(), 0u);
+}
+
+// A write wider than 4 MiB drops and cuts the narrow entries it covers, as
+// a narrow write does: it left them, and a reader of what it wrote met a
+// failed writer there (probe of 5 Dec).
+TEST(RegionMap, AWideWriteDropsAndCutsTheNarrowEntriesItCovers) {
+    RegionMap<int32_t> map(8);
+    auto none = [](int32_t) { return false; };
+    auto all = [](int32_t) { return true; };
+    const auto parts = RegionMap<int32_t>::Cut::Parts;
+    constexpr uint64_t G = 1 << 16;
+    map.Insert(0, 0, 100, true, 1, none, parts);          // covered whole
+    map.Insert(0, 99 * G, 2 * G, true, 2, none, parts);   // covered in part: [100G, 101G) stays
+    map.Insert(0, 0, 100 * G, true, 3, none, parts);      // 100 granules: wide
+    std::vector<int32_t> d;
+    map.Lookup(0, 0, 100, false, -1, all, d);
+    EXPECT_EQ(d, V{3});
+    d.clear();
+    map.Lookup(0, 99 * G, 10, false, -1, all, d);
+    EXPECT_EQ(d, V{3});
+    d.clear();
+    map.Lookup(0, 100 * G, 10, false, -1, all, d);
+    EXPECT_EQ(d, V{2});
 }
 
 TEST(RegionMap, EmptyRangesTouchNothing) {

@@ -657,6 +657,32 @@ TEST_F(WorkerTest, AReaderOfRowsRewrittenAfterAFailureRuns) {
     }
 }
 
+// A write wider than 4 MiB over rows a failed task wrote: a reader of those
+// rows reads its bytes and runs. The wide write left the narrower entries
+// it covered in the hazard map, so the reader was skipped (probe of 5 Dec).
+TEST_F(WorkerTest, AReaderAfterAWideRewriteOfFailedRowsRuns) {
+    HostTensor x = HostTensor::Full({2048, 1024}, 1.0f), y = HostTensor::Zeros({1, 1024});  // x: 8 MiB
+    HostProgram p{"wide_rewrite", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                      g.Sub("fails", [](std::span<const HostTensor>) { throw std::runtime_error("boom"); },
+                            {Out(x.Rows(0, 32))});
+                      g.Sub("rewrite", [](std::span<const HostTensor> t) { std::ranges::fill(t[0].floats(), 7.0f); },
+                            {Out(x.Rows(16, 2048))});
+                      g.Sub("reader",
+                            [](std::span<const HostTensor> t) {
+                                for (size_t i = 0; i < t[1].floats().size(); ++i) t[1].floats()[i] = t[0].floats()[i] + 1;
+                            },
+                            {In(x.Rows(16, 17)), Out(y)});
+                  }};
+    try {
+        worker_->Run(p, {});
+        ADD_FAILURE() << "no HostRunError";
+    } catch (const HostRunError& e) {
+        ASSERT_EQ(e.failures().size(), 1u);
+        EXPECT_TRUE(e.skipped().empty()) << e.what();
+    }
+    for (float v : y.floats()) ASSERT_EQ(v, 8.0f);
+}
+
 // A task of a nested run skipped for its caller's failure ended with its
 // run, before the caller's run went on: the hazard map forgot it, and with
 // it the failure it had covered, so a later reader of the failed task's
