@@ -113,7 +113,8 @@ public:
         // In a host kernel of a runtime on this device: the call that runs
         // it (submit, wait_all, run) holds the device, so close waited out
         // kUsersWait (10 s) for itself, then returned with the call still
-        // holding the function.
+        // holding the function. (Reached through another thread, it is the
+        // Busy below.)
         if (t_kernel_device == this)
             throw Error(ErrorKind::InvalidArgument,
                         "Device.close: called from a host kernel of an Orchestrator on device " + name_ +
@@ -157,8 +158,18 @@ public:
             throw;
         }
         DestroyWithoutGil(device_);
-        WithoutGil([&] { WaitForUsers(); });
+        bool let_go = false;
+        WithoutGil([&] { let_go = WaitForUsers(); });
         closed_.store(true, std::memory_order_release);
+        // It returned as if closed, and the function stayed open (Busy)
+        // until those calls ended.
+        if (!let_go)
+            throw Error(ErrorKind::Busy,
+                        "Device.close: calls of other threads still hold device " + name_ + " after " +
+                            std::to_string(kUsersWait.count()) +
+                            " s (one may wait for this call: a wait_all whose runtime's host kernel closes the "
+                            "device); its objects are released, and the function is free once they end",
+                        ErrorContext{.device = name_});
     }
 
     // Held by a call that uses the device's objects without the GIL: Close
@@ -197,10 +208,14 @@ private:
         }
         return true;
     }
-    void WaitForUsers() noexcept {
+    // Whether the other threads' calls let go within kUsersWait.
+    bool WaitForUsers() noexcept {
         const auto deadline = std::chrono::steady_clock::now() + kUsersWait;
-        while (users_.load(std::memory_order_acquire) != 0 && std::chrono::steady_clock::now() < deadline)
+        while (users_.load(std::memory_order_acquire) != 0) {
+            if (std::chrono::steady_clock::now() >= deadline) return false;
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        return true;
     }
     std::shared_ptr<Device> device_;
     std::atomic<bool> closing_{false};

@@ -348,6 +348,40 @@ def test_a_host_kernel_that_is_not_callable_is_invalid_argument(orch):
             orch.register_host_kernel(PYADD + 50, fn)
 
 
+def test_a_close_that_waits_for_itself_through_another_thread_is_busy():
+    """Device.close() of d1 in a host kernel of d2's runtime, which a kernel
+    of d1's runtime waits for: the calls holding d1 wait for the close.
+    close waited 10 s, then returned as if closed with the function still
+    open (probe of 5 Dec); it raises Busy saying so, and the function opens
+    again once the calls end."""
+    host = spyre.Host.embedded_mock(cards=1, vfs=2, mem="512M")  # the module's functions may be held
+    d1, d2 = host.open("1"), host.open("2")
+    oa = spyre.Orchestrator(d1, task_ring_size=8, host_threads=1)
+    ob = spyre.Orchestrator(d2, task_ring_size=8, host_threads=1)
+    seen = []
+
+    def kb(x):
+        try:
+            d1.close()
+            seen.append("closed")
+        except spyre.Busy as e:
+            seen.append(str(e))
+        except BaseException as e:  # noqa: BLE001 - any other kind is the defect
+            seen.append(repr(e))
+
+    ob.register_host_kernel(PYADD, kb)
+    bb = ob.alloc(64)
+    oa.register_host_kernel(PYADD, lambda x: (ob.submit(PYADD, spyre.WORKER_HOST, [("inout", bb)]), ob.wait_all())[-1])
+    oa.submit(PYADD, spyre.WORKER_HOST, [("inout", oa.alloc(64))])
+    with pytest.raises(spyre.InvalidArgument, match="is closed"):
+        oa.wait_all()
+    assert len(seen) == 1 and "calls of other threads still hold device" in seen[0], seen
+    ob.close()
+    d2.close()
+    host.open("1").close()
+    host.close()
+
+
 def test_a_host_kernels_return_code_is_marked_as_the_kernels(orch):
     """A Python host kernel that returns 9 fails its task with device_code 9
     and host_kernel_code True: 9 is the kernel's own code, not the device's
