@@ -7,9 +7,11 @@
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 import tempfile
+import threading
 
 tool = sys.argv[1]
 failures = []
@@ -212,6 +214,34 @@ with tempfile.TemporaryDirectory() as d:
     r = subprocess.run([tool, "merge", a, a, b], capture_output=True, text=True, timeout=60)
     check(r.returncode == 1 and "is also an input" in r.stderr and open(a).read() == before,
           f"merge into an input: exit {r.returncode}, {r.stderr.strip()}, kept {open(a).read() == before}")
+    # Through a symlink to its target (the link stays), into a pipe (not
+    # replaced by a file); a directory or a device that fails is named, and
+    # a device is written, not replaced (merge replaced links, pipes and,
+    # as root, /dev/full: probe of 5 Dec).
+    target, link, fifo = (os.path.join(d, n) for n in ("target.json", "link.json", "fifo"))
+    with open(target, "w") as f:
+        f.write("old")
+    os.symlink(target, link)
+    r = subprocess.run([tool, "merge", link, a, b], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0 and os.path.islink(link) and '"traceEvents"' in open(target).read(),
+          f"merge through a symlink: {r.stderr.strip()}, link kept {os.path.islink(link)}")
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo).read()))
+    reader.start()
+    r = subprocess.run([tool, "merge", fifo, a, b], capture_output=True, text=True, timeout=60)
+    reader.join(60)
+    check(r.returncode == 0 and got and '"traceEvents"' in got[0] and stat.S_ISFIFO(os.stat(fifo).st_mode),
+          f"merge into a pipe: {r.stderr.strip()}, read {len(got[0]) if got else 0} bytes")
+    r = subprocess.run([tool, "merge", d, a, b], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and f"{d} is a directory" in r.stderr, f"merge into a directory: {r.stderr.strip()}")
+    if os.path.exists("/dev/full"):
+        r = subprocess.run([tool, "merge", "/dev/full", a, b], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 1 and "/dev/full cannot be written: No space left on device" in r.stderr
+              and stat.S_ISCHR(os.stat("/dev/full").st_mode), f"merge into /dev/full: {r.stderr.strip()}")
+    os.remove(link)
+    os.remove(target)
+    os.remove(fifo)
     # An output whose directory is missing is named, not the temporary file.
     r = subprocess.run([tool, "merge", os.path.join(d, "nowhere", "x.json"), a, b], capture_output=True, text=True,
                        timeout=60)
