@@ -5,6 +5,8 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <exception>
+
 #include "bindings.hpp"
 #include "gil.hpp"
 #include "int_arg.hpp"
@@ -195,8 +197,19 @@ void BindHost(py::module_& m) {
             for (auto& w : DeviceSlot::Registry())
                 if (auto s = w.lock()) slots.push_back(s);
         }
-        for (auto& s : slots) s->Close();
+        // Every device, whatever one raises: Busy (calls of daemon threads
+        // that hold a device past close's bound) goes unsaid at exit, as
+        // close returned before; another error is raised after the rest.
+        std::exception_ptr first;
+        for (auto& s : slots) {
+            try {
+                s->Close();
+            } catch (const Error& e) {
+                if (e.kind() != ErrorKind::Busy && !first) first = std::current_exception();
+            }
+        }
         Deferred::Instance().Drain();
+        if (first) std::rethrow_exception(first);
     }, "Closes every open Device (spyre registers it with atexit).");
     m.def("_deferred_pending", [] { return Deferred::Instance().pending(); },
           "References the runtime dropped off the GIL, not yet released (tests).");
