@@ -96,14 +96,19 @@ bool ValidPrefix(const std::string& p) {
 
 // The numeric options' first check: CLI11 checks an option's text before
 // converting it, and Range reads that text as a double, so "1.5" was "not
-// in range" and "0x2" passed. Decimal digits only, a sign allowed (the
-// range check then names a negative number).
+// in range" and "0x2" passed. Decimal digits only; a '-' before a number
+// other than zero passes on, so that the range check names a negative
+// number ("+1" and "-0" are refused here).
 const CLI::Validator kWholeNumber(
     [](std::string& text) -> std::string {
-        const size_t digits = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+        const size_t digits = !text.empty() && text[0] == '-' ? 1 : 0;
         bool whole = text.size() > digits;
-        for (size_t i = digits; i < text.size(); ++i) whole = whole && std::isdigit(static_cast<unsigned char>(text[i]));
-        return whole ? std::string() : "'" + text + "' is not a whole decimal number";
+        bool zero = true;
+        for (size_t i = digits; i < text.size(); ++i) {
+            whole = whole && std::isdigit(static_cast<unsigned char>(text[i]));
+            zero = zero && text[i] == '0';
+        }
+        return whole && !(digits && zero) ? std::string() : "'" + text + "' is not a whole decimal number";
     },
     "INT");
 

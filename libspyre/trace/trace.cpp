@@ -325,14 +325,15 @@ size_t WriteAndStop(State& s);
 
 namespace {
 
-// SPYRE_TRACE_MAX_MB: a whole number >= 1.
+// SPYRE_TRACE_MAX_MB: a whole number >= 1, decimal digits only (strtoull
+// skips leading blanks and takes a sign).
 uint64_t MaxMb() {
     const char* text = std::getenv("SPYRE_TRACE_MAX_MB");
     if (!text || !*text) return kDefaultMaxMb;
     char* end = nullptr;
     errno = 0;
     const unsigned long long mb = std::strtoull(text, &end, 10);
-    if (*end != '\0' || errno != 0 || mb < 1 || mb > (1ull << 30) || text[0] == '-')
+    if (*end != '\0' || errno != 0 || mb < 1 || mb > (1ull << 30) || text[0] < '0' || text[0] > '9')
         throw Error(ErrorKind::InvalidArgument, std::string("SPYRE_TRACE_MAX_MB='") + text +
                                                     "' is not a whole number of MiB from 1 to 2^30 (default " +
                                                     std::to_string(kDefaultMaxMb) + ")");

@@ -139,6 +139,8 @@ with tempfile.TemporaryDirectory() as d:
               "-q shows region bases to a non-holder")
         check(re.search(r"\n    code +: 0 \(NONE\)\n", q), "-q does not decode the error code")
         check(q.count("\n0000:") == 0 and q.startswith(address), "-q FUNCTION shows other functions")
+        r = run_smi(["-q", address.split(":", 1)[1], "--sample-ms", "0"], env)  # the short form, 01:00.1
+        check(r.stdout.startswith(address) and r.stdout.count("\n0000:") == 0, f"-q short form: {r.stdout[:200]!r}")
         r = run_smi(["-q", address, "--json", "--sample-ms", "0"], env)
         detail = json.loads(r.stdout)["cards"][0]["functions"][0]["detail"]
         check(detail["private_visible"] is False, "non-holder marked private_visible")
@@ -220,6 +222,12 @@ with tempfile.TemporaryDirectory() as d:
         for bad in ("\u00b2", "\u0661"):
             r = run_smi(["-q", bad, "--sample-ms", "0"], env, expect=3)
             check(f"no spyre function '{bad}'" in r.stderr and "Traceback" not in r.stderr, f"-q {bad!r}: {r.stderr!r}")
+        # A tail shorter than bus:device.function named one function of each
+        # card; a query's control characters were echoed raw to the terminal.
+        r = run_smi(["-q", "00.1", "--sample-ms", "0"], env, expect=3)
+        check("no spyre function '00.1'" in r.stderr, f"-q 00.1: {r.stderr!r}")
+        r = run_smi(["-q", "\x1b[2J\x07x", "--sample-ms", "0"], env, expect=3)
+        check("no spyre function '\\x1b[2J\\x07x'" in r.stderr and "\x1b" not in r.stderr, f"-q ESC: {r.stderr!r}")
         r = run_smi(["--root", os.path.join(d, "nowhere")], env, expect=1)
         check("does not exist" in r.stderr, f"missing root message: {r.stderr!r}")
         run_smi(["--loop", "0"], env, expect=2)

@@ -307,6 +307,11 @@ TEST_F(TraceTest, ARecordingPastItsBoundDropsAndCountsTheRest) {
     // A bound that is no number of MiB is refused at Start.
     test::ScopedEnv bad("SPYRE_TRACE_MAX_MB", "lots");
     EXPECT_SPYRE_ERROR(trace::Start(path), InvalidArgument, "SPYRE_TRACE_MAX_MB='lots' is not a whole number of MiB");
+    for (const char* text : {" 5", "+5", "-5", "5 "}) {
+        test::ScopedEnv signed_or_blank("SPYRE_TRACE_MAX_MB", text);
+        EXPECT_SPYRE_ERROR(trace::Start(path), InvalidArgument,
+                           std::string("SPYRE_TRACE_MAX_MB='") + text + "' is not a whole number of MiB");
+    }
     EXPECT_FALSE(trace::Enabled());
 }
 

@@ -83,6 +83,8 @@ TEST(MockdevStartup, RejectsBadArgumentsWithUsageExitCode) {
         {"--mount /tmp --ready-fd 1.5", "'1.5' is not a whole decimal number"},
         {"--mount /tmp --cards 0x2", "'0x2' is not a whole decimal number"},
         {"--mount /tmp --cores ''", "'' is not a whole decimal number"},
+        {"--mount /tmp --cards +1", "'+1' is not a whole decimal number"},
+        {"--mount /tmp --ready-fd -0", "'-0' is not a whole decimal number"},
         {"--mount ''", "--mount: the mount point is an empty path"},
         {"--mount /tmp --shm-prefix ''", "--shm-prefix: '' must be 1-32 characters"},
     };
