@@ -27,11 +27,11 @@
 // doubled since the last sweep (nobody else meets the readers of an input
 // nobody writes). A write drops the entries it covers whole, which later tasks
 // reach through the writer, but those the caller's `keep` predicate holds
-// (a failed writer whose readers must be skipped); with Cut::Parts it also
-// cuts the part it covers out of the entries it covers in part (a caller
-// whose ranges are what its tasks declare they touch, whole: a reader of
-// that part then meets the writer alone). Erase drops one task's entries at once
-// (tasks that are freed). Not thread-safe: callers hold their own lock.
+// (a failed writer whose readers must be skipped), and cuts the part it
+// covers out of the entries it covers in part (the callers' ranges are what
+// their tasks declare they touch, whole: a reader of that part then meets
+// the writer alone). Erase drops one task's entries, pieces included, at
+// once (tasks that are freed). Not thread-safe: callers hold their own lock.
 // Empty ranges touch nothing and are never filed.
 #pragma once
 
@@ -76,22 +76,16 @@ public:
             Scan(wide_, r, write, self, alive, deps);
     }
 
-    // Whether a write also cuts what it covers out of the entries it covers
-    // in part (see the top).
-    enum class Cut : uint8_t { Whole, Parts };
-
     // Records that `task` reads (write = false) or writes [start, start + size)
     // of `space`. A write drops the entries it covers whole, but `task`'s own
-    // and those `keep(task)` holds; with Cut::Parts it leaves of each entry
-    // it covers in part (again but `task`'s and the kept) the one or two
-    // pieces outside it. Erase such a map's entries with EraseInside.
+    // and those `keep(task)` holds, and leaves of each entry it covers in
+    // part (again but `task`'s and the kept) the one or two pieces outside
     template <typename Keep>
-    void Insert(uint64_t space, uint64_t start, uint64_t size, bool write, Task task, Keep&& keep,
-                Cut cut = Cut::Whole) {
+    void Insert(uint64_t space, uint64_t start, uint64_t size, bool write, Task task, Keep&& keep) {
         if (size == 0) return;
         const Range r{space, start, start + size};
         const uint64_t g_first = start >> kGranuleShift, g_last = (r.end - 1) >> kGranuleShift;
-        std::vector<Entry>* cut_out = write && cut == Cut::Parts ? &cut_ : nullptr;
+        std::vector<Entry>* cut_out = write ? &cut_ : nullptr;
         cut_.clear();
         if (write && !wide_.empty()) DropInside(wide_, r, task, keep, cut_out);
         if (g_last - g_first >= kWideGranules) {
@@ -131,35 +125,20 @@ public:
         Insert(space, start, size, write, task, [](const Task&) { return false; });
     }
 
-    // Drops `task`'s entries for [start, start + size) of `space` (the range
-    // it was filed with).
-    void Erase(uint64_t space, uint64_t start, uint64_t size, Task task) {
-        EraseWhere(space, start, size, task, false, [](uint64_t, uint64_t) { return false; });
-    }
-    // The same, with the pieces a Cut::Parts write left of that range: every
-    // entry of `task` inside it, but those whose [start, end) `spare` keeps
-    // (the pieces of another range of the task that is to stay).
+    // Drops `task`'s entries inside [start, start + size) of `space` (the
+    // range it was filed with, and the pieces later writes left of it), but
+    // those whose [start, end) `spare` keeps (the pieces of another range of
+    // the task that is to stay).
     template <typename Spare>
-    void EraseInside(uint64_t space, uint64_t start, uint64_t size, Task task, Spare&& spare) {
-        EraseWhere(space, start, size, task, true, spare);
-    }
-    void EraseInside(uint64_t space, uint64_t start, uint64_t size, Task task) {
-        EraseInside(space, start, size, task, [](uint64_t, uint64_t) { return false; });
-    }
-
-private:
-    template <typename Spare>
-    void EraseWhere(uint64_t space, uint64_t start, uint64_t size, Task task, bool inside, const Spare& spare) {
+    void Erase(uint64_t space, uint64_t start, uint64_t size, Task task, const Spare& spare) {
         if (size == 0) return;
         const uint64_t end = start + size;
         const uint64_t g_first = start >> kGranuleShift, g_last = (end - 1) >> kGranuleShift;
         auto drop = [&](std::vector<Entry>& bucket) {
             for (size_t i = 0; i < bucket.size();) {
                 const Entry& e = bucket[i];
-                const bool match = inside ? start <= e.range.start && e.range.end <= end &&
-                                                !spare(e.range.start, e.range.end)
-                                          : e.range.start == start && e.range.end == end;
-                if (e.task == task && e.range.space == space && match) {
+                if (e.task == task && e.range.space == space && start <= e.range.start && e.range.end <= end &&
+                    !spare(e.range.start, e.range.end)) {
                     bucket[i] = bucket.back();
                     bucket.pop_back();
                 } else {
@@ -178,8 +157,10 @@ private:
             bucket.reads_swept = std::min(bucket.reads_swept, bucket.reads.size());
         }
     }
+    void Erase(uint64_t space, uint64_t start, uint64_t size, Task task) {
+        Erase(space, start, size, task, [](uint64_t, uint64_t) { return false; });
+    }
 
-public:
     // Drops every entry whose task `alive` rejects, met by a lookup or not.
     template <typename Alive>
     void Sweep(Alive&& alive) {
@@ -268,7 +249,7 @@ private:
             ++i;
         }
     }
-    // Cut::Parts: the entries the write `r` covers in part (DropInside
+    // The entries the write `r` covers in part (DropInside
     // listed them in cut_) become the pieces outside `r`, in every bucket
     // they were filed in (a lookup elsewhere would meet the whole entry).
     void CutPartlyCovered(const Range& r) {
@@ -318,7 +299,7 @@ private:
     static constexpr size_t kSweepSlack = 16;  // readers a bucket gains before its first sweep
     std::vector<Granules> buckets_;
     std::vector<Entry> wide_;  // ranges of more than kWideGranules granules
-    std::vector<Entry> cut_;   // the entries a write covers in part (Cut::Parts)
+    std::vector<Entry> cut_;   // the entries a write covers in part
     uint64_t mask_;
 };
 

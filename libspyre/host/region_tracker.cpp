@@ -23,14 +23,13 @@ void RegionTracker::File(uint64_t storage, uint64_t begin, uint64_t end, bool wr
     // those bytes reads this task's version and meets it alone (a failed
     // writer of the whole tensor skipped the reader of a row another task
     // had rewritten since). The ranges are the exact bytes a task touches.
-    map_.Insert(storage, begin, size, write, task, [](HostTask*) { return false; },
-                dependency::RegionMap<HostTask*>::Cut::Parts);
+    map_.Insert(storage, begin, size, write, task);
 }
 
 void RegionTracker::Forget(const HostTask& task) {
     for (const TensorArg& a : task.args) {
         const uint64_t begin = a.tensor.byte_offset(), end = begin + a.tensor.bytes();
-        map_.EraseInside(a.tensor.storage_id(), begin, end - begin, const_cast<HostTask*>(&task));
+        map_.Erase(a.tensor.storage_id(), begin, end - begin, const_cast<HostTask*>(&task));
     }
 }
 

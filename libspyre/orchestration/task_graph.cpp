@@ -1123,8 +1123,7 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
     auto keep = [this, &t, poison_kept](int32_t task) { return poison_kept && t.gate.root && !Unconsumed(task); };
     for (int32_t i = 0; i < t.num_params; ++i) {
         const ResolvedParam& p = t.params[i];
-        map_.Insert(0, uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id, keep,
-                    dependency::RegionMap<int32_t>::Cut::Parts);
+        map_.Insert(0, uint64_t(reinterpret_cast<uintptr_t>(p.host)), p.size, p.kind != PARAM_INPUT, id, keep);
         if (p.implicit) continue;
         if (BufferInfo* b = buffers_.Find(p.host, p.size)) {
             bool seen = false;
@@ -1562,10 +1561,10 @@ void TaskGraph::DropKeptRanges(int32_t id, PoisonedWrites& kept, Drop&& drop) {
         gone.push_back(r);
         return true;
     });
-    // With the pieces later writes left of each (Cut::Parts), but those
+    // With the pieces later writes left of each, but those
     // inside a range that stays.
     for (const auto& r : gone)
-        map_.EraseInside(0, r.first, r.second - r.first, id, [&](uint64_t s, uint64_t e) {
+        map_.Erase(0, r.first, r.second - r.first, id, [&](uint64_t s, uint64_t e) {
             return std::any_of(kept.ranges.begin(), kept.ranges.end(),
                                [&](const auto& k) { return k.first <= s && e <= k.second; });
         });
@@ -1590,7 +1589,7 @@ void TaskGraph::KeepPoisonedWrites(const TaskDescriptor& t) {
     }
     // A range also kept (a parameter both read and written by two entries)
     // stays, and so do the pieces later writes left of a kept one inside
-    // another (EraseInside takes the pieces of the erased ranges: an
+    // another (Erase takes the pieces of the erased ranges: an
     // implicit output's left in the map would skip the readers of the next
     // output at that address).
     auto in_kept = [&](uint64_t s, uint64_t e) {
@@ -1599,7 +1598,7 @@ void TaskGraph::KeepPoisonedWrites(const TaskDescriptor& t) {
     for (int32_t i = 0; i < t.num_params; ++i) {
         const auto lo = uint64_t(reinterpret_cast<uintptr_t>(t.params[i].host)), hi = lo + t.params[i].size;
         if (std::find(kept.ranges.begin(), kept.ranges.end(), std::pair(lo, hi)) == kept.ranges.end())
-            map_.EraseInside(0, lo, hi - lo, t.task_id, in_kept);
+            map_.Erase(0, lo, hi - lo, t.task_id, in_kept);
     }
     if (kept.ranges.empty()) return;
     // What it writes supersedes what failed tasks before it kept there:

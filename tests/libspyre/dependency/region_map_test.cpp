@@ -168,14 +168,12 @@ TEST(RegionMap, EraseFindsWideAndMultiGranuleEntries) {
     EXPECT_EQ(map.entries(), 0u);
 }
 
-// Cut::Parts (the host level's exact byte ranges): a write of part of an
-// entry cuts that part out, so a reader of those bytes meets the writer
-// alone and a reader of the rest still meets the entry, in every granule
-// the entry spans; a write inside it leaves two pieces; EraseInside takes
-// the pieces. With the default, the entry stays whole.
+// A write of part of an entry cuts that part out, so a reader of those
+// bytes meets the writer alone and a reader of the rest still meets the
+// entry, in every granule the entry spans; a write inside it leaves two
+// pieces; Erase takes the pieces.
 TEST(RegionMap, AWriteOfPartOfAnEntryCutsThatPartOut) {
     auto all = [](int32_t) { return true; };
-    auto none = [](int32_t) { return false; };
     constexpr uint64_t G = 1 << 16;
     auto deps = [&](RegionMap<int32_t>& map, uint64_t start, uint64_t size) {
         std::vector<int32_t> d;
@@ -183,46 +181,41 @@ TEST(RegionMap, AWriteOfPartOfAnEntryCutsThatPartOut) {
         std::sort(d.begin(), d.end());
         return d;
     };
-    for (const auto cut : {RegionMap<int32_t>::Cut::Whole, RegionMap<int32_t>::Cut::Parts}) {
-        const bool parts = cut == RegionMap<int32_t>::Cut::Parts;
-        SCOPED_TRACE(parts ? "parts" : "whole");
-        RegionMap<int32_t> map(8);
-        map.Insert(0, 100, 4 * G, true, 1, none, cut);  // five granules
-        map.Insert(0, 100, 2 * G, true, 2, none, cut);  // its first half, over three granules
-        EXPECT_EQ(deps(map, 100, 10), parts ? V{2} : (V{1, 2}));
-        EXPECT_EQ(deps(map, 100 + 2 * G - 10, 10), parts ? V{2} : (V{1, 2}));  // the cut's last granule
-        EXPECT_EQ(deps(map, 100 + 3 * G, 10), V{1});                          // the rest, in another granule
-        EXPECT_EQ(deps(map, 100 + 2 * G - 1, 2), (V{1, 2}));                  // across the cut
-        map.Insert(0, 100 + 3 * G, 100, true, 3, none, cut);                  // inside the rest: two pieces
-        EXPECT_EQ(deps(map, 100 + 3 * G + 10, 10), parts ? V{3} : (V{1, 3}));
-        EXPECT_EQ(deps(map, 100 + 3 * G - 10, 10), V{1});
-        EXPECT_EQ(deps(map, 100 + 3 * G + 100, 10), V{1});
-        map.EraseInside(0, 100, 4 * G, 1);
-        map.EraseInside(0, 100, 2 * G, 2);
-        map.EraseInside(0, 100 + 3 * G, 100, 3);
-        EXPECT_EQ(map.entries(), 0u);
-    }
+    RegionMap<int32_t> map(8);
+    map.Insert(0, 100, 4 * G, true, 1);  // five granules
+    map.Insert(0, 100, 2 * G, true, 2);  // its first half, over three granules
+    EXPECT_EQ(deps(map, 100, 10), V{2});
+    EXPECT_EQ(deps(map, 100 + 2 * G - 10, 10), V{2});     // the cut's last granule
+    EXPECT_EQ(deps(map, 100 + 3 * G, 10), V{1});          // the rest, in another granule
+    EXPECT_EQ(deps(map, 100 + 2 * G - 1, 2), (V{1, 2}));  // across the cut
+    map.Insert(0, 100 + 3 * G, 100, true, 3);             // inside the rest: two pieces
+    EXPECT_EQ(deps(map, 100 + 3 * G + 10, 10), V{3});
+    EXPECT_EQ(deps(map, 100 + 3 * G - 10, 10), V{1});
+    EXPECT_EQ(deps(map, 100 + 3 * G + 100, 10), V{1});
+    map.Erase(0, 100, 4 * G, 1);
+    map.Erase(0, 100, 2 * G, 2);
+    map.Erase(0, 100 + 3 * G, 100, 3);
+    EXPECT_EQ(map.entries(), 0u);
 }
 
-// EraseInside takes a range's pieces but those `spare` keeps: another range
+// Erase takes a range's pieces but those `spare` keeps: another range
 // of the task that stays (the orchestration runtime's kept failed writes).
-TEST(RegionMap, EraseInsideSparesWhatStays) {
+TEST(RegionMap, EraseSparesWhatStays) {
     RegionMap<int32_t> map(8);
     auto none = [](int32_t) { return false; };
     auto all = [](int32_t) { return true; };
-    const auto parts = RegionMap<int32_t>::Cut::Parts;
-    map.Insert(0, 0, 100, true, 1, none, parts);
-    map.Insert(0, 40, 20, true, 1, none, parts);  // a second range of task 1, inside the first
-    map.Insert(0, 0, 20, true, 2, none, parts);   // cuts [0, 100) to [20, 100)
-    map.EraseInside(0, 0, 100, 1, [](uint64_t s, uint64_t e) { return 40 <= s && e <= 60; });
+    map.Insert(0, 0, 100, true, 1, none);
+    map.Insert(0, 40, 20, true, 1, none);  // a second range of task 1, inside the first
+    map.Insert(0, 0, 20, true, 2, none);   // cuts [0, 100) to [20, 100)
+    map.Erase(0, 0, 100, 1, [](uint64_t s, uint64_t e) { return 40 <= s && e <= 60; });
     std::vector<int32_t> d;
     map.Lookup(0, 45, 5, false, -1, all, d);
     EXPECT_EQ(d, V{1});  // [40, 60) stayed
     d.clear();
     map.Lookup(0, 70, 5, false, -1, all, d);
     EXPECT_EQ(d, V{});  // the piece [20, 100) went
-    map.EraseInside(0, 40, 20, 1);
-    map.EraseInside(0, 0, 20, 2);
+    map.Erase(0, 40, 20, 1);
+    map.Erase(0, 0, 20, 2);
     EXPECT_EQ(map.entries(), 0u);
 }
 
@@ -233,11 +226,10 @@ TEST(RegionMap, AWideWriteDropsAndCutsTheNarrowEntriesItCovers) {
     RegionMap<int32_t> map(8);
     auto none = [](int32_t) { return false; };
     auto all = [](int32_t) { return true; };
-    const auto parts = RegionMap<int32_t>::Cut::Parts;
     constexpr uint64_t G = 1 << 16;
-    map.Insert(0, 0, 100, true, 1, none, parts);          // covered whole
-    map.Insert(0, 99 * G, 2 * G, true, 2, none, parts);   // covered in part: [100G, 101G) stays
-    map.Insert(0, 0, 100 * G, true, 3, none, parts);      // 100 granules: wide
+    map.Insert(0, 0, 100, true, 1, none);          // covered whole
+    map.Insert(0, 99 * G, 2 * G, true, 2, none);   // covered in part: [100G, 101G) stays
+    map.Insert(0, 0, 100 * G, true, 3, none);      // 100 granules: wide
     std::vector<int32_t> d;
     map.Lookup(0, 0, 100, false, -1, all, d);
     EXPECT_EQ(d, V{3});

@@ -800,7 +800,9 @@ TEST_P(OrchQueueTest, WhetherATaskBehindAFailureRunsDoesNotDependOnTiming) {
         if (when != When::Running) {
             open = true;
             WaitForTask(a);
-            if (when == When::Consumed) ASSERT_TRUE(WrapPast(a));
+            if (when == When::Consumed) {
+                ASSERT_TRUE(WrapPast(a));
+            }
         }
         TaskParam overwrite_x[] = {Out(x, 64)};
         TaskParam read_x[] = {In(x, 64), In(x, 64), Out(z, 64)};
