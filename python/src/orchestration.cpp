@@ -417,7 +417,20 @@ void BindOrchestration(py::module_& m) {
                  p->ring_size = task_ring_size;
                  p->runtime = std::make_shared<OwnedRuntime>();
                  p->runtime->device = slot->shared();
-                 p->runtime->orch = WithoutGil([&] { return std::make_unique<Orchestrator>(Orchestrator::Create(dev, o)); });
+                 try {
+                     p->runtime->orch =
+                         WithoutGil([&] { return std::make_unique<Orchestrator>(Orchestrator::Create(dev, o)); });
+                 } catch (const Error& e) {
+                     // The holder is most often an earlier Orchestrator kept
+                     // alive by its views after `del`: say so.
+                     if (e.kind() != ErrorKind::Busy || e.message().find("held by another TaskQueue") == std::string::npos)
+                         throw;
+                     throw Error(ErrorKind::Busy,
+                                 e.message() + ": an Orchestrator or Worker on this device that is not closed holds it "
+                                               "(an Orchestrator's alloc()/task_output() views keep it alive after "
+                                               "`del`); close() it first",
+                                 e.context());
+                 }
                  p->orch = p->runtime->orch.get();
                  slot->Adopt(p);
                  return p;

@@ -262,6 +262,19 @@ def test_views_outlive_nothing_after_close(dev):
         spyre.Orchestrator(dev, ready_queues="sideways")
 
 
+def test_a_second_orchestrator_while_views_keep_the_first_says_why_it_is_busy(dev):
+    # After `del`, the first runtime lives on in its view and holds the
+    # device's task queues: Busy said "held by another TaskQueue of this
+    # process", a class the Python user never made (probe of 5 Dec).
+    o = spyre.Orchestrator(dev, task_ring_size=16, heap_size=1 << 20)
+    view = o.alloc(64)
+    del o
+    with pytest.raises(spyre.Busy, match=r"held by another TaskQueue.*views keep it alive after `del`\); close\(\) it"):
+        spyre.Orchestrator(dev, task_ring_size=16, heap_size=1 << 20)
+    del view  # the first runtime goes with its last view
+    spyre.Orchestrator(dev, task_ring_size=16, heap_size=1 << 20).close()
+
+
 @pytest.mark.parametrize("close", ["orchestrator", "device"])
 def test_closing_while_another_thread_waits_lets_the_wait_end(host, close):
     """close() of the Orchestrator (or its Device) while another thread is
