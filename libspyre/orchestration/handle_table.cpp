@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "orchestration/runtime_handle.hpp"
 #include "spyre/common/eventcount.hpp"
 #include "spyre/common/hex.hpp"
 #include "spyre/error.hpp"
@@ -135,6 +136,10 @@ RuntimeState* HandleTable::Retire(::Runtime* handle, bool from_c) {
         if (GenerationOf(w) != generation || (w & kClosing)) Stale(handle, call);  // another thread destroys it
     } while (!s.word.compare_exchange_weak(w, w | kClosing, std::memory_order_acq_rel, std::memory_order_acquire));
     w |= kClosing;
+    // A call of another thread waiting for room may wait for this thread
+    // (its pto_free, its next task): it fails instead of holding us here.
+    if (RuntimeState* state = s.state.load(std::memory_order_acquire); state && state->graph)
+        state->graph->Closing();
     while ((w & kCalls) > own)  // calls of other threads finish what they do (no bound: 1 s is how often it looks)
         s.left.SleepUnless([&] { return ((w = s.word.load(std::memory_order_acquire)) & kCalls) <= own; },
                            std::chrono::seconds(1));

@@ -317,8 +317,18 @@ std::string TaskGraph::Describe(int32_t id) const {
            ToString(t.state.load(std::memory_order_relaxed)) + ")";
 }
 
+void TaskGraph::Closing() {
+    Lock lock(*this);
+    closing_ = true;
+    wake_.Notify();
+}
+
 template <typename Stuck>
 void TaskGraph::WaitForRoom(std::unique_lock<std::mutex>& submitting, Lock& lock, StallNeed need, Stuck&& stuck) {
+    if (closing_)
+        Fail(ErrorKind::InvalidArgument,
+             "the runtime is being destroyed (pto_runtime_destroy or ~Orchestrator on another thread), and this "
+             "call waited for room: " + stuck());
     if (need.behind_scopes) {
         // The scopes' thread goes on and ends them, or exits, which ends
         // them: looked at again each millisecond, and whenever something

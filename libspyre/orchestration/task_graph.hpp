@@ -141,6 +141,11 @@ public:
     // holds_) and ends the scopes it left open (their failures stay for
     // WaitAll), which nobody else could end.
     void ThreadExiting();
+    // The runtime is being destroyed (its handle takes no new call): calls
+    // waiting for room in its rings fail now. What they wait for may come
+    // only through the destroying thread (its pto_free, its next task
+    // reading a held output), which now waits for them.
+    void Closing();
     // Waits for every task submitted; `progress` (if set) hears tasks
     // completed of those submitted since the last WaitAll.
     void WaitAll(const ProgressCallback& progress = {});
@@ -477,6 +482,7 @@ private:
     // the one it fits).
     StallNeed stalled_;
     int stallers_ = 0;  // submitters asleep in WaitForRoom
+    bool closing_ = false;  // Closing() was called: WaitForRoom fails
     std::vector<std::thread::id> stalled_threads_;  // their threads
     bool space_freed_ = false;  // a ring slot or heap block came back since the last WakeWaiters
     int64_t inflight_ = 0;  // submitted, not completed

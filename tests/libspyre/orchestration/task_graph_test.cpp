@@ -2174,6 +2174,48 @@ TEST(OrchestrationHandles, ADestroyFromAProgressCallbackIsBusyNamingTheCallback)
     EXPECT_EQ(pto_runtime_destroy(rt), 0) << pto_last_error();
 }
 
+// A destroy while another thread's submit waits for heap room that only
+// the destroying thread could give back (its pto_alloc buffer is the
+// heap's oldest block): the waiting submit fails saying why, and the
+// destroy returns. It waited for that submit for good (probe of 6 Dec).
+TEST(OrchestrationHandles, ADestroyEndsAnotherThreadsWaitForRoomOnlyTheDestroyerCouldMake) {
+    ::Runtime* rt = pto_runtime_create_host(1 << 24, 8, 1 << 16);
+    ASSERT_NE(rt, nullptr) << pto_last_error();
+    ASSERT_EQ(pto_register_host_kernel(
+                  rt, 1, [](void* const*, const uint64_t*, int32_t, void*) -> uint32_t { return 0; }, nullptr),
+              0);
+    ASSERT_NE(pto_alloc(rt, 16384), nullptr) << pto_last_error();  // never freed: the heap's oldest block
+    auto* in = static_cast<uint8_t*>(pto_host_address(rt, 0, 64));
+    std::atomic<int64_t> submitted{0};
+    int32_t refused = 0;
+    std::string why;
+    std::thread submitter([&] {
+        for (;;) {
+            TaskParam p[] = {{PARAM_INPUT, in, 64, {}}, {PARAM_OUTPUT, nullptr, 64, {}}};
+            if (const int32_t r = pto_submit_task(rt, 1, WORKER_HOST, p, 2); r < 0) {
+                refused = r;
+                why = pto_last_error();
+                return;
+            }
+            ++submitted;
+        }
+    });
+    // The submits stop once the heap is full: the submitter waits for room.
+    for (int64_t seen = -1, i = 0; i < 200 && seen != submitted.load(); ++i) {
+        seen = submitted.load();
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    test::Watchdog watchdog(std::chrono::seconds(30), "pto_runtime_destroy with a submit waiting for heap room");
+    EXPECT_EQ(pto_runtime_destroy(rt), 0) << pto_last_error();
+    submitter.join();
+    EXPECT_GT(submitted.load(), 0);
+    EXPECT_EQ(refused, -EINVAL);
+    EXPECT_NE(why.find("the runtime is being destroyed (pto_runtime_destroy or ~Orchestrator on another thread), "
+                       "and this call waited for room: heap ring (65536 bytes) cannot make room"),
+              std::string::npos)
+        << why;
+}
+
 // An orchestration function whose runtime another thread destroys under
 // it: once a query is refused (the destroy has begun and waits for this
 // run), its next submit is refused too, and pto_run reports that call.
