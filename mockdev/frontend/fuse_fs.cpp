@@ -450,6 +450,8 @@ struct FuseOps {
         file->kind = node->kind;
         file->card = node->card;
         file->fn = node->fn;
+        if (fi->flags & O_TRUNC)
+            if (int rc = CheckTruncate(*file); rc != 0) return rc;
         fi->fh = reinterpret_cast<uint64_t>(file.get());
         fi->direct_io = 1;
         fi->keep_cache = 0;
@@ -602,12 +604,32 @@ struct FuseOps {
     }
 
     // Sizes are fixed, as in sysfs: truncating a writable file (`echo 1 > reset`
-    // opens with O_TRUNC) is accepted and changes nothing.
-    static int Truncate(const char* path, off_t, fuse_file_info*) {
+    // opens with O_TRUNC) changes nothing, and is accepted from whoever may
+    // write it. It is a write: to a held function's files, EBUSY for others
+    // (it returned 0 to them, as if done).
+    static int Truncate(const char* path, off_t, fuse_file_info* fi) {
         auto node = Resolve(path);
         if (!node) return -ENOENT;
         if (IsDir(node->kind)) return -EISDIR;
-        return (ModeOf(node->kind) & 0222) ? 0 : -EACCES;
+        if (!(ModeOf(node->kind) & 0222)) return -EACCES;
+        if (fi) return CheckTruncate(*File(fi));
+        OpenFile by_path;
+        by_path.kind = node->kind, by_path.card = node->card, by_path.fn = node->fn;
+        return CheckTruncate(by_path);
+    }
+    // A truncate of `f` (truncate(2), or an open with O_TRUNC, which libfuse
+    // passes to Open): 0 or -EBUSY.
+    static int CheckTruncate(const OpenFile& f) {
+        switch (f.kind) {
+        case Kind::Resource0:
+        case Kind::Resource2:
+        case Kind::Resource4:
+        case Kind::Reset: {
+            const auto keep = KeepHolders(f);
+            return CheckHolder(f, true, 0, 0);
+        }
+        default: return 0;
+        }
     }
 
     static int Ioctl(const char*, unsigned int cmd, void*, fuse_file_info* fi, unsigned int flags, void* data) {

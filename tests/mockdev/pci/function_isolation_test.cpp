@@ -199,6 +199,19 @@ TEST_F(MockDeviceTest, SysfsFilesOfAHeldFunctionServeOnlyItsHolder) {
     EXPECT_EQ(InChild([&] { return FileAccess(res4, false, 4096, 64); }), EBUSY);  // the rings
     EXPECT_EQ(InChild([&] { return FileAccess(res0, true, SPYRE_REG_CONTROL, 4); }), EBUSY);
     EXPECT_EQ(InChild([&] { return WriteText(reset, "1\n"); }), EBUSY);
+    // A truncate is a write too (it changes nothing, and said 0 as if done).
+    for (const std::string& file : {res0, res2, res4, reset}) {
+        EXPECT_EQ(InChild([&] { return ::truncate(file.c_str(), 0) == 0 ? 0 : errno; }), EBUSY) << file;
+        EXPECT_EQ(InChild([&] {
+                      const int fd = ::open(file.c_str(), O_WRONLY | O_TRUNC);
+                      const int err = fd < 0 ? errno : 0;
+                      if (fd >= 0) ::close(fd);
+                      return err;
+                  }),
+                  EBUSY)
+            << file;
+    }
+    EXPECT_EQ(::truncate(reset.c_str(), 0), 0);  // the holder's `echo 1 > reset` truncates first
     // What carries no data stays readable.
     EXPECT_EQ(InChild([&] { return FileAccess(res0, false, 0, SPYRE_REG_FILE_SIZE); }), 0);
     EXPECT_EQ(InChild([&] { return FileAccess(res4, false, 0, sizeof(spyre_doorbell_page)); }), 0);
