@@ -46,6 +46,7 @@ DeviceQueue::DeviceQueue(Function& function, QueueId id) : fn_(function), id_(id
         cq_ = reinterpret_cast<const spyre_cqe*>(bar4 + geo.cq_offset);
         auto* db = reinterpret_cast<spyre_doorbell_page*>(bar4 + geo.db_offset);
         sq_tail_word_ = &db->sq_tail;
+        sq_head_word_ = &db->sq_head;
         cq_head_word_ = &db->cq_head;
         cq_tail_word_ = &db->cq_tail;
         device_sleeping_ = &db->device_sleeping;
@@ -71,6 +72,7 @@ DeviceQueue::DeviceQueue(Function& function, QueueId id) : fn_(function), id_(id
         auto* db = reinterpret_cast<spyre_task_doorbell*>(bar4 + geo.db_offset);
         spyre_task_queue_words& words = db->queue[id.group];
         sq_tail_word_ = &words.sq_tail;
+        sq_head_word_ = &words.sq_head;
         cq_head_word_ = &words.cq_head;
         cq_tail_word_ = &words.cq_tail;
         device_sleeping_ = &db->device_sleeping;
@@ -92,6 +94,7 @@ DeviceQueue::DeviceQueue(Function& function, QueueId id) : fn_(function), id_(id
 
 void DeviceQueue::Attach() noexcept {
     sq_tail_ = Word(*sq_tail_word_).load(std::memory_order_acquire);
+    woken_to_ = sq_tail_;
     cq_head_ = Word(*cq_head_word_).load(std::memory_order_acquire);
     cq_end_ = cq_head_;
     cq_published_ = cq_head_;

@@ -76,7 +76,14 @@ inline const bool kHasPrefetchW = [] {
     // Pairs with the device's fence between setting device_sleeping and
     // re-reading sq_tail: one of the two sides always sees the other.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (detail::Word(*device_sleeping_).load(std::memory_order_relaxed)) {
+    // A device that still shows asleep but has not taken every CB published
+    // with the last wake has that wake on its way, and will see these CBs
+    // too (docs/hardware.md "Submission"). A wake per submission meanwhile
+    // cost each pto_submit_task a system call while the device's thread
+    // waited for a CPU: 3-4 us a task instead of 0.36 on the loaded 2-CPU VM.
+    if (detail::Word(*device_sleeping_).load(std::memory_order_acquire) &&  // then sq_head as of its sleep
+        int32_t(woken_to_ - detail::Word(*sq_head_word_).load(std::memory_order_relaxed)) <= 0) {
+        woken_to_ = sq_tail_;
         if (wake_word_ != sq_tail_word_) detail::Word(*wake_word_).fetch_add(1, std::memory_order_release);
         FutexWake(wake_word_, 1);
     }

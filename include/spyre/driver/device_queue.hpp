@@ -181,6 +181,7 @@ private:
     uint32_t* sq_tail_word_ = nullptr;          // driver -> device
     uint32_t* cq_head_word_ = nullptr;          // driver -> device
     uint32_t* cq_tail_word_ = nullptr;          // device -> driver
+    uint32_t* sq_head_word_ = nullptr;          // device -> driver
     uint32_t* device_sleeping_ = nullptr;       // device -> driver
     // What the sleeping device futex-waits on: sq_tail itself (the CB ring)
     // or a wake sequence the driver bumps first (task queues).
@@ -190,6 +191,10 @@ private:
     uint32_t* device_state_ = nullptr;          // device -> driver, in the function's doorbell page: SPYRE_DEVSTATE_*
     uint32_t halt_reg_ = 0, halt_mask_ = 0;     // the register and bit that say this queue halted
     uint32_t sq_tail_ = 0;       // our producer position (slots)
+    // sq_tail_ as published with the last wake of the device. Until the
+    // device's sq_head reaches it, that wake is still on its way (a device
+    // does not sleep while CBs wait in a queue it serves): no other is due.
+    uint32_t woken_to_ = 0;
     uint32_t cq_head_ = 0;       // our consumer position
     uint32_t cq_end_ = 0;        // cq_head_ + completions owed
     // cq_head as the device last saw it. Published every publish_every_

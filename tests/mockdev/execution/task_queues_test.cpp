@@ -196,6 +196,42 @@ TEST_F(TaskQueueTest, WaitAnyWakesOnEitherQueue) {
     }
 }
 
+// A device that shows asleep but has not yet taken the tasks published with
+// the driver's last wake is already being woken: it does not sleep while a
+// queue holds tasks it has not taken, so the driver rings it once for all
+// of them. It woke it again for each submission (wake_seq counts the
+// wakes), a system call each while the device's thread waited for a CPU.
+TEST_F(TaskQueueTest, ADeviceStillWakingIsWokenOnceForSeveralSubmissions) {
+    TestDevice& dev = pf();
+    const uint64_t program = dev.Put(ProgramImage{}.Encode());
+    TaskQueue q(dev.fn(), 0);
+    auto* page = reinterpret_cast<spyre_task_doorbell*>(dev.fn().bar4() + dev.fn().Read32(SPYRE_REG_TQ_DB_OFFSET));
+    auto word = [](uint32_t& w) { return std::atomic_ref<uint32_t>(w).load(); };
+    // Idle past its poll budget, the task lane sleeps; stopped there, it
+    // takes nothing until it goes on.
+    for (int look = 0; look < 2000 && word(page->device_sleeping) == 0; ++look)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_EQ(word(page->device_sleeping), 1u) << "the task lane never slept";
+    const ResumeAtScopeEnd go_on(daemon());
+    daemon().Signal(SIGSTOP);
+    ASSERT_TRUE(WaitUntilStopped(daemon().pid())) << "the daemon did not stop";
+    const uint32_t wakes = word(page->wake_seq);
+    for (uint64_t i = 0; i < 4; ++i) {
+        const spyre_cb d = TaskCb(20 + i, program, program, 0);
+        ASSERT_EQ(q.Submit({&d, 1}), 1u);
+    }
+    EXPECT_EQ(word(page->wake_seq) - wakes, 1u);
+    daemon().Signal(SIGCONT);
+    std::array<spyre_cqe, 4> done{};
+    size_t got = 0;
+    for (int look = 0; look < 5000 && got < done.size(); ++look) {
+        got += q.Reap(std::span(done).subspan(got));
+        if (got < done.size()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(got, done.size()) << "the woken device did not run every task";
+    for (const spyre_cqe& c : done) EXPECT_EQ(c.status, SPYRE_ERR_NONE) << c.user_data;
+}
+
 TEST_F(TaskQueueTest, OneKernelManyArgumentTablesOnSeveralCores) {
     TestDevice& dev = pf();
     const BuiltKernel add = KernelBuilder().Elementwise(ElementwiseOp::Add, {32, 64}, {32, 64}, DType::FP32);
