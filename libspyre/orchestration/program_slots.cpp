@@ -6,6 +6,7 @@
 
 #include "plan/written_operands.hpp"
 #include "spyre/error.hpp"
+#include "spyre/uapi/spyre_program_rules.hpp"
 #include "tensor/program_dtype.hpp"
 
 namespace spyre::orchestration {
@@ -42,10 +43,37 @@ ProgramSlots SlotsOf(const ProgramImage& image) {
     return slots;
 }
 
+namespace {
+
+// The first record the card checks wrong wherever the operands are
+// (uapi/spyre_program_rules.hpp), in its order; "" when none is. Only a
+// PROGRAM_FORMAT one is refused here: another code (an unknown op, a
+// shape) is left to the card, whose fault names the task.
+std::string RecordFormatProblem(const ProgramImage& image) {
+    auto format = [](const uapi::ProgramProblem& p, const std::string& record) {
+        return p.code == SPYRE_ERR_PROGRAM_FORMAT ? record + ": " + p.what : std::string();
+    };
+    for (size_t i = 0; i < image.operands.size(); ++i)
+        if (const uapi::ProgramProblem p = uapi::OperandFieldsProblem(image.operands[i]))
+            return format(p, "operand " + std::to_string(i));
+    for (size_t i = 0; i < image.ops.size(); ++i)
+        if (const uapi::ProgramProblem p = uapi::OpProblem(image.ops[i], image.operands))
+            return format(p, "op " + std::to_string(i));
+    if (const uapi::ProgramProblem p = uapi::RelocationsProblem(image.relocs, image.operands.size(), image.slot_count))
+        return format(p, "its relocations");
+    return {};
+}
+
+}  // namespace
+
 ProgramSlots CheckedSlots(std::span<const uint8_t> image, const std::string& what) {
     ProgramSlots slots;
     try {
-        slots = SlotsOf(ProgramImage::Decode(image));
+        const ProgramImage decoded = ProgramImage::Decode(image);
+        if (const std::string problem = RecordFormatProblem(decoded); !problem.empty())
+            throw Error(ErrorKind::InvalidArgument,
+                        problem + " (the card would fail every task of it with PROGRAM_FORMAT)");
+        slots = SlotsOf(decoded);
     } catch (const Error& e) {
         throw Error(ErrorKind::InvalidArgument, what + " is not a program image: " + e.message());
     }

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstring>
 
+#include "spyre/uapi/spyre_program_rules.hpp"
+
 namespace spyre::mockdev {
 
 namespace {
@@ -13,35 +15,7 @@ constexpr uint32_t kHeaderSize = sizeof(spyre_program_header);
 
 ProgramFault Fault(uint16_t code, const char* what, uint64_t addr = 0) { return ProgramFault{code, addr, what}; }
 
-bool Zero(const void* p, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    return std::all_of(b, b + n, [](uint8_t v) { return v == 0; });
-}
-
-bool MulOverflows(uint64_t a, uint64_t b, uint64_t& out) { return __builtin_mul_overflow(a, b, &out); }
-bool AddOverflows(uint64_t a, uint64_t b, uint64_t& out) { return __builtin_add_overflow(a, b, &out); }
-
-bool IsFloat(uint8_t dtype) { return dtype == SPYRE_DTYPE_FP16 || dtype == SPYRE_DTYPE_FP32; }
-
-// Operands an op takes, in order; -1 for an opcode the device does not know.
-int Arity(uint16_t opcode) {
-    switch (opcode) {
-    case SPYRE_PROG_OP_MATMUL:
-    case SPYRE_PROG_OP_ADD:
-    case SPYRE_PROG_OP_SUB:
-    case SPYRE_PROG_OP_MUL:
-    case SPYRE_PROG_OP_DIV: return 3;
-    case SPYRE_PROG_OP_RELU:
-    case SPYRE_PROG_OP_GELU:
-    case SPYRE_PROG_OP_SOFTMAX:
-    case SPYRE_PROG_OP_REDUCE_SUM:
-    case SPYRE_PROG_OP_REDUCE_MAX:
-    case SPYRE_PROG_OP_COPY: return 2;
-    case SPYRE_PROG_OP_FILL: return 1;
-    case SPYRE_PROG_OP_CORRECT: return 0;
-    default: return -1;
-    }
-}
+ProgramFault Fault(const uapi::ProgramProblem& p) { return ProgramFault{p.code, 0, p.what}; }
 
 ProgramFault CheckHeader(std::span<const uint8_t> bytes, const spyre_program_header& h) {
     if (h.magic != SPYRE_PROGRAM_MAGIC) return Fault(SPYRE_ERR_PROGRAM_MAGIC, "bad magic");
@@ -58,26 +32,10 @@ ProgramFault CheckHeader(std::span<const uint8_t> bytes, const spyre_program_hea
 
 ProgramFault CheckOperand(const spyre_program_operand& d, uint64_t window, Operand& out) {
     out.desc = d;
-    if (d.reserved0 != 0 || d.reserved1 != 0) return Fault(SPYRE_ERR_PROGRAM_FORMAT, "reserved operand field");
+    if (const uapi::ProgramProblem p = uapi::OperandFieldsProblem(d)) return Fault(p);
     out.element_size = spyre_dtype_size(d.dtype);
-    if (out.element_size == 0) return Fault(SPYRE_ERR_PROGRAM_FORMAT, "unknown dtype");
-    if (d.layout != SPYRE_LAYOUT_STRIDED && d.layout != SPYRE_LAYOUT_STICK)
-        return Fault(SPYRE_ERR_PROGRAM_FORMAT, "unknown layout");
-    if (d.rank == 0 || d.rank > SPYRE_PROGRAM_MAX_RANK) return Fault(SPYRE_ERR_SHAPE, "rank out of 1..8");
-    const unsigned rank = d.rank;
-    if (!Zero(d.shape + rank, (SPYRE_PROGRAM_MAX_RANK - rank) * sizeof(uint64_t)) ||
-        !Zero(d.strides + rank, (SPYRE_PROGRAM_MAX_RANK - rank) * sizeof(uint64_t)))
-        return Fault(SPYRE_ERR_PROGRAM_FORMAT, "shape or stride past the rank");
-
-    uint64_t elements = 1;
-    uint64_t last = 0;  // element offset of the last element
-    for (unsigned i = 0; i < rank; ++i) {
-        uint64_t step;
-        if (d.shape[i] == 0) return Fault(SPYRE_ERR_SHAPE, "zero dimension");
-        if (MulOverflows(elements, d.shape[i], elements) || MulOverflows(d.shape[i] - 1, d.strides[i], step) ||
-            AddOverflows(last, step, last))
-            return Fault(SPYRE_ERR_SHAPE, "shape overflows");
-    }
+    uint64_t elements = 1;  // fits: OperandFieldsProblem checked it
+    for (unsigned i = 0; i < d.rank; ++i) elements *= d.shape[i];
     // Rows of a stick operand (the innermost dim) start on a stick and fill whole sticks.
     if (d.addr % spyre_operand_align(&d) != 0)
         return Fault(SPYRE_ERR_MISALIGNED,
@@ -95,67 +53,9 @@ ProgramFault CheckOperand(const spyre_program_operand& d, uint64_t window, Opera
 
 namespace {
 
-bool SameShape(const spyre_program_operand& a, const spyre_program_operand& b) {
-    return a.rank == b.rank && std::equal(a.shape, a.shape + a.rank, b.shape);
-}
-
-// Bytes of the op's parameter area from `from` on must be zero.
-bool ParamsZeroFrom(const spyre_program_op& op, size_t from) {
-    return Zero(reinterpret_cast<const uint8_t*>(&op.u) + from, sizeof op.u - from);
-}
-
-ProgramFault CheckMatmul(const Operand& a, const Operand& b, const Operand& c) {
-    if (a.desc.rank != 2 || b.desc.rank != 2 || c.desc.rank != 2) return Fault(SPYRE_ERR_SHAPE, "matmul operands are not 2-d");
-    const uint64_t* A = a.desc.shape;
-    const uint64_t* B = b.desc.shape;
-    const uint64_t* C = c.desc.shape;
-    if (A[1] != B[0] || A[0] != C[0] || B[1] != C[1]) return Fault(SPYRE_ERR_SHAPE, "matmul shapes do not chain");
-    return {};
-}
-
-ProgramFault CheckBroadcast(const Operand& a, const Operand& b, const Operand& c) {
-    if (a.desc.rank != c.desc.rank || b.desc.rank != c.desc.rank) return Fault(SPYRE_ERR_SHAPE, "elementwise ranks differ");
-    for (unsigned i = 0; i < c.desc.rank; ++i) {
-        const uint64_t n = c.desc.shape[i];
-        if ((a.desc.shape[i] != n && a.desc.shape[i] != 1) || (b.desc.shape[i] != n && b.desc.shape[i] != 1))
-            return Fault(SPYRE_ERR_SHAPE, "elementwise shapes do not broadcast");
-    }
-    return {};
-}
-
-ProgramFault CheckReduce(const spyre_program_op& op, const Operand& x, const Operand& y) {
-    const uint32_t axis = op.u.axis.axis;
-    if (axis >= x.desc.rank) return Fault(SPYRE_ERR_SHAPE, "axis out of range");
-    if (y.desc.rank != x.desc.rank) return Fault(SPYRE_ERR_SHAPE, "reduce ranks differ");
-    for (unsigned i = 0; i < x.desc.rank; ++i)
-        if (y.desc.shape[i] != (i == axis ? 1 : x.desc.shape[i])) return Fault(SPYRE_ERR_SHAPE, "reduce output shape");
-    return {};
-}
-
-ProgramFault CheckCopy(const spyre_program_op& op, const Operand& x, const Operand& y) {
-    const unsigned rank = x.desc.rank;
-    const uint8_t* perm = op.u.copy.perm;
-    bool seen[SPYRE_PROGRAM_MAX_RANK] = {};
-    for (unsigned i = 0; i < rank; ++i) {
-        if (perm[i] >= rank || seen[perm[i]]) return Fault(SPYRE_ERR_PROGRAM_FORMAT, "copy perm is not a permutation");
-        seen[perm[i]] = true;
-    }
-    if (!Zero(perm + rank, SPYRE_PROGRAM_MAX_RANK - rank)) return Fault(SPYRE_ERR_PROGRAM_FORMAT, "copy perm past the rank");
-    if (y.desc.rank != rank) return Fault(SPYRE_ERR_SHAPE, "copy ranks differ");
-    for (unsigned i = 0; i < rank; ++i)
-        if (y.desc.shape[i] != x.desc.shape[perm[i]]) return Fault(SPYRE_ERR_SHAPE, "copy output is not the permuted shape");
-    return {};
-}
-
-ProgramFault CheckFill(const spyre_program_op& op, const Operand& y) {
-    const unsigned bits = y.element_size * 8;
-    if (bits < 64 && (op.u.fill.value >> bits) != 0) return Fault(SPYRE_ERR_PROGRAM_FORMAT, "fill value wider than the dtype");
-    return {};
-}
-
+// CORRECT's addresses: its target and input table in the window.
 ProgramFault CheckCorrect(const spyre_program_op& op, uint64_t window) {
     const auto& c = op.u.correct;
-    if (c.reserved != 0) return Fault(SPYRE_ERR_PROGRAM_FORMAT, "reserved correct field");
     if (c.target_addr % SPYRE_PROGRAM_ALIGN != 0) return Fault(SPYRE_ERR_MISALIGNED, "correction target", c.target_addr);
     if (c.input_addr % sizeof(uint64_t) != 0) return Fault(SPYRE_ERR_MISALIGNED, "correction input table", c.input_addr);
     if (c.target_addr > window || window - c.target_addr < kHeaderSize)
@@ -165,80 +65,14 @@ ProgramFault CheckCorrect(const spyre_program_op& op, uint64_t window) {
     return {};
 }
 
-// Operand kinds and shapes as the op needs them.
-ProgramFault CheckOpSemantics(const spyre_program_op& op, const Operand* o[], uint64_t window) {
-    const uint16_t code = op.opcode;
-    const bool params_ok = [&] {
-        switch (code) {
-        case SPYRE_PROG_OP_SOFTMAX:
-        case SPYRE_PROG_OP_REDUCE_SUM:
-        case SPYRE_PROG_OP_REDUCE_MAX: return ParamsZeroFrom(op, offsetof(decltype(op.u), axis.reserved));
-        case SPYRE_PROG_OP_COPY: return ParamsZeroFrom(op, sizeof op.u.copy);
-        case SPYRE_PROG_OP_FILL: return ParamsZeroFrom(op, sizeof op.u.fill);
-        case SPYRE_PROG_OP_CORRECT: return ParamsZeroFrom(op, sizeof op.u.correct);
-        default: return ParamsZeroFrom(op, 0);
-        }
-    }();
-    if (!params_ok) return Fault(SPYRE_ERR_PROGRAM_FORMAT, "unused op parameter is not zero");
-    if (op.flags & ~(code == SPYRE_PROG_OP_MATMUL ? SPYRE_PROG_OPF_ACCUMULATE : 0u))
-        return Fault(SPYRE_ERR_PROGRAM_FORMAT, "op flag not valid for the op");
-
-    const int arity = Arity(code);
-    if (arity >= 2) {
-        const uint8_t dtype = o[arity - 1]->desc.dtype;
-        for (int i = 0; i < arity; ++i)
-            if (o[i]->desc.dtype != dtype) return Fault(SPYRE_ERR_PROGRAM_FORMAT, "operand dtypes differ");
-        if (code != SPYRE_PROG_OP_COPY && !IsFloat(dtype))
-            return Fault(SPYRE_ERR_PROGRAM_FORMAT, "op needs fp16 or fp32 operands");
-    }
-    switch (code) {
-    case SPYRE_PROG_OP_MATMUL: return CheckMatmul(*o[0], *o[1], *o[2]);
-    case SPYRE_PROG_OP_ADD:
-    case SPYRE_PROG_OP_SUB:
-    case SPYRE_PROG_OP_MUL:
-    case SPYRE_PROG_OP_DIV: return CheckBroadcast(*o[0], *o[1], *o[2]);
-    case SPYRE_PROG_OP_RELU:
-    case SPYRE_PROG_OP_GELU:
-        return SameShape(o[0]->desc, o[1]->desc) ? ProgramFault{} : Fault(SPYRE_ERR_SHAPE, "output shape differs");
-    case SPYRE_PROG_OP_SOFTMAX:
-        if (op.u.axis.axis >= o[0]->desc.rank) return Fault(SPYRE_ERR_SHAPE, "axis out of range");
-        return SameShape(o[0]->desc, o[1]->desc) ? ProgramFault{} : Fault(SPYRE_ERR_SHAPE, "output shape differs");
-    case SPYRE_PROG_OP_REDUCE_SUM:
-    case SPYRE_PROG_OP_REDUCE_MAX: return CheckReduce(op, *o[0], *o[1]);
-    case SPYRE_PROG_OP_COPY: return CheckCopy(op, *o[0], *o[1]);
-    case SPYRE_PROG_OP_FILL: return CheckFill(op, *o[0]);
-    case SPYRE_PROG_OP_CORRECT: return CheckCorrect(op, window);
-    default: return Fault(SPYRE_ERR_UNKNOWN_OP, "unknown op");
-    }
-}
-
-ProgramFault CheckOp(const spyre_program_op& op, const std::vector<Operand>& operands, uint64_t window) {
-    const int arity = Arity(op.opcode);
-    if (arity < 0) return Fault(SPYRE_ERR_UNKNOWN_OP, "unknown op");
-    if (op.reserved0 != 0) return Fault(SPYRE_ERR_PROGRAM_FORMAT, "reserved op field");
-    const Operand* o[4] = {};
-    for (int i = 0; i < 4; ++i) {
-        const uint16_t index = op.operands[i];
-        if (i >= arity) {
-            if (index != SPYRE_OPERAND_NONE) return Fault(SPYRE_ERR_PROGRAM_FORMAT, "operand slot beyond the op's arity");
-        } else if (index >= operands.size()) {
-            return Fault(SPYRE_ERR_PROGRAM_FORMAT, "operand index out of range");
-        } else {
-            o[i] = &operands[index];
-        }
-    }
-    return CheckOpSemantics(op, o, window);
+ProgramFault CheckOp(const spyre_program_op& op, std::span<const spyre_program_operand> descs, uint64_t window) {
+    if (const uapi::ProgramProblem p = uapi::OpProblem(op, descs)) return Fault(p);
+    return op.opcode == SPYRE_PROG_OP_CORRECT ? CheckCorrect(op, window) : ProgramFault{};
 }
 
 ProgramFault CheckRelocations(const DecodedProgram& p) {
-    std::vector<bool> relocated(p.operands.size());
-    for (const spyre_program_reloc& r : p.relocs) {
-        if (r.reserved != 0) return Fault(SPYRE_ERR_PROGRAM_FORMAT, "reserved relocation field");
-        if (r.operand >= p.operands.size()) return Fault(SPYRE_ERR_RELOCATION, "relocation names no operand");
-        if (r.slot >= p.header.slot_count) return Fault(SPYRE_ERR_RELOCATION, "relocation slot beyond slot_count");
-        if (relocated[r.operand]) return Fault(SPYRE_ERR_RELOCATION, "operand relocated twice");
-        relocated[r.operand] = true;
-    }
+    if (const uapi::ProgramProblem problem = uapi::RelocationsProblem(p.relocs, p.operands.size(), p.header.slot_count))
+        return Fault(problem);
     return {};
 }
 
@@ -292,16 +126,15 @@ ProgramFault DecodeProgram(std::span<const uint8_t> bytes, uint64_t window, Deco
     if (ProgramFault f = CheckHeader(bytes, out.header)) return f;
     const spyre_program_header& h = out.header;
 
+    std::vector<spyre_program_operand> descs;
+    ReadTable(bytes, h.operands_offset, h.operand_count, descs);
     out.operands.resize(h.operand_count);
-    for (size_t i = 0; i < h.operand_count; ++i) {
-        spyre_program_operand desc;
-        std::memcpy(&desc, bytes.data() + h.operands_offset + i * sizeof desc, sizeof desc);
-        if (ProgramFault f = CheckOperand(desc, window, out.operands[i])) return f;
-    }
+    for (size_t i = 0; i < h.operand_count; ++i)
+        if (ProgramFault f = CheckOperand(descs[i], window, out.operands[i])) return f;
 
     ReadTable(bytes, h.ops_offset, h.op_count, out.ops);
     for (const spyre_program_op& op : out.ops)
-        if (ProgramFault f = CheckOp(op, out.operands, window)) return f;
+        if (ProgramFault f = CheckOp(op, descs, window)) return f;
 
     ReadTable(bytes, h.relocs_offset, h.reloc_count, out.relocs);
     return CheckRelocations(out);

@@ -124,7 +124,7 @@ TEST_F(MovedFromTest, AnOrchestratorRefusesCallsOnceMovedFrom) {
     Orchestrator to = std::move(from);
     EXPECT_EQ(from.handle(), nullptr);
     ExpectMovedFrom([&] { from.WaitAll(); }, "Orchestrator", "WaitAll");
-    ExpectMovedFrom([&] { from.BeginScope(); }, "Orchestrator", "BeginScope");
+    ExpectMovedFrom([&] { (void)from.BeginScope(); }, "Orchestrator", "BeginScope");
     ExpectMovedFrom([&] { from.Alloc(64); }, "Orchestrator", "Alloc");
     ExpectMovedFrom([&] { from.Submit(1, WORKER_CUBE, {}); }, "Orchestrator", "Submit");
     ExpectMovedFrom([&] { from.RegisterHostKernel(1, [](auto, auto) { return 0u; }); }, "Orchestrator", "RegisterHostKernel");

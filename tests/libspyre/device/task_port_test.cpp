@@ -259,7 +259,9 @@ TEST_F(StreamTest, TaskPortAScopePaysTheWakeItOwes) {
                 EXPECT_TRUE(calls.came()) << "owed for 2 ms and not paid";
             }
         }
-        if (at_the_end) EXPECT_TRUE(calls.came()) << "the scope ended without asking the device's thread";
+        if (at_the_end) {
+            EXPECT_TRUE(calls.came()) << "the scope ended without asking the device's thread";
+        }
         for (int look = 0; look < 20000 && client.back.load(std::memory_order_acquire) < 8; ++look)
             std::this_thread::sleep_for(std::chrono::milliseconds(1));  // at most ~20 s: a bound, not a timing
         ASSERT_EQ(client.back.load(std::memory_order_acquire), 8u);
