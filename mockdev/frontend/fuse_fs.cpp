@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "frontend/attr_number.hpp"
+#include "frontend/refusal_log.hpp"
 #include "log.hpp"
 #include "pci/pci_address.hpp"
 #include "spyre/mock/spyre_mock.h"
@@ -250,7 +251,7 @@ struct FuseOps {
         const char* what = f.kind == Kind::Reset ? "reset" : f.kind == Kind::Resource0 ? "resource0"
                            : f.kind == Kind::Resource2                             ? "resource2"
                                                                                    : "resource4";
-        LOG_WARN("%s: %s %s by pid %d refused: %s is held by pid %d", f.fn->address().c_str(),
+        LOG_REFUSAL("%s: %s %s by pid %d refused: %s is held by pid %d", f.fn->address().c_str(),
                  write ? "write to" : "read of", what, int(caller.pid), held, int(holder));
         return -EBUSY;
     }
@@ -264,7 +265,7 @@ struct FuseOps {
         if (!pf || pf->holder() == 0) return 0;
         const ProcessId caller = CallerProcess();
         if (pf->HeldBy(caller)) return 0;
-        LOG_WARN("%s: write to sriov_numvfs by pid %d refused: the PF is held by pid %d", pf->address().c_str(),
+        LOG_REFUSAL("%s: write to sriov_numvfs by pid %d refused: the PF is held by pid %d", pf->address().c_str(),
                  int(caller.pid), int(pf->holder()));
         return -EBUSY;
     }
@@ -281,7 +282,7 @@ struct FuseOps {
             if (off >= vf->mem_base() + vf->mem_size() || off + len <= vf->mem_base()) continue;
             if (!caller) caller = CallerProcess();
             if (vf->HeldBy(*caller) || f.fn->HeldBy(*caller)) continue;
-            LOG_WARN("%s: %s resource2 at 0x%llx (+%zu) by pid %d refused: it reaches %s's memory, held by pid %d",
+            LOG_REFUSAL("%s: %s resource2 at 0x%llx (+%zu) by pid %d refused: it reaches %s's memory, held by pid %d",
                      f.fn->address().c_str(), write ? "write to" : "read of", static_cast<unsigned long long>(off), len,
                      int(caller->pid), vf->address().c_str(), int(holder));
             return -EBUSY;
@@ -298,7 +299,7 @@ struct FuseOps {
         if (off >= SPYRE_REG_WATCHDOG_MS + sizeof(uint32_t) || off + len <= SPYRE_REG_WATCHDOG_MS) return 0;
         const ProcessId caller = CallerProcess();
         if (f.fn->HeldBy(caller)) return 0;
-        LOG_WARN("%s: write to resource0's WATCHDOG_MS by pid %d refused: card policy is the PF holder's",
+        LOG_REFUSAL("%s: write to resource0's WATCHDOG_MS by pid %d refused: card policy is the PF holder's",
                  f.fn->address().c_str(), int(caller.pid));
         return -EACCES;
     }
