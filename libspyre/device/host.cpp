@@ -163,7 +163,8 @@ Device Host::Open(const std::string& selector, DeviceOptions options) {
         open.reset();  // outside the lock: it may be the last reference by now
         if (!closing)
             throw Error(ErrorKind::Busy,
-                        "function " + f.pci_address + " is already open as a Device of this Host (close that Device first)",
+                        "function " + f.pci_address + " is already open as a Device of this Host, or a Worker of it runs chip tasks there " +
+                            "(close that Device or destroy that Worker first)",
                         ErrorContext{.device = f.pci_address});
         if (std::chrono::steady_clock::now() >= deadline)
             throw Error(ErrorKind::Busy,

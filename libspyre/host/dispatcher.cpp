@@ -155,6 +155,15 @@ bool Dispatcher::RunOneOf(RunState& run) {
 
 namespace {
 
+// The names of a run's skipped tasks, in submission order (the order of
+// its records; they were listed in the order they were skipped).
+std::vector<std::string> SkippedIn(const std::vector<TaskRecord>& records) {
+    std::vector<std::string> names;
+    for (const TaskRecord& r : records)
+        if (r.state == TaskState::Skipped) names.push_back(r.name);
+    return names;
+}
+
 // What the calling thread is part of: the tasks it runs (a SubWorker or
 // chip task; a pool thread that waits runs queued tasks of other runs
 // meanwhile, one inside the other), and the run whose orchestration
@@ -611,7 +620,6 @@ void Dispatcher::Finish(HostTask* task, HostTask::State state, TaskFailureInfo f
             if (a.access != Access::In) residency_.Wrote(a.tensor, Residency::kHost);
         run.failures.push_back(std::move(failure));
     } else {
-        run.skipped.push_back(task->name);
         // Skipped for a task of an earlier run in flight: this run fails with that cause too.
         const uint64_t root_id = task->gate.root->task_id;
         if (std::none_of(run.failures.begin(), run.failures.end(), [&](const auto& f) { return f.task_id == root_id; }))
@@ -916,7 +924,11 @@ std::vector<HostTensor> Dispatcher::Wait(RunState& run, const ProgressCallback& 
     // the run's queued tasks meanwhile, before paying a sleep and a wake-up.
     if (JobThreads::Current() || !LookForEnd(run)) SleepOn(run, *this);  // checked above
     Lock lock(*this);
-    if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped, RecordsOf(run));
+    if (!run.failures.empty()) {
+        std::vector<TaskRecord> records = RecordsOf(run);
+        std::vector<std::string> skipped = SkippedIn(records);  // before records moves
+        throw HostRunError(run.name, run.failures, std::move(skipped), std::move(records));
+    }
     return run.outputs;
 }
 
@@ -954,7 +966,11 @@ std::vector<HostTensor> Dispatcher::WaitReporting(RunState& run, const ProgressC
         SleepOrHelp(run, [&] { return look() != std::pair<uint64_t, bool>{reported, false}; }, *this);
     }
     Lock lock(*this);
-    if (!run.failures.empty()) throw HostRunError(run.name, run.failures, run.skipped, RecordsOf(run));
+    if (!run.failures.empty()) {
+        std::vector<TaskRecord> records = RecordsOf(run);
+        std::vector<std::string> skipped = SkippedIn(records);  // before records moves
+        throw HostRunError(run.name, run.failures, std::move(skipped), std::move(records));
+    }
     return run.outputs;
 }
 

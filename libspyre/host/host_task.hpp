@@ -186,7 +186,6 @@ struct RunState {
     std::vector<const TaskFailureInfo*> roots;
     std::vector<FinishedTask> finished;
     std::vector<TaskFailureInfo> failures;
-    std::vector<std::string> skipped;
     bool done = false;
     bool watched = false;  // a waiter reports progress: announce every finished task
     bool window_waiter = false;  // the submitter sleeps until a task finishes

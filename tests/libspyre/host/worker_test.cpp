@@ -616,6 +616,32 @@ TEST_F(WorkerTest, AThrowingSubWorkerFailsTheRunAndSkipsItsCone) {
     worker_->Run(DependencyProgram(), {five, HostTensor::Full({128, 128}, 3.0f)});  // still usable
 }
 
+// Skipped tasks are listed in submission order, as the report lists them:
+// they were listed in the order they were skipped (the reader of a slow
+// failure after the reader of a fast one submitted later; probe of 6 Dec).
+TEST_F(WorkerTest, SkippedTasksAreListedInSubmissionOrder) {
+    HostProgram p{"two_failures", 0, {}, [](HostGraph& g, std::span<const HostTensor>) {
+                      HostTensor slow = g.CreateTensor({4}), fast = g.CreateTensor({4});
+                      g.Sub("slow_boom", [](std::span<const HostTensor>) {
+                          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                          throw std::runtime_error("slow");
+                      }, {Out(slow)});
+                      g.Sub("fast_boom", [](std::span<const HostTensor>) { throw std::runtime_error("fast"); }, {Out(fast)});
+                      g.Sub("reads_slow", [](std::span<const HostTensor>) {}, {In(slow), Out(g.CreateTensor({4}))},
+                            {.name = "reads_slow"});
+                      g.Sub("reads_fast", [](std::span<const HostTensor>) {}, {In(fast), Out(g.CreateTensor({4}))},
+                            {.name = "reads_fast"});
+                  }};
+    try {
+        worker_->Run(p, {});
+        FAIL() << "no error";
+    } catch (const HostRunError& e) {
+        EXPECT_EQ(e.skipped(), (std::vector<std::string>{"reads_slow", "reads_fast"}));
+        EXPECT_NE(std::string(e.what()).find("skipped 2 downstream task(s): reads_slow reads_fast"), std::string::npos)
+            << e.what();
+    }
+}
+
 // A failure at the head of a long loop skips every task after it: the
 // message names the first 16 of them and counts the rest (it listed all,
 // 139 KB for 10,000 tasks, an outside probe); skipped() has them all.
@@ -844,7 +870,10 @@ TEST_F(WorkerTest, BadConfigurationsAndRunsAreTypedErrors) {
     EXPECT_SPYRE_ERROR(Worker(*host_, config([](auto& c) { c.device_ids = {9}; })), NotFound, "device_ids[0] is 9");
     EXPECT_SPYRE_ERROR(Worker(*host_, config([](auto& c) { c.device_ids = {0}; c.block_dim = 100000; })), InvalidArgument,
                        "block_dim is 100000");
-    EXPECT_SPYRE_ERROR(Worker(*host_, config([](auto& c) { c.device_ids = {1}; })), Busy, "");  // held by worker_
+    // Held by worker_: the refusal names a Worker too (it said "close that
+    // Device first", to a caller who holds none).
+    EXPECT_SPYRE_ERROR(Worker(*host_, config([](auto& c) { c.device_ids = {1}; })), Busy,
+                       "or a Worker of it runs chip tasks there (close that Device or destroy that Worker first)");
 
     HostTensor a = Iota(1.0f, 0.0f);
     EXPECT_SPYRE_ERROR(worker_->Run(DependencyProgram(), {a}), InvalidArgument, "takes 2 input(s) and 1 output(s): got 1");
