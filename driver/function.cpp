@@ -114,6 +114,11 @@ void Function::ReleaseTaskQueue(uint32_t group) noexcept {
     std::atomic_ref<uint32_t>(task_queues_held_).fetch_and(~(1u << group), std::memory_order_acq_rel);
 }
 
+bool Function::TaskQueueHeld(uint32_t group) const noexcept {
+    // std::atomic_ref of a const object is C++26: the builtin it wraps.
+    return (__atomic_load_n(&task_queues_held_, __ATOMIC_ACQUIRE) & (1u << group)) != 0;
+}
+
 Function& Function::operator=(Function&& o) noexcept {
     if (this != &o) {
         Close();

@@ -218,7 +218,20 @@ std::unique_ptr<driver::TaskQueue> DeviceInternals::TakeTaskQueue(const Device& 
     if (group >= have)
         throw Error(ErrorKind::InvalidArgument, "task queue " + std::to_string(group) + " does not exist on " +
                                                     device.pci_address() + ", which has " + std::to_string(have));
-    return std::make_unique<driver::TaskQueue>(*core.function, group);
+    try {
+        return std::make_unique<driver::TaskQueue>(*core.function, group);
+    } catch (const Error& e) {
+        // The driver names its own class; above it, only the task ports of
+        // Orchestrators (a Worker's chip tasks run on Orchestrators too) take
+        // queues: say which object holds it and what to do.
+        if (e.kind() != ErrorKind::Busy || !core.function->TaskQueueHeld(group)) throw;
+        throw Error(ErrorKind::Busy,
+                    "task queue " + std::to_string(group) + " of " + device.pci_address() +
+                        " is held by another Orchestrator of this process (a level-3 Worker's runtimes on this "
+                        "device included): close it first, or give each runtime its own "
+                        "OrchestratorOptions::task_queues",
+                    e.context());
+    }
 }
 
 FlexStream Device::CreateStream(StreamOptions options) {

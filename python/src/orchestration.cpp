@@ -421,14 +421,13 @@ void BindOrchestration(py::module_& m) {
                      p->runtime->orch =
                          WithoutGil([&] { return std::make_unique<Orchestrator>(Orchestrator::Create(dev, o)); });
                  } catch (const Error& e) {
-                     // The holder is most often an earlier Orchestrator kept
-                     // alive by its views after `del`: say so.
-                     if (e.kind() != ErrorKind::Busy || e.message().find("held by another TaskQueue") == std::string::npos)
+                     // In Python the holder is most often an earlier
+                     // Orchestrator kept alive by its views after `del`.
+                     if (e.kind() != ErrorKind::Busy || e.message().find("held by another Orchestrator") == std::string::npos)
                          throw;
                      throw Error(ErrorKind::Busy,
-                                 e.message() + ": an Orchestrator or Worker on this device that is not closed holds it "
-                                               "(an Orchestrator's alloc()/task_output() views keep it alive after "
-                                               "`del`); close() it first",
+                                 e.message() + " (task_queues= here); an Orchestrator's alloc()/task_output() views "
+                                               "keep it alive after `del`",
                                  e.context());
                  }
                  p->orch = p->runtime->orch.get();

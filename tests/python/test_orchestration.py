@@ -265,11 +265,14 @@ def test_views_outlive_nothing_after_close(dev):
 def test_a_second_orchestrator_while_views_keep_the_first_says_why_it_is_busy(dev):
     # After `del`, the first runtime lives on in its view and holds the
     # device's task queues: Busy said "held by another TaskQueue of this
-    # process", a class the Python user never made (probe of 5 Dec).
+    # process", a class the Python user never made (probe of 5 Dec). It
+    # names the Orchestrator, what to do, and the views.
     o = spyre.Orchestrator(dev, task_ring_size=16, heap_size=1 << 20)
     view = o.alloc(64)
     del o
-    with pytest.raises(spyre.Busy, match=r"held by another TaskQueue.*views keep it alive after `del`\); close\(\) it"):
+    with pytest.raises(spyre.Busy, match=r"task queue 0 of .* is held by another Orchestrator of this process .*: close it first, or give each "
+                       r"runtime its own OrchestratorOptions::task_queues \(task_queues= here\); an Orchestrator's "
+                       r"alloc\(\)/task_output\(\) views keep it alive after `del`"):
         spyre.Orchestrator(dev, task_ring_size=16, heap_size=1 << 20)
     del view  # the first runtime goes with its last view
     spyre.Orchestrator(dev, task_ring_size=16, heap_size=1 << 20).close()

@@ -144,6 +144,7 @@ public:
     // its ring. Hold returns false when `group` is held already.
     bool HoldTaskQueue(uint32_t group) noexcept;
     void ReleaseTaskQueue(uint32_t group) noexcept;
+    bool TaskQueueHeld(uint32_t group) const noexcept;
 
     uint8_t* bar0() const noexcept { return bar0_.data(); }
     uint8_t* bar4() const noexcept { return bar4_.data(); }

@@ -229,12 +229,15 @@ TEST(OrchestrationQueues, TwoRuntimesOnDisjointQueuesOfOneDevice) {
     for (uint32_t q = 0; q < 2; ++q)
         orchs.push_back(Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20, .task_queues = {q}}));
     EXPECT_SPYRE_ERROR(Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20, .task_queues = {1}}), Busy,
-                       "task queue 1 is held by another TaskQueue of this process");
+                       "task queue 1 of " + dev.pci_address() +
+                           " is held by another Orchestrator of this process (a level-3 Worker's runtimes on this "
+                           "device included): close it first, or give each runtime its own "
+                           "OrchestratorOptions::task_queues");
     EXPECT_SPYRE_ERROR(Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20, .task_queues = {2}}),
                        InvalidArgument, "task queue 2 does not exist on");
     ASSERT_EQ(DeviceInternals::TaskTopology(dev).queues(), 2u);
     EXPECT_EQ(DeviceInternals::TaskTopology(dev).cores(), 16u);
-    EXPECT_SPYRE_ERROR(DeviceInternals::TakeTaskQueue(dev, 0), Busy, "task queue 0 is held by another TaskQueue of this process");
+    EXPECT_SPYRE_ERROR(DeviceInternals::TakeTaskQueue(dev, 0), Busy, "task queue 0 of " + dev.pci_address() + " is held by another Orchestrator");
     EXPECT_SPYRE_ERROR(DeviceInternals::TakeTaskQueue(dev, 2), InvalidArgument, "task queue 2 does not exist on");
     const std::vector<uint8_t> program = test::AddProgram256();
     DeviceBuffer prog = test::UploadProgram(dev, program);
