@@ -249,6 +249,7 @@ MockDaemon MockDaemon::Start(MockOptions options) {
     ::close(pipefd[1]);
     ::close(spawner[0]);
     d.pid_ = pid;
+    d.started_by_ = ::getpid();
     d.lifeline_ = spawner[1];
 
     // Wait for "ready", for EOF (the daemon exited) or for the deadline.
@@ -304,7 +305,7 @@ MockDaemon MockDaemon::Start(MockOptions options) {
 }
 
 MockDaemon::MockDaemon(MockDaemon&& o) noexcept
-    : pid_(std::exchange(o.pid_, -1)), lifeline_(std::exchange(o.lifeline_, -1)), mount_(std::move(o.mount_)),
+    : pid_(std::exchange(o.pid_, -1)), started_by_(o.started_by_), lifeline_(std::exchange(o.lifeline_, -1)), mount_(std::move(o.mount_)),
       shm_prefix_(std::move(o.shm_prefix_)), own_mount_dir_(std::exchange(o.own_mount_dir_, false)) {
     o.mount_.clear();
     o.shm_prefix_.clear();
@@ -314,6 +315,7 @@ MockDaemon& MockDaemon::operator=(MockDaemon&& o) noexcept {
     if (this != &o) {
         Stop();
         pid_ = std::exchange(o.pid_, -1);
+        started_by_ = o.started_by_;
         lifeline_ = std::exchange(o.lifeline_, -1);
         mount_ = std::move(o.mount_);
         shm_prefix_ = std::move(o.shm_prefix_);
@@ -332,6 +334,16 @@ void MockDaemon::Signal(int sig) const {
 
 int MockDaemon::Stop(milliseconds grace) {
     int status = -1;
+    if (pid_ > 0 && ::getpid() != started_by_) {
+        // A forked child's copy: its parent's devices live on this daemon
+        // (a child dropping its inherited Host unmounted the parent's mock).
+        pid_ = -1;
+        if (lifeline_ >= 0) ::close(std::exchange(lifeline_, -1));
+        mount_.clear();
+        shm_prefix_.clear();
+        own_mount_dir_ = false;
+        return status;
+    }
     if (pid_ > 0) {
         ::kill(-pid_, SIGCONT);  // a stopped daemon cannot handle SIGTERM
         ::kill(-pid_, SIGTERM);

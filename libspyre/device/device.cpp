@@ -133,7 +133,7 @@ void DeviceCore::WaitForQueuedWork() noexcept {
 }
 
 void DeviceCore::FreeAfterQueuedWork(std::span<const DeviceAllocation> blocks) noexcept {
-    if (blocks.empty()) return;
+    if (blocks.empty() || ForkedAway()) return;
     allocator->BeginFreeOwned(blocks);  // work named from now on is refused
     if (OnSchedulerThread() && sched) {
         try {
@@ -173,7 +173,11 @@ Device Device::Open(DeviceOptions options) {
 
 Device Device::OpenIn(std::shared_ptr<const driver::DeviceEnvironment> environment, const driver::FunctionInfo& function,
                       DeviceOptions options) {
-    Device device(std::make_shared<DeviceCore>(std::move(environment), function, std::move(options)));
+    // In a forked child the last reference leaks the core (ForkedAway).
+    Device device(std::shared_ptr<DeviceCore>(new DeviceCore(std::move(environment), function, std::move(options)),
+                                              [](DeviceCore* core) {
+                                                  if (!core->ForkedAway()) delete core;
+                                              }));
     SPYRE_LOG_INFO("opened %s", device.pci_address().c_str());
     return device;
 }

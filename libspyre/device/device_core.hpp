@@ -92,6 +92,12 @@ public:
     }
     // How many fork()s this process descends through (pthread_atfork).
     static uint64_t ForkGeneration() noexcept;
+    // Whether the calling process is a child forked since the open. Its
+    // copy of the device is let go of untouched: the threads to join are
+    // the parent's, a lock one of them held stays held here, and the rings,
+    // registers and memory are shared with the parent (a child freeing or
+    // destroying what it inherited crashed, or waited for good).
+    bool ForkedAway() const noexcept { return fork_generation_ != ForkGeneration(); }
 
     // Blocks until `counter` >= target, per the scheduler's wait options
     // (the waiting thread reaps the ring itself when it can). Throws

@@ -167,13 +167,25 @@ struct HostGraph::Impl {
     }
 };
 
+namespace {
+// A graph's state; InvalidArgument for a graph made from null or moved from
+// (a public constructor takes any pointer).
+HostGraph::Impl& LiveGraph(const std::shared_ptr<HostGraph::Impl>& impl, const char* call) {
+    if (!impl)
+        throw Error(ErrorKind::InvalidArgument, std::string("HostGraph::") + call +
+                                                    ": this graph has no run (made from null, or moved from); use "
+                                                    "the graph a host orchestration function is given");
+    return *impl;
+}
+}  // namespace
+
 HostTensor HostGraph::CreateTensor(const std::vector<int64_t>& shape, DType dtype) {
-    impl_->CheckOpen("CreateTensor");  // submits nothing: no lock
+    LiveGraph(impl_, "CreateTensor").CheckOpen("CreateTensor");  // submits nothing: no lock
     return HostTensor::Zeros(shape, dtype);
 }
 
 uint64_t HostGraph::Chip(const std::string& function, std::vector<TensorArg> args, ChipOptions options) {
-    const auto lock = impl_->EnterSubmit("Chip");
+    const auto lock = LiveGraph(impl_, "Chip").EnterSubmit("Chip");
     const Worker::Impl& worker = impl_->worker;
     const ChipRegistry::Entry* entry = worker.registry->Find(function);
     if (!entry)
@@ -191,7 +203,7 @@ uint64_t HostGraph::Chip(const std::string& function, std::vector<TensorArg> arg
 }
 
 uint64_t HostGraph::Sub(const std::string& name, std::vector<TensorArg> args, SubOptions options) {
-    const auto lock = impl_->EnterSubmit("Sub");
+    const auto lock = LiveGraph(impl_, "Sub").EnterSubmit("Sub");
     SubWorkerFn fn;
     {
         Worker::Impl& worker = impl_->worker;
@@ -205,8 +217,8 @@ uint64_t HostGraph::Sub(const std::string& name, std::vector<TensorArg> args, Su
 }
 
 uint64_t HostGraph::Sub(const std::string& name, SubWorkerFn fn, std::vector<TensorArg> args, SubOptions options) {
+    const auto lock = LiveGraph(impl_, "Sub").EnterSubmit("Sub");
     if (!fn) throw Error(ErrorKind::InvalidArgument, "SubWorker task '" + name + "': no function");
-    const auto lock = impl_->EnterSubmit("Sub");
     return impl_->SubmitSub(name, std::move(fn), std::move(args), options);
 }
 
@@ -395,6 +407,7 @@ void Worker::RegisterSubWorker(const std::string& name, SubWorkerFn fn) {
 std::vector<HostTensor> Worker::Run(const HostProgram& program, std::vector<HostTensor> args,
                                     const ProgressCallback& progress) {
     SPYRE_TRACE_SCOPE("host_run");
+    Live(impl_, "Worker::Run");  // Submit's refusal would name Submit
     return Submit(program, std::move(args)).Wait(progress);
 }
 

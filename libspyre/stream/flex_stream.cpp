@@ -43,7 +43,7 @@ FlexStream& FlexStream::operator=(FlexStream&& other) noexcept {
 }
 
 FlexStream::~FlexStream() {
-    if (!state_) return;
+    if (!state_ || core_->ForkedAway()) return;  // the parent's stream: left as it is
     // Host buffers of queued copies belong to the caller: finish before the
     // stream goes, so nothing runs against memory the caller reclaims next.
     try {

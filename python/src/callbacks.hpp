@@ -37,6 +37,18 @@ private:
     const void* outer_;
 };
 
+// A generator or coroutine function returns at once, its body not run:
+// nothing was submitted or computed, and the task or run would succeed
+// empty.
+inline void RefuseUnrunBody(const py::object& result, const std::string& what) {
+    PyObject* r = result.ptr();
+    if (!PyGen_Check(r) && !PyCoro_CheckExact(r) && !PyAsyncGen_CheckExact(r)) return;
+    result.attr("close")();  // no "never awaited" warning on top
+    throw Error(ErrorKind::InvalidArgument, what + " is a generator or coroutine function: calling it returned a " +
+                                                std::string(py::str(py::type::handle_of(result).attr("__name__"))) +
+                                                " and ran none of its body (write it as a plain function)");
+}
+
 inline std::function<void()> PythonCallback(py::function fn, const char* where, const void* device = nullptr) {
     std::shared_ptr<const void> keep = KeepAlive(fn);
     PyObject* raw = fn.ptr();

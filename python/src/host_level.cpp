@@ -439,6 +439,7 @@ std::vector<std::weak_ptr<PyRun>>& LiveRuns() {
 struct PyWorker {
     std::shared_ptr<PyHost> host;
     std::shared_ptr<Worker> worker;
+    const pid_t made_by = ::getpid();  // in a child forked since, close waits for nothing
     // Its runs whose handles the caller may still hold (under the GIL).
     std::vector<std::weak_ptr<PyRun>> runs;
     // Under the GIL: close began (every later call is refused), and the
@@ -458,7 +459,7 @@ struct PyWorker {
     // go, releasing its devices now: a handle the caller keeps no longer
     // keeps the Worker (its result stays).
     void Close() {
-        if (worker && HoldsGil()) {
+        if (worker && HoldsGil() && !ForkedSince(made_by)) {
             if (std::find(submitting.begin(), submitting.end(), std::this_thread::get_id()) != submitting.end())
                 throw Error(ErrorKind::InvalidArgument,
                             "Worker.close: called from a host program's orchestration function of this Worker "
@@ -502,19 +503,6 @@ struct PyGraph {
 struct PyHostProgram {
     HostProgram program;
 };
-
-// A generator or coroutine function returns at once, its body not run:
-// nothing was submitted or computed, and the task or run would succeed
-// empty.
-void RefuseUnrunBody(const py::object& result, const std::string& what) {
-    PyObject* r = result.ptr();
-    if (!PyGen_Check(r) && !PyCoro_CheckExact(r) && !PyAsyncGen_CheckExact(r)) return;
-    result.attr("close")();  // no "never awaited" warning on top
-    throw Error(ErrorKind::InvalidArgument, what + " is a generator or coroutine function: calling it returned a " +
-                                                std::string(py::str(py::type::handle_of(result).attr("__name__"))) +
-                                                " and ran none of its body (write it as a plain function)");
-}
-
 
 SubWorkerFn PythonSubWorker(const std::string& name, py::function fn) {
     auto keep = KeepAlive(fn);

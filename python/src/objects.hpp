@@ -10,6 +10,7 @@
 #pragma once
 
 #include <pybind11/pybind11.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -38,6 +39,12 @@ namespace py = pybind11;
 
 template <typename T>
 class Owned;
+
+// Whether the calling process is a child forked since `made_by` (a pid)
+// made an object: its close only lets go of the child's copy (the C++
+// objects leave the parent's device and threads alone), as destroying it
+// does, instead of waiting for work and threads that are the parent's.
+inline bool ForkedSince(pid_t made_by) noexcept { return ::getpid() != made_by; }
 
 class Child {
 public:
@@ -142,6 +149,11 @@ public:
         // Streams first (they wait for their work), then everything else.
         for (auto& weak : children)
             if (auto c = weak.lock()) c->Release();
+        if (ForkedSince(opened_by_)) {  // the atexit hook of a forked child raised, or crashed
+            DestroyWithoutGil(device_);
+            closed_.store(true, std::memory_order_release);
+            return;
+        }
         try {
             SynchronizeHandlingSignals(*device_);  // streams other threads still hold
         } catch (const Error& e) {
@@ -218,6 +230,7 @@ private:
         return true;
     }
     std::shared_ptr<Device> device_;
+    const pid_t opened_by_ = ::getpid();
     std::atomic<bool> closing_{false};
     std::atomic<int> users_{0};
     std::atomic<bool> closed_{false};  // Close done

@@ -571,7 +571,7 @@ void BindOrchestration(py::module_& m) {
                     auto* c = reinterpret_cast<Call*>(uintptr_t(a[0]));
                     py::gil_scoped_acquire gil;
                     try {
-                        c->fn(c->self, *c->args);
+                        RefuseUnrunBody(c->fn(c->self, *c->args), "Orchestrator.run: the function");
                     } catch (py::error_already_set& e) {
                         c->interrupted = e.matches(PyExc_KeyboardInterrupt);
                         throw;

@@ -418,3 +418,38 @@ def test_the_program_ends_after_the_host_kernels_a_daemon_thread_waits_for():
             print("main returns")
         """)
         assert rc == 0 and "main returns" in out and "terminate" not in out, (rc, out)
+
+
+@pytest.mark.parametrize("child", ["exits", "closes"])
+def test_a_forked_child_leaves_its_parents_devices_alone(child):
+    """A child forked from a process with an open Host, Device, tensor,
+    Orchestrator and Worker, which exits (the atexit hook closes what is
+    open) or closes each itself: it crashed (SIGSEGV joining the parent's
+    threads), printed InvalidArgument at exit, and dropping the Host
+    unmounted the parent's private mock (found probing from outside). Its
+    close lets go of its copies only; the parent goes on."""
+    rc, out = run_script(f"""
+        import os, sys
+        import numpy as np, spyre
+        host = spyre.Host.embedded_mock(cards=2, vfs=0, mem="256M")
+        dev = host.open(0)
+        t = spyre.SpyreTensor.from_numpy(dev, np.arange(4096, dtype=np.float32))
+        orch = spyre.Orchestrator(dev, task_ring_size=16, heap_size=1 << 20)
+        w = spyre.Worker(host, spyre.DistributedConfig(device_ids=[1], num_sub_workers=1))
+        w.register_chip_function("e", spyre.ChipFunction.empty())
+        p = spyre.HostProgram("p", 1, [[4]], lambda g, x: g.chip("e", [spyre.In(x[0]), spyre.Out(x[1])]))
+        w.run(p, [np.zeros(4, np.float32)])
+        pid = os.fork()
+        if pid == 0:
+            if {child!r} == "closes":
+                w.close(); orch.close(); dev.close(); host.close()
+            sys.exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("child", status)
+        assert (t.to_numpy() == np.arange(4096, dtype=np.float32)).all()
+        w.run(p, [np.zeros(4, np.float32)])
+        orch.close(); dev.close()
+        host.open(0).close()
+        print("parent ok")
+    """)
+    assert rc == 0 and "child 0\n" in out and "parent ok" in out and "Traceback" not in out and "Exception ignored" not in out, (rc, out)

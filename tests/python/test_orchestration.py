@@ -94,6 +94,17 @@ def test_run_streams_a_loop_of_scopes_beyond_the_ring_and_reports_ignored_failur
         orch.run(raises)
     assert acc[0] == 257  # what it submitted ran before the error was raised
 
+    # A generator function returned at once, none of its body run, and run
+    # returned None as if done (found probing from outside).
+    def generator(o):
+        o.submit(PYADD, spyre.WORKER_HOST, [("inout", acc)])
+        yield
+
+    with pytest.raises(spyre.InvalidArgument, match=r"Orchestrator.run: the function is a generator or coroutine "
+                                                     r"function: calling it returned a generator and ran none of its body"):
+        orch.run(generator)
+    assert acc[0] == 257
+
 
 def test_python_host_kernels_get_views_and_mix_with_device_tasks(orch, rng):
     calls = []

@@ -38,7 +38,9 @@ public:
     // removes leftover shared memory and the mount directory if it made it.
     // Returns the daemon's exit status as from waitpid (or -1 if not running).
     // It returns once the daemon has ended; a thread of its own reaps it
-    // (mock_daemon.cpp says why).
+    // (mock_daemon.cpp says why). In a child forked since Start, the daemon
+    // is the parent's: Stop (and the destructor) only let go of the child's
+    // copy of the lifeline, and return -1.
     int Stop(std::chrono::milliseconds grace = std::chrono::milliseconds(5000));
 
     // Sends a signal to the daemon without cleaning up (tests use it to
@@ -54,6 +56,7 @@ private:
     void Cleanup();
 
     pid_t pid_ = -1;
+    pid_t started_by_ = -1;  // the process that started it: the only one that stops it
     int lifeline_ = -1;  // the write end of the daemon's --exit-with-fd pipe
     std::filesystem::path mount_;
     std::string shm_prefix_;

@@ -239,3 +239,43 @@ TEST_F(HostTest, AFunctionHeldByAnotherProcessIsReportedAndRefused) {
     ASSERT_EQ(::waitpid(child, &status, 0), child);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
+
+// A child forked from a process with an open Host, Device, stream and block
+// lets go of its copies (destructors, as at its exit): that leaves the
+// parent's device, data and private mock alone. Destroying the Device there
+// joined the parent's threads (a segfault), and destroying the Host
+// unmounted the parent's mock (found probing from outside, in Python).
+TEST_F(HostTest, AForkedChildLettingGoOfWhatItInheritedLeavesTheParentAlone) {
+    const std::string desc = host().Describe();
+    const std::string mount = desc.substr(desc.find('/'));
+    std::optional<Device> dev(host().Open("0"));
+    const size_t n = 1 << 20;
+    const std::vector<uint8_t> in = RandomBytes(n, 17);
+    std::optional<DeviceBuffer> buf(dev->AllocateBuffer(n));
+    std::optional<FlexStream> stream(dev->CreateStream());
+    stream->CopyToDevice(in.data(), buf->handle(), n);
+    stream->Synchronize();
+    for (int i = 0; i < 8; ++i) stream->CopyToDevice(in.data(), buf->handle(), n);  // in flight at the fork
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        ::alarm(20);  // a hang ends the child, and the test sees it
+        stream.reset();
+        buf.reset();
+        dev.reset();
+        host_.reset();
+        ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child crashed or hung (status " << status << ")";
+    EXPECT_TRUE(IsMounted(mount)) << mount;
+    std::vector<uint8_t> out(n, 0);
+    stream->CopyFromDevice(out.data(), buf->handle(), n);
+    stream->Synchronize();
+    EXPECT_EQ(std::memcmp(in.data(), out.data(), n), 0);
+    stream.reset();
+    buf.reset();
+    dev.reset();
+    RoundTrip(dev.emplace(host().Open("0")), 4096, 18);  // the function was given back, not kept by the child
+}

@@ -31,6 +31,18 @@ void ExpectMovedFrom(const std::function<void()>& call, const std::string& objec
     }
 }
 
+// ExpectMovedFrom, and the message names the method called: "<call>: ...".
+void ExpectRefusalNames(const std::function<void()>& call, const std::string& named) {
+    SCOPED_TRACE(named);
+    try {
+        call();
+        ADD_FAILURE() << named << " returned";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument) << e.what();
+        EXPECT_EQ(e.message().rfind(named + ": ", 0), 0u) << e.what();
+    }
+}
+
 class MovedFromTest : public StreamTest {};
 
 TEST_F(MovedFromTest, ADeviceAndItsStreamsAndEventsRefuseCallsOnceMovedFrom) {
@@ -159,6 +171,20 @@ TEST_F(MovedFromTest, AHostAndAWorkerRefuseCallsOnceMovedFrom) {
     ExpectMovedFrom([&] { moved.RegisterSubWorker("s", [](std::span<const HostTensor>) {}); }, "Worker", "RegisterSubWorker");
     ExpectMovedFrom([&] { moved.RegisterKernel(1, std::vector<uint8_t>(64)); }, "Worker", "RegisterKernel");
     ExpectMovedFrom([&] { moved.HeldNow(); }, "Worker", "HeldNow");
+    // Run said "Worker::Submit: moved from" (found probing from outside).
+    ExpectRefusalNames([&] { moved.Run(nothing, {}); }, "Worker::Run");
+    ExpectRefusalNames([&] { moved.Submit(nothing, {}); }, "Worker::Submit");
+    // A graph made from null (its constructor is public) or moved from
+    // refuses every call; CreateTensor and Chip dereferenced null.
+    HostGraph null_graph(nullptr);
+    ExpectRefusalNames([&] { null_graph.CreateTensor({4}); }, "HostGraph::CreateTensor");
+    ExpectRefusalNames([&] { null_graph.Chip("f", {}); }, "HostGraph::Chip");
+    ExpectRefusalNames([&] { null_graph.Sub("s", {}); }, "HostGraph::Sub");
+    ExpectRefusalNames([&] { null_graph.Sub("s", [](std::span<const HostTensor>) {}, {}); }, "HostGraph::Sub");
+    std::optional<HostGraph> kept;
+    const HostProgram keeps{"keeps", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) { kept.emplace(std::move(g)); }};
+    worker.Run(keeps, {});
+    ExpectRefusalNames([&] { kept->CreateTensor({4}); }, "HostGraph::CreateTensor");  // its function returned
 
     worker.RegisterSubWorker("double", [](std::span<const HostTensor> t) {
         for (float& x : t[0].floats()) x *= 2;
