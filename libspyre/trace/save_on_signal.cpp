@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // A recording started by SPYRE_TRACE is written when the process ends by
 // SIGTERM or SIGINT too (mpirun ends a job's other ranks with SIGTERM when
-// one fails; a user stops a run with Ctrl-C): the trace is most wanted
-// exactly then, and the exit handlers that write it do not run. Writing a
-// file is not async-signal-safe, so the handler only writes the signal's
-// number into a pipe; a thread of its own writes the trace, then ends the
-// process with the same signal under its default action (so the exit
-// status still says "killed by SIGTERM"). A signal the program handles (or
-// ignores) already at load is left alone, and a handler the program
-// installs later replaces this one.
+// one fails; a user stops a run with Ctrl-C), and when it crashes (abort,
+// an uncaught exception, a fault): the trace is most wanted exactly then,
+// and the exit handlers that write it do not run. Writing a file is not
+// async-signal-safe, so the handler only writes the signal's number into a
+// pipe; a thread of its own writes the trace, then ends the process with
+// the same signal under its default action (so the exit status still says
+// "killed by SIGTERM", or SIGSEGV with its core dump). A crashing thread
+// waits in its handler meanwhile, at most kCrashSaveBound: a saver stuck on
+// a lock the crashed thread held must not turn a crash into a hang. A
+// signal the program handles (or ignores) already at load is left alone,
+// and a handler the program installs later replaces this one.
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -17,6 +20,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <ctime>
 #include <thread>
 
 #include "trace/recorder.hpp"
@@ -26,9 +30,13 @@ namespace spyre::trace::detail {
 namespace {
 
 constexpr std::array<int, 2> kSignals = {SIGTERM, SIGINT};
+constexpr std::array<int, 5> kCrashSignals = {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+constexpr int kCrashSaveBoundMs = 5000;
 
 int g_pipe[2] = {-1, -1};
 pid_t g_pid = 0;  // the process that installed the handler (a forked child is not it)
+std::atomic<pid_t> g_saver_tid{0};  // the saver thread: a crash there has nobody to wait for
+std::atomic<bool> g_saved{false};    // the saver is done: a crashed thread waits no longer
 
 void OnSignal(int sig) {
     const int saved = errno;
@@ -46,7 +54,24 @@ void OnSignal(int sig) {
     errno = saved;
 }
 
+// A crash: the saver is told, and this thread waits until it has written
+// the trace (at most kCrashSaveBoundMs); then the signal takes its default
+// action: raised again (abort), or, pending once the handler returns,
+// delivered (a fault re-run).
+void OnCrash(int sig) {
+    const int saved = errno;
+    const unsigned char byte = static_cast<unsigned char>(sig);
+    if (getpid() == g_pid && gettid() != g_saver_tid.load(std::memory_order_relaxed) && write(g_pipe[1], &byte, 1) == 1) {
+        const timespec slice{0, 10'000'000};
+        for (int waited = 0; waited < kCrashSaveBoundMs && !g_saved.load(); waited += 10) nanosleep(&slice, nullptr);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+    errno = saved;
+}
+
 void SaveThenEnd() {
+    g_saver_tid.store(gettid(), std::memory_order_relaxed);
     unsigned char byte = 0;
     for (;;) {
         const ssize_t n = read(g_pipe[0], &byte, 1);
@@ -60,6 +85,9 @@ void SaveThenEnd() {
         // The trace could not be written; the process still ends by its signal.
     }
     const int sig = byte;
+    // The process-wide signal below waits for a thread that does not block
+    // it: a crashed thread (blocking its own in the handler) ends itself.
+    g_saved.store(true);
     signal(sig, SIG_DFL);
     kill(getpid(), sig);
 }
@@ -81,16 +109,18 @@ void SaveOnTerminatingSignals() noexcept {
         return;
     }
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    for (const int sig : kSignals) {
+    const auto install = [](int sig, void (*handler)(int), int flags) {
         struct sigaction current {};
-        if (sigaction(sig, nullptr, &current) != 0) continue;
-        if ((current.sa_flags & SA_SIGINFO) != 0 || current.sa_handler != SIG_DFL) continue;  // the program's
+        if (sigaction(sig, nullptr, &current) != 0) return;
+        if ((current.sa_flags & SA_SIGINFO) != 0 || current.sa_handler != SIG_DFL) return;  // the program's
         struct sigaction mine {};
-        mine.sa_handler = OnSignal;
+        mine.sa_handler = handler;
         sigemptyset(&mine.sa_mask);
-        mine.sa_flags = SA_RESTART;
+        mine.sa_flags = flags;
         sigaction(sig, &mine, nullptr);
-    }
+    };
+    for (const int sig : kSignals) install(sig, OnSignal, SA_RESTART);
+    for (const int sig : kCrashSignals) install(sig, OnCrash, 0);
 }
 
 }  // namespace spyre::trace::detail

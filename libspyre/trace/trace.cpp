@@ -19,6 +19,7 @@
 #include <new>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <unordered_set>
 #include <vector>
 
 #include "spyre/common/device_clock.hpp"
@@ -412,6 +413,15 @@ size_t WriteAndStop(State& s) {
             }
         }
     std::stable_sort(all.begin(), all.end(), [](const Placed& a, const Placed& b) { return a.r.ts_ns < b.r.ts_ns; });
+    // Flows written are those with both ends recorded: an operation still
+    // queued when the recording stopped (a process exiting with work in
+    // flight) has only its tail, an arrow to nowhere that viewers and
+    // checkers reject; one enqueued before it started, only its head.
+    std::unordered_set<uint64_t> started_flows, ended_flows;
+    for (const Placed& p : all) {
+        if (p.r.ph == 's') started_flows.insert(p.r.flow);
+        if ((p.r.ph == 'X' || p.r.ph == 'f') && p.r.flow) ended_flows.insert(p.r.flow);
+    }
 
     const int pid = int(getpid());
     // Processes that recorded to one path spliced their events, and a full
@@ -478,13 +488,14 @@ size_t WriteAndStop(State& s) {
             if (r.arg >= 0) args[bytes ? "bytes" : "op"] = r.arg;
             if (r.queued_ns) args["enqueued_us"] = Micros(r.queued_ns);
             if (!args.empty()) ev["args"] = args;
-            if (r.flow) {
+            if (r.flow && started_flows.contains(r.flow)) {
                 // The arrow's head binds to this span (its start lies inside it).
                 write({{"ph", "f"}, {"bp", "e"}, {"name", "enqueue"}, {"cat", "flow"}, {"id", r.flow}, {"pid", pid},
                        {"tid", p.tid}, {"ts", Micros(r.ts_ns)}},
                       first);
             }
         } else if (r.ph == 's') {
+            if (!ended_flows.contains(r.flow)) continue;
             ev["id"] = r.flow;
         } else if (r.ph == 'f') {
             ev["id"] = r.flow;

@@ -228,6 +228,10 @@ with tempfile.TemporaryDirectory() as d:
         check("no spyre function '00.1'" in r.stderr, f"-q 00.1: {r.stderr!r}")
         r = run_smi(["-q", "\x1b[2J\x07x", "--sample-ms", "0"], env, expect=3)
         check("no spyre function '\\x1b[2J\\x07x'" in r.stderr and "\x1b" not in r.stderr, f"-q ESC: {r.stderr!r}")
+        # An empty name was taken as -q alone (every function), as --root ''
+        # is not (found probing from outside).
+        r = run_smi(["-q", "", "--sample-ms", "0"], env, expect=2)
+        check("-q/--query is empty" in r.stderr, f"-q '': {r.stderr!r}")
         r = run_smi(["--root", os.path.join(d, "nowhere")], env, expect=1)
         check("does not exist" in r.stderr, f"missing root message: {r.stderr!r}")
         run_smi(["--loop", "0"], env, expect=2)

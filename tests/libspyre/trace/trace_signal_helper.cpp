@@ -11,6 +11,9 @@
 //   trace_signal_helper small      records 1,000 spans under a file-size
 //                                  limit of 8 KiB and exits 0: the trace
 //                                  cannot be written whole at exit
+//   trace_signal_helper abort|throw|segv
+//                                  records a span, then crashes: abort(),
+//                                  an uncaught exception, a store to null
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -18,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 
 #include "spyre/trace/trace.hpp"
 
@@ -37,6 +41,12 @@ int main(int argc, char** argv) {
     {
         SPYRE_TRACE_SCOPE("before_the_signal");
         usleep(1000);
+    }
+    if (argc > 1 && std::strcmp(argv[1], "abort") == 0) std::abort();
+    if (argc > 1 && std::strcmp(argv[1], "throw") == 0) throw std::runtime_error("uncaught");
+    if (argc > 1 && std::strcmp(argv[1], "segv") == 0) {
+        volatile int* volatile nowhere = nullptr;
+        *nowhere = 1;
     }
     if (argc > 1 && std::strcmp(argv[1], "fork") == 0) {
         int gate[2];
