@@ -587,7 +587,8 @@ struct FuseOps {
         }
         case Kind::Reset: {
             unsigned long v = 0;
-            if (ParseAttrNumber(buf, size, &v) != 0 || v != 1) return -EINVAL;
+            if (int rc = ParseAttrNumber(buf, size, &v); rc != 0) return rc;  // ERANGE as sriov_numvfs says it
+            if (v != 1) return -EINVAL;
             if (int rc = CheckHolder(f, true, 0, size); rc != 0) return rc;
             if (int rc = f.fn->Reset(); rc != 0) return rc;
             return int(size);

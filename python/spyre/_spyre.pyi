@@ -121,7 +121,7 @@ class Device:
     def memory_stats(self) -> AllocatorStats: ...
     def scheduler_stats(self) -> SchedulerStats: ...
     def alloc(self, nbytes: int) -> DeviceBuffer:
-        """`nbytes` of device memory (128-byte aligned); OutOfMemory when it does not fit."""
+        """`nbytes` of device memory (128-byte aligned); OutOfMemory when no free block fits, InvalidArgument when the device's pool is smaller than `nbytes` in all."""
     def create_stream(self, priority: int = 0) -> FlexStream:
         """A new FlexStream (priority -3 highest .. 3 lowest)."""
     def synchronize(self) -> None:

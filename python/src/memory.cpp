@@ -75,7 +75,7 @@ void BindMemory(py::module_& m) {
                             ErrorContext{.device = s->name()});
             Device& d = s->Get("Device.alloc");
             return Adopt(s, std::make_shared<DeviceBuffer>(d.AllocateBuffer(uint64_t(nbytes))));
-        }, py::arg("nbytes"), "Allocates `nbytes` of device memory (128-byte aligned); OutOfMemory when it does not fit.");
+        }, py::arg("nbytes"), "Allocates `nbytes` of device memory (128-byte aligned); OutOfMemory when no free block fits, InvalidArgument when the device's pool is smaller than `nbytes` in all.");
 }
 
 }  // namespace spyre::python

@@ -465,6 +465,19 @@ TEST_F(MockDeviceTest, ResetClearsRingErrorsAndCounters) {
     // The sysfs reset file does the same.
     std::ofstream(Pf().sysfs_dir / "reset") << "1";
     EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_RESETS), resets + 2);
+    // Anything but 1 is refused, and a number past every width is ERANGE
+    // as in sriov_numvfs (it was EINVAL there: found probing from outside).
+    const auto write_reset = [&](const std::string& text) {
+        const int fd = ::open((Pf().sysfs_dir / "reset").c_str(), O_WRONLY);
+        const ssize_t n = ::write(fd, text.data(), text.size());
+        const int e = errno;
+        ::close(fd);
+        return n < 0 ? -e : 0;
+    };
+    EXPECT_EQ(write_reset("2"), -EINVAL);
+    EXPECT_EQ(write_reset("x"), -EINVAL);
+    EXPECT_EQ(write_reset(std::string(100, '9')), -ERANGE);
+    EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_RESETS), resets + 2);
     CommandRing ring(fn);  // usable again
     RunNops(ring, WaitMode::Blocking, 5);
 }
