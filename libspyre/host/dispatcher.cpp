@@ -13,6 +13,7 @@
 #include "deadline.hpp"
 #include "host_trace.hpp"
 #include "local_chip_executor.hpp"
+#include "remote_chip_executor.hpp"
 #include "placement.hpp"
 #include "remote_protocol.hpp"
 #include "spyre/common/device_clock.hpp"
@@ -337,7 +338,10 @@ Dispatcher::Dispatcher(std::vector<std::unique_ptr<ChipExecutor>> executors, con
         lanes_.push_back(std::make_unique<JobThreads>(room_[d]));
         device_names_.push_back(executors_[d]->Describe());
         local_.push_back(dynamic_cast<LocalChipExecutor*>(executors_[d].get()));
+        const auto* remote = dynamic_cast<const RemoteChipExecutor*>(executors_[d].get());
+        lost_together_.push_back(remote ? int64_t(remote->rank()) : -1 - int64_t(d));
     }
+    lost_.assign(executors_.size(), false);
     waiting_ = std::make_unique<std::atomic<uint32_t>[]>(executors_.size());
     costs_ = std::make_unique<DeviceCosts>(remote_);
     placement_.room = room_;
@@ -618,6 +622,7 @@ void Dispatcher::Finish(HostTask* task, HostTask::State state, TaskFailureInfo f
         // What the device copies of its outputs hold is unknown now.
         for (const TensorArg& a : task->args)
             if (a.access != Access::In) residency_.Wrote(a.tensor, Residency::kHost);
+        if (chip && failure.kind == ErrorKind::DeviceLost) MarkLost(task->device);
         run.failures.push_back(std::move(failure));
     } else {
         // Skipped for a task of an earlier run in flight: this run fails with that cause too.
@@ -792,6 +797,12 @@ bool Dispatcher::SweepStuckChipTasksOf(RunState& run) {
     return swept;
 }
 
+void Dispatcher::MarkLost(size_t device) {
+    for (size_t d = 0; d < lost_.size(); ++d)
+        if (lost_together_[d] == lost_together_[device]) lost_[d] = true;
+    any_lost_ = true;
+}
+
 size_t Dispatcher::PlaceLocked(const HostTask& task, std::optional<size_t> excluded) {
     PlacementInput& in = placement_;
     in.pinned = task.pinned;
@@ -807,6 +818,8 @@ size_t Dispatcher::PlaceLocked(const HostTask& task, std::optional<size_t> exclu
     in.remote_fits = !any_remote_ || remote::CallFits(task.args);
     costs_->Fill(in);
     in.rotate = rotate_++;
+    if (any_lost_) [[unlikely]]
+        in.lost = lost_;
     in.blocked.clear();
     if (excluded || waiting_total_.load(std::memory_order_acquire) != 0) [[unlikely]]
         for (size_t d = 0; d < executors_.size(); ++d) in.blocked.push_back(d == excluded || Blocked(d));

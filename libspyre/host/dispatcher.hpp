@@ -181,6 +181,7 @@ private:
     std::vector<HostTensor> WaitReporting(RunState& run, const ProgressCallback& progress);  // Wait checked `run`
     void MakeReady(HostTask* task);
     void Finish(HostTask* task, HostTask::State state, TaskFailureInfo failure);
+    void MarkLost(size_t device);  // mu_ held
     void EndRun(RunState& run);  // mu_ held: sealed, nothing unfinished
     void WaitForRoom(RunState& run);
     void SleepUntilDone(RunState& run);  // checks the caller is not part of `run` first
@@ -236,6 +237,14 @@ private:
     std::unique_ptr<std::atomic<uint32_t>[]> waiting_;
     std::atomic<uint32_t> waiting_total_{0};
     std::vector<bool> remote_;
+    // Devices a chip call found lost (DeviceLost): gone for good, with every
+    // device lost alongside (the same remote rank's). Placement avoids them;
+    // under mu_. A lost rank's devices took every later free-placed task
+    // there, so run after run failed with live devices idle (found probing
+    // from outside).
+    std::vector<bool> lost_;
+    std::vector<int64_t> lost_together_;  // per device: its rank, or -1 - device for a local one
+    bool any_lost_ = false;
     bool any_remote_ = false;  // a device of another rank: placement checks that a task fits its calls
     PlacementInput placement_;  // reused: no allocation per task
     std::unique_ptr<DeviceCosts> costs_;  // what placement learns of each device's speed

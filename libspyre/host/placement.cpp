@@ -37,9 +37,11 @@ size_t Place(const PlacementInput& in) {
     // every device is remote: then its call says why it cannot go).
     auto fits = [&](size_t d) { return in.remote_fits || !remote(d); };
     auto blocked = [&](size_t d) { return !in.blocked.empty() && in.blocked[d]; };
-    bool any_free = false;
+    auto lost = [&](size_t d) { return !in.lost.empty() && in.lost[d]; };
+    bool any_free = false, any_alive = false;
     for (size_t d = 0; d < n && !in.blocked.empty() && !any_free; ++d) any_free = fits(d) && !blocked(d);
-    auto allowed = [&](size_t d) { return fits(d) && !(any_free && blocked(d)); };
+    for (size_t d = 0; d < n && !in.lost.empty() && !any_alive; ++d) any_alive = fits(d) && !lost(d);
+    auto allowed = [&](size_t d) { return fits(d) && !(any_free && blocked(d)) && !(any_alive && lost(d)); };
     size_t best = in.rotate % n;
     for (size_t i = 0; i < n && !allowed(best); ++i) best = (in.rotate + i + 1) % n;
     double best_cost = cost(best);

@@ -50,6 +50,10 @@ struct PlacementInput {
     // that waits for a nested run, so a task queued there waits for those
     // runs. Avoided while another allowed device is not.
     std::vector<bool> blocked;
+    // Per device (empty: none): lost for good (its rank or card is gone, and
+    // every call there fails DeviceLost). Avoided while another allowed
+    // device is not.
+    std::vector<bool> lost;
     size_t rotate = 0;
 };
 

@@ -41,6 +41,7 @@ public:
     RemoteChipExecutor(std::shared_ptr<RemoteRank> rank, size_t device, std::string description, unsigned room = 1);
 
     std::string Describe() const override { return description_; }
+    int rank() const noexcept { return rank_->rank; }  // the serving rank
     bool Remote() const override { return true; }
     unsigned Concurrency() const override { return room_; }
     // The serving rank registers its own (SPMD): nothing to ship.

@@ -578,6 +578,19 @@ TEST_F(MultiHostTest, ASilentRankFailsItsTasksNamingItInsteadOfHanging) {
         EXPECT_EQ(e.kind(), ErrorKind::DeviceLost) << e.what();
         EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
     }
+    // Tasks placed freely go to the live devices: the lost rank's took some
+    // of every later run, which failed with this rank's device idle (found
+    // probing from outside). Six at once outweigh a remote call's cost.
+    constexpr int kTasks = 6;
+    const HostProgram spread{"l4_after_the_loss", 2, {}, [&](HostGraph& g, std::span<const HostTensor> t) {
+                                 for (int i = 0; i < kTasks; ++i)
+                                     g.Chip("chip_add", {In(t[0]), In(t[1]), Out(g.CreateTensor({kTile, kTile}))});
+                             }};
+    for (int run = 0; run < 5; ++run) {
+        RunHandle h = w().Submit(spread, {a, a});
+        ASSERT_NO_THROW(h.Wait()) << "run " << run;
+        for (const TaskRecord& r : h.Report()) EXPECT_EQ(r.device, w().DescribeDevice(0)) << r.name;
+    }
     // Rank 1 is still serving (stopped, not dead): rank 0 falls silent too,
     // so that it stops, as a rank whose controller is lost must.
     worker_.reset();

@@ -62,6 +62,28 @@ TEST(HostPlacement, ADeviceBlockedByWaitingCallsIsAvoidedWhileAnotherIsNot) {
     EXPECT_EQ(Place(in), 0u);
 }
 
+// A lost device (its rank or card gone) takes no task while another may,
+// however idle it is or whatever it holds; a named one still goes there
+// (its call then says why it fails), and so does a task every device of
+// which is lost.
+TEST(HostPlacement, ALostDeviceIsAvoidedWhileAnotherIsNot) {
+    PlacementInput in = Idle(3);
+    in.load = {4, 0, 4};
+    in.current_bytes = {0, 64 * MiB, 0};
+    in.input_bytes = 64 * MiB;
+    in.lost = {false, true, false};
+    for (size_t rotate = 0; rotate < 3; ++rotate) {
+        in.rotate = rotate;
+        EXPECT_NE(Place(in), 1u) << "rotate " << rotate;
+    }
+    in.pinned = 1;
+    EXPECT_EQ(Place(in), 1u);
+    in.pinned.reset();
+    in.lost = {true, true, true};
+    in.rotate = 0;
+    EXPECT_EQ(Place(in), 1u);  // the best of the lost: its call fails DeviceLost
+}
+
 // A device that runs two chip tasks at once has half the backlog of one
 // running one with the same tasks queued.
 TEST(HostPlacement, BacklogCountsWhatADeviceRunsAtOnce) {
