@@ -785,9 +785,9 @@ void TaskGraph::TraceHeap() {
     trace::detail::Counter(heap_track_, "heap ring bytes in use", trace::detail::NowNs(), int64_t(heap_.used()));
 }
 
-void TaskGraph::TraceTask(TaskDescriptor& t, const TaskTiming& timing) {
+void TaskGraph::TraceTask(TaskDescriptor& t, const TaskTiming& timing, uint32_t status) {
     trace::detail::TaskSpan(timing.track, timing.category, timing.start_ns, timing.end_ns, t.task_id, t.func_id,
-                            timing.sent_ns, timing.reaped_ns);
+                            timing.sent_ns, timing.reaped_ns, status);
     const uint64_t recording = trace::detail::Recording();
     t.trace_track = timing.track;
     t.trace_end_ns = timing.end_ns;
@@ -1318,7 +1318,7 @@ void TaskGraph::CompleteEarly(TaskDescriptor& t, const TaskTiming* timing) {
 
 void TaskGraph::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped, const TaskTiming* timing) {
     if (timing && trace::Enabled()) [[unlikely]]
-        TraceTask(t, *timing);
+        TraceTask(t, *timing, status);
     const TaskState was = t.state.load(std::memory_order_relaxed);
     if (was == TaskState::Ready || (was == TaskState::Running && t.core_type != WORKER_EXTERNAL)) --active_;
     // Executors leave a task READY until it completes (RUNNING and not

@@ -327,8 +327,9 @@ private:
     bool RunsHere(const TaskDescriptor& t) const;
     void RunHere(std::unique_lock<std::mutex>& submitting, Lock& lock, TaskDescriptor& t);
     void CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped, const TaskTiming* timing = nullptr);
-    // The task's span and an arrow from each traced producer (a trace records).
-    void TraceTask(TaskDescriptor& t, const TaskTiming& timing);
+    // The task's span (with its status) and an arrow from each traced
+    // producer (a trace records).
+    void TraceTask(TaskDescriptor& t, const TaskTiming& timing, uint32_t status);
     // The heap ring's bytes in use, as a counter (a trace records).
     void TraceHeap();
     void TryConsume(TaskDescriptor& t);

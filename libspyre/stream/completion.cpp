@@ -15,7 +15,7 @@ void Complete(StreamState& s, uint64_t seq) {
 }
 
 void TraceOp(StreamState& s, const std::string& device, OpKind kind, uint64_t seq, const OpTrace& trace,
-             uint64_t done_ns) {
+             uint64_t done_ns, uint32_t device_code) {
     if (trace.enqueue_ns == 0 || !trace::Enabled()) return;
     const uint64_t recording = trace::detail::Recording();
     if (s.trace_recording != recording) {
@@ -25,7 +25,7 @@ void TraceOp(StreamState& s, const std::string& device, OpKind kind, uint64_t se
     }
     const uint64_t start = std::max(trace.enqueue_ns, s.trace_last_done_ns);
     trace::detail::Span(s.trace_track, "stream", ToString(kind), start, done_ns, int64_t(seq), trace.enqueue_ns,
-                        trace.flow);
+                        trace.flow, device_code);
     s.trace_last_done_ns = done_ns;
 }
 
@@ -38,7 +38,8 @@ void RingRecords::TraceDevice(const Record& r, const driver::Completion& c) {
     }
     // The device runs its ring's CBs one after another.
     const uint64_t start = std::max(r.submit_ns, trace_last_done_ns_);
-    trace::detail::Span(trace_track_, "device", ToString(r.kind), start, c.timestamp_ns, int64_t(r.seq));
+    trace::detail::Span(trace_track_, "device", ToString(r.kind), start, c.timestamp_ns, int64_t(r.seq), 0, 0,
+                        c.status);
     trace_last_done_ns_ = c.timestamp_ns;
 }
 
@@ -184,7 +185,7 @@ size_t RingRecords::Retire(std::span<const driver::Completion> done) {
         if (rec.submit_ns != 0 && trace::Enabled()) {
             if (reaped_ns == 0) reaped_ns = trace::detail::NowNs();
             TraceDevice(rec, c);
-            TraceOp(s, device_, rec.kind, rec.seq, rec.trace, reaped_ns);
+            TraceOp(s, device_, rec.kind, rec.seq, rec.trace, reaped_ns, c.status);
         }
         Complete(s, rec.seq);
     }

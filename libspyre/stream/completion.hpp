@@ -23,9 +23,10 @@ namespace spyre::detail {
 void Complete(StreamState& s, uint64_t seq);
 // While a trace records: op #seq of `s` (on `device`) as a span of the
 // stream's track, from when it could start (enqueued, and the op before it
-// done) to `done_ns`, with the arrow from its enqueue.
+// done) to `done_ns`, with the arrow from its enqueue and the device's
+// error code for it (`device_code`, 0: none).
 void TraceOp(StreamState& s, const std::string& device, OpKind kind, uint64_t seq, const OpTrace& trace,
-             uint64_t done_ns);
+             uint64_t done_ns, uint32_t device_code = 0);
 // Makes `error` the stream's sticky error; the first failure is the one kept.
 void Fault(StreamState& s, Error error);
 // Takes the event's next record sequence and queues the record with it

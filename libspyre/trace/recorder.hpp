@@ -5,6 +5,7 @@
 // the arguments costs something.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -16,6 +17,9 @@ namespace spyre::trace::detail {
 // and SIGINT, where the program has not claimed them, write the trace
 // before the process ends by them (save_on_signal.cpp). Once per process.
 void SaveOnTerminatingSignals() noexcept;
+// Events written to trace files so far: a crashed thread waits while the
+// saver's count moves (a signal handler may read an atomic).
+extern std::atomic<uint64_t> g_events_written;
 
 // A row of the timeline that is not a host thread (a stream, a device's
 // ring, a DMA engine), named once; the same name gives the same track.
@@ -32,9 +36,10 @@ uint32_t NewFlow() noexcept;
 // A span on `track` (0: the calling thread). `name` and `category` must be
 // string literals. `arg` (an op index, bytes; < 0: none) and `queued_ns`
 // (when the work was enqueued; 0: none) go into the span's args; `flow_in`
-// (0: none) ends a flow arrow at the span's start.
+// (0: none) ends a flow arrow at the span's start; `device_code` (0: none)
+// is the device's error code for the work, written as args.error.
 void Span(uint32_t track, const char* category, const char* name, uint64_t start_ns, uint64_t end_ns,
-          int64_t arg = -1, uint64_t queued_ns = 0, uint64_t flow_in = 0) noexcept;
+          int64_t arg = -1, uint64_t queued_ns = 0, uint64_t flow_in = 0, uint32_t device_code = 0) noexcept;
 
 // Starts flow arrow `flow` at `ts_ns` on the calling thread's track.
 void FlowOut(uint64_t flow, uint64_t ts_ns) noexcept;
@@ -49,8 +54,10 @@ void Arrow(uint32_t from_track, uint64_t from_ns, uint32_t to_track, uint64_t to
 // named "kernel <kernel_id>", args task, kernel and (when not 0) when the
 // host sent it (`sent_ns`) and saw it complete (`reaped_ns`). `category`
 // must be a string literal ("task": a host worker, "device": a core).
+// `status` (0: success) is written as args.status, and a device's error
+// code also as args.error.
 void TaskSpan(uint32_t track, const char* category, uint64_t start_ns, uint64_t end_ns, int32_t task_id,
-              int32_t kernel_id, uint64_t sent_ns = 0, uint64_t reaped_ns = 0) noexcept;
+              int32_t kernel_id, uint64_t sent_ns = 0, uint64_t reaped_ns = 0, uint32_t status = 0) noexcept;
 
 // How a host-level task ended, as its span says.
 enum class HostTaskState : uint8_t { Unknown, Done, Failed };

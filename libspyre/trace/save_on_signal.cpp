@@ -8,8 +8,8 @@
 // pipe; a thread of its own writes the trace, then ends the process with
 // the same signal under its default action (so the exit status still says
 // "killed by SIGTERM", or SIGSEGV with its core dump). A crashing thread
-// waits in its handler meanwhile, at most kCrashSaveBound: a saver stuck on
-// a lock the crashed thread held must not turn a crash into a hang. A
+// waits in its handler meanwhile, while the saver writes (a saver stuck on
+// a lock the crashed thread held must not turn a crash into a hang). A
 // signal the program handles (or ignores) already at load is left alone,
 // and a handler the program installs later replaces this one.
 #include <fcntl.h>
@@ -31,7 +31,11 @@ namespace {
 
 constexpr std::array<int, 2> kSignals = {SIGTERM, SIGINT};
 constexpr std::array<int, 5> kCrashSignals = {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL};
-constexpr int kCrashSaveBoundMs = 5000;
+// How long a crashed thread waits for the trace: while the saver writes
+// events, up to kCrashSaveCapMs; kCrashStillMs once it writes none (stuck
+// on a lock the crashed thread held, or not started).
+constexpr int kCrashStillMs = 5000;
+constexpr int kCrashSaveCapMs = 120'000;
 
 int g_pipe[2] = {-1, -1};
 pid_t g_pid = 0;  // the process that installed the handler (a forked child is not it)
@@ -55,7 +59,7 @@ void OnSignal(int sig) {
 }
 
 // A crash: the saver is told, and this thread waits until it has written
-// the trace (at most kCrashSaveBoundMs); then the signal takes its default
+// the trace (kCrashStillMs, kCrashSaveCapMs); then the signal takes its default
 // action: raised again (abort), or, pending once the handler returns,
 // delivered (a fault re-run).
 void OnCrash(int sig) {
@@ -63,7 +67,14 @@ void OnCrash(int sig) {
     const unsigned char byte = static_cast<unsigned char>(sig);
     if (getpid() == g_pid && gettid() != g_saver_tid.load(std::memory_order_relaxed) && write(g_pipe[1], &byte, 1) == 1) {
         const timespec slice{0, 10'000'000};
-        for (int waited = 0; waited < kCrashSaveBoundMs && !g_saved.load(); waited += 10) nanosleep(&slice, nullptr);
+        uint64_t seen = g_events_written.load(std::memory_order_relaxed);
+        for (int waited = 0, still = 0; waited < kCrashSaveCapMs && still < kCrashStillMs && !g_saved.load();
+             waited += 10) {
+            nanosleep(&slice, nullptr);
+            const uint64_t now = g_events_written.load(std::memory_order_relaxed);
+            still = now == seen ? still + 10 : 0;
+            seen = now;
+        }
     }
     signal(sig, SIG_DFL);
     raise(sig);

@@ -24,6 +24,7 @@
 
 #include "spyre/common/device_clock.hpp"
 #include "spyre/error.hpp"
+#include "spyre/uapi/spyre_errors.h"
 #include "trace/recorder.hpp"
 #include "trace/trace_file.hpp"
 
@@ -54,7 +55,11 @@ struct Record {
     // 'X' span, 'T' task span, 'H' host-level task, 's' flow start, 'f' flow end, 'A' arrow, 'C' counter
     char ph;
     HostTaskState state = HostTaskState::Unknown;  // 'H'
+    // 'X': the device's error code; 'T': the task's status, kStatusTooBig
+    // for one past 16 bits (a host kernel that threw, a lost device).
+    uint16_t code = 0;
 };
+constexpr uint16_t kStatusTooBig = 0xffff;
 static_assert(sizeof(Record) == 64, "a record is one cache line");
 
 // A run of one thread's records. A thread's first chunk is small and each
@@ -137,6 +142,9 @@ State& state() {
 }
 
 std::atomic<uint64_t> g_generation{1};
+}  // namespace
+std::atomic<uint64_t> g_events_written{0};
+namespace {
 
 // The recording's bound (SPYRE_TRACE_MAX_MB), in records of the chunks
 // its threads write, each thread's first chunk included. A long traced run
@@ -272,9 +280,10 @@ uint32_t NewFlow() noexcept {
 }
 
 void Span(uint32_t track, const char* category, const char* name, uint64_t start_ns, uint64_t end_ns, int64_t arg,
-          uint64_t queued_ns, uint64_t flow_in) noexcept {
-    Append(Record{start_ns, end_ns > start_ns ? end_ns - start_ns : 0, arg, queued_ns, flow_in, {name}, category,
-                  track, 'X'});
+          uint64_t queued_ns, uint64_t flow_in, uint32_t device_code) noexcept {
+    Record r{start_ns, end_ns > start_ns ? end_ns - start_ns : 0, arg, queued_ns, flow_in, {name}, category, track, 'X'};
+    r.code = uint16_t(std::min<uint32_t>(device_code, kStatusTooBig));
+    Append(r);
 }
 
 void FlowOut(uint64_t flow, uint64_t ts_ns) noexcept {
@@ -289,10 +298,11 @@ void Arrow(uint32_t from_track, uint64_t from_ns, uint32_t to_track, uint64_t to
 }
 
 void TaskSpan(uint32_t track, const char* category, uint64_t start_ns, uint64_t end_ns, int32_t task_id,
-              int32_t kernel_id, uint64_t sent_ns, uint64_t reaped_ns) noexcept {
+              int32_t kernel_id, uint64_t sent_ns, uint64_t reaped_ns, uint32_t status) noexcept {
     Record r{start_ns, end_ns > start_ns ? end_ns - start_ns : 0, task_id, sent_ns, uint64_t(uint32_t(kernel_id)),
              {nullptr}, category, track, 'T'};
     r.reaped_ns = reaped_ns;
+    r.code = uint16_t(std::min<uint32_t>(status, kStatusTooBig));
     Append(r);
 }
 
@@ -431,6 +441,7 @@ size_t WriteAndStop(State& s) {
         out.Write(first ? "\n" : ",\n");
         out.Write(ev.dump());
         first = false;
+        detail::g_events_written.fetch_add(1, std::memory_order_relaxed);
     };
     out.Write("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[");
     bool first = true;
@@ -456,6 +467,10 @@ size_t WriteAndStop(State& s) {
             nlohmann::json args = {{"task", r.arg}, {"kernel", int32_t(uint32_t(r.flow))}};
             if (r.queued_ns) args["sent_us"] = Micros(r.queued_ns);
             if (r.reaped_ns) args["reaped_us"] = Micros(r.reaped_ns);
+            if (r.code) {
+                args["status"] = r.code == kStatusTooBig ? int64_t(-1) : int64_t(r.code);
+                if (std::strcmp(r.category, "device") == 0 && r.code < 0x100) args["error"] = spyre_error_name(r.code);
+            }
             write({{"ph", "X"}, {"name", "kernel " + std::to_string(int32_t(uint32_t(r.flow)))}, {"cat", r.category},
                    {"pid", pid}, {"tid", p.tid}, {"ts", Micros(r.ts_ns)}, {"dur", Micros(r.dur_ns)}, {"args", args}},
                   first);
@@ -487,6 +502,7 @@ size_t WriteAndStop(State& s) {
             const bool bytes = std::strcmp(r.category, "dma") == 0 || std::strcmp(r.category, "host-level") == 0;
             if (r.arg >= 0) args[bytes ? "bytes" : "op"] = r.arg;
             if (r.queued_ns) args["enqueued_us"] = Micros(r.queued_ns);
+            if (r.code) args["error"] = spyre_error_name(r.code);
             if (!args.empty()) ev["args"] = args;
             if (r.flow && started_flows.contains(r.flow)) {
                 // The arrow's head binds to this span (its start lies inside it).

@@ -560,9 +560,54 @@ TEST_F(TraceTest, ADiamondOnTheCardsCoresHasArrowsExactlyForItsDependencies) {
         const double ts = e["ts"], end = ts + e["dur"].get<double>();
         EXPECT_GE(ts + 1e-3, e["args"]["sent_us"].get<double>()) << e.dump();
         EXPECT_LE(end, e["args"]["reaped_us"].get<double>() + 1e-3) << e.dump();
+        EXPECT_FALSE(e["args"].contains("status") || e["args"].contains("error")) << e.dump();  // all succeeded
     }
     EXPECT_GT(o.counters.at("ready tasks"), 0);
     EXPECT_GT(o.counters.at("heap ring bytes in use"), 0);
+}
+
+// A span says how its work failed: a Launch the device refused, on the
+// stream and the device ring, and an orchestration task's status. A failed
+// op looked the same as one that succeeded (found probing from outside).
+TEST_F(TraceTest, AFailedOpsSpansSayTheDevicesErrorAndATasksStatus) {
+    Device dev = OpenDevice();
+    FlexStream s = dev.CreateStream();
+    const DeviceAllocation junk = dev.allocator().Allocate(256);
+    const std::vector<uint8_t> bytes(256, 0x5a);  // no program: the device refuses its format
+    trace::Start(Path());
+    s.CopyToDevice(bytes.data(), junk.handle, bytes.size());
+    s.Launch(junk.handle);
+    EXPECT_SPYRE_ERROR(s.Synchronize(), DeviceError, "Launch failed on the device: PROGRAM_FORMAT");
+    Orchestrator orch = Orchestrator::CreateOnHostMemory(
+        1 << 20, {.task_ring_size = 16, .heap_size = 1 << 16, .host_threads = 1, .run_cheap_host_tasks_here = false});
+    orch.RegisterHostKernel(kAdd, [](std::span<void* const>, std::span<const uint64_t>) { return 5u; });
+    orch.Submit(kAdd, WORKER_HOST, {});
+    EXPECT_THROW(orch.WaitAll(), Error);
+    trace::Stop();
+    const json t = Load(path_);
+    const auto names = TrackNames(t);
+    const std::string pci = DeviceInternals::Function(dev).pci_address();
+    std::map<std::string, std::vector<json>> spans;  // "<track> <name>"
+    for (const json& e : t["traceEvents"])
+        if (e["ph"] == "X" && names.count(e["tid"].get<int64_t>()))
+            spans[names.at(e["tid"].get<int64_t>()) + " " + e["name"].get<std::string>()].push_back(e);
+    const std::string stream = pci + " stream " + std::to_string(s.stream_index());
+    for (const std::string& launch : {stream + " Launch", pci + " device ring Launch"}) {
+        ASSERT_EQ(spans[launch].size(), 1u) << launch;
+        EXPECT_EQ(spans[launch][0]["args"]["error"], "PROGRAM_FORMAT") << spans[launch][0].dump();
+    }
+    ASSERT_EQ(spans[stream + " CopyToDevice"].size(), 1u);
+    EXPECT_FALSE(spans[stream + " CopyToDevice"][0]["args"].contains("error"));
+    size_t tasks = 0;
+    for (const auto& [key, list] : spans)
+        for (const json& e : list)
+            if (e["cat"] == "task") {
+                ++tasks;
+                EXPECT_EQ(e["args"]["status"], 5) << e.dump();
+                EXPECT_FALSE(e["args"].contains("error")) << e.dump();  // a host kernel's code names no device error
+            }
+    EXPECT_EQ(tasks, 1u);
+    dev.allocator().Free(junk.handle);
 }
 
 TEST_F(TraceTest, ADiamondOnHostWorkersHasArrowsExactlyForItsDependencies) {
