@@ -11,6 +11,7 @@
 
 #include "device/device_core.hpp"
 #include "device/device_internals.hpp"
+#include "forked.hpp"
 #include "moved_from.hpp"
 
 namespace spyre {
@@ -52,6 +53,9 @@ private:
 
 struct Host::State {
     std::shared_ptr<HostBackend> backend;
+    // Its devices (a private mock's included) stay the parent's on fork():
+    // a child opening one took the parent's function (found probing).
+    detail::MadeInProcess made_in;
     std::mutex mu;
     // Functions this Host has opened, by index: held while the core lives.
     struct Opened {
@@ -137,6 +141,7 @@ std::vector<Device> Host::OpenAll(const std::vector<std::string>& selectors, con
 }
 
 Device Host::Open(const std::string& selector, DeviceOptions options) {
+    detail::LiveState(state_, "Host::Open").made_in.Check("Host::Open", "Host", "create a Host again in the child");
     const FunctionDescription& f = Find(selector);
     // A Device being closed on a thread of its own (DeviceCore::closing),
     // or in its destructor now, is waited for, up to kClosingWait: its

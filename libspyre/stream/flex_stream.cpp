@@ -205,7 +205,9 @@ void Event::Record(FlexStream& stream) {
 const DeviceId& Event::device() const { return LiveState(state_, "Event::device").core->id(); }
 
 bool Event::Query() const {
-    LiveState(state_, "Event::Query").core->sched->Poke();
+    const auto& core = LiveState(state_, "Event::Query").core;
+    core->CheckSameProcess();  // in a forked child it read false for good
+    core->sched->Poke();
     return state_->Reached(state_->recorded.load(std::memory_order_acquire));
 }
 

@@ -14,7 +14,6 @@
 
 #include <pybind11/pybind11.h>
 #include <pthread.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -95,7 +94,11 @@ inline std::shared_ptr<const void> KeepAlive(py::object object) {
 class RuntimeCalls {
 public:
     static RuntimeCalls& Instance() {
-        static RuntimeCalls* instance = new RuntimeCalls;  // never destroyed: threads may call during exit
+        static RuntimeCalls* instance = [] {
+            auto* calls = new RuntimeCalls;  // never destroyed: threads may call during exit
+            pthread_atfork(nullptr, nullptr, [] { Instance().StartOverInChild(); });
+            return calls;
+        }();
         return *instance;
     }
     // Whether a call may start; each true is matched by one Leave(). No
@@ -151,6 +154,12 @@ public:
     }
 
 private:
+    // A forked child has only the forking thread: the other threads' calls
+    // stayed with the parent (its exit waited for good for them).
+    void StartOverInChild() noexcept {
+        running_.store(t_calls_);
+        taking_gil_.store(0);
+    }
     std::atomic<int> running_{0};     // runtime calls in progress
     std::atomic<int> taking_gil_{0};  // threads between MayTakeGilBack and GilTaken
     std::atomic<bool> closed_{false};

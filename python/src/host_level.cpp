@@ -927,14 +927,23 @@ void BindHostLevel(py::module_& m) {
     py::module_::import("atexit").attr("register")(py::cpp_function([] {
         size_t left = 0;
         try {
+            // A run no wait may take (its Worker made by the process a
+            // forked child came from: its threads are the parent's) is not
+            // this exit's to wait for; its refusal is not printed either.
+            const auto await = [](const std::shared_ptr<RunHandle>& h) {
+                try {
+                    AwaitHandlingSignals(h);
+                } catch (const Error&) {
+                }
+            };
             const std::vector<Abandoned> runs = AbandonedRuns();  // a copy: other threads may add while this waits
             left = runs.size();
-            for (const Abandoned& a : runs) AwaitHandlingSignals(a.handle);
+            for (const Abandoned& a : runs) await(a.handle);
             std::vector<std::shared_ptr<RunHandle>> held;
             for (const auto& weak : LiveRuns())
                 if (auto r = weak.lock(); r && r->handle) held.push_back(r->handle);
             left = held.size();
-            for (const auto& h : held) AwaitHandlingSignals(h);
+            for (const auto& h : held) await(h);
         } catch (py::error_already_set&) {
             PySys_WriteStderr("spyre: exiting without waiting for run(s) still in flight (%zu)\n", left);
             return;

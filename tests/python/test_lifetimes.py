@@ -420,16 +420,18 @@ def test_the_program_ends_after_the_host_kernels_a_daemon_thread_waits_for():
         assert rc == 0 and "main returns" in out and "terminate" not in out, (rc, out)
 
 
-@pytest.mark.parametrize("child", ["exits", "closes"])
+@pytest.mark.parametrize("child", ["exits", "closes", "exits while callables run"])
 def test_a_forked_child_leaves_its_parents_devices_alone(child):
     """A child forked from a process with an open Host, Device, tensor,
     Orchestrator and Worker, which exits (the atexit hook closes what is
     open) or closes each itself: it crashed (SIGSEGV joining the parent's
     threads), printed InvalidArgument at exit, and dropping the Host
     unmounted the parent's private mock (found probing from outside). Its
-    close lets go of its copies only; the parent goes on."""
+    close lets go of its copies only; the parent goes on. A child forked
+    while a Python callable ran on a runtime thread waited for good at exit
+    for the parent's call count, and its Host opened the parent's functions."""
     rc, out = run_script(f"""
-        import os, sys
+        import os, signal, sys, time
         import numpy as np, spyre
         host = spyre.Host.embedded_mock(cards=2, vfs=0, mem="256M")
         dev = host.open(0)
@@ -439,11 +441,23 @@ def test_a_forked_child_leaves_its_parents_devices_alone(child):
         w.register_chip_function("e", spyre.ChipFunction.empty())
         p = spyre.HostProgram("p", 1, [[4]], lambda g, x: g.chip("e", [spyre.In(x[0]), spyre.Out(x[1])]))
         w.run(p, [np.zeros(4, np.float32)])
+        w.register_sub_worker("nap", lambda t: time.sleep(0.5))
+        slow = spyre.HostProgram("slow", 1, [], lambda g, x: g.sub("nap", [spyre.In(x[0])]))
+        h = w.submit(slow, [np.zeros(4, np.float32)]) if {child!r} == "exits while callables run" else None
+        time.sleep(0.1)  # the SubWorker runs: a Python callable on a runtime thread
         pid = os.fork()
         if pid == 0:
+            signal.alarm(20)
+            try:
+                host.open(1)
+                print("child: host.open was not refused")
+            except spyre.InvalidArgument as e:
+                assert "before it forked" in str(e), e
             if {child!r} == "closes":
                 w.close(); orch.close(); dev.close(); host.close()
             sys.exit(0)
+        if h is not None:
+            h.wait()
         _, status = os.waitpid(pid, 0)
         print("child", status)
         assert (t.to_numpy() == np.arange(4096, dtype=np.float32)).all()
@@ -452,4 +466,5 @@ def test_a_forked_child_leaves_its_parents_devices_alone(child):
         host.open(0).close()
         print("parent ok")
     """)
-    assert rc == 0 and "child 0\n" in out and "parent ok" in out and "Traceback" not in out and "Exception ignored" not in out, (rc, out)
+    assert rc == 0 and "child 0\n" in out and "parent ok" in out and "Traceback" not in out, (rc, out)
+    assert "Exception ignored" not in out and "not refused" not in out, out

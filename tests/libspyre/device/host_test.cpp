@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 
 #include "device/device_internals.hpp"
 #include "mock_fixture.hpp"
@@ -256,10 +257,24 @@ TEST_F(HostTest, AForkedChildLettingGoOfWhatItInheritedLeavesTheParentAlone) {
     stream->CopyToDevice(in.data(), buf->handle(), n);
     stream->Synchronize();
     for (int i = 0; i < 8; ++i) stream->CopyToDevice(in.data(), buf->handle(), n);  // in flight at the fork
+    std::optional<Event> event(std::in_place, *dev);
+    event->Record(*stream);
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
         ::alarm(20);  // a hang ends the child, and the test sees it
+        // Refused as every call on what it inherited: opening the parent's
+        // function through its Host took it, and the event read false for
+        // good (found probing from outside).
+        const auto refused = [](const std::function<void()>& call) {
+            try {
+                call();
+            } catch (const Error& e) {
+                return e.kind() == ErrorKind::InvalidArgument && std::string(e.what()).find("before it forked") != std::string::npos;
+            }
+            return false;
+        };
+        if (!refused([&] { host().Open("1"); }) || !refused([&] { (void)event->Query(); })) ::_exit(3);
         stream.reset();
         buf.reset();
         dev.reset();
@@ -268,12 +283,14 @@ TEST_F(HostTest, AForkedChildLettingGoOfWhatItInheritedLeavesTheParentAlone) {
     }
     int status = 0;
     ASSERT_EQ(::waitpid(child, &status, 0), child);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child crashed or hung (status " << status << ")";
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "the child crashed or hung, or was not refused (exit 3) (status " << status << ")";
     EXPECT_TRUE(IsMounted(mount)) << mount;
     std::vector<uint8_t> out(n, 0);
     stream->CopyFromDevice(out.data(), buf->handle(), n);
     stream->Synchronize();
     EXPECT_EQ(std::memcmp(in.data(), out.data(), n), 0);
+    event.reset();
     stream.reset();
     buf.reset();
     dev.reset();
