@@ -54,12 +54,14 @@ int main(int argc, char** argv) {
     // before an unknown option, so "--bogus" alone read "function is required".
     CLI::Option* function = app.add_option("function", target, "device node, function directory, PCI address or index")
                                 ->check(named);
-    // CLI::NonNegativeNumber let NaN through (every comparison with it is false).
+    // CLI::NonNegativeNumber let NaN through (every comparison with it is
+    // false), and strtod reads hexadecimal: "0x1" is no number of seconds.
     const CLI::Validator seconds(
         [](const std::string& text) -> std::string {
             char* end = nullptr;
             const double v = std::strtod(text.c_str(), &end);
-            if (end == text.c_str() || *end != '\0' || !(v >= 0 && v <= kMaxWatchSeconds))
+            if (end == text.c_str() || *end != '\0' || text.find_first_of("xX") != std::string::npos ||
+                !(v >= 0 && v <= kMaxWatchSeconds))
                 return "'" + text + "': SECONDS must be a number from 0 to " + std::to_string(int(kMaxWatchSeconds)) +
                        " (a day)";
             return {};

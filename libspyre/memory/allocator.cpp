@@ -308,7 +308,8 @@ void SpyreAllocator::BeginFreeOwned(std::span<const DeviceAllocation> blocks) no
 void SpyreAllocator::FreeOwned(const DeviceHandle& handle) { Free(handle, true); }
 
 DeviceAllocation SpyreAllocator::Allocate(uint64_t size, bool owned) {
-    if (size == 0) throw Error(ErrorKind::InvalidArgument, "cannot allocate 0 bytes");
+    if (size == 0)
+        throw Error(ErrorKind::InvalidArgument, "cannot allocate 0 bytes", ErrorContext{.device = fn_.pci_address()});
     if (size > capacity_)
         throw Error(ErrorKind::InvalidArgument, "cannot allocate " + std::to_string(size) + " bytes: the pool holds " +
                                                     std::to_string(capacity_) + " bytes in all",
@@ -410,6 +411,13 @@ SpyreAllocator::Found SpyreAllocator::FindLocked(const DeviceHandle& handle, uin
                             ErrorContext{.device = fn_.pci_address()});
             return Found{region, start, length, r.device_base + offset, it->second.programs};
         }
+        if (offset - start < length)  // starts inside one: says how much is left, not "no allocation"
+            throw Error(ErrorKind::InvalidArgument,
+                        "range of " + std::to_string(size) + " bytes at " + handle.ToString() +
+                            " runs past the end of its allocation of " + std::to_string(length) + " bytes at " +
+                            MakeHandle(region, start).ToString() + " (" + std::to_string(length - (offset - start)) +
+                            " bytes from " + handle.ToString() + " to its end)",
+                        ErrorContext{.device = fn_.pci_address()});
     }
     throw Error(ErrorKind::InvalidArgument, "range of " + std::to_string(size) + " bytes at " + handle.ToString() +
                                                 " is not inside a live allocation",

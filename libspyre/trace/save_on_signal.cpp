@@ -7,11 +7,15 @@
 // async-signal-safe, so the handler only writes the signal's number into a
 // pipe; a thread of its own writes the trace, then ends the process with
 // the same signal under its default action (so the exit status still says
-// "killed by SIGTERM", or SIGSEGV with its core dump). A crashing thread
-// waits in its handler meanwhile, while the saver writes (a saver stuck on
-// a lock the crashed thread held must not turn a crash into a hang). A
-// signal the program handles (or ignores) already at load is left alone,
-// and a handler the program installs later replaces this one.
+// "killed by SIGTERM", or SIGSEGV with its core dump). The signalled
+// thread waits in its handler meanwhile, while the saver writes: a program
+// that raised SIGTERM itself and returned from main would otherwise exit
+// under the saver. A saver stuck on a lock the waiting thread holds must
+// not turn the signal into a hang: once it writes nothing for a while, a
+// crashed thread removes the unfinished file and ends the process, and a
+// SIGTERM or SIGINT thread goes on (the lock is freed, the saver ends the
+// process). A signal the program handles (or ignores) already at load is
+// left alone, and a handler the program installs later replaces this one.
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -24,6 +28,7 @@
 #include <thread>
 
 #include "trace/recorder.hpp"
+#include "trace/trace_file.hpp"
 
 namespace spyre::trace::detail {
 
@@ -31,51 +36,57 @@ namespace {
 
 constexpr std::array<int, 2> kSignals = {SIGTERM, SIGINT};
 constexpr std::array<int, 5> kCrashSignals = {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL};
-// How long a crashed thread waits for the trace: while the saver writes
-// events, up to kCrashSaveCapMs; kCrashStillMs once it writes none (stuck
-// on a lock the crashed thread held, or not started).
-constexpr int kCrashStillMs = 5000;
-constexpr int kCrashSaveCapMs = 120'000;
+// How long a signalled thread waits for the trace: while the saver writes
+// events, up to kSaverCapMs; kSaverStillMs once it writes none (stuck on a
+// lock the signalled thread holds, or not started).
+constexpr int kSaverStillMs = 5000;
+constexpr int kSaverCapMs = 120'000;
 
 int g_pipe[2] = {-1, -1};
 pid_t g_pid = 0;  // the process that installed the handler (a forked child is not it)
 std::atomic<pid_t> g_saver_tid{0};  // the saver thread: a crash there has nobody to wait for
 std::atomic<bool> g_saved{false};    // the saver is done: a crashed thread waits no longer
 
+// Whether the saver wrote the trace, waited for as said at kSaverStillMs.
+bool WaitForTheSaver() {
+    const timespec slice{0, 10'000'000};
+    uint64_t seen = g_events_written.load(std::memory_order_relaxed);
+    for (int waited = 0, still = 0; waited < kSaverCapMs && still < kSaverStillMs; waited += 10) {
+        if (g_saved.load()) return true;
+        nanosleep(&slice, nullptr);
+        const uint64_t now = g_events_written.load(std::memory_order_relaxed);
+        still = now == seen ? still + 10 : 0;
+        seen = now;
+    }
+    return g_saved.load();
+}
+
+// Tells the saver thread: false when this process has none (a child forked
+// without exec, a saver gone) or this is the saver itself.
+bool TellTheSaver(int sig) {
+    const unsigned char byte = static_cast<unsigned char>(sig);
+    return getpid() == g_pid && gettid() != g_saver_tid.load(std::memory_order_relaxed) &&
+           write(g_pipe[1], &byte, 1) == 1;
+}
+
+// SIGTERM, SIGINT: the saver writes the trace and ends the process.
 void OnSignal(int sig) {
     const int saved = errno;
-    if (getpid() != g_pid) {  // a child forked before it exec'd: no saver thread there
+    if (!TellTheSaver(sig)) {  // nobody to write the trace: end as if unhandled
         signal(sig, SIG_DFL);
         raise(sig);
-        errno = saved;
-        return;
-    }
-    const unsigned char byte = static_cast<unsigned char>(sig);
-    if (write(g_pipe[1], &byte, 1) != 1) {  // no saver to tell: end as if unhandled
-        signal(sig, SIG_DFL);
-        raise(sig);
+    } else {
+        (void)WaitForTheSaver();
     }
     errno = saved;
 }
 
 // A crash: the saver is told, and this thread waits until it has written
-// the trace (kCrashStillMs, kCrashSaveCapMs); then the signal takes its default
-// action: raised again (abort), or, pending once the handler returns,
-// delivered (a fault re-run).
+// the trace; then the signal takes its default action: raised again
+// (abort), or, pending once the handler returns, delivered (a fault re-run).
 void OnCrash(int sig) {
     const int saved = errno;
-    const unsigned char byte = static_cast<unsigned char>(sig);
-    if (getpid() == g_pid && gettid() != g_saver_tid.load(std::memory_order_relaxed) && write(g_pipe[1], &byte, 1) == 1) {
-        const timespec slice{0, 10'000'000};
-        uint64_t seen = g_events_written.load(std::memory_order_relaxed);
-        for (int waited = 0, still = 0; waited < kCrashSaveCapMs && still < kCrashStillMs && !g_saved.load();
-             waited += 10) {
-            nanosleep(&slice, nullptr);
-            const uint64_t now = g_events_written.load(std::memory_order_relaxed);
-            still = now == seen ? still + 10 : 0;
-            seen = now;
-        }
-    }
+    if (TellTheSaver(sig) && !WaitForTheSaver()) TraceFile::UndoUnfinished();
     signal(sig, SIG_DFL);
     raise(sig);
     errno = saved;

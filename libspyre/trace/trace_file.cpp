@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -32,6 +33,23 @@ bool WriteBeside(const std::string& path) {
 bool IsFifo(const std::string& path) {
     struct stat st {};
     return ::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
+// The file being written, for UndoUnfinished: a signal handler may read
+// these (written before `g_open` says which kind, cleared before closing).
+enum Unfinished : int { kNone, kBeside, kInPlace };
+std::atomic<int> g_open{kNone};
+char g_beside[4096];
+int g_in_place_fd = -1;
+
+void Register(const std::string& written, bool beside, bool regular, int fd) {
+    if (beside && written.size() < sizeof g_beside) {
+        std::memcpy(g_beside, written.c_str(), written.size() + 1);
+        g_open.store(kBeside);
+    } else if (regular) {
+        g_in_place_fd = fd;
+        g_open.store(kInPlace);
+    }
 }
 
 [[noreturn]] void Fail(ErrorKind kind, const std::string& what) {
@@ -76,9 +94,17 @@ TraceFile::TraceFile(std::string path) : path_(std::move(path)) {
         ::close(fd);
         Fail(ErrorKind::IoError, "trace file " + written_ + " cannot be written");
     }
+    Register(written_, beside_, regular_, fd);
+}
+
+void TraceFile::UndoUnfinished() noexcept {
+    const int open = g_open.exchange(kNone);
+    if (open == kBeside) ::unlink(g_beside);
+    if (open == kInPlace) (void)::ftruncate(g_in_place_fd, 0);
 }
 
 void TraceFile::Commit() {
+    g_open.store(kNone);
     const bool written = std::fflush(out_) == 0 && !std::ferror(out_);
     const int e = errno;
     if (written && beside_ && std::rename(written_.c_str(), path_.c_str()) == 0) {
@@ -94,6 +120,7 @@ void TraceFile::Commit() {
 
 TraceFile::~TraceFile() {
     if (!out_) return;
+    g_open.store(kNone);
     if (beside_) {
         std::fclose(out_);
         std::remove(written_.c_str());

@@ -31,6 +31,12 @@ public:
     // The file in its place; IoError when any write failed.
     void Commit();
 
+    // For a crashed process's signal handler (async-signal-safe): undoes
+    // the write of the file being written, as the destructor would (the
+    // temporary removed, a file written in place emptied). A no-op when no
+    // file is open.
+    static void UndoUnfinished() noexcept;
+
 private:
     std::string path_;
     std::string written_;  // the temporary beside path_, or path_ itself

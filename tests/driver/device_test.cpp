@@ -432,6 +432,7 @@ TEST(RegdumpTool, UsageErrorsExitWith2) {
         {" --watch -nan 0", "'-nan': SECONDS"},
         {" --watch inf 0", "'inf': SECONDS"},
         {" --watch 1e9 0", "'1e9': SECONDS"},
+        {" --watch 0x1 0", "'0x1': SECONDS"},  // was a dump every second
         {" --bogus 0", "--bogus"},
         {" --bogus", "--bogus"},  // said "function is required"
         {" 0 1", "1"},

@@ -236,9 +236,11 @@ TEST_P(DmaTest, ManyCopiesInFlightCompleteIndependently) {
 TEST_P(DmaTest, OutOfBoundsCopiesAreRejectedBeforeSubmission) {
     auto block = alloc_->Allocate(4096);
     std::vector<uint8_t> buf(8192, 1);
-    EXPECT_SPYRE_ERROR(dma_->CopyToDevice(buf.data(), block.handle, 4097), InvalidArgument, "not inside a live allocation");
+    EXPECT_SPYRE_ERROR(dma_->CopyToDevice(buf.data(), block.handle, 4097), InvalidArgument,
+                       "runs past the end of its allocation of 4096 bytes at " + block.handle.ToString() + " (4096 bytes");
+    // It said "not inside a live allocation", as for a freed block.
     EXPECT_SPYRE_ERROR(dma_->CopyFromDevice(buf.data(), block.handle.Offset(4000, 96, block), 97), InvalidArgument,
-                       "not inside");
+                       "runs past the end of its allocation of 4096 bytes at " + block.handle.ToString() + " (96 bytes from");
     alloc_->Free(block.handle);
     EXPECT_SPYRE_ERROR(dma_->CopyToDevice(buf.data(), block.handle, 16), InvalidArgument, "not inside");  // freed
     // The raw queue checks against the function's memory.

@@ -274,7 +274,7 @@ TEST_F(StreamTest, AProgramBoundToMemoryNoBufferHoldsIsRefused) {
         {{addr(tx), addr(ty), image}, "lies in memory the runtime keeps for a program image"},
         {{addr(tx), addr(ty), uint64_t(1) << 44}, "is in none of this function's memory regions"},
         // the tensor's block, but the operand runs past its end
-        {{addr(tx), addr(ty), addr(tz) + 4}, "is not inside a live allocation"},
+        {{addr(tx), addr(ty), addr(tz) + 4}, "runs past the end of its allocation"},
     };
     for (const auto& c : cases) {
         std::optional<SpyreTensor> gone = SpyreTensor::Empty(dev, {n}, DType::FP32);

@@ -270,7 +270,10 @@ TEST_F(MockDeviceTest, HandleOffsetsStayInsideTheirAllocation) {
     EXPECT_EQ(alloc.Lookup(tile, 1024).handle, a.handle);
     EXPECT_SPYRE_ERROR(a.handle.Offset(4000, 200, a), InvalidArgument, "runs outside");
     EXPECT_SPYRE_ERROR(tile.Offset(3072, 1, a), InvalidArgument, "runs outside");
-    EXPECT_SPYRE_ERROR(alloc.Lookup(tile, 4096), InvalidArgument, "not inside a live allocation");
+    // It said "not inside a live allocation", as for a freed block.
+    EXPECT_SPYRE_ERROR(alloc.Lookup(tile, 4096), InvalidArgument,
+                       "range of 4096 bytes at " + tile.ToString() + " runs past the end of its allocation of 4096 bytes at " +
+                           a.handle.ToString() + " (3072 bytes from " + tile.ToString() + " to its end)");
     EXPECT_SPYRE_ERROR(a.handle.pf(), InvalidArgument, "not a PF handle");
 }
 

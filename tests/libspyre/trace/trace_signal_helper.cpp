@@ -14,6 +14,9 @@
 //   trace_signal_helper abort|throw|segv
 //                                  records a span, then crashes: abort(),
 //                                  an uncaught exception, a store to null
+//   trace_signal_helper raise      records a span and 200,000 more (a trace
+//                                  that takes a while to write), raises
+//                                  SIGTERM itself and returns 0 from main
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -41,6 +44,11 @@ int main(int argc, char** argv) {
     {
         SPYRE_TRACE_SCOPE("before_the_signal");
         usleep(1000);
+    }
+    if (argc > 1 && std::strcmp(argv[1], "raise") == 0) {
+        for (int i = 0; i < 200'000; ++i) SPYRE_TRACE_SCOPE("filling");
+        raise(SIGTERM);
+        return 0;
     }
     if (argc > 1 && std::strcmp(argv[1], "abort") == 0) std::abort();
     if (argc > 1 && std::strcmp(argv[1], "throw") == 0) throw std::runtime_error("uncaught");

@@ -29,6 +29,7 @@
 #include "spyre/orchestration.hpp"
 #include "spyre/plan/program_image.hpp"
 #include "spyre/trace/trace.hpp"
+#include "trace/trace_file.hpp"
 #include "device_programs.hpp"
 #include "stream_fixture.hpp"
 
@@ -765,6 +766,23 @@ int StatusAfterSignal(const std::string& path, int sig, const char* mode) {
     return status;
 }
 
+// How trace_signal_helper `mode`, which ends itself, ended: its wait
+// status, or -1 when it had not within 30 s (then killed).
+int StatusOfHelperEndingItself(const std::string& path, const char* mode) {
+    int out = -1;
+    const pid_t pid = StartHelper(path, mode, &out, true);
+    const bool ended = test::WaitForExit(pid, std::chrono::seconds(30));
+    close(out);
+    int status = 0;
+    if (!ended) kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return ended ? status : -1;
+}
+
+void ExpectEndedBySignal(int status, int sig) {
+    EXPECT_TRUE(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == sig) << "wait status " << status;
+}
+
 // The helper's trace at `path` is written, and holds its one span; removed.
 void ExpectTheHelpersSpanAndRemove(const std::string& path) {
     ASSERT_GT(std::filesystem::exists(path) ? std::filesystem::file_size(path) : 0u, 0u) << "no trace written";
@@ -897,16 +915,60 @@ TEST(TraceOnSignal, ACrashWritesTheTraceAndTheProcessStillEndsByItsSignal) {
         SCOPED_TRACE(mode);
         const std::string path =
             (std::filesystem::temp_directory_path() / ("spyre_trace_crash_" + std::to_string(getpid()) + ".json")).string();
-        int out = -1;
-        const pid_t pid = StartHelper(path, mode, &out, true);
-        const bool ended = test::WaitForExit(pid, std::chrono::seconds(30));
-        close(out);
-        int status = 0;
-        if (!ended) kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        EXPECT_TRUE(ended && WIFSIGNALED(status) && WTERMSIG(status) == sig) << "wait status " << status;
+        ExpectEndedBySignal(StatusOfHelperEndingItself(path, mode), sig);
         ExpectTheHelpersSpanAndRemove(path);
     }
+}
+
+// A program that raised SIGTERM itself and returned from main exited
+// under the thread writing its trace: SIGSEGV and an empty trace (an
+// outside probe). The signalled thread waits in the handler while the
+// trace is written, and the process ends by SIGTERM.
+TEST(TraceOnSignal, ASignalTheProgramRaisesItselfWritesTheTraceBeforeMainReturns) {
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("spyre_trace_raise_" + std::to_string(getpid()) + ".json")).string();
+    ExpectEndedBySignal(StatusOfHelperEndingItself(path, "raise"), SIGTERM);
+    ExpectTheHelpersSpanAndRemove(path);
+}
+
+// A crashed thread that gave up waiting for a stuck saver left the saver's
+// temporary beside the trace's path (an outside probe). The crash handler
+// undoes an unfinished file as the writer would: the temporary removed,
+// a file written in place (through a symlink) emptied.
+TEST(TraceFile, AnUnfinishedFileIsUndoneForACrashedProcess) {
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() / ("spyre-trace-undo-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir);
+    const auto names = [&] {
+        std::vector<std::string> left;
+        for (const auto& e : std::filesystem::directory_iterator(dir)) left.push_back(e.path().filename().string());
+        std::sort(left.begin(), left.end());
+        return left;
+    };
+    {
+        trace::detail::TraceFile beside((dir / "run.json").string());
+        beside.Write("{\"traceEvents\":[");
+        ASSERT_EQ(names().size(), 1u);  // the temporary
+        trace::detail::TraceFile::UndoUnfinished();
+        EXPECT_EQ(names(), std::vector<std::string>{});
+    }
+    std::ofstream(dir / "target.json") << "an earlier trace";
+    std::filesystem::create_symlink(dir / "target.json", dir / "link.json");
+    {
+        trace::detail::TraceFile in_place((dir / "link.json").string());
+        in_place.Write("{\"traceEvents\":[");
+        std::fflush(nullptr);
+        trace::detail::TraceFile::UndoUnfinished();
+        EXPECT_EQ(std::filesystem::file_size(dir / "target.json"), 0u);
+    }
+    {
+        trace::detail::TraceFile committed((dir / "run.json").string());
+        committed.Write("{}");
+        committed.Commit();
+        trace::detail::TraceFile::UndoUnfinished();  // nothing unfinished: the trace stays
+    }
+    EXPECT_EQ(std::filesystem::file_size(dir / "run.json"), 2u);
+    std::filesystem::remove_all(dir);
 }
 
 // A program's own SIGTERM handler is the program's: the recording does
