@@ -36,12 +36,16 @@ size_t Place(const PlacementInput& in) {
     // another rank it would fail where this rank's devices run it (unless
     // every device is remote: then its call says why it cannot go).
     auto fits = [&](size_t d) { return in.remote_fits || !remote(d); };
-    auto blocked = [&](size_t d) { return !in.blocked.empty() && in.blocked[d]; };
-    auto lost = [&](size_t d) { return !in.lost.empty() && in.lost[d]; };
-    bool any_free = false, any_alive = false;
-    for (size_t d = 0; d < n && !in.blocked.empty() && !any_free; ++d) any_free = fits(d) && !blocked(d);
-    for (size_t d = 0; d < n && !in.lost.empty() && !any_alive; ++d) any_alive = fits(d) && !lost(d);
-    auto allowed = [&](size_t d) { return fits(d) && !(any_free && blocked(d)) && !(any_alive && lost(d)); };
+    // A device `marked` (blocked, lost; empty: none) is avoided while
+    // another that fits is not.
+    auto avoided_while_another_is_not = [&](const std::vector<bool>& marked) {
+        bool another = false;
+        for (size_t d = 0; d < n && !marked.empty() && !another; ++d) another = fits(d) && !marked[d];
+        return [&marked, another](size_t d) { return another && marked[d]; };
+    };
+    const auto avoid_blocked = avoided_while_another_is_not(in.blocked);
+    const auto avoid_lost = avoided_while_another_is_not(in.lost);
+    auto allowed = [&](size_t d) { return fits(d) && !avoid_blocked(d) && !avoid_lost(d); };
     size_t best = in.rotate % n;
     for (size_t i = 0; i < n && !allowed(best); ++i) best = (in.rotate + i + 1) % n;
     double best_cost = cost(best);
