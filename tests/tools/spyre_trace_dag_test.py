@@ -303,6 +303,43 @@ if m:
     check(abs(float(m.group(1)) - 120.0) < 1e-6 and int(m.group(2)) == 2,
           f"nested: critical path {m.group(1)} us in {m.group(2)} spans, expected 120 us in 2")
 
+# Device tasks with the host's send and reap times: per device, the wait
+# from the send to the start on a core and from the end to the reap.
+# Device A (cores 0 and 1): waits 1, 2, 3, 10 and reap delays 0.5, 4, 4,
+# 20: median (nearest rank) 2 and 4, p90 10 and 20, max 10 and 20. A send
+# stamped after the start (clocks a hair apart) counts as 0 on device B;
+# a task without the times, or with a string for one, is not counted.
+def timed(tid, task_id, ts, dur, sent, reaped):
+    e = task(tid, task_id, ts, dur)
+    e["args"].update(sent_us=sent, reaped_us=reaped)
+    return e
+
+
+timed_events = [
+    {"ph": "M", "name": "thread_name", "pid": PID, "tid": 11, "args": {"name": "0000:00:01.0 core 0"}},
+    {"ph": "M", "name": "thread_name", "pid": PID, "tid": 12, "args": {"name": "0000:00:01.0 core 1"}},
+    {"ph": "M", "name": "thread_name", "pid": PID, "tid": 13, "args": {"name": "0000:00:02.0 core 0"}},
+    timed(11, 1, 10, 5, 9, 15.5), timed(11, 2, 20, 5, 18, 29), timed(12, 3, 30, 5, 27, 39),
+    timed(12, 4, 40, 5, 30, 65), timed(13, 5, 50, 5, 50.25, 56),
+    task(13, 6, 60, 5), timed(13, 7, 70, 5, "soon", 80),
+]
+out = summarise(timed_events, "timed.json")
+section = out[out.find("device tasks: waits"):]
+check(section.startswith("device tasks: waits"), f"timed: no device-task waits section in {out!r}")
+for device, n, rows in (("0000:00:01.0", 4, ((2, 10, 10), (4, 20, 20))), ("0000:00:02.0", 1, ((0, 0, 0), (1, 1, 1)))):
+    m = re.search(re.escape(device) + r": (\d+) tasks\n +send to start on a core +median +([\d.]+) us +p90 +([\d.]+) us"
+                  r" +max +([\d.]+) us\n +end to the host's reap +median +([\d.]+) us +p90 +([\d.]+) us +max +([\d.]+) us",
+                  section)
+    check(m is not None, f"timed: no rows for {device} in {section!r}")
+    if m:
+        check(int(m.group(1)) == n, f"timed: {device} counts {m.group(1)} tasks, expected {n}")
+        got = [float(x) for x in m.groups()[1:]]
+        want = [float(x) for row in rows for x in row]
+        check(all(abs(g - w) < 1e-6 for g, w in zip(got, want)), f"timed: {device} waits {got}, expected {want}")
+# Without the times (a trace from before they were recorded) there is no such section.
+untimed = [task(1, 0, 0, 10), task(2, 1, 11, 5)]
+check("device tasks: waits" not in summarise(untimed, "untimed.json"), "untimed: a device-task waits section")
+
 if failures:
     sys.exit(1)
 print("spyre-trace DAG summary: all checks passed")

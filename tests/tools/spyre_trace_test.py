@@ -10,6 +10,7 @@
 import html.parser
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -121,6 +122,10 @@ with tempfile.TemporaryDirectory() as d:
         r = run([tool, "summary", path])
         check("per core: orchestration tasks" in r.stdout, "summary of the pto trace has no per-core section")
         check("DAG critical path" in r.stdout, "summary of the pto trace has no DAG critical path")
+        # Every device task carries its send and reap times: all are counted.
+        m = re.search(r"device tasks: waits.*?\n.*?\n  (\S+): (\d+) tasks\n +send to start on a core +median", r.stdout, re.S)
+        check(m is not None and int(m.group(2)) == len(tasks),
+              f"summary of the pto trace counts {m.group(2) if m else 'no'} device tasks' waits, expected {len(tasks)}")
 
     # Bad input: a clear message and status 1, not a traceback; a real
     # trace with a non-finite timestamp too, from every command
