@@ -1207,9 +1207,12 @@ bool TaskGraph::PushEarly(TaskDescriptor& t) {
         if (s != TaskState::Ready || n == TaskDescriptor::kMaxAfter ||
             RouteFor(producer.core_type, *producer.kernel).executor != route.executor)
             return false;
-        // The card skips a task behind a failed one whatever the edge; an
-        // edge that only orders (WAW, WAR) must not skip it (fan_out.hpp).
-        if (i >= t.fanin_reads) return false;
+        // Producers it only follows (WAW, WAR) are named too. The card
+        // fails a task behind one that did not succeed whatever the edge,
+        // where such an edge must not skip it (fan_out.hpp): CompleteEarly
+        // then sends it again. Left to the host, each such task waited
+        // for a reap of its producer (Example 2's copies: a third of the
+        // host's CPU per run).
         t.after_ids[n++] = p;
     }
     t.after_count = n;
@@ -1310,10 +1313,38 @@ void TaskGraph::CompleteFromExecutor(TaskDescriptor& t, uint32_t status, const T
 
 void TaskGraph::CompleteEarly(TaskDescriptor& t, const TaskTiming* timing) {
     // The executor did not run it because a producer failed: a skip, with
-    // that producer's root. DEPENDENCY_FAILED with no failed producer is
-    // the executor's own failure and stays one.
-    const bool skipped = t.early_code == SPYRE_ERR_DEPENDENCY_FAILED && t.gate.root;
+    // that producer's root. For a producer it only follows, it must run:
+    // its producers have all ended, so it goes again, waiting for none.
+    // DEPENDENCY_FAILED with no failed producer is the executor's own
+    // failure and stays one.
+    const bool dependency_failed = t.early_code == SPYRE_ERR_DEPENDENCY_FAILED;
+    if (dependency_failed && !t.gate.root && FollowedAProducerThatDidNotSucceed(t)) {
+        SendAgain(t);
+        return;
+    }
+    const bool skipped = dependency_failed && t.gate.root;
     CompleteLocked(t, skipped ? 0 : t.early_code, skipped, timing);
+}
+
+bool TaskGraph::FollowedAProducerThatDidNotSucceed(const TaskDescriptor& t) {
+    for (int32_t i = 0; i < t.after_count; ++i) {
+        // Held until t completes (its fan-out counts t): still this producer.
+        const TaskDescriptor& p = ring_.Get(t.after_ids[i]);
+        if (p.outcome != TaskOutcome::Ok || p.sent_again) return true;
+    }
+    return false;
+}
+
+void TaskGraph::SendAgain(TaskDescriptor& t) {
+    // Still READY and counted on its executor since its first push.
+    t.pushed_early = false;
+    t.early_done = false;
+    t.early_code = 0;
+    t.after_count = 0;
+    t.sent_again = true;
+    const Route& route = RouteFor(t.core_type, *t.kernel);
+    route.queue->Push({t.task_id, &t});
+    if (route.driven) kick_.store(true, std::memory_order_relaxed);
 }
 
 void TaskGraph::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped, const TaskTiming* timing) {

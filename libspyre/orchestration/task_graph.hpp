@@ -320,8 +320,15 @@ private:
     // completions are not all applied yet waits for them (MakeReady).
     void CompleteFromExecutor(TaskDescriptor& t, uint32_t status, const TaskTiming* timing = nullptr);
     // A task pushed early, once its fan-in ended and its completion came:
-    // DEPENDENCY_FAILED for a producer's failure is a skip.
+    // DEPENDENCY_FAILED for a producer's failure is a skip, or, for a
+    // producer it only follows, a reason to send it again (SendAgain).
     void CompleteEarly(TaskDescriptor& t, const TaskTiming* timing = nullptr);
+    // Whether a producer `t` was pushed early after ended other than well
+    // (failed, skipped) or went again itself: the executor did not run `t`
+    // for it.
+    bool FollowedAProducerThatDidNotSucceed(const TaskDescriptor& t);
+    // To its executor again, waiting for nothing, its early completion dropped.
+    void SendAgain(TaskDescriptor& t);
     // Whether a task ready at submission runs on the submitting thread, and
     // running it there (both locks released while its kernel runs).
     bool RunsHere(const TaskDescriptor& t) const;

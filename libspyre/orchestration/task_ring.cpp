@@ -48,6 +48,7 @@ void TaskDescriptor::Reset(int32_t id) {
     early_code = 0;
     after_count = 0;
     pushed_early = false;
+    sent_again = false;
     trace_track = 0;
     thrown.clear();
 }

@@ -85,6 +85,10 @@ struct TaskDescriptor {
     int32_t after_count = 0;
     int32_t after_ids[kMaxAfter] = {};
     bool pushed_early = false;
+    // The executor did not run it for a producer it only follows (WAW,
+    // WAR) that did not succeed, so it went again, unordered (its
+    // producers had all ended): its first completion was not its outcome.
+    bool sent_again = false;
     // Where it ran on the timeline of the recording in progress (track 0:
     // not traced): its consumers' dependency arrows start at its end.
     uint32_t trace_track = 0;

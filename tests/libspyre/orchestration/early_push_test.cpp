@@ -10,6 +10,7 @@
 // pushed and completes it by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <vector>
 
@@ -35,13 +36,35 @@ public:
     std::vector<ReadyTask> Pushed() {
         std::vector<ReadyTask> v;
         queue_->TryPopBatch(v, SIZE_MAX);
+        for (const ReadyTask& r : v) outstanding_.push_back(r.task_id);
         return v;
     }
-    void Complete(int32_t id, uint32_t status) { sink_->OnTaskComplete(id, status); }
+    void Complete(int32_t id, uint32_t status) {
+        Forget(id);
+        sink_->OnTaskComplete(id, status);
+    }
     // As DeviceWorker reports a reaped batch (parked, applied in any order).
-    void CompleteAll(std::vector<CompletionSink::Done> done) { sink_->OnTasksComplete(done); }
+    void CompleteAll(std::vector<CompletionSink::Done> done) {
+        for (const CompletionSink::Done& d : done) Forget(d.task_id);
+        sink_->OnTasksComplete(done);
+    }
+    // Completes everything pushed and not completed, and what that makes
+    // ready in turn, so the graph can go: a test whose check failed
+    // half-way ends instead of hanging in the graph's destructor.
+    void CompleteTheRest() {
+        for (Pushed(); !outstanding_.empty(); Pushed()) {
+            const std::vector<int32_t> ids = std::move(outstanding_);
+            outstanding_.clear();
+            for (int32_t id : ids) sink_->OnTaskComplete(id, 0);
+        }
+    }
 
 private:
+    void Forget(int32_t id) {
+        const auto it = std::find(outstanding_.begin(), outstanding_.end(), id);
+        if (it != outstanding_.end()) outstanding_.erase(it);
+    }
+    std::vector<int32_t> outstanding_;  // pushed, seen by Pushed, not completed
     ReadyQueue* queue_ = nullptr;
     CompletionSink* sink_ = nullptr;
 };
@@ -68,10 +91,7 @@ protected:
             .kernel_id = kExternalKernel, .host_callable = [](void* const*, const uint64_t*, int32_t) { return 0u; }});
         graph_->SetExecutor(WORKER_VECTOR, executor_);
     }
-    void TearDown() override {
-        // Whatever a test left pushed completes, so the graph can go.
-        for (const ReadyTask& r : executor_->Pushed()) executor_->Complete(r.task_id, 0);
-    }
+    void TearDown() override { executor_->CompleteTheRest(); }
     uint8_t* At(uint64_t offset) { return memory_.data() + offset; }
     int32_t Device(std::vector<TaskParam> params) { return graph_->Submit(kDeviceKernel, WORKER_VECTOR, params); }
     static std::vector<int32_t> After(const ReadyTask& r) {
@@ -156,6 +176,82 @@ TEST_P(EarlyPushTest, DependencyFailedWithoutAFailedProducerIsAFailure) {
     executor_->Complete(a, 0);
     executor_->Complete(b, SPYRE_ERR_DEPENDENCY_FAILED);
     EXPECT_SPYRE_ERROR(graph_->WaitAll(), DeviceError, "task " + std::to_string(b));
+}
+
+// A task that only follows its producers (WAW: it overwrites what they
+// wrote; WAR: it overwrites what they read) goes early too, naming them.
+TEST_P(EarlyPushTest, TasksThatOnlyFollowTheirProducersArePushedEarlyNamingThem) {
+    const int32_t writer = Device({Out(At(0))});
+    const int32_t reader = Device({In(At(4096)), Out(At(8192))});
+    const int32_t overwrites_both = Device({Out(At(0)), Out(At(4096))});  // WAW on writer, WAR on reader
+    const std::vector<ReadyTask> pushed = executor_->Pushed();
+    ASSERT_EQ(pushed.size(), 3u) << "a task that only follows others waited on the host";
+    EXPECT_EQ(pushed[2].task_id, overwrites_both);
+    std::vector<int32_t> after = After(pushed[2]);
+    std::sort(after.begin(), after.end());
+    std::vector<int32_t> want{writer, reader};
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(after, want);
+    for (const ReadyTask& r : pushed) executor_->Complete(r.task_id, 0);
+    graph_->WaitAll();
+    EXPECT_EQ(graph_->Stats().completed, 3u);
+}
+
+// Its producer fails: the executor holds it back (DEPENDENCY_FAILED, as
+// the card does whatever the edge), but a task that only follows a failed
+// one must run. It goes to the executor again, naming nobody, and its own
+// run is its outcome; so does its reader, which the executor held back
+// behind it, in turn. Only the producer's failure is reported.
+TEST_P(EarlyPushTest, AFollowerHeldBackForAFailedProducerIsSentAgainAndRuns) {
+    for (const bool failure_first : {true, false}) {
+        SCOPED_TRACE(failure_first ? "the failure reported first" : "the holds reported first");
+        const int32_t failing = Device({InOut(At(0))});
+        const int32_t follower = Device({Out(At(0))});               // WAW on the failing task
+        const int32_t reader = Device({In(At(0)), Out(At(4096))});  // RAW on the follower
+        ASSERT_EQ(executor_->Pushed().size(), 3u);
+        if (failure_first) executor_->Complete(failing, 77);
+        executor_->CompleteAll({{reader, SPYRE_ERR_DEPENDENCY_FAILED}, {follower, SPYRE_ERR_DEPENDENCY_FAILED}});
+        if (!failure_first) executor_->Complete(failing, 77);
+        std::vector<ReadyTask> again = executor_->Pushed();
+        ASSERT_EQ(again.size(), 1u) << "the follower was not sent again";
+        EXPECT_EQ(again[0].task_id, follower);
+        EXPECT_EQ(again[0].task->after_count, 0);
+        EXPECT_EQ(graph_->State(reader), TaskState::Ready) << "the reader ended before the task it reads";
+        executor_->Complete(follower, 0);
+        again = executor_->Pushed();
+        ASSERT_EQ(again.size(), 1u) << "the follower's reader was not sent again";
+        EXPECT_EQ(again[0].task_id, reader);
+        executor_->Complete(reader, 0);
+        EXPECT_SPYRE_ERROR(graph_->WaitAll(), DeviceError, "1 task(s) failed, 0 dependent task(s) skipped");
+        EXPECT_EQ(graph_->State(follower), TaskState::Consumed);
+    }
+}
+
+// Sent again, the follower fails on its own: its reader is skipped for
+// that failure (its root), and what only follows the follower runs.
+TEST_P(EarlyPushTest, AFollowerSentAgainThatFailsPoisonsItsReadersOnly) {
+    const int32_t failing = Device({InOut(At(0))});
+    const int32_t follower = Device({Out(At(0))});
+    const int32_t reader = Device({In(At(0)), Out(At(4096))});
+    const int32_t overwriter = Device({Out(At(0))});  // WAR on the reader, WAW on the follower
+    ASSERT_EQ(executor_->Pushed().size(), 4u);
+    executor_->Complete(failing, 77);
+    executor_->CompleteAll({{follower, SPYRE_ERR_DEPENDENCY_FAILED},
+                            {reader, SPYRE_ERR_DEPENDENCY_FAILED},
+                            {overwriter, SPYRE_ERR_DEPENDENCY_FAILED}});
+    std::vector<ReadyTask> again = executor_->Pushed();
+    ASSERT_EQ(again.size(), 1u);
+    executor_->Complete(follower, 78);
+    again = executor_->Pushed();
+    ASSERT_EQ(again.size(), 1u) << "the overwriter was not sent again";
+    EXPECT_EQ(again[0].task_id, overwriter);
+    executor_->Complete(overwriter, 0);
+    bool reader_skipped = false;
+    for (const TaskFailureInfo& f : graph_->Failures())
+        if (f.task_id == uint64_t(reader)) reader_skipped = f.skipped && f.device_code == 78u;
+    EXPECT_TRUE(reader_skipped) << "the reader of the failed follower was not skipped for its failure";
+    EXPECT_SPYRE_ERROR(graph_->WaitAll(), DeviceError, "2 task(s) failed, 1 dependent task(s) skipped");
+    EXPECT_EQ(graph_->State(overwriter), TaskState::Consumed);
 }
 
 // Not pushed early: a producer that is not the executor's (an EXTERNAL
@@ -264,7 +360,7 @@ protected:
         graph_->RegisterKernel(KernelEntry{.kernel_id = kDeviceKernel, .program_address = 64, .has_program = true});
         graph_->SetExecutor(WORKER_VECTOR, executor_);
     }
-    void TearDown() override { RunPushed(0); }
+    void TearDown() override { executor_->CompleteTheRest(); }
     uint8_t* At(uint64_t offset) { return memory_.data() + offset; }
     int32_t Device(std::vector<TaskParam> params) { return graph_->Submit(kDeviceKernel, WORKER_VECTOR, params); }
     // Completes what was pushed with `status`.

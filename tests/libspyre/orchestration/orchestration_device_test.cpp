@@ -470,8 +470,9 @@ TEST(OrchestrationQueues, ALinkTheDeviceRefusesStopsTheRestOfTheChainOnTheCard) 
 
 // A device task that only follows a refused one (it overwrites all the
 // refused task's INOUT, reading other buffers) runs, as it does on the
-// host (fan_out.hpp), and so does its reader: it is not handed to the card
-// behind the refused task, where it would be held back DEPENDENCY_FAILED.
+// host (fan_out.hpp), and so does its reader. Both were handed to the card
+// behind the refused task, which held them back DEPENDENCY_FAILED; the
+// runtime then sends them again, in order, waiting for nothing.
 TEST(OrchestrationQueues, ATaskThatOnlyFollowsARefusedOneRunsOnTheCard) {
     SPYRE_REQUIRE_FUSE();
     OneCardRuntime rt(256);
