@@ -336,6 +336,23 @@ for device, n, rows in (("0000:00:01.0", 4, ((2, 10, 10), (4, 20, 20))), ("0000:
         got = [float(x) for x in m.groups()[1:]]
         want = [float(x) for row in rows for x in row]
         check(all(abs(g - w) < 1e-6 for g, w in zip(got, want)), f"timed: {device} waits {got}, expected {want}")
+# Two processes whose cards share an address (two ranks, merged): one row
+# each, named with its process.
+two = [
+    {"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "rank 0"}},
+    {"ph": "M", "name": "process_name", "pid": 8, "tid": 0, "args": {"name": "rank 1"}},
+    {"ph": "M", "name": "thread_name", "pid": 7, "tid": 1, "args": {"name": "0000:01:00.0 core 0"}},
+    {"ph": "M", "name": "thread_name", "pid": 8, "tid": 1, "args": {"name": "0000:01:00.0 core 0"}},
+]
+for pid, sent in ((7, 8), (8, 5), (8, 6)):
+    e = timed(1, sent, 10, 5, sent, 16)
+    e["pid"] = pid
+    two.append(e)
+section = summarise(two, "two.json")
+for name, n, wait in (("0000:01:00.0 (rank 0)", 1, 2.0), ("0000:01:00.0 (rank 1)", 2, 4.0)):
+    m = re.search(re.escape(name) + r": (\d+) tasks\n +send to start on a core +median +([\d.]+) us", section)
+    check(m is not None and int(m.group(1)) == n and abs(float(m.group(2)) - wait) < 1e-6,
+          f"two processes: {name} row {m.groups() if m else None}, expected {n} tasks, median {wait}")
 # Without the times (a trace from before they were recorded) there is no such section.
 untimed = [task(1, 0, 0, 10), task(2, 1, 11, 5)]
 check("device tasks: waits" not in summarise(untimed, "untimed.json"), "untimed: a device-task waits section")
