@@ -1275,6 +1275,10 @@ void TaskGraph::Push(TaskDescriptor& t) {
     t.state.store(TaskState::Ready, std::memory_order_relaxed);
     ++active_;
     on_executors_.store(on_executors_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // mu_ held
+    ToItsQueue(t);
+}
+
+void TaskGraph::ToItsQueue(TaskDescriptor& t) {
     const Route& route = RouteFor(t.core_type, *t.kernel);
     route.queue->Push({t.task_id, &t});
     if (route.driven) kick_.store(true, std::memory_order_relaxed);
@@ -1326,7 +1330,7 @@ void TaskGraph::CompleteEarly(TaskDescriptor& t, const TaskTiming* timing) {
     CompleteLocked(t, skipped ? 0 : t.early_code, skipped, timing);
 }
 
-bool TaskGraph::FollowedAProducerThatDidNotSucceed(const TaskDescriptor& t) {
+bool TaskGraph::FollowedAProducerThatDidNotSucceed(const TaskDescriptor& t) const {
     for (int32_t i = 0; i < t.after_count; ++i) {
         // Held until t completes (its fan-out counts t): still this producer.
         const TaskDescriptor& p = ring_.Get(t.after_ids[i]);
@@ -1342,9 +1346,7 @@ void TaskGraph::SendAgain(TaskDescriptor& t) {
     t.early_code = 0;
     t.after_count = 0;
     t.sent_again = true;
-    const Route& route = RouteFor(t.core_type, *t.kernel);
-    route.queue->Push({t.task_id, &t});
-    if (route.driven) kick_.store(true, std::memory_order_relaxed);
+    ToItsQueue(t);
 }
 
 void TaskGraph::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped, const TaskTiming* timing) {

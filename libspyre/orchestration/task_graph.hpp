@@ -315,7 +315,8 @@ private:
     // now when that executor orders it after them (they are all its own and
     // pushed already); whether it did.
     bool PushEarly(TaskDescriptor& t);
-    void Push(TaskDescriptor& t);  // to its executor's ready queue
+    void Push(TaskDescriptor& t);  // to its executor's ready queue, counted there
+    void ToItsQueue(TaskDescriptor& t);  // Push's hand-over (and SendAgain's), counting nothing
     // An executor's completion of `t`: one pushed early whose producers'
     // completions are not all applied yet waits for them (MakeReady).
     void CompleteFromExecutor(TaskDescriptor& t, uint32_t status, const TaskTiming* timing = nullptr);
@@ -326,7 +327,7 @@ private:
     // Whether a producer `t` was pushed early after ended other than well
     // (failed, skipped) or went again itself: the executor did not run `t`
     // for it.
-    bool FollowedAProducerThatDidNotSucceed(const TaskDescriptor& t);
+    bool FollowedAProducerThatDidNotSucceed(const TaskDescriptor& t) const;
     // To its executor again, waiting for nothing, its early completion dropped.
     void SendAgain(TaskDescriptor& t);
     // Whether a task ready at submission runs on the submitting thread, and
