@@ -249,30 +249,47 @@ private:
             ++i;
         }
     }
-    // The entries the write `r` covers in part (DropInside
-    // listed them in cut_) become the pieces outside `r`, in every bucket
-    // they were filed in (a lookup elsewhere would meet the whole entry).
+    // The entries the write `r` covers in part (DropInside listed them in
+    // cut_) become the pieces outside `r`. An entry is filed once under each
+    // granule its range touches, and so is each piece: under a granule,
+    // the entry's copy there becomes the pieces that touch it, or goes. (A
+    // piece left under a granule it does not touch escaped the next
+    // write's cut, which visits only that write's granules, and a later
+    // reader met it there: found probing from outside.)
     void CutPartlyCovered(const Range& r) {
         for (const Entry& e : cut_) {
             Entry pieces[2];
             size_t n = 0;
             if (e.range.start < r.start) pieces[n++] = {{e.range.space, e.range.start, r.start}, e.task, e.write};
             if (r.end < e.range.end) pieces[n++] = {{e.range.space, r.end, e.range.end}, e.task, e.write};
-            auto replace = [&](std::vector<Entry>& list) {
-                const size_t size = list.size();
-                for (size_t i = 0; i < size; ++i) {
-                    if (!(list[i] == e)) continue;
-                    list[i] = pieces[0];  // n >= 1: the entry was covered only in part
-                    if (n == 2) list.push_back(pieces[1]);
-                }
-            };
             // A wide entry's pieces stay in wide_, narrow or not.
-            if (!wide_.empty()) replace(wide_);
+            if (!wide_.empty()) {
+                const size_t size = wide_.size();
+                for (size_t i = 0; i < size; ++i) {
+                    if (!(wide_[i] == e)) continue;
+                    wide_[i] = pieces[0];  // n >= 1: the entry was covered only in part
+                    if (n == 2) wide_.push_back(pieces[1]);
+                }
+            }
             const uint64_t e_first = e.range.start >> kGranuleShift, e_last = (e.range.end - 1) >> kGranuleShift;
             if (e_last - e_first >= kWideGranules) continue;
             for (uint64_t g = e_first; g <= e_last; ++g) {
                 Granules& bucket = Bucket(e.range.space, g);
-                replace(e.write ? bucket.writes : bucket.reads);
+                bool met = false;  // an earlier granule of the entry's shares this bucket: done there
+                for (uint64_t h = e_first; h < g && !met; ++h) met = &Bucket(e.range.space, h) == &bucket;
+                if (met) continue;
+                std::vector<Entry>& list = e.write ? bucket.writes : bucket.reads;
+                // Every copy here (a task may file one range twice) goes;
+                // each piece comes back once per granule of this bucket it
+                // touches, as Insert files a range.
+                if (std::erase(list, e) == 0) continue;  // dropped meanwhile (a dead task)
+                for (uint64_t h = g; h <= e_last; ++h) {
+                    if (&Bucket(e.range.space, h) != &bucket) continue;
+                    for (size_t k = 0; k < n; ++k)
+                        if ((pieces[k].range.start >> kGranuleShift) <= h && h <= ((pieces[k].range.end - 1) >> kGranuleShift))
+                            list.push_back(pieces[k]);
+                }
+                if (!e.write) bucket.reads_swept = std::min(bucket.reads_swept, list.size());
             }
         }
         cut_.clear();
