@@ -1160,6 +1160,77 @@ TEST(WorkerDestroyedFromInside, ANewWorkerOfItsDevicesRightAfterTheRunOpensThem)
     }
 }
 
+// What a finished task held of the caller's is let go of once the
+// dispatcher's lock is released, on the thread that ran it. Held there, the
+// last reference to a RunHandle (its destructor waits for the run), or to
+// the Worker (through a SubWorker's closure, or a wrapped tensor's owner),
+// hung the Worker for good: every later run waited for the lock (found
+// probing from outside).
+TEST(WorkerDestroyedFromInside, TheLastReferenceAFinishedTaskHeldGoesWithoutAHang) {
+    SPYRE_REQUIRE_FUSE();
+    Host host = Host::Open(HostOptions::EmbeddedMock(1, 1, "2G"));
+    DistributedConfig c;
+    c.device_ids = Vfs(host);
+    c.num_sub_workers = 1;
+    const char* const held_by[] = {"a RunHandle in its own run's SubWorker", "the Worker in a SubWorker",
+                                   "the Worker in a wrapped tensor's owner"};
+    for (int held = 0; held < 3; ++held) {
+        SCOPED_TRACE(held_by[held]);
+        auto w = std::make_shared<Worker>(host, c);
+        const std::weak_ptr<Worker> weak = w;
+        std::promise<void> let_go;
+        const std::shared_future<void> dropped = let_go.get_future().share();
+        std::atomic<bool> ran{false};
+        auto handle = std::make_shared<std::optional<RunHandle>>();
+        const std::weak_ptr<std::optional<RunHandle>> weak_handle = handle;
+        float bytes[4] = {};
+        std::shared_ptr<const void> owner(bytes, [keep = held == 2 ? w : nullptr](const void*) {});
+        HostTensor wrapped = HostTensor::Wrap(bytes, {4}, DType::FP32, std::move(owner));
+        SubWorkerFn body = [&ran, dropped](std::span<const HostTensor>) {
+            dropped.wait();
+            ran = true;
+        };
+        if (held == 0) body = [body, handle](std::span<const HostTensor> x) { body(x); };
+        if (held == 1) body = [body, keep = w](std::span<const HostTensor> x) { body(x); };
+        HostProgram p{"holds_the_last_reference", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                          g.Sub("holder", body, {In(wrapped)});
+                      }};
+        RunHandle h = w->Submit(p, {});
+        if (held == 0) handle->emplace(std::move(h));
+        const bool held_worker = held != 0;
+        // Only the task holds it now.
+        body = nullptr;
+        wrapped = HostTensor();
+        if (held == 0) handle.reset();
+        if (held_worker) w.reset();
+        let_go.set_value();
+        // Gone (its destructor started), and the Worker goes on: a run of
+        // it, or the handle's Wait once the Worker is gone.
+        const bool went = Await([&] { return ran.load() && (held_worker ? weak.expired() : weak_handle.expired()); });
+        HostTensor out = HostTensor::Zeros({4});
+        auto next = std::async(std::launch::async, [&] {
+            if (held_worker) {
+                h.Wait();
+                return;
+            }
+            w->Run({"after", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                        g.Sub("fill", [](std::span<const HostTensor> t) { t[0].floats()[0] = 7.f; }, {Out(out)});
+                    }},
+                   {});
+        });
+        if (!went || next.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+            std::fprintf(stderr, "%s: the Worker hung after what the task held went\n", held_by[held]);
+            std::_Exit(1);  // a thread holds the Worker's lock for good: nothing else ends this test
+        }
+        next.get();
+        if (!held_worker) {
+            EXPECT_EQ(out.floats()[0], 7.f);
+        }
+    }
+    Worker again(host, c);  // the devices were closed
+    EXPECT_EQ(again.device_count(), c.device_ids.size());
+}
+
 // A child forked after the Worker was created has none of its threads: a
 // run there would wait for them for good. Every call of the Worker and of
 // its RunHandles is InvalidArgument in the child, naming both processes and
