@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <string>
+#include <system_error>
+#include <thread>
 
 #include "deadline.hpp"
 #include "device/device_core.hpp"
@@ -171,13 +173,31 @@ Device Device::Open(DeviceOptions options) {
     return OpenIn(std::move(env), info, std::move(options));
 }
 
+namespace {
+// The last reference to a core. In a forked child it leaks the core
+// (ForkedAway). On the core's own scheduler thread (a host callback whose
+// closure held it: a stream kept alive only by its own callback), the
+// teardown, which joins that thread, runs on a thread of its own; deleted
+// there, it aborted the process (found probing from outside).
+void DeleteCore(DeviceCore* core) {
+    if (core->ForkedAway()) return;
+    if (core->sched && core->sched->OnItsThread()) {
+        try {
+            std::thread([core] { delete core; }).detach();
+        } catch (const std::system_error&) {
+            SPYRE_LOG_ERROR("%s: no thread to close the device on: left open until the process exits",
+                            core->function->pci_address().c_str());
+        }
+        return;
+    }
+    delete core;
+}
+}  // namespace
+
 Device Device::OpenIn(std::shared_ptr<const driver::DeviceEnvironment> environment, const driver::FunctionInfo& function,
                       DeviceOptions options) {
-    // In a forked child the last reference leaks the core (ForkedAway).
     Device device(std::shared_ptr<DeviceCore>(new DeviceCore(std::move(environment), function, std::move(options)),
-                                              [](DeviceCore* core) {
-                                                  if (!core->ForkedAway()) delete core;
-                                              }));
+                                              &DeleteCore));
     SPYRE_LOG_INFO("opened %s", device.pci_address().c_str());
     return device;
 }

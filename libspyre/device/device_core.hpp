@@ -35,7 +35,7 @@ namespace detail {
 class SchedulerCore;
 }
 
-class DeviceCore : public std::enable_shared_from_this<DeviceCore>, public DeviceMemory {
+class DeviceCore final : public std::enable_shared_from_this<DeviceCore>, public DeviceMemory {
 public:
     // Opens `function` of `environment` (shared with every Device opened
     // from the same Host; kept alive as long as this core).

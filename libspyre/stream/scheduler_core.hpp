@@ -49,6 +49,8 @@ public:
 
     void Start();
     void Stop();
+    // Whether the calling thread is this scheduler's own (Stop would join it).
+    bool OnItsThread() const noexcept { return thread_.get_id() == std::this_thread::get_id(); }
     const SchedulerOptions& options() const { return options_; }
     uint64_t memory_size() const;  // the function's device memory, bytes
 

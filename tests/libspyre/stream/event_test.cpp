@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include "stream_fixture.hpp"
@@ -399,6 +400,51 @@ TEST_F(StreamTest, DroppingEverythingRightAfterARecordInTheRingTearsDownOnTheCal
         EXPECT_TRUE(recorded.Query());
         dev.allocator().Free(cell.handle);
     }  // event, stream and device dropped at once, every iteration
+}
+
+// A host callback whose closure holds the last reference to the device (a
+// Device, or a stream only its own callback keeps) lets go of it on the
+// scheduler thread: the device's teardown, which joins that thread, runs on
+// a thread of its own, and the device closes. Torn down there, it aborted
+// the process ("Resource deadlock avoided": an outside probe).
+TEST_F(StreamTest, ACallbackHoldingTheLastReferenceClosesTheDeviceOffItsThread) {
+    for (const bool holds_device : {true, false}) {
+        SCOPED_TRACE(holds_device ? "the Device" : "its own stream");
+        std::atomic<bool> ran{false};
+        {
+            Device dev = OpenDevice();
+            auto slow = [] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); };
+            if (holds_device) {
+                auto held = std::make_shared<Device>(std::move(dev));
+                held->default_stream().AddCallback(slow);
+                held->default_stream().AddCallback([held, &ran] { ran = true; });
+            } else {
+                auto held = std::make_shared<FlexStream>(dev.CreateStream());
+                held->AddCallback(slow);
+                held->AddCallback([held, &ran] { ran = true; });
+            }
+        }  // only the callback holds it now
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        std::optional<Device> again;
+        while (!again) {
+            try {
+                again.emplace(OpenDevice());  // Busy while the old one closes
+            } catch (const Error& e) {
+                ASSERT_EQ(e.kind(), ErrorKind::Busy) << e.what();
+                ASSERT_LT(std::chrono::steady_clock::now(), until) << "the device never closed: " << e.what();
+                std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            }
+        }
+        EXPECT_TRUE(ran.load());
+        uint64_t value = 42, back = 0;
+        DeviceAllocation cell = again->allocator().Allocate(8);
+        FlexStream s = again->CreateStream();
+        s.CopyToDevice(&value, cell.handle, 8);
+        s.CopyFromDevice(&back, cell.handle, 8);
+        s.Synchronize();
+        EXPECT_EQ(back, 42u);
+        again->allocator().Free(cell.handle);
+    }
 }
 
 TEST_F(StreamTest, EventOfAnotherDeviceIsRefused) {
