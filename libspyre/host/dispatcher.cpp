@@ -44,40 +44,8 @@ private:
     Dispatcher& s_;
 };
 
-void Dispatcher::LetGo::TakeFrom(LetGo& other) {
-    auto take = [](auto& to, auto& from) {
-        if (to.empty()) {
-            to.swap(from);  // `from` keeps going with `to`'s capacity
-            return;
-        }
-        for (auto& x : from) to.push_back(std::move(x));
-        from.clear();
-    };
-    take(args, other.args);
-    take(fns, other.fns);
-}
-
 void Dispatcher::Unlock() {
     Graveyard dead;
-    // What Free let go of, freed below once mu_ is released. A thread's own
-    // spare keeps the vectors' capacity from one unlock to the next; a
-    // destructor run here that unlocks again (one that frees a Worker's last
-    // task) uses one of its own.
-    thread_local LetGo t_spare;
-    thread_local bool t_spare_taken = false;
-    LetGo nested;
-    const bool spare = !t_spare_taken;
-    LetGo& released = spare ? t_spare : nested;
-    t_spare_taken = true;
-    struct FreeReleased {
-        LetGo& released;
-        bool spare;
-        ~FreeReleased() {
-            released.args.clear();
-            released.fns.clear();
-            if (spare) t_spare_taken = false;
-        }
-    } free_released{released, spare};
     struct Posting {
         JobThreads* pool;
         std::vector<JobThreads::Job> jobs;
@@ -90,8 +58,6 @@ void Dispatcher::Unlock() {
     auto take = [&] {
         for (auto& run : finished_) dead.push_back(std::move(run));
         finished_.clear();
-        if (!let_go_.Empty()) [[unlikely]]
-            released.TakeFrom(let_go_);
         for (size_t i = 0; i < to_post_.size(); ++i) {
             if (to_post_[i].empty()) continue;
             JobThreads* pool = i < lanes_.size() ? lanes_[i].get() : sub_workers_.get();
@@ -225,6 +191,11 @@ thread_local bool tl_fail_stuck = false;
 // meanwhile may be one whose device's slots waiting calls hold.
 thread_local int tl_waits = 0;
 thread_local int tl_depth = 0;
+// The dispatcher whose lock this thread holds while Free lets go of what a
+// finished task held of the caller's: the last reference to a RunHandle or
+// to the Worker may go there, whose destructor must neither wait for a run
+// nor take the lock.
+thread_local const Dispatcher* tl_freeing = nullptr;
 
 Running::Running(const Dispatcher* d, const HostTask* t)
     : dispatcher(d), task(t), previous(tl_running), depth(++tl_depth) {
@@ -301,17 +272,15 @@ Dispatcher::Submitting::~Submitting() {
 }
 
 bool Dispatcher::CallerIsPartOf() const noexcept {
+    if (tl_freeing == this) return true;
     for (const Running* r = tl_running; r; r = r->previous)
         if (r->dispatcher == this) return true;
     for (const Submitting* s = tl_submitting; s; s = s->previous)
         if (&s->dispatcher == this) return true;
-    // One of its threads between tasks: Unlock frees what a finished task
-    // held (its last reference to the Worker, say) on the thread that ran it.
-    const JobThreads* pool = JobThreads::Current();
-    if (!pool) return false;
-    if (pool == sub_workers_.get()) return true;
-    return std::any_of(lanes_.begin(), lanes_.end(), [&](const auto& lane) { return lane.get() == pool; });
+    return false;
 }
+
+bool Dispatcher::FreeingHere() const noexcept { return tl_freeing == this; }
 
 bool Dispatcher::CallerRunsATaskOf(const RunState& run) noexcept {
     for (const Running* r = tl_running; r; r = r->previous)
@@ -563,12 +532,15 @@ void Dispatcher::Free(HostTask* task) {
     // or a SubWorker's captures alive. Each is a reference count drop; the
     // memory itself is freed here only when the caller let go of it while
     // the task ran.
-    for (TensorArg& a : task->args) let_go_.args.push_back(std::move(a));
+    // They go here, before the run's end is announced (a caller that
+    // waited finds them gone), but what a destructor among them may do to
+    // this dispatcher is refused or deferred (FreeingHere): the lock is held.
+    const Dispatcher* const outer = tl_freeing;
+    tl_freeing = this;
     task->args.clear();
-    for (ChipArg& a : task->call.args) let_go_.args.push_back(std::move(a.arg));
-    if (task->fn) let_go_.fns.push_back(std::move(task->fn));
     task->fn = nullptr;
-    task->ResetRan();  // also the call's arguments (moved out above)
+    task->ResetRan();  // also the call's arguments
+    tl_freeing = outer;
     if (spare_.size() == kSpareTasks) delete task;
     else spare_.emplace_back(task);  // the submitter's half reset by NewTask, outside the lock
 }

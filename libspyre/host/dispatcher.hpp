@@ -142,9 +142,15 @@ public:
     };
     // Whether the calling thread runs a task (SubWorker or chip function)
     // or an orchestration function of this dispatcher, nested ones
-    // included, or is one of its threads: destroying the Worker from there
-    // would wait for itself.
+    // included, or lets go of what a finished task held (FreeingHere):
+    // destroying the Worker from there would wait for itself.
     bool CallerIsPartOf() const noexcept;
+    // Whether the calling thread holds the lock to let go of what a
+    // finished task held of the caller's (its tensors, a SubWorker's
+    // closure): a RunHandle dropped there must not wait for its run (a
+    // wrapped tensor's owner or a closure may hold the last one; they
+    // hung the Worker for good: found probing from outside).
+    bool FreeingHere() const noexcept;
     // The dispatcher's threads stay with the process that created it: in a
     // child forked since, every call of the Worker and its RunHandles is
     // InvalidArgument (`call` names it), and nothing waits for them.
@@ -212,19 +218,6 @@ private:
     void RunSub(HostTask* task);
     void Free(HostTask* task);  // mu_ held: kept in spare_, or deleted
 
-    // What finished tasks held of the caller's: their tensors and SubWorker
-    // bodies. Free moves them here and Unlock frees them once mu_ is
-    // released: the last reference may be a RunHandle, a wrapped tensor's
-    // owner or the Worker itself, whose destructors wait for a run or take
-    // mu_ (a Worker held only by its own SubWorker hung for good: found
-    // probing from outside).
-    struct LetGo {
-        std::vector<TensorArg> args;
-        std::vector<SubWorkerFn> fns;
-        bool Empty() const noexcept { return args.empty() && fns.empty(); }
-        void TakeFrom(LetGo& other);  // moves `other`'s in (its capacity too, when this is empty)
-    };
-    LetGo let_go_;  // under mu_
     static constexpr size_t kSpareTasks = 256;
     std::vector<std::unique_ptr<HostTask>> spare_;  // finished tasks for NewTask, under mu_
 

@@ -240,6 +240,7 @@ RunHandle& RunHandle::operator=(RunHandle&& o) noexcept {
 }
 RunHandle::~RunHandle() {
     if (!state_ || waited_.load() || state_->dispatcher->ForkedAway()) return;  // a forked child has none of its threads
+    if (state_->dispatcher->FreeingHere()) return;  // the run ends on its own; waiting here would hold the lock it needs
     try {
         state_->dispatcher->Wait(*state_->run);
     } catch (...) {  // the error belongs to whoever waits; a dropped handle only waits
