@@ -14,12 +14,14 @@ namespace spyre {
 
 namespace {
 
-// The memory wrapped storages span now, by first byte: [first, end) and the
-// storage's id. A second storage over the same bytes would be unordered
-// with the first, since the Worker finds dependencies by storage and
-// byte range (an In of one and an Out of the other raced), so Wrap refuses
-// one. Python remembers its wrapped arrays and hands out one storage per
-// memory; a C++ caller wraps once and takes Rows() views.
+// The memory live storages span now, by first byte: [first, end) and the
+// storage's id, wrapped ones and those made here (Zeros, Full) alike. A
+// second storage over the same bytes would be unordered with the first,
+// since the Worker finds dependencies by storage and byte range (an In of
+// one and an Out of the other raced, and a device copy kept for one was
+// reused after a write through the other), so Wrap refuses one. Python
+// remembers its wrapped arrays and hands out one storage per memory; a
+// C++ caller wraps once and takes Rows() views.
 struct WrappedSpan {
     uintptr_t end;
     uint64_t id;
@@ -46,10 +48,9 @@ struct HostTensor::Storage {
     // Made in place (make_shared with the fields): a temporary would leave
     // its span as it goes.
     ~Storage() {
-        if (!external) return;
         WrappedSpans& w = Wrapped();
         std::lock_guard lock(w.mu);
-        auto it = w.spans.find(reinterpret_cast<uintptr_t>(external));
+        auto it = w.spans.find(reinterpret_cast<uintptr_t>(base()));
         if (it != w.spans.end() && it->second.id == id) w.spans.erase(it);
     }
 };
@@ -108,6 +109,13 @@ HostTensor HostTensor::Zeros(const std::vector<int64_t>& shape, DType dtype) {
     const uint64_t n = Elements(shape);
     HostTensor t;
     t.storage_ = std::make_shared<Storage>(g_next_storage.fetch_add(1), ZeroedBytes(n * ElementSize(dtype), shape));
+    {
+        // Its memory is new: no span can overlap it (a storage's span goes before its bytes are freed).
+        WrappedSpans& w = Wrapped();
+        const auto first = reinterpret_cast<uintptr_t>(t.storage_->bytes.data());
+        std::lock_guard lock(w.mu);
+        w.spans.insert_or_assign(first, WrappedSpan{first + t.storage_->bytes.size(), t.storage_->id});
+    }
     t.shape_ = shape;
     t.dtype_ = dtype;
     t.row_end_ = shape[0];

@@ -30,8 +30,9 @@ public:
     // Over `data` owned elsewhere (no copy): the bytes of `shape` x `dtype`
     // at `data` stay valid while `owner` lives; the tensor and its views hold
     // it (the Python front end wraps numpy arrays this way). InvalidArgument
-    // when a live wrapped storage spans any of these bytes: wrap memory once
-    // and take Rows() views (dependencies are found per storage).
+    // when a live storage spans any of these bytes, a wrapped one or one
+    // made by Zeros, Full or FromFloats: wrap memory once, or use that
+    // tensor, and take Rows() views (dependencies are found per storage).
     static HostTensor Wrap(void* data, const std::vector<int64_t>& shape, DType dtype,
                            std::shared_ptr<const void> owner);
 

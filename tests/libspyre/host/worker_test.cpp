@@ -1229,6 +1229,26 @@ TEST(HostTensorWrap, MemoryAWrappedStorageHoldsCannotBeWrappedAgain) {
     EXPECT_NE(again.storage_id(), beside.storage_id());
 }
 
+// The same holds for a tensor's own memory (Zeros, Full, FromFloats): a
+// storage wrapped over it was a second storage over those bytes, and a
+// chip task reading the first after a write through the second reused the
+// device copy kept for the first, stale (found probing from outside).
+TEST(HostTensorWrap, MemoryAMadeTensorHoldsCannotBeWrapped) {
+    const std::string refused = "would not be ordered: wrap the memory once and take Rows() views";
+    for (int made = 0; made < 3; ++made) {
+        std::optional<HostTensor> t(made == 0   ? HostTensor::Zeros({4, 8})
+                                    : made == 1 ? HostTensor::Full({4, 8}, 1.0f)
+                                                : HostTensor::FromFloats({4, 8}, std::vector<float>(32, 2.0f)));
+        auto* m = static_cast<float*>(t->data());
+        EXPECT_SPYRE_ERROR(HostTensor::Wrap(m, {4, 8}, DType::FP32, nullptr), InvalidArgument,
+                           "storage #" + std::to_string(t->storage_id()));
+        EXPECT_SPYRE_ERROR(HostTensor::Wrap(m + 9, {3}, DType::FP32, nullptr), InvalidArgument, refused);
+        HostTensor rows = t->Rows(1, 2);
+        t.reset();
+        EXPECT_SPYRE_ERROR(HostTensor::Wrap(m, {1}, DType::FP32, nullptr), InvalidArgument, refused);  // rows holds it
+    }
+}
+
 TEST_F(WorkerTest, OutOfRangeDevicesCountsAndShapesAreInvalidArguments) {
     const size_t n = worker_->device_count();
     EXPECT_SPYRE_ERROR(worker_->Stats(n), InvalidArgument, "Worker::Stats: device " + std::to_string(n));
