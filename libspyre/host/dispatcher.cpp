@@ -297,14 +297,26 @@ const HostTask* Dispatcher::CallerTaskOutside(const RunState& run) noexcept {
 
 void Dispatcher::SleepUntilDone(RunState& run) {
     CheckNotPartOf(run);
+    const AwaitingRun awaiting(*this, run);
     SleepOn(run, *this);
 }
 
 void Dispatcher::CheckNotPartOf(const RunState& run) {
-    if (CallerRunsATaskOf(run))
-        throw Error(ErrorKind::InvalidArgument, "run '" + run.name +
-                                                    "': a task of the run waits for the run itself (it cannot end "
-                                                    "before this task does)");
+    if (CallerRunsATaskOf(run)) {
+        // The caller's own task, or one this thread runs while a task of
+        // `run` waits (a pool thread runs queued jobs as it waits).
+        const HostTask* caller = tl_running->task;
+        if (caller->run == &run)
+            throw Error(ErrorKind::InvalidArgument, "run '" + run.name +
+                                                        "': a task of the run waits for the run itself (it cannot end "
+                                                        "before this task does)");
+        const Running* outer = tl_running->previous;
+        while (outer->task->run != &run) outer = outer->previous;
+        throw Error(ErrorKind::InvalidArgument,
+                    "run '" + run.name + "': task '" + caller->name + "' of run '" + caller->run->name +
+                        "' would wait for it on the thread of its task '" + outer->task->name +
+                        "', which waits for run '" + caller->run->name + "' (neither run could end)");
+    }
     if (tl_submitting && &run == &tl_submitting->run)
         throw Error(ErrorKind::InvalidArgument, "run '" + run.name +
                                                     "': its host orchestration function waits for the run itself "
@@ -334,6 +346,52 @@ void Dispatcher::CheckNotPartOf(const RunState& run) {
                                 "' of run '" + named->run->name + "', which waits for it (neither could end)");
             todo.emplace_back(c, named);
         }
+    }
+}
+
+Dispatcher::AwaitingRun::AwaitingRun(Dispatcher& dispatcher, const RunState& run)
+    : dispatcher_(dispatcher), awaited_(&run) {
+    for (const Running* r = tl_running; r; r = r->previous)
+        if (r->dispatcher == &dispatcher) blocked_.push_back(r->task->run);
+    for (const Submitting* s = tl_submitting; s; s = s->previous)
+        if (&s->dispatcher == &dispatcher) blocked_.push_back(&s->run);
+    if (blocked_.empty()) return;  // nothing waits for this thread: no cycle through it
+    if (tl_running && tl_running->dispatcher == &dispatcher)
+        waiter_ = "task '" + tl_running->task->name + "' of run '" + tl_running->task->run->name + "'";
+    else
+        waiter_ = "the host orchestration function of run '" + blocked_.front()->name + "'";
+    auto blocks_this = [&](const RunState* r) { return std::find(blocked_.begin(), blocked_.end(), r) != blocked_.end(); };
+    Lock lock(dispatcher);
+    // The runs that cannot end before `run` does, through the waits filed:
+    // one of this thread's closes the cycle.
+    std::vector<const RunState*> todo{&run};
+    std::unordered_set<const RunState*> seen{&run};
+    while (!todo.empty()) {
+        const RunState* x = todo.back();
+        todo.pop_back();
+        for (const AwaitingRun* w : dispatcher.run_waits_) {
+            if (std::find(w->blocked_.begin(), w->blocked_.end(), x) == w->blocked_.end()) continue;
+            if (blocks_this(w->awaited_))
+                throw Error(ErrorKind::InvalidArgument,
+                            "run '" + run.name + "': " + waiter_ + " would wait for it while " + w->waiter_ +
+                                " waits for run '" + w->awaited_->name + "' (neither run could end)");
+            if (seen.insert(w->awaited_).second) todo.push_back(w->awaited_);
+        }
+    }
+    dispatcher.run_waits_.push_back(this);
+    filed_ = true;
+}
+
+Dispatcher::AwaitingRun::~AwaitingRun() {
+    if (!filed_) return;
+    auto forget = [&] { std::erase(dispatcher_.run_waits_, this); };
+    try {
+        Lock lock(dispatcher_);
+        forget();
+    } catch (...) {  // the inbox could not be applied: the entry must go all the same
+        dispatcher_.mu_.lock();
+        forget();
+        dispatcher_.Unlock();
     }
 }
 
@@ -946,6 +1004,7 @@ void Dispatcher::RunSub(HostTask* task) {
 std::vector<HostTensor> Dispatcher::Wait(RunState& run, const ProgressCallback& progress) {
     SPYRE_TRACE_SCOPE("host_run_wait");
     CheckNotPartOf(run);
+    const AwaitingRun awaiting(*this, run);
     if (progress) return WaitReporting(run, progress);
     // A short run ends within a few microseconds: look for that, running
     // the run's queued tasks meanwhile, before paying a sleep and a wake-up.
@@ -1018,6 +1077,7 @@ std::vector<TaskRecord> Dispatcher::RecordsOf(const RunState& run) const {
 
 bool Dispatcher::WaitFor(RunState& run, std::chrono::nanoseconds timeout) {
     CheckNotPartOf(run);
+    const AwaitingRun awaiting(*this, run);
     const auto until = DeadlineAfter(timeout);
     auto ended = [&] { return run.done_flag.load(std::memory_order_seq_cst); };
     // A thread of the Worker's pools (a SubWorker waiting on a nested run)

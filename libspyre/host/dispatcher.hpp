@@ -124,6 +124,26 @@ public:
     // it runs `run`'s orchestration function inside that task (a nested
     // run); null when it runs none. Compares addresses only.
     static const HostTask* CallerTaskOutside(const RunState& run) noexcept;
+    // While a thread running tasks or orchestration functions of this
+    // dispatcher waits for a run: that wait, filed so that a wait closing
+    // a cycle of them (two SubWorkers, each waiting for the other's run,
+    // on threads of their own) is refused instead of hanging both for good
+    // (found probing from outside). InvalidArgument naming both waits.
+    class AwaitingRun {
+    public:
+        AwaitingRun(Dispatcher& dispatcher, const RunState& run);
+        ~AwaitingRun();
+        AwaitingRun(const AwaitingRun&) = delete;
+        AwaitingRun& operator=(const AwaitingRun&) = delete;
+
+    private:
+        friend class Dispatcher;
+        Dispatcher& dispatcher_;
+        const RunState* awaited_;
+        std::vector<const RunState*> blocked_;  // cannot end before this wait does
+        std::string waiter_;                    // "task 'x' of run 'y'", for the message
+        bool filed_ = false;
+    };
     // Every task of the run, in submission order (waits for its end).
     std::vector<TaskRecord> Report(RunState& run);
     // Marks the calling thread as running `run`'s orchestration function
@@ -281,6 +301,7 @@ private:
     // skipped for its caller's failure, ended first and took the failure's
     // trace with it: the caller's later reader read the failed bytes).
     std::unordered_set<const TaskFailureInfo*> live_roots_;
+    std::vector<const AwaitingRun*> run_waits_;  // under mu_
     std::unordered_multimap<const TaskFailureInfo*, HostTask*> retired_;
     detail::MadeInProcess made_in_;
 };
