@@ -585,14 +585,13 @@ void Dispatcher::File(HostTask* t) {
 }
 
 void Dispatcher::Free(HostTask* task) {
-    // What it holds of the caller's goes now, not when the task is reused: a
-    // spare must not keep an ended run's tensors (a Python caller's arrays)
-    // or a SubWorker's captures alive. Each is a reference count drop; the
-    // memory itself is freed here only when the caller let go of it while
-    // the task ran.
-    // They go here, before the run's end is announced (a caller that
-    // waited finds them gone), but what a destructor among them may do to
-    // this dispatcher is refused or deferred (FreeingHere): the lock is held.
+    // What it holds of the caller's goes now, before its run's end is
+    // announced, not when the task is reused: a spare must not keep an
+    // ended run's tensors (a Python caller's arrays) or a SubWorker's
+    // captures alive. Each is a reference count drop; the memory itself is
+    // freed here only when the caller let go of it while the task ran. The
+    // lock is held: a destructor among them that comes back to this
+    // dispatcher is refused or deferred (FreeingHere).
     const Dispatcher* const outer = tl_freeing;
     tl_freeing = this;
     task->args.clear();
