@@ -352,7 +352,10 @@ void Dispatcher::CheckNotPartOf(const RunState& run) {
 Dispatcher::AwaitingRun::AwaitingRun(Dispatcher& dispatcher, const RunState& run)
     : dispatcher_(dispatcher), awaited_(&run) {
     for (const Running* r = tl_running; r; r = r->previous)
-        if (r->dispatcher == &dispatcher) blocked_.push_back(r->task->run);
+        if (r->dispatcher == &dispatcher) {
+            blocked_.push_back(r->task->run);
+            tasks_.push_back(r->task);
+        }
     for (const Submitting* s = tl_submitting; s; s = s->previous)
         if (&s->dispatcher == &dispatcher) blocked_.push_back(&s->run);
     if (blocked_.empty()) return;  // nothing waits for this thread: no cycle through it
@@ -360,8 +363,14 @@ Dispatcher::AwaitingRun::AwaitingRun(Dispatcher& dispatcher, const RunState& run
         waiter_ = "task '" + tl_running->task->name + "' of run '" + tl_running->task->run->name + "'";
     else
         waiter_ = "the host orchestration function of run '" + blocked_.front()->name + "'";
-    auto blocks_this = [&](const RunState* r) { return std::find(blocked_.begin(), blocked_.end(), r) != blocked_.end(); };
     Lock lock(dispatcher);
+    // Per wait, this one first, then those filed: the runs that cannot end
+    // before it does (its thread's, and those of its tasks' consumers).
+    std::vector<std::unordered_set<const RunState*>> blocked_by;
+    blocked_by.reserve(1 + dispatcher.run_waits_.size());
+    blocked_by.push_back(RunsItBlocks());
+    for (const AwaitingRun* w : dispatcher.run_waits_) blocked_by.push_back(w->RunsItBlocks());
+    const auto& mine = blocked_by.front();
     // The runs that cannot end before `run` does, through the waits filed:
     // one of this thread's closes the cycle.
     std::vector<const RunState*> todo{&run};
@@ -369,9 +378,10 @@ Dispatcher::AwaitingRun::AwaitingRun(Dispatcher& dispatcher, const RunState& run
     while (!todo.empty()) {
         const RunState* x = todo.back();
         todo.pop_back();
-        for (const AwaitingRun* w : dispatcher.run_waits_) {
-            if (std::find(w->blocked_.begin(), w->blocked_.end(), x) == w->blocked_.end()) continue;
-            if (blocks_this(w->awaited_))
+        for (size_t i = 0; i < dispatcher.run_waits_.size(); ++i) {
+            const AwaitingRun* w = dispatcher.run_waits_[i];
+            if (!blocked_by[1 + i].contains(x)) continue;
+            if (mine.contains(w->awaited_))
                 throw Error(ErrorKind::InvalidArgument,
                             "run '" + run.name + "': " + waiter_ + " would wait for it while " + w->waiter_ +
                                 " waits for run '" + w->awaited_->name + "' (neither run could end)");
@@ -380,6 +390,22 @@ Dispatcher::AwaitingRun::AwaitingRun(Dispatcher& dispatcher, const RunState& run
     }
     dispatcher.run_waits_.push_back(this);
     filed_ = true;
+}
+
+std::unordered_set<const RunState*> Dispatcher::AwaitingRun::RunsItBlocks() const {
+    std::unordered_set<const RunState*> runs(blocked_.begin(), blocked_.end());
+    std::vector<const HostTask*> todo(tasks_.begin(), tasks_.end());
+    std::unordered_set<const HostTask*> seen(tasks_.begin(), tasks_.end());
+    while (!todo.empty()) {
+        const HostTask* t = todo.back();
+        todo.pop_back();
+        for (const HostTask* c : t->consumers) {
+            if (c->Finished() || !seen.insert(c).second) continue;
+            runs.insert(c->run);
+            todo.push_back(c);
+        }
+    }
+    return runs;
 }
 
 Dispatcher::AwaitingRun::~AwaitingRun() {

@@ -127,8 +127,10 @@ public:
     // While a thread running tasks or orchestration functions of this
     // dispatcher waits for a run: that wait, filed so that a wait closing
     // a cycle of them (two SubWorkers, each waiting for the other's run,
-    // on threads of their own) is refused instead of hanging both for good
-    // (found probing from outside). InvalidArgument naming both waits.
+    // on threads of their own; or through a task that reads what a waiting
+    // task's consumer writes) is refused instead of hanging them for good
+    // (found probing from outside). InvalidArgument naming both waits. A
+    // cycle closed by a submission while the waits are filed is not seen.
     class AwaitingRun {
     public:
         AwaitingRun(Dispatcher& dispatcher, const RunState& run);
@@ -138,9 +140,15 @@ public:
 
     private:
         friend class Dispatcher;
+        // Under the dispatcher's lock: the runs that cannot end before this
+        // wait does.
+        std::unordered_set<const RunState*> RunsItBlocks() const;
         Dispatcher& dispatcher_;
         const RunState* awaited_;
         std::vector<const RunState*> blocked_;  // cannot end before this wait does
+        // The tasks its thread runs: their consumers' runs (through the
+        // tensors they share) cannot end before this wait does either.
+        std::vector<const HostTask*> tasks_;
         std::string waiter_;                    // "task 'x' of run 'y'", for the message
         bool filed_ = false;
     };

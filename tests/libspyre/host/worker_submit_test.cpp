@@ -845,6 +845,66 @@ TEST_F(WorkerTest, TwoSubWorkersWaitingForEachOthersRunsAreRefusedRatherThanHang
     }
 }
 
+// A cycle through a tensor and two waits: SubWorker a1 of run A waits for
+// run B, whose SubWorker b1 waits for run C, whose task c1 reads what a2 of
+// A writes after a1 (a2 reads a1's output). No run could end: one of the
+// two waits is refused (InvalidArgument), whichever is filed second (b1
+// may run on a1's thread as a1 waits: then b1's wait is refused for a1's
+// consumer), and all three runs end. Before, both waited for good.
+TEST_F(WorkerTest, AWaitClosingACycleThroughATensorAndAnotherWaitIsRefused) {
+    for (int round = 0; round < 4; ++round) {
+        HostTensor x = HostTensor::Zeros({4}), t = HostTensor::Zeros({4}), y = HostTensor::Zeros({4});
+        std::atomic<RunHandle*> of_b{nullptr}, of_c{nullptr};
+        std::atomic<int> refused{0}, returned{0};
+        std::string why;
+        std::mutex why_mu;
+        auto waits_for = [&](std::atomic<RunHandle*>& other, int delay_ms) {
+            return [&, delay_ms](std::span<const HostTensor>) {
+                if (!Await([&] { return other.load() != nullptr; })) return;
+                std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+                try {
+                    other.load()->Report();
+                    ++returned;
+                } catch (const Error& e) {
+                    ++refused;
+                    std::lock_guard lock(why_mu);
+                    why = std::string(ToString(e.kind())) + ": " + e.message();
+                }
+            };
+        };
+        auto add_one = [](std::span<const HostTensor> a) {
+            for (size_t i = 0; i < 4; ++i) a[1].floats()[i] = a[0].floats()[i] + 1.0f;
+        };
+        HostProgram a{"A", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                          g.Sub("a1", waits_for(of_b, round % 2 ? 0 : 30), {Out(x)});
+                          g.Sub("a2", add_one, {In(x), Out(t)});
+                      }};
+        HostProgram c{"C", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                          g.Sub("c1", add_one, {In(t), Out(y)});
+                      }};
+        HostProgram b{"B", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                          g.Sub("b1", waits_for(of_c, round % 2 ? 30 : 0), {});
+                      }};
+        RunHandle ha = worker_->Submit(a, {});
+        RunHandle hc = worker_->Submit(c, {});
+        RunHandle hb = worker_->Submit(b, {});
+        of_b = &hb;
+        of_c = &hc;
+        if (!ha.WaitFor(std::chrono::seconds(30)) || !hb.WaitFor(std::chrono::seconds(30)) ||
+            !hc.WaitFor(std::chrono::seconds(30))) {
+            std::fprintf(stderr, "round %d: the three runs waited for each other for good\n", round);
+            std::_Exit(1);  // two pool threads wait for good: nothing else ends this test
+        }
+        ha.Wait();
+        hb.Wait();
+        hc.Wait();
+        EXPECT_EQ(refused.load(), 1) << "round " << round;
+        EXPECT_EQ(returned.load(), 1) << "round " << round;
+        EXPECT_NE(why.find("invalid argument: run '"), std::string::npos) << why;
+        EXPECT_NE(why.find(" could end)"), std::string::npos) << why;
+        EXPECT_EQ(y.floats()[0], 2.0f) << "round " << round;
+    }
+}
 // Both SubWorker threads (the fixture has 2) run a SubWorker that starts a
 // run of the same Worker and waits on it; each nested run has SubWorkers of
 // its own, one level deeper still. No thread is free for them: the waiting
