@@ -796,6 +796,28 @@ TEST_F(WorkerTest, ASubWorkerWaitingOnARunThatDependsOnItIsRefused) {
     EXPECT_EQ(seen, 7.0f);
 }
 
+// SubWorker bodies that wait for another run's handle (once set, after
+// `delay_ms`) and count whether the wait returned or was refused.
+struct Waits {
+    std::atomic<int> refused{0}, returned{0};
+    std::string why;  // the refusal, "kind: message"
+    std::mutex why_mu;
+    SubWorkerFn For(std::atomic<RunHandle*>& other, int delay_ms) {
+        return [this, &other, delay_ms](std::span<const HostTensor>) {
+            if (!Await([&] { return other.load() != nullptr; })) return;
+            std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+            try {
+                other.load()->Report();
+                ++returned;
+            } catch (const Error& e) {
+                ++refused;
+                std::lock_guard lock(why_mu);
+                why = std::string(ToString(e.kind())) + ": " + e.message();
+            }
+        };
+    }
+};
+
 // SubWorkers of two runs, each waiting for the other's run (disjoint
 // tensors): one of them gets InvalidArgument naming both waits, whichever
 // thread runs the second (its own, or the first's, which runs queued jobs
@@ -805,28 +827,12 @@ TEST_F(WorkerTest, TwoSubWorkersWaitingForEachOthersRunsAreRefusedRatherThanHang
     for (int round = 0; round < 5; ++round) {
         HostTensor x = HostTensor::Zeros({4}), y = HostTensor::Zeros({4});
         std::atomic<RunHandle*> of_a{nullptr}, of_b{nullptr};
-        std::atomic<int> refused{0}, returned{0};
-        std::string why;
-        std::mutex why_mu;
-        auto waits_for = [&](std::atomic<RunHandle*>& other, int delay_ms) {
-            return [&, delay_ms](std::span<const HostTensor>) {
-                if (!Await([&] { return other.load() != nullptr; })) return;
-                std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-                try {
-                    other.load()->Report();
-                    ++returned;
-                } catch (const Error& e) {
-                    ++refused;
-                    std::lock_guard lock(why_mu);
-                    why = std::string(ToString(e.kind())) + ": " + e.message();
-                }
-            };
-        };
+        Waits waits;
         HostProgram a{"A", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
-                          g.Sub("waits_for_b", waits_for(of_b, 0), {InOut(x)});
+                          g.Sub("waits_for_b", waits.For(of_b, 0), {InOut(x)});
                       }};
         HostProgram b{"B", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
-                          g.Sub("waits_for_a", waits_for(of_a, 20 * (round % 3)), {InOut(y)});
+                          g.Sub("waits_for_a", waits.For(of_a, 20 * (round % 3)), {InOut(y)});
                       }};
         RunHandle ha = worker_->Submit(a, {});
         RunHandle hb = worker_->Submit(b, {});
@@ -838,10 +844,10 @@ TEST_F(WorkerTest, TwoSubWorkersWaitingForEachOthersRunsAreRefusedRatherThanHang
         }
         ha.Wait();
         hb.Wait();
-        EXPECT_EQ(refused.load(), 1) << "round " << round;
-        EXPECT_EQ(returned.load(), 1) << "round " << round;
-        EXPECT_NE(why.find("invalid argument: run '"), std::string::npos) << why;
-        EXPECT_NE(why.find("(neither run could end)"), std::string::npos) << why;
+        EXPECT_EQ(waits.refused.load(), 1) << "round " << round;
+        EXPECT_EQ(waits.returned.load(), 1) << "round " << round;
+        EXPECT_NE(waits.why.find("invalid argument: run '"), std::string::npos) << waits.why;
+        EXPECT_NE(waits.why.find("(neither run could end)"), std::string::npos) << waits.why;
     }
 }
 
@@ -855,35 +861,19 @@ TEST_F(WorkerTest, AWaitClosingACycleThroughATensorAndAnotherWaitIsRefused) {
     for (int round = 0; round < 4; ++round) {
         HostTensor x = HostTensor::Zeros({4}), t = HostTensor::Zeros({4}), y = HostTensor::Zeros({4});
         std::atomic<RunHandle*> of_b{nullptr}, of_c{nullptr};
-        std::atomic<int> refused{0}, returned{0};
-        std::string why;
-        std::mutex why_mu;
-        auto waits_for = [&](std::atomic<RunHandle*>& other, int delay_ms) {
-            return [&, delay_ms](std::span<const HostTensor>) {
-                if (!Await([&] { return other.load() != nullptr; })) return;
-                std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-                try {
-                    other.load()->Report();
-                    ++returned;
-                } catch (const Error& e) {
-                    ++refused;
-                    std::lock_guard lock(why_mu);
-                    why = std::string(ToString(e.kind())) + ": " + e.message();
-                }
-            };
-        };
+        Waits waits;
         auto add_one = [](std::span<const HostTensor> a) {
             for (size_t i = 0; i < 4; ++i) a[1].floats()[i] = a[0].floats()[i] + 1.0f;
         };
         HostProgram a{"A", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
-                          g.Sub("a1", waits_for(of_b, round % 2 ? 0 : 30), {Out(x)});
+                          g.Sub("a1", waits.For(of_b, round % 2 ? 0 : 30), {Out(x)});
                           g.Sub("a2", add_one, {In(x), Out(t)});
                       }};
         HostProgram c{"C", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
                           g.Sub("c1", add_one, {In(t), Out(y)});
                       }};
         HostProgram b{"B", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
-                          g.Sub("b1", waits_for(of_c, round % 2 ? 30 : 0), {});
+                          g.Sub("b1", waits.For(of_c, round % 2 ? 30 : 0), {});
                       }};
         RunHandle ha = worker_->Submit(a, {});
         RunHandle hc = worker_->Submit(c, {});
@@ -898,10 +888,10 @@ TEST_F(WorkerTest, AWaitClosingACycleThroughATensorAndAnotherWaitIsRefused) {
         ha.Wait();
         hb.Wait();
         hc.Wait();
-        EXPECT_EQ(refused.load(), 1) << "round " << round;
-        EXPECT_EQ(returned.load(), 1) << "round " << round;
-        EXPECT_NE(why.find("invalid argument: run '"), std::string::npos) << why;
-        EXPECT_NE(why.find(" could end)"), std::string::npos) << why;
+        EXPECT_EQ(waits.refused.load(), 1) << "round " << round;
+        EXPECT_EQ(waits.returned.load(), 1) << "round " << round;
+        EXPECT_NE(waits.why.find("invalid argument: run '"), std::string::npos) << waits.why;
+        EXPECT_NE(waits.why.find(" could end)"), std::string::npos) << waits.why;
         EXPECT_EQ(y.floats()[0], 2.0f) << "round " << round;
     }
 }
