@@ -439,7 +439,8 @@ size_t WriteAndStop(State& s) {
     detail::TraceFile out(path);
     auto write = [&](const nlohmann::json& ev, bool& first) {
         out.Write(first ? "\n" : ",\n");
-        out.Write(ev.dump());
+        // Names are bytes (a thread's, the executable's): not UTF-8, dump throws.
+        out.Write(ev.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
         first = false;
         detail::g_events_written.fetch_add(1, std::memory_order_relaxed);
     };

@@ -257,6 +257,28 @@ int Launches(const json& trace) {
     return launches;
 }
 
+// A thread or process name that is not UTF-8 (names are bytes on Linux)
+// aborted the process when the trace was written (nlohmann's dump throws
+// on such a string) and lost the trace (found probing from outside). Its
+// bad bytes are written as U+FFFD now.
+TEST_F(TraceTest, ANameThatIsNotUtf8IsWrittenWithReplacementCharacters) {
+    Device dev = OpenDevice();
+    const std::string path = Path();
+    trace::Start(path);
+    std::thread named([&] {
+        pthread_setname_np(pthread_self(), "bad\xff\xfename");
+        RunWork(dev, 2);
+    });
+    named.join();
+    trace::Stop();
+    const json t = Load(path);
+    bool found = false;
+    for (const auto& [tid, name] : TrackNames(t))
+        if (name == "bad\xef\xbf\xbd\xef\xbf\xbdname") found = true;
+    EXPECT_TRUE(found) << "no track named bad\\ufffd\\ufffdname";
+    EXPECT_EQ(Launches(t), 2);
+}
+
 TEST_F(TraceTest, ARecordingStartedAgainOnItsPathStartsOver) {
     Device dev = OpenDevice();
     const std::string path = Path();
