@@ -86,13 +86,13 @@ PyObject* ClassOf(ErrorKind kind) {
 
 py::object Build(const Error& e) {
     PyObject* cls = ClassOf(e.kind());
-    py::object exc = py::reinterpret_steal<py::object>(PyObject_CallFunction(cls, "s", e.what()));
+    py::object exc = py::reinterpret_steal<py::object>(PyObject_CallOneArg(cls, TextFromBytes(e.what()).ptr()));
     if (!exc) throw py::error_already_set();
     const ErrorContext& c = e.context();
     auto opt = [](const auto& v) -> py::object { return v ? py::cast(*v) : py::none(); };
     py::dict context;
-    context["device"] = c.device;
-    context["register"] = c.reg;
+    context["device"] = TextFromBytes(c.device);
+    context["register"] = TextFromBytes(c.reg);
     context["offset"] = opt(c.offset);
     context["address"] = opt(c.address);
     context["stream"] = opt(c.stream);
@@ -103,12 +103,12 @@ py::object Build(const Error& e) {
     context["device_code"] = c.device_code;
     context["host_kernel_code"] = c.host_kernel_code;
     exc.attr("kind") = NameOf(e.kind());
-    exc.attr("message") = e.message();
+    exc.attr("message") = TextFromBytes(e.message());
     exc.attr("context") = context;
     for (const char* key : {"device", "offset", "address", "stream", "op_index", "kernel_id", "device_code",
                             "host_kernel_code", "sys_errno"})
         exc.attr(key) = context[key];
-    exc.attr("register") = c.reg;
+    exc.attr("register") = context["register"];
     return exc;
 }
 
@@ -125,6 +125,12 @@ void Raise(const Error& e) {
 }  // namespace
 
 py::object ToPython(const Error& error) { return Build(error); }
+
+py::str TextFromBytes(const std::string& text) {
+    PyObject* s = PyUnicode_DecodeUTF8(text.data(), Py_ssize_t(text.size()), "backslashreplace");
+    if (!s) throw py::error_already_set();
+    return py::reinterpret_steal<py::str>(s);
+}
 
 std::string TextOf(py::handle obj) {
     // A user's exception is reported even when its text is not: a failure

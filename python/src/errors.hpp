@@ -25,6 +25,11 @@ Error FromPython(const py::error_already_set& e, const std::string& where);
 // (backslashreplace), and repr(obj) when its __str__ raises. The GIL is held.
 std::string TextOf(py::handle obj);
 
+// `text` (a message, a path: bytes from C++) as a Python str, bytes that
+// are not UTF-8 escaped (backslashreplace): a strict decode raised
+// UnicodeDecodeError in place of the error it carried. The GIL is held.
+py::str TextFromBytes(const std::string& text);
+
 // repr(obj) for a message: one line (runs of whitespace made one space)
 // and at most `max` characters, cut with "...". The GIL is held.
 std::string ShortRepr(py::handle obj, size_t max = 80);

@@ -353,7 +353,7 @@ std::map<std::string, PyObject*> g_run_classes;  // kind name -> (HostRunError, 
         cls = PyErr_NewException(("spyre._spyre.HostRunError_" + kind).c_str(), bases.ptr(), nullptr);
         if (!cls) throw py::error_already_set();
     }
-    py::object exc = py::reinterpret_steal<py::object>(PyObject_CallFunction(cls, "s", e.what()));
+    py::object exc = py::reinterpret_steal<py::object>(PyObject_CallOneArg(cls, TextFromBytes(e.what()).ptr()));
     if (!exc) throw py::error_already_set();
     py::dict d = plain.attr("__dict__");
     for (auto item : d) exc.attr(item.first) = item.second;

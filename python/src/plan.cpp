@@ -8,6 +8,7 @@
 #include <pybind11/stl/filesystem.h>
 
 #include "bindings.hpp"
+#include "errors.hpp"
 #include "callbacks.hpp"
 #include "objects.hpp"
 #include "plan_objects.hpp"
@@ -55,6 +56,27 @@ std::shared_ptr<PyPlan> Load(PySpyreStream& ps, py::object source, py::object pr
     return p;
 }
 
+// A file's text or a path for Python, and back: bytes that are not UTF-8
+// round-trip as lone surrogates (surrogateescape, as os.fsdecode does); a
+// strict decode raised UnicodeDecodeError for a plan.json holding one.
+py::str FileText(const std::string& bytes) {
+    PyObject* s = PyUnicode_DecodeUTF8(bytes.data(), Py_ssize_t(bytes.size()), "surrogateescape");
+    if (!s) throw py::error_already_set();
+    return py::reinterpret_steal<py::str>(s);
+}
+
+std::string FileBytes(const py::object& value, const char* what) {
+    if (py::isinstance<py::bytes>(value)) return value.cast<std::string>();
+    if (!py::isinstance<py::str>(value))
+        throw Error(ErrorKind::InvalidArgument, std::string(what) + " must be str or bytes, got " + ShortRepr(value));
+    const py::object b = py::reinterpret_steal<py::object>(PyUnicode_AsEncodedString(value.ptr(), "utf-8", "surrogateescape"));
+    if (!b) {
+        PyErr_Clear();
+        throw Error(ErrorKind::InvalidArgument, std::string(what) + " holds a character that is not UTF-8 text");
+    }
+    return {PyBytes_AS_STRING(b.ptr()), size_t(PyBytes_GET_SIZE(b.ptr()))};
+}
+
 const char* RoleName(TensorRole r) { return r == TensorRole::Input ? "input" : "output"; }
 
 }  // namespace
@@ -63,8 +85,11 @@ void BindPlan(py::module_& m) {
     py::class_<CompilerOutput, std::shared_ptr<CompilerOutput>>(m, "CompilerOutput",
         "The raw compiler output: plan.json and the binary blobs by file name (docs/execution_plan.md).")
         .def(py::init<>())
-        .def_readwrite("manifest", &CompilerOutput::manifest, "The plan.json text.")
-        .def_readwrite("origin", &CompilerOutput::origin)
+        .def_property("manifest", [](const CompilerOutput& c) { return FileText(c.manifest); },
+            [](CompilerOutput& c, const py::object& text) { c.manifest = FileBytes(text, "manifest"); },
+            "The plan.json text (bytes that are not UTF-8 as lone surrogates, as os.fsdecode gives them).")
+        .def_property("origin", [](const CompilerOutput& c) { return FileText(c.origin); },
+            [](CompilerOutput& c, const py::object& text) { c.origin = FileBytes(text, "origin"); })
         .def_property("blobs",
             [](const CompilerOutput& c) {
                 py::dict d;

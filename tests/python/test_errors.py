@@ -45,6 +45,31 @@ def test_other_cpp_exceptions_are_typed_too():
         spyre._spyre._raise_for_test("Nope", "")
 
 
+def test_a_message_that_is_not_utf8_still_raises_its_kind(tmp_path):
+    # Bytes from C++ (a path in the message) that are not UTF-8 raised
+    # UnicodeDecodeError in place of the error (found probing from outside).
+    with pytest.raises(spyre.NotFound) as info:
+        spyre._spyre._raise_for_test("NotFound", b"no \xff here")
+    assert info.value.message == "no \\xff here"
+    missing = str(tmp_path) + "/no\udcffdir"  # os.fsdecode of b"no\xffdir"
+    with pytest.raises(spyre.NotFound, match=r"no\\xffdir is not a directory"):
+        spyre.CompilerOutput.read_directory(missing)
+    with pytest.raises(spyre.NotFound, match=r"no\\xffdir"):
+        spyre.Host.device_root(missing)
+
+
+def test_a_manifest_that_is_not_utf8_round_trips_and_is_refused_typed(tmp_path):
+    d = tmp_path / "plan"
+    spyre.KernelBuilder().add([8]).compiler_output("a").write_directory(str(d))
+    (d / "plan.json").write_bytes(b'{"name": "\xff"}')
+    co = spyre.CompilerOutput.read_directory(str(d))
+    assert co.manifest == '{"name": "\udcff"}'  # surrogateescape, as os.fsdecode
+    co.manifest = co.manifest
+    assert co.manifest.encode("utf-8", "surrogateescape") == b'{"name": "\xff"}'
+    with pytest.raises(spyre.InvalidArgument, match="not valid JSON"):
+        spyre.ExecutionPlan(co)
+
+
 def test_real_errors_from_the_runtime(host, dev):
     with pytest.raises(spyre.InvalidArgument, match="at least 1 byte") as info:
         dev.alloc(0)
