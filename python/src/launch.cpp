@@ -64,10 +64,27 @@ void BindLaunch(py::module_& m) {
                  return Adopt(slot, std::make_shared<Program>(d, plan->plan));
              }), py::arg("device"), py::arg("plan") = nullptr,
              "An empty program, or one Instruction per Operation of a loaded plan.")
-        .def("add_instruction", [](PyProgram& p, const PyOperation& op) {
+        .def("add_instruction", [](PyProgram& p, const PyOperation& op, const py::object& tensor_indices) {
                 CheckPlanOn(*op.plan, *p.slot(), "Program.add_instruction", "program");
-                p.Get("Program.add_instruction").AddInstruction(Instruction(op.Get("Program.add_instruction")));
-            }, py::arg("operation"))
+                Operation copy = op.Get("Program.add_instruction");
+                if (!tensor_indices.is_none()) {
+                    const size_t slots = !copy.tensor_indices.empty() ? copy.tensor_indices.size()
+                                         : copy.compute()                ? copy.compute()->tensors.size()
+                                                                         : 0;
+                    std::vector<size_t> indices =
+                        IntsFrom<size_t>(tensor_indices, "Program.add_instruction: tensor_indices");
+                    if (indices.size() != slots)
+                        throw Error(ErrorKind::InvalidArgument,
+                                    "Program.add_instruction: tensor_indices has " + std::to_string(indices.size()) +
+                                        " items, the operation '" + copy.name + "' has " + std::to_string(slots) +
+                                        " tensor slots");
+                    copy.tensor_indices = std::move(indices);
+                }
+                p.Get("Program.add_instruction").AddInstruction(Instruction(std::move(copy)));
+            }, py::arg("operation"), py::arg("tensor_indices") = py::none(),
+            "Appends the operation. Each instruction takes its tensors from launch()'s list at its operation's "
+            "tensor_indices (its plan's numbering): operations of different plans share the tensors of equal "
+            "indices unless tensor_indices (one per slot) gives this one others.")
         .def("remove_instruction", [](PyProgram& p, const IntArg<size_t>& index_arg) {
                 Program& prog = p.Get("Program.remove_instruction");
                 const size_t index = index_arg.In("Program.remove_instruction: index");

@@ -84,6 +84,40 @@ def test_program(dev, ss, rng, matmul_plan):
         empty.remove_instruction(0)
 
 
+def test_a_program_of_two_plans_shares_tensors_by_index_unless_renumbered(dev, ss):
+    # Each instruction takes launch()'s tensors at its plan's indices: the
+    # relu (plan tensors 0, 1) wrote slot 1, the add's input y, which a
+    # probe from outside took for a silent overwrite. Documented, and
+    # tensor_indices gives the relu tensors of its own.
+    kb = spyre.KernelBuilder()
+    add = spyre.load_kernel(ss, kb.add([8]), name="a8").operations[0]
+    relu = spyre.load_kernel(ss, kb.relu([8]), name="r8").operations[0]
+    x = np.arange(-4, 4, dtype=np.float32)
+    y = np.full(8, 10, np.float32)
+    shared = spyre.Program(dev)
+    shared.add_instruction(add)
+    shared.add_instruction(relu)
+    tx, ty = tensors(dev, x, y)
+    tz = spyre.SpyreTensor.empty(dev, [8])
+    shared.launch([tx, ty, tz])
+    np.testing.assert_array_equal(tz.to_numpy(), x + y)
+    np.testing.assert_array_equal(ty.to_numpy(), np.maximum(x, 0))  # relu's output slot is index 1
+    own = spyre.Program(dev)
+    own.add_instruction(add)
+    own.add_instruction(relu, tensor_indices=[0, 3])
+    tx, ty = tensors(dev, x, y)
+    tz, tr = spyre.SpyreTensor.empty(dev, [8]), spyre.SpyreTensor.empty(dev, [8])
+    own.launch([tx, ty, tz, tr])
+    np.testing.assert_array_equal(ty.to_numpy(), y)
+    np.testing.assert_array_equal(tz.to_numpy(), x + y)
+    np.testing.assert_array_equal(tr.to_numpy(), np.maximum(x, 0))
+    with pytest.raises(spyre.InvalidArgument, match="tensor_indices has 3 items, the operation 'r8.*' has 2 tensor slots"):
+        own.add_instruction(relu, tensor_indices=[0, 1, 2])
+    with pytest.raises(spyre.InvalidArgument, match="tensor_indices item 1 is -1"):
+        own.add_instruction(relu, tensor_indices=[0, -1])
+    assert own.instruction_count == 2
+
+
 def test_launch_errors(dev, dev2, ss, matmul_plan):
     a, b = tensors(dev, np.ones((64, 64), np.float32), np.ones((64, 64), np.float32))
     c = spyre.SpyreTensor.empty(dev, [64, 64])
