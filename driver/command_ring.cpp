@@ -119,6 +119,7 @@ size_t CommandRing::Reap(std::span<Completion> out) {
         queue_.Pop();
     }
     queue_.ReturnHead();
+    if (n == 0) queue_.ProbeNowAndThen();  // a reap-only loop learns of a dead daemon too
     return n;
 }
 

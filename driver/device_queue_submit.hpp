@@ -65,6 +65,7 @@ inline const bool kHasPrefetchW = [] {
 [[gnu::always_inline]] inline void DeviceQueue::Submit(std::span<const spyre_cb> slots, uint32_t cbs) {
     if (fn_.lost() || detail::Word(*device_state_).load(std::memory_order_relaxed) != SPYRE_DEVSTATE_ALIVE)
         fn_.CheckAlive();
+    ProbeNowAndThen();
     if (slots.empty()) return;
     // The device posts a completion only into room it can see: with the
     // consumed completions it has not been told of, every CB in flight must

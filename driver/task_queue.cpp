@@ -75,6 +75,7 @@ size_t TaskQueue::Reap(std::span<spyre_cqe> out) {
         queue_.Pop();
     }
     queue_.ReturnHead();
+    if (n == 0) queue_.ProbeNowAndThen();  // a reap-only loop learns of a dead daemon too
     return n;
 }
 

@@ -743,6 +743,38 @@ TEST_F(MockDeviceTest, AProcessEndsThoughItsDaemonStoppedWhileItHeldAFunction) {
     EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+// A loop that only submits and reaps (no Wait, no register access) learns
+// of a daemon killed without a word too: it went on for good, Submit and
+// Reap telling it nothing (found probing from outside). DeviceLost comes
+// within DeviceQueue::kCallsPerProbe calls; the watchdog bounds the loop.
+TEST_F(MockDeviceTest, ASubmitAndReapLoopFailsWithDeviceLostOnceTheDaemonIsKilled) {
+    Function fn = Function::Open(Vf(1));
+    CommandRing ring(fn);
+    TaskQueue tasks(fn, 0);
+    RunNops(ring, WaitMode::Poll, 4);
+    daemon().Signal(SIGKILL);
+    ASSERT_TRUE(spyre::test::WaitForExit(daemon().pid())) << "the daemon outlived SIGKILL";
+    spyre::test::Watchdog watchdog(std::chrono::seconds(60), "submit and reap loops on a dead device");
+    auto expect_lost = [&](const char* what, const std::function<void()>& step) {
+        SCOPED_TRACE(what);
+        try {
+            for (;;) step();  // until the queue notices
+        } catch (const spyre::Error& e) {
+            EXPECT_EQ(e.kind(), spyre::ErrorKind::DeviceLost) << e.what();
+            EXPECT_NE(std::string(e.what()).find(fn.pci_address()), std::string::npos) << e.what();
+        }
+    };
+    Completion c;
+    uint64_t tag = 0;
+    expect_lost("CommandRing Submit and Reap", [&] {
+        if (ring.InFlight() < 8) ring.Submit(std::array{NopCb(++tag)});
+        (void)ring.Reap({&c, 1});
+    });
+    spyre_cqe done;
+    expect_lost("TaskQueue Reap", [&] { (void)tasks.Reap({&done, 1}); });
+    expect_lost("TaskQueue Submit", [&] { (void)tasks.Submit({}); });
+}
+
 // A mount whose daemon was killed answers ENOTCONN until it is unmounted:
 // opening it said "no spyre device tree ... is spyre-mockdev mounted
 // there?" (NotFound), which sends the user looking for a missing mount.

@@ -94,6 +94,20 @@ public:
     // Completions owed: CBs submitted and not yet reaped.
     uint32_t InFlight() const noexcept { return cq_end_ - cq_head_; }
 
+    // Every kCallsPerProbe calls (a submission, or a reap that found
+    // nothing), the function's throttled look at its daemon: a daemon
+    // killed without a word (SIGKILL) writes no GONE, and a loop that only
+    // submits and reaps went on for good, told nothing (found probing from
+    // outside); it gets DeviceLost now within kCallsPerProbe calls and
+    // Function::kProbePeriod. A counter's increment on the fast path.
+    static constexpr uint32_t kCallsPerProbe = 256;
+    void ProbeNowAndThen() {
+        if (++since_probe_ < kCallsPerProbe) [[likely]]
+            return;
+        since_probe_ = 0;
+        fn_.CheckAliveThrottled();
+    }
+
     // Copies `slots` into the SQ (the caller has checked they fit: a CB ring
     // CB may take several slots), counts `cbs` more completions owed,
     // publishes sq_tail and wakes the device only if it sleeps (one doorbell
@@ -204,6 +218,9 @@ private:
     // transfer.
     uint32_t cq_published_ = 0;
     uint32_t publish_every_ = 1;
+    // Submissions and empty reaps since the daemon itself was last looked
+    // at (ProbeNowAndThen).
+    uint32_t since_probe_ = 0;
 };
 
 }  // namespace spyre::driver
