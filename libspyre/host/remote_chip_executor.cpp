@@ -7,6 +7,18 @@
 
 namespace spyre::host {
 
+namespace {
+
+// Whether an In argument of `call` names exactly the bytes of `t`.
+bool ReadAsInput(const ChipCall& call, const HostTensor& t) {
+    return std::any_of(call.args.begin(), call.args.end(), [&](const ChipArg& a) {
+        return a.arg.access == Access::In && a.arg.tensor.storage_id() == t.storage_id() &&
+               a.arg.tensor.byte_offset() == t.byte_offset() && a.arg.tensor.bytes() == t.bytes();
+    });
+}
+
+}  // namespace
+
 RemoteChipExecutor::RemoteChipExecutor(std::shared_ptr<RemoteRank> rank, size_t device, std::string description,
                                        unsigned room)
     : rank_(std::move(rank)), device_(device), description_(std::move(description)), room_(std::max(room, 1u)) {}
@@ -18,13 +30,18 @@ ChipCallStats RemoteChipExecutor::Run(const ChipCall& call) {
     for (const ChipArg& a : call.args) {
         const HostTensor& t = a.arg.tensor;
         const WireSpec spec{t.shape(), t.dtype()};
-        remote.access.push_back(WireAccess(a.arg.access));
-        if (a.arg.access != Access::Out) {
+        // An Out over exactly the bytes of an In argument (an in-place
+        // call) starts as those bytes, as on this rank's devices: it goes
+        // as InOut. As Out it started as zeros there (found probing from
+        // outside: an in-place function that writes part of its output).
+        const Access access = a.arg.access == Access::Out && ReadAsInput(call, t) ? Access::InOut : a.arg.access;
+        remote.access.push_back(WireAccess(access));
+        if (access != Access::Out) {
             const auto* bytes = static_cast<const uint8_t*>(t.data());
             remote.inputs.push_back(WireTensor{spec, std::vector<uint8_t>(bytes, bytes + t.bytes())});
             stats.bytes_uploaded += t.bytes();
         }
-        if (a.arg.access != Access::In) {
+        if (access != Access::In) {
             remote.outputs.push_back(spec);
             returned.push_back(&t);
         }

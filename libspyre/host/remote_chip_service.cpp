@@ -49,6 +49,11 @@ void RemoteChipService::Register(const std::string& name, RemoteCallHandler hand
 
 void RemoteChipService::Serve(int controller) {
     shutdown_ = false;
+    controller_ = controller;
+    struct Forget {
+        int& controller;
+        ~Forget() { controller = -1; }
+    } forget{controller_};
     int source = kAnySource;
     while (!shutdown_) {
         try {
@@ -109,6 +114,11 @@ void RemoteChipService::Answer(Message request) {
     case kPeerLeftMessageType:  // a rank that finished: nothing to answer
         return;
     case remote::kShutdown:
+        if (controller_ >= 0 && from != controller_) {
+            SPYRE_LOG_WARN("remote chip service, rank %d: ignored a Shutdown from rank %d (rank %d controls the run)",
+                           self.rank, from, controller_);
+            return;
+        }
         shutdown_ = true;
         return;
     case remote::kDescribe: {

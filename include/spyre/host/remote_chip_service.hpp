@@ -60,7 +60,9 @@ public:
     // to `handler`; without one they are logged and dropped.
     void SetOtherMessageHandler(std::function<void(Message)> handler) { other_ = std::move(handler); }
 
-    // Answers requests until `controller` sends Shutdown. Throws the
+    // Answers requests until `controller` sends Shutdown (a Shutdown from
+    // any other rank is logged and ignored: it ended the service for the
+    // controller, found probing from outside). Throws the
     // transport's errors (a lost peer, the controller gone); a controller
     // that leaves the run without Shutdown (it failed before it could) ends
     // it at once with the transport's DeviceLost ("left the run"). A
@@ -90,6 +92,7 @@ private:
     // add up to more than 1.
     std::vector<std::unique_ptr<dependency::JobThreads>> device_threads_;
     bool shutdown_ = false;
+    int controller_ = -1;  // Serve's: the one rank whose Shutdown counts (-1: any, ServeOne)
     std::atomic<uint64_t> calls_served_{0};
 };
 

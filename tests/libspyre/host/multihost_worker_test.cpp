@@ -359,6 +359,56 @@ TEST_F(MultiHostTest, AnInPlaceCallReadsItsInputAsItWasOnEveryPlacement) {
     }
 }
 
+// A chip function that writes only the first half of its output, after a
+// call that left other bytes (-123) in device memory: the half it leaves
+// comes back as zeros from a plain Out, and as the input's bytes from an
+// in-place Out, on this rank's device and on another's. Another rank's
+// device gave back the earlier call's -123 in both cases (its copies are
+// new each call, over memory a freed copy held: found probing from outside).
+TEST_F(MultiHostTest, TheBytesAnOutputLeavesComeBackTheSameOnEveryPlacement) {
+    auto fill = [](ChipContext& ctx) {
+        auto* out = static_cast<float*>(ctx.args[0]);
+        for (size_t i = 0; i < ctx.bytes[0] / sizeof(float); ++i) out[i] = -123.0f;
+    };
+    auto half = [](ChipContext& ctx) {  // out[i] = in[i] + 100 (or 7 without an input) for the first half
+        const bool in_place = ctx.args.size() == 2;
+        const auto* in = static_cast<const float*>(ctx.args[0]);
+        auto* out = static_cast<float*>(ctx.args[in_place ? 1 : 0]);
+        const size_t n = ctx.bytes[0] / sizeof(float);
+        for (size_t i = 0; i < n / 2; ++i) out[i] = in_place ? in[i] + 100.0f : 7.0f;
+    };
+    Start(2, std::chrono::milliseconds(5000), {1}, [&](Worker& w) {
+        w.RegisterChipFunction("fill", fill);
+        w.RegisterChipFunction("half", half);
+    });
+    for (size_t device = 0; device < 2; ++device) {
+        const std::string where = "device " + std::to_string(device) + " (" + w().DescribeDevice(device) + ")";
+        const HostProgram stale{"stale", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                                    for (int k = 0; k < 2; ++k)
+                                        g.Chip("fill", {Out(g.CreateTensor({kTile, kTile}))}, {.device = device});
+                                }};
+        w().Run(stale, {});
+        const HostTensor y = HostTensor::Full({kTile, kTile}, 5.0f);
+        const HostProgram plain{"plain", 1, {}, [&](HostGraph& g, std::span<const HostTensor> t) {
+                                    g.Chip("half", {Out(t[0])}, {.device = device});
+                                }};
+        w().Run(plain, {y});
+        const auto yv = y.floats();
+        for (size_t i = 0; i < yv.size(); ++i)
+            ASSERT_EQ(yv[i], i < yv.size() / 2 ? 7.0f : 0.0f) << where << ", plain Out, element " << i;
+        w().Run(stale, {});
+        const HostTensor x = Iota(1.0f, 0.0f, kTile, kTile);
+        const std::vector<float> before(x.floats().begin(), x.floats().end());
+        const HostProgram in_place{"in_place", 1, {}, [&](HostGraph& g, std::span<const HostTensor> t) {
+                                       g.Chip("half", {In(t[0]), Out(t[0])}, {.device = device});
+                                   }};
+        w().Run(in_place, {x});
+        const auto xv = x.floats();
+        for (size_t i = 0; i < xv.size(); ++i)
+            ASSERT_EQ(xv[i], i < xv.size() / 2 ? before[i] + 100.0f : before[i]) << where << ", in-place Out, element " << i;
+    }
+}
+
 // Six row blocks over three ranks' devices: placement weighs rank 0's queue
 // against shipping a block's inputs, so rank 0 takes more than its share,
 // but every rank takes some.

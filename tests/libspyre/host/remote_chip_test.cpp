@@ -286,32 +286,69 @@ TEST_F(RemoteChipTest, AControllerThatLeavesWithoutShutdownEndsServeAtOnce) {
     EXPECT_NE(serve_error_.find("left the run"), std::string::npos) << serve_error_;
 }
 
+// Rank 1 of three in-process ranks serving "add" on an embedded mock card
+// until rank 0 sends Shutdown; rank 0's client makes one add and checks
+// it against the CPU, then ends the service, which must end cleanly.
+class ServingRankOfThree {
+public:
+    ServingRankOfThree()
+        : fabric_(InProcessFabric::Create(3, LivenessOptions{.heartbeat_interval = 50ms, .silence_bound = 800ms})),
+          t0_(fabric_->Take(0)), t1_(fabric_->Take(1)), host_(Host::Open(HostOptions::EmbeddedMock(1, 0, "1G"))),
+          service_(*t1_, host_) {
+        service_.Register("add", test::DeviceAdd);
+        server_ = std::thread([this] {
+            try {
+                service_.Serve(0);
+                serve_error_.clear();
+            } catch (const Error& e) {
+                serve_error_ = e.what();
+            }
+        });
+    }
+    ~ServingRankOfThree() {
+        if (server_.joinable()) {  // a failed check: end the service all the same
+            RemoteChipClient(*t0_, 5s).Shutdown(1);
+            server_.join();
+        }
+    }
+    InProcessFabric& fabric() { return *fabric_; }
+    void AddThenShutdown(const std::string& task, uint64_t seed) {
+        RemoteChipClient client(*t0_, 5s);
+        const RemoteCall call = AddCall(task, {64}, seed);
+        std::vector<WireTensor> out = client.Call(1, call);
+        ASSERT_EQ(out.size(), 1u);
+        EXPECT_EQ(out[0].data, test::CpuAdd(call.inputs[0], call.inputs[1]));
+        client.Shutdown(1);
+        server_.join();
+        EXPECT_EQ(serve_error_, "");
+    }
+
+private:
+    std::shared_ptr<InProcessFabric> fabric_;
+    std::unique_ptr<InProcessTransport> t0_, t1_;
+    Host host_;
+    RemoteChipService service_;
+    std::string serve_error_ = "still serving";
+    std::thread server_;
+};
+
 // Another rank that finishes is no reason to stop serving the controller.
 TEST(RemoteChipServiceTest, ARankOtherThanTheControllerLeavingIsNotAnError) {
     SPYRE_REQUIRE_FUSE();
-    auto fabric = InProcessFabric::Create(3, LivenessOptions{.heartbeat_interval = 50ms, .silence_bound = 800ms});
-    auto t0 = fabric->Take(0), t1 = fabric->Take(1);
-    Host host = Host::Open(HostOptions::EmbeddedMock(1, 0, "1G"));
-    RemoteChipService service(*t1, host);
-    service.Register("add", test::DeviceAdd);
-    std::string serve_error = "still serving";
-    std::thread server([&] {
-        try {
-            service.Serve(0);
-            serve_error.clear();
-        } catch (const Error& e) {
-            serve_error = e.what();
-        }
-    });
-    fabric->Take(2).reset();  // rank 2 comes and goes
-    RemoteChipClient client(*t0, 60s);
-    const RemoteCall call = AddCall("after-rank-2-left", {64}, 11);
-    std::vector<WireTensor> out = client.Call(1, call);
-    ASSERT_EQ(out.size(), 1u);
-    EXPECT_EQ(out[0].data, test::CpuAdd(call.inputs[0], call.inputs[1]));
-    client.Shutdown(1);
-    server.join();
-    EXPECT_EQ(serve_error, "");
+    ServingRankOfThree rank1;
+    rank1.fabric().Take(2).reset();  // rank 2 comes and goes
+    rank1.AddThenShutdown("after-rank-2-left", 11);
+}
+
+// A Shutdown from a rank other than the controller is logged and ignored:
+// it ended Serve, and the controller's later calls to the rank failed
+// (found probing from outside).
+TEST(RemoteChipServiceTest, AShutdownFromARankOtherThanTheControllerIsIgnored) {
+    SPYRE_REQUIRE_FUSE();
+    ServingRankOfThree rank1;
+    RemoteChipClient(*rank1.fabric().Take(2), 5s).Shutdown(1);
+    std::this_thread::sleep_for(200ms);  // the service takes it first
+    rank1.AddThenShutdown("after-rank-2-said-shutdown", 12);
 }
 
 namespace {

@@ -216,7 +216,7 @@ TEST_F(WorkerTraceTest, ParallelReduceTraceShowsDevicesSubWorkerAndArrows) {
 
 // A chip task's uploads and downloads are copies of the device's DMA
 // engine: they show on the device's DMA track, byte for byte what the task
-// moved.
+// moved (its Out argument's copy zeroed first, also by the DMA engine).
 TEST_F(WorkerTraceTest, ChipTaskCopiesShowOnTheDevicesDmaTrack) {
     HostProgram p{"add_on_0", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
                       g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])}, {.device = 0});
@@ -240,7 +240,7 @@ TEST_F(WorkerTraceTest, ChipTaskCopiesShowOnTheDevicesDmaTrack) {
         EXPECT_EQ(tracks[e["tid"].get<int64_t>()], device + " DMA") << e.dump();
         (e["name"] == "CopyToDevice" ? up : down) += e["args"]["bytes"].get<uint64_t>();
     }
-    EXPECT_EQ(up, 2 * kTileBytes) << "a and b";
+    EXPECT_EQ(up, 3 * kTileBytes) << "a and b, and the zeros the output's copy starts as";
     EXPECT_EQ(down, kTileBytes) << "the sum";
 }
 
