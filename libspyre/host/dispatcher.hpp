@@ -129,8 +129,9 @@ public:
     // a cycle of them (two SubWorkers, each waiting for the other's run,
     // on threads of their own; or through a task that reads what a waiting
     // task's consumer writes) is refused instead of hanging them for good
-    // (found probing from outside). InvalidArgument naming both waits. A
-    // cycle closed by a submission while the waits are filed is not seen.
+    // (found probing from outside). InvalidArgument naming both waits.
+    // Checked when a wait begins only: a submission adds edges out of its
+    // own run, which nothing can wait for before its function returns.
     class AwaitingRun {
     public:
         AwaitingRun(Dispatcher& dispatcher, const RunState& run);
