@@ -85,6 +85,12 @@ void CardMemory::RenewVf(unsigned fn) {
     vf.file = std::move(fresh);
 }
 
+void CardMemory::CutBackGrowth(unsigned fn) {
+    std::lock_guard lock(mutex_);
+    if (fn == 0) pf_guard_.CutBackGrowth();
+    else if (fn <= vfs_.size()) vfs_[fn - 1].guard->CutBackGrowth();
+}
+
 void CardMemory::SetHeld(unsigned fn, bool held) {
     std::lock_guard lock(mutex_);
     if (fn != 0 && fn <= vfs_.size()) vfs_[fn - 1].held = held;

@@ -76,6 +76,8 @@ public:
     // How often function `fn`'s object was sized back after its holder
     // shrank it (shm_guard.hpp), since the function was made.
     uint64_t Repairs(unsigned fn) const { return fn < repairs_.size() ? repairs_[fn].load() : 0; }
+    // ShmGuard::CutBackGrowth of function `fn`'s object (0: the PF's).
+    void CutBackGrowth(unsigned fn);
 
     // Reads card memory through the objects' files: holes read as zeros
     // without allocating pages. Bytes past the card read as zeros.

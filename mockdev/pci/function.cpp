@@ -66,6 +66,13 @@ void Function::Beat() {
     // card's heartbeat thread waiting behind a reset for every function.
     std::unique_lock guard(reset_mutex_, std::try_to_lock);
     if (guard.owns_lock() && !removed()) SharedWord(server_.doorbell()->heartbeat).fetch_add(1);
+    // A holder that grew an object (found probing from outside: 64 MiB
+    // past its slice, kept mapped after it let go) has it cut back here.
+    if (guard.owns_lock()) {
+        regs_shm_.CutBackGrowth();
+        ring_shm_.CutBackGrowth();
+        card_memory_.CutBackGrowth(params_.index);
+    }
     LogShmRepairs();
 }
 
@@ -76,8 +83,8 @@ uint64_t Function::ShmRepairs() const { return shm_repairs_.load() + card_memory
 void Function::LogShmRepairs() {
     const uint64_t repairs = ShmRepairs();
     if (shm_repairs_logged_.exchange(repairs) == repairs) return;
-    LOG_WARN("%s: a process shrank this function's shared memory; sized back (%llu time(s) so far), its "
-             "bytes there are zeros now (holder pid %d)",
+    LOG_WARN("%s: a process resized this function's shared memory; sized back (%llu time(s) so far): bytes "
+             "it cut off are zeros now, pages it added are gone (holder pid %d)",
              address_.c_str(), static_cast<unsigned long long>(repairs), int(holder()));
 }
 

@@ -130,6 +130,16 @@ ShmGuard::~ShmGuard() {
     g_used[slot_] = false;
 }
 
+void ShmGuard::CutBackGrowth() noexcept {
+    g_handlers.fetch_add(1);  // as a handler: Publish lets go of a target only once none uses it
+    const Target* t = g_slots[slot_].load();
+    struct stat st;
+    if (t != nullptr && ::fstat(t->fd, &st) == 0 && uint64_t(st.st_size) > t->size &&
+        ::ftruncate(t->fd, off_t(t->size)) == 0)
+        t->repairs->fetch_add(1);
+    g_handlers.fetch_sub(1);
+}
+
 void ShmGuard::Watch(const ShmFile& file) { Publish(new Target{base_, len_, file.fd(), file.size(), &repairs_}); }
 
 void ShmGuard::Publish(const Target* target) {

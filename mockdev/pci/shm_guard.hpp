@@ -38,6 +38,12 @@ public:
     // `file` is what is mapped there now. Call it while the previous file is
     // still open: once Watch returns, no handler uses the previous one's fd.
     void Watch(const ShmFile& file);
+    // Sizes the object mapped there back down when a holder grew it past
+    // the size the daemon gave it (ftruncate), counting a repair: pages
+    // past the end are /dev/shm space the card does not count, which the
+    // holder could fill. For a normal thread (the card's heartbeat); a
+    // holder's own mapping past the end then faults in the holder.
+    void CutBackGrowth() noexcept;
 
     struct Target;  // what the handler reads (shm_guard.cpp)
 

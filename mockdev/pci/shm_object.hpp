@@ -136,6 +136,8 @@ public:
     size_t ReadAt(uint64_t offset, void* buf, size_t len) const;
     // Zeros [offset, offset + len), freeing the pages where it can.
     void Zero(uint64_t offset, uint64_t len);
+    // ShmGuard::CutBackGrowth of the current object.
+    void CutBackGrowth() noexcept { guard_.CutBackGrowth(); }
 
 private:
     std::string base_name_;

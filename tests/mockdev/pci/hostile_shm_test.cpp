@@ -195,6 +195,30 @@ INSTANTIATE_TEST_SUITE_P(EachObject, ShrunkObjectTest,
                                            Shrink{"PfMem", 0, SPYRE_REGION_DEVMEM}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// A holder grows its memory object 64 MiB past its slice (ftruncate) to
+// fill /dev/shm pages the card does not count, and could keep them mapped
+// after it let go (found probing from outside). The card's heartbeat cuts
+// the object back to its size and counts a repair; the function goes on.
+TEST_F(MockDeviceTest, AHolderThatGrowsItsMemoryObjectHasItCutBack) {
+    Function vf = Function::Open(Vf(1));
+    ExpectCopyRoundTrip(vf, 0x51);
+    const spyre_mock_region_shm m = Shm(vf, SPYRE_REGION_DEVMEM);
+    const int fd = ::open(ShmPath(m.shm_name).c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    struct stat st {};
+    ASSERT_EQ(::fstat(fd, &st), 0);
+    const off_t size = st.st_size;
+    ASSERT_EQ(::ftruncate(fd, size + (64 << 20)), 0) << std::strerror(errno);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (::fstat(fd, &st) == 0 && st.st_size != size && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ::close(fd);
+    EXPECT_EQ(st.st_size, size) << "the grown object was not cut back";
+    EXPECT_GE(StatsValue(ReadText(Vf(1).sysfs_dir / "stats"), "shm_repairs"), 1);
+    ExpectCopyRoundTrip(vf, 0x52);
+    EXPECT_TRUE(Running(daemon().pid()));
+}
+
 // Another user, holding nothing, creates in /dev/shm (writable by all) the
 // names the daemon used to give VF 1's next objects: `<prefix>.c0.f1.<kind>.<n>`.
 // Exclusive creation then failed and the hand-over removed the function.
