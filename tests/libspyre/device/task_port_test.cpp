@@ -62,7 +62,7 @@ public:
     std::set<uint64_t> seen;
     uint64_t repeated = 0, bad_status = 0;
     uint32_t max_room = 0;
-    bool failed = false;
+    std::atomic<bool> failed{false};  // read by a thread that drives in a loop
     ErrorKind failure = ErrorKind::Internal;
 
 private:
@@ -144,8 +144,14 @@ TEST_F(StreamTest, TaskPortADeadDeviceFailsWhatIsInFlight) {
     ASSERT_GT(port.in_flight(), 0u);
     daemon().Signal(SIGKILL);
     auto driven = std::async(std::launch::async, [&] {
-        while (port.Drive(never_moves, 0)) {
-        }
+        // Drive returns false whenever nothing is in flight, which the
+        // port's thread can make true for a moment before the daemon is
+        // gone (it reaped every task and has not sent the next yet): drive
+        // until the failure is heard (seen in CI under load: the loop
+        // ended with 1024 in flight sent after it, no failure heard).
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (!client.failed.load() && std::chrono::steady_clock::now() < until)
+            if (!port.Drive(never_moves, 0)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     });
     ASSERT_EQ(driven.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "Drive hangs on a dead device";
     driven.get();
