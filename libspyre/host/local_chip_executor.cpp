@@ -4,6 +4,7 @@
 #include "device/device_core.hpp"
 #include "device/device_internals.hpp"
 #include "device/task_port.hpp"
+#include "host/in_place.hpp"
 #include "spyre/common/device_clock.hpp"
 #include "spyre/uapi/spyre_regs.h"
 
@@ -400,12 +401,7 @@ public:
     // shared copy here showed it those writes (an in-place function that
     // reads what it already wrote computed something else by placement).
     bool WritesAnInputsBytes(size_t i) const {
-        const HostTensor& t = call_.args[i].arg.tensor;
-        if (call_.args[i].arg.access == Access::In) return false;
-        return std::any_of(call_.args.begin(), call_.args.end(), [&](const ChipArg& a) {
-            return a.arg.access == Access::In && a.arg.tensor.storage_id() == t.storage_id() &&
-                   a.arg.tensor.byte_offset() == t.byte_offset() && a.arg.tensor.bytes() == t.bytes();
-        });
+        return call_.args[i].arg.access != Access::In && AnInputNamesTheBytesOf(call_, call_.args[i].arg.tensor);
     }
     // A copy for this call alone (under mu_), not in the executor's cache.
     Copy& OwnCopy(const HostTensor& t) {

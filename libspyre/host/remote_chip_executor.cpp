@@ -3,21 +3,10 @@
 
 #include <algorithm>
 
+#include "host/in_place.hpp"
 #include "spyre/common/memory_copy.hpp"
 
 namespace spyre::host {
-
-namespace {
-
-// Whether an In argument of `call` names exactly the bytes of `t`.
-bool ReadAsInput(const ChipCall& call, const HostTensor& t) {
-    return std::any_of(call.args.begin(), call.args.end(), [&](const ChipArg& a) {
-        return a.arg.access == Access::In && a.arg.tensor.storage_id() == t.storage_id() &&
-               a.arg.tensor.byte_offset() == t.byte_offset() && a.arg.tensor.bytes() == t.bytes();
-    });
-}
-
-}  // namespace
 
 RemoteChipExecutor::RemoteChipExecutor(std::shared_ptr<RemoteRank> rank, size_t device, std::string description,
                                        unsigned room)
@@ -34,7 +23,7 @@ ChipCallStats RemoteChipExecutor::Run(const ChipCall& call) {
         // call) starts as those bytes, as on this rank's devices: it goes
         // as InOut. As Out it started as zeros there (found probing from
         // outside: an in-place function that writes part of its output).
-        const Access access = a.arg.access == Access::Out && ReadAsInput(call, t) ? Access::InOut : a.arg.access;
+        const Access access = a.arg.access == Access::Out && AnInputNamesTheBytesOf(call, t) ? Access::InOut : a.arg.access;
         remote.access.push_back(WireAccess(access));
         if (access != Access::Out) {
             const auto* bytes = static_cast<const uint8_t*>(t.data());
