@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import os
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, MutableMapping, Optional, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -333,7 +333,12 @@ def from_dlpack(obj: Any, device: Device, stream: Optional[FlexStream] = None,
 class CompilerOutput:
     manifest: str
     origin: str
-    blobs: dict[str, bytes]
+    # A live view: item assignment and del change this output; assigning
+    # a whole mapping copies it.
+    @property
+    def blobs(self) -> MutableMapping[str, bytes]: ...
+    @blobs.setter
+    def blobs(self, mapping: Mapping[str, bytes | bytearray]) -> None: ...
     def __init__(self) -> None: ...
     @staticmethod
     def read_directory(path: PathLike) -> CompilerOutput: ...

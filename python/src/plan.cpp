@@ -9,6 +9,7 @@
 
 #include "bindings.hpp"
 #include "errors.hpp"
+#include "int_arg.hpp"
 #include "callbacks.hpp"
 #include "objects.hpp"
 #include "plan_objects.hpp"
@@ -77,6 +78,21 @@ std::string FileBytes(const py::object& value, const char* what) {
     return {PyBytes_AS_STRING(b.ptr()), size_t(PyBytes_GET_SIZE(b.ptr()))};
 }
 
+std::string TypeName(const py::handle& value) {
+    return std::string(py::str(py::type::handle_of(value).attr("__name__")));
+}
+
+// One entry of CompilerOutput.blobs: a file name (str) -> bytes or bytearray.
+std::pair<std::string, std::vector<uint8_t>> Blob(const py::handle& name, const py::handle& data) {
+    if (!py::isinstance<py::str>(name) || !(py::isinstance<py::bytes>(data) || py::isinstance<py::bytearray>(data)))
+        throw Error(ErrorKind::InvalidArgument, "CompilerOutput.blobs: entry " + std::string(py::repr(name)) + " is " +
+                                                    TypeName(name) + " -> " + TypeName(data) +
+                                                    "; give file names (str) -> bytes");
+    const std::string b = py::isinstance<py::bytes>(data) ? std::string(data.cast<py::bytes>())
+                                                         : std::string(data.cast<py::bytearray>());
+    return {name.cast<std::string>(), std::vector<uint8_t>(b.begin(), b.end())};
+}
+
 const char* RoleName(TensorRole r) { return r == TensorRole::Input ? "input" : "output"; }
 
 }  // namespace
@@ -91,28 +107,41 @@ void BindPlan(py::module_& m) {
         .def_property("origin", [](const CompilerOutput& c) { return FileText(c.origin); },
             [](CompilerOutput& c, const py::object& text) { c.origin = FileBytes(text, "origin"); })
         .def_property("blobs",
-            [](const CompilerOutput& c) {
-                py::dict d;
-                for (const auto& [name, bytes] : c.blobs)
-                    d[py::str(name)] = py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-                return d;
+            [](const py::object& self) {
+                return py::module_::import("spyre._plan_blobs").attr("CompilerOutputBlobs")(self);
             },
-            [](CompilerOutput& c, const py::dict& d) {
+            [](CompilerOutput& c, const py::object& mapping) {
+                if (!py::hasattr(mapping, "items"))
+                    throw Error(ErrorKind::InvalidArgument,
+                                "CompilerOutput.blobs: give a mapping of file names (str) -> bytes, not " +
+                                    ATypeName(mapping));
                 // Checked whole before c changes: a bad entry leaves the old blobs.
                 std::map<std::string, std::vector<uint8_t>> blobs;
-                for (auto [k, v] : d) {
-                    if (!py::isinstance<py::str>(k) || !(py::isinstance<py::bytes>(v) || py::isinstance<py::bytearray>(v)))
-                        throw Error(ErrorKind::InvalidArgument,
-                                    "CompilerOutput.blobs: entry " + std::string(py::repr(k)) + " is " +
-                                        std::string(py::str(py::type::handle_of(k).attr("__name__"))) + " -> " +
-                                        std::string(py::str(py::type::handle_of(v).attr("__name__"))) +
-                                        "; give file names (str) -> bytes");
-                    const std::string b = py::isinstance<py::bytes>(v) ? std::string(v.cast<py::bytes>())
-                                                                      : std::string(v.cast<py::bytearray>());
-                    blobs[k.cast<std::string>()] = std::vector<uint8_t>(b.begin(), b.end());
+                for (const py::handle item : mapping.attr("items")()) {
+                    const auto entry = item.cast<py::tuple>();
+                    auto [name, bytes] = Blob(entry[0], entry[1]);
+                    blobs.insert_or_assign(std::move(name), std::move(bytes));
                 }
                 c.blobs = std::move(blobs);
-            }, "File name -> bytes.")
+            }, "File name -> bytes: a live view (item assignment and del change the output).")
+        .def("_blob", [](const CompilerOutput& c, const py::object& name) {
+                const auto it = py::isinstance<py::str>(name) ? c.blobs.find(name.cast<std::string>()) : c.blobs.end();
+                if (it == c.blobs.end()) throw py::key_error(std::string(py::repr(name)));
+                return py::bytes(reinterpret_cast<const char*>(it->second.data()), it->second.size());
+            })
+        .def("_set_blob", [](CompilerOutput& c, const py::object& name, const py::object& data) {
+                auto [file, bytes] = Blob(name, data);
+                c.blobs.insert_or_assign(std::move(file), std::move(bytes));
+            })
+        .def("_del_blob", [](CompilerOutput& c, const py::object& name) {
+                if (!py::isinstance<py::str>(name) || c.blobs.erase(name.cast<std::string>()) == 0)
+                    throw py::key_error(std::string(py::repr(name)));
+            })
+        .def("_blob_names", [](const CompilerOutput& c) {
+                std::vector<std::string> names;
+                for (const auto& entry : c.blobs) names.push_back(entry.first);
+                return names;
+            })
         .def_static("read_directory", [](const std::filesystem::path& dir) {
                 return WithoutGil([&] { return CompilerOutput::ReadDirectory(dir); });
             }, py::arg("path"))

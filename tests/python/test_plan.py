@@ -83,3 +83,37 @@ def test_errors(dev, tmp_path):
         assert other.blobs == {"../escape": b"x"}
     other.blobs = {"a.bin": bytearray(b"\x01\x02")}
     assert other.blobs == {"a.bin": b"\x01\x02"}
+
+
+def test_blobs_is_a_live_view_that_item_assignment_changes():
+    # blobs was a dict copy: out.blobs["x"] = data changed only the copy and
+    # was lost without a word.
+    out = two_ops()
+    mm = out.blobs["mm.bin"]
+    out.blobs["mm.bin"] = b"\x00" * len(mm)
+    assert out.blobs["mm.bin"] == b"\x00" * len(mm)
+    out.blobs["extra.bin"] = bytearray(b"\x05\x06")
+    assert out.blobs["extra.bin"] == b"\x05\x06"
+    del out.blobs["extra.bin"]
+    names = set(out.blobs)
+    assert "extra.bin" not in names and {"add.bin", "mm.bin"} <= names
+    with pytest.raises(KeyError):
+        out.blobs["absent.bin"]
+    with pytest.raises(KeyError):
+        del out.blobs["absent.bin"]
+    assert out.blobs.get("absent.bin") is None and len(out.blobs) == len(names)
+    for name, data in (("a.bin", 7), ("a.bin", "text"), (3, b"x")):
+        with pytest.raises(spyre.InvalidArgument, match="CompilerOutput.blobs: entry"):
+            out.blobs[name] = data
+    assert set(out.blobs) == names
+    # The changed blob is what the plan is built from and what is written.
+    out.blobs["mm.bin"] = mm
+    assert spyre.ExecutionPlan(out).content_hash == spyre.ExecutionPlan(two_ops()).content_hash
+    # A view assigned whole is copied; anything but a mapping is refused typed.
+    other = spyre.CompilerOutput()
+    other.blobs = out.blobs
+    other.blobs["mm.bin"] = b"changed"
+    assert out.blobs["mm.bin"] == mm and other.blobs["mm.bin"] == b"changed"
+    with pytest.raises(spyre.InvalidArgument, match="give a mapping of file names"):
+        other.blobs = [("a.bin", b"x")]
+    assert dict(other.blobs) == dict(out.blobs, **{"mm.bin": b"changed"})
