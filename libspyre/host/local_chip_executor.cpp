@@ -294,9 +294,7 @@ public:
                 const bool reads = call.args[i].arg.access != Access::Out || own_copy_[i];
                 reads_.push_back(reads);
                 if (!reads) {
-                    // A served call's copies are its slot's scratch, which
-                    // the slot's last call left with its own bytes.
-                    if (c.fresh || call.one_shot) zeroed_.push_back(i);
+                    zeroed_.push_back(i);
                     continue;
                 }
                 if (c.readers > 0) {
@@ -339,7 +337,6 @@ public:
                 }
                 lock.lock();
                 if (failed) std::rethrow_exception(failed);
-                for (size_t i : zeroed_) copies_[i]->fresh = false;
             }
 
         } catch (...) {
@@ -480,18 +477,16 @@ private:
             stats.bytes_checked += t.bytes();
         }
         c.upload = Upload::Done;
-        c.fresh = false;
         e_.uploaded_.Notify();
         stats.bytes_uploaded += copied;
         stats.bytes_reused += t.bytes() - copied;
     }
-    // An Out argument that is not uploaded, on a new copy or a served
-    // call's scratch, starts as zeros: the copy held whatever the device
-    // memory held (another tensor's bytes: a freed copy's, or the slot's
-    // last served call's), and the elements the function left came back
-    // with them (found probing from outside). A kept copy holds this
-    // range's own earlier bytes: zeroing it on every call cost the L3
-    // throughput 4-5%.
+    // An Out argument that is not uploaded starts as zeros on every
+    // placement: a new copy held whatever the device memory held (another
+    // tensor's bytes: a freed copy's, or the slot's last served call's),
+    // and a kept copy this range's bytes of an earlier run, which a task
+    // since may have rewritten on the host; the elements the function left
+    // came back with them (both found probing from outside).
     void Zero(Copy& c, uint64_t bytes) {
         static constexpr uint64_t kChunk = 256 * 1024;
         static const std::vector<uint8_t> zeros(kChunk);

@@ -92,10 +92,6 @@ private:
         unsigned users = 0;    // arguments of calls in flight that hold it: never evicted then
         unsigned readers = 0;  // of those, the In and InOut ones: their bytes are current once uploaded
         Upload upload = Upload::Done;  // Running: a reader's call is moving the bytes (lock let go)
-        // Nothing of this range was put in it yet: its memory may hold
-        // another tensor's bytes (a freed copy's), which an Out argument
-        // must not give back where the function leaves it.
-        bool fresh = true;
     };
     // What one chip task at a time runs on.
     struct Slot {

@@ -231,3 +231,42 @@ TEST_F(WorkerTest, AWriteByATaskOfTheRunIsSeenByTheRunsNextReader) {
         for (float x : outs[2].floats()) ASSERT_EQ(x, 3.0f) << "run " << run << ": 1 + (1 + 1), device 1's b";
     }
 }
+
+// A chip function that writes part of its Out leaves zeros in the rest,
+// the same on a device that kept a copy of the tensor from an earlier run
+// as on one that makes a new copy: the kept copy held the first run's 3s,
+// which came back over the 11s a SubWorker wrote in between (found probing
+// from outside).
+TEST_F(WorkerTest, TheBytesAnOutputLeavesAreZerosOnAKeptCopyAsOnANewOne) {
+    worker_->RegisterChipFunction("fill_3", [](ChipContext& ctx) {
+        auto* out = static_cast<float*>(ctx.args[0]);
+        for (size_t i = 0; i < ctx.bytes[0] / sizeof(float); ++i) out[i] = 3.0f;
+    });
+    worker_->RegisterChipFunction("first_half_7", [](ChipContext& ctx) {
+        auto* out = static_cast<float*>(ctx.args[0]);
+        for (size_t i = 0; i < ctx.bytes[0] / sizeof(float) / 2; ++i) out[i] = 7.0f;
+    });
+    worker_->RegisterSubWorker("fill_11", [](std::span<const HostTensor> t) {
+        for (float& x : t[0].floats()) x = 11.0f;
+    });
+    for (size_t device = 0; device < 2; ++device) {
+        const std::string where = "device " + std::to_string(device);
+        HostTensor z = HostTensor::Zeros({kTile, kTile});
+        const HostProgram keep{"keep", 1, {}, [&](HostGraph& g, std::span<const HostTensor> x) {
+                                   g.Chip("fill_3", {Out(x[0])}, {.device = device});
+                               }};
+        worker_->Run(keep, {z});
+        for (float x : z.floats()) ASSERT_EQ(x, 3.0f) << where;
+        for (size_t on : {device, 1 - device}) {  // over the kept copy, then on a device without one
+            const HostProgram partial{"partial", 1, {}, [&](HostGraph& g, std::span<const HostTensor> x) {
+                                          g.Sub("fill_11", {Out(x[0])});
+                                          g.Chip("first_half_7", {Out(x[0])}, {.device = on});
+                                      }};
+            worker_->Run(partial, {z});
+            const auto zv = z.floats();
+            for (size_t i = 0; i < zv.size(); ++i)
+                ASSERT_EQ(zv[i], i < zv.size() / 2 ? 7.0f : 0.0f)
+                    << where << " kept a copy, partial Out on device " << on << ", element " << i;
+        }
+    }
+}
