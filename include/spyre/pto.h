@@ -246,7 +246,9 @@ int32_t pto_copy_out(Runtime* rt, void* host, const void* buffer, uint64_t size)
  * else with the first task failure, else with -EINVAL when the function
  * returned with scopes open (its tasks ran; the scopes were ended for it). */
 int32_t pto_run(Runtime* rt, pto_orchestration_fn fn, uint64_t* args);
-/* The same with `symbol` of the shared object `path` (dlopen/dlsym). */
+/* The same with `symbol` of the shared object `path` (dlopen/dlsym), which
+ * stays loaded until the runtime is destroyed (kernels it registers point
+ * into it). */
 int32_t pto_run_library(Runtime* rt, const char* path, const char* symbol, uint64_t* args);
 
 #ifdef __cplusplus

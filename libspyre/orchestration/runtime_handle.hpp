@@ -38,6 +38,10 @@ struct RuntimeState {
     // forked since gets InvalidArgument from every call (CheckSameProcess),
     // and its destruction there leaves the parent's runtime alone.
     detail::MadeInProcess made_in;
+    // The libraries pto_run_library loaded, closed after the graph: host
+    // kernels their functions registered point into them.
+    std::mutex libraries_mu;
+    std::vector<void*> libraries;
 
     ~RuntimeState();
 

@@ -4,6 +4,8 @@
 // function.
 #include <dlfcn.h>
 
+#include <algorithm>
+
 #include <cstring>
 #include <exception>
 
@@ -81,6 +83,7 @@ void NoteRefusedCall(const ::Runtime* handle, const Error& error, const char* ca
 RuntimeState::~RuntimeState() {
     graph.reset();  // waits for running tasks first: they use the memory below
     backing.reset();
+    for (void* lib : libraries) ::dlclose(lib);  // no kernel of theirs runs any more
 }
 
 std::unique_ptr<RuntimeState> RuntimeState::OnHostMemory(uint64_t memory_size, const OrchestratorOptions& options) {
@@ -173,10 +176,15 @@ void RuntimeState::RunLibrary(const char* path, const char* symbol, uint64_t* ar
     if (!path || !symbol) throw Error(ErrorKind::InvalidArgument, "a library path and a symbol name are needed");
     void* lib = ::dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!lib) throw Error(ErrorKind::NotFound, std::string("cannot load orchestration library: ") + ::dlerror());
-    struct Close {
-        void* lib;
-        ~Close() { ::dlclose(lib); }
-    } close{lib};
+    {
+        // Open for the runtime's life: a host kernel the function registers
+        // points into the library (unloaded after the call, the kernel's
+        // next task ran unmapped code: found probing from outside). One
+        // reference per library: dlopen gives a loaded one's handle again.
+        std::lock_guard lock(libraries_mu);
+        if (std::find(libraries.begin(), libraries.end(), lib) == libraries.end()) libraries.push_back(lib);
+        else ::dlclose(lib);
+    }
     void* sym = ::dlsym(lib, symbol);
     if (!sym)
         throw Error(ErrorKind::NotFound, std::string("no orchestration function '") + symbol + "' in " + path);

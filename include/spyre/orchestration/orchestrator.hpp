@@ -206,7 +206,8 @@ public:
     // The same as Run above, waiting as `slices` says (`progress` is told
     // once no task is left in flight).
     void Run(pto_orchestration_fn fn, uint64_t* args, const ProgressCallback& progress, const WaitSlices& slices);
-    // The same with `symbol` from the shared object at `path`.
+    // The same with `symbol` from the shared object at `path`, kept loaded
+    // until the runtime is destroyed (host kernels it registers point into it).
     void RunLibrary(const std::string& path, const std::string& symbol, uint64_t* args,
                     const ProgressCallback& progress = {});
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The C API from C: both TaskParam spellings, implicit outputs read back
- * with pto_task_output, errors as negative errno plus a message, and an
- * orchestration function loaded from a shared object (argv[1]). Host memory
+ * with pto_task_output, errors as negative errno plus a message, and
+ * orchestration functions loaded from shared objects (argv[1]: Example 1;
+ * argv[2]: one that registers a host kernel of its library). Host memory
  * runtime: no device needed. Exit status 0 = pass. */
 #include <errno.h>
 #include <stdio.h>
@@ -132,6 +133,21 @@ int main(int argc, char** argv) {
         CHECK(pto_scope_end(rt) == 0);
         CHECK(pto_run_library(rt, argv[1], "no_such_function", args) == -ENOENT);
         CHECK(strstr(pto_last_error(), "no_such_function") != NULL);
+    }
+    /* A host kernel the library's function registered runs after the call
+     * returned: the library stays loaded for the runtime's life (it was
+     * unloaded, and the next task of the kernel ran unmapped code). */
+    if (argc > 2) {
+        uint64_t args[] = {(uint64_t)(uintptr_t)A, (uint64_t)(uintptr_t)D};
+        CHECK(pto_run_library(rt, argv[2], "register_times_three", args) == 0);
+        for (int i = 0; i < 256; ++i) CHECK(D[i] == 3.0f * (float)i);
+        for (int round = 0; round < 2; ++round) { /* loaded again: the same library, still open */
+            CHECK(pto_submit_task(rt, 77, WORKER_HOST,
+                                  (TaskParam[]){{PARAM_INPUT, B, 1024}, {PARAM_OUTPUT, D, 1024}}, 2) >= 0);
+            CHECK(pto_wait_all(rt) == 0);
+            for (int i = 0; i < 256; ++i) CHECK(D[i] == 3.0f);
+            CHECK(pto_run_library(rt, argv[2], "no_such_function", args) == -ENOENT);
+        }
     }
     /* The last error, structured: the failed task, its kernel, the code. */
     bad = pto_submit_task(rt, 3, WORKER_HOST, (TaskParam[]){{PARAM_OUTPUT, D, 1024}}, 1);
