@@ -28,7 +28,8 @@ constexpr uint64_t kBufferOwner = 1ull << 63;
 constexpr const char* kHoldRule =
     "a task with implicit outputs submitted outside any scope is held by its submitting thread until a later "
     "task of that thread reads them, the thread's next pto_wait_all, or its exit; outputs whose address "
-    "pto_task_output never handed out go sooner when the rings are full";
+    "pto_task_output never handed out go sooner when the rings are full, except the one of each thread's newest "
+    "task that took a hold";
 
 }  // namespace
 

@@ -2528,6 +2528,26 @@ TEST(OrchHolds, AnOlderOutputNeverHandedOutGoesUnderPressure) {
     pto_runtime_destroy(rt);
 }
 
+// The newest hold stays even when its output was never handed out; the
+// refusal says so (it said only that such outputs go sooner, which read as
+// a contradiction: found probing from outside).
+TEST(OrchHolds, TheRefusalOfAHeapPinnedByTheNewestHoldSaysItStays) {
+    Runtime* rt = pto_runtime_create_host(1 << 20, 8, 8192);
+    ASSERT_NE(rt, nullptr) << pto_last_error();
+    ASSERT_EQ(pto_register_host_kernel(rt, 1, FillSevens, nullptr), 0);
+    TaskParam a[] = {{PARAM_OUTPUT, nullptr, 4096, {}}};
+    ASSERT_GE(pto_submit_task(rt, 1, WORKER_HOST, a, 1), 0) << pto_last_error();  // never asked for
+    EXPECT_EQ(pto_alloc(rt, 6144), nullptr);
+    const std::string error = pto_last_error();
+    EXPECT_NE(error.find("held by its submitting thread"), std::string::npos) << error;
+    EXPECT_NE(error.find("except the one of each thread's newest task that took a hold"), std::string::npos) << error;
+    ASSERT_EQ(pto_wait_all(rt), 0) << pto_last_error();  // lets go of it
+    void* room = pto_alloc(rt, 6144);
+    EXPECT_NE(room, nullptr) << pto_last_error();
+    EXPECT_EQ(pto_free(rt, room), 0);
+    pto_runtime_destroy(rt);
+}
+
 // An Orchestrator destroyed by one of its own host kernels: its destructor
 // waited for every task, the calling one too, and never returned (the C
 // API refuses the same with -EBUSY). It now returns, and the runtime is
