@@ -85,7 +85,9 @@ LocalChipExecutor::LocalChipExecutor(Device device, const DistributedConfig& con
 
 LocalChipExecutor::~LocalChipExecutor() {
     copies_.clear();
-    slots_.clear();  // their runtimes before the device they run on
+    slots_.clear();  // their runtimes before the device they run on: views of their memory become zeros
+    for (const std::weak_ptr<SetAside>& kept : set_asides_)
+        if (const auto set_aside = kept.lock()) set_aside->buffers.clear();
 }
 
 std::string LocalChipExecutor::Describe() const { return device_.pci_address(); }
@@ -366,7 +368,12 @@ public:
     // copies go to `holder` when the call gives them back (a shared In
     // copy another call still reads stays: nothing writes through a view
     // of an In argument).
-    void SetAsideFor(std::shared_ptr<LocalChipExecutor::SetAside> holder) { set_aside_ = std::move(holder); }
+    void SetAsideFor(std::shared_ptr<LocalChipExecutor::SetAside> holder) {
+        std::lock_guard lock(e_.mu_);
+        std::erase_if(e_.set_asides_, [](const std::weak_ptr<SetAside>& s) { return s.expired(); });
+        e_.set_asides_.push_back(holder);
+        set_aside_ = std::move(holder);
+    }
 
     // Argument `i`'s device copy. When the device's memory is out, the
     // calls on the other slots hold it: wait for one to give its copies

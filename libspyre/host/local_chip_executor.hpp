@@ -129,6 +129,10 @@ private:
     std::map<int32_t, std::vector<uint8_t>> programs_;  // under mu_: what LoadKernel loaded, by kernel id
 
     std::mutex mu_;  // the copies and the free slots; never held while bytes move
+    // Under mu_: the set-asides handed out, whose buffers the executor frees
+    // when it goes (their views are private zeros by then): a view kept
+    // past the Worker must not keep its device open.
+    std::vector<std::weak_ptr<SetAside>> set_asides_;
     // Waiters look at the state under mu_ after arming, so producers may
     // notify with mu_ held or after letting it go.
     EventCount slot_free_;

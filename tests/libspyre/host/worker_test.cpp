@@ -488,6 +488,20 @@ TEST(WorkerOneDevice, ArgumentMemoryHeldPastTheCallIsSetAsideForItsHolder) {
     // device hands out next is reachable through it.
     for (uint64_t i = 0; i < bytes / 4; ++i) ASSERT_EQ(kept[i], 0.0f) << "after the Worker";
     std::fill(kept, kept + bytes / 4, 5.0f);
+    // The view holds no device: a new Worker opens its functions at once
+    // (it was refused Busy, "already open", until the view went: found
+    // probing from outside), and computes right.
+    const auto reopening = std::chrono::steady_clock::now();
+    w.emplace(host, DistributedConfig{.device_ids = Vfs(host)});
+    EXPECT_LT(std::chrono::steady_clock::now() - reopening, std::chrono::seconds(5));
+    w->RegisterChipFunction("plus_one", [](ChipContext& ctx) {
+        auto* out = static_cast<float*>(ctx.args.back());
+        for (uint64_t i = 0; i < ctx.bytes[0] / 4; ++i) out[i] += 1.0f;
+    });
+    w->Run(inc, {y});
+    for (float v : y.floats()) ASSERT_EQ(v, 3.0f) << "the new Worker";
+    for (uint64_t i = 0; i < bytes / 4; ++i) ASSERT_EQ(kept[i], 5.0f) << "the view is the holder's own memory";
+    w.reset();
     held.reset();
 }
 
