@@ -72,7 +72,11 @@ SchedulerCore::SchedulerCore(DeviceCore& device, const SchedulerOptions& options
 
 SchedulerCore::~SchedulerCore() { Stop(); }
 
-uint64_t SchedulerCore::memory_size() const { return device_.function->device_info().mem_size; }
+uint64_t SchedulerCore::memory_size() const {
+    // The DMA engine's window: a PF's is its own slice, where the card's
+    // whole memory let a block pass here that the engine then refused.
+    return device_.dma_queue ? device_.dma_queue->memory_size() : device_.function->device_info().mem_size;
+}
 
 void SchedulerCore::Start() {
     thread_ = std::thread([this] {

@@ -386,6 +386,20 @@ TEST_F(StreamTest, QueueOperationPublicEntryPoint) {
     wild.device_addr = ~0ull - 64;
     EXPECT_SPYRE_ERROR(dev.scheduler().QueueOperation(s.stream_index(), wild), InvalidArgument,
                        "runs past the function's memory");
+    // So is one inside the card but past the PF's own slice (the last VF's
+    // memory, near the end of the card's 4 GiB): the check took the whole
+    // card, and the DMA engine refused such a block later, as the stream's
+    // sticky error, while a small one went through the ring (found probing
+    // from outside).
+    const std::vector<uint8_t> ones(8192, 1);
+    for (uint64_t size : {uint64_t(64), uint64_t(8192)}) {
+        ControlBlock past_slice = cb;
+        past_slice.device_addr = (uint64_t(4) << 30) - 16384;
+        past_slice.size = size;
+        past_slice.src = ones.data();
+        EXPECT_SPYRE_ERROR(dev.scheduler().QueueOperation(s.stream_index(), past_slice), InvalidArgument,
+                           "runs past the function's memory");
+    }
     EXPECT_EQ(s.enqueued(), before + 2);
     s.Synchronize();
     EXPECT_EQ(s.Query(), StreamStatus::Idle);
