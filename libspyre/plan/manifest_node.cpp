@@ -34,9 +34,18 @@ public:
         case json::parse_event_t::value: ElementDone(); break;
         }
     }
+    // The outermost and innermost kEnds levels of a deeper path, the
+    // levels between counted: a message grew 3 bytes per level of a
+    // hostile manifest's nesting (9 MB for 3 million '[').
+    static constexpr size_t kEnds = 8;
     std::string Text() const {
         std::string path;
-        for (const Frame& f : frames_) {
+        for (size_t i = 0; i < frames_.size(); ++i) {
+            if (frames_.size() > 2 * kEnds && i == kEnds) {
+                path += "...(" + std::to_string(frames_.size() - 2 * kEnds) + " levels)...";
+                i = frames_.size() - kEnds;
+            }
+            const Frame& f = frames_[i];
             if (f.array)
                 path += "[" + std::to_string(f.index) + "]";
             else if (!f.key.empty())

@@ -627,6 +627,22 @@ TEST(ExecutionPlanFuzz, TruncatedManifestsOnlyEverThrowSpyreErrors) {
     }
 }
 
+// A deeply nested manifest's refusal names the outermost and innermost
+// levels only: the field path grew 3 bytes per level (9 MB for 3 million
+// '[': found probing from outside).
+TEST(ExecutionPlanFuzz, ADeeplyNestedManifestGetsAShortMessage) {
+    for (const std::string manifest : {std::string(100'000, '['), "{\"format\": " + std::string(50'000, '[') + "1"}) {
+        CompilerOutput out;
+        out.manifest = manifest;
+        std::string message;
+        ASSERT_NE(TryParse(out, &message), Outcome::Parsed);
+        EXPECT_LT(message.size(), 1000u) << message.substr(0, 200);
+        EXPECT_NE(message.find("plan.json: "), std::string::npos) << message.substr(0, 200);
+        EXPECT_NE(message.find(" levels)..."), std::string::npos) << message.substr(0, 200);
+        EXPECT_NE(message.find("not valid JSON"), std::string::npos) << message.substr(0, 200);
+    }
+}
+
 TEST(ExecutionPlanFuzz, FlippedBlobBytesAreCaughtByTheChecksums) {
     const CompilerOutput base = CompilerOutputFromKernels("sample", SampleKernels());
     std::mt19937 rng(7);
