@@ -58,6 +58,8 @@ public:
     // The same at a function-relative address this engine's allocator
     // returned for a checked range (SpyreAllocator::DeviceAddress): how a
     // stream's queued copy, checked when it was enqueued, starts later.
+    // Not checked against an allocation here: only against the function's
+    // memory (any byte of the caller's own function, nothing outside it).
     DmaTicket CopyToDeviceAt(const void* host, uint64_t device_address, uint64_t size);
     DmaTicket CopyFromDeviceAt(void* host, uint64_t device_address, uint64_t size);
 
