@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "spyre/common/device_clock.hpp"
 #include "spyre/common/eventcount.hpp"
 #include "spyre/common/memory_copy.hpp"
 #include "spyre/error.hpp"
@@ -95,9 +96,10 @@ public:
     // A chunk finished: `bytes` moved, or errno `error`. A chunk that went
     // into the memory of a dead device (the shared memory outlives its
     // daemon) counts for nothing: the copy fails with DeviceLost.
-    void ChunkDone(Ticket t, uint64_t bytes, int error) {
+    void ChunkDone(Ticket t, uint64_t bytes, int error, uint64_t began_ns) {
         std::unique_lock lock(mutex_);
         State* s = &tickets_.at(t);
+        if (s->start_ns == 0 || began_ns < s->start_ns) s->start_ns = began_ns;
         if (s->parts_left == 1) {
             // The last chunk checks the daemon (a pidfd poll), once per copy:
             // a device never comes back, so a chunk that finished on a dead
@@ -112,6 +114,7 @@ public:
         s->bytes += bytes;
         if (error && !s->error) s->error = error;
         const bool complete = --s->parts_left == 0;
+        if (complete) s->end_ns = DeviceClockNs();
         uint64_t busy_ns = 0;
         if (complete && --active_ == 0)
             busy_ns = uint64_t(duration_cast<nanoseconds>(steady_clock::now() - busy_since_).count());
@@ -129,9 +132,15 @@ public:
 
     // A copy done in the caller (which took `busy` for it): its ticket is
     // complete at birth.
-    Ticket CompletedTicket(uint64_t bytes, Direction dir, steady_clock::duration busy) {
+    Ticket CompletedTicket(uint64_t bytes, Direction dir, steady_clock::time_point started) {
+        const steady_clock::time_point ended = steady_clock::now();
         const Ticket t = NewTicket(0, dir, bytes);
-        Count(dir, bytes, uint64_t(duration_cast<nanoseconds>(busy).count()));
+        {
+            std::lock_guard lock(mutex_);
+            State& s = tickets_.at(t);
+            s.start_ns = DeviceClockNs(started), s.end_ns = DeviceClockNs(ended);
+        }
+        Count(dir, bytes, uint64_t(duration_cast<nanoseconds>(ended - started).count()));
         NotifyComplete();
         return t;
     }
@@ -245,8 +254,9 @@ private:
             const Chunk c = work_.front();
             work_.pop_front();
             lock.unlock();
+            const uint64_t began = DeviceClockNs();
             const Moved m = DeviceGone() ? Moved{0, 0} : Move(c, engine);
-            ChunkDone(c.ticket, m.bytes, m.error);
+            ChunkDone(c.ticket, m.bytes, m.error, began);
         }
     }
 
@@ -262,8 +272,9 @@ private:
             const Chunk c = *it;
             work_.erase(it);
             lock.unlock();
+            const uint64_t began = DeviceClockNs();
             const Moved m = DeviceGone() ? Moved{0, 0} : MoveWithMemcpy(c);
-            ChunkDone(c.ticket, m.bytes, m.error);
+            ChunkDone(c.ticket, m.bytes, m.error, began);
         }
     }
 
@@ -273,6 +284,7 @@ private:
         int error;
         bool lost;  // the device was gone when a chunk finished
         Direction dir;
+        uint64_t start_ns = 0, end_ns = 0;  // DmaCompletion's
     };
     std::unordered_map<Ticket, State>::iterator Find(Ticket t) {
         auto it = tickets_.find(t);
@@ -294,7 +306,7 @@ private:
             errno = s.error;
             throw SystemError("DMA copy failed after " + std::to_string(s.bytes) + " bytes", {.device = device()});
         }
-        return DmaCompletion{s.bytes};
+        return DmaCompletion{s.bytes, s.start_ns, s.end_ns};
     }
 
     const DmaOptions options_;
@@ -518,7 +530,7 @@ DmaQueue::Ticket DmaQueue::HostToDevice(const void* host, uint64_t device_addr, 
         b.function().CheckAliveThrottled();
         const auto started = steady_clock::now();
         CopyMemory(b.memory() + device_addr, host, size);
-        return b.CompletedTicket(size, Direction::ToDevice, steady_clock::now() - started);
+        return b.CompletedTicket(size, Direction::ToDevice, started);
     }
     b.function().CheckAlive();
     const Ticket t = b.NewTicket(Parts(b, size), Direction::ToDevice);
@@ -534,7 +546,7 @@ DmaQueue::Ticket DmaQueue::DeviceToHost(void* host, uint64_t device_addr, uint64
         b.function().CheckAliveThrottled();
         const auto started = steady_clock::now();
         CopyMemory(host, b.memory() + device_addr, size);
-        return b.CompletedTicket(size, Direction::FromDevice, steady_clock::now() - started);
+        return b.CompletedTicket(size, Direction::FromDevice, started);
     }
     b.function().CheckAlive();
     const Ticket t = b.NewTicket(Parts(b, size), Direction::FromDevice);
@@ -555,7 +567,7 @@ DmaQueue::Ticket DmaQueue::DeviceToDevice(uint64_t src_addr, uint64_t dst_addr, 
             b.function().CheckAlive();
         const auto started = steady_clock::now();
         MoveMemory(b.memory() + dst_addr, b.memory() + src_addr, size);
-        return b.CompletedTicket(size, Direction::DeviceToDevice, steady_clock::now() - started);
+        return b.CompletedTicket(size, Direction::DeviceToDevice, started);
     }
     b.function().CheckAlive();
     // The source is the mapping itself: a write from it into the object.

@@ -40,7 +40,7 @@ DmaTicket DMAEngine::Started(DmaTicket ticket, Direction direction, uint64_t siz
     return ticket;
 }
 
-void DMAEngine::Finished(DmaTicket ticket, bool failed) noexcept {
+void DMAEngine::Finished(DmaTicket ticket, bool failed, const driver::DmaCompletion* done) noexcept {
     if (failed) failed_.fetch_add(1, std::memory_order_relaxed);
     if (!any_traced_.load(std::memory_order_relaxed)) [[likely]]
         return;
@@ -50,17 +50,23 @@ void DMAEngine::Finished(DmaTicket ticket, bool failed) noexcept {
     const Traced t = it->second;
     traced_.erase(it);
     if (traced_.empty()) any_traced_.store(false, std::memory_order_relaxed);
-    TraceSpan(t.direction, t.bytes, t.start_ns);
+    // Where the queue moved the bytes: a stream hands a run of copies over
+    // at once, and each one from its submission to the poll that saw it
+    // end drew them in parallel, on a lane each (found probing from outside).
+    if (done && done->start_ns != 0 && done->end_ns >= done->start_ns)
+        TraceSpan(t.direction, t.bytes, done->start_ns, done->end_ns);
+    else
+        TraceSpan(t.direction, t.bytes, t.start_ns);
 }
 
-void DMAEngine::TraceSpan(Direction direction, uint64_t bytes, uint64_t start_ns) noexcept {
+void DMAEngine::TraceSpan(Direction direction, uint64_t bytes, uint64_t start_ns, uint64_t end_ns) noexcept {
     if (!trace::Enabled()) return;
     const uint64_t recording = trace::detail::Recording();
     if (lanes_recording_ != recording) {
         lanes_.clear();
         lanes_recording_ = recording;
     }
-    const uint64_t end_ns = trace::detail::NowNs();
+    if (end_ns == 0) end_ns = trace::detail::NowNs();
     // The first lane free since the copy started: "<pci> DMA", then "<pci> DMA 2", ...
     auto lane = std::find_if(lanes_.begin(), lanes_.end(), [&](const Lane& l) { return l.last_end_ns <= start_ns; });
     if (lane == lanes_.end()) {
@@ -72,13 +78,13 @@ void DMAEngine::TraceSpan(Direction direction, uint64_t bytes, uint64_t start_ns
     trace::detail::Span(lane->track, "dma", SpanName(uint8_t(direction)), start_ns, end_ns, int64_t(bytes));
 }
 
-void DMAEngine::CountRingCopy(uint64_t size, bool failed, uint64_t start_ns) noexcept {
+void DMAEngine::CountRingCopy(uint64_t size, bool failed, uint64_t start_ns, uint64_t end_ns) noexcept {
     Count(Direction::ToDevice, size);
     if (failed) failed_.fetch_add(1, std::memory_order_relaxed);
     if (start_ns == 0) [[likely]]
         return;
     std::lock_guard lock(traced_mu_);
-    TraceSpan(Direction::ToDevice, size, start_ns);
+    TraceSpan(Direction::ToDevice, size, start_ns, std::max(end_ns, start_ns));
 }
 
 DmaTicket DMAEngine::CopyToDevice(const void* host, const DeviceHandle& device, uint64_t size) {
@@ -104,9 +110,9 @@ DmaTicket DMAEngine::CopyOnDevice(const DeviceHandle& src, const DeviceHandle& d
 
 uint64_t DMAEngine::Wait(DmaTicket ticket, std::chrono::milliseconds timeout) {
     try {
-        const uint64_t bytes = queue_.Wait(ticket, timeout).bytes;
-        Finished(ticket, false);
-        return bytes;
+        const driver::DmaCompletion done = queue_.Wait(ticket, timeout);
+        Finished(ticket, false, &done);
+        return done.bytes;
     } catch (const Error& e) {
         if (e.kind() != ErrorKind::Timeout) Finished(ticket, true);  // a timed-out copy is still in flight
         throw;
@@ -117,7 +123,7 @@ std::optional<uint64_t> DMAEngine::Poll(DmaTicket ticket) {
     try {
         const std::optional<driver::DmaCompletion> done = queue_.Poll(ticket);
         if (!done) return std::nullopt;
-        Finished(ticket, false);
+        Finished(ticket, false, &*done);
         return done->bytes;
     } catch (const Error&) {
         Finished(ticket, true);

@@ -180,7 +180,13 @@ size_t RingRecords::Retire(std::span<const driver::Completion> done) {
             ++cancelled;  // cancelled on the device behind the stream's failure
         }
         if (rec.kind == OpKind::EventRecord) FireRecord(s, rec);
-        if (rec.kind == OpKind::CopyToDevice && dma_) dma_->CountRingCopy(rec.copy_bytes, !c.ok(), rec.submit_ns);
+        if (rec.kind == OpKind::CopyToDevice && dma_) {
+            // Where the device ran it (TraceDevice's span): the ring's copies
+            // run one after another, and drawn from their submission to the
+            // reap they overlapped, a DMA lane each (found probing from outside).
+            const uint64_t ran_from = rec.submit_ns ? std::max(rec.submit_ns, trace_last_done_ns_) : 0;
+            dma_->CountRingCopy(rec.copy_bytes, !c.ok(), ran_from, c.timestamp_ns);
+        }
         if (rec.ends_turn) --s.turns_inflight;
         if (rec.submit_ns != 0 && trace::Enabled()) {
             if (reaped_ns == 0) reaped_ns = trace::detail::NowNs();
@@ -196,7 +202,7 @@ void RingRecords::FailAll(const Error& lost) {
     for (Record& r : records_) {
         Fault(*r.stream, lost);
         if (r.kind == OpKind::EventRecord) FireRecord(*r.stream, r);
-        if (r.kind == OpKind::CopyToDevice && dma_) dma_->CountRingCopy(r.copy_bytes, true, 0);
+        if (r.kind == OpKind::CopyToDevice && dma_) dma_->CountRingCopy(r.copy_bytes, true, 0, 0);
         if (r.ends_turn) --r.stream->turns_inflight;
         --r.stream->ring_inflight;
         Complete(*r.stream, r.seq);

@@ -28,6 +28,11 @@ namespace spyre::driver {
 
 struct DmaCompletion {
     uint64_t bytes = 0;  // bytes moved
+    // On the device clock (DeviceClockNs): when the first chunk began
+    // moving and the last one ended (a trace draws the copy there, not
+    // from its submission to the poll that saw it end).
+    uint64_t start_ns = 0;
+    uint64_t end_ns = 0;
 };
 
 class DmaQueue {

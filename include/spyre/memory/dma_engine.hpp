@@ -28,6 +28,7 @@ namespace spyre {
 
 namespace driver {
 class DmaQueue;
+struct DmaCompletion;
 }
 
 // A copy in flight (driver::DmaQueue::Ticket).
@@ -83,8 +84,10 @@ public:
     // blocks (in order with the stream's launches), checked when it was
     // enqueued: counted here like every other copy and, when `start_ns` is
     // set (a trace recorded when it went into the ring), drawn on the DMA
-    // track up to now. Called when the ring retires it.
-    void CountRingCopy(uint64_t size, bool failed, uint64_t start_ns) noexcept;
+    // track from `start_ns` to `end_ns` (where the device ran its control
+    // block, as the device ring's track draws it). Called when the ring
+    // retires it.
+    void CountRingCopy(uint64_t size, bool failed, uint64_t start_ns, uint64_t end_ns) noexcept;
 
     DmaStats Stats() const noexcept;
     driver::DmaBackend backend() const noexcept;
@@ -96,9 +99,12 @@ private:
     void Count(Direction direction, uint64_t size) noexcept;  // one copy of `size` bytes
     // Counts a submitted copy and, while a trace records, notes its start.
     DmaTicket Started(DmaTicket ticket, Direction direction, uint64_t size);
-    // Ends a copy's span (when it has one); counts it when it failed.
-    void Finished(DmaTicket ticket, bool failed) noexcept;
-    void TraceSpan(Direction direction, uint64_t bytes, uint64_t start_ns) noexcept;  // traced_mu_ held
+    // Ends a copy's span (when it has one), drawn where `done` says the
+    // queue moved the bytes (else from its start to now); counts it when
+    // it failed.
+    void Finished(DmaTicket ticket, bool failed, const driver::DmaCompletion* done = nullptr) noexcept;
+    // traced_mu_ held; `end_ns` 0: now.
+    void TraceSpan(Direction direction, uint64_t bytes, uint64_t start_ns, uint64_t end_ns = 0) noexcept;
 
     SpyreAllocator& allocator_;
     driver::DmaQueue& queue_;

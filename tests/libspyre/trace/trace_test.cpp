@@ -718,6 +718,36 @@ TEST_F(TraceTest, OverlappingCopiesGoOnLanesWhoseSpansFollowOneAnother) {
     EXPECT_EQ(spans, 12u);
 }
 
+// One stream's small copies run one after another, and the trace draws
+// them so, on one DMA lane: each span is where the queue moved the bytes.
+// Drawn from submission (the stream hands a run of copies over at once) to
+// the poll that saw each end, 200 of them took 64 lanes (found probing
+// from outside).
+TEST_F(TraceTest, OneStreamsCopiesGoOnOneDmaLane) {
+    Device dev = OpenDevice();
+    const DeviceAllocation a = dev.allocator().Allocate(1 << 20);
+    const std::vector<uint8_t> src(1 << 20, 1);
+    const std::string path = Path();
+    trace::Start(path);
+    FlexStream& s = dev.default_stream();
+    for (int i = 0; i < 200; ++i) s.CopyToDevice(src.data(), a.handle, 64 + uint64_t(i));
+    s.Synchronize();
+    trace::Stop();
+    dev.allocator().Free(a.handle);
+
+    const json t = Load(path);
+    const std::string pci = DeviceInternals::Function(dev).pci_address();
+    std::set<std::string> lanes;
+    size_t spans = 0;
+    for (const auto& [tid, name] : TrackNames(t)) {
+        if (name.rfind(pci + " DMA", 0) != 0) continue;
+        lanes.insert(name);
+        for (const json& e : t["traceEvents"]) spans += e["ph"] == "X" && e["tid"] == tid;
+    }
+    EXPECT_EQ(lanes, std::set<std::string>{pci + " DMA"});
+    EXPECT_GT(spans, 0u) << "no copy on the DMA track";
+}
+
 namespace {
 
 // trace_signal_helper (`mode`: "", "own" or "fork") started with
