@@ -85,10 +85,12 @@ public:
     const std::string& device() const noexcept { return fn_.pci_address(); }
     const Function& function() const noexcept { return fn_; }
 
-    Ticket NewTicket(uint64_t parts, Direction dir, uint64_t done_bytes = 0) {
+    // `start_ns`, `end_ns`: a copy done already (DmaCompletion's).
+    Ticket NewTicket(uint64_t parts, Direction dir, uint64_t done_bytes = 0, uint64_t start_ns = 0,
+                     uint64_t end_ns = 0) {
         std::lock_guard lock(mutex_);
         const Ticket t = ++next_ticket_;
-        tickets_.emplace(t, State{parts, done_bytes, 0, false, dir});
+        tickets_.emplace(t, State{parts, done_bytes, 0, false, dir, start_ns, end_ns});
         if (parts != 0 && active_++ == 0) busy_since_ = steady_clock::now();
         return t;
     }
@@ -130,16 +132,11 @@ public:
         if (options_.on_complete) options_.on_complete();
     }
 
-    // A copy done in the caller (which took `busy` for it): its ticket is
-    // complete at birth.
+    // A copy done in the caller (since `started`): its ticket is complete
+    // at birth.
     Ticket CompletedTicket(uint64_t bytes, Direction dir, steady_clock::time_point started) {
         const steady_clock::time_point ended = steady_clock::now();
-        const Ticket t = NewTicket(0, dir, bytes);
-        {
-            std::lock_guard lock(mutex_);
-            State& s = tickets_.at(t);
-            s.start_ns = DeviceClockNs(started), s.end_ns = DeviceClockNs(ended);
-        }
+        const Ticket t = NewTicket(0, dir, bytes, DeviceClockNs(started), DeviceClockNs(ended));
         Count(dir, bytes, uint64_t(duration_cast<nanoseconds>(ended - started).count()));
         NotifyComplete();
         return t;
