@@ -29,7 +29,7 @@ class CompilerOutputBlobs(MutableMapping):
         return iter(self._output._blob_names())  # a snapshot: the loop may change the blobs
 
     def __len__(self):
-        return len(self._output._blob_names())
+        return self._output._blob_count()
 
     def __repr__(self):
         return repr(dict(self.items()))

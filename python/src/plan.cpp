@@ -78,19 +78,17 @@ std::string FileBytes(const py::object& value, const char* what) {
     return {PyBytes_AS_STRING(b.ptr()), size_t(PyBytes_GET_SIZE(b.ptr()))};
 }
 
-std::string TypeName(const py::handle& value) {
-    return std::string(py::str(py::type::handle_of(value).attr("__name__")));
-}
-
 // One entry of CompilerOutput.blobs: a file name (str) -> bytes or bytearray.
 std::pair<std::string, std::vector<uint8_t>> Blob(const py::handle& name, const py::handle& data) {
-    if (!py::isinstance<py::str>(name) || !(py::isinstance<py::bytes>(data) || py::isinstance<py::bytearray>(data)))
+    const bool is_bytes = py::isinstance<py::bytes>(data);
+    if (!py::isinstance<py::str>(name) || !(is_bytes || py::isinstance<py::bytearray>(data)))
         throw Error(ErrorKind::InvalidArgument, "CompilerOutput.blobs: entry " + std::string(py::repr(name)) + " is " +
-                                                    TypeName(name) + " -> " + TypeName(data) +
+                                                    ATypeName(name) + " -> " + ATypeName(data) +
                                                     "; give file names (str) -> bytes");
-    const std::string b = py::isinstance<py::bytes>(data) ? std::string(data.cast<py::bytes>())
-                                                         : std::string(data.cast<py::bytearray>());
-    return {name.cast<std::string>(), std::vector<uint8_t>(b.begin(), b.end())};
+    const auto* at = reinterpret_cast<const uint8_t*>(is_bytes ? PyBytes_AS_STRING(data.ptr())
+                                                                : PyByteArray_AS_STRING(data.ptr()));
+    const size_t size = size_t(is_bytes ? PyBytes_GET_SIZE(data.ptr()) : PyByteArray_GET_SIZE(data.ptr()));
+    return {name.cast<std::string>(), std::vector<uint8_t>(at, at + size)};
 }
 
 const char* RoleName(TensorRole r) { return r == TensorRole::Input ? "input" : "output"; }
@@ -142,6 +140,7 @@ void BindPlan(py::module_& m) {
                 for (const auto& entry : c.blobs) names.push_back(entry.first);
                 return names;
             })
+        .def("_blob_count", [](const CompilerOutput& c) { return c.blobs.size(); })
         .def_static("read_directory", [](const std::filesystem::path& dir) {
                 return WithoutGil([&] { return CompilerOutput::ReadDirectory(dir); });
             }, py::arg("path"))
