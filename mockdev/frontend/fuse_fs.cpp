@@ -22,6 +22,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <exception>
+#include <new>
 #include <optional>
 #include <shared_mutex>
 #include <string_view>
@@ -672,17 +674,39 @@ struct FuseOps {
         }
     }
 
+    // No exception may unwind into libfuse (C code): it ends the daemon,
+    // and every tenant's device with it (a holder's process name that was
+    // not UTF-8 made stats.json's writer throw: found probing from
+    // outside). One that escapes a handler fails that call alone.
+    template <auto Op>
+    struct Barrier;
+    template <typename... Args, int (*Op)(Args...)>
+    struct Barrier<Op> {
+        static int Call(Args... args) noexcept {
+            try {
+                return Op(args...);
+            } catch (const std::bad_alloc&) {
+                return -ENOMEM;
+            } catch (const std::exception& e) {
+                LOG_ERROR("a file system call failed on an exception (EIO): %s", e.what());
+            } catch (...) {
+                LOG_ERROR("a file system call failed on an exception (EIO)");
+            }
+            return -EIO;
+        }
+    };
+
     static fuse_operations Table() {
         fuse_operations ops{};
         ops.init = Init;
-        ops.getattr = GetAttr;
-        ops.readdir = ReadDir;
-        ops.open = Open;
-        ops.release = Release;
-        ops.read = Read;
-        ops.write = Write;
-        ops.truncate = Truncate;
-        ops.ioctl = Ioctl;
+        ops.getattr = Barrier<GetAttr>::Call;
+        ops.readdir = Barrier<ReadDir>::Call;
+        ops.open = Barrier<Open>::Call;
+        ops.release = Barrier<Release>::Call;
+        ops.read = Barrier<Read>::Call;
+        ops.write = Barrier<Write>::Call;
+        ops.truncate = Barrier<Truncate>::Call;
+        ops.ioctl = Barrier<Ioctl>::Call;
         return ops;
     }
 };

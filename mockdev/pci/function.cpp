@@ -427,6 +427,10 @@ void RedactPrivateRegisters(uint64_t offset, uint8_t* buf, size_t len) {
     };
     static_assert(SPYRE_REG_ERR_USER_DATA == SPYRE_REG_ERR_ADDR + 8, "the error address and user_data are adjacent");
     zero(SPYRE_REG_ERR_ADDR, SPYRE_REG_ERR_USER_DATA + 8);
+    // What the holder writes freely is its data too: a value others read
+    // there is a channel out of the function.
+    zero(SPYRE_REG_SCRATCH, SPYRE_REG_SCRATCH + 4);
+    zero(SPYRE_REG_REGION_ARG, SPYRE_REG_REGION_ARG + 4);
     for (uint32_t i = 0; i < SPYRE_REGION_MAX_ENTRIES; ++i) zero(SPYRE_REG_REGION_BASE(i), SPYRE_REG_REGION_BASE(i) + 8);
 }
 

@@ -39,8 +39,9 @@ struct FunctionParams {
     std::chrono::microseconds poll{50};
 };
 
-// Registers that carry a holder's addresses or data: ERR_ADDR, ERR_USER_DATA
-// and the bases of the granted memory regions. A reader other than the
+// Registers that carry a holder's addresses or data: ERR_ADDR, ERR_USER_DATA,
+// the bases of the granted memory regions, and the two it writes freely
+// (SCRATCH, REGION_ARG). A reader other than the
 // holder (or the card's PF holder) gets zeros there (docs/security.md).
 // Zeroes the bytes of `buf` (register file bytes [offset, offset + len))
 // that fall in them.

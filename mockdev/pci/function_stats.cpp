@@ -146,7 +146,9 @@ std::string Function::StatsJson(bool show_private) {
         {"shm_repairs", ShmRepairs()},
         {"counters", counters},
     };
-    return out.dump(2) + "\n";
+    // A process name is any bytes (comm cuts a UTF-8 name mid-character
+    // at 15 bytes): what is not UTF-8 is shown as U+FFFD, never thrown.
+    return out.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace spyre::mockdev

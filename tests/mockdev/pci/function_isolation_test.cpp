@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -328,6 +329,61 @@ TEST_F(MockDeviceTest, StatsJsonShowsAddressesOnlyToTheHolder) {
     EXPECT_EQ(InChild([&] { return visibility(read()); }), 1);  // anyone else
     const std::string mine = read();
     EXPECT_NE(mine.find("\"pid\": " + std::to_string(::getpid())), std::string::npos) << mine;
+}
+
+// The registers a holder writes freely (SCRATCH, REGION_ARG) are its data,
+// hidden from other readers like its addresses: everyone read them through
+// resource0 and regs (found probing from outside).
+TEST_F(MockDeviceTest, WhatAHolderWritesInItsFreeRegistersIsHiddenFromOthers) {
+    const FunctionInfo vf = Vf(1);
+    const std::string res0 = (vf.sysfs_dir / "resource0").string();
+    auto reg32 = [&](uint32_t offset) {
+        const auto bytes = FileRead(res0, offset, 4);
+        uint32_t v = 0xdeadbeef;
+        if (bytes.size() == 4) std::memcpy(&v, bytes.data(), 4);
+        return v;
+    };
+    auto regs_line = [&](const char* name) {  // "SCRATCH ... 0x..." from the regs text
+        std::ifstream in(vf.sysfs_dir / "regs");
+        for (std::string line; std::getline(in, line);)
+            if (line.rfind(name, 0) == 0) return line;
+        return std::string();
+    };
+    Function held = Function::Open(vf);
+    held.Write32(SPYRE_REG_SCRATCH, 0x5ec2e7u);
+    held.Write32(SPYRE_REG_REGION_ARG, 0x1234u);
+    EXPECT_EQ(reg32(SPYRE_REG_SCRATCH), 0x5ec2e7u);  // the holder
+    EXPECT_EQ(reg32(SPYRE_REG_REGION_ARG), 0x1234u);
+    EXPECT_EQ(InChild([&] { return int(reg32(SPYRE_REG_SCRATCH)); }), 0);
+    EXPECT_EQ(InChild([&] { return int(reg32(SPYRE_REG_REGION_ARG)); }), 0);
+    EXPECT_EQ(InChild([&] { return regs_line("SCRATCH").find("5ec2e7") == std::string::npos ? 0 : 1; }), 0);
+    EXPECT_NE(regs_line("SCRATCH").find("5ec2e7"), std::string::npos) << regs_line("SCRATCH");
+}
+
+// A holder's process name is any bytes: one that is not UTF-8 (comm cuts a
+// UTF-8 name mid-character at 15 bytes) shows as U+FFFD in stats.json. It
+// made the JSON writer throw inside the file system's read, which ended
+// the daemon and every tenant's device (found probing from outside).
+TEST_F(MockDeviceTest, AHolderNamedInBytesThatAreNotUtf8LeavesStatsJsonReadable) {
+    const FunctionInfo vf = Vf(1);
+    const std::string path = (vf.sysfs_dir / "stats.json").string();
+    auto read = [](const std::string& p) {
+        std::ifstream in(p);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    char old_name[16] = {};
+    ASSERT_EQ(::prctl(PR_GET_NAME, old_name), 0);
+    ASSERT_EQ(::prctl(PR_SET_NAME, "spyre\xe6\x97"), 0);  // the first two bytes of a 3-byte character
+    std::string seen;
+    {
+        Function held = Function::Open(vf);
+        seen = read(path);
+    }
+    ::prctl(PR_SET_NAME, old_name);
+    EXPECT_NE(seen.find("\"name\": \"spyre\xef\xbf\xbd"), std::string::npos) << seen;
+    // The daemon is still there: the files of this function and another serve.
+    EXPECT_NE(read(path).find("\"holder\": null"), std::string::npos);
+    EXPECT_NE(read((Vf(2).sysfs_dir / "stats.json").string()).find("\"kind\": \"VF\""), std::string::npos);
 }
 
 // A new owner of a function gets zeroed memory, registers and rings, and a
