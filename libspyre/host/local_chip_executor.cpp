@@ -287,13 +287,15 @@ public:
             std::vector<size_t> shared;
             for (size_t i = 0; i < call.args.size(); ++i) {
                 const HostTensor& t = call.args[i].arg.tensor;
-                own_copy_.push_back(!call.one_shot && WritesAnInputsBytes(i));
+                const bool in_place = WritesAnInputsBytes(i);
+                own_copy_.push_back(!call.one_shot && in_place);  // a one-shot call's copies are all its own
                 Copy& c = TakeCopy(lock, i, t);
                 ++c.users;
                 copies_.push_back(&c);
-                // An Out with a copy of its own starts as the bytes it
-                // shares with an In argument, as the one copy it was did.
-                const bool reads = call.args[i].arg.access != Access::Out || own_copy_[i];
+                // An Out over an In argument's bytes starts as those bytes,
+                // in a copy of its own (a served call's too: another rank's
+                // in-place Out left zeros where its function wrote nothing).
+                const bool reads = call.args[i].arg.access != Access::Out || in_place;
                 reads_.push_back(reads);
                 if (!reads) {
                     zeroed_.push_back(i);

@@ -159,19 +159,37 @@ void MultiHostWorker::Impl::Answer(host::RemoteCall& call, std::vector<host::Wir
     // outlive the run (the service sends the reply after this returns).
     ChipCall chip{.task_name = call.task, .function = call.function, .args = {}, .block_dim = block_dim,
                   .entry = registry->Find(call.function), .one_shot = true};
-    std::vector<std::pair<size_t, size_t>> in_outs;  // (input, output) of each InOut
+    // (input, output) of each InOut and in-place Out: the output's bytes
+    // are the input's buffer after the run.
+    std::vector<std::pair<size_t, size_t>> in_outs;
+    std::vector<size_t> input_of(access.size(), 0);  // an In argument's input
     size_t in = 0, out = 0;
-    for (uint8_t a : access) {
+    for (size_t i = 0; i < access.size(); ++i) {
+        const uint8_t a = access[i];
         HostTensor t;
         if (a == host::RemoteCall::kOut) {
             host::WireTensor& dst = outputs.at(out++);
             t = HostTensor::Wrap(dst.data.data(), dst.spec.shape, dst.spec.dtype, nullptr);
-        } else {
+        } else if (a != host::RemoteCall::kOutInPlace) {
+            input_of[i] = in;
             host::WireTensor& src = call.inputs.at(in++);
             t = HostTensor::Wrap(src.data.data(), src.spec.shape, src.spec.dtype, nullptr);
             if (a == host::RemoteCall::kInOut) in_outs.emplace_back(in - 1, out++);
+        } else {
+            out++;  // its tensor is its In argument's, below (that one may come later)
         }
         chip.args.push_back({TensorArg{std::move(t), host::AccessOf(a)}});
+    }
+    // An in-place Out shares its In argument's buffer, as the caller's
+    // two arguments share their bytes: the chip function sees what a run
+    // on the caller's own devices sees (DecodeCall checked the pairs).
+    for (size_t i = 0, k = 0, o = 0; i < access.size(); ++i) {
+        if (access[i] == host::RemoteCall::kIn) continue;
+        const size_t output = o++;
+        if (access[i] != host::RemoteCall::kOutInPlace) continue;
+        const uint32_t of = call.in_place_of.at(k++);
+        chip.args[i].arg.tensor = chip.args.at(of).arg.tensor;
+        in_outs.emplace_back(input_of[of], output);
     }
     if (!chip.entry)
         throw Error(ErrorKind::NotFound, "no chip function '" + call.function + "' is registered (" + registry->Names() + ")");
@@ -201,7 +219,17 @@ void MultiHostWorker::Impl::Answer(host::RemoteCall& call, std::vector<host::Wir
     } catch (...) {  // as a local run names it; escaping would end this rank
         throw failed(ErrorKind::TaskFailed, spyre::detail::DescribeThrownValue(), {});
     }
-    for (auto [i, o] : in_outs) outputs[o].data.swap(call.inputs[i].data);  // the same spec: the same size
+    // The same spec: the same size. An input that two in-place outputs
+    // name (a peer may send that) is copied into the second.
+    std::vector<size_t> given_to(call.inputs.size(), SIZE_MAX);
+    for (auto [i, o] : in_outs) {
+        if (given_to[i] == SIZE_MAX) {
+            outputs[o].data.swap(call.inputs[i].data);
+            given_to[i] = o;
+        } else {
+            outputs[o].data = outputs[given_to[i]].data;
+        }
+    }
 }
 
 }  // namespace spyre

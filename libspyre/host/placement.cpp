@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "placement.hpp"
 
+#include <algorithm>
+
 #include "spyre/host/chip_executor.hpp"
 
 namespace spyre::host {
@@ -15,12 +17,22 @@ size_t Place(const PlacementInput& in) {
     if (in.pinned) return *in.pinned;
     const size_t n = in.load.size();
     auto remote = [&](size_t d) { return !in.remote.empty() && in.remote[d]; };
+    auto per_byte_at = [&](size_t d) {
+        return At(in.ns_per_byte, d, remote(d) ? DeviceCosts::kPriorRemoteNsPerByte : DeviceCosts::kPriorLocalNsPerByte);
+    };
+    // A byte sent to another rank's device also goes onto that device
+    // there: it costs at least what this rank's best link charges. The
+    // learnt figures are bounds that include the calls' compute, so a
+    // remote device whose calls happened to run faster learnt a lower one,
+    // and took most tasks from idle devices here (found probing from outside).
+    double local_floor = 0;
+    for (size_t d = 0; d < n; ++d)
+        if (!remote(d)) local_floor = local_floor == 0 ? per_byte_at(d) : std::min(local_floor, per_byte_at(d));
     auto cost = [&](size_t d) {
         const double wait = double(in.load[d]) / double(in.room[d]) * At(in.task_ns, d, DeviceCosts::kPriorTaskNs);
         const uint64_t current = in.current_bytes.empty() ? 0 : in.current_bytes[d];
         const uint64_t to_move = in.input_bytes > current ? in.input_bytes - current : 0;
-        const double per_byte = At(in.ns_per_byte, d,
-                                   remote(d) ? DeviceCosts::kPriorRemoteNsPerByte : DeviceCosts::kPriorLocalNsPerByte);
+        const double per_byte = remote(d) ? std::max(per_byte_at(d), local_floor) : per_byte_at(d);
         const double call = At(in.call_ns, d, remote(d) ? DeviceCosts::kRemoteCallNs : 0);
         return wait + double(to_move) * per_byte + call;
     };

@@ -10,7 +10,9 @@
 //   move(d) = (input_bytes - current_bytes[d]) * ns_per_byte[d] + call_ns[d]
 //             the task's In and InOut bytes not already current there
 //             (Residency) over the device's link, plus the fixed cost of a
-//             call to another rank (its round trip with nothing in it).
+//             call to another rank (its round trip with nothing in it); a
+//             remote device's link costs at least this rank's best one
+//             (the bytes go onto a device there too).
 // The device with the least wait + move wins; costs within kTieNs are equal,
 // and among equals the device holding the most input bytes wins, then this
 // rank's devices, then round-robin from `rotate` so equal work spreads. So a

@@ -68,17 +68,30 @@ Message RemoteChipClient::AwaitReply(std::unique_lock<std::mutex>& lock, int ran
     }
 }
 
-uint64_t RemoteChipClient::Register(int rank, RemoteCall call) {
+uint64_t RemoteChipClient::Register(int rank, RemoteCall call, bool describe) {
     std::lock_guard lock(mu_);
     const uint64_t id = next_id_++;
-    pending_.emplace(id, Pending{rank, std::move(call)});
+    pending_.emplace(id, Pending{rank, std::move(call), describe});
     return id;
 }
 
 RankDescription RemoteChipClient::Describe(int rank) {
-    const uint64_t id = Register(rank, RemoteCall{.task = "describe"});
+    const uint64_t id = Register(rank, RemoteCall{.task = "describe"}, true);
     transport_.Send(rank, remote::EncodeDescribe(id));
-    const Message m = TakeReply(id).second;
+    Message m;
+    try {
+        m = TakeReply(id).second;
+    } catch (const Error& e) {
+        // Said as what it is: the request a MultiHostWorker makes of each
+        // serving rank when it is made, not a chip call (found probing
+        // from outside: "call 1", "chip call 'describe' (function '')").
+        if (e.kind() != ErrorKind::Timeout) throw;
+        throw Error(ErrorKind::Timeout, "rank " + std::to_string(rank) + " did not describe its devices within " +
+                                            std::to_string(reply_timeout_.count()) +
+                                            " ms (is it serving? every rank builds its MultiHostWorker, and the "
+                                            "serving ranks call Serve)",
+                    e.context());
+    }
     if (m.type != remote::kDescribeReply)
         throw Error(ErrorKind::ProtocolError, "rank " + std::to_string(rank) + " answered a describe request with type " +
                                                   std::to_string(m.type));
@@ -112,8 +125,11 @@ std::pair<RemoteChipClient::Pending, Message> RemoteChipClient::TakeReply(uint64
         Abandon(call_id, p.rank);
         // The rank's loss names the call it took with it (the transport only knows the rank).
         if (e.kind() == ErrorKind::DeviceLost)
-            throw Error(ErrorKind::DeviceLost, "chip call '" + p.call.task + "' (function '" + p.call.function +
-                                                   "') was in flight on a lost rank: " + e.message(), e.context());
+            throw Error(ErrorKind::DeviceLost,
+                        (p.describe ? "the request that rank " + std::to_string(p.rank) + " describe its devices"
+                                    : "chip call '" + p.call.task + "' (function '" + p.call.function + "')") +
+                            " was in flight on a lost rank: " + e.message(),
+                        e.context());
         throw;
     } catch (...) {
         Abandon(call_id, p.rank);

@@ -19,11 +19,21 @@ ChipCallStats RemoteChipExecutor::Run(const ChipCall& call) {
     for (const ChipArg& a : call.args) {
         const HostTensor& t = a.arg.tensor;
         const WireSpec spec{t.shape(), t.dtype()};
+        const Access access = a.arg.access;
         // An Out over exactly the bytes of an In argument (an in-place
-        // call) starts as those bytes, as on this rank's devices: it goes
-        // as InOut. As Out it started as zeros there (found probing from
-        // outside: an in-place function that writes part of its output).
-        const Access access = a.arg.access == Access::Out && AnInputNamesTheBytesOf(call, t) ? Access::InOut : a.arg.access;
+        // call) starts as those bytes, as on this rank's devices, and the
+        // chip function sees it as Out there too: it goes as an in-place
+        // Out naming that In, whose bytes already go. (As Out it started
+        // as zeros there; sent as InOut, a function that asks its
+        // arguments' access answered otherwise there: both found probing
+        // from outside.)
+        if (const std::optional<size_t> of = access == Access::Out ? InputNamingTheBytesOf(call, t) : std::nullopt) {
+            remote.access.push_back(RemoteCall::kOutInPlace);
+            remote.in_place_of.push_back(uint32_t(*of));
+            remote.outputs.push_back(spec);
+            returned.push_back(&t);
+            continue;
+        }
         remote.access.push_back(WireAccess(access));
         if (access != Access::Out) {
             const auto* bytes = static_cast<const uint8_t*>(t.data());

@@ -19,7 +19,9 @@ inline uint8_t WireAccess(Access a) noexcept {
     return a == Access::In ? RemoteCall::kIn : a == Access::Out ? RemoteCall::kOut : RemoteCall::kInOut;
 }
 inline Access AccessOf(uint8_t wire) noexcept {
-    return wire == RemoteCall::kIn ? Access::In : wire == RemoteCall::kOut ? Access::Out : Access::InOut;
+    return wire == RemoteCall::kIn                                    ? Access::In
+           : wire == RemoteCall::kOut || wire == RemoteCall::kOutInPlace ? Access::Out
+                                                                       : Access::InOut;
 }
 
 // One serving rank as the executors of its devices share it: one client

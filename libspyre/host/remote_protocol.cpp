@@ -31,7 +31,7 @@ WireSpec GetSpec(ByteReader& r) {
     if (dtype > static_cast<uint8_t>(DType::INT32)) r.Fail("dtype " + std::to_string(dtype) + " is unknown");
     spec.dtype = static_cast<DType>(dtype);
     const uint8_t rank = r.Get<uint8_t>("tensor rank");
-    if (rank < 1 || rank > 8) r.Fail("tensor rank " + std::to_string(rank) + " (1 to 8)");
+    if (rank < 1 || rank > kMaxCallRank) r.Fail("tensor rank " + std::to_string(rank) + " (1 to " + std::to_string(kMaxCallRank) + ")");
     for (uint8_t i = 0; i < rank; ++i) spec.shape.push_back(r.Get<int64_t>("dim"));
     try {
         spec.bytes();
@@ -150,19 +150,47 @@ RankDescription DecodeDescribeReply(const Message& m) {
     return d;
 }
 
-// The argument order must account for every input and output exactly once.
+// The argument order must account for every input and output exactly once,
+// and each in-place Out name an In argument of its own shape and type.
 template <typename Fail>
-void CheckAccess(const std::vector<uint8_t>& access, size_t inputs, size_t outputs, Fail&& fail) {
-    if (access.empty()) return;
-    size_t in = 0, out = 0;
-    for (uint8_t a : access) {
-        if (a > RemoteCall::kInOut) fail("argument access " + std::to_string(a) + " is none of In, Out, InOut");
-        in += a != RemoteCall::kOut;
-        out += a != RemoteCall::kIn;
+void CheckAccess(const RemoteCall& call, Fail&& fail) {
+    const std::vector<uint8_t>& access = call.access;
+    if (access.empty()) {
+        if (!call.in_place_of.empty()) fail("in-place outputs without an argument order");
+        return;
     }
-    if (in != inputs || out != outputs)
+    size_t in = 0, out = 0, in_place = 0;
+    std::vector<size_t> input_of(access.size(), SIZE_MAX);  // argument -> its input
+    for (size_t i = 0; i < access.size(); ++i) {
+        const uint8_t a = access[i];
+        if (a > RemoteCall::kOutInPlace)
+            fail("argument access " + std::to_string(a) + " is none of In, Out, InOut, in-place Out");
+        if (a == RemoteCall::kIn || a == RemoteCall::kInOut) input_of[i] = in++;
+        out += a != RemoteCall::kIn;
+        in_place += a == RemoteCall::kOutInPlace;
+    }
+    if (in != call.inputs.size() || out != call.outputs.size())
         fail("its argument order names " + std::to_string(in) + " inputs and " + std::to_string(out) +
-             " outputs, the call carries " + std::to_string(inputs) + " and " + std::to_string(outputs));
+             " outputs, the call carries " + std::to_string(call.inputs.size()) + " and " +
+             std::to_string(call.outputs.size()));
+    if (in_place != call.in_place_of.size())
+        fail("it has " + std::to_string(in_place) + " in-place outputs and names the inputs of " +
+             std::to_string(call.in_place_of.size()));
+    size_t k = 0;
+    out = 0;
+    for (size_t i = 0; i < access.size(); ++i) {
+        if (access[i] == RemoteCall::kIn) continue;
+        const size_t output = out++;
+        if (access[i] != RemoteCall::kOutInPlace) continue;
+        const uint32_t of = call.in_place_of[k++];
+        if (of >= access.size() || access[of] != RemoteCall::kIn)
+            fail("in-place output " + std::to_string(i) + " names argument " + std::to_string(of) + ", not an In argument");
+        const WireSpec& in_spec = call.inputs[input_of[of]].spec;
+        const WireSpec& out_spec = call.outputs[output];
+        if (in_spec.dtype != out_spec.dtype || in_spec.shape != out_spec.shape)
+            fail("in-place output " + std::to_string(i) + " is " + ShapeText(out_spec.shape) + " " + ToString(out_spec.dtype) +
+                 ", its In argument " + std::to_string(of) + " " + ShapeText(in_spec.shape) + " " + ToString(in_spec.dtype));
+    }
 }
 
 Message EncodeCall(uint64_t id, RemoteCall& call) {
@@ -185,10 +213,10 @@ Message EncodeCall(uint64_t id, RemoteCall& call) {
     }
     w.Put<uint32_t>(static_cast<uint32_t>(call.outputs.size()));
     for (const WireSpec& s : call.outputs) PutSpec(w, s);
-    CheckAccess(call.access, call.inputs.size(), call.outputs.size(),
-                [&](const std::string& why) { throw Error(ErrorKind::InvalidArgument, "chip call '" + call.task + "': " + why); });
+    CheckAccess(call, [&](const std::string& why) { throw Error(ErrorKind::InvalidArgument, "chip call '" + call.task + "': " + why); });
     w.Put<uint32_t>(static_cast<uint32_t>(call.access.size()));
     for (uint8_t a : call.access) w.Put<uint8_t>(a);
+    for (uint32_t of : call.in_place_of) w.Put<uint32_t>(of);
     Message m = Make(kCall, w);
     for (WireTensor& t : call.inputs) m.payloads.push_back(std::move(t.data));
     return m;
@@ -212,7 +240,9 @@ std::pair<uint64_t, RemoteCall> DecodeCall(Message& m) {
     const uint32_t arguments = r.Get<uint32_t>("argument count");
     if (arguments > 2 * kMaxTensors) r.Fail(std::to_string(arguments) + " arguments");
     for (uint32_t i = 0; i < arguments; ++i) call.access.push_back(r.Get<uint8_t>("argument access"));
-    CheckAccess(call.access, call.inputs.size(), call.outputs.size(), [&](const std::string& why) { r.Fail(why); });
+    for (uint8_t a : call.access)
+        if (a == RemoteCall::kOutInPlace) call.in_place_of.push_back(r.Get<uint32_t>("in-place output's input"));
+    CheckAccess(call, [&](const std::string& why) { r.Fail(why); });
     r.ExpectEnd();
     if (m.payloads.size() != call.inputs.size())
         r.Fail(std::to_string(call.inputs.size()) + " inputs but " + std::to_string(m.payloads.size()) + " payloads");
@@ -299,6 +329,7 @@ bool CallFits(std::span<const TensorArg> args) {
     uint64_t input_bytes = 0, output_bytes = 0;
     for (const TensorArg& a : args) {
         if (a.tensor.bytes() > kMaxPayloadBytes) return false;
+        if (a.tensor.rank() < 1 || a.tensor.rank() > kMaxCallRank) return false;
         if (a.access != Access::Out) ++inputs, input_bytes += a.tensor.bytes();
         if (a.access != Access::In) ++outputs, output_bytes += a.tensor.bytes();
     }

@@ -18,6 +18,8 @@ namespace spyre::host::remote {
 // A call carries at most this many inputs, and as many outputs; each
 // tensor at most kMaxPayloadBytes, all inputs at most kMaxMessagePayloadBytes.
 inline constexpr size_t kMaxCallTensors = 256;
+// A tensor on the wire has 1 to this many dims.
+inline constexpr size_t kMaxCallRank = 8;
 // Whether a chip call of these arguments fits the messages above (placement
 // sends one that does not to this rank's devices only).
 bool CallFits(std::span<const TensorArg> args);

@@ -39,6 +39,7 @@ public:
     explicit operator bool() const noexcept { return storage_ != nullptr; }
     // The view's shape: the whole tensor's with dim 0 cut to the view's rows.
     std::vector<int64_t> shape() const;
+    size_t rank() const noexcept { return shape_.size(); }  // its dims
     DType dtype() const noexcept { return dtype_; }
     uint64_t bytes() const noexcept { return bytes_; }
     uint64_t numel() const noexcept;

@@ -41,9 +41,15 @@ struct RemoteCall {
     // How the chip function takes its arguments, in order (a level-3 chip
     // task's In, Out and InOut arguments): inputs are the In and InOut ones
     // in order, outputs the Out and InOut ones. Empty: the inputs, then the
-    // outputs.
-    enum : uint8_t { kIn = 0, kOut = 1, kInOut = 2 };
+    // outputs. kOutInPlace: an Out argument over exactly the bytes of an In
+    // argument (an in-place call), which starts as those bytes: an output
+    // that sends none of its own.
+    enum : uint8_t { kIn = 0, kOut = 1, kInOut = 2, kOutInPlace = 3 };
     std::vector<uint8_t> access;
+    // For each kOutInPlace argument, in order: the place in `access` of the
+    // In argument whose bytes it names (the serving rank gives the chip
+    // function both over one buffer, as this rank's devices would).
+    std::vector<uint32_t> in_place_of;
 };
 
 // One function of a remote rank's Host, as its discovery saw it.

@@ -40,10 +40,11 @@ private:
     struct Pending {
         int rank;
         RemoteCall call;  // inputs moved out; the rest kept for errors and checks
+        bool describe = false;  // a Describe request, not a chip call
     };
     // Under mu_ (released while receiving).
     Message AwaitReply(std::unique_lock<std::mutex>& lock, int rank, uint64_t id);
-    uint64_t Register(int rank, RemoteCall call);
+    uint64_t Register(int rank, RemoteCall call, bool describe = false);
     // The reply to `call_id` and what was kept of its call, which is forgotten.
     std::pair<Pending, Message> TakeReply(uint64_t call_id);
     // Under mu_: forgets `call_id` without its reply (see abandoned_).

@@ -359,6 +359,37 @@ TEST_F(MultiHostTest, AnInPlaceCallReadsItsInputAsItWasOnEveryPlacement) {
     }
 }
 
+// An in-place call's written argument reaches the chip function with the
+// access the task gave it, on every placement: another rank's device saw
+// an in-place Out as InOut, so a function that asks (ctx.access) answered
+// otherwise there (found probing from outside). Its first half (written)
+// and second half (left: the In's bytes) come back the same too.
+TEST_F(MultiHostTest, AnInPlaceOutIsAnOutToTheFunctionOnEveryPlacement) {
+    auto tag = [](ChipContext& ctx) {  // out[i] = in[i] + 1000 if it is told Out, + 2000 if InOut, first half
+        const auto* in = static_cast<const float*>(ctx.args[0]);
+        auto* out = static_cast<float*>(ctx.args[1]);
+        const float add = ctx.access.at(1) == Access::Out ? 1000.0f : ctx.access.at(1) == Access::InOut ? 2000.0f : 0.0f;
+        for (size_t i = 0; i < ctx.bytes[0] / sizeof(float) / 2; ++i) out[i] = in[i] + add;
+    };
+    Start(2, std::chrono::milliseconds(5000), {1}, [&](Worker& w) { w.RegisterChipFunction("tag", tag); });
+    for (const Access written : {Access::Out, Access::InOut}) {
+        for (size_t device = 0; device < 2; ++device) {
+            const HostTensor x = Iota(1.0f, 0.0f, 4, kTile);
+            const std::vector<float> before(x.floats().begin(), x.floats().end());
+            const HostProgram p{"in_place", 1, {}, [&](HostGraph& g, std::span<const HostTensor> t) {
+                                    g.Chip("tag", {In(t[0]), TensorArg{t[0], written}}, {.device = device});
+                                }};
+            w().Run(p, {x});
+            const float add = written == Access::Out ? 1000.0f : 2000.0f;
+            const auto now = x.floats();
+            for (size_t i = 0; i < before.size(); ++i)
+                ASSERT_EQ(now[i], i < before.size() / 2 ? before[i] + add : before[i])
+                    << "device " << device << " (" << w().DescribeDevice(device) << "), "
+                    << (written == Access::Out ? "Out" : "InOut") << ", element " << i;
+        }
+    }
+}
+
 // A chip function that writes only the first half of its output, after a
 // call that left other bytes (-123) in device memory: the half it leaves
 // comes back as zeros from a plain Out, and as the input's bytes from an
@@ -777,4 +808,20 @@ TEST(MultiHostErrors, ServeOnRankZeroAndADeviceAnotherRankLacks) {
     }  // ok's destructor tells rank 1 to stop
     ASSERT_EQ(server.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "rank 1 hangs";
     EXPECT_EQ(server.get(), "served");
+}
+
+// A rank that never serves (alive, but it does not build its
+// MultiHostWorker) fails rank 0's constructor with a Timeout that says
+// what did not come: the rank's description of its devices. It said "sent
+// no reply to call 1", and a lost rank "chip call 'describe' (function
+// '')", for a request no program made (found probing from outside).
+TEST(MultiHostErrors, ARankThatNeverDescribesItsDevicesIsNamedForIt) {
+    SPYRE_REQUIRE_FUSE();
+    auto fabric = host::InProcessFabric::Create(2, {.heartbeat_interval = std::chrono::milliseconds(100),
+                                                    .silence_bound = std::chrono::milliseconds(2000)});
+    auto rank1 = fabric->Take(1);  // alive (its heartbeats go), never serving
+    auto rank0 = fabric->Take(0);
+    Host host = Host::Open(HostOptions::EmbeddedMock(1, 2, "1G"));
+    EXPECT_SPYRE_ERROR(MultiHostWorker(*rank0, host, {.device_ids = {1}}, std::chrono::milliseconds(300)), Timeout,
+                       "rank 1 did not describe its devices within 300 ms (is it serving?");
 }

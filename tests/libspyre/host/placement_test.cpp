@@ -163,6 +163,26 @@ TEST(HostPlacement, ARemoteDeviceWhenThisRanksQueueCostsMoreThanTheTrip) {
                      .rotate = 0}), 1u);
 }
 
+// A remote device whose calls ran faster learns a lower cost per byte
+// than this rank's devices (the figures include the calls' compute), but
+// its bytes still go onto a device there: it pays at least this rank's
+// best link, and idle devices here keep the work. It took 56-92% of one
+// task at a time from idle devices here (found probing from outside).
+TEST(HostPlacement, AFastLearntRemoteLinkDoesNotTakeWorkFromIdleDevicesHere) {
+    PlacementInput in = Idle(3);
+    in.remote = {false, false, true};
+    in.input_bytes = 1024 * KiB;
+    in.task_ns = {300'000, 300'000, 300'000};
+    in.ns_per_byte = {1.0, 1.2, 0.4};
+    in.call_ns = {0, 0, 50'000};
+    for (size_t rotate = 0; rotate < 3; ++rotate) {
+        in.rotate = rotate;
+        EXPECT_EQ(Place(in), 0u) << "rotate " << rotate;  // 1049 us here against 1049 + 50 us there
+    }
+    in.load = {1, 1, 0};  // a task's 300 us queued here: the remote device's trip is cheaper
+    EXPECT_EQ(Place(in), 2u);
+}
+
 // Without measurements the priors decide: this rank's devices before
 // another's on equal load.
 TEST(HostPlacement, ThePriorsKeepEqualWorkOnThisRank) {
@@ -236,4 +256,9 @@ TEST(HostPlacement, CallFitsCountsInputsOutputsAndBytes) {
     EXPECT_TRUE(remote::CallFits(args));
     args.push_back(Out(small));
     EXPECT_FALSE(remote::CallFits(args));  // 257 outputs
+    // A tensor the wire cannot describe (1 to 8 dims) stays here too: it
+    // was placed on another rank by load, and failed there.
+    const HostTensor nine = HostTensor::Zeros({1, 1, 1, 1, 1, 1, 1, 2, 2});
+    EXPECT_FALSE(remote::CallFits(std::vector<TensorArg>{In(nine)}));
+    EXPECT_TRUE(remote::CallFits(std::vector<TensorArg>{In(HostTensor::Zeros({1, 1, 1, 1, 1, 1, 2, 2}))}));
 }

@@ -137,6 +137,44 @@ TEST(RemoteProtocol, ACallsDeviceIsAPlainDecimalIndex) {
     EXPECT_EQ(remote::CallDevice(m), std::nullopt);
 }
 
+// An in-place Out goes as an output naming its In argument, with no bytes
+// of its own; the serving rank refuses one that names no In argument or
+// one of another shape.
+TEST(RemoteProtocol, AnInPlaceOutNamesAnInArgumentOfItsShape) {
+    const WireSpec spec{{2, 4}, DType::FP32};
+    auto call = [&] {
+        RemoteCall c{.task = "t", .function = "f", .device = "0"};
+        c.inputs.push_back(WireTensor{spec, std::vector<uint8_t>(spec.bytes(), 7)});
+        c.outputs.push_back(spec);
+        c.access = {RemoteCall::kIn, RemoteCall::kOutInPlace};
+        c.in_place_of = {0};
+        return c;
+    };
+    RemoteCall good = call();
+    Message m = remote::EncodeCall(9, good);
+    m.source = 1;
+    const RemoteCall back = remote::DecodeCall(m).second;
+    EXPECT_EQ(back.access, (std::vector<uint8_t>{RemoteCall::kIn, RemoteCall::kOutInPlace}));
+    EXPECT_EQ(back.in_place_of, std::vector<uint32_t>{0});
+    ASSERT_EQ(back.inputs.size(), 1u);
+    EXPECT_EQ(back.inputs[0].data, std::vector<uint8_t>(spec.bytes(), 7));
+    RemoteCall self = call();
+    self.in_place_of = {1};  // itself, not an In argument
+    EXPECT_SPYRE_ERROR(remote::EncodeCall(9, self), InvalidArgument, "names argument 1, not an In argument");
+    RemoteCall other = call();
+    other.outputs[0] = WireSpec{{4, 2}, DType::FP32};
+    EXPECT_SPYRE_ERROR(remote::EncodeCall(9, other), InvalidArgument, "is [4x2] fp32, its In argument 0 [2x4] fp32");
+    RemoteCall missing = call();
+    missing.in_place_of.clear();
+    EXPECT_SPYRE_ERROR(remote::EncodeCall(9, missing), InvalidArgument, "1 in-place outputs and names the inputs of 0");
+    // On the wire: a peer's index past the arguments is a ProtocolError.
+    RemoteCall wire = call();
+    Message bad = remote::EncodeCall(9, wire);
+    bad.source = 1;
+    bad.header[bad.header.size() - 4] = 5;  // the in-place output's input, last in the header
+    EXPECT_SPYRE_ERROR(remote::DecodeCall(bad), ProtocolError, "names argument 5, not an In argument");
+}
+
 // Every error kind a serving rank can raise comes back as itself, with
 // its message (TaskFailed, the last kind, was once refused as unknown).
 TEST(RemoteProtocol, ACallErrorCarriesEveryKind) {
