@@ -239,8 +239,9 @@ class _ChipBuilder:
             if key not in self.arg_ids:
                 self.arg_ids[key] = len(self.args)
                 self.args.append([x, access])
-            elif access != "in":
-                self.args[self.arg_ids[key]][1] = "out"
+            elif access != "in" and self.args[self.arg_ids[key]][1] == "in":
+                # read before this store: its bytes must reach the device
+                self.args[self.arg_ids[key]][1] = "inout"
             return ("arg", self.arg_ids[key])
         raise _spyre.InvalidArgument(f"a core-group op takes tensors, got {type(x).__name__}")
 
@@ -690,7 +691,8 @@ class CompiledProgram:
         with self._lock:
             if key not in self._inline_chips:
                 if not dry:
-                    raise _spyre.Internal(f"spyre.at(CHIP) block {index} was not seen when the program was compiled")
+                    raise _spyre.InvalidArgument(f"spyre.at(CHIP) block {index} was not seen when the program was "
+                                                 "compiled (the blocks must not depend on the data)")
                 name = f"{self.orchestrator.name}.{hint or 'chip' + str(index)}"
                 self._chip_function(name, chip, len(chip.args), None)
                 self._inline_chips[key] = (name, len(chip.args))
@@ -737,15 +739,17 @@ class CompiledProgram:
                 continue
             a = self._as_array(n, a, output=i >= n_in)
             shape = tuple(a.shape)
-            dtype = a.dtype
-            if isinstance(a, _spyre.HostTensor):
-                dtype = None  # spyre.DType: checked by the runtime
             if shape != t.shape:
                 raise _spyre.InvalidArgument(f"{self.orchestrator.name}: argument '{n}' has shape {list(shape)}, "
                                              f"expected {list(t.shape)}")
-            if dtype is not None and _dtype(dtype, f"{self.orchestrator.name}: argument '{n}'") != t.dtype:
-                raise _spyre.InvalidArgument(f"{self.orchestrator.name}: argument '{n}' has dtype {np.dtype(dtype)}, "
-                                             f"expected {t.dtype}")
+            # A HostTensor's too: nothing later checks it, and a chip kernel
+            # would read its bytes as the annotation's type.
+            bf16 = isinstance(a, _spyre.HostTensor) and a.dtype == _spyre.DType.BF16
+            dtype = None if bf16 else _dtype(a.dtype if isinstance(a, np.ndarray) else a.numpy().dtype,
+                                             f"{self.orchestrator.name}: argument '{n}'")
+            if dtype != t.dtype:
+                raise _spyre.InvalidArgument(f"{self.orchestrator.name}: argument '{n}' has dtype "
+                                             f"{'bf16' if bf16 else dtype}, expected {t.dtype}")
 
     def _as_array(self, name, a, output):
         # What Worker.run makes of the argument (an array, a HostTensor, or

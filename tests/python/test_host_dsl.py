@@ -281,3 +281,65 @@ def test_ops_of_mixed_element_types_are_refused(host, config, rng):
     with pytest.raises(spyre.InvalidArgument, match="operands of float16 and float32"):
         with spyre.compile(Fp16OpOfAnFp32Operand, config, host=host) as compiled:
             compiled(a, b.astype(np.float32))
+
+
+S8 = Tensor[[8, 32], spyre.FP32]
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def accumulate_inline(a: S8, f: Out[S8]):
+    with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR):
+        with spyre.at(level=Level.CORE_GROUP):
+            s = ops.add(f, a)  # reads f ...
+        spyre.assemble(f, s)  # ... then writes it: f = f + a
+    return f
+
+
+def test_a_chip_block_that_reads_a_tensor_and_stores_into_it(host, config):
+    """The block's chip task takes the tensor in-out: it took it as an
+    output only, so the chip saw zeros where f was, and f came back as a
+    alone (found probing from outside)."""
+    a = np.full((8, 32), 2.0, np.float32)
+    with spyre.compile(accumulate_inline, config, host=host) as compiled:
+        f = np.full((8, 32), 3.0, np.float32)
+        compiled(a, f)
+        np.testing.assert_array_equal(f, np.full((8, 32), 5.0, np.float32))
+        ht = spyre.HostTensor.from_numpy(np.full((8, 32), 3.0, np.float32))
+        compiled(a, ht)
+        np.testing.assert_array_equal(ht.numpy(), np.full((8, 32), 5.0, np.float32))
+
+
+def test_a_host_tensors_dtype_is_checked_against_the_annotation(host, config):
+    """Nothing after the call checks it: int32 HostTensors into an FP32
+    program ran its fp32 kernels over their bits (found probing from
+    outside); they are refused as an array of that dtype is."""
+    with spyre.compile(L3DependencyProgram, config, host=host) as compiled:
+        a, b = ab()
+        ai = spyre.HostTensor.from_numpy(np.full((128, 128), 2, np.int32))
+        with pytest.raises(spyre.InvalidArgument, match="argument 'a' has dtype int32, expected float32"):
+            compiled(ai, b)
+        bits = spyre.HostTensor.from_numpy(np.zeros((128, 128), np.uint16), dtype=spyre.DType.BF16)
+        with pytest.raises(spyre.InvalidArgument, match="argument 'b' has dtype bf16, expected float32"):
+            compiled(a, bits)
+        good = spyre.HostTensor.from_numpy(a.copy())
+        np.testing.assert_allclose(compiled(good, b), 5.0)
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def data_dependent_blocks(a: S8, b: S8, f: Out[S8]):
+    for _ in range(2 if np.asarray(a)[0, 0] > 0 else 1):
+        with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR):
+            with spyre.at(level=Level.CORE_GROUP):
+                s = ops.add(a, b)
+            spyre.assemble(f, s)
+    return f
+
+
+def test_chip_blocks_that_depend_on_the_data_are_a_usage_error(host, config):
+    """Compiled with zeros the body has one CHIP block; ones give it two:
+    the second is the program's mistake, InvalidArgument saying so (it was
+    Internal, as if the library had failed)."""
+    with spyre.compile(data_dependent_blocks, config, host=host) as compiled:
+        with pytest.raises(spyre.HostRunError, match="InvalidArgument.*block 1 was not seen when the program was "
+                                                     "compiled \\(the blocks must not depend on the data\\)"):
+            compiled(np.ones((8, 32), np.float32), np.ones((8, 32), np.float32))
