@@ -308,6 +308,7 @@ BuiltKernel KernelBuilder::Transpose(const std::vector<int64_t>& shape, const st
 }
 
 BuiltKernel KernelBuilder::Copy(const std::vector<int64_t>& shape, DType dtype) const {
+    CheckShape(shape, "copy input");  // here, or Transpose's check names a transpose
     std::vector<int> identity(shape.size());
     std::iota(identity.begin(), identity.end(), 0);
     return Transpose(shape, identity, dtype);

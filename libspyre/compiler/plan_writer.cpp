@@ -61,7 +61,7 @@ public:
         try {
             out_.manifest = manifest_.dump(2) + "\n";
         } catch (const json::type_error& e) {  // JSON strings must be UTF-8
-            throw Error(ErrorKind::InvalidArgument, std::string("a plan, kernel or packet name is not UTF-8: ") + e.what());
+            throw Error(ErrorKind::InvalidArgument, "a plan, kernel or packet name is not UTF-8: " + plan_format::JsonMessage(e.what()));
         }
         return std::move(out_);
     }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 
+#include "plan/plan_format.hpp"
 #include "spyre/error.hpp"
 
 namespace spyre::plan_format {
@@ -104,9 +105,9 @@ nlohmann::json ParseManifest(const std::string& text, const std::string& file) {
     try {
         return json::parse(text, watch);
     } catch (const json::parse_error& e) {  // syntax, truncation, invalid UTF-8
-        throw fail("not valid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+        throw fail("not valid JSON at byte " + std::to_string(e.byte) + ": " + plan_format::JsonMessage(e.what()));
     } catch (const json::exception& e) {  // out_of_range: a number no double can hold (1e999)
-        throw fail(std::string("not a usable JSON value: ") + e.what());
+        throw fail("not a usable JSON value: " + plan_format::JsonMessage(e.what()));
     }
 }
 

@@ -48,4 +48,11 @@ bool IsBlobName(std::string_view name) noexcept {
            name.find('/') == std::string_view::npos && name.find('\0') == std::string_view::npos;
 }
 
+std::string JsonMessage(std::string_view what) {
+    if (what.starts_with("[json.exception.")) {
+        if (const size_t end = what.find("] "); end != std::string_view::npos) what.remove_prefix(end + 2);
+    }
+    return std::string(what);
+}
+
 }  // namespace spyre::plan_format

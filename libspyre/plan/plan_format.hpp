@@ -35,4 +35,8 @@ uint32_t Crc32(std::span<const uint8_t> bytes) noexcept;
 // '/', no NUL, not "." or "..", and not the manifest's own name.
 bool IsBlobName(std::string_view name) noexcept;
 
+// The JSON library's message without its "[json.exception.parse_error.101] "
+// prefix: the library's internal id tells a user nothing.
+std::string JsonMessage(std::string_view what);
+
 }  // namespace spyre::plan_format

@@ -432,6 +432,9 @@ const json::json_pointer kCorrection("/operations/0/correction");
 const Malformed kMalformed[] = {
     {"TruncatedJson", [](CompilerOutput& o) { o.manifest.resize(o.manifest.size() / 2); },
      {"plans/mm/plan.json", "not valid JSON at byte"}},
+    // The parser's words without its internal id ("[json.exception.parse_error.101] ").
+    {"GarbageJson", [](CompilerOutput& o) { o.manifest = "{garbage"; },
+     {"plans/mm/plan.json: not valid JSON at byte 2: parse error at line 1, column 2"}},
     {"EmptyManifest", [](CompilerOutput& o) { o.manifest.clear(); }, {"plans/mm/plan.json", "byte"}},
     // The parser ended the text at a NUL: what followed was accepted unread.
     {"NulThenGarbage", [](CompilerOutput& o) { o.manifest += std::string("\0 not json {{{", 14); },

@@ -162,6 +162,9 @@ TEST(KernelBuilder, RejectsBadArgumentsNamingWhatIsWrong) {
     EXPECT_SPYRE_ERROR(b.Transpose({2, 3}, {0, 0}, DType::FP32), InvalidArgument, "perm entry 1");
     EXPECT_SPYRE_ERROR(b.Relu({2, 0}, DType::FP32), InvalidArgument, "dimension 1 of relu is 0");
     EXPECT_SPYRE_ERROR(b.Gelu({1, 1, 1, 1, 1, 1, 1, 1, 1}, DType::FP32), InvalidArgument, "rank 9");
+    // A copy is named a copy (it said "transpose input": found probing from outside).
+    EXPECT_SPYRE_ERROR(b.Copy({1, 1, 1, 1, 1, 1, 1, 1, 1}, DType::FP32), InvalidArgument, "copy input has rank 9");
+    EXPECT_SPYRE_ERROR(b.Copy({2, 0}, DType::FP32), InvalidArgument, "dimension 1 of copy input is 0");
     EXPECT_SPYRE_ERROR(b.Fill({2}, 300, DType::INT8), InvalidArgument, "not representable as int8");
     EXPECT_SPYRE_ERROR(b.Fill({2}, 1.5, DType::INT32), InvalidArgument, "not representable as int32");
     // A finite value past a float type's range filled infinities.
