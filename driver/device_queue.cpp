@@ -90,9 +90,11 @@ DeviceQueue::DeviceQueue(Function& function, QueueId id) : fn_(function), id_(id
     }
     sq_entries_ = geo.sq_entries;
     cq_entries_ = geo.cq_entries;
+    resets_ = fn_.Read64(SPYRE_REG_CNT_RESETS);  // Attach takes it again
 }
 
-void DeviceQueue::Attach() noexcept {
+void DeviceQueue::Attach() {
+    resets_ = fn_.Read64(SPYRE_REG_CNT_RESETS);
     sq_tail_ = Word(*sq_tail_word_).load(std::memory_order_acquire);
     woken_to_ = sq_tail_;
     cq_head_ = Word(*cq_head_word_).load(std::memory_order_acquire);
@@ -116,6 +118,7 @@ void DeviceQueue::PublishHead() noexcept {
 
 void DeviceQueue::CheckHealth() const {
     fn_.CheckAlive();
+    CheckNotReset();
     if (Halted())
         throw Error(ErrorKind::DeviceError,
                     "the device halted " + id_.Name() + "; reset the function to recover",
@@ -123,6 +126,18 @@ void DeviceQueue::CheckHealth() const {
                                  .reg = id_.task ? "TQ_HALTED" : "STATUS",
                                  .offset = halt_reg_,
                                  .device_code = fn_.Read32(SPYRE_REG_ERR_CODE)});
+}
+
+void DeviceQueue::CheckNotReset() const {
+    // A reset by another path (the reset file, SPYRE_IOC_RESET, the PF's
+    // holder) empties the queue under us: its work never completes, and
+    // every waiter hung (found probing from outside).
+    if (const uint64_t resets = fn_.Read64(SPYRE_REG_CNT_RESETS); resets != resets_)
+        throw Error(ErrorKind::DeviceLost,
+                    "function " + fn_.pci_address() + " was reset while " + id_.Name() +
+                        " was in use (CNT_RESETS " + std::to_string(resets_) + " -> " + std::to_string(resets) +
+                        "): the work queued and running there was dropped; close the device and open it again",
+                    ErrorContext{.device = fn_.pci_address(), .reg = "CNT_RESETS", .offset = SPYRE_REG_CNT_RESETS});
 }
 
 void DeviceQueue::BlockOnInterrupt(steady_clock::time_point deadline) const {

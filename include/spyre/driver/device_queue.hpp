@@ -74,8 +74,9 @@ public:
     DeviceQueue& operator=(const DeviceQueue&) = delete;
 
     // Takes the positions in the device's words as this queue's own, with
-    // nothing in flight: on a fresh (reset) queue, or one found DeviceIdle.
-    SPYRE_INTERNAL void Attach() noexcept;
+    // nothing in flight: on a fresh (reset) queue, or one found DeviceIdle;
+    // and the function's reset count, which CheckHealth watches.
+    SPYRE_INTERNAL void Attach();
     // True when the device's words show nothing submitted and not reaped,
     // and no completion posted and not reaped.
     SPYRE_INTERNAL bool DeviceIdle() const noexcept;
@@ -99,13 +100,15 @@ public:
     // killed without a word (SIGKILL) writes no GONE, and a loop that only
     // submits and reaps went on for good, told nothing (found probing from
     // outside); it gets DeviceLost now within kCallsPerProbe calls and
-    // Function::kProbePeriod. A counter's increment on the fast path.
+    // Function::kProbePeriod. So does a function reset under the queue
+    // (CheckNotReset). A counter's increment on the fast path.
     static constexpr uint32_t kCallsPerProbe = 256;
     void ProbeNowAndThen() {
         if (++since_probe_ < kCallsPerProbe) [[likely]]
             return;
         since_probe_ = 0;
         fn_.CheckAliveThrottled();
+        CheckNotReset();
     }
 
     // Copies `slots` into the SQ (the caller has checked they fit: a CB ring
@@ -145,8 +148,12 @@ public:
     // Returns the CQ head to the device now.
     SPYRE_INTERNAL void PublishHead() noexcept;
 
-    // Throws DeviceLost (the device is gone) or DeviceError (it halted this queue).
+    // Throws DeviceLost (the device is gone, or the function was reset
+    // since Attach: the reset dropped this queue's work and positions, so
+    // nothing in flight will complete) or DeviceError (it halted this queue).
     SPYRE_INTERNAL void CheckHealth() const;
+    // DeviceLost when the function was reset since Attach.
+    SPYRE_INTERNAL void CheckNotReset() const;
     // Sleeps on the completion interrupt until CompletionsReady() or
     // `deadline`, checking health whenever a sleep ends with nothing ready.
     SPYRE_INTERNAL void BlockOnInterrupt(std::chrono::steady_clock::time_point deadline) const;
@@ -204,6 +211,7 @@ private:
     uint32_t* irq_seq_ = nullptr;
     uint32_t* device_state_ = nullptr;          // device -> driver, in the function's doorbell page: SPYRE_DEVSTATE_*
     uint32_t halt_reg_ = 0, halt_mask_ = 0;     // the register and bit that say this queue halted
+    uint64_t resets_ = 0;                       // CNT_RESETS when attached
     uint32_t sq_tail_ = 0;       // our producer position (slots)
     // sq_tail_ as published with the last wake of the device. Until the
     // device's sq_head reaches it, that wake is still on its way (a device

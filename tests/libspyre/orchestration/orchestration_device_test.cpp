@@ -14,6 +14,8 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <future>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -113,6 +115,13 @@ DeviceBuffer UploadAddKernel(Device& dev, Orchestrator& orch) {
     return prog;
 }
 
+// One KERNEL_ADD task over a new 1 KiB buffer of the runtime's heap.
+void SubmitAdd(Orchestrator& orch) {
+    auto* a = static_cast<float*>(orch.Alloc(1024));
+    TaskParam p[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, a, 1024, {}}, {PARAM_OUTPUT, nullptr, 1024, {}}};
+    orch.Submit(KERNEL_ADD, WORKER_VECTOR, p);
+}
+
 // Device kernels run on the card's cores through the task queues (the
 // DeviceWorker): an elementwise add from one uploaded program serves many
 // tasks with different buffers; a kernel whose program the device refuses
@@ -174,11 +183,7 @@ TEST_F(StreamTest, OrchestrationTasksOfADeviceThatIsGoneFailAsDeviceLost) {
     Device dev = OpenDevice();
     Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20});
     DeviceBuffer prog = UploadAddKernel(dev, orch);
-    auto submit = [&] {
-        auto* a = static_cast<float*>(orch.Alloc(1024));
-        TaskParam p[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, a, 1024, {}}, {PARAM_OUTPUT, nullptr, 1024, {}}};
-        orch.Submit(KERNEL_ADD, WORKER_VECTOR, p);
-    };
+    auto submit = [&] { SubmitAdd(orch); };
     for (int i = 0; i < 8; ++i) submit();
     orch.WaitAll();  // the device works
     daemon().Signal(SIGKILL);
@@ -212,6 +217,51 @@ TEST_F(StreamTest, OrchestrationTasksOfADeviceThatIsGoneFailAsDeviceLost) {
     EXPECT_NE(std::string(info.message).find("the device model serving this function is gone"), std::string::npos)
         << info.message;
     EXPECT_SPYRE_ERROR(dev.AllocateBuffer(64), DeviceLost, "the device model serving this function is gone");
+}
+
+// A function reset under an open Device (its reset file, SPYRE_IOC_RESET,
+// the PF's holder) drops the queues' work and positions: a stream's ring
+// copy and the runtime's tasks then fail as DeviceLost saying so. Both
+// waited for good (found probing from outside: Synchronize and WaitAll
+// hung, and a DeviceBuffer's destructor with them).
+TEST_F(StreamTest, AFunctionResetUnderItsDeviceFailsItsWorkAsDeviceLost) {
+    Device dev = OpenDevice();
+    Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20});
+    DeviceBuffer prog = UploadAddKernel(dev, orch);
+    FlexStream s = dev.CreateStream();
+    DeviceBuffer buf = dev.AllocateBuffer(64);
+    std::vector<uint8_t> bytes(64, 0x5a), back(64, 0);
+    auto submit = [&] { SubmitAdd(orch); };
+    for (int i = 0; i < 8; ++i) submit();
+    orch.WaitAll();  // the device works
+    s.CopyToDevice(bytes.data(), buf.handle(), 64);
+    s.CopyFromDevice(back.data(), buf.handle(), 64);
+    s.Synchronize();
+    ASSERT_EQ(back, bytes);
+    DeviceInternals::Function(dev).Reset();
+    // Bounded, so a hang fails the test instead of the suite's timeout.
+    auto within = [](auto&& wait) {
+        auto done = std::async(std::launch::async, [&]() -> std::optional<Error> {
+            try {
+                wait();
+            } catch (const Error& e) {
+                return e;
+            }
+            return std::nullopt;
+        });
+        if (done.wait_for(std::chrono::seconds(30)) != std::future_status::ready) std::abort();  // a hang
+        return done.get();
+    };
+    s.CopyToDevice(bytes.data(), buf.handle(), 64);
+    const std::optional<Error> copy = within([&] { s.Synchronize(); });
+    ASSERT_TRUE(copy.has_value()) << "a copy after the reset completed";
+    EXPECT_EQ(copy->kind(), ErrorKind::DeviceLost) << copy->what();
+    EXPECT_NE(copy->message().find("was reset while the CB ring was in use"), std::string::npos) << copy->what();
+    for (int i = 0; i < 4; ++i) submit();
+    const std::optional<Error> tasks = within([&] { orch.WaitAll(); });
+    ASSERT_TRUE(tasks.has_value()) << "tasks after the reset completed";
+    EXPECT_EQ(tasks->kind(), ErrorKind::DeviceLost) << tasks->what();
+    EXPECT_NE(tasks->message().find("was reset while task queue"), std::string::npos) << tasks->what();
 }
 
 // Two runtimes on one device, each on its own task queue (a card of 16
