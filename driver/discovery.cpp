@@ -235,7 +235,10 @@ std::optional<FunctionInfo> FunctionAtPath(const std::string& target) {
                                                        ") and start spyre-mockdev again");
             }
             if (!exists) return std::nullopt;
-            p = fs::absolute(p);
+            // A directory named with a trailing slash (as a shell completes
+            // it) has an empty last component: it was refused.
+            p = fs::absolute(p).lexically_normal();
+            if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();
             if (fs::is_regular_file(p, ec) && p.parent_path().filename() != "spyre") p = p.parent_path();
             const std::string addr = p.filename().string();
             // Up to the mount: <root>/dev/spyre/<addr> or <root>/bus/pci/devices/<addr>.

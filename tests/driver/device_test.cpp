@@ -397,6 +397,11 @@ TEST_F(MockDeviceTest, RegsFileMatchesRegdumpTool) {
         EXPECT_NE(from_daemon.find("CNT_NOPS"), std::string::npos);
         EXPECT_NE(from_daemon.find("  50\n"), std::string::npos) << from_daemon;
         EXPECT_EQ(StillPart(fn.RegisterDump()), StillPart(from_daemon));
+        // The directory as a shell completes it, with a trailing slash
+        // (refused as "not a spyre device node or function directory").
+        auto slash = spyre::test::RunCommand(spyre::test::ToolPath("SPYRE_REGDUMP") + " " + Pf().sysfs_dir.string() + "/");
+        ASSERT_EQ(slash.exit_code, 0) << slash.output;
+        EXPECT_EQ(slash.output.rfind("# 0000:01:00.0 [1014:06a7] PF\n", 0), 0u) << slash.output;
         // By PCI address, through SPYRE_DEV_ROOT.
         auto by_addr = spyre::test::RunCommand("SPYRE_DEV_ROOT=" + root().path().string() + " " +
                                                spyre::test::ToolPath("SPYRE_REGDUMP") + " 01:00.0");

@@ -405,6 +405,54 @@ report = json.loads(r.stdout)
 check([f["kind"] for f in report["cards"][0]["functions"]] == ["PF", "VF", "VF"], "--mock 1x2 functions")
 check(not os.path.exists(report["root"]), f"--mock left its mount {report['root']}")
 
+
+# --mock's daemon ends with the tool however the tool ends: killed (SIGKILL,
+# or SIGHUP when a terminal closes) it left the daemon running and mounted.
+def mock_daemons_of(smi_pid):
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"--shm-prefix" in argv:
+            prefix = argv[argv.index(b"--shm-prefix") + 1].decode()
+            if prefix.startswith(f"spyre-smi-{smi_pid}-"):
+                found[int(pid)] = argv[argv.index(b"--mount") + 1].decode()
+    return found
+
+
+for sig in (signal.SIGKILL, signal.SIGHUP):
+    p = subprocess.Popen([sys.executable, smi, "--mock", "1x1", "--loop", "1"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    daemons = {}
+    for _ in range(300):  # up to 15 s for the daemon and its first table
+        daemons = mock_daemons_of(p.pid)
+        if daemons:
+            break
+        time.sleep(0.05)
+    check(daemons, f"--mock --loop started no daemon (signal {sig.name})")
+    p.stdout.readline()  # a table: the tool runs
+    p.send_signal(sig)
+    p.wait(timeout=30)
+    for _ in range(200):  # up to 10 s
+        if not any(os.path.exists(f"/proc/{d}") for d in daemons):
+            break
+        time.sleep(0.05)
+    for d, mnt in daemons.items():
+        alive = os.path.exists(f"/proc/{d}") and "zombie" not in open(f"/proc/{d}/status").read()
+        check(not alive, f"--mock's daemon {d} outlived spyre-smi killed by {sig.name}")
+        check(not os.path.ismount(mnt), f"--mock's mount {mnt} outlived spyre-smi killed by {sig.name}")
+        if os.path.exists(f"/proc/{d}"):
+            os.kill(d, signal.SIGKILL)
+        if os.path.ismount(mnt):
+            subprocess.run(["fusermount3", "-u", "-z", mnt], stderr=subprocess.DEVNULL, timeout=10)
+        try:
+            os.rmdir(mnt)  # the killed tool's empty mount point (nothing else removes it)
+        except OSError:
+            pass
+
 for f in failures:
     print("FAIL:", f)
 print(f"{len(failures)} failures")

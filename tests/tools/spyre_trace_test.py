@@ -149,6 +149,20 @@ with tempfile.TemporaryDirectory() as d:
                   and "Traceback" not in r.stderr, f"{cmd[0]} of a trace with ts {ts}: status {r.returncode}, "
                   f"stderr {r.stderr!r}")
 
+    # A truncated recording is said to be one (the summary's figures cover
+    # only what was kept: it said nothing), and a process's name without a
+    # tid, as the format's own examples write it, is read (it was refused).
+    cut = json.loads(json.dumps(traces[0][1]))
+    cut["traceEvents"].append({"ph": "i", "name": "trace truncated: 77 record(s) dropped past SPYRE_TRACE_MAX_MB "
+                               "(1 MiB); the file holds the first ones", "pid": 1, "tid": 1, "ts": 0, "s": "g",
+                               "args": {"dropped": 77}})
+    cut["traceEvents"].append({"ph": "M", "name": "process_name", "pid": 4242, "args": {"name": "other tool"}})
+    with open(bad, "w") as f:
+        json.dump(cut, f)
+    r = run([tool, "summary", bad])
+    check("warning: trace truncated: 77 record(s) dropped" in r.stdout.split("\n")[1],
+          f"summary of a truncated trace does not say so: {r.stdout[:300]!r}")
+
 if failures:
     sys.exit(1)
 print("spyre-trace: all checks passed")
