@@ -1614,9 +1614,25 @@ void TaskGraph::DropKeptRanges(int32_t id, PoisonedWrites& kept, Drop&& drop) {
         });
 }
 
+bool TaskGraph::OutputOwnerLives(const TaskDescriptor& t, const ResolvedParam& p) const {
+    const auto covers = [&](const TaskDescriptor& owner) {
+        return owner.state.load(std::memory_order_relaxed) < TaskState::Consumed && Covers(owner, p);
+    };
+    if (std::any_of(t.fanin.begin(), t.fanin.end(), [&](int32_t f) { return ring_.IsLive(f) && covers(ring_.Get(f)); }))
+        return true;
+    // A later writer of the whole range took the owner's place in the map,
+    // so `t` did not meet it (rare: failures only; a scan of the ring).
+    for (int64_t seq = ring_.tail_seq(); seq < ring_.SeqOf(t.task_id); ++seq)
+        if (covers(ring_.AtSeq(seq))) return true;
+    return false;
+}
+
 void TaskGraph::KeepPoisonedWrites(const TaskDescriptor& t) {
     PoisonedWrites kept{ring_.SeqOf(t.task_id), t.gate.root, {}};
-    for (int32_t i = 0; i < t.num_params; ++i) {
+    // A failure pto_wait_all reported already (a failed or skipped task a
+    // scope held until now) poisons nothing more: the caller knows.
+    const bool reported = kept.seq < reported_below_seq_;
+    for (int32_t i = 0; i < t.num_params && !reported; ++i) {
         const ResolvedParam& p = t.params[i];
         const auto lo = uint64_t(reinterpret_cast<uintptr_t>(p.host));
         // Its heap blocks go back to the ring with it, and its reads
@@ -1626,9 +1642,7 @@ void TaskGraph::KeepPoisonedWrites(const TaskDescriptor& t) {
         // at the same address is another's. (pto_alloc buffers live in the
         // heap ring too; theirs stays until the free.)
         bool keep = p.kind != PARAM_INPUT && !p.implicit;
-        if (keep && InHeap(p.host, p.size) && !buffers_.Find(p.host, p.size))
-            keep = std::any_of(t.fanin.begin(), t.fanin.end(),
-                               [&](int32_t f) { return Unconsumed(f) && Covers(ring_.Get(f), p); });
+        if (keep && InHeap(p.host, p.size) && !buffers_.Find(p.host, p.size)) keep = OutputOwnerLives(t, p);
         if (keep) kept.ranges.emplace_back(lo, lo + p.size);
     }
     // A range also kept (a parameter both read and written by two entries)

@@ -382,6 +382,9 @@ private:
     // poisoned_): filed at consumption, met by readers' lookups, dropped
     // from the map by writers that cover them, by a free, or by WaitAll.
     void KeepPoisonedWrites(const TaskDescriptor& t);
+    // Whether the task whose implicit output `p` of `t` writes into is not
+    // consumed yet (its heap block still holds that output).
+    bool OutputOwnerLives(const TaskDescriptor& t, const ResolvedParam& p) const;
     // Submit's part while poisoned_ is not empty: drops the kept writers
     // from deps_ (they are not producers) and gives `t` the root of those
     // its reads overlap.

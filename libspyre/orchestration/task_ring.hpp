@@ -129,6 +129,7 @@ public:
     const TaskDescriptor& Get(int32_t id) const noexcept { return slots_[size_t(id) % slots_.size()]; }
     // The task of sequence number `seq`, live or not.
     TaskDescriptor& AtSeq(int64_t seq) noexcept { return slots_[size_t(seq) % slots_.size()]; }
+    const TaskDescriptor& AtSeq(int64_t seq) const noexcept { return slots_[size_t(seq) % slots_.size()]; }
     // True for a task submitted and not yet reclaimed (its sequence number in [tail, head)).
     bool IsLive(int32_t id) const noexcept {
         if (uint32_t(id) >= uint32_t(period_)) return false;

@@ -743,6 +743,60 @@ TEST_P(OrchQueueTest, AReportedFailurePoisonsNoLaterReaderWhileAScopeHoldsIt) {
     EXPECT_SPYRE_ERROR(scope.End(), DeviceError, "1 task(s) failed, 0 dependent task(s) skipped");
 }
 
+// A failed write into a held task's implicit output poisons its readers
+// after the failed task is consumed, also when an earlier writer covered
+// the range (the failed task then met that writer, not the output's owner,
+// and its write was dropped from the map as if the output were gone: the
+// reader ran on the failed bytes; probe 5, 20 of 20).
+TEST_P(OrchQueueTest, AFailedWriteIntoAHeldOutputPoisonsItsReadersBehindAnEarlierWriter) {
+    Make();
+    uint32_t* out = Data(1024, 72);
+    std::fill(out, out + 18, 1u);
+    auto scope = o().BeginScope();
+    TaskParam make[] = {Out(nullptr, 528)};
+    const int32_t owner = o().Submit(K_FILL, WORKER_HOST, make);
+    auto* output = static_cast<uint8_t*>(o().TaskOutput(owner));
+    TaskParam cover[] = {InOut(output + 84, 412)};  // covers the failed write's range
+    o().Submit(K_INC, WORKER_HOST, cover);
+    TaskParam fail[] = {InOut(output + 428, 64)};
+    const int32_t failed = o().Submit(K_FAIL, WORKER_HOST, fail);
+    while (o().TaskState(failed) != PTO_TASK_CONSUMED) std::this_thread::yield();  // nothing reads it yet
+    TaskParam read[] = {In(output + 432, 72), In(output + 432, 72), Out(out, 72)};
+    o().Submit(K_ADD, WORKER_HOST, read);
+    EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "1 task(s) failed, 1 dependent task(s) skipped");
+    EXPECT_EQ(out[0], 1u);  // the reader did not run
+    EXPECT_SPYRE_ERROR(scope.End(), DeviceError, "failed");
+}
+
+// A skipped task a scope held past the WaitAll that reported its failure
+// poisons nothing once the scope lets it go. Before, its consumption kept
+// its writes poisoned: a later reader was skipped, and the next WaitAll
+// reported the reported failure again (probe 5, 20 of 20).
+TEST_P(OrchQueueTest, AReportedSkipPoisonsNothingWhenItsScopeLetsItGo) {
+    Make();
+    uint32_t* x = Data(0, 64);
+    uint32_t* y = Data(1024, 64);
+    uint32_t* z = Data(2048, 64);
+    std::fill(y, y + 16, 5u);
+    std::fill(z, z + 16, 0u);
+    {
+        auto scope = o().BeginScope();
+        TaskParam fail[] = {Out(x, 64), Out(nullptr, 64)};
+        o().Submit(K_FAIL, WORKER_HOST, fail);
+        TaskParam skipped[] = {InOut(x, 64), Out(y, 64), Out(nullptr, 64)};  // last param: K_FILL's
+        o().Submit(K_FILL, WORKER_HOST, skipped);
+        EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "1 task(s) failed, 1 dependent task(s) skipped");
+        try {
+            scope.End();
+        } catch (const Error&) {  // the scope's own report of its failed tasks, as documented
+        }
+    }
+    TaskParam read_y[] = {In(y, 64), In(y, 64), Out(z, 64)};
+    o().Submit(K_ADD, WORKER_HOST, read_y);
+    o().WaitAll();  // nothing new to report
+    EXPECT_EQ(z[0], 10u);  // y as it was: the skipped task wrote nothing
+}
+
 // A heap ring whose size is not whole 128-byte granules holds the whole
 // granules that cover it. Before, its last partial granule could never be
 // handed out: a request that fitted the size asked for failed "cannot make
