@@ -19,6 +19,7 @@
 #include "spyre/common/eventcount.hpp"
 #include "spyre/common/memory_copy.hpp"
 #include "spyre/error.hpp"
+#include "spyre/uapi/spyre_regs.h"
 
 using namespace std::chrono;
 
@@ -487,10 +488,20 @@ uint64_t DmaQueue::memory_size() const noexcept { return backend_->size(); }
 namespace {
 
 void CheckRange(const DmaQueue::Backend& b, uint64_t addr, uint64_t size, const char* what) {
-    if (addr > b.size() || size > b.size() - addr)
+    // What is mapped, but for a PF whose holder enabled VFs since it was
+    // mapped only its own part (REGION_GRANTABLE: slice 0): the rest of the
+    // mapping is memory the card no longer shows anyone (copies there
+    // "succeeded" into detached pages; found probing from outside). One
+    // load of the mapped register.
+    // REGION_GRANTABLE counts whole regions: a shortfall under one region
+    // is that rounding (a card of odd size), not a VF slice.
+    const uint64_t grantable = b.function().Read64(SPYRE_REG_REGION_GRANTABLE);
+    const uint64_t window = grantable + SPYRE_REGION_ALIGN > b.size() ? b.size() : grantable;
+    if (addr > window || size > window - addr)
         throw Error(ErrorKind::InvalidArgument,
                     std::string(what) + " range of " + std::to_string(size) + " bytes leaves the function's " +
-                        std::to_string(b.size()) + " bytes of device memory",
+                        std::to_string(window) + " bytes of device memory" +
+                        (window < b.size() ? " (its own part since VFs were enabled after it was opened: slice 0)" : ""),
                     {.device = b.device(), .address = addr});
 }
 

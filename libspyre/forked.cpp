@@ -22,10 +22,15 @@ const bool g_fork_hook_registered = [] {
 uint64_t ForkGeneration() noexcept { return g_fork_generation.load(std::memory_order_relaxed); }
 
 void MadeInProcess::Throw(const char* call, const char* what, const char* again) const {
+    Throw(made_by_, call, what, std::string("the ") + what + "'s threads stayed with the parent", again);
+}
+
+void MadeInProcess::Throw(pid_t made_by, const char* call, const char* what, const std::string& because,
+                          const char* again) {
     throw Error(ErrorKind::InvalidArgument, std::string(call) + ": this " + what + " was created by process " +
-                                                std::to_string(made_by_) + " before it forked: process " +
-                                                std::to_string(::getpid()) + " (a child) cannot use it, since the " +
-                                                what + "'s threads stayed with the parent; " + again);
+                                                std::to_string(made_by) + " before it forked: process " +
+                                                std::to_string(::getpid()) + " (a child) cannot use it, since " +
+                                                because + "; " + again);
 }
 
 }  // namespace spyre::detail

@@ -30,6 +30,10 @@ public:
             Throw(call, what, again);
     }
     pid_t made_by() const noexcept { return made_by_; }
+    // The same message for an object that keeps its generation and maker
+    // itself (a public class): "... cannot use it, since <because>; <again>".
+    [[noreturn]] static void Throw(pid_t made_by, const char* call, const char* what, const std::string& because,
+                                   const char* again);
 
 private:
     [[noreturn]] void Throw(const char* call, const char* what, const char* again) const;

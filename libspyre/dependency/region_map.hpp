@@ -161,6 +161,29 @@ public:
         Erase(space, start, size, task, [](uint64_t, uint64_t) { return false; });
     }
 
+    // Drops every entry inside [start, start + size) of `space`, whoever's:
+    // memory that went back to its allocator, which the next owner of the
+    // bytes must find empty.
+    void EraseInside(uint64_t space, uint64_t start, uint64_t size) {
+        if (size == 0) return;
+        const Range r{space, start, start + size};
+        auto drop = [&](std::vector<Entry>& bucket) {
+            std::erase_if(bucket, [&](const Entry& e) { return r.Covers(e.range); });
+        };
+        drop(wide_);
+        const uint64_t g_first = start >> kGranuleShift, g_last = (r.end - 1) >> kGranuleShift;
+        auto drop_granule = [&](Granules& bucket) {
+            drop(bucket.writes);
+            drop(bucket.reads);
+            bucket.reads_swept = std::min(bucket.reads_swept, bucket.reads.size());
+        };
+        if (g_last - g_first < buckets_.size()) {
+            for (uint64_t g = g_first; g <= g_last; ++g) drop_granule(Bucket(space, g));
+        } else {
+            for (auto& bucket : buckets_) drop_granule(bucket);
+        }
+    }
+
     // Drops every entry whose task `alive` rejects, met by a lookup or not.
     template <typename Alive>
     void Sweep(Alive&& alive) {

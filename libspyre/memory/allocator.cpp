@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 
+#include "forked.hpp"
 #include "spyre/common/log.hpp"
 #include "spyre/driver/function.hpp"
 #include "spyre/error.hpp"
@@ -109,7 +110,9 @@ SpyreAllocator::SpyreAllocator(driver::Function& function, AllocatorOptions opti
       device_{function.device_info().card_index, function.device_info().function_index,
               DeviceTreeNumber(function.info().sysfs_dir.parent_path().string(),
                                uint32_t(std::max(function.device_info().daemon_pid, 0)))},
-      mem_base_(function.Read64(SPYRE_REG_MEM_BASE)) {
+      mem_base_(function.Read64(SPYRE_REG_MEM_BASE)),
+      fork_generation_(detail::ForkGeneration()),
+      made_by_(::getpid()) {
     // A mode past the named ones reserved as a VF.
     if (options_.mode != AllocatorMode::PF && options_.mode != AllocatorMode::VF)
         throw Error(ErrorKind::InvalidArgument, "allocator mode " + std::to_string(int(options_.mode)) +
@@ -135,6 +138,14 @@ SpyreAllocator::SpyreAllocator(driver::Function& function, AllocatorOptions opti
 }
 
 SpyreAllocator::~SpyreAllocator() { ReleaseRegions(); }
+
+void SpyreAllocator::CheckSameProcess(const char* call) const {
+    if (fork_generation_ != detail::ForkGeneration()) [[unlikely]]
+        detail::MadeInProcess::Throw(made_by_, call, "allocator",
+                                     "its blocks are the device memory of " + fn_.pci_address() +
+                                         ", which the parent holds and uses",
+                                     "open the device in the child once the parent has closed it");
+}
 
 int SpyreAllocator::GrantRegion(uint64_t size) {
     fn_.Write32(SPYRE_REG_REGION_ARG, static_cast<uint32_t>(size >> 20));
@@ -270,9 +281,13 @@ uint64_t SpyreAllocator::LargestFreeLocked() const {
     return free_by_size_.empty() ? 0 : std::get<0>(*free_by_size_.rbegin());
 }
 
-DeviceAllocation SpyreAllocator::Allocate(uint64_t size) { return Allocate(size, false); }
+DeviceAllocation SpyreAllocator::Allocate(uint64_t size) {
+    CheckSameProcess("SpyreAllocator::Allocate");
+    return Allocate(size, false);
+}
 DeviceAllocation SpyreAllocator::AllocateOwned(uint64_t size) { return Allocate(size, true); }
 void SpyreAllocator::Free(const DeviceHandle& handle) {
+    CheckSameProcess("SpyreAllocator::Free");
     if (free_fence_) {
         {
             std::lock_guard lock(mutex_);
@@ -425,12 +440,14 @@ SpyreAllocator::Found SpyreAllocator::FindLocked(const DeviceHandle& handle, uin
 }
 
 DeviceAllocation SpyreAllocator::Lookup(const DeviceHandle& handle, uint64_t size) const {
+    CheckSameProcess("SpyreAllocator::Lookup");
     std::lock_guard lock(mutex_);
     const Found f = FindLocked(handle, size);
     return DeviceAllocation{MakeHandle(f.region, f.start), f.length};
 }
 
 uint64_t SpyreAllocator::DeviceAddress(const DeviceHandle& handle, uint64_t size) const {
+    CheckSameProcess("SpyreAllocator::DeviceAddress");
     std::lock_guard lock(mutex_);
     return FindLocked(handle, size).device_address;
 }
@@ -466,6 +483,7 @@ void SpyreAllocator::TraceInUse() {
 }
 
 AllocatorStats SpyreAllocator::Stats() const {
+    CheckSameProcess("SpyreAllocator::Stats");
     std::lock_guard lock(mutex_);
     AllocatorStats s;
     s.capacity = capacity_;

@@ -1415,6 +1415,14 @@ void TaskGraph::TryConsume(TaskDescriptor& t) {
     if (t.has_heap_block) {
         if (!poisoned_.empty()) [[unlikely]]
             DropPoisonInside(t.packed_buffer_base, t.packed_buffer_base + t.heap_bytes);
+        // A failed or skipped task a scope still holds may have written into
+        // these outputs: its entries there would skip the readers of the
+        // next block at that address (a pto_alloc buffer, which no task
+        // writes before it is read). Every task that touched them has
+        // completed (each met their owner, or a task that did). Only while
+        // a failure is unreported: a reported one poisons nothing.
+        if (!failures_.empty()) [[unlikely]]
+            map_.EraseInside(0, t.packed_buffer_base, t.heap_bytes);
         heap_.Release(t.heap_seq);
         space_freed_ = true;
         if (trace::Enabled()) [[unlikely]]

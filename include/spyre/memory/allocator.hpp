@@ -198,6 +198,11 @@ private:
     Found FindLocked(const DeviceHandle& handle, uint64_t size) const;
     DeviceHandle MakeHandle(uint32_t region, uint64_t offset) const;
     uint64_t LargestFreeLocked() const;
+    // InvalidArgument in a child forked since the allocator was made: its
+    // blocks are the parent's device memory, which the parent still uses
+    // (a child kept a reference across fork() and overwrote the parent's
+    // live block; found probing from outside). A load and a compare.
+    void CheckSameProcess(const char* call) const;
     // While a trace records: the bytes in use as a counter (mutex_ held).
     void TraceInUse();
 
@@ -218,6 +223,8 @@ private:
     uint64_t live_ = 0;
     uint64_t allocations_ = 0;
     std::string reservation_;
+    const uint64_t fork_generation_;  // detail::ForkGeneration() when made
+    const int made_by_;               // getpid() when made
 };
 
 }  // namespace spyre

@@ -768,6 +768,39 @@ TEST_P(OrchQueueTest, AFailedWriteIntoAHeldOutputPoisonsItsReadersBehindAnEarlie
     EXPECT_SPYRE_ERROR(scope.End(), DeviceError, "failed");
 }
 
+// A failed task a scope holds wrote into another task's implicit output;
+// that output's block went back to the heap ring and came out again as a
+// pto_alloc buffer. A reader of the fresh (zeroed) buffer runs. Before, the
+// failed task's entries there skipped it (probe 6, 20 of 20).
+TEST_P(OrchQueueTest, AFreshPtoAllocBufferWhereAHeldFailedTaskWroteIsNotPoisoned) {
+    Make(/*ring=*/16, /*heap=*/4096);
+    uint32_t* out = Data(0, 64);
+    std::fill(out, out + 16, 1u);
+    TaskParam make[] = {Out(nullptr, 256)};
+    const int32_t owner = o().Submit(K_FILL, WORKER_HOST, make);  // held by this thread until a task reads it
+    void* output = o().TaskOutput(owner);
+    auto scope = o().BeginScope();
+    TaskParam fail[] = {InOut(output, 256), Out(nullptr, 128)};  // its own output keeps it live
+    const int32_t failed = o().Submit(K_FAIL, WORKER_HOST, fail);
+    WaitForTask(failed);
+    for (int spins = 0; o().TaskState(owner) != PTO_TASK_CONSUMED && spins < 20000; ++spins)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_EQ(o().TaskState(owner), PTO_TASK_CONSUMED);
+    void* rest = o().Alloc(4096 - 384);                        // the ring past the two blocks
+    auto* fresh = static_cast<uint32_t*>(o().Alloc(256));      // wraps round to the owner's block
+    ASSERT_EQ(static_cast<void*>(fresh), output);
+    TaskParam read[] = {In(fresh, 64), In(fresh, 64), Out(out, 64)};
+    o().Submit(K_ADD, WORKER_HOST, read);
+    EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "1 task(s) failed, 0 dependent task(s) skipped");
+    EXPECT_EQ(out[0], 0u);  // the reader ran on the zeroed buffer
+    o().Free(rest);
+    o().Free(fresh);
+    try {
+        scope.End();
+    } catch (const Error&) {  // the scope's own report of its failed task, as documented
+    }
+}
+
 // A skipped task a scope held past the WaitAll that reported its failure
 // poisons nothing once the scope lets it go. Before, its consumption kept
 // its writes poisoned: a later reader was skipped, and the next WaitAll

@@ -540,6 +540,58 @@ TEST_F(StreamTest, AForkedChildCannotUseItsParentsDevice) {
     EXPECT_EQ(back, bytes);
 }
 
+// The same through the allocator and DMA engine a program kept from
+// before the fork: only the Device's accessors were checked, so a child
+// holding `dev.allocator()` and `dev.dma()` allocated, read and overwrote
+// the parent's live block (found probing from outside, 4 of 4). Each call
+// is InvalidArgument in the child; the parent's bytes stay.
+TEST_F(StreamTest, AForkedChildCannotUseTheParentsAllocatorOrDmaEngineItKept) {
+    Device dev = OpenDevice();
+    SpyreAllocator& allocator = dev.allocator();
+    DMAEngine& dma = dev.dma();
+    DeviceAllocation block = allocator.Allocate(4096);
+    std::vector<uint8_t> bytes(4096, 0x42), back(4096, 0);
+    dma.Wait(dma.CopyToDevice(bytes.data(), block.handle, bytes.size()));
+    const uint64_t address = allocator.DeviceAddress(block.handle, bytes.size());
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        ::alarm(20);  // a hang ends the child, and the test sees it
+        std::vector<uint8_t> junk(4096, 0xee), read(4096, 0);
+        int refused = 0, other = 0;
+        auto expect_refused = [&](auto&& call) {
+            try {
+                call();
+            } catch (const Error& e) {
+                const bool named = e.kind() == ErrorKind::InvalidArgument &&
+                                   std::string(e.what()).find("before it forked") != std::string::npos;
+                (named ? refused : other) += 1;
+            }
+        };
+        expect_refused([&] { allocator.Allocate(128); });
+        expect_refused([&] { allocator.Stats(); });
+        expect_refused([&] { allocator.Lookup(block.handle, 1); });
+        expect_refused([&] { allocator.DeviceAddress(block.handle, 1); });
+        expect_refused([&] { allocator.Free(block.handle); });
+        expect_refused([&] { dma.CopyToDevice(junk.data(), block.handle, junk.size()); });
+        expect_refused([&] { dma.CopyFromDevice(read.data(), block.handle, read.size()); });
+        expect_refused([&] { dma.CopyToDeviceAt(junk.data(), address, junk.size()); });
+        expect_refused([&] { dma.CopyFromDeviceAt(read.data(), address, read.size()); });
+        expect_refused([&] { dma.CopyOnDevice(block.handle, block.handle, 64); });
+        expect_refused([&] { dma.CopyToDevice(junk.data(), block.handle, junk.size(), ProgressCallback{}); });
+        expect_refused([&] { dma.Wait(1); });
+        expect_refused([&] { dma.Poll(1); });
+        ::_exit(refused == 13 && other == 0 ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status)) << "the child hung or crashed (status " << status << ")";
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "a call in the child was not refused as forked";
+    dma.Wait(dma.CopyFromDevice(back.data(), block.handle, back.size()));
+    EXPECT_EQ(back, bytes);  // the parent's block as it wrote it
+    allocator.Free(block.handle);
+}
+
 TEST_F(StreamTest, DeviceLossWhileIdleIsSeenOnTheNextEnqueue) {
     Device dev = OpenDevice();
     FlexStream s = dev.CreateStream();

@@ -82,6 +82,39 @@ TEST_F(MockDeviceTest, PfGrantsAndSriovShareTheCardMemory) {
     EXPECT_EQ(pf.Read64(SPYRE_REG_REGION_GRANTABLE), slice0);
 }
 
+// A PF's holder that enables VFs keeps its mapping of the whole card, but
+// past slice 0 the card shows the VFs' memory, not the PF's pages: the
+// driver's copies stop at slice 0 from the enable on. Before, a copy there
+// "succeeded" into detached pages: the PF's earlier bytes read as zeros and
+// its writes reached nobody (found probing from outside, 2 of 2).
+TEST_F(MockDeviceTest, APfsCopiesStopAtSliceZeroOnceItsHolderEnablesVfs) {
+    const auto numvfs = Pf().sysfs_dir / "sriov_numvfs";
+    ASSERT_EQ(WriteNumVfs(numvfs, "0"), 0);
+    Function pf = Function::Open(Pf());
+    DmaQueue queue(pf);
+    const uint64_t high = 3ull << 30;  // past slice 0 of 2 VFs (a third of 4 GiB)
+    std::vector<uint8_t> bytes(8192, 0xAA), back(8192, 0);
+    queue.Wait(queue.HostToDevice(bytes.data(), high, bytes.size()));  // the whole card is the PF's
+    queue.Wait(queue.DeviceToHost(back.data(), high, back.size()));
+    EXPECT_EQ(back, bytes);
+    ASSERT_EQ(WriteNumVfs(numvfs, "2"), 0);  // the holder's own moment
+    EXPECT_SPYRE_ERROR(queue.HostToDevice(bytes.data(), high, bytes.size()), InvalidArgument,
+                       "enabled after it was opened: slice 0");
+    EXPECT_SPYRE_ERROR(queue.DeviceToHost(back.data(), high, back.size()), InvalidArgument, "slice 0");
+    EXPECT_SPYRE_ERROR(queue.DeviceToDevice(0, high, 64), InvalidArgument, "slice 0");
+    const uint64_t slice0 = pf.Read64(SPYRE_REG_REGION_GRANTABLE);
+    std::fill(back.begin(), back.end(), 0);
+    queue.Wait(queue.HostToDevice(bytes.data(), slice0 - bytes.size(), bytes.size()));  // its own part still is
+    queue.Wait(queue.DeviceToHost(back.data(), slice0 - bytes.size(), back.size()));
+    EXPECT_EQ(back, bytes);
+    // VF 2's slice, where the PF wrote before the enable, starts from zeros.
+    Function vf2 = Function::Open(Vf(2));
+    DmaQueue vf_queue(vf2);
+    const uint64_t at = high - vf2.Read64(SPYRE_REG_MEM_BASE);
+    vf_queue.Wait(vf_queue.DeviceToHost(back.data(), at, back.size()));
+    EXPECT_EQ(back, std::vector<uint8_t>(back.size(), 0));
+}
+
 // The region table is its holder's: a process holding nothing that writes
 // the unheld PF's region registers through resource0 is refused, as for a
 // ring enable, so it cannot grant itself a region that keeps VFs from being
