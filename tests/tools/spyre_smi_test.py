@@ -448,8 +448,12 @@ for sig in (signal.SIGKILL, signal.SIGHUP):
             os.kill(d, signal.SIGKILL)
         if os.path.ismount(mnt):
             subprocess.run(["fusermount3", "-u", "-z", mnt], stderr=subprocess.DEVNULL, timeout=10)
+        # The killed tool's empty mount point: the next --mock run removes it
+        # (it stayed in the temporary directory for good).
+        run_smi(["--mock", "1x0", "--sample-ms", "0"], env)
+        check(not os.path.exists(mnt), f"--mock's mount point {mnt} outlived the next --mock run ({sig.name})")
         try:
-            os.rmdir(mnt)  # the killed tool's empty mount point (nothing else removes it)
+            os.rmdir(mnt)
         except OSError:
             pass
 
