@@ -2,7 +2,6 @@
 #include "spyre/driver/function.hpp"
 
 #include <poll.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -42,22 +41,6 @@ bool HasSideEffects(uint32_t offset) {
 int PidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
 }  // namespace
-
-MappedRegion::MappedRegion(MappedRegion&& o) noexcept
-    : base_(std::exchange(o.base_, nullptr)), size_(std::exchange(o.size_, 0)) {}
-
-MappedRegion& MappedRegion::operator=(MappedRegion&& o) noexcept {
-    if (this != &o) {
-        if (base_) ::munmap(base_, size_);
-        base_ = std::exchange(o.base_, nullptr);
-        size_ = std::exchange(o.size_, 0);
-    }
-    return *this;
-}
-
-MappedRegion::~MappedRegion() {
-    if (base_) ::munmap(base_, size_);
-}
 
 // Opening asks the device model before the driver knows its process or
 // heartbeat: a stopped daemon is given up on after the heartbeat's bound.

@@ -139,11 +139,11 @@ SpyreAllocator::SpyreAllocator(driver::Function& function, AllocatorOptions opti
 
 SpyreAllocator::~SpyreAllocator() { ReleaseRegions(); }
 
-void SpyreAllocator::CheckSameProcess(const char* call) const {
+void SpyreAllocator::CheckSameProcess(const char* call, const char* what) const {
     if (fork_generation_ != detail::ForkGeneration()) [[unlikely]]
-        detail::MadeInProcess::Throw(made_by_, call, "allocator",
-                                     "its blocks are the device memory of " + fn_.pci_address() +
-                                         ", which the parent holds and uses",
+        detail::MadeInProcess::Throw(made_by_, call, what,
+                                     "the memory it reaches, of " + fn_.pci_address() +
+                                         ", is the parent's live device memory",
                                      "open the device in the child once the parent has closed it");
 }
 

@@ -88,33 +88,33 @@ void DMAEngine::CountRingCopy(uint64_t size, bool failed, uint64_t start_ns, uin
 }
 
 DmaTicket DMAEngine::CopyToDevice(const void* host, const DeviceHandle& device, uint64_t size) {
-    allocator_.CheckSameProcess("DMAEngine::CopyToDevice");  // the memory is the parent's
+    allocator_.CheckSameProcess("DMAEngine::CopyToDevice", "DMA engine");  // the memory is the parent's
     return CopyToDeviceAt(host, allocator_.DeviceAddressToWrite(device, size), size);
 }
 
 DmaTicket DMAEngine::CopyFromDevice(void* host, const DeviceHandle& device, uint64_t size) {
-    allocator_.CheckSameProcess("DMAEngine::CopyFromDevice");  // the memory is the parent's
+    allocator_.CheckSameProcess("DMAEngine::CopyFromDevice", "DMA engine");  // the memory is the parent's
     return CopyFromDeviceAt(host, allocator_.DeviceAddress(device, size), size);
 }
 
 DmaTicket DMAEngine::CopyToDeviceAt(const void* host, uint64_t device_address, uint64_t size) {
-    allocator_.CheckSameProcess("DMAEngine::CopyToDeviceAt");  // the memory is the parent's
+    allocator_.CheckSameProcess("DMAEngine::CopyToDeviceAt", "DMA engine");  // the memory is the parent's
     return Started(queue_.HostToDevice(host, device_address, size), Direction::ToDevice, size);
 }
 
 DmaTicket DMAEngine::CopyFromDeviceAt(void* host, uint64_t device_address, uint64_t size) {
-    allocator_.CheckSameProcess("DMAEngine::CopyFromDeviceAt");  // the memory is the parent's
+    allocator_.CheckSameProcess("DMAEngine::CopyFromDeviceAt", "DMA engine");  // the memory is the parent's
     return Started(queue_.DeviceToHost(host, device_address, size), Direction::FromDevice, size);
 }
 
 DmaTicket DMAEngine::CopyOnDevice(const DeviceHandle& src, const DeviceHandle& dst, uint64_t size) {
-    allocator_.CheckSameProcess("DMAEngine::CopyOnDevice");  // the memory is the parent's
+    allocator_.CheckSameProcess("DMAEngine::CopyOnDevice", "DMA engine");  // the memory is the parent's
     const uint64_t from = allocator_.DeviceAddress(src, size), to = allocator_.DeviceAddressToWrite(dst, size);
     return Started(queue_.DeviceToDevice(from, to, size), Direction::OnDevice, size);
 }
 
 uint64_t DMAEngine::Wait(DmaTicket ticket, std::chrono::milliseconds timeout) {
-    allocator_.CheckSameProcess("DMAEngine::Wait");  // the memory is the parent's
+    allocator_.CheckSameProcess("DMAEngine::Wait", "DMA engine");  // the memory is the parent's
     try {
         const driver::DmaCompletion done = queue_.Wait(ticket, timeout);
         Finished(ticket, false, &done);
@@ -126,7 +126,7 @@ uint64_t DMAEngine::Wait(DmaTicket ticket, std::chrono::milliseconds timeout) {
 }
 
 std::optional<uint64_t> DMAEngine::Poll(DmaTicket ticket) {
-    allocator_.CheckSameProcess("DMAEngine::Poll");  // the memory is the parent's
+    allocator_.CheckSameProcess("DMAEngine::Poll", "DMA engine");  // the memory is the parent's
     try {
         const std::optional<driver::DmaCompletion> done = queue_.Poll(ticket);
         if (!done) return std::nullopt;
@@ -188,7 +188,7 @@ uint64_t DMAEngine::Chunked(const char* what, uint64_t size, const ProgressCallb
 
 uint64_t DMAEngine::CopyToDevice(const void* host, const DeviceHandle& device, uint64_t size,
                                  const ProgressCallback& progress, uint64_t chunk) {
-    allocator_.CheckSameProcess("DMAEngine::CopyToDevice");  // the memory is the parent's
+    allocator_.CheckSameProcess("DMAEngine::CopyToDevice", "DMA engine");  // the memory is the parent's
     const uint64_t base = allocator_.DeviceAddressToWrite(device, size);  // the whole range is checked first
     const auto* src = static_cast<const uint8_t*>(host);
     return Chunked("copy to device", size, progress, chunk,
@@ -197,7 +197,7 @@ uint64_t DMAEngine::CopyToDevice(const void* host, const DeviceHandle& device, u
 
 uint64_t DMAEngine::CopyFromDevice(void* host, const DeviceHandle& device, uint64_t size,
                                    const ProgressCallback& progress, uint64_t chunk) {
-    allocator_.CheckSameProcess("DMAEngine::CopyFromDevice");  // the memory is the parent's
+    allocator_.CheckSameProcess("DMAEngine::CopyFromDevice", "DMA engine");  // the memory is the parent's
     const uint64_t base = allocator_.DeviceAddress(device, size);
     auto* dst = static_cast<uint8_t*>(host);
     return Chunked("copy from device", size, progress, chunk,

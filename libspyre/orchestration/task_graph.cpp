@@ -1173,7 +1173,10 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
     // meanwhile is at that thread's depth 0 (held by the scopes, it was let
     // go of when they ended, before its thread read it: found probing from
     // outside).
-    t.in_scopes = scopes_.depth() > 0 && scope_owner_ == std::this_thread::get_id();
+    // A kernel run on the orchestration thread (RunHere) submits as a
+    // worker's kernel does: whether its tasks counted in the scopes (their
+    // failures in the scope's report) depended on which thread ran it.
+    t.in_scopes = scopes_.depth() > 0 && scope_owner_ == std::this_thread::get_id() && !CpuWorker::RunningTasks();
     if (t.has_heap_block) {
         if (!t.in_scopes) Hold(t);
         else t.fanout_count += scopes_.depth();
@@ -1419,8 +1422,9 @@ void TaskGraph::TryConsume(TaskDescriptor& t) {
         // these outputs: its entries there would skip the readers of the
         // next block at that address (a pto_alloc buffer, which no task
         // writes before it is read). Every task that touched them has
-        // completed (each met their owner, or a task that did). Only while
-        // a failure is unreported: a reported one poisons nothing.
+        // completed: each holds their owner (met in the map, or found by
+        // CheckOutputsUsed behind a writer that covered them). Only while a
+        // failure is unreported: a reported one poisons nothing.
         if (!failures_.empty()) [[unlikely]]
             map_.EraseInside(0, t.packed_buffer_base, t.heap_bytes);
         heap_.Release(t.heap_seq);
@@ -1478,9 +1482,19 @@ void TaskGraph::CheckOutputsUsed(TaskDescriptor& t) {
         for (int32_t d : deps_) live |= Covers(ring_.Get(d), p) && ring_.Get(d).handed_out;
         // A later task that wrote the whole range (OUTPUT or INOUT of it)
         // took the producer's place in the region map: look for the
-        // producer among the live tasks then (rare: a scan of the ring).
-        for (int64_t seq = ring_.tail_seq(); !live && seq < ring_.SeqOf(t.task_id); ++seq)
-            live = Covers(ring_.AtSeq(seq), p) && ring_.AtSeq(seq).handed_out;
+        // producer among the live tasks then (rare: a scan of the ring),
+        // and hold it as this task's producer too, one it only follows (it
+        // finished before that writer began). Held through the writer alone,
+        // its block went back to the heap ring once the writer completed,
+        // and this task, still to run, read or wrote the next owner's bytes
+        // there (found probing from outside).
+        for (int64_t seq = ring_.tail_seq(); !live && seq < ring_.SeqOf(t.task_id); ++seq) {
+            const TaskDescriptor& owner = ring_.AtSeq(seq);
+            live = owner.state.load(std::memory_order_relaxed) < TaskState::Consumed && Covers(owner, p) &&
+                   owner.handed_out;
+            if (live && std::find(deps_.begin(), deps_.end(), owner.task_id) == deps_.end())
+                deps_.push_back(owner.task_id);
+        }
         if (live) continue;
         const uint64_t device_address = uint64_t(p.host - options_.memory);
         // Refused whole: the slot and the heap block go back.

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -454,6 +455,46 @@ TEST(RegdumpTool, UsageErrorsExitWith2) {
     EXPECT_NE(help.output.find("Exit codes: 0 dumped (or --help), 1 the function cannot be found or read, 2 usage error."),
               std::string::npos)
         << help.output;
+}
+
+// A reset by another path under an open ring: whatever the emptied rings
+// show the reaper, it says the function was reset (DeviceLost). It said
+// "protocol error: completion N is for ring position 0" when it met the
+// zeroed completion ring first (found probing from outside, 6 of 11).
+TEST_F(MockDeviceTest, AResetUnderAnOpenRingIsReportedAsAReset) {
+    Function fn = Function::Open(Vf(1));
+    CommandRing ring(fn);
+    // Into the completion ring's second lap, away from position 0: there a
+    // zeroed completion record carries the phase the reaper expects.
+    RunNops(ring, WaitMode::Poll, int(fn.Read32(SPYRE_REG_CQ_ENTRIES)) + 37);
+    std::ofstream(Vf(1).sysfs_dir / "reset") << "1";
+    Completion c;
+    try {
+        ring.Submit(std::array{NopCb(1)});
+        ring.Wait({&c, 1}, 1, {.mode = WaitMode::Poll, .timeout = std::chrono::seconds(10)});
+        ADD_FAILURE() << "a NOP completed on a ring reset under it";
+    } catch (const spyre::Error& e) {
+        EXPECT_EQ(e.kind(), spyre::ErrorKind::DeviceLost) << e.what();
+        EXPECT_NE(std::string(e.what()).find("was reset while the CB ring"), std::string::npos) << e.what();
+    }
+}
+
+// A device mapping a child inherits across fork() is the child's own from
+// then on: private zero pages at the same address. A store there reached
+// the parent's live device memory (found probing from outside, through an
+// orchestration buffer and a Python view, 4 of 4).
+TEST_F(MockDeviceTest, AForkedChildsDeviceMappingsArePrivateZeros) {
+    Function fn = Function::Open(Vf(1));
+    MappedRegion mem = fn.MapRegion(SPYRE_REGION_DEVMEM);
+    std::memset(mem.data(), 0x42, 4096);
+    const int rc = spyre::test::InChild([&] {
+        if (!std::all_of(mem.data(), mem.data() + 4096, [](uint8_t b) { return b == 0; })) return 1;
+        std::memset(mem.data(), 0xEE, 4096);  // stays in the child
+        return mem.data()[4095] == 0xEE ? 0 : 2;
+    });
+    EXPECT_EQ(rc, 0) << "1: the child saw the parent's bytes, 2: its own store was lost, 255: it crashed";
+    EXPECT_TRUE(std::all_of(mem.data(), mem.data() + 4096, [](uint8_t b) { return b == 0x42; }));
+    EXPECT_EQ(fn.ReadRegion(SPYRE_REGION_DEVMEM, 0, 4096), std::vector<uint8_t>(4096, 0x42));
 }
 
 TEST_F(MockDeviceTest, ResetClearsRingErrorsAndCounters) {

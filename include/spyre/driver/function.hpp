@@ -24,11 +24,13 @@ SPYRE_API_BEGIN
 
 namespace spyre::driver {
 
-// A mapping of (part of) a region. Move-only.
+// A mapping of (part of) a region, which it unmaps. Move-only. In a child
+// forked while it lives, its pages are private zeros (driver/mapped_region.cpp).
 class MappedRegion {
 public:
     MappedRegion() = default;
-    MappedRegion(void* base, size_t size) noexcept : base_(base), size_(size) {}
+    // Takes over `base` (an mmap of `size` bytes); OutOfMemory (it unmapped it) when it cannot list it.
+    MappedRegion(void* base, size_t size);
     MappedRegion(MappedRegion&& o) noexcept;
     MappedRegion& operator=(MappedRegion&& o) noexcept;
     MappedRegion(const MappedRegion&) = delete;

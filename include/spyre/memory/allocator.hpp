@@ -202,7 +202,8 @@ private:
     // blocks are the parent's device memory, which the parent still uses
     // (a child kept a reference across fork() and overwrote the parent's
     // live block; found probing from outside). A load and a compare.
-    void CheckSameProcess(const char* call) const;
+    // `what` names the object the call was on ("DMA engine" for its copies).
+    void CheckSameProcess(const char* call, const char* what = "allocator") const;
     // While a trace records: the bytes in use as a counter (mutex_ held).
     void TraceInUse();
 

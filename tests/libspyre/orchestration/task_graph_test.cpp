@@ -7,6 +7,7 @@
 // the test) make "runs concurrently" and "waits" observable without timing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -801,6 +802,47 @@ TEST_P(OrchQueueTest, AFreshPtoAllocBufferWhereAHeldFailedTaskWroteIsNotPoisoned
     }
 }
 
+// A task that reaches an implicit output through a later writer of all of
+// it holds the output's task as well: the block stays until the task ran.
+// Before, only the writer held it: once the writer completed the block went
+// back to the heap ring under the pending reader, and a pto_alloc handed
+// its bytes out zeroed before the reader read them (probe 7, 32 of 32).
+TEST_P(OrchQueueTest, AnOutputReachedThroughALaterWriterStaysUntilItsReaderRan) {
+    Make(/*ring=*/16, /*heap=*/512);
+    constexpr int32_t K_GATE = 50, K_COPY = 51;
+    std::atomic<bool> go{false};
+    o().RegisterHostKernel(K_GATE, [&](std::span<void* const> b, std::span<const uint64_t> s) {
+        for (int i = 0; !go.load() && i < 20000; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::memset(b[0], 1, s[0]);
+        return 0u;
+    });
+    o().RegisterHostKernel(K_COPY, [](std::span<void* const> b, std::span<const uint64_t> s) {
+        std::memcpy(b.back(), b[0], s.back());
+        return 0u;
+    });
+    auto* gate_out = reinterpret_cast<uint8_t*>(Data(0, 8));
+    auto* copy = reinterpret_cast<uint8_t*>(Data(1024, 256));
+    TaskParam make[] = {Out(nullptr, 256)};
+    const int32_t owner = o().Submit(K_FILL, WORKER_HOST, make);
+    auto* output = static_cast<uint8_t*>(o().TaskOutput(owner));
+    TaskParam cover[] = {Out(output, 256)};
+    const int32_t writer = o().Submit(K_EXT, WORKER_EXTERNAL, cover);
+    TaskParam gate[] = {Out(gate_out, 8)};
+    o().Submit(K_GATE, WORKER_HOST, gate);
+    TaskParam read[] = {In(output, 256), In(gate_out, 8), Out(copy, 256)};
+    const int32_t reader = o().Submit(K_COPY, WORKER_HOST, read);
+    for (int spins = 0; o().TaskState(writer) != PTO_TASK_RUNNING && spins < 20000; ++spins)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::memset(output, 7, 256);  // the writer's work
+    o().Complete(writer);
+    WaitForTask(writer);
+    EXPECT_LT(o().TaskState(reader), PTO_TASK_COMPLETED);
+    EXPECT_NE(o().TaskState(owner), PTO_TASK_CONSUMED) << "the output's block went back under its pending reader";
+    go = true;
+    o().WaitAll();
+    EXPECT_TRUE(std::all_of(copy, copy + 256, [](uint8_t b) { return b == 7; })) << int(copy[0]);
+}
+
 // A skipped task a scope held past the WaitAll that reported its failure
 // poisons nothing once the scope lets it go. Before, its consumption kept
 // its writes poisoned: a later reader was skipped, and the next WaitAll
@@ -1366,6 +1408,40 @@ TEST_F(RunHereTest, AKernelRunOnTheSubmittingThreadMaySubmitTasksOfItsOwn) {
         std::memset(filled, 0, 64);
         ASSERT_TRUE(RanHere(K_NEST)) << "run " << i;
         for (int k = 0; k < 16; ++k) ASSERT_EQ(filled[k], 7u) << "the nested task of run " << i << " did not run";
+    }
+}
+
+// A kernel run on the orchestration thread inside a scope submits as a
+// worker's kernel does: its tasks are not the scope's, so the scope's end
+// does not report their failures (pto_wait_all does). Before, the scope's
+// end reported the child's failure only when the kernel had run here
+// (probe 7, 4 of 4 each way).
+TEST_F(RunHereTest, AKernelsTasksAreNotItsScopesWhereverTheKernelRan) {
+    for (const bool here : {true, false}) {
+        SCOPED_TRACE(here ? "run here" : "on a worker");
+        MakeWith(here);
+        std::atomic<bool> armed{false};
+        uint32_t* child_out = Data(4096, 64);
+        o().RegisterHostKernel(K_NEST, [&](std::span<void* const> b, std::span<const uint64_t>) {
+            *static_cast<uint32_t*>(b[0]) = std::this_thread::get_id() == submitter_ ? 1u : 2u;
+            if (armed.load()) {
+                TaskParam fail[] = {Out(child_out, 64)};
+                o().Submit(K_FAIL, WORKER_HOST, fail);
+            }
+            return 0u;
+        });
+        ASSERT_FALSE(RanHere(K_NEST));  // measured: cheap from now on
+        armed = true;
+        auto scope = o().BeginScope();
+        uint32_t* w = Data(0, 4);
+        *w = 0;
+        TaskParam p[] = {Out(w, 4)};
+        o().Submit(K_NEST, WORKER_HOST, p);
+        for (int spins = 0; o().Failures().empty() && spins < 20000; ++spins)  // the child failed
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        EXPECT_EQ(*w, here ? 1u : 2u);  // where the kernel ran
+        EXPECT_NO_THROW(scope.End());  // its own tasks' failures only
+        EXPECT_SPYRE_ERROR(o().WaitAll(), DeviceError, "failed with host kernel return code 42");
     }
 }
 
