@@ -51,12 +51,12 @@ const bool g_fork_hook = [] {
     return true;
 }();
 
+// Unmapped under the lock: a child forked in between would keep a shared
+// mapping nobody lists.
 void Forget(void* base, size_t size) noexcept {
     if (!base) return;
-    {
-        std::lock_guard lock(Live().mu);
-        Live().regions.erase(base);
-    }
+    std::lock_guard lock(Live().mu);
+    Live().regions.erase(base);
     ::munmap(base, size);
 }
 

@@ -420,6 +420,36 @@ def test_the_program_ends_after_the_host_kernels_a_daemon_thread_waits_for():
         assert rc == 0 and "main returns" in out and "terminate" not in out, (rc, out)
 
 
+def test_a_forked_childs_views_of_device_memory_are_its_own():
+    """A child's stores through views of orchestration buffers it kept
+    across fork() stay in the child (it sees zeros there): they landed in
+    the parent's live device memory, also after the child's close (found
+    probing from outside, 3 of 3)."""
+    rc, out = run_script("""
+        import os, signal
+        import numpy as np, spyre
+        dev = spyre.Device.open()
+        orch = spyre.Orchestrator(dev, task_ring_size=16, heap_size=1 << 20)
+        a = orch.alloc(1024, np.float32)
+        b = orch.device_alloc(1024, np.uint8)
+        a[:] = 1.0
+        b[:] = 1
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(20)
+            zeros = bool((a == 0).all() and (b == 0).all())
+            a[:] = 99.0
+            b[:] = 99
+            orch.close()
+            a[:] = 77.0
+            os._exit(0 if zeros and a[0] == 77.0 else 1)
+        _, status = os.waitpid(pid, 0)
+        print("child", status, "parent", a[0], a[-1], b[0], b[-1])
+        orch.close(); dev.close()
+    """)
+    assert rc == 0 and "child 0 parent 1.0 1.0 1 1" in out, (rc, out)
+
+
 @pytest.mark.parametrize("child", ["exits", "closes", "exits while callables run"])
 def test_a_forked_child_leaves_its_parents_devices_alone(child):
     """A child forked from a process with an open Host, Device, tensor,
