@@ -1637,16 +1637,12 @@ void TaskGraph::DropKeptRanges(int32_t id, PoisonedWrites& kept, Drop&& drop) {
 }
 
 bool TaskGraph::OutputOwnerLives(const TaskDescriptor& t, const ResolvedParam& p) const {
-    const auto covers = [&](const TaskDescriptor& owner) {
-        return owner.state.load(std::memory_order_relaxed) < TaskState::Consumed && Covers(owner, p);
-    };
-    if (std::any_of(t.fanin.begin(), t.fanin.end(), [&](int32_t f) { return ring_.IsLive(f) && covers(ring_.Get(f)); }))
-        return true;
-    // A later writer of the whole range took the owner's place in the map,
-    // so `t` did not meet it (rare: failures only; a scan of the ring).
-    for (int64_t seq = ring_.tail_seq(); seq < ring_.SeqOf(t.task_id); ++seq)
-        if (covers(ring_.AtSeq(seq))) return true;
-    return false;
+    // The owner is in the fan-in: met in the map, or held by
+    // CheckOutputsUsed when a writer of the whole range stood between.
+    return std::any_of(t.fanin.begin(), t.fanin.end(), [&](int32_t f) {
+        const TaskDescriptor& owner = ring_.Get(f);
+        return ring_.IsLive(f) && owner.state.load(std::memory_order_relaxed) < TaskState::Consumed && Covers(owner, p);
+    });
 }
 
 void TaskGraph::KeepPoisonedWrites(const TaskDescriptor& t) {
