@@ -159,6 +159,7 @@ bool FlexStream::SynchronizeFor(std::chrono::nanoseconds timeout) {
 
 StreamStatus FlexStream::Query() const {
     LiveState(state_, "FlexStream::Query");
+    core_->CheckSameProcess();  // the parent's state: in a child a busy stream read Busy for good
     core_->sched->Poke();
     if (state_->faulted.load(std::memory_order_acquire)) return StreamStatus::Faulted;
     return state_->completed.load(std::memory_order_acquire) >= state_->enqueued_count.load(std::memory_order_acquire)
@@ -167,7 +168,9 @@ StreamStatus FlexStream::Query() const {
 }
 
 std::optional<Error> FlexStream::LastError() const {
-    std::lock_guard lock(LiveState(state_, "FlexStream::LastError").mu);
+    StreamState& state = LiveState(state_, "FlexStream::LastError");
+    core_->CheckSameProcess();  // a lock a parent's thread held at the fork stays held here
+    std::lock_guard lock(state.mu);
     return state_->fault;
 }
 

@@ -512,10 +512,24 @@ TEST_F(StreamTest, AForkedChildCannotUseItsParentsDevice) {
     Device dev = OpenDevice();
     DeviceBuffer buf = dev.AllocateBuffer(4096);
     std::vector<uint8_t> bytes(4096, 0x5a), back(4096, 0);
+    FlexStream& kept = dev.default_stream();  // a stream the program holds across the fork
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
         ::alarm(20);  // a hang ends the child, and the test sees it
+        // Query and LastError read the parent's stream state: a stream busy
+        // at the fork read Busy in the child for good (found probing).
+        for (int call = 0; call < 2; ++call) {
+            try {
+                if (call == 0) (void)kept.Query();
+                else (void)kept.LastError();
+                ::_exit(4 + call);
+            } catch (const Error& e) {
+                if (e.kind() != ErrorKind::InvalidArgument ||
+                    std::string(e.what()).find("before it forked") == std::string::npos)
+                    ::_exit(1);
+            }
+        }
         int code = 3;
         try {
             dev.default_stream().CopyToDevice(bytes.data(), buf.handle(), bytes.size());
@@ -533,7 +547,7 @@ TEST_F(StreamTest, AForkedChildCannotUseItsParentsDevice) {
     int status = 0;
     ASSERT_EQ(::waitpid(child, &status, 0), child);
     ASSERT_TRUE(WIFEXITED(status)) << "the child hung or crashed (status " << status << ")";
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "1: another error, 2: the copy went through";
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "1: another error, 2: the copy went through, 4/5: Query/LastError answered";
     dev.default_stream().CopyToDevice(bytes.data(), buf.handle(), bytes.size());
     dev.default_stream().CopyFromDevice(back.data(), buf.handle(), back.size());
     dev.default_stream().Synchronize();
