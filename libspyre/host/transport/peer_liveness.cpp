@@ -25,6 +25,12 @@ PeerLiveness::PeerLiveness(int self, std::vector<PeerInfo> peers, LivenessOption
     : self_(self), peers_(std::move(peers)), options_(options),
       last_seen_ns_(new std::atomic<int64_t>[peers_.size()]), last_evaluate_ns_(Ns(Clock::now())),
       lost_(peers_.size()), left_(peers_.size()) {
+    // A zero or negative interval passed the check below and made every
+    // wait re-check at once: an idle rank spun a core.
+    if (options_.heartbeat_interval.count() <= 0)
+        throw Error(ErrorKind::InvalidArgument, "liveness: the heartbeat interval (" +
+                                                    std::to_string(options_.heartbeat_interval.count()) +
+                                                    " ms) must be at least 1 ms");
     if (options_.silence_bound <= options_.heartbeat_interval * 2)
         throw Error(ErrorKind::InvalidArgument, "liveness: the silence bound (" +
                                                     std::to_string(options_.silence_bound.count()) +

@@ -73,6 +73,10 @@ TEST(TransportTest, RanksKnowEachOther) {
     EXPECT_SPYRE_ERROR(InProcessFabric::Create(0), InvalidArgument, "at least 1 rank");
     EXPECT_SPYRE_ERROR(InProcessFabric::Create(2, LivenessOptions{.heartbeat_interval = 100ms, .silence_bound = 150ms}),
                        InvalidArgument, "must exceed two heartbeat intervals");
+    // Zero and negative intervals were taken, and an idle rank spun a core.
+    for (const auto interval : {0ms, -1ms, -1000ms})
+        EXPECT_SPYRE_ERROR(InProcessFabric::Create(2, LivenessOptions{.heartbeat_interval = interval}),
+                           InvalidArgument, "must be at least 1 ms");
 }
 
 TEST(TransportTest, MessagesBetweenTwoRanksArriveInOrderFromConcurrentSenders) {
