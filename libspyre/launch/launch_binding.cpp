@@ -112,6 +112,41 @@ void CheckOutputsDoNotOverlapThemselves(const Operation& op, std::span<const Spy
     }
 }
 
+// A tiled launch over an output that overlaps an input without being it
+// (the same address, dtype, layout, shape and strides): each tile passes
+// the device's OVERLAP check on its own, yet reads bytes an earlier tile
+// wrote (found probing from outside: an Add over views shifted by a tile
+// gave 768 of 1024 elements wrong, with no error), or fails midway with
+// tiles written. One launch of the whole is OVERLAP (docs/hardware.md);
+// the tiled one is refused before any tile runs.
+void CheckTiledOutputsDoNotOverlapInputs(const Operation& op, std::span<const SpyreTensor> tensors,
+                                         std::span<const uint64_t> addresses) {
+    const auto& specs = LaunchedCompute(op)->tensors;
+    auto reach = [&](size_t i) {  // bytes from the first element to past the last
+        unsigned __int128 r = ElementSize(tensors[i].data_type());
+        for (size_t d = 0; d < tensors[i].shape().size(); ++d)
+            r += (unsigned __int128)(tensors[i].shape()[d] - 1) * uint64_t(tensors[i].stride()[d]);
+        return r;
+    };
+    for (size_t o = 0; o < specs.size(); ++o) {
+        if (specs[o].role != TensorRole::Output) continue;
+        for (size_t i = 0; i < specs.size(); ++i) {
+            if (specs[i].role != TensorRole::Input) continue;
+            const SpyreTensor& out = tensors[o];
+            const SpyreTensor& in = tensors[i];
+            const bool apart = addresses[o] + reach(o) <= addresses[i] || addresses[i] + reach(i) <= addresses[o];
+            const bool same = addresses[o] == addresses[i] && out.data_type() == in.data_type() &&
+                              out.layout() == in.layout() && out.shape() == in.shape() && out.stride() == in.stride();
+            if (apart || same) continue;
+            Invalid(OpName(op) + " tensor " + std::to_string(o) + " ('" + specs[o].name +
+                    "') is an output that overlaps input tensor " + std::to_string(i) + " ('" + specs[i].name +
+                    "') without being it: a tiled launch would read bytes its earlier tiles wrote (one launch of "
+                    "the whole is OVERLAP); give the output memory of its own, or the very input for an "
+                    "in-place elementwise op");
+        }
+    }
+}
+
 // An exact launch runs the compute as compiled: anything else would read
 // and write the wrong bytes.
 void CheckCompiledShapes(const Operation& op, std::span<const SpyreTensor> tensors) {
@@ -328,6 +363,7 @@ BoundLaunch BindLaunch(DeviceCore& core, const Operation& op, std::span<const Sp
     }
     for (const SpyreTensor& t : tensors)
         bound.addresses.push_back(core.AddressToWrite(t.device_handle(), t.size_bytes()));
+    if (bound.tiling) CheckTiledOutputsDoNotOverlapInputs(op, tensors, bound.addresses);
     return bound;
 }
 

@@ -292,6 +292,54 @@ TEST_F(StreamTest, AnOutputWhoseElementsOverlapIsRefused) {
     TiledAndChecked(dev, s, plan->operations[0], mm);  // a dense C still computes
 }
 
+// An output over its input shifted by a tile: each tile's operands were
+// apart, so the device's OVERLAP check passed tile by tile while each tile
+// read rows the one before it had written (768 of 1024 elements wrong,
+// no error). Refused before any tile runs; in place over the very input
+// still tiles, and the exact launch is the device's OVERLAP as before.
+TEST_F(StreamTest, ATiledOutputOverItsInputShiftedIsRefused) {
+    Device dev = OpenDevice();
+    SpyreStream s(dev);
+    constexpr int64_t kRows = 32, kCols = 32, kTile = 8;
+    DeviceBuffer buf = dev.AllocateBuffer(uint64_t(kRows + kTile) * kCols * 4);
+    std::vector<float> rows(size_t((kRows + kTile) * kCols)), ones(size_t(kRows * kCols), 1.f);
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = float(i / kCols);
+    s.flex_stream().CopyToDevice(rows.data(), buf.handle(), rows.size() * 4);
+    const SpyreTensor one = SpyreTensor::FromHost(dev, s.flex_stream(), ones.data(), {kRows, kCols}, DType::FP32);
+    const uint64_t bytes = uint64_t(kRows * kCols * 4);
+    const SpyreTensor x(buf.handle(), {kRows, kCols}, {kCols * 4, 4}, DType::FP32, bytes);
+    const SpyreTensor y(buf.handle().Offset(uint64_t(kTile * kCols * 4), bytes, buf.allocation()), {kRows, kCols},
+                        {kCols * 4, 4}, DType::FP32, bytes);
+    auto tile = LoadExecutionPlan(
+        s, CompilerOutputFromKernel("add", KernelBuilder().Elementwise(ElementwiseOp::Add, {kTile, kCols},
+                                                                       {kTile, kCols}, DType::FP32)));
+    Program program(dev, tile);
+    for (const std::vector<SpyreTensor>& tensors : {std::vector{x, one, y}, std::vector{one, x, y}}) {
+        const std::string message = MessageOf([&] { s.LaunchTiled(tile->operations[0], tensors); });
+        EXPECT_NE(message.find("operation 'add' tensor 2"), std::string::npos) << message;
+        EXPECT_NE(message.find("is an output that overlaps input tensor " + std::string(tensors[0].device_handle() ==
+                                                                                             x.device_handle()
+                                                                                         ? "0"
+                                                                                         : "1")),
+                  std::string::npos)
+            << message;
+        EXPECT_EQ(MessageOf([&] { LaunchKernel(s, *tile, tensors); }), message);
+        EXPECT_EQ(MessageOf([&] { program.LaunchTiled(tensors); }), message);
+    }
+    s.Synchronize();
+    std::vector<float> back(rows.size());
+    s.flex_stream().CopyFromDevice(back.data(), buf.handle(), back.size() * 4);
+    s.Synchronize();
+    EXPECT_EQ(back, rows) << "a refused launch wrote";
+
+    // In place over the very input: every tile reads only its own elements.
+    s.LaunchTiled(tile->operations[0], std::vector{x, one, x});
+    s.flex_stream().CopyFromDevice(back.data(), buf.handle(), back.size() * 4);
+    s.Synchronize();
+    for (size_t i = 0; i < back.size(); ++i)
+        ASSERT_EQ(back[i], rows[i] + (i < size_t(kRows * kCols) ? 1.f : 0.f)) << "element " << i;
+}
+
 // One check, one message: whichever entry point finds the mismatch.
 TEST_F(StreamTest, MismatchedTensorsGetTheSameMessageFromEveryEntryPoint) {
     Device dev = OpenDevice();
