@@ -18,6 +18,7 @@
 #include "device_checks.hpp"
 #include "heartbeat_watch.hpp"
 #include "run_while.hpp"
+#include "spyre/common/pid_namespace.hpp"
 #include "spyre/error.hpp"
 #include "spyre/uapi/spyre_regdesc.hpp"
 
@@ -74,8 +75,16 @@ Function Function::OpenHere(const FunctionInfo& info) {
     // The doorbell page must lie inside the mapping; the offset is kept, not re-read.
     f.db_offset_ = f.Load32(SPYRE_REG_DB_OFFSET);
     checks::CheckDoorbellOffset(f.db_offset_, f.bar4_.size(), ctx);
-    // -1 if the daemon is in another pid namespace, or there is none (vfio-pci)
-    if (f.dev_info_.daemon_pid > 0) f.pidfd_ = PidfdOpen(f.dev_info_.daemon_pid);
+    // The daemon's pid names its process only in the daemon's own pid
+    // namespace: from another one (a container's) it named nobody, and the
+    // open failed DeviceLost with the daemon serving, or another process,
+    // whose exit then read as the daemon's (found probing from outside).
+    // There the heartbeat and the device state tell its loss. A device
+    // before 3.4 reports no namespace: its pid is taken as ours.
+    const uint32_t daemon_ns = f.dev_info_.daemon_pid_ns;
+    f.watch_pid_ = f.dev_info_.daemon_pid > 0 && (daemon_ns == 0 || daemon_ns == PidNamespaceId());
+    // -1 when not watched, or pidfd_open failed (kill(pid, 0) then)
+    if (f.watch_pid_) f.pidfd_ = PidfdOpen(f.dev_info_.daemon_pid);
     // Devices before 3.3 never beat.
     if (const auto bound = HeartbeatWatch::BoundFromEnvironment();
         bound.count() != 0 && SPYRE_VERSION_GET_MINOR(f.dev_info_.contract_version) >= 3)
@@ -85,7 +94,7 @@ Function Function::OpenHere(const FunctionInfo& info) {
 
 Function::Function(Function&& o) noexcept
     : info_(std::move(o.info_)), dev_info_(o.dev_info_), backend_(std::move(o.backend_)),
-      pidfd_(std::exchange(o.pidfd_, -1)), lost_(o.lost_), lost_why_(o.lost_why_), heartbeat_(std::move(o.heartbeat_)), task_queues_held_(o.task_queues_held_), next_probe_ns_(o.next_probe_ns_), db_offset_(o.db_offset_),
+      pidfd_(std::exchange(o.pidfd_, -1)), watch_pid_(o.watch_pid_), lost_(o.lost_), lost_why_(o.lost_why_), heartbeat_(std::move(o.heartbeat_)), task_queues_held_(o.task_queues_held_), next_probe_ns_(o.next_probe_ns_), db_offset_(o.db_offset_),
       bar0_(std::move(o.bar0_)), bar4_(std::move(o.bar4_)) {}
 
 bool Function::HoldTaskQueue(uint32_t group) noexcept {
@@ -109,6 +118,7 @@ Function& Function::operator=(Function&& o) noexcept {
         dev_info_ = o.dev_info_;
         backend_ = std::move(o.backend_);
         pidfd_ = std::exchange(o.pidfd_, -1);
+        watch_pid_ = o.watch_pid_;
         lost_ = o.lost_;
         lost_why_ = o.lost_why_;
         heartbeat_ = std::move(o.heartbeat_);
@@ -308,11 +318,12 @@ uint32_t Function::DeviceState() const noexcept {
 bool Function::Probe() const { return DeviceState() == SPYRE_DEVSTATE_ALIVE && ServingProcess() && !HeartbeatStill(); }
 
 bool Function::ServingProcess() const noexcept {
+    if (!watch_pid_) return true;  // no process to watch, or one our pids do not name
     if (pidfd_ >= 0) {
         pollfd p{pidfd_, POLLIN, 0};
         return ::poll(&p, 1, 0) == 0;
     }
-    return dev_info_.daemon_pid <= 0 || ::kill(dev_info_.daemon_pid, 0) == 0 || errno == EPERM;
+    return ::kill(dev_info_.daemon_pid, 0) == 0 || errno == EPERM;
 }
 
 bool Function::HeartbeatStill() const {

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "spyre/common/futex.hpp"
+#include "spyre/common/pid_namespace.hpp"
 #include "log.hpp"
 #include "pci/pci_address.hpp"
 #include "spyre/uapi/spyre_regdesc.hpp"
@@ -355,6 +356,7 @@ spyre_device_info Function::DeviceInfo() const {
     info.function_index = uint16_t(params_.index);
     info.contract_version = SPYRE_VERSION;
     info.daemon_pid = int32_t(::getpid());
+    info.daemon_pid_ns = spyre::PidNamespaceId();  // a driver in another namespace does not watch our pid
     CopyName(info.pci_address, sizeof info.pci_address, address_);
     info.mem_size = params_.mem_size;
     info.num_cores = kNumCores;

@@ -179,6 +179,7 @@ private:
     spyre_device_info dev_info_{};
     std::unique_ptr<DeviceBackend> backend_;
     int pidfd_ = -1;  // the daemon's pidfd: readable once it has exited
+    bool watch_pid_ = false;  // the daemon's pid names it here (our pid namespace is its)
     mutable bool lost_ = false;
     // Why lost_ was set: the device is gone, or it stopped responding
     // (through std::atomic_ref).

@@ -64,7 +64,8 @@ struct spyre_device_info {
     char     pci_address[SPYRE_PCI_ADDR_MAX]; /* 0x28 NUL-terminated */
     uint64_t mem_size;          /* 0x38 bytes of device memory of this function */
     uint32_t num_cores;         /* 0x40 */
-    uint32_t reserved[7];       /* 0x44 */
+    uint32_t daemon_pid_ns;     /* 0x44 its pid namespace (/proc/self/ns/pid inode); 0: none or unknown (3.4) */
+    uint32_t reserved[6];       /* 0x48 */
 };
 SPYRE_STATIC_ASSERT(sizeof(struct spyre_device_info) == 0x60, "device info is 96 bytes");
 

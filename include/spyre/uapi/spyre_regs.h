@@ -18,7 +18,7 @@
 /* ---- Contract identity ------------------------------------------------- */
 #define SPYRE_MAGIC                 0x52595053u /* "SPYR" little-endian */
 #define SPYRE_VERSION_MAJOR         3u /* 3.0: a task is a CB (OP_TASK) and completes with a spyre_cqe; 2.0: region info is VFIO's */
-#define SPYRE_VERSION_MINOR         3u /* 3.3: heartbeat; 3.2: OVERLAP; 3.1: a task waits for earlier tasks of its queue (after); 1.1: task queues; 1.2: watchdog and DMA counters; 1.3: CQE phase; 1.4: ring streams */
+#define SPYRE_VERSION_MINOR         4u /* 3.4: the daemon's pid namespace in the device info; 3.3: heartbeat; 3.2: OVERLAP; 3.1: a task waits for earlier tasks of its queue (after); 1.1: task queues; 1.2: watchdog and DMA counters; 1.3: CQE phase; 1.4: ring streams */
 #define SPYRE_VERSION               ((SPYRE_VERSION_MAJOR << 16) | SPYRE_VERSION_MINOR)
 #define SPYRE_VERSION_GET_MAJOR(v)  ((uint32_t)(v) >> 16)
 #define SPYRE_VERSION_GET_MINOR(v)  ((uint32_t)(v) & 0xFFFFu)

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -742,6 +743,39 @@ TEST(PidNamespaces, AnOpenerTheDaemonCannotSeeIsRefused) {
         EXPECT_EQ(err, EPERM);
     }
     std::filesystem::remove_all(dir);
+}
+
+// An opener in a child pid namespace of the daemon's (a container that
+// shares the mount and /dev/shm): the daemon sees it, but the daemon's pid
+// names nobody there, so the driver took the live daemon for dead and the
+// open failed DeviceLost (or watched whichever process had that pid
+// there; found probing from outside). The device info says which pid
+// namespace the daemon is in; from another one the driver does not watch
+// the pid, and the heartbeat tells the daemon's loss.
+TEST_F(MockDeviceTest, AnOpenerInAChildPidNamespaceUsesItsFunction) {
+    const int rc = spyre::test::InChild([&] {
+        if (::unshare(CLONE_NEWPID) != 0) return 77;  // not permitted here
+        return spyre::test::InChild([&] {  // the first process of the new namespace
+            try {
+                Function fn = Function::Open(Vf(1));
+                CommandRing ring(fn);
+                ring.Submit(std::array{NopCb(5)});
+                Completion c;
+                ring.Wait({&c, 1}, 1);
+                if (!c.ok()) return 2;
+                const std::vector<uint8_t> bytes(4096, 0x6D);
+                fn.WriteRegion(SPYRE_REGION_DEVMEM, 0, bytes);
+                return fn.ReadRegion(SPYRE_REGION_DEVMEM, 0, 4096) == bytes && fn.Alive() ? 0 : 3;
+            } catch (const Error& e) {
+                std::fprintf(stderr, "in the namespace: %s\n", e.what());
+                return e.kind() == ErrorKind::DeviceLost ? 4 : 1;
+            }
+        });
+    });
+    if (rc == 77) GTEST_SKIP() << "pid namespaces are unavailable here (unshare(CLONE_NEWPID) refused)";
+    EXPECT_EQ(rc, 0) << "4: the live daemon was taken for lost, 1: another error, 2/3: the ring or memory failed";
+    Function fn = Function::Open(Vf(1));  // handed back, and scrubbed
+    EXPECT_EQ(fn.ReadRegion(SPYRE_REGION_DEVMEM, 0, 4096), std::vector<uint8_t>(4096, 0));
 }
 
 // A process that holds nothing may write an unheld PF's files (file
