@@ -197,6 +197,30 @@ thread_local int tl_depth = 0;
 // nor take the lock.
 thread_local const Dispatcher* tl_freeing = nullptr;
 
+// The dispatcher's lock held: each unfinished task, of any run, that cannot
+// end before the calling thread's tasks of `d` do (their consumers,
+// transitively, and those of the tasks that lent them bytes, which wait
+// for what they lent), with the caller's task it waits on: visit(task, that).
+template <typename Visit>
+void ForEachWaitingOnCaller(const Dispatcher* d, Visit&& visit) {
+    std::vector<std::pair<const HostTask*, const HostTask*>> todo;
+    for (const Running* r = tl_running; r; r = r->previous) {
+        if (r->dispatcher == d) todo.emplace_back(r->task, r->task);
+        for (const HostTask::Claim& c : r->task->claims)
+            if (c.borrowed && c.borrowed->dispatcher == d) todo.emplace_back(c.borrowed->holder, c.borrowed->holder);
+    }
+    std::unordered_set<const HostTask*> seen;
+    while (!todo.empty()) {
+        const auto [t, named] = todo.back();
+        todo.pop_back();
+        for (const HostTask* c : t->consumers) {
+            if (c->Finished() || !seen.insert(c).second) continue;
+            visit(c, named);
+            todo.emplace_back(c, named);
+        }
+    }
+}
+
 Running::Running(const Dispatcher* d, const HostTask* t)
     : dispatcher(d), task(t), previous(tl_running), depth(++tl_depth) {
     tl_running = this;
@@ -324,29 +348,13 @@ void Dispatcher::CheckNotPartOf(const RunState& run) {
     // A task of another run that `run` depends on, through the tensors its
     // tasks touch: `run` cannot end before that task does either.
     if (!tl_running) return;
-    // The tasks of this Worker that cannot end before the caller does: those
-    // it runs, and those that lent it bytes (through other Workers' tasks
-    // too), which wait for what they lent. Each with the one named.
-    std::vector<std::pair<const HostTask*, const HostTask*>> todo;
-    for (const Running* r = tl_running; r; r = r->previous) {
-        if (r->dispatcher == this) todo.emplace_back(r->task, r->task);
-        for (const HostTask::Claim& c : r->task->claims)  // a lender waits for its borrowers
-            if (c.borrowed && c.borrowed->dispatcher == this) todo.emplace_back(c.borrowed->holder, c.borrowed->holder);
-    }
     Lock lock(*this);
-    std::unordered_set<const HostTask*> seen;
-    while (!todo.empty()) {
-        const auto [t, named] = todo.back();
-        todo.pop_back();
-        for (const HostTask* c : t->consumers) {
-            if (c->Finished() || !seen.insert(c).second) continue;
-            if (c->run == &run)
-                throw Error(ErrorKind::InvalidArgument,
-                            "run '" + run.name + "': task '" + c->name + "' of it depends on task '" + named->name +
-                                "' of run '" + named->run->name + "', which waits for it (neither could end)");
-            todo.emplace_back(c, named);
-        }
-    }
+    ForEachWaitingOnCaller(this, [&](const HostTask* c, const HostTask* named) {
+        if (c->run == &run)
+            throw Error(ErrorKind::InvalidArgument,
+                        "run '" + run.name + "': task '" + c->name + "' of it depends on task '" + named->name +
+                            "' of run '" + named->run->name + "', which waits for it (neither could end)");
+    });
 }
 
 Dispatcher::AwaitingRun::AwaitingRun(Dispatcher& dispatcher, const RunState& run)
@@ -477,10 +485,33 @@ void Dispatcher::WaitForRoom(RunState& run) {
             Lock lock(*this);
             run.window_waiter = run.InWindow() >= run.window;
             if (!run.window_waiter) return;
+            if (tl_running) CheckRoomCanFree(run);
         }
         // The lock is released: the completions that make room need it.
         SleepOrHelp(run, room, *this);
     }
+}
+
+void Dispatcher::CheckRoomCanFree(RunState& run) {
+    // A nested run's function, on the thread of a task its tasks depend on
+    // (a SubWorker that passes its InOut tensor on to the run it starts):
+    // when every task in the window waits for that task, no room frees
+    // before the function returns, which needs room. The wait for the run
+    // is refused so; the wait for room hung (found probing from outside).
+    size_t blocked = 0;
+    const HostTask* named = nullptr;
+    ForEachWaitingOnCaller(this, [&](const HostTask* c, const HostTask* on) {
+        if (c->run != &run) return;
+        ++blocked;
+        named = on;
+    });
+    if (blocked < run.InWindow()) return;
+    run.window_waiter = false;
+    throw Error(ErrorKind::InvalidArgument,
+                "run '" + run.name + "': its host orchestration function waits for room among its " +
+                    std::to_string(run.window) + " tasks in flight (max_tasks_in_flight), but each of them depends on "
+                    "task '" + named->name + "' of run '" + named->run->name +
+                    "', which runs the function on this thread (neither could end)");
 }
 
 void Dispatcher::Submit(RunState& run, std::unique_ptr<HostTask> owned) {

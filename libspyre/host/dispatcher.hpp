@@ -220,6 +220,9 @@ private:
     void MarkLost(size_t device);  // mu_ held
     void EndRun(RunState& run);  // mu_ held: sealed, nothing unfinished
     void WaitForRoom(RunState& run);
+    // mu_ held, the window full, the caller inside a task: InvalidArgument
+    // when every task in the window depends on the caller's tasks.
+    void CheckRoomCanFree(RunState& run);
     void SleepUntilDone(RunState& run);  // checks the caller is not part of `run` first
     std::vector<TaskRecord> RecordsOf(const RunState& run) const;  // mu_ held, the run ended
     void RunChip(HostTask* task);

@@ -1746,3 +1746,56 @@ TEST_F(WorkerTest, BytesHandedToAnotherWorkerAndBackAreRefusedRatherThanHang) {
               std::string::npos)
         << cause;
 }
+
+// A SubWorker that passes its InOut tensor on to a nested run of more tasks
+// than the window: the run's wait is refused, but the function's submit
+// waited for room first, which only the nested tasks could make, and they
+// wait for the SubWorker: it hung for good (found probing from outside;
+// Python too). The submit is refused the same way; a nested run over other
+// bytes still fills and drains its window.
+TEST_F(WorkerTest, ANestedRunWhoseWindowWaitsForItsCallerIsRefusedRatherThanHang) {
+    worker_.reset();
+    for (const size_t window : {size_t(1), size_t(2)}) {
+        DistributedConfig c;
+        c.device_ids = Vfs(*host_);
+        c.num_sub_workers = 2;
+        c.max_tasks_in_flight = window;
+        Worker w(*host_, c);
+        w.RegisterSubWorker("leaf", [](std::span<const HostTensor> t) { t[0].floats()[0] += 1.0f; });
+        HostTensor x = HostTensor::Zeros({16}), y = HostTensor::Zeros({16});
+        std::string nested_cause;
+        HostProgram outer{"outer", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                              g.Sub("mid", [&](std::span<const HostTensor> v) {
+                                  for (const HostTensor& over : {y, v[0]}) {  // other bytes, then its own
+                                      HostProgram inner{"inner", 0, {}, [&](HostGraph& ig, std::span<const HostTensor>) {
+                                                            for (size_t k = 0; k < window + 2; ++k)
+                                                                ig.Sub("leaf", {InOut(over)});
+                                                        }};
+                                      try {  // the wait refuses with an Error of its own kind
+                                          w.Run(inner, {});
+                                          nested_cause = "ran";
+                                      } catch (const Error& e) {
+                                          nested_cause = std::string(e.kind() == ErrorKind::InvalidArgument ? "InvalidArgument: "
+                                                                                                        : "another kind: ") +
+                                                         e.what();
+                                      }
+                                  }
+                              }, {InOut(x)});
+                          }};
+        auto run = std::async(std::launch::async, [&] { w.Run(outer, {}); });
+        if (run.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+            std::fprintf(stderr, "a nested run waiting for room behind its caller hung (window %zu)\n", window);
+            std::fflush(stderr);
+            std::_Exit(1);
+        }
+        run.get();
+        EXPECT_EQ(y.floats()[0], float(window + 2)) << "the nested run over other bytes";
+        // The function's submit was refused, so it ended; the wait for its
+        // run then says why, as when the function submitted fewer.
+        EXPECT_EQ(nested_cause.rfind("InvalidArgument: ", 0), 0u) << nested_cause;
+        EXPECT_NE(nested_cause.find("run 'inner': task 'leaf#0' of it depends on task 'mid#0' of run 'outer', which "
+                                    "waits for it (neither could end)"),
+                  std::string::npos)
+            << nested_cause;
+    }
+}
