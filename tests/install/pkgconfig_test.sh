@@ -89,7 +89,7 @@ echo "\$ $run_cmd"
 out=$(timeout 60 bash -c "$run_cmd")
 echo "$out"
 grep -q "libspyre $(pkg-config --modversion libspyre)" <<<"$out"
-grep -q "contract 3.3" <<<"$out"  # 3.3: heartbeat; 3.2: OVERLAP; 3.1: a task may wait for earlier tasks on the card
+grep -q "contract 3.4" <<<"$out"  # 3.4: the daemon's pid namespace; 3.3: heartbeat; 3.2: OVERLAP; 3.1: a task may wait for earlier tasks on the card
 grep -q "typed error ok: not found" <<<"$out"
 # 4b. Every installed C++ header alone, as an app would include it, with
 # common warnings as errors (the project's own -Wno-missing-field-initializers
