@@ -357,13 +357,17 @@ void Dispatcher::CheckNotPartOf(const RunState& run) {
     });
 }
 
-Dispatcher::AwaitingRun::AwaitingRun(Dispatcher& dispatcher, const RunState& run)
-    : dispatcher_(dispatcher), awaited_(&run) {
-    for (const Running* r = tl_running; r; r = r->previous)
+Dispatcher::AwaitingRun::AwaitingRun(Dispatcher& dispatcher, const RunState& run, bool for_room)
+    : dispatcher_(dispatcher), awaited_(&run), for_room_(for_room) {
+    for (const Running* r = tl_running; r; r = r->previous) {
         if (r->dispatcher == &dispatcher) {
             blocked_.push_back(r->task->run);
             tasks_.push_back(r->task);
+            holds_up_.push_back(r->task);
         }
+        for (const HostTask::Claim& c : r->task->claims)  // a lender waits for its borrowers
+            if (c.borrowed && c.borrowed->dispatcher == &dispatcher) holds_up_.push_back(c.borrowed->holder);
+    }
     for (const Submitting* s = tl_submitting; s; s = s->previous)
         if (&s->dispatcher == &dispatcher) blocked_.push_back(&s->run);
     if (blocked_.empty()) return;  // nothing waits for this thread: no cycle through it
@@ -372,12 +376,34 @@ Dispatcher::AwaitingRun::AwaitingRun(Dispatcher& dispatcher, const RunState& run
     else
         waiter_ = "the host orchestration function of run '" + blocked_.front()->name + "'";
     Lock lock(dispatcher);
+    // Task by task, through every wait filed, room waits included (after
+    // the run-level check for a wait for a run: its message says more).
+    auto check_tasks = [&] {
+        const AwaitingRun* through = nullptr;
+        if (holds_up_.empty() || !NeverEnds(*this, dispatcher.StuckWhile(*this, &through))) return;
+        std::string what = for_room ? "its host orchestration function waits for room among its " +
+                                          std::to_string(run.window) +
+                                          " tasks in flight (max_tasks_in_flight), but none of them can finish"
+                                    : waiter_ + " would wait for it, but a task of it cannot finish";
+        what += " before " + waiter_ + " does";
+        if (through)
+            what += ", since " + through->waiter_ + " waits for " + (through->for_room_ ? "room in run '" : "run '") +
+                    through->awaited_->name + "'";
+        throw Error(ErrorKind::InvalidArgument, "run '" + run.name + "': " + what + " (neither could end)");
+    };
+    if (for_room) {  // its run-level edges would say more than it waits for
+        check_tasks();
+        dispatcher.run_waits_.push_back(this);
+        filed_ = true;
+        return;
+    }
     // Per wait, this one first, then those filed: the runs that cannot end
     // before it does (its thread's, and those of its tasks' consumers).
     std::vector<std::unordered_set<const RunState*>> blocked_by;
     blocked_by.reserve(1 + dispatcher.run_waits_.size());
     blocked_by.push_back(RunsItBlocks());
-    for (const AwaitingRun* w : dispatcher.run_waits_) blocked_by.push_back(w->RunsItBlocks());
+    for (const AwaitingRun* w : dispatcher.run_waits_)  // a room wait blocks nothing run-wide: empty
+        blocked_by.push_back(w->for_room_ ? std::unordered_set<const RunState*>{} : w->RunsItBlocks());
     const auto& mine = blocked_by.front();
     // The runs that cannot end before `run` does, through the waits filed:
     // one of this thread's closes the cycle.
@@ -396,8 +422,51 @@ Dispatcher::AwaitingRun::AwaitingRun(Dispatcher& dispatcher, const RunState& run
             if (seen.insert(w->awaited_).second) todo.push_back(w->awaited_);
         }
     }
+    check_tasks();
     dispatcher.run_waits_.push_back(this);
     filed_ = true;
+}
+
+std::unordered_map<const RunState*, size_t> Dispatcher::StuckWhile(const AwaitingRun& wait,
+                                                                   const AwaitingRun** through) const {
+    std::unordered_map<const RunState*, size_t> per_run;
+    std::unordered_set<const HostTask*> stuck;
+    std::vector<const HostTask*> todo;
+    auto hold_up = [&](const std::vector<const HostTask*>& tasks) {
+        for (const HostTask* t : tasks)
+            if (!t->Finished() && stuck.insert(t).second) {
+                ++per_run[t->run];
+                todo.push_back(t);
+            }
+        while (!todo.empty()) {
+            const HostTask* t = todo.back();
+            todo.pop_back();
+            for (const HostTask* c : t->consumers)
+                if (!c->Finished() && stuck.insert(c).second) {
+                    ++per_run[c->run];
+                    todo.push_back(c);
+                }
+        }
+    };
+    hold_up(wait.holds_up_);
+    std::vector<const AwaitingRun*> others = run_waits_;
+    for (bool added = true; added;) {
+        added = false;
+        for (const AwaitingRun*& w : others)
+            if (w && w != &wait && NeverEnds(*w, per_run)) {
+                if (through && !*through) *through = w;
+                hold_up(w->holds_up_);
+                w = nullptr;
+                added = true;
+            }
+    }
+    return per_run;
+}
+
+bool Dispatcher::NeverEnds(const AwaitingRun& wait, const std::unordered_map<const RunState*, size_t>& stuck) {
+    const auto it = stuck.find(wait.awaited_);
+    if (it == stuck.end()) return false;
+    return !wait.for_room_ || (wait.awaited_->InWindow() >= wait.awaited_->window && it->second >= wait.awaited_->InWindow());
 }
 
 std::unordered_set<const RunState*> Dispatcher::AwaitingRun::RunsItBlocks() const {
@@ -485,33 +554,19 @@ void Dispatcher::WaitForRoom(RunState& run) {
             Lock lock(*this);
             run.window_waiter = run.InWindow() >= run.window;
             if (!run.window_waiter) return;
-            if (tl_running) CheckRoomCanFree(run);
         }
         // The lock is released: the completions that make room need it.
+        // A thread inside a task files its wait: tasks may wait for it.
+        std::optional<AwaitingRun> awaiting;
+        try {
+            if (tl_running) awaiting.emplace(*this, run, true);
+        } catch (...) {
+            Lock lock(*this);
+            run.window_waiter = false;
+            throw;
+        }
         SleepOrHelp(run, room, *this);
     }
-}
-
-void Dispatcher::CheckRoomCanFree(RunState& run) {
-    // A nested run's function, on the thread of a task its tasks depend on
-    // (a SubWorker that passes its InOut tensor on to the run it starts):
-    // when every task in the window waits for that task, no room frees
-    // before the function returns, which needs room. The wait for the run
-    // is refused so; the wait for room hung (found probing from outside).
-    size_t blocked = 0;
-    const HostTask* named = nullptr;
-    ForEachWaitingOnCaller(this, [&](const HostTask* c, const HostTask* on) {
-        if (c->run != &run) return;
-        ++blocked;
-        named = on;
-    });
-    if (blocked < run.InWindow()) return;
-    run.window_waiter = false;
-    throw Error(ErrorKind::InvalidArgument,
-                "run '" + run.name + "': its host orchestration function waits for room among its " +
-                    std::to_string(run.window) + " tasks in flight (max_tasks_in_flight), but each of them depends on "
-                    "task '" + named->name + "' of run '" + named->run->name +
-                    "', which runs the function on this thread (neither could end)");
 }
 
 void Dispatcher::Submit(RunState& run, std::unique_ptr<HostTask> owned) {

@@ -132,9 +132,18 @@ public:
     // (found probing from outside). InvalidArgument naming both waits.
     // Checked when a wait begins only: a submission adds edges out of its
     // own run, which nothing can wait for before its function returns.
+    //
+    // A wait for room in a run's window (a submit over it, `for_room`) is
+    // filed too, from a thread that runs tasks: it ends once one task of the
+    // window finishes, not the run. Both kinds are also checked task by
+    // task (StuckWhile): a wait is refused when what it waits for cannot
+    // finish while it and the waits filed last (a nested run over a task's
+    // bytes, more tasks than its window, waiting for room that only tasks
+    // waiting for that task could make, on another thread: found probing
+    // from outside).
     class AwaitingRun {
     public:
-        AwaitingRun(Dispatcher& dispatcher, const RunState& run);
+        AwaitingRun(Dispatcher& dispatcher, const RunState& run, bool for_room = false);
         ~AwaitingRun();
         AwaitingRun(const AwaitingRun&) = delete;
         AwaitingRun& operator=(const AwaitingRun&) = delete;
@@ -150,7 +159,12 @@ public:
         // The tasks its thread runs: their consumers' runs (through the
         // tensors they share) cannot end before this wait does either.
         std::vector<const HostTask*> tasks_;
+        // Those tasks and the tasks that lent them bytes (which wait for
+        // what they lent): none of them, nor their consumers, can finish
+        // before this wait ends.
+        std::vector<const HostTask*> holds_up_;
         std::string waiter_;                    // "task 'x' of run 'y'", for the message
+        bool for_room_ = false;
         bool filed_ = false;
     };
     // Every task of the run, in submission order (waits for its end).
@@ -220,9 +234,15 @@ private:
     void MarkLost(size_t device);  // mu_ held
     void EndRun(RunState& run);  // mu_ held: sealed, nothing unfinished
     void WaitForRoom(RunState& run);
-    // mu_ held, the window full, the caller inside a task: InvalidArgument
-    // when every task in the window depends on the caller's tasks.
-    void CheckRoomCanFree(RunState& run);
+    // mu_ held: the unfinished tasks that cannot finish while `wait` lasts:
+    // those its thread holds up and their consumers, and, for each wait
+    // filed that could then never end, those its thread holds up and their
+    // consumers, until no more are added. Per run, how many; `through`
+    // names, for the message, a filed wait that added some (or null).
+    std::unordered_map<const RunState*, size_t> StuckWhile(const AwaitingRun& wait, const AwaitingRun** through) const;
+    // Whether `wait` could never end with `stuck` tasks stuck: a run with
+    // one of them never ends; a window full of them never has room.
+    static bool NeverEnds(const AwaitingRun& wait, const std::unordered_map<const RunState*, size_t>& stuck);
     void SleepUntilDone(RunState& run);  // checks the caller is not part of `run` first
     std::vector<TaskRecord> RecordsOf(const RunState& run) const;  // mu_ held, the run ended
     void RunChip(HostTask* task);

@@ -1747,6 +1747,54 @@ TEST_F(WorkerTest, BytesHandedToAnotherWorkerAndBackAreRefusedRatherThanHang) {
         << cause;
 }
 
+// The same across two threads: 'ma' (InOut x) nests a run of more tasks
+// than the window over y while 'mb' (InOut y) nests one over x. Each
+// window waited for the other SubWorker, which waited for room in its own:
+// both hung for good (found probing from outside, C++ and Python; chip
+// functions too). Room waits are filed and checked task by task through
+// the waits filed: one of them is refused, and everything ends.
+TEST_F(WorkerTest, NestedRunsWaitingForRoomBehindEachOthersCallersAreRefusedRatherThanHang) {
+    worker_.reset();
+    DistributedConfig c;
+    c.device_ids = Vfs(*host_);
+    c.num_sub_workers = 3;
+    c.max_tasks_in_flight = 2;
+    Worker w(*host_, c);
+    w.RegisterSubWorker("leaf", [](std::span<const HostTensor> t) { t[0].floats()[0] += 1.0f; });
+    HostTensor x = HostTensor::Zeros({16}), y = HostTensor::Zeros({16});
+    std::atomic<int> arrived{0};
+    std::string causes[2];
+    auto nest = [&](int me, const HostTensor& over) {
+        ++arrived;  // both SubWorkers run before either nests
+        Await([&] { return arrived.load() == 2; });
+        HostProgram inner{me == 0 ? "inner_a" : "inner_b", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                              for (int k = 0; k < 4; ++k) g.Sub("leaf", {InOut(over)});
+                          }};
+        try {
+            w.Run(inner, {});
+            causes[me] = "ran";
+        } catch (const Error& e) {
+            causes[me] = std::string(e.kind() == ErrorKind::InvalidArgument ? "InvalidArgument: " : "another kind: ") +
+                         e.what();
+        }
+    };
+    HostProgram outer{"outer", 0, {}, [&](HostGraph& g, std::span<const HostTensor>) {
+                          g.Sub("ma", [&](std::span<const HostTensor>) { nest(0, y); }, {InOut(x)});
+                          g.Sub("mb", [&](std::span<const HostTensor>) { nest(1, x); }, {InOut(y)});
+                      }};
+    auto run = std::async(std::launch::async, [&] { w.Run(outer, {}); });
+    if (run.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+        std::fprintf(stderr, "two nested runs waiting for room behind each other's callers hung\n");
+        std::fflush(stderr);
+        std::_Exit(1);
+    }
+    run.get();
+    const int refused = int(causes[0].rfind("InvalidArgument: ", 0) == 0) + int(causes[1].rfind("InvalidArgument: ", 0) == 0);
+    EXPECT_GE(refused, 1) << causes[0] << "\n" << causes[1];
+    for (const std::string& cause : causes)
+        if (cause != "ran") EXPECT_NE(cause.find("(neither could end)"), std::string::npos) << cause;
+}
+
 // A SubWorker that passes its InOut tensor on to a nested run of more tasks
 // than the window: the run's wait is refused, but the function's submit
 // waited for room first, which only the nested tasks could make, and they
