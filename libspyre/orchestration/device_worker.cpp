@@ -196,6 +196,12 @@ void DeviceWorker::Finished(std::span<const spyre_cqe> done) {
     finished_.clear();
     for (const spyre_cqe& c : done) {
         const uint32_t table = TableOf(c.user_data);
+        // A completion of a task no longer in flight here: one Failed
+        // reported already (a reset's ABORTED completions reaped after the
+        // queue failed). Reported twice, it was parked twice, and the
+        // inbox looped for good, growing the failure list (found probing
+        // from outside); its table was freed twice, for two tasks at once.
+        if (table >= in_flight_ids_.size() || in_flight_ids_[table] != TaskOf(c.user_data)) continue;
         free_tables_.push_back(table);
         in_flight_ids_[table] = -1;
         Placed& placed = PlacedOf(TaskOf(c.user_data));
