@@ -500,8 +500,12 @@ def _outline(fn, compiled):
                     t = eval(_pycompile(ast.Expression(st.annotation), "<annotation>", "eval"), globs)  # noqa: S307
                     if isinstance(t, TensorType):
                         outputs.append((st.target.id, t))
-            outer = params | (_names(fdef, ast.Store) - _names(node, ast.Store))
-            inputs = sorted((_names(node, ast.Load) & outer) - {o for o, _ in outputs})
+            # `f += a` reads f too, though its name is a Store: without it in
+            # the inputs, the block raised UnboundLocalError (found probing).
+            augmented = {st.target.id for st in ast.walk(node)
+                         if isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name)}
+            outer = params | (_names(fdef, ast.Store) - (_names(node, ast.Store) - augmented))
+            inputs = sorted(((_names(node, ast.Load) | augmented) & outer) - {o for o, _ in outputs})
             written = set()  # f[...] = ... / f += ...: the block writes the tensor (InOut)
             for st in ast.walk(node):
                 targets = st.targets if isinstance(st, ast.Assign) else (

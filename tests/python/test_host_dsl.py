@@ -309,6 +309,31 @@ def test_a_chip_block_that_reads_a_tensor_and_stores_into_it(host, config):
         np.testing.assert_array_equal(ht.numpy(), np.full((8, 32), 5.0, np.float32))
 
 
+Small = Tensor[[4, 4], spyre.FP32]
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def augmented_inline(a: Small, f: Out[Small]):
+    t = spyre.create_tensor([4, 4])
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        t[:] = a
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        t *= 2
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f += t
+
+
+def test_augmented_assignments_to_whole_tensors_in_worker_blocks(host, config):
+    """`f += t` and `t *= 2` on a whole tensor take it in-out, as
+    python.md says: the block took the name as written only, never as an
+    input, and raised UnboundLocalError (found probing from outside)."""
+    with spyre.compile(augmented_inline, config, host=host) as compiled:
+        a = np.arange(16, dtype=np.float32).reshape(4, 4)
+        f = np.ones((4, 4), np.float32)
+        compiled(a, f)
+        np.testing.assert_array_equal(f, 1 + 2 * a)
+
+
 def test_a_host_tensors_dtype_is_checked_against_the_annotation(host, config):
     """Nothing after the call checks it: int32 HostTensors into an FP32
     program ran its fp32 kernels over their bits (found probing from

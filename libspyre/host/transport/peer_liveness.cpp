@@ -31,7 +31,15 @@ PeerLiveness::PeerLiveness(int self, std::vector<PeerInfo> peers, LivenessOption
         throw Error(ErrorKind::InvalidArgument, "liveness: the heartbeat interval (" +
                                                     std::to_string(options_.heartbeat_interval.count()) +
                                                     " ms) must be at least 1 ms");
-    if (options_.silence_bound <= options_.heartbeat_interval * 2)
+    // Past a day the bound's nanoseconds, and twice a huge interval,
+    // overflowed: an interval of 2^62 ms passed the check below, and an
+    // idle rank spun a core (found probing from outside).
+    if (options_.silence_bound > std::chrono::hours(24))
+        throw Error(ErrorKind::InvalidArgument, "liveness: the silence bound (" +
+                                                    std::to_string(options_.silence_bound.count()) +
+                                                    " ms) must be at most a day (86400000 ms)");
+    if (options_.heartbeat_interval >= options_.silence_bound ||
+        options_.silence_bound - options_.heartbeat_interval <= options_.heartbeat_interval)
         throw Error(ErrorKind::InvalidArgument, "liveness: the silence bound (" +
                                                     std::to_string(options_.silence_bound.count()) +
                                                     " ms) must exceed two heartbeat intervals (" +

@@ -77,6 +77,13 @@ TEST(TransportTest, RanksKnowEachOther) {
     for (const auto interval : {0ms, -1ms, -1000ms})
         EXPECT_SPYRE_ERROR(InProcessFabric::Create(2, LivenessOptions{.heartbeat_interval = interval}),
                            InvalidArgument, "must be at least 1 ms");
+    // Huge ones overflowed the checks and the clock (a core spun too).
+    EXPECT_SPYRE_ERROR(InProcessFabric::Create(2, LivenessOptions{.heartbeat_interval = std::chrono::milliseconds(1LL << 62),
+                                                                  .silence_bound = 5000ms}),
+                       InvalidArgument, "must exceed two heartbeat intervals");
+    EXPECT_SPYRE_ERROR(InProcessFabric::Create(2, LivenessOptions{.heartbeat_interval = std::chrono::milliseconds(10'000'000'000'000LL),
+                                                                  .silence_bound = std::chrono::milliseconds(30'000'000'000'000LL)}),
+                       InvalidArgument, "must be at most a day");
 }
 
 TEST(TransportTest, MessagesBetweenTwoRanksArriveInOrderFromConcurrentSenders) {
