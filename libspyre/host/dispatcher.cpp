@@ -197,18 +197,26 @@ thread_local int tl_depth = 0;
 // nor take the lock.
 thread_local const Dispatcher* tl_freeing = nullptr;
 
+// The tasks of `d` that cannot finish while the calling thread waits: those
+// it runs, and those that lent them bytes (which wait for what they lent).
+std::vector<const HostTask*> HeldUpByCaller(const Dispatcher* d) {
+    std::vector<const HostTask*> held;
+    for (const Running* r = tl_running; r; r = r->previous) {
+        if (r->dispatcher == d) held.push_back(r->task);
+        for (const HostTask::Claim& c : r->task->claims)
+            if (c.borrowed && c.borrowed->dispatcher == d) held.push_back(c.borrowed->holder);
+    }
+    return held;
+}
+
 // The dispatcher's lock held: each unfinished task, of any run, that cannot
-// end before the calling thread's tasks of `d` do (their consumers,
-// transitively, and those of the tasks that lent them bytes, which wait
-// for what they lent), with the caller's task it waits on: visit(task, that).
+// end before the calling thread's tasks of `d` do (the consumers of
+// HeldUpByCaller, transitively), with the held-up task it waits on:
+// visit(task, that).
 template <typename Visit>
 void ForEachWaitingOnCaller(const Dispatcher* d, Visit&& visit) {
     std::vector<std::pair<const HostTask*, const HostTask*>> todo;
-    for (const Running* r = tl_running; r; r = r->previous) {
-        if (r->dispatcher == d) todo.emplace_back(r->task, r->task);
-        for (const HostTask::Claim& c : r->task->claims)
-            if (c.borrowed && c.borrowed->dispatcher == d) todo.emplace_back(c.borrowed->holder, c.borrowed->holder);
-    }
+    for (const HostTask* t : HeldUpByCaller(d)) todo.emplace_back(t, t);
     std::unordered_set<const HostTask*> seen;
     while (!todo.empty()) {
         const auto [t, named] = todo.back();
@@ -358,16 +366,12 @@ void Dispatcher::CheckNotPartOf(const RunState& run) {
 }
 
 Dispatcher::AwaitingRun::AwaitingRun(Dispatcher& dispatcher, const RunState& run, bool for_room)
-    : dispatcher_(dispatcher), awaited_(&run), for_room_(for_room) {
-    for (const Running* r = tl_running; r; r = r->previous) {
+    : dispatcher_(dispatcher), awaited_(&run), holds_up_(HeldUpByCaller(&dispatcher)), for_room_(for_room) {
+    for (const Running* r = tl_running; r; r = r->previous)
         if (r->dispatcher == &dispatcher) {
             blocked_.push_back(r->task->run);
             tasks_.push_back(r->task);
-            holds_up_.push_back(r->task);
         }
-        for (const HostTask::Claim& c : r->task->claims)  // a lender waits for its borrowers
-            if (c.borrowed && c.borrowed->dispatcher == &dispatcher) holds_up_.push_back(c.borrowed->holder);
-    }
     for (const Submitting* s = tl_submitting; s; s = s->previous)
         if (&s->dispatcher == &dispatcher) blocked_.push_back(&s->run);
     if (blocked_.empty()) return;  // nothing waits for this thread: no cycle through it

@@ -159,9 +159,8 @@ public:
         // The tasks its thread runs: their consumers' runs (through the
         // tensors they share) cannot end before this wait does either.
         std::vector<const HostTask*> tasks_;
-        // Those tasks and the tasks that lent them bytes (which wait for
-        // what they lent): none of them, nor their consumers, can finish
-        // before this wait ends.
+        // Those tasks and the tasks that lent them bytes (HeldUpByCaller):
+        // none of them, nor their consumers, can finish before this wait ends.
         std::vector<const HostTask*> holds_up_;
         std::string waiter_;                    // "task 'x' of run 'y'", for the message
         bool for_room_ = false;
