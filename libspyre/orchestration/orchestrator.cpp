@@ -119,6 +119,13 @@ void Orchestrator::RegisterHostKernel(int32_t kernel_id, HostKernel kernel) {
     Graph(Live(state_)).RegisterKernel(std::move(k));
 }
 
+std::vector<int32_t> Orchestrator::RunningHostTaskParamKinds() {
+    std::vector<int32_t> kinds;
+    if (const auto* frame = orchestration::CpuWorker::RunningTasks())
+        for (int32_t i = 0; i < frame->task->num_params; ++i) kinds.push_back(frame->task->params[i].kind);
+    return kinds;
+}
+
 void Orchestrator::RegisterDeviceKernel(int32_t kernel_id, uint64_t program_address) {
     Graph(Live(state_)).RegisterDeviceKernel(kernel_id, program_address);
 }

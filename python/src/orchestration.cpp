@@ -194,12 +194,19 @@ HostKernel MakeHostKernel(const std::shared_ptr<PyOrch>& owner, int32_t kernel_i
         const RuntimeCall call;
         if (!call) return kPythonKernelRaised;
         const ThreadMark mark(t_kernel_device, device);
+        const std::vector<int32_t> kinds = Orchestrator::RunningHostTaskParamKinds();
         py::gil_scoped_acquire gil;
         try {
             py::tuple args(buffers.size());
-            for (size_t i = 0; i < buffers.size(); ++i)
-                args[i] = DeviceView(buffers[i], sizes[i], raw_dt, py::none(), py::reinterpret_borrow<py::object>(raw_base),
-                                     "host kernel " + std::to_string(kernel_id));
+            for (size_t i = 0; i < buffers.size(); ++i) {
+                py::array view = DeviceView(buffers[i], sizes[i], raw_dt, py::none(),
+                                            py::reinterpret_borrow<py::object>(raw_base),
+                                            "host kernel " + std::to_string(kernel_id));
+                // Other tasks may read an input at the same time, and a chip
+                // call's In argument may be a device copy kept for later runs.
+                if (i < kinds.size() && kinds[i] == PARAM_INPUT) view.attr("flags").attr("writeable") = false;
+                args[i] = std::move(view);
+            }
             py::object r = py::handle(raw)(*args);
             if (r.is_none()) return 0;
             // Anything but an int that fits the task's status fails it: a

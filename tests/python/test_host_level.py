@@ -251,6 +251,32 @@ def test_python_chip_function_submits_on_the_chip_orchestrator(worker, rng):
     p = spyre.HostProgram("triple", 1, [S], lambda g, x: g.chip("chip_triple", [spyre.In(x[0]), spyre.Out(x[1])]))
     np.testing.assert_allclose(worker.run(p, [a]), 3 * a, rtol=1e-5)  # the kept copy is still a's
 
+    # So is the view a host kernel on ctx.orch gets of it as an "in"
+    # parameter (it was writable: the write reached the kept copy, and the
+    # next run over a computed with 555s).
+    def chip_host_kernel_writes_its_input(ctx):
+        a, out = ctx.args
+
+        def hk(x, y):
+            seen.append((x.flags.writeable, y.flags.writeable))
+            x[:] = 555.0
+            y[:] = 0.0
+
+        ctx.orch.register_host_kernel(ADD + 100, hk)
+        ctx.orch.submit(ADD + 100, spyre.WORKER_HOST, [("in", a), ("out", out)])
+
+    seen.clear()
+    worker.register_chip_function("chip_host_kernel_writes_its_input", chip_host_kernel_writes_its_input)
+    p = spyre.HostProgram("hk_writes_input", 1, [S],
+                          lambda g, x: g.chip("chip_host_kernel_writes_its_input", [spyre.In(x[0]), spyre.Out(x[1])]))
+    for _ in range(2):  # on each device the Worker places it on
+        with pytest.raises(spyre.TaskFailed, match="read-only"):
+            worker.run(p, [a])
+    assert seen and all(flags == (False, True) for flags in seen)
+    p = spyre.HostProgram("triple", 1, [S], lambda g, x: g.chip("chip_triple", [spyre.In(x[0]), spyre.Out(x[1])]))
+    for _ in range(2):
+        np.testing.assert_allclose(worker.run(p, [a]), 3 * a, rtol=1e-5)
+
     def chip_raises(ctx):
         raise KeyError("no such tile")
 

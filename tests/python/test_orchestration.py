@@ -124,6 +124,22 @@ def test_python_host_kernels_get_views_and_mix_with_device_tasks(orch, rng):
     assert len(calls) == 1 and calls[0] != threading.current_thread().name
     np.testing.assert_allclose(E, 2 * A + 2.0, rtol=1e-5)
 
+    # An input's view is read-only (other tasks may read it at once); an
+    # output's and an inout's are writable.
+    flags = []
+
+    def flags_of(a, b, c):
+        flags.append((a.flags.writeable, b.flags.writeable, c.flags.writeable))
+        a[0] = 1.0
+
+    orch.register_host_kernel(PYADD + 50, flags_of)
+    before = np.array(A)
+    orch.submit(PYADD + 50, spyre.WORKER_HOST, [("in", A), ("out", E), ("inout", B)])
+    with pytest.raises(spyre.TaskFailed, match="assignment destination is read-only"):
+        orch.wait_all()
+    assert flags == [(False, True, True)]
+    np.testing.assert_array_equal(A, before)
+
 
 def test_many_python_host_tasks_with_a_chain(orch):
     acc = counter_with_inc_kernel(orch)

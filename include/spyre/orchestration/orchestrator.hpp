@@ -92,6 +92,13 @@ public:
     ~Orchestrator();  // waits for the tasks on executors, then frees everything
 
     void RegisterHostKernel(int32_t kernel_id, HostKernel kernel);
+    // Inside a host kernel, on the thread that runs it: the kind
+    // (PTO_PARAM_INPUT, _OUTPUT, _INOUT) of each of its task's parameters,
+    // in order; empty on a thread that runs no host kernel. A kernel must
+    // not write an input: other tasks may read it at the same time, and a
+    // chip call's In argument may be a device copy kept for later calls
+    // (Python makes an input's view read-only with this).
+    static std::vector<int32_t> RunningHostTaskParamKinds();
     void RegisterDeviceKernel(int32_t kernel_id, uint64_t program_address);
 
     void* Alloc(size_t size);

@@ -117,6 +117,33 @@ TEST_P(OrchQueueTest, ChainRunsInOrder) {
     for (int i = 0; i < 16; ++i) EXPECT_EQ(x[i], 9u);
 }
 
+// A host kernel asks for its parameters' kinds (Python makes an input's
+// view read-only with them), on a worker thread and on the submitting one.
+TEST_P(OrchQueueTest, AHostKernelLearnsItsParametersKinds) {
+    for (const bool run_here : {false, true}) {
+        Make(64, 1 << 20, 4 << 20, 2, run_here);
+        std::mutex m;
+        std::vector<std::vector<int32_t>> seen;
+        o().RegisterHostKernel(K_MIX, [&](std::span<void* const>, std::span<const uint64_t>) {
+            const std::lock_guard lock(m);
+            seen.push_back(Orchestrator::RunningHostTaskParamKinds());
+            return 0u;
+        });
+        TaskParam mixed[] = {In(Data(0, 64), 64), Out(Data(64, 64), 64), InOut(Data(128, 64), 64)};
+        TaskParam one[] = {In(Data(0, 64), 64)};
+        for (int i = 0; i < 4; ++i) {
+            o().Submit(K_MIX, WORKER_HOST, mixed);
+            o().Submit(K_MIX, WORKER_HOST, one);
+        }
+        o().WaitAll();
+        ASSERT_EQ(seen.size(), 8u) << "run_here " << run_here;
+        const std::vector<int32_t> want_mixed{PARAM_INPUT, PARAM_OUTPUT, PARAM_INOUT}, want_one{PARAM_INPUT};
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), want_mixed), 4) << "run_here " << run_here;
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), want_one), 4) << "run_here " << run_here;
+        EXPECT_TRUE(Orchestrator::RunningHostTaskParamKinds().empty());  // outside a kernel
+    }
+}
+
 TEST_P(OrchQueueTest, FanOutReadersSeeTheProducersData) {
     Make();
     uint32_t* a = Data(0, 256);
