@@ -109,8 +109,9 @@ size_t CommandRing::Reap(std::span<Completion> out) {
     size_t n = 0;
     while (n < out.size() && queue_.CompletionsReady()) {
         const spyre_cqe e = queue_.Peek();
-        // Completions come in ring order: this one must be for the oldest CB.
-        if (e.sq_pos != sq_head_) {
+        // Completions come in ring order: this one must be for the oldest
+        // CB. An ABORTED one may end work a reset dropped: said as the reset.
+        if (e.sq_pos != sq_head_ || e.status == SPYRE_ERR_ABORTED) [[unlikely]] {
             queue_.PublishHead();
             // A reset emptied the rings under us: said so (DeviceLost,
             // "was reset"), not as the device breaking the protocol

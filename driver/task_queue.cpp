@@ -6,6 +6,7 @@
 #include "completion_wait.hpp"
 #include "device_queue_submit.hpp"
 #include "spyre/error.hpp"
+#include "spyre/uapi/spyre_errors.h"
 
 using namespace std::chrono;
 
@@ -71,13 +72,22 @@ size_t TaskQueue::Submit(std::span<const spyre_cb> tasks) {
 size_t TaskQueue::Reap(std::span<spyre_cqe> out) {
     size_t n = 0;
     while (n < out.size() && queue_.CompletionsReady()) {
-        out[n++] = queue_.Peek();
+        const spyre_cqe e = queue_.Peek();
+        // ABORTED ends work a reset dropped: said as the reset (DeviceLost),
+        // not as the task's failure (found probing from outside).
+        if (e.status == SPYRE_ERR_ABORTED) [[unlikely]] {
+            queue_.PublishHead();
+            queue_.CheckNotReset();
+        }
+        out[n++] = e;
         queue_.Pop();
     }
     queue_.ReturnHead();
     if (n == 0) queue_.ProbeNowAndThen();  // a reap-only loop learns of a dead daemon too
     return n;
 }
+
+void TaskQueue::CheckNotReset() const { queue_.CheckNotReset(); }
 
 size_t TaskQueue::Wait(std::span<spyre_cqe> out, size_t min_count, const WaitOptions& options) {
     return detail::WaitOnQueue(queue_, out.size(), min_count, options,

@@ -89,6 +89,19 @@ TaskPort::~TaskPort() {
     device_->sched->DetachPort(*this);
 }
 
+Error TaskPort::ExplainedByAReset(const Error& e) const {
+    // A reset empties the queues and renumbers their positions: what looks
+    // like the device breaking the protocol is the reset.
+    if (e.kind() == ErrorKind::ProtocolError) {
+        try {
+            for (const driver::TaskQueue* q : raw_) q->CheckNotReset();
+        } catch (const Error& reset) {
+            return reset;
+        }
+    }
+    return e;
+}
+
 void TaskPort::Fail(const Error& e) {
     SPYRE_LOG_WARN("task queues of %s: %s (their tasks fail from here)", pci_.c_str(), e.what());
     failed_ = true;
@@ -143,7 +156,7 @@ bool TaskPort::Pass(bool reap) {
             step = SendReady();
             if (reap) step |= ReapDone();
         } catch (const Error& e) {
-            Fail(e);
+            Fail(ExplainedByAReset(e));
             step = true;
         }
         moved |= step;

@@ -157,6 +157,9 @@ private:
     // sleep on the interrupt.
     void CallDriver() noexcept;
     void Fail(const Error& e);
+    // The reset that explains `e` (DeviceLost), when it is a ProtocolError
+    // and a queue was reset; else `e`.
+    Error ExplainedByAReset(const Error& e) const;
     // Releases the drive lock, then takes it again for notes left meanwhile.
     void Unlock();
     // Until `caller`'s word moves (if given), stop(), or nothing is in flight.

@@ -194,19 +194,25 @@ void DeviceWorker::Finished(std::span<const spyre_cqe> done) {
         timing.reaped_ns = trace::detail::NowNs();
     }
     finished_.clear();
+    const spyre_cqe* stranger = nullptr;
     for (const spyre_cqe& c : done) {
         const uint32_t table = TableOf(c.user_data);
-        // A completion of a task no longer in flight here: one Failed
-        // reported already (a reset's ABORTED completions reaped after the
-        // queue failed). Reported twice, it was parked twice, and the
-        // inbox looped for good, growing the failure list (found probing
-        // from outside); its table was freed twice, for two tasks at once.
-        if (table >= in_flight_ids_.size() || in_flight_ids_[table] != TaskOf(c.user_data)) continue;
+        Placed& placed = PlacedOf(TaskOf(c.user_data));
+        // A completion of no task in flight here, at the position and with
+        // the opcode it was sent with: after a reset the device numbers
+        // positions afresh and completes what its emptied queue holds, and
+        // those were taken as our tasks' (a hang behind tasks that never
+        // came back, found probing from outside). Reported twice, a task
+        // was parked twice, and the inbox looped for good; its table was
+        // freed twice, for two tasks at once.
+        if (table >= in_flight_ids_.size() || in_flight_ids_[table] != TaskOf(c.user_data) ||
+            placed.id != TaskOf(c.user_data) || placed.position != c.sq_pos || c.opcode != SPYRE_OP_TASK) [[unlikely]] {
+            if (!stranger) stranger = &c;
+            continue;
+        }
         free_tables_.push_back(table);
         in_flight_ids_[table] = -1;
-        Placed& placed = PlacedOf(TaskOf(c.user_data));
-        if (placed.id == TaskOf(c.user_data))
-            placed.state = c.status == SPYRE_ERR_NONE ? Placed::State::Ended : Placed::State::Failed;
+        placed.state = c.status == SPYRE_ERR_NONE ? Placed::State::Ended : Placed::State::Failed;
         // The task ran on `core` from end - run_ns to end (spyre_task.h).
         // A completion without a time (or a core index past any card's) is
         // reported without a place on the timeline.
@@ -226,6 +232,13 @@ void DeviceWorker::Finished(std::span<const spyre_cqe> done) {
         sink_->OnTaskComplete(TaskOf(c.user_data), c.status, &timing);
     }
     if (!finished_.empty()) sink_->OnTasksComplete(finished_);
+    // The port fails the queues with it (or with the reset that explains it).
+    if (stranger) [[unlikely]]
+        throw Error(ErrorKind::ProtocolError,
+                    "task queue completion for ring position " + std::to_string(stranger->sq_pos) + " (user_data " +
+                        std::to_string(stranger->user_data) + ", opcode " + std::to_string(stranger->opcode) +
+                        ") is for no task in flight there",
+                    ErrorContext{.device = pci_});
 }
 
 void DeviceWorker::Failed(const Error& e) {

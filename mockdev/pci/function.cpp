@@ -407,13 +407,20 @@ int Function::Reset() {
     if (removed()) return -ENODEV;
     std::lock_guard guard(reset_mutex_);
     regs_.SetBits32(SPYRE_REG_STATUS, SPYRE_STATUS_RESETTING);
+    uint64_t resets = 0;
+    {
+        // Counted before any work ends: a driver that reaps an ABORTED
+        // completion of this reset sees the reset that caused it.
+        std::lock_guard regs(regs_mutex_);
+        resets = regs_.Load64(SPYRE_REG_CNT_RESETS) + 1;
+        regs_.Store64(SPYRE_REG_CNT_RESETS, resets);
+    }
     {
         auto paused = server_.Pause();
         std::lock_guard regs(regs_mutex_);
         server_.Clear(paused);
         const uint32_t sleeping = regs_.Load32(SPYRE_REG_STATUS) & SPYRE_STATUS_SLEEPING;
-        InitRegisters(regs_.Load64(SPYRE_REG_CNT_RESETS) + 1,
-                      SPYRE_STATUS_READY | SPYRE_STATUS_RESETTING | sleeping);
+        InitRegisters(resets, SPYRE_STATUS_READY | SPYRE_STATUS_RESETTING | sleeping);
         SharedWord(server_.doorbell()->device_state).store(SPYRE_DEVSTATE_ALIVE);
     }
     regs_.ClearBits32(SPYRE_REG_STATUS, SPYRE_STATUS_RESETTING);

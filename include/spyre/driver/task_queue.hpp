@@ -12,7 +12,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <vector>
 
 #include "spyre/driver/command_ring.hpp"
 #include "spyre/driver/device_queue.hpp"
@@ -72,8 +71,14 @@ public:
 
     // Reaps completions that are ready, without waiting, in the order tasks
     // finished (never more than are in flight). Returns how many. A task's
-    // result holds its core and run time (spyre_task_result_*).
+    // result holds its core and run time (spyre_task_result_*). An ABORTED
+    // completion of work a reset under the queue dropped is DeviceLost
+    // (CheckNotReset), and stays unreaped.
     size_t Reap(std::span<spyre_cqe> out);
+    // DeviceLost when the function was reset since the queue was taken: the
+    // reset dropped its work and renumbered its positions, so what it
+    // completes from then on is no task of this queue's.
+    void CheckNotReset() const;
 
     // Waits until at least min(min_count, out.size()) completions are ready
     // and reaps up to out.size(). Throws InvalidArgument if min_count exceeds

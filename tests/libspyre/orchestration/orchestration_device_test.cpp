@@ -264,6 +264,43 @@ TEST_F(StreamTest, AFunctionResetUnderItsDeviceFailsItsWorkAsDeviceLost) {
     EXPECT_NE(tasks->message().find("was reset while task queue"), std::string::npos) << tasks->what();
 }
 
+// A reset while a thread keeps submitting device tasks into a small ring:
+// the submitter ends with DeviceLost, whether it was in Submit waiting for
+// room or in WaitAll (it slept for good about one time in six, and the
+// first wait read DeviceError ABORTED: found probing from outside).
+TEST_F(StreamTest, AResetUnderASubmittingThreadEndsItWithDeviceLost) {
+    for (int round = 0; round < 12; ++round) {
+        Device dev = OpenDevice();
+        Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 8, .heap_size = 1 << 20});
+        DeviceBuffer prog = UploadAddKernel(dev, orch);
+        auto* a = static_cast<float*>(orch.DeviceMalloc(1024));  // outside the heap ring, which the outputs cycle
+        std::atomic<int> submitted{0};
+        auto outcome = std::async(std::launch::async, [&]() -> std::optional<Error> {
+            try {
+                for (int i = 0; i < 100000; ++i) {
+                    TaskParam p[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, a, 1024, {}}, {PARAM_OUTPUT, nullptr, 1024, {}}};
+                    orch.Submit(KERNEL_ADD, WORKER_VECTOR, p);
+                    ++submitted;
+                }
+                orch.WaitAll();
+            } catch (const Error& e) {
+                return e;
+            }
+            return std::nullopt;
+        });
+        while (submitted < 20 + round * 7) std::this_thread::yield();
+        DeviceInternals::Function(dev).Reset();
+        if (outcome.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+            ADD_FAILURE() << "round " << round << ": the submitter still waits 30 s after the reset";
+            std::abort();  // a hang: the thread cannot be joined
+        }
+        const std::optional<Error> e = outcome.get();
+        ASSERT_TRUE(e.has_value()) << "round " << round << ": 100000 tasks completed across a reset";
+        EXPECT_EQ(e->kind(), ErrorKind::DeviceLost) << "round " << round << ": " << e->what();
+        EXPECT_NE(e->message().find("was reset while task queue"), std::string::npos) << e->what();
+    }
+}
+
 // Two runtimes on one device, each on its own task queue (a card of 16
 // cores has two): both run their device tasks exactly, and the cores of
 // each runtime's tasks are those of its queue's group. A third runtime on
