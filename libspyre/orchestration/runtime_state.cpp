@@ -194,6 +194,10 @@ void RuntimeState::CopyIn(void* buffer, const void* host, uint64_t size) {
     if (!host && size) throw Error(ErrorKind::InvalidArgument, "pto_copy_in: the host address is NULL");
     const uint64_t at = graph->DeviceAddress(buffer, size);
     graph->CheckNotAProgram(at, size, "pto_copy_in");
+    // A chip call's copies go where its tasks may go: a kept In copy was
+    // overwritten this way, and later runs computed with it (found
+    // probing from outside).
+    graph->CheckCopyConfined(buffer, size, true, "pto_copy_in");
     if (copy_in) copy_in(host, at, size);
     else CopyMemory(buffer, host, size);
 }
@@ -201,6 +205,7 @@ void RuntimeState::CopyIn(void* buffer, const void* host, uint64_t size) {
 void RuntimeState::CopyOut(void* host, const void* buffer, uint64_t size) {
     if (!host && size) throw Error(ErrorKind::InvalidArgument, "pto_copy_out: the host address is NULL");
     const uint64_t at = graph->DeviceAddress(buffer, size);
+    graph->CheckCopyConfined(buffer, size, false, "pto_copy_out");
     if (copy_out) copy_out(host, at, size);
     else CopyMemory(host, buffer, size);
 }

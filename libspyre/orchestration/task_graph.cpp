@@ -181,6 +181,32 @@ void TaskGraph::ConfineTasksTo(std::optional<std::vector<Orchestrator::TaskRegio
     confined_to_ = std::move(regions);
 }
 
+void TaskGraph::CheckConfined(const uint8_t* p, uint64_t size, bool writes, const std::string& what) const {
+    const Confinement in = ConfinedAs(p, size);
+    const std::string range = " [device address " + Hex(uint64_t(p - options_.memory)) + ", +" + std::to_string(size) + ")";
+    if (in == Confinement::Outside)
+        Fail(ErrorKind::InvalidArgument, what + range +
+                                             " is outside the memory its tasks are confined to (ConfineTasksTo; at the "
+                                             "host level, a chip call's arguments: the region runs past its tensor)");
+    // A write of a kept In copy would be read by later calls as the host's
+    // bytes.
+    if (in == Confinement::ReadOnly && writes)
+        Fail(ErrorKind::InvalidArgument, what + range +
+                                             " writes memory its tasks may only read (ConfineTasksTo; at the host "
+                                             "level, a chip call's In argument: pass it as InOut or Out to write it)");
+}
+
+void TaskGraph::CheckCopyConfined(const void* at, uint64_t size, bool writes, const char* call) {
+    Lock lock(*this);
+    if (!confined_to_) return;
+    const auto* p = static_cast<const uint8_t*>(at);
+    bool partial = false;
+    // The runtime's own memory (a pto_alloc buffer, the heap ring) is its
+    // tasks' to write, as for a task's parameter.
+    if (buffers_.Find(p, size, &partial) || (!partial && InHeap(p, size))) return;
+    CheckConfined(p, size, writes, std::string(call) + " of " + std::to_string(size) + " bytes");
+}
+
 TaskGraph::Confinement TaskGraph::ConfinedAs(const uint8_t* p, uint64_t size) const noexcept {
     Confinement found = Confinement::Outside;
     for (const Orchestrator::TaskRegion& r : *confined_to_) {
@@ -994,24 +1020,8 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
         if (partial)
             Fail(ErrorKind::InvalidArgument, where() + " [device address " + Hex(uint64_t(base - options_.memory)) +
                                                  ", +" + std::to_string(size) + ") runs past the end of its pto_alloc buffer");
-        if (!b && !r.in_outputs && confined_to_) [[unlikely]] {
-            const Confinement in = ConfinedAs(base, size);
-            const auto range = [&] {
-                return " [device address " + Hex(uint64_t(base - options_.memory)) + ", +" + std::to_string(size) + ")";
-            };
-            if (in == Confinement::Outside)
-                Fail(ErrorKind::InvalidArgument, where() + range() +
-                                                     " is outside the memory its tasks are confined to (ConfineTasksTo; "
-                                                     "at the host level, a chip call's arguments: the region runs past "
-                                                     "its tensor)");
-            // A write of a kept In copy would be read by later calls as the
-            // host's bytes.
-            if (in == Confinement::ReadOnly && p.kind != PARAM_INPUT)
-                Fail(ErrorKind::InvalidArgument, where() + range() +
-                                                     " writes memory its tasks may only read (ConfineTasksTo; at the "
-                                                     "host level, a chip call's In argument: pass it as InOut or Out "
-                                                     "to write it)");
-        }
+        if (!b && !r.in_outputs && confined_to_) [[unlikely]]
+            CheckConfined(base, size, p.kind != PARAM_INPUT, where());
         // Nothing the ring or a buffer holds: maybe a registered program,
         // which every later task of its kernel would run as written.
         if (p.kind != PARAM_INPUT && !r.in_outputs && !program_images_.empty()) [[unlikely]]

@@ -173,6 +173,13 @@ public:
     // one, only in read-only ones, or outside them all.
     enum class Confinement { Writable, ReadOnly, Outside };
     Confinement ConfinedAs(const uint8_t* p, uint64_t size) const noexcept;
+    // pto_copy_in (`writes`) and pto_copy_out of [at, at + size) under
+    // ConfineTasksTo: held to the rules of a task parameter over those
+    // bytes (InvalidArgument outside the regions, or writing a read-only one).
+    void CheckCopyConfined(const void* at, uint64_t size, bool writes, const char* call);
+    // InvalidArgument naming `what` when [p, p + size) is outside the
+    // confined regions, or `writes` one that is read-only.
+    void CheckConfined(const uint8_t* p, uint64_t size, bool writes, const std::string& what) const;
     uint64_t memory_size() const noexcept { return options_.memory_size; }
     TaskState State(int32_t task_id) const;  // Consumed once reclaimed
     TaskGraphStats Stats() const;

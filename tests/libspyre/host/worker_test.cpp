@@ -1197,6 +1197,52 @@ TEST_F(WorkerTest, AChipTaskWritingAnInArgumentIsRefusedAndTheKeptCopyStaysRight
     ExpectFloats(outs[0], [](size_t) { return 13.0f; }, "c + b after the refused call");
 }
 
+// Nor may a chip function copy into its In argument (Orchestrator::CopyIn,
+// pto_copy_in) or into another tensor's kept copy at an address it kept
+// from an earlier call, nor copy out of one: copies are held to the rules
+// of its tasks (they went anywhere in the mapping, and a later call read
+// the kept copy as a's: found probing from outside).
+TEST_F(WorkerTest, AChipFunctionsCopiesStayInsideItsArguments) {
+    static std::vector<float> junk(size_t(kTile) * kTile, 1000.0f);
+    static void* kept = nullptr;  // a's device copy, as the first call saw it
+    worker_->RegisterChipFunction("copy_onto_in", [](ChipContext& ctx) {
+        kept = ctx.args[0];
+        ctx.orch.CopyIn(ctx.args[0], junk.data(), ctx.bytes[0]);
+    });
+    worker_->RegisterChipFunction("copy_onto_kept", [](ChipContext& ctx) {
+        ctx.orch.CopyIn(kept, junk.data(), ctx.bytes[0]);
+    });
+    worker_->RegisterChipFunction("copy_out_of_kept", [](ChipContext& ctx) {
+        ctx.orch.CopyOut(junk.data(), kept, ctx.bytes[0]);
+    });
+    worker_->RegisterChipFunction("copy_onto_inout", [](ChipContext& ctx) {
+        std::vector<float> fives(ctx.bytes[0] / 4, 5.0f);
+        ctx.orch.CopyIn(ctx.args[0], fives.data(), ctx.bytes[0]);
+    });
+    auto one = [](const char* fn, Access access) {
+        return HostProgram{fn, 1, {}, [fn, access](HostGraph& g, std::span<const HostTensor> x) {
+                               g.Chip(fn, {TensorArg{x[0], access}}, {.device = 0});
+                           }};
+    };
+    HostProgram add{"add", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
+                        g.Chip("chip_add", {In(x[0]), In(x[1]), Out(x[2])}, {.device = 0});
+                    }};
+    HostTensor a = HostTensor::Full({kTile, kTile}, 2.0f), b = HostTensor::Full({kTile, kTile}, 3.0f);
+    HostTensor other = HostTensor::Full({kTile, kTile}, 9.0f);
+    ExpectFloats(worker_->Run(add, {a, b})[0], [](size_t) { return 5.0f; }, "a + b");
+    EXPECT_SPYRE_ERROR(worker_->Run(one("copy_onto_in", Access::In), {a}), InvalidArgument,
+                       "pto_copy_in of 65536 bytes [device address");
+    EXPECT_SPYRE_ERROR(worker_->Run(one("copy_onto_kept", Access::In), {other}), InvalidArgument,
+                       "is outside the memory its tasks are confined to");
+    EXPECT_SPYRE_ERROR(worker_->Run(one("copy_out_of_kept", Access::In), {other}), InvalidArgument,
+                       "pto_copy_out of 65536 bytes [device address");
+    EXPECT_EQ(junk[0], 1000.0f) << "nothing was copied out";
+    ExpectFloats(worker_->Run(add, {a, b})[0], [](size_t) { return 5.0f; }, "a + b after the refused copies");
+    // Its InOut argument is its own to write.
+    worker_->Run(one("copy_onto_inout", Access::InOut), {other});
+    ExpectFloats(other, [](size_t) { return 5.0f; }, "an InOut argument copied into");
+}
+
 // A SubWorker sees its task's arguments with their access (what Python's
 // read-only In views are made from); no other thread sees any.
 TEST_F(WorkerTest, ASubWorkerSeesItsArgumentsAccess) {
