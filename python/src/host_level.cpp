@@ -739,6 +739,7 @@ struct PyRun {
     struct CopiedInput {
         py::array array;
         HostTensor copy;
+        py::array before;  // the copy's bytes when the run began
     };
     std::vector<CopiedInput> copied;
     py::object result;
@@ -776,16 +777,31 @@ bool InterruptedByTheUser(const HostRunError& e) {
 // The copied inputs a task wrote, back into the caller's arrays (each
 // compared before any is written: two copies of overlapping memory, one of
 // them written, must not have the other's stale bytes land last). Once.
+//
+// Only the elements whose bytes the run changed: compared with the array as
+// it is now, a write the caller made after the run was undone, and a task's
+// -0.0 over 0.0 (or another NaN) was equal and lost (found probing from
+// outside).
 void CopyBackInputs(PyRun& r) {
-    std::vector<std::pair<py::array, py::array>> changed;
+    struct Changed {
+        py::array array, now;
+        py::object where;
+    };
+    std::vector<Changed> changed;
     py::module_ np = py::module_::import("numpy");
     for (const PyRun::CopiedInput& c : r.copied) {
         py::array now = ToNumpy(c.copy);
-        if (!np.attr("array_equal")(c.array, now, py::arg("equal_nan") = true).cast<bool>())
-            changed.emplace_back(c.array, now);
+        // Element by element, as bytes: both are C-contiguous.
+        const auto bytes = [&](const py::array& a) {
+            return a.attr("view")(np.attr("uint8")).attr("reshape")(-1, now.itemsize());
+        };
+        py::object where = np.attr("not_equal")(bytes(now), bytes(c.before))
+                               .attr("any")(py::arg("axis") = 1)
+                               .attr("reshape")(now.attr("shape"));
+        if (where.attr("any")().cast<bool>()) changed.push_back({c.array, now, where});
     }
     r.copied.clear();
-    for (auto& [array, now] : changed) np.attr("copyto")(array, now);
+    for (Changed& c : changed) np.attr("copyto")(c.array, c.now, py::arg("where") = c.where);
 }
 
 PyRun::~PyRun() {
@@ -902,7 +918,8 @@ std::shared_ptr<PyRun> Start(PyWorker& w, const PyHostProgram& p, const py::iter
             run->inplace.append(a);
         } else if (!py::isinstance<HostTensor>(a)) {
             py::array array = py::array::ensure(a);  // RunArgs took it: an array or a buffer
-            if (array.writeable() && !(array.flags() & py::array::c_style)) run->copied.push_back({array, tensors[i]});
+            if (array.writeable() && !(array.flags() & py::array::c_style))
+                run->copied.push_back({array, tensors[i], py::array(ToNumpy(tensors[i]).attr("copy")())});
         }
         ++i;
     }

@@ -1081,6 +1081,30 @@ def test_a_strided_input_a_task_writes_gets_what_was_written(worker):
     ro.flags.writeable = False
     worker.run(prog, [x, ro])
     assert not ro.any()
+    # Only what the tasks changed goes back: a write the caller made after
+    # the run ended, before the wait, stays (the whole copy was written
+    # back over it), and so do elements a task left alone.
+    def first_only(t):
+        t[0, 0] = -1.0
+
+    touch = spyre.HostProgram("first_only", 1, [], lambda g, x: g.sub(first_only, [spyre.InOut(x[0])]))
+    look = spyre.HostProgram("look", 1, [], lambda g, x: g.sub(lambda t: None, [spyre.In(x[0])]))
+    for prog_, first in ((look, 0.0), (touch, -1.0)):
+        base_out[...] = 0.0
+        h = worker.submit(prog_, [y])
+        h.report()  # the run has ended; nothing went back yet
+        base_out[10, 1] = 9.0  # y[10, 0], the caller's own write
+        h.wait()
+        assert base_out[10, 1] == 9.0, prog_
+        assert y[0, 0] == first
+    # A change only of bits that compare equal still goes back: -0.0 over
+    # 0.0, another NaN payload.
+    def negate(t):
+        t[...] = -t
+
+    base_out[...] = 0.0
+    worker.run(spyre.HostProgram("negate", 1, [], lambda g, x: g.sub(negate, [spyre.InOut(x[0])])), [y])
+    assert np.signbit(y).all() and not np.signbit(base_out[:, ::2]).any()
 
 
 def test_a_subworker_task_is_named_as_the_program_names_it(worker):
