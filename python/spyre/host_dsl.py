@@ -502,10 +502,17 @@ def _outline(fn, compiled):
                         outputs.append((st.target.id, t))
             # `f += a` reads f too, though its name is a Store: without it in
             # the inputs, the block raised UnboundLocalError (found probing).
-            augmented = {st.target.id for st in ast.walk(node)
-                         if isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name)}
-            outer = params | (_names(fdef, ast.Store) - (_names(node, ast.Store) - augmented))
-            inputs = sorted(((_names(node, ast.Load) | augmented) & outer) - {o for o, _ in outputs})
+            # A name the block also assigns plainly (`acc = ...; acc += a`) is
+            # the block's own, and a `global`/`nonlocal` one is no input
+            # (both were taken as inputs: NameError, SyntaxError).
+            aug_targets = [st.target for st in ast.walk(node)
+                           if isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name)]
+            augmented = {t.id for t in aug_targets}
+            plain = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+                     and not any(n is t for t in aug_targets)}
+            declared = {name for st in ast.walk(node) if isinstance(st, (ast.Global, ast.Nonlocal)) for name in st.names}
+            outer = params | (_names(fdef, ast.Store) - plain)
+            inputs = sorted(((_names(node, ast.Load) | augmented) & outer) - {o for o, _ in outputs} - declared)
             written = set()  # f[...] = ... / f += ...: the block writes the tensor (InOut)
             for st in ast.walk(node):
                 targets = st.targets if isinstance(st, ast.Assign) else (

@@ -334,6 +334,44 @@ def test_augmented_assignments_to_whole_tensors_in_worker_blocks(host, config):
         np.testing.assert_array_equal(f, 1 + 2 * a)
 
 
+BLOCK_CALLS = 0
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def block_local_accumulator(a: Small, f: Out[Small]):
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        acc = np.zeros((4, 4), np.float32)
+        for _ in range(3):
+            acc += a
+        f[:] = acc
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def block_global_counter(a: Small, f: Out[Small]):
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        global BLOCK_CALLS
+        BLOCK_CALLS += 1
+        f[:] = a * BLOCK_CALLS
+
+
+def test_augmented_assignments_to_a_blocks_own_names_and_globals(host, config):
+    """`acc = ...; acc += a` in one block, and `global n; n += 1`, are no
+    inputs of the block: taking every augmented target as one (the fix
+    above) made the first a NameError and the second a SyntaxError
+    (found probing from outside)."""
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    with spyre.compile(block_local_accumulator, config, host=host) as compiled:
+        f = np.zeros((4, 4), np.float32)
+        compiled(a, f)
+        np.testing.assert_array_equal(f, 3 * a)
+    with spyre.compile(block_global_counter, config, host=host) as compiled:
+        before = BLOCK_CALLS
+        f = np.zeros((4, 4), np.float32)
+        compiled(a, f)
+        assert BLOCK_CALLS == before + 1
+        np.testing.assert_array_equal(f, a * BLOCK_CALLS)
+
+
 def test_a_host_tensors_dtype_is_checked_against_the_annotation(host, config):
     """Nothing after the call checks it: int32 HostTensors into an FP32
     program ran its fp32 kernels over their bits (found probing from
