@@ -54,24 +54,37 @@ const char* ToString(WaitMode mode) noexcept {
 
 CommandRing::CommandRing(Function& function) : queue_(function, QueueId::Ring()) {
     Function& fn = queue_.function();
-    // Start from a clean ring whatever the previous owner left behind.
-    fn.Reset();
-    queue_.Attach();
-    sq_head_ = queue_.sq_tail();
-    cb_slots_.assign(queue_.sq_entries(), 0);
-    // Completions are polled by their phase (spyre_cb.h, "CQE phase").
-    if (!(fn.Read32(SPYRE_REG_CAPS) & SPYRE_CAP_CQE_PHASE))
-        throw Error(ErrorKind::DeviceError, "the device does not write CQE phases (contract 1.3), which this driver polls",
-                    ErrorContext{.device = fn.pci_address(), .reg = "CAPS", .offset = SPYRE_REG_CAPS});
-    fn.Write32(SPYRE_REG_CONTROL, SPYRE_CONTROL_RING_ENABLE);
-    if (!(fn.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_RING_ENABLED))
-        throw Error(ErrorKind::DeviceError, "device did not enable its ring",
-                    ErrorContext{.device = fn.pci_address(), .reg = "STATUS", .offset = SPYRE_REG_STATUS});
+    // Held first: the reset below would empty another CommandRing's ring
+    // under it (a second one was accepted, and the first failed DeviceLost).
+    if (!fn.HoldCommandRing())
+        throw Error(ErrorKind::Busy, "the CB ring is held by another CommandRing of this process", queue_.Context());
+    try {
+        // Start from a clean ring whatever the previous owner left behind.
+        fn.Reset();
+        queue_.Attach();
+        sq_head_ = queue_.sq_tail();
+        cb_slots_.assign(queue_.sq_entries(), 0);
+        // Completions are polled by their phase (spyre_cb.h, "CQE phase").
+        if (!(fn.Read32(SPYRE_REG_CAPS) & SPYRE_CAP_CQE_PHASE))
+            throw Error(ErrorKind::DeviceError,
+                        "the device does not write CQE phases (contract 1.3), which this driver polls",
+                        ErrorContext{.device = fn.pci_address(), .reg = "CAPS", .offset = SPYRE_REG_CAPS});
+        fn.Write32(SPYRE_REG_CONTROL, SPYRE_CONTROL_RING_ENABLE);
+        if (!(fn.Read32(SPYRE_REG_STATUS) & SPYRE_STATUS_RING_ENABLED))
+            throw Error(ErrorKind::DeviceError, "device did not enable its ring",
+                        ErrorContext{.device = fn.pci_address(), .reg = "STATUS", .offset = SPYRE_REG_STATUS});
+    } catch (...) {
+        fn.ReleaseCommandRing();
+        throw;
+    }
 }
 
 // A device that went away or stopped has nothing left to disable (its
 // hand-over disables the ring too).
-CommandRing::~CommandRing() { queue_.function().WriteTrapped32WhileServing(SPYRE_REG_CONTROL, 0); }
+CommandRing::~CommandRing() {
+    queue_.function().WriteTrapped32WhileServing(SPYRE_REG_CONTROL, 0);
+    queue_.function().ReleaseCommandRing();
+}
 
 uint32_t CommandRing::Submit(std::span<const spyre_cb> slots) {
     if (slots.size() > FreeSlots())

@@ -106,6 +106,16 @@ void Function::ReleaseTaskQueue(uint32_t group) noexcept {
     std::atomic_ref<uint32_t>(task_queues_held_).fetch_and(~(1u << group), std::memory_order_acq_rel);
 }
 
+bool Function::HoldCommandRing() noexcept {
+    static_assert(SPYRE_TQ_MAX_QUEUES < 31, "the CB ring's bit is above the task queues'");
+    return (std::atomic_ref<uint32_t>(task_queues_held_).fetch_or(kCommandRingBit, std::memory_order_acq_rel) &
+            kCommandRingBit) == 0;
+}
+
+void Function::ReleaseCommandRing() noexcept {
+    std::atomic_ref<uint32_t>(task_queues_held_).fetch_and(~kCommandRingBit, std::memory_order_acq_rel);
+}
+
 bool Function::TaskQueueHeld(uint32_t group) const noexcept {
     // std::atomic_ref of a const object is C++26: the builtin it wraps.
     return (__atomic_load_n(&task_queues_held_, __ATOMIC_ACQUIRE) & (1u << group)) != 0;
@@ -179,7 +189,9 @@ RegionFile Function::OpenRegionFile(uint32_t index) const { return Backend().Fil
 
 namespace {
 void CheckRegisterOffset(const FunctionInfo& info, uint32_t offset, uint32_t width) {
-    if (offset % width != 0 || offset + width > SPYRE_REG_FILE_SIZE)
+    // In 64 bits: offset 0xfffffffc + 4 wrapped to 0 and passed, and the
+    // access landed 4 GiB past BAR0 (found probing from outside).
+    if (offset % width != 0 || uint64_t(offset) + width > SPYRE_REG_FILE_SIZE)
         throw Error(ErrorKind::InvalidArgument,
                     "register offset must be " + std::to_string(width) + "-byte aligned and inside the register file",
                     ErrorContext{.device = info.pci_address, .reg = RegisterName(offset), .offset = offset});
@@ -269,6 +281,12 @@ ErrorContext RegionContext(const FunctionInfo& info, uint32_t index, uint64_t of
 
 std::vector<uint8_t> Function::ReadRegion(uint32_t index, uint64_t offset, size_t length) const {
     ErrorContext ctx = RegionContext(info_, index, offset);
+    // Before the buffer is taken: a huge length threw std::bad_alloc.
+    if (const uint64_t size = RegionInfo(index).size; offset > size || length > size - offset)
+        throw Error(ErrorKind::InvalidArgument,
+                    "reading " + std::to_string(length) + " bytes at offset " + std::to_string(offset) +
+                        " runs past region " + std::to_string(index) + " (" + std::to_string(size) + " bytes)",
+                    ctx);
     const auto out = std::make_shared<std::vector<uint8_t>>(length);
     Request(Backend().ReadRequest(index, offset, out, std::move(ctx)));
     return std::move(*out);

@@ -156,6 +156,32 @@ TEST_F(MockDeviceTest, TrappedAndMappedRegisterAccessAgree) {
     EXPECT_EQ(fn.ReadTrapped32(SPYRE_REG_MAGIC), SPYRE_MAGIC);
     EXPECT_SPYRE_ERROR(fn.Read32(0x3), InvalidArgument, "aligned");
     EXPECT_SPYRE_ERROR(fn.Read64(SPYRE_REG_STATUS), InvalidArgument, "8-byte aligned");
+    // Offsets whose end wraps 32 bits: they passed the check, and the access
+    // landed 4 GiB past BAR0 (SIGSEGV; found probing from outside).
+    EXPECT_SPYRE_ERROR(fn.Read32(0xfffffffcu), InvalidArgument, "inside the register file");
+    EXPECT_SPYRE_ERROR(fn.Read64(0xfffffff8u), InvalidArgument, "inside the register file");
+    EXPECT_SPYRE_ERROR(fn.Write32(0xfffffffcu, 1), InvalidArgument, "inside the register file");
+    EXPECT_SPYRE_ERROR(fn.Read32(SPYRE_REG_FILE_SIZE), InvalidArgument, "inside the register file");
+    // A raw region read longer than the region is refused before any
+    // buffer is taken (std::bad_alloc, std::length_error).
+    EXPECT_SPYRE_ERROR(fn.ReadRegion(SPYRE_REGION_BAR2, 0, size_t(1) << 40), InvalidArgument, "runs past region 2");
+    EXPECT_SPYRE_ERROR(fn.ReadRegion(SPYRE_REGION_BAR0, 0, SIZE_MAX), InvalidArgument, "runs past region 0");
+    EXPECT_EQ(fn.ReadRegion(SPYRE_REGION_BAR0, SPYRE_REG_MAGIC, 4).size(), 4u);
+}
+
+// One CommandRing per function in a process: a second one reset the
+// function under the first, whose next wait failed DeviceLost.
+TEST_F(MockDeviceTest, ASecondCommandRingOnAFunctionIsBusy) {
+    Function fn = Function::Open(Vf(1));
+    std::optional<CommandRing> ring(std::in_place, fn);
+    RunNops(*ring, WaitMode::Poll, 3);
+    const uint64_t resets = fn.Read64(SPYRE_REG_CNT_RESETS);
+    EXPECT_SPYRE_ERROR(CommandRing{fn}, Busy, "the CB ring is held by another CommandRing of this process");
+    EXPECT_EQ(fn.Read64(SPYRE_REG_CNT_RESETS), resets);
+    RunNops(*ring, WaitMode::Poll, 3);  // the first goes on
+    ring.reset();
+    CommandRing again(fn);  // free once the first is gone
+    RunNops(again, WaitMode::Poll, 3);
 }
 
 TEST_F(MockDeviceTest, SysfsResourceFilesAreTrappedRegisters) {

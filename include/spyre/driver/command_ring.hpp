@@ -137,8 +137,10 @@ struct Completion {
 // Not thread-safe: one thread submits and reaps (the scheduler above owns it).
 class CommandRing {
 public:
-    // Reads the geometry the device publishes, validates it and enables the
-    // ring. The function must outlive the ring.
+    // Reads the geometry the device publishes, resets the function (a clean
+    // ring), validates it and enables the ring. The function must outlive
+    // the ring. Busy while another CommandRing of this process holds the
+    // function's ring.
     explicit CommandRing(Function& function);
     ~CommandRing();
     CommandRing(const CommandRing&) = delete;

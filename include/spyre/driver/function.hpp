@@ -147,6 +147,10 @@ public:
     bool HoldTaskQueue(uint32_t group) noexcept;
     void ReleaseTaskQueue(uint32_t group) noexcept;
     bool TaskQueueHeld(uint32_t group) const noexcept;
+    // The same for the CB ring (a CommandRing): a second one is refused
+    // (Busy) instead of resetting the function under the first.
+    bool HoldCommandRing() noexcept;
+    void ReleaseCommandRing() noexcept;
 
     uint8_t* bar0() const noexcept { return bar0_.data(); }
     uint8_t* bar4() const noexcept { return bar4_.data(); }
@@ -187,7 +191,8 @@ private:
     mutable uint8_t lost_why_ = kGone;
     // Null for a device before contract 3.3 or a bound of 0.
     std::unique_ptr<HeartbeatWatch> heartbeat_;
-    uint32_t task_queues_held_ = 0;  // through std::atomic_ref
+    static constexpr uint32_t kCommandRingBit = 1u << 31;  // above every task queue's (SPYRE_TQ_MAX_QUEUES)
+    uint32_t task_queues_held_ = 0;  // through std::atomic_ref; bit kCommandRingBit: the CB ring
     mutable int64_t next_probe_ns_ = 0;  // CheckAliveThrottled: coarse clock time of the next Alive()
     uint32_t db_offset_ = 0;             // the doorbell page in BAR4
     MappedRegion bar0_;
