@@ -118,6 +118,10 @@ void SpyreTensor::CopyToHost(FlexStream& stream, void* host) const {
     if (pitch == row) {
         group.push_back(detail::CopyFromDevice(core, host, handle_, uint64_t(numel()) * ElementSize(dtype_)));
     } else {
+        // The range first: a wrapped tensor claiming more bytes than its
+        // allocation took (and zero-filled) that much host memory before the
+        // copy refused it, or threw std::bad_alloc (found probing from outside).
+        core.buffer_allocator().DeviceAddress(handle_, size_bytes_);
         auto staged = std::make_shared<std::vector<uint8_t>>(size_bytes_);
         group.push_back(detail::CopyFromDevice(core, staged->data(), handle_, size_bytes_));
         group.back().keep_alive = staged;  // the DMA engine writes it until the copy completes

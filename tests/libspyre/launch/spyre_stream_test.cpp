@@ -109,6 +109,12 @@ TEST_F(StreamTest, CopyToHostRefusesTensorsItCannotCopyRightly) {
                        "the last dim's stride 8 is not the element size");
     EXPECT_SPYRE_ERROR(SpyreTensor(buf.handle(), {8, 8}, {4, 32}, DType::FP32, 256).CopyToHost(s, out.data()),
                        Unsupported, "not row-major");
+    // A size_bytes past its allocation is refused before the staging buffer
+    // is taken: 2^40 threw std::bad_alloc, and sizes that fit took and
+    // zero-filled that much host memory first (found probing from outside).
+    for (const uint64_t lie : {uint64_t(1) << 40, uint64_t(1) << 62, uint64_t(384)})
+        EXPECT_SPYRE_ERROR(SpyreTensor(buf.handle(), {4, 8}, {64, 4}, DType::FP32, lie).CopyToHost(s, out.data()),
+                           InvalidArgument, "runs past the end of its allocation of 256 bytes");
     // What it does copy is right: rows at a pitch, one row at any pitch.
     SpyreTensor padded(buf.handle(), {4, 8}, {64, 4}, DType::FP32, 256);
     padded.CopyToHost(s, out.data());
