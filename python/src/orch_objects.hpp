@@ -58,8 +58,10 @@ struct PyOrch : Child {
     // that a view kept past the call fails the task (PythonChipFunction).
     std::shared_ptr<const void> call_views;
 
-    std::mutex mu;  // guards implicit_sizes
+    std::mutex mu;  // guards implicit_sizes and device_blocks
     std::map<int32_t, std::vector<uint64_t>> implicit_sizes;  // task id -> its implicit outputs' bytes
+    // device_alloc() buffers while views of them live (DeviceBlock).
+    std::map<void*, std::weak_ptr<struct DeviceBlock>> device_blocks;
     int32_t ring_size = 1024;
 
     Orchestrator& Get(const char* call) const {

@@ -334,6 +334,31 @@ py::array DeviceView(void* data, uint64_t bytes, py::handle dtype, py::object sh
 
 namespace {
 
+}  // namespace
+
+// A device_alloc() buffer as long as a view of it lives: device_free() gives
+// the memory back once the last view goes. Freed at once, a view kept past
+// the free wrote into the next allocation at that address (found probing
+// from outside).
+struct DeviceBlock {
+    std::weak_ptr<PyOrch> owner;
+    void* at = nullptr;
+    bool free_asked = false;  // under the GIL
+    ~DeviceBlock() {
+        if (!free_asked) return;  // never freed: the runtime frees it when it closes
+        if (const std::shared_ptr<PyOrch> o = owner.lock()) {
+            try {
+                o->Share("Orchestrator.device_free")->DeviceFree(at);
+            } catch (const Error&) {
+                // Closed meanwhile (its memory went with it), or refused:
+                // the runtime frees it when it closes.
+            }
+        }
+    }
+};
+
+namespace {
+
 // alloc() and device_alloc(): `size` bytes from `take` as a numpy view
 // that keeps the mapping; a shape the view refuses gives them back.
 py::array MemoryView(py::object self_obj, const IntArg<uint64_t>& size_arg, py::object dtype, py::object shape,
@@ -345,11 +370,43 @@ py::array MemoryView(py::object self_obj, const IntArg<uint64_t>& size_arg, py::
     ViewDType(dtype, what);  // before the memory is taken
     void* p = WithoutGil([&] { return (o.*take)(size); });
     try {
-        return DeviceView(p, size, dtype, shape, ViewOwner(self_obj, o.MemoryHold(), self.call_views), what);
+        py::object base = ViewOwner(self_obj, o.MemoryHold(), self.call_views);
+        if (take == &Orchestrator::DeviceMalloc) {
+            auto block = std::make_shared<DeviceBlock>();
+            block->owner = self_obj.cast<std::shared_ptr<PyOrch>>();
+            block->at = p;
+            {
+                std::lock_guard lock(self.mu);
+                std::erase_if(self.device_blocks, [](const auto& kv) { return kv.second.expired(); });
+                self.device_blocks[p] = block;
+            }
+            base = py::make_tuple(base, py::capsule(new std::shared_ptr<DeviceBlock>(std::move(block)), [](void* b) {
+                                      delete static_cast<std::shared_ptr<DeviceBlock>*>(b);
+                                  }));
+        }
+        return DeviceView(p, size, dtype, shape, base, what);
     } catch (...) {
         (o.*give)(p);
         throw;
     }
+}
+
+// device_free(): a buffer device_alloc() handed out goes back once its last
+// view goes (the one given here too); anything else at once.
+void DeviceFree(PyOrch& self, py::handle buffer) {
+    void* p = AddressOf(buffer, "Orchestrator.device_free");
+    Orchestrator& o = self.Get("Orchestrator.device_free");
+    std::shared_ptr<DeviceBlock> block;
+    {
+        std::lock_guard lock(self.mu);
+        if (auto it = self.device_blocks.find(p); it != self.device_blocks.end()) block = it->second.lock();
+    }
+    if (!block) return o.DeviceFree(p);
+    if (block->free_asked)
+        throw Error(ErrorKind::InvalidArgument, "Orchestrator.device_free: the buffer at device address " +
+                                                    std::to_string(o.DeviceAddress(p)) +
+                                                    " was freed already (its views keep it until they go)");
+    block->free_asked = true;
 }
 
 }  // namespace
@@ -515,9 +572,9 @@ void BindOrchestration(py::module_& m) {
             }, py::arg("size"), py::arg("dtype") = py::dtype("float32"), py::arg("shape") = py::none(),
             "pto_device_malloc: `size` zeroed bytes of the function's allocator, outside the heap ring, as a numpy "
             "view: for inputs and results that outlive a scope (a long-lived alloc() pins the heap ring).")
-        .def("device_free", [](PyOrch& self, py::object buffer) {
-                self.Get("Orchestrator.device_free").DeviceFree(AddressOf(buffer, "Orchestrator.device_free"));
-            }, py::arg("buffer"), "pto_device_free: frees what device_alloc() returned; tasks must be done with it.")
+        .def("device_free", [](PyOrch& self, py::object buffer) { DeviceFree(self, buffer); }, py::arg("buffer"),
+             "pto_device_free: frees what device_alloc() returned once no view of it is left (this one included); "
+             "tasks must be done with it.")
         .def("task_output", [](py::object self_obj, const IntArg<int32_t>& task_id_arg, const IntArg<int32_t>& index_arg,
                                py::object dtype, py::object shape) {
                 PyOrch& self = self_obj.cast<PyOrch&>();

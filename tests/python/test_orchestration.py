@@ -683,6 +683,34 @@ def test_device_alloc_buffers_live_across_many_laps_of_the_heap_ring(dev):
     orch.close()
 
 
+def test_a_view_kept_past_device_free_reaches_no_later_allocation(dev):
+    """device_free() gives the memory back once the last view of it goes:
+    freed at once, a view kept past the free wrote into the next
+    device_alloc() at that address (found probing from outside)."""
+    orch = spyre.Orchestrator(dev, task_ring_size=16, heap_size=1 << 20)
+    for _ in range(3):
+        a = orch.device_alloc(4096)
+        a_part = a[16:32]  # a view of the view keeps it too
+        a[:] = 1.0
+        orch.device_free(a)
+        b = orch.device_alloc(4096)
+        assert orch.device_address(b) != orch.device_address(a)
+        b[:] = 42.0
+        a[:] = 7.0
+        a_part[:] = 8.0
+        assert (b == 42.0).all()
+        del a
+        c = orch.device_alloc(4096)
+        assert (b == 42.0).all() and not c.any()
+        del a_part  # the last view: the memory goes back now
+        d = orch.device_alloc(4096)
+        assert not d.any()  # zeroed, as device_alloc memory is
+        for x in (b, c, d):
+            orch.device_free(x)
+        del b, c, d
+    orch.close()
+
+
 def test_a_host_kernel_s_views_kept_past_close_read_zeros(dev):
     """A host kernel's views had no base: one kept past close() pointed into
     the unmapped runtime memory, and touching it segfaulted. They now keep
