@@ -65,6 +65,13 @@ inline const bool kHasPrefetchW = [] {
 [[gnu::always_inline]] inline void DeviceQueue::Submit(std::span<const spyre_cb> slots, uint32_t cbs) {
     if (fn_.lost() || detail::Word(*device_state_).load(std::memory_order_relaxed) != SPYRE_DEVSTATE_ALIVE)
         fn_.CheckAlive();
+    // A reset since Attach emptied the rings and renumbered their positions:
+    // said before anything goes into them. After a reset of an idle queue
+    // the next work ran as if none had happened (found probing from
+    // outside). One load of a register that rarely changes.
+    if (__atomic_load_n(reinterpret_cast<const uint64_t*>(fn_.bar0() + SPYRE_REG_CNT_RESETS), __ATOMIC_RELAXED) !=
+        resets_) [[unlikely]]
+        CheckNotReset();
     ProbeNowAndThen();
     if (slots.empty()) return;
     // The device posts a completion only into room it can see: with the

@@ -32,7 +32,8 @@ enum { PARAM_INPUT = 0, PARAM_OUTPUT = 1, PARAM_INOUT = 2 };
 /* Worker types: which workers run a task. CUBE and VECTOR are the card's
  * core kinds; HOST runs the kernel as a callback on a host worker thread;
  * EXTERNAL tasks are run by nobody: the caller finishes them with
- * pto_task_complete (or pto_task_fail). Without a device executor plugged in
+ * pto_task_complete (or pto_task_fail); their kernel id must still be
+ * registered (it names them in failures and traces: -EINVAL otherwise). Without a device executor plugged in
  * (C++ Orchestrator::SetExecutor), CUBE and VECTOR tasks run on the host
  * worker too. */
 enum { WORKER_CUBE = 0, WORKER_VECTOR = 1, WORKER_HOST = 2, WORKER_EXTERNAL = 3, PTO_WORKER_TYPES = 4 };

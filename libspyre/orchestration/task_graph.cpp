@@ -81,6 +81,9 @@ thread_local BehindScopes tl_behind_scopes;
 constexpr std::chrono::milliseconds kScopeRoomWait{1000};
 // How long a kernel's submission waits for room before it fails (WaitForRoom).
 constexpr std::chrono::seconds kKernelRoomWait{5};
+// How long a submission waits, with nothing in flight, for another thread
+// to pto_free the buffer at the heap's tail (WaitForRoom).
+constexpr std::chrono::seconds kForeignBufferWait{5};
 
 }  // namespace
 
@@ -409,6 +412,17 @@ void TaskGraph::WaitForRoom(std::unique_lock<std::mutex>& submitting, Lock& lock
         }
     if ((active_ == 0 && !holder_goes_on && !buffer_goes) || WaitsForItsOwnRun(need))
         Fail(ErrorKind::OutOfMemory, stuck(), EDEADLK);
+    // Only that thread's pto_free makes room, and it may be waiting for this
+    // one (main takes a buffer, starts a thread that submits and joins it:
+    // that submitter slept for good; found probing from outside). Bounded.
+    if (active_ == 0 && !holder_goes_on && buffer_goes && need.since != std::chrono::steady_clock::time_point{} &&
+        std::chrono::steady_clock::now() - need.since >= kForeignBufferWait)
+        Fail(ErrorKind::OutOfMemory,
+             stuck() + " (waited " +
+                 std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kForeignBufferWait).count()) +
+                 " s, nothing in flight, for the thread that took that pto_alloc buffer to pto_free it: it may be "
+                 "waiting for this one; take long-lived buffers with pto_device_malloc)",
+             EDEADLK);
     if (holder_stalled) wake_.Notify();
     // A kernel's submission holds a host thread: when every one of them is
     // such a kernel, the ready task room waits for would never get a

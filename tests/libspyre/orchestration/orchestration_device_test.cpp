@@ -301,6 +301,36 @@ TEST_F(StreamTest, AResetUnderASubmittingThreadEndsItWithDeviceLost) {
     }
 }
 
+// A reset while the task queues are idle: the next device tasks fail as
+// DeviceLost too (they ran as if no reset had been, 20/20 with none
+// before it: found probing from outside), and so does a small copy on a
+// stream (the CB ring).
+TEST_F(StreamTest, AResetOfAnIdleDeviceFailsWhatComesNextAsDeviceLost) {
+    for (const int before : {0, 1, 8}) {
+        Device dev = OpenDevice();
+        Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 16, .heap_size = 1 << 20});
+        DeviceBuffer prog = UploadAddKernel(dev, orch);
+        for (int i = 0; i < before; ++i) SubmitAdd(orch);
+        orch.WaitAll();
+        FlexStream s = dev.CreateStream();
+        DeviceBuffer buf = dev.AllocateBuffer(64);
+        std::vector<uint8_t> bytes(64, 0x5a);
+        s.CopyToDevice(bytes.data(), buf.handle(), 64);
+        s.Synchronize();
+        DeviceInternals::Function(dev).Reset();
+        SubmitAdd(orch);
+        try {
+            orch.WaitAll();
+            ADD_FAILURE() << before << " tasks before: a task after the reset completed";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::DeviceLost) << e.what();
+            EXPECT_NE(e.message().find("was reset while task queue"), std::string::npos) << e.what();
+        }
+        s.CopyToDevice(bytes.data(), buf.handle(), 64);
+        EXPECT_SPYRE_ERROR(s.Synchronize(), DeviceLost, "was reset while the CB ring");
+    }
+}
+
 // Two runtimes on one device, each on its own task queue (a card of 16
 // cores has two): both run their device tasks exactly, and the cores of
 // each runtime's tasks are those of its queue's group. A third runtime on

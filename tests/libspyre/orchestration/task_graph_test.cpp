@@ -2018,6 +2018,42 @@ TEST(OrchScopes, ThreadsTakingAndFreeingPtoAllocBuffersWaitForEachOther) {
     EXPECT_EQ(errors[1], "");
 }
 
+// Main takes a pto_alloc buffer, starts a thread that submits Example 1's
+// chain of depth-0 outputs through a small heap, and joins it: the
+// submitter waits, with nothing in flight, for main to free the buffer at
+// the heap's tail, and main waits for it. It slept for good (found probing
+// from outside); the wait is bounded (5 s) and fails OutOfMemory saying so.
+TEST(OrchScopes, ASubmitterBehindAnotherThreadsBufferThatNeverComesFails) {
+    auto orch = Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 64, .heap_size = 8192});
+    orch.RegisterHostKernel(1, [](std::span<void* const>, std::span<const uint64_t>) { return 0u; });
+    void* pinned = orch.Alloc(4096);
+    std::string error;
+    std::optional<ErrorKind> kind;
+    int submitted = 0;
+    std::thread submitter([&] {
+        try {
+            void* last = nullptr;
+            for (int i = 0; i < 100; ++i) {
+                TaskParam read_last{PARAM_INPUT, last, 256, {}}, out{PARAM_OUTPUT, nullptr, 256, {}};
+                std::vector<TaskParam> p;
+                if (last) p.push_back(read_last);
+                p.push_back(out);
+                last = orch.TaskOutput(orch.Submit(1, WORKER_HOST, p), 0);
+                ++submitted;
+            }
+        } catch (const Error& e) {
+            kind = e.kind();
+            error = e.what();
+        }
+    });
+    submitter.join();
+    EXPECT_GT(submitted, 4);
+    EXPECT_EQ(kind, ErrorKind::OutOfMemory) << error;
+    EXPECT_NE(error.find("for the thread that took that pto_alloc buffer to pto_free it"), std::string::npos) << error;
+    orch.WaitAll();
+    orch.Free(pinned);
+}
+
 // A kernel whose submission waits for room that only the orchestration
 // thread can give back (its scope holds the ring's oldest task), while that
 // thread waits for room behind the kernel's task: both slept for good (an
