@@ -22,6 +22,7 @@
 #include "spyre/common/pid_namespace.hpp"
 #include "spyre/error.hpp"
 #include "spyre/uapi/spyre_regdesc.hpp"
+#include "spyre/uapi/spyre_region_size.h"
 
 namespace spyre::driver {
 
@@ -272,19 +273,6 @@ void Function::Request(std::function<void(Syscalls&, int)> request) const {
 }
 
 namespace {
-// A region's size as the contract sets it (docs/hardware.md); an index of
-// none: the largest, and the request refuses the index.
-uint64_t ContractRegionSize(uint32_t index, uint64_t mem_size) {
-    switch (index) {
-    case SPYRE_REGION_BAR0: return SPYRE_BAR0_SIZE;
-    case SPYRE_REGION_BAR2: return SPYRE_BAR2_SIZE;
-    case SPYRE_REGION_BAR4: return SPYRE_BAR4_SIZE;
-    case SPYRE_REGION_CONFIG: return SPYRE_CONFIG_SIZE;
-    case SPYRE_REGION_DEVMEM: return mem_size;
-    default: return std::max<uint64_t>(SPYRE_BAR2_SIZE, mem_size);
-    }
-}
-
 ErrorContext RegionContext(const FunctionInfo& info, uint32_t index, uint64_t offset) {
     ErrorContext ctx{.device = info.pci_address, .reg = index == SPYRE_REGION_BAR0 ? RegisterName(uint32_t(offset)) : "",
                      .offset = offset};
@@ -298,7 +286,10 @@ std::vector<uint8_t> Function::ReadRegion(uint32_t index, uint64_t offset, size_
     // Before the buffer is taken: a huge length threw std::bad_alloc. The
     // contract's sizes, not a GET_REGION_INFO round trip: that one is not
     // bounded by the heartbeat, and a stopped daemon held the caller for good.
-    if (const uint64_t size = ContractRegionSize(index, dev_info_.mem_size); offset > size || length > size - offset)
+    // An index of no region: the largest, and the request refuses the index.
+    uint64_t size = spyre_region_size(index, dev_info_.mem_size);
+    if (size == 0) size = std::max<uint64_t>(SPYRE_BAR2_SIZE, dev_info_.mem_size);
+    if (offset > size || length > size - offset)
         throw Error(ErrorKind::InvalidArgument,
                     "reading " + std::to_string(length) + " bytes at offset " + std::to_string(offset) +
                         " runs past region " + std::to_string(index) + " (" + std::to_string(size) + " bytes)",

@@ -12,6 +12,7 @@
 #include "spyre/common/pid_namespace.hpp"
 #include "log.hpp"
 #include "pci/pci_address.hpp"
+#include "spyre/uapi/spyre_region_size.h"
 #include "spyre/uapi/spyre_regdesc.hpp"
 
 namespace spyre::mockdev {
@@ -174,16 +175,7 @@ void Function::RefreshMirrors() {
     regs_.Store32(SPYRE_REG_TQ_HALTED, server_.tasks_halted_mask());
 }
 
-uint64_t Function::RegionSize(unsigned region) const {
-    switch (region) {
-    case SPYRE_REGION_BAR0: return SPYRE_BAR0_SIZE;
-    case SPYRE_REGION_BAR2: return SPYRE_BAR2_SIZE;
-    case SPYRE_REGION_BAR4: return SPYRE_BAR4_SIZE;
-    case SPYRE_REGION_CONFIG: return SPYRE_CONFIG_SIZE;
-    case SPYRE_REGION_DEVMEM: return params_.mem_size;
-    default: return 0;
-    }
-}
+uint64_t Function::RegionSize(unsigned region) const { return spyre_region_size(region, params_.mem_size); }
 
 ssize_t Function::ReadRegion(unsigned region, uint64_t offset, void* buf, size_t len) {
     if (removed()) return -ENODEV;
