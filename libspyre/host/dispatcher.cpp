@@ -512,6 +512,7 @@ Dispatcher::Dispatcher(std::vector<std::unique_ptr<ChipExecutor>> executors, con
         device_names_.push_back(executors_[d]->Describe());
         local_.push_back(dynamic_cast<LocalChipExecutor*>(executors_[d].get()));
         const auto* remote = dynamic_cast<const RemoteChipExecutor*>(executors_[d].get());
+        remote_executors_.push_back(remote);
         lost_together_.push_back(remote ? int64_t(remote->rank()) : -1 - int64_t(d));
     }
     lost_.assign(executors_.size(), false);
@@ -1003,6 +1004,9 @@ size_t Dispatcher::PlaceLocked(const HostTask& task, std::optional<size_t> exclu
                 if (!remote_[d] && residency_.Current(a.tensor, d)) in.current_bytes[d] += a.tensor.bytes();
         }
     in.remote_fits = !any_remote_ || remote::CallFits(task.args);
+    in.outliving_ns.clear();
+    if (any_remote_) [[unlikely]]
+        for (const RemoteChipExecutor* remote : remote_executors_) in.outliving_ns.push_back(remote ? remote->OutlivingWorkNs() : 0);
     costs_->Fill(in);
     in.rotate = rotate_++;
     if (any_lost_) [[unlikely]]

@@ -40,6 +40,7 @@
 namespace spyre::host {
 
 class LocalChipExecutor;
+class RemoteChipExecutor;
 
 // Inside a catch block: the kind, cause and device code of the exception in
 // flight into `f` (a spyre::Error keeps its kind; any other exception is
@@ -287,6 +288,7 @@ private:
     Residency residency_;
     std::vector<std::unique_ptr<ChipExecutor>> executors_;
     std::vector<LocalChipExecutor*> local_;  // executors_[d] when it is local, else null
+    std::vector<const RemoteChipExecutor*> remote_executors_;  // executors_[d] when it is remote, else null
     std::vector<std::string> device_names_;  // Describe() of each executor, for the trace
     std::vector<uint32_t> load_;
     std::vector<uint32_t> room_;  // Concurrency() of each executor

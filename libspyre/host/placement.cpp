@@ -34,7 +34,8 @@ size_t Place(const PlacementInput& in) {
         const uint64_t to_move = in.input_bytes > current ? in.input_bytes - current : 0;
         const double per_byte = remote(d) ? std::max(per_byte_at(d), local_floor) : per_byte_at(d);
         const double call = At(in.call_ns, d, remote(d) ? DeviceCosts::kRemoteCallNs : 0);
-        return wait + double(to_move) * per_byte + call;
+        const double outliving = in.outliving_ns.empty() ? 0 : in.outliving_ns[d];
+        return wait + outliving + double(to_move) * per_byte + call;
     };
     // Among devices within kTieNs of each other: the one holding most of the
     // inputs, then this rank's, then the first from `rotate`.

@@ -48,6 +48,9 @@ struct PlacementInput {
     std::vector<double> task_ns;          // mean chip task time, per device (empty: DeviceCosts' priors)
     std::vector<double> ns_per_byte;      // cost of moving a byte there, per device (empty: priors)
     std::vector<double> call_ns;          // fixed cost of a call there, per device (empty: priors)
+    // Per device (empty: none): work it holds beyond `load`, as calls to
+    // another rank that timed out and still run there.
+    std::vector<double> outliving_ns;
     // Per device (empty: none): every chip slot is held by a chip call
     // that waits for a nested run, so a task queued there waits for those
     // runs. Avoided while another allowed device is not.

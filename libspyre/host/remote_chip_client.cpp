@@ -57,8 +57,8 @@ Message RemoteChipClient::AwaitReply(std::unique_lock<std::mutex>& lock, int ran
                                                       std::to_string(m.type) + " where a reply was due");
         const uint64_t got = remote::ReplyId(m);
         if (got == id) return m;
-        if (auto gone = abandoned_.find(got); gone != abandoned_.end() && gone->second == rank) {
-            abandoned_.erase(gone);  // a late reply: its caller gave up on it
+        if (auto gone = abandoned_.find(got); gone != abandoned_.end() && gone->second.first == rank) {
+            Forget(gone);  // a late reply: its caller gave up on it
             continue;
         }
         if (!pending_.count(got) || pending_.at(got).rank != rank)
@@ -122,7 +122,7 @@ std::pair<RemoteChipClient::Pending, Message> RemoteChipClient::TakeReply(uint64
     try {
         m = AwaitReply(lock, p.rank, call_id);
     } catch (const Error& e) {
-        Abandon(call_id, p.rank);
+        Abandon(call_id, p, e.kind() == ErrorKind::Timeout);
         // The rank's loss names the call it took with it (the transport only knows the rank).
         if (e.kind() == ErrorKind::DeviceLost)
             throw Error(ErrorKind::DeviceLost,
@@ -132,18 +132,32 @@ std::pair<RemoteChipClient::Pending, Message> RemoteChipClient::TakeReply(uint64
                         e.context());
         throw;
     } catch (...) {
-        Abandon(call_id, p.rank);
+        Abandon(call_id, p, false);
         throw;
     }
     pending_.erase(call_id);
     return {std::move(p), std::move(m)};
 }
 
-void RemoteChipClient::Abandon(uint64_t call_id, int rank) {
+void RemoteChipClient::Abandon(uint64_t call_id, const Pending& call, bool timed_out) {
     pending_.erase(call_id);
     early_.erase(call_id);
-    abandoned_.emplace(call_id, rank);
-    if (abandoned_.size() > kAbandonedKept) abandoned_.erase(abandoned_.begin());  // ids rise: the oldest
+    // A describe request or a call whose wait failed otherwise holds no device.
+    const bool outlives = timed_out && !call.describe;
+    abandoned_.emplace(call_id, std::pair{call.rank, outlives ? call.call.device : std::string()});
+    if (outlives) ++outliving_[{call.rank, call.call.device}];
+    if (abandoned_.size() > kAbandonedKept) Forget(abandoned_.begin());  // ids rise: the oldest
+}
+
+void RemoteChipClient::Forget(std::map<uint64_t, std::pair<int, std::string>>::iterator abandoned) {
+    if (auto it = outliving_.find(abandoned->second); it != outliving_.end() && --it->second == 0) outliving_.erase(it);
+    abandoned_.erase(abandoned);
+}
+
+uint32_t RemoteChipClient::CallsOutlivingTheirBound(int rank, const std::string& device) {
+    std::lock_guard lock(mu_);
+    const auto it = outliving_.find({rank, device});
+    return it == outliving_.end() ? 0 : it->second;
 }
 
 std::vector<WireTensor> RemoteChipClient::Wait(uint64_t call_id) {

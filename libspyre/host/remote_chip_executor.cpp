@@ -12,6 +12,11 @@ RemoteChipExecutor::RemoteChipExecutor(std::shared_ptr<RemoteRank> rank, size_t 
                                        unsigned room)
     : rank_(std::move(rank)), device_(device), description_(std::move(description)), room_(std::max(room, 1u)) {}
 
+double RemoteChipExecutor::OutlivingWorkNs() const {
+    const uint32_t calls = rank_->client.CallsOutlivingTheirBound(rank_->rank, std::to_string(device_));
+    return double(calls) * double(std::chrono::nanoseconds(rank_->client.reply_timeout()).count());
+}
+
 ChipCallStats RemoteChipExecutor::Run(const ChipCall& call) {
     RemoteCall remote{.task = call.task_name, .function = call.function, .device = std::to_string(device_)};
     ChipCallStats stats;

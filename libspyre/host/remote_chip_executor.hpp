@@ -50,6 +50,9 @@ public:
     void LoadKernel(int32_t, const std::vector<uint8_t>&) override {}
     void LoadPlan(const std::string&, const CompilerOutput&) override {}
     ChipCallStats Run(const ChipCall& call) override;
+    // Work this device holds that no queued task shows: each call to it
+    // that timed out and still runs there, as one more reply bound.
+    double OutlivingWorkNs() const;
 
 private:
     std::shared_ptr<RemoteRank> rank_;

@@ -211,6 +211,14 @@ Message EncodeCall(uint64_t id, RemoteCall& call) {
                                                         std::to_string(t.data.size()) + " bytes, its shape " +
                                                         ShapeText(t.spec.shape) + " needs " + std::to_string(t.spec.bytes()));
     }
+    // The reply must fit a message too: refused here, before the serving
+    // rank allocates and runs what it could not send back.
+    uint64_t output_bytes = 0;
+    for (const WireSpec& s : call.outputs) output_bytes += s.bytes();
+    if (output_bytes > kMaxMessagePayloadBytes)
+        throw Error(ErrorKind::InvalidArgument, "chip call '" + call.task + "': its outputs' " + std::to_string(output_bytes) +
+                                                    " bytes in all are over the limit of " +
+                                                    std::to_string(kMaxMessagePayloadBytes) + " of one reply");
     w.Put<uint32_t>(static_cast<uint32_t>(call.outputs.size()));
     for (const WireSpec& s : call.outputs) PutSpec(w, s);
     CheckAccess(call, [&](const std::string& why) { throw Error(ErrorKind::InvalidArgument, "chip call '" + call.task + "': " + why); });

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -35,6 +36,11 @@ public:
     std::vector<WireTensor> Call(int rank, RemoteCall call) { return Wait(Submit(rank, std::move(call))); }
     // Ends `rank`'s Serve loop.
     void Shutdown(int rank);
+    // Calls to `device` of `rank` that timed out and whose late reply has
+    // not come: as far as this client knows they still run there, each
+    // for longer than the reply bound already (placement weighs them).
+    uint32_t CallsOutlivingTheirBound(int rank, const std::string& device);
+    std::chrono::milliseconds reply_timeout() const noexcept { return reply_timeout_; }
 
 private:
     struct Pending {
@@ -47,8 +53,12 @@ private:
     uint64_t Register(int rank, RemoteCall call, bool describe = false);
     // The reply to `call_id` and what was kept of its call, which is forgotten.
     std::pair<Pending, Message> TakeReply(uint64_t call_id);
-    // Under mu_: forgets `call_id` without its reply (see abandoned_).
-    void Abandon(uint64_t call_id, int rank);
+    // Under mu_: forgets `call_id` without its reply (see abandoned_);
+    // `timed_out`: it may still run on its device (see outliving_).
+    void Abandon(uint64_t call_id, const Pending& call, bool timed_out);
+    // Under mu_: a call given up on is forgotten, its late reply come or
+    // no longer looked for.
+    void Forget(std::map<uint64_t, std::pair<int, std::string>>::iterator abandoned);
 
     Transport& transport_;
     std::chrono::milliseconds reply_timeout_;
@@ -59,10 +69,13 @@ private:
     std::map<uint64_t, Pending> pending_;
     std::map<uint64_t, Message> early_;  // replies that came while waiting for another
     // Calls given up without their reply (timed out, or the wait failed),
-    // by id, with their rank: a reply that still comes is dropped, not
-    // taken as another call's. The oldest are forgotten past kAbandonedKept.
+    // by id, with their rank and (timed out) device: a reply that still
+    // comes is dropped, not taken as another call's. The oldest are
+    // forgotten past kAbandonedKept.
     static constexpr size_t kAbandonedKept = 4096;
-    std::map<uint64_t, int> abandoned_;
+    std::map<uint64_t, std::pair<int, std::string>> abandoned_;
+    // Timed-out calls not yet answered, by rank and device.
+    std::map<std::pair<int, std::string>, uint32_t> outliving_;
 };
 
 }  // namespace spyre::host

@@ -59,6 +59,24 @@ void RunTwoPairedSubs(Worker& w, size_t first, size_t second) {
     }
 }
 
+std::atomic<int> held_started{0};
+std::atomic<bool> held_release{false};
+
+// Counts itself in, then holds its device until released (20 s at most).
+void RegisterHeldSub(Worker& w) {
+    w.RegisterChipFunction("held_sub", [](ChipContext& ctx) {
+        held_started.fetch_add(1);
+        for (int i = 0; i < 4000 && !held_release.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        ChipSub(ctx);
+    });
+}
+
+// Releases the held calls when a test ends, however it ends.
+struct ReleaseHeldAtEnd {
+    ReleaseHeldAtEnd() { held_release = false; }
+    ~ReleaseHeldAtEnd() { held_release = true; }
+};
+
 // Ranks 1..n-1 serve from threads; the test body is rank 0.
 class MultiHostTest : public ::testing::Test {
 protected:
@@ -503,15 +521,9 @@ TEST_F(MultiHostTest, AFaultOnAnotherRankNamesItAndTheWorkerGoesOn) {
 // on rank 1 failed with ProtocolError "rank 1 replied to call N, which it
 // was never sent" (each call taking the previous one's reply).
 TEST_F(MultiHostTest, ACallPastTheReplyBoundTimesOutAndLaterCallsToTheRankSucceed) {
-    static std::atomic<bool> release{false};
-    release = false;
+    ReleaseHeldAtEnd release_at_end;
     reply_timeout_ = std::chrono::milliseconds(1000);
-    Start(2, std::chrono::milliseconds(5000), {1}, [](Worker& w) {
-        w.RegisterChipFunction("held_sub", [](ChipContext& ctx) {
-            for (int i = 0; i < 4000 && !release.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-            ChipSub(ctx);
-        });
-    });
+    Start(2, std::chrono::milliseconds(5000), {1}, RegisterHeldSub);
     const HostTensor a = Iota(1.0f, 0.0f), b = Iota(2.0f, 1.0f);
     HostTensor d = HostTensor::Zeros({kTile, kTile});
     const HostProgram held{"held", 3, {}, [](HostGraph& g, std::span<const HostTensor> t) {
@@ -525,7 +537,7 @@ TEST_F(MultiHostTest, ACallPastTheReplyBoundTimesOutAndLaterCallsToTheRankSuccee
         EXPECT_EQ(e.failures()[0].task, "held");
         EXPECT_EQ(e.failures()[0].kind, ErrorKind::Timeout) << e.what();
     }
-    release = true;  // its reply now comes, after the call gave up on it
+    held_release = true;  // its reply now comes, after the call gave up on it
     for (int run = 0; run < 3; ++run) ExpectAnAddOnRank1(a, b, run);
 }
 
@@ -538,18 +550,9 @@ TEST_F(MultiHostTest, ACallPastTheReplyBoundTimesOutAndLaterCallsToTheRankSuccee
 // (outside probe). The timeout names the reply bound: the transport's own
 // message named what was left of it ("within 101 ms").
 TEST_F(MultiHostTest, ACallStillRunningOnOneDeviceDoesNotHoldUpAnotherOfItsRank) {
-    static std::atomic<bool> release{false};
-    release = false;
+    ReleaseHeldAtEnd release_at_end;
     reply_timeout_ = std::chrono::milliseconds(2000);
-    Start(2, std::chrono::milliseconds(5000), {0, 1}, [](Worker& w) {
-        w.RegisterChipFunction("held_sub", [](ChipContext& ctx) {
-            for (int i = 0; i < 4000 && !release.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-            ChipSub(ctx);
-        });
-    });
-    struct ReleaseAtEnd {
-        ~ReleaseAtEnd() { release = true; }
-    } release_at_end;
+    Start(2, std::chrono::milliseconds(5000), {0, 1}, RegisterHeldSub);
     ASSERT_EQ(w().device_count(), 4u);  // rank 1's PF and VF are devices 2 and 3
     const HostTensor a = Iota(1.0f, 0.0f), b = Iota(2.0f, 1.0f);
     auto on = [](const char* function, size_t device) {
@@ -574,13 +577,40 @@ TEST_F(MultiHostTest, ACallStillRunningOnOneDeviceDoesNotHoldUpAnotherOfItsRank)
     auto av = a.floats(), bv = b.floats(), sv = sum.floats();
     for (size_t i = 0; i < sv.size(); ++i) ASSERT_EQ(sv[i], av[i] + bv[i]) << "element " << i;
     EXPECT_THROW(behind.Wait(), HostRunError);  // it, too, waited past the bound
-    release = true;
+    held_release = true;
     // Both devices serve on once the held call ends.
     for (const HostProgram* p : {&add_on_busy, &add_on_idle}) {
         HostTensor f;
         ASSERT_NO_THROW(f = w().Run(*p, {a, b}).at(0));
         for (size_t i = 0; i < sv.size(); ++i) ASSERT_EQ(f.floats()[i], av[i] + bv[i]) << "element " << i;
     }
+}
+
+// A call that timed out still runs on its remote device; until its late
+// reply comes, placement counts it as a reply bound of work there. Before,
+// the device looked idle, unpinned tasks went behind the held call and
+// timed out while three devices idled (outside probe: 24 adds failed).
+TEST_F(MultiHostTest, UnpinnedTasksAvoidADeviceStillRunningACallThatTimedOut) {
+    ReleaseHeldAtEnd release_at_end;
+    reply_timeout_ = std::chrono::milliseconds(1500);
+    Start(2, std::chrono::milliseconds(5000), {0, 1}, RegisterHeldSub);
+    ASSERT_EQ(w().device_count(), 4u);
+    const HostTensor a = Iota(1.0f, 0.0f), b = Iota(2.0f, 1.0f);
+    const HostProgram held{"held", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> t) {
+                               g.Chip("held_sub", {In(t[0]), In(t[1]), Out(t[2])}, {.device = 2});
+                           }};
+    EXPECT_THROW(w().Run(held, {a, b}), HostRunError);
+    std::vector<HostTensor> sums;
+    for (int i = 0; i < 24; ++i) sums.push_back(HostTensor::Zeros({kTile, kTile}));
+    const HostProgram adds{"adds", 2, {}, [&](HostGraph& g, std::span<const HostTensor> t) {
+                               for (HostTensor& s : sums) g.Chip("chip_add", {In(t[0]), In(t[1]), Out(s)});
+                           }};
+    RunHandle run = w().Submit(adds, {a, b});
+    ASSERT_NO_THROW(run.Wait()) << "a task went behind the held call";
+    for (const TaskRecord& r : run.Report()) EXPECT_NE(r.device, w().DescribeDevice(2)) << r.name;
+    auto av = a.floats(), bv = b.floats();
+    for (const HostTensor& s : sums)
+        for (size_t i = 0; i < av.size(); ++i) ASSERT_EQ(s.floats()[i], av[i] + bv[i]) << "element " << i;
 }
 
 // A chip function that throws something other than a std::exception on the
@@ -723,18 +753,6 @@ std::map<ErrorKind, int> FailFourCallsInFlight(Worker& w, std::atomic<int>& star
     }
     release = true;
     return kinds;
-}
-
-std::atomic<int> held_started{0};
-std::atomic<bool> held_release{false};
-
-// Counts itself in, then holds its device until released (20 s at most).
-void RegisterHeldSub(Worker& w) {
-    w.RegisterChipFunction("held_sub", [](ChipContext& ctx) {
-        held_started.fetch_add(1);
-        for (int i = 0; i < 4000 && !held_release.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        ChipSub(ctx);
-    });
 }
 
 TEST_F(MultiHostTest, ARankLostWithSeveralCallsInFlightFailsEveryOne) {

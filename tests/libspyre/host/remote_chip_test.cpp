@@ -279,6 +279,13 @@ TEST_F(RemoteChipTest, BadCallsAreRefusedBeforeTheyLeave) {
     RemoteCall bad_shape = AddCall("t", {4}, 1);
     bad_shape.outputs[0].shape = {0};
     EXPECT_SPYRE_ERROR(client_->Submit(1, std::move(bad_shape)), InvalidArgument, "dims must be >= 1");
+    // Outputs whose reply could not come back (3 x 768 MiB): refused here.
+    // Before, the call went, the serving rank allocated and ran it, and
+    // then failed its own reply (outside probe: 20 s, 4.7 GB).
+    RemoteCall huge_reply = AddCall("t-huge", {4}, 1);
+    huge_reply.outputs.assign(3, WireSpec{{int64_t(192) << 20}, DType::FP32});
+    EXPECT_SPYRE_ERROR(client_->Submit(1, std::move(huge_reply)), InvalidArgument,
+                       "its outputs' 2415919104 bytes in all are over the limit of 2147483648 of one reply");
     EXPECT_SPYRE_ERROR(client_->Wait(999), InvalidArgument, "was not submitted");
 }
 
