@@ -343,6 +343,7 @@ namespace {
 struct DeviceBlock {
     std::weak_ptr<PyOrch> owner;
     void* at = nullptr;
+    uint64_t bytes = 0;       // of the view device_alloc() returned
     bool free_asked = false;  // under the GIL
     ~DeviceBlock() {
         if (!free_asked) return;  // never freed: the runtime frees it when it closes
@@ -371,8 +372,9 @@ py::array MemoryView(py::object self_obj, const IntArg<uint64_t>& size_arg, py::
     void* p = WithoutGil([&] { return (o.*take)(size); });
     try {
         py::object base = ViewOwner(self_obj, o.MemoryHold(), self.call_views);
+        std::shared_ptr<DeviceBlock> block;
         if (take == &Orchestrator::DeviceMalloc) {
-            auto block = std::make_shared<DeviceBlock>();
+            block = std::make_shared<DeviceBlock>();
             block->owner = self_obj.cast<std::shared_ptr<PyOrch>>();
             block->at = p;
             {
@@ -380,11 +382,13 @@ py::array MemoryView(py::object self_obj, const IntArg<uint64_t>& size_arg, py::
                 std::erase_if(self.device_blocks, [](const auto& kv) { return kv.second.expired(); });
                 self.device_blocks[p] = block;
             }
-            base = py::make_tuple(base, py::capsule(new std::shared_ptr<DeviceBlock>(std::move(block)), [](void* b) {
+            base = py::make_tuple(base, py::capsule(new std::shared_ptr<DeviceBlock>(block), [](void* b) {
                                       delete static_cast<std::shared_ptr<DeviceBlock>*>(b);
                                   }));
         }
-        return DeviceView(p, size, dtype, shape, base, what);
+        py::array view = DeviceView(p, size, dtype, shape, base, what);
+        if (block) block->bytes = uint64_t(view.nbytes());
+        return view;
     } catch (...) {
         (o.*give)(p);
         throw;
@@ -402,6 +406,16 @@ void DeviceFree(PyOrch& self, py::handle buffer) {
         if (auto it = self.device_blocks.find(p); it != self.device_blocks.end()) block = it->second.lock();
     }
     if (!block) return o.DeviceFree(p);
+    // A slice at the buffer's start names only part of it: freeing the
+    // whole buffer through it freed memory the rest of the program still
+    // used (found probing from outside).
+    if (!py::isinstance<py::int_>(buffer)) {
+        const uint64_t given = ViewOf(buffer, false, "Orchestrator.device_free").bytes;
+        if (given < block->bytes)
+            throw Error(ErrorKind::InvalidArgument, "Orchestrator.device_free: a view of " + std::to_string(given) +
+                                                        " of the buffer's " + std::to_string(block->bytes) +
+                                                        " bytes (pass the array device_alloc() returned, or its address)");
+    }
     if (block->free_asked)
         throw Error(ErrorKind::InvalidArgument, "Orchestrator.device_free: the buffer at device address " +
                                                     std::to_string(o.DeviceAddress(p)) +

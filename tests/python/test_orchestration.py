@@ -711,6 +711,26 @@ def test_a_view_kept_past_device_free_reaches_no_later_allocation(dev):
     orch.close()
 
 
+def test_device_free_of_a_slice_is_refused_and_frees_nothing(dev):
+    """device_free(a[0:10]) freed all of `a` (the slice starts where it
+    does): the rest of the program's view then pointed at memory given
+    back. A view of part of the buffer is refused; the buffer, a reshaped
+    view of all of it and its address are still taken."""
+    orch = spyre.Orchestrator(dev, task_ring_size=16, heap_size=1 << 20)
+    a = orch.device_alloc(4096)
+    a[:] = 3.0
+    with pytest.raises(spyre.InvalidArgument, match="a view of 40 of the buffer's 4096 bytes"):
+        orch.device_free(a[0:10])
+    b = orch.device_alloc(4096)
+    assert orch.device_address(b) != orch.device_address(a)
+    assert (a == 3.0).all()
+    orch.device_free(a.reshape(32, 32))  # all of it
+    with pytest.raises(spyre.InvalidArgument, match="freed already"):
+        orch.device_free(a)
+    orch.device_free(b)
+    orch.close()
+
+
 def test_a_host_kernel_s_views_kept_past_close_read_zeros(dev):
     """A host kernel's views had no base: one kept past close() pointed into
     the unmapped runtime memory, and touching it segfaulted. They now keep
