@@ -198,6 +198,7 @@ void RuntimeState::CopyIn(void* buffer, const void* host, uint64_t size) {
     // overwritten this way, and later runs computed with it (found
     // probing from outside).
     graph->CheckCopyConfined(buffer, size, true, "pto_copy_in");
+    graph->WaitForTasksOver(buffer, size, true, "pto_copy_in");
     if (copy_in) copy_in(host, at, size);
     else CopyMemory(buffer, host, size);
 }
@@ -206,6 +207,7 @@ void RuntimeState::CopyOut(void* host, const void* buffer, uint64_t size) {
     if (!host && size) throw Error(ErrorKind::InvalidArgument, "pto_copy_out: the host address is NULL");
     const uint64_t at = graph->DeviceAddress(buffer, size);
     graph->CheckCopyConfined(buffer, size, false, "pto_copy_out");
+    graph->WaitForTasksOver(buffer, size, false, "pto_copy_out");
     if (copy_out) copy_out(host, at, size);
     else CopyMemory(host, buffer, size);
 }

@@ -790,7 +790,7 @@ void TaskGraph::WakeWaiters() {
         stalled_.bytes == 0 || heap_.size() - heap_.used() >= std::min(heap_.size(), 4 * stalled_.bytes);
     const bool stalled = stalled_.slots != 0 || stalled_.bytes != 0;
     const bool room = stalled && space_freed_ && ring_ok && heap_ok;
-    if (room || inflight_ == 0 || active_ == 0) wake_.Notify();
+    if (room || inflight_ == 0 || active_ == 0 || copy_waiters_ != 0) wake_.Notify();
     if (room || !stalled) space_freed_ = false;  // else keep it: the next wake looks again
 }
 
@@ -1831,6 +1831,34 @@ void TaskGraph::CheckWaitable() const {
              "wait for all tasks called from inside a task of this runtime would wait for that task itself: wait "
              "in the orchestration thread instead",
              EDEADLK);
+}
+
+void TaskGraph::WaitForTasksOver(const void* at, uint64_t size, bool writes, const char* call) {
+    if (size == 0 || CpuWorker::RunningTaskOf() == this) return;
+    Lock lock(*this);
+    std::vector<int32_t> before;
+    auto alive = [this](int32_t task) { return Alive(task); };
+    for (;;) {
+        before.clear();
+        map_.Lookup(0, uint64_t(reinterpret_cast<uintptr_t>(at)), size, writes, -1, alive, before);
+        std::erase_if(before, [this](int32_t id) {
+            const TaskState s = ring_.Get(id).state.load(std::memory_order_relaxed);
+            return s == TaskState::Completed || s == TaskState::Consumed;
+        });
+        if (before.empty()) return;
+        if (active_ == 0)
+            Fail(ErrorKind::Busy, std::string(call) + " would never start: " + Describe(before.front()) +
+                                      ", over those bytes, waits for EXTERNAL tasks that only pto_task_complete can finish",
+                 EDEADLK);
+        ++copy_waiters_;
+        try {
+            Sleep(lock);
+        } catch (...) {
+            --copy_waiters_;
+            throw;
+        }
+        --copy_waiters_;
+    }
 }
 
 void TaskGraph::CheckNotStuck() const {

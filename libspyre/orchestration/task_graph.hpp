@@ -177,6 +177,13 @@ public:
     // ConfineTasksTo: held to the rules of a task parameter over those
     // bytes (InvalidArgument outside the regions, or writing a read-only one).
     void CheckCopyConfined(const void* at, uint64_t size, bool writes, const char* call);
+    // Before pto_copy_in (`writes`) or pto_copy_out of [at, at + size):
+    // waits for the tasks in flight the copy must follow, as a task over
+    // those bytes would (a copy in follows their readers and writers, a
+    // copy out their writers). Busy (EDEADLK) when only EXTERNAL tasks could
+    // end the wait. From inside a task of this runtime it does not wait:
+    // the task would wait for itself.
+    void WaitForTasksOver(const void* at, uint64_t size, bool writes, const char* call);
     // InvalidArgument naming `what` when [p, p + size) is outside the
     // confined regions, or `writes` one that is read-only.
     void CheckConfined(const uint8_t* p, uint64_t size, bool writes, const std::string& what) const;
@@ -506,6 +513,7 @@ private:
     bool space_freed_ = false;  // a ring slot or heap block came back since the last WakeWaiters
     int64_t inflight_ = 0;  // submitted, not completed
     int64_t active_ = 0;    // READY or RUNNING on an executor: will complete on their own
+    int32_t copy_waiters_ = 0;  // threads in WaitForTasksOver: woken on every completion
     uint64_t submitted_ = 0;
     uint64_t runs_here_ = 0;  // tasks run on the submitting thread (samples one in 32 for host_cost)
     uint64_t completed_ = 0;

@@ -32,7 +32,7 @@
 namespace spyre {
 namespace {
 
-enum : int32_t { K_FILL = 1, K_INC, K_ADD, K_FAIL, K_EXT, K_MIX, K_THROW, K_ALL_ONES };
+enum : int32_t { K_FILL = 1, K_INC, K_ADD, K_FAIL, K_EXT, K_MIX, K_THROW, K_ALL_ONES, K_GATED_COPY, K_COPY_IN_ITSELF };
 
 class OrchTest : public ::testing::Test {
 protected:
@@ -115,6 +115,66 @@ TEST_P(OrchQueueTest, ChainRunsInOrder) {
     o().Submit(K_INC, WORKER_HOST, inc);
     o().WaitAll();
     for (int i = 0; i < 16; ++i) EXPECT_EQ(x[i], 9u);
+}
+
+// pto_copy_out follows the tasks in flight that write its bytes, and
+// pto_copy_in those that read or write them, as a task over those bytes
+// would. Before, a copy ran at once: it read what a running task had not
+// written yet, and overwrote what a queued task had still to read. The
+// gated kernel is released 100 ms later from another thread: the copy ran
+// before then without the wait (no timing is asserted).
+TEST_P(OrchQueueTest, CopiesFollowTheTasksInFlightOverTheirBytes) {
+    Make(64, 1 << 20, 4 << 20, 2, false);
+    std::atomic<bool> open{false};
+    o().RegisterHostKernel(K_GATED_COPY, [&](std::span<void* const> b, std::span<const uint64_t> s) {
+        for (int i = 0; i < 10000 && !open.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::memcpy(b[1], b[0], s[1]);  // out = in
+        return 0u;
+    });
+    auto release_later = [&] {
+        open = false;
+        return std::async(std::launch::async, [&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            open = true;
+        });
+    };
+    uint32_t* src = Data(0, 64);
+    uint32_t* dst = Data(4096, 64);
+    std::vector<uint32_t> nines(16, 9), fives(16, 5), back(16);
+    o().CopyIn(src, nines.data(), 64);
+    TaskParam copy[] = {In(src, 64), Out(dst, 64)};
+    {  // a copy out after a writer: its bytes
+        auto release = release_later();
+        o().Submit(K_GATED_COPY, WORKER_VECTOR, copy);
+        o().CopyOut(back.data(), dst, 64);
+        EXPECT_EQ(back, nines);
+    }
+    {  // a copy in over what a queued task reads: the task reads the old bytes
+        std::memset(dst, 0, 64);
+        auto release = release_later();
+        o().Submit(K_GATED_COPY, WORKER_VECTOR, copy);
+        o().CopyIn(src, fives.data(), 64);
+        o().WaitAll();
+        EXPECT_EQ(std::vector<uint32_t>(dst, dst + 16), nines);
+        EXPECT_EQ(std::vector<uint32_t>(src, src + 16), fives);
+    }
+    {  // a copy out of bytes only an EXTERNAL task writes would never start
+        TaskParam ext[] = {Out(dst, 64)};
+        const int32_t t = o().Submit(K_EXT, WORKER_EXTERNAL, ext);
+        EXPECT_SPYRE_ERROR(o().CopyOut(back.data(), dst, 64), Busy, "pto_copy_out would never start: task");
+        o().CopyOut(back.data(), Data(8192, 64), 64);  // other bytes: at once
+        o().Complete(t);
+        o().CopyOut(back.data(), dst, 64);
+        o().WaitAll();
+    }
+    // A host kernel copying over its own task's bytes does not wait for itself.
+    o().RegisterHostKernel(K_COPY_IN_ITSELF, [&](std::span<void* const> b, std::span<const uint64_t>) {
+        o().CopyIn(b[1], fives.data(), 64);
+        return 0u;
+    });
+    o().Submit(K_COPY_IN_ITSELF, WORKER_VECTOR, copy);
+    o().WaitAll();
+    EXPECT_EQ(std::vector<uint32_t>(dst, dst + 16), fives);
 }
 
 // A host kernel asks for its parameters' kinds (Python makes an input's
