@@ -34,11 +34,13 @@ from __future__ import annotations
 
 import ast
 import builtins
+import copy
 import enum
 import inspect
 import re
 import textwrap
 import threading
+import types
 
 import numpy as np
 
@@ -438,7 +440,10 @@ def _sub_call(index, inputs, consts):
     spec = c.compiled._inline_subs[index]
     outs = [create_tensor(t.shape, t.dtype) for _, t in spec["outputs"]]
     tensor_in = [(n, v) for n, v in zip(spec["inputs"], inputs) if isinstance(v, _spyre.HostTensor)]
-    fixed = {n: v for n, v in zip(spec["inputs"], inputs) if not isinstance(v, _spyre.HostTensor)}
+    # A plain value is taken as it is now: the task runs later, and the
+    # orchestrator may change it meanwhile (a scratch array refilled in a
+    # loop gave every task its last contents: found probing from outside).
+    fixed = {n: _as_it_is_now(v) for n, v in zip(spec["inputs"], inputs) if not isinstance(v, _spyre.HostTensor)}
     fn = spec["fn"]
     n_in = len(tensor_in)
 
@@ -456,24 +461,136 @@ def _sub_call(index, inputs, consts):
     return tuple(outs)
 
 
+def _as_it_is_now(value):
+    """A copy of a WORKER block's plain input; the object itself when it
+    cannot be copied (a module, a device handle)."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # noqa: BLE001 (whatever the object's __deepcopy__ or pickling raises)
+        return value
+
+
 def _names(node, ctx_type):
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ctx_type)}
 
 
-def _is_at(item, globs):
+def _in_this_scope(node):
+    """The nodes of `node`'s body outside nested functions, lambdas, classes
+    and comprehensions (whose names are their own)."""
+    todo = list(ast.iter_child_nodes(node))
+    while todo:
+        n = todo.pop()
+        yield n
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp,
+                              ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            todo.extend(ast.iter_child_nodes(n))
+
+
+def _bound_names(fdef):
+    """Names the function binds: parameters, assignments, nested def and
+    class names, imports (a local `def twice` or `import math as m` a block
+    reads was taken from the module's globals: found probing)."""
+    bound = {a.arg for a in fdef.args.posonlyargs + fdef.args.args + fdef.args.kwonlyargs}
+    bound |= {a.arg for a in (fdef.args.vararg, fdef.args.kwarg) if a is not None}
+    for n in _in_this_scope(fdef):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            bound.add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            bound |= {a.asname or a.name.split(".")[0] for a in n.names if a.name != "*"}
+    return bound
+
+
+def _at_call(item):
+    """The spyre.at(...) call of a with-item, or None."""
     call = item.context_expr
     if not isinstance(call, ast.Call):
         return None
     f = call.func
     name = f.attr if isinstance(f, ast.Attribute) else (f.id if isinstance(f, ast.Name) else None)
-    if name != "at":
+    return call if name == "at" else None
+
+
+def _has_at_blocks(source):
+    """Whether the function's source has `with ...at(...)` blocks (a comment
+    or string mentioning "at (" made a functional-style program inline)."""
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return False
+    return any(isinstance(n, (ast.With, ast.AsyncWith)) and any(_at_call(i) for i in n.items) for n in ast.walk(tree))
+
+
+def _is_at(item, names):
+    """(level, role) of a `with spyre.at(...)` item, evaluated in `names`
+    (the module's globals and the function's closure); None for another."""
+    call = _at_call(item)
+    if call is None:
         return None
+    if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+        raise _spyre.InvalidArgument(f"spyre.at at line {call.lineno}: level and role must be spelled out "
+                                     "(spyre.at(level=..., role=...)), not passed with * or **")
     kw = {k.arg: k.value for k in call.keywords}
     args = list(call.args)
     level = kw.get("level", args[0] if args else None)
     role = kw.get("role", args[1] if len(args) > 1 else None)
-    ev = lambda n: None if n is None else eval(_pycompile(ast.Expression(n), "<at>", "eval"), globs)  # noqa: E731,S307
+
+    def ev(n):
+        if n is None:
+            return None
+        try:
+            return eval(_pycompile(ast.Expression(n), "<at>", "eval"), names)  # noqa: S307
+        except NameError as e:
+            raise _spyre.InvalidArgument(f"spyre.at at line {call.lineno}: {e}; level and role are read when the "
+                                         "program is compiled, from the module or the enclosing function, not from "
+                                         "the orchestrator's own variables") from None
     return ev(level), ev(role)
+
+
+def _rebuilt(fn, fdef, extra):
+    """`fdef` (the rewritten orchestrator) as a function that reads the
+    module's globals as they are when it runs and the original's closure
+    cells; `extra` maps further free names to their values. Executed as it
+    was, at module level on a copy of the globals, it saw the globals of
+    compile time and lost the closure (both found probing from outside)."""
+    freevars = fn.__code__.co_freevars
+    cells = dict(zip(freevars, fn.__closure__ or ()))
+    factory = ast.FunctionDef(
+        name="__spyre_factory__", args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=[ast.Assign([ast.Name(v, ast.Store())], ast.Constant(None)) for v in (*freevars, *extra)] +
+             [fdef, ast.Return(ast.Name(fdef.name, ast.Load()))],
+        decorator_list=[], returns=None, type_comment=None)
+    mod = ast.fix_missing_locations(ast.Module([factory], type_ignores=[]))
+    ns = {}
+    exec(_pycompile(mod, f"<host orchestrator {fn.__name__}>", "exec"), fn.__globals__, ns)  # noqa: S102
+    code = ns["__spyre_factory__"]().__code__
+    closure = tuple(cells[v] if v in cells else types.CellType(extra[v]) for v in code.co_freevars)
+    out = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, closure)
+    out.__kwdefaults__ = fn.__kwdefaults__
+    return out
+
+
+class _BlockReturns(ast.NodeTransformer):
+    """`return` in a WORKER block ends the block: it returns the block's
+    outputs (a bare return returned None, and the task failed)."""
+
+    def __init__(self, outputs, where):
+        self.outputs, self.where = outputs, where
+
+    def visit_Return(self, node):  # noqa: N802 (ast's visitor names)
+        if node.value is not None:
+            raise _spyre.InvalidArgument(f"{self.where}: `return` with a value at line {node.lineno} (a block "
+                                         "returns nothing; pass values on in tensors)")
+        return ast.copy_location(ast.Return(ast.Tuple([ast.Name(o, ast.Load()) for o in self.outputs], ast.Load())),
+                                 node)
+
+    def _own_scope(self, node):
+        return node  # a nested function's returns are its own
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = _own_scope  # noqa: N815
 
 
 def _outline(fn, compiled):
@@ -485,19 +602,24 @@ def _outline(fn, compiled):
     fdef = tree.body[0]
     fdef.decorator_list = []
     globs = fn.__globals__
-    params = {a.arg for a in fdef.args.args}
+    closure = {v: c.cell_contents for v, c in zip(fn.__code__.co_freevars, fn.__closure__ or ())
+               if _cell_is_set(c)}
+    names = {**globs, **closure}
+    # What a block may read from the orchestrator: what it binds, and its
+    # closure (a closure variable was looked up in the module's globals).
+    bound = _bound_names(fdef) | set(fn.__code__.co_freevars)
     specs = []
 
     class Outliner(ast.NodeTransformer):
         def visit_With(self, node):
-            lr = _is_at(node.items[0], globs) if len(node.items) == 1 else None
+            lr = _is_at(node.items[0], names) if len(node.items) == 1 else None
             if not lr or lr != (Level.HOST, Role.WORKER):
                 self.generic_visit(node)
                 return node
             outputs = []
             for st in node.body:
                 if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
-                    t = eval(_pycompile(ast.Expression(st.annotation), "<annotation>", "eval"), globs)  # noqa: S307
+                    t = eval(_pycompile(ast.Expression(st.annotation), "<annotation>", "eval"), names)  # noqa: S307
                     if isinstance(t, TensorType):
                         outputs.append((st.target.id, t))
             # `f += a` reads f too, though its name is a Store: without it in
@@ -511,7 +633,7 @@ def _outline(fn, compiled):
             plain = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
                      and not any(n is t for t in aug_targets)}
             declared = {name for st in ast.walk(node) if isinstance(st, (ast.Global, ast.Nonlocal)) for name in st.names}
-            outer = params | (_names(fdef, ast.Store) - plain)
+            outer = bound - plain
             inputs = sorted(((_names(node, ast.Load) | augmented) & outer) - {o for o, _ in outputs} - declared)
             written = set()  # f[...] = ... / f += ...: the block writes the tensor (InOut)
             for st in ast.walk(node):
@@ -524,10 +646,12 @@ def _outline(fn, compiled):
                         written.add(t.id)
             index = len(specs)
             name = f"{fn.__name__}.sub{index}"
+            ends = _BlockReturns([o for o, _ in outputs], f"{name} (the WORKER block at line {node.lineno})")
+            body = [ends.visit(st) for st in node.body]
             sub = ast.FunctionDef(
                 name="__spyre_sub__", args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in inputs],
                                                         kwonlyargs=[], kw_defaults=[], defaults=[]),
-                body=node.body + [ast.Return(ast.Tuple([ast.Name(o, ast.Load()) for o, _ in outputs], ast.Load()))],
+                body=body + [ast.Return(ast.Tuple([ast.Name(o, ast.Load()) for o, _ in outputs], ast.Load()))],
                 decorator_list=[], returns=None, type_comment=None)
             mod = ast.fix_missing_locations(ast.Module([sub], type_ignores=[]))
             ns = {}
@@ -540,13 +664,18 @@ def _outline(fn, compiled):
             target = ast.Tuple([ast.Name(o, ast.Store()) for o, _ in outputs], ast.Store())
             return ast.Assign([target], call) if outputs else ast.Expr(call)
 
-    new = ast.fix_missing_locations(Outliner().visit(tree))
-    ns = {}
-    g = dict(globs)
-    g["__spyre_dsl__"] = __import__(__name__, fromlist=["_sub_call"])
-    exec(_pycompile(new, f"<host orchestrator {fn.__name__}>", "exec"), g, ns)  # noqa: S102
+    Outliner().visit(tree)
+    body = _rebuilt(fn, fdef, {"__spyre_dsl__": __import__(__name__, fromlist=["_sub_call"])})
     compiled._inline_subs = specs
-    return ns[fdef.name]
+    return body
+
+
+def _cell_is_set(cell):
+    try:
+        cell.cell_contents  # noqa: B018 (an empty cell raises)
+        return True
+    except ValueError:
+        return False
 
 
 # ---- compile -----------------------------------------------------------------------
@@ -629,7 +758,7 @@ class CompiledProgram:
             source = inspect.getsource(orch.fn)
         except (OSError, TypeError):
             source = ""
-        src_has_at = re.search(r"\bat\s*\(", source) is not None
+        src_has_at = _has_at_blocks(source)
         if src_has_at:
             body = _outline(orch.fn, self)
         self._body = body
@@ -813,6 +942,15 @@ def compile(target, config=None, *, host=None, worker=None):  # noqa: A001 (seed
     return CompiledProgram(target, config, host=host, worker=worker)
 
 
+def _matrix_shape(shape, what):
+    if shape is None:
+        raise _spyre.InvalidArgument(f"register_op: matmul needs {what} (rows, columns)")
+    dims = _ints(shape, f"register_op: {what}")
+    if len(dims) != 2 or not all(isinstance(d, (int, np.integer)) and d >= 1 for d in dims):
+        raise _spyre.InvalidArgument(f"register_op: {what} {list(dims)} is not (rows, columns) of at least 1")
+    return tuple(dims)
+
+
 def register_op(worker, name, op, a_shape, b_shape=None, dtype=FP32, *, kernel_id=None):
     """A ready-made chip function `name` over one kernel-builder op (add/sub/mul/div:
     args (a, b, out); matmul: (A, B, C) split over the config's block_dim)."""
@@ -827,8 +965,16 @@ def register_op(worker, name, op, a_shape, b_shape=None, dtype=FP32, *, kernel_i
     kb = _spyre.KernelBuilder()
     kid = kernel_id or _next_kernel_id()
     if op == "matmul":
-        m, k = a_shape
-        n = b_shape[1]
+        # Shapes as the chip function needs them, checked here: a missing or
+        # malformed one was a TypeError, ValueError or IndexError, and an fp16
+        # matmul registered and then failed every run (found probing).
+        a_dims, b_dims = _matrix_shape(a_shape, "a_shape"), _matrix_shape(b_shape, "b_shape")
+        (m, k), (kb_rows, n) = a_dims, b_dims
+        if kb_rows != k:
+            raise _spyre.InvalidArgument(f"register_op: matmul of {list(a_dims)} by {list(b_dims)}: "
+                                         f"b_shape needs {k} rows")
+        if _dtype(dtype, "register_op: dtype") != np.dtype(FP32):
+            raise _spyre.InvalidArgument("register_op: the matmul chip function computes fp32 only")
         bd = worker.config.block_dim
         if m % bd:
             raise _spyre.InvalidArgument(f"register_op: {m} rows do not split over block_dim {bd}")

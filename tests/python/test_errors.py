@@ -184,6 +184,17 @@ def test_hostile_arguments_of_the_host_level_are_typed(host):
             spyre.register_op(None, "x", "matmul", [4, 4], [4, 4])
         with pytest.raises(TypeError, match="^register_op: worker is a Host, not a spyre.Worker$"):
             spyre.register_op(host, "x", "add", [4])
+        # Malformed matmul shapes, and a dtype its chip function does not
+        # compute: TypeError, ValueError and IndexError before, and an fp16
+        # matmul registered and failed every run (found probing).
+        for args, message in [(([4, 8],), r"matmul needs b_shape \(rows, columns\)"),
+                              (([4, 8, 2], [8, 4]), r"a_shape \[4, 8, 2\] is not \(rows, columns\)"),
+                              (([4, 8], [8]), r"b_shape \[8\] is not \(rows, columns\)"),
+                              (([4, 8], [4, 8]), r"matmul of \[4, 8\] by \[4, 8\]: b_shape needs 8 rows")]:
+            with pytest.raises(spyre.InvalidArgument, match=message):
+                spyre.register_op(w, "mm", "matmul", *args)
+        with pytest.raises(spyre.InvalidArgument, match="computes fp32 only"):
+            spyre.register_op(w, "mm", "matmul", [4, 8], [8, 4], dtype=spyre.FP16)
         with pytest.raises(spyre.InvalidArgument, match="does not export a buffer"):
             w.register_kernel(6, 5)
         # A numpy buffer of a program is taken, as Orchestrator.register_device_kernel takes it.

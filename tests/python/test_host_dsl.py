@@ -406,3 +406,158 @@ def test_chip_blocks_that_depend_on_the_data_are_a_usage_error(host, config):
         with pytest.raises(spyre.HostRunError, match="InvalidArgument.*block 1 was not seen when the program was "
                                                      "compiled \\(the blocks must not depend on the data\\)"):
             compiled(np.ones((8, 32), np.float32), np.ones((8, 32), np.float32))
+
+
+# ---- the inline style's names: globals as they are, closures, local helpers ----
+
+SCALE = 1.0
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def scaled_by_the_global(a: Small, f: Out[Small]):
+    s = SCALE  # read by the orchestrator itself
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f[...] = a * s * SCALE  # and by the block
+    return f
+
+
+def test_an_inline_orchestrator_reads_module_globals_as_they_are(host, config):
+    """The outlined orchestrator ran on a copy of the module's globals made
+    at compile time: SCALE = 1, 2, 3 gave 1, 1, 1 (found probing from
+    outside)."""
+    global SCALE
+    a = np.ones((4, 4), np.float32)
+    with spyre.compile(scaled_by_the_global, config, host=host) as compiled:
+        try:
+            for v in (1.0, 2.0, 3.0):
+                SCALE = v
+                np.testing.assert_array_equal(compiled(a), v * v)
+        finally:
+            SCALE = 1.0
+
+
+twice = None  # a module global a local helper of the same name must not shadow
+
+
+def inline_closures(k):
+    import math as local_math
+
+    @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+    def orch(a: Small, f: Out[Small]):
+        def twice(x):
+            return x * 2
+
+        s = np.float32(k)  # a closure variable read by the orchestrator
+        with spyre.at(level=Level.HOST, role=Role.WORKER):
+            f[...] = twice(a) * k * s + local_math.floor(0.5)  # ... and by the block
+        return f
+
+    return orch
+
+
+def test_closures_and_local_helpers_reach_inline_blocks(host, config):
+    """A closure variable, a local def and a local import went to the
+    module's globals when a block was outlined: wrong values where a global
+    shared the name, NameError where none did (found probing from outside)."""
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    with spyre.compile(inline_closures(5.0), config, host=host) as compiled:
+        np.testing.assert_array_equal(compiled(a), a * 2 * 25)
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def refilled_scratch(a: Small, f: Out[Small]):
+    s = np.zeros((4, 4), np.float32)
+    for i in (1, 2, 3):
+        s[...] = i
+        with spyre.at(level=Level.HOST, role=Role.WORKER):
+            f += a * s
+    return f
+
+
+def test_a_blocks_plain_inputs_are_taken_as_they_are_when_it_is_reached(host, config):
+    """A numpy scratch array refilled in a loop went to each task by
+    reference: tasks that ran after the loop moved on read its last
+    contents (9 instead of 6; found probing from outside)."""
+    a = np.ones((4, 4), np.float32)
+    with spyre.compile(refilled_scratch, config, host=host) as compiled:
+        for _ in range(10):
+            f = np.zeros((4, 4), np.float32)
+            compiled(a, f)
+            np.testing.assert_array_equal(f, 6.0)
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def block_with_return(a: Small, f: Out[Small]):
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f[...] = a
+        if a[0, 0] > 0:
+            return
+        f[...] = -a
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f += 1
+    return f
+
+
+def test_a_return_in_a_worker_block_ends_only_that_block(host, config):
+    """python.md: a `return` in a block ends only that block. It returned
+    None where the block's outputs were due, and the task failed
+    (TypeError: 'NoneType' object is not iterable)."""
+    with spyre.compile(block_with_return, config, host=host) as compiled:
+        for v in (1.0, -1.0):
+            a = np.full((4, 4), v, np.float32)
+            np.testing.assert_array_equal(compiled(a), abs(a) + 1)
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def at_of_a_local_level(a: Small, f: Out[Small]):
+    where = Level.HOST
+    with spyre.at(level=where, role=Role.WORKER):
+        f[...] = a
+    return f
+
+
+def test_spyre_at_of_what_compile_cannot_read_is_invalid_argument(host, config):
+    """spyre.at(level=where) with a local `where` was a bare NameError from
+    compile, and spyre.at(**kw) was never outlined and failed at run time
+    saying the orchestrator was not compiled."""
+    with pytest.raises(spyre.InvalidArgument, match="name 'where' is not defined; level and role are read when"):
+        spyre.compile(at_of_a_local_level, config, host=host)
+    kw = {"level": Level.HOST, "role": Role.WORKER}
+
+    @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+    def at_of_kwargs(a: Small, f: Out[Small]):
+        with spyre.at(**kw):
+            f[...] = a
+        return f
+
+    with pytest.raises(spyre.InvalidArgument, match=r"must be spelled out \(spyre.at\(level=..., role=...\)\)"):
+        spyre.compile(at_of_kwargs, config, host=host)
+
+
+@spyre.program
+class CommentMentionsAt:
+    @spyre.function(level=Level.HOST, role=Role.WORKER)
+    def scale(self, a: Small, s: Small, f: Out[Small]):
+        f[...] = a * s
+
+    @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+    def host_orch(self, a: Small, f: Out[Small]):
+        # look at (the current) SCALE: a comment, not a block
+        s = spyre.create_tensor([4, 4])
+        s.numpy()[...] = SCALE
+        self.scale(a, s, f)
+
+
+def test_a_functional_program_mentioning_at_in_a_comment_stays_functional(host, config):
+    """A comment with "at (" made a functional program be outlined as an
+    inline one (and then read compile-time globals)."""
+    global SCALE
+    a = np.ones((4, 4), np.float32)
+    with spyre.compile(CommentMentionsAt, config, host=host) as compiled:
+        assert compiled._body is compiled.orchestrator.fn
+        try:
+            for v in (2.0, 3.0):
+                SCALE = v
+                np.testing.assert_array_equal(compiled(a), v)
+        finally:
+            SCALE = 1.0
