@@ -6,12 +6,15 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
+#include <optional>
 #include <utility>
 
 #include "device_backend.hpp"
 #include "device_checks.hpp"
 #include "spyre/mock/spyre_mock.h"
+#include "spyre/uapi/spyre_region_size.h"
 
 namespace spyre::driver {
 
@@ -29,6 +32,27 @@ public:
                             ErrorContext{.device = device(), .sys_errno = EBUSY});
             throw SystemError("cannot open " + info.dev_node.string(), Context());
         }
+        // Every region's answers now, while the daemon has just answered
+        // the open: asked later, a stopped daemon held the caller for good
+        // (RegionInfo, MapRegion, OpenRegionFile, Orchestrator::Create;
+        // found probing from outside). The contract fixes them for the
+        // function's life.
+        try {
+            for (uint32_t index = 0; index < SPYRE_NUM_REGIONS; ++index) {
+                if (spyre_region_size(index, 1) == 0) continue;  // no region
+                Region& r = regions_[index];
+                r.info = AskRegionInfo(index);
+                if (!(r.info->flags & SPYRE_REGION_INFO_FLAG_MMAP)) continue;
+                try {
+                    r.mappable = AskMappable(index, *r.info);
+                } catch (const Error& e) {
+                    if (e.kind() != ErrorKind::Unsupported) throw;  // no object to map: Map says so
+                }
+            }
+        } catch (...) {
+            sys.Close(std::exchange(fd_, -1));
+            throw;
+        }
     }
     ~MockBackend() override { Release(); }
 
@@ -42,14 +66,7 @@ public:
         return di;
     }
 
-    spyre_region_info RegionInfo(uint32_t index) override {
-        spyre_region_info ri{};
-        ri.argsz = sizeof ri;
-        ri.index = index;
-        if (sys().Ioctl(fd_, SPYRE_IOC_GET_REGION_INFO, &ri) != 0)
-            throw SystemError("GET_REGION_INFO for region " + std::to_string(index) + " failed", Context());
-        return ri;
-    }
+    spyre_region_info RegionInfo(uint32_t index) override { return *Known(index).info; }
 
     MappedRegion Map(uint32_t index) override {
         const checks::MappableRegion r = Mappable(index);
@@ -106,10 +123,36 @@ protected:
 private:
     ErrorContext Context() const { return ErrorContext{.device = device()}; }
 
+    struct Region {
+        std::optional<spyre_region_info> info;        // every region's
+        std::optional<checks::MappableRegion> mappable;  // those it maps
+    };
+
+    const Region& Known(uint32_t index) const {
+        if (index >= SPYRE_NUM_REGIONS || !regions_[index].info)
+            throw Error(ErrorKind::InvalidArgument,
+                        "region " + std::to_string(index) + " is none of the function's (0, 2, 4, 7 and 9)", Context());
+        return regions_[index];
+    }
+
+    checks::MappableRegion Mappable(uint32_t index) const {
+        const Region& r = Known(index);
+        if (!r.mappable) throw Error(ErrorKind::Unsupported, "region " + std::to_string(index) + " cannot be mapped", Context());
+        return *r.mappable;
+    }
+
+    spyre_region_info AskRegionInfo(uint32_t index) {
+        spyre_region_info ri{};
+        ri.argsz = sizeof ri;
+        ri.index = index;
+        if (sys().Ioctl(fd_, SPYRE_IOC_GET_REGION_INFO, &ri) != 0)
+            throw SystemError("GET_REGION_INFO for region " + std::to_string(index) + " failed", Context());
+        return ri;
+    }
+
     // The names travel only over the held device node: only the holder
     // learns which objects are its function's memory.
-    checks::MappableRegion Mappable(uint32_t index) {
-        const spyre_region_info ri = RegionInfo(index);
+    checks::MappableRegion AskMappable(uint32_t index, const spyre_region_info& ri) {
         spyre_mock_region_shm shm{};
         shm.argsz = sizeof shm;
         shm.index = index;
@@ -127,6 +170,7 @@ private:
     }
 
     int fd_ = -1;
+    std::array<Region, SPYRE_NUM_REGIONS> regions_;
 };
 
 }  // namespace

@@ -96,7 +96,7 @@ TEST_F(MockDeviceTest, OpenPfReportsIdentityAndRegions) {
     EXPECT_EQ(cfg.size, SPYRE_CONFIG_SIZE);
     EXPECT_FALSE(cfg.flags & SPYRE_REGION_INFO_FLAG_MMAP);
     EXPECT_SPYRE_ERROR(fn.MapRegion(SPYRE_REGION_CONFIG), Unsupported, "cannot be mapped");
-    EXPECT_SPYRE_ERROR(fn.RegionInfo(SPYRE_NUM_REGIONS), InvalidArgument, "GET_REGION_INFO");
+    EXPECT_SPYRE_ERROR(fn.RegionInfo(SPYRE_NUM_REGIONS), InvalidArgument, "region 10 is none of the function's");
 }
 
 // On the mock, the shared-memory objects are the transport's: the driver
@@ -668,6 +668,41 @@ TEST_F(MockDeviceTest, TrappedRequestsToAStoppedDaemonFailAsDeviceLostWithinTheH
         }
     }
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// What a function's regions are, and the objects that map them, are asked
+// of the daemon once, at open: a daemon stopped later cannot hold a caller
+// that maps or describes a region. Before, RegionInfo, MapRegion and
+// OpenRegionFile (and so Orchestrator::Create) each asked it again and
+// waited in the FUSE request for as long as it stayed stopped, unkillable
+// (found probing from outside).
+TEST_F(MockDeviceTest, RegionsAreDescribedAndMappedWithoutAskingAStoppedDaemon) {
+    const spyre::test::ResumeAtScopeEnd go_on(daemon());
+    Function fn = Function::Open(Vf(1));
+    const uint64_t mem = fn.device_info().mem_size;
+    daemon().Signal(SIGSTOP);
+    ASSERT_TRUE(spyre::test::WaitUntilStopped(daemon().pid())) << "the daemon did not stop";
+    auto asked = std::async(std::launch::async, [&] {
+        const spyre_region_info bar2 = fn.RegionInfo(SPYRE_REGION_BAR2);
+        EXPECT_EQ(bar2.size, uint64_t(SPYRE_BAR2_SIZE));
+        EXPECT_EQ(fn.RegionInfo(SPYRE_REGION_DEVMEM).size, mem);
+        const MappedRegion devmem = fn.MapRegion(SPYRE_REGION_DEVMEM);
+        EXPECT_EQ(devmem.size(), mem);
+        static_cast<volatile uint8_t*>(devmem.data())[mem - 1] = 0x5a;  // the mapping works
+        const RegionFile file = fn.OpenRegionFile(SPYRE_REGION_DEVMEM);
+        uint8_t last = 0;
+        EXPECT_EQ(::pread(file.fd, &last, 1, off_t(file.offset + mem - 1)), 1);
+        EXPECT_EQ(last, 0x5a);
+        ::close(file.fd);
+        EXPECT_SPYRE_ERROR(fn.RegionInfo(1), InvalidArgument, "region 1 is none of the function's");
+        EXPECT_SPYRE_ERROR(fn.MapRegion(SPYRE_REGION_CONFIG), Unsupported, "cannot be mapped");
+    });
+    // 20 s tells a hang from a slow machine.
+    const bool ended = asked.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+    if (!ended) daemon().Signal(SIGCONT);  // lets the calls finish, so the test fails rather than hangs
+    ASSERT_TRUE(ended) << "describing or mapping a region waits for the stopped daemon";
+    asked.get();
+    daemon().Signal(SIGCONT);  // before the function closes: its release asks the daemon
 }
 
 // Discovery and opening ask the daemon before the driver knows its process
