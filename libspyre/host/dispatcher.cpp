@@ -1067,7 +1067,8 @@ void Dispatcher::RunChip(HostTask* task) {
                                 "calls that wait for nested runs, so it could wait for them for good (raise "
                                 "DistributedConfig::chip_tasks_per_device, or run nested programs from the host "
                                 "orchestration function or a SubWorker)");
-            moved = local_[d] ? local_[d]->Run(task->call, start_ns) : executors_[d]->Run(task->call);
+            if (local_[d]) local_[d]->Run(task->call, start_ns, moved);
+            else moved = executors_[d]->Run(task->call);
             end_ns = moved.bytes_downloaded == 0 && moved.run_end_ns >= start_ns ? moved.run_end_ns : DeviceClockNs();
             costs_->Record(d, end_ns - start_ns, moved);
             if (task->cost) task->cost->Record(end_ns - start_ns);

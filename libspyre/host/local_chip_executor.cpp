@@ -600,9 +600,13 @@ private:
     std::shared_ptr<LocalChipExecutor::SetAside> set_aside_;  // set: the call's copies go there
 };
 
-ChipCallStats LocalChipExecutor::Run(const ChipCall& call) { return Run(call, DeviceClockNs()); }
+ChipCallStats LocalChipExecutor::Run(const ChipCall& call) {
+    ChipCallStats stats;
+    Run(call, DeviceClockNs(), stats);
+    return stats;
+}
 
-ChipCallStats LocalChipExecutor::Run(const ChipCall& call, uint64_t called_ns) {
+void LocalChipExecutor::Run(const ChipCall& call, uint64_t called_ns, ChipCallStats& stats) {
     const ChipRegistry::Entry* fn = call.entry ? call.entry : registry_->Find(call.function);
     if (!fn) {
         ErrorContext where;
@@ -610,7 +614,6 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call, uint64_t called_ns) {
         throw Error(ErrorKind::NotFound, "chip function '" + call.function + "' is not registered (registered: " +
                                              registry_->Names() + ")", where);
     }
-    ChipCallStats stats;
     Lease lease(*this, call, stats);
     Slot& slot = lease.slot();
     const std::vector<Copy*>& copies = lease.copies();
@@ -680,7 +683,6 @@ ChipCallStats LocalChipExecutor::Run(const ChipCall& call, uint64_t called_ns) {
         lease.Download(i);
         stats.bytes_downloaded += a.tensor.bytes();
     }
-    return stats;
 }
 
 std::vector<std::unique_ptr<ChipExecutor>> OpenLocalChipExecutors(Host& host, const DistributedConfig& config,

@@ -53,8 +53,10 @@ public:
     void MarkClosing() noexcept;
     ChipCallStats Run(const ChipCall& call) override;
     // The same, called at `called_ns` on the device clock (the caller's
-    // own read, which this call then need not repeat).
-    ChipCallStats Run(const ChipCall& call, uint64_t called_ns);
+    // own read, which this call then need not repeat), filling `stats` as
+    // it goes: a call that throws still tells what it moved (a failed
+    // task's report and trace said it uploaded nothing: found probing).
+    void Run(const ChipCall& call, uint64_t called_ns, ChipCallStats& stats);
 
     // Chip tasks `device` runs at once under `config`
     // (DistributedConfig::chip_tasks_per_device); InvalidArgument when the

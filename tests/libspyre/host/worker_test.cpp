@@ -860,6 +860,23 @@ TEST_F(WorkerTest, AChipTasksHostKernelCodeIsReportedAsTheKernels) {
     }
 }
 
+// A chip task that fails after its inputs went up still counts them: the
+// Worker's stats (and the trace's span) said it uploaded nothing, though
+// the device's DMA counters showed the bytes (found probing from outside).
+TEST_F(WorkerTest, AFailedChipTaskCountsTheBytesItUploaded) {
+    worker_->RegisterChipFunction("chip_fails_after_upload", [](ChipContext&) {
+        throw Error(ErrorKind::TaskFailed, "failed on purpose");
+    });
+    const HostTensor a = Iota(1.0f, 0.0f), b = Iota(0.5f, 1.0f);
+    HostTensor c = HostTensor::Zeros({kTile, kTile});
+    const HostProgram p{"fails", 3, {}, [](HostGraph& g, std::span<const HostTensor> x) {
+                            g.Chip("chip_fails_after_upload", {In(x[0]), In(x[1]), Out(x[2])}, {.device = 0});
+                        }};
+    const uint64_t before = worker_->Stats(0).moved.bytes_uploaded;
+    EXPECT_THROW(worker_->Run(p, {a, b, c}), HostRunError);
+    EXPECT_EQ(worker_->Stats(0).moved.bytes_uploaded - before, a.bytes() + b.bytes());
+}
+
 TEST_F(WorkerTest, AFaultingChipTaskReportsTheDeviceAndItsCode) {
     HostProgram p{"with_fault", 2, {{{kTile, kTile}}, {{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> x) {
                       HostTensor y = g.CreateTensor({kTile, kTile});
