@@ -415,13 +415,23 @@ void TaskGraph::WaitForRoom(std::unique_lock<std::mutex>& submitting, Lock& lock
     // Only that thread's pto_free makes room, and it may be waiting for this
     // one (main takes a buffer, starts a thread that submits and joins it:
     // that submitter slept for good; found probing from outside). Bounded.
-    if (active_ == 0 && !holder_goes_on && buffer_goes && need.since != std::chrono::steady_clock::time_point{} &&
-        std::chrono::steady_clock::now() - need.since >= kForeignBufferWait)
+    // So may a holder of depth-0 outputs that is not in this runtime at all
+    // (main submits a task, takes its output, starts a submitting thread
+    // and joins it: that thread slept for good; found probing from outside).
+    const bool waited_long = need.since != std::chrono::steady_clock::time_point{} &&
+                             std::chrono::steady_clock::now() - need.since >= kForeignBufferWait;
+    const std::string waited = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kForeignBufferWait).count());
+    if (active_ == 0 && !holder_goes_on && buffer_goes && waited_long)
         Fail(ErrorKind::OutOfMemory,
-             stuck() + " (waited " +
-                 std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kForeignBufferWait).count()) +
+             stuck() + " (waited " + waited +
                  " s, nothing in flight, for the thread that took that pto_alloc buffer to pto_free it: it may be "
                  "waiting for this one; take long-lived buffers with pto_device_malloc)",
+             EDEADLK);
+    if (active_ == 0 && holder && !holder_stalled && waited_long)
+        Fail(ErrorKind::OutOfMemory,
+             stuck() + " (waited " + waited +
+                 " s, nothing in flight, for the thread holding outputs of tasks it submitted outside any scope to "
+                 "submit, wait or exit: it may be waiting for this one; submit such tasks inside a scope)",
              EDEADLK);
     if (holder_stalled) wake_.Notify();
     // A kernel's submission holds a host thread: when every one of them is

@@ -2114,6 +2114,43 @@ TEST(OrchScopes, ASubmitterBehindAnotherThreadsBufferThatNeverComesFails) {
     orch.Free(pinned);
 }
 
+// The same with the ring's oldest task held by the main thread's depth-0
+// hold (a task it submitted outside any scope and whose output it took),
+// while main joins the submitter: the submitter slept for good (an outside
+// probe). It fails after the same bound, naming the hold.
+TEST(OrchScopes, ASubmitterBehindAThreadsHeldOutputsThatNeverComeFails) {
+    auto orch = Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 4, .heap_size = 8192});
+    orch.RegisterHostKernel(1, [](std::span<void* const>, std::span<const uint64_t>) { return 0u; });
+    TaskParam first{PARAM_OUTPUT, nullptr, 256, {}};
+    const int32_t held = orch.Submit(1, WORKER_HOST, {&first, 1});
+    ASSERT_NE(orch.TaskOutput(held, 0), nullptr);  // handed out: main's hold keeps it
+    std::string error;
+    std::optional<ErrorKind> kind;
+    int submitted = 0;
+    std::thread submitter([&] {
+        try {
+            void* last = nullptr;
+            for (int i = 0; i < 100; ++i) {
+                TaskParam read_last{PARAM_INPUT, last, 256, {}}, out{PARAM_OUTPUT, nullptr, 256, {}};
+                std::vector<TaskParam> p;
+                if (last) p.push_back(read_last);
+                p.push_back(out);
+                last = orch.TaskOutput(orch.Submit(1, WORKER_HOST, p), 0);
+                ++submitted;
+            }
+        } catch (const Error& e) {
+            kind = e.kind();
+            error = e.what();
+        }
+    });
+    submitter.join();
+    EXPECT_GE(submitted, 2);
+    EXPECT_EQ(kind, ErrorKind::OutOfMemory) << error;
+    EXPECT_NE(error.find("for the thread holding outputs of tasks it submitted outside any scope"), std::string::npos)
+        << error;
+    orch.WaitAll();
+}
+
 // A kernel whose submission waits for room that only the orchestration
 // thread can give back (its scope holds the ring's oldest task), while that
 // thread waits for room behind the kernel's task: both slept for good (an
