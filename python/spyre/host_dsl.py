@@ -691,6 +691,24 @@ def _next_kernel_id():
         return _kernel_next[0]
 
 
+def _register_kernel(worker, program, kernel_id=None):
+    """Registers `program` on `worker` as `kernel_id`, or as the next id of
+    the DSL's own that the worker has free (an id the user registered
+    first failed the compile "already registered")."""
+    if kernel_id:
+        worker.register_kernel(kernel_id, program)
+        return kernel_id
+    for _ in range(1 << 16):
+        kid = _next_kernel_id()
+        try:
+            worker.register_kernel(kid, program)
+            return kid
+        except _spyre.InvalidArgument as e:
+            if "is already registered" not in str(e):
+                raise
+    raise _spyre.OutOfMemory("no free kernel id for the DSL's kernels in 65536 tries")
+
+
 class CompiledProgram:
     """A host-level program on a Worker: ``compiled(a, b, f)`` runs in place
     (returns f), ``f = compiled(a, b)`` allocates and returns the outputs.
@@ -777,10 +795,9 @@ class CompiledProgram:
 
     def _chip_function(self, name, chip, nargs, arg_bytes):
         for call in chip.calls:
-            call["kernel"] = kid = _next_kernel_id()
             built = self._build_kernel(call)
+            call["kernel"] = kid = _register_kernel(self.worker, built)
             self.kernels[kid] = built
-            self.worker.register_kernel(kid, built)
         # one call over the chip arguments in order: a ready-made C++ chip function (no Python per task)
         if len(chip.calls) == 1:
             call = chip.calls[0]
@@ -963,7 +980,6 @@ def register_op(worker, name, op, a_shape, b_shape=None, dtype=FP32, *, kernel_i
     if op not in ("add", "sub", "mul", "div", "matmul"):
         raise _spyre.InvalidArgument(f"register_op: op {op!r} is not add, sub, mul, div or matmul")
     kb = _spyre.KernelBuilder()
-    kid = kernel_id or _next_kernel_id()
     if op == "matmul":
         # Shapes as the chip function needs them, checked here: a missing or
         # malformed one was a TypeError, ValueError or IndexError, and an fp16
@@ -978,9 +994,9 @@ def register_op(worker, name, op, a_shape, b_shape=None, dtype=FP32, *, kernel_i
         bd = worker.config.block_dim
         if m % bd:
             raise _spyre.InvalidArgument(f"register_op: {m} rows do not split over block_dim {bd}")
-        worker.register_kernel(kid, kb.matmul(m // bd, k, n, dtype=dtype))
+        kid = _register_kernel(worker, kb.matmul(m // bd, k, n, dtype=dtype), kernel_id)
         worker.register_chip_function(name, _spyre.ChipFunction.matmul(kid, m // bd, k, n))
     else:
-        worker.register_kernel(kid, getattr(kb, op)(list(a_shape), list(b_shape or a_shape), dtype=dtype))
+        kid = _register_kernel(worker, getattr(kb, op)(list(a_shape), list(b_shape or a_shape), dtype=dtype), kernel_id)
         worker.register_chip_function(name, _spyre.ChipFunction.elementwise(kid))
     return kid

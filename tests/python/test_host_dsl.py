@@ -561,3 +561,34 @@ def test_a_functional_program_mentioning_at_in_a_comment_stays_functional(host, 
                 np.testing.assert_array_equal(compiled(a), v)
         finally:
             SCALE = 1.0
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def one_add(a: S8, b: S8, f: Out[S8]):
+    with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR):
+        with spyre.at(level=Level.CORE_GROUP):
+            s = ops.add(a, b)
+        spyre.assemble(f, s)
+    return f
+
+
+def test_the_dsl_takes_kernel_ids_the_user_left_free(host):
+    """The DSL numbers its kernels from 1001: a Worker whose user had
+    registered the next ids first failed the compile "already registered".
+    It skips them, and the user's kernels stay theirs."""
+    from spyre import host_dsl
+    w = spyre.Worker(host, spyre.DistributedConfig(device_ids=[0]))
+    try:
+        taken = [host_dsl._kernel_next[0] + i for i in range(1, 4)]
+        for kid in taken:
+            w.register_kernel(kid, spyre.KernelBuilder().mul([8, 32]))
+        w.register_chip_function("users_mul", spyre.ChipFunction.elementwise(taken[0]))
+        a, b = np.full((8, 32), 2, np.float32), np.full((8, 32), 3, np.float32)
+        with spyre.compile(one_add, worker=w) as compiled:
+            np.testing.assert_array_equal(compiled(a, b), 5.0)
+            assert not set(compiled.kernels) & set(taken)
+        mul = spyre.HostProgram("mul", 2, [[8, 32]], lambda g, x: g.chip("users_mul", [spyre.In(x[0]), spyre.In(x[1]),
+                                                                                         spyre.Out(x[2])]))
+        np.testing.assert_array_equal(w.run(mul, [a, b])[0], 6.0)
+    finally:
+        w.close()
