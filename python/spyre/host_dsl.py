@@ -141,6 +141,11 @@ class DslFunction:
             raise _spyre.InvalidArgument(f"{fn.__name__}: a HOST function needs role=Role.ORCHESTRATOR or Role.WORKER")
         if level != Level.HOST and role == Role.WORKER:
             raise _spyre.InvalidArgument(f"{fn.__name__}: Role.WORKER (a SubWorker) is a HOST-level role")
+        # Called, a generator or coroutine function runs nothing: every
+        # level's would compile and run with nothing done (found probing).
+        if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+            raise _spyre.InvalidArgument(f"{fn.__name__}: a generator or coroutine function cannot be a "
+                                         "spyre.function (calling it would run nothing)")
         self.fn, self.level, self.role, self.name = fn, level, role, fn.__name__
         sig = inspect.signature(fn)
         hints = fn.__annotations__
@@ -248,6 +253,10 @@ class _ChipBuilder:
         raise _spyre.InvalidArgument(f"a core-group op takes tensors, got {type(x).__name__}")
 
     def op(self, name, a, b, out=None):
+        for which, x in (("a", a), ("b", b)):
+            if not isinstance(x, (_CoreValue, _ChipArg, _spyre.HostTensor)):
+                raise _spyre.InvalidArgument(f"ops.{name}: operand {which} is a {type(x).__name__}; core-group ops "
+                                             "take tensors (for a scalar, fill a tensor on the host)")
         sa, sb = tuple(a.shape), tuple(b.shape)
         if name == "matmul":
             if len(sa) != 2 or len(sb) != 2 or sa[1] != sb[0]:
@@ -288,7 +297,14 @@ class _ChipBuilder:
         if _np_dtype(target) != v.dtype:
             raise _spyre.InvalidArgument(f"assemble: a {v.dtype} result into a {_np_dtype(target)} tensor "
                                          f"(an op writes its operands' element type)")
-        self.calls[v.call]["out"] = self.ref(target, "out")
+        dest = self.ref(target, "out")
+        if self.calls[v.call]["out"] not in (None, dest):
+            # The op has one output: a second store moved it, and the first
+            # target was never written (found probing from outside).
+            raise _spyre.InvalidArgument(f"assemble: the result of ops.{self.calls[v.call]['op']} (call {v.call}) "
+                                         "lands in another tensor already; an op's result lands in one tensor "
+                                         "(compute it again for a second one)")
+        self.calls[v.call]["out"] = dest
         return target
 
 
@@ -371,6 +387,10 @@ def _dispatch(f, obj, args):
             raise _spyre.InvalidArgument(f"{f.name}: a CORE_GROUP function is called from a CHIP orchestration")
         outs = [a for a, (_, _, o) in zip(args, f.params) if o]
         r = f.fn(obj, *args) if f.is_method else f.fn(*args)
+        if r is not None and not isinstance(r, _CoreValue) and not any(r is o for o in outs):
+            # Returning an argument wrote nothing: the Out stayed zeros (found probing).
+            raise _spyre.InvalidArgument(f"{f.name}: a CORE_GROUP function returns an op's result (or nothing), "
+                                         f"not a {type(r).__name__}")
         if isinstance(r, _CoreValue) and outs and c.chip.calls[r.call]["out"] is None:
             c.chip.store(r, outs[0])
         return outs[0] if len(outs) == 1 else (tuple(outs) if outs else r)
@@ -443,7 +463,11 @@ def _sub_call(index, inputs, consts):
     # A plain value is taken as it is now: the task runs later, and the
     # orchestrator may change it meanwhile (a scratch array refilled in a
     # loop gave every task its last contents: found probing from outside).
-    fixed = {n: _as_it_is_now(v) for n, v in zip(spec["inputs"], inputs) if not isinstance(v, _spyre.HostTensor)}
+    fixed = {}
+    for n, v in zip(spec["inputs"], inputs):
+        if not isinstance(v, _spyre.HostTensor):
+            _refuse_hidden_tensors(spec["name"], n, v, spec["attrs"].get(n, ()))
+            fixed[n] = _as_it_is_now(v)
     fn = spec["fn"]
     n_in = len(tensor_in)
 
@@ -461,11 +485,44 @@ def _sub_call(index, inputs, consts):
     return tuple(outs)
 
 
+def _refuse_hidden_tensors(block, name, value, attrs):
+    """A tensor a block reaches through a container or an attribute gets no
+    dependency: the task read it before its writer ran, or after the next
+    run's (found probing). InvalidArgument naming where it is."""
+    def find(v, depth, seen):
+        if isinstance(v, _spyre.HostTensor):
+            return True
+        if depth > 3 or id(v) in seen:
+            return False
+        seen.add(id(v))
+        if isinstance(v, dict):
+            return any(find(x, depth + 1, seen) for x in list(v.values())[:10000])
+        if isinstance(v, (list, tuple, set, frozenset)):
+            return any(find(x, depth + 1, seen) for x in list(v)[:10000])
+        return False
+
+    where = [(name, value)] + [(f"{name}.{a}", getattr(value, a, None)) for a in sorted(attrs)]
+    for label, v in where:
+        if find(v, 0, set()):
+            how = "is a spyre tensor reached through an attribute" if isinstance(v, _spyre.HostTensor) else \
+                f"holds a spyre tensor inside a {type(v).__name__}"
+            raise _spyre.InvalidArgument(f"{block}: '{label}' {how}; a WORKER block takes tensors by name (one "
+                                         "reached otherwise would be read without waiting for its writers)")
+
+
 def _as_it_is_now(value):
     """A copy of a WORKER block's plain input; the object itself when it
-    cannot be copied (a module, a device handle)."""
+    cannot be copied (a module, a device handle). A function's closure is
+    taken as it is now too (a lambda made in a loop read the loop's last
+    value: found probing)."""
     if isinstance(value, np.ndarray):
         return value.copy()
+    if isinstance(value, types.FunctionType) and value.__closure__:
+        cells = tuple(types.CellType(_as_it_is_now(c.cell_contents)) if _cell_is_set(c) else c
+                      for c in value.__closure__)
+        f = types.FunctionType(value.__code__, value.__globals__, value.__name__, value.__defaults__, cells)
+        f.__kwdefaults__ = value.__kwdefaults__
+        return f
     try:
         return copy.deepcopy(value)
     except Exception:  # noqa: BLE001 (whatever the object's __deepcopy__ or pickling raises)
@@ -488,20 +545,57 @@ def _in_this_scope(node):
             todo.extend(ast.iter_child_nodes(n))
 
 
+def _scope_bindings(nodes):
+    """Names a scope's statements `nodes` bind: assignments, nested def and
+    class names, imports, `except ... as` names, and walrus targets in its
+    comprehensions (which bind in the enclosing scope)."""
+    bound = set()
+    for root in nodes:
+        for n in [root, *_in_this_scope(root)]:
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                bound.add(n.id)
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(n.name)
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                bound |= {a.asname or a.name.split(".")[0] for a in n.names if a.name != "*"}
+            elif isinstance(n, ast.ExceptHandler) and n.name:
+                bound.add(n.name)
+            elif isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                bound |= {w.target.id for w in ast.walk(n) if isinstance(w, ast.NamedExpr)}
+    return bound
+
+
 def _bound_names(fdef):
-    """Names the function binds: parameters, assignments, nested def and
-    class names, imports (a local `def twice` or `import math as m` a block
-    reads was taken from the module's globals: found probing)."""
+    """Names the function binds: parameters and its scope's bindings (a
+    local `def twice` or `import math as m` a block reads was taken from the
+    module's globals: found probing)."""
     bound = {a.arg for a in fdef.args.posonlyargs + fdef.args.args + fdef.args.kwonlyargs}
     bound |= {a.arg for a in (fdef.args.vararg, fdef.args.kwarg) if a is not None}
-    for n in _in_this_scope(fdef):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-            bound.add(n.id)
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(n.name)
-        elif isinstance(n, (ast.Import, ast.ImportFrom)):
-            bound |= {a.asname or a.name.split(".")[0] for a in n.names if a.name != "*"}
-    return bound
+    return bound | _scope_bindings(fdef.body)
+
+
+def _block_problem(node):
+    """Why a WORKER block cannot run as a task of its own, or None: it would
+    leave the block (break, continue), hand values out (yield), or rebind
+    the orchestrator's enclosing variables (nonlocal)."""
+    loops = (ast.For, ast.AsyncFor, ast.While)
+
+    def look(n, in_loop):
+        for c in ast.iter_child_nodes(n):
+            if isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            if isinstance(c, (ast.Yield, ast.YieldFrom, ast.Await)):
+                return f"`{type(c).__name__.lower()}` at line {c.lineno}"
+            if isinstance(c, ast.Nonlocal):
+                return f"`nonlocal` at line {c.lineno} (the block runs later, as a task: pass values on in tensors)"
+            if isinstance(c, (ast.Break, ast.Continue)) and not in_loop:
+                return f"`{type(c).__name__.lower()}` at line {c.lineno} leaves the block (it runs as a task of its own)"
+            inner = look(c, in_loop or (isinstance(c, loops)))
+            if inner:
+                return inner
+        return None
+
+    return look(node, False)
 
 
 def _at_call(item):
@@ -538,16 +632,19 @@ def _is_at(item, names):
     level = kw.get("level", args[0] if args else None)
     role = kw.get("role", args[1] if len(args) > 1 else None)
 
-    def ev(n):
+    def ev(n, what, kind):
         if n is None:
             return None
         try:
-            return eval(_pycompile(ast.Expression(n), "<at>", "eval"), names)  # noqa: S307
-        except NameError as e:
-            raise _spyre.InvalidArgument(f"spyre.at at line {call.lineno}: {e}; level and role are read when the "
-                                         "program is compiled, from the module or the enclosing function, not from "
-                                         "the orchestrator's own variables") from None
-    return ev(level), ev(role)
+            v = eval(_pycompile(ast.Expression(n), "<at>", "eval"), names)  # noqa: S307
+        except Exception as e:  # noqa: BLE001 (a typo is any error: NameError, AttributeError, IndexError)
+            raise _spyre.InvalidArgument(f"spyre.at at line {call.lineno}: {type(e).__name__}: {e}; level and role "
+                                         "are read when the program is compiled, from the module or the enclosing "
+                                         "function, not from the orchestrator's own variables") from None
+        if not isinstance(v, kind):
+            raise _spyre.InvalidArgument(f"spyre.at at line {call.lineno}: {what} is {v!r}, not a spyre.{kind.__name__}")
+        return v
+    return ev(level, "level", Level), ev(role, "role", Role)
 
 
 def _rebuilt(fn, fdef, extra):
@@ -560,17 +657,28 @@ def _rebuilt(fn, fdef, extra):
     cells = dict(zip(freevars, fn.__closure__ or ()))
     factory = ast.FunctionDef(
         name="__spyre_factory__", args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
-        body=[ast.Assign([ast.Name(v, ast.Store())], ast.Constant(None)) for v in (*freevars, *extra)] +
-             [fdef, ast.Return(ast.Name(fdef.name, ast.Load()))],
+        body=[ast.Assign([ast.Name(v, ast.Store())], ast.Constant(None)) for v in (*freevars, *extra)
+              if v != "__class__"] + [fdef, ast.Return(ast.Name(fdef.name, ast.Load()))],
         decorator_list=[], returns=None, type_comment=None)
-    mod = ast.fix_missing_locations(ast.Module([factory], type_ignores=[]))
-    ns = {}
-    exec(_pycompile(mod, f"<host orchestrator {fn.__name__}>", "exec"), fn.__globals__, ns)  # noqa: S102
-    code = ns["__spyre_factory__"]().__code__
+    code = _in_owner_class(fn, factory, f"<host orchestrator {fn.__name__}>")().__code__
     closure = tuple(cells[v] if v in cells else types.CellType(extra[v]) for v in code.co_freevars)
     out = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, closure)
     out.__kwdefaults__ = fn.__kwdefaults__
     return out
+
+
+def _in_owner_class(fn, fdef, filename):
+    """`fdef` compiled and executed as `fn` was: over its module's globals,
+    and inside a class of its owner's name when `fn` is a method, so that
+    `self.__k` is mangled as in the class (it was an AttributeError: found
+    probing). Returns the function made."""
+    parts = fn.__qualname__.split(".")
+    owner = parts[-2] if len(parts) >= 2 and parts[-2] != "<locals>" else None
+    body = ast.ClassDef(name=owner, bases=[], keywords=[], body=[fdef], decorator_list=[]) if owner else fdef
+    mod = ast.fix_missing_locations(ast.Module([body], type_ignores=[]))
+    ns = {}
+    exec(_pycompile(mod, filename, "exec"), fn.__globals__, ns)  # noqa: S102
+    return ns[owner].__dict__[fdef.name] if owner else ns[fdef.name]
 
 
 class _BlockReturns(ast.NodeTransformer):
@@ -595,27 +703,51 @@ class _BlockReturns(ast.NodeTransformer):
 
 def _outline(fn, compiled):
     """The inline style's compile step: every ``with spyre.at(HOST, WORKER)``
-    block becomes a SubWorker function; inputs are the enclosing function's
+    block becomes a SubWorker function; inputs are the enclosing functions'
     variables the block reads, outputs its annotated assignments."""
     src = textwrap.dedent(inspect.getsource(fn))
     tree = ast.parse(src)
     fdef = tree.body[0]
+    # Other decorators would be dropped with the source's (they ran 0 times,
+    # and a wrapper's closure stood in for the function's: found probing).
+    if len(fdef.decorator_list) > 1 or hasattr(fn, "__wrapped__"):
+        raise _spyre.InvalidArgument(f"{fn.__name__}: an inline orchestrator (with spyre.at blocks) takes no "
+                                     "decorator but spyre.function: its blocks are outlined from its own source")
     fdef.decorator_list = []
     globs = fn.__globals__
     closure = {v: c.cell_contents for v, c in zip(fn.__code__.co_freevars, fn.__closure__ or ())
                if _cell_is_set(c)}
     names = {**globs, **closure}
-    # What a block may read from the orchestrator: what it binds, and its
-    # closure (a closure variable was looked up in the module's globals).
-    bound = _bound_names(fdef) | set(fn.__code__.co_freevars)
     specs = []
 
     class Outliner(ast.NodeTransformer):
-        def visit_With(self, node):
+        # What a block may read from the functions around it: what each
+        # binds (the orchestrator, and a helper def inside it that holds the
+        # block), and the closure (each was looked up in the module's
+        # globals: found probing).
+        scopes = [_bound_names(fdef) | set(fn.__code__.co_freevars)]
+
+        def visit_FunctionDef(self, node):  # noqa: N802 (ast's visitor names)
+            self.scopes.append(_bound_names(node))
+            try:
+                self.generic_visit(node)
+            finally:
+                self.scopes.pop()
+            return node
+
+        visit_AsyncFunctionDef = visit_FunctionDef  # noqa: N815
+
+        def visit_With(self, node):  # noqa: N802
             lr = _is_at(node.items[0], names) if len(node.items) == 1 else None
             if not lr or lr != (Level.HOST, Role.WORKER):
                 self.generic_visit(node)
                 return node
+            index = len(specs)
+            name = f"{fn.__name__}.sub{index}"
+            where = f"{name} (the WORKER block at line {node.lineno})"
+            problem = _block_problem(node)
+            if problem:
+                raise _spyre.InvalidArgument(f"{where}: {problem}")
             outputs = []
             for st in node.body:
                 if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
@@ -624,17 +756,25 @@ def _outline(fn, compiled):
                         outputs.append((st.target.id, t))
             # `f += a` reads f too, though its name is a Store: without it in
             # the inputs, the block raised UnboundLocalError (found probing).
-            # A name the block also assigns plainly (`acc = ...; acc += a`) is
-            # the block's own, and a `global`/`nonlocal` one is no input
-            # (both were taken as inputs: NameError, SyntaxError).
-            aug_targets = [st.target for st in ast.walk(node)
+            # What the block binds itself in its own scope (`acc = ...; acc
+            # += a`, a def, an import; not a comprehension's variable) is
+            # its own, and a `global` name is no input.
+            aug_targets = [st.target for st in [node, *_in_this_scope(node)]
                            if isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name)]
             augmented = {t.id for t in aug_targets}
-            plain = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
-                     and not any(n is t for t in aug_targets)}
-            declared = {name for st in ast.walk(node) if isinstance(st, (ast.Global, ast.Nonlocal)) for name in st.names}
-            outer = bound - plain
+            own = _scope_bindings(node.body) - {t.id for t in aug_targets
+                                               if not any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+                                                          and n.id == t.id and n is not t
+                                                          for n in _in_this_scope(node))}
+            declared = {name for st in ast.walk(node) if isinstance(st, ast.Global) for name in st.names}
+            outer = set().union(*self.scopes) - own
             inputs = sorted(((_names(node, ast.Load) | augmented) & outer) - {o for o, _ in outputs} - declared)
+            # Attributes the block reads of each input (`self.t`): checked
+            # for tensors when it is reached (_sub_call).
+            attrs = {}
+            for n in ast.walk(node):
+                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in inputs:
+                    attrs.setdefault(n.value.id, set()).add(n.attr)
             written = set()  # f[...] = ... / f += ...: the block writes the tensor (InOut)
             for st in ast.walk(node):
                 targets = st.targets if isinstance(st, ast.Assign) else (
@@ -644,20 +784,15 @@ def _outline(fn, compiled):
                         written.add(t.value.id)
                     elif isinstance(st, ast.AugAssign) and isinstance(t, ast.Name):
                         written.add(t.id)
-            index = len(specs)
-            name = f"{fn.__name__}.sub{index}"
-            ends = _BlockReturns([o for o, _ in outputs], f"{name} (the WORKER block at line {node.lineno})")
+            ends = _BlockReturns([o for o, _ in outputs], where)
             body = [ends.visit(st) for st in node.body]
             sub = ast.FunctionDef(
                 name="__spyre_sub__", args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in inputs],
                                                         kwonlyargs=[], kw_defaults=[], defaults=[]),
                 body=body + [ast.Return(ast.Tuple([ast.Name(o, ast.Load()) for o, _ in outputs], ast.Load()))],
                 decorator_list=[], returns=None, type_comment=None)
-            mod = ast.fix_missing_locations(ast.Module([sub], type_ignores=[]))
-            ns = {}
-            exec(_pycompile(mod, f"<SubWorker {name}>", "exec"), globs, ns)  # noqa: S102
-            specs.append({"name": name, "fn": ns["__spyre_sub__"], "inputs": inputs, "outputs": outputs,
-                          "written": written})
+            specs.append({"name": name, "fn": _in_owner_class(fn, sub, f"<SubWorker {name}>"), "inputs": inputs,
+                          "outputs": outputs, "written": written, "attrs": attrs})
             call = ast.Call(ast.Attribute(ast.Name("__spyre_dsl__", ast.Load()), "_sub_call", ast.Load()),
                             [ast.Constant(index), ast.List([ast.Name(n, ast.Load()) for n in inputs], ast.Load()),
                              ast.Constant(None)], [])
@@ -689,6 +824,22 @@ def _next_kernel_id():
     with _kernel_lock:
         _kernel_next[0] += 1
         return _kernel_next[0]
+
+
+def _register_named(register, name, fn):
+    """Registers `fn` as `name`, or, where the Worker has that name already
+    (the same program compiled onto a shared Worker again, or another of the
+    same name), as `name#2`, `name#3`, ...; returns the name taken (a second
+    compile failed "already registered": found probing)."""
+    for k in range(1, 1 << 16):
+        taken = name if k == 1 else f"{name}#{k}"
+        try:
+            register(taken, fn)
+            return taken
+        except _spyre.InvalidArgument as e:
+            if "already registered" not in str(e):
+                raise
+    raise _spyre.OutOfMemory(f"no free name for {name!r} in 65536 tries")
 
 
 def _register_kernel(worker, program, kernel_id=None):
@@ -803,8 +954,8 @@ class CompiledProgram:
             call = chip.calls[0]
             refs = call["operands"] + [call["out"]]
             if refs == [("arg", i) for i in range(nargs)] and call["op"] != "matmul":
-                self.worker.register_chip_function(name, _spyre.ChipFunction.elementwise(call["kernel"]))
-                return
+                return _register_named(self.worker.register_chip_function, name,
+                                       _spyre.ChipFunction.elementwise(call["kernel"]))
         calls = chip.calls
 
         def run(ctx):
@@ -819,7 +970,7 @@ class CompiledProgram:
                 # A later op reads a stored result from the argument it went to.
                 results[i] = val(call["out"]) if call["out"][0] == "arg" else \
                     ctx.orch.task_output(tid, 0, dtype=call["dtype"])
-        self.worker.register_chip_function(name, run)
+        return _register_named(self.worker.register_chip_function, name, run)
 
     def _register_chip(self, f):
         name = f"{type(self.obj).__name__}.{f.name}"
@@ -834,14 +985,12 @@ class CompiledProgram:
         finally:
             _tls.ctx = prev
         chip.finish(f.name, "is never stored (return it into the Out parameter, or pass out=)")
-        self._chip_function(name, chip, len(f.params), None)
-        return name
+        return self._chip_function(name, chip, len(f.params), None)
 
     def _register_sub(self, f):
         name = f"{type(self.obj).__name__}.{f.name}"
         obj = self.obj
-        self.worker.register_sub_worker(name, lambda *arrays: f.fn(obj, *arrays))
-        return name
+        return _register_named(self.worker.register_sub_worker, name, lambda *arrays: f.fn(obj, *arrays))
 
     def _inline_chip(self, index, hint, chip, dry):
         key = index
@@ -851,7 +1000,7 @@ class CompiledProgram:
                     raise _spyre.InvalidArgument(f"spyre.at(CHIP) block {index} was not seen when the program was "
                                                  "compiled (the blocks must not depend on the data)")
                 name = f"{self.orchestrator.name}.{hint or 'chip' + str(index)}"
-                self._chip_function(name, chip, len(chip.args), None)
+                name = self._chip_function(name, chip, len(chip.args), None)
                 self._inline_chips[key] = (name, len(chip.args))
             name, nargs = self._inline_chips[key]
         if len(chip.args) != nargs:

@@ -592,3 +592,172 @@ def test_the_dsl_takes_kernel_ids_the_user_left_free(host):
         np.testing.assert_array_equal(w.run(mul, [a, b])[0], 6.0)
     finally:
         w.close()
+
+
+# ---- the inline style's scopes and what a block cannot be (outside probe 13B) ----
+
+i = 100.0  # module globals a block must not read in place of the orchestrator's
+x = 7.0
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def scopes_of_a_block(a: Small, f: Out[Small]):
+    i = 2.0  # noqa: F841 (read by the block)
+
+    def helper(x):  # a block inside a helper reads the helper's parameter
+        with spyre.at(level=Level.HOST, role=Role.WORKER):
+            f[...] = a * x
+
+    helper(3.0)
+    scales = []
+    for k in range(3):
+        scales.append(lambda v, k=None: v)  # noqa: E731
+        scale = lambda v: v * k  # noqa: E731 (a closure over the loop: taken as it is at the block)
+        with spyre.at(level=Level.HOST, role=Role.WORKER):
+            vals = [i for i in range(3)]  # the comprehension's own i
+            try:
+                raise ValueError("x")
+            except ValueError as exc:
+                caught = str(exc)
+            import math as m
+            def twice(v):
+                return v * 2
+            f += scale(a) + a * i * 0 + a * (sum(vals) - 3) + a * (len(caught) - 1) + twice(a) * m.floor(0.5) * 0
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f += a * i  # the orchestrator's i, not the module's
+    return f
+
+
+def test_a_block_reads_the_names_of_the_scopes_around_it(host, config):
+    """A comprehension's variable hid the orchestrator's (the block read the
+    module's i), a block in a helper read the module's x, a lambda made in
+    a loop was called with the loop's last k, a def, an import or an
+    `except ... as` inside a block failed the compile or the task."""
+    a = np.ones((4, 4), np.float32)
+    with spyre.compile(scopes_of_a_block, config, host=host) as compiled:
+        for _ in range(5):
+            np.testing.assert_array_equal(compiled(a), 3 + (0 + 1 + 2) + 2)
+
+
+@spyre.program
+class PrivateNames:
+    __k = 4.0
+
+    @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+    def host_orch(self, a: Small, f: Out[Small]):
+        k = self.__k
+        with spyre.at(level=Level.HOST, role=Role.WORKER):
+            f[...] = a * k * self.__k
+        return f
+
+
+def test_private_names_of_a_method_orchestrator_are_mangled_as_in_its_class(host, config):
+    with spyre.compile(PrivateNames, config, host=host) as compiled:
+        np.testing.assert_array_equal(compiled(np.ones((4, 4), np.float32)), 16.0)
+
+
+def test_what_a_block_or_an_op_cannot_be_is_invalid_argument(host, config):
+    """Each was a wrong result, a raw Python error, or nothing run."""
+    def refused(fn, match):
+        with pytest.raises(spyre.InvalidArgument, match=match):
+            spyre.compile(spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)(fn), config, host=host)
+
+    def with_break(a: Small, f: Out[Small]):
+        for _ in range(2):
+            with spyre.at(level=Level.HOST, role=Role.WORKER):
+                break
+        return f
+
+    n = 0
+
+    def with_nonlocal(a: Small, f: Out[Small]):
+        with spyre.at(level=Level.HOST, role=Role.WORKER):
+            nonlocal n
+            n += 1
+        return f
+
+    def typo(a: Small, f: Out[Small]):
+        with spyre.at(level=Level.HOTS, role=Role.WORKER):
+            f[...] = a
+        return f
+
+    def string_level(a: Small, f: Out[Small]):
+        with spyre.at(level="HOST", role=Role.WORKER):
+            f[...] = a
+        return f
+
+    def scalar_operand(a: S8, f: Out[S8]):
+        with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR):
+            with spyre.at(level=Level.CORE_GROUP):
+                spyre.assemble(f, ops.add(a, 2.0))
+        return f
+
+    def assembled_twice(a: S8, f: Out[S8], g: Out[S8]):
+        with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR):
+            with spyre.at(level=Level.CORE_GROUP):
+                s = ops.add(a, a)
+            spyre.assemble(f, s)
+            spyre.assemble(g, s)
+        return f, g
+
+    refused(with_break, "`break` at line .* leaves the block")
+    refused(with_nonlocal, "`nonlocal` at line")
+    refused(typo, "AttributeError")
+    refused(string_level, "level is 'HOST', not a spyre.Level")
+    refused(scalar_operand, "operand b is a float")
+    refused(assembled_twice, "lands in another tensor already")
+    with pytest.raises(spyre.InvalidArgument, match="generator or coroutine function"):
+        @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+        def generator(a: Small, f: Out[Small]):
+            yield f
+
+    def deco(fn):
+        import functools
+
+        @functools.wraps(fn)
+        def wrapper(*args):
+            return fn(*args)
+        return wrapper
+
+    @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+    @deco
+    def decorated(a: Small, f: Out[Small]):
+        with spyre.at(level=Level.HOST, role=Role.WORKER):
+            f[...] = a
+        return f
+
+    with pytest.raises(spyre.InvalidArgument, match="takes no decorator but spyre.function"):
+        spyre.compile(decorated, config, host=host)
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def tensors_in_a_list(a: Small, f: Out[Small]):
+    t = spyre.create_tensor([4, 4])
+    ts = [t]
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f[...] = np.asarray(ts[0]) + a
+    return f
+
+
+def test_a_tensor_a_block_reaches_through_a_container_is_refused(host, config):
+    """It got no dependency: the block read it before its writer ran (12 to
+    20 of 20 runs wrong)."""
+    with pytest.raises(spyre.InvalidArgument, match="'ts' holds a spyre tensor inside a list"):
+        spyre.compile(tensors_in_a_list, config, host=host)  # seen by the compile's dry run
+
+
+def test_a_program_compiles_again_onto_a_shared_worker(host):
+    """A second compile onto one Worker failed "chip function ... is already
+    registered", closed or not; the second takes name#2."""
+    w = spyre.Worker(host, spyre.DistributedConfig(device_ids=[0], num_sub_workers=1))
+    try:
+        a, b = np.full((8, 32), 2, np.float32), np.full((8, 32), 3, np.float32)
+        with spyre.compile(one_add, worker=w) as first:
+            np.testing.assert_array_equal(first(a, b), 5.0)
+        with spyre.compile(one_add, worker=w) as second, spyre.compile(L3DependencyProgram, worker=w) as third:
+            np.testing.assert_array_equal(second(a, b), 5.0)
+            assert any(n.endswith("#2") for n, _ in second._inline_chips.values())
+            x, y = ab()
+            np.testing.assert_allclose(third(x, y), 5.0)
+    finally:
+        w.close()
