@@ -232,10 +232,11 @@ void* pto_host_address(Runtime* rt, uint64_t device_address, uint64_t size);
 /* Copies `size` bytes of host memory to the runtime's memory at `buffer`
  * (pto_alloc, pto_task_output, pto_device_malloc, pto_host_address) and
  * back, and waits for them: by the device's DMA engine, or a memory copy
- * on a runtime without a device. A copy first waits for the tasks in flight
- * over those bytes, as a task would (copy in: their readers and writers;
- * copy out: their writers); -EDEADLK when only EXTERNAL tasks could end
- * that wait. -EINVAL when the range leaves the memory. */
+ * on a runtime without a device. A copy first waits for the calling
+ * thread's tasks in flight over those bytes, as a task would (copy in:
+ * their readers and writers; copy out: their writers); -EDEADLK when only
+ * EXTERNAL tasks could end that wait. -EINVAL when the range leaves the
+ * memory. */
 int32_t pto_copy_in(Runtime* rt, void* buffer, const void* host, uint64_t size);
 int32_t pto_copy_out(Runtime* rt, void* host, const void* buffer, uint64_t size);
 

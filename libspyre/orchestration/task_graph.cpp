@@ -1118,6 +1118,7 @@ int32_t TaskGraph::Submit(int32_t kernel_id, int32_t worker_type, std::span<cons
     t.func_id = kernel_id;
     t.core_type = worker_type;
     t.kernel = k->second.get();
+    t.submitter = std::this_thread::get_id();
     t.num_params = int32_t(params.size());
     uint8_t* next = reinterpret_cast<uint8_t*>(t.packed_buffer_base);
     for (int32_t i = 0; i < int32_t(params.size()); ++i) {
@@ -1851,9 +1852,18 @@ void TaskGraph::WaitForTasksOver(const void* at, uint64_t size, bool writes, con
     for (;;) {
         before.clear();
         map_.Lookup(0, uint64_t(reinterpret_cast<uintptr_t>(at)), size, writes, -1, alive, before);
-        std::erase_if(before, [this](int32_t id) {
-            const TaskState s = ring_.Get(id).state.load(std::memory_order_relaxed);
-            return s == TaskState::Completed || s == TaskState::Consumed;
+        // Unfinished tasks of this thread only: a copy is ordered after its
+        // own thread's earlier tasks, as a stream's work is. Waiting for
+        // other threads' tasks waited for ones submitted after the copy
+        // began (for as long as a thread went on submitting), and a host
+        // kernel's helper thread copying over its task's bytes waited for
+        // that task, which waited for it (both found probing from outside).
+        // A failed task's entry may outlive its slot: not waited for.
+        const std::thread::id me = std::this_thread::get_id();
+        std::erase_if(before, [this, me](int32_t id) {
+            const TaskDescriptor& t = ring_.Get(id);
+            const TaskState s = t.state.load(std::memory_order_relaxed);
+            return t.submitter != me || (s != TaskState::Pending && s != TaskState::Ready && s != TaskState::Running);
         });
         if (before.empty()) return;
         if (active_ == 0)

@@ -178,11 +178,11 @@ public:
     // bytes (InvalidArgument outside the regions, or writing a read-only one).
     void CheckCopyConfined(const void* at, uint64_t size, bool writes, const char* call);
     // Before pto_copy_in (`writes`) or pto_copy_out of [at, at + size):
-    // waits for the tasks in flight the copy must follow, as a task over
-    // those bytes would (a copy in follows their readers and writers, a
-    // copy out their writers). Busy (EDEADLK) when only EXTERNAL tasks could
-    // end the wait. From inside a task of this runtime it does not wait:
-    // the task would wait for itself.
+    // waits for the calling thread's tasks in flight the copy must follow,
+    // as a task over those bytes would (a copy in follows their readers and
+    // writers, a copy out their writers). Busy (EDEADLK) when only EXTERNAL
+    // tasks could end the wait. From inside a task of this runtime it does
+    // not wait: the task would wait for itself.
     void WaitForTasksOver(const void* at, uint64_t size, bool writes, const char* call);
     // InvalidArgument naming `what` when [p, p + size) is outside the
     // confined regions, or `writes` one that is read-only.

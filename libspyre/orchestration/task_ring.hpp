@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dependency/fan_out.hpp"
@@ -72,6 +73,7 @@ struct TaskDescriptor {
     // keeps to the depth-0 rule on its own thread.
     bool in_scopes = false;
     bool handed_out = false;  // pto_task_output gave its outputs' address away
+    std::thread::id submitter;  // the thread that submitted it: its copies follow it (WaitForTasksOver)
     const KernelEntry* kernel = nullptr;
     TaskOutcome outcome = TaskOutcome::None;
     // Its completion, when it came before its producers' were applied (an

@@ -167,14 +167,33 @@ TEST_P(OrchQueueTest, CopiesFollowTheTasksInFlightOverTheirBytes) {
         o().CopyOut(back.data(), dst, 64);
         o().WaitAll();
     }
-    // A host kernel copying over its own task's bytes does not wait for itself.
+    // A host kernel copying over its own task's bytes does not wait for
+    // itself, nor do threads it starts (they waited for the kernel, which
+    // joined them: found probing from outside).
     o().RegisterHostKernel(K_COPY_IN_ITSELF, [&](std::span<void* const> b, std::span<const uint64_t>) {
-        o().CopyIn(b[1], fives.data(), 64);
+        o().CopyIn(b[1], fives.data(), 32);
+        std::thread helper([&] { o().CopyIn(static_cast<uint8_t*>(b[1]) + 32, fives.data(), 32); });
+        helper.join();
         return 0u;
     });
     o().Submit(K_COPY_IN_ITSELF, WORKER_VECTOR, copy);
     o().WaitAll();
     EXPECT_EQ(std::vector<uint32_t>(dst, dst + 16), fives);
+    {  // another thread's task is not waited for: a copy follows its own thread's tasks
+        auto release = release_later();
+        const int32_t t = o().Submit(K_GATED_COPY, WORKER_VECTOR, copy);
+        std::thread([&] { o().CopyOut(back.data(), dst, 64); }).join();
+        EXPECT_LT(o().TaskState(t), PTO_TASK_COMPLETED) << "the other thread's copy waited for this thread's task";
+        o().WaitAll();
+    }
+    {  // a failed writer ends the wait: the copy goes ahead (it failed Busy "EXTERNAL")
+        TaskParam fail[] = {Out(dst, 64)};
+        o().Submit(K_FAIL, WORKER_VECTOR, fail);
+        o().CopyOut(back.data(), dst, 64);
+        o().CopyIn(dst, nines.data(), 64);
+        EXPECT_THROW(o().WaitAll(), Error);
+        EXPECT_EQ(std::vector<uint32_t>(dst, dst + 16), nines);
+    }
 }
 
 // A host kernel asks for its parameters' kinds (Python makes an input's
