@@ -125,11 +125,10 @@ size_t CommandRing::Reap(std::span<Completion> out) {
         // Completions come in ring order: this one must be for the oldest
         // CB. An ABORTED one may end work a reset dropped: said as the reset.
         if (e.sq_pos != sq_head_ || e.status == SPYRE_ERR_ABORTED) [[unlikely]] {
-            queue_.PublishHead();
             // A reset emptied the rings under us: said so (DeviceLost,
             // "was reset"), not as the device breaking the protocol
             // (found probing from outside, 6 of 11 resets under load).
-            queue_.CheckNotReset();
+            queue_.ExplainedByAReset();
             checks::CheckCompletion(e, queue_.cq_head(), sq_head_, queue_.Context());
         }
         out[n++] = Completion{e.user_data, e.result, e.timestamp_ns, e.sq_pos, e.status, e.opcode};

@@ -75,10 +75,8 @@ size_t TaskQueue::Reap(std::span<spyre_cqe> out) {
         const spyre_cqe e = queue_.Peek();
         // ABORTED ends work a reset dropped: said as the reset (DeviceLost),
         // not as the task's failure (found probing from outside).
-        if (e.status == SPYRE_ERR_ABORTED) [[unlikely]] {
-            queue_.PublishHead();
-            queue_.CheckNotReset();
-        }
+        if (e.status == SPYRE_ERR_ABORTED) [[unlikely]]
+            queue_.ExplainedByAReset();
         out[n++] = e;
         queue_.Pop();
     }

@@ -511,7 +511,7 @@ Dispatcher::Dispatcher(std::vector<std::unique_ptr<ChipExecutor>> executors, con
         lanes_.push_back(std::make_unique<JobThreads>(room_[d]));
         device_names_.push_back(executors_[d]->Describe());
         local_.push_back(dynamic_cast<LocalChipExecutor*>(executors_[d].get()));
-        const auto* remote = dynamic_cast<const RemoteChipExecutor*>(executors_[d].get());
+        auto* remote = dynamic_cast<RemoteChipExecutor*>(executors_[d].get());
         remote_executors_.push_back(remote);
         lost_together_.push_back(remote ? int64_t(remote->rank()) : -1 - int64_t(d));
     }
@@ -1068,6 +1068,7 @@ void Dispatcher::RunChip(HostTask* task) {
                                 "DistributedConfig::chip_tasks_per_device, or run nested programs from the host "
                                 "orchestration function or a SubWorker)");
             if (local_[d]) local_[d]->Run(task->call, start_ns, moved);
+            else if (remote_executors_[d]) remote_executors_[d]->Run(task->call, moved);
             else moved = executors_[d]->Run(task->call);
             end_ns = moved.bytes_downloaded == 0 && moved.run_end_ns >= start_ns ? moved.run_end_ns : DeviceClockNs();
             costs_->Record(d, end_ns - start_ns, moved);

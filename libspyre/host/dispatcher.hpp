@@ -288,7 +288,7 @@ private:
     Residency residency_;
     std::vector<std::unique_ptr<ChipExecutor>> executors_;
     std::vector<LocalChipExecutor*> local_;  // executors_[d] when it is local, else null
-    std::vector<const RemoteChipExecutor*> remote_executors_;  // executors_[d] when it is remote, else null
+    std::vector<RemoteChipExecutor*> remote_executors_;  // executors_[d] when it is remote, else null
     std::vector<std::string> device_names_;  // Describe() of each executor, for the trace
     std::vector<uint32_t> load_;
     std::vector<uint32_t> room_;  // Concurrency() of each executor

@@ -18,9 +18,15 @@ double RemoteChipExecutor::OutlivingWorkNs() const {
 }
 
 ChipCallStats RemoteChipExecutor::Run(const ChipCall& call) {
-    RemoteCall remote{.task = call.task_name, .function = call.function, .device = std::to_string(device_)};
     ChipCallStats stats;
+    Run(call, stats);
+    return stats;
+}
+
+void RemoteChipExecutor::Run(const ChipCall& call, ChipCallStats& stats) {
+    RemoteCall remote{.task = call.task_name, .function = call.function, .device = std::to_string(device_)};
     std::vector<const HostTensor*> returned;  // Out and InOut, in order
+    uint64_t sending = 0;
     for (const ChipArg& a : call.args) {
         const HostTensor& t = a.arg.tensor;
         const WireSpec spec{t.shape(), t.dtype()};
@@ -43,19 +49,20 @@ ChipCallStats RemoteChipExecutor::Run(const ChipCall& call) {
         if (access != Access::Out) {
             const auto* bytes = static_cast<const uint8_t*>(t.data());
             remote.inputs.push_back(WireTensor{spec, std::vector<uint8_t>(bytes, bytes + t.bytes())});
-            stats.bytes_uploaded += t.bytes();
+            sending += t.bytes();
         }
         if (access != Access::In) {
             remote.outputs.push_back(spec);
             returned.push_back(&t);
         }
     }
-    const std::vector<WireTensor> outputs = rank_->client.Call(rank_->rank, std::move(remote));  // sizes checked against the specs
+    const uint64_t id = rank_->client.Submit(rank_->rank, std::move(remote));
+    stats.bytes_uploaded += sending;  // sent, whatever comes back
+    const std::vector<WireTensor> outputs = rank_->client.Wait(id);  // sizes checked against the specs
     for (size_t i = 0; i < returned.size(); ++i) {
         CopyMemory(returned[i]->data(), outputs[i].data.data(), outputs[i].data.size());  // no 4 KiB aliasing stall
         stats.bytes_downloaded += outputs[i].data.size();
     }
-    return stats;
 }
 
 }  // namespace spyre::host

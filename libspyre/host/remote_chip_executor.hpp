@@ -50,6 +50,9 @@ public:
     void LoadKernel(int32_t, const std::vector<uint8_t>&) override {}
     void LoadPlan(const std::string&, const CompilerOutput&) override {}
     ChipCallStats Run(const ChipCall& call) override;
+    // The same, filling `stats` as it goes: a call that fails still tells
+    // what it sent (a failed remote task's stats said 0 bytes: found probing).
+    void Run(const ChipCall& call, ChipCallStats& stats);
     // Work this device holds that no queued task shows: each call to it
     // that timed out and still runs there, as one more reply bound.
     double OutlivingWorkNs() const;

@@ -154,6 +154,13 @@ public:
     SPYRE_INTERNAL void CheckHealth() const;
     // DeviceLost when the function was reset since Attach.
     SPYRE_INTERNAL void CheckNotReset() const;
+    // Before a completion that may end work a reset dropped (ABORTED, or
+    // one out of order) is handed out: returns the head, then DeviceLost
+    // if the function was reset, so the reset is said as itself.
+    void ExplainedByAReset() {
+        PublishHead();
+        CheckNotReset();
+    }
     // Sleeps on the completion interrupt until CompletionsReady() or
     // `deadline`, checking health whenever a sleep ends with nothing ready.
     SPYRE_INTERNAL void BlockOnInterrupt(std::chrono::steady_clock::time_point deadline) const;

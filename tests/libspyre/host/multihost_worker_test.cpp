@@ -494,12 +494,14 @@ TEST_F(MultiHostTest, RowParallelMatmulOverAllRanksMatchesTheCpu) {
 TEST_F(MultiHostTest, AFaultOnAnotherRankNamesItAndTheWorkerGoesOn) {
     Start(2);
     HostTensor x = HostTensor::Zeros({kTile, kTile});
-    const HostProgram bad{"l4_fault", 1, {}, [](HostGraph& g, std::span<const HostTensor> a) {
-                              g.Chip("chip_fault", {Out(a[0])}, {.name = "faulty", .device = 1});
+    const HostTensor sent = Iota(1.0f, 0.0f);
+    const HostProgram bad{"l4_fault", 2, {}, [](HostGraph& g, std::span<const HostTensor> a) {
+                              g.Chip("chip_fault", {In(a[1]), Out(a[0])}, {.name = "faulty", .device = 1});
                               g.Sub("after", [](std::span<const HostTensor>) {}, {In(a[0])});
                           }};
+    const uint64_t uploaded = w().Stats(1).moved.bytes_uploaded;
     try {
-        w().Run(bad, {x});
+        w().Run(bad, {x, sent});
         FAIL() << "the fault was not reported";
     } catch (const HostRunError& e) {
         ASSERT_EQ(e.failures().size(), 1u);
@@ -511,6 +513,8 @@ TEST_F(MultiHostTest, AFaultOnAnotherRankNamesItAndTheWorkerGoesOn) {
         EXPECT_NE(f.cause.find("rank 1"), std::string::npos) << f.cause;
         ASSERT_EQ(e.skipped().size(), 1u);
     }
+    // What the failed call sent counts (it said 0: found probing).
+    EXPECT_EQ(w().Stats(1).moved.bytes_uploaded - uploaded, sent.bytes());
     // The same worker runs the next program on the same remote device.
     ExpectAnAddOnRank1(Iota(1.0f, 0.0f), Iota(2.0f, 1.0f));
 }
