@@ -56,6 +56,9 @@ private:
     // Under mu_: forgets `call_id` without its reply (see abandoned_);
     // `timed_out`: it may still run on its device (see outliving_).
     void Abandon(uint64_t call_id, const Pending& call, bool timed_out);
+    // Under mu_, with no thread receiving: files the replies from `rank`
+    // that came, without waiting (late ones dropped, early ones kept).
+    void TakeWhatCame(std::unique_lock<std::mutex>& lock, int rank);
     // Under mu_: a call given up on is forgotten, its late reply come or
     // no longer looked for.
     void Forget(std::map<uint64_t, std::pair<int, std::string>>::iterator abandoned);

@@ -590,18 +590,21 @@ TEST_F(MultiHostTest, ACallStillRunningOnOneDeviceDoesNotHoldUpAnotherOfItsRank)
     }
 }
 
-// A call that timed out still runs on its remote device; until its late
-// reply comes, placement counts it as a reply bound of work there. Before,
-// the device looked idle, unpinned tasks went behind the held call and
-// timed out while three devices idled (outside probe: 24 adds failed).
+// Calls that timed out still run on their remote devices (both of rank 1's
+// here); until their late replies come, placement counts each as a reply
+// bound of work there. Before, the devices looked idle, unpinned tasks
+// went behind the held calls and timed out while rank 0's devices idled
+// (outside probe: 24 adds failed).
 TEST_F(MultiHostTest, UnpinnedTasksAvoidADeviceStillRunningACallThatTimedOut) {
     ReleaseHeldAtEnd release_at_end;
     reply_timeout_ = std::chrono::milliseconds(1500);
     Start(2, std::chrono::milliseconds(5000), {0, 1}, RegisterHeldSub);
     ASSERT_EQ(w().device_count(), 4u);
     const HostTensor a = Iota(1.0f, 0.0f), b = Iota(2.0f, 1.0f);
-    const HostProgram held{"held", 2, {{{kTile, kTile}}}, [](HostGraph& g, std::span<const HostTensor> t) {
-                               g.Chip("held_sub", {In(t[0]), In(t[1]), Out(t[2])}, {.device = 2});
+    HostTensor h2 = HostTensor::Zeros({kTile, kTile}), h3 = HostTensor::Zeros({kTile, kTile});
+    const HostProgram held{"held", 2, {}, [&](HostGraph& g, std::span<const HostTensor> t) {
+                               g.Chip("held_sub", {In(t[0]), In(t[1]), Out(h2)}, {.device = 2});
+                               g.Chip("held_sub", {In(t[0]), In(t[1]), Out(h3)}, {.device = 3});
                            }};
     EXPECT_THROW(w().Run(held, {a, b}), HostRunError);
     std::vector<HostTensor> sums;
@@ -611,10 +614,27 @@ TEST_F(MultiHostTest, UnpinnedTasksAvoidADeviceStillRunningACallThatTimedOut) {
                            }};
     RunHandle run = w().Submit(adds, {a, b});
     ASSERT_NO_THROW(run.Wait()) << "a task went behind the held call";
-    for (const TaskRecord& r : run.Report()) EXPECT_NE(r.device, w().DescribeDevice(2)) << r.name;
+    for (const TaskRecord& r : run.Report()) {
+        EXPECT_NE(r.device, w().DescribeDevice(2)) << r.name;
+        EXPECT_NE(r.device, w().DescribeDevice(3)) << r.name;
+    }
     auto av = a.floats(), bv = b.floats();
     for (const HostTensor& s : sums)
         for (size_t i = 0; i < av.size(); ++i) ASSERT_EQ(s.floats()[i], av[i] + bv[i]) << "element " << i;
+    // Once the held calls end, their late replies are read and the devices
+    // take work again. Before, nothing read them while placement avoided
+    // the rank: both counted busy for good (an outside probe: 96 of 96
+    // adds on rank 0).
+    held_release = true;
+    bool used_again = false;
+    for (int round = 0; round < 40 && !used_again; ++round) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        RunHandle again = w().Submit(adds, {a, b});
+        ASSERT_NO_THROW(again.Wait());
+        for (const TaskRecord& r : again.Report())
+            used_again |= r.device == w().DescribeDevice(2) || r.device == w().DescribeDevice(3);
+    }
+    EXPECT_TRUE(used_again) << "rank 1's devices took no unpinned task in 40 runs after their held calls ended";
 }
 
 // A chip function that throws something other than a std::exception on the
