@@ -754,6 +754,18 @@ def _outline(fn, compiled):
                     t = eval(_pycompile(ast.Expression(st.annotation), "<annotation>", "eval"), names)  # noqa: S307
                     if isinstance(t, TensorType):
                         outputs.append((st.target.id, t))
+            # An output declared under an if, a loop or a try might not be
+            # made; it was a raw NameError at compile (found probing).
+            for st in _in_this_scope(node):
+                if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st not in node.body:
+                    try:
+                        t = eval(_pycompile(ast.Expression(st.annotation), "<annotation>", "eval"), names)  # noqa: S307
+                    except Exception:  # noqa: BLE001 (not an annotation of ours)
+                        continue
+                    if isinstance(t, TensorType):
+                        raise _spyre.InvalidArgument(f"{where}: the output '{st.target.id}' at line {st.lineno} is "
+                                                     "declared inside a statement of the block; declare it at the "
+                                                     "block's top level, so it is made whatever path the block takes")
             # `f += a` reads f too, though its name is a Store: without it in
             # the inputs, the block raised UnboundLocalError (found probing).
             # What the block binds itself in its own scope (`acc = ...; acc
@@ -990,7 +1002,16 @@ class CompiledProgram:
     def _register_sub(self, f):
         name = f"{type(self.obj).__name__}.{f.name}"
         obj = self.obj
-        return _register_named(self.worker.register_sub_worker, name, lambda *arrays: f.fn(obj, *arrays))
+
+        def run(*arrays):
+            r = f.fn(obj, *arrays)
+            # A result returned instead of written into an Out tensor was
+            # dropped without a word (found probing); returning the Out
+            # tensors themselves is fine.
+            if r is not None and not all(any(x is a for a in arrays) for x in (r if isinstance(r, tuple) else (r,))):
+                raise _spyre.InvalidArgument(f"{name}: a WORKER function writes its results into its Out tensors "
+                                             f"(f[...] = ...); it returned a {type(r).__name__}, which goes nowhere")
+        return _register_named(self.worker.register_sub_worker, name, run)
 
     def _inline_chip(self, index, hint, chip, dry):
         key = index

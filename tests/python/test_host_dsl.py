@@ -761,3 +761,50 @@ def test_a_program_compiles_again_onto_a_shared_worker(host):
             np.testing.assert_allclose(third(x, y), 5.0)
     finally:
         w.close()
+
+
+@spyre.program
+class WorkerReturnsItsResult:
+    @spyre.function(level=Level.HOST, role=Role.WORKER)
+    def double(self, a: Small, f: Out[Small]):
+        return a * 2  # goes nowhere: the result belongs in f
+
+    @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+    def host_orch(self, a: Small, f: Out[Small]):
+        self.double(a, f)
+
+
+@spyre.program
+class WorkerReturnsItsOut:
+    @spyre.function(level=Level.HOST, role=Role.WORKER)
+    def double(self, a: Small, f: Out[Small]):
+        f[...] = a * 2
+        return f
+
+    @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+    def host_orch(self, a: Small, f: Out[Small]):
+        self.double(a, f)
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def output_declared_under_an_if(a: Small, f: Out[Small]):
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        if True:
+            t: Small = a * 2
+    f[...] = 0
+    return f
+
+
+def test_results_that_would_go_nowhere_are_invalid_argument(host, config):
+    """A WORKER that returned its result instead of writing its Out had it
+    dropped silently (f stayed zeros); an output declared under an `if`
+    in a block was a raw NameError at compile. Returning the Out itself
+    stays fine."""
+    a = np.ones((4, 4), np.float32)
+    with spyre.compile(WorkerReturnsItsResult, config, host=host) as compiled:
+        with pytest.raises(spyre.HostRunError, match="it returned a ndarray, which goes nowhere"):
+            compiled(a)
+    with spyre.compile(WorkerReturnsItsOut, config, host=host) as compiled:
+        np.testing.assert_array_equal(compiled(a), 2.0)
+    with pytest.raises(spyre.InvalidArgument, match="the output 't' at line .* is declared inside a statement"):
+        spyre.compile(output_declared_under_an_if, config, host=host)
