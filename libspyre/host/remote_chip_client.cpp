@@ -57,15 +57,20 @@ Message RemoteChipClient::AwaitReply(std::unique_lock<std::mutex>& lock, int ran
                                                       std::to_string(m.type) + " where a reply was due");
         const uint64_t got = remote::ReplyId(m);
         if (got == id) return m;
-        if (auto gone = abandoned_.find(got); gone != abandoned_.end() && gone->second.first == rank) {
-            Forget(gone);  // a late reply: its caller gave up on it
-            continue;
-        }
-        if (!pending_.count(got) || pending_.at(got).rank != rank)
+        if (!FileReply(got, rank, m))
             throw Error(ErrorKind::ProtocolError, "rank " + std::to_string(rank) + " replied to call " + std::to_string(got) +
                                                       ", which it was never sent");
-        early_.emplace(got, std::move(m));
     }
+}
+
+bool RemoteChipClient::FileReply(uint64_t id, int rank, Message& m) {
+    if (auto gone = abandoned_.find(id); gone != abandoned_.end() && gone->second.first == rank) {
+        Forget(gone);  // a late reply: its caller gave up on it
+        return true;
+    }
+    if (!pending_.count(id) || pending_.at(id).rank != rank) return false;
+    early_.emplace(id, std::move(m));
+    return true;
 }
 
 uint64_t RemoteChipClient::Register(int rank, RemoteCall call, bool describe) {
@@ -145,16 +150,23 @@ void RemoteChipClient::Abandon(uint64_t call_id, const Pending& call, bool timed
     // A describe request or a call whose wait failed otherwise holds no device.
     const bool outlives = timed_out && !call.describe;
     abandoned_.emplace(call_id, std::pair{call.rank, outlives ? call.call.device : std::string()});
-    if (outlives) ++outliving_[{call.rank, call.call.device}];
+    if (outlives) {
+        ++outliving_[{call.rank, call.call.device}];
+        outliving_total_.fetch_add(1, std::memory_order_relaxed);
+    }
     if (abandoned_.size() > kAbandonedKept) Forget(abandoned_.begin());  // ids rise: the oldest
 }
 
 void RemoteChipClient::Forget(std::map<uint64_t, std::pair<int, std::string>>::iterator abandoned) {
-    if (auto it = outliving_.find(abandoned->second); it != outliving_.end() && --it->second == 0) outliving_.erase(it);
+    if (auto it = outliving_.find(abandoned->second); it != outliving_.end()) {
+        outliving_total_.fetch_sub(1, std::memory_order_relaxed);
+        if (--it->second == 0) outliving_.erase(it);
+    }
     abandoned_.erase(abandoned);
 }
 
 uint32_t RemoteChipClient::CallsOutlivingTheirBound(int rank, const std::string& device) {
+    if (outliving_total_.load(std::memory_order_relaxed) == 0) return 0;
     std::unique_lock lock(mu_);
     if (!outliving_.count({rank, device})) return 0;
     // Their late replies are read only by a wait on this rank: with none
@@ -184,8 +196,7 @@ void RemoteChipClient::TakeWhatCame(std::unique_lock<std::mutex>& lock, int rank
         } catch (const Error&) {
             continue;
         }
-        if (auto gone = abandoned_.find(id); gone != abandoned_.end() && gone->second.first == rank) Forget(gone);
-        else if (pending_.count(id) && pending_.at(id).rank == rank) early_.emplace(id, std::move(m));
+        (void)FileReply(id, rank, m);  // one never sent is its waiters' to see: dropped here
     }
     receiving_ = false;
     handed_over_.Notify();  // a waiter may find its reply filed

@@ -10,10 +10,14 @@ namespace spyre::host {
 
 RemoteChipExecutor::RemoteChipExecutor(std::shared_ptr<RemoteRank> rank, size_t device, std::string description,
                                        unsigned room)
-    : rank_(std::move(rank)), device_(device), description_(std::move(description)), room_(std::max(room, 1u)) {}
+    : rank_(std::move(rank)),
+      device_(device),
+      device_selector_(std::to_string(device)),
+      description_(std::move(description)),
+      room_(std::max(room, 1u)) {}
 
 double RemoteChipExecutor::OutlivingWorkNs() const {
-    const uint32_t calls = rank_->client.CallsOutlivingTheirBound(rank_->rank, std::to_string(device_));
+    const uint32_t calls = rank_->client.CallsOutlivingTheirBound(rank_->rank, device_selector_);
     return double(calls) * double(std::chrono::nanoseconds(rank_->client.reply_timeout()).count());
 }
 
@@ -24,7 +28,7 @@ ChipCallStats RemoteChipExecutor::Run(const ChipCall& call) {
 }
 
 void RemoteChipExecutor::Run(const ChipCall& call, ChipCallStats& stats) {
-    RemoteCall remote{.task = call.task_name, .function = call.function, .device = std::to_string(device_)};
+    RemoteCall remote{.task = call.task_name, .function = call.function, .device = device_selector_};
     std::vector<const HostTensor*> returned;  // Out and InOut, in order
     uint64_t sending = 0;
     for (const ChipArg& a : call.args) {

@@ -60,6 +60,7 @@ public:
 private:
     std::shared_ptr<RemoteRank> rank_;
     size_t device_;
+    std::string device_selector_;  // device_ as the wire names it
     std::string description_;
     unsigned room_;
 };

@@ -10,6 +10,7 @@
 // caller.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -56,6 +57,9 @@ private:
     // Under mu_: forgets `call_id` without its reply (see abandoned_);
     // `timed_out`: it may still run on its device (see outliving_).
     void Abandon(uint64_t call_id, const Pending& call, bool timed_out);
+    // Under mu_: files reply `m` to call `id` from `rank` for its waiter, or
+    // drops it when that call was given up on; false for a call never sent.
+    bool FileReply(uint64_t id, int rank, Message& m);
     // Under mu_, with no thread receiving: files the replies from `rank`
     // that came, without waiting (late ones dropped, early ones kept).
     void TakeWhatCame(std::unique_lock<std::mutex>& lock, int rank);
@@ -77,8 +81,11 @@ private:
     // forgotten past kAbandonedKept.
     static constexpr size_t kAbandonedKept = 4096;
     std::map<uint64_t, std::pair<int, std::string>> abandoned_;
-    // Timed-out calls not yet answered, by rank and device.
+    // Timed-out calls not yet answered, by rank and device, and in all
+    // (read without mu_: placement asks on every task, and almost always
+    // there are none).
     std::map<std::pair<int, std::string>, uint32_t> outliving_;
+    std::atomic<uint32_t> outliving_total_{0};
 };
 
 }  // namespace spyre::host

@@ -2097,6 +2097,35 @@ TEST(OrchScopes, ThreadsTakingAndFreeingPtoAllocBuffersWaitForEachOther) {
     EXPECT_EQ(errors[1], "");
 }
 
+// How a chain of 100 depth-0 outputs (Example 1's) submitted from a thread
+// of its own, which the caller joins, ended: tasks submitted, and the
+// error's kind and message if one stopped it.
+struct ChainEnd {
+    int submitted = 0;
+    std::optional<ErrorKind> kind;
+    std::string error;
+};
+ChainEnd ChainFromAnotherThread(Orchestrator& orch) {
+    ChainEnd end;
+    std::thread([&] {
+        try {
+            void* last = nullptr;
+            for (int i = 0; i < 100; ++i) {
+                TaskParam read_last{PARAM_INPUT, last, 256, {}}, out{PARAM_OUTPUT, nullptr, 256, {}};
+                std::vector<TaskParam> p;
+                if (last) p.push_back(read_last);
+                p.push_back(out);
+                last = orch.TaskOutput(orch.Submit(1, WORKER_HOST, p), 0);
+                ++end.submitted;
+            }
+        } catch (const Error& e) {
+            end.kind = e.kind();
+            end.error = e.what();
+        }
+    }).join();
+    return end;
+}
+
 // Main takes a pto_alloc buffer, starts a thread that submits Example 1's
 // chain of depth-0 outputs through a small heap, and joins it: the
 // submitter waits, with nothing in flight, for main to free the buffer at
@@ -2106,26 +2135,7 @@ TEST(OrchScopes, ASubmitterBehindAnotherThreadsBufferThatNeverComesFails) {
     auto orch = Orchestrator::CreateOnHostMemory(1 << 20, {.task_ring_size = 64, .heap_size = 8192});
     orch.RegisterHostKernel(1, [](std::span<void* const>, std::span<const uint64_t>) { return 0u; });
     void* pinned = orch.Alloc(4096);
-    std::string error;
-    std::optional<ErrorKind> kind;
-    int submitted = 0;
-    std::thread submitter([&] {
-        try {
-            void* last = nullptr;
-            for (int i = 0; i < 100; ++i) {
-                TaskParam read_last{PARAM_INPUT, last, 256, {}}, out{PARAM_OUTPUT, nullptr, 256, {}};
-                std::vector<TaskParam> p;
-                if (last) p.push_back(read_last);
-                p.push_back(out);
-                last = orch.TaskOutput(orch.Submit(1, WORKER_HOST, p), 0);
-                ++submitted;
-            }
-        } catch (const Error& e) {
-            kind = e.kind();
-            error = e.what();
-        }
-    });
-    submitter.join();
+    const auto [submitted, kind, error] = ChainFromAnotherThread(orch);
     EXPECT_GT(submitted, 4);
     EXPECT_EQ(kind, ErrorKind::OutOfMemory) << error;
     EXPECT_NE(error.find("for the thread that took that pto_alloc buffer to pto_free it"), std::string::npos) << error;
@@ -2143,26 +2153,7 @@ TEST(OrchScopes, ASubmitterBehindAThreadsHeldOutputsThatNeverComeFails) {
     TaskParam first{PARAM_OUTPUT, nullptr, 256, {}};
     const int32_t held = orch.Submit(1, WORKER_HOST, {&first, 1});
     ASSERT_NE(orch.TaskOutput(held, 0), nullptr);  // handed out: main's hold keeps it
-    std::string error;
-    std::optional<ErrorKind> kind;
-    int submitted = 0;
-    std::thread submitter([&] {
-        try {
-            void* last = nullptr;
-            for (int i = 0; i < 100; ++i) {
-                TaskParam read_last{PARAM_INPUT, last, 256, {}}, out{PARAM_OUTPUT, nullptr, 256, {}};
-                std::vector<TaskParam> p;
-                if (last) p.push_back(read_last);
-                p.push_back(out);
-                last = orch.TaskOutput(orch.Submit(1, WORKER_HOST, p), 0);
-                ++submitted;
-            }
-        } catch (const Error& e) {
-            kind = e.kind();
-            error = e.what();
-        }
-    });
-    submitter.join();
+    const auto [submitted, kind, error] = ChainFromAnotherThread(orch);
     EXPECT_GE(submitted, 2);
     EXPECT_EQ(kind, ErrorKind::OutOfMemory) << error;
     EXPECT_NE(error.find("for the thread holding outputs of tasks it submitted outside any scope"), std::string::npos)
