@@ -631,20 +631,34 @@ def _is_at(item, names):
     args = list(call.args)
     level = kw.get("level", args[0] if args else None)
     role = kw.get("role", args[1] if len(args) > 1 else None)
+    return _at_argument(call, level, "level", Level, names), _at_argument(call, role, "role", Role, names)
 
-    def ev(n, what, kind):
-        if n is None:
-            return None
-        try:
-            v = eval(_pycompile(ast.Expression(n), "<at>", "eval"), names)  # noqa: S307
-        except Exception as e:  # noqa: BLE001 (a typo is any error: NameError, AttributeError, IndexError)
-            raise _spyre.InvalidArgument(f"spyre.at at line {call.lineno}: {type(e).__name__}: {e}; level and role "
-                                         "are read when the program is compiled, from the module or the enclosing "
-                                         "function, not from the orchestrator's own variables") from None
-        if not isinstance(v, kind):
-            raise _spyre.InvalidArgument(f"spyre.at at line {call.lineno}: {what} is {v!r}, not a spyre.{kind.__name__}")
-        return v
-    return ev(level, "level", Level), ev(role, "role", Role)
+
+def _at_argument(call, node, what, kind, names):
+    """A `spyre.at(...)` argument, evaluated in `names` when the program is
+    compiled; None when not given. InvalidArgument for any error or a value
+    not of `kind`."""
+    if node is None:
+        return None
+    try:
+        v = eval(_pycompile(ast.Expression(node), "<at>", "eval"), names)  # noqa: S307
+    except Exception as e:  # noqa: BLE001 (a typo is any error: NameError, AttributeError, IndexError)
+        raise _spyre.InvalidArgument(f"spyre.at at line {call.lineno}: {type(e).__name__}: {e}; {what} is read "
+                                     "when the program is compiled, from the module or the enclosing function, "
+                                     "not from the orchestrator's own variables") from None
+    if not isinstance(v, kind):
+        prefix = "spyre." if kind in (Level, Role) else ""
+        raise _spyre.InvalidArgument(f"spyre.at at line {call.lineno}: {what} is {v!r}, not a {prefix}{kind.__name__}")
+    return v
+
+
+def _worker_hint(item, names):
+    """The name_hint of a WORKER block's `spyre.at(...)`, read as its level
+    and role are; "" when none is given (it was ignored and the task named
+    `<orchestrator>.sub<N>`: found probing)."""
+    call = _at_call(item)
+    hint = next((k.value for k in call.keywords if k.arg == "name_hint"), None)
+    return _at_argument(call, hint, "name_hint", str, names) or ""
 
 
 def _rebuilt(fn, fdef, extra):
@@ -743,7 +757,7 @@ def _outline(fn, compiled):
                 self.generic_visit(node)
                 return node
             index = len(specs)
-            name = f"{fn.__name__}.sub{index}"
+            name = f"{fn.__name__}.{_worker_hint(node.items[0], names) or 'sub' + str(index)}"
             where = f"{name} (the WORKER block at line {node.lineno})"
             problem = _block_problem(node)
             if problem:

@@ -520,7 +520,7 @@ def test_spyre_at_of_what_compile_cannot_read_is_invalid_argument(host, config):
     """spyre.at(level=where) with a local `where` was a bare NameError from
     compile, and spyre.at(**kw) was never outlined and failed at run time
     saying the orchestrator was not compiled."""
-    with pytest.raises(spyre.InvalidArgument, match="name 'where' is not defined; level and role are read when"):
+    with pytest.raises(spyre.InvalidArgument, match="name 'where' is not defined; level is read when"):
         spyre.compile(at_of_a_local_level, config, host=host)
     kw = {"level": Level.HOST, "role": Role.WORKER}
 
@@ -808,3 +808,49 @@ def test_results_that_would_go_nowhere_are_invalid_argument(host, config):
         np.testing.assert_array_equal(compiled(a), 2.0)
     with pytest.raises(spyre.InvalidArgument, match="the output 't' at line .* is declared inside a statement"):
         spyre.compile(output_declared_under_an_if, config, host=host)
+
+
+SCALE_HINT = "scale"
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def named_worker_blocks(a: Small, f: Out[Small]):
+    with spyre.at(level=Level.HOST, role=Role.WORKER, name_hint="double"):
+        t: Small = a * 2
+    with spyre.at(level=Level.HOST, role=Role.WORKER, name_hint=SCALE_HINT):
+        f[...] = t * 3
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f += 1
+    return f
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def worker_hint_of_a_local(a: Small, f: Out[Small]):
+    hint = "local"
+    with spyre.at(level=Level.HOST, role=Role.WORKER, name_hint=hint):
+        f[...] = a
+    return f
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def worker_hint_not_a_string(a: Small, f: Out[Small]):
+    with spyre.at(level=Level.HOST, role=Role.WORKER, name_hint=3):
+        f[...] = a
+    return f
+
+
+def test_worker_blocks_take_their_name_hint(host, config):
+    """A WORKER block's name_hint names its SubWorker task (report, trace,
+    failures) as a CHIP block's does; it was ignored (every block was
+    `<orchestrator>.sub<N>`: found probing). One the compile cannot read is
+    InvalidArgument, as a level or role would be."""
+    a = np.ones((4, 4), np.float32)
+    with spyre.compile(named_worker_blocks, config, host=host) as compiled:
+        h = compiled.submit(a)
+        np.testing.assert_array_equal(h.wait(), 7.0)
+        names = [r.name for r in h.report()]
+        assert names == ["named_worker_blocks.double", "named_worker_blocks.scale", "named_worker_blocks.sub2"]
+    with pytest.raises(spyre.InvalidArgument, match=r"NameError.*name_hint is read when the program is compiled"):
+        spyre.compile(worker_hint_of_a_local, config, host=host)
+    with pytest.raises(spyre.InvalidArgument, match="name_hint is 3, not a str"):
+        spyre.compile(worker_hint_not_a_string, config, host=host)
