@@ -278,8 +278,14 @@ MockDaemon MockDaemon::Start(MockOptions options) {
             ended = EndedStatus(pid, false);
         }
         const bool exited = ended && *ended != -1 && WIFEXITED(*ended);
+        const bool killed = ended && *ended != -1 && WIFSIGNALED(*ended);
+        // Said as it ended: one killed by a signal was said to have timed
+        // out, within milliseconds of its start (found probing).
         std::string why = exited ? "exited with code " + std::to_string(WEXITSTATUS(*ended)) + " (see its message above)"
-                                 : "did not become ready within " + std::to_string(options.start_timeout.count()) + " ms";
+                          : killed ? "was killed by signal " + std::to_string(WTERMSIG(*ended)) + " (" +
+                                         ::strsignal(WTERMSIG(*ended)) + ") before it became ready"
+                          : ended || closed ? std::string("ended before it became ready")
+                                            : "did not become ready within " + std::to_string(options.start_timeout.count()) + " ms";
         const std::string mount = d.mount_.string();
         if (exited) {
             // A daemon that exited by itself cleaned up what it made. What
