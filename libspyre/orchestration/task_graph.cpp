@@ -1850,6 +1850,7 @@ void TaskGraph::WaitForTasksOver(const void* at, uint64_t size, bool writes, con
     std::vector<int32_t> before;
     auto alive = [this](int32_t task) { return Alive(task); };
     for (;;) {
+        if (inflight_ == 0) return;  // nothing to follow: no lookup
         before.clear();
         map_.Lookup(0, uint64_t(reinterpret_cast<uintptr_t>(at)), size, writes, -1, alive, before);
         // Unfinished tasks of this thread only: a copy is ordered after its
