@@ -96,24 +96,35 @@ void SpyreTensor::CopyToHost(FlexStream& stream, void* host) const {
     if (!host) throw Error(ErrorKind::InvalidArgument, "SpyreTensor::CopyToHost to a null host address");
     DeviceCore& core = *DeviceInternals::Core(stream);
     CheckSameDevice(device(), core.id(), "SpyreTensor::CopyToHost: tensor", "stream");
-    const size_t row = size_t(shape_.back()) * ElementSize(dtype_);
-    const size_t pitch = shape_.size() > 1 ? size_t(stride_[shape_.size() - 2]) : row;
+    // Dims of size 1 are left out: their stride moves to no element (a
+    // torch permute gives them any; such a row-major tensor was refused,
+    // naming the wrong dim: found probing from outside).
+    std::vector<size_t> dims;
+    for (size_t d = 0; d < shape_.size(); ++d)
+        if (shape_[d] != 1) dims.push_back(d);
+    const int64_t elem = int64_t(ElementSize(dtype_));
+    const size_t last = dims.empty() ? 0 : dims.back();
+    const int64_t last_size = dims.empty() ? 1 : shape_[last], last_stride = dims.empty() ? elem : stride_[last];
+    const size_t row = size_t(last_size * elem);
+    const size_t pitch = dims.size() > 1 ? size_t(stride_[dims[dims.size() - 2]]) : row;
     // Only row-major tensors (dense or row-padded) convert here: elements
     // next to each other in a row, rows apart by at least a row.
-    if (shape_.back() > 1 && stride_.back() != int64_t(ElementSize(dtype_)))
-        throw Error(ErrorKind::Unsupported, "CopyToHost of tensor " + ToString() + ": not row-major (the last dim's stride " +
-                                                std::to_string(stride_.back()) + " is not the element size)");
-    if (pitch < row && numel() > shape_.back())
+    if (last_stride != elem)
+        throw Error(ErrorKind::Unsupported, "CopyToHost of tensor " + ToString() + ": not row-major (dim " +
+                                                std::to_string(last) + "'s stride " + std::to_string(last_stride) +
+                                                " is not the element size)");
+    if (pitch < row && numel() > last_size)
         throw Error(ErrorKind::Unsupported, "CopyToHost of tensor " + ToString() + ": not row-major (rows " +
                                                 std::to_string(pitch) + " bytes apart overlap rows of " +
                                                 std::to_string(row) + ")");
     int64_t expect = int64_t(pitch);
-    for (size_t d = shape_.size() - 1; d-- > 0;) {
-        if (stride_[d] != expect)
+    for (size_t i = dims.size() > 0 ? dims.size() - 1 : 0; i-- > 0;) {
+        if (stride_[dims[i]] != expect)
             throw Error(ErrorKind::Unsupported, "CopyToHost of tensor " + ToString() + ": not row-major (dim " +
-                                                    std::to_string(d) + ")");
-        expect *= shape_[d];
+                                                    std::to_string(dims[i]) + ")");
+        expect *= shape_[dims[i]];
     }
+    if (numel() == 0) return;  // no bytes, and no row to count rows by
     std::vector<ControlBlock> group;
     if (pitch == row) {
         group.push_back(detail::CopyFromDevice(core, host, handle_, uint64_t(numel()) * ElementSize(dtype_)));
@@ -125,7 +136,7 @@ void SpyreTensor::CopyToHost(FlexStream& stream, void* host) const {
         auto staged = std::make_shared<std::vector<uint8_t>>(size_bytes_);
         group.push_back(detail::CopyFromDevice(core, staged->data(), handle_, size_bytes_));
         group.back().keep_alive = staged;  // the DMA engine writes it until the copy completes
-        const size_t rows = size_t(numel() / shape_.back());
+        const size_t rows = size_t(numel() / last_size);
         group.push_back(detail::Callback([staged, host, rows, row, pitch] {
             CopyRows(staged->data(), pitch, static_cast<uint8_t*>(host), row, rows, row);
         }));

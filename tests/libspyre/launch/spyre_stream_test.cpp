@@ -106,7 +106,7 @@ TEST_F(StreamTest, CopyToHostRefusesTensorsItCannotCopyRightly) {
     EXPECT_SPYRE_ERROR(SpyreTensor(buf.handle(), {4}, {-4}, DType::FP32, 256), InvalidArgument, "is negative");
     std::vector<float> out(64, -1.0f);
     EXPECT_SPYRE_ERROR(SpyreTensor(buf.handle(), {32}, {8}, DType::FP32, 256).CopyToHost(s, out.data()), Unsupported,
-                       "the last dim's stride 8 is not the element size");
+                       "dim 0's stride 8 is not the element size");
     EXPECT_SPYRE_ERROR(SpyreTensor(buf.handle(), {8, 8}, {4, 32}, DType::FP32, 256).CopyToHost(s, out.data()),
                        Unsupported, "not row-major");
     // A size_bytes past its allocation is refused before the staging buffer
@@ -125,6 +125,21 @@ TEST_F(StreamTest, CopyToHostRefusesTensorsItCannotCopyRightly) {
     for (int r = 0; r < 4; ++r)
         for (int c = 0; c < 8; ++c) EXPECT_EQ(out[size_t(r * 8 + c)], data[size_t(r * 16 + c)]) << r << "," << c;
     EXPECT_EQ(row, std::vector<float>(data.begin(), data.begin() + 8));
+    // A dim of size 1 moves to no element, whatever its stride (torch's
+    // permute(1, 0, 2) of a [1, 2, 3] tensor): such a row-major tensor was
+    // refused "not row-major (dim 0)" (found probing from outside).
+    std::vector<float> six(6, -1.0f), one(1, -1.0f);
+    SpyreTensor(buf.handle(), {2, 1, 3}, {12, 24, 4}, DType::FP32, 24).CopyToHost(s, six.data());
+    SpyreTensor(buf.handle(), {1, 1, 1}, {28, 4, 12}, DType::FP32, 4).CopyToHost(s, one.data());
+    SpyreTensor(buf.handle(), {2, 1, 3}, {32, 4, 4}, DType::FP32, 256).CopyToHost(s, out.data());  // rows padded
+    s.Synchronize();
+    EXPECT_EQ(six, std::vector<float>(data.begin(), data.begin() + 6));
+    EXPECT_EQ(one[0], data[0]);
+    EXPECT_EQ(std::vector<float>(out.begin(), out.begin() + 6), (std::vector<float>{0, 1, 2, 8, 9, 10}));
+    EXPECT_SPYRE_ERROR(SpyreTensor(buf.handle(), {2, 1, 3}, {4, 24, 8}, DType::FP32, 256).CopyToHost(s, out.data()),
+                       Unsupported, "dim 2's stride 8 is not the element size");
+    EXPECT_SPYRE_ERROR(SpyreTensor(buf.handle(), {2, 1, 2, 3}, {12, 4, 48, 4}, DType::FP32, 256).CopyToHost(s, out.data()),
+                       Unsupported, "not row-major (dim 0)");
 }
 
 // The stick padding of a tensor FromHost fills is zero (a kernel reading
