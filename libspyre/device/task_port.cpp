@@ -58,7 +58,7 @@ TaskPort::TaskPort(const Device& device, std::vector<uint32_t> groups, TaskPortC
     : client_(client), device_(DeviceInternals::Core(device)), pci_(device.pci_address()) {
     const SchedulerOptions& waits = device_->sched->options();
     wait_mode_ = waits.wait_mode;
-    spin_max_ns_ = uint32_t(std::clamp<int64_t>(waits.spin.count(), 0, 1'000'000'000));
+    spin_max_ns_ = uint32_t(waits.spin.count());  // 0 to 1 s (SchedulerCore refuses others)
     spin_ns_ = std::min(spin_ns_, spin_max_ns_);
     const uint32_t have = DeviceInternals::TaskTopology(device).queues();
     if (groups.empty())

@@ -66,6 +66,12 @@ SchedulerCore::SchedulerCore(DeviceCore& device, const SchedulerOptions& options
                     "scheduler wait mode " + std::to_string(int(options_.wait_mode)) + " is none of Poll, Adaptive, Blocking");
     if (options_.max_ring_inflight == 0)
         throw Error(ErrorKind::InvalidArgument, "scheduler max_ring_inflight must be >= 1");
+    // A negative spin read as none here and as 0 in the task ports; an
+    // hour's kept an adaptive Synchronize spinning a core that long (both
+    // found probing from outside): one range for every waiter.
+    if (options_.spin < std::chrono::nanoseconds(0) || options_.spin > kMaxSpin)
+        throw Error(ErrorKind::InvalidArgument, "scheduler spin is " + std::to_string(options_.spin.count()) +
+                                                    " ns; it must be 0 to 1 s");
     ring_.emplace(*device_.function);
     completions_.resize(256);
 }

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -44,6 +45,9 @@ namespace spyre::detail {
 
 class SchedulerCore {
 public:
+    // SchedulerOptions::spin at most (InvalidArgument past it).
+    static constexpr std::chrono::nanoseconds kMaxSpin{std::chrono::seconds(1)};
+
     SchedulerCore(DeviceCore& device, const SchedulerOptions& options);
     ~SchedulerCore();
 

@@ -322,6 +322,19 @@ TEST_F(StreamTest, SchedulerOptionsAreValidated) {
     o.scheduler.policy = SchedulerPolicy::RoundRobin;
     o.scheduler.wait_mode = driver::WaitMode(7);
     EXPECT_SPYRE_ERROR(OpenDevice(-1, o), InvalidArgument, "scheduler wait mode 7");
+    o.scheduler.wait_mode = driver::WaitMode::Adaptive;
+    // A negative spin was taken as none, an hour's as an hour of spinning
+    // (found probing from outside).
+    for (const std::chrono::nanoseconds bad : {std::chrono::nanoseconds(-5), std::chrono::nanoseconds(-1'000'000'000),
+                                               std::chrono::nanoseconds(1'000'000'001), std::chrono::nanoseconds(std::chrono::hours(1))}) {
+        o.scheduler.spin = bad;
+        EXPECT_SPYRE_ERROR(OpenDevice(-1, o), InvalidArgument,
+                           "scheduler spin is " + std::to_string(bad.count()) + " ns; it must be 0 to 1 s");
+    }
+    for (const std::chrono::nanoseconds good : {std::chrono::nanoseconds(0), std::chrono::nanoseconds(std::chrono::seconds(1))}) {
+        o.scheduler.spin = good;
+        EXPECT_NO_THROW(OpenDevice(-1, o));
+    }
     Device dev = OpenDevice();
     EXPECT_SPYRE_ERROR(dev.CreateStream({.priority = kStreamPriorityHighest - 1}), InvalidArgument, "priority");
     EXPECT_SPYRE_ERROR(dev.CreateStream({.priority = kStreamPriorityLowest + 1}), InvalidArgument, "priority");
