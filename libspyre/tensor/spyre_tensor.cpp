@@ -96,33 +96,35 @@ void SpyreTensor::CopyToHost(FlexStream& stream, void* host) const {
     if (!host) throw Error(ErrorKind::InvalidArgument, "SpyreTensor::CopyToHost to a null host address");
     DeviceCore& core = *DeviceInternals::Core(stream);
     CheckSameDevice(device(), core.id(), "SpyreTensor::CopyToHost: tensor", "stream");
-    // Dims of size 1 are left out: their stride moves to no element (a
-    // torch permute gives them any; such a row-major tensor was refused,
-    // naming the wrong dim: found probing from outside).
-    std::vector<size_t> dims;
-    for (size_t d = 0; d < shape_.size(); ++d)
-        if (shape_[d] != 1) dims.push_back(d);
+    // The innermost dim is the row, whatever its size; outer dims of size 1
+    // are left out: their stride moves to no element (a torch permute gives
+    // them any; such a row-major tensor was refused naming the wrong dim,
+    // and leaving out an innermost 1 refused a Sticks [N, 1]: both found
+    // probing from outside).
+    const size_t last = shape_.empty() ? 0 : shape_.size() - 1;
+    std::vector<size_t> outer;
+    for (size_t d = 0; d < last; ++d)
+        if (shape_[d] != 1) outer.push_back(d);
     const int64_t elem = int64_t(ElementSize(dtype_));
-    const size_t last = dims.empty() ? 0 : dims.back();
-    const int64_t last_size = dims.empty() ? 1 : shape_[last], last_stride = dims.empty() ? elem : stride_[last];
+    const int64_t last_size = shape_.empty() ? 1 : shape_[last];
     const size_t row = size_t(last_size * elem);
-    const size_t pitch = dims.size() > 1 ? size_t(stride_[dims[dims.size() - 2]]) : row;
+    const size_t pitch = outer.empty() ? row : size_t(stride_[outer.back()]);
     // Only row-major tensors (dense or row-padded) convert here: elements
     // next to each other in a row, rows apart by at least a row.
-    if (last_stride != elem)
+    if (last_size > 1 && stride_[last] != elem)
         throw Error(ErrorKind::Unsupported, "CopyToHost of tensor " + ToString() + ": not row-major (dim " +
-                                                std::to_string(last) + "'s stride " + std::to_string(last_stride) +
+                                                std::to_string(last) + "'s stride " + std::to_string(stride_[last]) +
                                                 " is not the element size)");
     if (pitch < row && numel() > last_size)
         throw Error(ErrorKind::Unsupported, "CopyToHost of tensor " + ToString() + ": not row-major (rows " +
                                                 std::to_string(pitch) + " bytes apart overlap rows of " +
                                                 std::to_string(row) + ")");
     int64_t expect = int64_t(pitch);
-    for (size_t i = dims.size() > 0 ? dims.size() - 1 : 0; i-- > 0;) {
-        if (stride_[dims[i]] != expect)
+    for (size_t i = outer.size(); i-- > 0;) {
+        if (stride_[outer[i]] != expect)
             throw Error(ErrorKind::Unsupported, "CopyToHost of tensor " + ToString() + ": not row-major (dim " +
-                                                    std::to_string(dims[i]) + ")");
-        expect *= shape_[dims[i]];
+                                                    std::to_string(outer[i]) + ")");
+        expect *= shape_[outer[i]];
     }
     if (numel() == 0) return;  // no bytes, and no row to count rows by
     std::vector<ControlBlock> group;
