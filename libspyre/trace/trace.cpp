@@ -19,6 +19,7 @@
 #include <new>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -383,6 +384,40 @@ size_t Stop() {
 
 namespace {
 
+// A record with the row it is written on.
+struct Placed {
+    Record r;
+    uint32_t tid;
+};
+
+// The spans of each row ('X', task and host-task records), to ask whether
+// one encloses a time there (a flow's end binds to that span).
+class SpanIndex {
+public:
+    explicit SpanIndex(const std::vector<Placed>& by_time) {
+        for (const Placed& p : by_time)
+            if (p.r.ph == 'X' || p.r.ph == 'T' || p.r.ph == 'H') rows_[p.tid].push_back({p.r.ts_ns, p.r.ts_ns + p.r.dur_ns});
+        // By start (as `by_time` is), each end raised to the latest end so
+        // far: some span that started by `ts` still runs at `ts` iff the
+        // last one to start by then has a raised end >= ts.
+        for (auto& [tid, spans] : rows_)
+            for (size_t i = 1; i < spans.size(); ++i) spans[i].end = std::max(spans[i].end, spans[i - 1].end);
+    }
+    bool Encloses(uint32_t tid, uint64_t ts) const {
+        const auto row = rows_.find(tid);
+        if (row == rows_.end()) return false;
+        const auto after = std::upper_bound(row->second.begin(), row->second.end(), ts,
+                                            [](uint64_t t, const Interval& s) { return t < s.start; });
+        return after != row->second.begin() && std::prev(after)->end >= ts;
+    }
+
+private:
+    struct Interval {
+        uint64_t start, end;
+    };
+    std::unordered_map<uint32_t, std::vector<Interval>> rows_;
+};
+
 // Stop()'s work, with the session lock held.
 size_t WriteAndStop(State& s) {
     std::vector<std::shared_ptr<ThreadBuffer>> buffers;
@@ -400,10 +435,6 @@ size_t WriteAndStop(State& s) {
         s.generation = g_generation.load();
     }
 
-    struct Placed {
-        Record r;
-        uint32_t tid;
-    };
     std::vector<Placed> all;
     for (const auto& b : buffers)
         for (const Chunk* c = b->head.get(); c; c = c->next.load(std::memory_order_acquire)) {
@@ -427,11 +458,19 @@ size_t WriteAndStop(State& s) {
     // queued when the recording stopped (a process exiting with work in
     // flight) has only its tail, an arrow to nowhere that viewers and
     // checkers reject; one enqueued before it started, only its head.
-    std::unordered_set<uint64_t> started_flows, ended_flows;
+    // An end binds to the span enclosing it on its row, so a flow whose 's'
+    // or 'f' has none is left out too: spans are recorded when they end,
+    // and a recording cut by its bound (or stopped mid-span) kept an
+    // 'enqueue' tail whose API span it dropped (found probing from outside).
+    const SpanIndex spans(all);
+    std::unordered_set<uint64_t> started_flows, ended_flows, whole_flows;
     for (const Placed& p : all) {
-        if (p.r.ph == 's') started_flows.insert(p.r.flow);
-        if ((p.r.ph == 'X' || p.r.ph == 'f') && p.r.flow) ended_flows.insert(p.r.flow);
+        if (p.r.ph == 's' && spans.Encloses(p.tid, p.r.ts_ns)) started_flows.insert(p.r.flow);
+        if (p.r.ph == 'f' && spans.Encloses(p.tid, p.r.ts_ns)) ended_flows.insert(p.r.flow);
+        if (p.r.ph == 'X' && p.r.flow) ended_flows.insert(p.r.flow);
     }
+    for (uint64_t flow : started_flows)
+        if (ended_flows.contains(flow)) whole_flows.insert(flow);
 
     const int pid = int(getpid());
     // Processes that recorded to one path spliced their events, and a full
@@ -505,16 +544,17 @@ size_t WriteAndStop(State& s) {
             if (r.queued_ns) args["enqueued_us"] = Micros(r.queued_ns);
             if (r.code) args["error"] = spyre_error_name(r.code);
             if (!args.empty()) ev["args"] = args;
-            if (r.flow && started_flows.contains(r.flow)) {
+            if (r.flow && whole_flows.contains(r.flow)) {
                 // The arrow's head binds to this span (its start lies inside it).
                 write({{"ph", "f"}, {"bp", "e"}, {"name", "enqueue"}, {"cat", "flow"}, {"id", r.flow}, {"pid", pid},
                        {"tid", p.tid}, {"ts", Micros(r.ts_ns)}},
                       first);
             }
         } else if (r.ph == 's') {
-            if (!ended_flows.contains(r.flow)) continue;
+            if (!whole_flows.contains(r.flow)) continue;
             ev["id"] = r.flow;
         } else if (r.ph == 'f') {
+            if (!whole_flows.contains(r.flow)) continue;
             ev["id"] = r.flow;
             ev["bp"] = "e";  // binds to the span enclosing it: the consumer, which starts here
         } else if (r.ph == 'C') {

@@ -19,6 +19,7 @@
 #include <future>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -29,6 +30,7 @@
 #include "spyre/orchestration.hpp"
 #include "spyre/plan/program_image.hpp"
 #include "spyre/trace/trace.hpp"
+#include "trace/recorder.hpp"
 #include "trace/trace_file.hpp"
 #include "device_programs.hpp"
 #include "stream_fixture.hpp"
@@ -329,6 +331,38 @@ TEST_F(TraceTest, ASecondStartRefusedForItsPathLeavesTheRecordingRunning) {
     RunWork(dev, 2);
     EXPECT_GT(trace::Stop(), 0u);
     EXPECT_EQ(Launches(Load(path)), 5);
+}
+
+// Each end of a flow binds to the span around it on its row. An API call
+// still running when the recording stopped (or whose span a bounded
+// recording dropped: spans are recorded when they end) kept its 'enqueue'
+// tail with no span to bind to, an arrow from nowhere (found probing).
+TEST_F(TraceTest, AFlowIsWrittenOnlyWithTheSpansItsEndsBindTo) {
+    for (const bool call_ended : {true, false}) {
+        SCOPED_TRACE(call_ended ? "the call ended" : "the call still runs");
+        const std::string path = Path();
+        trace::Start(path);
+        const uint32_t flow = trace::detail::NewFlow();
+        std::optional<trace::Scope> call(std::in_place, "an_enqueue");
+        trace::detail::FlowOut(flow, trace::detail::NowNs());
+        if (call_ended) call.reset();
+        const uint64_t at = trace::detail::NowNs();
+        trace::detail::Span(trace::detail::NamedTrack("a stream"), "stream", "its_work", at, at + 1000, -1, 0, flow);
+        trace::Stop();
+        call.reset();
+        const json written = Load(path);
+        int tails = 0, heads = 0, calls = 0, work = 0;
+        for (const json& e : written["traceEvents"]) {
+            if (e["ph"] == "s" && e["id"] == flow) ++tails;
+            if (e["ph"] == "f" && e["id"] == flow) ++heads;
+            if (e["ph"] == "X" && e["name"] == "an_enqueue") ++calls;
+            if (e["ph"] == "X" && e["name"] == "its_work") ++work;
+        }
+        EXPECT_EQ(calls, call_ended ? 1 : 0);
+        EXPECT_EQ(work, 1);
+        EXPECT_EQ(tails, call_ended ? 1 : 0);
+        EXPECT_EQ(heads, call_ended ? 1 : 0);
+    }
 }
 
 // A recording under a 1 MiB bound: spans named `name` the file holds, and
