@@ -98,11 +98,10 @@ struct Node {
     std::shared_ptr<Function> fn;
 };
 
-// When process `pid` started (/proc/PID/stat field 22, clock ticks after
-// boot), or 0 if it is gone.
-// Fields 3 (state) and 22 (start time, in clock ticks) of /proc/PID/stat;
-// false when the process is gone (or the line does not parse).
-bool ReadProcessStat(pid_t pid, char* state, uint64_t* start) {
+// Fields 3 (state), 9 (flags) and 22 (start time, in clock ticks after
+// boot) of /proc/PID/stat; false when the process is gone (or the line
+// does not parse).
+bool ReadProcessStat(pid_t pid, char* state, uint64_t* start, unsigned* flags = nullptr) {
     char path[64];
     std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
     FILE* stat = std::fopen(path, "re");
@@ -112,12 +111,31 @@ bool ReadProcessStat(pid_t pid, char* state, uint64_t* start) {
     std::fclose(stat);
     // The name (field 2) may hold blanks and ')': fields 3 on follow the last ')'.
     const char* rest = got ? std::strrchr(line, ')') : nullptr;
+    unsigned task_flags = 0;
     unsigned long long ticks = 0;
-    if (!rest || std::sscanf(rest + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-                             state, &ticks) != 2)
+    if (!rest || std::sscanf(rest + 1, " %c %*d %*d %*d %*d %*d %u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+                             state, &task_flags, &ticks) != 3)
         return false;
     *start = ticks;
+    if (flags) *flags = task_flags;
     return true;
+}
+
+// Whether `pid` was sent SIGKILL that it has not acted on yet (its
+// thread's or its group's pending set, /proc/PID/status).
+bool KillPending(pid_t pid) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/status", int(pid));
+    FILE* status = std::fopen(path, "re");
+    if (!status) return false;
+    bool pending = false;
+    char line[256];
+    unsigned long long mask = 0;
+    while (!pending && std::fgets(line, sizeof line, status))
+        if (std::sscanf(line, "SigPnd: %llx", &mask) == 1 || std::sscanf(line, "ShdPnd: %llx", &mask) == 1)
+            pending = mask & (1ull << (SIGKILL - 1));
+    std::fclose(status);
+    return pending;
 }
 
 uint64_t ProcessStartTime(pid_t pid) {
@@ -126,12 +144,17 @@ uint64_t ProcessStartTime(pid_t pid) {
     return ReadProcessStat(pid, &state, &start) ? start : 0;
 }
 
-// Whether process `p` still runs: the same start time, and not a zombie
-// (a zombie's files are closed already).
+// Whether process `p` still runs: the same start time, not a zombie (a
+// zombie's files are closed already), and not on its way out: killed, or
+// exiting (PF_EXITING; a killed holder unmapping a large mapping showed
+// state R, and an open right after it was Busy: found probing).
 bool ProcessRuns(const ProcessId& p) {
+    constexpr unsigned kPfExiting = 0x4;  // include/linux/sched.h
     char state = 0;
     uint64_t start = 0;
-    return ReadProcessStat(p.pid, &state, &start) && state != 'Z' && state != 'X' && start == p.start_time;
+    unsigned flags = 0;
+    return ReadProcessStat(p.pid, &state, &start, &flags) && state != 'Z' && state != 'X' && start == p.start_time &&
+           !(flags & kPfExiting) && !KillPending(p.pid);
 }
 
 // The process (thread group) of the thread that made the current request
