@@ -470,12 +470,17 @@ TEST_F(MockDeviceTest, AnOpenRightAfterTheHolderIsKilledGetsTheFunction) {
         ::close(ready[0]);
         ASSERT_EQ(::kill(holder, SIGKILL), 0);
         int status = 0;
-        if (reap_first) ASSERT_EQ(::waitpid(holder, &status, 0), holder);
+        if (reap_first) {
+            ASSERT_EQ(::waitpid(holder, &status, 0), holder);
+        }
         std::optional<Function> next;
         EXPECT_NO_THROW(next.emplace(Function::Open(vf))) << "round " << round;  // no retry: the daemon waits
-        if (!reap_first) ASSERT_EQ(::waitpid(holder, &status, 0), holder);
-        if (next)
+        if (!reap_first) {
+            ASSERT_EQ(::waitpid(holder, &status, 0), holder);
+        }
+        if (next) {
             EXPECT_EQ(next->ReadRegion(SPYRE_REGION_DEVMEM, 0, 4096), std::vector<uint8_t>(4096, 0)) << "round " << round;
+        }
     }
 }
 
