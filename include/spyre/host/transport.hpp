@@ -79,8 +79,8 @@ public:
 
     // Queues `message` for `destination` (this rank included) and returns;
     // messages from one rank to another arrive in the order sent. Throws
-    // InvalidArgument (bad rank, a message over the limits) or the
-    // destination's DeviceLost error.
+    // InvalidArgument (bad rank, a message over the limits, a type below
+    // kFirstUserMessageType) or the destination's DeviceLost error.
     virtual void Send(int destination, Message message) = 0;
 
     // The oldest message from `source` (or from any rank), waiting at most

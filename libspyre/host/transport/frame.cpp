@@ -38,6 +38,14 @@ std::vector<uint8_t> EncodeFrame(const Message& message) {
     return frame;
 }
 
+std::vector<uint8_t> EncodeUserFrame(const Message& message) {
+    if (message.type < kFirstUserMessageType)
+        throw Error(ErrorKind::InvalidArgument, "message type " + std::to_string(message.type) +
+                                                    " is the transport's own (types below " +
+                                                    std::to_string(kFirstUserMessageType) + "): not sent");
+    return EncodeFrame(message);
+}
+
 Message DecodeFrame(int source, std::span<const uint8_t> frame, PayloadBuffers* buffers) {
     ByteReader r(frame, "frame from rank " + std::to_string(source));
     const uint32_t magic = r.Get<uint32_t>("magic");

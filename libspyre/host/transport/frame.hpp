@@ -26,6 +26,10 @@ inline constexpr uint16_t kLeavingType = kPeerLeftMessageType;  // sent by a tra
 
 // Throws InvalidArgument when the message is over the limits.
 std::vector<uint8_t> EncodeFrame(const Message& message);
+// EncodeFrame of a caller's message (Transport::Send): also InvalidArgument
+// for a type below kFirstUserMessageType, the transport's own (a caller's
+// "peer left" cut its sender off at the receiver for good: found probing).
+std::vector<uint8_t> EncodeUserFrame(const Message& message);
 
 class PayloadBuffers;
 

@@ -148,7 +148,7 @@ void InProcessTransport::Send(int destination, Message message) {
     Endpoint& self = *fabric_->state_->endpoints[rank_];
     self.liveness.peer(destination);  // validates the rank
     if (auto lost = self.liveness.Lost(destination)) throw *lost;
-    const std::vector<uint8_t> frame = wire::EncodeFrame(message);
+    const std::vector<uint8_t> frame = wire::EncodeUserFrame(message);
     fabric_->state_->Deliver(rank_, destination, frame, std::move(message.payloads));
 }
 

@@ -167,6 +167,10 @@ void MpiTransport::State::Lose(int peer_rank, const std::string& why) {
 }
 
 void MpiTransport::State::Init() {
+    // Before MPI starts: a transport refused for its options left MPI
+    // initialised, and a retry with good ones was refused "MPI is already
+    // initialised" (found probing from outside).
+    wire::PeerLiveness::CheckOptions(options.liveness);
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (initialized)
@@ -575,7 +579,7 @@ const LivenessOptions& MpiTransport::liveness() const { return state_->options.l
 void MpiTransport::Send(int destination, Message message) {
     state_->liveness->peer(destination);  // validates the rank
     if (auto lost = state_->liveness->Lost(destination)) throw *lost;
-    Outgoing out{destination, wire::EncodeFrame(message), std::move(message.payloads), {}};
+    Outgoing out{destination, wire::EncodeUserFrame(message), std::move(message.payloads), {}};
     {
         std::lock_guard lock(state_->mutex);
         if (state_->stop) throw Error(ErrorKind::InvalidArgument, "Send on an MPI transport that is shutting down");

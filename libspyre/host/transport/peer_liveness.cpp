@@ -21,29 +21,33 @@ Error PeerLostError(const PeerInfo& peer, const std::string& why) {
     return Error(ErrorKind::DeviceLost, peer.Describe() + " is lost: " + why, std::move(ctx));
 }
 
-PeerLiveness::PeerLiveness(int self, std::vector<PeerInfo> peers, LivenessOptions options)
-    : self_(self), peers_(std::move(peers)), options_(options),
-      last_seen_ns_(new std::atomic<int64_t>[peers_.size()]), last_evaluate_ns_(Ns(Clock::now())),
-      lost_(peers_.size()), left_(peers_.size()) {
+void PeerLiveness::CheckOptions(const LivenessOptions& options) {
     // A zero or negative interval passed the check below and made every
     // wait re-check at once: an idle rank spun a core.
-    if (options_.heartbeat_interval.count() <= 0)
+    if (options.heartbeat_interval.count() <= 0)
         throw Error(ErrorKind::InvalidArgument, "liveness: the heartbeat interval (" +
-                                                    std::to_string(options_.heartbeat_interval.count()) +
+                                                    std::to_string(options.heartbeat_interval.count()) +
                                                     " ms) must be at least 1 ms");
     // Past a day the bound's nanoseconds, and twice a huge interval,
     // overflowed: an interval of 2^62 ms passed the check below, and an
     // idle rank spun a core (found probing from outside).
-    if (options_.silence_bound > std::chrono::hours(24))
+    if (options.silence_bound > std::chrono::hours(24))
         throw Error(ErrorKind::InvalidArgument, "liveness: the silence bound (" +
-                                                    std::to_string(options_.silence_bound.count()) +
+                                                    std::to_string(options.silence_bound.count()) +
                                                     " ms) must be at most a day (86400000 ms)");
-    if (options_.heartbeat_interval >= options_.silence_bound ||
-        options_.silence_bound - options_.heartbeat_interval <= options_.heartbeat_interval)
+    if (options.heartbeat_interval >= options.silence_bound ||
+        options.silence_bound - options.heartbeat_interval <= options.heartbeat_interval)
         throw Error(ErrorKind::InvalidArgument, "liveness: the silence bound (" +
-                                                    std::to_string(options_.silence_bound.count()) +
+                                                    std::to_string(options.silence_bound.count()) +
                                                     " ms) must exceed two heartbeat intervals (" +
-                                                    std::to_string(options_.heartbeat_interval.count()) + " ms)");
+                                                    std::to_string(options.heartbeat_interval.count()) + " ms)");
+}
+
+PeerLiveness::PeerLiveness(int self, std::vector<PeerInfo> peers, LivenessOptions options)
+    : self_(self), peers_(std::move(peers)), options_(options),
+      last_seen_ns_(new std::atomic<int64_t>[peers_.size()]), last_evaluate_ns_(Ns(Clock::now())),
+      lost_(peers_.size()), left_(peers_.size()) {
+    CheckOptions(options_);
     const int64_t now = Ns(Clock::now());
     for (size_t i = 0; i < peers_.size(); ++i) last_seen_ns_[i].store(now, std::memory_order_relaxed);
 }

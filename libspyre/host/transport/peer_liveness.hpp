@@ -21,6 +21,9 @@ public:
     using Clock = std::chrono::steady_clock;
 
     PeerLiveness(int self, std::vector<PeerInfo> peers, LivenessOptions options);
+    // InvalidArgument naming what is wrong with `options` (the constructor's
+    // check, for a transport that must refuse them before it starts).
+    static void CheckOptions(const LivenessOptions& options);
 
     // `rank` was heard from (any message or heartbeat). Lock-free.
     void Seen(int rank, Clock::time_point now = Clock::now());

@@ -103,6 +103,18 @@ int Serve(MpiTransport& t) {
 
 int Calls(MpiTransport& t, RemoteChipClient& client) {
     int failures = 0;
+    // The transport's own message types are refused: a caller's "peer left"
+    // cut rank 1 off here for good (found probing from outside).
+    try {
+        t.Send(1, Message{.type = kPeerLeftMessageType});
+        std::fprintf(stderr, "a message of the transport's own type 2 was sent\n");
+        ++failures;
+    } catch (const Error& e) {
+        if (e.kind() != ErrorKind::InvalidArgument || !std::strstr(e.what(), "type 2 is the transport's own")) {
+            std::fprintf(stderr, "type 2: %s\n", e.what());
+            ++failures;
+        }
+    }
     Host host = OpenOwnCard();
     Device own = host.Open("0");
     const std::vector<std::vector<int64_t>> shapes = {{256}, {128, 128}, {3, 1000}, {1024, 1024}};
@@ -286,6 +298,23 @@ int main(int argc, char** argv) {
         // Which rank this is, before any MPI: Open MPI's launcher says.
         if (const char* r = std::getenv("OMPI_COMM_WORLD_RANK")) world_rank = std::atoi(r);
         if (world_rank != 0) return Hostile();
+    }
+    if (mode == "calls") {
+        // Options refused before MPI starts: a transport refused for them
+        // left MPI initialised, and the next one failed "MPI is already
+        // initialised" (found probing from outside).
+        MpiTransportOptions bad = options;
+        bad.liveness.heartbeat_interval = std::chrono::milliseconds(0);
+        try {
+            MpiTransport refused(bad);
+            std::fprintf(stderr, "a heartbeat interval of 0 ms was taken\n");
+            return 1;
+        } catch (const Error& e) {
+            if (e.kind() != ErrorKind::InvalidArgument || !std::strstr(e.what(), "heartbeat interval (0 ms)")) {
+                std::fprintf(stderr, "bad options: %s\n", e.what());
+                return 1;
+            }
+        }
     }
     try {
         MpiTransport t(options);

@@ -133,12 +133,23 @@ TEST(TransportTest, PayloadsArriveByteExactWhateverTheirSize) {
 TEST(TransportTest, BadArgumentsAndTimeoutsAreTypedErrors) {
     auto fabric = InProcessFabric::Create(2, Fast());
     auto t0 = fabric->Take(0);
+    auto t1 = fabric->Take(1);
     EXPECT_SPYRE_ERROR(t0->Send(2, Numbered(0)), InvalidArgument, "rank 2 is out of range");
     EXPECT_SPYRE_ERROR(t0->Send(-1, Numbered(0)), InvalidArgument, "rank -1 is out of range");
     EXPECT_SPYRE_ERROR(t0->Receive(1s, 5), InvalidArgument, "rank 5 is out of range");
     Message too_many = Numbered(0);
     too_many.payloads.resize(kMaxPayloads + 1);
     EXPECT_SPYRE_ERROR(t0->Send(1, std::move(too_many)), InvalidArgument, "payloads is over the limit");
+    // The transport's own types: a caller's "peer left" (2) cut the sender
+    // off at the receiver for good, a heartbeat (1) was dropped (found
+    // probing from outside).
+    for (const uint16_t own : {uint16_t(0), uint16_t(1), kPeerLeftMessageType, uint16_t(kFirstUserMessageType - 1)})
+        EXPECT_SPYRE_ERROR(t0->Send(1, Message{.type = own}), InvalidArgument,
+                           "message type " + std::to_string(own) + " is the transport's own (types below 16): not sent");
+    t0->Send(1, Message{.type = kFirstUserMessageType});
+    const Message first = t1->Receive(5s, 0);
+    EXPECT_EQ(first.type, kFirstUserMessageType);
+    EXPECT_FALSE(t1->PeerError(0).has_value());
     EXPECT_SPYRE_ERROR(t0->Receive(100ms, 1), Timeout, "no message from rank 1 (host inproc-1");
     EXPECT_SPYRE_ERROR(t0->Receive(100ms), Timeout, "no message from any rank within 100 ms");
 }
