@@ -227,6 +227,27 @@ class _ChipArg:
         self.index, self.shape, self.dtype = index, t.shape, t.dtype
 
 
+def _block_signature(chip):
+    """What an inline CHIP block recorded: its ops (with operands, result
+    and shapes) and its tensors' shapes, dtypes and directions."""
+    ops = tuple((c["op"], tuple(c["operands"]), c["out"], tuple(c["shape"]), str(c["dtype"]), tuple(c["a"]),
+                 tuple(c["b"])) for c in chip.calls)
+    tensors = tuple((tuple(t.shape), str(t.dtype).replace("DType.", "").lower(), acc) for t, acc in chip.args)
+    return ops, tensors
+
+
+def _signature_change(then, now):
+    (ops_then, tensors_then), (ops_now, tensors_now) = then, now
+    if [o[0] for o in ops_now] != [o[0] for o in ops_then]:
+        return f"it records ops {[o[0] for o in ops_now]} now, {[o[0] for o in ops_then]}"
+    if len(tensors_now) != len(tensors_then):
+        return f"{len(tensors_now)} tensors now, {len(tensors_then)}"
+    for k, (a, b) in enumerate(zip(tensors_now, tensors_then)):
+        if a != b:
+            return f"its tensor {k} is {list(a[0])} {a[1]} ({a[2]}) now, {list(b[0])} {b[1]} ({b[2]})"
+    return "its ops take other operands or shapes now than"
+
+
 class _ChipBuilder:
     """Records the core calls of one chip function: ops over args and temporaries."""
 
@@ -370,9 +391,28 @@ class _Ctx:
         self.chip = None
         self.chip_blocks = 0
         self.level = Level.HOST
+        # Raised when the orchestrator returns: a CHIP block an exception
+        # left (raised here, the orchestrator's own `except` could take it).
+        self.dropped_block = None
 
 
 # ---- calls between levels ---------------------------------------------------------
+
+def _check_annotated(who, name, a, t):
+    """InvalidArgument unless array or HostTensor `a` has the shape and
+    dtype of annotation `t`."""
+    shape = tuple(a.shape)
+    if shape != t.shape:
+        raise _spyre.InvalidArgument(f"{who}: argument '{name}' has shape {list(shape)}, expected {list(t.shape)}")
+    # A HostTensor's too: nothing later checks it, and a chip kernel would
+    # read its bytes as the annotation's type.
+    bf16 = isinstance(a, _spyre.HostTensor) and a.dtype == _spyre.DType.BF16
+    dtype = None if bf16 else _dtype(a.dtype if isinstance(a, np.ndarray) else a.numpy().dtype,
+                                     f"{who}: argument '{name}'")
+    if dtype != t.dtype:
+        raise _spyre.InvalidArgument(f"{who}: argument '{name}' has dtype {'bf16' if bf16 else dtype}, "
+                                     f"expected {t.dtype}")
+
 
 def _dispatch(f, obj, args):
     c = _ctx()
@@ -399,6 +439,12 @@ def _dispatch(f, obj, args):
     access = ["out" if o else "in" for (_, _, o) in f.params]
     targs = [(acc, a) for acc, a in zip(access, args)]
     if f.level == Level.CHIP:
+        # Its kernels are built for the annotations: a larger tensor was
+        # computed in part, another dtype's bytes read as the annotated
+        # type (found probing from outside).
+        for (n, t, _), a in zip(f.params, args):
+            if t is not None and isinstance(a, (_spyre.HostTensor, np.ndarray)):
+                _check_annotated(f.name, n, a, t)
         if not c.dry:
             c.graph.chip(c.compiled._chip_name(f), targs)
     elif f.role == Role.WORKER:
@@ -426,7 +472,8 @@ class at:  # noqa: N801 (seed 003's pl.at)
             raise _spyre.InvalidArgument("spyre.at: only inside a HOST orchestrator run by a compiled program")
         if self.level == Level.HOST and self.role == Role.WORKER:
             raise _spyre.InvalidArgument("spyre.at(HOST, WORKER): the block was not outlined (is the orchestrator "
-                                         "decorated and compiled with spyre.compile?)")
+                                         "decorated and compiled with spyre.compile, and the block a `with` of "
+                                         "spyre.at alone, not of several context managers?)")
         self.prev = c.level
         if self.level == Level.CHIP:
             if c.chip is not None:
@@ -444,13 +491,21 @@ class at:  # noqa: N801 (seed 003's pl.at)
             return False
         chip, c.chip = c.chip, None
         if et is not None:
+            if chip.calls and issubclass(et, Exception) and not issubclass(et, _spyre.Error) and not c.dropped_block:
+                # Its chip task runs whole or not at all: dropped, what it
+                # assembled before the raise was lost without a word (found
+                # probing from outside).
+                c.dropped_block = _spyre.InvalidArgument(
+                    f"spyre.at(CHIP) block {c.chip_blocks}: {et.__name__} left the block after it recorded "
+                    f"{len(chip.calls)} op(s); a CHIP block becomes one chip task, run whole or not at all: "
+                    "catch the exception inside the block, or raise it before the block's first op")
             return False
         index = c.chip_blocks
         c.chip_blocks += 1
         chip.finish(f"spyre.at(CHIP) block {index}", "never lands in a host tensor (use spyre.assemble(target, value))")
-        name = c.compiled._inline_chip(index, self.name_hint, chip, c.dry)
+        name, task = c.compiled._inline_chip(index, self.name_hint, chip, c.dry)
         if not c.dry:
-            c.graph.chip(name, [(acc, t) for t, acc in chip.args])
+            c.graph.chip(name, [(acc, t) for t, acc in chip.args], name=task)
         return False
 
 
@@ -1028,26 +1083,42 @@ class CompiledProgram:
         return _register_named(self.worker.register_sub_worker, name, run)
 
     def _inline_chip(self, index, hint, chip, dry):
+        """The registered chip function of inline CHIP block `index` and its
+        task's name (`<orchestrator>.<hint>`, or `.chip<index>`), the
+        function made when the program is compiled. InvalidArgument when the
+        block now records other ops or tensors of another shape or dtype
+        than it did then: the compiled function would replay those (found
+        probing from outside: an op chosen by a global computed the
+        compile's op, a larger tensor was computed in part)."""
         key = index
+        signature = _block_signature(chip)
         with self._lock:
             if key not in self._inline_chips:
                 if not dry:
                     raise _spyre.InvalidArgument(f"spyre.at(CHIP) block {index} was not seen when the program was "
                                                  "compiled (the blocks must not depend on the data)")
-                name = f"{self.orchestrator.name}.{hint or 'chip' + str(index)}"
-                name = self._chip_function(name, chip, len(chip.args), None)
-                self._inline_chips[key] = (name, len(chip.args))
-            name, nargs = self._inline_chips[key]
-        if len(chip.args) != nargs:
-            raise _spyre.InvalidArgument(f"spyre.at(CHIP) block {index}: {len(chip.args)} tensors now, {nargs} when "
-                                         "compiled (the blocks must not depend on the data)")
-        return name
+                task = f"{self.orchestrator.name}.{hint or 'chip' + str(index)}"
+                name = self._chip_function(task, chip, len(chip.args), None)
+                self._inline_chips[key] = (name, task, signature)
+            name, task, compiled = self._inline_chips[key]
+        if signature != compiled:
+            raise _spyre.InvalidArgument(f"spyre.at(CHIP) block {index}: {_signature_change(compiled, signature)} "
+                                         "when the program was compiled; its chip function replays what it "
+                                         "recorded then (the blocks must not depend on the data)")
+        return name, task
 
     def _chip_name(self, f):
-        return self._chip_names[f]
+        return self._registered(self._chip_names, f)
 
     def _sub_name(self, f):
-        return self._sub_names[f]
+        return self._registered(self._sub_names, f)
+
+    def _registered(self, names, f):
+        # A function outside the compiled program was a raw KeyError.
+        if f not in names:
+            raise _spyre.InvalidArgument(f"{f.name}: not a function of the compiled program (a functional program "
+                                         "is a @spyre.program class; its orchestrator calls that class's functions)")
+        return names[f]
 
     # -- running
     @staticmethod
@@ -1064,6 +1135,8 @@ class CompiledProgram:
                 self._body(self.obj, *args)
             else:
                 self._body(*args)
+            if c.dropped_block is not None:
+                raise c.dropped_block
         finally:
             _tls.ctx = prev
 
@@ -1078,19 +1151,7 @@ class CompiledProgram:
         for i, ((n, t), a) in enumerate(zip(self.inputs + self.outputs, args)):
             if t is None:
                 continue
-            a = self._as_array(n, a, output=i >= n_in)
-            shape = tuple(a.shape)
-            if shape != t.shape:
-                raise _spyre.InvalidArgument(f"{self.orchestrator.name}: argument '{n}' has shape {list(shape)}, "
-                                             f"expected {list(t.shape)}")
-            # A HostTensor's too: nothing later checks it, and a chip kernel
-            # would read its bytes as the annotation's type.
-            bf16 = isinstance(a, _spyre.HostTensor) and a.dtype == _spyre.DType.BF16
-            dtype = None if bf16 else _dtype(a.dtype if isinstance(a, np.ndarray) else a.numpy().dtype,
-                                             f"{self.orchestrator.name}: argument '{n}'")
-            if dtype != t.dtype:
-                raise _spyre.InvalidArgument(f"{self.orchestrator.name}: argument '{n}' has dtype "
-                                             f"{'bf16' if bf16 else dtype}, expected {t.dtype}")
+            _check_annotated(self.orchestrator.name, n, self._as_array(n, a, output=i >= n_in), t)
 
     def _as_array(self, name, a, output):
         # What Worker.run makes of the argument (an array, a HostTensor, or

@@ -756,7 +756,7 @@ def test_a_program_compiles_again_onto_a_shared_worker(host):
             np.testing.assert_array_equal(first(a, b), 5.0)
         with spyre.compile(one_add, worker=w) as second, spyre.compile(L3DependencyProgram, worker=w) as third:
             np.testing.assert_array_equal(second(a, b), 5.0)
-            assert any(n.endswith("#2") for n, _ in second._inline_chips.values())
+            assert any(n.endswith("#2") for n, *_ in second._inline_chips.values())
             x, y = ab()
             np.testing.assert_allclose(third(x, y), 5.0)
     finally:
@@ -854,3 +854,129 @@ def test_worker_blocks_take_their_name_hint(host, config):
         spyre.compile(worker_hint_of_a_local, config, host=host)
     with pytest.raises(spyre.InvalidArgument, match="name_hint is 3, not a str"):
         spyre.compile(worker_hint_not_a_string, config, host=host)
+
+
+Row4 = Tensor[[4, 8], spyre.FP32]
+
+
+def two_op_program(rows, dtype):
+    """A CHIP function of two ops over [4, 8] fp32, called on [rows, 8]
+    tensors of `dtype`."""
+    Given = Tensor[[rows, 8], dtype]
+
+    @spyre.program
+    class TwoOps:
+        @spyre.function(level=Level.CORE_GROUP)
+        def twice_times(self, x: Row4, y: Out[Row4]):
+            return ops.mul(ops.add(x, x), x, out=y)
+
+        @spyre.function(level=Level.CHIP, role=Role.ORCHESTRATOR)
+        def chip(self, x: Row4, y: Out[Row4]):
+            return self.twice_times(x, y)
+
+        @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+        def orch(self, a: Given, f: Out[Given]):
+            self.chip(a, f)
+            return f
+
+    return TwoOps
+
+
+def test_a_chip_function_takes_only_its_annotated_tensors(host, config):
+    """A CHIP function of two ops given [8, 8] tensors for its [4, 8]
+    annotations computed rows 0-3 and left 4-7 zeros; given fp16 of the same
+    bytes, ran its fp32 kernels over the fp16 bits (found probing from
+    outside). Both are refused, naming the argument."""
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    with spyre.compile(two_op_program(4, spyre.FP32), config, host=host) as compiled:
+        np.testing.assert_array_equal(compiled(x), (x + x) * x)
+    with spyre.compile(two_op_program(8, spyre.FP32), config, host=host) as compiled:
+        with pytest.raises(spyre.Error, match=r"chip: argument 'x' has shape \[8, 8\], expected \[4, 8\]"):
+            compiled(np.ones((8, 8), np.float32))
+    with spyre.compile(two_op_program(4, spyre.FP16), config, host=host) as compiled:
+        with pytest.raises(spyre.Error, match=r"chip: argument 'x' has dtype float16, expected float32"):
+            compiled(np.ones((4, 8), np.float16))
+
+
+CHIP_OP = "add"
+CHIP_ROWS = 4
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def chip_block_of_a_global_op(a: Small, b: Small, f: Out[Small]):
+    with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR, name_hint="pick"):
+        with spyre.at(level=Level.CORE_GROUP):
+            spyre.assemble(f, ops.add(a, b) if CHIP_OP == "add" else ops.sub(a, b))
+    return f
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def chip_block_of_global_rows(a: Small, f: Out[Small]):
+    t = spyre.create_tensor([CHIP_ROWS, 4])
+    with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR):
+        with spyre.at(level=Level.CORE_GROUP):
+            spyre.assemble(t, ops.add(t, t))
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f[...] = t[:4] + a
+    return f
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def chip_block_that_raises(a: Small, b: Small, f: Out[Small]):
+    try:
+        with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR):
+            with spyre.at(level=Level.CORE_GROUP):
+                spyre.assemble(f, ops.add(a, b))
+            raise ValueError("after the assemble")
+    except ValueError:
+        pass
+    return f
+
+
+def test_an_inline_chip_block_runs_what_it_records_or_is_refused(host, config):
+    """An inline CHIP block replayed the ops it recorded at compile time: an
+    op chosen by a global gave the compile's op after the global changed,
+    and a create_tensor sized by a global was computed in part. Each is
+    InvalidArgument now. An exception leaving a block that recorded ops
+    dropped its chip task without a word (f kept its old bytes): refused.
+    The block's task is named <orchestrator>.<name_hint> (it was the
+    function's name with '#0'). All found probing from outside."""
+    global CHIP_OP, CHIP_ROWS
+    a, b = np.full((4, 4), 3.0, np.float32), np.full((4, 4), 5.0, np.float32)
+    try:
+        with spyre.compile(chip_block_of_a_global_op, config, host=host) as compiled:
+            h = compiled.submit(a, b)
+            np.testing.assert_array_equal(h.wait(), 8.0)
+            assert [r.name for r in h.report()] == ["chip_block_of_a_global_op.pick"]
+            CHIP_OP = "sub"
+            with pytest.raises(spyre.Error, match=r"block 0: it records ops \['sub'\] now, \['add'\] when the "
+                                                    "program was compiled"):
+                compiled(a, b)
+        with spyre.compile(chip_block_of_global_rows, config, host=host) as compiled:
+            np.testing.assert_array_equal(compiled(a), 3.0)
+            CHIP_ROWS = 8
+            with pytest.raises(spyre.Error, match=r"block 0: its tensor 0 is \[8, 4\] fp32 \(inout\) now, \[4, 4\]"):
+                compiled(a)
+    finally:
+        CHIP_OP, CHIP_ROWS = "add", 4
+    with pytest.raises(spyre.InvalidArgument, match="ValueError left the block after it recorded 1 op"):
+        spyre.compile(chip_block_that_raises, config, host=host)
+
+
+@spyre.function(level=Level.HOST, role=Role.WORKER)
+def a_loose_worker(x: Small, y: Out[Small]):
+    y[...] = x
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def calls_a_loose_worker(a: Small, f: Out[Small]):
+    a_loose_worker(a, f)
+    return f
+
+
+def test_a_function_outside_the_program_is_invalid_argument(host, config):
+    """An orchestrator calling a spyre.function that is not part of the
+    compiled program failed with a raw KeyError (found probing)."""
+    with spyre.compile(calls_a_loose_worker, config, host=host) as compiled:
+        with pytest.raises(spyre.Error, match="a_loose_worker: not a function of the compiled program"):
+            compiled(np.ones((4, 4), np.float32))
