@@ -1389,7 +1389,10 @@ void TaskGraph::SendAgain(TaskDescriptor& t) {
 }
 
 void TaskGraph::CompleteLocked(TaskDescriptor& t, uint32_t status, bool skipped, const TaskTiming* timing) {
-    if (timing && trace::Enabled()) [[unlikely]]
+    // A task skipped on the card (its producer failed) never ran: no span,
+    // as a skipped host task has none (it was traced as one that ran and
+    // succeeded: found probing from outside).
+    if (timing && !skipped && trace::Enabled()) [[unlikely]]
         TraceTask(t, *timing, status);
     const TaskState was = t.state.load(std::memory_order_relaxed);
     if (was == TaskState::Ready || (was == TaskState::Running && t.core_type != WORKER_EXTERNAL)) --active_;

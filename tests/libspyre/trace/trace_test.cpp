@@ -623,6 +623,48 @@ TEST_F(TraceTest, ADiamondOnTheCardsCoresHasArrowsExactlyForItsDependencies) {
     EXPECT_GT(o.counters.at("heap ring bytes in use"), 0);
 }
 
+// A device task the card skipped (its producer failed: DEPENDENCY_FAILED,
+// it never ran) has no span and no arrow, as a skipped host task has none;
+// it had a core span with no status and a `depends` arrow, as if it had run
+// and succeeded (found probing from outside).
+TEST_F(TraceTest, ADeviceTaskSkippedOnTheCardHasNoSpan) {
+    Device dev = OpenDevice();
+    Orchestrator orch = Orchestrator::Create(dev, {.task_ring_size = 64, .heap_size = 1 << 20});
+    const std::vector<uint8_t> good = test::AddProgram256(), junk(good.size(), 0xAB);
+    const DeviceBuffer add = test::UploadProgram(dev, good), bad = test::UploadProgram(dev, good);
+    orch.RegisterDeviceKernel(kAdd, dev.allocator().DeviceAddress(add.handle(), good.size()));
+    orch.RegisterDeviceKernel(kAdd + 1, dev.allocator().DeviceAddress(bad.handle(), good.size()));
+    dev.default_stream().CopyToDevice(junk.data(), bad.handle(), junk.size());  // the card refuses it when it runs
+    dev.default_stream().Synchronize();
+    const std::string path = Path();
+    trace::Start(path);
+    int32_t failing = -1, skipped = -1;
+    {
+        auto scope = orch.BeginScope();
+        void* a = orch.Alloc(1024);
+        void* c = orch.Alloc(1024);
+        void* d = orch.Alloc(1024);
+        TaskParam first[] = {{PARAM_INPUT, a, 1024, {}}, {PARAM_INPUT, a, 1024, {}}, {PARAM_INOUT, c, 1024, {}}};
+        failing = orch.Submit(kAdd + 1, WORKER_VECTOR, first);
+        TaskParam second[] = {{PARAM_INPUT, c, 1024, {}}, {PARAM_INPUT, a, 1024, {}}, {PARAM_INOUT, d, 1024, {}}};
+        skipped = orch.Submit(kAdd, WORKER_VECTOR, second);
+        EXPECT_SPYRE_ERROR(orch.WaitAll(), DeviceError, "1 dependent task(s) skipped");
+    }
+    trace::Stop();
+    const json t = Load(path);
+    int failing_spans = 0, skipped_spans = 0, arrows = 0;
+    for (const json& e : t["traceEvents"]) {
+        if (e["ph"] == "X" && e.contains("args") && e["args"].contains("task")) {
+            if (e["args"]["task"] == failing) ++failing_spans;
+            if (e["args"]["task"] == skipped) ++skipped_spans;
+        }
+        if (e["ph"] == "s" && e["name"] == "depends") ++arrows;
+    }
+    EXPECT_EQ(failing_spans, 1) << "the failed task ran: its span says how";
+    EXPECT_EQ(skipped_spans, 0);
+    EXPECT_EQ(arrows, 0);
+}
+
 // A span says how its work failed: a Launch the device refused, on the
 // stream and the device ring, and an orchestration task's status. A failed
 // op looked the same as one that succeeded (found probing from outside).
