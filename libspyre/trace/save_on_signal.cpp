@@ -24,9 +24,11 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <ctime>
 #include <thread>
 
+#include "spyre/error.hpp"
 #include "trace/recorder.hpp"
 #include "trace/trace_file.hpp"
 
@@ -103,8 +105,12 @@ void SaveThenEnd() {
     }
     try {
         Stop();
+    } catch (const Error& e) {
+        // Said, as at a normal exit (a signal lost it without a word:
+        // found probing); the process still ends by its signal.
+        std::fprintf(stderr, "spyre: SPYRE_TRACE: %s; the trace is lost\n", e.message().c_str());
     } catch (...) {
-        // The trace could not be written; the process still ends by its signal.
+        std::fprintf(stderr, "spyre: SPYRE_TRACE: the trace could not be written; the trace is lost\n");
     }
     const int sig = byte;
     // The process-wide signal below waits for a thread that does not block

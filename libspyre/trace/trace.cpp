@@ -132,6 +132,7 @@ struct State {
     std::mutex mu;
     uint64_t generation = 1;  // a Start drops older buffers
     std::string path;
+    pid_t started_by = 0;  // the process that started the recording: only it writes the file
     std::vector<std::shared_ptr<ThreadBuffer>> buffers;
     std::map<std::string, uint32_t> tracks;
     std::atomic<uint32_t> next_flow{1};
@@ -366,6 +367,7 @@ void Start(const std::string& path) {
     WriteAndStop(s);
     std::lock_guard lock(s.mu);
     s.path = path;
+    s.started_by = getpid();
     s.buffers.clear();
     s.tracks.clear();
     g_max_mb.store(max_mb, std::memory_order_relaxed);
@@ -434,6 +436,10 @@ size_t WriteAndStop(State& s) {
         g_generation.fetch_add(1, std::memory_order_acq_rel);  // threads start fresh buffers next time
         s.generation = g_generation.load();
     }
+    // A child forked without exec inherits the recording but writes
+    // nothing: its Stop wrote the records of before the fork over the
+    // parent's finished file (found probing from outside).
+    if (getpid() != s.started_by) return 0;
 
     std::vector<Placed> all;
     for (const auto& b : buffers)

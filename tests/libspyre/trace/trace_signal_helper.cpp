@@ -11,6 +11,7 @@
 //   trace_signal_helper small      records 1,000 spans under a file-size
 //                                  limit of 8 KiB and exits 0: the trace
 //                                  cannot be written whole at exit
+//   trace_signal_helper small_signal  the same, then raises SIGTERM
 //   trace_signal_helper abort|throw|segv
 //                                  records a span, then crashes: abort(),
 //                                  an uncaught exception, a store to null
@@ -41,11 +42,12 @@ extern "C" int __lsan_is_turned_off() { return g_forked_child ? 1 : 0; }
 
 int main(int argc, char** argv) {
     if (argc > 1 && std::strcmp(argv[1], "own") == 0) signal(SIGTERM, OwnHandler);
-    if (argc > 1 && std::strcmp(argv[1], "small") == 0) {
+    if (argc > 1 && (std::strcmp(argv[1], "small") == 0 || std::strcmp(argv[1], "small_signal") == 0)) {
         signal(SIGXFSZ, SIG_IGN);  // a write past the limit fails (EFBIG) instead of ending the process
         const rlimit limit{8192, 8192};
         if (setrlimit(RLIMIT_FSIZE, &limit) != 0) return 1;
         for (int i = 0; i < 1000; ++i) SPYRE_TRACE_SCOPE("filling");
+        if (std::strcmp(argv[1], "small_signal") == 0) raise(SIGTERM);
         return 0;
     }
     {

@@ -931,7 +931,11 @@ void ExpectTheHelpersSpanAndRemove(const std::string& path) {
 // stderr says the trace is lost; the exit status stays the program's. The
 // file's earlier content stays (Start emptied it, and the first rename
 // version left Start's empty placeholder).
+// The same when SIGTERM ends the process: the lost trace was not said.
 TEST(TraceFromEnvironment, ATraceThatCannotBeWrittenAtExitIsSaidLostAndLeavesNoHalfFile) {
+  for (const char* mode : {"small", "small_signal"}) {
+    SCOPED_TRACE(mode);
+    const bool signalled = std::strcmp(mode, "small_signal") == 0;
     const std::filesystem::path dir =
         std::filesystem::temp_directory_path() / ("spyre-trace-cut-" + std::to_string(getpid()));
     std::filesystem::create_directories(dir);
@@ -939,13 +943,17 @@ TEST(TraceFromEnvironment, ATraceThatCannotBeWrittenAtExitIsSaidLostAndLeavesNoH
     const std::string before = "{\"traceEvents\":[]}\n";  // an earlier trace: kept whole
     std::ofstream(path) << before;
     int out = -1;
-    const pid_t pid = StartHelper(path, "small", &out, true);
+    const pid_t pid = StartHelper(path, mode, &out, true);
     const std::string said = ReadUntil(out, "the trace is lost");
     close(out);
     int status = 0;
     if (!test::WaitForExit(pid, std::chrono::seconds(30))) kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    if (signalled) {
+        EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+    } else {
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    }
     EXPECT_NE(said.find("spyre: SPYRE_TRACE: trace file " + path +
                         " could not be written completely; the trace is lost"),
               std::string::npos)
@@ -957,6 +965,7 @@ TEST(TraceFromEnvironment, ATraceThatCannotBeWrittenAtExitIsSaidLostAndLeavesNoH
     std::ifstream in(path);
     EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), before);
     std::filesystem::remove_all(dir);
+  }
 }
 
 // SPYRE_TRACE naming a path that cannot be created ran the program
@@ -981,6 +990,42 @@ TEST(TraceFromEnvironment, AnUnusablePathSaysSoAndTheProgramRunsUntraced) {
 // A child forked without exec inherits the recording and the path: when
 // it exited after its parent, it replaced the parent's trace with its own
 // (one span, its pid), also with %p in the path (expanded once, at load).
+// A child forked without exec that stops the recording it inherited
+// writes nothing: it wrote the records of before the fork over the
+// parent's finished file (found probing from outside).
+TEST(TraceFork, AChildsStopLeavesTheParentsFileAlone) {
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("spyre_trace_child_stop_" + std::to_string(getpid()) + ".json")).string();
+    trace::Start(path);
+    { SPYRE_TRACE_SCOPE("before_the_fork"); }
+    int go[2];
+    ASSERT_EQ(pipe(go), 0);
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        close(go[1]);
+        char byte = 0;
+        const bool told = read(go[0], &byte, 1) == 1;
+        { SPYRE_TRACE_SCOPE("in_the_child"); }
+        const size_t written = trace::Stop();
+        _exit(told && written == 0 ? 0 : 3);
+    }
+    close(go[0]);
+    { SPYRE_TRACE_SCOPE("after_the_fork"); }
+    EXPECT_GT(trace::Stop(), 0u);
+    ASSERT_EQ(write(go[1], "g", 1), 1);  // the child stops once the parent's file is written
+    close(go[1]);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+    const json t = Load(path);
+    std::set<std::string> spans;
+    for (const json& e : t["traceEvents"])
+        if (e["ph"] == "X") spans.insert(e["name"].get<std::string>());
+    EXPECT_EQ(spans, (std::set<std::string>{"before_the_fork", "after_the_fork"}));
+    std::filesystem::remove(path);
+}
+
 TEST(TraceOnSignal, AForkedChildLeavesTheParentsTraceAlone) {
     const std::string path =
         (std::filesystem::temp_directory_path() / ("spyre_trace_fork_" + std::to_string(getpid()) + ".json")).string();
