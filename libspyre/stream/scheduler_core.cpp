@@ -226,6 +226,7 @@ void SchedulerCore::TakeArrivals() {
     // Oldest arrival first, so turns go in the order streams got work.
     for (auto it = taken.rbegin(); it != taken.rend(); ++it) {
         StreamState& s = **it;
+        s.awaiting_arrival = false;
         if (s.in_active) continue;
         active_.push_back(&s);
         s.in_active = true;
@@ -238,7 +239,7 @@ void SchedulerCore::DropIdleStreams() {
     TakeArrivals();
     std::vector<std::shared_ptr<StreamState>> unlisted;  // released after the walk (each may be the last hold)
     std::erase_if(active_, [&](StreamState* s) {
-        if (!s->Idle() || s->incoming.Pending()) return false;
+        if (!s->Idle() || s->incoming.Pending() || s->awaiting_arrival) return false;
         // Unlisted before the last look at its queue, and a push lists it
         // after its own (a Dekker pair, both seq_cst): a push either finds
         // it unlisted and hands it over again, or is seen here. The hold is
@@ -248,7 +249,10 @@ void SchedulerCore::DropIdleStreams() {
         if (s->incoming.Pending()) {
             // Stays. Listed again by that push: it holds the stream (which
             // may be on the arrivals too: taken once); else the hold goes back.
-            if (!s->listed.exchange(true, std::memory_order_seq_cst)) s->self_while_listed = std::move(hold);
+            if (!s->listed.exchange(true, std::memory_order_seq_cst))
+                s->self_while_listed = std::move(hold);
+            else
+                s->awaiting_arrival = true;  // that push's publication may still be on its way
             unlisted.push_back(std::move(hold));
             return false;
         }

@@ -56,6 +56,11 @@ struct StreamState : std::enable_shared_from_this<StreamState> {
 
     // Scheduler side (whoever drives it: the thread or a caller holding the drive lock).
     bool in_active = false;                 // in the scheduler's active_
+    // A push listed it again while DropIdleStreams unlisted it, and may not
+    // have put it on the arrivals yet: it is not unlisted again until it
+    // has been taken off them (unlisted in that window, the push's second
+    // listing put it on the arrivals twice, a cycle: found probing).
+    bool awaiting_arrival = false;
     std::deque<detail::QueuedOp> local;     // taken from incoming, in order
     uint64_t next_seq = 0;                  // op index of local.front()
     uint32_t ring_inflight = 0;             // CBs of this stream in the ring
