@@ -33,20 +33,23 @@ struct MpiTransportOptions {
     // polls, never yielding: on a loaded host a yield hands the core to
     // whatever else runs for a whole slice) before it sleeps on the
     // message queue, polling again every millisecond. 0: it only sleeps.
+    // 0 to 1 s (each option out of its range is InvalidArgument, before MPI
+    // starts).
     std::chrono::microseconds idle_spin{200};
     // How long that polling Receive sleeps between polls; 0 (the default):
     // it pauses. Also how long the progress thread sleeps between polls of
-    // a transfer nobody waits for (0: it yields).
+    // a transfer nobody waits for (0: it yields). 0 to 1 s: a Receive
+    // may overrun its timeout by one sleep.
     std::chrono::microseconds busy_poll{0};
     // The progress thread's sleep between polls for the first 10 ms after
     // a Receive went to sleep for its message (past idle_spin): a bound on
     // that message's latency. Otherwise it polls every millisecond (or
     // idle_sleep, if longer): heartbeats and messages nobody waits for yet
-    // need no more, and a Receive polls MPI itself when it starts.
+    // need no more, and a Receive polls MPI itself when it starts. At least 0.
     std::chrono::microseconds idle_sleep{100};
     // At shutdown, how long to wait for live ranks (still beating, but slow
     // to finish: a mock card being torn down) to reach the final barrier. A
-    // lost rank ends the wait at once.
+    // lost rank ends the wait at once. 0 to a day.
     std::chrono::milliseconds finalize_timeout{60000};
 };
 

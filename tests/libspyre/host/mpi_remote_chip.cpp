@@ -303,16 +303,22 @@ int main(int argc, char** argv) {
         // Options refused before MPI starts: a transport refused for them
         // left MPI initialised, and the next one failed "MPI is already
         // initialised" (found probing from outside).
-        MpiTransportOptions bad = options;
-        bad.liveness.heartbeat_interval = std::chrono::milliseconds(0);
-        try {
-            MpiTransport refused(bad);
-            std::fprintf(stderr, "a heartbeat interval of 0 ms was taken\n");
-            return 1;
-        } catch (const Error& e) {
-            if (e.kind() != ErrorKind::InvalidArgument || !std::strstr(e.what(), "heartbeat interval (0 ms)")) {
-                std::fprintf(stderr, "bad options: %s\n", e.what());
+        MpiTransportOptions no_beat = options, negative_finalize = options, long_poll = options;
+        no_beat.liveness.heartbeat_interval = std::chrono::milliseconds(0);
+        negative_finalize.finalize_timeout = std::chrono::milliseconds(-1);
+        long_poll.busy_poll = std::chrono::seconds(20);
+        for (const auto& [bad, said] : {std::pair{no_beat, "heartbeat interval (0 ms)"},
+                                        std::pair{negative_finalize, "finalize_timeout is -1 ms; it must be 0 to a day"},
+                                        std::pair{long_poll, "busy_poll is 20000000 us; it must be 0 to 1 s"}}) {
+            try {
+                MpiTransport refused(bad);
+                std::fprintf(stderr, "bad options taken (%s)\n", said);
                 return 1;
+            } catch (const Error& e) {
+                if (e.kind() != ErrorKind::InvalidArgument || !std::strstr(e.what(), said)) {
+                    std::fprintf(stderr, "bad options: %s\n", e.what());
+                    return 1;
+                }
             }
         }
     }
