@@ -469,14 +469,13 @@ size_t WriteAndStop(State& s) {
     // and a recording cut by its bound (or stopped mid-span) kept an
     // 'enqueue' tail whose API span it dropped (found probing from outside).
     const SpanIndex spans(all);
-    std::unordered_set<uint64_t> started_flows, ended_flows, whole_flows;
+    std::unordered_set<uint64_t> whole_flows, ended_flows;  // whole: started, then those also ended
     for (const Placed& p : all) {
-        if (p.r.ph == 's' && spans.Encloses(p.tid, p.r.ts_ns)) started_flows.insert(p.r.flow);
+        if (p.r.ph == 's' && spans.Encloses(p.tid, p.r.ts_ns)) whole_flows.insert(p.r.flow);
         if (p.r.ph == 'f' && spans.Encloses(p.tid, p.r.ts_ns)) ended_flows.insert(p.r.flow);
         if (p.r.ph == 'X' && p.r.flow) ended_flows.insert(p.r.flow);
     }
-    for (uint64_t flow : started_flows)
-        if (ended_flows.contains(flow)) whole_flows.insert(flow);
+    std::erase_if(whole_flows, [&](uint64_t flow) { return !ended_flows.contains(flow); });
 
     const int pid = int(getpid());
     // Processes that recorded to one path spliced their events, and a full

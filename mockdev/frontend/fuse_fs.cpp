@@ -121,20 +121,30 @@ bool ReadProcessStat(pid_t pid, char* state, uint64_t* start, unsigned* flags = 
     return true;
 }
 
-// Whether `pid` was sent SIGKILL that it has not acted on yet (its
-// thread's or its group's pending set, /proc/PID/status).
-bool KillPending(pid_t pid) {
+// Calls `line(text)` for each line of /proc/PID/status until it returns
+// true (found); nothing when the process is gone.
+template <typename Line>
+void ScanProcessStatus(pid_t pid, Line&& line) {
     char path[64];
     std::snprintf(path, sizeof path, "/proc/%d/status", int(pid));
     FILE* status = std::fopen(path, "re");
-    if (!status) return false;
-    bool pending = false;
-    char line[256];
-    unsigned long long mask = 0;
-    while (!pending && std::fgets(line, sizeof line, status))
-        if (std::sscanf(line, "SigPnd: %llx", &mask) == 1 || std::sscanf(line, "ShdPnd: %llx", &mask) == 1)
-            pending = mask & (1ull << (SIGKILL - 1));
+    if (!status) return;
+    char text[256];
+    while (std::fgets(text, sizeof text, status))
+        if (line(text)) break;
     std::fclose(status);
+}
+
+// Whether `pid` was sent SIGKILL that it has not acted on yet (its
+// thread's or its group's pending set).
+bool KillPending(pid_t pid) {
+    bool pending = false;
+    ScanProcessStatus(pid, [&](const char* text) {
+        unsigned long long mask = 0;
+        if (std::sscanf(text, "SigPnd: %llx", &mask) == 1 || std::sscanf(text, "ShdPnd: %llx", &mask) == 1)
+            pending = mask & (1ull << (SIGKILL - 1));
+        return pending;
+    });
     return pending;
 }
 
@@ -161,16 +171,8 @@ bool ProcessRuns(const ProcessId& p) {
 // (FUSE reports the thread's id), with its start time: a pid alone is reused.
 ProcessId CallerProcess() {
     const pid_t tid = fuse_get_context()->pid;
-    char path[64];
-    std::snprintf(path, sizeof path, "/proc/%d/status", int(tid));
-    FILE* status = std::fopen(path, "re");
     pid_t tgid = tid;
-    if (status) {
-        char line[256];
-        while (std::fgets(line, sizeof line, status))
-            if (std::sscanf(line, "Tgid: %d", &tgid) == 1) break;
-        std::fclose(status);
-    }
+    ScanProcessStatus(tid, [&](const char* text) { return std::sscanf(text, "Tgid: %d", &tgid) == 1; });
     return ProcessId{tgid, ProcessStartTime(tgid)};
 }
 

@@ -107,6 +107,23 @@ struct Job {
     std::promise<void> done;
 };
 
+// InvalidArgument naming an option out of its range. A negative
+// finalize_timeout skipped MPI_Finalize with every rank alive, and a
+// busy_poll of 20 s made a Receive of 8 s return after 20 (found probing
+// from outside). idle_sleep may be long: waiters then poll MPI themselves.
+void CheckMpiOptions(const MpiTransportOptions& o) {
+    using std::chrono::microseconds, std::chrono::seconds, std::chrono::hours;
+    auto refuse = [](const char* name, int64_t value, const char* unit, const char* range) {
+        throw Error(ErrorKind::InvalidArgument, std::string("MpiTransportOptions: ") + name + " is " +
+                                                    std::to_string(value) + " " + unit + "; it must be " + range);
+    };
+    if (o.idle_spin < microseconds(0) || o.idle_spin > seconds(1)) refuse("idle_spin", o.idle_spin.count(), "us", "0 to 1 s");
+    if (o.busy_poll < microseconds(0) || o.busy_poll > seconds(1)) refuse("busy_poll", o.busy_poll.count(), "us", "0 to 1 s");
+    if (o.idle_sleep < microseconds(0)) refuse("idle_sleep", o.idle_sleep.count(), "us", "at least 0");
+    if (o.finalize_timeout < std::chrono::milliseconds(0) || o.finalize_timeout > hours(24))
+        refuse("finalize_timeout", o.finalize_timeout.count(), "ms", "0 to a day");
+}
+
 }  // namespace
 
 struct MpiTransport::State {
@@ -164,23 +181,6 @@ struct MpiTransport::State {
 void MpiTransport::State::Lose(int peer_rank, const std::string& why) {
     liveness->MarkLost(peer_rank, wire::PeerLostError(peers[peer_rank], why));
     messages->Wake();
-}
-
-// InvalidArgument naming an option out of its range. A negative
-// finalize_timeout skipped MPI_Finalize with every rank alive, and a
-// busy_poll of 20 s made a Receive of 8 s return after 20 (found probing
-// from outside). idle_sleep may be long: waiters then poll MPI themselves.
-static void CheckMpiOptions(const MpiTransportOptions& o) {
-    using std::chrono::microseconds, std::chrono::seconds, std::chrono::hours;
-    auto refuse = [](const char* name, int64_t value, const char* unit, const char* range) {
-        throw Error(ErrorKind::InvalidArgument, std::string("MpiTransportOptions: ") + name + " is " +
-                                                    std::to_string(value) + " " + unit + "; it must be " + range);
-    };
-    if (o.idle_spin < microseconds(0) || o.idle_spin > seconds(1)) refuse("idle_spin", o.idle_spin.count(), "us", "0 to 1 s");
-    if (o.busy_poll < microseconds(0) || o.busy_poll > seconds(1)) refuse("busy_poll", o.busy_poll.count(), "us", "0 to 1 s");
-    if (o.idle_sleep < microseconds(0)) refuse("idle_sleep", o.idle_sleep.count(), "us", "at least 0");
-    if (o.finalize_timeout < std::chrono::milliseconds(0) || o.finalize_timeout > hours(24))
-        refuse("finalize_timeout", o.finalize_timeout.count(), "ms", "0 to a day");
 }
 
 void MpiTransport::State::Init() {
