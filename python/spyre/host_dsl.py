@@ -153,6 +153,15 @@ class DslFunction:
         for i, p in enumerate(sig.parameters.values()):
             if i == 0 and p.name == "self":
                 continue
+            # Tasks pass their tensors by position: a keyword-only parameter
+            # was counted as one, and every call failed at run time saying
+            # it took one tensor more (found probing from outside).
+            if p.kind == p.KEYWORD_ONLY and p.default is not p.empty:
+                continue  # keeps its default
+            if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                raise _spyre.InvalidArgument(
+                    f"{fn.__name__}: parameter '{p}' cannot be passed by a task: a spyre.function takes its "
+                    "tensors by position (a keyword-only parameter needs a default, which it keeps)")
             ann = hints.get(p.name)
             if isinstance(ann, str):
                 ann = eval(ann, fn.__globals__)  # noqa: S307 (annotations of the user's own module)
@@ -514,6 +523,10 @@ def _sub_call(index, inputs, consts):
     c = _ctx()
     spec = c.compiled._inline_subs[index]
     outs = [create_tensor(t.shape, t.dtype) for _, t in spec["outputs"]]
+    # A numpy view of a tensor (t.numpy(), np.asarray(t)) is that tensor:
+    # a copy taken here would be read before the tensor's writers ran, and
+    # the block's writes to it lost (found probing from outside).
+    inputs = [_tensor_or_value(spec["name"], n, v) for n, v in zip(spec["inputs"], inputs)]
     tensor_in = [(n, v) for n, v in zip(spec["inputs"], inputs) if isinstance(v, _spyre.HostTensor)]
     # A plain value is taken as it is now: the task runs later, and the
     # orchestrator may change it meanwhile (a scratch array refilled in a
@@ -540,27 +553,39 @@ def _sub_call(index, inputs, consts):
     return tuple(outs)
 
 
+def _tensor_or_value(block, name, value):
+    """The tensor `value` views (a numpy array over a tensor's memory, whole
+    or rows), else `value`; InvalidArgument for another view of one."""
+    t = _spyre._tensor_viewed_by(value, f"{block}: '{name}'")
+    return value if t is None else t
+
+
 def _refuse_hidden_tensors(block, name, value, attrs):
-    """A tensor a block reaches through a container or an attribute gets no
-    dependency: the task read it before its writer ran, or after the next
-    run's (found probing). InvalidArgument naming where it is."""
-    def find(v, depth, seen):
+    """A tensor (or a numpy view of one) a block reaches through a container
+    or an attribute gets no dependency: the task read it before its writer
+    ran, or after the next run's (found probing). InvalidArgument naming
+    where it is."""
+    def kind(v):
         if isinstance(v, _spyre.HostTensor):
-            return True
+            return "a spyre tensor"
+        return "a numpy view of a spyre tensor" if _spyre._views_a_tensor(v) else None
+
+    def find(v, depth, seen):
+        if kind(v):
+            return kind(v)
         if depth > 3 or id(v) in seen:
-            return False
+            return None
         seen.add(id(v))
-        if isinstance(v, dict):
-            return any(find(x, depth + 1, seen) for x in list(v.values())[:10000])
-        if isinstance(v, (list, tuple, set, frozenset)):
-            return any(find(x, depth + 1, seen) for x in list(v)[:10000])
-        return False
+        items = list(v.values()) if isinstance(v, dict) else list(v) if isinstance(
+            v, (list, tuple, set, frozenset)) else []
+        return next((k for k in (find(x, depth + 1, seen) for x in items[:10000]) if k), None)
 
     where = [(name, value)] + [(f"{name}.{a}", getattr(value, a, None)) for a in sorted(attrs)]
     for label, v in where:
-        if find(v, 0, set()):
-            how = "is a spyre tensor reached through an attribute" if isinstance(v, _spyre.HostTensor) else \
-                f"holds a spyre tensor inside a {type(v).__name__}"
+        found = find(v, 0, set())
+        if found:
+            how = f"is {found} reached through an attribute" if kind(v) else \
+                f"holds {found} inside a {type(v).__name__}"
             raise _spyre.InvalidArgument(f"{block}: '{label}' {how}; a WORKER block takes tensors by name (one "
                                          "reached otherwise would be read without waiting for its writers)")
 
@@ -814,6 +839,12 @@ def _outline(fn, compiled):
             index = len(specs)
             name = f"{fn.__name__}.{_worker_hint(node.items[0], names) or 'sub' + str(index)}"
             where = f"{name} (the WORKER block at line {node.lineno})"
+            # Two blocks of one name could not be told apart in the report,
+            # the trace or a failure (found probing from outside).
+            twin = next((sp["line"] for sp in specs if sp["name"] == name), None)
+            if twin is not None:
+                raise _spyre.InvalidArgument(f"{where}: the WORKER block at line {twin} has that name too; "
+                                             "give each block a name_hint of its own")
             problem = _block_problem(node)
             if problem:
                 raise _spyre.InvalidArgument(f"{where}: {problem}")
@@ -873,7 +904,7 @@ def _outline(fn, compiled):
                 body=body + [ast.Return(ast.Tuple([ast.Name(o, ast.Load()) for o, _ in outputs], ast.Load()))],
                 decorator_list=[], returns=None, type_comment=None)
             specs.append({"name": name, "fn": _in_owner_class(fn, sub, f"<SubWorker {name}>"), "inputs": inputs,
-                          "outputs": outputs, "written": written, "attrs": attrs})
+                          "outputs": outputs, "written": written, "attrs": attrs, "line": node.lineno})
             call = ast.Call(ast.Attribute(ast.Name("__spyre_dsl__", ast.Load()), "_sub_call", ast.Load()),
                             [ast.Constant(index), ast.List([ast.Name(n, ast.Load()) for n in inputs], ast.Load()),
                              ast.Constant(None)], [])
@@ -1098,6 +1129,10 @@ class CompiledProgram:
                     raise _spyre.InvalidArgument(f"spyre.at(CHIP) block {index} was not seen when the program was "
                                                  "compiled (the blocks must not depend on the data)")
                 task = f"{self.orchestrator.name}.{hint or 'chip' + str(index)}"
+                if any(sp["name"] == task for sp in self._inline_subs) or \
+                        any(t == task for _, t, _ in self._inline_chips.values()):
+                    raise _spyre.InvalidArgument(f"spyre.at(CHIP) block {index}: another block's task is named "
+                                                 f"{task} too; give each block a name_hint of its own")
                 name = self._chip_function(task, chip, len(chip.args), None)
                 self._inline_chips[key] = (name, task, signature)
             name, task, compiled = self._inline_chips[key]

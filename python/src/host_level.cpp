@@ -288,6 +288,26 @@ HostTensor ToHostTensor(py::handle obj, bool writable, const std::string& what, 
     return t;
 }
 
+// The tensor (or row range of one) a numpy array views, for the DSL: an
+// array made of a tensor's numpy() that a WORKER block reads is that tensor,
+// ordered after its writers, not a copy taken when the block is reached
+// (found probing from outside: the block read stale bytes, and its writes
+// through the array were lost). None for an array over no tensor's memory
+// (or over a copied input's: a copy of it is what a block reads);
+// InvalidArgument for one that views a tensor otherwise than whole or rows.
+bool ViewsATensor(py::handle obj) {
+    if (!py::isinstance<py::array>(obj)) return false;
+    ForgetUnheldArrays();
+    const ByteSpan s = SpanOf(py::reinterpret_borrow<py::array>(obj));
+    return std::any_of(WrappedArrays().begin(), WrappedArrays().end(),
+                       [&](const WrappedArray& w) { return !w.copied && s.lo < w.hi && w.lo < s.hi; });
+}
+
+py::object TensorViewedBy(py::handle obj, const std::string& what) {
+    if (!ViewsATensor(obj)) return py::none();
+    return py::cast(ToHostTensor(obj, false, what));
+}
+
 Access AccessFrom(py::handle h) {
     if (py::isinstance<py::str>(h)) {
         const std::string s = h.cast<std::string>();
@@ -1135,6 +1155,10 @@ void BindHostLevel(py::module_& m) {
             }, py::arg("begin"), py::arg("end"), "Rows [begin, end) as a view.")
         .def("describe", &HostTensor::Describe)
         .def("__repr__", [](const HostTensor& t) { return "<spyre.HostTensor " + t.Describe() + ">"; });
+
+    m.def("_views_a_tensor", &ViewsATensor, py::arg("value"), "Internal (the DSL): whether a numpy array views a tensor.");
+    m.def("_tensor_viewed_by", &TensorViewedBy, py::arg("value"), py::arg("what"),
+          "Internal (the DSL): the tensor a numpy array views, or None.");
 
     py::class_<TensorArg>(m, "TensorArg", "A task's tensor argument and how the task uses it.")
         .def_readonly("tensor", &TensorArg::tensor)

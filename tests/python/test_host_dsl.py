@@ -487,6 +487,66 @@ def test_a_blocks_plain_inputs_are_taken_as_they_are_when_it_is_reached(host, co
 
 
 @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def block_reads_a_view(a: Small, f: Out[Small]):
+    t = spyre.create_tensor([4, 4])
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        t[...] = a + 1
+    v = t.numpy()  # the same memory as t (a view, python.md)
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f[...] = v * 2
+    return f
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def block_writes_through_a_view(a: Small, f: Out[Small]):
+    v = np.asarray(f)
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        v[...] = a + 1
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f += 1
+    return f
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def block_reads_a_column_view(a: Small, f: Out[Small]):
+    t = spyre.create_tensor([4, 4])
+    v = t.numpy()[:, 1:]
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f[...] = a + v.sum()
+    return f
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def block_reads_a_view_in_a_list(a: Small, f: Out[Small]):
+    t = spyre.create_tensor([4, 4])
+    vs = [t.numpy()]
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f[...] = a + vs[0]
+    return f
+
+
+def test_a_numpy_view_of_a_tensor_in_a_block_is_that_tensor(host, config):
+    """A block's numpy view of a tensor (t.numpy(), np.asarray(t)) was
+    copied when the block was reached: it read the tensor before the block
+    writing it ran (stale bytes), and its writes through the view were lost
+    (found probing from outside). A view that is neither the whole tensor
+    nor its rows cannot be ordered: InvalidArgument (from compile, whose dry
+    run reaches the block)."""
+    a = np.ones((4, 4), np.float32)
+    with spyre.compile(block_reads_a_view, config, host=host) as compiled:
+        for _ in range(10):
+            np.testing.assert_array_equal(compiled(a), 4.0)
+    with spyre.compile(block_writes_through_a_view, config, host=host) as compiled:
+        for _ in range(10):
+            np.testing.assert_array_equal(compiled(a), 3.0)
+    with pytest.raises(spyre.InvalidArgument, match=r"sub\d+: 'v': the array shares memory with .*neither that "
+                                                    r"array nor a row range of it"):
+        spyre.compile(block_reads_a_column_view, config, host=host)
+    with pytest.raises(spyre.InvalidArgument, match="'vs' holds a numpy view of a spyre tensor inside a list"):
+        spyre.compile(block_reads_a_view_in_a_list, config, host=host)
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
 def block_with_return(a: Small, f: Out[Small]):
     with spyre.at(level=Level.HOST, role=Role.WORKER):
         f[...] = a
@@ -980,3 +1040,62 @@ def test_a_function_outside_the_program_is_invalid_argument(host, config):
     with spyre.compile(calls_a_loose_worker, config, host=host) as compiled:
         with pytest.raises(spyre.Error, match="a_loose_worker: not a function of the compiled program"):
             compiled(np.ones((4, 4), np.float32))
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def worker_blocks_of_one_name(a: Small, f: Out[Small]):
+    with spyre.at(level=Level.HOST, role=Role.WORKER, name_hint="sub1"):
+        f[...] = a
+    with spyre.at(level=Level.HOST, role=Role.WORKER):  # sub1 by default
+        f += 1
+    return f
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def chip_and_worker_blocks_of_one_name(a: Small, f: Out[Small]):
+    with spyre.at(level=Level.HOST, role=Role.WORKER, name_hint="step"):
+        f[...] = a
+    with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR, name_hint="step"):
+        with spyre.at(level=Level.CORE_GROUP):
+            r = spyre.ops.add(a, a)
+        spyre.assemble(f, r)
+    return f
+
+
+def test_two_blocks_of_one_task_name_are_invalid_argument(host, config):
+    """Two blocks with one name_hint, or a hint equal to another block's
+    default name, gave tasks the report and the trace could not tell apart
+    (found probing from outside)."""
+    with pytest.raises(spyre.InvalidArgument, match=r"worker_blocks_of_one_name.sub1 \(the WORKER block at line 5\): "
+                                                    r"the WORKER block at line 3 has that name too"):
+        spyre.compile(worker_blocks_of_one_name, config, host=host)
+    with pytest.raises(spyre.InvalidArgument, match=r"spyre.at\(CHIP\) block 0: another block's task is named "
+                                                    r"chip_and_worker_blocks_of_one_name.step too"):
+        spyre.compile(chip_and_worker_blocks_of_one_name, config, host=host)
+
+
+@spyre.program
+class KeywordOnlyScale:
+    @spyre.function(level=Level.HOST, role=Role.WORKER)
+    def scale(self, a: Small, f: Out[Small], *, by=2.0):
+        f[...] = a * by
+
+    @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+    def host_orch(self, a: Small, f: Out[Small]):
+        self.scale(a, f)
+
+
+def test_a_keyword_only_parameter_keeps_its_default(host, config):
+    """A keyword-only parameter was counted as a tensor: the program
+    compiled and every run failed, "takes 3 tensor(s), got 2" (found
+    probing from outside). One without a default cannot be passed by a
+    task: InvalidArgument when the function is declared."""
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    with spyre.compile(KeywordOnlyScale, config, host=host) as compiled:
+        np.testing.assert_array_equal(compiled(a), a * 2)
+    for params in ("a, *, by", "a, *rest", "a, **kw"):
+        ns = {}
+        exec(f"def w({params}): pass", ns)  # noqa: S102 (the test's own source)
+        with pytest.raises(spyre.InvalidArgument, match=r"w: parameter '\*{0,2}(by|rest|kw)' cannot be passed by a "
+                                                        r"task"):
+            spyre.function(level=Level.HOST, role=Role.WORKER)(ns["w"])
