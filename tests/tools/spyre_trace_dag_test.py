@@ -357,6 +357,58 @@ for name, n, wait in (("0000:01:00.0 (rank 0)", 1, 2.0), ("0000:01:00.0 (rank 1)
 untimed = [task(1, 0, 0, 10), task(2, 1, 11, 5)]
 check("device tasks: waits" not in summarise(untimed, "untimed.json"), "untimed: a device-task waits section")
 
+# Back to back on one core (each task starts where its producer ended):
+# the arrow's end at the consumer's start was bound to the producer, and
+# the chain lost its edges (100 us in 1 task; found probing from outside).
+chain = [{"ph": "M", "name": "thread_name", "pid": PID, "tid": 1, "args": {"name": "0000:00:01.0 core 0"}}]
+chain += [task(1, i, 100 * i, 100) for i in range(3)] + arrow(1, 1, 100, 1, 100) + arrow(2, 1, 200, 1, 200)
+m = re.search(r"DAG critical path: ([\d.]+) us in (\d+) tasks", summarise(chain, "chain.json"))
+check(m is not None and abs(float(m.group(1)) - 300.0) < 1e-6 and m.group(2) == "3",
+      f"back-to-back chain: {m.groups() if m else None}, expected 300 us in 3 tasks")
+
+# A merged trace: each track is named with its process (two processes'
+# "0000:01:00.0 DMA" read as one track listed twice).
+merged = [
+    {"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "rank 0"}},
+    {"ph": "M", "name": "process_name", "pid": 8, "tid": 0, "args": {"name": "rank 1"}},
+    {"ph": "M", "name": "thread_name", "pid": 7, "tid": 1, "args": {"name": "0000:01:00.0 DMA"}},
+    {"ph": "M", "name": "thread_name", "pid": 8, "tid": 1, "args": {"name": "0000:01:00.0 DMA"}},
+    {"ph": "X", "name": "copy", "cat": "dma", "pid": 7, "tid": 1, "ts": 0, "dur": 5},
+    {"ph": "X", "name": "copy", "cat": "dma", "pid": 8, "tid": 1, "ts": 10, "dur": 5},
+]
+out = summarise(merged, "merged.json")
+for rank in (0, 1):
+    check(re.search(rf"\n  0000:01:00.0 DMA \(rank {rank}\) +1 spans", out) is not None,
+          f"merged: no per-track row naming rank {rank}'s process in {out!r}")
+check(re.search(r"critical path: .*\n.*copy  \(0000:01:00.0 DMA \(rank [01]\)\)", out) is not None,
+      f"merged: the critical path does not name the process in {out!r}")
+
+# Render: a span that starts where the one before it ended is beside it,
+# not inside it, at the microsecond timestamps of a host up for hours
+# (A's end and B's start differ by the doubles' rounding: B was drawn one
+# row down, found probing from outside).
+back_to_back = [
+    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": "0000:01:00.0 stream 1"}},
+    {"ph": "X", "cat": "stream", "name": "A", "ts": 39136638000.0, "dur": 33874.364, "pid": 1, "tid": 7},
+    {"ph": "X", "cat": "stream", "name": "B", "ts": 39136671874.364, "dur": 100.0, "pid": 1, "tid": 7},
+]
+with tempfile.TemporaryDirectory() as d:
+    src, page = os.path.join(d, "b2b.json"), os.path.join(d, "b2b.html")
+    with open(src, "w") as f:
+        json.dump({"traceEvents": back_to_back}, f)
+    r = subprocess.run([tool, "render", src, "-o", page], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0, f"render exited {r.returncode}: {r.stderr}")
+    with open(page) as f:
+        data = json.loads(re.search(r'id="trace-data">(.*?)</script>', f.read(), re.S).group(1))
+    check(data["lanes"][0]["depth"] == 1 and [s["z"] for s in data["spans"]] == [0, 0],
+          f"back to back: lane depth {data['lanes'][0]['depth']}, span depths {[s['z'] for s in data['spans']]}")
+
+    # Standard output closed: a message and exit 1 (it was a Python traceback).
+    r = subprocess.run([tool, "summary", src], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                       timeout=60, preexec_fn=lambda: os.close(1))
+    check(r.returncode == 1 and r.stderr == "spyre-trace: standard output is closed: nowhere to write the summary\n",
+          f"stdout closed: exit {r.returncode}, stderr {r.stderr!r}")
+
 if failures:
     sys.exit(1)
 print("spyre-trace DAG summary: all checks passed")
