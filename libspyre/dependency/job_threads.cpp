@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "dependency/job_threads.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -103,10 +105,14 @@ void JobThreads::RunAsHelper(Job& job) {
     if (!jobs_.empty() || stop_.load(std::memory_order_relaxed)) wake_.Notify();
 }
 
-JobThreads::JobThreads(int threads) : count_(threads) {
+JobThreads::JobThreads(int threads, std::string name) : count_(threads) {
     try {
         threads_.reserve(size_t(std::max(threads, 0)));
-        for (int i = 0; i < threads; ++i) threads_.emplace_back([this, i] { Loop(i); });
+        for (int i = 0; i < threads; ++i) {
+            threads_.emplace_back([this, i] { Loop(i); });
+            const std::string thread_name = (name + "-" + std::to_string(i)).substr(0, 15);
+            pthread_setname_np(threads_.back().native_handle(), thread_name.c_str());
+        }
     } catch (const std::exception& e) {  // out of threads or memory: the ones made stop, nothing aborts
         const size_t made = threads_.size();
         Stop();

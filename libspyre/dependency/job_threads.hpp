@@ -37,7 +37,9 @@ namespace spyre::dependency {
 class JobThreads {
 public:
     // OutOfMemory when the threads cannot all start (those that did stop).
-    explicit JobThreads(int threads);
+    // Thread i is named `name`-i (top -H, perf, a trace's tracks; cut to
+    // the 15 characters Linux keeps).
+    explicit JobThreads(int threads, std::string name = "spyre-jobs");
     ~JobThreads();  // runs what is queued, then joins
     JobThreads(const JobThreads&) = delete;
     JobThreads& operator=(const JobThreads&) = delete;

@@ -508,7 +508,7 @@ Dispatcher::Dispatcher(std::vector<std::unique_ptr<ChipExecutor>> executors, con
     for (size_t d = 0; d < executors_.size(); ++d) {
         room_.push_back(std::max(1u, executors_[d]->Concurrency()));
         remote_.push_back(executors_[d]->Remote());
-        lanes_.push_back(std::make_unique<JobThreads>(room_[d]));
+        lanes_.push_back(std::make_unique<JobThreads>(room_[d], "spyre-chip" + std::to_string(d)));
         device_names_.push_back(executors_[d]->Describe());
         local_.push_back(dynamic_cast<LocalChipExecutor*>(executors_[d].get()));
         auto* remote = dynamic_cast<RemoteChipExecutor*>(executors_[d].get());
@@ -522,7 +522,7 @@ Dispatcher::Dispatcher(std::vector<std::unique_ptr<ChipExecutor>> executors, con
     to_post_.resize(lanes_.size() + 1);
     placement_.remote = remote_;
     any_remote_ = std::find(remote_.begin(), remote_.end(), true) != remote_.end();
-    if (config.num_sub_workers > 0) sub_workers_ = std::make_unique<JobThreads>(config.num_sub_workers);
+    if (config.num_sub_workers > 0) sub_workers_ = std::make_unique<JobThreads>(config.num_sub_workers, "spyre-sub");
 }
 
 Dispatcher::~Dispatcher() { Shutdown(); }

@@ -76,7 +76,7 @@ uint32_t CpuWorker::RunTimed(const TaskDescriptor& task) {
 }
 
 void CpuWorker::Start(ReadyQueue& queue, CompletionSink& sink) {
-    pool_ = std::make_unique<dependency::JobThreads>(int(threads_));
+    pool_ = std::make_unique<dependency::JobThreads>(int(threads_), "spyre-cpu");
     for (unsigned i = 0; i < threads_; ++i) pool_->Post([this, &queue, &sink] { Serve(queue, sink); });
 }
 
