@@ -95,6 +95,10 @@ int Serve(MpiTransport& t) {
     service.Serve(0);
     for (int r = 0; r < t.size(); ++r)
         if (auto e = t.PeerError(r)) {
+            // Rank 0 sent Shutdown and may have left already (its transport
+            // gone): that it left is no error here (it failed this test 1 in
+            // 4 runs on a loaded machine).
+            if (r == 0 && std::string(e->what()).find(" left the run: ") != std::string::npos) continue;
             std::fprintf(stderr, "rank %d: %s\n", t.rank(), e->what());
             return 2;
         }
