@@ -38,6 +38,7 @@ import copy
 import enum
 import inspect
 import re
+import sys
 import textwrap
 import threading
 import types
@@ -150,6 +151,7 @@ class DslFunction:
         sig = inspect.signature(fn)
         hints = fn.__annotations__
         self.params = []  # (name, TensorType or None, is_out)
+        defaulted = None  # the first positional parameter left at its default
         for i, p in enumerate(sig.parameters.values()):
             if i == 0 and p.name == "self":
                 continue
@@ -165,6 +167,12 @@ class DslFunction:
             ann = hints.get(p.name)
             if isinstance(ann, str):
                 ann = eval(ann, fn.__globals__)  # noqa: S307 (annotations of the user's own module)
+            if p.default is not p.empty and not isinstance(ann, (TensorType, OutType)):
+                defaulted = defaulted or p.name
+                continue  # a plain parameter with a default keeps it
+            if defaulted:  # the task's tensors are passed by position: this one would land in it
+                raise _spyre.InvalidArgument(f"{fn.__name__}: tensor parameter '{p.name}' follows '{defaulted}', a "
+                                             "plain parameter with a default: put the tensors first")
             if isinstance(ann, OutType):
                 self.params.append((p.name, ann.tensor, True))
             else:
@@ -476,6 +484,7 @@ class at:  # noqa: N801 (seed 003's pl.at)
         self.level, self.role, self.name_hint = level, role, name_hint
 
     def __enter__(self):
+        self.line = sys._getframe(1).f_lineno  # the block's own: one block run in a loop is one block
         c = _ctx()
         if c is None:
             raise _spyre.InvalidArgument("spyre.at: only inside a HOST orchestrator run by a compiled program")
@@ -512,7 +521,7 @@ class at:  # noqa: N801 (seed 003's pl.at)
         index = c.chip_blocks
         c.chip_blocks += 1
         chip.finish(f"spyre.at(CHIP) block {index}", "never lands in a host tensor (use spyre.assemble(target, value))")
-        name, task = c.compiled._inline_chip(index, self.name_hint, chip, c.dry)
+        name, task = c.compiled._inline_chip(index, self.name_hint, chip, c.dry, self.line)
         if not c.dry:
             c.graph.chip(name, [(acc, t) for t, acc in chip.args], name=task)
         return False
@@ -526,6 +535,7 @@ def _sub_call(index, inputs, consts):
     # A numpy view of a tensor (t.numpy(), np.asarray(t)) is that tensor:
     # a copy taken here would be read before the tensor's writers ran, and
     # the block's writes to it lost (found probing from outside).
+    read_only = {n for n, v in zip(spec["inputs"], inputs) if isinstance(v, np.ndarray) and not v.flags.writeable}
     inputs = [_tensor_or_value(spec["name"], n, v) for n, v in zip(spec["inputs"], inputs)]
     tensor_in = [(n, v) for n, v in zip(spec["inputs"], inputs) if isinstance(v, _spyre.HostTensor)]
     # A plain value is taken as it is now: the task runs later, and the
@@ -534,7 +544,7 @@ def _sub_call(index, inputs, consts):
     fixed = {}
     for n, v in zip(spec["inputs"], inputs):
         if not isinstance(v, _spyre.HostTensor):
-            _refuse_hidden_tensors(spec["name"], n, v, spec["attrs"].get(n, ()))
+            _refuse_hidden_tensors(spec["name"], n, v, spec["attrs"].get(n, ()), c.compiled.obj)
             fixed[n] = _as_it_is_now(v)
     fn = spec["fn"]
     n_in = len(tensor_in)
@@ -548,7 +558,9 @@ def _sub_call(index, inputs, consts):
 
     if not c.dry:
         body.__name__ = spec["name"]  # the SubWorker's name in failures, as the task's
-        c.graph.sub(body, [("inout" if n in spec["written"] else "in", v) for n, v in tensor_in] +
+        # A read-only view stays read-only: written, it fails the task, as numpy would.
+        c.graph.sub(body, [("inout" if n in spec["written"] and n not in read_only else "in", v)
+                           for n, v in tensor_in] +
                     [("out", o) for o in outs], name=spec["name"])
     return tuple(outs)
 
@@ -560,25 +572,50 @@ def _tensor_or_value(block, name, value):
     return value if t is None else t
 
 
-def _refuse_hidden_tensors(block, name, value, attrs):
-    """A tensor (or a numpy view of one) a block reaches through a container
-    or an attribute gets no dependency: the task read it before its writer
-    ran, or after the next run's (found probing). InvalidArgument naming
-    where it is."""
+def _refuse_hidden_tensors(block, name, value, attrs, program=None):
+    """A tensor (or a numpy view of one) a block reaches otherwise than by
+    name gets no dependency: the task read it before its writer ran, or
+    after the next run's (found probing). Looked for through containers,
+    numpy object arrays, memoryviews, a function's closure and defaults, a
+    bound method's object, and an object's attributes (not the program's
+    own: the attributes a block reads of it are looked at by name), a few
+    levels deep. InvalidArgument naming where it is."""
+    budget = [10000]  # objects looked at, at most
+
     def kind(v):
         if isinstance(v, _spyre.HostTensor):
             return "a spyre tensor"
         return "a numpy view of a spyre tensor" if _spyre._views_a_tensor(v) else None
 
+    def inside(v):
+        if isinstance(v, dict):
+            return list(v.values())
+        if isinstance(v, (list, tuple, set, frozenset)):
+            return list(v)
+        if isinstance(v, np.ndarray):
+            return list(v.ravel()[:10000]) if v.dtype == object else []
+        if isinstance(v, memoryview):
+            return [v.obj]
+        if isinstance(v, types.MethodType):
+            return [v.__func__] + ([] if v.__self__ is program else [v.__self__])
+        if isinstance(v, types.FunctionType):
+            cells = [c.cell_contents for c in v.__closure__ or () if _cell_is_set(c)]
+            return cells + list(v.__defaults__ or ()) + list((v.__kwdefaults__ or {}).values())
+        if v is program or isinstance(v, (type, types.ModuleType)) or not hasattr(v, "__dict__"):
+            return []
+        try:
+            return list(vars(v).values())
+        except TypeError:
+            return []
+
     def find(v, depth, seen):
         if kind(v):
             return kind(v)
-        if depth > 3 or id(v) in seen:
+        if depth > 8 or id(v) in seen or budget[0] <= 0:
             return None
         seen.add(id(v))
-        items = list(v.values()) if isinstance(v, dict) else list(v) if isinstance(
-            v, (list, tuple, set, frozenset)) else []
-        return next((k for k in (find(x, depth + 1, seen) for x in items[:10000]) if k), None)
+        budget[0] -= 1
+        return next((k for k in (find(x, depth + 1, seen) for x in inside(v)[:10000]) if k), None)
 
     where = [(name, value)] + [(f"{name}.{a}", getattr(value, a, None)) for a in sorted(attrs)]
     for label, v in where:
@@ -837,7 +874,7 @@ def _outline(fn, compiled):
                 self.generic_visit(node)
                 return node
             index = len(specs)
-            name = f"{fn.__name__}.{_worker_hint(node.items[0], names) or 'sub' + str(index)}"
+            name = f"{compiled.orchestrator.name}.{_worker_hint(node.items[0], names) or 'sub' + str(index)}"
             where = f"{name} (the WORKER block at line {node.lineno})"
             # Two blocks of one name could not be told apart in the report,
             # the trace or a failure (found probing from outside).
@@ -1113,7 +1150,7 @@ class CompiledProgram:
                                              f"(f[...] = ...); it returned a {type(r).__name__}, which goes nowhere")
         return _register_named(self.worker.register_sub_worker, name, run)
 
-    def _inline_chip(self, index, hint, chip, dry):
+    def _inline_chip(self, index, hint, chip, dry, line=None):
         """The registered chip function of inline CHIP block `index` and its
         task's name (`<orchestrator>.<hint>`, or `.chip<index>`), the
         function made when the program is compiled. InvalidArgument when the
@@ -1129,13 +1166,14 @@ class CompiledProgram:
                     raise _spyre.InvalidArgument(f"spyre.at(CHIP) block {index} was not seen when the program was "
                                                  "compiled (the blocks must not depend on the data)")
                 task = f"{self.orchestrator.name}.{hint or 'chip' + str(index)}"
+                # Another block of that name (not this one again, in a loop).
                 if any(sp["name"] == task for sp in self._inline_subs) or \
-                        any(t == task for _, t, _ in self._inline_chips.values()):
+                        any(t == task and at_line != line for _, t, _, at_line in self._inline_chips.values()):
                     raise _spyre.InvalidArgument(f"spyre.at(CHIP) block {index}: another block's task is named "
                                                  f"{task} too; give each block a name_hint of its own")
                 name = self._chip_function(task, chip, len(chip.args), None)
-                self._inline_chips[key] = (name, task, signature)
-            name, task, compiled = self._inline_chips[key]
+                self._inline_chips[key] = (name, task, signature, line)
+            name, task, compiled, _ = self._inline_chips[key]
         if signature != compiled:
             raise _spyre.InvalidArgument(f"spyre.at(CHIP) block {index}: {_signature_change(compiled, signature)} "
                                          "when the program was compiled; its chip function replays what it "

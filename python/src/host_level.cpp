@@ -292,20 +292,59 @@ HostTensor ToHostTensor(py::handle obj, bool writable, const std::string& what, 
 // array made of a tensor's numpy() that a WORKER block reads is that tensor,
 // ordered after its writers, not a copy taken when the block is reached
 // (found probing from outside: the block read stale bytes, and its writes
-// through the array were lost). None for an array over no tensor's memory
-// (or over a copied input's: a copy of it is what a block reads);
-// InvalidArgument for one that views a tensor otherwise than whole or rows.
-bool ViewsATensor(py::handle obj) {
-    if (!py::isinstance<py::array>(obj)) return false;
+// through the array were lost). Looked up by the tensors' own memory: a
+// copied input's is its copy's (what the run's tensor and its numpy() are
+// over), not the caller's array it was copied from, which stays a plain
+// array. None for an array over no tensor's memory; InvalidArgument for
+// one that views a tensor otherwise than whole or as rows.
+struct TensorMemory {
+    uintptr_t lo, hi;
+    const HostTensor* tensor;
+};
+
+std::vector<TensorMemory> TensorsUnder(const py::handle& obj) {
+    std::vector<TensorMemory> under;
+    if (!py::isinstance<py::array>(obj)) return under;
     ForgetUnheldArrays();
     const ByteSpan s = SpanOf(py::reinterpret_borrow<py::array>(obj));
-    return std::any_of(WrappedArrays().begin(), WrappedArrays().end(),
-                       [&](const WrappedArray& w) { return !w.copied && s.lo < w.hi && w.lo < s.hi; });
+    for (const WrappedArray& w : WrappedArrays()) {
+        const auto lo = reinterpret_cast<uintptr_t>(w.tensor.data());
+        const uintptr_t hi = lo + w.tensor.bytes();
+        if (s.lo < hi && lo < s.hi) under.push_back({lo, hi, &w.tensor});
+    }
+    return under;
 }
 
+bool ViewsATensor(py::handle obj) { return !TensorsUnder(obj).empty(); }
+
 py::object TensorViewedBy(py::handle obj, const std::string& what) {
-    if (!ViewsATensor(obj)) return py::none();
-    return py::cast(ToHostTensor(obj, false, what));
+    const std::vector<TensorMemory> under = TensorsUnder(obj);
+    if (under.empty()) return py::none();
+    const auto a = py::reinterpret_borrow<py::array>(obj);
+    const ByteSpan s = SpanOf(a);
+    const DType dtype = HostDTypeOf(a, std::nullopt, what);
+    const std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
+    const bool contiguous = a.flags() & py::array::c_style;
+    // Of the tensors the array lies in (a tensor and a row view of it may
+    // both be known), the widest it is whole rows of.
+    const TensorMemory* best = nullptr;
+    for (const TensorMemory& m : under) {
+        const std::vector<int64_t> whole = m.tensor->shape();
+        if (!contiguous || m.tensor->dtype() != dtype || whole.empty() || whole.size() != shape.size() ||
+            !std::equal(whole.begin() + 1, whole.end(), shape.begin() + 1) || s.lo < m.lo || s.hi > m.hi ||
+            (s.lo - m.lo) % (m.tensor->bytes() / uint64_t(whole[0])) != 0)
+            continue;
+        if (!best || m.hi - m.lo > best->hi - best->lo) best = &m;
+    }
+    if (!best)
+        throw Error(ErrorKind::InvalidArgument,
+                    what + ": the array shares memory with " + under.front().tensor->Describe() +
+                        " but is neither that tensor's whole array nor a row range of it, so a task could not be "
+                        "ordered with that tensor's other tasks: pass the tensor, or its rows() views");
+    const HostTensor& t = *best->tensor;
+    const auto first = int64_t((s.lo - best->lo) / (t.bytes() / uint64_t(t.shape()[0])));
+    if (first == 0 && shape[0] == t.shape()[0]) return py::cast(t);
+    return py::cast(t.Rows(first, first + shape[0]));
 }
 
 Access AccessFrom(py::handle h) {
