@@ -26,8 +26,9 @@ constexpr uint64_t kBufferOwner = 1ull << 63;
 
 // The depth-0 rule, as messages state it.
 constexpr const char* kHoldRule =
-    "a task with implicit outputs submitted outside any scope is held by its submitting thread until a later "
-    "task of that thread reads them, the thread's next pto_wait_all, or its exit; outputs whose address "
+    "a task with implicit outputs submitted outside any scope is held by its submitting thread until later "
+    "tasks of that thread have read every output pto_task_output handed out, the thread's next pto_wait_all, or "
+    "its exit; outputs whose address "
     "pto_task_output never handed out go sooner when the rings are full, except the one of each thread's newest "
     "task that took a hold";
 
@@ -1502,6 +1503,17 @@ bool TaskGraph::ReadsFrom(const TaskDescriptor& consumer, int32_t producer) {
     return std::find(consumer.fanin.begin(), reads_end, producer) != reads_end;
 }
 
+uint32_t TaskGraph::OutputsTouched(const TaskDescriptor& owner, const ResolvedParam& p) {
+    const auto lo = uint64_t(reinterpret_cast<uintptr_t>(p.host)), hi = lo + p.size;
+    uint32_t touched = 0;
+    for (int32_t i = 0; i < owner.num_params; ++i) {
+        const ResolvedParam& o = owner.params[i];
+        const auto olo = uint64_t(reinterpret_cast<uintptr_t>(o.host));
+        if (o.implicit && lo < olo + o.size && olo < hi) touched |= 1u << i;
+    }
+    return touched;
+}
+
 bool TaskGraph::Covers(const TaskDescriptor& owner, const ResolvedParam& p) {
     const auto a = uint64_t(reinterpret_cast<uintptr_t>(p.host));
     return owner.has_heap_block && a >= owner.packed_buffer_base && a - owner.packed_buffer_base < owner.heap_bytes &&
@@ -1551,11 +1563,17 @@ void TaskGraph::LetGoHoldsReadBy(const TaskDescriptor& t) {
     const std::thread::id self = std::this_thread::get_id();
     for (size_t h = 0; h < holds_.size();) {
         const Held held = holds_[h];
+        TaskDescriptor& owner = ring_.Get(held.task);
         bool read = false;
         if (held.thread == self)
-            for (int32_t i = 0; i < t.num_params && !read; ++i)
-                read = t.params[i].in_outputs && Covers(ring_.Get(held.task), t.params[i]);
-        if (!read) {
+            for (int32_t i = 0; i < t.num_params; ++i)
+                if (t.params[i].in_outputs && Covers(owner, t.params[i])) {
+                    read = true;
+                    owner.outputs_read |= OutputsTouched(owner, t.params[i]);
+                }
+        // It stays while an output handed out is still unread (its reader
+        // holds it as a consumer from now on all the same).
+        if (!read || (owner.outputs_handed_out & ~owner.outputs_read) != 0) {
             ++h;
             continue;
         }
@@ -1833,6 +1851,7 @@ uint8_t* TaskGraph::TaskOutput(int32_t task_id, int32_t index) {
     for (int32_t i = 0; i < t.num_params; ++i)
         if (t.params[i].implicit && n++ == index) {
             t.handed_out = true;  // from now on a task may name these outputs
+            t.outputs_handed_out |= 1u << i;
             return t.params[i].host;
         }
     Fail(ErrorKind::InvalidArgument, Describe(task_id) + " has " + std::to_string(n) + " implicit output(s): index " +

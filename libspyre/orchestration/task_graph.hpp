@@ -367,6 +367,8 @@ private:
     bool LetGoHoldsWhere(Which&& which);  // the holds `which` picks; whether there were any
     // Whether `p` lies inside `owner`'s implicit outputs.
     static bool Covers(const TaskDescriptor& owner, const ResolvedParam& p);
+    // The implicit outputs of `owner` (bit i: params[i]) that `p` overlaps.
+    static uint32_t OutputsTouched(const TaskDescriptor& owner, const ResolvedParam& p);
     // Whether `consumer` reads from `producer` (a producer its reads'
     // lookups met): the edges a failure passes along (fan_out.hpp).
     static bool ReadsFrom(const TaskDescriptor& consumer, int32_t producer);

@@ -583,6 +583,44 @@ TEST_P(OrchQueueTest, DepthZeroOutputsTakenEarlyAreKeptForTheirReader) {
     for (int i = 0; i < 16; ++i) ASSERT_EQ(out[i], uint32_t(2 * i + 200)) << i;
 }
 
+// A depth-0 task of two outputs, both handed out, one read: the hold
+// stays for the other. Before, reading one let the task go; its block
+// went to a newer task's output, and a later read of the other output
+// read that task's bytes, silently (found probing from outside).
+TEST_P(OrchQueueTest, ADepthZeroHoldStaysUntilEveryOutputHandedOutWasRead) {
+    Make(16, 256);
+    constexpr int32_t kTwoOutputs = 100, kCopyFirstWord = 101;
+    o().RegisterHostKernel(kTwoOutputs, [](std::span<void* const> b, std::span<const uint64_t> s) {
+        const uint32_t tag = *static_cast<const uint32_t*>(b[0]);
+        for (size_t out = 1; out < b.size(); ++out)
+            for (size_t i = 0; i < s[out] / 4; ++i) static_cast<uint32_t*>(b[out])[i] = tag + uint32_t(out);
+        return 0u;
+    });
+    o().RegisterHostKernel(kCopyFirstWord, [](std::span<void* const> b, std::span<const uint64_t>) {
+        *static_cast<uint32_t*>(b[1]) = *static_cast<const uint32_t*>(b[0]);
+        return 0u;
+    });
+    uint32_t* tag = Data(0, 64);
+    uint32_t* result = Data(4096, 64);
+    *tag = 10;
+    TaskParam two[] = {In(tag, 4), Out(nullptr, 64), Out(nullptr, 64)};
+    const int32_t t = o().Submit(kTwoOutputs, WORKER_VECTOR, two);
+    void* first = o().TaskOutput(t, 0);   // 11s
+    void* second = o().TaskOutput(t, 1);  // 12s
+    TaskParam read_second[] = {In(second, 64), Out(result, 4)};
+    const int32_t r = o().Submit(kCopyFirstWord, WORKER_VECTOR, read_second);
+    WaitForTask(r);
+    // A newer depth-0 task's output must not take the first output's block
+    // (the heap ring's only one): there is no room while it is held.
+    TaskParam newer[] = {In(tag, 4), Out(nullptr, 128)};
+    EXPECT_SPYRE_ERROR(o().Submit(kTwoOutputs, WORKER_VECTOR, newer), OutOfMemory, "held by its submitting thread");
+    TaskParam read_first[] = {In(first, 64), Out(result + 1, 4)};
+    o().Submit(kCopyFirstWord, WORKER_VECTOR, read_first);
+    o().WaitAll();
+    EXPECT_EQ(result[0], 12u);
+    EXPECT_EQ(result[1], 11u) << "the first output was let go with the second's read";
+}
+
 // Once its hold has gone (here: a wait), an output's address is refused,
 // not read: nothing live is there, or what is there was never handed out.
 TEST_P(OrchQueueTest, AnOutputUsedAfterItsHoldWentIsRefused) {
