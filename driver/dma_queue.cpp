@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <liburing.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -198,7 +199,11 @@ protected:
     // Derived constructors start the engines once they can Move; derived
     // destructors stop them before what Move uses goes away.
     void StartEngines(unsigned n) {
-        for (unsigned i = 0; i < n; ++i) workers_.emplace_back([this, i] { CopyLoop(i); });
+        for (unsigned i = 0; i < n; ++i) {
+            workers_.emplace_back([this, i] { CopyLoop(i); });
+            // top -H, perf and a trace's tracks tell the copy engines apart.
+            pthread_setname_np(workers_.back().native_handle(), ("spyre-dma-" + std::to_string(i)).c_str());
+        }
     }
     void StopEngines() {
         {

@@ -38,7 +38,8 @@ void RemoteChipService::SetRouter(Router router, std::vector<std::string> functi
     device_threads_.clear();
     if (concurrency > 1)
         for (uint32_t room : router_rooms_)
-            device_threads_.push_back(std::make_unique<JobThreads>(int(std::clamp<uint32_t>(room, 1, 256))));
+            device_threads_.push_back(std::make_unique<JobThreads>(
+                int(std::clamp<uint32_t>(room, 1, 256)), "spyre-serve" + std::to_string(device_threads_.size())));
 }
 
 void RemoteChipService::Register(const std::string& name, RemoteCallHandler handler) {

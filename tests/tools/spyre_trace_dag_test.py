@@ -382,6 +382,14 @@ for rank in (0, 1):
           f"merged: no per-track row naming rank {rank}'s process in {out!r}")
 check(re.search(r"critical path: .*\n.*copy  \(0000:01:00.0 DMA \(rank [01]\)\)", out) is not None,
       f"merged: the critical path does not name the process in {out!r}")
+# Two runs of one program (one process name): told apart by pid.
+for e in merged:
+    if e["name"] == "process_name":
+        e["args"]["name"] = "spyre: app"
+out = summarise(merged, "same_name.json")
+for pid in (7, 8):
+    check(re.search(rf"\n  0000:01:00.0 DMA \(spyre: app, pid {pid}\) +1 spans", out) is not None,
+          f"same process name: no row naming pid {pid} in {out!r}")
 
 # Render: a span that starts where the one before it ended is beside it,
 # not inside it, at the microsecond timestamps of a host up for hours
@@ -391,6 +399,9 @@ back_to_back = [
     {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": "0000:01:00.0 stream 1"}},
     {"ph": "X", "cat": "stream", "name": "A", "ts": 39136638000.0, "dur": 33874.364, "pid": 1, "tid": 7},
     {"ph": "X", "cat": "stream", "name": "B", "ts": 39136671874.364, "dur": 100.0, "pid": 1, "tid": 7},
+    # An empty op, then the next starting where it is (a stream's ops).
+    {"ph": "X", "cat": "stream", "name": "C", "ts": 39136671974.364, "dur": 0.0, "pid": 1, "tid": 7},
+    {"ph": "X", "cat": "stream", "name": "D", "ts": 39136671974.364, "dur": 10.0, "pid": 1, "tid": 7},
 ]
 with tempfile.TemporaryDirectory() as d:
     src, page = os.path.join(d, "b2b.json"), os.path.join(d, "b2b.html")
@@ -400,7 +411,7 @@ with tempfile.TemporaryDirectory() as d:
     check(r.returncode == 0, f"render exited {r.returncode}: {r.stderr}")
     with open(page) as f:
         data = json.loads(re.search(r'id="trace-data">(.*?)</script>', f.read(), re.S).group(1))
-    check(data["lanes"][0]["depth"] == 1 and [s["z"] for s in data["spans"]] == [0, 0],
+    check(data["lanes"][0]["depth"] == 1 and [s["z"] for s in data["spans"]] == [0, 0, 0, 0],
           f"back to back: lane depth {data['lanes'][0]['depth']}, span depths {[s['z'] for s in data['spans']]}")
 
     # Standard output closed: a message and exit 1 (it was a Python traceback).
