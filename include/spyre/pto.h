@@ -204,11 +204,16 @@ int32_t pto_task_fail(Runtime* rt, int32_t task_id, uint32_t error_code);
 /* Address of implicit output `index` (counting implicit outputs only) of a
  * live task (Example 1's packed_buffer_base + offset). NULL on error.
  * The depth-0 rule (docs/orchestration.md): a task submitted outside any
- * scope is held by its submitting thread until a later task of that
- * thread reads its outputs, the thread's next pto_wait_all, or its exit;
- * outputs this call never handed out may go sooner when the rings are
- * full. An address in the heap ring that is not inside live, handed-out
- * outputs (or a live pto_alloc buffer) is refused by pto_submit_task. */
+ * scope is held by the calling thread until later tasks of that thread
+ * have read every output this call handed out (an output asked for after
+ * the others were read is held again for its reader), the thread's next
+ * pto_wait_all, or its exit; outputs this call never handed out may go
+ * sooner when the rings are full. NULL (EINVAL) for a task already let
+ * go. An address in the heap ring that is not inside live, handed-out
+ * outputs (or a live pto_alloc buffer) is refused by pto_submit_task;
+ * ask again (this call) for an output a second reader reads after the
+ * first ran: the address kept from before may be a newer output's by
+ * then. */
 void* pto_task_output(Runtime* rt, int32_t task_id, int32_t index);
 /* PTO_TASK_* of a submitted task, or -EINVAL for an id never handed out. */
 int32_t pto_task_state(Runtime* rt, int32_t task_id);

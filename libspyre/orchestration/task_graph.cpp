@@ -1847,11 +1847,25 @@ uint8_t* TaskGraph::TaskOutput(int32_t task_id, int32_t index) {
         Fail(ErrorKind::InvalidArgument, "task " + std::to_string(task_id) +
                                              " is not live (never submitted, or consumed and reclaimed)");
     TaskDescriptor& t = ring_.Get(task_id);
+    // Consumed but not yet behind the ring's tail: its block went back to
+    // the heap ring, and the address may be a newer output's already.
+    if (t.state.load(std::memory_order_relaxed) == TaskState::Consumed)
+        Fail(ErrorKind::InvalidArgument, Describe(task_id) + " was let go: its outputs' block is another's now (" +
+                                             kHoldRule + ")");
     int32_t n = 0;
     for (int32_t i = 0; i < t.num_params; ++i)
         if (t.params[i].implicit && n++ == index) {
             t.handed_out = true;  // from now on a task may name these outputs
             t.outputs_handed_out |= 1u << i;
+            // At depth 0, an output handed out after the task's hold went
+            // (its other outputs were read) is held again for its reader:
+            // unheld, the task went once those readers ran, and this
+            // address, read later, was a newer output's (found probing).
+            const std::thread::id me = std::this_thread::get_id();
+            if (!t.in_scopes && (t.outputs_read & (1u << i)) == 0 &&
+                std::none_of(holds_.begin(), holds_.end(),
+                             [&](const Held& h) { return h.thread == me && h.task == task_id; }))
+                Hold(t);
             return t.params[i].host;
         }
     Fail(ErrorKind::InvalidArgument, Describe(task_id) + " has " + std::to_string(n) + " implicit output(s): index " +

@@ -621,6 +621,74 @@ TEST_P(OrchQueueTest, ADepthZeroHoldStaysUntilEveryOutputHandedOutWasRead) {
     EXPECT_EQ(result[1], 11u) << "the first output was let go with the second's read";
 }
 
+// An output handed out after the task's hold went (its other output was
+// read) is held again for its reader; a task already let go gives no
+// address. Before, the task went once the first reader ran, and the later
+// read of the second output got a newer task's bytes (found probing from
+// outside), or pto_task_output handed out a released block.
+TEST_P(OrchQueueTest, AnOutputHandedOutAfterTheHoldWentIsHeldAgain) {
+    Make(16, 512, 4 << 20, 2, false);  // no task runs on the submitting thread
+    constexpr int32_t kTwoOutputs = 100, kCopyFirstWord = 101, kGatedCopyFirstWord = 102;
+    std::atomic<bool> open{false};
+    o().RegisterHostKernel(kGatedCopyFirstWord, [&](std::span<void* const> b, std::span<const uint64_t>) {
+        for (int i = 0; i < 10000 && !open.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        *static_cast<uint32_t*>(b[1]) = *static_cast<const uint32_t*>(b[0]);
+        return 0u;
+    });
+    o().RegisterHostKernel(kTwoOutputs, [](std::span<void* const> b, std::span<const uint64_t> s) {
+        const uint32_t tag = *static_cast<const uint32_t*>(b[0]);
+        for (size_t out = 1; out < b.size(); ++out)
+            for (size_t i = 0; i < s[out] / 4; ++i) static_cast<uint32_t*>(b[out])[i] = tag + uint32_t(out);
+        return 0u;
+    });
+    o().RegisterHostKernel(kCopyFirstWord, [](std::span<void* const> b, std::span<const uint64_t>) {
+        *static_cast<uint32_t*>(b[1]) = *static_cast<const uint32_t*>(b[0]);
+        return 0u;
+    });
+    uint32_t* tag = Data(0, 64);
+    uint32_t* result = Data(4096, 64);
+    *tag = 10;
+    TaskParam two[] = {In(tag, 4), Out(nullptr, 64), Out(nullptr, 64)};
+    const int32_t t = o().Submit(kTwoOutputs, WORKER_VECTOR, two);
+    TaskParam read_first[] = {In(o().TaskOutput(t, 0), 64), Out(result, 4)};
+    const int32_t r = o().Submit(kGatedCopyFirstWord, WORKER_VECTOR, read_first);  // the hold went with this read
+    void* second = o().TaskOutput(t, 1);  // while its reader keeps the task
+    open = true;
+    WaitForTask(r);
+    *tag = 100;
+    // Newer outputs, handed out and read, until the heap ring cannot go
+    // round past the held task (OutOfMemory; unheld, they took its block).
+    for (int i = 0; i < 8; ++i) {
+        TaskParam newer[] = {In(tag, 4), Out(nullptr, 128)};
+        int32_t n = -1;
+        try {
+            n = o().Submit(kTwoOutputs, WORKER_VECTOR, newer);
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory) << e.what();
+            break;
+        }
+        TaskParam read_newer[] = {In(o().TaskOutput(n, 0), 4), Out(result + 2, 4)};
+        WaitForTask(o().Submit(kCopyFirstWord, WORKER_VECTOR, read_newer));
+    }
+    TaskParam read_second[] = {In(second, 64), Out(result + 1, 4)};
+    o().Submit(kCopyFirstWord, WORKER_VECTOR, read_second);
+    o().WaitAll();
+    EXPECT_EQ(result[0], 11u);
+    EXPECT_EQ(result[1], 12u) << "the second output was read after its task was let go";
+    // A task let go (consumed) while an older one keeps the ring's tail:
+    // its outputs are refused, not handed out.
+    TaskParam keeper[] = {In(tag, 4), Out(nullptr, 64)};
+    const int32_t k = o().Submit(kTwoOutputs, WORKER_VECTOR, keeper);
+    (void)o().TaskOutput(k, 0);  // held until read or a wait
+    TaskParam one[] = {In(tag, 4), Out(nullptr, 64)};
+    const int32_t u = o().Submit(kTwoOutputs, WORKER_VECTOR, one);
+    TaskParam read_u[] = {In(o().TaskOutput(u, 0), 64), Out(result, 4)};
+    WaitForTask(o().Submit(kCopyFirstWord, WORKER_VECTOR, read_u));
+    while (o().TaskState(u) != PTO_TASK_CONSUMED) std::this_thread::yield();
+    EXPECT_SPYRE_ERROR(o().TaskOutput(u, 0), InvalidArgument, "was let go: its outputs' block is another's now");
+    o().WaitAll();
+}
+
 // Once its hold has gone (here: a wait), an output's address is refused,
 // not read: nothing live is there, or what is there was never handed out.
 TEST_P(OrchQueueTest, AnOutputUsedAfterItsHoldWentIsRefused) {
