@@ -34,8 +34,11 @@ from __future__ import annotations
 
 import ast
 import builtins
+import collections
+import collections.abc
 import copy
 import enum
+import functools
 import inspect
 import re
 import sys
@@ -243,6 +246,10 @@ class _ChipArg:
     def __init__(self, index, t):
         self.index, self.shape, self.dtype = index, t.shape, t.dtype
 
+    def rows(self, begin, end):
+        raise _spyre.Unsupported("rows() of a CHIP function's parameter: its ops take whole parameters (pass the "
+                                 "rows from the HOST orchestrator as the argument instead)")
+
 
 def _block_signature(chip):
     """What an inline CHIP block recorded: its ops (with operands, result
@@ -268,11 +275,15 @@ def _signature_change(then, now):
 class _ChipBuilder:
     """Records the core calls of one chip function: ops over args and temporaries."""
 
-    def __init__(self, compiled, args=None):
+    def __init__(self, compiled, args=None, functional=False):
         self.compiled = compiled
         self.calls = []       # dicts: op, operands (refs), out (ref), shape, dtype
         self.args = [] if args is None else args  # inline: (HostTensor, access) in chip-arg order
         self.arg_ids = {}
+        # A CHIP function's operands are its parameters (_ChipArg) and its
+        # ops' results: a tensor of its own (a global, a create_tensor) took
+        # parameter 0's place (found probing from outside).
+        self.functional = functional
 
     def ref(self, x, access="in"):
         if isinstance(x, _CoreValue):
@@ -280,7 +291,11 @@ class _ChipBuilder:
         if isinstance(x, _ChipArg):
             return ("arg", x.index)
         if isinstance(x, _spyre.HostTensor):
-            key = id(x)
+            if self.functional:
+                raise _spyre.InvalidArgument(
+                    "a CHIP function's ops take its parameters and its ops' results; a tensor that is not one of "
+                    "its parameters (a global, a spyre.create_tensor) cannot be an operand or target: pass it in")
+            key = id(x)  # two objects over one memory, one written, are refused (finish)
             if key not in self.arg_ids:
                 self.arg_ids[key] = len(self.args)
                 self.args.append([x, access])
@@ -291,6 +306,8 @@ class _ChipBuilder:
         raise _spyre.InvalidArgument(f"a core-group op takes tensors, got {type(x).__name__}")
 
     def op(self, name, a, b, out=None):
+        if out is not None and not isinstance(out, (_ChipArg, _spyre.HostTensor)):
+            raise _spyre.InvalidArgument(f"ops.{name}: out is a {type(out).__name__}, not a tensor")
         for which, x in (("a", a), ("b", b)):
             if not isinstance(x, (_CoreValue, _ChipArg, _spyre.HostTensor)):
                 raise _spyre.InvalidArgument(f"ops.{name}: operand {which} is a {type(x).__name__}; core-group ops "
@@ -320,7 +337,17 @@ class _ChipBuilder:
 
     def finish(self, where, problem):
         """Results read by later ops stay temporaries (implicit outputs on the
-        chip's heap ring); one neither read nor stored is an error."""
+        chip's heap ring); one neither read nor stored is an error. Two
+        arguments over overlapping bytes, one written, are an error: the
+        ops of one chip task are not ordered through memory they alias (a
+        read of g.rows(...) after a write of g read the bytes from before)."""
+        arrays = [t.numpy() for t, _ in self.args]
+        for i, (t, acc) in enumerate(self.args):
+            for j in range(i):
+                if (acc != "in" or self.args[j][1] != "in") and np.shares_memory(arrays[i], arrays[j]):
+                    raise _spyre.InvalidArgument(
+                        f"{where}: {t.describe()} and {self.args[j][0].describe()} share bytes and one is written; "
+                        "within a CHIP block use one tensor for those bytes (not a tensor and its rows)")
         for k, call in enumerate(self.calls):
             if call["out"] is None:
                 if not any(("tmp", k) in later["operands"] for later in self.calls[k + 1:]):
@@ -330,6 +357,8 @@ class _ChipBuilder:
     def store(self, v, target):
         if not isinstance(v, _CoreValue):
             raise _spyre.InvalidArgument("assemble/store: the value is not a core-group op's result")
+        if not isinstance(target, (_ChipArg, _spyre.HostTensor)):
+            raise _spyre.InvalidArgument(f"assemble: the target is a {type(target).__name__}, not a tensor")
         if tuple(target.shape) != v.shape:
             raise _spyre.InvalidArgument(f"assemble: a {list(v.shape)} result into a {list(target.shape)} tensor")
         if _np_dtype(target) != v.dtype:
@@ -531,6 +560,9 @@ def _sub_call(index, inputs, consts):
     """Replaces a HOST WORKER block at run time: records one SubWorker task."""
     c = _ctx()
     spec = c.compiled._inline_subs[index]
+    if c.chip is not None:  # it would run before the CHIP block's ops, which go in when that block ends
+        raise _spyre.InvalidArgument(f"{spec['name']}: a WORKER block inside a spyre.at(CHIP) block; put it after "
+                                     "the CHIP block")
     outs = [create_tensor(t.shape, t.dtype) for _, t in spec["outputs"]]
     # A numpy view of a tensor (t.numpy(), np.asarray(t)) is that tensor:
     # a copy taken here would be read before the tensor's writers ran, and
@@ -542,10 +574,13 @@ def _sub_call(index, inputs, consts):
     # orchestrator may change it meanwhile (a scratch array refilled in a
     # loop gave every task its last contents: found probing from outside).
     fixed = {}
+    memo = {}  # one copy for all of them: what they share stays shared (a list two helpers append to)
+    for n in spec["globals"]:
+        _refuse_global_tensors(spec["name"], n, spec["fn_globals"].get(n), c.compiled.obj)
     for n, v in zip(spec["inputs"], inputs):
         if not isinstance(v, _spyre.HostTensor):
             _refuse_hidden_tensors(spec["name"], n, v, spec["attrs"].get(n, ()), c.compiled.obj)
-            fixed[n] = _as_it_is_now(v)
+            fixed[n] = _as_it_is_now(v, memo)
     fn = spec["fn"]
     n_in = len(tensor_in)
 
@@ -572,82 +607,155 @@ def _tensor_or_value(block, name, value):
     return value if t is None else t
 
 
-def _refuse_hidden_tensors(block, name, value, attrs, program=None):
-    """A tensor (or a numpy view of one) a block reaches otherwise than by
-    name gets no dependency: the task read it before its writer ran, or
-    after the next run's (found probing). Looked for through containers,
-    numpy object arrays, memoryviews, a function's closure and defaults, a
-    bound method's object, and an object's attributes (not the program's
-    own: the attributes a block reads of it are looked at by name), a few
-    levels deep. InvalidArgument naming where it is."""
-    budget = [10000]  # objects looked at, at most
+_SCALARS = (int, float, complex, bool, str, bytes, type(None), np.generic)
+
+
+def _tensor_found_in(value, program):
+    """What of a tensor `value` holds (None, "a spyre tensor", "a numpy
+    view of a spyre tensor"), looked for through containers (any mapping,
+    sequence or set), numpy object arrays, memoryviews, functools.partial,
+    a function's closure and defaults, a bound method's object, an object's
+    attributes and a class's (not the program object's: the attributes a
+    block reads of it are looked at by name), 32 levels deep and through
+    at most 100,000 objects (scalars not counted)."""
+    budget = [100000]
 
     def kind(v):
         if isinstance(v, _spyre.HostTensor):
             return "a spyre tensor"
-        return "a numpy view of a spyre tensor" if _spyre._views_a_tensor(v) else None
+        return "a numpy view of a spyre tensor" if isinstance(v, np.ndarray) and _spyre._views_a_tensor(v) else None
 
     def inside(v):
-        if isinstance(v, dict):
-            return list(v.values())
-        if isinstance(v, (list, tuple, set, frozenset)):
-            return list(v)
+        if isinstance(v, (str, bytes, bytearray, types.ModuleType)) or v is program:
+            return []
         if isinstance(v, np.ndarray):
-            return list(v.ravel()[:10000]) if v.dtype == object else []
+            return list(v.ravel()) if v.dtype == object else []
         if isinstance(v, memoryview):
             return [v.obj]
+        if isinstance(v, functools.partial):
+            return [v.func, *v.args, *v.keywords.values()]
         if isinstance(v, types.MethodType):
             return [v.__func__] + ([] if v.__self__ is program else [v.__self__])
         if isinstance(v, types.FunctionType):
             cells = [c.cell_contents for c in v.__closure__ or () if _cell_is_set(c)]
             return cells + list(v.__defaults__ or ()) + list((v.__kwdefaults__ or {}).values())
-        if v is program or isinstance(v, (type, types.ModuleType)) or not hasattr(v, "__dict__"):
-            return []
-        try:
-            return list(vars(v).values())
-        except TypeError:
+        if isinstance(v, collections.abc.Mapping):
+            return list(v.values())
+        if isinstance(v, (collections.abc.Sequence, collections.abc.Set, collections.deque)):
+            return list(v)
+        if isinstance(v, type):  # a class's own attributes (its methods' closures too), not builtins'
+            return [] if v.__module__ == "builtins" else list(vars(v).values())
+        try:  # an object's attributes; one whose attribute lookup fails has none to look at
+            return list(vars(v).values()) if hasattr(v, "__dict__") else []
+        except Exception:  # noqa: BLE001 (a __getattr__ raising KeyError: found probing from outside)
             return []
 
     def find(v, depth, seen):
-        if kind(v):
-            return kind(v)
-        if depth > 8 or id(v) in seen or budget[0] <= 0:
+        if isinstance(v, _SCALARS):
             return None
+        k = kind(v)
+        if k or depth > 32 or id(v) in seen or budget[0] <= 0:
+            return k
         seen.add(id(v))
         budget[0] -= 1
-        return next((k for k in (find(x, depth + 1, seen) for x in inside(v)[:10000]) if k), None)
+        try:
+            items = inside(v)
+        except Exception:  # noqa: BLE001 (a container that cannot be listed: a released memoryview)
+            return None
+        return next((k for k in (find(x, depth + 1, seen) for x in items) if k), None)
 
-    where = [(name, value)] + [(f"{name}.{a}", getattr(value, a, None)) for a in sorted(attrs)]
+    return kind(value), find(value, 0, set())
+
+
+def _refuse_hidden_tensors(block, name, value, attrs, program=None):
+    """A tensor (or a numpy view of one) a block reaches otherwise than by
+    name gets no dependency: the task read it before its writer ran, or
+    after the next run's (found probing). InvalidArgument naming where it
+    is (_tensor_found_in says where it is looked for)."""
+    where = [(name, value)] + [(f"{name}.{a}", _attribute(value, a)) for a in sorted(attrs)]
     for label, v in where:
-        found = find(v, 0, set())
+        direct, found = _tensor_found_in(v, program)
         if found:
-            how = f"is {found} reached through an attribute" if kind(v) else \
+            how = f"is {found} reached through an attribute" if direct else \
                 f"holds {found} inside a {type(v).__name__}"
             raise _spyre.InvalidArgument(f"{block}: '{label}' {how}; a WORKER block takes tensors by name (one "
                                          "reached otherwise would be read without waiting for its writers)")
 
 
-def _as_it_is_now(value):
+def _refuse_global_tensors(block, name, value, program=None):
+    """A module global a block reads that is (or holds) a tensor gets no
+    dependency either (found probing from outside: a global tensor a CHIP
+    block wrote was read before the write)."""
+    direct, found = _tensor_found_in(value, program)
+    if found:
+        how = f"is {found}" if direct else f"holds {found} inside a {type(value).__name__}"
+        raise _spyre.InvalidArgument(f"{block}: the global '{name}' {how}; a WORKER block takes tensors by name from "
+                                     "the orchestrator's variables (a global's would be read without waiting for "
+                                     "its writers): pass it to the orchestrator")
+
+
+def _attribute(value, name):
+    try:
+        return getattr(value, name, None)
+    except Exception:  # noqa: BLE001 (a property or __getattr__ that raises: nothing to look at)
+        return None
+
+
+def _as_it_is_now(value, memo):
     """A copy of a WORKER block's plain input; the object itself when it
-    cannot be copied (a module, a device handle). A function's closure is
-    taken as it is now too (a lambda made in a loop read the loop's last
-    value: found probing)."""
-    if isinstance(value, np.ndarray):
-        return value.copy()
+    cannot be copied (a module, a class, a device handle). A function's
+    closure is taken as it is now too (a lambda made in a loop read the
+    loop's last value: found probing). `memo` is deepcopy's, shared by a
+    block's inputs: objects they share stay shared in the copies, and a
+    helper that calls itself is copied once (found probing from outside)."""
+    if id(value) in memo:
+        return memo[id(value)]
     if isinstance(value, types.FunctionType) and value.__closure__:
-        cells = tuple(types.CellType(_as_it_is_now(c.cell_contents)) if _cell_is_set(c) else c
-                      for c in value.__closure__)
+        cells = tuple(types.CellType() if _cell_is_set(c) else c for c in value.__closure__)
         f = types.FunctionType(value.__code__, value.__globals__, value.__name__, value.__defaults__, cells)
         f.__kwdefaults__ = value.__kwdefaults__
+        memo[id(value)] = f
+        memo.setdefault(id(memo), []).append(value)  # deepcopy's rule: the original lives as long as the memo
+        for new, old in zip(cells, value.__closure__):
+            if new is not old:
+                new.cell_contents = _as_it_is_now(old.cell_contents, memo)
         return f
     try:
-        return copy.deepcopy(value)
+        return copy.deepcopy(value, memo)
     except Exception:  # noqa: BLE001 (whatever the object's __deepcopy__ or pickling raises)
         return value
 
 
 def _names(node, ctx_type):
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ctx_type)}
+
+
+def _free_loads(node):
+    """The names `node` reads that no lambda, comprehension or def inside
+    it binds (a lambda's parameter, a generator's variable were taken for
+    the orchestrator's variables of the same name: found probing)."""
+    def args_of(a):
+        return {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs} | {x.arg for x in (a.vararg, a.kwarg) if x}
+
+    def loads(nodes):
+        return set().union(*(_free_loads(n) for n in nodes if n is not None))
+
+    if isinstance(node, ast.Name):
+        return {node.id} if isinstance(node.ctx, ast.Load) else set()
+    if isinstance(node, ast.Lambda):
+        return (_free_loads(node.body) - args_of(node.args)) | loads(node.args.defaults + node.args.kw_defaults)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return (loads(node.body) - _bound_names(node)) | loads(node.args.defaults + node.args.kw_defaults +
+                                                                node.decorator_list)
+    if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+        own, found = set(), set()
+        for g in node.generators:
+            found |= _free_loads(g.iter) - own
+            own |= _names(g.target, ast.Store)
+            found |= loads(g.ifs) - own
+        elts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+        return found | (loads(elts) - own)
+    return loads(ast.iter_child_nodes(node))
 
 
 def _in_this_scope(node):
@@ -677,6 +785,10 @@ def _scope_bindings(nodes):
                 bound |= {a.asname or a.name.split(".")[0] for a in n.names if a.name != "*"}
             elif isinstance(n, ast.ExceptHandler) and n.name:
                 bound.add(n.name)
+            elif isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name:  # `case [x, *rest]`, `case P() as p`
+                bound.add(n.name)
+            elif isinstance(n, ast.MatchMapping) and n.rest:  # `case {**rest}`
+                bound.add(n.rest)
             elif isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
                 bound |= {w.target.id for w in ast.walk(n) if isinstance(w, ast.NamedExpr)}
     return bound
@@ -917,7 +1029,11 @@ def _outline(fn, compiled):
                                                           for n in _in_this_scope(node))}
             declared = {name for st in ast.walk(node) if isinstance(st, ast.Global) for name in st.names}
             outer = set().union(*self.scopes) - own
-            inputs = sorted(((_names(node, ast.Load) | augmented) & outer) - {o for o, _ in outputs} - declared)
+            free = _free_loads(node)
+            inputs = sorted(((free | augmented) & outer) - {o for o, _ in outputs} - declared)
+            # The module globals it reads (not builtins): looked at for
+            # tensors when it is reached (_sub_call).
+            global_reads = sorted(((free - outer - own) | declared) - set(dir(builtins)) - {"__spyre_dsl__"})
             # Attributes the block reads of each input (`self.t`): checked
             # for tensors when it is reached (_sub_call).
             attrs = {}
@@ -941,7 +1057,8 @@ def _outline(fn, compiled):
                 body=body + [ast.Return(ast.Tuple([ast.Name(o, ast.Load()) for o, _ in outputs], ast.Load()))],
                 decorator_list=[], returns=None, type_comment=None)
             specs.append({"name": name, "fn": _in_owner_class(fn, sub, f"<SubWorker {name}>"), "inputs": inputs,
-                          "outputs": outputs, "written": written, "attrs": attrs, "line": node.lineno})
+                          "outputs": outputs, "written": written, "attrs": attrs, "line": node.lineno,
+                          "globals": global_reads, "fn_globals": fn.__globals__})
             call = ast.Call(ast.Attribute(ast.Name("__spyre_dsl__", ast.Load()), "_sub_call", ast.Load()),
                             [ast.Constant(index), ast.List([ast.Name(n, ast.Load()) for n in inputs], ast.Load()),
                              ast.Constant(None)], [])
@@ -1081,7 +1198,15 @@ class CompiledProgram:
             body = _outline(orch.fn, self)
         self._body = body
         if src_has_at:  # the dry run: registers each spyre.at(CHIP) block's chip function
-            self._trace(None, [self._placeholder(t, n) for n, t, _ in orch.params], dry=True)
+            try:
+                self._trace(None, [self._placeholder(t, n) for n, t, _ in orch.params], dry=True)
+            except _spyre.Error:
+                raise
+            except Exception as e:  # noqa: BLE001 (the user's code, run on placeholders: a raw error was untyped)
+                raise _spyre.InvalidArgument(
+                    f"{orch.name}: compiling runs the orchestrator once on zero-filled placeholder tensors (to record "
+                    f"its CHIP blocks), and it raised {type(e).__name__}: {e}; its blocks must not depend on the "
+                    "data") from e
         self.program = _spyre.HostProgram(orch.name, len(self.inputs),
                                           [(list(t.shape), t.dtype) for _, t in self.outputs], self._run_graph)
 
@@ -1125,7 +1250,7 @@ class CompiledProgram:
         name = f"{type(self.obj).__name__}.{f.name}"
         if any(t is None for _, t, _ in f.params):
             raise _spyre.InvalidArgument(f"{f.name}: CHIP function parameters need Tensor[...] annotations")
-        chip = _ChipBuilder(self)
+        chip = _ChipBuilder(self, functional=True)
         c = _Ctx(self, None, True)
         c.chip = chip
         prev, _tls.ctx = _ctx(), c

@@ -2,6 +2,8 @@
 """Seed 003's two writing styles (spyre.host_dsl over spyre.Worker): its three
 programs, verified with numpy, in place and in return style; shape and dtype
 errors; a raising SubWorker; two threads calling one compiled program."""
+import collections
+import functools
 import pathlib
 import sys
 import threading
@@ -611,7 +613,8 @@ def hidden_in(how):
         box = np.empty(1, dtype=object)
         box[0] = v
         hidden = {"lambda": lambda: v, "method": _Holder(t).get, "object": _Holder(v), "object array": box,
-                  "deep list": [[[[[v]]]]], "memoryview": memoryview(v)}[how]
+                  "deep list": [[[[[[[[[[[[v]]]]]]]]]]]], "memoryview": memoryview(v),
+                  "partial": functools.partial(np.add, v), "deque": collections.deque([0.0] * 20000 + [t])}[how]
         with spyre.at(level=Level.HOST, role=Role.WORKER):
             t[...] = a + 1
         with spyre.at(level=Level.HOST, role=Role.WORKER):
@@ -623,7 +626,8 @@ def hidden_in(how):
 
 @pytest.mark.parametrize("how, what", [("lambda", "function"), ("method", "method"), ("object", "_Holder"),
                                        ("object array", "ndarray"), ("deep list", "list"),
-                                       ("memoryview", "memoryview")])
+                                       ("memoryview", "memoryview"), ("partial", "partial"),
+                                       ("deque", "deque")])
 def test_a_tensor_reached_through_a_closure_object_or_buffer_is_refused(host, config, how, what):
     """A tensor (or a view of one) a block reached through a lambda's
     closure, an object's method or attributes, an object array, a list
@@ -1235,3 +1239,129 @@ def test_a_plain_positional_parameter_with_a_default_keeps_it(host, config):
         @spyre.function(level=Level.HOST, role=Role.WORKER)
         def w(a: Small, by=2.0, f: Out[Small] = None):
             pass
+
+
+SCRATCH = None  # a module global a block reads (set by the test)
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def block_reads_a_global_tensor(a: Small, f: Out[Small]):
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f[...] = a + SCRATCH
+    return f
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def worker_block_inside_a_chip_block(a: Small, f: Out[Small]):
+    with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR):
+        with spyre.at(level=Level.CORE_GROUP):
+            r = spyre.ops.add(a, a)
+        spyre.assemble(f, r)
+        with spyre.at(level=Level.HOST, role=Role.WORKER):
+            f += 1
+    return f
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def chip_block_writes_a_tensor_and_reads_its_rows(a: Small, f: Out[Small]):
+    with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR):
+        with spyre.at(level=Level.CORE_GROUP):
+            r = spyre.ops.add(a, a)
+        spyre.assemble(f, r)
+        with spyre.at(level=Level.CORE_GROUP):
+            r2 = spyre.ops.add(f.rows(0, 4), a)
+        spyre.assemble(f, r2)
+    return f
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def divides_by_its_data(a: Small, f: Out[Small]):
+    k = 1.0 / float(np.asarray(a)[0, 0])
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f[...] = a * k
+    return f
+
+
+def test_what_a_block_cannot_order_is_invalid_argument(host, config):
+    """Wrong results, silently, before (found probing from outside): a
+    global tensor a block read was read before its writer; a WORKER block
+    inside a CHIP block ran before that block's ops; a CHIP block that
+    wrote a tensor and read its rows read the bytes from before the block.
+    And a compile whose dry run raised was a bare ZeroDivisionError."""
+    global SCRATCH
+    SCRATCH = spyre.HostTensor.zeros([4, 4])
+    try:
+        with pytest.raises(spyre.InvalidArgument, match="the global 'SCRATCH' is a spyre tensor"):
+            spyre.compile(block_reads_a_global_tensor, config, host=host)
+    finally:
+        SCRATCH = None
+    with spyre.compile(block_reads_a_global_tensor, config, host=host):  # a global that is no tensor is fine
+        pass
+    with pytest.raises(spyre.InvalidArgument, match="a WORKER block inside a spyre.at\\(CHIP\\) block"):
+        spyre.compile(worker_block_inside_a_chip_block, config, host=host)
+    with pytest.raises(spyre.InvalidArgument, match="share bytes and one is written"):
+        with spyre.compile(chip_block_writes_a_tensor_and_reads_its_rows, config, host=host) as compiled:
+            compiled(np.ones((4, 4), np.float32))
+    with pytest.raises(spyre.InvalidArgument, match="raised ZeroDivisionError: float division by zero"):
+        spyre.compile(divides_by_its_data, config, host=host)
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def helpers_share_a_list(a: Small, f: Out[Small]):
+    total = []
+
+    def add(x):
+        total.append(x)
+
+    def count(n):
+        return 0 if n == 0 else 1 + count(n - 1)  # calls itself
+
+    alias = total
+    match [1.0, 2.0]:
+        case [first, *rest]:
+            pass
+    k = sum(x for x in [1.0])
+    g = (lambda x: x)(1.0)
+    x = 5.0  # the orchestrator binds x too: the lambda's and the generator's are theirs
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        add(1.0)
+        add(2.0)
+        f[...] = a * (len(alias) + count(3) + first + len(rest) + sum(x for x in [k]) + (lambda x: x)(g))
+    return f
+
+
+def test_a_blocks_plain_inputs_are_copied_together(host, config):
+    """A block's plain inputs were copied one by one: two helpers sharing a
+    list, and the list read by name, saw three lists (0 instead of 2); a
+    helper calling itself made compile raise RecursionError; a `match`
+    capture read the module's global of its name; a lambda's parameter or
+    a generator's variable that the orchestrator also binds was taken for
+    an input, UnboundLocalError at compile (found probing from outside)."""
+    a = np.ones((4, 4), np.float32)
+    with spyre.compile(helpers_share_a_list, config, host=host) as compiled:
+        np.testing.assert_array_equal(compiled(a), a * (2 + 3 + 1 + 1 + 1 + 1))
+
+
+@spyre.program
+class ChipFunctionWithItsOwnTensor:
+    @spyre.function(level=Level.CORE_GROUP)
+    def add_bias(self, a: Small, f: Out[Small]):
+        spyre.ops.add(a, SMALL_BIAS, out=f)
+
+    @spyre.function(level=Level.CHIP, role=Role.ORCHESTRATOR)
+    def chip(self, a: Small, f: Out[Small]):
+        self.add_bias(a, f)
+
+    @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+    def host_orch(self, a: Small, f: Out[Small]):
+        self.chip(a, f)
+
+
+SMALL_BIAS = spyre.HostTensor.full([4, 4], 10.0)
+
+
+def test_a_chip_function_takes_no_tensor_but_its_parameters(host, config):
+    """A tensor of its own (a global, a create_tensor) took parameter 0's
+    place: a + a instead of a + 10 (found probing from outside)."""
+    with pytest.raises(spyre.InvalidArgument, match="a tensor that is not one of its parameters"):
+        spyre.compile(ChipFunctionWithItsOwnTensor, config, host=host)
