@@ -1365,3 +1365,17 @@ def test_a_chip_function_takes_no_tensor_but_its_parameters(host, config):
     place: a + a instead of a + 10 (found probing from outside)."""
     with pytest.raises(spyre.InvalidArgument, match="a tensor that is not one of its parameters"):
         spyre.compile(ChipFunctionWithItsOwnTensor, config, host=host)
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def matmul_in_place(a: Small, f: Out[Small]):
+    with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR):
+        with spyre.at(level=Level.CORE_GROUP):
+            spyre.ops.matmul(f, a, out=f)
+    return f
+
+
+def test_a_matmul_into_its_own_operand_is_refused_at_compile(host, config):
+    """It compiled, then every run failed on the card (OVERLAP)."""
+    with pytest.raises(spyre.InvalidArgument, match="ops.matmul: out is one of its operands"):
+        spyre.compile(matmul_in_place, config, host=host)
