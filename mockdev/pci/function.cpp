@@ -404,7 +404,7 @@ int Function::Reset() {
         // Counted before any work ends: a driver that reaps an ABORTED
         // completion of this reset sees the reset that caused it.
         std::lock_guard regs(regs_mutex_);
-        resets = regs_.Load64(SPYRE_REG_CNT_RESETS) + 1;
+        resets = ++resets_;
         regs_.Store64(SPYRE_REG_CNT_RESETS, resets);
     }
     {
@@ -523,7 +523,7 @@ bool Function::HandOver(bool serve) {
     server_.SetServing(false, paused);
     server_.Gone();  // whoever still waits on the old pages learns that the device is gone for them
     std::lock_guard regs(regs_mutex_);
-    const uint64_t resets = regs_.Load64(SPYRE_REG_CNT_RESETS);
+    const uint64_t resets = resets_;
     try {
         regs_shm_.Renew();
         ring_shm_.Renew();

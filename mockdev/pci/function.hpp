@@ -214,6 +214,11 @@ private:
     // never halfway. Not the heartbeat's lock, so no flood of reads can
     // still a function's heartbeat.
     std::mutex regs_mutex_;
+    // Resets of this function, the daemon's own count (under regs_mutex_):
+    // CNT_RESETS lives in the holder-writable register file, and read from
+    // there at a hand-over it carried 64 bits the old holder chose to the
+    // next one (found probing from outside).
+    uint64_t resets_ = 0;
     std::atomic<State> state_{State::Idle};
     mutable std::mutex holder_mutex_;
     ProcessId holder_;  // guarded by holder_mutex_; pid 0 while nobody holds it

@@ -398,12 +398,22 @@ TEST_F(MockDeviceTest, MemoryIsScrubbedWhenTheFunctionChangesHands) {
         stale = first.MapRegion(SPYRE_REGION_DEVMEM);
         std::memset(stale.data(), 0xC3, kBytes);
         first.Write32(SPYRE_REG_SCRATCH, 0xDEADBEEF);
+        // The reset counter too: the daemon read it from the old register
+        // file at the hand-over and gave it, plus one, to the next owner,
+        // 64 bits the old holder chose (found probing from outside).
+        MappedRegion regs = first.MapRegion(SPYRE_REGION_BAR0);
+        const uint64_t chosen = 0x5345435245541111ull;
+        std::memcpy(regs.data() + SPYRE_REG_CNT_RESETS, &chosen, sizeof chosen);
     }
     Function second = Function::Open(vf);
     MappedRegion now = second.MapRegion(SPYRE_REGION_DEVMEM);
     EXPECT_TRUE(AllZero(now.data(), kBytes));
     EXPECT_EQ(second.ReadRegion(SPYRE_REGION_DEVMEM, 0, 4096), std::vector<uint8_t>(4096, 0));
     EXPECT_EQ(second.Read32(SPYRE_REG_SCRATCH), 0u);
+    uint64_t resets = 0;
+    const std::vector<uint8_t> counter = second.ReadRegion(SPYRE_REGION_BAR0, SPYRE_REG_CNT_RESETS, 8);
+    std::memcpy(&resets, counter.data(), sizeof resets);
+    EXPECT_LT(resets, 1000u) << "the reset counter carried the old holder's value: " << std::hex << resets;
     // The old mapping and the new memory are apart, both ways.
     std::memset(now.data(), 0x11, 4096);
     EXPECT_EQ(stale.data()[0], 0xC3);
