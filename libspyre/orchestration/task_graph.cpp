@@ -1529,7 +1529,7 @@ void TaskGraph::CheckOutputsUsed(TaskDescriptor& t) {
         // otherwise the address came from a task that is gone, and the
         // bytes there are another's, or nobody's.
         bool live = false;
-        for (int32_t d : deps_) live |= Covers(ring_.Get(d), p) && ring_.Get(d).handed_out;
+        for (int32_t d : deps_) live |= Covers(ring_.Get(d), p) && ring_.Get(d).outputs_handed_out != 0;
         // A later task that wrote the whole range (OUTPUT or INOUT of it)
         // took the producer's place in the region map: look for the
         // producer among the live tasks then (rare: a scan of the ring),
@@ -1541,7 +1541,7 @@ void TaskGraph::CheckOutputsUsed(TaskDescriptor& t) {
         for (int64_t seq = ring_.tail_seq(); !live && seq < ring_.SeqOf(t.task_id); ++seq) {
             const TaskDescriptor& owner = ring_.AtSeq(seq);
             live = owner.state.load(std::memory_order_relaxed) < TaskState::Consumed && Covers(owner, p) &&
-                   owner.handed_out;
+                   owner.outputs_handed_out != 0;
             if (live && std::find(deps_.begin(), deps_.end(), owner.task_id) == deps_.end())
                 deps_.push_back(owner.task_id);
         }
@@ -1592,7 +1592,7 @@ bool TaskGraph::LetGoHoldsNotHandedOut() {
         const bool newest = std::any_of(newest_holds_.begin(), newest_holds_.end(), [&](const Held& n) {
             return n.thread == holds_[h].thread && n.task == holds_[h].task;
         });
-        goes[h] = !newest && !ring_.Get(holds_[h].task).handed_out;
+        goes[h] = !newest && ring_.Get(holds_[h].task).outputs_handed_out == 0;
     }
     std::vector<int32_t> going;
     size_t kept = 0;
@@ -1855,8 +1855,7 @@ uint8_t* TaskGraph::TaskOutput(int32_t task_id, int32_t index) {
     int32_t n = 0;
     for (int32_t i = 0; i < t.num_params; ++i)
         if (t.params[i].implicit && n++ == index) {
-            t.handed_out = true;  // from now on a task may name these outputs
-            t.outputs_handed_out |= 1u << i;
+            t.outputs_handed_out |= 1u << i;  // from now on a task may name these outputs
             // At depth 0, an output handed out after the task's hold went
             // (its other outputs were read) is held again for its reader:
             // unheld, the task went once those readers ran, and this

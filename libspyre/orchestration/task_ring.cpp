@@ -41,7 +41,6 @@ void TaskDescriptor::Reset(int32_t id) {
     heap_bytes = 0;
     has_heap_block = false;
     in_scopes = false;
-    handed_out = false;
     outputs_handed_out = 0;
     outputs_read = 0;
     kernel = nullptr;

@@ -72,10 +72,9 @@ struct TaskDescriptor {
     // has implicit outputs) and count its failure. Another thread's task
     // keeps to the depth-0 rule on its own thread.
     bool in_scopes = false;
-    bool handed_out = false;  // pto_task_output gave its outputs' address away
     // Of its params (bit i: params[i], an implicit output): those whose
-    // address pto_task_output gave away, and those a later task of the
-    // holding thread read. A depth-0 hold goes once every output handed
+    // address pto_task_output gave away (from then on a task may name
+    // them), and those a later task of the holding thread read. A depth-0 hold goes once every output handed
     // out was read: a task with two, read one, let the other go with it,
     // and its block went to a newer output (found probing from outside).
     static_assert(PTO_MAX_PARAMS <= 32);
