@@ -369,6 +369,20 @@ class _ChipBuilder:
             raise _spyre.InvalidArgument(f"assemble: a {v.dtype} result into a {_np_dtype(target)} tensor "
                                          f"(an op writes its operands' element type)")
         dest = self.ref(target, "out")
+        # The op writes the target itself: ops after it that read or write
+        # the target would see (or be undone by) it out of order (found
+        # probing from outside: a mul into f, then assemble(f, earlier
+        # add), left the mul's result).
+        later = [k for k in range(v.call + 1, len(self.calls))
+                 if dest in self.calls[k]["operands"] or self.calls[k]["out"] == dest]
+        if later:
+            raise _spyre.InvalidArgument(
+                f"assemble: ops.{self.calls[later[0]]['op']} (call {later[0]}) uses the target after the result's "
+                f"ops.{self.calls[v.call]['op']} (call {v.call}) was computed; assemble a result before the target "
+                "is used again (or compute it again after)")
+        if self.calls[v.call]["op"] == "matmul" and dest in self.calls[v.call]["operands"]:
+            raise _spyre.InvalidArgument("ops.matmul: its result lands in one of its operands; a matmul cannot "
+                                         "write over what it reads (store into another tensor)")
         if self.calls[v.call]["out"] not in (None, dest):
             # The op has one output: a second store moved it, and the first
             # target was never written (found probing from outside).
@@ -580,7 +594,10 @@ def _sub_call(index, inputs, consts):
     fixed = {}
     memo = {}  # one copy for all of them: what they share stays shared (a list two helpers append to)
     for n in spec["globals"]:
-        _refuse_global_tensors(spec["name"], n, spec["fn_globals"].get(n), c.compiled.obj)
+        value = spec["fn_globals"].get(n)
+        _refuse_global_tensors(spec["name"], n, value, c.compiled.obj)
+        for a in sorted(spec["attrs"].get(n, ())):  # st.T of an imported module `st`
+            _refuse_global_tensors(spec["name"], f"{n}.{a}", _attribute(value, a), c.compiled.obj)
     for n, v in zip(spec["inputs"], inputs):
         if not isinstance(v, _spyre.HostTensor):
             _refuse_hidden_tensors(spec["name"], n, v, spec["attrs"].get(n, ()), c.compiled.obj)
@@ -647,10 +664,18 @@ def _tensor_found_in(value, program):
             return list(v.values())
         if isinstance(v, (collections.abc.Sequence, collections.abc.Set, collections.deque)):
             return list(v)
+        if isinstance(v, collections.abc.Iterator) and not isinstance(v, types.GeneratorType):
+            # iter(list), map, itertools.chain: what they would go through,
+            # as pickling sees it (nothing is consumed).
+            reduced = v.__reduce__()
+            return [x for part in reduced[1:3] for x in (part if isinstance(part, tuple) else (part,))]
         if isinstance(v, type):  # a class's own attributes (its methods' closures too), not builtins'
             return [] if v.__module__ == "builtins" else list(vars(v).values())
-        try:  # an object's attributes; one whose attribute lookup fails has none to look at
-            return list(vars(v).values()) if hasattr(v, "__dict__") else []
+        try:  # an object's attributes (__slots__ too); one whose attribute lookup fails has none to look at
+            declared = [getattr(c, "__slots__", ()) for c in type(v).__mro__]
+            slots = [getattr(v, n) for d in declared for n in ((d,) if isinstance(d, str) else d)
+                     if isinstance(n, str) and n not in ("__dict__", "__weakref__") and hasattr(v, n)]
+            return slots + (list(vars(v).values()) if hasattr(v, "__dict__") else [])
         except Exception:  # noqa: BLE001 (a __getattr__ raising KeyError: found probing from outside)
             return []
 
@@ -1004,7 +1029,14 @@ def _outline(fn, compiled):
             outputs = []
             for st in node.body:
                 if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
-                    t = eval(_pycompile(ast.Expression(st.annotation), "<annotation>", "eval"), names)  # noqa: S307
+                    try:
+                        t = eval(_pycompile(ast.Expression(st.annotation), "<annotation>", "eval"), names)  # noqa: S307
+                    except Exception as e:  # noqa: BLE001 (a local's annotation: plain Python never evaluates it)
+                        raise _spyre.InvalidArgument(
+                            f"{where}: the annotation of '{st.target.id}' at line {st.lineno} cannot be read when the "
+                            f"program is compiled ({type(e).__name__}: {e}); a block's top-level annotated "
+                            "assignment declares an output (Tensor[...]): use a module-level name, or no "
+                            "annotation") from e
                     if isinstance(t, TensorType):
                         outputs.append((st.target.id, t))
             # An output declared under an if, a loop or a try might not be
@@ -1027,9 +1059,11 @@ def _outline(fn, compiled):
             aug_targets = [st.target for st in [node, *_in_this_scope(node)]
                            if isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name)]
             augmented = {t.id for t in aug_targets}
+            # (`f += a; f *= 2` is no binding of f: only a plain store is.)
+            aug_nodes = {id(t) for t in aug_targets}
             own = _scope_bindings(node.body) - {t.id for t in aug_targets
                                                if not any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
-                                                          and n.id == t.id and n is not t
+                                                          and n.id == t.id and id(n) not in aug_nodes
                                                           for n in _in_this_scope(node))}
             declared = {name for st in ast.walk(node) if isinstance(st, ast.Global) for name in st.names}
             outer = set().union(*self.scopes) - own
@@ -1042,7 +1076,8 @@ def _outline(fn, compiled):
             # for tensors when it is reached (_sub_call).
             attrs = {}
             for n in ast.walk(node):
-                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in inputs:
+                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and \
+                        (n.value.id in inputs or n.value.id in global_reads):
                     attrs.setdefault(n.value.id, set()).add(n.attr)
             written = set()  # f[...] = ... / f += ...: the block writes the tensor (InOut)
             for st in ast.walk(node):
@@ -1263,6 +1298,17 @@ class CompiledProgram:
         finally:
             _tls.ctx = prev
         chip.finish(f.name, "is never stored (return it into the Out parameter, or pass out=)")
+        # An Out parameter is not uploaded: an op reading it before one
+        # wrote it read zeros, silently (found probing from outside).
+        written = set()
+        for k, call in enumerate(chip.calls):
+            for r in call["operands"]:
+                if r[0] == "arg" and f.params[r[1]][2] and r not in written:
+                    raise _spyre.InvalidArgument(
+                        f"{f.name}: ops.{call['op']} (call {k}) reads the Out parameter '{f.params[r[1]][0]}' "
+                        "before an op wrote it; an Out is not uploaded (its bytes start as zeros on the device): "
+                        "make it an input (Tensor[...]) and return the result into another Out")
+            written.add(call["out"])
         return self._chip_function(name, chip, len(f.params), None)
 
     def _register_sub(self, f):

@@ -597,6 +597,13 @@ def test_a_read_only_view_stays_read_only_in_a_block(host, config):
             compiled(np.ones((4, 4), np.float32))
 
 
+class _Slotted:
+    __slots__ = "t"
+
+    def __init__(self, t):
+        self.t = t
+
+
 class _Holder:
     def __init__(self, v):
         self.v = v
@@ -614,7 +621,8 @@ def hidden_in(how):
         box[0] = v
         hidden = {"lambda": lambda: v, "method": _Holder(t).get, "object": _Holder(v), "object array": box,
                   "deep list": [[[[[[[[[[[[v]]]]]]]]]]]], "memoryview": memoryview(v),
-                  "partial": functools.partial(np.add, v), "deque": collections.deque([0.0] * 20000 + [t])}[how]
+                  "partial": functools.partial(np.add, v), "deque": collections.deque([0.0] * 20000 + [t]),
+                  "slots": _Slotted(t), "iterator": iter([t]), "map": map(float, [v])}[how]
         with spyre.at(level=Level.HOST, role=Role.WORKER):
             t[...] = a + 1
         with spyre.at(level=Level.HOST, role=Role.WORKER):
@@ -627,7 +635,8 @@ def hidden_in(how):
 @pytest.mark.parametrize("how, what", [("lambda", "function"), ("method", "method"), ("object", "_Holder"),
                                        ("object array", "ndarray"), ("deep list", "list"),
                                        ("memoryview", "memoryview"), ("partial", "partial"),
-                                       ("deque", "deque")])
+                                       ("deque", "deque"), ("slots", "_Slotted"), ("iterator", "list_iterator"),
+                                       ("map", "map")])
 def test_a_tensor_reached_through_a_closure_object_or_buffer_is_refused(host, config, how, what):
     """A tensor (or a view of one) a block reached through a lambda's
     closure, an object's method or attributes, an object array, a list
@@ -1379,3 +1388,77 @@ def test_a_matmul_into_its_own_operand_is_refused_at_compile(host, config):
     """It compiled, then every run failed on the card (OVERLAP)."""
     with pytest.raises(spyre.InvalidArgument, match="ops.matmul: out is one of its operands"):
         spyre.compile(matmul_in_place, config, host=host)
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def assemble_after_the_target_was_used(a: Small, f: Out[Small]):
+    with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR):
+        with spyre.at(level=Level.CORE_GROUP):
+            t = spyre.ops.add(a, a)
+            spyre.ops.mul(a, a, out=f)
+        spyre.assemble(f, t)
+    return f
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def matmul_assembled_into_its_operand(a: Small, f: Out[Small]):
+    with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR):
+        with spyre.at(level=Level.CORE_GROUP):
+            t = spyre.ops.matmul(a, a)
+        spyre.assemble(a, t)
+    return f
+
+
+@spyre.program
+class ReadsItsOut:
+    @spyre.function(level=Level.CORE_GROUP)
+    def acc(self, a: Small, c: Out[Small]):
+        spyre.ops.add(c, a, out=c)
+
+    @spyre.function(level=Level.CHIP, role=Role.ORCHESTRATOR)
+    def chip(self, a: Small, c: Out[Small]):
+        self.acc(a, c)
+
+    @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+    def host_orch(self, a: Small, c: Out[Small]):
+        self.chip(a, c)
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def two_augmented_assignments(a: Small, f: Out[Small]):
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f += a
+        f *= 2
+    return f
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def annotation_compile_cannot_read(a: Small, f: Out[Small]):
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        k: NotDefinedAnywhere = 2.0  # noqa: F821 (the point)
+        f[...] = a * k
+    return f
+
+
+def test_chip_ops_keep_their_order_and_outs_start_as_zeros(host, config):
+    """Wrong results, silently (found probing from outside): assemble(f, t)
+    after a later op wrote f made t's op write f, and the later op's value
+    stayed; a functional CHIP function that read its Out parameter read
+    zeros (an Out is not uploaded). A matmul assembled into its operand
+    failed every run on the card. Refused at compile now."""
+    with pytest.raises(spyre.InvalidArgument, match=r"assemble: ops.mul \(call 1\) uses the target after"):
+        spyre.compile(assemble_after_the_target_was_used, config, host=host)
+    with pytest.raises(spyre.InvalidArgument, match="its result lands in one of its operands"):
+        spyre.compile(matmul_assembled_into_its_operand, config, host=host)
+    with pytest.raises(spyre.InvalidArgument, match="reads the Out parameter 'c' before an op wrote it"):
+        spyre.compile(ReadsItsOut, config, host=host)
+
+
+def test_a_block_that_augments_a_tensor_twice_and_odd_annotations(host, config):
+    """`f += a; f *= 2` made f the block's own (UnboundLocalError every
+    run); an annotation compile cannot evaluate was a raw NameError."""
+    a = np.ones((4, 4), np.float32)
+    with spyre.compile(two_augmented_assignments, config, host=host) as compiled:
+        np.testing.assert_array_equal(compiled(a, np.ones((4, 4), np.float32)), 4.0)
+    with pytest.raises(spyre.InvalidArgument, match="the annotation of 'k' at line 4 cannot be read"):
+        spyre.compile(annotation_compile_cannot_read, config, host=host)
