@@ -206,7 +206,8 @@ int32_t pto_task_fail(Runtime* rt, int32_t task_id, uint32_t error_code);
  * The depth-0 rule (docs/orchestration.md): a task submitted outside any
  * scope is held by the calling thread until later tasks of that thread
  * have read every output this call handed out (an output asked for after
- * the others were read is held again for its reader), the thread's next
+ * that, while the task is live and no thread holds it, is held again for
+ * its next reader), the thread's next
  * pto_wait_all, or its exit; outputs this call never handed out may go
  * sooner when the rings are full. NULL (EINVAL) for a task already let
  * go. An address in the heap ring that is not inside live, handed-out

@@ -1484,7 +1484,7 @@ void TaskGraph::LetGo(int32_t task_id) {
     if (ring_.Reclaim()) space_freed_ = true;
 }
 
-void TaskGraph::Hold(TaskDescriptor& t) {
+void TaskGraph::Hold(TaskDescriptor& t, bool newest) {
     ++t.fanout_count;
     const std::thread::id me = std::this_thread::get_id();
     int32_t kernel_task = -1;
@@ -1492,10 +1492,11 @@ void TaskGraph::Hold(TaskDescriptor& t) {
         if (const CpuWorker::TaskFrame* f = CpuWorker::RunningTasks(); f && &ring_.Get(f->task->task_id) == f->task)
             kernel_task = f->task->task_id;
     holds_.push_back({me, t.task_id, kernel_task});
-    auto newest = std::find_if(newest_holds_.begin(), newest_holds_.end(), [&](const Held& n) { return n.thread == me; });
-    if (newest == newest_holds_.end()) newest_holds_.push_back({me, t.task_id});
-    else newest->task = t.task_id;
     tl_holds.Add(anchor_);
+    if (!newest) return;
+    auto it = std::find_if(newest_holds_.begin(), newest_holds_.end(), [&](const Held& n) { return n.thread == me; });
+    if (it == newest_holds_.end()) newest_holds_.push_back({me, t.task_id});
+    else it->task = t.task_id;
 }
 
 bool TaskGraph::ReadsFrom(const TaskDescriptor& consumer, int32_t producer) {
@@ -1857,14 +1858,14 @@ uint8_t* TaskGraph::TaskOutput(int32_t task_id, int32_t index) {
         if (t.params[i].implicit && n++ == index) {
             t.outputs_handed_out |= 1u << i;  // from now on a task may name these outputs
             // At depth 0, an output handed out after the task's hold went
-            // (its other outputs were read) is held again for its reader:
-            // unheld, the task went once those readers ran, and this
+            // (its outputs were read) is held again for its next reader:
+            // unheld, the task went once the earlier readers ran, and this
             // address, read later, was a newer output's (found probing).
-            const std::thread::id me = std::this_thread::get_id();
-            if (!t.in_scopes && (t.outputs_read & (1u << i)) == 0 &&
-                std::none_of(holds_.begin(), holds_.end(),
-                             [&](const Held& h) { return h.thread == me && h.task == task_id; }))
-                Hold(t);
+            // Not as the thread's newest hold (that protects the task it
+            // submitted last), and not while any thread holds the task.
+            if (!t.in_scopes &&
+                std::none_of(holds_.begin(), holds_.end(), [&](const Held& h) { return h.task == task_id; }))
+                Hold(t, /*newest=*/false);
             return t.params[i].host;
         }
     Fail(ErrorKind::InvalidArgument, Describe(task_id) + " has " + std::to_string(n) + " implicit output(s): index " +

@@ -356,7 +356,8 @@ private:
     void TraceHeap();
     void TryConsume(TaskDescriptor& t);
     // Depth-0 holds (holds_, docs/orchestration.md "The depth-0 rule").
-    void Hold(TaskDescriptor& t);     // the calling thread holds t
+    // The calling thread holds t; `newest`: as the task it submitted last.
+    void Hold(TaskDescriptor& t, bool newest = true);
     void LetGo(int32_t task_id);      // one hold's reference goes
     void LetGoOfScope(const ScopeRecord& scope);  // its held tasks' references go (mu_ held)
     void LetGoHoldsReadBy(const TaskDescriptor& t);  // the calling thread's holds t reads

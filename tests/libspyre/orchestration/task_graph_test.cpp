@@ -675,6 +675,34 @@ TEST_P(OrchQueueTest, AnOutputHandedOutAfterTheHoldWentIsHeldAgain) {
     o().WaitAll();
     EXPECT_EQ(result[0], 11u);
     EXPECT_EQ(result[1], 12u) << "the second output was read after its task was let go";
+    // The same for an output asked for again for a second reader, once the
+    // first was submitted (its read bit set already).
+    *tag = 20;
+    const int32_t t2 = o().Submit(kTwoOutputs, WORKER_VECTOR, two);
+    TaskParam first_reader[] = {In(o().TaskOutput(t2, 0), 64), Out(result, 4)};
+    open = false;
+    const int32_t r2 = o().Submit(kGatedCopyFirstWord, WORKER_VECTOR, first_reader);
+    void* again = o().TaskOutput(t2, 0);  // while the first reader keeps the task
+    open = true;
+    WaitForTask(r2);
+    *tag = 100;
+    for (int i = 0; i < 8; ++i) {
+        TaskParam newer[] = {In(tag, 4), Out(nullptr, 128)};
+        int32_t n = -1;
+        try {
+            n = o().Submit(kTwoOutputs, WORKER_VECTOR, newer);
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory) << e.what();
+            break;
+        }
+        TaskParam read_newer[] = {In(o().TaskOutput(n, 0), 4), Out(result + 2, 4)};
+        WaitForTask(o().Submit(kCopyFirstWord, WORKER_VECTOR, read_newer));
+    }
+    TaskParam second_reader[] = {In(again, 64), Out(result + 1, 4)};
+    o().Submit(kCopyFirstWord, WORKER_VECTOR, second_reader);
+    o().WaitAll();
+    EXPECT_EQ(result[0], 21u);
+    EXPECT_EQ(result[1], 21u) << "an output asked for again was read after its task was let go";
     // A task let go (consumed) while an older one keeps the ring's tail:
     // its outputs are refused, not handed out.
     TaskParam keeper[] = {In(tag, 4), Out(nullptr, 64)};
@@ -687,6 +715,45 @@ TEST_P(OrchQueueTest, AnOutputHandedOutAfterTheHoldWentIsHeldAgain) {
     while (o().TaskState(u) != PTO_TASK_CONSUMED) std::this_thread::yield();
     EXPECT_SPYRE_ERROR(o().TaskOutput(u, 0), InvalidArgument, "was let go: its outputs' block is another's now");
     o().WaitAll();
+}
+
+// Another thread asking for an output while the submitter holds the task
+// takes no hold of its own: it did (found probing from outside), and the
+// ring filled with holds nobody would let go (OutOfMemory after 3 tasks).
+TEST_P(OrchQueueTest, AnotherThreadAskingForAnOutputTakesNoHold) {
+    Make(4, 4096);
+    uint32_t* a = Data(0, 64);
+    uint32_t* out = Data(8192, 64);
+    for (int i = 0; i < 16; ++i) a[i] = uint32_t(i);
+    // A helper that lives on (a thread that exits lets go of its holds).
+    std::atomic<int32_t> ask{-1};
+    std::atomic<void*> answer{nullptr};
+    std::atomic<bool> stop{false};
+    std::thread helper([&] {
+        while (!stop.load()) {
+            const int32_t t = ask.exchange(-1);
+            if (t >= 0) answer = o().TaskOutput(t);
+            else std::this_thread::yield();
+        }
+    });
+    try {
+        for (int i = 0; i < 50; ++i) {
+            TaskParam p[] = {In(a, 64), In(a, 64), Out(nullptr, 64)};
+            const int32_t t = o().Submit(K_ADD, WORKER_VECTOR, p);
+            answer = nullptr;
+            ask = t;
+            while (answer.load() == nullptr) std::this_thread::yield();
+            TaskParam read[] = {In(o().TaskOutput(t), 64), In(a, 64), Out(out, 64)};
+            EXPECT_EQ(answer.load(), read[0].buffer);
+            o().Submit(K_ADD, WORKER_VECTOR, read);  // OutOfMemory here, before
+        }
+        o().WaitAll();
+    } catch (const Error& e) {
+        ADD_FAILURE() << e.what();
+    }
+    stop = true;
+    helper.join();
+    EXPECT_EQ(out[5], 15u);
 }
 
 // Once its hold has gone (here: a wait), an output's address is refused,
