@@ -509,6 +509,16 @@ def _dispatch(f, obj, args):
         for (n, t, _), a in zip(f.params, args):
             if t is not None and isinstance(a, (_spyre.HostTensor, np.ndarray)):
                 _check_annotated(f.name, n, a, t)
+        # One memory as two arguments, one written: its ops are not ordered
+        # through the alias (the second read the first's input as it was
+        # before: found probing from outside; the inline style refuses it too).
+        arrays = [np.asarray(a) if isinstance(a, _spyre.HostTensor) else a for a in args]
+        for i, (ni, _, out_i) in enumerate(f.params):
+            for j, (nj, _, out_j) in enumerate(f.params[:i]):
+                if (out_i or out_j) and isinstance(arrays[i], np.ndarray) and isinstance(arrays[j], np.ndarray) \
+                        and np.shares_memory(arrays[i], arrays[j]):
+                    raise _spyre.InvalidArgument(f"{f.name}: arguments '{nj}' and '{ni}' share bytes and one is "
+                                                 "written; a CHIP function's arguments must not alias")
         if not c.dry:
             c.graph.chip(c.compiled._chip_name(f), targs)
     elif f.role == Role.WORKER:
@@ -593,14 +603,15 @@ def _sub_call(index, inputs, consts):
     # loop gave every task its last contents: found probing from outside).
     fixed = {}
     memo = {}  # one copy for all of them: what they share stays shared (a list two helpers append to)
+    home = spec["fn_globals"].get("__name__")  # the program's module: its helpers and classes are looked into
     for n in spec["globals"]:
         value = spec["fn_globals"].get(n)
-        _refuse_global_tensors(spec["name"], n, value, c.compiled.obj)
+        _refuse_global_tensors(spec["name"], n, value, c.compiled.obj, home)
         for a in sorted(spec["attrs"].get(n, ())):  # st.T of an imported module `st`
-            _refuse_global_tensors(spec["name"], f"{n}.{a}", _attribute(value, a), c.compiled.obj)
+            _refuse_global_tensors(spec["name"], f"{n}.{a}", _attribute(value, a), c.compiled.obj, home)
     for n, v in zip(spec["inputs"], inputs):
         if not isinstance(v, _spyre.HostTensor):
-            _refuse_hidden_tensors(spec["name"], n, v, spec["attrs"].get(n, ()), c.compiled.obj)
+            _refuse_hidden_tensors(spec["name"], n, v, spec["attrs"].get(n, ()), c.compiled.obj, home)
             fixed[n] = _as_it_is_now(v, memo)
     fn = spec["fn"]
     n_in = len(tensor_in)
@@ -631,7 +642,7 @@ def _tensor_or_value(block, name, value):
 _SCALARS = (int, float, complex, bool, str, bytes, type(None), np.generic)
 
 
-def _tensor_found_in(value, program):
+def _tensor_found_in(value, program, home=None):
     """What of a tensor `value` holds (None, "a spyre tensor", "a numpy
     view of a spyre tensor"), looked for through containers (any mapping,
     sequence or set), numpy object arrays, memoryviews, functools.partial,
@@ -659,9 +670,14 @@ def _tensor_found_in(value, program):
             return [v.__func__] + ([] if v.__self__ is program else [v.__self__])
         if isinstance(v, types.FunctionType):
             cells = [c.cell_contents for c in v.__closure__ or () if _cell_is_set(c)]
-            return cells + list(v.__defaults__ or ()) + list((v.__kwdefaults__ or {}).values())
+            # The module globals its code names (a helper reading a global
+            # tensor), for the program's own module's functions (a library's
+            # reach its own state, which is no block's input).
+            named = [v.__globals__[n] for n in v.__code__.co_names if n in v.__globals__] \
+                if v.__module__ == home else []
+            return cells + list(v.__defaults__ or ()) + list((v.__kwdefaults__ or {}).values()) + named
         if isinstance(v, collections.abc.Mapping):
-            return list(v.values())
+            return list(v.keys()) + list(v.values())
         if isinstance(v, (collections.abc.Sequence, collections.abc.Set, collections.deque)):
             return list(v)
         if isinstance(v, collections.abc.Iterator) and not isinstance(v, types.GeneratorType):
@@ -669,8 +685,8 @@ def _tensor_found_in(value, program):
             # as pickling sees it (nothing is consumed).
             reduced = v.__reduce__()
             return [x for part in reduced[1:3] for x in (part if isinstance(part, tuple) else (part,))]
-        if isinstance(v, type):  # a class's own attributes (its methods' closures too), not builtins'
-            return [] if v.__module__ == "builtins" else list(vars(v).values())
+        if isinstance(v, type):  # a class's own attributes (its methods' closures too), the program module's
+            return list(vars(v).values()) if v.__module__ == home else []
         try:  # an object's attributes (__slots__ too); one whose attribute lookup fails has none to look at
             declared = [getattr(c, "__slots__", ()) for c in type(v).__mro__]
             slots = [getattr(v, n) for d in declared for n in ((d,) if isinstance(d, str) else d)
@@ -696,14 +712,14 @@ def _tensor_found_in(value, program):
     return kind(value), find(value, 0, set())
 
 
-def _refuse_hidden_tensors(block, name, value, attrs, program=None):
+def _refuse_hidden_tensors(block, name, value, attrs, program=None, home=None):
     """A tensor (or a numpy view of one) a block reaches otherwise than by
     name gets no dependency: the task read it before its writer ran, or
     after the next run's (found probing). InvalidArgument naming where it
     is (_tensor_found_in says where it is looked for)."""
     where = [(name, value)] + [(f"{name}.{a}", _attribute(value, a)) for a in sorted(attrs)]
     for label, v in where:
-        direct, found = _tensor_found_in(v, program)
+        direct, found = _tensor_found_in(v, program, home)
         if found:
             how = f"is {found} reached through an attribute" if direct else \
                 f"holds {found} inside a {type(v).__name__}"
@@ -711,11 +727,11 @@ def _refuse_hidden_tensors(block, name, value, attrs, program=None):
                                          "reached otherwise would be read without waiting for its writers)")
 
 
-def _refuse_global_tensors(block, name, value, program=None):
+def _refuse_global_tensors(block, name, value, program=None, home=None):
     """A module global a block reads that is (or holds) a tensor gets no
     dependency either (found probing from outside: a global tensor a CHIP
     block wrote was read before the write)."""
-    direct, found = _tensor_found_in(value, program)
+    direct, found = _tensor_found_in(value, program, home)
     if found:
         how = f"is {found}" if direct else f"holds {found} inside a {type(value).__name__}"
         raise _spyre.InvalidArgument(f"{block}: the global '{name}' {how}; a WORKER block takes tensors by name from "
@@ -749,10 +765,43 @@ def _as_it_is_now(value, memo):
             if new is not old:
                 new.cell_contents = _as_it_is_now(old.cell_contents, memo)
         return f
+    # deepcopy takes functions as they are: one inside a list or an object
+    # kept the orchestrator's live variables (a lambda made in a loop read
+    # the loop's last value: found probing). Copied first, into the memo.
+    for f in _closures_inside(value):
+        _as_it_is_now(f, memo)
     try:
         return copy.deepcopy(value, memo)
     except Exception:  # noqa: BLE001 (whatever the object's __deepcopy__ or pickling raises)
         return value
+
+
+def _closures_inside(value):
+    """The functions with closures in `value`'s containers and objects'
+    attributes (a few levels, a bounded number of objects)."""
+    found, todo, seen = [], [(value, 0)], set()
+    while todo and len(seen) < 10000:
+        v, depth = todo.pop()
+        if isinstance(v, _SCALARS) or id(v) in seen or depth > 16:
+            continue
+        seen.add(id(v))
+        if isinstance(v, types.FunctionType):
+            if v.__closure__ and depth > 0:
+                found.append(v)
+            continue
+        if isinstance(v, (type, types.ModuleType, np.ndarray)):
+            continue
+        if isinstance(v, collections.abc.Mapping):
+            items = list(v.values())
+        elif isinstance(v, (list, tuple, set, frozenset, collections.deque)):
+            items = list(v)
+        else:
+            try:
+                items = list(vars(v).values()) if hasattr(v, "__dict__") else []
+            except Exception:  # noqa: BLE001 (an object whose attribute lookup fails)
+                items = []
+        todo.extend((x, depth + 1) for x in items)
+    return found
 
 
 def _names(node, ctx_type):
@@ -1295,6 +1344,11 @@ class CompiledProgram:
         prev, _tls.ctx = _ctx(), c
         try:
             f.fn(self.obj, *[_ChipArg(i, t) for i, (_, t, _) in enumerate(f.params)])
+        except _spyre.Error:
+            raise
+        except Exception as e:  # noqa: BLE001 (the user's code, traced when compiled: a raw error was untyped)
+            raise _spyre.InvalidArgument(f"{f.name}: tracing the CHIP function when the program is compiled raised "
+                                         f"{type(e).__name__}: {e}") from e
         finally:
             _tls.ctx = prev
         chip.finish(f.name, "is never stored (return it into the Out parameter, or pass out=)")

@@ -1462,3 +1462,44 @@ def test_a_block_that_augments_a_tensor_twice_and_odd_annotations(host, config):
         np.testing.assert_array_equal(compiled(a, np.ones((4, 4), np.float32)), 4.0)
     with pytest.raises(spyre.InvalidArgument, match="the annotation of 'k' at line 4 cannot be read"):
         spyre.compile(annotation_compile_cannot_read, config, host=host)
+
+
+GLOBAL_FOR_HELPER = None
+
+
+def _helper_reading_a_global():
+    return np.asarray(GLOBAL_FOR_HELPER)
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def block_calls_a_helper_reading_a_global(a: Small, f: Out[Small]):
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f[...] = a + _helper_reading_a_global()
+    return f
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def closures_in_a_list(a: Small, f: Out[Small]):
+    fns = []
+    for k in range(4):
+        fns.append(lambda: k)
+        with spyre.at(level=Level.HOST, role=Role.WORKER):
+            f[k] = a[k] * fns[k]()
+    return f
+
+
+def test_helpers_globals_and_closures_in_containers(host, config):
+    """A module helper reading a global tensor read it unordered; a lambda
+    kept in a list read the loop's last value (found probing from
+    outside). Library functions a block calls (spyre.at, numpy) are not
+    looked into: they reach their own state."""
+    global GLOBAL_FOR_HELPER
+    GLOBAL_FOR_HELPER = spyre.HostTensor.zeros([4, 4])
+    try:
+        with pytest.raises(spyre.InvalidArgument, match="the global '_helper_reading_a_global' holds a spyre tensor"):
+            spyre.compile(block_calls_a_helper_reading_a_global, config, host=host)
+    finally:
+        GLOBAL_FOR_HELPER = None
+    a = np.ones((4, 4), np.float32)
+    with spyre.compile(closures_in_a_list, config, host=host) as compiled:
+        np.testing.assert_array_equal(compiled(a)[:, 0], [0, 1, 2, 3])
