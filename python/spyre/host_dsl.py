@@ -642,6 +642,50 @@ def _tensor_or_value(block, name, value):
 _SCALARS = (int, float, complex, bool, str, bytes, type(None), np.generic)
 
 
+def _contents(v, program=None, home=None):
+    """What a block could reach through `v`: its items, a function's
+    closure, defaults and (for the program module's functions) the globals
+    it names, a bound method's function and object, an iterator's source,
+    an object's attributes and (for the program module's classes) a
+    class's; nothing through the program object or a module."""
+    if isinstance(v, (str, bytes, bytearray, types.ModuleType)) or v is program:
+        return []
+    if isinstance(v, np.ndarray):
+        return list(v.ravel()) if v.dtype == object else []
+    if isinstance(v, memoryview):
+        return [v.obj]
+    if isinstance(v, functools.partial):
+        return [v.func, *v.args, *v.keywords.values()]
+    if isinstance(v, types.MethodType):
+        return [v.__func__] + ([] if v.__self__ is program else [v.__self__])
+    if isinstance(v, types.FunctionType):
+        cells = [c.cell_contents for c in v.__closure__ or () if _cell_is_set(c)]
+        # The module globals its code names (a helper reading a global
+        # tensor), for the program's own module's functions (a library's
+        # reach its own state, which is no block's input).
+        named = [v.__globals__[n] for n in v.__code__.co_names if n in v.__globals__] \
+            if v.__module__ == home else []
+        return cells + list(v.__defaults__ or ()) + list((v.__kwdefaults__ or {}).values()) + named
+    if isinstance(v, collections.abc.Mapping):
+        return list(v.keys()) + list(v.values())
+    if isinstance(v, (collections.abc.Sequence, collections.abc.Set, collections.deque)):
+        return list(v)
+    if isinstance(v, collections.abc.Iterator) and not isinstance(v, types.GeneratorType):
+        # iter(list), map, itertools.chain: what they would go through,
+        # as pickling sees it (nothing is consumed).
+        reduced = v.__reduce__()
+        return [x for part in reduced[1:3] for x in (part if isinstance(part, tuple) else (part,))]
+    if isinstance(v, type):  # a class's own attributes (its methods' closures too), the program module's
+        return list(vars(v).values()) if v.__module__ == home else []
+    try:  # an object's attributes (__slots__ too); one whose attribute lookup fails has none to look at
+        declared = [getattr(c, "__slots__", ()) for c in type(v).__mro__]
+        slots = [getattr(v, n) for d in declared for n in ((d,) if isinstance(d, str) else d)
+                 if isinstance(n, str) and n not in ("__dict__", "__weakref__") and hasattr(v, n)]
+        return slots + (list(vars(v).values()) if hasattr(v, "__dict__") else [])
+    except Exception:  # noqa: BLE001 (a __getattr__ raising KeyError: found probing from outside)
+        return []
+
+
 def _tensor_found_in(value, program, home=None):
     """What of a tensor `value` holds (None, "a spyre tensor", "a numpy
     view of a spyre tensor"), looked for through containers (any mapping,
@@ -657,44 +701,6 @@ def _tensor_found_in(value, program, home=None):
             return "a spyre tensor"
         return "a numpy view of a spyre tensor" if isinstance(v, np.ndarray) and _spyre._views_a_tensor(v) else None
 
-    def inside(v):
-        if isinstance(v, (str, bytes, bytearray, types.ModuleType)) or v is program:
-            return []
-        if isinstance(v, np.ndarray):
-            return list(v.ravel()) if v.dtype == object else []
-        if isinstance(v, memoryview):
-            return [v.obj]
-        if isinstance(v, functools.partial):
-            return [v.func, *v.args, *v.keywords.values()]
-        if isinstance(v, types.MethodType):
-            return [v.__func__] + ([] if v.__self__ is program else [v.__self__])
-        if isinstance(v, types.FunctionType):
-            cells = [c.cell_contents for c in v.__closure__ or () if _cell_is_set(c)]
-            # The module globals its code names (a helper reading a global
-            # tensor), for the program's own module's functions (a library's
-            # reach its own state, which is no block's input).
-            named = [v.__globals__[n] for n in v.__code__.co_names if n in v.__globals__] \
-                if v.__module__ == home else []
-            return cells + list(v.__defaults__ or ()) + list((v.__kwdefaults__ or {}).values()) + named
-        if isinstance(v, collections.abc.Mapping):
-            return list(v.keys()) + list(v.values())
-        if isinstance(v, (collections.abc.Sequence, collections.abc.Set, collections.deque)):
-            return list(v)
-        if isinstance(v, collections.abc.Iterator) and not isinstance(v, types.GeneratorType):
-            # iter(list), map, itertools.chain: what they would go through,
-            # as pickling sees it (nothing is consumed).
-            reduced = v.__reduce__()
-            return [x for part in reduced[1:3] for x in (part if isinstance(part, tuple) else (part,))]
-        if isinstance(v, type):  # a class's own attributes (its methods' closures too), the program module's
-            return list(vars(v).values()) if v.__module__ == home else []
-        try:  # an object's attributes (__slots__ too); one whose attribute lookup fails has none to look at
-            declared = [getattr(c, "__slots__", ()) for c in type(v).__mro__]
-            slots = [getattr(v, n) for d in declared for n in ((d,) if isinstance(d, str) else d)
-                     if isinstance(n, str) and n not in ("__dict__", "__weakref__") and hasattr(v, n)]
-            return slots + (list(vars(v).values()) if hasattr(v, "__dict__") else [])
-        except Exception:  # noqa: BLE001 (a __getattr__ raising KeyError: found probing from outside)
-            return []
-
     def find(v, depth, seen):
         if isinstance(v, _SCALARS):
             return None
@@ -704,7 +710,7 @@ def _tensor_found_in(value, program, home=None):
         seen.add(id(v))
         budget[0] -= 1
         try:
-            items = inside(v)
+            items = _contents(v, program, home)
         except Exception:  # noqa: BLE001 (a container that cannot be listed: a released memoryview)
             return None
         return next((k for k in (find(x, depth + 1, seen) for x in items) if k), None)
@@ -777,8 +783,8 @@ def _as_it_is_now(value, memo):
 
 
 def _closures_inside(value):
-    """The functions with closures in `value`'s containers and objects'
-    attributes (a few levels, a bounded number of objects)."""
+    """The functions with closures `value` holds (through _contents, not
+    into functions; a bounded number of objects)."""
     found, todo, seen = [], [(value, 0)], set()
     while todo and len(seen) < 10000:
         v, depth = todo.pop()
@@ -789,18 +795,10 @@ def _closures_inside(value):
             if v.__closure__ and depth > 0:
                 found.append(v)
             continue
-        if isinstance(v, (type, types.ModuleType, np.ndarray)):
-            continue
-        if isinstance(v, collections.abc.Mapping):
-            items = list(v.values())
-        elif isinstance(v, (list, tuple, set, frozenset, collections.deque)):
-            items = list(v)
-        else:
-            try:
-                items = list(vars(v).values()) if hasattr(v, "__dict__") else []
-            except Exception:  # noqa: BLE001 (an object whose attribute lookup fails)
-                items = []
-        todo.extend((x, depth + 1) for x in items)
+        try:
+            todo.extend((x, depth + 1) for x in _contents(v))
+        except Exception:  # noqa: BLE001 (a container that cannot be listed: a released memoryview)
+            pass
     return found
 
 

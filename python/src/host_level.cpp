@@ -154,6 +154,21 @@ void CheckNotWrittenInFlight(const WrappedArray& w, ByteSpan s, const std::strin
                     "first, or pass a writable view (or the tensor) to be ordered after it");
 }
 
+// `t` (over bytes [lo, hi)) or a row range of it, when array bytes `s` of
+// `dtype` and `shape` (C-contiguous) are exactly that; nullopt otherwise.
+std::optional<HostTensor> WholeOrRows(const HostTensor& t, uintptr_t lo, uintptr_t hi, ByteSpan s, bool contiguous,
+                                      DType dtype, const std::vector<int64_t>& shape) {
+    const std::vector<int64_t> whole = t.shape();
+    if (!contiguous || t.dtype() != dtype || whole.empty() || whole.size() != shape.size() ||
+        !std::equal(whole.begin() + 1, whole.end(), shape.begin() + 1) || s.lo < lo || s.hi > hi)
+        return std::nullopt;
+    const uint64_t row_bytes = t.bytes() / uint64_t(whole[0]);
+    if ((s.lo - lo) % row_bytes != 0) return std::nullopt;
+    const auto first_row = int64_t((s.lo - lo) / row_bytes);
+    if (first_row == 0 && shape[0] == whole[0]) return t;
+    return t.Rows(first_row, first_row + shape[0]);
+}
+
 // The tensor wrapped already over the memory of `a` (C-contiguous, of
 // `dtype` and `shape`), or a row range of one; nullopt when no wrapped
 // tensor overlaps it. `contiguous` false: `a` is copied, so any overlap is
@@ -192,15 +207,7 @@ std::optional<HostTensor> WrappedAlready(const py::array& a, bool contiguous, bo
                                "task writes here: pass the writable array itself (or its rows) for both");
         }
         overlap = &w;
-        const std::vector<int64_t> whole = w.tensor.shape();
-        if (!contiguous || w.tensor.dtype() != dtype || whole.size() != shape.size() ||
-            !std::equal(whole.begin() + 1, whole.end(), shape.begin() + 1) || s.lo < w.lo || s.hi > w.hi)
-            continue;
-        const uint64_t row_bytes = w.tensor.bytes() / uint64_t(whole[0]);
-        if ((s.lo - w.lo) % row_bytes != 0) continue;
-        const auto first_row = int64_t((s.lo - w.lo) / row_bytes);
-        if (first_row == 0 && shape[0] == whole[0]) return w.tensor;
-        return w.tensor.Rows(first_row, first_row + shape[0]);
+        if (std::optional<HostTensor> t = WholeOrRows(w.tensor, w.lo, w.hi, s, contiguous, dtype, shape)) return t;
     }
     if (overlap)
         throw Error(ErrorKind::InvalidArgument,
@@ -327,24 +334,20 @@ py::object TensorViewedBy(py::handle obj, const std::string& what) {
     const bool contiguous = a.flags() & py::array::c_style;
     // Of the tensors the array lies in (a tensor and a row view of it may
     // both be known), the widest it is whole rows of.
-    const TensorMemory* best = nullptr;
-    for (const TensorMemory& m : under) {
-        const std::vector<int64_t> whole = m.tensor->shape();
-        if (!contiguous || m.tensor->dtype() != dtype || whole.empty() || whole.size() != shape.size() ||
-            !std::equal(whole.begin() + 1, whole.end(), shape.begin() + 1) || s.lo < m.lo || s.hi > m.hi ||
-            (s.lo - m.lo) % (m.tensor->bytes() / uint64_t(whole[0])) != 0)
-            continue;
-        if (!best || m.hi - m.lo > best->hi - best->lo) best = &m;
-    }
+    std::optional<HostTensor> best;
+    uint64_t best_bytes = 0;
+    for (const TensorMemory& m : under)
+        if (std::optional<HostTensor> t = WholeOrRows(*m.tensor, m.lo, m.hi, s, contiguous, dtype, shape);
+            t && (!best || m.hi - m.lo > best_bytes)) {
+            best = std::move(t);
+            best_bytes = m.hi - m.lo;
+        }
     if (!best)
         throw Error(ErrorKind::InvalidArgument,
                     what + ": the array shares memory with " + under.front().tensor->Describe() +
                         " but is neither that tensor's whole array nor a row range of it, so a task could not be "
                         "ordered with that tensor's other tasks: pass the tensor, or its rows() views");
-    const HostTensor& t = *best->tensor;
-    const auto first = int64_t((s.lo - best->lo) / (t.bytes() / uint64_t(t.shape()[0])));
-    if (first == 0 && shape[0] == t.shape()[0]) return py::cast(t);
-    return py::cast(t.Rows(first, first + shape[0]));
+    return py::cast(*best);
 }
 
 Access AccessFrom(py::handle h) {

@@ -87,6 +87,38 @@ protected:
         }
         return true;
     }
+    // kTwoOutputs: every output i (params 1..) is filled with tag + i (tag:
+    // param 0's first word); kCopyFirstWord: out[0] = in[0].
+    static constexpr int32_t kTwoOutputs = 100, kCopyFirstWord = 101;
+    void RegisterOutputKernels() {
+        o().RegisterHostKernel(kTwoOutputs, [](std::span<void* const> b, std::span<const uint64_t> s) {
+            const uint32_t tag = *static_cast<const uint32_t*>(b[0]);
+            for (size_t out = 1; out < b.size(); ++out)
+                for (size_t i = 0; i < s[out] / 4; ++i) static_cast<uint32_t*>(b[out])[i] = tag + uint32_t(out);
+            return 0u;
+        });
+        o().RegisterHostKernel(kCopyFirstWord, [](std::span<void* const> b, std::span<const uint64_t>) {
+            *static_cast<uint32_t*>(b[1]) = *static_cast<const uint32_t*>(b[0]);
+            return 0u;
+        });
+    }
+    // Newer depth-0 outputs, handed out and read (into `scratch`), until
+    // the heap ring cannot go round past a held task (OutOfMemory; an
+    // unheld task's block they take).
+    void GoRoundTheHeap(uint32_t* tag, uint32_t* scratch) {
+        for (int i = 0; i < 8; ++i) {
+            TaskParam newer[] = {{PARAM_INPUT, tag, 4, {}}, {PARAM_OUTPUT, nullptr, 128, {}}};
+            int32_t n = -1;
+            try {
+                n = o().Submit(kTwoOutputs, WORKER_VECTOR, newer);
+            } catch (const Error& e) {
+                EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory) << e.what();
+                return;
+            }
+            TaskParam read_newer[] = {{PARAM_INPUT, o().TaskOutput(n, 0), 4, {}}, {PARAM_OUTPUT, scratch, 4, {}}};
+            WaitForTask(o().Submit(kCopyFirstWord, WORKER_VECTOR, read_newer));
+        }
+    }
     Orchestrator& o() { return *orch_; }
     uint32_t* Data(uint64_t offset, uint64_t bytes) { return static_cast<uint32_t*>(o().HostAddress(offset, bytes)); }
     std::optional<Orchestrator> orch_;
@@ -589,17 +621,7 @@ TEST_P(OrchQueueTest, DepthZeroOutputsTakenEarlyAreKeptForTheirReader) {
 // read that task's bytes, silently (found probing from outside).
 TEST_P(OrchQueueTest, ADepthZeroHoldStaysUntilEveryOutputHandedOutWasRead) {
     Make(16, 256);
-    constexpr int32_t kTwoOutputs = 100, kCopyFirstWord = 101;
-    o().RegisterHostKernel(kTwoOutputs, [](std::span<void* const> b, std::span<const uint64_t> s) {
-        const uint32_t tag = *static_cast<const uint32_t*>(b[0]);
-        for (size_t out = 1; out < b.size(); ++out)
-            for (size_t i = 0; i < s[out] / 4; ++i) static_cast<uint32_t*>(b[out])[i] = tag + uint32_t(out);
-        return 0u;
-    });
-    o().RegisterHostKernel(kCopyFirstWord, [](std::span<void* const> b, std::span<const uint64_t>) {
-        *static_cast<uint32_t*>(b[1]) = *static_cast<const uint32_t*>(b[0]);
-        return 0u;
-    });
+    RegisterOutputKernels();
     uint32_t* tag = Data(0, 64);
     uint32_t* result = Data(4096, 64);
     *tag = 10;
@@ -628,23 +650,14 @@ TEST_P(OrchQueueTest, ADepthZeroHoldStaysUntilEveryOutputHandedOutWasRead) {
 // outside), or pto_task_output handed out a released block.
 TEST_P(OrchQueueTest, AnOutputHandedOutAfterTheHoldWentIsHeldAgain) {
     Make(16, 512, 4 << 20, 2, false);  // no task runs on the submitting thread
-    constexpr int32_t kTwoOutputs = 100, kCopyFirstWord = 101, kGatedCopyFirstWord = 102;
+    constexpr int32_t kGatedCopyFirstWord = 102;
     std::atomic<bool> open{false};
     o().RegisterHostKernel(kGatedCopyFirstWord, [&](std::span<void* const> b, std::span<const uint64_t>) {
         for (int i = 0; i < 10000 && !open.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         *static_cast<uint32_t*>(b[1]) = *static_cast<const uint32_t*>(b[0]);
         return 0u;
     });
-    o().RegisterHostKernel(kTwoOutputs, [](std::span<void* const> b, std::span<const uint64_t> s) {
-        const uint32_t tag = *static_cast<const uint32_t*>(b[0]);
-        for (size_t out = 1; out < b.size(); ++out)
-            for (size_t i = 0; i < s[out] / 4; ++i) static_cast<uint32_t*>(b[out])[i] = tag + uint32_t(out);
-        return 0u;
-    });
-    o().RegisterHostKernel(kCopyFirstWord, [](std::span<void* const> b, std::span<const uint64_t>) {
-        *static_cast<uint32_t*>(b[1]) = *static_cast<const uint32_t*>(b[0]);
-        return 0u;
-    });
+    RegisterOutputKernels();
     uint32_t* tag = Data(0, 64);
     uint32_t* result = Data(4096, 64);
     *tag = 10;
@@ -656,20 +669,7 @@ TEST_P(OrchQueueTest, AnOutputHandedOutAfterTheHoldWentIsHeldAgain) {
     open = true;
     WaitForTask(r);
     *tag = 100;
-    // Newer outputs, handed out and read, until the heap ring cannot go
-    // round past the held task (OutOfMemory; unheld, they took its block).
-    for (int i = 0; i < 8; ++i) {
-        TaskParam newer[] = {In(tag, 4), Out(nullptr, 128)};
-        int32_t n = -1;
-        try {
-            n = o().Submit(kTwoOutputs, WORKER_VECTOR, newer);
-        } catch (const Error& e) {
-            EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory) << e.what();
-            break;
-        }
-        TaskParam read_newer[] = {In(o().TaskOutput(n, 0), 4), Out(result + 2, 4)};
-        WaitForTask(o().Submit(kCopyFirstWord, WORKER_VECTOR, read_newer));
-    }
+    GoRoundTheHeap(tag, result + 2);
     TaskParam read_second[] = {In(second, 64), Out(result + 1, 4)};
     o().Submit(kCopyFirstWord, WORKER_VECTOR, read_second);
     o().WaitAll();
@@ -686,18 +686,7 @@ TEST_P(OrchQueueTest, AnOutputHandedOutAfterTheHoldWentIsHeldAgain) {
     open = true;
     WaitForTask(r2);
     *tag = 100;
-    for (int i = 0; i < 8; ++i) {
-        TaskParam newer[] = {In(tag, 4), Out(nullptr, 128)};
-        int32_t n = -1;
-        try {
-            n = o().Submit(kTwoOutputs, WORKER_VECTOR, newer);
-        } catch (const Error& e) {
-            EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory) << e.what();
-            break;
-        }
-        TaskParam read_newer[] = {In(o().TaskOutput(n, 0), 4), Out(result + 2, 4)};
-        WaitForTask(o().Submit(kCopyFirstWord, WORKER_VECTOR, read_newer));
-    }
+    GoRoundTheHeap(tag, result + 2);
     TaskParam second_reader[] = {In(again, 64), Out(result + 1, 4)};
     o().Submit(kCopyFirstWord, WORKER_VECTOR, second_reader);
     o().WaitAll();
