@@ -204,12 +204,12 @@ int32_t pto_task_fail(Runtime* rt, int32_t task_id, uint32_t error_code);
 /* Address of implicit output `index` (counting implicit outputs only) of a
  * live task (Example 1's packed_buffer_base + offset). NULL on error.
  * The depth-0 rule (docs/orchestration.md): a task submitted outside any
- * scope is held by the calling thread until later tasks of that thread
- * have read every output this call handed out (an output asked for after
- * that, while the task is live and no thread holds it, is held again for
- * its next reader), the thread's next
- * pto_wait_all, or its exit; outputs this call never handed out may go
- * sooner when the rings are full. NULL (EINVAL) for a task already let
+ * scope is held by the calling thread (its submitter, and each other
+ * thread that calls this) until later tasks of that thread have read
+ * every output this call handed it (an output asked for again is held
+ * again for its next reader), the thread's next pto_wait_all, or its
+ * exit; outputs this call never handed out may go sooner when the rings
+ * are full. NULL (EINVAL) for a task already let
  * go. An address in the heap ring that is not inside live, handed-out
  * outputs (or a live pto_alloc buffer) is refused by pto_submit_task;
  * ask again (this call) for an output a second reader reads after the

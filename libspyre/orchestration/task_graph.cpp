@@ -28,7 +28,7 @@ constexpr uint64_t kBufferOwner = 1ull << 63;
 constexpr const char* kHoldRule =
     "a task with implicit outputs submitted outside any scope is held by its submitting thread until later "
     "tasks of that thread have read every output pto_task_output handed out, the thread's next pto_wait_all, or "
-    "its exit; outputs whose address "
+    "its exit, and so by each other thread that asked for one of its outputs; outputs whose address "
     "pto_task_output never handed out go sooner when the rings are full, except the one of each thread's newest "
     "task that took a hold";
 
@@ -431,8 +431,8 @@ void TaskGraph::WaitForRoom(std::unique_lock<std::mutex>& submitting, Lock& lock
     if (active_ == 0 && holder && !holder_stalled && waited_long)
         Fail(ErrorKind::OutOfMemory,
              stuck() + " (waited " + waited +
-                 " s, nothing in flight, for the thread holding outputs of tasks it submitted outside any scope to "
-                 "submit, wait or exit: it may be waiting for this one; submit such tasks inside a scope)",
+                 " s, nothing in flight, for the thread holding outputs of tasks it submitted outside any scope (or "
+                 "asked for) to submit, wait or exit: it may be waiting for this one; submit such tasks inside a scope)",
              EDEADLK);
     if (holder_stalled) wake_.Notify();
     // A kernel's submission holds a host thread: when every one of them is
@@ -562,11 +562,11 @@ std::string TaskGraph::TaskRingStuck() const {
              "room for while its own task runs; submit them from the orchestration thread, or create the runtime "
              "with a larger task ring";
     } else if (st == TaskState::Completed && HoldOf(t.task_id) && ring_.capacity() == 1) {
-        s << " is held by its submitting thread (" << kHoldRule
+        s << " is held by " << Holder(t) << " (" << kHoldRule
           << "), and a ring of one slot cannot hold it beside a task that reads its outputs: create the runtime "
              "with a task ring of at least 2 slots";
     } else if (st == TaskState::Completed && HoldOf(t.task_id)) {
-        s << " is held by its submitting thread (" << kHoldRule
+        s << " is held by " << Holder(t) << " (" << kHoldRule
           << "): read depth-0 outputs sooner, wait, put the tasks in scopes, or create the runtime with a larger "
              "task ring";
     } else if (st == TaskState::Completed && t.has_heap_block && t.in_scopes && scopes_.depth() > 0 &&
@@ -595,11 +595,14 @@ std::string TaskGraph::TaskRingStuck() const {
 std::optional<std::thread::id> TaskGraph::HeldByAnotherThread(std::optional<int32_t> id, bool only_by_the_hold) const {
     if (!id || holds_.empty()) return std::nullopt;
     const TaskDescriptor& t = ring_.Get(*id);
-    if (only_by_the_hold &&
-        (t.state.load(std::memory_order_relaxed) != TaskState::Completed || t.fanout_refcount + 1 != t.fanout_count))
-        return std::nullopt;  // something besides the hold keeps it
-    const Held* h = HoldOf(*id);
-    return h && h->thread != std::this_thread::get_id() ? std::optional(h->thread) : std::nullopt;
+    const auto holds = int32_t(std::count_if(holds_.begin(), holds_.end(), [&](const Held& h) { return h.task == *id; }));
+    if (only_by_the_hold && (t.state.load(std::memory_order_relaxed) != TaskState::Completed ||
+                             t.fanout_refcount + holds != t.fanout_count))
+        return std::nullopt;  // something besides the holds keeps it
+    const std::thread::id me = std::this_thread::get_id();
+    for (const Held& h : holds_)
+        if (h.task == *id && h.thread != me) return h.thread;
+    return std::nullopt;
 }
 
 std::optional<int32_t> TaskGraph::RingTail() const {
@@ -627,10 +630,8 @@ bool TaskGraph::RoomKeptForAnotherThreadsScopes(uint64_t bytes) const {
     if (b.gave_up && b.graph == this && b.serial == scopes_.SerialAt(1)) return false;
     // Nor one whose own hold keeps the oldest task: its next task lets go
     // of it, and the scopes' thread may be waiting for that.
-    const Held* tail = ring_.live() > 0 ? HoldOf(ring_.tail()) : nullptr;
-    if (tail && tail->thread == me) return false;
-    if (const std::optional<int32_t> oldest = HeapOldestTask())
-        if (const Held* h = HoldOf(*oldest); h && h->thread == me) return false;
+    if (ring_.live() > 0 && HeldByThisThread(ring_.tail())) return false;
+    if (const std::optional<int32_t> oldest = HeapOldestTask(); oldest && HeldByThisThread(*oldest)) return false;
     const int32_t half_free = ring_.capacity() / 2;
     return ring_.capacity() - ring_.live() <= half_free ||
            (bytes > 0 && heap_.size() - heap_.used() < heap_.size() / 2 + bytes);
@@ -646,6 +647,17 @@ const TaskGraph::Held* TaskGraph::HoldOf(int32_t task_id) const {
     for (const Held& h : holds_)
         if (h.task == task_id) return &h;
     return nullptr;
+}
+
+const char* TaskGraph::Holder(const TaskDescriptor& t) const {
+    for (const Held& h : holds_)
+        if (h.task == t.task_id && h.thread == t.submitter) return "its submitting thread";
+    return "a thread that asked for its outputs (pto_task_output)";
+}
+
+bool TaskGraph::HeldByThisThread(int32_t task_id) const {
+    const std::thread::id me = std::this_thread::get_id();
+    return std::any_of(holds_.begin(), holds_.end(), [&](const Held& h) { return h.task == task_id && h.thread == me; });
 }
 
 bool TaskGraph::InHeap(const uint8_t* p, uint64_t size) const noexcept {
@@ -671,7 +683,7 @@ std::string TaskGraph::HeapStuck(uint64_t need) const {
         if (EndsAfterThisThreadsTask(int64_t(*owner)))
             s << ", which " << NextToTheSubmittingKernel(int64_t(*owner)) << " (it cannot end while its kernel waits)";
         else if (HoldOf(int32_t(*owner)))
-            s << ", held by its submitting thread (" << kHoldRule << ")";
+            s << ", held by " << Holder(ring_.Get(int32_t(*owner))) << " (" << kHoldRule << ")";
         else if (scopes_.depth() > 0 && ring_.Get(int32_t(*owner)).in_scopes)
             s << ", held by " << scopes_.depth() << " open scope(s)";
     }
@@ -1484,19 +1496,32 @@ void TaskGraph::LetGo(int32_t task_id) {
     if (ring_.Reclaim()) space_freed_ = true;
 }
 
-void TaskGraph::Hold(TaskDescriptor& t, bool newest) {
-    ++t.fanout_count;
-    const std::thread::id me = std::this_thread::get_id();
-    int32_t kernel_task = -1;
+int32_t TaskGraph::RunningKernelTask() const {
     if (CpuWorker::RunningTaskOf() == this)
         if (const CpuWorker::TaskFrame* f = CpuWorker::RunningTasks(); f && &ring_.Get(f->task->task_id) == f->task)
-            kernel_task = f->task->task_id;
-    holds_.push_back({me, t.task_id, kernel_task});
+            return f->task->task_id;
+    return -1;
+}
+
+TaskGraph::Held& TaskGraph::Hold(TaskDescriptor& t, bool newest) {
+    ++t.fanout_count;
+    const std::thread::id me = std::this_thread::get_id();
+    holds_.push_back({me, t.task_id, RunningKernelTask()});
     tl_holds.Add(anchor_);
-    if (!newest) return;
-    auto it = std::find_if(newest_holds_.begin(), newest_holds_.end(), [&](const Held& n) { return n.thread == me; });
-    if (it == newest_holds_.end()) newest_holds_.push_back({me, t.task_id});
-    else it->task = t.task_id;
+    if (newest) {
+        auto it = std::find_if(newest_holds_.begin(), newest_holds_.end(), [&](const Held& n) { return n.thread == me; });
+        if (it == newest_holds_.end()) newest_holds_.push_back({me, t.task_id});
+        else it->task = t.task_id;
+    }
+    return holds_.back();
+}
+
+TaskGraph::Held* TaskGraph::HoldOfThisThread(int32_t task_id) {
+    const std::thread::id me = std::this_thread::get_id();
+    const int32_t kernel_task = RunningKernelTask();
+    for (Held& h : holds_)
+        if (h.task == task_id && h.thread == me && h.kernel_task == kernel_task) return &h;
+    return nullptr;
 }
 
 bool TaskGraph::ReadsFrom(const TaskDescriptor& consumer, int32_t producer) {
@@ -1570,11 +1595,11 @@ void TaskGraph::LetGoHoldsReadBy(const TaskDescriptor& t) {
             for (int32_t i = 0; i < t.num_params; ++i)
                 if (t.params[i].in_outputs && Covers(owner, t.params[i])) {
                     read = true;
-                    owner.outputs_read |= OutputsTouched(owner, t.params[i]);
+                    holds_[h].unread &= ~OutputsTouched(owner, t.params[i]);
                 }
-        // It stays while an output handed out is still unread (its reader
-        // holds it as a consumer from now on all the same).
-        if (!read || (owner.outputs_handed_out & ~owner.outputs_read) != 0) {
+        // It stays while an output handed this thread is still unread (its
+        // reader holds it as a consumer from now on all the same).
+        if (!read || holds_[h].unread != 0) {
             ++h;
             continue;
         }
@@ -1593,7 +1618,7 @@ bool TaskGraph::LetGoHoldsNotHandedOut() {
         const bool newest = std::any_of(newest_holds_.begin(), newest_holds_.end(), [&](const Held& n) {
             return n.thread == holds_[h].thread && n.task == holds_[h].task;
         });
-        goes[h] = !newest && ring_.Get(holds_[h].task).outputs_handed_out == 0;
+        goes[h] = !newest && holds_[h].unread == 0;
     }
     std::vector<int32_t> going;
     size_t kept = 0;
@@ -1857,15 +1882,15 @@ uint8_t* TaskGraph::TaskOutput(int32_t task_id, int32_t index) {
     for (int32_t i = 0; i < t.num_params; ++i)
         if (t.params[i].implicit && n++ == index) {
             t.outputs_handed_out |= 1u << i;  // from now on a task may name these outputs
-            // At depth 0, an output handed out after the task's hold went
-            // (its outputs were read) is held again for its next reader:
-            // unheld, the task went once the earlier readers ran, and this
-            // address, read later, was a newer output's (found probing).
-            // Not as the thread's newest hold (that protects the task it
-            // submitted last), and not while any thread holds the task.
-            if (!t.in_scopes &&
-                std::none_of(holds_.begin(), holds_.end(), [&](const Held& h) { return h.task == task_id; }))
-                Hold(t, /*newest=*/false);
+            // At depth 0 the asking thread holds the task for this output
+            // until a later task of its own reads it (asked again: again),
+            // it waits or it exits; with no hold of its own, it takes one,
+            // not as its newest (that protects the task it submitted last).
+            // Unheld, the task went once earlier readers ran (or another
+            // thread let go), and this address, read later, was a newer
+            // output's (found probing from outside).
+            if (Held* mine = HoldOfThisThread(task_id)) mine->unread |= 1u << i;
+            else if (!t.in_scopes) Hold(t, /*newest=*/false).unread |= 1u << i;
             return t.params[i].host;
         }
     Fail(ErrorKind::InvalidArgument, Describe(task_id) + " has " + std::to_string(n) + " implicit output(s): index " +

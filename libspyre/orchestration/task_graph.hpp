@@ -289,7 +289,9 @@ private:
     std::string TaskRingStuck() const;
     const char* NextToTheSubmittingKernel(int64_t id) const;
     struct Held;                                // a depth-0 hold (holds_)
-    const Held* HoldOf(int32_t task_id) const;  // its depth-0 hold, if a thread holds it
+    const Held* HoldOf(int32_t task_id) const;  // a depth-0 hold of it, if a thread holds it
+    bool HeldByThisThread(int32_t task_id) const;
+    const char* Holder(const TaskDescriptor& t) const;  // who holds `t`, for a message
     // The thread other than the calling one whose depth-0 hold keeps task
     // `id` live, if any (`only_by_the_hold`: when nothing else keeps it,
     // its consumers done). Of the ring's oldest task, or the owner of the
@@ -357,7 +359,9 @@ private:
     void TryConsume(TaskDescriptor& t);
     // Depth-0 holds (holds_, docs/orchestration.md "The depth-0 rule").
     // The calling thread holds t; `newest`: as the task it submitted last.
-    void Hold(TaskDescriptor& t, bool newest = true);
+    Held& Hold(TaskDescriptor& t, bool newest = true);
+    Held* HoldOfThisThread(int32_t task_id);  // the calling thread's (or running kernel's) hold of it
+    int32_t RunningKernelTask() const;  // the task whose kernel this thread runs, or -1
     void LetGo(int32_t task_id);      // one hold's reference goes
     void LetGoOfScope(const ScopeRecord& scope);  // its held tasks' references go (mu_ held)
     void LetGoHoldsReadBy(const TaskDescriptor& t);  // the calling thread's holds t reads
@@ -495,6 +499,13 @@ private:
         // neither waits nor exits (a hold kept there hung the next
         // submitter: found probing from outside).
         int32_t kernel_task = -1;
+        // Of the task's params (bit i: params[i], an implicit output): those
+        // pto_task_output handed this thread that no later task of it read
+        // yet. Each asking thread holds for its own asks: one hold for all,
+        // let go by one thread's reads or exit, left another thread's ask
+        // unprotected, and its reader read a newer task's bytes (found
+        // probing from outside).
+        uint32_t unread = 0;
     };
     std::vector<Held> holds_;
     // Each thread's newest task that took a hold (whether or not the hold

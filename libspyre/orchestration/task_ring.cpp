@@ -42,7 +42,6 @@ void TaskDescriptor::Reset(int32_t id) {
     has_heap_block = false;
     in_scopes = false;
     outputs_handed_out = 0;
-    outputs_read = 0;
     kernel = nullptr;
     outcome = TaskOutcome::None;
     early_done = false;

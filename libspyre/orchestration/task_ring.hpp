@@ -74,12 +74,10 @@ struct TaskDescriptor {
     bool in_scopes = false;
     // Of its params (bit i: params[i], an implicit output): those whose
     // address pto_task_output gave away (from then on a task may name
-    // them), and those a later task of the holding thread read. A depth-0 hold goes once every output handed
-    // out was read: a task with two, read one, let the other go with it,
-    // and its block went to a newer output (found probing from outside).
+    // them). Which of them are still to be read is each asking thread's
+    // (TaskGraph::Held::unread).
     static_assert(PTO_MAX_PARAMS <= 32);
     uint32_t outputs_handed_out = 0;
-    uint32_t outputs_read = 0;
     std::thread::id submitter;  // the thread that submitted it: its copies follow it (WaitForTasksOver)
     const KernelEntry* kernel = nullptr;
     TaskOutcome outcome = TaskOutcome::None;

@@ -90,7 +90,14 @@ protected:
     // kTwoOutputs: every output i (params 1..) is filled with tag + i (tag:
     // param 0's first word); kCopyFirstWord: out[0] = in[0].
     static constexpr int32_t kTwoOutputs = 100, kCopyFirstWord = 101;
-    void RegisterOutputKernels() {
+    static constexpr int32_t kGatedCopyFirstWord = 102;  // kCopyFirstWord once `open` (bounded)
+    void RegisterOutputKernels(std::atomic<bool>* open = nullptr) {
+        if (open)
+            o().RegisterHostKernel(kGatedCopyFirstWord, [open](std::span<void* const> b, std::span<const uint64_t>) {
+                for (int i = 0; i < 10000 && !open->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                *static_cast<uint32_t*>(b[1]) = *static_cast<const uint32_t*>(b[0]);
+                return 0u;
+            });
         o().RegisterHostKernel(kTwoOutputs, [](std::span<void* const> b, std::span<const uint64_t> s) {
             const uint32_t tag = *static_cast<const uint32_t*>(b[0]);
             for (size_t out = 1; out < b.size(); ++out)
@@ -650,14 +657,8 @@ TEST_P(OrchQueueTest, ADepthZeroHoldStaysUntilEveryOutputHandedOutWasRead) {
 // outside), or pto_task_output handed out a released block.
 TEST_P(OrchQueueTest, AnOutputHandedOutAfterTheHoldWentIsHeldAgain) {
     Make(16, 512, 4 << 20, 2, false);  // no task runs on the submitting thread
-    constexpr int32_t kGatedCopyFirstWord = 102;
     std::atomic<bool> open{false};
-    o().RegisterHostKernel(kGatedCopyFirstWord, [&](std::span<void* const> b, std::span<const uint64_t>) {
-        for (int i = 0; i < 10000 && !open.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        *static_cast<uint32_t*>(b[1]) = *static_cast<const uint32_t*>(b[0]);
-        return 0u;
-    });
-    RegisterOutputKernels();
+    RegisterOutputKernels(&open);
     uint32_t* tag = Data(0, 64);
     uint32_t* result = Data(4096, 64);
     *tag = 10;
@@ -692,6 +693,28 @@ TEST_P(OrchQueueTest, AnOutputHandedOutAfterTheHoldWentIsHeldAgain) {
     o().WaitAll();
     EXPECT_EQ(result[0], 21u);
     EXPECT_EQ(result[1], 21u) << "an output asked for again was read after its task was let go";
+    // Asked for again while the task is still held (its other output not
+    // read yet): the hold stays for the second reader. Before, the first
+    // read's mark stood for the second ask, and the read of the other
+    // output let the task go (found probing from outside, 60/60).
+    *tag = 30;
+    TaskParam three[] = {In(tag, 4), Out(nullptr, 64), Out(nullptr, 64)};
+    const int32_t t3 = o().Submit(kTwoOutputs, WORKER_VECTOR, three);
+    void* out0 = o().TaskOutput(t3, 0);
+    void* out1 = o().TaskOutput(t3, 1);
+    TaskParam reads0[] = {In(out0, 64), Out(result, 4)};
+    WaitForTask(o().Submit(kCopyFirstWord, WORKER_VECTOR, reads0));
+    void* out0_again = o().TaskOutput(t3, 0);
+    TaskParam reads1[] = {In(out1, 64), Out(result + 1, 4)};
+    WaitForTask(o().Submit(kCopyFirstWord, WORKER_VECTOR, reads1));
+    *tag = 100;
+    GoRoundTheHeap(tag, result + 3);
+    TaskParam reads0_again[] = {In(out0_again, 64), Out(result + 2, 4)};
+    o().Submit(kCopyFirstWord, WORKER_VECTOR, reads0_again);
+    o().WaitAll();
+    EXPECT_EQ(result[0], 31u);
+    EXPECT_EQ(result[1], 32u);
+    EXPECT_EQ(result[2], 31u) << "an output asked for again while held was read after its task was let go";
     // A task let go (consumed) while an older one keeps the ring's tail:
     // its outputs are refused, not handed out.
     TaskParam keeper[] = {In(tag, 4), Out(nullptr, 64)};
@@ -706,42 +729,68 @@ TEST_P(OrchQueueTest, AnOutputHandedOutAfterTheHoldWentIsHeldAgain) {
     o().WaitAll();
 }
 
-// Another thread asking for an output while the submitter holds the task
-// takes no hold of its own: it did (found probing from outside), and the
-// ring filled with holds nobody would let go (OutOfMemory after 3 tasks).
-TEST_P(OrchQueueTest, AnotherThreadAskingForAnOutputTakesNoHold) {
+// Each thread that asks for an output holds the task for its own reader,
+// until a later task of its own reads it, it waits or it exits. Before,
+// one hold stood for every thread: another thread's ask took none while
+// one existed, and when the holder let go (its exit), the asker's later
+// read got a newer task's bytes (found probing from outside, 60/60).
+TEST_P(OrchQueueTest, EachThreadAskingForAnOutputHoldsItForItsOwnReader) {
+    Make(16, 512, 4 << 20, 2, false);  // no task runs on the submitting thread
+    std::atomic<bool> open{false};
+    RegisterOutputKernels(&open);
+    uint32_t* tag = Data(0, 64);
+    uint32_t* result = Data(4096, 64);
+    *tag = 10;
+    TaskParam one[] = {In(tag, 4), Out(nullptr, 64)};
+    const int32_t t = o().Submit(kTwoOutputs, WORKER_VECTOR, one);
+    TaskParam first_reader[] = {In(o().TaskOutput(t, 0), 64), Out(result, 4)};
+    const int32_t r = o().Submit(kGatedCopyFirstWord, WORKER_VECTOR, first_reader);  // this thread's hold went
+    // Another thread asks (holding the task now); this one asks again
+    // meanwhile; then the other exits, letting go of its hold.
+    std::atomic<int> step{0};
+    std::thread other([&] {
+        EXPECT_EQ(o().TaskOutput(t, 0), first_reader[0].buffer);
+        step = 1;
+        for (int i = 0; i < 10000 && step.load() != 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    while (step.load() != 1) std::this_thread::yield();
+    void* again = o().TaskOutput(t, 0);  // asked here again: held here
+    step = 2;
+    other.join();
+    open = true;
+    WaitForTask(r);
+    *tag = 100;
+    GoRoundTheHeap(tag, result + 2);
+    TaskParam second_reader[] = {In(again, 64), Out(result + 1, 4)};
+    o().Submit(kCopyFirstWord, WORKER_VECTOR, second_reader);
+    o().WaitAll();
+    EXPECT_EQ(result[0], 11u);
+    EXPECT_EQ(result[1], 11u) << "read after another thread's exit let the task go";
+}
+
+// A helper thread that asks for outputs for the submitter holds them until
+// it exits (it might read them itself): a helper per ask lets the tasks
+// flow through a small ring; its asks and the submitter's own get the
+// same addresses and the reads the right bytes.
+TEST_P(OrchQueueTest, AHelperThreadAskingForOutputsHoldsThemUntilItExits) {
     Make(4, 4096);
     uint32_t* a = Data(0, 64);
     uint32_t* out = Data(8192, 64);
     for (int i = 0; i < 16; ++i) a[i] = uint32_t(i);
-    // A helper that lives on (a thread that exits lets go of its holds).
-    std::atomic<int32_t> ask{-1};
-    std::atomic<void*> answer{nullptr};
-    std::atomic<bool> stop{false};
-    std::thread helper([&] {
-        while (!stop.load()) {
-            const int32_t t = ask.exchange(-1);
-            if (t >= 0) answer = o().TaskOutput(t);
-            else std::this_thread::yield();
-        }
-    });
     try {
         for (int i = 0; i < 50; ++i) {
             TaskParam p[] = {In(a, 64), In(a, 64), Out(nullptr, 64)};
             const int32_t t = o().Submit(K_ADD, WORKER_VECTOR, p);
-            answer = nullptr;
-            ask = t;
-            while (answer.load() == nullptr) std::this_thread::yield();
-            TaskParam read[] = {In(o().TaskOutput(t), 64), In(a, 64), Out(out, 64)};
-            EXPECT_EQ(answer.load(), read[0].buffer);
-            o().Submit(K_ADD, WORKER_VECTOR, read);  // OutOfMemory here, before
+            void* answer = nullptr;
+            std::thread([&] { answer = o().TaskOutput(t); }).join();
+            TaskParam read[] = {In(answer, 64), In(a, 64), Out(out, 64)};
+            EXPECT_EQ(o().TaskOutput(t), answer);
+            o().Submit(K_ADD, WORKER_VECTOR, read);
         }
         o().WaitAll();
     } catch (const Error& e) {
         ADD_FAILURE() << e.what();
     }
-    stop = true;
-    helper.join();
     EXPECT_EQ(out[5], 15u);
 }
 
