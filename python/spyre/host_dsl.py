@@ -40,11 +40,13 @@ import copy
 import enum
 import functools
 import inspect
+import operator
 import re
 import sys
 import textwrap
 import threading
 import types
+import weakref
 
 import numpy as np
 
@@ -76,10 +78,14 @@ def _dtype(dtype, what):
 
 class TensorType:
     def __init__(self, shape, dtype=FP32):
+        # Dims are ints (numpy's too): int() took 2.9 as 2, '4' as 4 and True
+        # as 1 (found probing from outside; create_tensor refuses them).
         try:
-            self.shape = tuple(int(d) for d in shape)
-        except (TypeError, ValueError):
-            raise _spyre.InvalidArgument(f"Tensor[...]: the shape {shape!r} is not a list of dims") from None
+            if isinstance(shape, (str, bytes)) or any(isinstance(d, (bool, np.bool_)) for d in shape):
+                raise TypeError
+            self.shape = tuple(operator.index(d) for d in shape)
+        except TypeError:
+            raise _spyre.InvalidArgument(f"Tensor[...]: the shape {shape!r} is not a list of int dims") from None
         if not self.shape or any(d <= 0 for d in self.shape):
             raise _spyre.InvalidArgument(f"Tensor[...]: the shape {list(self.shape)} needs dims of at least 1")
         self.dtype = _dtype(dtype, "Tensor[...]")
@@ -151,6 +157,16 @@ class DslFunction:
             raise _spyre.InvalidArgument(f"{fn.__name__}: a generator or coroutine function cannot be a "
                                          "spyre.function (calling it would run nothing)")
         self.fn, self.level, self.role, self.name = fn, level, role, fn.__name__
+        # A HOST orchestrator's source as it is when it is defined: its
+        # spyre.at blocks are outlined from it. Read at compile, it was the
+        # file's text then: edited since the import, the program ran the
+        # edit (found probing from outside). None: it has none to read.
+        self.source = None
+        if level == Level.HOST and role == Role.ORCHESTRATOR:
+            try:
+                self.source = inspect.getsource(fn)
+            except (OSError, TypeError):
+                pass
         sig = inspect.signature(fn)
         hints = fn.__annotations__
         self.params = []  # (name, TensorType or None, is_out)
@@ -187,16 +203,36 @@ class DslFunction:
             return self
         return _Bound(self, obj)
 
-    def __call__(self, *args):
-        return _dispatch(self, None, args)
+    def __call__(self, *args, **kwargs):
+        return _dispatch(self, None, self.bind(args, kwargs))
+
+    def bind(self, args, kwargs):
+        """The task's arguments in parameter order: `args`, then `kwargs` by
+        name (a call by keyword was a TypeError naming library internals:
+        found probing from outside)."""
+        if not kwargs:
+            return args
+        names = [n for n, _, _ in self.params]
+        bound = list(args)
+        for n in names[len(args):]:
+            if n not in kwargs:
+                raise _spyre.InvalidArgument(f"{self.name}: missing argument '{n}'")
+            bound.append(kwargs.pop(n))
+        if kwargs:
+            n = next(iter(kwargs))
+            why = "given by position already" if n in names else \
+                "a plain parameter with a default keeps it (a task passes tensors)" \
+                if n in inspect.signature(self.fn).parameters else "no such parameter"
+            raise _spyre.InvalidArgument(f"{self.name}: keyword argument '{n}': {why}")
+        return tuple(bound)
 
 
 class _Bound:
     def __init__(self, f, obj):
         self.f, self.obj = f, obj
 
-    def __call__(self, *args):
-        return _dispatch(self.f, self.obj, args)
+    def __call__(self, *args, **kwargs):
+        return _dispatch(self.f, self.obj, self.f.bind(args, kwargs))
 
 
 def function(level=Level.HOST, role=None, *, name_hint=""):
@@ -285,7 +321,10 @@ class _ChipBuilder:
         # parameter 0's place (found probing from outside).
         self.functional = functional
 
-    def ref(self, x, access="in"):
+    def ref(self, x, access="in", peek=False):
+        """Where operand or target `x` is: ("tmp", call) or ("arg", index),
+        made an argument of the task unless `peek` (None then for a tensor
+        that is not one yet)."""
         if isinstance(x, _CoreValue):
             return ("tmp", x.call)
         if isinstance(x, _ChipArg):
@@ -296,6 +335,8 @@ class _ChipBuilder:
                     "a CHIP function's ops take its parameters and its ops' results; a tensor that is not one of "
                     "its parameters (a global, a spyre.create_tensor) cannot be an operand or target: pass it in")
             key = id(x)  # two objects over one memory, one written, are refused (finish)
+            if peek:
+                return ("arg", self.arg_ids[key]) if key in self.arg_ids else None
             if key not in self.arg_ids:
                 self.arg_ids[key] = len(self.args)
                 self.args.append([x, access])
@@ -349,9 +390,11 @@ class _ChipBuilder:
         for i, (t, acc) in enumerate(self.args):
             for j in range(i):
                 if (acc != "in" or self.args[j][1] != "in") and np.shares_memory(arrays[i], arrays[j]):
+                    one, other = t.describe(), self.args[j][0].describe()
+                    what = f"{one} stands for two tensors" if one == other else f"{one} and {other} share bytes"
                     raise _spyre.InvalidArgument(
-                        f"{where}: {t.describe()} and {self.args[j][0].describe()} share bytes and one is written; "
-                        "within a CHIP block use one tensor for those bytes (not a tensor and its rows)")
+                        f"{where}: {what} and one is written; within a CHIP block use one tensor for those bytes "
+                        "(not a tensor and its rows, nor one array passed as two arguments)")
         for k, call in enumerate(self.calls):
             if call["out"] is None:
                 if not any(("tmp", k) in later["operands"] for later in self.calls[k + 1:]):
@@ -368,13 +411,16 @@ class _ChipBuilder:
         if _np_dtype(target) != v.dtype:
             raise _spyre.InvalidArgument(f"assemble: a {v.dtype} result into a {_np_dtype(target)} tensor "
                                          f"(an op writes its operands' element type)")
-        dest = self.ref(target, "out")
+        # Checked before the target becomes one of the task's outputs: a
+        # refused store (caught by the program) left it one, never written,
+        # and the caller's tensor came back zeros (found probing from outside).
+        dest = self.ref(target, "out", peek=True)
         # The op writes the target itself: ops after it that read or write
         # the target would see (or be undone by) it out of order (found
         # probing from outside: a mul into f, then assemble(f, earlier
         # add), left the mul's result).
         later = [k for k in range(v.call + 1, len(self.calls))
-                 if dest in self.calls[k]["operands"] or self.calls[k]["out"] == dest]
+                 if dest is not None and (dest in self.calls[k]["operands"] or self.calls[k]["out"] == dest)]
         if later:
             raise _spyre.InvalidArgument(
                 f"assemble: ops.{self.calls[later[0]]['op']} (call {later[0]}) uses the target after the result's "
@@ -389,7 +435,7 @@ class _ChipBuilder:
             raise _spyre.InvalidArgument(f"assemble: the result of ops.{self.calls[v.call]['op']} (call {v.call}) "
                                          "lands in another tensor already; an op's result lands in one tensor "
                                          "(compute it again for a second one)")
-        self.calls[v.call]["out"] = dest
+        self.calls[v.call]["out"] = self.ref(target, "out")
         return target
 
 
@@ -566,10 +612,11 @@ class at:  # noqa: N801 (seed 003's pl.at)
             return False
         chip, c.chip = c.chip, None
         if et is not None:
-            if chip.calls and issubclass(et, Exception) and not issubclass(et, _spyre.Error) and not c.dropped_block:
+            if chip.calls and issubclass(et, Exception) and not c.dropped_block:
                 # Its chip task runs whole or not at all: dropped, what it
                 # assembled before the raise was lost without a word (found
-                # probing from outside).
+                # probing from outside; a spyre error too, caught by the
+                # orchestrator: uncaught, it fails the run itself).
                 c.dropped_block = _spyre.InvalidArgument(
                     f"spyre.at(CHIP) block {c.chip_blocks}: {et.__name__} left the block after it recorded "
                     f"{len(chip.calls)} op(s); a CHIP block becomes one chip task, run whole or not at all: "
@@ -639,15 +686,37 @@ def _tensor_or_value(block, name, value):
     return value if t is None else t
 
 
-_SCALARS = (int, float, complex, bool, str, bytes, type(None), np.generic)
+class _Unbound:
+    """A WORKER block's input that was unbound where the block was reached
+    (the block unbinds it again: _outline)."""
+    __slots__ = ()
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        return "_UNBOUND"
+
+    def __repr__(self):
+        return "<unbound>"
+
+
+_UNBOUND = _Unbound()
+
+_SCALARS = (int, float, complex, bool, str, bytes, type(None), np.generic, _Unbound)
 
 
 def _contents(v, program=None, home=None):
-    """What a block could reach through `v`: its items, a function's
-    closure, defaults and (for the program module's functions) the globals
-    it names, a bound method's function and object, an iterator's source,
-    an object's attributes and (for the program module's classes) a
-    class's; nothing through the program object or a module."""
+    """What a block could reach through `v`: its items (a mapping's view's
+    too), a function's closure, defaults and (for the program module's
+    functions) the globals it names, a bound method's function and object,
+    an iterator's source (what itertools.tee buffers too), a weak
+    reference's object, an exception's arguments, an object's attributes
+    and (for the program module's classes) a class's; nothing through the
+    program object or a module."""
     if isinstance(v, (str, bytes, bytearray, types.ModuleType)) or v is program:
         return []
     if isinstance(v, np.ndarray):
@@ -668,9 +737,15 @@ def _contents(v, program=None, home=None):
         return cells + list(v.__defaults__ or ()) + list((v.__kwdefaults__ or {}).values()) + named
     if isinstance(v, collections.abc.Mapping):
         return list(v.keys()) + list(v.values())
-    if isinstance(v, (collections.abc.Sequence, collections.abc.Set, collections.deque)):
-        return list(v)
-    if isinstance(v, collections.abc.Iterator) and not isinstance(v, types.GeneratorType):
+    if isinstance(v, (collections.abc.Sequence, collections.abc.Set, collections.abc.MappingView, collections.deque)):
+        return list(v)  # dict.values() too (found probing from outside, as the three below)
+    if isinstance(v, weakref.ref):
+        target = v()
+        return [] if target is None else [target]
+    if isinstance(v, BaseException):
+        return list(v.args) + [v.__cause__, v.__context__] + (list(vars(v).values()) if hasattr(v, "__dict__") else [])
+    if (isinstance(v, collections.abc.Iterator) and not isinstance(v, types.GeneratorType)) or \
+            (type(v).__module__ == "itertools" and type(v).__name__ == "_tee_dataobject"):  # what tee() buffers
         # iter(list), map, itertools.chain: what they would go through,
         # as pickling sees it (nothing is consumed).
         reduced = v.__reduce__()
@@ -1020,11 +1095,12 @@ class _BlockReturns(ast.NodeTransformer):
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = _own_scope  # noqa: N815
 
 
-def _outline(fn, compiled):
+def _outline(fn, source, compiled):
     """The inline style's compile step: every ``with spyre.at(HOST, WORKER)``
-    block becomes a SubWorker function; inputs are the enclosing functions'
-    variables the block reads, outputs its annotated assignments."""
-    src = textwrap.dedent(inspect.getsource(fn))
+    block of `fn` (its `source`) becomes a SubWorker function; inputs are
+    the enclosing functions' variables the block reads, outputs its
+    annotated assignments."""
+    src = textwrap.dedent(source)
     tree = ast.parse(src)
     fdef = tree.body[0]
     # Other decorators would be dropped with the source's (they ran 0 times,
@@ -1137,19 +1213,37 @@ def _outline(fn, compiled):
                         written.add(t.id)
             ends = _BlockReturns([o for o, _ in outputs], where)
             body = [ends.visit(st) for st in node.body]
+            # An input unbound where the block is reached (set only on a path
+            # not taken) is unbound in the block too: read, it raises there,
+            # as in plain Python; unread, nothing happens (reaching the block
+            # raised UnboundLocalError: found probing from outside).
+            unbound = ast.Name("__spyre_unbound__", ast.Load())
+            unbind = [ast.If(ast.Compare(ast.Name(n, ast.Load()), [ast.Is()], [unbound]),
+                             [ast.Delete([ast.Name(n, ast.Del())])], []) for n in inputs]
             sub = ast.FunctionDef(
                 name="__spyre_sub__", args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in inputs],
-                                                        kwonlyargs=[], kw_defaults=[], defaults=[]),
-                body=body + [ast.Return(ast.Tuple([ast.Name(o, ast.Load()) for o, _ in outputs], ast.Load()))],
+                                                        kwonlyargs=[ast.arg(arg=unbound.id)],
+                                                        kw_defaults=[ast.Constant(None)], defaults=[]),
+                body=unbind + body + [ast.Return(ast.Tuple([ast.Name(o, ast.Load()) for o, _ in outputs],
+                                                           ast.Load()))],
                 decorator_list=[], returns=None, type_comment=None)
-            specs.append({"name": name, "fn": _in_owner_class(fn, sub, f"<SubWorker {name}>"), "inputs": inputs,
+            sub_fn = _in_owner_class(fn, sub, f"<SubWorker {name}>")
+            sub_fn.__kwdefaults__ = {unbound.id: _UNBOUND}
+            specs.append({"name": name, "fn": sub_fn, "inputs": inputs,
                           "outputs": outputs, "written": written, "attrs": attrs, "line": node.lineno,
                           "globals": global_reads, "fn_globals": fn.__globals__})
+            temps = [f"__spyre_in_{index}_{k}__" for k in range(len(inputs))]
+            loads = [ast.Try([ast.Assign([ast.Name(t, ast.Store())], ast.Name(n, ast.Load()))],
+                             [ast.ExceptHandler(ast.Name("NameError", ast.Load()), None,
+                                                [ast.Assign([ast.Name(t, ast.Store())],
+                                                            ast.Attribute(ast.Name("__spyre_dsl__", ast.Load()),
+                                                                          "_UNBOUND", ast.Load()))])], [], [])
+                     for n, t in zip(inputs, temps)]
             call = ast.Call(ast.Attribute(ast.Name("__spyre_dsl__", ast.Load()), "_sub_call", ast.Load()),
-                            [ast.Constant(index), ast.List([ast.Name(n, ast.Load()) for n in inputs], ast.Load()),
+                            [ast.Constant(index), ast.List([ast.Name(t, ast.Load()) for t in temps], ast.Load()),
                              ast.Constant(None)], [])
             target = ast.Tuple([ast.Name(o, ast.Store()) for o, _ in outputs], ast.Store())
-            return ast.Assign([target], call) if outputs else ast.Expr(call)
+            return loads + [ast.Assign([target], call) if outputs else ast.Expr(call)]
 
     Outliner().visit(tree)
     body = _rebuilt(fn, fdef, {"__spyre_dsl__": __import__(__name__, fromlist=["_sub_call"])})
@@ -1275,13 +1369,10 @@ class CompiledProgram:
         # spyre.at(CHIP) blocks are outlined from the source. A function
         # whose source cannot be read (exec'd, python -c) has none to
         # outline: it runs as written, the functional style.
-        try:
-            source = inspect.getsource(orch.fn)
-        except (OSError, TypeError):
-            source = ""
+        source = orch.source or ""
         src_has_at = _has_at_blocks(source)
         if src_has_at:
-            body = _outline(orch.fn, self)
+            body = _outline(orch.fn, source, self)
         self._body = body
         if src_has_at:  # the dry run: registers each spyre.at(CHIP) block's chip function
             try:
@@ -1361,6 +1452,13 @@ class CompiledProgram:
                         "before an op wrote it; an Out is not uploaded (its bytes start as zeros on the device): "
                         "make it an input (Tensor[...]) and return the result into another Out")
             written.add(call["out"])
+        # Nor is one no op writes: it came back zeros, over whatever the
+        # caller passed (found probing from outside).
+        for i, (n, _, out) in enumerate(f.params):
+            if out and ("arg", i) not in written:
+                raise _spyre.InvalidArgument(
+                    f"{f.name}: no op writes the Out parameter '{n}'; an Out comes back from the device whole "
+                    "(zeros where no op wrote it): write it, or drop the parameter")
         return self._chip_function(name, chip, len(f.params), None)
 
     def _register_sub(self, f):

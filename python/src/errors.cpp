@@ -181,11 +181,22 @@ Error FromPython(const py::error_already_set& e, const std::string& where) {
 }
 
 std::optional<ErrorKind> SpyreKindOf(const py::error_already_set& e) {
-    if (!py::hasattr(e.value(), "kind") || !py::hasattr(e.value(), "message")) return std::nullopt;
-    const std::string kind = TextOf(e.value().attr("kind"));
-    for (const auto& k : kKinds)
-        if (kind == k.name) return k.kind;
+    if (py::hasattr(e.value(), "kind") && py::hasattr(e.value(), "message")) {
+        const std::string kind = TextOf(e.value().attr("kind"));
+        for (const auto& k : kKinds)
+            if (kind == k.name) return k.kind;
+        return std::nullopt;
+    }
+    // One Python code made itself (`raise spyre.InvalidArgument("...")`, as
+    // the DSL's refusals are) has neither: its class says (it was
+    // TaskFailed: found probing from outside).
+    for (size_t i = 0; i < kKindCount; ++i)
+        if (g_classes[i] && PyObject_IsInstance(e.value().ptr(), g_classes[i]) == 1) return kKinds[i].kind;
     return std::nullopt;
+}
+
+std::string SpyreMessageOf(const py::error_already_set& e) {
+    return TextOf(py::hasattr(e.value(), "message") ? e.value().attr("message") : e.value());
 }
 
 void BindErrors(py::module_& m) {

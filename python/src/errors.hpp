@@ -34,7 +34,9 @@ py::str TextFromBytes(const std::string& text);
 // and at most `max` characters, cut with "...". The GIL is held.
 std::string ShortRepr(py::handle obj, size_t max = 80);
 
-// The ErrorKind of a spyre.Error raised in Python (by its `kind`), else nullopt.
+// The ErrorKind of a spyre.Error raised in Python (by its `kind`, or the
+// class of one Python code made), else nullopt; and its message.
 std::optional<ErrorKind> SpyreKindOf(const py::error_already_set& e);
+std::string SpyreMessageOf(const py::error_already_set& e);
 
 }  // namespace spyre::python

@@ -752,7 +752,7 @@ HostProgram MakeProgram(const std::string& name, size_t num_inputs, const py::it
             const std::optional<ErrorKind> kind = SpyreKindOf(e);
             if (kind == ErrorKind::InvalidArgument || kind == ErrorKind::NotFound || kind == ErrorKind::WrongDevice ||
                 kind == ErrorKind::Unsupported)
-                throw Error(*kind, OrchestrationFunction(name) + ": " + TextOf(e.value().attr("message")));
+                throw Error(*kind, OrchestrationFunction(name) + ": " + SpyreMessageOf(e));
             throw FromPython(e, OrchestrationFunction(name));
         }
     };

@@ -4,10 +4,12 @@ programs, verified with numpy, in place and in return style; shape and dtype
 errors; a raising SubWorker; two threads calling one compiled program."""
 import collections
 import functools
+import itertools
 import pathlib
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -406,9 +408,10 @@ def test_chip_blocks_that_depend_on_the_data_are_a_usage_error(host, config):
     the second is the program's mistake, InvalidArgument saying so (it was
     Internal, as if the library had failed)."""
     with spyre.compile(data_dependent_blocks, config, host=host) as compiled:
-        with pytest.raises(spyre.HostRunError, match="InvalidArgument.*block 1 was not seen when the program was "
-                                                     "compiled \\(the blocks must not depend on the data\\)"):
+        with pytest.raises(spyre.HostRunError, match="invalid argument: .*block 1 was not seen when the program was "
+                                                     "compiled \\(the blocks must not depend on the data\\)") as e:
             compiled(np.ones((8, 32), np.float32), np.ones((8, 32), np.float32))
+        assert isinstance(e.value, spyre.InvalidArgument)
 
 
 # ---- the inline style's names: globals as they are, closures, local helpers ----
@@ -622,7 +625,9 @@ def hidden_in(how):
         hidden = {"lambda": lambda: v, "method": _Holder(t).get, "object": _Holder(v), "object array": box,
                   "deep list": [[[[[[[[[[[[v]]]]]]]]]]]], "memoryview": memoryview(v),
                   "partial": functools.partial(np.add, v), "deque": collections.deque([0.0] * 20000 + [t]),
-                  "slots": _Slotted(t), "iterator": iter([t]), "map": map(float, [v])}[how]
+                  "slots": _Slotted(t), "iterator": iter([t]), "map": map(float, [v]),
+                  "dict values": {"t": t}.values(), "weakref": weakref.ref(t), "exception": ValueError(t),
+                  "tee": itertools.tee([t])[0]}[how]
         with spyre.at(level=Level.HOST, role=Role.WORKER):
             t[...] = a + 1
         with spyre.at(level=Level.HOST, role=Role.WORKER):
@@ -636,7 +641,8 @@ def hidden_in(how):
                                        ("object array", "ndarray"), ("deep list", "list"),
                                        ("memoryview", "memoryview"), ("partial", "partial"),
                                        ("deque", "deque"), ("slots", "_Slotted"), ("iterator", "list_iterator"),
-                                       ("map", "map")])
+                                       ("map", "map"), ("dict values", "dict_values"), ("weakref", "ReferenceType"),
+                                       ("exception", "ValueError"), ("tee", "_tee")])
 def test_a_tensor_reached_through_a_closure_object_or_buffer_is_refused(host, config, how, what):
     """A tensor (or a view of one) a block reached through a lambda's
     closure, an object's method or attributes, an object array, a list
@@ -1308,7 +1314,7 @@ def test_what_a_block_cannot_order_is_invalid_argument(host, config):
         pass
     with pytest.raises(spyre.InvalidArgument, match="a WORKER block inside a spyre.at\\(CHIP\\) block"):
         spyre.compile(worker_block_inside_a_chip_block, config, host=host)
-    with pytest.raises(spyre.InvalidArgument, match="share bytes and one is written"):
+    with pytest.raises(spyre.InvalidArgument, match="(share bytes|stands for two tensors) and one is written"):
         with spyre.compile(chip_block_writes_a_tensor_and_reads_its_rows, config, host=host) as compiled:
             compiled(np.ones((4, 4), np.float32))
     with pytest.raises(spyre.InvalidArgument, match="raised ZeroDivisionError: float division by zero"):
@@ -1503,3 +1509,156 @@ def test_helpers_globals_and_closures_in_containers(host, config):
     a = np.ones((4, 4), np.float32)
     with spyre.compile(closures_in_a_list, config, host=host) as compiled:
         np.testing.assert_array_equal(compiled(a)[:, 0], [0, 1, 2, 3])
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def caught_second_assemble(a: Small, b: Small, h: Small, f: Out[Small]):
+    with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR):
+        with spyre.at(level=Level.CORE_GROUP):
+            v = ops.add(a, b)
+        spyre.assemble(f, v)
+        try:
+            spyre.assemble(h, v)  # refused: the result lands in f
+        except spyre.InvalidArgument:
+            pass
+    return f
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def caught_spyre_error_after_an_op(a: Small, b: Small, f: Out[Small]):
+    try:
+        with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR):
+            with spyre.at(level=Level.CORE_GROUP):
+                spyre.assemble(f, ops.add(a, b))
+                ops.matmul(a, spyre.create_tensor([3, 4]))  # shapes do not chain
+    except spyre.InvalidArgument:
+        pass
+    return f
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def block_over_a_name_bound_on_a_path_not_taken(a: Small, f: Out[Small]):
+    use_extra = False
+    if use_extra:
+        extra = 1.0
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f[...] = a + extra if use_extra else a * 2
+    return f
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def block_reading_a_name_never_bound(a: Small, f: Out[Small]):
+    if a.shape[0] > 100:
+        extra = 1.0
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f[...] = a + extra
+    return f
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def add_into(a: Small, b: Small, f: Out[Small]):
+    with spyre.at(level=Level.CHIP, role=Role.ORCHESTRATOR):
+        with spyre.at(level=Level.CORE_GROUP):
+            spyre.assemble(f, ops.add(a, b))
+    return f
+
+
+@spyre.program
+class LeavesAnOutUnwritten:
+    @spyre.function(level=Level.CHIP, role=Role.ORCHESTRATOR)
+    def chip(self, a: Small, o1: Out[Small], o2: Out[Small]):
+        ops.add(a, a, out=o1)
+
+    @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+    def host_orch(self, a: Small, f: Out[Small], g: Out[Small]):
+        self.chip(a, f, g)
+        return f
+
+
+@spyre.program
+class CallsByKeyword:
+    @spyre.function(level=Level.CHIP, role=Role.ORCHESTRATOR)
+    def chip(self, a: Small, b: Small, o: Out[Small]):
+        ops.sub(a, b, out=o)
+
+    @spyre.function(level=Level.HOST, role=Role.WORKER)
+    def twice(self, x: Small, o: Out[Small], scale=2.0):
+        o[...] = x * scale
+
+    @spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+    def host_orch(self, a: Small, b: Small, f: Out[Small], g: Out[Small]):
+        self.chip(b=b, o=f, a=a)
+        self.twice(a, o=g)
+        return f, g
+
+
+def test_refusals_and_exceptions_leave_what_the_caller_passed_alone(host, config, rng):
+    """Wrong results, silently (found probing from outside): an assemble
+    refused and caught inside a CHIP block had made its target an output
+    all the same, and the caller's input came back zeros; a functional CHIP
+    function's Out that no op wrote came back zeros over what the caller
+    passed; a spyre error leaving a CHIP block after its ops, caught by
+    the orchestrator, dropped the block without a word."""
+    a, b, h = (rng.standard_normal((4, 4)).astype(np.float32) for _ in range(3))
+    h0 = h.copy()
+    with spyre.compile(caught_second_assemble, config, host=host) as c:
+        np.testing.assert_array_equal(c(a, b, h), a + b)
+    np.testing.assert_array_equal(h, h0)
+    with pytest.raises(spyre.InvalidArgument, match="no op writes the Out parameter 'o2'"):
+        spyre.compile(LeavesAnOutUnwritten, config, host=host)
+    with pytest.raises(spyre.InvalidArgument, match="InvalidArgument left the block after it recorded 1 op"):
+        spyre.compile(caught_spyre_error_after_an_op, config, host=host)
+
+
+def test_a_block_input_unbound_where_the_block_is_reached_is_unbound_in_it(host, config):
+    """Plain Python runs a block that reads a name only on a path not
+    taken; compiling it raised UnboundLocalError (found probing from
+    outside). Read, the name fails the block's task as in plain Python."""
+    a = np.ones((4, 4), np.float32)
+    with spyre.compile(block_over_a_name_bound_on_a_path_not_taken, config, host=host) as c:
+        np.testing.assert_array_equal(c(a), a * 2)
+    with spyre.compile(block_reading_a_name_never_bound, config, host=host) as c:
+        with pytest.raises(spyre.HostRunError, match="UnboundLocalError: cannot access local variable 'extra'"):
+            c(a)
+
+
+def test_dsl_functions_take_keyword_arguments_and_int_dims(host, config, rng):
+    """A call by keyword was a TypeError naming the library's internals;
+    Tensor[[2.9, 3]] was taken as [2, 3], '4' as 4 and True as 1 (found
+    probing from outside); one array given as two CHIP arguments, one
+    written, fails the run InvalidArgument (it was TaskFailed)."""
+    a, b = (rng.standard_normal((4, 4)).astype(np.float32) for _ in range(2))
+    with spyre.compile(CallsByKeyword, config, host=host) as c:
+        f, g = c(a, b)
+    np.testing.assert_array_equal(f, a - b)
+    np.testing.assert_array_equal(g, a * 2)
+    for dims in ([2.9, 3], ["4", 3], [True, 3]):
+        with pytest.raises(spyre.InvalidArgument, match="is not a list of int dims"):
+            Tensor[dims]
+    assert Tensor[[np.int64(2), 3]].shape == (2, 3)
+    with spyre.compile(add_into, config, host=host) as c:
+        with pytest.raises(spyre.InvalidArgument, match="stands for two tensors and one is written"):
+            c(a, b, a)
+
+
+def test_an_orchestrator_runs_its_source_as_imported_not_as_edited_since(host, config, tmp_path, monkeypatch):
+    """compile read the orchestrator's file as it was then: edited after
+    the import, the program ran the edit (found probing from outside)."""
+    module = tmp_path / "edited_after_import.py"
+    text = '''import spyre
+from spyre import Level, Role, Tensor, Out
+T = Tensor[[4, 4], spyre.FP32]
+
+
+@spyre.function(level=Level.HOST, role=Role.ORCHESTRATOR)
+def orch(a: T, f: Out[T]):
+    with spyre.at(level=Level.HOST, role=Role.WORKER):
+        f[...] = a + 1.0
+    return f
+'''
+    module.write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import edited_after_import
+    module.write_text(text.replace("a + 1.0", "a + 2.0"))
+    with spyre.compile(edited_after_import.orch, config, host=host) as c:
+        np.testing.assert_array_equal(c(np.zeros((4, 4), np.float32)), np.ones((4, 4), np.float32))
