@@ -208,7 +208,8 @@ int32_t pto_task_fail(Runtime* rt, int32_t task_id, uint32_t error_code);
  * thread that calls this) until later tasks of that thread have read
  * every output this call handed it (an output asked for again is held
  * again for its next reader), the thread's next pto_wait_all, or its
- * exit; outputs this call never handed out may go sooner when the rings
+ * exit; so is a task whose scopes have ended, for an output asked for
+ * then; outputs this call never handed out may go sooner when the rings
  * are full. NULL (EINVAL) for a task already let
  * go. An address in the heap ring that is not inside live, handed-out
  * outputs (or a live pto_alloc buffer) is refused by pto_submit_task;

@@ -1889,8 +1889,12 @@ uint8_t* TaskGraph::TaskOutput(int32_t task_id, int32_t index) {
             // Unheld, the task went once earlier readers ran (or another
             // thread let go), and this address, read later, was a newer
             // output's (found probing from outside).
+            // So does an ask of a task whose scopes have ended (it was
+            // refused, or read a newer output, once its readers ran).
+            const bool scope_holds =
+                t.in_scopes && scopes_.depth() > 0 && ring_.SeqOf(task_id) >= *scopes_.outermost();
             if (Held* mine = HoldOfThisThread(task_id)) mine->unread |= 1u << i;
-            else if (!t.in_scopes) Hold(t, /*newest=*/false).unread |= 1u << i;
+            else if (!scope_holds) Hold(t, /*newest=*/false).unread |= 1u << i;
             return t.params[i].host;
         }
     Fail(ErrorKind::InvalidArgument, Describe(task_id) + " has " + std::to_string(n) + " implicit output(s): index " +

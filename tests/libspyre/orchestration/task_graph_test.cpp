@@ -126,6 +126,19 @@ protected:
             WaitForTask(o().Submit(kCopyFirstWord, WORKER_VECTOR, read_newer));
         }
     }
+    // Opens the gated first reader and waits for it, goes round the heap
+    // with newer outputs (tag 100), then reads `address` into result[1]
+    // and waits for everything: what a later reader of a kept address gets.
+    void ReadAfterTheHeapWentRound(std::atomic<bool>& open, int32_t first_reader, void* address, uint32_t* tag,
+                                   uint32_t* result) {
+        open = true;
+        WaitForTask(first_reader);
+        *tag = 100;
+        GoRoundTheHeap(tag, result + 2);
+        TaskParam later_reader[] = {{PARAM_INPUT, address, 64, {}}, {PARAM_OUTPUT, result + 1, 4, {}}};
+        o().Submit(kCopyFirstWord, WORKER_VECTOR, later_reader);
+        o().WaitAll();
+    }
     Orchestrator& o() { return *orch_; }
     uint32_t* Data(uint64_t offset, uint64_t bytes) { return static_cast<uint32_t*>(o().HostAddress(offset, bytes)); }
     std::optional<Orchestrator> orch_;
@@ -667,13 +680,7 @@ TEST_P(OrchQueueTest, AnOutputHandedOutAfterTheHoldWentIsHeldAgain) {
     TaskParam read_first[] = {In(o().TaskOutput(t, 0), 64), Out(result, 4)};
     const int32_t r = o().Submit(kGatedCopyFirstWord, WORKER_VECTOR, read_first);  // the hold went with this read
     void* second = o().TaskOutput(t, 1);  // while its reader keeps the task
-    open = true;
-    WaitForTask(r);
-    *tag = 100;
-    GoRoundTheHeap(tag, result + 2);
-    TaskParam read_second[] = {In(second, 64), Out(result + 1, 4)};
-    o().Submit(kCopyFirstWord, WORKER_VECTOR, read_second);
-    o().WaitAll();
+    ReadAfterTheHeapWentRound(open, r, second, tag, result);
     EXPECT_EQ(result[0], 11u);
     EXPECT_EQ(result[1], 12u) << "the second output was read after its task was let go";
     // The same for an output asked for again for a second reader, once the
@@ -684,13 +691,7 @@ TEST_P(OrchQueueTest, AnOutputHandedOutAfterTheHoldWentIsHeldAgain) {
     open = false;
     const int32_t r2 = o().Submit(kGatedCopyFirstWord, WORKER_VECTOR, first_reader);
     void* again = o().TaskOutput(t2, 0);  // while the first reader keeps the task
-    open = true;
-    WaitForTask(r2);
-    *tag = 100;
-    GoRoundTheHeap(tag, result + 2);
-    TaskParam second_reader[] = {In(again, 64), Out(result + 1, 4)};
-    o().Submit(kCopyFirstWord, WORKER_VECTOR, second_reader);
-    o().WaitAll();
+    ReadAfterTheHeapWentRound(open, r2, again, tag, result);
     EXPECT_EQ(result[0], 21u);
     EXPECT_EQ(result[1], 21u) << "an output asked for again was read after its task was let go";
     // Asked for again while the task is still held (its other output not
@@ -757,13 +758,7 @@ TEST_P(OrchQueueTest, EachThreadAskingForAnOutputHoldsItForItsOwnReader) {
     void* again = o().TaskOutput(t, 0);  // asked here again: held here
     step = 2;
     other.join();
-    open = true;
-    WaitForTask(r);
-    *tag = 100;
-    GoRoundTheHeap(tag, result + 2);
-    TaskParam second_reader[] = {In(again, 64), Out(result + 1, 4)};
-    o().Submit(kCopyFirstWord, WORKER_VECTOR, second_reader);
-    o().WaitAll();
+    ReadAfterTheHeapWentRound(open, r, again, tag, result);
     EXPECT_EQ(result[0], 11u);
     EXPECT_EQ(result[1], 11u) << "read after another thread's exit let the task go";
 }
@@ -792,6 +787,31 @@ TEST_P(OrchQueueTest, AHelperThreadAskingForOutputsHoldsThemUntilItExits) {
         ADD_FAILURE() << e.what();
     }
     EXPECT_EQ(out[5], 15u);
+}
+
+// An output asked for after its task's scope ended is held for the asking
+// thread's reader as a depth-0 one is. Before, nothing held it: once its
+// first reader ran the task went, and the later read was refused, or read
+// a newer output's bytes had that taken the block.
+TEST_P(OrchQueueTest, AnOutputAskedForAfterItsScopeEndedIsHeldForItsReader) {
+    Make(16, 512, 4 << 20, 2, false);
+    std::atomic<bool> open{false};
+    RegisterOutputKernels(&open);
+    uint32_t* tag = Data(0, 64);
+    uint32_t* result = Data(4096, 64);
+    *tag = 10;
+    TaskParam one[] = {In(tag, 4), Out(nullptr, 64)};
+    int32_t t = -1, r = -1;
+    {
+        auto scope = o().BeginScope();
+        t = o().Submit(kTwoOutputs, WORKER_VECTOR, one);
+        TaskParam reader[] = {In(o().TaskOutput(t, 0), 64), Out(result, 4)};
+        r = o().Submit(kGatedCopyFirstWord, WORKER_VECTOR, reader);
+    }
+    void* again = o().TaskOutput(t, 0);
+    ReadAfterTheHeapWentRound(open, r, again, tag, result);
+    EXPECT_EQ(result[0], 11u);
+    EXPECT_EQ(result[1], 11u);
 }
 
 // Once its hold has gone (here: a wait), an output's address is refused,
