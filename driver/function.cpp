@@ -345,8 +345,15 @@ bool Function::Probe() const { return DeviceState() == SPYRE_DEVSTATE_ALIVE && S
 bool Function::ServingProcess() const noexcept {
     if (!watch_pid_) return true;  // no process to watch, or one our pids do not name
     if (pidfd_ >= 0) {
+        // Readable once the daemon has exited. A signal the program handles
+        // interrupts the look (EINTR): taken for an exit, it marked a live
+        // device lost for good (found probing from outside). Asked again.
         pollfd p{pidfd_, POLLIN, 0};
-        return ::poll(&p, 1, 0) == 0;
+        int r;
+        do r = ::poll(&p, 1, 0);
+        while (r < 0 && errno == EINTR);
+        if (r >= 0) return r == 0;
+        // Any other failure tells nothing of the daemon: ask the kernel by pid.
     }
     return ::kill(dev_info_.daemon_pid, 0) == 0 || errno == EPERM;
 }

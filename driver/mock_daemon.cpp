@@ -162,6 +162,15 @@ MockDaemon MockDaemon::Start(MockOptions options) {
         throw Error(ErrorKind::InvalidArgument, "MockOptions::start_timeout is " +
                                                     std::to_string(options.start_timeout.count()) +
                                                     " ms: the daemon's start needs a positive bound (default 15000 ms)");
+    // The daemon's options are its command line: a NUL would end an
+    // argument there, and the rest be dropped without a word (found
+    // probing from outside: mem "64M\0..." made a 64 MiB card).
+    std::vector<std::string> texts = {options.mem, options.log_level, options.shm_prefix, options.mount.native()};
+    texts.insert(texts.end(), options.extra_args.begin(), options.extra_args.end());
+    for (const std::string& text : texts)
+        if (const size_t nul = text.find('\0'); nul != std::string::npos)
+            throw Error(ErrorKind::InvalidArgument,
+                        "MockOptions: '" + text.substr(0, nul) + "...' holds a NUL byte (a daemon option cannot)");
     fs::path exe = FindExecutable();
     MockDaemon d;
     d.shm_prefix_ = options.shm_prefix.empty() ? UniquePrefix() : options.shm_prefix;

@@ -70,7 +70,7 @@ struct MockOptions {
     // "--cpus all", or SPYRE_MOCK_CPUS: the daemon runs on every CPU, not
     // on this process's binding; {"--cpus", "inherit"} or a list here
     // overrides both).
-    std::vector<std::string> extra_args;
+    std::vector<std::string> extra_args;  // (a NUL byte in any string here is InvalidArgument)
     // How long the start waits for the daemon to be ready: positive
     // (InvalidArgument otherwise); Timeout when it runs out.
     std::chrono::milliseconds start_timeout{15000};

@@ -600,6 +600,10 @@ std::optional<std::thread::id> TaskGraph::HeldByAnotherThread(std::optional<int3
                              t.fanout_refcount + holds != t.fanout_count))
         return std::nullopt;  // something besides the holds keeps it
     const std::thread::id me = std::this_thread::get_id();
+    // Held by this thread too, the task stays for this thread's own hold
+    // whatever another does: waiting for another holder, two threads that
+    // both held it each slept for the other (found probing from outside).
+    if (only_by_the_hold && HeldByThisThread(*id)) return std::nullopt;
     for (const Held& h : holds_)
         if (h.task == *id && h.thread != me) return h.thread;
     return std::nullopt;
@@ -1591,15 +1595,18 @@ void TaskGraph::LetGoHoldsReadBy(const TaskDescriptor& t) {
         const Held held = holds_[h];
         TaskDescriptor& owner = ring_.Get(held.task);
         bool read = false;
+        uint32_t touched = 0;  // one read per output, however many params of t reach it
         if (held.thread == self)
             for (int32_t i = 0; i < t.num_params; ++i)
                 if (t.params[i].in_outputs && Covers(owner, t.params[i])) {
                     read = true;
-                    holds_[h].unread &= ~OutputsTouched(owner, t.params[i]);
+                    touched |= OutputsTouched(owner, t.params[i]);
                 }
-        // It stays while an output handed this thread is still unread (its
-        // reader holds it as a consumer from now on all the same).
-        if (!read || holds_[h].unread != 0) {
+        for (int32_t o = 0; touched; ++o, touched >>= 1)
+            if ((touched & 1) && holds_[h].unread[size_t(o)] > 0) --holds_[h].unread[size_t(o)];
+        // It stays while an ask of this thread is still unread (its reader
+        // holds it as a consumer from now on all the same).
+        if (!read || !holds_[h].AllRead()) {
             ++h;
             continue;
         }
@@ -1618,7 +1625,7 @@ bool TaskGraph::LetGoHoldsNotHandedOut() {
         const bool newest = std::any_of(newest_holds_.begin(), newest_holds_.end(), [&](const Held& n) {
             return n.thread == holds_[h].thread && n.task == holds_[h].task;
         });
-        goes[h] = !newest && holds_[h].unread == 0;
+        goes[h] = !newest && holds_[h].AllRead();
     }
     std::vector<int32_t> going;
     size_t kept = 0;
@@ -1893,8 +1900,9 @@ uint8_t* TaskGraph::TaskOutput(int32_t task_id, int32_t index) {
             // refused, or read a newer output, once its readers ran).
             const bool scope_holds =
                 t.in_scopes && scopes_.depth() > 0 && ring_.SeqOf(task_id) >= *scopes_.outermost();
-            if (Held* mine = HoldOfThisThread(task_id)) mine->unread |= 1u << i;
-            else if (!scope_holds) Hold(t, /*newest=*/false).unread |= 1u << i;
+            Held* mine = HoldOfThisThread(task_id);
+            if (!mine && !scope_holds) mine = &Hold(t, /*newest=*/false);
+            if (mine && mine->unread[size_t(i)] < UINT16_MAX) ++mine->unread[size_t(i)];
             return t.params[i].host;
         }
     Fail(ErrorKind::InvalidArgument, Describe(task_id) + " has " + std::to_string(n) + " implicit output(s): index " +

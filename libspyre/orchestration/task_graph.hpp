@@ -15,6 +15,8 @@
 // after it releases it. docs/orchestration.md has the lifecycle and why.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -499,13 +501,17 @@ private:
         // neither waits nor exits (a hold kept there hung the next
         // submitter: found probing from outside).
         int32_t kernel_task = -1;
-        // Of the task's params (bit i: params[i], an implicit output): those
-        // pto_task_output handed this thread that no later task of it read
-        // yet. Each asking thread holds for its own asks: one hold for all,
-        // let go by one thread's reads or exit, left another thread's ask
-        // unprotected, and its reader read a newer task's bytes (found
-        // probing from outside).
-        uint32_t unread = 0;
+        // Per param (an implicit output): the times pto_task_output handed
+        // it to this thread less the later tasks of this thread that read
+        // it, each ask for one reader. Each asking thread holds for its own
+        // asks: one hold for all, let go by one thread's reads or exit, left
+        // another thread's ask unprotected, and a mark per output let one
+        // reader stand for two asks; the reader of the other ask read a
+        // newer task's bytes (both found probing from outside).
+        std::array<uint16_t, PTO_MAX_PARAMS> unread{};
+        bool AllRead() const noexcept {
+            return std::all_of(unread.begin(), unread.end(), [](uint16_t n) { return n == 0; });
+        }
     };
     std::vector<Held> holds_;
     // Each thread's newest task that took a hold (whether or not the hold

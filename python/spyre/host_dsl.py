@@ -1572,12 +1572,33 @@ class CompiledProgram:
             raise _spyre.InvalidArgument(f"{what}: {type(a).__name__} is not a numpy array or HostTensor")
         return array
 
-    def __call__(self, *args):
+    def _bind(self, args, kwargs):
+        """The arguments in the orchestrator's order: `args`, then `kwargs`
+        by parameter name (a call by keyword was a TypeError naming this
+        class: found probing from outside)."""
+        if not kwargs:
+            return args
+        names = [n for n, _ in self.inputs + self.outputs]
+        bound = list(args)
+        for n in names[len(args):]:
+            if n not in kwargs:
+                break
+            bound.append(kwargs.pop(n))
+        if kwargs:
+            n = next(iter(kwargs))
+            why = "given by position already" if n in names[:len(args)] else \
+                f"'{names[len(bound)]}' before it is missing" if n in names else "no such parameter"
+            raise _spyre.InvalidArgument(f"{self.orchestrator.name}: keyword argument '{n}': {why}")
+        return tuple(bound)
+
+    def __call__(self, *args, **kwargs):
+        args = self._bind(args, kwargs)
         self._check(args)
         return self.worker.run(self.program, list(args))
 
-    def submit(self, *args):
+    def submit(self, *args, **kwargs):
         """Starts a run; returns a RunHandle (wait() gives what __call__ returns)."""
+        args = self._bind(args, kwargs)
         self._check(args)
         return self.worker.submit(self.program, list(args))
 

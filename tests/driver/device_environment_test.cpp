@@ -128,6 +128,17 @@ TEST(MockDaemon, AStartTimeoutOfZeroIsInvalidAndOneThatRunsOutIsATimeout) {
     EXPECT_TRUE(spyre::test::IsMounted(good.mount().string()));
 }
 
+// A daemon option holding a NUL was cut there on the command line, the rest
+// dropped without a word ("64M\0..." made a 64 MiB card: found probing
+// from outside): InvalidArgument, before anything starts.
+TEST(MockDaemon, AnOptionHoldingANulIsInvalid) {
+    using namespace std::string_literals;
+    EXPECT_SPYRE_ERROR(MockDaemon::Start({.vfs = 0, .mem = "64M\0 and more"s}), InvalidArgument,
+                       "MockOptions: '64M...' holds a NUL byte");
+    EXPECT_SPYRE_ERROR(MockDaemon::Start({.vfs = 0, .mem = "64M", .extra_args = {"--cores\0x"s, "4"}}),
+                       InvalidArgument, "MockOptions: '--cores...' holds a NUL byte");
+}
+
 // Starting a mock must not write-protect the app's memory: with fork() every
 // private page became copy-on-write, and the first write to each (the
 // destination of a device-to-host copy) took a page fault, 0.02x memcpy for

@@ -1639,6 +1639,16 @@ def test_dsl_functions_take_keyword_arguments_and_int_dims(host, config, rng):
     with spyre.compile(add_into, config, host=host) as c:
         with pytest.raises(spyre.InvalidArgument, match="stands for two tensors and one is written"):
             c(a, b, a)
+        # The program itself takes keywords too (a TypeError naming CompiledProgram before).
+        np.testing.assert_array_equal(c(b=b, a=a), a + b)
+        f = np.zeros((4, 4), np.float32)
+        c(a, f=f, b=b)
+        np.testing.assert_array_equal(f, a + b)
+        np.testing.assert_array_equal(c.submit(a, b=b).wait(), a + b)
+        with pytest.raises(spyre.InvalidArgument, match="keyword argument 'g': no such parameter"):
+            c(a, b, g=f)
+        with pytest.raises(spyre.InvalidArgument, match="keyword argument 'a': given by position already"):
+            c(a, a=a)
 
 
 def test_an_orchestrator_runs_its_source_as_imported_not_as_edited_since(host, config, tmp_path, monkeypatch):

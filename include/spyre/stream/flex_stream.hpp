@@ -102,6 +102,9 @@ public:
     void CopyToDevice(const void* host_address, const DeviceHandle& device_handle, uint64_t size);
     void CopyFromDevice(void* host_address, const DeviceHandle& device_handle, uint64_t size);
     // Runs the program at `device_handle`; its size comes from its header.
+    // The bytes run as the device finds them: operands must hold their
+    // tensors' addresses (BuiltKernel::Bind); one left at 0 (unbound) runs
+    // at device address 0 (docs/execution_plan.md).
     void Launch(const DeviceHandle& device_handle);
     // Same, with the program's byte size given (the device checks it).
     void Launch(const DeviceHandle& device_handle, uint64_t program_size);

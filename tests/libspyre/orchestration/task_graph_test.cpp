@@ -716,6 +716,20 @@ TEST_P(OrchQueueTest, AnOutputHandedOutAfterTheHoldWentIsHeldAgain) {
     EXPECT_EQ(result[0], 31u);
     EXPECT_EQ(result[1], 32u);
     EXPECT_EQ(result[2], 31u) << "an output asked for again while held was read after its task was let go";
+    // Asked for twice before its first reader: each ask is for a reader of
+    // its own. Before, one mark stood for both, the first read cleared it,
+    // and the second reader read a newer task's bytes (found probing from
+    // outside, 20/20).
+    *tag = 40;
+    open = false;
+    const int32_t t4 = o().Submit(kTwoOutputs, WORKER_VECTOR, three);
+    void* ask1 = o().TaskOutput(t4, 0);
+    void* ask2 = o().TaskOutput(t4, 0);
+    TaskParam reads_ask1[] = {In(ask1, 64), Out(result, 4)};
+    const int32_t r4 = o().Submit(kGatedCopyFirstWord, WORKER_VECTOR, reads_ask1);
+    ReadAfterTheHeapWentRound(open, r4, ask2, tag, result);
+    EXPECT_EQ(result[0], 41u);
+    EXPECT_EQ(result[1], 41u) << "the second of two asks was read after its task was let go";
     // A task let go (consumed) while an older one keeps the ring's tail:
     // its outputs are refused, not handed out.
     TaskParam keeper[] = {In(tag, 4), Out(nullptr, 64)};
@@ -761,6 +775,41 @@ TEST_P(OrchQueueTest, EachThreadAskingForAnOutputHoldsItForItsOwnReader) {
     ReadAfterTheHeapWentRound(open, r, again, tag, result);
     EXPECT_EQ(result[0], 11u);
     EXPECT_EQ(result[1], 11u) << "read after another thread's exit let the task go";
+}
+
+// Two threads that both hold one depth-0 task (both asked for its output),
+// each submitting a task whose output cannot fit until that task goes: each
+// gets OutOfMemory, neither sleeps for good. Before, each waited for the
+// other, a stalled holder "with room", and both slept (found probing from
+// outside, 8/8).
+TEST_P(OrchQueueTest, TwoThreadsHoldingOneTaskWaitForNoOtherForRoom) {
+    Make(64, 512, 4 << 20, 2, false);
+    TaskParam small[] = {{PARAM_OUTPUT, nullptr, 128, {}}};
+    const int32_t p = o().Submit(K_FILL, WORKER_VECTOR, small);
+    (void)o().TaskOutput(p);  // this thread holds p
+    std::atomic<int> step{0};
+    std::optional<ErrorKind> other_error;
+    std::thread other([&] {
+        (void)o().TaskOutput(p);  // and so does this one
+        o().Submit(K_FILL, WORKER_VECTOR, small);
+        step = 1;
+        for (int i = 0; i < 10000 && step.load() != 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        TaskParam big[] = {{PARAM_OUTPUT, nullptr, 256, {}}};
+        try {
+            o().Submit(K_FILL, WORKER_VECTOR, big);
+        } catch (const Error& e) {
+            other_error = e.kind();
+        }
+    });
+    while (step.load() != 1) std::this_thread::yield();
+    o().Submit(K_FILL, WORKER_VECTOR, small);
+    step = 2;
+    TaskParam big[] = {{PARAM_OUTPUT, nullptr, 256, {}}};
+    EXPECT_SPYRE_ERROR(o().Submit(K_FILL, WORKER_VECTOR, big), OutOfMemory, "cannot drain");
+    o().WaitAll();  // lets go of this thread's holds: the other's submission fails (its own hold) or fits
+    other.join();
+    EXPECT_TRUE(!other_error || *other_error == ErrorKind::OutOfMemory);
+    o().WaitAll();
 }
 
 // A helper thread that asks for outputs for the submitter holds them until
