@@ -569,8 +569,7 @@ std::string TaskGraph::TaskRingStuck() const {
         s << " is held by " << Holder(t) << " (" << kHoldRule
           << "): read depth-0 outputs sooner, wait, put the tasks in scopes, or create the runtime with a larger "
              "task ring";
-    } else if (st == TaskState::Completed && t.has_heap_block && t.in_scopes && scopes_.depth() > 0 &&
-               ring_.tail_seq() >= *scopes_.outermost()) {  // inside the open scopes, not before them
+    } else if (st == TaskState::Completed && t.has_heap_block && ScopesHold(t)) {
         s << " is held by " << scopes_.depth() << " open scope(s) (the outermost began at task "
           << ring_.IdOf(*scopes_.outermost()) << ") for its implicit outputs, and the ring is reused in order behind it: "
           << "from its first task with an implicit output on, a scope can hold at most " << ring_.capacity()
@@ -657,6 +656,11 @@ const char* TaskGraph::Holder(const TaskDescriptor& t) const {
     for (const Held& h : holds_)
         if (h.task == t.task_id && h.thread == t.submitter) return "its submitting thread";
     return "a thread that asked for its outputs (pto_task_output)";
+}
+
+bool TaskGraph::ScopesHold(const TaskDescriptor& t) const {
+    // Submitted inside the open scopes, not before them (those it was in ended).
+    return t.in_scopes && scopes_.depth() > 0 && ring_.SeqOf(t.task_id) >= *scopes_.outermost();
 }
 
 bool TaskGraph::HeldByThisThread(int32_t task_id) const {
@@ -1898,10 +1902,8 @@ uint8_t* TaskGraph::TaskOutput(int32_t task_id, int32_t index) {
             // output's (found probing from outside).
             // So does an ask of a task whose scopes have ended (it was
             // refused, or read a newer output, once its readers ran).
-            const bool scope_holds =
-                t.in_scopes && scopes_.depth() > 0 && ring_.SeqOf(task_id) >= *scopes_.outermost();
             Held* mine = HoldOfThisThread(task_id);
-            if (!mine && !scope_holds) mine = &Hold(t, /*newest=*/false);
+            if (!mine && !ScopesHold(t)) mine = &Hold(t, /*newest=*/false);
             if (mine && mine->unread[size_t(i)] < UINT16_MAX) ++mine->unread[size_t(i)];
             return t.params[i].host;
         }

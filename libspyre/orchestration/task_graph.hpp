@@ -293,6 +293,7 @@ private:
     struct Held;                                // a depth-0 hold (holds_)
     const Held* HoldOf(int32_t task_id) const;  // a depth-0 hold of it, if a thread holds it
     bool HeldByThisThread(int32_t task_id) const;
+    bool ScopesHold(const TaskDescriptor& t) const;  // whether an open scope holds `t`
     const char* Holder(const TaskDescriptor& t) const;  // who holds `t`, for a message
     // The thread other than the calling one whose depth-0 hold keeps task
     // `id` live, if any (`only_by_the_hold`: when nothing else keeps it,

@@ -207,24 +207,32 @@ class DslFunction:
         return _dispatch(self, None, self.bind(args, kwargs))
 
     def bind(self, args, kwargs):
-        """The task's arguments in parameter order: `args`, then `kwargs` by
-        name (a call by keyword was a TypeError naming library internals:
-        found probing from outside)."""
+        """The task's arguments in parameter order (a call by keyword was a
+        TypeError naming library internals: found probing from outside)."""
         if not kwargs:
             return args
-        names = [n for n, _, _ in self.params]
-        bound = list(args)
-        for n in names[len(args):]:
-            if n not in kwargs:
-                raise _spyre.InvalidArgument(f"{self.name}: missing argument '{n}'")
-            bound.append(kwargs.pop(n))
-        if kwargs:
-            n = next(iter(kwargs))
-            why = "given by position already" if n in names else \
-                "a plain parameter with a default keeps it (a task passes tensors)" \
-                if n in inspect.signature(self.fn).parameters else "no such parameter"
-            raise _spyre.InvalidArgument(f"{self.name}: keyword argument '{n}': {why}")
-        return tuple(bound)
+        return _bind_by_name(self.name, [n for n, _, _ in self.params], args, kwargs,
+                             inspect.signature(self.fn).parameters)
+
+
+def _bind_by_name(who, names, args, kwargs, defaulted=()):
+    """`args`, then `kwargs` by name in the order of `names`, up to the
+    first name not given (a count check follows); InvalidArgument for a
+    keyword left over, saying why (`defaulted`: names that keep their
+    defaults)."""
+    bound = list(args)
+    for n in names[len(args):]:
+        if n not in kwargs:
+            break
+        bound.append(kwargs.pop(n))
+    if kwargs:
+        n = next(iter(kwargs))
+        why = "given by position already" if n in names[:len(args)] else \
+            f"'{names[len(bound)]}' before it is missing" if n in names else \
+            "a plain parameter with a default keeps it (a task passes tensors)" if n in defaulted else \
+            "no such parameter"
+        raise _spyre.InvalidArgument(f"{who}: keyword argument '{n}': {why}")
+    return tuple(bound)
 
 
 class _Bound:
@@ -1573,23 +1581,11 @@ class CompiledProgram:
         return array
 
     def _bind(self, args, kwargs):
-        """The arguments in the orchestrator's order: `args`, then `kwargs`
-        by parameter name (a call by keyword was a TypeError naming this
-        class: found probing from outside)."""
+        """The arguments in the orchestrator's order (a call by keyword was
+        a TypeError naming this class: found probing from outside)."""
         if not kwargs:
             return args
-        names = [n for n, _ in self.inputs + self.outputs]
-        bound = list(args)
-        for n in names[len(args):]:
-            if n not in kwargs:
-                break
-            bound.append(kwargs.pop(n))
-        if kwargs:
-            n = next(iter(kwargs))
-            why = "given by position already" if n in names[:len(args)] else \
-                f"'{names[len(bound)]}' before it is missing" if n in names else "no such parameter"
-            raise _spyre.InvalidArgument(f"{self.orchestrator.name}: keyword argument '{n}': {why}")
-        return tuple(bound)
+        return _bind_by_name(self.orchestrator.name, [n for n, _ in self.inputs + self.outputs], args, kwargs)
 
     def __call__(self, *args, **kwargs):
         args = self._bind(args, kwargs)

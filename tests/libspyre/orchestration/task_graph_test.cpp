@@ -126,6 +126,20 @@ protected:
             WaitForTask(o().Submit(kCopyFirstWord, WORKER_VECTOR, read_newer));
         }
     }
+    // A runtime of a 512-byte heap whose tasks never run on the submitting
+    // thread, with the output kernels (kGatedCopyFirstWord waits for
+    // `open`); the tag (10) and a result area.
+    struct Gated {
+        uint32_t* tag;
+        uint32_t* result;
+    };
+    Gated MakeGated(std::atomic<bool>& open) {
+        Make(16, 512, 4 << 20, 2, false);
+        RegisterOutputKernels(&open);
+        Gated g{Data(0, 64), Data(4096, 64)};
+        *g.tag = 10;
+        return g;
+    }
     // Opens the gated first reader and waits for it, goes round the heap
     // with newer outputs (tag 100), then reads `address` into result[1]
     // and waits for everything: what a later reader of a kept address gets.
@@ -669,12 +683,8 @@ TEST_P(OrchQueueTest, ADepthZeroHoldStaysUntilEveryOutputHandedOutWasRead) {
 // read of the second output got a newer task's bytes (found probing from
 // outside), or pto_task_output handed out a released block.
 TEST_P(OrchQueueTest, AnOutputHandedOutAfterTheHoldWentIsHeldAgain) {
-    Make(16, 512, 4 << 20, 2, false);  // no task runs on the submitting thread
     std::atomic<bool> open{false};
-    RegisterOutputKernels(&open);
-    uint32_t* tag = Data(0, 64);
-    uint32_t* result = Data(4096, 64);
-    *tag = 10;
+    auto [tag, result] = MakeGated(open);
     TaskParam two[] = {In(tag, 4), Out(nullptr, 64), Out(nullptr, 64)};
     const int32_t t = o().Submit(kTwoOutputs, WORKER_VECTOR, two);
     TaskParam read_first[] = {In(o().TaskOutput(t, 0), 64), Out(result, 4)};
@@ -750,12 +760,8 @@ TEST_P(OrchQueueTest, AnOutputHandedOutAfterTheHoldWentIsHeldAgain) {
 // one existed, and when the holder let go (its exit), the asker's later
 // read got a newer task's bytes (found probing from outside, 60/60).
 TEST_P(OrchQueueTest, EachThreadAskingForAnOutputHoldsItForItsOwnReader) {
-    Make(16, 512, 4 << 20, 2, false);  // no task runs on the submitting thread
     std::atomic<bool> open{false};
-    RegisterOutputKernels(&open);
-    uint32_t* tag = Data(0, 64);
-    uint32_t* result = Data(4096, 64);
-    *tag = 10;
+    auto [tag, result] = MakeGated(open);
     TaskParam one[] = {In(tag, 4), Out(nullptr, 64)};
     const int32_t t = o().Submit(kTwoOutputs, WORKER_VECTOR, one);
     TaskParam first_reader[] = {In(o().TaskOutput(t, 0), 64), Out(result, 4)};
@@ -843,12 +849,8 @@ TEST_P(OrchQueueTest, AHelperThreadAskingForOutputsHoldsThemUntilItExits) {
 // first reader ran the task went, and the later read was refused, or read
 // a newer output's bytes had that taken the block.
 TEST_P(OrchQueueTest, AnOutputAskedForAfterItsScopeEndedIsHeldForItsReader) {
-    Make(16, 512, 4 << 20, 2, false);
     std::atomic<bool> open{false};
-    RegisterOutputKernels(&open);
-    uint32_t* tag = Data(0, 64);
-    uint32_t* result = Data(4096, 64);
-    *tag = 10;
+    auto [tag, result] = MakeGated(open);
     TaskParam one[] = {In(tag, 4), Out(nullptr, 64)};
     int32_t t = -1, r = -1;
     {
